@@ -1,0 +1,2 @@
+//! `flowlane`: the control CLI and daemon.
+fn main() {}

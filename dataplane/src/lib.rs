@@ -1,0 +1,1 @@
+//! flowlane's data path.

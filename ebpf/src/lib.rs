@@ -1,0 +1,1 @@
+//! flowlane's BPF programs and typed access to their maps.

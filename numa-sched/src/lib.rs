@@ -1,0 +1,2 @@
+//! flowlane's placement policy: snapshots in, plans out, no side effects.
+#![forbid(unsafe_code)]

@@ -1,0 +1,1 @@
+//! Shared helpers for flowlane's integration tests.
