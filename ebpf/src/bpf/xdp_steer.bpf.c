@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: (MIT OR Apache-2.0)
+/*
+ * flowlane's XDP steering program.
+ *
+ * flowlane shares its interface and IP addresses with the kernel and owns only
+ * its ports: the listening ports in `fl_ports` and the ephemeral range in
+ * `fl_cfg` (the kernel is told to leave that range alone through
+ * net.ipv4.ip_local_reserved_ports). Frames addressed to those ports go to the
+ * AF_XDP socket of the receive queue they arrived on (XSKMAP indexed by
+ * rx_queue_index); everything else (ARP, NDP, ICMP, other ports, IP
+ * fragments) is passed to the kernel unchanged.
+ */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "flowlane_common.h"
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+/* Keep in sync with ebpf/src/steer.rs. */
+struct fl_cfg {
+	__u16 eph_lo;   /* first port of flowlane's ephemeral range, 0 = none */
+	__u16 eph_hi;   /* last port (inclusive) */
+	__u32 flags;
+};
+
+struct fl_port_key {
+	__u8 proto;     /* IPPROTO_TCP or IPPROTO_UDP */
+	__u8 pad;
+	__u16 port;     /* host byte order */
+};
+
+enum fl_stat {
+	FL_STAT_REDIRECTED = 0, /* handed to an XSK */
+	FL_STAT_PASSED = 1,     /* left to the kernel */
+	FL_STAT_NO_SOCKET = 2,  /* ours, but no XSK on this queue: dropped */
+	FL_STAT_MAX = 3,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__uint(max_entries, FL_MAX_QUEUES);
+	__type(key, __u32);
+	__type(value, __u32);
+} fl_xsks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct fl_cfg);
+} fl_cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct fl_port_key);
+	__type(value, __u8);
+} fl_ports SEC(".maps");
+
+/* Per-queue, per-CPU counters: index = queue * FL_STAT_MAX + stat. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FL_MAX_QUEUES * FL_STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} fl_stats SEC(".maps");
+
+static __always_inline void count(__u32 queue, __u32 stat)
+{
+	__u32 idx = (queue % FL_MAX_QUEUES) * FL_STAT_MAX + stat;
+	__u64 *v = bpf_map_lookup_elem(&fl_stats, &idx);
+
+	if (v)
+		*v += 1;
+}
+
+static __always_inline int is_ours(__u8 proto, __u16 port)
+{
+	__u32 zero = 0;
+	struct fl_cfg *cfg = bpf_map_lookup_elem(&fl_cfg, &zero);
+	struct fl_port_key key = { .proto = proto, .pad = 0, .port = port };
+
+	if (cfg && cfg->eph_lo != 0 && port >= cfg->eph_lo && port <= cfg->eph_hi)
+		return 1;
+	return bpf_map_lookup_elem(&fl_ports, &key) != 0;
+}
+
+SEC("xdp")
+int flowlane_steer(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 queue = ctx->rx_queue_index;
+	struct ethhdr *eth = data;
+	__u8 proto;
+	void *l4;
+
+	if ((void *)(eth + 1) > data_end)
+		goto pass;
+
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = (void *)(eth + 1);
+		__u32 ihl;
+
+		if ((void *)(ip + 1) > data_end)
+			goto pass;
+		ihl = ip->ihl * 4;
+		if (ihl < sizeof(*ip))
+			goto pass;
+		/* Fragments (MF set or offset non-zero) belong to the kernel's
+		 * reassembly (RFC 791 §3.2). */
+		if (ip->frag_off & bpf_htons(0x3fff))
+			goto pass;
+		proto = ip->protocol;
+		l4 = (void *)ip + ihl;
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+
+		if ((void *)(ip6 + 1) > data_end)
+			goto pass;
+		/* Extension headers are left to the kernel. */
+		proto = ip6->nexthdr;
+		l4 = ip6 + 1;
+	} else {
+		goto pass;
+	}
+
+	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP)
+		goto pass;
+	/* Both TCP and UDP carry the destination port at offset 2. */
+	if (l4 + 4 > data_end)
+		goto pass;
+	if (!is_ours(proto, bpf_ntohs(*(__u16 *)(l4 + 2))))
+		goto pass;
+
+	{
+		long ret = bpf_redirect_map(&fl_xsks, queue, XDP_DROP);
+
+		count(queue, ret == XDP_REDIRECT ? FL_STAT_REDIRECTED : FL_STAT_NO_SOCKET);
+		return ret;
+	}
+pass:
+	count(queue, FL_STAT_PASSED);
+	return XDP_PASS;
+}

@@ -1,0 +1,199 @@
+//! The XDP steering program: flowlane's ports to the AF_XDP socket of the
+//! receive queue, everything else to the kernel.
+//!
+//! The program is attached in native (driver) mode through a BPF link. The
+//! link is owned by [`Steering`]: when it is dropped — or when the process
+//! dies, even by SIGKILL — the kernel detaches the program, so nothing is left
+//! on the interface.
+
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, MapHandle};
+
+use crate::limits::MAX_QUEUES;
+use crate::skel::xdp_steer::XdpSteerSkelBuilder;
+use crate::{Error, Result};
+
+/// Transport protocol of a port that flowlane owns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Proto {
+    /// TCP (IP protocol 6).
+    Tcp,
+    /// UDP (IP protocol 17).
+    Udp,
+}
+
+impl Proto {
+    fn ip_proto(self) -> u8 {
+        match self {
+            Proto::Tcp => 6,
+            Proto::Udp => 17,
+        }
+    }
+}
+
+/// Per-queue counters kept by the XDP program (summed over CPUs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SteerStats {
+    /// Frames handed to the queue's AF_XDP socket.
+    pub redirected: u64,
+    /// Frames passed to the kernel (not flowlane's).
+    pub passed: u64,
+    /// flowlane's frames dropped because the queue had no socket.
+    pub no_socket: u64,
+}
+
+const STAT_KINDS: u32 = 3;
+
+/// The steering program, attached to one interface.
+#[derive(Debug)]
+pub struct Steering {
+    _link: Link,
+    ifindex: u32,
+    xsks: MapHandle,
+    cfg: MapHandle,
+    ports: MapHandle,
+    stats: MapHandle,
+}
+
+impl Steering {
+    /// Loads the program and attaches it to `ifindex` in native XDP mode.
+    ///
+    /// Fails with a message naming the cause when the interface has no
+    /// native XDP support or an XDP program is already attached.
+    pub fn attach(ifindex: u32) -> Result<Steering> {
+        let mut storage = MaybeUninit::uninit();
+        let open = XdpSteerSkelBuilder::default()
+            .open(&mut storage)
+            .map_err(Error::bpf("opening the XDP steering program"))?;
+        let skel = open.load().map_err(Error::bpf(
+            "loading the XDP steering program (is this root, on a kernel with BPF?)",
+        ))?;
+        let handle = |m: &libbpf_rs::MapMut<'_>, name: &str| {
+            MapHandle::try_from(m).map_err(Error::bpf(format!("duplicating map {name}")))
+        };
+        let xsks = handle(&skel.maps.fl_xsks, "fl_xsks")?;
+        let cfg = handle(&skel.maps.fl_cfg, "fl_cfg")?;
+        let ports = handle(&skel.maps.fl_ports, "fl_ports")?;
+        let stats = handle(&skel.maps.fl_stats, "fl_stats")?;
+        let link = skel.progs.flowlane_steer.attach_xdp(ifindex as i32).map_err(|source| {
+            let hint = match source.kind() {
+                libbpf_rs::ErrorKind::AlreadyExists => {
+                    "another XDP program is attached; remove it (ip link set dev IF xdp off) and retry"
+                }
+                libbpf_rs::ErrorKind::Unsupported => {
+                    "the interface has no native XDP support; use the kernel-socket backend"
+                }
+                _ => "attaching XDP in native mode failed",
+            };
+            Error::Bpf { what: format!("attaching XDP to ifindex {ifindex}: {hint}"), source }
+        })?;
+        // The skeleton (and its object) drop here: the link and the map
+        // handles hold their own references.
+        Ok(Steering {
+            _link: link,
+            ifindex,
+            xsks,
+            cfg,
+            ports,
+            stats,
+        })
+    }
+
+    /// The interface the program is attached to.
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+
+    /// Routes `queue`'s frames to the AF_XDP socket `xsk`.
+    pub fn set_socket(&self, queue: u32, xsk: BorrowedFd<'_>) -> Result<()> {
+        check_queue(queue)?;
+        let fd = xsk.as_raw_fd() as u32;
+        self.xsks
+            .update(&queue.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY)
+            .map_err(Error::bpf(format!(
+                "inserting the socket of queue {queue} into the XSKMAP"
+            )))
+    }
+
+    /// Stops routing `queue`'s frames to a socket (they are dropped and
+    /// counted as `no_socket`).
+    pub fn clear_socket(&self, queue: u32) -> Result<()> {
+        check_queue(queue)?;
+        match self.xsks.delete(&queue.to_ne_bytes()) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::bpf(format!(
+                "removing queue {queue} from the XSKMAP"
+            ))(e)),
+        }
+    }
+
+    /// Claims `port` for flowlane (a listening port).
+    pub fn add_port(&self, proto: Proto, port: u16) -> Result<()> {
+        self.ports
+            .update(&port_key(proto, port), &[1u8], MapFlags::ANY)
+            .map_err(Error::bpf(format!("claiming {proto:?} port {port}")))
+    }
+
+    /// Gives `port` back to the kernel.
+    pub fn remove_port(&self, proto: Proto, port: u16) -> Result<()> {
+        match self.ports.delete(&port_key(proto, port)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::bpf(format!("releasing {proto:?} port {port}"))(e)),
+        }
+    }
+
+    /// Claims the inclusive range `lo..=hi` (both protocols) as flowlane's
+    /// ephemeral ports. `lo == 0` clears it.
+    pub fn set_ephemeral_range(&self, lo: u16, hi: u16) -> Result<()> {
+        if lo != 0 && lo > hi {
+            return Err(Error::Invalid(format!(
+                "ephemeral range {lo}-{hi} is empty"
+            )));
+        }
+        let mut v = [0u8; 8];
+        v[0..2].copy_from_slice(&lo.to_ne_bytes());
+        v[2..4].copy_from_slice(&hi.to_ne_bytes());
+        self.cfg
+            .update(&0u32.to_ne_bytes(), &v, MapFlags::ANY)
+            .map_err(Error::bpf("setting the ephemeral port range"))
+    }
+
+    /// Counters of `queue`, summed over CPUs.
+    pub fn stats(&self, queue: u32) -> Result<SteerStats> {
+        check_queue(queue)?;
+        let mut out = [0u64; STAT_KINDS as usize];
+        for (i, slot) in out.iter_mut().enumerate() {
+            let idx = queue * STAT_KINDS + i as u32;
+            *slot = crate::sum_percpu_u64(&self.stats, idx)?;
+        }
+        Ok(SteerStats {
+            redirected: out[0],
+            passed: out[1],
+            no_socket: out[2],
+        })
+    }
+
+    /// The XSKMAP's file descriptor (for diagnostics).
+    pub fn xsk_map_fd(&self) -> BorrowedFd<'_> {
+        self.xsks.as_fd()
+    }
+}
+
+fn check_queue(queue: u32) -> Result<()> {
+    if queue >= MAX_QUEUES {
+        return Err(Error::Invalid(format!(
+            "queue {queue} is beyond flowlane's limit of {MAX_QUEUES}"
+        )));
+    }
+    Ok(())
+}
+
+fn port_key(proto: Proto, port: u16) -> [u8; 4] {
+    let p = port.to_ne_bytes();
+    [proto.ip_proto(), 0, p[0], p[1]]
+}
