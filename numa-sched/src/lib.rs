@@ -3,6 +3,7 @@
 #![warn(missing_docs)]
 
 pub mod error;
+pub mod indirection;
 pub mod toeplitz;
 
 pub use error::{Error, Result};
