@@ -3,7 +3,10 @@
 #![warn(missing_docs)]
 
 pub mod error;
+#[cfg(feature = "hwloc")]
+mod hwloc;
 pub mod indirection;
+pub mod topology;
 pub mod toeplitz;
 
 pub use error::{Error, Result};
