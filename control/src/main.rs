@@ -1,2 +1,193 @@
-//! `flowlane`: the control CLI and daemon.
-fn main() {}
+//! `flowlane`: the control CLI — test bed, data-path services and demos.
+//!
+//! Every failure ends in one line on stderr that says what is wrong and what
+//! to do, and a non-zero exit (2 for bad usage, 1 otherwise).
+
+mod demo;
+mod netns;
+mod nic;
+mod testbed;
+mod udp_echo;
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use flowlane_numa_sched::indirection::IndirectionTable;
+use flowlane_numa_sched::toeplitz::RssKey;
+
+use crate::nic::RssNic;
+
+/// flowlane: RSS/NUMA-aware multiqueue packet I/O on AF_XDP.
+#[derive(Parser, Debug)]
+#[command(name = "flowlane", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// The veth test bed with an emulated RSS NIC.
+    Testbed {
+        #[command(subcommand)]
+        cmd: TestbedCmd,
+    },
+    /// UDP echo service on flowlane's data path (all or some queues).
+    UdpEcho(udp_echo::Args),
+    /// End-to-end demo on the test bed: flows from the kernel side, echoed
+    /// by flowlane, per-queue arrivals next to the Toeplitz prediction.
+    Demo(demo::Args),
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct BedName {
+    /// Test bed name (namespaces flowlane-NAME and flowlane-NAME-peer).
+    #[arg(long, default_value = "fl0")]
+    name: String,
+}
+
+#[derive(Subcommand, Debug)]
+enum TestbedCmd {
+    /// Create the test bed (idempotent).
+    Up {
+        #[command(flatten)]
+        bed: BedName,
+        /// Queues of the veth pair.
+        #[arg(long, default_value_t = 4)]
+        queues: u32,
+        /// Toeplitz key, hex (ethtool style aa:bb:.. or plain); default: the
+        /// Microsoft verification key.
+        #[arg(long)]
+        key: Option<String>,
+        /// Indirection table entries (power of two).
+        #[arg(long, default_value_t = 128)]
+        table_size: usize,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove the test bed and everything `up` made.
+    Down {
+        #[command(flatten)]
+        bed: BedName,
+    },
+    /// Show the test bed and its emulated NIC.
+    Status {
+        #[command(flatten)]
+        bed: BedName,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Program the emulated NIC's RSS, through the same interface as a
+    /// real NIC's.
+    SetRss {
+        #[command(flatten)]
+        bed: BedName,
+        /// New Toeplitz key (hex).
+        #[arg(long)]
+        key: Option<String>,
+        /// Spread the table evenly over these queues (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        queues: Option<Vec<u16>>,
+        /// Explicit table: one queue per bucket, comma-separated.
+        #[arg(long, value_delimiter = ',', conflicts_with = "queues")]
+        table: Option<Vec<u32>>,
+    },
+}
+
+/// Builds an even indirection table of `size` entries over `queues` queues.
+pub(crate) fn even_table(size: usize, queues: &[u16]) -> Result<Vec<u32>> {
+    let t = IndirectionTable::even(size, queues)?;
+    Ok(t.entries().iter().map(|&q| q as u32).collect())
+}
+
+fn parse_key(text: Option<&str>) -> Result<RssKey> {
+    match text {
+        None => Ok(RssKey::microsoft_default()),
+        Some(t) => Ok(RssKey::parse_hex(t).context("bad --key")?),
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.cmd {
+        Cmd::Testbed { cmd } => match cmd {
+            TestbedCmd::Up { bed, queues, key, table_size, json } => {
+                let key = parse_key(key.as_deref())?;
+                let all: Vec<u16> = (0..queues.min(u16::MAX as u32) as u16).collect();
+                let spec = testbed::BedSpec {
+                    name: bed.name,
+                    queues,
+                    key: key.as_bytes().to_vec(),
+                    table: even_table(table_size, &all)?,
+                };
+                let s = testbed::up(&spec)?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&s)?);
+                } else {
+                    println!(
+                        "test bed {} up: {} ({} {}) <-> {} ({} {}), {} queues",
+                        s.name, s.netns, s.local_if, s.local_v4, s.peer_netns, s.peer_if, s.peer_v4, s.queues
+                    );
+                }
+            }
+            TestbedCmd::Down { bed } => {
+                if testbed::down(&bed.name)? {
+                    println!("test bed {} removed", bed.name);
+                } else {
+                    println!("test bed {} was not up", bed.name);
+                }
+            }
+            TestbedCmd::Status { bed, json } => {
+                let st = testbed::status(&bed.name)?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&st)?);
+                } else {
+                    let s = &st.state;
+                    println!("test bed {}: {}", s.name, if st.intact { "up" } else { "BROKEN (run `flowlane testbed down`)" });
+                    println!("  {} {} {} {}", s.netns, s.local_if, s.local_v4, s.local_mac);
+                    println!("  {} {} {} {}", s.peer_netns, s.peer_if, s.peer_v4, s.peer_mac);
+                    println!("  xdp on {}: {}", s.local_if, st.xdp.as_deref().unwrap_or("none"));
+                    println!("  RSS key {}", st.key);
+                    println!("  indirection table: {} entries", st.table_size);
+                    for (q, n) in st.queue_packets.iter().enumerate() {
+                        println!("  queue {q}: {n} packets steered");
+                    }
+                }
+            }
+            TestbedCmd::SetRss { bed, key, queues, table } => {
+                let s = testbed::load(&bed.name)?;
+                let nic = s.nic();
+                let caps = nic.caps()?;
+                let key = key.as_deref().map(|k| parse_key(Some(k))).transpose()?;
+                let table = match (queues, table) {
+                    (Some(q), _) => Some(even_table(caps.table_size, &q)?),
+                    (None, t) => t,
+                };
+                nic.set_rss(key.as_ref().map(|k| k.as_bytes()), table.as_deref())?;
+                println!("RSS of test bed {} updated", s.name);
+            }
+        },
+        Cmd::UdpEcho(args) => udp_echo::run(args)?,
+        Cmd::Demo(args) => demo::run(args)?,
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("FLOWLANE_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("flowlane: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

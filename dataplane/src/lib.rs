@@ -1,1 +1,44 @@
-//! flowlane's data path.
+//! flowlane's data path: one AF_XDP socket per NIC receive queue, packet
+//! memory (UMEM) per NUMA node, one pinned run-to-completion worker per
+//! queue, and the packet codec.
+//!
+//! This is the only crate of flowlane that touches AF_XDP rings and raw
+//! memory; `unsafe` lives in its ring/UMEM modules ([`xsk`], [`umem`],
+//! [`worker`]) only, each block with a `SAFETY:` comment.
+#![deny(missing_docs)]
+
+pub mod affinity;
+pub mod counters;
+pub mod iface;
+pub mod runtime;
+pub mod umem;
+pub mod wire;
+pub mod worker;
+pub mod xsk;
+
+pub use counters::{QueueCounters, QueueCountersSnapshot};
+pub use flowlane_ebpf::steer::{Proto, SteerStats};
+pub use iface::InterfaceInfo;
+pub use runtime::{Dataplane, DataplaneConfig, QueueAssignment};
+pub use worker::{QueueHandler, QueueInfo, RxAction, TxBatch};
+pub use xsk::BindMode;
+
+/// Errors of the data path. Messages say what is wrong and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Setting up the data path failed.
+    #[error("{0}")]
+    Setup(String),
+    /// A system call failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What flowlane was doing.
+        what: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Result type of this crate.
+pub type Result<T> = std::result::Result<T, Error>;

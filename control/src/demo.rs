@@ -1,0 +1,331 @@
+//! `flowlane demo`: the foundation demo on the test bed.
+//!
+//! 1. bring the test bed up (or reuse it);
+//! 2. start `flowlane udp-echo` inside flowlane's namespace, on all queues;
+//! 3. from the far side, with kernel UDP sockets, send flows to it and check
+//!    that every datagram comes back byte-exact;
+//! 4. print, per queue, the flows and packets that arrived next to the queue
+//!    the software Toeplitz hash and indirection table predicted;
+//! 5. rewrite the indirection table through the NIC interface, send again,
+//!    and show that every flow moved where the new table says.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use flowlane_numa_sched::indirection::IndirectionTable;
+use flowlane_numa_sched::toeplitz::{FlowTuple, Protocol, RssKey, Toeplitz};
+use serde::Serialize;
+
+use crate::netns;
+use crate::nic::RssNic;
+use crate::testbed::{self, BedSpec, BedState};
+use crate::udp_echo::Report;
+
+/// Flags of `flowlane demo`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Test bed to use (created if missing, removed afterwards unless it existed).
+    #[arg(long, default_value = "demo")]
+    pub bed: String,
+    /// Queues of the test bed.
+    #[arg(long, default_value_t = 4)]
+    pub queues: u32,
+    /// Number of UDP flows.
+    #[arg(long, default_value_t = 64)]
+    pub flows: u16,
+    /// Datagrams per flow per phase.
+    #[arg(long, default_value_t = 4)]
+    pub packets: u32,
+    /// UDP port of the echo service.
+    #[arg(long, default_value_t = 7777)]
+    pub port: u16,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One flow's outcome in one phase.
+#[derive(Debug, Serialize, Clone)]
+pub struct FlowOutcome {
+    /// Kernel-side source port.
+    pub src_port: u16,
+    /// Queue predicted by Toeplitz + table.
+    pub predicted: u32,
+    /// Queues that actually received it in this phase.
+    pub observed: Vec<u32>,
+    /// Datagrams echoed back byte-exact.
+    pub echoed_ok: u32,
+    /// Datagrams sent.
+    pub sent: u32,
+}
+
+/// One phase: a table and the flows sent under it.
+#[derive(Debug, Serialize)]
+pub struct Phase {
+    /// The indirection table in force.
+    pub table: Vec<u32>,
+    /// Per-flow outcomes.
+    pub flows: Vec<FlowOutcome>,
+}
+
+/// The whole demo result.
+#[derive(Debug, Serialize)]
+pub struct DemoResult {
+    /// Test bed used.
+    pub bed: String,
+    /// RSS key (hex bytes).
+    pub key: Vec<u8>,
+    /// flowlane's address.
+    pub local_addr: IpAddr,
+    /// Kernel side's address.
+    pub peer_addr: IpAddr,
+    /// Echo port.
+    pub port: u16,
+    /// Phases: the initial table, then the rewritten one.
+    pub phases: Vec<Phase>,
+    /// Every flow arrived only where predicted, every datagram came back.
+    pub all_ok: bool,
+}
+
+struct EchoProcess {
+    child: Child,
+    report: PathBuf,
+}
+
+impl EchoProcess {
+    fn start(bed: &BedState, port: u16) -> Result<EchoProcess> {
+        let exe = std::env::current_exe().context("finding the flowlane binary")?;
+        let report = std::env::temp_dir().join(format!("flowlane-demo-{}-{}.json", bed.name, std::process::id()));
+        let _ = std::fs::remove_file(&report);
+        let child = Command::new("ip")
+            .args(["netns", "exec", &bed.netns])
+            .arg(exe)
+            .args(["udp-echo", "--iface", &bed.local_if, "--port", &port.to_string(), "--report"])
+            .arg(&report)
+            .spawn()
+            .context("starting flowlane udp-echo in the test bed")?;
+        let mut p = EchoProcess { child, report };
+        p.wait_generation(0)?;
+        Ok(p)
+    }
+
+    fn read(&self) -> Option<Report> {
+        serde_json::from_slice(&std::fs::read(&self.report).ok()?).ok()
+    }
+
+    fn wait_generation(&mut self, g: u64) -> Result<Report> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(r) = self.read() {
+                if r.generation >= g {
+                    return Ok(r);
+                }
+            }
+            if let Some(st) = self.child.try_wait()? {
+                bail!("flowlane udp-echo exited early ({st})");
+            }
+            if Instant::now() > deadline {
+                bail!("flowlane udp-echo did not report within 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn snapshot(&mut self, g: u64) -> Result<Report> {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::SIGUSR1)?;
+        self.wait_generation(g)
+    }
+}
+
+impl Drop for EchoProcess {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                let _ = std::fs::remove_file(&self.report);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.report);
+    }
+}
+
+/// The datagram `i` of flow `f`: distinct sizes and contents so that any
+/// mix-up or corruption shows.
+fn payload(f: u16, i: u32) -> Vec<u8> {
+    let len = 18 + ((f as usize * 37 + i as usize * 101) % 1400);
+    (0..len).map(|b| (b as u32 ^ (f as u32) << 3 ^ i.wrapping_mul(131)) as u8).collect()
+}
+
+/// Sends `packets` datagrams on each socket from inside the peer namespace
+/// and returns, per flow, the datagrams that came back byte-exact.
+fn send_phase(bed: &BedState, local_port: u16, flows: u16, packets: u32, sockets_ports: Option<Vec<u16>>) -> Result<Vec<(u16, u32)>> {
+    let dst: SocketAddr = SocketAddr::new(bed.local_v4.parse()?, local_port);
+    let src_ip: IpAddr = bed.peer_v4.parse()?;
+    netns::in_netns(&bed.peer_netns, move || {
+        let mut out = Vec::new();
+        for f in 0..flows {
+            let bind_port = sockets_ports.as_ref().map(|p| p[f as usize]).unwrap_or(0);
+            let s = UdpSocket::bind(SocketAddr::new(src_ip, bind_port)).context("binding a UDP socket on the far side")?;
+            s.set_read_timeout(Some(Duration::from_millis(500)))?;
+            let mut ok = 0;
+            let mut buf = vec![0u8; 2048];
+            for i in 0..packets {
+                let p = payload(f, i);
+                s.send_to(&p, dst)?;
+                // Unconnected socket: each datagram picks its tx queue anew, as
+                // a NIC would hash each packet anew.
+                match s.recv_from(&mut buf) {
+                    Ok((n, from)) if from == dst && buf[..n] == p[..] => ok += 1,
+                    _ => {}
+                }
+            }
+            out.push((s.local_addr()?.port(), ok));
+        }
+        Ok(out)
+    })
+}
+
+fn predict(key: &RssKey, table: &[u32], src: IpAddr, dst: IpAddr, sport: u16, dport: u16) -> u32 {
+    let t = Toeplitz::new(key);
+    let flow = FlowTuple { src, dst, src_port: sport, dst_port: dport, protocol: Protocol::Udp };
+    let h = t.hash(flow.hash_input(true).as_bytes());
+    table[h as usize & (table.len() - 1)]
+}
+
+fn observed(before: Option<&Report>, after: &Report, sport: u16) -> Vec<u32> {
+    let count = |r: &Report, q: u32| r.flows.iter().filter(|f| f.src_port == sport && f.queue == q).map(|f| f.packets).sum::<u64>();
+    let mut qs: Vec<u32> = after.flows.iter().filter(|f| f.src_port == sport).map(|f| f.queue).collect();
+    qs.sort_unstable();
+    qs.dedup();
+    qs.retain(|&q| count(after, q) > before.map(|b| count(b, q)).unwrap_or(0));
+    qs
+}
+
+/// Runs the demo.
+pub fn run(args: Args) -> Result<()> {
+    netns::require_root("flowlane demo")?;
+    let existed = testbed::load(&args.bed).is_ok();
+    let all: Vec<u16> = (0..args.queues as u16).collect();
+    let key = RssKey::microsoft_default();
+    let spec = BedSpec {
+        name: args.bed.clone(),
+        queues: args.queues,
+        key: key.as_bytes().to_vec(),
+        table: crate::even_table(128, &all)?,
+    };
+    let bed = testbed::up(&spec)?;
+    let result = run_on(&args, &bed, &key);
+    if !existed {
+        testbed::down(&args.bed)?;
+    }
+    let result = result?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+    } else {
+        print_table(&result, args.queues);
+    }
+    if !result.all_ok {
+        bail!("some flows were not echoed or arrived on an unpredicted queue (see the table above)");
+    }
+    Ok(())
+}
+
+fn run_on(args: &Args, bed: &BedState, key: &RssKey) -> Result<DemoResult> {
+    let nic = bed.nic();
+    let mut echo = EchoProcess::start(bed, args.port)?;
+    let local: IpAddr = bed.local_v4.parse()?;
+    let peer: IpAddr = bed.peer_v4.parse()?;
+    let mut phases = Vec::new();
+    let mut before: Option<Report> = None;
+    let mut ports: Option<Vec<u16>> = None;
+    for phase in 0..2u64 {
+        if phase == 1 {
+            // Rotate every bucket to the next queue: every flow must move.
+            let t = nic.rss()?.table;
+            let q = args.queues;
+            let rotated: Vec<u32> = t.iter().map(|&x| (x + 1) % q).collect();
+            IndirectionTable::new(rotated.iter().map(|&x| x as u16).collect())?;
+            nic.set_rss(None, Some(&rotated))?;
+        }
+        let table = nic.rss()?.table;
+        let sent = send_phase(bed, args.port, args.flows, args.packets, ports.clone())?;
+        ports = Some(sent.iter().map(|(p, _)| *p).collect());
+        let after = echo.snapshot(phase + 1)?;
+        let flows = sent
+            .iter()
+            .map(|&(sport, ok)| FlowOutcome {
+                src_port: sport,
+                predicted: predict(key, &table, peer, local, sport, args.port),
+                observed: observed(before.as_ref(), &after, sport),
+                echoed_ok: ok,
+                sent: args.packets,
+            })
+            .collect();
+        phases.push(Phase { table, flows });
+        before = Some(after);
+    }
+    let all_ok = phases
+        .iter()
+        .all(|p| p.flows.iter().all(|f| f.echoed_ok == f.sent && f.observed == vec![f.predicted]));
+    Ok(DemoResult {
+        bed: bed.name.clone(),
+        key: key.as_bytes().to_vec(),
+        local_addr: local,
+        peer_addr: peer,
+        port: args.port,
+        phases,
+        all_ok,
+    })
+}
+
+fn print_table(r: &DemoResult, queues: u32) {
+    for (i, p) in r.phases.iter().enumerate() {
+        println!(
+            "phase {}: {}",
+            i + 1,
+            if i == 0 { "even indirection table" } else { "table rotated by one queue (every bucket moves)" }
+        );
+        println!("  queue  flows predicted  flows arrived  datagrams echoed");
+        let mut per: BTreeMap<u32, (u32, u32, u32)> = (0..queues).map(|q| (q, (0, 0, 0))).collect();
+        for f in &p.flows {
+            per.entry(f.predicted).or_default().0 += 1;
+            for q in &f.observed {
+                per.entry(*q).or_default().1 += 1;
+                per.entry(*q).or_default().2 += f.echoed_ok;
+            }
+        }
+        for (q, (pred, got, echoed)) in per {
+            println!("  {q:>5}  {pred:>15}  {got:>13}  {echoed:>16}");
+        }
+        let wrong: Vec<_> = p.flows.iter().filter(|f| f.observed != vec![f.predicted]).collect();
+        let lost: u32 = p.flows.iter().map(|f| f.sent - f.echoed_ok).sum();
+        println!(
+            "  {} flows, {} on the predicted queue, {} elsewhere, {} datagrams not echoed byte-exact",
+            p.flows.len(),
+            p.flows.len() - wrong.len(),
+            wrong.len(),
+            lost
+        );
+    }
+    if r.phases.len() == 2 {
+        let moved = r.phases[0]
+            .flows
+            .iter()
+            .zip(&r.phases[1].flows)
+            .filter(|(a, b)| a.observed != b.observed && b.observed == vec![b.predicted])
+            .count();
+        println!("after the table rewrite, {moved}/{} flows moved to their newly predicted queue", r.phases[1].flows.len());
+    }
+    println!("{}", if r.all_ok { "demo: OK" } else { "demo: FAILED" });
+}
+

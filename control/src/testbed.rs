@@ -1,0 +1,285 @@
+//! The veth test bed: two network namespaces joined by a multi-queue veth
+//! pair, the Linux kernel stack on the far side, and an emulated RSS NIC.
+//!
+//! ```text
+//!  netns flowlane-<bed>             netns flowlane-<bed>-peer
+//!  ┌──────────────────────┐        ┌─────────────────────────────┐
+//!  │ xsk0 10.99.0.1/24    │◄──veth─┤ peer0 10.99.0.2/24          │
+//!  │ fd99::1/64           │ N queues│ tc egress: RSS emulator     │
+//!  │ flowlane (AF_XDP)    │        │ kernel TCP/UDP (iperf3, nc) │
+//!  └──────────────────────┘        └─────────────────────────────┘
+//! ```
+//!
+//! `up` is idempotent, `down` removes exactly what `up` made (the two
+//! namespaces, which take the veth pair and the tc program with them, the
+//! pinned maps and the state file), and a half-made bed left by a crash is
+//! removed before a new one is made.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use flowlane_ebpf::rss_emu::{self, HashFields, RssEmuConfig, RssEmuMaps};
+use serde::{Deserialize, Serialize};
+
+use crate::netns::{self, ip};
+use crate::nic::veth_emu::VethEmuNic;
+
+/// flowlane side's interface name (inside its namespace).
+pub const LOCAL_IF: &str = "xsk0";
+/// Far side's interface name (inside its namespace).
+pub const PEER_IF: &str = "peer0";
+/// flowlane side's IPv4 address.
+pub const LOCAL_V4: &str = "10.99.0.1";
+/// Far side's IPv4 address.
+pub const PEER_V4: &str = "10.99.0.2";
+/// flowlane side's IPv6 address.
+pub const LOCAL_V6: &str = "fd99::1";
+/// Far side's IPv6 address.
+pub const PEER_V6: &str = "fd99::2";
+/// Ports the kernel is told to leave to flowlane on its side
+/// (`net.ipv4.ip_local_reserved_ports`).
+pub const FLOWLANE_EPHEMERAL: (u16, u16) = (40000, 44999);
+
+/// Parameters of `testbed up`.
+#[derive(Debug, Clone)]
+pub struct BedSpec {
+    /// Bed name: namespaces are `flowlane-<name>` and `flowlane-<name>-peer`.
+    pub name: String,
+    /// Queue count of the veth pair.
+    pub queues: u32,
+    /// Toeplitz key of the emulated NIC.
+    pub key: Vec<u8>,
+    /// Indirection table of the emulated NIC.
+    pub table: Vec<u32>,
+}
+
+/// What `up` made, recorded so that `down` and `status` know.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct BedState {
+    /// Bed name.
+    pub name: String,
+    /// flowlane's namespace.
+    pub netns: String,
+    /// The far side's namespace.
+    pub peer_netns: String,
+    /// flowlane side's interface.
+    pub local_if: String,
+    /// Far side's interface.
+    pub peer_if: String,
+    /// Queue count.
+    pub queues: u32,
+    /// flowlane side's IPv4 address.
+    pub local_v4: String,
+    /// Far side's IPv4 address.
+    pub peer_v4: String,
+    /// flowlane side's MAC.
+    pub local_mac: String,
+    /// Far side's MAC.
+    pub peer_mac: String,
+    /// bpffs directory of the emulated NIC's maps.
+    pub pin_dir: PathBuf,
+}
+
+impl BedState {
+    /// The emulated NIC of this bed.
+    pub fn nic(&self) -> VethEmuNic {
+        VethEmuNic::new(&self.peer_if, self.pin_dir.clone(), self.queues)
+    }
+}
+
+fn validate_name(name: &str) -> Result<()> {
+    // Namespace names become paths and interface-independent; keep them short
+    // and plain.
+    if name.is_empty() || name.len() > 24 || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        bail!("test bed name {name:?} must be 1-24 characters of letters, digits, '-' or '_'");
+    }
+    Ok(())
+}
+
+fn state_dir() -> PathBuf {
+    PathBuf::from(std::env::var_os("FLOWLANE_RUN_DIR").unwrap_or_else(|| "/run/flowlane".into())).join("testbed")
+}
+
+fn state_path(name: &str) -> PathBuf {
+    state_dir().join(format!("{name}.json"))
+}
+
+fn namespaces(name: &str) -> (String, String) {
+    (format!("flowlane-{name}"), format!("flowlane-{name}-peer"))
+}
+
+/// Reads a bed's recorded state.
+pub fn load(name: &str) -> Result<BedState> {
+    validate_name(name)?;
+    let p = state_path(name);
+    let text = std::fs::read_to_string(&p)
+        .with_context(|| format!("test bed {name} is not up (no {}); run `flowlane testbed up --name {name}`", p.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is corrupt; run `flowlane testbed down --name {name}`", p.display()))
+}
+
+/// Whether everything the state names is still there.
+fn intact(s: &BedState) -> bool {
+    netns::exists(&s.netns) && netns::exists(&s.peer_netns) && RssEmuMaps::open(&s.pin_dir).is_ok()
+}
+
+/// Brings a bed up (or confirms it is up, re-applying the RSS settings).
+pub fn up(spec: &BedSpec) -> Result<BedState> {
+    validate_name(&spec.name)?;
+    netns::require_root("flowlane testbed up")?;
+    if spec.queues == 0 || spec.queues > flowlane_ebpf::limits::MAX_QUEUES {
+        bail!("--queues must be 1..={}", flowlane_ebpf::limits::MAX_QUEUES);
+    }
+    if let Ok(s) = load(&spec.name) {
+        if intact(&s) && s.queues == spec.queues {
+            let emu = RssEmuMaps::open(&s.pin_dir)?;
+            emu.write(&emu_config(spec))?;
+            return Ok(s);
+        }
+    }
+    // Whatever is left of an earlier bed of this name goes first.
+    down(&spec.name)?;
+    match make(spec) {
+        Ok(s) => Ok(s),
+        Err(e) => {
+            let _ = down(&spec.name);
+            Err(e)
+        }
+    }
+}
+
+fn emu_config(spec: &BedSpec) -> RssEmuConfig {
+    RssEmuConfig { enabled: true, key: spec.key.clone(), table: spec.table.clone(), hash_fields: HashFields::ALL_PORTS }
+}
+
+fn make(spec: &BedSpec) -> Result<BedState> {
+    let (ns, peer_ns) = namespaces(&spec.name);
+    let q = spec.queues.to_string();
+    ip(&["netns", "add", &ns])?;
+    ip(&["netns", "add", &peer_ns])?;
+    ip(&[
+        "link", "add", LOCAL_IF, "netns", &ns, "numtxqueues", &q, "numrxqueues", &q, "type", "veth", "peer", "name",
+        PEER_IF, "netns", &peer_ns, "numtxqueues", &q, "numrxqueues", &q,
+    ])?;
+    for (n, dev, v4, v6) in [(&ns, LOCAL_IF, LOCAL_V4, LOCAL_V6), (&peer_ns, PEER_IF, PEER_V4, PEER_V6)] {
+        ip(&["-n", n, "link", "set", "lo", "up"])?;
+        ip(&["-n", n, "addr", "add", &format!("{v4}/24"), "dev", dev])?;
+        ip(&["-n", n, "addr", "add", &format!("{v6}/64"), "dev", dev, "nodad"])?;
+        ip(&["-n", n, "link", "set", dev, "up"])?;
+    }
+    // The kernel on flowlane's side must not hand out flowlane's ephemeral
+    // ports to its own sockets.
+    let range = format!("{}-{}", FLOWLANE_EPHEMERAL.0, FLOWLANE_EPHEMERAL.1);
+    netns::run("ip", &["netns", "exec", &ns, "sysctl", "-qw", &format!("net.ipv4.ip_local_reserved_ports={range}")])?;
+
+    let pin_dir = rss_emu::pin_dir_for(&spec.name);
+    ensure_bpffs()?;
+    let config = emu_config(spec);
+    let pins = pin_dir.clone();
+    netns::in_netns(&peer_ns, move || {
+        let ifindex = nix::net::if_::if_nametoindex(PEER_IF).context("finding the peer interface")?;
+        rss_emu::install(ifindex, &pins, &config).context("installing the emulated RSS NIC")?;
+        Ok(())
+    })?;
+    let state = BedState {
+        name: spec.name.clone(),
+        netns: ns.clone(),
+        peer_netns: peer_ns.clone(),
+        local_if: LOCAL_IF.into(),
+        peer_if: PEER_IF.into(),
+        queues: spec.queues,
+        local_v4: LOCAL_V4.into(),
+        peer_v4: PEER_V4.into(),
+        local_mac: link_mac(&ns, LOCAL_IF)?,
+        peer_mac: link_mac(&peer_ns, PEER_IF)?,
+        pin_dir,
+    };
+    std::fs::create_dir_all(state_dir()).context("creating the state directory")?;
+    let tmp = state_path(&spec.name).with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_string_pretty(&state)?)?;
+    std::fs::rename(&tmp, state_path(&spec.name))?;
+    Ok(state)
+}
+
+fn link_mac(ns: &str, dev: &str) -> Result<String> {
+    let out = ip(&["-n", ns, "-o", "link", "show", dev])?;
+    out.split_whitespace()
+        .skip_while(|w| *w != "link/ether")
+        .nth(1)
+        .map(str::to_string)
+        .with_context(|| format!("no MAC address on {dev}"))
+}
+
+fn ensure_bpffs() -> Result<()> {
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    if mounts.lines().any(|l| l.split_whitespace().nth(1) == Some("/sys/fs/bpf")) {
+        return Ok(());
+    }
+    std::fs::create_dir_all("/sys/fs/bpf").ok();
+    netns::run("mount", &["-t", "bpf", "bpf", "/sys/fs/bpf"]).map(|_| ()).context("mounting bpffs on /sys/fs/bpf")
+}
+
+/// Removes a bed: its namespaces (with the veth pair and tc program in
+/// them), pinned maps and state file. Removing nothing is not an error.
+pub fn down(name: &str) -> Result<bool> {
+    validate_name(name)?;
+    netns::require_root("flowlane testbed down")?;
+    let (ns, peer_ns) = namespaces(name);
+    let mut removed = false;
+    for n in [&ns, &peer_ns] {
+        if netns::exists(n) {
+            ip(&["netns", "del", n])?;
+            removed = true;
+        }
+    }
+    let pins = rss_emu::pin_dir_for(name);
+    if pins.exists() {
+        rss_emu::remove_pins(&pins);
+        removed = true;
+    }
+    let st = state_path(name);
+    if st.exists() {
+        std::fs::remove_file(&st).with_context(|| format!("removing {}", st.display()))?;
+        removed = true;
+    }
+    Ok(removed)
+}
+
+/// Live status of a bed.
+#[derive(Debug, Serialize)]
+pub struct BedStatus {
+    /// Recorded state.
+    #[serde(flatten)]
+    pub state: BedState,
+    /// Whether all parts are present.
+    pub intact: bool,
+    /// Key in force (hex).
+    pub key: String,
+    /// Table size in force.
+    pub table_size: usize,
+    /// Packets the emulated NIC steered to each queue.
+    pub queue_packets: Vec<u64>,
+    /// XDP attached on flowlane's interface (mode), if any.
+    pub xdp: Option<String>,
+}
+
+/// Reads a bed's live status.
+pub fn status(name: &str) -> Result<BedStatus> {
+    let state = load(name)?;
+    let intact = intact(&state);
+    let maps = RssEmuMaps::open(&state.pin_dir)?;
+    let cfg = maps.read()?;
+    let queue_packets = maps.queue_packets(state.queues)?;
+    let link = ip(&["-n", &state.netns, "-o", "link", "show", &state.local_if]).unwrap_or_default();
+    let xdp = ["xdpgeneric", "xdpoffload", "xdpdrv", "xdp"]
+        .iter()
+        .find(|m| link.split_whitespace().any(|w| w == **m))
+        .map(|m| m.to_string());
+    Ok(BedStatus {
+        intact,
+        key: cfg.key.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":"),
+        table_size: cfg.table.len(),
+        queue_packets,
+        xdp,
+        state,
+    })
+}

@@ -1,0 +1,255 @@
+//! `flowlane udp-echo`: a UDP echo service on flowlane's data path. Each
+//! queue's worker turns datagrams for the port around in place (no copy)
+//! and records which flows it served, so that a run can be checked against
+//! the RSS prediction.
+//!
+//! SIGUSR1 writes a report; SIGTERM/SIGINT write a final report and exit,
+//! releasing the XDP program and sockets.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use flowlane_dataplane::wire::packet::{parse_frame, turn_around_udp};
+use flowlane_dataplane::wire::ChecksumPolicy;
+use flowlane_dataplane::{
+    BindMode, Dataplane, DataplaneConfig, Proto, QueueAssignment, QueueCountersSnapshot, QueueHandler, QueueInfo,
+    RxAction,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::netns::require_root;
+
+/// Flags of `flowlane udp-echo`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Interface to serve.
+    #[arg(long, default_value = "xsk0")]
+    pub iface: String,
+    /// UDP port to echo on.
+    #[arg(long, default_value_t = 7777)]
+    pub port: u16,
+    /// Number of queues to serve, from queue 0 (default: all of the device's).
+    #[arg(long)]
+    pub queues: Option<u32>,
+    /// Write a JSON report here (on start, on SIGUSR1 and on exit).
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// Copy or zero-copy AF_XDP binding.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub bind_mode: BindModeArg,
+    /// Spin when idle instead of sleeping in poll(2).
+    #[arg(long)]
+    pub busy_poll: bool,
+}
+
+/// `--bind-mode` values.
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+pub enum BindModeArg {
+    /// Zero-copy where possible, else copy.
+    Auto,
+    /// Copy mode.
+    Copy,
+    /// Zero-copy only.
+    ZeroCopy,
+}
+
+/// One flow as a queue saw it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FlowRecord {
+    /// Queue that received it.
+    pub queue: u32,
+    /// Sender address.
+    pub src: IpAddr,
+    /// Sender port.
+    pub src_port: u16,
+    /// flowlane's address.
+    pub dst: IpAddr,
+    /// flowlane's port.
+    pub dst_port: u16,
+    /// Datagrams echoed.
+    pub packets: u64,
+}
+
+/// Per-queue counters in the report.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct QueueReport {
+    /// Queue.
+    pub queue: u32,
+    /// CPU of its worker.
+    pub cpu: Option<u32>,
+    /// Zero-copy bind.
+    pub zero_copy: bool,
+    /// Frames received.
+    pub rx_packets: u64,
+    /// Frames sent.
+    pub tx_packets: u64,
+    /// Frames dropped by the handler.
+    pub dropped: u64,
+    /// Fill-ring starvation events.
+    pub fill_ring_empty: u64,
+    /// RX ring full drops.
+    pub rx_ring_full: u64,
+}
+
+/// What `--report` files hold.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    /// Increments with each report written.
+    pub generation: u64,
+    /// Per-queue counters.
+    pub queues: Vec<QueueReport>,
+    /// Every flow seen, per queue.
+    pub flows: Vec<FlowRecord>,
+    /// Datagrams that failed to parse or verify.
+    pub malformed: u64,
+}
+
+type FlowKey = (IpAddr, u16, IpAddr, u16);
+
+#[derive(Default)]
+struct QueueFlows {
+    flows: HashMap<FlowKey, u64>,
+    malformed: u64,
+}
+
+struct Echo {
+    port: u16,
+    seen: Arc<Mutex<QueueFlows>>,
+}
+
+impl QueueHandler for Echo {
+    fn on_rx(&mut self, _q: &QueueInfo, _now: Duration, buf: &mut [u8], len: usize) -> RxAction {
+        let key = match parse_frame(&buf[..len], ChecksumPolicy { verify_l4: true }) {
+            Ok(f) => match (f.udp_ports(), f.ip_pair()) {
+                (Some((sp, dp)), Some(ips)) if dp == self.port => (ips.src(), sp, ips.dst(), dp),
+                _ => return RxAction::Drop,
+            },
+            Err(_) => {
+                self.seen.lock().expect("flow table lock").malformed += 1;
+                return RxAction::Drop;
+            }
+        };
+        match turn_around_udp(&mut buf[..len]) {
+            Ok(out) => {
+                *self.seen.lock().expect("flow table lock").flows.entry(key).or_default() += 1;
+                RxAction::Transmit(out)
+            }
+            Err(_) => RxAction::Drop,
+        }
+    }
+}
+
+fn write_report(path: &PathBuf, report: &Report) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(report)?).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+}
+
+fn snapshot(generation: u64, dp: &Dataplane, tables: &[(u32, Arc<Mutex<QueueFlows>>)]) -> Report {
+    let counters: Vec<(QueueInfo, QueueCountersSnapshot)> = dp.counters();
+    let mut flows = Vec::new();
+    let mut malformed = 0;
+    for (queue, t) in tables {
+        let t = t.lock().expect("flow table lock");
+        malformed += t.malformed;
+        for (&(src, src_port, dst, dst_port), &packets) in &t.flows {
+            flows.push(FlowRecord { queue: *queue, src, src_port, dst, dst_port, packets });
+        }
+    }
+    flows.sort_by_key(|f| (f.src_port, f.queue));
+    Report {
+        generation,
+        queues: counters
+            .iter()
+            .map(|(i, c)| QueueReport {
+                queue: i.queue,
+                cpu: i.cpu,
+                zero_copy: i.zero_copy,
+                rx_packets: c.rx_packets,
+                tx_packets: c.tx_packets,
+                dropped: c.dropped,
+                fill_ring_empty: c.fill_ring_empty,
+                rx_ring_full: c.rx_ring_full,
+            })
+            .collect(),
+        flows,
+        malformed,
+    }
+}
+
+/// CPUs this process may run on.
+pub fn allowed_cpus() -> Vec<u32> {
+    let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).ok();
+    let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    match set {
+        Some(s) => (0..nix::sched::CpuSet::count() as u32).filter(|&c| s.is_set(c as usize).unwrap_or(false)).collect(),
+        None => (0..n as u32).collect(),
+    }
+}
+
+/// Runs the service until SIGTERM/SIGINT.
+pub fn run(args: Args) -> Result<()> {
+    require_root("flowlane udp-echo")?;
+    let info = flowlane_dataplane::InterfaceInfo::read(std::path::Path::new("/sys"), &args.iface)?;
+    let queues = args.queues.unwrap_or(info.rx_queues);
+    info.check_queues(queues)?;
+    let cpus = allowed_cpus();
+    if (queues as usize) > cpus.len() {
+        tracing::warn!("{queues} queues on {} CPUs: workers share cores", cpus.len());
+    }
+    let mut config = DataplaneConfig::new(&args.iface, &(0..queues).collect::<Vec<_>>());
+    for (i, q) in config.queues.iter_mut().enumerate() {
+        *q = QueueAssignment { queue: q.queue, cpu: Some(cpus[i % cpus.len()]), node: 0 };
+    }
+    config.node_cpus.insert(0, cpus.clone());
+    config.ports = vec![(Proto::Udp, args.port)];
+    config.busy_poll = args.busy_poll;
+    config.bind_mode = match args.bind_mode {
+        BindModeArg::Auto => BindMode::Auto,
+        BindModeArg::Copy => BindMode::Copy,
+        BindModeArg::ZeroCopy => BindMode::ZeroCopy,
+    };
+    let registry: Arc<Mutex<Vec<(u32, Arc<Mutex<QueueFlows>>)>>> = Arc::default();
+    let reg = registry.clone();
+    let port = args.port;
+    let dp = Dataplane::start(config, move |q: &QueueInfo| {
+        let seen = Arc::new(Mutex::new(QueueFlows::default()));
+        reg.lock().expect("registry lock").push((q.queue, seen.clone()));
+        Echo { port, seen }
+    })?;
+    let tables = registry.lock().expect("registry lock").clone();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let dump = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
+    }
+    signal_hook::flag::register(signal_hook::consts::SIGUSR1, dump.clone()).context("installing signal handlers")?;
+
+    let mut generation = 0;
+    if let Some(p) = &args.report {
+        write_report(p, &snapshot(generation, &dp, &tables))?;
+    }
+    eprintln!("flowlane udp-echo: serving UDP port {} on {} queues of {}", args.port, queues, args.iface);
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(20));
+        if dump.swap(false, Ordering::Relaxed) {
+            generation += 1;
+            if let Some(p) = &args.report {
+                write_report(p, &snapshot(generation, &dp, &tables))?;
+            }
+        }
+    }
+    generation += 1;
+    let last = snapshot(generation, &dp, &tables);
+    dp.stop();
+    if let Some(p) = &args.report {
+        write_report(p, &last)?;
+    }
+    Ok(())
+}

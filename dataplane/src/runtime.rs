@@ -1,0 +1,228 @@
+//! Starting and stopping the data path: steering program, per-node UMEM,
+//! per-queue sockets and pinned workers.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use flowlane_ebpf::steer::{Proto, SteerStats, Steering};
+
+use crate::counters::{QueueCounters, QueueCountersSnapshot};
+use crate::iface::InterfaceInfo;
+use crate::umem::{self, RingSizes};
+use crate::worker::{self, LoopConfig, QueueHandler, QueueInfo};
+use crate::xsk::{BindMode, QueueSocket};
+use crate::{affinity, Error, Result};
+
+/// Where one queue's worker runs and where its memory lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueAssignment {
+    /// Receive queue index.
+    pub queue: u32,
+    /// CPU to pin the worker to (None: leave it to the scheduler).
+    pub cpu: Option<u32>,
+    /// NUMA node of the queue's packet memory.
+    pub node: u32,
+}
+
+/// Everything the data path needs to start.
+#[derive(Debug, Clone)]
+pub struct DataplaneConfig {
+    /// Interface to attach to.
+    pub ifname: String,
+    /// One entry per queue to serve.
+    pub queues: Vec<QueueAssignment>,
+    /// CPUs of each NUMA node (for allocating the node's UMEM there).
+    pub node_cpus: BTreeMap<u32, Vec<u32>>,
+    /// Ports flowlane owns (listening ports).
+    pub ports: Vec<(Proto, u16)>,
+    /// flowlane's ephemeral port range (inclusive), if any.
+    pub ephemeral: Option<(u16, u16)>,
+    /// Ring and pool sizes.
+    pub rings: RingSizes,
+    /// Copy or zero-copy.
+    pub bind_mode: BindMode,
+    /// Spin instead of sleeping in poll(2) when idle.
+    pub busy_poll: bool,
+    /// Root of sysfs (tests use fake trees).
+    pub sysfs: PathBuf,
+}
+
+impl DataplaneConfig {
+    /// A configuration serving `queues` on `ifname`, unpinned, on node 0.
+    pub fn new(ifname: &str, queues: &[u32]) -> DataplaneConfig {
+        DataplaneConfig {
+            ifname: ifname.to_string(),
+            queues: queues.iter().map(|&queue| QueueAssignment { queue, cpu: None, node: 0 }).collect(),
+            node_cpus: BTreeMap::new(),
+            ports: Vec::new(),
+            ephemeral: None,
+            rings: RingSizes::default(),
+            bind_mode: BindMode::Auto,
+            busy_poll: false,
+            sysfs: PathBuf::from("/sys"),
+        }
+    }
+}
+
+struct WorkerHandle {
+    info: QueueInfo,
+    counters: Arc<QueueCounters>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// A running data path. Dropping it stops the workers, closes the sockets
+/// and detaches the XDP program.
+pub struct Dataplane {
+    iface: InterfaceInfo,
+    workers: Vec<WorkerHandle>,
+    stop: Arc<AtomicBool>,
+    steering: Steering,
+}
+
+impl std::fmt::Debug for Dataplane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dataplane").field("iface", &self.iface.name).field("queues", &self.workers.len()).finish()
+    }
+}
+
+impl Dataplane {
+    /// Attaches to the interface and starts one worker per queue. `factory`
+    /// builds each queue's handler on the queue's own core. Returns once
+    /// every worker has filled its rings and is polling.
+    pub fn start<H, F>(config: DataplaneConfig, factory: F) -> Result<Dataplane>
+    where
+        H: QueueHandler + 'static,
+        F: Fn(&QueueInfo) -> H + Send + Sync + 'static,
+    {
+        let iface = InterfaceInfo::read(&config.sysfs, &config.ifname)?;
+        if config.queues.is_empty() {
+            return Err(Error::Setup("no queues to serve".into()));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for q in &config.queues {
+            iface.check_queues(q.queue + 1)?;
+            if !seen.insert(q.queue) {
+                return Err(Error::Setup(format!("queue {} is listed twice", q.queue)));
+            }
+        }
+        let steering = Steering::attach(iface.ifindex).map_err(|e| Error::Setup(e.to_string()))?;
+        for &(proto, port) in &config.ports {
+            steering.add_port(proto, port).map_err(|e| Error::Setup(e.to_string()))?;
+        }
+        if let Some((lo, hi)) = config.ephemeral {
+            steering.set_ephemeral_range(lo, hi).map_err(|e| Error::Setup(e.to_string()))?;
+        }
+
+        // One UMEM per node, shared by that node's queues.
+        let mut by_node: BTreeMap<u32, Vec<QueueAssignment>> = BTreeMap::new();
+        for q in &config.queues {
+            by_node.entry(q.node).or_default().push(*q);
+        }
+        let mut sockets = Vec::new();
+        for (node, queues) in &by_node {
+            let cpus = config.node_cpus.get(node).cloned().unwrap_or_default();
+            let mem = umem::create_on_node(*node, &cpus, queues.len(), config.rings)?;
+            for (assignment, frames) in queues.iter().zip(mem.pools) {
+                let sock = QueueSocket::bind(
+                    &config.ifname,
+                    assignment.queue,
+                    &mem.umem,
+                    frames,
+                    config.rings,
+                    config.bind_mode,
+                )?;
+                steering.set_socket(assignment.queue, sock.fd()).map_err(|e| Error::Setup(e.to_string()))?;
+                sockets.push((*assignment, sock));
+            }
+        }
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let factory = Arc::new(factory);
+        let epoch = Instant::now();
+        let loop_cfg =
+            LoopConfig { busy_poll: config.busy_poll, tx_reserve: config.rings.frames_per_queue as usize / 4 };
+        let (ready_tx, ready_rx) = crossbeam_channel::unbounded::<std::result::Result<(), String>>();
+        let mut workers = Vec::new();
+        for (a, sock) in sockets {
+            let info = QueueInfo { queue: a.queue, cpu: a.cpu, node: a.node, zero_copy: sock.zero_copy };
+            let counters = Arc::new(QueueCounters::default());
+            let (stop2, counters2, factory2, ready) = (stop.clone(), counters.clone(), factory.clone(), ready_tx.clone());
+            let thread = std::thread::Builder::new()
+                .name(format!("flowlane-q{}", a.queue))
+                .spawn(move || {
+                    if let Some(cpu) = info.cpu {
+                        if let Err(e) = affinity::pin_current_thread(&[cpu]) {
+                            let _ = ready.send(Err(format!("pinning queue {} to CPU {cpu}: {e}", info.queue)));
+                            return;
+                        }
+                    }
+                    let handler = factory2(&info);
+                    let _ = ready.send(Ok(()));
+                    worker::run(sock, info, handler, loop_cfg, stop2, counters2, epoch);
+                })
+                .map_err(|e| Error::Io { what: "spawning a worker".into(), source: e })?;
+            workers.push(WorkerHandle { info, counters, thread: Some(thread) });
+        }
+        drop(ready_tx);
+        let dp = Dataplane { iface, workers, stop, steering };
+        for _ in 0..dp.workers.len() {
+            match ready_rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(Error::Setup(e)),
+                Err(_) => return Err(Error::Setup("a worker died while starting".into())),
+            }
+        }
+        Ok(dp)
+    }
+
+    /// The interface served.
+    pub fn interface(&self) -> &InterfaceInfo {
+        &self.iface
+    }
+
+    /// The queues served, with where they run.
+    pub fn queues(&self) -> Vec<QueueInfo> {
+        self.workers.iter().map(|w| w.info).collect()
+    }
+
+    /// Counters of every served queue.
+    pub fn counters(&self) -> Vec<(QueueInfo, QueueCountersSnapshot)> {
+        self.workers.iter().map(|w| (w.info, w.counters.snapshot())).collect()
+    }
+
+    /// The XDP program's counters for `queue`.
+    pub fn steering_stats(&self, queue: u32) -> Result<SteerStats> {
+        self.steering.stats(queue).map_err(|e| Error::Setup(e.to_string()))
+    }
+
+    /// The steering program (to claim or release ports at run time).
+    pub fn steering(&self) -> &Steering {
+        &self.steering
+    }
+
+    /// Stops the workers and waits for them.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for w in &mut self.workers {
+            if let Some(t) = w.thread.take() {
+                if t.join().is_err() {
+                    tracing::error!(queue = w.info.queue, "worker panicked");
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Dataplane {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

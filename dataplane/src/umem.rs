@@ -1,0 +1,112 @@
+//! Packet memory: one UMEM per NUMA node, shared by that node's queues.
+//!
+//! xsk-rs maps the UMEM with `MAP_POPULATE`, so its pages are faulted in by
+//! the creating thread. flowlane creates each node's UMEM on a short-lived
+//! thread that is pinned to that node's CPUs and whose memory policy binds
+//! allocations to the node, so the frames live where the node's workers run.
+
+use std::num::NonZeroU32;
+
+use xsk_rs::config::{FrameSize, QueueSize, UmemConfig};
+use xsk_rs::{FrameDesc, Umem};
+
+use crate::{affinity, Error, Result};
+
+/// Size of one UMEM frame. 2048 bytes hold a 1514-byte frame after the
+/// kernel's 256-byte XDP headroom.
+pub const FRAME_SIZE: u32 = 2048;
+
+/// One node's UMEM and its frames, split into per-queue pools.
+#[derive(Debug)]
+pub struct NodeUmem {
+    /// The NUMA node the memory is bound to.
+    pub node: u32,
+    /// The UMEM (shared by the node's sockets).
+    pub umem: Umem,
+    /// One disjoint frame pool per queue of the node, in the order asked.
+    pub pools: Vec<Vec<FrameDesc>>,
+}
+
+/// Ring sizes of one queue (all powers of two).
+#[derive(Debug, Clone, Copy)]
+pub struct RingSizes {
+    /// Frames owned by each queue.
+    pub frames_per_queue: u32,
+    /// Fill ring: twice the frames, so every free frame always fits.
+    pub fill: u32,
+    /// Completion ring.
+    pub comp: u32,
+    /// RX ring.
+    pub rx: u32,
+    /// TX ring.
+    pub tx: u32,
+}
+
+impl Default for RingSizes {
+    fn default() -> Self {
+        RingSizes { frames_per_queue: 4096, fill: 8192, comp: 4096, rx: 4096, tx: 4096 }
+    }
+}
+
+/// Creates the UMEM of `node` for `queues` queues, with its memory bound to
+/// the node, from a thread pinned to `cpus` (the node's CPUs).
+pub fn create_on_node(node: u32, cpus: &[u32], queues: usize, rings: RingSizes) -> Result<NodeUmem> {
+    let cpus = cpus.to_vec();
+    std::thread::Builder::new()
+        .name(format!("flowlane-umem{node}"))
+        .spawn(move || {
+            if let Err(e) = affinity::pin_current_thread(&cpus) {
+                tracing::warn!(node, "could not pin the UMEM allocation to the node's CPUs: {e}");
+            }
+            if let Err(e) = bind_memory_to_node(node) {
+                tracing::warn!(node, "could not bind UMEM memory to the node ({e}); relying on first touch");
+            }
+            create(node, queues, rings)
+        })
+        .map_err(|e| Error::Io { what: "spawning the UMEM allocation thread".into(), source: e })?
+        .join()
+        .map_err(|_| Error::Setup("the UMEM allocation thread panicked".into()))?
+}
+
+fn create(node: u32, queues: usize, rings: RingSizes) -> Result<NodeUmem> {
+    let size = |n: u32, what: &str| {
+        QueueSize::new(n).map_err(|e| Error::Setup(format!("{what} ring size {n}: {e}")))
+    };
+    let config = UmemConfig::builder()
+        .frame_size(FrameSize::new(FRAME_SIZE).map_err(|e| Error::Setup(format!("frame size: {e}")))?)
+        .fill_queue_size(size(rings.fill, "fill")?)
+        .comp_queue_size(size(rings.comp, "completion")?)
+        .build()
+        .map_err(|e| Error::Setup(format!("UMEM configuration: {e}")))?;
+    let total = rings.frames_per_queue as usize * queues;
+    let count = NonZeroU32::new(total as u32).ok_or_else(|| Error::Setup("a UMEM needs at least one queue".into()))?;
+    let (umem, mut frames) = Umem::new(config, count, false).map_err(|e| Error::Setup(format!(
+        "creating a {} MiB UMEM on node {node}: {e} (root, or CAP_IPC_LOCK and a large enough RLIMIT_MEMLOCK, is needed)",
+        total * FRAME_SIZE as usize >> 20
+    )))?;
+    let mut pools = Vec::with_capacity(queues);
+    for _ in 0..queues {
+        let rest = frames.split_off(rings.frames_per_queue as usize);
+        pools.push(std::mem::replace(&mut frames, rest));
+    }
+    Ok(NodeUmem { node, umem, pools })
+}
+
+/// `set_mempolicy(MPOL_BIND, {node})` for the calling thread.
+fn bind_memory_to_node(node: u32) -> std::io::Result<()> {
+    const MPOL_BIND: libc::c_int = 2;
+    const BITS: usize = 1024;
+    if node as usize >= BITS {
+        return Err(std::io::Error::other(format!("node {node} beyond {BITS}")));
+    }
+    let mut mask = [0u64; BITS / 64];
+    mask[node as usize / 64] |= 1 << (node % 64);
+    // SAFETY: set_mempolicy reads `maxnode` bits from `mask`, which is a live
+    // array of exactly BITS bits; it changes only this thread's policy.
+    let rc = unsafe { libc::syscall(libc::SYS_set_mempolicy, MPOL_BIND, mask.as_ptr(), BITS as libc::c_ulong) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}

@@ -1,0 +1,94 @@
+//! One AF_XDP socket per receive queue, on its node's shared UMEM.
+
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use xsk_rs::config::{BindFlags, Interface, LibxdpFlags, QueueSize, SocketConfig};
+use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
+
+use crate::umem::RingSizes;
+use crate::{Error, Result};
+
+/// How to bind the socket to the driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub enum BindMode {
+    /// Zero-copy where the driver offers it, else copy mode (logged).
+    #[default]
+    Auto,
+    /// Copy mode only.
+    Copy,
+    /// Zero-copy only (fails on drivers without it, such as veth).
+    ZeroCopy,
+}
+
+/// The rings of one queue's socket and the frames it owns.
+#[derive(Debug)]
+pub struct QueueSocket {
+    /// The receive queue the socket is bound to.
+    pub queue: u32,
+    /// Whether the bind is zero-copy.
+    pub zero_copy: bool,
+    pub(crate) umem: Umem,
+    pub(crate) tx: TxQueue,
+    pub(crate) rx: RxQueue,
+    pub(crate) fill: FillQueue,
+    pub(crate) comp: CompQueue,
+    pub(crate) frames: Vec<FrameDesc>,
+}
+
+impl QueueSocket {
+    /// Creates and binds the socket of `queue` on `ifname`. The XDP program
+    /// is flowlane's own (see `flowlane_ebpf::steer`), so libxdp is told not
+    /// to load one.
+    pub fn bind(
+        ifname: &str,
+        queue: u32,
+        umem: &Umem,
+        frames: Vec<FrameDesc>,
+        rings: RingSizes,
+        mode: BindMode,
+    ) -> Result<QueueSocket> {
+        let iface = Interface::new(
+            std::ffi::CString::new(ifname).map_err(|_| Error::Setup(format!("bad interface name {ifname:?}")))?,
+        );
+        let attempt = |zero_copy: bool| {
+            let copy_flag = if zero_copy { BindFlags::XDP_ZEROCOPY } else { BindFlags::XDP_COPY };
+            let config = SocketConfig::builder()
+                .rx_queue_size(QueueSize::new(rings.rx).expect("power of two"))
+                .tx_queue_size(QueueSize::new(rings.tx).expect("power of two"))
+                .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
+                .bind_flags(copy_flag | BindFlags::XDP_USE_NEED_WAKEUP)
+                .build();
+            // SAFETY: XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD is set, as the
+            // contract of `Socket::new` requires for a shared UMEM.
+            unsafe { Socket::new(config, umem, &iface, queue) }
+        };
+        let (made, zero_copy) = match mode {
+            BindMode::Copy => (attempt(false), false),
+            BindMode::ZeroCopy => (attempt(true), true),
+            BindMode::Auto => match attempt(true) {
+                Ok(s) => (Ok(s), true),
+                Err(e) => {
+                    tracing::info!(ifname, queue, "zero-copy bind not available ({e}); using copy mode");
+                    (attempt(false), false)
+                }
+            },
+        };
+        let (tx, rx, rings_pair) = made.map_err(|e| {
+            Error::Setup(format!(
+                "binding an AF_XDP socket to {ifname} queue {queue}: {e} \
+                 (does the device have that queue? is another socket bound to it?)"
+            ))
+        })?;
+        let (fill, comp) = rings_pair.ok_or_else(|| {
+            Error::Setup(format!("{ifname} queue {queue} is already bound by this process"))
+        })?;
+        Ok(QueueSocket { queue, zero_copy, umem: umem.clone(), tx, rx, fill, comp, frames })
+    }
+
+    /// The socket's file descriptor, for the XSKMAP.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the descriptor belongs to `self.rx`'s socket, which lives as
+        // long as `self`, and the returned borrow cannot outlive `self`.
+        unsafe { BorrowedFd::borrow_raw(self.rx.fd().as_raw_fd()) }
+    }
+}

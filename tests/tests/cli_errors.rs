@@ -1,0 +1,65 @@
+//! Bad input to the commands: one line on stderr saying what is wrong and
+//! what to do, and a non-zero exit.
+
+use std::process::Command;
+
+use flowlane_tests::{flowlane, flowlane_bin, in_ns, require_root, text, Bed};
+
+fn one_line_error(o: &std::process::Output, needle: &str) {
+    assert!(!o.status.success(), "expected failure: {}", text(o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "expected one line: {err}");
+    assert!(lines[0].contains(needle), "expected {needle:?} in {:?}", lines[0]);
+}
+
+#[test]
+fn bad_flags_are_usage_errors() {
+    let o = flowlane(&["testbed", "up", "--queues", "many"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let o = flowlane(&["testbed", "up", "--name", "a/b"]);
+    assert!(!o.status.success());
+}
+
+#[test]
+fn malformed_key_and_table_size() {
+    let o = flowlane(&["testbed", "up", "--name", "x", "--key", "zz:11"]);
+    one_line_error(&o, "key");
+    let o = flowlane(&["testbed", "up", "--name", "x", "--table-size", "100"]);
+    one_line_error(&o, "power of two");
+}
+
+#[test]
+fn not_root_is_refused_with_a_hint() {
+    if !require_root("not_root_is_refused_with_a_hint (needs root to drop to nobody)") {
+        return;
+    }
+    let bin = flowlane_bin();
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&bin)
+        .args(["testbed", "up", "--name", "nobody"])
+        .output()
+        .expect("setpriv");
+    one_line_error(&o, "needs root");
+}
+
+#[test]
+fn unknown_interface_too_many_queues_and_no_native_xdp() {
+    if !require_root("unknown_interface_too_many_queues_and_no_native_xdp") {
+        return;
+    }
+    let bed = Bed::up("err", 2);
+    let bin = flowlane_bin();
+    let bin = bin.to_str().unwrap();
+    let o = in_ns(&bed.ns, &[bin, "udp-echo", "--iface", "nosuch0"]);
+    one_line_error(&o, "no interface nosuch0");
+    let o = in_ns(&bed.ns, &[bin, "udp-echo", "--iface", "xsk0", "--queues", "8"]);
+    one_line_error(&o, "has 2 receive queues");
+    // A dummy device has no native XDP.
+    let o = Command::new("ip").args(["-n", &bed.ns, "link", "add", "dum0", "type", "dummy"]).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    Command::new("ip").args(["-n", &bed.ns, "link", "set", "dum0", "up"]).output().unwrap();
+    let o = in_ns(&bed.ns, &[bin, "udp-echo", "--iface", "dum0"]);
+    one_line_error(&o, "XDP");
+}
