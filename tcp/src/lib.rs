@@ -1,3 +1,315 @@
-//! flowlane's sans-IO TCP/IP stack: segments and time go in, segments and
-//! application events come out. No threads, no syscalls, no clock reads.
+//! flowlane's sans-IO TCP stack: segments and time go in, segments and
+//! application events come out. No threads, no syscalls, no clock reads, no
+//! I/O. One worker core owns one [`Stack`] (a shard of connections); there is
+//! no locking anywhere.
+//!
+//! ```
+//! use flowlane_tcp::{Config, Event, Stack, time::Instant};
+//!
+//! let mut server = Stack::new(Config::new([1; 16]));
+//! let mut client = Stack::new(Config::new([2; 16]));
+//! let listener = server.listen("10.0.0.1:80".parse().unwrap()).unwrap();
+//! let now = Instant::ZERO;
+//! let conn = client
+//!     .connect(now, "10.0.0.2:40000".parse().unwrap(), "10.0.0.1:80".parse().unwrap())
+//!     .unwrap();
+//! // Shuttle segments between the two stacks until both are connected.
+//! let mut buf = [0u8; 1500];
+//! for _ in 0..3 {
+//!     while let Some(t) = client.poll_transmit(now, &mut buf) {
+//!         server.handle_segment(now, t.src.ip(), t.dst.ip(), &buf[..t.len]);
+//!     }
+//!     while let Some(t) = server.poll_transmit(now, &mut buf) {
+//!         client.handle_segment(now, t.src.ip(), t.dst.ip(), &buf[..t.len]);
+//!     }
+//! }
+//! assert_eq!(client.poll_event(), Some(Event::Connected(conn)));
+//! assert!(matches!(server.poll_event(), Some(Event::Accepted { listener: l, .. }) if l == listener));
+//! ```
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod assembler;
+pub mod buffer;
+pub mod cc;
+mod connection;
+pub mod isn;
+pub mod rto;
+pub mod seq;
+mod stack;
+pub mod time;
+pub mod timer;
+pub mod wire;
+
+use std::fmt;
+use std::net::SocketAddr;
+
+pub use connection::{
+    ConnectionSnapshot, Flags, ReceiveState, SendState, State, TimerState, TimestampState,
+};
+pub use stack::Stack;
+
+use cc::CongestionAlgorithm;
+use time::Duration;
+
+/// A connection's address pair, from this stack's point of view. Generic
+/// over IPv4 and IPv6.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FourTuple {
+    /// Our address and port.
+    pub local: SocketAddr,
+    /// The peer's address and port.
+    pub remote: SocketAddr,
+}
+
+/// A connection handle: a slab index plus a generation, so that a handle to
+/// a closed connection never reaches a newer connection in the same slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ConnHandle {
+    index: u32,
+    generation: u32,
+}
+
+impl ConnHandle {
+    /// The slab index (stable for the connection's lifetime on this stack).
+    pub fn index(self) -> u32 {
+        self.index
+    }
+}
+
+/// Identifies a listening socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ListenerId(u32);
+
+/// Why a connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// Both FINs exchanged and acknowledged (after TIME-WAIT on the side
+    /// that closed first).
+    Normal,
+    /// The peer reset the connection (or sent data after a local
+    /// [`Stack::close`]).
+    Reset,
+    /// Retransmissions, keepalive probes or the FIN-WAIT-2 timer ran out.
+    Timeout,
+    /// [`Stack::abort`] was called.
+    Aborted,
+}
+
+/// Something the application should know about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A passively opened connection completed its handshake.
+    Accepted {
+        /// The new connection.
+        conn: ConnHandle,
+        /// The listener it arrived on.
+        listener: ListenerId,
+    },
+    /// An actively opened connection completed its handshake.
+    Connected(ConnHandle),
+    /// New in-order data can be read. Emitted again only after the
+    /// application has called [`Stack::recv`] (or consumed data).
+    Readable(ConnHandle),
+    /// Send buffer space was freed after a [`Stack::send`] that could not
+    /// queue everything.
+    Writable(ConnHandle),
+    /// The peer sent FIN: after the buffered data, reads return end of
+    /// stream.
+    PeerClosed(ConnHandle),
+    /// The connection is gone; its handle is now invalid.
+    Closed {
+        /// The connection.
+        conn: ConnHandle,
+        /// Why.
+        reason: CloseReason,
+    },
+}
+
+/// Errors from the application-facing calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Error {
+    /// The handle does not name a live connection (closed or exported).
+    InvalidHandle,
+    /// The listener id does not name a live listener.
+    InvalidListener,
+    /// The address (or four-tuple) is already in use.
+    AddrInUse,
+    /// Local and remote addresses are of different families, or a port is 0.
+    InvalidAddress,
+    /// Nothing can be sent or received right now.
+    WouldBlock,
+    /// Writing was shut down, or the connection cannot carry data.
+    InvalidState,
+    /// A snapshot is inconsistent.
+    InvalidSnapshot,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            Error::InvalidHandle => "invalid connection handle",
+            Error::InvalidListener => "invalid listener id",
+            Error::AddrInUse => "address in use",
+            Error::InvalidAddress => "invalid address",
+            Error::WouldBlock => "operation would block",
+            Error::InvalidState => "invalid connection state for this operation",
+            Error::InvalidSnapshot => "inconsistent connection snapshot",
+        };
+        f.write_str(s)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Keepalive parameters (RFC 9293 §3.8.4, RFC 1122 §4.2.3.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeepaliveConfig {
+    /// Idle time before the first probe (RFC 1122: at least two hours by
+    /// default).
+    pub idle: Duration,
+    /// Time between unanswered probes.
+    pub interval: Duration,
+    /// Unanswered probes before the connection is dropped.
+    pub probes: u8,
+}
+
+/// Stack configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Secret keying the RFC 6528 ISN hash; should be random per process.
+    pub isn_secret: [u8; 16],
+    /// MSS we advertise (RFC 9293 §3.7.1); 1460 for Ethernet IPv4.
+    pub mss: u16,
+    /// Send buffer bytes per connection.
+    pub send_buffer: usize,
+    /// Receive buffer bytes per connection (the largest window we offer).
+    pub recv_buffer: usize,
+    /// Offer window scaling (RFC 7323 §2).
+    pub window_scaling: bool,
+    /// Offer timestamps (RFC 7323 §3) and use PAWS.
+    pub timestamps: bool,
+    /// RTO before any RTT sample (RFC 6298 §2.1: 1 s).
+    pub initial_rto: Duration,
+    /// Lower bound on the RTO (RFC 6298 says 1 s; 200 ms is common practice).
+    pub min_rto: Duration,
+    /// Upper bound on the RTO (RFC 6298 §2.5: at least 60 s).
+    pub max_rto: Duration,
+    /// Consecutive data retransmission timeouts before giving up.
+    pub max_retransmits: u8,
+    /// SYN / SYN-ACK retransmissions before giving up.
+    pub max_syn_retransmits: u8,
+    /// Maximum segment lifetime; TIME-WAIT lasts 2*MSL (RFC 9293 §3.4.2).
+    pub msl: Duration,
+    /// Delayed ACK timeout (RFC 5681 §4.2: under 500 ms).
+    pub ack_delay: Duration,
+    /// Nagle's algorithm for new connections (RFC 9293 §3.7.4).
+    pub nagle: bool,
+    /// Keepalive; `None` (the default) disables it.
+    pub keepalive: Option<KeepaliveConfig>,
+    /// Congestion control algorithm for new connections.
+    pub congestion: CongestionAlgorithm,
+    /// Half-open (SYN-RECEIVED) connections allowed per listener.
+    pub listen_backlog: usize,
+    /// Timer wheel granularity.
+    pub timer_tick: Duration,
+    /// Timer wheel buckets.
+    pub timer_buckets: usize,
+    /// Maximum queued RSTs for segments to no connection; more are dropped.
+    pub max_pending_resets: usize,
+}
+
+impl Config {
+    /// Defaults, keyed by `isn_secret`.
+    pub fn new(isn_secret: [u8; 16]) -> Self {
+        Config {
+            isn_secret,
+            mss: 1460,
+            send_buffer: 64 * 1024,
+            recv_buffer: 64 * 1024,
+            window_scaling: true,
+            timestamps: true,
+            initial_rto: Duration::from_secs(1),
+            min_rto: Duration::from_millis(200),
+            max_rto: Duration::from_secs(60),
+            max_retransmits: 15,
+            max_syn_retransmits: 6,
+            msl: Duration::from_secs(30),
+            ack_delay: Duration::from_millis(40),
+            nagle: true,
+            keepalive: None,
+            congestion: CongestionAlgorithm::NewReno,
+            listen_backlog: 1024,
+            timer_tick: Duration::from_millis(1),
+            timer_buckets: 2048,
+            max_pending_resets: 1024,
+        }
+    }
+}
+
+/// A segment written by [`Stack::poll_transmit`]: `len` bytes of TCP header,
+/// options and payload at the start of the caller's buffer, checksum zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// Source address and port (for the IP header and pseudo-header).
+    pub src: SocketAddr,
+    /// Destination address and port.
+    pub dst: SocketAddr,
+    /// Bytes written.
+    pub len: usize,
+}
+
+/// Per-stack counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Segments handed to [`Stack::handle_segment`].
+    pub segments_in: u64,
+    /// Segments produced by [`Stack::poll_transmit`].
+    pub segments_out: u64,
+    /// Received segments carrying payload.
+    pub data_segments_in: u64,
+    /// Sent segments carrying payload.
+    pub data_segments_out: u64,
+    /// Payload bytes delivered in order to receive buffers.
+    pub bytes_in: u64,
+    /// Payload bytes sent (including retransmissions).
+    pub bytes_out: u64,
+    /// Segments that failed to parse.
+    pub malformed: u64,
+    /// Segments retransmitted (timeout, fast retransmit or probe).
+    pub retransmits: u64,
+    /// Fast retransmits (RFC 5681 §3.2).
+    pub fast_retransmits: u64,
+    /// Retransmission timeouts.
+    pub rto_timeouts: u64,
+    /// Duplicate ACKs received (RFC 5681 §2 definition).
+    pub dup_acks: u64,
+    /// Segments received out of order.
+    pub out_of_order: u64,
+    /// Out-of-order segments dropped because the reassembler was full.
+    pub ooo_dropped: u64,
+    /// Segments failing the sequence acceptability test.
+    pub unacceptable: u64,
+    /// Segments dropped by PAWS (RFC 7323 §5).
+    pub paws_rejected: u64,
+    /// RSTs received that were acted upon.
+    pub resets_in: u64,
+    /// RSTs sent.
+    pub resets_out: u64,
+    /// RSTs not sent because the queue was full.
+    pub resets_dropped: u64,
+    /// Segments to no connection and no listener.
+    pub no_connection: u64,
+    /// SYNs dropped because the listener backlog was full.
+    pub syn_dropped: u64,
+    /// Zero-window / persist probes sent.
+    pub window_probes: u64,
+    /// Keepalive probes sent.
+    pub keepalive_probes: u64,
+    /// Connections opened actively.
+    pub active_opens: u64,
+    /// Connections opened passively.
+    pub passive_opens: u64,
+    /// Connections that reached CLOSED.
+    pub closed: u64,
+}

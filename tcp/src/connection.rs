@@ -1,0 +1,1598 @@
+//! The per-connection state machine (RFC 9293 §3.10), with RFC 7323 window
+//! scaling, timestamps and PAWS, RFC 6298 retransmission timing, RFC 5681 /
+//! RFC 6582 congestion control, delayed ACKs, Nagle, persist and keepalive.
+//!
+//! A connection never touches the network: the owning [`crate::Stack`] feeds
+//! it segments and timer expiries and asks it for segments to send.
+
+use crate::assembler::Assembler;
+use crate::buffer::RingBuffer;
+use crate::cc::{CongestionControl, Controller};
+use crate::isn::IsnGenerator;
+use crate::rto::RttEstimator;
+use crate::seq::SeqNumber;
+use crate::time::{Duration, Instant};
+use crate::wire::{TcpFlags, TcpOptions, TcpRepr};
+use crate::{CloseReason, Config, FourTuple, Stats};
+use std::collections::VecDeque;
+
+/// RFC 9293 §3.3.2 connection states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// No connection (terminal).
+    Closed,
+    /// Waiting for a SYN (listeners only).
+    Listen,
+    /// SYN sent, waiting for SYN-ACK.
+    SynSent,
+    /// SYN received and SYN-ACK sent, waiting for its ACK.
+    SynReceived,
+    /// Data transfer.
+    Established,
+    /// We sent FIN; waiting for its ACK or the peer's FIN.
+    FinWait1,
+    /// Our FIN is acknowledged; waiting for the peer's FIN.
+    FinWait2,
+    /// Both sides sent FIN (simultaneous close); waiting for our FIN's ACK.
+    Closing,
+    /// Waiting 2*MSL so that stray segments die out.
+    TimeWait,
+    /// The peer sent FIN; we may still send.
+    CloseWait,
+    /// We sent FIN after the peer's; waiting for its ACK.
+    LastAck,
+}
+
+impl State {
+    /// Whether the handshake completed (RFC 9293 "synchronized" states).
+    pub fn is_synchronized(self) -> bool {
+        !matches!(
+            self,
+            State::Closed | State::Listen | State::SynSent | State::SynReceived
+        )
+    }
+
+    /// Whether we may still send new data or our FIN.
+    fn can_send(self) -> bool {
+        matches!(
+            self,
+            State::Established
+                | State::CloseWait
+                | State::FinWait1
+                | State::Closing
+                | State::LastAck
+        )
+    }
+
+    /// Whether received payload is accepted (RFC 9293 §3.10.7.4 seventh).
+    fn can_receive(self) -> bool {
+        matches!(
+            self,
+            State::Established | State::FinWait1 | State::FinWait2 | State::SynReceived
+        )
+    }
+}
+
+/// Per-connection boolean state, packed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Flags(pub u32);
+
+impl Flags {
+    /// Timestamps negotiated.
+    pub const TIMESTAMPS: u32 = 1 << 0;
+    /// Nagle disabled.
+    pub const NODELAY: u32 = 1 << 1;
+    /// The application shut down writing; a FIN follows the data.
+    pub const FIN_QUEUED: u32 = 1 << 2;
+    /// The application closed the connection (no more reads either).
+    pub const APP_CLOSED: u32 = 1 << 3;
+    /// An ACK must be sent now.
+    pub const ACK_NOW: u32 = 1 << 4;
+    /// Opened passively (through a listener).
+    pub const PASSIVE: u32 = 1 << 5;
+    /// Counted in its listener's half-open backlog.
+    pub const IN_BACKLOG: u32 = 1 << 6;
+    /// A Readable event was emitted and not yet followed by a read.
+    pub const READABLE_NOTIFIED: u32 = 1 << 7;
+    /// A send could not queue everything: emit Writable when space frees.
+    pub const WRITABLE_WANTED: u32 = 1 << 8;
+    /// The peer's FIN was received.
+    pub const PEER_FIN: u32 = 1 << 9;
+    /// Retransmit one segment at SND.UNA regardless of windows.
+    pub const RETRANSMIT_ONE: u32 = 1 << 10;
+    /// Send a window probe (persist timer fired).
+    pub const PROBE_NOW: u32 = 1 << 11;
+    /// Send a keepalive probe.
+    pub const KEEPALIVE_NOW: u32 = 1 << 12;
+    /// In NewReno fast recovery.
+    pub const IN_RECOVERY: u32 = 1 << 13;
+    /// We offered window scaling in our SYN.
+    pub const WS_OFFERED: u32 = 1 << 14;
+    /// The peer's SYN carried a window scale option.
+    pub const WS_PEER: u32 = 1 << 15;
+    /// The application knows the handle (connect() returned it, or an
+    /// Accepted/Connected event was queued).
+    pub const ANNOUNCED: u32 = 1 << 16;
+
+    /// Whether any bit of `f` is set.
+    pub fn has(self, f: u32) -> bool {
+        self.0 & f != 0
+    }
+    /// Sets the bits of `f`.
+    pub fn set(&mut self, f: u32) {
+        self.0 |= f;
+    }
+    /// Clears the bits of `f`.
+    pub fn clear(&mut self, f: u32) {
+        self.0 &= !f;
+    }
+}
+
+/// Send sequence space (RFC 9293 §3.3.1) and loss-recovery state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendState {
+    /// Initial send sequence number.
+    pub iss: SeqNumber,
+    /// Oldest unacknowledged sequence number.
+    pub una: SeqNumber,
+    /// Next sequence number to send (rewound on timeout).
+    pub nxt: SeqNumber,
+    /// Highest sequence number sent plus one.
+    pub max: SeqNumber,
+    /// Peer's window in bytes (already scaled).
+    pub wnd: u32,
+    /// Largest window the peer ever offered (RFC 9293 §3.8.6.2.1).
+    pub max_wnd: u32,
+    /// Segment sequence number used for the last window update.
+    pub wl1: SeqNumber,
+    /// Segment acknowledgment number used for the last window update.
+    pub wl2: SeqNumber,
+    /// Largest payload per segment (peer MSS, minus our option bytes).
+    pub mss: u16,
+    /// Shift applied to the peer's window field.
+    pub wscale: u8,
+    /// Consecutive duplicate ACKs.
+    pub dup_acks: u8,
+    /// NewReno `recover` (RFC 6582 §3.2).
+    pub recover: SeqNumber,
+}
+
+/// Receive sequence space (RFC 9293 §3.3.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReceiveState {
+    /// Initial receive sequence number.
+    pub irs: SeqNumber,
+    /// Next sequence number expected.
+    pub nxt: SeqNumber,
+    /// Right edge of the window last advertised (never moved left).
+    pub adv: SeqNumber,
+    /// Shift applied to the window fields we send.
+    pub wscale: u8,
+    /// Largest payload seen from the peer (for delayed ACK decisions).
+    pub mss_seen: u16,
+    /// In-order bytes received since the last ACK we sent.
+    pub unacked: u32,
+    /// Sequence number of a FIN that arrived ahead of missing data.
+    pub fin_seq: Option<SeqNumber>,
+}
+
+/// RFC 7323 timestamp state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimestampState {
+    /// TS.Recent.
+    pub recent: u32,
+    /// When TS.Recent was last updated (RFC 7323 §5.5: 24-day validity).
+    pub recent_age: Instant,
+    /// Per-connection TSval offset (RFC 7323 §5.4).
+    pub offset: u32,
+    /// Last.ACK.sent.
+    pub last_ack_sent: SeqNumber,
+}
+
+/// Timer deadlines and counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimerState {
+    /// Retransmission timer (RFC 6298 §5).
+    pub rto: Option<Instant>,
+    /// Delayed ACK timer.
+    pub delayed_ack: Option<Instant>,
+    /// Persist (zero window / SWS override) timer.
+    pub persist: Option<Instant>,
+    /// Keepalive timer.
+    pub keepalive: Option<Instant>,
+    /// TIME-WAIT or orphaned FIN-WAIT-2 expiry.
+    pub close: Option<Instant>,
+    /// Consecutive retransmission timeouts.
+    pub retransmits: u8,
+    /// Persist backoff exponent.
+    pub persist_backoff: u8,
+    /// Unanswered keepalive probes.
+    pub keepalive_probes: u8,
+    /// Segment timed for an RTT sample when timestamps are off: (end
+    /// sequence number, send time). Cleared on retransmission (Karn).
+    pub rtt_seq: Option<(SeqNumber, Instant)>,
+    /// Last time a segment arrived.
+    pub last_recv: Instant,
+    /// Last time data was sent.
+    pub last_send: Instant,
+}
+
+/// A connection's complete state as plain data, for moving it to another
+/// core ([`crate::Stack::export`] / [`crate::Stack::import`]). Instants are
+/// absolute, so both stacks must share a clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionSnapshot {
+    /// Address pair.
+    pub tuple: FourTuple,
+    /// State.
+    pub state: State,
+    /// Flags (see [`Flags`]).
+    pub flags: Flags,
+    /// Send sequence space.
+    pub snd: SendState,
+    /// Receive sequence space.
+    pub rcv: ReceiveState,
+    /// Timestamps.
+    pub ts: TimestampState,
+    /// Timers.
+    pub timers: TimerState,
+    /// RTT estimator.
+    pub rtt: RttEstimator,
+    /// Congestion controller.
+    pub cc: Controller,
+    /// Send buffer capacity.
+    pub send_capacity: usize,
+    /// Unacknowledged and unsent data, starting at `snd.una` (or ISS + 1).
+    pub send_data: Vec<u8>,
+    /// Receive buffer capacity.
+    pub recv_capacity: usize,
+    /// In-order data not yet read by the application.
+    pub recv_data: Vec<u8>,
+    /// Out-of-order data: (offset from `rcv.nxt`, bytes).
+    pub out_of_order: Vec<(u32, Vec<u8>)>,
+}
+
+/// Event bits a connection raises for the stack to turn into events.
+pub(crate) mod ev {
+    pub const ESTABLISHED: u8 = 1 << 0;
+    pub const READABLE: u8 = 1 << 1;
+    pub const WRITABLE: u8 = 1 << 2;
+    pub const PEER_CLOSED: u8 = 1 << 3;
+    pub const CLOSED: u8 = 1 << 4;
+}
+
+/// An RST to send on behalf of no (or a dying) connection.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PendingRst {
+    pub tuple: FourTuple,
+    pub seq: SeqNumber,
+    /// `Some` to set ACK with this acknowledgment number.
+    pub ack: Option<SeqNumber>,
+}
+
+/// What a connection needs from its stack while processing.
+pub(crate) struct Ctx<'a> {
+    pub now: Instant,
+    pub cfg: &'a Config,
+    pub stats: &'a mut Stats,
+    pub rsts: &'a mut VecDeque<PendingRst>,
+}
+
+impl Ctx<'_> {
+    pub fn queue_rst(&mut self, rst: PendingRst) {
+        if self.rsts.len() < self.cfg.max_pending_resets {
+            self.rsts.push_back(rst);
+        } else {
+            self.stats.resets_dropped += 1;
+        }
+    }
+}
+
+/// RFC 9293 §3.7.1: default send MSS when the peer sends no MSS option.
+const DEFAULT_MSS: u16 = 536;
+/// RFC 7323 §2.3: the largest window shift.
+const MAX_WSCALE: u8 = 14;
+/// Option bytes a timestamp option adds to every segment (NOP NOP + 10).
+const TS_OPTION_LEN: u16 = 12;
+/// RFC 7323 §5.5: TS.Recent older than 24 days is invalid.
+const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
+
+/// One TCP connection.
+#[derive(Debug, Clone)]
+pub(crate) struct Connection {
+    pub tuple: FourTuple,
+    pub state: State,
+    pub flags: Flags,
+    /// Pending `ev::*` bits.
+    pub events: u8,
+    pub close_reason: CloseReason,
+    pub snd: SendState,
+    pub rcv: ReceiveState,
+    pub ts: TimestampState,
+    pub timers: TimerState,
+    pub rtt: RttEstimator,
+    pub cc: Controller,
+    pub assembler: Assembler,
+    pub send_buf: RingBuffer,
+    pub recv_buf: RingBuffer,
+}
+
+fn wscale_for(capacity: usize) -> u8 {
+    let mut s = 0u8;
+    while s < MAX_WSCALE && (capacity >> s) > 0xffff {
+        s += 1;
+    }
+    s
+}
+
+impl Connection {
+    fn blank(cfg: &Config, isn: &IsnGenerator, tuple: FourTuple, now: Instant) -> Self {
+        let iss = isn.isn(&tuple, now);
+        let mut flags = Flags::default();
+        if !cfg.nagle {
+            flags.set(Flags::NODELAY);
+        }
+        Connection {
+            tuple,
+            state: State::Closed,
+            flags,
+            events: 0,
+            close_reason: CloseReason::Normal,
+            snd: SendState {
+                iss,
+                una: iss,
+                nxt: iss,
+                max: iss,
+                wnd: 0,
+                max_wnd: 0,
+                wl1: SeqNumber(0),
+                wl2: iss,
+                mss: DEFAULT_MSS,
+                wscale: 0,
+                dup_acks: 0,
+                recover: iss,
+            },
+            rcv: ReceiveState {
+                irs: SeqNumber(0),
+                nxt: SeqNumber(0),
+                adv: SeqNumber(0),
+                wscale: 0,
+                mss_seen: 0,
+                unacked: 0,
+                fin_seq: None,
+            },
+            ts: TimestampState {
+                recent: 0,
+                recent_age: now,
+                offset: isn.ts_offset(&tuple),
+                last_ack_sent: SeqNumber(0),
+            },
+            timers: TimerState {
+                rto: None,
+                delayed_ack: None,
+                persist: None,
+                keepalive: None,
+                close: None,
+                retransmits: 0,
+                persist_backoff: 0,
+                keepalive_probes: 0,
+                rtt_seq: None,
+                last_recv: now,
+                last_send: now,
+            },
+            rtt: RttEstimator::new(cfg.initial_rto, cfg.min_rto, cfg.max_rto),
+            cc: Controller::new(cfg.congestion, DEFAULT_MSS as usize),
+            assembler: Assembler::new(),
+            send_buf: RingBuffer::new(cfg.send_buffer),
+            recv_buf: RingBuffer::new(cfg.recv_buffer),
+        }
+    }
+
+    /// Active open (RFC 9293 §3.10.1): SYN-SENT; the SYN goes out on the
+    /// next `poll_transmit`.
+    pub fn new_active(cfg: &Config, isn: &IsnGenerator, tuple: FourTuple, now: Instant) -> Self {
+        let mut c = Self::blank(cfg, isn, tuple, now);
+        c.state = State::SynSent;
+        if cfg.window_scaling {
+            c.flags.set(Flags::WS_OFFERED);
+        }
+        c
+    }
+
+    /// Passive open from a SYN received in LISTEN (RFC 9293 §3.10.7.2).
+    pub fn new_passive(
+        cfg: &Config,
+        isn: &IsnGenerator,
+        tuple: FourTuple,
+        now: Instant,
+        syn: &TcpRepr,
+    ) -> Self {
+        let mut c = Self::blank(cfg, isn, tuple, now);
+        c.state = State::SynReceived;
+        c.flags.set(Flags::PASSIVE);
+        c.rcv.irs = syn.seq;
+        c.rcv.nxt = syn.seq + 1;
+        c.rcv.adv = c.rcv.nxt;
+        if cfg.window_scaling && syn.options.window_scale.is_some() {
+            c.flags.set(Flags::WS_OFFERED);
+        }
+        c.negotiate_options(cfg, syn, now);
+        // RFC 9293 §3.10.7.2: the SYN's window is never scaled.
+        c.snd.wnd = u32::from(syn.window);
+        c.snd.max_wnd = c.snd.wnd;
+        c.snd.wl1 = syn.seq;
+        c.snd.wl2 = c.snd.iss;
+        c
+    }
+
+    /// Applies the options of the peer's SYN (or SYN-ACK): MSS (RFC 9293
+    /// §3.7.1), window scale (RFC 7323 §2.2) and timestamps (RFC 7323 §3.2).
+    fn negotiate_options(&mut self, cfg: &Config, syn: &TcpRepr, now: Instant) {
+        let o = &syn.options;
+        if let Some(ws) = o.window_scale {
+            self.flags.set(Flags::WS_PEER);
+            if self.flags.has(Flags::WS_OFFERED) {
+                // RFC 7323 §2.3: use 14 for larger values.
+                self.snd.wscale = ws.min(MAX_WSCALE);
+                self.rcv.wscale = wscale_for(cfg.recv_buffer);
+            }
+        }
+        if !self.flags.has(Flags::WS_PEER) || !self.flags.has(Flags::WS_OFFERED) {
+            self.snd.wscale = 0;
+            self.rcv.wscale = 0;
+        }
+        if let (true, Some((tsval, _))) = (cfg.timestamps, o.timestamps) {
+            self.flags.set(Flags::TIMESTAMPS);
+            self.ts.recent = tsval;
+            self.ts.recent_age = now;
+        }
+        // RFC 9293 §3.7.1: send MSS = min(peer's MSS, our own limit); the
+        // payload shrinks by the options we put in every segment.
+        let peer_mss = o.mss.unwrap_or(DEFAULT_MSS).max(64);
+        let mut mss = peer_mss.min(cfg.mss);
+        if self.flags.has(Flags::TIMESTAMPS) {
+            mss -= TS_OPTION_LEN;
+        }
+        self.snd.mss = mss;
+        self.cc.set_mss(mss as usize);
+    }
+
+    fn eff_mss(&self) -> usize {
+        self.snd.mss as usize
+    }
+
+    fn tsval(&self, now: Instant) -> u32 {
+        (now.as_millis() as u32).wrapping_add(self.ts.offset)
+    }
+
+    /// Sequence number of the first byte in the send buffer.
+    fn data_start(&self) -> SeqNumber {
+        // Until our SYN is acknowledged, SND.UNA is the SYN itself.
+        if self.snd.una == self.snd.iss {
+            self.snd.iss + 1
+        } else {
+            self.snd.una
+        }
+    }
+
+    /// Sequence number our FIN occupies, once queued.
+    fn fin_seq(&self) -> Option<SeqNumber> {
+        self.flags
+            .has(Flags::FIN_QUEUED)
+            .then(|| self.data_start() + self.send_buf.len())
+    }
+
+    fn fin_acked(&self) -> bool {
+        self.fin_seq().is_some_and(|f| self.snd.una > f)
+    }
+
+    fn close_now(&mut self, reason: CloseReason) {
+        if self.state != State::Closed {
+            self.state = State::Closed;
+            self.close_reason = reason;
+            self.events |= ev::CLOSED;
+        }
+    }
+
+    /// Sends an RST for this connection (RFC 9293 §3.10.7.4 / §3.10.4 ABORT).
+    fn send_rst(&self, ctx: &mut Ctx) {
+        ctx.queue_rst(PendingRst {
+            tuple: self.tuple,
+            seq: self.snd.nxt,
+            ack: Some(self.rcv.nxt),
+        });
+    }
+
+    /// The application aborted: RST if synchronized (RFC 9293 §3.10.5).
+    pub fn abort(&mut self, ctx: &mut Ctx) {
+        if self.state.is_synchronized() || self.state == State::SynReceived {
+            self.send_rst(ctx);
+        }
+        self.close_now(CloseReason::Aborted);
+    }
+
+    /// RFC 9293 §3.10.4 CLOSE, write side only: queue a FIN after the data.
+    pub fn shutdown_write(&mut self) {
+        if self.flags.has(Flags::FIN_QUEUED) {
+            return;
+        }
+        match self.state {
+            // RFC 9293 §3.10.4: SYN-SENT: delete the TCB.
+            State::SynSent => self.close_now(CloseReason::Normal),
+            // RFC 9293 §3.10.4: SYN-RECEIVED: the FIN follows once
+            // ESTABLISHED would have been reached.
+            State::SynReceived => self.flags.set(Flags::FIN_QUEUED),
+            State::Established => {
+                self.flags.set(Flags::FIN_QUEUED);
+                self.state = State::FinWait1;
+            }
+            State::CloseWait => {
+                self.flags.set(Flags::FIN_QUEUED);
+                self.state = State::LastAck;
+            }
+            _ => {}
+        }
+    }
+
+    /// Full close: no more reads either. Unread data makes it an abort
+    /// (RFC 1122 §4.2.2.13 / RFC 2525 §2.17).
+    pub fn close(&mut self, ctx: &mut Ctx) {
+        if !self.recv_buf.is_empty() {
+            self.abort(ctx);
+            return;
+        }
+        self.flags.set(Flags::APP_CLOSED);
+        self.shutdown_write();
+        if self.state == State::FinWait2 {
+            self.timers.close = Some(ctx.now + ctx.cfg.msl.saturating_mul(2));
+        }
+    }
+
+    pub fn set_nodelay(&mut self, on: bool) {
+        if on {
+            self.flags.set(Flags::NODELAY);
+        } else {
+            self.flags.clear(Flags::NODELAY);
+        }
+    }
+
+    /// Queues application data.
+    pub fn send(&mut self, data: &[u8]) -> Result<usize, crate::Error> {
+        if self.flags.has(Flags::FIN_QUEUED)
+            || !matches!(
+                self.state,
+                State::SynSent | State::SynReceived | State::Established | State::CloseWait
+            )
+        {
+            return Err(crate::Error::InvalidState);
+        }
+        let n = self.send_buf.enqueue_slice(data);
+        if n < data.len() {
+            self.flags.set(Flags::WRITABLE_WANTED);
+        }
+        if n == 0 && !data.is_empty() {
+            return Err(crate::Error::WouldBlock);
+        }
+        Ok(n)
+    }
+
+    /// Reads in-order data.
+    pub fn recv(&mut self, ctx: &mut Ctx, out: &mut [u8]) -> Result<usize, crate::Error> {
+        self.flags.clear(Flags::READABLE_NOTIFIED);
+        let n = self.recv_buf.dequeue_slice(out);
+        if n == 0 && !out.is_empty() {
+            return if self.flags.has(Flags::PEER_FIN) {
+                Ok(0)
+            } else {
+                Err(crate::Error::WouldBlock)
+            };
+        }
+        self.after_read(ctx);
+        Ok(n)
+    }
+
+    /// Zero-copy read: the contiguous readable bytes.
+    pub fn peek(&self) -> &[u8] {
+        self.recv_buf.peek()
+    }
+
+    /// Zero-copy read: drop `n` bytes that were read through `peek`.
+    pub fn consume(&mut self, ctx: &mut Ctx, n: usize) -> usize {
+        self.flags.clear(Flags::READABLE_NOTIFIED);
+        let n = self.recv_buf.dequeue_allocated(n);
+        if n > 0 {
+            self.after_read(ctx);
+        }
+        n
+    }
+
+    /// Whether the peer closed and everything was read.
+    pub fn at_eof(&self) -> bool {
+        self.flags.has(Flags::PEER_FIN) && self.recv_buf.is_empty()
+    }
+
+    /// Window update after the application freed receive space: send one if
+    /// the right edge can move by a useful amount (RFC 9293 §3.8.6.2.2,
+    /// receiver-side SWS avoidance) and the peer may be running short.
+    fn after_read(&mut self, _ctx: &mut Ctx) {
+        if !self.state.can_receive() {
+            return;
+        }
+        let cap = self.recv_buf.capacity();
+        let advertised = self.rcv.adv.saturating_sub(self.rcv.nxt);
+        let free = self.recv_buf.window();
+        let threshold = (cap / 2).min(self.eff_mss()).max(1);
+        if free >= advertised + threshold && advertised <= cap / 2 {
+            self.flags.set(Flags::ACK_NOW);
+        }
+    }
+
+    /// The window to advertise, keeping the right edge from moving left
+    /// (RFC 9293 §3.8.6) and applying receiver SWS avoidance (RFC 9293
+    /// §3.8.6.2.2). Updates `rcv.adv`.
+    fn advertise_window(&mut self) -> u16 {
+        let cap = self.recv_buf.capacity();
+        let free = self.recv_buf.window();
+        let current = self.rcv.adv.saturating_sub(self.rcv.nxt);
+        let threshold = (cap / 2).min(self.eff_mss()).max(1);
+        let max_wnd = 0xffffusize << self.rcv.wscale;
+        let mut wnd = if free >= current + threshold {
+            free
+        } else {
+            current
+        };
+        wnd = wnd.min(max_wnd);
+        let shift = self.rcv.wscale;
+        let mut field = wnd >> shift;
+        // Round up if truncation would pull the right edge left (RFC 7323
+        // §2.4); at most 2^shift - 1 bytes past the buffer, which are
+        // trimmed on arrival.
+        if (field << shift) < current {
+            field += 1;
+        }
+        let field = field.min(0xffff);
+        let edge = self.rcv.nxt + (field << shift);
+        self.rcv.adv = self.rcv.adv.max(edge);
+        field as u16
+    }
+
+    /// Current receive window: what we advertised beyond RCV.NXT.
+    fn rcv_wnd(&self) -> usize {
+        self.rcv.adv.saturating_sub(self.rcv.nxt)
+    }
+
+    // ---------------------------------------------------------------
+    // Input
+    // ---------------------------------------------------------------
+
+    /// Processes one segment for this connection (RFC 9293 §3.10.7.3 and
+    /// §3.10.7.4).
+    pub fn on_segment(&mut self, ctx: &mut Ctx, seg: &TcpRepr, payload: &[u8]) {
+        if !payload.is_empty() {
+            ctx.stats.data_segments_in += 1;
+        }
+        match self.state {
+            State::Closed | State::Listen => {}
+            State::SynSent => self.on_segment_syn_sent(ctx, seg, payload),
+            _ => self.on_segment_other(ctx, seg, payload),
+        }
+    }
+
+    /// RFC 9293 §3.10.7.3 SYN-SENT.
+    fn on_segment_syn_sent(&mut self, ctx: &mut Ctx, seg: &TcpRepr, _payload: &[u8]) {
+        let f = seg.flags;
+        // First: check the ACK bit.
+        if f.ack() && (seg.ack <= self.snd.iss || seg.ack > self.snd.max) {
+            if !f.rst() {
+                ctx.queue_rst(PendingRst {
+                    tuple: self.tuple,
+                    seq: seg.ack,
+                    ack: None,
+                });
+            }
+            return;
+        }
+        // Second: the RST bit.
+        if f.rst() {
+            if f.ack() {
+                ctx.stats.resets_in += 1;
+                self.close_now(CloseReason::Reset);
+            }
+            return;
+        }
+        // Fourth: the SYN bit. (Data on the SYN is not queued: it is not
+        // acknowledged, so the peer sends it again.)
+        if !f.syn() {
+            return;
+        }
+        self.rcv.irs = seg.seq;
+        self.rcv.nxt = seg.seq + 1;
+        self.rcv.adv = self.rcv.nxt;
+        self.negotiate_options(ctx.cfg, seg, ctx.now);
+        self.snd.wnd = u32::from(seg.window);
+        self.snd.max_wnd = self.snd.wnd;
+        self.snd.wl1 = seg.seq;
+        self.snd.wl2 = seg.ack;
+        self.timers.last_recv = ctx.now;
+        if f.ack() {
+            self.snd.una = seg.ack;
+            self.take_rtt_sample(ctx.now, seg);
+            self.timers.rto = None;
+            self.timers.retransmits = 0;
+            self.state = State::Established;
+            self.events |= ev::ESTABLISHED;
+            self.flags.set(Flags::ACK_NOW);
+            self.arm_keepalive(ctx);
+        } else {
+            // Simultaneous open: SYN-RECEIVED, send SYN-ACK.
+            self.state = State::SynReceived;
+            self.snd.nxt = self.snd.iss;
+            self.flags.set(Flags::ACK_NOW);
+        }
+    }
+
+    /// RFC 9293 §3.10.7.4: every state from SYN-RECEIVED on.
+    fn on_segment_other(&mut self, ctx: &mut Ctx, seg: &TcpRepr, payload: &[u8]) {
+        let now = ctx.now;
+        let mut f = seg.flags;
+        let mut seq = seg.seq;
+
+        // A retransmission of the peer's SYN (or SYN-ACK, simultaneous open):
+        // drop the SYN bit and treat the rest normally; it needs an ACK.
+        if f.syn() && seq == self.rcv.irs {
+            f = TcpFlags(f.0 & !TcpFlags::SYN.0);
+            seq += 1;
+            self.flags.set(Flags::ACK_NOW);
+        }
+
+        // RFC 7323 §3.2: once timestamps are negotiated, drop non-RST
+        // segments without them.
+        let ts_on = self.flags.has(Flags::TIMESTAMPS);
+        if ts_on && seg.options.timestamps.is_none() && !f.rst() {
+            ctx.stats.unacceptable += 1;
+            return;
+        }
+        // RFC 7323 §5.3 R1: PAWS.
+        if let (true, Some((tsval, _))) = (ts_on, seg.options.timestamps) {
+            let stale = (tsval.wrapping_sub(self.ts.recent) as i32) < 0;
+            let recent_valid = now.saturating_since(self.ts.recent_age) < PAWS_IDLE;
+            if stale && recent_valid && !f.rst() {
+                ctx.stats.paws_rejected += 1;
+                self.flags.set(Flags::ACK_NOW);
+                return;
+            }
+        }
+
+        // First: sequence number acceptability.
+        let mut data = payload;
+        let seg_len = data.len() + usize::from(f.syn()) + usize::from(f.fin());
+        let wnd = self.rcv_wnd();
+        let nxt = self.rcv.nxt;
+        let acceptable = match (seg_len, wnd) {
+            (0, 0) => seq == nxt,
+            (0, _) => seq.in_range(nxt, nxt + wnd),
+            (_, 0) => false,
+            (_, _) => {
+                seq.in_range(nxt, nxt + wnd) || (seq + (seg_len - 1)).in_range(nxt, nxt + wnd)
+            }
+        };
+        // RFC 9293 §3.10.7.4: with a zero window, still process the ACK and
+        // RST of a segment at RCV.NXT (a window probe).
+        let zero_window_probe = !acceptable && wnd == 0 && seq == nxt;
+        if !acceptable && !zero_window_probe {
+            ctx.stats.unacceptable += 1;
+            if !f.rst() {
+                self.flags.set(Flags::ACK_NOW);
+                // RFC 9293 §3.10.7.4 TIME-WAIT: a retransmitted FIN restarts
+                // the 2 MSL timeout.
+                if self.state == State::TimeWait && f.fin() {
+                    self.timers.close = Some(now + ctx.cfg.msl.saturating_mul(2));
+                }
+            }
+            return;
+        }
+        if zero_window_probe {
+            data = &[];
+            f = TcpFlags(f.0 & !TcpFlags::FIN.0);
+            self.flags.set(Flags::ACK_NOW);
+        }
+        // Trim the front (already received) and the tail (beyond window).
+        if seq < nxt {
+            let dup = nxt - seq;
+            if dup > data.len() {
+                // Only a FIN remains, and it is in sequence at RCV.NXT.
+                data = &[];
+            } else {
+                data = &data[dup..];
+            }
+            seq = nxt;
+            self.flags.set(Flags::ACK_NOW);
+        }
+        if data.len() > wnd {
+            data = &data[..wnd];
+            f = TcpFlags(f.0 & !TcpFlags::FIN.0);
+            self.flags.set(Flags::ACK_NOW);
+        }
+
+        // RFC 7323 §4.3: update TS.Recent.
+        if let (true, Some((tsval, _))) = (ts_on, seg.options.timestamps) {
+            if (tsval.wrapping_sub(self.ts.recent) as i32) >= 0 && seq <= self.ts.last_ack_sent {
+                self.ts.recent = tsval;
+                self.ts.recent_age = now;
+            }
+        }
+
+        // Second: the RST bit.
+        if f.rst() {
+            ctx.stats.resets_in += 1;
+            match self.state {
+                // RFC 9293 §3.10.7.4: SYN-RECEIVED from a passive open
+                // returns to LISTEN (the listener is still there; we just
+                // drop this half-open connection).
+                State::TimeWait => self.close_now(CloseReason::Normal),
+                _ => self.close_now(CloseReason::Reset),
+            }
+            return;
+        }
+
+        // Fourth: a SYN in a synchronized state. RFC 9293 §3.10.7.4 (after
+        // RFC 5961 §4): send a challenge ACK and drop.
+        if f.syn() {
+            self.flags.set(Flags::ACK_NOW);
+            return;
+        }
+
+        self.timers.last_recv = now;
+        self.timers.keepalive_probes = 0;
+        self.arm_keepalive(ctx);
+
+        // Fifth: the ACK field.
+        if !f.ack() {
+            return;
+        }
+        if self.state == State::SynReceived {
+            if seg.ack > self.snd.una && seg.ack <= self.snd.max {
+                self.state = if self.flags.has(Flags::FIN_QUEUED) {
+                    State::FinWait1
+                } else {
+                    State::Established
+                };
+                self.events |= ev::ESTABLISHED;
+                // The SYN-ACK's window was unscaled; from now on it is.
+                self.snd.wnd = u32::from(seg.window) << self.snd.wscale;
+                self.snd.max_wnd = self.snd.max_wnd.max(self.snd.wnd);
+                self.snd.wl1 = seq;
+                self.snd.wl2 = seg.ack;
+                self.snd.una = self.snd.iss + 1;
+                self.timers.rto = None;
+                self.timers.retransmits = 0;
+                self.take_rtt_sample(now, seg);
+            } else {
+                // RFC 9293 §3.10.7.4: <SEQ=SEG.ACK><CTL=RST>.
+                ctx.queue_rst(PendingRst {
+                    tuple: self.tuple,
+                    seq: seg.ack,
+                    ack: None,
+                });
+                return;
+            }
+        }
+        if !self.process_ack(ctx, seg, seq, data.len(), f) {
+            return;
+        }
+
+        // Sixth: URG is ignored (RFC 6093: urgent data is delivered inline).
+
+        // Seventh: segment text.
+        if !data.is_empty() {
+            if !self.state.can_receive() {
+                // CLOSE-WAIT, CLOSING, LAST-ACK, TIME-WAIT: the peer sent FIN
+                // already; ignore the text.
+            } else if self.flags.has(Flags::APP_CLOSED) {
+                // Nobody will read this: reset (RFC 2525 §2.17).
+                self.send_rst(ctx);
+                self.close_now(CloseReason::Reset);
+                return;
+            } else {
+                self.receive_data(ctx, seq, data);
+            }
+        }
+
+        // Eighth: the FIN bit.
+        if f.fin() && self.state != State::SynReceived {
+            let fin_at = seq + data.len();
+            if fin_at == self.rcv.nxt {
+                self.on_fin(ctx);
+            } else if fin_at > self.rcv.nxt && self.rcv.fin_seq.is_none() {
+                self.rcv.fin_seq = Some(fin_at);
+                self.flags.set(Flags::ACK_NOW);
+            }
+        }
+    }
+
+    /// RFC 9293 §3.10.7.4 fifth step for synchronized states. Returns false
+    /// if the segment must be dropped.
+    fn process_ack(
+        &mut self,
+        ctx: &mut Ctx,
+        seg: &TcpRepr,
+        seq: SeqNumber,
+        data_len: usize,
+        f: TcpFlags,
+    ) -> bool {
+        let now = ctx.now;
+        let ack = seg.ack;
+        if ack > self.snd.max {
+            // Acknowledges something not yet sent.
+            self.flags.set(Flags::ACK_NOW);
+            return false;
+        }
+        let new_wnd = u32::from(seg.window) << self.snd.wscale;
+        let window_update = self.snd.wl1 < seq || (self.snd.wl1 == seq && self.snd.wl2 <= ack);
+        if ack > self.snd.una {
+            let acked = ack - self.snd.una;
+            let fin_acked_now = self
+                .fin_seq()
+                .is_some_and(|fs| ack > fs && self.snd.una <= fs);
+            let data_acked = acked - usize::from(fin_acked_now);
+            let flight_before = self.snd.max - self.snd.una;
+            self.send_buf.dequeue_allocated(data_acked);
+            self.snd.una = ack;
+            if self.snd.nxt < ack {
+                self.snd.nxt = ack;
+            }
+            self.take_rtt_sample(now, seg);
+            self.timers.retransmits = 0;
+            if self.flags.has(Flags::IN_RECOVERY) {
+                if ack >= self.snd.recover {
+                    // RFC 6582 §3.2 step 3, full acknowledgment.
+                    self.flags.clear(Flags::IN_RECOVERY);
+                    self.cc.on_recovery_exit(self.snd.max - ack);
+                } else {
+                    // RFC 6582 §3.2 step 3, partial acknowledgment:
+                    // retransmit the next unacknowledged segment.
+                    self.cc.on_partial_ack(data_acked);
+                    self.flags.set(Flags::RETRANSMIT_ONE);
+                    self.timers.rto = Some(now + self.rtt.rto());
+                }
+            } else {
+                // RFC 5681 §4.1: restart after idle.
+                self.cc.on_ack(now, data_acked.min(flight_before));
+            }
+            self.snd.dup_acks = 0;
+            // RFC 6298 §5.2 / §5.3.
+            self.timers.rto = if self.snd.una == self.snd.max {
+                None
+            } else if self.flags.has(Flags::IN_RECOVERY) {
+                self.timers.rto
+            } else {
+                Some(now + self.rtt.rto())
+            };
+            if self.flags.has(Flags::WRITABLE_WANTED) && self.send_buf.window() > 0 {
+                self.flags.clear(Flags::WRITABLE_WANTED);
+                self.events |= ev::WRITABLE;
+            }
+        } else if ack == self.snd.una
+            && self.snd.una != self.snd.max
+            && data_len == 0
+            && !f.fin()
+            && new_wnd == self.snd.wnd
+            && self.snd.wnd != 0
+            && self.state.is_synchronized()
+        {
+            // RFC 5681 §2: a duplicate acknowledgment.
+            ctx.stats.dup_acks += 1;
+            self.snd.dup_acks = self.snd.dup_acks.saturating_add(1);
+            if self.flags.has(Flags::IN_RECOVERY) {
+                self.cc.on_recovery_dup_ack();
+            } else if self.snd.dup_acks == 3 {
+                // RFC 6582 §3.2 step 2: only for a new loss episode.
+                if ack - 1 > self.snd.recover || self.snd.recover == self.snd.iss {
+                    self.flags.set(Flags::IN_RECOVERY | Flags::RETRANSMIT_ONE);
+                    self.snd.recover = self.snd.max;
+                    self.cc.on_fast_retransmit(self.snd.max - self.snd.una);
+                    self.timers.rtt_seq = None;
+                    ctx.stats.fast_retransmits += 1;
+                }
+            }
+        } else if ack == self.snd.una && self.snd.wnd == 0 {
+            // The peer answers our probes: it is alive (RFC 1122 §4.2.2.17).
+            self.timers.retransmits = 0;
+        }
+        if window_update && ack >= self.snd.una {
+            self.snd.wnd = new_wnd;
+            self.snd.max_wnd = self.snd.max_wnd.max(new_wnd);
+            self.snd.wl1 = seq;
+            self.snd.wl2 = ack;
+            if new_wnd > 0 {
+                self.timers.persist = None;
+                self.timers.persist_backoff = 0;
+            }
+        }
+        // State transitions on our FIN being acknowledged.
+        if self.fin_acked() {
+            match self.state {
+                State::FinWait1 => {
+                    self.state = State::FinWait2;
+                    if self.flags.has(Flags::APP_CLOSED) {
+                        // Orphaned: do not wait for the peer's FIN forever.
+                        self.timers.close = Some(now + ctx.cfg.msl.saturating_mul(2));
+                    }
+                }
+                State::Closing => self.enter_time_wait(ctx),
+                State::LastAck => {
+                    self.close_now(CloseReason::Normal);
+                    return false;
+                }
+                _ => {}
+            }
+        }
+        true
+    }
+
+    /// RTT measurement: RFC 7323 §4 with timestamps, else one timed
+    /// segment at a time under Karn's rule (RFC 6298 §3).
+    fn take_rtt_sample(&mut self, now: Instant, seg: &TcpRepr) {
+        if self.flags.has(Flags::TIMESTAMPS) {
+            if let Some((_, tsecr)) = seg.options.timestamps {
+                let ms = self.tsval(now).wrapping_sub(tsecr);
+                if ms < (1 << 30) {
+                    self.rtt.on_sample(Duration::from_millis(u64::from(ms)));
+                }
+            }
+        } else if let Some((end, sent)) = self.timers.rtt_seq {
+            if seg.ack >= end {
+                self.rtt.on_sample(now.saturating_since(sent));
+                self.timers.rtt_seq = None;
+            }
+        }
+    }
+
+    /// RFC 9293 §3.10.7.4 seventh: place text in the receive buffer.
+    fn receive_data(&mut self, ctx: &mut Ctx, seq: SeqNumber, data: &[u8]) {
+        let offset = seq - self.rcv.nxt;
+        let had_holes = !self.assembler.is_empty();
+        let written = self.recv_buf.write_unallocated(offset, data);
+        self.rcv.mss_seen = self.rcv.mss_seen.max(data.len().min(0xffff) as u16);
+        if written < data.len() {
+            // Past the buffer (window rounding): the peer resends the rest.
+            self.flags.set(Flags::ACK_NOW);
+        }
+        match self.assembler.add(offset as u32, written as u32) {
+            Ok(front) => {
+                if front > 0 {
+                    self.recv_buf.enqueue_unallocated(front as usize);
+                    self.rcv.nxt += front as usize;
+                    self.rcv.unacked += front;
+                    ctx.stats.bytes_in += u64::from(front);
+                    if !self.flags.has(Flags::READABLE_NOTIFIED) {
+                        self.flags.set(Flags::READABLE_NOTIFIED);
+                        self.events |= ev::READABLE;
+                    }
+                }
+            }
+            Err(_) => ctx.stats.ooo_dropped += 1,
+        }
+        if offset > 0 {
+            // RFC 5681 §4.2: out-of-order data is acknowledged immediately.
+            ctx.stats.out_of_order += 1;
+            self.flags.set(Flags::ACK_NOW);
+        } else if had_holes {
+            // RFC 5681 §4.2: so is data that fills a hole.
+            self.flags.set(Flags::ACK_NOW);
+        } else if self.rcv.unacked as usize >= 2 * usize::from(self.rcv.mss_seen.max(1)) {
+            // RFC 5681 §4.2: ACK at least every second full-sized segment.
+            self.flags.set(Flags::ACK_NOW);
+        } else if self.timers.delayed_ack.is_none() {
+            self.timers.delayed_ack = Some(ctx.now + ctx.cfg.ack_delay);
+        }
+        // A FIN that arrived ahead of this data.
+        if self.rcv.fin_seq == Some(self.rcv.nxt) {
+            self.on_fin(ctx);
+        }
+    }
+
+    /// RFC 9293 §3.10.7.4 eighth: the FIN bit, in sequence.
+    fn on_fin(&mut self, ctx: &mut Ctx) {
+        if self.flags.has(Flags::PEER_FIN) {
+            return;
+        }
+        self.rcv.fin_seq = None;
+        self.rcv.nxt += 1;
+        self.flags.set(Flags::PEER_FIN | Flags::ACK_NOW);
+        self.events |= ev::PEER_CLOSED;
+        match self.state {
+            State::SynReceived | State::Established => self.state = State::CloseWait,
+            State::FinWait1 => {
+                if self.fin_acked() {
+                    self.enter_time_wait(ctx);
+                } else {
+                    self.state = State::Closing;
+                }
+            }
+            State::FinWait2 => self.enter_time_wait(ctx),
+            _ => {}
+        }
+    }
+
+    fn enter_time_wait(&mut self, ctx: &mut Ctx) {
+        self.state = State::TimeWait;
+        self.timers.rto = None;
+        self.timers.persist = None;
+        self.timers.keepalive = None;
+        self.timers.delayed_ack = None;
+        self.timers.close = Some(ctx.now + ctx.cfg.msl.saturating_mul(2));
+        self.assembler.clear();
+    }
+
+    fn arm_keepalive(&mut self, ctx: &mut Ctx) {
+        if let Some(ka) = ctx.cfg.keepalive {
+            if self.state.is_synchronized() && self.state != State::TimeWait {
+                self.timers.keepalive = Some(ctx.now + ka.idle);
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------
+    // Timers
+    // ---------------------------------------------------------------
+
+    /// The earliest pending deadline.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let t = &self.timers;
+        [t.rto, t.delayed_ack, t.persist, t.keepalive, t.close]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Handles every timer due at `ctx.now`.
+    pub fn on_timeout(&mut self, ctx: &mut Ctx) {
+        let now = ctx.now;
+        let due = |d: Option<Instant>| d.is_some_and(|d| d <= now);
+        if due(self.timers.close) {
+            self.timers.close = None;
+            let reason = if self.state == State::TimeWait {
+                CloseReason::Normal
+            } else {
+                CloseReason::Timeout
+            };
+            self.close_now(reason);
+            return;
+        }
+        if due(self.timers.rto) {
+            self.timers.rto = None;
+            self.on_retransmit_timeout(ctx);
+            if self.state == State::Closed {
+                return;
+            }
+        }
+        if due(self.timers.persist) {
+            self.timers.persist = None;
+            self.timers.persist_backoff = self.timers.persist_backoff.saturating_add(1);
+            self.flags.set(Flags::PROBE_NOW);
+        }
+        if due(self.timers.delayed_ack) {
+            self.timers.delayed_ack = None;
+            self.flags.set(Flags::ACK_NOW);
+        }
+        if due(self.timers.keepalive) {
+            self.timers.keepalive = None;
+            if let Some(ka) = ctx.cfg.keepalive {
+                if self.timers.keepalive_probes >= ka.probes {
+                    self.close_now(CloseReason::Timeout);
+                    return;
+                }
+                self.timers.keepalive_probes += 1;
+                self.flags.set(Flags::KEEPALIVE_NOW);
+                self.timers.keepalive = Some(now + ka.interval);
+            }
+        }
+    }
+
+    /// RFC 6298 §5.4-5.6 and RFC 5681 §3.1 on timeout.
+    fn on_retransmit_timeout(&mut self, ctx: &mut Ctx) {
+        ctx.stats.rto_timeouts += 1;
+        let limit = if self.state.is_synchronized() {
+            ctx.cfg.max_retransmits
+        } else {
+            ctx.cfg.max_syn_retransmits
+        };
+        if self.timers.retransmits >= limit {
+            if self.state.is_synchronized() {
+                self.send_rst(ctx);
+            }
+            self.close_now(CloseReason::Timeout);
+            return;
+        }
+        self.timers.retransmits += 1;
+        self.rtt.on_timeout();
+        self.timers.rtt_seq = None;
+        match self.state {
+            State::SynSent | State::SynReceived => self.snd.nxt = self.snd.iss,
+            _ => {
+                let flight = self.snd.max - self.snd.una;
+                if self.timers.retransmits == 1 {
+                    self.cc.on_retransmit_timeout(flight);
+                }
+                // RFC 6582 §3.2 step 1 (after a timeout).
+                self.snd.recover = self.snd.max;
+                self.flags.clear(Flags::IN_RECOVERY);
+                self.snd.dup_acks = 0;
+                // Go back N: resend from the first unacknowledged byte; the
+                // first segment goes out even into a zero window.
+                self.snd.nxt = self.snd.una;
+                self.flags.set(Flags::RETRANSMIT_ONE);
+            }
+        }
+    }
+
+    /// Called when `poll_transmit` produced nothing: if data waits with
+    /// nothing in flight, the window (or SWS avoidance) holds it back, so
+    /// run the persist timer (RFC 9293 §3.8.6.1).
+    pub fn on_output_idle(&mut self, now: Instant) {
+        if !self.state.can_send() || self.timers.persist.is_some() {
+            return;
+        }
+        let unsent = self.unsent_bytes();
+        if unsent > 0 && self.snd.nxt == self.snd.una && self.snd.una == self.snd.max {
+            let base = self.rtt.rto();
+            let d = base.saturating_mul(1u64 << self.timers.persist_backoff.min(16));
+            let max = Duration::from_secs(60).max(base);
+            self.timers.persist = Some(now + d.min(max));
+        }
+    }
+
+    fn unsent_bytes(&self) -> usize {
+        let sent = self.snd.nxt.saturating_sub(self.data_start());
+        self.send_buf.len().saturating_sub(sent)
+    }
+
+    // ---------------------------------------------------------------
+    // Output
+    // ---------------------------------------------------------------
+
+    /// Writes at most one segment into `buf`; returns its length.
+    pub fn poll_transmit(&mut self, ctx: &mut Ctx, buf: &mut [u8]) -> Option<usize> {
+        match self.state {
+            State::Closed | State::Listen => None,
+            State::SynSent => {
+                if self.snd.nxt == self.snd.iss {
+                    self.emit_syn(ctx, buf, false)
+                } else {
+                    None
+                }
+            }
+            State::SynReceived => {
+                if self.snd.nxt == self.snd.iss || self.flags.has(Flags::ACK_NOW) {
+                    self.emit_syn(ctx, buf, true)
+                } else {
+                    None
+                }
+            }
+            _ => self.poll_transmit_synchronized(ctx, buf),
+        }
+    }
+
+    fn emit_syn(&mut self, ctx: &mut Ctx, buf: &mut [u8], ack: bool) -> Option<usize> {
+        let cfg = ctx.cfg;
+        let now = ctx.now;
+        let mut options = TcpOptions {
+            mss: Some(cfg.mss),
+            ..TcpOptions::default()
+        };
+        let offer_ts = if ack {
+            self.flags.has(Flags::TIMESTAMPS)
+        } else {
+            cfg.timestamps
+        };
+        if offer_ts {
+            options.timestamps = Some((self.tsval(now), if ack { self.ts.recent } else { 0 }));
+        }
+        if self.flags.has(Flags::WS_OFFERED) {
+            options.window_scale = Some(wscale_for(cfg.recv_buffer));
+        }
+        let flags = if ack {
+            TcpFlags::SYN | TcpFlags::ACK
+        } else {
+            TcpFlags::SYN
+        };
+        let repr = TcpRepr {
+            src_port: self.tuple.local.port(),
+            dst_port: self.tuple.remote.port(),
+            seq: self.snd.iss,
+            ack: if ack { self.rcv.nxt } else { SeqNumber(0) },
+            flags,
+            // RFC 7323 §2.2: the window in a SYN is not scaled.
+            window: self.recv_buf.window().min(0xffff) as u16,
+            urgent: 0,
+            options,
+        };
+        let len = repr.emit(buf).ok()?;
+        if ack {
+            self.rcv.adv = self.rcv.nxt + usize::from(repr.window);
+            self.ts.last_ack_sent = self.rcv.nxt;
+            self.flags.clear(Flags::ACK_NOW);
+        }
+        if self.snd.max > self.snd.iss {
+            ctx.stats.retransmits += 1;
+        } else if !self.flags.has(Flags::TIMESTAMPS) && !offer_ts {
+            self.timers.rtt_seq = Some((self.snd.iss + 1, now));
+        }
+        self.snd.nxt = self.snd.iss + 1;
+        self.snd.max = self.snd.max.max(self.snd.nxt);
+        if self.timers.rto.is_none() {
+            self.timers.rto = Some(now + self.rtt.rto());
+        }
+        Some(len)
+    }
+
+    fn poll_transmit_synchronized(&mut self, ctx: &mut Ctx, buf: &mut [u8]) -> Option<usize> {
+        if self.state.can_send() {
+            let start = self.data_start();
+            let buffered = self.send_buf.len();
+            let fin_seq = self.fin_seq();
+
+            // Fast retransmit / partial ACK / timeout: one segment at SND.UNA.
+            if self.flags.has(Flags::RETRANSMIT_ONE) {
+                self.flags.clear(Flags::RETRANSMIT_ONE);
+                let len = buffered.min(self.eff_mss());
+                let fin = fin_seq.is_some_and(|fs| self.snd.una + len == fs);
+                if len > 0 || fin {
+                    return self.emit_segment(ctx, buf, self.snd.una, len, fin);
+                }
+            }
+
+            // Window probe (persist timer): one byte into a zero window, or
+            // whatever the window allows if SWS avoidance held data back.
+            if self.flags.has(Flags::PROBE_NOW) {
+                self.flags.clear(Flags::PROBE_NOW);
+                let off = self.snd.nxt.saturating_sub(start);
+                if off < buffered {
+                    let len = if self.snd.wnd == 0 {
+                        1
+                    } else {
+                        (self.snd.wnd as usize).min(self.eff_mss())
+                    }
+                    .min(buffered - off);
+                    ctx.stats.window_probes += 1;
+                    return self.emit_segment(ctx, buf, self.snd.nxt, len, false);
+                }
+            }
+
+            // New (or go-back-N) data.
+            let off = self.snd.nxt.saturating_sub(start);
+            let unsent = buffered.saturating_sub(off);
+            let wnd = (self.snd.wnd as usize).min(self.cc.window());
+            let in_flight = self.snd.nxt - self.snd.una;
+            let usable = wnd.saturating_sub(in_flight);
+            let mss = self.eff_mss();
+            let len = unsent.min(usable).min(mss);
+            if len > 0 {
+                let idle = self.snd.nxt == self.snd.una;
+                let nodelay = self.flags.has(Flags::NODELAY);
+                let closing = fin_seq.is_some();
+                // RFC 9293 §3.7.4 (Nagle) and §3.8.6.2.1 (sender SWS).
+                let send = len == mss
+                    || (len == unsent && (idle || nodelay || closing))
+                    || ((idle || nodelay) && len >= (self.snd.max_wnd as usize / 2).max(1));
+                if send {
+                    let fin = fin_seq.is_some_and(|fs| self.snd.nxt + len == fs);
+                    return self.emit_segment(ctx, buf, self.snd.nxt, len, fin);
+                }
+            }
+            // A bare FIN once all data is out.
+            if let Some(fs) = fin_seq {
+                if self.snd.nxt == fs {
+                    return self.emit_segment(ctx, buf, fs, 0, true);
+                }
+            }
+        }
+        if self.flags.has(Flags::KEEPALIVE_NOW) {
+            self.flags.clear(Flags::KEEPALIVE_NOW);
+            // RFC 1122 §4.2.3.6: SEG.SEQ = SND.NXT - 1, no data.
+            ctx.stats.keepalive_probes += 1;
+            let seq = self.snd.una - 1;
+            return self.emit_raw(ctx, buf, seq, TcpFlags::ACK, 0);
+        }
+        if self.flags.has(Flags::ACK_NOW) {
+            return self.emit_raw(ctx, buf, self.snd.nxt, TcpFlags::ACK, 0);
+        }
+        None
+    }
+
+    /// Emits a data and/or FIN segment at `seq` and advances SND.NXT.
+    fn emit_segment(
+        &mut self,
+        ctx: &mut Ctx,
+        buf: &mut [u8],
+        seq: SeqNumber,
+        len: usize,
+        fin: bool,
+    ) -> Option<usize> {
+        let now = ctx.now;
+        let mut flags = TcpFlags::ACK;
+        if len > 0 {
+            flags = flags | TcpFlags::PSH;
+        }
+        if fin {
+            flags = flags | TcpFlags::FIN;
+        }
+        let (written, payload) = self.emit_raw_payload(ctx, buf, seq, flags, len)?;
+        let fin = fin && payload == len;
+        let end = seq + payload + usize::from(fin);
+        let is_retransmit = seq < self.snd.max;
+        if is_retransmit {
+            ctx.stats.retransmits += 1;
+            // Karn (RFC 6298 §3): no sample from retransmitted data.
+            if self.timers.rtt_seq.is_some_and(|(e, _)| e > seq) {
+                self.timers.rtt_seq = None;
+            }
+        } else if !self.flags.has(Flags::TIMESTAMPS) && self.timers.rtt_seq.is_none() {
+            self.timers.rtt_seq = Some((end, now));
+        }
+        if payload > 0 {
+            ctx.stats.data_segments_out += 1;
+            ctx.stats.bytes_out += payload as u64;
+            // RFC 5681 §4.1: restart from IW after an idle period.
+            if self.snd.una == self.snd.max
+                && now.saturating_since(self.timers.last_send) > self.rtt.rto()
+            {
+                self.cc.on_idle_restart();
+            }
+            self.timers.last_send = now;
+        }
+        if end > self.snd.nxt {
+            self.snd.nxt = end;
+        }
+        self.snd.max = self.snd.max.max(self.snd.nxt);
+        // RFC 6298 §5.1.
+        if self.timers.rto.is_none() && self.snd.una != self.snd.max {
+            self.timers.rto = Some(now + self.rtt.rto());
+        }
+        Some(written)
+    }
+
+    fn emit_raw(
+        &mut self,
+        ctx: &mut Ctx,
+        buf: &mut [u8],
+        seq: SeqNumber,
+        flags: TcpFlags,
+        len: usize,
+    ) -> Option<usize> {
+        self.emit_raw_payload(ctx, buf, seq, flags, len)
+            .map(|(n, _)| n)
+    }
+
+    /// Builds and writes a segment with up to `len` bytes from the send
+    /// buffer at `seq`. Every segment carries an ACK of RCV.NXT, so the
+    /// delayed-ACK state is cleared. Returns (bytes written, payload bytes).
+    fn emit_raw_payload(
+        &mut self,
+        ctx: &mut Ctx,
+        buf: &mut [u8],
+        seq: SeqNumber,
+        flags: TcpFlags,
+        len: usize,
+    ) -> Option<(usize, usize)> {
+        let mut options = TcpOptions::default();
+        if self.flags.has(Flags::TIMESTAMPS) {
+            options.timestamps = Some((self.tsval(ctx.now), self.ts.recent));
+        }
+        let window = self.advertise_window();
+        let repr = TcpRepr {
+            src_port: self.tuple.local.port(),
+            dst_port: self.tuple.remote.port(),
+            seq,
+            ack: self.rcv.nxt,
+            flags,
+            window,
+            urgent: 0,
+            options,
+        };
+        let hl = repr.emit(buf).ok()?;
+        let room = buf.len() - hl;
+        let mut payload = len.min(room);
+        if payload > 0 {
+            let off = seq - self.data_start();
+            payload = self
+                .send_buf
+                .read_allocated(off, &mut buf[hl..hl + payload]);
+        }
+        if payload < len && flags.fin() {
+            // Truncated by a small buffer: the FIN goes out later.
+            buf[13] &= !TcpFlags::FIN.0;
+        }
+        self.ts.last_ack_sent = self.rcv.nxt;
+        self.rcv.unacked = 0;
+        self.timers.delayed_ack = None;
+        self.flags.clear(Flags::ACK_NOW);
+        Some((hl + payload, payload))
+    }
+
+    // ---------------------------------------------------------------
+    // Migration
+    // ---------------------------------------------------------------
+
+    /// Captures the complete state.
+    pub fn export(&self) -> ConnectionSnapshot {
+        let mut out_of_order = Vec::new();
+        for &(s, e) in self.assembler.ranges() {
+            let mut v = vec![0; (e - s) as usize];
+            self.recv_buf.read_unallocated(s as usize, &mut v);
+            out_of_order.push((s, v));
+        }
+        let mut flags = self.flags;
+        flags.clear(Flags::IN_BACKLOG);
+        ConnectionSnapshot {
+            tuple: self.tuple,
+            state: self.state,
+            flags,
+            snd: self.snd,
+            rcv: self.rcv,
+            ts: self.ts,
+            timers: self.timers,
+            rtt: self.rtt,
+            cc: self.cc,
+            send_capacity: self.send_buf.capacity(),
+            send_data: self.send_buf.to_vec(),
+            recv_capacity: self.recv_buf.capacity(),
+            recv_data: self.recv_buf.to_vec(),
+            out_of_order,
+        }
+    }
+
+    /// Rebuilds a connection from a snapshot.
+    pub fn import(s: &ConnectionSnapshot) -> Result<Self, crate::Error> {
+        if s.send_data.len() > s.send_capacity
+            || s.recv_data.len() > s.recv_capacity
+            || matches!(s.state, State::Closed | State::Listen)
+        {
+            return Err(crate::Error::InvalidSnapshot);
+        }
+        let mut send_buf = RingBuffer::new(s.send_capacity);
+        send_buf.enqueue_slice(&s.send_data);
+        let mut recv_buf = RingBuffer::new(s.recv_capacity);
+        recv_buf.enqueue_slice(&s.recv_data);
+        let mut assembler = Assembler::new();
+        for (off, bytes) in &s.out_of_order {
+            let n = recv_buf.write_unallocated(*off as usize, bytes);
+            if n != bytes.len() || *off == 0 || assembler.add(*off, n as u32) != Ok(0) {
+                return Err(crate::Error::InvalidSnapshot);
+            }
+        }
+        Ok(Connection {
+            tuple: s.tuple,
+            state: s.state,
+            flags: s.flags,
+            events: 0,
+            close_reason: CloseReason::Normal,
+            snd: s.snd,
+            rcv: s.rcv,
+            ts: s.ts,
+            timers: s.timers,
+            rtt: s.rtt,
+            cc: s.cc,
+            assembler,
+            send_buf,
+            recv_buf,
+        })
+    }
+
+    pub fn is_passive(&self) -> bool {
+        self.flags.has(Flags::PASSIVE)
+    }
+
+    pub fn in_backlog(&self) -> bool {
+        self.flags.has(Flags::IN_BACKLOG)
+    }
+
+    pub fn set_in_backlog(&mut self, on: bool) {
+        if on {
+            self.flags.set(Flags::IN_BACKLOG);
+        } else {
+            self.flags.clear(Flags::IN_BACKLOG);
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! Retransmission timeout computation (RFC 6298).
+
+use crate::time::Duration;
+
+/// SRTT/RTTVAR/RTO state with exponential backoff.
+///
+/// Karn's rule (RFC 6298 §3) is applied by the caller: only samples from
+/// segments that were not retransmitted (or timestamp echoes, RFC 7323 §4)
+/// are fed to [`RttEstimator::on_sample`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RttEstimator {
+    /// Smoothed RTT; `None` until the first sample.
+    srtt: Option<Duration>,
+    rttvar: Duration,
+    /// RTO before backoff.
+    base_rto: Duration,
+    /// Number of consecutive backoffs (RFC 6298 §5.5).
+    backoff: u8,
+    min_rto: Duration,
+    max_rto: Duration,
+}
+
+/// Clock granularity `G` of RFC 6298 §2. Our clock is nanoseconds, so the
+/// granularity term only keeps RTO strictly above SRTT.
+const GRANULARITY: Duration = Duration::from_millis(1);
+
+impl RttEstimator {
+    /// A fresh estimator: RTO = `initial_rto` (RFC 6298 §2.1 says 1 s),
+    /// clamped to `[min_rto, max_rto]`.
+    pub fn new(initial_rto: Duration, min_rto: Duration, max_rto: Duration) -> Self {
+        RttEstimator {
+            srtt: None,
+            rttvar: Duration::ZERO,
+            base_rto: initial_rto.max(min_rto).min(max_rto),
+            backoff: 0,
+            min_rto,
+            max_rto,
+        }
+    }
+
+    /// Feeds an RTT measurement `r` (RFC 6298 §2.2 and §2.3), and clears
+    /// the backoff (RFC 6298 §5.7 leaves this to the implementation; a valid
+    /// sample proves the path works).
+    pub fn on_sample(&mut self, r: Duration) {
+        match self.srtt {
+            None => {
+                // RFC 6298 §2.2
+                self.srtt = Some(r);
+                self.rttvar = Duration(r.0 / 2);
+            }
+            Some(srtt) => {
+                // RFC 6298 §2.3: beta = 1/4, alpha = 1/8.
+                let delta = srtt.0.abs_diff(r.0);
+                self.rttvar = Duration((3 * (self.rttvar.0 / 4)) + delta / 4);
+                self.srtt = Some(Duration(srtt.0 - srtt.0 / 8 + r.0 / 8));
+            }
+        }
+        let srtt = self.srtt.unwrap_or(r);
+        let k_rttvar = self.rttvar.saturating_mul(4).max(GRANULARITY);
+        // RFC 6298 §2.4 (minimum) and §2.5 (maximum).
+        self.base_rto = (srtt + k_rttvar).max(self.min_rto).min(self.max_rto);
+        self.backoff = 0;
+    }
+
+    /// The timer expired: double the RTO (RFC 6298 §5.5), up to the maximum.
+    pub fn on_timeout(&mut self) {
+        self.backoff = self.backoff.saturating_add(1);
+    }
+
+    /// Current RTO, including backoff.
+    pub fn rto(&self) -> Duration {
+        let shift = u32::from(self.backoff.min(32));
+        let ns = self.base_rto.0.checked_shl(shift).unwrap_or(u64::MAX);
+        if shift > 0 && ns >> shift != self.base_rto.0 {
+            return self.max_rto;
+        }
+        Duration(ns).min(self.max_rto)
+    }
+
+    /// Smoothed RTT, if measured.
+    pub fn srtt(&self) -> Option<Duration> {
+        self.srtt
+    }
+
+    /// RTT variance.
+    pub fn rttvar(&self) -> Duration {
+        self.rttvar
+    }
+
+    /// Number of consecutive backoffs since the last valid sample.
+    pub fn backoff(&self) -> u8 {
+        self.backoff
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn est() -> RttEstimator {
+        RttEstimator::new(
+            Duration::from_secs(1),
+            Duration::from_millis(200),
+            Duration::from_secs(60),
+        )
+    }
+
+    #[test]
+    fn first_and_second_sample() {
+        let mut e = est();
+        assert_eq!(e.rto(), Duration::from_secs(1));
+        e.on_sample(Duration::from_millis(100));
+        assert_eq!(e.srtt(), Some(Duration::from_millis(100)));
+        assert_eq!(e.rttvar(), Duration::from_millis(50));
+        // 100 + 4*50 = 300ms
+        assert_eq!(e.rto(), Duration::from_millis(300));
+        e.on_sample(Duration::from_millis(200));
+        // RTTVAR = 3/4*50 + 1/4*100 = 62.5; SRTT = 7/8*100 + 1/8*200 = 112.5
+        assert_eq!(e.rttvar(), Duration::from_micros(62_500));
+        assert_eq!(e.srtt(), Some(Duration::from_micros(112_500)));
+        assert_eq!(e.rto(), Duration::from_micros(362_500));
+    }
+
+    #[test]
+    fn min_max_and_backoff() {
+        let mut e = est();
+        e.on_sample(Duration::from_millis(1));
+        assert_eq!(e.rto(), Duration::from_millis(200), "clamped to min");
+        e.on_timeout();
+        assert_eq!(e.rto(), Duration::from_millis(400));
+        e.on_timeout();
+        assert_eq!(e.rto(), Duration::from_millis(800));
+        for _ in 0..100 {
+            e.on_timeout();
+        }
+        assert_eq!(e.rto(), Duration::from_secs(60), "clamped to max");
+        e.on_sample(Duration::from_millis(1));
+        assert_eq!(e.backoff(), 0);
+        assert_eq!(e.rto(), Duration::from_millis(200));
+    }
+}

@@ -1,0 +1,758 @@
+//! The per-core shard: connection table, listeners, timer wheel, event and
+//! transmit queues.
+
+use crate::connection::{ev, Connection, Ctx, Flags, PendingRst, State};
+use crate::isn::IsnGenerator;
+use crate::seq::SeqNumber;
+use crate::time::Instant;
+use crate::timer::{TimerEntry, TimerWheel};
+use crate::wire::{TcpFlags, TcpOptions, TcpRepr};
+use crate::{
+    Config, ConnHandle, ConnectionSnapshot, Error, Event, FourTuple, ListenerId, Stats, Transmit,
+};
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::net::{IpAddr, SocketAddr};
+
+/// FxHash (as used by rustc): a fast, non-cryptographic hasher. The table
+/// is keyed by addresses chosen by remote hosts; if hash flooding matters
+/// for a deployment, key it with SipHash instead.
+#[derive(Default, Clone, Copy)]
+struct FxHasher {
+    hash: u64,
+}
+
+const FX_SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+
+impl FxHasher {
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.hash = (self.hash.rotate_left(5) ^ word).wrapping_mul(FX_SEED);
+    }
+}
+
+impl Hasher for FxHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes(c.try_into().expect("8 bytes")));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(w));
+        }
+    }
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+    #[inline]
+    fn write_u16(&mut self, i: u16) {
+        self.add(u64::from(i));
+    }
+    #[inline]
+    fn write_u32(&mut self, i: u32) {
+        self.add(u64::from(i));
+    }
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        // Spread entropy into the low bits used for bucket selection.
+        self.hash.rotate_left(26)
+    }
+}
+
+type FxBuild = BuildHasherDefault<FxHasher>;
+
+/// A slab entry. Connections live inline in one `Vec`, so per-connection
+/// state is contiguous and lookups are an index.
+#[derive(Debug)]
+struct Slot {
+    generation: u32,
+    in_dirty: bool,
+    /// Deadline of the wheel entry considered live for this slot.
+    wheel_deadline: Option<Instant>,
+    listener: Option<ListenerId>,
+    conn: Option<Connection>,
+}
+
+#[derive(Debug)]
+struct Listener {
+    local: SocketAddr,
+    half_open: usize,
+}
+
+/// One core's TCP stack. See the crate documentation for the call pattern.
+#[derive(Debug)]
+pub struct Stack {
+    cfg: Config,
+    isn: IsnGenerator,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    table: HashMap<FourTuple, u32, FxBuild>,
+    listeners: Vec<Option<Listener>>,
+    listener_ports: HashMap<u16, u32, FxBuild>,
+    wheel: TimerWheel,
+    expired: Vec<TimerEntry>,
+    dirty: VecDeque<(u32, u32)>,
+    events: VecDeque<Event>,
+    rsts: VecDeque<PendingRst>,
+    stats: Stats,
+    live: usize,
+    /// Latest time seen from the caller.
+    now: Instant,
+}
+
+impl std::fmt::Debug for IsnGenerator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("IsnGenerator { .. }")
+    }
+}
+
+impl Stack {
+    /// A stack with no connections.
+    pub fn new(cfg: Config) -> Self {
+        Stack {
+            isn: IsnGenerator::new(cfg.isn_secret),
+            wheel: TimerWheel::new(cfg.timer_tick, cfg.timer_buckets),
+            cfg,
+            slots: Vec::new(),
+            free: Vec::new(),
+            table: HashMap::default(),
+            listeners: Vec::new(),
+            listener_ports: HashMap::default(),
+            expired: Vec::new(),
+            dirty: VecDeque::new(),
+            events: VecDeque::new(),
+            rsts: VecDeque::new(),
+            stats: Stats::default(),
+            live: 0,
+            now: Instant::ZERO,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Live connections (any state but CLOSED, TIME-WAIT included).
+    pub fn connection_count(&self) -> usize {
+        self.live
+    }
+
+    fn tick(&mut self, now: Instant) {
+        self.now = self.now.max(now);
+    }
+
+    // ---------------------------------------------------------------
+    // Opening
+    // ---------------------------------------------------------------
+
+    /// Listens on `local` (an unspecified IP accepts any destination
+    /// address). One listener per port.
+    pub fn listen(&mut self, local: SocketAddr) -> Result<ListenerId, Error> {
+        if local.port() == 0 {
+            return Err(Error::InvalidAddress);
+        }
+        if self.listener_ports.contains_key(&local.port()) {
+            return Err(Error::AddrInUse);
+        }
+        let id = self.listeners.len() as u32;
+        self.listeners.push(Some(Listener {
+            local,
+            half_open: 0,
+        }));
+        self.listener_ports.insert(local.port(), id);
+        Ok(ListenerId(id))
+    }
+
+    /// Stops listening. Half-open connections from it are reset when they
+    /// complete; established ones are unaffected.
+    pub fn unlisten(&mut self, id: ListenerId) -> Result<(), Error> {
+        let l = self
+            .listeners
+            .get_mut(id.0 as usize)
+            .and_then(Option::take)
+            .ok_or(Error::InvalidListener)?;
+        self.listener_ports.remove(&l.local.port());
+        Ok(())
+    }
+
+    /// Active open from `local` (the caller picks the port, e.g. so that RSS
+    /// steers replies to this core) to `remote`. The SYN goes out on the
+    /// next [`Stack::poll_transmit`].
+    pub fn connect(
+        &mut self,
+        now: Instant,
+        local: SocketAddr,
+        remote: SocketAddr,
+    ) -> Result<ConnHandle, Error> {
+        self.tick(now);
+        if local.is_ipv4() != remote.is_ipv4()
+            || local.port() == 0
+            || remote.port() == 0
+            || local.ip().is_unspecified()
+            || remote.ip().is_unspecified()
+        {
+            return Err(Error::InvalidAddress);
+        }
+        let tuple = FourTuple { local, remote };
+        if self.table.contains_key(&tuple) {
+            return Err(Error::AddrInUse);
+        }
+        let mut conn = Connection::new_active(&self.cfg, &self.isn, tuple, now);
+        conn.flags.set(Flags::ANNOUNCED);
+        self.stats.active_opens += 1;
+        let idx = self.insert(conn, None);
+        self.after(idx);
+        Ok(self.handle(idx))
+    }
+
+    fn insert(&mut self, conn: Connection, listener: Option<ListenerId>) -> u32 {
+        let tuple = conn.tuple;
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(Slot {
+                    generation: 0,
+                    in_dirty: false,
+                    wheel_deadline: None,
+                    listener: None,
+                    conn: None,
+                });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let slot = &mut self.slots[idx as usize];
+        slot.conn = Some(conn);
+        slot.listener = listener;
+        slot.wheel_deadline = None;
+        slot.in_dirty = false;
+        self.table.insert(tuple, idx);
+        self.live += 1;
+        idx
+    }
+
+    fn handle(&self, idx: u32) -> ConnHandle {
+        ConnHandle {
+            index: idx,
+            generation: self.slots[idx as usize].generation,
+        }
+    }
+
+    fn lookup(&self, h: ConnHandle) -> Result<u32, Error> {
+        match self.slots.get(h.index as usize) {
+            Some(s) if s.generation == h.generation && s.conn.is_some() => Ok(h.index),
+            _ => Err(Error::InvalidHandle),
+        }
+    }
+
+    /// Runs `f` on a connection with a context, then does the bookkeeping.
+    fn with_conn<R>(&mut self, idx: u32, f: impl FnOnce(&mut Connection, &mut Ctx) -> R) -> R {
+        let Stack {
+            slots,
+            cfg,
+            stats,
+            rsts,
+            now,
+            ..
+        } = self;
+        let conn = slots[idx as usize].conn.as_mut().expect("live slot");
+        let mut ctx = Ctx {
+            now: *now,
+            cfg,
+            stats,
+            rsts,
+        };
+        let r = f(conn, &mut ctx);
+        self.after(idx);
+        r
+    }
+
+    /// After a connection changed: deliver its events, free it if it
+    /// closed, reschedule its timer and queue it for transmission.
+    fn after(&mut self, idx: u32) {
+        let slot = &mut self.slots[idx as usize];
+        let handle = ConnHandle {
+            index: idx,
+            generation: slot.generation,
+        };
+        let conn = slot.conn.as_mut().expect("live slot");
+        let evs = std::mem::take(&mut conn.events);
+        if evs & ev::ESTABLISHED != 0 {
+            if conn.in_backlog() {
+                conn.set_in_backlog(false);
+                if let Some(Some(l)) = slot
+                    .listener
+                    .and_then(|l| self.listeners.get_mut(l.0 as usize))
+                {
+                    l.half_open -= 1;
+                }
+            }
+            if conn.is_passive() {
+                let listener = slot
+                    .listener
+                    .filter(|l| matches!(self.listeners.get(l.0 as usize), Some(Some(_))));
+                match listener {
+                    Some(listener) => {
+                        conn.flags.set(Flags::ANNOUNCED);
+                        self.events.push_back(Event::Accepted {
+                            conn: handle,
+                            listener,
+                        });
+                    }
+                    None if conn.flags.has(Flags::ANNOUNCED) => {
+                        // Imported before the handshake completed.
+                        self.events.push_back(Event::Connected(handle));
+                    }
+                    None => {
+                        // The listener went away: refuse.
+                        let Stack {
+                            cfg, stats, rsts, ..
+                        } = self;
+                        let mut ctx = Ctx {
+                            now: self.now,
+                            cfg,
+                            stats,
+                            rsts,
+                        };
+                        conn.abort(&mut ctx);
+                    }
+                }
+            } else {
+                self.events.push_back(Event::Connected(handle));
+            }
+        }
+        let announced = conn.flags.has(Flags::ANNOUNCED);
+        if announced {
+            if evs & ev::READABLE != 0 {
+                self.events.push_back(Event::Readable(handle));
+            }
+            if evs & ev::PEER_CLOSED != 0 {
+                self.events.push_back(Event::PeerClosed(handle));
+            }
+            if evs & ev::WRITABLE != 0 {
+                self.events.push_back(Event::Writable(handle));
+            }
+        }
+        if conn.state == State::Closed {
+            if announced {
+                self.events.push_back(Event::Closed {
+                    conn: handle,
+                    reason: conn.close_reason,
+                });
+            }
+            self.remove(idx);
+            self.stats.closed += 1;
+            return;
+        }
+        self.schedule(idx);
+        let slot = &mut self.slots[idx as usize];
+        if !slot.in_dirty {
+            slot.in_dirty = true;
+            self.dirty.push_back((idx, slot.generation));
+        }
+    }
+
+    /// Keeps one wheel entry at or before the connection's next deadline.
+    fn schedule(&mut self, idx: u32) {
+        let slot = &mut self.slots[idx as usize];
+        let Some(conn) = slot.conn.as_ref() else {
+            return;
+        };
+        if let Some(d) = conn.next_deadline() {
+            if slot.wheel_deadline.is_none_or(|w| d < w) {
+                slot.wheel_deadline = Some(d);
+                self.wheel.insert(self.now, idx, slot.generation, d);
+            }
+        }
+    }
+
+    fn remove(&mut self, idx: u32) -> Connection {
+        let slot = &mut self.slots[idx as usize];
+        let conn = slot.conn.take().expect("live slot");
+        if conn.in_backlog() {
+            if let Some(Some(l)) = slot
+                .listener
+                .and_then(|l| self.listeners.get_mut(l.0 as usize))
+            {
+                l.half_open -= 1;
+            }
+        }
+        slot.generation = slot.generation.wrapping_add(1);
+        slot.wheel_deadline = None;
+        slot.in_dirty = false;
+        slot.listener = None;
+        self.table.remove(&conn.tuple);
+        self.free.push(idx);
+        self.live -= 1;
+        conn
+    }
+
+    // ---------------------------------------------------------------
+    // Input
+    // ---------------------------------------------------------------
+
+    /// Processes one received TCP segment (header and payload; the caller
+    /// verified the checksum). Malformed segments are counted and dropped.
+    pub fn handle_segment(&mut self, now: Instant, src_ip: IpAddr, dst_ip: IpAddr, segment: &[u8]) {
+        self.tick(now);
+        self.stats.segments_in += 1;
+        let (repr, payload) = match TcpRepr::parse(segment) {
+            Ok(x) => x,
+            Err(_) => {
+                self.stats.malformed += 1;
+                return;
+            }
+        };
+        let tuple = FourTuple {
+            local: SocketAddr::new(dst_ip, repr.dst_port),
+            remote: SocketAddr::new(src_ip, repr.src_port),
+        };
+        if let Some(&idx) = self.table.get(&tuple) {
+            self.with_conn(idx, |c, ctx| c.on_segment(ctx, &repr, payload));
+            return;
+        }
+        let listener = self
+            .listener_ports
+            .get(&repr.dst_port)
+            .copied()
+            .filter(|&l| {
+                self.listeners[l as usize]
+                    .as_ref()
+                    .is_some_and(|l| l.local.ip().is_unspecified() || l.local.ip() == dst_ip)
+            });
+        match listener {
+            Some(l) if src_ip.is_ipv4() == dst_ip.is_ipv4() => {
+                self.on_listen_segment(ListenerId(l), tuple, &repr, payload.len())
+            }
+            _ => {
+                self.stats.no_connection += 1;
+                self.reset_for(tuple, &repr, payload.len());
+            }
+        }
+    }
+
+    /// RFC 9293 §3.10.7.2: a segment for a listener.
+    fn on_listen_segment(&mut self, l: ListenerId, tuple: FourTuple, seg: &TcpRepr, len: usize) {
+        let f = seg.flags;
+        if f.rst() {
+            return;
+        }
+        if f.ack() {
+            self.reset_for(tuple, seg, len);
+            return;
+        }
+        if !f.syn() || f.fin() {
+            return;
+        }
+        let listener = self.listeners[l.0 as usize]
+            .as_mut()
+            .expect("live listener");
+        if listener.half_open >= self.cfg.listen_backlog {
+            self.stats.syn_dropped += 1;
+            return;
+        }
+        listener.half_open += 1;
+        let mut conn = Connection::new_passive(&self.cfg, &self.isn, tuple, self.now, seg);
+        conn.set_in_backlog(true);
+        self.stats.passive_opens += 1;
+        let idx = self.insert(conn, Some(l));
+        self.after(idx);
+    }
+
+    /// RFC 9293 §3.10.7.1: the reply to a segment for no connection.
+    fn reset_for(&mut self, tuple: FourTuple, seg: &TcpRepr, len: usize) {
+        if seg.flags.rst() {
+            return;
+        }
+        let rst = if seg.flags.ack() {
+            PendingRst {
+                tuple,
+                seq: seg.ack,
+                ack: None,
+            }
+        } else {
+            let seg_len = len + usize::from(seg.flags.syn()) + usize::from(seg.flags.fin());
+            PendingRst {
+                tuple,
+                seq: SeqNumber(0),
+                ack: Some(seg.seq + seg_len),
+            }
+        };
+        let Stack {
+            cfg, stats, rsts, ..
+        } = self;
+        Ctx {
+            now: self.now,
+            cfg,
+            stats,
+            rsts,
+        }
+        .queue_rst(rst);
+    }
+
+    // ---------------------------------------------------------------
+    // Output and time
+    // ---------------------------------------------------------------
+
+    /// Writes the next segment to send into `buf` (header, options and
+    /// payload; checksum zero) and says where it goes. `buf` should hold at
+    /// least 60 bytes plus the MSS. Call until it returns `None`.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        self.tick(now);
+        while let Some(rst) = self.rsts.pop_front() {
+            let repr = TcpRepr {
+                src_port: rst.tuple.local.port(),
+                dst_port: rst.tuple.remote.port(),
+                seq: rst.seq,
+                ack: rst.ack.unwrap_or_default(),
+                flags: if rst.ack.is_some() {
+                    TcpFlags::RST | TcpFlags::ACK
+                } else {
+                    TcpFlags::RST
+                },
+                window: 0,
+                urgent: 0,
+                options: TcpOptions::default(),
+            };
+            if let Ok(len) = repr.emit(buf) {
+                self.stats.resets_out += 1;
+                self.stats.segments_out += 1;
+                return Some(Transmit {
+                    src: rst.tuple.local,
+                    dst: rst.tuple.remote,
+                    len,
+                });
+            }
+        }
+        while let Some(&(idx, generation)) = self.dirty.front() {
+            let slot = &mut self.slots[idx as usize];
+            if slot.generation != generation || slot.conn.is_none() {
+                self.dirty.pop_front();
+                continue;
+            }
+            let Stack {
+                slots,
+                cfg,
+                stats,
+                rsts,
+                now,
+                ..
+            } = self;
+            let conn = slots[idx as usize].conn.as_mut().expect("live slot");
+            let mut ctx = Ctx {
+                now: *now,
+                cfg,
+                stats,
+                rsts,
+            };
+            match conn.poll_transmit(&mut ctx, buf) {
+                Some(len) => {
+                    let t = Transmit {
+                        src: conn.tuple.local,
+                        dst: conn.tuple.remote,
+                        len,
+                    };
+                    self.stats.segments_out += 1;
+                    // Round-robin between connections with data to send.
+                    self.dirty.pop_front();
+                    self.dirty.push_back((idx, generation));
+                    self.schedule(idx);
+                    return Some(t);
+                }
+                None => {
+                    conn.on_output_idle(*now);
+                    self.dirty.pop_front();
+                    self.slots[idx as usize].in_dirty = false;
+                    self.schedule(idx);
+                }
+            }
+        }
+        None
+    }
+
+    /// When [`Stack::handle_timeout`] should be called next (may be early).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.wheel.next_expiry()
+    }
+
+    /// Runs the timers due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.tick(now);
+        let mut expired = std::mem::take(&mut self.expired);
+        self.wheel.expire(now, &mut expired);
+        for e in expired.drain(..) {
+            let Some(slot) = self.slots.get_mut(e.key as usize) else {
+                continue;
+            };
+            if slot.generation != e.generation
+                || slot.conn.is_none()
+                || slot.wheel_deadline != Some(e.deadline)
+            {
+                continue;
+            }
+            slot.wheel_deadline = None;
+            self.with_conn(e.key, |c, ctx| c.on_timeout(ctx));
+        }
+        self.expired = expired;
+    }
+
+    /// The next application event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    // ---------------------------------------------------------------
+    // Application calls
+    // ---------------------------------------------------------------
+
+    /// Queues data; returns how much fit. `Err(WouldBlock)` if none did (a
+    /// `Writable` event follows when space frees up).
+    pub fn send(&mut self, conn: ConnHandle, data: &[u8]) -> Result<usize, Error> {
+        let idx = self.lookup(conn)?;
+        self.with_conn(idx, |c, _| c.send(data))
+    }
+
+    /// Reads in-order data. `Ok(0)` means end of stream (the peer closed and
+    /// everything was read); `Err(WouldBlock)` means nothing yet.
+    pub fn recv(&mut self, conn: ConnHandle, buf: &mut [u8]) -> Result<usize, Error> {
+        let idx = self.lookup(conn)?;
+        self.with_conn(idx, |c, ctx| c.recv(ctx, buf))
+    }
+
+    /// Zero-copy read: the contiguous run of readable bytes (possibly only
+    /// part of what is buffered, when the ring wraps). Follow with
+    /// [`Stack::consume`].
+    pub fn peek(&self, conn: ConnHandle) -> Result<&[u8], Error> {
+        let idx = self.lookup(conn)?;
+        Ok(self.slots[idx as usize]
+            .conn
+            .as_ref()
+            .expect("live slot")
+            .peek())
+    }
+
+    /// Drops `n` bytes read through [`Stack::peek`]; returns how many were
+    /// dropped.
+    pub fn consume(&mut self, conn: ConnHandle, n: usize) -> Result<usize, Error> {
+        let idx = self.lookup(conn)?;
+        Ok(self.with_conn(idx, |c, ctx| c.consume(ctx, n)))
+    }
+
+    /// Whether the peer closed and every byte was read.
+    pub fn is_eof(&self, conn: ConnHandle) -> Result<bool, Error> {
+        let idx = self.lookup(conn)?;
+        Ok(self.slots[idx as usize]
+            .conn
+            .as_ref()
+            .expect("live slot")
+            .at_eof())
+    }
+
+    /// Free space in the send buffer.
+    pub fn send_space(&self, conn: ConnHandle) -> Result<usize, Error> {
+        let idx = self.lookup(conn)?;
+        Ok(self.slots[idx as usize]
+            .conn
+            .as_ref()
+            .expect("live slot")
+            .send_buf
+            .window())
+    }
+
+    /// The connection's state.
+    pub fn state(&self, conn: ConnHandle) -> Result<State, Error> {
+        let idx = self.lookup(conn)?;
+        Ok(self.slots[idx as usize]
+            .conn
+            .as_ref()
+            .expect("live slot")
+            .state)
+    }
+
+    /// The connection's address pair.
+    pub fn four_tuple(&self, conn: ConnHandle) -> Result<FourTuple, Error> {
+        let idx = self.lookup(conn)?;
+        Ok(self.slots[idx as usize]
+            .conn
+            .as_ref()
+            .expect("live slot")
+            .tuple)
+    }
+
+    /// Sends FIN after the queued data; reading continues (half close).
+    pub fn shutdown_write(&mut self, conn: ConnHandle) -> Result<(), Error> {
+        let idx = self.lookup(conn)?;
+        self.with_conn(idx, |c, _| c.shutdown_write());
+        Ok(())
+    }
+
+    /// Closes both directions: FIN after the queued data, and any data that
+    /// arrives later resets the connection. With unread data it aborts. The
+    /// handle stays valid until the `Closed` event.
+    pub fn close(&mut self, conn: ConnHandle) -> Result<(), Error> {
+        let idx = self.lookup(conn)?;
+        self.with_conn(idx, |c, ctx| c.close(ctx));
+        Ok(())
+    }
+
+    /// Resets the connection (RST) and frees it; a `Closed { reason:
+    /// Aborted }` event follows.
+    pub fn abort(&mut self, conn: ConnHandle) -> Result<(), Error> {
+        let idx = self.lookup(conn)?;
+        self.with_conn(idx, |c, ctx| c.abort(ctx));
+        Ok(())
+    }
+
+    /// Disables (`true`) or enables Nagle's algorithm.
+    pub fn set_nodelay(&mut self, conn: ConnHandle, nodelay: bool) -> Result<(), Error> {
+        let idx = self.lookup(conn)?;
+        self.with_conn(idx, |c, _| c.set_nodelay(nodelay));
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------
+    // Migration
+    // ---------------------------------------------------------------
+
+    /// Removes a connection from this stack and returns its full state, for
+    /// [`Stack::import`] on another core. No segment is sent and no event is
+    /// queued; events already queued for the handle become stale.
+    pub fn export(&mut self, conn: ConnHandle) -> Result<ConnectionSnapshot, Error> {
+        let idx = self.lookup(conn)?;
+        let c = self.remove(idx);
+        Ok(c.export())
+    }
+
+    /// Adds a connection exported from another stack. A connection that was
+    /// still half-open from a passive open reports `Connected` (not
+    /// `Accepted`) when it completes.
+    pub fn import(&mut self, now: Instant, snap: &ConnectionSnapshot) -> Result<ConnHandle, Error> {
+        self.tick(now);
+        if self.table.contains_key(&snap.tuple) {
+            return Err(Error::AddrInUse);
+        }
+        let mut conn = Connection::import(snap)?;
+        conn.flags.set(Flags::ANNOUNCED);
+        let idx = self.insert(conn, None);
+        self.after(idx);
+        Ok(self.handle(idx))
+    }
+}
