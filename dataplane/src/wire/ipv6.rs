@@ -1,0 +1,668 @@
+//! IPv6 fixed header and extension-header walk (RFC 8200).
+//!
+//! ```text
+//!  0                   1                   2                   3
+//!  0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//! |Version| Traffic Class |           Flow Label                  |
+//! |         Payload Length        |  Next Header  |   Hop Limit   |
+//! |                   Source Address (128 bits)                   |
+//! |                Destination Address (128 bits)                 |
+//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//! ```
+
+use super::ip::{FragmentInfo, IpPair, IpProtocol};
+use super::{be16, be32, need, put16, put32, Layer, Result, WireError};
+use std::net::Ipv6Addr;
+
+/// Length of the fixed IPv6 header.
+pub const HEADER_LEN: usize = 40;
+/// Length of the Fragment extension header (RFC 8200 §4.5).
+pub const FRAGMENT_HEADER_LEN: usize = 8;
+
+#[inline(always)]
+fn addr_at(b: &[u8], off: usize) -> Ipv6Addr {
+    let mut a = [0u8; 16];
+    a.copy_from_slice(&b[off..off + 16]);
+    Ipv6Addr::from(a)
+}
+
+/// The solicited-node multicast address of `addr`: `ff02::1:ff00:0/104` plus its low 24 bits
+/// (RFC 4291 §2.7.1), where Neighbor Solicitations for it are sent (RFC 4861 §7.2.2).
+#[inline]
+pub fn solicited_node(addr: &Ipv6Addr) -> Ipv6Addr {
+    let o = addr.octets();
+    Ipv6Addr::from([
+        0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01, 0xff, o[13], o[14], o[15],
+    ])
+}
+
+/// A zero-copy view of an IPv6 packet. `new_checked` validates the version and that the
+/// payload length fits in the buffer; [`payload`](Self::payload) ends at the payload length
+/// (padding excluded). Jumbograms (RFC 2675) are not supported: a zero payload length is
+/// an empty payload.
+#[derive(Debug, Clone)]
+pub struct Ipv6Packet<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Ipv6Packet<T> {
+    /// Wraps a buffer without checks.
+    #[inline]
+    pub const fn new_unchecked(buffer: T) -> Self {
+        Ipv6Packet { buffer }
+    }
+
+    /// Wraps a buffer, checking: at least 40 bytes, version 6, 40 + payload length ≤ buffer.
+    #[inline]
+    pub fn new_checked(buffer: T) -> Result<Self> {
+        let b = buffer.as_ref();
+        need(Layer::Ipv6, HEADER_LEN, b.len())?;
+        let version = b[0] >> 4;
+        if version != 6 {
+            return Err(WireError::BadVersion {
+                layer: Layer::Ipv6,
+                version,
+            });
+        }
+        need(Layer::Ipv6, HEADER_LEN + usize::from(be16(b, 4)), b.len())?;
+        Ok(Ipv6Packet { buffer })
+    }
+
+    /// Gives the buffer back.
+    #[inline]
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    /// Version nibble.
+    #[inline]
+    pub fn version(&self) -> u8 {
+        self.buffer.as_ref()[0] >> 4
+    }
+
+    /// Traffic class (DSCP << 2 | ECN).
+    #[inline]
+    pub fn traffic_class(&self) -> u8 {
+        (be16(self.buffer.as_ref(), 0) >> 4) as u8
+    }
+
+    /// Flow label (20 bits).
+    #[inline]
+    pub fn flow_label(&self) -> u32 {
+        be32(self.buffer.as_ref(), 0) & 0x000f_ffff
+    }
+
+    /// Payload length (everything after the fixed header, extension headers included).
+    #[inline]
+    pub fn payload_len(&self) -> usize {
+        usize::from(be16(self.buffer.as_ref(), 4))
+    }
+
+    /// Next header (the first extension header or the upper layer).
+    #[inline]
+    pub fn next_header(&self) -> IpProtocol {
+        IpProtocol::from(self.buffer.as_ref()[6])
+    }
+
+    /// Hop limit.
+    #[inline]
+    pub fn hop_limit(&self) -> u8 {
+        self.buffer.as_ref()[7]
+    }
+
+    /// Source address.
+    #[inline]
+    pub fn src_addr(&self) -> Ipv6Addr {
+        addr_at(self.buffer.as_ref(), 8)
+    }
+
+    /// Destination address.
+    #[inline]
+    pub fn dst_addr(&self) -> Ipv6Addr {
+        addr_at(self.buffer.as_ref(), 24)
+    }
+
+    /// Source and destination.
+    #[inline]
+    pub fn addrs(&self) -> IpPair {
+        IpPair::V6 {
+            src: self.src_addr(),
+            dst: self.dst_addr(),
+        }
+    }
+
+    /// The payload (extension headers and upper layer), `payload_len` bytes.
+    #[inline]
+    pub fn payload(&self) -> &[u8] {
+        &self.buffer.as_ref()[HEADER_LEN..HEADER_LEN + self.payload_len()]
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
+    /// Sets version 6, traffic class and flow label.
+    #[inline]
+    pub fn set_version_tc_flow(&mut self, traffic_class: u8, flow_label: u32) {
+        let v = (6u32 << 28) | (u32::from(traffic_class) << 20) | (flow_label & 0x000f_ffff);
+        put32(self.buffer.as_mut(), 0, v);
+    }
+
+    /// Sets the payload length.
+    #[inline]
+    pub fn set_payload_len(&mut self, len: u16) {
+        put16(self.buffer.as_mut(), 4, len);
+    }
+
+    /// Sets the next header.
+    #[inline]
+    pub fn set_next_header(&mut self, p: IpProtocol) {
+        self.buffer.as_mut()[6] = p.into();
+    }
+
+    /// Sets the hop limit.
+    #[inline]
+    pub fn set_hop_limit(&mut self, h: u8) {
+        self.buffer.as_mut()[7] = h;
+    }
+
+    /// Sets the source address.
+    #[inline]
+    pub fn set_src_addr(&mut self, a: &Ipv6Addr) {
+        self.buffer.as_mut()[8..24].copy_from_slice(&a.octets());
+    }
+
+    /// Sets the destination address.
+    #[inline]
+    pub fn set_dst_addr(&mut self, a: &Ipv6Addr) {
+        self.buffer.as_mut()[24..40].copy_from_slice(&a.octets());
+    }
+
+    /// Swaps source and destination addresses.
+    #[inline]
+    pub fn swap_addrs(&mut self) {
+        let (s, d) = self.buffer.as_mut()[8..40].split_at_mut(16);
+        s.swap_with_slice(d);
+    }
+
+    /// Mutable payload.
+    #[inline]
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        let end = HEADER_LEN + self.payload_len();
+        &mut self.buffer.as_mut()[HEADER_LEN..end]
+    }
+}
+
+/// A parsed IPv6 fixed header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Ipv6Repr {
+    /// Source address.
+    pub src_addr: Ipv6Addr,
+    /// Destination address.
+    pub dst_addr: Ipv6Addr,
+    /// Next header.
+    pub next_header: IpProtocol,
+    /// Payload length.
+    pub payload_len: usize,
+    /// Hop limit.
+    pub hop_limit: u8,
+    /// Traffic class.
+    pub traffic_class: u8,
+    /// Flow label (20 bits).
+    pub flow_label: u32,
+}
+
+impl Ipv6Repr {
+    /// A header with hop limit 64, traffic class and flow label 0.
+    #[inline]
+    pub const fn new(
+        src_addr: Ipv6Addr,
+        dst_addr: Ipv6Addr,
+        next_header: IpProtocol,
+        payload_len: usize,
+    ) -> Ipv6Repr {
+        Ipv6Repr {
+            src_addr,
+            dst_addr,
+            next_header,
+            payload_len,
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+        }
+    }
+
+    /// Parses a checked view.
+    #[inline]
+    pub fn parse<T: AsRef<[u8]>>(packet: &Ipv6Packet<T>) -> Result<Ipv6Repr> {
+        Ok(Ipv6Repr {
+            src_addr: packet.src_addr(),
+            dst_addr: packet.dst_addr(),
+            next_header: packet.next_header(),
+            payload_len: packet.payload_len(),
+            hop_limit: packet.hop_limit(),
+            traffic_class: packet.traffic_class(),
+            flow_label: packet.flow_label(),
+        })
+    }
+
+    /// Length of the fixed header (40).
+    #[inline]
+    pub const fn header_len(&self) -> usize {
+        HEADER_LEN
+    }
+
+    /// Header + payload length.
+    #[inline]
+    pub const fn buffer_len(&self) -> usize {
+        HEADER_LEN + self.payload_len
+    }
+
+    /// Source and destination.
+    #[inline]
+    pub const fn addrs(&self) -> IpPair {
+        IpPair::V6 {
+            src: self.src_addr,
+            dst: self.dst_addr,
+        }
+    }
+
+    /// Writes the fixed header. Fails with `BadTotalLength` if the payload exceeds 65535
+    /// bytes; panics if the buffer is shorter than 40 bytes.
+    #[inline]
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Ipv6Packet<T>) -> Result<()> {
+        if self.payload_len > usize::from(u16::MAX) {
+            return Err(WireError::BadTotalLength {
+                layer: Layer::Ipv6,
+                len: self.payload_len,
+            });
+        }
+        packet.set_version_tc_flow(self.traffic_class, self.flow_label);
+        packet.set_payload_len(self.payload_len as u16);
+        packet.set_next_header(self.next_header);
+        packet.set_hop_limit(self.hop_limit);
+        packet.set_src_addr(&self.src_addr);
+        packet.set_dst_addr(&self.dst_addr);
+        Ok(())
+    }
+}
+
+/// A view of a generic IPv6 extension header with the common `Next Header | Hdr Ext Len`
+/// layout in 8-octet units (Hop-by-Hop §4.3, Routing §4.4, Destination Options §4.6).
+#[derive(Debug, Clone)]
+pub struct Ipv6ExtHeader<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Ipv6ExtHeader<T> {
+    /// Wraps a buffer without checks.
+    #[inline]
+    pub const fn new_unchecked(buffer: T) -> Self {
+        Ipv6ExtHeader { buffer }
+    }
+
+    /// Wraps a buffer, checking that the header it announces fits.
+    #[inline]
+    pub fn new_checked(buffer: T) -> Result<Self> {
+        let b = buffer.as_ref();
+        need(Layer::Ipv6Ext, 2, b.len())?;
+        need(Layer::Ipv6Ext, (usize::from(b[1]) + 1) * 8, b.len())?;
+        Ok(Ipv6ExtHeader { buffer })
+    }
+
+    /// Next header.
+    #[inline]
+    pub fn next_header(&self) -> IpProtocol {
+        IpProtocol::from(self.buffer.as_ref()[0])
+    }
+
+    /// Header length in bytes: (Hdr Ext Len + 1) × 8.
+    #[inline]
+    pub fn header_len(&self) -> usize {
+        (usize::from(self.buffer.as_ref()[1]) + 1) * 8
+    }
+
+    /// The options / type-specific data after the first two bytes.
+    #[inline]
+    pub fn data(&self) -> &[u8] {
+        &self.buffer.as_ref()[2..self.header_len()]
+    }
+}
+
+/// A view of the IPv6 Fragment header (RFC 8200 §4.5).
+#[derive(Debug, Clone)]
+pub struct Ipv6FragmentHeader<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Ipv6FragmentHeader<T> {
+    /// Wraps a buffer without checks.
+    #[inline]
+    pub const fn new_unchecked(buffer: T) -> Self {
+        Ipv6FragmentHeader { buffer }
+    }
+
+    /// Wraps a buffer, checking it holds 8 bytes.
+    #[inline]
+    pub fn new_checked(buffer: T) -> Result<Self> {
+        need(Layer::Ipv6Ext, FRAGMENT_HEADER_LEN, buffer.as_ref().len())?;
+        Ok(Ipv6FragmentHeader { buffer })
+    }
+
+    /// Next header of the fragmentable part.
+    #[inline]
+    pub fn next_header(&self) -> IpProtocol {
+        IpProtocol::from(self.buffer.as_ref()[0])
+    }
+
+    /// Fragment offset in bytes.
+    #[inline]
+    pub fn frag_offset(&self) -> u16 {
+        be16(self.buffer.as_ref(), 2) & 0xfff8
+    }
+
+    /// M flag.
+    #[inline]
+    pub fn more_frags(&self) -> bool {
+        self.buffer.as_ref()[3] & 1 != 0
+    }
+
+    /// Identification.
+    #[inline]
+    pub fn ident(&self) -> u32 {
+        be32(self.buffer.as_ref(), 4)
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6FragmentHeader<T> {
+    /// Writes the whole header.
+    #[inline]
+    pub fn set(&mut self, next_header: IpProtocol, offset: u16, more: bool, ident: u32) {
+        let b = self.buffer.as_mut();
+        b[0] = next_header.into();
+        b[1] = 0;
+        put16(b, 2, (offset & 0xfff8) | u16::from(more));
+        put32(b, 4, ident);
+    }
+}
+
+/// Where the upper-layer protocol starts in an IPv6 payload, found by
+/// [`walk_extension_headers`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Ipv6Upper {
+    /// Upper-layer protocol (for a non-first fragment, the protocol of the fragmented packet).
+    pub protocol: IpProtocol,
+    /// Offset of the upper-layer header within the IPv6 payload.
+    pub offset: usize,
+    /// Set when a Fragment header makes this packet a real fragment (not an atomic fragment,
+    /// RFC 6946).
+    pub fragment: Option<FragmentInfo>,
+}
+
+/// Walks Hop-by-Hop, Routing, Destination Options, Fragment and Authentication headers from
+/// `first` (the fixed header's Next Header) through `payload` (the IPv6 payload) to the
+/// upper-layer protocol, with bounds checks at every step (RFC 8200 §4).
+///
+/// * Hop-by-Hop anywhere but first is `Malformed` (§4.1).
+/// * A Routing header with Segments Left ≠ 0 is `Unsupported`: this host is not the final
+///   destination, and the upper-layer pseudo-header would need the final address (§8.1).
+/// * A Fragment header with a non-zero offset stops the walk (what follows is fragment data);
+///   a first fragment is walked further. Either way `fragment` is reported.
+/// * ESP, No Next Header and any unknown value end the walk as the "upper layer".
+#[inline]
+pub fn walk_extension_headers(first: IpProtocol, payload: &[u8]) -> Result<Ipv6Upper> {
+    let mut next = first;
+    let mut off = 0usize;
+    let mut fragment = None;
+    loop {
+        match next {
+            IpProtocol::HopByHop | IpProtocol::Ipv6Route | IpProtocol::Ipv6Opts => {
+                if next == IpProtocol::HopByHop && off != 0 {
+                    return Err(WireError::Malformed {
+                        layer: Layer::Ipv6Ext,
+                        what: "Hop-by-Hop Options header not first",
+                    });
+                }
+                let rest = &payload[off..];
+                let h = Ipv6ExtHeader::new_checked(rest)?;
+                if next == IpProtocol::Ipv6Route && rest[3] != 0 {
+                    // `rest` has at least 8 bytes: header_len >= 8 was checked.
+                    return Err(WireError::Unsupported {
+                        layer: Layer::Ipv6Ext,
+                        what: "Routing header with segments left",
+                    });
+                }
+                next = h.next_header();
+                off += h.header_len();
+            }
+            IpProtocol::Ah => {
+                // RFC 4302 §2.2: Payload Len is in 4-octet units, minus 2.
+                let rest = &payload[off..];
+                need(Layer::Ipv6Ext, 2, rest.len())?;
+                let len = (usize::from(rest[1]) + 2) * 4;
+                need(Layer::Ipv6Ext, len, rest.len())?;
+                next = IpProtocol::from(rest[0]);
+                off += len;
+            }
+            IpProtocol::Ipv6Frag => {
+                let h = Ipv6FragmentHeader::new_checked(&payload[off..])?;
+                off += FRAGMENT_HEADER_LEN;
+                next = h.next_header();
+                let (offset, more) = (h.frag_offset(), h.more_frags());
+                if offset == 0 && !more {
+                    continue; // atomic fragment: a whole packet (RFC 6946)
+                }
+                fragment = Some(FragmentInfo {
+                    ident: h.ident(),
+                    offset,
+                    more,
+                });
+                if offset != 0 {
+                    return Ok(Ipv6Upper {
+                        protocol: next,
+                        offset: off,
+                        fragment,
+                    });
+                }
+            }
+            _ => {
+                return Ok(Ipv6Upper {
+                    protocol: next,
+                    offset: off,
+                    fragment,
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn header(next: u8, payload_len: u16) -> Vec<u8> {
+        let mut b = vec![0x60, 0x0a, 0xbc, 0xde];
+        b.extend_from_slice(&payload_len.to_be_bytes());
+        b.push(next);
+        b.push(255);
+        b.extend_from_slice(&"fe80::1".parse::<Ipv6Addr>().unwrap().octets());
+        b.extend_from_slice(&"ff02::1:ff00:2".parse::<Ipv6Addr>().unwrap().octets());
+        b
+    }
+
+    #[test]
+    fn fixed_header() {
+        let mut b = header(58, 4);
+        b.extend_from_slice(&[1, 2, 3, 4, 0, 0]); // + 2 bytes of padding
+        let v = Ipv6Packet::new_checked(&b[..]).unwrap();
+        let r = Ipv6Repr::parse(&v).unwrap();
+        assert_eq!(r.traffic_class, 0x00);
+        assert_eq!(r.flow_label, 0xabcde);
+        assert_eq!(r.next_header, IpProtocol::Icmpv6);
+        assert_eq!(r.hop_limit, 255);
+        assert_eq!(r.src_addr, "fe80::1".parse::<Ipv6Addr>().unwrap());
+        assert_eq!(v.payload(), &[1, 2, 3, 4]);
+        let mut out = [0u8; 40];
+        r.emit(&mut Ipv6Packet::new_unchecked(&mut out[..]))
+            .unwrap();
+        assert_eq!(&out[..], &b[..40]);
+        for n in 0..44 {
+            assert!(matches!(
+                Ipv6Packet::new_checked(&b[..n]),
+                Err(WireError::Truncated { .. })
+            ));
+        }
+        let mut bad = b.clone();
+        bad[0] = 0x45;
+        assert!(matches!(
+            Ipv6Packet::new_checked(&bad[..]),
+            Err(WireError::BadVersion { version: 4, .. })
+        ));
+    }
+
+    #[test]
+    fn traffic_class_round_trip() {
+        let r = Ipv6Repr {
+            traffic_class: 0xb9,
+            flow_label: 0xfffff,
+            ..Ipv6Repr::new(
+                Ipv6Addr::LOCALHOST,
+                Ipv6Addr::UNSPECIFIED,
+                IpProtocol::Udp,
+                0,
+            )
+        };
+        let mut out = [0u8; 40];
+        r.emit(&mut Ipv6Packet::new_unchecked(&mut out[..]))
+            .unwrap();
+        assert_eq!(
+            Ipv6Repr::parse(&Ipv6Packet::new_checked(&out[..]).unwrap()).unwrap(),
+            r
+        );
+    }
+
+    /// HBH (8 bytes, PadN) → Routing (type 4, segments left 0, 24 bytes) → Dest opts
+    /// (16 bytes) → Fragment (first fragment, M=1) → UDP.
+    fn chain() -> Vec<u8> {
+        let mut p = vec![43, 0, 1, 4, 0, 0, 0, 0]; // HBH, next Routing
+        p.extend_from_slice(&[60, 2, 4, 0]); // Routing: next DestOpts, 24 bytes, type 4, SL 0
+        p.extend_from_slice(&[0; 20]);
+        p.extend_from_slice(&[44, 1, 1, 12]); // DestOpts: next Frag, 16 bytes, PadN 12
+        p.extend_from_slice(&[0; 12]);
+        p.extend_from_slice(&[17, 0, 0x00, 0x01, 0xde, 0xad, 0xbe, 0xef]); // Frag: UDP, off 0, M
+        p.extend_from_slice(&[0; 8]); // UDP header
+        p
+    }
+
+    #[test]
+    fn extension_chain() {
+        let p = chain();
+        let u = walk_extension_headers(IpProtocol::HopByHop, &p).unwrap();
+        assert_eq!(u.protocol, IpProtocol::Udp);
+        assert_eq!(u.offset, 8 + 24 + 16 + 8);
+        assert_eq!(
+            u.fragment,
+            Some(FragmentInfo {
+                ident: 0xdeadbeef,
+                offset: 0,
+                more: true
+            })
+        );
+        // Every truncation of the headers is an error (never a panic); the upper-layer header
+        // itself is not the walk's business.
+        for n in 0..u.offset {
+            assert!(
+                walk_extension_headers(IpProtocol::HopByHop, &p[..n]).is_err(),
+                "{n}"
+            );
+        }
+    }
+
+    #[test]
+    fn non_first_fragment_stops() {
+        let p = [6u8, 0, 0x05, 0xc8, 0, 0, 0, 7, 0xff, 0xff]; // TCP, offset 1480, M=0
+        let u = walk_extension_headers(IpProtocol::Ipv6Frag, &p).unwrap();
+        assert_eq!(u.protocol, IpProtocol::Tcp);
+        assert_eq!(u.offset, 8);
+        assert_eq!(
+            u.fragment,
+            Some(FragmentInfo {
+                ident: 7,
+                offset: 1480,
+                more: false
+            })
+        );
+        let mut hdr = [0u8; 8];
+        Ipv6FragmentHeader::new_unchecked(&mut hdr[..]).set(IpProtocol::Tcp, 1480, false, 7);
+        assert_eq!(hdr, p[..8]);
+    }
+
+    #[test]
+    fn atomic_fragment_is_whole() {
+        let p = [58u8, 0, 0, 0, 0, 0, 0, 1, 128, 0];
+        let u = walk_extension_headers(IpProtocol::Ipv6Frag, &p).unwrap();
+        assert_eq!(u.protocol, IpProtocol::Icmpv6);
+        assert_eq!(u.fragment, None);
+    }
+
+    #[test]
+    fn malformed_chains() {
+        // HBH not first.
+        let p = [0u8, 0, 0, 0, 0, 0, 0, 0, 17, 0, 0, 0, 0, 0, 0, 0];
+        assert!(matches!(
+            walk_extension_headers(IpProtocol::Ipv6Opts, &p),
+            Err(WireError::Malformed { .. })
+        ));
+        // Length running past the buffer.
+        let p = [17u8, 5, 0, 0, 0, 0, 0, 0];
+        assert!(matches!(
+            walk_extension_headers(IpProtocol::Ipv6Opts, &p),
+            Err(WireError::Truncated {
+                layer: Layer::Ipv6Ext,
+                needed: 48,
+                got: 8
+            })
+        ));
+        // Routing header with segments left.
+        let p = [17u8, 0, 4, 1, 0, 0, 0, 0];
+        assert!(matches!(
+            walk_extension_headers(IpProtocol::Ipv6Route, &p),
+            Err(WireError::Unsupported { .. })
+        ));
+        // AH: 12 bytes announced (len 1), then ESP.
+        let mut p = vec![50u8, 1];
+        p.extend_from_slice(&[0; 10]);
+        let u = walk_extension_headers(IpProtocol::Ah, &p).unwrap();
+        assert_eq!((u.protocol, u.offset), (IpProtocol::Esp, 12));
+        assert!(walk_extension_headers(IpProtocol::Ah, &p[..11]).is_err());
+    }
+
+    #[test]
+    fn solicited_node_addr() {
+        let a: Ipv6Addr = "2001:db8::abcd:ef12:3456".parse().unwrap();
+        assert_eq!(
+            solicited_node(&a),
+            "ff02::1:ff12:3456".parse::<Ipv6Addr>().unwrap()
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn walk_never_panics(first in any::<u8>(), data in proptest::collection::vec(any::<u8>(), 0..128)) {
+            if let Ok(u) = walk_extension_headers(IpProtocol::from(first), &data) {
+                prop_assert!(u.offset <= data.len());
+            }
+        }
+
+        #[test]
+        fn mutated_chain_never_panics(idx in 0usize..64, val in any::<u8>(), cut in 0usize..64) {
+            let mut p = chain();
+            let i = idx % p.len();
+            p[i] = val;
+            let n = cut.min(p.len());
+            if let Ok(u) = walk_extension_headers(IpProtocol::HopByHop, &p[..n]) {
+                prop_assert!(u.offset <= n);
+            }
+        }
+    }
+}
