@@ -6,6 +6,7 @@ pub mod error;
 #[cfg(feature = "hwloc")]
 mod hwloc;
 pub mod indirection;
+pub mod irq;
 pub mod placement;
 pub mod topology;
 pub mod toeplitz;
