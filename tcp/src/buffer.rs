@@ -112,10 +112,9 @@ impl RingBuffer {
     pub fn dequeue_allocated(&mut self, n: usize) -> usize {
         let n = n.min(self.len);
         self.read_at = self.pos(n);
+        // The read position is not reset when the ring empties: data
+        // written past the end (out-of-order segments) must stay put.
         self.len -= n;
-        if self.len == 0 {
-            self.read_at = 0;
-        }
         n
     }
 
@@ -212,6 +211,19 @@ mod tests {
         assert_eq!(r.to_vec(), b"zABCD");
         assert_eq!(r.write_unallocated(2, b"QQ"), 1);
         assert_eq!(r.write_unallocated(3, b"Q"), 0);
+    }
+
+    #[test]
+    fn unallocated_data_survives_draining() {
+        // Out-of-order data written past the end must not move when the
+        // application drains the in-order bytes.
+        let mut r = RingBuffer::new(8);
+        r.enqueue_slice(b"abc");
+        assert_eq!(r.write_unallocated(2, b"XY"), 2);
+        r.dequeue_allocated(3);
+        assert_eq!(r.write_unallocated(0, b"VW"), 2);
+        r.enqueue_unallocated(4);
+        assert_eq!(r.to_vec(), b"VWXY");
     }
 
     proptest::proptest! {

@@ -113,6 +113,8 @@ impl Flags {
     /// The application knows the handle (connect() returned it, or an
     /// Accepted/Connected event was queued).
     pub const ANNOUNCED: u32 = 1 << 16;
+    /// Our FIN was acknowledged.
+    pub const FIN_ACKED: u32 = 1 << 17;
 
     /// Whether any bit of `f` is set.
     pub fn has(self, f: u32) -> bool {
@@ -477,13 +479,17 @@ impl Connection {
 
     /// Sequence number our FIN occupies, once queued.
     fn fin_seq(&self) -> Option<SeqNumber> {
-        self.flags
-            .has(Flags::FIN_QUEUED)
-            .then(|| self.data_start() + self.send_buf.len())
+        if !self.flags.has(Flags::FIN_QUEUED) {
+            None
+        } else if self.flags.has(Flags::FIN_ACKED) {
+            Some(self.snd.una - 1)
+        } else {
+            Some(self.data_start() + self.send_buf.len())
+        }
     }
 
     fn fin_acked(&self) -> bool {
-        self.fin_seq().is_some_and(|f| self.snd.una > f)
+        self.flags.has(Flags::FIN_ACKED)
     }
 
     fn close_now(&mut self, reason: CloseReason) {
@@ -937,6 +943,9 @@ impl Connection {
             let data_acked = acked - usize::from(fin_acked_now);
             let flight_before = self.snd.max - self.snd.una;
             self.send_buf.dequeue_allocated(data_acked);
+            if fin_acked_now {
+                self.flags.set(Flags::FIN_ACKED);
+            }
             self.snd.una = ack;
             if self.snd.nxt < ack {
                 self.snd.nxt = ack;

@@ -1,0 +1,686 @@
+//! Deterministic network simulation for `flowlane-tcp`: two stacks joined by
+//! a link with seeded loss, duplication, reordering, delay, jitter,
+//! bandwidth, queueing and corruption, driven by a virtual clock.
+//!
+//! Shared by the integration tests (`mod sim;`) and the `sim_bulk` example
+//! (`#[path = "../tests/sim/mod.rs"]`).
+#![allow(dead_code)]
+
+use flowlane_tcp::time::{Duration, Instant};
+use flowlane_tcp::{CloseReason, Config, ConnHandle, Error, Event, Stack};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+/// SplitMix64: small, fast, deterministic across platforms and crates.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    pub fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && self.unit() < p
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next_u64() % n
+        }
+    }
+}
+
+/// One direction of the link.
+#[derive(Debug, Clone, Copy)]
+pub struct LinkConfig {
+    /// One-way propagation delay.
+    pub delay: Duration,
+    /// Uniform extra delay in [0, jitter) (can reorder on its own).
+    pub jitter: Duration,
+    pub loss: f64,
+    pub duplicate: f64,
+    /// Probability that a packet is held back by `reorder_delay`.
+    pub reorder: f64,
+    pub reorder_delay: Duration,
+    /// Probability that one bit of the packet flips in flight.
+    pub corrupt: f64,
+    /// Bottleneck rate in bits/s; 0 = unlimited.
+    pub bandwidth_bps: u64,
+    /// Tail-drop when the bottleneck queue holds more than this much delay.
+    pub max_queue_delay: Duration,
+    /// IP MTU; segments are produced into MTU - 20 byte buffers.
+    pub mtu: usize,
+}
+
+impl Default for LinkConfig {
+    fn default() -> Self {
+        LinkConfig {
+            delay: Duration::from_millis(5),
+            jitter: Duration::ZERO,
+            loss: 0.0,
+            duplicate: 0.0,
+            reorder: 0.0,
+            reorder_delay: Duration::from_millis(3),
+            corrupt: 0.0,
+            bandwidth_bps: 0,
+            max_queue_delay: Duration::from_millis(200),
+            mtu: 1500,
+        }
+    }
+}
+
+impl LinkConfig {
+    /// A lossy, reordering, duplicating, corrupting link.
+    pub fn hostile(loss: f64) -> Self {
+        LinkConfig {
+            delay: Duration::from_millis(10),
+            jitter: Duration::from_millis(2),
+            loss,
+            duplicate: 0.02,
+            reorder: 0.05,
+            reorder_delay: Duration::from_millis(7),
+            corrupt: 0.01,
+            bandwidth_bps: 100_000_000,
+            max_queue_delay: Duration::from_millis(100),
+            mtu: 1500,
+        }
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SimStats {
+    pub sent: u64,
+    pub delivered: u64,
+    pub lost: u64,
+    pub queue_drops: u64,
+    pub duplicated: u64,
+    pub reordered: u64,
+    pub corrupted: u64,
+    /// Corrupted packets caught by the checksum (all of them, for one-bit
+    /// flips) and dropped.
+    pub checksum_drops: u64,
+}
+
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Packet {
+    at: Instant,
+    order: u64,
+    to_b: bool,
+    src: IpAddr,
+    dst: IpAddr,
+    bytes: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct Direction {
+    cfg: LinkConfig,
+    busy_until: Instant,
+}
+
+/// Which stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    A,
+    B,
+}
+
+pub const A_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+pub const B_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
+
+/// Two stacks, a link, a clock.
+pub struct Sim {
+    pub now: Instant,
+    pub a: Stack,
+    pub b: Stack,
+    ab: Direction,
+    ba: Direction,
+    queue: BinaryHeap<Reverse<Packet>>,
+    order: u64,
+    pub rng: Rng,
+    pub stats: SimStats,
+    buf: Vec<u8>,
+    pool: Vec<Vec<u8>>,
+    /// When false, segments are not moved (a cut link); they are dropped.
+    pub link_up: bool,
+    /// Print every delivered segment (set SIM_TRACE=1).
+    pub trace: bool,
+}
+
+/// A test configuration: short MSL, fixed secrets.
+pub fn test_config(secret: u8) -> Config {
+    let mut c = Config::new([secret; 16]);
+    c.msl = Duration::from_millis(500);
+    c
+}
+
+/// RFC 1071 ones' complement sum over the IPv4 pseudo-header and segment.
+pub fn tcp_checksum(src: IpAddr, dst: IpAddr, seg: &[u8]) -> u16 {
+    let mut sum: u32 = 0;
+    let mut add = |b: &[u8]| {
+        let mut chunks = b.chunks_exact(2);
+        for c in &mut chunks {
+            sum += u32::from(u16::from_be_bytes([c[0], c[1]]));
+        }
+        if let [x] = chunks.remainder() {
+            sum += u32::from(*x) << 8;
+        }
+    };
+    match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            add(&s.octets());
+            add(&d.octets());
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            add(&s.octets());
+            add(&d.octets());
+        }
+        _ => panic!("mixed families"),
+    }
+    add(&[0, 6]);
+    add(&(seg.len() as u16).to_be_bytes());
+    add(seg);
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+impl Sim {
+    pub fn new(seed: u64, ab: LinkConfig, ba: LinkConfig, a: Config, b: Config) -> Self {
+        Sim {
+            now: Instant::from_millis(1),
+            a: Stack::new(a),
+            b: Stack::new(b),
+            ab: Direction {
+                cfg: ab,
+                busy_until: Instant::ZERO,
+            },
+            ba: Direction {
+                cfg: ba,
+                busy_until: Instant::ZERO,
+            },
+            queue: BinaryHeap::new(),
+            order: 0,
+            rng: Rng::new(seed),
+            stats: SimStats::default(),
+            buf: vec![0; 65536],
+            pool: Vec::new(),
+            link_up: true,
+            trace: std::env::var_os("SIM_TRACE").is_some(),
+        }
+    }
+
+    /// Both directions with the same link.
+    pub fn symmetric(seed: u64, link: LinkConfig) -> Self {
+        Self::new(seed, link, link, test_config(1), test_config(2))
+    }
+
+    pub fn stack(&mut self, side: Side) -> &mut Stack {
+        match side {
+            Side::A => &mut self.a,
+            Side::B => &mut self.b,
+        }
+    }
+
+    /// Puts a raw segment on the wire towards `to` (for hostile tests).
+    pub fn inject(&mut self, to: Side, src: IpAddr, dst: IpAddr, seg: &[u8]) {
+        let mut bytes = self.pool.pop().unwrap_or_default();
+        bytes.clear();
+        bytes.extend_from_slice(seg);
+        self.order += 1;
+        self.queue.push(Reverse(Packet {
+            at: self.now,
+            order: self.order,
+            to_b: to == Side::B,
+            src,
+            dst,
+            bytes,
+        }));
+    }
+
+    fn transmit_from(&mut self, from_a: bool) {
+        loop {
+            let mtu = if from_a {
+                self.ab.cfg.mtu
+            } else {
+                self.ba.cfg.mtu
+            };
+            let cap = mtu - 20;
+            let stack = if from_a { &mut self.a } else { &mut self.b };
+            let Some(t) = stack.poll_transmit(self.now, &mut self.buf[..cap]) else {
+                break;
+            };
+            let len = t.len;
+            let ck = tcp_checksum(t.src.ip(), t.dst.ip(), &self.buf[..len]);
+            self.buf[16..18].copy_from_slice(&ck.to_be_bytes());
+            self.stats.sent += 1;
+            if !self.link_up {
+                self.stats.lost += 1;
+                continue;
+            }
+            let now = self.now;
+            let dir = if from_a { &mut self.ab } else { &mut self.ba };
+            let cfg = dir.cfg;
+            if self.rng.chance(cfg.loss) {
+                self.stats.lost += 1;
+                continue;
+            }
+            // Bottleneck: serialization plus a bounded queue.
+            let mut depart = now;
+            if cfg.bandwidth_bps > 0 {
+                let start = dir.busy_until.max(now);
+                if start.saturating_since(now) > cfg.max_queue_delay {
+                    self.stats.queue_drops += 1;
+                    continue;
+                }
+                let bits = (len as u64 + 20 + 18) * 8;
+                depart = start + Duration::from_nanos(bits * 1_000_000_000 / cfg.bandwidth_bps);
+                dir.busy_until = depart;
+            }
+            let copies = if self.rng.chance(cfg.duplicate) {
+                self.stats.duplicated += 1;
+                2
+            } else {
+                1
+            };
+            for _ in 0..copies {
+                let mut at = depart + cfg.delay;
+                if cfg.jitter.as_nanos() > 0 {
+                    at += Duration::from_nanos(self.rng.below(cfg.jitter.as_nanos()));
+                }
+                if self.rng.chance(cfg.reorder) {
+                    self.stats.reordered += 1;
+                    at += cfg.reorder_delay;
+                }
+                let mut bytes = self.pool.pop().unwrap_or_default();
+                bytes.clear();
+                bytes.extend_from_slice(&self.buf[..len]);
+                if self.rng.chance(cfg.corrupt) {
+                    self.stats.corrupted += 1;
+                    let bit = self.rng.below(len as u64 * 8) as usize;
+                    bytes[bit / 8] ^= 1 << (bit % 8);
+                }
+                self.order += 1;
+                self.queue.push(Reverse(Packet {
+                    at,
+                    order: self.order,
+                    to_b: from_a,
+                    src: t.src.ip(),
+                    dst: t.dst.ip(),
+                    bytes,
+                }));
+            }
+        }
+    }
+
+    /// Moves everything the stacks want to send onto the link.
+    pub fn flush(&mut self) {
+        self.transmit_from(true);
+        self.transmit_from(false);
+    }
+
+    /// The next time something happens.
+    pub fn next_event(&self) -> Option<Instant> {
+        let p = self.queue.peek().map(|Reverse(p)| p.at);
+        [p, self.a.poll_timeout(), self.b.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Flushes, advances the clock to the next event and processes every
+    /// packet and timer due. Returns false when nothing is pending at all.
+    pub fn step(&mut self) -> bool {
+        self.flush();
+        let Some(next) = self.next_event() else {
+            return false;
+        };
+        self.now = self.now.max(next);
+        while let Some(Reverse(p)) = self.queue.peek() {
+            if p.at > self.now {
+                break;
+            }
+            let Reverse(p) = self.queue.pop().expect("peeked");
+            if tcp_checksum(p.src, p.dst, &p.bytes) != 0 {
+                self.stats.checksum_drops += 1;
+            } else {
+                if self.trace {
+                    if let Ok((r, pl)) = flowlane_tcp::wire::TcpRepr::parse(&p.bytes) {
+                        eprintln!(
+                            "{:?} {} {}->{} {:?} seq={} ack={} win={} len={} ts={:?}",
+                            self.now,
+                            if p.to_b { "A>B" } else { "B>A" },
+                            r.src_port,
+                            r.dst_port,
+                            r.flags,
+                            r.seq,
+                            r.ack,
+                            r.window,
+                            pl.len(),
+                            r.options.timestamps
+                        );
+                    }
+                }
+                self.stats.delivered += 1;
+                let stack = if p.to_b { &mut self.b } else { &mut self.a };
+                stack.handle_segment(self.now, p.src, p.dst, &p.bytes);
+            }
+            self.pool.push(p.bytes);
+        }
+        if self.a.poll_timeout().is_some_and(|t| t <= self.now) {
+            self.a.handle_timeout(self.now);
+        }
+        if self.b.poll_timeout().is_some_and(|t| t <= self.now) {
+            self.b.handle_timeout(self.now);
+        }
+        true
+    }
+
+    /// Steps until `done` returns true (checked before every step) or the
+    /// virtual clock passes `limit`. Returns whether `done` became true.
+    pub fn run_until(&mut self, limit: Instant, mut done: impl FnMut(&mut Sim) -> bool) -> bool {
+        loop {
+            if done(self) {
+                return true;
+            }
+            if self.now > limit || !self.step() {
+                return done(self);
+            }
+        }
+    }
+
+    /// Runs for `d` of virtual time (or until nothing is pending).
+    pub fn run_for(&mut self, d: Duration) {
+        let end = self.now + d;
+        while self.next_event().is_some_and(|t| t <= end) {
+            self.step();
+        }
+        self.flush();
+        self.now = self.now.max(end);
+    }
+}
+
+/// The byte at `offset` of stream `stream`: position-dependent, so loss,
+/// duplication or reordering of delivered data is detected.
+pub fn pattern(stream: u64, offset: u64) -> u8 {
+    let x = offset
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        .wrapping_add(stream.wrapping_mul(0xd1b5_4a32_d192_ed03));
+    (x >> 56) as u8 ^ (offset as u8)
+}
+
+#[derive(Debug, Clone, Default)]
+struct Peer {
+    handle: Option<ConnHandle>,
+    sent: u64,
+    received: u64,
+    eof: bool,
+    write_closed: bool,
+    closed: Option<CloseReason>,
+}
+
+/// A bulk transfer over many connections: A connects to B:80 from ports
+/// 10000.., sends `a_to_b` bytes, B sends `b_to_a` bytes back; each side
+/// verifies every byte. A shuts down its write side when done; B closes when
+/// it has sent everything and seen A's FIN.
+pub struct Bulk {
+    pub conns: usize,
+    pub a_to_b: u64,
+    pub b_to_a: u64,
+    a: Vec<Peer>,
+    /// B's peers, indexed by A's port offset.
+    b: Vec<Peer>,
+    /// B's slab index -> A's port offset.
+    b_index: Vec<usize>,
+    pub errors: Vec<String>,
+    pub closed_a: usize,
+    pub closed_b: usize,
+    /// Data segments B received (for per-segment cost figures).
+    chunk: Vec<u8>,
+    tx: Vec<u8>,
+}
+
+pub const SERVER_PORT: u16 = 80;
+pub const CLIENT_PORT_BASE: u16 = 10000;
+
+impl Bulk {
+    pub fn start(sim: &mut Sim, conns: usize, a_to_b: u64, b_to_a: u64) -> Self {
+        sim.b
+            .listen(SocketAddr::new(B_IP, SERVER_PORT))
+            .expect("listen");
+        let mut a = vec![Peer::default(); conns];
+        for (i, p) in a.iter_mut().enumerate() {
+            let local = SocketAddr::new(A_IP, CLIENT_PORT_BASE + i as u16);
+            let h = sim
+                .a
+                .connect(sim.now, local, SocketAddr::new(B_IP, SERVER_PORT))
+                .expect("connect");
+            p.handle = Some(h);
+        }
+        Bulk {
+            conns,
+            a_to_b,
+            b_to_a,
+            a,
+            b: vec![Peer::default(); conns],
+            b_index: Vec::new(),
+            errors: Vec::new(),
+            closed_a: 0,
+            closed_b: 0,
+            chunk: vec![0; 16384],
+            tx: vec![0; 16384],
+        }
+    }
+
+    pub fn finished(&self) -> bool {
+        self.closed_a == self.conns && self.closed_b == self.conns
+    }
+
+    /// Total bytes delivered so far (both directions).
+    pub fn delivered(&self) -> u64 {
+        self.a.iter().map(|p| p.received).sum::<u64>()
+            + self.b.iter().map(|p| p.received).sum::<u64>()
+    }
+
+    fn a_slot(&self, h: ConnHandle) -> Option<usize> {
+        self.a.iter().position(|p| p.handle == Some(h))
+    }
+
+    /// Writes as much as fits; returns whether everything is queued.
+    fn write_more(stack: &mut Stack, p: &mut Peer, stream: u64, total: u64, tx: &mut [u8]) -> bool {
+        let h = p.handle.expect("handle");
+        while p.sent < total {
+            let n = ((total - p.sent) as usize).min(tx.len());
+            for (i, b) in tx[..n].iter_mut().enumerate() {
+                *b = pattern(stream, p.sent + i as u64);
+            }
+            match stack.send(h, &tx[..n]) {
+                Ok(k) => p.sent += k as u64,
+                Err(Error::WouldBlock) => return false,
+                Err(_) => return false,
+            }
+        }
+        true
+    }
+
+    fn read_all(
+        stack: &mut Stack,
+        p: &mut Peer,
+        stream: u64,
+        total: u64,
+        chunk: &mut [u8],
+        errors: &mut Vec<String>,
+    ) {
+        let h = p.handle.expect("handle");
+        loop {
+            match stack.recv(h, chunk) {
+                Ok(0) => {
+                    if !p.eof {
+                        p.eof = true;
+                        if p.received != total {
+                            errors.push(format!(
+                                "stream {stream}: EOF after {} of {total} bytes",
+                                p.received
+                            ));
+                        }
+                    }
+                    return;
+                }
+                Ok(n) => {
+                    for (i, &b) in chunk[..n].iter().enumerate() {
+                        let off = p.received + i as u64;
+                        if b != pattern(stream, off) && errors.len() < 10 {
+                            errors.push(format!("stream {stream}: bad byte at offset {off}"));
+                            break;
+                        }
+                    }
+                    p.received += n as u64;
+                    if p.received > total {
+                        errors.push(format!("stream {stream}: {} > {total} bytes", p.received));
+                    }
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Processes both stacks' events.
+    pub fn on_step(&mut self, sim: &mut Sim) {
+        while let Some(e) = sim.a.poll_event() {
+            self.on_a_event(sim, e);
+        }
+        while let Some(e) = sim.b.poll_event() {
+            self.on_b_event(sim, e);
+        }
+    }
+
+    fn on_a_event(&mut self, sim: &mut Sim, e: Event) {
+        let h = match e {
+            Event::Connected(h)
+            | Event::Readable(h)
+            | Event::Writable(h)
+            | Event::PeerClosed(h) => h,
+            Event::Closed { conn, .. } => conn,
+            Event::Accepted { .. } => {
+                self.errors.push("A accepted a connection".into());
+                return;
+            }
+        };
+        let Some(i) = self.a_slot(h) else {
+            self.errors
+                .push(format!("A: event for unknown handle {e:?}"));
+            return;
+        };
+        let stream = 2 * i as u64;
+        let p = &mut self.a[i];
+        match e {
+            Event::Connected(_) | Event::Writable(_) => {
+                if !p.write_closed
+                    && Self::write_more(&mut sim.a, p, stream, self.a_to_b, &mut self.tx)
+                {
+                    p.write_closed = true;
+                    sim.a.shutdown_write(h).expect("shutdown");
+                }
+            }
+            Event::Readable(_) | Event::PeerClosed(_) => Self::read_all(
+                &mut sim.a,
+                p,
+                stream + 1,
+                self.b_to_a,
+                &mut self.chunk,
+                &mut self.errors,
+            ),
+            Event::Closed { reason, .. } => {
+                p.closed = Some(reason);
+                self.closed_a += 1;
+                if reason != CloseReason::Normal {
+                    self.errors.push(format!("A conn {i} closed: {reason:?}"));
+                }
+                if !p.eof || p.received != self.b_to_a {
+                    self.errors
+                        .push(format!("A conn {i} closed before all data: {}", p.received));
+                }
+                p.handle = None;
+            }
+            Event::Accepted { .. } => unreachable!(),
+        }
+    }
+
+    fn on_b_event(&mut self, sim: &mut Sim, e: Event) {
+        let h = match e {
+            Event::Accepted { conn, .. } => {
+                let port = sim.b.four_tuple(conn).expect("tuple").remote.port();
+                let i = (port - CLIENT_PORT_BASE) as usize;
+                let idx = conn.index() as usize;
+                if self.b_index.len() <= idx {
+                    self.b_index.resize(idx + 1, usize::MAX);
+                }
+                self.b_index[idx] = i;
+                self.b[i].handle = Some(conn);
+                conn
+            }
+            Event::Readable(h) | Event::Writable(h) | Event::PeerClosed(h) => h,
+            Event::Closed { conn, .. } => conn,
+            Event::Connected(_) => {
+                self.errors.push("B connected actively".into());
+                return;
+            }
+        };
+        let Some(&i) = self.b_index.get(h.index() as usize) else {
+            self.errors
+                .push(format!("B: event for unknown handle {e:?}"));
+            return;
+        };
+        let stream = 2 * i as u64;
+        let p = &mut self.b[i];
+        if p.handle != Some(h) {
+            self.errors.push(format!("B: stale handle {e:?}"));
+            return;
+        }
+        match e {
+            Event::Readable(_) | Event::PeerClosed(_) => Self::read_all(
+                &mut sim.b,
+                p,
+                stream,
+                self.a_to_b,
+                &mut self.chunk,
+                &mut self.errors,
+            ),
+            _ => {}
+        }
+        if let Event::Closed { reason, .. } = e {
+            p.closed = Some(reason);
+            self.closed_b += 1;
+            if reason != CloseReason::Normal {
+                self.errors.push(format!("B conn {i} closed: {reason:?}"));
+            }
+            if !p.eof || p.received != self.a_to_b {
+                self.errors
+                    .push(format!("B conn {i} closed before all data: {}", p.received));
+            }
+            p.handle = None;
+            return;
+        }
+        if matches!(e, Event::Accepted { .. } | Event::Writable(_)) || p.eof {
+            let all_queued = p.write_closed
+                || Self::write_more(&mut sim.b, p, stream + 1, self.b_to_a, &mut self.tx);
+            if all_queued && p.eof && !p.write_closed {
+                p.write_closed = true;
+                sim.b.close(h).expect("close");
+            }
+        }
+    }
+}
