@@ -1405,7 +1405,10 @@ impl Connection {
             return self.emit_raw(ctx, buf, seq, TcpFlags::ACK, 0);
         }
         if self.flags.has(Flags::ACK_NOW) {
-            return self.emit_raw(ctx, buf, self.snd.nxt, TcpFlags::ACK, 0);
+            // SND.MAX rather than SND.NXT: after a timeout rewound SND.NXT,
+            // the peer may already have everything up to SND.MAX, and a pure
+            // ACK below its RCV.NXT would be unacceptable (and dropped).
+            return self.emit_raw(ctx, buf, self.snd.max, TcpFlags::ACK, 0);
         }
         None
     }

@@ -80,7 +80,10 @@ fn thousand_concurrent_connections() {
 
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig {
-        cases: 64, failure_persistence: None, ..Default::default()
+        // SIM_CASES=N runs more seeds (the default keeps `cargo test` fast).
+        cases: std::env::var("SIM_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(64),
+        failure_persistence: None,
+        ..Default::default()
     })]
 
     /// Every byte arrives exactly once and in order, the transfer completes
@@ -120,4 +123,25 @@ proptest::proptest! {
         proptest::prop_assert_eq!(sim.a.stats().bytes_in, conns as u64 * b_to_a);
         proptest::prop_assert!(sim.now < Instant::from_millis(1) + Duration::from_secs(600));
     }
+}
+
+/// Regression: found by `every_byte_once_in_order`.
+#[test]
+fn regression_lossy_small_transfer() {
+    let link = LinkConfig {
+        delay: Duration::from_millis(34),
+        jitter: Duration::from_millis(17),
+        loss: 0.10532886412054343,
+        duplicate: 0.055340526874426456,
+        reorder: 0.032828444596615616,
+        reorder_delay: Duration::from_millis(34),
+        corrupt: 0.015440759520567582,
+        bandwidth_bps: 0,
+        max_queue_delay: Duration::from_millis(50),
+        mtu: 1500,
+    };
+    let mut a = sim::test_config(1);
+    a.nagle = false;
+    let mut sim = Sim::new(8382984795084445916, link, link, a, sim::test_config(2));
+    run_bulk(&mut sim, 3, 4345, 5792, Duration::from_secs(600));
 }
