@@ -99,12 +99,23 @@ struct EchoProcess {
 impl EchoProcess {
     fn start(bed: &BedState, port: u16) -> Result<EchoProcess> {
         let exe = std::env::current_exe().context("finding the flowlane binary")?;
-        let report = std::env::temp_dir().join(format!("flowlane-demo-{}-{}.json", bed.name, std::process::id()));
+        let report = std::env::temp_dir().join(format!(
+            "flowlane-demo-{}-{}.json",
+            bed.name,
+            std::process::id()
+        ));
         let _ = std::fs::remove_file(&report);
         let child = Command::new("ip")
             .args(["netns", "exec", &bed.netns])
             .arg(exe)
-            .args(["udp-echo", "--iface", &bed.local_if, "--port", &port.to_string(), "--report"])
+            .args([
+                "udp-echo",
+                "--iface",
+                &bed.local_if,
+                "--port",
+                &port.to_string(),
+                "--report",
+            ])
             .arg(&report)
             .spawn()
             .context("starting flowlane udp-echo in the test bed")?;
@@ -136,7 +147,10 @@ impl EchoProcess {
     }
 
     fn snapshot(&mut self, g: u64) -> Result<Report> {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::SIGUSR1)?;
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::SIGUSR1,
+        )?;
         self.wait_generation(g)
     }
 }
@@ -163,19 +177,28 @@ impl Drop for EchoProcess {
 /// mix-up or corruption shows.
 fn payload(f: u16, i: u32) -> Vec<u8> {
     let len = 18 + ((f as usize * 37 + i as usize * 101) % 1400);
-    (0..len).map(|b| (b as u32 ^ (f as u32) << 3 ^ i.wrapping_mul(131)) as u8).collect()
+    (0..len)
+        .map(|b| (b as u32 ^ (f as u32) << 3 ^ i.wrapping_mul(131)) as u8)
+        .collect()
 }
 
 /// Sends `packets` datagrams on each socket from inside the peer namespace
 /// and returns, per flow, the datagrams that came back byte-exact.
-fn send_phase(bed: &BedState, local_port: u16, flows: u16, packets: u32, sockets_ports: Option<Vec<u16>>) -> Result<Vec<(u16, u32)>> {
+fn send_phase(
+    bed: &BedState,
+    local_port: u16,
+    flows: u16,
+    packets: u32,
+    sockets_ports: Option<Vec<u16>>,
+) -> Result<Vec<(u16, u32)>> {
     let dst: SocketAddr = SocketAddr::new(bed.local_v4.parse()?, local_port);
     let src_ip: IpAddr = bed.peer_v4.parse()?;
     netns::in_netns(&bed.peer_netns, move || {
         let mut out = Vec::new();
         for f in 0..flows {
             let bind_port = sockets_ports.as_ref().map(|p| p[f as usize]).unwrap_or(0);
-            let s = UdpSocket::bind(SocketAddr::new(src_ip, bind_port)).context("binding a UDP socket on the far side")?;
+            let s = UdpSocket::bind(SocketAddr::new(src_ip, bind_port))
+                .context("binding a UDP socket on the far side")?;
             s.set_read_timeout(Some(Duration::from_millis(500)))?;
             let mut ok = 0;
             let mut buf = vec![0u8; 2048];
@@ -197,14 +220,31 @@ fn send_phase(bed: &BedState, local_port: u16, flows: u16, packets: u32, sockets
 
 fn predict(key: &RssKey, table: &[u32], src: IpAddr, dst: IpAddr, sport: u16, dport: u16) -> u32 {
     let t = Toeplitz::new(key);
-    let flow = FlowTuple { src, dst, src_port: sport, dst_port: dport, protocol: Protocol::Udp };
+    let flow = FlowTuple {
+        src,
+        dst,
+        src_port: sport,
+        dst_port: dport,
+        protocol: Protocol::Udp,
+    };
     let h = t.hash(flow.hash_input(true).as_bytes());
     table[h as usize & (table.len() - 1)]
 }
 
 fn observed(before: Option<&Report>, after: &Report, sport: u16) -> Vec<u32> {
-    let count = |r: &Report, q: u32| r.flows.iter().filter(|f| f.src_port == sport && f.queue == q).map(|f| f.packets).sum::<u64>();
-    let mut qs: Vec<u32> = after.flows.iter().filter(|f| f.src_port == sport).map(|f| f.queue).collect();
+    let count = |r: &Report, q: u32| {
+        r.flows
+            .iter()
+            .filter(|f| f.src_port == sport && f.queue == q)
+            .map(|f| f.packets)
+            .sum::<u64>()
+    };
+    let mut qs: Vec<u32> = after
+        .flows
+        .iter()
+        .filter(|f| f.src_port == sport)
+        .map(|f| f.queue)
+        .collect();
     qs.sort_unstable();
     qs.dedup();
     qs.retain(|&q| count(after, q) > before.map(|b| count(b, q)).unwrap_or(0));
@@ -235,7 +275,9 @@ pub fn run(args: Args) -> Result<()> {
         print_table(&result, args.queues);
     }
     if !result.all_ok {
-        bail!("some flows were not echoed or arrived on an unpredicted queue (see the table above)");
+        bail!(
+            "some flows were not echoed or arrived on an unpredicted queue (see the table above)"
+        );
     }
     Ok(())
 }
@@ -274,9 +316,11 @@ fn run_on(args: &Args, bed: &BedState, key: &RssKey) -> Result<DemoResult> {
         phases.push(Phase { table, flows });
         before = Some(after);
     }
-    let all_ok = phases
-        .iter()
-        .all(|p| p.flows.iter().all(|f| f.echoed_ok == f.sent && f.observed == vec![f.predicted]));
+    let all_ok = phases.iter().all(|p| {
+        p.flows
+            .iter()
+            .all(|f| f.echoed_ok == f.sent && f.observed == vec![f.predicted])
+    });
     Ok(DemoResult {
         bed: bed.name.clone(),
         key: key.as_bytes().to_vec(),
@@ -293,7 +337,11 @@ fn print_table(r: &DemoResult, queues: u32) {
         println!(
             "phase {}: {}",
             i + 1,
-            if i == 0 { "even indirection table" } else { "table rotated by one queue (every bucket moves)" }
+            if i == 0 {
+                "even indirection table"
+            } else {
+                "table rotated by one queue (every bucket moves)"
+            }
         );
         println!("  queue  flows predicted  flows arrived  datagrams echoed");
         let mut per: BTreeMap<u32, (u32, u32, u32)> = (0..queues).map(|q| (q, (0, 0, 0))).collect();
@@ -307,7 +355,11 @@ fn print_table(r: &DemoResult, queues: u32) {
         for (q, (pred, got, echoed)) in per {
             println!("  {q:>5}  {pred:>15}  {got:>13}  {echoed:>16}");
         }
-        let wrong: Vec<_> = p.flows.iter().filter(|f| f.observed != vec![f.predicted]).collect();
+        let wrong: Vec<_> = p
+            .flows
+            .iter()
+            .filter(|f| f.observed != vec![f.predicted])
+            .collect();
         let lost: u32 = p.flows.iter().map(|f| f.sent - f.echoed_ok).sum();
         println!(
             "  {} flows, {} on the predicted queue, {} elsewhere, {} datagrams not echoed byte-exact",
@@ -324,8 +376,10 @@ fn print_table(r: &DemoResult, queues: u32) {
             .zip(&r.phases[1].flows)
             .filter(|(a, b)| a.observed != b.observed && b.observed == vec![b.predicted])
             .count();
-        println!("after the table rewrite, {moved}/{} flows moved to their newly predicted queue", r.phases[1].flows.len());
+        println!(
+            "after the table rewrite, {moved}/{} flows moved to their newly predicted queue",
+            r.phases[1].flows.len()
+        );
     }
     println!("{}", if r.all_ok { "demo: OK" } else { "demo: FAILED" });
 }
-

@@ -35,9 +35,40 @@ enum Cmd {
     },
     /// UDP echo service on flowlane's data path (all or some queues).
     UdpEcho(udp_echo::Args),
+    /// A real NIC's RSS through ethtool (key and table).
+    Nic {
+        #[command(subcommand)]
+        cmd: NicCmd,
+    },
     /// End-to-end demo on the test bed: flows from the kernel side, echoed
     /// by flowlane, per-queue arrivals next to the Toeplitz prediction.
     Demo(demo::Args),
+}
+
+#[derive(Subcommand, Debug)]
+enum NicCmd {
+    /// Show the RSS key and indirection table of an interface.
+    Rss {
+        /// Interface name.
+        #[arg(long)]
+        iface: String,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Spread the indirection table evenly over the first N queues and/or
+    /// set the key.
+    SetRss {
+        /// Interface name.
+        #[arg(long)]
+        iface: String,
+        /// New Toeplitz key (hex).
+        #[arg(long)]
+        key: Option<String>,
+        /// Spread the table over queues 0..N.
+        #[arg(long)]
+        equal: Option<u16>,
+    },
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -113,7 +144,13 @@ fn parse_key(text: Option<&str>) -> Result<RssKey> {
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Testbed { cmd } => match cmd {
-            TestbedCmd::Up { bed, queues, key, table_size, json } => {
+            TestbedCmd::Up {
+                bed,
+                queues,
+                key,
+                table_size,
+                json,
+            } => {
                 let key = parse_key(key.as_deref())?;
                 let all: Vec<u16> = (0..queues.min(u16::MAX as u32) as u16).collect();
                 let spec = testbed::BedSpec {
@@ -128,7 +165,14 @@ fn run(cli: Cli) -> Result<()> {
                 } else {
                     println!(
                         "test bed {} up: {} ({} {}) <-> {} ({} {}), {} queues",
-                        s.name, s.netns, s.local_if, s.local_v4, s.peer_netns, s.peer_if, s.peer_v4, s.queues
+                        s.name,
+                        s.netns,
+                        s.local_if,
+                        s.local_v4,
+                        s.peer_netns,
+                        s.peer_if,
+                        s.peer_v4,
+                        s.queues
                     );
                 }
             }
@@ -145,10 +189,28 @@ fn run(cli: Cli) -> Result<()> {
                     println!("{}", serde_json::to_string_pretty(&st)?);
                 } else {
                     let s = &st.state;
-                    println!("test bed {}: {}", s.name, if st.intact { "up" } else { "BROKEN (run `flowlane testbed down`)" });
-                    println!("  {} {} {} {}", s.netns, s.local_if, s.local_v4, s.local_mac);
-                    println!("  {} {} {} {}", s.peer_netns, s.peer_if, s.peer_v4, s.peer_mac);
-                    println!("  xdp on {}: {}", s.local_if, st.xdp.as_deref().unwrap_or("none"));
+                    println!(
+                        "test bed {}: {}",
+                        s.name,
+                        if st.intact {
+                            "up"
+                        } else {
+                            "BROKEN (run `flowlane testbed down`)"
+                        }
+                    );
+                    println!(
+                        "  {} {} {} {}",
+                        s.netns, s.local_if, s.local_v4, s.local_mac
+                    );
+                    println!(
+                        "  {} {} {} {}",
+                        s.peer_netns, s.peer_if, s.peer_v4, s.peer_mac
+                    );
+                    println!(
+                        "  xdp on {}: {}",
+                        s.local_if,
+                        st.xdp.as_deref().unwrap_or("none")
+                    );
                     println!("  RSS key {}", st.key);
                     println!("  indirection table: {} entries", st.table_size);
                     for (q, n) in st.queue_packets.iter().enumerate() {
@@ -156,7 +218,12 @@ fn run(cli: Cli) -> Result<()> {
                     }
                 }
             }
-            TestbedCmd::SetRss { bed, key, queues, table } => {
+            TestbedCmd::SetRss {
+                bed,
+                key,
+                queues,
+                table,
+            } => {
                 let s = testbed::load(&bed.name)?;
                 let nic = s.nic();
                 let caps = nic.caps()?;
@@ -169,6 +236,55 @@ fn run(cli: Cli) -> Result<()> {
                 println!("RSS of test bed {} updated", s.name);
             }
         },
+        Cmd::Nic { cmd } => match cmd {
+            NicCmd::Rss { iface, json } => {
+                let nic = nic::ethtool::EthtoolNic::new(&iface);
+                let caps = nic.caps()?;
+                let rss = nic.rss()?;
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::json!({"iface": nic.name(), "caps": caps, "rss": rss})
+                    );
+                } else {
+                    println!(
+                        "{}: {} queues, {}-byte key, {}-entry table",
+                        nic.name(),
+                        caps.queues,
+                        caps.key_len,
+                        caps.table_size
+                    );
+                    println!(
+                        "key {}",
+                        rss.key
+                            .iter()
+                            .map(|b| format!("{b:02x}"))
+                            .collect::<Vec<_>>()
+                            .join(":")
+                    );
+                    for (i, row) in rss.table.chunks(8).enumerate() {
+                        println!(
+                            "{:>5}: {}",
+                            i * 8,
+                            row.iter().map(|q| format!("{q:>4}")).collect::<String>()
+                        );
+                    }
+                }
+            }
+            NicCmd::SetRss { iface, key, equal } => {
+                let nic = nic::ethtool::EthtoolNic::new(&iface);
+                let key = key.as_deref().map(|k| parse_key(Some(k))).transpose()?;
+                let table = match equal {
+                    Some(n) => Some(even_table(
+                        nic.caps()?.table_size,
+                        &(0..n).collect::<Vec<_>>(),
+                    )?),
+                    None => None,
+                };
+                nic.set_rss(key.as_ref().map(|k| k.as_bytes()), table.as_deref())?;
+                println!("RSS of {} updated", nic.name());
+            }
+        },
         Cmd::UdpEcho(args) => udp_echo::run(args)?,
         Cmd::Demo(args) => demo::run(args)?,
     }
@@ -179,9 +295,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("FLOWLANE_LOG").unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_env("FLOWLANE_LOG")
+                .unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

@@ -18,7 +18,11 @@ pub fn run(cmd: &str, args: &[&str]) -> Result<String> {
         format!("running {cmd}: is it installed? (scripts/setup.sh installs flowlane's system dependencies)")
     })?;
     if !out.status.success() {
-        bail!("`{cmd} {}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "`{cmd} {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -30,9 +34,13 @@ pub fn exists(name: &str) -> bool {
 
 /// Runs `f` on a thread that has entered the named network namespace, so
 /// that the caller's own namespace is never changed.
-pub fn in_netns<T: Send + 'static>(name: &str, f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+pub fn in_netns<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
     let path = std::path::Path::new("/run/netns").join(name);
-    let file = File::open(&path).with_context(|| format!("opening {} (is the test bed up?)", path.display()))?;
+    let file = File::open(&path)
+        .with_context(|| format!("opening {} (is the test bed up?)", path.display()))?;
     std::thread::spawn(move || {
         setns(&file, CloneFlags::CLONE_NEWNET).context("entering the network namespace")?;
         f()

@@ -90,14 +90,20 @@ impl BedState {
 fn validate_name(name: &str) -> Result<()> {
     // Namespace names become paths and interface-independent; keep them short
     // and plain.
-    if name.is_empty() || name.len() > 24 || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+    if name.is_empty()
+        || name.len() > 24
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
         bail!("test bed name {name:?} must be 1-24 characters of letters, digits, '-' or '_'");
     }
     Ok(())
 }
 
 fn state_dir() -> PathBuf {
-    PathBuf::from(std::env::var_os("FLOWLANE_RUN_DIR").unwrap_or_else(|| "/run/flowlane".into())).join("testbed")
+    PathBuf::from(std::env::var_os("FLOWLANE_RUN_DIR").unwrap_or_else(|| "/run/flowlane".into()))
+        .join("testbed")
 }
 
 fn state_path(name: &str) -> PathBuf {
@@ -112,9 +118,18 @@ fn namespaces(name: &str) -> (String, String) {
 pub fn load(name: &str) -> Result<BedState> {
     validate_name(name)?;
     let p = state_path(name);
-    let text = std::fs::read_to_string(&p)
-        .with_context(|| format!("test bed {name} is not up (no {}); run `flowlane testbed up --name {name}`", p.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("{} is corrupt; run `flowlane testbed down --name {name}`", p.display()))
+    let text = std::fs::read_to_string(&p).with_context(|| {
+        format!(
+            "test bed {name} is not up (no {}); run `flowlane testbed up --name {name}`",
+            p.display()
+        )
+    })?;
+    serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{} is corrupt; run `flowlane testbed down --name {name}`",
+            p.display()
+        )
+    })
 }
 
 /// Whether everything the state names is still there.
@@ -148,7 +163,12 @@ pub fn up(spec: &BedSpec) -> Result<BedState> {
 }
 
 fn emu_config(spec: &BedSpec) -> RssEmuConfig {
-    RssEmuConfig { enabled: true, key: spec.key.clone(), table: spec.table.clone(), hash_fields: HashFields::ALL_PORTS }
+    RssEmuConfig {
+        enabled: true,
+        key: spec.key.clone(),
+        table: spec.table.clone(),
+        hash_fields: HashFields::ALL_PORTS,
+    }
 }
 
 fn make(spec: &BedSpec) -> Result<BedState> {
@@ -157,26 +177,76 @@ fn make(spec: &BedSpec) -> Result<BedState> {
     ip(&["netns", "add", &ns])?;
     ip(&["netns", "add", &peer_ns])?;
     ip(&[
-        "link", "add", LOCAL_IF, "netns", &ns, "numtxqueues", &q, "numrxqueues", &q, "type", "veth", "peer", "name",
-        PEER_IF, "netns", &peer_ns, "numtxqueues", &q, "numrxqueues", &q,
+        "link",
+        "add",
+        LOCAL_IF,
+        "netns",
+        &ns,
+        "numtxqueues",
+        &q,
+        "numrxqueues",
+        &q,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        PEER_IF,
+        "netns",
+        &peer_ns,
+        "numtxqueues",
+        &q,
+        "numrxqueues",
+        &q,
     ])?;
-    for (n, dev, v4, v6) in [(&ns, LOCAL_IF, LOCAL_V4, LOCAL_V6), (&peer_ns, PEER_IF, PEER_V4, PEER_V6)] {
+    for (n, dev, v4, v6) in [
+        (&ns, LOCAL_IF, LOCAL_V4, LOCAL_V6),
+        (&peer_ns, PEER_IF, PEER_V4, PEER_V6),
+    ] {
         ip(&["-n", n, "link", "set", "lo", "up"])?;
         ip(&["-n", n, "addr", "add", &format!("{v4}/24"), "dev", dev])?;
-        ip(&["-n", n, "addr", "add", &format!("{v6}/64"), "dev", dev, "nodad"])?;
+        ip(&[
+            "-n",
+            n,
+            "addr",
+            "add",
+            &format!("{v6}/64"),
+            "dev",
+            dev,
+            "nodad",
+        ])?;
         ip(&["-n", n, "link", "set", dev, "up"])?;
     }
+    // A wire carries finished checksums: without this, veth hands
+    // CHECKSUM_PARTIAL skbs (pseudo-header sum only) to XDP, which no real NIC
+    // would deliver.
+    netns::run(
+        "ip",
+        &[
+            "netns", "exec", &peer_ns, "ethtool", "-K", PEER_IF, "tx", "off",
+        ],
+    )?;
     // The kernel on flowlane's side must not hand out flowlane's ephemeral
     // ports to its own sockets.
     let range = format!("{}-{}", FLOWLANE_EPHEMERAL.0, FLOWLANE_EPHEMERAL.1);
-    netns::run("ip", &["netns", "exec", &ns, "sysctl", "-qw", &format!("net.ipv4.ip_local_reserved_ports={range}")])?;
+    netns::run(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &ns,
+            "sysctl",
+            "-qw",
+            &format!("net.ipv4.ip_local_reserved_ports={range}"),
+        ],
+    )?;
 
     let pin_dir = rss_emu::pin_dir_for(&spec.name);
     ensure_bpffs()?;
     let config = emu_config(spec);
     let pins = pin_dir.clone();
     netns::in_netns(&peer_ns, move || {
-        let ifindex = nix::net::if_::if_nametoindex(PEER_IF).context("finding the peer interface")?;
+        let ifindex =
+            nix::net::if_::if_nametoindex(PEER_IF).context("finding the peer interface")?;
         rss_emu::install(ifindex, &pins, &config).context("installing the emulated RSS NIC")?;
         Ok(())
     })?;
@@ -211,11 +281,16 @@ fn link_mac(ns: &str, dev: &str) -> Result<String> {
 
 fn ensure_bpffs() -> Result<()> {
     let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
-    if mounts.lines().any(|l| l.split_whitespace().nth(1) == Some("/sys/fs/bpf")) {
+    if mounts
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some("/sys/fs/bpf"))
+    {
         return Ok(());
     }
     std::fs::create_dir_all("/sys/fs/bpf").ok();
-    netns::run("mount", &["-t", "bpf", "bpf", "/sys/fs/bpf"]).map(|_| ()).context("mounting bpffs on /sys/fs/bpf")
+    netns::run("mount", &["-t", "bpf", "bpf", "/sys/fs/bpf"])
+        .map(|_| ())
+        .context("mounting bpffs on /sys/fs/bpf")
 }
 
 /// Removes a bed: its namespaces (with the veth pair and tc program in
@@ -276,7 +351,12 @@ pub fn status(name: &str) -> Result<BedStatus> {
         .map(|m| m.to_string());
     Ok(BedStatus {
         intact,
-        key: cfg.key.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":"),
+        key: cfg
+            .key
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(":"),
         table_size: cfg.table.len(),
         queue_packets,
         xdp,

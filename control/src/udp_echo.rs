@@ -14,11 +14,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use flowlane_dataplane::wire::packet::{parse_frame, turn_around_udp};
-use flowlane_dataplane::wire::ChecksumPolicy;
+use flowlane_dataplane::wire::packet::{parse_frame, turn_around_udp, Transport};
 use flowlane_dataplane::{
-    BindMode, Dataplane, DataplaneConfig, Proto, QueueAssignment, QueueCountersSnapshot, QueueHandler, QueueInfo,
-    RxAction,
+    BindMode, Dataplane, DataplaneConfig, Proto, QueueAssignment, QueueCountersSnapshot,
+    QueueHandler, QueueInfo, RxAction,
 };
 use serde::{Deserialize, Serialize};
 
@@ -124,9 +123,12 @@ struct Echo {
 
 impl QueueHandler for Echo {
     fn on_rx(&mut self, _q: &QueueInfo, _now: Duration, buf: &mut [u8], len: usize) -> RxAction {
-        let key = match parse_frame(&buf[..len], ChecksumPolicy { verify_l4: true }) {
-            Ok(f) => match (f.udp_ports(), f.ip_pair()) {
-                (Some((sp, dp)), Some(ips)) if dp == self.port => (ips.src(), sp, ips.dst(), dp),
+        // Every checksum is verified: a corrupted datagram is dropped, not echoed.
+        let key = match parse_frame(&buf[..len]) {
+            Ok(f) => match (f.transport, f.ip_pair()) {
+                (Transport::Udp { src_port, dst_port }, Some(ips)) if dst_port == self.port => {
+                    (ips.src(), src_port, ips.dst(), dst_port)
+                }
                 _ => return RxAction::Drop,
             },
             Err(_) => {
@@ -136,7 +138,13 @@ impl QueueHandler for Echo {
         };
         match turn_around_udp(&mut buf[..len]) {
             Ok(out) => {
-                *self.seen.lock().expect("flow table lock").flows.entry(key).or_default() += 1;
+                *self
+                    .seen
+                    .lock()
+                    .expect("flow table lock")
+                    .flows
+                    .entry(key)
+                    .or_default() += 1;
                 RxAction::Transmit(out)
             }
             Err(_) => RxAction::Drop,
@@ -146,7 +154,8 @@ impl QueueHandler for Echo {
 
 fn write_report(path: &PathBuf, report: &Report) -> Result<()> {
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(report)?).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::write(&tmp, serde_json::to_vec_pretty(report)?)
+        .with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
 }
 
@@ -158,7 +167,14 @@ fn snapshot(generation: u64, dp: &Dataplane, tables: &[(u32, Arc<Mutex<QueueFlow
         let t = t.lock().expect("flow table lock");
         malformed += t.malformed;
         for (&(src, src_port, dst, dst_port), &packets) in &t.flows {
-            flows.push(FlowRecord { queue: *queue, src, src_port, dst, dst_port, packets });
+            flows.push(FlowRecord {
+                queue: *queue,
+                src,
+                src_port,
+                dst,
+                dst_port,
+                packets,
+            });
         }
     }
     flows.sort_by_key(|f| (f.src_port, f.queue));
@@ -185,9 +201,13 @@ fn snapshot(generation: u64, dp: &Dataplane, tables: &[(u32, Arc<Mutex<QueueFlow
 /// CPUs this process may run on.
 pub fn allowed_cpus() -> Vec<u32> {
     let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).ok();
-    let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let n = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     match set {
-        Some(s) => (0..nix::sched::CpuSet::count() as u32).filter(|&c| s.is_set(c as usize).unwrap_or(false)).collect(),
+        Some(s) => (0..nix::sched::CpuSet::count() as u32)
+            .filter(|&c| s.is_set(c as usize).unwrap_or(false))
+            .collect(),
         None => (0..n as u32).collect(),
     }
 }
@@ -200,11 +220,18 @@ pub fn run(args: Args) -> Result<()> {
     info.check_queues(queues)?;
     let cpus = allowed_cpus();
     if (queues as usize) > cpus.len() {
-        tracing::warn!("{queues} queues on {} CPUs: workers share cores", cpus.len());
+        tracing::warn!(
+            "{queues} queues on {} CPUs: workers share cores",
+            cpus.len()
+        );
     }
     let mut config = DataplaneConfig::new(&args.iface, &(0..queues).collect::<Vec<_>>());
     for (i, q) in config.queues.iter_mut().enumerate() {
-        *q = QueueAssignment { queue: q.queue, cpu: Some(cpus[i % cpus.len()]), node: 0 };
+        *q = QueueAssignment {
+            queue: q.queue,
+            cpu: Some(cpus[i % cpus.len()]),
+            node: 0,
+        };
     }
     config.node_cpus.insert(0, cpus.clone());
     config.ports = vec![(Proto::Udp, args.port)];
@@ -219,7 +246,9 @@ pub fn run(args: Args) -> Result<()> {
     let port = args.port;
     let dp = Dataplane::start(config, move |q: &QueueInfo| {
         let seen = Arc::new(Mutex::new(QueueFlows::default()));
-        reg.lock().expect("registry lock").push((q.queue, seen.clone()));
+        reg.lock()
+            .expect("registry lock")
+            .push((q.queue, seen.clone()));
         Echo { port, seen }
     })?;
     let tables = registry.lock().expect("registry lock").clone();
@@ -229,13 +258,17 @@ pub fn run(args: Args) -> Result<()> {
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
     }
-    signal_hook::flag::register(signal_hook::consts::SIGUSR1, dump.clone()).context("installing signal handlers")?;
+    signal_hook::flag::register(signal_hook::consts::SIGUSR1, dump.clone())
+        .context("installing signal handlers")?;
 
     let mut generation = 0;
     if let Some(p) = &args.report {
         write_report(p, &snapshot(generation, &dp, &tables))?;
     }
-    eprintln!("flowlane udp-echo: serving UDP port {} on {} queues of {}", args.port, queues, args.iface);
+    eprintln!(
+        "flowlane udp-echo: serving UDP port {} on {} queues of {}",
+        args.port, queues, args.iface
+    );
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(20));
         if dump.swap(false, Ordering::Relaxed) {

@@ -56,7 +56,14 @@ impl DataplaneConfig {
     pub fn new(ifname: &str, queues: &[u32]) -> DataplaneConfig {
         DataplaneConfig {
             ifname: ifname.to_string(),
-            queues: queues.iter().map(|&queue| QueueAssignment { queue, cpu: None, node: 0 }).collect(),
+            queues: queues
+                .iter()
+                .map(|&queue| QueueAssignment {
+                    queue,
+                    cpu: None,
+                    node: 0,
+                })
+                .collect(),
             node_cpus: BTreeMap::new(),
             ports: Vec::new(),
             ephemeral: None,
@@ -85,7 +92,10 @@ pub struct Dataplane {
 
 impl std::fmt::Debug for Dataplane {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Dataplane").field("iface", &self.iface.name).field("queues", &self.workers.len()).finish()
+        f.debug_struct("Dataplane")
+            .field("iface", &self.iface.name)
+            .field("queues", &self.workers.len())
+            .finish()
     }
 }
 
@@ -111,10 +121,14 @@ impl Dataplane {
         }
         let steering = Steering::attach(iface.ifindex).map_err(|e| Error::Setup(e.to_string()))?;
         for &(proto, port) in &config.ports {
-            steering.add_port(proto, port).map_err(|e| Error::Setup(e.to_string()))?;
+            steering
+                .add_port(proto, port)
+                .map_err(|e| Error::Setup(e.to_string()))?;
         }
         if let Some((lo, hi)) = config.ephemeral {
-            steering.set_ephemeral_range(lo, hi).map_err(|e| Error::Setup(e.to_string()))?;
+            steering
+                .set_ephemeral_range(lo, hi)
+                .map_err(|e| Error::Setup(e.to_string()))?;
         }
 
         // One UMEM per node, shared by that node's queues.
@@ -135,7 +149,9 @@ impl Dataplane {
                     config.rings,
                     config.bind_mode,
                 )?;
-                steering.set_socket(assignment.queue, sock.fd()).map_err(|e| Error::Setup(e.to_string()))?;
+                steering
+                    .set_socket(assignment.queue, sock.fd())
+                    .map_err(|e| Error::Setup(e.to_string()))?;
                 sockets.push((*assignment, sock));
             }
         }
@@ -143,20 +159,36 @@ impl Dataplane {
         let stop = Arc::new(AtomicBool::new(false));
         let factory = Arc::new(factory);
         let epoch = Instant::now();
-        let loop_cfg =
-            LoopConfig { busy_poll: config.busy_poll, tx_reserve: config.rings.frames_per_queue as usize / 4 };
-        let (ready_tx, ready_rx) = crossbeam_channel::unbounded::<std::result::Result<(), String>>();
+        let loop_cfg = LoopConfig {
+            busy_poll: config.busy_poll,
+            tx_reserve: config.rings.frames_per_queue as usize / 4,
+        };
+        let (ready_tx, ready_rx) =
+            crossbeam_channel::unbounded::<std::result::Result<(), String>>();
         let mut workers = Vec::new();
         for (a, sock) in sockets {
-            let info = QueueInfo { queue: a.queue, cpu: a.cpu, node: a.node, zero_copy: sock.zero_copy };
+            let info = QueueInfo {
+                queue: a.queue,
+                cpu: a.cpu,
+                node: a.node,
+                zero_copy: sock.zero_copy,
+            };
             let counters = Arc::new(QueueCounters::default());
-            let (stop2, counters2, factory2, ready) = (stop.clone(), counters.clone(), factory.clone(), ready_tx.clone());
+            let (stop2, counters2, factory2, ready) = (
+                stop.clone(),
+                counters.clone(),
+                factory.clone(),
+                ready_tx.clone(),
+            );
             let thread = std::thread::Builder::new()
                 .name(format!("flowlane-q{}", a.queue))
                 .spawn(move || {
                     if let Some(cpu) = info.cpu {
                         if let Err(e) = affinity::pin_current_thread(&[cpu]) {
-                            let _ = ready.send(Err(format!("pinning queue {} to CPU {cpu}: {e}", info.queue)));
+                            let _ = ready.send(Err(format!(
+                                "pinning queue {} to CPU {cpu}: {e}",
+                                info.queue
+                            )));
                             return;
                         }
                     }
@@ -164,11 +196,23 @@ impl Dataplane {
                     let _ = ready.send(Ok(()));
                     worker::run(sock, info, handler, loop_cfg, stop2, counters2, epoch);
                 })
-                .map_err(|e| Error::Io { what: "spawning a worker".into(), source: e })?;
-            workers.push(WorkerHandle { info, counters, thread: Some(thread) });
+                .map_err(|e| Error::Io {
+                    what: "spawning a worker".into(),
+                    source: e,
+                })?;
+            workers.push(WorkerHandle {
+                info,
+                counters,
+                thread: Some(thread),
+            });
         }
         drop(ready_tx);
-        let dp = Dataplane { iface, workers, stop, steering };
+        let dp = Dataplane {
+            iface,
+            workers,
+            stop,
+            steering,
+        };
         for _ in 0..dp.workers.len() {
             match ready_rx.recv() {
                 Ok(Ok(())) => {}
@@ -191,12 +235,17 @@ impl Dataplane {
 
     /// Counters of every served queue.
     pub fn counters(&self) -> Vec<(QueueInfo, QueueCountersSnapshot)> {
-        self.workers.iter().map(|w| (w.info, w.counters.snapshot())).collect()
+        self.workers
+            .iter()
+            .map(|w| (w.info, w.counters.snapshot()))
+            .collect()
     }
 
     /// The XDP program's counters for `queue`.
     pub fn steering_stats(&self, queue: u32) -> Result<SteerStats> {
-        self.steering.stats(queue).map_err(|e| Error::Setup(e.to_string()))
+        self.steering
+            .stats(queue)
+            .map_err(|e| Error::Setup(e.to_string()))
     }
 
     /// The steering program (to claim or release ports at run time).

@@ -52,7 +52,9 @@ impl TxBatch<'_> {
     /// buffer and returns the frame length, or `None` to give it back.
     /// Returns false when no frame is free (the caller retries later).
     pub fn send_with(&mut self, build: impl FnOnce(&mut [u8]) -> Option<usize>) -> bool {
-        let Some(mut desc) = self.free.pop() else { return false };
+        let Some(mut desc) = self.free.pop() else {
+            return false;
+        };
         // SAFETY: `desc` came from this queue's free list: it belongs to
         // `self.umem` and is owned by no ring, so nothing else accesses it.
         let mut data = unsafe { self.umem.data_mut(&mut desc) };
@@ -153,7 +155,11 @@ pub(crate) fn run<H: QueueHandler>(
         QueueCounters::add(&c.rx_bytes, rx_bytes);
         QueueCounters::add(&c.dropped, dropped);
 
-        let mut batch = TxBatch { umem: &sock.umem, free: &mut free, pending: &mut pending };
+        let mut batch = TxBatch {
+            umem: &sock.umem,
+            free: &mut free,
+            pending: &mut pending,
+        };
         handler.on_poll(&info, now, &mut batch);
 
         let sent = transmit(&mut sock, &mut pending, c);
@@ -234,6 +240,9 @@ fn publish_kernel_stats(sock: &QueueSocket, c: &QueueCounters) {
         QueueCounters::set(&c.rx_ring_full, s.rx_ring_full());
         QueueCounters::set(&c.fill_ring_empty, s.rx_fill_ring_empty_descs());
         QueueCounters::set(&c.rx_dropped, s.rx_dropped());
-        QueueCounters::set(&c.invalid_descs, s.rx_invalid_descs() + s.tx_invalid_descs());
+        QueueCounters::set(
+            &c.invalid_descs,
+            s.rx_invalid_descs() + s.tx_invalid_descs(),
+        );
     }
 }

@@ -48,10 +48,15 @@ impl QueueSocket {
         mode: BindMode,
     ) -> Result<QueueSocket> {
         let iface = Interface::new(
-            std::ffi::CString::new(ifname).map_err(|_| Error::Setup(format!("bad interface name {ifname:?}")))?,
+            std::ffi::CString::new(ifname)
+                .map_err(|_| Error::Setup(format!("bad interface name {ifname:?}")))?,
         );
         let attempt = |zero_copy: bool| {
-            let copy_flag = if zero_copy { BindFlags::XDP_ZEROCOPY } else { BindFlags::XDP_COPY };
+            let copy_flag = if zero_copy {
+                BindFlags::XDP_ZEROCOPY
+            } else {
+                BindFlags::XDP_COPY
+            };
             let config = SocketConfig::builder()
                 .rx_queue_size(QueueSize::new(rings.rx).expect("power of two"))
                 .tx_queue_size(QueueSize::new(rings.tx).expect("power of two"))
@@ -62,16 +67,17 @@ impl QueueSocket {
             // contract of `Socket::new` requires for a shared UMEM.
             unsafe { Socket::new(config, umem, &iface, queue) }
         };
-        let (made, zero_copy) = match mode {
-            BindMode::Copy => (attempt(false), false),
-            BindMode::ZeroCopy => (attempt(true), true),
-            BindMode::Auto => match attempt(true) {
-                Ok(s) => (Ok(s), true),
-                Err(e) => {
-                    tracing::info!(ifname, queue, "zero-copy bind not available ({e}); using copy mode");
-                    (attempt(false), false)
-                }
-            },
+        let made = match mode {
+            BindMode::Copy => attempt(false),
+            BindMode::ZeroCopy => attempt(true),
+            BindMode::Auto => attempt(true).or_else(|e| {
+                tracing::info!(
+                    ifname,
+                    queue,
+                    "zero-copy bind not available ({e}); using copy mode"
+                );
+                attempt(false)
+            }),
         };
         let (tx, rx, rings_pair) = made.map_err(|e| {
             Error::Setup(format!(
@@ -80,9 +86,31 @@ impl QueueSocket {
             ))
         })?;
         let (fill, comp) = rings_pair.ok_or_else(|| {
-            Error::Setup(format!("{ifname} queue {queue} is already bound by this process"))
+            Error::Setup(format!(
+                "{ifname} queue {queue} is already bound by this process"
+            ))
         })?;
-        Ok(QueueSocket { queue, zero_copy, umem: umem.clone(), tx, rx, fill, comp, frames })
+        // A socket sharing a UMEM inherits the first socket's mode whatever
+        // it asked for, so ask the kernel what the bind really is.
+        let zero_copy = bound_zero_copy(rx.fd().as_raw_fd()).map_err(|e| Error::Io {
+            what: format!("reading the XDP options of {ifname} queue {queue}"),
+            source: e,
+        })?;
+        if mode == BindMode::ZeroCopy && !zero_copy {
+            return Err(Error::Setup(format!(
+                "{ifname} queue {queue}: zero-copy was asked for but the bind is copy mode"
+            )));
+        }
+        Ok(QueueSocket {
+            queue,
+            zero_copy,
+            umem: umem.clone(),
+            tx,
+            rx,
+            fill,
+            comp,
+            frames,
+        })
     }
 
     /// The socket's file descriptor, for the XSKMAP.
@@ -91,4 +119,28 @@ impl QueueSocket {
         // long as `self`, and the returned borrow cannot outlive `self`.
         unsafe { BorrowedFd::borrow_raw(self.rx.fd().as_raw_fd()) }
     }
+}
+
+/// `getsockopt(SOL_XDP, XDP_OPTIONS)` & `XDP_OPTIONS_ZEROCOPY`.
+fn bound_zero_copy(fd: std::os::fd::RawFd) -> std::io::Result<bool> {
+    const SOL_XDP: libc::c_int = 283;
+    const XDP_OPTIONS: libc::c_int = 8;
+    const XDP_OPTIONS_ZEROCOPY: u32 = 1;
+    let mut opts: u32 = 0;
+    let mut len = std::mem::size_of::<u32>() as libc::socklen_t;
+    // SAFETY: `opts` and `len` are live locals of the sizes passed; the kernel
+    // writes at most `len` bytes into `opts`.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            SOL_XDP,
+            XDP_OPTIONS,
+            (&mut opts as *mut u32).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(opts & XDP_OPTIONS_ZEROCOPY != 0)
 }

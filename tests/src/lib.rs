@@ -12,7 +12,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 pub fn require_root(test: &str) -> bool {
     let root = std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
         .unwrap_or(false);
     if !root {
         eprintln!("skipping {test}: needs root (network namespaces, BPF, AF_XDP)");
@@ -24,31 +28,56 @@ pub fn require_root(test: &str) -> bool {
 pub fn flowlane_bin() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     // target/<profile>/deps/<test> -> target/<profile>/flowlane
-    let bin = exe.parent().and_then(|d| d.parent()).expect("target dir").join("flowlane");
-    assert!(bin.exists(), "{} is missing: build it first (`cargo build -p flowlane-control`)", bin.display());
+    let bin = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target dir")
+        .join("flowlane");
+    assert!(
+        bin.exists(),
+        "{} is missing: build it first (`cargo build -p flowlane-control`)",
+        bin.display()
+    );
     bin
 }
 
 /// Runs `flowlane <args>`.
 pub fn flowlane(args: &[&str]) -> Output {
-    Command::new(flowlane_bin()).args(args).output().expect("running flowlane")
+    Command::new(flowlane_bin())
+        .args(args)
+        .output()
+        .expect("running flowlane")
 }
 
 /// Runs a command inside a network namespace.
 pub fn in_ns(ns: &str, cmd: &[&str]) -> Output {
-    Command::new("ip").args(["netns", "exec", ns]).args(cmd).output().expect("running ip netns exec")
+    Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(cmd)
+        .output()
+        .expect("running ip netns exec")
 }
 
 /// Output as text, for assertion messages.
 pub fn text(o: &Output) -> String {
-    format!("status {:?}\nstdout: {}\nstderr: {}", o.status.code(), String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// A unique test bed name for this process and call.
 pub fn unique_name(tag: &str) -> String {
-    format!("t{}{}{}", tag, std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "t{}{}{}",
+        tag,
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// A test bed that is removed when dropped.
@@ -65,9 +94,20 @@ impl Bed {
     /// Brings up a uniquely named bed with `queues` queues.
     pub fn up(tag: &str, queues: u32) -> Bed {
         let name = unique_name(tag);
-        let o = flowlane(&["testbed", "up", "--name", &name, "--queues", &queues.to_string()]);
+        let o = flowlane(&[
+            "testbed",
+            "up",
+            "--name",
+            &name,
+            "--queues",
+            &queues.to_string(),
+        ]);
         assert!(o.status.success(), "testbed up failed: {}", text(&o));
-        Bed { ns: format!("flowlane-{name}"), peer_ns: format!("flowlane-{name}-peer"), name }
+        Bed {
+            ns: format!("flowlane-{name}"),
+            peer_ns: format!("flowlane-{name}-peer"),
+            name,
+        }
     }
 }
 
@@ -82,7 +122,10 @@ impl Drop for Bed {
 
 /// Whether an XDP program is attached to `dev` in `ns`.
 pub fn xdp_attached(ns: &str, dev: &str) -> bool {
-    let o = Command::new("ip").args(["-n", ns, "-o", "link", "show", dev]).output().expect("ip link");
+    let o = Command::new("ip")
+        .args(["-n", ns, "-o", "link", "show", dev])
+        .output()
+        .expect("ip link");
     let s = String::from_utf8_lossy(&o.stdout);
     s.split_whitespace().any(|w| w.starts_with("xdp"))
 }

@@ -10,7 +10,11 @@ fn one_line_error(o: &std::process::Output, needle: &str) {
     let err = String::from_utf8_lossy(&o.stderr);
     let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(lines.len(), 1, "expected one line: {err}");
-    assert!(lines[0].contains(needle), "expected {needle:?} in {:?}", lines[0]);
+    assert!(
+        lines[0].contains(needle),
+        "expected {needle:?} in {:?}",
+        lines[0]
+    );
 }
 
 #[test]
@@ -54,12 +58,21 @@ fn unknown_interface_too_many_queues_and_no_native_xdp() {
     let bin = bin.to_str().unwrap();
     let o = in_ns(&bed.ns, &[bin, "udp-echo", "--iface", "nosuch0"]);
     one_line_error(&o, "no interface nosuch0");
-    let o = in_ns(&bed.ns, &[bin, "udp-echo", "--iface", "xsk0", "--queues", "8"]);
+    let o = in_ns(
+        &bed.ns,
+        &[bin, "udp-echo", "--iface", "xsk0", "--queues", "8"],
+    );
     one_line_error(&o, "has 2 receive queues");
     // A dummy device has no native XDP.
-    let o = Command::new("ip").args(["-n", &bed.ns, "link", "add", "dum0", "type", "dummy"]).output().unwrap();
+    let o = Command::new("ip")
+        .args(["-n", &bed.ns, "link", "add", "dum0", "type", "dummy"])
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", text(&o));
-    Command::new("ip").args(["-n", &bed.ns, "link", "set", "dum0", "up"]).output().unwrap();
+    Command::new("ip")
+        .args(["-n", &bed.ns, "link", "set", "dum0", "up"])
+        .output()
+        .unwrap();
     let o = in_ns(&bed.ns, &[bin, "udp-echo", "--iface", "dum0"]);
     one_line_error(&o, "XDP");
 }

@@ -25,15 +25,26 @@ fn up_is_idempotent_and_down_removes_everything() {
     assert_eq!(v["queues"], 4);
     assert_eq!(v["table_size"], 128);
     // The veth really has four queues on each side.
-    let o = Command::new("ip").args(["netns", "exec", &bed.ns, "ls", "/sys/class/net/xsk0/queues"]).output().unwrap();
+    let o = Command::new("ip")
+        .args(["netns", "exec", &bed.ns, "ls", "/sys/class/net/xsk0/queues"])
+        .output()
+        .unwrap();
     let qs = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(qs.split_whitespace().filter(|q| q.starts_with("rx-")).count(), 4, "{qs}");
+    assert_eq!(
+        qs.split_whitespace()
+            .filter(|q| q.starts_with("rx-"))
+            .count(),
+        4,
+        "{qs}"
+    );
 
     let name = bed.name.clone();
     let (ns, peer) = (bed.ns.clone(), bed.peer_ns.clone());
     drop(bed);
     assert!(!ns_exists(&ns) && !ns_exists(&peer));
-    assert!(!std::path::Path::new("/sys/fs/bpf/flowlane").join(&name).exists());
+    assert!(!std::path::Path::new("/sys/fs/bpf/flowlane")
+        .join(&name)
+        .exists());
     let o = flowlane(&["testbed", "down", "--name", &name]);
     assert!(o.status.success(), "down of a removed bed: {}", text(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("was not up"));
@@ -47,7 +58,10 @@ fn a_half_made_bed_does_not_block_up() {
     // A crash after the first namespace was made leaves it behind.
     let name = unique_name("crash");
     let ns = format!("flowlane-{name}");
-    let o = Command::new("ip").args(["netns", "add", &ns]).output().unwrap();
+    let o = Command::new("ip")
+        .args(["netns", "add", &ns])
+        .output()
+        .unwrap();
     assert!(o.status.success());
     let o = flowlane(&["testbed", "up", "--name", &name, "--queues", "2"]);
     let ok = o.status.success();
@@ -71,5 +85,9 @@ fn set_rss_programs_the_emulated_nic() {
     assert!(err.contains("key") && err.lines().count() == 1, "{err}");
     let o = flowlane(&["testbed", "set-rss", "--name", &bed.name, "--queues", "0,9"]);
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("queue 9"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("queue 9"),
+        "{}",
+        text(&o)
+    );
 }

@@ -8,7 +8,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use flowlane_numa_sched::toeplitz::{FlowTuple, Protocol, RssKey, Toeplitz};
-use flowlane_tests::{flowlane, flowlane_bin, in_ns, require_root, text, unique_name, xdp_attached, Bed};
+use flowlane_tests::{
+    flowlane, flowlane_bin, in_ns, require_root, text, unique_name, xdp_attached, Bed,
+};
 
 /// `flowlane udp-echo` in the bed's namespace; waits for its first report.
 fn start_echo(bed: &Bed, port: u16) -> (Child, std::path::PathBuf) {
@@ -17,7 +19,14 @@ fn start_echo(bed: &Bed, port: u16) -> (Child, std::path::PathBuf) {
     let mut child = Command::new("ip")
         .args(["netns", "exec", &bed.ns])
         .arg(flowlane_bin())
-        .args(["udp-echo", "--iface", "xsk0", "--port", &port.to_string(), "--report"])
+        .args([
+            "udp-echo",
+            "--iface",
+            "xsk0",
+            "--port",
+            &port.to_string(),
+            "--report",
+        ])
         .arg(&report)
         .stderr(Stdio::null())
         .spawn()
@@ -37,13 +46,23 @@ fn demo_flows_echo_on_the_predicted_queue_and_move_with_the_table() {
         return;
     }
     let name = unique_name("demo");
-    let o = flowlane(&["demo", "--bed", &name, "--queues", "4", "--flows", "64", "--json"]);
+    let o = flowlane(&[
+        "demo", "--bed", &name, "--queues", "4", "--flows", "64", "--json",
+    ]);
     assert!(o.status.success(), "demo failed: {}", text(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("demo JSON");
     assert_eq!(v["all_ok"], true);
 
     // Recompute every prediction here, independently of the demo's own.
-    let key = RssKey::new(v["key"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap() as u8).collect::<Vec<_>>()).unwrap();
+    let key = RssKey::new(
+        v["key"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_u64().unwrap() as u8)
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
     let t = Toeplitz::new(&key);
     let local = v["local_addr"].as_str().unwrap().parse().unwrap();
     let peer = v["peer_addr"].as_str().unwrap().parse().unwrap();
@@ -52,17 +71,31 @@ fn demo_flows_echo_on_the_predicted_queue_and_move_with_the_table() {
     assert_eq!(phases.len(), 2);
     let mut per_phase_queue = Vec::new();
     for phase in phases {
-        let table: Vec<u64> = phase["table"].as_array().unwrap().iter().map(|q| q.as_u64().unwrap()).collect();
+        let table: Vec<u64> = phase["table"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|q| q.as_u64().unwrap())
+            .collect();
         let flows = phase["flows"].as_array().unwrap();
         assert_eq!(flows.len(), 64);
         let mut queues = Vec::new();
         for f in flows {
             let sport = f["src_port"].as_u64().unwrap() as u16;
-            let flow = FlowTuple { src: peer, dst: local, src_port: sport, dst_port: port, protocol: Protocol::Udp };
+            let flow = FlowTuple {
+                src: peer,
+                dst: local,
+                src_port: sport,
+                dst_port: port,
+                protocol: Protocol::Udp,
+            };
             let h = t.hash(flow.hash_input(true).as_bytes());
             let q = table[h as usize % table.len()];
             assert_eq!(f["observed"], serde_json::json!([q]), "flow {sport}: {f}");
-            assert_eq!(f["echoed_ok"], f["sent"], "flow {sport} lost or corrupted datagrams");
+            assert_eq!(
+                f["echoed_ok"], f["sent"],
+                "flow {sport} lost or corrupted datagrams"
+            );
             queues.push(q);
         }
         per_phase_queue.push(queues);
@@ -85,8 +118,15 @@ fn kernel_keeps_ping_and_other_ports_while_flowlane_runs() {
     let bed = Bed::up("ping", 4);
     let (mut child, report) = start_echo(&bed, 7777);
     assert!(xdp_attached(&bed.ns, "xsk0"));
-    let o = in_ns(&bed.peer_ns, &["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.99.0.1"]);
-    assert!(o.status.success(), "ping through the kernel exception path: {}", text(&o));
+    let o = in_ns(
+        &bed.peer_ns,
+        &["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.99.0.1"],
+    );
+    assert!(
+        o.status.success(),
+        "ping through the kernel exception path: {}",
+        text(&o)
+    );
     // A kernel UDP service on another port of the same address still works.
     let mut srv = Command::new("ip")
         .args(["netns", "exec", &bed.ns, "python3", "-c"])
@@ -100,22 +140,38 @@ fn kernel_keeps_ping_and_other_ports_while_flowlane_runs() {
     );
     let _ = srv.kill();
     let _ = srv.wait();
-    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "KERNEL", "{}", text(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "KERNEL",
+        "{}",
+        text(&o)
+    );
     // And flowlane's port answers a kernel client (python) byte-exact.
     let o = in_ns(
         &bed.peer_ns,
         &["python3", "-c", "import socket;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);s.settimeout(3);m=bytes(range(256))*4;s.sendto(m,('10.99.0.1',7777));print(s.recv(2048)==m)"],
     );
-    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "True", "{}", text(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "True",
+        "{}",
+        text(&o)
+    );
     unsafe_free_kill(&child, "-TERM");
     let st = child.wait().unwrap();
     assert!(st.success(), "udp-echo exit on SIGTERM: {st}");
-    assert!(!xdp_attached(&bed.ns, "xsk0"), "XDP left attached after SIGTERM");
+    assert!(
+        !xdp_attached(&bed.ns, "xsk0"),
+        "XDP left attached after SIGTERM"
+    );
     let _ = std::fs::remove_file(report);
 }
 
 fn unsafe_free_kill(child: &Child, sig: &str) {
-    let o = Command::new("kill").args([sig, &child.id().to_string()]).output().unwrap();
+    let o = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .output()
+        .unwrap();
     assert!(o.status.success());
 }
 
@@ -132,7 +188,10 @@ fn sigkill_leaves_no_xdp_program_and_the_next_run_starts() {
     let _ = child.wait();
     let deadline = Instant::now() + Duration::from_secs(5);
     while xdp_attached(&bed.ns, "xsk0") {
-        assert!(Instant::now() < deadline, "XDP still attached 5 s after SIGKILL");
+        assert!(
+            Instant::now() < deadline,
+            "XDP still attached 5 s after SIGKILL"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let (mut again, report2) = start_echo(&bed, 7777);
@@ -140,7 +199,12 @@ fn sigkill_leaves_no_xdp_program_and_the_next_run_starts() {
         &bed.peer_ns,
         &["python3", "-c", "import socket;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);s.settimeout(3);s.sendto(b'again',('10.99.0.1',7777));print(s.recv(100).decode())"],
     );
-    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "again", "{}", text(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "again",
+        "{}",
+        text(&o)
+    );
     unsafe_free_kill(&again, "-TERM");
     assert!(again.wait().unwrap().success());
     let _ = std::fs::remove_file(report);

@@ -15,7 +15,9 @@ pub struct EthtoolNic {
 impl EthtoolNic {
     /// The NIC named `ifname` in the current namespace.
     pub fn new(ifname: &str) -> EthtoolNic {
-        EthtoolNic { ifname: ifname.to_string() }
+        EthtoolNic {
+            ifname: ifname.to_string(),
+        }
     }
 }
 
@@ -36,7 +38,10 @@ pub fn parse_ethtool_x(text: &str) -> Result<RssSettings> {
                 continue;
             }
             for b in l.split(':') {
-                key.push(u8::from_str_radix(b.trim(), 16).map_err(|_| anyhow!("bad key byte {b:?} in ethtool output"))?);
+                key.push(
+                    u8::from_str_radix(b.trim(), 16)
+                        .map_err(|_| anyhow!("bad key byte {b:?} in ethtool output"))?,
+                );
             }
             continue;
         }
@@ -44,19 +49,27 @@ pub fn parse_ethtool_x(text: &str) -> Result<RssSettings> {
         if let Some((idx, rest)) = l.split_once(':') {
             if idx.trim().parse::<usize>().is_ok() {
                 for q in rest.split_whitespace() {
-                    table.push(q.parse().map_err(|_| anyhow!("bad queue {q:?} in ethtool output"))?);
+                    table.push(
+                        q.parse()
+                            .map_err(|_| anyhow!("bad queue {q:?} in ethtool output"))?,
+                    );
                 }
             }
         }
     }
     if table.is_empty() {
-        return Err(anyhow!("ethtool printed no indirection table (does the device support RSS?)"));
+        return Err(anyhow!(
+            "ethtool printed no indirection table (does the device support RSS?)"
+        ));
     }
     Ok(RssSettings { key, table })
 }
 
 fn hex_key(key: &[u8]) -> String {
-    key.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+    key.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
 }
 
 impl RssNic for EthtoolNic {
@@ -68,7 +81,10 @@ impl RssNic for EthtoolNic {
         let s = self.rss()?;
         let channels = run("ethtool", &["-l", &self.ifname])?;
         // The "Current hardware settings" block comes second.
-        let current = channels.split("Current hardware settings").nth(1).unwrap_or(&channels);
+        let current = channels
+            .split("Current hardware settings")
+            .nth(1)
+            .unwrap_or(&channels);
         let mut queues = 0;
         for line in current.lines() {
             if let Some((k, v)) = line.split_once(':') {
@@ -77,11 +93,16 @@ impl RssNic for EthtoolNic {
                 }
             }
         }
-        Ok(RssCaps { queues: queues.max(1), key_len: s.key.len(), table_size: s.table.len() })
+        Ok(RssCaps {
+            queues: queues.max(1),
+            key_len: s.key.len(),
+            table_size: s.table.len(),
+        })
     }
 
     fn rss(&self) -> Result<RssSettings> {
-        let out = run("ethtool", &["-x", &self.ifname]).with_context(|| format!("reading RSS of {}", self.ifname))?;
+        let out = run("ethtool", &["-x", &self.ifname])
+            .with_context(|| format!("reading RSS of {}", self.ifname))?;
         parse_ethtool_x(&out)
     }
 

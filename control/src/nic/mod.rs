@@ -44,15 +44,26 @@ pub trait RssNic {
 pub fn validate(caps: &RssCaps, key: Option<&[u8]>, table: Option<&[u32]>) -> Result<()> {
     if let Some(k) = key {
         if k.len() != caps.key_len {
-            anyhow::bail!("the RSS key must be {} bytes for this NIC; got {}", caps.key_len, k.len());
+            anyhow::bail!(
+                "the RSS key must be {} bytes for this NIC; got {}",
+                caps.key_len,
+                k.len()
+            );
         }
     }
     if let Some(t) = table {
         if t.len() != caps.table_size {
-            anyhow::bail!("the indirection table must have {} entries for this NIC; got {}", caps.table_size, t.len());
+            anyhow::bail!(
+                "the indirection table must have {} entries for this NIC; got {}",
+                caps.table_size,
+                t.len()
+            );
         }
         if let Some(q) = t.iter().find(|&&q| q >= caps.queues) {
-            anyhow::bail!("the indirection table names queue {q}, but the NIC has {} queues", caps.queues);
+            anyhow::bail!(
+                "the indirection table names queue {q}, but the NIC has {} queues",
+                caps.queues
+            );
         }
     }
     Ok(())

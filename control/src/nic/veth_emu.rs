@@ -20,7 +20,11 @@ impl VethEmuNic {
     /// The emulated NIC whose maps are pinned under `pin_dir`, receiving
     /// into `ifname` with `queues` queues.
     pub fn new(ifname: &str, pin_dir: PathBuf, queues: u32) -> VethEmuNic {
-        VethEmuNic { ifname: ifname.to_string(), pin_dir, queues }
+        VethEmuNic {
+            ifname: ifname.to_string(),
+            pin_dir,
+            queues,
+        }
     }
 
     fn maps(&self) -> Result<RssEmuMaps> {
@@ -35,18 +39,29 @@ impl RssNic for VethEmuNic {
 
     fn caps(&self) -> Result<RssCaps> {
         let c = self.maps()?.read()?;
-        Ok(RssCaps { queues: self.queues, key_len: c.key.len(), table_size: c.table.len() })
+        Ok(RssCaps {
+            queues: self.queues,
+            key_len: c.key.len(),
+            table_size: c.table.len(),
+        })
     }
 
     fn rss(&self) -> Result<RssSettings> {
         let c = self.maps()?.read()?;
-        Ok(RssSettings { key: c.key, table: c.table })
+        Ok(RssSettings {
+            key: c.key,
+            table: c.table,
+        })
     }
 
     fn set_rss(&self, key: Option<&[u8]>, table: Option<&[u32]>) -> Result<()> {
         let maps = self.maps()?;
         let mut c: RssEmuConfig = maps.read()?;
-        let caps = RssCaps { queues: self.queues, key_len: c.key.len(), table_size: c.table.len() };
+        let caps = RssCaps {
+            queues: self.queues,
+            key_len: c.key.len(),
+            table_size: c.table.len(),
+        };
         validate(&caps, key, table)?;
         if let Some(k) = key {
             c.key = k.to_vec();
