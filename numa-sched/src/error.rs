@@ -91,7 +91,9 @@ pub enum Error {
     #[error("hwloc could not build the topology: {0}")]
     Hwloc(String),
     /// A NUMA node that the topology does not have.
-    #[error("NUMA node {node} is not in the topology (nodes: {known:?}); check the NIC's numa_node")]
+    #[error(
+        "NUMA node {node} is not in the topology (nodes: {known:?}); check the NIC's numa_node"
+    )]
     UnknownNode {
         /// The node that was asked for.
         node: u32,
@@ -99,7 +101,9 @@ pub enum Error {
         known: Vec<u32>,
     },
     /// A logical CPU that the topology does not have.
-    #[error("CPU {cpu} is not in the topology; the core budget may only name existing logical CPUs")]
+    #[error(
+        "CPU {cpu} is not in the topology; the core budget may only name existing logical CPUs"
+    )]
     UnknownCpu {
         /// The CPU that was named.
         cpu: u32,

@@ -248,8 +248,14 @@ mod tests {
         assert_eq!(hint.queue, (0x78 % 4) as u16);
         assert_eq!((hint.cpu, hint.node), (0, 0));
         // Hashed on addresses only under the common NIC default for UDP.
-        let udp = FlowTuple { protocol: Protocol::Udp, ..flow };
-        assert_eq!(state(RssHashConfig::tcp_four_udp_two()).hint(&udp).hash, 0x323e_8fc2);
+        let udp = FlowTuple {
+            protocol: Protocol::Udp,
+            ..flow
+        };
+        assert_eq!(
+            state(RssHashConfig::tcp_four_udp_two()).hint(&udp).hash,
+            0x323e_8fc2
+        );
     }
 
     #[test]
@@ -263,7 +269,8 @@ mod tests {
             Error::QueueNotPlaced { queue: 2 }
         );
         let good = IndirectionTable::even(64, &[1]).unwrap();
-        let mut s = RssState::new(&key, good.clone(), RssHashConfig::default(), &placement).unwrap();
+        let mut s =
+            RssState::new(&key, good.clone(), RssHashConfig::default(), &placement).unwrap();
         assert_eq!(s.set_table(table), Err(Error::QueueNotPlaced { queue: 2 }));
         assert_eq!(s.table(), &good);
         assert_eq!(s.key(), &key);
@@ -278,20 +285,48 @@ mod tests {
         for seed in 0..200u64 {
             let queue = (seed % 4) as u16;
             let port = s
-                .choose_source_port(local, remote, 5201, Protocol::Tcp, queue, 32768..=60999, seed, |p| p % 7 != 0)
+                .choose_source_port(
+                    local,
+                    remote,
+                    5201,
+                    Protocol::Tcp,
+                    queue,
+                    32768..=60999,
+                    seed,
+                    |p| p % 7 != 0,
+                )
                 .unwrap();
             assert!((32768..=60999).contains(&port) && port % 7 != 0);
-            let reply = FlowTuple { src: remote, dst: local, src_port: 5201, dst_port: port, protocol: Protocol::Tcp };
+            let reply = FlowTuple {
+                src: remote,
+                dst: local,
+                src_port: 5201,
+                dst_port: port,
+                protocol: Protocol::Tcp,
+            };
             assert_eq!(s.hint(&reply).queue, queue);
             chosen.insert(port);
         }
-        assert!(chosen.len() > 150, "ports do not spread: {} distinct", chosen.len());
+        assert!(
+            chosen.len() > 150,
+            "ports do not spread: {} distinct",
+            chosen.len()
+        );
         // A queue without buckets cannot be reached.
-        assert_eq!(s.choose_source_port(local, remote, 80, Protocol::Tcp, 9, 1..=65535, 0, |_| true), None);
-        assert_eq!(s.choose_source_port(local, remote, 80, Protocol::Tcp, 0, 1..=65535, 0, |_| false), None);
+        assert_eq!(
+            s.choose_source_port(local, remote, 80, Protocol::Tcp, 9, 1..=65535, 0, |_| true),
+            None
+        );
+        assert_eq!(
+            s.choose_source_port(local, remote, 80, Protocol::Tcp, 0, 1..=65535, 0, |_| false),
+            None
+        );
         #[allow(clippy::reversed_empty_ranges)]
         let empty = 10..=9;
-        assert_eq!(s.choose_source_port(local, remote, 80, Protocol::Tcp, 0, empty, 0, |_| true), None);
+        assert_eq!(
+            s.choose_source_port(local, remote, 80, Protocol::Tcp, 0, empty, 0, |_| true),
+            None
+        );
     }
 
     #[test]
@@ -299,10 +334,19 @@ mod tests {
         let s = state(RssHashConfig::tcp_four_udp_two());
         let local = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
         let remote = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
-        let reply = FlowTuple { src: remote, dst: local, src_port: 53, dst_port: 0, protocol: Protocol::Udp };
+        let reply = FlowTuple {
+            src: remote,
+            dst: local,
+            src_port: 53,
+            dst_port: 0,
+            protocol: Protocol::Udp,
+        };
         let queue = s.hint(&reply).queue;
         for q in 0..4 {
-            let got = s.choose_source_port(local, remote, 53, Protocol::Udp, q, 1000..=2000, 5, |_| true);
+            let got =
+                s.choose_source_port(local, remote, 53, Protocol::Udp, q, 1000..=2000, 5, |_| {
+                    true
+                });
             assert_eq!(got.is_some(), q == queue, "queue {q}");
         }
     }

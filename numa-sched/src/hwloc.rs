@@ -11,9 +11,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use hwlocality::object::TopologyObject;
 use hwlocality::object::attributes::ObjectAttributes;
 use hwlocality::object::types::ObjectType;
+use hwlocality::object::TopologyObject;
 
 use crate::error::{Error, Result};
 use crate::topology::{Cache, Core, NodeDistances, NumaNode, Topology};
@@ -77,7 +77,9 @@ impl Topology {
         let os_index = |obj: &TopologyObject| {
             obj.os_index()
                 .and_then(|i| u32::try_from(i).ok())
-                .ok_or_else(|| Error::Hwloc(format!("{} has no usable OS index", obj.object_type())))
+                .ok_or_else(|| {
+                    Error::Hwloc(format!("{} has no usable OS index", obj.object_type()))
+                })
         };
         let numa: Vec<&TopologyObject> = topology.objects_with_type(ObjectType::NUMANode).collect();
         let nodes = numa
@@ -95,8 +97,7 @@ impl Topology {
         let mut cores = Vec::new();
         for pu in topology.objects_with_type(ObjectType::PU) {
             let cpu = os_index(pu)?;
-            let (core_id, smt_sibling_rank) = match pu.first_ancestor_with_type(ObjectType::Core)
-            {
+            let (core_id, smt_sibling_rank) = match pu.first_ancestor_with_type(ObjectType::Core) {
                 Some(core) => {
                     let rank = core
                         .cpuset()
@@ -177,12 +178,23 @@ mod tests {
     /// The pure constructor and hwloc's synthetic backend describe the same machines.
     #[test]
     fn hwloc_synthetic_agrees_with_pure_synthetic() {
-        for (p, n, c, t) in [(2, 1, 8, 1), (1, 4, 2, 1), (1, 1, 4, 2), (2, 2, 4, 2), (2, 1, 8, 2)] {
+        for (p, n, c, t) in [
+            (2, 1, 8, 1),
+            (1, 4, 2, 1),
+            (1, 1, 4, 2),
+            (2, 2, 4, 2),
+            (2, 1, 8, 2),
+        ] {
             let description = format!("package:{p} numa:{n} core:{c} pu:{t}");
             let loaded = Topology::from_synthetic_description(&description).unwrap();
             let pure = Topology::synthetic(p, n, c, t).unwrap();
             assert_eq!(loaded.cores, pure.cores, "{description}");
-            let cpus = |t: &Topology| t.nodes.iter().map(|n| (n.os_index, n.cpus.clone())).collect::<Vec<_>>();
+            let cpus = |t: &Topology| {
+                t.nodes
+                    .iter()
+                    .map(|n| (n.os_index, n.cpus.clone()))
+                    .collect::<Vec<_>>()
+            };
             assert_eq!(cpus(&loaded), cpus(&pure), "{description}");
         }
     }
@@ -230,17 +242,30 @@ mod tests {
                     None,
                     DistancesKind::FROM_USER | DistancesKind::MEANS_LATENCY,
                     AddDistancesFlags::empty(),
-                    |t| (t.objects_with_type(ObjectType::NUMANode).map(Some).collect(), matrix.clone()),
+                    |t| {
+                        (
+                            t.objects_with_type(ObjectType::NUMANode)
+                                .map(Some)
+                                .collect(),
+                            matrix.clone(),
+                        )
+                    },
                 )
                 .unwrap();
         });
         let snapshot = Topology::from_hwloc(&topology).unwrap();
         assert_eq!(snapshot.nodes_by_distance(1), vec![1, 0, 3, 2]);
         assert_eq!(snapshot.distance(0, 3), Some(31));
-        assert_eq!(snapshot.cores, Topology::synthetic(2, 2, 2, 2).unwrap().cores);
+        assert_eq!(
+            snapshot.cores,
+            Topology::synthetic(2, 2, 2, 2).unwrap().cores
+        );
 
-        let path = std::env::temp_dir().join(format!("flowlane-numa-sched-{}.xml", std::process::id()));
-        topology.export_xml_file(Some(&path), XMLExportFlags::empty()).unwrap();
+        let path =
+            std::env::temp_dir().join(format!("flowlane-numa-sched-{}.xml", std::process::id()));
+        topology
+            .export_xml_file(Some(&path), XMLExportFlags::empty())
+            .unwrap();
         let reloaded = Topology::from_xml_file(&path);
         std::fs::remove_file(&path).unwrap();
         assert_eq!(reloaded.unwrap(), snapshot);

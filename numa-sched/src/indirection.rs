@@ -255,9 +255,8 @@ fn quotas(
         .map(|&(_, w)| (size64 * u64::from(w) / total) as usize)
         .collect();
     let remainder = |i: usize| size64 * u64::from(weights[i].1) % total;
-    let holds_more = |i: usize| {
-        current.is_some_and(|c| c.get(&weights[i].0).copied().unwrap_or(0) > quotas[i])
-    };
+    let holds_more =
+        |i: usize| current.is_some_and(|c| c.get(&weights[i].0).copied().unwrap_or(0) > quotas[i]);
     let mut candidates: Vec<usize> = (0..weights.len()).filter(|&i| remainder(i) > 0).collect();
     candidates.sort_by(|&a, &b| {
         holds_more(b)
@@ -302,7 +301,9 @@ mod tests {
         let total: u64 = weights.iter().map(|&(_, w)| u64::from(w)).sum();
         let counts = table.counts();
         let size = table.size() as u64;
-        counts.keys().all(|q| weights.iter().any(|&(wq, w)| wq == *q && w > 0))
+        counts
+            .keys()
+            .all(|q| weights.iter().any(|&(wq, w)| wq == *q && w > 0))
             && weights.iter().all(|&(q, w)| {
                 let have = counts.get(&q).copied().unwrap_or(0) as u64 * total;
                 let share = size * u64::from(w);
@@ -313,15 +314,27 @@ mod tests {
     #[test]
     fn validates_size() {
         for size in [0, 3, 96, 65537, 131072] {
-            assert_eq!(IndirectionTable::new(vec![0; size]), Err(Error::TableSize { size }));
-            assert_eq!(IndirectionTable::even(size, &[0]), Err(Error::TableSize { size }));
+            assert_eq!(
+                IndirectionTable::new(vec![0; size]),
+                Err(Error::TableSize { size })
+            );
+            assert_eq!(
+                IndirectionTable::even(size, &[0]),
+                Err(Error::TableSize { size })
+            );
         }
         for size in [1, 2, 64, 128, 512, 2048, 65536] {
             assert_eq!(IndirectionTable::even(size, &[0]).unwrap().size(), size);
         }
         assert_eq!(IndirectionTable::even(64, &[]), Err(Error::NoQueues));
-        assert_eq!(IndirectionTable::even(64, &[1, 2, 1]), Err(Error::DuplicateQueue { queue: 1 }));
-        assert_eq!(IndirectionTable::weighted(64, &[(0, 0), (1, 0)]), Err(Error::NoQueues));
+        assert_eq!(
+            IndirectionTable::even(64, &[1, 2, 1]),
+            Err(Error::DuplicateQueue { queue: 1 })
+        );
+        assert_eq!(
+            IndirectionTable::weighted(64, &[(0, 0), (1, 0)]),
+            Err(Error::NoQueues)
+        );
     }
 
     #[test]
@@ -373,13 +386,27 @@ mod tests {
         assert_eq!(
             a.diff(&b).unwrap(),
             vec![
-                EntryChange { bucket: 3, from: 1, to: 2 },
-                EntryChange { bucket: 6, from: 0, to: 3 },
+                EntryChange {
+                    bucket: 3,
+                    from: 1,
+                    to: 2
+                },
+                EntryChange {
+                    bucket: 6,
+                    from: 0,
+                    to: 3
+                },
             ]
         );
         assert!(a.diff(&a).unwrap().is_empty());
         let c = IndirectionTable::even(16, &[0]).unwrap();
-        assert_eq!(a.diff(&c), Err(Error::TableSizeMismatch { ours: 8, theirs: 16 }));
+        assert_eq!(
+            a.diff(&c),
+            Err(Error::TableSizeMismatch {
+                ours: 8,
+                theirs: 16
+            })
+        );
     }
 
     #[test]

@@ -94,7 +94,9 @@ pub fn parse_cpu_list(text: &str) -> Result<Vec<u32>> {
             if n < MAX_CPUS {
                 Ok(n)
             } else {
-                Err(err("CPU number above 65535 (Linux's NR_CPUS is at most 8192)"))
+                Err(err(
+                    "CPU number above 65535 (Linux's NR_CPUS is at most 8192)",
+                ))
             }
         })
     };
@@ -120,7 +122,9 @@ pub fn parse_cpu_list(text: &str) -> Result<Vec<u32>> {
         }
         let (used, group) = match stride {
             Some(s) => {
-                let (u, g) = s.split_once('/').ok_or_else(|| err("stride must be used/group"))?;
+                let (u, g) = s
+                    .split_once('/')
+                    .ok_or_else(|| err("stride must be used/group"))?;
                 (number(u)?, number(g)?)
             }
             None => (1, 1),
@@ -172,7 +176,11 @@ pub fn format_cpu_list(cpus: &[u32]) -> String {
 /// When `msi_irqs` is not empty, only those IRQs are considered. When a queue matches
 /// several IRQs, the lowest-numbered one is kept.
 #[must_use]
-pub fn match_queue_irqs(ifname: &str, msi_irqs: &[u32], names: &[(u32, String)]) -> Vec<(u16, u32)> {
+pub fn match_queue_irqs(
+    ifname: &str,
+    msi_irqs: &[u32],
+    names: &[(u32, String)],
+) -> Vec<(u16, u32)> {
     let device: BTreeSet<u32> = msi_irqs.iter().copied().collect();
     let mut by_queue: BTreeMap<u16, u32> = BTreeMap::new();
     for (irq, name) in names {
@@ -271,7 +279,11 @@ impl IrqPlan {
 impl fmt::Display for IrqPlan {
     /// A table of IRQ, queue, current and planned CPUs.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{:>6} {:>5} {:>16} {:>16}", "irq", "queue", "current", "planned")?;
+        writeln!(
+            f,
+            "{:>6} {:>5} {:>16} {:>16}",
+            "irq", "queue", "current", "planned"
+        )?;
         for e in &self.entries {
             writeln!(
                 f,
@@ -284,7 +296,10 @@ impl fmt::Display for IrqPlan {
             )?;
         }
         for (queue, irq) in &self.unplaced {
-            writeln!(f, "note: IRQ {irq} of queue {queue} is left alone: the queue is not placed")?;
+            writeln!(
+                f,
+                "note: IRQ {irq} of queue {queue} is left alone: the queue is not placed"
+            )?;
         }
         Ok(())
     }
@@ -332,7 +347,10 @@ pub fn napi_thread_name(ifname: &str, napi_id: u32) -> String {
 /// The NAPI id in a threaded-NAPI kthread name of `ifname`, if `comm` is one (in full).
 #[must_use]
 pub fn parse_napi_thread_name(ifname: &str, comm: &str) -> Option<u32> {
-    let id = comm.strip_prefix("napi/")?.strip_prefix(ifname)?.strip_prefix('-')?;
+    let id = comm
+        .strip_prefix("napi/")?
+        .strip_prefix(ifname)?
+        .strip_prefix('-')?;
     if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -372,7 +390,8 @@ impl NapiThreadAffinity {
     pub fn matches_comm(&self, comm: &str) -> bool {
         let comm = comm.trim_end_matches('\n');
         comm == self.thread_name
-            || (comm.len() == TASK_COMM_MAX && self.thread_name.as_bytes().starts_with(comm.as_bytes()))
+            || (comm.len() == TASK_COMM_MAX
+                && self.thread_name.as_bytes().starts_with(comm.as_bytes()))
     }
 }
 
@@ -392,7 +411,10 @@ impl fmt::Display for NapiPlan {
             writeln!(f, "{:>5} {:>24} {:>5}", e.queue, e.thread_name, e.cpu)?;
         }
         for (queue, id) in &self.unplaced {
-            writeln!(f, "note: NAPI {id} of queue {queue} is left alone: the queue is not placed")?;
+            writeln!(
+                f,
+                "note: NAPI {id} of queue {queue} is left alone: the queue is not placed"
+            )?;
         }
         Ok(())
     }
@@ -402,7 +424,11 @@ impl fmt::Display for NapiPlan {
 /// queues' CPUs: the test bed's analogue of [`plan_irq_affinity`]. The edge finds the pids by
 /// name ([`NapiThreadAffinity::matches_comm`]) and sets their affinity.
 #[must_use]
-pub fn plan_napi_threads(ifname: &str, queues: &[(u16, u32)], placement: &PlacementPlan) -> NapiPlan {
+pub fn plan_napi_threads(
+    ifname: &str,
+    queues: &[(u16, u32)],
+    placement: &PlacementPlan,
+) -> NapiPlan {
     let mut plan = NapiPlan {
         entries: Vec::new(),
         unplaced: Vec::new(),
@@ -482,13 +508,28 @@ garbage line without colon\n\
     #[test]
     fn matches_driver_naming() {
         let names = parse_proc_interrupts(X86);
-        assert_eq!(match_queue_irqs("eth0", &[], &names), vec![(0, 41), (1, 42)]);
-        assert_eq!(match_queue_irqs("ens1f0", &[], &names), vec![(0, 51), (1, 52)]);
-        assert_eq!(match_queue_irqs("fl-0", &[], &names), vec![(0, 70), (1, 71)]);
+        assert_eq!(
+            match_queue_irqs("eth0", &[], &names),
+            vec![(0, 41), (1, 42)]
+        );
+        assert_eq!(
+            match_queue_irqs("ens1f0", &[], &names),
+            vec![(0, 51), (1, 52)]
+        );
+        assert_eq!(
+            match_queue_irqs("fl-0", &[], &names),
+            vec![(0, 70), (1, 71)]
+        );
         // Names without the interface need the device's MSI list.
         assert!(match_queue_irqs("enp94s0", &[], &names).is_empty());
-        assert_eq!(match_queue_irqs("enp94s0", &[60, 61, 62], &names), vec![(0, 61), (1, 62)]);
-        assert_eq!(match_queue_irqs("ens3", &[24, 25, 26, 27], &names), vec![(0, 25), (1, 27)]);
+        assert_eq!(
+            match_queue_irqs("enp94s0", &[60, 61, 62], &names),
+            vec![(0, 61), (1, 62)]
+        );
+        assert_eq!(
+            match_queue_irqs("ens3", &[24, 25, 26, 27], &names),
+            vec![(0, 25), (1, 27)]
+        );
         // The MSI list also excludes same-named IRQs of other devices.
         assert_eq!(match_queue_irqs("eth0", &[42], &names), vec![(1, 42)]);
         // "veth0-TxRx-7" is not eth0's.
@@ -499,12 +540,28 @@ garbage line without colon\n\
 
     #[test]
     fn cpu_lists() {
-        assert_eq!(parse_cpu_list("0-3,8,10-11\n").unwrap(), vec![0, 1, 2, 3, 8, 10, 11]);
+        assert_eq!(
+            parse_cpu_list("0-3,8,10-11\n").unwrap(),
+            vec![0, 1, 2, 3, 8, 10, 11]
+        );
         assert_eq!(parse_cpu_list(" 5 ").unwrap(), vec![5]);
         assert_eq!(parse_cpu_list("").unwrap(), Vec::<u32>::new());
-        assert_eq!(parse_cpu_list("0-15:2/4").unwrap(), vec![0, 1, 4, 5, 8, 9, 12, 13]);
+        assert_eq!(
+            parse_cpu_list("0-15:2/4").unwrap(),
+            vec![0, 1, 4, 5, 8, 9, 12, 13]
+        );
         assert_eq!(parse_cpu_list("3,1-2,2").unwrap(), vec![1, 2, 3]);
-        for bad in ["3-1", "a", "1,,2", "1-", "0-7:0/4", "0-7:5/4", "0-7:2", "-1", "0-4294967295"] {
+        for bad in [
+            "3-1",
+            "a",
+            "1,,2",
+            "1-",
+            "0-7:0/4",
+            "0-7:5/4",
+            "0-7:2",
+            "-1",
+            "0-4294967295",
+        ] {
             assert!(
                 matches!(parse_cpu_list(bad), Err(Error::CpuList { .. })),
                 "{bad:?} accepted"
@@ -512,7 +569,10 @@ garbage line without colon\n\
         }
         assert_eq!(format_cpu_list(&[11, 0, 1, 2, 3, 8, 10, 3]), "0-3,8,10-11");
         assert_eq!(format_cpu_list(&[]), "");
-        assert_eq!(format_cpu_list(&[u32::MAX - 1, u32::MAX]), format!("{}-{}", u32::MAX - 1, u32::MAX));
+        assert_eq!(
+            format_cpu_list(&[u32::MAX - 1, u32::MAX]),
+            format!("{}-{}", u32::MAX - 1, u32::MAX)
+        );
     }
 
     #[test]
@@ -525,7 +585,11 @@ garbage line without colon\n\
             current_affinity: cpus.to_vec(),
         };
         let plan = plan_irq_affinity(
-            &[(1, info(42, &[2])), (0, info(41, &[0, 1, 2, 3])), (2, info(43, &[0]))],
+            &[
+                (1, info(42, &[2])),
+                (0, info(41, &[0, 1, 2, 3])),
+                (2, info(43, &[0])),
+            ],
             &placement,
         );
         assert_eq!(plan.entries.len(), 2);
@@ -537,18 +601,35 @@ garbage line without colon\n\
             vec![(PathBuf::from("irq/41/smp_affinity_list"), "1".to_owned())]
         );
         let table = plan.to_string();
-        assert!(table.contains("    41     0              0-3                1  *"), "{table}");
+        assert!(
+            table.contains("    41     0              0-3                1  *"),
+            "{table}"
+        );
         assert!(table.contains("IRQ 43 of queue 2 is left alone"), "{table}");
     }
 
     #[test]
     fn napi_threads() {
         assert_eq!(napi_thread_name("veth-fl0", 8195), "napi/veth-fl0-8195");
-        assert_eq!(parse_napi_thread_name("veth-fl0", "napi/veth-fl0-8195"), Some(8195));
-        assert_eq!(parse_napi_thread_name("veth-fl0", "napi/veth-fl01-8195"), None);
+        assert_eq!(
+            parse_napi_thread_name("veth-fl0", "napi/veth-fl0-8195"),
+            Some(8195)
+        );
+        assert_eq!(
+            parse_napi_thread_name("veth-fl0", "napi/veth-fl01-8195"),
+            None
+        );
         assert_eq!(parse_napi_thread_name("veth-fl0", "napi/veth-fl0-"), None);
-        let comms = ["napi/veth-fl0-8199", "kworker/0:1", "napi/veth-fl0-8197", "napi/other-8198"];
-        assert_eq!(napi_ids_in_queue_order("veth-fl0", &comms), vec![(0, 8197), (1, 8199)]);
+        let comms = [
+            "napi/veth-fl0-8199",
+            "kworker/0:1",
+            "napi/veth-fl0-8197",
+            "napi/other-8198",
+        ];
+        assert_eq!(
+            napi_ids_in_queue_order("veth-fl0", &comms),
+            vec![(0, 8197), (1, 8199)]
+        );
         let topo = Topology::synthetic(1, 1, 2, 1).unwrap();
         let placement = plan_placement(&topo, Some(0), 1, None, &[0]).unwrap();
         let plan = plan_napi_threads("veth-fl0", &[(0, 8197), (1, 8199)], &placement);

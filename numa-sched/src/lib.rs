@@ -35,9 +35,9 @@ pub use error::{Error, Result};
 pub use hints::{FlowHint, RssState};
 pub use indirection::{EntryChange, IndirectionTable};
 pub use irq::{
-    format_cpu_list, match_queue_irqs, napi_ids_in_queue_order, napi_thread_name,
-    parse_cpu_list, parse_napi_thread_name, parse_proc_interrupts, plan_irq_affinity,
-    plan_napi_threads, IrqAffinityChange, IrqInfo, IrqPlan, NapiPlan, NapiThreadAffinity,
+    format_cpu_list, match_queue_irqs, napi_ids_in_queue_order, napi_thread_name, parse_cpu_list,
+    parse_napi_thread_name, parse_proc_interrupts, plan_irq_affinity, plan_napi_threads,
+    IrqAffinityChange, IrqInfo, IrqPlan, NapiPlan, NapiThreadAffinity,
 };
 pub use placement::{plan_placement, PlacementNote, PlacementPlan, QueuePlacement};
 pub use toeplitz::{

@@ -109,7 +109,9 @@ impl PlacementPlan {
     /// The placement of `queue`.
     #[must_use]
     pub fn get(&self, queue: u16) -> Option<&QueuePlacement> {
-        self.queues.get(usize::from(queue)).filter(|p| p.queue == queue)
+        self.queues
+            .get(usize::from(queue))
+            .filter(|p| p.queue == queue)
     }
 
     /// The CPUs used, in queue order.
@@ -123,10 +125,22 @@ impl fmt::Display for PlacementPlan {
     /// A table of queue, CPU, core, node and memory node, then the notes.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.nic_node {
-            Some(n) => writeln!(f, "placement for {} queue(s), NIC on NUMA node {n}", self.queues.len())?,
-            None => writeln!(f, "placement for {} queue(s), NIC node unknown", self.queues.len())?,
+            Some(n) => writeln!(
+                f,
+                "placement for {} queue(s), NIC on NUMA node {n}",
+                self.queues.len()
+            )?,
+            None => writeln!(
+                f,
+                "placement for {} queue(s), NIC node unknown",
+                self.queues.len()
+            )?,
         }
-        writeln!(f, "{:>5} {:>5} {:>5} {:>5} {:>8}", "queue", "cpu", "core", "node", "mem_node")?;
+        writeln!(
+            f,
+            "{:>5} {:>5} {:>5} {:>5} {:>8}",
+            "queue", "cpu", "core", "node", "mem_node"
+        )?;
         for p in &self.queues {
             let remote = match self.nic_node {
                 Some(n) if n != p.node => "  (remote)",
@@ -247,7 +261,10 @@ fn node_cpu_order(topo: &Topology, node: u32, allowed: &BTreeSet<u32>) -> Vec<u3
     };
     // rank → L3 → CPUs ordered by core.
     let mut levels: BTreeMap<u32, BTreeMap<usize, Vec<(u32, u32)>>> = BTreeMap::new();
-    for core in topo.cpus_on_node(node).filter(|c| allowed.contains(&c.os_index)) {
+    for core in topo
+        .cpus_on_node(node)
+        .filter(|c| allowed.contains(&c.os_index))
+    {
         levels
             .entry(core.smt_sibling_rank)
             .or_default()
@@ -284,8 +301,16 @@ mod tests {
         assert_eq!(
             plan.notes,
             vec![
-                PlacementNote::SharedCore { queue: 4, cpu: 1, core_id: 0 },
-                PlacementNote::SharedCore { queue: 5, cpu: 3, core_id: 1 },
+                PlacementNote::SharedCore {
+                    queue: 4,
+                    cpu: 1,
+                    core_id: 0
+                },
+                PlacementNote::SharedCore {
+                    queue: 5,
+                    cpu: 3,
+                    core_id: 1
+                },
             ]
         );
         assert!(plan.queues.iter().all(|p| p.node == 0 && p.mem_node == 0));
@@ -297,15 +322,28 @@ mod tests {
         let plan = plan_placement(&t, Some(1), 6, None, &[]).unwrap();
         assert_eq!(plan.cpus(), vec![4, 6, 5, 7, 0, 2]);
         assert_eq!(
-            plan.notes.iter().filter(|n| matches!(n, PlacementNote::RemoteNode { .. })).count(),
+            plan.notes
+                .iter()
+                .filter(|n| matches!(n, PlacementNote::RemoteNode { .. }))
+                .count(),
             2
         );
-        assert!(plan.notes.contains(&PlacementNote::RemoteNode { queue: 4, node: 0, nic_node: 1 }));
+        assert!(plan.notes.contains(&PlacementNote::RemoteNode {
+            queue: 4,
+            node: 0,
+            nic_node: 1
+        }));
         assert_eq!(plan.get(5).unwrap().mem_node, 0);
         let table = plan.to_string();
         assert!(table.contains("NIC on NUMA node 1"), "{table}");
-        assert!(table.contains("    4     0     0     0        0  (remote)"), "{table}");
-        assert!(table.contains("note: queue 5 runs on remote NUMA node 0"), "{table}");
+        assert!(
+            table.contains("    4     0     0     0        0  (remote)"),
+            "{table}"
+        );
+        assert!(
+            table.contains("note: queue 5 runs on remote NUMA node 0"),
+            "{table}"
+        );
     }
 
     #[test]
@@ -336,7 +374,10 @@ mod tests {
         assert_eq!(plan.cpus(), vec![1, 5, 6, 7]);
         assert_eq!(
             plan_placement(&t, Some(0), 5, Some(&[1, 2, 5, 6, 7]), &[2]),
-            Err(Error::NotEnoughCpus { queues: 5, allowed: 4 })
+            Err(Error::NotEnoughCpus {
+                queues: 5,
+                allowed: 4
+            })
         );
         assert_eq!(
             plan_placement(&t, Some(0), 1, Some(&[1, 8]), &[]),
@@ -344,38 +385,51 @@ mod tests {
         );
         assert_eq!(
             plan_placement(&t, Some(3), 1, None, &[]),
-            Err(Error::UnknownNode { node: 3, known: vec![0, 1] })
+            Err(Error::UnknownNode {
+                node: 3,
+                known: vec![0, 1]
+            })
         );
         let none = plan_placement(&t, None, 3, None, &[0]).unwrap();
         assert_eq!(none.cpus(), vec![1, 2, 3]);
         assert_eq!(none.notes, vec![PlacementNote::NicNodeUnknown]);
-        assert!(plan_placement(&t, Some(0), 0, None, &[]).unwrap().queues.is_empty());
+        assert!(plan_placement(&t, Some(0), 0, None, &[])
+            .unwrap()
+            .queues
+            .is_empty());
     }
 
     #[test]
     fn spreads_over_l3_caches_within_a_node() {
         let mut t = Topology::synthetic(1, 1, 8, 1).unwrap();
         t.caches = vec![
-            Cache { level: 3, size_bytes: None, cpus: vec![0, 1, 2, 3] },
-            Cache { level: 3, size_bytes: None, cpus: vec![4, 5, 6, 7] },
+            Cache {
+                level: 3,
+                size_bytes: None,
+                cpus: vec![0, 1, 2, 3],
+            },
+            Cache {
+                level: 3,
+                size_bytes: None,
+                cpus: vec![4, 5, 6, 7],
+            },
         ];
         let plan = plan_placement(&t, Some(0), 4, None, &[]).unwrap();
         assert_eq!(plan.cpus(), vec![0, 4, 1, 5]);
     }
 
     fn shapes() -> impl Strategy<Value = (Topology, Option<u32>, Vec<bool>, Vec<bool>)> {
-        (1u32..=2, 1u32..=3, 1u32..=4, 1u32..=3)
-            .prop_flat_map(|(p, n, c, t)| {
-                let topo = Topology::synthetic(p, n, c, t).unwrap();
-                let cpus = topo.cores.len();
-                let nodes = p * n;
-                (
-                    Just(topo),
-                    proptest::option::weighted(0.8, 0..nodes),
-                    proptest::collection::vec(proptest::bool::weighted(0.8), cpus),
-                    proptest::collection::vec(proptest::bool::weighted(0.15), cpus),
-                )
-            })
+        (1u32..=2, 1u32..=3, 1u32..=4, 1u32..=3).prop_flat_map(|(p, n, c, t)| {
+            let topo = Topology::synthetic(p, n, c, t).unwrap();
+            let cpus = topo.cores.len();
+            let nodes = p * n;
+            (
+                Just(topo),
+                proptest::option::weighted(0.8, 0..nodes),
+                proptest::collection::vec(proptest::bool::weighted(0.8), cpus),
+                proptest::collection::vec(proptest::bool::weighted(0.15), cpus),
+            )
+        })
     }
 
     proptest! {

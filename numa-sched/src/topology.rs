@@ -135,9 +135,10 @@ impl Topology {
         }
         let mut physical: BTreeMap<u32, (u32, u32, BTreeSet<u32>)> = BTreeMap::new();
         for c in &cores {
-            let entry = physical
-                .entry(c.core_id)
-                .or_insert((c.package, c.numa_node, BTreeSet::new()));
+            let entry =
+                physical
+                    .entry(c.core_id)
+                    .or_insert((c.package, c.numa_node, BTreeSet::new()));
             if (entry.0, entry.1) != (c.package, c.numa_node) {
                 return Err(Error::InconsistentTopology(format!(
                     "physical core {} spans packages or NUMA nodes (CPU {})",
@@ -153,7 +154,15 @@ impl Topology {
         }
         let mut by_node: BTreeMap<u32, NumaNode> = nodes
             .into_iter()
-            .map(|n| (n.os_index, NumaNode { cpus: Vec::new(), ..n }))
+            .map(|n| {
+                (
+                    n.os_index,
+                    NumaNode {
+                        cpus: Vec::new(),
+                        ..n
+                    },
+                )
+            })
             .collect();
         for c in &cores {
             by_node
@@ -359,7 +368,9 @@ mod tests {
         );
         assert_eq!(
             Topology::synthetic(1, 0, 1, 1),
-            Err(Error::EmptySynthetic { what: "nodes per package" })
+            Err(Error::EmptySynthetic {
+                what: "nodes per package"
+            })
         );
     }
 
@@ -372,11 +383,26 @@ mod tests {
             numa_node,
             smt_sibling_rank,
         };
-        let dup = Topology::new(vec![core(0, 0, 0, 0), core(0, 1, 0, 0)], vec![], vec![], None);
+        let dup = Topology::new(
+            vec![core(0, 0, 0, 0), core(0, 1, 0, 0)],
+            vec![],
+            vec![],
+            None,
+        );
         assert!(matches!(dup, Err(Error::InconsistentTopology(m)) if m.contains("CPU 0")));
-        let split = Topology::new(vec![core(0, 0, 0, 0), core(1, 0, 1, 1)], vec![], vec![], None);
+        let split = Topology::new(
+            vec![core(0, 0, 0, 0), core(1, 0, 1, 1)],
+            vec![],
+            vec![],
+            None,
+        );
         assert!(matches!(split, Err(Error::InconsistentTopology(m)) if m.contains("spans")));
-        let rank = Topology::new(vec![core(0, 0, 0, 0), core(1, 0, 0, 0)], vec![], vec![], None);
+        let rank = Topology::new(
+            vec![core(0, 0, 0, 0), core(1, 0, 0, 0)],
+            vec![],
+            vec![],
+            None,
+        );
         assert!(matches!(rank, Err(Error::InconsistentTopology(m)) if m.contains("SMT rank")));
         let cache = Cache {
             level: 3,
@@ -437,8 +463,16 @@ mod tests {
     fn l3_caches_by_node() {
         let mut t = Topology::synthetic(2, 1, 2, 1).unwrap();
         t.caches = vec![
-            Cache { level: 3, size_bytes: Some(32 << 20), cpus: vec![0, 1] },
-            Cache { level: 3, size_bytes: None, cpus: vec![2, 3] },
+            Cache {
+                level: 3,
+                size_bytes: Some(32 << 20),
+                cpus: vec![0, 1],
+            },
+            Cache {
+                level: 3,
+                size_bytes: None,
+                cpus: vec![2, 3],
+            },
         ];
         let sizes: Vec<_> = t.l3_caches_of_node(1).map(|c| c.size_bytes).collect();
         assert_eq!(sizes, vec![None]);
