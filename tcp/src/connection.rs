@@ -189,6 +189,9 @@ pub struct TimestampState {
     pub offset: u32,
     /// Last.ACK.sent.
     pub last_ack_sent: SeqNumber,
+    /// Our TSval when the retransmission timer last fired: echoes older
+    /// than this are not used for RTT samples (see `take_rtt_sample`).
+    pub rtt_floor: u32,
 }
 
 /// Timer deadlines and counters.
@@ -334,7 +337,7 @@ impl Connection {
         if !cfg.nagle {
             flags.set(Flags::NODELAY);
         }
-        Connection {
+        let mut c = Connection {
             tuple,
             state: State::Closed,
             flags,
@@ -368,6 +371,7 @@ impl Connection {
                 recent_age: now,
                 offset: isn.ts_offset(&tuple),
                 last_ack_sent: SeqNumber(0),
+                rtt_floor: 0,
             },
             timers: TimerState {
                 rto: None,
@@ -387,7 +391,9 @@ impl Connection {
             assembler: Assembler::new(),
             send_buf: RingBuffer::new(cfg.send_buffer),
             recv_buf: RingBuffer::new(cfg.recv_buffer),
-        }
+        };
+        c.ts.rtt_floor = c.tsval(now);
+        c
     }
 
     /// Active open (RFC 9293 §3.10.1): SYN-SENT; the SYN goes out on the
@@ -1044,8 +1050,14 @@ impl Connection {
     fn take_rtt_sample(&mut self, now: Instant, seg: &TcpRepr) {
         if self.flags.has(Flags::TIMESTAMPS) {
             if let Some((_, tsecr)) = seg.options.timestamps {
+                // Karn's rule, timestamp flavour: after a timeout, an ACK for
+                // a retransmission that arrived as a duplicate echoes the
+                // TSval of an *earlier* copy (RFC 7323 §4.3 does not update
+                // TS.Recent for duplicates), which would inflate the RTT by
+                // the whole backoff; ignore echoes from before the timeout.
                 let ms = self.tsval(now).wrapping_sub(tsecr);
-                if ms < (1 << 30) {
+                let before_timeout = (tsecr.wrapping_sub(self.ts.rtt_floor) as i32) < 0;
+                if ms < (1 << 30) && !before_timeout {
                     self.rtt.on_sample(Duration::from_millis(u64::from(ms)));
                 }
             }
@@ -1217,6 +1229,7 @@ impl Connection {
         self.timers.retransmits += 1;
         self.rtt.on_timeout();
         self.timers.rtt_seq = None;
+        self.ts.rtt_floor = self.tsval(ctx.now);
         match self.state {
             State::SynSent | State::SynReceived => self.snd.nxt = self.snd.iss,
             _ => {
