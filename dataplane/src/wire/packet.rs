@@ -581,16 +581,27 @@ fn turn_ip(frame: &mut [u8], t: &Turn) {
 /// the IP header is verified here). Returns the length to transmit (Ethernet padding dropped).
 ///
 /// Fragments are `Fragment`; non-UDP frames and IPv6 packets with a Routing header are
-/// `Unsupported`.
+/// `Unsupported`; a datagram from source port 0 (RFC 768: no reply expected) is `Malformed`.
 pub fn turn_around_udp(frame: &mut [u8]) -> Result<usize> {
     let t = {
         let f = parse_frame_with(frame, ChecksumPolicy::IP_ONLY)?;
         ip_turn(&f, Layer::Udp)?;
-        if !matches!(f.transport, Transport::Udp { .. }) {
-            return Err(WireError::Unsupported {
-                layer: Layer::Udp,
-                what: "not a UDP datagram",
-            });
+        match f.transport {
+            Transport::Udp { src_port: 0, .. } => {
+                // RFC 768: a zero source port means "no reply expected"; a reply would also
+                // go to the reserved destination port 0.
+                return Err(WireError::Malformed {
+                    layer: Layer::Udp,
+                    what: "source port 0: no reply possible",
+                });
+            }
+            Transport::Udp { .. } => {}
+            _ => {
+                return Err(WireError::Unsupported {
+                    layer: Layer::Udp,
+                    what: "not a UDP datagram",
+                })
+            }
         }
         turn_of(&f)
     };
@@ -1259,6 +1270,26 @@ mod tests {
         ));
         let mut b = hex(testutil::ARP_REQUEST);
         assert!(turn_around_udp(&mut b).is_err());
+        // Source port 0 (found by cargo-fuzz): no reply, else the reply would go to port 0.
+        let mut b = hex(testutil::UDP4_PADDED);
+        b[34] = 0;
+        b[35] = 0;
+        crate::wire::checksum::fill_udp_checksum(
+            &parse_frame_with(&b, ChecksumPolicy::IP_ONLY)
+                .unwrap()
+                .ip_pair()
+                .unwrap(),
+            &mut b[34..44],
+        )
+        .unwrap();
+        assert!(parse_frame(&b).is_ok());
+        assert!(matches!(
+            turn_around_udp(&mut b),
+            Err(WireError::Malformed {
+                layer: Layer::Udp,
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -1434,7 +1465,7 @@ mod tests {
         }
 
         #[test]
-        fn builder_round_trip(payload in proptest::collection::vec(any::<u8>(), 0..1400), sp in any::<u16>(), dp in 1u16.., src in any::<u32>(), dst in any::<u32>(), v6 in any::<bool>()) {
+        fn builder_round_trip(payload in proptest::collection::vec(any::<u8>(), 0..1400), sp in 1u16.., dp in 1u16.., src in any::<u32>(), dst in any::<u32>(), v6 in any::<bool>()) {
             let mut buf = vec![0u8; 2048];
             let eth = EthernetRepr { dst_addr: A, src_addr: B, vlan: VlanTags::NONE, ethertype: EtherType::Ipv4 };
             let udp = UdpRepr { src_port: sp, dst_port: dp };
