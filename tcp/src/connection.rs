@@ -1045,9 +1045,18 @@ impl Connection {
         true
     }
 
-    /// RTT measurement: RFC 7323 §4 with timestamps, else one timed
-    /// segment at a time under Karn's rule (RFC 6298 §3).
+    /// RTT measurement: RFC 7323 §4 with timestamps; also (and without
+    /// timestamps) one timed segment at a time under Karn's rule (RFC 6298
+    /// §3), which is what ends a backoff when every echo predates it.
     fn take_rtt_sample(&mut self, now: Instant, seg: &TcpRepr) {
+        let timed = match self.timers.rtt_seq {
+            Some((end, sent)) if seg.ack >= end => {
+                self.timers.rtt_seq = None;
+                Some(now.saturating_since(sent))
+            }
+            _ => None,
+        };
+        let mut sampled = false;
         if self.flags.has(Flags::TIMESTAMPS) {
             if let Some((_, tsecr)) = seg.options.timestamps {
                 // Karn's rule, timestamp flavour: after a timeout, an ACK for
@@ -1059,13 +1068,12 @@ impl Connection {
                 let before_timeout = (tsecr.wrapping_sub(self.ts.rtt_floor) as i32) < 0;
                 if ms < (1 << 30) && !before_timeout {
                     self.rtt.on_sample(Duration::from_millis(u64::from(ms)));
+                    sampled = true;
                 }
             }
-        } else if let Some((end, sent)) = self.timers.rtt_seq {
-            if seg.ack >= end {
-                self.rtt.on_sample(now.saturating_since(sent));
-                self.timers.rtt_seq = None;
-            }
+        }
+        if let (false, Some(r)) = (sampled, timed) {
+            self.rtt.on_sample(r);
         }
     }
 
@@ -1453,7 +1461,7 @@ impl Connection {
             if self.timers.rtt_seq.is_some_and(|(e, _)| e > seq) {
                 self.timers.rtt_seq = None;
             }
-        } else if !self.flags.has(Flags::TIMESTAMPS) && self.timers.rtt_seq.is_none() {
+        } else if self.timers.rtt_seq.is_none() && end > seq {
             self.timers.rtt_seq = Some((end, now));
         }
         if payload > 0 {
