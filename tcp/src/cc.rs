@@ -87,13 +87,23 @@ impl CongestionControl for NewReno {
     }
 
     fn on_ack(&mut self, _now: Instant, bytes_acked: usize) {
+        let mut rest = bytes_acked;
         if self.cwnd < self.ssthresh {
-            // RFC 5681 §3.1 slow start, equation (2).
-            self.cwnd += bytes_acked.min(self.smss);
-        } else {
+            // RFC 5681 §3.1 slow start with byte counting (RFC 3465 §2.2):
+            // grow by the bytes acknowledged, up to ssthresh. RFC 3465 caps
+            // one ACK's credit at L = 2*SMSS; we do not (as Linux does not),
+            // because a sans-IO receiver that handles a batch of segments
+            // before polling for output sends one stretch ACK per batch, and
+            // the cap would make slow start linear. Byte counting already
+            // defeats ACK division.
+            let inc = rest.min(self.ssthresh - self.cwnd);
+            self.cwnd += inc;
+            rest -= inc;
+        }
+        if rest > 0 && self.cwnd >= self.ssthresh {
             // RFC 5681 §3.1 congestion avoidance: one SMSS per cwnd acked.
-            self.bytes_acked += bytes_acked;
-            if self.bytes_acked >= self.cwnd {
+            self.bytes_acked += rest;
+            while self.bytes_acked >= self.cwnd {
                 self.bytes_acked -= self.cwnd;
                 self.cwnd += self.smss;
             }
@@ -231,12 +241,23 @@ mod tests {
         assert_eq!(c.window(), 4000);
         c.on_ack(Instant::ZERO, 500);
         assert_eq!(c.window(), 4500);
-        c.on_ack(Instant::ZERO, 3000); // capped at one SMSS per ACK
-        assert_eq!(c.window(), 5500);
+        c.on_ack(Instant::ZERO, 3000); // a stretch ACK: byte counting
+        assert_eq!(c.window(), 7500);
+        c.on_retransmit_timeout(11_000);
+        assert_eq!(c.ssthresh(), 5500);
         c.on_retransmit_timeout(10_000);
         assert_eq!(c.ssthresh(), 5000);
         assert_eq!(c.window(), MSS);
-        // Slow start up to ssthresh...
+        // Slow start up to ssthresh; the excess counts towards avoidance.
+        for _ in 0..3 {
+            c.on_ack(Instant::ZERO, MSS);
+        }
+        assert_eq!(c.window(), 4000);
+        c.on_ack(Instant::ZERO, 2 * MSS);
+        assert_eq!(c.window(), 5000);
+        c.on_ack(Instant::ZERO, 4000);
+        assert_eq!(c.window(), 6000);
+        c.on_retransmit_timeout(10_000);
         for _ in 0..4 {
             c.on_ack(Instant::ZERO, MSS);
         }
@@ -274,9 +295,7 @@ mod tests {
     #[test]
     fn idle_restart_and_controller_dispatch() {
         let mut c = Controller::new(CongestionAlgorithm::NewReno, MSS);
-        for _ in 0..10 {
-            c.on_ack(Instant::ZERO, MSS);
-        }
+        c.on_ack(Instant::ZERO, 10 * MSS);
         assert_eq!(c.window(), 14_000);
         c.on_idle_restart();
         assert_eq!(c.window(), 4000);

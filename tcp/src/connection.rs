@@ -1015,6 +1015,13 @@ impl Connection {
             self.timers.retransmits = 0;
         }
         if window_update && ack >= self.snd.una {
+            if self.snd.wnd == 0 && new_wnd > 0 && ack == self.snd.una && self.snd.nxt > ack {
+                // The window reopened: whatever went out as a probe into the
+                // zero window was not accepted, so send it again right away
+                // instead of waiting for a backed-off RTO.
+                self.snd.nxt = ack;
+                self.timers.rto = None;
+            }
             self.snd.wnd = new_wnd;
             self.snd.max_wnd = self.snd.max_wnd.max(new_wnd);
             self.snd.wl1 = seq;

@@ -157,6 +157,9 @@ pub struct Sim {
     pub link_up: bool,
     /// Print every delivered segment (set SIM_TRACE=1).
     pub trace: bool,
+    /// When set, every delivered segment is recorded here: (receiving
+    /// side, raw bytes with checksum).
+    pub tap: Option<Vec<(Side, Vec<u8>)>>,
 }
 
 /// A test configuration: short MSL, fixed secrets.
@@ -222,6 +225,7 @@ impl Sim {
             pool: Vec::new(),
             link_up: true,
             trace: std::env::var_os("SIM_TRACE").is_some(),
+            tap: None,
         }
     }
 
@@ -377,6 +381,9 @@ impl Sim {
                     }
                 }
                 self.stats.delivered += 1;
+                if let Some(tap) = self.tap.as_mut() {
+                    tap.push((if p.to_b { Side::B } else { Side::A }, p.bytes.clone()));
+                }
                 let stack = if p.to_b { &mut self.b } else { &mut self.a };
                 stack.handle_segment(self.now, p.src, p.dst, &p.bytes);
             }
@@ -407,10 +414,13 @@ impl Sim {
     /// Runs for `d` of virtual time (or until nothing is pending).
     pub fn run_for(&mut self, d: Duration) {
         let end = self.now + d;
-        while self.next_event().is_some_and(|t| t <= end) {
+        loop {
+            self.flush();
+            if !self.next_event().is_some_and(|t| t <= end) {
+                break;
+            }
             self.step();
         }
-        self.flush();
         self.now = self.now.max(end);
     }
 }
