@@ -241,11 +241,27 @@ impl Sim {
         }
     }
 
-    /// Puts a raw segment on the wire towards `to` (for hostile tests).
+    /// Puts a raw segment on the wire towards `to` (for hostile tests),
+    /// with a valid checksum so that it reaches the stack.
     pub fn inject(&mut self, to: Side, src: IpAddr, dst: IpAddr, seg: &[u8]) {
         let mut bytes = self.pool.pop().unwrap_or_default();
         bytes.clear();
         bytes.extend_from_slice(seg);
+        if bytes.len() >= 18 {
+            bytes[16..18].fill(0);
+            let ck = tcp_checksum(src, dst, &bytes);
+            bytes[16..18].copy_from_slice(&ck.to_be_bytes());
+        } else if tcp_checksum(src, dst, &bytes) != 0 {
+            // Too short to carry a checksum: deliver it raw.
+            self.stats.delivered += 1;
+            let stack = if to == Side::B {
+                &mut self.b
+            } else {
+                &mut self.a
+            };
+            stack.handle_segment(self.now, src, dst, &bytes);
+            return;
+        }
         self.order += 1;
         self.queue.push(Reverse(Packet {
             at: self.now,
