@@ -7,7 +7,7 @@ set -euo pipefail
 PKGS=(
   clang llvm m4 binutils pkg-config make gcc   # BPF programs, libxdp (xsk-rs use_cc_build)
   libelf-dev zlib1g-dev                        # libbpf
-  libhwloc-dev hwloc                           # numa-sched topology (hwlocality)
+  libhwloc-dev hwloc libudev-dev               # numa-sched topology (hwlocality; its static link flags name -ludev)
   linux-libc-dev libc6-dev                     # UAPI headers for the BPF programs
   iproute2 ethtool iperf3 netcat-openbsd curl iputils-ping procps  # test bed and kernel peers
   bpftool xdp-tools                            # inspection; xdp-trafficgen for the RX ceiling benchmark

@@ -110,6 +110,9 @@ pub struct Report {
 
 type FlowKey = (IpAddr, u16, IpAddr, u16);
 
+/// Each queue's flow table, for the report.
+type FlowTables = Vec<(u32, Arc<Mutex<QueueFlows>>)>;
+
 #[derive(Default)]
 struct QueueFlows {
     flows: HashMap<FlowKey, u64>,
@@ -241,7 +244,7 @@ pub fn run(args: Args) -> Result<()> {
         BindModeArg::Copy => BindMode::Copy,
         BindModeArg::ZeroCopy => BindMode::ZeroCopy,
     };
-    let registry: Arc<Mutex<Vec<(u32, Arc<Mutex<QueueFlows>>)>>> = Arc::default();
+    let registry: Arc<Mutex<FlowTables>> = Arc::default();
     let reg = registry.clone();
     let port = args.port;
     let dp = Dataplane::start(config, move |q: &QueueInfo| {

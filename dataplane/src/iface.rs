@@ -31,7 +31,9 @@ impl InterfaceInfo {
     /// Reads `name`'s description from `<sysfs>/class/net/<name>`.
     pub fn read(sysfs: &Path, name: &str) -> Result<InterfaceInfo> {
         if name.is_empty() || name.contains('/') || name.len() > 15 {
-            return Err(Error::Setup(format!("{name:?} is not a valid interface name")));
+            return Err(Error::Setup(format!(
+                "{name:?} is not a valid interface name"
+            )));
         }
         let dir = sysfs.join("class/net").join(name);
         if !dir.exists() {
@@ -44,9 +46,14 @@ impl InterfaceInfo {
         let mac = parse_mac(&read_text(&dir.join("address"))?)
             .ok_or_else(|| Error::Setup(format!("{name} has no Ethernet address")))?;
         let count = |prefix: &str| -> Result<u32> {
-            let rd = std::fs::read_dir(dir.join("queues"))
-                .map_err(|e| Error::Io { what: format!("listing {}/queues", dir.display()), source: e })?;
-            Ok(rd.filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().starts_with(prefix)).count() as u32)
+            let rd = std::fs::read_dir(dir.join("queues")).map_err(|e| Error::Io {
+                what: format!("listing {}/queues", dir.display()),
+                source: e,
+            })?;
+            Ok(rd
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+                .count() as u32)
         };
         let numa_node = std::fs::read_to_string(dir.join("device/numa_node"))
             .ok()
@@ -76,12 +83,21 @@ impl InterfaceInfo {
 }
 
 fn read_text(p: &PathBuf) -> Result<String> {
-    std::fs::read_to_string(p).map_err(|e| Error::Io { what: format!("reading {}", p.display()), source: e })
+    std::fs::read_to_string(p).map_err(|e| Error::Io {
+        what: format!("reading {}", p.display()),
+        source: e,
+    })
 }
 
 fn read_num(p: &PathBuf) -> Result<u32> {
     let t = read_text(p)?;
-    t.trim().parse().map_err(|_| Error::Setup(format!("{} holds {:?}, not a number", p.display(), t.trim())))
+    t.trim().parse().map_err(|_| {
+        Error::Setup(format!(
+            "{} holds {:?}, not a number",
+            p.display(),
+            t.trim()
+        ))
+    })
 }
 
 /// Parses `aa:bb:cc:dd:ee:ff`.
@@ -115,7 +131,10 @@ mod tests {
         let root = std::env::temp_dir().join(format!("flowlane-iface-{}", std::process::id()));
         fake_iface(&root, "xsk0", 4);
         let i = InterfaceInfo::read(&root, "xsk0").unwrap();
-        assert_eq!((i.ifindex, i.mtu, i.rx_queues, i.tx_queues), (7, 1500, 4, 4));
+        assert_eq!(
+            (i.ifindex, i.mtu, i.rx_queues, i.tx_queues),
+            (7, 1500, 4, 4)
+        );
         assert_eq!(i.mac, [2, 0, 0, 0xaa, 0xbb, 0xcc]);
         assert_eq!(i.numa_node, None);
         assert!(i.check_queues(4).is_ok());
@@ -128,7 +147,10 @@ mod tests {
 
     #[test]
     fn mac_parsing() {
-        assert_eq!(parse_mac("0a:1b:2c:3d:4e:5f"), Some([0x0a, 0x1b, 0x2c, 0x3d, 0x4e, 0x5f]));
+        assert_eq!(
+            parse_mac("0a:1b:2c:3d:4e:5f"),
+            Some([0x0a, 0x1b, 0x2c, 0x3d, 0x4e, 0x5f])
+        );
         assert_eq!(parse_mac("0a:1b:2c:3d:4e"), None);
         assert_eq!(parse_mac("0a:1b:2c:3d:4e:5f:00"), None);
         assert_eq!(parse_mac("zz:1b:2c:3d:4e:5f"), None);

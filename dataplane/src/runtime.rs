@@ -119,7 +119,8 @@ impl Dataplane {
                 return Err(Error::Setup(format!("queue {} is listed twice", q.queue)));
             }
         }
-        let steering = Steering::attach(iface.ifindex).map_err(|e| Error::Setup(e.to_string()))?;
+        let steering = Steering::attach(iface.ifindex)
+            .map_err(|e| Error::Setup(format!("{}: {e}", iface.name)))?;
         for &(proto, port) in &config.ports {
             steering
                 .add_port(proto, port)

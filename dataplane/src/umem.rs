@@ -44,26 +44,46 @@ pub struct RingSizes {
 
 impl Default for RingSizes {
     fn default() -> Self {
-        RingSizes { frames_per_queue: 4096, fill: 8192, comp: 4096, rx: 4096, tx: 4096 }
+        RingSizes {
+            frames_per_queue: 4096,
+            fill: 8192,
+            comp: 4096,
+            rx: 4096,
+            tx: 4096,
+        }
     }
 }
 
 /// Creates the UMEM of `node` for `queues` queues, with its memory bound to
 /// the node, from a thread pinned to `cpus` (the node's CPUs).
-pub fn create_on_node(node: u32, cpus: &[u32], queues: usize, rings: RingSizes) -> Result<NodeUmem> {
+pub fn create_on_node(
+    node: u32,
+    cpus: &[u32],
+    queues: usize,
+    rings: RingSizes,
+) -> Result<NodeUmem> {
     let cpus = cpus.to_vec();
     std::thread::Builder::new()
         .name(format!("flowlane-umem{node}"))
         .spawn(move || {
             if let Err(e) = affinity::pin_current_thread(&cpus) {
-                tracing::warn!(node, "could not pin the UMEM allocation to the node's CPUs: {e}");
+                tracing::warn!(
+                    node,
+                    "could not pin the UMEM allocation to the node's CPUs: {e}"
+                );
             }
             if let Err(e) = bind_memory_to_node(node) {
-                tracing::warn!(node, "could not bind UMEM memory to the node ({e}); relying on first touch");
+                tracing::warn!(
+                    node,
+                    "could not bind UMEM memory to the node ({e}); relying on first touch"
+                );
             }
             create(node, queues, rings)
         })
-        .map_err(|e| Error::Io { what: "spawning the UMEM allocation thread".into(), source: e })?
+        .map_err(|e| Error::Io {
+            what: "spawning the UMEM allocation thread".into(),
+            source: e,
+        })?
         .join()
         .map_err(|_| Error::Setup("the UMEM allocation thread panicked".into()))?
 }
@@ -73,16 +93,19 @@ fn create(node: u32, queues: usize, rings: RingSizes) -> Result<NodeUmem> {
         QueueSize::new(n).map_err(|e| Error::Setup(format!("{what} ring size {n}: {e}")))
     };
     let config = UmemConfig::builder()
-        .frame_size(FrameSize::new(FRAME_SIZE).map_err(|e| Error::Setup(format!("frame size: {e}")))?)
+        .frame_size(
+            FrameSize::new(FRAME_SIZE).map_err(|e| Error::Setup(format!("frame size: {e}")))?,
+        )
         .fill_queue_size(size(rings.fill, "fill")?)
         .comp_queue_size(size(rings.comp, "completion")?)
         .build()
         .map_err(|e| Error::Setup(format!("UMEM configuration: {e}")))?;
     let total = rings.frames_per_queue as usize * queues;
-    let count = NonZeroU32::new(total as u32).ok_or_else(|| Error::Setup("a UMEM needs at least one queue".into()))?;
+    let count = NonZeroU32::new(total as u32)
+        .ok_or_else(|| Error::Setup("a UMEM needs at least one queue".into()))?;
     let (umem, mut frames) = Umem::new(config, count, false).map_err(|e| Error::Setup(format!(
         "creating a {} MiB UMEM on node {node}: {e} (root, or CAP_IPC_LOCK and a large enough RLIMIT_MEMLOCK, is needed)",
-        total * FRAME_SIZE as usize >> 20
+        (total * FRAME_SIZE as usize) >> 20
     )))?;
     let mut pools = Vec::with_capacity(queues);
     for _ in 0..queues {
@@ -103,7 +126,14 @@ fn bind_memory_to_node(node: u32) -> std::io::Result<()> {
     mask[node as usize / 64] |= 1 << (node % 64);
     // SAFETY: set_mempolicy reads `maxnode` bits from `mask`, which is a live
     // array of exactly BITS bits; it changes only this thread's policy.
-    let rc = unsafe { libc::syscall(libc::SYS_set_mempolicy, MPOL_BIND, mask.as_ptr(), BITS as libc::c_ulong) };
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_set_mempolicy,
+            MPOL_BIND,
+            mask.as_ptr(),
+            BITS as libc::c_ulong,
+        )
+    };
     if rc == 0 {
         Ok(())
     } else {

@@ -90,6 +90,22 @@ impl Steering {
             };
             Error::Bpf { what: format!("attaching XDP to ifindex {ifindex}: {hint}"), source }
         })?;
+        // A link attached without mode flags falls back to generic (skb)
+        // XDP on devices without a driver hook; flowlane wants the driver
+        // path, so check what the kernel chose and refuse generic mode.
+        const XDP_ATTACHED_DRV: u8 = 1;
+        const XDP_ATTACHED_HW: u8 = 3;
+        let info = libbpf_rs::Xdp::new(skel.progs.flowlane_steer.as_fd())
+            .query(ifindex as i32, libbpf_rs::XdpFlags::NONE)
+            .map_err(Error::bpf(format!(
+                "querying the XDP mode of ifindex {ifindex}"
+            )))?;
+        if info.attach_mode != XDP_ATTACHED_DRV && info.attach_mode != XDP_ATTACHED_HW {
+            return Err(Error::Invalid(format!(
+                "ifindex {ifindex} has no native XDP support (the kernel fell back to generic mode); \
+                 use a driver with XDP or the kernel-socket backend"
+            )));
+        }
         // The skeleton (and its object) drop here: the link and the map
         // handles hold their own references.
         Ok(Steering {
