@@ -1,7 +1,8 @@
 //! Byte ring buffers for send and receive data.
 //!
-//! Storage is allocated on first write, so idle or one-directional
-//! connections do not pay for both buffers.
+//! Storage is reserved on first write and initialised only as far as it has
+//! been written, so idle or one-directional connections do not pay for both
+//! buffers, and a new connection does not zero its whole buffer up front.
 
 /// A fixed-capacity byte ring. "Allocated" bytes are the `len()` queued
 /// bytes starting at the read position; the space after them is
@@ -27,8 +28,16 @@ impl RingBuffer {
     }
 
     fn ensure_storage(&mut self) {
-        if self.storage.len() != self.capacity {
-            self.storage = vec![0; self.capacity];
+        if self.storage.capacity() < self.capacity {
+            self.storage
+                .reserve_exact(self.capacity - self.storage.len());
+        }
+    }
+
+    /// Makes ring positions `[0, end)` initialised (`end <= capacity`).
+    fn touch(&mut self, end: usize) {
+        if self.storage.len() < end {
+            self.storage.resize(end, 0);
         }
     }
 
@@ -55,16 +64,22 @@ impl RingBuffer {
     /// Copies `data` into `[at, at + data.len())` (ring positions), which
     /// must lie within the capacity.
     fn copy_in(&mut self, at: usize, data: &[u8]) {
+        self.touch((at + data.len()).min(self.capacity));
         let first = data.len().min(self.capacity - at);
         self.storage[at..at + first].copy_from_slice(&data[..first]);
         self.storage[..data.len() - first].copy_from_slice(&data[first..]);
     }
 
+    /// Copies ring positions starting at `at`; never-written positions
+    /// read as zero.
     fn copy_out(&self, at: usize, out: &mut [u8]) {
         let first = out.len().min(self.capacity - at);
-        out[..first].copy_from_slice(&self.storage[at..at + first]);
-        let rest = out.len() - first;
-        out[first..].copy_from_slice(&self.storage[..rest]);
+        let (head, tail) = out.split_at_mut(first);
+        for (dst, start) in [(head, at), (tail, 0)] {
+            let avail = self.storage.len().saturating_sub(start).min(dst.len());
+            dst[..avail].copy_from_slice(&self.storage[start..start + avail]);
+            dst[avail..].fill(0);
+        }
     }
 
     fn pos(&self, offset: usize) -> usize {
@@ -125,6 +140,7 @@ impl RingBuffer {
         if n == 0 {
             return &[];
         }
+        // Queued bytes were written, so they are initialised.
         &self.storage[self.read_at..self.read_at + n]
     }
 
@@ -149,7 +165,7 @@ impl RingBuffer {
     /// Reads uncommitted bytes `offset` bytes after the queued ones.
     pub fn read_unallocated(&self, offset: usize, out: &mut [u8]) -> usize {
         let free = self.window();
-        if offset >= free || self.storage.is_empty() {
+        if offset >= free {
             return 0;
         }
         let n = out.len().min(free - offset);

@@ -162,6 +162,32 @@ pub struct Sim {
     pub tap: Option<Vec<(Side, Vec<u8>)>>,
 }
 
+// Separate, never-inlined entry points per side, so that a profiler can
+// attribute cost to one stack (`callgrind --toggle-collect=*sim_deliver_to_b*`).
+
+#[inline(never)]
+pub fn sim_deliver_to_a(s: &mut Stack, now: Instant, src: IpAddr, dst: IpAddr, seg: &[u8]) {
+    s.handle_segment(now, src, dst, seg);
+}
+
+#[inline(never)]
+pub fn sim_deliver_to_b(s: &mut Stack, now: Instant, src: IpAddr, dst: IpAddr, seg: &[u8]) {
+    // Distinct bodies so that the linker does not fold the two wrappers.
+    std::hint::black_box(2u8);
+    s.handle_segment(now, src, dst, seg);
+}
+
+#[inline(never)]
+pub fn sim_poll_a(s: &mut Stack, now: Instant, buf: &mut [u8]) -> Option<flowlane_tcp::Transmit> {
+    s.poll_transmit(now, buf)
+}
+
+#[inline(never)]
+pub fn sim_poll_b(s: &mut Stack, now: Instant, buf: &mut [u8]) -> Option<flowlane_tcp::Transmit> {
+    std::hint::black_box(2u8);
+    s.poll_transmit(now, buf)
+}
+
 /// A test configuration: short MSL, fixed secrets.
 pub fn test_config(secret: u8) -> Config {
     let mut c = Config::new([secret; 16]);
@@ -281,8 +307,13 @@ impl Sim {
                 self.ba.cfg.mtu
             };
             let cap = mtu - 20;
-            let stack = if from_a { &mut self.a } else { &mut self.b };
-            let Some(t) = stack.poll_transmit(self.now, &mut self.buf[..cap]) else {
+            let out = &mut self.buf[..cap];
+            let t = if from_a {
+                sim_poll_a(&mut self.a, self.now, out)
+            } else {
+                sim_poll_b(&mut self.b, self.now, out)
+            };
+            let Some(t) = t else {
                 break;
             };
             let len = t.len;
@@ -400,8 +431,11 @@ impl Sim {
                 if let Some(tap) = self.tap.as_mut() {
                     tap.push((if p.to_b { Side::B } else { Side::A }, p.bytes.clone()));
                 }
-                let stack = if p.to_b { &mut self.b } else { &mut self.a };
-                stack.handle_segment(self.now, p.src, p.dst, &p.bytes);
+                if p.to_b {
+                    sim_deliver_to_b(&mut self.b, self.now, p.src, p.dst, &p.bytes);
+                } else {
+                    sim_deliver_to_a(&mut self.a, self.now, p.src, p.dst, &p.bytes);
+                }
             }
             self.pool.push(p.bytes);
         }

@@ -1,0 +1,63 @@
+//! Bulk transfer over the deterministic simulated link, for profiling the
+//! per-segment cost as the number of connections grows (cf. the
+//! connection-handoff paper's Figure 1):
+//!
+//! ```text
+//! cargo build --release -p flowlane-tcp --example sim_bulk
+//! valgrind --tool=callgrind --cache-sim=yes target/release/examples/sim_bulk 1 4000000
+//! valgrind --tool=callgrind --cache-sim=yes target/release/examples/sim_bulk 10000 400
+//! ```
+//!
+//! Arguments: connections (default 1), bytes per connection (default
+//! 4 MB / connections). Prints the data segments received, so that
+//! instructions per received data segment can be derived from callgrind's
+//! totals (or `--toggle-collect='*Stack*handle_segment*'` for the receive
+//! path alone).
+
+#[path = "../tests/sim/mod.rs"]
+mod sim;
+
+use flowlane_tcp::time::Duration;
+use sim::{Bulk, LinkConfig, Sim};
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let conns: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(1);
+    let bytes: u64 = args
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(4_000_000 / conns.max(1) as u64);
+    assert!((1..=50_000).contains(&conns), "1..=50000 connections");
+    let link = LinkConfig {
+        delay: Duration::from_millis(1),
+        bandwidth_bps: 10_000_000_000,
+        max_queue_delay: Duration::from_millis(10),
+        ..LinkConfig::default()
+    };
+    let mut a = sim::test_config(1);
+    let mut b = sim::test_config(2);
+    // Modest buffers so that 10k connections fit comfortably in memory.
+    for c in [&mut a, &mut b] {
+        c.send_buffer = 32 * 1024;
+        c.recv_buffer = 32 * 1024;
+        c.listen_backlog = 65_536;
+    }
+    let mut sim = Sim::new(42, link, link, a, b);
+    let mut bulk = Bulk::start(&mut sim, conns, bytes, 0);
+    let limit = sim.now + Duration::from_secs(3600);
+    let done = sim.run_until(limit, |s| {
+        bulk.on_step(s);
+        bulk.finished()
+    });
+    assert!(done, "transfer did not finish");
+    assert!(bulk.errors.is_empty(), "{:?}", bulk.errors);
+    let rx = sim.b.stats();
+    let tx = sim.a.stats();
+    println!("connections            {conns}");
+    println!("bytes per connection   {bytes}");
+    println!("data segments received {}", rx.data_segments_in);
+    println!("segments received (B)  {}", rx.segments_in);
+    println!("segments received (A)  {}", tx.segments_in);
+    println!("retransmits            {}", tx.retransmits);
+    println!("virtual time           {:?}", sim.now);
+}
