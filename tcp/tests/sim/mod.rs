@@ -333,14 +333,14 @@ impl Sim {
             }
             // Bottleneck: serialization plus a bounded queue.
             let mut depart = now;
-            if cfg.bandwidth_bps > 0 {
+            let bits = (len as u64 + 20 + 18) * 8;
+            if let Some(tx_ns) = (bits * 1_000_000_000).checked_div(cfg.bandwidth_bps) {
                 let start = dir.busy_until.max(now);
                 if start.saturating_since(now) > cfg.max_queue_delay {
                     self.stats.queue_drops += 1;
                     continue;
                 }
-                let bits = (len as u64 + 20 + 18) * 8;
-                depart = start + Duration::from_nanos(bits * 1_000_000_000 / cfg.bandwidth_bps);
+                depart = start + Duration::from_nanos(tx_ns);
                 dir.busy_until = depart;
             }
             let copies = if self.rng.chance(cfg.duplicate) {
@@ -466,7 +466,7 @@ impl Sim {
         let end = self.now + d;
         loop {
             self.flush();
-            if !self.next_event().is_some_and(|t| t <= end) {
+            if self.next_event().is_none_or(|t| t > end) {
                 break;
             }
             self.step();
