@@ -9,6 +9,7 @@ use libbpf_cargo::SkeletonBuilder;
 const PROGRAMS: &[(&str, &str)] = &[
     ("xdp_steer", "xdp_steer.skel.rs"),
     ("rss_emu", "rss_emu.skel.rs"),
+    ("trafficgen", "trafficgen.skel.rs"),
 ];
 
 fn main() {

@@ -11,15 +11,14 @@
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::path::PathBuf;
-use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use flowlane_numa_sched::indirection::IndirectionTable;
 use flowlane_numa_sched::toeplitz::{FlowTuple, Protocol, RssKey, Toeplitz};
 use serde::Serialize;
 
+use crate::echo_process::EchoProcess;
 use crate::netns;
 use crate::nic::RssNic;
 use crate::testbed::{self, BedSpec, BedState};
@@ -89,88 +88,6 @@ pub struct DemoResult {
     pub phases: Vec<Phase>,
     /// Every flow arrived only where predicted, every datagram came back.
     pub all_ok: bool,
-}
-
-struct EchoProcess {
-    child: Child,
-    report: PathBuf,
-}
-
-impl EchoProcess {
-    fn start(bed: &BedState, port: u16) -> Result<EchoProcess> {
-        let exe = std::env::current_exe().context("finding the flowlane binary")?;
-        let report = std::env::temp_dir().join(format!(
-            "flowlane-demo-{}-{}.json",
-            bed.name,
-            std::process::id()
-        ));
-        let _ = std::fs::remove_file(&report);
-        let child = Command::new("ip")
-            .args(["netns", "exec", &bed.netns])
-            .arg(exe)
-            .args([
-                "udp-echo",
-                "--iface",
-                &bed.local_if,
-                "--port",
-                &port.to_string(),
-                "--report",
-            ])
-            .arg(&report)
-            .spawn()
-            .context("starting flowlane udp-echo in the test bed")?;
-        let mut p = EchoProcess { child, report };
-        p.wait_generation(0)?;
-        Ok(p)
-    }
-
-    fn read(&self) -> Option<Report> {
-        serde_json::from_slice(&std::fs::read(&self.report).ok()?).ok()
-    }
-
-    fn wait_generation(&mut self, g: u64) -> Result<Report> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(r) = self.read() {
-                if r.generation >= g {
-                    return Ok(r);
-                }
-            }
-            if let Some(st) = self.child.try_wait()? {
-                bail!("flowlane udp-echo exited early ({st})");
-            }
-            if Instant::now() > deadline {
-                bail!("flowlane udp-echo did not report within 30 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn snapshot(&mut self, g: u64) -> Result<Report> {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::SIGUSR1,
-        )?;
-        self.wait_generation(g)
-    }
-}
-
-impl Drop for EchoProcess {
-    fn drop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                let _ = std::fs::remove_file(&self.report);
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.report);
-    }
 }
 
 /// The datagram `i` of flow `f`: distinct sizes and contents so that any
@@ -284,7 +201,7 @@ pub fn run(args: Args) -> Result<()> {
 
 fn run_on(args: &Args, bed: &BedState, key: &RssKey) -> Result<DemoResult> {
     let nic = bed.nic();
-    let mut echo = EchoProcess::start(bed, args.port)?;
+    let mut echo = EchoProcess::start(bed, args.port, &[])?;
     let local: IpAddr = bed.local_v4.parse()?;
     let peer: IpAddr = bed.peer_v4.parse()?;
     let mut phases = Vec::new();

@@ -3,7 +3,9 @@
 //! Every failure ends in one line on stderr that says what is wrong and what
 //! to do, and a non-zero exit (2 for bad usage, 1 otherwise).
 
+mod bench_rx;
 mod demo;
+mod echo_process;
 mod netns;
 mod nic;
 mod testbed;
@@ -40,9 +42,20 @@ enum Cmd {
         #[command(subcommand)]
         cmd: NicCmd,
     },
+    /// Benchmarks on the test bed.
+    Bench {
+        #[command(subcommand)]
+        cmd: BenchCmd,
+    },
     /// End-to-end demo on the test bed: flows from the kernel side, echoed
     /// by flowlane, per-queue arrivals next to the Toeplitz prediction.
     Demo(demo::Args),
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCmd {
+    /// Receive packets/s of one worker (XDP live-frames generator).
+    Rx(bench_rx::Args),
 }
 
 #[derive(Subcommand, Debug)]
@@ -287,6 +300,9 @@ fn run(cli: Cli) -> Result<()> {
         },
         Cmd::UdpEcho(args) => udp_echo::run(args)?,
         Cmd::Demo(args) => demo::run(args)?,
+        Cmd::Bench {
+            cmd: BenchCmd::Rx(args),
+        } => bench_rx::run(args)?,
     }
     Ok(())
 }

@@ -44,6 +44,10 @@ pub struct Args {
     /// Spin when idle instead of sleeping in poll(2).
     #[arg(long)]
     pub busy_poll: bool,
+    /// Receive only: parse and count each datagram, echo nothing (for the
+    /// receive benchmark).
+    #[arg(long)]
+    pub sink: bool,
 }
 
 /// `--bind-mode` values.
@@ -121,6 +125,7 @@ struct QueueFlows {
 
 struct Echo {
     port: u16,
+    sink: bool,
     seen: Arc<Mutex<QueueFlows>>,
 }
 
@@ -134,11 +139,15 @@ impl QueueHandler for Echo {
                 }
                 _ => return RxAction::Drop,
             },
+            Err(_) if self.sink => return RxAction::Drop,
             Err(_) => {
                 self.seen.lock().expect("flow table lock").malformed += 1;
                 return RxAction::Drop;
             }
         };
+        if self.sink {
+            return RxAction::Drop;
+        }
         match turn_around_udp(&mut buf[..len]) {
             Ok(out) => {
                 *self
@@ -246,13 +255,13 @@ pub fn run(args: Args) -> Result<()> {
     };
     let registry: Arc<Mutex<FlowTables>> = Arc::default();
     let reg = registry.clone();
-    let port = args.port;
+    let (port, sink) = (args.port, args.sink);
     let dp = Dataplane::start(config, move |q: &QueueInfo| {
         let seen = Arc::new(Mutex::new(QueueFlows::default()));
         reg.lock()
             .expect("registry lock")
             .push((q.queue, seen.clone()));
-        Echo { port, seen }
+        Echo { port, sink, seen }
     })?;
     let tables = registry.lock().expect("registry lock").clone();
 

@@ -6,10 +6,12 @@
 //! - [`rss_emu`]: the tc egress program that makes the far side of a veth pair
 //!   behave like an RSS NIC (Toeplitz hash + indirection table) for the test
 //!   bed.
+//! - [`trafficgen`]: an XDP live-frames packet generator for benchmarks.
 #![deny(missing_docs)]
 
 pub mod rss_emu;
 pub mod steer;
+pub mod trafficgen;
 
 mod skel {
     #![allow(clippy::all, missing_docs, unused_imports, non_camel_case_types)]
@@ -18,6 +20,9 @@ mod skel {
     }
     pub mod rss_emu {
         include!(concat!(env!("OUT_DIR"), "/rss_emu.skel.rs"));
+    }
+    pub mod trafficgen {
+        include!(concat!(env!("OUT_DIR"), "/trafficgen.skel.rs"));
     }
 }
 

@@ -1,0 +1,191 @@
+//! `flowlane bench rx`: receive packets/s of one flowlane worker — the
+//! ceiling that TCP figures are compared with.
+//!
+//! A one-queue test bed; `flowlane udp-echo --sink` (parse, count, drop) with
+//! its worker pinned to the first CPU; on the far side an XDP live-frames
+//! generator (`BPF_PROG_RUN`, no socket, no qdisc) pinned to the last CPU
+//! sends one UDP frame over and over. On veth the receive-side XDP program
+//! runs in the NAPI context of the sending CPU, so the worker's core does only
+//! ring work and parsing.
+
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use flowlane_dataplane::iface::parse_mac;
+use flowlane_dataplane::wire::packet::emit_eth_ipv4_udp;
+use flowlane_dataplane::wire::{
+    EtherType, EthernetAddress, EthernetRepr, IpProtocol, Ipv4Repr, UdpRepr,
+};
+use serde::Serialize;
+
+use crate::echo_process::EchoProcess;
+use crate::testbed::{self, BedSpec, BedState};
+use crate::{netns, udp_echo};
+
+/// Flags of `flowlane bench rx`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Test bed name (a one-queue bed; created and removed by the run).
+    #[arg(long, default_value = "benchrx")]
+    pub bed: String,
+    /// Ethernet frame lengths to measure, without FCS (60 = a 64-byte frame
+    /// on the wire, 1514 = 1518).
+    #[arg(long, value_delimiter = ',', default_values_t = [60usize, 1514])]
+    pub frame_len: Vec<usize>,
+    /// Measured seconds per size (after one second of warm-up).
+    #[arg(long, default_value_t = 5)]
+    pub seconds: u64,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One size's figures.
+#[derive(Debug, Serialize)]
+pub struct RxFigure {
+    /// Frame length without FCS.
+    pub frame_len: usize,
+    /// Frames the generator sent in the window.
+    pub sent_pps: f64,
+    /// Frames the worker received per second.
+    pub rx_pps: f64,
+    /// Received bits per second (frame bytes × 8).
+    pub rx_gbps: f64,
+    /// CPU time of the flowlane process per received frame (ns).
+    pub cpu_ns_per_packet: f64,
+    /// Fill-ring starvation and RX-ring-full drops in the window.
+    pub ring_drops: u64,
+}
+
+const PORT: u16 = 7777;
+
+fn frame(bed: &BedState, len: usize) -> Result<Vec<u8>> {
+    let mac = |s: &str| {
+        parse_mac(s)
+            .map(EthernetAddress)
+            .with_context(|| format!("bad MAC {s}"))
+    };
+    let payload = len
+        .checked_sub(42)
+        .filter(|_| len >= 60)
+        .context("--frame-len must be at least 60")?;
+    let mut buf = vec![0u8; len];
+    let eth = EthernetRepr {
+        dst_addr: mac(&bed.local_mac)?,
+        src_addr: mac(&bed.peer_mac)?,
+        vlan: Default::default(),
+        ethertype: EtherType::Ipv4,
+    };
+    let ip = Ipv4Repr::new(
+        bed.peer_v4.parse::<Ipv4Addr>()?,
+        bed.local_v4.parse()?,
+        IpProtocol::Udp,
+        8 + payload,
+    );
+    let udp = UdpRepr {
+        src_port: 1234,
+        dst_port: PORT,
+    };
+    emit_eth_ipv4_udp(&mut buf, &eth, &ip, &udp, payload)?;
+    Ok(buf)
+}
+
+/// utime + stime of a process, in nanoseconds.
+fn cpu_ns(pid: u32) -> Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let rest = stat.rsplit_once(')').context("malformed /proc stat")?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f[11].parse::<u64>()? + f[12].parse::<u64>()?;
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)?.unwrap_or(100) as u64;
+    Ok(ticks * 1_000_000_000 / hz)
+}
+
+fn measure(bed: &BedState, len: usize, seconds: u64) -> Result<RxFigure> {
+    let frame = frame(bed, len)?;
+    let mut echo = EchoProcess::start(bed, PORT, &["--sink", "--queues", "1"])?;
+    let pid = echo.child.id();
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let cpus = udp_echo::allowed_cpus();
+    let gen_cpu = *cpus.last().context("no CPU")?;
+    let (stop2, sent2, peer_ns) = (stop.clone(), sent.clone(), bed.peer_netns.clone());
+    let gen = std::thread::spawn(move || {
+        netns::in_netns(&peer_ns, move || {
+            flowlane_dataplane::affinity::pin_current_thread(&[gen_cpu])?;
+            let ifindex = nix::net::if_::if_nametoindex(testbed::PEER_IF)?;
+            let g = flowlane_ebpf::trafficgen::Generator::new(ifindex)?;
+            const BURST: u32 = 1 << 14;
+            while !stop2.load(Ordering::Relaxed) {
+                g.send(&frame, BURST)?;
+                sent2.fetch_add(BURST as u64, Ordering::Relaxed);
+            }
+            Ok(())
+        })
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let r0 = echo.snapshot(1)?;
+    let (t0, s0, c0) = (Instant::now(), sent.load(Ordering::Relaxed), cpu_ns(pid)?);
+    std::thread::sleep(Duration::from_secs(seconds));
+    let r1 = echo.snapshot(2)?;
+    let (dt, s1, c1) = (
+        t0.elapsed().as_secs_f64(),
+        sent.load(Ordering::Relaxed),
+        cpu_ns(pid)?,
+    );
+    stop.store(true, Ordering::Relaxed);
+    gen.join()
+        .map_err(|_| anyhow::anyhow!("the generator thread panicked"))??;
+    let q = |r: &udp_echo::Report| {
+        r.queues
+            .first()
+            .map(|q| (q.rx_packets, q.fill_ring_empty + q.rx_ring_full))
+    };
+    let ((rx0, d0), (rx1, d1)) = (q(&r0).context("no queue")?, q(&r1).context("no queue")?);
+    let rx = (rx1 - rx0) as f64;
+    if rx == 0.0 {
+        bail!("the worker received nothing: is XDP steering the benchmark port?");
+    }
+    Ok(RxFigure {
+        frame_len: len,
+        sent_pps: (s1 - s0) as f64 / dt,
+        rx_pps: rx / dt,
+        rx_gbps: rx * len as f64 * 8.0 / dt / 1e9,
+        cpu_ns_per_packet: (c1 - c0) as f64 / rx,
+        ring_drops: d1 - d0,
+    })
+}
+
+/// Runs the benchmark.
+pub fn run(args: Args) -> Result<()> {
+    netns::require_root("flowlane bench rx")?;
+    let key = flowlane_numa_sched::toeplitz::RssKey::microsoft_default();
+    let spec = BedSpec {
+        name: args.bed.clone(),
+        queues: 1,
+        key: key.as_bytes().to_vec(),
+        table: vec![0; 128],
+    };
+    let bed = testbed::up(&spec)?;
+    let figures: Result<Vec<RxFigure>> = args
+        .frame_len
+        .iter()
+        .map(|&len| measure(&bed, len, args.seconds))
+        .collect();
+    testbed::down(&args.bed)?;
+    let figures = figures?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&figures)?);
+    } else {
+        println!("frame_len  generator_pps   rx_pps(1 worker)  rx_Gbit/s  cpu_ns/pkt  ring_drops");
+        for f in &figures {
+            println!(
+                "{:>9}  {:>13.0}  {:>17.0}  {:>9.2}  {:>10.1}  {:>10}",
+                f.frame_len, f.sent_pps, f.rx_pps, f.rx_gbps, f.cpu_ns_per_packet, f.ring_drops
+            );
+        }
+    }
+    Ok(())
+}
