@@ -9,8 +9,11 @@
 
 pub mod affinity;
 pub mod counters;
+pub mod ephemeral;
 pub mod iface;
+pub mod neighbor;
 pub mod runtime;
+pub mod tcp_handler;
 pub mod umem;
 pub mod wire;
 pub mod worker;
@@ -20,6 +23,7 @@ pub use counters::{QueueCounters, QueueCountersSnapshot};
 pub use flowlane_ebpf::steer::{Proto, SteerStats};
 pub use iface::InterfaceInfo;
 pub use runtime::{Dataplane, DataplaneConfig, QueueAssignment};
+pub use tcp_handler::{ConnHandler, Net, TcpConfig, TcpCounters, TcpCountersSnapshot, TcpHandler};
 pub use worker::{QueueHandler, QueueInfo, RxAction, TxBatch};
 pub use xsk::BindMode;
 

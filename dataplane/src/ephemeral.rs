@@ -1,0 +1,133 @@
+//! Local ports for active opens.
+//!
+//! A connection opened by a worker must get its replies on that worker's
+//! queue, or another core's stack would answer them with RSTs. With the
+//! NIC's RSS configuration known ([`RssState`]), the port is chosen so that
+//! the reply tuple `(remote → local:port)` hashes to this queue
+//! ([`RssState::choose_source_port`]); without it (one queue, or a NIC
+//! that steers by flow rules) any port of the range will do.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
+
+use flowlane_numa_sched::toeplitz::Protocol;
+use flowlane_numa_sched::RssState;
+
+/// Chooses local ports from flowlane's ephemeral range for one queue.
+#[derive(Debug, Clone)]
+pub struct EphemeralPorts {
+    first: u16,
+    last: u16,
+    queue: u16,
+    rss: Option<RssState>,
+    seed: u64,
+}
+
+impl EphemeralPorts {
+    /// Ports `first..=last` for `queue`; `rss` steers replies to it.
+    pub fn new(first: u16, last: u16, queue: u32, rss: Option<RssState>) -> EphemeralPorts {
+        EphemeralPorts {
+            first: first.max(1),
+            last,
+            queue: queue.min(u32::from(u16::MAX)) as u16,
+            rss,
+            // Different queues start at different points of the range.
+            seed: u64::from(queue).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        }
+    }
+
+    /// The next candidate port for a connection from `local` to `remote`:
+    /// successive calls return different ports (a caller whose connect
+    /// fails with "address in use" asks again). `None` if no port of the
+    /// range steers replies to this queue.
+    pub fn next(&mut self, local: Ipv4Addr, remote: SocketAddrV4) -> Option<u16> {
+        if self.first > self.last {
+            return None;
+        }
+        self.seed = self.seed.wrapping_add(1);
+        match &self.rss {
+            Some(rss) => rss.choose_source_port(
+                IpAddr::V4(local),
+                IpAddr::V4(*remote.ip()),
+                remote.port(),
+                Protocol::Tcp,
+                self.queue,
+                self.first..=self.last,
+                self.seed,
+                |_| true,
+            ),
+            None => {
+                let span = u64::from(self.last - self.first) + 1;
+                Some(self.first + (self.seed % span) as u16)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flowlane_numa_sched::placement::{PlacementPlan, QueuePlacement};
+    use flowlane_numa_sched::toeplitz::{FlowTuple, RssHashConfig, RssKey};
+    use flowlane_numa_sched::IndirectionTable;
+
+    fn rss(queues: u16) -> RssState {
+        let plan = PlacementPlan {
+            nic_node: None,
+            queues: (0..queues)
+                .map(|q| QueuePlacement {
+                    queue: q,
+                    cpu: u32::from(q),
+                    core_id: u32::from(q),
+                    node: 0,
+                    mem_node: 0,
+                })
+                .collect(),
+            notes: Vec::new(),
+        };
+        let table = IndirectionTable::even(128, &(0..queues).collect::<Vec<_>>()).unwrap();
+        RssState::new(
+            &RssKey::microsoft_default(),
+            table,
+            RssHashConfig::default(),
+            &plan,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn ports_steer_replies_to_the_queue() {
+        let state = rss(4);
+        let local = Ipv4Addr::new(10, 99, 0, 1);
+        let remote: SocketAddrV4 = "10.99.0.2:5001".parse().unwrap();
+        for q in 0..4u32 {
+            let mut p = EphemeralPorts::new(40000, 44999, q, Some(state.clone()));
+            let mut seen = std::collections::BTreeSet::new();
+            for _ in 0..20 {
+                let port = p.next(local, remote).unwrap();
+                assert!((40000..=44999).contains(&port));
+                seen.insert(port);
+                let reply = FlowTuple {
+                    src: IpAddr::V4(*remote.ip()),
+                    dst: IpAddr::V4(local),
+                    src_port: remote.port(),
+                    dst_port: port,
+                    protocol: Protocol::Tcp,
+                };
+                assert_eq!(u32::from(state.hint(&reply).queue), q);
+            }
+            assert!(seen.len() > 10, "successive calls spread: {seen:?}");
+        }
+    }
+
+    #[test]
+    fn without_rss_any_port_of_the_range() {
+        let mut p = EphemeralPorts::new(40000, 40003, 0, None);
+        let remote: SocketAddrV4 = "10.0.0.2:80".parse().unwrap();
+        for _ in 0..10 {
+            let port = p.next(Ipv4Addr::LOCALHOST, remote).unwrap();
+            assert!((40000..=40003).contains(&port));
+        }
+        let mut empty = EphemeralPorts::new(5, 4, 0, None);
+        assert_eq!(empty.next(Ipv4Addr::LOCALHOST, remote), None);
+    }
+}

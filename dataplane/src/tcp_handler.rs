@@ -1,0 +1,876 @@
+//! TCP on the data path: one [`flowlane_tcp::Stack`] per queue, run to
+//! completion on the queue's worker, with a handler per listener.
+//!
+//! ```text
+//! RX frame ─ parse (wire) ─ IPv4 + TCP checksums ─ learn peer MAC ─ Stack::handle_segment
+//!          ─ events ─ ConnHandler callbacks (send/recv/close on the same core)
+//! on_poll  ─ Stack::handle_timeout ─ events ─ callbacks
+//!          ─ Stack::poll_transmit straight into a free UMEM frame at offset 34
+//!          ─ emit_eth_ipv4_tcp_headers in front of it (TCP + IPv4 checksums) ─ TX ring
+//! ```
+//!
+//! Nothing is shared between queues: each worker owns its stack, its
+//! neighbour table, its handlers and its ephemeral ports; RSS keeps every
+//! segment of a connection on one queue (and [`EphemeralPorts`] makes that
+//! true for active opens). The only cross-thread state is [`TcpCounters`],
+//! relaxed atomics written by the worker and read by whoever reports.
+//!
+//! Received payload is copied once, from the UMEM frame into the
+//! connection's receive buffer (the frame goes back to the fill ring at
+//! once); transmitted segments are written by the stack directly into the
+//! frame that goes on the TX ring — no intermediate buffer on either side.
+//!
+//! The application implements [`ConnHandler`] (mio/quinn-like: events carry
+//! a [`ConnHandle`]; calls go through [`Net`]):
+//!
+//! ```no_run
+//! use flowlane_dataplane::tcp_handler::{ConnHandler, Net, TcpConfig, TcpHandler};
+//! use flowlane_dataplane::{Dataplane, DataplaneConfig, Proto};
+//! use flowlane_tcp::ConnHandle;
+//!
+//! struct Echo;
+//! impl ConnHandler for Echo {
+//!     fn on_data(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+//!         let mut buf = [0u8; 4096];
+//!         while let Ok(n) = net.recv(conn, &mut buf) {
+//!             if n == 0 {
+//!                 let _ = net.close(conn);
+//!                 break;
+//!             }
+//!             let _ = net.send(conn, &buf[..n]);
+//!         }
+//!     }
+//! }
+//!
+//! let mut dp = DataplaneConfig::new("xsk0", &[0]);
+//! dp.ports = vec![(Proto::Tcp, 7)];
+//! let tcp = TcpConfig::new("10.99.0.1".parse().unwrap(), [2, 0, 0, 0, 0, 1], [7; 16]);
+//! let running = Dataplane::start(dp, move |q| {
+//!     let mut h = TcpHandler::new(q, tcp.clone());
+//!     h.listen(7, Echo).unwrap();
+//!     h
+//! });
+//! ```
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use flowlane_numa_sched::RssState;
+use flowlane_tcp::time::Instant;
+use flowlane_tcp::{
+    CloseReason, Config, ConnHandle, Error, Event, FourTuple, ListenerId, Stack, State, Stats,
+};
+
+use crate::ephemeral::EphemeralPorts;
+use crate::neighbor::Neighbors;
+use crate::wire::checksum::{verify_tcp_checksum, ChecksumPolicy};
+use crate::wire::packet::{emit_eth_ipv4_tcp_headers, ETH_IPV4_TCP_OFFSET};
+use crate::wire::{
+    parse_frame_with, EtherType, EthernetAddress, EthernetRepr, IpProtocol, Ipv4Repr, Layer,
+    Network, Transport, VlanTags, WireError,
+};
+use crate::worker::{QueueHandler, QueueInfo, RxAction, TxBatch};
+
+/// How often the worker copies the stack's counters into [`TcpCounters`].
+const PUBLISH_EVERY: Duration = Duration::from_millis(50);
+
+/// Everything a queue's TCP endpoint needs; cloned into every worker.
+#[derive(Debug, Clone)]
+pub struct TcpConfig {
+    /// Our IPv4 address (segments to other addresses are dropped).
+    pub local_ip: Ipv4Addr,
+    /// Our Ethernet address (source of every frame we send).
+    pub local_mac: EthernetAddress,
+    /// Initial neighbour entries (static configuration and the kernel's
+    /// table, for active opens); more are learned from received frames.
+    pub neighbors: Neighbors,
+    /// flowlane's ephemeral port range (inclusive) for active opens; the
+    /// XDP program must steer it to flowlane (`DataplaneConfig::ephemeral`).
+    pub ephemeral: (u16, u16),
+    /// The NIC's RSS configuration, so that active opens pick ports whose
+    /// replies come back to the opening queue. Needed with several queues.
+    pub rss: Option<RssState>,
+    /// The TCP stack's configuration (the ISN secret is mixed with the
+    /// queue number per worker).
+    pub tcp: Config,
+}
+
+impl TcpConfig {
+    /// Defaults: the stack's default configuration keyed by `isn_secret`,
+    /// ephemeral ports 40000-44999, no static neighbours, no RSS.
+    pub fn new(local_ip: Ipv4Addr, local_mac: [u8; 6], isn_secret: [u8; 16]) -> TcpConfig {
+        TcpConfig {
+            local_ip,
+            local_mac: EthernetAddress(local_mac),
+            neighbors: Neighbors::new(),
+            ephemeral: (40000, 44999),
+            rss: None,
+            tcp: Config::new(isn_secret),
+        }
+    }
+}
+
+/// The application side of a set of connections: a listener's or an active
+/// opener's. Every callback runs on the worker that owns the connection,
+/// inline with packet processing (run to completion): keep them short and
+/// never block. Calls on connections go through [`Net`].
+pub trait ConnHandler: Send {
+    /// Called once, on the worker's first loop iteration (open connections
+    /// here with [`Net::connect`]).
+    fn on_start(&mut self, _net: &mut Net<'_>) {}
+
+    /// A connection to this handler's listener completed its handshake.
+    fn on_accept(&mut self, _net: &mut Net<'_>, _conn: ConnHandle) {}
+
+    /// A connection opened by [`Net::connect`] completed its handshake.
+    fn on_connected(&mut self, _net: &mut Net<'_>, _conn: ConnHandle) {}
+
+    /// New data can be read ([`Net::recv`] / [`Net::peek`]). Not repeated
+    /// until the application has read something.
+    fn on_data(&mut self, net: &mut Net<'_>, conn: ConnHandle);
+
+    /// Send-buffer space freed up after a [`Net::send`] that did not fit.
+    fn on_writable(&mut self, _net: &mut Net<'_>, _conn: ConnHandle) {}
+
+    /// The peer finished sending. The default closes the connection once
+    /// everything was read (a handler that still has data to read or send
+    /// closes it itself later).
+    fn on_peer_closed(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        if net.is_eof(conn) {
+            let _ = net.close(conn);
+        }
+    }
+
+    /// The connection is gone; the handle is now invalid.
+    fn on_closed(&mut self, _net: &mut Net<'_>, _conn: ConnHandle, _reason: CloseReason) {}
+}
+
+/// Identifies a handler registered on a [`TcpHandler`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HandlerId(usize);
+
+/// What a [`ConnHandler`] can do while it runs: calls on the worker's stack
+/// for connections of this queue.
+pub struct Net<'a> {
+    stack: &'a mut Stack,
+    owners: &'a mut HashMap<ConnHandle, usize>,
+    ports: &'a mut EphemeralPorts,
+    local_ip: Ipv4Addr,
+    now: Instant,
+    queue: u32,
+    me: usize,
+}
+
+impl Net<'_> {
+    /// The worker's clock (time since the data path started).
+    pub fn now(&self) -> Duration {
+        Duration::from_nanos(self.now.as_nanos())
+    }
+
+    /// The receive queue (and so the core) this runs on.
+    pub fn queue(&self) -> u32 {
+        self.queue
+    }
+
+    /// Opens a connection to `remote` from our address and a port of the
+    /// ephemeral range whose replies RSS steers to this queue. Owned by the
+    /// calling handler; `on_connected` follows.
+    pub fn connect(&mut self, remote: SocketAddrV4) -> Result<ConnHandle, Error> {
+        for _ in 0..64 {
+            let port = self
+                .ports
+                .next(self.local_ip, remote)
+                .ok_or(Error::AddrInUse)?;
+            let local = SocketAddr::new(IpAddr::V4(self.local_ip), port);
+            match self.stack.connect(self.now, local, SocketAddr::V4(remote)) {
+                Ok(c) => {
+                    self.owners.insert(c, self.me);
+                    return Ok(c);
+                }
+                Err(Error::AddrInUse) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Error::AddrInUse)
+    }
+
+    /// Queues data; returns how much fit (`Err(WouldBlock)` if none did;
+    /// `on_writable` follows when space frees up).
+    pub fn send(&mut self, conn: ConnHandle, data: &[u8]) -> Result<usize, Error> {
+        self.stack.send(conn, data)
+    }
+
+    /// Reads in-order data: `Ok(0)` is end of stream, `Err(WouldBlock)`
+    /// nothing yet.
+    pub fn recv(&mut self, conn: ConnHandle, buf: &mut [u8]) -> Result<usize, Error> {
+        self.stack.recv(conn, buf)
+    }
+
+    /// Zero-copy read of the next contiguous readable bytes; follow with
+    /// [`Net::consume`].
+    pub fn peek(&self, conn: ConnHandle) -> Result<&[u8], Error> {
+        self.stack.peek(conn)
+    }
+
+    /// Drops `n` bytes seen through [`Net::peek`].
+    pub fn consume(&mut self, conn: ConnHandle, n: usize) -> Result<usize, Error> {
+        self.stack.consume(conn, n)
+    }
+
+    /// Whether the peer closed and everything was read (false for an
+    /// invalid handle).
+    pub fn is_eof(&self, conn: ConnHandle) -> bool {
+        self.stack.is_eof(conn).unwrap_or(false)
+    }
+
+    /// Free send-buffer space.
+    pub fn send_space(&self, conn: ConnHandle) -> Result<usize, Error> {
+        self.stack.send_space(conn)
+    }
+
+    /// Sends FIN after the queued data; reading goes on.
+    pub fn shutdown_write(&mut self, conn: ConnHandle) -> Result<(), Error> {
+        self.stack.shutdown_write(conn)
+    }
+
+    /// Closes both directions (FIN after queued data; aborts if unread data
+    /// remains). `on_closed` follows.
+    pub fn close(&mut self, conn: ConnHandle) -> Result<(), Error> {
+        self.stack.close(conn)
+    }
+
+    /// Resets the connection.
+    pub fn abort(&mut self, conn: ConnHandle) -> Result<(), Error> {
+        self.stack.abort(conn)
+    }
+
+    /// Disables (`true`) or enables Nagle's algorithm.
+    pub fn set_nodelay(&mut self, conn: ConnHandle, nodelay: bool) -> Result<(), Error> {
+        self.stack.set_nodelay(conn, nodelay)
+    }
+
+    /// The connection's addresses.
+    pub fn four_tuple(&self, conn: ConnHandle) -> Result<FourTuple, Error> {
+        self.stack.four_tuple(conn)
+    }
+
+    /// The connection's TCP state.
+    pub fn state(&self, conn: ConnHandle) -> Result<State, Error> {
+        self.stack.state(conn)
+    }
+
+    /// The queue's TCP counters.
+    pub fn stats(&self) -> &Stats {
+        self.stack.stats()
+    }
+}
+
+macro_rules! counters {
+    ($(#[$m:meta])* $name:ident / $snap:ident { $($(#[$fm:meta])* $f:ident),* $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Default)]
+        pub struct $name {
+            $($(#[$fm])* pub $f: AtomicU64,)*
+        }
+
+        /// A plain copy of the counters.
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+        pub struct $snap {
+            $($(#[$fm])* pub $f: u64,)*
+        }
+
+        impl $name {
+            /// Reads every counter (relaxed).
+            pub fn snapshot(&self) -> $snap {
+                $snap { $($f: self.$f.load(Ordering::Relaxed),)* }
+            }
+        }
+
+        impl $snap {
+            /// Field-wise sum (for totals over queues).
+            pub fn add(&self, o: &$snap) -> $snap {
+                $snap { $($f: self.$f + o.$f,)* }
+            }
+        }
+    };
+}
+
+counters! {
+    /// One queue's TCP counters, written by its worker (frame-level ones as
+    /// they happen, the stack's every 50 ms) and read by anyone.
+    TcpCounters / TcpCountersSnapshot {
+        /// TCP/IPv4 frames for our address that reached the stack.
+        segments_in,
+        /// Segments sent.
+        segments_out,
+        /// Frames whose IPv4 header checksum failed.
+        bad_ip_checksum,
+        /// TCP segments whose checksum failed (dropped before the stack).
+        bad_tcp_checksum,
+        /// Frames that failed to parse (truncated, bad lengths …).
+        malformed,
+        /// Parsed frames that are not TCP/IPv4 to our address.
+        not_ours,
+        /// Segments not sent because no MAC was known for the peer.
+        no_neighbor,
+        /// Live connections (any state but CLOSED, TIME-WAIT included).
+        connections,
+        /// Connections opened passively.
+        passive_opens,
+        /// Connections opened actively.
+        active_opens,
+        /// Connections that reached CLOSED.
+        closed,
+        /// Payload bytes delivered in order.
+        bytes_in,
+        /// Payload bytes sent (with retransmissions).
+        bytes_out,
+        /// Segments retransmitted.
+        retransmits,
+        /// Fast retransmits.
+        fast_retransmits,
+        /// Retransmission timeouts.
+        rto_timeouts,
+        /// Segments received out of order.
+        out_of_order,
+        /// Segments failing the sequence test.
+        unacceptable,
+        /// Segments the stack found malformed.
+        tcp_malformed,
+        /// RSTs received and acted upon.
+        resets_in,
+        /// RSTs sent.
+        resets_out,
+    }
+}
+
+impl TcpCounters {
+    fn bump(c: &AtomicU64) {
+        c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
+    fn publish(&self, live: usize, s: &Stats) {
+        let set = |c: &AtomicU64, v: u64| c.store(v, Ordering::Relaxed);
+        set(&self.connections, live as u64);
+        set(&self.passive_opens, s.passive_opens);
+        set(&self.active_opens, s.active_opens);
+        set(&self.closed, s.closed);
+        set(&self.bytes_in, s.bytes_in);
+        set(&self.bytes_out, s.bytes_out);
+        set(&self.retransmits, s.retransmits);
+        set(&self.fast_retransmits, s.fast_retransmits);
+        set(&self.rto_timeouts, s.rto_timeouts);
+        set(&self.out_of_order, s.out_of_order);
+        set(&self.unacceptable, s.unacceptable);
+        set(&self.tcp_malformed, s.malformed);
+        set(&self.resets_in, s.resets_in);
+        set(&self.resets_out, s.resets_out);
+        set(&self.segments_out, s.segments_out);
+    }
+}
+
+/// A queue's TCP endpoint: a [`QueueHandler`] owning the queue's stack,
+/// neighbour table, ephemeral ports and application handlers.
+pub struct TcpHandler {
+    stack: Stack,
+    local_ip: Ipv4Addr,
+    local_mac: EthernetAddress,
+    neighbors: Neighbors,
+    ports: EphemeralPorts,
+    handlers: Vec<Box<dyn ConnHandler>>,
+    listeners: Vec<(ListenerId, usize)>,
+    owners: HashMap<ConnHandle, usize>,
+    counters: Arc<TcpCounters>,
+    queue: u32,
+    started: bool,
+    last_publish: Duration,
+}
+
+impl std::fmt::Debug for TcpHandler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpHandler")
+            .field("queue", &self.queue)
+            .field("local_ip", &self.local_ip)
+            .field("handlers", &self.handlers.len())
+            .field("connections", &self.stack.connection_count())
+            .finish()
+    }
+}
+
+impl TcpHandler {
+    /// The endpoint of `queue` (call from the `Dataplane::start` factory,
+    /// which runs on the queue's core).
+    pub fn new(queue: &QueueInfo, cfg: TcpConfig) -> TcpHandler {
+        let mut tcp = cfg.tcp;
+        // Each worker's ISN generator gets its own key.
+        for (i, b) in queue.queue.to_le_bytes().iter().enumerate() {
+            tcp.isn_secret[12 + i] ^= b;
+        }
+        TcpHandler {
+            stack: Stack::new(tcp),
+            local_ip: cfg.local_ip,
+            local_mac: cfg.local_mac,
+            neighbors: cfg.neighbors,
+            ports: EphemeralPorts::new(cfg.ephemeral.0, cfg.ephemeral.1, queue.queue, cfg.rss),
+            handlers: Vec::new(),
+            listeners: Vec::new(),
+            owners: HashMap::new(),
+            counters: Arc::new(TcpCounters::default()),
+            queue: queue.queue,
+            started: false,
+            last_publish: Duration::ZERO,
+        }
+    }
+
+    /// Listens on `port` of our address; `handler` gets the connections.
+    pub fn listen(
+        &mut self,
+        port: u16,
+        handler: impl ConnHandler + 'static,
+    ) -> Result<HandlerId, Error> {
+        let l = self
+            .stack
+            .listen(SocketAddr::new(IpAddr::V4(self.local_ip), port))?;
+        let id = self.add(handler);
+        self.listeners.push((l, id.0));
+        Ok(id)
+    }
+
+    /// Registers a handler with no listener (for active opens from its
+    /// `on_start`).
+    pub fn add(&mut self, handler: impl ConnHandler + 'static) -> HandlerId {
+        self.handlers.push(Box::new(handler));
+        HandlerId(self.handlers.len() - 1)
+    }
+
+    /// The queue's counters, to read from another thread.
+    pub fn counters(&self) -> Arc<TcpCounters> {
+        self.counters.clone()
+    }
+
+    fn net(&mut self, now: Instant) -> (Net<'_>, &mut Vec<Box<dyn ConnHandler>>) {
+        (
+            Net {
+                stack: &mut self.stack,
+                owners: &mut self.owners,
+                ports: &mut self.ports,
+                local_ip: self.local_ip,
+                now,
+                queue: self.queue,
+                me: 0,
+            },
+            &mut self.handlers,
+        )
+    }
+
+    /// Delivers the stack's queued events to their handlers.
+    fn dispatch(&mut self, now: Instant) {
+        while let Some(ev) = self.stack.poll_event() {
+            let conn = match ev {
+                Event::Accepted { conn, listener } => {
+                    match self.listeners.iter().find(|(l, _)| *l == listener) {
+                        Some(&(_, h)) => {
+                            self.owners.insert(conn, h);
+                        }
+                        None => {
+                            let _ = self.stack.abort(conn);
+                            continue;
+                        }
+                    }
+                    conn
+                }
+                Event::Connected(c) | Event::Readable(c) | Event::Writable(c) => c,
+                Event::PeerClosed(c) => c,
+                Event::Closed { conn, .. } => conn,
+            };
+            let Some(&h) = self.owners.get(&conn) else {
+                continue;
+            };
+            let (mut net, handlers) = self.net(now);
+            net.me = h;
+            let handler = &mut handlers[h];
+            match ev {
+                Event::Accepted { .. } => handler.on_accept(&mut net, conn),
+                Event::Connected(_) => handler.on_connected(&mut net, conn),
+                Event::Readable(_) => handler.on_data(&mut net, conn),
+                Event::Writable(_) => handler.on_writable(&mut net, conn),
+                Event::PeerClosed(_) => handler.on_peer_closed(&mut net, conn),
+                Event::Closed { reason, .. } => {
+                    handler.on_closed(&mut net, conn, reason);
+                    self.owners.remove(&conn);
+                }
+            }
+        }
+    }
+
+    fn start(&mut self, now: Instant) {
+        self.started = true;
+        for h in 0..self.handlers.len() {
+            let (mut net, handlers) = self.net(now);
+            net.me = h;
+            handlers[h].on_start(&mut net);
+        }
+        self.dispatch(now);
+    }
+
+    /// Validates one frame and hands its segment to the stack; returns
+    /// whether it did.
+    fn input(&mut self, now: Instant, frame: &[u8]) -> bool {
+        let c = &*self.counters;
+        let f = match parse_frame_with(frame, ChecksumPolicy::IP_ONLY) {
+            Ok(f) => f,
+            Err(WireError::BadChecksum { layer: Layer::Ipv4 }) => {
+                TcpCounters::bump(&c.bad_ip_checksum);
+                return false;
+            }
+            Err(_) => {
+                TcpCounters::bump(&c.malformed);
+                return false;
+            }
+        };
+        let (Network::Ipv4(ip), Transport::Tcp { .. }) = (&f.network, &f.transport) else {
+            TcpCounters::bump(&c.not_ours);
+            return false;
+        };
+        if ip.dst_addr != self.local_ip || f.ethernet.vlan.count() != 0 {
+            TcpCounters::bump(&c.not_ours);
+            return false;
+        }
+        let segment = f.l4();
+        if !verify_tcp_checksum(&ip.addrs(), segment) {
+            TcpCounters::bump(&c.bad_tcp_checksum);
+            return false;
+        }
+        TcpCounters::bump(&c.segments_in);
+        self.neighbors.learn(ip.src_addr, f.ethernet.src_addr);
+        self.stack.handle_segment(
+            now,
+            IpAddr::V4(ip.src_addr),
+            IpAddr::V4(ip.dst_addr),
+            segment,
+        );
+        true
+    }
+
+    /// Writes every segment the stack has to send into free frames.
+    fn output(&mut self, now: Instant, tx: &mut TxBatch<'_>) {
+        loop {
+            let mut produced = false;
+            let sent = tx.send_with(|buf| {
+                let (p, len) = self.build_frame(now, buf);
+                produced = p;
+                len
+            });
+            if !sent && !produced {
+                // No free frame (the stack keeps the segment), or nothing
+                // left to send.
+                break;
+            }
+        }
+    }
+
+    /// Lets the stack write its next segment at offset 34 of `buf` (a free
+    /// UMEM frame) and puts Ethernet and IPv4 headers in front of it.
+    /// Returns whether the stack produced a segment, and the frame length
+    /// if it is to be sent.
+    fn build_frame(&mut self, now: Instant, buf: &mut [u8]) -> (bool, Option<usize>) {
+        let Some(seg_buf) = buf.get_mut(ETH_IPV4_TCP_OFFSET..) else {
+            return (false, None);
+        };
+        let Some(t) = self.stack.poll_transmit(now, seg_buf) else {
+            return (false, None);
+        };
+        let (SocketAddr::V4(src), SocketAddr::V4(dst)) = (t.src, t.dst) else {
+            return (true, None);
+        };
+        let Some(peer_mac) = self.neighbors.lookup(*dst.ip()) else {
+            TcpCounters::bump(&self.counters.no_neighbor);
+            return (true, None);
+        };
+        let eth = EthernetRepr {
+            dst_addr: peer_mac,
+            src_addr: self.local_mac,
+            vlan: VlanTags::NONE,
+            ethertype: EtherType::Ipv4,
+        };
+        let ip = Ipv4Repr::new(*src.ip(), *dst.ip(), IpProtocol::Tcp, t.len);
+        (true, emit_eth_ipv4_tcp_headers(buf, &eth, &ip, t.len).ok())
+    }
+}
+
+fn instant(now: Duration) -> Instant {
+    Instant::from_nanos(now.as_nanos().min(u128::from(u64::MAX)) as u64)
+}
+
+impl QueueHandler for TcpHandler {
+    fn on_rx(&mut self, _q: &QueueInfo, now: Duration, buf: &mut [u8], len: usize) -> RxAction {
+        let now = instant(now);
+        let Some(frame) = buf.get(..len) else {
+            return RxAction::Drop;
+        };
+        if !self.started {
+            self.start(now);
+        }
+        if self.input(now, frame) {
+            self.dispatch(now);
+        }
+        RxAction::Drop
+    }
+
+    fn on_poll(&mut self, _q: &QueueInfo, now_d: Duration, tx: &mut TxBatch<'_>) {
+        let now = instant(now_d);
+        if !self.started {
+            self.start(now);
+        }
+        if self.stack.poll_timeout().is_some_and(|t| t <= now) {
+            self.stack.handle_timeout(now);
+            self.dispatch(now);
+        }
+        self.output(now, tx);
+        if now_d.saturating_sub(self.last_publish) >= PUBLISH_EVERY {
+            self.last_publish = now_d;
+            self.counters
+                .publish(self.stack.connection_count(), self.stack.stats());
+        }
+    }
+
+    fn next_wakeup(&self) -> Option<Duration> {
+        let t = self.stack.poll_timeout()?;
+        Some(Duration::from_nanos(t.as_nanos()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The handler against a second `flowlane_tcp::Stack` acting as the
+    //! peer, frames passed by hand (no sockets): checksums, corruption
+    //! counting, MAC learning, zero-copy output and the callbacks.
+    use super::*;
+    use crate::wire::packet::parse_frame;
+
+    const OUR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+    const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
+
+    fn info() -> QueueInfo {
+        QueueInfo {
+            queue: 0,
+            cpu: None,
+            node: 0,
+            zero_copy: false,
+        }
+    }
+
+    /// Echo handler that also records its callbacks.
+    #[derive(Default)]
+    struct Echo {
+        log: Arc<std::sync::Mutex<Vec<String>>>,
+    }
+
+    impl ConnHandler for Echo {
+        fn on_accept(&mut self, _net: &mut Net<'_>, _conn: ConnHandle) {
+            self.log.lock().unwrap().push("accept".into());
+        }
+        fn on_data(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+            let mut buf = [0u8; 2048];
+            while let Ok(n) = net.recv(conn, &mut buf) {
+                if n == 0 {
+                    break;
+                }
+                net.send(conn, &buf[..n]).unwrap();
+            }
+        }
+        fn on_closed(&mut self, _net: &mut Net<'_>, _conn: ConnHandle, r: CloseReason) {
+            self.log.lock().unwrap().push(format!("closed {r:?}"));
+        }
+    }
+
+    /// Wraps a peer segment into an Ethernet/IPv4 frame.
+    fn frame(seg: &[u8], src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
+        let mut buf = vec![0u8; ETH_IPV4_TCP_OFFSET + seg.len()];
+        buf[ETH_IPV4_TCP_OFFSET..].copy_from_slice(seg);
+        let eth = EthernetRepr {
+            dst_addr: EthernetAddress(OUR_MAC),
+            src_addr: EthernetAddress(PEER_MAC),
+            vlan: VlanTags::NONE,
+            ethertype: EtherType::Ipv4,
+        };
+        let ip = Ipv4Repr::new(src, dst, IpProtocol::Tcp, seg.len());
+        let n = emit_eth_ipv4_tcp_headers(&mut buf, &eth, &ip, seg.len()).unwrap();
+        buf.truncate(n);
+        buf
+    }
+
+    /// `on_poll` with a scratch frame instead of a UMEM: timers, then
+    /// every frame `build_frame` makes.
+    fn poll(h: &mut TcpHandler, now: Duration) -> Vec<Vec<u8>> {
+        let now = instant(now);
+        if h.stack.poll_timeout().is_some_and(|t| t <= now) {
+            h.stack.handle_timeout(now);
+            h.dispatch(now);
+        }
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 2048];
+        loop {
+            match h.build_frame(now, &mut buf) {
+                (true, Some(n)) => out.push(buf[..n].to_vec()),
+                (true, None) => {}
+                (false, _) => break,
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn echoes_through_frames_and_counts_corruption() {
+        let ours = Ipv4Addr::new(10, 99, 0, 1);
+        let peer_ip = Ipv4Addr::new(10, 99, 0, 2);
+        let cfg = TcpConfig::new(ours, OUR_MAC, [1; 16]);
+        let mut h = TcpHandler::new(&info(), cfg);
+        let echo = Echo::default();
+        let log = echo.log.clone();
+        h.listen(7, echo).unwrap();
+        let mut peer = Stack::new(Config::new([9; 16]));
+        let t0 = Duration::from_millis(1);
+        let conn = peer
+            .connect(
+                instant(t0),
+                "10.99.0.2:40001".parse().unwrap(),
+                "10.99.0.1:7".parse().unwrap(),
+            )
+            .unwrap();
+        let mut seg = [0u8; 1600];
+        let mut received = Vec::new();
+        let mut sent_data = false;
+        let mut corrupted = 0;
+        for round in 0..50u64 {
+            let now = t0 + Duration::from_millis(round);
+            while let Some(t) = peer.poll_transmit(instant(now), &mut seg) {
+                let mut f = frame(&seg[..t.len], peer_ip, ours);
+                // Corrupt one copy of every fourth frame in the payload or
+                // TCP header: it must be dropped and counted, the good copy
+                // accepted.
+                if round % 4 == 1 {
+                    let mut bad = f.clone();
+                    let last = bad.len() - 1;
+                    bad[last] ^= 0x40;
+                    bad[ETH_IPV4_TCP_OFFSET + 4] ^= 1;
+                    let len = bad.len();
+                    assert_eq!(h.on_rx(&info(), now, &mut bad, len), RxAction::Drop);
+                    corrupted += 1;
+                }
+                let len = f.len();
+                h.on_rx(&info(), now, &mut f, len);
+            }
+            for f in poll(&mut h, now) {
+                let parsed = parse_frame(&f).expect("valid frame with checksums");
+                assert_eq!(parsed.ethernet.dst_addr, EthernetAddress(PEER_MAC));
+                peer.handle_segment(
+                    instant(now),
+                    IpAddr::V4(ours),
+                    IpAddr::V4(peer_ip),
+                    parsed.l4(),
+                );
+            }
+            while let Some(ev) = peer.poll_event() {
+                if let Event::Connected(_) = ev {
+                    peer.send(conn, b"hello flowlane").unwrap();
+                    sent_data = true;
+                }
+            }
+            let mut buf = [0u8; 100];
+            if let Ok(n) = peer.recv(conn, &mut buf) {
+                received.extend_from_slice(&buf[..n]);
+                if received.len() == 14 {
+                    peer.close(conn).unwrap();
+                }
+            }
+        }
+        assert!(sent_data);
+        assert_eq!(received, b"hello flowlane");
+        let c = h.counters().snapshot();
+        assert_eq!(c.bad_tcp_checksum, corrupted);
+        assert!(corrupted > 0);
+        assert_eq!(log.lock().unwrap()[0], "accept");
+        // The peer closed after reading: the handler's default closes too.
+        let mut now = t0 + Duration::from_millis(60);
+        for _ in 0..200 {
+            now += Duration::from_millis(5);
+            while let Some(t) = peer.poll_transmit(instant(now), &mut seg) {
+                let mut f = frame(&seg[..t.len], peer_ip, ours);
+                let len = f.len();
+                h.on_rx(&info(), now, &mut f, len);
+            }
+            for f in poll(&mut h, now) {
+                let parsed = parse_frame(&f).unwrap();
+                peer.handle_segment(
+                    instant(now),
+                    IpAddr::V4(ours),
+                    IpAddr::V4(peer_ip),
+                    parsed.l4(),
+                );
+            }
+        }
+        assert_eq!(h.stack.connection_count(), 0);
+        assert!(log.lock().unwrap().iter().any(|l| l.starts_with("closed")));
+    }
+
+    #[test]
+    fn garbage_frames_never_panic() {
+        let cfg = TcpConfig::new(Ipv4Addr::new(10, 99, 0, 1), OUR_MAC, [1; 16]);
+        let mut h = TcpHandler::new(&info(), cfg);
+        h.listen(7, Echo::default()).unwrap();
+        let mut x: u64 = 0x1234_5678;
+        let valid = frame(
+            &[
+                0, 1, 0, 7, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0,
+            ],
+            Ipv4Addr::new(10, 99, 0, 2),
+            Ipv4Addr::new(10, 99, 0, 1),
+        );
+        for i in 0..20_000u32 {
+            let mut f = valid.clone();
+            let flips = 1 + (i % 4);
+            for _ in 0..flips {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let pos = (x as usize) % f.len();
+                f[pos] = (x >> 32) as u8;
+            }
+            let len = (x as usize >> 8) % (f.len() + 1);
+            f.resize(2048, 0);
+            h.on_rx(&info(), Duration::from_millis(u64::from(i)), &mut f, len);
+        }
+        let _ = poll(&mut h, Duration::from_secs(100));
+    }
+
+    #[test]
+    fn no_neighbor_drops_and_counts() {
+        let cfg = TcpConfig::new(Ipv4Addr::new(10, 99, 0, 1), OUR_MAC, [1; 16]);
+        let mut h = TcpHandler::new(&info(), cfg);
+        struct Opener;
+        impl ConnHandler for Opener {
+            fn on_start(&mut self, net: &mut Net<'_>) {
+                let c = net.connect("10.99.0.2:5001".parse().unwrap()).unwrap();
+                let port = net.four_tuple(c).unwrap().local.port();
+                assert!((40000..=44999).contains(&port));
+            }
+            fn on_data(&mut self, _net: &mut Net<'_>, _conn: ConnHandle) {}
+        }
+        h.add(Opener);
+        h.start(Instant::ZERO);
+        assert_eq!(h.stack.connection_count(), 1);
+        assert!(poll(&mut h, Duration::ZERO).is_empty());
+        assert_eq!(h.counters().snapshot().no_neighbor, 1);
+        // Once the peer's MAC is known, the retransmitted SYN goes out.
+        h.neighbors
+            .insert(Ipv4Addr::new(10, 99, 0, 2), EthernetAddress(PEER_MAC));
+        let frames = poll(&mut h, Duration::from_secs(2));
+        assert_eq!(frames.len(), 1);
+        let f = parse_frame(&frames[0]).unwrap();
+        assert_eq!(f.ethernet.dst_addr, EthernetAddress(PEER_MAC));
+    }
+}
