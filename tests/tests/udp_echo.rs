@@ -134,30 +134,16 @@ fn kernel_keeps_ping_and_other_ports_while_flowlane_runs() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    let o = in_ns(
-        &bed.peer_ns,
-        &["python3", "-c", "import socket;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);s.settimeout(3);s.sendto(b'kernel',('10.99.0.1',9999));print(s.recv(100).decode())"],
-    );
+    let reply = kernel_udp(&bed.peer_ns, 9999, "b'kernel'", "r.decode()");
     let _ = srv.kill();
     let _ = srv.wait();
-    assert_eq!(
-        String::from_utf8_lossy(&o.stdout).trim(),
-        "KERNEL",
-        "{}",
-        text(&o)
-    );
+    assert_eq!(reply, "KERNEL");
     // And flowlane's port answers a kernel client (python) byte-exact.
-    let o = in_ns(
-        &bed.peer_ns,
-        &["python3", "-c", "import socket;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);s.settimeout(3);m=bytes(range(256))*4;s.sendto(m,('10.99.0.1',7777));print(s.recv(2048)==m)"],
-    );
     assert_eq!(
-        String::from_utf8_lossy(&o.stdout).trim(),
-        "True",
-        "{}",
-        text(&o)
+        kernel_udp(&bed.peer_ns, 7777, "bytes(range(256))*4", "r==m"),
+        "True"
     );
-    unsafe_free_kill(&child, "-TERM");
+    signal(&child, "-TERM");
     let st = child.wait().unwrap();
     assert!(st.success(), "udp-echo exit on SIGTERM: {st}");
     assert!(
@@ -167,7 +153,23 @@ fn kernel_keeps_ping_and_other_ports_while_flowlane_runs() {
     let _ = std::fs::remove_file(report);
 }
 
-fn unsafe_free_kill(child: &Child, sig: &str) {
+/// Sends `send` (a Python bytes expression) from a kernel UDP socket in
+/// namespace `ns` to 10.99.0.1:`port` and returns `show` (a Python
+/// expression over the sent `m` and the reply `r`) as printed.
+fn kernel_udp(ns: &str, port: u16, send: &str, show: &str) -> String {
+    let script = format!(
+        "import socket;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);s.settimeout(3);\
+         m={send};s.sendto(m,('10.99.0.1',{port}));r=s.recv(4096);print({show})"
+    );
+    let o = in_ns(ns, &["python3", "-c", &script]);
+    let out = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    if out.is_empty() {
+        eprintln!("kernel UDP client: {}", text(&o));
+    }
+    out
+}
+
+fn signal(child: &Child, sig: &str) {
     let o = Command::new("kill")
         .args([sig, &child.id().to_string()])
         .output()
@@ -184,7 +186,7 @@ fn sigkill_leaves_no_xdp_program_and_the_next_run_starts() {
     let (mut child, report) = start_echo(&bed, 7777);
     assert!(xdp_attached(&bed.ns, "xsk0"));
     // `ip netns exec` execs flowlane in place, so the child's pid is flowlane's.
-    unsafe_free_kill(&child, "-KILL");
+    signal(&child, "-KILL");
     let _ = child.wait();
     let deadline = Instant::now() + Duration::from_secs(5);
     while xdp_attached(&bed.ns, "xsk0") {
@@ -195,17 +197,11 @@ fn sigkill_leaves_no_xdp_program_and_the_next_run_starts() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let (mut again, report2) = start_echo(&bed, 7777);
-    let o = in_ns(
-        &bed.peer_ns,
-        &["python3", "-c", "import socket;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);s.settimeout(3);s.sendto(b'again',('10.99.0.1',7777));print(s.recv(100).decode())"],
-    );
     assert_eq!(
-        String::from_utf8_lossy(&o.stdout).trim(),
-        "again",
-        "{}",
-        text(&o)
+        kernel_udp(&bed.peer_ns, 7777, "b'again'", "r.decode()"),
+        "again"
     );
-    unsafe_free_kill(&again, "-TERM");
+    signal(&again, "-TERM");
     assert!(again.wait().unwrap().success());
     let _ = std::fs::remove_file(report);
     let _ = std::fs::remove_file(report2);
