@@ -4,12 +4,21 @@
 //! to do, and a non-zero exit (2 for bad usage, 1 otherwise).
 
 mod bench_rx;
+mod cmd_hint;
+mod cmd_irq;
+mod cmd_plan;
+mod cmd_rss;
 mod demo;
 mod echo_process;
+mod irq_apply;
 mod netns;
 mod nic;
+mod sysroot;
+mod tcp_apps;
 mod testbed;
 mod udp_echo;
+mod udp_ping;
+mod worker_placement;
 
 use std::process::ExitCode;
 
@@ -37,6 +46,8 @@ enum Cmd {
     },
     /// UDP echo service on flowlane's data path (all or some queues).
     UdpEcho(udp_echo::Args),
+    #[command(flatten)]
+    Tcp(tcp_apps::TcpCmd),
     /// A real NIC's RSS through ethtool (key and table).
     Nic {
         #[command(subcommand)]
@@ -50,6 +61,43 @@ enum Cmd {
     /// End-to-end demo on the test bed: flows from the kernel side, echoed
     /// by flowlane, per-queue arrivals next to the Toeplitz prediction.
     Demo(demo::Args),
+    /// Toeplitz RSS of a flow: hash, bucket, queue.
+    Rss {
+        #[command(subcommand)]
+        cmd: RssCmd,
+    },
+    /// Placement, indirection-table and IRQ plans for a topology and NIC.
+    Plan(cmd_plan::Args),
+    /// Queue IRQ affinity (threaded-NAPI kthreads on veth): show or apply.
+    Irq {
+        #[command(subcommand)]
+        cmd: IrqCmd,
+    },
+    /// The queue, CPU and NUMA node that process a flow.
+    Hint(cmd_hint::Args),
+    /// Send one UDP datagram from a queue's worker with an RSS-chosen source
+    /// port; report the queue the reply arrives on.
+    UdpPing(udp_ping::Args),
+}
+
+#[derive(Subcommand, Debug)]
+enum RssCmd {
+    /// Hash a flow and look it up in an indirection table.
+    Hash(cmd_rss::HashArgs),
+}
+
+#[derive(Subcommand, Debug)]
+enum IrqCmd {
+    /// Current vs planned affinity of each queue IRQ (or NAPI thread).
+    Show(cmd_irq::Args),
+    /// Write the planned affinities (only those that change).
+    Apply {
+        #[command(flatten)]
+        args: cmd_irq::Args,
+        /// Show what would be written, write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -299,10 +347,21 @@ fn run(cli: Cli) -> Result<()> {
             }
         },
         Cmd::UdpEcho(args) => udp_echo::run(args)?,
+        Cmd::Tcp(cmd) => tcp_apps::run(cmd)?,
         Cmd::Demo(args) => demo::run(args)?,
         Cmd::Bench {
             cmd: BenchCmd::Rx(args),
         } => bench_rx::run(args)?,
+        Cmd::Rss {
+            cmd: RssCmd::Hash(args),
+        } => cmd_rss::hash(args)?,
+        Cmd::Plan(args) => cmd_plan::run(args)?,
+        Cmd::Irq { cmd } => match cmd {
+            IrqCmd::Show(args) => cmd_irq::show(args)?,
+            IrqCmd::Apply { args, dry_run } => cmd_irq::apply(args, dry_run)?,
+        },
+        Cmd::Hint(args) => cmd_hint::run(args)?,
+        Cmd::UdpPing(args) => udp_ping::run(args)?,
     }
     Ok(())
 }

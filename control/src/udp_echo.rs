@@ -210,19 +210,7 @@ fn snapshot(generation: u64, dp: &Dataplane, tables: &[(u32, Arc<Mutex<QueueFlow
     }
 }
 
-/// CPUs this process may run on.
-pub fn allowed_cpus() -> Vec<u32> {
-    let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).ok();
-    let n = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    match set {
-        Some(s) => (0..nix::sched::CpuSet::count() as u32)
-            .filter(|&c| s.is_set(c as usize).unwrap_or(false))
-            .collect(),
-        None => (0..n as u32).collect(),
-    }
-}
+pub use crate::worker_placement::allowed_cpus;
 
 /// Runs the service until SIGTERM/SIGINT.
 pub fn run(args: Args) -> Result<()> {
@@ -230,22 +218,21 @@ pub fn run(args: Args) -> Result<()> {
     let info = flowlane_dataplane::InterfaceInfo::read(std::path::Path::new("/sys"), &args.iface)?;
     let queues = args.queues.unwrap_or(info.rx_queues);
     info.check_queues(queues)?;
-    let cpus = allowed_cpus();
-    if (queues as usize) > cpus.len() {
-        tracing::warn!(
-            "{queues} queues on {} CPUs: workers share cores",
-            cpus.len()
-        );
+    // numa-sched's placement: NIC-node CPUs first, physical cores before SMT
+    // siblings; memory on each worker's node.
+    let placed = crate::worker_placement::machine_placement(info.numa_node, queues as usize)?;
+    if let Some(w) = &placed.shared {
+        eprintln!("flowlane udp-echo: warning: {w}");
     }
     let mut config = DataplaneConfig::new(&args.iface, &(0..queues).collect::<Vec<_>>());
-    for (i, q) in config.queues.iter_mut().enumerate() {
+    for (q, p) in config.queues.iter_mut().zip(&placed.plan.queues) {
         *q = QueueAssignment {
             queue: q.queue,
-            cpu: Some(cpus[i % cpus.len()]),
-            node: 0,
+            cpu: Some(p.cpu),
+            node: p.mem_node,
         };
     }
-    config.node_cpus.insert(0, cpus.clone());
+    config.node_cpus = placed.node_cpus;
     config.ports = vec![(Proto::Udp, args.port)];
     config.busy_poll = args.busy_poll;
     config.bind_mode = match args.bind_mode {

@@ -1,0 +1,258 @@
+//! `flowlane hint`: for a flow (or a file of flows), the queue, CPU and NUMA
+//! node that process it now — the NIC's Toeplitz hash and indirection table
+//! (a test bed's emulated NIC, or a key and table given explicitly) combined
+//! with the placement `udp-echo` pins its workers by.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use flowlane_numa_sched::{FlowTuple, IndirectionTable, RssHashConfig, RssKey, RssState};
+use serde::Serialize;
+
+use crate::cmd_rss::ProtoArg;
+use crate::nic::RssNic;
+use crate::worker_placement::machine_placement;
+
+/// Flags of `flowlane hint`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Take key, table and queue count from this test bed's emulated NIC.
+    #[arg(long, conflicts_with_all = ["key", "table"])]
+    pub testbed: Option<String>,
+    /// Toeplitz key, hex; default: the Microsoft verification key.
+    #[arg(long)]
+    pub key: Option<String>,
+    /// Explicit indirection table: one queue per bucket, comma-separated.
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["table_size", "queues"])]
+    pub table: Option<Vec<u16>>,
+    /// Size of an even table (without --table or --testbed).
+    #[arg(long, default_value_t = 128)]
+    pub table_size: usize,
+    /// Queues of an even table (without --table or --testbed).
+    #[arg(long, default_value_t = 1)]
+    pub queues: u16,
+    /// The NIC's NUMA node for the placement (default: unknown, as for veth).
+    #[arg(long)]
+    pub nic_node: Option<u32>,
+    /// Source (remote) address of the flow as it arrives.
+    #[arg(long, required_unless_present = "flows_file")]
+    pub src: Option<IpAddr>,
+    /// Source port.
+    #[arg(long, required_unless_present = "flows_file")]
+    pub sport: Option<u16>,
+    /// Destination (local) address; default: the test bed's flowlane side.
+    #[arg(long)]
+    pub dst: Option<IpAddr>,
+    /// Destination port.
+    #[arg(long, required_unless_present = "flows_file")]
+    pub dport: Option<u16>,
+    /// Transport protocol.
+    #[arg(long, value_enum, default_value = "udp")]
+    pub proto: ProtoArg,
+    /// Many flows: one per line, `SRC SPORT DST DPORT [udp|tcp]` ('#' comments).
+    #[arg(long, conflicts_with_all = ["src", "sport", "dst", "dport"])]
+    pub flows_file: Option<PathBuf>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One flow's hint.
+#[derive(Debug, Serialize)]
+pub struct Hint {
+    /// Source address.
+    pub src: IpAddr,
+    /// Source port.
+    pub sport: u16,
+    /// Destination address.
+    pub dst: IpAddr,
+    /// Destination port.
+    pub dport: u16,
+    /// Protocol.
+    pub proto: &'static str,
+    /// Toeplitz hash.
+    pub hash: u32,
+    /// Indirection bucket.
+    pub bucket: usize,
+    /// Receive queue.
+    pub queue: u16,
+    /// CPU of the queue's worker.
+    pub cpu: u32,
+    /// NUMA node of that CPU and of the queue's packet memory.
+    pub node: u32,
+}
+
+/// The RSS state (key, table, placement) `hint` and `udp-ping` predict with,
+/// and the test bed's local address if there is one.
+pub fn rss_state(
+    testbed: Option<&str>,
+    key: Option<&str>,
+    table: Option<Vec<u16>>,
+    table_size: usize,
+    queues: u16,
+    nic_node: Option<u32>,
+) -> Result<(RssState, Option<IpAddr>)> {
+    let (key, table, queues, local) = match testbed {
+        Some(name) => {
+            let bed = crate::testbed::load(name)?;
+            let rss = bed.nic().rss()?;
+            let table = rss.table.iter().map(|&q| q as u16).collect();
+            (
+                RssKey::new(rss.key)?,
+                IndirectionTable::new(table)?,
+                bed.queues as usize,
+                Some(bed.local_v4.parse()?),
+            )
+        }
+        None => {
+            let key = match key {
+                Some(k) => RssKey::parse_hex(k).context("bad --key")?,
+                None => RssKey::microsoft_default(),
+            };
+            let table = match table {
+                Some(t) => IndirectionTable::new(t)?,
+                None => {
+                    if queues == 0 {
+                        bail!("--queues must be at least 1");
+                    }
+                    IndirectionTable::even(table_size, &(0..queues).collect::<Vec<_>>())?
+                }
+            };
+            let n = table.entries().iter().max().map_or(1, |&q| q as usize + 1);
+            (key, table, n, None)
+        }
+    };
+    let placed = machine_placement(nic_node, queues)?;
+    // The emulated NIC hashes ports for every protocol (as does a NIC
+    // configured with `ethtool -N <if> rx-flow-hash udp4 sdfn`).
+    let state = RssState::new(&key, table, RssHashConfig::four_tuple(), &placed.plan)?;
+    Ok((state, local))
+}
+
+fn parse_flows(text: &str, default_proto: ProtoArg) -> Result<Vec<FlowTuple>> {
+    let mut flows = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let bad = || format!("line {}: expected `SRC SPORT DST DPORT [udp|tcp]`", i + 1);
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 4 || f.len() > 5 {
+            bail!("{}", bad());
+        }
+        let proto = match f.get(4) {
+            None => default_proto,
+            Some(&"udp") => ProtoArg::Udp,
+            Some(&"tcp") => ProtoArg::Tcp,
+            Some(_) => bail!("{}", bad()),
+        };
+        flows.push(FlowTuple {
+            src: f[0].parse().with_context(bad)?,
+            src_port: f[1].parse().with_context(bad)?,
+            dst: f[2].parse().with_context(bad)?,
+            dst_port: f[3].parse().with_context(bad)?,
+            protocol: proto.into(),
+        });
+    }
+    Ok(flows)
+}
+
+/// Runs `flowlane hint`.
+pub fn run(args: Args) -> Result<()> {
+    let (state, local) = rss_state(
+        args.testbed.as_deref(),
+        args.key.as_deref(),
+        args.table.clone(),
+        args.table_size,
+        args.queues,
+        args.nic_node,
+    )?;
+    let flows = match &args.flows_file {
+        Some(p) => parse_flows(
+            &std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+            args.proto,
+        )?,
+        None => {
+            let dst = args
+                .dst
+                .or(local)
+                .context("--dst is needed without --testbed")?;
+            vec![FlowTuple {
+                src: args.src.context("--src is needed")?,
+                src_port: args.sport.context("--sport is needed")?,
+                dst,
+                dst_port: args.dport.context("--dport is needed")?,
+                protocol: args.proto.into(),
+            }]
+        }
+    };
+    let mut hints = Vec::new();
+    for f in &flows {
+        if f.src.is_ipv4() != f.dst.is_ipv4() {
+            bail!("{} and {} are not both IPv4 or both IPv6", f.src, f.dst);
+        }
+        let h = state.hint(f);
+        hints.push(Hint {
+            src: f.src,
+            sport: f.src_port,
+            dst: f.dst,
+            dport: f.dst_port,
+            proto: match f.protocol {
+                flowlane_numa_sched::Protocol::Tcp => "tcp",
+                _ => "udp",
+            },
+            hash: h.hash,
+            bucket: h.bucket,
+            queue: h.queue,
+            cpu: h.cpu,
+            node: h.node,
+        });
+    }
+    if args.json {
+        if args.flows_file.is_some() {
+            println!("{}", serde_json::to_string_pretty(&hints)?);
+        } else {
+            println!("{}", serde_json::to_string_pretty(&hints[0])?);
+        }
+        return Ok(());
+    }
+    println!(
+        "{:>40} {:>40} {:>5} {:>10} {:>6} {:>5} {:>4} {:>4}",
+        "src", "dst", "proto", "hash", "bucket", "queue", "cpu", "node"
+    );
+    for h in &hints {
+        println!(
+            "{:>40} {:>40} {:>5} {:>#10x} {:>6} {:>5} {:>4} {:>4}",
+            format!("{}:{}", h.src, h.sport),
+            format!("{}:{}", h.dst, h.dport),
+            h.proto,
+            h.hash,
+            h.bucket,
+            h.queue,
+            h.cpu,
+            h.node
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flows_file_lines() {
+        let f = parse_flows(
+            "# comment\n10.0.0.2 1234 10.0.0.1 7777\n\nfd99::2 5 fd99::1 6 tcp # x\n",
+            ProtoArg::Udp,
+        )
+        .unwrap();
+        assert_eq!(f.len(), 2);
+        assert_eq!(f[0].src_port, 1234);
+        assert_eq!(f[1].protocol, flowlane_numa_sched::Protocol::Tcp);
+        let e = parse_flows("10.0.0.2 x 10.0.0.1 1\n", ProtoArg::Udp).unwrap_err();
+        assert!(format!("{e:#}").contains("line 1"));
+    }
+}

@@ -1,0 +1,134 @@
+//! `flowlane irq show|apply`: a NIC's queue IRQ affinities (or, on veth, its
+//! threaded-NAPI kthreads), current vs planned, and applying the plan.
+
+use anyhow::Result;
+use flowlane_numa_sched::format_cpu_list;
+
+use crate::irq_apply::{self, Applied, IrqView, QueueIrqs};
+use crate::sysroot::Roots;
+use crate::worker_placement::{allowed_cpus, TopologyArgs};
+
+/// Flags shared by `irq show` and `irq apply`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Interface (its queue IRQs, or its NAPI threads on veth).
+    #[arg(long)]
+    pub iface: String,
+    /// Queues to place (default: all of the device's receive queues).
+    #[arg(long)]
+    pub queues: Option<u32>,
+    #[command(flatten)]
+    pub topology: TopologyArgs,
+    #[command(flatten)]
+    pub roots: Roots,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn budget(args: &Args) -> Option<Vec<u32>> {
+    args.topology.is_machine().then(allowed_cpus)
+}
+
+/// `flowlane irq show`.
+pub fn show(args: Args) -> Result<()> {
+    let topo = args.topology.load()?;
+    let view = irq_apply::inspect(
+        &args.roots,
+        &args.iface,
+        &topo,
+        args.queues,
+        budget(&args).as_deref(),
+    )?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&view)?);
+    } else {
+        print_view(&view);
+    }
+    Ok(())
+}
+
+/// `flowlane irq apply [--dry-run]`.
+pub fn apply(args: Args, dry_run: bool) -> Result<()> {
+    let topo = args.topology.load()?;
+    let (view, done) = irq_apply::apply(
+        &args.roots,
+        &args.iface,
+        &topo,
+        args.queues,
+        budget(&args).as_deref(),
+        dry_run,
+        &mut irq_apply::set_task_affinity,
+    )?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({"dry_run": dry_run, "before": view, "done": done})
+        );
+    } else {
+        print_view(&view);
+        print_done(&args.roots, &done, dry_run);
+    }
+    Ok(())
+}
+
+fn print_view(v: &IrqView) {
+    print!("{}", v.placement);
+    if let Some(w) = &v.shared {
+        println!("warning: {w}");
+    }
+    match &v.irqs {
+        QueueIrqs::Msi { plan } => {
+            println!("queue IRQs of {} (* = to change):", v.iface.name);
+            print!("{plan}");
+        }
+        QueueIrqs::Napi { threaded, threads } => {
+            println!(
+                "{} has no MSI IRQs (virtual device): threaded NAPI is {}",
+                v.iface.name,
+                if *threaded { "on" } else { "off" }
+            );
+            if threads.is_empty() {
+                println!(
+                    "no napi/{}-* threads (NAPI runs only while an XDP program is attached, and needs threaded on)",
+                    v.iface.name
+                );
+            } else {
+                println!(
+                    "{:>5} {:>20} {:>8} {:>10} {:>8}",
+                    "queue", "thread", "pid", "current", "planned"
+                );
+                for t in threads {
+                    println!(
+                        "{:>5} {:>20} {:>8} {:>10} {:>8}{}",
+                        t.queue,
+                        t.name,
+                        t.pid,
+                        format_cpu_list(&t.current),
+                        t.planned,
+                        if t.changes() { "  *" } else { "" }
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn print_done(roots: &Roots, d: &Applied, dry_run: bool) {
+    let verb = if dry_run { "would write" } else { "wrote" };
+    for (rel, value) in &d.writes {
+        let root = if rel.starts_with("class") {
+            &roots.sysfs_root
+        } else {
+            &roots.procfs_root
+        };
+        println!("{verb} {} <- {value}", root.join(rel).display());
+    }
+    let verb = if dry_run { "would pin" } else { "pinned" };
+    for (pid, cpu) in &d.pinned {
+        println!("{verb} pid {pid} to CPU {cpu}");
+    }
+    if d.writes.is_empty() && d.pinned.is_empty() {
+        println!("nothing to change");
+    }
+}

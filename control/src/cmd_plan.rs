@@ -1,0 +1,181 @@
+//! `flowlane plan`: the placement, indirection-table and IRQ plans for a
+//! topology (this machine, an hwloc XML file or a synthetic description) and
+//! a NIC, as readable tables (or JSON). Reads, never writes.
+
+use anyhow::{bail, Result};
+use flowlane_numa_sched::{IndirectionTable, Topology};
+use serde::Serialize;
+
+use crate::irq_apply::{self, QueueIrqs};
+use crate::sysroot::Roots;
+use crate::worker_placement::{allowed_cpus, place_queues, TopologyArgs};
+
+/// Flags of `flowlane plan`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    #[command(flatten)]
+    pub topology: TopologyArgs,
+    /// The NIC's NUMA node (default: from --iface's sysfs, else unknown).
+    #[arg(long)]
+    pub nic_node: Option<u32>,
+    /// Queues to place (default: --iface's receive queues, else one per CPU
+    /// of the NIC's node, else one per CPU).
+    #[arg(long)]
+    pub queues: Option<u32>,
+    /// Indirection table entries (a power of two).
+    #[arg(long, default_value_t = 128)]
+    pub table_size: usize,
+    /// Read the NIC's node, queue count and queue IRQs from sysfs/procfs.
+    #[arg(long)]
+    pub iface: Option<String>,
+    #[command(flatten)]
+    pub roots: Roots,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Summary of the topology planned for.
+#[derive(Debug, Serialize)]
+pub struct TopologySummary {
+    /// Logical CPUs.
+    pub cpus: usize,
+    /// Physical cores.
+    pub cores: usize,
+    /// NUMA nodes with their CPUs.
+    pub nodes: Vec<(u32, Vec<u32>)>,
+}
+
+/// Everything `plan` prints.
+#[derive(Debug, Serialize)]
+pub struct Plan {
+    /// The topology.
+    pub topology: TopologySummary,
+    /// Queue placement.
+    pub placement: flowlane_numa_sched::PlacementPlan,
+    /// Set when queues share CPUs.
+    pub shared: Option<String>,
+    /// Indirection table.
+    pub indirection: Vec<u16>,
+    /// Buckets per queue.
+    pub buckets_per_queue: Vec<(u16, usize)>,
+    /// IRQ (or NAPI) plan, with --iface.
+    pub irqs: Option<QueueIrqs>,
+}
+
+/// Runs `flowlane plan`.
+pub fn run(args: Args) -> Result<()> {
+    let topo = args.topology.load()?;
+    let budget = args.topology.is_machine().then(allowed_cpus);
+    let iface = args
+        .iface
+        .as_deref()
+        .map(|i| args.roots.iface(i))
+        .transpose()?;
+    let nic_node = args.nic_node.or(iface.as_ref().and_then(|i| i.numa_node));
+    if let Some(n) = nic_node {
+        if topo.node(n).is_none() {
+            bail!(
+                "NUMA node {n} is not in the topology (nodes: {:?})",
+                topo.node_ids()
+            );
+        }
+    }
+    let queues = match (args.queues, &iface) {
+        (Some(q), Some(i)) if q > i.rx_queues => bail!(
+            "{} has {} receive queues; asked for {q} (use --queues 1..={})",
+            i.name,
+            i.rx_queues,
+            i.rx_queues
+        ),
+        (Some(q), _) => q,
+        (None, Some(i)) => i.rx_queues,
+        (None, None) => default_queues(&topo, nic_node, budget.as_deref()),
+    };
+    if queues == 0 || queues > u32::from(u16::MAX) {
+        bail!("--queues must be 1..=65535");
+    }
+    let placed = place_queues(&topo, nic_node, queues as usize, budget.as_deref())?;
+    let all: Vec<u16> = (0..queues as u16).collect();
+    let table = IndirectionTable::even(args.table_size, &all)?;
+    let irqs = match &args.iface {
+        Some(i) => {
+            Some(irq_apply::inspect(&args.roots, i, &topo, Some(queues), budget.as_deref())?.irqs)
+        }
+        None => None,
+    };
+    let plan = Plan {
+        topology: TopologySummary {
+            cpus: topo.cores.len(),
+            cores: topo.physical_core_count(),
+            nodes: topo
+                .nodes
+                .iter()
+                .map(|n| (n.os_index, n.cpus.clone()))
+                .collect(),
+        },
+        placement: placed.plan,
+        shared: placed.shared,
+        buckets_per_queue: table.counts().into_iter().collect(),
+        indirection: table.entries().to_vec(),
+        irqs,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&plan)?);
+        return Ok(());
+    }
+    let t = &plan.topology;
+    println!(
+        "topology: {} CPU(s), {} physical core(s), {} NUMA node(s)",
+        t.cpus,
+        t.cores,
+        t.nodes.len()
+    );
+    for (n, cpus) in &t.nodes {
+        println!(
+            "  node {n}: CPUs {}",
+            flowlane_numa_sched::format_cpu_list(cpus)
+        );
+    }
+    println!();
+    print!("{}", plan.placement);
+    if let Some(w) = &plan.shared {
+        println!("warning: {w}");
+    }
+    println!();
+    print!("{table}");
+    println!(
+        "buckets per queue: {}",
+        plan.buckets_per_queue
+            .iter()
+            .map(|(q, n)| format!("{q}:{n}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    match &plan.irqs {
+        Some(QueueIrqs::Msi { plan }) => {
+            println!();
+            println!("IRQ plan (* = to change; apply with `flowlane irq apply`):");
+            print!("{plan}");
+        }
+        Some(QueueIrqs::Napi { threaded, threads }) => {
+            println!();
+            println!(
+                "no MSI IRQs (virtual device): threaded NAPI {}, {} napi thread(s); see `flowlane irq show`",
+                if *threaded { "on" } else { "off" },
+                threads.len()
+            );
+        }
+        None => {}
+    }
+    Ok(())
+}
+
+fn default_queues(topo: &Topology, nic_node: Option<u32>, budget: Option<&[u32]>) -> u32 {
+    let allowed = |c: u32| budget.is_none_or(|b| b.contains(&c));
+    let n = match nic_node {
+        Some(n) => topo.cpus_on_node(n).filter(|c| allowed(c.os_index)).count(),
+        None => topo.cores.iter().filter(|c| allowed(c.os_index)).count(),
+    };
+    n.max(1) as u32
+}

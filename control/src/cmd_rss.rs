@@ -1,0 +1,161 @@
+//! `flowlane rss hash`: the Toeplitz hash of a flow, its indirection bucket
+//! and queue, computed by both the bit-serial reference and the table-driven
+//! hash (which must agree).
+
+use std::net::IpAddr;
+
+use anyhow::{bail, Context, Result};
+use flowlane_numa_sched::{
+    hash_reference, FlowTuple, IndirectionTable, Protocol, RssKey, Toeplitz,
+};
+use serde::Serialize;
+
+use crate::nic::RssNic;
+
+/// `--proto` values.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProtoArg {
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+}
+
+impl From<ProtoArg> for Protocol {
+    fn from(p: ProtoArg) -> Protocol {
+        match p {
+            ProtoArg::Tcp => Protocol::Tcp,
+            ProtoArg::Udp => Protocol::Udp,
+        }
+    }
+}
+
+/// Flags of `flowlane rss hash`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct HashArgs {
+    /// Toeplitz key, hex (aa:bb:.. or plain); default: the Microsoft
+    /// verification key (or the test bed's with --testbed).
+    #[arg(long, conflicts_with = "testbed")]
+    pub key: Option<String>,
+    /// Source address (as the packet arrives at the NIC).
+    #[arg(long)]
+    pub src: IpAddr,
+    /// Destination address.
+    #[arg(long)]
+    pub dst: IpAddr,
+    /// Source port (with --dport: a 4-tuple hash; without ports: 2-tuple).
+    #[arg(long, requires = "dport")]
+    pub sport: Option<u16>,
+    /// Destination port.
+    #[arg(long, requires = "sport")]
+    pub dport: Option<u16>,
+    /// Transport protocol.
+    #[arg(long, value_enum, default_value = "tcp")]
+    pub proto: ProtoArg,
+    /// Indirection table entries (a power of two).
+    #[arg(long, default_value_t = 128, conflicts_with = "testbed")]
+    pub table_size: usize,
+    /// Spread the table evenly over this many queues.
+    #[arg(long, default_value_t = 1, conflicts_with = "testbed")]
+    pub queues: u16,
+    /// Take key and table from this test bed's emulated NIC.
+    #[arg(long)]
+    pub testbed: Option<String>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What `rss hash` prints.
+#[derive(Debug, Serialize)]
+pub struct HashResult {
+    /// The key used.
+    pub key: RssKey,
+    /// The hash input bytes (hex).
+    pub input: String,
+    /// 4-tuple (ports hashed) or 2-tuple.
+    pub with_ports: bool,
+    /// The hash (table-driven).
+    pub hash: u32,
+    /// The bit-serial reference's hash: always equal to `hash`.
+    pub reference: u32,
+    /// Indirection table size.
+    pub table_size: usize,
+    /// Bucket: the hash's low bits.
+    pub bucket: usize,
+    /// The queue the table names for the bucket.
+    pub queue: u16,
+}
+
+/// Runs `flowlane rss hash`.
+pub fn hash(args: HashArgs) -> Result<()> {
+    if args.src.is_ipv4() != args.dst.is_ipv4() {
+        bail!("--src and --dst must both be IPv4 or both IPv6");
+    }
+    let (key, table) = match &args.testbed {
+        Some(name) => {
+            let rss = crate::testbed::load(name)?.nic().rss()?;
+            let table = rss.table.iter().map(|&q| q as u16).collect();
+            (RssKey::new(rss.key)?, IndirectionTable::new(table)?)
+        }
+        None => {
+            let key = match &args.key {
+                Some(k) => RssKey::parse_hex(k).context("bad --key")?,
+                None => RssKey::microsoft_default(),
+            };
+            if args.queues == 0 {
+                bail!("--queues must be at least 1");
+            }
+            let queues: Vec<u16> = (0..args.queues).collect();
+            (key, IndirectionTable::even(args.table_size, &queues)?)
+        }
+    };
+    let flow = FlowTuple {
+        src: args.src,
+        dst: args.dst,
+        src_port: args.sport.unwrap_or(0),
+        dst_port: args.dport.unwrap_or(0),
+        protocol: args.proto.into(),
+    };
+    let with_ports = args.sport.is_some();
+    let input = flow.hash_input(with_ports);
+    let t = Toeplitz::new(&key);
+    let hash = t.hash(input.as_bytes());
+    let reference = hash_reference(&key, input.as_bytes());
+    if hash != reference {
+        bail!("internal error: table-driven hash {hash:#010x} != reference {reference:#010x}");
+    }
+    let bucket = table.bucket_for_hash(hash);
+    let r = HashResult {
+        input: input
+            .as_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect(),
+        with_ports,
+        hash,
+        reference,
+        table_size: table.size(),
+        bucket,
+        queue: table.entries()[bucket],
+        key,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        println!("key       {}", r.key);
+        println!(
+            "input     {} ({}-tuple, {} bytes)",
+            r.input,
+            if with_ports { 4 } else { 2 },
+            r.input.len() / 2
+        );
+        println!(
+            "hash      {:#010x} (reference {:#010x}: equal)",
+            r.hash, r.reference
+        );
+        println!("bucket    {} of {}", r.bucket, r.table_size);
+        println!("queue     {}", r.queue);
+    }
+    Ok(())
+}

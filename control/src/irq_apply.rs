@@ -1,0 +1,326 @@
+//! Applying numa-sched's IRQ affinity plan: the effects behind `flowlane irq`.
+//!
+//! A NIC with MSI(-X) vectors (`<sysfs>/class/net/<if>/device/msi_irqs`) has
+//! one IRQ per receive queue, found by name in `<procfs>/interrupts`; each is
+//! pointed at its queue's CPU through `<procfs>/irq/<n>/smp_affinity_list`.
+//! A veth (no `msi_irqs`) has no queue IRQs: its analogue is threaded NAPI
+//! (`<sysfs>/class/net/<if>/threaded`), one `napi/<if>-<id>` kthread per
+//! queue, found by name in `<procfs>/<pid>/comm` and pinned with
+//! `sched_setaffinity`.
+//!
+//! Everything is validated before anything is written: every target opened
+//! for writing first (no permission → one error, nothing written); a write
+//! that still fails (EIO on a kernel-managed IRQ) rolls back the ones made.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use flowlane_numa_sched::{
+    format_cpu_list, match_queue_irqs, napi_ids_in_queue_order, parse_napi_thread_name,
+    parse_proc_interrupts, plan_irq_affinity, plan_napi_threads, IrqInfo, IrqPlan, PlacementPlan,
+    Topology,
+};
+use serde::Serialize;
+
+use crate::sysroot::{Iface, Roots};
+use crate::worker_placement::place_queues;
+
+/// One threaded-NAPI kthread, now and planned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NapiThread {
+    /// The receive queue it polls.
+    pub queue: u16,
+    /// Its NAPI id.
+    pub napi_id: u32,
+    /// `napi/<if>-<id>`.
+    pub name: String,
+    /// Its pid.
+    pub pid: u32,
+    /// CPUs it may run on now.
+    pub current: Vec<u32>,
+    /// The queue's CPU.
+    pub planned: u32,
+}
+
+impl NapiThread {
+    /// Whether its affinity has to change.
+    pub fn changes(&self) -> bool {
+        self.current != [self.planned]
+    }
+}
+
+/// How the interface's queues are interrupted, and the plan for them.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum QueueIrqs {
+    /// MSI IRQs, one per queue.
+    Msi {
+        /// Current vs planned affinity per queue IRQ.
+        plan: IrqPlan,
+    },
+    /// No queue IRQs (veth): threaded-NAPI kthreads instead.
+    Napi {
+        /// Whether `threaded` is on (off: there are no threads yet).
+        threaded: bool,
+        /// The threads found, by queue.
+        threads: Vec<NapiThread>,
+    },
+}
+
+/// What `irq show` shows and `irq apply` applies.
+#[derive(Debug, Clone, Serialize)]
+pub struct IrqView {
+    /// The interface.
+    pub iface: Iface,
+    /// Queue → CPU placement the plan follows.
+    pub placement: PlacementPlan,
+    /// Set when queues share CPUs (more queues than CPUs).
+    pub shared: Option<String>,
+    /// The queue interrupts and their plan.
+    pub irqs: QueueIrqs,
+}
+
+/// Reads the interface's queue interrupts (or NAPI threads) and plans them
+/// onto the placement of `queues` queues (default: all of the device's) on
+/// `topo`, within `budget` CPUs if given.
+pub fn inspect(
+    roots: &Roots,
+    ifname: &str,
+    topo: &Topology,
+    queues: Option<u32>,
+    budget: Option<&[u32]>,
+) -> Result<IrqView> {
+    let iface = roots.iface(ifname)?;
+    let queues = match queues {
+        Some(n) if n == 0 || n > iface.rx_queues => bail!(
+            "{ifname} has {} receive queues; asked for {n} (use --queues 1..={})",
+            iface.rx_queues,
+            iface.rx_queues
+        ),
+        Some(n) => n,
+        None if iface.rx_queues == 0 => bail!("{ifname} has no receive queues"),
+        None => iface.rx_queues,
+    };
+    let placed = place_queues(topo, iface.numa_node, queues as usize, budget)?;
+    let irqs = match &iface.msi_irqs {
+        Some(msi) => msi_plan(roots, ifname, msi, &placed.plan)?,
+        None => napi_plan(roots, &iface, &placed.plan)?,
+    };
+    Ok(IrqView {
+        iface,
+        placement: placed.plan,
+        shared: placed.shared,
+        irqs,
+    })
+}
+
+fn msi_plan(
+    roots: &Roots,
+    ifname: &str,
+    msi: &[u32],
+    placement: &PlacementPlan,
+) -> Result<QueueIrqs> {
+    let names = parse_proc_interrupts(&roots.interrupts()?);
+    let matched = match_queue_irqs(ifname, msi, &names);
+    if matched.is_empty() {
+        bail!(
+            "none of {ifname}'s {} MSI IRQs is named like a receive queue in {} (is the interface up?)",
+            msi.len(),
+            roots.procfs_root.join("interrupts").display()
+        );
+    }
+    let mut infos = Vec::new();
+    for (queue, irq) in matched {
+        let name = names
+            .iter()
+            .find(|(n, _)| *n == irq)
+            .map(|(_, s)| s.clone())
+            .unwrap_or_default();
+        infos.push((
+            queue,
+            IrqInfo {
+                irq,
+                name,
+                current_affinity: roots.irq_affinity(irq)?,
+            },
+        ));
+    }
+    Ok(QueueIrqs::Msi {
+        plan: plan_irq_affinity(&infos, placement),
+    })
+}
+
+fn napi_plan(roots: &Roots, iface: &Iface, placement: &PlacementPlan) -> Result<QueueIrqs> {
+    let threaded = roots.napi_threaded(&iface.name)?;
+    let comms = roots.comms()?;
+    let ours: Vec<&(u32, String)> = comms
+        .iter()
+        .filter(|(_, c)| parse_napi_thread_name(&iface.name, c).is_some())
+        .collect();
+    if ours.len() > iface.rx_queues as usize {
+        bail!(
+            "found {} napi/{}-* threads for a device with {} queues: interfaces of this name in other network namespaces have threaded NAPI too, and their threads cannot be told apart by name",
+            ours.len(),
+            iface.name,
+            iface.rx_queues
+        );
+    }
+    let names: Vec<&str> = ours.iter().map(|(_, c)| c.as_str()).collect();
+    let ids = napi_ids_in_queue_order(&iface.name, &names);
+    let plan = plan_napi_threads(&iface.name, &ids, placement);
+    let mut threads = Vec::new();
+    for e in plan.entries {
+        let Some(&&(pid, _)) = ours.iter().find(|(_, c)| e.matches_comm(c)) else {
+            continue;
+        };
+        threads.push(NapiThread {
+            queue: e.queue,
+            napi_id: e.napi_id,
+            name: e.thread_name,
+            pid,
+            current: roots.task_affinity(pid)?,
+            planned: e.cpu,
+        });
+    }
+    Ok(QueueIrqs::Napi { threaded, threads })
+}
+
+/// What `apply` did (or, dry, would do).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Applied {
+    /// Files written, relative to their root, with the value written.
+    pub writes: Vec<(PathBuf, String)>,
+    /// `(pid, cpu)` of NAPI threads pinned.
+    pub pinned: Vec<(u32, u32)>,
+    /// Whether threaded NAPI was switched on.
+    pub enabled_threaded: bool,
+}
+
+/// Sets a task's CPU affinity (the real one is [`set_task_affinity`]; tests
+/// record instead).
+pub type AffinitySetter<'a> = &'a mut dyn FnMut(u32, &[u32]) -> Result<()>;
+
+/// Applies the plan of `inspect(roots, ifname, topo, queues, budget)`:
+/// writes the changed IRQ affinities, or switches threaded NAPI on and pins
+/// the threads. With `dry_run`, reports what it would do and touches nothing.
+/// Returns the view before the changes and what was done.
+pub fn apply(
+    roots: &Roots,
+    ifname: &str,
+    topo: &Topology,
+    queues: Option<u32>,
+    budget: Option<&[u32]>,
+    dry_run: bool,
+    set_affinity: AffinitySetter<'_>,
+) -> Result<(IrqView, Applied)> {
+    let view = inspect(roots, ifname, topo, queues, budget)?;
+    let mut done = Applied::default();
+    match &view.irqs {
+        QueueIrqs::Msi { plan } => {
+            done.writes = plan.writes();
+            if !dry_run {
+                let old: Vec<String> = plan
+                    .entries
+                    .iter()
+                    .filter(|e| e.changes())
+                    .map(|e| format_cpu_list(&e.current))
+                    .collect();
+                write_all(&roots.procfs_root, &done.writes, &old)?;
+            }
+        }
+        QueueIrqs::Napi { threaded, threads } => {
+            let mut threads = threads.clone();
+            if !threaded {
+                let rel = PathBuf::from(format!("class/net/{ifname}/threaded"));
+                done.writes.push((rel, "1".into()));
+                done.enabled_threaded = true;
+                if dry_run {
+                    return Ok((view, done));
+                }
+                write_all(&roots.sysfs_root, &done.writes, &["0".into()])?;
+                // The kthreads exist once the write returns.
+                match inspect(roots, ifname, topo, queues, budget)?.irqs {
+                    QueueIrqs::Napi { threads: t, .. } => threads = t,
+                    QueueIrqs::Msi { .. } => unreachable!("the device did not change"),
+                }
+            }
+            for t in threads.iter().filter(|t| t.changes()) {
+                done.pinned.push((t.pid, t.planned));
+                if !dry_run {
+                    set_affinity(t.pid, &[t.planned])
+                        .with_context(|| format!("pinning {} (pid {})", t.name, t.pid))?;
+                }
+            }
+        }
+    }
+    Ok((view, done))
+}
+
+/// Writes `value` to each `root/path`: opens every target first (so that a
+/// permission problem stops it before the first write), and if a write
+/// fails, writes `old` back to the ones already written.
+fn write_all(root: &Path, writes: &[(PathBuf, String)], old: &[String]) -> Result<()> {
+    for (rel, _) in writes {
+        let p = root.join(rel);
+        if !p.is_file() {
+            bail!("{} does not exist; nothing written", p.display());
+        }
+        open_for_write(&p)?;
+    }
+    for (i, (rel, value)) in writes.iter().enumerate() {
+        if let Err(e) = write_one(&root.join(rel), value) {
+            for ((rel, _), prev) in writes[..i].iter().zip(old) {
+                let _ = write_one(&root.join(rel), prev);
+            }
+            return Err(e.context("earlier writes rolled back"));
+        }
+    }
+    Ok(())
+}
+
+fn open_for_write(p: &Path) -> Result<std::fs::File> {
+    OpenOptions::new().write(true).open(p).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::PermissionDenied {
+            anyhow::anyhow!(
+                "no permission to write {}: changing IRQ/NAPI affinity needs root; nothing written",
+                p.display()
+            )
+        } else {
+            anyhow::anyhow!(
+                "cannot open {} for writing: {e}; nothing written",
+                p.display()
+            )
+        }
+    })
+}
+
+fn write_one(p: &Path, value: &str) -> Result<()> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(p)
+        .with_context(|| format!("opening {}", p.display()))?;
+    f.write_all(value.as_bytes())
+        .with_context(|| format!("writing {value:?} to {}", p.display()))
+}
+
+/// Pins task `pid` to `cpus` (`sched_setaffinity`).
+pub fn set_task_affinity(pid: u32, cpus: &[u32]) -> Result<()> {
+    let mut set = nix::sched::CpuSet::new();
+    for &c in cpus {
+        set.set(c as usize)?;
+    }
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(pid as i32), &set).map_err(|e| {
+        if e == nix::errno::Errno::EPERM {
+            anyhow::anyhow!("no permission to set the CPU affinity of pid {pid}: needs root")
+        } else {
+            anyhow::anyhow!("sched_setaffinity({pid}): {e}")
+        }
+    })
+}
+
+#[cfg(test)]
+#[path = "irq_apply_tests.rs"]
+mod tests;

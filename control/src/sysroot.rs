@@ -1,0 +1,146 @@
+//! Reading the kernel's view of a network interface from sysfs and procfs
+//! under configurable roots (`/sys`, `/proc` by default), so that the
+//! commands built on it run unchanged on fake trees in tests.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use flowlane_numa_sched::parse_cpu_list;
+
+/// `--sysfs-root` / `--procfs-root`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Roots {
+    /// Root of sysfs (a fake tree in tests).
+    #[arg(long, default_value = "/sys", value_name = "DIR")]
+    pub sysfs_root: PathBuf,
+    /// Root of procfs (a fake tree in tests).
+    #[arg(long, default_value = "/proc", value_name = "DIR")]
+    pub procfs_root: PathBuf,
+}
+
+impl Default for Roots {
+    fn default() -> Self {
+        Roots {
+            sysfs_root: "/sys".into(),
+            procfs_root: "/proc".into(),
+        }
+    }
+}
+
+/// What sysfs says about an interface.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Iface {
+    /// Interface name.
+    pub name: String,
+    /// Receive queues (`queues/rx-*`).
+    pub rx_queues: u32,
+    /// NUMA node of the device (`device/numa_node`; None for -1 or no device).
+    pub numa_node: Option<u32>,
+    /// MSI(-X) IRQs of the device (`device/msi_irqs/*`); None without that
+    /// directory (virtual devices such as veth).
+    pub msi_irqs: Option<Vec<u32>>,
+}
+
+impl Roots {
+    /// `<sysfs>/class/net/<name>`.
+    pub fn iface_dir(&self, name: &str) -> PathBuf {
+        self.sysfs_root.join("class/net").join(name)
+    }
+
+    /// Reads `name`'s queue count, NUMA node and MSI IRQs.
+    pub fn iface(&self, name: &str) -> Result<Iface> {
+        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+            bail!("{name:?} is not a valid interface name");
+        }
+        let dir = self.iface_dir(name);
+        if !dir.is_dir() {
+            bail!(
+                "no interface {name} under {} (see `ip link`; for the test bed run inside it: `ip netns exec <ns> flowlane ...`)",
+                self.sysfs_root.join("class/net").display()
+            );
+        }
+        let rx_queues = std::fs::read_dir(dir.join("queues"))
+            .with_context(|| format!("listing {}", dir.join("queues").display()))?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
+            .count() as u32;
+        let numa_node = std::fs::read_to_string(dir.join("device/numa_node"))
+            .ok()
+            .and_then(|s| s.trim().parse::<i64>().ok())
+            .and_then(|n| u32::try_from(n).ok());
+        let msi_dir = dir.join("device/msi_irqs");
+        let msi_irqs = if msi_dir.is_dir() {
+            let mut irqs: Vec<u32> = std::fs::read_dir(&msi_dir)
+                .with_context(|| format!("listing {}", msi_dir.display()))?
+                .filter_map(|e| e.ok())
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect();
+            irqs.sort_unstable();
+            Some(irqs)
+        } else {
+            None
+        };
+        Ok(Iface {
+            name: name.to_string(),
+            rx_queues,
+            numa_node,
+            msi_irqs,
+        })
+    }
+
+    /// `<procfs>/interrupts`.
+    pub fn interrupts(&self) -> Result<String> {
+        read(&self.procfs_root.join("interrupts"))
+    }
+
+    /// `<procfs>/irq/<irq>/smp_affinity_list`, relative path.
+    pub fn irq_affinity_path(irq: u32) -> PathBuf {
+        PathBuf::from(format!("irq/{irq}/smp_affinity_list"))
+    }
+
+    /// CPUs of `<procfs>/irq/<irq>/smp_affinity_list`.
+    pub fn irq_affinity(&self, irq: u32) -> Result<Vec<u32>> {
+        let p = self.procfs_root.join(Self::irq_affinity_path(irq));
+        parse_cpu_list(&read(&p)?).with_context(|| format!("in {}", p.display()))
+    }
+
+    /// `(pid, comm)` of every process in procfs.
+    pub fn comms(&self) -> Result<Vec<(u32, String)>> {
+        let rd = std::fs::read_dir(&self.procfs_root)
+            .with_context(|| format!("listing {}", self.procfs_root.display()))?;
+        let mut out: Vec<(u32, String)> = rd
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter_map(|pid| {
+                // Processes come and go while we look: skip the gone ones.
+                let comm = std::fs::read_to_string(self.procfs_root.join(format!("{pid}/comm")));
+                Some((pid, comm.ok()?.trim_end_matches('\n').to_string()))
+            })
+            .collect();
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    /// CPUs a task may run on (`Cpus_allowed_list` of `<procfs>/<pid>/status`).
+    pub fn task_affinity(&self, pid: u32) -> Result<Vec<u32>> {
+        let p = self.procfs_root.join(format!("{pid}/status"));
+        let text = read(&p)?;
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .with_context(|| format!("{} has no Cpus_allowed_list", p.display()))?;
+        parse_cpu_list(line).with_context(|| format!("in {}", p.display()))
+    }
+
+    /// `<sysfs>/class/net/<if>/threaded`: whether threaded NAPI is on.
+    pub fn napi_threaded(&self, name: &str) -> Result<bool> {
+        let p = self.iface_dir(name).join("threaded");
+        // 0 off, 1 on; newer kernels add 2 (busy-poll threads): still threads.
+        Ok(read(&p)?.trim() != "0")
+    }
+}
+
+/// Reads a whole file, naming it on failure.
+pub fn read(p: &Path) -> Result<String> {
+    std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
+}

@@ -1,0 +1,361 @@
+//! `flowlane udp-ping`: an active open from one worker. The worker of queue
+//! Q picks its source port with numa-sched's RSS-aware chooser
+//! (`RssState::choose_source_port`) so that the reply hashes back to Q, sends
+//! one UDP datagram from its own AF_XDP socket (`TxBatch::send_with` in
+//! `on_poll`), and every queue's worker watches for the reply; the command
+//! reports the queue the reply arrived on.
+//!
+//! With `--testbed NAME` it reads the bed (key, table, addresses, MACs) and
+//! re-runs itself inside the bed's namespace with those spelled out.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use flowlane_dataplane::iface::parse_mac;
+use flowlane_dataplane::wire::packet::{
+    emit_eth_ipv4_udp, parse_frame, Transport, ETH_IPV4_UDP_PAYLOAD_OFFSET,
+};
+use flowlane_dataplane::wire::{
+    EtherType, EthernetAddress, EthernetRepr, IpProtocol, Ipv4Repr, UdpRepr,
+};
+use flowlane_dataplane::{
+    Dataplane, DataplaneConfig, InterfaceInfo, QueueAssignment, QueueHandler, QueueInfo, RxAction,
+    TxBatch,
+};
+use flowlane_numa_sched::Protocol;
+use serde::Serialize;
+
+use crate::cmd_hint::rss_state;
+use crate::netns::{self, require_root};
+use crate::nic::RssNic;
+use crate::testbed::FLOWLANE_EPHEMERAL;
+use crate::worker_placement::machine_placement;
+
+/// Flags of `flowlane udp-ping`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Run in this test bed (key, table, addresses and peer MAC from it).
+    #[arg(long, conflicts_with_all = ["iface", "src", "key", "table", "peer_mac"])]
+    pub testbed: Option<String>,
+    /// Interface to send from (inside its namespace).
+    #[arg(long)]
+    pub iface: Option<String>,
+    /// Local IPv4 address of the interface.
+    #[arg(long)]
+    pub src: Option<Ipv4Addr>,
+    /// The peer's MAC (default: from the kernel's neighbour table).
+    #[arg(long)]
+    pub peer_mac: Option<String>,
+    /// Toeplitz key of the NIC, hex (default: the Microsoft key).
+    #[arg(long)]
+    pub key: Option<String>,
+    /// The NIC's indirection table, comma-separated (default: even over all
+    /// of the device's queues, 128 entries).
+    #[arg(long, value_delimiter = ',')]
+    pub table: Option<Vec<u16>>,
+    /// The queue (worker) to send from and to receive the reply on.
+    #[arg(long)]
+    pub queue: u16,
+    /// The UDP echo server to send to (default port 7).
+    #[arg(long)]
+    pub dst: SocketAddr,
+    /// Give up after this many milliseconds.
+    #[arg(long, default_value_t = 3000)]
+    pub timeout_ms: u64,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What `udp-ping` reports.
+#[derive(Debug, Serialize)]
+pub struct PingResult {
+    /// The queue that sent.
+    pub queue: u16,
+    /// The CPU of its worker.
+    pub cpu: u32,
+    /// The source port chosen.
+    pub sport: u16,
+    /// Where the reply should land (the hint for the reply's tuple).
+    pub predicted_queue: u16,
+    /// Where it did land.
+    pub reply_queue: u32,
+    /// The reply carried the datagram's payload back unchanged.
+    pub payload_ok: bool,
+    /// Round trip, microseconds.
+    pub rtt_us: u64,
+}
+
+/// Runs `flowlane udp-ping`.
+pub fn run(args: Args) -> Result<()> {
+    require_root("flowlane udp-ping")?;
+    match &args.testbed {
+        Some(name) => run_in_bed(name, &args),
+        None => run_here(&args),
+    }
+}
+
+fn run_in_bed(name: &str, args: &Args) -> Result<()> {
+    let bed = crate::testbed::load(name)?;
+    let rss = bed.nic().rss()?;
+    let key: String = rss.key.iter().map(|b| format!("{b:02x}")).collect();
+    let table = rss
+        .table
+        .iter()
+        .map(|q| q.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let exe = std::env::current_exe().context("finding the flowlane binary")?;
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &bed.netns])
+        .arg(exe)
+        .args(["udp-ping", "--iface", &bed.local_if, "--src", &bed.local_v4])
+        .args([
+            "--peer-mac",
+            &bed.peer_mac,
+            "--key",
+            &key,
+            "--table",
+            &table,
+        ])
+        .args(["--queue", &args.queue.to_string()])
+        .args(["--dst", &args.dst.to_string()])
+        .args(["--timeout-ms", &args.timeout_ms.to_string()]);
+    if args.json {
+        cmd.arg("--json");
+    }
+    let st = cmd.status().context("running udp-ping in the test bed")?;
+    if !st.success() {
+        // The inner run printed its own one-line error.
+        std::process::exit(st.code().unwrap_or(1));
+    }
+    Ok(())
+}
+
+/// The neighbour table's MAC for `ip` on `dev`, asking the kernel to resolve
+/// it (one ping) if it has none.
+fn neighbour_mac(dev: &str, ip: IpAddr) -> Result<[u8; 6]> {
+    let lookup = || -> Option<[u8; 6]> {
+        let out = netns::ip(&["neigh", "show", &ip.to_string(), "dev", dev]).ok()?;
+        let w: Vec<&str> = out.split_whitespace().collect();
+        let i = w.iter().position(|x| *x == "lladdr")?;
+        parse_mac(w.get(i + 1)?)
+    };
+    if let Some(m) = lookup() {
+        return Ok(m);
+    }
+    let _ = netns::run("ping", &["-c", "1", "-W", "1", &ip.to_string()]);
+    lookup().with_context(|| {
+        format!("no MAC for {ip} in the neighbour table of {dev} (`ip neigh`); pass --peer-mac")
+    })
+}
+
+/// Shared between the workers and the main thread.
+#[derive(Default)]
+struct Outcome {
+    sent_at: Option<Duration>,
+    reply: Option<(u32, Duration, bool)>,
+}
+
+struct Pinger {
+    sender: bool,
+    eth: EthernetRepr,
+    ip: Ipv4Repr,
+    udp: UdpRepr,
+    payload: Vec<u8>,
+    outcome: Arc<Mutex<Outcome>>,
+}
+
+impl QueueHandler for Pinger {
+    fn on_rx(&mut self, q: &QueueInfo, now: Duration, buf: &mut [u8], len: usize) -> RxAction {
+        if let Ok(f) = parse_frame(&buf[..len]) {
+            if let (Transport::Udp { src_port, dst_port }, Some(ips)) = (f.transport, f.ip_pair()) {
+                let from_peer = ips.src() == IpAddr::V4(self.ip.dst_addr)
+                    && src_port == self.udp.dst_port
+                    && dst_port == self.udp.src_port;
+                if from_peer {
+                    let ok = f.payload() == self.payload.as_slice();
+                    let mut o = self.outcome.lock().expect("outcome lock");
+                    o.reply.get_or_insert((q.queue, now, ok));
+                }
+            }
+        }
+        RxAction::Drop
+    }
+
+    fn on_poll(&mut self, _q: &QueueInfo, now: Duration, tx: &mut TxBatch<'_>) {
+        if !self.sender {
+            return;
+        }
+        {
+            let o = self.outcome.lock().expect("outcome lock");
+            // One datagram, resent every 500 ms until a reply comes.
+            let due = o
+                .sent_at
+                .is_none_or(|t| now > t + Duration::from_millis(500));
+            if o.reply.is_some() || !due {
+                return;
+            }
+        }
+        let (eth, ip, udp, payload) = (&self.eth, &self.ip, &self.udp, &self.payload);
+        let sent = tx.send_with(|buf| {
+            let end = ETH_IPV4_UDP_PAYLOAD_OFFSET + payload.len();
+            buf.get_mut(ETH_IPV4_UDP_PAYLOAD_OFFSET..end)?
+                .copy_from_slice(payload);
+            emit_eth_ipv4_udp(buf, eth, ip, udp, payload.len()).ok()
+        });
+        if sent {
+            self.outcome.lock().expect("outcome lock").sent_at = Some(now);
+        }
+    }
+}
+
+fn run_here(args: &Args) -> Result<()> {
+    let iface = args
+        .iface
+        .as_deref()
+        .context("--iface (or --testbed) is needed")?;
+    let src = args.src.context("--src (or --testbed) is needed")?;
+    let IpAddr::V4(dst_ip) = args.dst.ip() else {
+        bail!("udp-ping sends IPv4 only; --dst {} is IPv6", args.dst);
+    };
+    let info = InterfaceInfo::read(std::path::Path::new("/sys"), iface)?;
+    if u32::from(args.queue) >= info.rx_queues {
+        bail!(
+            "{iface} has {} receive queues; --queue {} does not exist",
+            info.rx_queues,
+            args.queue
+        );
+    }
+    let (state, _) = rss_state(
+        None,
+        args.key.as_deref(),
+        args.table.clone(),
+        128,
+        info.rx_queues as u16,
+        info.numa_node,
+    )?;
+    let seed = u64::from(std::process::id())
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+    let (lo, hi) = FLOWLANE_EPHEMERAL;
+    let sport = state
+        .choose_source_port(
+            IpAddr::V4(src),
+            args.dst.ip(),
+            args.dst.port(),
+            Protocol::Udp,
+            args.queue,
+            lo..=hi,
+            seed,
+            |_| true,
+        )
+        .with_context(|| {
+            format!(
+                "no source port in {lo}-{hi} steers replies from {} to queue {}",
+                args.dst, args.queue
+            )
+        })?;
+    let reply_flow = flowlane_numa_sched::FlowTuple {
+        src: args.dst.ip(),
+        dst: IpAddr::V4(src),
+        src_port: args.dst.port(),
+        dst_port: sport,
+        protocol: Protocol::Udp,
+    };
+    let predicted = state.hint(&reply_flow);
+    let peer_mac = match &args.peer_mac {
+        Some(m) => parse_mac(m).with_context(|| format!("bad --peer-mac {m}"))?,
+        None => neighbour_mac(iface, args.dst.ip())?,
+    };
+
+    let placed = machine_placement(info.numa_node, info.rx_queues as usize)?;
+    let mut config = DataplaneConfig::new(iface, &(0..info.rx_queues).collect::<Vec<_>>());
+    for (q, p) in config.queues.iter_mut().zip(&placed.plan.queues) {
+        *q = QueueAssignment {
+            queue: q.queue,
+            cpu: Some(p.cpu),
+            node: p.mem_node,
+        };
+    }
+    config.node_cpus = placed.node_cpus.clone();
+    config.ephemeral = Some(FLOWLANE_EPHEMERAL);
+    let payload = format!("flowlane udp-ping q{} p{sport}", args.queue).into_bytes();
+    let eth = EthernetRepr {
+        dst_addr: EthernetAddress(peer_mac),
+        src_addr: EthernetAddress(info.mac),
+        vlan: Default::default(),
+        ethertype: EtherType::Ipv4,
+    };
+    let ip = Ipv4Repr::new(src, dst_ip, IpProtocol::Udp, 8 + payload.len());
+    let udp = UdpRepr {
+        src_port: sport,
+        dst_port: args.dst.port(),
+    };
+    let outcome: Arc<Mutex<Outcome>> = Arc::default();
+    let (o2, queue) = (outcome.clone(), args.queue);
+    let dp = Dataplane::start(config, move |q: &QueueInfo| Pinger {
+        sender: q.queue == u32::from(queue),
+        eth,
+        ip,
+        udp,
+        payload: payload.clone(),
+        outcome: o2.clone(),
+    })?;
+    let deadline = Instant::now() + Duration::from_millis(args.timeout_ms);
+    let reply = loop {
+        if let Some(r) = outcome.lock().expect("outcome lock").reply {
+            break Some(r);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let sent_at = outcome.lock().expect("outcome lock").sent_at;
+    dp.stop();
+    let Some((reply_queue, at, payload_ok)) = reply else {
+        bail!(
+            "no reply from {} to port {sport} within {} ms (is a UDP echo server listening there?)",
+            args.dst,
+            args.timeout_ms
+        );
+    };
+    let r = PingResult {
+        queue: args.queue,
+        cpu: placed.plan.queues[usize::from(args.queue)].cpu,
+        sport,
+        predicted_queue: predicted.queue,
+        reply_queue,
+        payload_ok,
+        rtt_us: sent_at.map_or(0, |s| at.saturating_sub(s).as_micros() as u64),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        println!(
+            "queue {} (CPU {}) sent {}:{} -> {}; reply on queue {} (predicted {}), {} us, payload {}",
+            r.queue,
+            r.cpu,
+            src,
+            r.sport,
+            args.dst,
+            r.reply_queue,
+            r.predicted_queue,
+            r.rtt_us,
+            if r.payload_ok { "intact" } else { "CORRUPT" }
+        );
+    }
+    if r.reply_queue != u32::from(r.queue) {
+        bail!(
+            "the reply arrived on queue {}, not on the sending queue {}",
+            r.reply_queue,
+            r.queue
+        );
+    }
+    Ok(())
+}
