@@ -1,0 +1,314 @@
+//! Flow hints against the test bed, with the Linux kernel as the peer:
+//! `flowlane hint` predicts the queue every flow arrives on; an active open
+//! whose source port numa-sched's chooser picked gets its reply on the
+//! sending worker's queue; threaded-NAPI kthreads get pinned to their
+//! queues' CPUs.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use flowlane_tests::{flowlane, flowlane_bin, in_ns, require_root, text, Bed};
+use serde_json::Value;
+
+/// `flowlane udp-echo` in the bed's namespace, stopped on drop.
+struct Echo {
+    child: Child,
+    report: std::path::PathBuf,
+}
+
+impl Echo {
+    fn start(bed: &Bed, port: u16) -> Echo {
+        let report = std::env::temp_dir().join(format!("{}-hints-echo.json", bed.name));
+        let _ = std::fs::remove_file(&report);
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &bed.ns])
+            .arg(flowlane_bin())
+            .args(["udp-echo", "--iface", "xsk0", "--port", &port.to_string()])
+            .arg("--report")
+            .arg(&report)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !report.exists() {
+            assert!(child.try_wait().unwrap().is_none(), "udp-echo exited early");
+            assert!(Instant::now() < deadline, "udp-echo did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Echo { child, report }
+    }
+
+    /// Asks for a report (SIGUSR1) and waits until its generation is `g`.
+    fn report(&mut self, g: u64) -> Value {
+        let st = Command::new("kill")
+            .args(["-USR1", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(bytes) = std::fs::read(&self.report) {
+                if let Ok(v) = serde_json::from_slice::<Value>(&bytes) {
+                    if v["generation"].as_u64() >= Some(g) {
+                        return v;
+                    }
+                }
+            }
+            assert!(Instant::now() < deadline, "no report generation {g}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Echo {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                let _ = std::fs::remove_file(&self.report);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.report);
+    }
+}
+
+/// A kernel UDP echo server in the peer namespace (python3), stopped on drop.
+struct KernelEcho(Child);
+
+impl KernelEcho {
+    fn start(bed: &Bed, addr: &str, port: u16) -> KernelEcho {
+        let script = format!(
+            "import socket,sys\n\
+             s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+             s.bind(('{addr}',{port}))\n\
+             print('ready',flush=True)\n\
+             while True:\n    d,a=s.recvfrom(4096); s.sendto(d,a)\n"
+        );
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &bed.peer_ns, "python3", "-c", &script])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready", "kernel echo server did not start");
+        KernelEcho(child)
+    }
+}
+
+impl Drop for KernelEcho {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `n` distinct pseudo-random source ports in 1024..=65535.
+fn random_ports(n: usize) -> Vec<u16> {
+    let mut x = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        ^ u64::from(std::process::id()) << 32
+        | 1;
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    while out.len() < n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let p = 1024 + (x % (65536 - 1024)) as u16;
+        if seen.insert(p) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn hint_predicts_the_queue_of_256_random_flows() {
+    if !require_root("hint_predicts_the_queue_of_256_random_flows") {
+        return;
+    }
+    let bed = Bed::up("hint", 4);
+    let mut echo = Echo::start(&bed, 7777);
+    let ports = random_ports(256);
+
+    // One datagram per flow from kernel sockets on the far side, each from
+    // its own source port; count the echoes that came back intact.
+    let script = format!(
+        "import socket\n\
+         ok=0\n\
+         for p in [{}]:\n\
+         \x20   s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+         \x20   s.bind(('10.99.0.2',p)); s.settimeout(1.0)\n\
+         \x20   m=b'flow %d' % p\n\
+         \x20   s.sendto(m,('10.99.0.1',7777))\n\
+         \x20   try:\n\
+         \x20       d,a=s.recvfrom(2048); ok+=(d==m)\n\
+         \x20   except socket.timeout: pass\n\
+         \x20   s.close()\n\
+         print(ok)\n",
+        ports
+            .iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let o = in_ns(&bed.peer_ns, &["python3", "-c", &script]);
+    assert!(o.status.success(), "sender: {}", text(&o));
+    let echoed: usize = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+    assert_eq!(echoed, 256, "every flow echoed back");
+    let report = echo.report(1);
+
+    // Where each flow arrived, and each queue's worker CPU.
+    let mut arrived: BTreeMap<u16, BTreeSet<u64>> = BTreeMap::new();
+    for f in report["flows"].as_array().unwrap() {
+        arrived
+            .entry(f["src_port"].as_u64().unwrap() as u16)
+            .or_default()
+            .insert(f["queue"].as_u64().unwrap());
+    }
+    let worker_cpu: BTreeMap<u64, u64> = report["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| (q["queue"].as_u64().unwrap(), q["cpu"].as_u64().unwrap()))
+        .collect();
+
+    let flows_file = std::env::temp_dir().join(format!("{}-flows.txt", bed.name));
+    let lines: String = ports
+        .iter()
+        .map(|p| format!("10.99.0.2 {p} 10.99.0.1 7777 udp\n"))
+        .collect();
+    std::fs::write(&flows_file, lines).unwrap();
+    let o = flowlane(&[
+        "hint",
+        "--testbed",
+        &bed.name,
+        "--flows-file",
+        flows_file.to_str().unwrap(),
+        "--json",
+    ]);
+    let _ = std::fs::remove_file(&flows_file);
+    assert!(o.status.success(), "hint: {}", text(&o));
+    let hints: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let hints = hints.as_array().unwrap();
+    assert_eq!(hints.len(), 256);
+
+    let mut per_queue = BTreeMap::<u64, usize>::new();
+    for h in hints {
+        let port = h["sport"].as_u64().unwrap() as u16;
+        let queue = h["queue"].as_u64().unwrap();
+        assert_eq!(
+            arrived.get(&port),
+            Some(&BTreeSet::from([queue])),
+            "flow from port {port}: predicted queue {queue}"
+        );
+        assert_eq!(
+            Some(&h["cpu"].as_u64().unwrap()),
+            worker_cpu.get(&queue),
+            "queue {queue}'s CPU as udp-echo pinned it"
+        );
+        *per_queue.entry(queue).or_default() += 1;
+    }
+    assert_eq!(per_queue.len(), 4, "flows spread over all queues");
+    eprintln!("256/256 flows on the predicted queue; per queue: {per_queue:?}");
+
+    // One flow through the single-flow form of the command.
+    let p = ports[0].to_string();
+    let o = flowlane(&[
+        "hint",
+        "--testbed",
+        &bed.name,
+        "--src",
+        "10.99.0.2",
+        "--sport",
+        &p,
+        "--dport",
+        "7777",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let one: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(one["queue"], hints[0]["queue"]);
+}
+
+#[test]
+fn active_open_with_the_source_port_chooser_gets_replies_on_the_callers_queue() {
+    if !require_root("active_open_with_the_source_port_chooser_gets_replies_on_the_callers_queue") {
+        return;
+    }
+    let bed = Bed::up("ping", 4);
+    let _server = KernelEcho::start(&bed, "10.99.0.2", 9000);
+    let mut ports = BTreeSet::new();
+    for round in 0..3 {
+        for q in 0..4u64 {
+            let o = flowlane(&[
+                "udp-ping",
+                "--testbed",
+                &bed.name,
+                "--queue",
+                &q.to_string(),
+                "--dst",
+                "10.99.0.2:9000",
+                "--json",
+            ]);
+            assert!(o.status.success(), "round {round} queue {q}: {}", text(&o));
+            let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+            assert_eq!(r["predicted_queue"], q);
+            assert_eq!(r["reply_queue"], q, "reply on the sending queue: {r}");
+            assert_eq!(r["payload_ok"], true);
+            let sport = r["sport"].as_u64().unwrap();
+            assert!((40000..=44999).contains(&sport), "flowlane's port range");
+            ports.insert(sport);
+        }
+    }
+    assert!(ports.len() > 1, "the chooser spreads source ports");
+}
+
+#[test]
+fn threaded_napi_threads_are_pinned_to_their_queues_cpus() {
+    if !require_root("threaded_napi_threads_are_pinned_to_their_queues_cpus") {
+        return;
+    }
+    let bed = Bed::up("napi", 4);
+    // veth runs NAPI only while an XDP program is attached.
+    let _echo = Echo::start(&bed, 7777);
+    let bin = flowlane_bin();
+    let bin = bin.to_str().unwrap();
+    let o = in_ns(&bed.ns, &[bin, "irq", "apply", "--iface", "xsk0", "--json"]);
+    assert!(o.status.success(), "irq apply: {}", text(&o));
+    let o = in_ns(&bed.ns, &[bin, "irq", "show", "--iface", "xsk0", "--json"]);
+    assert!(o.status.success(), "irq show: {}", text(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["irqs"]["kind"], "napi");
+    assert_eq!(v["irqs"]["threaded"], true);
+    let threads = v["irqs"]["threads"].as_array().unwrap();
+    assert_eq!(threads.len(), 4, "{v}");
+    for (q, t) in threads.iter().enumerate() {
+        assert_eq!(t["queue"], q as u64);
+        let pid = t["pid"].as_u64().unwrap();
+        let planned = t["planned"].as_u64().unwrap();
+        assert_eq!(v["placement"]["queues"][q]["cpu"], planned);
+        // The kernel's own view, not flowlane's.
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let allowed = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .unwrap()
+            .trim();
+        assert_eq!(allowed, planned.to_string(), "napi thread of queue {q}");
+    }
+}
