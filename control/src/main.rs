@@ -14,6 +14,7 @@ mod irq_apply;
 mod netns;
 mod nic;
 mod sysroot;
+mod tcp_apps;
 mod testbed;
 mod udp_echo;
 mod udp_ping;
@@ -45,6 +46,8 @@ enum Cmd {
     },
     /// UDP echo service on flowlane's data path (all or some queues).
     UdpEcho(udp_echo::Args),
+    #[command(flatten)]
+    Tcp(tcp_apps::TcpCmd),
     /// A real NIC's RSS through ethtool (key and table).
     Nic {
         #[command(subcommand)]
@@ -344,6 +347,7 @@ fn run(cli: Cli) -> Result<()> {
             }
         },
         Cmd::UdpEcho(args) => udp_echo::run(args)?,
+        Cmd::Tcp(cmd) => tcp_apps::run(cmd)?,
         Cmd::Demo(args) => demo::run(args)?,
         Cmd::Bench {
             cmd: BenchCmd::Rx(args),

@@ -231,6 +231,19 @@ impl Net<'_> {
         self.stack.send_space(conn)
     }
 
+    /// Asks for `on_writable` once send-buffer space frees up, for a
+    /// handler that sized its writes with [`Net::send_space`] and found it
+    /// zero (the stack announces space only after a send that did not
+    /// fit). Returns false if there is space now.
+    pub fn notify_writable(&mut self, conn: ConnHandle) -> bool {
+        if self.stack.send_space(conn).unwrap_or(1) > 0 {
+            return false;
+        }
+        // With no space this queues nothing and records the wish.
+        let _ = self.stack.send(conn, &[0]);
+        true
+    }
+
     /// Sends FIN after the queued data; reading goes on.
     pub fn shutdown_write(&mut self, conn: ConnHandle) -> Result<(), Error> {
         self.stack.shutdown_write(conn)
@@ -446,6 +459,11 @@ impl TcpHandler {
         HandlerId(self.handlers.len() - 1)
     }
 
+    /// The queue this endpoint serves.
+    pub fn queue(&self) -> u32 {
+        self.queue
+    }
+
     /// The queue's counters, to read from another thread.
     pub fn counters(&self) -> Arc<TcpCounters> {
         self.counters.clone()
@@ -598,6 +616,14 @@ impl TcpHandler {
         };
         let ip = Ipv4Repr::new(*src.ip(), *dst.ip(), IpProtocol::Tcp, t.len);
         (true, emit_eth_ipv4_tcp_headers(buf, &eth, &ip, t.len).ok())
+    }
+}
+
+impl Drop for TcpHandler {
+    /// The worker is done: publish the final counters.
+    fn drop(&mut self) {
+        self.counters
+            .publish(self.stack.connection_count(), self.stack.stats());
     }
 }
 

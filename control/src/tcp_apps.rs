@@ -1,0 +1,970 @@
+//! TCP examples on flowlane's data path: `echo-server`, `http-server`,
+//! `bulk-sink` and `bulk-source`. Each queue's worker runs its own
+//! `flowlane_tcp::Stack` and the application handler to completion
+//! (`flowlane_dataplane::tcp_handler`); the main thread only waits, writes
+//! reports and prints results.
+//!
+//! Output: one JSON line on stdout per finished transfer (bulk commands)
+//! and a final `{"event":"summary",...}` line with the per-queue TCP
+//! counters (corrupted segments dropped by checksum included) and each
+//! worker's CPU time. `--report FILE` is written once the data path is up
+//! (tests wait for it), on SIGUSR1 and at exit. SIGTERM/SIGINT exit cleanly.
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use flowlane_dataplane::neighbor::{parse_mac, Neighbors};
+use flowlane_dataplane::tcp_handler::{
+    ConnHandler, Net, TcpConfig, TcpCounters, TcpCountersSnapshot, TcpHandler,
+};
+use flowlane_dataplane::{
+    BindMode, Dataplane, DataplaneConfig, InterfaceInfo, Proto, QueueAssignment, QueueInfo,
+};
+use flowlane_numa_sched::placement::{PlacementPlan, QueuePlacement};
+use flowlane_numa_sched::toeplitz::{RssHashConfig, RssKey};
+use flowlane_numa_sched::{IndirectionTable, RssState};
+use flowlane_tcp::{CloseReason, ConnHandle};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::netns::require_root;
+use crate::nic::RssNic;
+use crate::testbed;
+use crate::udp_echo::allowed_cpus;
+
+/// The TCP example commands (flattened into `flowlane`'s command list).
+#[derive(clap::Subcommand, Debug)]
+pub enum TcpCmd {
+    /// TCP echo server on flowlane's data path (flowlane-tcp, one stack per
+    /// queue).
+    EchoServer(EchoArgs),
+    /// Minimal HTTP/1.1 responder (fixed response, keep-alive).
+    HttpServer(HttpArgs),
+    /// Receives bulk TCP transfers; prints bytes, time and sha256 of each.
+    BulkSink(SinkArgs),
+    /// Sends bulk TCP transfers of pseudo-random bytes to a server; prints
+    /// bytes, time and sha256 of each.
+    BulkSource(SourceArgs),
+}
+
+/// Flags shared by the TCP examples.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Common {
+    /// Interface to serve.
+    #[arg(long, default_value = "xsk0")]
+    pub iface: String,
+    /// Number of queues to serve, from queue 0 (default: all of the device's).
+    #[arg(long)]
+    pub queues: Option<u32>,
+    /// Run on this test bed: reads its emulated NIC's RSS key/table and the
+    /// peer's MAC, then re-executes itself inside the bed's namespace with
+    /// them as `--rss-key/--rss-table/--neighbor`. Run it from the root
+    /// namespace.
+    #[arg(long)]
+    pub bed: Option<String>,
+    /// The NIC's Toeplitz key (hex), for RSS-steered ports of active opens
+    /// (default: ethtool's).
+    #[arg(long)]
+    pub rss_key: Option<String>,
+    /// The NIC's indirection table, one queue per bucket (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub rss_table: Option<Vec<u32>>,
+    /// Static neighbour `IP=MAC` (repeatable); the kernel's table and
+    /// received frames add more.
+    #[arg(long)]
+    pub neighbor: Vec<String>,
+    /// Write a JSON report here (once up, on SIGUSR1 and on exit).
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// Spin when idle instead of sleeping in poll(2).
+    #[arg(long)]
+    pub busy_poll: bool,
+    /// Give up (exit 1) after this many seconds (0: never).
+    #[arg(long, default_value_t = 0)]
+    pub timeout: u64,
+}
+
+/// Flags of `echo-server`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct EchoArgs {
+    #[command(flatten)]
+    common: Common,
+    /// TCP port.
+    #[arg(long, default_value_t = 7)]
+    port: u16,
+}
+
+/// Flags of `http-server`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct HttpArgs {
+    #[command(flatten)]
+    common: Common,
+    /// TCP port.
+    #[arg(long, default_value_t = 80)]
+    port: u16,
+    /// Body of the fixed response.
+    #[arg(long, default_value = "hello from flowlane\n")]
+    body: String,
+}
+
+/// Flags of `bulk-sink`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SinkArgs {
+    #[command(flatten)]
+    common: Common,
+    /// TCP port.
+    #[arg(long, default_value_t = 5001)]
+    port: u16,
+    /// Exit after this many transfers (0: run until SIGTERM).
+    #[arg(long, default_value_t = 0)]
+    count: usize,
+    /// Count bytes only (no sha256): for throughput measurements.
+    #[arg(long)]
+    no_hash: bool,
+}
+
+/// Flags of `bulk-source`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SourceArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Server to send to.
+    #[arg(long)]
+    connect: SocketAddrV4,
+    /// Bytes per connection.
+    #[arg(long, default_value_t = 64 << 20)]
+    bytes: u64,
+    /// Connections. Every queue's worker opens `connections / queues` of
+    /// them (queue 0 the remainder) from ports whose replies RSS steers
+    /// back to it.
+    #[arg(long, default_value_t = 1)]
+    connections: usize,
+    /// Seed of the pseudo-random payload.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+/// Runs one of the TCP examples.
+pub fn run(cmd: TcpCmd) -> Result<()> {
+    let common = match &cmd {
+        TcpCmd::EchoServer(a) => &a.common,
+        TcpCmd::HttpServer(a) => &a.common,
+        TcpCmd::BulkSink(a) => &a.common,
+        TcpCmd::BulkSource(a) => &a.common,
+    };
+    if let Some(bed) = &common.bed {
+        return reexec_in_bed(bed);
+    }
+    match cmd {
+        TcpCmd::EchoServer(a) => {
+            let port = a.port;
+            serve(&a.common, &[port], None, 0, move |h, _tx| {
+                h.listen(
+                    port,
+                    Echo {
+                        buf: vec![0; 16384],
+                    },
+                )?;
+                Ok(())
+            })
+        }
+        TcpCmd::HttpServer(a) => {
+            let port = a.port;
+            let response = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nServer: flowlane\r\n\r\n{}",
+                a.body.len(),
+                a.body
+            )
+            .into_bytes();
+            serve(&a.common, &[port], None, 0, move |h, _tx| {
+                h.listen(
+                    port,
+                    Http {
+                        response: response.clone(),
+                        conns: HashMap::new(),
+                    },
+                )?;
+                Ok(())
+            })
+        }
+        TcpCmd::BulkSink(a) => {
+            let (port, hash) = (a.port, !a.no_hash);
+            serve(&a.common, &[port], None, a.count, move |h, tx| {
+                h.listen(
+                    port,
+                    Sink {
+                        hash,
+                        conns: HashMap::new(),
+                        done: tx,
+                    },
+                )?;
+                Ok(())
+            })
+        }
+        TcpCmd::BulkSource(a) => {
+            let (remote, bytes, seed, total) = (a.connect, a.bytes, a.seed, a.connections);
+            let queues = queue_count(&a.common)?;
+            serve(&a.common, &[], Some(*remote.ip()), total, move |h, tx| {
+                let q = h.queue();
+                let mut n = total / queues as usize;
+                if q == 0 {
+                    n += total % queues as usize;
+                }
+                if n > 0 {
+                    h.add(Source {
+                        remote,
+                        bytes,
+                        seed: seed.wrapping_add(u64::from(q) << 32),
+                        to_open: n,
+                        conns: HashMap::new(),
+                        buf: vec![0; 65536],
+                        done: tx,
+                    });
+                }
+                Ok(())
+            })
+        }
+    }
+}
+
+fn queue_count(c: &Common) -> Result<u32> {
+    let info = InterfaceInfo::read(std::path::Path::new("/sys"), &c.iface)?;
+    let q = c.queues.unwrap_or(info.rx_queues);
+    info.check_queues(q)?;
+    Ok(q)
+}
+
+/// Our IPv4 address on `iface`.
+fn local_ipv4(iface: &str) -> Result<Ipv4Addr> {
+    let addrs = nix::ifaddrs::getifaddrs().context("listing interface addresses")?;
+    for a in addrs {
+        if a.interface_name != iface {
+            continue;
+        }
+        if let Some(sin) = a.address.as_ref().and_then(|s| s.as_sockaddr_in()) {
+            return Ok(sin.ip());
+        }
+    }
+    bail!("{iface} has no IPv4 address: add one (ip addr add A/N dev {iface})")
+}
+
+/// `--bed`: reads the bed's RSS and peer MAC here (where its pinned maps
+/// are visible), then becomes `ip netns exec <bed ns> flowlane <same args>`
+/// with them as explicit flags (same pid: `exec`).
+fn reexec_in_bed(bed: &str) -> Result<()> {
+    use std::os::unix::process::CommandExt;
+    let s = testbed::load(bed)?;
+    let rss = s.nic().rss().with_context(|| {
+        format!(
+            "reading test bed {bed}'s RSS (run this from the root namespace, not inside the bed)"
+        )
+    })?;
+    let mut args: Vec<String> = Vec::new();
+    let mut skip = false;
+    for a in std::env::args().skip(1) {
+        if skip {
+            skip = false;
+        } else if a == "--bed" {
+            skip = true;
+        } else if !a.starts_with("--bed=") {
+            args.push(a);
+        }
+    }
+    args.push(format!("--rss-key={}", hex(&rss.key)));
+    args.push(format!(
+        "--rss-table={}",
+        rss.table
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    ));
+    args.push(format!("--neighbor={}={}", s.peer_v4, s.peer_mac));
+    let exe = std::env::current_exe().context("finding the flowlane binary")?;
+    let err = std::process::Command::new("ip")
+        .args(["netns", "exec", &s.netns])
+        .arg(exe)
+        .args(&args)
+        .exec();
+    Err(err).context("executing `ip netns exec`")
+}
+
+/// The NIC's RSS as an `RssState` for `queues` queues (flags, else
+/// ethtool).
+fn rss_state(c: &Common, queues: u32) -> Result<Option<RssState>> {
+    let settings = match (&c.rss_key, &c.rss_table) {
+        (Some(k), Some(t)) => Some(crate::nic::RssSettings {
+            key: RssKey::parse_hex(k)
+                .context("bad --rss-key")?
+                .as_bytes()
+                .to_vec(),
+            table: t.clone(),
+        }),
+        (None, None) => crate::nic::ethtool::EthtoolNic::new(&c.iface).rss().ok(),
+        _ => bail!("--rss-key and --rss-table go together"),
+    };
+    let Some(s) = settings else {
+        if queues > 1 {
+            tracing::warn!(
+                "RSS of {} unknown: connections opened by flowlane may get replies on another queue",
+                c.iface
+            );
+        }
+        return Ok(None);
+    };
+    let max_q = s.table.iter().copied().max().unwrap_or(0).max(queues - 1);
+    let plan = PlacementPlan {
+        nic_node: None,
+        queues: (0..=max_q as u16)
+            .map(|q| QueuePlacement {
+                queue: q,
+                cpu: u32::from(q),
+                core_id: u32::from(q),
+                node: 0,
+                mem_node: 0,
+            })
+            .collect(),
+        notes: Vec::new(),
+    };
+    let table = IndirectionTable::new(s.table.iter().map(|&q| q as u16).collect())?;
+    Ok(Some(RssState::new(
+        &RssKey::new(s.key)?,
+        table,
+        RssHashConfig::default(),
+        &plan,
+    )?))
+}
+
+/// Neighbours for active opens: the bed's peer, and the kernel's table.
+fn neighbors(c: &Common, prime: Option<Ipv4Addr>) -> Result<Neighbors> {
+    let mut n = Neighbors::new();
+    for e in &c.neighbor {
+        let parsed = e
+            .split_once('=')
+            .and_then(|(ip, mac)| Some((ip.parse::<Ipv4Addr>().ok()?, parse_mac(mac)?)));
+        let Some((ip, mac)) = parsed else {
+            bail!("bad --neighbor {e:?}: expected IP=aa:bb:cc:dd:ee:ff");
+        };
+        n.insert(ip, mac);
+    }
+    if let Some(ip) = prime.filter(|&ip| n.clone().lookup(ip).is_none()) {
+        // Let the kernel resolve the peer (ARP stays with the kernel): a
+        // datagram to the discard port makes it ask.
+        if let Ok(sock) = std::net::UdpSocket::bind("0.0.0.0:0") {
+            let _ = sock.send_to(b"", (ip, 9));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let text = std::fs::read_to_string("/proc/net/arp").unwrap_or_default();
+    n.load_proc_arp(&text, Some(&c.iface));
+    Ok(n)
+}
+
+/// CPU time of the calling thread, in ns (`/proc/thread-self/schedstat`).
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// CPU time of this process's worker of `queue`, in ns.
+fn worker_cpu_ns(queue: u32) -> Option<u64> {
+    let want = format!("flowlane-q{queue}");
+    for t in std::fs::read_dir("/proc/self/task").ok()? {
+        let p = t.ok()?.path();
+        let comm = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
+        if comm.trim() == want {
+            let s = std::fs::read_to_string(p.join("schedstat")).ok()?;
+            return s.split_whitespace().next()?.parse().ok();
+        }
+    }
+    None
+}
+
+type Registry = Arc<Mutex<Vec<(u32, Arc<TcpCounters>)>>>;
+
+fn counters_json(reg: &Registry) -> Value {
+    let mut per_queue: Vec<(u32, TcpCountersSnapshot)> = reg
+        .lock()
+        .expect("registry lock")
+        .iter()
+        .map(|(q, c)| (*q, c.snapshot()))
+        .collect();
+    per_queue.sort_by_key(|(q, _)| *q);
+    let total = per_queue
+        .iter()
+        .fold(TcpCountersSnapshot::default(), |a, (_, c)| a.add(c));
+    json!({
+        "total": total,
+        "queues": per_queue.iter().map(|(q, c)| json!({
+            "queue": q,
+            "worker_cpu_ns": worker_cpu_ns(*q),
+            "tcp": c,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn write_report(path: &PathBuf, v: &Value) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(v)?)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Starts the data path with a `TcpHandler` per queue, set up by `setup`,
+/// and runs until a signal, the timeout, or `expect` results (if not 0).
+/// `connect_to`: the server of active opens (its MAC is resolved first).
+fn serve<F>(
+    c: &Common,
+    ports: &[u16],
+    connect_to: Option<Ipv4Addr>,
+    expect: usize,
+    setup: F,
+) -> Result<()>
+where
+    F: Fn(&mut TcpHandler, Sender<Value>) -> std::result::Result<(), flowlane_tcp::Error>
+        + Send
+        + Sync
+        + 'static,
+{
+    require_root("flowlane TCP examples")?;
+    let info = InterfaceInfo::read(std::path::Path::new("/sys"), &c.iface)?;
+    let queues = queue_count(c)?;
+    let cpus = allowed_cpus();
+    let mut config = DataplaneConfig::new(&c.iface, &(0..queues).collect::<Vec<_>>());
+    for (i, q) in config.queues.iter_mut().enumerate() {
+        *q = QueueAssignment {
+            queue: q.queue,
+            cpu: Some(cpus[i % cpus.len()]),
+            node: 0,
+        };
+    }
+    config.node_cpus.insert(0, cpus.clone());
+    config.ports = ports.iter().map(|&p| (Proto::Tcp, p)).collect();
+    config.busy_poll = c.busy_poll;
+    config.bind_mode = BindMode::Auto;
+    let local_ip = local_ipv4(&c.iface)?;
+    let mut tcp = TcpConfig::new(local_ip, info.mac, isn_secret());
+    let active = connect_to.is_some();
+    config.ephemeral = active.then_some(tcp.ephemeral);
+    tcp.rss = if active { rss_state(c, queues)? } else { None };
+    tcp.neighbors = neighbors(c, connect_to)?;
+
+    let registry: Registry = Arc::default();
+    let (done_tx, done_rx) = mpsc::channel::<Value>();
+    let reg = registry.clone();
+    let setup_err: Arc<Mutex<Option<String>>> = Arc::default();
+    let err2 = setup_err.clone();
+    let done_tx = Mutex::new(done_tx);
+    let dp = Dataplane::start(config, move |q: &QueueInfo| {
+        let mut h = TcpHandler::new(q, tcp.clone());
+        let tx = done_tx.lock().expect("sender lock").clone();
+        if let Err(e) = setup(&mut h, tx) {
+            *err2.lock().expect("error lock") = Some(format!("queue {}: {e}", q.queue));
+        }
+        reg.lock()
+            .expect("registry lock")
+            .push((q.queue, h.counters()));
+        h
+    })?;
+    if let Some(e) = setup_err.lock().expect("error lock").take() {
+        bail!("setting up TCP: {e}");
+    }
+    let r = wait(c, &dp, &registry, &done_rx, expect);
+    let cpu: Vec<Option<u64>> = (0..queues).map(worker_cpu_ns).collect();
+    dp.stop();
+    let summary = json!({"event": "summary", "counters": counters_json(&registry),
+                         "worker_cpu_ns": cpu});
+    println!("{summary}");
+    if let Some(p) = &c.report {
+        write_report(p, &summary)?;
+    }
+    r
+}
+
+fn isn_secret() -> [u8; 16] {
+    let mut s = [0u8; 16];
+    if let Ok(b) = std::fs::read("/proc/sys/kernel/random/uuid") {
+        for (i, x) in b.iter().enumerate() {
+            s[i % 16] ^= x.wrapping_mul(i as u8 | 1);
+        }
+    }
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    for (i, b) in t.to_le_bytes().iter().enumerate() {
+        s[i] ^= b;
+    }
+    s
+}
+
+fn wait(
+    c: &Common,
+    dp: &Dataplane,
+    registry: &Registry,
+    done: &Receiver<Value>,
+    expect: usize,
+) -> Result<()> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let dump = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
+    }
+    signal_hook::flag::register(signal_hook::consts::SIGUSR1, dump.clone())
+        .context("installing signal handlers")?;
+    let report = |ready: bool| -> Result<()> {
+        if let Some(p) = &c.report {
+            write_report(
+                p,
+                &json!({"event": "report", "ready": ready, "queues": dp.queues().len(),
+                        "counters": counters_json(registry)}),
+            )?;
+        }
+        Ok(())
+    };
+    report(true)?;
+    eprintln!(
+        "flowlane: TCP on {} queues of {}",
+        dp.queues().len(),
+        c.iface
+    );
+    let start = Instant::now();
+    let mut results = 0;
+    let mut failed = false;
+    while !stop.load(Ordering::Relaxed) {
+        match done.recv_timeout(Duration::from_millis(20)) {
+            Ok(v) => {
+                println!("{v}");
+                failed |= v["ok"] == false;
+                results += 1;
+                if expect > 0 && results >= expect {
+                    break;
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {}
+        }
+        if dump.swap(false, Ordering::Relaxed) {
+            report(true)?;
+        }
+        if c.timeout > 0 && start.elapsed() > Duration::from_secs(c.timeout) {
+            bail!(
+                "timed out after {} s with {results} of {expect} transfers done",
+                c.timeout
+            );
+        }
+    }
+    if failed {
+        bail!("a transfer failed (see the lines above)");
+    }
+    Ok(())
+}
+
+// -------------------------------------------------------------------------
+// The handlers (run on the workers)
+// -------------------------------------------------------------------------
+
+/// Echoes every byte back; closes when the peer has closed and everything
+/// was echoed.
+struct Echo {
+    buf: Vec<u8>,
+}
+
+impl Echo {
+    fn pump(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        loop {
+            let space = net.send_space(conn).unwrap_or(0).min(self.buf.len());
+            if space == 0 {
+                net.notify_writable(conn);
+                break;
+            }
+            match net.recv(conn, &mut self.buf[..space]) {
+                Ok(0) => {
+                    let _ = net.close(conn);
+                    break;
+                }
+                Ok(n) => {
+                    let _ = net.send(conn, &self.buf[..n]);
+                }
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+impl ConnHandler for Echo {
+    fn on_accept(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        let _ = net.set_nodelay(conn, true);
+    }
+    fn on_data(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        self.pump(net, conn);
+    }
+    fn on_writable(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        self.pump(net, conn);
+    }
+    fn on_peer_closed(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        self.pump(net, conn);
+    }
+}
+
+/// Requests larger than this (headers) reset the connection.
+const MAX_REQUEST: usize = 16 * 1024;
+
+#[derive(Default)]
+struct HttpConn {
+    input: Vec<u8>,
+    output: Vec<u8>,
+    close_after: bool,
+}
+
+/// A fixed-response HTTP/1.1 server with keep-alive.
+struct Http {
+    response: Vec<u8>,
+    conns: HashMap<ConnHandle, HttpConn>,
+}
+
+impl Http {
+    fn drive(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        let st = self.conns.entry(conn).or_default();
+        let mut buf = [0u8; 4096];
+        let mut eof = false;
+        loop {
+            match net.recv(conn, &mut buf) {
+                Ok(0) => {
+                    eof = true;
+                    break;
+                }
+                Ok(n) => st.input.extend_from_slice(&buf[..n]),
+                Err(_) => break,
+            }
+        }
+        while let Some(end) = st.input.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&st.input[..end]).to_ascii_lowercase();
+            let http10 = head.lines().next().is_some_and(|l| l.ends_with("http/1.0"));
+            if head.contains("\nconnection: close")
+                || (http10 && !head.contains("\nconnection: keep-alive"))
+            {
+                st.close_after = true;
+            }
+            st.output.extend_from_slice(&self.response);
+            st.input.drain(..end + 4);
+            if st.close_after {
+                break;
+            }
+        }
+        if st.input.len() > MAX_REQUEST {
+            let _ = net.abort(conn);
+            return;
+        }
+        if eof {
+            st.close_after = true;
+        }
+        if !st.output.is_empty() {
+            if let Ok(n) = net.send(conn, &st.output) {
+                st.output.drain(..n);
+            }
+        }
+        if st.output.is_empty() && st.close_after {
+            let _ = net.close(conn);
+        }
+    }
+}
+
+impl ConnHandler for Http {
+    fn on_accept(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        let _ = net.set_nodelay(conn, true);
+        self.conns.insert(conn, HttpConn::default());
+    }
+    fn on_data(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        self.drive(net, conn);
+    }
+    fn on_writable(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        self.drive(net, conn);
+    }
+    fn on_peer_closed(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        self.drive(net, conn);
+    }
+    fn on_closed(&mut self, _net: &mut Net<'_>, conn: ConnHandle, _r: CloseReason) {
+        self.conns.remove(&conn);
+    }
+}
+
+struct Transfer {
+    bytes: u64,
+    hasher: Option<Sha256>,
+    start: Duration,
+    cpu_start: u64,
+}
+
+impl Transfer {
+    fn new(net: &Net<'_>, hash: bool) -> Transfer {
+        Transfer {
+            bytes: 0,
+            hasher: hash.then(Sha256::new),
+            start: net.now(),
+            cpu_start: thread_cpu_ns(),
+        }
+    }
+
+    fn result(self, net: &Net<'_>, role: &str, conn: ConnHandle, extra: Value) -> Value {
+        let secs = net.now().saturating_sub(self.start).as_secs_f64();
+        let cpu = thread_cpu_ns().saturating_sub(self.cpu_start);
+        let mut v = json!({
+            "event": role,
+            "queue": net.queue(),
+            "conn": conn.index(),
+            "bytes": self.bytes,
+            "secs": secs,
+            "gbit_per_s": if secs > 0.0 { self.bytes as f64 * 8.0 / secs / 1e9 } else { 0.0 },
+            "worker_cpu_ns": cpu,
+            "cpu_ns_per_byte": if self.bytes > 0 { cpu as f64 / self.bytes as f64 } else { 0.0 },
+            "sha256": self.hasher.map(|h| hex(&h.finalize())),
+        });
+        if let (Value::Object(m), Value::Object(e)) = (&mut v, extra) {
+            m.extend(e);
+        }
+        v
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Reads everything, hashing it; reports each transfer at end of stream.
+struct Sink {
+    hash: bool,
+    conns: HashMap<ConnHandle, Transfer>,
+    done: Sender<Value>,
+}
+
+impl ConnHandler for Sink {
+    fn on_accept(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        self.conns.insert(conn, Transfer::new(net, self.hash));
+    }
+    fn on_data(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        let Some(t) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        loop {
+            let n = match net.peek(conn) {
+                Ok(d) if !d.is_empty() => {
+                    if let Some(h) = t.hasher.as_mut() {
+                        h.update(d);
+                    }
+                    d.len()
+                }
+                _ => break,
+            };
+            t.bytes += n as u64;
+            let _ = net.consume(conn, n);
+        }
+        if net.is_eof(conn) {
+            let _ = net.close(conn);
+            if let Some(t) = self.conns.remove(&conn) {
+                let v = t.result(net, "sink", conn, json!({"ok": true}));
+                let _ = self.done.send(v);
+            }
+        }
+    }
+    fn on_peer_closed(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        self.on_data(net, conn);
+    }
+    fn on_closed(&mut self, net: &mut Net<'_>, conn: ConnHandle, reason: CloseReason) {
+        if let Some(t) = self.conns.remove(&conn) {
+            let v = t.result(
+                net,
+                "sink",
+                conn,
+                json!({"ok": false, "close": format!("{reason:?}")}),
+            );
+            let _ = self.done.send(v);
+        }
+    }
+}
+
+/// xorshift64* stream: the payload of `bulk-source`.
+struct Payload(u64);
+
+impl Payload {
+    fn fill(&mut self, buf: &mut [u8]) {
+        for chunk in buf.chunks_mut(8) {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            let w = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes();
+            chunk.copy_from_slice(&w[..chunk.len()]);
+        }
+    }
+}
+
+struct Outgoing {
+    t: Transfer,
+    remaining: u64,
+    payload: Payload,
+    /// Generated bytes the send buffer did not take yet.
+    carry: Vec<u8>,
+}
+
+/// Opens connections and sends `bytes` on each, then closes.
+struct Source {
+    remote: SocketAddrV4,
+    bytes: u64,
+    seed: u64,
+    to_open: usize,
+    conns: HashMap<ConnHandle, Outgoing>,
+    buf: Vec<u8>,
+    done: Sender<Value>,
+}
+
+impl Source {
+    fn fill(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        let Some(o) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        loop {
+            if !o.carry.is_empty() {
+                match net.send(conn, &o.carry) {
+                    Ok(n) => {
+                        o.carry.drain(..n);
+                    }
+                    Err(_) => return,
+                }
+                if !o.carry.is_empty() {
+                    return;
+                }
+            }
+            if o.remaining == 0 {
+                let _ = net.close(conn);
+                return;
+            }
+            let space = net.send_space(conn).unwrap_or(0);
+            if space == 0 {
+                net.notify_writable(conn);
+                return;
+            }
+            let n = (space.min(self.buf.len()) as u64).min(o.remaining) as usize;
+            let chunk = &mut self.buf[..n];
+            o.payload.fill(chunk);
+            if let Some(h) = o.t.hasher.as_mut() {
+                h.update(&*chunk);
+            }
+            o.remaining -= n as u64;
+            o.t.bytes += n as u64;
+            match net.send(conn, chunk) {
+                Ok(k) if k == n => {}
+                Ok(k) => o.carry.extend_from_slice(&chunk[k..]),
+                Err(_) => o.carry.extend_from_slice(chunk),
+            }
+        }
+    }
+}
+
+impl ConnHandler for Source {
+    fn on_start(&mut self, net: &mut Net<'_>) {
+        for i in 0..self.to_open {
+            match net.connect(self.remote) {
+                Ok(c) => {
+                    let mut t = Transfer::new(net, true);
+                    t.start = net.now();
+                    self.conns.insert(
+                        c,
+                        Outgoing {
+                            t,
+                            remaining: self.bytes,
+                            payload: Payload(self.seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9)),
+                            carry: Vec::new(),
+                        },
+                    );
+                }
+                Err(e) => {
+                    let _ = self.done.send(json!({
+                        "event": "source", "ok": false, "error": format!("connect: {e}"),
+                    }));
+                }
+            }
+        }
+    }
+    fn on_connected(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        if let Some(o) = self.conns.get_mut(&conn) {
+            o.t.start = net.now();
+            o.t.cpu_start = thread_cpu_ns();
+        }
+        self.fill(net, conn);
+    }
+    fn on_writable(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        self.fill(net, conn);
+    }
+    fn on_data(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        // The sink is not supposed to answer: discard.
+        while let Ok(d) = net.peek(conn) {
+            let n = d.len();
+            if n == 0 {
+                break;
+            }
+            let _ = net.consume(conn, n);
+        }
+    }
+    /// The peer closes after reading everything we sent (our FIN
+    /// included): the transfer is complete. (`on_closed` would only come
+    /// after TIME-WAIT.)
+    fn on_peer_closed(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        self.on_data(net, conn);
+        let finished = self
+            .conns
+            .get(&conn)
+            .is_some_and(|o| o.remaining == 0 && o.carry.is_empty());
+        if finished {
+            let _ = net.close(conn);
+            if let Some(o) = self.conns.remove(&conn) {
+                let v = o.t.result(net, "source", conn, json!({"ok": true}));
+                let _ = self.done.send(v);
+            }
+        }
+    }
+    fn on_closed(&mut self, net: &mut Net<'_>, conn: ConnHandle, reason: CloseReason) {
+        if let Some(o) = self.conns.remove(&conn) {
+            let v = o.t.result(
+                net,
+                "source",
+                conn,
+                json!({"ok": false, "close": format!("{reason:?}")}),
+            );
+            let _ = self.done.send(v);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_is_deterministic_over_word_aligned_chunks() {
+        let mut a = Payload(7);
+        let mut whole = vec![0u8; 64];
+        a.fill(&mut whole);
+        let mut b = Payload(7);
+        let mut parts = vec![0u8; 64];
+        b.fill(&mut parts[..32]);
+        b.fill(&mut parts[32..]);
+        assert_eq!(whole, parts);
+        assert_ne!(whole[..8], whole[8..16]);
+    }
+
+    #[test]
+    fn hex_digest() {
+        assert_eq!(
+            hex(&Sha256::digest(b"abc")),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+}
