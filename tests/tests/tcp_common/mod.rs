@@ -1,0 +1,285 @@
+//! Shared by the `tcp_*` integration tests: flowlane's TCP examples run on a
+//! test bed (from the root namespace with `--bed`, which re-executes them
+//! inside the bed), kernel peers in python3, and time bounds everywhere so
+//! that a stall fails instead of hanging.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use flowlane_tests::{flowlane_bin, text, Bed};
+use serde_json::Value;
+
+/// A flowlane TCP example running in the background.
+pub struct App {
+    child: Option<Child>,
+    /// Its `--report` file.
+    pub report: PathBuf,
+    stdout: PathBuf,
+    stderr: PathBuf,
+}
+
+/// Starts `flowlane <args> --bed <bed> --report F --timeout <limit>` and
+/// waits until its data path is up.
+pub fn start(bed: &Bed, args: &[&str], limit_s: u64) -> App {
+    let tag = format!("{}-{}", bed.name, args[0]);
+    let dir = std::env::temp_dir();
+    let report = dir.join(format!("{tag}.json"));
+    let stdout = dir.join(format!("{tag}.out"));
+    let stderr = dir.join(format!("{tag}.err"));
+    let _ = std::fs::remove_file(&report);
+    let child = Command::new(flowlane_bin())
+        .args(args)
+        .args([
+            "--bed",
+            &bed.name,
+            "--timeout",
+            &limit_s.to_string(),
+            "--report",
+        ])
+        .arg(&report)
+        .stdout(std::fs::File::create(&stdout).unwrap())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    let mut app = App {
+        child: Some(child),
+        report,
+        stdout,
+        stderr,
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !app.report.exists() {
+        if let Some(st) = app.child.as_mut().unwrap().try_wait().unwrap() {
+            panic!("{args:?} exited early ({st}): {}", app.stderr_text());
+        }
+        assert!(Instant::now() < deadline, "{args:?} did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    app
+}
+
+impl App {
+    fn stderr_text(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// Waits (at most `limit`) for the app to exit by itself; returns its
+    /// JSON lines. Fails on a non-zero exit.
+    pub fn wait(mut self, limit: Duration) -> Vec<Value> {
+        let deadline = Instant::now() + limit;
+        let mut child = self.child.take().unwrap();
+        loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                let lines = self.lines();
+                assert!(
+                    st.success(),
+                    "flowlane exited with {st}: {}\n{lines:?}",
+                    self.stderr_text()
+                );
+                return lines;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "flowlane did not finish in {limit:?}: {}\n{:?}",
+                    self.stderr_text(),
+                    self.lines()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGTERM, then its JSON lines (the last is the summary).
+    pub fn stop(mut self) -> Vec<Value> {
+        let child = self.child.as_ref().unwrap();
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let child = self.child.take();
+        self.child = child;
+        self.wait(Duration::from_secs(20))
+    }
+
+    fn lines(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.stdout)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
+impl Drop for App {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The summary line's total TCP counters.
+pub fn totals(lines: &[Value]) -> Value {
+    let s = lines
+        .iter()
+        .find(|v| v["event"] == "summary")
+        .unwrap_or_else(|| panic!("no summary in {lines:?}"));
+    s["counters"]["total"].clone()
+}
+
+/// Runs a python3 script in the bed's peer namespace (killed after
+/// `limit_s` seconds); asserts success and returns stdout.
+pub fn peer_py(bed: &Bed, limit_s: u64, script: &str, args: &[&str]) -> String {
+    let o = peer_py_output(bed, limit_s, script, args);
+    assert!(o.status.success(), "kernel peer failed: {}", text(&o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// As [`peer_py`], without the assertion.
+pub fn peer_py_output(bed: &Bed, limit_s: u64, script: &str, args: &[&str]) -> Output {
+    Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &bed.peer_ns,
+            "timeout",
+            &limit_s.to_string(),
+        ])
+        .args(["python3", "-c", script])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Starts a python3 script in the peer namespace in the background.
+pub fn peer_py_spawn(bed: &Bed, limit_s: u64, script: &str, args: &[&str]) -> Child {
+    Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &bed.peer_ns,
+            "timeout",
+            &limit_s.to_string(),
+        ])
+        .args(["python3", "-c", script])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Kernel client: sends `argv[2]` bytes of random data to `argv[1]`
+/// (host:port), half-closes, waits for the server's close; prints the
+/// sha256 of what it sent.
+pub const KERNEL_SEND: &str = r#"
+import hashlib, os, socket, sys
+host, port = sys.argv[1].rsplit(':', 1)
+total = int(sys.argv[2])
+s = socket.create_connection((host, int(port)), timeout=30)
+h = hashlib.sha256()
+block = bytearray(os.urandom(1 << 20))
+sent = 0
+while sent < total:
+    n = min(len(block), total - sent)
+    block[0:8] = sent.to_bytes(8, 'little')
+    chunk = bytes(block[:n])
+    s.sendall(chunk)
+    h.update(chunk)
+    sent += n
+s.shutdown(socket.SHUT_WR)
+while s.recv(65536):
+    pass
+s.close()
+print(h.hexdigest())
+"#;
+
+/// Kernel server: accepts one connection on `argv[1]` (host:port), reads
+/// to end of stream, closes; prints `bytes sha256`. Prints `ready` first.
+pub const KERNEL_RECV: &str = r#"
+import hashlib, socket, sys
+host, port = sys.argv[1].rsplit(':', 1)
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind((host, int(port)))
+l.listen(16)
+print('ready', flush=True)
+c, _ = l.accept()
+c.settimeout(60)
+h = hashlib.sha256()
+n = 0
+while True:
+    d = c.recv(1 << 20)
+    if not d:
+        break
+    h.update(d)
+    n += len(d)
+c.close()
+print(n, h.hexdigest(), flush=True)
+"#;
+
+/// Waits for a spawned peer to print `ready`.
+pub fn wait_ready(child: &mut Child) {
+    use std::io::{BufRead, BufReader};
+    let out = child.stdout.take().unwrap();
+    let mut r = BufReader::new(out);
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "kernel peer did not start");
+    child.stdout = None;
+    // Keep reading in the background into a file-less buffer: hand the
+    // reader back through a thread that returns the rest.
+    let handle = std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut r, &mut rest);
+        rest
+    });
+    READERS.with(|m| m.borrow_mut().push((child.id(), handle)));
+}
+
+thread_local! {
+    static READERS: std::cell::RefCell<Vec<(u32, std::thread::JoinHandle<String>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Waits (bounded) for a spawned peer started with [`wait_ready`] and
+/// returns the rest of its stdout.
+pub fn finish(mut child: Child, limit: Duration) -> String {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            let id = child.id();
+            let rest = READERS.with(|m| {
+                let mut v = m.borrow_mut();
+                let i = v.iter().position(|(p, _)| *p == id).unwrap();
+                v.remove(i).1.join().unwrap()
+            });
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut e, &mut err);
+            }
+            assert!(st.success(), "kernel peer failed ({st}): {rest} {err}");
+            return rest;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("kernel peer did not finish in {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Total bytes for the bulk tests: 64 MiB, or 1 GiB with
+/// `FLOWLANE_TCP_BIG=1`.
+pub fn bulk_bytes() -> u64 {
+    if std::env::var("FLOWLANE_TCP_BIG").is_ok_and(|v| v == "1") {
+        1 << 30
+    } else {
+        64 << 20
+    }
+}
