@@ -380,3 +380,35 @@ fn napi_threads_of_same_named_interfaces_elsewhere_are_refused() {
     let e = inspect(&b.roots, "xsk0", &topo, None, None).unwrap_err();
     assert!(format!("{e:#}").contains("cannot be told apart"));
 }
+
+#[test]
+fn virtio_net_irqs_come_from_the_pci_parent() {
+    let b = FakeBox::new("virtio");
+    let pci = b.roots.sysfs_root.join("devices/pci0000:00/0000:00:03.0");
+    std::fs::create_dir_all(pci.join("virtio2")).unwrap();
+    for irq in [37, 38, 39] {
+        b.file(pci.join(format!("msi_irqs/{irq}")), "msix\n");
+    }
+    b.file(pci.join("numa_node"), "0\n");
+    let d = b.roots.sysfs_root.join("class/net/eth0");
+    std::fs::create_dir_all(d.join("queues/rx-0")).unwrap();
+    std::os::unix::fs::symlink(pci.join("virtio2"), d.join("device")).unwrap();
+    b.interrupts(
+        2,
+        &[
+            (37, "virtio2-config", "0-1"),
+            (38, "virtio2-input.0", "0-1"),
+            (39, "virtio2-output.0", "0-1"),
+            (41, "virtio3-rx", "0-1"),
+        ],
+    );
+    let topo = Topology::from_synthetic_description("package:1 core:2 pu:1").unwrap();
+    let v = inspect(&b.roots, "eth0", &topo, None, None).unwrap();
+    assert_eq!(v.iface.numa_node, Some(0));
+    assert_eq!(v.iface.msi_irqs, Some(vec![37, 38, 39]));
+    let QueueIrqs::Msi { plan } = &v.irqs else {
+        panic!("expected MSI IRQs")
+    };
+    assert_eq!(plan.entries.len(), 1);
+    assert_eq!((plan.entries[0].queue, plan.entries[0].irq), (0, 38));
+}

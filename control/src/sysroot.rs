@@ -36,8 +36,8 @@ pub struct Iface {
     pub rx_queues: u32,
     /// NUMA node of the device (`device/numa_node`; None for -1 or no device).
     pub numa_node: Option<u32>,
-    /// MSI(-X) IRQs of the device (`device/msi_irqs/*`); None without that
-    /// directory (virtual devices such as veth).
+    /// MSI(-X) IRQs of the device (`device/msi_irqs/*`, for virtio-net its
+    /// PCI parent's); None without that directory (virtual devices such as veth).
     pub msi_irqs: Option<Vec<u32>>,
 }
 
@@ -64,11 +64,21 @@ impl Roots {
             .filter_map(|e| e.ok())
             .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
             .count() as u32;
-        let numa_node = std::fs::read_to_string(dir.join("device/numa_node"))
+        // virtio-net's `device` is the virtio device; its PCI function (MSI
+        // vectors, NUMA node) is the parent.
+        let mut device = dir.join("device");
+        let is_virtio = std::fs::canonicalize(&device).is_ok_and(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("virtio"))
+        });
+        if is_virtio && !device.join("msi_irqs").is_dir() {
+            device = device.join("..");
+        }
+        let numa_node = std::fs::read_to_string(device.join("numa_node"))
             .ok()
             .and_then(|s| s.trim().parse::<i64>().ok())
             .and_then(|n| u32::try_from(n).ok());
-        let msi_dir = dir.join("device/msi_irqs");
+        let msi_dir = device.join("msi_irqs");
         let msi_irqs = if msi_dir.is_dir() {
             let mut irqs: Vec<u32> = std::fs::read_dir(&msi_dir)
                 .with_context(|| format!("listing {}", msi_dir.display()))?
