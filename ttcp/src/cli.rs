@@ -1,0 +1,424 @@
+//! Command line: ntttcp-for-linux-compatible flags where they make sense.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+use clap::{Args, Parser, Subcommand};
+
+use crate::sync::{Mode, Params, PROTO};
+
+/// NTttcp-style sender/receiver. Start the receiver first (`-r`), then the sender
+/// (`-s`) with the same -m address, -p/-P, -W/-t/-C and mode flags.
+#[derive(Debug, Parser)]
+#[command(name = "flowlane-ttcp", about, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    /// The test-bed matrix (see `scripts/ttcp-matrix.sh`).
+    #[command(subcommand)]
+    pub cmd: Option<Sub>,
+    /// Flags of a receiver or sender run.
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Sub {
+    /// Bring up a test bed and run backends × connections × sizes × delays.
+    Matrix(crate::matrix::MatrixArgs),
+}
+
+/// Which TCP implementation carries the data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendKind {
+    /// Linux kernel sockets through mio.
+    Kernel,
+    /// flowlane's TCP on the AF_XDP data path (not available yet).
+    Flowlane,
+}
+
+impl BackendKind {
+    /// The name used in flags, JSON and the sync protocol.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Kernel => "kernel",
+            BackendKind::Flowlane => "flowlane",
+        }
+    }
+}
+
+/// Flags of one receiver or sender run.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Receiver: listen, count what arrives, echo in latency/overlap mode.
+    #[arg(short = 'r', long = "receiver", conflicts_with = "sender")]
+    pub receiver: bool,
+    /// Sender: connect to the receiver and send.
+    #[arg(short = 's', long = "sender")]
+    pub sender: bool,
+    /// Mapping `sessions,cpu|*,address`: `sessions` threads (one event loop each)
+    /// pinned to `cpu` (`*`: not pinned) using receiver `address`. Repeatable;
+    /// all mappings must name the same address.
+    #[arg(short = 'm', value_name = "SESSIONS,CPU|*,ADDRESS")]
+    pub mapping: Vec<String>,
+    /// First data port.
+    #[arg(short = 'p', default_value_t = 5001)]
+    pub base_port: u16,
+    /// Number of data ports (connections are spread over them round-robin).
+    #[arg(short = 'P', default_value_t = 1)]
+    pub ports: u16,
+    /// Threads per mapping (overrides the sessions field of -m).
+    #[arg(short = 'n')]
+    pub threads: Option<usize>,
+    /// Sender: connections per thread.
+    #[arg(short = 'l', default_value_t = 1)]
+    pub conns_per_thread: usize,
+    /// Buffer size per read/write (k/m suffixes: 64k).
+    #[arg(short = 'b', default_value = "64k", value_parser = parse_size)]
+    pub buffer: usize,
+    /// Warm-up seconds (not counted).
+    #[arg(short = 'W', default_value_t = 1.0)]
+    pub warmup: f64,
+    /// Measured seconds.
+    #[arg(short = 't', default_value_t = 10.0)]
+    pub duration: f64,
+    /// Cool-down seconds (not counted).
+    #[arg(short = 'C', default_value_t = 1.0)]
+    pub cooldown: f64,
+    /// No sync: no control channel; the sender starts when its connections are
+    /// up, the receiver at its first connection. Flags are not checked.
+    #[arg(short = 'N', long = "no-sync")]
+    pub no_sync: bool,
+    /// Print the report as JSON.
+    #[arg(short = 'j', long = "json")]
+    pub json: bool,
+    /// Verbose: phases and per-thread counts on stderr.
+    #[arg(short = 'V', long = "verbose")]
+    pub verbose: bool,
+    /// Control (sync) port on the receiver.
+    #[arg(long, default_value_t = 5000)]
+    pub control_port: u16,
+    /// Backend: kernel sockets, or flowlane's TCP on the AF_XDP data path.
+    #[arg(long, value_enum, default_value_t = BackendKind::Kernel)]
+    pub backend: BackendKind,
+    /// Latency mode: ping-pong of --msg-size messages (the receiver echoes).
+    #[arg(long, conflicts_with = "overlap_us")]
+    pub latency: bool,
+    /// Overlap mode: ping-pong with this many microseconds of computation between
+    /// send and receive on the sender (the receiver echoes).
+    #[arg(long, value_name = "MICROSECONDS")]
+    pub overlap_us: Option<u64>,
+    /// Message size in latency/overlap mode (k/m suffixes).
+    #[arg(long, default_value = "64", value_parser = parse_size)]
+    pub msg_size: usize,
+    /// Interface whose packet and interrupt counters are reported (default: the
+    /// one holding the local address of the traffic).
+    #[arg(long)]
+    pub nic: Option<String>,
+    /// Receiver: seconds to wait for a sender before giving up.
+    #[arg(long, default_value_t = 60.0)]
+    pub wait: f64,
+    /// Root of the /proc and /sys trees read for the report.
+    #[arg(long, default_value = "/", hide = true)]
+    pub procfs_root: PathBuf,
+}
+
+/// One parsed `-m` mapping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    /// Threads.
+    pub sessions: usize,
+    /// CPU to pin them to, `None` for `*`.
+    pub cpu: Option<usize>,
+    /// Receiver address.
+    pub addr: IpAddr,
+}
+
+/// Parses `sessions,cpu|*,address`.
+pub fn parse_mapping(s: &str) -> Result<Mapping> {
+    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+    let [sessions, cpu, addr] = parts[..] else {
+        bail!("-m {s:?}: expected SESSIONS,CPU|*,ADDRESS (e.g. 4,*,10.99.0.1)");
+    };
+    let sessions: usize = sessions
+        .parse()
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| anyhow::anyhow!("-m {s:?}: sessions must be a positive number"))?;
+    let cpu = if cpu == "*" {
+        None
+    } else {
+        Some(
+            cpu.parse()
+                .map_err(|_| anyhow::anyhow!("-m {s:?}: cpu must be a number or *"))?,
+        )
+    };
+    let addr = addr
+        .parse()
+        .map_err(|_| anyhow::anyhow!("-m {s:?}: {addr:?} is not an IP address"))?;
+    Ok(Mapping {
+        sessions,
+        cpu,
+        addr,
+    })
+}
+
+/// Parses `65536`, `64k`, `1m` (binary units).
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let (n, mul) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1024),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1024 * 1024),
+        _ => (t, 1),
+    };
+    let v = n
+        .parse::<usize>()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 65536, 64k, 1m)"))?
+        * mul;
+    if v == 0 {
+        return Err("size must be positive".into());
+    }
+    Ok(v)
+}
+
+/// A validated run: threads with their pinning, the receiver address, the parameters.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// `true` for the receiver.
+    pub receiver: bool,
+    /// One entry per thread: the CPU to pin it to.
+    pub threads: Vec<Option<usize>>,
+    /// Receiver address.
+    pub addr: IpAddr,
+    /// Sender connections per thread.
+    pub conns_per_thread: usize,
+    /// Agreed parameters.
+    pub params: Params,
+    /// Overlap mode computation per iteration (µs).
+    pub overlap_us: u64,
+}
+
+impl Plan {
+    /// Sender connections in all.
+    pub fn connections(&self) -> usize {
+        self.threads.len() * self.conns_per_thread
+    }
+}
+
+impl RunArgs {
+    /// The mode the flags select.
+    pub fn mode(&self) -> Mode {
+        if self.overlap_us.is_some() {
+            Mode::Overlap
+        } else if self.latency {
+            Mode::Latency
+        } else {
+            Mode::Throughput
+        }
+    }
+
+    /// Checks the flags and builds the plan.
+    pub fn plan(&self) -> Result<Plan> {
+        if self.receiver == self.sender {
+            bail!("say -r (receiver) or -s (sender)");
+        }
+        if self.mapping.is_empty() {
+            bail!("-m SESSIONS,CPU|*,ADDRESS is required (e.g. -m 1,*,127.0.0.1)");
+        }
+        let maps: Vec<Mapping> = self
+            .mapping
+            .iter()
+            .map(|m| parse_mapping(m))
+            .collect::<Result<_>>()?;
+        let addr = maps[0].addr;
+        if let Some(m) = maps.iter().find(|m| m.addr != addr) {
+            bail!(
+                "-m: all mappings must name the same receiver address ({addr} vs {})",
+                m.addr
+            );
+        }
+        let mut threads = Vec::new();
+        for m in &maps {
+            for _ in 0..self.threads.unwrap_or(m.sessions) {
+                threads.push(m.cpu);
+            }
+        }
+        if threads.is_empty() {
+            bail!("-n 0: at least one thread is needed");
+        }
+        if self.ports == 0 {
+            bail!("-P 0: at least one port is needed");
+        }
+        if u32::from(self.base_port) + u32::from(self.ports) > 65536 {
+            bail!(
+                "-p {} -P {}: ports beyond 65535",
+                self.base_port,
+                self.ports
+            );
+        }
+        if (self.base_port..self.base_port.saturating_add(self.ports)).contains(&self.control_port)
+            && !self.no_sync
+        {
+            bail!(
+                "--control-port {} lies inside the data ports -p {} -P {}",
+                self.control_port,
+                self.base_port,
+                self.ports
+            );
+        }
+        if self.conns_per_thread == 0 {
+            bail!("-l 0: at least one connection per thread is needed");
+        }
+        for (f, v) in [
+            ("-W", self.warmup),
+            ("-t", self.duration),
+            ("-C", self.cooldown),
+        ] {
+            if !(v.is_finite() && v >= 0.0) || v > 86_400.0 {
+                bail!("{f} {v}: seconds must be between 0 and 86400");
+            }
+        }
+        if self.duration <= 0.0 {
+            bail!(
+                "-t {}: the measured window must be longer than 0 s",
+                self.duration
+            );
+        }
+        let mode = self.mode();
+        if mode != Mode::Throughput && self.conns_per_thread != 1 {
+            bail!("latency and overlap modes use one connection per thread: drop -l");
+        }
+        if self.backend == BackendKind::Flowlane {
+            bail!(
+                "--backend flowlane is not available yet: flowlane's TCP is not yet integrated into the AF_XDP data path (use --backend kernel)"
+            );
+        }
+        Ok(Plan {
+            receiver: self.receiver,
+            threads,
+            addr,
+            conns_per_thread: self.conns_per_thread,
+            overlap_us: self.overlap_us.unwrap_or(0),
+            params: Params {
+                proto: PROTO,
+                backend: self.backend.name().into(),
+                mode,
+                base_port: self.base_port,
+                ports: self.ports,
+                warmup_s: self.warmup,
+                duration_s: self.duration,
+                cooldown_s: self.cooldown,
+                msg_size: self.msg_size,
+                buffer: self.buffer,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: &[&str]) -> RunArgs {
+        let mut a = vec!["flowlane-ttcp"];
+        a.extend_from_slice(v);
+        Cli::try_parse_from(a).unwrap().run
+    }
+
+    #[test]
+    fn clap_definition_is_valid() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn mapping_forms() {
+        assert_eq!(
+            parse_mapping("4,*,10.99.0.1").unwrap(),
+            Mapping {
+                sessions: 4,
+                cpu: None,
+                addr: "10.99.0.1".parse().unwrap()
+            }
+        );
+        assert_eq!(parse_mapping("1, 3 ,::1").unwrap().cpu, Some(3));
+        for bad in [
+            "4,*",
+            "0,*,1.2.3.4",
+            "x,*,1.2.3.4",
+            "1,a,1.2.3.4",
+            "1,*,host",
+        ] {
+            assert!(parse_mapping(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("65536").unwrap(), 65536);
+        assert_eq!(parse_size("64k").unwrap(), 65536);
+        assert_eq!(parse_size("1M").unwrap(), 1 << 20);
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("lots").is_err());
+    }
+
+    #[test]
+    fn plan_threads_and_pinning() {
+        let p = args(&[
+            "-s",
+            "-m",
+            "2,0,127.0.0.1",
+            "-m",
+            "1,*,127.0.0.1",
+            "-l",
+            "8",
+        ])
+        .plan()
+        .unwrap();
+        assert_eq!(p.threads, vec![Some(0), Some(0), None]);
+        assert_eq!(p.connections(), 24);
+        let p = args(&["-s", "-m", "2,1,127.0.0.1", "-n", "3"])
+            .plan()
+            .unwrap();
+        assert_eq!(p.threads, vec![Some(1); 3]);
+        assert_eq!(p.params.mode, Mode::Throughput);
+        let p = args(&["-r", "-m", "1,*,127.0.0.1", "--overlap-us", "100"])
+            .plan()
+            .unwrap();
+        assert_eq!(p.params.mode, Mode::Overlap);
+        assert_eq!(p.overlap_us, 100);
+    }
+
+    #[test]
+    fn plan_misuse_is_one_line() {
+        let cases: &[(&[&str], &str)] = &[
+            (&["-m", "1,*,127.0.0.1"], "say -r"),
+            (&["-s"], "-m SESSIONS"),
+            (
+                &["-s", "-m", "1,*,127.0.0.1", "-m", "1,*,127.0.0.2"],
+                "same receiver address",
+            ),
+            (&["-s", "-m", "1,*,127.0.0.1", "-P", "0"], "-P 0"),
+            (&["-s", "-m", "1,*,127.0.0.1", "-t", "0"], "-t 0"),
+            (&["-s", "-m", "1,*,127.0.0.1", "-W=-1"], "-W -1"),
+            (
+                &["-s", "-m", "1,*,127.0.0.1", "--control-port", "5001"],
+                "inside the data ports",
+            ),
+            (
+                &["-s", "-m", "1,*,127.0.0.1", "--latency", "-l", "2"],
+                "one connection per thread",
+            ),
+            (
+                &["-s", "-m", "1,*,127.0.0.1", "--backend", "flowlane"],
+                "not available yet",
+            ),
+        ];
+        for (a, want) in cases {
+            let e = args(a).plan().unwrap_err().to_string();
+            assert!(e.contains(want), "{a:?}: {e}");
+            assert!(!e.contains('\n'), "{a:?}: {e}");
+        }
+        assert!(Cli::try_parse_from(["flowlane-ttcp", "-r", "-s"]).is_err());
+    }
+}

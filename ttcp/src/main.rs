@@ -1,0 +1,17 @@
+//! `flowlane-ttcp`: see the library documentation and `--help`.
+
+use clap::Parser;
+use flowlane_ttcp::cli::{Cli, Sub};
+
+fn main() {
+    let cli = Cli::parse();
+    let r = match &cli.cmd {
+        Some(Sub::Matrix(m)) => flowlane_ttcp::matrix::run(m),
+        None => flowlane_ttcp::run::run(&cli.run).map(|_| ()),
+    };
+    if let Err(e) = r {
+        let line = format!("{e:#}").replace('\n', " ");
+        eprintln!("flowlane-ttcp: error: {line}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,628 @@
+//! Readers for the `/proc` and `/sys` counters the NTttcp table needs, relative
+//! to a configurable root so that they are unit-tested on fake files.
+//!
+//! Everything here is parsing only: no clock, no sockets. A [`ProcFs`] with
+//! root `/` reads the live system; one with root `/tmp/x` reads `/tmp/x/proc/...`.
+//! `/proc/net/*` is per network namespace: read inside a namespace, the
+//! interface and TCP counters are that namespace's.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::Serialize;
+
+/// A `/proc` + `/sys` tree under `root`.
+#[derive(Debug, Clone)]
+pub struct ProcFs {
+    root: PathBuf,
+}
+
+/// Aggregate CPU time from the `cpu` line of `/proc/stat`, in USER_HZ ticks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct CpuTimes {
+    /// Normal user time.
+    pub user: u64,
+    /// Niced user time.
+    pub nice: u64,
+    /// Kernel time (not interrupts).
+    pub system: u64,
+    /// Idle time.
+    pub idle: u64,
+    /// Idle waiting for I/O.
+    pub iowait: u64,
+    /// Hard interrupt time.
+    pub irq: u64,
+    /// Softirq time (network receive processing on this machine).
+    pub softirq: u64,
+    /// Time stolen by the hypervisor.
+    pub steal: u64,
+}
+
+impl CpuTimes {
+    /// Busy ticks: everything but idle and iowait.
+    pub fn busy(&self) -> u64 {
+        self.user + self.nice + self.system + self.irq + self.softirq + self.steal
+    }
+
+    /// All ticks.
+    pub fn total(&self) -> u64 {
+        self.busy() + self.idle + self.iowait
+    }
+
+    /// Field-wise `self - earlier` (saturating: counters never go back).
+    pub fn since(&self, earlier: &CpuTimes) -> CpuTimes {
+        CpuTimes {
+            user: self.user.saturating_sub(earlier.user),
+            nice: self.nice.saturating_sub(earlier.nice),
+            system: self.system.saturating_sub(earlier.system),
+            idle: self.idle.saturating_sub(earlier.idle),
+            iowait: self.iowait.saturating_sub(earlier.iowait),
+            irq: self.irq.saturating_sub(earlier.irq),
+            softirq: self.softirq.saturating_sub(earlier.softirq),
+            steal: self.steal.saturating_sub(earlier.steal),
+        }
+    }
+}
+
+/// `/proc/stat`: the aggregate line and the number of `cpuN` lines.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stat {
+    /// The `cpu` line.
+    pub all: CpuTimes,
+    /// Number of `cpuN` lines (online CPUs).
+    pub ncpus: u32,
+}
+
+/// One interface's counters from `/proc/net/dev`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct IfCounters {
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Packets received.
+    pub rx_packets: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Packets sent.
+    pub tx_packets: u64,
+}
+
+/// TCP counters from the `Tcp:` lines of `/proc/net/snmp` (network namespace wide).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TcpSnmp {
+    /// Segments received.
+    pub in_segs: u64,
+    /// Segments sent (retransmissions excluded).
+    pub out_segs: u64,
+    /// Segments retransmitted.
+    pub retrans_segs: u64,
+}
+
+/// CPU time of a process from `/proc/<pid>/stat`, in USER_HZ ticks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ProcCpu {
+    /// `utime` (field 14).
+    pub utime: u64,
+    /// `stime` (field 15).
+    pub stime: u64,
+    /// `num_threads` (field 20).
+    pub threads: u64,
+}
+
+/// The TSC rate and where it came from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TscRate {
+    /// Ticks per second.
+    pub hz: f64,
+    /// Which file and field gave it.
+    pub source: String,
+}
+
+/// Where the interrupt count of an interface comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IrqSource {
+    /// The device's lines in `/proc/interrupts` (a NIC with a PCI/platform device).
+    DeviceIrqs,
+    /// `NET_RX` softirqs of all CPUs from `/proc/softirqs` (veth, loopback: no hardware IRQ).
+    NetRxSoftirqs,
+}
+
+impl ProcFs {
+    /// The tree under `root` (`/` for the live system).
+    pub fn new(root: impl Into<PathBuf>) -> ProcFs {
+        ProcFs { root: root.into() }
+    }
+
+    /// The live system.
+    pub fn system() -> ProcFs {
+        ProcFs::new("/")
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.root.join(rel.trim_start_matches('/'))
+    }
+
+    fn read(&self, rel: &str) -> Result<String> {
+        let p = self.path(rel);
+        std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))
+    }
+
+    /// `/proc/stat`.
+    pub fn stat(&self) -> Result<Stat> {
+        parse_stat(&self.read("proc/stat")?)
+    }
+
+    /// Sum over all CPUs of the `NET_RX` row of `/proc/softirqs`.
+    pub fn net_rx_softirqs(&self) -> Result<u64> {
+        parse_softirq_row(&self.read("proc/softirqs")?, "NET_RX")
+    }
+
+    /// Sum over all CPUs of the `/proc/interrupts` lines whose description names `dev`
+    /// (e.g. `eth0-TxRx-3`, `mlx5_comp2@pci:...` when `dev` is the PCI name).
+    pub fn device_interrupts(&self, dev: &str) -> Result<u64> {
+        parse_interrupts_for(&self.read("proc/interrupts")?, dev)
+    }
+
+    /// `iface`'s counters from `/proc/net/dev`.
+    pub fn if_counters(&self, iface: &str) -> Result<IfCounters> {
+        parse_net_dev(&self.read("proc/net/dev")?, iface)
+    }
+
+    /// `/proc/net/snmp` TCP counters.
+    pub fn tcp_snmp(&self) -> Result<TcpSnmp> {
+        parse_snmp_tcp(&self.read("proc/net/snmp")?)
+    }
+
+    /// `/proc/self/stat` CPU fields.
+    pub fn self_cpu(&self) -> Result<ProcCpu> {
+        parse_pid_stat(&self.read("proc/self/stat")?)
+    }
+
+    /// Whether `iface` is backed by a device (`/sys/class/net/<if>/device` exists):
+    /// real NICs are, veth and loopback are not.
+    pub fn has_device(&self, iface: &str) -> bool {
+        self.path(&format!("sys/class/net/{iface}/device")).exists()
+    }
+
+    /// The interrupt source to count for `iface`.
+    pub fn irq_source(&self, iface: &str) -> IrqSource {
+        if self.has_device(iface) {
+            IrqSource::DeviceIrqs
+        } else {
+            IrqSource::NetRxSoftirqs
+        }
+    }
+
+    /// The interrupt counter for `iface` under `src`.
+    pub fn interrupts(&self, iface: &str, src: IrqSource) -> Result<u64> {
+        match src {
+            IrqSource::NetRxSoftirqs => self.net_rx_softirqs(),
+            IrqSource::DeviceIrqs => {
+                // Drivers name their vectors after the interface or the PCI device.
+                let by_if = self.device_interrupts(iface)?;
+                if by_if > 0 {
+                    return Ok(by_if);
+                }
+                let dev = std::fs::read_link(self.path(&format!("sys/class/net/{iface}/device")))
+                    .ok()
+                    .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+                match dev {
+                    Some(d) => self.device_interrupts(&d),
+                    None => Ok(0),
+                }
+            }
+        }
+    }
+
+    /// The TSC rate: the kernel's `tsc_khz` where a file exposes it
+    /// (`/sys/devices/system/cpu/cpu0/tsc_freq_khz`, present on some kernels),
+    /// else `cpu MHz` of `/proc/cpuinfo` when the flags say the TSC is constant
+    /// (`constant_tsc`; with `tsc_known_freq` the hypervisor told the kernel the rate).
+    pub fn tsc_rate(&self) -> Result<TscRate> {
+        let khz_file = "sys/devices/system/cpu/cpu0/tsc_freq_khz";
+        if let Ok(s) = self.read(khz_file) {
+            if let Ok(khz) = s.trim().parse::<f64>() {
+                if khz > 0.0 {
+                    return Ok(TscRate {
+                        hz: khz * 1e3,
+                        source: format!("/{khz_file} (kernel tsc_khz)"),
+                    });
+                }
+            }
+        }
+        parse_cpuinfo_tsc(&self.read("proc/cpuinfo")?)
+    }
+
+    /// The root of this tree.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+fn num(s: &str, what: &str) -> Result<u64> {
+    s.parse::<u64>()
+        .map_err(|_| anyhow!("{what}: {s:?} is not a number"))
+}
+
+/// Parses `/proc/stat`.
+pub fn parse_stat(text: &str) -> Result<Stat> {
+    let mut all = None;
+    let mut ncpus = 0;
+    for line in text.lines() {
+        let mut it = line.split_whitespace();
+        let Some(key) = it.next() else { continue };
+        if key == "cpu" {
+            let v: Vec<u64> = it
+                .map(|f| num(f, "/proc/stat cpu"))
+                .collect::<Result<_>>()?;
+            if v.len() < 4 {
+                bail!(
+                    "/proc/stat: cpu line has {} fields, need at least 4",
+                    v.len()
+                );
+            }
+            let g = |i: usize| v.get(i).copied().unwrap_or(0);
+            all = Some(CpuTimes {
+                user: g(0),
+                nice: g(1),
+                system: g(2),
+                idle: g(3),
+                iowait: g(4),
+                irq: g(5),
+                softirq: g(6),
+                steal: g(7),
+            });
+        } else if key.starts_with("cpu") && key[3..].bytes().all(|b| b.is_ascii_digit()) {
+            ncpus += 1;
+        }
+    }
+    Ok(Stat {
+        all: all.ok_or_else(|| anyhow!("/proc/stat: no aggregate cpu line"))?,
+        ncpus,
+    })
+}
+
+/// Sums one row (e.g. `NET_RX`) of `/proc/softirqs` over all CPUs.
+pub fn parse_softirq_row(text: &str, row: &str) -> Result<u64> {
+    for line in text.lines() {
+        let mut it = line.split_whitespace();
+        if it.next().map(|k| k.trim_end_matches(':')) == Some(row) {
+            return it.map(|f| num(f, "/proc/softirqs")).sum();
+        }
+    }
+    bail!("/proc/softirqs: no {row} row")
+}
+
+/// Sums the per-CPU counts of the `/proc/interrupts` lines whose description
+/// (the text after the counts) contains `dev`.
+pub fn parse_interrupts_for(text: &str, dev: &str) -> Result<u64> {
+    let mut lines = text.lines();
+    let ncpu = lines
+        .next()
+        .ok_or_else(|| anyhow!("/proc/interrupts is empty"))?
+        .split_whitespace()
+        .filter(|w| w.starts_with("CPU"))
+        .count();
+    let mut sum = 0;
+    for line in lines {
+        let Some((_, rest)) = line.split_once(':') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.len() <= ncpu {
+            continue; // ERR:, MIS: and friends have one count and no description
+        }
+        let desc = fields[ncpu..].join(" ");
+        if desc
+            .split(|c: char| c.is_whitespace())
+            .any(|w| w.contains(dev))
+        {
+            for f in &fields[..ncpu] {
+                sum += num(f, "/proc/interrupts")?;
+            }
+        }
+    }
+    Ok(sum)
+}
+
+/// Parses one interface's line of `/proc/net/dev`.
+pub fn parse_net_dev(text: &str, iface: &str) -> Result<IfCounters> {
+    for line in text.lines().skip(2) {
+        let Some((name, rest)) = line.split_once(':') else {
+            continue;
+        };
+        if name.trim() != iface {
+            continue;
+        }
+        let v: Vec<u64> = rest
+            .split_whitespace()
+            .map(|f| num(f, "/proc/net/dev"))
+            .collect::<Result<_>>()?;
+        if v.len() < 16 {
+            bail!("/proc/net/dev: {iface} has {} fields, need 16", v.len());
+        }
+        return Ok(IfCounters {
+            rx_bytes: v[0],
+            rx_packets: v[1],
+            tx_bytes: v[8],
+            tx_packets: v[9],
+        });
+    }
+    bail!("/proc/net/dev: no interface {iface} in this network namespace")
+}
+
+/// Parses the `Tcp:` header/value line pair of `/proc/net/snmp`.
+pub fn parse_snmp_tcp(text: &str) -> Result<TcpSnmp> {
+    let mut tcp = text.lines().filter(|l| l.starts_with("Tcp:"));
+    let (Some(head), Some(vals)) = (tcp.next(), tcp.next()) else {
+        bail!("/proc/net/snmp: no Tcp: lines");
+    };
+    let get = |name: &str| -> Result<u64> {
+        let i = head
+            .split_whitespace()
+            .position(|h| h == name)
+            .ok_or_else(|| anyhow!("/proc/net/snmp: no Tcp {name}"))?;
+        let v = vals
+            .split_whitespace()
+            .nth(i)
+            .ok_or_else(|| anyhow!("/proc/net/snmp: Tcp {name} has no value"))?;
+        num(v, "/proc/net/snmp")
+    };
+    Ok(TcpSnmp {
+        in_segs: get("InSegs")?,
+        out_segs: get("OutSegs")?,
+        retrans_segs: get("RetransSegs")?,
+    })
+}
+
+/// Parses `/proc/<pid>/stat` (the command name may contain spaces and parentheses:
+/// fields are counted after the last `)`).
+pub fn parse_pid_stat(text: &str) -> Result<ProcCpu> {
+    let close = text
+        .rfind(')')
+        .ok_or_else(|| anyhow!("/proc/self/stat: no ')' after the command name"))?;
+    // After ")": field 3 (state) is index 0, so field n is index n - 3.
+    let f: Vec<&str> = text[close + 1..].split_whitespace().collect();
+    let get = |n: usize| -> Result<u64> {
+        num(
+            f.get(n - 3)
+                .ok_or_else(|| anyhow!("/proc/self/stat: no field {n}"))?,
+            "/proc/self/stat",
+        )
+    };
+    Ok(ProcCpu {
+        utime: get(14)?,
+        stime: get(15)?,
+        threads: get(20)?,
+    })
+}
+
+/// The TSC rate from `/proc/cpuinfo`: `cpu MHz` of the first processor, accepted
+/// only when its flags include `tsc` and `constant_tsc`.
+pub fn parse_cpuinfo_tsc(text: &str) -> Result<TscRate> {
+    let mut mhz = None;
+    let mut flags: Option<Vec<&str>> = None;
+    for line in text.lines() {
+        let Some((k, v)) = line.split_once(':') else {
+            continue;
+        };
+        match k.trim() {
+            "cpu MHz" if mhz.is_none() => mhz = v.trim().parse::<f64>().ok(),
+            "flags" if flags.is_none() => flags = Some(v.split_whitespace().collect()),
+            _ => {}
+        }
+        if mhz.is_some() && flags.is_some() {
+            break;
+        }
+    }
+    let flags = flags.ok_or_else(|| anyhow!("/proc/cpuinfo: no flags line"))?;
+    let has = |f: &str| flags.contains(&f);
+    if !has("tsc") {
+        bail!("/proc/cpuinfo: no tsc flag, cycles/byte unavailable");
+    }
+    if !has("constant_tsc") {
+        bail!("/proc/cpuinfo: TSC not constant (no constant_tsc), cpu MHz is not its rate");
+    }
+    let mhz = mhz.ok_or_else(|| anyhow!("/proc/cpuinfo: no cpu MHz"))?;
+    let known = if has("tsc_known_freq") {
+        ", tsc_known_freq"
+    } else {
+        ""
+    };
+    Ok(TscRate {
+        hz: mhz * 1e6,
+        source: format!("/proc/cpuinfo cpu MHz (constant_tsc{known})"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STAT: &str = "cpu  100 5 50 800 10 3 20 2 0 0\n\
+cpu0 50 2 25 400 5 1 10 1 0 0\n\
+cpu1 50 3 25 400 5 2 10 1 0 0\n\
+intr 12345 0 0\nctxt 999\nbtime 1\n";
+
+    const SOFTIRQS: &str = "                    CPU0       CPU1       \n\
+          HI:          0          0\n\
+       TIMER:      72725      52869\n\
+      NET_TX:         80         95\n\
+      NET_RX:      16197     176918\n\
+       BLOCK:       1000       2000\n";
+
+    const INTERRUPTS: &str = "           CPU0       CPU1       \n\
+  0:         33          0   IO-APIC   2-edge      timer\n\
+ 24:       1000        200   PCI-MSI 65536-edge      eth0-TxRx-0\n\
+ 25:         10       3000   PCI-MSI 65537-edge      eth0-TxRx-1\n\
+ 26:          5          5   PCI-MSI 65538-edge      eth1-TxRx-0\n\
+ 27:          7          0   PCI-MSI 65539-edge      mlx5_comp0@pci:0000:3b:00.0\n\
+NMI:          0          0   Non-maskable interrupts\n\
+ERR:          0\n\
+MIS:          0\n";
+
+    const NETDEV: &str = "Inter-|   Receive                                                |  Transmit\n \
+face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    \
+lo:    3193      29    0    0    0     0          0         0     3193      29    0    0    0     0       0          0\n  \
+xsk0: 9000000 6000 0 0 0 0 0 0 120000 2000 0 0 0 0 0 0\n";
+
+    const SNMP: &str = "Ip: Forwarding DefaultTTL\nIp: 2 64\n\
+Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets CurrEstab InSegs OutSegs RetransSegs InErrs OutRsts InCsumErrors\n\
+Tcp: 1 200 120000 -1 77 2 0 62 0 15364 14566 42 0 64 0\n\
+Udp: InDatagrams\nUdp: 5\n";
+
+    #[test]
+    fn stat_aggregate_and_cpus() {
+        let s = parse_stat(STAT).unwrap();
+        assert_eq!(s.ncpus, 2);
+        assert_eq!(s.all.user, 100);
+        assert_eq!(s.all.softirq, 20);
+        assert_eq!(s.all.steal, 2);
+        assert_eq!(s.all.busy(), 100 + 5 + 50 + 3 + 20 + 2);
+        assert_eq!(s.all.total(), s.all.busy() + 800 + 10);
+        let later = CpuTimes { user: 150, ..s.all };
+        assert_eq!(later.since(&s.all).user, 50);
+        assert_eq!(later.since(&s.all).idle, 0);
+    }
+
+    #[test]
+    fn stat_rejects_garbage() {
+        assert!(parse_stat("intr 1\n").is_err());
+        assert!(parse_stat("cpu 1 x 3 4\n").is_err());
+        // Old kernels: only 4 fields.
+        assert_eq!(parse_stat("cpu 1 2 3 4\n").unwrap().all.idle, 4);
+    }
+
+    #[test]
+    fn softirq_net_rx() {
+        assert_eq!(
+            parse_softirq_row(SOFTIRQS, "NET_RX").unwrap(),
+            16197 + 176918
+        );
+        assert!(parse_softirq_row(SOFTIRQS, "NOPE").is_err());
+    }
+
+    #[test]
+    fn interrupts_by_device_name() {
+        assert_eq!(parse_interrupts_for(INTERRUPTS, "eth0").unwrap(), 4210);
+        assert_eq!(parse_interrupts_for(INTERRUPTS, "eth1").unwrap(), 10);
+        assert_eq!(parse_interrupts_for(INTERRUPTS, "0000:3b:00.0").unwrap(), 7);
+        assert_eq!(parse_interrupts_for(INTERRUPTS, "eth9").unwrap(), 0);
+    }
+
+    #[test]
+    fn net_dev_line() {
+        let c = parse_net_dev(NETDEV, "xsk0").unwrap();
+        assert_eq!(
+            c,
+            IfCounters {
+                rx_bytes: 9_000_000,
+                rx_packets: 6000,
+                tx_bytes: 120_000,
+                tx_packets: 2000
+            }
+        );
+        assert_eq!(parse_net_dev(NETDEV, "lo").unwrap().tx_packets, 29);
+        let e = parse_net_dev(NETDEV, "eth0").unwrap_err().to_string();
+        assert!(e.contains("no interface eth0"), "{e}");
+    }
+
+    #[test]
+    fn snmp_tcp() {
+        let t = parse_snmp_tcp(SNMP).unwrap();
+        assert_eq!(t.retrans_segs, 42);
+        assert_eq!(t.in_segs, 15364);
+        assert_eq!(t.out_segs, 14566);
+        assert!(parse_snmp_tcp("Ip: a\nIp: 1\n").is_err());
+    }
+
+    #[test]
+    fn pid_stat_with_odd_command_name() {
+        let s = "3449 (my (odd) cmd) R 3433 3433 30520 0 -1 4194304 103 0 0 0 77 12 0 0 20 0 5 0 278538 3133440 383";
+        let c = parse_pid_stat(s).unwrap();
+        assert_eq!((c.utime, c.stime, c.threads), (77, 12, 5));
+    }
+
+    #[test]
+    fn tsc_from_cpuinfo() {
+        let ci = "processor\t: 0\ncpu MHz\t\t: 2000.000\nflags\t\t: fpu tsc constant_tsc tsc_known_freq\n\
+processor\t: 1\ncpu MHz\t\t: 1999.000\nflags\t\t: fpu tsc constant_tsc\n";
+        let t = parse_cpuinfo_tsc(ci).unwrap();
+        assert_eq!(t.hz, 2e9);
+        assert!(t.source.contains("tsc_known_freq"), "{}", t.source);
+        let e = parse_cpuinfo_tsc("cpu MHz : 1000\nflags : fpu tsc\n").unwrap_err();
+        assert!(e.to_string().contains("constant_tsc"));
+        assert!(parse_cpuinfo_tsc("cpu MHz : 1000\nflags : fpu\n").is_err());
+    }
+
+    fn fake_root(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("ttcp-procfs-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        for sub in [
+            "proc/net",
+            "proc/self",
+            "sys/class/net/eth0",
+            "sys/class/net/veth0",
+        ] {
+            std::fs::create_dir_all(d.join(sub)).unwrap();
+        }
+        std::fs::write(d.join("proc/stat"), STAT).unwrap();
+        std::fs::write(d.join("proc/softirqs"), SOFTIRQS).unwrap();
+        std::fs::write(d.join("proc/interrupts"), INTERRUPTS).unwrap();
+        std::fs::write(d.join("proc/net/dev"), NETDEV).unwrap();
+        std::fs::write(d.join("proc/net/snmp"), SNMP).unwrap();
+        std::fs::write(
+            d.join("proc/self/stat"),
+            "1 (ttcp) S 0 0 0 0 -1 0 0 0 0 0 300 40 0 0 20 0 3 0",
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("proc/cpuinfo"),
+            "cpu MHz : 2100.5\nflags : tsc constant_tsc\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(d.join("sys/class/net/eth0/device")).unwrap();
+        d
+    }
+
+    #[test]
+    fn fake_root_end_to_end() {
+        let root = fake_root("e2e");
+        let p = ProcFs::new(&root);
+        assert_eq!(p.stat().unwrap().ncpus, 2);
+        assert_eq!(p.net_rx_softirqs().unwrap(), 193115);
+        assert_eq!(p.if_counters("xsk0").unwrap().rx_packets, 6000);
+        assert_eq!(p.tcp_snmp().unwrap().retrans_segs, 42);
+        assert_eq!(p.self_cpu().unwrap().utime, 300);
+        assert_eq!(p.irq_source("eth0"), IrqSource::DeviceIrqs);
+        assert_eq!(p.irq_source("veth0"), IrqSource::NetRxSoftirqs);
+        assert_eq!(p.interrupts("eth0", IrqSource::DeviceIrqs).unwrap(), 4210);
+        assert_eq!(
+            p.interrupts("veth0", IrqSource::NetRxSoftirqs).unwrap(),
+            193115
+        );
+        let t = p.tsc_rate().unwrap();
+        assert_eq!(t.hz, 2100.5e6);
+        // The kernel's tsc_khz, where exposed, wins over cpuinfo.
+        std::fs::create_dir_all(root.join("sys/devices/system/cpu/cpu0")).unwrap();
+        std::fs::write(
+            root.join("sys/devices/system/cpu/cpu0/tsc_freq_khz"),
+            "2095000\n",
+        )
+        .unwrap();
+        let t = p.tsc_rate().unwrap();
+        assert_eq!(t.hz, 2.095e9);
+        assert!(t.source.contains("tsc_khz"));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn live_system_parses() {
+        let p = ProcFs::system();
+        assert!(p.stat().unwrap().ncpus >= 1);
+        p.net_rx_softirqs().unwrap();
+        p.if_counters("lo").unwrap();
+        p.tcp_snmp().unwrap();
+        p.self_cpu().unwrap();
+    }
+}

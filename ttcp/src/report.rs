@@ -1,0 +1,803 @@
+//! The NTttcp table: snapshots of the counters at the edges of the measured
+//! window, and the figures computed from their differences.
+//!
+//! Definitions (all over the measured window only):
+//! - throughput: payload bytes counted by this side / window; KB = 1000 bytes,
+//!   Mbit = 10^6 bits (NTttcp's Table 1 uses these: 16,475.553 KB/s = 131.804 Mbit/s).
+//! - average frame size: payload bytes / packets in the data direction on the
+//!   interface (received for the receiver, sent for the sender), as in Table 1.
+//! - interrupts: `NET_RX` softirqs of all CPUs (veth, loopback) or the device's
+//!   `/proc/interrupts` lines (real NICs); packets per interrupt = received packets
+//!   / interrupts.
+//! - cycles/byte: CPU time × TSC rate / payload bytes. *System*: busy time of all
+//!   CPUs from `/proc/stat` (both ends, when they share the machine); *process*:
+//!   this process's user + system time from `getrusage`.
+//! - % of one CPU per Gbit/s: CPU-seconds per second × 100 / Gbit/s.
+//! - TCP retransmits: `RetransSegs` of `/proc/net/snmp`, which counts the whole
+//!   network namespace (per-process retransmits would need `TCP_INFO`, not read here).
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::procfs::{CpuTimes, IfCounters, IrqSource, ProcCpu, ProcFs, TcpSnmp, TscRate};
+use crate::sync::Params;
+
+/// Process CPU time from `getrusage(RUSAGE_SELF)`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Rusage {
+    /// User time.
+    pub user: Duration,
+    /// System time.
+    pub system: Duration,
+}
+
+impl Rusage {
+    /// This process now.
+    pub fn now() -> Result<Rusage> {
+        let r = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)?;
+        let d = |t: nix::sys::time::TimeVal| {
+            Duration::from_secs(t.tv_sec() as u64) + Duration::from_micros(t.tv_usec() as u64)
+        };
+        Ok(Rusage {
+            user: d(r.user_time()),
+            system: d(r.system_time()),
+        })
+    }
+}
+
+/// All counters at one instant.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// When (taken just before the reads).
+    pub at: Instant,
+    /// `/proc/stat` aggregate.
+    pub cpu: CpuTimes,
+    /// Online CPUs.
+    pub ncpus: u32,
+    /// Interrupt counter of the interface's source.
+    pub interrupts: u64,
+    /// Interface counters.
+    pub ifc: IfCounters,
+    /// TCP counters (network namespace).
+    pub tcp: TcpSnmp,
+    /// `/proc/self/stat`.
+    pub proc_stat: ProcCpu,
+    /// `getrusage`.
+    pub rusage: Rusage,
+}
+
+/// The interface and the interrupt source a run reports on.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    /// The counters' tree.
+    pub fs: ProcFs,
+    /// Interface carrying the traffic.
+    pub iface: String,
+    /// Where its interrupts are counted.
+    pub irq: IrqSource,
+}
+
+impl Probe {
+    /// Reads every counter now.
+    pub fn snapshot(&self) -> Result<Snapshot> {
+        let at = Instant::now();
+        let rusage = Rusage::now()?;
+        let stat = self.fs.stat()?;
+        Ok(Snapshot {
+            at,
+            cpu: stat.all,
+            ncpus: stat.ncpus,
+            interrupts: self.fs.interrupts(&self.iface, self.irq)?,
+            ifc: self.fs.if_counters(&self.iface)?,
+            tcp: self.fs.tcp_snmp()?,
+            proc_stat: self.fs.self_cpu()?,
+            rusage,
+        })
+    }
+}
+
+/// System-wide CPU split over the window, percent of all CPUs.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CpuSystem {
+    /// Online CPUs.
+    pub ncpus: u32,
+    /// user + nice.
+    pub user_pct: f64,
+    /// system.
+    pub system_pct: f64,
+    /// hard irq.
+    pub irq_pct: f64,
+    /// softirq.
+    pub softirq_pct: f64,
+    /// steal.
+    pub steal_pct: f64,
+    /// idle + iowait.
+    pub idle_pct: f64,
+    /// 100 - idle.
+    pub busy_pct: f64,
+    /// Busy CPU-seconds per second (1.0 = one whole CPU).
+    pub busy_cpus: f64,
+}
+
+/// This process's CPU over the window.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CpuProcess {
+    /// User seconds (getrusage).
+    pub user_s: f64,
+    /// System seconds (getrusage).
+    pub system_s: f64,
+    /// (user + system) / window × 100.
+    pub pct_of_one_cpu: f64,
+    /// utime ticks from /proc/self/stat (cross-check, USER_HZ resolution).
+    pub stat_utime_ticks: u64,
+    /// stime ticks from /proc/self/stat.
+    pub stat_stime_ticks: u64,
+}
+
+/// Raw differences, so that every derived figure can be recomputed.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Raw {
+    /// USER_HZ (ticks per second of /proc/stat).
+    pub user_hz: u64,
+    /// `/proc/stat` cpu-line difference.
+    pub stat: CpuTimes,
+    /// Interface counter difference.
+    pub ifc: IfCounters,
+    /// `/proc/net/snmp` difference.
+    pub tcp: TcpSnmp,
+}
+
+/// Latency-mode figures (microseconds).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Latency {
+    /// Message size.
+    pub msg_size: usize,
+    /// Round trips in the window.
+    pub round_trips: u64,
+    /// Round trips per second.
+    pub round_trips_per_s: f64,
+    /// Mean round-trip time.
+    pub rtt_mean_us: f64,
+    /// Percentiles of the round-trip time.
+    pub rtt_p50_us: f64,
+    /// p90.
+    pub rtt_p90_us: f64,
+    /// p99.
+    pub rtt_p99_us: f64,
+    /// p99.9.
+    pub rtt_p999_us: f64,
+    /// Maximum.
+    pub rtt_max_us: f64,
+    /// One-way latency as the RDMA paper reports it: mean RTT / 2.
+    pub one_way_mean_us: f64,
+}
+
+/// Overlap-mode figures (the RDMA paper's overlap test, Fig. 4a).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Overlap {
+    /// Requested computation per iteration.
+    pub compute_target_us: u64,
+    /// Measured computation per iteration.
+    pub compute_mean_us: f64,
+    /// Send start to complete reply, per iteration.
+    pub total_mean_us: f64,
+    /// computation / total: 1 = communication fully hidden behind computation.
+    pub overlap_ratio: f64,
+    /// Waiting for the reply after the computation, per iteration.
+    pub wait_after_compute_mean_us: f64,
+    /// Iterations whose whole reply had arrived when the computation ended (%).
+    pub reply_complete_at_compute_end_pct: f64,
+}
+
+/// Bytes by phase.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PhaseBytes {
+    /// Before t0.
+    pub pre: u64,
+    /// Warm-up.
+    pub warmup: u64,
+    /// Measured window (the only ones in the figures).
+    pub measured: u64,
+    /// Cool-down.
+    pub cooldown: u64,
+    /// After the cool-down.
+    pub post: u64,
+}
+
+/// One side's report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// "flowlane-ttcp".
+    pub tool: &'static str,
+    /// "receiver" or "sender".
+    pub role: &'static str,
+    /// Agreed parameters.
+    pub params: Params,
+    /// Threads (event loops).
+    pub threads: usize,
+    /// CPU of each thread (`null`: not pinned).
+    pub thread_cpus: Vec<Option<usize>>,
+    /// Data connections.
+    pub connections: usize,
+    /// Receiver address.
+    pub address: String,
+    /// Interface whose counters are reported.
+    pub iface: String,
+    /// Measured window by this side's clock (seconds).
+    pub window_s: f64,
+    /// Payload bytes by phase.
+    pub bytes: PhaseBytes,
+    /// KB/s (1000 bytes).
+    pub throughput_kbyte_s: f64,
+    /// Mbit/s (10^6 bits).
+    pub throughput_mbit_s: f64,
+    /// Payload bytes per packet in the data direction.
+    pub avg_frame_size: f64,
+    /// Packets sent on the interface.
+    pub packets_sent: u64,
+    /// Packets received on the interface.
+    pub packets_received: u64,
+    /// Where interrupts were counted.
+    pub interrupt_source: IrqSource,
+    /// Interrupts in the window.
+    pub interrupts: u64,
+    /// Interrupts per second.
+    pub interrupts_per_s: f64,
+    /// Received packets per interrupt.
+    pub packets_per_interrupt: f64,
+    /// TSC rate used for cycles.
+    pub tsc_hz: Option<f64>,
+    /// Where the TSC rate came from (or why it is missing).
+    pub tsc_source: String,
+    /// System-wide busy cycles per payload byte.
+    pub cycles_per_byte_system: Option<f64>,
+    /// This process's cycles per payload byte.
+    pub cycles_per_byte_process: Option<f64>,
+    /// System-wide CPU split.
+    pub cpu_system: CpuSystem,
+    /// This process's CPU.
+    pub cpu_process: CpuProcess,
+    /// System busy CPUs × 100 / Gbit/s.
+    pub pct_one_cpu_per_gbit_system: f64,
+    /// Process CPU × 100 / Gbit/s.
+    pub pct_one_cpu_per_gbit_process: f64,
+    /// `RetransSegs` in the window, network-namespace wide.
+    pub tcp_retrans_segs_netns: u64,
+    /// `OutSegs` in the window, network-namespace wide.
+    pub tcp_out_segs_netns: u64,
+    /// Raw differences.
+    pub raw: Raw,
+    /// Latency mode.
+    pub latency: Option<Latency>,
+    /// Overlap mode.
+    pub overlap: Option<Overlap>,
+    /// The other side's report, when synced.
+    pub peer: Option<serde_json::Value>,
+}
+
+/// Everything [`build`] needs.
+pub struct Inputs<'a> {
+    /// "receiver"/"sender".
+    pub role: &'static str,
+    /// Parameters.
+    pub params: &'a Params,
+    /// Thread pinning.
+    pub thread_cpus: Vec<Option<usize>>,
+    /// Connections.
+    pub connections: usize,
+    /// Receiver address.
+    pub address: String,
+    /// Probe used.
+    pub iface: String,
+    /// Interrupt source.
+    pub irq: IrqSource,
+    /// Window start and end.
+    pub start: &'a Snapshot,
+    /// End.
+    pub end: &'a Snapshot,
+    /// Bytes by phase.
+    pub bytes: [u64; 5],
+    /// TSC.
+    pub tsc: std::result::Result<TscRate, String>,
+    /// USER_HZ.
+    pub user_hz: u64,
+    /// Latency figures (already computed).
+    pub latency: Option<Latency>,
+    /// Overlap figures.
+    pub overlap: Option<Overlap>,
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        0.0
+    }
+}
+
+/// Computes the table from two snapshots.
+pub fn build(i: Inputs<'_>) -> Report {
+    let (a, b) = (i.start, i.end);
+    let window = (b.at - a.at).as_secs_f64();
+    let bytes = i.bytes[2];
+    let d_cpu = b.cpu.since(&a.cpu);
+    let d_if = IfCounters {
+        rx_bytes: b.ifc.rx_bytes.saturating_sub(a.ifc.rx_bytes),
+        rx_packets: b.ifc.rx_packets.saturating_sub(a.ifc.rx_packets),
+        tx_bytes: b.ifc.tx_bytes.saturating_sub(a.ifc.tx_bytes),
+        tx_packets: b.ifc.tx_packets.saturating_sub(a.ifc.tx_packets),
+    };
+    let d_tcp = TcpSnmp {
+        in_segs: b.tcp.in_segs.saturating_sub(a.tcp.in_segs),
+        out_segs: b.tcp.out_segs.saturating_sub(a.tcp.out_segs),
+        retrans_segs: b.tcp.retrans_segs.saturating_sub(a.tcp.retrans_segs),
+    };
+    let irqs = b.interrupts.saturating_sub(a.interrupts);
+    let total = d_cpu.total() as f64;
+    let pct = |t: u64| ratio(t as f64 * 100.0, total);
+    let busy_s = d_cpu.busy() as f64 / i.user_hz as f64;
+    let cpu_system = CpuSystem {
+        ncpus: b.ncpus,
+        user_pct: pct(d_cpu.user + d_cpu.nice),
+        system_pct: pct(d_cpu.system),
+        irq_pct: pct(d_cpu.irq),
+        softirq_pct: pct(d_cpu.softirq),
+        steal_pct: pct(d_cpu.steal),
+        idle_pct: pct(d_cpu.idle + d_cpu.iowait),
+        busy_pct: pct(d_cpu.busy()),
+        busy_cpus: ratio(busy_s, window),
+    };
+    let pu = (b.rusage.user.saturating_sub(a.rusage.user)).as_secs_f64();
+    let ps = (b.rusage.system.saturating_sub(a.rusage.system)).as_secs_f64();
+    let cpu_process = CpuProcess {
+        user_s: pu,
+        system_s: ps,
+        pct_of_one_cpu: ratio((pu + ps) * 100.0, window),
+        stat_utime_ticks: b.proc_stat.utime.saturating_sub(a.proc_stat.utime),
+        stat_stime_ticks: b.proc_stat.stime.saturating_sub(a.proc_stat.stime),
+    };
+    let gbit = ratio(bytes as f64 * 8.0, window) / 1e9;
+    let receiver = i.role == "receiver";
+    let data_packets = if receiver {
+        d_if.rx_packets
+    } else {
+        d_if.tx_packets
+    };
+    let (tsc_hz, tsc_source) = match &i.tsc {
+        Ok(t) => (Some(t.hz), t.source.clone()),
+        Err(e) => (None, e.clone()),
+    };
+    let cpb = |secs: f64| {
+        tsc_hz
+            .filter(|_| bytes > 0)
+            .map(|hz| secs * hz / bytes as f64)
+    };
+    Report {
+        tool: "flowlane-ttcp",
+        role: i.role,
+        params: i.params.clone(),
+        threads: i.thread_cpus.len(),
+        thread_cpus: i.thread_cpus,
+        connections: i.connections,
+        address: i.address,
+        iface: i.iface,
+        window_s: window,
+        bytes: PhaseBytes {
+            pre: i.bytes[0],
+            warmup: i.bytes[1],
+            measured: i.bytes[2],
+            cooldown: i.bytes[3],
+            post: i.bytes[4],
+        },
+        throughput_kbyte_s: ratio(bytes as f64, window) / 1e3,
+        throughput_mbit_s: ratio(bytes as f64 * 8.0, window) / 1e6,
+        avg_frame_size: ratio(bytes as f64, data_packets as f64),
+        packets_sent: d_if.tx_packets,
+        packets_received: d_if.rx_packets,
+        interrupt_source: i.irq,
+        interrupts: irqs,
+        interrupts_per_s: ratio(irqs as f64, window),
+        packets_per_interrupt: ratio(d_if.rx_packets as f64, irqs as f64),
+        tsc_hz,
+        tsc_source,
+        cycles_per_byte_system: cpb(busy_s),
+        cycles_per_byte_process: cpb(pu + ps),
+        pct_one_cpu_per_gbit_system: ratio(cpu_system.busy_cpus * 100.0, gbit),
+        pct_one_cpu_per_gbit_process: ratio(cpu_process.pct_of_one_cpu, gbit),
+        cpu_system,
+        cpu_process,
+        tcp_retrans_segs_netns: d_tcp.retrans_segs,
+        tcp_out_segs_netns: d_tcp.out_segs,
+        raw: Raw {
+            user_hz: i.user_hz,
+            stat: d_cpu,
+            ifc: d_if,
+            tcp: d_tcp,
+        },
+        latency: i.latency,
+        overlap: i.overlap,
+        peer: None,
+    }
+}
+
+fn group(v: f64, decimals: usize) -> String {
+    let s = format!("{:.*}", decimals, v.abs());
+    let (int, frac) = s.split_once('.').unwrap_or((&s, ""));
+    let mut out = String::new();
+    for (k, c) in int.chars().enumerate() {
+        if k > 0 && (int.len() - k) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if !frac.is_empty() {
+        out.push('.');
+        out.push_str(frac);
+    }
+    if v < 0.0 {
+        format!("-{out}")
+    } else {
+        out
+    }
+}
+
+fn opt(v: Option<f64>, d: usize) -> String {
+    v.map(|x| group(x, d)).unwrap_or_else(|| "n/a".into())
+}
+
+impl Report {
+    /// The NTttcp-style text table.
+    pub fn text(&self) -> String {
+        let p = &self.params;
+        let mut o = String::new();
+        let mut row = |k: &str, v: String| o.push_str(&format!("{k:<42} {v}\n"));
+        row(
+            &format!("flowlane-ttcp {} ({} backend)", self.role, p.backend),
+            format!(
+                "{} → {}, {} thread(s), {} connection(s), -W {} -t {} -C {}",
+                self.iface,
+                self.address,
+                self.threads,
+                self.connections,
+                p.warmup_s,
+                p.duration_s,
+                p.cooldown_s
+            ),
+        );
+        row("Measured window (s)", format!("{:.3}", self.window_s));
+        row(
+            "Bytes (measured window)",
+            format!(
+                "{}   [not counted: warm-up {}, cool-down {}, outside {}]",
+                group(self.bytes.measured as f64, 0),
+                group(self.bytes.warmup as f64, 0),
+                group(self.bytes.cooldown as f64, 0),
+                group((self.bytes.pre + self.bytes.post) as f64, 0)
+            ),
+        );
+        row("Throughput(KB/s)", group(self.throughput_kbyte_s, 3));
+        row("Throughput(Mbit/s)", group(self.throughput_mbit_s, 3));
+        row(
+            "Average Frame Size",
+            format!(
+                "{}   (payload bytes / {} packets on {})",
+                group(self.avg_frame_size, 3),
+                if self.role == "receiver" {
+                    "received"
+                } else {
+                    "sent"
+                },
+                self.iface
+            ),
+        );
+        row("Packets Sent", group(self.packets_sent as f64, 0));
+        row("Packets Received", group(self.packets_received as f64, 0));
+        let src = match self.interrupt_source {
+            IrqSource::NetRxSoftirqs => "NET_RX softirqs, all CPUs",
+            IrqSource::DeviceIrqs => "device IRQs, /proc/interrupts",
+        };
+        row(
+            "Interrupts/sec",
+            format!("{}   ({src})", group(self.interrupts_per_s, 2)),
+        );
+        row("Packets received/Int", group(self.packets_per_interrupt, 2));
+        row(
+            "Cycles/Byte (system, all CPUs busy)",
+            format!(
+                "{}   (TSC {} MHz from {})",
+                opt(self.cycles_per_byte_system, 2),
+                opt(self.tsc_hz.map(|h| h / 1e6), 3),
+                self.tsc_source
+            ),
+        );
+        row(
+            "Cycles/Byte (this process)",
+            opt(self.cycles_per_byte_process, 2),
+        );
+        let c = &self.cpu_system;
+        row(
+            &format!("CPU busy (system, {} CPUs)", c.ncpus),
+            format!(
+                "{:.1}%  = user {:.1}% system {:.1}% irq {:.1}% softirq {:.1}% steal {:.1}% | idle {:.1}%",
+                c.busy_pct, c.user_pct, c.system_pct, c.irq_pct, c.softirq_pct, c.steal_pct, c.idle_pct
+            ),
+        );
+        let pc = &self.cpu_process;
+        row(
+            "CPU (this process)",
+            format!(
+                "{:.1}% of one CPU  (user {:.3} s, system {:.3} s)",
+                pc.pct_of_one_cpu, pc.user_s, pc.system_s
+            ),
+        );
+        row(
+            "% of one CPU per Gbit/s (system)",
+            group(self.pct_one_cpu_per_gbit_system, 2),
+        );
+        row(
+            "% of one CPU per Gbit/s (this process)",
+            group(self.pct_one_cpu_per_gbit_process, 2),
+        );
+        row(
+            "TCP retransmits (netns-wide, /proc/net/snmp)",
+            format!(
+                "{} of {} segments sent",
+                self.tcp_retrans_segs_netns, self.tcp_out_segs_netns
+            ),
+        );
+        if let Some(l) = &self.latency {
+            row(
+                &format!("Round trips ({} B messages)", l.msg_size),
+                format!("{}  ({:.1}/s)", l.round_trips, l.round_trips_per_s),
+            );
+            row(
+                "RTT µs p50 / p90 / p99 / p99.9 / max",
+                format!(
+                    "{:.1} / {:.1} / {:.1} / {:.1} / {:.1}",
+                    l.rtt_p50_us, l.rtt_p90_us, l.rtt_p99_us, l.rtt_p999_us, l.rtt_max_us
+                ),
+            );
+            row(
+                "One-way latency µs (mean RTT / 2)",
+                format!("{:.1}", l.one_way_mean_us),
+            );
+        }
+        if let Some(ov) = &self.overlap {
+            row(
+                "Overlap: compute / total per iteration µs",
+                format!("{:.1} / {:.1}", ov.compute_mean_us, ov.total_mean_us),
+            );
+            row(
+                "Overlap ratio (compute / total)",
+                format!("{:.3}", ov.overlap_ratio),
+            );
+            row(
+                "Wait for reply after compute µs",
+                format!("{:.1}", ov.wait_after_compute_mean_us),
+            );
+            row(
+                "Reply complete when compute ended",
+                format!("{:.1}% of iterations", ov.reply_complete_at_compute_end_pct),
+            );
+        }
+        if let Some(peer) = &self.peer {
+            let get = |k: &str| peer.get(k).and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
+            row(
+                &format!(
+                    "Peer ({})",
+                    peer.get("role").and_then(|v| v.as_str()).unwrap_or("?")
+                ),
+                format!(
+                    "{} bytes in its window, {} Mbit/s, {:.1}% of one CPU",
+                    group(
+                        peer.pointer("/bytes/measured")
+                            .and_then(|v| v.as_f64())
+                            .unwrap_or(f64::NAN),
+                        0
+                    ),
+                    group(get("throughput_mbit_s"), 3),
+                    peer.pointer("/cpu_process/pct_of_one_cpu")
+                        .and_then(|v| v.as_f64())
+                        .unwrap_or(f64::NAN)
+                ),
+            );
+        }
+        o
+    }
+}
+
+/// Latency figures from a histogram of round-trip nanoseconds.
+pub fn latency_from(h: &hdrhistogram::Histogram<u64>, msg_size: usize, window_s: f64) -> Latency {
+    let us = |ns: u64| ns as f64 / 1e3;
+    Latency {
+        msg_size,
+        round_trips: h.len(),
+        round_trips_per_s: ratio(h.len() as f64, window_s),
+        rtt_mean_us: h.mean() / 1e3,
+        rtt_p50_us: us(h.value_at_quantile(0.50)),
+        rtt_p90_us: us(h.value_at_quantile(0.90)),
+        rtt_p99_us: us(h.value_at_quantile(0.99)),
+        rtt_p999_us: us(h.value_at_quantile(0.999)),
+        rtt_max_us: us(h.max()),
+        one_way_mean_us: h.mean() / 2e3,
+    }
+}
+
+/// Overlap figures from the sums.
+pub fn overlap_from(o: &crate::backend::OverlapSums, target_us: u64) -> Overlap {
+    let n = o.iterations as f64;
+    Overlap {
+        compute_target_us: target_us,
+        compute_mean_us: ratio(o.compute_ns as f64, n) / 1e3,
+        total_mean_us: ratio(o.total_ns as f64, n) / 1e3,
+        overlap_ratio: ratio(o.compute_ns as f64, o.total_ns as f64),
+        wait_after_compute_mean_us: ratio(o.wait_ns as f64, n) / 1e3,
+        reply_complete_at_compute_end_pct: ratio(o.reply_done_at_compute_end as f64 * 100.0, n),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sync::{Mode, PROTO};
+
+    fn snap(
+        at: Instant,
+        cpu: CpuTimes,
+        irq: u64,
+        ifc: IfCounters,
+        retrans: u64,
+        ru: (u64, u64),
+    ) -> Snapshot {
+        Snapshot {
+            at,
+            cpu,
+            ncpus: 2,
+            interrupts: irq,
+            ifc,
+            tcp: TcpSnmp {
+                in_segs: 0,
+                out_segs: 1000,
+                retrans_segs: retrans,
+            },
+            proc_stat: ProcCpu::default(),
+            rusage: Rusage {
+                user: Duration::from_millis(ru.0),
+                system: Duration::from_millis(ru.1),
+            },
+        }
+    }
+
+    #[test]
+    fn table1_arithmetic() {
+        let params = Params {
+            proto: PROTO,
+            backend: "kernel".into(),
+            mode: Mode::Throughput,
+            base_port: 5001,
+            ports: 1,
+            warmup_s: 1.0,
+            duration_s: 2.0,
+            cooldown_s: 1.0,
+            msg_size: 64,
+            buffer: 65536,
+        };
+        let t = Instant::now();
+        let a = snap(
+            t,
+            CpuTimes::default(),
+            100,
+            IfCounters::default(),
+            5,
+            (0, 0),
+        );
+        // 2 s, 2 CPUs at USER_HZ 100: 400 ticks, 300 busy.
+        let cpu = CpuTimes {
+            user: 50,
+            system: 100,
+            softirq: 150,
+            idle: 100,
+            ..CpuTimes::default()
+        };
+        let ifc = IfCounters {
+            rx_bytes: 0,
+            rx_packets: 1_000_000,
+            tx_bytes: 0,
+            tx_packets: 400_000,
+        };
+        let b = snap(
+            t + Duration::from_secs(2),
+            cpu,
+            100 + 20_000,
+            ifc,
+            7,
+            (500, 700),
+        );
+        let bytes = 1_000_000_000u64; // 4 Gbit/s over 2 s
+        let r = build(Inputs {
+            role: "receiver",
+            params: &params,
+            thread_cpus: vec![Some(0)],
+            connections: 1,
+            address: "10.99.0.1".into(),
+            iface: "xsk0".into(),
+            irq: IrqSource::NetRxSoftirqs,
+            start: &a,
+            end: &b,
+            bytes: [1, 2, bytes, 3, 4],
+            tsc: Ok(TscRate {
+                hz: 2e9,
+                source: "test".into(),
+            }),
+            user_hz: 100,
+            latency: None,
+            overlap: None,
+        });
+        assert_eq!(r.window_s, 2.0);
+        assert_eq!(r.throughput_kbyte_s, 500_000.0);
+        assert_eq!(r.throughput_mbit_s, 4000.0);
+        assert_eq!(r.avg_frame_size, 1000.0);
+        assert_eq!(r.interrupts, 20_000);
+        assert_eq!(r.interrupts_per_s, 10_000.0);
+        assert_eq!(r.packets_per_interrupt, 50.0);
+        assert_eq!(r.cpu_system.busy_pct, 75.0);
+        assert_eq!(r.cpu_system.softirq_pct, 37.5);
+        assert_eq!(r.cpu_system.busy_cpus, 1.5);
+        // 3 busy CPU-seconds × 2e9 / 1e9 bytes.
+        assert_eq!(r.cycles_per_byte_system, Some(6.0));
+        // 1.2 process seconds × 2e9 / 1e9.
+        assert!((r.cycles_per_byte_process.unwrap() - 2.4).abs() < 1e-9);
+        assert!((r.cpu_process.pct_of_one_cpu - 60.0).abs() < 1e-9);
+        // 150 % of one CPU at 4 Gbit/s.
+        assert!((r.pct_one_cpu_per_gbit_system - 37.5).abs() < 1e-9);
+        assert!((r.pct_one_cpu_per_gbit_process - 15.0).abs() < 1e-9);
+        assert_eq!(r.tcp_retrans_segs_netns, 2);
+        let text = r.text();
+        assert!(text.contains("Throughput(Mbit/s)"), "{text}");
+        assert!(text.contains("4,000.000"), "{text}");
+        assert!(text.contains("500,000.000"), "{text}");
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["bytes"]["measured"], 1_000_000_000u64);
+        assert_eq!(json["interrupt_source"], "net_rx_softirqs");
+    }
+
+    #[test]
+    fn grouping() {
+        assert_eq!(group(16475.553, 3), "16,475.553");
+        assert_eq!(group(1309892.0, 0), "1,309,892");
+        assert_eq!(group(12.0, 0), "12");
+        assert_eq!(group(-1234.5, 1), "-1,234.5");
+    }
+
+    #[test]
+    fn latency_percentiles() {
+        let mut h = crate::backend::rtt_histogram();
+        for us in 1..=1000u64 {
+            h.record(us * 1000).unwrap();
+        }
+        let l = latency_from(&h, 64, 2.0);
+        assert_eq!(l.round_trips, 1000);
+        assert_eq!(l.round_trips_per_s, 500.0);
+        assert!((l.rtt_p50_us - 500.0).abs() < 1.0, "{}", l.rtt_p50_us);
+        assert!((l.rtt_p99_us - 990.0).abs() < 1.5, "{}", l.rtt_p99_us);
+        assert!((l.one_way_mean_us - l.rtt_mean_us / 2.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn overlap_ratio() {
+        let o = crate::backend::OverlapSums {
+            iterations: 10,
+            compute_ns: 10 * 100_000,
+            total_ns: 10 * 125_000,
+            wait_ns: 10 * 25_000,
+            reply_done_at_compute_end: 4,
+        };
+        let r = overlap_from(&o, 100);
+        assert_eq!(r.overlap_ratio, 0.8);
+        assert_eq!(r.compute_mean_us, 100.0);
+        assert_eq!(r.wait_after_compute_mean_us, 25.0);
+        assert_eq!(r.reply_complete_at_compute_end_pct, 40.0);
+    }
+}

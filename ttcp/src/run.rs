@@ -1,0 +1,413 @@
+//! One receiver or sender run: sync, phases, snapshots at the window edges,
+//! the report. Every wait has a deadline (see [`crate::sync`]).
+
+use std::io::ErrorKind;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+
+use crate::backend::{self, Schedule, Shared, Workers};
+use crate::cli::{Plan, RunArgs};
+use crate::kernel::iface_for;
+use crate::procfs::ProcFs;
+use crate::report::{self, Inputs, Probe, Report, Snapshot};
+use crate::sync::{mismatch, Ctl, Msg, CONNECT_TIMEOUT, CONTROL_TIMEOUT};
+
+/// The receiver keeps reading this long after its cool-down so that the sender,
+/// whose clock started half an RTT later, finishes without errors.
+const GRACE: Duration = Duration::from_millis(250);
+
+/// Runs `-r` or `-s`; prints the report; errors are one line.
+pub fn run(args: &RunArgs) -> Result<Report> {
+    let plan = args.plan()?;
+    raise_nofile(plan.connections() + 256)?;
+    let backend = backend::for_kind(args.backend)?;
+    let shared = Arc::new(Shared::new(Schedule::from_secs(
+        plan.params.warmup_s,
+        plan.params.duration_s,
+        plan.params.cooldown_s,
+    )));
+    let fs = ProcFs::new(&args.procfs_root);
+    let mut report = if plan.receiver {
+        receiver(args, &plan, backend.as_ref(), &shared, &fs)?
+    } else {
+        sender(args, &plan, backend.as_ref(), &shared, &fs)?
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.text());
+    }
+    report.peer.take();
+    Ok(report)
+}
+
+/// Lets the process open `need` descriptors (soft limit up to the hard limit).
+fn raise_nofile(need: usize) -> Result<()> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    if (need as u64) <= soft {
+        return Ok(());
+    }
+    if (need as u64) > hard {
+        bail!("{need} file descriptors needed, the hard limit is {hard} (raise `ulimit -Hn`)");
+    }
+    setrlimit(Resource::RLIMIT_NOFILE, hard, hard)?;
+    Ok(())
+}
+
+fn verbose(args: &RunArgs, msg: impl FnOnce() -> String) {
+    if args.verbose {
+        eprintln!("flowlane-ttcp: {}", msg());
+    }
+}
+
+/// Sleeps until `t`, waking every 20 ms to notice a failed data thread.
+fn sleep_until(shared: &Shared, t: Instant) -> Result<()> {
+    loop {
+        if let Some(why) = shared.failure() {
+            return Err(anyhow!(why));
+        }
+        let now = Instant::now();
+        if now >= t {
+            return Ok(());
+        }
+        std::thread::sleep((t - now).min(Duration::from_millis(20)));
+    }
+}
+
+fn probe(args: &RunArgs, fs: &ProcFs, shared: &Shared, plan: &Plan) -> Result<Probe> {
+    let iface = match &args.nic {
+        Some(n) => n.clone(),
+        None => {
+            let local = shared.local.get().map(|a| a.ip()).unwrap_or(plan.addr);
+            iface_for(local).ok_or_else(|| {
+                anyhow!("no interface holds local address {local}: name one with --nic")
+            })?
+        }
+    };
+    fs.if_counters(&iface)?; // fail now, not at the window edge
+    Ok(Probe {
+        irq: fs.irq_source(&iface),
+        iface,
+        fs: fs.clone(),
+    })
+}
+
+/// Sleeps through warm-up and window, snapshotting at the window edges.
+fn measure(shared: &Shared, probe: &Probe, args: &RunArgs) -> Result<(Snapshot, Snapshot)> {
+    let t0 = shared.t0().expect("started");
+    let s = shared.schedule;
+    sleep_until(shared, t0 + s.warmup)?;
+    let a = probe.snapshot()?;
+    verbose(args, || "measured window starts".into());
+    sleep_until(shared, t0 + s.warmup + s.duration)?;
+    let b = probe.snapshot()?;
+    verbose(args, || "measured window ends".into());
+    Ok((a, b))
+}
+
+fn user_hz() -> u64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .map(|v| v as u64)
+        .unwrap_or(100)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    role: &'static str,
+    plan: &Plan,
+    probe: &Probe,
+    fs: &ProcFs,
+    (a, b): (Snapshot, Snapshot),
+    stats: backend::ThreadStats,
+) -> Report {
+    let window = (b.at - a.at).as_secs_f64();
+    let latency = stats
+        .rtt_ns
+        .as_ref()
+        .map(|h| report::latency_from(h, plan.params.msg_size, window));
+    let overlap = (plan.params.mode == crate::sync::Mode::Overlap && role == "sender")
+        .then(|| report::overlap_from(&stats.overlap, plan.overlap_us));
+    report::build(Inputs {
+        role,
+        params: &plan.params,
+        thread_cpus: plan.threads.clone(),
+        connections: stats.connections,
+        address: plan.addr.to_string(),
+        iface: probe.iface.clone(),
+        irq: probe.irq,
+        start: &a,
+        end: &b,
+        bytes: stats.bytes,
+        tsc: fs.tsc_rate().map_err(|e| format!("{e:#}")),
+        user_hz: user_hz(),
+        latency,
+        overlap,
+    })
+}
+
+fn stop_and_join(shared: &Shared, w: Workers) -> Result<backend::ThreadStats> {
+    shared.stop.store(true, Ordering::Relaxed);
+    w.join()
+}
+
+fn receiver(
+    args: &RunArgs,
+    plan: &Plan,
+    be: &dyn backend::Backend,
+    shared: &Arc<Shared>,
+    fs: &ProcFs,
+) -> Result<Report> {
+    // The control port has no SO_REUSEPORT: a second receiver fails here.
+    let ctl_listener = if args.no_sync {
+        None
+    } else {
+        let at = SocketAddr::new(plan.addr, args.control_port);
+        Some(TcpListener::bind(at).map_err(|e| match e.kind() {
+            ErrorKind::AddrInUse => anyhow!(
+                "control port {at} is in use: another receiver (or another program) is listening there"
+            ),
+            ErrorKind::AddrNotAvailable => anyhow!("cannot listen on {at}: no local interface has {}", plan.addr),
+            _ => anyhow!("cannot listen on control port {at}: {e}"),
+        })?)
+    };
+    let workers = be.start_receiver(plan, shared.clone())?;
+    verbose(args, || {
+        format!(
+            "receiver on {}:{}..{} ({} threads), control port {}",
+            plan.addr,
+            plan.params.base_port,
+            plan.params.base_port + plan.params.ports - 1,
+            plan.threads.len(),
+            args.control_port
+        )
+    });
+    let wait = Duration::from_secs_f64(args.wait);
+    let busy_done = Arc::new(AtomicBool::new(false));
+    let result = (|| -> Result<((Snapshot, Snapshot), Probe, Option<Ctl>)> {
+        let mut ctl = None;
+        match &ctl_listener {
+            None => {
+                // -N: t0 is the first accepted connection.
+                let deadline = Instant::now() + wait;
+                while shared.accepted.load(Ordering::Relaxed) == 0 {
+                    if Instant::now() > deadline {
+                        bail!("no sender connected within {} s", args.wait);
+                    }
+                    sleep_until(shared, Instant::now() + Duration::from_millis(5))?;
+                }
+                shared.start(Instant::now());
+            }
+            Some(l) => {
+                let mut c = accept_until(l, wait)?;
+                let peer = c.peer();
+                verbose(args, || format!("sender {peer} on the control channel"));
+                // Further control connections get `Busy` until the test ends.
+                spawn_busy_responder(l.try_clone()?, peer, busy_done.clone());
+                let r = sync_receiver(&mut c, plan, shared);
+                if let Err(e) = &r {
+                    let _ = c.send(&Msg::Abort {
+                        reason: format!("{e:#}"),
+                    });
+                }
+                r?;
+                ctl = Some(c);
+            }
+        }
+        let probe = probe(args, fs, shared, plan)?;
+        let snaps = measure(shared, &probe, args)?;
+        sleep_until(shared, shared.end().expect("started") + GRACE)?;
+        Ok((snaps, probe, ctl))
+    })();
+    let joined = stop_and_join(shared, workers);
+    let r = (|| {
+        let (snaps, probe, ctl) = result?;
+        let stats = joined?;
+        let mut rep = finish("receiver", plan, &probe, fs, snaps, stats);
+        if let Some(mut c) = ctl {
+            if let Msg::Done { report, .. } = c.recv(CONTROL_TIMEOUT, "the sender's summary")? {
+                rep.peer = Some(report);
+            }
+            c.send(&Msg::Done {
+                bytes: rep.bytes.measured,
+                window_s: rep.window_s,
+                report: serde_json::to_value(&rep)?,
+            })?;
+        }
+        Ok(rep)
+    })();
+    busy_done.store(true, Ordering::Relaxed);
+    r
+}
+
+fn accept_until(l: &TcpListener, wait: Duration) -> Result<Ctl> {
+    l.set_nonblocking(true)?;
+    let deadline = Instant::now() + wait;
+    loop {
+        match l.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false)?;
+                return Ctl::new(s);
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                if Instant::now() > deadline {
+                    bail!(
+                        "no sender connected to the control port within {} s",
+                        wait.as_secs_f64()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => return Err(e).context("accepting on the control port"),
+        }
+    }
+}
+
+/// Answers every further control connection with `Busy` while a test runs.
+fn spawn_busy_responder(l: TcpListener, running: SocketAddr, done: Arc<AtomicBool>) {
+    std::thread::spawn(move || {
+        while !done.load(Ordering::Relaxed) {
+            match l.accept() {
+                Ok((s, from)) => {
+                    let _ = s.set_nonblocking(false);
+                    if let Ok(mut c) = Ctl::new(s) {
+                        let _ = c.send(&Msg::Busy {
+                            reason: format!(
+                                "receiver busy: a test from {} is running (asked by {from})",
+                                running.ip()
+                            ),
+                        });
+                    }
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    });
+}
+
+fn sync_receiver(c: &mut Ctl, plan: &Plan, shared: &Shared) -> Result<()> {
+    let (params, want) = match c.recv(CONTROL_TIMEOUT, "hello")? {
+        Msg::Hello {
+            params,
+            connections,
+        } => (params, connections),
+        m => bail!("sender {} opened with {m:?} instead of hello", c.peer()),
+    };
+    if let Some(why) = mismatch(&plan.params, &params) {
+        c.send(&Msg::Reject {
+            reason: why.clone(),
+        })?;
+        bail!("sender {}: {why}", c.peer().ip());
+    }
+    c.send(&Msg::Accept)?;
+    let n = match c.recv(CONNECT_TIMEOUT + CONTROL_TIMEOUT, "connected")? {
+        Msg::Connected { n } => n,
+        m => bail!("sender {} sent {m:?} instead of connected", c.peer()),
+    };
+    if n != want {
+        bail!("sender announced {want} connections but opened {n}");
+    }
+    let deadline = Instant::now() + CONNECT_TIMEOUT;
+    while shared.accepted.load(Ordering::Relaxed) < n {
+        if Instant::now() > deadline {
+            bail!(
+                "only {} of {n} data connections arrived within {} s",
+                shared.accepted.load(Ordering::Relaxed),
+                CONNECT_TIMEOUT.as_secs()
+            );
+        }
+        sleep_until(shared, Instant::now() + Duration::from_millis(2))?;
+    }
+    c.send(&Msg::Start)?;
+    shared.start(Instant::now());
+    Ok(())
+}
+
+fn sender(
+    args: &RunArgs,
+    plan: &Plan,
+    be: &dyn backend::Backend,
+    shared: &Arc<Shared>,
+    fs: &ProcFs,
+) -> Result<Report> {
+    let mut ctl = if args.no_sync {
+        None
+    } else {
+        let mut c = Ctl::connect(SocketAddr::new(plan.addr, args.control_port))?;
+        c.send(&Msg::Hello {
+            params: plan.params.clone(),
+            connections: plan.connections(),
+        })?;
+        match c.recv(CONTROL_TIMEOUT, "an answer to hello")? {
+            Msg::Accept => {}
+            Msg::Reject { reason } => bail!("receiver {} refused the test: {reason}", plan.addr),
+            Msg::Busy { reason } => bail!("{reason}"),
+            m => bail!("receiver sent {m:?} instead of accept"),
+        }
+        Some(c)
+    };
+    let workers = be.start_sender(plan, shared.clone())?;
+    let result = (|| -> Result<(Snapshot, Snapshot, Probe)> {
+        let deadline = Instant::now() + CONNECT_TIMEOUT + Duration::from_secs(1);
+        while shared.connected.load(Ordering::Relaxed) < plan.connections() {
+            if Instant::now() > deadline {
+                bail!(
+                    "data connections not established within {} s",
+                    CONNECT_TIMEOUT.as_secs()
+                );
+            }
+            sleep_until(shared, Instant::now() + Duration::from_millis(2))?;
+        }
+        verbose(args, || {
+            format!("{} data connections up", plan.connections())
+        });
+        match &mut ctl {
+            None => {
+                shared.start(Instant::now());
+            }
+            Some(c) => {
+                c.send(&Msg::Connected {
+                    n: plan.connections(),
+                })?;
+                match c.recv(CONNECT_TIMEOUT + CONTROL_TIMEOUT, "start")? {
+                    Msg::Start => {
+                        shared.start(Instant::now());
+                    }
+                    m => bail!("receiver sent {m:?} instead of start"),
+                }
+            }
+        }
+        let probe = probe(args, fs, shared, plan)?;
+        let (a, b) = measure(shared, &probe, args)?;
+        sleep_until(shared, shared.end().expect("started"))?;
+        Ok((a, b, probe))
+    })();
+    if let (Err(e), Some(c)) = (&result, &mut ctl) {
+        let _ = c.send(&Msg::Abort {
+            reason: format!("{e:#}"),
+        });
+    }
+    let joined = stop_and_join(shared, workers);
+    let (a, b, probe) = result?;
+    let stats = joined?;
+    let mut rep = finish("sender", plan, &probe, fs, (a, b), stats);
+    if let Some(c) = &mut ctl {
+        c.send(&Msg::Done {
+            bytes: rep.bytes.measured,
+            window_s: rep.window_s,
+            report: serde_json::to_value(&rep)?,
+        })?;
+        if let Msg::Done { report, .. } =
+            c.recv(CONTROL_TIMEOUT + GRACE * 4, "the receiver's summary")?
+        {
+            rep.peer = Some(report);
+        }
+    }
+    Ok(rep)
+}
