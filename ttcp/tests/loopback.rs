@@ -1,0 +1,222 @@
+//! flowlane-ttcp on 127.0.0.1 (no root needed): the window, the cycles/byte
+//! arithmetic against /proc/stat, latency and overlap modes, misuse.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+fn f(v: &serde_json::Value, p: &str) -> f64 {
+    v.pointer(p)
+        .and_then(|x| x.as_f64())
+        .unwrap_or_else(|| panic!("no {p} in {v}"))
+}
+
+fn cpu_mhz() -> f64 {
+    let s = std::fs::read_to_string("/proc/cpuinfo").unwrap();
+    s.lines()
+        .find(|l| l.starts_with("cpu MHz"))
+        .and_then(|l| l.split(':').nth(1))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap()
+}
+
+#[test]
+fn throughput_window_and_cycles_per_byte_match_proc_stat() {
+    let (ctl, data) = ports();
+    let flags = format!("-m 2,*,127.0.0.1 -P 2 -W 1 -t 2 -C 0.5 -j --control-port {ctl} -p {data}");
+    let rx = cmd(None, &a(&format!("-r {flags}"))).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let (tx, marks) = spawn_watching_stderr(
+        cmd(None, &a(&format!("-s {flags} -l 2 -V"))),
+        &["measured window starts", "measured window ends"],
+    );
+    let (txo, _) = wait_bounded(tx, Duration::from_secs(30), "sender");
+    let (rxo, _) = wait_bounded(rx, Duration::from_secs(30), "receiver");
+    let (r, s) = (json(&rxo), json(&txo));
+    let marks = marks.join().unwrap();
+
+    for v in [&r, &s] {
+        assert!(
+            (f(v, "/window_s") - 2.0).abs() < 0.1,
+            "window {}",
+            v["window_s"]
+        );
+        assert_eq!(v["iface"], "lo");
+        assert_eq!(v["connections"], 4);
+        assert!(f(v, "/bytes/measured") > 1e6);
+        assert!(f(v, "/bytes/warmup") > 0.0 && f(v, "/bytes/cooldown") > 0.0);
+        // Derived figures are recomputable from the raw differences.
+        let busy: f64 = ["user", "nice", "system", "irq", "softirq", "steal"]
+            .iter()
+            .map(|k| f(v, &format!("/raw/stat/{k}")))
+            .sum();
+        let cpb = busy / f(v, "/raw/user_hz") * f(v, "/tsc_hz") / f(v, "/bytes/measured");
+        let got = f(v, "/cycles_per_byte_system");
+        assert!((cpb - got).abs() <= 1e-9 * got, "{cpb} vs {got}");
+        let mbit = f(v, "/bytes/measured") * 8.0 / f(v, "/window_s") / 1e6;
+        assert!((mbit - f(v, "/throughput_mbit_s")).abs() < 1e-6 * mbit);
+        assert!(f(v, "/packets_received") > 0.0 && f(v, "/interrupts") > 0.0);
+        assert_eq!(v["interrupt_source"], "net_rx_softirqs");
+    }
+    // Both sides measured the same stream over (nearly) the same window.
+    let (rb, sb) = (f(&r, "/bytes/measured"), f(&s, "/bytes/measured"));
+    assert!((rb - sb).abs() / sb < 0.05, "receiver {rb} vs sender {sb}");
+    assert_eq!(r["peer"]["role"], "sender");
+    assert_eq!(s["peer"]["role"], "receiver");
+
+    // Independent check: /proc/stat read by this test when the sender announced
+    // the window edges (-V), times the TSC rate of /proc/cpuinfo.
+    assert_eq!(marks.len(), 2, "{marks:?}");
+    let (b0, b1) = ((marks[0].1).0, (marks[1].1).0);
+    let manual = (b1 - b0) as f64 / 100.0 * cpu_mhz() * 1e6 / sb;
+    let reported = f(&s, "/cycles_per_byte_system");
+    eprintln!("cycles/byte: reported {reported:.3}, manual from /proc/stat {manual:.3}");
+    assert!(
+        (manual - reported).abs() / reported < 0.10,
+        "cycles/byte reported {reported} vs manual {manual}"
+    );
+}
+
+#[test]
+fn long_warmup_is_not_counted() {
+    // 3 s of warm-up around a 1 s window: the window must hold about a third of
+    // the warm-up's bytes, not the warm-up's plus its own.
+    let (ro, so) = pair(None, None, "-m 1,*,127.0.0.1 -W 3 -t 1 -C 0.3 -j", "", "");
+    for v in [json(&ro), json(&so)] {
+        let warm = f(&v, "/bytes/warmup");
+        let meas = f(&v, "/bytes/measured");
+        let rate_warm = warm / 3.0;
+        let rate_meas = meas / f(&v, "/window_s");
+        eprintln!(
+            "{}: warm-up {warm} B ({rate_warm:.0} B/s), window {meas} B ({rate_meas:.0} B/s)",
+            v["role"]
+        );
+        assert!(meas < 0.6 * warm, "window {meas} vs warm-up {warm}");
+        let r = rate_meas / rate_warm;
+        assert!((0.33..3.0).contains(&r), "rate ratio {r}");
+        let thr = f(&v, "/throughput_kbyte_s") * 1e3 * f(&v, "/window_s");
+        assert!((thr - meas).abs() < 1e-6 * meas);
+    }
+}
+
+#[test]
+fn latency_and_overlap_modes() {
+    let (ro, so) = pair(
+        None,
+        None,
+        "-m 1,*,127.0.0.1 -W 0.3 -t 1 -C 0.2 -j --latency --msg-size 256",
+        "",
+        "",
+    );
+    let s = json(&so);
+    json(&ro);
+    let l = &s["latency"];
+    assert!(l["round_trips"].as_u64().unwrap() > 50, "{l}");
+    let p = |k: &str| l[k].as_f64().unwrap();
+    assert!(p("rtt_p50_us") <= p("rtt_p90_us"));
+    assert!(p("rtt_p90_us") <= p("rtt_p99_us"));
+    assert!(p("rtt_p99_us") <= p("rtt_p999_us"));
+    assert!(p("rtt_p50_us") > 0.0);
+
+    let (ro, so) = pair(
+        None,
+        None,
+        "-m 1,*,127.0.0.1 -W 0.3 -t 1 -C 0.2 -j --overlap-us 500 --msg-size 1k",
+        "",
+        "",
+    );
+    json(&ro);
+    let s = json(&so);
+    let o = &s["overlap"];
+    let g = |k: &str| o[k].as_f64().unwrap();
+    assert!(g("compute_mean_us") >= 500.0, "{o}");
+    assert!(g("total_mean_us") >= g("compute_mean_us"), "{o}");
+    assert!(g("overlap_ratio") > 0.0 && g("overlap_ratio") <= 1.0, "{o}");
+}
+
+#[test]
+fn misuse_is_one_line_nonzero_and_bounded() {
+    let lim = Duration::from_secs(15);
+    // Sender without a receiver.
+    let (ctl, data) = ports();
+    let (o, t) = wait_bounded(
+        cmd(
+            None,
+            &a(&format!(
+                "-s -m 1,*,127.0.0.1 --control-port {ctl} -p {data}"
+            )),
+        )
+        .spawn()
+        .unwrap(),
+        lim,
+        "sender",
+    );
+    assert_fails(&o, "connection refused");
+    assert!(t < Duration::from_secs(6), "{t:?}");
+
+    // Mismatched flags: both sides fail, naming the flags.
+    let (ro, so) = pair(None, None, "-m 1,*,127.0.0.1", "-t 2 -W 1", "-t 3 -W 1");
+    assert_fails(&so, "mismatched flags: -t (receiver 2, sender 3)");
+    assert_fails(&ro, "mismatched flags: -t (receiver 2, sender 3)");
+    let (ro, so) = pair(None, None, "-m 1,*,127.0.0.1", "", "--latency");
+    assert_fails(&so, "mode");
+    assert!(!ro.status.success());
+
+    // Receiver busy: a second sender while a test runs; a second receiver on the
+    // same control port.
+    let (ctl, data) = ports();
+    let f = format!("-m 1,*,127.0.0.1 -W 0 -t 2 -C 0 --control-port {ctl} -p {data}");
+    let rx = cmd(None, &a(&format!("-r {f}"))).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let tx = cmd(None, &a(&format!("-s {f}"))).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let (o, _) = wait_bounded(
+        cmd(None, &a(&format!("-s {f}"))).spawn().unwrap(),
+        lim,
+        "2nd sender",
+    );
+    assert_fails(&o, "receiver busy");
+    let (o, _) = wait_bounded(
+        cmd(None, &a(&format!("-r {f}"))).spawn().unwrap(),
+        lim,
+        "2nd receiver",
+    );
+    assert_fails(&o, "is in use");
+    let (o, _) = wait_bounded(tx, lim, "sender");
+    assert!(o.status.success(), "{}", err_line(&o));
+    let (o, _) = wait_bounded(rx, lim, "receiver");
+    assert!(o.status.success(), "{}", err_line(&o));
+
+    // A receiver nobody talks to gives up after --wait.
+    let (ctl, data) = ports();
+    let (o, t) = wait_bounded(
+        cmd(
+            None,
+            &a(&format!(
+                "-r -m 1,*,127.0.0.1 --wait 1 --control-port {ctl} -p {data}"
+            )),
+        )
+        .spawn()
+        .unwrap(),
+        lim,
+        "receiver",
+    );
+    assert_fails(&o, "no sender connected");
+    assert!(t < Duration::from_secs(4), "{t:?}");
+
+    // Bad flags and the backend that is not there yet.
+    for (flags, want) in [
+        (
+            "-s -m 1,*,127.0.0.1 --backend flowlane",
+            "not available yet",
+        ),
+        ("-s -m 1,x,127.0.0.1", "cpu must be a number"),
+        ("-s -m 1,*,127.0.0.1 -P 0", "-P 0"),
+        ("-s -m 1,64000,127.0.0.1 -N -p 1", "cannot pin to CPU 64000"),
+    ] {
+        let (o, _) = wait_bounded(cmd(None, &a(flags)).spawn().unwrap(), lim, flags);
+        assert_fails(&o, want);
+    }
+}
