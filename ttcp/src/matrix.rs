@@ -1,17 +1,697 @@
-//! The test-bed matrix (filled in below).
+//! The test-bed matrix: backends × connections × buffer sizes × emulated WAN
+//! delay, with a progress bar, JSON results, a side-by-side table and plots.
+//!
+//! Each cell runs a flowlane-ttcp receiver in flowlane's namespace (10.99.0.1)
+//! and a sender in the peer namespace (10.99.0.2). Delay is `tc netem delay D`
+//! on both veth ends (so the RTT grows by 2·D, as with the RDMA paper's delay
+//! router, which delays both directions). The test bed is removed on every path
+//! (including Ctrl-C: SIGINT/SIGTERM stop the matrix between cells).
 
-use anyhow::Result;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
 
 /// Matrix flags.
 #[derive(Debug, Clone, Args)]
 pub struct MatrixArgs {
-    /// Short variant.
+    /// Short variant: connections 1,16,256,1024; 64k buffers; delay 0,1,10 ms; 2 s windows.
     #[arg(long)]
     pub quick: bool,
+    /// Backends (comma-separated). Only `kernel` runs now; `flowlane` appears once available.
+    #[arg(long, default_value = "kernel")]
+    pub backends: String,
+    /// Connection counts (default 1,16,256,1024,10000).
+    #[arg(long)]
+    pub conns: Option<String>,
+    /// Buffer (message) sizes per write (default 1k,64k).
+    #[arg(long)]
+    pub sizes: Option<String>,
+    /// One-way netem delays in ms on each veth end (default 0,1,10,50).
+    #[arg(long)]
+    pub delays: Option<String>,
+    /// Measured seconds per cell (default 3; quick 2).
+    #[arg(long)]
+    pub seconds: Option<f64>,
+    /// Output folder (default results/<UTC date>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// The `flowlane` binary (test bed); default: beside this binary.
+    #[arg(long)]
+    pub flowlane: Option<PathBuf>,
+    /// Test bed name.
+    #[arg(long)]
+    pub bed: Option<String>,
+}
+
+/// One cell's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cell {
+    /// Backend.
+    pub backend: String,
+    /// Connections.
+    pub connections: usize,
+    /// Buffer size per write/read.
+    pub buffer: usize,
+    /// One-way netem delay per end (ms).
+    pub delay_ms: f64,
+    /// Receiver throughput (Mbit/s).
+    pub mbit_s: Option<f64>,
+    /// System-wide cycles per byte (receiver's window).
+    pub cycles_per_byte_system: Option<f64>,
+    /// Receiver process cycles per byte.
+    pub cycles_per_byte_receiver: Option<f64>,
+    /// Sender process cycles per byte.
+    pub cycles_per_byte_sender: Option<f64>,
+    /// System % of one CPU per Gbit/s.
+    pub pct_one_cpu_per_gbit_system: Option<f64>,
+    /// Retransmitted segments in the sender's namespace.
+    pub retrans_sender_netns: Option<u64>,
+    /// Error, when the cell failed.
+    pub error: Option<String>,
+    /// Receiver report.
+    pub receiver: Option<serde_json::Value>,
+    /// Sender report.
+    pub sender: Option<serde_json::Value>,
+}
+
+fn list<T: std::str::FromStr>(s: &str, what: &str) -> Result<Vec<T>> {
+    s.split(',')
+        .map(|x| {
+            x.trim()
+                .parse()
+                .map_err(|_| anyhow!("--{what}: {x:?} is not valid"))
+        })
+        .collect()
+}
+
+fn sizes(s: &str) -> Result<Vec<usize>> {
+    s.split(',')
+        .map(|x| crate::cli::parse_size(x).map_err(|e| anyhow!("--sizes: {e}")))
+        .collect()
+}
+
+/// Today's UTC date as YYYY-MM-DD (civil-from-days, no time-zone database).
+pub fn utc_date(unix_secs: u64) -> String {
+    let z = (unix_secs / 86_400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+struct BedGuard {
+    flowlane: PathBuf,
+    name: String,
+}
+
+impl Drop for BedGuard {
+    fn drop(&mut self) {
+        let _ = Command::new(&self.flowlane)
+            .args(["testbed", "down", "--name", &self.name])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+fn sh(args: &[&str]) -> Result<()> {
+    let o = Command::new(args[0]).args(&args[1..]).output()?;
+    if !o.status.success() {
+        bail!(
+            "{}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+fn set_delay(ns: &str, dev: &str, ms: f64) -> Result<()> {
+    let _ = Command::new("ip")
+        .args([
+            "netns", "exec", ns, "tc", "qdisc", "del", "dev", dev, "root",
+        ])
+        .stderr(Stdio::null())
+        .status();
+    if ms > 0.0 {
+        sh(&[
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            "tc",
+            "qdisc",
+            "replace",
+            "dev",
+            dev,
+            "root",
+            "netem",
+            "delay",
+            &format!("{ms}ms"),
+            "limit",
+            "1000000",
+        ])?;
+    }
+    Ok(())
+}
+
+fn wait_child(mut c: std::process::Child, limit: Duration) -> Result<std::process::Output> {
+    let t = Instant::now();
+    loop {
+        if c.try_wait()?.is_some() {
+            return Ok(c.wait_with_output()?);
+        }
+        if t.elapsed() > limit {
+            let _ = c.kill();
+            let _ = c.wait();
+            bail!("no result within {} s", limit.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_cell(
+    me: &Path,
+    ns: &str,
+    peer_ns: &str,
+    backend: &str,
+    conns: usize,
+    buffer: usize,
+    secs: f64,
+    warm: f64,
+) -> Result<(serde_json::Value, serde_json::Value)> {
+    let threads = conns.min(2);
+    let per = conns.div_ceil(threads);
+    let common = format!(
+        "-m {threads},*,10.99.0.1 -b {buffer} -W {warm} -t {secs} -C 0.5 -j --backend {backend} --wait 30"
+    );
+    let args = |role: &str, extra: &str| -> Vec<String> {
+        format!("{role} {common} {extra}")
+            .split_whitespace()
+            .map(String::from)
+            .collect()
+    };
+    let spawn = |ns: &str, a: Vec<String>| {
+        Command::new("ip")
+            .args(["netns", "exec", ns])
+            .arg(me)
+            .args(a)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+    };
+    let rx = spawn(ns, args("-r", ""))?;
+    std::thread::sleep(Duration::from_millis(300));
+    let tx = spawn(peer_ns, args("-s", &format!("-l {per}")))?;
+    let limit = Duration::from_secs_f64(warm + secs + 0.5 + 90.0);
+    let txo = wait_child(tx, limit)?;
+    let rxo = wait_child(rx, limit)?;
+    for (o, who) in [(&txo, "sender"), (&rxo, "receiver")] {
+        if !o.status.success() {
+            bail!(
+                "{who}: {}",
+                String::from_utf8_lossy(&o.stderr).trim().replace('\n', " ")
+            );
+        }
+    }
+    Ok((
+        serde_json::from_slice(&rxo.stdout).context("receiver JSON")?,
+        serde_json::from_slice(&txo.stdout).context("sender JSON")?,
+    ))
 }
 
 /// Runs the matrix.
-pub fn run(_a: &MatrixArgs) -> Result<()> {
-    anyhow::bail!("not yet")
+pub fn run(a: &MatrixArgs) -> Result<()> {
+    let me = std::env::current_exe()?;
+    let flowlane = a
+        .flowlane
+        .clone()
+        .unwrap_or_else(|| me.with_file_name("flowlane"));
+    if !flowlane.exists() {
+        bail!(
+            "{} is missing: build it (cargo build -p flowlane-control) or pass --flowlane",
+            flowlane.display()
+        );
+    }
+    let backends: Vec<String> = a
+        .backends
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .collect();
+    for b in &backends {
+        match b.as_str() {
+            "kernel" => {}
+            "flowlane" => bail!("--backends flowlane: the flowlane backend is not available yet (flowlane's TCP is not yet integrated into the AF_XDP data path)"),
+            _ => bail!("--backends: unknown backend {b:?} (kernel, flowlane)"),
+        }
+    }
+    let q = a.quick;
+    let conns: Vec<usize> = list(
+        a.conns.as_deref().unwrap_or(if q {
+            "1,16,256,1024"
+        } else {
+            "1,16,256,1024,10000"
+        }),
+        "conns",
+    )?;
+    let bufs = sizes(
+        a.sizes
+            .as_deref()
+            .unwrap_or(if q { "64k" } else { "1k,64k" }),
+    )?;
+    let delays: Vec<f64> = list(
+        a.delays
+            .as_deref()
+            .unwrap_or(if q { "0,1,10" } else { "0,1,10,50" }),
+        "delays",
+    )?;
+    let secs = a.seconds.unwrap_or(if q { 2.0 } else { 3.0 });
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+    let out = a
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("results").join(utc_date(now.as_secs())));
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+
+    let name = a
+        .bed
+        .clone()
+        .unwrap_or_else(|| format!("ttm{}", std::process::id()));
+    let o = Command::new(&flowlane)
+        .args(["testbed", "up", "--name", &name, "--queues", "2"])
+        .output()?;
+    let _bed = BedGuard {
+        flowlane: flowlane.clone(),
+        name: name.clone(),
+    };
+    if !o.status.success() {
+        bail!("testbed up: {}", String::from_utf8_lossy(&o.stderr).trim());
+    }
+    let ns = format!("flowlane-{name}");
+    let peer_ns = format!("flowlane-{name}-peer");
+    // This kernel may lack sch_netem (CONFIG_NET_SCH_NETEM): then only delay 0 runs.
+    let mut delays = delays;
+    let mut delay_note = serde_json::Value::Null;
+    if delays.iter().any(|&d| d > 0.0) {
+        if let Err(e) = set_delay(&ns, "xsk0", 1.0) {
+            let skipped: Vec<f64> = delays.iter().copied().filter(|&d| d > 0.0).collect();
+            let why = format!("netem unavailable ({e:#}): delays {skipped:?} ms skipped");
+            eprintln!("flowlane-ttcp matrix: {why}");
+            delay_note = serde_json::Value::String(why);
+            delays.retain(|&d| d == 0.0);
+        }
+        set_delay(&ns, "xsk0", 0.0)?;
+    }
+
+    let total = backends.len() * conns.len() * bufs.len() * delays.len();
+    let pb = ProgressBar::new(total as u64);
+    pb.set_style(
+        ProgressStyle::with_template("[{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+            .expect("progress template"),
+    );
+    let mut cells = Vec::new();
+    'all: for &d in &delays {
+        set_delay(&ns, "xsk0", d)?;
+        set_delay(&peer_ns, "peer0", d)?;
+        for b in &backends {
+            for &buf in &bufs {
+                for &c in &conns {
+                    if stop.load(Ordering::Relaxed) {
+                        pb.abandon_with_message("interrupted");
+                        break 'all;
+                    }
+                    pb.set_message(format!("{b} conns={c} buf={buf} delay={d}ms"));
+                    // Longer warm-up with delay: slow start needs RTTs.
+                    let warm = if d >= 10.0 { 2.0 } else { 1.0 };
+                    let r = run_cell(&me, &ns, &peer_ns, b, c, buf, secs, warm);
+                    let mut cell = Cell {
+                        backend: b.clone(),
+                        connections: c,
+                        buffer: buf,
+                        delay_ms: d,
+                        mbit_s: None,
+                        cycles_per_byte_system: None,
+                        cycles_per_byte_receiver: None,
+                        cycles_per_byte_sender: None,
+                        pct_one_cpu_per_gbit_system: None,
+                        retrans_sender_netns: None,
+                        error: None,
+                        receiver: None,
+                        sender: None,
+                    };
+                    match r {
+                        Ok((rx, tx)) => {
+                            let g =
+                                |v: &serde_json::Value, k: &str| v.get(k).and_then(|x| x.as_f64());
+                            cell.mbit_s = g(&rx, "throughput_mbit_s");
+                            cell.cycles_per_byte_system = g(&rx, "cycles_per_byte_system");
+                            cell.cycles_per_byte_receiver = g(&rx, "cycles_per_byte_process");
+                            cell.cycles_per_byte_sender = g(&tx, "cycles_per_byte_process");
+                            cell.pct_one_cpu_per_gbit_system =
+                                g(&rx, "pct_one_cpu_per_gbit_system");
+                            cell.retrans_sender_netns =
+                                tx.get("tcp_retrans_segs_netns").and_then(|x| x.as_u64());
+                            cell.receiver = Some(rx);
+                            cell.sender = Some(tx);
+                        }
+                        Err(e) => {
+                            pb.println(format!("{b} conns={c} buf={buf} delay={d}ms: {e:#}"));
+                            cell.error = Some(format!("{e:#}"));
+                        }
+                    }
+                    cells.push(cell);
+                    pb.inc(1);
+                }
+            }
+        }
+    }
+    pb.finish_with_message("done");
+    let params = serde_json::json!({
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "quick": q, "backends": backends, "connections": conns, "buffers": bufs,
+        "delays_ms_each_end": delays, "delay_note": delay_note, "seconds": secs, "cooldown_s": 0.5,
+        "warmup_s": "1 (2 when delay >= 10 ms)",
+        "bed": {"queues": 2, "mtu": 1500, "receiver": "10.99.0.1 (xsk0)", "sender": "10.99.0.2 (peer0)"},
+    });
+    let json = serde_json::json!({"params": params, "cells": cells});
+    std::fs::write(
+        out.join("results.json"),
+        serde_json::to_string_pretty(&json)?,
+    )?;
+    let table = table(&cells);
+    std::fs::write(out.join("table.md"), &table)?;
+    print!("{table}");
+    match plots(&cells, &out) {
+        Ok(files) => println!("plots: {}", files.join(", ")),
+        Err(e) => println!("plots skipped: {e:#}"),
+    }
+    println!("results: {}", out.join("results.json").display());
+    let failed = cells.iter().filter(|c| c.error.is_some()).count();
+    if stop.load(Ordering::Relaxed) {
+        bail!("interrupted after {} of {total} cells", cells.len());
+    }
+    if failed > 0 {
+        bail!("{failed} of {total} cells failed (see results.json)");
+    }
+    Ok(())
+}
+
+fn fmt(v: Option<f64>, d: usize) -> String {
+    v.map(|x| format!("{x:.d$}")).unwrap_or_else(|| "—".into())
+}
+
+/// The side-by-side table (one row per cell; backends side by side once there are two).
+pub fn table(cells: &[Cell]) -> String {
+    let mut s = String::from(
+        "| backend | connections | buffer | netem delay (each end) | Mbit/s | cycles/B system | cycles/B receiver proc | cycles/B sender proc | % of one CPU per Gbit/s (system) | retrans (sender netns) |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for c in cells {
+        s.push_str(&format!(
+            "| {} | {} | {} | {} ms | {} | {} | {} | {} | {} | {} |\n",
+            c.backend,
+            c.connections,
+            c.buffer,
+            c.delay_ms,
+            c.error
+                .as_ref()
+                .map(|e| format!("failed: {e}"))
+                .unwrap_or_else(|| fmt(c.mbit_s, 0)),
+            fmt(c.cycles_per_byte_system, 2),
+            fmt(c.cycles_per_byte_receiver, 2),
+            fmt(c.cycles_per_byte_sender, 2),
+            fmt(c.pct_one_cpu_per_gbit_system, 1),
+            c.retrans_sender_netns
+                .map(|r| r.to_string())
+                .unwrap_or_else(|| "—".into()),
+        ));
+    }
+    s
+}
+
+fn register_font() -> Result<()> {
+    let candidates = [
+        "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+        "/usr/share/fonts/TTF/DejaVuSans.ttf",
+        "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+        "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+    ];
+    let path = candidates
+        .iter()
+        .find(|p| Path::new(p).exists())
+        .ok_or_else(|| {
+            anyhow!("no DejaVu/Liberation sans font found (apt-get install fonts-dejavu-core)")
+        })?;
+    let bytes: &'static [u8] = Box::leak(std::fs::read(path)?.into_boxed_slice());
+    plotters::style::register_font("sans-serif", plotters::style::FontStyle::Normal, bytes)
+        .map_err(|_| anyhow!("{path}: not a usable font"))?;
+    Ok(())
+}
+
+type Series = (String, Vec<(f64, f64)>);
+
+fn plot_png_svg(
+    out: &Path,
+    stem: &str,
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    log_x: bool,
+    series: &[Series],
+) -> Result<Vec<String>> {
+    use plotters::prelude::*;
+    let pts: Vec<(f64, f64)> = series.iter().flat_map(|s| s.1.iter().copied()).collect();
+    if pts.is_empty() {
+        bail!("{stem}: no data");
+    }
+    let xmax = pts.iter().map(|p| p.0).fold(1.0, f64::max);
+    let xmin = pts.iter().map(|p| p.0).fold(f64::MAX, f64::min);
+    let ymax = pts.iter().map(|p| p.1).fold(0.0, f64::max) * 1.15 + 1e-9;
+    let mut files = Vec::new();
+    macro_rules! draw {
+        ($backend:expr) => {{
+            let root = $backend.into_drawing_area();
+            root.fill(&WHITE).map_err(|e| anyhow!("{e:?}"))?;
+            let mut b = ChartBuilder::on(&root);
+            b.caption(title, ("sans-serif", 20))
+                .margin(12)
+                .x_label_area_size(40)
+                .y_label_area_size(60);
+            macro_rules! body {
+                ($chart:expr) => {{
+                    let mut chart = $chart;
+                    chart
+                        .configure_mesh()
+                        .x_desc(x_desc)
+                        .y_desc(y_desc)
+                        .draw()
+                        .map_err(|e| anyhow!("{e:?}"))?;
+                    for (i, (name, s)) in series.iter().enumerate() {
+                        let col = Palette99::pick(i).to_rgba();
+                        chart
+                            .draw_series(LineSeries::new(s.iter().copied(), col.stroke_width(2)))
+                            .map_err(|e| anyhow!("{e:?}"))?
+                            .label(name.as_str())
+                            .legend(move |(x, y)| {
+                                PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2))
+                            });
+                        chart
+                            .draw_series(s.iter().map(|&p| Circle::new(p, 3, col.filled())))
+                            .map_err(|e| anyhow!("{e:?}"))?;
+                    }
+                    chart
+                        .configure_series_labels()
+                        .background_style(WHITE.mix(0.8))
+                        .border_style(BLACK)
+                        .draw()
+                        .map_err(|e| anyhow!("{e:?}"))?;
+                }};
+            }
+            if log_x {
+                body!(b
+                    .build_cartesian_2d((xmin.max(0.5)..xmax * 1.5).log_scale(), 0.0..ymax)
+                    .map_err(|e| anyhow!("{e:?}"))?);
+            } else {
+                body!(b
+                    .build_cartesian_2d(xmin.min(0.0)..xmax * 1.05 + 1.0, 0.0..ymax)
+                    .map_err(|e| anyhow!("{e:?}"))?);
+            }
+            root.present().map_err(|e| anyhow!("{e:?}"))?;
+        }};
+    }
+    let png = out.join(format!("{stem}.png"));
+    draw!(BitMapBackend::new(&png, (900, 560)));
+    files.push(png.display().to_string());
+    let svg = out.join(format!("{stem}.svg"));
+    draw!(SVGBackend::new(&svg, (900, 560)));
+    files.push(svg.display().to_string());
+    Ok(files)
+}
+
+/// Throughput and cycles/byte against connections (one line per backend and
+/// delay) and against delay (one line per backend and connection count), for
+/// the largest buffer size.
+pub fn plots(cells: &[Cell], out: &Path) -> Result<Vec<String>> {
+    register_font()?;
+    let ok: Vec<&Cell> = cells.iter().filter(|c| c.mbit_s.is_some()).collect();
+    let buf = ok
+        .iter()
+        .map(|c| c.buffer)
+        .max()
+        .ok_or_else(|| anyhow!("no successful cells"))?;
+    let ok: Vec<&Cell> = ok.into_iter().filter(|c| c.buffer == buf).collect();
+    let mut keys_d: Vec<(String, f64)> = Vec::new();
+    let mut keys_c: Vec<(String, usize)> = Vec::new();
+    for c in &ok {
+        if !keys_d.iter().any(|k| k.0 == c.backend && k.1 == c.delay_ms) {
+            keys_d.push((c.backend.clone(), c.delay_ms));
+        }
+        if !keys_c
+            .iter()
+            .any(|k| k.0 == c.backend && k.1 == c.connections)
+        {
+            keys_c.push((c.backend.clone(), c.connections));
+        }
+    }
+    let by_conns = |f: &dyn Fn(&Cell) -> Option<f64>| -> Vec<Series> {
+        keys_d
+            .iter()
+            .map(|(b, d)| {
+                let mut v: Vec<(f64, f64)> = ok
+                    .iter()
+                    .filter(|c| &c.backend == b && c.delay_ms == *d)
+                    .filter_map(|c| f(c).map(|y| (c.connections as f64, y)))
+                    .collect();
+                v.sort_by(|a, b| a.0.total_cmp(&b.0));
+                (format!("{b}, delay {d} ms"), v)
+            })
+            .collect()
+    };
+    let by_delay = |f: &dyn Fn(&Cell) -> Option<f64>| -> Vec<Series> {
+        keys_c
+            .iter()
+            .map(|(b, n)| {
+                let mut v: Vec<(f64, f64)> = ok
+                    .iter()
+                    .filter(|c| &c.backend == b && c.connections == *n)
+                    .filter_map(|c| f(c).map(|y| (c.delay_ms, y)))
+                    .collect();
+                v.sort_by(|a, b| a.0.total_cmp(&b.0));
+                (format!("{b}, {n} conn"), v)
+            })
+            .collect()
+    };
+    let thr = |c: &Cell| c.mbit_s;
+    let cpb = |c: &Cell| c.cycles_per_byte_system;
+    let bl = format!("{buf}-byte buffers, MTU 1500, veth test bed");
+    let mut files = Vec::new();
+    files.extend(plot_png_svg(
+        out,
+        "throughput_vs_connections",
+        &format!("Throughput vs connections ({bl})"),
+        "connections",
+        "Mbit/s (receiver)",
+        true,
+        &by_conns(&thr),
+    )?);
+    files.extend(plot_png_svg(
+        out,
+        "cycles_per_byte_vs_connections",
+        &format!("Cycles/byte (system) vs connections ({bl})"),
+        "connections",
+        "cycles per payload byte",
+        true,
+        &by_conns(&cpb),
+    )?);
+    files.extend(plot_png_svg(
+        out,
+        "throughput_vs_delay",
+        &format!("Throughput vs netem delay ({bl})"),
+        "netem delay on each end (ms)",
+        "Mbit/s (receiver)",
+        false,
+        &by_delay(&thr),
+    )?);
+    files.extend(plot_png_svg(
+        out,
+        "cycles_per_byte_vs_delay",
+        &format!("Cycles/byte (system) vs netem delay ({bl})"),
+        "netem delay on each end (ms)",
+        "cycles per payload byte",
+        false,
+        &by_delay(&cpb),
+    )?);
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates() {
+        assert_eq!(utc_date(0), "1970-01-01");
+        assert_eq!(utc_date(951_782_400), "2000-02-29");
+        assert_eq!(utc_date(1_767_225_599), "2025-12-31");
+    }
+
+    fn cell(c: usize, d: f64, mbit: f64) -> Cell {
+        Cell {
+            backend: "kernel".into(),
+            connections: c,
+            buffer: 65536,
+            delay_ms: d,
+            mbit_s: Some(mbit),
+            cycles_per_byte_system: Some(3.0),
+            cycles_per_byte_receiver: Some(1.0),
+            cycles_per_byte_sender: Some(1.5),
+            pct_one_cpu_per_gbit_system: Some(30.0),
+            retrans_sender_netns: Some(0),
+            error: None,
+            receiver: None,
+            sender: None,
+        }
+    }
+
+    #[test]
+    fn table_and_plots_from_synthetic_cells() {
+        let cells = vec![
+            cell(1, 0.0, 5000.0),
+            cell(16, 0.0, 4000.0),
+            cell(1, 10.0, 900.0),
+        ];
+        let t = table(&cells);
+        assert_eq!(t.lines().count(), 5);
+        assert!(t.contains("| kernel | 16 | 65536 | 0 ms | 4000 |"), "{t}");
+        let dir = std::env::temp_dir().join(format!("ttcp-plots-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        match plots(&cells, &dir) {
+            Ok(files) => {
+                assert_eq!(files.len(), 8);
+                for f in files {
+                    assert!(std::fs::metadata(&f).unwrap().len() > 1000, "{f}");
+                }
+            }
+            // A machine without the font still gets the JSON and the table.
+            Err(e) => assert!(e.to_string().contains("font"), "{e:#}"),
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -124,12 +124,12 @@ pub fn proc_stat_busy_total() -> (u64, u64) {
     (total - idle, total)
 }
 
+/// /proc/stat (busy, total) readings taken at marked stderr lines.
+pub type Marks = std::thread::JoinHandle<Vec<(String, (u64, u64))>>;
+
 /// Spawns `c` and, on each stderr line containing one of `marks`, reads
 /// /proc/stat right away; returns the child and the readings.
-pub fn spawn_watching_stderr(
-    mut c: Command,
-    marks: &'static [&'static str],
-) -> (Child, std::thread::JoinHandle<Vec<(String, (u64, u64))>>) {
+pub fn spawn_watching_stderr(mut c: Command, marks: &'static [&'static str]) -> (Child, Marks) {
     let mut child = c.spawn().expect("spawn");
     let err = child.stderr.take().unwrap();
     let h = std::thread::spawn(move || {
