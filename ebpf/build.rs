@@ -10,6 +10,7 @@ const PROGRAMS: &[(&str, &str)] = &[
     ("xdp_steer", "xdp_steer.skel.rs"),
     ("rss_emu", "rss_emu.skel.rs"),
     ("trafficgen", "trafficgen.skel.rs"),
+    ("impair", "impair.skel.rs"),
 ];
 
 fn main() {

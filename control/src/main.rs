@@ -10,6 +10,7 @@ mod cmd_plan;
 mod cmd_rss;
 mod demo;
 mod echo_process;
+mod impair;
 mod irq_apply;
 mod netns;
 mod nic;
@@ -172,6 +173,9 @@ enum TestbedCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Impair the link (loss, duplication, corruption, reordering) both
+    /// ways, in BPF: this kernel has no sch_netem.
+    Impair(impair::Args),
     /// Program the emulated NIC's RSS, through the same interface as a
     /// real NIC's.
     SetRss {
@@ -277,6 +281,18 @@ fn run(cli: Cli) -> Result<()> {
                     for (q, n) in st.queue_packets.iter().enumerate() {
                         println!("  queue {q}: {n} packets steered");
                     }
+                }
+            }
+            TestbedCmd::Impair(args) => {
+                let s = testbed::load(&args.name)?;
+                impair::apply(&s, &args)?;
+                match impair::status(&s)? {
+                    Some(st) => println!(
+                        "test bed {} impairment: {}",
+                        s.name,
+                        serde_json::to_string(&st)?
+                    ),
+                    None => println!("test bed {} unimpaired", s.name),
                 }
             }
             TestbedCmd::SetRss {

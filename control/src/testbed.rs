@@ -225,6 +225,15 @@ fn make(spec: &BedSpec) -> Result<BedState> {
             "netns", "exec", &peer_ns, "ethtool", "-K", PEER_IF, "tx", "off",
         ],
     )?;
+    // And a receiver that verifies them: veth marks checksum-less skbs
+    // CHECKSUM_UNNECESSARY while RX checksumming is on, so the kernel stacks
+    // would accept frames that `testbed impair` corrupted.
+    for (n, dev) in [(&peer_ns, PEER_IF), (&ns, LOCAL_IF)] {
+        netns::run(
+            "ip",
+            &["netns", "exec", n, "ethtool", "-K", dev, "rx", "off"],
+        )?;
+    }
     // The kernel on flowlane's side must not hand out flowlane's ephemeral
     // ports to its own sockets.
     let range = format!("{}-{}", FLOWLANE_EPHEMERAL.0, FLOWLANE_EPHEMERAL.1);

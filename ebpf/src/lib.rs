@@ -6,9 +6,12 @@
 //! - [`rss_emu`]: the tc egress program that makes the far side of a veth pair
 //!   behave like an RSS NIC (Toeplitz hash + indirection table) for the test
 //!   bed.
+//! - [`impair`]: loss, duplication, corruption and reordering for the test
+//!   bed, where the kernel has no `sch_netem`.
 //! - [`trafficgen`]: an XDP live-frames packet generator for benchmarks.
 #![deny(missing_docs)]
 
+pub mod impair;
 pub mod rss_emu;
 pub mod steer;
 pub mod trafficgen;
@@ -20,6 +23,9 @@ mod skel {
     }
     pub mod rss_emu {
         include!(concat!(env!("OUT_DIR"), "/rss_emu.skel.rs"));
+    }
+    pub mod impair {
+        include!(concat!(env!("OUT_DIR"), "/impair.skel.rs"));
     }
     pub mod trafficgen {
         include!(concat!(env!("OUT_DIR"), "/trafficgen.skel.rs"));

@@ -205,7 +205,9 @@ pub fn install(ifindex: u32, pin_dir: &Path, config: &RssEmuConfig) -> Result<Rs
             pin_dir.display()
         ))
     })?;
-    remove_pins(pin_dir);
+    for name in [PIN_CFG, PIN_TABLE, PIN_PACKETS] {
+        let _ = std::fs::remove_file(pin_dir.join(name));
+    }
     let mut storage = MaybeUninit::uninit();
     let mut open = RssEmuSkelBuilder::default()
         .open(&mut storage)
@@ -227,7 +229,8 @@ pub fn install(ifindex: u32, pin_dir: &Path, config: &RssEmuConfig) -> Result<Rs
         .ifindex(ifindex as i32)
         .replace(true)
         .handle(1)
-        .priority(1)
+        // Priority 2: the test bed's link impairment (priority 1) runs first.
+        .priority(2)
         .hook(TC_EGRESS);
     // The clsact qdisc may exist from an earlier install: EEXIST is fine.
     if let Err(e) = hook.create() {
@@ -243,13 +246,11 @@ pub fn install(ifindex: u32, pin_dir: &Path, config: &RssEmuConfig) -> Result<Rs
     Ok(maps)
 }
 
-/// Removes the pinned maps under `pin_dir` and the directory itself. The tc
-/// filter goes away with its interface (the test bed deletes the namespace).
+/// Removes a test bed's pin directory with every map pinned in it (the
+/// emulator's and the impairment's). The tc filters go away with their
+/// interface (the test bed deletes the namespace).
 pub fn remove_pins(pin_dir: &Path) {
-    for name in [PIN_CFG, PIN_TABLE, PIN_PACKETS] {
-        let _ = std::fs::remove_file(pin_dir.join(name));
-    }
-    let _ = std::fs::remove_dir(pin_dir);
+    let _ = std::fs::remove_dir_all(pin_dir);
 }
 
 /// The default bpffs directory for a named test bed's pins.

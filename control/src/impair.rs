@@ -1,0 +1,195 @@
+//! `flowlane testbed impair`: loss, duplication, corruption and reordering on
+//! the test bed's link, in both directions, for kernels without `sch_netem`
+//! (this project's CI VM has none). The BPF side is `flowlane_ebpf::impair`;
+//! this module sets up the slow path that reordering needs (an HTB class of
+//! limited rate on the peer device, and on an ifb device for the ingress
+//! direction) and writes the rates.
+
+use anyhow::{bail, Context, Result};
+use flowlane_ebpf::impair::{self, Direction, ImpairConfig, ImpairMaps, ImpairStats};
+use serde::Serialize;
+
+use crate::netns;
+use crate::testbed::BedState;
+
+/// The ifb device of the ingress slow path (in the peer namespace).
+const IFB: &str = "flifb0";
+/// HTB class of the fast path (default) and of the slow path.
+const FAST_CLASS: &str = "1:1";
+const SLOW_CLASS: &str = "1:2";
+const SLOW_CLASSID: u32 = 0x0001_0002;
+
+/// Flags of `flowlane testbed impair`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Test bed name.
+    #[arg(long, default_value = "fl0")]
+    pub name: String,
+    /// Packet loss, percent.
+    #[arg(long, default_value = "0")]
+    pub loss: String,
+    /// Duplicated packets, percent.
+    #[arg(long, default_value = "0")]
+    pub duplicate: String,
+    /// Corrupted packets (one bit flipped after the IP header), percent.
+    #[arg(long, default_value = "0")]
+    pub corrupt: String,
+    /// Reordered packets (sent through the slow path), percent.
+    #[arg(long, default_value = "0")]
+    pub reorder: String,
+    /// Rate of the slow path (tc rate syntax): it sets the reordering delay.
+    #[arg(long, default_value = "20mbit")]
+    pub slow_rate: String,
+    /// Remove every impairment (and the slow path).
+    #[arg(long)]
+    pub clear: bool,
+}
+
+/// Counters per direction.
+#[derive(Debug, Serialize)]
+pub struct ImpairStatus {
+    /// Towards flowlane (peer egress).
+    pub to_flowlane: ImpairStats,
+    /// From flowlane (peer ingress).
+    pub from_flowlane: ImpairStats,
+}
+
+/// Parses "5", "5%" or "0.5%" into parts per million.
+pub fn parse_percent(s: &str) -> Result<u32> {
+    let v: f64 = s
+        .trim()
+        .trim_end_matches('%')
+        .parse()
+        .with_context(|| format!("{s:?} is not a percentage"))?;
+    if !(0.0..=100.0).contains(&v) {
+        bail!("{s:?} is not between 0 and 100 %");
+    }
+    Ok((v * 10_000.0).round() as u32)
+}
+
+fn tc(bed: &BedState, args: &[&str]) -> Result<()> {
+    let mut full = vec!["netns", "exec", &bed.peer_netns, "tc"];
+    full.extend_from_slice(args);
+    netns::run("ip", &full).map(|_| ())
+}
+
+/// Turns segmentation offloads (and flowlane side's TX checksum offload,
+/// which GSO needs) off or on; the peer's TX checksumming stays off, as the
+/// test bed made it.
+fn offloads(bed: &BedState, state: &str) -> Result<()> {
+    for (ns, dev, features) in [
+        (&bed.peer_netns, &bed.peer_if, &["gso", "tso"][..]),
+        (&bed.netns, &bed.local_if, &["tx", "gso", "tso"][..]),
+    ] {
+        let mut args = vec!["netns", "exec", ns.as_str(), "ethtool", "-K", dev.as_str()];
+        for f in features {
+            args.extend([*f, state]);
+        }
+        netns::run("ip", &args)?;
+    }
+    Ok(())
+}
+
+fn htb(bed: &BedState, dev: &str, slow_rate: &str) -> Result<()> {
+    tc(
+        bed,
+        &[
+            "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "1",
+        ],
+    )?;
+    tc(
+        bed,
+        &[
+            "class", "replace", "dev", dev, "parent", "1:", "classid", FAST_CLASS, "htb", "rate",
+            "100gbit",
+        ],
+    )?;
+    tc(
+        bed,
+        &[
+            "class", "replace", "dev", dev, "parent", "1:", "classid", SLOW_CLASS, "htb", "rate",
+            slow_rate,
+        ],
+    )
+}
+
+/// Applies (or clears) the impairments of a bed.
+pub fn apply(bed: &BedState, args: &Args) -> Result<()> {
+    let base = ImpairConfig {
+        loss_ppm: parse_percent(&args.loss)?,
+        duplicate_ppm: parse_percent(&args.duplicate)?,
+        corrupt_ppm: parse_percent(&args.corrupt)?,
+        reorder_ppm: parse_percent(&args.reorder)?,
+        reorder_classid: SLOW_CLASSID,
+        reorder_ifindex: 0,
+    };
+    if args.clear {
+        if let Some(maps) = ImpairMaps::open(&bed.pin_dir) {
+            maps.set(Direction::Egress, &ImpairConfig::default())?;
+            maps.set(Direction::Ingress, &ImpairConfig::default())?;
+        }
+        let _ = tc(bed, &["qdisc", "del", "dev", &bed.peer_if, "root"]);
+        let _ = netns::ip(&["-n", &bed.peer_netns, "link", "del", IFB]);
+        return offloads(bed, "on");
+    }
+    // Impair wire-size packets: with segmentation offloads on, tc sees
+    // 64 KiB GSO skbs and the software segmentation after it would compute
+    // fresh checksums over corrupted bytes (netem segments them for the same
+    // reason). flowlane's side only matters for kernel sockets there.
+    offloads(bed, "off")?;
+    htb(bed, &bed.peer_if, &args.slow_rate)?;
+    if netns::ip(&["-n", &bed.peer_netns, "link", "show", IFB]).is_err() {
+        netns::ip(&["-n", &bed.peer_netns, "link", "add", IFB, "type", "ifb"])?;
+    }
+    netns::ip(&["-n", &bed.peer_netns, "link", "set", IFB, "up"])?;
+    htb(bed, IFB, &args.slow_rate)?;
+    let (peer_if, pin_dir) = (bed.peer_if.clone(), bed.pin_dir.clone());
+    let maps = netns::in_netns(&bed.peer_netns, move || {
+        let ifb = nix::net::if_::if_nametoindex(IFB).context("finding the ifb device")?;
+        let maps = match ImpairMaps::open(&pin_dir) {
+            Some(m) => m,
+            None => {
+                let ifindex = nix::net::if_::if_nametoindex(peer_if.as_str())
+                    .context("finding the peer interface")?;
+                impair::install(ifindex, &pin_dir)?
+            }
+        };
+        Ok((maps, ifb))
+    });
+    let (maps, ifb) = maps?;
+    maps.set(Direction::Egress, &base)?;
+    maps.set(
+        Direction::Ingress,
+        &ImpairConfig {
+            reorder_ifindex: ifb,
+            ..base
+        },
+    )?;
+    Ok(())
+}
+
+/// The counters of a bed's impairments, if any were ever applied.
+pub fn status(bed: &BedState) -> Result<Option<ImpairStatus>> {
+    let Some(maps) = ImpairMaps::open(&bed.pin_dir) else {
+        return Ok(None);
+    };
+    Ok(Some(ImpairStatus {
+        to_flowlane: maps.stats(Direction::Egress)?,
+        from_flowlane: maps.stats(Direction::Ingress)?,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_percent;
+
+    #[test]
+    fn percentages() {
+        assert_eq!(parse_percent("5%").unwrap(), 50_000);
+        assert_eq!(parse_percent("0.5").unwrap(), 5_000);
+        assert_eq!(parse_percent("100").unwrap(), 1_000_000);
+        assert!(parse_percent("101").is_err());
+        assert!(parse_percent("-1").is_err());
+        assert!(parse_percent("lots").is_err());
+    }
+}

@@ -1,0 +1,176 @@
+//! Link impairment for the test bed (loss, duplication, corruption,
+//! reordering) in BPF, for kernels without `sch_netem`. See
+//! `src/bpf/impair.bpf.c` for what each impairment does.
+//!
+//! [`install`] attaches the programs at tc egress and ingress of the peer
+//! device (priority 1, ahead of the RSS emulator) and pins their maps beside
+//! the emulated NIC's; [`ImpairMaps::open`] reconfigures a running bed.
+
+use std::mem::MaybeUninit;
+use std::os::fd::AsFd;
+use std::path::Path;
+
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, MapHandle, TcHookBuilder, TC_EGRESS, TC_INGRESS};
+
+use crate::skel::impair::ImpairSkelBuilder;
+use crate::{Error, Result};
+
+/// One direction's impairments, in parts per million.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ImpairConfig {
+    /// Packets dropped.
+    pub loss_ppm: u32,
+    /// Packets sent twice.
+    pub duplicate_ppm: u32,
+    /// Packets with one bit flipped after the IP header.
+    pub corrupt_ppm: u32,
+    /// Packets sent through the slow path (an HTB class of limited rate).
+    pub reorder_ppm: u32,
+    /// HTB class id (`major << 16 | minor`) of the slow path.
+    pub reorder_classid: u32,
+    /// Ingress only: the ifb device whose HTB holds the slow path.
+    pub reorder_ifindex: u32,
+}
+
+/// Which hook a configuration applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// tc egress of the peer: traffic towards flowlane.
+    Egress = 0,
+    /// tc ingress of the peer: traffic from flowlane.
+    Ingress = 1,
+}
+
+/// Counters of one direction.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ImpairStats {
+    /// IP packets seen.
+    pub seen: u64,
+    /// Dropped.
+    pub lost: u64,
+    /// Duplicated.
+    pub duplicated: u64,
+    /// Corrupted.
+    pub corrupted: u64,
+    /// Sent through the slow path.
+    pub reordered: u64,
+}
+
+const PIN_CFG: &str = "impair_cfg";
+const PIN_STATS: &str = "impair_stats";
+const STATS: u32 = 5;
+
+fn encode(c: &ImpairConfig) -> [u8; 24] {
+    let mut v = [0u8; 24];
+    for (i, x) in [
+        c.loss_ppm,
+        c.duplicate_ppm,
+        c.corrupt_ppm,
+        c.reorder_ppm,
+        c.reorder_classid,
+        c.reorder_ifindex,
+    ]
+    .iter()
+    .enumerate()
+    {
+        v[i * 4..i * 4 + 4].copy_from_slice(&x.to_ne_bytes());
+    }
+    v
+}
+
+/// Handles on an installed impairment's pinned maps.
+#[derive(Debug)]
+pub struct ImpairMaps {
+    cfg: MapHandle,
+    stats: MapHandle,
+}
+
+impl ImpairMaps {
+    /// Opens the maps pinned under `pin_dir`, or `None` if not installed.
+    pub fn open(pin_dir: &Path) -> Option<ImpairMaps> {
+        let cfg = MapHandle::from_pinned_path(pin_dir.join(PIN_CFG)).ok()?;
+        let stats = MapHandle::from_pinned_path(pin_dir.join(PIN_STATS)).ok()?;
+        Some(ImpairMaps { cfg, stats })
+    }
+
+    /// Sets one direction's impairments.
+    pub fn set(&self, dir: Direction, c: &ImpairConfig) -> Result<()> {
+        for (what, ppm) in [
+            ("loss", c.loss_ppm),
+            ("duplicate", c.duplicate_ppm),
+            ("corrupt", c.corrupt_ppm),
+            ("reorder", c.reorder_ppm),
+        ] {
+            if ppm > 1_000_000 {
+                return Err(Error::Invalid(format!(
+                    "{what} rate {ppm} ppm is above 100 %"
+                )));
+            }
+        }
+        self.cfg
+            .update(&(dir as u32).to_ne_bytes(), &encode(c), MapFlags::ANY)
+            .map_err(Error::bpf("writing the impairment configuration"))
+    }
+
+    /// One direction's counters.
+    pub fn stats(&self, dir: Direction) -> Result<ImpairStats> {
+        let get = |i: u32| crate::sum_percpu_u64(&self.stats, dir as u32 * STATS + i);
+        Ok(ImpairStats {
+            seen: get(0)?,
+            lost: get(1)?,
+            duplicated: get(2)?,
+            corrupted: get(3)?,
+            reordered: get(4)?,
+        })
+    }
+}
+
+/// Loads the impairment programs, pins their maps under `pin_dir` and
+/// attaches them at tc egress and ingress of `ifindex` (calling thread's
+/// namespace), replacing earlier ones. Both directions start unimpaired.
+pub fn install(ifindex: u32, pin_dir: &Path) -> Result<ImpairMaps> {
+    std::fs::create_dir_all(pin_dir)
+        .map_err(|e| Error::Invalid(format!("creating {}: {e}", pin_dir.display())))?;
+    for name in [PIN_CFG, PIN_STATS] {
+        let _ = std::fs::remove_file(pin_dir.join(name));
+    }
+    let mut storage = MaybeUninit::uninit();
+    let mut open = ImpairSkelBuilder::default()
+        .open(&mut storage)
+        .map_err(Error::bpf("opening the impairment programs"))?;
+    open.maps
+        .impair_cfg
+        .set_pin_path(pin_dir.join(PIN_CFG))
+        .map_err(Error::bpf("pinning impair_cfg"))?;
+    open.maps
+        .impair_stats
+        .set_pin_path(pin_dir.join(PIN_STATS))
+        .map_err(Error::bpf("pinning impair_stats"))?;
+    let skel = open
+        .load()
+        .map_err(Error::bpf("loading the impairment programs"))?;
+    for (prog, point, what) in [
+        (&skel.progs.flowlane_impair_egress, TC_EGRESS, "egress"),
+        (&skel.progs.flowlane_impair_ingress, TC_INGRESS, "ingress"),
+    ] {
+        let mut hook = TcHookBuilder::new(prog.as_fd())
+            .ifindex(ifindex as i32)
+            .replace(true)
+            .handle(2)
+            .priority(1)
+            .hook(point);
+        // The RSS emulator made the clsact qdisc already; create it only when
+        // attaching finds none.
+        if hook.attach().is_err() {
+            hook.create().map_err(Error::bpf(format!(
+                "creating the clsact qdisc on ifindex {ifindex}"
+            )))?;
+            hook.attach().map_err(Error::bpf(format!(
+                "attaching the impairment at tc {what} of ifindex {ifindex}"
+            )))?;
+        }
+    }
+    ImpairMaps::open(pin_dir)
+        .ok_or_else(|| Error::Invalid("the impairment maps were not pinned".into()))
+}
