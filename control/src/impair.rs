@@ -18,6 +18,8 @@ const IFB: &str = "flifb0";
 const FAST_CLASS: &str = "1:1";
 const SLOW_CLASS: &str = "1:2";
 const SLOW_CLASSID: u32 = 0x0001_0002;
+/// Packets the slow path holds.
+const SLOW_QUEUE: &str = "16";
 
 /// Flags of `flowlane testbed impair`.
 #[derive(clap::Args, Debug, Clone)]
@@ -38,7 +40,7 @@ pub struct Args {
     #[arg(long, default_value = "0")]
     pub reorder: String,
     /// Rate of the slow path (tc rate syntax): it sets the reordering delay.
-    #[arg(long, default_value = "20mbit")]
+    #[arg(long, default_value = "100mbit")]
     pub slow_rate: String,
     /// Remove every impairment (and the slow path).
     #[arg(long)]
@@ -109,6 +111,16 @@ fn htb(bed: &BedState, dev: &str, slow_rate: &str) -> Result<()> {
         &[
             "class", "replace", "dev", dev, "parent", "1:", "classid", SLOW_CLASS, "htb", "rate",
             slow_rate,
+        ],
+    )?;
+    // A short queue bounds the reordering delay (SLOW_QUEUE packets at the
+    // slow rate: about 2 ms at the default 100 Mbit/s) instead of letting it
+    // grow with the backlog; what overflows is lost, as at a full router
+    // queue.
+    tc(
+        bed,
+        &[
+            "qdisc", "replace", "dev", dev, "parent", SLOW_CLASS, "pfifo", "limit", SLOW_QUEUE,
         ],
     )
 }

@@ -344,6 +344,8 @@ pub struct BedStatus {
     pub queue_packets: Vec<u64>,
     /// XDP attached on flowlane's interface (mode), if any.
     pub xdp: Option<String>,
+    /// Link impairment counters, if `testbed impair` was used.
+    pub impairment: Option<crate::impair::ImpairStatus>,
 }
 
 /// Reads a bed's live status.
@@ -369,6 +371,7 @@ pub fn status(name: &str) -> Result<BedStatus> {
         table_size: cfg.table.len(),
         queue_packets,
         xdp,
+        impairment: crate::impair::status(&state)?,
         state,
     })
 }

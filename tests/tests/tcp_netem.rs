@@ -2,64 +2,47 @@
 //! with 1 ms delay, duplicate 5 %, corrupt 1 %) in both directions, and
 //! hostile segments from a raw socket on a clean link.
 //!
-//! netem impairs the peer's egress (kernel → flowlane data and the kernel's
-//! ACKs) and, through an ifb device, the peer's ingress (flowlane → kernel
-//! data: AF_XDP copy-mode TX bypasses qdiscs on flowlane's side). Kernels
-//! built without `sch_netem` (like this project's CI VM) skip the netem
-//! test with a printed reason.
+//! The impairment is `flowlane testbed impair` — BPF at the peer's tc egress
+//! (kernel → flowlane data and the kernel's ACKs) and ingress (flowlane →
+//! kernel data: AF_XDP copy-mode TX bypasses qdiscs and tc on flowlane's
+//! side) — because this project's kernel has no `sch_netem`.
 
 mod tcp_common;
 
 use std::process::Command;
 use std::time::Duration;
 
-use flowlane_tests::{in_ns, require_root, text, Bed};
+use flowlane_tests::{require_root, text, Bed};
 use tcp_common::*;
 
-const NETEM: &[&str] = &[
-    "netem",
-    "loss",
-    "5%",
-    "reorder",
-    "25%",
-    "delay",
-    "1ms",
-    "duplicate",
-    "5%",
-    "corrupt",
-    "1%",
-];
+/// The impairment of the netem line (loss 5 %, reorder 25 %,
+/// duplicate 5 %, corrupt 1 %), applied both ways by `flowlane testbed
+/// impair` (BPF at the peer's tc egress and ingress; this kernel has no
+/// sch_netem).
+fn impair(bed: &Bed) {
+    let o = flowlane_tests::flowlane(&[
+        "testbed",
+        "impair",
+        "--name",
+        &bed.name,
+        "--loss",
+        "5",
+        "--reorder",
+        "25",
+        "--duplicate",
+        "5",
+        "--corrupt",
+        "1",
+    ]);
+    assert!(o.status.success(), "testbed impair: {}", text(&o));
+}
 
-/// Adds netem on the peer's egress and (via ifb0) ingress; false if the
-/// kernel has no netem.
-fn impair(bed: &Bed) -> bool {
-    let mut egress = vec!["tc", "qdisc", "add", "dev", "peer0", "root"];
-    egress.extend_from_slice(NETEM);
-    let o = in_ns(&bed.peer_ns, &egress);
-    if !o.status.success() {
-        eprintln!(
-            "skipping: tc netem is not available in this kernel ({})",
-            String::from_utf8_lossy(&o.stderr).trim()
-        );
-        return false;
-    }
-    let steps: Vec<Vec<&str>> = vec![
-        vec!["ip", "link", "add", "ifb0", "type", "ifb"],
-        vec!["ip", "link", "set", "ifb0", "up"],
-        vec![
-            "tc", "qdisc", "add", "dev", "peer0", "handle", "ffff:", "ingress",
-        ],
-        vec![
-            "tc", "filter", "add", "dev", "peer0", "parent", "ffff:", "protocol", "ip", "u32",
-            "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", "ifb0",
-        ],
-        [&["tc", "qdisc", "add", "dev", "ifb0", "root"][..], NETEM].concat(),
-    ];
-    for s in steps {
-        let o = in_ns(&bed.peer_ns, &s);
-        assert!(o.status.success(), "{s:?}: {}", text(&o));
-    }
-    true
+/// The impairment counters of both directions, from `testbed status`.
+fn impair_counters(bed: &Bed) -> serde_json::Value {
+    let o = flowlane_tests::flowlane(&["testbed", "status", "--name", &bed.name, "--json"]);
+    assert!(o.status.success(), "testbed status: {}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("status JSON");
+    v["impairment"].clone()
 }
 
 #[test]
@@ -68,9 +51,7 @@ fn bulk_both_directions_under_netem() {
         return;
     }
     let bed = Bed::up("tnm", 2);
-    if !impair(&bed) {
-        return;
-    }
+    impair(&bed);
     let bytes = if std::env::var("FLOWLANE_TCP_BIG").is_ok_and(|v| v == "1") {
         1u64 << 30
     } else {
@@ -132,6 +113,17 @@ fn bulk_both_directions_under_netem() {
         "flowlane -> kernel under netem: {r}\ncounters: {}",
         totals(&lines)
     );
+    // The impairment really happened, both ways.
+    let imp = impair_counters(&bed);
+    eprintln!("impairment counters: {imp}");
+    for dir in ["to_flowlane", "from_flowlane"] {
+        for what in ["lost", "duplicated", "corrupted", "reordered"] {
+            assert!(
+                imp[dir][what].as_u64().unwrap_or(0) > 0,
+                "{dir} {what}: {imp}"
+            );
+        }
+    }
 }
 
 /// Raw-socket sender: `count` TCP segments to 10.99.0.1:`port` — the first
