@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use flowlane_dataplane::bed::{self, hex, isn_secret, worker_cpu_ns};
 use flowlane_dataplane::neighbor::{parse_mac, Neighbors};
 use flowlane_dataplane::tcp_handler::{
     ConnHandler, Net, TcpConfig, TcpCounters, TcpCountersSnapshot, TcpHandler,
@@ -26,16 +27,14 @@ use flowlane_dataplane::tcp_handler::{
 use flowlane_dataplane::{
     BindMode, Dataplane, DataplaneConfig, InterfaceInfo, Proto, QueueAssignment, QueueInfo,
 };
-use flowlane_numa_sched::placement::{PlacementPlan, QueuePlacement};
-use flowlane_numa_sched::toeplitz::{RssHashConfig, RssKey};
-use flowlane_numa_sched::{IndirectionTable, RssState};
+use flowlane_numa_sched::toeplitz::RssKey;
+use flowlane_numa_sched::RssState;
 use flowlane_tcp::{CloseReason, ConnHandle};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::netns::require_root;
 use crate::nic::RssNic;
-use crate::testbed;
 use crate::udp_echo::allowed_cpus;
 
 /// The TCP example commands (flattened into `flowlane`'s command list).
@@ -240,59 +239,12 @@ fn queue_count(c: &Common) -> Result<u32> {
     Ok(q)
 }
 
-/// Our IPv4 address on `iface`.
-fn local_ipv4(iface: &str) -> Result<Ipv4Addr> {
-    let addrs = nix::ifaddrs::getifaddrs().context("listing interface addresses")?;
-    for a in addrs {
-        if a.interface_name != iface {
-            continue;
-        }
-        if let Some(sin) = a.address.as_ref().and_then(|s| s.as_sockaddr_in()) {
-            return Ok(sin.ip());
-        }
-    }
-    bail!("{iface} has no IPv4 address: add one (ip addr add A/N dev {iface})")
-}
-
 /// `--bed`: reads the bed's RSS and peer MAC here (where its pinned maps
 /// are visible), then becomes `ip netns exec <bed ns> flowlane <same args>`
-/// with them as explicit flags (same pid: `exec`).
+/// with them as explicit flags (same pid: `exec`; see
+/// `flowlane_dataplane::bed`).
 fn reexec_in_bed(bed: &str) -> Result<()> {
-    use std::os::unix::process::CommandExt;
-    let s = testbed::load(bed)?;
-    let rss = s.nic().rss().with_context(|| {
-        format!(
-            "reading test bed {bed}'s RSS (run this from the root namespace, not inside the bed)"
-        )
-    })?;
-    let mut args: Vec<String> = Vec::new();
-    let mut skip = false;
-    for a in std::env::args().skip(1) {
-        if skip {
-            skip = false;
-        } else if a == "--bed" {
-            skip = true;
-        } else if !a.starts_with("--bed=") {
-            args.push(a);
-        }
-    }
-    args.push(format!("--rss-key={}", hex(&rss.key)));
-    args.push(format!(
-        "--rss-table={}",
-        rss.table
-            .iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(",")
-    ));
-    args.push(format!("--neighbor={}={}", s.peer_v4, s.peer_mac));
-    let exe = std::env::current_exe().context("finding the flowlane binary")?;
-    let err = std::process::Command::new("ip")
-        .args(["netns", "exec", &s.netns])
-        .arg(exe)
-        .args(&args)
-        .exec();
-    Err(err).context("executing `ip netns exec`")
+    Err(bed::reexec_in_bed(bed).into())
 }
 
 /// The NIC's RSS as an `RssState` for `queues` queues (flags, else
@@ -318,27 +270,7 @@ fn rss_state(c: &Common, queues: u32) -> Result<Option<RssState>> {
         }
         return Ok(None);
     };
-    let max_q = s.table.iter().copied().max().unwrap_or(0).max(queues - 1);
-    let plan = PlacementPlan {
-        nic_node: None,
-        queues: (0..=max_q as u16)
-            .map(|q| QueuePlacement {
-                queue: q,
-                cpu: u32::from(q),
-                core_id: u32::from(q),
-                node: 0,
-                mem_node: 0,
-            })
-            .collect(),
-        notes: Vec::new(),
-    };
-    let table = IndirectionTable::new(s.table.iter().map(|&q| q as u16).collect())?;
-    Ok(Some(RssState::new(
-        &RssKey::new(s.key)?,
-        table,
-        RssHashConfig::default(),
-        &plan,
-    )?))
+    Ok(Some(bed::rss_state(&s.key, &s.table, queues)?))
 }
 
 /// Neighbours for active opens: the bed's peer, and the kernel's table.
@@ -372,20 +304,6 @@ fn thread_cpu_ns() -> u64 {
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
-}
-
-/// CPU time of this process's worker of `queue`, in ns.
-fn worker_cpu_ns(queue: u32) -> Option<u64> {
-    let want = format!("flowlane-q{queue}");
-    for t in std::fs::read_dir("/proc/self/task").ok()? {
-        let p = t.ok()?.path();
-        let comm = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
-        if comm.trim() == want {
-            let s = std::fs::read_to_string(p.join("schedstat")).ok()?;
-            return s.split_whitespace().next()?.parse().ok();
-        }
-    }
-    None
 }
 
 type Registry = Arc<Mutex<Vec<(u32, Arc<TcpCounters>)>>>;
@@ -450,7 +368,7 @@ where
     config.ports = ports.iter().map(|&p| (Proto::Tcp, p)).collect();
     config.busy_poll = c.busy_poll;
     config.bind_mode = BindMode::Auto;
-    let local_ip = local_ipv4(&c.iface)?;
+    let local_ip = bed::local_ipv4(&c.iface)?;
     let mut tcp = TcpConfig::new(local_ip, info.mac, isn_secret());
     let active = connect_to.is_some();
     config.ephemeral = active.then_some(tcp.ephemeral);
@@ -487,23 +405,6 @@ where
         write_report(p, &summary)?;
     }
     r
-}
-
-fn isn_secret() -> [u8; 16] {
-    let mut s = [0u8; 16];
-    if let Ok(b) = std::fs::read("/proc/sys/kernel/random/uuid") {
-        for (i, x) in b.iter().enumerate() {
-            s[i % 16] ^= x.wrapping_mul(i as u8 | 1);
-        }
-    }
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    for (i, b) in t.to_le_bytes().iter().enumerate() {
-        s[i] ^= b;
-    }
-    s
 }
 
 fn wait(
@@ -733,10 +634,6 @@ impl Transfer {
         }
         v
     }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// Reads everything, hashing it; reports each transfer at end of stream.

@@ -102,8 +102,7 @@ fn validate_name(name: &str) -> Result<()> {
 }
 
 fn state_dir() -> PathBuf {
-    PathBuf::from(std::env::var_os("FLOWLANE_RUN_DIR").unwrap_or_else(|| "/run/flowlane".into()))
-        .join("testbed")
+    flowlane_dataplane::bed::state_dir()
 }
 
 fn state_path(name: &str) -> PathBuf {

@@ -8,6 +8,7 @@
 #![deny(missing_docs)]
 
 pub mod affinity;
+pub mod bed;
 pub mod counters;
 pub mod ephemeral;
 pub mod iface;

@@ -205,15 +205,33 @@ pub fn rtt_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid histogram bounds")
 }
 
+/// Called once the data threads have been told to stop: stops what they
+/// run on and returns what they counted (the flowlane backend reads its
+/// per-worker counters here).
+pub type Finish = Box<dyn FnOnce() -> Result<ThreadStats>>;
+
 /// A running set of data threads.
 pub struct Workers {
     handles: Vec<JoinHandle<Result<ThreadStats>>>,
+    finish: Option<Finish>,
 }
 
 impl Workers {
     /// Wraps spawned threads.
     pub fn new(handles: Vec<JoinHandle<Result<ThreadStats>>>) -> Workers {
-        Workers { handles }
+        Workers {
+            handles,
+            finish: None,
+        }
+    }
+
+    /// Data threads that are not ours to join (a data path's workers):
+    /// `finish` stops them and returns their counts.
+    pub fn custom(finish: Finish) -> Workers {
+        Workers {
+            handles: Vec::new(),
+            finish: Some(finish),
+        }
     }
 
     /// Waits for every thread and merges their counts; the first error wins.
@@ -231,6 +249,14 @@ impl Workers {
                 }
             }
         }
+        if let Some(f) = self.finish {
+            match f() {
+                Ok(s) => total.merge(s)?,
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
         match first_err {
             Some(e) => Err(e),
             None => Ok(total),
@@ -238,11 +264,24 @@ impl Workers {
     }
 }
 
-/// A data path that flowlane-ttcp can measure: kernel sockets now, flowlane's
-/// own TCP on the AF_XDP data path once it is integrated.
+/// Which of the process's threads carry a backend's data, for the per-thread
+/// CPU figures (`/proc/self/task/<tid>/stat`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataThreads {
+    /// Thread-name prefix (`comm`).
+    pub prefix: &'static str,
+    /// How reports name them.
+    pub label: &'static str,
+}
+
+/// A data path that flowlane-ttcp can measure: kernel sockets, or flowlane's
+/// own TCP on the AF_XDP data path.
 pub trait Backend {
     /// `kernel` or `flowlane`.
     fn name(&self) -> &'static str;
+
+    /// The threads that carry the data (their CPU time is reported apart).
+    fn data_threads(&self) -> DataThreads;
 
     /// Binds the receiver's data ports (errors now, before any sync) and starts its
     /// threads: count received bytes by phase, echo in latency/overlap mode, until
@@ -258,9 +297,7 @@ pub trait Backend {
 pub fn for_kind(kind: BackendKind) -> Result<Box<dyn Backend>> {
     match kind {
         BackendKind::Kernel => Ok(Box::new(crate::kernel::Kernel)),
-        BackendKind::Flowlane => Err(anyhow!(
-            "--backend flowlane is not available yet: flowlane's TCP is not yet integrated into the AF_XDP data path (use --backend kernel)"
-        )),
+        BackendKind::Flowlane => Ok(Box::new(crate::flowlane::Flowlane)),
     }
 }
 
@@ -313,8 +350,13 @@ mod tests {
     }
 
     #[test]
-    fn flowlane_backend_says_not_yet() {
-        let e = for_kind(BackendKind::Flowlane).err().unwrap().to_string();
-        assert!(e.contains("not available yet"), "{e}");
+    fn backends_name_their_data_threads() {
+        let k = for_kind(BackendKind::Kernel).unwrap();
+        assert_eq!((k.name(), k.data_threads().prefix), ("kernel", "ttcp-"));
+        let f = for_kind(BackendKind::Flowlane).unwrap();
+        assert_eq!(
+            (f.name(), f.data_threads().prefix),
+            ("flowlane", "flowlane-q")
+        );
     }
 }

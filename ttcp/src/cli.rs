@@ -33,7 +33,7 @@ pub enum Sub {
 pub enum BackendKind {
     /// Linux kernel sockets through mio.
     Kernel,
-    /// flowlane's TCP on the AF_XDP data path (not available yet).
+    /// flowlane's TCP on the AF_XDP data path (receiver; one worker per queue).
     Flowlane,
 }
 
@@ -118,6 +118,28 @@ pub struct RunArgs {
     /// Receiver: seconds to wait for a sender before giving up.
     #[arg(long, default_value_t = 60.0)]
     pub wait: f64,
+    /// flowlane backend: run on this test bed. Run from the root namespace:
+    /// reads the bed's RSS key/table and peer MAC, then re-executes itself
+    /// inside the bed's namespace (flowlane-NAME) with them as
+    /// --rss-key/--rss-table/--neighbor.
+    #[arg(long, value_name = "NAME")]
+    pub bed: Option<String>,
+    /// flowlane backend: queues to serve from queue 0, one worker each
+    /// (default: all of the interface's).
+    #[arg(long)]
+    pub queues: Option<u32>,
+    /// flowlane backend: the NIC's Toeplitz key (hex; --bed sets it).
+    #[arg(long)]
+    pub rss_key: Option<String>,
+    /// flowlane backend: the NIC's indirection table (--bed sets it).
+    #[arg(long, value_delimiter = ',')]
+    pub rss_table: Option<Vec<u32>>,
+    /// flowlane backend: static neighbour IP=MAC (repeatable; --bed sets the peer's).
+    #[arg(long)]
+    pub neighbor: Vec<String>,
+    /// flowlane backend: workers spin when idle instead of sleeping in poll(2).
+    #[arg(long)]
+    pub busy_poll: bool,
     /// Root of the /proc and /sys trees read for the report.
     #[arg(long, default_value = "/", hide = true)]
     pub procfs_root: PathBuf,
@@ -196,6 +218,8 @@ pub struct Plan {
     pub params: Params,
     /// Overlap mode computation per iteration (µs).
     pub overlap_us: u64,
+    /// flowlane backend settings.
+    pub flowlane: crate::flowlane::Options,
 }
 
 impl Plan {
@@ -289,9 +313,38 @@ impl RunArgs {
             bail!("latency and overlap modes use one connection per thread: drop -l");
         }
         if self.backend == BackendKind::Flowlane {
-            bail!(
-                "--backend flowlane is not available yet: flowlane's TCP is not yet integrated into the AF_XDP data path (use --backend kernel)"
-            );
+            if self.sender {
+                bail!(
+                    "--backend flowlane runs the receiver only so far: send with --backend kernel (TCP is TCP on the wire)"
+                );
+            }
+            if !addr.is_ipv4() {
+                bail!("--backend flowlane: {addr} is not IPv4 (flowlane's TCP is IPv4 only)");
+            }
+            if self.no_sync {
+                bail!("--backend flowlane needs the control channel: drop -N");
+            }
+            let eph = crate::flowlane::EPHEMERAL;
+            let last = u32::from(self.base_port) + u32::from(self.ports) - 1;
+            if u32::from(self.base_port) <= u32::from(eph.1) && last >= u32::from(eph.0) {
+                bail!(
+                    "-p {} -P {}: flowlane's ephemeral ports {}-{} cannot be data ports",
+                    self.base_port,
+                    self.ports,
+                    eph.0,
+                    eph.1
+                );
+            }
+            if (eph.0..=eph.1).contains(&self.control_port) {
+                bail!(
+                    "--control-port {}: the control channel stays on a kernel socket and cannot use flowlane's ephemeral ports {}-{}",
+                    self.control_port,
+                    eph.0,
+                    eph.1
+                );
+            }
+        } else if self.bed.is_some() {
+            bail!("--bed goes with --backend flowlane");
         }
         Ok(Plan {
             receiver: self.receiver,
@@ -299,6 +352,15 @@ impl RunArgs {
             addr,
             conns_per_thread: self.conns_per_thread,
             overlap_us: self.overlap_us.unwrap_or(0),
+            flowlane: crate::flowlane::Options {
+                iface: self.nic.clone(),
+                queues: self.queues,
+                rss_key: self.rss_key.clone(),
+                rss_table: self.rss_table.clone(),
+                neighbors: self.neighbor.clone(),
+                busy_poll: self.busy_poll,
+                control_port: self.control_port,
+            },
             params: Params {
                 proto: PROTO,
                 backend: self.backend.name().into(),
@@ -411,7 +473,43 @@ mod tests {
             ),
             (
                 &["-s", "-m", "1,*,127.0.0.1", "--backend", "flowlane"],
-                "not available yet",
+                "receiver only so far",
+            ),
+            (
+                &[
+                    "-r",
+                    "-m",
+                    "1,*,10.0.0.1",
+                    "--backend",
+                    "flowlane",
+                    "-p",
+                    "40001",
+                ],
+                "ephemeral ports 40000-44999 cannot be data ports",
+            ),
+            (
+                &[
+                    "-r",
+                    "-m",
+                    "1,*,10.0.0.1",
+                    "--backend",
+                    "flowlane",
+                    "--control-port",
+                    "40000",
+                ],
+                "stays on a kernel socket",
+            ),
+            (
+                &["-r", "-m", "1,*,10.0.0.1", "--backend", "flowlane", "-N"],
+                "needs the control channel",
+            ),
+            (
+                &["-r", "-m", "1,*,::1", "--backend", "flowlane"],
+                "IPv4 only",
+            ),
+            (
+                &["-r", "-m", "1,*,10.0.0.1", "--bed", "x"],
+                "--bed goes with",
             ),
         ];
         for (a, want) in cases {

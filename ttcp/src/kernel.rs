@@ -17,7 +17,7 @@ use nix::sys::socket::{
     SockaddrStorage,
 };
 
-use crate::backend::{rtt_histogram, Backend, Phase, Shared, ThreadStats, Workers};
+use crate::backend::{rtt_histogram, Backend, DataThreads, Phase, Shared, ThreadStats, Workers};
 use crate::cli::Plan;
 use crate::sync::{Mode, CONNECT_TIMEOUT};
 
@@ -66,6 +66,14 @@ fn data_port(plan: &Plan, conn_index: usize) -> u16 {
 impl Backend for Kernel {
     fn name(&self) -> &'static str {
         "kernel"
+    }
+
+    fn data_threads(&self) -> DataThreads {
+        DataThreads {
+            prefix: "ttcp-",
+            label:
+                "event-loop threads ttcp-rx*/ttcp-tx* (kernel TCP work in softirq is not theirs)",
+        }
     }
 
     fn start_receiver(&self, plan: &Plan, shared: Arc<Shared>) -> Result<Workers> {

@@ -5,10 +5,11 @@
 //! with what it cost ([`report`]: CPU, interrupts, packets per interrupt, cycles
 //! per byte, % of one CPU per Gbit/s, retransmits) from `/proc` counters
 //! ([`procfs`]). The data path is a [`backend::Backend`]: kernel sockets through
-//! mio ([`kernel`]) now, flowlane's TCP on AF_XDP once it is integrated.
+//! mio ([`kernel`]) or flowlane's TCP on the AF_XDP data path ([`flowlane`]).
 
 pub mod backend;
 pub mod cli;
+pub mod flowlane;
 pub mod kernel;
 pub mod matrix;
 pub mod procfs;

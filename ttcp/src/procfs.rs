@@ -108,6 +108,25 @@ pub struct ProcCpu {
     pub threads: u64,
 }
 
+/// CPU time of a group of threads (the data threads of a backend), in USER_HZ ticks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ThreadsCpu {
+    /// Threads that matched.
+    pub threads: u64,
+    /// Summed `utime`.
+    pub utime: u64,
+    /// Summed `stime`.
+    pub stime: u64,
+}
+
+/// The command name of a `/proc/<pid>/task/<tid>/stat` line (between the first
+/// `(` and the last `)`).
+pub fn stat_comm(text: &str) -> Option<&str> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    (open < close).then(|| &text[open + 1..close])
+}
+
 /// The TSC rate and where it came from.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TscRate {
@@ -176,6 +195,32 @@ impl ProcFs {
     /// `/proc/self/stat` CPU fields.
     pub fn self_cpu(&self) -> Result<ProcCpu> {
         parse_pid_stat(&self.read("proc/self/stat")?)
+    }
+
+    /// CPU time of this process's threads whose name (`comm`) starts with
+    /// `prefix`, summed from `/proc/self/task/<tid>/stat` (utime, stime; USER_HZ
+    /// ticks). `threads` is how many matched.
+    pub fn threads_cpu(&self, prefix: &str) -> Result<ThreadsCpu> {
+        let dir = self.path("proc/self/task");
+        let mut out = ThreadsCpu::default();
+        let rd = std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?;
+        for t in rd.flatten() {
+            // A thread may exit between listing and reading: skip it.
+            let Ok(text) = std::fs::read_to_string(t.path().join("stat")) else {
+                continue;
+            };
+            let Some(comm) = stat_comm(&text) else {
+                continue;
+            };
+            if !comm.starts_with(prefix) {
+                continue;
+            }
+            let c = parse_pid_stat(&text)?;
+            out.threads += 1;
+            out.utime += c.utime;
+            out.stime += c.stime;
+        }
+        Ok(out)
     }
 
     /// Whether `iface` is backed by a device (`/sys/class/net/<if>/device` exists):
@@ -438,6 +483,35 @@ pub fn parse_cpuinfo_tsc(text: &str) -> Result<TscRate> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn threads_cpu_sums_matching_threads_only() {
+        let root = std::env::temp_dir().join(format!("ttcp-tasks-{}", std::process::id()));
+        let line = |comm: &str, ut: u64, st: u64| {
+            format!("12 ({comm}) S 1 1 1 0 -1 0 0 0 0 0 {ut} {st} 0 0 20 0 3 0 1 0 0")
+        };
+        for (tid, comm, ut, st) in [
+            (1, "flowlane-ttcp", 50, 5),
+            (2, "flowlane-q0", 100, 20),
+            (3, "flowlane-q1", 30, 7),
+            (4, "x) (flowlane-q", 1, 1),
+        ] {
+            let d = root.join(format!("proc/self/task/{tid}"));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("stat"), line(comm, ut, st)).unwrap();
+        }
+        let c = ProcFs::new(&root).threads_cpu("flowlane-q").unwrap();
+        assert_eq!(
+            c,
+            ThreadsCpu {
+                threads: 2,
+                utime: 130,
+                stime: 27
+            }
+        );
+        assert_eq!(stat_comm("7 (a b) c) R"), Some("a b) c"));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 
     const STAT: &str = "cpu  100 5 50 800 10 3 20 2 0 0\n\
 cpu0 50 2 25 400 5 1 10 1 0 0\n\

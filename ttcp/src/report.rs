@@ -21,7 +21,10 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::procfs::{CpuTimes, IfCounters, IrqSource, ProcCpu, ProcFs, TcpSnmp, TscRate};
+use crate::backend::DataThreads;
+use crate::procfs::{
+    CpuTimes, IfCounters, IrqSource, ProcCpu, ProcFs, TcpSnmp, ThreadsCpu, TscRate,
+};
 use crate::sync::Params;
 
 /// Process CPU time from `getrusage(RUSAGE_SELF)`.
@@ -66,6 +69,8 @@ pub struct Snapshot {
     pub proc_stat: ProcCpu,
     /// `getrusage`.
     pub rusage: Rusage,
+    /// The backend's data threads (`/proc/self/task/<tid>/stat`).
+    pub data_threads: Option<ThreadsCpu>,
 }
 
 /// The interface and the interrupt source a run reports on.
@@ -77,6 +82,8 @@ pub struct Probe {
     pub iface: String,
     /// Where its interrupts are counted.
     pub irq: IrqSource,
+    /// The backend's data threads, whose CPU is reported apart.
+    pub data_threads: Option<DataThreads>,
 }
 
 impl Probe {
@@ -94,6 +101,10 @@ impl Probe {
             tcp: self.fs.tcp_snmp()?,
             proc_stat: self.fs.self_cpu()?,
             rusage,
+            data_threads: match self.data_threads {
+                Some(d) => Some(self.fs.threads_cpu(d.prefix)?),
+                None => None,
+            },
         })
     }
 }
@@ -134,6 +145,24 @@ pub struct CpuProcess {
     pub stat_utime_ticks: u64,
     /// stime ticks from /proc/self/stat.
     pub stat_stime_ticks: u64,
+}
+
+/// CPU of the backend's data threads over the window (per-thread
+/// `/proc/self/task/<tid>/stat`, USER_HZ resolution).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DataThreadsCpu {
+    /// Which threads (flowlane workers, or the kernel backend's event loops).
+    pub label: String,
+    /// Thread-name prefix matched.
+    pub prefix: String,
+    /// Threads counted (at the end of the window).
+    pub threads: u64,
+    /// User seconds.
+    pub user_s: f64,
+    /// System seconds.
+    pub system_s: f64,
+    /// (user + system) / window × 100.
+    pub pct_of_one_cpu: f64,
 }
 
 /// Raw differences, so that every derived figure can be recomputed.
@@ -255,6 +284,11 @@ pub struct Report {
     pub cycles_per_byte_system: Option<f64>,
     /// This process's cycles per payload byte.
     pub cycles_per_byte_process: Option<f64>,
+    /// The backend's data threads' cycles per payload byte (flowlane: the
+    /// workers that run TCP and the AF_XDP rings).
+    pub cycles_per_byte_data_threads: Option<f64>,
+    /// The backend's data threads' CPU.
+    pub cpu_data_threads: Option<DataThreadsCpu>,
     /// System-wide CPU split.
     pub cpu_system: CpuSystem,
     /// This process's CPU.
@@ -307,6 +341,8 @@ pub struct Inputs<'a> {
     pub latency: Option<Latency>,
     /// Overlap figures.
     pub overlap: Option<Overlap>,
+    /// The backend's data threads (label), when measured.
+    pub data_threads: Option<DataThreads>,
 }
 
 fn ratio(a: f64, b: f64) -> f64 {
@@ -358,6 +394,22 @@ pub fn build(i: Inputs<'_>) -> Report {
         stat_utime_ticks: b.proc_stat.utime.saturating_sub(a.proc_stat.utime),
         stat_stime_ticks: b.proc_stat.stime.saturating_sub(a.proc_stat.stime),
     };
+    let cpu_data_threads = match (i.data_threads, a.data_threads, b.data_threads) {
+        (Some(d), Some(x), Some(y)) => {
+            let hz = i.user_hz.max(1) as f64;
+            let user_s = y.utime.saturating_sub(x.utime) as f64 / hz;
+            let system_s = y.stime.saturating_sub(x.stime) as f64 / hz;
+            Some(DataThreadsCpu {
+                label: d.label.to_string(),
+                prefix: d.prefix.to_string(),
+                threads: y.threads,
+                user_s,
+                system_s,
+                pct_of_one_cpu: ratio((user_s + system_s) * 100.0, window),
+            })
+        }
+        _ => None,
+    };
     let gbit = ratio(bytes as f64 * 8.0, window) / 1e9;
     let receiver = i.role == "receiver";
     let data_packets = if receiver {
@@ -404,6 +456,10 @@ pub fn build(i: Inputs<'_>) -> Report {
         tsc_source,
         cycles_per_byte_system: cpb(busy_s),
         cycles_per_byte_process: cpb(pu + ps),
+        cycles_per_byte_data_threads: cpu_data_threads
+            .as_ref()
+            .and_then(|d| cpb(d.user_s + d.system_s)),
+        cpu_data_threads,
         pct_one_cpu_per_gbit_system: ratio(cpu_system.busy_cpus * 100.0, gbit),
         pct_one_cpu_per_gbit_process: ratio(cpu_process.pct_of_one_cpu, gbit),
         cpu_system,
@@ -516,6 +572,22 @@ impl Report {
             "Cycles/Byte (this process)",
             opt(self.cycles_per_byte_process, 2),
         );
+        if let Some(d) = &self.cpu_data_threads {
+            row(
+                &format!(
+                    "Cycles/Byte ({} {} threads)",
+                    self.params.backend, d.threads
+                ),
+                format!(
+                    "{}   ({}; {:.1}% of one CPU, user {:.2} s, system {:.2} s)",
+                    opt(self.cycles_per_byte_data_threads, 2),
+                    d.label,
+                    d.pct_of_one_cpu,
+                    d.user_s,
+                    d.system_s
+                ),
+            );
+        }
         let c = &self.cpu_system;
         row(
             &format!("CPU busy (system, {} CPUs)", c.ncpus),
@@ -667,6 +739,12 @@ mod tests {
                 user: Duration::from_millis(ru.0),
                 system: Duration::from_millis(ru.1),
             },
+            // The data threads did all of the process's work (ticks of 10 ms).
+            data_threads: Some(ThreadsCpu {
+                threads: 2,
+                utime: ru.0 / 10,
+                stime: ru.1 / 10,
+            }),
         }
     }
 
@@ -734,8 +812,17 @@ mod tests {
             user_hz: 100,
             latency: None,
             overlap: None,
+            data_threads: Some(DataThreads {
+                prefix: "ttcp-",
+                label: "test threads",
+            }),
         });
         assert_eq!(r.window_s, 2.0);
+        assert!((r.cycles_per_byte_data_threads.unwrap() - 2.4).abs() < 1e-9);
+        let d = r.cpu_data_threads.as_ref().unwrap();
+        assert_eq!((d.threads, d.label.as_str()), (2, "test threads"));
+        assert!((d.pct_of_one_cpu - 60.0).abs() < 1e-9);
+        assert!(r.text().contains("Cycles/Byte (kernel 2 threads)"));
         assert_eq!(r.throughput_kbyte_s, 500_000.0);
         assert_eq!(r.throughput_mbit_s, 4000.0);
         assert_eq!(r.avg_frame_size, 1000.0);

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use crate::backend::{self, Schedule, Shared, Workers};
+use crate::backend::{self, DataThreads, Schedule, Shared, Workers};
 use crate::cli::{Plan, RunArgs};
 use crate::kernel::iface_for;
 use crate::procfs::ProcFs;
@@ -23,6 +23,10 @@ const GRACE: Duration = Duration::from_millis(250);
 /// Runs `-r` or `-s`; prints the report; errors are one line.
 pub fn run(args: &RunArgs) -> Result<Report> {
     let plan = args.plan()?;
+    if let Some(bed) = &args.bed {
+        // Read the bed here (root namespace), run inside it (same pid).
+        return Err(anyhow!(flowlane_dataplane::bed::reexec_in_bed(bed)));
+    }
     raise_nofile(plan.connections() + 256)?;
     let backend = backend::for_kind(args.backend)?;
     let shared = Arc::new(Shared::new(Schedule::from_secs(
@@ -79,7 +83,13 @@ fn sleep_until(shared: &Shared, t: Instant) -> Result<()> {
     }
 }
 
-fn probe(args: &RunArgs, fs: &ProcFs, shared: &Shared, plan: &Plan) -> Result<Probe> {
+fn probe(
+    args: &RunArgs,
+    fs: &ProcFs,
+    shared: &Shared,
+    plan: &Plan,
+    data_threads: DataThreads,
+) -> Result<Probe> {
     let iface = match &args.nic {
         Some(n) => n.clone(),
         None => {
@@ -90,10 +100,16 @@ fn probe(args: &RunArgs, fs: &ProcFs, shared: &Shared, plan: &Plan) -> Result<Pr
         }
     };
     fs.if_counters(&iface)?; // fail now, not at the window edge
+                             // A tree without /proc/self/task (tests' fake trees) reports no thread CPU.
+    let data_threads = fs
+        .threads_cpu(data_threads.prefix)
+        .is_ok()
+        .then_some(data_threads);
     Ok(Probe {
         irq: fs.irq_source(&iface),
         iface,
         fs: fs.clone(),
+        data_threads,
     })
 }
 
@@ -149,6 +165,7 @@ fn finish(
         user_hz: user_hz(),
         latency,
         overlap,
+        data_threads: probe.data_threads,
     })
 }
 
@@ -220,7 +237,7 @@ fn receiver(
                 ctl = Some(c);
             }
         }
-        let probe = probe(args, fs, shared, plan)?;
+        let probe = probe(args, fs, shared, plan, be.data_threads())?;
         let snaps = measure(shared, &probe, args)?;
         sleep_until(shared, shared.end().expect("started") + GRACE)?;
         Ok((snaps, probe, ctl))
@@ -383,7 +400,7 @@ fn sender(
                 }
             }
         }
-        let probe = probe(args, fs, shared, plan)?;
+        let probe = probe(args, fs, shared, plan, be.data_threads())?;
         let (a, b) = measure(shared, &probe, args)?;
         sleep_until(shared, shared.end().expect("started"))?;
         Ok((a, b, probe))

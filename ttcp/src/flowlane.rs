@@ -1,0 +1,364 @@
+//! The flowlane backend: data connections served by flowlane's TCP on the
+//! AF_XDP data path (`flowlane_dataplane::tcp_handler`), one worker per
+//! receive queue, run to completion.
+//!
+//! Each queue's worker owns a `flowlane_tcp::Stack` listening on the data
+//! ports; its [`ConnHandler`] counts received payload by [`Phase`] in the
+//! worker's own [`WorkerCounters`] (relaxed atomics written by that worker
+//! only), which the measuring thread reads when the run ends. The control
+//! (sync) channel stays on a kernel socket: flowlane shares the interface's
+//! address with the kernel and owns only its ports (the data ports and the
+//! ephemeral range 40000-44999), so the control port must be none of them
+//! (`RunArgs::plan` checks).
+//!
+//! Run the receiver inside the namespace of the interface it serves; on a
+//! test bed `--bed NAME` does that from the root namespace
+//! ([`flowlane_dataplane::bed::reexec_in_bed`]).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use anyhow::{anyhow, bail, Context, Result};
+use flowlane_dataplane::bed;
+use flowlane_dataplane::neighbor::{parse_mac, Neighbors};
+use flowlane_dataplane::tcp_handler::{ConnHandler, Net, TcpConfig, TcpHandler};
+use flowlane_dataplane::{
+    BindMode, Dataplane, DataplaneConfig, InterfaceInfo, Proto, QueueAssignment, QueueInfo,
+};
+use flowlane_tcp::ConnHandle;
+
+use crate::backend::{Backend, DataThreads, Phase, Shared, ThreadStats, Workers};
+use crate::cli::Plan;
+use crate::kernel::iface_for;
+use crate::sync::Mode;
+
+/// flowlane's ephemeral port range (active opens), steered to flowlane.
+pub const EPHEMERAL: (u16, u16) = (40000, 44999);
+
+/// flowlane's TCP on the AF_XDP data path.
+pub struct Flowlane;
+
+/// Flags of the flowlane backend (from the command line).
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Interface to serve (default: the one holding the receiver address).
+    pub iface: Option<String>,
+    /// Queues to serve from queue 0 (default: all).
+    pub queues: Option<u32>,
+    /// The NIC's Toeplitz key (hex).
+    pub rss_key: Option<String>,
+    /// The NIC's indirection table.
+    pub rss_table: Option<Vec<u32>>,
+    /// Static neighbours `IP=MAC`.
+    pub neighbors: Vec<String>,
+    /// Spin when idle.
+    pub busy_poll: bool,
+    /// The control port (kernel socket; never steered to flowlane).
+    pub control_port: u16,
+}
+
+/// One worker's counts: written by that worker only, read by the measuring
+/// thread. Aligned so that two workers never share a cache line.
+#[repr(align(64))]
+#[derive(Debug, Default)]
+pub struct WorkerCounters {
+    /// Payload bytes received (or echoed in latency mode: received) by [`Phase`].
+    pub bytes: [AtomicU64; 5],
+    /// Connections accepted.
+    pub connections: AtomicU64,
+}
+
+impl WorkerCounters {
+    fn add(&self, phase: Phase, n: usize) {
+        // Single writer: a relaxed load + store is enough and cheaper than an RMW.
+        let c = &self.bytes[phase as usize];
+        c.store(c.load(Ordering::Relaxed) + n as u64, Ordering::Relaxed);
+    }
+
+    /// The counts now, as a [`ThreadStats`].
+    pub fn stats(&self) -> ThreadStats {
+        let mut st = ThreadStats::default();
+        for (o, c) in st.bytes.iter_mut().zip(&self.bytes) {
+            *o = c.load(Ordering::Relaxed);
+        }
+        st.connections = self.connections.load(Ordering::Relaxed) as usize;
+        st
+    }
+}
+
+type Registry = Arc<Mutex<Vec<(u32, Arc<WorkerCounters>)>>>;
+
+fn neighbors(opts: &Options) -> Result<Neighbors> {
+    let mut n = Neighbors::new();
+    for e in &opts.neighbors {
+        let parsed = e
+            .split_once('=')
+            .and_then(|(ip, mac)| Some((ip.parse::<Ipv4Addr>().ok()?, parse_mac(mac)?)));
+        let Some((ip, mac)) = parsed else {
+            bail!("bad --neighbor {e:?}: expected IP=aa:bb:cc:dd:ee:ff");
+        };
+        n.insert(ip, mac);
+    }
+    Ok(n)
+}
+
+fn parse_key(hex: &str) -> Result<Vec<u8>> {
+    let h = hex.trim().replace(':', "");
+    if h.len() % 2 != 0 {
+        bail!("bad --rss-key: odd number of hex digits");
+    }
+    (0..h.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&h[i..i + 2], 16).map_err(|_| anyhow!("bad --rss-key {hex:?}")))
+        .collect()
+}
+
+/// CPUs this process may run on.
+fn allowed_cpus() -> Vec<u32> {
+    match nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)) {
+        Ok(s) => (0..nix::sched::CpuSet::count() as u32)
+            .filter(|&c| s.is_set(c as usize).unwrap_or(false))
+            .collect(),
+        Err(_) => vec![0],
+    }
+}
+
+impl Backend for Flowlane {
+    fn name(&self) -> &'static str {
+        "flowlane"
+    }
+
+    fn data_threads(&self) -> DataThreads {
+        DataThreads {
+            prefix: "flowlane-q",
+            label: "flowlane workers flowlane-q* (TCP + AF_XDP rings, run to completion)",
+        }
+    }
+
+    fn start_receiver(&self, plan: &Plan, shared: Arc<Shared>) -> Result<Workers> {
+        let opts = &plan.flowlane;
+        let IpAddr::V4(local_ip) = plan.addr else {
+            bail!("--backend flowlane: {} is not IPv4", plan.addr);
+        };
+        if !nix::unistd::geteuid().is_root() {
+            bail!("--backend flowlane needs root (AF_XDP sockets, XDP program)");
+        }
+        let iface = match &opts.iface {
+            Some(i) => i.clone(),
+            None => iface_for(plan.addr).ok_or_else(|| {
+                anyhow!(
+                    "no interface here holds {}: run inside the interface's namespace (on a test bed: --bed NAME)",
+                    plan.addr
+                )
+            })?,
+        };
+        let info = InterfaceInfo::read(std::path::Path::new("/sys"), &iface)?;
+        let queues = opts.queues.unwrap_or(info.rx_queues);
+        info.check_queues(queues)?;
+        // Workers are pinned round-robin over the allowed CPUs, or over the
+        // CPUs the -m mappings name.
+        let named: Vec<u32> = plan.threads.iter().flatten().map(|&c| c as u32).collect();
+        let cpus = if named.is_empty() {
+            allowed_cpus()
+        } else {
+            named
+        };
+        let ports: Vec<u16> = (0..plan.params.ports)
+            .map(|p| plan.params.base_port + p)
+            .collect();
+        if ports.contains(&opts.control_port) {
+            bail!(
+                "control port {} is one of the data ports flowlane takes",
+                opts.control_port
+            );
+        }
+        let mut config = DataplaneConfig::new(&iface, &(0..queues).collect::<Vec<_>>());
+        for (i, q) in config.queues.iter_mut().enumerate() {
+            *q = QueueAssignment {
+                queue: q.queue,
+                cpu: Some(cpus[i % cpus.len()]),
+                node: 0,
+            };
+        }
+        config.node_cpus.insert(0, cpus.clone());
+        config.ports = ports.iter().map(|&p| (Proto::Tcp, p)).collect();
+        config.busy_poll = opts.busy_poll;
+        config.bind_mode = BindMode::Auto;
+        let mut tcp = TcpConfig::new(local_ip, info.mac, bed::isn_secret());
+        tcp.neighbors = neighbors(opts)?;
+        tcp.rss = match (&opts.rss_key, &opts.rss_table) {
+            (Some(k), Some(t)) => Some(bed::rss_state(&parse_key(k)?, t, queues)?),
+            (None, None) => None,
+            _ => bail!("--rss-key and --rss-table go together"),
+        };
+        let echo = plan.params.mode != Mode::Throughput;
+        let buf_len = plan.params.buffer.max(plan.params.msg_size);
+
+        let registry: Registry = Arc::default();
+        let setup_err: Arc<Mutex<Option<String>>> = Arc::default();
+        let (reg, err2, sh) = (registry.clone(), setup_err.clone(), shared.clone());
+        let dp = Dataplane::start(config, move |q: &QueueInfo| {
+            let mut h = TcpHandler::new(q, tcp.clone());
+            let w = Arc::new(WorkerCounters::default());
+            for &port in &ports {
+                let rx = Rx {
+                    shared: sh.clone(),
+                    w: w.clone(),
+                    echo,
+                    local: SocketAddr::new(IpAddr::V4(local_ip), port),
+                    buf: vec![0; buf_len],
+                };
+                if let Err(e) = h.listen(port, rx) {
+                    *err2.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some(format!("queue {} port {port}: {e}", q.queue));
+                }
+            }
+            reg.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((q.queue, w));
+            h
+        })
+        .with_context(|| format!("starting flowlane's data path on {iface}"))?;
+        if let Some(e) = setup_err.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            bail!("listening: {e}");
+        }
+        Ok(Workers::custom(Box::new(move || {
+            dp.stop();
+            let mut per: Vec<(u32, ThreadStats)> = registry
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .map(|(q, w)| (*q, w.stats()))
+                .collect();
+            per.sort_by_key(|p| p.0);
+            let mut total = ThreadStats::default();
+            for (_, s) in per {
+                total.merge(s)?;
+            }
+            Ok(total)
+        })))
+    }
+
+    fn start_sender(&self, _plan: &Plan, _shared: Arc<Shared>) -> Result<Workers> {
+        bail!("--backend flowlane runs the receiver only so far: send with --backend kernel")
+    }
+}
+
+/// A worker's receiver handler (one per data port and worker).
+struct Rx {
+    shared: Arc<Shared>,
+    w: Arc<WorkerCounters>,
+    echo: bool,
+    local: SocketAddr,
+    buf: Vec<u8>,
+}
+
+impl Rx {
+    /// Throughput mode: take everything the connection holds, count it.
+    fn drain(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        let mut total = 0;
+        loop {
+            let n = match net.peek(conn) {
+                Ok(d) if !d.is_empty() => d.len(),
+                _ => break,
+            };
+            let _ = net.consume(conn, n);
+            total += n;
+        }
+        if total > 0 {
+            self.w.add(self.shared.phase_at(Instant::now()), total);
+        }
+        if net.is_eof(conn) {
+            let _ = net.close(conn);
+        }
+    }
+
+    /// Latency/overlap modes: echo what arrived, as much as the send buffer takes.
+    fn pump(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        loop {
+            let space = net.send_space(conn).unwrap_or(0).min(self.buf.len());
+            if space == 0 {
+                net.notify_writable(conn);
+                break;
+            }
+            match net.recv(conn, &mut self.buf[..space]) {
+                Ok(0) => {
+                    let _ = net.close(conn);
+                    break;
+                }
+                Ok(n) => {
+                    self.w.add(self.shared.phase_at(Instant::now()), n);
+                    let _ = net.send(conn, &self.buf[..n]);
+                }
+                Err(_) => break,
+            }
+        }
+    }
+
+    fn serve(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        if self.echo {
+            self.pump(net, conn);
+        } else {
+            self.drain(net, conn);
+        }
+    }
+}
+
+impl ConnHandler for Rx {
+    fn on_accept(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        if self.echo {
+            let _ = net.set_nodelay(conn, true);
+        }
+        let c = &self.w.connections;
+        c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        let _ = self.shared.local.set(self.local);
+        self.shared.accepted.fetch_add(1, Ordering::Relaxed);
+    }
+    fn on_data(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        self.serve(net, conn);
+    }
+    fn on_writable(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        if self.echo {
+            self.pump(net, conn);
+        }
+    }
+    fn on_peer_closed(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        self.serve(net, conn);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_counters_by_phase() {
+        let w = WorkerCounters::default();
+        w.add(Phase::Warmup, 3);
+        w.add(Phase::Measured, 10);
+        w.add(Phase::Measured, 5);
+        w.connections.store(2, Ordering::Relaxed);
+        let s = w.stats();
+        assert_eq!(s.bytes, [0, 3, 15, 0, 0]);
+        assert_eq!(s.connections, 2);
+        assert_eq!(std::mem::align_of::<WorkerCounters>(), 64);
+    }
+
+    #[test]
+    fn keys_and_neighbours_parse() {
+        assert_eq!(parse_key("6d5a:0F").unwrap(), vec![0x6d, 0x5a, 0x0f]);
+        assert!(parse_key("abc").is_err());
+        let o = Options {
+            neighbors: vec!["10.99.0.2=02:00:00:00:00:02".into()],
+            ..Options::default()
+        };
+        assert_eq!(neighbors(&o).unwrap().len(), 1);
+        let bad = Options {
+            neighbors: vec!["10.99.0.2".into()],
+            ..Options::default()
+        };
+        assert!(neighbors(&bad).is_err());
+    }
+}
