@@ -29,6 +29,11 @@ pub trait CongestionControl {
     fn on_recovery_exit(&mut self, flight_size: usize);
     /// The retransmission timer expired with `flight_size` bytes outstanding.
     fn on_retransmit_timeout(&mut self, flight_size: usize);
+    /// The fast retransmit that started the current recovery was spurious
+    /// (RFC 3522 detection): `flight_size` bytes are outstanding after an ACK
+    /// of `bytes_acked`, and `pipe_prev` was max(FlightSize, ssthresh) when
+    /// the window was reduced.
+    fn on_spurious_recovery(&mut self, flight_size: usize, bytes_acked: usize, pipe_prev: usize);
     /// The sender was idle for longer than an RTO.
     fn on_idle_restart(&mut self);
 }
@@ -145,6 +150,15 @@ impl CongestionControl for NewReno {
         self.bytes_acked = 0;
     }
 
+    fn on_spurious_recovery(&mut self, flight_size: usize, bytes_acked: usize, pipe_prev: usize) {
+        // RFC 4015 §3.2 steps (4) and (5): resume from the flight size in
+        // slow start (no burst), back up to the threshold before the false
+        // alarm.
+        self.cwnd = (flight_size + bytes_acked.min(initial_window(self.smss))).max(self.smss);
+        self.ssthresh = pipe_prev.max(2 * self.smss);
+        self.bytes_acked = 0;
+    }
+
     fn on_idle_restart(&mut self) {
         // RFC 5681 §4.1: cwnd = min(RW, cwnd), RW = min(IW, cwnd).
         self.cwnd = self.cwnd.min(initial_window(self.smss));
@@ -215,6 +229,10 @@ impl CongestionControl for Controller {
     }
     fn on_retransmit_timeout(&mut self, flight_size: usize) {
         self.inner().on_retransmit_timeout(flight_size)
+    }
+    fn on_spurious_recovery(&mut self, flight_size: usize, bytes_acked: usize, pipe_prev: usize) {
+        self.inner()
+            .on_spurious_recovery(flight_size, bytes_acked, pipe_prev)
     }
     fn on_idle_restart(&mut self) {
         self.inner().on_idle_restart()

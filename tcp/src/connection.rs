@@ -115,6 +115,9 @@ impl Flags {
     pub const ANNOUNCED: u32 = 1 << 16;
     /// Our FIN was acknowledged.
     pub const FIN_ACKED: u32 = 1 << 17;
+    /// The retransmission timer holds a loss probe timeout (see
+    /// `arm_rto_or_probe`), not an RTO.
+    pub const PROBE_ARMED: u32 = 1 << 18;
 
     /// Whether any bit of `f` is set.
     pub fn has(self, f: u32) -> bool {
@@ -157,6 +160,27 @@ pub struct SendState {
     pub dup_acks: u8,
     /// NewReno `recover` (RFC 6582 §3.2).
     pub recover: SeqNumber,
+    /// SND.UNA before the last ACK that advanced it (`prev_highest_ack` of
+    /// the RFC 6582 §4.2 ACK heuristic).
+    pub prev_una: SeqNumber,
+    /// State for undoing a spurious fast retransmit (RFC 3522 / RFC 4015),
+    /// set when fast recovery starts with timestamps on.
+    pub undo: Option<UndoState>,
+    /// In fast recovery: the duplicate ACK count at which the last
+    /// retransmission of SND.UNA is deemed lost as well (see
+    /// `arm_lost_retransmit`).
+    pub lost_rtx_dups: u16,
+}
+
+/// What the Eifel algorithm needs to recognise a spurious fast retransmit
+/// (RFC 3522 §3.2) and to undo its window reduction (RFC 4015 §3.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UndoState {
+    /// `RetransmitTS`: our TSval when the fast retransmit was decided (the
+    /// retransmission carries this value or a later one).
+    pub retransmit_ts: u32,
+    /// `pipe_prev`: max(FlightSize, ssthresh) before the reduction.
+    pub pipe_prev: usize,
 }
 
 /// Receive sequence space (RFC 9293 §3.3.1).
@@ -213,6 +237,8 @@ pub struct TimerState {
     pub persist_backoff: u8,
     /// Unanswered keepalive probes.
     pub keepalive_probes: u8,
+    /// Loss probes sent since SND.UNA last advanced.
+    pub loss_probes: u8,
     /// Segment timed for an RTT sample when timestamps are off: (end
     /// sequence number, send time). Cleared on retransmission (Karn).
     pub rtt_seq: Option<(SeqNumber, Instant)>,
@@ -299,6 +325,11 @@ const DEFAULT_MSS: u16 = 536;
 const MAX_WSCALE: u8 = 14;
 /// Option bytes a timestamp option adds to every segment (NOP NOP + 10).
 const TS_OPTION_LEN: u16 = 12;
+/// Floor of the loss probe timeout (RFC 8985 §7.2 sets none; this keeps a
+/// probe from racing the ACK of a segment on a sub-millisecond path).
+const MIN_PTO: Duration = Duration::from_millis(1);
+/// Loss probes per value of SND.UNA before the RTO takes over.
+const MAX_LOSS_PROBES: u8 = 3;
 /// RFC 7323 §5.5: TS.Recent older than 24 days is invalid.
 const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
 
@@ -356,6 +387,9 @@ impl Connection {
                 wscale: 0,
                 dup_acks: 0,
                 recover: iss,
+                prev_una: iss,
+                undo: None,
+                lost_rtx_dups: 0,
             },
             rcv: ReceiveState {
                 irs: SeqNumber(0),
@@ -382,6 +416,7 @@ impl Connection {
                 retransmits: 0,
                 persist_backoff: 0,
                 keepalive_probes: 0,
+                loss_probes: 0,
                 rtt_seq: None,
                 last_recv: now,
                 last_send: now,
@@ -952,13 +987,21 @@ impl Connection {
             if fin_acked_now {
                 self.flags.set(Flags::FIN_ACKED);
             }
+            self.snd.prev_una = self.snd.una;
             self.snd.una = ack;
             if self.snd.nxt < ack {
                 self.snd.nxt = ack;
             }
             self.take_rtt_sample(now, seg);
             self.timers.retransmits = 0;
-            if self.flags.has(Flags::IN_RECOVERY) {
+            let undone = self
+                .snd
+                .undo
+                .take()
+                .is_some_and(|undo| self.eifel_undo(undo, seg, data_acked));
+            if undone {
+                // The window was set by the RFC 4015 response.
+            } else if self.flags.has(Flags::IN_RECOVERY) {
                 if ack >= self.snd.recover {
                     // RFC 6582 §3.2 step 3, full acknowledgment.
                     self.flags.clear(Flags::IN_RECOVERY);
@@ -968,21 +1011,17 @@ impl Connection {
                     // retransmit the next unacknowledged segment.
                     self.cc.on_partial_ack(data_acked);
                     self.flags.set(Flags::RETRANSMIT_ONE);
-                    self.timers.rto = Some(now + self.rtt.rto());
+                    self.arm_lost_retransmit();
                 }
             } else {
                 // RFC 5681 §4.1: restart after idle.
                 self.cc.on_ack(now, data_acked.min(flight_before));
             }
             self.snd.dup_acks = 0;
-            // RFC 6298 §5.2 / §5.3.
-            self.timers.rto = if self.snd.una == self.snd.max {
-                None
-            } else if self.flags.has(Flags::IN_RECOVERY) {
-                self.timers.rto
-            } else {
-                Some(now + self.rtt.rto())
-            };
+            // RFC 6298 §5.2 / §5.3 (RFC 6582 §3.2 step 3: a partial ACK
+            // restarts the timer too), with a loss probe first.
+            self.timers.loss_probes = 0;
+            self.arm_rto_or_probe(now);
             if self.flags.has(Flags::WRITABLE_WANTED) && self.send_buf.window() > 0 {
                 self.flags.clear(Flags::WRITABLE_WANTED);
                 self.events |= ev::WRITABLE;
@@ -1000,13 +1039,30 @@ impl Connection {
             self.snd.dup_acks = self.snd.dup_acks.saturating_add(1);
             if self.flags.has(Flags::IN_RECOVERY) {
                 self.cc.on_recovery_dup_ack();
+                if u16::from(self.snd.dup_acks) >= self.snd.lost_rtx_dups {
+                    // The retransmission of SND.UNA was lost too: segments
+                    // sent after it keep arriving. Resend it now rather than
+                    // after a retransmission timeout (three orders of
+                    // magnitude longer than the RTT on a LAN). Same loss
+                    // episode, so no further window reduction.
+                    self.flags.set(Flags::RETRANSMIT_ONE);
+                    self.arm_lost_retransmit();
+                }
             } else if self.snd.dup_acks == 3 {
-                // RFC 6582 §3.2 step 2: only for a new loss episode.
-                if ack - 1 > self.snd.recover || self.snd.recover == self.snd.iss {
-                    self.flags.set(Flags::IN_RECOVERY | Flags::RETRANSMIT_ONE);
-                    self.snd.recover = self.snd.max;
-                    self.cc.on_fast_retransmit(self.snd.max - self.snd.una);
-                    self.timers.rtt_seq = None;
+                // RFC 6582 §3.2 step 2: only for a new loss episode, or
+                // when the ACK heuristic of RFC 6582 §4.2 says the duplicate
+                // ACKs signal a new loss rather than the go-back-N
+                // retransmissions after a timeout (which would advance the
+                // cumulative ACK by more than 4*SMSS at a time): without it,
+                // every further loss among the segments sent before a
+                // timeout costs another, backed-off, timeout.
+                // `recover` is one past the highest sequence number sent, so
+                // an ACK "covers more than recover" once it reaches it.
+                let new_episode = ack >= self.snd.recover || self.snd.recover == self.snd.iss;
+                let heuristic = self.cc.window() > self.eff_mss()
+                    && ack - self.snd.prev_una <= 4 * self.eff_mss();
+                if new_episode || heuristic {
+                    self.enter_recovery(now);
                     ctx.stats.fast_retransmits += 1;
                 }
             }
@@ -1049,6 +1105,32 @@ impl Connection {
                 _ => {}
             }
         }
+        true
+    }
+
+    /// The Eifel detection algorithm (RFC 3522 §3.2) on the first ACK that
+    /// advances SND.UNA after a fast retransmit: if it echoes a TSval older
+    /// than the retransmission's, the original arrived (late, reordered) and
+    /// the retransmission was spurious. Heavy reordering makes that common,
+    /// and every false alarm would otherwise halve the window. The response
+    /// is RFC 4015 §3.2: leave fast recovery, cwnd = FlightSize +
+    /// min(bytes_acked, IW), ssthresh = pipe_prev. Equal TSvals (reordering
+    /// within one clock tick) are not told apart: the reduction then stays.
+    /// Returns whether the reduction was undone.
+    fn eifel_undo(&mut self, undo: UndoState, seg: &TcpRepr, bytes_acked: usize) -> bool {
+        let Some((_, tsecr)) = seg.options.timestamps else {
+            return false;
+        };
+        if (tsecr.wrapping_sub(undo.retransmit_ts) as i32) >= 0 {
+            return false;
+        }
+        self.flags.clear(Flags::IN_RECOVERY | Flags::RETRANSMIT_ONE);
+        // No loss happened in that window, so the RFC 6582 guard against a
+        // second fast retransmit for it must not hold back the next one.
+        self.snd.recover = self.snd.una;
+        let flight = self.snd.max - self.snd.una;
+        self.cc
+            .on_spurious_recovery(flight, bytes_acked, undo.pipe_prev);
         true
     }
 
@@ -1196,7 +1278,9 @@ impl Connection {
             self.close_now(reason);
             return;
         }
-        if due(self.timers.rto) {
+        if due(self.timers.rto) && self.flags.has(Flags::PROBE_ARMED) {
+            self.on_probe_timeout(ctx);
+        } else if due(self.timers.rto) {
             self.timers.rto = None;
             self.on_retransmit_timeout(ctx);
             if self.state == State::Closed {
@@ -1359,6 +1443,7 @@ impl Connection {
         self.snd.nxt = self.snd.iss + 1;
         self.snd.max = self.snd.max.max(self.snd.nxt);
         if self.timers.rto.is_none() {
+            self.flags.clear(Flags::PROBE_ARMED);
             self.timers.rto = Some(now + self.rtt.rto());
         }
         Some(len)
@@ -1400,7 +1485,7 @@ impl Connection {
             // New (or go-back-N) data.
             let off = self.snd.nxt.saturating_sub(start);
             let unsent = buffered.saturating_sub(off);
-            let wnd = (self.snd.wnd as usize).min(self.cc.window());
+            let wnd = (self.snd.wnd as usize).min(self.cc.window() + self.limited_transmit());
             let in_flight = self.snd.nxt - self.snd.una;
             let usable = wnd.saturating_sub(in_flight);
             let mss = self.eff_mss();
@@ -1439,6 +1524,110 @@ impl Connection {
             return self.emit_raw(ctx, buf, self.snd.max, TcpFlags::ACK, 0);
         }
         None
+    }
+
+    /// Arms the retransmission timer after an ACK advanced SND.UNA (RFC
+    /// 6298 §5.2 / §5.3). If data remains outstanding and more than one
+    /// segment is in flight, a loss probe timeout comes first (RFC 8985
+    /// §7.2: PTO = 2*SRTT, at most the RTO; a single segment in flight may
+    /// wait for a delayed ACK, so it gets the RTO). Without SACK, the probe
+    /// is the segment at SND.UNA (see `on_probe_timeout`).
+    fn arm_rto_or_probe(&mut self, now: Instant) {
+        self.flags.clear(Flags::PROBE_ARMED);
+        if self.snd.una == self.snd.max {
+            self.timers.rto = None;
+            return;
+        }
+        let rto = self.rtt.rto();
+        let flight = self.snd.max - self.snd.una;
+        if let Some(srtt) = self.rtt.srtt() {
+            // Backed off per probe already sent for this SND.UNA.
+            let pto = srtt
+                .saturating_mul(2)
+                .max(MIN_PTO)
+                .saturating_mul(1 << self.timers.loss_probes.min(8));
+            if flight > self.eff_mss() && pto < rto && self.timers.loss_probes < MAX_LOSS_PROBES {
+                self.flags.set(Flags::PROBE_ARMED);
+                self.timers.rto = Some(now + pto);
+                return;
+            }
+        }
+        self.timers.rto = Some(now + rto);
+    }
+
+    /// The loss probe timeout fired: nothing advanced SND.UNA for two RTTs
+    /// with several segments in flight. This is the tail loss probe of RFC
+    /// 8985 §7 adapted to a sender without SACK: RFC 8985 §7.3 probes with
+    /// new data or the last segment so that SACK can reveal the losses,
+    /// but a cumulative ACK only ever points at SND.UNA, so the probe is
+    /// the segment there. Typical case: a full ACK ended fast recovery
+    /// (RFC 6582 §3.2 step 3) while the segment at the new SND.UNA was lost
+    /// too, and every later segment has already produced its duplicate ACK;
+    /// or too few segments were in flight for three duplicate ACKs. Either
+    /// way the alternative is an RTO of at least 200 ms on a path whose RTT
+    /// may be well under a millisecond. Outside fast recovery this is a
+    /// loss signal like a fast retransmit (RFC 5681 §3.2 steps 2-3, with
+    /// Eifel undo if it proves spurious); the RTO is re-armed (RFC 8985
+    /// §7.3) once `MAX_LOSS_PROBES` probes (each after twice the previous
+    /// wait, like RTO backoff) went unanswered for one value of SND.UNA: a
+    /// lost probe should not cost a full RTO on a 5 % loss path either.
+    fn on_probe_timeout(&mut self, ctx: &mut Ctx) {
+        let now = ctx.now;
+        self.flags.set(Flags::RETRANSMIT_ONE);
+        ctx.stats.loss_probes += 1;
+        if !self.flags.has(Flags::IN_RECOVERY) {
+            self.enter_recovery(now);
+        } else {
+            self.arm_lost_retransmit();
+        }
+        self.timers.rtt_seq = None;
+        self.timers.loss_probes += 1;
+        self.arm_rto_or_probe(now);
+    }
+
+    /// RFC 6582 §3.2 step 2 / RFC 5681 §3.2 steps 2-3: enter fast recovery
+    /// and retransmit SND.UNA.
+    fn enter_recovery(&mut self, now: Instant) {
+        let flight = self.snd.max - self.snd.una;
+        if self.flags.has(Flags::TIMESTAMPS) {
+            // RFC 3522 §3.2 step (1) / RFC 4015 §3.2 step (1).
+            self.snd.undo = Some(UndoState {
+                retransmit_ts: self.tsval(now),
+                pipe_prev: flight.max(self.cc.ssthresh()),
+            });
+        }
+        self.flags.set(Flags::IN_RECOVERY | Flags::RETRANSMIT_ONE);
+        self.snd.recover = self.snd.max;
+        self.arm_lost_retransmit();
+        self.cc.on_fast_retransmit(flight);
+        self.timers.rtt_seq = None;
+    }
+
+    /// Sets the duplicate ACK count at which the retransmission of SND.UNA
+    /// about to go out counts as lost: every segment in flight ahead of it
+    /// may still produce one duplicate ACK, and three more (the RFC 5681
+    /// §3.2 threshold, which absorbs duplicated segments and ACKs) can only
+    /// come from segments sent after the retransmission, so it should have
+    /// arrived first. This is RFC 5681's duplicate-ACK rule applied to the
+    /// retransmission, the non-SACK counterpart of the lost-retransmission
+    /// detection of RFC 8985 §6.2 (RACK).
+    fn arm_lost_retransmit(&mut self) {
+        let mss = self.eff_mss().max(1);
+        let ahead = (self.snd.max - self.snd.una).div_ceil(mss);
+        let at = usize::from(self.snd.dup_acks) + ahead + 3;
+        self.snd.lost_rtx_dups = at.min(usize::from(u16::MAX)) as u16;
+    }
+
+    /// RFC 3042 §2 limited transmit: on the first and second duplicate ACK,
+    /// new data may go out up to two segments beyond the congestion window
+    /// (cwnd itself is unchanged), so that a loss in a small window still
+    /// yields the three duplicate ACKs fast retransmit needs instead of a
+    /// retransmission timeout.
+    fn limited_transmit(&self) -> usize {
+        if self.flags.has(Flags::IN_RECOVERY) || self.snd.nxt != self.snd.max {
+            return 0;
+        }
+        usize::from(self.snd.dup_acks.min(2)) * self.eff_mss()
     }
 
     /// Emits a data and/or FIN segment at `seq` and advances SND.NXT.
@@ -1488,6 +1677,7 @@ impl Connection {
         self.snd.max = self.snd.max.max(self.snd.nxt);
         // RFC 6298 §5.1.
         if self.timers.rto.is_none() && self.snd.una != self.snd.max {
+            self.flags.clear(Flags::PROBE_ARMED);
             self.timers.rto = Some(now + self.rtt.rto());
         }
         Some(written)

@@ -282,6 +282,9 @@ pub struct Stats {
     pub fast_retransmits: u64,
     /// Retransmission timeouts.
     pub rto_timeouts: u64,
+    /// Loss probes sent (the segment at SND.UNA after two RTTs without
+    /// progress; also counted in `retransmits`).
+    pub loss_probes: u64,
     /// Duplicate ACKs received (RFC 5681 §2 definition).
     pub dup_acks: u64,
     /// Segments received out of order.

@@ -55,6 +55,9 @@ pub struct LinkConfig {
     /// Probability that a packet is held back by `reorder_delay`.
     pub reorder: f64,
     pub reorder_delay: Duration,
+    /// Uniform extra delay in [0, reorder_jitter) on top of `reorder_delay`
+    /// for held-back packets (a slow path whose queue length varies).
+    pub reorder_jitter: Duration,
     /// Probability that one bit of the packet flips in flight.
     pub corrupt: f64,
     /// Bottleneck rate in bits/s; 0 = unlimited.
@@ -74,6 +77,7 @@ impl Default for LinkConfig {
             duplicate: 0.0,
             reorder: 0.0,
             reorder_delay: Duration::from_millis(3),
+            reorder_jitter: Duration::ZERO,
             corrupt: 0.0,
             bandwidth_bps: 0,
             max_queue_delay: Duration::from_millis(200),
@@ -92,6 +96,7 @@ impl LinkConfig {
             duplicate: 0.02,
             reorder: 0.05,
             reorder_delay: Duration::from_millis(7),
+            reorder_jitter: Duration::ZERO,
             corrupt: 0.01,
             bandwidth_bps: 100_000_000,
             max_queue_delay: Duration::from_millis(100),
@@ -357,6 +362,9 @@ impl Sim {
                 if self.rng.chance(cfg.reorder) {
                     self.stats.reordered += 1;
                     at += cfg.reorder_delay;
+                    if cfg.reorder_jitter.as_nanos() > 0 {
+                        at += Duration::from_nanos(self.rng.below(cfg.reorder_jitter.as_nanos()));
+                    }
                 }
                 let mut bytes = self.pool.pop().unwrap_or_default();
                 bytes.clear();
