@@ -87,6 +87,10 @@ pub struct Common {
     /// Give up (exit 1) after this many seconds (0: never).
     #[arg(long, default_value_t = 0)]
     pub timeout: u64,
+    /// Maximum segment lifetime in milliseconds (TIME-WAIT lasts twice
+    /// this; default: the stack's, 30 s).
+    #[arg(long)]
+    pub msl_ms: Option<u64>,
 }
 
 /// Flags of `echo-server`.
@@ -370,6 +374,9 @@ where
     config.bind_mode = BindMode::Auto;
     let local_ip = bed::local_ipv4(&c.iface)?;
     let mut tcp = TcpConfig::new(local_ip, info.mac, isn_secret());
+    if let Some(ms) = c.msl_ms {
+        tcp.tcp.msl = flowlane_tcp::time::Duration::from_millis(ms);
+    }
     let active = connect_to.is_some();
     config.ephemeral = active.then_some(tcp.ephemeral);
     tcp.rss = if active { rss_state(c, queues)? } else { None };

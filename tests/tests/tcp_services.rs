@@ -1,7 +1,8 @@
 //! flowlane's TCP servers on a 2-queue test bed with the Linux kernel as
 //! client: echo (python3), HTTP/1.1 keep-alive (curl, two requests on one
 //! connection), and N concurrent connections doing request/response (200
-//! in CI, 1000 with `FLOWLANE_TCP_BIG=1`), all served and closed.
+//! in CI, 1000 with `FLOWLANE_TCP_BIG=1`), all served and closed; and
+//! TIME-WAIT entries of connections flowlane closed expire after 2 MSL.
 
 mod tcp_common;
 
@@ -140,4 +141,57 @@ fn concurrent_connections_all_served_and_closed() {
     assert_eq!(t["passive_opens"], n, "{t}");
     assert_eq!(t["closed"], n, "{t}");
     assert_eq!(t["connections"], 0, "no connection left open: {t}");
+}
+
+/// `n` HTTP requests, each on its own connection with `Connection: close`,
+/// so that flowlane closes first and its side goes through TIME-WAIT.
+const CLOSE_CLIENT: &str = r#"
+import socket, sys
+n = int(sys.argv[1])
+for i in range(n):
+    s = socket.create_connection(('10.99.0.1', 8081), timeout=10)
+    s.sendall(b'GET /%d HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n' % i)
+    got = b''
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        got += d
+    s.close()
+    assert got.startswith(b'HTTP/1.1 200'), got[:40]
+print('ok')
+"#;
+
+#[test]
+fn time_wait_entries_expire() {
+    if !require_root("time_wait_entries_expire") {
+        return;
+    }
+    let bed = Bed::up("ttw", 2);
+    let n = 20u32;
+    // Default MSL (30 s): right after the requests every connection flowlane
+    // closed is still in TIME-WAIT.
+    let app = start(&bed, &["http-server", "--port", "8081"], 60);
+    assert_eq!(
+        peer_py(&bed, 60, CLOSE_CLIENT, &[&n.to_string()]).trim(),
+        "ok"
+    );
+    let t = totals(&app.stop());
+    assert_eq!(t["passive_opens"], n, "{t}");
+    assert_eq!(t["connections"], n, "all in TIME-WAIT with a 30 s MSL: {t}");
+    // MSL 250 ms: TIME-WAIT (2 MSL) is over half a second after the last close.
+    let app = start(
+        &bed,
+        &["http-server", "--port", "8081", "--msl-ms", "250"],
+        60,
+    );
+    assert_eq!(
+        peer_py(&bed, 60, CLOSE_CLIENT, &[&n.to_string()]).trim(),
+        "ok"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let t = totals(&app.stop());
+    assert_eq!(t["passive_opens"], n, "{t}");
+    assert_eq!(t["closed"], n, "{t}");
+    assert_eq!(t["connections"], 0, "TIME-WAIT entries expired: {t}");
 }
