@@ -200,6 +200,9 @@ pub struct ReceiveState {
     pub unacked: u32,
     /// Sequence number of a FIN that arrived ahead of missing data.
     pub fin_seq: Option<SeqNumber>,
+    /// Immediate ACKs owed beyond the one `Flags::ACK_NOW` stands for: one
+    /// per out-of-order or duplicate segment (see `owe_immediate_ack`).
+    pub acks_owed: u8,
 }
 
 /// RFC 7323 timestamp state.
@@ -328,6 +331,9 @@ const TS_OPTION_LEN: u16 = 12;
 /// Floor of the loss probe timeout (RFC 8985 §7.2 sets none; this keeps a
 /// probe from racing the ACK of a segment on a sub-millisecond path).
 const MIN_PTO: Duration = Duration::from_millis(1);
+/// Most immediate ACKs a connection owes at once (the burst one batch of
+/// out-of-order segments can produce).
+const MAX_ACKS_OWED: u8 = 64;
 /// Loss probes per value of SND.UNA before the RTO takes over.
 const MAX_LOSS_PROBES: u8 = 3;
 /// RFC 7323 §5.5: TS.Recent older than 24 days is invalid.
@@ -399,6 +405,7 @@ impl Connection {
                 mss_seen: 0,
                 unacked: 0,
                 fin_seq: None,
+                acks_owed: 0,
             },
             ts: TimestampState {
                 recent: 0,
@@ -828,6 +835,11 @@ impl Connection {
         let zero_window_probe = !acceptable && wnd == 0 && seq == nxt;
         if !acceptable && !zero_window_probe {
             ctx.stats.unacceptable += 1;
+            if !f.rst() && !payload.is_empty() {
+                // A duplicate (e.g. duplicated in the network): RFC 5681
+                // §4.2 immediate duplicate ACK.
+                self.owe_immediate_ack();
+            }
             if !f.rst() {
                 self.flags.set(Flags::ACK_NOW);
                 // RFC 9293 §3.10.7.4 TIME-WAIT: a retransmitted FIN restarts
@@ -1179,6 +1191,9 @@ impl Connection {
         match self.assembler.add(offset as u32, written as u32) {
             Ok(front) => {
                 if front > 0 {
+                    // Duplicate ACKs still owed for the old RCV.NXT would now
+                    // carry the new one and signal a loss that is not there.
+                    self.rcv.acks_owed = 0;
                     self.recv_buf.enqueue_unallocated(front as usize);
                     self.rcv.nxt += front as usize;
                     self.rcv.unacked += front;
@@ -1194,7 +1209,7 @@ impl Connection {
         if offset > 0 {
             // RFC 5681 §4.2: out-of-order data is acknowledged immediately.
             ctx.stats.out_of_order += 1;
-            self.flags.set(Flags::ACK_NOW);
+            self.owe_immediate_ack();
         } else if had_holes {
             // RFC 5681 §4.2: so is data that fills a hole.
             self.flags.set(Flags::ACK_NOW);
@@ -1208,6 +1223,19 @@ impl Connection {
         if self.rcv.fin_seq == Some(self.rcv.nxt) {
             self.on_fin(ctx);
         }
+    }
+
+    /// RFC 5681 §4.2: every out-of-order segment (and, RFC 5681 §3.2 /
+    /// RFC 9293 §3.10.7.4, every unacceptable duplicate) gets an immediate
+    /// ACK of its own. A sans-IO stack fed a batch of segments before it is
+    /// polled would otherwise send one ACK for the whole batch: the sender,
+    /// without SACK, then sees one duplicate ACK where there were twenty,
+    /// never reaches its duplicate-ACK threshold and waits for its RTO.
+    fn owe_immediate_ack(&mut self) {
+        if self.flags.has(Flags::ACK_NOW) {
+            self.rcv.acks_owed = self.rcv.acks_owed.saturating_add(1).min(MAX_ACKS_OWED);
+        }
+        self.flags.set(Flags::ACK_NOW);
     }
 
     /// RFC 9293 §3.10.7.4 eighth: the FIN bit, in sequence.
@@ -1737,7 +1765,13 @@ impl Connection {
         self.ts.last_ack_sent = self.rcv.nxt;
         self.rcv.unacked = 0;
         self.timers.delayed_ack = None;
-        self.flags.clear(Flags::ACK_NOW);
+        if self.rcv.acks_owed > 0 {
+            // One more (duplicate) ACK follows: see `owe_immediate_ack`.
+            self.rcv.acks_owed -= 1;
+            self.flags.set(Flags::ACK_NOW);
+        } else {
+            self.flags.clear(Flags::ACK_NOW);
+        }
         Some((hl + payload, payload))
     }
 

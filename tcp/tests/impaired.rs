@@ -128,3 +128,64 @@ fn testbed_impairment_seeds() {
         assert!(r.sender.rto_timeouts < 15, "seed {seed}: {:?}", r.sender);
     }
 }
+
+/// RFC 5681 §4.2 on the receive side: a batch of out-of-order segments
+/// handled before the stack is polled still yields one duplicate ACK per
+/// segment (a non-SACK sender such as a kernel peer counts them), and a
+/// duplicated segment gets its own duplicate ACK too.
+#[test]
+fn batched_out_of_order_segments_each_get_an_ack() {
+    use flowlane_tcp::wire::TcpRepr;
+    use flowlane_tcp::{Event, Stack};
+    let now = flowlane_tcp::time::Instant::ZERO;
+    let mut server = Stack::new(sim::test_config(1));
+    let mut client = Stack::new(sim::test_config(2));
+    server.listen("10.0.0.1:80".parse().unwrap()).unwrap();
+    let conn = client
+        .connect(
+            now,
+            "10.0.0.2:40000".parse().unwrap(),
+            "10.0.0.1:80".parse().unwrap(),
+        )
+        .unwrap();
+    let mut buf = [0u8; 1500];
+    for _ in 0..3 {
+        while let Some(t) = client.poll_transmit(now, &mut buf) {
+            server.handle_segment(now, t.src.ip(), t.dst.ip(), &buf[..t.len]);
+        }
+        while let Some(t) = server.poll_transmit(now, &mut buf) {
+            client.handle_segment(now, t.src.ip(), t.dst.ip(), &buf[..t.len]);
+        }
+    }
+    assert_eq!(client.poll_event(), Some(Event::Connected(conn)));
+    client.set_nodelay(conn, true).unwrap();
+    client.send(conn, &[7u8; 6000]).unwrap();
+    let mut segs = Vec::new();
+    while let Some(t) = client.poll_transmit(now, &mut buf) {
+        segs.push((t, buf[..t.len].to_vec()));
+    }
+    assert!(segs.len() >= 3, "{} segments", segs.len());
+    // The first segment is lost; the rest arrive in one batch, the last one
+    // twice.
+    let (last_t, last) = segs.last().unwrap().clone();
+    for (t, s) in segs.iter().skip(1) {
+        server.handle_segment(now, t.src.ip(), t.dst.ip(), s);
+    }
+    server.handle_segment(now, last_t.src.ip(), last_t.dst.ip(), &last);
+    let mut acks = Vec::new();
+    while let Some(t) = server.poll_transmit(now, &mut buf) {
+        let (repr, payload) = TcpRepr::parse(&buf[..t.len]).unwrap();
+        assert!(payload.is_empty());
+        acks.push(repr.ack);
+    }
+    assert_eq!(acks.len(), segs.len(), "one ACK per segment: {acks:?}");
+    assert!(acks.iter().all(|&a| a == acks[0]), "{acks:?}");
+    // The hole is filled: one ACK, nothing owed for the old RCV.NXT.
+    let (t, s) = &segs[0];
+    server.handle_segment(now, t.src.ip(), t.dst.ip(), s);
+    let mut n = 0;
+    while server.poll_transmit(now, &mut buf).is_some() {
+        n += 1;
+    }
+    assert_eq!(n, 1);
+}
