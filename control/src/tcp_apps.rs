@@ -470,6 +470,19 @@ fn wait(
             );
         }
     }
+    // The last transfer's result comes at end of stream, before our FIN is
+    // acknowledged: let the closes finish (bounded) so that no connection is
+    // cut off by the exit.
+    let linger = Instant::now();
+    while counters_json(registry)["total"]["connections"]
+        .as_u64()
+        .unwrap_or(0)
+        > 0
+        && linger.elapsed() < Duration::from_secs(3)
+        && !stop.load(Ordering::Relaxed)
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     if failed {
         bail!("a transfer failed (see the lines above)");
     }
