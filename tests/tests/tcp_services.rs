@@ -1,7 +1,7 @@
 //! flowlane's TCP servers on a 2-queue test bed with the Linux kernel as
 //! client: echo (python3), HTTP/1.1 keep-alive (curl, two requests on one
-//! connection), and N concurrent connections doing request/response (200
-//! in CI, 1000 with `FLOWLANE_TCP_BIG=1`), all served and closed; and
+//! connection), and 1000 concurrent connections doing request/response, all
+//! served and closed; and
 //! TIME-WAIT entries of connections flowlane closed expire after 2 MSL.
 
 mod tcp_common;
@@ -124,11 +124,7 @@ fn concurrent_connections_all_served_and_closed() {
     if !require_root("concurrent_connections_all_served_and_closed") {
         return;
     }
-    let n: u32 = if std::env::var("FLOWLANE_TCP_BIG").is_ok_and(|v| v == "1") {
-        1000
-    } else {
-        200
-    };
+    let n: u32 = 1000;
     let bed = Bed::up("tmc", 2);
     let app = start(&bed, &["echo-server", "--port", "7"], 180);
     let out = peer_py(&bed, 120, MANY_CLIENTS, &[&n.to_string()]);
