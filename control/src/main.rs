@@ -14,6 +14,7 @@ mod impair;
 mod irq_apply;
 mod netns;
 mod nic;
+mod service;
 mod sysroot;
 mod tcp_apps;
 mod testbed;

@@ -13,7 +13,6 @@
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -35,6 +34,7 @@ use sha2::{Digest, Sha256};
 
 use crate::netns::require_root;
 use crate::nic::RssNic;
+use crate::service::{write_report, ServiceSignals};
 use crate::udp_echo::allowed_cpus;
 
 /// The TCP example commands (flattened into `flowlane`'s command list).
@@ -333,13 +333,6 @@ fn counters_json(reg: &Registry) -> Value {
     })
 }
 
-fn write_report(path: &PathBuf, v: &Value) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(v)?)
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
-}
-
 /// Starts the data path with a `TcpHandler` per queue, set up by `setup`,
 /// and runs until a signal, the timeout, or `expect` results (if not 0).
 /// `connect_to`: the server of active opens (its MAC is resolved first).
@@ -421,13 +414,7 @@ fn wait(
     done: &Receiver<Value>,
     expect: usize,
 ) -> Result<()> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let dump = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
-    }
-    signal_hook::flag::register(signal_hook::consts::SIGUSR1, dump.clone())
-        .context("installing signal handlers")?;
+    let signals = ServiceSignals::install()?;
     let report = |ready: bool| -> Result<()> {
         if let Some(p) = &c.report {
             write_report(
@@ -447,7 +434,7 @@ fn wait(
     let start = Instant::now();
     let mut results = 0;
     let mut failed = false;
-    while !stop.load(Ordering::Relaxed) {
+    while !signals.stop_requested() {
         match done.recv_timeout(Duration::from_millis(20)) {
             Ok(v) => {
                 println!("{v}");
@@ -460,7 +447,7 @@ fn wait(
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => {}
         }
-        if dump.swap(false, Ordering::Relaxed) {
+        if signals.take_report_request() {
             report(true)?;
         }
         if c.timeout > 0 && start.elapsed() > Duration::from_secs(c.timeout) {
@@ -479,7 +466,7 @@ fn wait(
         .unwrap_or(0)
         > 0
         && linger.elapsed() < Duration::from_secs(3)
-        && !stop.load(Ordering::Relaxed)
+        && !signals.stop_requested()
     {
         std::thread::sleep(Duration::from_millis(10));
     }

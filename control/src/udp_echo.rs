@@ -9,11 +9,10 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use flowlane_dataplane::wire::packet::{parse_frame, turn_around_udp, Transport};
 use flowlane_dataplane::{
     BindMode, Dataplane, DataplaneConfig, Proto, QueueAssignment, QueueCountersSnapshot,
@@ -22,6 +21,7 @@ use flowlane_dataplane::{
 use serde::{Deserialize, Serialize};
 
 use crate::netns::require_root;
+use crate::service::{write_report, ServiceSignals};
 
 /// Flags of `flowlane udp-echo`.
 #[derive(clap::Args, Debug, Clone)]
@@ -164,13 +164,6 @@ impl QueueHandler for Echo {
     }
 }
 
-fn write_report(path: &PathBuf, report: &Report) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(report)?)
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
-}
-
 fn snapshot(generation: u64, dp: &Dataplane, tables: &[(u32, Arc<Mutex<QueueFlows>>)]) -> Report {
     let counters: Vec<(QueueInfo, QueueCountersSnapshot)> = dp.counters();
     let mut flows = Vec::new();
@@ -252,13 +245,7 @@ pub fn run(args: Args) -> Result<()> {
     })?;
     let tables = registry.lock().expect("registry lock").clone();
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let dump = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
-    }
-    signal_hook::flag::register(signal_hook::consts::SIGUSR1, dump.clone())
-        .context("installing signal handlers")?;
+    let signals = ServiceSignals::install()?;
 
     let mut generation = 0;
     if let Some(p) = &args.report {
@@ -268,9 +255,9 @@ pub fn run(args: Args) -> Result<()> {
         "flowlane udp-echo: serving UDP port {} on {} queues of {}",
         args.port, queues, args.iface
     );
-    while !stop.load(Ordering::Relaxed) {
+    while !signals.stop_requested() {
         std::thread::sleep(Duration::from_millis(20));
-        if dump.swap(false, Ordering::Relaxed) {
+        if signals.take_report_request() {
             generation += 1;
             if let Some(p) = &args.report {
                 write_report(p, &snapshot(generation, &dp, &tables))?;

@@ -5,8 +5,9 @@
 //! first and skip with a printed reason otherwise; CI runs as root.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 /// Whether the tests run as root; prints the skip reason when not.
 pub fn require_root(test: &str) -> bool {
@@ -128,4 +129,41 @@ pub fn xdp_attached(ns: &str, dev: &str) -> bool {
         .expect("ip link");
     let s = String::from_utf8_lossy(&o.stdout);
     s.split_whitespace().any(|w| w.starts_with("xdp"))
+}
+
+/// Starts `flowlane udp-echo --report` on all queues of `bed`'s `xsk0` (in
+/// the bed's namespace) and waits for its first report; returns the child
+/// (its pid is flowlane's: `ip netns exec` execs in place) and the report
+/// path.
+pub fn start_udp_echo(bed: &Bed, port: u16) -> (Child, PathBuf) {
+    let report = std::env::temp_dir().join(format!("{}-echo-{port}.json", bed.name));
+    let _ = std::fs::remove_file(&report);
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", &bed.ns])
+        .arg(flowlane_bin())
+        .args([
+            "udp-echo",
+            "--iface",
+            "xsk0",
+            "--port",
+            &port.to_string(),
+            "--report",
+        ])
+        .arg(&report)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting flowlane udp-echo");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !report.exists() {
+        assert!(
+            child.try_wait().expect("udp-echo status").is_none(),
+            "udp-echo exited early"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "udp-echo did not start within 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child, report)
 }

@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use flowlane_tests::{flowlane, flowlane_bin, in_ns, require_root, text, Bed};
+use flowlane_tests::{flowlane, flowlane_bin, in_ns, require_root, start_udp_echo, text, Bed};
 use serde_json::Value;
 
 /// `flowlane udp-echo` in the bed's namespace, stopped on drop.
@@ -20,23 +20,7 @@ struct Echo {
 
 impl Echo {
     fn start(bed: &Bed, port: u16) -> Echo {
-        let report = std::env::temp_dir().join(format!("{}-hints-echo.json", bed.name));
-        let _ = std::fs::remove_file(&report);
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &bed.ns])
-            .arg(flowlane_bin())
-            .args(["udp-echo", "--iface", "xsk0", "--port", &port.to_string()])
-            .arg("--report")
-            .arg(&report)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !report.exists() {
-            assert!(child.try_wait().unwrap().is_none(), "udp-echo exited early");
-            assert!(Instant::now() < deadline, "udp-echo did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let (child, report) = start_udp_echo(bed, port);
         Echo { child, report }
     }
 

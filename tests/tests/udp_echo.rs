@@ -4,41 +4,13 @@
 //! exception path (ping) while flowlane runs, and no XDP program left behind
 //! after SIGKILL.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use flowlane_numa_sched::toeplitz::{FlowTuple, Protocol, RssKey, Toeplitz};
 use flowlane_tests::{
-    flowlane, flowlane_bin, in_ns, require_root, text, unique_name, xdp_attached, Bed,
+    flowlane, in_ns, require_root, start_udp_echo, text, unique_name, xdp_attached, Bed,
 };
-
-/// `flowlane udp-echo` in the bed's namespace; waits for its first report.
-fn start_echo(bed: &Bed, port: u16) -> (Child, std::path::PathBuf) {
-    let report = std::env::temp_dir().join(format!("{}-echo.json", bed.name));
-    let _ = std::fs::remove_file(&report);
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", &bed.ns])
-        .arg(flowlane_bin())
-        .args([
-            "udp-echo",
-            "--iface",
-            "xsk0",
-            "--port",
-            &port.to_string(),
-            "--report",
-        ])
-        .arg(&report)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !report.exists() {
-        assert!(child.try_wait().unwrap().is_none(), "udp-echo exited early");
-        assert!(Instant::now() < deadline, "udp-echo did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (child, report)
-}
 
 #[test]
 fn demo_flows_echo_on_the_predicted_queue_and_move_with_the_table() {
@@ -116,7 +88,7 @@ fn kernel_keeps_ping_and_other_ports_while_flowlane_runs() {
         return;
     }
     let bed = Bed::up("ping", 4);
-    let (mut child, report) = start_echo(&bed, 7777);
+    let (mut child, report) = start_udp_echo(&bed, 7777);
     assert!(xdp_attached(&bed.ns, "xsk0"));
     let o = in_ns(
         &bed.peer_ns,
@@ -183,7 +155,7 @@ fn sigkill_leaves_no_xdp_program_and_the_next_run_starts() {
         return;
     }
     let bed = Bed::up("kill", 2);
-    let (mut child, report) = start_echo(&bed, 7777);
+    let (mut child, report) = start_udp_echo(&bed, 7777);
     assert!(xdp_attached(&bed.ns, "xsk0"));
     // `ip netns exec` execs flowlane in place, so the child's pid is flowlane's.
     signal(&child, "-KILL");
@@ -196,7 +168,7 @@ fn sigkill_leaves_no_xdp_program_and_the_next_run_starts() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let (mut again, report2) = start_echo(&bed, 7777);
+    let (mut again, report2) = start_udp_echo(&bed, 7777);
     assert_eq!(
         kernel_udp(&bed.peer_ns, 7777, "b'again'", "r.decode()"),
         "again"
