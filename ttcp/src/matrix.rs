@@ -1,8 +1,9 @@
 //! The test-bed matrix: backends × connections × buffer sizes × emulated WAN
 //! delay, with a progress bar, JSON results, a side-by-side table and plots.
 //!
-//! Each cell runs a flowlane-ttcp receiver in flowlane's namespace (10.99.0.1)
-//! and a sender in the peer namespace (10.99.0.2). Delay is `tc netem delay D`
+//! Each cell runs a flowlane-ttcp receiver in flowlane's namespace (10.99.0.1;
+//! kernel sockets, or flowlane's TCP on AF_XDP through `--bed`) and a kernel
+//! sender in the peer namespace (10.99.0.2). Delay is `tc netem delay D`
 //! on both veth ends (so the RTT grows by 2·D, as with the RDMA paper's delay
 //! router, which delays both directions). The test bed is removed on every path
 //! (including Ctrl-C: SIGINT/SIGTERM stop the matrix between cells).
@@ -24,8 +25,10 @@ pub struct MatrixArgs {
     /// Short variant: connections 1,16,256,1024; 64k buffers; delay 0,1,10 ms; 2 s windows.
     #[arg(long)]
     pub quick: bool,
-    /// Backends (comma-separated). Only `kernel` runs now; `flowlane` appears once available.
-    #[arg(long, default_value = "kernel")]
+    /// Backends (comma-separated) of the receiver: `kernel` (Linux TCP) and
+    /// `flowlane` (flowlane's TCP on AF_XDP, one worker per queue). The
+    /// sender is always the kernel backend in the peer namespace.
+    #[arg(long, default_value = "kernel,flowlane")]
     pub backends: String,
     /// Connection counts (default 1,16,256,1024,10000).
     #[arg(long)]
@@ -39,6 +42,9 @@ pub struct MatrixArgs {
     /// Measured seconds per cell (default 3; quick 2).
     #[arg(long)]
     pub seconds: Option<f64>,
+    /// Warm-up seconds per cell (default 1; 2 when delay >= 10 ms).
+    #[arg(long)]
+    pub warmup: Option<f64>,
     /// Output folder (default results/<UTC date>).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -67,6 +73,9 @@ pub struct Cell {
     pub cycles_per_byte_system: Option<f64>,
     /// Receiver process cycles per byte.
     pub cycles_per_byte_receiver: Option<f64>,
+    /// Receiver data threads' cycles per byte (flowlane: its workers; kernel:
+    /// the event-loop threads, without the kernel's softirq work).
+    pub cycles_per_byte_receiver_threads: Option<f64>,
     /// Sender process cycles per byte.
     pub cycles_per_byte_sender: Option<f64>,
     /// System % of one CPU per Gbit/s.
@@ -185,6 +194,7 @@ fn wait_child(mut c: std::process::Child, limit: Duration) -> Result<std::proces
 #[allow(clippy::too_many_arguments)]
 fn run_cell(
     me: &Path,
+    bed: &str,
     ns: &str,
     peer_ns: &str,
     backend: &str,
@@ -195,9 +205,8 @@ fn run_cell(
 ) -> Result<(serde_json::Value, serde_json::Value)> {
     let threads = conns.min(2);
     let per = conns.div_ceil(threads);
-    let common = format!(
-        "-m {threads},*,10.99.0.1 -b {buffer} -W {warm} -t {secs} -C 0.5 -j --backend {backend} --wait 30"
-    );
+    let common =
+        format!("-m {threads},*,10.99.0.1 -b {buffer} -W {warm} -t {secs} -C 0.5 -j --wait 30");
     let args = |role: &str, extra: &str| -> Vec<String> {
         format!("{role} {common} {extra}")
             .split_whitespace()
@@ -213,9 +222,21 @@ fn run_cell(
             .stderr(Stdio::piped())
             .spawn()
     };
-    let rx = spawn(ns, args("-r", ""))?;
-    std::thread::sleep(Duration::from_millis(300));
-    let tx = spawn(peer_ns, args("-s", &format!("-l {per}")))?;
+    let (rx, settle) = if backend == "flowlane" {
+        // From the root namespace: --bed reads the bed's RSS and re-executes
+        // inside it; attaching XDP and filling the rings takes a moment.
+        let a = args("-r", &format!("--backend flowlane --bed {bed}"));
+        let c = Command::new(me)
+            .args(a)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        (c, 800)
+    } else {
+        (spawn(ns, args("-r", "--backend kernel"))?, 300)
+    };
+    std::thread::sleep(Duration::from_millis(settle));
+    let tx = spawn(peer_ns, args("-s", &format!("--backend kernel -l {per}")))?;
     let limit = Duration::from_secs_f64(warm + secs + 0.5 + 90.0);
     let txo = wait_child(tx, limit)?;
     let rxo = wait_child(rx, limit)?;
@@ -254,7 +275,7 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
     for b in &backends {
         match b.as_str() {
             "kernel" => {}
-            "flowlane" => bail!("--backends flowlane: the flowlane backend is not available yet (flowlane's TCP is not yet integrated into the AF_XDP data path)"),
+            "flowlane" => {}
             _ => bail!("--backends: unknown backend {b:?} (kernel, flowlane)"),
         }
     }
@@ -339,8 +360,8 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
                     }
                     pb.set_message(format!("{b} conns={c} buf={buf} delay={d}ms"));
                     // Longer warm-up with delay: slow start needs RTTs.
-                    let warm = if d >= 10.0 { 2.0 } else { 1.0 };
-                    let r = run_cell(&me, &ns, &peer_ns, b, c, buf, secs, warm);
+                    let warm = a.warmup.unwrap_or(if d >= 10.0 { 2.0 } else { 1.0 });
+                    let r = run_cell(&me, &name, &ns, &peer_ns, b, c, buf, secs, warm);
                     let mut cell = Cell {
                         backend: b.clone(),
                         connections: c,
@@ -349,6 +370,7 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
                         mbit_s: None,
                         cycles_per_byte_system: None,
                         cycles_per_byte_receiver: None,
+                        cycles_per_byte_receiver_threads: None,
                         cycles_per_byte_sender: None,
                         pct_one_cpu_per_gbit_system: None,
                         retrans_sender_netns: None,
@@ -363,6 +385,8 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
                             cell.mbit_s = g(&rx, "throughput_mbit_s");
                             cell.cycles_per_byte_system = g(&rx, "cycles_per_byte_system");
                             cell.cycles_per_byte_receiver = g(&rx, "cycles_per_byte_process");
+                            cell.cycles_per_byte_receiver_threads =
+                                g(&rx, "cycles_per_byte_data_threads");
                             cell.cycles_per_byte_sender = g(&tx, "cycles_per_byte_process");
                             cell.pct_one_cpu_per_gbit_system =
                                 g(&rx, "pct_one_cpu_per_gbit_system");
@@ -387,7 +411,8 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "quick": q, "backends": backends, "connections": conns, "buffers": bufs,
         "delays_ms_each_end": delays, "delay_note": delay_note, "seconds": secs, "cooldown_s": 0.5,
-        "warmup_s": "1 (2 when delay >= 10 ms)",
+        "warmup_s": a.warmup.map(|w| serde_json::json!(w)).unwrap_or_else(|| serde_json::json!("1 (2 when delay >= 10 ms)")),
+        "sender": "kernel backend (peer namespace); the backend named is the receiver's",
         "bed": {"queues": 2, "mtu": 1500, "receiver": "10.99.0.1 (xsk0)", "sender": "10.99.0.2 (peer0)"},
     });
     let json = serde_json::json!({"params": params, "cells": cells});
@@ -395,9 +420,10 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
         out.join("results.json"),
         serde_json::to_string_pretty(&json)?,
     )?;
-    let table = table(&cells);
+    let sbs = side_by_side(&cells);
+    let table = format!("{sbs}\nAll cells:\n\n{}", table(&cells));
     std::fs::write(out.join("table.md"), &table)?;
-    print!("{table}");
+    print!("{sbs}");
     match plots(&cells, &out) {
         Ok(files) => println!("plots: {}", files.join(", ")),
         Err(e) => println!("plots skipped: {e:#}"),
@@ -420,12 +446,12 @@ fn fmt(v: Option<f64>, d: usize) -> String {
 /// The side-by-side table (one row per cell; backends side by side once there are two).
 pub fn table(cells: &[Cell]) -> String {
     let mut s = String::from(
-        "| backend | connections | buffer | netem delay (each end) | Mbit/s | cycles/B system | cycles/B receiver proc | cycles/B sender proc | % of one CPU per Gbit/s (system) | retrans (sender netns) |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        "| backend (receiver) | connections | buffer | netem delay (each end) | Mbit/s | cycles/B system | cycles/B receiver proc | cycles/B receiver data threads | cycles/B sender proc | % of one CPU per Gbit/s (system) | retrans (sender netns) |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for c in cells {
         s.push_str(&format!(
-            "| {} | {} | {} | {} ms | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} ms | {} | {} | {} | {} | {} | {} | {} |\n",
             c.backend,
             c.connections,
             c.buffer,
@@ -436,12 +462,61 @@ pub fn table(cells: &[Cell]) -> String {
                 .unwrap_or_else(|| fmt(c.mbit_s, 0)),
             fmt(c.cycles_per_byte_system, 2),
             fmt(c.cycles_per_byte_receiver, 2),
+            fmt(c.cycles_per_byte_receiver_threads, 2),
             fmt(c.cycles_per_byte_sender, 2),
             fmt(c.pct_one_cpu_per_gbit_system, 1),
             c.retrans_sender_netns
                 .map(|r| r.to_string())
                 .unwrap_or_else(|| "—".into()),
         ));
+    }
+    s
+}
+
+/// Kernel and flowlane receivers side by side: one row per (connections,
+/// buffer, delay), Mbit/s and cycles/byte of each backend. The receiver's
+/// data threads are flowlane's workers (TCP and AF_XDP rings: all of its
+/// receive work) or the kernel backend's event loops (copy-out only: the
+/// kernel's TCP runs in softirq), so compare the system-wide column first.
+pub fn side_by_side(cells: &[Cell]) -> String {
+    let mut backends: Vec<&str> = Vec::new();
+    let mut keys: Vec<(usize, usize, f64)> = Vec::new();
+    for c in cells {
+        if !backends.contains(&c.backend.as_str()) {
+            backends.push(&c.backend);
+        }
+        let k = (c.connections, c.buffer, c.delay_ms);
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    let mut s = String::from("| connections | buffer | delay (each end) |");
+    for b in &backends {
+        s.push_str(&format!(
+            " {b} Mbit/s | {b} cycles/B system | {b} cycles/B receiver data threads |"
+        ));
+    }
+    s.push('\n');
+    s.push_str(&"| --- ".repeat(3 + 3 * backends.len()));
+    s.push_str("|\n");
+    for (n, buf, d) in keys {
+        s.push_str(&format!("| {n} | {buf} | {d} ms |"));
+        for b in &backends {
+            let c = cells.iter().find(|c| {
+                c.backend == *b && c.connections == n && c.buffer == buf && c.delay_ms == d
+            });
+            match c {
+                Some(c) if c.error.is_none() => s.push_str(&format!(
+                    " {} | {} | {} |",
+                    fmt(c.mbit_s, 0),
+                    fmt(c.cycles_per_byte_system, 2),
+                    fmt(c.cycles_per_byte_receiver_threads, 2)
+                )),
+                Some(_) => s.push_str(" failed | — | — |"),
+                None => s.push_str(" — | — | — |"),
+            }
+        }
+        s.push('\n');
     }
     s
 }
@@ -661,6 +736,7 @@ mod tests {
             mbit_s: Some(mbit),
             cycles_per_byte_system: Some(3.0),
             cycles_per_byte_receiver: Some(1.0),
+            cycles_per_byte_receiver_threads: Some(0.5),
             cycles_per_byte_sender: Some(1.5),
             pct_one_cpu_per_gbit_system: Some(30.0),
             retrans_sender_netns: Some(0),
@@ -680,6 +756,20 @@ mod tests {
         let t = table(&cells);
         assert_eq!(t.lines().count(), 5);
         assert!(t.contains("| kernel | 16 | 65536 | 0 ms | 4000 |"), "{t}");
+        let mut f = cell(16, 0.0, 4500.0);
+        f.backend = "flowlane".into();
+        let mut both = cells.clone();
+        both.push(f);
+        let sbs = side_by_side(&both);
+        assert_eq!(sbs.lines().count(), 2 + 3, "{sbs}");
+        assert!(
+            sbs.contains("| 16 | 65536 | 0 ms | 4000 | 3.00 | 0.50 | 4500 | 3.00 | 0.50 |"),
+            "{sbs}"
+        );
+        assert!(
+            sbs.contains("| 1 | 65536 | 0 ms | 5000 | 3.00 | 0.50 | — | — | — |"),
+            "{sbs}"
+        );
         let dir = std::env::temp_dir().join(format!("ttcp-plots-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         match plots(&cells, &dir) {

@@ -1,0 +1,69 @@
+//! flowlane-ttcp with the flowlane backend (root): a receiver on flowlane's TCP
+//! over AF_XDP (2 queues, started from the root namespace with `--bed`) against
+//! a kernel-backend sender in the peer namespace, for 2 s after a 1 s warm-up.
+
+mod common;
+
+use common::*;
+use flowlane_tests::{require_root, Bed};
+
+fn f(v: &serde_json::Value, p: &str) -> f64 {
+    v.pointer(p)
+        .and_then(|x| x.as_f64())
+        .unwrap_or_else(|| panic!("no {p} in {v}"))
+}
+
+#[test]
+fn flowlane_receiver_counts_only_the_window() {
+    if !require_root("flowlane_receiver_counts_only_the_window") {
+        return;
+    }
+    let bed = Bed::up("tfl", 2);
+    let (ro, so) = pair(
+        None,
+        Some(&bed.peer_ns),
+        "-m 2,*,10.99.0.1 -W 1 -t 2 -C 0.5 -j --wait 20",
+        &format!("--backend flowlane --bed {}", bed.name),
+        "--backend kernel -l 2",
+    );
+    let (r, s) = (json(&ro), json(&so));
+    assert_eq!(r["params"]["backend"], "flowlane");
+    assert_eq!(s["params"]["backend"], "kernel");
+    assert_eq!(r["iface"], "xsk0");
+    assert_eq!(r["connections"], 4);
+
+    // Bytes by phase: the warm-up and cool-down carried data, and only the
+    // window's bytes make the throughput.
+    let measured = f(&r, "/bytes/measured");
+    let window = f(&r, "/window_s");
+    assert!((1.9..2.3).contains(&window), "window {window}");
+    assert!(f(&r, "/bytes/warmup") > 0.0, "{}", r["bytes"]);
+    assert!(f(&r, "/bytes/cooldown") > 0.0, "{}", r["bytes"]);
+    let mbit = f(&r, "/throughput_mbit_s");
+    assert!(
+        (mbit - measured * 8.0 / window / 1e6).abs() < 1e-6 * mbit.max(1.0),
+        "{mbit} Mbit/s vs {measured} bytes in {window} s"
+    );
+    // Sane throughput on a veth pair of a 2-vCPU machine, and the same
+    // window seen from both ends (the sender's clock starts half an RTT later,
+    // and up to its socket buffers are in flight at the edges).
+    assert!((100.0..100_000.0).contains(&mbit), "{mbit} Mbit/s");
+    let sent = f(&s, "/bytes/measured");
+    assert!(
+        (measured - sent).abs() / sent < 0.1,
+        "received {measured} vs sent {sent} in the window"
+    );
+    // A 1 s warm-up at the same rate is about half the 2 s window.
+    let warm = f(&r, "/bytes/warmup");
+    assert!(warm < measured, "warm-up {warm} vs window {measured}");
+
+    // The workers' CPU is measured and labelled.
+    let d = &r["cpu_data_threads"];
+    assert_eq!(d["threads"], 2, "{d}");
+    assert!(
+        d["label"].as_str().unwrap().contains("flowlane workers"),
+        "{d}"
+    );
+    assert!(f(&r, "/cpu_data_threads/pct_of_one_cpu") > 1.0, "{d}");
+    assert!(f(&r, "/cycles_per_byte_data_threads") > 0.0);
+}
