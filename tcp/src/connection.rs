@@ -1568,12 +1568,7 @@ impl Connection {
         }
         let rto = self.rtt.rto();
         let flight = self.snd.max - self.snd.una;
-        if let Some(srtt) = self.rtt.srtt() {
-            // Backed off per probe already sent for this SND.UNA.
-            let pto = srtt
-                .saturating_mul(2)
-                .max(MIN_PTO)
-                .saturating_mul(1 << self.timers.loss_probes.min(8));
+        if let Some(pto) = self.pto() {
             if flight > self.eff_mss() && pto < rto && self.timers.loss_probes < MAX_LOSS_PROBES {
                 self.flags.set(Flags::PROBE_ARMED);
                 self.timers.rto = Some(now + pto);
@@ -1581,6 +1576,40 @@ impl Connection {
             }
         }
         self.timers.rto = Some(now + rto);
+    }
+
+    /// RFC 8985 §7.2: (re)start the loss probe timer after sending new
+    /// data, if that makes it fire before the RTO would. Without this, an
+    /// RTO armed while one segment was in flight would guard the segments
+    /// sent after it too, and a loss among them too small for three
+    /// duplicate ACKs would wait the full RTO.
+    fn rearm_probe(&mut self, now: Instant) {
+        let flight = self.snd.max - self.snd.una;
+        if self.timers.loss_probes >= MAX_LOSS_PROBES || flight <= self.eff_mss() {
+            return;
+        }
+        let Some(pto) = self.pto() else {
+            return;
+        };
+        let at = now + pto;
+        if let Some(d) = self.timers.rto {
+            if !self.flags.has(Flags::PROBE_ARMED) && d <= at {
+                return;
+            }
+        }
+        self.flags.set(Flags::PROBE_ARMED);
+        self.timers.rto = Some(at);
+    }
+
+    /// The loss probe timeout (RFC 8985 §7.2: 2*SRTT), backed off per probe
+    /// already sent for this SND.UNA; `None` before any RTT sample.
+    fn pto(&self) -> Option<Duration> {
+        let srtt = self.rtt.srtt()?;
+        Some(
+            srtt.saturating_mul(2)
+                .max(MIN_PTO)
+                .saturating_mul(1 << self.timers.loss_probes.min(8)),
+        )
     }
 
     /// The loss probe timeout fired: nothing advanced SND.UNA for two RTTs
@@ -1707,6 +1736,9 @@ impl Connection {
         if self.timers.rto.is_none() && self.snd.una != self.snd.max {
             self.flags.clear(Flags::PROBE_ARMED);
             self.timers.rto = Some(now + self.rtt.rto());
+        }
+        if !is_retransmit && payload > 0 {
+            self.rearm_probe(now);
         }
         Some(written)
     }
