@@ -118,6 +118,8 @@ impl Flags {
     /// The retransmission timer holds a loss probe timeout (see
     /// `arm_rto_or_probe`), not an RTO.
     pub const PROBE_ARMED: u32 = 1 << 18;
+    /// SACK permitted both ways (RFC 2018 §2): our ACKs carry SACK blocks.
+    pub const SACK: u32 = 1 << 19;
 
     /// Whether any bit of `f` is set.
     pub fn has(self, f: u32) -> bool {
@@ -203,6 +205,12 @@ pub struct ReceiveState {
     /// Immediate ACKs owed beyond the one `Flags::ACK_NOW` stands for: one
     /// per out-of-order or duplicate segment (see `owe_immediate_ack`).
     pub acks_owed: u8,
+    /// Start of the most recent out-of-order segment: the SACK block that
+    /// contains it goes first (RFC 2018 §4).
+    pub last_ooo: Option<SeqNumber>,
+    /// A duplicate segment's range to report once as a D-SACK block (RFC
+    /// 2883 §4).
+    pub dsack: Option<(SeqNumber, SeqNumber)>,
 }
 
 /// RFC 7323 timestamp state.
@@ -406,6 +414,8 @@ impl Connection {
                 unacked: 0,
                 fin_seq: None,
                 acks_owed: 0,
+                last_ooo: None,
+                dsack: None,
             },
             ts: TimestampState {
                 recent: 0,
@@ -479,6 +489,9 @@ impl Connection {
     /// §3.7.1), window scale (RFC 7323 §2.2) and timestamps (RFC 7323 §3.2).
     fn negotiate_options(&mut self, cfg: &Config, syn: &TcpRepr, now: Instant) {
         let o = &syn.options;
+        if cfg.sack && o.sack_permitted {
+            self.flags.set(Flags::SACK);
+        }
         if let Some(ws) = o.window_scale {
             self.flags.set(Flags::WS_PEER);
             if self.flags.has(Flags::WS_OFFERED) {
@@ -837,8 +850,14 @@ impl Connection {
             ctx.stats.unacceptable += 1;
             if !f.rst() && !payload.is_empty() {
                 // A duplicate (e.g. duplicated in the network): RFC 5681
-                // §4.2 immediate duplicate ACK.
+                // §4.2 immediate duplicate ACK, with a D-SACK block for
+                // what arrived twice (RFC 2883 §4) so that the sender can
+                // tell a needless retransmission from a loss.
                 self.owe_immediate_ack();
+                if self.flags.has(Flags::SACK) && seq < nxt {
+                    let end = (seq + payload.len()).min(nxt);
+                    self.rcv.dsack = Some((seq, end));
+                }
             }
             if !f.rst() {
                 self.flags.set(Flags::ACK_NOW);
@@ -1209,6 +1228,7 @@ impl Connection {
         if offset > 0 {
             // RFC 5681 §4.2: out-of-order data is acknowledged immediately.
             ctx.stats.out_of_order += 1;
+            self.rcv.last_ooo = Some(seq);
             self.owe_immediate_ack();
         } else if had_holes {
             // RFC 5681 §4.2: so is data that fills a hole.
@@ -1223,6 +1243,42 @@ impl Connection {
         if self.rcv.fin_seq == Some(self.rcv.nxt) {
             self.on_fin(ctx);
         }
+    }
+
+    /// Fills in SACK blocks (RFC 2018 §4): a pending D-SACK block first
+    /// (RFC 2883 §4), then the block holding the most recent out-of-order
+    /// segment, then the others, highest first; as many as fit next to the
+    /// timestamp option (3 with it, 4 without).
+    fn sack_blocks(&mut self, o: &mut TcpOptions) {
+        let max = if o.timestamps.is_some() { 3 } else { 4 };
+        let mut n = 0;
+        if let Some(d) = self.rcv.dsack.take() {
+            o.sack_blocks[n] = d;
+            n += 1;
+        }
+        let nxt = self.rcv.nxt;
+        let ranges = self.assembler.ranges();
+        let abs = |&(s, e): &(u32, u32)| (nxt + s as usize, nxt + e as usize);
+        let first = self
+            .rcv
+            .last_ooo
+            .and_then(|l| ranges.iter().map(abs).find(|&(s, e)| s <= l && l < e));
+        if let Some(b) = first {
+            if n < max {
+                o.sack_blocks[n] = b;
+                n += 1;
+            }
+        }
+        for b in ranges.iter().rev().map(abs) {
+            if n >= max {
+                break;
+            }
+            if Some(b) != first {
+                o.sack_blocks[n] = b;
+                n += 1;
+            }
+        }
+        o.sack_block_count = n as u8;
     }
 
     /// RFC 5681 §4.2: every out-of-order segment (and, RFC 5681 §3.2 /
@@ -1441,6 +1497,12 @@ impl Connection {
         if self.flags.has(Flags::WS_OFFERED) {
             options.window_scale = Some(wscale_for(cfg.recv_buffer));
         }
+        // RFC 2018 §2: in a SYN-ACK only if the SYN carried it.
+        options.sack_permitted = if ack {
+            self.flags.has(Flags::SACK)
+        } else {
+            cfg.sack
+        };
         let flags = if ack {
             TcpFlags::SYN | TcpFlags::ACK
         } else {
@@ -1769,6 +1831,11 @@ impl Connection {
         let mut options = TcpOptions::default();
         if self.flags.has(Flags::TIMESTAMPS) {
             options.timestamps = Some((self.tsval(ctx.now), self.ts.recent));
+        }
+        if len == 0 && self.flags.has(Flags::SACK) {
+            // Pure ACKs only: on a data segment the blocks would push it
+            // past the MSS, which only accounts for timestamps.
+            self.sack_blocks(&mut options);
         }
         let window = self.advertise_window();
         let repr = TcpRepr {

@@ -189,6 +189,13 @@ pub struct Config {
     pub window_scaling: bool,
     /// Offer timestamps (RFC 7323 §3) and use PAWS.
     pub timestamps: bool,
+    /// Offer SACK (RFC 2018 §2). As a receiver, ACKs then carry SACK blocks
+    /// for out-of-order data (RFC 2018 §4) and D-SACK blocks for duplicates
+    /// (RFC 2883 §4), which a SACK sender (any kernel) needs to recover
+    /// from several losses per window and to recognise reordering. As a
+    /// sender, received SACK blocks are not used (SACK information is
+    /// advisory, RFC 2018 §8): loss recovery works on cumulative ACKs.
+    pub sack: bool,
     /// RTO before any RTT sample (RFC 6298 §2.1: 1 s).
     pub initial_rto: Duration,
     /// Lower bound on the RTO (RFC 6298 says 1 s; 200 ms is common practice).
@@ -229,6 +236,7 @@ impl Config {
             recv_buffer: 64 * 1024,
             window_scaling: true,
             timestamps: true,
+            sack: true,
             initial_rto: Duration::from_secs(1),
             min_rto: Duration::from_millis(200),
             max_rto: Duration::from_secs(60),

@@ -133,7 +133,9 @@ fn testbed_impairment_seeds() {
 /// RFC 5681 §4.2 on the receive side: a batch of out-of-order segments
 /// handled before the stack is polled still yields one duplicate ACK per
 /// segment (a non-SACK sender such as a kernel peer counts them), and a
-/// duplicated segment gets its own duplicate ACK too.
+/// duplicated segment gets its own duplicate ACK too. With SACK negotiated
+/// (RFC 2018), the ACKs carry the out-of-order block, and a duplicate below
+/// RCV.NXT is reported as a D-SACK block (RFC 2883).
 #[test]
 fn batched_out_of_order_segments_each_get_an_ack() {
     use flowlane_tcp::wire::TcpRepr;
@@ -173,12 +175,22 @@ fn batched_out_of_order_segments_each_get_an_ack() {
         server.handle_segment(now, t.src.ip(), t.dst.ip(), s);
     }
     server.handle_segment(now, last_t.src.ip(), last_t.dst.ip(), &last);
+    let first_seq = TcpRepr::parse(&segs[0].1).unwrap().0.seq;
+    let last_end = {
+        let (r, p) = TcpRepr::parse(&last).unwrap();
+        r.seq + p.len()
+    };
+    let second_seq = TcpRepr::parse(&segs[1].1).unwrap().0.seq;
     let mut acks = Vec::new();
     while let Some(t) = server.poll_transmit(now, &mut buf) {
         let (repr, payload) = TcpRepr::parse(&buf[..t.len]).unwrap();
         assert!(payload.is_empty());
+        let o = &repr.options;
+        assert_eq!(o.sack_block_count, 1, "{o:?}");
+        assert_eq!(o.sack_blocks[0], (second_seq, last_end));
         acks.push(repr.ack);
     }
+    assert_eq!(acks[0], first_seq);
     assert_eq!(acks.len(), segs.len(), "one ACK per segment: {acks:?}");
     assert!(acks.iter().all(|&a| a == acks[0]), "{acks:?}");
     // The hole is filled: one ACK, nothing owed for the old RCV.NXT.
@@ -189,4 +201,11 @@ fn batched_out_of_order_segments_each_get_an_ack() {
         n += 1;
     }
     assert_eq!(n, 1);
+    // Again (a needless retransmission): one ACK with a D-SACK block.
+    server.handle_segment(now, t.src.ip(), t.dst.ip(), s);
+    let t2 = server.poll_transmit(now, &mut buf).expect("duplicate ACK");
+    let (repr, _) = TcpRepr::parse(&buf[..t2.len]).unwrap();
+    assert_eq!(repr.options.sack_block_count, 1);
+    assert_eq!(repr.options.sack_blocks[0], (first_seq, second_seq));
+    assert!(server.poll_transmit(now, &mut buf).is_none());
 }

@@ -88,7 +88,7 @@ fn handshake_negotiates_options() {
         assert_eq!(s.options.mss, Some(1460));
         assert_eq!(s.options.window_scale, Some(1)); // 64 KiB buffer
         assert!(s.options.timestamps.is_some());
-        assert!(!s.options.sack_permitted);
+        assert!(s.options.sack_permitted); // RFC 2018 §2, both ways
     }
     assert_eq!(sim.a.state(a), Ok(State::Established));
     assert_eq!(sim.b.state(b), Ok(State::Established));
