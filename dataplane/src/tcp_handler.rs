@@ -146,6 +146,11 @@ pub trait ConnHandler: Send {
 
     /// The connection is gone; the handle is now invalid.
     fn on_closed(&mut self, _net: &mut Net<'_>, _conn: ConnHandle, _reason: CloseReason) {}
+
+    /// Called on every pass of the worker's loop (at least every 10 ms, more
+    /// often under load), for time-driven work such as starting to send at an
+    /// agreed instant. Keep it cheap.
+    fn on_tick(&mut self, _net: &mut Net<'_>) {}
 }
 
 /// Identifies a handler registered on a [`TcpHandler`].
@@ -655,6 +660,12 @@ impl QueueHandler for TcpHandler {
             self.stack.handle_timeout(now);
             self.dispatch(now);
         }
+        for h in 0..self.handlers.len() {
+            let (mut net, handlers) = self.net(now);
+            net.me = h;
+            handlers[h].on_tick(&mut net);
+        }
+        self.dispatch(now);
         self.output(now, tx);
         if now_d.saturating_sub(self.last_publish) >= PUBLISH_EVERY {
             self.last_publish = now_d;

@@ -33,7 +33,7 @@ pub enum Sub {
 pub enum BackendKind {
     /// Linux kernel sockets through mio.
     Kernel,
-    /// flowlane's TCP on the AF_XDP data path (receiver; one worker per queue).
+    /// flowlane's TCP on the AF_XDP data path (one worker per queue).
     Flowlane,
 }
 
@@ -313,9 +313,9 @@ impl RunArgs {
             bail!("latency and overlap modes use one connection per thread: drop -l");
         }
         if self.backend == BackendKind::Flowlane {
-            if self.sender {
+            if self.sender && mode != Mode::Throughput {
                 bail!(
-                    "--backend flowlane runs the receiver only so far: send with --backend kernel (TCP is TCP on the wire)"
+                    "--backend flowlane sends in throughput mode only so far: drop --latency/--overlap-us, or send with --backend kernel"
                 );
             }
             if !addr.is_ipv4() {
@@ -472,8 +472,15 @@ mod tests {
                 "one connection per thread",
             ),
             (
-                &["-s", "-m", "1,*,127.0.0.1", "--backend", "flowlane"],
-                "receiver only so far",
+                &[
+                    "-s",
+                    "-m",
+                    "1,*,127.0.0.1",
+                    "--backend",
+                    "flowlane",
+                    "--latency",
+                ],
+                "throughput mode only",
             ),
             (
                 &[

@@ -15,7 +15,7 @@
 //! test bed `--bed NAME` does that from the root namespace
 //! ([`flowlane_dataplane::bed::reexec_in_bed`]).
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -27,7 +27,7 @@ use flowlane_dataplane::tcp_handler::{ConnHandler, Net, TcpConfig, TcpHandler};
 use flowlane_dataplane::{
     BindMode, Dataplane, DataplaneConfig, InterfaceInfo, Proto, QueueAssignment, QueueInfo,
 };
-use flowlane_tcp::ConnHandle;
+use flowlane_tcp::{CloseReason, ConnHandle};
 
 use crate::backend::{Backend, DataThreads, Phase, Shared, ThreadStats, Workers};
 use crate::cli::Plan;
@@ -138,111 +138,295 @@ impl Backend for Flowlane {
     }
 
     fn start_receiver(&self, plan: &Plan, shared: Arc<Shared>) -> Result<Workers> {
-        let opts = &plan.flowlane;
-        let IpAddr::V4(local_ip) = plan.addr else {
-            bail!("--backend flowlane: {} is not IPv4", plan.addr);
-        };
-        if !nix::unistd::geteuid().is_root() {
-            bail!("--backend flowlane needs root (AF_XDP sockets, XDP program)");
-        }
-        let iface = match &opts.iface {
-            Some(i) => i.clone(),
-            None => iface_for(plan.addr).ok_or_else(|| {
-                anyhow!(
-                    "no interface here holds {}: run inside the interface's namespace (on a test bed: --bed NAME)",
-                    plan.addr
-                )
-            })?,
-        };
-        let info = InterfaceInfo::read(std::path::Path::new("/sys"), &iface)?;
-        let queues = opts.queues.unwrap_or(info.rx_queues);
-        info.check_queues(queues)?;
-        // Workers are pinned round-robin over the allowed CPUs, or over the
-        // CPUs the -m mappings name.
-        let named: Vec<u32> = plan.threads.iter().flatten().map(|&c| c as u32).collect();
-        let cpus = if named.is_empty() {
-            allowed_cpus()
-        } else {
-            named
-        };
         let ports: Vec<u16> = (0..plan.params.ports)
             .map(|p| plan.params.base_port + p)
             .collect();
-        if ports.contains(&opts.control_port) {
+        if ports.contains(&plan.flowlane.control_port) {
             bail!(
                 "control port {} is one of the data ports flowlane takes",
-                opts.control_port
+                plan.flowlane.control_port
             );
         }
-        let mut config = DataplaneConfig::new(&iface, &(0..queues).collect::<Vec<_>>());
-        for (i, q) in config.queues.iter_mut().enumerate() {
-            *q = QueueAssignment {
-                queue: q.queue,
-                cpu: Some(cpus[i % cpus.len()]),
-                node: 0,
-            };
-        }
-        config.node_cpus.insert(0, cpus.clone());
-        config.ports = ports.iter().map(|&p| (Proto::Tcp, p)).collect();
-        config.busy_poll = opts.busy_poll;
-        config.bind_mode = BindMode::Auto;
-        let mut tcp = TcpConfig::new(local_ip, info.mac, bed::isn_secret());
-        tcp.neighbors = neighbors(opts)?;
-        tcp.rss = match (&opts.rss_key, &opts.rss_table) {
-            (Some(k), Some(t)) => Some(bed::rss_state(&parse_key(k)?, t, queues)?),
-            (None, None) => None,
-            _ => bail!("--rss-key and --rss-table go together"),
-        };
         let echo = plan.params.mode != Mode::Throughput;
         let buf_len = plan.params.buffer.max(plan.params.msg_size);
-
-        let registry: Registry = Arc::default();
-        let setup_err: Arc<Mutex<Option<String>>> = Arc::default();
-        let (reg, err2, sh) = (registry.clone(), setup_err.clone(), shared.clone());
-        let dp = Dataplane::start(config, move |q: &QueueInfo| {
-            let mut h = TcpHandler::new(q, tcp.clone());
-            let w = Arc::new(WorkerCounters::default());
-            for &port in &ports {
-                let rx = Rx {
-                    shared: sh.clone(),
-                    w: w.clone(),
-                    echo,
-                    local: SocketAddr::new(IpAddr::V4(local_ip), port),
-                    buf: vec![0; buf_len],
-                };
-                if let Err(e) = h.listen(port, rx) {
-                    *err2.lock().unwrap_or_else(|e| e.into_inner()) =
-                        Some(format!("queue {} port {port}: {e}", q.queue));
+        let local_ip = ipv4(plan.addr)?;
+        let lports = ports.clone();
+        start(
+            plan,
+            &ports,
+            false,
+            move |h, w, sh| {
+                for &port in &lports {
+                    let rx = Rx {
+                        shared: sh.clone(),
+                        w: w.clone(),
+                        echo,
+                        local: SocketAddr::new(IpAddr::V4(local_ip), port),
+                        buf: vec![0; buf_len],
+                    };
+                    h.listen(port, rx)
+                        .map_err(|e| format!("queue {} port {port}: {e}", h.queue()))?;
                 }
-            }
-            reg.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push((q.queue, w));
-            h
-        })
-        .with_context(|| format!("starting flowlane's data path on {iface}"))?;
-        if let Some(e) = setup_err.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            bail!("listening: {e}");
-        }
-        Ok(Workers::custom(Box::new(move || {
-            dp.stop();
-            let mut per: Vec<(u32, ThreadStats)> = registry
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .iter()
-                .map(|(q, w)| (*q, w.stats()))
-                .collect();
-            per.sort_by_key(|p| p.0);
-            let mut total = ThreadStats::default();
-            for (_, s) in per {
-                total.merge(s)?;
-            }
-            Ok(total)
-        })))
+                Ok(())
+            },
+            shared,
+        )
     }
 
-    fn start_sender(&self, _plan: &Plan, _shared: Arc<Shared>) -> Result<Workers> {
-        bail!("--backend flowlane runs the receiver only so far: send with --backend kernel")
+    fn start_sender(&self, plan: &Plan, shared: Arc<Shared>) -> Result<Workers> {
+        let remote = SocketAddrV4::new(ipv4(plan.addr)?, 0);
+        let total = plan.connections();
+        let (base, nports) = (plan.params.base_port, plan.params.ports);
+        let buffer = plan.params.buffer;
+        let queues = queue_count(plan)?;
+        start(
+            plan,
+            &[],
+            true,
+            move |h, w, sh| {
+                let q = h.queue();
+                let mut n = total / queues as usize;
+                if q == 0 {
+                    n += total % queues as usize;
+                }
+                // Connection k of this queue goes to data port (first + k) mod P.
+                let first = if q == 0 {
+                    0
+                } else {
+                    (total / queues as usize) * q as usize + total % queues as usize
+                };
+                let to: Vec<SocketAddrV4> = (0..n)
+                    .map(|k| {
+                        let port = base + ((first + k) % usize::from(nports)) as u16;
+                        SocketAddrV4::new(*remote.ip(), port)
+                    })
+                    .collect();
+                if !to.is_empty() {
+                    h.add(Tx {
+                        shared: sh.clone(),
+                        w: w.clone(),
+                        to,
+                        conns: Vec::new(),
+                        sending: false,
+                        closed: false,
+                        buf: vec![0x5a; buffer],
+                    });
+                }
+                Ok(())
+            },
+            shared,
+        )
+    }
+}
+
+fn ipv4(a: IpAddr) -> Result<Ipv4Addr> {
+    match a {
+        IpAddr::V4(v) => Ok(v),
+        _ => bail!("--backend flowlane: {a} is not IPv4"),
+    }
+}
+
+fn iface(plan: &Plan) -> Result<String> {
+    match &plan.flowlane.iface {
+        Some(i) => Ok(i.clone()),
+        None if plan.receiver => iface_for(plan.addr).ok_or_else(|| {
+            anyhow!(
+                "no interface here holds {}: run inside the interface's namespace (on a test bed: --bed NAME)",
+                plan.addr
+            )
+        }),
+        // The sender's interface: the one with an address on the receiver's
+        // subnet would need the routing table; the test bed's is xsk0.
+        None => Ok("xsk0".into()),
+    }
+}
+
+fn queue_count(plan: &Plan) -> Result<u32> {
+    let info = InterfaceInfo::read(std::path::Path::new("/sys"), &iface(plan)?)?;
+    let q = plan.flowlane.queues.unwrap_or(info.rx_queues);
+    info.check_queues(q)?;
+    Ok(q)
+}
+
+/// Starts the data path on the plan's interface, one worker per queue, each
+/// with a `TcpHandler` that `setup` configures; `ports`: listening ports;
+/// `active`: the workers open connections (ephemeral ports steered, RSS
+/// needed). The returned [`Workers`] stop the data path and sum the
+/// per-worker counters.
+fn start(
+    plan: &Plan,
+    ports: &[u16],
+    active: bool,
+    setup: impl Fn(&mut TcpHandler, &Arc<WorkerCounters>, &Arc<Shared>) -> std::result::Result<(), String>
+        + Send
+        + Sync
+        + 'static,
+    shared: Arc<Shared>,
+) -> Result<Workers> {
+    let opts = &plan.flowlane;
+    if !nix::unistd::geteuid().is_root() {
+        bail!("--backend flowlane needs root (AF_XDP sockets, XDP program)");
+    }
+    let iface = iface(plan)?;
+    let info = InterfaceInfo::read(std::path::Path::new("/sys"), &iface)?;
+    let queues = queue_count(plan)?;
+    let local_ip = bed::local_ipv4(&iface)?;
+    // Workers are pinned round-robin over the allowed CPUs, or over the
+    // CPUs the -m mappings name.
+    let named: Vec<u32> = plan.threads.iter().flatten().map(|&c| c as u32).collect();
+    let cpus = if named.is_empty() {
+        allowed_cpus()
+    } else {
+        named
+    };
+    let mut config = DataplaneConfig::new(&iface, &(0..queues).collect::<Vec<_>>());
+    for (i, q) in config.queues.iter_mut().enumerate() {
+        *q = QueueAssignment {
+            queue: q.queue,
+            cpu: Some(cpus[i % cpus.len()]),
+            node: 0,
+        };
+    }
+    config.node_cpus.insert(0, cpus.clone());
+    config.ports = ports.iter().map(|&p| (Proto::Tcp, p)).collect();
+    config.busy_poll = opts.busy_poll;
+    config.bind_mode = BindMode::Auto;
+    config.ephemeral = active.then_some(EPHEMERAL);
+    let mut tcp = TcpConfig::new(local_ip, info.mac, bed::isn_secret());
+    tcp.ephemeral = EPHEMERAL;
+    tcp.neighbors = neighbors(opts)?;
+    tcp.rss = match (&opts.rss_key, &opts.rss_table) {
+        (Some(k), Some(t)) => Some(bed::rss_state(&parse_key(k)?, t, queues)?),
+        (None, None) if active && queues > 1 => bail!(
+            "--backend flowlane sender on {queues} queues needs the NIC's RSS (--rss-key/--rss-table, or --bed NAME)"
+        ),
+        (None, None) => None,
+        _ => bail!("--rss-key and --rss-table go together"),
+    };
+    if active && tcp.neighbors.is_empty() {
+        bail!(
+            "--backend flowlane sender needs the receiver's MAC: --neighbor IP=MAC (or --bed NAME)"
+        );
+    }
+    let registry: Registry = Arc::default();
+    let setup_err: Arc<Mutex<Option<String>>> = Arc::default();
+    let (reg, err2) = (registry.clone(), setup_err.clone());
+    let dp = Dataplane::start(config, move |q: &QueueInfo| {
+        let mut h = TcpHandler::new(q, tcp.clone());
+        let w = Arc::new(WorkerCounters::default());
+        if let Err(e) = setup(&mut h, &w, &shared) {
+            *err2.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+        }
+        reg.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((q.queue, w));
+        h
+    })
+    .with_context(|| format!("starting flowlane's data path on {iface}"))?;
+    if let Some(e) = setup_err.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        bail!("setting up flowlane's TCP: {e}");
+    }
+    Ok(Workers::custom(Box::new(move || {
+        dp.stop();
+        let mut total = ThreadStats::default();
+        for (_, w) in registry.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            total.merge(w.stats())?;
+        }
+        Ok(total)
+    })))
+}
+
+/// A worker's sender handler: opens its connections at once, sends from t0
+/// to the end of the cool-down (bytes counted by phase), then closes.
+struct Tx {
+    shared: Arc<Shared>,
+    w: Arc<WorkerCounters>,
+    to: Vec<SocketAddrV4>,
+    conns: Vec<ConnHandle>,
+    sending: bool,
+    closed: bool,
+    buf: Vec<u8>,
+}
+
+impl Tx {
+    fn fill(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        if !self.sending || self.closed {
+            return;
+        }
+        loop {
+            let space = net.send_space(conn).unwrap_or(0).min(self.buf.len());
+            if space == 0 {
+                net.notify_writable(conn);
+                return;
+            }
+            match net.send(conn, &self.buf[..space]) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => self.w.add(self.shared.phase_at(Instant::now()), n),
+            }
+        }
+    }
+}
+
+impl ConnHandler for Tx {
+    fn on_start(&mut self, net: &mut Net<'_>) {
+        for &to in &self.to {
+            match net.connect(to) {
+                Ok(c) => self.conns.push(c),
+                Err(e) => {
+                    self.shared.fail(format!("connect to {to}: {e}"));
+                    return;
+                }
+            }
+        }
+    }
+    fn on_connected(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        let c = &self.w.connections;
+        c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        if let Ok(t) = net.four_tuple(conn) {
+            let _ = self.shared.local.set(t.local);
+        }
+        self.shared.connected.fetch_add(1, Ordering::Relaxed);
+        self.fill(net, conn);
+    }
+    fn on_writable(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        self.fill(net, conn);
+    }
+    fn on_data(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        // The receiver does not answer in throughput mode: discard.
+        while let Ok(d) = net.peek(conn) {
+            let n = d.len();
+            if n == 0 || net.consume(conn, n).is_err() {
+                break;
+            }
+        }
+    }
+    fn on_closed(&mut self, _net: &mut Net<'_>, conn: ConnHandle, reason: CloseReason) {
+        self.conns.retain(|&c| c != conn);
+        let ph = self.shared.phase_at(Instant::now());
+        if !self.closed && !matches!(ph, Phase::Cooldown | Phase::Post) {
+            self.shared.fail(format!(
+                "a data connection closed during {ph:?}: {reason:?}"
+            ));
+        }
+    }
+    fn on_tick(&mut self, net: &mut Net<'_>) {
+        if self.closed {
+            return;
+        }
+        let ph = self.shared.phase_at(Instant::now());
+        if ph == Phase::Post || self.shared.stopping() {
+            self.closed = true;
+            for &c in &self.conns {
+                let _ = net.close(c);
+            }
+            return;
+        }
+        if !self.sending && ph != Phase::Pre {
+            self.sending = true;
+            for c in self.conns.clone() {
+                self.fill(net, c);
+            }
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! flowlane-ttcp with the flowlane backend (root): a receiver on flowlane's TCP
 //! over AF_XDP (2 queues, started from the root namespace with `--bed`) against
-//! a kernel-backend sender in the peer namespace, for 2 s after a 1 s warm-up.
+//! a kernel-backend sender in the peer namespace, for 2 s after a 1 s warm-up;
+//! then the other way round (flowlane sender, kernel receiver), 1 s.
 
 mod common;
 
@@ -66,4 +67,34 @@ fn flowlane_receiver_counts_only_the_window() {
     );
     assert!(f(&r, "/cpu_data_threads/pct_of_one_cpu") > 1.0, "{d}");
     assert!(f(&r, "/cycles_per_byte_data_threads") > 0.0);
+
+    // Other way round: flowlane sender (active opens from RSS-steered ports,
+    // 2 per worker) to a kernel receiver in the peer namespace.
+    let (ctl, data) = ports();
+    let base =
+        format!("-m 2,*,10.99.0.2 -l 2 -W 0.5 -t 1 -C 0.3 -j --control-port {ctl} -p {data}");
+    let rx = cmd(
+        Some(&bed.peer_ns),
+        &a(&format!("-r {base} --backend kernel --wait 20")),
+    )
+    .spawn()
+    .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let tx = cmd(
+        None,
+        &a(&format!("-s {base} --backend flowlane --bed {}", bed.name)),
+    )
+    .spawn()
+    .unwrap();
+    let (so, _) = wait_bounded(tx, std::time::Duration::from_secs(30), "flowlane sender");
+    let (ro, _) = wait_bounded(rx, std::time::Duration::from_secs(30), "kernel receiver");
+    let (r, s) = (json(&ro), json(&so));
+    assert_eq!(s["params"]["backend"], "flowlane");
+    assert_eq!(s["connections"], 4);
+    let (got, sent) = (f(&r, "/bytes/measured"), f(&s, "/bytes/measured"));
+    assert!(
+        sent > 0.0 && (got - sent).abs() / sent < 0.1,
+        "received {got} vs sent {sent}"
+    );
+    assert_eq!(s["cpu_data_threads"]["threads"], 2);
 }

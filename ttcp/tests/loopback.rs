@@ -206,11 +206,11 @@ fn misuse_is_one_line_nonzero_and_bounded() {
     assert_fails(&o, "no sender connected");
     assert!(t < Duration::from_secs(4), "{t:?}");
 
-    // Bad flags, and a flowlane sender (receiver only so far).
+    // Bad flags, and a flowlane sender in latency mode (throughput only so far).
     for (flags, want) in [
         (
-            "-s -m 1,*,127.0.0.1 --backend flowlane",
-            "receiver only so far",
+            "-s -m 1,*,127.0.0.1 --backend flowlane --latency",
+            "throughput mode only",
         ),
         ("-s -m 1,x,127.0.0.1", "cpu must be a number"),
         ("-s -m 1,*,127.0.0.1 -P 0", "-P 0"),
