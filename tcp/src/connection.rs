@@ -1631,7 +1631,10 @@ impl Connection {
         let rto = self.rtt.rto();
         let flight = self.snd.max - self.snd.una;
         if let Some(pto) = self.pto() {
-            if flight > self.eff_mss() && pto < rto && self.timers.loss_probes < MAX_LOSS_PROBES {
+            if self.probe_worthwhile(flight)
+                && pto < rto
+                && self.timers.loss_probes < MAX_LOSS_PROBES
+            {
                 self.flags.set(Flags::PROBE_ARMED);
                 self.timers.rto = Some(now + pto);
                 return;
@@ -1647,7 +1650,7 @@ impl Connection {
     /// duplicate ACKs would wait the full RTO.
     fn rearm_probe(&mut self, now: Instant) {
         let flight = self.snd.max - self.snd.una;
-        if self.timers.loss_probes >= MAX_LOSS_PROBES || flight <= self.eff_mss() {
+        if self.timers.loss_probes >= MAX_LOSS_PROBES || !self.probe_worthwhile(flight) {
             return;
         }
         let Some(pto) = self.pto() else {
@@ -1661,6 +1664,15 @@ impl Connection {
         }
         self.flags.set(Flags::PROBE_ARMED);
         self.timers.rto = Some(at);
+    }
+
+    /// RFC 8985 §7.2 gives a lone segment in flight the worst-case delayed
+    /// ACK time on top of the PTO, which leaves only the RTO; in fast
+    /// recovery, though, that segment is a retransmission filling a hole,
+    /// which the receiver acknowledges at once (RFC 5681 §4.2), so it gets
+    /// a probe as well (a needless one costs a segment, no window).
+    fn probe_worthwhile(&self, flight: usize) -> bool {
+        flight > self.eff_mss() || (flight > 0 && self.flags.has(Flags::IN_RECOVERY))
     }
 
     /// The loss probe timeout (RFC 8985 §7.2: 2*SRTT), backed off per probe
