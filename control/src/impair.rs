@@ -75,10 +75,14 @@ fn tc(bed: &BedState, args: &[&str]) -> Result<()> {
     netns::run("ip", &full).map(|_| ())
 }
 
-/// Turns segmentation offloads (and flowlane side's TX checksum offload,
-/// which GSO needs) off or on; the peer's TX checksumming stays off, as the
-/// test bed made it.
+/// Makes the kernels on both ends send wire-size skbs (`state` "off") or
+/// restores their defaults ("on"). TCP always builds GSO skbs (the device's
+/// `gso off` only moves the segmentation after tc), so the segment count per
+/// skb is capped at one (`gso_max_segs`); TSO/GSO and flowlane side's TX
+/// checksum offload are turned off as well. The peer's TX checksumming stays
+/// off, as the test bed made it.
 fn offloads(bed: &BedState, state: &str) -> Result<()> {
+    let segs = if state == "off" { "1" } else { "65535" };
     for (ns, dev, features) in [
         (&bed.peer_netns, &bed.peer_if, &["gso", "tso"][..]),
         (&bed.netns, &bed.local_if, &["tx", "gso", "tso"][..]),
@@ -88,6 +92,7 @@ fn offloads(bed: &BedState, state: &str) -> Result<()> {
             args.extend([*f, state]);
         }
         netns::run("ip", &args)?;
+        netns::ip(&["-n", ns, "link", "set", "dev", dev, "gso_max_segs", segs])?;
     }
     Ok(())
 }
@@ -144,10 +149,11 @@ pub fn apply(bed: &BedState, args: &Args) -> Result<()> {
         let _ = netns::ip(&["-n", &bed.peer_netns, "link", "del", IFB]);
         return offloads(bed, "on");
     }
-    // Impair wire-size packets: with segmentation offloads on, tc sees
-    // 64 KiB GSO skbs and the software segmentation after it would compute
-    // fresh checksums over corrupted bytes (netem segments them for the same
-    // reason). flowlane's side only matters for kernel sockets there.
+    // Impair wire-size packets: a GSO skb seen by tc is segmented after it,
+    // so one impairment would hit a whole burst (and a compensated bit flip
+    // would spoil every segment's checksum); netem segments GSO skbs itself
+    // for the same reason. flowlane's side only matters for kernel sockets
+    // there.
     offloads(bed, "off")?;
     htb(bed, &bed.peer_if, &args.slow_rate)?;
     if netns::ip(&["-n", &bed.peer_netns, "link", "show", IFB]).is_err() {
