@@ -86,10 +86,11 @@ static __always_inline __u32 fold(__u32 sum)
  * before corrupting; BPF cannot, so when the field equals the pseudo-header
  * sum (IPv4), the flip is compensated in that field so that the completed
  * checksum is the one of the original bytes, as a corrupting wire would
- * deliver it. Sums are over 16-bit words as loaded from the packet, which
+ * deliver it. The test bed caps gso_max_segs at 1 while impairing, so the
+ * skb here is one wire packet. Sums are over 16-bit words as loaded from the packet, which
  * ones'-complement arithmetic allows whatever the byte order.
  */
-static __always_inline int corrupt(struct __sk_buff *skb, __u32 l3)
+static __always_inline int corrupt(struct __sk_buff *skb, __u32 l3, __u32 dir)
 {
 	__u32 off = l3 + bpf_get_prandom_u32() % (skb->len - l3);
 	__u8 old, new;
@@ -108,12 +109,15 @@ static __always_inline int corrupt(struct __sk_buff *skb, __u32 l3)
 		if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip, sizeof(ip)))
 			return 0;
 		l4 = ETH_HLEN + ip.ihl * 4;
-		if (ip.protocol == IPPROTO_TCP)
-			csum_off = l4 + 16;
-		else if (ip.protocol == IPPROTO_UDP)
-			csum_off = l4 + 6;
-		else
+		/* Only the kernel's TCP at the peer's egress hands tc a
+		 * CHECKSUM_PARTIAL skb (tcp_v4_send_check always does; UDP
+		 * completes its checksum in software on a device without TX
+		 * checksumming, and frames arriving at ingress are complete).
+		 * Deciding by the field's value alone would, once in 65536
+		 * complete checksums, "compensate" one and hide the flip. */
+		if (dir != DIR_EGRESS || ip.protocol != IPPROTO_TCP)
 			return 0;
+		csum_off = l4 + 16;
 		if (off < l4 || off == csum_off || off == csum_off + 1)
 			return 0;
 		if (bpf_skb_load_bytes(skb, csum_off, &field, 2))
@@ -122,7 +126,7 @@ static __always_inline int corrupt(struct __sk_buff *skb, __u32 l3)
 		sum = (ip.saddr & 0xffff) + (ip.saddr >> 16) + (ip.daddr & 0xffff) +
 		      (ip.daddr >> 16) + bpf_htons((__u16)ip.protocol) + bpf_htons(l4_len);
 		if (field != (__u16)fold(sum))
-			return 0; /* a complete checksum: the flip shows as it is */
+			return 0; /* not the pseudo-header sum: already complete */
 		{
 			/* The byte's place in its 16-bit word, as loaded. */
 			__u32 shift = ((off - l4) & 1) ? 8 : 0;
@@ -164,7 +168,7 @@ static __always_inline int impair(struct __sk_buff *skb, __u32 dir)
 			count(dir, ST_DUPLICATED);
 		skb->mark = mark;
 	}
-	if (chance(cfg->corrupt_ppm) && skb->len > l3 && corrupt(skb, l3) == 0)
+	if (chance(cfg->corrupt_ppm) && skb->len > l3 && corrupt(skb, l3, dir) == 0)
 		count(dir, ST_CORRUPTED);
 	if (chance(cfg->reorder_ppm) && cfg->reorder_classid) {
 		count(dir, ST_REORDERED);
