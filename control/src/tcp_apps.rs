@@ -488,23 +488,7 @@ struct Echo {
 
 impl Echo {
     fn pump(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
-        loop {
-            let space = net.send_space(conn).unwrap_or(0).min(self.buf.len());
-            if space == 0 {
-                net.notify_writable(conn);
-                break;
-            }
-            match net.recv(conn, &mut self.buf[..space]) {
-                Ok(0) => {
-                    let _ = net.close(conn);
-                    break;
-                }
-                Ok(n) => {
-                    let _ = net.send(conn, &self.buf[..n]);
-                }
-                Err(_) => break,
-            }
-        }
+        net.echo(conn, &mut self.buf);
     }
 }
 

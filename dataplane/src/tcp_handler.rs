@@ -249,6 +249,32 @@ impl Net<'_> {
         true
     }
 
+    /// Echo service step: moves what has arrived on `conn` to its send
+    /// buffer, as far as that buffer takes, through `scratch`; asks for
+    /// `on_writable` when the send buffer is full, and closes once the peer
+    /// has closed and everything was echoed. Returns the bytes echoed.
+    pub fn echo(&mut self, conn: ConnHandle, scratch: &mut [u8]) -> usize {
+        let mut echoed = 0;
+        loop {
+            let space = self.send_space(conn).unwrap_or(0).min(scratch.len());
+            if space == 0 {
+                self.notify_writable(conn);
+                return echoed;
+            }
+            match self.recv(conn, &mut scratch[..space]) {
+                Ok(0) => {
+                    let _ = self.close(conn);
+                    return echoed;
+                }
+                Ok(n) => {
+                    let _ = self.send(conn, &scratch[..n]);
+                    echoed += n;
+                }
+                Err(_) => return echoed,
+            }
+        }
+    }
+
     /// Sends FIN after the queued data; reading goes on.
     pub fn shutdown_write(&mut self, conn: ConnHandle) -> Result<(), Error> {
         self.stack.shutdown_write(conn)

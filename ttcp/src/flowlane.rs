@@ -461,23 +461,9 @@ impl Rx {
 
     /// Latency/overlap modes: echo what arrived, as much as the send buffer takes.
     fn pump(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
-        loop {
-            let space = net.send_space(conn).unwrap_or(0).min(self.buf.len());
-            if space == 0 {
-                net.notify_writable(conn);
-                break;
-            }
-            match net.recv(conn, &mut self.buf[..space]) {
-                Ok(0) => {
-                    let _ = net.close(conn);
-                    break;
-                }
-                Ok(n) => {
-                    self.w.add(self.shared.phase_at(Instant::now()), n);
-                    let _ = net.send(conn, &self.buf[..n]);
-                }
-                Err(_) => break,
-            }
+        let n = net.echo(conn, &mut self.buf);
+        if n > 0 {
+            self.w.add(self.shared.phase_at(Instant::now()), n);
         }
     }
 
