@@ -23,9 +23,7 @@ use flowlane_dataplane::neighbor::{parse_mac, Neighbors};
 use flowlane_dataplane::tcp_handler::{
     ConnHandler, Net, TcpConfig, TcpCounters, TcpCountersSnapshot, TcpHandler,
 };
-use flowlane_dataplane::{
-    BindMode, Dataplane, DataplaneConfig, InterfaceInfo, Proto, QueueAssignment, QueueInfo,
-};
+use flowlane_dataplane::{BindMode, Dataplane, DataplaneConfig, InterfaceInfo, Proto, QueueInfo};
 use flowlane_numa_sched::toeplitz::RssKey;
 use flowlane_numa_sched::RssState;
 use flowlane_tcp::{CloseReason, ConnHandle};
@@ -354,14 +352,7 @@ where
     let queues = queue_count(c)?;
     let cpus = allowed_cpus();
     let mut config = DataplaneConfig::new(&c.iface, &(0..queues).collect::<Vec<_>>());
-    for (i, q) in config.queues.iter_mut().enumerate() {
-        *q = QueueAssignment {
-            queue: q.queue,
-            cpu: Some(cpus[i % cpus.len()]),
-            node: 0,
-        };
-    }
-    config.node_cpus.insert(0, cpus.clone());
+    config.pin_round_robin(&cpus);
     config.ports = ports.iter().map(|&p| (Proto::Tcp, p)).collect();
     config.busy_poll = c.busy_poll;
     config.bind_mode = BindMode::Auto;

@@ -73,6 +73,23 @@ impl DataplaneConfig {
             sysfs: PathBuf::from("/sys"),
         }
     }
+
+    /// Pins the queues' workers round-robin over `cpus`, all on node 0 (a
+    /// single-node placement; numa-sched's plan is the general one). Empty
+    /// `cpus` leaves the workers unpinned.
+    pub fn pin_round_robin(&mut self, cpus: &[u32]) {
+        if cpus.is_empty() {
+            return;
+        }
+        for (i, q) in self.queues.iter_mut().enumerate() {
+            *q = QueueAssignment {
+                queue: q.queue,
+                cpu: Some(cpus[i % cpus.len()]),
+                node: 0,
+            };
+        }
+        self.node_cpus.insert(0, cpus.to_vec());
+    }
 }
 
 struct WorkerHandle {

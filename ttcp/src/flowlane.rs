@@ -24,9 +24,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use flowlane_dataplane::bed;
 use flowlane_dataplane::neighbor::{parse_mac, Neighbors};
 use flowlane_dataplane::tcp_handler::{ConnHandler, Net, TcpConfig, TcpHandler};
-use flowlane_dataplane::{
-    BindMode, Dataplane, DataplaneConfig, InterfaceInfo, Proto, QueueAssignment, QueueInfo,
-};
+use flowlane_dataplane::{BindMode, Dataplane, DataplaneConfig, InterfaceInfo, Proto, QueueInfo};
 use flowlane_tcp::{CloseReason, ConnHandle};
 
 use crate::backend::{Backend, DataThreads, Phase, Shared, ThreadStats, Workers};
@@ -280,14 +278,7 @@ fn start(
         named
     };
     let mut config = DataplaneConfig::new(&iface, &(0..queues).collect::<Vec<_>>());
-    for (i, q) in config.queues.iter_mut().enumerate() {
-        *q = QueueAssignment {
-            queue: q.queue,
-            cpu: Some(cpus[i % cpus.len()]),
-            node: 0,
-        };
-    }
-    config.node_cpus.insert(0, cpus.clone());
+    config.pin_round_robin(&cpus);
     config.ports = ports.iter().map(|&p| (Proto::Tcp, p)).collect();
     config.busy_poll = opts.busy_poll;
     config.bind_mode = BindMode::Auto;
