@@ -11,6 +11,7 @@ const PROGRAMS: &[(&str, &str)] = &[
     ("rss_emu", "rss_emu.skel.rs"),
     ("trafficgen", "trafficgen.skel.rs"),
     ("impair", "impair.skel.rs"),
+    ("delay_line", "delay_line.skel.rs"),
 ];
 
 fn main() {

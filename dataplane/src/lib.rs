@@ -4,7 +4,8 @@
 //!
 //! This is the only crate of flowlane that touches AF_XDP rings and raw
 //! memory; `unsafe` lives in its ring/UMEM modules ([`xsk`], [`umem`],
-//! [`worker`]) only, each block with a `SAFETY:` comment.
+//! [`worker`]) and the raw packet socket ([`packet_socket`]) only, each block
+//! with a `SAFETY:` comment.
 #![deny(missing_docs)]
 
 pub mod affinity;
@@ -13,6 +14,7 @@ pub mod counters;
 pub mod ephemeral;
 pub mod iface;
 pub mod neighbor;
+pub mod packet_socket;
 pub mod runtime;
 pub mod tcp_handler;
 pub mod umem;

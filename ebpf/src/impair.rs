@@ -3,7 +3,8 @@
 //! `src/bpf/impair.bpf.c` for what each impairment does.
 //!
 //! [`install`] attaches the programs at tc egress and ingress of the peer
-//! device (priority 1, ahead of the RSS emulator) and pins their maps beside
+//! device (priority 2: after the delay line's redirects, ahead of the RSS
+//! emulator) and pins their maps beside
 //! the emulated NIC's; [`ImpairMaps::open`] reconfigures a running bed.
 
 use std::mem::MaybeUninit;
@@ -158,7 +159,7 @@ pub fn install(ifindex: u32, pin_dir: &Path) -> Result<ImpairMaps> {
             .ifindex(ifindex as i32)
             .replace(true)
             .handle(2)
-            .priority(1)
+            .priority(2)
             .hook(point);
         // The RSS emulator made the clsact qdisc already; create it only when
         // attaching finds none.

@@ -8,9 +8,12 @@
 //!   bed.
 //! - [`impair`]: loss, duplication, corruption and reordering for the test
 //!   bed, where the kernel has no `sch_netem`.
+//! - [`delay_line`]: redirects through a user-space delay line (WAN delay
+//!   for the test bed, where the kernel has no delaying qdisc).
 //! - [`trafficgen`]: an XDP live-frames packet generator for benchmarks.
 #![deny(missing_docs)]
 
+pub mod delay_line;
 pub mod impair;
 pub mod rss_emu;
 pub mod steer;
@@ -23,6 +26,9 @@ mod skel {
     }
     pub mod rss_emu {
         include!(concat!(env!("OUT_DIR"), "/rss_emu.skel.rs"));
+    }
+    pub mod delay_line {
+        include!(concat!(env!("OUT_DIR"), "/delay_line.skel.rs"));
     }
     pub mod impair {
         include!(concat!(env!("OUT_DIR"), "/impair.skel.rs"));

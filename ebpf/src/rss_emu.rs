@@ -229,8 +229,9 @@ pub fn install(ifindex: u32, pin_dir: &Path, config: &RssEmuConfig) -> Result<Rs
         .ifindex(ifindex as i32)
         .replace(true)
         .handle(1)
-        // Priority 2: the test bed's link impairment (priority 1) runs first.
-        .priority(2)
+        // Priority 3: the delay line's redirects (1) and the link
+        // impairment (2) run first.
+        .priority(3)
         .hook(TC_EGRESS);
     // The clsact qdisc may exist from an earlier install: EEXIST is fine.
     if let Err(e) = hook.create() {

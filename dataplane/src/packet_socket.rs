@@ -1,0 +1,316 @@
+//! A raw `AF_PACKET` socket bound to one interface, moving whole frames in
+//! batches (`recvmmsg`/`sendmmsg`), optionally with a virtio-net header in
+//! front of each frame so that GSO/TSO super-frames and partial checksums
+//! pass through unchanged (`PACKET_VNET_HDR`, see packet(7) and
+//! `include/uapi/linux/virtio_net.h`).
+//!
+//! The test bed's delay line reads and writes frames with it. It is the
+//! kernel-socket counterpart of the AF_XDP rings in [`crate::xsk`]: raw
+//! socket calls, so it lives here with the other `unsafe` system-call code.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+
+use crate::{Error, Result};
+
+/// Length of the virtio-net header in front of each frame with
+/// [`PacketSocketOptions::vnet_hdr`] (`struct virtio_net_hdr`).
+pub const VNET_HDR_LEN: usize = 10;
+
+/// Largest frame (virtio-net header included) a receive buffer must hold:
+/// a 64 KiB GSO super-frame plus link header and virtio-net header.
+pub const MAX_FRAME: usize = 65_536 + 256;
+
+/// Options of [`PacketSocket::open`].
+#[derive(Debug, Clone, Copy)]
+pub struct PacketSocketOptions {
+    /// Prefix every frame with a virtio-net header (GSO and checksum state).
+    pub vnet_hdr: bool,
+    /// Receive buffer in bytes (`SO_RCVBUFFORCE`; needs CAP_NET_ADMIN).
+    pub rcvbuf: usize,
+    /// Send buffer in bytes (`SO_SNDBUFFORCE`).
+    pub sndbuf: usize,
+    /// Do not receive the frames this host sends on the interface.
+    pub ignore_outgoing: bool,
+}
+
+impl Default for PacketSocketOptions {
+    fn default() -> Self {
+        PacketSocketOptions {
+            vnet_hdr: false,
+            rcvbuf: 4 << 20,
+            sndbuf: 4 << 20,
+            ignore_outgoing: true,
+        }
+    }
+}
+
+/// Kernel counters of the socket since the previous call (they reset on
+/// read, see packet(7) `PACKET_STATISTICS`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PacketSocketStats {
+    /// Frames received (including dropped ones).
+    pub packets: u64,
+    /// Frames dropped because the receive buffer was full.
+    pub drops: u64,
+}
+
+/// A raw packet socket bound to one interface (all protocols).
+#[derive(Debug)]
+pub struct PacketSocket {
+    fd: OwnedFd,
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Io { what, source }
+}
+
+fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+fn setsockopt_int(fd: BorrowedFd<'_>, level: i32, name: i32, value: i32) -> io::Result<()> {
+    // SAFETY: `value` is a live c_int and its size is passed; the kernel only
+    // reads it.
+    check(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&value as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
+impl PacketSocket {
+    /// Opens a socket receiving every protocol on `ifindex` (calling thread's
+    /// network namespace) and sending there.
+    pub fn open(ifindex: u32, opts: PacketSocketOptions) -> Result<PacketSocket> {
+        let proto = (libc::ETH_P_ALL as u16).to_be();
+        // SAFETY: plain system call with constant arguments; the result is
+        // checked before use.
+        let raw = check(unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                i32::from(proto),
+            )
+        })
+        .map_err(io_err(
+            "opening an AF_PACKET socket (needs root or CAP_NET_RAW)",
+        ))?;
+        // SAFETY: `raw` is a fresh descriptor owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let b = fd.as_fd();
+        if opts.vnet_hdr {
+            setsockopt_int(b, libc::SOL_PACKET, libc::PACKET_VNET_HDR, 1)
+                .map_err(io_err("setting PACKET_VNET_HDR"))?;
+        }
+        if opts.ignore_outgoing {
+            setsockopt_int(b, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, 1)
+                .map_err(io_err("setting PACKET_IGNORE_OUTGOING"))?;
+        }
+        let clamp = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+        setsockopt_int(
+            b,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            clamp(opts.rcvbuf),
+        )
+        .map_err(io_err("setting SO_RCVBUFFORCE (needs CAP_NET_ADMIN)"))?;
+        setsockopt_int(
+            b,
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUFFORCE,
+            clamp(opts.sndbuf),
+        )
+        .map_err(io_err("setting SO_SNDBUFFORCE (needs CAP_NET_ADMIN)"))?;
+        // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = proto;
+        sll.sll_ifindex = ifindex as i32;
+        // SAFETY: `sll` is a live sockaddr_ll and its size is passed.
+        check(unsafe {
+            libc::bind(
+                b.as_raw_fd(),
+                (&sll as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        })
+        .map_err(io_err(format!(
+            "binding the packet socket to ifindex {ifindex}"
+        )))?;
+        Ok(PacketSocket { fd })
+    }
+
+    /// Waits up to `timeout` (nanosecond resolution, `ppoll`) for a frame to
+    /// read. Returns whether one is there; an interrupted wait returns false.
+    pub fn wait_readable(&self, timeout: Duration) -> Result<bool> {
+        let mut pfd = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+            tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+        };
+        // SAFETY: `pfd` and `ts` are live locals; one pollfd is passed; a
+        // null signal mask leaves the mask unchanged.
+        let rc = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(false);
+            }
+            return Err(Error::Io {
+                what: "waiting on the packet socket".into(),
+                source: e,
+            });
+        }
+        Ok(rc > 0 && pfd.revents & libc::POLLIN != 0)
+    }
+
+    /// Receives up to `bufs.len()` frames without blocking, frame `i` into
+    /// `bufs[i]` with its length in `lens[i]` (0 for a frame cut short
+    /// because it did not fit: it is dropped). Returns how many slots were
+    /// filled; 0 when nothing is waiting.
+    pub fn recv_batch(&self, bufs: &mut [Vec<u8>], lens: &mut [usize]) -> Result<usize> {
+        let n = bufs.len().min(lens.len()).min(1024);
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut iovs: Vec<libc::iovec> = bufs[..n]
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: b.len(),
+            })
+            .collect();
+        // SAFETY: mmsghdr is plain old data; all-zero is a valid value.
+        let mut msgs: Vec<libc::mmsghdr> = (0..n).map(|_| unsafe { std::mem::zeroed() }).collect();
+        for (m, iov) in msgs.iter_mut().zip(iovs.iter_mut()) {
+            m.msg_hdr.msg_iov = iov;
+            m.msg_hdr.msg_iovlen = 1;
+        }
+        // SAFETY: every msghdr points at one iovec that points into a live,
+        // exclusively borrowed buffer of the stated length; `msgs` and `iovs`
+        // outlive the call; the kernel writes at most iov_len bytes each.
+        let rc = unsafe {
+            libc::recvmmsg(
+                self.fd.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+                _ => Err(Error::Io {
+                    what: "receiving from the packet socket".into(),
+                    source: e,
+                }),
+            };
+        }
+        let got = rc as usize;
+        for (len, m) in lens.iter_mut().zip(&msgs).take(got) {
+            *len = if m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                0
+            } else {
+                m.msg_len as usize
+            };
+        }
+        Ok(got)
+    }
+
+    /// Sends the frames in order, blocking while the send buffer is full.
+    /// Returns how many the kernel took; a frame it refuses as invalid
+    /// (`EINVAL`, `EMSGSIZE`) is skipped and counted in the second value.
+    pub fn send_batch(&self, frames: &[&[u8]]) -> Result<(usize, usize)> {
+        let (mut sent, mut refused) = (0, 0);
+        while sent + refused < frames.len() {
+            let rest = &frames[sent + refused..];
+            let n = rest.len().min(1024);
+            let mut iovs: Vec<libc::iovec> = rest[..n]
+                .iter()
+                .map(|f| libc::iovec {
+                    iov_base: f.as_ptr() as *mut libc::c_void,
+                    iov_len: f.len(),
+                })
+                .collect();
+            let mut msgs: Vec<libc::mmsghdr> =
+                // SAFETY: mmsghdr is plain old data; all-zero is a valid value.
+                (0..n).map(|_| unsafe { std::mem::zeroed() }).collect();
+            for (m, iov) in msgs.iter_mut().zip(iovs.iter_mut()) {
+                m.msg_hdr.msg_iov = iov;
+                m.msg_hdr.msg_iovlen = 1;
+            }
+            // SAFETY: every msghdr points at one iovec over a live frame of
+            // the stated length, which the kernel only reads; `msgs` and
+            // `iovs` outlive the call. The socket is bound, so no address.
+            let rc = unsafe {
+                libc::sendmmsg(self.fd.as_raw_fd(), msgs.as_mut_ptr(), n as libc::c_uint, 0)
+            };
+            if rc < 0 {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EINTR) | Some(libc::ENOBUFS) | Some(libc::EAGAIN) => continue,
+                    // The first frame is the one refused: skip it.
+                    Some(libc::EINVAL) | Some(libc::EMSGSIZE) => refused += 1,
+                    _ => {
+                        return Err(Error::Io {
+                            what: "sending on the packet socket".into(),
+                            source: e,
+                        })
+                    }
+                }
+            } else {
+                sent += rc as usize;
+            }
+        }
+        Ok((sent, refused))
+    }
+
+    /// The kernel's receive counters since the previous call.
+    pub fn stats(&self) -> Result<PacketSocketStats> {
+        let mut st = libc::tpacket_stats {
+            tp_packets: 0,
+            tp_drops: 0,
+        };
+        let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
+        // SAFETY: `st` and `len` are live locals of the sizes passed; the
+        // kernel writes at most `len` bytes into `st`.
+        check(unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                (&mut st as *mut libc::tpacket_stats).cast(),
+                &mut len,
+            )
+        })
+        .map_err(io_err("reading PACKET_STATISTICS"))?;
+        Ok(PacketSocketStats {
+            packets: u64::from(st.tp_packets),
+            drops: u64::from(st.tp_drops),
+        })
+    }
+}
+
+impl AsFd for PacketSocket {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
