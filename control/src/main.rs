@@ -8,6 +8,8 @@ mod cmd_hint;
 mod cmd_irq;
 mod cmd_plan;
 mod cmd_rss;
+mod delay_line;
+mod delay_queue;
 mod demo;
 mod echo_process;
 mod impair;
@@ -177,6 +179,9 @@ enum TestbedCmd {
     /// Impair the link (loss, duplication, corruption, reordering) both
     /// ways, in BPF: this kernel has no sch_netem.
     Impair(impair::Args),
+    /// Delay the link both ways (a user-space delay line: this kernel has no
+    /// sch_netem). Runs until SIGTERM/SIGINT, then removes itself.
+    Delay(delay_line::Args),
     /// Program the emulated NIC's RSS, through the same interface as a
     /// real NIC's.
     SetRss {
@@ -294,6 +299,28 @@ fn run(cli: Cli) -> Result<()> {
                         serde_json::to_string(&st)?
                     ),
                     None => println!("test bed {} unimpaired", s.name),
+                }
+            }
+            TestbedCmd::Delay(args) => {
+                netns::require_root("flowlane testbed delay")?;
+                let s = testbed::load(&args.name)?;
+                let signals = service::ServiceSignals::install()?;
+                let (name, ms) = (s.name.clone(), args.ms);
+                let report = delay_line::run(&s, &args, signals, move || {
+                    println!(
+                        "test bed {name}: delaying both directions by {ms} ms (round trip +{} ms); SIGTERM stops it",
+                        2.0 * ms
+                    );
+                })?;
+                if args.json {
+                    println!("{}", serde_json::to_string_pretty(&report)?);
+                } else {
+                    let q = &report.queue;
+                    println!(
+                        "delay line stopped after {:.1} s: {} frames ({} bytes) delayed, {} dropped (line full), {} dropped by the socket, {} too large, {} refused; late by {:.0} µs on average, {:.0} µs at worst ({} frames over 10 %)",
+                        report.seconds, q.frames_out, q.bytes_in, q.dropped_full, report.socket_drops,
+                        report.truncated, report.refused, report.mean_late_us, report.max_late_us, report.late_frames
+                    );
                 }
             }
             TestbedCmd::SetRss {

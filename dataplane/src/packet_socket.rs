@@ -22,6 +22,27 @@ pub const VNET_HDR_LEN: usize = 10;
 /// a 64 KiB GSO super-frame plus link header and virtio-net header.
 pub const MAX_FRAME: usize = 65_536 + 256;
 
+/// For a frame read with [`PacketSocketOptions::vnet_hdr`] (`frame` starts
+/// with the virtio-net header) that is not a GSO super-frame: sets the
+/// header's `hdr_len` to the whole frame, so that sending it back builds a
+/// linear skb. Without this, `packet_snd` puts all but the link header in a
+/// page fragment, and the skb's true size (a 4 KiB page for a 1.5 KB frame)
+/// makes the receiving TCP refuse to grow its window (`tcp_grow_window`).
+/// Returns whether the header was changed.
+pub fn vnet_hdr_linear(frame: &mut [u8]) -> bool {
+    const GSO_NONE: u8 = 0;
+    if frame.len() <= VNET_HDR_LEN || frame[1] != GSO_NONE {
+        return false;
+    }
+    let Ok(len) = u16::try_from(frame.len() - VNET_HDR_LEN) else {
+        return false;
+    };
+    // virtio_net_hdr { flags: u8, gso_type: u8, hdr_len: le16, .. }; packet
+    // sockets use little-endian headers on every host that runs flowlane.
+    frame[2..4].copy_from_slice(&len.to_le_bytes());
+    true
+}
+
 /// Options of [`PacketSocket::open`].
 #[derive(Debug, Clone, Copy)]
 pub struct PacketSocketOptions {
@@ -33,6 +54,9 @@ pub struct PacketSocketOptions {
     pub sndbuf: usize,
     /// Do not receive the frames this host sends on the interface.
     pub ignore_outgoing: bool,
+    /// Report when the kernel received each frame (`SO_TIMESTAMPNS`), so
+    /// that time a frame waited in the receive buffer is not lost.
+    pub rx_timestamps: bool,
 }
 
 impl Default for PacketSocketOptions {
@@ -42,6 +66,7 @@ impl Default for PacketSocketOptions {
             rcvbuf: 4 << 20,
             sndbuf: 4 << 20,
             ignore_outgoing: true,
+            rx_timestamps: false,
         }
     }
 }
@@ -55,6 +80,20 @@ pub struct PacketSocketStats {
     /// Frames dropped because the receive buffer was full.
     pub drops: u64,
 }
+
+/// What [`PacketSocket::recv_batch`] says about one received frame.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecvMeta {
+    /// Bytes received; 0 for a frame cut short because it did not fit.
+    pub len: usize,
+    /// When the kernel received it (`CLOCK_REALTIME`), with
+    /// [`PacketSocketOptions::rx_timestamps`].
+    pub kernel_time: Option<std::time::SystemTime>,
+}
+
+/// Room for one `SCM_TIMESTAMPNS` control message (cmsghdr + timespec,
+/// aligned), in u64 words so that the buffer is aligned for cmsghdr.
+const CMSG_WORDS: usize = 8;
 
 /// A raw packet socket bound to one interface (all protocols).
 #[derive(Debug)]
@@ -133,6 +172,10 @@ impl PacketSocket {
             clamp(opts.sndbuf),
         )
         .map_err(io_err("setting SO_SNDBUFFORCE (needs CAP_NET_ADMIN)"))?;
+        if opts.rx_timestamps {
+            setsockopt_int(b, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)
+                .map_err(io_err("setting SO_TIMESTAMPNS"))?;
+        }
         // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
@@ -181,11 +224,11 @@ impl PacketSocket {
     }
 
     /// Receives up to `bufs.len()` frames without blocking, frame `i` into
-    /// `bufs[i]` with its length in `lens[i]` (0 for a frame cut short
-    /// because it did not fit: it is dropped). Returns how many slots were
-    /// filled; 0 when nothing is waiting.
-    pub fn recv_batch(&self, bufs: &mut [Vec<u8>], lens: &mut [usize]) -> Result<usize> {
-        let n = bufs.len().min(lens.len()).min(1024);
+    /// `bufs[i]`, described by `meta[i]` (a frame cut short because it did
+    /// not fit has length 0: drop it). Returns how many slots were filled;
+    /// 0 when nothing is waiting.
+    pub fn recv_batch(&self, bufs: &mut [Vec<u8>], meta: &mut [RecvMeta]) -> Result<usize> {
+        let n = bufs.len().min(meta.len()).min(1024);
         if n == 0 {
             return Ok(0);
         }
@@ -196,15 +239,19 @@ impl PacketSocket {
                 iov_len: b.len(),
             })
             .collect();
+        let mut cmsgs = vec![[0u64; CMSG_WORDS]; n];
         // SAFETY: mmsghdr is plain old data; all-zero is a valid value.
         let mut msgs: Vec<libc::mmsghdr> = (0..n).map(|_| unsafe { std::mem::zeroed() }).collect();
-        for (m, iov) in msgs.iter_mut().zip(iovs.iter_mut()) {
+        for ((m, iov), c) in msgs.iter_mut().zip(iovs.iter_mut()).zip(cmsgs.iter_mut()) {
             m.msg_hdr.msg_iov = iov;
             m.msg_hdr.msg_iovlen = 1;
+            m.msg_hdr.msg_control = c.as_mut_ptr().cast();
+            m.msg_hdr.msg_controllen = std::mem::size_of_val(c);
         }
-        // SAFETY: every msghdr points at one iovec that points into a live,
-        // exclusively borrowed buffer of the stated length; `msgs` and `iovs`
-        // outlive the call; the kernel writes at most iov_len bytes each.
+        // SAFETY: every msghdr points at one iovec over a live, exclusively
+        // borrowed buffer of the stated length and at a live control buffer
+        // of the stated length; `msgs`, `iovs` and `cmsgs` outlive the call;
+        // the kernel writes at most the stated lengths.
         let rc = unsafe {
             libc::recvmmsg(
                 self.fd.as_raw_fd(),
@@ -225,12 +272,13 @@ impl PacketSocket {
             };
         }
         let got = rc as usize;
-        for (len, m) in lens.iter_mut().zip(&msgs).take(got) {
-            *len = if m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+        for (out, m) in meta.iter_mut().zip(&msgs).take(got) {
+            out.len = if m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
                 0
             } else {
                 m.msg_len as usize
             };
+            out.kernel_time = kernel_time(&m.msg_hdr);
         }
         Ok(got)
     }
@@ -309,8 +357,51 @@ impl PacketSocket {
     }
 }
 
+/// The `SCM_TIMESTAMPNS` control message of a received message, if any.
+fn kernel_time(hdr: &libc::msghdr) -> Option<std::time::SystemTime> {
+    if hdr.msg_controllen == 0 || hdr.msg_flags & libc::MSG_CTRUNC != 0 {
+        return None;
+    }
+    // SAFETY: `hdr` is a msghdr the kernel filled by recvmmsg: msg_control
+    // points at our live control buffer and msg_controllen is what the
+    // kernel wrote, so the CMSG_* walk stays inside it.
+    let mut c = unsafe { libc::CMSG_FIRSTHDR(hdr) };
+    while !c.is_null() {
+        // SAFETY: `c` is non-null and inside the control buffer (CMSG_*).
+        let h = unsafe { &*c };
+        if h.cmsg_level == libc::SOL_SOCKET && h.cmsg_type == libc::SCM_TIMESTAMPNS {
+            // SAFETY: a SCM_TIMESTAMPNS message carries one timespec; its
+            // data may be unaligned, hence read_unaligned.
+            let ts: libc::timespec = unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(c).cast()) };
+            let d = Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32);
+            return std::time::UNIX_EPOCH.checked_add(d);
+        }
+        // SAFETY: as above; CMSG_NXTHDR returns null past the end.
+        c = unsafe { libc::CMSG_NXTHDR(hdr, c) };
+    }
+    None
+}
+
 impl AsFd for PacketSocket {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_frames_are_made_linear_and_gso_frames_kept() {
+        let mut f = vec![0u8; VNET_HDR_LEN + 60];
+        assert!(vnet_hdr_linear(&mut f));
+        assert_eq!(u16::from_le_bytes([f[2], f[3]]), 60);
+        let mut g = vec![0u8; VNET_HDR_LEN + 9000];
+        g[1] = 1; // VIRTIO_NET_HDR_GSO_TCPV4
+        g[2..4].copy_from_slice(&66u16.to_le_bytes());
+        assert!(!vnet_hdr_linear(&mut g));
+        assert_eq!(u16::from_le_bytes([g[2], g[3]]), 66);
+        assert!(!vnet_hdr_linear(&mut [0u8; 4]));
     }
 }

@@ -63,6 +63,7 @@ fn attach(
     ifindex: u32,
     point: TcAttachPoint,
     what: &str,
+    fresh_device: bool,
 ) -> Result<TcHook> {
     let mut hook = TcHookBuilder::new(fd)
         .ifindex(ifindex as i32)
@@ -71,7 +72,13 @@ fn attach(
         .priority(TC_PRIORITY)
         .hook(point);
     // The clsact qdisc may already exist (the RSS emulator makes it on the
-    // peer device); create it only when attaching finds none.
+    // peer device); create it only on a fresh device or when attaching finds
+    // none.
+    if fresh_device {
+        hook.create().map_err(Error::bpf(format!(
+            "creating the clsact qdisc on ifindex {ifindex}"
+        )))?;
+    }
     if hook.attach().is_err() {
         hook.create().map_err(Error::bpf(format!(
             "creating the clsact qdisc on ifindex {ifindex}"
@@ -88,7 +95,7 @@ impl DelayHooks {
     /// redirects at tc egress and ingress of `peer_ifindex` into
     /// `line_ifindex`, and the return program at tc ingress of
     /// `return_ifindex` (the device the delay line's released frames arrive
-    /// on). The redirects stay inactive until the first
+    /// on: a fresh one, without a clsact qdisc yet). The redirects stay inactive until the first
     /// [`heartbeat`](Self::heartbeat).
     pub fn install(
         peer_ifindex: u32,
@@ -128,18 +135,21 @@ impl DelayHooks {
             return_ifindex,
             TC_INGRESS,
             "return",
+            true,
         )?);
         hooks.hooks.push(attach(
             skel.progs.flowlane_delay_egress.as_fd(),
             peer_ifindex,
             TC_EGRESS,
             "egress",
+            false,
         )?);
         hooks.hooks.push(attach(
             skel.progs.flowlane_delay_ingress.as_fd(),
             peer_ifindex,
             TC_INGRESS,
             "ingress",
+            false,
         )?);
         Ok(hooks)
     }

@@ -1,0 +1,357 @@
+//! `flowlane testbed delay`: emulated WAN delay on the test bed's link, for
+//! kernels without a delaying qdisc (no `sch_netem`, `sch_fq`, `sch_etf` or
+//! BPF qdisc on this project's CI VM).
+//!
+//! A veth pair `fll0`/`fll1` is made in the peer namespace. tc programs on
+//! the peer device (`flowlane_ebpf::delay_line`) redirect every unicast frame
+//! of both directions into `fll0`; this process reads them from `fll1` with
+//! an `AF_PACKET` socket (virtio-net headers, so GSO super-frames pass whole),
+//! holds each for the delay in a [`DelayQueue`], and writes it back into
+//! `fll1`; a tc program at `fll0`'s ingress sends it on, towards flowlane or
+//! up the peer's stack. Each direction is delayed by `--ms`, so the round
+//! trip grows by twice that (as with the RDMA paper's delay router, or netem
+//! on both veth ends).
+//!
+//! The process runs until SIGTERM/SIGINT, then stops redirecting, releases
+//! what it holds at its due time, and removes the hooks and the veth pair.
+//! If it is killed instead, the hooks fail open within a second (stale
+//! heartbeat) and the bed works undelayed; `testbed down` removes the rest.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{bail, Context, Result};
+use flowlane_dataplane::packet_socket::{
+    vnet_hdr_linear, PacketSocket, PacketSocketOptions, RecvMeta, MAX_FRAME, VNET_HDR_LEN,
+};
+use flowlane_ebpf::delay_line::{DelayHookStats, DelayHooks};
+use serde::Serialize;
+
+use crate::delay_queue::{DelayQueue, DelayQueueStats};
+use crate::netns::{self, ip};
+use crate::service::ServiceSignals;
+use crate::testbed::BedState;
+
+/// The veth pair of the line, in the peer namespace.
+const LINE_IN: &str = "fll0";
+const LINE_OUT: &str = "fll1";
+/// The hooks fail open after this much silence from the line.
+const STALE_AFTER: Duration = Duration::from_secs(1);
+/// How often the line proves it is alive.
+const HEARTBEAT_EVERY: Duration = Duration::from_millis(20);
+/// Frames read or written per system call.
+const BATCH: usize = 64;
+
+/// Flags of `flowlane testbed delay`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Test bed name.
+    #[arg(long, default_value = "fl0")]
+    pub name: String,
+    /// One-way delay in milliseconds, added in each direction (the round
+    /// trip grows by twice this). Fractions are allowed (0.5).
+    #[arg(long)]
+    pub ms: f64,
+    /// Most bytes held in the line at once (both directions together);
+    /// frames beyond are dropped, like a full link buffer (netem's `limit`).
+    #[arg(long, default_value_t = 256)]
+    pub limit_mb: usize,
+    /// Print the final report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What the line did, printed when it stops.
+#[derive(Debug, Default, Serialize)]
+pub struct DelayReport {
+    /// Bed name.
+    pub bed: String,
+    /// One-way delay per direction (ms).
+    pub delay_ms: f64,
+    /// Seconds the line ran.
+    pub seconds: f64,
+    /// The queue's counters.
+    pub queue: DelayQueueStats,
+    /// Frames the kernel dropped before the line read them (socket buffer
+    /// full).
+    pub socket_drops: u64,
+    /// Frames too large for a receive buffer (dropped).
+    pub truncated: u64,
+    /// Frames the kernel refused to send back (dropped).
+    pub refused: u64,
+    /// Mean time frames left after they were due (µs): the line's error.
+    pub mean_late_us: f64,
+    /// Worst such time (µs).
+    pub max_late_us: f64,
+    /// Frames that were late by more than 10 % of the delay (or 100 µs).
+    pub late_frames: u64,
+    /// The tc programs' counters.
+    pub hooks: DelayHookStats,
+}
+
+/// Parses and checks `--ms`.
+pub fn delay_from_ms(ms: f64) -> Result<Duration> {
+    if !ms.is_finite() || ms <= 0.0 || ms > 10_000.0 {
+        bail!("--ms {ms}: the delay must be more than 0 and at most 10000 ms");
+    }
+    Ok(Duration::from_secs_f64(ms / 1000.0))
+}
+
+/// Removes the line's veth pair on every exit path (the hooks are removed
+/// inside the namespace, where their ifindexes mean something).
+struct LineDevices {
+    peer_ns: String,
+}
+
+impl Drop for LineDevices {
+    fn drop(&mut self) {
+        // Deleting one end of a veth pair deletes both, and the return hook
+        // with it.
+        let _ = ip(&["-n", &self.peer_ns, "link", "del", LINE_IN]);
+    }
+}
+
+fn ifindex(dev: &str) -> Result<u32> {
+    nix::net::if_::if_nametoindex(dev).with_context(|| format!("no device {dev}"))
+}
+
+fn parse_mac(text: &str) -> Result<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let parts: Vec<&str> = text.split(':').collect();
+    if parts.len() != 6 {
+        bail!("bad MAC address {text:?}");
+    }
+    for (m, p) in mac.iter_mut().zip(parts) {
+        *m = u8::from_str_radix(p, 16).with_context(|| format!("bad MAC address {text:?}"))?;
+    }
+    Ok(mac)
+}
+
+/// Makes the line's veth pair in the peer namespace, replacing a stale one.
+fn make_devices(bed: &BedState) -> Result<()> {
+    let ns = bed.peer_netns.as_str();
+    let _ = ip(&["-n", ns, "link", "del", LINE_IN]);
+    ip(&[
+        "-n", ns, "link", "add", LINE_IN, "type", "veth", "peer", "name", LINE_OUT,
+    ])?;
+    let mtu = netns::run(
+        "ip",
+        &["-n", ns, "-o", "link", "show", bed.peer_if.as_str()],
+    )?
+    .split_whitespace()
+    .skip_while(|w| *w != "mtu")
+    .nth(1)
+    .map(str::to_string)
+    .context("reading the peer device's MTU")?;
+    for dev in [LINE_IN, LINE_OUT] {
+        // No addresses, no IPv6 link-local: the kernel sends nothing here.
+        ip(&["-n", ns, "link", "set", "dev", dev, "addrgenmode", "none"])?;
+        ip(&["-n", ns, "link", "set", "dev", dev, "mtu", &mtu])?;
+        // veth marks frames CHECKSUM_UNNECESSARY unless RX checksumming is
+        // off, which would hide corrupt checksums from the receiver.
+        netns::run(
+            "ip",
+            &["netns", "exec", ns, "ethtool", "-K", dev, "rx", "off"],
+        )?;
+        ip(&["-n", ns, "link", "set", "dev", dev, "up"])?;
+    }
+    Ok(())
+}
+
+/// Takes the bed's delay-line lock: one line per bed (a second would
+/// delete the first one's devices). Released when the process exits, however
+/// it exits.
+fn lock(bed: &BedState) -> Result<nix::fcntl::Flock<std::fs::File>> {
+    let dir = std::path::Path::new("/run/flowlane/testbed");
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(format!("{}.delay.lock", bed.name));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|_| {
+        anyhow::anyhow!(
+            "a delay line already runs on test bed {}: stop it (SIGTERM) first",
+            bed.name
+        )
+    })
+}
+
+/// Runs the delay line on `bed` until `signals` asks it to stop. `ready` is
+/// called once frames are being delayed.
+pub fn run(
+    bed: &BedState,
+    args: &Args,
+    signals: ServiceSignals,
+    ready: impl FnOnce() + Send + 'static,
+) -> Result<DelayReport> {
+    let delay = delay_from_ms(args.ms)?;
+    let limit = args
+        .limit_mb
+        .checked_mul(1 << 20)
+        .filter(|&l| l > 0)
+        .context("--limit-mb must be at least 1")?;
+    let peer_mac = parse_mac(&bed.peer_mac)?;
+    let _lock = lock(bed)?;
+    make_devices(bed)?;
+    let _devices = LineDevices {
+        peer_ns: bed.peer_netns.clone(),
+    };
+    let peer_if = bed.peer_if.clone();
+    let mut report = DelayReport {
+        bed: bed.name.clone(),
+        delay_ms: args.ms,
+        ..DelayReport::default()
+    };
+    netns::in_netns(&bed.peer_netns, move || {
+        let peer = ifindex(&peer_if)?;
+        let line_in = ifindex(LINE_IN)?;
+        let line_out = ifindex(LINE_OUT)?;
+        let sock = PacketSocket::open(
+            line_out,
+            PacketSocketOptions {
+                vnet_hdr: true,
+                rcvbuf: 64 << 20,
+                sndbuf: 16 << 20,
+                ignore_outgoing: true,
+                rx_timestamps: true,
+            },
+        )?;
+        let hooks = DelayHooks::install(peer, peer_mac, line_in, line_in, STALE_AFTER)?;
+        let result = forward(&sock, &hooks, delay, limit, &signals, ready, &mut report);
+        // Stop redirecting before the line stops reading, whatever happened,
+        // and detach here: tc hooks are addressed by ifindex in this
+        // namespace.
+        let _ = hooks.pause();
+        let stats = hooks.stats();
+        let removed = hooks.remove();
+        result?;
+        report.hooks = stats?;
+        removed?;
+        Ok(report)
+    })
+}
+
+/// The line itself: read, hold, release, until asked to stop; then drain.
+fn forward(
+    sock: &PacketSocket,
+    hooks: &DelayHooks,
+    delay: Duration,
+    limit: usize,
+    signals: &ServiceSignals,
+    ready: impl FnOnce(),
+    report: &mut DelayReport,
+) -> Result<()> {
+    let mut queue = DelayQueue::new(delay, limit);
+    let mut bufs: Vec<Vec<u8>> = (0..BATCH).map(|_| vec![0u8; MAX_FRAME]).collect();
+    let mut meta = vec![RecvMeta::default(); BATCH];
+    let mut due: Vec<(Box<[u8]>, Duration)> = Vec::with_capacity(BATCH);
+    let late_bound = (delay / 10).max(Duration::from_micros(100));
+    let (mut late_sum, mut late_max) = (Duration::ZERO, Duration::ZERO);
+    let started = Instant::now();
+    hooks.heartbeat(STALE_AFTER)?;
+    let mut last_beat = Instant::now();
+    ready();
+    // After a stop request: no new frames come in (the hooks are paused);
+    // what is held leaves at its due time, and stragglers still in the
+    // socket are read for one more delay.
+    let mut draining_until: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        if draining_until.is_none() && signals.stop_requested() {
+            hooks.pause()?;
+            draining_until = Some(now + delay + Duration::from_millis(50));
+        }
+        if let Some(end) = draining_until {
+            if now >= end && queue.is_empty() {
+                break;
+            }
+        } else if now.duration_since(last_beat) >= HEARTBEAT_EVERY {
+            hooks.heartbeat(STALE_AFTER)?;
+            last_beat = now;
+        }
+        let wait = queue
+            .next_due()
+            .map_or(HEARTBEAT_EVERY, |d| d.saturating_duration_since(now))
+            .min(HEARTBEAT_EVERY);
+        if !wait.is_zero() {
+            sock.wait_readable(wait)?;
+        }
+        // Read what is waiting (bounded, so that releases are not starved).
+        for _ in 0..16 {
+            let n = sock.recv_batch(&mut bufs, &mut meta)?;
+            if n == 0 {
+                break;
+            }
+            let (now_mono, now_real) = (Instant::now(), SystemTime::now());
+            for (buf, m) in bufs.iter_mut().zip(&meta).take(n) {
+                if m.len <= VNET_HDR_LEN {
+                    report.truncated += u64::from(m.len == 0);
+                    continue;
+                }
+                // Stamp with the kernel's receive time: time spent waiting
+                // in the socket buffer counts towards the delay.
+                let age = m
+                    .kernel_time
+                    .and_then(|t| now_real.duration_since(t).ok())
+                    .unwrap_or_default()
+                    .min(delay);
+                let frame = &mut buf[..m.len];
+                vnet_hdr_linear(frame);
+                queue.push(now_mono - age, frame);
+            }
+            if n < BATCH {
+                break;
+            }
+        }
+        // Release what is due.
+        loop {
+            due.clear();
+            queue.pop_due(Instant::now(), BATCH, &mut due);
+            if due.is_empty() {
+                break;
+            }
+            let frames: Vec<&[u8]> = due.iter().map(|(f, _)| &f[..]).collect();
+            let (_, refused) = sock.send_batch(&frames)?;
+            report.refused += refused as u64;
+            for (_, late) in &due {
+                late_sum += *late;
+                late_max = late_max.max(*late);
+                report.late_frames += u64::from(*late > late_bound);
+            }
+        }
+    }
+    report.seconds = started.elapsed().as_secs_f64();
+    report.queue = queue.stats();
+    report.socket_drops = sock.stats()?.drops;
+    let out = report.queue.frames_out.max(1) as f64;
+    report.mean_late_us = late_sum.as_secs_f64() * 1e6 / out;
+    report.max_late_us = late_max.as_secs_f64() * 1e6;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delay_bounds() {
+        assert!(delay_from_ms(0.0).is_err());
+        assert!(delay_from_ms(-1.0).is_err());
+        assert!(delay_from_ms(f64::NAN).is_err());
+        assert!(delay_from_ms(10_001.0).is_err());
+        assert_eq!(delay_from_ms(0.5).unwrap(), Duration::from_micros(500));
+        assert_eq!(delay_from_ms(50.0).unwrap(), Duration::from_millis(50));
+    }
+
+    #[test]
+    fn macs() {
+        assert_eq!(
+            parse_mac("02:00:0a:63:00:02").unwrap(),
+            [2, 0, 0x0a, 0x63, 0, 2]
+        );
+        assert!(parse_mac("02:00:0a:63:00").is_err());
+        assert!(parse_mac("02:00:0a:63:00:zz").is_err());
+    }
+}

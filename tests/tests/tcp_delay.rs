@@ -1,0 +1,232 @@
+//! WAN delay on the test bed (`flowlane testbed delay`, a user-space delay
+//! line: this project's kernel has no `sch_netem`): the round trip grows by
+//! twice the one-way delay, flowlane's TCP moves data both ways across it
+//! byte-exact, the line removes itself on SIGTERM, and a killed line fails
+//! open instead of black-holing the bed.
+
+mod tcp_common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use flowlane_tests::{flowlane_bin, in_ns, require_root, text, Bed};
+use tcp_common::*;
+
+/// `flowlane testbed delay` running in the background.
+struct Line {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Line {
+    /// Starts the line and waits (at most 30 s) for its ready line.
+    fn start(bed: &Bed, ms: &str) -> Line {
+        let mut child = Command::new(flowlane_bin())
+            .args([
+                "testbed", "delay", "--name", &bed.name, "--ms", ms, "--json",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        let first = lines
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("the delay line did not start: {:?}", child.try_wait()));
+        assert!(first.contains("delaying both directions"), "{first}");
+        Line { child, lines }
+    }
+
+    fn signal(&self, sig: &str) {
+        let _ = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status();
+    }
+
+    /// SIGTERM; waits for a clean exit and returns the JSON report.
+    fn stop(mut self) -> serde_json::Value {
+        self.signal("-TERM");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                break st;
+            }
+            assert!(Instant::now() < deadline, "the delay line did not stop");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.success(), "delay line exited with {status}");
+        let json: String = self.lines.try_iter().collect::<Vec<_>>().join("\n");
+        serde_json::from_str(&json).unwrap_or_else(|e| panic!("report {json:?}: {e}"))
+    }
+}
+
+impl Drop for Line {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Round-trip times (ms) of `count` pings from the peer to flowlane's side.
+fn ping_rtts(bed: &Bed, count: u32) -> Vec<f64> {
+    let o = in_ns(
+        &bed.peer_ns,
+        &[
+            "ping",
+            "-n",
+            "-c",
+            &count.to_string(),
+            "-i",
+            "0.2",
+            "-W",
+            "2",
+            "10.99.0.1",
+        ],
+    );
+    assert!(o.status.success(), "ping: {}", text(&o));
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.split("time=").nth(1))
+        .filter_map(|t| t.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
+fn tc_filters(bed: &Bed) -> String {
+    let mut all = String::new();
+    for dir in ["egress", "ingress"] {
+        let o = in_ns(&bed.peer_ns, &["tc", "filter", "show", "dev", "peer0", dir]);
+        all.push_str(&String::from_utf8_lossy(&o.stdout));
+    }
+    all
+}
+
+#[test]
+fn delay_line_delays_both_ways_carries_tcp_and_removes_itself() {
+    if !require_root("delay_line_delays_both_ways_carries_tcp_and_removes_itself") {
+        return;
+    }
+    let bed = Bed::up("tdl", 2);
+    let before = ping_rtts(&bed, 3);
+    assert!(
+        before.iter().all(|&t| t < 10.0),
+        "undelayed RTTs {before:?}"
+    );
+
+    let line = Line::start(&bed, "20");
+    let rtts = ping_rtts(&bed, 5);
+    eprintln!("RTTs through a 20 ms line: {rtts:?}");
+    assert_eq!(rtts.len(), 5);
+    for t in &rtts {
+        // 20 ms each way; the line's error is bounded by scheduling.
+        assert!(
+            (40.0..60.0).contains(t),
+            "RTT {t} ms, expected 40 ms + a little"
+        );
+    }
+
+    // flowlane's TCP across the delay, both directions, byte-exact.
+    let bytes = (4u64 << 20).to_string();
+    let sink = start(&bed, &["bulk-sink", "--port", "5001", "--count", "1"], 120);
+    let sent = peer_py(&bed, 120, KERNEL_SEND, &["10.99.0.1:5001", &bytes]);
+    let lines = sink.wait(Duration::from_secs(60));
+    let r = lines
+        .iter()
+        .find(|v| v["event"] == "sink")
+        .expect("sink line");
+    assert_eq!(r["sha256"], sent.trim(), "{r}");
+
+    let mut peer = peer_py_spawn(&bed, 120, KERNEL_RECV, &["10.99.0.2:5002"]);
+    wait_ready(&mut peer);
+    let src = start(
+        &bed,
+        &[
+            "bulk-source",
+            "--connect",
+            "10.99.0.2:5002",
+            "--bytes",
+            &bytes,
+        ],
+        120,
+    );
+    let lines = src.wait(Duration::from_secs(120));
+    let got = finish(peer, Duration::from_secs(60));
+    let r = lines
+        .iter()
+        .find(|v| v["event"] == "source")
+        .expect("source line");
+    assert_eq!(
+        got.trim(),
+        format!("{bytes} {}", r["sha256"].as_str().unwrap())
+    );
+
+    let report = line.stop();
+    eprintln!("delay line report: {report}");
+    let hooks = &report["hooks"];
+    assert!(hooks["to_line_egress"].as_u64().unwrap() > 1000, "{report}");
+    assert!(
+        hooks["to_line_ingress"].as_u64().unwrap() > 1000,
+        "{report}"
+    );
+    assert_eq!(hooks["stale"], 0, "{report}");
+    let q = &report["queue"];
+    assert_eq!(
+        q["frames_in"], q["frames_out"],
+        "everything held was released: {report}"
+    );
+    assert_eq!(q["dropped_full"], 0, "{report}");
+    assert_eq!(report["refused"], 0, "{report}");
+    assert_eq!(report["truncated"], 0, "{report}");
+
+    // Gone: the line's devices, its filters, and the delay.
+    assert!(!in_ns(&bed.peer_ns, &["ip", "link", "show", "fll0"])
+        .status
+        .success());
+    let filters = tc_filters(&bed);
+    assert!(!filters.contains("flowlane_delay"), "{filters}");
+    assert!(
+        filters.contains("flowlane_rss"),
+        "the RSS emulator stays: {filters}"
+    );
+    let after = ping_rtts(&bed, 3);
+    assert!(
+        after.iter().all(|&t| t < 10.0),
+        "RTTs after the line {after:?}"
+    );
+}
+
+#[test]
+fn killed_delay_line_fails_open_and_a_new_one_replaces_it() {
+    if !require_root("killed_delay_line_fails_open_and_a_new_one_replaces_it") {
+        return;
+    }
+    let bed = Bed::up("tdk", 1);
+    let line = Line::start(&bed, "30");
+    let rtts = ping_rtts(&bed, 2);
+    assert!(rtts.iter().all(|&t| t >= 60.0), "delayed RTTs {rtts:?}");
+    line.signal("-KILL");
+    drop(line);
+    // The hooks stay attached but their heartbeat goes stale within 1 s.
+    std::thread::sleep(Duration::from_millis(1500));
+    let rtts = ping_rtts(&bed, 3);
+    assert!(rtts.iter().all(|&t| t < 10.0), "fail-open RTTs {rtts:?}");
+
+    // A new line replaces the stale devices and hooks.
+    let line = Line::start(&bed, "5");
+    let rtts = ping_rtts(&bed, 3);
+    assert!(
+        rtts.iter().all(|&t| (10.0..30.0).contains(&t)),
+        "RTTs {rtts:?}"
+    );
+    let report = line.stop();
+    assert_eq!(report["queue"]["dropped_full"], 0, "{report}");
+    let filters = tc_filters(&bed);
+    assert!(!filters.contains("flowlane_delay"), "{filters}");
+}
