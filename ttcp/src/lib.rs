@@ -9,6 +9,7 @@
 
 pub mod backend;
 pub mod cli;
+pub mod delay_line;
 pub mod flowlane;
 pub mod kernel;
 pub mod matrix;

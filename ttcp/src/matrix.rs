@@ -3,10 +3,11 @@
 //!
 //! Each cell runs a flowlane-ttcp receiver in flowlane's namespace (10.99.0.1;
 //! kernel sockets, or flowlane's TCP on AF_XDP through `--bed`) and a kernel
-//! sender in the peer namespace (10.99.0.2). Delay is `tc netem delay D`
-//! on both veth ends (so the RTT grows by 2·D, as with the RDMA paper's delay
-//! router, which delays both directions). The test bed is removed on every path
-//! (including Ctrl-C: SIGINT/SIGTERM stop the matrix between cells).
+//! sender in the peer namespace (10.99.0.2). Delay D is `flowlane testbed
+//! delay --ms D` ([`crate::delay_line`]): a delay line on the peer device that
+//! delays both directions by D (so the RTT grows by 2·D, as with the RDMA
+//! paper's delay router), for both backends alike. The test bed is removed on
+//! every path (including Ctrl-C: SIGINT/SIGTERM stop the matrix between cells).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -17,6 +18,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::delay_line::DelayLine;
 use serde::Serialize;
 
 /// Matrix flags.
@@ -36,7 +39,8 @@ pub struct MatrixArgs {
     /// Buffer (message) sizes per write (default 1k,64k).
     #[arg(long)]
     pub sizes: Option<String>,
-    /// One-way netem delays in ms on each veth end (default 0,1,10,50).
+    /// One-way delays in ms, added in each direction by the test bed's delay
+    /// line (default 0,1,10,50; the RTT grows by twice each).
     #[arg(long)]
     pub delays: Option<String>,
     /// Measured seconds per cell (default 3; quick 2).
@@ -65,8 +69,13 @@ pub struct Cell {
     pub connections: usize,
     /// Buffer size per write/read.
     pub buffer: usize,
-    /// One-way netem delay per end (ms).
+    /// One-way delay added in each direction (ms).
     pub delay_ms: f64,
+    /// Round-trip time the delay line really added (ms): twice the delay
+    /// plus twice its mean lateness.
+    pub rtt_added_ms: Option<f64>,
+    /// The delay line's report (frames, drops, lateness).
+    pub delay_line: Option<serde_json::Value>,
     /// Receiver throughput (Mbit/s).
     pub mbit_s: Option<f64>,
     /// System-wide cycles per byte (receiver's window).
@@ -133,47 +142,6 @@ impl Drop for BedGuard {
             .stderr(Stdio::null())
             .status();
     }
-}
-
-fn sh(args: &[&str]) -> Result<()> {
-    let o = Command::new(args[0]).args(&args[1..]).output()?;
-    if !o.status.success() {
-        bail!(
-            "{}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&o.stderr).trim()
-        );
-    }
-    Ok(())
-}
-
-fn set_delay(ns: &str, dev: &str, ms: f64) -> Result<()> {
-    let _ = Command::new("ip")
-        .args([
-            "netns", "exec", ns, "tc", "qdisc", "del", "dev", dev, "root",
-        ])
-        .stderr(Stdio::null())
-        .status();
-    if ms > 0.0 {
-        sh(&[
-            "ip",
-            "netns",
-            "exec",
-            ns,
-            "tc",
-            "qdisc",
-            "replace",
-            "dev",
-            dev,
-            "root",
-            "netem",
-            "delay",
-            &format!("{ms}ms"),
-            "limit",
-            "1000000",
-        ])?;
-    }
-    Ok(())
 }
 
 fn wait_child(mut c: std::process::Child, limit: Duration) -> Result<std::process::Output> {
@@ -327,18 +295,8 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
     }
     let ns = format!("flowlane-{name}");
     let peer_ns = format!("flowlane-{name}-peer");
-    // This kernel may lack sch_netem (CONFIG_NET_SCH_NETEM): then only delay 0 runs.
-    let mut delays = delays;
-    let mut delay_note = serde_json::Value::Null;
-    if delays.iter().any(|&d| d > 0.0) {
-        if let Err(e) = set_delay(&ns, "xsk0", 1.0) {
-            let skipped: Vec<f64> = delays.iter().copied().filter(|&d| d > 0.0).collect();
-            let why = format!("netem unavailable ({e:#}): delays {skipped:?} ms skipped");
-            eprintln!("flowlane-ttcp matrix: {why}");
-            delay_note = serde_json::Value::String(why);
-            delays.retain(|&d| d == 0.0);
-        }
-        set_delay(&ns, "xsk0", 0.0)?;
+    if let Some(d) = delays.iter().find(|&&d| d < 0.0) {
+        bail!("--delays: {d} is negative");
     }
 
     let total = backends.len() * conns.len() * bufs.len() * delays.len();
@@ -349,8 +307,6 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
     );
     let mut cells = Vec::new();
     'all: for &d in &delays {
-        set_delay(&ns, "xsk0", d)?;
-        set_delay(&peer_ns, "peer0", d)?;
         for b in &backends {
             for &buf in &bufs {
                 for &c in &conns {
@@ -361,12 +317,26 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
                     pb.set_message(format!("{b} conns={c} buf={buf} delay={d}ms"));
                     // Longer warm-up with delay: slow start needs RTTs.
                     let warm = a.warmup.unwrap_or(if d >= 10.0 { 2.0 } else { 1.0 });
-                    let r = run_cell(&me, &name, &ns, &peer_ns, b, c, buf, secs, warm);
+                    let mut line_report = None;
+                    let r = if d > 0.0 {
+                        DelayLine::start(&flowlane, &name, d).and_then(|line| {
+                            let r = run_cell(&me, &name, &ns, &peer_ns, b, c, buf, secs, warm);
+                            line_report = Some(line.stop()?);
+                            r
+                        })
+                    } else {
+                        run_cell(&me, &name, &ns, &peer_ns, b, c, buf, secs, warm)
+                    };
+                    let rtt_added_ms = line_report.as_ref().and_then(|l| {
+                        Some(2.0 * (d + l.get("mean_late_us")?.as_f64()? / 1000.0))
+                    });
                     let mut cell = Cell {
                         backend: b.clone(),
                         connections: c,
                         buffer: buf,
                         delay_ms: d,
+                        rtt_added_ms,
+                        delay_line: line_report,
                         mbit_s: None,
                         cycles_per_byte_system: None,
                         cycles_per_byte_receiver: None,
@@ -410,7 +380,7 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
     let params = serde_json::json!({
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "quick": q, "backends": backends, "connections": conns, "buffers": bufs,
-        "delays_ms_each_end": delays, "delay_note": delay_note, "seconds": secs, "cooldown_s": 0.5,
+        "delays_ms_one_way": delays, "delay": "flowlane testbed delay (user-space delay line on peer0, both directions; RTT + 2 x delay)", "seconds": secs, "cooldown_s": 0.5,
         "warmup_s": a.warmup.map(|w| serde_json::json!(w)).unwrap_or_else(|| serde_json::json!("1 (2 when delay >= 10 ms)")),
         "sender": "kernel backend (peer namespace); the backend named is the receiver's",
         "bed": {"queues": 2, "mtu": 1500, "receiver": "10.99.0.1 (xsk0)", "sender": "10.99.0.2 (peer0)"},
@@ -446,16 +416,19 @@ fn fmt(v: Option<f64>, d: usize) -> String {
 /// The side-by-side table (one row per cell; backends side by side once there are two).
 pub fn table(cells: &[Cell]) -> String {
     let mut s = String::from(
-        "| backend (receiver) | connections | buffer | netem delay (each end) | Mbit/s | cycles/B system | cycles/B receiver proc | cycles/B receiver data threads | cycles/B sender proc | % of one CPU per Gbit/s (system) | retrans (sender netns) |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        "| backend (receiver) | connections | buffer | delay (each way) | RTT added | Mbit/s | cycles/B system | cycles/B receiver proc | cycles/B receiver data threads | cycles/B sender proc | % of one CPU per Gbit/s (system) | retrans (sender netns) |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for c in cells {
         s.push_str(&format!(
-            "| {} | {} | {} | {} ms | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} ms | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             c.backend,
             c.connections,
             c.buffer,
             c.delay_ms,
+            c.rtt_added_ms
+                .map(|r| format!("{r:.2} ms"))
+                .unwrap_or_else(|| "—".into()),
             c.error
                 .as_ref()
                 .map(|e| format!("failed: {e}"))
@@ -490,7 +463,7 @@ pub fn side_by_side(cells: &[Cell]) -> String {
             keys.push(k);
         }
     }
-    let mut s = String::from("| connections | buffer | delay (each end) |");
+    let mut s = String::from("| connections | buffer | delay (each way) |");
     for b in &backends {
         s.push_str(&format!(
             " {b} Mbit/s | {b} cycles/B system | {b} cycles/B receiver data threads |"
@@ -698,8 +671,8 @@ pub fn plots(cells: &[Cell], out: &Path) -> Result<Vec<String>> {
     files.extend(plot_png_svg(
         out,
         "throughput_vs_delay",
-        &format!("Throughput vs netem delay ({bl})"),
-        "netem delay on each end (ms)",
+        &format!("Throughput vs one-way delay ({bl})"),
+        "delay added in each direction (ms; RTT + 2x)",
         "Mbit/s (receiver)",
         false,
         &by_delay(&thr),
@@ -707,8 +680,8 @@ pub fn plots(cells: &[Cell], out: &Path) -> Result<Vec<String>> {
     files.extend(plot_png_svg(
         out,
         "cycles_per_byte_vs_delay",
-        &format!("Cycles/byte (system) vs netem delay ({bl})"),
-        "netem delay on each end (ms)",
+        &format!("Cycles/byte (system) vs one-way delay ({bl})"),
+        "delay added in each direction (ms; RTT + 2x)",
         "cycles per payload byte",
         false,
         &by_delay(&cpb),
@@ -733,6 +706,8 @@ mod tests {
             connections: c,
             buffer: 65536,
             delay_ms: d,
+            rtt_added_ms: None,
+            delay_line: None,
             mbit_s: Some(mbit),
             cycles_per_byte_system: Some(3.0),
             cycles_per_byte_receiver: Some(1.0),
@@ -755,7 +730,7 @@ mod tests {
         ];
         let t = table(&cells);
         assert_eq!(t.lines().count(), 5);
-        assert!(t.contains("| kernel | 16 | 65536 | 0 ms | 4000 |"), "{t}");
+        assert!(t.contains("| kernel | 16 | 65536 | 0 ms | — | 4000 |"), "{t}");
         let mut f = cell(16, 0.0, 4500.0);
         f.backend = "flowlane".into();
         let mut both = cells.clone();
