@@ -291,15 +291,15 @@ fn forward(
                     continue;
                 }
                 // Stamp with the kernel's receive time: time spent waiting
-                // in the socket buffer counts towards the delay.
+                // in the socket buffer counts towards the delay (and beyond
+                // it, as lateness).
                 let age = m
                     .kernel_time
                     .and_then(|t| now_real.duration_since(t).ok())
-                    .unwrap_or_default()
-                    .min(delay);
+                    .unwrap_or_default();
                 let frame = &mut buf[..m.len];
                 vnet_hdr_linear(frame);
-                queue.push(now_mono - age, frame);
+                queue.push(now_mono.checked_sub(age).unwrap_or(now_mono), frame);
             }
             if n < BATCH {
                 break;
