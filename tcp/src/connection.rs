@@ -1,6 +1,9 @@
 //! The per-connection state machine (RFC 9293 §3.10), with RFC 7323 window
 //! scaling, timestamps and PAWS, RFC 6298 retransmission timing, RFC 5681 /
-//! RFC 6582 congestion control, delayed ACKs, Nagle, persist and keepalive.
+//! RFC 6582 congestion control, delayed ACKs, Nagle, persist and keepalive,
+//! and send/receive buffer auto-tuning (receive: dynamic right-sizing after
+//! Fisk & Feng, as Linux `tcp_rcv_space_adjust`; send: Linux
+//! `tcp_sndbuf_expand`).
 //!
 //! A connection never touches the network: the owning [`crate::Stack`] feeds
 //! it segments and timer expiries and asks it for segments to send.
@@ -229,6 +232,33 @@ pub struct TimestampState {
     pub rtt_floor: u32,
 }
 
+/// Buffer auto-tuning state: the receive side's dynamic right-sizing
+/// measurement (Fisk & Feng, "Dynamic right-sizing in TCP", 2001; Linux
+/// `tcp_rcv_space_adjust`) and the receiver's RTT estimate it runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TuningState {
+    /// Bytes the application read during the last measurement period that
+    /// raised it (Linux `rcvq_space.space`); starts at ten segments.
+    pub rcv_space: u32,
+    /// Sequence number of the next byte the application reads, when the
+    /// current measurement period began.
+    pub rcv_space_seq: SeqNumber,
+    /// When the current measurement period began.
+    pub rcv_space_time: Instant,
+    /// The receiver's RTT estimate in microseconds (0: none yet): from
+    /// timestamp echoes (RFC 7323 §4) if negotiated, else the time one
+    /// advertised window takes to arrive (the DRS paper's §3.2 bound).
+    pub rcv_rtt_us: u32,
+    /// Without timestamps: RCV.NXT that ends the current one-window
+    /// measurement.
+    pub rcv_rtt_seq: SeqNumber,
+    /// Without timestamps: when the current one-window measurement began.
+    pub rcv_rtt_time: Option<Instant>,
+    /// With timestamps: the TSecr of the last sample (later segments echoing
+    /// the same TSval were sent later and would read long).
+    pub rcv_rtt_tsecr: u32,
+}
+
 /// Timer deadlines and counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimerState {
@@ -282,12 +312,17 @@ pub struct ConnectionSnapshot {
     pub rtt: RttEstimator,
     /// Congestion controller.
     pub cc: Controller,
-    /// Send buffer capacity.
+    /// Buffer auto-tuning.
+    pub tuning: TuningState,
+    /// Send buffer capacity (as grown so far).
     pub send_capacity: usize,
     /// Unacknowledged and unsent data, starting at `snd.una` (or ISS + 1).
     pub send_data: Vec<u8>,
-    /// Receive buffer capacity.
+    /// Receive buffer capacity (as grown so far).
     pub recv_capacity: usize,
+    /// Receive buffer headroom past the capacity, for data up to a right
+    /// edge that window-scale rounding put past the capacity.
+    pub recv_headroom: usize,
     /// In-order data not yet read by the application.
     pub recv_data: Vec<u8>,
     /// Out-of-order data: (offset from `rcv.nxt`, bytes).
@@ -346,6 +381,9 @@ const MAX_ACKS_OWED: u8 = 64;
 const MAX_LOSS_PROBES: u8 = 3;
 /// RFC 7323 §5.5: TS.Recent older than 24 days is invalid.
 const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
+/// Segments in the initial receive-space estimate and the floor of the send
+/// buffer target (Linux `TCP_INIT_CWND`, RFC 6928's IW10).
+const INIT_SEGMENTS: usize = 10;
 
 /// One TCP connection.
 #[derive(Debug, Clone)]
@@ -362,6 +400,7 @@ pub(crate) struct Connection {
     pub timers: TimerState,
     pub rtt: RttEstimator,
     pub cc: Controller,
+    pub tune: TuningState,
     pub assembler: Assembler,
     pub send_buf: RingBuffer,
     pub recv_buf: RingBuffer,
@@ -373,6 +412,13 @@ fn wscale_for(capacity: usize) -> u8 {
         s += 1;
     }
     s
+}
+
+/// The window scale we offer: for the largest receive buffer auto-tuning may
+/// reach, not the initial one, since the shift is fixed at the handshake
+/// (RFC 7323 §2.2) and the window can only grow up to 2^16 - 1 units of it.
+fn offered_wscale(cfg: &Config) -> u8 {
+    wscale_for(cfg.recv_buffer.max(cfg.recv_buffer_max))
 }
 
 impl Connection {
@@ -440,6 +486,20 @@ impl Connection {
             },
             rtt: RttEstimator::new(cfg.initial_rto, cfg.min_rto, cfg.max_rto),
             cc: Controller::new(cfg.congestion, DEFAULT_MSS as usize),
+            tune: TuningState {
+                // Linux tcp_init_buffer_space: min(window, TCP_INIT_CWND *
+                // advmss).
+                rcv_space: cfg
+                    .recv_buffer
+                    .min(INIT_SEGMENTS * usize::from(cfg.mss))
+                    .min(u32::MAX as usize) as u32,
+                rcv_space_seq: SeqNumber(0),
+                rcv_space_time: now,
+                rcv_rtt_us: 0,
+                rcv_rtt_seq: SeqNumber(0),
+                rcv_rtt_time: None,
+                rcv_rtt_tsecr: 0,
+            },
             assembler: Assembler::new(),
             send_buf: RingBuffer::new(cfg.send_buffer),
             recv_buf: RingBuffer::new(cfg.recv_buffer),
@@ -473,6 +533,8 @@ impl Connection {
         c.rcv.irs = syn.seq;
         c.rcv.nxt = syn.seq + 1;
         c.rcv.adv = c.rcv.nxt;
+        c.tune.rcv_space_seq = c.rcv.nxt;
+        c.tune.rcv_space_time = now;
         if cfg.window_scaling && syn.options.window_scale.is_some() {
             c.flags.set(Flags::WS_OFFERED);
         }
@@ -497,7 +559,7 @@ impl Connection {
             if self.flags.has(Flags::WS_OFFERED) {
                 // RFC 7323 §2.3: use 14 for larger values.
                 self.snd.wscale = ws.min(MAX_WSCALE);
-                self.rcv.wscale = wscale_for(cfg.recv_buffer);
+                self.rcv.wscale = offered_wscale(cfg);
             }
         }
         if !self.flags.has(Flags::WS_PEER) || !self.flags.has(Flags::WS_OFFERED) {
@@ -681,10 +743,11 @@ impl Connection {
     /// Window update after the application freed receive space: send one if
     /// the right edge can move by a useful amount (RFC 9293 §3.8.6.2.2,
     /// receiver-side SWS avoidance) and the peer may be running short.
-    fn after_read(&mut self, _ctx: &mut Ctx) {
+    fn after_read(&mut self, ctx: &mut Ctx) {
         if !self.state.can_receive() {
             return;
         }
+        self.rcv_space_adjust(ctx);
         let cap = self.recv_buf.capacity();
         let advertised = self.rcv.adv.saturating_sub(self.rcv.nxt);
         let free = self.recv_buf.window();
@@ -692,6 +755,183 @@ impl Connection {
         if free >= advertised + threshold && advertised <= cap / 2 {
             self.flags.set(Flags::ACK_NOW);
         }
+    }
+
+    /// Sequence number of the next byte the application reads (Linux
+    /// `copied_seq`).
+    fn copied_seq(&self) -> SeqNumber {
+        let fin = usize::from(self.flags.has(Flags::PEER_FIN));
+        self.rcv.nxt - (self.recv_buf.len() + fin)
+    }
+
+    /// The largest receive buffer worth having: the configured maximum, and
+    /// no more than the scaled window field can offer (RFC 7323 §2.3;
+    /// 65,535 bytes without window scaling).
+    fn recv_buffer_limit(&self, cfg: &Config) -> usize {
+        cfg.recv_buffer_max.min(0xffff << self.rcv.wscale)
+    }
+
+    /// Receive buffer dynamic right-sizing, run when the application reads
+    /// (Fisk & Feng, "Dynamic right-sizing in TCP", 2001: the data the
+    /// application takes per RTT is the least the sender's window must be,
+    /// so offer twice that; Linux `tcp_rcv_space_adjust`). Once per receiver
+    /// RTT estimate (a longer period, after a pause, counts pro rata), if
+    /// the application read more than in the last period that raised the
+    /// estimate, the buffer grows to
+    /// `2 * copied + 16 * MSS`, plus twice that scaled by the period's
+    /// growth factor (the sender may still be in slow start, doubling every
+    /// RTT, and the window we advertise now governs the *next* RTT), capped
+    /// at [`Config::recv_buffer_max`]. Growing only adds space at the right,
+    /// so the advertised right edge never moves left (RFC 9293 §3.8.6, RFC
+    /// 7323 §2.4); the freed space then goes out as a window update
+    /// (`after_read`). A connection whose application does not keep up, or
+    /// that carries little data, never grows.
+    fn rcv_space_adjust(&mut self, ctx: &Ctx) {
+        let rtt_us = self.tune.rcv_rtt_us;
+        if rtt_us == 0 {
+            return;
+        }
+        let now = ctx.now;
+        if now.saturating_since(self.tune.rcv_space_time) < Duration::from_micros(u64::from(rtt_us))
+        {
+            return;
+        }
+        let copied_seq = self.copied_seq();
+        let mut copied = copied_seq.saturating_sub(self.tune.rcv_space_seq);
+        let elapsed_us = now.saturating_since(self.tune.rcv_space_time).as_nanos() / 1000;
+        if elapsed_us > 2 * u64::from(rtt_us) {
+            // The application paused (or the connection idled): what it
+            // read is a backlog, not a rate. Count its share of one RTT, as
+            // the DRS paper measures data per RTT; otherwise a connection
+            // that reads a full buffer now and then would grow for nothing.
+            copied = (copied as u64 * u64::from(rtt_us) / elapsed_us) as usize;
+        }
+        let space = self.tune.rcv_space as usize;
+        if copied > space {
+            let cap = self.recv_buf.capacity();
+            let max = self.recv_buffer_limit(ctx.cfg);
+            if cap < max {
+                let (copied, space) = (copied as u64, space.max(1) as u64);
+                let mut win = 2 * copied + 16 * u64::from(ctx.cfg.mss);
+                let grow = win.saturating_mul(copied - space) / space;
+                win = win.saturating_add(grow.saturating_mul(2));
+                let target = win.min(max as u64) as usize;
+                if target > cap {
+                    self.recv_buf.grow(target);
+                }
+            }
+            self.tune.rcv_space = copied.min(u32::MAX as usize) as u32;
+        }
+        self.tune.rcv_space_seq = copied_seq;
+        self.tune.rcv_space_time = now;
+    }
+
+    /// The receiver's RTT estimate for [`Self::rcv_space_adjust`], updated
+    /// for each data segment (Linux `tcp_rcv_rtt_measure_ts` and
+    /// `tcp_rcv_rtt_measure`). With timestamps (RFC 7323 §4, RTTM seen from
+    /// the data receiver): a segment's TSecr echoes the TSval of the ACK
+    /// that released it, so now - TSecr is a round trip; only the first
+    /// full-sized segment per echoed value counts, and samples are smoothed
+    /// with gain 1/8. Without: the time from advertising a window until
+    /// RCV.NXT passes its right edge (the DRS paper's §3.2 estimate, at
+    /// least one RTT), keeping the smallest.
+    fn rcv_rtt_measure(&mut self, now: Instant, tsecr: Option<u32>, len: usize) {
+        if self.flags.has(Flags::TIMESTAMPS) {
+            let Some(ecr) = tsecr else {
+                return;
+            };
+            if ecr == 0 || ecr == self.tune.rcv_rtt_tsecr || len < usize::from(self.rcv.mss_seen) {
+                return;
+            }
+            self.tune.rcv_rtt_tsecr = ecr;
+            let ms = self.tsval(now).wrapping_sub(ecr);
+            if ms < (1 << 22) {
+                // Millisecond clock: a sub-millisecond RTT reads as 1 ms.
+                self.rcv_rtt_update(ms.max(1) * 1000, false);
+            }
+            return;
+        }
+        if let Some(start) = self.tune.rcv_rtt_time {
+            if self.rcv.nxt < self.tune.rcv_rtt_seq {
+                return;
+            }
+            let us = now.saturating_since(start).as_nanos() / 1000;
+            self.rcv_rtt_update(us.clamp(1, u64::from(u32::MAX)) as u32, true);
+        }
+        // The right edge advertised so far (RFC 9293 §3.8.6: never left).
+        self.tune.rcv_rtt_seq = self.rcv.adv;
+        self.tune.rcv_rtt_time = Some(now);
+    }
+
+    /// Linux `tcp_rcv_rtt_update`: a window-based sample is an upper bound,
+    /// so the minimum is kept; a timestamp sample is smoothed (gain 1/8, as
+    /// RFC 6298 §2.3 smooths SRTT).
+    fn rcv_rtt_update(&mut self, sample_us: u32, window_based: bool) {
+        let cur = self.tune.rcv_rtt_us;
+        self.tune.rcv_rtt_us = if cur == 0 {
+            sample_us
+        } else if window_based {
+            cur.min(sample_us)
+        } else {
+            (cur - cur / 8 + sample_us / 8).max(1)
+        };
+    }
+
+    /// Send buffer growth (Linux `tcp_sndbuf_expand`, checked where Linux's
+    /// `tcp_new_space` / `tcp_should_expand_sndbuf` check it: an ACK freed
+    /// space and the application had found the buffer full). The buffer
+    /// holds the flight plus what is queued behind it; if it is smaller than
+    /// what the congestion and peer windows allow in flight, it is what
+    /// limits the sender, and it grows to twice the congestion window (at
+    /// least ten segments): one window in flight awaiting its ACKs plus one
+    /// queued to follow them, which also covers fast recovery, where the
+    /// unacknowledged flight stays while new data goes out (RFC 5681 §3.2,
+    /// RFC 6582 §3.2), and slow start doubling the window in the next RTT.
+    /// Never past twice the largest window the peer offered (more could not
+    /// be sent) nor [`Config::send_buffer_max`].
+    fn sndbuf_expand(&mut self, cfg: &Config) {
+        let cap = self.send_buf.capacity();
+        if cap >= cfg.send_buffer_max {
+            return;
+        }
+        let cwnd = self.cc.window();
+        if cap >= cwnd.min(self.snd.wnd as usize) {
+            // The congestion or peer window limits, not the buffer.
+            return;
+        }
+        let segs = cwnd.max(INIT_SEGMENTS * self.eff_mss());
+        let target = segs
+            .min(self.snd.max_wnd as usize)
+            .saturating_mul(2)
+            .min(cfg.send_buffer_max);
+        if target > cap {
+            self.send_buf.grow(target);
+        }
+    }
+
+    /// Makes room in the receive ring for everything up to the advertised
+    /// right edge. Window-scale rounding (RFC 7323 §2.4: the edge must not
+    /// move left, so a window that is not a multiple of 2^shift is rounded
+    /// up) can leave the edge up to 2^shift - 1 bytes past the buffer per
+    /// advertisement while the window is closing, and more over several. If
+    /// those bytes were not accepted, a full buffer would keep offering a
+    /// small window that takes nothing: the sender sees no zero window,
+    /// retransmits into it and eventually times out instead of probing
+    /// (RFC 9293 §3.8.6.1). So the ring gets headroom beyond its capacity
+    /// (which alone sizes the advertised window, so the headroom does not
+    /// attract more data), in steps of 1/16 of the capacity, at most the
+    /// capacity itself (a peer trickling tiny segments into a closing window
+    /// could otherwise make the edge creep without bound); data past that
+    /// is trimmed as before.
+    fn cover_advertised_window(&mut self) {
+        let cap = self.recv_buf.capacity();
+        let need = self.recv_buf.len() + self.rcv_wnd();
+        if need <= cap + self.recv_buf.headroom() {
+            return;
+        }
+        let step = (cap / 16).max(1);
+        let headroom = (need - cap).next_multiple_of(step).min(cap);
+        self.recv_buf.resize(cap, headroom);
     }
 
     /// The window to advertise, keeping the right edge from moving left
@@ -775,6 +1015,8 @@ impl Connection {
         self.rcv.irs = seg.seq;
         self.rcv.nxt = seg.seq + 1;
         self.rcv.adv = self.rcv.nxt;
+        self.tune.rcv_space_seq = self.rcv.nxt;
+        self.tune.rcv_space_time = ctx.now;
         self.negotiate_options(ctx.cfg, seg, ctx.now);
         self.snd.wnd = u32::from(seg.window);
         self.snd.max_wnd = self.snd.wnd;
@@ -972,7 +1214,8 @@ impl Connection {
                 self.close_now(CloseReason::Reset);
                 return;
             } else {
-                self.receive_data(ctx, seq, data);
+                let tsecr = seg.options.timestamps.map(|(_, ecr)| ecr);
+                self.receive_data(ctx, seq, data, tsecr);
             }
         }
 
@@ -1053,6 +1296,9 @@ impl Connection {
             // restarts the timer too), with a loss probe first.
             self.timers.loss_probes = 0;
             self.arm_rto_or_probe(now);
+            if self.flags.has(Flags::WRITABLE_WANTED) {
+                self.sndbuf_expand(ctx.cfg);
+            }
             if self.flags.has(Flags::WRITABLE_WANTED) && self.send_buf.window() > 0 {
                 self.flags.clear(Flags::WRITABLE_WANTED);
                 self.events |= ev::WRITABLE;
@@ -1198,9 +1444,13 @@ impl Connection {
     }
 
     /// RFC 9293 §3.10.7.4 seventh: place text in the receive buffer.
-    fn receive_data(&mut self, ctx: &mut Ctx, seq: SeqNumber, data: &[u8]) {
+    fn receive_data(&mut self, ctx: &mut Ctx, seq: SeqNumber, data: &[u8], tsecr: Option<u32>) {
         let offset = seq - self.rcv.nxt;
         let had_holes = !self.assembler.is_empty();
+        let ring = self.recv_buf.capacity() + self.recv_buf.headroom();
+        if self.recv_buf.len() + offset + data.len() > ring {
+            self.cover_advertised_window();
+        }
         let written = self.recv_buf.write_unallocated(offset, data);
         self.rcv.mss_seen = self.rcv.mss_seen.max(data.len().min(0xffff) as u16);
         if written < data.len() {
@@ -1225,6 +1475,7 @@ impl Connection {
             }
             Err(_) => ctx.stats.ooo_dropped += 1,
         }
+        self.rcv_rtt_measure(ctx.now, tsecr, data.len());
         if offset > 0 {
             // RFC 5681 §4.2: out-of-order data is acknowledged immediately.
             ctx.stats.out_of_order += 1;
@@ -1495,7 +1746,7 @@ impl Connection {
             options.timestamps = Some((self.tsval(now), if ack { self.ts.recent } else { 0 }));
         }
         if self.flags.has(Flags::WS_OFFERED) {
-            options.window_scale = Some(wscale_for(cfg.recv_buffer));
+            options.window_scale = Some(offered_wscale(cfg));
         }
         // RFC 2018 §2: in a SYN-ACK only if the SYN carried it.
         options.sack_permitted = if ack {
@@ -1910,9 +2161,11 @@ impl Connection {
             timers: self.timers,
             rtt: self.rtt,
             cc: self.cc,
+            tuning: self.tune,
             send_capacity: self.send_buf.capacity(),
             send_data: self.send_buf.to_vec(),
             recv_capacity: self.recv_buf.capacity(),
+            recv_headroom: self.recv_buf.headroom(),
             recv_data: self.recv_buf.to_vec(),
             out_of_order,
         }
@@ -1921,7 +2174,7 @@ impl Connection {
     /// Rebuilds a connection from a snapshot.
     pub fn import(s: &ConnectionSnapshot) -> Result<Self, crate::Error> {
         if s.send_data.len() > s.send_capacity
-            || s.recv_data.len() > s.recv_capacity
+            || s.recv_data.len() > s.recv_capacity.saturating_add(s.recv_headroom)
             || matches!(s.state, State::Closed | State::Listen)
         {
             return Err(crate::Error::InvalidSnapshot);
@@ -1929,7 +2182,11 @@ impl Connection {
         let mut send_buf = RingBuffer::new(s.send_capacity);
         send_buf.enqueue_slice(&s.send_data);
         let mut recv_buf = RingBuffer::new(s.recv_capacity);
-        recv_buf.enqueue_slice(&s.recv_data);
+        recv_buf.resize(s.recv_capacity, s.recv_headroom);
+        if recv_buf.write_unallocated(0, &s.recv_data) != s.recv_data.len() {
+            return Err(crate::Error::InvalidSnapshot);
+        }
+        recv_buf.enqueue_unallocated(s.recv_data.len());
         let mut assembler = Assembler::new();
         for (off, bytes) in &s.out_of_order {
             let n = recv_buf.write_unallocated(*off as usize, bytes);
@@ -1949,6 +2206,7 @@ impl Connection {
             timers: s.timers,
             rtt: s.rtt,
             cc: s.cc,
+            tune: s.tuning,
             assembler,
             send_buf,
             recv_buf,

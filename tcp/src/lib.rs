@@ -46,6 +46,7 @@ use std::net::SocketAddr;
 
 pub use connection::{
     ConnectionSnapshot, Flags, ReceiveState, SendState, State, TimerState, TimestampState,
+    TuningState,
 };
 pub use stack::Stack;
 
@@ -181,10 +182,25 @@ pub struct Config {
     pub isn_secret: [u8; 16],
     /// MSS we advertise (RFC 9293 §3.7.1); 1460 for Ethernet IPv4.
     pub mss: u16,
-    /// Send buffer bytes per connection.
+    /// Initial send buffer bytes per connection.
     pub send_buffer: usize,
-    /// Receive buffer bytes per connection (the largest window we offer).
+    /// Largest send buffer a connection may grow to (like Linux
+    /// `tcp_wmem[2]`). While the application keeps the buffer full and it,
+    /// not the congestion window, limits what is in flight, it grows to
+    /// about twice the congestion window (like Linux `tcp_sndbuf_expand`).
+    /// At most `send_buffer` disables growth.
+    pub send_buffer_max: usize,
+    /// Initial receive buffer bytes per connection (the window offered at
+    /// first).
     pub recv_buffer: usize,
+    /// Largest receive buffer (and so receive window) a connection may grow
+    /// to by dynamic right-sizing (like Linux `tcp_rmem[2]`): the buffer
+    /// follows about twice the data the application reads per round trip
+    /// (Fisk & Feng, "Dynamic right-sizing in TCP", 2001; Linux
+    /// `tcp_rcv_space_adjust`). The window scale offered in the SYN is
+    /// chosen for this size (RFC 7323 §2.3). At most `recv_buffer` disables
+    /// growth.
+    pub recv_buffer_max: usize,
     /// Offer window scaling (RFC 7323 §2).
     pub window_scaling: bool,
     /// Offer timestamps (RFC 7323 §3) and use PAWS.
@@ -233,7 +249,9 @@ impl Config {
             isn_secret,
             mss: 1460,
             send_buffer: 64 * 1024,
+            send_buffer_max: 4 * 1024 * 1024,
             recv_buffer: 64 * 1024,
+            recv_buffer_max: 6 * 1024 * 1024,
             window_scaling: true,
             timestamps: true,
             sack: true,

@@ -677,6 +677,31 @@ impl Stack {
             .window())
     }
 
+    /// Current send buffer capacity (grows with the congestion window while
+    /// the application keeps the buffer full, up to
+    /// [`Config::send_buffer_max`]).
+    pub fn send_capacity(&self, conn: ConnHandle) -> Result<usize, Error> {
+        let idx = self.lookup(conn)?;
+        Ok(self.slots[idx as usize]
+            .conn
+            .as_ref()
+            .expect("live slot")
+            .send_buf
+            .capacity())
+    }
+
+    /// Current receive buffer capacity, which bounds the window offered
+    /// (grows by dynamic right-sizing up to [`Config::recv_buffer_max`]).
+    pub fn recv_capacity(&self, conn: ConnHandle) -> Result<usize, Error> {
+        let idx = self.lookup(conn)?;
+        Ok(self.slots[idx as usize]
+            .conn
+            .as_ref()
+            .expect("live slot")
+            .recv_buf
+            .capacity())
+    }
+
     /// The connection's state.
     pub fn state(&self, conn: ConnHandle) -> Result<State, Error> {
         let idx = self.lookup(conn)?;

@@ -145,6 +145,9 @@ pub enum Side {
 pub const A_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
 pub const B_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
 
+/// A callback on every emitted segment: (sending side, segment bytes).
+pub type EmitTap = Box<dyn FnMut(Side, &[u8])>;
+
 /// Two stacks, a link, a clock.
 pub struct Sim {
     pub now: Instant,
@@ -165,6 +168,9 @@ pub struct Sim {
     /// When set, every delivered segment is recorded here: (receiving
     /// side, raw bytes with checksum).
     pub tap: Option<Vec<(Side, Vec<u8>)>>,
+    /// When set, called with every segment a stack emits (sending side,
+    /// bytes with checksum), before the link can lose or reorder it.
+    pub emit_tap: Option<EmitTap>,
 }
 
 // Separate, never-inlined entry points per side, so that a profiler can
@@ -257,6 +263,7 @@ impl Sim {
             link_up: true,
             trace: std::env::var_os("SIM_TRACE").is_some(),
             tap: None,
+            emit_tap: None,
         }
     }
 
@@ -325,6 +332,9 @@ impl Sim {
             let ck = tcp_checksum(t.src.ip(), t.dst.ip(), &self.buf[..len]);
             self.buf[16..18].copy_from_slice(&ck.to_be_bytes());
             self.stats.sent += 1;
+            if let Some(f) = self.emit_tap.as_mut() {
+                f(if from_a { Side::A } else { Side::B }, &self.buf[..len]);
+            }
             if !self.link_up {
                 self.stats.lost += 1;
                 continue;
