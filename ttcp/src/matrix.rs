@@ -25,7 +25,8 @@ use serde::Serialize;
 /// Matrix flags.
 #[derive(Debug, Clone, Args)]
 pub struct MatrixArgs {
-    /// Short variant: connections 1,16,256,1024; 64k buffers; delay 0,1,10 ms; 2 s windows.
+    /// Short variant: connections 1,16,256,1024; 64k buffers; delay 0,1,10 ms;
+    /// the backends as receivers only; 2 s windows.
     #[arg(long)]
     pub quick: bool,
     /// Backends (comma-separated) of the receiver: `kernel` (Linux TCP) and
@@ -33,6 +34,12 @@ pub struct MatrixArgs {
     /// sender is always the kernel backend in the peer namespace.
     #[arg(long, default_value = "kernel,flowlane")]
     pub backends: String,
+    /// Roles of the backend under test (comma-separated): `receiver` (the
+    /// peer namespace sends with kernel TCP) and `sender` (the peer
+    /// namespace receives with kernel TCP). Default: receiver,sender
+    /// (quick: receiver).
+    #[arg(long)]
+    pub roles: Option<String>,
     /// Connection counts (default 1,16,256,1024,10000).
     #[arg(long)]
     pub conns: Option<String>,
@@ -63,8 +70,10 @@ pub struct MatrixArgs {
 /// One cell's result.
 #[derive(Debug, Clone, Serialize)]
 pub struct Cell {
-    /// Backend.
+    /// Backend under test.
     pub backend: String,
+    /// Its role: `receiver` or `sender` (the other end is kernel TCP).
+    pub role: String,
     /// Connections.
     pub connections: usize,
     /// Buffer size per write/read.
@@ -87,16 +96,41 @@ pub struct Cell {
     pub cycles_per_byte_receiver_threads: Option<f64>,
     /// Sender process cycles per byte.
     pub cycles_per_byte_sender: Option<f64>,
+    /// Sender data threads' cycles per byte.
+    pub cycles_per_byte_sender_threads: Option<f64>,
     /// System % of one CPU per Gbit/s.
     pub pct_one_cpu_per_gbit_system: Option<f64>,
-    /// Retransmitted segments in the sender's namespace.
-    pub retrans_sender_netns: Option<u64>,
+    /// Segments the sender retransmitted: its namespace's counter for
+    /// kernel TCP, flowlane's own counters for flowlane.
+    pub retrans_sender: Option<u64>,
     /// Error, when the cell failed.
     pub error: Option<String>,
     /// Receiver report.
     pub receiver: Option<serde_json::Value>,
     /// Sender report.
     pub sender: Option<serde_json::Value>,
+}
+
+impl Cell {
+    /// Cycles per byte of the tested backend's data threads (its workers or
+    /// event loops), whichever role it had.
+    pub fn tested_threads_cycles_per_byte(&self) -> Option<f64> {
+        if self.role == "sender" {
+            self.cycles_per_byte_sender_threads
+        } else {
+            self.cycles_per_byte_receiver_threads
+        }
+    }
+
+    /// The name tables and plots give the cell's series: the backend when it
+    /// receives, `<backend>-sender` when it sends.
+    pub fn label(&self) -> String {
+        if self.role == "sender" {
+            format!("{}-sender", self.backend)
+        } else {
+            self.backend.clone()
+        }
+    }
 }
 
 fn list<T: std::str::FromStr>(s: &str, what: &str) -> Result<Vec<T>> {
@@ -159,22 +193,66 @@ fn wait_child(mut c: std::process::Child, limit: Duration) -> Result<std::proces
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_cell(
-    me: &Path,
-    bed: &str,
-    ns: &str,
-    peer_ns: &str,
-    backend: &str,
+/// One cell to run.
+struct CellSpec<'a> {
+    /// flowlane-ttcp itself.
+    me: &'a Path,
+    bed: &'a str,
+    ns: &'a str,
+    peer_ns: &'a str,
+    /// Backend under test (in flowlane's namespace).
+    backend: &'a str,
+    /// Whether it sends (else it receives); the peer is kernel TCP.
+    sends: bool,
     conns: usize,
     buffer: usize,
     secs: f64,
     warm: f64,
-) -> Result<(serde_json::Value, serde_json::Value)> {
-    let threads = conns.min(2);
-    let per = conns.div_ceil(threads);
-    let common =
-        format!("-m {threads},*,10.99.0.1 -b {buffer} -W {warm} -t {secs} -C 0.5 -j --wait 30");
+}
+
+/// What a cell's two ends reported.
+struct CellRun {
+    rx: serde_json::Value,
+    tx: serde_json::Value,
+    /// TCP retransmits of the sending side: its namespace's counters for
+    /// kernel TCP, flowlane's own counters for flowlane.
+    sender_retrans: Option<u64>,
+}
+
+/// Sums `retransmits` over the queues of flowlane's `dataplane` report line
+/// (on its stderr).
+fn flowlane_retransmits(stderr: &[u8]) -> Option<u64> {
+    String::from_utf8_lossy(stderr)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["event"] == "dataplane")
+        .map(|v| {
+            v["queues"]
+                .as_array()
+                .map(|qs| {
+                    qs.iter()
+                        .filter_map(|q| q["tcp"]["retransmits"].as_u64())
+                        .sum()
+                })
+                .unwrap_or(0)
+        })
+}
+
+fn run_cell(c: &CellSpec<'_>) -> Result<CellRun> {
+    let threads = c.conns.min(2);
+    let per = c.conns.div_ceil(threads);
+    let (rx_ns, tx_ns, addr) = if c.sends {
+        (c.peer_ns, c.ns, "10.99.0.2")
+    } else {
+        (c.ns, c.peer_ns, "10.99.0.1")
+    };
+    // flowlane's active opens draw on 5000 ephemeral ports per remote
+    // address and port: spread many connections over several ports.
+    let ports = c.conns.div_ceil(2000).max(1);
+    let common = format!(
+        "-m {threads},*,{addr} -P {ports} -b {} -W {} -t {} -C 0.5 -j --wait 30",
+        c.buffer, c.warm, c.secs
+    );
     let args = |role: &str, extra: &str| -> Vec<String> {
         format!("{role} {common} {extra}")
             .split_whitespace()
@@ -184,28 +262,45 @@ fn run_cell(
     let spawn = |ns: &str, a: Vec<String>| {
         Command::new("ip")
             .args(["netns", "exec", ns])
-            .arg(me)
+            .arg(c.me)
             .args(a)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
     };
-    let (rx, settle) = if backend == "flowlane" {
-        // From the root namespace: --bed reads the bed's RSS and re-executes
-        // inside it; attaching XDP and filling the rings takes a moment.
-        let a = args("-r", &format!("--backend flowlane --bed {bed}"));
-        let c = Command::new(me)
-            .args(a)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()?;
-        (c, 800)
+    // The tested side: flowlane runs from the root namespace (--bed reads
+    // the bed's RSS and re-executes inside it; attaching XDP and filling the
+    // rings takes a moment).
+    let tested = |role: &str, extra: &str| -> std::io::Result<std::process::Child> {
+        if c.backend == "flowlane" {
+            Command::new(c.me)
+                .args(args(
+                    role,
+                    &format!("--backend flowlane --bed {} {extra}", c.bed),
+                ))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+        } else {
+            spawn(c.ns, args(role, &format!("--backend kernel {extra}")))
+        }
+    };
+    let tx_extra = format!("-l {per}");
+    let (rx, settle) = if c.sends {
+        (spawn(rx_ns, args("-r", "--backend kernel"))?, 300)
     } else {
-        (spawn(ns, args("-r", "--backend kernel"))?, 300)
+        (
+            tested("-r", "")?,
+            if c.backend == "flowlane" { 800 } else { 300 },
+        )
     };
     std::thread::sleep(Duration::from_millis(settle));
-    let tx = spawn(peer_ns, args("-s", &format!("--backend kernel -l {per}")))?;
-    let limit = Duration::from_secs_f64(warm + secs + 0.5 + 90.0);
+    let tx = if c.sends {
+        tested("-s", &tx_extra)?
+    } else {
+        spawn(tx_ns, args("-s", &format!("--backend kernel {tx_extra}")))?
+    };
+    let limit = Duration::from_secs_f64(c.warm + c.secs + 0.5 + 90.0);
     let txo = wait_child(tx, limit)?;
     let rxo = wait_child(rx, limit)?;
     for (o, who) in [(&txo, "sender"), (&rxo, "receiver")] {
@@ -216,10 +311,17 @@ fn run_cell(
             );
         }
     }
-    Ok((
-        serde_json::from_slice(&rxo.stdout).context("receiver JSON")?,
-        serde_json::from_slice(&txo.stdout).context("sender JSON")?,
-    ))
+    let tx: serde_json::Value = serde_json::from_slice(&txo.stdout).context("sender JSON")?;
+    let sender_retrans = if c.sends && c.backend == "flowlane" {
+        flowlane_retransmits(&txo.stderr)
+    } else {
+        tx.get("tcp_retrans_segs_netns").and_then(|x| x.as_u64())
+    };
+    Ok(CellRun {
+        rx: serde_json::from_slice(&rxo.stdout).context("receiver JSON")?,
+        tx,
+        sender_retrans,
+    })
 }
 
 /// Runs the matrix.
@@ -261,6 +363,19 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
             .as_deref()
             .unwrap_or(if q { "64k" } else { "1k,64k" }),
     )?;
+    let roles: Vec<bool> = a
+        .roles
+        .as_deref()
+        .unwrap_or(if q { "receiver" } else { "receiver,sender" })
+        .split(',')
+        .map(|r| match r.trim() {
+            "receiver" => Ok(false),
+            "sender" => Ok(true),
+            other => Err(anyhow!(
+                "--roles: unknown role {other:?} (receiver, sender)"
+            )),
+        })
+        .collect::<Result<_>>()?;
     let delays: Vec<f64> = list(
         a.delays
             .as_deref()
@@ -299,7 +414,7 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
         bail!("--delays: {d} is negative");
     }
 
-    let total = backends.len() * conns.len() * bufs.len() * delays.len();
+    let total = roles.len() * backends.len() * conns.len() * bufs.len() * delays.len();
     let pb = ProgressBar::new(total as u64);
     pb.set_style(
         ProgressStyle::with_template("[{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
@@ -307,71 +422,93 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
     );
     let mut cells = Vec::new();
     'all: for &d in &delays {
-        for b in &backends {
-            for &buf in &bufs {
-                for &c in &conns {
-                    if stop.load(Ordering::Relaxed) {
-                        pb.abandon_with_message("interrupted");
-                        break 'all;
-                    }
-                    pb.set_message(format!("{b} conns={c} buf={buf} delay={d}ms"));
-                    // Longer warm-up with delay: slow start needs RTTs.
-                    let warm = a.warmup.unwrap_or(if d >= 10.0 { 2.0 } else { 1.0 });
-                    let mut line_report = None;
-                    let r = if d > 0.0 {
-                        DelayLine::start(&flowlane, &name, d).and_then(|line| {
-                            let r = run_cell(&me, &name, &ns, &peer_ns, b, c, buf, secs, warm);
-                            line_report = Some(line.stop()?);
-                            r
-                        })
-                    } else {
-                        run_cell(&me, &name, &ns, &peer_ns, b, c, buf, secs, warm)
-                    };
-                    let rtt_added_ms = line_report.as_ref().and_then(|l| {
-                        Some(2.0 * (d + l.get("mean_late_us")?.as_f64()? / 1000.0))
-                    });
-                    let mut cell = Cell {
-                        backend: b.clone(),
-                        connections: c,
-                        buffer: buf,
-                        delay_ms: d,
-                        rtt_added_ms,
-                        delay_line: line_report,
-                        mbit_s: None,
-                        cycles_per_byte_system: None,
-                        cycles_per_byte_receiver: None,
-                        cycles_per_byte_receiver_threads: None,
-                        cycles_per_byte_sender: None,
-                        pct_one_cpu_per_gbit_system: None,
-                        retrans_sender_netns: None,
-                        error: None,
-                        receiver: None,
-                        sender: None,
-                    };
-                    match r {
-                        Ok((rx, tx)) => {
-                            let g =
-                                |v: &serde_json::Value, k: &str| v.get(k).and_then(|x| x.as_f64());
-                            cell.mbit_s = g(&rx, "throughput_mbit_s");
-                            cell.cycles_per_byte_system = g(&rx, "cycles_per_byte_system");
-                            cell.cycles_per_byte_receiver = g(&rx, "cycles_per_byte_process");
-                            cell.cycles_per_byte_receiver_threads =
-                                g(&rx, "cycles_per_byte_data_threads");
-                            cell.cycles_per_byte_sender = g(&tx, "cycles_per_byte_process");
-                            cell.pct_one_cpu_per_gbit_system =
-                                g(&rx, "pct_one_cpu_per_gbit_system");
-                            cell.retrans_sender_netns =
-                                tx.get("tcp_retrans_segs_netns").and_then(|x| x.as_u64());
-                            cell.receiver = Some(rx);
-                            cell.sender = Some(tx);
+        for &sends in &roles {
+            for b in &backends {
+                for &buf in &bufs {
+                    for &c in &conns {
+                        if stop.load(Ordering::Relaxed) {
+                            pb.abandon_with_message("interrupted");
+                            break 'all;
                         }
-                        Err(e) => {
-                            pb.println(format!("{b} conns={c} buf={buf} delay={d}ms: {e:#}"));
-                            cell.error = Some(format!("{e:#}"));
+                        let role = if sends { "sender" } else { "receiver" };
+                        pb.set_message(format!("{b} {role} conns={c} buf={buf} delay={d}ms"));
+                        // Longer warm-up with delay: slow start needs RTTs.
+                        let warm = a.warmup.unwrap_or(if d >= 10.0 { 2.0 } else { 1.0 });
+                        let spec = CellSpec {
+                            me: &me,
+                            bed: &name,
+                            ns: &ns,
+                            peer_ns: &peer_ns,
+                            backend: b,
+                            sends,
+                            conns: c,
+                            buffer: buf,
+                            secs,
+                            warm,
+                        };
+                        let mut line_report = None;
+                        let r = if d > 0.0 {
+                            DelayLine::start(&flowlane, &name, d).and_then(|line| {
+                                let r = run_cell(&spec);
+                                line_report = Some(line.stop()?);
+                                r
+                            })
+                        } else {
+                            run_cell(&spec)
+                        };
+                        let rtt_added_ms = line_report.as_ref().and_then(|l| {
+                            Some(2.0 * (d + l.get("mean_late_us")?.as_f64()? / 1000.0))
+                        });
+                        let mut cell = Cell {
+                            backend: b.clone(),
+                            role: role.into(),
+                            connections: c,
+                            buffer: buf,
+                            delay_ms: d,
+                            rtt_added_ms,
+                            delay_line: line_report,
+                            mbit_s: None,
+                            cycles_per_byte_system: None,
+                            cycles_per_byte_receiver: None,
+                            cycles_per_byte_receiver_threads: None,
+                            cycles_per_byte_sender: None,
+                            cycles_per_byte_sender_threads: None,
+                            pct_one_cpu_per_gbit_system: None,
+                            retrans_sender: None,
+                            error: None,
+                            receiver: None,
+                            sender: None,
+                        };
+                        match r {
+                            Ok(run) => {
+                                let (rx, tx) = (run.rx, run.tx);
+                                let g = |v: &serde_json::Value, k: &str| {
+                                    v.get(k).and_then(|x| x.as_f64())
+                                };
+                                cell.mbit_s = g(&rx, "throughput_mbit_s");
+                                cell.cycles_per_byte_system = g(&rx, "cycles_per_byte_system");
+                                cell.cycles_per_byte_receiver = g(&rx, "cycles_per_byte_process");
+                                cell.cycles_per_byte_receiver_threads =
+                                    g(&rx, "cycles_per_byte_data_threads");
+                                cell.cycles_per_byte_sender = g(&tx, "cycles_per_byte_process");
+                                cell.cycles_per_byte_sender_threads =
+                                    g(&tx, "cycles_per_byte_data_threads");
+                                cell.pct_one_cpu_per_gbit_system =
+                                    g(&rx, "pct_one_cpu_per_gbit_system");
+                                cell.retrans_sender = run.sender_retrans;
+                                cell.receiver = Some(rx);
+                                cell.sender = Some(tx);
+                            }
+                            Err(e) => {
+                                pb.println(format!(
+                                    "{b} {role} conns={c} buf={buf} delay={d}ms: {e:#}"
+                                ));
+                                cell.error = Some(format!("{e:#}"));
+                            }
                         }
+                        cells.push(cell);
+                        pb.inc(1);
                     }
-                    cells.push(cell);
-                    pb.inc(1);
                 }
             }
         }
@@ -382,7 +519,8 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
         "quick": q, "backends": backends, "connections": conns, "buffers": bufs,
         "delays_ms_one_way": delays, "delay": "flowlane testbed delay (user-space delay line on peer0, both directions; RTT + 2 x delay)", "seconds": secs, "cooldown_s": 0.5,
         "warmup_s": a.warmup.map(|w| serde_json::json!(w)).unwrap_or_else(|| serde_json::json!("1 (2 when delay >= 10 ms)")),
-        "sender": "kernel backend (peer namespace); the backend named is the receiver's",
+        "roles": roles.iter().map(|&s| if s { "sender" } else { "receiver" }).collect::<Vec<_>>(),
+        "peer": "kernel backend in the peer namespace (10.99.0.2); the backend named runs in flowlane's (10.99.0.1)",
         "bed": {"queues": 2, "mtu": 1500, "receiver": "10.99.0.1 (xsk0)", "sender": "10.99.0.2 (peer0)"},
     });
     let json = serde_json::json!({"params": params, "cells": cells});
@@ -416,13 +554,13 @@ fn fmt(v: Option<f64>, d: usize) -> String {
 /// The side-by-side table (one row per cell; backends side by side once there are two).
 pub fn table(cells: &[Cell]) -> String {
     let mut s = String::from(
-        "| backend (receiver) | connections | buffer | delay (each way) | RTT added | Mbit/s | cycles/B system | cycles/B receiver proc | cycles/B receiver data threads | cycles/B sender proc | % of one CPU per Gbit/s (system) | retrans (sender netns) |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        "| backend (role) | connections | buffer | delay (each way) | RTT added | Mbit/s | cycles/B system | cycles/B receiver proc | cycles/B receiver data threads | cycles/B sender proc | cycles/B sender data threads | % of one CPU per Gbit/s (system) | retrans (sender) |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for c in cells {
         s.push_str(&format!(
-            "| {} | {} | {} | {} ms | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-            c.backend,
+            "| {} | {} | {} | {} ms | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            c.label(),
             c.connections,
             c.buffer,
             c.delay_ms,
@@ -437,8 +575,9 @@ pub fn table(cells: &[Cell]) -> String {
             fmt(c.cycles_per_byte_receiver, 2),
             fmt(c.cycles_per_byte_receiver_threads, 2),
             fmt(c.cycles_per_byte_sender, 2),
+            fmt(c.cycles_per_byte_sender_threads, 2),
             fmt(c.pct_one_cpu_per_gbit_system, 1),
-            c.retrans_sender_netns
+            c.retrans_sender
                 .map(|r| r.to_string())
                 .unwrap_or_else(|| "—".into()),
         ));
@@ -446,17 +585,17 @@ pub fn table(cells: &[Cell]) -> String {
     s
 }
 
-/// Kernel and flowlane receivers side by side: one row per (connections,
-/// buffer, delay), Mbit/s and cycles/byte of each backend. The receiver's
-/// data threads are flowlane's workers (TCP and AF_XDP rings: all of its
-/// receive work) or the kernel backend's event loops (copy-out only: the
+/// Kernel and flowlane side by side: one row per (connections, buffer,
+/// delay), Mbit/s and cycles/byte of each backend and role. The data threads
+/// are those of the tested side: flowlane's workers (TCP and AF_XDP rings:
+/// all of its work) or the kernel backend's event loops (copies only: the
 /// kernel's TCP runs in softirq), so compare the system-wide column first.
 pub fn side_by_side(cells: &[Cell]) -> String {
-    let mut backends: Vec<&str> = Vec::new();
+    let mut backends: Vec<String> = Vec::new();
     let mut keys: Vec<(usize, usize, f64)> = Vec::new();
     for c in cells {
-        if !backends.contains(&c.backend.as_str()) {
-            backends.push(&c.backend);
+        if !backends.contains(&c.label()) {
+            backends.push(c.label());
         }
         let k = (c.connections, c.buffer, c.delay_ms);
         if !keys.contains(&k) {
@@ -466,7 +605,7 @@ pub fn side_by_side(cells: &[Cell]) -> String {
     let mut s = String::from("| connections | buffer | delay (each way) |");
     for b in &backends {
         s.push_str(&format!(
-            " {b} Mbit/s | {b} cycles/B system | {b} cycles/B receiver data threads |"
+            " {b} Mbit/s | {b} cycles/B system | {b} cycles/B data threads |"
         ));
     }
     s.push('\n');
@@ -476,14 +615,14 @@ pub fn side_by_side(cells: &[Cell]) -> String {
         s.push_str(&format!("| {n} | {buf} | {d} ms |"));
         for b in &backends {
             let c = cells.iter().find(|c| {
-                c.backend == *b && c.connections == n && c.buffer == buf && c.delay_ms == d
+                c.label() == *b && c.connections == n && c.buffer == buf && c.delay_ms == d
             });
             match c {
                 Some(c) if c.error.is_none() => s.push_str(&format!(
                     " {} | {} | {} |",
                     fmt(c.mbit_s, 0),
                     fmt(c.cycles_per_byte_system, 2),
-                    fmt(c.cycles_per_byte_receiver_threads, 2)
+                    fmt(c.tested_threads_cycles_per_byte(), 2)
                 )),
                 Some(_) => s.push_str(" failed | — | — |"),
                 None => s.push_str(" — | — | — |"),
@@ -608,14 +747,14 @@ pub fn plots(cells: &[Cell], out: &Path) -> Result<Vec<String>> {
     let mut keys_d: Vec<(String, f64)> = Vec::new();
     let mut keys_c: Vec<(String, usize)> = Vec::new();
     for c in &ok {
-        if !keys_d.iter().any(|k| k.0 == c.backend && k.1 == c.delay_ms) {
-            keys_d.push((c.backend.clone(), c.delay_ms));
+        if !keys_d.iter().any(|k| k.0 == c.label() && k.1 == c.delay_ms) {
+            keys_d.push((c.label(), c.delay_ms));
         }
         if !keys_c
             .iter()
-            .any(|k| k.0 == c.backend && k.1 == c.connections)
+            .any(|k| k.0 == c.label() && k.1 == c.connections)
         {
-            keys_c.push((c.backend.clone(), c.connections));
+            keys_c.push((c.label(), c.connections));
         }
     }
     let by_conns = |f: &dyn Fn(&Cell) -> Option<f64>| -> Vec<Series> {
@@ -624,7 +763,7 @@ pub fn plots(cells: &[Cell], out: &Path) -> Result<Vec<String>> {
             .map(|(b, d)| {
                 let mut v: Vec<(f64, f64)> = ok
                     .iter()
-                    .filter(|c| &c.backend == b && c.delay_ms == *d)
+                    .filter(|c| c.label() == *b && c.delay_ms == *d)
                     .filter_map(|c| f(c).map(|y| (c.connections as f64, y)))
                     .collect();
                 v.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -638,7 +777,7 @@ pub fn plots(cells: &[Cell], out: &Path) -> Result<Vec<String>> {
             .map(|(b, n)| {
                 let mut v: Vec<(f64, f64)> = ok
                     .iter()
-                    .filter(|c| &c.backend == b && c.connections == *n)
+                    .filter(|c| c.label() == *b && c.connections == *n)
                     .filter_map(|c| f(c).map(|y| (c.delay_ms, y)))
                     .collect();
                 v.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -703,6 +842,7 @@ mod tests {
     fn cell(c: usize, d: f64, mbit: f64) -> Cell {
         Cell {
             backend: "kernel".into(),
+            role: "receiver".into(),
             connections: c,
             buffer: 65536,
             delay_ms: d,
@@ -713,8 +853,9 @@ mod tests {
             cycles_per_byte_receiver: Some(1.0),
             cycles_per_byte_receiver_threads: Some(0.5),
             cycles_per_byte_sender: Some(1.5),
+            cycles_per_byte_sender_threads: Some(1.4),
             pct_one_cpu_per_gbit_system: Some(30.0),
-            retrans_sender_netns: Some(0),
+            retrans_sender: Some(0),
             error: None,
             receiver: None,
             sender: None,
@@ -730,7 +871,10 @@ mod tests {
         ];
         let t = table(&cells);
         assert_eq!(t.lines().count(), 5);
-        assert!(t.contains("| kernel | 16 | 65536 | 0 ms | — | 4000 |"), "{t}");
+        assert!(
+            t.contains("| kernel | 16 | 65536 | 0 ms | — | 4000 |"),
+            "{t}"
+        );
         let mut f = cell(16, 0.0, 4500.0);
         f.backend = "flowlane".into();
         let mut both = cells.clone();
