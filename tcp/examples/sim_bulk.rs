@@ -9,7 +9,8 @@
 //! ```
 //!
 //! Arguments: connections (default 1), bytes per connection (default
-//! 4 MB / connections). Prints the data segments received, so that
+//! 4 MB / connections), `fixed` to turn buffer auto-tuning off (buffers stay
+//! at their initial 32 KiB, as before auto-tuning existed). Prints the data segments received, so that
 //! instructions per received data segment can be derived from callgrind's
 //! totals (or `--toggle-collect='*Stack*handle_segment*'` for the receive
 //! path alone).
@@ -27,6 +28,7 @@ fn main() {
         .next()
         .and_then(|s| s.parse().ok())
         .unwrap_or(4_000_000 / conns.max(1) as u64);
+    let fixed = args.next().is_some_and(|s| s == "fixed");
     assert!((1..=50_000).contains(&conns), "1..=50000 connections");
     let link = LinkConfig {
         delay: Duration::from_millis(1),
@@ -41,6 +43,10 @@ fn main() {
         c.send_buffer = 32 * 1024;
         c.recv_buffer = 32 * 1024;
         c.listen_backlog = 65_536;
+        if fixed {
+            c.send_buffer_max = c.send_buffer;
+            c.recv_buffer_max = c.recv_buffer;
+        }
     }
     let mut sim = Sim::new(42, link, link, a, b);
     let mut bulk = Bulk::start(&mut sim, conns, bytes, 0);
@@ -60,4 +66,8 @@ fn main() {
     println!("segments received (A)  {}", tx.segments_in);
     println!("retransmits            {}", tx.retransmits);
     println!("virtual time           {:?}", sim.now);
+    println!(
+        "buffer auto-tuning     {}",
+        if fixed { "off" } else { "on" }
+    );
 }
