@@ -50,6 +50,11 @@ pub struct MatrixArgs {
     /// line (default 0,1,10,50; the RTT grows by twice each).
     #[arg(long)]
     pub delays: Option<String>,
+    /// Latency cells: ping-pong message sizes (comma-separated) with the
+    /// tested backend echoing (one connection, kernel sender measuring), at
+    /// every delay. Default 64,16k (quick: 64); `none` skips them.
+    #[arg(long)]
+    pub latency_sizes: Option<String>,
     /// Measured seconds per cell (default 3; quick 2).
     #[arg(long)]
     pub seconds: Option<f64>,
@@ -208,6 +213,8 @@ struct CellSpec<'a> {
     buffer: usize,
     secs: f64,
     warm: f64,
+    /// Extra flags of both ends (the latency mode).
+    mode: String,
 }
 
 /// What a cell's two ends reported.
@@ -250,8 +257,8 @@ fn run_cell(c: &CellSpec<'_>) -> Result<CellRun> {
     // address and port: spread many connections over several ports.
     let ports = c.conns.div_ceil(2000).max(1);
     let common = format!(
-        "-m {threads},*,{addr} -P {ports} -b {} -W {} -t {} -C 0.5 -j --wait 30",
-        c.buffer, c.warm, c.secs
+        "-m {threads},*,{addr} -P {ports} -b {} -W {} -t {} -C 0.5 -j --wait 30 {}",
+        c.buffer, c.warm, c.secs, c.mode
     );
     let args = |role: &str, extra: &str| -> Vec<String> {
         format!("{role} {common} {extra}")
@@ -285,7 +292,11 @@ fn run_cell(c: &CellSpec<'_>) -> Result<CellRun> {
             spawn(c.ns, args(role, &format!("--backend kernel {extra}")))
         }
     };
-    let tx_extra = format!("-l {per}");
+    let tx_extra = if c.mode.is_empty() {
+        format!("-l {per}")
+    } else {
+        String::new()
+    };
     let (rx, settle) = if c.sends {
         (spawn(rx_ns, args("-r", "--backend kernel"))?, 300)
     } else {
@@ -376,6 +387,18 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
             )),
         })
         .collect::<Result<_>>()?;
+    let lat_sizes: Vec<usize> =
+        match a
+            .latency_sizes
+            .as_deref()
+            .unwrap_or(if q { "64" } else { "64,16k" })
+        {
+            "none" => Vec::new(),
+            l => l
+                .split(',')
+                .map(|x| crate::cli::parse_size(x).map_err(|e| anyhow!("--latency-sizes: {e}")))
+                .collect::<Result<_>>()?,
+        };
     let delays: Vec<f64> = list(
         a.delays
             .as_deref()
@@ -414,7 +437,9 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
         bail!("--delays: {d} is negative");
     }
 
-    let total = roles.len() * backends.len() * conns.len() * bufs.len() * delays.len();
+    let total =
+        (roles.len() * conns.len() * bufs.len() + lat_sizes.len()) * backends.len() * delays.len();
+    let mut latency: Vec<serde_json::Value> = Vec::new();
     let pb = ProgressBar::new(total as u64);
     pb.set_style(
         ProgressStyle::with_template("[{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
@@ -445,6 +470,7 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
                             buffer: buf,
                             secs,
                             warm,
+                            mode: String::new(),
                         };
                         let mut line_report = None;
                         let r = if d > 0.0 {
@@ -512,6 +538,49 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
                 }
             }
         }
+        for b in &backends {
+            for &size in &lat_sizes {
+                if stop.load(Ordering::Relaxed) {
+                    pb.abandon_with_message("interrupted");
+                    break 'all;
+                }
+                pb.set_message(format!("{b} latency msg={size} delay={d}ms"));
+                let spec = CellSpec {
+                    me: &me,
+                    bed: &name,
+                    ns: &ns,
+                    peer_ns: &peer_ns,
+                    backend: b,
+                    sends: false,
+                    conns: 1,
+                    buffer: size.max(1024),
+                    secs,
+                    warm: 0.5,
+                    mode: format!("--latency --msg-size {size}"),
+                };
+                let r = if d > 0.0 {
+                    DelayLine::start(&flowlane, &name, d).and_then(|line| {
+                        let r = run_cell(&spec);
+                        line.stop()?;
+                        r
+                    })
+                } else {
+                    run_cell(&spec)
+                };
+                let mut row = serde_json::json!({
+                    "backend": b, "role": "receiver (echo)", "msg_size": size, "delay_ms": d,
+                });
+                match r {
+                    Ok(run) => row["latency"] = run.tx["latency"].clone(),
+                    Err(e) => {
+                        pb.println(format!("{b} latency msg={size} delay={d}ms: {e:#}"));
+                        row["error"] = serde_json::json!(format!("{e:#}"));
+                    }
+                }
+                latency.push(row);
+                pb.inc(1);
+            }
+        }
     }
     pb.finish_with_message("done");
     let params = serde_json::json!({
@@ -523,15 +592,19 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
         "peer": "kernel backend in the peer namespace (10.99.0.2); the backend named runs in flowlane's (10.99.0.1)",
         "bed": {"queues": 2, "mtu": 1500, "receiver": "10.99.0.1 (xsk0)", "sender": "10.99.0.2 (peer0)"},
     });
-    let json = serde_json::json!({"params": params, "cells": cells});
+    let json = serde_json::json!({"params": params, "cells": cells, "latency": latency});
     std::fs::write(
         out.join("results.json"),
         serde_json::to_string_pretty(&json)?,
     )?;
     let sbs = side_by_side(&cells);
-    let table = format!("{sbs}\nAll cells:\n\n{}", table(&cells));
+    let lat = latency_table(&latency);
+    let table = format!("{sbs}\nLatency (ping-pong, tested backend echoing, kernel sender measuring):\n\n{lat}\nAll cells:\n\n{}", table(&cells));
     std::fs::write(out.join("table.md"), &table)?;
     print!("{sbs}");
+    if !latency.is_empty() {
+        print!("\n{lat}");
+    }
     match plots(&cells, &out) {
         Ok(files) => println!("plots: {}", files.join(", ")),
         Err(e) => println!("plots skipped: {e:#}"),
@@ -629,6 +702,40 @@ pub fn side_by_side(cells: &[Cell]) -> String {
             }
         }
         s.push('\n');
+    }
+    s
+}
+
+/// Latency rows: one per (backend, message size, delay), RTT percentiles in
+/// microseconds.
+pub fn latency_table(rows: &[serde_json::Value]) -> String {
+    let mut s = String::from(
+        "| backend (echo) | message | delay (each way) | round trips/s | p50 µs | p90 µs | p99 µs | p99.9 µs |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for r in rows {
+        let l = &r["latency"];
+        let f = |k: &str, d: usize| fmt(l.get(k).and_then(|x| x.as_f64()), d);
+        if let Some(e) = r["error"].as_str() {
+            s.push_str(&format!(
+                "| {} | {} | {} ms | failed: {e} | | | | |\n",
+                r["backend"].as_str().unwrap_or("?"),
+                r["msg_size"],
+                r["delay_ms"]
+            ));
+            continue;
+        }
+        s.push_str(&format!(
+            "| {} | {} | {} ms | {} | {} | {} | {} | {} |\n",
+            r["backend"].as_str().unwrap_or("?"),
+            r["msg_size"],
+            r["delay_ms"],
+            f("round_trips_per_s", 0),
+            f("rtt_p50_us", 0),
+            f("rtt_p90_us", 0),
+            f("rtt_p99_us", 0),
+            f("rtt_p999_us", 0),
+        ));
     }
     s
 }
