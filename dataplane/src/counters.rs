@@ -30,6 +30,10 @@ pub struct QueueCounters {
     pub invalid_descs: AtomicU64,
     /// Poll-loop iterations that found nothing to do.
     pub idle_polls: AtomicU64,
+    /// High-water mark of frames on the TX ring not yet completed.
+    pub tx_outstanding_max: AtomicU64,
+    /// TX wake-ups (`sendto` kicks).
+    pub tx_kicks: AtomicU64,
 }
 
 /// A plain copy of [`QueueCounters`].
@@ -57,6 +61,10 @@ pub struct QueueCountersSnapshot {
     pub invalid_descs: u64,
     /// See [`QueueCounters::idle_polls`].
     pub idle_polls: u64,
+    /// See [`QueueCounters::tx_outstanding_max`].
+    pub tx_outstanding_max: u64,
+    /// See [`QueueCounters::tx_kicks`].
+    pub tx_kicks: u64,
 }
 
 impl QueueCounters {
@@ -88,6 +96,8 @@ impl QueueCounters {
             rx_dropped: self.rx_dropped.load(Relaxed),
             invalid_descs: self.invalid_descs.load(Relaxed),
             idle_polls: self.idle_polls.load(Relaxed),
+            tx_outstanding_max: self.tx_outstanding_max.load(Relaxed),
+            tx_kicks: self.tx_kicks.load(Relaxed),
         }
     }
 }

@@ -17,6 +17,9 @@ use crate::worker::{self, LoopConfig, QueueHandler, QueueInfo};
 use crate::xsk::{BindMode, QueueSocket};
 use crate::{affinity, Error, Result};
 
+/// Most frames a worker keeps out of the fill ring for transmissions.
+const TX_RESERVE_MAX: usize = 1024;
+
 /// Where one queue's worker runs and where its memory lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueueAssignment {
@@ -179,7 +182,9 @@ impl Dataplane {
         let epoch = Instant::now();
         let loop_cfg = LoopConfig {
             busy_poll: config.busy_poll,
-            tx_reserve: config.rings.frames_per_queue as usize / 4,
+            // Replies and ACKs need few frames at a time (TX frames come
+            // back within the pass, see `worker`); the rest feed the fill ring.
+            tx_reserve: (config.rings.frames_per_queue as usize / 4).min(TX_RESERVE_MAX),
         };
         let (ready_tx, ready_rx) =
             crossbeam_channel::unbounded::<std::result::Result<(), String>>();

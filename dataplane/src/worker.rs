@@ -1,8 +1,10 @@
 //! The per-queue worker: one thread pinned to one core, polling one AF_XDP
 //! socket and running the application to completion on each batch.
 //!
-//! Loop: RX batch → handler → TX batch → completions → fill-ring refill. No
-//! locks, no allocation after start-up. When idle the worker blocks in
+//! Loop: RX batches (up to [`RX_BUDGET`] frames, each batch's frames back on
+//! the fill ring at once) → handler poll → TX (kicked until the ring is
+//! drained, completions taken back) → fill-ring refill. No locks, no
+//! allocation after start-up. When idle the worker blocks in
 //! `poll(2)` on its socket (with need_wakeup) instead of spinning, unless
 //! busy polling is asked for.
 
@@ -115,43 +117,57 @@ pub(crate) fn run<H: QueueHandler>(
     epoch: Instant,
 ) {
     let mut rx_descs = vec![FrameDesc::default(); BATCH];
-    let mut comp_descs = vec![FrameDesc::default(); BATCH];
     let mut pending: Vec<FrameDesc> = Vec::with_capacity(sock.frames.len());
     let mut free = std::mem::take(&mut sock.frames);
-    let mut in_flight_tx: usize = 0;
+    let mut tx = TxState {
+        comp_descs: vec![FrameDesc::default(); BATCH],
+        outstanding: 0,
+    };
     let mut idle_rounds: u32 = 0;
     let mut iterations: u64 = 0;
     let c = &*counters;
-    refill(&mut sock, &mut free, cfg.tx_reserve);
+    refill(&mut sock, &mut free, cfg.tx_reserve, true);
 
     while !stop.load(Ordering::Relaxed) {
         iterations += 1;
         let now = epoch.elapsed();
-        // SAFETY: `rx_descs` are scratch descriptors that `consume` overwrites;
-        // the frames they then name belong to this socket's UMEM.
-        let n = unsafe { sock.rx.consume(&mut rx_descs) };
-        let (mut rx_bytes, mut dropped) = (0u64, 0u64);
-        for desc in rx_descs.iter_mut().take(n) {
-            let len = desc.lengths().data();
-            rx_bytes += len as u64;
-            // SAFETY: the kernel handed this frame to us on the RX ring; until
-            // we put it on the fill or TX ring nothing else touches it.
-            let mut data = unsafe { sock.umem.data_mut(desc) };
-            let mut cursor = data.cursor();
-            let cap = cursor.buf_len();
-            cursor.set_pos(cap);
-            match handler.on_rx(&info, now, data.contents_mut(), len) {
-                RxAction::Transmit(out) if out > 0 && out <= cap => {
-                    data.cursor().set_pos(out);
-                    pending.push(*desc);
-                }
-                _ => {
-                    dropped += 1;
-                    free.push(*desc);
+        // RX: up to RX_BUDGET frames before the handler's poll, so that a
+        // connection's segments of one pass are acknowledged together; each
+        // batch's frames go back to the fill ring at once.
+        let (mut received, mut rx_bytes, mut dropped) = (0usize, 0u64, 0u64);
+        while received < RX_BUDGET {
+            // SAFETY: `rx_descs` are scratch descriptors that `consume`
+            // overwrites; the frames they then name belong to this socket's
+            // UMEM.
+            let n = unsafe { sock.rx.consume(&mut rx_descs) };
+            for desc in rx_descs.iter_mut().take(n) {
+                let len = desc.lengths().data();
+                rx_bytes += len as u64;
+                // SAFETY: the kernel handed this frame to us on the RX ring;
+                // until we put it on the fill or TX ring nothing else
+                // touches it.
+                let mut data = unsafe { sock.umem.data_mut(desc) };
+                let mut cursor = data.cursor();
+                let cap = cursor.buf_len();
+                cursor.set_pos(cap);
+                match handler.on_rx(&info, now, data.contents_mut(), len) {
+                    RxAction::Transmit(out) if out > 0 && out <= cap => {
+                        data.cursor().set_pos(out);
+                        pending.push(*desc);
+                    }
+                    _ => {
+                        dropped += 1;
+                        free.push(*desc);
+                    }
                 }
             }
+            received += n;
+            refill(&mut sock, &mut free, cfg.tx_reserve, false);
+            if n < BATCH {
+                break;
+            }
         }
-        QueueCounters::add(&c.rx_packets, n as u64);
+        QueueCounters::add(&c.rx_packets, received as u64);
         QueueCounters::add(&c.rx_bytes, rx_bytes);
         QueueCounters::add(&c.dropped, dropped);
 
@@ -162,29 +178,17 @@ pub(crate) fn run<H: QueueHandler>(
         };
         handler.on_poll(&info, now, &mut batch);
 
-        let sent = transmit(&mut sock, &mut pending, c);
-        in_flight_tx += sent;
-        if in_flight_tx > 0 && sock.tx.needs_wakeup() {
-            // Copy mode moves frames only inside this kick (at most 32 per
-            // call); EAGAIN/ENOBUFS while frames are pending is normal.
-            if let Err(e) = sock.tx.wakeup() {
-                tracing::debug!(queue = info.queue, "tx wakeup: {e}");
-            }
-        }
-        // SAFETY: as for RX: scratch descriptors overwritten by `consume`.
-        let done = unsafe { sock.comp.consume(&mut comp_descs) };
-        free.extend_from_slice(&comp_descs[..done]);
-        in_flight_tx -= done.min(in_flight_tx);
-        refill(&mut sock, &mut free, cfg.tx_reserve);
+        let (sent, done) = tx.transmit(&mut sock, &mut pending, &mut free, c);
+        refill(&mut sock, &mut free, cfg.tx_reserve, true);
 
         if iterations % 1024 == 0 {
             publish_kernel_stats(&sock, c);
         }
-        if n == 0 && done == 0 && pending.is_empty() && sent == 0 {
+        if received == 0 && done == 0 && pending.is_empty() && sent == 0 {
             idle_rounds += 1;
             QueueCounters::add(&c.idle_polls, 1);
             if !cfg.busy_poll && idle_rounds > 16 {
-                let mut timeout = Duration::from_millis(if in_flight_tx > 0 { 1 } else { 10 });
+                let mut timeout = Duration::from_millis(if tx.outstanding > 0 { 1 } else { 10 });
                 if let Some(at) = handler.next_wakeup() {
                     timeout = timeout.min(at.saturating_sub(epoch.elapsed()));
                 }
@@ -197,16 +201,96 @@ pub(crate) fn run<H: QueueHandler>(
     publish_kernel_stats(&sock, c);
 }
 
-fn transmit(sock: &mut QueueSocket, pending: &mut Vec<FrameDesc>, c: &QueueCounters) -> usize {
+/// Frames received per loop pass before the handler's `on_poll` (which
+/// sends the ACKs): with many connections on a queue, a 64-frame pass holds
+/// about one segment per connection and each costs its own ACK.
+pub const RX_BUDGET: usize = 4 * BATCH;
+
+/// Most TX wake-ups per loop pass (copy mode moves at most 32 frames per
+/// wake-up): enough to drain a full pass of replies, bounded so that RX
+/// gets its turn.
+const MAX_KICKS: usize = 64;
+
+/// The TX side of the loop: frames on the TX ring not yet completed.
+struct TxState {
+    comp_descs: Vec<FrameDesc>,
+    outstanding: usize,
+}
+
+impl TxState {
+    /// Moves `pending` frames onto the TX ring (as many as fit), wakes the
+    /// kernel and takes completed frames back to `free`. In copy mode the
+    /// kernel sends only inside a wake-up, at most 32 frames each (and on
+    /// veth the frames complete inside it), so this repeats until the ring
+    /// and `pending` are empty or a wake-up makes no progress: frames parked
+    /// on the TX ring are frames the fill ring lacks, and ACKs parked there
+    /// are late. Returns (frames put on the ring, frames completed).
+    fn transmit(
+        &mut self,
+        sock: &mut QueueSocket,
+        pending: &mut Vec<FrameDesc>,
+        free: &mut Vec<FrameDesc>,
+        c: &QueueCounters,
+    ) -> (usize, usize) {
+        let (mut sent, mut done) = (0, 0);
+        for _ in 0..MAX_KICKS {
+            let put = produce_tx(sock, pending, c);
+            sent += put;
+            self.outstanding += put;
+            if self.outstanding > 0 && sock.tx.needs_wakeup() {
+                QueueCounters::add(&c.tx_kicks, 1);
+                // EAGAIN/ENOBUFS while frames are pending is normal.
+                if let Err(e) = sock.tx.wakeup() {
+                    tracing::debug!(queue = sock.queue, "tx wakeup: {e}");
+                }
+            }
+            let mut n = 0;
+            loop {
+                // SAFETY: scratch descriptors overwritten by `consume`; the
+                // frames they name are ours again.
+                let k = unsafe { sock.comp.consume(&mut self.comp_descs) };
+                free.extend_from_slice(&self.comp_descs[..k]);
+                n += k;
+                if k < self.comp_descs.len() {
+                    break;
+                }
+            }
+            self.outstanding -= n.min(self.outstanding);
+            done += n;
+            if sock.zero_copy || (put == 0 && n == 0) {
+                // Zero copy: the driver sends without us. Copy mode: no
+                // progress (the kernel's queue is busy); retry next pass.
+                break;
+            }
+            if pending.is_empty() && self.outstanding == 0 {
+                break;
+            }
+        }
+        if self.outstanding as u64 > c.tx_outstanding_max.load(Ordering::Relaxed) {
+            QueueCounters::set(&c.tx_outstanding_max, self.outstanding as u64);
+        }
+        (sent, done)
+    }
+}
+
+/// Puts as many `pending` frames on the TX ring as it has room for (the
+/// ring takes a batch whole or not at all, so the batch is cut to the room).
+fn produce_tx(sock: &mut QueueSocket, pending: &mut Vec<FrameDesc>, c: &QueueCounters) -> usize {
     if pending.is_empty() {
         return 0;
     }
-    // SAFETY: every pending frame is owned by this worker (received or taken
-    // from the free list) and belongs to this socket's UMEM.
-    let sent = unsafe { sock.tx.produce(pending) };
-    if sent < pending.len() {
+    let room = sock.tx.nb_free(pending.len() as u32) as usize;
+    let k = room.min(pending.len());
+    if k < pending.len() {
         QueueCounters::add(&c.tx_ring_full, 1);
     }
+    if k == 0 {
+        return 0;
+    }
+    // SAFETY: every pending frame is owned by this worker (received or taken
+    // from the free list) and belongs to this socket's UMEM; `k` is within
+    // the ring's free room, so the batch is taken whole.
+    let sent = unsafe { sock.tx.produce(&pending[..k]) };
     let bytes: usize = pending[..sent].iter().map(|d| d.lengths().data()).sum();
     QueueCounters::add(&c.tx_packets, sent as u64);
     QueueCounters::add(&c.tx_bytes, bytes as u64);
@@ -214,8 +298,9 @@ fn transmit(sock: &mut QueueSocket, pending: &mut Vec<FrameDesc>, c: &QueueCount
     sent
 }
 
-/// Puts free frames beyond the TX reserve on the fill ring.
-fn refill(sock: &mut QueueSocket, free: &mut Vec<FrameDesc>, reserve: usize) {
+/// Puts free frames beyond the TX reserve on the fill ring; `wake`: also
+/// wake the kernel if it asks for it (a syscall: once per loop pass).
+fn refill(sock: &mut QueueSocket, free: &mut Vec<FrameDesc>, reserve: usize, wake: bool) {
     if free.len() <= reserve {
         return;
     }
@@ -230,7 +315,7 @@ fn refill(sock: &mut QueueSocket, free: &mut Vec<FrameDesc>, reserve: usize) {
     // socket's UMEM.
     let produced = unsafe { sock.fill.produce(&free[start..]) };
     free.truncate(free.len() - produced);
-    if sock.fill.needs_wakeup() {
+    if wake && sock.fill.needs_wakeup() {
         let _ = sock.fill.wakeup(sock.rx.fd_mut(), 0);
     }
 }
