@@ -23,7 +23,7 @@ use std::time::Instant;
 use anyhow::{anyhow, bail, Context, Result};
 use flowlane_dataplane::bed;
 use flowlane_dataplane::neighbor::{parse_mac, Neighbors};
-use flowlane_dataplane::tcp_handler::{ConnHandler, Net, TcpConfig, TcpHandler};
+use flowlane_dataplane::tcp_handler::{ConnHandler, Net, TcpConfig, TcpCounters, TcpHandler};
 use flowlane_dataplane::{BindMode, Dataplane, DataplaneConfig, InterfaceInfo, Proto, QueueInfo};
 use flowlane_tcp::{CloseReason, ConnHandle};
 
@@ -86,7 +86,7 @@ impl WorkerCounters {
     }
 }
 
-type Registry = Arc<Mutex<Vec<(u32, Arc<WorkerCounters>)>>>;
+type Registry = Arc<Mutex<Vec<(u32, Arc<WorkerCounters>, Arc<TcpCounters>)>>>;
 
 fn neighbors(opts: &Options) -> Result<Neighbors> {
     let mut n = Neighbors::new();
@@ -310,7 +310,7 @@ fn start(
         }
         reg.lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push((q.queue, w));
+            .push((q.queue, w, h.counters()));
         h
     })
     .with_context(|| format!("starting flowlane's data path on {iface}"))?;
@@ -318,13 +318,42 @@ fn start(
         bail!("setting up flowlane's TCP: {e}");
     }
     Ok(Workers::custom(Box::new(move || {
+        let reg = registry.lock().unwrap_or_else(|e| e.into_inner());
+        eprintln!("{}", dataplane_summary(&dp, &reg));
         dp.stop();
         let mut total = ThreadStats::default();
-        for (_, w) in registry.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        for (_, w, _) in reg.iter() {
             total.merge(w.stats())?;
         }
         Ok(total)
     })))
+}
+
+/// The data path's counters per queue as one JSON line (written to stderr
+/// when the run ends, beside the JSON report on stdout): the AF_XDP
+/// socket's (`rx_ring_full`, `fill_ring_empty`, `rx_dropped`, TX kicks …),
+/// the steering program's and the TCP stack's. Loss at many connections
+/// shows here as `fill_ring_empty`/`rx_dropped`.
+fn dataplane_summary(
+    dp: &Dataplane,
+    reg: &[(u32, Arc<WorkerCounters>, Arc<TcpCounters>)],
+) -> serde_json::Value {
+    let queues: Vec<serde_json::Value> = dp
+        .counters()
+        .into_iter()
+        .map(|(q, xsk)| {
+            let tcp = reg.iter().find(|r| r.0 == q.queue).map(|r| r.2.snapshot());
+            let steer = dp.steering_stats(q.queue).ok().map(|s| {
+                serde_json::json!({
+                    "redirected": s.redirected,
+                    "passed": s.passed,
+                    "no_socket": s.no_socket,
+                })
+            });
+            serde_json::json!({"queue": q.queue, "xsk": xsk, "tcp": tcp, "steer": steer})
+        })
+        .collect();
+    serde_json::json!({"event": "dataplane", "queues": queues})
 }
 
 /// A worker's sender handler: opens its connections at once, sends from t0
