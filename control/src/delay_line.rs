@@ -55,6 +55,17 @@ pub struct Args {
     /// frames beyond are dropped, like a full link buffer (netem's `limit`).
     #[arg(long, default_value_t = 256)]
     pub limit_mb: usize,
+    /// Receive buffer of each lane's socket (MiB): frames waiting for the
+    /// line beyond it are dropped, as by a router whose queue is full. A
+    /// larger buffer trades loss for queueing delay when the line (this
+    /// host's CPU) cannot keep up.
+    #[arg(long, default_value_t = 8)]
+    pub socket_buffer_mb: usize,
+    /// Threads (lanes) of the line, each with its own socket in a hash
+    /// fanout group, so that every flow stays in one lane (default: one per
+    /// CPU).
+    #[arg(long)]
+    pub lanes: Option<usize>,
     /// Print the final report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -69,6 +80,8 @@ pub struct DelayReport {
     pub delay_ms: f64,
     /// Seconds the line ran.
     pub seconds: f64,
+    /// Lanes (threads) of the line.
+    pub lanes: usize,
     /// The queue's counters.
     pub queue: DelayQueueStats,
     /// Frames the kernel dropped before the line read them (socket buffer
@@ -178,6 +191,35 @@ fn lock(bed: &BedState) -> Result<nix::fcntl::Flock<std::fs::File>> {
     })
 }
 
+/// What one lane did.
+#[derive(Debug, Default)]
+struct LaneReport {
+    queue: DelayQueueStats,
+    socket_drops: u64,
+    truncated: u64,
+    refused: u64,
+    late_sum: Duration,
+    late_max: Duration,
+    late_frames: u64,
+}
+
+impl DelayReport {
+    fn add_lane(&mut self, l: &LaneReport) {
+        let q = &mut self.queue;
+        q.frames_in += l.queue.frames_in;
+        q.bytes_in += l.queue.bytes_in;
+        q.frames_out += l.queue.frames_out;
+        q.dropped_full += l.queue.dropped_full;
+        // Lanes peak at different moments: the sum bounds the line's peak.
+        q.peak_bytes += l.queue.peak_bytes;
+        self.socket_drops += l.socket_drops;
+        self.truncated += l.truncated;
+        self.refused += l.refused;
+        self.late_frames += l.late_frames;
+        self.max_late_us = self.max_late_us.max(l.late_max.as_secs_f64() * 1e6);
+    }
+}
+
 /// Runs the delay line on `bed` until `signals` asks it to stop. `ready` is
 /// called once frames are being delayed.
 pub fn run(
@@ -187,11 +229,21 @@ pub fn run(
     ready: impl FnOnce() + Send + 'static,
 ) -> Result<DelayReport> {
     let delay = delay_from_ms(args.ms)?;
+    let lanes = match args.lanes {
+        Some(0) => bail!("--lanes 0: at least one lane is needed"),
+        Some(n) => n,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
     let limit = args
         .limit_mb
         .checked_mul(1 << 20)
         .filter(|&l| l > 0)
         .context("--limit-mb must be at least 1")?;
+    let sockbuf = args
+        .socket_buffer_mb
+        .checked_mul(1 << 20)
+        .filter(|&l| l > 0)
+        .context("--socket-buffer-mb must be at least 1")?;
     let peer_mac = parse_mac(&bed.peer_mac)?;
     let _lock = lock(bed)?;
     make_devices(bed)?;
@@ -202,57 +254,100 @@ pub fn run(
     let mut report = DelayReport {
         bed: bed.name.clone(),
         delay_ms: args.ms,
+        lanes,
         ..DelayReport::default()
     };
     netns::in_netns(&bed.peer_netns, move || {
         let peer = ifindex(&peer_if)?;
         let line_in = ifindex(LINE_IN)?;
         let line_out = ifindex(LINE_OUT)?;
-        let sock = PacketSocket::open(
-            line_out,
-            PacketSocketOptions {
-                vnet_hdr: true,
-                rcvbuf: 64 << 20,
-                sndbuf: 16 << 20,
-                ignore_outgoing: true,
-                rx_timestamps: true,
-            },
-        )?;
+        // One socket per lane; with several, a hash fanout group gives each
+        // flow to one lane, so that no flow is reordered.
+        let group = (std::process::id() & 0xffff) as u16;
+        let socks = (0..lanes)
+            .map(|_| {
+                PacketSocket::open(
+                    line_out,
+                    PacketSocketOptions {
+                        vnet_hdr: true,
+                        rcvbuf: sockbuf,
+                        sndbuf: 16 << 20,
+                        ignore_outgoing: true,
+                        rx_timestamps: true,
+                        fanout: (lanes > 1).then_some(group),
+                    },
+                )
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
         let hooks = DelayHooks::install(peer, peer_mac, line_in, line_in, STALE_AFTER)?;
-        let result = forward(&sock, &hooks, delay, limit, &signals, ready, &mut report);
+        let started = Instant::now();
+        let lane_limit = (limit / lanes).max(MAX_FRAME);
+        let results: Vec<Result<LaneReport>> = std::thread::scope(|scope| {
+            let (hooks, signals) = (&hooks, &signals);
+            let others: Vec<_> = socks[1..]
+                .iter()
+                .map(|sock| scope.spawn(move || forward(sock, None, delay, lane_limit, signals)))
+                .collect();
+            let lead = forward(
+                &socks[0],
+                Some((hooks, Box::new(ready))),
+                delay,
+                lane_limit,
+                signals,
+            );
+            std::iter::once(lead)
+                .chain(others.into_iter().map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("a delay-line lane panicked")))
+                }))
+                .collect()
+        });
         // Stop redirecting before the line stops reading, whatever happened,
         // and detach here: tc hooks are addressed by ifindex in this
         // namespace.
         let _ = hooks.pause();
         let stats = hooks.stats();
         let removed = hooks.remove();
-        result?;
+        report.seconds = started.elapsed().as_secs_f64();
+        let mut late_sum = Duration::ZERO;
+        for r in results {
+            let lane = r?;
+            late_sum += lane.late_sum;
+            report.add_lane(&lane);
+        }
+        let out = report.queue.frames_out.max(1) as f64;
+        report.mean_late_us = late_sum.as_secs_f64() * 1e6 / out;
         report.hooks = stats?;
         removed?;
         Ok(report)
     })
 }
 
-/// The line itself: read, hold, release, until asked to stop; then drain.
+/// The lane that keeps the hooks alive and says when the line is ready.
+type Leader<'a> = (&'a DelayHooks, Box<dyn FnOnce() + Send + 'a>);
+
+/// One lane of the line: read, hold, release, until asked to stop; then
+/// drain. The leader lane also beats the hooks' heartbeat and pauses them.
 fn forward(
     sock: &PacketSocket,
-    hooks: &DelayHooks,
+    mut leader: Option<Leader<'_>>,
     delay: Duration,
     limit: usize,
     signals: &ServiceSignals,
-    ready: impl FnOnce(),
-    report: &mut DelayReport,
-) -> Result<()> {
+) -> Result<LaneReport> {
+    let mut report = LaneReport::default();
     let mut queue = DelayQueue::new(delay, limit);
     let mut bufs: Vec<Vec<u8>> = (0..BATCH).map(|_| vec![0u8; MAX_FRAME]).collect();
     let mut meta = vec![RecvMeta::default(); BATCH];
     let mut due: Vec<(Box<[u8]>, Duration)> = Vec::with_capacity(BATCH);
     let late_bound = (delay / 10).max(Duration::from_micros(100));
-    let (mut late_sum, mut late_max) = (Duration::ZERO, Duration::ZERO);
-    let started = Instant::now();
-    hooks.heartbeat(STALE_AFTER)?;
+    if let Some((hooks, ready)) = leader.as_mut().map(|(h, r)| (*h, r)) {
+        hooks.heartbeat(STALE_AFTER)?;
+        let ready = std::mem::replace(ready, Box::new(|| {}));
+        ready();
+    }
+    let hooks = leader.map(|(h, _)| h);
     let mut last_beat = Instant::now();
-    ready();
     // After a stop request: no new frames come in (the hooks are paused);
     // what is held leaves at its due time, and stragglers still in the
     // socket are read for one more delay.
@@ -260,7 +355,9 @@ fn forward(
     loop {
         let now = Instant::now();
         if draining_until.is_none() && signals.stop_requested() {
-            hooks.pause()?;
+            if let Some(h) = hooks {
+                h.pause()?;
+            }
             draining_until = Some(now + delay + Duration::from_millis(50));
         }
         if let Some(end) = draining_until {
@@ -268,7 +365,9 @@ fn forward(
                 break;
             }
         } else if now.duration_since(last_beat) >= HEARTBEAT_EVERY {
-            hooks.heartbeat(STALE_AFTER)?;
+            if let Some(h) = hooks {
+                h.heartbeat(STALE_AFTER)?;
+            }
             last_beat = now;
         }
         let wait = queue
@@ -316,19 +415,15 @@ fn forward(
             let (_, refused) = sock.send_batch(&frames)?;
             report.refused += refused as u64;
             for (_, late) in &due {
-                late_sum += *late;
-                late_max = late_max.max(*late);
+                report.late_sum += *late;
+                report.late_max = report.late_max.max(*late);
                 report.late_frames += u64::from(*late > late_bound);
             }
         }
     }
-    report.seconds = started.elapsed().as_secs_f64();
     report.queue = queue.stats();
     report.socket_drops = sock.stats()?.drops;
-    let out = report.queue.frames_out.max(1) as f64;
-    report.mean_late_us = late_sum.as_secs_f64() * 1e6 / out;
-    report.max_late_us = late_max.as_secs_f64() * 1e6;
-    Ok(())
+    Ok(report)
 }
 
 #[cfg(test)]

@@ -57,6 +57,11 @@ pub struct PacketSocketOptions {
     /// Report when the kernel received each frame (`SO_TIMESTAMPNS`), so
     /// that time a frame waited in the receive buffer is not lost.
     pub rx_timestamps: bool,
+    /// Join this fanout group in hash mode (`PACKET_FANOUT_HASH`): the
+    /// sockets of a group share the interface's frames, each flow going to
+    /// one socket, so that several threads can serve one interface without
+    /// reordering a flow.
+    pub fanout: Option<u16>,
 }
 
 impl Default for PacketSocketOptions {
@@ -67,6 +72,7 @@ impl Default for PacketSocketOptions {
             sndbuf: 4 << 20,
             ignore_outgoing: true,
             rx_timestamps: false,
+            fanout: None,
         }
     }
 }
@@ -192,6 +198,11 @@ impl PacketSocket {
         .map_err(io_err(format!(
             "binding the packet socket to ifindex {ifindex}"
         )))?;
+        if let Some(group) = opts.fanout {
+            let arg = i32::from(group) | ((libc::PACKET_FANOUT_HASH as i32) << 16);
+            setsockopt_int(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_FANOUT, arg)
+                .map_err(io_err(format!("joining packet fanout group {group}")))?;
+        }
         Ok(PacketSocket { fd })
     }
 
