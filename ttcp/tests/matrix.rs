@@ -1,0 +1,99 @@
+//! The matrix end to end on a small scale (root): both backends, both roles,
+//! no delay and a delay through the test bed's delay line, latency cells,
+//! JSON, tables and plots.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use flowlane_tests::{flowlane_bin, require_root, text, unique_name};
+
+#[test]
+fn both_backends_both_roles_with_and_without_delay() {
+    if !require_root("both_backends_both_roles_with_and_without_delay") {
+        return;
+    }
+    let out = std::env::temp_dir().join(unique_name("ttcp-matrix"));
+    let bed = unique_name("tmx");
+    let child = Command::new(bin())
+        .arg("matrix")
+        .arg("--flowlane")
+        .arg(flowlane_bin())
+        .args([
+            "--bed",
+            &bed,
+            "--backends",
+            "kernel,flowlane",
+            "--roles",
+            "receiver,sender",
+            "--conns",
+            "2",
+            "--sizes",
+            "64k",
+            "--delays",
+            "0,5",
+            "--latency-sizes",
+            "64",
+            "--warmup",
+            "0.3",
+            "--seconds",
+            "0.7",
+            "--out",
+        ])
+        .arg(&out)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("flowlane-ttcp matrix");
+    let (o, took) = wait_bounded(child, Duration::from_secs(300), "matrix");
+    assert!(o.status.success(), "matrix: {}", text(&o));
+    eprintln!("matrix took {took:?}");
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+
+    let cells = v["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 2 * 2 * 2, "backends x roles x delays: {v}");
+    for c in cells {
+        let what = format!("{} {} delay {}", c["backend"], c["role"], c["delay_ms"]);
+        assert!(c["error"].is_null(), "{what}: {}", c["error"]);
+        assert!(c["mbit_s"].as_f64().unwrap() > 1.0, "{what}: {c}");
+        let delay = c["delay_ms"].as_f64().unwrap();
+        if delay > 0.0 {
+            // The line delayed both directions: the RTT grew by at least 2 x 5 ms.
+            assert!(c["rtt_added_ms"].as_f64().unwrap() >= 10.0, "{what}");
+            let hooks = &c["delay_line"]["hooks"];
+            assert!(hooks["to_line_egress"].as_u64().unwrap() > 0, "{what}");
+            assert!(hooks["to_line_ingress"].as_u64().unwrap() > 0, "{what}");
+        } else {
+            assert!(c["delay_line"].is_null(), "{what}");
+        }
+    }
+    // A flowlane sender's retransmits come from flowlane's own counters.
+    assert!(cells.iter().any(|c| c["backend"] == "flowlane"
+        && c["role"] == "sender"
+        && c["retrans_sender"].is_u64()));
+
+    let lat = v["latency"].as_array().unwrap();
+    assert_eq!(lat.len(), 2 * 2, "backends x delays: {v}");
+    for l in lat {
+        let p50 = l["latency"]["rtt_p50_us"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{l}"));
+        if l["delay_ms"].as_f64().unwrap() > 0.0 {
+            assert!(p50 >= 10_000.0, "a 5 ms line each way: {l}");
+        } else {
+            assert!(p50 < 10_000.0, "{l}");
+        }
+    }
+    let table = std::fs::read_to_string(out.join("table.md")).unwrap();
+    assert!(table.contains("flowlane-sender Mbit/s"), "{table}");
+    assert!(table.contains("p99.9"), "{table}");
+    assert!(out.join("throughput_vs_delay.svg").exists());
+    let _ = std::fs::remove_dir_all(&out);
+    // The matrix removed its bed.
+    assert!(!std::path::Path::new("/run/netns")
+        .join(format!("flowlane-{bed}"))
+        .exists());
+}
