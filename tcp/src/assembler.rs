@@ -3,19 +3,34 @@
 //!
 //! The data itself lives in the receive ring's unallocated space; the
 //! assembler only remembers which byte ranges past `RCV.NXT` are filled. The
-//! number of disjoint ranges is bounded so per-connection state stays small
-//! and fixed-size; a segment that would need one more range is dropped (the
-//! peer retransmits it).
+//! number of disjoint ranges is bounded (a segment that would need one more
+//! range is dropped; the peer retransmits it), and the ranges live in a heap
+//! allocation that exists only while out-of-order data is held, so an
+//! in-order connection pays one pointer-sized field for it.
+//!
+//! A large flight that loses many segments at once (a slow-start overshoot
+//! into a drop-tail queue loses every other segment of a window) leaves as
+//! many holes; each one the receiver cannot keep costs the sender another
+//! round trip, so the bound is generous (a 1 Gbit/s, 10 ms path with a
+//! 10 ms queue loses about 1,250 segments to one overshoot). Ranges are kept
+//! sorted and stored as positions in a free-running 32-bit byte counter
+//! (`base` is RCV.NXT's position), so that advancing RCV.NXT never rewrites
+//! the ranges: an insertion is a binary search plus at most one `memmove`
+//! of the ranges after it (8 bytes each), and the common cases (extending
+//! the highest range, filling the lowest hole) touch one or two entries
+//! besides that move.
 
 /// Maximum number of disjoint out-of-order ranges kept per connection.
-pub const MAX_RANGES: usize = 4;
+pub const MAX_RANGES: usize = 1024;
 
-/// The set of filled ranges, as offsets relative to `RCV.NXT`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// The set of filled ranges, relative to `RCV.NXT`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Assembler {
-    /// Sorted, disjoint, non-adjacent half-open ranges, all starting > 0.
-    ranges: [(u32, u32); MAX_RANGES],
-    count: u8,
+    /// Sorted, disjoint, non-adjacent half-open ranges as positions
+    /// (relative offset + `base`, wrapping); all start after `base`.
+    ranges: Vec<(u32, u32)>,
+    /// Position of offset 0 (RCV.NXT).
+    base: u32,
 }
 
 /// The segment would need more than [`MAX_RANGES`] ranges.
@@ -30,64 +45,77 @@ impl Assembler {
 
     /// Whether no out-of-order data is held.
     pub fn is_empty(&self) -> bool {
-        self.count == 0
+        self.ranges.is_empty()
     }
 
-    /// The held ranges `(start, end)` relative to `RCV.NXT`.
-    pub fn ranges(&self) -> &[(u32, u32)] {
-        &self.ranges[..self.count as usize]
+    /// Number of held ranges.
+    pub fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    /// The held ranges `(start, end)` relative to `RCV.NXT`, lowest first.
+    pub fn ranges(&self) -> impl DoubleEndedIterator<Item = (u32, u32)> + ExactSizeIterator + '_ {
+        let b = self.base;
+        self.ranges
+            .iter()
+            .map(move |&(s, e)| (s.wrapping_sub(b), e.wrapping_sub(b)))
     }
 
     /// Records `[offset, offset + len)` as filled. Returns how many bytes
-    /// are now contiguous from offset 0; those are removed and the remaining
-    /// ranges are shifted down (the caller advances `RCV.NXT` by that much).
+    /// are now contiguous from offset 0; those are removed (the caller
+    /// advances `RCV.NXT` by that much). Offsets must stay below 2^31.
     pub fn add(&mut self, offset: u32, len: u32) -> Result<u32, TooManyRanges> {
         if len == 0 {
             return Ok(0);
         }
-        let new = (offset, offset.saturating_add(len));
-        let mut tmp = [(0u32, 0u32); MAX_RANGES + 1];
-        let mut n = 0;
-        let mut placed = false;
-        for &r in self.ranges() {
-            if !placed && new.0 <= r.0 {
-                tmp[n] = new;
-                n += 1;
-                placed = true;
+        let end = offset.saturating_add(len);
+        if self.ranges.is_empty() {
+            if offset == 0 {
+                self.base = self.base.wrapping_add(end);
+                return Ok(end);
             }
-            tmp[n] = r;
-            n += 1;
+            self.ranges.reserve_exact(8);
+            self.ranges
+                .push((self.base.wrapping_add(offset), self.base.wrapping_add(end)));
+            return Ok(0);
         }
-        if !placed {
-            tmp[n] = new;
-            n += 1;
+        let b = self.base;
+        let rel = |p: u32| p.wrapping_sub(b);
+        // First range that ends at or after the new start (it may merge),
+        // and first range that starts after the new end (it may not).
+        let lo = self.ranges.partition_point(|&(_, e)| rel(e) < offset);
+        let hi = self.ranges.partition_point(|&(s, _)| rel(s) <= end);
+        let (mut s, mut e) = (offset, end);
+        if lo < hi {
+            s = s.min(rel(self.ranges[lo].0));
+            e = e.max(rel(self.ranges[hi - 1].1));
         }
-        // Merge overlapping or adjacent ranges.
-        let mut m = 0;
-        for i in 1..n {
-            if tmp[i].0 <= tmp[m].1 {
-                tmp[m].1 = tmp[m].1.max(tmp[i].1);
-            } else {
-                m += 1;
-                tmp[m] = tmp[i];
+        if s == 0 {
+            // Contiguous from RCV.NXT: [0, e) leaves; ranges lo..hi merged
+            // into it, and lo == 0 since nothing lies below offset 0.
+            self.ranges.drain(..hi);
+            self.base = b.wrapping_add(e);
+            if self.ranges.is_empty() {
+                self.ranges = Vec::new();
             }
+            return Ok(e);
         }
-        let merged = m + 1;
-        let front = if tmp[0].0 == 0 { tmp[0].1 } else { 0 };
-        let skip = usize::from(front > 0);
-        if merged - skip > MAX_RANGES {
-            return Err(TooManyRanges);
+        let new = (b.wrapping_add(s), b.wrapping_add(e));
+        if lo == hi {
+            if self.ranges.len() >= MAX_RANGES {
+                return Err(TooManyRanges);
+            }
+            self.ranges.insert(lo, new);
+        } else {
+            self.ranges[lo] = new;
+            self.ranges.drain(lo + 1..hi);
         }
-        self.count = (merged - skip) as u8;
-        for (dst, src) in self.ranges.iter_mut().zip(&tmp[skip..merged]) {
-            *dst = (src.0 - front, src.1 - front);
-        }
-        Ok(front)
+        Ok(0)
     }
 
     /// Forgets all held ranges.
     pub fn clear(&mut self) {
-        self.count = 0;
+        self.ranges = Vec::new();
     }
 }
 
@@ -107,9 +135,9 @@ mod tests {
         let mut a = Assembler::new();
         assert_eq!(a.add(10, 5), Ok(0));
         assert_eq!(a.add(20, 5), Ok(0));
-        assert_eq!(a.ranges(), &[(10, 15), (20, 25)]);
+        assert!(a.ranges().eq([(10, 15), (20, 25)]));
         assert_eq!(a.add(15, 5), Ok(0));
-        assert_eq!(a.ranges(), &[(10, 25)]);
+        assert!(a.ranges().eq([(10, 25)]));
         assert_eq!(a.add(0, 12), Ok(25));
         assert!(a.is_empty());
     }
@@ -120,18 +148,90 @@ mod tests {
         for i in 0..MAX_RANGES as u32 {
             assert_eq!(a.add(10 + 10 * i, 1), Ok(0));
         }
-        let before = a;
-        assert_eq!(a.add(100, 1), Err(TooManyRanges));
+        let before = a.clone();
+        assert_eq!(a.add(10 + 10 * MAX_RANGES as u32, 1), Err(TooManyRanges));
         assert_eq!(a, before);
         // Merging into an existing range is fine, and so is filling the
         // front even though that momentarily makes MAX_RANGES + 1 ranges.
         assert_eq!(a.add(11, 2), Ok(0));
         assert_eq!(a.add(0, 10), Ok(13));
         assert_eq!(a.ranges().len(), MAX_RANGES - 1);
-        assert_eq!(a.ranges()[0], (7, 8));
+        assert_eq!(a.ranges().next(), Some((7, 8)));
+    }
+
+    #[test]
+    fn positions_wrap() {
+        let mut a = Assembler::new();
+        // Move the base close to the end of the 32-bit position space.
+        assert_eq!(a.add(0, u32::MAX - 5), Ok(u32::MAX - 5));
+        assert_eq!(a.add(10, 5), Ok(0));
+        assert_eq!(a.add(20, 5), Ok(0));
+        assert!(a.ranges().eq([(10, 15), (20, 25)]));
+        assert_eq!(a.add(12, 10), Ok(0));
+        assert!(a.ranges().eq([(10, 25)]));
+        assert_eq!(a.add(0, 10), Ok(25));
+        assert!(a.is_empty());
+    }
+
+    /// Many holes at once (a slow-start overshoot that lost every other
+    /// segment): up to `MAX_RANGES` are kept, filled in any order.
+    #[test]
+    fn many_holes() {
+        let mut a = Assembler::new();
+        for i in 0..MAX_RANGES as u32 {
+            assert_eq!(a.add(2000 * i + 1000, 1000), Ok(0));
+        }
+        assert_eq!(a.len(), MAX_RANGES);
+        for i in (1..MAX_RANGES as u32).rev() {
+            assert_eq!(a.add(2000 * i, 1000), Ok(0));
+        }
+        assert_eq!(a.len(), 1);
+        assert_eq!(a.add(0, 1000), Ok(2000 * MAX_RANGES as u32));
+        assert!(a.is_empty());
     }
 
     proptest::proptest! {
+        #[test]
+        fn matches_bitmap_model_wide(segs in proptest::collection::vec((0u32..3000, 1u32..4), 0..800)) {
+            let mut a = Assembler::new();
+            let mut model = vec![false; 8192];
+            let mut delivered = 0u32;
+            for (off, len) in segs {
+                let abs = delivered + off;
+                if abs + len > 8192 {
+                    continue;
+                }
+                if let Ok(front) = a.add(off, len) {
+                    for b in abs..abs + len {
+                        model[b as usize] = true;
+                    }
+                    let mut expect = 0;
+                    while model[(delivered + expect) as usize] {
+                        expect += 1;
+                    }
+                    proptest::prop_assert_eq!(front, expect);
+                    delivered += front;
+                } else {
+                    proptest::prop_assert_eq!(a.len(), MAX_RANGES);
+                }
+                // The ranges are exactly the filled runs past `delivered`.
+                let mut runs = Vec::new();
+                let mut i = delivered as usize;
+                while i < model.len() {
+                    if model[i] {
+                        let s = i;
+                        while i < model.len() && model[i] {
+                            i += 1;
+                        }
+                        runs.push(((s as u32) - delivered, (i as u32) - delivered));
+                    } else {
+                        i += 1;
+                    }
+                }
+                proptest::prop_assert_eq!(a.ranges().collect::<Vec<_>>(), runs);
+            }
+        }
+
         #[test]
         fn matches_bitmap_model(segs in proptest::collection::vec((0u32..64, 1u32..16), 0..40)) {
             let mut a = Assembler::new();
@@ -157,7 +257,8 @@ mod tests {
                     delivered += front;
                 }
                 proptest::prop_assert!(a.ranges().len() <= MAX_RANGES);
-                for w in a.ranges().windows(2) {
+                let v: Vec<_> = a.ranges().collect();
+                for w in v.windows(2) {
                     proptest::prop_assert!(w[0].1 < w[1].0);
                 }
                 for r in a.ranges() {

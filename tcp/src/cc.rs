@@ -1,4 +1,5 @@
-//! Congestion control (RFC 5681, NewReno fast recovery per RFC 6582).
+//! Congestion control (RFC 5681, NewReno fast recovery per RFC 6582, the
+//! window of SACK-based recovery per RFC 6675).
 //!
 //! Loss *detection* (duplicate ACK counting, the NewReno `recover` point,
 //! the retransmission timer) lives in the connection; a
@@ -21,6 +22,10 @@ pub trait CongestionControl {
     /// Third duplicate ACK: a fast retransmit starts fast recovery with
     /// `flight_size` bytes outstanding.
     fn on_fast_retransmit(&mut self, flight_size: usize);
+    /// Conservative SACK-based loss recovery starts with `flight_size`
+    /// bytes outstanding (RFC 6675 §5 step (4.2)): no window inflation, the
+    /// pipe estimate governs transmission.
+    fn on_sack_recovery(&mut self, flight_size: usize);
     /// A further duplicate ACK during fast recovery.
     fn on_recovery_dup_ack(&mut self);
     /// A partial ACK during fast recovery acknowledged `bytes_acked`.
@@ -122,6 +127,14 @@ impl CongestionControl for NewReno {
         self.bytes_acked = 0;
     }
 
+    fn on_sack_recovery(&mut self, flight_size: usize) {
+        // RFC 6675 §5 step (4.2): cwnd = ssthresh = FlightSize / 2 (RFC
+        // 5681 §3.1 equation (4)).
+        self.ssthresh = self.half_flight(flight_size);
+        self.cwnd = self.ssthresh;
+        self.bytes_acked = 0;
+    }
+
     fn on_recovery_dup_ack(&mut self) {
         // RFC 6582 §3.2 step 3: artificially inflate.
         self.cwnd += self.smss;
@@ -218,6 +231,9 @@ impl CongestionControl for Controller {
     fn on_fast_retransmit(&mut self, flight_size: usize) {
         self.inner().on_fast_retransmit(flight_size)
     }
+    fn on_sack_recovery(&mut self, flight_size: usize) {
+        self.inner().on_sack_recovery(flight_size)
+    }
     fn on_recovery_dup_ack(&mut self) {
         self.inner().on_recovery_dup_ack()
     }
@@ -305,6 +321,8 @@ mod tests {
         assert_eq!(c.window(), 5000);
         c.on_recovery_exit(50_000);
         assert_eq!(c.window(), 10_000);
+        c.on_sack_recovery(30_000);
+        assert_eq!((c.ssthresh(), c.window()), (15_000, 15_000));
         // Small flights never drop ssthresh below 2 SMSS.
         c.on_fast_retransmit(1000);
         assert_eq!(c.ssthresh(), 2 * MSS);

@@ -35,6 +35,7 @@ pub mod cc;
 mod connection;
 pub mod isn;
 pub mod rto;
+pub mod sack;
 pub mod seq;
 mod stack;
 pub mod time;
@@ -209,8 +210,10 @@ pub struct Config {
     /// for out-of-order data (RFC 2018 §4) and D-SACK blocks for duplicates
     /// (RFC 2883 §4), which a SACK sender (any kernel) needs to recover
     /// from several losses per window and to recognise reordering. As a
-    /// sender, received SACK blocks are not used (SACK information is
-    /// advisory, RFC 2018 §8): loss recovery works on cumulative ACKs.
+    /// sender, when the peer permits SACK too, loss recovery is RFC 6675's
+    /// conservative SACK-based recovery (a scoreboard of SACKed ranges,
+    /// the pipe estimate, several holes repaired per round trip); without
+    /// it, NewReno (RFC 6582) on cumulative ACKs.
     pub sack: bool,
     /// RTO before any RTT sample (RFC 6298 §2.1: 1 s).
     pub initial_rto: Duration,
