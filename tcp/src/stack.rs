@@ -256,6 +256,15 @@ impl Stack {
         }
     }
 
+    /// The live connection behind a handle.
+    fn live(&self, h: ConnHandle) -> Result<&Connection, Error> {
+        let idx = self.lookup(h)?;
+        Ok(self.slots[idx as usize]
+            .conn
+            .as_ref()
+            .expect("lookup returns live slots"))
+    }
+
     fn lookup(&self, h: ConnHandle) -> Result<u32, Error> {
         match self.slots.get(h.index as usize) {
             Some(s) if s.generation == h.generation && s.conn.is_some() => Ok(h.index),
@@ -641,12 +650,7 @@ impl Stack {
     /// part of what is buffered, when the ring wraps). Follow with
     /// [`Stack::consume`].
     pub fn peek(&self, conn: ConnHandle) -> Result<&[u8], Error> {
-        let idx = self.lookup(conn)?;
-        Ok(self.slots[idx as usize]
-            .conn
-            .as_ref()
-            .expect("live slot")
-            .peek())
+        Ok(self.live(conn)?.peek())
     }
 
     /// Drops `n` bytes read through [`Stack::peek`]; returns how many were
@@ -658,68 +662,35 @@ impl Stack {
 
     /// Whether the peer closed and every byte was read.
     pub fn is_eof(&self, conn: ConnHandle) -> Result<bool, Error> {
-        let idx = self.lookup(conn)?;
-        Ok(self.slots[idx as usize]
-            .conn
-            .as_ref()
-            .expect("live slot")
-            .at_eof())
+        Ok(self.live(conn)?.at_eof())
     }
 
     /// Free space in the send buffer.
     pub fn send_space(&self, conn: ConnHandle) -> Result<usize, Error> {
-        let idx = self.lookup(conn)?;
-        Ok(self.slots[idx as usize]
-            .conn
-            .as_ref()
-            .expect("live slot")
-            .send_buf
-            .window())
+        Ok(self.live(conn)?.send_buf.window())
     }
 
     /// Current send buffer capacity (grows with the congestion window while
     /// the application keeps the buffer full, up to
     /// [`Config::send_buffer_max`]).
     pub fn send_capacity(&self, conn: ConnHandle) -> Result<usize, Error> {
-        let idx = self.lookup(conn)?;
-        Ok(self.slots[idx as usize]
-            .conn
-            .as_ref()
-            .expect("live slot")
-            .send_buf
-            .capacity())
+        Ok(self.live(conn)?.send_buf.capacity())
     }
 
     /// Current receive buffer capacity, which bounds the window offered
     /// (grows by dynamic right-sizing up to [`Config::recv_buffer_max`]).
     pub fn recv_capacity(&self, conn: ConnHandle) -> Result<usize, Error> {
-        let idx = self.lookup(conn)?;
-        Ok(self.slots[idx as usize]
-            .conn
-            .as_ref()
-            .expect("live slot")
-            .recv_buf
-            .capacity())
+        Ok(self.live(conn)?.recv_buf.capacity())
     }
 
     /// The connection's state.
     pub fn state(&self, conn: ConnHandle) -> Result<State, Error> {
-        let idx = self.lookup(conn)?;
-        Ok(self.slots[idx as usize]
-            .conn
-            .as_ref()
-            .expect("live slot")
-            .state)
+        Ok(self.live(conn)?.state)
     }
 
     /// The connection's address pair.
     pub fn four_tuple(&self, conn: ConnHandle) -> Result<FourTuple, Error> {
-        let idx = self.lookup(conn)?;
-        Ok(self.slots[idx as usize]
-            .conn
-            .as_ref()
-            .expect("live slot")
-            .tuple)
+        Ok(self.live(conn)?.tuple)
     }
 
     /// Sends FIN after the queued data; reading continues (half close).

@@ -107,34 +107,6 @@ impl EdgeCheck {
     }
 }
 
-/// An established connection A:10000 -> B:80.
-fn establish(sim: &mut Sim) -> (ConnHandle, ConnHandle) {
-    sim.b.listen(SocketAddr::new(B_IP, 80)).expect("listen");
-    let a = sim
-        .a
-        .connect(
-            sim.now,
-            SocketAddr::new(A_IP, 10000),
-            SocketAddr::new(B_IP, 80),
-        )
-        .expect("connect");
-    let mut b = None;
-    let mut connected = false;
-    let ok = sim.run_until(sim.now + Duration::from_secs(5), |s| {
-        while let Some(e) = s.a.poll_event() {
-            connected |= e == Event::Connected(a);
-        }
-        while let Some(e) = s.b.poll_event() {
-            if let Event::Accepted { conn, .. } = e {
-                b = Some(conn);
-            }
-        }
-        connected && b.is_some()
-    });
-    assert!(ok, "handshake");
-    (a, b.expect("accepted"))
-}
-
 /// Stream contents: byte `i` is `PATTERN[i % PERIOD]`; the period is prime
 /// so that it lines up with no buffer size. Checking a chunk is a slice
 /// comparison (cheap in a debug build).
@@ -258,7 +230,7 @@ fn autotuning_fills_a_long_fat_pipe() {
     let link = long_fat_link();
     let mut sim = Sim::new(1, link, link, config(1, true), config(2, true));
     let edges = EdgeCheck::install(&mut sim);
-    let (a, b) = establish(&mut sim);
+    let (a, b) = sim.establish();
     let t = one_way(&mut sim, a, b, 32 << 20, Duration::from_secs(30));
     t.report("auto-tuning on, 1 Gbit/s, 50 ms RTT");
     edges.borrow().assert_ok();
@@ -289,7 +261,7 @@ fn without_autotuning_the_window_caps_goodput() {
     let link = long_fat_link();
     let mut sim = Sim::new(1, link, link, config(1, false), config(2, false));
     let edges = EdgeCheck::install(&mut sim);
-    let (a, b) = establish(&mut sim);
+    let (a, b) = sim.establish();
     let t = one_way(&mut sim, a, b, 2 << 20, Duration::from_secs(30));
     t.report("auto-tuning off, 1 Gbit/s, 50 ms RTT");
     edges.borrow().assert_ok();
@@ -315,7 +287,7 @@ fn autotuning_without_timestamps() {
     cb.timestamps = false;
     let mut sim = Sim::new(2, link, link, ca, cb);
     let edges = EdgeCheck::install(&mut sim);
-    let (a, b) = establish(&mut sim);
+    let (a, b) = sim.establish();
     let t = one_way(&mut sim, a, b, 32 << 20, Duration::from_secs(30));
     t.report("auto-tuning on, no timestamps, 1 Gbit/s, 50 ms RTT");
     edges.borrow().assert_ok();
@@ -340,7 +312,7 @@ fn window_scale_follows_the_maximum() {
             config(2, autotune),
         );
         sim.tap = Some(Vec::new());
-        establish(&mut sim);
+        sim.establish();
         let tap = sim.tap.take().expect("tap");
         for (_, seg) in tap.iter().take(2) {
             let (r, _) = TcpRepr::parse(seg).expect("parse");
@@ -423,7 +395,7 @@ fn export_import_keeps_grown_buffers() {
         ..LinkConfig::default()
     };
     let mut sim = Sim::new(5, link, link, config(1, true), config(2, true));
-    let (mut a, mut b) = establish(&mut sim);
+    let (mut a, mut b) = sim.establish();
     let table = pattern_table();
     let total = 12usize << 20;
     let (mut sent, mut got) = (0usize, 0usize);

@@ -8,9 +8,8 @@
 mod sim;
 
 use flowlane_tcp::time::{Duration, Instant};
-use flowlane_tcp::{Config, ConnHandle, Event, Stats};
-use sim::{LinkConfig, Sim, A_IP, B_IP};
-use std::net::SocketAddr;
+use flowlane_tcp::{Config, Stats};
+use sim::{LinkConfig, Sim};
 
 const BYTES: usize = 16 << 20;
 
@@ -36,33 +35,6 @@ fn config(secret: u8, autotune: bool, sack: bool) -> Config {
     c
 }
 
-fn establish(sim: &mut Sim) -> (ConnHandle, ConnHandle) {
-    sim.b.listen(SocketAddr::new(B_IP, 80)).expect("listen");
-    let a = sim
-        .a
-        .connect(
-            sim.now,
-            SocketAddr::new(A_IP, 10000),
-            SocketAddr::new(B_IP, 80),
-        )
-        .expect("connect");
-    let mut b = None;
-    let mut connected = false;
-    let ok = sim.run_until(sim.now + Duration::from_secs(5), |s| {
-        while let Some(e) = s.a.poll_event() {
-            connected |= e == Event::Connected(a);
-        }
-        while let Some(e) = s.b.poll_event() {
-            if let Event::Accepted { conn, .. } = e {
-                b = Some(conn);
-            }
-        }
-        connected && b.is_some()
-    });
-    assert!(ok, "handshake");
-    (a, b.expect("accepted"))
-}
-
 /// Outcome of one bulk transfer.
 struct Run {
     /// Goodput from the first byte queued to the last byte read, bits/s.
@@ -84,7 +56,7 @@ fn transfer(link: LinkConfig, seed: u64, autotune: bool, sack: bool) -> Run {
         config(1, autotune, sack),
         config(2, autotune, sack),
     );
-    let (a, b) = establish(&mut sim);
+    let (a, b) = sim.establish();
     sim.a.set_nodelay(a, true).expect("nodelay");
     let data: Vec<u8> = (0..BYTES)
         .map(|i| (i as u32).wrapping_mul(2_654_435_761).rotate_left(7) as u8)

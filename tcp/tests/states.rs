@@ -29,26 +29,6 @@ fn run_until(sim: &mut Sim, limit: Duration, mut pred: impl FnMut(&mut Sim) -> b
     );
 }
 
-/// An established connection A:10000 -> B:80; returns (a handle, b handle).
-fn establish(sim: &mut Sim) -> (ConnHandle, ConnHandle) {
-    sim.b.listen(b_addr(80)).unwrap();
-    let a = sim.a.connect(sim.now, a_addr(10000), b_addr(80)).unwrap();
-    let mut b = None;
-    let mut connected = false;
-    run_until(sim, Duration::from_secs(5), |s| {
-        while let Some(e) = s.a.poll_event() {
-            connected |= e == Event::Connected(a);
-        }
-        while let Some(e) = s.b.poll_event() {
-            if let Event::Accepted { conn, .. } = e {
-                b = Some(conn);
-            }
-        }
-        connected && b.is_some()
-    });
-    (a, b.unwrap())
-}
-
 /// Compares streams without dumping megabytes on failure.
 fn assert_same(got: &[u8], want: &[u8]) {
     let first_diff = got.iter().zip(want).position(|(a, b)| a != b);
@@ -77,7 +57,7 @@ fn read_all(stack: &mut Stack, h: ConnHandle) -> Vec<u8> {
 fn handshake_negotiates_options() {
     let mut sim = Sim::symmetric(1, LinkConfig::default());
     sim.tap = Some(Vec::new());
-    let (a, b) = establish(&mut sim);
+    let (a, b) = sim.establish();
     let tap = sim.tap.take().unwrap();
     let (syn, _) = TcpRepr::parse(&tap[0].1).unwrap();
     let (syn_ack, _) = TcpRepr::parse(&tap[1].1).unwrap();
@@ -107,7 +87,7 @@ fn mss_option_limits_segment_size() {
         sim::test_config(1),
         b_cfg,
     );
-    let (a, _) = establish(&mut sim);
+    let (a, _) = sim.establish();
     sim.tap = Some(Vec::new());
     sim.a.send(a, &[7u8; 5000]).unwrap();
     sim.run_for(Duration::from_millis(200));
@@ -126,7 +106,7 @@ fn mss_option_limits_segment_size() {
 #[test]
 fn data_both_ways_and_clean_close() {
     let mut sim = Sim::symmetric(2, LinkConfig::default());
-    let (a, b) = establish(&mut sim);
+    let (a, b) = sim.establish();
     assert_eq!(sim.a.send(a, b"hello").unwrap(), 5);
     assert_eq!(sim.b.send(b, b"world!").unwrap(), 6);
     sim.run_for(Duration::from_millis(100));
@@ -221,7 +201,7 @@ fn rst_for_closed_port() {
 #[test]
 fn abort_resets_peer_and_handles_are_not_reused() {
     let mut sim = Sim::symmetric(5, LinkConfig::default());
-    let (a, b) = establish(&mut sim);
+    let (a, b) = sim.establish();
     sim.a.abort(a).unwrap();
     assert_eq!(
         events(&mut sim.a),
@@ -254,7 +234,7 @@ fn zero_window_and_persist() {
         sim::test_config(1),
         b_cfg,
     );
-    let (a, b) = establish(&mut sim);
+    let (a, b) = sim.establish();
     let data: Vec<u8> = (0..20_000u64).map(|i| pattern(9, i)).collect();
     let n = sim.a.send(a, &data).unwrap();
     assert_eq!(n, 20_000);
@@ -291,7 +271,7 @@ fn zero_window_and_persist() {
 #[test]
 fn retransmission_timeout_gives_up() {
     let mut sim = Sim::symmetric(7, LinkConfig::default());
-    let (a, _b) = establish(&mut sim);
+    let (a, _b) = sim.establish();
     sim.link_up = false;
     let start = sim.now;
     sim.a.send(a, b"into the void").unwrap();
@@ -328,7 +308,7 @@ fn keepalive_probes_then_times_out() {
         a_cfg,
         sim::test_config(2),
     );
-    let (a, _b) = establish(&mut sim);
+    let (a, _b) = sim.establish();
     // Idle but alive: probes are answered and the connection stays.
     sim.run_for(Duration::from_secs(35));
     assert!(sim.a.stats().keepalive_probes >= 3);
@@ -347,7 +327,7 @@ fn keepalive_probes_then_times_out() {
 #[test]
 fn nagle_and_delayed_ack() {
     let mut sim = Sim::symmetric(9, LinkConfig::default());
-    let (a, b) = establish(&mut sim);
+    let (a, b) = sim.establish();
     let mut buf = [0u8; 1500];
     // Two full-sized segments are acknowledged at once (RFC 5681 §4.2).
     sim.a.send(a, &[b'f'; 2896]).unwrap();
@@ -410,7 +390,7 @@ fn window_scaling_allows_large_windows() {
         c.recv_buffer = 1 << 20;
     }
     let mut sim = Sim::new(10, link, link, a_cfg, b_cfg);
-    let (a, b) = establish(&mut sim);
+    let (a, b) = sim.establish();
     let total = 8usize << 20;
     let chunk = vec![0x5au8; 1 << 16];
     let mut sent = 0;
@@ -448,7 +428,7 @@ fn export_import_mid_transfer() {
     // data at the moment of the move.
     let link = LinkConfig::hostile(0.05);
     let mut sim = Sim::symmetric(11, link);
-    let (a, b) = establish(&mut sim);
+    let (a, b) = sim.establish();
     let total = 300_000u64;
     let data: Vec<u8> = (0..total).map(|i| pattern(3, i)).collect();
     let mut sent = 0usize;
@@ -484,7 +464,7 @@ fn export_import_mid_transfer() {
 #[test]
 fn paws_drops_old_timestamps() {
     let mut sim = Sim::symmetric(12, LinkConfig::default());
-    let (a, b) = establish(&mut sim);
+    let (a, b) = sim.establish();
     sim.tap = Some(Vec::new());
     sim.a.send(a, b"first").unwrap();
     sim.run_for(Duration::from_millis(100));

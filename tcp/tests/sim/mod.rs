@@ -466,6 +466,35 @@ impl Sim {
         true
     }
 
+    /// Opens A:10000 -> B:80 and runs until both ends are established;
+    /// returns (A's handle, B's handle).
+    pub fn establish(&mut self) -> (ConnHandle, ConnHandle) {
+        self.b.listen(SocketAddr::new(B_IP, 80)).expect("listen");
+        let a = self
+            .a
+            .connect(
+                self.now,
+                SocketAddr::new(A_IP, 10000),
+                SocketAddr::new(B_IP, 80),
+            )
+            .expect("connect");
+        let mut b = None;
+        let mut connected = false;
+        let ok = self.run_until(self.now + Duration::from_secs(5), |s| {
+            while let Some(e) = s.a.poll_event() {
+                connected |= e == Event::Connected(a);
+            }
+            while let Some(e) = s.b.poll_event() {
+                if let Event::Accepted { conn, .. } = e {
+                    b = Some(conn);
+                }
+            }
+            connected && b.is_some()
+        });
+        assert!(ok, "handshake");
+        (a, b.expect("accepted"))
+    }
+
     /// Steps until `done` returns true (checked before every step) or the
     /// virtual clock passes `limit`. Returns whether `done` became true.
     pub fn run_until(&mut self, limit: Instant, mut done: impl FnMut(&mut Sim) -> bool) -> bool {
