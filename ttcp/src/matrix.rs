@@ -335,6 +335,29 @@ fn run_cell(c: &CellSpec<'_>) -> Result<CellRun> {
     })
 }
 
+/// Runs a cell, through a delay line of `delay_ms` each way when it is not
+/// 0; returns the cell's result and the line's report. A line that fails
+/// fails the cell.
+fn run_delayed(
+    flowlane: &Path,
+    bed: &str,
+    delay_ms: f64,
+    spec: &CellSpec<'_>,
+) -> (Result<CellRun>, Option<serde_json::Value>) {
+    if delay_ms <= 0.0 {
+        return (run_cell(spec), None);
+    }
+    let line = match DelayLine::start(flowlane, bed, delay_ms) {
+        Ok(l) => l,
+        Err(e) => return (Err(e), None),
+    };
+    let r = run_cell(spec);
+    match line.stop() {
+        Ok(report) => (r, Some(report)),
+        Err(e) => (Err(e), None),
+    }
+}
+
 /// Runs the matrix.
 pub fn run(a: &MatrixArgs) -> Result<()> {
     let me = std::env::current_exe()?;
@@ -472,16 +495,7 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
                             warm,
                             mode: String::new(),
                         };
-                        let mut line_report = None;
-                        let r = if d > 0.0 {
-                            DelayLine::start(&flowlane, &name, d).and_then(|line| {
-                                let r = run_cell(&spec);
-                                line_report = Some(line.stop()?);
-                                r
-                            })
-                        } else {
-                            run_cell(&spec)
-                        };
+                        let (r, line_report) = run_delayed(&flowlane, &name, d, &spec);
                         let rtt_added_ms = line_report.as_ref().and_then(|l| {
                             Some(2.0 * (d + l.get("mean_late_us")?.as_f64()? / 1000.0))
                         });
@@ -558,15 +572,7 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
                     warm: 0.5,
                     mode: format!("--latency --msg-size {size}"),
                 };
-                let r = if d > 0.0 {
-                    DelayLine::start(&flowlane, &name, d).and_then(|line| {
-                        let r = run_cell(&spec);
-                        line.stop()?;
-                        r
-                    })
-                } else {
-                    run_cell(&spec)
-                };
+                let (r, _) = run_delayed(&flowlane, &name, d, &spec);
                 let mut row = serde_json::json!({
                     "backend": b, "role": "receiver (echo)", "msg_size": size, "delay_ms": d,
                 });
