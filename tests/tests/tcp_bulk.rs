@@ -4,7 +4,6 @@
 
 mod tcp_common;
 
-use std::time::Duration;
 
 use flowlane_tests::{require_root, Bed};
 use tcp_common::*;
@@ -17,25 +16,7 @@ fn kernel_to_flowlane_sink_sha256_equal() {
     let bed = Bed::up("tbk", 2);
     let bytes = bulk_bytes();
     let limit = if bytes > 64 << 20 { 900 } else { 120 };
-    let sink = start(
-        &bed,
-        &["bulk-sink", "--port", "5001", "--count", "1"],
-        limit,
-    );
-    let sent = peer_py(
-        &bed,
-        limit,
-        KERNEL_SEND,
-        &["10.99.0.1:5001", &bytes.to_string()],
-    );
-    let lines = sink.wait(Duration::from_secs(30));
-    let r = lines
-        .iter()
-        .find(|v| v["event"] == "sink")
-        .expect("sink line");
-    assert_eq!(r["ok"], true, "{r}");
-    assert_eq!(r["bytes"], bytes, "{r}");
-    assert_eq!(r["sha256"], sent.trim(), "{r}");
+    let (r, lines) = kernel_to_flowlane(&bed, bytes, limit);
     eprintln!(
         "kernel -> flowlane: {} bytes in {:.2} s ({:.2} Gbit/s, {:.1} worker ns/byte)",
         r["bytes"],
@@ -55,31 +36,7 @@ fn flowlane_source_to_kernel_sha256_equal() {
     let bed = Bed::up("tbs", 2);
     let bytes = bulk_bytes();
     let limit = if bytes > 64 << 20 { 900 } else { 120 };
-    let mut peer = peer_py_spawn(&bed, limit, KERNEL_RECV, &["10.99.0.2:5002"]);
-    wait_ready(&mut peer);
-    let src = start(
-        &bed,
-        &[
-            "bulk-source",
-            "--connect",
-            "10.99.0.2:5002",
-            "--bytes",
-            &bytes.to_string(),
-        ],
-        limit,
-    );
-    let lines = src.wait(Duration::from_secs(limit));
-    let got = finish(peer, Duration::from_secs(30));
-    let r = lines
-        .iter()
-        .find(|v| v["event"] == "source")
-        .expect("source line");
-    assert_eq!(r["ok"], true, "{r}");
-    assert_eq!(
-        got.trim(),
-        format!("{} {}", bytes, r["sha256"].as_str().unwrap()),
-        "{r}"
-    );
+    let (r, _) = flowlane_to_kernel(&bed, bytes, limit);
     eprintln!(
         "flowlane -> kernel: {} bytes in {:.2} s ({:.2} Gbit/s)",
         r["bytes"],

@@ -133,39 +133,8 @@ fn delay_line_delays_both_ways_carries_tcp_and_removes_itself() {
     }
 
     // flowlane's TCP across the delay, both directions, byte-exact.
-    let bytes = (4u64 << 20).to_string();
-    let sink = start(&bed, &["bulk-sink", "--port", "5001", "--count", "1"], 120);
-    let sent = peer_py(&bed, 120, KERNEL_SEND, &["10.99.0.1:5001", &bytes]);
-    let lines = sink.wait(Duration::from_secs(60));
-    let r = lines
-        .iter()
-        .find(|v| v["event"] == "sink")
-        .expect("sink line");
-    assert_eq!(r["sha256"], sent.trim(), "{r}");
-
-    let mut peer = peer_py_spawn(&bed, 120, KERNEL_RECV, &["10.99.0.2:5002"]);
-    wait_ready(&mut peer);
-    let src = start(
-        &bed,
-        &[
-            "bulk-source",
-            "--connect",
-            "10.99.0.2:5002",
-            "--bytes",
-            &bytes,
-        ],
-        120,
-    );
-    let lines = src.wait(Duration::from_secs(120));
-    let got = finish(peer, Duration::from_secs(60));
-    let r = lines
-        .iter()
-        .find(|v| v["event"] == "source")
-        .expect("source line");
-    assert_eq!(
-        got.trim(),
-        format!("{bytes} {}", r["sha256"].as_str().unwrap())
-    );
+    kernel_to_flowlane(&bed, 4 << 20, 120);
+    flowlane_to_kernel(&bed, 4 << 20, 120);
 
     let report = line.stop();
     eprintln!("delay line report: {report}");

@@ -60,23 +60,7 @@ fn bulk_both_directions_under_netem() {
     let limit = if bytes > 8 << 20 { 1800 } else { 150 };
 
     // Kernel -> flowlane.
-    let sink = start(
-        &bed,
-        &["bulk-sink", "--port", "5001", "--count", "1"],
-        limit,
-    );
-    let sent = peer_py(
-        &bed,
-        limit,
-        KERNEL_SEND,
-        &["10.99.0.1:5001", &bytes.to_string()],
-    );
-    let lines = sink.wait(Duration::from_secs(60));
-    let r = lines
-        .iter()
-        .find(|v| v["event"] == "sink")
-        .expect("sink line");
-    assert_eq!(r["sha256"], sent.trim(), "{r}");
+    let (r, lines) = kernel_to_flowlane(&bed, bytes, limit);
     let t = totals(&lines);
     eprintln!("kernel -> flowlane under netem: {r}\ncounters: {t}");
     let corrupt = t["bad_tcp_checksum"].as_u64().unwrap() + t["bad_ip_checksum"].as_u64().unwrap();
@@ -86,29 +70,7 @@ fn bulk_both_directions_under_netem() {
     );
 
     // flowlane -> kernel.
-    let mut peer = peer_py_spawn(&bed, limit, KERNEL_RECV, &["10.99.0.2:5002"]);
-    wait_ready(&mut peer);
-    let src = start(
-        &bed,
-        &[
-            "bulk-source",
-            "--connect",
-            "10.99.0.2:5002",
-            "--bytes",
-            &bytes.to_string(),
-        ],
-        limit,
-    );
-    let lines = src.wait(Duration::from_secs(limit));
-    let got = finish(peer, Duration::from_secs(60));
-    let r = lines
-        .iter()
-        .find(|v| v["event"] == "source")
-        .expect("source line");
-    assert_eq!(
-        got.trim(),
-        format!("{} {}", bytes, r["sha256"].as_str().unwrap())
-    );
+    let (r, lines) = flowlane_to_kernel(&bed, bytes, limit);
     eprintln!(
         "flowlane -> kernel under netem: {r}\ncounters: {}",
         totals(&lines)

@@ -279,3 +279,63 @@ pub fn finish(mut child: Child, limit: Duration) -> String {
 pub fn bulk_bytes() -> u64 {
     1 << 30
 }
+
+/// Kernel (python3 in the peer namespace) → flowlane `bulk-sink` on port
+/// 5001: sends `bytes`, checks the sha256 both sides computed; returns the
+/// sink's transfer line and all its JSON lines.
+pub fn kernel_to_flowlane(bed: &Bed, bytes: u64, limit_s: u64) -> (Value, Vec<Value>) {
+    let sink = start(
+        bed,
+        &["bulk-sink", "--port", "5001", "--count", "1"],
+        limit_s,
+    );
+    let sent = peer_py(
+        bed,
+        limit_s,
+        KERNEL_SEND,
+        &["10.99.0.1:5001", &bytes.to_string()],
+    );
+    let lines = sink.wait(Duration::from_secs(limit_s));
+    let r = lines
+        .iter()
+        .find(|v| v["event"] == "sink")
+        .expect("sink line")
+        .clone();
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["bytes"], bytes, "{r}");
+    assert_eq!(r["sha256"], sent.trim(), "{r}");
+    (r, lines)
+}
+
+/// flowlane `bulk-source` → a kernel receiver (python3 on 10.99.0.2:5002):
+/// sends `bytes`, checks the sha256 both sides computed; returns the
+/// source's transfer line and all its JSON lines.
+pub fn flowlane_to_kernel(bed: &Bed, bytes: u64, limit_s: u64) -> (Value, Vec<Value>) {
+    let mut peer = peer_py_spawn(bed, limit_s, KERNEL_RECV, &["10.99.0.2:5002"]);
+    wait_ready(&mut peer);
+    let src = start(
+        bed,
+        &[
+            "bulk-source",
+            "--connect",
+            "10.99.0.2:5002",
+            "--bytes",
+            &bytes.to_string(),
+        ],
+        limit_s,
+    );
+    let lines = src.wait(Duration::from_secs(limit_s));
+    let got = finish(peer, Duration::from_secs(60));
+    let r = lines
+        .iter()
+        .find(|v| v["event"] == "source")
+        .expect("source line")
+        .clone();
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(
+        got.trim(),
+        format!("{} {}", bytes, r["sha256"].as_str().unwrap()),
+        "{r}"
+    );
+    (r, lines)
+}
