@@ -67,3 +67,41 @@ fn unknown_interface_too_many_queues_and_no_native_xdp() {
     let o = in_ns(&bed.ns, &[bin, "udp-echo", "--iface", "lo"]);
     one_line_error(&o, "native XDP");
 }
+
+#[test]
+fn delay_line_misuse() {
+    let o = flowlane(&["testbed", "delay", "--name", "x", "--ms", "soon"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    if !require_root("delay_line_misuse (needs root for a test bed)") {
+        return;
+    }
+    let o = flowlane(&["testbed", "delay", "--name", "tnosuchbed", "--ms", "10"]);
+    one_line_error(&o, "is not up");
+    let bed = Bed::up("tdm", 1);
+    let o = flowlane(&["testbed", "delay", "--name", &bed.name, "--ms", "0"]);
+    one_line_error(&o, "more than 0");
+    let o = flowlane(&[
+        "testbed", "delay", "--name", &bed.name, "--ms", "5", "--lanes", "0",
+    ]);
+    one_line_error(&o, "at least one lane");
+    // A second line on the same bed is refused while the first runs.
+    let mut first = Command::new(flowlane_bin())
+        .args(["testbed", "delay", "--name", &bed.name, "--ms", "5"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(first.stdout.take().unwrap());
+    let mut ready = String::new();
+    std::io::BufRead::read_line(&mut out, &mut ready).unwrap();
+    assert!(ready.contains("delaying"), "{ready}");
+    let o = flowlane(&["testbed", "delay", "--name", &bed.name, "--ms", "5"]);
+    one_line_error(&o, "already runs");
+    let _ = Command::new("kill")
+        .args(["-TERM", &first.id().to_string()])
+        .status();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert!(first.wait().unwrap().success(), "{rest}");
+    assert!(rest.contains("delay line stopped"), "{rest}");
+}
