@@ -4,7 +4,6 @@
 
 mod tcp_common;
 
-
 use flowlane_tests::{require_root, Bed};
 use tcp_common::*;
 
