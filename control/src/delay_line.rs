@@ -174,9 +174,10 @@ fn make_devices(bed: &BedState) -> Result<()> {
 /// delete the first one's devices). Released when the process exits, however
 /// it exits.
 fn lock(bed: &BedState) -> Result<nix::fcntl::Flock<std::fs::File>> {
-    let dir = std::path::Path::new("/run/flowlane/testbed");
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let path = dir.join(format!("{}.delay.lock", bed.name));
+    let path = crate::testbed::delay_lock_path(&bed.name);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)

@@ -324,7 +324,15 @@ pub fn down(name: &str) -> Result<bool> {
         std::fs::remove_file(&st).with_context(|| format!("removing {}", st.display()))?;
         removed = true;
     }
+    // The delay line's lock file (`testbed delay`); a line still running on
+    // the bed lost its namespace above and exits on its own errors.
+    let _ = std::fs::remove_file(delay_lock_path(name));
     Ok(removed)
+}
+
+/// The lock file that keeps one delay line per bed.
+pub fn delay_lock_path(name: &str) -> PathBuf {
+    state_dir().join(format!("{name}.delay.lock"))
 }
 
 /// Live status of a bed.
