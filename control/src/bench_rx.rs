@@ -177,13 +177,18 @@ pub fn run(args: Args) -> Result<()> {
     testbed::down(&args.bed)?;
     let figures = figures?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&figures)?);
+        outln!("{}", serde_json::to_string_pretty(&figures)?);
     } else {
-        println!("frame_len  generator_pps   rx_pps(1 worker)  rx_Gbit/s  cpu_ns/pkt  ring_drops");
+        outln!("frame_len  generator_pps   rx_pps(1 worker)  rx_Gbit/s  cpu_ns/pkt  ring_drops");
         for f in &figures {
-            println!(
+            outln!(
                 "{:>9}  {:>13.0}  {:>17.0}  {:>9.2}  {:>10.1}  {:>10}",
-                f.frame_len, f.sent_pps, f.rx_pps, f.rx_gbps, f.cpu_ns_per_packet, f.ring_drops
+                f.frame_len,
+                f.sent_pps,
+                f.rx_pps,
+                f.rx_gbps,
+                f.cpu_ns_per_packet,
+                f.ring_drops
             );
         }
     }

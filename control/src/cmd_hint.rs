@@ -212,18 +212,25 @@ pub fn run(args: Args) -> Result<()> {
     }
     if args.json {
         if args.flows_file.is_some() {
-            println!("{}", serde_json::to_string_pretty(&hints)?);
+            outln!("{}", serde_json::to_string_pretty(&hints)?);
         } else {
-            println!("{}", serde_json::to_string_pretty(&hints[0])?);
+            outln!("{}", serde_json::to_string_pretty(&hints[0])?);
         }
         return Ok(());
     }
-    println!(
+    outln!(
         "{:>40} {:>40} {:>5} {:>10} {:>6} {:>5} {:>4} {:>4}",
-        "src", "dst", "proto", "hash", "bucket", "queue", "cpu", "node"
+        "src",
+        "dst",
+        "proto",
+        "hash",
+        "bucket",
+        "queue",
+        "cpu",
+        "node"
     );
     for h in &hints {
-        println!(
+        outln!(
             "{:>40} {:>40} {:>5} {:>#10x} {:>6} {:>5} {:>4} {:>4}",
             format!("{}:{}", h.src, h.sport),
             format!("{}:{}", h.dst, h.dport),

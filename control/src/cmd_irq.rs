@@ -41,7 +41,7 @@ pub fn show(args: Args) -> Result<()> {
         budget(&args).as_deref(),
     )?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&view)?);
+        outln!("{}", serde_json::to_string_pretty(&view)?);
     } else {
         print_view(&view);
     }
@@ -61,7 +61,7 @@ pub fn apply(args: Args, dry_run: bool) -> Result<()> {
         &mut irq_apply::set_task_affinity,
     )?;
     if args.json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({"dry_run": dry_run, "before": view, "done": done})
         );
@@ -73,33 +73,37 @@ pub fn apply(args: Args, dry_run: bool) -> Result<()> {
 }
 
 fn print_view(v: &IrqView) {
-    print!("{}", v.placement);
+    out!("{}", v.placement);
     if let Some(w) = &v.shared {
-        println!("warning: {w}");
+        outln!("warning: {w}");
     }
     match &v.irqs {
         QueueIrqs::Msi { plan } => {
-            println!("queue IRQs of {} (* = to change):", v.iface.name);
-            print!("{plan}");
+            outln!("queue IRQs of {} (* = to change):", v.iface.name);
+            out!("{plan}");
         }
         QueueIrqs::Napi { threaded, threads } => {
-            println!(
+            outln!(
                 "{} has no MSI IRQs (virtual device): threaded NAPI is {}",
                 v.iface.name,
                 if *threaded { "on" } else { "off" }
             );
             if threads.is_empty() {
-                println!(
+                outln!(
                     "no napi/{}-* threads (NAPI runs only while an XDP program is attached, and needs threaded on)",
                     v.iface.name
                 );
             } else {
-                println!(
+                outln!(
                     "{:>5} {:>20} {:>8} {:>10} {:>8}",
-                    "queue", "thread", "pid", "current", "planned"
+                    "queue",
+                    "thread",
+                    "pid",
+                    "current",
+                    "planned"
                 );
                 for t in threads {
-                    println!(
+                    outln!(
                         "{:>5} {:>20} {:>8} {:>10} {:>8}{}",
                         t.queue,
                         t.name,
@@ -122,13 +126,13 @@ fn print_done(roots: &Roots, d: &Applied, dry_run: bool) {
         } else {
             &roots.procfs_root
         };
-        println!("{verb} {} <- {value}", root.join(rel).display());
+        outln!("{verb} {} <- {value}", root.join(rel).display());
     }
     let verb = if dry_run { "would pin" } else { "pinned" };
     for (pid, cpu) in &d.pinned {
-        println!("{verb} pid {pid} to CPU {cpu}");
+        outln!("{verb} pid {pid} to CPU {cpu}");
     }
     if d.writes.is_empty() && d.pinned.is_empty() {
-        println!("nothing to change");
+        outln!("nothing to change");
     }
 }

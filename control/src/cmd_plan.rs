@@ -121,30 +121,30 @@ pub fn run(args: Args) -> Result<()> {
         irqs,
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&plan)?);
+        outln!("{}", serde_json::to_string_pretty(&plan)?);
         return Ok(());
     }
     let t = &plan.topology;
-    println!(
+    outln!(
         "topology: {} CPU(s), {} physical core(s), {} NUMA node(s)",
         t.cpus,
         t.cores,
         t.nodes.len()
     );
     for (n, cpus) in &t.nodes {
-        println!(
+        outln!(
             "  node {n}: CPUs {}",
             flowlane_numa_sched::format_cpu_list(cpus)
         );
     }
-    println!();
-    print!("{}", plan.placement);
+    outln!();
+    out!("{}", plan.placement);
     if let Some(w) = &plan.shared {
-        println!("warning: {w}");
+        outln!("warning: {w}");
     }
-    println!();
-    print!("{table}");
-    println!(
+    outln!();
+    out!("{table}");
+    outln!(
         "buckets per queue: {}",
         plan.buckets_per_queue
             .iter()
@@ -154,13 +154,13 @@ pub fn run(args: Args) -> Result<()> {
     );
     match &plan.irqs {
         Some(QueueIrqs::Msi { plan }) => {
-            println!();
-            println!("IRQ plan (* = to change; apply with `flowlane irq apply`):");
-            print!("{plan}");
+            outln!();
+            outln!("IRQ plan (* = to change; apply with `flowlane irq apply`):");
+            out!("{plan}");
         }
         Some(QueueIrqs::Napi { threaded, threads }) => {
-            println!();
-            println!(
+            outln!();
+            outln!(
                 "no MSI IRQs (virtual device): threaded NAPI {}, {} napi thread(s); see `flowlane irq show`",
                 if *threaded { "on" } else { "off" },
                 threads.len()

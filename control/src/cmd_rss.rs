@@ -141,21 +141,22 @@ pub fn hash(args: HashArgs) -> Result<()> {
         key,
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        outln!("{}", serde_json::to_string_pretty(&r)?);
     } else {
-        println!("key       {}", r.key);
-        println!(
+        outln!("key       {}", r.key);
+        outln!(
             "input     {} ({}-tuple, {} bytes)",
             r.input,
             if with_ports { 4 } else { 2 },
             r.input.len() / 2
         );
-        println!(
+        outln!(
             "hash      {:#010x} (reference {:#010x}: equal)",
-            r.hash, r.reference
+            r.hash,
+            r.reference
         );
-        println!("bucket    {} of {}", r.bucket, r.table_size);
-        println!("queue     {}", r.queue);
+        outln!("bucket    {} of {}", r.bucket, r.table_size);
+        outln!("queue     {}", r.queue);
     }
     Ok(())
 }

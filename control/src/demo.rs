@@ -187,7 +187,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     let result = result?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&result)?);
+        outln!("{}", serde_json::to_string_pretty(&result)?);
     } else {
         print_table(&result, args.queues);
     }
@@ -251,7 +251,7 @@ fn run_on(args: &Args, bed: &BedState, key: &RssKey) -> Result<DemoResult> {
 
 fn print_table(r: &DemoResult, queues: u32) {
     for (i, p) in r.phases.iter().enumerate() {
-        println!(
+        outln!(
             "phase {}: {}",
             i + 1,
             if i == 0 {
@@ -260,7 +260,7 @@ fn print_table(r: &DemoResult, queues: u32) {
                 "table rotated by one queue (every bucket moves)"
             }
         );
-        println!("  queue  flows predicted  flows arrived  datagrams echoed");
+        outln!("  queue  flows predicted  flows arrived  datagrams echoed");
         let mut per: BTreeMap<u32, (u32, u32, u32)> = (0..queues).map(|q| (q, (0, 0, 0))).collect();
         for f in &p.flows {
             per.entry(f.predicted).or_default().0 += 1;
@@ -270,7 +270,7 @@ fn print_table(r: &DemoResult, queues: u32) {
             }
         }
         for (q, (pred, got, echoed)) in per {
-            println!("  {q:>5}  {pred:>15}  {got:>13}  {echoed:>16}");
+            outln!("  {q:>5}  {pred:>15}  {got:>13}  {echoed:>16}");
         }
         let wrong: Vec<_> = p
             .flows
@@ -278,7 +278,7 @@ fn print_table(r: &DemoResult, queues: u32) {
             .filter(|f| f.observed != vec![f.predicted])
             .collect();
         let lost: u32 = p.flows.iter().map(|f| f.sent - f.echoed_ok).sum();
-        println!(
+        outln!(
             "  {} flows, {} on the predicted queue, {} elsewhere, {} datagrams not echoed byte-exact",
             p.flows.len(),
             p.flows.len() - wrong.len(),
@@ -293,10 +293,10 @@ fn print_table(r: &DemoResult, queues: u32) {
             .zip(&r.phases[1].flows)
             .filter(|(a, b)| a.observed != b.observed && b.observed == vec![b.predicted])
             .count();
-        println!(
+        outln!(
             "after the table rewrite, {moved}/{} flows moved to their newly predicted queue",
             r.phases[1].flows.len()
         );
     }
-    println!("{}", if r.all_ok { "demo: OK" } else { "demo: FAILED" });
+    outln!("{}", if r.all_ok { "demo: OK" } else { "demo: FAILED" });
 }

@@ -3,6 +3,9 @@
 //! Every failure ends in one line on stderr that says what is wrong and what
 //! to do, and a non-zero exit (2 for bad usage, 1 otherwise).
 
+#[macro_use]
+mod output;
+
 mod bench_rx;
 mod cmd_hint;
 mod cmd_irq;
@@ -232,9 +235,9 @@ fn run(cli: Cli) -> Result<()> {
                 };
                 let s = testbed::up(&spec)?;
                 if json {
-                    println!("{}", serde_json::to_string_pretty(&s)?);
+                    outln!("{}", serde_json::to_string_pretty(&s)?);
                 } else {
-                    println!(
+                    outln!(
                         "test bed {} up: {} ({} {}) <-> {} ({} {}), {} queues",
                         s.name,
                         s.netns,
@@ -249,18 +252,18 @@ fn run(cli: Cli) -> Result<()> {
             }
             TestbedCmd::Down { bed } => {
                 if testbed::down(&bed.name)? {
-                    println!("test bed {} removed", bed.name);
+                    outln!("test bed {} removed", bed.name);
                 } else {
-                    println!("test bed {} was not up", bed.name);
+                    outln!("test bed {} was not up", bed.name);
                 }
             }
             TestbedCmd::Status { bed, json } => {
                 let st = testbed::status(&bed.name)?;
                 if json {
-                    println!("{}", serde_json::to_string_pretty(&st)?);
+                    outln!("{}", serde_json::to_string_pretty(&st)?);
                 } else {
                     let s = &st.state;
-                    println!(
+                    outln!(
                         "test bed {}: {}",
                         s.name,
                         if st.intact {
@@ -269,23 +272,29 @@ fn run(cli: Cli) -> Result<()> {
                             "BROKEN (run `flowlane testbed down`)"
                         }
                     );
-                    println!(
+                    outln!(
                         "  {} {} {} {}",
-                        s.netns, s.local_if, s.local_v4, s.local_mac
+                        s.netns,
+                        s.local_if,
+                        s.local_v4,
+                        s.local_mac
                     );
-                    println!(
+                    outln!(
                         "  {} {} {} {}",
-                        s.peer_netns, s.peer_if, s.peer_v4, s.peer_mac
+                        s.peer_netns,
+                        s.peer_if,
+                        s.peer_v4,
+                        s.peer_mac
                     );
-                    println!(
+                    outln!(
                         "  xdp on {}: {}",
                         s.local_if,
                         st.xdp.as_deref().unwrap_or("none")
                     );
-                    println!("  RSS key {}", st.key);
-                    println!("  indirection table: {} entries", st.table_size);
+                    outln!("  RSS key {}", st.key);
+                    outln!("  indirection table: {} entries", st.table_size);
                     for (q, n) in st.queue_packets.iter().enumerate() {
-                        println!("  queue {q}: {n} packets steered");
+                        outln!("  queue {q}: {n} packets steered");
                     }
                 }
             }
@@ -293,12 +302,12 @@ fn run(cli: Cli) -> Result<()> {
                 let s = testbed::load(&args.name)?;
                 impair::apply(&s, &args)?;
                 match impair::status(&s)? {
-                    Some(st) => println!(
+                    Some(st) => outln!(
                         "test bed {} impairment: {}",
                         s.name,
                         serde_json::to_string(&st)?
                     ),
-                    None => println!("test bed {} unimpaired", s.name),
+                    None => outln!("test bed {} unimpaired", s.name),
                 }
             }
             TestbedCmd::Delay(args) => {
@@ -307,16 +316,16 @@ fn run(cli: Cli) -> Result<()> {
                 let signals = service::ServiceSignals::install()?;
                 let (name, ms) = (s.name.clone(), args.ms);
                 let report = delay_line::run(&s, &args, signals, move || {
-                    println!(
+                    outln!(
                         "test bed {name}: delaying both directions by {ms} ms (round trip +{} ms); SIGTERM stops it",
                         2.0 * ms
                     );
                 })?;
                 if args.json {
-                    println!("{}", serde_json::to_string_pretty(&report)?);
+                    outln!("{}", serde_json::to_string_pretty(&report)?);
                 } else {
                     let q = &report.queue;
-                    println!(
+                    outln!(
                         "delay line stopped after {:.1} s: {} frames ({} bytes) delayed, {} dropped (line full), {} dropped by the socket, {} too large, {} refused; late by {:.0} µs on average, {:.0} µs at worst ({} frames over 10 %)",
                         report.seconds, q.frames_out, q.bytes_in, q.dropped_full, report.socket_drops,
                         report.truncated, report.refused, report.mean_late_us, report.max_late_us, report.late_frames
@@ -338,7 +347,7 @@ fn run(cli: Cli) -> Result<()> {
                     (None, t) => t,
                 };
                 nic.set_rss(key.as_ref().map(|k| k.as_bytes()), table.as_deref())?;
-                println!("RSS of test bed {} updated", s.name);
+                outln!("RSS of test bed {} updated", s.name);
             }
         },
         Cmd::Nic { cmd } => match cmd {
@@ -347,19 +356,19 @@ fn run(cli: Cli) -> Result<()> {
                 let caps = nic.caps()?;
                 let rss = nic.rss()?;
                 if json {
-                    println!(
+                    outln!(
                         "{}",
                         serde_json::json!({"iface": nic.name(), "caps": caps, "rss": rss})
                     );
                 } else {
-                    println!(
+                    outln!(
                         "{}: {} queues, {}-byte key, {}-entry table",
                         nic.name(),
                         caps.queues,
                         caps.key_len,
                         caps.table_size
                     );
-                    println!(
+                    outln!(
                         "key {}",
                         rss.key
                             .iter()
@@ -368,7 +377,7 @@ fn run(cli: Cli) -> Result<()> {
                             .join(":")
                     );
                     for (i, row) in rss.table.chunks(8).enumerate() {
-                        println!(
+                        outln!(
                             "{:>5}: {}",
                             i * 8,
                             row.iter().map(|q| format!("{q:>4}")).collect::<String>()
@@ -387,7 +396,7 @@ fn run(cli: Cli) -> Result<()> {
                     None => None,
                 };
                 nic.set_rss(key.as_ref().map(|k| k.as_bytes()), table.as_deref())?;
-                println!("RSS of {} updated", nic.name());
+                outln!("RSS of {} updated", nic.name());
             }
         },
         Cmd::UdpEcho(args) => udp_echo::run(args)?,

@@ -391,7 +391,7 @@ where
     dp.stop();
     let summary = json!({"event": "summary", "counters": counters_json(&registry),
                          "worker_cpu_ns": cpu});
-    println!("{summary}");
+    outln!("{summary}");
     if let Some(p) = &c.report {
         write_report(p, &summary)?;
     }
@@ -428,7 +428,7 @@ fn wait(
     while !signals.stop_requested() {
         match done.recv_timeout(Duration::from_millis(20)) {
             Ok(v) => {
-                println!("{v}");
+                outln!("{v}");
                 failed |= v["ok"] == false;
                 results += 1;
                 if expect > 0 && results >= expect {

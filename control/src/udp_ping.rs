@@ -335,9 +335,9 @@ fn run_here(args: &Args) -> Result<()> {
         rtt_us: sent_at.map_or(0, |s| at.saturating_sub(s).as_micros() as u64),
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        outln!("{}", serde_json::to_string_pretty(&r)?);
     } else {
-        println!(
+        outln!(
             "queue {} (CPU {}) sent {}:{} -> {}; reply on queue {} (predicted {}), {} us, payload {}",
             r.queue,
             r.cpu,

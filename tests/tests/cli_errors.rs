@@ -105,3 +105,25 @@ fn delay_line_misuse() {
     assert!(first.wait().unwrap().success(), "{rest}");
     assert!(rest.contains("delay line stopped"), "{rest}");
 }
+
+#[test]
+fn a_closed_stdout_is_not_a_crash() {
+    // `flowlane plan ... | head -0`: the reader is gone before the output.
+    let mut child = Command::new(flowlane_bin())
+        .args([
+            "plan",
+            "--synthetic",
+            "package:2 numa:2 core:8 pu:2",
+            "--queues",
+            "32",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{}: {err}", o.status);
+    assert!(!err.contains("panicked"), "{err}");
+}
