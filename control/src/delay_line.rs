@@ -127,18 +127,6 @@ fn ifindex(dev: &str) -> Result<u32> {
     nix::net::if_::if_nametoindex(dev).with_context(|| format!("no device {dev}"))
 }
 
-fn parse_mac(text: &str) -> Result<[u8; 6]> {
-    let mut mac = [0u8; 6];
-    let parts: Vec<&str> = text.split(':').collect();
-    if parts.len() != 6 {
-        bail!("bad MAC address {text:?}");
-    }
-    for (m, p) in mac.iter_mut().zip(parts) {
-        *m = u8::from_str_radix(p, 16).with_context(|| format!("bad MAC address {text:?}"))?;
-    }
-    Ok(mac)
-}
-
 /// Makes the line's veth pair in the peer namespace, replacing a stale one.
 fn make_devices(bed: &BedState) -> Result<()> {
     let ns = bed.peer_netns.as_str();
@@ -245,7 +233,8 @@ pub fn run(
         .checked_mul(1 << 20)
         .filter(|&l| l > 0)
         .context("--socket-buffer-mb must be at least 1")?;
-    let peer_mac = parse_mac(&bed.peer_mac)?;
+    let peer_mac = flowlane_dataplane::iface::parse_mac(&bed.peer_mac)
+        .with_context(|| format!("bad peer MAC {:?} in the bed's state", bed.peer_mac))?;
     let _lock = lock(bed)?;
     make_devices(bed)?;
     let _devices = LineDevices {
@@ -439,15 +428,5 @@ mod tests {
         assert!(delay_from_ms(10_001.0).is_err());
         assert_eq!(delay_from_ms(0.5).unwrap(), Duration::from_micros(500));
         assert_eq!(delay_from_ms(50.0).unwrap(), Duration::from_millis(50));
-    }
-
-    #[test]
-    fn macs() {
-        assert_eq!(
-            parse_mac("02:00:0a:63:00:02").unwrap(),
-            [2, 0, 0x0a, 0x63, 0, 2]
-        );
-        assert!(parse_mac("02:00:0a:63:00").is_err());
-        assert!(parse_mac("02:00:0a:63:00:zz").is_err());
     }
 }

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use flowlane_dataplane::bed::{self, hex, isn_secret, worker_cpu_ns};
-use flowlane_dataplane::neighbor::{parse_mac, Neighbors};
+use flowlane_dataplane::neighbor::Neighbors;
 use flowlane_dataplane::tcp_handler::{
     ConnHandler, Net, TcpConfig, TcpCounters, TcpCountersSnapshot, TcpHandler,
 };
@@ -279,13 +279,7 @@ fn rss_state(c: &Common, queues: u32) -> Result<Option<RssState>> {
 fn neighbors(c: &Common, prime: Option<Ipv4Addr>) -> Result<Neighbors> {
     let mut n = Neighbors::new();
     for e in &c.neighbor {
-        let parsed = e
-            .split_once('=')
-            .and_then(|(ip, mac)| Some((ip.parse::<Ipv4Addr>().ok()?, parse_mac(mac)?)));
-        let Some((ip, mac)) = parsed else {
-            bail!("bad --neighbor {e:?}: expected IP=aa:bb:cc:dd:ee:ff");
-        };
-        n.insert(ip, mac);
+        n.insert_spec(e).map_err(anyhow::Error::msg)?;
     }
     if let Some(ip) = prime.filter(|&ip| n.clone().lookup(ip).is_none()) {
         // Let the kernel resolve the peer (ARP stays with the kernel): a

@@ -33,6 +33,21 @@ impl Neighbors {
         Neighbors::default()
     }
 
+    /// Adds a static entry given as `IP=aa:bb:cc:dd:ee:ff` (the `--neighbor`
+    /// flag of flowlane's TCP commands); the error says what was expected.
+    pub fn insert_spec(&mut self, spec: &str) -> Result<(), String> {
+        let parsed = spec
+            .split_once('=')
+            .and_then(|(ip, mac)| Some((ip.trim().parse::<Ipv4Addr>().ok()?, parse_mac(mac)?)));
+        let Some((ip, mac)) = parsed else {
+            return Err(format!(
+                "bad --neighbor {spec:?}: expected IP=aa:bb:cc:dd:ee:ff"
+            ));
+        };
+        self.insert(ip, mac);
+        Ok(())
+    }
+
     /// Adds or replaces an entry.
     pub fn insert(&mut self, ip: Ipv4Addr, mac: EthernetAddress) {
         match self.entries.iter_mut().find(|(a, _)| *a == ip) {
@@ -131,22 +146,33 @@ pub fn parse_proc_arp(text: &str) -> Vec<(Ipv4Addr, EthernetAddress, &str)> {
         .collect()
 }
 
-/// Parses `aa:bb:cc:dd:ee:ff`.
+/// Parses `aa:bb:cc:dd:ee:ff` ([`crate::iface::parse_mac`], typed).
 pub fn parse_mac(text: &str) -> Option<EthernetAddress> {
-    let mut b = [0u8; 6];
-    let mut parts = text.split(':');
-    for byte in &mut b {
-        *byte = u8::from_str_radix(parts.next()?, 16).ok()?;
-    }
-    if parts.next().is_some() {
-        return None;
-    }
-    Some(EthernetAddress(b))
+    crate::iface::parse_mac(text).map(EthernetAddress)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn neighbor_specs() {
+        let mut n = Neighbors::new();
+        n.insert_spec("10.99.0.2=02:00:0a:63:00:02").unwrap();
+        assert_eq!(
+            n.lookup("10.99.0.2".parse().unwrap()),
+            Some(EthernetAddress([2, 0, 0x0a, 0x63, 0, 2]))
+        );
+        for bad in [
+            "10.99.0.2",
+            "10.99.0.x=02:00:0a:63:00:02",
+            "10.99.0.2=02:00:0a:63:00",
+            "10.99.0.2=02:00:0a:63:00:02:03",
+        ] {
+            let e = n.insert_spec(bad).unwrap_err();
+            assert!(e.contains("expected IP=aa:bb:cc:dd:ee:ff"), "{e}");
+        }
+    }
 
     const ARP: &str =
         "IP address       HW type     Flags       HW address            Mask     Device

@@ -22,7 +22,7 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
 use flowlane_dataplane::bed;
-use flowlane_dataplane::neighbor::{parse_mac, Neighbors};
+use flowlane_dataplane::neighbor::Neighbors;
 use flowlane_dataplane::tcp_handler::{ConnHandler, Net, TcpConfig, TcpCounters, TcpHandler};
 use flowlane_dataplane::{BindMode, Dataplane, DataplaneConfig, InterfaceInfo, Proto, QueueInfo};
 use flowlane_tcp::{CloseReason, ConnHandle};
@@ -91,13 +91,7 @@ type Registry = Arc<Mutex<Vec<(u32, Arc<WorkerCounters>, Arc<TcpCounters>)>>>;
 fn neighbors(opts: &Options) -> Result<Neighbors> {
     let mut n = Neighbors::new();
     for e in &opts.neighbors {
-        let parsed = e
-            .split_once('=')
-            .and_then(|(ip, mac)| Some((ip.parse::<Ipv4Addr>().ok()?, parse_mac(mac)?)));
-        let Some((ip, mac)) = parsed else {
-            bail!("bad --neighbor {e:?}: expected IP=aa:bb:cc:dd:ee:ff");
-        };
-        n.insert(ip, mac);
+        n.insert_spec(e).map_err(anyhow::Error::msg)?;
     }
     Ok(n)
 }
