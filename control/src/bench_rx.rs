@@ -109,7 +109,7 @@ fn measure(bed: &BedState, len: usize, seconds: u64) -> Result<RxFigure> {
     let pid = echo.child.id();
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
-    let cpus = udp_echo::allowed_cpus();
+    let cpus = flowlane_dataplane::affinity::allowed_cpus();
     let gen_cpu = *cpus.last().context("no CPU")?;
     let (stop2, sent2, peer_ns) = (stop.clone(), sent.clone(), bed.peer_netns.clone());
     let gen = std::thread::spawn(move || {

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::cmd_rss::ProtoArg;
 use crate::nic::RssNic;
-use crate::worker_placement::machine_placement;
+use flowlane_dataplane::placement::machine_placement;
 
 /// Flags of `flowlane hint`.
 #[derive(clap::Args, Debug, Clone)]
@@ -123,7 +123,7 @@ pub fn rss_state(
             (key, table, n, None)
         }
     };
-    let placed = machine_placement(nic_node, queues)?;
+    let placed = machine_placement(nic_node, queues, None)?;
     // The emulated NIC hashes ports for every protocol (as does a NIC
     // configured with `ethtool -N <if> rx-flow-hash udp4 sdfn`).
     let state = RssState::new(&key, table, RssHashConfig::four_tuple(), &placed.plan)?;

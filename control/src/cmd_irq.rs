@@ -6,7 +6,8 @@ use flowlane_numa_sched::format_cpu_list;
 
 use crate::irq_apply::{self, Applied, IrqView, QueueIrqs};
 use crate::sysroot::Roots;
-use crate::worker_placement::{allowed_cpus, TopologyArgs};
+use crate::topology_args::TopologyArgs;
+use flowlane_dataplane::affinity::allowed_cpus;
 
 /// Flags shared by `irq show` and `irq apply`.
 #[derive(clap::Args, Debug, Clone)]

@@ -8,7 +8,9 @@ use serde::Serialize;
 
 use crate::irq_apply::{self, QueueIrqs};
 use crate::sysroot::Roots;
-use crate::worker_placement::{allowed_cpus, place_queues, TopologyArgs};
+use crate::topology_args::TopologyArgs;
+use flowlane_dataplane::affinity::allowed_cpus;
+use flowlane_dataplane::placement::place_queues;
 
 /// Flags of `flowlane plan`.
 #[derive(clap::Args, Debug, Clone)]

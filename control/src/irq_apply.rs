@@ -25,7 +25,7 @@ use flowlane_numa_sched::{
 use serde::Serialize;
 
 use crate::sysroot::{Iface, Roots};
-use crate::worker_placement::place_queues;
+use flowlane_dataplane::placement::place_queues;
 
 /// One threaded-NAPI kthread, now and planned.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -23,9 +23,9 @@ mod service;
 mod sysroot;
 mod tcp_apps;
 mod testbed;
+mod topology_args;
 mod udp_echo;
 mod udp_ping;
-mod worker_placement;
 
 use std::process::ExitCode;
 

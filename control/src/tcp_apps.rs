@@ -14,26 +14,24 @@ use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use flowlane_dataplane::bed::{self, hex, isn_secret, worker_cpu_ns};
-use flowlane_dataplane::neighbor::Neighbors;
-use flowlane_dataplane::tcp_handler::{
-    ConnHandler, Net, TcpConfig, TcpCounters, TcpCountersSnapshot, TcpHandler,
+use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net};
+use flowlane_dataplane::bed::{self, hex};
+use flowlane_dataplane::tcp_service::{self, rss_state};
+use flowlane_dataplane::{
+    thread_cpu_ns, worker_cpu_ns, TcpCountersSnapshot, TcpHandler, TcpService, TcpServiceConfig,
 };
-use flowlane_dataplane::{BindMode, Dataplane, DataplaneConfig, InterfaceInfo, Proto, QueueInfo};
 use flowlane_numa_sched::toeplitz::RssKey;
 use flowlane_numa_sched::RssState;
-use flowlane_tcp::{CloseReason, ConnHandle};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::netns::require_root;
 use crate::nic::RssNic;
 use crate::service::{write_report, ServiceSignals};
-use crate::udp_echo::allowed_cpus;
 
 /// The TCP example commands (flattened into `flowlane`'s command list).
 #[derive(clap::Subcommand, Debug)]
@@ -210,7 +208,12 @@ pub fn run(cmd: TcpCmd) -> Result<()> {
         }
         TcpCmd::BulkSource(a) => {
             let (remote, bytes, seed, total) = (a.connect, a.bytes, a.seed, a.connections);
-            let queues = queue_count(&a.common)?;
+            let queues = TcpServiceConfig {
+                queues: a.common.queues,
+                ..TcpServiceConfig::new(&a.common.iface)
+            }
+            .interface()?
+            .1;
             serve(&a.common, &[], Some(*remote.ip()), total, move |h, tx| {
                 let q = h.queue();
                 let mut n = total / queues as usize;
@@ -234,13 +237,6 @@ pub fn run(cmd: TcpCmd) -> Result<()> {
     }
 }
 
-fn queue_count(c: &Common) -> Result<u32> {
-    let info = InterfaceInfo::read(std::path::Path::new("/sys"), &c.iface)?;
-    let q = c.queues.unwrap_or(info.rx_queues);
-    info.check_queues(q)?;
-    Ok(q)
-}
-
 /// `--bed`: reads the bed's RSS and peer MAC here (where its pinned maps
 /// are visible), then becomes `ip netns exec <bed ns> flowlane <same args>`
 /// with them as explicit flags (same pid: `exec`; see
@@ -251,7 +247,7 @@ fn reexec_in_bed(bed: &str) -> Result<()> {
 
 /// The NIC's RSS as an `RssState` for `queues` queues (flags, else
 /// ethtool).
-fn rss_state(c: &Common, queues: u32) -> Result<Option<RssState>> {
+fn rss(c: &Common, queues: u32) -> Result<Option<RssState>> {
     let settings = match (&c.rss_key, &c.rss_table) {
         (Some(k), Some(t)) => Some(crate::nic::RssSettings {
             key: RssKey::parse_hex(k)
@@ -263,55 +259,14 @@ fn rss_state(c: &Common, queues: u32) -> Result<Option<RssState>> {
         (None, None) => crate::nic::ethtool::EthtoolNic::new(&c.iface).rss().ok(),
         _ => bail!("--rss-key and --rss-table go together"),
     };
-    let Some(s) = settings else {
-        if queues > 1 {
-            tracing::warn!(
-                "RSS of {} unknown: connections opened by flowlane may get replies on another queue",
-                c.iface
-            );
-        }
-        return Ok(None);
-    };
-    Ok(Some(bed::rss_state(&s.key, &s.table, queues)?))
+    Ok(match settings {
+        Some(s) => Some(rss_state(&s.key, &s.table, queues)?),
+        None => None,
+    })
 }
 
-/// Neighbours for active opens: the bed's peer, and the kernel's table.
-fn neighbors(c: &Common, prime: Option<Ipv4Addr>) -> Result<Neighbors> {
-    let mut n = Neighbors::new();
-    for e in &c.neighbor {
-        n.insert_spec(e).map_err(anyhow::Error::msg)?;
-    }
-    if let Some(ip) = prime.filter(|&ip| n.clone().lookup(ip).is_none()) {
-        // Let the kernel resolve the peer (ARP stays with the kernel): a
-        // datagram to the discard port makes it ask.
-        if let Ok(sock) = std::net::UdpSocket::bind("0.0.0.0:0") {
-            let _ = sock.send_to(b"", (ip, 9));
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let text = std::fs::read_to_string("/proc/net/arp").unwrap_or_default();
-    n.load_proc_arp(&text, Some(&c.iface));
-    Ok(n)
-}
-
-/// CPU time of the calling thread, in ns (`/proc/thread-self/schedstat`).
-fn thread_cpu_ns() -> u64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
-
-type Registry = Arc<Mutex<Vec<(u32, Arc<TcpCounters>)>>>;
-
-fn counters_json(reg: &Registry) -> Value {
-    let mut per_queue: Vec<(u32, TcpCountersSnapshot)> = reg
-        .lock()
-        .expect("registry lock")
-        .iter()
-        .map(|(q, c)| (*q, c.snapshot()))
-        .collect();
-    per_queue.sort_by_key(|(q, _)| *q);
+fn counters_json(service: &TcpService) -> Value {
+    let per_queue = service.tcp_counters();
     let total = per_queue
         .iter()
         .fold(TcpCountersSnapshot::default(), |a, (_, c)| a.add(c));
@@ -342,49 +297,30 @@ where
         + 'static,
 {
     require_root("flowlane TCP examples")?;
-    let info = InterfaceInfo::read(std::path::Path::new("/sys"), &c.iface)?;
-    let queues = queue_count(c)?;
-    let cpus = allowed_cpus();
-    let mut config = DataplaneConfig::new(&c.iface, &(0..queues).collect::<Vec<_>>());
-    config.pin_round_robin(&cpus);
-    config.ports = ports.iter().map(|&p| (Proto::Tcp, p)).collect();
+    let mut config = TcpServiceConfig::new(&c.iface);
+    config.queues = c.queues;
+    config.listen = ports.to_vec();
+    config.active = connect_to.is_some();
     config.busy_poll = c.busy_poll;
-    config.bind_mode = BindMode::Auto;
-    let local_ip = bed::local_ipv4(&c.iface)?;
-    let mut tcp = TcpConfig::new(local_ip, info.mac, isn_secret());
-    if let Some(ms) = c.msl_ms {
-        tcp.tcp.msl = flowlane_tcp::time::Duration::from_millis(ms);
+    config.msl = c.msl_ms.map(flowlane_tcp::time::Duration::from_millis);
+    let (_, queues) = config.interface()?;
+    if config.active {
+        config.rss = rss(c, queues)?;
     }
-    let active = connect_to.is_some();
-    config.ephemeral = active.then_some(tcp.ephemeral);
-    tcp.rss = if active { rss_state(c, queues)? } else { None };
-    tcp.neighbors = neighbors(c, connect_to)?;
+    config.neighbors = tcp_service::neighbors(&c.neighbor, &c.iface, connect_to)?;
 
-    let registry: Registry = Arc::default();
     let (done_tx, done_rx) = mpsc::channel::<Value>();
-    let reg = registry.clone();
-    let setup_err: Arc<Mutex<Option<String>>> = Arc::default();
-    let err2 = setup_err.clone();
     let done_tx = Mutex::new(done_tx);
-    let dp = Dataplane::start(config, move |q: &QueueInfo| {
-        let mut h = TcpHandler::new(q, tcp.clone());
-        let tx = done_tx.lock().expect("sender lock").clone();
-        if let Err(e) = setup(&mut h, tx) {
-            *err2.lock().expect("error lock") = Some(format!("queue {}: {e}", q.queue));
-        }
-        reg.lock()
-            .expect("registry lock")
-            .push((q.queue, h.counters()));
-        h
-    })?;
-    if let Some(e) = setup_err.lock().expect("error lock").take() {
-        bail!("setting up TCP: {e}");
-    }
-    let r = wait(c, &dp, &registry, &done_rx, expect);
+    let service = TcpService::start(config, move |h| {
+        let tx = done_tx.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        setup(h, tx).map_err(|e| format!("queue {}: {e}", h.queue()))
+    })
+    .context("setting up TCP")?;
+    let r = wait(c, &service, &done_rx, expect);
     let cpu: Vec<Option<u64>> = (0..queues).map(worker_cpu_ns).collect();
-    dp.stop();
-    let summary = json!({"event": "summary", "counters": counters_json(&registry),
+    let summary = json!({"event": "summary", "counters": counters_json(&service),
                          "worker_cpu_ns": cpu});
+    service.stop();
     outln!("{summary}");
     if let Some(p) = &c.report {
         write_report(p, &summary)?;
@@ -392,20 +328,15 @@ where
     r
 }
 
-fn wait(
-    c: &Common,
-    dp: &Dataplane,
-    registry: &Registry,
-    done: &Receiver<Value>,
-    expect: usize,
-) -> Result<()> {
+fn wait(c: &Common, service: &TcpService, done: &Receiver<Value>, expect: usize) -> Result<()> {
     let signals = ServiceSignals::install()?;
     let report = |ready: bool| -> Result<()> {
         if let Some(p) = &c.report {
             write_report(
                 p,
-                &json!({"event": "report", "ready": ready, "queues": dp.queues().len(),
-                        "counters": counters_json(registry)}),
+                &json!({"event": "report", "ready": ready,
+                        "queues": service.dataplane().queues().len(),
+                        "counters": counters_json(service)}),
             )?;
         }
         Ok(())
@@ -413,7 +344,7 @@ fn wait(
     report(true)?;
     eprintln!(
         "flowlane: TCP on {} queues of {}",
-        dp.queues().len(),
+        service.dataplane().queues().len(),
         c.iface
     );
     let start = Instant::now();
@@ -446,7 +377,7 @@ fn wait(
     // acknowledged: let the closes finish (bounded) so that no connection is
     // cut off by the exit.
     let linger = Instant::now();
-    while counters_json(registry)["total"]["connections"]
+    while counters_json(service)["total"]["connections"]
         .as_u64()
         .unwrap_or(0)
         > 0
@@ -472,22 +403,22 @@ struct Echo {
 }
 
 impl Echo {
-    fn pump(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn pump(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         net.echo(conn, &mut self.buf);
     }
 }
 
 impl ConnHandler for Echo {
-    fn on_accept(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         let _ = net.set_nodelay(conn, true);
     }
-    fn on_data(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         self.pump(net, conn);
     }
-    fn on_writable(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         self.pump(net, conn);
     }
-    fn on_peer_closed(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn on_peer_closed(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         self.pump(net, conn);
     }
 }
@@ -509,7 +440,7 @@ struct Http {
 }
 
 impl Http {
-    fn drive(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn drive(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         let st = self.conns.entry(conn).or_default();
         let mut buf = [0u8; 4096];
         let mut eof = false;
@@ -556,20 +487,20 @@ impl Http {
 }
 
 impl ConnHandler for Http {
-    fn on_accept(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         let _ = net.set_nodelay(conn, true);
         self.conns.insert(conn, HttpConn::default());
     }
-    fn on_data(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         self.drive(net, conn);
     }
-    fn on_writable(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         self.drive(net, conn);
     }
-    fn on_peer_closed(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn on_peer_closed(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         self.drive(net, conn);
     }
-    fn on_closed(&mut self, _net: &mut Net<'_>, conn: ConnHandle, _r: CloseReason) {
+    fn on_closed(&mut self, _net: &mut dyn Net, conn: ConnHandle, _r: CloseReason) {
         self.conns.remove(&conn);
     }
 }
@@ -582,7 +513,7 @@ struct Transfer {
 }
 
 impl Transfer {
-    fn new(net: &Net<'_>, hash: bool) -> Transfer {
+    fn new(net: &dyn Net, hash: bool) -> Transfer {
         Transfer {
             bytes: 0,
             hasher: hash.then(Sha256::new),
@@ -591,7 +522,7 @@ impl Transfer {
         }
     }
 
-    fn result(self, net: &Net<'_>, role: &str, conn: ConnHandle, extra: Value) -> Value {
+    fn result(self, net: &dyn Net, role: &str, conn: ConnHandle, extra: Value) -> Value {
         let secs = net.now().saturating_sub(self.start).as_secs_f64();
         let cpu = thread_cpu_ns().saturating_sub(self.cpu_start);
         let mut v = json!({
@@ -620,10 +551,10 @@ struct Sink {
 }
 
 impl ConnHandler for Sink {
-    fn on_accept(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         self.conns.insert(conn, Transfer::new(net, self.hash));
     }
-    fn on_data(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         let Some(t) = self.conns.get_mut(&conn) else {
             return;
         };
@@ -648,10 +579,10 @@ impl ConnHandler for Sink {
             }
         }
     }
-    fn on_peer_closed(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn on_peer_closed(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         self.on_data(net, conn);
     }
-    fn on_closed(&mut self, net: &mut Net<'_>, conn: ConnHandle, reason: CloseReason) {
+    fn on_closed(&mut self, net: &mut dyn Net, conn: ConnHandle, reason: CloseReason) {
         if let Some(t) = self.conns.remove(&conn) {
             let v = t.result(
                 net,
@@ -699,7 +630,7 @@ struct Source {
 }
 
 impl Source {
-    fn fill(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn fill(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         let Some(o) = self.conns.get_mut(&conn) else {
             return;
         };
@@ -721,7 +652,7 @@ impl Source {
             }
             let space = net.send_space(conn).unwrap_or(0);
             if space == 0 {
-                net.notify_writable(conn);
+                net.want_writable(conn);
                 return;
             }
             let n = (space.min(self.buf.len()) as u64).min(o.remaining) as usize;
@@ -742,7 +673,7 @@ impl Source {
 }
 
 impl ConnHandler for Source {
-    fn on_start(&mut self, net: &mut Net<'_>) {
+    fn on_start(&mut self, net: &mut dyn Net) {
         for i in 0..self.to_open {
             match net.connect(self.remote) {
                 Ok(c) => {
@@ -766,17 +697,17 @@ impl ConnHandler for Source {
             }
         }
     }
-    fn on_connected(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn on_connected(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         if let Some(o) = self.conns.get_mut(&conn) {
             o.t.start = net.now();
             o.t.cpu_start = thread_cpu_ns();
         }
         self.fill(net, conn);
     }
-    fn on_writable(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         self.fill(net, conn);
     }
-    fn on_data(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         // The sink is not supposed to answer: discard.
         while let Ok(d) = net.peek(conn) {
             let n = d.len();
@@ -789,7 +720,7 @@ impl ConnHandler for Source {
     /// The peer closes after reading everything we sent (our FIN
     /// included): the transfer is complete. (`on_closed` would only come
     /// after TIME-WAIT.)
-    fn on_peer_closed(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn on_peer_closed(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         self.on_data(net, conn);
         let finished = self
             .conns
@@ -803,7 +734,7 @@ impl ConnHandler for Source {
             }
         }
     }
-    fn on_closed(&mut self, net: &mut Net<'_>, conn: ConnHandle, reason: CloseReason) {
+    fn on_closed(&mut self, net: &mut dyn Net, conn: ConnHandle, reason: CloseReason) {
         if let Some(o) = self.conns.remove(&conn) {
             let v = o.t.result(
                 net,

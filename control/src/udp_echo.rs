@@ -9,14 +9,16 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Result;
+use flowlane_dataplane::placement::machine_placement;
 use flowlane_dataplane::wire::packet::{parse_frame, turn_around_udp, Transport};
 use flowlane_dataplane::{
-    BindMode, Dataplane, DataplaneConfig, Proto, QueueAssignment, QueueCountersSnapshot,
-    QueueHandler, QueueInfo, RxAction,
+    BindMode, Dataplane, DataplaneConfig, Proto, QueueCountersSnapshot, QueueHandler, QueueInfo,
+    RxAction, TxBatch,
 };
 use serde::{Deserialize, Serialize};
 
@@ -110,23 +112,60 @@ pub struct Report {
     pub flows: Vec<FlowRecord>,
     /// Datagrams that failed to parse or verify.
     pub malformed: u64,
+    /// Datagrams echoed for flows beyond the per-queue table's bound
+    /// ([`MAX_FLOWS`]): echoed, not listed.
+    #[serde(default)]
+    pub untracked: u64,
 }
+
+/// Most flows each queue lists in its report (the table is keyed by
+/// peer-controlled values, so it is bounded).
+pub const MAX_FLOWS: usize = 1 << 16;
 
 type FlowKey = (IpAddr, u16, IpAddr, u16);
 
-/// Each queue's flow table, for the report.
-type FlowTables = Vec<(u32, Arc<Mutex<QueueFlows>>)>;
+/// Each queue's published flow table, for the report.
+type FlowTables = Vec<(u32, Arc<Published>)>;
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct QueueFlows {
     flows: HashMap<FlowKey, u64>,
     malformed: u64,
+    untracked: u64,
+}
+
+/// A queue's flow table as its worker last published it. The worker owns
+/// the live table (no lock per datagram); the reporting thread raises
+/// `wanted`, and the worker copies its table here on its next loop pass
+/// (at most 10 ms away when idle) and sets `done` to that value.
+#[derive(Default)]
+struct Published {
+    wanted: AtomicU64,
+    done: AtomicU64,
+    copy: Mutex<QueueFlows>,
+}
+
+impl Published {
+    /// Asks the worker for a fresh copy; true once it is there (waits up to
+    /// 1 s).
+    fn refresh(&self) -> bool {
+        let want = self.wanted.fetch_add(1, Ordering::AcqRel) + 1;
+        let deadline = std::time::Instant::now() + Duration::from_secs(1);
+        while self.done.load(Ordering::Acquire) < want {
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
+    }
 }
 
 struct Echo {
     port: u16,
     sink: bool,
-    seen: Arc<Mutex<QueueFlows>>,
+    flows: QueueFlows,
+    published: Arc<Published>,
 }
 
 impl QueueHandler for Echo {
@@ -141,7 +180,7 @@ impl QueueHandler for Echo {
             },
             Err(_) if self.sink => return RxAction::Drop,
             Err(_) => {
-                self.seen.lock().expect("flow table lock").malformed += 1;
+                self.flows.malformed += 1;
                 return RxAction::Drop;
             }
         };
@@ -150,27 +189,41 @@ impl QueueHandler for Echo {
         }
         match turn_around_udp(&mut buf[..len]) {
             Ok(out) => {
-                *self
-                    .seen
-                    .lock()
-                    .expect("flow table lock")
-                    .flows
-                    .entry(key)
-                    .or_default() += 1;
+                let t = &mut self.flows;
+                if let Some(n) = t.flows.get_mut(&key) {
+                    *n += 1;
+                } else if t.flows.len() < MAX_FLOWS {
+                    t.flows.insert(key, 1);
+                } else {
+                    t.untracked += 1;
+                }
                 RxAction::Transmit(out)
             }
             Err(_) => RxAction::Drop,
         }
     }
+
+    fn on_poll(&mut self, _q: &QueueInfo, _now: Duration, _tx: &mut TxBatch<'_>) {
+        let p = &self.published;
+        let want = p.wanted.load(Ordering::Acquire);
+        if want != p.done.load(Ordering::Relaxed) {
+            *p.copy.lock().unwrap_or_else(|e| e.into_inner()) = self.flows.clone();
+            p.done.store(want, Ordering::Release);
+        }
+    }
 }
 
-fn snapshot(generation: u64, dp: &Dataplane, tables: &[(u32, Arc<Mutex<QueueFlows>>)]) -> Report {
+fn snapshot(generation: u64, dp: &Dataplane, tables: &[(u32, Arc<Published>)]) -> Report {
     let counters: Vec<(QueueInfo, QueueCountersSnapshot)> = dp.counters();
     let mut flows = Vec::new();
-    let mut malformed = 0;
-    for (queue, t) in tables {
-        let t = t.lock().expect("flow table lock");
+    let (mut malformed, mut untracked) = (0, 0);
+    for (queue, p) in tables {
+        if !p.refresh() {
+            tracing::warn!(queue, "the worker did not publish its flows within 1 s");
+        }
+        let t = p.copy.lock().unwrap_or_else(|e| e.into_inner());
         malformed += t.malformed;
+        untracked += t.untracked;
         for (&(src, src_port, dst, dst_port), &packets) in &t.flows {
             flows.push(FlowRecord {
                 queue: *queue,
@@ -200,10 +253,9 @@ fn snapshot(generation: u64, dp: &Dataplane, tables: &[(u32, Arc<Mutex<QueueFlow
             .collect(),
         flows,
         malformed,
+        untracked,
     }
 }
-
-pub use crate::worker_placement::allowed_cpus;
 
 /// Runs the service until SIGTERM/SIGINT.
 pub fn run(args: Args) -> Result<()> {
@@ -213,19 +265,12 @@ pub fn run(args: Args) -> Result<()> {
     info.check_queues(queues)?;
     // numa-sched's placement: NIC-node CPUs first, physical cores before SMT
     // siblings; memory on each worker's node.
-    let placed = crate::worker_placement::machine_placement(info.numa_node, queues as usize)?;
+    let placed = machine_placement(info.numa_node, queues as usize, None)?;
     if let Some(w) = &placed.shared {
         eprintln!("flowlane udp-echo: warning: {w}");
     }
     let mut config = DataplaneConfig::new(&args.iface, &(0..queues).collect::<Vec<_>>());
-    for (q, p) in config.queues.iter_mut().zip(&placed.plan.queues) {
-        *q = QueueAssignment {
-            queue: q.queue,
-            cpu: Some(p.cpu),
-            node: p.mem_node,
-        };
-    }
-    config.node_cpus = placed.node_cpus;
+    config.apply_placement(&placed);
     config.ports = vec![(Proto::Udp, args.port)];
     config.busy_poll = args.busy_poll;
     config.bind_mode = match args.bind_mode {
@@ -237,11 +282,16 @@ pub fn run(args: Args) -> Result<()> {
     let reg = registry.clone();
     let (port, sink) = (args.port, args.sink);
     let dp = Dataplane::start(config, move |q: &QueueInfo| {
-        let seen = Arc::new(Mutex::new(QueueFlows::default()));
+        let published = Arc::new(Published::default());
         reg.lock()
             .expect("registry lock")
-            .push((q.queue, seen.clone()));
-        Echo { port, sink, seen }
+            .push((q.queue, published.clone()));
+        Ok::<_, std::convert::Infallible>(Echo {
+            port,
+            sink,
+            flows: QueueFlows::default(),
+            published,
+        })
     })?;
     let tables = registry.lock().expect("registry lock").clone();
 

@@ -32,7 +32,7 @@ use crate::cmd_hint::rss_state;
 use crate::netns::{self, require_root};
 use crate::nic::RssNic;
 use crate::testbed::FLOWLANE_EPHEMERAL;
-use crate::worker_placement::machine_placement;
+use flowlane_dataplane::placement::machine_placement;
 
 /// Flags of `flowlane udp-ping`.
 #[derive(clap::Args, Debug, Clone)]
@@ -273,7 +273,7 @@ fn run_here(args: &Args) -> Result<()> {
         None => neighbour_mac(iface, args.dst.ip())?,
     };
 
-    let placed = machine_placement(info.numa_node, info.rx_queues as usize)?;
+    let placed = machine_placement(info.numa_node, info.rx_queues as usize, None)?;
     let mut config = DataplaneConfig::new(iface, &(0..info.rx_queues).collect::<Vec<_>>());
     for (q, p) in config.queues.iter_mut().zip(&placed.plan.queues) {
         *q = QueueAssignment {
@@ -298,13 +298,15 @@ fn run_here(args: &Args) -> Result<()> {
     };
     let outcome: Arc<Mutex<Outcome>> = Arc::default();
     let (o2, queue) = (outcome.clone(), args.queue);
-    let dp = Dataplane::start(config, move |q: &QueueInfo| Pinger {
-        sender: q.queue == u32::from(queue),
-        eth,
-        ip,
-        udp,
-        payload: payload.clone(),
-        outcome: o2.clone(),
+    let dp = Dataplane::start(config, move |q: &QueueInfo| {
+        Ok::<_, std::convert::Infallible>(Pinger {
+            sender: q.queue == u32::from(queue),
+            eth,
+            ip,
+            udp,
+            payload: payload.clone(),
+            outcome: o2.clone(),
+        })
     })?;
     let deadline = Instant::now() + Duration::from_millis(args.timeout_ms);
     let reply = loop {

@@ -11,3 +11,17 @@ pub fn pin_current_thread(cpus: &[u32]) -> std::io::Result<()> {
     }
     sched_setaffinity(Pid::from_raw(0), &set).map_err(std::io::Error::from)
 }
+
+/// CPUs this process may run on.
+pub fn allowed_cpus() -> Vec<u32> {
+    let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).ok();
+    let n = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    match set {
+        Some(s) => (0..nix::sched::CpuSet::count() as u32)
+            .filter(|&c| s.is_set(c as usize).unwrap_or(false))
+            .collect(),
+        None => (0..n as u32).collect(),
+    }
+}

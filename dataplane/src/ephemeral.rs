@@ -12,6 +12,11 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
 use flowlane_numa_sched::toeplitz::Protocol;
 use flowlane_numa_sched::RssState;
 
+/// flowlane's ephemeral port range (inclusive) for active opens: the steering
+/// program hands it to flowlane, and the test bed reserves it from the
+/// kernel's own (`ip_local_reserved_ports`).
+pub const EPHEMERAL: (u16, u16) = (40000, 44999);
+
 /// Chooses local ports from flowlane's ephemeral range for one queue.
 #[derive(Debug, Clone)]
 pub struct EphemeralPorts {

@@ -100,6 +100,25 @@ fn read_num(p: &PathBuf) -> Result<u32> {
     })
 }
 
+/// Our IPv4 address on `iface` (the first one).
+pub fn local_ipv4(iface: &str) -> Result<std::net::Ipv4Addr> {
+    let addrs = nix::ifaddrs::getifaddrs().map_err(|e| Error::Io {
+        what: "listing interface addresses".into(),
+        source: e.into(),
+    })?;
+    for a in addrs {
+        if a.interface_name != iface {
+            continue;
+        }
+        if let Some(sin) = a.address.as_ref().and_then(|s| s.as_sockaddr_in()) {
+            return Ok(sin.ip());
+        }
+    }
+    Err(Error::Setup(format!(
+        "{iface} has no IPv4 address: add one (ip addr add A/N dev {iface})"
+    )))
+}
+
 /// Parses `aa:bb:cc:dd:ee:ff`.
 pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
     let mut out = [0u8; 6];

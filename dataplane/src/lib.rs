@@ -11,22 +11,27 @@
 pub mod affinity;
 pub mod bed;
 pub mod counters;
+pub mod cpu_time;
 pub mod ephemeral;
 pub mod iface;
 pub mod neighbor;
 pub mod packet_socket;
+pub mod placement;
 pub mod runtime;
 pub mod tcp_handler;
+pub mod tcp_service;
 pub mod umem;
 pub mod wire;
 pub mod worker;
 pub mod xsk;
 
 pub use counters::{QueueCounters, QueueCountersSnapshot};
+pub use cpu_time::{thread_cpu_ns, worker_cpu_ns};
 pub use flowlane_ebpf::steer::{Proto, SteerStats};
 pub use iface::InterfaceInfo;
 pub use runtime::{Dataplane, DataplaneConfig, QueueAssignment};
-pub use tcp_handler::{ConnHandler, Net, TcpConfig, TcpCounters, TcpCountersSnapshot, TcpHandler};
+pub use tcp_handler::{TcpConfig, TcpCounters, TcpCountersSnapshot, TcpHandler};
+pub use tcp_service::{TcpService, TcpServiceConfig};
 pub use worker::{QueueHandler, QueueInfo, RxAction, TxBatch};
 pub use xsk::BindMode;
 
@@ -36,6 +41,22 @@ pub enum Error {
     /// Setting up the data path failed.
     #[error("{0}")]
     Setup(String),
+    /// The NIC's RSS settings (key, indirection table) are not usable.
+    #[error("bad RSS settings: {0}")]
+    Rss(#[source] flowlane_numa_sched::Error),
+    /// No placement of the workers could be planned.
+    #[error("planning where the workers run: {0}")]
+    Placement(#[source] flowlane_numa_sched::Error),
+    /// The application's setup of a queue (the factory given to
+    /// [`Dataplane::start`]) failed.
+    #[error("queue {queue}: {source}")]
+    Handler {
+        /// The queue whose setup failed.
+        queue: u32,
+        /// What the factory returned.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A system call failed.
     #[error("{what}: {source}")]
     Io {

@@ -76,23 +76,6 @@ impl DataplaneConfig {
             sysfs: PathBuf::from("/sys"),
         }
     }
-
-    /// Pins the queues' workers round-robin over `cpus`, all on node 0 (a
-    /// single-node placement; numa-sched's plan is the general one). Empty
-    /// `cpus` leaves the workers unpinned.
-    pub fn pin_round_robin(&mut self, cpus: &[u32]) {
-        if cpus.is_empty() {
-            return;
-        }
-        for (i, q) in self.queues.iter_mut().enumerate() {
-            *q = QueueAssignment {
-                queue: q.queue,
-                cpu: Some(cpus[i % cpus.len()]),
-                node: 0,
-            };
-        }
-        self.node_cpus.insert(0, cpus.to_vec());
-    }
 }
 
 struct WorkerHandle {
@@ -121,12 +104,15 @@ impl std::fmt::Debug for Dataplane {
 
 impl Dataplane {
     /// Attaches to the interface and starts one worker per queue. `factory`
-    /// builds each queue's handler on the queue's own core. Returns once
-    /// every worker has filled its rings and is polling.
-    pub fn start<H, F>(config: DataplaneConfig, factory: F) -> Result<Dataplane>
+    /// builds each queue's handler on the queue's own core; if it fails for
+    /// any queue, everything started is stopped and released and that error
+    /// is returned ([`Error::Handler`]). Returns once every worker has
+    /// filled its rings and is polling.
+    pub fn start<H, E, F>(config: DataplaneConfig, factory: F) -> Result<Dataplane>
     where
         H: QueueHandler + 'static,
-        F: Fn(&QueueInfo) -> H + Send + Sync + 'static,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+        F: Fn(&QueueInfo) -> std::result::Result<H, E> + Send + Sync + 'static,
     {
         let iface = InterfaceInfo::read(&config.sysfs, &config.ifname)?;
         if config.queues.is_empty() {
@@ -186,8 +172,7 @@ impl Dataplane {
             // back within the pass, see `worker`); the rest feed the fill ring.
             tx_reserve: (config.rings.frames_per_queue as usize / 4).min(TX_RESERVE_MAX),
         };
-        let (ready_tx, ready_rx) =
-            crossbeam_channel::unbounded::<std::result::Result<(), String>>();
+        let (ready_tx, ready_rx) = crossbeam_channel::unbounded::<Result<()>>();
         let mut workers = Vec::new();
         for (a, sock) in sockets {
             let info = QueueInfo {
@@ -208,14 +193,23 @@ impl Dataplane {
                 .spawn(move || {
                     if let Some(cpu) = info.cpu {
                         if let Err(e) = affinity::pin_current_thread(&[cpu]) {
-                            let _ = ready.send(Err(format!(
+                            let _ = ready.send(Err(Error::Setup(format!(
                                 "pinning queue {} to CPU {cpu}: {e}",
                                 info.queue
-                            )));
+                            ))));
                             return;
                         }
                     }
-                    let handler = factory2(&info);
+                    let handler = match factory2(&info) {
+                        Ok(h) => h,
+                        Err(e) => {
+                            let _ = ready.send(Err(Error::Handler {
+                                queue: info.queue,
+                                source: e.into(),
+                            }));
+                            return;
+                        }
+                    };
                     let _ = ready.send(Ok(()));
                     worker::run(sock, info, handler, loop_cfg, stop2, counters2, epoch);
                 })
@@ -239,7 +233,7 @@ impl Dataplane {
         for _ in 0..dp.workers.len() {
             match ready_rx.recv() {
                 Ok(Ok(())) => {}
-                Ok(Err(e)) => return Err(Error::Setup(e)),
+                Ok(Err(e)) => return Err(e),
                 Err(_) => return Err(Error::Setup("a worker died while starting".into())),
             }
         }

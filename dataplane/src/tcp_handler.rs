@@ -20,17 +20,19 @@
 //! once); transmitted segments are written by the stack directly into the
 //! frame that goes on the TX ring — no intermediate buffer on either side.
 //!
-//! The application implements [`ConnHandler`] (mio/quinn-like: events carry
-//! a [`ConnHandle`]; calls go through [`Net`]):
+//! The application implements [`flowlane_app::ConnHandler`] (events carry a
+//! [`ConnHandle`]; calls go through [`flowlane_app::Net`], which this module
+//! implements over the queue's stack; [`flowlane_app::Dispatcher`] maps
+//! connections to handlers):
 //!
 //! ```no_run
-//! use flowlane_dataplane::tcp_handler::{ConnHandler, Net, TcpConfig, TcpHandler};
+//! use flowlane_app::{ConnHandle, ConnHandler, Net};
+//! use flowlane_dataplane::tcp_handler::{TcpConfig, TcpHandler};
 //! use flowlane_dataplane::{Dataplane, DataplaneConfig, Proto};
-//! use flowlane_tcp::ConnHandle;
 //!
 //! struct Echo;
 //! impl ConnHandler for Echo {
-//!     fn on_data(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+//!     fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
 //!         let mut buf = [0u8; 4096];
 //!         while let Ok(n) = net.recv(conn, &mut buf) {
 //!             if n == 0 {
@@ -47,24 +49,22 @@
 //! let tcp = TcpConfig::new("10.99.0.1".parse().unwrap(), [2, 0, 0, 0, 0, 1], [7; 16]);
 //! let running = Dataplane::start(dp, move |q| {
 //!     let mut h = TcpHandler::new(q, tcp.clone());
-//!     h.listen(7, Echo).unwrap();
-//!     h
+//!     h.listen(7, Echo)?;
+//!     Ok::<_, flowlane_tcp::Error>(h)
 //! });
 //! ```
 
-use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use flowlane_app::{ConnHandler, Dispatcher, HandlerId, Net, Placement};
 use flowlane_numa_sched::RssState;
 use flowlane_tcp::time::Instant;
-use flowlane_tcp::{
-    CloseReason, Config, ConnHandle, Error, Event, FourTuple, ListenerId, Stack, State, Stats,
-};
+use flowlane_tcp::{Config, ConnHandle, Error, FourTuple, Stack, State, Stats};
 
-use crate::ephemeral::EphemeralPorts;
+use crate::counters::{self, counters};
+use crate::ephemeral::{EphemeralPorts, EPHEMERAL};
 use crate::neighbor::Neighbors;
 use crate::wire::checksum::{verify_tcp_checksum, ChecksumPolicy};
 use crate::wire::packet::{emit_eth_ipv4_tcp_headers, ETH_IPV4_TCP_OFFSET};
@@ -100,90 +100,39 @@ pub struct TcpConfig {
 
 impl TcpConfig {
     /// Defaults: the stack's default configuration keyed by `isn_secret`,
-    /// ephemeral ports 40000-44999, no static neighbours, no RSS.
+    /// ephemeral ports [`EPHEMERAL`], no static neighbours, no RSS.
     pub fn new(local_ip: Ipv4Addr, local_mac: [u8; 6], isn_secret: [u8; 16]) -> TcpConfig {
         TcpConfig {
             local_ip,
             local_mac: EthernetAddress(local_mac),
             neighbors: Neighbors::new(),
-            ephemeral: (40000, 44999),
+            ephemeral: EPHEMERAL,
             rss: None,
             tcp: Config::new(isn_secret),
         }
     }
 }
 
-/// The application side of a set of connections: a listener's or an active
-/// opener's. Every callback runs on the worker that owns the connection,
-/// inline with packet processing (run to completion): keep them short and
-/// never block. Calls on connections go through [`Net`].
-pub trait ConnHandler: Send {
-    /// Called once, on the worker's first loop iteration (open connections
-    /// here with [`Net::connect`]).
-    fn on_start(&mut self, _net: &mut Net<'_>) {}
-
-    /// A connection to this handler's listener completed its handshake.
-    fn on_accept(&mut self, _net: &mut Net<'_>, _conn: ConnHandle) {}
-
-    /// A connection opened by [`Net::connect`] completed its handshake.
-    fn on_connected(&mut self, _net: &mut Net<'_>, _conn: ConnHandle) {}
-
-    /// New data can be read ([`Net::recv`] / [`Net::peek`]). Not repeated
-    /// until the application has read something.
-    fn on_data(&mut self, net: &mut Net<'_>, conn: ConnHandle);
-
-    /// Send-buffer space freed up after a [`Net::send`] that did not fit.
-    fn on_writable(&mut self, _net: &mut Net<'_>, _conn: ConnHandle) {}
-
-    /// The peer finished sending. The default closes the connection once
-    /// everything was read (a handler that still has data to read or send
-    /// closes it itself later).
-    fn on_peer_closed(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
-        if net.is_eof(conn) {
-            let _ = net.close(conn);
-        }
-    }
-
-    /// The connection is gone; the handle is now invalid.
-    fn on_closed(&mut self, _net: &mut Net<'_>, _conn: ConnHandle, _reason: CloseReason) {}
-
-    /// Called on every pass of the worker's loop (at least every 10 ms, more
-    /// often under load), for time-driven work such as starting to send at an
-    /// agreed instant. Keep it cheap.
-    fn on_tick(&mut self, _net: &mut Net<'_>) {}
-}
-
-/// Identifies a handler registered on a [`TcpHandler`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct HandlerId(usize);
-
-/// What a [`ConnHandler`] can do while it runs: calls on the worker's stack
-/// for connections of this queue.
-pub struct Net<'a> {
+/// [`Net`] over a queue's stack: what a handler's calls do on this queue.
+struct StackNet<'a> {
     stack: &'a mut Stack,
-    owners: &'a mut HashMap<ConnHandle, usize>,
     ports: &'a mut EphemeralPorts,
     local_ip: Ipv4Addr,
     now: Instant,
-    queue: u32,
-    me: usize,
+    placement: Placement,
 }
 
-impl Net<'_> {
-    /// The worker's clock (time since the data path started).
-    pub fn now(&self) -> Duration {
+impl Net for StackNet<'_> {
+    fn now(&self) -> Duration {
         Duration::from_nanos(self.now.as_nanos())
     }
 
-    /// The receive queue (and so the core) this runs on.
-    pub fn queue(&self) -> u32 {
-        self.queue
+    fn placement(&self) -> Placement {
+        self.placement
     }
 
-    /// Opens a connection to `remote` from our address and a port of the
-    /// ephemeral range whose replies RSS steers to this queue. Owned by the
-    /// calling handler; `on_connected` follows.
-    pub fn connect(&mut self, remote: SocketAddrV4) -> Result<ConnHandle, Error> {
+    /// A port of the ephemeral range whose replies RSS steers to this queue.
+    fn connect(&mut self, remote: SocketAddrV4) -> Result<ConnHandle, Error> {
         for _ in 0..64 {
             let port = self
                 .ports
@@ -191,56 +140,38 @@ impl Net<'_> {
                 .ok_or(Error::AddrInUse)?;
             let local = SocketAddr::new(IpAddr::V4(self.local_ip), port);
             match self.stack.connect(self.now, local, SocketAddr::V4(remote)) {
-                Ok(c) => {
-                    self.owners.insert(c, self.me);
-                    return Ok(c);
-                }
                 Err(Error::AddrInUse) => continue,
-                Err(e) => return Err(e),
+                r => return r,
             }
         }
         Err(Error::AddrInUse)
     }
 
-    /// Queues data; returns how much fit (`Err(WouldBlock)` if none did;
-    /// `on_writable` follows when space frees up).
-    pub fn send(&mut self, conn: ConnHandle, data: &[u8]) -> Result<usize, Error> {
+    fn send(&mut self, conn: ConnHandle, data: &[u8]) -> Result<usize, Error> {
         self.stack.send(conn, data)
     }
 
-    /// Reads in-order data: `Ok(0)` is end of stream, `Err(WouldBlock)`
-    /// nothing yet.
-    pub fn recv(&mut self, conn: ConnHandle, buf: &mut [u8]) -> Result<usize, Error> {
+    fn recv(&mut self, conn: ConnHandle, buf: &mut [u8]) -> Result<usize, Error> {
         self.stack.recv(conn, buf)
     }
 
-    /// Zero-copy read of the next contiguous readable bytes; follow with
-    /// [`Net::consume`].
-    pub fn peek(&self, conn: ConnHandle) -> Result<&[u8], Error> {
+    fn peek(&self, conn: ConnHandle) -> Result<&[u8], Error> {
         self.stack.peek(conn)
     }
 
-    /// Drops `n` bytes seen through [`Net::peek`].
-    pub fn consume(&mut self, conn: ConnHandle, n: usize) -> Result<usize, Error> {
+    fn consume(&mut self, conn: ConnHandle, n: usize) -> Result<usize, Error> {
         self.stack.consume(conn, n)
     }
 
-    /// Whether the peer closed and everything was read (false for an
-    /// invalid handle).
-    pub fn is_eof(&self, conn: ConnHandle) -> bool {
+    fn is_eof(&self, conn: ConnHandle) -> bool {
         self.stack.is_eof(conn).unwrap_or(false)
     }
 
-    /// Free send-buffer space.
-    pub fn send_space(&self, conn: ConnHandle) -> Result<usize, Error> {
+    fn send_space(&self, conn: ConnHandle) -> Result<usize, Error> {
         self.stack.send_space(conn)
     }
 
-    /// Asks for `on_writable` once send-buffer space frees up, for a
-    /// handler that sized its writes with [`Net::send_space`] and found it
-    /// zero (the stack announces space only after a send that did not
-    /// fit). Returns false if there is space now.
-    pub fn notify_writable(&mut self, conn: ConnHandle) -> bool {
+    fn want_writable(&mut self, conn: ConnHandle) -> bool {
         if self.stack.send_space(conn).unwrap_or(1) > 0 {
             return false;
         }
@@ -249,97 +180,33 @@ impl Net<'_> {
         true
     }
 
-    /// Echo service step: moves what has arrived on `conn` to its send
-    /// buffer, as far as that buffer takes, through `scratch`; asks for
-    /// `on_writable` when the send buffer is full, and closes once the peer
-    /// has closed and everything was echoed. Returns the bytes echoed.
-    pub fn echo(&mut self, conn: ConnHandle, scratch: &mut [u8]) -> usize {
-        let mut echoed = 0;
-        loop {
-            let space = self.send_space(conn).unwrap_or(0).min(scratch.len());
-            if space == 0 {
-                self.notify_writable(conn);
-                return echoed;
-            }
-            match self.recv(conn, &mut scratch[..space]) {
-                Ok(0) => {
-                    let _ = self.close(conn);
-                    return echoed;
-                }
-                Ok(n) => {
-                    let _ = self.send(conn, &scratch[..n]);
-                    echoed += n;
-                }
-                Err(_) => return echoed,
-            }
-        }
-    }
-
-    /// Sends FIN after the queued data; reading goes on.
-    pub fn shutdown_write(&mut self, conn: ConnHandle) -> Result<(), Error> {
+    fn shutdown_write(&mut self, conn: ConnHandle) -> Result<(), Error> {
         self.stack.shutdown_write(conn)
     }
 
-    /// Closes both directions (FIN after queued data; aborts if unread data
-    /// remains). `on_closed` follows.
-    pub fn close(&mut self, conn: ConnHandle) -> Result<(), Error> {
+    fn close(&mut self, conn: ConnHandle) -> Result<(), Error> {
         self.stack.close(conn)
     }
 
-    /// Resets the connection.
-    pub fn abort(&mut self, conn: ConnHandle) -> Result<(), Error> {
+    fn abort(&mut self, conn: ConnHandle) -> Result<(), Error> {
         self.stack.abort(conn)
     }
 
-    /// Disables (`true`) or enables Nagle's algorithm.
-    pub fn set_nodelay(&mut self, conn: ConnHandle, nodelay: bool) -> Result<(), Error> {
+    fn set_nodelay(&mut self, conn: ConnHandle, nodelay: bool) -> Result<(), Error> {
         self.stack.set_nodelay(conn, nodelay)
     }
 
-    /// The connection's addresses.
-    pub fn four_tuple(&self, conn: ConnHandle) -> Result<FourTuple, Error> {
+    fn four_tuple(&self, conn: ConnHandle) -> Result<FourTuple, Error> {
         self.stack.four_tuple(conn)
     }
 
-    /// The connection's TCP state.
-    pub fn state(&self, conn: ConnHandle) -> Result<State, Error> {
+    fn state(&self, conn: ConnHandle) -> Result<State, Error> {
         self.stack.state(conn)
     }
 
-    /// The queue's TCP counters.
-    pub fn stats(&self) -> &Stats {
+    fn stats(&self) -> &Stats {
         self.stack.stats()
     }
-}
-
-macro_rules! counters {
-    ($(#[$m:meta])* $name:ident / $snap:ident { $($(#[$fm:meta])* $f:ident),* $(,)? }) => {
-        $(#[$m])*
-        #[derive(Debug, Default)]
-        pub struct $name {
-            $($(#[$fm])* pub $f: AtomicU64,)*
-        }
-
-        /// A plain copy of the counters.
-        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-        pub struct $snap {
-            $($(#[$fm])* pub $f: u64,)*
-        }
-
-        impl $name {
-            /// Reads every counter (relaxed).
-            pub fn snapshot(&self) -> $snap {
-                $snap { $($f: self.$f.load(Ordering::Relaxed),)* }
-            }
-        }
-
-        impl $snap {
-            /// Field-wise sum (for totals over queues).
-            pub fn add(&self, o: &$snap) -> $snap {
-                $snap { $($f: self.$f + o.$f,)* }
-            }
-        }
-    };
 }
 
 counters! {
@@ -392,12 +259,9 @@ counters! {
 }
 
 impl TcpCounters {
-    fn bump(c: &AtomicU64) {
-        c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-    }
-
+    /// Copies the stack's counters (the worker, every [`PUBLISH_EVERY`]).
     fn publish(&self, live: usize, s: &Stats) {
-        let set = |c: &AtomicU64, v: u64| c.store(v, Ordering::Relaxed);
+        let set = counters::set;
         set(&self.connections, live as u64);
         set(&self.passive_opens, s.passive_opens);
         set(&self.active_opens, s.active_opens);
@@ -424,21 +288,18 @@ pub struct TcpHandler {
     local_mac: EthernetAddress,
     neighbors: Neighbors,
     ports: EphemeralPorts,
-    handlers: Vec<Box<dyn ConnHandler>>,
-    listeners: Vec<(ListenerId, usize)>,
-    owners: HashMap<ConnHandle, usize>,
+    app: Dispatcher,
     counters: Arc<TcpCounters>,
-    queue: u32,
-    started: bool,
+    placement: Placement,
     last_publish: Duration,
 }
 
 impl std::fmt::Debug for TcpHandler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TcpHandler")
-            .field("queue", &self.queue)
+            .field("queue", &self.placement.queue)
             .field("local_ip", &self.local_ip)
-            .field("handlers", &self.handlers.len())
+            .field("handlers", &self.app.handler_count())
             .field("connections", &self.stack.connection_count())
             .finish()
     }
@@ -459,12 +320,13 @@ impl TcpHandler {
             local_mac: cfg.local_mac,
             neighbors: cfg.neighbors,
             ports: EphemeralPorts::new(cfg.ephemeral.0, cfg.ephemeral.1, queue.queue, cfg.rss),
-            handlers: Vec::new(),
-            listeners: Vec::new(),
-            owners: HashMap::new(),
+            app: Dispatcher::new(),
             counters: Arc::new(TcpCounters::default()),
-            queue: queue.queue,
-            started: false,
+            placement: Placement {
+                queue: queue.queue,
+                cpu: queue.cpu,
+                node: queue.node,
+            },
             last_publish: Duration::ZERO,
         }
     }
@@ -478,21 +340,20 @@ impl TcpHandler {
         let l = self
             .stack
             .listen(SocketAddr::new(IpAddr::V4(self.local_ip), port))?;
-        let id = self.add(handler);
-        self.listeners.push((l, id.0));
+        let id = self.app.add(handler);
+        self.app.bind_listener(l, id);
         Ok(id)
     }
 
     /// Registers a handler with no listener (for active opens from its
     /// `on_start`).
     pub fn add(&mut self, handler: impl ConnHandler + 'static) -> HandlerId {
-        self.handlers.push(Box::new(handler));
-        HandlerId(self.handlers.len() - 1)
+        self.app.add(handler)
     }
 
     /// The queue this endpoint serves.
     pub fn queue(&self) -> u32 {
-        self.queue
+        self.placement.queue
     }
 
     /// The queue's counters, to read from another thread.
@@ -500,68 +361,31 @@ impl TcpHandler {
         self.counters.clone()
     }
 
-    fn net(&mut self, now: Instant) -> (Net<'_>, &mut Vec<Box<dyn ConnHandler>>) {
+    /// The application's view of this queue at `now`, and its dispatcher.
+    fn net(&mut self, now: Instant) -> (StackNet<'_>, &mut Dispatcher) {
         (
-            Net {
+            StackNet {
                 stack: &mut self.stack,
-                owners: &mut self.owners,
                 ports: &mut self.ports,
                 local_ip: self.local_ip,
                 now,
-                queue: self.queue,
-                me: 0,
+                placement: self.placement,
             },
-            &mut self.handlers,
+            &mut self.app,
         )
     }
 
     /// Delivers the stack's queued events to their handlers.
     fn dispatch(&mut self, now: Instant) {
         while let Some(ev) = self.stack.poll_event() {
-            let conn = match ev {
-                Event::Accepted { conn, listener } => {
-                    match self.listeners.iter().find(|(l, _)| *l == listener) {
-                        Some(&(_, h)) => {
-                            self.owners.insert(conn, h);
-                        }
-                        None => {
-                            let _ = self.stack.abort(conn);
-                            continue;
-                        }
-                    }
-                    conn
-                }
-                Event::Connected(c) | Event::Readable(c) | Event::Writable(c) => c,
-                Event::PeerClosed(c) => c,
-                Event::Closed { conn, .. } => conn,
-            };
-            let Some(&h) = self.owners.get(&conn) else {
-                continue;
-            };
-            let (mut net, handlers) = self.net(now);
-            net.me = h;
-            let handler = &mut handlers[h];
-            match ev {
-                Event::Accepted { .. } => handler.on_accept(&mut net, conn),
-                Event::Connected(_) => handler.on_connected(&mut net, conn),
-                Event::Readable(_) => handler.on_data(&mut net, conn),
-                Event::Writable(_) => handler.on_writable(&mut net, conn),
-                Event::PeerClosed(_) => handler.on_peer_closed(&mut net, conn),
-                Event::Closed { reason, .. } => {
-                    handler.on_closed(&mut net, conn, reason);
-                    self.owners.remove(&conn);
-                }
-            }
+            let (mut net, app) = self.net(now);
+            app.dispatch(ev, &mut net);
         }
     }
 
     fn start(&mut self, now: Instant) {
-        self.started = true;
-        for h in 0..self.handlers.len() {
-            let (mut net, handlers) = self.net(now);
-            net.me = h;
-            handlers[h].on_start(&mut net);
-        }
+        let (mut net, app) = self.net(now);
+        app.start(&mut net);
         self.dispatch(now);
     }
 
@@ -572,28 +396,28 @@ impl TcpHandler {
         let f = match parse_frame_with(frame, ChecksumPolicy::IP_ONLY) {
             Ok(f) => f,
             Err(WireError::BadChecksum { layer: Layer::Ipv4 }) => {
-                TcpCounters::bump(&c.bad_ip_checksum);
+                counters::bump(&c.bad_ip_checksum);
                 return false;
             }
             Err(_) => {
-                TcpCounters::bump(&c.malformed);
+                counters::bump(&c.malformed);
                 return false;
             }
         };
         let (Network::Ipv4(ip), Transport::Tcp { .. }) = (&f.network, &f.transport) else {
-            TcpCounters::bump(&c.not_ours);
+            counters::bump(&c.not_ours);
             return false;
         };
         if ip.dst_addr != self.local_ip || f.ethernet.vlan.count() != 0 {
-            TcpCounters::bump(&c.not_ours);
+            counters::bump(&c.not_ours);
             return false;
         }
         let segment = f.l4();
         if !verify_tcp_checksum(&ip.addrs(), segment) {
-            TcpCounters::bump(&c.bad_tcp_checksum);
+            counters::bump(&c.bad_tcp_checksum);
             return false;
         }
-        TcpCounters::bump(&c.segments_in);
+        counters::bump(&c.segments_in);
         self.neighbors.learn(ip.src_addr, f.ethernet.src_addr);
         self.stack.handle_segment(
             now,
@@ -636,7 +460,7 @@ impl TcpHandler {
             return (true, None);
         };
         let Some(peer_mac) = self.neighbors.lookup(*dst.ip()) else {
-            TcpCounters::bump(&self.counters.no_neighbor);
+            counters::bump(&self.counters.no_neighbor);
             return (true, None);
         };
         let eth = EthernetRepr {
@@ -668,7 +492,7 @@ impl QueueHandler for TcpHandler {
         let Some(frame) = buf.get(..len) else {
             return RxAction::Drop;
         };
-        if !self.started {
+        if !self.app.started() {
             self.start(now);
         }
         if self.input(now, frame) {
@@ -679,18 +503,15 @@ impl QueueHandler for TcpHandler {
 
     fn on_poll(&mut self, _q: &QueueInfo, now_d: Duration, tx: &mut TxBatch<'_>) {
         let now = instant(now_d);
-        if !self.started {
+        if !self.app.started() {
             self.start(now);
         }
         if self.stack.poll_timeout().is_some_and(|t| t <= now) {
             self.stack.handle_timeout(now);
             self.dispatch(now);
         }
-        for h in 0..self.handlers.len() {
-            let (mut net, handlers) = self.net(now);
-            net.me = h;
-            handlers[h].on_tick(&mut net);
-        }
+        let (mut net, app) = self.net(now);
+        app.tick(&mut net);
         self.dispatch(now);
         self.output(now, tx);
         if now_d.saturating_sub(self.last_publish) >= PUBLISH_EVERY {
@@ -713,6 +534,8 @@ mod tests {
     //! counting, MAC learning, zero-copy output and the callbacks.
     use super::*;
     use crate::wire::packet::parse_frame;
+    use flowlane_app::CloseReason;
+    use flowlane_tcp::Event;
 
     const OUR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
     const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
@@ -733,10 +556,10 @@ mod tests {
     }
 
     impl ConnHandler for Echo {
-        fn on_accept(&mut self, _net: &mut Net<'_>, _conn: ConnHandle) {
+        fn on_accept(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {
             self.log.lock().unwrap().push("accept".into());
         }
-        fn on_data(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+        fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
             let mut buf = [0u8; 2048];
             while let Ok(n) = net.recv(conn, &mut buf) {
                 if n == 0 {
@@ -745,7 +568,7 @@ mod tests {
                 net.send(conn, &buf[..n]).unwrap();
             }
         }
-        fn on_closed(&mut self, _net: &mut Net<'_>, _conn: ConnHandle, r: CloseReason) {
+        fn on_closed(&mut self, _net: &mut dyn Net, _conn: ConnHandle, r: CloseReason) {
             self.log.lock().unwrap().push(format!("closed {r:?}"));
         }
     }
@@ -916,12 +739,12 @@ mod tests {
         let mut h = TcpHandler::new(&info(), cfg);
         struct Opener;
         impl ConnHandler for Opener {
-            fn on_start(&mut self, net: &mut Net<'_>) {
+            fn on_start(&mut self, net: &mut dyn Net) {
                 let c = net.connect("10.99.0.2:5001".parse().unwrap()).unwrap();
                 let port = net.four_tuple(c).unwrap().local.port();
                 assert!((40000..=44999).contains(&port));
             }
-            fn on_data(&mut self, _net: &mut Net<'_>, _conn: ConnHandle) {}
+            fn on_data(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
         }
         h.add(Opener);
         h.start(Instant::ZERO);

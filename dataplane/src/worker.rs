@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use xsk_rs::{FrameDesc, Umem};
 
-use crate::counters::QueueCounters;
+use crate::counters::{self, QueueCounters};
 use crate::xsk::QueueSocket;
 
 /// Frames moved per ring operation.
@@ -167,9 +167,9 @@ pub(crate) fn run<H: QueueHandler>(
                 break;
             }
         }
-        QueueCounters::add(&c.rx_packets, received as u64);
-        QueueCounters::add(&c.rx_bytes, rx_bytes);
-        QueueCounters::add(&c.dropped, dropped);
+        counters::add(&c.rx_packets, received as u64);
+        counters::add(&c.rx_bytes, rx_bytes);
+        counters::add(&c.dropped, dropped);
 
         let mut batch = TxBatch {
             umem: &sock.umem,
@@ -186,7 +186,7 @@ pub(crate) fn run<H: QueueHandler>(
         }
         if received == 0 && done == 0 && pending.is_empty() && sent == 0 {
             idle_rounds += 1;
-            QueueCounters::add(&c.idle_polls, 1);
+            counters::add(&c.idle_polls, 1);
             if !cfg.busy_poll && idle_rounds > 16 {
                 let mut timeout = Duration::from_millis(if tx.outstanding > 0 { 1 } else { 10 });
                 if let Some(at) = handler.next_wakeup() {
@@ -238,7 +238,7 @@ impl TxState {
             sent += put;
             self.outstanding += put;
             if self.outstanding > 0 && sock.tx.needs_wakeup() {
-                QueueCounters::add(&c.tx_kicks, 1);
+                counters::add(&c.tx_kicks, 1);
                 // EAGAIN/ENOBUFS while frames are pending is normal.
                 if let Err(e) = sock.tx.wakeup() {
                     tracing::debug!(queue = sock.queue, "tx wakeup: {e}");
@@ -267,7 +267,7 @@ impl TxState {
             }
         }
         if self.outstanding as u64 > c.tx_outstanding_max.load(Ordering::Relaxed) {
-            QueueCounters::set(&c.tx_outstanding_max, self.outstanding as u64);
+            counters::set(&c.tx_outstanding_max, self.outstanding as u64);
         }
         (sent, done)
     }
@@ -282,7 +282,7 @@ fn produce_tx(sock: &mut QueueSocket, pending: &mut Vec<FrameDesc>, c: &QueueCou
     let room = sock.tx.nb_free(pending.len() as u32) as usize;
     let k = room.min(pending.len());
     if k < pending.len() {
-        QueueCounters::add(&c.tx_ring_full, 1);
+        counters::add(&c.tx_ring_full, 1);
     }
     if k == 0 {
         return 0;
@@ -292,8 +292,8 @@ fn produce_tx(sock: &mut QueueSocket, pending: &mut Vec<FrameDesc>, c: &QueueCou
     // the ring's free room, so the batch is taken whole.
     let sent = unsafe { sock.tx.produce(&pending[..k]) };
     let bytes: usize = pending[..sent].iter().map(|d| d.lengths().data()).sum();
-    QueueCounters::add(&c.tx_packets, sent as u64);
-    QueueCounters::add(&c.tx_bytes, bytes as u64);
+    counters::add(&c.tx_packets, sent as u64);
+    counters::add(&c.tx_bytes, bytes as u64);
     pending.drain(..sent);
     sent
 }
@@ -322,10 +322,10 @@ fn refill(sock: &mut QueueSocket, free: &mut Vec<FrameDesc>, reserve: usize, wak
 
 fn publish_kernel_stats(sock: &QueueSocket, c: &QueueCounters) {
     if let Ok(s) = sock.rx.fd().xdp_statistics() {
-        QueueCounters::set(&c.rx_ring_full, s.rx_ring_full());
-        QueueCounters::set(&c.fill_ring_empty, s.rx_fill_ring_empty_descs());
-        QueueCounters::set(&c.rx_dropped, s.rx_dropped());
-        QueueCounters::set(
+        counters::set(&c.rx_ring_full, s.rx_ring_full());
+        counters::set(&c.fill_ring_empty, s.rx_fill_ring_empty_descs());
+        counters::set(&c.rx_dropped, s.rx_dropped());
+        counters::set(
             &c.invalid_descs,
             s.rx_invalid_descs() + s.tx_invalid_descs(),
         );

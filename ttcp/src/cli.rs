@@ -324,7 +324,7 @@ impl RunArgs {
             if self.no_sync {
                 bail!("--backend flowlane needs the control channel: drop -N");
             }
-            let eph = crate::flowlane::EPHEMERAL;
+            let eph = flowlane_dataplane::ephemeral::EPHEMERAL;
             let last = u32::from(self.base_port) + u32::from(self.ports) - 1;
             if u32::from(self.base_port) <= u32::from(eph.1) && last >= u32::from(eph.0) {
                 bail!(

@@ -21,19 +21,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
-use flowlane_dataplane::bed;
-use flowlane_dataplane::neighbor::Neighbors;
-use flowlane_dataplane::tcp_handler::{ConnHandler, Net, TcpConfig, TcpCounters, TcpHandler};
-use flowlane_dataplane::{BindMode, Dataplane, DataplaneConfig, InterfaceInfo, Proto, QueueInfo};
-use flowlane_tcp::{CloseReason, ConnHandle};
+use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net};
+use flowlane_dataplane::tcp_service::{self, rss_state};
+use flowlane_dataplane::{TcpHandler, TcpService, TcpServiceConfig};
+use flowlane_numa_sched::toeplitz::RssKey;
 
 use crate::backend::{Backend, DataThreads, Phase, Shared, ThreadStats, Workers};
 use crate::cli::Plan;
 use crate::kernel::iface_for;
 use crate::sync::Mode;
-
-/// flowlane's ephemeral port range (active opens), steered to flowlane.
-pub const EPHEMERAL: (u16, u16) = (40000, 44999);
 
 /// flowlane's TCP on the AF_XDP data path.
 pub struct Flowlane;
@@ -86,36 +82,7 @@ impl WorkerCounters {
     }
 }
 
-type Registry = Arc<Mutex<Vec<(u32, Arc<WorkerCounters>, Arc<TcpCounters>)>>>;
-
-fn neighbors(opts: &Options) -> Result<Neighbors> {
-    let mut n = Neighbors::new();
-    for e in &opts.neighbors {
-        n.insert_spec(e).map_err(anyhow::Error::msg)?;
-    }
-    Ok(n)
-}
-
-fn parse_key(hex: &str) -> Result<Vec<u8>> {
-    let h = hex.trim().replace(':', "");
-    if h.len() % 2 != 0 {
-        bail!("bad --rss-key: odd number of hex digits");
-    }
-    (0..h.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&h[i..i + 2], 16).map_err(|_| anyhow!("bad --rss-key {hex:?}")))
-        .collect()
-}
-
-/// CPUs this process may run on.
-fn allowed_cpus() -> Vec<u32> {
-    match nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)) {
-        Ok(s) => (0..nix::sched::CpuSet::count() as u32)
-            .filter(|&c| s.is_set(c as usize).unwrap_or(false))
-            .collect(),
-        Err(_) => vec![0],
-    }
-}
+type Registry = Arc<Mutex<Vec<(u32, Arc<WorkerCounters>)>>>;
 
 impl Backend for Flowlane {
     fn name(&self) -> &'static str {
@@ -233,11 +200,44 @@ fn iface(plan: &Plan) -> Result<String> {
     }
 }
 
+/// The service configuration of `plan` (interface, queues, CPUs, ports, RSS,
+/// neighbours) with `queues` resolved.
+fn service_config(plan: &Plan, ports: &[u16], active: bool) -> Result<(TcpServiceConfig, u32)> {
+    let opts = &plan.flowlane;
+    let mut config = TcpServiceConfig::new(&iface(plan)?);
+    config.queues = opts.queues;
+    let (_, queues) = config.interface()?;
+    // Workers are placed on the CPUs the -m mappings name, if any.
+    let named: Vec<u32> = plan.threads.iter().flatten().map(|&c| c as u32).collect();
+    config.cpus = (!named.is_empty()).then_some(named);
+    config.listen = ports.to_vec();
+    config.active = active;
+    config.busy_poll = opts.busy_poll;
+    config.neighbors = tcp_service::neighbors(&opts.neighbors, &config.iface, None)?;
+    config.rss = match (&opts.rss_key, &opts.rss_table) {
+        (Some(k), Some(t)) => Some(rss_state(
+            RssKey::parse_hex(k).context("bad --rss-key")?.as_bytes(),
+            t,
+            queues,
+        )?),
+        (None, None) if active && queues > 1 => bail!(
+            "--backend flowlane sender on {queues} queues needs the NIC's RSS (--rss-key/--rss-table, or --bed NAME)"
+        ),
+        (None, None) => None,
+        _ => bail!("--rss-key and --rss-table go together"),
+    };
+    if active && opts.neighbors.is_empty() {
+        bail!(
+            "--backend flowlane sender needs the receiver's MAC: --neighbor IP=MAC (or --bed NAME)"
+        );
+    }
+    Ok((config, queues))
+}
+
 fn queue_count(plan: &Plan) -> Result<u32> {
-    let info = InterfaceInfo::read(std::path::Path::new("/sys"), &iface(plan)?)?;
-    let q = plan.flowlane.queues.unwrap_or(info.rx_queues);
-    info.check_queues(q)?;
-    Ok(q)
+    let mut config = TcpServiceConfig::new(&iface(plan)?);
+    config.queues = plan.flowlane.queues;
+    Ok(config.interface()?.1)
 }
 
 /// Starts the data path on the plan's interface, one worker per queue, each
@@ -255,68 +255,28 @@ fn start(
         + 'static,
     shared: Arc<Shared>,
 ) -> Result<Workers> {
-    let opts = &plan.flowlane;
     if !nix::unistd::geteuid().is_root() {
         bail!("--backend flowlane needs root (AF_XDP sockets, XDP program)");
     }
-    let iface = iface(plan)?;
-    let info = InterfaceInfo::read(std::path::Path::new("/sys"), &iface)?;
-    let queues = queue_count(plan)?;
-    let local_ip = bed::local_ipv4(&iface)?;
-    // Workers are pinned round-robin over the allowed CPUs, or over the
-    // CPUs the -m mappings name.
-    let named: Vec<u32> = plan.threads.iter().flatten().map(|&c| c as u32).collect();
-    let cpus = if named.is_empty() {
-        allowed_cpus()
-    } else {
-        named
-    };
-    let mut config = DataplaneConfig::new(&iface, &(0..queues).collect::<Vec<_>>());
-    config.pin_round_robin(&cpus);
-    config.ports = ports.iter().map(|&p| (Proto::Tcp, p)).collect();
-    config.busy_poll = opts.busy_poll;
-    config.bind_mode = BindMode::Auto;
-    config.ephemeral = active.then_some(EPHEMERAL);
-    let mut tcp = TcpConfig::new(local_ip, info.mac, bed::isn_secret());
-    tcp.ephemeral = EPHEMERAL;
-    tcp.neighbors = neighbors(opts)?;
-    tcp.rss = match (&opts.rss_key, &opts.rss_table) {
-        (Some(k), Some(t)) => Some(bed::rss_state(&parse_key(k)?, t, queues)?),
-        (None, None) if active && queues > 1 => bail!(
-            "--backend flowlane sender on {queues} queues needs the NIC's RSS (--rss-key/--rss-table, or --bed NAME)"
-        ),
-        (None, None) => None,
-        _ => bail!("--rss-key and --rss-table go together"),
-    };
-    if active && tcp.neighbors.is_empty() {
-        bail!(
-            "--backend flowlane sender needs the receiver's MAC: --neighbor IP=MAC (or --bed NAME)"
-        );
-    }
+    let (config, _) = service_config(plan, ports, active)?;
+    let iface = config.iface.clone();
     let registry: Registry = Arc::default();
-    let setup_err: Arc<Mutex<Option<String>>> = Arc::default();
-    let (reg, err2) = (registry.clone(), setup_err.clone());
-    let dp = Dataplane::start(config, move |q: &QueueInfo| {
-        let mut h = TcpHandler::new(q, tcp.clone());
+    let reg = registry.clone();
+    let service = TcpService::start(config, move |h| {
         let w = Arc::new(WorkerCounters::default());
-        if let Err(e) = setup(&mut h, &w, &shared) {
-            *err2.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
-        }
+        setup(h, &w, &shared)?;
         reg.lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push((q.queue, w, h.counters()));
-        h
+            .push((h.queue(), w));
+        Ok::<_, String>(())
     })
     .with_context(|| format!("starting flowlane's data path on {iface}"))?;
-    if let Some(e) = setup_err.lock().unwrap_or_else(|e| e.into_inner()).take() {
-        bail!("setting up flowlane's TCP: {e}");
-    }
     Ok(Workers::custom(Box::new(move || {
+        eprintln!("{}", dataplane_summary(&service));
+        service.stop();
         let reg = registry.lock().unwrap_or_else(|e| e.into_inner());
-        eprintln!("{}", dataplane_summary(&dp, &reg));
-        dp.stop();
         let mut total = ThreadStats::default();
-        for (_, w, _) in reg.iter() {
+        for (_, w) in reg.iter() {
             total.merge(w.stats())?;
         }
         Ok(total)
@@ -328,15 +288,14 @@ fn start(
 /// socket's (`rx_ring_full`, `fill_ring_empty`, `rx_dropped`, TX kicks …),
 /// the steering program's and the TCP stack's. Loss at many connections
 /// shows here as `fill_ring_empty`/`rx_dropped`.
-fn dataplane_summary(
-    dp: &Dataplane,
-    reg: &[(u32, Arc<WorkerCounters>, Arc<TcpCounters>)],
-) -> serde_json::Value {
+fn dataplane_summary(service: &TcpService) -> serde_json::Value {
+    let dp = service.dataplane();
+    let tcp_counters = service.tcp_counters();
     let queues: Vec<serde_json::Value> = dp
         .counters()
         .into_iter()
         .map(|(q, xsk)| {
-            let tcp = reg.iter().find(|r| r.0 == q.queue).map(|r| r.2.snapshot());
+            let tcp = tcp_counters.iter().find(|r| r.0 == q.queue).map(|r| r.1);
             let steer = dp.steering_stats(q.queue).ok().map(|s| {
                 serde_json::json!({
                     "redirected": s.redirected,
@@ -363,14 +322,14 @@ struct Tx {
 }
 
 impl Tx {
-    fn fill(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn fill(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         if !self.sending || self.closed {
             return;
         }
         loop {
             let space = net.send_space(conn).unwrap_or(0).min(self.buf.len());
             if space == 0 {
-                net.notify_writable(conn);
+                net.want_writable(conn);
                 return;
             }
             match net.send(conn, &self.buf[..space]) {
@@ -382,7 +341,7 @@ impl Tx {
 }
 
 impl ConnHandler for Tx {
-    fn on_start(&mut self, net: &mut Net<'_>) {
+    fn on_start(&mut self, net: &mut dyn Net) {
         for &to in &self.to {
             match net.connect(to) {
                 Ok(c) => self.conns.push(c),
@@ -393,7 +352,7 @@ impl ConnHandler for Tx {
             }
         }
     }
-    fn on_connected(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn on_connected(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         let c = &self.w.connections;
         c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         if let Ok(t) = net.four_tuple(conn) {
@@ -402,10 +361,10 @@ impl ConnHandler for Tx {
         self.shared.connected.fetch_add(1, Ordering::Relaxed);
         self.fill(net, conn);
     }
-    fn on_writable(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         self.fill(net, conn);
     }
-    fn on_data(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         // The receiver does not answer in throughput mode: discard.
         while let Ok(d) = net.peek(conn) {
             let n = d.len();
@@ -414,7 +373,7 @@ impl ConnHandler for Tx {
             }
         }
     }
-    fn on_closed(&mut self, _net: &mut Net<'_>, conn: ConnHandle, reason: CloseReason) {
+    fn on_closed(&mut self, _net: &mut dyn Net, conn: ConnHandle, reason: CloseReason) {
         self.conns.retain(|&c| c != conn);
         let ph = self.shared.phase_at(Instant::now());
         if !self.closed && !matches!(ph, Phase::Cooldown | Phase::Post) {
@@ -423,7 +382,7 @@ impl ConnHandler for Tx {
             ));
         }
     }
-    fn on_tick(&mut self, net: &mut Net<'_>) {
+    fn on_tick(&mut self, net: &mut dyn Net) {
         if self.closed {
             return;
         }
@@ -455,7 +414,7 @@ struct Rx {
 
 impl Rx {
     /// Throughput mode: take everything the connection holds, count it.
-    fn drain(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn drain(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         let mut total = 0;
         loop {
             let n = match net.peek(conn) {
@@ -474,14 +433,14 @@ impl Rx {
     }
 
     /// Latency/overlap modes: echo what arrived, as much as the send buffer takes.
-    fn pump(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn pump(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         let n = net.echo(conn, &mut self.buf);
         if n > 0 {
             self.w.add(self.shared.phase_at(Instant::now()), n);
         }
     }
 
-    fn serve(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn serve(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         if self.echo {
             self.pump(net, conn);
         } else {
@@ -491,7 +450,7 @@ impl Rx {
 }
 
 impl ConnHandler for Rx {
-    fn on_accept(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         if self.echo {
             let _ = net.set_nodelay(conn, true);
         }
@@ -500,15 +459,15 @@ impl ConnHandler for Rx {
         let _ = self.shared.local.set(self.local);
         self.shared.accepted.fetch_add(1, Ordering::Relaxed);
     }
-    fn on_data(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         self.serve(net, conn);
     }
-    fn on_writable(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         if self.echo {
             self.pump(net, conn);
         }
     }
-    fn on_peer_closed(&mut self, net: &mut Net<'_>, conn: ConnHandle) {
+    fn on_peer_closed(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         self.serve(net, conn);
     }
 }
@@ -528,21 +487,5 @@ mod tests {
         assert_eq!(s.bytes, [0, 3, 15, 0, 0]);
         assert_eq!(s.connections, 2);
         assert_eq!(std::mem::align_of::<WorkerCounters>(), 64);
-    }
-
-    #[test]
-    fn keys_and_neighbours_parse() {
-        assert_eq!(parse_key("6d5a:0F").unwrap(), vec![0x6d, 0x5a, 0x0f]);
-        assert!(parse_key("abc").is_err());
-        let o = Options {
-            neighbors: vec!["10.99.0.2=02:00:00:00:00:02".into()],
-            ..Options::default()
-        };
-        assert_eq!(neighbors(&o).unwrap().len(), 1);
-        let bad = Options {
-            neighbors: vec!["10.99.0.2".into()],
-            ..Options::default()
-        };
-        assert!(neighbors(&bad).is_err());
     }
 }

@@ -1,6 +1,7 @@
 //! Where flowlane's workers run: numa-sched's placement plan on this
-//! machine's topology, the plan `udp-echo` pins its workers by and `hint`
-//! predicts with.
+//! machine's topology. Every data-path service pins its workers by it (UDP
+//! and TCP alike), and `flowlane hint` predicts with the same function, so a
+//! hint names the CPU and node that really serve the flow.
 //!
 //! `plan_placement` refuses more queues than CPUs. A small machine (the
 //! 2-CPU VM running a 4-queue test bed) still has to serve every queue, so
@@ -8,40 +9,12 @@
 //! rest out round-robin over those CPUs, saying so.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
-use anyhow::{Context, Result};
 use flowlane_numa_sched::{plan_placement, PlacementPlan, QueuePlacement, Topology};
 
-/// Where the topology comes from (`plan`, `irq`).
-#[derive(clap::Args, Debug, Clone, Default)]
-pub struct TopologyArgs {
-    /// Load an hwloc XML export (`lstopo --of xml FILE`) instead of probing this machine.
-    #[arg(long, value_name = "FILE", conflicts_with = "synthetic")]
-    pub topology_xml: Option<PathBuf>,
-    /// Use an hwloc synthetic topology, e.g. "package:2 numa:2 core:4 pu:2".
-    #[arg(long, value_name = "DESC")]
-    pub synthetic: Option<String>,
-}
-
-impl TopologyArgs {
-    /// Whether the topology is this machine's (so the process's CPU affinity applies).
-    pub fn is_machine(&self) -> bool {
-        self.topology_xml.is_none() && self.synthetic.is_none()
-    }
-
-    /// Loads the topology.
-    pub fn load(&self) -> Result<Topology> {
-        if let Some(p) = &self.topology_xml {
-            return Topology::from_xml_file(p)
-                .with_context(|| format!("loading topology file {}", p.display()));
-        }
-        if let Some(d) = &self.synthetic {
-            return Ok(Topology::from_synthetic_description(d)?);
-        }
-        Topology::from_system().context("probing this machine's topology")
-    }
-}
+use crate::affinity::allowed_cpus;
+use crate::runtime::{DataplaneConfig, QueueAssignment};
+use crate::{Error, Result};
 
 /// A placement, and whether queues had to share CPUs.
 #[derive(Debug, Clone)]
@@ -83,17 +56,21 @@ pub fn place_queues(
         }
     }
     if allowed == 0 {
-        anyhow::bail!("no CPU of the topology is allowed for the workers");
+        return Err(Error::Setup(
+            "no CPU of the topology is allowed for the workers".into(),
+        ));
     }
     if queues <= allowed {
-        let plan = plan_placement(topo, nic_node, queues, budget.as_deref(), &[])?;
+        let plan = plan_placement(topo, nic_node, queues, budget.as_deref(), &[])
+            .map_err(Error::Placement)?;
         return Ok(Placed {
             plan,
             shared: None,
             node_cpus,
         });
     }
-    let base = plan_placement(topo, nic_node, allowed, budget.as_deref(), &[])?;
+    let base = plan_placement(topo, nic_node, allowed, budget.as_deref(), &[])
+        .map_err(Error::Placement)?;
     let mut plan = base.clone();
     plan.queues = (0..queues)
         .map(|i| QueuePlacement {
@@ -117,23 +94,37 @@ pub fn place_queues(
 }
 
 /// The placement of `queues` queues on this machine for a NIC on `nic_node`,
-/// within the CPUs this process may use: what `udp-echo` pins its workers by.
-pub fn machine_placement(nic_node: Option<u32>, queues: usize) -> Result<Placed> {
-    let topo = Topology::from_system().context("probing this machine's topology")?;
-    place_queues(&topo, nic_node, queues, Some(&allowed_cpus()))
+/// within `cpus` (default: the CPUs this process may use): what every
+/// data-path service pins its workers by.
+pub fn machine_placement(
+    nic_node: Option<u32>,
+    queues: usize,
+    cpus: Option<&[u32]>,
+) -> Result<Placed> {
+    let topo = Topology::from_system().map_err(Error::Placement)?;
+    let allowed;
+    let budget = match cpus {
+        Some(c) => c,
+        None => {
+            allowed = allowed_cpus();
+            &allowed
+        }
+    };
+    place_queues(&topo, nic_node, queues, Some(budget))
 }
 
-/// CPUs this process may run on.
-pub fn allowed_cpus() -> Vec<u32> {
-    let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).ok();
-    let n = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    match set {
-        Some(s) => (0..nix::sched::CpuSet::count() as u32)
-            .filter(|&c| s.is_set(c as usize).unwrap_or(false))
-            .collect(),
-        None => (0..n as u32).collect(),
+impl DataplaneConfig {
+    /// Pins each queue's worker to its planned CPU and allocates its packet
+    /// memory on the planned node.
+    pub fn apply_placement(&mut self, placed: &Placed) {
+        for (q, p) in self.queues.iter_mut().zip(&placed.plan.queues) {
+            *q = QueueAssignment {
+                queue: q.queue,
+                cpu: Some(p.cpu),
+                node: p.mem_node,
+            };
+        }
+        self.node_cpus = placed.node_cpus.clone();
     }
 }
 

@@ -1,0 +1,237 @@
+//! The dispatcher: which handler owns which connection, and delivering the
+//! stack's events to it.
+
+use std::net::SocketAddrV4;
+use std::time::Duration;
+
+use flowlane_tcp::{ConnHandle, Error, Event, FourTuple, ListenerId, State, Stats};
+
+use crate::handler::ConnHandler;
+use crate::net::{Net, Placement};
+
+/// Identifies a handler registered on a [`Dispatcher`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HandlerId(u32);
+
+/// Maps connections to the handlers that own them and calls those handlers
+/// for the events of one core's stack.
+///
+/// A backend owns one dispatcher per core. It registers handlers
+/// ([`Dispatcher::add`], [`Dispatcher::bind_listener`]), calls
+/// [`Dispatcher::start`] once before its first event, then
+/// [`Dispatcher::dispatch`] for every event its stack yields and
+/// [`Dispatcher::tick`] once per loop pass, each time with its own [`Net`].
+/// Ownership is a table indexed by the connection handle's slot (the stack
+/// bounds the slots), so a lookup is one indexed load.
+#[derive(Default)]
+pub struct Dispatcher {
+    handlers: Vec<Box<dyn ConnHandler>>,
+    listeners: Vec<(ListenerId, HandlerId)>,
+    owners: Owners,
+    started: bool,
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("handlers", &self.handlers.len())
+            .field("listeners", &self.listeners.len())
+            .field("started", &self.started)
+            .finish()
+    }
+}
+
+impl Dispatcher {
+    /// An empty dispatcher.
+    pub fn new() -> Dispatcher {
+        Dispatcher::default()
+    }
+
+    /// Registers a handler (for a listener, or for active opens from its
+    /// `on_start`).
+    pub fn add(&mut self, handler: impl ConnHandler + 'static) -> HandlerId {
+        self.handlers.push(Box::new(handler));
+        HandlerId(u32::try_from(self.handlers.len() - 1).expect("fewer than 2^32 handlers"))
+    }
+
+    /// Connections accepted on `listener` go to `handler`.
+    pub fn bind_listener(&mut self, listener: ListenerId, handler: HandlerId) {
+        self.listeners.push((listener, handler));
+    }
+
+    /// Number of registered handlers.
+    pub fn handler_count(&self) -> usize {
+        self.handlers.len()
+    }
+
+    /// Whether [`Dispatcher::start`] has run.
+    pub fn started(&self) -> bool {
+        self.started
+    }
+
+    /// Calls every handler's `on_start`, once.
+    pub fn start<N: Net + ?Sized>(&mut self, net: &mut N) {
+        if std::mem::replace(&mut self.started, true) {
+            return;
+        }
+        self.each(net, |h, net| h.on_start(net));
+    }
+
+    /// Calls every handler's `on_tick`.
+    pub fn tick<N: Net + ?Sized>(&mut self, net: &mut N) {
+        self.each(net, |h, net| h.on_tick(net));
+    }
+
+    fn each<N: Net + ?Sized>(
+        &mut self,
+        net: &mut N,
+        f: impl Fn(&mut dyn ConnHandler, &mut dyn Net),
+    ) {
+        for (i, handler) in self.handlers.iter_mut().enumerate() {
+            let mut scoped = Scoped {
+                inner: net,
+                owners: &mut self.owners,
+                me: HandlerId(i as u32),
+            };
+            f(handler.as_mut(), &mut scoped);
+        }
+    }
+
+    /// Delivers one event of the stack to the handler that owns its
+    /// connection. A connection accepted on a listener no handler is bound to
+    /// is reset; events of connections no handler owns are dropped.
+    pub fn dispatch<N: Net + ?Sized>(&mut self, event: Event, net: &mut N) {
+        let conn = match event {
+            Event::Accepted { conn, listener } => {
+                match self.listeners.iter().find(|(l, _)| *l == listener) {
+                    Some(&(_, h)) => self.owners.set(conn, h),
+                    None => {
+                        let _ = net.abort(conn);
+                        return;
+                    }
+                }
+                conn
+            }
+            Event::Connected(c)
+            | Event::Readable(c)
+            | Event::Writable(c)
+            | Event::PeerClosed(c) => c,
+            Event::Closed { conn, .. } => conn,
+        };
+        let Some(h) = self.owners.get(conn) else {
+            return;
+        };
+        let handler = self.handlers[h.0 as usize].as_mut();
+        let mut scoped = Scoped {
+            inner: net,
+            owners: &mut self.owners,
+            me: h,
+        };
+        let net: &mut dyn Net = &mut scoped;
+        match event {
+            Event::Accepted { .. } => handler.on_accept(net, conn),
+            Event::Connected(_) => handler.on_connected(net, conn),
+            Event::Readable(_) => handler.on_data(net, conn),
+            Event::Writable(_) => handler.on_writable(net, conn),
+            Event::PeerClosed(_) => handler.on_peer_closed(net, conn),
+            Event::Closed { reason, .. } => {
+                handler.on_closed(net, conn, reason);
+                self.owners.clear(conn);
+            }
+        }
+    }
+}
+
+/// Connection → owning handler, indexed by the handle's slot; the stored
+/// handle's generation tells a stale slot from a live one.
+#[derive(Default)]
+struct Owners(Vec<Option<(ConnHandle, HandlerId)>>);
+
+impl Owners {
+    fn set(&mut self, conn: ConnHandle, h: HandlerId) {
+        let i = conn.index() as usize;
+        if i >= self.0.len() {
+            self.0.resize(i + 1, None);
+        }
+        self.0[i] = Some((conn, h));
+    }
+
+    fn get(&self, conn: ConnHandle) -> Option<HandlerId> {
+        match self.0.get(conn.index() as usize) {
+            Some(Some((c, h))) if *c == conn => Some(*h),
+            _ => None,
+        }
+    }
+
+    fn clear(&mut self, conn: ConnHandle) {
+        if let Some(slot) = self.0.get_mut(conn.index() as usize) {
+            if matches!(slot, Some((c, _)) if *c == conn) {
+                *slot = None;
+            }
+        }
+    }
+}
+
+/// The [`Net`] a handler sees: the backend's, plus recording the caller as
+/// the owner of the connections it opens.
+struct Scoped<'a, N: Net + ?Sized> {
+    inner: &'a mut N,
+    owners: &'a mut Owners,
+    me: HandlerId,
+}
+
+impl<N: Net + ?Sized> Net for Scoped<'_, N> {
+    fn now(&self) -> Duration {
+        self.inner.now()
+    }
+    fn placement(&self) -> Placement {
+        self.inner.placement()
+    }
+    fn connect(&mut self, remote: SocketAddrV4) -> Result<ConnHandle, Error> {
+        let c = self.inner.connect(remote)?;
+        self.owners.set(c, self.me);
+        Ok(c)
+    }
+    fn send(&mut self, conn: ConnHandle, data: &[u8]) -> Result<usize, Error> {
+        self.inner.send(conn, data)
+    }
+    fn recv(&mut self, conn: ConnHandle, buf: &mut [u8]) -> Result<usize, Error> {
+        self.inner.recv(conn, buf)
+    }
+    fn peek(&self, conn: ConnHandle) -> Result<&[u8], Error> {
+        self.inner.peek(conn)
+    }
+    fn consume(&mut self, conn: ConnHandle, n: usize) -> Result<usize, Error> {
+        self.inner.consume(conn, n)
+    }
+    fn is_eof(&self, conn: ConnHandle) -> bool {
+        self.inner.is_eof(conn)
+    }
+    fn send_space(&self, conn: ConnHandle) -> Result<usize, Error> {
+        self.inner.send_space(conn)
+    }
+    fn want_writable(&mut self, conn: ConnHandle) -> bool {
+        self.inner.want_writable(conn)
+    }
+    fn shutdown_write(&mut self, conn: ConnHandle) -> Result<(), Error> {
+        self.inner.shutdown_write(conn)
+    }
+    fn close(&mut self, conn: ConnHandle) -> Result<(), Error> {
+        self.inner.close(conn)
+    }
+    fn abort(&mut self, conn: ConnHandle) -> Result<(), Error> {
+        self.inner.abort(conn)
+    }
+    fn set_nodelay(&mut self, conn: ConnHandle, nodelay: bool) -> Result<(), Error> {
+        self.inner.set_nodelay(conn, nodelay)
+    }
+    fn four_tuple(&self, conn: ConnHandle) -> Result<FourTuple, Error> {
+        self.inner.four_tuple(conn)
+    }
+    fn state(&self, conn: ConnHandle) -> Result<State, Error> {
+        self.inner.state(conn)
+    }
+    fn stats(&self) -> &Stats {
+        self.inner.stats()
+    }
+}

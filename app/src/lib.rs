@@ -1,0 +1,41 @@
+//! flowlane's application API, the seam every backend implements.
+//!
+//! An application is a set of [`ConnHandler`]s: one per listener, or one
+//! that opens connections from [`ConnHandler::on_start`]. Each callback runs
+//! on the core that owns the connection and receives a [`Net`], the
+//! per-callback context through which it reads, writes, opens and closes
+//! connections of that core. A backend (the AF_XDP data path today; a
+//! kernel-socket backend and a queue-pair mode later) implements [`Net`] over
+//! its own stack and feeds that stack's events to a [`Dispatcher`], which
+//! maps every connection to the handler that owns it.
+//!
+//! This crate does no I/O and reads no clock: time comes from the backend
+//! through [`Net::now`].
+//!
+//! ```
+//! use flowlane_app::{ConnHandle, ConnHandler, Net};
+//!
+//! /// Echoes every byte back, closing once the peer has closed.
+//! struct Echo {
+//!     scratch: Vec<u8>,
+//! }
+//!
+//! impl ConnHandler for Echo {
+//!     fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+//!         net.echo(conn, &mut self.scratch);
+//!     }
+//!     fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+//!         net.echo(conn, &mut self.scratch);
+//!     }
+//! }
+//! ```
+#![forbid(unsafe_code)]
+
+mod dispatch;
+mod handler;
+mod net;
+
+pub use dispatch::{Dispatcher, HandlerId};
+pub use flowlane_tcp::{CloseReason, ConnHandle, Error, FourTuple, ListenerId, State, Stats};
+pub use handler::ConnHandler;
+pub use net::{Net, Placement};

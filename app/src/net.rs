@@ -1,0 +1,119 @@
+//! The per-callback context: what a handler can do while it runs.
+
+use std::net::SocketAddrV4;
+use std::time::Duration;
+
+use flowlane_tcp::{ConnHandle, Error, FourTuple, State, Stats};
+
+/// Where a connection is processed: the receive queue, the CPU its worker
+/// is pinned to, and that CPU's NUMA node. Application threads that serve
+/// the connection run best on `node`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    /// The receive queue (one per worker).
+    pub queue: u32,
+    /// The CPU the queue's worker is pinned to (None: not pinned).
+    pub cpu: Option<u32>,
+    /// The NUMA node of that CPU and of the queue's packet memory.
+    pub node: u32,
+}
+
+/// What a [`ConnHandler`](crate::ConnHandler) can do while it runs: calls on
+/// the connections of the core it runs on. Implemented by each backend; a
+/// handler sees it as `&mut dyn Net`, valid for one callback.
+///
+/// Errors are [`flowlane_tcp::Error`]s: `InvalidHandle` for a connection that
+/// is gone (or belongs to another core), `WouldBlock` when nothing can be
+/// done now.
+pub trait Net {
+    /// The core's clock: time since the backend started.
+    fn now(&self) -> Duration;
+
+    /// Where this core's connections are processed (queue, CPU, node).
+    fn placement(&self) -> Placement;
+
+    /// The receive queue (and so the core) this runs on.
+    fn queue(&self) -> u32 {
+        self.placement().queue
+    }
+
+    /// Opens a connection to `remote` from a local port whose replies reach
+    /// this core. Owned by the calling handler; `on_connected` follows.
+    fn connect(&mut self, remote: SocketAddrV4) -> Result<ConnHandle, Error>;
+
+    /// Queues data; returns how much fit (`Err(WouldBlock)` if none did;
+    /// `on_writable` follows when space frees up).
+    fn send(&mut self, conn: ConnHandle, data: &[u8]) -> Result<usize, Error>;
+
+    /// Reads in-order data: `Ok(0)` is end of stream, `Err(WouldBlock)`
+    /// nothing yet.
+    fn recv(&mut self, conn: ConnHandle, buf: &mut [u8]) -> Result<usize, Error>;
+
+    /// Zero-copy read of the next contiguous readable bytes; follow with
+    /// [`Net::consume`].
+    fn peek(&self, conn: ConnHandle) -> Result<&[u8], Error>;
+
+    /// Drops `n` bytes seen through [`Net::peek`]; returns how many were
+    /// dropped.
+    fn consume(&mut self, conn: ConnHandle, n: usize) -> Result<usize, Error>;
+
+    /// Whether the peer closed and everything was read (false for an invalid
+    /// handle).
+    fn is_eof(&self, conn: ConnHandle) -> bool;
+
+    /// Free send-buffer space.
+    fn send_space(&self, conn: ConnHandle) -> Result<usize, Error>;
+
+    /// Asks for `on_writable` once send-buffer space frees up, for a handler
+    /// that sized its writes with [`Net::send_space`] and found it zero.
+    /// Returns false (and asks for nothing) if there is space now.
+    fn want_writable(&mut self, conn: ConnHandle) -> bool;
+
+    /// Sends FIN after the queued data; reading goes on.
+    fn shutdown_write(&mut self, conn: ConnHandle) -> Result<(), Error>;
+
+    /// Closes both directions (FIN after queued data; a reset if unread data
+    /// remains). `on_closed` follows.
+    fn close(&mut self, conn: ConnHandle) -> Result<(), Error>;
+
+    /// Resets the connection.
+    fn abort(&mut self, conn: ConnHandle) -> Result<(), Error>;
+
+    /// Disables (`true`) or enables Nagle's algorithm.
+    fn set_nodelay(&mut self, conn: ConnHandle, nodelay: bool) -> Result<(), Error>;
+
+    /// The connection's addresses.
+    fn four_tuple(&self, conn: ConnHandle) -> Result<FourTuple, Error>;
+
+    /// The connection's TCP state.
+    fn state(&self, conn: ConnHandle) -> Result<State, Error>;
+
+    /// This core's TCP counters.
+    fn stats(&self) -> &Stats;
+
+    /// Echo service step: moves what has arrived on `conn` to its send
+    /// buffer, as far as that buffer takes, through `scratch`; asks for
+    /// `on_writable` when the send buffer is full, and closes once the peer
+    /// has closed and everything was echoed. Returns the bytes echoed.
+    fn echo(&mut self, conn: ConnHandle, scratch: &mut [u8]) -> usize {
+        let mut echoed = 0;
+        loop {
+            let space = self.send_space(conn).unwrap_or(0).min(scratch.len());
+            if space == 0 {
+                self.want_writable(conn);
+                return echoed;
+            }
+            match self.recv(conn, &mut scratch[..space]) {
+                Ok(0) => {
+                    let _ = self.close(conn);
+                    return echoed;
+                }
+                Ok(n) => {
+                    let _ = self.send(conn, &scratch[..n]);
+                    echoed += n;
+                }
+                Err(_) => return echoed,
+            }
+        }
+    }
+}

@@ -1,0 +1,36 @@
+//! Where the topology comes from, for the commands that plan (`plan`, `irq`).
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use flowlane_numa_sched::Topology;
+
+/// Where the topology comes from (`plan`, `irq`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct TopologyArgs {
+    /// Load an hwloc XML export (`lstopo --of xml FILE`) instead of probing this machine.
+    #[arg(long, value_name = "FILE", conflicts_with = "synthetic")]
+    pub topology_xml: Option<PathBuf>,
+    /// Use an hwloc synthetic topology, e.g. "package:2 numa:2 core:4 pu:2".
+    #[arg(long, value_name = "DESC")]
+    pub synthetic: Option<String>,
+}
+
+impl TopologyArgs {
+    /// Whether the topology is this machine's (so the process's CPU affinity applies).
+    pub fn is_machine(&self) -> bool {
+        self.topology_xml.is_none() && self.synthetic.is_none()
+    }
+
+    /// Loads the topology.
+    pub fn load(&self) -> Result<Topology> {
+        if let Some(p) = &self.topology_xml {
+            return Topology::from_xml_file(p)
+                .with_context(|| format!("loading topology file {}", p.display()));
+        }
+        if let Some(d) = &self.synthetic {
+            return Ok(Topology::from_synthetic_description(d)?);
+        }
+        Topology::from_system().context("probing this machine's topology")
+    }
+}

@@ -1,0 +1,260 @@
+//! The one way to run a TCP service on the data path: every flowlane TCP
+//! program (the example services, flowlane-ttcp's flowlane backend) starts
+//! here. It reads the interface, plans where the workers run (numa-sched's
+//! placement, the same one `flowlane hint` predicts with), claims the ports,
+//! builds each queue's [`TcpHandler`] on that queue's core, lets the
+//! application register its handlers on it (a failure of any queue stops
+//! everything and is returned), and keeps each queue's counters.
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use flowlane_ebpf::steer::Proto;
+use flowlane_numa_sched::indirection::IndirectionTable;
+use flowlane_numa_sched::toeplitz::RssKey;
+use flowlane_numa_sched::{PlacementPlan, QueuePlacement, RssHashConfig, RssState};
+
+use crate::ephemeral::EPHEMERAL;
+use crate::iface::{local_ipv4, InterfaceInfo};
+use crate::neighbor::Neighbors;
+use crate::placement::machine_placement;
+use crate::runtime::{Dataplane, DataplaneConfig};
+use crate::tcp_handler::{TcpConfig, TcpCounters, TcpCountersSnapshot, TcpHandler};
+use crate::worker::QueueInfo;
+use crate::xsk::BindMode;
+use crate::{Error, Result};
+
+/// What a TCP service needs: the flags every flowlane TCP program shares.
+#[derive(Debug, Clone)]
+pub struct TcpServiceConfig {
+    /// Interface to serve.
+    pub iface: String,
+    /// Queues to serve, from queue 0 (None: all of the device's).
+    pub queues: Option<u32>,
+    /// Ports to listen on (steered to flowlane).
+    pub listen: Vec<u16>,
+    /// Whether the service opens connections: the ephemeral range is then
+    /// steered to flowlane, and `rss` tells which ports come back where.
+    pub active: bool,
+    /// The NIC's RSS, for active opens on several queues (see [`rss_state`]).
+    pub rss: Option<RssState>,
+    /// Neighbours known up front (static `--neighbor IP=MAC`, the kernel's
+    /// table); more are learned from received frames.
+    pub neighbors: Neighbors,
+    /// Spin when idle instead of sleeping in poll(2).
+    pub busy_poll: bool,
+    /// Maximum segment lifetime (TIME-WAIT lasts twice this); None: the
+    /// stack's default.
+    pub msl: Option<flowlane_tcp::time::Duration>,
+    /// CPUs the workers may use (None: those this process may run on);
+    /// numa-sched places the queues on them.
+    pub cpus: Option<Vec<u32>>,
+    /// Root of sysfs (tests use fake trees).
+    pub sysfs: PathBuf,
+}
+
+impl TcpServiceConfig {
+    /// A passive service on `iface`, every queue, no neighbours, default
+    /// timers.
+    pub fn new(iface: &str) -> TcpServiceConfig {
+        TcpServiceConfig {
+            iface: iface.to_string(),
+            queues: None,
+            listen: Vec::new(),
+            active: false,
+            rss: None,
+            neighbors: Neighbors::new(),
+            busy_poll: false,
+            msl: None,
+            cpus: None,
+            sysfs: PathBuf::from("/sys"),
+        }
+    }
+
+    /// The interface and the number of queues to serve (checked against the
+    /// device).
+    pub fn interface(&self) -> Result<(InterfaceInfo, u32)> {
+        let info = InterfaceInfo::read(&self.sysfs, &self.iface)?;
+        let queues = self.queues.unwrap_or(info.rx_queues);
+        info.check_queues(queues)?;
+        Ok((info, queues))
+    }
+}
+
+/// Each queue's TCP counters, by queue.
+type PerQueue = Vec<(u32, Arc<TcpCounters>)>;
+
+/// A running TCP service: the data path and each queue's TCP counters.
+/// Dropping it stops the workers and releases everything.
+#[derive(Debug)]
+pub struct TcpService {
+    dataplane: Dataplane,
+    counters: PerQueue,
+}
+
+impl TcpService {
+    /// Starts the service: `setup` runs once per queue, on that queue's core,
+    /// with the queue's fresh [`TcpHandler`] to register listeners and
+    /// handlers on. Needs root (AF_XDP sockets, the XDP program).
+    pub fn start<S, E>(config: TcpServiceConfig, setup: S) -> Result<TcpService>
+    where
+        S: Fn(&mut TcpHandler) -> std::result::Result<(), E> + Send + Sync + 'static,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let (info, queues) = config.interface()?;
+        let placed = machine_placement(info.numa_node, queues as usize, config.cpus.as_deref())?;
+        if let Some(w) = &placed.shared {
+            tracing::warn!("{w}");
+        }
+        let mut dp = DataplaneConfig::new(&config.iface, &(0..queues).collect::<Vec<_>>());
+        dp.apply_placement(&placed);
+        dp.sysfs = config.sysfs.clone();
+        dp.ports = config.listen.iter().map(|&p| (Proto::Tcp, p)).collect();
+        dp.busy_poll = config.busy_poll;
+        dp.bind_mode = BindMode::Auto;
+        dp.ephemeral = config.active.then_some(EPHEMERAL);
+        let mut tcp = TcpConfig::new(local_ipv4(&config.iface)?, info.mac, isn_secret());
+        if let Some(msl) = config.msl {
+            tcp.tcp.msl = msl;
+        }
+        if config.active && config.rss.is_none() && queues > 1 {
+            tracing::warn!(
+                "RSS of {} unknown: connections opened by flowlane may get replies on another queue",
+                config.iface
+            );
+        }
+        tcp.rss = config.rss.filter(|_| config.active);
+        tcp.neighbors = config.neighbors;
+
+        let registry: Arc<Mutex<PerQueue>> = Arc::default();
+        let reg = registry.clone();
+        let dataplane = Dataplane::start(dp, move |q: &QueueInfo| {
+            let mut h = TcpHandler::new(q, tcp.clone());
+            setup(&mut h)?;
+            reg.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((q.queue, h.counters()));
+            Ok::<_, E>(h)
+        })?;
+        // Every worker ran its setup before `start` returned.
+        let mut counters = std::mem::take(&mut *registry.lock().unwrap_or_else(|e| e.into_inner()));
+        counters.sort_by_key(|(q, _)| *q);
+        Ok(TcpService {
+            dataplane,
+            counters,
+        })
+    }
+
+    /// The data path (interface, queues, AF_XDP and steering counters).
+    pub fn dataplane(&self) -> &Dataplane {
+        &self.dataplane
+    }
+
+    /// Each queue's TCP counters now, by queue.
+    pub fn tcp_counters(&self) -> Vec<(u32, TcpCountersSnapshot)> {
+        self.counters
+            .iter()
+            .map(|(q, c)| (*q, c.snapshot()))
+            .collect()
+    }
+
+    /// Stops the workers (their last counters are published first) and
+    /// releases the data path.
+    pub fn stop(self) {
+        self.dataplane.stop();
+    }
+}
+
+/// The NIC's RSS (`key`, indirection `table`) as the [`RssState`] that
+/// active opens pick their ports by, for `queues` served queues (placement is
+/// irrelevant to the port choice: queue q on "CPU" q, node 0).
+pub fn rss_state(key: &[u8], table: &[u32], queues: u32) -> Result<RssState> {
+    let bad = |e: flowlane_numa_sched::Error| Error::Rss(e);
+    let max_q = table
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(queues.saturating_sub(1));
+    let plan = PlacementPlan {
+        nic_node: None,
+        queues: (0..=max_q as u16)
+            .map(|q| QueuePlacement {
+                queue: q,
+                cpu: u32::from(q),
+                core_id: u32::from(q),
+                node: 0,
+                mem_node: 0,
+            })
+            .collect(),
+        notes: Vec::new(),
+    };
+    let table = IndirectionTable::new(table.iter().map(|&q| q as u16).collect()).map_err(bad)?;
+    let key = RssKey::new(key.to_vec()).map_err(bad)?;
+    RssState::new(&key, table, RssHashConfig::default(), &plan).map_err(bad)
+}
+
+/// A per-run secret for TCP initial sequence numbers (kernel randomness
+/// mixed with the clock).
+pub fn isn_secret() -> [u8; 16] {
+    let mut s = [0u8; 16];
+    if let Ok(b) = std::fs::read("/proc/sys/kernel/random/uuid") {
+        for (i, x) in b.iter().enumerate() {
+            s[i % 16] ^= x.wrapping_mul(i as u8 | 1);
+        }
+    }
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    for (i, b) in t.to_le_bytes().iter().enumerate() {
+        s[i] ^= b;
+    }
+    s
+}
+
+/// Neighbours for a service: static `IP=MAC` specs, then the kernel's table
+/// for `iface`. With `prime`, the kernel is first made to resolve that
+/// address (ARP stays with the kernel: a datagram to its discard port makes
+/// it ask).
+pub fn neighbors(specs: &[String], iface: &str, prime: Option<Ipv4Addr>) -> Result<Neighbors> {
+    let mut n = Neighbors::new();
+    for e in specs {
+        n.insert_spec(e)
+            .map_err(|e| Error::Setup(format!("bad --neighbor: {e}")))?;
+    }
+    if let Some(ip) = prime.filter(|&ip| n.clone().lookup(ip).is_none()) {
+        if let Ok(sock) = std::net::UdpSocket::bind("0.0.0.0:0") {
+            let _ = sock.send_to(b"", (ip, 9));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let text = std::fs::read_to_string("/proc/net/arp").unwrap_or_default();
+    n.load_proc_arp(&text, Some(iface));
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn static_neighbours_parse_and_bad_ones_are_refused() {
+        let n = neighbors(&["10.99.0.2=02:00:00:00:00:02".into()], "nosuch0", None).unwrap();
+        assert!(n.clone().lookup(Ipv4Addr::new(10, 99, 0, 2)).is_some());
+        let e = neighbors(&["10.99.0.2".into()], "nosuch0", None).unwrap_err();
+        assert!(e.to_string().contains("--neighbor"), "{e}");
+    }
+
+    #[test]
+    fn rss_state_checks_key_and_table() {
+        let key = RssKey::microsoft_default();
+        assert!(rss_state(key.as_bytes(), &[0, 1, 0, 1], 2).is_ok());
+        assert!(matches!(rss_state(&[1, 2], &[0, 1], 2), Err(Error::Rss(_))));
+        assert!(matches!(
+            rss_state(key.as_bytes(), &[0, 1, 0], 2),
+            Err(Error::Rss(_))
+        ));
+    }
+}
