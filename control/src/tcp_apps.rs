@@ -265,8 +265,7 @@ fn rss(c: &Common, queues: u32) -> Result<Option<RssState>> {
     })
 }
 
-fn counters_json(service: &TcpService) -> Value {
-    let per_queue = service.tcp_counters();
+fn counters_json(per_queue: &[(u32, TcpCountersSnapshot)]) -> Value {
     let total = per_queue
         .iter()
         .fold(TcpCountersSnapshot::default(), |a, (_, c)| a.add(c));
@@ -318,9 +317,9 @@ where
     .context("setting up TCP")?;
     let r = wait(c, &service, &done_rx, expect);
     let cpu: Vec<Option<u64>> = (0..queues).map(worker_cpu_ns).collect();
-    let summary = json!({"event": "summary", "counters": counters_json(&service),
+    let counters = service.stop();
+    let summary = json!({"event": "summary", "counters": counters_json(&counters),
                          "worker_cpu_ns": cpu});
-    service.stop();
     outln!("{summary}");
     if let Some(p) = &c.report {
         write_report(p, &summary)?;
@@ -336,7 +335,7 @@ fn wait(c: &Common, service: &TcpService, done: &Receiver<Value>, expect: usize)
                 p,
                 &json!({"event": "report", "ready": ready,
                         "queues": service.dataplane().queues().len(),
-                        "counters": counters_json(service)}),
+                        "counters": counters_json(&service.tcp_counters())}),
             )?;
         }
         Ok(())
@@ -377,7 +376,7 @@ fn wait(c: &Common, service: &TcpService, done: &Receiver<Value>, expect: usize)
     // acknowledged: let the closes finish (bounded) so that no connection is
     // cut off by the exit.
     let linger = Instant::now();
-    while counters_json(service)["total"]["connections"]
+    while counters_json(&service.tcp_counters())["total"]["connections"]
         .as_u64()
         .unwrap_or(0)
         > 0

@@ -153,16 +153,22 @@ impl TcpService {
 
     /// Each queue's TCP counters now, by queue.
     pub fn tcp_counters(&self) -> Vec<(u32, TcpCountersSnapshot)> {
-        self.counters
-            .iter()
-            .map(|(q, c)| (*q, c.snapshot()))
-            .collect()
+        Self::read(&self.counters)
     }
 
-    /// Stops the workers (their last counters are published first) and
-    /// releases the data path.
-    pub fn stop(self) {
-        self.dataplane.stop();
+    fn read(counters: &PerQueue) -> Vec<(u32, TcpCountersSnapshot)> {
+        counters.iter().map(|(q, c)| (*q, c.snapshot())).collect()
+    }
+
+    /// Stops the workers and releases the data path; returns each queue's
+    /// final TCP counters (published by each worker as it exits).
+    pub fn stop(self) -> Vec<(u32, TcpCountersSnapshot)> {
+        let TcpService {
+            dataplane,
+            counters,
+        } = self;
+        dataplane.stop();
+        Self::read(&counters)
     }
 }
 

@@ -272,8 +272,9 @@ fn start(
     })
     .with_context(|| format!("starting flowlane's data path on {iface}"))?;
     Ok(Workers::custom(Box::new(move || {
-        eprintln!("{}", dataplane_summary(&service));
+        let summary = dataplane_summary(&service);
         service.stop();
+        eprintln!("{summary}");
         let reg = registry.lock().unwrap_or_else(|e| e.into_inner());
         let mut total = ThreadStats::default();
         for (_, w) in reg.iter() {

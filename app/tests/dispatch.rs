@@ -1,0 +1,216 @@
+//! The dispatcher against a real `flowlane_tcp::Stack` pair: accepted
+//! connections reach their listener's handler, connections a handler opens
+//! are owned by it, an accept on an unbound listener is reset, and a closed
+//! connection's slot no longer routes events.
+
+use std::net::{SocketAddr, SocketAddrV4};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use flowlane_app::{
+    CloseReason, ConnHandle, ConnHandler, Dispatcher, Error, FourTuple, Net, Placement, State,
+    Stats,
+};
+use flowlane_tcp::time::Instant;
+use flowlane_tcp::{Config, Stack};
+
+/// `Net` straight over a stack, as a backend would implement it.
+struct Direct<'a> {
+    stack: &'a mut Stack,
+    local: std::net::Ipv4Addr,
+    next_port: &'a mut u16,
+}
+
+impl Net for Direct<'_> {
+    fn now(&self) -> Duration {
+        Duration::ZERO
+    }
+    fn placement(&self) -> Placement {
+        Placement {
+            queue: 3,
+            cpu: Some(1),
+            node: 0,
+        }
+    }
+    fn connect(&mut self, remote: SocketAddrV4) -> Result<ConnHandle, Error> {
+        *self.next_port += 1;
+        let local = SocketAddr::new(self.local.into(), *self.next_port);
+        self.stack
+            .connect(Instant::ZERO, local, SocketAddr::V4(remote))
+    }
+    fn send(&mut self, c: ConnHandle, d: &[u8]) -> Result<usize, Error> {
+        self.stack.send(c, d)
+    }
+    fn recv(&mut self, c: ConnHandle, b: &mut [u8]) -> Result<usize, Error> {
+        self.stack.recv(c, b)
+    }
+    fn peek(&self, c: ConnHandle) -> Result<&[u8], Error> {
+        self.stack.peek(c)
+    }
+    fn consume(&mut self, c: ConnHandle, n: usize) -> Result<usize, Error> {
+        self.stack.consume(c, n)
+    }
+    fn is_eof(&self, c: ConnHandle) -> bool {
+        self.stack.is_eof(c).unwrap_or(false)
+    }
+    fn send_space(&self, c: ConnHandle) -> Result<usize, Error> {
+        self.stack.send_space(c)
+    }
+    fn want_writable(&mut self, _c: ConnHandle) -> bool {
+        false
+    }
+    fn shutdown_write(&mut self, c: ConnHandle) -> Result<(), Error> {
+        self.stack.shutdown_write(c)
+    }
+    fn close(&mut self, c: ConnHandle) -> Result<(), Error> {
+        self.stack.close(c)
+    }
+    fn abort(&mut self, c: ConnHandle) -> Result<(), Error> {
+        self.stack.abort(c)
+    }
+    fn set_nodelay(&mut self, c: ConnHandle, on: bool) -> Result<(), Error> {
+        self.stack.set_nodelay(c, on)
+    }
+    fn four_tuple(&self, c: ConnHandle) -> Result<FourTuple, Error> {
+        self.stack.four_tuple(c)
+    }
+    fn state(&self, c: ConnHandle) -> Result<State, Error> {
+        self.stack.state(c)
+    }
+    fn stats(&self) -> &Stats {
+        self.stack.stats()
+    }
+}
+
+type Log = Arc<Mutex<Vec<String>>>;
+
+/// Records its callbacks; opens `open` connections from `on_start`.
+struct Rec {
+    name: &'static str,
+    log: Log,
+    open: Vec<SocketAddrV4>,
+}
+
+impl ConnHandler for Rec {
+    fn on_start(&mut self, net: &mut dyn Net) {
+        assert_eq!(net.queue(), 3);
+        for to in std::mem::take(&mut self.open) {
+            net.connect(to).unwrap();
+        }
+    }
+    fn on_accept(&mut self, _net: &mut dyn Net, _c: ConnHandle) {
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("{} accept", self.name));
+    }
+    fn on_connected(&mut self, _net: &mut dyn Net, _c: ConnHandle) {
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("{} connected", self.name));
+    }
+    fn on_data(&mut self, net: &mut dyn Net, c: ConnHandle) {
+        let mut b = [0u8; 64];
+        let n = net.recv(c, &mut b).unwrap_or(0);
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("{} data {}", self.name, n));
+    }
+    fn on_closed(&mut self, _net: &mut dyn Net, _c: ConnHandle, r: CloseReason) {
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("{} closed {r:?}", self.name));
+    }
+}
+
+/// Moves every segment between the two stacks until both are quiet,
+/// dispatching `a`'s events after each exchange.
+fn settle(a: &mut Stack, app: &mut Dispatcher, b: &mut Stack, port: &mut u16) {
+    let mut buf = [0u8; 1600];
+    for _ in 0..8 {
+        while let Some(t) = a.poll_transmit(Instant::ZERO, &mut buf) {
+            b.handle_segment(Instant::ZERO, t.src.ip(), t.dst.ip(), &buf[..t.len]);
+        }
+        while let Some(t) = b.poll_transmit(Instant::ZERO, &mut buf) {
+            a.handle_segment(Instant::ZERO, t.src.ip(), t.dst.ip(), &buf[..t.len]);
+        }
+        while let Some(ev) = a.poll_event() {
+            let mut net = Direct {
+                stack: a,
+                local: "10.0.0.1".parse().unwrap(),
+                next_port: port,
+            };
+            app.dispatch(ev, &mut net);
+        }
+        while b.poll_event().is_some() {}
+    }
+}
+
+#[test]
+fn events_reach_the_owning_handler() {
+    let log: Log = Arc::default();
+    let mut a = Stack::new(Config::new([1; 16]));
+    let mut b = Stack::new(Config::new([2; 16]));
+    let mut app = Dispatcher::new();
+    let mut port = 40000;
+    // Handler "srv" listens on :80; "cli" opens a connection to b's :90.
+    let l = a.listen("10.0.0.1:80".parse().unwrap()).unwrap();
+    let srv = app.add(Rec {
+        name: "srv",
+        log: log.clone(),
+        open: vec![],
+    });
+    app.bind_listener(l, srv);
+    app.add(Rec {
+        name: "cli",
+        log: log.clone(),
+        open: vec!["10.0.0.2:90".parse().unwrap()],
+    });
+    // An unbound listener: its connections are reset.
+    a.listen("10.0.0.1:81".parse().unwrap()).unwrap();
+    b.listen("10.0.0.2:90".parse().unwrap()).unwrap();
+    {
+        let mut net = Direct {
+            stack: &mut a,
+            local: "10.0.0.1".parse().unwrap(),
+            next_port: &mut port,
+        };
+        app.start(&mut net);
+        app.start(&mut net); // once only
+    }
+    let to_srv = b
+        .connect(
+            Instant::ZERO,
+            "10.0.0.2:5000".parse().unwrap(),
+            "10.0.0.1:80".parse().unwrap(),
+        )
+        .unwrap();
+    let to_unbound = b
+        .connect(
+            Instant::ZERO,
+            "10.0.0.2:5001".parse().unwrap(),
+            "10.0.0.1:81".parse().unwrap(),
+        )
+        .unwrap();
+    settle(&mut a, &mut app, &mut b, &mut port);
+    b.send(to_srv, b"hello").unwrap();
+    settle(&mut a, &mut app, &mut b, &mut port);
+    b.abort(to_srv).unwrap();
+    settle(&mut a, &mut app, &mut b, &mut port);
+    let log = log.lock().unwrap().clone();
+    assert_eq!(
+        log,
+        [
+            "cli connected",
+            "srv accept",
+            "srv data 5",
+            "srv closed Reset"
+        ],
+        "{log:?}"
+    );
+    // The unbound listener's connection was reset by the dispatcher.
+    assert!(b.state(to_unbound).is_err(), "{:?}", b.state(to_unbound));
+}
