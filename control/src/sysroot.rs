@@ -4,7 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
+use flowlane_dataplane::iface;
 use flowlane_numa_sched::parse_cpu_list;
 
 /// `--sysfs-root` / `--procfs-root`.
@@ -47,54 +48,16 @@ impl Roots {
         self.sysfs_root.join("class/net").join(name)
     }
 
-    /// Reads `name`'s queue count, NUMA node and MSI IRQs.
+    /// Reads `name`'s queue count, NUMA node and MSI IRQs (through the data
+    /// path's interface reader, the one sysfs reader).
     pub fn iface(&self, name: &str) -> Result<Iface> {
-        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
-            bail!("{name:?} is not a valid interface name");
-        }
-        let dir = self.iface_dir(name);
-        if !dir.is_dir() {
-            bail!(
-                "no interface {name} under {} (see `ip link`; for the test bed run inside it: `ip netns exec <ns> flowlane ...`)",
-                self.sysfs_root.join("class/net").display()
-            );
-        }
-        let rx_queues = std::fs::read_dir(dir.join("queues"))
-            .with_context(|| format!("listing {}", dir.join("queues").display()))?
-            .filter_map(|e| e.ok())
-            .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
-            .count() as u32;
-        // virtio-net's `device` is the virtio device; its PCI function (MSI
-        // vectors, NUMA node) is the parent.
-        let mut device = dir.join("device");
-        let is_virtio = std::fs::canonicalize(&device).is_ok_and(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("virtio"))
-        });
-        if is_virtio && !device.join("msi_irqs").is_dir() {
-            device = device.join("..");
-        }
-        let numa_node = std::fs::read_to_string(device.join("numa_node"))
-            .ok()
-            .and_then(|s| s.trim().parse::<i64>().ok())
-            .and_then(|n| u32::try_from(n).ok());
-        let msi_dir = device.join("msi_irqs");
-        let msi_irqs = if msi_dir.is_dir() {
-            let mut irqs: Vec<u32> = std::fs::read_dir(&msi_dir)
-                .with_context(|| format!("listing {}", msi_dir.display()))?
-                .filter_map(|e| e.ok())
-                .filter_map(|e| e.file_name().to_str()?.parse().ok())
-                .collect();
-            irqs.sort_unstable();
-            Some(irqs)
-        } else {
-            None
-        };
+        let dir = iface::iface_dir(&self.sysfs_root, name)?;
+        let facts = iface::device_facts(&dir)?;
         Ok(Iface {
             name: name.to_string(),
-            rx_queues,
-            numa_node,
-            msi_irqs,
+            rx_queues: iface::count_queues(&dir, "rx-")?,
+            numa_node: facts.numa_node,
+            msi_irqs: facts.msi_irqs,
         })
     }
 

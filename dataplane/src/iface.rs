@@ -30,43 +30,19 @@ pub struct InterfaceInfo {
 impl InterfaceInfo {
     /// Reads `name`'s description from `<sysfs>/class/net/<name>`.
     pub fn read(sysfs: &Path, name: &str) -> Result<InterfaceInfo> {
-        if name.is_empty() || name.contains('/') || name.len() > 15 {
-            return Err(Error::Setup(format!(
-                "{name:?} is not a valid interface name"
-            )));
-        }
-        let dir = sysfs.join("class/net").join(name);
-        if !dir.exists() {
-            return Err(Error::Setup(format!(
-                "no interface {name} in this network namespace (see `ip link`; for the test bed run inside it: `ip netns exec <ns> ...`)"
-            )));
-        }
+        let dir = iface_dir(sysfs, name)?;
         let ifindex = read_num(&dir.join("ifindex"))?;
         let mtu = read_num(&dir.join("mtu"))?;
         let mac = parse_mac(&read_text(&dir.join("address"))?)
             .ok_or_else(|| Error::Setup(format!("{name} has no Ethernet address")))?;
-        let count = |prefix: &str| -> Result<u32> {
-            let rd = std::fs::read_dir(dir.join("queues")).map_err(|e| Error::Io {
-                what: format!("listing {}/queues", dir.display()),
-                source: e,
-            })?;
-            Ok(rd
-                .filter_map(|e| e.ok())
-                .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
-                .count() as u32)
-        };
-        let numa_node = std::fs::read_to_string(dir.join("device/numa_node"))
-            .ok()
-            .and_then(|s| s.trim().parse::<i64>().ok())
-            .and_then(|n| u32::try_from(n).ok());
         Ok(InterfaceInfo {
             name: name.to_string(),
             ifindex,
             mac,
-            rx_queues: count("rx-")?,
-            tx_queues: count("tx-")?,
+            rx_queues: count_queues(&dir, "rx-")?,
+            tx_queues: count_queues(&dir, "tx-")?,
             mtu,
-            numa_node,
+            numa_node: device_facts(&dir)?.numa_node,
         })
     }
 
@@ -80,6 +56,83 @@ impl InterfaceInfo {
         }
         Ok(())
     }
+}
+
+/// `<sysfs>/class/net/<name>`, checked: the name is a valid interface name
+/// and the interface exists in this network namespace.
+pub fn iface_dir(sysfs: &Path, name: &str) -> Result<PathBuf> {
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." || name.len() > 15 {
+        return Err(Error::Setup(format!(
+            "{name:?} is not a valid interface name"
+        )));
+    }
+    let dir = sysfs.join("class/net").join(name);
+    if !dir.is_dir() {
+        return Err(Error::Setup(format!(
+            "no interface {name} in this network namespace (see `ip link`; for the test bed run inside it: `ip netns exec <ns> ...`)"
+        )));
+    }
+    Ok(dir)
+}
+
+/// Queues of the interface at `dir` whose directory names start with
+/// `prefix` (`rx-` or `tx-`).
+pub fn count_queues(dir: &Path, prefix: &str) -> Result<u32> {
+    let rd = std::fs::read_dir(dir.join("queues")).map_err(|e| Error::Io {
+        what: format!("listing {}/queues", dir.display()),
+        source: e,
+    })?;
+    Ok(rd
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+        .count() as u32)
+}
+
+/// What the interface's device says about where it sits.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DeviceFacts {
+    /// NUMA node of the device (`device/numa_node`; None for -1 or no device).
+    pub numa_node: Option<u32>,
+    /// MSI(-X) IRQs of the device (`device/msi_irqs/*`); None without that
+    /// directory (virtual devices such as veth).
+    pub msi_irqs: Option<Vec<u32>>,
+}
+
+/// Reads the device facts of the interface at `dir`. virtio-net's `device`
+/// is the virtio device; its PCI function (MSI vectors, NUMA node) is the
+/// parent, so that is read instead.
+pub fn device_facts(dir: &Path) -> Result<DeviceFacts> {
+    let mut device = dir.join("device");
+    let is_virtio = std::fs::canonicalize(&device).is_ok_and(|p| {
+        p.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("virtio"))
+    });
+    if is_virtio && !device.join("msi_irqs").is_dir() {
+        device = device.join("..");
+    }
+    let numa_node = std::fs::read_to_string(device.join("numa_node"))
+        .ok()
+        .and_then(|s| s.trim().parse::<i64>().ok())
+        .and_then(|n| u32::try_from(n).ok());
+    let msi_dir = device.join("msi_irqs");
+    let msi_irqs = if msi_dir.is_dir() {
+        let rd = std::fs::read_dir(&msi_dir).map_err(|e| Error::Io {
+            what: format!("listing {}", msi_dir.display()),
+            source: e,
+        })?;
+        let mut irqs: Vec<u32> = rd
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect();
+        irqs.sort_unstable();
+        Some(irqs)
+    } else {
+        None
+    };
+    Ok(DeviceFacts {
+        numa_node,
+        msi_irqs,
+    })
 }
 
 fn read_text(p: &PathBuf) -> Result<String> {
