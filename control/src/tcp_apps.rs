@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use flowlane_dataplane::bed::{self, hex, isn_secret, worker_cpu_ns};
 use flowlane_dataplane::neighbor::Neighbors;
+use flowlane_dataplane::program::{self, hex, isn_secret, worker_cpu_ns};
 use flowlane_dataplane::tcp_handler::{
     ConnHandler, Net, TcpConfig, TcpCounters, TcpCountersSnapshot, TcpHandler,
 };
@@ -30,10 +30,10 @@ use flowlane_tcp::{CloseReason, ConnHandle};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::netns::require_root;
-use crate::nic::RssNic;
 use crate::service::{write_report, ServiceSignals};
 use crate::udp_echo::allowed_cpus;
+use flowlane_numa_sched::nic::RssNic;
+use flowlane_testbed::netns::require_root;
 
 /// The TCP example commands (flattened into `flowlane`'s command list).
 #[derive(clap::Subcommand, Debug)]
@@ -244,16 +244,16 @@ fn queue_count(c: &Common) -> Result<u32> {
 /// `--bed`: reads the bed's RSS and peer MAC here (where its pinned maps
 /// are visible), then becomes `ip netns exec <bed ns> flowlane <same args>`
 /// with them as explicit flags (same pid: `exec`; see
-/// `flowlane_dataplane::bed`).
+/// `flowlane_testbed::reexec`).
 fn reexec_in_bed(bed: &str) -> Result<()> {
-    Err(bed::reexec_in_bed(bed).into())
+    Err(flowlane_testbed::reexec_in_bed(bed))
 }
 
 /// The NIC's RSS as an `RssState` for `queues` queues (flags, else
 /// ethtool).
 fn rss_state(c: &Common, queues: u32) -> Result<Option<RssState>> {
     let settings = match (&c.rss_key, &c.rss_table) {
-        (Some(k), Some(t)) => Some(crate::nic::RssSettings {
+        (Some(k), Some(t)) => Some(flowlane_numa_sched::nic::RssSettings {
             key: RssKey::parse_hex(k)
                 .context("bad --rss-key")?
                 .as_bytes()
@@ -272,7 +272,7 @@ fn rss_state(c: &Common, queues: u32) -> Result<Option<RssState>> {
         }
         return Ok(None);
     };
-    Ok(Some(bed::rss_state(&s.key, &s.table, queues)?))
+    Ok(Some(program::rss_state(&s.key, &s.table, queues)?))
 }
 
 /// Neighbours for active opens: the bed's peer, and the kernel's table.
@@ -350,7 +350,7 @@ where
     config.ports = ports.iter().map(|&p| (Proto::Tcp, p)).collect();
     config.busy_poll = c.busy_poll;
     config.bind_mode = BindMode::Auto;
-    let local_ip = bed::local_ipv4(&c.iface)?;
+    let local_ip = program::local_ipv4(&c.iface)?;
     let mut tcp = TcpConfig::new(local_ip, info.mac, isn_secret());
     if let Some(ms) = c.msl_ms {
         tcp.tcp.msl = flowlane_tcp::time::Duration::from_millis(ms);

@@ -13,7 +13,7 @@
 //!
 //! Run the receiver inside the namespace of the interface it serves; on a
 //! test bed `--bed NAME` does that from the root namespace
-//! ([`flowlane_dataplane::bed::reexec_in_bed`]).
+//! ([`flowlane_testbed::reexec_in_bed`]).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
-use flowlane_dataplane::bed;
 use flowlane_dataplane::neighbor::Neighbors;
+use flowlane_dataplane::program;
 use flowlane_dataplane::tcp_handler::{ConnHandler, Net, TcpConfig, TcpCounters, TcpHandler};
 use flowlane_dataplane::{BindMode, Dataplane, DataplaneConfig, InterfaceInfo, Proto, QueueInfo};
 use flowlane_tcp::{CloseReason, ConnHandle};
@@ -262,7 +262,7 @@ fn start(
     let iface = iface(plan)?;
     let info = InterfaceInfo::read(std::path::Path::new("/sys"), &iface)?;
     let queues = queue_count(plan)?;
-    let local_ip = bed::local_ipv4(&iface)?;
+    let local_ip = program::local_ipv4(&iface)?;
     // Workers are pinned round-robin over the allowed CPUs, or over the
     // CPUs the -m mappings name.
     let named: Vec<u32> = plan.threads.iter().flatten().map(|&c| c as u32).collect();
@@ -277,11 +277,11 @@ fn start(
     config.busy_poll = opts.busy_poll;
     config.bind_mode = BindMode::Auto;
     config.ephemeral = active.then_some(EPHEMERAL);
-    let mut tcp = TcpConfig::new(local_ip, info.mac, bed::isn_secret());
+    let mut tcp = TcpConfig::new(local_ip, info.mac, program::isn_secret());
     tcp.ephemeral = EPHEMERAL;
     tcp.neighbors = neighbors(opts)?;
     tcp.rss = match (&opts.rss_key, &opts.rss_table) {
-        (Some(k), Some(t)) => Some(bed::rss_state(&parse_key(k)?, t, queues)?),
+        (Some(k), Some(t)) => Some(program::rss_state(&parse_key(k)?, t, queues)?),
         (None, None) if active && queues > 1 => bail!(
             "--backend flowlane sender on {queues} queues needs the NIC's RSS (--rss-key/--rss-table, or --bed NAME)"
         ),
