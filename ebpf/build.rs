@@ -6,8 +6,12 @@ use std::path::PathBuf;
 
 use libbpf_cargo::SkeletonBuilder;
 
-const PROGRAMS: &[(&str, &str)] = &[
-    ("xdp_steer", "xdp_steer.skel.rs"),
+/// Production programs: always built.
+const PRODUCTION: &[(&str, &str)] = &[("xdp_steer", "xdp_steer.skel.rs")];
+
+/// The test bed's programs (emulated RSS NIC, impairment, delay line, the
+/// benchmark's traffic generator): built only with the `testbed` feature.
+const TESTBED: &[(&str, &str)] = &[
     ("rss_emu", "rss_emu.skel.rs"),
     ("trafficgen", "trafficgen.skel.rs"),
     ("impair", "impair.skel.rs"),
@@ -19,7 +23,9 @@ fn main() {
     let arch = env::var("CARGO_CFG_TARGET_ARCH").expect("target arch is set by cargo");
     // <asm/types.h> and friends live under the multiarch include directory.
     let multiarch = format!("-I/usr/include/{arch}-linux-gnu");
-    for (name, skel) in PROGRAMS {
+    let testbed = env::var_os("CARGO_FEATURE_TESTBED").is_some();
+    let programs = PRODUCTION.iter().chain(TESTBED.iter().filter(|_| testbed));
+    for (name, skel) in programs {
         let src = format!("src/bpf/{name}.bpf.c");
         SkeletonBuilder::new()
             .source(&src)

@@ -22,8 +22,9 @@ use flowlane_dataplane::wire::{
 use serde::Serialize;
 
 use crate::echo_process::EchoProcess;
-use crate::testbed::{self, BedSpec, BedState};
-use crate::{netns, udp_echo};
+use crate::udp_echo;
+use flowlane_testbed::netns;
+use flowlane_testbed::{self as testbed, BedSpec, BedState};
 
 /// Flags of `flowlane bench rx`.
 #[derive(clap::Args, Debug, Clone)]
@@ -116,7 +117,7 @@ fn measure(bed: &BedState, len: usize, seconds: u64) -> Result<RxFigure> {
         netns::in_netns(&peer_ns, move || {
             flowlane_dataplane::affinity::pin_current_thread(&[gen_cpu])?;
             let ifindex = nix::net::if_::if_nametoindex(testbed::PEER_IF)?;
-            let g = flowlane_ebpf::trafficgen::Generator::new(ifindex)?;
+            let g = flowlane_testbed::trafficgen::Generator::new(ifindex)?;
             const BURST: u32 = 1 << 14;
             while !stop2.load(Ordering::Relaxed) {
                 g.send(&frame, BURST)?;

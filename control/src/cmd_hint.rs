@@ -11,8 +11,8 @@ use flowlane_numa_sched::{FlowTuple, IndirectionTable, RssHashConfig, RssKey, Rs
 use serde::Serialize;
 
 use crate::cmd_rss::ProtoArg;
-use crate::nic::RssNic;
 use flowlane_dataplane::placement::machine_placement;
+use flowlane_numa_sched::nic::RssNic;
 
 /// Flags of `flowlane hint`.
 #[derive(clap::Args, Debug, Clone)]
@@ -95,7 +95,7 @@ pub fn rss_state(
 ) -> Result<(RssState, Option<IpAddr>)> {
     let (key, table, queues, local) = match testbed {
         Some(name) => {
-            let bed = crate::testbed::load(name)?;
+            let bed = flowlane_testbed::load(name)?;
             let rss = bed.nic().rss()?;
             let table = rss.table.iter().map(|&q| q as u16).collect();
             (

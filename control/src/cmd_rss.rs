@@ -10,7 +10,7 @@ use flowlane_numa_sched::{
 };
 use serde::Serialize;
 
-use crate::nic::RssNic;
+use flowlane_numa_sched::nic::RssNic;
 
 /// `--proto` values.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,7 +94,7 @@ pub fn hash(args: HashArgs) -> Result<()> {
     }
     let (key, table) = match &args.testbed {
         Some(name) => {
-            let rss = crate::testbed::load(name)?.nic().rss()?;
+            let rss = flowlane_testbed::load(name)?.nic().rss()?;
             let table = rss.table.iter().map(|&q| q as u16).collect();
             (RssKey::new(rss.key)?, IndirectionTable::new(table)?)
         }

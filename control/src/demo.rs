@@ -19,10 +19,10 @@ use flowlane_numa_sched::toeplitz::{FlowTuple, Protocol, RssKey, Toeplitz};
 use serde::Serialize;
 
 use crate::echo_process::EchoProcess;
-use crate::netns;
-use crate::nic::RssNic;
-use crate::testbed::{self, BedSpec, BedState};
 use crate::udp_echo::Report;
+use flowlane_numa_sched::nic::RssNic;
+use flowlane_testbed::netns;
+use flowlane_testbed::{self as testbed, BedSpec, BedState};
 
 /// Flags of `flowlane demo`.
 #[derive(clap::Args, Debug, Clone)]

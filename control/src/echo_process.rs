@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use crate::testbed::BedState;
 use crate::udp_echo::Report;
+use flowlane_testbed::BedState;
 
 /// A `flowlane udp-echo` child process in a test bed's namespace.
 pub struct EchoProcess {

@@ -19,18 +19,17 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net};
-use flowlane_dataplane::bed::{self, hex};
+use flowlane_dataplane::privileges::require_root;
 use flowlane_dataplane::tcp_service::{self, rss_state};
 use flowlane_dataplane::{
     thread_cpu_ns, worker_cpu_ns, TcpCountersSnapshot, TcpHandler, TcpService, TcpServiceConfig,
 };
+use flowlane_numa_sched::nic::RssNic;
 use flowlane_numa_sched::toeplitz::RssKey;
 use flowlane_numa_sched::RssState;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::netns::require_root;
-use crate::nic::RssNic;
 use crate::service::{write_report, ServiceSignals};
 
 /// The TCP example commands (flattened into `flowlane`'s command list).
@@ -240,16 +239,16 @@ pub fn run(cmd: TcpCmd) -> Result<()> {
 /// `--bed`: reads the bed's RSS and peer MAC here (where its pinned maps
 /// are visible), then becomes `ip netns exec <bed ns> flowlane <same args>`
 /// with them as explicit flags (same pid: `exec`; see
-/// `flowlane_dataplane::bed`).
+/// `flowlane_testbed::reexec`).
 fn reexec_in_bed(bed: &str) -> Result<()> {
-    Err(bed::reexec_in_bed(bed).into())
+    Err(flowlane_testbed::reexec_in_bed(bed))
 }
 
 /// The NIC's RSS as an `RssState` for `queues` queues (flags, else
 /// ethtool).
 fn rss(c: &Common, queues: u32) -> Result<Option<RssState>> {
     let settings = match (&c.rss_key, &c.rss_table) {
-        (Some(k), Some(t)) => Some(crate::nic::RssSettings {
+        (Some(k), Some(t)) => Some(flowlane_numa_sched::nic::RssSettings {
             key: RssKey::parse_hex(k)
                 .context("bad --rss-key")?
                 .as_bytes()
@@ -263,6 +262,11 @@ fn rss(c: &Common, queues: u32) -> Result<Option<RssState>> {
         Some(s) => Some(rss_state(&s.key, &s.table, queues)?),
         None => None,
     })
+}
+
+/// Lower-case hex of a digest.
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 fn counters_json(per_queue: &[(u32, TcpCountersSnapshot)]) -> Value {

@@ -22,8 +22,8 @@ use flowlane_dataplane::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::netns::require_root;
 use crate::service::{write_report, ServiceSignals};
+use flowlane_dataplane::privileges::require_root;
 
 /// Flags of `flowlane udp-echo`.
 #[derive(clap::Args, Debug, Clone)]

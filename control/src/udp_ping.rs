@@ -29,10 +29,10 @@ use flowlane_numa_sched::Protocol;
 use serde::Serialize;
 
 use crate::cmd_hint::rss_state;
-use crate::netns::{self, require_root};
-use crate::nic::RssNic;
-use crate::testbed::FLOWLANE_EPHEMERAL;
 use flowlane_dataplane::placement::machine_placement;
+use flowlane_numa_sched::nic::RssNic;
+use flowlane_testbed::netns::{self, require_root};
+use flowlane_testbed::FLOWLANE_EPHEMERAL;
 
 /// Flags of `flowlane udp-ping`.
 #[derive(clap::Args, Debug, Clone)]
@@ -99,7 +99,7 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 fn run_in_bed(name: &str, args: &Args) -> Result<()> {
-    let bed = crate::testbed::load(name)?;
+    let bed = flowlane_testbed::load(name)?;
     let rss = bed.nic().rss()?;
     let key: String = rss.key.iter().map(|b| format!("{b:02x}")).collect();
     let table = rss

@@ -4,19 +4,17 @@
 //!
 //! This is the only crate of flowlane that touches AF_XDP rings and raw
 //! memory; `unsafe` lives in its ring/UMEM modules ([`xsk`], [`umem`],
-//! [`worker`]) and the raw packet socket ([`packet_socket`]) only, each block
-//! with a `SAFETY:` comment.
+//! [`worker`]) only, each block with a `SAFETY:` comment.
 #![deny(missing_docs)]
 
 pub mod affinity;
-pub mod bed;
 pub mod counters;
 pub mod cpu_time;
 pub mod ephemeral;
 pub mod iface;
 pub mod neighbor;
-pub mod packet_socket;
 pub mod placement;
+pub mod privileges;
 pub mod runtime;
 pub mod tcp_handler;
 pub mod tcp_service;

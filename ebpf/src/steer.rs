@@ -51,7 +51,6 @@ const STAT_KINDS: u32 = 3;
 #[derive(Debug)]
 pub struct Steering {
     _link: Link,
-    ifindex: u32,
     xsks: MapHandle,
     cfg: MapHandle,
     ports: MapHandle,
@@ -110,17 +109,11 @@ impl Steering {
         // handles hold their own references.
         Ok(Steering {
             _link: link,
-            ifindex,
             xsks,
             cfg,
             ports,
             stats,
         })
-    }
-
-    /// The interface the program is attached to.
-    pub fn ifindex(&self) -> u32 {
-        self.ifindex
     }
 
     /// Routes `queue`'s frames to the AF_XDP socket `xsk`.
@@ -134,33 +127,11 @@ impl Steering {
             )))
     }
 
-    /// Stops routing `queue`'s frames to a socket (they are dropped and
-    /// counted as `no_socket`).
-    pub fn clear_socket(&self, queue: u32) -> Result<()> {
-        check_queue(queue)?;
-        match self.xsks.delete(&queue.to_ne_bytes()) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(Error::bpf(format!(
-                "removing queue {queue} from the XSKMAP"
-            ))(e)),
-        }
-    }
-
     /// Claims `port` for flowlane (a listening port).
     pub fn add_port(&self, proto: Proto, port: u16) -> Result<()> {
         self.ports
             .update(&port_key(proto, port), &[1u8], MapFlags::ANY)
             .map_err(Error::bpf(format!("claiming {proto:?} port {port}")))
-    }
-
-    /// Gives `port` back to the kernel.
-    pub fn remove_port(&self, proto: Proto, port: u16) -> Result<()> {
-        match self.ports.delete(&port_key(proto, port)) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(Error::bpf(format!("releasing {proto:?} port {port}"))(e)),
-        }
     }
 
     /// Claims the inclusive range `lo..=hi` (both protocols) as flowlane's
@@ -192,11 +163,6 @@ impl Steering {
             passed: out[1],
             no_socket: out[2],
         })
-    }
-
-    /// The XSKMAP's file descriptor (for diagnostics).
-    pub fn xsk_map_fd(&self) -> BorrowedFd<'_> {
-        self.xsks.as_fd()
     }
 }
 

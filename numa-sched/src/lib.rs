@@ -18,6 +18,7 @@
 //! | [`placement`] | queue → CPU → node |
 //! | [`irq`] | `/proc/interrupts` parsing, queue IRQ matching, IRQ and NAPI-thread affinity plans |
 //! | [`hints`] | flow → (hash, bucket, queue, CPU, node); source-port choice |
+//! | [`nic`] | the RSS-NIC interface (key, table, capabilities) that real and emulated NICs implement |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -27,6 +28,7 @@ pub mod hints;
 mod hwloc;
 pub mod indirection;
 pub mod irq;
+pub mod nic;
 pub mod placement;
 pub mod toeplitz;
 pub mod topology;
@@ -39,6 +41,7 @@ pub use irq::{
     parse_napi_thread_name, parse_proc_interrupts, plan_irq_affinity, plan_napi_threads,
     IrqAffinityChange, IrqInfo, IrqPlan, NapiPlan, NapiThreadAffinity,
 };
+pub use nic::{RssCaps, RssNic, RssSettings, RssSettingsError};
 pub use placement::{plan_placement, PlacementNote, PlacementPlan, QueuePlacement};
 pub use toeplitz::{
     hash_reference, FlowTuple, HashFields, HashInput, Protocol, RssHashConfig, RssKey, Toeplitz,

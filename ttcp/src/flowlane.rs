@@ -13,7 +13,7 @@
 //!
 //! Run the receiver inside the namespace of the interface it serves; on a
 //! test bed `--bed NAME` does that from the root namespace
-//! ([`flowlane_dataplane::bed::reexec_in_bed`]).
+//! ([`flowlane_testbed::reexec_in_bed`]).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -25,7 +25,7 @@ pub fn run(args: &RunArgs) -> Result<Report> {
     let plan = args.plan()?;
     if let Some(bed) = &args.bed {
         // Read the bed here (root namespace), run inside it (same pid).
-        return Err(anyhow!(flowlane_dataplane::bed::reexec_in_bed(bed)));
+        return Err(flowlane_testbed::reexec_in_bed(bed));
     }
     raise_nofile(plan.connections() + 256)?;
     let backend = backend::for_kind(args.backend)?;

@@ -3,8 +3,8 @@
 
 use anyhow::{anyhow, Context, Result};
 
-use super::{validate, RssCaps, RssNic, RssSettings};
-use crate::netns::run;
+use flowlane_numa_sched::nic::{RssCaps, RssNic, RssSettings};
+use flowlane_testbed::netns::run;
 
 /// A NIC driven through ethtool.
 #[derive(Debug, Clone)]
@@ -73,6 +73,8 @@ fn hex_key(key: &[u8]) -> String {
 }
 
 impl RssNic for EthtoolNic {
+    type Error = anyhow::Error;
+
     fn name(&self) -> &str {
         &self.ifname
     }
@@ -107,7 +109,7 @@ impl RssNic for EthtoolNic {
     }
 
     fn set_rss(&self, key: Option<&[u8]>, table: Option<&[u32]>) -> Result<()> {
-        validate(&self.caps()?, key, table)?;
+        self.caps()?.validate(key, table)?;
         let mut args = vec!["-X".to_string(), self.ifname.clone()];
         if let Some(k) = key {
             args.extend(["hkey".to_string(), hex_key(k)]);

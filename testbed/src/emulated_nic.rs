@@ -1,26 +1,29 @@
-//! The test bed's emulated RSS NIC: the far side's tc program, programmed
-//! through its pinned BPF maps.
+//! The test bed's emulated RSS NIC: the far side's tc program
+//! (`flowlane_ebpf::rss_emu`), programmed through its pinned BPF maps behind
+//! the same [`RssNic`] interface as a real NIC. The maps are pinned in the
+//! root namespace's bpffs: use it from there.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use flowlane_ebpf::rss_emu::{RssEmuConfig, RssEmuMaps};
+use flowlane_numa_sched::nic::{RssCaps, RssNic, RssSettings};
 
-use super::{validate, RssCaps, RssNic, RssSettings};
+use crate::state::BedState;
 
 /// The emulated NIC of one test bed.
 #[derive(Debug, Clone)]
-pub struct VethEmuNic {
+pub struct EmulatedNic {
     ifname: String,
     pin_dir: PathBuf,
     queues: u32,
 }
 
-impl VethEmuNic {
+impl EmulatedNic {
     /// The emulated NIC whose maps are pinned under `pin_dir`, receiving
     /// into `ifname` with `queues` queues.
-    pub fn new(ifname: &str, pin_dir: PathBuf, queues: u32) -> VethEmuNic {
-        VethEmuNic {
+    pub fn new(ifname: &str, pin_dir: PathBuf, queues: u32) -> EmulatedNic {
+        EmulatedNic {
             ifname: ifname.to_string(),
             pin_dir,
             queues,
@@ -30,9 +33,23 @@ impl VethEmuNic {
     fn maps(&self) -> Result<RssEmuMaps> {
         RssEmuMaps::open(&self.pin_dir).context("opening the emulated NIC's maps")
     }
+
+    /// Packets the emulated NIC steered to each queue.
+    pub fn queue_packets(&self) -> Result<Vec<u64>> {
+        Ok(self.maps()?.queue_packets(self.queues)?)
+    }
 }
 
-impl RssNic for VethEmuNic {
+impl BedState {
+    /// The emulated NIC of this bed.
+    pub fn nic(&self) -> EmulatedNic {
+        EmulatedNic::new(&self.peer_if, self.pin_dir.clone(), self.queues)
+    }
+}
+
+impl RssNic for EmulatedNic {
+    type Error = anyhow::Error;
+
     fn name(&self) -> &str {
         &self.ifname
     }
@@ -62,7 +79,7 @@ impl RssNic for VethEmuNic {
             key_len: c.key.len(),
             table_size: c.table.len(),
         };
-        validate(&caps, key, table)?;
+        caps.validate(key, table)?;
         if let Some(k) = key {
             c.key = k.to_vec();
         }

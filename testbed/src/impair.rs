@@ -1,4 +1,4 @@
-//! `flowlane testbed impair`: loss, duplication, corruption and reordering on
+//! Link impairment (`flowlane testbed impair`): loss, duplication, corruption and reordering on
 //! the test bed's link, in both directions, for kernels without `sch_netem`
 //! (this project's CI VM has none). The BPF side is `flowlane_ebpf::impair`;
 //! this module sets up the slow path that reordering needs (an HTB class of
@@ -10,7 +10,7 @@ use flowlane_ebpf::impair::{self, Direction, ImpairConfig, ImpairMaps, ImpairSta
 use serde::Serialize;
 
 use crate::netns;
-use crate::testbed::BedState;
+use crate::state::BedState;
 
 /// The ifb device of the ingress slow path (in the peer namespace).
 const IFB: &str = "flifb0";
@@ -21,30 +21,21 @@ const SLOW_CLASSID: u32 = 0x0001_0002;
 /// Packets the slow path holds.
 const SLOW_QUEUE: &str = "16";
 
-/// Flags of `flowlane testbed impair`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct Args {
-    /// Test bed name.
-    #[arg(long, default_value = "fl0")]
-    pub name: String,
-    /// Packet loss, percent.
-    #[arg(long, default_value = "0")]
-    pub loss: String,
-    /// Duplicated packets, percent.
-    #[arg(long, default_value = "0")]
-    pub duplicate: String,
-    /// Corrupted packets (one bit flipped after the IP header), percent.
-    #[arg(long, default_value = "0")]
-    pub corrupt: String,
-    /// Reordered packets (sent through the slow path), percent.
-    #[arg(long, default_value = "0")]
-    pub reorder: String,
-    /// Rate of the slow path (tc rate syntax): it sets the reordering delay.
-    #[arg(long, default_value = "100mbit")]
+/// Impairments of a bed's link, the same both ways.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImpairSpec {
+    /// Packet loss, parts per million ([`parse_percent`]).
+    pub loss_ppm: u32,
+    /// Duplicated packets, parts per million.
+    pub duplicate_ppm: u32,
+    /// Corrupted packets (one bit flipped after the IP header), parts per
+    /// million.
+    pub corrupt_ppm: u32,
+    /// Reordered packets (sent through the slow path), parts per million.
+    pub reorder_ppm: u32,
+    /// Rate of the slow path (tc rate syntax, e.g. `100mbit`): it sets the
+    /// reordering delay.
     pub slow_rate: String,
-    /// Remove every impairment (and the slow path).
-    #[arg(long)]
-    pub clear: bool,
 }
 
 /// Counters per direction.
@@ -130,37 +121,40 @@ fn htb(bed: &BedState, dev: &str, slow_rate: &str) -> Result<()> {
     )
 }
 
-/// Applies (or clears) the impairments of a bed.
-pub fn apply(bed: &BedState, args: &Args) -> Result<()> {
+/// Removes every impairment of a bed (and the slow path), restoring its
+/// offloads.
+pub fn clear(bed: &BedState) -> Result<()> {
+    if let Some(maps) = ImpairMaps::open(&bed.pin_dir) {
+        maps.set(Direction::Egress, &ImpairConfig::default())?;
+        maps.set(Direction::Ingress, &ImpairConfig::default())?;
+    }
+    let _ = tc(bed, &["qdisc", "del", "dev", &bed.peer_if, "root"]);
+    let _ = netns::ip(&["-n", &bed.peer_netns, "link", "del", IFB]);
+    offloads(bed, "on")
+}
+
+/// Applies `spec` to a bed's link, both ways.
+pub fn apply(bed: &BedState, spec: &ImpairSpec) -> Result<()> {
     let base = ImpairConfig {
-        loss_ppm: parse_percent(&args.loss)?,
-        duplicate_ppm: parse_percent(&args.duplicate)?,
-        corrupt_ppm: parse_percent(&args.corrupt)?,
-        reorder_ppm: parse_percent(&args.reorder)?,
+        loss_ppm: spec.loss_ppm,
+        duplicate_ppm: spec.duplicate_ppm,
+        corrupt_ppm: spec.corrupt_ppm,
+        reorder_ppm: spec.reorder_ppm,
         reorder_classid: SLOW_CLASSID,
         reorder_ifindex: 0,
     };
-    if args.clear {
-        if let Some(maps) = ImpairMaps::open(&bed.pin_dir) {
-            maps.set(Direction::Egress, &ImpairConfig::default())?;
-            maps.set(Direction::Ingress, &ImpairConfig::default())?;
-        }
-        let _ = tc(bed, &["qdisc", "del", "dev", &bed.peer_if, "root"]);
-        let _ = netns::ip(&["-n", &bed.peer_netns, "link", "del", IFB]);
-        return offloads(bed, "on");
-    }
     // Impair wire-size packets: a GSO skb seen by tc is segmented after it,
     // so one impairment would hit a whole burst (and a compensated bit flip
     // would spoil every segment's checksum); netem segments GSO skbs itself
     // for the same reason. flowlane's side only matters for kernel sockets
     // there.
     offloads(bed, "off")?;
-    htb(bed, &bed.peer_if, &args.slow_rate)?;
+    htb(bed, &bed.peer_if, &spec.slow_rate)?;
     if netns::ip(&["-n", &bed.peer_netns, "link", "show", IFB]).is_err() {
         netns::ip(&["-n", &bed.peer_netns, "link", "add", IFB, "type", "ifb"])?;
     }
     netns::ip(&["-n", &bed.peer_netns, "link", "set", IFB, "up"])?;
-    htb(bed, IFB, &args.slow_rate)?;
+    htb(bed, IFB, &spec.slow_rate)?;
     let (peer_if, pin_dir) = (bed.peer_if.clone(), bed.pin_dir.clone());
     let maps = netns::in_netns(&bed.peer_netns, move || {
         let ifb = nix::net::if_::if_nametoindex(IFB).context("finding the ifb device")?;

@@ -4,15 +4,33 @@
 //! pass through unchanged (`PACKET_VNET_HDR`, see packet(7) and
 //! `include/uapi/linux/virtio_net.h`).
 //!
-//! The test bed's delay line reads and writes frames with it. It is the
-//! kernel-socket counterpart of the AF_XDP rings in [`crate::xsk`]: raw
-//! socket calls, so it lives here with the other `unsafe` system-call code.
+//! The test bed's delay line ([`crate::delay_line`]) reads and writes frames
+//! with it. This module is the test bed's only `unsafe` code: raw socket
+//! calls, each block with its `SAFETY:` comment.
+// Raw AF_PACKET system calls through libc have no safe wrapper.
+#![allow(unsafe_code)]
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
-use crate::{Error, Result};
+/// A failed system call on a packet socket: what was being done, and the OS
+/// error.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A system call failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What the socket was doing.
+        what: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Result type of this module.
+pub type Result<T> = std::result::Result<T, Error>;
 
 /// Length of the virtio-net header in front of each frame with
 /// [`PacketSocketOptions::vnet_hdr`] (`struct virtio_net_hdr`).
@@ -381,9 +399,12 @@ fn kernel_time(hdr: &libc::msghdr) -> Option<std::time::SystemTime> {
         // SAFETY: `c` is non-null and inside the control buffer (CMSG_*).
         let h = unsafe { &*c };
         if h.cmsg_level == libc::SOL_SOCKET && h.cmsg_type == libc::SCM_TIMESTAMPNS {
-            // SAFETY: a SCM_TIMESTAMPNS message carries one timespec; its
-            // data may be unaligned, hence read_unaligned.
-            let ts: libc::timespec = unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(c).cast()) };
+            // SAFETY: `c` is a live cmsghdr inside the control buffer
+            // (above); CMSG_DATA only offsets it.
+            let data = unsafe { libc::CMSG_DATA(c) };
+            // SAFETY: a SCM_TIMESTAMPNS message carries one timespec at
+            // `data`; it may be unaligned, hence read_unaligned.
+            let ts: libc::timespec = unsafe { std::ptr::read_unaligned(data.cast()) };
             let d = Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32);
             return std::time::UNIX_EPOCH.checked_add(d);
         }

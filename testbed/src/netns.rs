@@ -49,10 +49,4 @@ pub fn in_netns<T: Send + 'static>(
     .map_err(|_| anyhow::anyhow!("a thread inside the network namespace panicked"))?
 }
 
-/// Fails with a one-line hint unless running as root.
-pub fn require_root(what: &str) -> Result<()> {
-    if !nix::unistd::geteuid().is_root() {
-        bail!("{what} needs root (network namespaces, BPF, AF_XDP): run it with sudo");
-    }
-    Ok(())
-}
+pub use flowlane_dataplane::privileges::require_root;

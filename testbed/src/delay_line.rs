@@ -1,4 +1,4 @@
-//! `flowlane testbed delay`: emulated WAN delay on the test bed's link, for
+//! The delay line (`flowlane testbed delay`): emulated WAN delay on the test bed's link, for
 //! kernels without a delaying qdisc (no `sch_netem`, `sch_fq`, `sch_etf` or
 //! BPF qdisc on this project's CI VM).
 //!
@@ -12,7 +12,8 @@
 //! trip grows by twice that (as with the RDMA paper's delay router, or netem
 //! on both veth ends).
 //!
-//! The process runs until SIGTERM/SIGINT, then stops redirecting, releases
+//! The line runs until its caller asks it to stop (`flowlane testbed delay`:
+//! SIGTERM/SIGINT), then stops redirecting, releases
 //! what it holds at its due time, and removes the hooks and the veth pair.
 //! If it is killed instead, the hooks fail open within a second (stale
 //! heartbeat) and the bed works undelayed; `testbed down` removes the rest.
@@ -20,16 +21,15 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
-use flowlane_dataplane::packet_socket::{
-    vnet_hdr_linear, PacketSocket, PacketSocketOptions, RecvMeta, MAX_FRAME, VNET_HDR_LEN,
-};
 use flowlane_ebpf::delay_line::{DelayHookStats, DelayHooks};
 use serde::Serialize;
 
 use crate::delay_queue::{DelayQueue, DelayQueueStats};
 use crate::netns::{self, ip};
-use crate::service::ServiceSignals;
-use crate::testbed::BedState;
+use crate::packet_socket::{
+    vnet_hdr_linear, PacketSocket, PacketSocketOptions, RecvMeta, MAX_FRAME, VNET_HDR_LEN,
+};
+use crate::state::{delay_lock_path, BedState};
 
 /// The veth pair of the line, in the peer namespace.
 const LINE_IN: &str = "fll0";
@@ -41,34 +41,22 @@ const HEARTBEAT_EVERY: Duration = Duration::from_millis(20);
 /// Frames read or written per system call.
 const BATCH: usize = 64;
 
-/// Flags of `flowlane testbed delay`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct Args {
-    /// Test bed name.
-    #[arg(long, default_value = "fl0")]
-    pub name: String,
+/// Settings of a delay line (the flags of `flowlane testbed delay`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DelayConfig {
     /// One-way delay in milliseconds, added in each direction (the round
-    /// trip grows by twice this). Fractions are allowed (0.5).
-    #[arg(long)]
+    /// trip grows by twice this); fractions are allowed.
     pub ms: f64,
-    /// Most bytes held in the line at once (both directions together);
+    /// Most bytes held in the line at once (both directions together, MiB);
     /// frames beyond are dropped, like a full link buffer (netem's `limit`).
-    #[arg(long, default_value_t = 256)]
     pub limit_mb: usize,
     /// Receive buffer of each lane's socket (MiB): frames waiting for the
-    /// line beyond it are dropped, as by a router whose queue is full. A
-    /// larger buffer trades loss for queueing delay when the line (this
-    /// host's CPU) cannot keep up.
-    #[arg(long, default_value_t = 8)]
+    /// line beyond it are dropped, as by a router whose queue is full.
     pub socket_buffer_mb: usize,
     /// Threads (lanes) of the line, each with its own socket in a hash
-    /// fanout group, so that every flow stays in one lane (default: one per
+    /// fanout group, so that every flow stays in one lane (`None`: one per
     /// CPU).
-    #[arg(long)]
     pub lanes: Option<usize>,
-    /// Print the final report as JSON.
-    #[arg(long)]
-    pub json: bool,
 }
 
 /// What the line did, printed when it stops.
@@ -162,7 +150,7 @@ fn make_devices(bed: &BedState) -> Result<()> {
 /// delete the first one's devices). Released when the process exits, however
 /// it exits.
 fn lock(bed: &BedState) -> Result<nix::fcntl::Flock<std::fs::File>> {
-    let path = crate::testbed::delay_lock_path(&bed.name);
+    let path = delay_lock_path(&bed.name);
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -209,26 +197,26 @@ impl DelayReport {
     }
 }
 
-/// Runs the delay line on `bed` until `signals` asks it to stop. `ready` is
-/// called once frames are being delayed.
+/// Runs the delay line on `bed` until `stop_requested` returns true (it is
+/// polled from every lane). `ready` is called once frames are being delayed.
 pub fn run(
     bed: &BedState,
-    args: &Args,
-    signals: ServiceSignals,
+    config: &DelayConfig,
+    stop_requested: impl Fn() -> bool + Send + Sync + 'static,
     ready: impl FnOnce() + Send + 'static,
 ) -> Result<DelayReport> {
-    let delay = delay_from_ms(args.ms)?;
-    let lanes = match args.lanes {
+    let delay = delay_from_ms(config.ms)?;
+    let lanes = match config.lanes {
         Some(0) => bail!("--lanes 0: at least one lane is needed"),
         Some(n) => n,
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
-    let limit = args
+    let limit = config
         .limit_mb
         .checked_mul(1 << 20)
         .filter(|&l| l > 0)
         .context("--limit-mb must be at least 1")?;
-    let sockbuf = args
+    let sockbuf = config
         .socket_buffer_mb
         .checked_mul(1 << 20)
         .filter(|&l| l > 0)
@@ -243,7 +231,7 @@ pub fn run(
     let peer_if = bed.peer_if.clone();
     let mut report = DelayReport {
         bed: bed.name.clone(),
-        delay_ms: args.ms,
+        delay_ms: config.ms,
         lanes,
         ..DelayReport::default()
     };
@@ -273,17 +261,17 @@ pub fn run(
         let started = Instant::now();
         let lane_limit = (limit / lanes).max(MAX_FRAME);
         let results: Vec<Result<LaneReport>> = std::thread::scope(|scope| {
-            let (hooks, signals) = (&hooks, &signals);
+            let (hooks, stop) = (&hooks, &stop_requested);
             let others: Vec<_> = socks[1..]
                 .iter()
-                .map(|sock| scope.spawn(move || forward(sock, None, delay, lane_limit, signals)))
+                .map(|sock| scope.spawn(move || forward(sock, None, delay, lane_limit, stop)))
                 .collect();
             let lead = forward(
                 &socks[0],
                 Some((hooks, Box::new(ready))),
                 delay,
                 lane_limit,
-                signals,
+                stop,
             );
             std::iter::once(lead)
                 .chain(others.into_iter().map(|h| {
@@ -323,7 +311,7 @@ fn forward(
     mut leader: Option<Leader<'_>>,
     delay: Duration,
     limit: usize,
-    signals: &ServiceSignals,
+    stop_requested: &(dyn Fn() -> bool + Sync),
 ) -> Result<LaneReport> {
     let mut report = LaneReport::default();
     let mut queue = DelayQueue::new(delay, limit);
@@ -344,7 +332,7 @@ fn forward(
     let mut draining_until: Option<Instant> = None;
     loop {
         let now = Instant::now();
-        if draining_until.is_none() && signals.stop_requested() {
+        if draining_until.is_none() && stop_requested() {
             if let Some(h) = hooks {
                 h.pause()?;
             }

@@ -15,30 +15,17 @@
 //! pinned maps and the state file), and a half-made bed left by a crash is
 //! removed before a new one is made.
 
-use std::path::PathBuf;
-
 use anyhow::{bail, Context, Result};
 use flowlane_ebpf::rss_emu::{self, HashFields, RssEmuConfig, RssEmuMaps};
-use serde::{Deserialize, Serialize};
+use flowlane_numa_sched::nic::RssNic;
+use serde::Serialize;
 
+use crate::impair::{self, ImpairStatus};
 use crate::netns::{self, ip};
-use crate::nic::veth_emu::VethEmuNic;
-
-/// flowlane side's interface name (inside its namespace).
-pub const LOCAL_IF: &str = "xsk0";
-/// Far side's interface name (inside its namespace).
-pub const PEER_IF: &str = "peer0";
-/// flowlane side's IPv4 address.
-pub const LOCAL_V4: &str = "10.99.0.1";
-/// Far side's IPv4 address.
-pub const PEER_V4: &str = "10.99.0.2";
-/// flowlane side's IPv6 address.
-pub const LOCAL_V6: &str = "fd99::1";
-/// Far side's IPv6 address.
-pub const PEER_V6: &str = "fd99::2";
-/// Ports the kernel is told to leave to flowlane on its side
-/// (`net.ipv4.ip_local_reserved_ports`).
-pub const FLOWLANE_EPHEMERAL: (u16, u16) = (40000, 44999);
+use crate::state::{
+    self, delay_lock_path, load, namespaces, validate_name, BedState, FLOWLANE_EPHEMERAL, LOCAL_IF,
+    LOCAL_V4, LOCAL_V6, PEER_IF, PEER_V4, PEER_V6,
+};
 
 /// Parameters of `testbed up`.
 #[derive(Debug, Clone)]
@@ -51,84 +38,6 @@ pub struct BedSpec {
     pub key: Vec<u8>,
     /// Indirection table of the emulated NIC.
     pub table: Vec<u32>,
-}
-
-/// What `up` made, recorded so that `down` and `status` know.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct BedState {
-    /// Bed name.
-    pub name: String,
-    /// flowlane's namespace.
-    pub netns: String,
-    /// The far side's namespace.
-    pub peer_netns: String,
-    /// flowlane side's interface.
-    pub local_if: String,
-    /// Far side's interface.
-    pub peer_if: String,
-    /// Queue count.
-    pub queues: u32,
-    /// flowlane side's IPv4 address.
-    pub local_v4: String,
-    /// Far side's IPv4 address.
-    pub peer_v4: String,
-    /// flowlane side's MAC.
-    pub local_mac: String,
-    /// Far side's MAC.
-    pub peer_mac: String,
-    /// bpffs directory of the emulated NIC's maps.
-    pub pin_dir: PathBuf,
-}
-
-impl BedState {
-    /// The emulated NIC of this bed.
-    pub fn nic(&self) -> VethEmuNic {
-        VethEmuNic::new(&self.peer_if, self.pin_dir.clone(), self.queues)
-    }
-}
-
-fn validate_name(name: &str) -> Result<()> {
-    // Namespace names become paths and interface-independent; keep them short
-    // and plain.
-    if name.is_empty()
-        || name.len() > 24
-        || !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-    {
-        bail!("test bed name {name:?} must be 1-24 characters of letters, digits, '-' or '_'");
-    }
-    Ok(())
-}
-
-fn state_dir() -> PathBuf {
-    flowlane_dataplane::bed::state_dir()
-}
-
-fn state_path(name: &str) -> PathBuf {
-    state_dir().join(format!("{name}.json"))
-}
-
-fn namespaces(name: &str) -> (String, String) {
-    (format!("flowlane-{name}"), format!("flowlane-{name}-peer"))
-}
-
-/// Reads a bed's recorded state.
-pub fn load(name: &str) -> Result<BedState> {
-    validate_name(name)?;
-    let p = state_path(name);
-    let text = std::fs::read_to_string(&p).with_context(|| {
-        format!(
-            "test bed {name} is not up (no {}); run `flowlane testbed up --name {name}`",
-            p.display()
-        )
-    })?;
-    serde_json::from_str(&text).with_context(|| {
-        format!(
-            "{} is corrupt; run `flowlane testbed down --name {name}`",
-            p.display()
-        )
-    })
 }
 
 /// Whether everything the state names is still there.
@@ -271,10 +180,7 @@ fn make(spec: &BedSpec) -> Result<BedState> {
         peer_mac: link_mac(&peer_ns, PEER_IF)?,
         pin_dir,
     };
-    std::fs::create_dir_all(state_dir()).context("creating the state directory")?;
-    let tmp = state_path(&spec.name).with_extension("tmp");
-    std::fs::write(&tmp, serde_json::to_string_pretty(&state)?)?;
-    std::fs::rename(&tmp, state_path(&spec.name))?;
+    state::save(&state)?;
     Ok(state)
 }
 
@@ -319,20 +225,13 @@ pub fn down(name: &str) -> Result<bool> {
         rss_emu::remove_pins(&pins);
         removed = true;
     }
-    let st = state_path(name);
-    if st.exists() {
-        std::fs::remove_file(&st).with_context(|| format!("removing {}", st.display()))?;
+    if state::remove(name)? {
         removed = true;
     }
     // The delay line's lock file (`testbed delay`); a line still running on
     // the bed lost its namespace above and exits on its own errors.
     let _ = std::fs::remove_file(delay_lock_path(name));
     Ok(removed)
-}
-
-/// The lock file that keeps one delay line per bed.
-pub fn delay_lock_path(name: &str) -> PathBuf {
-    state_dir().join(format!("{name}.delay.lock"))
 }
 
 /// Live status of a bed.
@@ -352,16 +251,16 @@ pub struct BedStatus {
     /// XDP attached on flowlane's interface (mode), if any.
     pub xdp: Option<String>,
     /// Link impairment counters, if `testbed impair` was used.
-    pub impairment: Option<crate::impair::ImpairStatus>,
+    pub impairment: Option<ImpairStatus>,
 }
 
 /// Reads a bed's live status.
 pub fn status(name: &str) -> Result<BedStatus> {
     let state = load(name)?;
     let intact = intact(&state);
-    let maps = RssEmuMaps::open(&state.pin_dir)?;
-    let cfg = maps.read()?;
-    let queue_packets = maps.queue_packets(state.queues)?;
+    let nic = state.nic();
+    let cfg = nic.rss()?;
+    let queue_packets = nic.queue_packets()?;
     let link = ip(&["-n", &state.netns, "-o", "link", "show", &state.local_if]).unwrap_or_default();
     let xdp = ["xdpgeneric", "xdpoffload", "xdpdrv", "xdp"]
         .iter()
@@ -378,7 +277,7 @@ pub fn status(name: &str) -> Result<BedStatus> {
         table_size: cfg.table.len(),
         queue_packets,
         xdp,
-        impairment: crate::impair::status(&state)?,
+        impairment: impair::status(&state)?,
         state,
     })
 }

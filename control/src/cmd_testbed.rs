@@ -1,0 +1,301 @@
+//! `flowlane testbed ...`: the veth test bed's commands over
+//! `flowlane-testbed` (up, down, status, impair, delay, set-rss).
+
+use anyhow::Result;
+use clap::Subcommand;
+use flowlane_numa_sched::nic::RssNic;
+use flowlane_testbed::delay_line::{self, DelayConfig};
+use flowlane_testbed::impair::{self, parse_percent, ImpairSpec};
+use flowlane_testbed::{self as testbed, netns};
+
+use crate::service::ServiceSignals;
+use crate::{even_table, parse_key};
+
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct BedName {
+    /// Test bed name (namespaces flowlane-NAME and flowlane-NAME-peer).
+    #[arg(long, default_value = "fl0")]
+    name: String,
+}
+
+/// `flowlane testbed ...`.
+#[derive(Subcommand, Debug)]
+pub(crate) enum TestbedCmd {
+    /// Create the test bed (idempotent).
+    Up {
+        #[command(flatten)]
+        bed: BedName,
+        /// Queues of the veth pair.
+        #[arg(long, default_value_t = 4)]
+        queues: u32,
+        /// Toeplitz key, hex (ethtool style aa:bb:.. or plain); default: the
+        /// Microsoft verification key.
+        #[arg(long)]
+        key: Option<String>,
+        /// Indirection table entries (power of two).
+        #[arg(long, default_value_t = 128)]
+        table_size: usize,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove the test bed and everything `up` made.
+    Down {
+        #[command(flatten)]
+        bed: BedName,
+    },
+    /// Show the test bed and its emulated NIC.
+    Status {
+        #[command(flatten)]
+        bed: BedName,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Impair the link (loss, duplication, corruption, reordering) both
+    /// ways, in BPF: this kernel has no sch_netem.
+    Impair(ImpairArgs),
+    /// Delay the link both ways (a user-space delay line: this kernel has no
+    /// sch_netem). Runs until SIGTERM/SIGINT, then removes itself.
+    Delay(DelayArgs),
+    /// Program the emulated NIC's RSS, through the same interface as a
+    /// real NIC's.
+    SetRss {
+        #[command(flatten)]
+        bed: BedName,
+        /// New Toeplitz key (hex).
+        #[arg(long)]
+        key: Option<String>,
+        /// Spread the table evenly over these queues (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        queues: Option<Vec<u16>>,
+        /// Explicit table: one queue per bucket, comma-separated.
+        #[arg(long, value_delimiter = ',', conflicts_with = "queues")]
+        table: Option<Vec<u32>>,
+    },
+}
+
+/// Flags of `flowlane testbed impair`.
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct ImpairArgs {
+    /// Test bed name.
+    #[arg(long, default_value = "fl0")]
+    name: String,
+    /// Packet loss, percent.
+    #[arg(long, default_value = "0")]
+    loss: String,
+    /// Duplicated packets, percent.
+    #[arg(long, default_value = "0")]
+    duplicate: String,
+    /// Corrupted packets (one bit flipped after the IP header), percent.
+    #[arg(long, default_value = "0")]
+    corrupt: String,
+    /// Reordered packets (sent through the slow path), percent.
+    #[arg(long, default_value = "0")]
+    reorder: String,
+    /// Rate of the slow path (tc rate syntax): it sets the reordering delay.
+    #[arg(long, default_value = "100mbit")]
+    slow_rate: String,
+    /// Remove every impairment (and the slow path).
+    #[arg(long)]
+    clear: bool,
+}
+
+impl ImpairArgs {
+    /// The impairments the flags ask for (checked even with `--clear`).
+    fn spec(&self) -> Result<ImpairSpec> {
+        Ok(ImpairSpec {
+            loss_ppm: parse_percent(&self.loss)?,
+            duplicate_ppm: parse_percent(&self.duplicate)?,
+            corrupt_ppm: parse_percent(&self.corrupt)?,
+            reorder_ppm: parse_percent(&self.reorder)?,
+            slow_rate: self.slow_rate.clone(),
+        })
+    }
+}
+
+/// Flags of `flowlane testbed delay`.
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct DelayArgs {
+    /// Test bed name.
+    #[arg(long, default_value = "fl0")]
+    name: String,
+    /// One-way delay in milliseconds, added in each direction (the round
+    /// trip grows by twice this). Fractions are allowed (0.5).
+    #[arg(long)]
+    ms: f64,
+    /// Most bytes held in the line at once (both directions together);
+    /// frames beyond are dropped, like a full link buffer (netem's `limit`).
+    #[arg(long, default_value_t = 256)]
+    limit_mb: usize,
+    /// Receive buffer of each lane's socket (MiB): frames waiting for the
+    /// line beyond it are dropped, as by a router whose queue is full. A
+    /// larger buffer trades loss for queueing delay when the line (this
+    /// host's CPU) cannot keep up.
+    #[arg(long, default_value_t = 8)]
+    socket_buffer_mb: usize,
+    /// Threads (lanes) of the line, each with its own socket in a hash
+    /// fanout group, so that every flow stays in one lane (default: one per
+    /// CPU).
+    #[arg(long)]
+    lanes: Option<usize>,
+    /// Print the final report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+impl DelayArgs {
+    fn config(&self) -> DelayConfig {
+        DelayConfig {
+            ms: self.ms,
+            limit_mb: self.limit_mb,
+            socket_buffer_mb: self.socket_buffer_mb,
+            lanes: self.lanes,
+        }
+    }
+}
+
+/// Runs one `flowlane testbed` command.
+pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
+    match cmd {
+        TestbedCmd::Up {
+            bed,
+            queues,
+            key,
+            table_size,
+            json,
+        } => {
+            let key = parse_key(key.as_deref())?;
+            let all: Vec<u16> = (0..queues.min(u16::MAX as u32) as u16).collect();
+            let spec = testbed::BedSpec {
+                name: bed.name,
+                queues,
+                key: key.as_bytes().to_vec(),
+                table: even_table(table_size, &all)?,
+            };
+            let s = testbed::up(&spec)?;
+            if json {
+                outln!("{}", serde_json::to_string_pretty(&s)?);
+            } else {
+                outln!(
+                    "test bed {} up: {} ({} {}) <-> {} ({} {}), {} queues",
+                    s.name,
+                    s.netns,
+                    s.local_if,
+                    s.local_v4,
+                    s.peer_netns,
+                    s.peer_if,
+                    s.peer_v4,
+                    s.queues
+                );
+            }
+        }
+        TestbedCmd::Down { bed } => {
+            if testbed::down(&bed.name)? {
+                outln!("test bed {} removed", bed.name);
+            } else {
+                outln!("test bed {} was not up", bed.name);
+            }
+        }
+        TestbedCmd::Status { bed, json } => {
+            let st = testbed::status(&bed.name)?;
+            if json {
+                outln!("{}", serde_json::to_string_pretty(&st)?);
+            } else {
+                let s = &st.state;
+                outln!(
+                    "test bed {}: {}",
+                    s.name,
+                    if st.intact {
+                        "up"
+                    } else {
+                        "BROKEN (run `flowlane testbed down`)"
+                    }
+                );
+                outln!(
+                    "  {} {} {} {}",
+                    s.netns,
+                    s.local_if,
+                    s.local_v4,
+                    s.local_mac
+                );
+                outln!(
+                    "  {} {} {} {}",
+                    s.peer_netns,
+                    s.peer_if,
+                    s.peer_v4,
+                    s.peer_mac
+                );
+                outln!(
+                    "  xdp on {}: {}",
+                    s.local_if,
+                    st.xdp.as_deref().unwrap_or("none")
+                );
+                outln!("  RSS key {}", st.key);
+                outln!("  indirection table: {} entries", st.table_size);
+                for (q, n) in st.queue_packets.iter().enumerate() {
+                    outln!("  queue {q}: {n} packets steered");
+                }
+            }
+        }
+        TestbedCmd::Impair(args) => {
+            let s = testbed::load(&args.name)?;
+            let spec = args.spec()?;
+            if args.clear {
+                impair::clear(&s)?;
+            } else {
+                impair::apply(&s, &spec)?;
+            }
+            match impair::status(&s)? {
+                Some(st) => outln!(
+                    "test bed {} impairment: {}",
+                    s.name,
+                    serde_json::to_string(&st)?
+                ),
+                None => outln!("test bed {} unimpaired", s.name),
+            }
+        }
+        TestbedCmd::Delay(args) => {
+            netns::require_root("flowlane testbed delay")?;
+            let s = testbed::load(&args.name)?;
+            let signals = ServiceSignals::install()?;
+            let (name, ms) = (s.name.clone(), args.ms);
+            let config = args.config();
+            let stop = move || signals.stop_requested();
+            let report = delay_line::run(&s, &config, stop, move || {
+                outln!(
+                    "test bed {name}: delaying both directions by {ms} ms (round trip +{} ms); SIGTERM stops it",
+                    2.0 * ms
+                );
+            })?;
+            if args.json {
+                outln!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                let q = &report.queue;
+                outln!(
+                    "delay line stopped after {:.1} s: {} frames ({} bytes) delayed, {} dropped (line full), {} dropped by the socket, {} too large, {} refused; late by {:.0} µs on average, {:.0} µs at worst ({} frames over 10 %)",
+                    report.seconds, q.frames_out, q.bytes_in, q.dropped_full, report.socket_drops,
+                    report.truncated, report.refused, report.mean_late_us, report.max_late_us, report.late_frames
+                );
+            }
+        }
+        TestbedCmd::SetRss {
+            bed,
+            key,
+            queues,
+            table,
+        } => {
+            let s = testbed::load(&bed.name)?;
+            let nic = s.nic();
+            let caps = nic.caps()?;
+            let key = key.as_deref().map(|k| parse_key(Some(k))).transpose()?;
+            let table = match (queues, table) {
+                (Some(q), _) => Some(even_table(caps.table_size, &q)?),
+                (None, t) => t,
+            };
+            nic.set_rss(key.as_ref().map(|k| k.as_bytes()), table.as_deref())?;
+            outln!("RSS of test bed {} updated", s.name);
+        }
+    }
+    Ok(())
+}

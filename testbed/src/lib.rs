@@ -1,0 +1,44 @@
+//! flowlane's veth test bed as a library: two network namespaces joined by a
+//! multi-queue veth pair, the Linux kernel stack on the far side, and an
+//! emulated RSS NIC; link impairment and a delay line for kernels without
+//! `sch_netem`; and re-execution of a data-path program inside a bed.
+//!
+//! Used by the `flowlane testbed` commands, the integration tests and the
+//! measurement tools; never by the data path itself.
+//!
+//! | module | concern |
+//! | --- | --- |
+//! | [`state`] | the bed's state file (one schema), state directory, name check, fixed addresses |
+//! | [`netns`] | network namespaces and iproute2 |
+//! | [`emulated_nic`] | the emulated RSS NIC behind [`flowlane_numa_sched::nic::RssNic`] |
+//! | [`bed`] | `up`, `down`, `status` |
+//! | [`impair`] | loss, duplication, corruption, reordering |
+//! | [`delay_queue`] | the delay line's queue (pure) |
+//! | [`packet_socket`] | the delay line's raw `AF_PACKET` socket (this crate's only `unsafe`) |
+//! | [`delay_line`] | the delay line |
+//! | [`reexec`] | running a program inside a bed (`--bed NAME`) |
+//!
+//! Modules depend on each other in that order (no cycles): `state` and
+//! `netns` on nothing, `bed` on `impair` and `emulated_nic`, `delay_line`
+//! on `delay_queue` and `packet_socket`.
+
+pub mod bed;
+pub mod delay_line;
+pub mod delay_queue;
+pub mod emulated_nic;
+pub mod impair;
+pub mod netns;
+pub mod packet_socket;
+pub mod reexec;
+pub mod state;
+
+/// The XDP live-frames traffic generator (`flowlane bench rx` sends with it
+/// from the bed's far side); a test-bed program of `flowlane-ebpf`.
+pub use flowlane_ebpf::trafficgen;
+
+pub use bed::{down, status, up, BedSpec, BedStatus};
+pub use emulated_nic::EmulatedNic;
+pub use reexec::reexec_in_bed;
+pub use state::{
+    load, BedState, FLOWLANE_EPHEMERAL, LOCAL_IF, LOCAL_V4, LOCAL_V6, PEER_IF, PEER_V4, PEER_V6,
+};
