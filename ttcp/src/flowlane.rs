@@ -28,8 +28,8 @@ use flowlane_dataplane::{BindMode, Dataplane, DataplaneConfig, InterfaceInfo, Pr
 use flowlane_tcp::{CloseReason, ConnHandle};
 
 use crate::backend::{Backend, DataThreads, Phase, Shared, ThreadStats, Workers};
-use crate::cli::Plan;
-use crate::kernel::iface_for;
+use crate::iface::iface_for;
+use crate::plan::{FlowlaneOptions, Plan};
 use crate::sync::Mode;
 
 /// flowlane's ephemeral port range (active opens), steered to flowlane.
@@ -37,25 +37,6 @@ pub const EPHEMERAL: (u16, u16) = (40000, 44999);
 
 /// flowlane's TCP on the AF_XDP data path.
 pub struct Flowlane;
-
-/// Flags of the flowlane backend (from the command line).
-#[derive(Debug, Clone, Default)]
-pub struct Options {
-    /// Interface to serve (default: the one holding the receiver address).
-    pub iface: Option<String>,
-    /// Queues to serve from queue 0 (default: all).
-    pub queues: Option<u32>,
-    /// The NIC's Toeplitz key (hex).
-    pub rss_key: Option<String>,
-    /// The NIC's indirection table.
-    pub rss_table: Option<Vec<u32>>,
-    /// Static neighbours `IP=MAC`.
-    pub neighbors: Vec<String>,
-    /// Spin when idle.
-    pub busy_poll: bool,
-    /// The control port (kernel socket; never steered to flowlane).
-    pub control_port: u16,
-}
 
 /// One worker's counts: written by that worker only, read by the measuring
 /// thread. Aligned so that two workers never share a cache line.
@@ -88,7 +69,7 @@ impl WorkerCounters {
 
 type Registry = Arc<Mutex<Vec<(u32, Arc<WorkerCounters>, Arc<TcpCounters>)>>>;
 
-fn neighbors(opts: &Options) -> Result<Neighbors> {
+fn neighbors(opts: &FlowlaneOptions) -> Result<Neighbors> {
     let mut n = Neighbors::new();
     for e in &opts.neighbors {
         n.insert_spec(e).map_err(anyhow::Error::msg)?;
@@ -534,14 +515,14 @@ mod tests {
     fn keys_and_neighbours_parse() {
         assert_eq!(parse_key("6d5a:0F").unwrap(), vec![0x6d, 0x5a, 0x0f]);
         assert!(parse_key("abc").is_err());
-        let o = Options {
+        let o = FlowlaneOptions {
             neighbors: vec!["10.99.0.2=02:00:00:00:00:02".into()],
-            ..Options::default()
+            ..FlowlaneOptions::default()
         };
         assert_eq!(neighbors(&o).unwrap().len(), 1);
-        let bad = Options {
+        let bad = FlowlaneOptions {
             neighbors: vec!["10.99.0.2".into()],
-            ..Options::default()
+            ..FlowlaneOptions::default()
         };
         assert!(neighbors(&bad).is_err());
     }
