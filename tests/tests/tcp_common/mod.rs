@@ -6,9 +6,11 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use flowlane_tests::{flowlane_bin, text, Bed};
+use flowlane_tests::{
+    flowlane_bin, kill_and_reap, ready_within, terminate, text, wait_within, Bed,
+};
 use serde_json::Value;
 
 /// A flowlane TCP example running in the background.
@@ -49,13 +51,12 @@ pub fn start(bed: &Bed, args: &[&str], limit_s: u64) -> App {
         stdout,
         stderr,
     };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !app.report.exists() {
-        if let Some(st) = app.child.as_mut().unwrap().try_wait().unwrap() {
-            panic!("{args:?} exited early ({st}): {}", app.stderr_text());
-        }
-        assert!(Instant::now() < deadline, "{args:?} did not start");
-        std::thread::sleep(Duration::from_millis(20));
+    let report = app.report.clone();
+    let child = app.child.as_mut().unwrap();
+    match ready_within(child, Duration::from_secs(30), || report.exists()) {
+        Ok(()) => {}
+        Err(Some(st)) => panic!("{args:?} exited early ({st}): {}", app.stderr_text()),
+        Err(None) => panic!("{args:?} did not start"),
     }
     app
 }
@@ -68,39 +69,27 @@ impl App {
     /// Waits (at most `limit`) for the app to exit by itself; returns its
     /// JSON lines. Fails on a non-zero exit.
     pub fn wait(mut self, limit: Duration) -> Vec<Value> {
-        let deadline = Instant::now() + limit;
         let mut child = self.child.take().unwrap();
-        loop {
-            if let Some(st) = child.try_wait().unwrap() {
-                let lines = self.lines();
-                assert!(
-                    st.success(),
-                    "flowlane exited with {st}: {}\n{lines:?}",
-                    self.stderr_text()
-                );
-                return lines;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "flowlane did not finish in {limit:?}: {}\n{:?}",
-                    self.stderr_text(),
-                    self.lines()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let Some(st) = wait_within(&mut child, limit) else {
+            kill_and_reap(&mut child);
+            panic!(
+                "flowlane did not finish in {limit:?}: {}\n{:?}",
+                self.stderr_text(),
+                self.lines()
+            );
+        };
+        let lines = self.lines();
+        assert!(
+            st.success(),
+            "flowlane exited with {st}: {}\n{lines:?}",
+            self.stderr_text()
+        );
+        lines
     }
 
     /// SIGTERM, then its JSON lines (the last is the summary).
-    pub fn stop(mut self) -> Vec<Value> {
-        let child = self.child.as_ref().unwrap();
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        let child = self.child.take();
-        self.child = child;
+    pub fn stop(self) -> Vec<Value> {
+        terminate(self.child.as_ref().unwrap());
         self.wait(Duration::from_secs(20))
     }
 
@@ -116,8 +105,7 @@ impl App {
 impl Drop for App {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+            kill_and_reap(&mut c);
         }
     }
 }
@@ -249,29 +237,22 @@ thread_local! {
 /// Waits (bounded) for a spawned peer started with [`wait_ready`] and
 /// returns the rest of its stdout.
 pub fn finish(mut child: Child, limit: Duration) -> String {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            let id = child.id();
-            let rest = READERS.with(|m| {
-                let mut v = m.borrow_mut();
-                let i = v.iter().position(|(p, _)| *p == id).unwrap();
-                v.remove(i).1.join().unwrap()
-            });
-            let mut err = String::new();
-            if let Some(mut e) = child.stderr.take() {
-                let _ = std::io::Read::read_to_string(&mut e, &mut err);
-            }
-            assert!(st.success(), "kernel peer failed ({st}): {rest} {err}");
-            return rest;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("kernel peer did not finish in {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let Some(st) = wait_within(&mut child, limit) else {
+        kill_and_reap(&mut child);
+        panic!("kernel peer did not finish in {limit:?}");
+    };
+    let id = child.id();
+    let rest = READERS.with(|m| {
+        let mut v = m.borrow_mut();
+        let i = v.iter().position(|(p, _)| *p == id).unwrap();
+        v.remove(i).1.join().unwrap()
+    });
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut err);
     }
+    assert!(st.success(), "kernel peer failed ({st}): {rest} {err}");
+    rest
 }
 
 /// Total bytes for the clean-link bulk tests: the 1 GiB (about 40 s

@@ -1,12 +1,16 @@
 //! Helpers for flowlane-ttcp's integration tests: run receiver/sender pairs as
-//! processes (optionally inside network namespaces) with a hard deadline.
+//! processes (optionally inside network namespaces) with a hard deadline
+//! (the shared harness's [`wait_bounded`]; beds and the root check are the
+//! harness's too).
 
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+pub use flowlane_tests::wait_bounded;
 
 /// The binary under test.
 pub fn bin() -> &'static str {
@@ -34,25 +38,6 @@ pub fn cmd(ns: Option<&str>, args: &[String]) -> Command {
     };
     c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
     c
-}
-
-/// Waits for `child` at most `limit`; kills it and panics past that.
-pub fn wait_bounded(mut child: Child, limit: Duration, what: &str) -> (Output, Duration) {
-    let t = Instant::now();
-    loop {
-        if child.try_wait().expect("try_wait").is_some() {
-            return (child.wait_with_output().expect("output"), t.elapsed());
-        }
-        if t.elapsed() > limit {
-            let _ = child.kill();
-            let o = child.wait_with_output().expect("output");
-            panic!(
-                "{what} still running after {limit:?} (hang): stderr {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Splits a flag string into arguments.
