@@ -22,6 +22,7 @@ pub fn unique_name(tag: &str) -> String {
 }
 
 /// A test bed that is removed when dropped.
+#[derive(Debug)]
 pub struct Bed {
     /// Bed name.
     pub name: String,

@@ -216,6 +216,15 @@ pub struct Workers {
     finish: Option<Finish>,
 }
 
+impl std::fmt::Debug for Workers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Workers")
+            .field("threads", &self.handles.len())
+            .field("finish", &self.finish.is_some())
+            .finish()
+    }
+}
+
 impl Workers {
     /// Wraps spawned threads.
     pub fn new(handles: Vec<JoinHandle<Result<ThreadStats>>>) -> Workers {

@@ -187,6 +187,8 @@ pub struct MatrixArgs {
     #[arg(long)]
     pub warmup: Option<f64>,
     /// Output folder (default results/<UTC date>).
+    // The doc comment is the --help text, kept as is: not an HTML tag.
+    #[allow(rustdoc::invalid_html_tags)]
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// The `flowlane` binary (test bed); default: beside this binary.

@@ -36,6 +36,7 @@ use crate::sync::Mode;
 pub const EPHEMERAL: (u16, u16) = (40000, 44999);
 
 /// flowlane's TCP on the AF_XDP data path.
+#[derive(Debug)]
 pub struct Flowlane;
 
 /// One worker's counts: written by that worker only, read by the measuring

@@ -22,6 +22,7 @@ use crate::plan::Plan;
 use crate::sync::{Mode, CONNECT_TIMEOUT};
 
 /// Kernel sockets through mio.
+#[derive(Debug)]
 pub struct Kernel;
 
 const TICK: Duration = Duration::from_millis(10);

@@ -226,6 +226,7 @@ pub struct Report {
 }
 
 /// Everything [`build`] needs.
+#[derive(Debug)]
 pub struct Inputs<'a> {
     /// "receiver"/"sender".
     pub role: &'static str,

@@ -14,17 +14,17 @@ use flowlane_tests::{
 use serde_json::Value;
 
 /// A flowlane TCP example running in the background.
-pub struct App {
+pub(crate) struct App {
     child: Option<Child>,
     /// Its `--report` file.
-    pub report: PathBuf,
+    pub(crate) report: PathBuf,
     stdout: PathBuf,
     stderr: PathBuf,
 }
 
 /// Starts `flowlane <args> --bed <bed> --report F --timeout <limit>` and
 /// waits until its data path is up.
-pub fn start(bed: &Bed, args: &[&str], limit_s: u64) -> App {
+pub(crate) fn start(bed: &Bed, args: &[&str], limit_s: u64) -> App {
     let tag = format!("{}-{}", bed.name, args[0]);
     let dir = std::env::temp_dir();
     let report = dir.join(format!("{tag}.json"));
@@ -68,7 +68,7 @@ impl App {
 
     /// Waits (at most `limit`) for the app to exit by itself; returns its
     /// JSON lines. Fails on a non-zero exit.
-    pub fn wait(mut self, limit: Duration) -> Vec<Value> {
+    pub(crate) fn wait(mut self, limit: Duration) -> Vec<Value> {
         let mut child = self.child.take().unwrap();
         let Some(st) = wait_within(&mut child, limit) else {
             kill_and_reap(&mut child);
@@ -88,7 +88,7 @@ impl App {
     }
 
     /// SIGTERM, then its JSON lines (the last is the summary).
-    pub fn stop(self) -> Vec<Value> {
+    pub(crate) fn stop(self) -> Vec<Value> {
         terminate(self.child.as_ref().unwrap());
         self.wait(Duration::from_secs(20))
     }
@@ -111,7 +111,7 @@ impl Drop for App {
 }
 
 /// The summary line's total TCP counters.
-pub fn totals(lines: &[Value]) -> Value {
+pub(crate) fn totals(lines: &[Value]) -> Value {
     let s = lines
         .iter()
         .find(|v| v["event"] == "summary")
@@ -121,14 +121,14 @@ pub fn totals(lines: &[Value]) -> Value {
 
 /// Runs a python3 script in the bed's peer namespace (killed after
 /// `limit_s` seconds); asserts success and returns stdout.
-pub fn peer_py(bed: &Bed, limit_s: u64, script: &str, args: &[&str]) -> String {
+pub(crate) fn peer_py(bed: &Bed, limit_s: u64, script: &str, args: &[&str]) -> String {
     let o = peer_py_output(bed, limit_s, script, args);
     assert!(o.status.success(), "kernel peer failed: {}", text(&o));
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 /// As [`peer_py`], without the assertion.
-pub fn peer_py_output(bed: &Bed, limit_s: u64, script: &str, args: &[&str]) -> Output {
+pub(crate) fn peer_py_output(bed: &Bed, limit_s: u64, script: &str, args: &[&str]) -> Output {
     Command::new("ip")
         .args([
             "netns",
@@ -144,7 +144,7 @@ pub fn peer_py_output(bed: &Bed, limit_s: u64, script: &str, args: &[&str]) -> O
 }
 
 /// Starts a python3 script in the peer namespace in the background.
-pub fn peer_py_spawn(bed: &Bed, limit_s: u64, script: &str, args: &[&str]) -> Child {
+pub(crate) fn peer_py_spawn(bed: &Bed, limit_s: u64, script: &str, args: &[&str]) -> Child {
     Command::new("ip")
         .args([
             "netns",
@@ -164,7 +164,7 @@ pub fn peer_py_spawn(bed: &Bed, limit_s: u64, script: &str, args: &[&str]) -> Ch
 /// Kernel client: sends `argv[2]` bytes of random data to `argv[1]`
 /// (host:port), half-closes, waits for the server's close; prints the
 /// sha256 of what it sent.
-pub const KERNEL_SEND: &str = r#"
+pub(crate) const KERNEL_SEND: &str = r#"
 import hashlib, os, socket, sys
 host, port = sys.argv[1].rsplit(':', 1)
 total = int(sys.argv[2])
@@ -188,7 +188,7 @@ print(h.hexdigest())
 
 /// Kernel server: accepts one connection on `argv[1]` (host:port), reads
 /// to end of stream, closes; prints `bytes sha256`. Prints `ready` first.
-pub const KERNEL_RECV: &str = r#"
+pub(crate) const KERNEL_RECV: &str = r#"
 import hashlib, socket, sys
 host, port = sys.argv[1].rsplit(':', 1)
 l = socket.socket()
@@ -211,7 +211,7 @@ print(n, h.hexdigest(), flush=True)
 "#;
 
 /// Waits for a spawned peer to print `ready`.
-pub fn wait_ready(child: &mut Child) {
+pub(crate) fn wait_ready(child: &mut Child) {
     use std::io::{BufRead, BufReader};
     let out = child.stdout.take().unwrap();
     let mut r = BufReader::new(out);
@@ -236,7 +236,7 @@ thread_local! {
 
 /// Waits (bounded) for a spawned peer started with [`wait_ready`] and
 /// returns the rest of its stdout.
-pub fn finish(mut child: Child, limit: Duration) -> String {
+pub(crate) fn finish(mut child: Child, limit: Duration) -> String {
     let Some(st) = wait_within(&mut child, limit) else {
         kill_and_reap(&mut child);
         panic!("kernel peer did not finish in {limit:?}");
@@ -257,14 +257,14 @@ pub fn finish(mut child: Child, limit: Duration) -> String {
 
 /// Total bytes for the clean-link bulk tests: the issue's 1 GiB (about 40 s
 /// for both directions on the CI VM).
-pub fn bulk_bytes() -> u64 {
+pub(crate) fn bulk_bytes() -> u64 {
     1 << 30
 }
 
 /// Kernel (python3 in the peer namespace) → flowlane `bulk-sink` on port
 /// 5001: sends `bytes`, checks the sha256 both sides computed; returns the
 /// sink's transfer line and all its JSON lines.
-pub fn kernel_to_flowlane(bed: &Bed, bytes: u64, limit_s: u64) -> (Value, Vec<Value>) {
+pub(crate) fn kernel_to_flowlane(bed: &Bed, bytes: u64, limit_s: u64) -> (Value, Vec<Value>) {
     let sink = start(
         bed,
         &["bulk-sink", "--port", "5001", "--count", "1"],
@@ -291,7 +291,7 @@ pub fn kernel_to_flowlane(bed: &Bed, bytes: u64, limit_s: u64) -> (Value, Vec<Va
 /// flowlane `bulk-source` → a kernel receiver (python3 on 10.99.0.2:5002):
 /// sends `bytes`, checks the sha256 both sides computed; returns the
 /// source's transfer line and all its JSON lines.
-pub fn flowlane_to_kernel(bed: &Bed, bytes: u64, limit_s: u64) -> (Value, Vec<Value>) {
+pub(crate) fn flowlane_to_kernel(bed: &Bed, bytes: u64, limit_s: u64) -> (Value, Vec<Value>) {
     let mut peer = peer_py_spawn(bed, limit_s, KERNEL_RECV, &["10.99.0.2:5002"]);
     wait_ready(&mut peer);
     let src = start(

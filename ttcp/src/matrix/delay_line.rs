@@ -18,6 +18,7 @@ use anyhow::{bail, Context, Result};
 use crate::child::{terminate, wait_within};
 
 /// A running delay line; stopped (SIGTERM) on drop.
+#[derive(Debug)]
 pub struct DelayLine {
     child: Child,
     lines: mpsc::Receiver<String>,

@@ -12,7 +12,7 @@
 //!
 //! Files: this one runs the matrix (flags, the bed, the loop over cells,
 //! the outputs); `cell` runs one cell, [`delay_line`] its delay; the
-//! results are [`results::Cell`]s, shown by [`tables`] and [`plots`].
+//! results are [`results::Cell`]s, shown by [`tables`] and [`plots`](mod@plots).
 
 mod cell;
 pub mod delay_line;

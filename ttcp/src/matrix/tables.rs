@@ -143,7 +143,7 @@ mod tests {
         );
         let mut f = cell(16, 0.0, 4500.0);
         f.backend = "flowlane".into();
-        let mut both = cells.clone();
+        let mut both = cells;
         both.push(f);
         let sbs = side_by_side(&both);
         assert_eq!(sbs.lines().count(), 2 + 3, "{sbs}");
