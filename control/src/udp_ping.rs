@@ -29,10 +29,10 @@ use flowlane_numa_sched::Protocol;
 use serde::Serialize;
 
 use crate::cmd_hint::rss_state;
+use flowlane_dataplane::ephemeral::EPHEMERAL;
 use flowlane_dataplane::placement::machine_placement;
 use flowlane_numa_sched::nic::RssNic;
 use flowlane_testbed::netns::{self, require_root};
-use flowlane_testbed::FLOWLANE_EPHEMERAL;
 
 /// Flags of `flowlane udp-ping`.
 #[derive(clap::Args, Debug, Clone)]
@@ -242,7 +242,7 @@ fn run_here(args: &Args) -> Result<()> {
         ^ std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-    let (lo, hi) = FLOWLANE_EPHEMERAL;
+    let (lo, hi) = EPHEMERAL;
     let sport = state
         .choose_source_port(
             IpAddr::V4(src),
@@ -283,7 +283,7 @@ fn run_here(args: &Args) -> Result<()> {
         };
     }
     config.node_cpus = placed.node_cpus.clone();
-    config.ephemeral = Some(FLOWLANE_EPHEMERAL);
+    config.ephemeral = Some(EPHEMERAL);
     let payload = format!("flowlane udp-ping q{} p{sport}", args.queue).into_bytes();
     let eth = EthernetRepr {
         dst_addr: EthernetAddress(peer_mac),

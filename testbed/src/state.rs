@@ -24,7 +24,7 @@ pub const LOCAL_V6: &str = "fd99::1";
 pub const PEER_V6: &str = "fd99::2";
 /// Ports the kernel is told to leave to flowlane on its side
 /// (`net.ipv4.ip_local_reserved_ports`).
-pub const FLOWLANE_EPHEMERAL: (u16, u16) = (40000, 44999);
+pub use flowlane_dataplane::ephemeral::EPHEMERAL as FLOWLANE_EPHEMERAL;
 
 /// What `up` made, recorded so that `down`, `status` and programs run on
 /// the bed know.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Result};
 use hdrhistogram::Histogram;
 
-use crate::cli::{BackendKind, Plan};
+use crate::plan::Plan;
 
 /// Test phases relative to t0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -216,6 +216,15 @@ pub struct Workers {
     finish: Option<Finish>,
 }
 
+impl std::fmt::Debug for Workers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Workers")
+            .field("threads", &self.handles.len())
+            .field("finish", &self.finish.is_some())
+            .finish()
+    }
+}
+
 impl Workers {
     /// Wraps spawned threads.
     pub fn new(handles: Vec<JoinHandle<Result<ThreadStats>>>) -> Workers {
@@ -293,14 +302,6 @@ pub trait Backend {
     fn start_sender(&self, plan: &Plan, shared: Arc<Shared>) -> Result<Workers>;
 }
 
-/// The backend for `kind`.
-pub fn for_kind(kind: BackendKind) -> Result<Box<dyn Backend>> {
-    match kind {
-        BackendKind::Kernel => Ok(Box::new(crate::kernel::Kernel)),
-        BackendKind::Flowlane => Ok(Box::new(crate::flowlane::Flowlane)),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -347,16 +348,5 @@ mod tests {
         assert_eq!(a.bytes, [0, 1, 15, 0, 0]);
         assert_eq!(a.connections, 2);
         assert_eq!(a.rtt_ns.unwrap().len(), 1);
-    }
-
-    #[test]
-    fn backends_name_their_data_threads() {
-        let k = for_kind(BackendKind::Kernel).unwrap();
-        assert_eq!((k.name(), k.data_threads().prefix), ("kernel", "ttcp-"));
-        let f = for_kind(BackendKind::Flowlane).unwrap();
-        assert_eq!(
-            (f.name(), f.data_threads().prefix),
-            ("flowlane", "flowlane-q")
-        );
     }
 }

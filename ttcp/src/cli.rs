@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::{Args, Parser, Subcommand};
 
+use crate::plan::{FlowlaneOptions, Plan};
 use crate::sync::{Mode, Params, PROTO};
 
 /// NTttcp-style sender/receiver. Start the receiver first (`-r`), then the sender
@@ -25,7 +26,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Sub {
     /// Bring up a test bed and run backends × connections × sizes × delays.
-    Matrix(crate::matrix::MatrixArgs),
+    Matrix(MatrixArgs),
 }
 
 /// Which TCP implementation carries the data.
@@ -145,6 +146,58 @@ pub struct RunArgs {
     pub procfs_root: PathBuf,
 }
 
+/// Matrix flags.
+#[derive(Debug, Clone, Args)]
+pub struct MatrixArgs {
+    /// Short variant: connections 1,16,256,1024; 64k buffers; delay 0,1,10 ms;
+    /// the backends as receivers only; 2 s windows.
+    #[arg(long)]
+    pub quick: bool,
+    /// Backends (comma-separated) of the receiver: `kernel` (Linux TCP) and
+    /// `flowlane` (flowlane's TCP on AF_XDP, one worker per queue). The
+    /// sender is always the kernel backend in the peer namespace.
+    #[arg(long, default_value = "kernel,flowlane")]
+    pub backends: String,
+    /// Roles of the backend under test (comma-separated): `receiver` (the
+    /// peer namespace sends with kernel TCP) and `sender` (the peer
+    /// namespace receives with kernel TCP). Default: receiver,sender
+    /// (quick: receiver).
+    #[arg(long)]
+    pub roles: Option<String>,
+    /// Connection counts (default 1,16,256,1024,10000).
+    #[arg(long)]
+    pub conns: Option<String>,
+    /// Buffer (message) sizes per write (default 1k,64k).
+    #[arg(long)]
+    pub sizes: Option<String>,
+    /// One-way delays in ms, added in each direction by the test bed's delay
+    /// line (default 0,1,10,50; the RTT grows by twice each).
+    #[arg(long)]
+    pub delays: Option<String>,
+    /// Latency cells: ping-pong message sizes (comma-separated) with the
+    /// tested backend echoing (one connection, kernel sender measuring), at
+    /// every delay. Default 64,16k (quick: 64); `none` skips them.
+    #[arg(long)]
+    pub latency_sizes: Option<String>,
+    /// Measured seconds per cell (default 3; quick 2).
+    #[arg(long)]
+    pub seconds: Option<f64>,
+    /// Warm-up seconds per cell (default 1; 2 when delay >= 10 ms).
+    #[arg(long)]
+    pub warmup: Option<f64>,
+    /// Output folder (default results/<UTC date>).
+    // The doc comment is the --help text, kept as is: not an HTML tag.
+    #[allow(rustdoc::invalid_html_tags)]
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// The `flowlane` binary (test bed); default: beside this binary.
+    #[arg(long)]
+    pub flowlane: Option<PathBuf>,
+    /// Test bed name.
+    #[arg(long)]
+    pub bed: Option<String>,
+}
+
 /// One parsed `-m` mapping.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mapping {
@@ -201,32 +254,6 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
         return Err("size must be positive".into());
     }
     Ok(v)
-}
-
-/// A validated run: threads with their pinning, the receiver address, the parameters.
-#[derive(Debug, Clone)]
-pub struct Plan {
-    /// `true` for the receiver.
-    pub receiver: bool,
-    /// One entry per thread: the CPU to pin it to.
-    pub threads: Vec<Option<usize>>,
-    /// Receiver address.
-    pub addr: IpAddr,
-    /// Sender connections per thread.
-    pub conns_per_thread: usize,
-    /// Agreed parameters.
-    pub params: Params,
-    /// Overlap mode computation per iteration (µs).
-    pub overlap_us: u64,
-    /// flowlane backend settings.
-    pub flowlane: crate::flowlane::Options,
-}
-
-impl Plan {
-    /// Sender connections in all.
-    pub fn connections(&self) -> usize {
-        self.threads.len() * self.conns_per_thread
-    }
 }
 
 impl RunArgs {
@@ -352,7 +379,7 @@ impl RunArgs {
             addr,
             conns_per_thread: self.conns_per_thread,
             overlap_us: self.overlap_us.unwrap_or(0),
-            flowlane: crate::flowlane::Options {
+            flowlane: FlowlaneOptions {
                 iface: self.nic.clone(),
                 queues: self.queues,
                 rss_key: self.rss_key.clone(),

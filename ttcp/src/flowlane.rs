@@ -27,31 +27,13 @@ use flowlane_dataplane::{TcpHandler, TcpService, TcpServiceConfig};
 use flowlane_numa_sched::toeplitz::RssKey;
 
 use crate::backend::{Backend, DataThreads, Phase, Shared, ThreadStats, Workers};
-use crate::cli::Plan;
-use crate::kernel::iface_for;
+use crate::iface::iface_for;
+use crate::plan::Plan;
 use crate::sync::Mode;
 
 /// flowlane's TCP on the AF_XDP data path.
+#[derive(Debug)]
 pub struct Flowlane;
-
-/// Flags of the flowlane backend (from the command line).
-#[derive(Debug, Clone, Default)]
-pub struct Options {
-    /// Interface to serve (default: the one holding the receiver address).
-    pub iface: Option<String>,
-    /// Queues to serve from queue 0 (default: all).
-    pub queues: Option<u32>,
-    /// The NIC's Toeplitz key (hex).
-    pub rss_key: Option<String>,
-    /// The NIC's indirection table.
-    pub rss_table: Option<Vec<u32>>,
-    /// Static neighbours `IP=MAC`.
-    pub neighbors: Vec<String>,
-    /// Spin when idle.
-    pub busy_poll: bool,
-    /// The control port (kernel socket; never steered to flowlane).
-    pub control_port: u16,
-}
 
 /// One worker's counts: written by that worker only, read by the measuring
 /// thread. Aligned so that two workers never share a cache line.

@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,10 +18,11 @@ use nix::sys::socket::{
 };
 
 use crate::backend::{rtt_histogram, Backend, DataThreads, Phase, Shared, ThreadStats, Workers};
-use crate::cli::Plan;
+use crate::plan::Plan;
 use crate::sync::{Mode, CONNECT_TIMEOUT};
 
 /// Kernel sockets through mio.
+#[derive(Debug)]
 pub struct Kernel;
 
 const TICK: Duration = Duration::from_millis(10);
@@ -500,23 +501,4 @@ fn read_some(s: &mut TcpStream, buf: &mut [u8]) -> Result<usize> {
         }
     }
     Ok(got)
-}
-
-/// The interface holding local address `ip` (loopback addresses: `lo`).
-pub fn iface_for(ip: IpAddr) -> Option<String> {
-    if ip.is_loopback() {
-        return Some("lo".into());
-    }
-    let addrs = nix::ifaddrs::getifaddrs().ok()?;
-    for a in addrs {
-        let Some(sa) = a.address else { continue };
-        let found = match ip {
-            IpAddr::V4(v4) => sa.as_sockaddr_in().map(|s| s.ip() == v4).unwrap_or(false),
-            IpAddr::V6(v6) => sa.as_sockaddr_in6().map(|s| s.ip() == v6).unwrap_or(false),
-        };
-        if found {
-            return Some(a.interface_name);
-        }
-    }
-    None
 }

@@ -16,98 +16,12 @@
 //! - TCP retransmits: `RetransSegs` of `/proc/net/snmp`, which counts the whole
 //!   network namespace (per-process retransmits would need `TCP_INFO`, not read here).
 
-use std::time::{Duration, Instant};
-
-use anyhow::Result;
 use serde::Serialize;
 
-use crate::backend::DataThreads;
-use crate::procfs::{
-    CpuTimes, IfCounters, IrqSource, ProcCpu, ProcFs, TcpSnmp, ThreadsCpu, TscRate,
-};
+use crate::backend::{DataThreads, OverlapSums};
+use crate::procfs::{CpuTimes, IfCounters, IrqSource, TcpSnmp, TscRate};
+use crate::snapshot::Snapshot;
 use crate::sync::Params;
-
-/// Process CPU time from `getrusage(RUSAGE_SELF)`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Rusage {
-    /// User time.
-    pub user: Duration,
-    /// System time.
-    pub system: Duration,
-}
-
-impl Rusage {
-    /// This process now.
-    pub fn now() -> Result<Rusage> {
-        let r = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)?;
-        let d = |t: nix::sys::time::TimeVal| {
-            Duration::from_secs(t.tv_sec() as u64) + Duration::from_micros(t.tv_usec() as u64)
-        };
-        Ok(Rusage {
-            user: d(r.user_time()),
-            system: d(r.system_time()),
-        })
-    }
-}
-
-/// All counters at one instant.
-#[derive(Debug, Clone)]
-pub struct Snapshot {
-    /// When (taken just before the reads).
-    pub at: Instant,
-    /// `/proc/stat` aggregate.
-    pub cpu: CpuTimes,
-    /// Online CPUs.
-    pub ncpus: u32,
-    /// Interrupt counter of the interface's source.
-    pub interrupts: u64,
-    /// Interface counters.
-    pub ifc: IfCounters,
-    /// TCP counters (network namespace).
-    pub tcp: TcpSnmp,
-    /// `/proc/self/stat`.
-    pub proc_stat: ProcCpu,
-    /// `getrusage`.
-    pub rusage: Rusage,
-    /// The backend's data threads (`/proc/self/task/<tid>/stat`).
-    pub data_threads: Option<ThreadsCpu>,
-}
-
-/// The interface and the interrupt source a run reports on.
-#[derive(Debug, Clone)]
-pub struct Probe {
-    /// The counters' tree.
-    pub fs: ProcFs,
-    /// Interface carrying the traffic.
-    pub iface: String,
-    /// Where its interrupts are counted.
-    pub irq: IrqSource,
-    /// The backend's data threads, whose CPU is reported apart.
-    pub data_threads: Option<DataThreads>,
-}
-
-impl Probe {
-    /// Reads every counter now.
-    pub fn snapshot(&self) -> Result<Snapshot> {
-        let at = Instant::now();
-        let rusage = Rusage::now()?;
-        let stat = self.fs.stat()?;
-        Ok(Snapshot {
-            at,
-            cpu: stat.all,
-            ncpus: stat.ncpus,
-            interrupts: self.fs.interrupts(&self.iface, self.irq)?,
-            ifc: self.fs.if_counters(&self.iface)?,
-            tcp: self.fs.tcp_snmp()?,
-            proc_stat: self.fs.self_cpu()?,
-            rusage,
-            data_threads: match self.data_threads {
-                Some(d) => Some(self.fs.threads_cpu(d.prefix)?),
-                None => None,
-            },
-        })
-    }
-}
 
 /// System-wide CPU split over the window, percent of all CPUs.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -312,6 +226,7 @@ pub struct Report {
 }
 
 /// Everything [`build`] needs.
+#[derive(Debug)]
 pub struct Inputs<'a> {
     /// "receiver"/"sender".
     pub role: &'static str,
@@ -698,7 +613,7 @@ pub fn latency_from(h: &hdrhistogram::Histogram<u64>, msg_size: usize, window_s:
 }
 
 /// Overlap figures from the sums.
-pub fn overlap_from(o: &crate::backend::OverlapSums, target_us: u64) -> Overlap {
+pub fn overlap_from(o: &OverlapSums, target_us: u64) -> Overlap {
     let n = o.iterations as f64;
     Overlap {
         compute_target_us: target_us,
@@ -713,7 +628,11 @@ pub fn overlap_from(o: &crate::backend::OverlapSums, target_us: u64) -> Overlap 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::rtt_histogram;
+    use crate::procfs::{ProcCpu, ThreadsCpu};
+    use crate::snapshot::Rusage;
     use crate::sync::{Mode, PROTO};
+    use std::time::{Duration, Instant};
 
     fn snap(
         at: Instant,
@@ -860,7 +779,7 @@ mod tests {
 
     #[test]
     fn latency_percentiles() {
-        let mut h = crate::backend::rtt_histogram();
+        let mut h = rtt_histogram();
         for us in 1..=1000u64 {
             h.record(us * 1000).unwrap();
         }
@@ -874,7 +793,7 @@ mod tests {
 
     #[test]
     fn overlap_ratio() {
-        let o = crate::backend::OverlapSums {
+        let o = OverlapSums {
             iterations: 10,
             compute_ns: 10 * 100_000,
             total_ns: 10 * 125_000,

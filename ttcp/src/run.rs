@@ -9,12 +9,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use crate::backend::{self, DataThreads, Schedule, Shared, Workers};
-use crate::cli::{Plan, RunArgs};
-use crate::kernel::iface_for;
+use crate::backend::{Backend, DataThreads, Schedule, Shared, ThreadStats, Workers};
+use crate::cli::{BackendKind, RunArgs};
+use crate::flowlane::Flowlane;
+use crate::iface::iface_for;
+use crate::kernel::Kernel;
+use crate::plan::Plan;
 use crate::procfs::ProcFs;
-use crate::report::{self, Inputs, Probe, Report, Snapshot};
-use crate::sync::{mismatch, Ctl, Msg, CONNECT_TIMEOUT, CONTROL_TIMEOUT};
+use crate::report::{self, Inputs, Report};
+use crate::snapshot::{Probe, Snapshot};
+use crate::sync::{mismatch, Ctl, Mode, Msg, CONNECT_TIMEOUT, CONTROL_TIMEOUT};
 
 /// The receiver keeps reading this long after its cool-down so that the sender,
 /// whose clock started half an RTT later, finishes without errors.
@@ -28,7 +32,7 @@ pub fn run(args: &RunArgs) -> Result<Report> {
         return Err(flowlane_testbed::reexec_in_bed(bed));
     }
     raise_nofile(plan.connections() + 256)?;
-    let backend = backend::for_kind(args.backend)?;
+    let backend = for_kind(args.backend)?;
     let shared = Arc::new(Shared::new(Schedule::from_secs(
         plan.params.warmup_s,
         plan.params.duration_s,
@@ -47,6 +51,14 @@ pub fn run(args: &RunArgs) -> Result<Report> {
     }
     report.peer.take();
     Ok(report)
+}
+
+/// The backend for `kind`.
+pub fn for_kind(kind: BackendKind) -> Result<Box<dyn Backend>> {
+    match kind {
+        BackendKind::Kernel => Ok(Box::new(Kernel)),
+        BackendKind::Flowlane => Ok(Box::new(Flowlane)),
+    }
 }
 
 /// Lets the process open `need` descriptors (soft limit up to the hard limit).
@@ -141,14 +153,14 @@ fn finish(
     probe: &Probe,
     fs: &ProcFs,
     (a, b): (Snapshot, Snapshot),
-    stats: backend::ThreadStats,
+    stats: ThreadStats,
 ) -> Report {
     let window = (b.at - a.at).as_secs_f64();
     let latency = stats
         .rtt_ns
         .as_ref()
         .map(|h| report::latency_from(h, plan.params.msg_size, window));
-    let overlap = (plan.params.mode == crate::sync::Mode::Overlap && role == "sender")
+    let overlap = (plan.params.mode == Mode::Overlap && role == "sender")
         .then(|| report::overlap_from(&stats.overlap, plan.overlap_us));
     report::build(Inputs {
         role,
@@ -169,7 +181,7 @@ fn finish(
     })
 }
 
-fn stop_and_join(shared: &Shared, w: Workers) -> Result<backend::ThreadStats> {
+fn stop_and_join(shared: &Shared, w: Workers) -> Result<ThreadStats> {
     shared.stop.store(true, Ordering::Relaxed);
     w.join()
 }
@@ -177,7 +189,7 @@ fn stop_and_join(shared: &Shared, w: Workers) -> Result<backend::ThreadStats> {
 fn receiver(
     args: &RunArgs,
     plan: &Plan,
-    be: &dyn backend::Backend,
+    be: &dyn Backend,
     shared: &Arc<Shared>,
     fs: &ProcFs,
 ) -> Result<Report> {
@@ -349,7 +361,7 @@ fn sync_receiver(c: &mut Ctl, plan: &Plan, shared: &Shared) -> Result<()> {
 fn sender(
     args: &RunArgs,
     plan: &Plan,
-    be: &dyn backend::Backend,
+    be: &dyn Backend,
     shared: &Arc<Shared>,
     fs: &ProcFs,
 ) -> Result<Report> {
@@ -427,4 +439,20 @@ fn sender(
         }
     }
     Ok(rep)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backends_name_their_data_threads() {
+        let k = for_kind(BackendKind::Kernel).unwrap();
+        assert_eq!((k.name(), k.data_threads().prefix), ("kernel", "ttcp-"));
+        let f = for_kind(BackendKind::Flowlane).unwrap();
+        assert_eq!(
+            (f.name(), f.data_threads().prefix),
+            ("flowlane", "flowlane-q")
+        );
+    }
 }

@@ -164,6 +164,7 @@ pub fn mismatch(recv: &Params, send: &Params) -> Option<String> {
 }
 
 /// One end of the control channel.
+#[derive(Debug)]
 pub struct Ctl {
     rd: BufReader<TcpStream>,
     wr: TcpStream,

@@ -6,23 +6,25 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use flowlane_tests::{flowlane_bin, text, Bed};
+use flowlane_tests::{
+    flowlane_bin, kill_and_reap, ready_within, terminate, text, wait_within, Bed,
+};
 use serde_json::Value;
 
 /// A flowlane TCP example running in the background.
-pub struct App {
+pub(crate) struct App {
     child: Option<Child>,
     /// Its `--report` file.
-    pub report: PathBuf,
+    pub(crate) report: PathBuf,
     stdout: PathBuf,
     stderr: PathBuf,
 }
 
 /// Starts `flowlane <args> --bed <bed> --report F --timeout <limit>` and
 /// waits until its data path is up.
-pub fn start(bed: &Bed, args: &[&str], limit_s: u64) -> App {
+pub(crate) fn start(bed: &Bed, args: &[&str], limit_s: u64) -> App {
     let tag = format!("{}-{}", bed.name, args[0]);
     let dir = std::env::temp_dir();
     let report = dir.join(format!("{tag}.json"));
@@ -49,13 +51,12 @@ pub fn start(bed: &Bed, args: &[&str], limit_s: u64) -> App {
         stdout,
         stderr,
     };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !app.report.exists() {
-        if let Some(st) = app.child.as_mut().unwrap().try_wait().unwrap() {
-            panic!("{args:?} exited early ({st}): {}", app.stderr_text());
-        }
-        assert!(Instant::now() < deadline, "{args:?} did not start");
-        std::thread::sleep(Duration::from_millis(20));
+    let report = app.report.clone();
+    let child = app.child.as_mut().unwrap();
+    match ready_within(child, Duration::from_secs(30), || report.exists()) {
+        Ok(()) => {}
+        Err(Some(st)) => panic!("{args:?} exited early ({st}): {}", app.stderr_text()),
+        Err(None) => panic!("{args:?} did not start"),
     }
     app
 }
@@ -67,40 +68,28 @@ impl App {
 
     /// Waits (at most `limit`) for the app to exit by itself; returns its
     /// JSON lines. Fails on a non-zero exit.
-    pub fn wait(mut self, limit: Duration) -> Vec<Value> {
-        let deadline = Instant::now() + limit;
+    pub(crate) fn wait(mut self, limit: Duration) -> Vec<Value> {
         let mut child = self.child.take().unwrap();
-        loop {
-            if let Some(st) = child.try_wait().unwrap() {
-                let lines = self.lines();
-                assert!(
-                    st.success(),
-                    "flowlane exited with {st}: {}\n{lines:?}",
-                    self.stderr_text()
-                );
-                return lines;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "flowlane did not finish in {limit:?}: {}\n{:?}",
-                    self.stderr_text(),
-                    self.lines()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let Some(st) = wait_within(&mut child, limit) else {
+            kill_and_reap(&mut child);
+            panic!(
+                "flowlane did not finish in {limit:?}: {}\n{:?}",
+                self.stderr_text(),
+                self.lines()
+            );
+        };
+        let lines = self.lines();
+        assert!(
+            st.success(),
+            "flowlane exited with {st}: {}\n{lines:?}",
+            self.stderr_text()
+        );
+        lines
     }
 
     /// SIGTERM, then its JSON lines (the last is the summary).
-    pub fn stop(mut self) -> Vec<Value> {
-        let child = self.child.as_ref().unwrap();
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        let child = self.child.take();
-        self.child = child;
+    pub(crate) fn stop(self) -> Vec<Value> {
+        terminate(self.child.as_ref().unwrap());
         self.wait(Duration::from_secs(20))
     }
 
@@ -116,14 +105,13 @@ impl App {
 impl Drop for App {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+            kill_and_reap(&mut c);
         }
     }
 }
 
 /// The summary line's total TCP counters.
-pub fn totals(lines: &[Value]) -> Value {
+pub(crate) fn totals(lines: &[Value]) -> Value {
     let s = lines
         .iter()
         .find(|v| v["event"] == "summary")
@@ -133,14 +121,14 @@ pub fn totals(lines: &[Value]) -> Value {
 
 /// Runs a python3 script in the bed's peer namespace (killed after
 /// `limit_s` seconds); asserts success and returns stdout.
-pub fn peer_py(bed: &Bed, limit_s: u64, script: &str, args: &[&str]) -> String {
+pub(crate) fn peer_py(bed: &Bed, limit_s: u64, script: &str, args: &[&str]) -> String {
     let o = peer_py_output(bed, limit_s, script, args);
     assert!(o.status.success(), "kernel peer failed: {}", text(&o));
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 /// As [`peer_py`], without the assertion.
-pub fn peer_py_output(bed: &Bed, limit_s: u64, script: &str, args: &[&str]) -> Output {
+pub(crate) fn peer_py_output(bed: &Bed, limit_s: u64, script: &str, args: &[&str]) -> Output {
     Command::new("ip")
         .args([
             "netns",
@@ -156,7 +144,7 @@ pub fn peer_py_output(bed: &Bed, limit_s: u64, script: &str, args: &[&str]) -> O
 }
 
 /// Starts a python3 script in the peer namespace in the background.
-pub fn peer_py_spawn(bed: &Bed, limit_s: u64, script: &str, args: &[&str]) -> Child {
+pub(crate) fn peer_py_spawn(bed: &Bed, limit_s: u64, script: &str, args: &[&str]) -> Child {
     Command::new("ip")
         .args([
             "netns",
@@ -176,7 +164,7 @@ pub fn peer_py_spawn(bed: &Bed, limit_s: u64, script: &str, args: &[&str]) -> Ch
 /// Kernel client: sends `argv[2]` bytes of random data to `argv[1]`
 /// (host:port), half-closes, waits for the server's close; prints the
 /// sha256 of what it sent.
-pub const KERNEL_SEND: &str = r#"
+pub(crate) const KERNEL_SEND: &str = r#"
 import hashlib, os, socket, sys
 host, port = sys.argv[1].rsplit(':', 1)
 total = int(sys.argv[2])
@@ -200,7 +188,7 @@ print(h.hexdigest())
 
 /// Kernel server: accepts one connection on `argv[1]` (host:port), reads
 /// to end of stream, closes; prints `bytes sha256`. Prints `ready` first.
-pub const KERNEL_RECV: &str = r#"
+pub(crate) const KERNEL_RECV: &str = r#"
 import hashlib, socket, sys
 host, port = sys.argv[1].rsplit(':', 1)
 l = socket.socket()
@@ -223,7 +211,7 @@ print(n, h.hexdigest(), flush=True)
 "#;
 
 /// Waits for a spawned peer to print `ready`.
-pub fn wait_ready(child: &mut Child) {
+pub(crate) fn wait_ready(child: &mut Child) {
     use std::io::{BufRead, BufReader};
     let out = child.stdout.take().unwrap();
     let mut r = BufReader::new(out);
@@ -248,42 +236,35 @@ thread_local! {
 
 /// Waits (bounded) for a spawned peer started with [`wait_ready`] and
 /// returns the rest of its stdout.
-pub fn finish(mut child: Child, limit: Duration) -> String {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            let id = child.id();
-            let rest = READERS.with(|m| {
-                let mut v = m.borrow_mut();
-                let i = v.iter().position(|(p, _)| *p == id).unwrap();
-                v.remove(i).1.join().unwrap()
-            });
-            let mut err = String::new();
-            if let Some(mut e) = child.stderr.take() {
-                let _ = std::io::Read::read_to_string(&mut e, &mut err);
-            }
-            assert!(st.success(), "kernel peer failed ({st}): {rest} {err}");
-            return rest;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("kernel peer did not finish in {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+pub(crate) fn finish(mut child: Child, limit: Duration) -> String {
+    let Some(st) = wait_within(&mut child, limit) else {
+        kill_and_reap(&mut child);
+        panic!("kernel peer did not finish in {limit:?}");
+    };
+    let id = child.id();
+    let rest = READERS.with(|m| {
+        let mut v = m.borrow_mut();
+        let i = v.iter().position(|(p, _)| *p == id).unwrap();
+        v.remove(i).1.join().unwrap()
+    });
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut err);
     }
+    assert!(st.success(), "kernel peer failed ({st}): {rest} {err}");
+    rest
 }
 
 /// Total bytes for the clean-link bulk tests: the issue's 1 GiB (about 40 s
 /// for both directions on the CI VM).
-pub fn bulk_bytes() -> u64 {
+pub(crate) fn bulk_bytes() -> u64 {
     1 << 30
 }
 
 /// Kernel (python3 in the peer namespace) → flowlane `bulk-sink` on port
 /// 5001: sends `bytes`, checks the sha256 both sides computed; returns the
 /// sink's transfer line and all its JSON lines.
-pub fn kernel_to_flowlane(bed: &Bed, bytes: u64, limit_s: u64) -> (Value, Vec<Value>) {
+pub(crate) fn kernel_to_flowlane(bed: &Bed, bytes: u64, limit_s: u64) -> (Value, Vec<Value>) {
     let sink = start(
         bed,
         &["bulk-sink", "--port", "5001", "--count", "1"],
@@ -310,7 +291,7 @@ pub fn kernel_to_flowlane(bed: &Bed, bytes: u64, limit_s: u64) -> (Value, Vec<Va
 /// flowlane `bulk-source` → a kernel receiver (python3 on 10.99.0.2:5002):
 /// sends `bytes`, checks the sha256 both sides computed; returns the
 /// source's transfer line and all its JSON lines.
-pub fn flowlane_to_kernel(bed: &Bed, bytes: u64, limit_s: u64) -> (Value, Vec<Value>) {
+pub(crate) fn flowlane_to_kernel(bed: &Bed, bytes: u64, limit_s: u64) -> (Value, Vec<Value>) {
     let mut peer = peer_py_spawn(bed, limit_s, KERNEL_RECV, &["10.99.0.2:5002"]);
     wait_ready(&mut peer);
     let src = start(

@@ -1,29 +1,33 @@
 //! Helpers for flowlane-ttcp's integration tests: run receiver/sender pairs as
-//! processes (optionally inside network namespaces) with a hard deadline.
+//! processes (optionally inside network namespaces) with a hard deadline
+//! (the shared harness's [`wait_bounded`]; beds and the root check are the
+//! harness's too).
 
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+pub(crate) use flowlane_tests::wait_bounded;
 
 /// The binary under test.
-pub fn bin() -> &'static str {
+pub(crate) fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_flowlane-ttcp")
 }
 
 static NEXT: AtomicU16 = AtomicU16::new(0);
 
 /// A (control, data) port pair unique to this process and call, in 20000-31999.
-pub fn ports() -> (u16, u16) {
+pub(crate) fn ports() -> (u16, u16) {
     let k = NEXT.fetch_add(1, Ordering::Relaxed);
     let base = 20000 + (std::process::id() % 500) as u16 * 24 + k * 4;
     (base, base + 1)
 }
 
 /// `flowlane-ttcp <args>`, inside `ns` when given.
-pub fn cmd(ns: Option<&str>, args: &[String]) -> Command {
+pub(crate) fn cmd(ns: Option<&str>, args: &[String]) -> Command {
     let mut c = match ns {
         Some(ns) => {
             let mut c = Command::new("ip");
@@ -36,37 +40,18 @@ pub fn cmd(ns: Option<&str>, args: &[String]) -> Command {
     c
 }
 
-/// Waits for `child` at most `limit`; kills it and panics past that.
-pub fn wait_bounded(mut child: Child, limit: Duration, what: &str) -> (Output, Duration) {
-    let t = Instant::now();
-    loop {
-        if child.try_wait().expect("try_wait").is_some() {
-            return (child.wait_with_output().expect("output"), t.elapsed());
-        }
-        if t.elapsed() > limit {
-            let _ = child.kill();
-            let o = child.wait_with_output().expect("output");
-            panic!(
-                "{what} still running after {limit:?} (hang): stderr {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// Splits a flag string into arguments.
-pub fn a(s: &str) -> Vec<String> {
+pub(crate) fn a(s: &str) -> Vec<String> {
     s.split_whitespace().map(String::from).collect()
 }
 
 /// One-line stderr of a failed run.
-pub fn err_line(o: &Output) -> String {
+pub(crate) fn err_line(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).trim().to_string()
 }
 
 /// Asserts a one-line error containing `want` and a non-zero exit.
-pub fn assert_fails(o: &Output, want: &str) {
+pub(crate) fn assert_fails(o: &Output, want: &str) {
     let e = err_line(o);
     assert!(!o.status.success(), "expected failure, got success: {e}");
     assert!(e.contains(want), "expected {want:?} in: {e}");
@@ -75,7 +60,7 @@ pub fn assert_fails(o: &Output, want: &str) {
 }
 
 /// Parses a JSON report from stdout.
-pub fn json(o: &Output) -> serde_json::Value {
+pub(crate) fn json(o: &Output) -> serde_json::Value {
     assert!(
         o.status.success(),
         "run failed: {}",
@@ -87,7 +72,7 @@ pub fn json(o: &Output) -> serde_json::Value {
 
 /// Runs a receiver (in `rx_ns`) and a sender (in `tx_ns`) with the same flags
 /// plus per-side extras, returning both outputs.
-pub fn pair(
+pub(crate) fn pair(
     rx_ns: Option<&str>,
     tx_ns: Option<&str>,
     common: &str,
@@ -109,7 +94,7 @@ pub fn pair(
 }
 
 /// Reads the aggregate busy and total jiffies of /proc/stat.
-pub fn proc_stat_busy_total() -> (u64, u64) {
+pub(crate) fn proc_stat_busy_total() -> (u64, u64) {
     let s = std::fs::read_to_string("/proc/stat").unwrap();
     let v: Vec<u64> = s
         .lines()
@@ -125,11 +110,14 @@ pub fn proc_stat_busy_total() -> (u64, u64) {
 }
 
 /// /proc/stat (busy, total) readings taken at marked stderr lines.
-pub type Marks = std::thread::JoinHandle<Vec<(String, (u64, u64))>>;
+pub(crate) type Marks = std::thread::JoinHandle<Vec<(String, (u64, u64))>>;
 
 /// Spawns `c` and, on each stderr line containing one of `marks`, reads
 /// /proc/stat right away; returns the child and the readings.
-pub fn spawn_watching_stderr(mut c: Command, marks: &'static [&'static str]) -> (Child, Marks) {
+pub(crate) fn spawn_watching_stderr(
+    mut c: Command,
+    marks: &'static [&'static str],
+) -> (Child, Marks) {
     let mut child = c.spawn().expect("spawn");
     let err = child.stderr.take().unwrap();
     let h = std::thread::spawn(move || {

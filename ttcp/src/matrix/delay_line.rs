@@ -11,11 +11,14 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
+use crate::child::{terminate, wait_within};
+
 /// A running delay line; stopped (SIGTERM) on drop.
+#[derive(Debug)]
 pub struct DelayLine {
     child: Child,
     lines: mpsc::Receiver<String>,
@@ -55,20 +58,10 @@ impl DelayLine {
     /// Stops the line (it releases what it holds first) and returns its
     /// JSON report.
     pub fn stop(mut self) -> Result<serde_json::Value> {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let st = loop {
-            if let Some(st) = self.child.try_wait()? {
-                break st;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                bail!("the delay line did not stop within 30 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        terminate(&self.child);
+        let Some(st) = wait_within(&mut self.child, Duration::from_secs(30))? else {
+            let _ = self.child.kill();
+            bail!("the delay line did not stop within 30 s");
         };
         if !st.success() {
             bail!(
@@ -99,14 +92,8 @@ impl StderrText for Child {
 impl Drop for DelayLine {
     fn drop(&mut self) {
         if self.child.try_wait().ok().flatten().is_none() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(self.child.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            terminate(&self.child);
+            let _ = wait_within(&mut self.child, Duration::from_secs(10));
             let _ = self.child.kill();
             let _ = self.child.wait();
         }

@@ -1,0 +1,75 @@
+//! Child processes with a deadline: every wait on a child in the
+//! integration tests is bounded, and a child past its deadline is killed.
+//!
+//! (flowlane-ttcp's run time has its own, error-returning variant in
+//! `flowlane_ttcp::child`: a tool must not depend on the tests crate.)
+
+use std::process::{Child, ExitStatus, Output};
+use std::time::{Duration, Instant};
+
+/// How often a waiting test looks at the child.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Waits at most `limit` for `child` to exit: its status, or `None` when it
+/// is still running at the deadline (it is left running).
+pub fn wait_within(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(st) = child.try_wait().expect("child status") {
+            return Some(st);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Waits at most `limit` for `child` and returns its output and how long it
+/// took; past the deadline it is killed and the test panics (a hang).
+pub fn wait_bounded(mut child: Child, limit: Duration, what: &str) -> (Output, Duration) {
+    let t = Instant::now();
+    if wait_within(&mut child, limit).is_some() {
+        return (child.wait_with_output().expect("output"), t.elapsed());
+    }
+    let _ = child.kill();
+    let o = child.wait_with_output().expect("output");
+    panic!(
+        "{what} still running after {limit:?} (hang): stderr {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Polls `ready` (at most `limit`) while `child` runs: `Ok` once it holds,
+/// `Err(Some(status))` when the child exited first, `Err(None)` at the
+/// deadline (the child is left running).
+pub fn ready_within(
+    child: &mut Child,
+    limit: Duration,
+    mut ready: impl FnMut() -> bool,
+) -> Result<(), Option<ExitStatus>> {
+    let deadline = Instant::now() + limit;
+    while !ready() {
+        if let Some(st) = child.try_wait().expect("child status") {
+            return Err(Some(st));
+        }
+        if Instant::now() >= deadline {
+            return Err(None);
+        }
+        std::thread::sleep(POLL);
+    }
+    Ok(())
+}
+
+/// Asks `child` to stop (SIGTERM), so that it can clean up.
+pub fn terminate(child: &Child) {
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+}
+
+/// Kills `child` (if it still runs) and reaps it.
+pub fn kill_and_reap(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}

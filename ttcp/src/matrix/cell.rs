@@ -1,0 +1,172 @@
+//! One matrix cell: a flowlane-ttcp receiver and sender in the bed's two
+//! namespaces (the tested backend on flowlane's side, kernel TCP on the
+//! peer's), through a delay line when the cell has a delay.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+
+use super::delay_line::DelayLine;
+use crate::child::output_within;
+
+/// One cell to run.
+pub(super) struct CellSpec<'a> {
+    /// flowlane-ttcp itself.
+    pub(super) me: &'a Path,
+    pub(super) bed: &'a str,
+    pub(super) ns: &'a str,
+    pub(super) peer_ns: &'a str,
+    /// Backend under test (in flowlane's namespace).
+    pub(super) backend: &'a str,
+    /// Whether it sends (else it receives); the peer is kernel TCP.
+    pub(super) sends: bool,
+    pub(super) conns: usize,
+    pub(super) buffer: usize,
+    pub(super) secs: f64,
+    pub(super) warm: f64,
+    /// Extra flags of both ends (the latency mode).
+    pub(super) mode: String,
+}
+
+/// What a cell's two ends reported.
+pub(super) struct CellRun {
+    pub(super) rx: serde_json::Value,
+    pub(super) tx: serde_json::Value,
+    /// TCP retransmits of the sending side: its namespace's counters for
+    /// kernel TCP, flowlane's own counters for flowlane.
+    pub(super) sender_retrans: Option<u64>,
+}
+
+/// Sums `retransmits` over the queues of flowlane's `dataplane` report line
+/// (on its stderr).
+fn flowlane_retransmits(stderr: &[u8]) -> Option<u64> {
+    String::from_utf8_lossy(stderr)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["event"] == "dataplane")
+        .map(|v| {
+            v["queues"]
+                .as_array()
+                .map(|qs| {
+                    qs.iter()
+                        .filter_map(|q| q["tcp"]["retransmits"].as_u64())
+                        .sum()
+                })
+                .unwrap_or(0)
+        })
+}
+
+fn run_cell(c: &CellSpec<'_>) -> Result<CellRun> {
+    let threads = c.conns.min(2);
+    let per = c.conns.div_ceil(threads);
+    let (rx_ns, tx_ns, addr) = if c.sends {
+        (c.peer_ns, c.ns, "10.99.0.2")
+    } else {
+        (c.ns, c.peer_ns, "10.99.0.1")
+    };
+    // flowlane's active opens draw on 5000 ephemeral ports per remote
+    // address and port: spread many connections over several ports.
+    let ports = c.conns.div_ceil(2000).max(1);
+    let common = format!(
+        "-m {threads},*,{addr} -P {ports} -b {} -W {} -t {} -C 0.5 -j --wait 30 {}",
+        c.buffer, c.warm, c.secs, c.mode
+    );
+    let args = |role: &str, extra: &str| -> Vec<String> {
+        format!("{role} {common} {extra}")
+            .split_whitespace()
+            .map(String::from)
+            .collect()
+    };
+    let spawn = |ns: &str, a: Vec<String>| {
+        Command::new("ip")
+            .args(["netns", "exec", ns])
+            .arg(c.me)
+            .args(a)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+    };
+    // The tested side: flowlane runs from the root namespace (--bed reads
+    // the bed's RSS and re-executes inside it; attaching XDP and filling the
+    // rings takes a moment).
+    let tested = |role: &str, extra: &str| -> std::io::Result<std::process::Child> {
+        if c.backend == "flowlane" {
+            Command::new(c.me)
+                .args(args(
+                    role,
+                    &format!("--backend flowlane --bed {} {extra}", c.bed),
+                ))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+        } else {
+            spawn(c.ns, args(role, &format!("--backend kernel {extra}")))
+        }
+    };
+    let tx_extra = if c.mode.is_empty() {
+        format!("-l {per}")
+    } else {
+        String::new()
+    };
+    let (rx, settle) = if c.sends {
+        (spawn(rx_ns, args("-r", "--backend kernel"))?, 300)
+    } else {
+        (
+            tested("-r", "")?,
+            if c.backend == "flowlane" { 800 } else { 300 },
+        )
+    };
+    std::thread::sleep(Duration::from_millis(settle));
+    let tx = if c.sends {
+        tested("-s", &tx_extra)?
+    } else {
+        spawn(tx_ns, args("-s", &format!("--backend kernel {tx_extra}")))?
+    };
+    let limit = Duration::from_secs_f64(c.warm + c.secs + 0.5 + 90.0);
+    let txo = output_within(tx, limit)?;
+    let rxo = output_within(rx, limit)?;
+    for (o, who) in [(&txo, "sender"), (&rxo, "receiver")] {
+        if !o.status.success() {
+            bail!(
+                "{who}: {}",
+                String::from_utf8_lossy(&o.stderr).trim().replace('\n', " ")
+            );
+        }
+    }
+    let tx: serde_json::Value = serde_json::from_slice(&txo.stdout).context("sender JSON")?;
+    let sender_retrans = if c.sends && c.backend == "flowlane" {
+        flowlane_retransmits(&txo.stderr)
+    } else {
+        tx.get("tcp_retrans_segs_netns").and_then(|x| x.as_u64())
+    };
+    Ok(CellRun {
+        rx: serde_json::from_slice(&rxo.stdout).context("receiver JSON")?,
+        tx,
+        sender_retrans,
+    })
+}
+
+/// Runs a cell, through a delay line of `delay_ms` each way when it is not
+/// 0; returns the cell's result and the line's report. A line that fails
+/// fails the cell.
+pub(super) fn run_delayed(
+    flowlane: &Path,
+    bed: &str,
+    delay_ms: f64,
+    spec: &CellSpec<'_>,
+) -> (Result<CellRun>, Option<serde_json::Value>) {
+    if delay_ms <= 0.0 {
+        return (run_cell(spec), None);
+    }
+    let line = match DelayLine::start(flowlane, bed, delay_ms) {
+        Ok(l) => l,
+        Err(e) => return (Err(e), None),
+    };
+    let r = run_cell(spec);
+    match line.stop() {
+        Ok(report) => (r, Some(report)),
+        Err(e) => (Err(e), None),
+    }
+}

@@ -1,0 +1,360 @@
+//! The test-bed matrix: backends × connections × buffer sizes × emulated WAN
+//! delay, with a progress bar, JSON results, a side-by-side table and plots.
+//!
+//! Each cell runs a flowlane-ttcp receiver in flowlane's namespace (10.99.0.1;
+//! kernel sockets, or flowlane's TCP on AF_XDP through `--bed`) and a kernel
+//! sender in the peer namespace (10.99.0.2). Delay D is `flowlane testbed
+//! delay --ms D` ([`delay_line`]): a delay line on the peer device that
+//! delays both directions by D (so the RTT grows by 2·D, as with the RDMA
+//! paper's delay router), for both backends alike. The test bed is removed on
+//! every path (including Ctrl-C: SIGINT/SIGTERM stop the matrix between cells).
+
+//!
+//! Files: this one runs the matrix (flags, the bed, the loop over cells,
+//! the outputs); `cell` runs one cell, [`delay_line`] its delay; the
+//! results are [`results::Cell`]s, shown by [`tables`] and [`plots`](mod@plots).
+
+mod cell;
+pub mod delay_line;
+pub mod plots;
+pub mod results;
+pub mod tables;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::cli::{parse_size, MatrixArgs};
+use cell::{run_delayed, CellSpec};
+use plots::plots;
+use results::Cell;
+use tables::{latency_table, side_by_side, table};
+
+fn list<T: std::str::FromStr>(s: &str, what: &str) -> Result<Vec<T>> {
+    s.split(',')
+        .map(|x| {
+            x.trim()
+                .parse()
+                .map_err(|_| anyhow!("--{what}: {x:?} is not valid"))
+        })
+        .collect()
+}
+
+fn sizes(s: &str) -> Result<Vec<usize>> {
+    s.split(',')
+        .map(|x| parse_size(x).map_err(|e| anyhow!("--sizes: {e}")))
+        .collect()
+}
+
+/// Today's UTC date as YYYY-MM-DD (civil-from-days, no time-zone database).
+pub fn utc_date(unix_secs: u64) -> String {
+    let z = (unix_secs / 86_400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+struct BedGuard {
+    flowlane: PathBuf,
+    name: String,
+}
+
+impl Drop for BedGuard {
+    fn drop(&mut self) {
+        let _ = Command::new(&self.flowlane)
+            .args(["testbed", "down", "--name", &self.name])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Runs the matrix.
+pub fn run(a: &MatrixArgs) -> Result<()> {
+    let me = std::env::current_exe()?;
+    let flowlane = a
+        .flowlane
+        .clone()
+        .unwrap_or_else(|| me.with_file_name("flowlane"));
+    if !flowlane.exists() {
+        bail!(
+            "{} is missing: build it (cargo build -p flowlane-control) or pass --flowlane",
+            flowlane.display()
+        );
+    }
+    let backends: Vec<String> = a
+        .backends
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .collect();
+    for b in &backends {
+        match b.as_str() {
+            "kernel" => {}
+            "flowlane" => {}
+            _ => bail!("--backends: unknown backend {b:?} (kernel, flowlane)"),
+        }
+    }
+    let q = a.quick;
+    let conns: Vec<usize> = list(
+        a.conns.as_deref().unwrap_or(if q {
+            "1,16,256,1024"
+        } else {
+            "1,16,256,1024,10000"
+        }),
+        "conns",
+    )?;
+    let bufs = sizes(
+        a.sizes
+            .as_deref()
+            .unwrap_or(if q { "64k" } else { "1k,64k" }),
+    )?;
+    let roles: Vec<bool> = a
+        .roles
+        .as_deref()
+        .unwrap_or(if q { "receiver" } else { "receiver,sender" })
+        .split(',')
+        .map(|r| match r.trim() {
+            "receiver" => Ok(false),
+            "sender" => Ok(true),
+            other => Err(anyhow!(
+                "--roles: unknown role {other:?} (receiver, sender)"
+            )),
+        })
+        .collect::<Result<_>>()?;
+    let lat_sizes: Vec<usize> =
+        match a
+            .latency_sizes
+            .as_deref()
+            .unwrap_or(if q { "64" } else { "64,16k" })
+        {
+            "none" => Vec::new(),
+            l => l
+                .split(',')
+                .map(|x| parse_size(x).map_err(|e| anyhow!("--latency-sizes: {e}")))
+                .collect::<Result<_>>()?,
+        };
+    let delays: Vec<f64> = list(
+        a.delays
+            .as_deref()
+            .unwrap_or(if q { "0,1,10" } else { "0,1,10,50" }),
+        "delays",
+    )?;
+    let secs = a.seconds.unwrap_or(if q { 2.0 } else { 3.0 });
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+    let out = a
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("results").join(utc_date(now.as_secs())));
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+
+    let name = a
+        .bed
+        .clone()
+        .unwrap_or_else(|| format!("ttm{}", std::process::id()));
+    let o = Command::new(&flowlane)
+        .args(["testbed", "up", "--name", &name, "--queues", "2"])
+        .output()?;
+    let _bed = BedGuard {
+        flowlane: flowlane.clone(),
+        name: name.clone(),
+    };
+    if !o.status.success() {
+        bail!("testbed up: {}", String::from_utf8_lossy(&o.stderr).trim());
+    }
+    let ns = format!("flowlane-{name}");
+    let peer_ns = format!("flowlane-{name}-peer");
+    if let Some(d) = delays.iter().find(|&&d| d < 0.0) {
+        bail!("--delays: {d} is negative");
+    }
+
+    let total =
+        (roles.len() * conns.len() * bufs.len() + lat_sizes.len()) * backends.len() * delays.len();
+    let mut latency: Vec<serde_json::Value> = Vec::new();
+    let pb = ProgressBar::new(total as u64);
+    pb.set_style(
+        ProgressStyle::with_template("[{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+            .expect("progress template"),
+    );
+    let mut cells = Vec::new();
+    'all: for &d in &delays {
+        for &sends in &roles {
+            for b in &backends {
+                for &buf in &bufs {
+                    for &c in &conns {
+                        if stop.load(Ordering::Relaxed) {
+                            pb.abandon_with_message("interrupted");
+                            break 'all;
+                        }
+                        let role = if sends { "sender" } else { "receiver" };
+                        pb.set_message(format!("{b} {role} conns={c} buf={buf} delay={d}ms"));
+                        // Longer warm-up with delay: slow start needs RTTs.
+                        let warm = a.warmup.unwrap_or(if d >= 10.0 { 2.0 } else { 1.0 });
+                        let spec = CellSpec {
+                            me: &me,
+                            bed: &name,
+                            ns: &ns,
+                            peer_ns: &peer_ns,
+                            backend: b,
+                            sends,
+                            conns: c,
+                            buffer: buf,
+                            secs,
+                            warm,
+                            mode: String::new(),
+                        };
+                        let (r, line_report) = run_delayed(&flowlane, &name, d, &spec);
+                        let rtt_added_ms = line_report.as_ref().and_then(|l| {
+                            Some(2.0 * (d + l.get("mean_late_us")?.as_f64()? / 1000.0))
+                        });
+                        let mut cell = Cell {
+                            backend: b.clone(),
+                            role: role.into(),
+                            connections: c,
+                            buffer: buf,
+                            delay_ms: d,
+                            rtt_added_ms,
+                            delay_line: line_report,
+                            mbit_s: None,
+                            cycles_per_byte_system: None,
+                            cycles_per_byte_receiver: None,
+                            cycles_per_byte_receiver_threads: None,
+                            cycles_per_byte_sender: None,
+                            cycles_per_byte_sender_threads: None,
+                            pct_one_cpu_per_gbit_system: None,
+                            retrans_sender: None,
+                            error: None,
+                            receiver: None,
+                            sender: None,
+                        };
+                        match r {
+                            Ok(run) => {
+                                let (rx, tx) = (run.rx, run.tx);
+                                let g = |v: &serde_json::Value, k: &str| {
+                                    v.get(k).and_then(|x| x.as_f64())
+                                };
+                                cell.mbit_s = g(&rx, "throughput_mbit_s");
+                                cell.cycles_per_byte_system = g(&rx, "cycles_per_byte_system");
+                                cell.cycles_per_byte_receiver = g(&rx, "cycles_per_byte_process");
+                                cell.cycles_per_byte_receiver_threads =
+                                    g(&rx, "cycles_per_byte_data_threads");
+                                cell.cycles_per_byte_sender = g(&tx, "cycles_per_byte_process");
+                                cell.cycles_per_byte_sender_threads =
+                                    g(&tx, "cycles_per_byte_data_threads");
+                                cell.pct_one_cpu_per_gbit_system =
+                                    g(&rx, "pct_one_cpu_per_gbit_system");
+                                cell.retrans_sender = run.sender_retrans;
+                                cell.receiver = Some(rx);
+                                cell.sender = Some(tx);
+                            }
+                            Err(e) => {
+                                pb.println(format!(
+                                    "{b} {role} conns={c} buf={buf} delay={d}ms: {e:#}"
+                                ));
+                                cell.error = Some(format!("{e:#}"));
+                            }
+                        }
+                        cells.push(cell);
+                        pb.inc(1);
+                    }
+                }
+            }
+        }
+        for b in &backends {
+            for &size in &lat_sizes {
+                if stop.load(Ordering::Relaxed) {
+                    pb.abandon_with_message("interrupted");
+                    break 'all;
+                }
+                pb.set_message(format!("{b} latency msg={size} delay={d}ms"));
+                let spec = CellSpec {
+                    me: &me,
+                    bed: &name,
+                    ns: &ns,
+                    peer_ns: &peer_ns,
+                    backend: b,
+                    sends: false,
+                    conns: 1,
+                    buffer: size.max(1024),
+                    secs,
+                    warm: 0.5,
+                    mode: format!("--latency --msg-size {size}"),
+                };
+                let (r, _) = run_delayed(&flowlane, &name, d, &spec);
+                let mut row = serde_json::json!({
+                    "backend": b, "role": "receiver (echo)", "msg_size": size, "delay_ms": d,
+                });
+                match r {
+                    Ok(run) => row["latency"] = run.tx["latency"].clone(),
+                    Err(e) => {
+                        pb.println(format!("{b} latency msg={size} delay={d}ms: {e:#}"));
+                        row["error"] = serde_json::json!(format!("{e:#}"));
+                    }
+                }
+                latency.push(row);
+                pb.inc(1);
+            }
+        }
+    }
+    pb.finish_with_message("done");
+    let params = serde_json::json!({
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "quick": q, "backends": backends, "connections": conns, "buffers": bufs,
+        "delays_ms_one_way": delays, "delay": "flowlane testbed delay (user-space delay line on peer0, both directions; RTT + 2 x delay)", "seconds": secs, "cooldown_s": 0.5,
+        "warmup_s": a.warmup.map(|w| serde_json::json!(w)).unwrap_or_else(|| serde_json::json!("1 (2 when delay >= 10 ms)")),
+        "roles": roles.iter().map(|&s| if s { "sender" } else { "receiver" }).collect::<Vec<_>>(),
+        "peer": "kernel backend in the peer namespace (10.99.0.2); the backend named runs in flowlane's (10.99.0.1)",
+        "bed": {"queues": 2, "mtu": 1500, "receiver": "10.99.0.1 (xsk0)", "sender": "10.99.0.2 (peer0)"},
+    });
+    let json = serde_json::json!({"params": params, "cells": cells, "latency": latency});
+    std::fs::write(
+        out.join("results.json"),
+        serde_json::to_string_pretty(&json)?,
+    )?;
+    let sbs = side_by_side(&cells);
+    let lat = latency_table(&latency);
+    let table = format!("{sbs}\nLatency (ping-pong, tested backend echoing, kernel sender measuring):\n\n{lat}\nAll cells:\n\n{}", table(&cells));
+    std::fs::write(out.join("table.md"), &table)?;
+    print!("{sbs}");
+    if !latency.is_empty() {
+        print!("\n{lat}");
+    }
+    match plots(&cells, &out) {
+        Ok(files) => println!("plots: {}", files.join(", ")),
+        Err(e) => println!("plots skipped: {e:#}"),
+    }
+    println!("results: {}", out.join("results.json").display());
+    let failed = cells.iter().filter(|c| c.error.is_some()).count();
+    if stop.load(Ordering::Relaxed) {
+        bail!("interrupted after {} of {total} cells", cells.len());
+    }
+    if failed > 0 {
+        bail!("{failed} of {total} cells failed (see results.json)");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates() {
+        assert_eq!(utc_date(0), "1970-01-01");
+        assert_eq!(utc_date(951_782_400), "2000-02-29");
+        assert_eq!(utc_date(1_767_225_599), "2025-12-31");
+    }
+}

@@ -1,0 +1,51 @@
+//! A validated run: what the command line asked for, in the form the
+//! backends and the run take it (built by `cli::RunArgs::plan`).
+
+use std::net::IpAddr;
+
+use crate::sync::Params;
+
+/// A validated run: threads with their pinning, the receiver address, the parameters.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// `true` for the receiver.
+    pub receiver: bool,
+    /// One entry per thread: the CPU to pin it to.
+    pub threads: Vec<Option<usize>>,
+    /// Receiver address.
+    pub addr: IpAddr,
+    /// Sender connections per thread.
+    pub conns_per_thread: usize,
+    /// Agreed parameters.
+    pub params: Params,
+    /// Overlap mode computation per iteration (µs).
+    pub overlap_us: u64,
+    /// flowlane backend settings.
+    pub flowlane: FlowlaneOptions,
+}
+
+impl Plan {
+    /// Sender connections in all.
+    pub fn connections(&self) -> usize {
+        self.threads.len() * self.conns_per_thread
+    }
+}
+
+/// Flags of the flowlane backend (from the command line).
+#[derive(Debug, Clone, Default)]
+pub struct FlowlaneOptions {
+    /// Interface to serve (default: the one holding the receiver address).
+    pub iface: Option<String>,
+    /// Queues to serve from queue 0 (default: all).
+    pub queues: Option<u32>,
+    /// The NIC's Toeplitz key (hex).
+    pub rss_key: Option<String>,
+    /// The NIC's indirection table.
+    pub rss_table: Option<Vec<u32>>,
+    /// Static neighbours `IP=MAC`.
+    pub neighbors: Vec<String>,
+    /// Spin when idle.
+    pub busy_poll: bool,
+    /// The control port (kernel socket; never steered to flowlane).
+    pub control_port: u16,
+}
