@@ -7,16 +7,15 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use flowlane_numa_sched::{FlowTuple, IndirectionTable, RssHashConfig, RssKey, RssState};
+use flowlane_numa_sched::FlowTuple;
 use serde::Serialize;
 
 use crate::cmd_rss::ProtoArg;
-use flowlane_dataplane::placement::machine_placement;
-use flowlane_numa_sched::nic::RssNic;
+use flowlane_apps::flow_rss::rss_state;
 
 /// Flags of `flowlane hint`.
 #[derive(clap::Args, Debug, Clone)]
-pub struct Args {
+pub(crate) struct Args {
     /// Take key, table and queue count from this test bed's emulated NIC.
     #[arg(long, conflicts_with_all = ["key", "table"])]
     pub testbed: Option<String>,
@@ -60,7 +59,7 @@ pub struct Args {
 
 /// One flow's hint.
 #[derive(Debug, Serialize)]
-pub struct Hint {
+pub(crate) struct Hint {
     /// Source address.
     pub src: IpAddr,
     /// Source port.
@@ -81,53 +80,6 @@ pub struct Hint {
     pub cpu: u32,
     /// NUMA node of that CPU and of the queue's packet memory.
     pub node: u32,
-}
-
-/// The RSS state (key, table, placement) `hint` and `udp-ping` predict with,
-/// and the test bed's local address if there is one.
-pub fn rss_state(
-    testbed: Option<&str>,
-    key: Option<&str>,
-    table: Option<Vec<u16>>,
-    table_size: usize,
-    queues: u16,
-    nic_node: Option<u32>,
-) -> Result<(RssState, Option<IpAddr>)> {
-    let (key, table, queues, local) = match testbed {
-        Some(name) => {
-            let bed = flowlane_testbed::load(name)?;
-            let rss = bed.nic().rss()?;
-            let table = rss.table.iter().map(|&q| q as u16).collect();
-            (
-                RssKey::new(rss.key)?,
-                IndirectionTable::new(table)?,
-                bed.queues as usize,
-                Some(bed.local_v4.parse()?),
-            )
-        }
-        None => {
-            let key = match key {
-                Some(k) => RssKey::parse_hex(k).context("bad --key")?,
-                None => RssKey::microsoft_default(),
-            };
-            let table = match table {
-                Some(t) => IndirectionTable::new(t)?,
-                None => {
-                    if queues == 0 {
-                        bail!("--queues must be at least 1");
-                    }
-                    IndirectionTable::even(table_size, &(0..queues).collect::<Vec<_>>())?
-                }
-            };
-            let n = table.entries().iter().max().map_or(1, |&q| q as usize + 1);
-            (key, table, n, None)
-        }
-    };
-    let placed = machine_placement(nic_node, queues, None)?;
-    // The emulated NIC hashes ports for every protocol (as does a NIC
-    // configured with `ethtool -N <if> rx-flow-hash udp4 sdfn`).
-    let state = RssState::new(&key, table, RssHashConfig::four_tuple(), &placed.plan)?;
-    Ok((state, local))
 }
 
 fn parse_flows(text: &str, default_proto: ProtoArg) -> Result<Vec<FlowTuple>> {
@@ -160,7 +112,7 @@ fn parse_flows(text: &str, default_proto: ProtoArg) -> Result<Vec<FlowTuple>> {
 }
 
 /// Runs `flowlane hint`.
-pub fn run(args: Args) -> Result<()> {
+pub(crate) fn run(args: Args) -> Result<()> {
     let (state, local) = rss_state(
         args.testbed.as_deref(),
         args.key.as_deref(),

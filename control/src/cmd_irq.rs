@@ -11,7 +11,7 @@ use flowlane_dataplane::affinity::allowed_cpus;
 
 /// Flags shared by `irq show` and `irq apply`.
 #[derive(clap::Args, Debug, Clone)]
-pub struct Args {
+pub(crate) struct Args {
     /// Interface (its queue IRQs, or its NAPI threads on veth).
     #[arg(long)]
     pub iface: String,
@@ -32,7 +32,7 @@ fn budget(args: &Args) -> Option<Vec<u32>> {
 }
 
 /// `flowlane irq show`.
-pub fn show(args: Args) -> Result<()> {
+pub(crate) fn show(args: Args) -> Result<()> {
     let topo = args.topology.load()?;
     let view = irq_apply::inspect(
         &args.roots,
@@ -50,7 +50,7 @@ pub fn show(args: Args) -> Result<()> {
 }
 
 /// `flowlane irq apply [--dry-run]`.
-pub fn apply(args: Args, dry_run: bool) -> Result<()> {
+pub(crate) fn apply(args: Args, dry_run: bool) -> Result<()> {
     let topo = args.topology.load()?;
     let (view, done) = irq_apply::apply(
         &args.roots,

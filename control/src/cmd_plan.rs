@@ -14,7 +14,7 @@ use flowlane_dataplane::placement::place_queues;
 
 /// Flags of `flowlane plan`.
 #[derive(clap::Args, Debug, Clone)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     pub topology: TopologyArgs,
     /// The NIC's NUMA node (default: from --iface's sysfs, else unknown).
@@ -39,7 +39,7 @@ pub struct Args {
 
 /// Summary of the topology planned for.
 #[derive(Debug, Serialize)]
-pub struct TopologySummary {
+pub(crate) struct TopologySummary {
     /// Logical CPUs.
     pub cpus: usize,
     /// Physical cores.
@@ -50,7 +50,7 @@ pub struct TopologySummary {
 
 /// Everything `plan` prints.
 #[derive(Debug, Serialize)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// The topology.
     pub topology: TopologySummary,
     /// Queue placement.
@@ -66,7 +66,7 @@ pub struct Plan {
 }
 
 /// Runs `flowlane plan`.
-pub fn run(args: Args) -> Result<()> {
+pub(crate) fn run(args: Args) -> Result<()> {
     let topo = args.topology.load()?;
     let budget = args.topology.is_machine().then(allowed_cpus);
     let iface = args

@@ -32,7 +32,7 @@ impl From<ProtoArg> for Protocol {
 
 /// Flags of `flowlane rss hash`.
 #[derive(clap::Args, Debug, Clone)]
-pub struct HashArgs {
+pub(crate) struct HashArgs {
     /// Toeplitz key, hex (aa:bb:.. or plain); default: the Microsoft
     /// verification key (or the test bed's with --testbed).
     #[arg(long, conflicts_with = "testbed")]
@@ -68,7 +68,7 @@ pub struct HashArgs {
 
 /// What `rss hash` prints.
 #[derive(Debug, Serialize)]
-pub struct HashResult {
+pub(crate) struct HashResult {
     /// The key used.
     pub key: RssKey,
     /// The hash input bytes (hex).
@@ -88,7 +88,7 @@ pub struct HashResult {
 }
 
 /// Runs `flowlane rss hash`.
-pub fn hash(args: HashArgs) -> Result<()> {
+pub(crate) fn hash(args: HashArgs) -> Result<()> {
     if args.src.is_ipv4() != args.dst.is_ipv4() {
         bail!("--src and --dst must both be IPv4 or both IPv6");
     }

@@ -8,8 +8,9 @@ use flowlane_testbed::delay_line::{self, DelayConfig};
 use flowlane_testbed::impair::{self, parse_percent, ImpairSpec};
 use flowlane_testbed::{self as testbed, netns};
 
-use crate::service::ServiceSignals;
-use crate::{even_table, parse_key};
+use crate::rss_args::parse_key;
+use flowlane_apps::service::ServiceSignals;
+use flowlane_numa_sched::IndirectionTable;
 
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct BedName {
@@ -171,7 +172,7 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
                 name: bed.name,
                 queues,
                 key: key.as_bytes().to_vec(),
-                table: even_table(table_size, &all)?,
+                table: IndirectionTable::even(table_size, &all)?.to_queue_list(),
             };
             let s = testbed::up(&spec)?;
             if json {
@@ -290,7 +291,7 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
             let caps = nic.caps()?;
             let key = key.as_deref().map(|k| parse_key(Some(k))).transpose()?;
             let table = match (queues, table) {
-                (Some(q), _) => Some(even_table(caps.table_size, &q)?),
+                (Some(q), _) => Some(IndirectionTable::even(caps.table_size, &q)?.to_queue_list()),
                 (None, t) => t,
             };
             nic.set_rss(key.as_ref().map(|k| k.as_bytes()), table.as_deref())?;

@@ -29,7 +29,7 @@ use flowlane_dataplane::placement::place_queues;
 
 /// One threaded-NAPI kthread, now and planned.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct NapiThread {
+pub(crate) struct NapiThread {
     /// The receive queue it polls.
     pub queue: u16,
     /// Its NAPI id.
@@ -46,7 +46,7 @@ pub struct NapiThread {
 
 impl NapiThread {
     /// Whether its affinity has to change.
-    pub fn changes(&self) -> bool {
+    pub(crate) fn changes(&self) -> bool {
         self.current != [self.planned]
     }
 }
@@ -54,7 +54,7 @@ impl NapiThread {
 /// How the interface's queues are interrupted, and the plan for them.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-pub enum QueueIrqs {
+pub(crate) enum QueueIrqs {
     /// MSI IRQs, one per queue.
     Msi {
         /// Current vs planned affinity per queue IRQ.
@@ -71,7 +71,7 @@ pub enum QueueIrqs {
 
 /// What `irq show` shows and `irq apply` applies.
 #[derive(Debug, Clone, Serialize)]
-pub struct IrqView {
+pub(crate) struct IrqView {
     /// The interface.
     pub iface: Iface,
     /// Queue → CPU placement the plan follows.
@@ -85,7 +85,7 @@ pub struct IrqView {
 /// Reads the interface's queue interrupts (or NAPI threads) and plans them
 /// onto the placement of `queues` queues (default: all of the device's) on
 /// `topo`, within `budget` CPUs if given.
-pub fn inspect(
+pub(crate) fn inspect(
     roots: &Roots,
     ifname: &str,
     topo: &Topology,
@@ -189,7 +189,7 @@ fn napi_plan(roots: &Roots, iface: &Iface, placement: &PlacementPlan) -> Result<
 
 /// What `apply` did (or, dry, would do).
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Applied {
+pub(crate) struct Applied {
     /// Files written, relative to their root, with the value written.
     pub writes: Vec<(PathBuf, String)>,
     /// `(pid, cpu)` of NAPI threads pinned.
@@ -200,13 +200,13 @@ pub struct Applied {
 
 /// Sets a task's CPU affinity (the real one is [`set_task_affinity`]; tests
 /// record instead).
-pub type AffinitySetter<'a> = &'a mut dyn FnMut(u32, &[u32]) -> Result<()>;
+pub(crate) type AffinitySetter<'a> = &'a mut dyn FnMut(u32, &[u32]) -> Result<()>;
 
 /// Applies the plan of `inspect(roots, ifname, topo, queues, budget)`:
 /// writes the changed IRQ affinities, or switches threaded NAPI on and pins
 /// the threads. With `dry_run`, reports what it would do and touches nothing.
 /// Returns the view before the changes and what was done.
-pub fn apply(
+pub(crate) fn apply(
     roots: &Roots,
     ifname: &str,
     topo: &Topology,
@@ -307,7 +307,7 @@ fn write_one(p: &Path, value: &str) -> Result<()> {
 }
 
 /// Pins task `pid` to `cpus` (`sched_setaffinity`).
-pub fn set_task_affinity(pid: u32, cpus: &[u32]) -> Result<()> {
+pub(crate) fn set_task_affinity(pid: u32, cpus: &[u32]) -> Result<()> {
     let mut set = nix::sched::CpuSet::new();
     for &c in cpus {
         set.set(c as usize)?;

@@ -10,7 +10,7 @@ use flowlane_numa_sched::parse_cpu_list;
 
 /// `--sysfs-root` / `--procfs-root`.
 #[derive(clap::Args, Debug, Clone)]
-pub struct Roots {
+pub(crate) struct Roots {
     /// Root of sysfs (a fake tree in tests).
     #[arg(long, default_value = "/sys", value_name = "DIR")]
     pub sysfs_root: PathBuf,
@@ -30,7 +30,7 @@ impl Default for Roots {
 
 /// What sysfs says about an interface.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Iface {
+pub(crate) struct Iface {
     /// Interface name.
     pub name: String,
     /// Receive queues (`queues/rx-*`).
@@ -44,13 +44,13 @@ pub struct Iface {
 
 impl Roots {
     /// `<sysfs>/class/net/<name>`.
-    pub fn iface_dir(&self, name: &str) -> PathBuf {
+    pub(crate) fn iface_dir(&self, name: &str) -> PathBuf {
         self.sysfs_root.join("class/net").join(name)
     }
 
     /// Reads `name`'s queue count, NUMA node and MSI IRQs (through the data
     /// path's interface reader, the one sysfs reader).
-    pub fn iface(&self, name: &str) -> Result<Iface> {
+    pub(crate) fn iface(&self, name: &str) -> Result<Iface> {
         let dir = iface::iface_dir(&self.sysfs_root, name)?;
         let facts = iface::device_facts(&dir)?;
         Ok(Iface {
@@ -62,23 +62,23 @@ impl Roots {
     }
 
     /// `<procfs>/interrupts`.
-    pub fn interrupts(&self) -> Result<String> {
+    pub(crate) fn interrupts(&self) -> Result<String> {
         read(&self.procfs_root.join("interrupts"))
     }
 
     /// `<procfs>/irq/<irq>/smp_affinity_list`, relative path.
-    pub fn irq_affinity_path(irq: u32) -> PathBuf {
+    pub(crate) fn irq_affinity_path(irq: u32) -> PathBuf {
         PathBuf::from(format!("irq/{irq}/smp_affinity_list"))
     }
 
     /// CPUs of `<procfs>/irq/<irq>/smp_affinity_list`.
-    pub fn irq_affinity(&self, irq: u32) -> Result<Vec<u32>> {
+    pub(crate) fn irq_affinity(&self, irq: u32) -> Result<Vec<u32>> {
         let p = self.procfs_root.join(Self::irq_affinity_path(irq));
         parse_cpu_list(&read(&p)?).with_context(|| format!("in {}", p.display()))
     }
 
     /// `(pid, comm)` of every process in procfs.
-    pub fn comms(&self) -> Result<Vec<(u32, String)>> {
+    pub(crate) fn comms(&self) -> Result<Vec<(u32, String)>> {
         let rd = std::fs::read_dir(&self.procfs_root)
             .with_context(|| format!("listing {}", self.procfs_root.display()))?;
         let mut out: Vec<(u32, String)> = rd
@@ -95,7 +95,7 @@ impl Roots {
     }
 
     /// CPUs a task may run on (`Cpus_allowed_list` of `<procfs>/<pid>/status`).
-    pub fn task_affinity(&self, pid: u32) -> Result<Vec<u32>> {
+    pub(crate) fn task_affinity(&self, pid: u32) -> Result<Vec<u32>> {
         let p = self.procfs_root.join(format!("{pid}/status"));
         let text = read(&p)?;
         let line = text
@@ -106,7 +106,7 @@ impl Roots {
     }
 
     /// `<sysfs>/class/net/<if>/threaded`: whether threaded NAPI is on.
-    pub fn napi_threaded(&self, name: &str) -> Result<bool> {
+    pub(crate) fn napi_threaded(&self, name: &str) -> Result<bool> {
         let p = self.iface_dir(name).join("threaded");
         // 0 off, 1 on; newer kernels add 2 (busy-poll threads): still threads.
         Ok(read(&p)?.trim() != "0")
@@ -114,6 +114,6 @@ impl Roots {
 }
 
 /// Reads a whole file, naming it on failure.
-pub fn read(p: &Path) -> Result<String> {
+pub(crate) fn read(p: &Path) -> Result<String> {
     std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
 }

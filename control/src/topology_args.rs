@@ -7,7 +7,7 @@ use flowlane_numa_sched::Topology;
 
 /// Where the topology comes from (`plan`, `irq`).
 #[derive(clap::Args, Debug, Clone, Default)]
-pub struct TopologyArgs {
+pub(crate) struct TopologyArgs {
     /// Load an hwloc XML export (`lstopo --of xml FILE`) instead of probing this machine.
     #[arg(long, value_name = "FILE", conflicts_with = "synthetic")]
     pub topology_xml: Option<PathBuf>,
@@ -18,12 +18,12 @@ pub struct TopologyArgs {
 
 impl TopologyArgs {
     /// Whether the topology is this machine's (so the process's CPU affinity applies).
-    pub fn is_machine(&self) -> bool {
+    pub(crate) fn is_machine(&self) -> bool {
         self.topology_xml.is_none() && self.synthetic.is_none()
     }
 
     /// Loads the topology.
-    pub fn load(&self) -> Result<Topology> {
+    pub(crate) fn load(&self) -> Result<Topology> {
         if let Some(p) = &self.topology_xml {
             return Topology::from_xml_file(p)
                 .with_context(|| format!("loading topology file {}", p.display()));

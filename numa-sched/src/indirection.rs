@@ -84,6 +84,12 @@ impl IndirectionTable {
         &self.entries
     }
 
+    /// The entries as the `u32` queue list NIC interfaces take
+    /// ([`crate::nic::RssNic::set_rss`]).
+    pub fn to_queue_list(&self) -> Vec<u32> {
+        self.entries.iter().map(|&q| u32::from(q)).collect()
+    }
+
     /// Number of buckets.
     #[must_use]
     pub fn size(&self) -> usize {

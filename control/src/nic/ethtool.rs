@@ -8,13 +8,13 @@ use flowlane_testbed::netns::run;
 
 /// A NIC driven through ethtool.
 #[derive(Debug, Clone)]
-pub struct EthtoolNic {
+pub(crate) struct EthtoolNic {
     ifname: String,
 }
 
 impl EthtoolNic {
     /// The NIC named `ifname` in the current namespace.
-    pub fn new(ifname: &str) -> EthtoolNic {
+    pub(crate) fn new(ifname: &str) -> EthtoolNic {
         EthtoolNic {
             ifname: ifname.to_string(),
         }
@@ -22,7 +22,7 @@ impl EthtoolNic {
 }
 
 /// Parses `ethtool -x` output.
-pub fn parse_ethtool_x(text: &str) -> Result<RssSettings> {
+pub(crate) fn parse_ethtool_x(text: &str) -> Result<RssSettings> {
     let mut table = Vec::new();
     let mut key = Vec::new();
     let mut in_key = false;
@@ -130,6 +130,12 @@ impl RssNic for EthtoolNic {
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         run("ethtool", &refs).map(|_| ())
     }
+}
+
+/// The RSS settings of `iface` as ethtool reports them, if it can (for the
+/// TCP services' active opens, which pick ports by the NIC's RSS).
+pub(crate) fn read_rss(iface: &str) -> Option<RssSettings> {
+    EthtoolNic::new(iface).rss().ok()
 }
 
 #[cfg(test)]

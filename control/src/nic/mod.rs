@@ -5,4 +5,4 @@
 //!
 //! [`RssNic`]: flowlane_numa_sched::nic::RssNic
 
-pub mod ethtool;
+pub(crate) mod ethtool;

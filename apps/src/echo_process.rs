@@ -12,6 +12,7 @@ use crate::udp_echo::Report;
 use flowlane_testbed::BedState;
 
 /// A `flowlane udp-echo` child process in a test bed's namespace.
+#[derive(Debug)]
 pub struct EchoProcess {
     /// The child (its pid is flowlane's: `ip netns exec` execs in place).
     pub child: Child,

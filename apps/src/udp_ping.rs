@@ -28,7 +28,7 @@ use flowlane_dataplane::{
 use flowlane_numa_sched::Protocol;
 use serde::Serialize;
 
-use crate::cmd_hint::rss_state;
+use crate::flow_rss::rss_state;
 use flowlane_dataplane::ephemeral::EPHEMERAL;
 use flowlane_dataplane::placement::machine_placement;
 use flowlane_numa_sched::nic::RssNic;

@@ -5,6 +5,7 @@
 //! Writes that fail are dropped; the command goes on and exits as usual.
 
 /// `print!` whose failure (a closed pipe) is ignored.
+#[macro_export]
 macro_rules! out {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
@@ -13,6 +14,7 @@ macro_rules! out {
 }
 
 /// `println!` whose failure (a closed pipe) is ignored.
+#[macro_export]
 macro_rules! outln {
     ($($arg:tt)*) => {{
         use std::io::Write as _;

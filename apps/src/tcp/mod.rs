@@ -24,7 +24,7 @@ use flowlane_dataplane::tcp_service::{self, rss_state};
 use flowlane_dataplane::{
     thread_cpu_ns, worker_cpu_ns, TcpCountersSnapshot, TcpHandler, TcpService, TcpServiceConfig,
 };
-use flowlane_numa_sched::nic::RssNic;
+use flowlane_numa_sched::nic::RssSettings;
 use flowlane_numa_sched::toeplitz::RssKey;
 use flowlane_numa_sched::RssState;
 use serde_json::{json, Value};
@@ -148,8 +148,13 @@ pub struct SourceArgs {
     seed: u64,
 }
 
-/// Runs one of the TCP examples.
-pub fn run(cmd: TcpCmd) -> Result<()> {
+/// Reads a NIC's RSS (key and table) by interface name, where the caller
+/// knows how (the `flowlane` binary: ethtool).
+pub type NicRssReader = fn(&str) -> Option<RssSettings>;
+
+/// Runs one of the TCP examples. `read_nic_rss` tells active opens the
+/// NIC's RSS when no `--rss-key/--rss-table` (or `--bed`) is given.
+pub fn run(cmd: TcpCmd, read_nic_rss: NicRssReader) -> Result<()> {
     let common = match &cmd {
         TcpCmd::EchoServer(a) => &a.common,
         TcpCmd::HttpServer(a) => &a.common,
@@ -162,7 +167,7 @@ pub fn run(cmd: TcpCmd) -> Result<()> {
     match cmd {
         TcpCmd::EchoServer(a) => {
             let port = a.port;
-            serve(&a.common, &[port], None, 0, move |h, _tx| {
+            serve(&a.common, read_nic_rss, &[port], None, 0, move |h, _tx| {
                 h.listen(
                     port,
                     Echo {
@@ -180,7 +185,7 @@ pub fn run(cmd: TcpCmd) -> Result<()> {
                 a.body
             )
             .into_bytes();
-            serve(&a.common, &[port], None, 0, move |h, _tx| {
+            serve(&a.common, read_nic_rss, &[port], None, 0, move |h, _tx| {
                 h.listen(
                     port,
                     Http {
@@ -193,17 +198,24 @@ pub fn run(cmd: TcpCmd) -> Result<()> {
         }
         TcpCmd::BulkSink(a) => {
             let (port, hash) = (a.port, !a.no_hash);
-            serve(&a.common, &[port], None, a.count, move |h, tx| {
-                h.listen(
-                    port,
-                    Sink {
-                        hash,
-                        conns: HashMap::new(),
-                        done: tx,
-                    },
-                )?;
-                Ok(())
-            })
+            serve(
+                &a.common,
+                read_nic_rss,
+                &[port],
+                None,
+                a.count,
+                move |h, tx| {
+                    h.listen(
+                        port,
+                        Sink {
+                            hash,
+                            conns: HashMap::new(),
+                            done: tx,
+                        },
+                    )?;
+                    Ok(())
+                },
+            )
         }
         TcpCmd::BulkSource(a) => {
             let (remote, bytes, seed, total) = (a.connect, a.bytes, a.seed, a.connections);
@@ -213,25 +225,32 @@ pub fn run(cmd: TcpCmd) -> Result<()> {
             }
             .interface()?
             .1;
-            serve(&a.common, &[], Some(*remote.ip()), total, move |h, tx| {
-                let q = h.queue();
-                let mut n = total / queues as usize;
-                if q == 0 {
-                    n += total % queues as usize;
-                }
-                if n > 0 {
-                    h.add(Source {
-                        remote,
-                        bytes,
-                        seed: seed.wrapping_add(u64::from(q) << 32),
-                        to_open: n,
-                        conns: HashMap::new(),
-                        buf: vec![0; 65536],
-                        done: tx,
-                    });
-                }
-                Ok(())
-            })
+            serve(
+                &a.common,
+                read_nic_rss,
+                &[],
+                Some(*remote.ip()),
+                total,
+                move |h, tx| {
+                    let q = h.queue();
+                    let mut n = total / queues as usize;
+                    if q == 0 {
+                        n += total % queues as usize;
+                    }
+                    if n > 0 {
+                        h.add(Source {
+                            remote,
+                            bytes,
+                            seed: seed.wrapping_add(u64::from(q) << 32),
+                            to_open: n,
+                            conns: HashMap::new(),
+                            buf: vec![0; 65536],
+                            done: tx,
+                        });
+                    }
+                    Ok(())
+                },
+            )
         }
     }
 }
@@ -246,16 +265,16 @@ fn reexec_in_bed(bed: &str) -> Result<()> {
 
 /// The NIC's RSS as an `RssState` for `queues` queues (flags, else
 /// ethtool).
-fn rss(c: &Common, queues: u32) -> Result<Option<RssState>> {
+fn rss(c: &Common, queues: u32, read_nic_rss: NicRssReader) -> Result<Option<RssState>> {
     let settings = match (&c.rss_key, &c.rss_table) {
-        (Some(k), Some(t)) => Some(flowlane_numa_sched::nic::RssSettings {
+        (Some(k), Some(t)) => Some(RssSettings {
             key: RssKey::parse_hex(k)
                 .context("bad --rss-key")?
                 .as_bytes()
                 .to_vec(),
             table: t.clone(),
         }),
-        (None, None) => crate::nic::ethtool::EthtoolNic::new(&c.iface).rss().ok(),
+        (None, None) => read_nic_rss(&c.iface),
         _ => bail!("--rss-key and --rss-table go together"),
     };
     Ok(match settings {
@@ -288,6 +307,7 @@ fn counters_json(per_queue: &[(u32, TcpCountersSnapshot)]) -> Value {
 /// `connect_to`: the server of active opens (its MAC is resolved first).
 fn serve<F>(
     c: &Common,
+    read_nic_rss: NicRssReader,
     ports: &[u16],
     connect_to: Option<Ipv4Addr>,
     expect: usize,
@@ -308,7 +328,7 @@ where
     config.msl = c.msl_ms.map(flowlane_tcp::time::Duration::from_millis);
     let (_, queues) = config.interface()?;
     if config.active {
-        config.rss = rss(c, queues)?;
+        config.rss = rss(c, queues, read_nic_rss)?;
     }
     config.neighbors = tcp_service::neighbors(&c.neighbor, &c.iface, connect_to)?;
 

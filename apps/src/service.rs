@@ -8,6 +8,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 
 /// The service's signal flags.
+#[derive(Debug)]
 pub struct ServiceSignals {
     stop: Arc<AtomicBool>,
     report: Arc<AtomicBool>,

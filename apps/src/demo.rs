@@ -178,7 +178,7 @@ pub fn run(args: Args) -> Result<()> {
         name: args.bed.clone(),
         queues: args.queues,
         key: key.as_bytes().to_vec(),
-        table: crate::even_table(128, &all)?,
+        table: flowlane_numa_sched::IndirectionTable::even(128, &all)?.to_queue_list(),
     };
     let bed = testbed::up(&spec)?;
     let result = run_on(&args, &bed, &key);

@@ -1,0 +1,27 @@
+//! flowlane's example services and tools on the data path, written against
+//! the application API (`flowlane-app`): what `flowlane <service>` runs.
+//!
+//! | module | command |
+//! | --- | --- |
+//! | [`tcp`] | `echo-server`, `http-server`, `bulk-sink`, `bulk-source` |
+//! | [`udp_echo`] | `udp-echo` (and [`echo_process`], the same as a child in a bed) |
+//! | [`udp_ping`] | `udp-ping` |
+//! | [`bench_rx`] | `bench rx` |
+//! | [`demo`] | `demo` |
+//!
+//! [`service`] holds what every long-running service shares (signals,
+//! reports), [`output`] standard output that a closed pipe cannot crash,
+//! [`flow_rss`] the RSS state flows are predicted with.
+#![forbid(unsafe_code)]
+
+#[macro_use]
+pub mod output;
+
+pub mod bench_rx;
+pub mod demo;
+pub mod echo_process;
+pub mod flow_rss;
+pub mod service;
+pub mod tcp;
+pub mod udp_echo;
+pub mod udp_ping;
