@@ -91,6 +91,24 @@ pub trait Net {
     /// This core's TCP counters.
     fn stats(&self) -> &Stats;
 
+    /// Reads and drops everything readable on `conn` now (zero-copy: peek,
+    /// then consume); returns the bytes dropped. For connections whose peer
+    /// is not expected to send anything that matters.
+    fn discard(&mut self, conn: ConnHandle) -> usize {
+        let mut dropped = 0;
+        while let Ok(d) = self.peek(conn) {
+            let n = d.len();
+            if n == 0 {
+                break;
+            }
+            match self.consume(conn, n) {
+                Ok(m) if m > 0 => dropped += m,
+                _ => break,
+            }
+        }
+        dropped
+    }
+
     /// Echo service step: moves what has arrived on `conn` to its send
     /// buffer, as far as that buffer takes, through `scratch`; asks for
     /// `on_writable` when the send buffer is full, and closes once the peer

@@ -71,30 +71,15 @@ impl EphemeralPorts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flowlane_numa_sched::placement::{PlacementPlan, QueuePlacement};
-    use flowlane_numa_sched::toeplitz::{FlowTuple, RssHashConfig, RssKey};
+    use flowlane_numa_sched::toeplitz::{FlowTuple, RssKey};
     use flowlane_numa_sched::IndirectionTable;
 
     fn rss(queues: u16) -> RssState {
-        let plan = PlacementPlan {
-            nic_node: None,
-            queues: (0..queues)
-                .map(|q| QueuePlacement {
-                    queue: q,
-                    cpu: u32::from(q),
-                    core_id: u32::from(q),
-                    node: 0,
-                    mem_node: 0,
-                })
-                .collect(),
-            notes: Vec::new(),
-        };
         let table = IndirectionTable::even(128, &(0..queues).collect::<Vec<_>>()).unwrap();
-        RssState::new(
-            &RssKey::microsoft_default(),
-            table,
-            RssHashConfig::default(),
-            &plan,
+        crate::tcp_service::rss_state(
+            RssKey::microsoft_default().as_bytes(),
+            &table.to_queue_list(),
+            u32::from(queues),
         )
         .unwrap()
     }

@@ -349,12 +349,7 @@ impl ConnHandler for Tx {
     }
     fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         // The receiver does not answer in throughput mode: discard.
-        while let Ok(d) = net.peek(conn) {
-            let n = d.len();
-            if n == 0 || net.consume(conn, n).is_err() {
-                break;
-            }
-        }
+        net.discard(conn);
     }
     fn on_closed(&mut self, _net: &mut dyn Net, conn: ConnHandle, reason: CloseReason) {
         self.conns.retain(|&c| c != conn);

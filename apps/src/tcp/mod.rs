@@ -732,13 +732,7 @@ impl ConnHandler for Source {
     }
     fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         // The sink is not supposed to answer: discard.
-        while let Ok(d) = net.peek(conn) {
-            let n = d.len();
-            if n == 0 {
-                break;
-            }
-            let _ = net.consume(conn, n);
-        }
+        net.discard(conn);
     }
     /// The peer closes after reading everything we sent (our FIN
     /// included): the transfer is complete. (`on_closed` would only come
