@@ -18,7 +18,8 @@ pub mod packet_socket;
 pub mod runtime;
 pub mod tcp_handler;
 pub mod umem;
-pub mod wire;
+/// The packet codec, moved to `flowlane-wire`; this re-export is transitional.
+pub use flowlane_wire as wire;
 pub mod worker;
 pub mod xsk;
 

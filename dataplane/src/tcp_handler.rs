@@ -63,15 +63,15 @@ use flowlane_tcp::time::Instant;
 use flowlane_tcp::{
     CloseReason, Config, ConnHandle, Error, Event, FourTuple, ListenerId, Stack, State, Stats,
 };
-
-use crate::ephemeral::EphemeralPorts;
-use crate::neighbor::Neighbors;
-use crate::wire::checksum::{verify_tcp_checksum, ChecksumPolicy};
-use crate::wire::packet::{emit_eth_ipv4_tcp_headers, ETH_IPV4_TCP_OFFSET};
-use crate::wire::{
+use flowlane_wire::checksum::{verify_tcp_checksum, ChecksumPolicy};
+use flowlane_wire::packet::{emit_eth_ipv4_tcp_headers, ETH_IPV4_TCP_OFFSET};
+use flowlane_wire::{
     parse_frame_with, EtherType, EthernetAddress, EthernetRepr, IpProtocol, Ipv4Repr, Layer,
     Network, Transport, VlanTags, WireError,
 };
+
+use crate::ephemeral::EphemeralPorts;
+use crate::neighbor::Neighbors;
 use crate::worker::{QueueHandler, QueueInfo, RxAction, TxBatch};
 
 /// How often the worker copies the stack's counters into [`TcpCounters`].
@@ -580,7 +580,7 @@ impl TcpHandler {
                 return false;
             }
         };
-        let (Network::Ipv4(ip), Transport::Tcp { .. }) = (&f.network, &f.transport) else {
+        let (Network::Ipv4(ip), Transport::Tcp(tcp)) = (&f.network, &f.transport) else {
             TcpCounters::bump(&c.not_ours);
             return false;
         };
@@ -595,11 +595,13 @@ impl TcpHandler {
         }
         TcpCounters::bump(&c.segments_in);
         self.neighbors.learn(ip.src_addr, f.ethernet.src_addr);
-        self.stack.handle_segment(
+        // The classifier parsed the whole TCP header: hand it over as is.
+        self.stack.handle_tcp(
             now,
             IpAddr::V4(ip.src_addr),
             IpAddr::V4(ip.dst_addr),
-            segment,
+            tcp,
+            f.payload(),
         );
         true
     }
@@ -712,7 +714,7 @@ mod tests {
     //! peer, frames passed by hand (no sockets): checksums, corruption
     //! counting, MAC learning, zero-copy output and the callbacks.
     use super::*;
-    use crate::wire::packet::parse_frame;
+    use flowlane_wire::packet::parse_frame;
 
     const OUR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
     const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];

@@ -16,8 +16,8 @@ use crate::rto::RttEstimator;
 use crate::sack::{Scoreboard, DUP_THRESH};
 use crate::seq::SeqNumber;
 use crate::time::{Duration, Instant};
-use crate::wire::{TcpFlags, TcpOptions, TcpRepr};
 use crate::{CloseReason, Config, FourTuple, Stats};
+use flowlane_wire::tcp::{TcpFlags, TcpOptions, TcpRepr};
 use std::collections::VecDeque;
 
 /// RFC 9293 §3.3.2 connection states.
@@ -555,8 +555,8 @@ impl Connection {
         let mut c = Self::blank(cfg, isn, tuple, now);
         c.state = State::SynReceived;
         c.flags.set(Flags::PASSIVE);
-        c.rcv.irs = syn.seq;
-        c.rcv.nxt = syn.seq + 1;
+        c.rcv.irs = SeqNumber(syn.seq);
+        c.rcv.nxt = SeqNumber(syn.seq) + 1;
         c.rcv.adv = c.rcv.nxt;
         c.tune.rcv_space_seq = c.rcv.nxt;
         c.tune.rcv_space_time = now;
@@ -567,7 +567,7 @@ impl Connection {
         // RFC 9293 §3.10.7.2: the SYN's window is never scaled.
         c.snd.wnd = u32::from(syn.window);
         c.snd.max_wnd = c.snd.wnd;
-        c.snd.wl1 = syn.seq;
+        c.snd.wl1 = SeqNumber(syn.seq);
         c.snd.wl2 = c.snd.iss;
         c
     }
@@ -1014,11 +1014,11 @@ impl Connection {
     fn on_segment_syn_sent(&mut self, ctx: &mut Ctx, seg: &TcpRepr, _payload: &[u8]) {
         let f = seg.flags;
         // First: check the ACK bit.
-        if f.ack() && (seg.ack <= self.snd.iss || seg.ack > self.snd.max) {
+        if f.ack() && (SeqNumber(seg.ack) <= self.snd.iss || SeqNumber(seg.ack) > self.snd.max) {
             if !f.rst() {
                 ctx.queue_rst(PendingRst {
                     tuple: self.tuple,
-                    seq: seg.ack,
+                    seq: SeqNumber(seg.ack),
                     ack: None,
                 });
             }
@@ -1037,19 +1037,19 @@ impl Connection {
         if !f.syn() {
             return;
         }
-        self.rcv.irs = seg.seq;
-        self.rcv.nxt = seg.seq + 1;
+        self.rcv.irs = SeqNumber(seg.seq);
+        self.rcv.nxt = SeqNumber(seg.seq) + 1;
         self.rcv.adv = self.rcv.nxt;
         self.tune.rcv_space_seq = self.rcv.nxt;
         self.tune.rcv_space_time = ctx.now;
         self.negotiate_options(ctx.cfg, seg, ctx.now);
         self.snd.wnd = u32::from(seg.window);
         self.snd.max_wnd = self.snd.wnd;
-        self.snd.wl1 = seg.seq;
-        self.snd.wl2 = seg.ack;
+        self.snd.wl1 = SeqNumber(seg.seq);
+        self.snd.wl2 = SeqNumber(seg.ack);
         self.timers.last_recv = ctx.now;
         if f.ack() {
-            self.snd.una = seg.ack;
+            self.snd.una = SeqNumber(seg.ack);
             self.take_rtt_sample(ctx.now, seg);
             self.timers.rto = None;
             self.timers.retransmits = 0;
@@ -1069,7 +1069,7 @@ impl Connection {
     fn on_segment_other(&mut self, ctx: &mut Ctx, seg: &TcpRepr, payload: &[u8]) {
         let now = ctx.now;
         let mut f = seg.flags;
-        let mut seq = seg.seq;
+        let mut seq = SeqNumber(seg.seq);
 
         // A retransmission of the peer's SYN (or SYN-ACK, simultaneous open):
         // drop the SYN bit and treat the rest normally; it needs an ACK.
@@ -1196,7 +1196,7 @@ impl Connection {
             return;
         }
         if self.state == State::SynReceived {
-            if seg.ack > self.snd.una && seg.ack <= self.snd.max {
+            if SeqNumber(seg.ack) > self.snd.una && SeqNumber(seg.ack) <= self.snd.max {
                 self.state = if self.flags.has(Flags::FIN_QUEUED) {
                     State::FinWait1
                 } else {
@@ -1207,7 +1207,7 @@ impl Connection {
                 self.snd.wnd = u32::from(seg.window) << self.snd.wscale;
                 self.snd.max_wnd = self.snd.max_wnd.max(self.snd.wnd);
                 self.snd.wl1 = seq;
-                self.snd.wl2 = seg.ack;
+                self.snd.wl2 = SeqNumber(seg.ack);
                 self.snd.una = self.snd.iss + 1;
                 self.timers.rto = None;
                 self.timers.retransmits = 0;
@@ -1216,7 +1216,7 @@ impl Connection {
                 // RFC 9293 §3.10.7.4: <SEQ=SEG.ACK><CTL=RST>.
                 ctx.queue_rst(PendingRst {
                     tuple: self.tuple,
-                    seq: seg.ack,
+                    seq: SeqNumber(seg.ack),
                     ack: None,
                 });
                 return;
@@ -1267,7 +1267,7 @@ impl Connection {
         f: TcpFlags,
     ) -> bool {
         let now = ctx.now;
-        let ack = seg.ack;
+        let ack = SeqNumber(seg.ack);
         if ack > self.snd.max {
             // Acknowledges something not yet sent.
             self.flags.set(Flags::ACK_NOW);
@@ -1430,11 +1430,13 @@ impl Connection {
     fn update_scoreboard(&mut self, seg: &TcpRepr) -> bool {
         let o = &seg.options;
         let n = usize::from(o.sack_block_count).min(o.sack_blocks.len());
-        let ack = seg.ack.max(self.snd.una);
+        let ack = SeqNumber(seg.ack).max(self.snd.una);
         let mut news = false;
-        for (i, &(l, r)) in o.sack_blocks[..n].iter().enumerate() {
+        let block = |i: usize| (SeqNumber(o.sack_blocks[i].0), SeqNumber(o.sack_blocks[i].1));
+        for i in 0..n {
+            let (l, r) = block(i);
             let dsack = i == 0
-                && (r <= seg.ack || (n > 1 && l >= o.sack_blocks[1].0 && r <= o.sack_blocks[1].1));
+                && (r <= SeqNumber(seg.ack) || (n > 1 && l >= block(1).0 && r <= block(1).1));
             if dsack || r <= ack || r > self.snd.max || l >= r {
                 continue;
             }
@@ -1565,7 +1567,7 @@ impl Connection {
     /// §3), which is what ends a backoff when every echo predates it.
     fn take_rtt_sample(&mut self, now: Instant, seg: &TcpRepr) {
         let timed = match self.timers.rtt_seq {
-            Some((end, sent)) if seg.ack >= end => {
+            Some((end, sent)) if SeqNumber(seg.ack) >= end => {
                 self.timers.rtt_seq = None;
                 Some(now.saturating_since(sent))
             }
@@ -1652,8 +1654,8 @@ impl Connection {
     fn sack_blocks(&mut self, o: &mut TcpOptions) {
         let max = if o.timestamps.is_some() { 3 } else { 4 };
         let mut n = 0;
-        if let Some(d) = self.rcv.dsack.take() {
-            o.sack_blocks[n] = d;
+        if let Some((l, r)) = self.rcv.dsack.take() {
+            o.sack_blocks[n] = (l.0, r.0);
             n += 1;
         }
         let nxt = self.rcv.nxt;
@@ -1666,7 +1668,7 @@ impl Connection {
         });
         if let Some(b) = first {
             if n < max {
-                o.sack_blocks[n] = b;
+                o.sack_blocks[n] = (b.0 .0, b.1 .0);
                 n += 1;
             }
         }
@@ -1675,7 +1677,7 @@ impl Connection {
                 break;
             }
             if Some(b) != first {
-                o.sack_blocks[n] = b;
+                o.sack_blocks[n] = (b.0 .0, b.1 .0);
                 n += 1;
             }
         }
@@ -1917,8 +1919,8 @@ impl Connection {
         let repr = TcpRepr {
             src_port: self.tuple.local.port(),
             dst_port: self.tuple.remote.port(),
-            seq: self.snd.iss,
-            ack: if ack { self.rcv.nxt } else { SeqNumber(0) },
+            seq: self.snd.iss.0,
+            ack: if ack { self.rcv.nxt.0 } else { 0 },
             flags,
             // RFC 7323 §2.2: the window in a SYN is not scaled.
             window: self.recv_buf.window().min(0xffff) as u16,
@@ -2328,8 +2330,8 @@ impl Connection {
         let repr = TcpRepr {
             src_port: self.tuple.local.port(),
             dst_port: self.tuple.remote.port(),
-            seq,
-            ack: self.rcv.nxt,
+            seq: seq.0,
+            ack: self.rcv.nxt.0,
             flags,
             window,
             urgent: 0,

@@ -40,7 +40,6 @@ pub mod seq;
 mod stack;
 pub mod time;
 pub mod timer;
-pub mod wire;
 
 use std::fmt;
 use std::net::SocketAddr;

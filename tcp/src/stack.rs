@@ -6,10 +6,10 @@ use crate::isn::IsnGenerator;
 use crate::seq::SeqNumber;
 use crate::time::Instant;
 use crate::timer::{TimerEntry, TimerWheel};
-use crate::wire::{TcpFlags, TcpOptions, TcpRepr};
 use crate::{
     Config, ConnHandle, ConnectionSnapshot, Error, Event, FourTuple, ListenerId, Stats, Transmit,
 };
+use flowlane_wire::tcp::{TcpFlags, TcpOptions, TcpRepr};
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::net::{IpAddr, SocketAddr};
@@ -418,24 +418,27 @@ impl Stack {
     // Input
     // ---------------------------------------------------------------
 
-    /// Processes one received TCP segment (header and payload; the caller
-    /// verified the checksum). Malformed segments are counted and dropped.
-    pub fn handle_segment(&mut self, now: Instant, src_ip: IpAddr, dst_ip: IpAddr, segment: &[u8]) {
+    /// Processes one received TCP segment whose header the caller already
+    /// parsed (for instance [`flowlane_wire::Transport::Tcp`] from the frame
+    /// classifier) and whose checksum it verified; `payload` is the data
+    /// after the header and options. This is the receive entry point: the
+    /// header is parsed exactly once, by the caller.
+    pub fn handle_tcp(
+        &mut self,
+        now: Instant,
+        src_ip: IpAddr,
+        dst_ip: IpAddr,
+        repr: &TcpRepr,
+        payload: &[u8],
+    ) {
         self.tick(now);
         self.stats.segments_in += 1;
-        let (repr, payload) = match TcpRepr::parse(segment) {
-            Ok(x) => x,
-            Err(_) => {
-                self.stats.malformed += 1;
-                return;
-            }
-        };
         let tuple = FourTuple {
             local: SocketAddr::new(dst_ip, repr.dst_port),
             remote: SocketAddr::new(src_ip, repr.src_port),
         };
         if let Some(&idx) = self.table.get(&tuple) {
-            self.with_conn(idx, |c, ctx| c.on_segment(ctx, &repr, payload));
+            self.with_conn(idx, |c, ctx| c.on_segment(ctx, repr, payload));
             return;
         }
         let listener = self
@@ -449,11 +452,26 @@ impl Stack {
             });
         match listener {
             Some(l) if src_ip.is_ipv4() == dst_ip.is_ipv4() => {
-                self.on_listen_segment(ListenerId(l), tuple, &repr, payload.len())
+                self.on_listen_segment(ListenerId(l), tuple, repr, payload.len())
             }
             _ => {
                 self.stats.no_connection += 1;
-                self.reset_for(tuple, &repr, payload.len());
+                self.reset_for(tuple, repr, payload.len());
+            }
+        }
+    }
+
+    /// Convenience over [`Stack::handle_tcp`] for a segment in bytes (TCP
+    /// header, options and payload; the caller verified the checksum): parses
+    /// the header, then hands it on. Malformed segments are counted
+    /// ([`Stats::malformed`]) and dropped.
+    pub fn handle_segment(&mut self, now: Instant, src_ip: IpAddr, dst_ip: IpAddr, segment: &[u8]) {
+        match TcpRepr::parse_segment(segment) {
+            Ok((repr, payload)) => self.handle_tcp(now, src_ip, dst_ip, &repr, payload),
+            Err(_) => {
+                self.tick(now);
+                self.stats.segments_in += 1;
+                self.stats.malformed += 1;
             }
         }
     }
@@ -494,7 +512,7 @@ impl Stack {
         let rst = if seg.flags.ack() {
             PendingRst {
                 tuple,
-                seq: seg.ack,
+                seq: SeqNumber(seg.ack),
                 ack: None,
             }
         } else {
@@ -502,7 +520,7 @@ impl Stack {
             PendingRst {
                 tuple,
                 seq: SeqNumber(0),
-                ack: Some(seg.seq + seg_len),
+                ack: Some(SeqNumber(seg.seq) + seg_len),
             }
         };
         let Stack {
@@ -530,8 +548,8 @@ impl Stack {
             let repr = TcpRepr {
                 src_port: rst.tuple.local.port(),
                 dst_port: rst.tuple.remote.port(),
-                seq: rst.seq,
-                ack: rst.ack.unwrap_or_default(),
+                seq: rst.seq.0,
+                ack: rst.ack.unwrap_or_default().0,
                 flags: if rst.ack.is_some() {
                     TcpFlags::RST | TcpFlags::ACK
                 } else {

@@ -429,7 +429,7 @@ impl Sim {
                 self.stats.checksum_drops += 1;
             } else {
                 if self.trace {
-                    if let Ok((r, pl)) = flowlane_tcp::wire::TcpRepr::parse(&p.bytes) {
+                    if let Ok((r, pl)) = flowlane_wire::TcpRepr::parse_segment(&p.bytes) {
                         eprintln!(
                             "{:?} {} {}->{} {:?} seq={} ack={} win={} len={} ts={:?}",
                             self.now,
