@@ -27,30 +27,26 @@
 //! assert!(matches!(server.poll_event(), Some(Event::Accepted { listener: l, .. }) if l == listener));
 //! ```
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
-pub mod assembler;
-pub mod buffer;
-pub mod cc;
+mod assembler;
+mod buffer;
+mod cc;
 mod connection;
-pub mod isn;
-pub mod rto;
-pub mod sack;
-pub mod seq;
+mod isn;
+mod rto;
+mod sack;
+mod seq;
 mod stack;
 pub mod time;
-pub mod timer;
+mod timer;
 
 use std::fmt;
 use std::net::SocketAddr;
 
-pub use connection::{
-    ConnectionSnapshot, Flags, ReceiveState, SendState, State, TimerState, TimestampState,
-    TuningState,
-};
+pub use cc::CongestionAlgorithm;
+pub use connection::{Snapshot, State};
 pub use stack::Stack;
 
-use cc::CongestionAlgorithm;
 use time::Duration;
 
 /// A connection's address pair, from this stack's point of view. Generic
@@ -132,8 +128,6 @@ pub enum Event {
 pub enum Error {
     /// The handle does not name a live connection (closed or exported).
     InvalidHandle,
-    /// The listener id does not name a live listener.
-    InvalidListener,
     /// The address (or four-tuple) is already in use.
     AddrInUse,
     /// Local and remote addresses are of different families, or a port is 0.
@@ -150,7 +144,6 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = match self {
             Error::InvalidHandle => "invalid connection handle",
-            Error::InvalidListener => "invalid listener id",
             Error::AddrInUse => "address in use",
             Error::InvalidAddress => "invalid address",
             Error::WouldBlock => "operation would block",

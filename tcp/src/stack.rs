@@ -6,9 +6,7 @@ use crate::isn::IsnGenerator;
 use crate::seq::SeqNumber;
 use crate::time::Instant;
 use crate::timer::{TimerEntry, TimerWheel};
-use crate::{
-    Config, ConnHandle, ConnectionSnapshot, Error, Event, FourTuple, ListenerId, Stats, Transmit,
-};
+use crate::{Config, ConnHandle, Error, Event, FourTuple, ListenerId, Snapshot, Stats, Transmit};
 use flowlane_wire::tcp::{TcpFlags, TcpOptions, TcpRepr};
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -182,18 +180,6 @@ impl Stack {
         Ok(ListenerId(id))
     }
 
-    /// Stops listening. Half-open connections from it are reset when they
-    /// complete; established ones are unaffected.
-    pub fn unlisten(&mut self, id: ListenerId) -> Result<(), Error> {
-        let l = self
-            .listeners
-            .get_mut(id.0 as usize)
-            .and_then(Option::take)
-            .ok_or(Error::InvalidListener)?;
-        self.listener_ports.remove(&l.local.port());
-        Ok(())
-    }
-
     /// Active open from `local` (the caller picks the port, e.g. so that RSS
     /// steers replies to this core) to `remote`. The SYN goes out on the
     /// next [`Stack::poll_transmit`].
@@ -273,7 +259,7 @@ impl Stack {
     }
 
     /// Runs `f` on a connection with a context, then does the bookkeeping.
-    fn with_conn<R>(&mut self, idx: u32, f: impl FnOnce(&mut Connection, &mut Ctx) -> R) -> R {
+    fn with_conn<R>(&mut self, idx: u32, f: impl FnOnce(&mut Connection, &mut Ctx<'_>) -> R) -> R {
         let Stack {
             slots,
             cfg,
@@ -749,7 +735,7 @@ impl Stack {
     /// Removes a connection from this stack and returns its full state, for
     /// [`Stack::import`] on another core. No segment is sent and no event is
     /// queued; events already queued for the handle become stale.
-    pub fn export(&mut self, conn: ConnHandle) -> Result<ConnectionSnapshot, Error> {
+    pub fn export(&mut self, conn: ConnHandle) -> Result<Snapshot, Error> {
         let idx = self.lookup(conn)?;
         let c = self.remove(idx);
         Ok(c.export())
@@ -758,12 +744,12 @@ impl Stack {
     /// Adds a connection exported from another stack. A connection that was
     /// still half-open from a passive open reports `Connected` (not
     /// `Accepted`) when it completes.
-    pub fn import(&mut self, now: Instant, snap: &ConnectionSnapshot) -> Result<ConnHandle, Error> {
+    pub fn import(&mut self, now: Instant, snap: Snapshot) -> Result<ConnHandle, Error> {
         self.tick(now);
-        if self.table.contains_key(&snap.tuple) {
+        if self.table.contains_key(&snap.four_tuple()) {
             return Err(Error::AddrInUse);
         }
-        let mut conn = Connection::import(snap)?;
+        let mut conn = Connection::import(&snap)?;
         conn.flags.set(Flags::ANNOUNCED);
         let idx = self.insert(conn, None);
         self.after(idx);

@@ -450,8 +450,8 @@ fn export_import_mid_transfer() {
             assert_eq!(sim.a.connection_count(), 0);
             let mut a2 = Stack::new(sim::test_config(1));
             let mut b2 = Stack::new(sim::test_config(2));
-            a = a2.import(sim.now, &snap_a).unwrap();
-            b = b2.import(sim.now, &snap_b).unwrap();
+            a = a2.import(sim.now, snap_a).unwrap();
+            b = b2.import(sim.now, snap_b).unwrap();
             assert_eq!(a2.state(a), Ok(State::Established));
             sim.a = a2;
             sim.b = b2;
