@@ -109,7 +109,7 @@ pub enum Event {
     /// application has called [`Stack::recv`] (or consumed data).
     Readable(ConnHandle),
     /// Send buffer space was freed after a [`Stack::send`] that could not
-    /// queue everything.
+    /// queue everything, or is free after [`Stack::want_writable`].
     Writable(ConnHandle),
     /// The peer sent FIN: after the buffered data, reads return end of
     /// stream.
@@ -283,7 +283,8 @@ pub struct Transmit {
 /// Per-stack counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
-    /// Segments handed to [`Stack::handle_segment`].
+    /// Segments handed to [`Stack::handle_tcp`] (or
+    /// [`Stack::handle_segment`]).
     pub segments_in: u64,
     /// Segments produced by [`Stack::poll_transmit`].
     pub segments_out: u64,

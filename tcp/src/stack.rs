@@ -90,7 +90,42 @@ struct Listener {
     half_open: usize,
 }
 
-/// One core's TCP stack. See the crate documentation for the call pattern.
+/// One core's TCP stack: a shard of connections and listeners, driven
+/// entirely by its caller.
+///
+/// # Call contract
+///
+/// The stack does no I/O and reads no clock. Whoever owns it (one worker
+/// core; the stack is not shared) runs this loop:
+///
+/// 1. **Input.** For every TCP segment received for this stack, call
+///    [`Stack::handle_tcp`] with the header the caller already parsed
+///    (`flowlane_wire::TcpRepr`, e.g. from the frame classifier) and the
+///    payload, after verifying the checksum; or [`Stack::handle_segment`]
+///    with the raw segment, which parses it and does the same.
+/// 2. **Timers.** Whenever `now` reaches [`Stack::poll_timeout`], call
+///    [`Stack::handle_timeout`]. Calling it early is harmless (nothing
+///    fires); calling it late delays retransmissions and ACKs.
+/// 3. **Events.** After input, timers or application calls, drain
+///    [`Stack::poll_event`] until it returns `None` and act on the events
+///    (read after `Readable`, write after `Writable`, …). Application calls
+///    ([`Stack::send`], [`Stack::recv`], [`Stack::close`], …) may be made at
+///    any time between the other calls; they use the latest `now` seen.
+/// 4. **Output.** Then call [`Stack::poll_transmit`] until it returns
+///    `None`, sending each segment it writes (after adding IP headers and
+///    the checksum). A `None` means nothing more to send *now*: call it
+///    again after the next input, timer or application call. If the caller
+///    cannot send a segment, it may stop early; the stack holds the rest.
+/// 5. **Sleep** until the next segment arrives or [`Stack::poll_timeout`]
+///    comes due, whichever is first. The deadline may change after any of
+///    the calls above, so read it again each time round.
+///
+/// The time rule: every `now` is the caller's reading of one monotonic
+/// clock ([`time::Instant`](crate::time::Instant) is nanoseconds since an
+/// epoch the caller picks). It must not go backwards; an earlier value than
+/// one already seen is treated as the latest seen. Stacks that exchange
+/// connections through [`Stack::export`] / [`Stack::import`] must share
+/// the clock.
 #[derive(Debug)]
 pub struct Stack {
     cfg: Config,
@@ -528,6 +563,7 @@ impl Stack {
     /// Writes the next segment to send into `buf` (header, options and
     /// payload; checksum zero) and says where it goes. `buf` should hold at
     /// least 60 bytes plus the MSS. Call until it returns `None`.
+    #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         self.tick(now);
         while let Some(rst) = self.rsts.pop_front() {
@@ -601,7 +637,9 @@ impl Stack {
         None
     }
 
-    /// When [`Stack::handle_timeout`] should be called next (may be early).
+    /// When [`Stack::handle_timeout`] should be called next (may be early);
+    /// `None` while no timer is armed.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.wheel.next_expiry()
     }
@@ -627,7 +665,9 @@ impl Stack {
         self.expired = expired;
     }
 
-    /// The next application event.
+    /// The next application event, oldest first; `None` when all were
+    /// taken. Call until `None` after each input, timer or application call.
+    #[must_use]
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
@@ -641,6 +681,19 @@ impl Stack {
     pub fn send(&mut self, conn: ConnHandle, data: &[u8]) -> Result<usize, Error> {
         let idx = self.lookup(conn)?;
         self.with_conn(idx, |c, _| c.send(data))
+    }
+
+    /// Asks for an [`Event::Writable`] for `conn` when send buffer space
+    /// frees up, without queueing any data (instead of a zero-length or
+    /// one-byte [`Stack::send`]). If there is space already, the event is
+    /// queued at once; otherwise it follows the ACK that frees space, and
+    /// until then the send buffer may grow (see [`Config::send_buffer_max`])
+    /// as it does after a `send` that could not queue everything.
+    /// `Err(InvalidState)` once writing was shut down or the connection
+    /// cannot carry data; `Err(InvalidHandle)` for a dead handle.
+    pub fn want_writable(&mut self, conn: ConnHandle) -> Result<(), Error> {
+        let idx = self.lookup(conn)?;
+        self.with_conn(idx, |c, _| c.want_writable())
     }
 
     /// Reads in-order data. `Ok(0)` means end of stream (the peer closed and

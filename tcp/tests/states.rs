@@ -486,3 +486,29 @@ fn paws_drops_old_timestamps() {
     assert_eq!(sim.b.recv(b, &mut [0; 16]), Err(Error::WouldBlock));
     let _ = Instant::ZERO;
 }
+
+/// `want_writable` asks for `Writable` without queueing bytes: at once while
+/// there is send space, after the ACK that frees space once the buffer is
+/// full; refused after `shutdown_write`.
+#[test]
+fn want_writable_without_sending() {
+    let mut sim = Sim::symmetric(21, LinkConfig::default());
+    let (a, _b) = sim.establish();
+    events(&mut sim.a);
+    sim.a.want_writable(a).unwrap();
+    assert_eq!(events(&mut sim.a), vec![Event::Writable(a)]);
+    // Fill the send buffer; B does not read, so its window closes too.
+    let chunk = vec![7u8; 16 * 1024];
+    while sim.a.send(a, &chunk).is_ok() {}
+    assert_eq!(sim.a.send_space(a), Ok(0));
+    let queued = sim.b.stats().bytes_in;
+    events(&mut sim.a);
+    sim.a.want_writable(a).unwrap();
+    assert!(events(&mut sim.a).is_empty(), "no space yet: no event");
+    run_until(&mut sim, Duration::from_secs(5), |s| {
+        s.a.poll_event() == Some(Event::Writable(a))
+    });
+    assert!(sim.b.stats().bytes_in > queued, "space freed by an ACK");
+    sim.a.shutdown_write(a).unwrap();
+    assert_eq!(sim.a.want_writable(a), Err(Error::InvalidState));
+}

@@ -58,14 +58,7 @@ impl Connection {
 
     /// Queues application data.
     pub(crate) fn send(&mut self, data: &[u8]) -> Result<usize, crate::Error> {
-        if self.flags.has(Flags::FIN_QUEUED)
-            || !matches!(
-                self.state,
-                State::SynSent | State::SynReceived | State::Established | State::CloseWait
-            )
-        {
-            return Err(crate::Error::InvalidState);
-        }
+        self.check_writable()?;
         let n = self.send_buf.enqueue_slice(data);
         if n < data.len() {
             self.flags.set(Flags::WRITABLE_WANTED);
@@ -74,6 +67,36 @@ impl Connection {
             return Err(crate::Error::WouldBlock);
         }
         Ok(n)
+    }
+
+    /// Whether the application may still queue data (RFC 9293 §3.10.2:
+    /// SEND is valid until the application closed its side).
+    #[inline]
+    fn check_writable(&self) -> Result<(), crate::Error> {
+        if self.flags.has(Flags::FIN_QUEUED)
+            || !matches!(
+                self.state,
+                State::SynSent | State::SynReceived | State::Established | State::CloseWait
+            )
+        {
+            return Err(crate::Error::InvalidState);
+        }
+        Ok(())
+    }
+
+    /// The application wants a `Writable` event once send space frees,
+    /// without queueing bytes: the wish a [`Self::send`] that could not
+    /// queue everything records (with it, the send buffer grows with the
+    /// window while the application keeps it full). With space free now,
+    /// the event is raised at once.
+    pub(crate) fn want_writable(&mut self) -> Result<(), crate::Error> {
+        self.check_writable()?;
+        if self.send_buf.window() > 0 {
+            self.events |= ev::WRITABLE;
+        } else {
+            self.flags.set(Flags::WRITABLE_WANTED);
+        }
+        Ok(())
     }
 
     /// Reads in-order data.

@@ -126,26 +126,103 @@ impl Connection {
             seq += 1;
             self.flags.set(Flags::ACK_NOW);
         }
+        if !self.timestamps_acceptable(ctx, seg, f) {
+            return;
+        }
+        // First: sequence number acceptability.
+        let Some((seq, data, f)) = self.check_sequence(ctx, seq, payload, f) else {
+            return;
+        };
+        self.update_ts_recent(now, seg, seq);
 
-        // RFC 7323 §3.2: once timestamps are negotiated, drop non-RST
-        // segments without them.
+        // Second: the RST bit.
+        if f.rst() {
+            ctx.stats.resets_in += 1;
+            match self.state {
+                // RFC 9293 §3.10.7.4: SYN-RECEIVED from a passive open
+                // returns to LISTEN (the listener is still there; we just
+                // drop this half-open connection).
+                State::TimeWait => self.close_now(CloseReason::Normal),
+                _ => self.close_now(CloseReason::Reset),
+            }
+            return;
+        }
+
+        // Fourth: a SYN in a synchronized state. RFC 9293 §3.10.7.4 (after
+        // RFC 5961 §4): send a challenge ACK and drop.
+        if f.syn() {
+            self.flags.set(Flags::ACK_NOW);
+            return;
+        }
+
+        self.timers.last_recv = now;
+        self.timers.keepalive_probes = 0;
+        self.arm_keepalive(ctx);
+
+        // Fifth: the ACK field.
+        if !f.ack() {
+            return;
+        }
+        if self.state == State::SynReceived && !self.complete_passive_open(ctx, seg, seq) {
+            return;
+        }
+        if !self.process_ack(ctx, seg, seq, data.len(), f) {
+            return;
+        }
+
+        // Sixth: URG is ignored (RFC 6093: urgent data is delivered inline).
+
+        // Seventh: segment text.
+        if !data.is_empty() && !self.accept_text(ctx, seg, seq, data) {
+            return;
+        }
+
+        // Eighth: the FIN bit.
+        if f.fin() && self.state != State::SynReceived {
+            let fin_at = seq + data.len();
+            if fin_at == self.rcv.nxt {
+                self.on_fin(ctx);
+            } else if fin_at > self.rcv.nxt && self.rcv.fin_seq.is_none() {
+                self.rcv.fin_seq = Some(fin_at);
+                self.flags.set(Flags::ACK_NOW);
+            }
+        }
+    }
+
+    /// RFC 7323 §3.2 and §5.3 R1 (PAWS): whether a segment passes the
+    /// timestamp checks. Once timestamps are negotiated, non-RST segments
+    /// without them are dropped, and so are stale ones (with an ACK).
+    #[inline]
+    fn timestamps_acceptable(&mut self, ctx: &mut Ctx<'_>, seg: &TcpRepr, f: TcpFlags) -> bool {
         let ts_on = self.flags.has(Flags::TIMESTAMPS);
         if ts_on && seg.options.timestamps.is_none() && !f.rst() {
             ctx.stats.unacceptable += 1;
-            return;
+            return false;
         }
-        // RFC 7323 §5.3 R1: PAWS.
         if let (true, Some((tsval, _))) = (ts_on, seg.options.timestamps) {
             let stale = (tsval.wrapping_sub(self.ts.recent) as i32) < 0;
-            let recent_valid = now.saturating_since(self.ts.recent_age) < PAWS_IDLE;
+            let recent_valid = ctx.now.saturating_since(self.ts.recent_age) < PAWS_IDLE;
             if stale && recent_valid && !f.rst() {
                 ctx.stats.paws_rejected += 1;
                 self.flags.set(Flags::ACK_NOW);
-                return;
+                return false;
             }
         }
+        true
+    }
 
-        // First: sequence number acceptability.
+    /// RFC 9293 §3.10.7.4 first check: sequence number acceptability. Drops
+    /// (with the ACK, D-SACK and TIME-WAIT restart the RFCs ask for) what is
+    /// outside the window, and trims what remains to it. Returns the
+    /// sequence number, text and flags left to process, `None` to drop.
+    #[inline]
+    fn check_sequence<'p>(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mut seq: SeqNumber,
+        payload: &'p [u8],
+        mut f: TcpFlags,
+    ) -> Option<(SeqNumber, &'p [u8], TcpFlags)> {
         let mut data = payload;
         let seg_len = data.len() + usize::from(f.syn()) + usize::from(f.fin());
         let wnd = self.rcv_wnd();
@@ -179,10 +256,10 @@ impl Connection {
                 // RFC 9293 §3.10.7.4 TIME-WAIT: a retransmitted FIN restarts
                 // the 2 MSL timeout.
                 if self.state == State::TimeWait && f.fin() {
-                    self.timers.close = Some(now + ctx.cfg.msl.saturating_mul(2));
+                    self.timers.close = Some(ctx.now + ctx.cfg.msl.saturating_mul(2));
                 }
             }
-            return;
+            return None;
         }
         if zero_window_probe {
             data = &[];
@@ -206,102 +283,78 @@ impl Connection {
             f = TcpFlags(f.0 & !TcpFlags::FIN.0);
             self.flags.set(Flags::ACK_NOW);
         }
+        Some((seq, data, f))
+    }
 
-        // RFC 7323 §4.3: update TS.Recent.
-        if let (true, Some((tsval, _))) = (ts_on, seg.options.timestamps) {
+    /// RFC 7323 §4.3: updates TS.Recent from an acceptable segment.
+    #[inline]
+    fn update_ts_recent(&mut self, now: Instant, seg: &TcpRepr, seq: SeqNumber) {
+        if let (true, Some((tsval, _))) =
+            (self.flags.has(Flags::TIMESTAMPS), seg.options.timestamps)
+        {
             if (tsval.wrapping_sub(self.ts.recent) as i32) >= 0 && seq <= self.ts.last_ack_sent {
                 self.ts.recent = tsval;
                 self.ts.recent_age = now;
             }
         }
+    }
 
-        // Second: the RST bit.
-        if f.rst() {
-            ctx.stats.resets_in += 1;
-            match self.state {
-                // RFC 9293 §3.10.7.4: SYN-RECEIVED from a passive open
-                // returns to LISTEN (the listener is still there; we just
-                // drop this half-open connection).
-                State::TimeWait => self.close_now(CloseReason::Normal),
-                _ => self.close_now(CloseReason::Reset),
-            }
-            return;
-        }
-
-        // Fourth: a SYN in a synchronized state. RFC 9293 §3.10.7.4 (after
-        // RFC 5961 §4): send a challenge ACK and drop.
-        if f.syn() {
-            self.flags.set(Flags::ACK_NOW);
-            return;
-        }
-
-        self.timers.last_recv = now;
-        self.timers.keepalive_probes = 0;
-        self.arm_keepalive(ctx);
-
-        // Fifth: the ACK field.
-        if !f.ack() {
-            return;
-        }
-        if self.state == State::SynReceived {
-            if SeqNumber(seg.ack) > self.snd.una && SeqNumber(seg.ack) <= self.snd.max {
-                self.state = if self.flags.has(Flags::FIN_QUEUED) {
-                    State::FinWait1
-                } else {
-                    State::Established
-                };
-                self.events |= ev::ESTABLISHED;
-                // The SYN-ACK's window was unscaled; from now on it is.
-                self.snd.wnd = u32::from(seg.window) << self.snd.wscale;
-                self.snd.max_wnd = self.snd.max_wnd.max(self.snd.wnd);
-                self.snd.wl1 = seq;
-                self.snd.wl2 = SeqNumber(seg.ack);
-                self.snd.una = self.snd.iss + 1;
-                self.timers.rto = None;
-                self.timers.retransmits = 0;
-                self.take_rtt_sample(now, seg);
+    /// RFC 9293 §3.10.7.4 fifth check in SYN-RECEIVED: an ACK of our SYN
+    /// completes the handshake; any other ACK is answered with a reset.
+    /// Returns whether to go on processing the segment.
+    #[inline]
+    fn complete_passive_open(&mut self, ctx: &mut Ctx<'_>, seg: &TcpRepr, seq: SeqNumber) -> bool {
+        if SeqNumber(seg.ack) > self.snd.una && SeqNumber(seg.ack) <= self.snd.max {
+            self.state = if self.flags.has(Flags::FIN_QUEUED) {
+                State::FinWait1
             } else {
-                // RFC 9293 §3.10.7.4: <SEQ=SEG.ACK><CTL=RST>.
-                ctx.queue_rst(PendingRst {
-                    tuple: self.tuple,
-                    seq: SeqNumber(seg.ack),
-                    ack: None,
-                });
-                return;
-            }
+                State::Established
+            };
+            self.events |= ev::ESTABLISHED;
+            // The SYN-ACK's window was unscaled; from now on it is.
+            self.snd.wnd = u32::from(seg.window) << self.snd.wscale;
+            self.snd.max_wnd = self.snd.max_wnd.max(self.snd.wnd);
+            self.snd.wl1 = seq;
+            self.snd.wl2 = SeqNumber(seg.ack);
+            self.snd.una = self.snd.iss + 1;
+            self.timers.rto = None;
+            self.timers.retransmits = 0;
+            self.take_rtt_sample(ctx.now, seg);
+            true
+        } else {
+            // RFC 9293 §3.10.7.4: <SEQ=SEG.ACK><CTL=RST>.
+            ctx.queue_rst(PendingRst {
+                tuple: self.tuple,
+                seq: SeqNumber(seg.ack),
+                ack: None,
+            });
+            false
         }
-        if !self.process_ack(ctx, seg, seq, data.len(), f) {
-            return;
-        }
+    }
 
-        // Sixth: URG is ignored (RFC 6093: urgent data is delivered inline).
-
-        // Seventh: segment text.
-        if !data.is_empty() {
-            if !self.state.can_receive() {
-                // CLOSE-WAIT, CLOSING, LAST-ACK, TIME-WAIT: the peer sent FIN
-                // already; ignore the text.
-            } else if self.flags.has(Flags::APP_CLOSED) {
-                // Nobody will read this: reset (RFC 2525 §2.17).
-                self.send_rst(ctx);
-                self.close_now(CloseReason::Reset);
-                return;
-            } else {
-                let tsecr = seg.options.timestamps.map(|(_, ecr)| ecr);
-                self.receive_data(ctx, seq, data, tsecr);
-            }
+    /// RFC 9293 §3.10.7.4 seventh step: segment text. Returns whether to go
+    /// on processing the segment (false once it reset the connection).
+    #[inline]
+    fn accept_text(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        seg: &TcpRepr,
+        seq: SeqNumber,
+        data: &[u8],
+    ) -> bool {
+        if !self.state.can_receive() {
+            // CLOSE-WAIT, CLOSING, LAST-ACK, TIME-WAIT: the peer sent FIN
+            // already; ignore the text.
+        } else if self.flags.has(Flags::APP_CLOSED) {
+            // Nobody will read this: reset (RFC 2525 §2.17).
+            self.send_rst(ctx);
+            self.close_now(CloseReason::Reset);
+            return false;
+        } else {
+            let tsecr = seg.options.timestamps.map(|(_, ecr)| ecr);
+            self.receive_data(ctx, seq, data, tsecr);
         }
-
-        // Eighth: the FIN bit.
-        if f.fin() && self.state != State::SynReceived {
-            let fin_at = seq + data.len();
-            if fin_at == self.rcv.nxt {
-                self.on_fin(ctx);
-            } else if fin_at > self.rcv.nxt && self.rcv.fin_seq.is_none() {
-                self.rcv.fin_seq = Some(fin_at);
-                self.flags.set(Flags::ACK_NOW);
-            }
-        }
+        true
     }
 
     /// RFC 9293 §3.10.7.4 fifth step for synchronized states. Returns false
@@ -314,7 +367,6 @@ impl Connection {
         data_len: usize,
         f: TcpFlags,
     ) -> bool {
-        let now = ctx.now;
         let ack = SeqNumber(seg.ack);
         if ack > self.snd.max {
             // Acknowledges something not yet sent.
@@ -325,63 +377,7 @@ impl Connection {
         let new_wnd = u32::from(seg.window) << self.snd.wscale;
         let window_update = self.snd.wl1 < seq || (self.snd.wl1 == seq && self.snd.wl2 <= ack);
         if ack > self.snd.una {
-            let acked = ack - self.snd.una;
-            let fin_acked_now = self
-                .fin_seq()
-                .is_some_and(|fs| ack > fs && self.snd.una <= fs);
-            let data_acked = acked - usize::from(fin_acked_now);
-            let flight_before = self.snd.max - self.snd.una;
-            self.send_buf.dequeue_allocated(data_acked);
-            if fin_acked_now {
-                self.flags.set(Flags::FIN_ACKED);
-            }
-            self.snd.prev_una = self.snd.una;
-            self.snd.una = ack;
-            if self.snd.nxt < ack {
-                self.snd.nxt = ack;
-            }
-            self.take_rtt_sample(now, seg);
-            self.timers.retransmits = 0;
-            let undone = self
-                .snd
-                .undo
-                .take()
-                .is_some_and(|undo| self.eifel_undo(undo, seg, data_acked));
-            if undone {
-                // The window was set by the RFC 4015 response.
-            } else if self.flags.has(Flags::IN_RECOVERY) {
-                if ack >= self.snd.recover {
-                    // RFC 6582 §3.2 step 3, full acknowledgment (RFC 6675
-                    // §5 step (C): recovery ends when HighACK reaches
-                    // RecoveryPoint).
-                    self.flags.clear(Flags::IN_RECOVERY | Flags::SACK_RECOVERY);
-                    self.cc.on_recovery_exit(self.snd.max - ack);
-                } else if self.flags.has(Flags::SACK_RECOVERY) {
-                    // RFC 6675 §5: cwnd is not deflated on a partial ACK;
-                    // NextSeg() picks what to retransmit.
-                } else {
-                    // RFC 6582 §3.2 step 3, partial acknowledgment:
-                    // retransmit the next unacknowledged segment.
-                    self.cc.on_partial_ack(data_acked);
-                    self.flags.set(Flags::RETRANSMIT_ONE);
-                    self.arm_lost_retransmit();
-                }
-            } else {
-                // RFC 5681 §4.1: restart after idle.
-                self.cc.on_ack(now, data_acked.min(flight_before));
-            }
-            self.snd.dup_acks = 0;
-            // RFC 6298 §5.2 / §5.3 (RFC 6582 §3.2 step 3: a partial ACK
-            // restarts the timer too), with a loss probe first.
-            self.timers.loss_probes = 0;
-            self.arm_rto_or_probe(now);
-            if self.flags.has(Flags::WRITABLE_WANTED) {
-                self.sndbuf_expand(ctx.cfg);
-            }
-            if self.flags.has(Flags::WRITABLE_WANTED) && self.send_buf.window() > 0 {
-                self.flags.clear(Flags::WRITABLE_WANTED);
-                self.events |= ev::WRITABLE;
-            }
+            self.on_new_ack(ctx, seg, ack);
         } else if ack == self.snd.una
             && self.snd.una != self.snd.max
             && data_len == 0
@@ -391,40 +387,7 @@ impl Connection {
             && self.state.is_synchronized()
         {
             // RFC 5681 §2: a duplicate acknowledgment.
-            ctx.stats.dup_acks += 1;
-            self.snd.dup_acks = self.snd.dup_acks.saturating_add(1);
-            if self.flags.has(Flags::SACK_RECOVERY) {
-                // RFC 6675 §5: no window inflation; the pipe estimate
-                // already counts what the duplicate ACK SACKed.
-            } else if self.flags.has(Flags::IN_RECOVERY) {
-                self.cc.on_recovery_dup_ack();
-                if u16::from(self.snd.dup_acks) >= self.snd.lost_rtx_dups {
-                    // The retransmission of SND.UNA was lost too: segments
-                    // sent after it keep arriving. Resend it now rather than
-                    // after a retransmission timeout (three orders of
-                    // magnitude longer than the RTT on a LAN). Same loss
-                    // episode, so no further window reduction.
-                    self.flags.set(Flags::RETRANSMIT_ONE);
-                    self.arm_lost_retransmit();
-                }
-            } else if self.snd.dup_acks == 3 {
-                // RFC 6582 §3.2 step 2: only for a new loss episode, or
-                // when the ACK heuristic of RFC 6582 §4.2 says the duplicate
-                // ACKs signal a new loss rather than the go-back-N
-                // retransmissions after a timeout (which would advance the
-                // cumulative ACK by more than 4*SMSS at a time): without it,
-                // every further loss among the segments sent before a
-                // timeout costs another, backed-off, timeout.
-                // `recover` is one past the highest sequence number sent, so
-                // an ACK "covers more than recover" once it reaches it.
-                let new_episode = ack >= self.snd.recover || self.snd.recover == self.snd.iss;
-                let heuristic = self.cc.window() > self.eff_mss()
-                    && ack - self.snd.prev_una <= 4 * self.eff_mss();
-                if new_episode || heuristic {
-                    self.enter_recovery(now);
-                    ctx.stats.fast_retransmits += 1;
-                }
-            }
+            self.on_dup_ack(ctx, ack);
         } else if ack == self.snd.una && self.snd.wnd == 0 {
             // The peer answers our probes: it is alive (RFC 1122 §4.2.2.17).
             self.timers.retransmits = 0;
@@ -433,30 +396,111 @@ impl Connection {
             self.sack_loss_detection(ctx);
         }
         if window_update && ack >= self.snd.una {
-            if self.snd.wnd == 0 && new_wnd > 0 && ack == self.snd.una && self.snd.nxt > ack {
-                // The window reopened: whatever went out as a probe into the
-                // zero window was not accepted, so send it again right away
-                // instead of waiting for a backed-off RTO.
-                self.snd.nxt = ack;
-                self.timers.rto = None;
-            }
-            self.snd.wnd = new_wnd;
-            self.snd.max_wnd = self.snd.max_wnd.max(new_wnd);
-            self.snd.wl1 = seq;
-            self.snd.wl2 = ack;
-            if new_wnd > 0 {
-                self.timers.persist = None;
-                self.timers.persist_backoff = 0;
-            }
+            self.update_send_window(seq, ack, new_wnd);
         }
-        // State transitions on our FIN being acknowledged.
+        self.on_fin_acked(ctx)
+    }
+
+    /// An ACK that advances SND.UNA: frees acknowledged data, takes an RTT
+    /// sample, undoes a spurious recovery or moves congestion control on
+    /// (RFC 5681 §3.1, RFC 6582 §3.2 step 3, RFC 6675 §5), restarts the
+    /// retransmission timer (RFC 6298 §5.2 / §5.3) and grows the send
+    /// buffer for a waiting writer.
+    #[inline]
+    fn on_new_ack(&mut self, ctx: &mut Ctx<'_>, seg: &TcpRepr, ack: SeqNumber) {
+        let now = ctx.now;
+        let acked = ack - self.snd.una;
+        let fin_acked_now = self
+            .fin_seq()
+            .is_some_and(|fs| ack > fs && self.snd.una <= fs);
+        let data_acked = acked - usize::from(fin_acked_now);
+        let flight_before = self.snd.max - self.snd.una;
+        self.send_buf.dequeue_allocated(data_acked);
+        if fin_acked_now {
+            self.flags.set(Flags::FIN_ACKED);
+        }
+        self.snd.prev_una = self.snd.una;
+        self.snd.una = ack;
+        if self.snd.nxt < ack {
+            self.snd.nxt = ack;
+        }
+        self.take_rtt_sample(now, seg);
+        self.timers.retransmits = 0;
+        let undone = self
+            .snd
+            .undo
+            .take()
+            .is_some_and(|undo| self.eifel_undo(undo, seg, data_acked));
+        if undone {
+            // The window was set by the RFC 4015 response.
+        } else if self.flags.has(Flags::IN_RECOVERY) {
+            if ack >= self.snd.recover {
+                // RFC 6582 §3.2 step 3, full acknowledgment (RFC 6675
+                // §5 step (C): recovery ends when HighACK reaches
+                // RecoveryPoint).
+                self.flags.clear(Flags::IN_RECOVERY | Flags::SACK_RECOVERY);
+                self.cc.on_recovery_exit(self.snd.max - ack);
+            } else if self.flags.has(Flags::SACK_RECOVERY) {
+                // RFC 6675 §5: cwnd is not deflated on a partial ACK;
+                // NextSeg() picks what to retransmit.
+            } else {
+                // RFC 6582 §3.2 step 3, partial acknowledgment:
+                // retransmit the next unacknowledged segment.
+                self.cc.on_partial_ack(data_acked);
+                self.flags.set(Flags::RETRANSMIT_ONE);
+                self.arm_lost_retransmit();
+            }
+        } else {
+            // RFC 5681 §4.1: restart after idle.
+            self.cc.on_ack(now, data_acked.min(flight_before));
+        }
+        self.snd.dup_acks = 0;
+        // RFC 6298 §5.2 / §5.3 (RFC 6582 §3.2 step 3: a partial ACK
+        // restarts the timer too), with a loss probe first.
+        self.timers.loss_probes = 0;
+        self.arm_rto_or_probe(now);
+        if self.flags.has(Flags::WRITABLE_WANTED) {
+            self.sndbuf_expand(ctx.cfg);
+        }
+        if self.flags.has(Flags::WRITABLE_WANTED) && self.send_buf.window() > 0 {
+            self.flags.clear(Flags::WRITABLE_WANTED);
+            self.events |= ev::WRITABLE;
+        }
+    }
+
+    /// RFC 9293 §3.10.7.4: SND.WND update from an acceptable segment
+    /// (SND.WL1 / SND.WL2 guard against old segments).
+    #[inline]
+    fn update_send_window(&mut self, seq: SeqNumber, ack: SeqNumber, new_wnd: u32) {
+        if self.snd.wnd == 0 && new_wnd > 0 && ack == self.snd.una && self.snd.nxt > ack {
+            // The window reopened: whatever went out as a probe into the
+            // zero window was not accepted, so send it again right away
+            // instead of waiting for a backed-off RTO.
+            self.snd.nxt = ack;
+            self.timers.rto = None;
+        }
+        self.snd.wnd = new_wnd;
+        self.snd.max_wnd = self.snd.max_wnd.max(new_wnd);
+        self.snd.wl1 = seq;
+        self.snd.wl2 = ack;
+        if new_wnd > 0 {
+            self.timers.persist = None;
+            self.timers.persist_backoff = 0;
+        }
+    }
+
+    /// State transitions on our FIN being acknowledged (RFC 9293
+    /// §3.10.7.4 fifth step, FIN-WAIT-1, CLOSING, LAST-ACK). Returns false
+    /// once the connection closed.
+    #[inline]
+    fn on_fin_acked(&mut self, ctx: &mut Ctx<'_>) -> bool {
         if self.fin_acked() {
             match self.state {
                 State::FinWait1 => {
                     self.state = State::FinWait2;
                     if self.flags.has(Flags::APP_CLOSED) {
                         // Orphaned: do not wait for the peer's FIN forever.
-                        self.timers.close = Some(now + ctx.cfg.msl.saturating_mul(2));
+                        self.timers.close = Some(ctx.now + ctx.cfg.msl.saturating_mul(2));
                     }
                 }
                 State::Closing => self.enter_time_wait(ctx),

@@ -2,6 +2,7 @@
 //! their options (timestamps, SACK blocks: RFC 7323, RFC 2018 §4).
 
 use super::*;
+use core::ops::ControlFlow::{self, Break, Continue};
 
 impl Connection {
     /// Writes at most one segment into `buf`; returns its length.
@@ -99,105 +100,14 @@ impl Connection {
         if self.state.can_send() {
             let start = self.data_start();
             let buffered = self.send_buf.len();
-            let fin_seq = self.fin_seq();
-
-            // Fast retransmit / partial ACK / timeout: one segment at SND.UNA.
-            if self.flags.has(Flags::RETRANSMIT_ONE) {
-                self.flags.clear(Flags::RETRANSMIT_ONE);
-                let mut len = buffered.min(self.eff_mss());
-                if let (_, Some(sacked)) = self.scoreboard.next_unsacked(self.snd.una) {
-                    // Not into data the peer already holds.
-                    len = len.min(sacked - self.snd.una);
-                }
-                if let Some(n) = self.retransmit_at(ctx, buf, self.snd.una, len) {
-                    return Some(n);
-                }
+            if let Break(r) = self.poll_retransmit_one(ctx, buf, buffered) {
+                return r;
             }
-
-            // Window probe (persist timer): one byte into a zero window, or
-            // whatever the window allows if SWS avoidance held data back.
-            if self.flags.has(Flags::PROBE_NOW) {
-                self.flags.clear(Flags::PROBE_NOW);
-                let off = self.snd.nxt.saturating_sub(start);
-                if off < buffered {
-                    let len = if self.snd.wnd == 0 {
-                        1
-                    } else {
-                        (self.snd.wnd as usize).min(self.eff_mss())
-                    }
-                    .min(buffered - off);
-                    ctx.stats.window_probes += 1;
-                    return self.emit_segment(ctx, buf, self.snd.nxt, len, false);
-                }
+            if let Break(r) = self.poll_window_probe(ctx, buf, start, buffered) {
+                return r;
             }
-
-            // RFC 6675 §5 step (C): in SACK recovery, send while cwnd -
-            // pipe >= 1 SMSS, choosing by NextSeg(): (1) a lost segment
-            // above HighRxt, else (2) new data. Rule (3), any un-SACKed
-            // segment above HighRxt, is not used: when the receive window
-            // or the send buffer limits the flight, it resends segments
-            // that are merely in flight (in the simulator, ten times the
-            // retransmissions at 0.1 % loss with 64 KiB buffers, for no
-            // goodput). Rule (4), the rescue retransmission, is left to
-            // the loss probe.
-            let mss = self.eff_mss();
-            let sack_recovery = self.flags.has(Flags::SACK_RECOVERY);
-            let sack_room = if sack_recovery {
-                let room = self.cc.window().saturating_sub(self.pipe());
-                if room < mss {
-                    0
-                } else if let Some((seq, len)) = self.next_seg_lost() {
-                    if let Some(n) = self.retransmit_at(ctx, buf, seq, len) {
-                        return Some(n);
-                    }
-                    room
-                } else {
-                    room
-                }
-            } else {
-                0
-            };
-
-            // New (or go-back-N) data. After a timeout, go-back-N skips
-            // what SACK blocks arriving since reported held (RFC 6675
-            // §5.1).
-            let mut sacked_limit = None;
-            if self.snd.nxt < self.snd.max && !sack_recovery && !self.scoreboard.is_empty() {
-                let (s, lim) = self.scoreboard.next_unsacked(self.snd.nxt);
-                self.snd.nxt = s.min(self.snd.max);
-                sacked_limit = lim.filter(|&l| l < self.snd.max);
-            }
-            let off = self.snd.nxt.saturating_sub(start);
-            let unsent = buffered.saturating_sub(off);
-            let in_flight = self.snd.nxt - self.snd.una;
-            let usable = if sack_recovery {
-                sack_room.min((self.snd.wnd as usize).saturating_sub(in_flight))
-            } else {
-                let wnd = (self.snd.wnd as usize).min(self.cc.window() + self.limited_transmit());
-                wnd.saturating_sub(in_flight)
-            };
-            let mut len = unsent.min(usable).min(mss);
-            if let Some(l) = sacked_limit {
-                len = len.min(l - self.snd.nxt);
-            }
-            if len > 0 {
-                let idle = self.snd.nxt == self.snd.una;
-                let nodelay = self.flags.has(Flags::NODELAY);
-                let closing = fin_seq.is_some();
-                // RFC 9293 §3.7.4 (Nagle) and §3.8.6.2.1 (sender SWS).
-                let send = len == mss
-                    || (len == unsent && (idle || nodelay || closing))
-                    || ((idle || nodelay) && len >= (self.snd.max_wnd as usize / 2).max(1));
-                if send {
-                    let fin = fin_seq.is_some_and(|fs| self.snd.nxt + len == fs);
-                    return self.emit_segment(ctx, buf, self.snd.nxt, len, fin);
-                }
-            }
-            // A bare FIN once all data is out.
-            if let Some(fs) = fin_seq {
-                if self.snd.nxt == fs {
-                    return self.emit_segment(ctx, buf, fs, 0, true);
-                }
+            if let Break(r) = self.poll_data(ctx, buf, start, buffered) {
+                return r;
             }
         }
         if self.flags.has(Flags::KEEPALIVE_NOW) {
@@ -214,6 +124,147 @@ impl Connection {
             return self.emit_raw(ctx, buf, self.snd.max, TcpFlags::ACK, 0);
         }
         None
+    }
+
+    /// Fast retransmit / partial ACK / timeout: one segment at SND.UNA.
+    /// `Break` with what to return when a segment was written.
+    #[inline]
+    fn poll_retransmit_one(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        buf: &mut [u8],
+        buffered: usize,
+    ) -> ControlFlow<Option<usize>> {
+        if self.flags.has(Flags::RETRANSMIT_ONE) {
+            self.flags.clear(Flags::RETRANSMIT_ONE);
+            let mut len = buffered.min(self.eff_mss());
+            if let (_, Some(sacked)) = self.scoreboard.next_unsacked(self.snd.una) {
+                // Not into data the peer already holds.
+                len = len.min(sacked - self.snd.una);
+            }
+            if let Some(n) = self.retransmit_at(ctx, buf, self.snd.una, len) {
+                return Break(Some(n));
+            }
+        }
+        Continue(())
+    }
+
+    /// Window probe (persist timer): one byte into a zero window, or
+    /// whatever the window allows if SWS avoidance held data back.
+    #[inline]
+    fn poll_window_probe(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        buf: &mut [u8],
+        start: SeqNumber,
+        buffered: usize,
+    ) -> ControlFlow<Option<usize>> {
+        if self.flags.has(Flags::PROBE_NOW) {
+            self.flags.clear(Flags::PROBE_NOW);
+            let off = self.snd.nxt.saturating_sub(start);
+            if off < buffered {
+                let len = if self.snd.wnd == 0 {
+                    1
+                } else {
+                    (self.snd.wnd as usize).min(self.eff_mss())
+                }
+                .min(buffered - off);
+                ctx.stats.window_probes += 1;
+                return Break(self.emit_segment(ctx, buf, self.snd.nxt, len, false));
+            }
+        }
+        Continue(())
+    }
+
+    /// RFC 6675 §5 step (C): in SACK recovery, send while cwnd - pipe >= 1
+    /// SMSS, choosing by NextSeg(): (1) a lost segment above HighRxt, else
+    /// (2) new data. Rule (3), any un-SACKed segment above HighRxt, is not
+    /// used: when the receive window or the send buffer limits the flight,
+    /// it resends segments that are merely in flight (in the simulator, ten
+    /// times the retransmissions at 0.1 % loss with 64 KiB buffers, for no
+    /// goodput). Rule (4), the rescue retransmission, is left to the loss
+    /// probe. `Break` when a lost segment was retransmitted, else the room
+    /// left for new data.
+    #[inline]
+    fn poll_sack_recovery(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        buf: &mut [u8],
+        mss: usize,
+    ) -> ControlFlow<Option<usize>, usize> {
+        let room = self.cc.window().saturating_sub(self.pipe());
+        if room < mss {
+            Continue(0)
+        } else if let Some((seq, len)) = self.next_seg_lost() {
+            if let Some(n) = self.retransmit_at(ctx, buf, seq, len) {
+                return Break(Some(n));
+            }
+            Continue(room)
+        } else {
+            Continue(room)
+        }
+    }
+
+    /// New (or go-back-N) data within the windows, with Nagle and sender
+    /// SWS avoidance, then a bare FIN once all data is out.
+    #[inline]
+    fn poll_data(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        buf: &mut [u8],
+        start: SeqNumber,
+        buffered: usize,
+    ) -> ControlFlow<Option<usize>> {
+        let fin_seq = self.fin_seq();
+        let mss = self.eff_mss();
+        let sack_recovery = self.flags.has(Flags::SACK_RECOVERY);
+        let sack_room = if sack_recovery {
+            self.poll_sack_recovery(ctx, buf, mss)?
+        } else {
+            0
+        };
+
+        // After a timeout, go-back-N skips what SACK blocks arriving since
+        // reported held (RFC 6675 §5.1).
+        let mut sacked_limit = None;
+        if self.snd.nxt < self.snd.max && !sack_recovery && !self.scoreboard.is_empty() {
+            let (s, lim) = self.scoreboard.next_unsacked(self.snd.nxt);
+            self.snd.nxt = s.min(self.snd.max);
+            sacked_limit = lim.filter(|&l| l < self.snd.max);
+        }
+        let off = self.snd.nxt.saturating_sub(start);
+        let unsent = buffered.saturating_sub(off);
+        let in_flight = self.snd.nxt - self.snd.una;
+        let usable = if sack_recovery {
+            sack_room.min((self.snd.wnd as usize).saturating_sub(in_flight))
+        } else {
+            let wnd = (self.snd.wnd as usize).min(self.cc.window() + self.limited_transmit());
+            wnd.saturating_sub(in_flight)
+        };
+        let mut len = unsent.min(usable).min(mss);
+        if let Some(l) = sacked_limit {
+            len = len.min(l - self.snd.nxt);
+        }
+        if len > 0 {
+            let idle = self.snd.nxt == self.snd.una;
+            let nodelay = self.flags.has(Flags::NODELAY);
+            let closing = fin_seq.is_some();
+            // RFC 9293 §3.7.4 (Nagle) and §3.8.6.2.1 (sender SWS).
+            let send = len == mss
+                || (len == unsent && (idle || nodelay || closing))
+                || ((idle || nodelay) && len >= (self.snd.max_wnd as usize / 2).max(1));
+            if send {
+                let fin = fin_seq.is_some_and(|fs| self.snd.nxt + len == fs);
+                return Break(self.emit_segment(ctx, buf, self.snd.nxt, len, fin));
+            }
+        }
+        // A bare FIN once all data is out.
+        if let Some(fs) = fin_seq {
+            if self.snd.nxt == fs {
+                return Break(self.emit_segment(ctx, buf, fs, 0, true));
+            }
+        }
+        Continue(())
     }
 
     /// Emits a data and/or FIN segment at `seq` and advances SND.NXT.

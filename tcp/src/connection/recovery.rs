@@ -319,4 +319,46 @@ impl Connection {
         self.timers.loss_probes += 1;
         self.arm_rto_or_probe(now);
     }
+
+    /// RFC 5681 §2 duplicate ACK: counts it and, outside recovery, starts
+    /// fast retransmit / recovery on the third (RFC 5681 §3.2, RFC 6582
+    /// §3.2 step 2 with the §4.2 ACK heuristic); in NewReno recovery it
+    /// inflates the window and detects a lost retransmission.
+    #[inline]
+    pub(super) fn on_dup_ack(&mut self, ctx: &mut Ctx<'_>, ack: SeqNumber) {
+        ctx.stats.dup_acks += 1;
+        self.snd.dup_acks = self.snd.dup_acks.saturating_add(1);
+        if self.flags.has(Flags::SACK_RECOVERY) {
+            // RFC 6675 §5: no window inflation; the pipe estimate
+            // already counts what the duplicate ACK SACKed.
+        } else if self.flags.has(Flags::IN_RECOVERY) {
+            self.cc.on_recovery_dup_ack();
+            if u16::from(self.snd.dup_acks) >= self.snd.lost_rtx_dups {
+                // The retransmission of SND.UNA was lost too: segments
+                // sent after it keep arriving. Resend it now rather than
+                // after a retransmission timeout (three orders of
+                // magnitude longer than the RTT on a LAN). Same loss
+                // episode, so no further window reduction.
+                self.flags.set(Flags::RETRANSMIT_ONE);
+                self.arm_lost_retransmit();
+            }
+        } else if self.snd.dup_acks == 3 {
+            // RFC 6582 §3.2 step 2: only for a new loss episode, or
+            // when the ACK heuristic of RFC 6582 §4.2 says the duplicate
+            // ACKs signal a new loss rather than the go-back-N
+            // retransmissions after a timeout (which would advance the
+            // cumulative ACK by more than 4*SMSS at a time): without it,
+            // every further loss among the segments sent before a
+            // timeout costs another, backed-off, timeout.
+            // `recover` is one past the highest sequence number sent, so
+            // an ACK "covers more than recover" once it reaches it.
+            let new_episode = ack >= self.snd.recover || self.snd.recover == self.snd.iss;
+            let heuristic =
+                self.cc.window() > self.eff_mss() && ack - self.snd.prev_una <= 4 * self.eff_mss();
+            if new_episode || heuristic {
+                self.enter_recovery(ctx.now);
+                ctx.stats.fast_retransmits += 1;
+            }
+        }
+    }
 }
