@@ -1,7 +1,17 @@
 //! flowlane's sans-IO TCP stack: segments and time go in, segments and
 //! application events come out. No threads, no syscalls, no clock reads, no
 //! I/O. One worker core owns one [`Stack`] (a shard of connections); there is
-//! no locking anywhere.
+//! no locking anywhere. Headers are parsed and written by `flowlane-wire`
+//! ([`flowlane_wire::TcpRepr`]).
+//!
+//! The surface: [`Stack`] (whose documentation is the call contract: what to
+//! call, in which order, and the time rule), its [`Config`] and
+//! [`KeepaliveConfig`], the [`Event`]s it reports, the handles
+//! [`ConnHandle`] and [`ListenerId`], [`FourTuple`], [`Transmit`], [`Stats`],
+//! [`State`], [`CloseReason`], [`Error`], [`CongestionAlgorithm`], the opaque
+//! connection [`Snapshot`] for moving a connection between stacks, and
+//! [`time`]. Everything else (buffers, reassembly, SACK scoreboard, RTO,
+//! congestion control, timer wheel, ISNs) is internal.
 //!
 //! ```
 //! use flowlane_tcp::{Config, Event, Stack, time::Instant};
