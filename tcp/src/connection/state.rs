@@ -33,7 +33,7 @@ pub enum State {
 
 impl State {
     /// Whether the handshake completed (RFC 9293 "synchronized" states).
-    pub(crate) fn is_synchronized(self) -> bool {
+    pub fn is_synchronized(self) -> bool {
         !matches!(
             self,
             State::Closed | State::Listen | State::SynSent | State::SynReceived
