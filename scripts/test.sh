@@ -18,3 +18,5 @@ echo "== cargo test"
 # Test beds are uniquely named per test; two threads keep the 2-vCPU machine
 # responsive for the kernel peers.
 cargo test --workspace -q -- --test-threads=2
+echo "== cargo test -p flowlane-wire --all-features (ARP/ICMP/NDP are optional features)"
+cargo test -p flowlane-wire --all-features -q

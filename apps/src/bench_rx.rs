@@ -15,10 +15,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use flowlane_dataplane::iface::parse_mac;
-use flowlane_dataplane::wire::packet::emit_eth_ipv4_udp;
-use flowlane_dataplane::wire::{
-    EtherType, EthernetAddress, EthernetRepr, IpProtocol, Ipv4Repr, UdpRepr,
-};
+use flowlane_wire::packet::emit_eth_ipv4_udp;
+use flowlane_wire::{EtherType, EthernetAddress, EthernetRepr, IpProtocol, Ipv4Repr, UdpRepr};
 use serde::Serialize;
 
 use crate::echo_process::EchoProcess;

@@ -15,11 +15,11 @@ use std::time::Duration;
 
 use anyhow::Result;
 use flowlane_dataplane::placement::machine_placement;
-use flowlane_dataplane::wire::packet::{parse_frame, turn_around_udp, Transport};
 use flowlane_dataplane::{
     BindMode, Dataplane, DataplaneConfig, Proto, QueueCountersSnapshot, QueueHandler, QueueInfo,
     RxAction, TxBatch,
 };
+use flowlane_wire::packet::{parse_frame, turn_around_udp, Transport};
 use serde::{Deserialize, Serialize};
 
 use crate::service::{write_report, ServiceSignals};

@@ -15,17 +15,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use flowlane_dataplane::iface::parse_mac;
-use flowlane_dataplane::wire::packet::{
-    emit_eth_ipv4_udp, parse_frame, Transport, ETH_IPV4_UDP_PAYLOAD_OFFSET,
-};
-use flowlane_dataplane::wire::{
-    EtherType, EthernetAddress, EthernetRepr, IpProtocol, Ipv4Repr, UdpRepr,
-};
 use flowlane_dataplane::{
     Dataplane, DataplaneConfig, InterfaceInfo, QueueAssignment, QueueHandler, QueueInfo, RxAction,
     TxBatch,
 };
 use flowlane_numa_sched::Protocol;
+use flowlane_wire::packet::{
+    emit_eth_ipv4_udp, parse_frame, Transport, ETH_IPV4_UDP_PAYLOAD_OFFSET,
+};
+use flowlane_wire::{EtherType, EthernetAddress, EthernetRepr, IpProtocol, Ipv4Repr, UdpRepr};
 use serde::Serialize;
 
 use crate::flow_rss::rss_state;

@@ -6,6 +6,7 @@
 //! memory; `unsafe` lives in its ring/UMEM modules ([`xsk`], [`umem`],
 //! [`worker`]) only, each block with a `SAFETY:` comment.
 #![deny(missing_docs)]
+// unsafe_code is denied workspace-wide; xsk, umem and worker allow it, per module.
 
 pub mod affinity;
 pub mod counters;
@@ -19,7 +20,6 @@ pub mod runtime;
 pub mod tcp_handler;
 pub mod tcp_service;
 pub mod umem;
-pub mod wire;
 pub mod worker;
 pub mod xsk;
 

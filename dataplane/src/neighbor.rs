@@ -14,7 +14,7 @@
 
 use std::net::Ipv4Addr;
 
-use crate::wire::EthernetAddress;
+use flowlane_wire::EthernetAddress;
 
 /// Entries beyond this are not learned (configured ones always are).
 const MAX_LEARNED: usize = 4096;

@@ -2,7 +2,7 @@
 //! completion on the queue's worker, with a handler per listener.
 //!
 //! ```text
-//! RX frame ─ parse (wire) ─ IPv4 + TCP checksums ─ learn peer MAC ─ Stack::handle_segment
+//! RX frame ─ parse once (wire) ─ IPv4 + TCP checksums ─ learn peer MAC ─ Stack::handle_tcp
 //!          ─ events ─ ConnHandler callbacks (send/recv/close on the same core)
 //! on_poll  ─ Stack::handle_timeout ─ events ─ callbacks
 //!          ─ Stack::poll_transmit straight into a free UMEM frame at offset 34
@@ -62,16 +62,16 @@ use flowlane_app::{ConnHandler, Dispatcher, HandlerId, Net, Placement};
 use flowlane_numa_sched::RssState;
 use flowlane_tcp::time::Instant;
 use flowlane_tcp::{Config, ConnHandle, Error, FourTuple, Stack, State, Stats};
+use flowlane_wire::checksum::{verify_tcp_checksum, ChecksumPolicy};
+use flowlane_wire::packet::{emit_eth_ipv4_tcp_headers, ETH_IPV4_TCP_OFFSET};
+use flowlane_wire::{
+    parse_frame_with, EtherType, EthernetAddress, EthernetRepr, IpProtocol, Ipv4Repr, Layer,
+    Network, Transport, VlanTags, WireError,
+};
 
 use crate::counters::{self, counters};
 use crate::ephemeral::{EphemeralPorts, EPHEMERAL};
 use crate::neighbor::Neighbors;
-use crate::wire::checksum::{verify_tcp_checksum, ChecksumPolicy};
-use crate::wire::packet::{emit_eth_ipv4_tcp_headers, ETH_IPV4_TCP_OFFSET};
-use crate::wire::{
-    parse_frame_with, EtherType, EthernetAddress, EthernetRepr, IpProtocol, Ipv4Repr, Layer,
-    Network, Transport, VlanTags, WireError,
-};
 use crate::worker::{QueueHandler, QueueInfo, RxAction, TxBatch};
 
 /// How often the worker copies the stack's counters into [`TcpCounters`].
@@ -175,9 +175,7 @@ impl Net for StackNet<'_> {
         if self.stack.send_space(conn).unwrap_or(1) > 0 {
             return false;
         }
-        // With no space this queues nothing and records the wish.
-        let _ = self.stack.send(conn, &[0]);
-        true
+        self.stack.want_writable(conn).is_ok()
     }
 
     fn shutdown_write(&mut self, conn: ConnHandle) -> Result<(), Error> {
@@ -404,7 +402,7 @@ impl TcpHandler {
                 return false;
             }
         };
-        let (Network::Ipv4(ip), Transport::Tcp { .. }) = (&f.network, &f.transport) else {
+        let (Network::Ipv4(ip), Transport::Tcp(tcp)) = (&f.network, &f.transport) else {
             counters::bump(&c.not_ours);
             return false;
         };
@@ -419,11 +417,13 @@ impl TcpHandler {
         }
         counters::bump(&c.segments_in);
         self.neighbors.learn(ip.src_addr, f.ethernet.src_addr);
-        self.stack.handle_segment(
+        // The classifier parsed the whole TCP header: hand it over as is.
+        self.stack.handle_tcp(
             now,
             IpAddr::V4(ip.src_addr),
             IpAddr::V4(ip.dst_addr),
-            segment,
+            tcp,
+            f.payload(),
         );
         true
     }
@@ -533,9 +533,9 @@ mod tests {
     //! peer, frames passed by hand (no sockets): checksums, corruption
     //! counting, MAC learning, zero-copy output and the callbacks.
     use super::*;
-    use crate::wire::packet::parse_frame;
     use flowlane_app::CloseReason;
     use flowlane_tcp::Event;
+    use flowlane_wire::packet::parse_frame;
 
     const OUR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
     const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];

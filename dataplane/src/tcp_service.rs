@@ -247,8 +247,8 @@ mod tests {
 
     #[test]
     fn static_neighbours_parse_and_bad_ones_are_refused() {
-        let n = neighbors(&["10.99.0.2=02:00:00:00:00:02".into()], "nosuch0", None).unwrap();
-        assert!(n.clone().lookup(Ipv4Addr::new(10, 99, 0, 2)).is_some());
+        let mut n = neighbors(&["10.99.0.2=02:00:00:00:00:02".into()], "nosuch0", None).unwrap();
+        assert!(n.lookup(Ipv4Addr::new(10, 99, 0, 2)).is_some());
         let e = neighbors(&["10.99.0.2".into()], "nosuch0", None).unwrap_err();
         assert!(e.to_string().contains("--neighbor"), "{e}");
     }

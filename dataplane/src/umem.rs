@@ -4,6 +4,8 @@
 //! the creating thread. flowlane creates each node's UMEM on a short-lived
 //! thread that is pinned to that node's CPUs and whose memory policy binds
 //! allocations to the node, so the frames live where the node's workers run.
+// This module touches the kernel directly: NUMA memory policy (set_mempolicy) around the UMEM allocation.
+#![allow(unsafe_code)]
 
 use std::num::NonZeroU32;
 

@@ -7,6 +7,8 @@
 //! allocation after start-up. When idle the worker blocks in
 //! `poll(2)` on its socket (with need_wakeup) instead of spinning, unless
 //! busy polling is asked for.
+// This module touches the kernel directly: ring descriptors and UMEM frame memory, and the TX kick (sendto).
+#![allow(unsafe_code)]
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -47,6 +49,15 @@ pub struct TxBatch<'a> {
     umem: &'a Umem,
     free: &'a mut Vec<FrameDesc>,
     pending: &'a mut Vec<FrameDesc>,
+}
+
+impl std::fmt::Debug for TxBatch<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TxBatch")
+            .field("free", &self.free.len())
+            .field("pending", &self.pending.len())
+            .finish()
+    }
 }
 
 impl TxBatch<'_> {

@@ -1,4 +1,6 @@
 //! One AF_XDP socket per receive queue, on its node's shared UMEM.
+// This module touches the kernel directly: AF_XDP socket options (getsockopt XDP_OPTIONS/XDP_STATISTICS) through libc.
+#![allow(unsafe_code)]
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 

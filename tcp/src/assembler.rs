@@ -21,11 +21,11 @@
 //! besides that move.
 
 /// Maximum number of disjoint out-of-order ranges kept per connection.
-pub const MAX_RANGES: usize = 1024;
+pub(crate) const MAX_RANGES: usize = 1024;
 
 /// The set of filled ranges, relative to `RCV.NXT`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Assembler {
+pub(crate) struct Assembler {
     /// Sorted, disjoint, non-adjacent half-open ranges as positions
     /// (relative offset + `base`, wrapping); all start after `base`.
     ranges: Vec<(u32, u32)>,
@@ -35,26 +35,29 @@ pub struct Assembler {
 
 /// The segment would need more than [`MAX_RANGES`] ranges.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TooManyRanges;
+pub(crate) struct TooManyRanges;
 
 impl Assembler {
     /// An empty assembler.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Whether no out-of-order data is held.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.ranges.is_empty()
     }
 
     /// Number of held ranges.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.ranges.len()
     }
 
     /// The held ranges `(start, end)` relative to `RCV.NXT`, lowest first.
-    pub fn ranges(&self) -> impl DoubleEndedIterator<Item = (u32, u32)> + ExactSizeIterator + '_ {
+    pub(crate) fn ranges(
+        &self,
+    ) -> impl DoubleEndedIterator<Item = (u32, u32)> + ExactSizeIterator + '_ {
         let b = self.base;
         self.ranges
             .iter()
@@ -64,7 +67,7 @@ impl Assembler {
     /// Records `[offset, offset + len)` as filled. Returns how many bytes
     /// are now contiguous from offset 0; those are removed (the caller
     /// advances `RCV.NXT` by that much). Offsets must stay below 2^31.
-    pub fn add(&mut self, offset: u32, len: u32) -> Result<u32, TooManyRanges> {
+    pub(crate) fn add(&mut self, offset: u32, len: u32) -> Result<u32, TooManyRanges> {
         if len == 0 {
             return Ok(0);
         }
@@ -114,7 +117,7 @@ impl Assembler {
     }
 
     /// Forgets all held ranges.
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.ranges = Vec::new();
     }
 }

@@ -20,7 +20,7 @@
 /// still accept everything up to a right edge that window-scale rounding
 /// (RFC 7323 §2.4) put a little past it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RingBuffer {
+pub(crate) struct RingBuffer {
     storage: Vec<u8>,
     /// Ring size: capacity plus headroom.
     size: usize,
@@ -31,7 +31,7 @@ pub struct RingBuffer {
 
 impl RingBuffer {
     /// An empty ring of `capacity` bytes (not allocated yet).
-    pub fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         RingBuffer {
             storage: Vec::new(),
             size: capacity,
@@ -55,29 +55,29 @@ impl RingBuffer {
     }
 
     /// Capacity in bytes, headroom excluded.
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.size - self.headroom
     }
 
     /// Bytes beyond the capacity usable by unallocated writes (see the type
     /// documentation).
-    pub fn headroom(&self) -> usize {
+    pub(crate) fn headroom(&self) -> usize {
         self.headroom
     }
 
     /// Queued (allocated) bytes; more than the capacity if committed
     /// unallocated writes reached into the headroom.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
     /// Whether no bytes are queued.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// Free space after the queued bytes, up to the capacity.
-    pub fn window(&self) -> usize {
+    pub(crate) fn window(&self) -> usize {
         self.capacity().saturating_sub(self.len)
     }
 
@@ -117,7 +117,7 @@ impl RingBuffer {
     }
 
     /// Appends as much of `data` as fits; returns the number of bytes taken.
-    pub fn enqueue_slice(&mut self, data: &[u8]) -> usize {
+    pub(crate) fn enqueue_slice(&mut self, data: &[u8]) -> usize {
         let n = data.len().min(self.window());
         if n == 0 {
             return 0;
@@ -130,7 +130,7 @@ impl RingBuffer {
     }
 
     /// Removes up to `out.len()` bytes from the front into `out`.
-    pub fn dequeue_slice(&mut self, out: &mut [u8]) -> usize {
+    pub(crate) fn dequeue_slice(&mut self, out: &mut [u8]) -> usize {
         let n = self.read_allocated(0, out);
         self.dequeue_allocated(n);
         n
@@ -138,7 +138,7 @@ impl RingBuffer {
 
     /// Copies queued bytes starting `offset` bytes from the front into
     /// `out`, without removing them. Returns the number copied.
-    pub fn read_allocated(&self, offset: usize, out: &mut [u8]) -> usize {
+    pub(crate) fn read_allocated(&self, offset: usize, out: &mut [u8]) -> usize {
         if offset >= self.len {
             return 0;
         }
@@ -149,7 +149,7 @@ impl RingBuffer {
     }
 
     /// Drops `n` bytes (at most `len()`) from the front.
-    pub fn dequeue_allocated(&mut self, n: usize) -> usize {
+    pub(crate) fn dequeue_allocated(&mut self, n: usize) -> usize {
         let n = n.min(self.len);
         self.read_at = self.pos(n);
         // The read position is not reset when the ring empties: data
@@ -160,7 +160,7 @@ impl RingBuffer {
 
     /// The longest contiguous run of queued bytes at the front (zero-copy
     /// read; follow with [`RingBuffer::dequeue_allocated`]).
-    pub fn peek(&self) -> &[u8] {
+    pub(crate) fn peek(&self) -> &[u8] {
         let n = self.len.min(self.size - self.read_at);
         if n == 0 {
             return &[];
@@ -172,7 +172,7 @@ impl RingBuffer {
     /// Writes `data` into the free space starting `offset` bytes after the
     /// queued bytes, without committing it. Bytes beyond the capacity and
     /// headroom are dropped; returns the number written.
-    pub fn write_unallocated(&mut self, offset: usize, data: &[u8]) -> usize {
+    pub(crate) fn write_unallocated(&mut self, offset: usize, data: &[u8]) -> usize {
         let free = self.free_with_headroom();
         if offset >= free {
             return 0;
@@ -188,7 +188,7 @@ impl RingBuffer {
     }
 
     /// Reads uncommitted bytes `offset` bytes after the queued ones.
-    pub fn read_unallocated(&self, offset: usize, out: &mut [u8]) -> usize {
+    pub(crate) fn read_unallocated(&self, offset: usize, out: &mut [u8]) -> usize {
         let free = self.free_with_headroom();
         if offset >= free {
             return 0;
@@ -201,14 +201,14 @@ impl RingBuffer {
 
     /// Commits `n` bytes previously written with
     /// [`RingBuffer::write_unallocated`] at offset 0.
-    pub fn enqueue_unallocated(&mut self, n: usize) {
+    pub(crate) fn enqueue_unallocated(&mut self, n: usize) {
         debug_assert!(n <= self.free_with_headroom());
         self.len += n.min(self.free_with_headroom());
     }
 
     /// Raises the capacity to `new_capacity`, keeping the headroom (no-op
     /// if it is not larger). See [`RingBuffer::resize`].
-    pub fn grow(&mut self, new_capacity: usize) {
+    pub(crate) fn grow(&mut self, new_capacity: usize) {
         self.resize(new_capacity, self.headroom);
     }
 
@@ -221,7 +221,7 @@ impl RingBuffer {
     /// unreserved; otherwise the old ring's bytes are copied once into a
     /// reservation of the new size (pages past what is written are not
     /// touched), so growing geometrically costs amortised O(1) per byte.
-    pub fn resize(&mut self, capacity: usize, headroom: usize) {
+    pub(crate) fn resize(&mut self, capacity: usize, headroom: usize) {
         let capacity = capacity.max(self.capacity());
         let headroom = headroom.max(self.headroom);
         let new_size = capacity + headroom;
@@ -255,7 +255,7 @@ impl RingBuffer {
     }
 
     /// Copies all queued bytes into a new vector.
-    pub fn to_vec(&self) -> Vec<u8> {
+    pub(crate) fn to_vec(&self) -> Vec<u8> {
         let mut v = vec![0; self.len];
         self.read_allocated(0, &mut v);
         v

@@ -10,7 +10,7 @@ use std::net::IpAddr;
 
 /// SipHash-2-4 (Aumasson & Bernstein), implemented without dependencies.
 #[derive(Clone)]
-pub struct SipHasher24 {
+pub(crate) struct SipHasher24 {
     v: [u64; 4],
     tail: u64,
     ntail: usize,
@@ -19,7 +19,7 @@ pub struct SipHasher24 {
 
 impl SipHasher24 {
     /// A hasher keyed with a 128-bit key.
-    pub fn new(key: &[u8; 16]) -> Self {
+    pub(crate) fn new(key: &[u8; 16]) -> Self {
         let k0 = u64::from_le_bytes(key[0..8].try_into().expect("8 bytes"));
         let k1 = u64::from_le_bytes(key[8..16].try_into().expect("8 bytes"));
         SipHasher24 {
@@ -61,7 +61,7 @@ impl SipHasher24 {
     }
 
     /// Feeds bytes.
-    pub fn write(&mut self, bytes: &[u8]) {
+    pub(crate) fn write(&mut self, bytes: &[u8]) {
         for &b in bytes {
             self.tail |= (b as u64) << (8 * self.ntail);
             self.ntail += 1;
@@ -76,7 +76,7 @@ impl SipHasher24 {
     }
 
     /// Finishes and returns the 64-bit tag.
-    pub fn finish(mut self) -> u64 {
+    pub(crate) fn finish(mut self) -> u64 {
         let b = ((self.len as u64 & 0xff) << 56) | self.tail;
         self.compress(b);
         self.v[2] ^= 0xff;
@@ -90,13 +90,13 @@ impl SipHasher24 {
 /// Generates RFC 6528 initial sequence numbers and RFC 7323 §5.4
 /// per-connection timestamp offsets from a secret.
 #[derive(Clone)]
-pub struct IsnGenerator {
+pub(crate) struct IsnGenerator {
     secret: [u8; 16],
 }
 
 impl IsnGenerator {
     /// A generator keyed by `secret` (should be random per boot/process).
-    pub fn new(secret: [u8; 16]) -> Self {
+    pub(crate) fn new(secret: [u8; 16]) -> Self {
         IsnGenerator { secret }
     }
 
@@ -112,14 +112,14 @@ impl IsnGenerator {
 
     /// The ISN for a connection at time `now` (RFC 6528 §3: `M` ticks every
     /// 4 µs).
-    pub fn isn(&self, t: &FourTuple, now: Instant) -> SeqNumber {
+    pub(crate) fn isn(&self, t: &FourTuple, now: Instant) -> SeqNumber {
         let m = (now.as_nanos() / 4_000) as u32;
         SeqNumber(m.wrapping_add(self.hash_tuple(0, t) as u32))
     }
 
     /// A per-connection random offset for TSval (RFC 7323 §5.4, RFC 7323
     /// Appendix: avoids leaking a global clock across connections).
-    pub fn ts_offset(&self, t: &FourTuple) -> u32 {
+    pub(crate) fn ts_offset(&self, t: &FourTuple) -> u32 {
         self.hash_tuple(1, t) as u32
     }
 }

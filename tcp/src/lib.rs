@@ -1,7 +1,17 @@
 //! flowlane's sans-IO TCP stack: segments and time go in, segments and
 //! application events come out. No threads, no syscalls, no clock reads, no
 //! I/O. One worker core owns one [`Stack`] (a shard of connections); there is
-//! no locking anywhere.
+//! no locking anywhere. Headers are parsed and written by `flowlane-wire`
+//! ([`flowlane_wire::TcpRepr`]).
+//!
+//! The surface: [`Stack`] (whose documentation is the call contract: what to
+//! call, in which order, and the time rule), its [`Config`] and
+//! [`KeepaliveConfig`], the [`Event`]s it reports, the handles
+//! [`ConnHandle`] and [`ListenerId`], [`FourTuple`], [`Transmit`], [`Stats`],
+//! [`State`], [`CloseReason`], [`Error`], [`CongestionAlgorithm`], the opaque
+//! connection [`Snapshot`] for moving a connection between stacks, and
+//! [`time`]. Everything else (buffers, reassembly, SACK scoreboard, RTO,
+//! congestion control, timer wheel, ISNs) is internal.
 //!
 //! ```
 //! use flowlane_tcp::{Config, Event, Stack, time::Instant};
@@ -27,31 +37,26 @@
 //! assert!(matches!(server.poll_event(), Some(Event::Accepted { listener: l, .. }) if l == listener));
 //! ```
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
-pub mod assembler;
-pub mod buffer;
-pub mod cc;
+mod assembler;
+mod buffer;
+mod cc;
 mod connection;
-pub mod isn;
-pub mod rto;
-pub mod sack;
-pub mod seq;
+mod isn;
+mod rto;
+mod sack;
+mod seq;
 mod stack;
 pub mod time;
-pub mod timer;
-pub mod wire;
+mod timer;
 
 use std::fmt;
 use std::net::SocketAddr;
 
-pub use connection::{
-    ConnectionSnapshot, Flags, ReceiveState, SendState, State, TimerState, TimestampState,
-    TuningState,
-};
+pub use cc::CongestionAlgorithm;
+pub use connection::{Snapshot, State};
 pub use stack::Stack;
 
-use cc::CongestionAlgorithm;
 use time::Duration;
 
 /// A connection's address pair, from this stack's point of view. Generic
@@ -114,7 +119,7 @@ pub enum Event {
     /// application has called [`Stack::recv`] (or consumed data).
     Readable(ConnHandle),
     /// Send buffer space was freed after a [`Stack::send`] that could not
-    /// queue everything.
+    /// queue everything, or is free after [`Stack::want_writable`].
     Writable(ConnHandle),
     /// The peer sent FIN: after the buffered data, reads return end of
     /// stream.
@@ -133,8 +138,6 @@ pub enum Event {
 pub enum Error {
     /// The handle does not name a live connection (closed or exported).
     InvalidHandle,
-    /// The listener id does not name a live listener.
-    InvalidListener,
     /// The address (or four-tuple) is already in use.
     AddrInUse,
     /// Local and remote addresses are of different families, or a port is 0.
@@ -151,7 +154,6 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = match self {
             Error::InvalidHandle => "invalid connection handle",
-            Error::InvalidListener => "invalid listener id",
             Error::AddrInUse => "address in use",
             Error::InvalidAddress => "invalid address",
             Error::WouldBlock => "operation would block",
@@ -291,7 +293,8 @@ pub struct Transmit {
 /// Per-stack counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
-    /// Segments handed to [`Stack::handle_segment`].
+    /// Segments handed to [`Stack::handle_tcp`] (or
+    /// [`Stack::handle_segment`]).
     pub segments_in: u64,
     /// Segments produced by [`Stack::poll_transmit`].
     pub segments_out: u64,

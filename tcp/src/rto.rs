@@ -8,7 +8,7 @@ use crate::time::Duration;
 /// segments that were not retransmitted (or timestamp echoes, RFC 7323 §4)
 /// are fed to [`RttEstimator::on_sample`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RttEstimator {
+pub(crate) struct RttEstimator {
     /// Smoothed RTT; `None` until the first sample.
     srtt: Option<Duration>,
     rttvar: Duration,
@@ -27,7 +27,7 @@ const GRANULARITY: Duration = Duration::from_millis(1);
 impl RttEstimator {
     /// A fresh estimator: RTO = `initial_rto` (RFC 6298 §2.1 says 1 s),
     /// clamped to `[min_rto, max_rto]`.
-    pub fn new(initial_rto: Duration, min_rto: Duration, max_rto: Duration) -> Self {
+    pub(crate) fn new(initial_rto: Duration, min_rto: Duration, max_rto: Duration) -> Self {
         RttEstimator {
             srtt: None,
             rttvar: Duration::ZERO,
@@ -41,7 +41,7 @@ impl RttEstimator {
     /// Feeds an RTT measurement `r` (RFC 6298 §2.2 and §2.3), and clears
     /// the backoff (RFC 6298 §5.7 leaves this to the implementation; a valid
     /// sample proves the path works).
-    pub fn on_sample(&mut self, r: Duration) {
+    pub(crate) fn on_sample(&mut self, r: Duration) {
         match self.srtt {
             None => {
                 // RFC 6298 §2.2
@@ -63,12 +63,12 @@ impl RttEstimator {
     }
 
     /// The timer expired: double the RTO (RFC 6298 §5.5), up to the maximum.
-    pub fn on_timeout(&mut self) {
+    pub(crate) fn on_timeout(&mut self) {
         self.backoff = self.backoff.saturating_add(1);
     }
 
     /// Current RTO, including backoff.
-    pub fn rto(&self) -> Duration {
+    pub(crate) fn rto(&self) -> Duration {
         let shift = u32::from(self.backoff.min(32));
         let ns = self.base_rto.0.checked_shl(shift).unwrap_or(u64::MAX);
         if shift > 0 && ns >> shift != self.base_rto.0 {
@@ -78,17 +78,19 @@ impl RttEstimator {
     }
 
     /// Smoothed RTT, if measured.
-    pub fn srtt(&self) -> Option<Duration> {
+    pub(crate) fn srtt(&self) -> Option<Duration> {
         self.srtt
     }
 
     /// RTT variance.
-    pub fn rttvar(&self) -> Duration {
+    #[cfg(test)]
+    pub(crate) fn rttvar(&self) -> Duration {
         self.rttvar
     }
 
     /// Number of consecutive backoffs since the last valid sample.
-    pub fn backoff(&self) -> u8 {
+    #[cfg(test)]
+    pub(crate) fn backoff(&self) -> u8 {
         self.backoff
     }
 }

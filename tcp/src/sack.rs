@@ -14,43 +14,43 @@ use crate::assembler::MAX_RANGES;
 use crate::seq::SeqNumber;
 
 /// RFC 6675 §2 `DupThresh`.
-pub const DUP_THRESH: usize = 3;
+pub(crate) const DUP_THRESH: usize = 3;
 
 /// Most SACKed ranges the scoreboard keeps: as many holes as the receiver
 /// can hold out-of-order ranges for (see [`MAX_RANGES`]).
-pub const MAX_SACKED_RANGES: usize = MAX_RANGES;
+pub(crate) const MAX_SACKED_RANGES: usize = MAX_RANGES;
 
 /// SACKed ranges above SND.UNA, sorted, disjoint and non-adjacent.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Scoreboard {
+pub(crate) struct Scoreboard {
     ranges: Vec<(SeqNumber, SeqNumber)>,
 }
 
 impl Scoreboard {
     /// An empty scoreboard.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Whether nothing above SND.UNA is SACKed.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.ranges.is_empty()
     }
 
     /// The SACKed ranges, lowest first.
-    pub fn ranges(&self) -> &[(SeqNumber, SeqNumber)] {
+    pub(crate) fn ranges(&self) -> &[(SeqNumber, SeqNumber)] {
         &self.ranges
     }
 
     /// Forgets everything (RFC 2018 §8 after a retransmission timeout: the
     /// receiver may have reneged).
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.ranges = Vec::new();
     }
 
     /// Records `[l, r)` as SACKed (RFC 6675 §4 `Update()`). Returns whether
     /// it reported anything new.
-    pub fn add(&mut self, l: SeqNumber, r: SeqNumber) -> bool {
+    pub(crate) fn add(&mut self, l: SeqNumber, r: SeqNumber) -> bool {
         if r <= l {
             return false;
         }
@@ -76,7 +76,7 @@ impl Scoreboard {
     }
 
     /// Drops what SND.UNA = `una` now acknowledges cumulatively.
-    pub fn prune(&mut self, una: SeqNumber) {
+    pub(crate) fn prune(&mut self, una: SeqNumber) {
         let n = self.ranges.partition_point(|&(_, e)| e <= una);
         if n > 0 {
             self.ranges.drain(..n);
@@ -89,7 +89,7 @@ impl Scoreboard {
     }
 
     /// SACKed bytes within `[a, b)`.
-    pub fn sacked_in(&self, a: SeqNumber, b: SeqNumber) -> usize {
+    pub(crate) fn sacked_in(&self, a: SeqNumber, b: SeqNumber) -> usize {
         if b <= a {
             return 0;
         }
@@ -108,7 +108,7 @@ impl Scoreboard {
     /// returned sequence number has `DupThresh` discontiguous SACKed ranges
     /// or more than `(DupThresh - 1) * SMSS` SACKed bytes above it and is
     /// deemed lost; none above it is. `una` when nothing is lost.
-    pub fn lost_boundary(&self, una: SeqNumber, smss: usize) -> SeqNumber {
+    pub(crate) fn lost_boundary(&self, una: SeqNumber, smss: usize) -> SeqNumber {
         let mut bytes = 0;
         for (count, &(s, e)) in self.ranges.iter().rev().enumerate() {
             bytes += e - s;
@@ -121,7 +121,7 @@ impl Scoreboard {
 
     /// The first un-SACKed sequence number at or after `from`, and the start
     /// of the SACKed range that follows it (if any).
-    pub fn next_unsacked(&self, from: SeqNumber) -> (SeqNumber, Option<SeqNumber>) {
+    pub(crate) fn next_unsacked(&self, from: SeqNumber) -> (SeqNumber, Option<SeqNumber>) {
         let i = self.ranges.partition_point(|&(_, e)| e <= from);
         match self.ranges.get(i) {
             Some(&(s, e)) if s <= from => (e, self.ranges.get(i + 1).map(|r| r.0)),

@@ -9,11 +9,11 @@ use core::ops::{Add, AddAssign, Sub};
 
 /// A TCP sequence (or acknowledgment) number.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct SeqNumber(pub u32);
+pub(crate) struct SeqNumber(pub u32);
 
 impl SeqNumber {
     /// The greater of two sequence numbers (in wrapping order).
-    pub fn max(self, other: SeqNumber) -> SeqNumber {
+    pub(crate) fn max(self, other: SeqNumber) -> SeqNumber {
         if self > other {
             self
         } else {
@@ -22,7 +22,7 @@ impl SeqNumber {
     }
 
     /// The lesser of two sequence numbers (in wrapping order).
-    pub fn min(self, other: SeqNumber) -> SeqNumber {
+    pub(crate) fn min(self, other: SeqNumber) -> SeqNumber {
         if self < other {
             self
         } else {
@@ -31,12 +31,12 @@ impl SeqNumber {
     }
 
     /// Signed distance `self - other`.
-    pub fn diff(self, other: SeqNumber) -> i32 {
+    pub(crate) fn diff(self, other: SeqNumber) -> i32 {
         self.0.wrapping_sub(other.0) as i32
     }
 
     /// `self - other` as a byte count, or 0 if `other` is after `self`.
-    pub fn saturating_sub(self, other: SeqNumber) -> usize {
+    pub(crate) fn saturating_sub(self, other: SeqNumber) -> usize {
         let d = self.diff(other);
         if d > 0 {
             d as usize
@@ -46,7 +46,7 @@ impl SeqNumber {
     }
 
     /// `lo <= self < hi` in wrapping order.
-    pub fn in_range(self, lo: SeqNumber, hi: SeqNumber) -> bool {
+    pub(crate) fn in_range(self, lo: SeqNumber, hi: SeqNumber) -> bool {
         lo <= self && self < hi
     }
 }

@@ -6,10 +6,8 @@ use crate::isn::IsnGenerator;
 use crate::seq::SeqNumber;
 use crate::time::Instant;
 use crate::timer::{TimerEntry, TimerWheel};
-use crate::wire::{TcpFlags, TcpOptions, TcpRepr};
-use crate::{
-    Config, ConnHandle, ConnectionSnapshot, Error, Event, FourTuple, ListenerId, Stats, Transmit,
-};
+use crate::{Config, ConnHandle, Error, Event, FourTuple, ListenerId, Snapshot, Stats, Transmit};
+use flowlane_wire::tcp::{TcpFlags, TcpOptions, TcpRepr};
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::net::{IpAddr, SocketAddr};
@@ -92,7 +90,42 @@ struct Listener {
     half_open: usize,
 }
 
-/// One core's TCP stack. See the crate documentation for the call pattern.
+/// One core's TCP stack: a shard of connections and listeners, driven
+/// entirely by its caller.
+///
+/// # Call contract
+///
+/// The stack does no I/O and reads no clock. Whoever owns it (one worker
+/// core; the stack is not shared) runs this loop:
+///
+/// 1. **Input.** For every TCP segment received for this stack, call
+///    [`Stack::handle_tcp`] with the header the caller already parsed
+///    (`flowlane_wire::TcpRepr`, e.g. from the frame classifier) and the
+///    payload, after verifying the checksum; or [`Stack::handle_segment`]
+///    with the raw segment, which parses it and does the same.
+/// 2. **Timers.** Whenever `now` reaches [`Stack::poll_timeout`], call
+///    [`Stack::handle_timeout`]. Calling it early is harmless (nothing
+///    fires); calling it late delays retransmissions and ACKs.
+/// 3. **Events.** After input, timers or application calls, drain
+///    [`Stack::poll_event`] until it returns `None` and act on the events
+///    (read after `Readable`, write after `Writable`, …). Application calls
+///    ([`Stack::send`], [`Stack::recv`], [`Stack::close`], …) may be made at
+///    any time between the other calls; they use the latest `now` seen.
+/// 4. **Output.** Then call [`Stack::poll_transmit`] until it returns
+///    `None`, sending each segment it writes (after adding IP headers and
+///    the checksum). A `None` means nothing more to send *now*: call it
+///    again after the next input, timer or application call. If the caller
+///    cannot send a segment, it may stop early; the stack holds the rest.
+/// 5. **Sleep** until the next segment arrives or [`Stack::poll_timeout`]
+///    comes due, whichever is first. The deadline may change after any of
+///    the calls above, so read it again each time round.
+///
+/// The time rule: every `now` is the caller's reading of one monotonic
+/// clock ([`time::Instant`](crate::time::Instant) is nanoseconds since an
+/// epoch the caller picks). It must not go backwards; an earlier value than
+/// one already seen is treated as the latest seen. Stacks that exchange
+/// connections through [`Stack::export`] / [`Stack::import`] must share
+/// the clock.
 #[derive(Debug)]
 pub struct Stack {
     cfg: Config,
@@ -182,18 +215,6 @@ impl Stack {
         Ok(ListenerId(id))
     }
 
-    /// Stops listening. Half-open connections from it are reset when they
-    /// complete; established ones are unaffected.
-    pub fn unlisten(&mut self, id: ListenerId) -> Result<(), Error> {
-        let l = self
-            .listeners
-            .get_mut(id.0 as usize)
-            .and_then(Option::take)
-            .ok_or(Error::InvalidListener)?;
-        self.listener_ports.remove(&l.local.port());
-        Ok(())
-    }
-
     /// Active open from `local` (the caller picks the port, e.g. so that RSS
     /// steers replies to this core) to `remote`. The SYN goes out on the
     /// next [`Stack::poll_transmit`].
@@ -273,7 +294,7 @@ impl Stack {
     }
 
     /// Runs `f` on a connection with a context, then does the bookkeeping.
-    fn with_conn<R>(&mut self, idx: u32, f: impl FnOnce(&mut Connection, &mut Ctx) -> R) -> R {
+    fn with_conn<R>(&mut self, idx: u32, f: impl FnOnce(&mut Connection, &mut Ctx<'_>) -> R) -> R {
         let Stack {
             slots,
             cfg,
@@ -418,24 +439,27 @@ impl Stack {
     // Input
     // ---------------------------------------------------------------
 
-    /// Processes one received TCP segment (header and payload; the caller
-    /// verified the checksum). Malformed segments are counted and dropped.
-    pub fn handle_segment(&mut self, now: Instant, src_ip: IpAddr, dst_ip: IpAddr, segment: &[u8]) {
+    /// Processes one received TCP segment whose header the caller already
+    /// parsed (for instance [`flowlane_wire::Transport::Tcp`] from the frame
+    /// classifier) and whose checksum it verified; `payload` is the data
+    /// after the header and options. This is the receive entry point: the
+    /// header is parsed exactly once, by the caller.
+    pub fn handle_tcp(
+        &mut self,
+        now: Instant,
+        src_ip: IpAddr,
+        dst_ip: IpAddr,
+        repr: &TcpRepr,
+        payload: &[u8],
+    ) {
         self.tick(now);
         self.stats.segments_in += 1;
-        let (repr, payload) = match TcpRepr::parse(segment) {
-            Ok(x) => x,
-            Err(_) => {
-                self.stats.malformed += 1;
-                return;
-            }
-        };
         let tuple = FourTuple {
             local: SocketAddr::new(dst_ip, repr.dst_port),
             remote: SocketAddr::new(src_ip, repr.src_port),
         };
         if let Some(&idx) = self.table.get(&tuple) {
-            self.with_conn(idx, |c, ctx| c.on_segment(ctx, &repr, payload));
+            self.with_conn(idx, |c, ctx| c.on_segment(ctx, repr, payload));
             return;
         }
         let listener = self
@@ -449,11 +473,26 @@ impl Stack {
             });
         match listener {
             Some(l) if src_ip.is_ipv4() == dst_ip.is_ipv4() => {
-                self.on_listen_segment(ListenerId(l), tuple, &repr, payload.len())
+                self.on_listen_segment(ListenerId(l), tuple, repr, payload.len())
             }
             _ => {
                 self.stats.no_connection += 1;
-                self.reset_for(tuple, &repr, payload.len());
+                self.reset_for(tuple, repr, payload.len());
+            }
+        }
+    }
+
+    /// Convenience over [`Stack::handle_tcp`] for a segment in bytes (TCP
+    /// header, options and payload; the caller verified the checksum): parses
+    /// the header, then hands it on. Malformed segments are counted
+    /// ([`Stats::malformed`]) and dropped.
+    pub fn handle_segment(&mut self, now: Instant, src_ip: IpAddr, dst_ip: IpAddr, segment: &[u8]) {
+        match TcpRepr::parse_segment(segment) {
+            Ok((repr, payload)) => self.handle_tcp(now, src_ip, dst_ip, &repr, payload),
+            Err(_) => {
+                self.tick(now);
+                self.stats.segments_in += 1;
+                self.stats.malformed += 1;
             }
         }
     }
@@ -494,7 +533,7 @@ impl Stack {
         let rst = if seg.flags.ack() {
             PendingRst {
                 tuple,
-                seq: seg.ack,
+                seq: SeqNumber(seg.ack),
                 ack: None,
             }
         } else {
@@ -502,7 +541,7 @@ impl Stack {
             PendingRst {
                 tuple,
                 seq: SeqNumber(0),
-                ack: Some(seg.seq + seg_len),
+                ack: Some(SeqNumber(seg.seq) + seg_len),
             }
         };
         let Stack {
@@ -524,14 +563,15 @@ impl Stack {
     /// Writes the next segment to send into `buf` (header, options and
     /// payload; checksum zero) and says where it goes. `buf` should hold at
     /// least 60 bytes plus the MSS. Call until it returns `None`.
+    #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         self.tick(now);
         while let Some(rst) = self.rsts.pop_front() {
             let repr = TcpRepr {
                 src_port: rst.tuple.local.port(),
                 dst_port: rst.tuple.remote.port(),
-                seq: rst.seq,
-                ack: rst.ack.unwrap_or_default(),
+                seq: rst.seq.0,
+                ack: rst.ack.unwrap_or_default().0,
                 flags: if rst.ack.is_some() {
                     TcpFlags::RST | TcpFlags::ACK
                 } else {
@@ -597,7 +637,9 @@ impl Stack {
         None
     }
 
-    /// When [`Stack::handle_timeout`] should be called next (may be early).
+    /// When [`Stack::handle_timeout`] should be called next (may be early);
+    /// `None` while no timer is armed.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.wheel.next_expiry()
     }
@@ -623,7 +665,9 @@ impl Stack {
         self.expired = expired;
     }
 
-    /// The next application event.
+    /// The next application event, oldest first; `None` when all were
+    /// taken. Call until `None` after each input, timer or application call.
+    #[must_use]
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
@@ -637,6 +681,19 @@ impl Stack {
     pub fn send(&mut self, conn: ConnHandle, data: &[u8]) -> Result<usize, Error> {
         let idx = self.lookup(conn)?;
         self.with_conn(idx, |c, _| c.send(data))
+    }
+
+    /// Asks for an [`Event::Writable`] for `conn` when send buffer space
+    /// frees up, without queueing any data (instead of a zero-length or
+    /// one-byte [`Stack::send`]). If there is space already, the event is
+    /// queued at once; otherwise it follows the ACK that frees space, and
+    /// until then the send buffer may grow (see [`Config::send_buffer_max`])
+    /// as it does after a `send` that could not queue everything.
+    /// `Err(InvalidState)` once writing was shut down or the connection
+    /// cannot carry data; `Err(InvalidHandle)` for a dead handle.
+    pub fn want_writable(&mut self, conn: ConnHandle) -> Result<(), Error> {
+        let idx = self.lookup(conn)?;
+        self.with_conn(idx, |c, _| c.want_writable())
     }
 
     /// Reads in-order data. `Ok(0)` means end of stream (the peer closed and
@@ -731,7 +788,7 @@ impl Stack {
     /// Removes a connection from this stack and returns its full state, for
     /// [`Stack::import`] on another core. No segment is sent and no event is
     /// queued; events already queued for the handle become stale.
-    pub fn export(&mut self, conn: ConnHandle) -> Result<ConnectionSnapshot, Error> {
+    pub fn export(&mut self, conn: ConnHandle) -> Result<Snapshot, Error> {
         let idx = self.lookup(conn)?;
         let c = self.remove(idx);
         Ok(c.export())
@@ -740,12 +797,12 @@ impl Stack {
     /// Adds a connection exported from another stack. A connection that was
     /// still half-open from a passive open reports `Connected` (not
     /// `Accepted`) when it completes.
-    pub fn import(&mut self, now: Instant, snap: &ConnectionSnapshot) -> Result<ConnHandle, Error> {
+    pub fn import(&mut self, now: Instant, snap: Snapshot) -> Result<ConnHandle, Error> {
         self.tick(now);
-        if self.table.contains_key(&snap.tuple) {
+        if self.table.contains_key(&snap.four_tuple()) {
             return Err(Error::AddrInUse);
         }
-        let mut conn = Connection::import(snap)?;
+        let mut conn = Connection::import(&snap)?;
         conn.flags.set(Flags::ANNOUNCED);
         let idx = self.insert(conn, None);
         self.after(idx);

@@ -10,7 +10,7 @@ use crate::time::{Duration, Instant};
 
 /// One scheduled timer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TimerEntry {
+pub(crate) struct TimerEntry {
     /// Owner's slot index.
     pub key: u32,
     /// Owner's slot generation at insert time.
@@ -22,7 +22,7 @@ pub struct TimerEntry {
 /// A hashed timing wheel with `2^k` buckets of `tick` each. Deadlines more
 /// than one rotation away stay in their bucket across rotations.
 #[derive(Debug, Clone)]
-pub struct TimerWheel {
+pub(crate) struct TimerWheel {
     tick_ns: u64,
     mask: u64,
     buckets: Vec<Vec<TimerEntry>>,
@@ -35,7 +35,7 @@ pub struct TimerWheel {
 impl TimerWheel {
     /// A wheel with ticks of `tick` (at least 1 µs) and `buckets` buckets,
     /// rounded up to a power of two and at least 64.
-    pub fn new(tick: Duration, buckets: usize) -> Self {
+    pub(crate) fn new(tick: Duration, buckets: usize) -> Self {
         let n = buckets.max(64).next_power_of_two();
         TimerWheel {
             tick_ns: tick.as_nanos().max(1_000),
@@ -48,18 +48,20 @@ impl TimerWheel {
     }
 
     /// Number of entries, including ones that will be ignored when fired.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
     /// Whether the wheel holds no entries.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// Schedules `key`/`generation` at `deadline`. `now` lets an empty wheel
     /// skip ahead, so that the next expiry is found without a long scan.
-    pub fn insert(&mut self, now: Instant, key: u32, generation: u32, deadline: Instant) {
+    pub(crate) fn insert(&mut self, now: Instant, key: u32, generation: u32, deadline: Instant) {
         if self.len == 0 {
             self.current = self.current.max(now.as_nanos() / self.tick_ns);
         }
@@ -102,7 +104,7 @@ impl TimerWheel {
     /// The start time of the next bucket holding entries. Entries may be due
     /// later than that (a later rotation); calling [`TimerWheel::expire`]
     /// then simply finds nothing due.
-    pub fn next_expiry(&self) -> Option<Instant> {
+    pub(crate) fn next_expiry(&self) -> Option<Instant> {
         if self.len == 0 {
             return None;
         }
@@ -112,7 +114,7 @@ impl TimerWheel {
     }
 
     /// Moves every entry due at or before `now` into `out`.
-    pub fn expire(&mut self, now: Instant, out: &mut Vec<TimerEntry>) {
+    pub(crate) fn expire(&mut self, now: Instant, out: &mut Vec<TimerEntry>) {
         let now_tick = now.as_nanos() / self.tick_ns;
         if now_tick < self.current {
             return;

@@ -183,7 +183,7 @@ proptest! {
             }
             stack.handle_segment(now, A_IP, B_IP, &s);
             while let Some(t) = stack.poll_transmit(now, &mut buf) {
-                prop_assert!(flowlane_tcp::wire::TcpRepr::parse(&buf[..t.len]).is_ok());
+                prop_assert!(flowlane_wire::TcpRepr::parse_segment(&buf[..t.len]).is_ok());
             }
             now += Duration::from_millis(100);
             stack.handle_timeout(now);

@@ -138,8 +138,8 @@ fn testbed_impairment_seeds() {
 /// RCV.NXT is reported as a D-SACK block (RFC 2883).
 #[test]
 fn batched_out_of_order_segments_each_get_an_ack() {
-    use flowlane_tcp::wire::TcpRepr;
     use flowlane_tcp::{Event, Stack};
+    use flowlane_wire::TcpRepr;
     let now = flowlane_tcp::time::Instant::ZERO;
     let mut server = Stack::new(sim::test_config(1));
     let mut client = Stack::new(sim::test_config(2));
@@ -175,15 +175,15 @@ fn batched_out_of_order_segments_each_get_an_ack() {
         server.handle_segment(now, t.src.ip(), t.dst.ip(), s);
     }
     server.handle_segment(now, last_t.src.ip(), last_t.dst.ip(), &last);
-    let first_seq = TcpRepr::parse(&segs[0].1).unwrap().0.seq;
+    let first_seq = TcpRepr::parse_segment(&segs[0].1).unwrap().0.seq;
     let last_end = {
-        let (r, p) = TcpRepr::parse(&last).unwrap();
-        r.seq + p.len()
+        let (r, p) = TcpRepr::parse_segment(&last).unwrap();
+        r.seq.wrapping_add(p.len() as u32)
     };
-    let second_seq = TcpRepr::parse(&segs[1].1).unwrap().0.seq;
+    let second_seq = TcpRepr::parse_segment(&segs[1].1).unwrap().0.seq;
     let mut acks = Vec::new();
     while let Some(t) = server.poll_transmit(now, &mut buf) {
-        let (repr, payload) = TcpRepr::parse(&buf[..t.len]).unwrap();
+        let (repr, payload) = TcpRepr::parse_segment(&buf[..t.len]).unwrap();
         assert!(payload.is_empty());
         let o = &repr.options;
         assert_eq!(o.sack_block_count, 1, "{o:?}");
@@ -204,7 +204,7 @@ fn batched_out_of_order_segments_each_get_an_ack() {
     // Again (a needless retransmission): one ACK with a D-SACK block.
     server.handle_segment(now, t.src.ip(), t.dst.ip(), s);
     let t2 = server.poll_transmit(now, &mut buf).expect("duplicate ACK");
-    let (repr, _) = TcpRepr::parse(&buf[..t2.len]).unwrap();
+    let (repr, _) = TcpRepr::parse_segment(&buf[..t2.len]).unwrap();
     assert_eq!(repr.options.sack_block_count, 1);
     assert_eq!(repr.options.sack_blocks[0], (first_seq, second_seq));
     assert!(server.poll_transmit(now, &mut buf).is_none());

@@ -3,8 +3,8 @@
 mod sim;
 
 use flowlane_tcp::time::{Duration, Instant};
-use flowlane_tcp::wire::TcpRepr;
 use flowlane_tcp::{CloseReason, ConnHandle, Error, Event, KeepaliveConfig, Stack, State};
+use flowlane_wire::TcpRepr;
 use sim::{pattern, LinkConfig, Side, Sim, A_IP, B_IP};
 use std::net::SocketAddr;
 
@@ -59,11 +59,11 @@ fn handshake_negotiates_options() {
     sim.tap = Some(Vec::new());
     let (a, b) = sim.establish();
     let tap = sim.tap.take().unwrap();
-    let (syn, _) = TcpRepr::parse(&tap[0].1).unwrap();
-    let (syn_ack, _) = TcpRepr::parse(&tap[1].1).unwrap();
+    let (syn, _) = TcpRepr::parse_segment(&tap[0].1).unwrap();
+    let (syn_ack, _) = TcpRepr::parse_segment(&tap[1].1).unwrap();
     assert!(syn.flags.syn() && !syn.flags.ack());
     assert!(syn_ack.flags.syn() && syn_ack.flags.ack());
-    assert_eq!(syn_ack.ack, syn.seq + 1);
+    assert_eq!(syn_ack.ack, syn.seq.wrapping_add(1));
     for s in [&syn, &syn_ack] {
         assert_eq!(s.options.mss, Some(1460));
         // Chosen for the 6 MiB the receive buffer may grow to (RFC 7323
@@ -95,7 +95,7 @@ fn mss_option_limits_segment_size() {
     let sizes: Vec<usize> = tap
         .iter()
         .filter(|(to, _)| *to == Side::B)
-        .map(|(_, seg)| TcpRepr::parse(seg).unwrap().1.len())
+        .map(|(_, seg)| TcpRepr::parse_segment(seg).unwrap().1.len())
         .filter(|&n| n > 0)
         .collect();
     // 536 minus the 12-byte timestamp option (RFC 9293 §3.7.1).
@@ -157,7 +157,7 @@ fn simultaneous_open_and_close() {
     let tap = sim.tap.take().unwrap();
     let syns = tap
         .iter()
-        .filter(|(_, s)| TcpRepr::parse(s).unwrap().0.flags.syn())
+        .filter(|(_, s)| TcpRepr::parse_segment(s).unwrap().0.flags.syn())
         .count();
     assert!(syns >= 4, "two SYNs and two SYN-ACKs, saw {syns}");
     assert!(events(&mut sim.a).contains(&Event::Connected(a)));
@@ -450,8 +450,8 @@ fn export_import_mid_transfer() {
             assert_eq!(sim.a.connection_count(), 0);
             let mut a2 = Stack::new(sim::test_config(1));
             let mut b2 = Stack::new(sim::test_config(2));
-            a = a2.import(sim.now, &snap_a).unwrap();
-            b = b2.import(sim.now, &snap_b).unwrap();
+            a = a2.import(sim.now, snap_a).unwrap();
+            b = b2.import(sim.now, snap_b).unwrap();
             assert_eq!(a2.state(a), Ok(State::Established));
             sim.a = a2;
             sim.b = b2;
@@ -473,7 +473,7 @@ fn paws_drops_old_timestamps() {
     let tap = sim.tap.take().unwrap();
     let old = tap
         .iter()
-        .find(|(to, s)| *to == Side::B && TcpRepr::parse(s).unwrap().1 == b"first")
+        .find(|(to, s)| *to == Side::B && TcpRepr::parse_segment(s).unwrap().1 == b"first")
         .unwrap()
         .1
         .clone();
@@ -485,4 +485,30 @@ fn paws_drops_old_timestamps() {
     assert_eq!(sim.b.stats().paws_rejected, before + 1);
     assert_eq!(sim.b.recv(b, &mut [0; 16]), Err(Error::WouldBlock));
     let _ = Instant::ZERO;
+}
+
+/// `want_writable` asks for `Writable` without queueing bytes: at once while
+/// there is send space, after the ACK that frees space once the buffer is
+/// full; refused after `shutdown_write`.
+#[test]
+fn want_writable_without_sending() {
+    let mut sim = Sim::symmetric(21, LinkConfig::default());
+    let (a, _b) = sim.establish();
+    events(&mut sim.a);
+    sim.a.want_writable(a).unwrap();
+    assert_eq!(events(&mut sim.a), vec![Event::Writable(a)]);
+    // Fill the send buffer; B does not read, so its window closes too.
+    let chunk = vec![7u8; 16 * 1024];
+    while sim.a.send(a, &chunk).is_ok() {}
+    assert_eq!(sim.a.send_space(a), Ok(0));
+    let queued = sim.b.stats().bytes_in;
+    events(&mut sim.a);
+    sim.a.want_writable(a).unwrap();
+    assert!(events(&mut sim.a).is_empty(), "no space yet: no event");
+    run_until(&mut sim, Duration::from_secs(5), |s| {
+        s.a.poll_event() == Some(Event::Writable(a))
+    });
+    assert!(sim.b.stats().bytes_in > queued, "space freed by an ACK");
+    sim.a.shutdown_write(a).unwrap();
+    assert_eq!(sim.a.want_writable(a), Err(Error::InvalidState));
 }

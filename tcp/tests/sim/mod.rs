@@ -4,7 +4,8 @@
 //!
 //! Shared by the integration tests (`mod sim;`) and the `sim_bulk` example
 //! (`#[path = "../tests/sim/mod.rs"]`).
-#![allow(dead_code)]
+// Each includer uses a different part, and `pub` marks what the includers share.
+#![allow(dead_code, unreachable_pub)]
 
 use flowlane_tcp::time::{Duration, Instant};
 use flowlane_tcp::{CloseReason, Config, ConnHandle, Error, Event, Stack};
@@ -429,7 +430,7 @@ impl Sim {
                 self.stats.checksum_drops += 1;
             } else {
                 if self.trace {
-                    if let Ok((r, pl)) = flowlane_tcp::wire::TcpRepr::parse(&p.bytes) {
+                    if let Ok((r, pl)) = flowlane_wire::TcpRepr::parse_segment(&p.bytes) {
                         eprintln!(
                             "{:?} {} {}->{} {:?} seq={} ack={} win={} len={} ts={:?}",
                             self.now,

@@ -1074,7 +1074,7 @@ mod tests {
         m.extend_from_slice(&[99, 1, 0, 0, 0, 0, 0, 0]);
         assert!(parse(&fix(m)).is_ok());
         // Bad checksum.
-        let mut m = b.clone();
+        let mut m = b;
         m[31] ^= 1;
         assert!(matches!(parse(&m), Err(WireError::BadChecksum { .. })));
     }

@@ -1,12 +1,14 @@
-//! Fuzzes the frame classifier and the in-place turn-around helpers: no input may panic, and a
-//! frame whose checksums verify must still verify after being turned around.
-#![no_main]
+//! The bodies of flowlane-wire's fuzz targets, as plain functions: the libFuzzer binaries in
+//! `fuzz_targets/` (feature `libfuzzer`) call them, and `tests/seeds.rs` runs them over the
+//! seed corpus on stable.
+#![forbid(unsafe_code)]
 
-use flowlane_wire_fuzz::wire::{self, ChecksumPolicy, EthernetAddress};
-use libfuzzer_sys::fuzz_target;
+use flowlane_wire::{self as wire, ChecksumPolicy, EthernetAddress};
 use std::net::Ipv4Addr;
 
-fuzz_target!(|data: &[u8]| {
+/// Fuzzes the frame classifier and the in-place turn-around helpers: no input may panic, and
+/// a frame whose checksums verify must still verify after being turned around.
+pub fn parse_frame_target(data: &[u8]) {
     let verified = wire::parse_frame(data).is_ok();
     if let Ok(f) = wire::parse_frame_with(data, ChecksumPolicy::IP_ONLY) {
         assert!(f.l3_end <= data.len());
@@ -28,4 +30,4 @@ fuzz_target!(|data: &[u8]| {
         EthernetAddress([2, 0, 0, 0, 0, 1]),
         Ipv4Addr::new(10, 0, 0, 2),
     );
-});
+}

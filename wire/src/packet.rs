@@ -8,20 +8,29 @@
 //! The builders write headers *in place* into a UMEM frame around a payload or TCP segment
 //! that is already at its final offset, so nothing is copied on the transmit path.
 
+#[cfg(feature = "arp")]
 use super::arp::{self, ArpOperation, ArpPacket, ArpRepr};
 use super::checksum::{self, ChecksumPolicy};
-use super::ethernet::{EtherType, EthernetAddress, EthernetFrame, EthernetRepr, VlanTags};
+use super::ethernet::{EtherType, EthernetFrame, EthernetRepr};
+#[cfg(any(feature = "arp", feature = "icmp"))]
+use super::ethernet::{EthernetAddress, VlanTags};
+#[cfg(feature = "icmp")]
 use super::icmp::{
     Icmpv4Message, Icmpv4Packet, Icmpv6Message, Icmpv6Packet, Icmpv6Repr, NdpAdvert,
 };
 use super::ip::{FragmentInfo, IpPair, IpProtocol};
 use super::ipv4::{self, Ipv4Packet, Ipv4Repr};
 use super::ipv6::{self, walk_extension_headers, Ipv6Packet, Ipv6Repr};
-use super::l4::TcpPacket;
+use super::tcp::{TcpPacket, TcpRepr};
 use super::udp::{self, UdpPacket, UdpRepr};
-use super::{be16, put16, Layer, Result, WireError};
+#[cfg(feature = "icmp")]
+use super::{be16, put16};
+use super::{Layer, Result, WireError};
 use core::ops::Range;
-use std::net::{Ipv4Addr, Ipv6Addr};
+#[cfg(feature = "arp")]
+use std::net::Ipv4Addr;
+#[cfg(feature = "icmp")]
+use std::net::Ipv6Addr;
 
 /// Offset of a TCP segment in an untagged Ethernet + IPv4 (no options) frame.
 pub const ETH_IPV4_TCP_OFFSET: usize = 14 + 20;
@@ -37,7 +46,9 @@ pub const REPLY_TTL: u8 = ipv4::DEFAULT_TTL;
 /// The network layer of a classified frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Network {
-    /// An Ethernet/IPv4 ARP packet (RFC 826).
+    /// An Ethernet/IPv4 ARP packet (RFC 826). Without the `arp` feature ARP frames are
+    /// [`Network::Other`].
+    #[cfg(feature = "arp")]
     Arp(ArpRepr),
     /// An IPv4 packet whose header checksum verified (RFC 791).
     Ipv4(Ipv4Repr),
@@ -50,17 +61,9 @@ pub enum Network {
 /// The transport layer of a classified frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
-    /// A TCP segment: ports, header length and flags (the rest belongs to `flowlane-tcp`).
-    Tcp {
-        /// Source port.
-        src_port: u16,
-        /// Destination port.
-        dst_port: u16,
-        /// Header length including options.
-        header_len: usize,
-        /// Flag byte (see [`l4::flags`](super::l4::flags)).
-        flags: u8,
-    },
+    /// A TCP segment (RFC 9293): the whole header, options parsed, so that the receiver
+    /// never parses it again. The payload is [`Frame::payload`].
+    Tcp(TcpRepr),
     /// A UDP datagram (RFC 768).
     Udp {
         /// Source port.
@@ -68,14 +71,17 @@ pub enum Transport {
         /// Destination port.
         dst_port: u16,
     },
-    /// An ICMPv4 message (RFC 792).
+    /// An ICMPv4 message (RFC 792). Without the `icmp` feature ICMP is [`Transport::Other`].
+    #[cfg(feature = "icmp")]
     Icmpv4 {
         /// Type.
         msg_type: Icmpv4Message,
         /// Code.
         code: u8,
     },
-    /// An ICMPv6 message (RFC 4443).
+    /// An ICMPv6 message (RFC 4443). Without the `icmp` feature ICMPv6 is
+    /// [`Transport::Other`].
+    #[cfg(feature = "icmp")]
     Icmpv6 {
         /// Type.
         msg_type: Icmpv6Message,
@@ -158,9 +164,9 @@ impl<'a> Frame<'a> {
     #[inline]
     pub fn ports(&self) -> Option<(u16, u16)> {
         match self.transport {
-            Transport::Tcp {
+            Transport::Tcp(TcpRepr {
                 src_port, dst_port, ..
-            }
+            })
             | Transport::Udp { src_port, dst_port } => Some((src_port, dst_port)),
             _ => None,
         }
@@ -194,6 +200,7 @@ pub fn parse_frame_with(frame: &[u8], policy: ChecksumPolicy) -> Result<Frame<'_
         payload: l3_offset..frame.len(),
     };
     match ethernet.ethertype {
+        #[cfg(feature = "arp")]
         EtherType::Arp => {
             let p = ArpPacket::new_checked(l3)?;
             f.network = Network::Arp(ArpRepr::parse(&p)?);
@@ -243,6 +250,7 @@ pub fn parse_frame_with(frame: &[u8], policy: ChecksumPolicy) -> Result<Frame<'_
 #[inline]
 fn parse_l4(f: &mut Frame<'_>, addrs: IpPair, policy: ChecksumPolicy) -> Result<()> {
     let seg = &f.bytes[f.l4_offset..f.l3_end];
+    #[cfg(feature = "icmp")]
     let v6 = matches!(addrs, IpPair::V6 { .. });
     let (transport, hl, end) = match f.protocol {
         Some(IpProtocol::Tcp) => {
@@ -250,14 +258,8 @@ fn parse_l4(f: &mut Frame<'_>, addrs: IpPair, policy: ChecksumPolicy) -> Result<
             if policy.verify_l4 {
                 checksum::check(t.verify_checksum(&addrs), Layer::Tcp)?;
             }
-            let hl = t.header_len();
-            let tr = Transport::Tcp {
-                src_port: t.src_port(),
-                dst_port: t.dst_port(),
-                header_len: hl,
-                flags: t.flags(),
-            };
-            (tr, hl, seg.len())
+            let tr = Transport::Tcp(TcpRepr::parse(&t)?);
+            (tr, t.header_len(), seg.len())
         }
         Some(IpProtocol::Udp) => {
             let u = UdpPacket::new_checked(seg)?;
@@ -268,6 +270,7 @@ fn parse_l4(f: &mut Frame<'_>, addrs: IpPair, policy: ChecksumPolicy) -> Result<
             };
             (tr, udp::HEADER_LEN, u.len())
         }
+        #[cfg(feature = "icmp")]
         Some(IpProtocol::Icmp) if !v6 => {
             let p = Icmpv4Packet::new_checked(seg)?;
             if policy.verify_l4 {
@@ -279,6 +282,7 @@ fn parse_l4(f: &mut Frame<'_>, addrs: IpPair, policy: ChecksumPolicy) -> Result<
             };
             (tr, super::icmp::HEADER_LEN, seg.len())
         }
+        #[cfg(feature = "icmp")]
         Some(IpProtocol::Icmpv6) if v6 => {
             let p = Icmpv6Packet::new_checked(seg)?;
             if policy.verify_l4 {
@@ -446,6 +450,7 @@ pub fn emit_eth_ipv6_tcp_headers(
     Ok(end)
 }
 
+#[cfg(feature = "arp")]
 /// Writes an ARP frame: Ethernet header from `vlan`, `arp.source_hardware_addr` and (for a
 /// request) broadcast or (otherwise) `arp.target_hardware_addr`. Returns the frame length
 /// (not padded to 60 bytes).
@@ -469,6 +474,7 @@ pub fn emit_eth_arp(buf: &mut [u8], vlan: VlanTags, arp: &ArpRepr) -> Result<usi
     Ok(end)
 }
 
+#[cfg(feature = "arp")]
 /// If `frame` is an ARP request for `our_ip`, the reply to send (RFC 826), in the same VLAN.
 #[inline]
 pub fn arp_reply_for(
@@ -484,6 +490,7 @@ pub fn arp_reply_for(
     }
 }
 
+#[cfg(feature = "arp")]
 /// Answers an ARP request for `our_ip` in place: the received frame is rewritten into the reply
 /// (same VLAN tags). Returns the length to transmit, `None` if the frame is not a request
 /// for us (nothing is written then).
@@ -499,6 +506,7 @@ pub fn answer_arp(
     }
 }
 
+#[cfg(feature = "icmp")]
 /// If `frame` is a valid Neighbor Solicitation (RFC 4861 §7.1.1) for an address `is_ours`
 /// accepts, the Neighbor Advertisement to send (§7.2.4). Errors are those of parsing the
 /// ICMPv6 message (checksum, malformed options).
@@ -526,6 +534,7 @@ pub fn ndp_advert_for(
     ))
 }
 
+#[cfg(feature = "icmp")]
 /// Writes a Neighbor Advertisement frame (Ethernet in `vlan`, IPv6 with hop limit 255 as
 /// RFC 4861 §7.1.2 requires, NA with Target Link-Layer Address option). Returns the frame
 /// length.
@@ -669,6 +678,7 @@ fn turn_of(f: &Frame<'_>) -> Turn {
     }
 }
 
+#[cfg(feature = "icmp")]
 /// Answers an ICMPv4 Echo Request (RFC 792) or ICMPv6 Echo Request (RFC 4443 §4.2) in place:
 /// addresses swapped, TTL/hop limit 64, type changed to Echo Reply with the ICMP checksum
 /// updated incrementally (RFC 1624; the ICMPv6 pseudo-header sum is symmetric in the
@@ -710,11 +720,12 @@ pub fn answer_icmp_echo(frame: &mut [u8]) -> Result<usize> {
     Ok(t.end)
 }
 
-#[cfg(test)]
+// The tests use every protocol: run them with `--all-features`.
+#[cfg(all(test, feature = "arp", feature = "icmp"))]
 mod tests {
     use super::*;
-    use crate::wire::ethernet::VlanTag;
-    use crate::wire::testutil::{self, hex};
+    use crate::ethernet::VlanTag;
+    use crate::testutil::{self, hex};
     use proptest::prelude::*;
 
     fn all_frames() -> Vec<(&'static str, Vec<u8>)> {
@@ -836,15 +847,14 @@ mod tests {
     fn tcp() {
         let b = hex(testutil::TCP4_SYN);
         let f = parse_frame(&b).unwrap();
-        assert_eq!(
-            f.transport,
-            Transport::Tcp {
-                src_port: 43210,
-                dst_port: 80,
-                header_len: 24,
-                flags: crate::wire::l4::flags::SYN
-            }
-        );
+        let Transport::Tcp(t) = f.transport else {
+            panic!("{:?}", f.transport)
+        };
+        assert_eq!((t.src_port, t.dst_port), (43210, 80));
+        assert_eq!(t.flags, crate::tcp::TcpFlags::SYN);
+        assert_eq!(t.options.mss, Some(1460));
+        assert_eq!(t.header_len(), 24);
+        assert_eq!(f.l4_offset + 24, f.payload.start);
         assert!(f.payload().is_empty());
         let b = hex(testutil::TCP4_DATA);
         let f = parse_frame(&b).unwrap();
@@ -1274,7 +1284,7 @@ mod tests {
         let mut b = hex(testutil::UDP4_PADDED);
         b[34] = 0;
         b[35] = 0;
-        crate::wire::checksum::fill_udp_checksum(
+        crate::checksum::fill_udp_checksum(
             &parse_frame_with(&b, ChecksumPolicy::IP_ONLY)
                 .unwrap()
                 .ip_pair()
@@ -1392,7 +1402,7 @@ mod tests {
         assert_eq!(
             na,
             Icmpv6Repr::NeighborAdvert {
-                flags: crate::wire::icmp::NeighborFlags {
+                flags: crate::icmp::NeighborFlags {
                     router: false,
                     solicited: true,
                     override_: true

@@ -1,4 +1,4 @@
-//! The packet codec of the AF_XDP data path.
+//! flowlane's packet codec: the one place where packet bytes are parsed and written.
 //!
 //! The design follows smoltcp's `wire` module:
 //!
@@ -13,31 +13,46 @@
 //!
 //! On top of the per-protocol files, [`packet`] holds the per-packet classifier
 //! [`parse_frame`] (Ethernet [+ 802.1Q/802.1ad] → ARP | IPv4 | IPv6 → ICMP/UDP/TCP) and the
-//! in-place builders used on the transmit hot path.
+//! in-place builders used on the transmit hot path. The classifier parses a TCP header
+//! completely ([`TcpRepr`], options included) so that the TCP stack never parses it again.
 //!
 //! Nothing here allocates, nothing here uses `unsafe`, and no input, however malformed, makes
-//! a parser panic (this is tested with exhaustive truncation loops and proptest).
+//! a parser panic (this is tested with exhaustive truncation loops, proptest, and the fuzz
+//! target in `wire/fuzz`).
 //!
-//! TCP is deliberately *not* parsed here beyond ports, data offset and checksum
-//! ([`TcpPacket`]): the full TCP header belongs to the `flowlane-tcp` crate.
+//! # Features
+//!
+//! Protocols the data path does not answer itself are off by default:
+//!
+//! * `arp`: ARP (RFC 826), [`Network::Arp`](packet::Network) and `answer_arp`;
+//! * `icmp`: ICMPv4 (RFC 792), ICMPv6 (RFC 4443) and NDP (RFC 4861), the ICMP variants of
+//!   [`Transport`] and `answer_icmp_echo` / `ndp_advert_for`.
+//!
+//! Without them, ARP frames classify as [`Network::Other`] and ICMP as [`Transport::Other`].
+//! The unit tests and the fuzz target need `--all-features`.
+#![forbid(unsafe_code)]
 
+#[cfg(feature = "arp")]
 pub mod arp;
 pub mod checksum;
 pub mod ethernet;
+#[cfg(feature = "icmp")]
 pub mod icmp;
 pub mod ip;
 pub mod ipv4;
 pub mod ipv6;
-pub mod l4;
 pub mod packet;
+pub mod tcp;
 pub mod udp;
 
 #[cfg(test)]
 mod testutil;
 
+#[cfg(feature = "arp")]
 pub use arp::{ArpOperation, ArpPacket, ArpRepr};
 pub use checksum::ChecksumPolicy;
 pub use ethernet::{EtherType, EthernetAddress, EthernetFrame, EthernetRepr, VlanTag, VlanTags};
+#[cfg(feature = "icmp")]
 pub use icmp::{
     Icmpv4Message, Icmpv4Packet, Icmpv4Repr, Icmpv6Message, Icmpv6Packet, Icmpv6Repr, NdpAdvert,
     NeighborFlags,
@@ -45,8 +60,8 @@ pub use icmp::{
 pub use ip::{FragmentInfo, IpPair, IpProtocol};
 pub use ipv4::{Ipv4Packet, Ipv4Repr};
 pub use ipv6::{Ipv6ExtHeader, Ipv6FragmentHeader, Ipv6Packet, Ipv6Repr, Ipv6Upper};
-pub use l4::TcpPacket;
 pub use packet::{parse_frame, parse_frame_with, Frame, Network, Transport};
+pub use tcp::{TcpFlags, TcpOptions, TcpPacket, TcpRepr};
 pub use udp::{UdpPacket, UdpRepr};
 
 use core::fmt;
@@ -72,7 +87,7 @@ pub enum Layer {
     Icmpv6,
     /// UDP (RFC 768).
     Udp,
-    /// TCP (RFC 9293), minimal header view only.
+    /// TCP (RFC 9293).
     Tcp,
 }
 

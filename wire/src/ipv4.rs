@@ -581,7 +581,7 @@ mod tests {
                 got: 0x73
             }
         );
-        let mut b = p.clone();
+        let mut b = p;
         b[15] ^= 0x01;
         let v = Ipv4Packet::new_checked(&b[..]).unwrap();
         assert_eq!(

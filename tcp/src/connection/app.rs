@@ -1,0 +1,157 @@
+//! The application's calls on a connection: send, receive, shut down, close, abort.
+
+use super::*;
+
+impl Connection {
+    /// The application aborted: RST if synchronized (RFC 9293 §3.10.5).
+    pub(crate) fn abort(&mut self, ctx: &mut Ctx<'_>) {
+        if self.state.is_synchronized() || self.state == State::SynReceived {
+            self.send_rst(ctx);
+        }
+        self.close_now(CloseReason::Aborted);
+    }
+
+    /// RFC 9293 §3.10.4 CLOSE, write side only: queue a FIN after the data.
+    pub(crate) fn shutdown_write(&mut self) {
+        if self.flags.has(Flags::FIN_QUEUED) {
+            return;
+        }
+        match self.state {
+            // RFC 9293 §3.10.4: SYN-SENT: delete the TCB.
+            State::SynSent => self.close_now(CloseReason::Normal),
+            // RFC 9293 §3.10.4: SYN-RECEIVED: the FIN follows once
+            // ESTABLISHED would have been reached.
+            State::SynReceived => self.flags.set(Flags::FIN_QUEUED),
+            State::Established => {
+                self.flags.set(Flags::FIN_QUEUED);
+                self.state = State::FinWait1;
+            }
+            State::CloseWait => {
+                self.flags.set(Flags::FIN_QUEUED);
+                self.state = State::LastAck;
+            }
+            _ => {}
+        }
+    }
+
+    /// Full close: no more reads either. Unread data makes it an abort
+    /// (RFC 1122 §4.2.2.13 / RFC 2525 §2.17).
+    pub(crate) fn close(&mut self, ctx: &mut Ctx<'_>) {
+        if !self.recv_buf.is_empty() {
+            self.abort(ctx);
+            return;
+        }
+        self.flags.set(Flags::APP_CLOSED);
+        self.shutdown_write();
+        if self.state == State::FinWait2 {
+            self.timers.close = Some(ctx.now + ctx.cfg.msl.saturating_mul(2));
+        }
+    }
+
+    pub(crate) fn set_nodelay(&mut self, on: bool) {
+        if on {
+            self.flags.set(Flags::NODELAY);
+        } else {
+            self.flags.clear(Flags::NODELAY);
+        }
+    }
+
+    /// Queues application data.
+    pub(crate) fn send(&mut self, data: &[u8]) -> Result<usize, crate::Error> {
+        self.check_writable()?;
+        let n = self.send_buf.enqueue_slice(data);
+        if n < data.len() {
+            self.flags.set(Flags::WRITABLE_WANTED);
+        }
+        if n == 0 && !data.is_empty() {
+            return Err(crate::Error::WouldBlock);
+        }
+        Ok(n)
+    }
+
+    /// Whether the application may still queue data (RFC 9293 §3.10.2:
+    /// SEND is valid until the application closed its side).
+    #[inline]
+    fn check_writable(&self) -> Result<(), crate::Error> {
+        if self.flags.has(Flags::FIN_QUEUED)
+            || !matches!(
+                self.state,
+                State::SynSent | State::SynReceived | State::Established | State::CloseWait
+            )
+        {
+            return Err(crate::Error::InvalidState);
+        }
+        Ok(())
+    }
+
+    /// The application wants a `Writable` event once send space frees,
+    /// without queueing bytes: the wish a [`Self::send`] that could not
+    /// queue everything records (with it, the send buffer grows with the
+    /// window while the application keeps it full). With space free now,
+    /// the event is raised at once.
+    pub(crate) fn want_writable(&mut self) -> Result<(), crate::Error> {
+        self.check_writable()?;
+        if self.send_buf.window() > 0 {
+            self.events |= ev::WRITABLE;
+        } else {
+            self.flags.set(Flags::WRITABLE_WANTED);
+        }
+        Ok(())
+    }
+
+    /// Reads in-order data.
+    pub(crate) fn recv(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        out: &mut [u8],
+    ) -> Result<usize, crate::Error> {
+        self.flags.clear(Flags::READABLE_NOTIFIED);
+        let n = self.recv_buf.dequeue_slice(out);
+        if n == 0 && !out.is_empty() {
+            return if self.flags.has(Flags::PEER_FIN) {
+                Ok(0)
+            } else {
+                Err(crate::Error::WouldBlock)
+            };
+        }
+        self.after_read(ctx);
+        Ok(n)
+    }
+
+    /// Zero-copy read: the contiguous readable bytes.
+    pub(crate) fn peek(&self) -> &[u8] {
+        self.recv_buf.peek()
+    }
+
+    /// Zero-copy read: drop `n` bytes that were read through `peek`.
+    pub(crate) fn consume(&mut self, ctx: &mut Ctx<'_>, n: usize) -> usize {
+        self.flags.clear(Flags::READABLE_NOTIFIED);
+        let n = self.recv_buf.dequeue_allocated(n);
+        if n > 0 {
+            self.after_read(ctx);
+        }
+        n
+    }
+
+    /// Whether the peer closed and everything was read.
+    pub(crate) fn at_eof(&self) -> bool {
+        self.flags.has(Flags::PEER_FIN) && self.recv_buf.is_empty()
+    }
+
+    /// Window update after the application freed receive space: send one if
+    /// the right edge can move by a useful amount (RFC 9293 §3.8.6.2.2,
+    /// receiver-side SWS avoidance) and the peer may be running short.
+    pub(super) fn after_read(&mut self, ctx: &mut Ctx<'_>) {
+        if !self.state.can_receive() {
+            return;
+        }
+        self.rcv_space_adjust(ctx);
+        let cap = self.recv_buf.capacity();
+        let advertised = self.rcv.adv.saturating_sub(self.rcv.nxt);
+        let free = self.recv_buf.window();
+        let threshold = (cap / 2).min(self.eff_mss()).max(1);
+        if free >= advertised + threshold && advertised <= cap / 2 {
+            self.flags.set(Flags::ACK_NOW);
+        }
+    }
+}

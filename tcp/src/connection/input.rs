@@ -1,0 +1,661 @@
+//! Segment arrival (RFC 9293 §3.10.7): option negotiation on the handshake, the SYN-SENT
+//! and synchronized-state processing, ACK processing, RTT samples, in-order and out-of-order
+//! data, FIN.
+
+use super::*;
+
+impl Connection {
+    /// Applies the options of the peer's SYN (or SYN-ACK): MSS (RFC 9293
+    /// §3.7.1), window scale (RFC 7323 §2.2) and timestamps (RFC 7323 §3.2).
+    pub(super) fn negotiate_options(&mut self, cfg: &Config, syn: &TcpRepr, now: Instant) {
+        let o = &syn.options;
+        if cfg.sack && o.sack_permitted {
+            self.flags.set(Flags::SACK);
+        }
+        if let Some(ws) = o.window_scale {
+            self.flags.set(Flags::WS_PEER);
+            if self.flags.has(Flags::WS_OFFERED) {
+                // RFC 7323 §2.3: use 14 for larger values.
+                self.snd.wscale = ws.min(MAX_WSCALE);
+                self.rcv.wscale = offered_wscale(cfg);
+            }
+        }
+        if !self.flags.has(Flags::WS_PEER) || !self.flags.has(Flags::WS_OFFERED) {
+            self.snd.wscale = 0;
+            self.rcv.wscale = 0;
+        }
+        if let (true, Some((tsval, _))) = (cfg.timestamps, o.timestamps) {
+            self.flags.set(Flags::TIMESTAMPS);
+            self.ts.recent = tsval;
+            self.ts.recent_age = now;
+        }
+        // RFC 9293 §3.7.1: send MSS = min(peer's MSS, our own limit); the
+        // payload shrinks by the options we put in every segment.
+        let peer_mss = o.mss.unwrap_or(DEFAULT_MSS).max(64);
+        let mut mss = peer_mss.min(cfg.mss);
+        if self.flags.has(Flags::TIMESTAMPS) {
+            mss -= TS_OPTION_LEN;
+        }
+        self.snd.mss = mss;
+        self.cc.set_mss(mss as usize);
+    }
+
+    /// Processes one segment for this connection (RFC 9293 §3.10.7.3 and
+    /// §3.10.7.4).
+    pub(crate) fn on_segment(&mut self, ctx: &mut Ctx<'_>, seg: &TcpRepr, payload: &[u8]) {
+        if !payload.is_empty() {
+            ctx.stats.data_segments_in += 1;
+        }
+        match self.state {
+            State::Closed | State::Listen => {}
+            State::SynSent => self.on_segment_syn_sent(ctx, seg, payload),
+            _ => self.on_segment_other(ctx, seg, payload),
+        }
+    }
+
+    /// RFC 9293 §3.10.7.3 SYN-SENT.
+    pub(super) fn on_segment_syn_sent(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        seg: &TcpRepr,
+        _payload: &[u8],
+    ) {
+        let f = seg.flags;
+        // First: check the ACK bit.
+        if f.ack() && (SeqNumber(seg.ack) <= self.snd.iss || SeqNumber(seg.ack) > self.snd.max) {
+            if !f.rst() {
+                ctx.queue_rst(PendingRst {
+                    tuple: self.tuple,
+                    seq: SeqNumber(seg.ack),
+                    ack: None,
+                });
+            }
+            return;
+        }
+        // Second: the RST bit.
+        if f.rst() {
+            if f.ack() {
+                ctx.stats.resets_in += 1;
+                self.close_now(CloseReason::Reset);
+            }
+            return;
+        }
+        // Fourth: the SYN bit. (Data on the SYN is not queued: it is not
+        // acknowledged, so the peer sends it again.)
+        if !f.syn() {
+            return;
+        }
+        self.rcv.irs = SeqNumber(seg.seq);
+        self.rcv.nxt = SeqNumber(seg.seq) + 1;
+        self.rcv.adv = self.rcv.nxt;
+        self.tune.rcv_space_seq = self.rcv.nxt;
+        self.tune.rcv_space_time = ctx.now;
+        self.negotiate_options(ctx.cfg, seg, ctx.now);
+        self.snd.wnd = u32::from(seg.window);
+        self.snd.max_wnd = self.snd.wnd;
+        self.snd.wl1 = SeqNumber(seg.seq);
+        self.snd.wl2 = SeqNumber(seg.ack);
+        self.timers.last_recv = ctx.now;
+        if f.ack() {
+            self.snd.una = SeqNumber(seg.ack);
+            self.take_rtt_sample(ctx.now, seg);
+            self.timers.rto = None;
+            self.timers.retransmits = 0;
+            self.state = State::Established;
+            self.events |= ev::ESTABLISHED;
+            self.flags.set(Flags::ACK_NOW);
+            self.arm_keepalive(ctx);
+        } else {
+            // Simultaneous open: SYN-RECEIVED, send SYN-ACK.
+            self.state = State::SynReceived;
+            self.snd.nxt = self.snd.iss;
+            self.flags.set(Flags::ACK_NOW);
+        }
+    }
+
+    /// RFC 9293 §3.10.7.4: every state from SYN-RECEIVED on.
+    pub(super) fn on_segment_other(&mut self, ctx: &mut Ctx<'_>, seg: &TcpRepr, payload: &[u8]) {
+        let now = ctx.now;
+        let mut f = seg.flags;
+        let mut seq = SeqNumber(seg.seq);
+
+        // A retransmission of the peer's SYN (or SYN-ACK, simultaneous open):
+        // drop the SYN bit and treat the rest normally; it needs an ACK.
+        if f.syn() && seq == self.rcv.irs {
+            f = TcpFlags(f.0 & !TcpFlags::SYN.0);
+            seq += 1;
+            self.flags.set(Flags::ACK_NOW);
+        }
+        if !self.timestamps_acceptable(ctx, seg, f) {
+            return;
+        }
+        // First: sequence number acceptability.
+        let Some((seq, data, f)) = self.check_sequence(ctx, seq, payload, f) else {
+            return;
+        };
+        self.update_ts_recent(now, seg, seq);
+
+        // Second: the RST bit.
+        if f.rst() {
+            ctx.stats.resets_in += 1;
+            match self.state {
+                // RFC 9293 §3.10.7.4: SYN-RECEIVED from a passive open
+                // returns to LISTEN (the listener is still there; we just
+                // drop this half-open connection).
+                State::TimeWait => self.close_now(CloseReason::Normal),
+                _ => self.close_now(CloseReason::Reset),
+            }
+            return;
+        }
+
+        // Fourth: a SYN in a synchronized state. RFC 9293 §3.10.7.4 (after
+        // RFC 5961 §4): send a challenge ACK and drop.
+        if f.syn() {
+            self.flags.set(Flags::ACK_NOW);
+            return;
+        }
+
+        self.timers.last_recv = now;
+        self.timers.keepalive_probes = 0;
+        self.arm_keepalive(ctx);
+
+        // Fifth: the ACK field.
+        if !f.ack() {
+            return;
+        }
+        if self.state == State::SynReceived && !self.complete_passive_open(ctx, seg, seq) {
+            return;
+        }
+        if !self.process_ack(ctx, seg, seq, data.len(), f) {
+            return;
+        }
+
+        // Sixth: URG is ignored (RFC 6093: urgent data is delivered inline).
+
+        // Seventh: segment text.
+        if !data.is_empty() && !self.accept_text(ctx, seg, seq, data) {
+            return;
+        }
+
+        // Eighth: the FIN bit.
+        if f.fin() && self.state != State::SynReceived {
+            let fin_at = seq + data.len();
+            if fin_at == self.rcv.nxt {
+                self.on_fin(ctx);
+            } else if fin_at > self.rcv.nxt && self.rcv.fin_seq.is_none() {
+                self.rcv.fin_seq = Some(fin_at);
+                self.flags.set(Flags::ACK_NOW);
+            }
+        }
+    }
+
+    /// RFC 7323 §3.2 and §5.3 R1 (PAWS): whether a segment passes the
+    /// timestamp checks. Once timestamps are negotiated, non-RST segments
+    /// without them are dropped, and so are stale ones (with an ACK).
+    #[inline]
+    fn timestamps_acceptable(&mut self, ctx: &mut Ctx<'_>, seg: &TcpRepr, f: TcpFlags) -> bool {
+        let ts_on = self.flags.has(Flags::TIMESTAMPS);
+        if ts_on && seg.options.timestamps.is_none() && !f.rst() {
+            ctx.stats.unacceptable += 1;
+            return false;
+        }
+        if let (true, Some((tsval, _))) = (ts_on, seg.options.timestamps) {
+            let stale = (tsval.wrapping_sub(self.ts.recent) as i32) < 0;
+            let recent_valid = ctx.now.saturating_since(self.ts.recent_age) < PAWS_IDLE;
+            if stale && recent_valid && !f.rst() {
+                ctx.stats.paws_rejected += 1;
+                self.flags.set(Flags::ACK_NOW);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// RFC 9293 §3.10.7.4 first check: sequence number acceptability. Drops
+    /// (with the ACK, D-SACK and TIME-WAIT restart the RFCs ask for) what is
+    /// outside the window, and trims what remains to it. Returns the
+    /// sequence number, text and flags left to process, `None` to drop.
+    #[inline]
+    fn check_sequence<'p>(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mut seq: SeqNumber,
+        payload: &'p [u8],
+        mut f: TcpFlags,
+    ) -> Option<(SeqNumber, &'p [u8], TcpFlags)> {
+        let mut data = payload;
+        let seg_len = data.len() + usize::from(f.syn()) + usize::from(f.fin());
+        let wnd = self.rcv_wnd();
+        let nxt = self.rcv.nxt;
+        let acceptable = match (seg_len, wnd) {
+            (0, 0) => seq == nxt,
+            (0, _) => seq.in_range(nxt, nxt + wnd),
+            (_, 0) => false,
+            (_, _) => {
+                seq.in_range(nxt, nxt + wnd) || (seq + (seg_len - 1)).in_range(nxt, nxt + wnd)
+            }
+        };
+        // RFC 9293 §3.10.7.4: with a zero window, still process the ACK and
+        // RST of a segment at RCV.NXT (a window probe).
+        let zero_window_probe = !acceptable && wnd == 0 && seq == nxt;
+        if !acceptable && !zero_window_probe {
+            ctx.stats.unacceptable += 1;
+            if !f.rst() && !payload.is_empty() {
+                // A duplicate (e.g. duplicated in the network): RFC 5681
+                // §4.2 immediate duplicate ACK, with a D-SACK block for
+                // what arrived twice (RFC 2883 §4) so that the sender can
+                // tell a needless retransmission from a loss.
+                self.owe_immediate_ack();
+                if self.flags.has(Flags::SACK) && seq < nxt {
+                    let end = (seq + payload.len()).min(nxt);
+                    self.rcv.dsack = Some((seq, end));
+                }
+            }
+            if !f.rst() {
+                self.flags.set(Flags::ACK_NOW);
+                // RFC 9293 §3.10.7.4 TIME-WAIT: a retransmitted FIN restarts
+                // the 2 MSL timeout.
+                if self.state == State::TimeWait && f.fin() {
+                    self.timers.close = Some(ctx.now + ctx.cfg.msl.saturating_mul(2));
+                }
+            }
+            return None;
+        }
+        if zero_window_probe {
+            data = &[];
+            f = TcpFlags(f.0 & !TcpFlags::FIN.0);
+            self.flags.set(Flags::ACK_NOW);
+        }
+        // Trim the front (already received) and the tail (beyond window).
+        if seq < nxt {
+            let dup = nxt - seq;
+            if dup > data.len() {
+                // Only a FIN remains, and it is in sequence at RCV.NXT.
+                data = &[];
+            } else {
+                data = &data[dup..];
+            }
+            seq = nxt;
+            self.flags.set(Flags::ACK_NOW);
+        }
+        if data.len() > wnd {
+            data = &data[..wnd];
+            f = TcpFlags(f.0 & !TcpFlags::FIN.0);
+            self.flags.set(Flags::ACK_NOW);
+        }
+        Some((seq, data, f))
+    }
+
+    /// RFC 7323 §4.3: updates TS.Recent from an acceptable segment.
+    #[inline]
+    fn update_ts_recent(&mut self, now: Instant, seg: &TcpRepr, seq: SeqNumber) {
+        if let (true, Some((tsval, _))) =
+            (self.flags.has(Flags::TIMESTAMPS), seg.options.timestamps)
+        {
+            if (tsval.wrapping_sub(self.ts.recent) as i32) >= 0 && seq <= self.ts.last_ack_sent {
+                self.ts.recent = tsval;
+                self.ts.recent_age = now;
+            }
+        }
+    }
+
+    /// RFC 9293 §3.10.7.4 fifth check in SYN-RECEIVED: an ACK of our SYN
+    /// completes the handshake; any other ACK is answered with a reset.
+    /// Returns whether to go on processing the segment.
+    #[inline]
+    fn complete_passive_open(&mut self, ctx: &mut Ctx<'_>, seg: &TcpRepr, seq: SeqNumber) -> bool {
+        if SeqNumber(seg.ack) > self.snd.una && SeqNumber(seg.ack) <= self.snd.max {
+            self.state = if self.flags.has(Flags::FIN_QUEUED) {
+                State::FinWait1
+            } else {
+                State::Established
+            };
+            self.events |= ev::ESTABLISHED;
+            // The SYN-ACK's window was unscaled; from now on it is.
+            self.snd.wnd = u32::from(seg.window) << self.snd.wscale;
+            self.snd.max_wnd = self.snd.max_wnd.max(self.snd.wnd);
+            self.snd.wl1 = seq;
+            self.snd.wl2 = SeqNumber(seg.ack);
+            self.snd.una = self.snd.iss + 1;
+            self.timers.rto = None;
+            self.timers.retransmits = 0;
+            self.take_rtt_sample(ctx.now, seg);
+            true
+        } else {
+            // RFC 9293 §3.10.7.4: <SEQ=SEG.ACK><CTL=RST>.
+            ctx.queue_rst(PendingRst {
+                tuple: self.tuple,
+                seq: SeqNumber(seg.ack),
+                ack: None,
+            });
+            false
+        }
+    }
+
+    /// RFC 9293 §3.10.7.4 seventh step: segment text. Returns whether to go
+    /// on processing the segment (false once it reset the connection).
+    #[inline]
+    fn accept_text(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        seg: &TcpRepr,
+        seq: SeqNumber,
+        data: &[u8],
+    ) -> bool {
+        if !self.state.can_receive() {
+            // CLOSE-WAIT, CLOSING, LAST-ACK, TIME-WAIT: the peer sent FIN
+            // already; ignore the text.
+        } else if self.flags.has(Flags::APP_CLOSED) {
+            // Nobody will read this: reset (RFC 2525 §2.17).
+            self.send_rst(ctx);
+            self.close_now(CloseReason::Reset);
+            return false;
+        } else {
+            let tsecr = seg.options.timestamps.map(|(_, ecr)| ecr);
+            self.receive_data(ctx, seq, data, tsecr);
+        }
+        true
+    }
+
+    /// RFC 9293 §3.10.7.4 fifth step for synchronized states. Returns false
+    /// if the segment must be dropped.
+    pub(super) fn process_ack(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        seg: &TcpRepr,
+        seq: SeqNumber,
+        data_len: usize,
+        f: TcpFlags,
+    ) -> bool {
+        let ack = SeqNumber(seg.ack);
+        if ack > self.snd.max {
+            // Acknowledges something not yet sent.
+            self.flags.set(Flags::ACK_NOW);
+            return false;
+        }
+        let sack_news = self.flags.has(Flags::SACK) && self.update_scoreboard(seg);
+        let new_wnd = u32::from(seg.window) << self.snd.wscale;
+        let window_update = self.snd.wl1 < seq || (self.snd.wl1 == seq && self.snd.wl2 <= ack);
+        if ack > self.snd.una {
+            self.on_new_ack(ctx, seg, ack);
+        } else if ack == self.snd.una
+            && self.snd.una != self.snd.max
+            && data_len == 0
+            && !f.fin()
+            && new_wnd == self.snd.wnd
+            && self.snd.wnd != 0
+            && self.state.is_synchronized()
+        {
+            // RFC 5681 §2: a duplicate acknowledgment.
+            self.on_dup_ack(ctx, ack);
+        } else if ack == self.snd.una && self.snd.wnd == 0 {
+            // The peer answers our probes: it is alive (RFC 1122 §4.2.2.17).
+            self.timers.retransmits = 0;
+        }
+        if sack_news || (self.flags.has(Flags::SACK) && ack > self.snd.prev_una) {
+            self.sack_loss_detection(ctx);
+        }
+        if window_update && ack >= self.snd.una {
+            self.update_send_window(seq, ack, new_wnd);
+        }
+        self.on_fin_acked(ctx)
+    }
+
+    /// An ACK that advances SND.UNA: frees acknowledged data, takes an RTT
+    /// sample, undoes a spurious recovery or moves congestion control on
+    /// (RFC 5681 §3.1, RFC 6582 §3.2 step 3, RFC 6675 §5), restarts the
+    /// retransmission timer (RFC 6298 §5.2 / §5.3) and grows the send
+    /// buffer for a waiting writer.
+    #[inline]
+    fn on_new_ack(&mut self, ctx: &mut Ctx<'_>, seg: &TcpRepr, ack: SeqNumber) {
+        let now = ctx.now;
+        let acked = ack - self.snd.una;
+        let fin_acked_now = self
+            .fin_seq()
+            .is_some_and(|fs| ack > fs && self.snd.una <= fs);
+        let data_acked = acked - usize::from(fin_acked_now);
+        let flight_before = self.snd.max - self.snd.una;
+        self.send_buf.dequeue_allocated(data_acked);
+        if fin_acked_now {
+            self.flags.set(Flags::FIN_ACKED);
+        }
+        self.snd.prev_una = self.snd.una;
+        self.snd.una = ack;
+        if self.snd.nxt < ack {
+            self.snd.nxt = ack;
+        }
+        self.take_rtt_sample(now, seg);
+        self.timers.retransmits = 0;
+        let undone = self
+            .snd
+            .undo
+            .take()
+            .is_some_and(|undo| self.eifel_undo(undo, seg, data_acked));
+        if undone {
+            // The window was set by the RFC 4015 response.
+        } else if self.flags.has(Flags::IN_RECOVERY) {
+            if ack >= self.snd.recover {
+                // RFC 6582 §3.2 step 3, full acknowledgment (RFC 6675
+                // §5 step (C): recovery ends when HighACK reaches
+                // RecoveryPoint).
+                self.flags.clear(Flags::IN_RECOVERY | Flags::SACK_RECOVERY);
+                self.cc.on_recovery_exit(self.snd.max - ack);
+            } else if self.flags.has(Flags::SACK_RECOVERY) {
+                // RFC 6675 §5: cwnd is not deflated on a partial ACK;
+                // NextSeg() picks what to retransmit.
+            } else {
+                // RFC 6582 §3.2 step 3, partial acknowledgment:
+                // retransmit the next unacknowledged segment.
+                self.cc.on_partial_ack(data_acked);
+                self.flags.set(Flags::RETRANSMIT_ONE);
+                self.arm_lost_retransmit();
+            }
+        } else {
+            // RFC 5681 §4.1: restart after idle.
+            self.cc.on_ack(now, data_acked.min(flight_before));
+        }
+        self.snd.dup_acks = 0;
+        // RFC 6298 §5.2 / §5.3 (RFC 6582 §3.2 step 3: a partial ACK
+        // restarts the timer too), with a loss probe first.
+        self.timers.loss_probes = 0;
+        self.arm_rto_or_probe(now);
+        if self.flags.has(Flags::WRITABLE_WANTED) {
+            self.sndbuf_expand(ctx.cfg);
+        }
+        if self.flags.has(Flags::WRITABLE_WANTED) && self.send_buf.window() > 0 {
+            self.flags.clear(Flags::WRITABLE_WANTED);
+            self.events |= ev::WRITABLE;
+        }
+    }
+
+    /// RFC 9293 §3.10.7.4: SND.WND update from an acceptable segment
+    /// (SND.WL1 / SND.WL2 guard against old segments).
+    #[inline]
+    fn update_send_window(&mut self, seq: SeqNumber, ack: SeqNumber, new_wnd: u32) {
+        if self.snd.wnd == 0 && new_wnd > 0 && ack == self.snd.una && self.snd.nxt > ack {
+            // The window reopened: whatever went out as a probe into the
+            // zero window was not accepted, so send it again right away
+            // instead of waiting for a backed-off RTO.
+            self.snd.nxt = ack;
+            self.timers.rto = None;
+        }
+        self.snd.wnd = new_wnd;
+        self.snd.max_wnd = self.snd.max_wnd.max(new_wnd);
+        self.snd.wl1 = seq;
+        self.snd.wl2 = ack;
+        if new_wnd > 0 {
+            self.timers.persist = None;
+            self.timers.persist_backoff = 0;
+        }
+    }
+
+    /// State transitions on our FIN being acknowledged (RFC 9293
+    /// §3.10.7.4 fifth step, FIN-WAIT-1, CLOSING, LAST-ACK). Returns false
+    /// once the connection closed.
+    #[inline]
+    fn on_fin_acked(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        if self.fin_acked() {
+            match self.state {
+                State::FinWait1 => {
+                    self.state = State::FinWait2;
+                    if self.flags.has(Flags::APP_CLOSED) {
+                        // Orphaned: do not wait for the peer's FIN forever.
+                        self.timers.close = Some(ctx.now + ctx.cfg.msl.saturating_mul(2));
+                    }
+                }
+                State::Closing => self.enter_time_wait(ctx),
+                State::LastAck => {
+                    self.close_now(CloseReason::Normal);
+                    return false;
+                }
+                _ => {}
+            }
+        }
+        true
+    }
+
+    /// RTT measurement: RFC 7323 §4 with timestamps; also (and without
+    /// timestamps) one timed segment at a time under Karn's rule (RFC 6298
+    /// §3), which is what ends a backoff when every echo predates it.
+    pub(super) fn take_rtt_sample(&mut self, now: Instant, seg: &TcpRepr) {
+        let timed = match self.timers.rtt_seq {
+            Some((end, sent)) if SeqNumber(seg.ack) >= end => {
+                self.timers.rtt_seq = None;
+                Some(now.saturating_since(sent))
+            }
+            _ => None,
+        };
+        let mut sampled = false;
+        if self.flags.has(Flags::TIMESTAMPS) {
+            if let Some((_, tsecr)) = seg.options.timestamps {
+                // Karn's rule, timestamp flavour: after a timeout, an ACK for
+                // a retransmission that arrived as a duplicate echoes the
+                // TSval of an *earlier* copy (RFC 7323 §4.3 does not update
+                // TS.Recent for duplicates), which would inflate the RTT by
+                // the whole backoff; ignore echoes from before the timeout.
+                let ms = self.tsval(now).wrapping_sub(tsecr);
+                let before_timeout = (tsecr.wrapping_sub(self.ts.rtt_floor) as i32) < 0;
+                if ms < (1 << 30) && !before_timeout {
+                    self.rtt.on_sample(Duration::from_millis(u64::from(ms)));
+                    sampled = true;
+                }
+            }
+        }
+        if let (false, Some(r)) = (sampled, timed) {
+            self.rtt.on_sample(r);
+        }
+    }
+
+    /// RFC 9293 §3.10.7.4 seventh: place text in the receive buffer.
+    pub(super) fn receive_data(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        seq: SeqNumber,
+        data: &[u8],
+        tsecr: Option<u32>,
+    ) {
+        let offset = seq - self.rcv.nxt;
+        let had_holes = !self.assembler.is_empty();
+        let ring = self.recv_buf.capacity() + self.recv_buf.headroom();
+        if self.recv_buf.len() + offset + data.len() > ring {
+            self.cover_advertised_window();
+        }
+        let written = self.recv_buf.write_unallocated(offset, data);
+        self.rcv.mss_seen = self.rcv.mss_seen.max(data.len().min(0xffff) as u16);
+        if written < data.len() {
+            // Past the buffer (window rounding): the peer resends the rest.
+            self.flags.set(Flags::ACK_NOW);
+        }
+        match self.assembler.add(offset as u32, written as u32) {
+            Ok(front) => {
+                if front > 0 {
+                    // Duplicate ACKs still owed for the old RCV.NXT would now
+                    // carry the new one and signal a loss that is not there.
+                    self.rcv.acks_owed = 0;
+                    self.recv_buf.enqueue_unallocated(front as usize);
+                    self.rcv.nxt += front as usize;
+                    self.rcv.unacked += front;
+                    ctx.stats.bytes_in += u64::from(front);
+                    if !self.flags.has(Flags::READABLE_NOTIFIED) {
+                        self.flags.set(Flags::READABLE_NOTIFIED);
+                        self.events |= ev::READABLE;
+                    }
+                }
+            }
+            Err(_) => ctx.stats.ooo_dropped += 1,
+        }
+        self.rcv_rtt_measure(ctx.now, tsecr, data.len());
+        if offset > 0 {
+            // RFC 5681 §4.2: out-of-order data is acknowledged immediately.
+            ctx.stats.out_of_order += 1;
+            self.rcv.last_ooo = Some(seq);
+            self.owe_immediate_ack();
+        } else if had_holes {
+            // RFC 5681 §4.2: so is data that fills a hole.
+            self.flags.set(Flags::ACK_NOW);
+        } else if self.rcv.unacked as usize >= 2 * usize::from(self.rcv.mss_seen.max(1)) {
+            // RFC 5681 §4.2: ACK at least every second full-sized segment.
+            self.flags.set(Flags::ACK_NOW);
+        } else if self.timers.delayed_ack.is_none() {
+            self.timers.delayed_ack = Some(ctx.now + ctx.cfg.ack_delay);
+        }
+        // A FIN that arrived ahead of this data.
+        if self.rcv.fin_seq == Some(self.rcv.nxt) {
+            self.on_fin(ctx);
+        }
+    }
+
+    /// RFC 5681 §4.2: every out-of-order segment (and, RFC 5681 §3.2 /
+    /// RFC 9293 §3.10.7.4, every unacceptable duplicate) gets an immediate
+    /// ACK of its own. A sans-IO stack fed a batch of segments before it is
+    /// polled would otherwise send one ACK for the whole batch: the sender,
+    /// without SACK, then sees one duplicate ACK where there were twenty,
+    /// never reaches its duplicate-ACK threshold and waits for its RTO.
+    pub(super) fn owe_immediate_ack(&mut self) {
+        if self.flags.has(Flags::ACK_NOW) {
+            self.rcv.acks_owed = self.rcv.acks_owed.saturating_add(1).min(MAX_ACKS_OWED);
+        }
+        self.flags.set(Flags::ACK_NOW);
+    }
+
+    /// RFC 9293 §3.10.7.4 eighth: the FIN bit, in sequence.
+    pub(super) fn on_fin(&mut self, ctx: &mut Ctx<'_>) {
+        if self.flags.has(Flags::PEER_FIN) {
+            return;
+        }
+        self.rcv.fin_seq = None;
+        self.rcv.nxt += 1;
+        self.flags.set(Flags::PEER_FIN | Flags::ACK_NOW);
+        self.events |= ev::PEER_CLOSED;
+        match self.state {
+            State::SynReceived | State::Established => self.state = State::CloseWait,
+            State::FinWait1 => {
+                if self.fin_acked() {
+                    self.enter_time_wait(ctx);
+                } else {
+                    self.state = State::Closing;
+                }
+            }
+            State::FinWait2 => self.enter_time_wait(ctx),
+            _ => {}
+        }
+    }
+
+    pub(super) fn enter_time_wait(&mut self, ctx: &mut Ctx<'_>) {
+        self.state = State::TimeWait;
+        self.timers.rto = None;
+        self.timers.persist = None;
+        self.timers.keepalive = None;
+        self.timers.delayed_ack = None;
+        self.timers.close = Some(ctx.now + ctx.cfg.msl.saturating_mul(2));
+        self.assembler.clear();
+    }
+
+    pub(super) fn arm_keepalive(&mut self, ctx: &mut Ctx<'_>) {
+        if let Some(ka) = ctx.cfg.keepalive {
+            if self.state.is_synchronized() && self.state != State::TimeWait {
+                self.timers.keepalive = Some(ctx.now + ka.idle);
+            }
+        }
+    }
+}

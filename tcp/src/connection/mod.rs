@@ -1,0 +1,332 @@
+//! The per-connection state machine (RFC 9293 §3.10), with RFC 7323 window
+//! scaling, timestamps and PAWS, RFC 6298 retransmission timing, RFC 5681 /
+//! RFC 6582 congestion control, RFC 6675 SACK-based loss recovery, delayed ACKs, Nagle, persist and keepalive,
+//! and send/receive buffer auto-tuning (receive: dynamic right-sizing after
+//! Fisk & Feng, as Linux `tcp_rcv_space_adjust`; send: Linux
+//! `tcp_sndbuf_expand`).
+//!
+//! A connection never touches the network: the owning [`crate::Stack`] feeds
+//! it segments and timer expiries and asks it for segments to send.
+
+mod app;
+mod input;
+mod output;
+mod recovery;
+mod snapshot;
+mod state;
+mod timers;
+mod tuning;
+
+pub use snapshot::Snapshot;
+pub use state::State;
+pub(crate) use state::{
+    Flags, ReceiveState, SendState, TimerState, TimestampState, TuningState, UndoState,
+};
+
+use crate::assembler::Assembler;
+use crate::buffer::RingBuffer;
+use crate::cc::{CongestionControl, Controller};
+use crate::isn::IsnGenerator;
+use crate::rto::RttEstimator;
+use crate::sack::{Scoreboard, DUP_THRESH};
+use crate::seq::SeqNumber;
+use crate::time::{Duration, Instant};
+use crate::{CloseReason, Config, FourTuple, Stats};
+use flowlane_wire::tcp::{TcpFlags, TcpOptions, TcpRepr};
+use std::collections::VecDeque;
+
+/// Event bits a connection raises for the stack to turn into events.
+pub(crate) mod ev {
+    pub(crate) const ESTABLISHED: u8 = 1 << 0;
+    pub(crate) const READABLE: u8 = 1 << 1;
+    pub(crate) const WRITABLE: u8 = 1 << 2;
+    pub(crate) const PEER_CLOSED: u8 = 1 << 3;
+    pub(crate) const CLOSED: u8 = 1 << 4;
+}
+
+/// An RST to send on behalf of no (or a dying) connection.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PendingRst {
+    pub tuple: FourTuple,
+    pub seq: SeqNumber,
+    /// `Some` to set ACK with this acknowledgment number.
+    pub ack: Option<SeqNumber>,
+}
+
+/// What a connection needs from its stack while processing.
+pub(crate) struct Ctx<'a> {
+    pub now: Instant,
+    pub cfg: &'a Config,
+    pub stats: &'a mut Stats,
+    pub rsts: &'a mut VecDeque<PendingRst>,
+}
+
+impl Ctx<'_> {
+    pub(crate) fn queue_rst(&mut self, rst: PendingRst) {
+        if self.rsts.len() < self.cfg.max_pending_resets {
+            self.rsts.push_back(rst);
+        } else {
+            self.stats.resets_dropped += 1;
+        }
+    }
+}
+
+/// RFC 9293 §3.7.1: default send MSS when the peer sends no MSS option.
+const DEFAULT_MSS: u16 = 536;
+/// RFC 7323 §2.3: the largest window shift.
+const MAX_WSCALE: u8 = 14;
+/// Option bytes a timestamp option adds to every segment (NOP NOP + 10).
+const TS_OPTION_LEN: u16 = 12;
+/// Floor of the loss probe timeout (RFC 8985 §7.2 sets none; this keeps a
+/// probe from racing the ACK of a segment on a sub-millisecond path).
+const MIN_PTO: Duration = Duration::from_millis(1);
+/// Most immediate ACKs a connection owes at once (the burst one batch of
+/// out-of-order segments can produce).
+const MAX_ACKS_OWED: u8 = 64;
+/// Loss probes per value of SND.UNA before the RTO takes over.
+const MAX_LOSS_PROBES: u8 = 3;
+/// RFC 7323 §5.5: TS.Recent older than 24 days is invalid.
+const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
+/// Segments in the initial receive-space estimate and the floor of the send
+/// buffer target (Linux `TCP_INIT_CWND`, RFC 6928's IW10).
+const INIT_SEGMENTS: usize = 10;
+
+/// One TCP connection.
+#[derive(Debug, Clone)]
+pub(crate) struct Connection {
+    pub tuple: FourTuple,
+    pub state: State,
+    pub flags: Flags,
+    /// Pending `ev::*` bits.
+    pub events: u8,
+    pub close_reason: CloseReason,
+    pub snd: SendState,
+    pub rcv: ReceiveState,
+    pub ts: TimestampState,
+    pub timers: TimerState,
+    pub rtt: RttEstimator,
+    pub cc: Controller,
+    pub tune: TuningState,
+    pub assembler: Assembler,
+    /// RFC 6675 scoreboard (allocated only while SACK blocks are held).
+    pub scoreboard: Scoreboard,
+    pub send_buf: RingBuffer,
+    pub recv_buf: RingBuffer,
+}
+
+fn wscale_for(capacity: usize) -> u8 {
+    let mut s = 0u8;
+    while s < MAX_WSCALE && (capacity >> s) > 0xffff {
+        s += 1;
+    }
+    s
+}
+
+/// The window scale we offer: for the largest receive buffer auto-tuning may
+/// reach, not the initial one, since the shift is fixed at the handshake
+/// (RFC 7323 §2.2) and the window can only grow up to 2^16 - 1 units of it.
+fn offered_wscale(cfg: &Config) -> u8 {
+    wscale_for(cfg.recv_buffer.max(cfg.recv_buffer_max))
+}
+
+impl Connection {
+    fn blank(cfg: &Config, isn: &IsnGenerator, tuple: FourTuple, now: Instant) -> Self {
+        let iss = isn.isn(&tuple, now);
+        let mut flags = Flags::default();
+        if !cfg.nagle {
+            flags.set(Flags::NODELAY);
+        }
+        let mut c = Connection {
+            tuple,
+            state: State::Closed,
+            flags,
+            events: 0,
+            close_reason: CloseReason::Normal,
+            snd: SendState {
+                iss,
+                una: iss,
+                nxt: iss,
+                max: iss,
+                wnd: 0,
+                max_wnd: 0,
+                wl1: SeqNumber(0),
+                wl2: iss,
+                mss: DEFAULT_MSS,
+                wscale: 0,
+                dup_acks: 0,
+                recover: iss,
+                prev_una: iss,
+                undo: None,
+                lost_rtx_dups: 0,
+                high_rxt: iss,
+                rtx_mark: iss,
+                lost_floor: iss,
+            },
+            rcv: ReceiveState {
+                irs: SeqNumber(0),
+                nxt: SeqNumber(0),
+                adv: SeqNumber(0),
+                wscale: 0,
+                mss_seen: 0,
+                unacked: 0,
+                fin_seq: None,
+                acks_owed: 0,
+                last_ooo: None,
+                dsack: None,
+            },
+            ts: TimestampState {
+                recent: 0,
+                recent_age: now,
+                offset: isn.ts_offset(&tuple),
+                last_ack_sent: SeqNumber(0),
+                rtt_floor: 0,
+            },
+            timers: TimerState {
+                rto: None,
+                delayed_ack: None,
+                persist: None,
+                keepalive: None,
+                close: None,
+                retransmits: 0,
+                persist_backoff: 0,
+                keepalive_probes: 0,
+                loss_probes: 0,
+                rtt_seq: None,
+                last_recv: now,
+                last_send: now,
+            },
+            rtt: RttEstimator::new(cfg.initial_rto, cfg.min_rto, cfg.max_rto),
+            cc: Controller::new(cfg.congestion, DEFAULT_MSS as usize),
+            tune: TuningState {
+                // Linux tcp_init_buffer_space: min(window, TCP_INIT_CWND *
+                // advmss).
+                rcv_space: cfg
+                    .recv_buffer
+                    .min(INIT_SEGMENTS * usize::from(cfg.mss))
+                    .min(u32::MAX as usize) as u32,
+                rcv_space_seq: SeqNumber(0),
+                rcv_space_time: now,
+                rcv_rtt_us: 0,
+                rcv_rtt_seq: SeqNumber(0),
+                rcv_rtt_time: None,
+                rcv_rtt_tsecr: 0,
+            },
+            assembler: Assembler::new(),
+            scoreboard: Scoreboard::new(),
+            send_buf: RingBuffer::new(cfg.send_buffer),
+            recv_buf: RingBuffer::new(cfg.recv_buffer),
+        };
+        c.ts.rtt_floor = c.tsval(now);
+        c
+    }
+
+    /// Active open (RFC 9293 §3.10.1): SYN-SENT; the SYN goes out on the
+    /// next `poll_transmit`.
+    pub(crate) fn new_active(
+        cfg: &Config,
+        isn: &IsnGenerator,
+        tuple: FourTuple,
+        now: Instant,
+    ) -> Self {
+        let mut c = Self::blank(cfg, isn, tuple, now);
+        c.state = State::SynSent;
+        if cfg.window_scaling {
+            c.flags.set(Flags::WS_OFFERED);
+        }
+        c
+    }
+
+    /// Passive open from a SYN received in LISTEN (RFC 9293 §3.10.7.2).
+    pub(crate) fn new_passive(
+        cfg: &Config,
+        isn: &IsnGenerator,
+        tuple: FourTuple,
+        now: Instant,
+        syn: &TcpRepr,
+    ) -> Self {
+        let mut c = Self::blank(cfg, isn, tuple, now);
+        c.state = State::SynReceived;
+        c.flags.set(Flags::PASSIVE);
+        c.rcv.irs = SeqNumber(syn.seq);
+        c.rcv.nxt = SeqNumber(syn.seq) + 1;
+        c.rcv.adv = c.rcv.nxt;
+        c.tune.rcv_space_seq = c.rcv.nxt;
+        c.tune.rcv_space_time = now;
+        if cfg.window_scaling && syn.options.window_scale.is_some() {
+            c.flags.set(Flags::WS_OFFERED);
+        }
+        c.negotiate_options(cfg, syn, now);
+        // RFC 9293 §3.10.7.2: the SYN's window is never scaled.
+        c.snd.wnd = u32::from(syn.window);
+        c.snd.max_wnd = c.snd.wnd;
+        c.snd.wl1 = SeqNumber(syn.seq);
+        c.snd.wl2 = c.snd.iss;
+        c
+    }
+
+    fn eff_mss(&self) -> usize {
+        self.snd.mss as usize
+    }
+
+    fn tsval(&self, now: Instant) -> u32 {
+        (now.as_millis() as u32).wrapping_add(self.ts.offset)
+    }
+
+    /// Sequence number of the first byte in the send buffer.
+    fn data_start(&self) -> SeqNumber {
+        // Until our SYN is acknowledged, SND.UNA is the SYN itself.
+        if self.snd.una == self.snd.iss {
+            self.snd.iss + 1
+        } else {
+            self.snd.una
+        }
+    }
+
+    /// Sequence number our FIN occupies, once queued.
+    fn fin_seq(&self) -> Option<SeqNumber> {
+        if !self.flags.has(Flags::FIN_QUEUED) {
+            None
+        } else if self.flags.has(Flags::FIN_ACKED) {
+            Some(self.snd.una - 1)
+        } else {
+            Some(self.data_start() + self.send_buf.len())
+        }
+    }
+
+    fn fin_acked(&self) -> bool {
+        self.flags.has(Flags::FIN_ACKED)
+    }
+
+    fn close_now(&mut self, reason: CloseReason) {
+        if self.state != State::Closed {
+            self.state = State::Closed;
+            self.close_reason = reason;
+            self.events |= ev::CLOSED;
+        }
+    }
+
+    /// Sends an RST for this connection (RFC 9293 §3.10.7.4 / §3.10.4 ABORT).
+    fn send_rst(&self, ctx: &mut Ctx<'_>) {
+        ctx.queue_rst(PendingRst {
+            tuple: self.tuple,
+            seq: self.snd.nxt,
+            ack: Some(self.rcv.nxt),
+        });
+    }
+
+    pub(crate) fn is_passive(&self) -> bool {
+        self.flags.has(Flags::PASSIVE)
+    }
+
+    pub(crate) fn in_backlog(&self) -> bool {
+        self.flags.has(Flags::IN_BACKLOG)
+    }
+
+    pub(crate) fn set_in_backlog(&mut self, on: bool) {
+        if on {
+            self.flags.set(Flags::IN_BACKLOG);
+        } else {
+            self.flags.clear(Flags::IN_BACKLOG);
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! Moving a connection between stacks: its complete state as an opaque [`Snapshot`].
+
+use super::*;
+
+/// A connection's complete state, for moving it to another core: produced by
+/// [`crate::Stack::export`], consumed by [`crate::Stack::import`]. Opaque: the
+/// stack's internals are not part of the API, so only a stack of the same
+/// build can read it. Instants in it are absolute, so both stacks must be fed
+/// the same clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Address pair.
+    tuple: FourTuple,
+    /// State.
+    state: State,
+    /// Flags (see [`Flags`]).
+    flags: Flags,
+    /// Send sequence space.
+    snd: SendState,
+    /// Receive sequence space.
+    rcv: ReceiveState,
+    /// Timestamps.
+    ts: TimestampState,
+    /// Timers.
+    timers: TimerState,
+    /// RTT estimator.
+    rtt: RttEstimator,
+    /// Congestion controller.
+    cc: Controller,
+    /// Buffer auto-tuning.
+    tuning: TuningState,
+    /// Send buffer capacity (as grown so far).
+    send_capacity: usize,
+    /// Unacknowledged and unsent data, starting at `snd.una` (or ISS + 1).
+    send_data: Vec<u8>,
+    /// Receive buffer capacity (as grown so far).
+    recv_capacity: usize,
+    /// Receive buffer headroom past the capacity, for data up to a right
+    /// edge that window-scale rounding put past the capacity.
+    recv_headroom: usize,
+    /// In-order data not yet read by the application.
+    recv_data: Vec<u8>,
+    /// Out-of-order data: (offset from `rcv.nxt`, bytes).
+    out_of_order: Vec<(u32, Vec<u8>)>,
+    /// The SACK scoreboard: ranges above `snd.una` the peer reported
+    /// holding (RFC 6675 §3).
+    sacked: Vec<(SeqNumber, SeqNumber)>,
+}
+
+impl Snapshot {
+    /// The connection's address pair.
+    pub fn four_tuple(&self) -> FourTuple {
+        self.tuple
+    }
+
+    /// The connection's state when it was exported.
+    pub fn state(&self) -> State {
+        self.state
+    }
+}
+
+impl Connection {
+    /// Captures the complete state.
+    pub(crate) fn export(&self) -> Snapshot {
+        let mut out_of_order = Vec::new();
+        for (s, e) in self.assembler.ranges() {
+            let mut v = vec![0; (e - s) as usize];
+            self.recv_buf.read_unallocated(s as usize, &mut v);
+            out_of_order.push((s, v));
+        }
+        let mut flags = self.flags;
+        flags.clear(Flags::IN_BACKLOG);
+        Snapshot {
+            tuple: self.tuple,
+            state: self.state,
+            flags,
+            snd: self.snd,
+            rcv: self.rcv,
+            ts: self.ts,
+            timers: self.timers,
+            rtt: self.rtt,
+            cc: self.cc,
+            tuning: self.tune,
+            send_capacity: self.send_buf.capacity(),
+            send_data: self.send_buf.to_vec(),
+            recv_capacity: self.recv_buf.capacity(),
+            recv_headroom: self.recv_buf.headroom(),
+            recv_data: self.recv_buf.to_vec(),
+            out_of_order,
+            sacked: self.scoreboard.ranges().to_vec(),
+        }
+    }
+
+    /// Rebuilds a connection from a snapshot.
+    pub(crate) fn import(s: &Snapshot) -> Result<Self, crate::Error> {
+        if s.send_data.len() > s.send_capacity
+            || s.recv_data.len() > s.recv_capacity.saturating_add(s.recv_headroom)
+            || matches!(s.state, State::Closed | State::Listen)
+        {
+            return Err(crate::Error::InvalidSnapshot);
+        }
+        let mut send_buf = RingBuffer::new(s.send_capacity);
+        send_buf.enqueue_slice(&s.send_data);
+        let mut recv_buf = RingBuffer::new(s.recv_capacity);
+        recv_buf.resize(s.recv_capacity, s.recv_headroom);
+        if recv_buf.write_unallocated(0, &s.recv_data) != s.recv_data.len() {
+            return Err(crate::Error::InvalidSnapshot);
+        }
+        recv_buf.enqueue_unallocated(s.recv_data.len());
+        let mut assembler = Assembler::new();
+        for (off, bytes) in &s.out_of_order {
+            let n = recv_buf.write_unallocated(*off as usize, bytes);
+            if n != bytes.len() || *off == 0 || assembler.add(*off, n as u32) != Ok(0) {
+                return Err(crate::Error::InvalidSnapshot);
+            }
+        }
+        let mut scoreboard = Scoreboard::new();
+        for &(l, r) in &s.sacked {
+            if l < s.snd.una || r > s.snd.max || r <= l {
+                return Err(crate::Error::InvalidSnapshot);
+            }
+            scoreboard.add(l, r);
+        }
+        Ok(Connection {
+            tuple: s.tuple,
+            state: s.state,
+            flags: s.flags,
+            events: 0,
+            close_reason: CloseReason::Normal,
+            snd: s.snd,
+            rcv: s.rcv,
+            ts: s.ts,
+            timers: s.timers,
+            rtt: s.rtt,
+            cc: s.cc,
+            tune: s.tuning,
+            assembler,
+            scoreboard,
+            send_buf,
+            recv_buf,
+        })
+    }
+}

@@ -1,0 +1,290 @@
+//! Connection state: the RFC 9293 §3.3.2 state, the packed flags, and the send / receive
+//! sequence spaces, timestamp, tuning and timer records.
+
+use crate::seq::SeqNumber;
+use crate::time::Instant;
+
+/// RFC 9293 §3.3.2 connection states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// No connection (terminal).
+    Closed,
+    /// Waiting for a SYN (listeners only).
+    Listen,
+    /// SYN sent, waiting for SYN-ACK.
+    SynSent,
+    /// SYN received and SYN-ACK sent, waiting for its ACK.
+    SynReceived,
+    /// Data transfer.
+    Established,
+    /// We sent FIN; waiting for its ACK or the peer's FIN.
+    FinWait1,
+    /// Our FIN is acknowledged; waiting for the peer's FIN.
+    FinWait2,
+    /// Both sides sent FIN (simultaneous close); waiting for our FIN's ACK.
+    Closing,
+    /// Waiting 2*MSL so that stray segments die out.
+    TimeWait,
+    /// The peer sent FIN; we may still send.
+    CloseWait,
+    /// We sent FIN after the peer's; waiting for its ACK.
+    LastAck,
+}
+
+impl State {
+    /// Whether the handshake completed (RFC 9293 "synchronized" states).
+    pub fn is_synchronized(self) -> bool {
+        !matches!(
+            self,
+            State::Closed | State::Listen | State::SynSent | State::SynReceived
+        )
+    }
+
+    /// Whether we may still send new data or our FIN.
+    pub(super) fn can_send(self) -> bool {
+        matches!(
+            self,
+            State::Established
+                | State::CloseWait
+                | State::FinWait1
+                | State::Closing
+                | State::LastAck
+        )
+    }
+
+    /// Whether received payload is accepted (RFC 9293 §3.10.7.4 seventh).
+    pub(super) fn can_receive(self) -> bool {
+        matches!(
+            self,
+            State::Established | State::FinWait1 | State::FinWait2 | State::SynReceived
+        )
+    }
+}
+
+/// Per-connection boolean state, packed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Flags(pub(crate) u32);
+
+impl Flags {
+    /// Timestamps negotiated.
+    pub(crate) const TIMESTAMPS: u32 = 1 << 0;
+    /// Nagle disabled.
+    pub(crate) const NODELAY: u32 = 1 << 1;
+    /// The application shut down writing; a FIN follows the data.
+    pub(crate) const FIN_QUEUED: u32 = 1 << 2;
+    /// The application closed the connection (no more reads either).
+    pub(crate) const APP_CLOSED: u32 = 1 << 3;
+    /// An ACK must be sent now.
+    pub(crate) const ACK_NOW: u32 = 1 << 4;
+    /// Opened passively (through a listener).
+    pub(crate) const PASSIVE: u32 = 1 << 5;
+    /// Counted in its listener's half-open backlog.
+    pub(crate) const IN_BACKLOG: u32 = 1 << 6;
+    /// A Readable event was emitted and not yet followed by a read.
+    pub(crate) const READABLE_NOTIFIED: u32 = 1 << 7;
+    /// A send could not queue everything: emit Writable when space frees.
+    pub(crate) const WRITABLE_WANTED: u32 = 1 << 8;
+    /// The peer's FIN was received.
+    pub(crate) const PEER_FIN: u32 = 1 << 9;
+    /// Retransmit one segment at SND.UNA regardless of windows.
+    pub(crate) const RETRANSMIT_ONE: u32 = 1 << 10;
+    /// Send a window probe (persist timer fired).
+    pub(crate) const PROBE_NOW: u32 = 1 << 11;
+    /// Send a keepalive probe.
+    pub(crate) const KEEPALIVE_NOW: u32 = 1 << 12;
+    /// In NewReno fast recovery.
+    pub(crate) const IN_RECOVERY: u32 = 1 << 13;
+    /// We offered window scaling in our SYN.
+    pub(crate) const WS_OFFERED: u32 = 1 << 14;
+    /// The peer's SYN carried a window scale option.
+    pub(crate) const WS_PEER: u32 = 1 << 15;
+    /// The application knows the handle (connect() returned it, or an
+    /// Accepted/Connected event was queued).
+    pub(crate) const ANNOUNCED: u32 = 1 << 16;
+    /// Our FIN was acknowledged.
+    pub(crate) const FIN_ACKED: u32 = 1 << 17;
+    /// The retransmission timer holds a loss probe timeout (see
+    /// `arm_rto_or_probe`), not an RTO.
+    pub(crate) const PROBE_ARMED: u32 = 1 << 18;
+    /// SACK permitted both ways (RFC 2018 §2): our ACKs carry SACK blocks.
+    pub(crate) const SACK: u32 = 1 << 19;
+    /// The current fast recovery is conservative SACK-based recovery (RFC
+    /// 6675 §5), not NewReno: the pipe estimate and `NextSeg` drive it.
+    pub(crate) const SACK_RECOVERY: u32 = 1 << 20;
+
+    /// Whether any bit of `f` is set.
+    pub(crate) fn has(self, f: u32) -> bool {
+        self.0 & f != 0
+    }
+    /// Sets the bits of `f`.
+    pub(crate) fn set(&mut self, f: u32) {
+        self.0 |= f;
+    }
+    /// Clears the bits of `f`.
+    pub(crate) fn clear(&mut self, f: u32) {
+        self.0 &= !f;
+    }
+}
+
+/// Send sequence space (RFC 9293 §3.3.1) and loss-recovery state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SendState {
+    /// Initial send sequence number.
+    pub(crate) iss: SeqNumber,
+    /// Oldest unacknowledged sequence number.
+    pub(crate) una: SeqNumber,
+    /// Next sequence number to send (rewound on timeout).
+    pub(crate) nxt: SeqNumber,
+    /// Highest sequence number sent plus one.
+    pub(crate) max: SeqNumber,
+    /// Peer's window in bytes (already scaled).
+    pub(crate) wnd: u32,
+    /// Largest window the peer ever offered (RFC 9293 §3.8.6.2.1).
+    pub(crate) max_wnd: u32,
+    /// Segment sequence number used for the last window update.
+    pub(crate) wl1: SeqNumber,
+    /// Segment acknowledgment number used for the last window update.
+    pub(crate) wl2: SeqNumber,
+    /// Largest payload per segment (peer MSS, minus our option bytes).
+    pub(crate) mss: u16,
+    /// Shift applied to the peer's window field.
+    pub(crate) wscale: u8,
+    /// Consecutive duplicate ACKs.
+    pub(crate) dup_acks: u8,
+    /// NewReno `recover` (RFC 6582 §3.2).
+    pub(crate) recover: SeqNumber,
+    /// SND.UNA before the last ACK that advanced it (`prev_highest_ack` of
+    /// the RFC 6582 §4.2 ACK heuristic).
+    pub(crate) prev_una: SeqNumber,
+    /// State for undoing a spurious fast retransmit (RFC 3522 / RFC 4015),
+    /// set when fast recovery starts with timestamps on.
+    pub(crate) undo: Option<UndoState>,
+    /// In fast recovery: the duplicate ACK count at which the last
+    /// retransmission of SND.UNA is deemed lost as well (see
+    /// `arm_lost_retransmit`).
+    pub(crate) lost_rtx_dups: u16,
+    /// RFC 6675 §2 `HighRxt`: one past the highest byte retransmitted in
+    /// the current SACK recovery.
+    pub(crate) high_rxt: SeqNumber,
+    /// SND.MAX when the latest retransmission of the current SACK recovery
+    /// went out: once more than `(DupThresh - 1) * SMSS` bytes above it are
+    /// SACKed, holes below `high_rxt` are lost retransmissions (see
+    /// `detect_lost_retransmissions`).
+    pub(crate) rtx_mark: SeqNumber,
+    /// In SACK recovery: un-SACKed bytes below this are lost whatever
+    /// `IsLost()` says; raised to SND.MAX when a loss probe fires during
+    /// SACK recovery (see `on_probe_timeout`).
+    pub(crate) lost_floor: SeqNumber,
+}
+
+/// What the Eifel algorithm needs to recognise a spurious fast retransmit
+/// (RFC 3522 §3.2) and to undo its window reduction (RFC 4015 §3.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct UndoState {
+    /// `RetransmitTS`: our TSval when the fast retransmit was decided (the
+    /// retransmission carries this value or a later one).
+    pub(crate) retransmit_ts: u32,
+    /// `pipe_prev`: max(FlightSize, ssthresh) before the reduction.
+    pub(crate) pipe_prev: usize,
+}
+
+/// Receive sequence space (RFC 9293 §3.3.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReceiveState {
+    /// Initial receive sequence number.
+    pub(crate) irs: SeqNumber,
+    /// Next sequence number expected.
+    pub(crate) nxt: SeqNumber,
+    /// Right edge of the window last advertised (never moved left).
+    pub(crate) adv: SeqNumber,
+    /// Shift applied to the window fields we send.
+    pub(crate) wscale: u8,
+    /// Largest payload seen from the peer (for delayed ACK decisions).
+    pub(crate) mss_seen: u16,
+    /// In-order bytes received since the last ACK we sent.
+    pub(crate) unacked: u32,
+    /// Sequence number of a FIN that arrived ahead of missing data.
+    pub(crate) fin_seq: Option<SeqNumber>,
+    /// Immediate ACKs owed beyond the one `Flags::ACK_NOW` stands for: one
+    /// per out-of-order or duplicate segment (see `owe_immediate_ack`).
+    pub(crate) acks_owed: u8,
+    /// Start of the most recent out-of-order segment: the SACK block that
+    /// contains it goes first (RFC 2018 §4).
+    pub(crate) last_ooo: Option<SeqNumber>,
+    /// A duplicate segment's range to report once as a D-SACK block (RFC
+    /// 2883 §4).
+    pub(crate) dsack: Option<(SeqNumber, SeqNumber)>,
+}
+
+/// RFC 7323 timestamp state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TimestampState {
+    /// TS.Recent.
+    pub(crate) recent: u32,
+    /// When TS.Recent was last updated (RFC 7323 §5.5: 24-day validity).
+    pub(crate) recent_age: Instant,
+    /// Per-connection TSval offset (RFC 7323 §5.4).
+    pub(crate) offset: u32,
+    /// Last.ACK.sent.
+    pub(crate) last_ack_sent: SeqNumber,
+    /// Our TSval when the retransmission timer last fired: echoes older
+    /// than this are not used for RTT samples (see `take_rtt_sample`).
+    pub(crate) rtt_floor: u32,
+}
+
+/// Buffer auto-tuning state: the receive side's dynamic right-sizing
+/// measurement (Fisk & Feng, "Dynamic right-sizing in TCP", 2001; Linux
+/// `tcp_rcv_space_adjust`) and the receiver's RTT estimate it runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TuningState {
+    /// Bytes the application read during the last measurement period that
+    /// raised it (Linux `rcvq_space.space`); starts at ten segments.
+    pub(crate) rcv_space: u32,
+    /// Sequence number of the next byte the application reads, when the
+    /// current measurement period began.
+    pub(crate) rcv_space_seq: SeqNumber,
+    /// When the current measurement period began.
+    pub(crate) rcv_space_time: Instant,
+    /// The receiver's RTT estimate in microseconds (0: none yet): from
+    /// timestamp echoes (RFC 7323 §4) if negotiated, else the time one
+    /// advertised window takes to arrive (the DRS paper's §3.2 bound).
+    pub(crate) rcv_rtt_us: u32,
+    /// Without timestamps: RCV.NXT that ends the current one-window
+    /// measurement.
+    pub(crate) rcv_rtt_seq: SeqNumber,
+    /// Without timestamps: when the current one-window measurement began.
+    pub(crate) rcv_rtt_time: Option<Instant>,
+    /// With timestamps: the TSecr of the last sample (later segments echoing
+    /// the same TSval were sent later and would read long).
+    pub(crate) rcv_rtt_tsecr: u32,
+}
+
+/// Timer deadlines and counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TimerState {
+    /// Retransmission timer (RFC 6298 §5).
+    pub(crate) rto: Option<Instant>,
+    /// Delayed ACK timer.
+    pub(crate) delayed_ack: Option<Instant>,
+    /// Persist (zero window / SWS override) timer.
+    pub(crate) persist: Option<Instant>,
+    /// Keepalive timer.
+    pub(crate) keepalive: Option<Instant>,
+    /// TIME-WAIT or orphaned FIN-WAIT-2 expiry.
+    pub(crate) close: Option<Instant>,
+    /// Consecutive retransmission timeouts.
+    pub(crate) retransmits: u8,
+    /// Persist backoff exponent.
+    pub(crate) persist_backoff: u8,
+    /// Unanswered keepalive probes.
+    pub(crate) keepalive_probes: u8,
+    /// Loss probes sent since SND.UNA last advanced.
+    pub(crate) loss_probes: u8,
+    /// Segment timed for an RTT sample when timestamps are off: (end
+    /// sequence number, send time). Cleared on retransmission (Karn).
+    pub(crate) rtt_seq: Option<(SeqNumber, Instant)>,
+    /// Last time a segment arrived.
+    pub(crate) last_recv: Instant,
+    /// Last time data was sent.
+    pub(crate) last_send: Instant,
+}

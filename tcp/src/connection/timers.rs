@@ -1,0 +1,125 @@
+//! Timer expiry: retransmission (RFC 6298), delayed ACK (RFC 5681 §4.2), persist, keepalive
+//! (RFC 1122 §4.2.3.6), TIME-WAIT and orphaned FIN-WAIT-2.
+
+use super::*;
+
+impl Connection {
+    /// The earliest pending deadline.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        let t = &self.timers;
+        [t.rto, t.delayed_ack, t.persist, t.keepalive, t.close]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Handles every timer due at `ctx.now`.
+    pub(crate) fn on_timeout(&mut self, ctx: &mut Ctx<'_>) {
+        let now = ctx.now;
+        let due = |d: Option<Instant>| d.is_some_and(|d| d <= now);
+        if due(self.timers.close) {
+            self.timers.close = None;
+            let reason = if self.state == State::TimeWait {
+                CloseReason::Normal
+            } else {
+                CloseReason::Timeout
+            };
+            self.close_now(reason);
+            return;
+        }
+        if due(self.timers.rto) && self.flags.has(Flags::PROBE_ARMED) {
+            self.on_probe_timeout(ctx);
+        } else if due(self.timers.rto) {
+            self.timers.rto = None;
+            self.on_retransmit_timeout(ctx);
+            if self.state == State::Closed {
+                return;
+            }
+        }
+        if due(self.timers.persist) {
+            self.timers.persist = None;
+            self.timers.persist_backoff = self.timers.persist_backoff.saturating_add(1);
+            self.flags.set(Flags::PROBE_NOW);
+        }
+        if due(self.timers.delayed_ack) {
+            self.timers.delayed_ack = None;
+            self.flags.set(Flags::ACK_NOW);
+        }
+        if due(self.timers.keepalive) {
+            self.timers.keepalive = None;
+            if let Some(ka) = ctx.cfg.keepalive {
+                if self.timers.keepalive_probes >= ka.probes {
+                    self.close_now(CloseReason::Timeout);
+                    return;
+                }
+                self.timers.keepalive_probes += 1;
+                self.flags.set(Flags::KEEPALIVE_NOW);
+                self.timers.keepalive = Some(now + ka.interval);
+            }
+        }
+    }
+
+    /// RFC 6298 §5.4-5.6 and RFC 5681 §3.1 on timeout.
+    pub(super) fn on_retransmit_timeout(&mut self, ctx: &mut Ctx<'_>) {
+        ctx.stats.rto_timeouts += 1;
+        let limit = if self.state.is_synchronized() {
+            ctx.cfg.max_retransmits
+        } else {
+            ctx.cfg.max_syn_retransmits
+        };
+        if self.timers.retransmits >= limit {
+            if self.state.is_synchronized() {
+                self.send_rst(ctx);
+            }
+            self.close_now(CloseReason::Timeout);
+            return;
+        }
+        self.timers.retransmits += 1;
+        self.rtt.on_timeout();
+        self.timers.rtt_seq = None;
+        self.ts.rtt_floor = self.tsval(ctx.now);
+        match self.state {
+            State::SynSent | State::SynReceived => self.snd.nxt = self.snd.iss,
+            _ => {
+                let flight = self.snd.max - self.snd.una;
+                if self.timers.retransmits == 1 {
+                    self.cc.on_retransmit_timeout(flight);
+                }
+                // RFC 6582 §3.2 step 1 (after a timeout); RFC 6675 §5.1:
+                // RecoveryPoint = HighData and SACK recovery ends. RFC 2018
+                // §8: the receiver may have reneged, so prior SACK
+                // information is discarded; blocks arriving from now on
+                // still spare the go-back-N retransmission what they cover.
+                self.snd.recover = self.snd.max;
+                self.flags.clear(Flags::IN_RECOVERY | Flags::SACK_RECOVERY);
+                self.scoreboard.clear();
+                self.snd.dup_acks = 0;
+                // Go back N: resend from the first unacknowledged byte; the
+                // first segment goes out even into a zero window.
+                self.snd.nxt = self.snd.una;
+                self.flags.set(Flags::RETRANSMIT_ONE);
+            }
+        }
+    }
+
+    /// Called when `poll_transmit` produced nothing: if data waits with
+    /// nothing in flight, the window (or SWS avoidance) holds it back, so
+    /// run the persist timer (RFC 9293 §3.8.6.1).
+    pub(crate) fn on_output_idle(&mut self, now: Instant) {
+        if !self.state.can_send() || self.timers.persist.is_some() {
+            return;
+        }
+        let unsent = self.unsent_bytes();
+        if unsent > 0 && self.snd.nxt == self.snd.una && self.snd.una == self.snd.max {
+            let base = self.rtt.rto();
+            let d = base.saturating_mul(1u64 << self.timers.persist_backoff.min(16));
+            let max = Duration::from_secs(60).max(base);
+            self.timers.persist = Some(now + d.min(max));
+        }
+    }
+
+    pub(super) fn unsent_bytes(&self) -> usize {
+        let sent = self.snd.nxt.saturating_sub(self.data_start());
+        self.send_buf.len().saturating_sub(sent)
+    }
+}

@@ -1,0 +1,219 @@
+//! Buffer auto-tuning and the advertised window: receive-side dynamic right-sizing
+//! (Fisk & Feng, "Dynamic right-sizing in TCP", 2001; Linux `tcp_rcv_space_adjust`), the
+//! receiver's RTT estimate it runs on, send buffer growth (Linux `tcp_sndbuf_expand`), and
+//! the window we offer (RFC 9293 §3.8.6, RFC 7323 §2).
+
+use super::*;
+
+impl Connection {
+    /// Sequence number of the next byte the application reads (Linux
+    /// `copied_seq`).
+    pub(super) fn copied_seq(&self) -> SeqNumber {
+        let fin = usize::from(self.flags.has(Flags::PEER_FIN));
+        self.rcv.nxt - (self.recv_buf.len() + fin)
+    }
+
+    /// The largest receive buffer worth having: the configured maximum, and
+    /// no more than the scaled window field can offer (RFC 7323 §2.3;
+    /// 65,535 bytes without window scaling).
+    pub(super) fn recv_buffer_limit(&self, cfg: &Config) -> usize {
+        cfg.recv_buffer_max.min(0xffff << self.rcv.wscale)
+    }
+
+    /// Receive buffer dynamic right-sizing, run when the application reads
+    /// (Fisk & Feng, "Dynamic right-sizing in TCP", 2001: the data the
+    /// application takes per RTT is the least the sender's window must be,
+    /// so offer twice that; Linux `tcp_rcv_space_adjust`). Once per receiver
+    /// RTT estimate (a longer period, after a pause, counts pro rata), if
+    /// the application read more than in the last period that raised the
+    /// estimate, the buffer grows to
+    /// `2 * copied + 16 * MSS`, plus twice that scaled by the period's
+    /// growth factor (the sender may still be in slow start, doubling every
+    /// RTT, and the window we advertise now governs the *next* RTT), capped
+    /// at [`Config::recv_buffer_max`]. Growing only adds space at the right,
+    /// so the advertised right edge never moves left (RFC 9293 §3.8.6, RFC
+    /// 7323 §2.4); the freed space then goes out as a window update
+    /// (`after_read`). A connection whose application does not keep up, or
+    /// that carries little data, never grows.
+    pub(super) fn rcv_space_adjust(&mut self, ctx: &Ctx<'_>) {
+        let rtt_us = self.tune.rcv_rtt_us;
+        if rtt_us == 0 {
+            return;
+        }
+        let now = ctx.now;
+        if now.saturating_since(self.tune.rcv_space_time) < Duration::from_micros(u64::from(rtt_us))
+        {
+            return;
+        }
+        let copied_seq = self.copied_seq();
+        let mut copied = copied_seq.saturating_sub(self.tune.rcv_space_seq);
+        let elapsed_us = now.saturating_since(self.tune.rcv_space_time).as_nanos() / 1000;
+        if elapsed_us > 2 * u64::from(rtt_us) {
+            // The application paused (or the connection idled): what it
+            // read is a backlog, not a rate. Count its share of one RTT, as
+            // the DRS paper measures data per RTT; otherwise a connection
+            // that reads a full buffer now and then would grow for nothing.
+            copied = (copied as u64 * u64::from(rtt_us) / elapsed_us) as usize;
+        }
+        let space = self.tune.rcv_space as usize;
+        if copied > space {
+            let cap = self.recv_buf.capacity();
+            let max = self.recv_buffer_limit(ctx.cfg);
+            if cap < max {
+                let (copied, space) = (copied as u64, space.max(1) as u64);
+                let mut win = 2 * copied + 16 * u64::from(ctx.cfg.mss);
+                let grow = win.saturating_mul(copied - space) / space;
+                win = win.saturating_add(grow.saturating_mul(2));
+                let target = win.min(max as u64) as usize;
+                if target > cap {
+                    self.recv_buf.grow(target);
+                }
+            }
+            self.tune.rcv_space = copied.min(u32::MAX as usize) as u32;
+        }
+        self.tune.rcv_space_seq = copied_seq;
+        self.tune.rcv_space_time = now;
+    }
+
+    /// The receiver's RTT estimate for [`Self::rcv_space_adjust`], updated
+    /// for each data segment (Linux `tcp_rcv_rtt_measure_ts` and
+    /// `tcp_rcv_rtt_measure`). With timestamps (RFC 7323 §4, RTTM seen from
+    /// the data receiver): a segment's TSecr echoes the TSval of the ACK
+    /// that released it, so now - TSecr is a round trip; only the first
+    /// full-sized segment per echoed value counts, and samples are smoothed
+    /// with gain 1/8. Without: the time from advertising a window until
+    /// RCV.NXT passes its right edge (the DRS paper's §3.2 estimate, at
+    /// least one RTT), keeping the smallest.
+    pub(super) fn rcv_rtt_measure(&mut self, now: Instant, tsecr: Option<u32>, len: usize) {
+        if self.flags.has(Flags::TIMESTAMPS) {
+            let Some(ecr) = tsecr else {
+                return;
+            };
+            if ecr == 0 || ecr == self.tune.rcv_rtt_tsecr || len < usize::from(self.rcv.mss_seen) {
+                return;
+            }
+            self.tune.rcv_rtt_tsecr = ecr;
+            let ms = self.tsval(now).wrapping_sub(ecr);
+            if ms < (1 << 22) {
+                // Millisecond clock: a sub-millisecond RTT reads as 1 ms.
+                self.rcv_rtt_update(ms.max(1) * 1000, false);
+            }
+            return;
+        }
+        if let Some(start) = self.tune.rcv_rtt_time {
+            if self.rcv.nxt < self.tune.rcv_rtt_seq {
+                return;
+            }
+            let us = now.saturating_since(start).as_nanos() / 1000;
+            self.rcv_rtt_update(us.clamp(1, u64::from(u32::MAX)) as u32, true);
+        }
+        // The right edge advertised so far (RFC 9293 §3.8.6: never left).
+        self.tune.rcv_rtt_seq = self.rcv.adv;
+        self.tune.rcv_rtt_time = Some(now);
+    }
+
+    /// Linux `tcp_rcv_rtt_update`: a window-based sample is an upper bound,
+    /// so the minimum is kept; a timestamp sample is smoothed (gain 1/8, as
+    /// RFC 6298 §2.3 smooths SRTT).
+    pub(super) fn rcv_rtt_update(&mut self, sample_us: u32, window_based: bool) {
+        let cur = self.tune.rcv_rtt_us;
+        self.tune.rcv_rtt_us = if cur == 0 {
+            sample_us
+        } else if window_based {
+            cur.min(sample_us)
+        } else {
+            (cur - cur / 8 + sample_us / 8).max(1)
+        };
+    }
+
+    /// Send buffer growth (Linux `tcp_sndbuf_expand`, checked where Linux's
+    /// `tcp_new_space` / `tcp_should_expand_sndbuf` check it: an ACK freed
+    /// space and the application had found the buffer full). The buffer
+    /// holds the flight plus what is queued behind it; if it is smaller than
+    /// what the congestion and peer windows allow in flight, it is what
+    /// limits the sender, and it grows to twice the congestion window (at
+    /// least ten segments): one window in flight awaiting its ACKs plus one
+    /// queued to follow them, which also covers fast recovery, where the
+    /// unacknowledged flight stays while new data goes out (RFC 5681 §3.2,
+    /// RFC 6582 §3.2), and slow start doubling the window in the next RTT.
+    /// Never past twice the largest window the peer offered (more could not
+    /// be sent) nor [`Config::send_buffer_max`].
+    pub(super) fn sndbuf_expand(&mut self, cfg: &Config) {
+        let cap = self.send_buf.capacity();
+        if cap >= cfg.send_buffer_max {
+            return;
+        }
+        let cwnd = self.cc.window();
+        if cap >= cwnd.min(self.snd.wnd as usize) {
+            // The congestion or peer window limits, not the buffer.
+            return;
+        }
+        let segs = cwnd.max(INIT_SEGMENTS * self.eff_mss());
+        let target = segs
+            .min(self.snd.max_wnd as usize)
+            .saturating_mul(2)
+            .min(cfg.send_buffer_max);
+        if target > cap {
+            self.send_buf.grow(target);
+        }
+    }
+
+    /// Makes room in the receive ring for everything up to the advertised
+    /// right edge. Window-scale rounding (RFC 7323 §2.4: the edge must not
+    /// move left, so a window that is not a multiple of 2^shift is rounded
+    /// up) can leave the edge up to 2^shift - 1 bytes past the buffer per
+    /// advertisement while the window is closing, and more over several. If
+    /// those bytes were not accepted, a full buffer would keep offering a
+    /// small window that takes nothing: the sender sees no zero window,
+    /// retransmits into it and eventually times out instead of probing
+    /// (RFC 9293 §3.8.6.1). So the ring gets headroom beyond its capacity
+    /// (which alone sizes the advertised window, so the headroom does not
+    /// attract more data), in steps of 1/16 of the capacity, at most the
+    /// capacity itself (a peer trickling tiny segments into a closing window
+    /// could otherwise make the edge creep without bound); data past that
+    /// is trimmed as before.
+    pub(super) fn cover_advertised_window(&mut self) {
+        let cap = self.recv_buf.capacity();
+        let need = self.recv_buf.len() + self.rcv_wnd();
+        if need <= cap + self.recv_buf.headroom() {
+            return;
+        }
+        let step = (cap / 16).max(1);
+        let headroom = (need - cap).next_multiple_of(step).min(cap);
+        self.recv_buf.resize(cap, headroom);
+    }
+
+    /// The window to advertise, keeping the right edge from moving left
+    /// (RFC 9293 §3.8.6) and applying receiver SWS avoidance (RFC 9293
+    /// §3.8.6.2.2). Updates `rcv.adv`.
+    pub(super) fn advertise_window(&mut self) -> u16 {
+        let cap = self.recv_buf.capacity();
+        let free = self.recv_buf.window();
+        let current = self.rcv.adv.saturating_sub(self.rcv.nxt);
+        let threshold = (cap / 2).min(self.eff_mss()).max(1);
+        let max_wnd = 0xffffusize << self.rcv.wscale;
+        let mut wnd = if free >= current + threshold {
+            free
+        } else {
+            current
+        };
+        wnd = wnd.min(max_wnd);
+        let shift = self.rcv.wscale;
+        let mut field = wnd >> shift;
+        // Round up if truncation would pull the right edge left (RFC 7323
+        // §2.4); at most 2^shift - 1 bytes past the buffer, which are
+        // trimmed on arrival.
+        if (field << shift) < current {
+            field += 1;
+        }
+        let field = field.min(0xffff);
+        let edge = self.rcv.nxt + (field << shift);
+        self.rcv.adv = self.rcv.adv.max(edge);
+        field as u16
+    }
+
+    /// Current receive window: what we advertised beyond RCV.NXT.
+    pub(super) fn rcv_wnd(&self) -> usize {
+        self.rcv.adv.saturating_sub(self.rcv.nxt)
+    }
+}
