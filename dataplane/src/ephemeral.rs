@@ -9,8 +9,12 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
 
+use flowlane_numa_sched::indirection::IndirectionTable;
 use flowlane_numa_sched::toeplitz::Protocol;
-use flowlane_numa_sched::RssState;
+use flowlane_numa_sched::toeplitz::RssKey;
+use flowlane_numa_sched::{PlacementPlan, QueuePlacement, RssHashConfig, RssState};
+
+use crate::{Error, Result};
 
 /// flowlane's ephemeral port range (inclusive) for active opens: the steering
 /// program hands it to flowlane, and the test bed reserves it from the
@@ -68,6 +72,35 @@ impl EphemeralPorts {
     }
 }
 
+/// The NIC's RSS (`key`, indirection `table`) as the [`RssState`] that
+/// active opens pick their ports by, for `queues` served queues (placement is
+/// irrelevant to the port choice: queue q on "CPU" q, node 0).
+pub fn rss_state(key: &[u8], table: &[u32], queues: u32) -> Result<RssState> {
+    let bad = |e: flowlane_numa_sched::Error| Error::Rss(e);
+    let max_q = table
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(queues.saturating_sub(1));
+    let plan = PlacementPlan {
+        nic_node: None,
+        queues: (0..=max_q as u16)
+            .map(|q| QueuePlacement {
+                queue: q,
+                cpu: u32::from(q),
+                core_id: u32::from(q),
+                node: 0,
+                mem_node: 0,
+            })
+            .collect(),
+        notes: Vec::new(),
+    };
+    let table = IndirectionTable::new(table.iter().map(|&q| q as u16).collect()).map_err(bad)?;
+    let key = RssKey::new(key.to_vec()).map_err(bad)?;
+    RssState::new(&key, table, RssHashConfig::default(), &plan).map_err(bad)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,7 +109,7 @@ mod tests {
 
     fn rss(queues: u16) -> RssState {
         let table = IndirectionTable::even(128, &(0..queues).collect::<Vec<_>>()).unwrap();
-        crate::tcp_service::rss_state(
+        rss_state(
             RssKey::microsoft_default().as_bytes(),
             &table.to_queue_list(),
             u32::from(queues),

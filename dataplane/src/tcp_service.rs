@@ -11,10 +11,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use flowlane_ebpf::steer::Proto;
-use flowlane_numa_sched::indirection::IndirectionTable;
-use flowlane_numa_sched::toeplitz::RssKey;
-use flowlane_numa_sched::{PlacementPlan, QueuePlacement, RssHashConfig, RssState};
+use flowlane_numa_sched::RssState;
 
+pub use crate::ephemeral::rss_state;
 use crate::ephemeral::EPHEMERAL;
 use crate::iface::{local_ipv4, InterfaceInfo};
 use crate::neighbor::Neighbors;
@@ -172,35 +171,6 @@ impl TcpService {
     }
 }
 
-/// The NIC's RSS (`key`, indirection `table`) as the [`RssState`] that
-/// active opens pick their ports by, for `queues` served queues (placement is
-/// irrelevant to the port choice: queue q on "CPU" q, node 0).
-pub fn rss_state(key: &[u8], table: &[u32], queues: u32) -> Result<RssState> {
-    let bad = |e: flowlane_numa_sched::Error| Error::Rss(e);
-    let max_q = table
-        .iter()
-        .copied()
-        .max()
-        .unwrap_or(0)
-        .max(queues.saturating_sub(1));
-    let plan = PlacementPlan {
-        nic_node: None,
-        queues: (0..=max_q as u16)
-            .map(|q| QueuePlacement {
-                queue: q,
-                cpu: u32::from(q),
-                core_id: u32::from(q),
-                node: 0,
-                mem_node: 0,
-            })
-            .collect(),
-        notes: Vec::new(),
-    };
-    let table = IndirectionTable::new(table.iter().map(|&q| q as u16).collect()).map_err(bad)?;
-    let key = RssKey::new(key.to_vec()).map_err(bad)?;
-    RssState::new(&key, table, RssHashConfig::default(), &plan).map_err(bad)
-}
-
 /// A per-run secret for TCP initial sequence numbers (kernel randomness
 /// mixed with the clock).
 pub fn isn_secret() -> [u8; 16] {
@@ -244,6 +214,7 @@ pub fn neighbors(specs: &[String], iface: &str, prime: Option<Ipv4Addr>) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flowlane_numa_sched::toeplitz::RssKey;
 
     #[test]
     fn static_neighbours_parse_and_bad_ones_are_refused() {

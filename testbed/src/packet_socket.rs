@@ -4,7 +4,7 @@
 //! pass through unchanged (`PACKET_VNET_HDR`, see packet(7) and
 //! `include/uapi/linux/virtio_net.h`).
 //!
-//! The test bed's delay line ([`crate::delay_line`]) reads and writes frames
+//! The test bed's delay line (`delay_line`) reads and writes frames
 //! with it. This module is the test bed's only `unsafe` code: raw socket
 //! calls, each block with its `SAFETY:` comment.
 // Raw AF_PACKET system calls through libc have no safe wrapper.

@@ -82,6 +82,18 @@ pub fn reexec_in_bed(name: &str) -> anyhow::Error {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn flags_need_the_bed_maps_of_the_root_namespace() {
+        let b: BedState = serde_json::from_str(
+            r#"{"name":"b1","netns":"flowlane-b1","peer_netns":"flowlane-b1-peer","local_if":"xsk0",
+               "peer_if":"peer0","queues":2,"local_v4":"10.99.0.1","peer_v4":"10.99.0.2",
+               "local_mac":"02:00:00:00:00:01","peer_mac":"02:00:00:00:00:02","pin_dir":"/nonexistent"}"#,
+        )
+        .unwrap();
+        let e = bed_flags(&b).unwrap_err().to_string();
+        assert!(e.contains("root namespace"), "{e}");
+    }
+
     use super::*;
 
     #[test]
