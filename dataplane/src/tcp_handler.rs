@@ -62,7 +62,7 @@ use flowlane_app::{ConnHandler, Dispatcher, HandlerId, Net, Placement};
 use flowlane_numa_sched::RssState;
 use flowlane_tcp::time::Instant;
 use flowlane_tcp::{Config, ConnHandle, Error, FourTuple, Stack, State, Stats};
-use flowlane_wire::checksum::{verify_tcp_checksum, ChecksumPolicy};
+use flowlane_wire::checksum::ChecksumPolicy;
 use flowlane_wire::packet::{emit_eth_ipv4_tcp_headers, ETH_IPV4_TCP_OFFSET};
 use flowlane_wire::{
     parse_frame_with, EtherType, EthernetAddress, EthernetRepr, IpProtocol, Ipv4Repr, Layer,
@@ -391,10 +391,16 @@ impl TcpHandler {
     /// whether it did.
     fn input(&mut self, now: Instant, frame: &[u8]) -> bool {
         let c = &*self.counters;
-        let f = match parse_frame_with(frame, ChecksumPolicy::IP_ONLY) {
+        // The TCP checksum is verified before the options are parsed, so a
+        // corrupted segment counts as corrupted whatever its options look like.
+        let f = match parse_frame_with(frame, ChecksumPolicy::VERIFY_ALL) {
             Ok(f) => f,
             Err(WireError::BadChecksum { layer: Layer::Ipv4 }) => {
                 counters::bump(&c.bad_ip_checksum);
+                return false;
+            }
+            Err(WireError::BadChecksum { layer: Layer::Tcp }) => {
+                counters::bump(&c.bad_tcp_checksum);
                 return false;
             }
             Err(_) => {
@@ -408,11 +414,6 @@ impl TcpHandler {
         };
         if ip.dst_addr != self.local_ip || f.ethernet.vlan.count() != 0 {
             counters::bump(&c.not_ours);
-            return false;
-        }
-        let segment = f.l4();
-        if !verify_tcp_checksum(&ip.addrs(), segment) {
-            counters::bump(&c.bad_tcp_checksum);
             return false;
         }
         counters::bump(&c.segments_in);
