@@ -17,6 +17,8 @@ pub mod neighbor;
 pub mod placement;
 pub mod privileges;
 pub mod runtime;
+#[cfg(feature = "cli")]
+pub mod service_args;
 pub mod tcp_handler;
 pub mod tcp_service;
 pub mod umem;

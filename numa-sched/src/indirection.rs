@@ -120,15 +120,6 @@ impl IndirectionTable {
         counts
     }
 
-    /// The buckets that point at `queue`, in increasing order.
-    pub fn buckets_of(&self, queue: u16) -> impl Iterator<Item = usize> + '_ {
-        self.entries
-            .iter()
-            .enumerate()
-            .filter(move |&(_, &q)| q == queue)
-            .map(|(b, _)| b)
-    }
-
     /// The entries that differ from `target`, in bucket order: the minimal set of writes
     /// that turns this table into `target`.
     ///

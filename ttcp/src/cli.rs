@@ -1,6 +1,8 @@
 //! Command line: ntttcp-for-linux-compatible flags where they make sense.
 
 use std::net::IpAddr;
+
+use flowlane_dataplane::service_args::DataPathArgs;
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
@@ -119,28 +121,9 @@ pub struct RunArgs {
     /// Receiver: seconds to wait for a sender before giving up.
     #[arg(long, default_value_t = 60.0)]
     pub wait: f64,
-    /// flowlane backend: run on this test bed. Run from the root namespace:
-    /// reads the bed's RSS key/table and peer MAC, then re-executes itself
-    /// inside the bed's namespace (flowlane-NAME) with them as
-    /// --rss-key/--rss-table/--neighbor.
-    #[arg(long, value_name = "NAME")]
-    pub bed: Option<String>,
-    /// flowlane backend: queues to serve from queue 0, one worker each
-    /// (default: all of the interface's).
-    #[arg(long)]
-    pub queues: Option<u32>,
-    /// flowlane backend: the NIC's Toeplitz key (hex; --bed sets it).
-    #[arg(long)]
-    pub rss_key: Option<String>,
-    /// flowlane backend: the NIC's indirection table (--bed sets it).
-    #[arg(long, value_delimiter = ',')]
-    pub rss_table: Option<Vec<u32>>,
-    /// flowlane backend: static neighbour IP=MAC (repeatable; --bed sets the peer's).
-    #[arg(long)]
-    pub neighbor: Vec<String>,
-    /// flowlane backend: workers spin when idle instead of sleeping in poll(2).
-    #[arg(long)]
-    pub busy_poll: bool,
+    /// flowlane backend: the data path's flags.
+    #[command(flatten)]
+    pub data_path: DataPathArgs,
     /// Root of the /proc and /sys trees read for the report.
     #[arg(long, default_value = "/", hide = true)]
     pub procfs_root: PathBuf,
@@ -370,7 +353,7 @@ impl RunArgs {
                     eph.1
                 );
             }
-        } else if self.bed.is_some() {
+        } else if self.data_path.bed.is_some() {
             bail!("--bed goes with --backend flowlane");
         }
         Ok(Plan {
@@ -381,11 +364,7 @@ impl RunArgs {
             overlap_us: self.overlap_us.unwrap_or(0),
             flowlane: FlowlaneOptions {
                 iface: self.nic.clone(),
-                queues: self.queues,
-                rss_key: self.rss_key.clone(),
-                rss_table: self.rss_table.clone(),
-                neighbors: self.neighbor.clone(),
-                busy_poll: self.busy_poll,
+                data_path: self.data_path.clone(),
                 control_port: self.control_port,
             },
             params: Params {

@@ -24,7 +24,6 @@ use anyhow::{anyhow, bail, Context, Result};
 use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net};
 use flowlane_dataplane::tcp_service::{self, rss_state};
 use flowlane_dataplane::{TcpHandler, TcpService, TcpServiceConfig};
-use flowlane_numa_sched::toeplitz::RssKey;
 
 use crate::backend::{Backend, DataThreads, Phase, Shared, ThreadStats, Workers};
 use crate::iface::iface_for;
@@ -185,7 +184,7 @@ fn iface(plan: &Plan) -> Result<String> {
 /// The service configuration of `plan` (interface, queues, CPUs, ports, RSS,
 /// neighbours) with `queues` resolved.
 fn service_config(plan: &Plan, ports: &[u16], active: bool) -> Result<(TcpServiceConfig, u32)> {
-    let opts = &plan.flowlane;
+    let opts = &plan.flowlane.data_path;
     let mut config = TcpServiceConfig::new(&iface(plan)?);
     config.queues = opts.queues;
     let (_, queues) = config.interface()?;
@@ -195,20 +194,15 @@ fn service_config(plan: &Plan, ports: &[u16], active: bool) -> Result<(TcpServic
     config.listen = ports.to_vec();
     config.active = active;
     config.busy_poll = opts.busy_poll;
-    config.neighbors = tcp_service::neighbors(&opts.neighbors, &config.iface, None)?;
-    config.rss = match (&opts.rss_key, &opts.rss_table) {
-        (Some(k), Some(t)) => Some(rss_state(
-            RssKey::parse_hex(k).context("bad --rss-key")?.as_bytes(),
-            t,
-            queues,
-        )?),
-        (None, None) if active && queues > 1 => bail!(
+    config.neighbors = tcp_service::neighbors(&opts.neighbor, &config.iface, None)?;
+    config.rss = match opts.rss_settings()? {
+        Some(s) => Some(rss_state(&s.key, &s.table, queues)?),
+        None if active && queues > 1 => bail!(
             "--backend flowlane sender on {queues} queues needs the NIC's RSS (--rss-key/--rss-table, or --bed NAME)"
         ),
-        (None, None) => None,
-        _ => bail!("--rss-key and --rss-table go together"),
+        None => None,
     };
-    if active && opts.neighbors.is_empty() {
+    if active && opts.neighbor.is_empty() {
         bail!(
             "--backend flowlane sender needs the receiver's MAC: --neighbor IP=MAC (or --bed NAME)"
         );
@@ -218,7 +212,7 @@ fn service_config(plan: &Plan, ports: &[u16], active: bool) -> Result<(TcpServic
 
 fn queue_count(plan: &Plan) -> Result<u32> {
     let mut config = TcpServiceConfig::new(&iface(plan)?);
-    config.queues = plan.flowlane.queues;
+    config.queues = plan.flowlane.data_path.queues;
     Ok(config.interface()?.1)
 }
 

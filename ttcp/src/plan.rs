@@ -36,16 +36,8 @@ impl Plan {
 pub struct FlowlaneOptions {
     /// Interface to serve (default: the one holding the receiver address).
     pub iface: Option<String>,
-    /// Queues to serve from queue 0 (default: all).
-    pub queues: Option<u32>,
-    /// The NIC's Toeplitz key (hex).
-    pub rss_key: Option<String>,
-    /// The NIC's indirection table.
-    pub rss_table: Option<Vec<u32>>,
-    /// Static neighbours `IP=MAC`.
-    pub neighbors: Vec<String>,
-    /// Spin when idle.
-    pub busy_poll: bool,
+    /// The data path's flags (bed, queues, RSS, neighbours, busy polling).
+    pub data_path: flowlane_dataplane::service_args::DataPathArgs,
     /// The control port (kernel socket; never steered to flowlane).
     pub control_port: u16,
 }

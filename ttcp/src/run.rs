@@ -27,7 +27,7 @@ const GRACE: Duration = Duration::from_millis(250);
 /// Runs `-r` or `-s`; prints the report; errors are one line.
 pub fn run(args: &RunArgs) -> Result<Report> {
     let plan = args.plan()?;
-    if let Some(bed) = &args.bed {
+    if let Some(bed) = &args.data_path.bed {
         // Read the bed here (root namespace), run inside it (same pid).
         return Err(flowlane_testbed::reexec_in_bed(bed));
     }

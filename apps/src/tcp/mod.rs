@@ -20,12 +20,12 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net};
 use flowlane_dataplane::privileges::require_root;
+use flowlane_dataplane::service_args::DataPathArgs;
 use flowlane_dataplane::tcp_service::{self, rss_state};
 use flowlane_dataplane::{
     thread_cpu_ns, worker_cpu_ns, TcpCountersSnapshot, TcpHandler, TcpService, TcpServiceConfig,
 };
 use flowlane_numa_sched::nic::RssSettings;
-use flowlane_numa_sched::toeplitz::RssKey;
 use flowlane_numa_sched::RssState;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -53,32 +53,12 @@ pub struct Common {
     /// Interface to serve.
     #[arg(long, default_value = "xsk0")]
     pub iface: String,
-    /// Number of queues to serve, from queue 0 (default: all of the device's).
-    #[arg(long)]
-    pub queues: Option<u32>,
-    /// Run on this test bed: reads its emulated NIC's RSS key/table and the
-    /// peer's MAC, then re-executes itself inside the bed's namespace with
-    /// them as `--rss-key/--rss-table/--neighbor`. Run it from the root
-    /// namespace.
-    #[arg(long)]
-    pub bed: Option<String>,
-    /// The NIC's Toeplitz key (hex), for RSS-steered ports of active opens
-    /// (default: ethtool's).
-    #[arg(long)]
-    pub rss_key: Option<String>,
-    /// The NIC's indirection table, one queue per bucket (comma-separated).
-    #[arg(long, value_delimiter = ',')]
-    pub rss_table: Option<Vec<u32>>,
-    /// Static neighbour `IP=MAC` (repeatable); the kernel's table and
-    /// received frames add more.
-    #[arg(long)]
-    pub neighbor: Vec<String>,
+    /// The data path's flags (bed, queues, RSS, neighbours, busy polling).
+    #[command(flatten)]
+    pub data_path: DataPathArgs,
     /// Write a JSON report here (once up, on SIGUSR1 and on exit).
     #[arg(long)]
     pub report: Option<PathBuf>,
-    /// Spin when idle instead of sleeping in poll(2).
-    #[arg(long)]
-    pub busy_poll: bool,
     /// Give up (exit 1) after this many seconds (0: never).
     #[arg(long, default_value_t = 0)]
     pub timeout: u64,
@@ -161,7 +141,7 @@ pub fn run(cmd: TcpCmd, read_nic_rss: NicRssReader) -> Result<()> {
         TcpCmd::BulkSink(a) => &a.common,
         TcpCmd::BulkSource(a) => &a.common,
     };
-    if let Some(bed) = &common.bed {
+    if let Some(bed) = &common.data_path.bed {
         return reexec_in_bed(bed);
     }
     match cmd {
@@ -220,7 +200,7 @@ pub fn run(cmd: TcpCmd, read_nic_rss: NicRssReader) -> Result<()> {
         TcpCmd::BulkSource(a) => {
             let (remote, bytes, seed, total) = (a.connect, a.bytes, a.seed, a.connections);
             let queues = TcpServiceConfig {
-                queues: a.common.queues,
+                queues: a.common.data_path.queues,
                 ..TcpServiceConfig::new(&a.common.iface)
             }
             .interface()?
@@ -266,21 +246,13 @@ fn reexec_in_bed(bed: &str) -> Result<()> {
 /// The NIC's RSS as an `RssState` for `queues` queues (flags, else
 /// ethtool).
 fn rss(c: &Common, queues: u32, read_nic_rss: NicRssReader) -> Result<Option<RssState>> {
-    let settings = match (&c.rss_key, &c.rss_table) {
-        (Some(k), Some(t)) => Some(RssSettings {
-            key: RssKey::parse_hex(k)
-                .context("bad --rss-key")?
-                .as_bytes()
-                .to_vec(),
-            table: t.clone(),
-        }),
-        (None, None) => read_nic_rss(&c.iface),
-        _ => bail!("--rss-key and --rss-table go together"),
-    };
-    Ok(match settings {
-        Some(s) => Some(rss_state(&s.key, &s.table, queues)?),
-        None => None,
-    })
+    let settings = c
+        .data_path
+        .rss_settings()?
+        .or_else(|| read_nic_rss(&c.iface));
+    Ok(settings
+        .map(|s| rss_state(&s.key, &s.table, queues))
+        .transpose()?)
 }
 
 /// Lower-case hex of a digest.
@@ -321,16 +293,16 @@ where
 {
     require_root("flowlane TCP examples")?;
     let mut config = TcpServiceConfig::new(&c.iface);
-    config.queues = c.queues;
+    config.queues = c.data_path.queues;
     config.listen = ports.to_vec();
     config.active = connect_to.is_some();
-    config.busy_poll = c.busy_poll;
+    config.busy_poll = c.data_path.busy_poll;
     config.msl = c.msl_ms.map(flowlane_tcp::time::Duration::from_millis);
     let (_, queues) = config.interface()?;
     if config.active {
         config.rss = rss(c, queues, read_nic_rss)?;
     }
-    config.neighbors = tcp_service::neighbors(&c.neighbor, &c.iface, connect_to)?;
+    config.neighbors = tcp_service::neighbors(&c.data_path.neighbor, &c.iface, connect_to)?;
 
     let (done_tx, done_rx) = mpsc::channel::<Value>();
     let done_tx = Mutex::new(done_tx);
