@@ -6,7 +6,8 @@
 //! memory; `unsafe` lives in its ring/UMEM modules ([`xsk`], [`umem`],
 //! [`worker`]) only, each block with a `SAFETY:` comment.
 #![deny(missing_docs)]
-// unsafe_code is denied workspace-wide; xsk, umem and worker allow it, per module.
+// unsafe_code is denied workspace-wide; xsk, worker (AF_XDP rings and UMEM
+// frames) and sys (the raw system calls) allow it, per module.
 
 pub mod affinity;
 pub mod counters;
@@ -19,6 +20,7 @@ pub mod privileges;
 pub mod runtime;
 #[cfg(feature = "cli")]
 pub mod service_args;
+mod sys;
 pub mod tcp_handler;
 pub mod tcp_service;
 pub mod umem;

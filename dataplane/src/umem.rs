@@ -4,8 +4,6 @@
 //! the creating thread. flowlane creates each node's UMEM on a short-lived
 //! thread that is pinned to that node's CPUs and whose memory policy binds
 //! allocations to the node, so the frames live where the node's workers run.
-// This module touches the kernel directly: NUMA memory policy (set_mempolicy) around the UMEM allocation.
-#![allow(unsafe_code)]
 
 use std::num::NonZeroU32;
 
@@ -85,7 +83,7 @@ pub fn create_on_node(
                     "could not pin the UMEM allocation to the node's CPUs: {e}"
                 );
             }
-            if let Err(e) = bind_memory_to_node(node) {
+            if let Err(e) = crate::sys::bind_memory_to_node(node) {
                 tracing::warn!(
                     node,
                     "could not bind UMEM memory to the node ({e}); relying on first touch"
@@ -126,30 +124,4 @@ fn create(node: u32, queues: usize, rings: RingSizes) -> Result<NodeUmem> {
         pools.push(std::mem::replace(&mut frames, rest));
     }
     Ok(NodeUmem { node, umem, pools })
-}
-
-/// `set_mempolicy(MPOL_BIND, {node})` for the calling thread.
-fn bind_memory_to_node(node: u32) -> std::io::Result<()> {
-    const MPOL_BIND: libc::c_int = 2;
-    const BITS: usize = 1024;
-    if node as usize >= BITS {
-        return Err(std::io::Error::other(format!("node {node} beyond {BITS}")));
-    }
-    let mut mask = [0u64; BITS / 64];
-    mask[node as usize / 64] |= 1 << (node % 64);
-    // SAFETY: set_mempolicy reads `maxnode` bits from `mask`, which is a live
-    // array of exactly BITS bits; it changes only this thread's policy.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_set_mempolicy,
-            MPOL_BIND,
-            mask.as_ptr(),
-            BITS as libc::c_ulong,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
 }

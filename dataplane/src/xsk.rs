@@ -1,5 +1,5 @@
 //! One AF_XDP socket per receive queue, on its node's shared UMEM.
-// This module touches the kernel directly: AF_XDP socket options (getsockopt XDP_OPTIONS/XDP_STATISTICS) through libc.
+// xsk-rs socket creation and the socket's descriptor for the XSKMAP.
 #![allow(unsafe_code)]
 
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -94,10 +94,11 @@ impl QueueSocket {
         })?;
         // A socket sharing a UMEM inherits the first socket's mode whatever
         // it asked for, so ask the kernel what the bind really is.
-        let zero_copy = bound_zero_copy(rx.fd().as_raw_fd()).map_err(|e| Error::Io {
-            what: format!("reading the XDP options of {ifname} queue {queue}"),
-            source: e,
-        })?;
+        let zero_copy =
+            crate::sys::bound_zero_copy(rx.fd().as_raw_fd()).map_err(|e| Error::Io {
+                what: format!("reading the XDP options of {ifname} queue {queue}"),
+                source: e,
+            })?;
         if mode == BindMode::ZeroCopy && !zero_copy {
             return Err(Error::Setup(format!(
                 "{ifname} queue {queue}: zero-copy was asked for but the bind is copy mode"
@@ -121,28 +122,4 @@ impl QueueSocket {
         // long as `self`, and the returned borrow cannot outlive `self`.
         unsafe { BorrowedFd::borrow_raw(self.rx.fd().as_raw_fd()) }
     }
-}
-
-/// `getsockopt(SOL_XDP, XDP_OPTIONS)` & `XDP_OPTIONS_ZEROCOPY`.
-fn bound_zero_copy(fd: std::os::fd::RawFd) -> std::io::Result<bool> {
-    const SOL_XDP: libc::c_int = 283;
-    const XDP_OPTIONS: libc::c_int = 8;
-    const XDP_OPTIONS_ZEROCOPY: u32 = 1;
-    let mut opts: u32 = 0;
-    let mut len = std::mem::size_of::<u32>() as libc::socklen_t;
-    // SAFETY: `opts` and `len` are live locals of the sizes passed; the kernel
-    // writes at most `len` bytes into `opts`.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            SOL_XDP,
-            XDP_OPTIONS,
-            (&mut opts as *mut u32).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(opts & XDP_OPTIONS_ZEROCOPY != 0)
 }
