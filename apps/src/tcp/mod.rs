@@ -10,7 +10,6 @@
 //! worker's CPU time. `--report FILE` is written once the data path is up
 //! (tests wait for it), on SIGUSR1 and at exit. SIGTERM/SIGINT exit cleanly.
 
-use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -18,19 +17,25 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net};
 use flowlane_dataplane::privileges::require_root;
 use flowlane_dataplane::service_args::DataPathArgs;
 use flowlane_dataplane::tcp_service::{self, rss_state};
 use flowlane_dataplane::{
-    thread_cpu_ns, worker_cpu_ns, TcpCountersSnapshot, TcpHandler, TcpService, TcpServiceConfig,
+    worker_cpu_ns, TcpCountersSnapshot, TcpHandler, TcpService, TcpServiceConfig,
 };
 use flowlane_numa_sched::nic::RssSettings;
 use flowlane_numa_sched::RssState;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 use crate::service::{write_report, ServiceSignals};
+
+mod bulk;
+mod echo;
+mod http;
+
+use bulk::{Sink, Source};
+use echo::Echo;
+use http::Http;
 
 /// The TCP example commands (flattened into `flowlane`'s command list).
 #[derive(clap::Subcommand, Debug)]
@@ -148,31 +153,15 @@ pub fn run(cmd: TcpCmd, read_nic_rss: NicRssReader) -> Result<()> {
         TcpCmd::EchoServer(a) => {
             let port = a.port;
             serve(&a.common, read_nic_rss, &[port], None, 0, move |h, _tx| {
-                h.listen(
-                    port,
-                    Echo {
-                        buf: vec![0; 16384],
-                    },
-                )?;
+                h.listen(port, Echo::new())?;
                 Ok(())
             })
         }
         TcpCmd::HttpServer(a) => {
             let port = a.port;
-            let response = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nServer: flowlane\r\n\r\n{}",
-                a.body.len(),
-                a.body
-            )
-            .into_bytes();
+            let body = a.body;
             serve(&a.common, read_nic_rss, &[port], None, 0, move |h, _tx| {
-                h.listen(
-                    port,
-                    Http {
-                        response: response.clone(),
-                        conns: HashMap::new(),
-                    },
-                )?;
+                h.listen(port, Http::new(&body))?;
                 Ok(())
             })
         }
@@ -185,14 +174,7 @@ pub fn run(cmd: TcpCmd, read_nic_rss: NicRssReader) -> Result<()> {
                 None,
                 a.count,
                 move |h, tx| {
-                    h.listen(
-                        port,
-                        Sink {
-                            hash,
-                            conns: HashMap::new(),
-                            done: tx,
-                        },
-                    )?;
+                    h.listen(port, Sink::new(hash, tx))?;
                     Ok(())
                 },
             )
@@ -218,15 +200,13 @@ pub fn run(cmd: TcpCmd, read_nic_rss: NicRssReader) -> Result<()> {
                         n += total % queues as usize;
                     }
                     if n > 0 {
-                        h.add(Source {
+                        h.add(Source::new(
                             remote,
                             bytes,
-                            seed: seed.wrapping_add(u64::from(q) << 32),
-                            to_open: n,
-                            conns: HashMap::new(),
-                            buf: vec![0; 65536],
-                            done: tx,
-                        });
+                            seed.wrapping_add(u64::from(q) << 32),
+                            n,
+                            tx,
+                        ));
                     }
                     Ok(())
                 },
@@ -253,11 +233,6 @@ fn rss(c: &Common, queues: u32, read_nic_rss: NicRssReader) -> Result<Option<Rss
     Ok(settings
         .map(|s| rss_state(&s.key, &s.table, queues))
         .transpose()?)
-}
-
-/// Lower-case hex of a digest.
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 fn counters_json(per_queue: &[(u32, TcpCountersSnapshot)]) -> Value {
@@ -385,379 +360,4 @@ fn wait(c: &Common, service: &TcpService, done: &Receiver<Value>, expect: usize)
         bail!("a transfer failed (see the lines above)");
     }
     Ok(())
-}
-
-// -------------------------------------------------------------------------
-// The handlers (run on the workers)
-// -------------------------------------------------------------------------
-
-/// Echoes every byte back; closes when the peer has closed and everything
-/// was echoed.
-struct Echo {
-    buf: Vec<u8>,
-}
-
-impl Echo {
-    fn pump(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        net.echo(conn, &mut self.buf);
-    }
-}
-
-impl ConnHandler for Echo {
-    fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        let _ = net.set_nodelay(conn, true);
-    }
-    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        self.pump(net, conn);
-    }
-    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        self.pump(net, conn);
-    }
-    fn on_peer_closed(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        self.pump(net, conn);
-    }
-}
-
-/// Requests larger than this (headers) reset the connection.
-const MAX_REQUEST: usize = 16 * 1024;
-
-#[derive(Default)]
-struct HttpConn {
-    input: Vec<u8>,
-    output: Vec<u8>,
-    close_after: bool,
-}
-
-/// A fixed-response HTTP/1.1 server with keep-alive.
-struct Http {
-    response: Vec<u8>,
-    conns: HashMap<ConnHandle, HttpConn>,
-}
-
-impl Http {
-    fn drive(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        let st = self.conns.entry(conn).or_default();
-        let mut buf = [0u8; 4096];
-        let mut eof = false;
-        loop {
-            match net.recv(conn, &mut buf) {
-                Ok(0) => {
-                    eof = true;
-                    break;
-                }
-                Ok(n) => st.input.extend_from_slice(&buf[..n]),
-                Err(_) => break,
-            }
-        }
-        while let Some(end) = st.input.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&st.input[..end]).to_ascii_lowercase();
-            let http10 = head.lines().next().is_some_and(|l| l.ends_with("http/1.0"));
-            if head.contains("\nconnection: close")
-                || (http10 && !head.contains("\nconnection: keep-alive"))
-            {
-                st.close_after = true;
-            }
-            st.output.extend_from_slice(&self.response);
-            st.input.drain(..end + 4);
-            if st.close_after {
-                break;
-            }
-        }
-        if st.input.len() > MAX_REQUEST {
-            let _ = net.abort(conn);
-            return;
-        }
-        if eof {
-            st.close_after = true;
-        }
-        if !st.output.is_empty() {
-            if let Ok(n) = net.send(conn, &st.output) {
-                st.output.drain(..n);
-            }
-        }
-        if st.output.is_empty() && st.close_after {
-            let _ = net.close(conn);
-        }
-    }
-}
-
-impl ConnHandler for Http {
-    fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        let _ = net.set_nodelay(conn, true);
-        self.conns.insert(conn, HttpConn::default());
-    }
-    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        self.drive(net, conn);
-    }
-    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        self.drive(net, conn);
-    }
-    fn on_peer_closed(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        self.drive(net, conn);
-    }
-    fn on_closed(&mut self, _net: &mut dyn Net, conn: ConnHandle, _r: CloseReason) {
-        self.conns.remove(&conn);
-    }
-}
-
-struct Transfer {
-    bytes: u64,
-    hasher: Option<Sha256>,
-    start: Duration,
-    cpu_start: u64,
-}
-
-impl Transfer {
-    fn new(net: &dyn Net, hash: bool) -> Transfer {
-        Transfer {
-            bytes: 0,
-            hasher: hash.then(Sha256::new),
-            start: net.now(),
-            cpu_start: thread_cpu_ns(),
-        }
-    }
-
-    fn result(self, net: &dyn Net, role: &str, conn: ConnHandle, extra: Value) -> Value {
-        let secs = net.now().saturating_sub(self.start).as_secs_f64();
-        let cpu = thread_cpu_ns().saturating_sub(self.cpu_start);
-        let mut v = json!({
-            "event": role,
-            "queue": net.queue(),
-            "conn": conn.index(),
-            "bytes": self.bytes,
-            "secs": secs,
-            "gbit_per_s": if secs > 0.0 { self.bytes as f64 * 8.0 / secs / 1e9 } else { 0.0 },
-            "worker_cpu_ns": cpu,
-            "cpu_ns_per_byte": if self.bytes > 0 { cpu as f64 / self.bytes as f64 } else { 0.0 },
-            "sha256": self.hasher.map(|h| hex(&h.finalize())),
-        });
-        if let (Value::Object(m), Value::Object(e)) = (&mut v, extra) {
-            m.extend(e);
-        }
-        v
-    }
-}
-
-/// Reads everything, hashing it; reports each transfer at end of stream.
-struct Sink {
-    hash: bool,
-    conns: HashMap<ConnHandle, Transfer>,
-    done: Sender<Value>,
-}
-
-impl ConnHandler for Sink {
-    fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        self.conns.insert(conn, Transfer::new(net, self.hash));
-    }
-    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        let Some(t) = self.conns.get_mut(&conn) else {
-            return;
-        };
-        loop {
-            let n = match net.peek(conn) {
-                Ok(d) if !d.is_empty() => {
-                    if let Some(h) = t.hasher.as_mut() {
-                        h.update(d);
-                    }
-                    d.len()
-                }
-                _ => break,
-            };
-            t.bytes += n as u64;
-            let _ = net.consume(conn, n);
-        }
-        if net.is_eof(conn) {
-            let _ = net.close(conn);
-            if let Some(t) = self.conns.remove(&conn) {
-                let v = t.result(net, "sink", conn, json!({"ok": true}));
-                let _ = self.done.send(v);
-            }
-        }
-    }
-    fn on_peer_closed(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        self.on_data(net, conn);
-    }
-    fn on_closed(&mut self, net: &mut dyn Net, conn: ConnHandle, reason: CloseReason) {
-        if let Some(t) = self.conns.remove(&conn) {
-            let v = t.result(
-                net,
-                "sink",
-                conn,
-                json!({"ok": false, "close": format!("{reason:?}")}),
-            );
-            let _ = self.done.send(v);
-        }
-    }
-}
-
-/// xorshift64* stream: the payload of `bulk-source`.
-struct Payload(u64);
-
-impl Payload {
-    fn fill(&mut self, buf: &mut [u8]) {
-        for chunk in buf.chunks_mut(8) {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            let w = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes();
-            chunk.copy_from_slice(&w[..chunk.len()]);
-        }
-    }
-}
-
-struct Outgoing {
-    t: Transfer,
-    remaining: u64,
-    payload: Payload,
-    /// Generated bytes the send buffer did not take yet.
-    carry: Vec<u8>,
-}
-
-/// Opens connections and sends `bytes` on each, then closes.
-struct Source {
-    remote: SocketAddrV4,
-    bytes: u64,
-    seed: u64,
-    to_open: usize,
-    conns: HashMap<ConnHandle, Outgoing>,
-    buf: Vec<u8>,
-    done: Sender<Value>,
-}
-
-impl Source {
-    fn fill(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        let Some(o) = self.conns.get_mut(&conn) else {
-            return;
-        };
-        loop {
-            if !o.carry.is_empty() {
-                match net.send(conn, &o.carry) {
-                    Ok(n) => {
-                        o.carry.drain(..n);
-                    }
-                    Err(_) => return,
-                }
-                if !o.carry.is_empty() {
-                    return;
-                }
-            }
-            if o.remaining == 0 {
-                let _ = net.close(conn);
-                return;
-            }
-            let space = net.send_space(conn).unwrap_or(0);
-            if space == 0 {
-                net.want_writable(conn);
-                return;
-            }
-            let n = (space.min(self.buf.len()) as u64).min(o.remaining) as usize;
-            let chunk = &mut self.buf[..n];
-            o.payload.fill(chunk);
-            if let Some(h) = o.t.hasher.as_mut() {
-                h.update(&*chunk);
-            }
-            o.remaining -= n as u64;
-            o.t.bytes += n as u64;
-            match net.send(conn, chunk) {
-                Ok(k) if k == n => {}
-                Ok(k) => o.carry.extend_from_slice(&chunk[k..]),
-                Err(_) => o.carry.extend_from_slice(chunk),
-            }
-        }
-    }
-}
-
-impl ConnHandler for Source {
-    fn on_start(&mut self, net: &mut dyn Net) {
-        for i in 0..self.to_open {
-            match net.connect(self.remote) {
-                Ok(c) => {
-                    let mut t = Transfer::new(net, true);
-                    t.start = net.now();
-                    self.conns.insert(
-                        c,
-                        Outgoing {
-                            t,
-                            remaining: self.bytes,
-                            payload: Payload(self.seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9)),
-                            carry: Vec::new(),
-                        },
-                    );
-                }
-                Err(e) => {
-                    let _ = self.done.send(json!({
-                        "event": "source", "ok": false, "error": format!("connect: {e}"),
-                    }));
-                }
-            }
-        }
-    }
-    fn on_connected(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        if let Some(o) = self.conns.get_mut(&conn) {
-            o.t.start = net.now();
-            o.t.cpu_start = thread_cpu_ns();
-        }
-        self.fill(net, conn);
-    }
-    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        self.fill(net, conn);
-    }
-    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        // The sink is not supposed to answer: discard.
-        net.discard(conn);
-    }
-    /// The peer closes after reading everything we sent (our FIN
-    /// included): the transfer is complete. (`on_closed` would only come
-    /// after TIME-WAIT.)
-    fn on_peer_closed(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        self.on_data(net, conn);
-        let finished = self
-            .conns
-            .get(&conn)
-            .is_some_and(|o| o.remaining == 0 && o.carry.is_empty());
-        if finished {
-            let _ = net.close(conn);
-            if let Some(o) = self.conns.remove(&conn) {
-                let v = o.t.result(net, "source", conn, json!({"ok": true}));
-                let _ = self.done.send(v);
-            }
-        }
-    }
-    fn on_closed(&mut self, net: &mut dyn Net, conn: ConnHandle, reason: CloseReason) {
-        if let Some(o) = self.conns.remove(&conn) {
-            let v = o.t.result(
-                net,
-                "source",
-                conn,
-                json!({"ok": false, "close": format!("{reason:?}")}),
-            );
-            let _ = self.done.send(v);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn payload_is_deterministic_over_word_aligned_chunks() {
-        let mut a = Payload(7);
-        let mut whole = vec![0u8; 64];
-        a.fill(&mut whole);
-        let mut b = Payload(7);
-        let mut parts = vec![0u8; 64];
-        b.fill(&mut parts[..32]);
-        b.fill(&mut parts[32..]);
-        assert_eq!(whole, parts);
-        assert_ne!(whole[..8], whole[8..16]);
-    }
-
-    #[test]
-    fn hex_digest() {
-        assert_eq!(
-            hex(&Sha256::digest(b"abc")),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
-    }
 }

@@ -1,0 +1,37 @@
+//! `echo-server`: echoes every byte back.
+
+use flowlane_app::{ConnHandle, ConnHandler, Net};
+
+/// Echoes every byte back; closes when the peer has closed and everything
+/// was echoed.
+pub(super) struct Echo {
+    buf: Vec<u8>,
+}
+
+impl Echo {
+    /// A handler with a 16 KiB copy buffer shared by its connections.
+    pub(super) fn new() -> Echo {
+        Echo {
+            buf: vec![0; 16384],
+        }
+    }
+
+    fn pump(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        net.echo(conn, &mut self.buf);
+    }
+}
+
+impl ConnHandler for Echo {
+    fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        let _ = net.set_nodelay(conn, true);
+    }
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        self.pump(net, conn);
+    }
+    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        self.pump(net, conn);
+    }
+    fn on_peer_closed(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        self.pump(net, conn);
+    }
+}
