@@ -444,6 +444,7 @@ impl Stack {
     /// classifier) and whose checksum it verified; `payload` is the data
     /// after the header and options. This is the receive entry point: the
     /// header is parsed exactly once, by the caller.
+    #[inline]
     pub fn handle_tcp(
         &mut self,
         now: Instant,

@@ -199,6 +199,7 @@ impl TcpOptions {
     /// Parses the option area of a header (RFC 9293 §3.2: kinds 0 and 1 are single bytes,
     /// every other option is kind, length, data; unknown kinds are skipped using their
     /// length).
+    #[inline]
     pub fn parse(mut o: &[u8]) -> Result<TcpOptions> {
         const PAST_HEADER: WireError = WireError::Malformed {
             layer: Layer::Tcp,
