@@ -293,8 +293,10 @@ impl Stack {
         }
     }
 
-    /// Runs `f` on a connection with a context, then does the bookkeeping.
-    fn with_conn<R>(&mut self, idx: u32, f: impl FnOnce(&mut Connection, &mut Ctx<'_>) -> R) -> R {
+    /// A live connection and the context its input and output run with (the
+    /// stack's fields split so that both can be borrowed at once).
+    #[inline]
+    fn conn_and_ctx(&mut self, idx: u32) -> (&mut Connection, Ctx<'_>) {
         let Stack {
             slots,
             cfg,
@@ -304,12 +306,18 @@ impl Stack {
             ..
         } = self;
         let conn = slots[idx as usize].conn.as_mut().expect("live slot");
-        let mut ctx = Ctx {
+        let ctx = Ctx {
             now: *now,
             cfg,
             stats,
             rsts,
         };
+        (conn, ctx)
+    }
+
+    /// Runs `f` on a connection with a context, then does the bookkeeping.
+    fn with_conn<R>(&mut self, idx: u32, f: impl FnOnce(&mut Connection, &mut Ctx<'_>) -> R) -> R {
+        let (conn, mut ctx) = self.conn_and_ctx(idx);
         let r = f(conn, &mut ctx);
         self.after(idx);
         r
@@ -598,21 +606,7 @@ impl Stack {
                 self.dirty.pop_front();
                 continue;
             }
-            let Stack {
-                slots,
-                cfg,
-                stats,
-                rsts,
-                now,
-                ..
-            } = self;
-            let conn = slots[idx as usize].conn.as_mut().expect("live slot");
-            let mut ctx = Ctx {
-                now: *now,
-                cfg,
-                stats,
-                rsts,
-            };
+            let (conn, mut ctx) = self.conn_and_ctx(idx);
             match conn.poll_transmit(&mut ctx, buf) {
                 Some(len) => {
                     let t = Transmit {
@@ -628,7 +622,7 @@ impl Stack {
                     return Some(t);
                 }
                 None => {
-                    conn.on_output_idle(*now);
+                    conn.on_output_idle(ctx.now);
                     self.dirty.pop_front();
                     self.slots[idx as usize].in_dirty = false;
                     self.schedule(idx);
