@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Adds `n` to a counter. Single writer: a load and a store, no RMW.
 #[inline]
-pub(crate) fn add(c: &AtomicU64, n: u64) {
+pub fn add(c: &AtomicU64, n: u64) {
     if n != 0 {
         c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
     }
@@ -16,7 +16,7 @@ pub(crate) fn add(c: &AtomicU64, n: u64) {
 
 /// Adds one to a counter (single writer).
 #[inline]
-pub(crate) fn bump(c: &AtomicU64) {
+pub fn bump(c: &AtomicU64) {
     c.store(c.load(Relaxed).wrapping_add(1), Relaxed);
 }
 

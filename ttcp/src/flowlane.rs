@@ -22,6 +22,7 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
 use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net};
+use flowlane_dataplane::counters;
 use flowlane_dataplane::tcp_service::{self, rss_state};
 use flowlane_dataplane::{TcpHandler, TcpService, TcpServiceConfig};
 
@@ -34,8 +35,10 @@ use crate::sync::Mode;
 #[derive(Debug)]
 pub struct Flowlane;
 
-/// One worker's counts: written by that worker only, read by the measuring
-/// thread. Aligned so that two workers never share a cache line.
+/// One worker's counts: written by that worker only (the data path's
+/// single-writer counters, `flowlane_dataplane::counters::add`), read by the
+/// measuring thread. Indexed by [`Phase`], so not a named counter set;
+/// aligned so that two workers never share a cache line.
 #[repr(align(64))]
 #[derive(Debug, Default)]
 pub struct WorkerCounters {
@@ -47,9 +50,7 @@ pub struct WorkerCounters {
 
 impl WorkerCounters {
     fn add(&self, phase: Phase, n: usize) {
-        // Single writer: a relaxed load + store is enough and cheaper than an RMW.
-        let c = &self.bytes[phase as usize];
-        c.store(c.load(Ordering::Relaxed) + n as u64, Ordering::Relaxed);
+        counters::add(&self.bytes[phase as usize], n as u64);
     }
 
     /// The counts now, as a [`ThreadStats`].
@@ -330,8 +331,7 @@ impl ConnHandler for Tx {
         }
     }
     fn on_connected(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        let c = &self.w.connections;
-        c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        counters::bump(&self.w.connections);
         if let Ok(t) = net.four_tuple(conn) {
             let _ = self.shared.local.set(t.local);
         }
@@ -426,8 +426,7 @@ impl ConnHandler for Rx {
         if self.echo {
             let _ = net.set_nodelay(conn, true);
         }
-        let c = &self.w.connections;
-        c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        counters::bump(&self.w.connections);
         let _ = self.shared.local.set(self.local);
         self.shared.accepted.fetch_add(1, Ordering::Relaxed);
     }
