@@ -162,17 +162,22 @@ impl DelayArgs {
     }
 }
 
-/// Stops the services that use bed `name`, saying which (`what`: the
-/// command, for the root check).
-fn report_stopped(name: &str, what: &str) -> Result<()> {
+/// Stops the services that use bed `name`, saying which (on stderr when
+/// stdout carries JSON; `what`: the command, for the root check).
+fn report_stopped(name: &str, what: &str, json: bool) -> Result<()> {
     testbed::state::validate_name(name)?;
     netns::require_root(what)?;
     let stopped = testbed::stop_users(name, testbed::users::STOP_GRACE)?;
     if !stopped.is_empty() {
-        outln!(
+        let line = format!(
             "test bed {name}: stopped {}",
             testbed::users::list(&stopped)
         );
+        if json {
+            eprintln!("{line}");
+        } else {
+            outln!("{line}");
+        }
     }
     Ok(())
 }
@@ -189,9 +194,6 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
             force,
         } => {
             let key = parse_key(key.as_deref())?;
-            if force {
-                report_stopped(&bed.name, "flowlane testbed up")?;
-            }
             let all: Vec<u16> = (0..queues.min(u16::MAX as u32) as u16).collect();
             let spec = testbed::BedSpec {
                 name: bed.name,
@@ -199,6 +201,10 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
                 key: key.as_bytes().to_vec(),
                 table: IndirectionTable::even(table_size, &all)?.to_queue_list(),
             };
+            // The flags are checked before anything is stopped.
+            if force {
+                report_stopped(&spec.name, "flowlane testbed up", json)?;
+            }
             let s = testbed::up(&spec)?;
             if json {
                 outln!("{}", serde_json::to_string_pretty(&s)?);
@@ -217,7 +223,7 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
             }
         }
         TestbedCmd::Down { bed } => {
-            report_stopped(&bed.name, "flowlane testbed down")?;
+            report_stopped(&bed.name, "flowlane testbed down", false)?;
             if testbed::down(&bed.name)? {
                 outln!("test bed {} removed", bed.name);
             } else {
