@@ -1,11 +1,15 @@
 //! What every long-running `flowlane` service shares: SIGTERM/SIGINT stop
-//! it, SIGUSR1 asks it for a report, and reports are written atomically.
+//! it, SIGUSR1 asks it for a report, reports are written atomically, and a
+//! [`Watchdog`] stops it when its interface, namespace, XDP program or a
+//! socket goes away.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use flowlane_dataplane::Dataplane;
 
 /// The service's signal flags.
 #[derive(Debug)]
@@ -47,4 +51,42 @@ pub fn write_report(path: &Path, value: &impl serde::Serialize) -> Result<()> {
     std::fs::write(&tmp, serde_json::to_vec_pretty(value)?)
         .with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+}
+
+/// How often a service's main thread checks what its data path attached to.
+pub const WATCH_PERIOD: Duration = Duration::from_millis(250);
+
+/// Checks from a service's main loop, at most every [`WATCH_PERIOD`], that
+/// what the data path attached to is still there
+/// ([`Dataplane::check`]): a service whose bed is removed under it stops
+/// within a second with one line saying what vanished, instead of running on
+/// a dead socket.
+#[derive(Debug)]
+pub struct Watchdog {
+    /// The service's name, for the message.
+    service: &'static str,
+    next: Instant,
+}
+
+impl Watchdog {
+    /// A watchdog for `service` (its command name), first checking at once.
+    pub fn new(service: &'static str) -> Watchdog {
+        Watchdog {
+            service,
+            next: Instant::now(),
+        }
+    }
+
+    /// `Err` (one line: what vanished) once `dp`'s interface, namespace,
+    /// XDP program or a socket is gone; the caller drops the data path and
+    /// returns the error (exit status 1).
+    pub fn check(&mut self, dp: &Dataplane) -> Result<()> {
+        let now = Instant::now();
+        if now < self.next {
+            return Ok(());
+        }
+        self.next = now + WATCH_PERIOD;
+        dp.check()
+            .with_context(|| format!("{} stopped", self.service))
+    }
 }

@@ -22,7 +22,7 @@ use flowlane_dataplane::{
 use flowlane_wire::packet::{parse_frame, turn_around_udp, Transport};
 use serde::{Deserialize, Serialize};
 
-use crate::service::{write_report, ServiceSignals};
+use crate::service::{write_report, ServiceSignals, Watchdog};
 use flowlane_dataplane::privileges::require_root;
 
 /// Flags of `flowlane udp-echo`.
@@ -305,7 +305,11 @@ pub fn run(args: Args) -> Result<()> {
         "flowlane udp-echo: serving UDP port {} on {} queues of {}",
         args.port, queues, args.iface
     );
+    let mut watchdog = Watchdog::new("udp-echo");
     while !signals.stop_requested() {
+        // Gone: the workers cannot publish a last report; drop the data
+        // path (releasing everything) and say what vanished.
+        watchdog.check(&dp)?;
         std::thread::sleep(Duration::from_millis(20));
         if signals.take_report_request() {
             generation += 1;

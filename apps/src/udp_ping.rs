@@ -32,6 +32,8 @@ use flowlane_dataplane::placement::machine_placement;
 use flowlane_numa_sched::nic::RssNic;
 use flowlane_testbed::netns::{self, require_root};
 
+use crate::service::Watchdog;
+
 /// Flags of `flowlane udp-ping`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
@@ -307,7 +309,9 @@ fn run_here(args: &Args) -> Result<()> {
         })
     })?;
     let deadline = Instant::now() + Duration::from_millis(args.timeout_ms);
+    let mut watchdog = Watchdog::new("udp-ping");
     let reply = loop {
+        watchdog.check(&dp)?;
         if let Some(r) = outcome.lock().expect("outcome lock").reply {
             break Some(r);
         }

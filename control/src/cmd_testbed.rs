@@ -22,7 +22,8 @@ pub(crate) struct BedName {
 /// `flowlane testbed ...`.
 #[derive(Subcommand, Debug)]
 pub(crate) enum TestbedCmd {
-    /// Create the test bed (idempotent).
+    /// Create the test bed (idempotent). Refuses a bed that flowlane
+    /// services use (naming them) unless --force.
     Up {
         #[command(flatten)]
         bed: BedName,
@@ -39,8 +40,13 @@ pub(crate) enum TestbedCmd {
         /// Print the result as JSON.
         #[arg(long)]
         json: bool,
+        /// Rebuild a bed in use: stop its services first (SIGTERM, then
+        /// SIGKILL after 5 s).
+        #[arg(long)]
+        force: bool,
     },
-    /// Remove the test bed and everything `up` made.
+    /// Remove the test bed and everything `up` made; services using it are
+    /// named and stopped first (SIGTERM, then SIGKILL after 5 s).
     Down {
         #[command(flatten)]
         bed: BedName,
@@ -156,6 +162,26 @@ impl DelayArgs {
     }
 }
 
+/// Stops the services that use bed `name`, saying which (on stderr when
+/// stdout carries JSON; `what`: the command, for the root check).
+fn report_stopped(name: &str, what: &str, json: bool) -> Result<()> {
+    testbed::state::validate_name(name)?;
+    netns::require_root(what)?;
+    let stopped = testbed::stop_users(name, testbed::users::STOP_GRACE)?;
+    if !stopped.is_empty() {
+        let line = format!(
+            "test bed {name}: stopped {}",
+            testbed::users::list(&stopped)
+        );
+        if json {
+            eprintln!("{line}");
+        } else {
+            outln!("{line}");
+        }
+    }
+    Ok(())
+}
+
 /// Runs one `flowlane testbed` command.
 pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
     match cmd {
@@ -165,6 +191,7 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
             key,
             table_size,
             json,
+            force,
         } => {
             let key = parse_key(key.as_deref())?;
             let all: Vec<u16> = (0..queues.min(u16::MAX as u32) as u16).collect();
@@ -174,6 +201,10 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
                 key: key.as_bytes().to_vec(),
                 table: IndirectionTable::even(table_size, &all)?.to_queue_list(),
             };
+            // The flags are checked before anything is stopped.
+            if force {
+                report_stopped(&spec.name, "flowlane testbed up", json)?;
+            }
             let s = testbed::up(&spec)?;
             if json {
                 outln!("{}", serde_json::to_string_pretty(&s)?);
@@ -192,6 +223,7 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
             }
         }
         TestbedCmd::Down { bed } => {
+            report_stopped(&bed.name, "flowlane testbed down", false)?;
             if testbed::down(&bed.name)? {
                 outln!("test bed {} removed", bed.name);
             } else {

@@ -3,6 +3,11 @@
 //! Read from sysfs under a configurable root (`/sys` by default) so that the
 //! checks are testable on fake trees. Processes started with
 //! `ip netns exec` see their namespace's interfaces there.
+//!
+//! Also what a running service watches and what a busy interface's message
+//! names: the interface's index now, the named network namespace the process
+//! lives in, and which process holds an XDP program on an interface (its BPF
+//! link's fdinfo).
 
 use std::path::{Path, PathBuf};
 
@@ -172,6 +177,150 @@ pub fn local_ipv4(iface: &str) -> Result<std::net::Ipv4Addr> {
     )))
 }
 
+/// The index of interface `name` in this network namespace now (None: no
+/// such interface).
+pub fn current_ifindex(name: &str) -> Option<u32> {
+    nix::net::if_::if_nametoindex(name).ok()
+}
+
+/// The name under which iproute2 knows this process's network namespace
+/// (`/run/netns/<name>`, as `ip netns identify` finds it); None in the root
+/// namespace or an unnamed one.
+pub fn netns_name() -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let me = std::fs::metadata("/proc/self/ns/net").ok()?;
+    std::fs::read_dir(NETNS_DIR)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .find(|e| {
+            std::fs::metadata(e.path()).is_ok_and(|m| m.dev() == me.dev() && m.ino() == me.ino())
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+}
+
+/// Whether `/run/netns/<name>` still names this process's network namespace.
+pub fn netns_still_named(name: &str) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (
+        std::fs::metadata("/proc/self/ns/net"),
+        std::fs::metadata(Path::new(NETNS_DIR).join(name)),
+    ) {
+        (Ok(me), Ok(named)) => me.dev() == named.dev() && me.ino() == named.ino(),
+        _ => false,
+    }
+}
+
+/// Where iproute2 mounts named network namespaces.
+const NETNS_DIR: &str = "/run/netns";
+
+/// A process, as `ps` would show it: for messages that name who holds
+/// something.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Process {
+    /// Process id.
+    pub pid: u32,
+    /// Its command line, shortened: program name and arguments, without the
+    /// bed flags that `--bed` adds on re-execution (`--rss-key=`,
+    /// `--rss-table=`, `--neighbor=`), at most 80 characters.
+    pub command: String,
+}
+
+impl Process {
+    /// Reads process `pid` (None if it is gone or a zombie).
+    pub fn read(pid: u32) -> Option<Process> {
+        let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        if raw.is_empty() {
+            return None; // a zombie or a kernel thread
+        }
+        Some(Process {
+            pid,
+            command: shorten_command(&raw),
+        })
+    }
+}
+
+impl std::fmt::Display for Process {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "pid {} ({})", self.pid, self.command)
+    }
+}
+
+/// A NUL-separated command line as one short line: the program's file name,
+/// then the arguments without re-execution's bed flags, cut at 80
+/// characters.
+fn shorten_command(raw: &[u8]) -> String {
+    const BED_FLAGS: [&str; 3] = ["--rss-key=", "--rss-table=", "--neighbor="];
+    let mut words = raw
+        .split(|&b| b == 0)
+        .filter(|w| !w.is_empty())
+        .map(|w| String::from_utf8_lossy(w).into_owned());
+    let Some(prog) = words.next() else {
+        return String::new();
+    };
+    let prog = prog.rsplit('/').next().unwrap_or(&prog).to_string();
+    let line = std::iter::once(prog)
+        .chain(words.filter(|w| !BED_FLAGS.iter().any(|f| w.starts_with(f))))
+        .collect::<Vec<_>>()
+        .join(" ");
+    if line.chars().count() > 80 {
+        format!("{}...", line.chars().take(77).collect::<String>())
+    } else {
+        line
+    }
+}
+
+/// The interfaces (by index, in the holder's network namespace) on which
+/// process `pid` holds an XDP program through a BPF link: the link's
+/// `/proc/PID/fdinfo` names it (`link_type: xdp`, `ifindex: N`; 0 once the
+/// interface is gone).
+pub fn xdp_links(pid: u32) -> Vec<u32> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    fds.filter_map(|e| e.ok())
+        .filter(|e| {
+            std::fs::read_link(e.path()).is_ok_and(|t| t.as_os_str() == "anon_inode:bpf_link")
+        })
+        .filter_map(|e| {
+            let info =
+                std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", e.file_name().to_str()?))
+                    .ok()?;
+            xdp_link_ifindex(&info)
+        })
+        .collect()
+}
+
+/// The interface index of an XDP link's fdinfo text (None: not an XDP link).
+fn xdp_link_ifindex(fdinfo: &str) -> Option<u32> {
+    let field = |name: &str| {
+        fdinfo
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    (field("link_type")? == "xdp").then_some(())?;
+    field("ifindex")?.parse().ok()
+}
+
+/// The other process of this network namespace that holds an XDP program
+/// on interface `ifindex` (through a BPF link, as flowlane attaches), if any:
+/// who makes the interface busy.
+pub fn xdp_holder(ifindex: u32) -> Option<Process> {
+    use std::os::unix::fs::MetadataExt;
+    let me = std::fs::metadata("/proc/self/ns/net").ok()?;
+    let own = std::process::id();
+    std::fs::read_dir("/proc")
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != own)
+        .filter(|pid| {
+            std::fs::metadata(format!("/proc/{pid}/ns/net"))
+                .is_ok_and(|m| m.dev() == me.dev() && m.ino() == me.ino())
+        })
+        .find(|&pid| xdp_links(pid).contains(&ifindex))
+        .and_then(Process::read)
+}
+
 /// Parses `aa:bb:cc:dd:ee:ff`.
 pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
     let mut out = [0u8; 6];
@@ -215,6 +364,28 @@ mod tests {
         let e = InterfaceInfo::read(&root, "nope0").unwrap_err().to_string();
         assert!(e.contains("no interface nope0"), "{e}");
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn commands_are_shortened_for_messages() {
+        let raw = b"/x/target/debug/flowlane\0http-server\0--port\08080\0--rss-key=6d:5a\0--rss-table=0,1\0--neighbor=10.99.0.2=02:00:00:00:00:02\0";
+        assert_eq!(shorten_command(raw), "flowlane http-server --port 8080");
+        let long = format!("flowlane\0{}\0", "x".repeat(200));
+        let s = shorten_command(long.as_bytes());
+        assert_eq!(s.chars().count(), 80);
+        assert!(s.ends_with("..."));
+        assert_eq!(shorten_command(b""), "");
+    }
+
+    #[test]
+    fn xdp_links_are_read_from_fdinfo() {
+        let xdp = "pos:\t0\nflags:\t02000000\nmnt_id:\t15\nino:\t1057\nlink_type:\txdp\nlink_id:\t7\nprog_tag:\tab\nprog_id:\t42\nifindex:\t3\n";
+        assert_eq!(xdp_link_ifindex(xdp), Some(3));
+        let tc = "link_type:\ttcx\nlink_id:\t8\nifindex:\t3\n";
+        assert_eq!(xdp_link_ifindex(tc), None);
+        assert_eq!(xdp_link_ifindex("pos:\t0\n"), None);
+        // This test process holds no XDP program.
+        assert!(xdp_links(std::process::id()).is_empty());
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! Starting and stopping the data path: steering program, per-node UMEM,
-//! per-queue sockets and pinned workers.
+//! per-queue sockets and pinned workers; and [`Dataplane::check`], which
+//! tells a running service that what it attached to went away.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -11,7 +12,7 @@ use std::time::Instant;
 use flowlane_ebpf::steer::{Proto, SteerStats, Steering};
 
 use crate::counters::{QueueCounters, QueueCountersSnapshot};
-use crate::iface::InterfaceInfo;
+use crate::iface::{self, InterfaceInfo};
 use crate::umem::{self, RingSizes};
 use crate::worker::{self, LoopConfig, QueueHandler, QueueInfo};
 use crate::xsk::{BindMode, QueueSocket};
@@ -81,13 +82,22 @@ impl DataplaneConfig {
 struct WorkerHandle {
     info: QueueInfo,
     counters: Arc<QueueCounters>,
+    /// The errno that made the worker give up its socket (0: none).
+    failed: Arc<AtomicI32>,
     thread: Option<JoinHandle<()>>,
 }
+
+/// What [`Dataplane::check`] found gone: one line, in the user's terms.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Vanished(pub String);
 
 /// A running data path. Dropping it stops the workers, closes the sockets
 /// and detaches the XDP program.
 pub struct Dataplane {
     iface: InterfaceInfo,
+    /// The named network namespace the data path started in, if any.
+    netns: Option<String>,
     workers: Vec<WorkerHandle>,
     stop: Arc<AtomicBool>,
     steering: Steering,
@@ -125,8 +135,17 @@ impl Dataplane {
                 return Err(Error::Setup(format!("queue {} is listed twice", q.queue)));
             }
         }
-        let steering = Steering::attach(iface.ifindex)
-            .map_err(|e| Error::Setup(format!("{}: {e}", iface.name)))?;
+        // Another process's XDP program makes the interface busy: say whose
+        // (before libbpf tries and prints its own line).
+        if let Some(holder) = iface::xdp_holder(iface.ifindex) {
+            return Err(busy(&iface.name, &holder));
+        }
+        let steering = Steering::attach(iface.ifindex).map_err(|e| {
+            match iface::xdp_holder(iface.ifindex) {
+                Some(holder) => busy(&iface.name, &holder),
+                None => Error::Setup(format!("{}: {e}", iface.name)),
+            }
+        })?;
         for &(proto, port) in &config.ports {
             steering
                 .add_port(proto, port)
@@ -182,11 +201,13 @@ impl Dataplane {
                 zero_copy: sock.zero_copy,
             };
             let counters = Arc::new(QueueCounters::default());
-            let (stop2, counters2, factory2, ready) = (
+            let failed = Arc::new(AtomicI32::new(0));
+            let (stop2, counters2, factory2, ready, failed2) = (
                 stop.clone(),
                 counters.clone(),
                 factory.clone(),
                 ready_tx.clone(),
+                failed.clone(),
             );
             let thread = std::thread::Builder::new()
                 .name(format!("flowlane-q{}", a.queue))
@@ -211,7 +232,11 @@ impl Dataplane {
                         }
                     };
                     let _ = ready.send(Ok(()));
-                    worker::run(sock, info, handler, loop_cfg, stop2, counters2, epoch);
+                    let ctl = worker::Control {
+                        stop: stop2,
+                        failed: failed2,
+                    };
+                    worker::run(sock, info, handler, loop_cfg, ctl, counters2, epoch);
                 })
                 .map_err(|e| Error::Io {
                     what: "spawning a worker".into(),
@@ -220,12 +245,14 @@ impl Dataplane {
             workers.push(WorkerHandle {
                 info,
                 counters,
+                failed,
                 thread: Some(thread),
             });
         }
         drop(ready_tx);
         let dp = Dataplane {
             iface,
+            netns: iface::netns_name(),
             workers,
             stop,
             steering,
@@ -270,6 +297,62 @@ impl Dataplane {
         &self.steering
     }
 
+    /// Whether everything the data path attached to is still there: the
+    /// interface (same index), the named network namespace it started in
+    /// (`/run/netns/<name>`), the XDP program (this process's link on the
+    /// interface) and every queue's socket and worker. Not on the packet
+    /// path: a few system calls, meant for the service's main thread a few
+    /// times a second. On `Err` the service should log the line, drop the
+    /// data path (releasing everything) and exit non-zero.
+    pub fn check(&self) -> std::result::Result<(), Vanished> {
+        let name = &self.iface.name;
+        match iface::current_ifindex(name) {
+            Some(i) if i == self.iface.ifindex => {}
+            Some(_) => {
+                return Err(Vanished(format!(
+                    "interface {name} was removed and replaced by another of the same name \
+                     (was its test bed rebuilt?); restart the service"
+                )))
+            }
+            None => {
+                return Err(Vanished(format!(
+                    "interface {name} vanished (was its test bed removed?); restart the service \
+                     once it is back"
+                )))
+            }
+        }
+        if let Some(ns) = &self.netns {
+            if !iface::netns_still_named(ns) {
+                return Err(Vanished(format!(
+                    "network namespace {ns} of interface {name} was removed (was its test bed \
+                     removed?); restart the service once it is back"
+                )));
+            }
+        }
+        if !iface::xdp_links(std::process::id()).contains(&self.iface.ifindex) {
+            return Err(Vanished(format!(
+                "the XDP program on {name} was detached; restart the service"
+            )));
+        }
+        for w in &self.workers {
+            let errno = w.failed.load(Ordering::Relaxed);
+            if errno != 0 {
+                return Err(Vanished(format!(
+                    "the AF_XDP socket of {name} queue {} failed ({}); restart the service",
+                    w.info.queue,
+                    std::io::Error::from_raw_os_error(errno)
+                )));
+            }
+            if w.thread.as_ref().is_some_and(|t| t.is_finished()) {
+                return Err(Vanished(format!(
+                    "the worker of {name} queue {} stopped; restart the service",
+                    w.info.queue
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Stops the workers and waits for them.
     pub fn stop(mut self) {
         self.shutdown();
@@ -285,6 +368,15 @@ impl Dataplane {
             }
         }
     }
+}
+
+/// The error for an interface whose XDP hook `holder` holds.
+fn busy(ifname: &str, holder: &iface::Process) -> Error {
+    Error::Setup(format!(
+        "{ifname} is busy: {holder} has its XDP program attached; stop that process \
+         (kill {}) or serve another interface",
+        holder.pid
+    ))
 }
 
 impl Drop for Dataplane {

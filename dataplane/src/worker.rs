@@ -7,10 +7,16 @@
 //! allocation after start-up. When idle the worker blocks in
 //! `poll(2)` on its socket (with need_wakeup) instead of spinning, unless
 //! busy polling is asked for.
+//!
+//! A socket that the kernel unbound (its interface went away: `sendto`
+//! answers `ENXIO`, and frames on its TX ring never complete) or whose
+//! `poll(2)` fails ends the loop with the errno recorded in
+//! [`Control::failed`], instead of spinning on it; the main thread learns it
+//! from [`Dataplane::check`](crate::Dataplane::check).
 // This module touches the kernel directly: ring descriptors and UMEM frame memory, and the TX kick (sendto).
 #![allow(unsafe_code)]
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -109,6 +115,21 @@ pub trait QueueHandler: Send {
     }
 }
 
+/// How the main thread and a worker tell each other to stop.
+#[derive(Debug, Clone)]
+pub(crate) struct Control {
+    /// Set by the main thread: leave the loop.
+    pub(crate) stop: Arc<AtomicBool>,
+    /// Set by the worker when it gives its socket up: the errno (0: none).
+    pub(crate) failed: Arc<AtomicI32>,
+}
+
+/// Whether a socket error means the socket is dead: the kernel unbound it
+/// (`ENXIO`: its interface went away) or the device is gone.
+fn socket_dead(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENXIO | libc::ENODEV))
+}
+
 /// Tuning of the loop.
 #[derive(Debug, Clone, Copy)]
 pub struct LoopConfig {
@@ -123,7 +144,7 @@ pub(crate) fn run<H: QueueHandler>(
     info: QueueInfo,
     mut handler: H,
     cfg: LoopConfig,
-    stop: Arc<AtomicBool>,
+    ctl: Control,
     counters: Arc<QueueCounters>,
     epoch: Instant,
 ) {
@@ -139,7 +160,7 @@ pub(crate) fn run<H: QueueHandler>(
     let c = &*counters;
     refill(&mut sock, &mut free, cfg.tx_reserve, true);
 
-    while !stop.load(Ordering::Relaxed) {
+    while !ctl.stop.load(Ordering::Relaxed) {
         iterations += 1;
         let now = epoch.elapsed();
         // RX: up to RX_BUDGET frames before the handler's poll, so that a
@@ -189,7 +210,13 @@ pub(crate) fn run<H: QueueHandler>(
         };
         handler.on_poll(&info, now, &mut batch);
 
-        let (sent, done) = tx.transmit(&mut sock, &mut pending, &mut free, c);
+        let (sent, done) = match tx.transmit(&mut sock, &mut pending, &mut free, c) {
+            Ok(progress) => progress,
+            Err(e) => {
+                fail(&ctl, &info, "sending", &e);
+                break;
+            }
+        };
         refill(&mut sock, &mut free, cfg.tx_reserve, true);
 
         if iterations % 1024 == 0 {
@@ -203,13 +230,26 @@ pub(crate) fn run<H: QueueHandler>(
                 if let Some(at) = handler.next_wakeup() {
                     timeout = timeout.min(at.saturating_sub(epoch.elapsed()));
                 }
-                let _ = sock.rx.poll(timeout.as_millis() as i32);
+                if let Err(e) = sock.rx.poll(timeout.as_millis() as i32) {
+                    fail(&ctl, &info, "polling", &e);
+                    break;
+                }
             }
         } else {
             idle_rounds = 0;
         }
     }
     publish_kernel_stats(&sock, c);
+}
+
+/// Records why the worker gives its socket up and says so once.
+fn fail(ctl: &Control, info: &QueueInfo, what: &str, e: &std::io::Error) {
+    tracing::debug!(
+        queue = info.queue,
+        "{what} on the AF_XDP socket: {e}; the worker stops"
+    );
+    ctl.failed
+        .store(e.raw_os_error().unwrap_or(libc::EIO), Ordering::Relaxed);
 }
 
 /// Frames received per loop pass before the handler's `on_poll` (which
@@ -235,14 +275,15 @@ impl TxState {
     /// veth the frames complete inside it), so this repeats until the ring
     /// and `pending` are empty or a wake-up makes no progress: frames parked
     /// on the TX ring are frames the fill ring lacks, and ACKs parked there
-    /// are late. Returns (frames put on the ring, frames completed).
+    /// are late. Returns (frames put on the ring, frames completed), or the
+    /// error of a dead socket (see [`socket_dead`]).
     fn transmit(
         &mut self,
         sock: &mut QueueSocket,
         pending: &mut Vec<FrameDesc>,
         free: &mut Vec<FrameDesc>,
         c: &QueueCounters,
-    ) -> (usize, usize) {
+    ) -> std::io::Result<(usize, usize)> {
         let (mut sent, mut done) = (0, 0);
         for _ in 0..MAX_KICKS {
             let put = produce_tx(sock, pending, c);
@@ -252,6 +293,9 @@ impl TxState {
                 counters::add(&c.tx_kicks, 1);
                 // EAGAIN/ENOBUFS while frames are pending is normal.
                 if let Err(e) = sock.tx.wakeup() {
+                    if socket_dead(&e) {
+                        return Err(e);
+                    }
                     tracing::debug!(queue = sock.queue, "tx wakeup: {e}");
                 }
             }
@@ -280,7 +324,7 @@ impl TxState {
         if self.outstanding as u64 > c.tx_outstanding_max.load(Ordering::Relaxed) {
             counters::set(&c.tx_outstanding_max, self.outstanding as u64);
         }
-        (sent, done)
+        Ok((sent, done))
     }
 }
 

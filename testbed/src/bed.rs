@@ -12,8 +12,14 @@
 //!
 //! `up` is idempotent, `down` removes exactly what `up` made (the two
 //! namespaces, which take the veth pair and the tc program with them, the
-//! pinned maps and the state file), and a half-made bed left by a crash is
+//! pinned maps and the state file, and the shared directories of those when
+//! no other bed is left in them), and a half-made bed left by a crash is
 //! removed before a new one is made.
+//!
+//! A bed in use (see [`users`](crate::users)) is neither rebuilt nor
+//! re-programmed under its services: `up` refuses it (the caller may stop
+//! them first with [`stop_users`](crate::users::stop_users): `testbed up
+//! --force`), and `down` stops them cleanly before it removes anything.
 
 use anyhow::{bail, Context, Result};
 use flowlane_ebpf::rss_emu::{self, HashFields, RssEmuConfig, RssEmuMaps};
@@ -26,6 +32,7 @@ use crate::state::{
     self, delay_lock_path, load, namespaces, validate_name, BedState, FLOWLANE_EPHEMERAL, LOCAL_IF,
     LOCAL_V4, LOCAL_V6, PEER_IF, PEER_V4, PEER_V6,
 };
+use crate::users::{self, stop_users, STOP_GRACE};
 
 /// Parameters of `testbed up`.
 #[derive(Debug, Clone)]
@@ -46,11 +53,22 @@ fn intact(s: &BedState) -> bool {
 }
 
 /// Brings a bed up (or confirms it is up, re-applying the RSS settings).
+/// Refuses a bed that flowlane services use, naming them.
 pub fn up(spec: &BedSpec) -> Result<BedState> {
     validate_name(&spec.name)?;
     netns::require_root("flowlane testbed up")?;
     if spec.queues == 0 || spec.queues > flowlane_ebpf::limits::MAX_QUEUES {
         bail!("--queues must be 1..={}", flowlane_ebpf::limits::MAX_QUEUES);
+    }
+    let using = users::users(&spec.name)?;
+    if !using.is_empty() {
+        bail!(
+            "test bed {} is in use by {}: stop {} first, or pass --force to `flowlane testbed up` to stop {} and rebuild the bed",
+            spec.name,
+            users::list(&using),
+            if using.len() == 1 { "it" } else { "them" },
+            if using.len() == 1 { "it" } else { "them" },
+        );
     }
     if let Ok(s) = load(&spec.name) {
         if intact(&s) && s.queues == spec.queues {
@@ -207,11 +225,16 @@ fn ensure_bpffs() -> Result<()> {
         .context("mounting bpffs on /sys/fs/bpf")
 }
 
-/// Removes a bed: its namespaces (with the veth pair and tc program in
-/// them), pinned maps and state file. Removing nothing is not an error.
+/// Removes a bed: stops the flowlane services that use it (SIGTERM, then
+/// SIGKILL after [`STOP_GRACE`]; call [`stop_users`] first to learn which),
+/// then removes its namespaces (with the veth pair and tc program in them),
+/// pinned maps and state file, and `/sys/fs/bpf/flowlane` and the state
+/// directory if no other bed is left in them. Removing nothing is not an
+/// error.
 pub fn down(name: &str) -> Result<bool> {
     validate_name(name)?;
     netns::require_root("flowlane testbed down")?;
+    stop_users(name, STOP_GRACE)?;
     let (ns, peer_ns) = namespaces(name);
     let mut removed = false;
     for n in [&ns, &peer_ns] {
@@ -228,9 +251,15 @@ pub fn down(name: &str) -> Result<bool> {
     if state::remove(name)? {
         removed = true;
     }
-    // The delay line's lock file (`testbed delay`); a line still running on
-    // the bed lost its namespace above and exits on its own errors.
+    // The delay line's lock file (`testbed delay`; the line itself was
+    // stopped above, as a user of the bed).
     let _ = std::fs::remove_file(delay_lock_path(name));
+    // The shared directories go with the last bed: `remove_dir` removes
+    // only an empty directory, never another bed's files.
+    if let Some(all_pins) = pins.parent() {
+        let _ = std::fs::remove_dir(all_pins);
+    }
+    let _ = std::fs::remove_dir(state::state_dir());
     Ok(removed)
 }
 

@@ -17,10 +17,12 @@
 //! | [`packet_socket`] | the delay line's raw `AF_PACKET` socket (this crate's only `unsafe`) |
 //! | [`delay_line`] | the delay line |
 //! | [`reexec`] | running a program inside a bed (`--bed NAME`) |
+//! | [`users`] | who uses a bed (flowlane processes in its namespaces), stopping them |
 //!
 //! Modules depend on each other in that order (no cycles): `state` and
-//! `netns` on nothing, `bed` on `impair` and `emulated_nic`, `delay_line`
-//! on `delay_queue` and `packet_socket`.
+//! `netns` on nothing, `users` on `state`, `bed` on `impair`,
+//! `emulated_nic` and `users`, `delay_line` on `delay_queue` and
+//! `packet_socket`.
 
 pub mod bed;
 pub mod delay_line;
@@ -31,6 +33,7 @@ pub mod netns;
 pub mod packet_socket;
 pub mod reexec;
 pub mod state;
+pub mod users;
 
 /// The XDP live-frames traffic generator (`flowlane bench rx` sends with it
 /// from the bed's far side); a test-bed program of `flowlane-ebpf`.
@@ -42,3 +45,4 @@ pub use reexec::reexec_in_bed;
 pub use state::{
     load, BedState, FLOWLANE_EPHEMERAL, LOCAL_IF, LOCAL_V4, LOCAL_V6, PEER_IF, PEER_V4, PEER_V6,
 };
+pub use users::{stop_users, users, BedUser};

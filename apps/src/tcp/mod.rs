@@ -27,7 +27,7 @@ use flowlane_numa_sched::nic::RssSettings;
 use flowlane_numa_sched::RssState;
 use serde_json::{json, Value};
 
-use crate::service::{write_report, ServiceSignals};
+use crate::service::{write_report, ServiceSignals, Watchdog};
 
 mod bulk;
 mod echo;
@@ -152,22 +152,39 @@ pub fn run(cmd: TcpCmd, read_nic_rss: NicRssReader) -> Result<()> {
     match cmd {
         TcpCmd::EchoServer(a) => {
             let port = a.port;
-            serve(&a.common, read_nic_rss, &[port], None, 0, move |h, _tx| {
-                h.listen(port, Echo::new())?;
-                Ok(())
-            })
+            serve(
+                "echo-server",
+                &a.common,
+                read_nic_rss,
+                &[port],
+                None,
+                0,
+                move |h, _tx| {
+                    h.listen(port, Echo::new())?;
+                    Ok(())
+                },
+            )
         }
         TcpCmd::HttpServer(a) => {
             let port = a.port;
             let body = a.body;
-            serve(&a.common, read_nic_rss, &[port], None, 0, move |h, _tx| {
-                h.listen(port, Http::new(&body))?;
-                Ok(())
-            })
+            serve(
+                "http-server",
+                &a.common,
+                read_nic_rss,
+                &[port],
+                None,
+                0,
+                move |h, _tx| {
+                    h.listen(port, Http::new(&body))?;
+                    Ok(())
+                },
+            )
         }
         TcpCmd::BulkSink(a) => {
             let (port, hash) = (a.port, !a.no_hash);
             serve(
+                "bulk-sink",
                 &a.common,
                 read_nic_rss,
                 &[port],
@@ -188,6 +205,7 @@ pub fn run(cmd: TcpCmd, read_nic_rss: NicRssReader) -> Result<()> {
             .interface()?
             .1;
             serve(
+                "bulk-source",
                 &a.common,
                 read_nic_rss,
                 &[],
@@ -252,7 +270,9 @@ fn counters_json(per_queue: &[(u32, TcpCountersSnapshot)]) -> Value {
 /// Starts the data path with a `TcpHandler` per queue, set up by `setup`,
 /// and runs until a signal, the timeout, or `expect` results (if not 0).
 /// `connect_to`: the server of active opens (its MAC is resolved first).
+/// `name`: the command, for messages.
 fn serve<F>(
+    name: &'static str,
     c: &Common,
     read_nic_rss: NicRssReader,
     ports: &[u16],
@@ -286,7 +306,7 @@ where
         setup(h, tx).map_err(|e| format!("queue {}: {e}", h.queue()))
     })
     .context("setting up TCP")?;
-    let r = wait(c, &service, &done_rx, expect);
+    let r = wait(name, c, &service, &done_rx, expect);
     let cpu: Vec<Option<u64>> = (0..queues).map(worker_cpu_ns).collect();
     let counters = service.stop();
     let summary = json!({"event": "summary", "counters": counters_json(&counters),
@@ -298,7 +318,13 @@ where
     r
 }
 
-fn wait(c: &Common, service: &TcpService, done: &Receiver<Value>, expect: usize) -> Result<()> {
+fn wait(
+    name: &'static str,
+    c: &Common,
+    service: &TcpService,
+    done: &Receiver<Value>,
+    expect: usize,
+) -> Result<()> {
     let signals = ServiceSignals::install()?;
     let report = |ready: bool| -> Result<()> {
         if let Some(p) = &c.report {
@@ -320,7 +346,9 @@ fn wait(c: &Common, service: &TcpService, done: &Receiver<Value>, expect: usize)
     let start = Instant::now();
     let mut results = 0;
     let mut failed = false;
+    let mut watchdog = Watchdog::new(name);
     while !signals.stop_requested() {
+        watchdog.check(service.dataplane())?;
         match done.recv_timeout(Duration::from_millis(20)) {
             Ok(v) => {
                 outln!("{v}");

@@ -1,0 +1,199 @@
+//! Who uses a bed: the flowlane processes with a thread in one of its two
+//! network namespaces, and stopping them.
+//!
+//! The kernel is the registry: a service on a bed runs inside the bed's
+//! namespace (`--bed` re-executes it there; `ip netns exec flowlane-NAME
+//! flowlane udp-echo` puts it there directly), and the bed's own tools (the
+//! delay line, the rx benchmark's generator) run threads in the far side's
+//! namespace. So a bed's users are found by comparing each thread's
+//! `/proc/PID/task/TID/ns/net` with the bed's `/run/netns` entries, keeping
+//! processes whose program is flowlane's (`flowlane`, `flowlane-*`): no
+//! entry to create on start or forget on exit, nothing stale after a
+//! SIGKILL, and no dependency of the data path on the bed. Shells and kernel
+//! tools (iperf3, nc) in the namespaces are not users; the calling process
+//! never is.
+
+use std::os::unix::fs::MetadataExt;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use flowlane_dataplane::iface::Process;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::state::{namespaces, validate_name};
+
+/// How long [`stop_users`] waits after SIGTERM before SIGKILL.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// A flowlane process using a bed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BedUser {
+    /// The process (pid and short command line).
+    pub process: Process,
+    /// Its start time (clock ticks since boot), so that a reused pid is not
+    /// taken for it.
+    start: u64,
+}
+
+impl std::fmt::Display for BedUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.process.fmt(f)
+    }
+}
+
+/// `users` as one phrase: `pid 1 (flowlane ...), pid 2 (...)`.
+pub fn list(users: &[BedUser]) -> String {
+    users
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The flowlane processes (other than this one) with a thread in bed
+/// `name`'s namespaces; none when the bed is not up.
+pub fn users(name: &str) -> Result<Vec<BedUser>> {
+    validate_name(name)?;
+    let (ns, peer_ns) = namespaces(name);
+    let bed: Vec<(u64, u64)> = [ns, peer_ns]
+        .iter()
+        .filter_map(|n| std::fs::metadata(std::path::Path::new("/run/netns").join(n)).ok())
+        .map(|m| (m.dev(), m.ino()))
+        .collect();
+    if bed.is_empty() {
+        return Ok(Vec::new());
+    }
+    let own = std::process::id();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Ok(Vec::new());
+    };
+    let mut found: Vec<BedUser> = procs
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != own && is_flowlane(pid) && in_namespaces(pid, &bed))
+        .filter_map(|pid| {
+            Some(BedUser {
+                start: start_time(pid)?,
+                process: Process::read(pid)?,
+            })
+        })
+        .collect();
+    found.sort_by_key(|u| u.process.pid);
+    Ok(found)
+}
+
+/// Stops bed `name`'s users cleanly: SIGTERM to each, then up to `grace`
+/// for them to release what they hold and exit, then SIGKILL to those left.
+/// Returns the users it found.
+pub fn stop_users(name: &str, grace: Duration) -> Result<Vec<BedUser>> {
+    let found = users(name)?;
+    for u in &found {
+        signal(u, Signal::SIGTERM);
+    }
+    let deadline = Instant::now() + grace;
+    while found.iter().any(alive) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for u in found.iter().filter(|u| alive(u)) {
+        signal(u, Signal::SIGKILL);
+    }
+    // SIGKILL takes effect at once, but the namespace is released when the
+    // process is gone: wait for that too (briefly).
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while found.iter().any(alive) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(found)
+}
+
+fn signal(u: &BedUser, sig: Signal) {
+    if alive(u) {
+        let _ = kill(Pid::from_raw(u.process.pid as i32), sig);
+    }
+}
+
+/// Whether the user still runs (not exited, not a zombie, pid not reused).
+fn alive(u: &BedUser) -> bool {
+    start_time(u.process.pid) == Some(u.start)
+}
+
+/// Whether `pid` runs one of flowlane's programs (`flowlane`,
+/// `flowlane-ttcp`, ...), by the file name of its executable.
+fn is_flowlane(pid: u32) -> bool {
+    std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|p| {
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
+        // A rebuilt binary reads "flowlane (deleted)".
+        let name = name.as_deref().unwrap_or("");
+        let name = name.strip_suffix(" (deleted)").unwrap_or(name);
+        name == "flowlane" || name.starts_with("flowlane-")
+    })
+}
+
+/// Whether any thread of `pid` is in one of the namespaces `ns` (dev, ino).
+fn in_namespaces(pid: u32, ns: &[(u64, u64)]) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.filter_map(|t| t.ok()).any(|t| {
+        std::fs::metadata(t.path().join("ns/net")).is_ok_and(|m| ns.contains(&(m.dev(), m.ino())))
+    })
+}
+
+/// The start time of a live (non-zombie) process, from `/proc/PID/stat`.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_start_time(&stat)
+}
+
+/// Field 22 (`starttime`) of a `/proc/PID/stat` line; None for a zombie
+/// (state `Z`) or a malformed line.
+fn parse_start_time(stat: &str) -> Option<u64> {
+    // The command name (field 2) may hold spaces and parentheses: fields
+    // are counted from the last ')'.
+    let rest = stat.rsplit_once(')')?.1;
+    let mut fields = rest.split_whitespace();
+    if fields.next()? == "Z" {
+        return None;
+    }
+    // `rest` starts at field 3 (state); starttime is field 22.
+    fields.nth(18)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_time_is_field_22_and_zombies_have_none() {
+        let line = "1234 (flow lane)) S 1 1234 1234 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 3 0 98765 1000 200";
+        assert_eq!(parse_start_time(line), Some(98765));
+        let zombie =
+            "1234 (flowlane) Z 1 1234 1234 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 3 0 98765 0 0";
+        assert_eq!(parse_start_time(zombie), None);
+        assert_eq!(parse_start_time("garbage"), None);
+        // This process is alive.
+        assert!(start_time(std::process::id()).is_some());
+    }
+
+    #[test]
+    fn a_bed_that_is_not_up_has_no_users() {
+        assert!(users("tnosuchbed16").unwrap().is_empty());
+        assert!(users("a/b").is_err());
+        assert!(stop_users("tnosuchbed16", STOP_GRACE).unwrap().is_empty());
+    }
+
+    #[test]
+    fn users_are_listed_in_one_phrase() {
+        let u = |pid, cmd: &str| BedUser {
+            process: Process {
+                pid,
+                command: cmd.into(),
+            },
+            start: 1,
+        };
+        assert_eq!(
+            list(&[u(7, "flowlane udp-echo"), u(9, "flowlane testbed delay")]),
+            "pid 7 (flowlane udp-echo), pid 9 (flowlane testbed delay)"
+        );
+    }
+}
