@@ -8,14 +8,21 @@ use flowlane_testbed::delay_line::{self, DelayConfig};
 use flowlane_testbed::impair::{self, parse_percent, ImpairSpec};
 use flowlane_testbed::{self as testbed, netns};
 
-use crate::rss_args::parse_key;
 use flowlane_apps::service::ServiceSignals;
+use flowlane_dataplane::service_args::{queue_count, rss_key, rss_key_value, table_size};
+use flowlane_numa_sched::toeplitz::RssKey;
 use flowlane_numa_sched::IndirectionTable;
 
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct BedName {
     /// Test bed name (namespaces flowlane-NAME and flowlane-NAME-peer).
-    #[arg(long, default_value = "fl0")]
+    /// `--name` is the old spelling.
+    #[arg(
+        long = "bed",
+        alias = "name",
+        value_name = "NAME",
+        default_value = "fl0"
+    )]
     name: String,
 }
 
@@ -27,14 +34,14 @@ pub(crate) enum TestbedCmd {
         #[command(flatten)]
         bed: BedName,
         /// Queues of the veth pair.
-        #[arg(long, default_value_t = 4)]
+        #[arg(long, default_value_t = 4, value_parser = queue_count::<u32>)]
         queues: u32,
         /// Toeplitz key, hex (ethtool style aa:bb:.. or plain); default: the
         /// Microsoft verification key.
-        #[arg(long)]
-        key: Option<String>,
+        #[arg(long, value_parser = rss_key)]
+        key: Option<RssKey>,
         /// Indirection table entries (power of two).
-        #[arg(long, default_value_t = 128)]
+        #[arg(long, default_value_t = 128, value_parser = table_size)]
         table_size: usize,
         /// Print the result as JSON.
         #[arg(long)]
@@ -65,22 +72,31 @@ pub(crate) enum TestbedCmd {
         #[command(flatten)]
         bed: BedName,
         /// New Toeplitz key (hex).
-        #[arg(long)]
-        key: Option<String>,
+        #[arg(long, value_parser = rss_key_value)]
+        key: Option<RssKey>,
         /// Spread the table evenly over these queues (comma-separated).
-        #[arg(long, value_delimiter = ',')]
-        queues: Option<Vec<u16>>,
+        #[arg(long, value_delimiter = ',', value_name = "Q,Q,...")]
+        spread: Option<Vec<u16>>,
         /// Explicit table: one queue per bucket, comma-separated.
-        #[arg(long, value_delimiter = ',', conflicts_with = "queues")]
+        #[arg(long, value_delimiter = ',', conflicts_with = "spread")]
         table: Option<Vec<u32>>,
+        /// The old spelling of `--spread` (a list), refused with a hint:
+        /// `--queues` is a count everywhere else.
+        #[arg(long, hide = true, value_parser = queues_became_spread)]
+        queues: Option<String>,
     },
 }
 
 /// Flags of `flowlane testbed impair`.
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct ImpairArgs {
-    /// Test bed name.
-    #[arg(long, default_value = "fl0")]
+    /// Test bed name (`--name` is the old spelling).
+    #[arg(
+        long = "bed",
+        alias = "name",
+        value_name = "NAME",
+        default_value = "fl0"
+    )]
     name: String,
     /// Packet loss, percent.
     #[arg(long, default_value = "0")]
@@ -118,8 +134,13 @@ impl ImpairArgs {
 /// Flags of `flowlane testbed delay`.
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct DelayArgs {
-    /// Test bed name.
-    #[arg(long, default_value = "fl0")]
+    /// Test bed name (`--name` is the old spelling).
+    #[arg(
+        long = "bed",
+        alias = "name",
+        value_name = "NAME",
+        default_value = "fl0"
+    )]
     name: String,
     /// One-way delay in milliseconds, added in each direction (the round
     /// trip grows by twice this). Fractions are allowed (0.5).
@@ -156,8 +177,21 @@ impl DelayArgs {
     }
 }
 
+/// `testbed set-rss --queues` took a list of queues; it is `--spread` now,
+/// and `--queues` is a count everywhere else.
+fn queues_became_spread(_: &str) -> std::result::Result<String, String> {
+    Err(
+        "testbed set-rss takes the queues to spread the table over as --spread Q,Q,... \
+         (--queues is a number of queues everywhere else)"
+            .into(),
+    )
+}
+
 /// Runs one `flowlane testbed` command.
 pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
+    // Every bed command reads or writes namespaces or pinned BPF maps: say
+    // so before anything else can fail for want of privileges.
+    netns::require_root("flowlane testbed")?;
     match cmd {
         TestbedCmd::Up {
             bed,
@@ -166,7 +200,7 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
             table_size,
             json,
         } => {
-            let key = parse_key(key.as_deref())?;
+            let key = key.unwrap_or_else(RssKey::microsoft_default);
             let all: Vec<u16> = (0..queues.min(u16::MAX as u32) as u16).collect();
             let spec = testbed::BedSpec {
                 name: bed.name,
@@ -257,7 +291,6 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
             }
         }
         TestbedCmd::Delay(args) => {
-            netns::require_root("flowlane testbed delay")?;
             let s = testbed::load(&args.name)?;
             let signals = ServiceSignals::install()?;
             let (name, ms) = (s.name.clone(), args.ms);
@@ -283,14 +316,14 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
         TestbedCmd::SetRss {
             bed,
             key,
-            queues,
+            spread,
             table,
+            queues: _,
         } => {
             let s = testbed::load(&bed.name)?;
             let nic = s.nic();
             let caps = nic.caps()?;
-            let key = key.as_deref().map(|k| parse_key(Some(k))).transpose()?;
-            let table = match (queues, table) {
+            let table = match (spread, table) {
                 (Some(q), _) => Some(IndirectionTable::even(caps.table_size, &q)?.to_queue_list()),
                 (None, t) => t,
             };
