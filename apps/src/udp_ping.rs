@@ -37,8 +37,8 @@ use flowlane_testbed::netns::{self, require_root};
 /// Flags of `flowlane udp-ping`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// Run in this test bed (key, table, addresses and peer MAC from it;
-    /// `--testbed` is the old spelling).
+    /// Run in this test bed (key, table, addresses and peer MAC from it).
+    // `--testbed`: the old spelling, hidden, kept for scripts.
     #[arg(
         long,
         alias = "testbed",

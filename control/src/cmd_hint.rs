@@ -19,8 +19,8 @@ use flowlane_numa_sched::toeplitz::RssKey;
 /// Flags of `flowlane hint`.
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct Args {
-    /// Take key, table and queue count from this test bed's emulated NIC
-    /// (`--testbed` is the old spelling).
+    /// Take key, table and queue count from this test bed's emulated NIC.
+    // `--testbed`: the old spelling, hidden, kept for scripts.
     #[arg(long, alias = "testbed", value_name = "NAME", conflicts_with_all = ["key", "table"])]
     pub bed: Option<String>,
     /// Toeplitz key, hex; default: the Microsoft verification key.

@@ -60,8 +60,8 @@ pub(crate) struct HashArgs {
     /// Spread the table evenly over this many queues.
     #[arg(long, default_value_t = 1, conflicts_with = "bed", value_parser = queue_count::<u16>)]
     pub queues: u16,
-    /// Take key and table from this test bed's emulated NIC (`--testbed`
-    /// is the old spelling).
+    /// Take key and table from this test bed's emulated NIC.
+    // `--testbed`: the old spelling, hidden, kept for scripts.
     #[arg(long, alias = "testbed", value_name = "NAME")]
     pub bed: Option<String>,
     /// Print the result as JSON.

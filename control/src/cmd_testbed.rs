@@ -16,7 +16,7 @@ use flowlane_numa_sched::IndirectionTable;
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct BedName {
     /// Test bed name (namespaces flowlane-NAME and flowlane-NAME-peer).
-    /// `--name` is the old spelling.
+    // `--name`: the old spelling, hidden, kept for scripts.
     #[arg(
         long = "bed",
         alias = "name",
@@ -90,7 +90,8 @@ pub(crate) enum TestbedCmd {
 /// Flags of `flowlane testbed impair`.
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct ImpairArgs {
-    /// Test bed name (`--name` is the old spelling).
+    /// Test bed name.
+    // `--name`: the old spelling, hidden, kept for scripts.
     #[arg(
         long = "bed",
         alias = "name",
@@ -134,7 +135,8 @@ impl ImpairArgs {
 /// Flags of `flowlane testbed delay`.
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct DelayArgs {
-    /// Test bed name (`--name` is the old spelling).
+    /// Test bed name.
+    // `--name`: the old spelling, hidden, kept for scripts.
     #[arg(
         long = "bed",
         alias = "name",
