@@ -164,8 +164,12 @@ mod tests {
         assert_eq!(b.netns, "flowlane-b1");
         assert_eq!(b.queues, 2);
         assert_eq!(namespaces("b1"), (b.netns, b.peer_netns));
-        let e = load("nope").unwrap_err().to_string();
-        assert!(e.contains("not up"), "{e}");
+        let e = format!("{:#}", load("nope").unwrap_err());
+        assert!(e.contains("no test bed named nope is up"), "{e}");
+        assert!(
+            e.contains("testbed up --bed nope") && !e.contains("os error"),
+            "{e}"
+        );
         let e = load_hinted("nope", " (hint)").unwrap_err().to_string();
         assert!(e.ends_with(" (hint)"), "{e}");
         let e = load("bad").unwrap_err().to_string();
