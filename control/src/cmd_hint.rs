@@ -130,7 +130,14 @@ pub(crate) fn run(args: Args) -> Result<()> {
     )?;
     let flows = match &args.flows_file {
         Some(p) => parse_flows(
-            &std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+            &std::fs::read_to_string(p).map_err(|e| {
+                let why = match e.kind() {
+                    std::io::ErrorKind::NotFound => "there is no such file".to_string(),
+                    std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+                    _ => e.to_string(),
+                };
+                anyhow::anyhow!("--flows-file {}: {why}", p.display())
+            })?,
             args.proto,
         )?,
         None => {

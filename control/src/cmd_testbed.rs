@@ -146,7 +146,7 @@ pub(crate) struct DelayArgs {
     name: String,
     /// One-way delay in milliseconds, added in each direction (the round
     /// trip grows by twice this). Fractions are allowed (0.5).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     ms: f64,
     /// Most bytes held in the line at once (both directions together);
     /// frames beyond are dropped, like a full link buffer (netem's `limit`).

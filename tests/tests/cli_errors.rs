@@ -413,3 +413,21 @@ fn a_closed_stdout_is_not_a_crash() {
     assert!(o.status.success(), "{}: {err}", o.status);
     assert!(!err.contains("panicked"), "{err}");
 }
+
+#[test]
+fn files_named_by_flags_are_named_with_the_flag() {
+    let o = flowlane(&["hint", "--flows-file", "/nonexistent/flows.txt"]);
+    one_line_error(
+        &o,
+        "--flows-file /nonexistent/flows.txt: there is no such file",
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("os error"), "{err}");
+    let o = flowlane(&["plan", "--topology-xml", "/proc/self/status"]);
+    one_line_error(
+        &o,
+        "--topology-xml /proc/self/status is not an hwloc topology",
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("Errno") && !err.contains("Some("), "{err}");
+}
