@@ -90,15 +90,8 @@ pub(crate) enum TestbedCmd {
 /// Flags of `flowlane testbed impair`.
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct ImpairArgs {
-    /// Test bed name.
-    // `--name`: the old spelling, hidden, kept for scripts.
-    #[arg(
-        long = "bed",
-        alias = "name",
-        value_name = "NAME",
-        default_value = "fl0"
-    )]
-    name: String,
+    #[command(flatten)]
+    bed: BedName,
     /// Packet loss, percent.
     #[arg(long, default_value = "0")]
     loss: String,
@@ -135,15 +128,8 @@ impl ImpairArgs {
 /// Flags of `flowlane testbed delay`.
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct DelayArgs {
-    /// Test bed name.
-    // `--name`: the old spelling, hidden, kept for scripts.
-    #[arg(
-        long = "bed",
-        alias = "name",
-        value_name = "NAME",
-        default_value = "fl0"
-    )]
-    name: String,
+    #[command(flatten)]
+    bed: BedName,
     /// One-way delay in milliseconds, added in each direction (the round
     /// trip grows by twice this). Fractions are allowed (0.5).
     #[arg(long, allow_negative_numbers = true)]
@@ -276,7 +262,7 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
             }
         }
         TestbedCmd::Impair(args) => {
-            let s = testbed::load(&args.name)?;
+            let s = testbed::load(&args.bed.name)?;
             let spec = args.spec()?;
             if args.clear {
                 impair::clear(&s)?;
@@ -293,7 +279,7 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
             }
         }
         TestbedCmd::Delay(args) => {
-            let s = testbed::load(&args.name)?;
+            let s = testbed::load(&args.bed.name)?;
             let signals = ServiceSignals::install()?;
             let (name, ms) = (s.name.clone(), args.ms);
             let config = args.config();
