@@ -8,8 +8,8 @@ BYTES=${1:-1073741824}
 BED=bt$$
 F=target/release/flowlane
 cargo build --release -q -p flowlane-control
-$F testbed up --name "$BED" --queues 1 >/dev/null
-trap '$F testbed down --name "$BED" >/dev/null; kill $SINK 2>/dev/null || true' EXIT
+$F testbed up --bed "$BED" --queues 1 >/dev/null
+trap '$F testbed down --bed "$BED" >/dev/null; kill $SINK 2>/dev/null || true' EXIT
 NS=flowlane-$BED; PNS=flowlane-$BED-peer
 echo "== offloads (peer0 = kernel sender, xsk0 = receiver)"
 for x in "$PNS peer0" "$NS xsk0"; do

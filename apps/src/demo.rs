@@ -31,7 +31,7 @@ pub struct Args {
     #[arg(long, default_value = "demo")]
     pub bed: String,
     /// Queues of the test bed.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = flowlane_dataplane::service_args::queue_count::<u32>)]
     pub queues: u32,
     /// Number of UDP flows.
     #[arg(long, default_value_t = 64)]
@@ -40,7 +40,7 @@ pub struct Args {
     #[arg(long, default_value_t = 4)]
     pub packets: u32,
     /// UDP port of the echo service.
-    #[arg(long, default_value_t = 7777)]
+    #[arg(long, default_value_t = 7777, value_parser = flowlane_dataplane::service_args::listen_port)]
     pub port: u16,
     /// Print the result as JSON.
     #[arg(long)]

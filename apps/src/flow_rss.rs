@@ -5,7 +5,7 @@
 
 use std::net::IpAddr;
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use flowlane_dataplane::placement::machine_placement;
 use flowlane_numa_sched::nic::RssNic;
 use flowlane_numa_sched::{IndirectionTable, RssHashConfig, RssKey, RssState};
@@ -14,7 +14,7 @@ use flowlane_numa_sched::{IndirectionTable, RssHashConfig, RssKey, RssState};
 /// and the test bed's local address if there is one.
 pub fn rss_state(
     testbed: Option<&str>,
-    key: Option<&str>,
+    key: Option<RssKey>,
     table: Option<Vec<u16>>,
     table_size: usize,
     queues: u16,
@@ -33,18 +33,10 @@ pub fn rss_state(
             )
         }
         None => {
-            let key = match key {
-                Some(k) => RssKey::parse_hex(k).context("bad --key")?,
-                None => RssKey::microsoft_default(),
-            };
+            let key = key.unwrap_or_else(RssKey::microsoft_default);
             let table = match table {
                 Some(t) => IndirectionTable::new(t)?,
-                None => {
-                    if queues == 0 {
-                        bail!("--queues must be at least 1");
-                    }
-                    IndirectionTable::even(table_size, &(0..queues).collect::<Vec<_>>())?
-                }
+                None => IndirectionTable::even(table_size, &(0..queues).collect::<Vec<_>>())?,
             };
             let n = table.entries().iter().max().map_or(1, |&q| q as usize + 1);
             (key, table, n, None)

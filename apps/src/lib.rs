@@ -10,13 +10,14 @@
 //! | [`demo`] | `demo` |
 //!
 //! [`service`] holds what every long-running service shares (signals,
-//! reports), [`output`] standard output that a closed pipe cannot crash,
+//! reports), [`bed_entry`] how each starts (privileges, `--bed`), [`output`] standard output that a closed pipe cannot crash,
 //! [`flow_rss`] the RSS state flows are predicted with.
 #![forbid(unsafe_code)]
 
 #[macro_use]
 pub mod output;
 
+pub mod bed_entry;
 pub mod bench_rx;
 pub mod demo;
 pub mod echo_process;

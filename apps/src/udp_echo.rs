@@ -22,8 +22,9 @@ use flowlane_dataplane::{
 use flowlane_wire::packet::{parse_frame, turn_around_udp, Transport};
 use serde::{Deserialize, Serialize};
 
+use crate::bed_entry;
 use crate::service::{write_report, ServiceSignals, Watchdog};
-use flowlane_dataplane::privileges::require_root;
+use flowlane_dataplane::service_args::{listen_port, DataPathArgs};
 
 /// Flags of `flowlane udp-echo`.
 #[derive(clap::Args, Debug, Clone)]
@@ -32,20 +33,18 @@ pub struct Args {
     #[arg(long, default_value = "xsk0")]
     pub iface: String,
     /// UDP port to echo on.
-    #[arg(long, default_value_t = 7777)]
+    #[arg(long, default_value_t = 7777, value_parser = listen_port)]
     pub port: u16,
-    /// Number of queues to serve, from queue 0 (default: all of the device's).
-    #[arg(long)]
-    pub queues: Option<u32>,
+    /// The data path's flags: `--bed`, `--queues`, `--busy-poll` (the RSS
+    /// and neighbour flags that `--bed` passes on are not needed by an echo).
+    #[command(flatten)]
+    pub data_path: DataPathArgs,
     /// Write a JSON report here (on start, on SIGUSR1 and on exit).
     #[arg(long)]
     pub report: Option<PathBuf>,
     /// Copy or zero-copy AF_XDP binding.
     #[arg(long, value_enum, default_value = "auto")]
     pub bind_mode: BindModeArg,
-    /// Spin when idle instead of sleeping in poll(2).
-    #[arg(long)]
-    pub busy_poll: bool,
     /// Receive only: parse and count each datagram, echo nothing (for the
     /// receive benchmark).
     #[arg(long)]
@@ -259,9 +258,9 @@ fn snapshot(generation: u64, dp: &Dataplane, tables: &[(u32, Arc<Published>)]) -
 
 /// Runs the service until SIGTERM/SIGINT.
 pub fn run(args: Args) -> Result<()> {
-    require_root("flowlane udp-echo")?;
+    bed_entry::enter("flowlane udp-echo", &args.data_path, &[args.port])?;
     let info = flowlane_dataplane::InterfaceInfo::read(std::path::Path::new("/sys"), &args.iface)?;
-    let queues = args.queues.unwrap_or(info.rx_queues);
+    let queues = args.data_path.queues.unwrap_or(info.rx_queues);
     info.check_queues(queues)?;
     // numa-sched's placement: NIC-node CPUs first, physical cores before SMT
     // siblings; memory on each worker's node.
@@ -272,7 +271,7 @@ pub fn run(args: Args) -> Result<()> {
     let mut config = DataplaneConfig::new(&args.iface, &(0..queues).collect::<Vec<_>>());
     config.apply_placement(&placed);
     config.ports = vec![(Proto::Udp, args.port)];
-    config.busy_poll = args.busy_poll;
+    config.busy_poll = args.data_path.busy_poll;
     config.bind_mode = match args.bind_mode {
         BindModeArg::Auto => BindMode::Auto,
         BindModeArg::Copy => BindMode::Copy,

@@ -5,7 +5,7 @@
 //! `on_poll`), and every queue's worker watches for the reply; the command
 //! reports the queue the reply arrived on.
 //!
-//! With `--testbed NAME` it reads the bed (key, table, addresses, MACs) and
+//! With `--bed NAME` it reads the bed (key, table, addresses, MACs) and
 //! re-runs itself inside the bed's namespace with those spelled out.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -29,7 +29,9 @@ use serde::Serialize;
 use crate::flow_rss::rss_state;
 use flowlane_dataplane::ephemeral::EPHEMERAL;
 use flowlane_dataplane::placement::machine_placement;
+use flowlane_dataplane::service_args::rss_key;
 use flowlane_numa_sched::nic::RssNic;
+use flowlane_numa_sched::toeplitz::RssKey;
 use flowlane_testbed::netns::{self, require_root};
 
 use crate::service::Watchdog;
@@ -38,8 +40,14 @@ use crate::service::Watchdog;
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// Run in this test bed (key, table, addresses and peer MAC from it).
-    #[arg(long, conflicts_with_all = ["iface", "src", "key", "table", "peer_mac"])]
-    pub testbed: Option<String>,
+    // `--testbed`: the old spelling, hidden, kept for scripts.
+    #[arg(
+        long,
+        alias = "testbed",
+        value_name = "NAME",
+        conflicts_with_all = ["iface", "src", "key", "table", "peer_mac"]
+    )]
+    pub bed: Option<String>,
     /// Interface to send from (inside its namespace).
     #[arg(long)]
     pub iface: Option<String>,
@@ -50,8 +58,8 @@ pub struct Args {
     #[arg(long)]
     pub peer_mac: Option<String>,
     /// Toeplitz key of the NIC, hex (default: the Microsoft key).
-    #[arg(long)]
-    pub key: Option<String>,
+    #[arg(long, value_parser = rss_key)]
+    pub key: Option<RssKey>,
     /// The NIC's indirection table, comma-separated (default: even over all
     /// of the device's queues, 128 entries).
     #[arg(long, value_delimiter = ',')]
@@ -92,7 +100,7 @@ pub struct PingResult {
 /// Runs `flowlane udp-ping`.
 pub fn run(args: Args) -> Result<()> {
     require_root("flowlane udp-ping")?;
-    match &args.testbed {
+    match &args.bed {
         Some(name) => run_in_bed(name, &args),
         None => run_here(&args),
     }
@@ -101,7 +109,7 @@ pub fn run(args: Args) -> Result<()> {
 fn run_in_bed(name: &str, args: &Args) -> Result<()> {
     let bed = flowlane_testbed::load(name)?;
     let rss = bed.nic().rss()?;
-    let key: String = rss.key.iter().map(|b| format!("{b:02x}")).collect();
+    let key = RssKey::new(rss.key)?.to_string();
     let table = rss
         .table
         .iter()
@@ -217,8 +225,8 @@ fn run_here(args: &Args) -> Result<()> {
     let iface = args
         .iface
         .as_deref()
-        .context("--iface (or --testbed) is needed")?;
-    let src = args.src.context("--src (or --testbed) is needed")?;
+        .context("--iface (or --bed) is needed")?;
+    let src = args.src.context("--src (or --bed) is needed")?;
     let IpAddr::V4(dst_ip) = args.dst.ip() else {
         bail!("udp-ping sends IPv4 only; --dst {} is IPv6", args.dst);
     };
@@ -232,7 +240,7 @@ fn run_here(args: &Args) -> Result<()> {
     }
     let (state, _) = rss_state(
         None,
-        args.key.as_deref(),
+        args.key.clone(),
         args.table.clone(),
         128,
         info.rx_queues as u16,
@@ -269,7 +277,9 @@ fn run_here(args: &Args) -> Result<()> {
     };
     let predicted = state.hint(&reply_flow);
     let peer_mac = match &args.peer_mac {
-        Some(m) => parse_mac(m).with_context(|| format!("bad --peer-mac {m}"))?,
+        Some(m) => parse_mac(m).with_context(|| {
+            format!("--peer-mac {m} is not a MAC address: write it as aa:bb:cc:dd:ee:ff")
+        })?,
         None => neighbour_mac(iface, args.dst.ip())?,
     };
 

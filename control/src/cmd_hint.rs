@@ -12,24 +12,28 @@ use serde::Serialize;
 
 use crate::cmd_rss::ProtoArg;
 use flowlane_apps::flow_rss::rss_state;
+use flowlane_dataplane::privileges::require_root;
+use flowlane_dataplane::service_args::{queue_count, rss_key, table_size};
+use flowlane_numa_sched::toeplitz::RssKey;
 
 /// Flags of `flowlane hint`.
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct Args {
     /// Take key, table and queue count from this test bed's emulated NIC.
-    #[arg(long, conflicts_with_all = ["key", "table"])]
-    pub testbed: Option<String>,
+    // `--testbed`: the old spelling, hidden, kept for scripts.
+    #[arg(long, alias = "testbed", value_name = "NAME", conflicts_with_all = ["key", "table"])]
+    pub bed: Option<String>,
     /// Toeplitz key, hex; default: the Microsoft verification key.
-    #[arg(long)]
-    pub key: Option<String>,
+    #[arg(long, value_parser = rss_key)]
+    pub key: Option<RssKey>,
     /// Explicit indirection table: one queue per bucket, comma-separated.
     #[arg(long, value_delimiter = ',', conflicts_with_all = ["table_size", "queues"])]
     pub table: Option<Vec<u16>>,
-    /// Size of an even table (without --table or --testbed).
-    #[arg(long, default_value_t = 128)]
+    /// Size of an even table (without --table or --bed).
+    #[arg(long, default_value_t = 128, value_parser = table_size)]
     pub table_size: usize,
-    /// Queues of an even table (without --table or --testbed).
-    #[arg(long, default_value_t = 1)]
+    /// Queues of an even table (without --table or --bed).
+    #[arg(long, default_value_t = 1, value_parser = queue_count::<u16>)]
     pub queues: u16,
     /// The NIC's NUMA node for the placement (default: unknown, as for veth).
     #[arg(long)]
@@ -113,9 +117,12 @@ fn parse_flows(text: &str, default_proto: ProtoArg) -> Result<Vec<FlowTuple>> {
 
 /// Runs `flowlane hint`.
 pub(crate) fn run(args: Args) -> Result<()> {
+    if args.bed.is_some() {
+        require_root("flowlane hint --bed")?;
+    }
     let (state, local) = rss_state(
-        args.testbed.as_deref(),
-        args.key.as_deref(),
+        args.bed.as_deref(),
+        args.key.clone(),
         args.table.clone(),
         args.table_size,
         args.queues,
@@ -123,14 +130,21 @@ pub(crate) fn run(args: Args) -> Result<()> {
     )?;
     let flows = match &args.flows_file {
         Some(p) => parse_flows(
-            &std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+            &std::fs::read_to_string(p).map_err(|e| {
+                let why = match e.kind() {
+                    std::io::ErrorKind::NotFound => "there is no such file".to_string(),
+                    std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+                    _ => e.to_string(),
+                };
+                anyhow::anyhow!("--flows-file {}: {why}", p.display())
+            })?,
             args.proto,
         )?,
         None => {
             let dst = args
                 .dst
                 .or(local)
-                .context("--dst is needed without --testbed")?;
+                .context("--dst is needed without --bed")?;
             vec![FlowTuple {
                 src: args.src.context("--src is needed")?,
                 src_port: args.sport.context("--sport is needed")?,

@@ -16,7 +16,7 @@ pub(crate) struct Args {
     #[arg(long)]
     pub iface: String,
     /// Queues to place (default: all of the device's receive queues).
-    #[arg(long)]
+    #[arg(long, value_parser = flowlane_dataplane::service_args::queue_count::<u32>)]
     pub queues: Option<u32>,
     #[command(flatten)]
     pub topology: TopologyArgs,

@@ -6,7 +6,8 @@ use flowlane_numa_sched::nic::RssNic;
 use flowlane_numa_sched::IndirectionTable;
 
 use crate::nic::ethtool::EthtoolNic;
-use crate::rss_args::parse_key;
+use flowlane_dataplane::service_args::{queue_count, rss_key_value};
+use flowlane_numa_sched::toeplitz::RssKey;
 
 /// `flowlane nic ...`.
 #[derive(Subcommand, Debug)]
@@ -27,10 +28,10 @@ pub(crate) enum NicCmd {
         #[arg(long)]
         iface: String,
         /// New Toeplitz key (hex).
-        #[arg(long)]
-        key: Option<String>,
+        #[arg(long, value_parser = rss_key_value)]
+        key: Option<RssKey>,
         /// Spread the table over queues 0..N.
-        #[arg(long)]
+        #[arg(long, value_parser = queue_count::<u16>)]
         equal: Option<u16>,
     },
 }
@@ -41,7 +42,6 @@ pub(crate) fn run(cmd: NicCmd) -> Result<()> {
         NicCmd::Rss { iface, json } => show(&EthtoolNic::new(&iface), json),
         NicCmd::SetRss { iface, key, equal } => {
             let nic = EthtoolNic::new(&iface);
-            let key = key.as_deref().map(|k| parse_key(Some(k))).transpose()?;
             let table = match equal {
                 Some(n) => Some(
                     IndirectionTable::even(nic.caps()?.table_size, &(0..n).collect::<Vec<_>>())?

@@ -11,6 +11,7 @@ use crate::sysroot::Roots;
 use crate::topology_args::TopologyArgs;
 use flowlane_dataplane::affinity::allowed_cpus;
 use flowlane_dataplane::placement::place_queues;
+use flowlane_dataplane::service_args::{queue_count, table_size};
 
 /// Flags of `flowlane plan`.
 #[derive(clap::Args, Debug, Clone)]
@@ -22,10 +23,10 @@ pub(crate) struct Args {
     pub nic_node: Option<u32>,
     /// Queues to place (default: --iface's receive queues, else one per CPU
     /// of the NIC's node, else one per CPU).
-    #[arg(long)]
+    #[arg(long, value_parser = queue_count::<u32>)]
     pub queues: Option<u32>,
     /// Indirection table entries (a power of two).
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = table_size)]
     pub table_size: usize,
     /// Read the NIC's node, queue count and queue IRQs from sysfs/procfs.
     #[arg(long)]

@@ -4,7 +4,9 @@
 
 use std::net::IpAddr;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
+use flowlane_dataplane::privileges::require_root;
+use flowlane_dataplane::service_args::{queue_count, rss_key, table_size};
 use flowlane_numa_sched::{
     hash_reference, FlowTuple, IndirectionTable, Protocol, RssKey, Toeplitz,
 };
@@ -34,9 +36,9 @@ impl From<ProtoArg> for Protocol {
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct HashArgs {
     /// Toeplitz key, hex (aa:bb:.. or plain); default: the Microsoft
-    /// verification key (or the test bed's with --testbed).
-    #[arg(long, conflicts_with = "testbed")]
-    pub key: Option<String>,
+    /// verification key (or the test bed's with --bed).
+    #[arg(long, conflicts_with = "bed", value_parser = rss_key)]
+    pub key: Option<RssKey>,
     /// Source address (as the packet arrives at the NIC).
     #[arg(long)]
     pub src: IpAddr,
@@ -53,14 +55,15 @@ pub(crate) struct HashArgs {
     #[arg(long, value_enum, default_value = "tcp")]
     pub proto: ProtoArg,
     /// Indirection table entries (a power of two).
-    #[arg(long, default_value_t = 128, conflicts_with = "testbed")]
+    #[arg(long, default_value_t = 128, conflicts_with = "bed", value_parser = table_size)]
     pub table_size: usize,
     /// Spread the table evenly over this many queues.
-    #[arg(long, default_value_t = 1, conflicts_with = "testbed")]
+    #[arg(long, default_value_t = 1, conflicts_with = "bed", value_parser = queue_count::<u16>)]
     pub queues: u16,
     /// Take key and table from this test bed's emulated NIC.
-    #[arg(long)]
-    pub testbed: Option<String>,
+    // `--testbed`: the old spelling, hidden, kept for scripts.
+    #[arg(long, alias = "testbed", value_name = "NAME")]
+    pub bed: Option<String>,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -92,20 +95,15 @@ pub(crate) fn hash(args: HashArgs) -> Result<()> {
     if args.src.is_ipv4() != args.dst.is_ipv4() {
         bail!("--src and --dst must both be IPv4 or both IPv6");
     }
-    let (key, table) = match &args.testbed {
+    let (key, table) = match &args.bed {
         Some(name) => {
+            require_root("flowlane rss hash --bed")?;
             let rss = flowlane_testbed::load(name)?.nic().rss()?;
             let table = rss.table.iter().map(|&q| q as u16).collect();
             (RssKey::new(rss.key)?, IndirectionTable::new(table)?)
         }
         None => {
-            let key = match &args.key {
-                Some(k) => RssKey::parse_hex(k).context("bad --key")?,
-                None => RssKey::microsoft_default(),
-            };
-            if args.queues == 0 {
-                bail!("--queues must be at least 1");
-            }
+            let key = args.key.clone().unwrap_or_else(RssKey::microsoft_default);
             let queues: Vec<u16> = (0..args.queues).collect();
             (key, IndirectionTable::even(args.table_size, &queues)?)
         }

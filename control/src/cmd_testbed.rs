@@ -8,14 +8,21 @@ use flowlane_testbed::delay_line::{self, DelayConfig};
 use flowlane_testbed::impair::{self, parse_percent, ImpairSpec};
 use flowlane_testbed::{self as testbed, netns};
 
-use crate::rss_args::parse_key;
 use flowlane_apps::service::ServiceSignals;
+use flowlane_dataplane::service_args::{queue_count, rss_key, rss_key_value, table_size};
+use flowlane_numa_sched::toeplitz::RssKey;
 use flowlane_numa_sched::IndirectionTable;
 
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct BedName {
     /// Test bed name (namespaces flowlane-NAME and flowlane-NAME-peer).
-    #[arg(long, default_value = "fl0")]
+    // `--name`: the old spelling, hidden, kept for scripts.
+    #[arg(
+        long = "bed",
+        alias = "name",
+        value_name = "NAME",
+        default_value = "fl0"
+    )]
     name: String,
 }
 
@@ -28,14 +35,14 @@ pub(crate) enum TestbedCmd {
         #[command(flatten)]
         bed: BedName,
         /// Queues of the veth pair.
-        #[arg(long, default_value_t = 4)]
+        #[arg(long, default_value_t = 4, value_parser = queue_count::<u32>)]
         queues: u32,
         /// Toeplitz key, hex (ethtool style aa:bb:.. or plain); default: the
         /// Microsoft verification key.
-        #[arg(long)]
-        key: Option<String>,
+        #[arg(long, value_parser = rss_key)]
+        key: Option<RssKey>,
         /// Indirection table entries (power of two).
-        #[arg(long, default_value_t = 128)]
+        #[arg(long, default_value_t = 128, value_parser = table_size)]
         table_size: usize,
         /// Print the result as JSON.
         #[arg(long)]
@@ -71,23 +78,26 @@ pub(crate) enum TestbedCmd {
         #[command(flatten)]
         bed: BedName,
         /// New Toeplitz key (hex).
-        #[arg(long)]
-        key: Option<String>,
+        #[arg(long, value_parser = rss_key_value)]
+        key: Option<RssKey>,
         /// Spread the table evenly over these queues (comma-separated).
-        #[arg(long, value_delimiter = ',')]
-        queues: Option<Vec<u16>>,
+        #[arg(long, value_delimiter = ',', value_name = "Q,Q,...")]
+        spread: Option<Vec<u16>>,
         /// Explicit table: one queue per bucket, comma-separated.
-        #[arg(long, value_delimiter = ',', conflicts_with = "queues")]
+        #[arg(long, value_delimiter = ',', conflicts_with = "spread")]
         table: Option<Vec<u32>>,
+        /// The old spelling of `--spread` (a list), refused with a hint:
+        /// `--queues` is a count everywhere else.
+        #[arg(long, hide = true, value_parser = queues_became_spread)]
+        queues: Option<String>,
     },
 }
 
 /// Flags of `flowlane testbed impair`.
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct ImpairArgs {
-    /// Test bed name.
-    #[arg(long, default_value = "fl0")]
-    name: String,
+    #[command(flatten)]
+    bed: BedName,
     /// Packet loss, percent.
     #[arg(long, default_value = "0")]
     loss: String,
@@ -124,12 +134,11 @@ impl ImpairArgs {
 /// Flags of `flowlane testbed delay`.
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct DelayArgs {
-    /// Test bed name.
-    #[arg(long, default_value = "fl0")]
-    name: String,
+    #[command(flatten)]
+    bed: BedName,
     /// One-way delay in milliseconds, added in each direction (the round
     /// trip grows by twice this). Fractions are allowed (0.5).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     ms: f64,
     /// Most bytes held in the line at once (both directions together);
     /// frames beyond are dropped, like a full link buffer (netem's `limit`).
@@ -182,8 +191,21 @@ fn report_stopped(name: &str, what: &str, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// `testbed set-rss --queues` took a list of queues; it is `--spread` now,
+/// and `--queues` is a count everywhere else.
+fn queues_became_spread(_: &str) -> std::result::Result<String, String> {
+    Err(
+        "testbed set-rss takes the queues to spread the table over as --spread Q,Q,... \
+         (--queues is a number of queues everywhere else)"
+            .into(),
+    )
+}
+
 /// Runs one `flowlane testbed` command.
 pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
+    // Every bed command reads or writes namespaces or pinned BPF maps: say
+    // so before anything else can fail for want of privileges.
+    netns::require_root("flowlane testbed")?;
     match cmd {
         TestbedCmd::Up {
             bed,
@@ -193,7 +215,7 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
             json,
             force,
         } => {
-            let key = parse_key(key.as_deref())?;
+            let key = key.unwrap_or_else(RssKey::microsoft_default);
             let all: Vec<u16> = (0..queues.min(u16::MAX as u32) as u16).collect();
             let spec = testbed::BedSpec {
                 name: bed.name,
@@ -272,7 +294,7 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
             }
         }
         TestbedCmd::Impair(args) => {
-            let s = testbed::load(&args.name)?;
+            let s = testbed::load(&args.bed.name)?;
             let spec = args.spec()?;
             if args.clear {
                 impair::clear(&s)?;
@@ -289,8 +311,7 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
             }
         }
         TestbedCmd::Delay(args) => {
-            netns::require_root("flowlane testbed delay")?;
-            let s = testbed::load(&args.name)?;
+            let s = testbed::load(&args.bed.name)?;
             let signals = ServiceSignals::install()?;
             let (name, ms) = (s.name.clone(), args.ms);
             let config = args.config();
@@ -315,14 +336,14 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
         TestbedCmd::SetRss {
             bed,
             key,
-            queues,
+            spread,
             table,
+            queues: _,
         } => {
             let s = testbed::load(&bed.name)?;
             let nic = s.nic();
             let caps = nic.caps()?;
-            let key = key.as_deref().map(|k| parse_key(Some(k))).transpose()?;
-            let table = match (queues, table) {
+            let table = match (spread, table) {
                 (Some(q), _) => Some(IndirectionTable::even(caps.table_size, &q)?.to_queue_list()),
                 (None, t) => t,
             };

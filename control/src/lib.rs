@@ -17,7 +17,6 @@ mod cmd_rss;
 mod cmd_testbed;
 mod irq_apply;
 mod nic;
-mod rss_args;
 mod sysroot;
 mod topology_args;
 
@@ -27,7 +26,14 @@ use flowlane_apps::{bench_rx, demo, tcp, udp_echo, udp_ping};
 
 /// flowlane: RSS/NUMA-aware multiqueue packet I/O on AF_XDP.
 #[derive(Parser, Debug)]
-#[command(name = "flowlane", version, about)]
+#[command(
+    name = "flowlane",
+    version,
+    about = "flowlane: RSS/NUMA-aware multiqueue packet I/O on AF_XDP. Runs example services \
+             (UDP echo, TCP echo, HTTP, bulk transfer) on the AF_XDP data path, on a real \
+             interface or a veth test bed with an emulated RSS NIC (`flowlane testbed`), and \
+             shows or plans RSS, placement and IRQ affinity. Services and the test bed need root."
+)]
 pub struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

@@ -1,6 +1,7 @@
 //! `flowlane`: parses the command line, sets up logging (`FLOWLANE_LOG`),
 //! runs the command (`flowlane_control::run`) and turns a failure into one
-//! line on stderr and exit status 1 (clap exits 2 for bad usage).
+//! line on stderr and exit status 1 (clap exits 2 for bad usage; a flag's
+//! bad value is one line too).
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
@@ -8,7 +9,17 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let cli = flowlane_control::Cli::parse();
+    let cli = match flowlane_control::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.kind() == clap::error::ErrorKind::ValueValidation => {
+            // The flag, the value and what is wrong, on one line like every
+            // other user error (without clap's "try --help" footer).
+            let text = e.render().to_string();
+            eprintln!("flowlane: {}", text.lines().next().unwrap_or_default());
+            return ExitCode::from(2);
+        }
+        Err(e) => e.exit(),
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("FLOWLANE_LOG")

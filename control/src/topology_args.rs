@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{anyhow, Context, Result};
 use flowlane_numa_sched::Topology;
 
 /// Where the topology comes from (`plan`, `irq`).
@@ -25,8 +25,17 @@ impl TopologyArgs {
     /// Loads the topology.
     pub(crate) fn load(&self) -> Result<Topology> {
         if let Some(p) = &self.topology_xml {
-            return Topology::from_xml_file(p)
-                .with_context(|| format!("loading topology file {}", p.display()));
+            // hwloc's own complaint about a file that is not its XML is
+            // internal (errno structs): say what the flag wants instead.
+            return Topology::from_xml_file(p).map_err(|e| match e {
+                flowlane_numa_sched::Error::Hwloc(m) if m.starts_with("cannot read") => {
+                    anyhow!("--topology-xml: {m}")
+                }
+                _ => anyhow!(
+                    "--topology-xml {} is not an hwloc topology export (make one with `lstopo --of xml FILE`)",
+                    p.display()
+                ),
+            });
         }
         if let Some(d) = &self.synthetic {
             return Ok(Topology::from_synthetic_description(d)?);

@@ -167,7 +167,7 @@ fn bad_input_is_one_line_and_nonzero() {
         &flowlane(&[
             "rss", "hash", "--src", "1.2.3.4", "--dst", "1.2.3.5", "--key", "6d:5a:zz",
         ]),
-        "bad --key",
+        "--key <KEY>': 'z' at position 7 is not a hex digit",
     );
     one_line_error(
         &flowlane(&[

@@ -74,7 +74,7 @@ pub fn iface_dir(sysfs: &Path, name: &str) -> Result<PathBuf> {
     let dir = sysfs.join("class/net").join(name);
     if !dir.is_dir() {
         return Err(Error::Setup(format!(
-            "no interface {name} in this network namespace (see `ip link`; for the test bed run inside it: `ip netns exec <ns> ...`)"
+            "no interface {name} in this network namespace (see `ip link`: use --iface NAME; on a test bed, --bed NAME)"
         )));
     }
     Ok(dir)

@@ -1,13 +1,19 @@
-//! The command-line flags every flowlane TCP program shares (the example
-//! services and flowlane-ttcp's flowlane backend), declared once. Behind the
-//! `cli` feature, so that the data path itself does not depend on clap.
+//! The command-line flags every flowlane data-path program shares (the
+//! example services and flowlane-ttcp's flowlane backend), declared once,
+//! and the parsers of the values that recur across `flowlane`'s commands
+//! (`--port`, `--queues`, `--key`): each user error is worded here, once, in
+//! the flag's terms. Behind the `cli` feature, so that the data path itself
+//! does not depend on clap.
+
+use std::str::FromStr;
 
 use flowlane_numa_sched::nic::RssSettings;
 use flowlane_numa_sched::toeplitz::RssKey;
 
+use crate::ephemeral::EPHEMERAL;
 use crate::{Error, Result};
 
-/// Flags of a TCP program on the data path.
+/// Flags of a program on the data path.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct DataPathArgs {
     /// Run on this test bed: reads its emulated NIC's RSS key/table and the
@@ -18,12 +24,12 @@ pub struct DataPathArgs {
     pub bed: Option<String>,
     /// Number of queues to serve, from queue 0, one worker each (default:
     /// all of the interface's).
-    #[arg(long)]
+    #[arg(long, value_parser = queue_count::<u32>)]
     pub queues: Option<u32>,
     /// The NIC's Toeplitz key (hex), for RSS-steered ports of active opens
     /// (`--bed` sets it).
-    #[arg(long)]
-    pub rss_key: Option<String>,
+    #[arg(long, value_parser = rss_key_value)]
+    pub rss_key: Option<RssKey>,
     /// The NIC's indirection table, one queue per bucket, comma-separated
     /// (`--bed` sets it).
     #[arg(long, value_delimiter = ',')]
@@ -43,10 +49,7 @@ impl DataPathArgs {
     pub fn rss_settings(&self) -> Result<Option<RssSettings>> {
         match (&self.rss_key, &self.rss_table) {
             (Some(k), Some(t)) => Ok(Some(RssSettings {
-                key: RssKey::parse_hex(k)
-                    .map_err(Error::Rss)?
-                    .as_bytes()
-                    .to_vec(),
+                key: k.as_bytes().to_vec(),
                 table: t.clone(),
             })),
             (None, None) => Ok(None),
@@ -57,6 +60,96 @@ impl DataPathArgs {
     }
 }
 
+/// `--port`: a port to listen on, 1-65535 (0 would let the kernel choose,
+/// which a data-path service cannot).
+pub fn listen_port(text: &str) -> std::result::Result<u16, String> {
+    match text.trim().parse::<u16>() {
+        Ok(0) | Err(_) => Err("a port must be 1-65535".into()),
+        Ok(p) => Ok(p),
+    }
+}
+
+/// `--queues N`: a number of queues, at least 1 (everywhere `--queues` is a
+/// count; a list of queues has its own flag).
+pub fn queue_count<T>(text: &str) -> std::result::Result<T, String>
+where
+    T: FromStr + PartialEq + Default,
+{
+    match text.trim().parse::<T>() {
+        Ok(n) if n != T::default() => Ok(n),
+        Ok(_) => Err("must be at least 1 (a number of queues)".into()),
+        Err(_) => Err("expected a number of queues (at least 1)".into()),
+    }
+}
+
+/// `--table-size N`: entries of an indirection table, a power of two from 1
+/// to 65536.
+pub fn table_size(text: &str) -> std::result::Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if n.is_power_of_two() && n <= 65536 => Ok(n),
+        _ => Err("must be a power of two from 1 to 65536 \
+                  (64, 128, 512 and 2048 are common; `ethtool -x` shows a NIC's)"
+            .into()),
+    }
+}
+
+/// One line on stderr's worth: why listening on `port` is a bad idea, if it
+/// is inside the range flowlane reserves for the source ports of outgoing
+/// connections ([`EPHEMERAL`]).
+pub fn ephemeral_port_warning(port: u16) -> Option<String> {
+    let (first, last) = EPHEMERAL;
+    (first..=last).contains(&port).then(|| {
+        format!(
+            "warning: --port {port} is inside {first}-{last}, the range flowlane reserves for the \
+             source ports of outgoing connections (steered by RSS and kept from the kernel): \
+             a connection opened from that port would collide with the listener; pick a port \
+             outside it"
+        )
+    })
+}
+
+/// What a key looks like, for the messages of [`rss_key`] and
+/// [`rss_key_value`].
+const KEY_SHAPE: &str = "an RSS key is 40 bytes (52 on some NICs) written as hex: 80 digits \
+     plain (6d5a56da...) or colon-separated bytes (6d:5a:56:da:..., as `ethtool -x` prints it)";
+
+/// The CLI wording of a key that does not parse (clap shows the flag and
+/// the value before it): what is wrong with it, from the typed library
+/// error, and what a key looks like.
+fn key_message(e: &flowlane_numa_sched::Error) -> String {
+    use flowlane_numa_sched::Error as E;
+    let problem = match e {
+        E::KeyTooShort { len } => format!("{len} bytes is too short"),
+        E::KeyBadChar { offset, found } => {
+            format!("{found:?} at position {} is not a hex digit", offset + 1)
+        }
+        E::KeyBadGroup { offset, digits } => format!(
+            "the byte at position {} has {digits} digit{} instead of two",
+            offset + 1,
+            if *digits == 1 { "" } else { "s" }
+        ),
+        E::KeyOddDigits { digits } => format!("{digits} digits is an odd number"),
+        other => other.to_string(),
+    };
+    format!("{problem}; {KEY_SHAPE}")
+}
+
+/// `--key HEX` where leaving the flag out means the Microsoft verification
+/// key (the default of most NICs).
+pub fn rss_key(text: &str) -> std::result::Result<RssKey, String> {
+    RssKey::parse_hex(text).map_err(|e| {
+        format!(
+            "{}; omit --key to use the Microsoft default key",
+            key_message(&e)
+        )
+    })
+}
+
+/// A key flag with no default (`testbed set-rss --key`, `--rss-key`).
+pub fn rss_key_value(text: &str) -> std::result::Result<RssKey, String> {
+    RssKey::parse_hex(text).map_err(|e| key_message(&e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,12 +158,70 @@ mod tests {
     fn rss_flags_go_together() {
         let mut a = DataPathArgs::default();
         assert!(a.rss_settings().unwrap().is_none());
-        a.rss_key = Some("6d:5a:56:da".into());
+        a.rss_key = Some(rss_key_value("6d:5a:56:da").unwrap());
         assert!(a.rss_settings().is_err());
         a.rss_table = Some(vec![0, 1]);
         let s = a.rss_settings().unwrap().unwrap();
         assert_eq!(s.key, vec![0x6d, 0x5a, 0x56, 0xda]);
-        a.rss_key = Some("xyz".into());
-        assert!(matches!(a.rss_settings(), Err(Error::Rss(_))));
+    }
+
+    #[test]
+    fn ports_are_1_to_65535() {
+        assert_eq!(listen_port("80"), Ok(80));
+        assert_eq!(listen_port("65535"), Ok(65535));
+        for bad in ["0", "65536", "-1", "http"] {
+            assert_eq!(listen_port(bad).unwrap_err(), "a port must be 1-65535");
+        }
+    }
+
+    #[test]
+    fn queue_counts_are_at_least_one() {
+        assert_eq!(queue_count::<u32>("4"), Ok(4));
+        assert_eq!(queue_count::<u16>("1"), Ok(1));
+        assert!(queue_count::<u32>("0").unwrap_err().contains("at least 1"));
+        let list = queue_count::<u16>("0,2").unwrap_err();
+        assert!(list.contains("number of queues"), "{list}");
+    }
+
+    #[test]
+    fn table_sizes_are_powers_of_two() {
+        assert_eq!(table_size("128"), Ok(128));
+        assert_eq!(table_size("1"), Ok(1));
+        for bad in ["0", "100", "131072", "x"] {
+            assert!(
+                table_size(bad).unwrap_err().contains("power of two"),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn ports_of_the_outgoing_range_are_warned_about() {
+        assert_eq!(ephemeral_port_warning(39999), None);
+        assert_eq!(ephemeral_port_warning(45000), None);
+        let w = ephemeral_port_warning(40000).unwrap();
+        assert!(w.contains("40000-44999") && w.contains("outgoing"), "{w}");
+        assert!(ephemeral_port_warning(44999).is_some());
+        assert!(!w.contains('\n'));
+    }
+
+    #[test]
+    fn bad_keys_say_what_a_key_looks_like_in_cli_terms() {
+        let short = rss_key("1234").unwrap_err();
+        assert!(short.contains("2 bytes is too short"), "{short}");
+        assert!(short.contains("80 digits"), "{short}");
+        assert!(short.contains("omit --key"), "{short}");
+        assert!(!short.contains("RssKey"), "{short}");
+        let bad = rss_key_value("zz:11").unwrap_err();
+        assert!(bad.contains("'z' at position 1"), "{bad}");
+        assert!(!bad.contains("omit --key"), "{bad}");
+        assert!(rss_key_value("6d5").unwrap_err().contains("odd"));
+        assert!(rss_key_value("6d:5:56:da")
+            .unwrap_err()
+            .contains("1 digit instead"));
+        assert_eq!(
+            rss_key("6d:5a:56:da").unwrap().as_bytes(),
+            &[0x6d, 0x5a, 0x56, 0xda]
+        );
     }
 }

@@ -15,7 +15,7 @@ pub enum Error {
     /// An RSS key shorter than the 32-bit window the Toeplitz hash slides over it.
     #[error(
         "RSS key is {len} bytes long; the Toeplitz hash needs at least 4 \
-         (NICs use 40 or 52 bytes: use RssKey::microsoft_default() or read the key with `ethtool -x`)"
+         (NICs use 40 or 52 bytes: the Microsoft verification key, or the NIC's own as `ethtool -x` prints it)"
     )]
     KeyTooShort {
         /// Length of the rejected key, in bytes.

@@ -99,15 +99,16 @@ pub fn load(name: &str) -> Result<BedState> {
 pub(crate) fn load_hinted(name: &str, hint: &str) -> Result<BedState> {
     validate_name(name)?;
     let p = state_path(name);
-    let text = std::fs::read_to_string(&p).with_context(|| {
-        format!(
-            "test bed {name} is not up (no {}); run `flowlane testbed up --name {name}`{hint}",
-            p.display()
-        )
-    })?;
+    let text = match std::fs::read_to_string(&p) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => anyhow::bail!(
+            "no test bed named {name} is up; start it with `flowlane testbed up --bed {name}`{hint}"
+        ),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", p.display())),
+    };
     serde_json::from_str(&text).with_context(|| {
         format!(
-            "{} is corrupt; run `flowlane testbed down --name {name}`",
+            "{} is corrupt; run `flowlane testbed down --bed {name}`",
             p.display()
         )
     })
@@ -163,8 +164,12 @@ mod tests {
         assert_eq!(b.netns, "flowlane-b1");
         assert_eq!(b.queues, 2);
         assert_eq!(namespaces("b1"), (b.netns, b.peer_netns));
-        let e = load("nope").unwrap_err().to_string();
-        assert!(e.contains("not up"), "{e}");
+        let e = format!("{:#}", load("nope").unwrap_err());
+        assert!(e.contains("no test bed named nope is up"), "{e}");
+        assert!(
+            e.contains("testbed up --bed nope") && !e.contains("os error"),
+            "{e}"
+        );
         let e = load_hinted("nope", " (hint)").unwrap_err().to_string();
         assert!(e.ends_with(" (hint)"), "{e}");
         let e = load("bad").unwrap_err().to_string();

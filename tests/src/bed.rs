@@ -39,7 +39,7 @@ impl Bed {
         let o = flowlane(&[
             "testbed",
             "up",
-            "--name",
+            "--bed",
             &name,
             "--queues",
             &queues.to_string(),
@@ -55,7 +55,7 @@ impl Bed {
 
 impl Drop for Bed {
     fn drop(&mut self) {
-        let o = flowlane(&["testbed", "down", "--name", &self.name]);
+        let o = flowlane(&["testbed", "down", "--bed", &self.name]);
         if !o.status.success() {
             eprintln!("testbed down failed: {}", text(&o));
         }

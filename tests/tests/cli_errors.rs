@@ -1,9 +1,13 @@
 //! Bad input to the commands: one line on stderr saying what is wrong and
 //! what to do, and a non-zero exit.
 
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use flowlane_tests::{flowlane, flowlane_bin, in_ns, require_root, text, Bed};
+use flowlane_tests::{
+    flowlane, flowlane_bin, in_ns, kill_and_reap, ready_within, require_root, terminate, text,
+    wait_bounded, xdp_attached, Bed,
+};
 
 fn one_line_error(o: &std::process::Output, needle: &str) {
     assert!(!o.status.success(), "expected failure: {}", text(o));
@@ -17,20 +21,208 @@ fn one_line_error(o: &std::process::Output, needle: &str) {
     );
 }
 
+/// A flag's bad value: rejected while parsing (exit 2), on one line that
+/// contains every one of `needles`.
+fn usage_error(args: &[&str], needles: &[&str]) {
+    let o = flowlane(args);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+    for n in needles {
+        one_line_error(&o, n);
+    }
+}
+
 #[test]
 fn bad_flags_are_usage_errors() {
     let o = flowlane(&["testbed", "up", "--queues", "many"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    let o = flowlane(&["testbed", "up", "--name", "a/b"]);
+    let o = flowlane(&["testbed", "up", "--bed", "a/b"]);
     assert!(!o.status.success());
 }
 
 #[test]
 fn malformed_key_and_table_size() {
-    let o = flowlane(&["testbed", "up", "--name", "x", "--key", "zz:11"]);
-    one_line_error(&o, "key");
-    let o = flowlane(&["testbed", "up", "--name", "x", "--table-size", "100"]);
-    one_line_error(&o, "power of two");
+    usage_error(
+        &["testbed", "up", "--bed", "x", "--key", "zz:11"],
+        &["--key", "'z' at position 1 is not a hex digit"],
+    );
+    usage_error(
+        &["testbed", "up", "--bed", "x", "--table-size", "100"],
+        &["--table-size", "power of two"],
+    );
+}
+
+#[test]
+fn a_short_key_says_what_a_key_looks_like_not_a_rust_api() {
+    let flow = ["--src", "10.0.0.2", "--dst", "10.0.0.1"];
+    let rss = [&["rss", "hash", "--key", "1234"][..], &flow].concat();
+    let hint = [
+        "hint", "--key", "1234", "--src", "10.0.0.2", "--sport", "1", "--dport", "2",
+    ];
+    let up = ["testbed", "up", "--bed", "x", "--key", "1234"];
+    for args in [&rss[..], &hint[..], &up[..]] {
+        usage_error(
+            args,
+            &[
+                "--key",
+                "2 bytes is too short",
+                "40 bytes",
+                "80 digits",
+                "6d:5a:56:da",
+                "omit --key to use the Microsoft default key",
+            ],
+        );
+        let o = flowlane(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("RssKey") && !err.contains("::"), "{err}");
+    }
+}
+
+#[test]
+fn zero_queues_is_refused_at_parsing_everywhere() {
+    let flow = ["--src", "10.0.0.2", "--dst", "10.0.0.1"];
+    let synthetic = ["plan", "--synthetic", "package:1 core:2 pu:1"];
+    for args in [
+        &["testbed", "up", "--bed", "x", "--queues", "0"][..],
+        &[&["rss", "hash", "--queues", "0"][..], &flow].concat(),
+        &[
+            "hint", "--queues", "0", "--src", "10.0.0.2", "--sport", "1", "--dport", "2",
+        ],
+        &["udp-echo", "--queues", "0"],
+        &["echo-server", "--queues", "0"],
+        &["http-server", "--queues", "0"],
+        &["bulk-sink", "--queues", "0"],
+        &["demo", "--queues", "0"],
+        &[&synthetic[..], &["--queues", "0"]].concat(),
+    ] {
+        usage_error(args, &["--queues", "at least 1"]);
+        let err = String::from_utf8_lossy(&flowlane(args).stderr).to_string();
+        assert!(!err.contains("indirection table"), "{err}");
+    }
+}
+
+#[test]
+fn port_zero_is_refused_at_parsing_for_every_service() {
+    for cmd in [
+        "udp-echo",
+        "echo-server",
+        "http-server",
+        "bulk-sink",
+        "demo",
+    ] {
+        usage_error(&[cmd, "--port", "0"], &["--port", "must be 1-65535"]);
+    }
+}
+
+#[test]
+fn set_rss_takes_a_list_as_spread_and_refuses_the_old_list_spelling() {
+    usage_error(
+        &["testbed", "set-rss", "--bed", "x", "--queues", "0,2"],
+        &["--queues", "--spread Q,Q"],
+    );
+    let help = flowlane(&["testbed", "set-rss", "--help"]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("--spread"), "{help}");
+    assert!(!help.contains("--queues"), "{help}");
+}
+
+#[test]
+fn bed_is_the_flag_everywhere_and_the_old_names_are_hidden_aliases() {
+    for (cmd, old) in [
+        (&["testbed", "up"][..], None),
+        (&["testbed", "down"], None),
+        (&["testbed", "status"], None),
+        (&["testbed", "set-rss"], None),
+        (&["testbed", "impair"], None),
+        (&["testbed", "delay"], None),
+        (&["hint"], Some("--testbed")),
+        (&["rss", "hash"], Some("--testbed")),
+        (&["udp-ping"], Some("--testbed")),
+        (&["udp-echo"], None),
+        (&["http-server"], None),
+        (&["demo"], None),
+    ] {
+        let o = flowlane(&[cmd, &["--help"]].concat());
+        let help = String::from_utf8_lossy(&o.stdout);
+        assert!(help.contains("--bed <"), "{cmd:?}: {help}");
+        assert!(!help.contains("--name"), "{cmd:?}: {help}");
+        assert!(
+            !help.contains(old.unwrap_or("--testbed")),
+            "{cmd:?}: {help}"
+        );
+    }
+    // The old spellings still parse: the commands fail later (no such bed,
+    // or not root), never as bad usage (exit 2).
+    let flow = ["--src", "10.0.0.2", "--dst", "10.0.0.1"];
+    for args in [
+        &["testbed", "status", "--name", "tnosuch16"][..],
+        &["testbed", "impair", "--name", "tnosuch16"],
+        &["testbed", "set-rss", "--name", "tnosuch16", "--spread", "0"],
+        &["testbed", "delay", "--name", "tnosuch16", "--ms", "1"],
+        &[
+            "hint",
+            "--testbed",
+            "tnosuch16",
+            "--src",
+            "10.0.0.2",
+            "--sport",
+            "1",
+            "--dport",
+            "2",
+        ],
+        &[&["rss", "hash", "--testbed", "tnosuch16"][..], &flow].concat(),
+        &[
+            "udp-ping",
+            "--testbed",
+            "tnosuch16",
+            "--queue",
+            "0",
+            "--dst",
+            "10.99.0.2:7",
+        ],
+    ] {
+        let o = flowlane(args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
+    }
+}
+
+#[test]
+fn a_bed_that_is_not_up_is_named_with_the_command_that_starts_it() {
+    if !require_root("a_bed_that_is_not_up_is_named_with_the_command_that_starts_it") {
+        return;
+    }
+    for args in [
+        &["testbed", "status", "--bed", "tnosuch16"][..],
+        &["testbed", "status", "--name", "tnosuch16"],
+        &["udp-echo", "--bed", "tnosuch16"],
+        &["http-server", "--bed", "tnosuch16"],
+    ] {
+        let o = flowlane(args);
+        one_line_error(&o, "no test bed named tnosuch16 is up");
+        one_line_error(&o, "flowlane testbed up --bed tnosuch16");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("os error"), "{err}");
+    }
+}
+
+/// Runs `flowlane <args>` as user nobody (with `setpriv`), or `None` when
+/// that is not possible here (the reason printed).
+fn as_nobody(args: &[&str]) -> Option<std::process::Output> {
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(flowlane_bin())
+        .args(args)
+        .output();
+    match o {
+        Ok(o) if String::from_utf8_lossy(&o.stderr).contains("setpriv:") => {
+            eprintln!("skipping: setpriv cannot drop to nobody: {}", text(&o));
+            None
+        }
+        Ok(o) => Some(o),
+        Err(e) => {
+            eprintln!("skipping: no setpriv ({e})");
+            None
+        }
+    }
 }
 
 #[test]
@@ -38,14 +230,108 @@ fn not_root_is_refused_with_a_hint() {
     if !require_root("not_root_is_refused_with_a_hint (needs root to drop to nobody)") {
         return;
     }
-    let bin = flowlane_bin();
-    let o = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(&bin)
-        .args(["testbed", "up", "--name", "nobody"])
-        .output()
-        .expect("setpriv");
+    let Some(o) = as_nobody(&["testbed", "up", "--bed", "nobody"]) else {
+        return;
+    };
     one_line_error(&o, "needs root");
+}
+
+#[test]
+fn not_root_is_said_first_even_with_a_bed_that_is_up() {
+    if !require_root(
+        "not_root_is_said_first_even_with_a_bed_that_is_up (needs root to drop to nobody)",
+    ) {
+        return;
+    }
+    let bed = Bed::up("nr", 1);
+    let b = bed.name.as_str();
+    let flow = ["--src", "10.99.0.2", "--sport", "1", "--dport", "2"];
+    for args in [
+        &["http-server", "--bed", b][..],
+        &["echo-server", "--bed", b],
+        &["bulk-sink", "--bed", b],
+        &["udp-echo", "--bed", b],
+        &[
+            "udp-ping",
+            "--bed",
+            b,
+            "--queue",
+            "0",
+            "--dst",
+            "10.99.0.2:7",
+        ],
+        &["testbed", "status", "--bed", b],
+        &["testbed", "set-rss", "--bed", b, "--spread", "0"],
+        &["testbed", "down", "--bed", b],
+        &[&["hint", "--bed", b][..], &flow].concat(),
+        &["demo"],
+    ] {
+        let Some(o) = as_nobody(args) else {
+            return;
+        };
+        one_line_error(&o, "needs root (CAP_NET_ADMIN, CAP_BPF");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !err.contains("test bed") && !err.contains("root namespace"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn udp_echo_runs_on_a_bed_and_warns_once_about_a_port_of_the_outgoing_range() {
+    if !require_root("udp_echo_runs_on_a_bed_and_warns_once_about_a_port_of_the_outgoing_range") {
+        return;
+    }
+    let bed = Bed::up("ue", 2);
+    let report = std::env::temp_dir().join(format!("{}-report.json", bed.name));
+    let _ = std::fs::remove_file(&report);
+    let mut child = Command::new(flowlane_bin())
+        .args([
+            "udp-echo", "--bed", &bed.name, "--port", "40001", "--report",
+        ])
+        .arg(&report)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting udp-echo --bed");
+    if ready_within(&mut child, Duration::from_secs(30), || report.exists()).is_err() {
+        kill_and_reap(&mut child);
+        panic!("udp-echo --bed did not come up");
+    }
+    // It serves inside the bed: its XDP program is on the bed's xsk0.
+    assert!(xdp_attached(&bed.ns, "xsk0"));
+    terminate(&child);
+    let (o, _) = wait_bounded(child, Duration::from_secs(10), "udp-echo --bed");
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let warnings: Vec<&str> = err.lines().filter(|l| l.contains("warning")).collect();
+    assert_eq!(warnings.len(), 1, "one warning, not one per process: {err}");
+    assert!(
+        warnings[0].contains("--port 40001") && warnings[0].contains("40000-44999"),
+        "{err}"
+    );
+    assert!(warnings[0].contains("outgoing connections"), "{err}");
+    let _ = std::fs::remove_file(&report);
+    // A port outside the range: no warning.
+    let o = flowlane(&["udp-echo", "--iface", "nosuch0", "--port", "7777"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("warning"), "{err}");
+}
+
+#[test]
+fn top_level_help_promises_nothing_that_does_not_exist() {
+    let o = flowlane(&["--help"]);
+    let help = String::from_utf8_lossy(&o.stdout).to_lowercase();
+    assert!(o.status.success());
+    assert!(
+        !help.contains("daemon") && !help.contains("metrics"),
+        "{help}"
+    );
+    assert!(
+        help.contains("af_xdp") && help.contains("test bed"),
+        "{help}"
+    );
 }
 
 #[test]
@@ -70,23 +356,23 @@ fn unknown_interface_too_many_queues_and_no_native_xdp() {
 
 #[test]
 fn delay_line_misuse() {
-    let o = flowlane(&["testbed", "delay", "--name", "x", "--ms", "soon"]);
+    let o = flowlane(&["testbed", "delay", "--bed", "x", "--ms", "soon"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     if !require_root("delay_line_misuse (needs root for a test bed)") {
         return;
     }
-    let o = flowlane(&["testbed", "delay", "--name", "tnosuchbed", "--ms", "10"]);
-    one_line_error(&o, "is not up");
+    let o = flowlane(&["testbed", "delay", "--bed", "tnosuchbed", "--ms", "10"]);
+    one_line_error(&o, "no test bed named tnosuchbed is up");
     let bed = Bed::up("tdm", 1);
-    let o = flowlane(&["testbed", "delay", "--name", &bed.name, "--ms", "0"]);
+    let o = flowlane(&["testbed", "delay", "--bed", &bed.name, "--ms", "0"]);
     one_line_error(&o, "more than 0");
     let o = flowlane(&[
-        "testbed", "delay", "--name", &bed.name, "--ms", "5", "--lanes", "0",
+        "testbed", "delay", "--bed", &bed.name, "--ms", "5", "--lanes", "0",
     ]);
     one_line_error(&o, "at least one lane");
     // A second line on the same bed is refused while the first runs.
     let mut first = Command::new(flowlane_bin())
-        .args(["testbed", "delay", "--name", &bed.name, "--ms", "5"])
+        .args(["testbed", "delay", "--bed", &bed.name, "--ms", "5"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -95,7 +381,7 @@ fn delay_line_misuse() {
     let mut ready = String::new();
     std::io::BufRead::read_line(&mut out, &mut ready).unwrap();
     assert!(ready.contains("delaying"), "{ready}");
-    let o = flowlane(&["testbed", "delay", "--name", &bed.name, "--ms", "5"]);
+    let o = flowlane(&["testbed", "delay", "--bed", &bed.name, "--ms", "5"]);
     one_line_error(&o, "already runs");
     let _ = Command::new("kill")
         .args(["-TERM", &first.id().to_string()])
@@ -126,4 +412,22 @@ fn a_closed_stdout_is_not_a_crash() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{}: {err}", o.status);
     assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn files_named_by_flags_are_named_with_the_flag() {
+    let o = flowlane(&["hint", "--flows-file", "/nonexistent/flows.txt"]);
+    one_line_error(
+        &o,
+        "--flows-file /nonexistent/flows.txt: there is no such file",
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("os error"), "{err}");
+    let o = flowlane(&["plan", "--topology-xml", "/proc/self/status"]);
+    one_line_error(
+        &o,
+        "--topology-xml /proc/self/status is not an hwloc topology",
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("Errno") && !err.contains("Some("), "{err}");
 }

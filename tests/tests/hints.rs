@@ -179,7 +179,7 @@ fn hint_predicts_the_queue_of_256_random_flows() {
     std::fs::write(&flows_file, lines).unwrap();
     let o = flowlane(&[
         "hint",
-        "--testbed",
+        "--bed",
         &bed.name,
         "--flows-file",
         flows_file.to_str().unwrap(),
@@ -214,7 +214,7 @@ fn hint_predicts_the_queue_of_256_random_flows() {
     let p = ports[0].to_string();
     let o = flowlane(&[
         "hint",
-        "--testbed",
+        "--bed",
         &bed.name,
         "--src",
         "10.99.0.2",
@@ -241,7 +241,7 @@ fn active_open_with_the_source_port_chooser_gets_replies_on_the_callers_queue() 
         for q in 0..4u64 {
             let o = flowlane(&[
                 "udp-ping",
-                "--testbed",
+                "--bed",
                 &bed.name,
                 "--queue",
                 &q.to_string(),

@@ -24,9 +24,7 @@ impl Line {
     /// Starts the line and waits (at most 30 s) for its ready line.
     fn start(bed: &Bed, ms: &str) -> Line {
         let mut child = Command::new(flowlane_bin())
-            .args([
-                "testbed", "delay", "--name", &bed.name, "--ms", ms, "--json",
-            ])
+            .args(["testbed", "delay", "--bed", &bed.name, "--ms", ms, "--json"])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

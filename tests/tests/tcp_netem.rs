@@ -23,7 +23,7 @@ fn impair(bed: &Bed) {
     let o = flowlane_tests::flowlane(&[
         "testbed",
         "impair",
-        "--name",
+        "--bed",
         &bed.name,
         "--loss",
         "5",
@@ -39,7 +39,7 @@ fn impair(bed: &Bed) {
 
 /// The impairment counters of both directions, from `testbed status`.
 fn impair_counters(bed: &Bed) -> serde_json::Value {
-    let o = flowlane_tests::flowlane(&["testbed", "status", "--name", &bed.name, "--json"]);
+    let o = flowlane_tests::flowlane(&["testbed", "status", "--bed", &bed.name, "--json"]);
     assert!(o.status.success(), "testbed status: {}", text(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("status JSON");
     v["impairment"].clone()

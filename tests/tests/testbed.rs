@@ -16,9 +16,9 @@ fn up_is_idempotent_and_down_removes_everything() {
     }
     let bed = Bed::up("idem", 4);
     assert!(ns_exists(&bed.ns) && ns_exists(&bed.peer_ns));
-    let o = flowlane(&["testbed", "up", "--name", &bed.name, "--queues", "4"]);
+    let o = flowlane(&["testbed", "up", "--bed", &bed.name, "--queues", "4"]);
     assert!(o.status.success(), "second up: {}", text(&o));
-    let st = flowlane(&["testbed", "status", "--name", &bed.name, "--json"]);
+    let st = flowlane(&["testbed", "status", "--bed", &bed.name, "--json"]);
     assert!(st.status.success(), "{}", text(&st));
     let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
     assert_eq!(v["intact"], true);
@@ -45,7 +45,7 @@ fn up_is_idempotent_and_down_removes_everything() {
     assert!(!std::path::Path::new("/sys/fs/bpf/flowlane")
         .join(&name)
         .exists());
-    let o = flowlane(&["testbed", "down", "--name", &name]);
+    let o = flowlane(&["testbed", "down", "--bed", &name]);
     assert!(o.status.success(), "down of a removed bed: {}", text(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("was not up"));
 }
@@ -63,9 +63,9 @@ fn a_half_made_bed_does_not_block_up() {
         .output()
         .unwrap();
     assert!(o.status.success());
-    let o = flowlane(&["testbed", "up", "--name", &name, "--queues", "2"]);
+    let o = flowlane(&["testbed", "up", "--bed", &name, "--queues", "2"]);
     let ok = o.status.success();
-    let down = flowlane(&["testbed", "down", "--name", &name]);
+    let down = flowlane(&["testbed", "down", "--bed", &name]);
     assert!(ok, "up over leftovers: {}", text(&o));
     assert!(down.status.success());
     assert!(!ns_exists(&ns));
@@ -77,13 +77,13 @@ fn set_rss_programs_the_emulated_nic() {
         return;
     }
     let bed = Bed::up("rss", 4);
-    let o = flowlane(&["testbed", "set-rss", "--name", &bed.name, "--queues", "1,3"]);
+    let o = flowlane(&["testbed", "set-rss", "--bed", &bed.name, "--spread", "1,3"]);
     assert!(o.status.success(), "{}", text(&o));
-    let o = flowlane(&["testbed", "set-rss", "--name", &bed.name, "--key", "6d:5a"]);
+    let o = flowlane(&["testbed", "set-rss", "--bed", &bed.name, "--key", "6d:5a"]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("key") && err.lines().count() == 1, "{err}");
-    let o = flowlane(&["testbed", "set-rss", "--name", &bed.name, "--queues", "0,9"]);
+    let o = flowlane(&["testbed", "set-rss", "--bed", &bed.name, "--spread", "0,9"]);
     assert!(!o.status.success());
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("queue 9"),

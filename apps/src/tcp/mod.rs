@@ -17,8 +17,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use flowlane_dataplane::privileges::require_root;
-use flowlane_dataplane::service_args::DataPathArgs;
+use flowlane_dataplane::service_args::{listen_port, DataPathArgs};
 use flowlane_dataplane::tcp_service::{self, rss_state};
 use flowlane_dataplane::{
     worker_cpu_ns, TcpCountersSnapshot, TcpHandler, TcpService, TcpServiceConfig,
@@ -27,6 +26,7 @@ use flowlane_numa_sched::nic::RssSettings;
 use flowlane_numa_sched::RssState;
 use serde_json::{json, Value};
 
+use crate::bed_entry;
 use crate::service::{write_report, ServiceSignals, Watchdog};
 
 mod bulk;
@@ -79,7 +79,7 @@ pub struct EchoArgs {
     #[command(flatten)]
     common: Common,
     /// TCP port.
-    #[arg(long, default_value_t = 7)]
+    #[arg(long, default_value_t = 7, value_parser = listen_port)]
     port: u16,
 }
 
@@ -89,7 +89,7 @@ pub struct HttpArgs {
     #[command(flatten)]
     common: Common,
     /// TCP port.
-    #[arg(long, default_value_t = 80)]
+    #[arg(long, default_value_t = 80, value_parser = listen_port)]
     port: u16,
     /// Body of the fixed response.
     #[arg(long, default_value = "hello from flowlane\n")]
@@ -102,7 +102,7 @@ pub struct SinkArgs {
     #[command(flatten)]
     common: Common,
     /// TCP port.
-    #[arg(long, default_value_t = 5001)]
+    #[arg(long, default_value_t = 5001, value_parser = listen_port)]
     port: u16,
     /// Exit after this many transfers (0: run until SIGTERM).
     #[arg(long, default_value_t = 0)]
@@ -140,15 +140,13 @@ pub type NicRssReader = fn(&str) -> Option<RssSettings>;
 /// Runs one of the TCP examples. `read_nic_rss` tells active opens the
 /// NIC's RSS when no `--rss-key/--rss-table` (or `--bed`) is given.
 pub fn run(cmd: TcpCmd, read_nic_rss: NicRssReader) -> Result<()> {
-    let common = match &cmd {
-        TcpCmd::EchoServer(a) => &a.common,
-        TcpCmd::HttpServer(a) => &a.common,
-        TcpCmd::BulkSink(a) => &a.common,
-        TcpCmd::BulkSource(a) => &a.common,
+    let (what, common, listen) = match &cmd {
+        TcpCmd::EchoServer(a) => ("flowlane echo-server", &a.common, Some(a.port)),
+        TcpCmd::HttpServer(a) => ("flowlane http-server", &a.common, Some(a.port)),
+        TcpCmd::BulkSink(a) => ("flowlane bulk-sink", &a.common, Some(a.port)),
+        TcpCmd::BulkSource(a) => ("flowlane bulk-source", &a.common, None),
     };
-    if let Some(bed) = &common.data_path.bed {
-        return reexec_in_bed(bed);
-    }
+    bed_entry::enter(what, &common.data_path, listen.as_slice())?;
     match cmd {
         TcpCmd::EchoServer(a) => {
             let port = a.port;
@@ -233,14 +231,6 @@ pub fn run(cmd: TcpCmd, read_nic_rss: NicRssReader) -> Result<()> {
     }
 }
 
-/// `--bed`: reads the bed's RSS and peer MAC here (where its pinned maps
-/// are visible), then becomes `ip netns exec <bed ns> flowlane <same args>`
-/// with them as explicit flags (same pid: `exec`; see
-/// `flowlane_testbed::reexec`).
-fn reexec_in_bed(bed: &str) -> Result<()> {
-    Err(flowlane_testbed::reexec_in_bed(bed))
-}
-
 /// The NIC's RSS as an `RssState` for `queues` queues (flags, else
 /// ethtool).
 fn rss(c: &Common, queues: u32, read_nic_rss: NicRssReader) -> Result<Option<RssState>> {
@@ -286,7 +276,6 @@ where
         + Sync
         + 'static,
 {
-    require_root("flowlane TCP examples")?;
     let mut config = TcpServiceConfig::new(&c.iface);
     config.queues = c.data_path.queues;
     config.listen = ports.to_vec();

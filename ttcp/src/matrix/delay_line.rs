@@ -25,11 +25,11 @@ pub struct DelayLine {
 }
 
 impl DelayLine {
-    /// Starts `flowlane testbed delay --name BED --ms MS` and waits (at most
+    /// Starts `flowlane testbed delay --bed BED --ms MS` and waits (at most
     /// 30 s) until frames are being delayed.
     pub fn start(flowlane: &Path, bed: &str, one_way_ms: f64) -> Result<DelayLine> {
         let mut child = Command::new(flowlane)
-            .args(["testbed", "delay", "--name", bed, "--json", "--ms"])
+            .args(["testbed", "delay", "--bed", bed, "--json", "--ms"])
             .arg(one_way_ms.to_string())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -72,7 +72,7 @@ struct BedGuard {
 impl Drop for BedGuard {
     fn drop(&mut self) {
         let _ = Command::new(&self.flowlane)
-            .args(["testbed", "down", "--name", &self.name])
+            .args(["testbed", "down", "--bed", &self.name])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
@@ -166,7 +166,7 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
         .clone()
         .unwrap_or_else(|| format!("ttm{}", std::process::id()));
     let o = Command::new(&flowlane)
-        .args(["testbed", "up", "--name", &name, "--queues", "2"])
+        .args(["testbed", "up", "--bed", &name, "--queues", "2"])
         .output()?;
     let _bed = BedGuard {
         flowlane: flowlane.clone(),

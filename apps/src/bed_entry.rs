@@ -1,0 +1,26 @@
+//! How a data-path service starts, before it touches the data path:
+//! privileges first (a user who is not root hears exactly that, not a
+//! complaint about a bed or a namespace), then, with `--bed NAME`,
+//! re-execution inside the bed's namespace ([`flowlane_testbed::reexec_in_bed`]);
+//! the process that serves warns about a listening port inside flowlane's
+//! range for outgoing connections.
+
+use anyhow::Result;
+use flowlane_dataplane::privileges::require_root;
+use flowlane_dataplane::service_args::{ephemeral_port_warning, DataPathArgs};
+
+/// Checks privileges for `what` (the command, e.g. `flowlane udp-echo`);
+/// with `--bed` replaces this process by the same command inside the bed
+/// (returns only on failure); otherwise prints one warning line per
+/// `listen` port inside the outgoing range and returns, for the caller to
+/// serve here.
+pub fn enter(what: &str, data_path: &DataPathArgs, listen: &[u16]) -> Result<()> {
+    require_root(what)?;
+    if let Some(bed) = &data_path.bed {
+        return Err(flowlane_testbed::reexec_in_bed(bed));
+    }
+    for w in listen.iter().filter_map(|&p| ephemeral_port_warning(p)) {
+        eprintln!("{what}: {w}");
+    }
+    Ok(())
+}
