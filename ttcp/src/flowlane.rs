@@ -16,7 +16,7 @@
 //! ([`flowlane_testbed::reexec_in_bed`]).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -239,6 +239,7 @@ fn start(
     let iface = config.iface.clone();
     let registry: Registry = Arc::default();
     let reg = registry.clone();
+    let watched = shared.clone();
     let service = TcpService::start(config, move |h| {
         let w = Arc::new(WorkerCounters::default());
         setup(h, &w, &shared)?;
@@ -248,7 +249,11 @@ fn start(
         Ok::<_, String>(())
     })
     .with_context(|| format!("starting flowlane's data path on {iface}"))?;
+    let service = Arc::new(service);
+    let watch = Watch::start(service.clone(), watched)?;
     Ok(Workers::custom(Box::new(move || {
+        watch.stop();
+        let service = Arc::into_inner(service).expect("the watch thread has ended");
         let summary = dataplane_summary(&service);
         service.stop();
         eprintln!("{summary}");
@@ -259,6 +264,44 @@ fn start(
         }
         Ok(total)
     })))
+}
+
+/// A thread that checks, every [`WATCH_PERIOD`], that the data path's
+/// interface, namespace, XDP program and sockets are still there; when one
+/// vanished (the bed was removed under the run) it fails the run with one
+/// line saying what, so the measurement stops instead of waiting forever.
+struct Watch {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+/// How often [`Watch`] looks.
+const WATCH_PERIOD: std::time::Duration = std::time::Duration::from_millis(250);
+
+impl Watch {
+    fn start(service: Arc<TcpService>, shared: Arc<Shared>) -> Result<Watch> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("flowlane-watch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    if let Err(gone) = service.dataplane().check() {
+                        shared.fail(format!("flowlane's data path stopped: {gone}"));
+                        return;
+                    }
+                    std::thread::park_timeout(WATCH_PERIOD);
+                }
+            })
+            .context("starting the data path's watch thread")?;
+        Ok(Watch { stop, thread })
+    }
+
+    fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.thread().unpark();
+        let _ = self.thread.join();
+    }
 }
 
 /// The data path's counters per queue as one JSON line (written to stderr

@@ -28,6 +28,8 @@ const GRACE: Duration = Duration::from_millis(250);
 pub fn run(args: &RunArgs) -> Result<Report> {
     let plan = args.plan()?;
     if let Some(bed) = &args.data_path.bed {
+        // Entering a bed needs root: say so before the bed is looked at.
+        flowlane_dataplane::privileges::require_root("flowlane-ttcp --bed")?;
         // Read the bed here (root namespace), run inside it (same pid).
         return Err(flowlane_testbed::reexec_in_bed(bed));
     }
@@ -234,7 +236,7 @@ fn receiver(
                 shared.start(Instant::now());
             }
             Some(l) => {
-                let mut c = accept_until(l, wait)?;
+                let mut c = accept_until(l, wait, shared)?;
                 let peer = c.peer();
                 verbose(args, || format!("sender {peer} on the control channel"));
                 // Further control connections get `Busy` until the test ends.
@@ -275,10 +277,15 @@ fn receiver(
     r
 }
 
-fn accept_until(l: &TcpListener, wait: Duration) -> Result<Ctl> {
+/// Waits up to `wait` for the sender's control connection; gives up early
+/// when a data thread (or the data path's watch) failed.
+fn accept_until(l: &TcpListener, wait: Duration, shared: &Shared) -> Result<Ctl> {
     l.set_nonblocking(true)?;
     let deadline = Instant::now() + wait;
     loop {
+        if let Some(why) = shared.failure() {
+            bail!(why);
+        }
         match l.accept() {
             Ok((s, _)) => {
                 s.set_nonblocking(false)?;

@@ -98,3 +98,39 @@ fn flowlane_receiver_counts_only_the_window() {
     );
     assert_eq!(s["cpu_data_threads"]["threads"], 2);
 }
+
+#[test]
+fn flowlane_receiver_stops_when_its_interface_vanishes() {
+    if !require_root("flowlane_receiver_stops_when_its_interface_vanishes") {
+        return;
+    }
+    let bed = Bed::up("tvan", 2);
+    let (ctl, data) = ports();
+    let rx = cmd(
+        None,
+        &a(&format!(
+            "-r -m 2,*,10.99.0.1 -t 2 --wait 30 --control-port {ctl} -p {data} --backend flowlane --bed {}",
+            bed.name
+        )),
+    )
+    .spawn()
+    .expect("receiver");
+    // Let the data path come up, then take the interface away.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let o = std::process::Command::new("ip")
+        .args(["-n", &bed.ns, "link", "del", "xsk0"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (out, took) = wait_bounded(rx, std::time::Duration::from_secs(10), "receiver");
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "receiver ran {took:?} after its interface vanished"
+    );
+    // The data path's counters (one JSON line), then one error line.
+    let e = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "{e}");
+    let last = e.trim().lines().last().unwrap_or_default();
+    assert!(last.starts_with("flowlane-ttcp: error: "), "{e}");
+    assert!(last.contains("interface xsk0 vanished"), "{e}");
+}
