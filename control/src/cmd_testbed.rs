@@ -291,6 +291,12 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
                 for (q, n) in st.queue_packets.iter().enumerate() {
                     outln!("  queue {q}: {n} packets steered");
                 }
+                if st.users.is_empty() {
+                    outln!("  used by: no flowlane service");
+                }
+                for u in &st.users {
+                    outln!("  used by: {u}");
+                }
             }
         }
         TestbedCmd::Impair(args) => {

@@ -281,6 +281,8 @@ pub struct BedStatus {
     pub xdp: Option<String>,
     /// Link impairment counters, if `testbed impair` was used.
     pub impairment: Option<ImpairStatus>,
+    /// The flowlane processes using the bed (pid and command).
+    pub users: Vec<String>,
 }
 
 /// Reads a bed's live status.
@@ -307,6 +309,10 @@ pub fn status(name: &str) -> Result<BedStatus> {
         queue_packets,
         xdp,
         impairment: impair::status(&state)?,
+        users: crate::users::users(&state.name)?
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
         state,
     })
 }

@@ -118,6 +118,15 @@ fn up_refuses_a_bed_in_use_and_force_stops_its_services() {
     let mut echo = udp_echo(&bed, 7777);
     let pid = echo.pid().to_string();
 
+    // Status names the service using the bed.
+    let o = flowlane(&["testbed", "status", "--bed", &bed.name]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        stdout(&o).contains(&format!("used by: pid {pid} (flowlane udp-echo")),
+        "{}",
+        text(&o)
+    );
+
     // Rebuilding (another queue count) and re-running up are both refused,
     // in one line naming the service.
     for queues in ["4", "2"] {
