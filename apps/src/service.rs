@@ -48,9 +48,19 @@ impl ServiceSignals {
 /// rename, so that readers never see half a report.
 pub fn write_report(path: &Path, value: &impl serde::Serialize) -> Result<()> {
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(value)?)
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+    let written = std::fs::write(&tmp, serde_json::to_vec_pretty(value)?)
+        .and_then(|()| std::fs::rename(&tmp, path));
+    written.map_err(|e| {
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        match (e.kind(), dir) {
+            (std::io::ErrorKind::NotFound, Some(d)) => anyhow::anyhow!(
+                "cannot write the report {}: directory {} does not exist (create it, or give --report another path)",
+                path.display(),
+                d.display()
+            ),
+            _ => anyhow::anyhow!("cannot write the report {}: {e}", path.display()),
+        }
+    })
 }
 
 /// How often a service's main thread checks what its data path attached to.

@@ -317,6 +317,22 @@ fn udp_echo_runs_on_a_bed_and_warns_once_about_a_port_of_the_outgoing_range() {
     let o = flowlane(&["udp-echo", "--iface", "nosuch0", "--port", "7777"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!err.contains("warning"), "{err}");
+    // A report in a directory that does not exist: named, with what to do.
+    let missing = std::env::temp_dir().join(format!("{}-no-such-dir", bed.name));
+    let report = missing.join("r.json");
+    let child = Command::new(flowlane_bin())
+        .args(["udp-echo", "--bed", &bed.name, "--report"])
+        .arg(&report)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting udp-echo --bed");
+    let (o, _) = wait_bounded(child, Duration::from_secs(30), "udp-echo --report");
+    one_line_error(
+        &o,
+        &format!("directory {} does not exist", missing.display()),
+    );
+    one_line_error(&o, "--report");
 }
 
 #[test]
