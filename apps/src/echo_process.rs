@@ -83,18 +83,7 @@ impl EchoProcess {
 
 impl Drop for EchoProcess {
     fn drop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                let _ = std::fs::remove_file(&self.report);
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        flowlane_testbed::child::stop(&mut self.child, Duration::from_secs(5));
         let _ = std::fs::remove_file(&self.report);
     }
 }

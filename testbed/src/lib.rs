@@ -18,13 +18,15 @@
 //! | [`delay_line`] | the delay line |
 //! | [`reexec`] | running a program inside a bed (`--bed NAME`) |
 //! | [`users`] | who uses a bed (flowlane processes in its namespaces), stopping them |
+//! | [`child`] | child processes with a deadline (wait, SIGTERM then SIGKILL) |
 //!
-//! Modules depend on each other in that order (no cycles): `state` and
-//! `netns` on nothing, `users` on `state`, `bed` on `impair`,
+//! Modules depend on each other in that order (no cycles): `state`,
+//! `netns` and `child` on nothing, `users` on `state`, `bed` on `impair`,
 //! `emulated_nic` and `users`, `delay_line` on `delay_queue` and
 //! `packet_socket`.
 
 pub mod bed;
+pub mod child;
 pub mod delay_line;
 pub mod delay_queue;
 pub mod emulated_nic;

@@ -1,8 +1,7 @@
 //! Child processes with a deadline: every wait on a child in the
 //! integration tests is bounded, and a child past its deadline is killed.
-//!
-//! (flowlane-ttcp's run time has its own, error-returning variant in
-//! `flowlane_ttcp::child`: a tool must not depend on the tests crate.)
+//! The tests' panicking face of [`flowlane_testbed::child`], which the tools
+//! use (a tool must not depend on the tests crate).
 
 use std::process::{Child, ExitStatus, Output};
 use std::time::{Duration, Instant};
@@ -10,19 +9,12 @@ use std::time::{Duration, Instant};
 /// How often a waiting test looks at the child.
 const POLL: Duration = Duration::from_millis(20);
 
+pub use flowlane_testbed::child::{stop, terminate};
+
 /// Waits at most `limit` for `child` to exit: its status, or `None` when it
 /// is still running at the deadline (it is left running).
 pub fn wait_within(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(st) = child.try_wait().expect("child status") {
-            return Some(st);
-        }
-        if Instant::now() > deadline {
-            return None;
-        }
-        std::thread::sleep(POLL);
-    }
+    flowlane_testbed::child::wait_within(child, limit).expect("child status")
 }
 
 /// Waits at most `limit` for `child` and returns its output and how long it
@@ -59,13 +51,6 @@ pub fn ready_within(
         std::thread::sleep(POLL);
     }
     Ok(())
-}
-
-/// Asks `child` to stop (SIGTERM), so that it can clean up.
-pub fn terminate(child: &Child) {
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
 }
 
 /// Kills `child` (if it still runs) and reaps it.

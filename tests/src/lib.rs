@@ -13,7 +13,7 @@ pub mod bed;
 pub mod child;
 
 pub use bed::{start_udp_echo, unique_name, xdp_attached, Bed};
-pub use child::{kill_and_reap, ready_within, terminate, wait_bounded, wait_within};
+pub use child::{kill_and_reap, ready_within, stop, terminate, wait_bounded, wait_within};
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

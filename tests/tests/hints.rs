@@ -48,19 +48,7 @@ impl Echo {
 
 impl Drop for Echo {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                let _ = std::fs::remove_file(&self.report);
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        flowlane_tests::stop(&mut self.child, Duration::from_secs(5));
         let _ = std::fs::remove_file(&self.report);
     }
 }

@@ -12,7 +12,7 @@
 //! Modules depend on each other in one direction only (lower first):
 //!
 //! ```text
-//! sync, procfs, iface, child          (leaves)
+//! sync, procfs, iface                 (leaves)
 //! plan        -> sync
 //! backend     -> plan
 //! snapshot    -> procfs, backend
@@ -22,14 +22,13 @@
 //! cli         -> plan, sync
 //! run         -> cli, plan, backend, kernel, flowlane, iface, procfs,
 //!                snapshot, report, sync
-//! matrix      -> cli, child  (results <- tables, plots; child <- delay_line,
-//!                cell; mod -> all of them)
+//! matrix      -> cli  (results <- tables, plots; delay_line and cell run
+//!                children with flowlane_testbed::child; mod -> all of them)
 //! ```
 
 #![forbid(unsafe_code)]
 
 pub mod backend;
-pub mod child;
 pub mod cli;
 pub mod flowlane;
 pub mod iface;

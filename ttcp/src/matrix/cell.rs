@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use super::delay_line::DelayLine;
-use crate::child::output_within;
+use flowlane_testbed::child::output_within;
 
 /// One cell to run.
 pub(super) struct CellSpec<'a> {

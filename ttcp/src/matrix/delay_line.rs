@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use crate::child::{terminate, wait_within};
+use flowlane_testbed::child::{terminate, wait_within};
 
 /// A running delay line; stopped (SIGTERM) on drop.
 #[derive(Debug)]

@@ -1,8 +1,9 @@
-//! Child processes with a deadline: the matrix's two ends of a cell and its
-//! delay line must never hang the matrix.
-//!
-//! (The integration tests' harness, `flowlane-tests`, has its own, panicking
-//! variant: this crate must not depend on the tests crate at run time.)
+//! Child processes with a deadline, for every tool and test that runs one
+//! (the measurement matrix's cells and delay line, the demo's and the
+//! benchmarks' services, the integration tests' harness): no wait on a child
+//! is unbounded, and a child asked to stop gets SIGTERM first, so that it can
+//! release what it holds (XDP programs, namespaces), and SIGKILL only after
+//! a grace period.
 
 use std::io;
 use std::process::{Child, ExitStatus, Output};
@@ -47,6 +48,21 @@ pub fn terminate(child: &Child) {
     );
 }
 
+/// Stops `child`: SIGTERM, up to `grace` for it to exit, then SIGKILL; reaps
+/// it. Returns its status when it exited within the grace period.
+pub fn stop(child: &mut Child, grace: Duration) -> Option<ExitStatus> {
+    if let Ok(Some(st)) = child.try_wait() {
+        return Some(st);
+    }
+    terminate(child);
+    let st = wait_within(child, grace).ok().flatten();
+    if st.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    st
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,5 +95,22 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(!st.success());
+    }
+
+    #[test]
+    fn stop_terminates_then_kills() {
+        let mut c = Command::new("sleep").arg("5").spawn().unwrap();
+        let st = stop(&mut c, Duration::from_secs(5)).expect("exits on SIGTERM");
+        assert!(!st.success());
+        // A child that ignores SIGTERM is killed after the grace period.
+        let mut c = Command::new("sh")
+            .args(["-c", "trap '' TERM; sleep 5"])
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let t = Instant::now();
+        assert_eq!(stop(&mut c, Duration::from_millis(200)), None);
+        assert!(t.elapsed() < Duration::from_secs(3));
+        assert!(c.try_wait().unwrap().is_some(), "reaped");
     }
 }
