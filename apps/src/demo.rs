@@ -289,7 +289,12 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(dir) = &args.out {
         let path = result_path(dir);
         crate::service::write_report(&path, &result)?;
-        outln!("result kept in {}", path.display());
+        if args.json {
+            // Standard output stays one JSON document.
+            eprintln!("result kept in {}", path.display());
+        } else {
+            outln!("result kept in {}", path.display());
+        }
     }
     if !result.all_ok {
         bail!(
