@@ -8,10 +8,18 @@
 //!    the software Toeplitz hash and indirection table predicted;
 //! 5. rewrite the indirection table through the NIC interface, send again,
 //!    and show that every flow moved where the new table says.
+//!
+//! The bed is the demo's own (`demo-<pid>` unless `--bed` names one) and is
+//! removed on every way out: success, error, panic, and SIGINT/SIGTERM/SIGHUP
+//! (a signal thread stops the echo child and removes the bed before exiting).
+//! With `--out DIR` the result is kept in `DIR/udp-rss.json`.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use flowlane_numa_sched::indirection::IndirectionTable;
@@ -27,9 +35,10 @@ use flowlane_testbed::{self as testbed, BedSpec, BedState};
 /// Flags of `flowlane demo`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// Test bed to use (created if missing, removed afterwards unless it existed).
-    #[arg(long, default_value = "demo")]
-    pub bed: String,
+    /// Test bed to use (default: the demo's own, `demo-<pid>`; a named bed
+    /// is created if missing and removed afterwards unless it existed).
+    #[arg(long)]
+    pub bed: Option<String>,
     /// Queues of the test bed.
     #[arg(long, default_value_t = 4, value_parser = flowlane_dataplane::service_args::queue_count::<u32>)]
     pub queues: u32,
@@ -45,6 +54,82 @@ pub struct Args {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Keep the result as JSON in this folder (`DIR/udp-rss.json`; created
+    /// if missing).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+/// The bed a demo run uses: `--bed`, or its own `demo-<pid>`.
+fn bed_name(arg: Option<&str>, pid: u32) -> String {
+    arg.map_or_else(|| format!("demo-{pid}"), str::to_string)
+}
+
+/// Where `--out DIR` keeps the result.
+fn result_path(dir: &Path) -> PathBuf {
+    dir.join("udp-rss.json")
+}
+
+/// The demo's bed, removed when dropped (unless it existed before) and,
+/// through [`BedGuard::remove_on_signals`], when a signal ends the demo.
+struct BedGuard {
+    name: String,
+    remove: bool,
+    /// The echo child's pid (0: none), for the signal thread to stop first.
+    echo_pid: Arc<AtomicI32>,
+}
+
+impl BedGuard {
+    /// Installs a thread that, on SIGINT, SIGTERM or SIGHUP, stops the echo
+    /// child, removes the bed (if ours) and exits with 128 + the signal.
+    fn remove_on_signals(&self) -> Result<()> {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+            .context("installing signal handlers")?;
+        let (name, remove, echo_pid) = (self.name.clone(), self.remove, self.echo_pid.clone());
+        std::thread::spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                eprintln!("demo: interrupted; removing test bed {name}");
+                stop_child(echo_pid.load(Ordering::SeqCst));
+                if remove {
+                    let _ = testbed::down(&name);
+                }
+                std::process::exit(128 + sig);
+            }
+        });
+        Ok(())
+    }
+}
+
+impl Drop for BedGuard {
+    fn drop(&mut self) {
+        if self.remove {
+            if let Err(e) = testbed::down(&self.name) {
+                eprintln!("demo: removing test bed {}: {e:#}", self.name);
+            }
+        }
+    }
+}
+
+/// SIGTERM to `pid` (0: none), SIGKILL if it has not exited within 5 s.
+fn stop_child(pid: i32) {
+    use nix::sys::signal::{kill, Signal};
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    use nix::unistd::Pid;
+    if pid <= 0 {
+        return;
+    }
+    let pid = Pid::from_raw(pid);
+    let _ = kill(pid, Signal::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => std::thread::sleep(Duration::from_millis(20)),
+            _ => return,
+        }
+    }
+    let _ = kill(pid, Signal::SIGKILL);
+    let _ = waitpid(pid, None);
 }
 
 /// One flow's outcome in one phase.
@@ -171,25 +256,45 @@ fn observed(before: Option<&Report>, after: &Report, sport: u16) -> Vec<u32> {
 /// Runs the demo.
 pub fn run(args: Args) -> Result<()> {
     netns::require_root("flowlane demo")?;
-    let existed = testbed::load(&args.bed).is_ok();
+    let name = bed_name(args.bed.as_deref(), std::process::id());
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("--out {}: cannot create the folder", dir.display()))?;
+    }
+    let guard = BedGuard {
+        remove: testbed::load(&name).is_err(),
+        name: name.clone(),
+        echo_pid: Arc::new(AtomicI32::new(0)),
+    };
+    guard.remove_on_signals()?;
     let all: Vec<u16> = (0..args.queues as u16).collect();
     let key = RssKey::microsoft_default();
     let spec = BedSpec {
-        name: args.bed.clone(),
+        name,
         queues: args.queues,
         key: key.as_bytes().to_vec(),
         table: flowlane_numa_sched::IndirectionTable::even(128, &all)?.to_queue_list(),
     };
     let bed = testbed::up(&spec)?;
-    let result = run_on(&args, &bed, &key);
-    if !existed {
-        testbed::down(&args.bed)?;
-    }
+    let result = run_on(&args, &bed, &key, &guard.echo_pid);
+    // The echo child has been reaped: its pid may be reused.
+    guard.echo_pid.store(0, Ordering::SeqCst);
+    drop(guard);
     let result = result?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&result)?);
     } else {
         print_table(&result, args.queues);
+    }
+    if let Some(dir) = &args.out {
+        let path = result_path(dir);
+        crate::service::write_report(&path, &result)?;
+        if args.json {
+            // Standard output stays one JSON document.
+            eprintln!("result kept in {}", path.display());
+        } else {
+            outln!("result kept in {}", path.display());
+        }
     }
     if !result.all_ok {
         bail!(
@@ -199,9 +304,10 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-fn run_on(args: &Args, bed: &BedState, key: &RssKey) -> Result<DemoResult> {
+fn run_on(args: &Args, bed: &BedState, key: &RssKey, echo_pid: &AtomicI32) -> Result<DemoResult> {
     let nic = bed.nic();
     let mut echo = EchoProcess::start(bed, args.port, &[])?;
+    echo_pid.store(echo.child.id() as i32, Ordering::SeqCst);
     let local: IpAddr = bed.local_v4.parse()?;
     let peer: IpAddr = bed.peer_v4.parse()?;
     let mut phases = Vec::new();
@@ -299,4 +405,24 @@ fn print_table(r: &DemoResult, queues: u32) {
         );
     }
     outln!("{}", if r.all_ok { "demo: OK" } else { "demo: FAILED" });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_demo_uses_its_own_bed_unless_told() {
+        assert_eq!(bed_name(None, 4242), "demo-4242");
+        assert_eq!(bed_name(Some("nc1"), 4242), "nc1");
+        flowlane_testbed::state::validate_name(&bed_name(None, u32::MAX)).unwrap();
+    }
+
+    #[test]
+    fn the_result_is_kept_under_out() {
+        assert_eq!(
+            result_path(Path::new("x/y")),
+            PathBuf::from("x/y/udp-rss.json")
+        );
+    }
 }

@@ -1,7 +1,8 @@
 //! flowlane's TCP servers on a 2-queue test bed with the Linux kernel as
 //! client: echo (python3), HTTP/1.1 keep-alive (curl, two requests on one
-//! connection), and 1000 concurrent connections doing request/response, all
-//! served and closed; and
+//! connection), `Connection: close` and HTTP/1.0 answered per RFC 9112 §9.6
+//! (curl and python's http.client), and 1000 concurrent connections doing
+//! request/response, all served and closed; and
 //! TIME-WAIT entries of connections flowlane closed expire after 2 MSL.
 
 mod tcp_common;
@@ -85,6 +86,91 @@ fn curl_gets_two_responses_on_one_connection() {
         "one connection for both requests: {t}"
     );
     assert_eq!(t["connections"], 0, "{t}");
+}
+
+/// Lower-cased `Connection` response headers curl printed (`-v`: `< name: value`).
+fn curl_connection_headers(stderr: &str) -> Vec<String> {
+    stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("< "))
+        .map(|l| l.trim().to_ascii_lowercase())
+        .filter(|l| l.starts_with("connection:"))
+        .collect()
+}
+
+/// python's http.client: what `Connection` header each response carried and
+/// whether the server then closed (argv: port). One line per case.
+const HTTP_CLIENT: &str = r#"
+import http.client, socket, sys
+port = int(sys.argv[1])
+def closed_after(sock):
+    sock.settimeout(5)
+    try:
+        return sock.recv(1) == b''
+    except socket.timeout:
+        return False
+for name, version, hdrs in [
+    ('close11', 11, {'Connection': 'foo, close'}),
+    ('plain10', 10, {}),
+    ('keepalive10', 10, {'Connection': 'Keep-Alive'}),
+    ('plain11', 11, {}),
+]:
+    c = http.client.HTTPConnection('10.99.0.1', port, timeout=10)
+    c._http_vsn, c._http_vsn_str = version, 'HTTP/1.%d' % (version - 10)
+    c.connect()
+    sock = c.sock.dup()  # http.client closes its own on `Connection: close`
+    c.request('GET', '/', headers=hdrs)
+    r = c.getresponse()
+    body = r.read()
+    assert r.status == 200 and body == b'hi\n', (name, r.status, body)
+    print(name, r.getheader('Connection'), 'closed' if closed_after(sock) else 'open')
+    sock.close()
+"#;
+
+#[test]
+fn http_server_says_connection_close_when_it_closes() {
+    if !require_root("http_server_says_connection_close_when_it_closes") {
+        return;
+    }
+    let bed = Bed::up("thc", 2);
+    let app = start(
+        &bed,
+        &["http-server", "--port", "8082", "--body", "hi\n"],
+        120,
+    );
+    let curl = |extra: &[&str]| {
+        let o = Command::new("ip")
+            .args(["netns", "exec", &bed.peer_ns, "timeout", "30"])
+            .args(["curl", "-sv", "--max-time", "10"])
+            .args(extra)
+            .arg("http://10.99.0.1:8082/")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "curl {extra:?}: {}", text(&o));
+        assert_eq!(String::from_utf8_lossy(&o.stdout), "hi\n");
+        curl_connection_headers(&String::from_utf8_lossy(&o.stderr))
+    };
+    assert_eq!(curl(&["-H", "Connection: close"]), ["connection: close"]);
+    assert_eq!(curl(&["--http1.0"]), ["connection: close"]);
+    assert_eq!(
+        curl(&["--http1.0", "-H", "Connection: keep-alive"]),
+        ["connection: keep-alive"]
+    );
+    assert_eq!(curl(&[]), Vec::<String>::new(), "keep-alive unchanged");
+
+    let out = peer_py(&bed, 60, HTTP_CLIENT, &["8082"]);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "close11 close closed",
+            "plain10 close closed",
+            "keepalive10 keep-alive open",
+            "plain11 None open",
+        ],
+        "{out}"
+    );
+    let t = totals(&app.stop());
+    assert_eq!(t["passive_opens"], 8, "{t}");
 }
 
 const MANY_CLIENTS: &str = r#"
