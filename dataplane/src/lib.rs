@@ -59,6 +59,15 @@ pub enum Error {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The steering program (XDP) or one of its maps refused an operation.
+    #[error("{what}: {source}")]
+    Steering {
+        /// What flowlane was doing.
+        what: String,
+        /// libbpf's error.
+        #[source]
+        source: flowlane_ebpf::Error,
+    },
     /// A system call failed.
     #[error("{what}: {source}")]
     Io {

@@ -143,18 +143,27 @@ impl Dataplane {
         let steering = Steering::attach(iface.ifindex).map_err(|e| {
             match iface::xdp_holder(iface.ifindex) {
                 Some(holder) => busy(&iface.name, &holder),
-                None => Error::Setup(format!("{}: {e}", iface.name)),
+                None => Error::Steering {
+                    what: format!("attaching the steering XDP program to {}", iface.name),
+                    source: e,
+                },
             }
         })?;
         for &(proto, port) in &config.ports {
             steering
                 .add_port(proto, port)
-                .map_err(|e| Error::Setup(e.to_string()))?;
+                .map_err(|source| Error::Steering {
+                    what: format!("steering {proto:?} port {port} to flowlane"),
+                    source,
+                })?;
         }
         if let Some((lo, hi)) = config.ephemeral {
             steering
                 .set_ephemeral_range(lo, hi)
-                .map_err(|e| Error::Setup(e.to_string()))?;
+                .map_err(|source| Error::Steering {
+                    what: format!("steering the ephemeral ports {lo}-{hi} to flowlane"),
+                    source,
+                })?;
         }
 
         // One UMEM per node, shared by that node's queues.
@@ -177,7 +186,10 @@ impl Dataplane {
                 )?;
                 steering
                     .set_socket(assignment.queue, sock.fd())
-                    .map_err(|e| Error::Setup(e.to_string()))?;
+                    .map_err(|source| Error::Steering {
+                        what: format!("registering queue {}'s socket", assignment.queue),
+                        source,
+                    })?;
                 sockets.push((*assignment, sock));
             }
         }
@@ -289,7 +301,10 @@ impl Dataplane {
     pub fn steering_stats(&self, queue: u32) -> Result<SteerStats> {
         self.steering
             .stats(queue)
-            .map_err(|e| Error::Setup(e.to_string()))
+            .map_err(|source| Error::Steering {
+                what: format!("reading queue {queue}'s steering counters"),
+                source,
+            })
     }
 
     /// The steering program (to claim or release ports at run time).

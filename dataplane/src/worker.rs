@@ -11,7 +11,7 @@
 //! A socket that the kernel unbound (its interface went away: `sendto`
 //! answers `ENXIO`, and frames on its TX ring never complete) or whose
 //! `poll(2)` fails ends the loop with the errno recorded in
-//! [`Control::failed`], instead of spinning on it; the main thread learns it
+//! `Control::failed`, instead of spinning on it; the main thread learns it
 //! from [`Dataplane::check`](crate::Dataplane::check).
 // This module touches the kernel directly: ring descriptors and UMEM frame memory, and the TX kick (sendto).
 #![allow(unsafe_code)]

@@ -16,9 +16,9 @@
 //! no other bed is left in them), and a half-made bed left by a crash is
 //! removed before a new one is made.
 //!
-//! A bed in use (see [`users`](crate::users)) is neither rebuilt nor
+//! A bed in use (see [`users`](mod@crate::users)) is neither rebuilt nor
 //! re-programmed under its services: `up` refuses it (the caller may stop
-//! them first with [`stop_users`](crate::users::stop_users): `testbed up
+//! them first with [`crate::users::stop_users`]: `testbed up
 //! --force`), and `down` stops them cleanly before it removes anything.
 
 use anyhow::{bail, Context, Result};

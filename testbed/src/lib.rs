@@ -17,7 +17,7 @@
 //! | [`packet_socket`] | the delay line's raw `AF_PACKET` socket (this crate's only `unsafe`) |
 //! | [`delay_line`] | the delay line |
 //! | [`reexec`] | running a program inside a bed (`--bed NAME`) |
-//! | [`users`] | who uses a bed (flowlane processes in its namespaces), stopping them |
+//! | [`users`](mod@users) | who uses a bed (flowlane processes in its namespaces), stopping them |
 //! | [`child`] | child processes with a deadline (wait, SIGTERM then SIGKILL) |
 //!
 //! Modules depend on each other in that order (no cycles): `state`,
