@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -89,6 +89,10 @@ impl BedGuard {
         let (name, remove, echo_pid) = (self.name.clone(), self.remove, self.echo_pid.clone());
         std::thread::spawn(move || {
             if let Some(sig) = signals.forever().next() {
+                // From here on this thread owns the ending: the main thread,
+                // which sees its echo child stop, neither removes the bed
+                // nor exits (see `run`).
+                INTERRUPTED.store(true, Ordering::SeqCst);
                 eprintln!("demo: interrupted; removing test bed {name}");
                 stop_child(echo_pid.load(Ordering::SeqCst));
                 if remove {
@@ -101,9 +105,12 @@ impl BedGuard {
     }
 }
 
+/// Set by the signal thread when a signal ends the demo.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
 impl Drop for BedGuard {
     fn drop(&mut self) {
-        if self.remove {
+        if self.remove && !INTERRUPTED.load(Ordering::SeqCst) {
             if let Err(e) = testbed::down(&self.name) {
                 eprintln!("demo: removing test bed {}: {e:#}", self.name);
             }
@@ -280,6 +287,13 @@ pub fn run(args: Args) -> Result<()> {
     // The echo child has been reaped: its pid may be reused.
     guard.echo_pid.store(0, Ordering::SeqCst);
     drop(guard);
+    if result.is_err() && INTERRUPTED.load(Ordering::SeqCst) {
+        // The failure is the signal's doing (the echo child was stopped):
+        // the signal thread removes the bed and exits with 128 + signal.
+        loop {
+            std::thread::park();
+        }
+    }
     let result = result?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&result)?);

@@ -15,13 +15,19 @@ fn netns_exists(ns: &str) -> bool {
 }
 
 /// Whether `pid` has a child process (the demo's `udp-echo`).
-fn has_child(pid: u32) -> bool {
-    Command::new("pgrep")
-        .args(["-P", &pid.to_string()])
+fn echo_child(pid: u32) -> Option<u32> {
+    // The bed's set-up runs `ip`/`tc` children too: only the echo service
+    // (`ip netns exec` becomes flowlane in place) counts.
+    let out = Command::new("pgrep")
+        .args(["-P", &pid.to_string(), "-x", "flowlane"])
         .output()
-        .expect("pgrep")
-        .status
-        .success()
+        .expect("pgrep");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let mut pids = text.split_whitespace().filter_map(|p| p.parse().ok());
+    match (pids.next(), pids.next()) {
+        (Some(p), None) => Some(p),
+        _ => None,
+    }
 }
 
 /// Whether process `pid` still exists (and is not a zombie).
@@ -82,21 +88,14 @@ fn demo_removes_its_bed_and_service_when_terminated() {
         .unwrap();
     let pid = child.id();
     let bed = format!("demo-{pid}");
-    let echo = ready_within(&mut child, Duration::from_secs(60), || has_child(pid));
+    let echo = ready_within(&mut child, Duration::from_secs(60), || {
+        echo_child(pid).is_some()
+    });
     if echo.is_err() {
         kill_and_reap(&mut child);
         panic!("demo never started its echo service ({echo:?})");
     }
-    let echo_pid: u32 = String::from_utf8_lossy(
-        &Command::new("pgrep")
-            .args(["-P", &pid.to_string()])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .trim()
-    .parse()
-    .expect("one echo child");
+    let echo_pid = echo_child(pid).expect("one echo child");
     std::thread::sleep(Duration::from_millis(500));
     terminate(&child);
     let (o, _) = wait_bounded(
