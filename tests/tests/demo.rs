@@ -6,7 +6,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use flowlane_tests::{
-    flowlane_bin, kill_and_reap, ready_within, require_root, terminate, text, wait_bounded,
+    flowlane, flowlane_bin, kill_and_reap, ready_within, require_root, terminate, text,
+    wait_bounded,
 };
 
 /// Whether the namespace `ns` exists.
@@ -95,7 +96,11 @@ fn demo_removes_its_bed_and_service_when_terminated() {
         kill_and_reap(&mut child);
         panic!("demo never started its echo service ({echo:?})");
     }
-    let echo_pid = echo_child(pid).expect("one echo child");
+    let Some(echo_pid) = echo_child(pid) else {
+        kill_and_reap(&mut child);
+        let _ = flowlane(&["testbed", "down", "--bed", &bed]);
+        panic!("the demo's echo service went away before the signal");
+    };
     std::thread::sleep(Duration::from_millis(500));
     terminate(&child);
     let (o, _) = wait_bounded(
