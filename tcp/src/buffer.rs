@@ -1,74 +1,77 @@
-//! Byte ring buffers for send and receive data.
+//! Send and receive byte buffers, in chunks from the stack's pool.
 //!
-//! Storage is reserved on first write and initialised only as far as it has
-//! been written, so idle or one-directional connections do not pay for both
-//! buffers, and a new connection does not zero its whole buffer up front.
+//! A buffer is a queue of bytes with a bound ([`ChunkBuffer::capacity`], the
+//! window it can offer or the data it may queue), not a reservation: it takes
+//! chunks from the stack's [`ChunkPool`] as writes reach past the chunks it
+//! holds and gives each back once its last byte is read (receive) or
+//! acknowledged (send). Memory so follows the bytes held, an idle connection
+//! holds no chunk, and auto-tuning moves the bound without copying anything.
 //!
-//! A ring can grow ([`RingBuffer::grow`]) for buffer auto-tuning: queued
-//! bytes and bytes written past them (out-of-order data) keep their offsets
-//! from the read position. It never shrinks.
+//! Bytes can also be written past the queued ones and committed later
+//! (out-of-order reassembly): they keep their offsets from the read position
+//! while the application drains what precedes them.
 
-/// A byte ring. "Allocated" bytes are the `len()` queued bytes starting at
-/// the read position; the space after them is "unallocated" and can be
-/// written at an offset before being committed (used for out-of-order
-/// reassembly).
+use crate::chunk_pool::{Chunk, ChunkPool, CHUNK_SIZE};
+use std::collections::VecDeque;
+
+/// A byte queue in pooled chunks. "Allocated" bytes are the `len()` queued
+/// bytes starting at the read position; the space after them is
+/// "unallocated" and can be written at an offset before being committed
+/// (used for out-of-order reassembly).
 ///
-/// The ring holds [`RingBuffer::capacity`] bytes plus an optional headroom:
-/// [`RingBuffer::window`] and [`RingBuffer::enqueue_slice`] see only the
-/// capacity, while out-of-order writes and commits may also use the
+/// The buffer holds [`ChunkBuffer::capacity`] bytes plus an optional
+/// headroom: [`ChunkBuffer::window`] and [`ChunkBuffer::enqueue_slice`] see
+/// only the capacity, while out-of-order writes and commits may also use the
 /// headroom. A receiver that advertises its window from the capacity can so
 /// still accept everything up to a right edge that window-scale rounding
 /// (RFC 7323 §2.4) put a little past it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct RingBuffer {
-    storage: Vec<u8>,
-    /// Ring size: capacity plus headroom.
-    size: usize,
-    headroom: usize,
-    read_at: usize,
-    len: usize,
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct ChunkBuffer {
+    /// Chunk `i` holds offsets `[i * CHUNK_SIZE - head, (i + 1) * CHUNK_SIZE
+    /// - head)` from the read position.
+    chunks: VecDeque<Chunk>,
+    /// The read position inside the first chunk.
+    head: u32,
+    /// Queued bytes.
+    len: u32,
+    /// One past the furthest offset written (queued or not): chunks up to it
+    /// are kept while the queued bytes drain.
+    written: u32,
+    capacity: u32,
+    headroom: u32,
 }
 
-impl RingBuffer {
-    /// An empty ring of `capacity` bytes (not allocated yet).
+/// Buffer sizes are bounded by the window field (2^30 with the largest
+/// shift), so `u32` holds every offset.
+fn to_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+impl ChunkBuffer {
+    /// An empty buffer bounded at `capacity` bytes (holding no memory).
     pub(crate) fn new(capacity: usize) -> Self {
-        RingBuffer {
-            storage: Vec::new(),
-            size: capacity,
-            headroom: 0,
-            read_at: 0,
-            len: 0,
-        }
-    }
-
-    fn ensure_storage(&mut self) {
-        if self.storage.capacity() < self.size {
-            self.storage.reserve_exact(self.size - self.storage.len());
-        }
-    }
-
-    /// Makes ring positions `[0, end)` initialised (`end <= size`).
-    fn touch(&mut self, end: usize) {
-        if self.storage.len() < end {
-            self.storage.resize(end, 0);
+        ChunkBuffer {
+            capacity: to_u32(capacity),
+            ..ChunkBuffer::default()
         }
     }
 
     /// Capacity in bytes, headroom excluded.
     pub(crate) fn capacity(&self) -> usize {
-        self.size - self.headroom
+        self.capacity as usize
     }
 
     /// Bytes beyond the capacity usable by unallocated writes (see the type
     /// documentation).
     pub(crate) fn headroom(&self) -> usize {
-        self.headroom
+        self.headroom as usize
     }
 
     /// Queued (allocated) bytes; more than the capacity if committed
     /// unallocated writes reached into the headroom.
+    #[inline]
     pub(crate) fn len(&self) -> usize {
-        self.len
+        self.len as usize
     }
 
     /// Whether no bytes are queued.
@@ -76,103 +79,143 @@ impl RingBuffer {
         self.len == 0
     }
 
+    /// Chunks held.
+    #[cfg(test)]
+    pub(crate) fn chunks(&self) -> usize {
+        self.chunks.len()
+    }
+
     /// Free space after the queued bytes, up to the capacity.
+    #[inline]
     pub(crate) fn window(&self) -> usize {
-        self.capacity().saturating_sub(self.len)
+        self.capacity().saturating_sub(self.len())
     }
 
     /// Free space after the queued bytes, headroom included.
     fn free_with_headroom(&self) -> usize {
-        self.size - self.len
+        (self.capacity() + self.headroom()).saturating_sub(self.len())
     }
 
-    /// Copies `data` into `[at, at + data.len())` (ring positions), which
-    /// must lie within the ring.
-    fn copy_in(&mut self, at: usize, data: &[u8]) {
-        self.touch((at + data.len()).min(self.size));
-        let first = data.len().min(self.size - at);
-        self.storage[at..at + first].copy_from_slice(&data[..first]);
-        self.storage[..data.len() - first].copy_from_slice(&data[first..]);
-    }
-
-    /// Copies ring positions starting at `at`; never-written positions
-    /// read as zero.
-    fn copy_out(&self, at: usize, out: &mut [u8]) {
-        let first = out.len().min(self.size - at);
-        let (head, tail) = out.split_at_mut(first);
-        for (dst, start) in [(head, at), (tail, 0)] {
-            let avail = self.storage.len().saturating_sub(start).min(dst.len());
-            dst[..avail].copy_from_slice(&self.storage[start..start + avail]);
-            dst[avail..].fill(0);
+    /// Takes chunks until offsets `[0, end)` from the read position are
+    /// held.
+    #[inline]
+    fn hold(&mut self, pool: &mut ChunkPool, end: usize) {
+        let need = (self.head as usize + end).div_ceil(CHUNK_SIZE);
+        while self.chunks.len() < need {
+            self.chunks.push_back(pool.take());
         }
     }
 
-    fn pos(&self, offset: usize) -> usize {
-        let p = self.read_at + offset;
-        if p >= self.size {
-            p - self.size
-        } else {
-            p
+    /// Copies `data` to offset `at` from the read position (held already).
+    #[inline]
+    fn copy_in(&mut self, at: usize, mut data: &[u8]) {
+        let mut pos = self.head as usize + at;
+        while !data.is_empty() {
+            let (i, o) = (pos / CHUNK_SIZE, pos % CHUNK_SIZE);
+            let n = data.len().min(CHUNK_SIZE - o);
+            self.chunks[i][o..o + n].copy_from_slice(&data[..n]);
+            data = &data[n..];
+            pos += n;
+        }
+    }
+
+    /// Copies from offset `at` from the read position into `out` (written
+    /// bytes only: the caller bounds `out`).
+    #[inline]
+    fn copy_out(&self, at: usize, mut out: &mut [u8]) {
+        let mut pos = self.head as usize + at;
+        while !out.is_empty() {
+            let (i, o) = (pos / CHUNK_SIZE, pos % CHUNK_SIZE);
+            let n = out.len().min(CHUNK_SIZE - o);
+            let (dst, rest) = out.split_at_mut(n);
+            dst.copy_from_slice(&self.chunks[i][o..o + n]);
+            out = rest;
+            pos += n;
         }
     }
 
     /// Appends as much of `data` as fits; returns the number of bytes taken.
-    pub(crate) fn enqueue_slice(&mut self, data: &[u8]) -> usize {
+    pub(crate) fn enqueue_slice(&mut self, pool: &mut ChunkPool, data: &[u8]) -> usize {
         let n = data.len().min(self.window());
         if n == 0 {
             return 0;
         }
-        self.ensure_storage();
-        let at = self.pos(self.len);
+        let at = self.len();
+        self.hold(pool, at + n);
         self.copy_in(at, &data[..n]);
-        self.len += n;
+        self.len += n as u32;
+        self.written = self.written.max(self.len);
         n
     }
 
     /// Removes up to `out.len()` bytes from the front into `out`.
-    pub(crate) fn dequeue_slice(&mut self, out: &mut [u8]) -> usize {
+    pub(crate) fn dequeue_slice(&mut self, pool: &mut ChunkPool, out: &mut [u8]) -> usize {
         let n = self.read_allocated(0, out);
-        self.dequeue_allocated(n);
+        self.dequeue_allocated(pool, n);
         n
     }
 
     /// Copies queued bytes starting `offset` bytes from the front into
     /// `out`, without removing them. Returns the number copied.
+    #[inline]
     pub(crate) fn read_allocated(&self, offset: usize, out: &mut [u8]) -> usize {
-        if offset >= self.len {
+        if offset >= self.len() {
             return 0;
         }
-        let n = out.len().min(self.len - offset);
-        let at = self.pos(offset);
-        self.copy_out(at, &mut out[..n]);
+        let n = out.len().min(self.len() - offset);
+        self.copy_out(offset, &mut out[..n]);
         n
     }
 
-    /// Drops `n` bytes (at most `len()`) from the front.
-    pub(crate) fn dequeue_allocated(&mut self, n: usize) -> usize {
-        let n = n.min(self.len);
-        self.read_at = self.pos(n);
-        // The read position is not reset when the ring empties: data
-        // written past the end (out-of-order segments) must stay put.
-        self.len -= n;
+    /// Drops `n` bytes (at most `len()`) from the front, giving back every
+    /// chunk that no longer holds a byte to keep.
+    #[inline]
+    pub(crate) fn dequeue_allocated(&mut self, pool: &mut ChunkPool, n: usize) -> usize {
+        let n = n.min(self.len());
+        let n32 = n as u32;
+        self.len -= n32;
+        self.written -= n32;
+        if self.written == 0 {
+            // Nothing queued and nothing written past it: hold no chunk
+            // (the chunk list keeps its small allocation for the next
+            // burst; `release` drops that too).
+            self.give_back(pool);
+            return n;
+        }
+        let mut head = self.head as usize + n;
+        while head >= CHUNK_SIZE {
+            if let Some(c) = self.chunks.pop_front() {
+                pool.give(c);
+            }
+            head -= CHUNK_SIZE;
+        }
+        self.head = head as u32;
         n
     }
 
     /// The longest contiguous run of queued bytes at the front (zero-copy
-    /// read; follow with [`RingBuffer::dequeue_allocated`]).
+    /// read; follow with [`ChunkBuffer::dequeue_allocated`]).
+    #[inline]
     pub(crate) fn peek(&self) -> &[u8] {
-        let n = self.len.min(self.size - self.read_at);
-        if n == 0 {
-            return &[];
+        match self.chunks.front() {
+            Some(c) if self.len > 0 => {
+                let h = self.head as usize;
+                &c[h..(h + self.len()).min(CHUNK_SIZE)]
+            }
+            _ => &[],
         }
-        // Queued bytes were written, so they are initialised.
-        &self.storage[self.read_at..self.read_at + n]
     }
 
     /// Writes `data` into the free space starting `offset` bytes after the
     /// queued bytes, without committing it. Bytes beyond the capacity and
     /// headroom are dropped; returns the number written.
-    pub(crate) fn write_unallocated(&mut self, offset: usize, data: &[u8]) -> usize {
+    #[inline]
+    pub(crate) fn write_unallocated(
+        &mut self,
+        pool: &mut ChunkPool,
+        offset: usize,
+        data: &[u8],
+    ) -> usize {
         let free = self.free_with_headroom();
         if offset >= free {
             return 0;
@@ -181,82 +224,82 @@ impl RingBuffer {
         if n == 0 {
             return 0;
         }
-        self.ensure_storage();
-        let at = self.pos(self.len + offset);
+        let at = self.len() + offset;
+        self.hold(pool, at + n);
         self.copy_in(at, &data[..n]);
+        self.written = self.written.max((at + n) as u32);
         n
     }
 
-    /// Reads uncommitted bytes `offset` bytes after the queued ones.
+    /// Reads uncommitted bytes `offset` bytes after the queued ones, as far
+    /// as they were written; returns the number read.
     pub(crate) fn read_unallocated(&self, offset: usize, out: &mut [u8]) -> usize {
-        let free = self.free_with_headroom();
-        if offset >= free {
-            return 0;
-        }
-        let n = out.len().min(free - offset);
-        let at = self.pos(self.len + offset);
+        let at = self.len() + offset;
+        let n = out.len().min((self.written as usize).saturating_sub(at));
         self.copy_out(at, &mut out[..n]);
         n
     }
 
     /// Commits `n` bytes previously written with
-    /// [`RingBuffer::write_unallocated`] at offset 0.
+    /// [`ChunkBuffer::write_unallocated`] at offset 0.
+    #[inline]
     pub(crate) fn enqueue_unallocated(&mut self, n: usize) {
-        debug_assert!(n <= self.free_with_headroom());
-        self.len += n.min(self.free_with_headroom());
+        debug_assert!(self.len() + n <= self.written as usize);
+        self.len += n.min((self.written - self.len) as usize) as u32;
     }
 
     /// Raises the capacity to `new_capacity`, keeping the headroom (no-op
-    /// if it is not larger). See [`RingBuffer::resize`].
+    /// if it is not larger).
     pub(crate) fn grow(&mut self, new_capacity: usize) {
-        self.resize(new_capacity, self.headroom);
+        self.resize(new_capacity, self.headroom());
     }
 
     /// Raises the capacity and the headroom to at least `capacity` and
-    /// `headroom` (neither ever shrinks). Every position keeps its offset
-    /// from the read position, so queued bytes and uncommitted bytes written
-    /// with [`RingBuffer::write_unallocated`] (the reassembler's out-of-order
-    /// data) stay readable at the same offsets; the new space follows the
-    /// old ring's worth of offsets. Storage that was never reserved stays
-    /// unreserved; otherwise the old ring's bytes are copied once into a
-    /// reservation of the new size (pages past what is written are not
-    /// touched), so growing geometrically costs amortised O(1) per byte.
+    /// `headroom` (neither ever shrinks). Only the bound moves: queued and
+    /// out-of-order bytes keep their offsets, and no memory is taken.
     pub(crate) fn resize(&mut self, capacity: usize, headroom: usize) {
-        let capacity = capacity.max(self.capacity());
-        let headroom = headroom.max(self.headroom);
-        let new_size = capacity + headroom;
-        let old = self.size;
-        self.headroom = headroom;
-        if new_size == old {
+        self.capacity = self.capacity.max(to_u32(capacity));
+        self.headroom = self.headroom.max(to_u32(headroom));
+    }
+
+    /// Forgets bytes written past the queued ones (out-of-order data that
+    /// will never be committed) and gives back the chunks only they used;
+    /// with nothing queued, the buffer then holds no memory at all.
+    pub(crate) fn forget_unqueued(&mut self, pool: &mut ChunkPool) {
+        if self.len == 0 {
+            self.release(pool);
             return;
         }
-        self.size = new_size;
-        if self.storage.capacity() == 0 {
-            // Nothing written yet: only the bound moves.
-            self.read_at = 0;
-            return;
+        self.written = self.len;
+        let need = (self.head as usize + self.len()).div_ceil(CHUNK_SIZE);
+        while self.chunks.len() > need {
+            if let Some(c) = self.chunks.pop_back() {
+                pool.give(c);
+            }
         }
-        // Linearise: offset i from the read position moves to position i.
-        // Only offsets that map to initialised positions need copying; the
-        // rest read as zero and stay uninitialised.
-        let init = self.storage.len();
-        let mut storage = Vec::with_capacity(new_size);
-        if self.read_at < init {
-            storage.extend_from_slice(&self.storage[self.read_at..init]);
+    }
+
+    /// Drops every byte, queued or not, and gives all chunks back.
+    fn give_back(&mut self, pool: &mut ChunkPool) {
+        for c in self.chunks.drain(..) {
+            pool.give(c);
         }
-        // Positions [init, old) were never written; [0, read_at) follow them.
-        let head = self.read_at.min(init);
-        if head > 0 {
-            storage.resize(old - self.read_at, 0);
-            storage.extend_from_slice(&self.storage[..head]);
-        }
-        self.storage = storage;
-        self.read_at = 0;
+        self.head = 0;
+        self.len = 0;
+        self.written = 0;
+    }
+
+    /// Drops every byte, gives all chunks back and frees the chunk list
+    /// itself: the buffer then holds no memory at all (closing and
+    /// TIME-WAIT connections).
+    pub(crate) fn release(&mut self, pool: &mut ChunkPool) {
+        self.give_back(pool);
+        self.chunks = VecDeque::new();
     }
 
     /// Copies all queued bytes into a new vector.
     pub(crate) fn to_vec(&self) -> Vec<u8> {
-        let mut v = vec![0; self.len];
+        let mut v = vec![0; self.len()];
         self.read_allocated(0, &mut v);
         v
     }
@@ -266,103 +309,115 @@ impl RingBuffer {
 mod tests {
     use super::*;
 
+    fn bytes(n: usize, seed: u8) -> Vec<u8> {
+        (0..n)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect()
+    }
+
     #[test]
-    fn wraps() {
-        let mut r = RingBuffer::new(8);
-        assert_eq!(r.window(), 8);
-        assert_eq!(r.enqueue_slice(b"abcdef"), 6);
-        let mut out = [0u8; 4];
-        assert_eq!(r.dequeue_slice(&mut out), 4);
-        assert_eq!(&out, b"abcd");
-        assert_eq!(r.enqueue_slice(b"ghijklmn"), 6); // only 6 free
-        assert_eq!(r.len(), 8);
-        assert_eq!(r.peek(), b"efgh");
-        let mut all = [0u8; 8];
-        assert_eq!(r.read_allocated(1, &mut all), 7);
-        assert_eq!(&all[..7], b"fghijkl");
-        assert_eq!(r.to_vec(), b"efghijkl");
-        r.dequeue_allocated(8);
+    fn queues_across_chunks_and_gives_them_back() {
+        let mut p = ChunkPool::new(64);
+        let mut r = ChunkBuffer::new(3 * CHUNK_SIZE);
+        assert_eq!(r.window(), 3 * CHUNK_SIZE);
+        let a = bytes(CHUNK_SIZE + 10, 1);
+        assert_eq!(r.enqueue_slice(&mut p, &a), a.len());
+        assert_eq!((r.chunks(), p.in_use()), (2, 2));
+        let mut out = vec![0u8; CHUNK_SIZE - 4];
+        assert_eq!(r.dequeue_slice(&mut p, &mut out), out.len());
+        assert_eq!(&out[..], &a[..CHUNK_SIZE - 4]);
+        assert_eq!(r.peek(), &a[CHUNK_SIZE - 4..CHUNK_SIZE]);
+        let mut rest = vec![0u8; 14];
+        assert_eq!(r.read_allocated(0, &mut rest), 14);
+        assert_eq!(&rest[..], &a[CHUNK_SIZE - 4..]);
+        r.dequeue_allocated(&mut p, 4);
+        assert_eq!(
+            (r.chunks(), p.in_use()),
+            (1, 1),
+            "the drained chunk went back"
+        );
+        r.dequeue_allocated(&mut p, 10);
         assert!(r.is_empty());
+        assert_eq!((r.chunks(), p.in_use()), (0, 0), "empty holds nothing");
         assert_eq!(r.peek(), b"");
+        // Capacity is a bound, not memory.
+        assert_eq!(
+            r.enqueue_slice(&mut p, &bytes(5 * CHUNK_SIZE, 2)),
+            3 * CHUNK_SIZE
+        );
+        assert_eq!(r.window(), 0);
+        r.release(&mut p);
+        assert_eq!((r.len(), p.in_use()), (0, 0));
     }
 
     #[test]
     fn unallocated_writes() {
-        let mut r = RingBuffer::new(8);
-        r.enqueue_slice(b"xyz");
-        r.dequeue_allocated(2);
-        assert_eq!(r.write_unallocated(2, b"CDEFGHIJ"), 5); // free = 7
-        assert_eq!(r.write_unallocated(0, b"AB"), 2);
+        let mut p = ChunkPool::new(8);
+        let mut r = ChunkBuffer::new(8);
+        r.enqueue_slice(&mut p, b"xyz");
+        r.dequeue_allocated(&mut p, 2);
+        assert_eq!(r.write_unallocated(&mut p, 2, b"CDEFGHIJ"), 5); // free = 7
+        assert_eq!(r.write_unallocated(&mut p, 0, b"AB"), 2);
         let mut out = [0u8; 7];
         assert_eq!(r.read_unallocated(0, &mut out), 7);
         assert_eq!(&out, b"ABCDEFG");
         r.enqueue_unallocated(4);
         assert_eq!(r.to_vec(), b"zABCD");
-        assert_eq!(r.write_unallocated(2, b"QQ"), 1);
-        assert_eq!(r.write_unallocated(3, b"Q"), 0);
+        assert_eq!(r.write_unallocated(&mut p, 2, b"QQ"), 1);
+        assert_eq!(r.write_unallocated(&mut p, 3, b"Q"), 0);
     }
 
     #[test]
-    fn unallocated_data_survives_draining() {
-        // Out-of-order data written past the end must not move when the
-        // application drains the in-order bytes.
-        let mut r = RingBuffer::new(8);
-        r.enqueue_slice(b"abc");
-        assert_eq!(r.write_unallocated(2, b"XY"), 2);
-        r.dequeue_allocated(3);
-        assert_eq!(r.write_unallocated(0, b"VW"), 2);
-        r.enqueue_unallocated(4);
-        assert_eq!(r.to_vec(), b"VWXY");
-    }
-
-    #[test]
-    fn grow_keeps_queued_and_out_of_order_bytes() {
-        let mut r = RingBuffer::new(8);
-        r.enqueue_slice(b"abcdef");
-        r.dequeue_allocated(5);
-        r.enqueue_slice(b"ghij"); // wraps: "fghij" queued from position 5
-        assert_eq!(r.write_unallocated(1, b"XY"), 2);
-        r.grow(20);
-        assert_eq!(r.capacity(), 20);
-        assert_eq!(r.window(), 15);
-        assert_eq!(r.to_vec(), b"fghij");
-        let mut out = [0u8; 3];
-        assert_eq!(r.read_unallocated(0, &mut out), 3);
-        assert_eq!(&out[1..], b"XY"); // out[0]: a stale byte, never committed
-                                      // The new space is usable past the old capacity.
-        assert_eq!(r.write_unallocated(3, b"0123456789AB"), 12);
-        assert_eq!(r.write_unallocated(0, b"W"), 1);
-        r.enqueue_unallocated(15);
-        assert_eq!(r.to_vec(), b"fghijWXY0123456789AB");
-        r.grow(10); // never shrinks
-        assert_eq!(r.capacity(), 20);
+    fn out_of_order_data_survives_draining() {
+        // Out-of-order data written past the end keeps its chunks and its
+        // offset while the application drains the in-order bytes.
+        let mut p = ChunkPool::new(8);
+        let mut r = ChunkBuffer::new(4 * CHUNK_SIZE);
+        r.enqueue_slice(&mut p, &bytes(CHUNK_SIZE - 1, 3));
+        let far = bytes(20, 9);
+        assert_eq!(r.write_unallocated(&mut p, CHUNK_SIZE + 5, &far), 20);
+        r.dequeue_allocated(&mut p, CHUNK_SIZE - 1);
+        assert!(r.chunks() > 0, "out-of-order bytes keep their chunks");
+        let fill = bytes(CHUNK_SIZE + 5, 4);
+        assert_eq!(r.write_unallocated(&mut p, 0, &fill), fill.len());
+        r.enqueue_unallocated(CHUNK_SIZE + 25);
+        let all = r.to_vec();
+        assert_eq!(&all[..CHUNK_SIZE + 5], &fill[..]);
+        assert_eq!(&all[CHUNK_SIZE + 5..], &far[..]);
+        r.dequeue_allocated(&mut p, all.len());
+        assert_eq!(p.in_use(), 0);
     }
 
     #[test]
     fn headroom_takes_unallocated_writes_only() {
-        let mut r = RingBuffer::new(8);
+        let mut p = ChunkPool::new(8);
+        let mut r = ChunkBuffer::new(8);
         r.resize(8, 4);
         assert_eq!((r.capacity(), r.headroom(), r.window()), (8, 4, 8));
-        assert_eq!(r.enqueue_slice(b"abcdefghijk"), 8);
+        assert_eq!(r.enqueue_slice(&mut p, b"abcdefghijk"), 8);
         assert_eq!(r.window(), 0);
-        assert_eq!(r.write_unallocated(0, b"lmnopq"), 4);
+        assert_eq!(r.write_unallocated(&mut p, 0, b"lmnopq"), 4);
         r.enqueue_unallocated(4);
         assert_eq!(r.len(), 12);
         assert_eq!(r.window(), 0);
         assert_eq!(r.to_vec(), b"abcdefghlmno");
-        r.dequeue_allocated(6);
+        r.dequeue_allocated(&mut p, 6);
         assert_eq!(r.window(), 2);
         assert_eq!(r.to_vec(), b"ghlmno");
     }
 
     #[test]
-    fn grow_before_first_write_reserves_nothing() {
-        let mut r = RingBuffer::new(64 * 1024);
+    fn growing_takes_no_memory() {
+        let mut p = ChunkPool::new(8);
+        let mut r = ChunkBuffer::new(64 * 1024);
         r.grow(1 << 20);
         assert_eq!(r.capacity(), 1 << 20);
-        assert_eq!(r.storage.capacity(), 0);
-        assert_eq!(r.enqueue_slice(b"abc"), 3);
+        assert_eq!(p.in_use(), 0);
+        assert_eq!(r.enqueue_slice(&mut p, b"abc"), 3);
         assert_eq!(r.to_vec(), b"abc");
+        assert_eq!(p.in_use(), 1);
+        r.grow(10); // never shrinks
+        assert_eq!(r.capacity(), 1 << 20);
     }
 
     #[derive(Debug, Clone)]
@@ -381,27 +436,28 @@ mod tests {
     fn op() -> impl proptest::strategy::Strategy<Value = Op> {
         use proptest::prelude::*;
         prop_oneof![
-            (0usize..40).prop_map(Op::Push),
-            (0usize..40).prop_map(Op::Pop),
-            (0usize..60, 1usize..30).prop_map(|(o, n)| Op::Ooo(o, n)),
-            (0usize..40).prop_map(Op::Commit),
-            (0usize..50).prop_map(Op::Grow),
-            (0usize..20).prop_map(Op::Headroom),
+            (0usize..200).prop_map(Op::Push),
+            (0usize..200).prop_map(Op::Pop),
+            (0usize..300, 1usize..150).prop_map(|(o, n)| Op::Ooo(o, n)),
+            (0usize..200).prop_map(Op::Commit),
+            (0usize..250).prop_map(Op::Grow),
+            (0usize..100).prop_map(Op::Headroom),
         ]
     }
 
     proptest::proptest! {
-        /// Growing (capacity or headroom) at any moment, with queued bytes
-        /// wrapped around the end and out-of-order bytes written past them
-        /// (into the headroom too), loses nothing: a model
-        /// keeps the committed bytes and, per offset after them, the byte
-        /// last written there (if any).
+        /// Against a model (the committed bytes and, per offset after them,
+        /// the byte last written there), across chunk boundaries: queueing,
+        /// draining, out-of-order writes (into the headroom too), commits and
+        /// growth lose nothing; the buffer holds exactly the chunks its
+        /// written bytes span, and every chunk goes back to the pool.
         #[test]
-        fn grow_preserves_queued_and_out_of_order_data(
-            initial in 1usize..40,
+        fn model(
+            initial in 1usize..200,
             ops in proptest::collection::vec(op(), 0..120),
         ) {
-            let mut r = RingBuffer::new(initial);
+            let mut p = ChunkPool::new(4);
+            let mut r = ChunkBuffer::new(initial);
             let mut committed = std::collections::VecDeque::new();
             // Uncommitted bytes by offset after the committed ones.
             let mut ooo: Vec<Option<u8>> = Vec::new();
@@ -412,12 +468,10 @@ mod tests {
             for op in ops {
                 match op {
                     Op::Push(n) => {
-                        // Appending overwrites uncommitted bytes, as in-order
-                        // data would never do while holes exist; only push
-                        // when nothing is held out of order.
+                        // In-order data never arrives while holes exist.
                         if ooo.iter().all(Option::is_none) {
                             let data = fresh(n);
-                            let took = r.enqueue_slice(&data);
+                            let took = r.enqueue_slice(&mut p, &data);
                             let room = r.capacity().saturating_sub(committed.len());
                             proptest::prop_assert_eq!(took, n.min(room));
                             committed.extend(&data[..took]);
@@ -426,13 +480,13 @@ mod tests {
                     }
                     Op::Pop(n) => {
                         let mut out = vec![0; n];
-                        let got = r.dequeue_slice(&mut out);
+                        let got = r.dequeue_slice(&mut p, &mut out);
                         let want: Vec<u8> = committed.drain(..n.min(committed.len())).collect();
                         proptest::prop_assert_eq!(&out[..got], &want[..]);
                     }
                     Op::Ooo(off, n) => {
                         let data = fresh(n);
-                        let wrote = r.write_unallocated(off, &data);
+                        let wrote = r.write_unallocated(&mut p, off, &data);
                         let free = r.capacity() + r.headroom() - committed.len();
                         proptest::prop_assert_eq!(wrote, n.min(free.saturating_sub(off)));
                         if ooo.len() < off + wrote {
@@ -469,31 +523,15 @@ mod tests {
                         proptest::prop_assert_eq!(one[0], b, "offset {}", off);
                     }
                 }
-            }
-        }
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn fifo_model(ops in proptest::collection::vec((proptest::prelude::any::<bool>(), 0usize..20), 0..100)) {
-            let mut r = RingBuffer::new(13);
-            let mut model = std::collections::VecDeque::new();
-            let mut next = 0u8;
-            for (push, n) in ops {
-                if push {
-                    let data: Vec<u8> = (0..n).map(|_| { next = next.wrapping_add(1); next }).collect();
-                    let took = r.enqueue_slice(&data);
-                    proptest::prop_assert_eq!(took, n.min(13 - model.len()));
-                    model.extend(&data[..took]);
-                    next = next.wrapping_sub((n - took) as u8);
-                } else {
-                    let mut out = vec![0; n];
-                    let got = r.dequeue_slice(&mut out);
-                    let want: Vec<u8> = model.drain(..n.min(model.len())).collect();
-                    proptest::prop_assert_eq!(&out[..got], &want[..]);
+                proptest::prop_assert_eq!(p.in_use(), r.chunks());
+                let span = committed.len() + ooo.len();
+                proptest::prop_assert!(r.chunks() <= span.div_ceil(CHUNK_SIZE) + 1);
+                if span == 0 {
+                    proptest::prop_assert_eq!(r.chunks(), 0);
                 }
-                proptest::prop_assert_eq!(r.len(), model.len());
             }
+            r.release(&mut p);
+            proptest::prop_assert_eq!(p.in_use(), 0);
         }
     }
 }

@@ -41,6 +41,7 @@
 mod assembler;
 mod buffer;
 mod cc;
+mod chunk_pool;
 mod connection;
 mod isn;
 mod rto;
@@ -204,6 +205,16 @@ pub struct Config {
     /// chosen for this size (RFC 7323 §2.3). At most `recv_buffer` disables
     /// growth.
     pub recv_buffer_max: usize,
+    /// Receive memory of the whole stack, in bytes (the role of Linux
+    /// `tcp_mem`): what every connection's window promises and its receive
+    /// buffer holds, together, never exceeds it. Windows are offered from
+    /// what is left; past half of it (pressure) each connection is held to
+    /// its share and buffers stop growing. A data path sets it to what its
+    /// receive frames can hold, so that no frame is ever dropped below TCP
+    /// for want of room. Buffer memory is taken from a per-stack pool of
+    /// chunks as data arrives and given back as it is read; the pool keeps
+    /// up to this much free memory for reuse.
+    pub recv_memory: usize,
     /// Offer window scaling (RFC 7323 §2).
     pub window_scaling: bool,
     /// Offer timestamps (RFC 7323 §3) and use PAWS.
@@ -257,6 +268,7 @@ impl Config {
             send_buffer_max: 4 * 1024 * 1024,
             recv_buffer: 64 * 1024,
             recv_buffer_max: 6 * 1024 * 1024,
+            recv_memory: 64 * 1024 * 1024,
             window_scaling: true,
             timestamps: true,
             sack: true,

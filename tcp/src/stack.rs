@@ -1,7 +1,8 @@
 //! The per-core shard: connection table, listeners, timer wheel, event and
 //! transmit queues.
 
-use crate::connection::{ev, Connection, Ctx, Flags, PendingRst, State};
+use crate::chunk_pool::{ChunkPool, CHUNK_SIZE};
+use crate::connection::{ev, Connection, Ctx, Flags, PendingRst, RecvMemory, State};
 use crate::isn::IsnGenerator;
 use crate::seq::SeqNumber;
 use crate::time::Instant;
@@ -78,6 +79,8 @@ type FxBuild = BuildHasherDefault<FxHasher>;
 struct Slot {
     generation: u32,
     in_dirty: bool,
+    /// In `Stack::mem_waiting`.
+    mem_waiting: bool,
     /// Deadline of the wheel entry considered live for this slot.
     wheel_deadline: Option<Instant>,
     listener: Option<ListenerId>,
@@ -140,6 +143,13 @@ pub struct Stack {
     dirty: VecDeque<(u32, u32)>,
     events: VecDeque<Event>,
     rsts: VecDeque<PendingRst>,
+    pool: ChunkPool,
+    /// Receive memory committed by all connections together (the sum of
+    /// [`Connection::rcv_commitment`]), against [`Config::recv_memory`].
+    rcv_committed: usize,
+    /// Connections whose window was held back for want of receive memory,
+    /// oldest first: each gets a window update as memory frees.
+    mem_waiting: VecDeque<(u32, u32)>,
     stats: Stats,
     live: usize,
     /// Latest time seen from the caller.
@@ -158,6 +168,7 @@ impl Stack {
         Stack {
             isn: IsnGenerator::new(cfg.isn_secret),
             wheel: TimerWheel::new(cfg.timer_tick, cfg.timer_buckets),
+            pool: ChunkPool::new(cfg.recv_memory.div_ceil(CHUNK_SIZE)),
             cfg,
             slots: Vec::new(),
             free: Vec::new(),
@@ -168,6 +179,8 @@ impl Stack {
             dirty: VecDeque::new(),
             events: VecDeque::new(),
             rsts: VecDeque::new(),
+            rcv_committed: 0,
+            mem_waiting: VecDeque::new(),
             stats: Stats::default(),
             live: 0,
             now: Instant::ZERO,
@@ -182,6 +195,21 @@ impl Stack {
     /// Counters.
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    /// Bytes of buffer memory the connections hold (pooled chunks holding
+    /// queued, unacknowledged or out-of-order bytes); free chunks the pool
+    /// keeps for reuse are not counted.
+    pub fn buffer_memory(&self) -> usize {
+        self.pool.in_use() * CHUNK_SIZE
+    }
+
+    /// Receive memory committed now: what all connections hold in their
+    /// receive buffers plus the windows they advertised and the peers have
+    /// yet to fill, beyond the one segment each may always be offered
+    /// (see [`Config::recv_memory`]). Never more than `recv_memory`.
+    pub fn recv_memory_committed(&self) -> usize {
+        self.rcv_committed
     }
 
     /// Live connections (any state but CLOSED, TIME-WAIT included).
@@ -253,6 +281,7 @@ impl Stack {
                 self.slots.push(Slot {
                     generation: 0,
                     in_dirty: false,
+                    mem_waiting: false,
                     wheel_deadline: None,
                     listener: None,
                     conn: None,
@@ -265,6 +294,9 @@ impl Stack {
         slot.listener = listener;
         slot.wheel_deadline = None;
         slot.in_dirty = false;
+        slot.mem_waiting = false;
+        let floor = usize::from(self.cfg.mss);
+        self.rcv_committed += slot.conn.as_ref().map_or(0, |c| c.rcv_commitment(floor));
         self.table.insert(tuple, idx);
         self.live += 1;
         idx
@@ -302,23 +334,96 @@ impl Stack {
             cfg,
             stats,
             rsts,
+            pool,
             now,
+            rcv_committed,
+            live,
             ..
         } = self;
         let conn = slots[idx as usize].conn.as_mut().expect("live slot");
+        let floor = usize::from(cfg.mss);
+        let mem = RecvMemory {
+            mine: conn.rcv_commitment(floor),
+            total: *rcv_committed,
+            budget: cfg.recv_memory,
+            live: *live,
+            floor,
+        };
         let ctx = Ctx {
             now: *now,
             cfg,
             stats,
             rsts,
+            pool,
+            mem,
         };
         (conn, ctx)
+    }
+
+    /// Moves the committed total by a connection's change (`before` from
+    /// its context, `after` read once the call is done); wakes connections
+    /// waiting for memory if some freed.
+    #[inline]
+    fn settle(&mut self, before: usize, after: usize) {
+        self.rcv_committed = self.rcv_committed - before + after;
+        if after < before && !self.mem_waiting.is_empty() {
+            self.wake_memory_waiters();
+        }
+    }
+
+    /// Owes a window update to connections whose window was held back, in
+    /// order, while the memory left could open a window of a segment.
+    fn wake_memory_waiters(&mut self) {
+        let mss = usize::from(self.cfg.mss);
+        while self.rcv_committed + mss <= self.cfg.recv_memory {
+            let Some((idx, generation)) = self.mem_waiting.pop_front() else {
+                break;
+            };
+            let slot = &mut self.slots[idx as usize];
+            if slot.generation != generation {
+                continue;
+            }
+            slot.mem_waiting = false;
+            let Some(conn) = slot.conn.as_mut() else {
+                continue;
+            };
+            let mem = RecvMemory {
+                mine: conn.rcv_commitment(mss),
+                total: self.rcv_committed,
+                budget: self.cfg.recv_memory,
+                live: self.live,
+                floor: mss,
+            };
+            if conn.on_memory_freed(mem) && !slot.in_dirty {
+                slot.in_dirty = true;
+                self.dirty.push_back((idx, generation));
+            }
+        }
+    }
+
+    /// Queues a connection whose last window memory held back.
+    #[inline]
+    fn note_memory_limited(&mut self, idx: u32) {
+        let slot = &mut self.slots[idx as usize];
+        if slot.mem_waiting {
+            return;
+        }
+        if slot
+            .conn
+            .as_ref()
+            .is_some_and(|c| c.flags.has(Flags::MEM_LIMITED))
+        {
+            slot.mem_waiting = true;
+            self.mem_waiting.push_back((idx, slot.generation));
+        }
     }
 
     /// Runs `f` on a connection with a context, then does the bookkeeping.
     fn with_conn<R>(&mut self, idx: u32, f: impl FnOnce(&mut Connection, &mut Ctx<'_>) -> R) -> R {
         let (conn, mut ctx) = self.conn_and_ctx(idx);
         let r = f(conn, &mut ctx);
+        let (before, after) = (ctx.mem.mine, conn.rcv_commitment(ctx.mem.floor));
+        self.settle(before, after);
         self.after(idx);
         r
     }
@@ -362,13 +467,19 @@ impl Stack {
                     None => {
                         // The listener went away: refuse.
                         let Stack {
-                            cfg, stats, rsts, ..
+                            cfg,
+                            stats,
+                            rsts,
+                            pool,
+                            ..
                         } = self;
                         let mut ctx = Ctx {
                             now: self.now,
                             cfg,
                             stats,
                             rsts,
+                            pool,
+                            mem: RecvMemory::UNLIMITED,
                         };
                         conn.abort(&mut ctx);
                     }
@@ -396,7 +507,8 @@ impl Stack {
                     reason: conn.close_reason,
                 });
             }
-            self.remove(idx);
+            let mut conn = self.remove(idx);
+            conn.release_buffers(&mut self.pool);
             self.stats.closed += 1;
             return;
         }
@@ -437,9 +549,11 @@ impl Stack {
         slot.wheel_deadline = None;
         slot.in_dirty = false;
         slot.listener = None;
+        slot.mem_waiting = false;
         self.table.remove(&conn.tuple);
         self.free.push(idx);
         self.live -= 1;
+        self.rcv_committed -= conn.rcv_commitment(usize::from(self.cfg.mss));
         conn
     }
 
@@ -554,13 +668,19 @@ impl Stack {
             }
         };
         let Stack {
-            cfg, stats, rsts, ..
+            cfg,
+            stats,
+            rsts,
+            pool,
+            ..
         } = self;
         Ctx {
             now: self.now,
             cfg,
             stats,
             rsts,
+            pool,
+            mem: RecvMemory::UNLIMITED,
         }
         .queue_rst(rst);
     }
@@ -607,13 +727,21 @@ impl Stack {
                 continue;
             }
             let (conn, mut ctx) = self.conn_and_ctx(idx);
-            match conn.poll_transmit(&mut ctx, buf) {
+            let sent = conn.poll_transmit(&mut ctx, buf);
+            if sent.is_none() {
+                conn.on_output_idle(ctx.now);
+            }
+            let (before, after) = (ctx.mem.mine, conn.rcv_commitment(ctx.mem.floor));
+            let conn = &*conn;
+            match sent {
                 Some(len) => {
                     let t = Transmit {
                         src: conn.tuple.local,
                         dst: conn.tuple.remote,
                         len,
                     };
+                    self.settle(before, after);
+                    self.note_memory_limited(idx);
                     self.stats.segments_out += 1;
                     // Round-robin between connections with data to send.
                     self.dirty.pop_front();
@@ -622,7 +750,7 @@ impl Stack {
                     return Some(t);
                 }
                 None => {
-                    conn.on_output_idle(ctx.now);
+                    self.settle(before, after);
                     self.dirty.pop_front();
                     self.slots[idx as usize].in_dirty = false;
                     self.schedule(idx);
@@ -675,7 +803,7 @@ impl Stack {
     /// `Writable` event follows when space frees up).
     pub fn send(&mut self, conn: ConnHandle, data: &[u8]) -> Result<usize, Error> {
         let idx = self.lookup(conn)?;
-        self.with_conn(idx, |c, _| c.send(data))
+        self.with_conn(idx, |c, ctx| c.send(ctx, data))
     }
 
     /// Asks for an [`Event::Writable`] for `conn` when send buffer space
@@ -785,8 +913,10 @@ impl Stack {
     /// queued; events already queued for the handle become stale.
     pub fn export(&mut self, conn: ConnHandle) -> Result<Snapshot, Error> {
         let idx = self.lookup(conn)?;
-        let c = self.remove(idx);
-        Ok(c.export())
+        let mut c = self.remove(idx);
+        let snap = c.export();
+        c.release_buffers(&mut self.pool);
+        Ok(snap)
     }
 
     /// Adds a connection exported from another stack. A connection that was
@@ -797,7 +927,7 @@ impl Stack {
         if self.table.contains_key(&snap.four_tuple()) {
             return Err(Error::AddrInUse);
         }
-        let mut conn = Connection::import(&snap)?;
+        let mut conn = Connection::import(&snap, &mut self.pool)?;
         conn.flags.set(Flags::ANNOUNCED);
         let idx = self.insert(conn, None);
         self.after(idx);

@@ -57,9 +57,9 @@ impl Connection {
     }
 
     /// Queues application data.
-    pub(crate) fn send(&mut self, data: &[u8]) -> Result<usize, crate::Error> {
+    pub(crate) fn send(&mut self, ctx: &mut Ctx<'_>, data: &[u8]) -> Result<usize, crate::Error> {
         self.check_writable()?;
-        let n = self.send_buf.enqueue_slice(data);
+        let n = self.send_buf.enqueue_slice(ctx.pool, data);
         if n < data.len() {
             self.flags.set(Flags::WRITABLE_WANTED);
         }
@@ -106,7 +106,7 @@ impl Connection {
         out: &mut [u8],
     ) -> Result<usize, crate::Error> {
         self.flags.clear(Flags::READABLE_NOTIFIED);
-        let n = self.recv_buf.dequeue_slice(out);
+        let n = self.recv_buf.dequeue_slice(ctx.pool, out);
         if n == 0 && !out.is_empty() {
             return if self.flags.has(Flags::PEER_FIN) {
                 Ok(0)
@@ -126,7 +126,7 @@ impl Connection {
     /// Zero-copy read: drop `n` bytes that were read through `peek`.
     pub(crate) fn consume(&mut self, ctx: &mut Ctx<'_>, n: usize) -> usize {
         self.flags.clear(Flags::READABLE_NOTIFIED);
-        let n = self.recv_buf.dequeue_allocated(n);
+        let n = self.recv_buf.dequeue_allocated(ctx.pool, n);
         if n > 0 {
             self.after_read(ctx);
         }
@@ -146,12 +146,33 @@ impl Connection {
             return;
         }
         self.rcv_space_adjust(ctx);
-        let cap = self.recv_buf.capacity();
-        let advertised = self.rcv.adv.saturating_sub(self.rcv.nxt);
-        let free = self.recv_buf.window();
-        let threshold = (cap / 2).min(self.eff_mss()).max(1);
-        if free >= advertised + threshold && advertised <= cap / 2 {
+        if self.window_update_due(ctx.mem) {
             self.flags.set(Flags::ACK_NOW);
         }
+    }
+
+    /// Whether the right edge can move by a useful amount (RFC 9293
+    /// §3.8.6.2.2: a segment or half the buffer) while the peer may be
+    /// running short (half the buffer or less left to it).
+    fn window_update_due(&self, mem: RecvMemory) -> bool {
+        let cap = self.recv_buf.capacity();
+        let advertised = self.rcv_wnd();
+        let free = self.offerable(mem);
+        let threshold = (cap / 2).min(self.eff_mss()).max(1);
+        free >= advertised + threshold && advertised <= cap / 2
+    }
+
+    /// The stack's receive memory freed up after a window was held back
+    /// for want of it: owe the peer a window update if one is due now.
+    /// Returns whether one is.
+    pub(crate) fn on_memory_freed(&mut self, mem: RecvMemory) -> bool {
+        if !self.flags.has(Flags::MEM_LIMITED) || !self.state.can_receive() {
+            return false;
+        }
+        if self.window_update_due(mem) {
+            self.flags.set(Flags::ACK_NOW);
+            return true;
+        }
+        false
     }
 }

@@ -415,7 +415,7 @@ impl Connection {
             .is_some_and(|fs| ack > fs && self.snd.una <= fs);
         let data_acked = acked - usize::from(fin_acked_now);
         let flight_before = self.snd.max - self.snd.una;
-        self.send_buf.dequeue_allocated(data_acked);
+        self.send_buf.dequeue_allocated(ctx.pool, data_acked);
         if fin_acked_now {
             self.flags.set(Flags::FIN_ACKED);
         }
@@ -560,7 +560,7 @@ impl Connection {
         if self.recv_buf.len() + offset + data.len() > ring {
             self.cover_advertised_window();
         }
-        let written = self.recv_buf.write_unallocated(offset, data);
+        let written = self.recv_buf.write_unallocated(ctx.pool, offset, data);
         self.rcv.mss_seen = self.rcv.mss_seen.max(data.len().min(0xffff) as u16);
         if written < data.len() {
             // Past the buffer (window rounding): the peer resends the rest.
@@ -649,6 +649,10 @@ impl Connection {
         self.timers.delayed_ack = None;
         self.timers.close = Some(ctx.now + ctx.cfg.msl.saturating_mul(2));
         self.assembler.clear();
+        // Nothing more is sent or received: TIME-WAIT holds no buffer
+        // memory beyond what the application has yet to read.
+        self.send_buf.release(ctx.pool);
+        self.recv_buf.forget_unqueued(ctx.pool);
     }
 
     pub(super) fn arm_keepalive(&mut self, ctx: &mut Ctx<'_>) {

@@ -24,8 +24,9 @@ pub(crate) use state::{
 };
 
 use crate::assembler::Assembler;
-use crate::buffer::RingBuffer;
+use crate::buffer::ChunkBuffer;
 use crate::cc::{CongestionControl, Controller};
+use crate::chunk_pool::ChunkPool;
 use crate::isn::IsnGenerator;
 use crate::rto::RttEstimator;
 use crate::sack::{Scoreboard, DUP_THRESH};
@@ -59,6 +60,68 @@ pub(crate) struct Ctx<'a> {
     pub cfg: &'a Config,
     pub stats: &'a mut Stats,
     pub rsts: &'a mut VecDeque<PendingRst>,
+    /// The chunks behind every buffer of the stack.
+    pub pool: &'a mut ChunkPool,
+    /// What this connection may promise under the stack's receive memory.
+    pub mem: RecvMemory,
+}
+
+/// What a connection may promise of the stack's receive memory
+/// ([`Config::recv_memory`]). Every connection may always be offered one
+/// segment (the floor: each can make progress, and an idle one can always
+/// take a request without waiting for memory); what it holds and promises
+/// beyond the floor ([`Connection::rcv_commitment`]) comes from the budget:
+/// within `room`, and under pressure within `share` too.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecvMemory {
+    /// The connection's commitment when the context was made (the stack
+    /// settles its total against it afterwards).
+    pub mine: usize,
+    /// Every connection's commitment together, this one's included.
+    pub total: usize,
+    /// [`Config::recv_memory`].
+    pub budget: usize,
+    /// Live connections.
+    pub live: usize,
+    /// Bytes every connection may hold or promise outside the budget (one
+    /// segment of our MSS).
+    pub floor: usize,
+}
+
+impl RecvMemory {
+    /// No limit (a connection being built, or tests).
+    pub(crate) const UNLIMITED: RecvMemory = RecvMemory {
+        mine: 0,
+        total: 0,
+        budget: usize::MAX / 4,
+        live: 1,
+        floor: 0,
+    };
+
+    /// The budget less every other connection's commitment.
+    #[inline]
+    pub(crate) fn room(&self) -> usize {
+        self.budget.saturating_sub(self.total - self.mine)
+    }
+
+    /// Under pressure (more than half the budget committed): the budget
+    /// divided among the live connections; `None` otherwise.
+    #[inline]
+    pub(crate) fn share(&self) -> Option<usize> {
+        (self.total > self.budget / 2).then(|| self.budget / self.live.max(1))
+    }
+
+    /// The most the connection may hold and promise in all (queued bytes
+    /// plus window), given that it holds and promises `current` now (never
+    /// taken back).
+    #[inline]
+    pub(crate) fn limit(&self, current: usize) -> usize {
+        let mut limit = self.room();
+        if let Some(share) = self.share() {
+            limit = limit.min(share);
+        }
+        (limit + self.floor).max(current)
+    }
 }
 
 impl Ctx<'_> {
@@ -92,7 +155,7 @@ const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
 const INIT_SEGMENTS: usize = 10;
 
 /// One TCP connection.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Connection {
     pub tuple: FourTuple,
     pub state: State,
@@ -110,8 +173,8 @@ pub(crate) struct Connection {
     pub assembler: Assembler,
     /// RFC 6675 scoreboard (allocated only while SACK blocks are held).
     pub scoreboard: Scoreboard,
-    pub send_buf: RingBuffer,
-    pub recv_buf: RingBuffer,
+    pub send_buf: ChunkBuffer,
+    pub recv_buf: ChunkBuffer,
 }
 
 fn wscale_for(capacity: usize) -> u8 {
@@ -213,8 +276,8 @@ impl Connection {
             },
             assembler: Assembler::new(),
             scoreboard: Scoreboard::new(),
-            send_buf: RingBuffer::new(cfg.send_buffer),
-            recv_buf: RingBuffer::new(cfg.recv_buffer),
+            send_buf: ChunkBuffer::new(cfg.send_buffer),
+            recv_buf: ChunkBuffer::new(cfg.recv_buffer),
         };
         c.ts.rtt_floor = c.tsval(now);
         c
@@ -312,6 +375,20 @@ impl Connection {
             seq: self.snd.nxt,
             ack: Some(self.rcv.nxt),
         });
+    }
+
+    /// Receive memory this connection holds or has promised beyond the
+    /// `floor` (see [`RecvMemory`]): its queued bytes plus the window the
+    /// peer may still fill (out-of-order bytes lie inside that window).
+    #[inline]
+    pub(crate) fn rcv_commitment(&self, floor: usize) -> usize {
+        (self.recv_buf.len() + self.rcv_wnd()).saturating_sub(floor)
+    }
+
+    /// Gives both buffers' memory back (the connection is going away).
+    pub(crate) fn release_buffers(&mut self, pool: &mut ChunkPool) {
+        self.send_buf.release(pool);
+        self.recv_buf.release(pool);
     }
 
     pub(crate) fn is_passive(&self) -> bool {

@@ -68,7 +68,7 @@ impl Connection {
             ack: if ack { self.rcv.nxt.0 } else { 0 },
             flags,
             // RFC 7323 §2.2: the window in a SYN is not scaled.
-            window: self.recv_buf.window().min(0xffff) as u16,
+            window: self.offerable(ctx.mem).min(0xffff) as u16,
             urgent: 0,
             options,
         };
@@ -355,7 +355,7 @@ impl Connection {
             // past the MSS, which only accounts for timestamps.
             self.sack_blocks(&mut options);
         }
-        let window = self.advertise_window();
+        let window = self.advertise_window(ctx.mem);
         let repr = TcpRepr {
             src_port: self.tuple.local.port(),
             dst_port: self.tuple.remote.port(),

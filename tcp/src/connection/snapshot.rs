@@ -91,28 +91,13 @@ impl Connection {
         }
     }
 
-    /// Rebuilds a connection from a snapshot.
-    pub(crate) fn import(s: &Snapshot) -> Result<Self, crate::Error> {
+    /// Rebuilds a connection from a snapshot, its buffers in `pool`'s chunks.
+    pub(crate) fn import(s: &Snapshot, pool: &mut ChunkPool) -> Result<Self, crate::Error> {
         if s.send_data.len() > s.send_capacity
             || s.recv_data.len() > s.recv_capacity.saturating_add(s.recv_headroom)
             || matches!(s.state, State::Closed | State::Listen)
         {
             return Err(crate::Error::InvalidSnapshot);
-        }
-        let mut send_buf = RingBuffer::new(s.send_capacity);
-        send_buf.enqueue_slice(&s.send_data);
-        let mut recv_buf = RingBuffer::new(s.recv_capacity);
-        recv_buf.resize(s.recv_capacity, s.recv_headroom);
-        if recv_buf.write_unallocated(0, &s.recv_data) != s.recv_data.len() {
-            return Err(crate::Error::InvalidSnapshot);
-        }
-        recv_buf.enqueue_unallocated(s.recv_data.len());
-        let mut assembler = Assembler::new();
-        for (off, bytes) in &s.out_of_order {
-            let n = recv_buf.write_unallocated(*off as usize, bytes);
-            if n != bytes.len() || *off == 0 || assembler.add(*off, n as u32) != Ok(0) {
-                return Err(crate::Error::InvalidSnapshot);
-            }
         }
         let mut scoreboard = Scoreboard::new();
         for &(l, r) in &s.sacked {
@@ -120,6 +105,27 @@ impl Connection {
                 return Err(crate::Error::InvalidSnapshot);
             }
             scoreboard.add(l, r);
+        }
+        let mut send_buf = ChunkBuffer::new(s.send_capacity);
+        send_buf.enqueue_slice(pool, &s.send_data);
+        let mut recv_buf = ChunkBuffer::new(s.recv_capacity);
+        recv_buf.resize(s.recv_capacity, s.recv_headroom);
+        let mut assembler = Assembler::new();
+        let mut valid = recv_buf.write_unallocated(pool, 0, &s.recv_data) == s.recv_data.len();
+        if valid {
+            recv_buf.enqueue_unallocated(s.recv_data.len());
+            for (off, bytes) in &s.out_of_order {
+                let n = recv_buf.write_unallocated(pool, *off as usize, bytes);
+                if n != bytes.len() || *off == 0 || assembler.add(*off, n as u32) != Ok(0) {
+                    valid = false;
+                    break;
+                }
+            }
+        }
+        if !valid {
+            send_buf.release(pool);
+            recv_buf.release(pool);
+            return Err(crate::Error::InvalidSnapshot);
         }
         Ok(Connection {
             tuple: s.tuple,

@@ -111,6 +111,9 @@ impl Flags {
     /// The current fast recovery is conservative SACK-based recovery (RFC
     /// 6675 §5), not NewReno: the pipe estimate and `NextSeg` drive it.
     pub(crate) const SACK_RECOVERY: u32 = 1 << 20;
+    /// The stack's receive memory, not the buffer, held the last window
+    /// offered back: a window update is owed once memory frees.
+    pub(crate) const MEM_LIMITED: u32 = 1 << 21;
 
     /// Whether any bit of `f` is set.
     pub(crate) fn has(self, f: u32) -> bool {

@@ -5,12 +5,17 @@ use super::*;
 
 impl Connection {
     /// The earliest pending deadline.
+    #[inline]
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
         let t = &self.timers;
-        [t.rto, t.delayed_ack, t.persist, t.keepalive, t.close]
-            .into_iter()
-            .flatten()
-            .min()
+        // Branch-free: an unset timer reads as the end of time.
+        let at = |d: Option<Instant>| d.map_or(u64::MAX, |i| i.0);
+        let m = at(t.rto)
+            .min(at(t.delayed_ack))
+            .min(at(t.persist))
+            .min(at(t.keepalive))
+            .min(at(t.close));
+        (m != u64::MAX).then_some(Instant(m))
     }
 
     /// Handles every timer due at `ctx.now`.

@@ -56,10 +56,12 @@ impl Connection {
             copied = (copied as u64 * u64::from(rtt_us) / elapsed_us) as usize;
         }
         let space = self.tune.rcv_space as usize;
+        // Under memory pressure buffers do not grow (Linux
+        // `tcp_rcv_space_adjust` under `tcp_under_memory_pressure`).
         if copied > space {
             let cap = self.recv_buf.capacity();
             let max = self.recv_buffer_limit(ctx.cfg);
-            if cap < max {
+            if cap < max && ctx.mem.share().is_none() {
                 let (copied, space) = (copied as u64, space.max(1) as u64);
                 let mut win = 2 * copied + 16 * u64::from(ctx.cfg.mss);
                 let grow = win.saturating_mul(copied - space) / space;
@@ -183,13 +185,33 @@ impl Connection {
         self.recv_buf.resize(cap, headroom);
     }
 
+    /// Free receive space this connection may offer: the buffer's, within
+    /// what the stack's receive memory leaves it (see [`RecvMemory`]). A
+    /// window already offered is never taken back (it is counted already),
+    /// so under pressure a connection keeps what it promised and is offered
+    /// no more than its share.
+    #[inline]
+    pub(super) fn offerable(&self, mem: RecvMemory) -> usize {
+        let queued = self.recv_buf.len();
+        let limit = mem.limit(queued + self.rcv_wnd());
+        self.recv_buf.window().min(limit.saturating_sub(queued))
+    }
+
     /// The window to advertise, keeping the right edge from moving left
-    /// (RFC 9293 §3.8.6) and applying receiver SWS avoidance (RFC 9293
-    /// §3.8.6.2.2). Updates `rcv.adv`.
-    pub(super) fn advertise_window(&mut self) -> u16 {
+    /// (RFC 9293 §3.8.6), applying receiver SWS avoidance (RFC 9293
+    /// §3.8.6.2.2) and staying within the stack's receive memory. Updates
+    /// `rcv.adv`; flags the connection when memory, not its buffer, held
+    /// the window back (the stack sends it a window update once memory
+    /// frees).
+    pub(super) fn advertise_window(&mut self, mem: RecvMemory) -> u16 {
         let cap = self.recv_buf.capacity();
-        let free = self.recv_buf.window();
+        let free = self.offerable(mem);
         let current = self.rcv.adv.saturating_sub(self.rcv.nxt);
+        if free + cap.min(self.eff_mss()) <= self.recv_buf.window() {
+            self.flags.set(Flags::MEM_LIMITED);
+        } else {
+            self.flags.clear(Flags::MEM_LIMITED);
+        }
         let threshold = (cap / 2).min(self.eff_mss()).max(1);
         let max_wnd = 0xffffusize << self.rcv.wscale;
         let mut wnd = if free >= current + threshold {
@@ -202,8 +224,13 @@ impl Connection {
         let mut field = wnd >> shift;
         // Round up if truncation would pull the right edge left (RFC 7323
         // §2.4); at most 2^shift - 1 bytes past the buffer, which are
-        // trimmed on arrival.
-        if (field << shift) < current {
+        // trimmed on arrival. Not past the receive memory, though: then the
+        // field rounds down and the edge the peer sees recedes by less than
+        // 2^shift (RFC 7323 Appendix F; Linux `tcp_shrink_window`), while
+        // the edge we accept up to (`rcv.adv`) stays where it was.
+        if (field << shift) < current
+            && self.recv_buf.len() + ((field + 1) << shift) <= mem.limit(0)
+        {
             field += 1;
         }
         let field = field.min(0xffff);

@@ -1,0 +1,203 @@
+//! Receive memory (`Config::recv_memory`, the role of Linux `tcp_mem`) and
+//! buffer memory that follows the data: slow readers exhaust the budget
+//! without anything being dropped, idle connections hold no buffer memory,
+//! and everything goes back when connections close.
+
+mod sim;
+
+use flowlane_tcp::time::Duration;
+use flowlane_tcp::{ConnHandle, Error, Event, Stack};
+use sim::{pattern, Bulk, LinkConfig, Sim, A_IP, B_IP};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+const PORT: u16 = 80;
+
+/// A fast, lossless link: whatever is lost or retransmitted is the
+/// receiver's doing.
+fn link() -> LinkConfig {
+    LinkConfig {
+        delay: Duration::from_millis(1),
+        bandwidth_bps: 1_000_000_000,
+        max_queue_delay: Duration::from_millis(100),
+        ..LinkConfig::default()
+    }
+}
+
+#[derive(Default)]
+struct Stream {
+    sent: u64,
+    received: u64,
+}
+
+/// `conns` connections from A each send `bytes` to B, whose application
+/// reads `read_per_tick` bytes per connection every millisecond (slowly,
+/// next to the link). B's receive memory is `budget`. Returns the sim and
+/// the largest receive memory B committed at any step.
+fn slow_readers(conns: usize, bytes: u64, budget: usize, read_per_tick: usize) -> (Sim, usize) {
+    let mut a_cfg = sim::test_config(1);
+    let mut b_cfg = sim::test_config(2);
+    a_cfg.send_buffer = 64 * 1024;
+    b_cfg.recv_buffer = 64 * 1024;
+    b_cfg.recv_memory = budget;
+    let mut sim = Sim::new(7, link(), link(), a_cfg, b_cfg);
+    sim.b.listen(SocketAddr::new(B_IP, PORT)).expect("listen");
+    let mut a: HashMap<ConnHandle, (u64, Stream)> = HashMap::new();
+    for i in 0..conns {
+        let local = SocketAddr::new(A_IP, 10_000 + i as u16);
+        let h = sim
+            .a
+            .connect(sim.now, local, SocketAddr::new(B_IP, PORT))
+            .expect("connect");
+        a.insert(h, (i as u64, Stream::default()));
+    }
+    // B's streams by the client port (the stream number).
+    let mut b: HashMap<ConnHandle, (u64, Stream)> = HashMap::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut next_read = sim.now;
+    let mut peak = 0usize;
+    let limit = sim.now + Duration::from_secs(600);
+    let total = conns as u64 * bytes;
+    let done = sim.run_until(limit, |s| {
+        while let Some(e) = s.a.poll_event() {
+            if let Event::Connected(h) | Event::Writable(h) = e {
+                let (stream, st) = a.get_mut(&h).expect("A stream");
+                write(&mut s.a, h, *stream, st, bytes, &mut buf);
+            }
+        }
+        while let Some(e) = s.b.poll_event() {
+            if let Event::Accepted { conn, .. } = e {
+                let port = s.b.four_tuple(conn).expect("tuple").remote.port();
+                b.insert(conn, (u64::from(port - 10_000), Stream::default()));
+            }
+        }
+        if s.now >= next_read {
+            next_read = s.now + Duration::from_millis(1);
+            for (&h, (stream, st)) in b.iter_mut() {
+                let want = read_per_tick.min(buf.len());
+                if let Ok(n) = s.b.recv(h, &mut buf[..want]) {
+                    for (i, &byte) in buf[..n].iter().enumerate() {
+                        assert_eq!(
+                            byte,
+                            pattern(*stream, st.received + i as u64),
+                            "stream {stream}"
+                        );
+                    }
+                    st.received += n as u64;
+                }
+            }
+        }
+        let committed = s.b.recv_memory_committed();
+        assert!(
+            committed <= budget,
+            "committed {committed} > budget {budget}"
+        );
+        peak = peak.max(committed);
+        b.values().map(|(_, st)| st.received).sum::<u64>() == total
+    });
+    if !done {
+        let got: Vec<u64> = b.values().map(|(_, st)| st.received).collect();
+        let sent: Vec<u64> = a.values().map(|(_, st)| st.sent).collect();
+        panic!(
+            "not every byte arrived by {:?}: B accepted {}, received {got:?}, A sent {sent:?}, committed {}, A {:?}, B {:?}",
+            sim.now,
+            b.len(),
+            sim.b.recv_memory_committed(),
+            sim.a.stats(),
+            sim.b.stats()
+        );
+    }
+    (sim, peak)
+}
+
+fn write(
+    stack: &mut Stack,
+    h: ConnHandle,
+    stream: u64,
+    st: &mut Stream,
+    total: u64,
+    buf: &mut [u8],
+) {
+    while st.sent < total {
+        let n = ((total - st.sent) as usize).min(buf.len());
+        for (i, b) in buf[..n].iter_mut().enumerate() {
+            *b = pattern(stream, st.sent + i as u64);
+        }
+        match stack.send(h, &buf[..n]) {
+            Ok(k) => st.sent += k as u64,
+            Err(Error::WouldBlock) => return,
+            Err(e) => panic!("send: {e}"),
+        }
+    }
+}
+
+/// Forty slow readers behind a 256 KiB budget (each connection's own
+/// buffer would offer 64 KiB: 2.5 MiB in all): the windows shrink to fit,
+/// so the committed memory never passes the budget, nothing the sender
+/// transmits is lost (no retransmission timeout, no fast retransmit: it is
+/// held back by windows, never dropped), and every byte arrives in order.
+#[test]
+fn slow_readers_exhaust_the_budget_without_drops() {
+    let budget = 256 * 1024;
+    let (sim, peak) = slow_readers(40, 150_000, budget, 1500);
+    let a = sim.a.stats();
+    assert!(
+        peak > budget / 2,
+        "the budget was under pressure (peak {peak})"
+    );
+    assert_eq!(
+        (a.rto_timeouts, a.fast_retransmits),
+        (0, 0),
+        "the receiver made the sender retransmit: {a:?}"
+    );
+    assert_eq!(sim.stats.queue_drops, 0);
+    assert!(sim.b.buffer_memory() <= budget + 40 * 2 * 8192);
+}
+
+/// A budget too small for a segment per connection still delivers every
+/// byte: connections wait for memory and are offered a window as soon as
+/// others' data is read.
+#[test]
+fn tiny_budget_still_delivers() {
+    let budget = 16 * 1024;
+    let (sim, _) = slow_readers(30, 20_000, budget, 4096);
+    assert_eq!(sim.b.stats().bytes_in, 30 * 20_000);
+}
+
+/// Established connections that have read and sent everything hold no
+/// buffer memory (chunks go back as data is read and acknowledged).
+#[test]
+fn idle_connections_hold_no_buffer_memory() {
+    let (mut sim, _) = slow_readers(200, 20_000, 64 * 1024 * 1024, 1 << 20);
+    sim.run_for(Duration::from_secs(1));
+    assert_eq!(sim.b.connection_count(), 200, "still established");
+    for (side, stack) in [("A", &sim.a), ("B", &sim.b)] {
+        assert_eq!(stack.buffer_memory(), 0, "{side} holds buffer memory");
+    }
+}
+
+/// After connections close (TIME-WAIT included), nothing is held or
+/// committed.
+#[test]
+fn closed_connections_leave_nothing() {
+    let mut sim = Sim::symmetric(3, link());
+    let mut bulk = Bulk::start(&mut sim, 100, 30_000, 30_000);
+    let limit = sim.now + Duration::from_secs(600);
+    assert!(sim.run_until(limit, |s| {
+        bulk.on_step(s);
+        bulk.finished()
+    }));
+    assert!(bulk.errors.is_empty(), "{:?}", bulk.errors);
+    for (side, stack) in [("A", &sim.a), ("B", &sim.b)] {
+        assert_eq!(
+            stack.buffer_memory(),
+            0,
+            "{side}: TIME-WAIT holds buffer memory"
+        );
+    }
+    sim.run_for(Duration::from_secs(120));
+    for (side, stack) in [("A", &sim.a), ("B", &sim.b)] {
+        assert_eq!(stack.connection_count(), 0, "{side}");
+        assert_eq!(stack.recv_memory_committed(), 0, "{side}");
+    }
+}
