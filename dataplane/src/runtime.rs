@@ -211,6 +211,10 @@ impl Dataplane {
                 cpu: a.cpu,
                 node: a.node,
                 zero_copy: sock.zero_copy,
+                rx_frames: config
+                    .rings
+                    .frames_per_queue
+                    .saturating_sub(loop_cfg.tx_reserve as u32),
             };
             let counters = Arc::new(QueueCounters::default());
             let failed = Arc::new(AtomicI32::new(0));

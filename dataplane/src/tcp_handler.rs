@@ -253,14 +253,24 @@ counters! {
         resets_in,
         /// RSTs sent.
         resets_out,
+        /// Bytes of buffer memory the connections hold now (a gauge).
+        buffer_memory,
+        /// Receive memory committed now, of the stack's budget (a gauge).
+        recv_memory_committed,
     }
 }
 
 impl TcpCounters {
     /// Copies the stack's counters (the worker, every [`PUBLISH_EVERY`]).
-    fn publish(&self, live: usize, s: &Stats) {
+    fn publish(&self, stack: &Stack) {
         let set = counters::set;
-        set(&self.connections, live as u64);
+        let s = stack.stats();
+        set(&self.connections, stack.connection_count() as u64);
+        set(&self.buffer_memory, stack.buffer_memory() as u64);
+        set(
+            &self.recv_memory_committed,
+            stack.recv_memory_committed() as u64,
+        );
         set(&self.passive_opens, s.passive_opens);
         set(&self.active_opens, s.active_opens);
         set(&self.closed, s.closed);
@@ -276,6 +286,17 @@ impl TcpCounters {
         set(&self.resets_out, s.resets_out);
         set(&self.segments_out, s.segments_out);
     }
+}
+
+/// The receive memory a queue's stack may promise ([`flowlane_tcp::Config::recv_memory`]):
+/// half of the frames it receives into, a segment each. Every byte a
+/// window offers can be in flight towards the queue at once, one segment
+/// per frame; the other half covers the segment every connection may
+/// always be offered outside the budget (for up to that many connections).
+/// So the windows never promise more than the frames hold, and the
+/// receiver never makes the sender retransmit by running out of frames.
+fn recv_memory_for(rx_frames: u32, mss: u16) -> usize {
+    (rx_frames as usize / 2) * usize::from(mss)
 }
 
 /// A queue's TCP endpoint: a [`QueueHandler`] owning the queue's stack,
@@ -312,6 +333,9 @@ impl TcpHandler {
         for (i, b) in queue.queue.to_le_bytes().iter().enumerate() {
             tcp.isn_secret[12 + i] ^= b;
         }
+        tcp.recv_memory = tcp
+            .recv_memory
+            .min(recv_memory_for(queue.rx_frames, tcp.mss));
         TcpHandler {
             stack: Stack::new(tcp),
             local_ip: cfg.local_ip,
@@ -478,8 +502,7 @@ impl TcpHandler {
 impl Drop for TcpHandler {
     /// The worker is done: publish the final counters.
     fn drop(&mut self) {
-        self.counters
-            .publish(self.stack.connection_count(), self.stack.stats());
+        self.counters.publish(&self.stack);
     }
 }
 
@@ -517,8 +540,7 @@ impl QueueHandler for TcpHandler {
         self.output(now, tx);
         if now_d.saturating_sub(self.last_publish) >= PUBLISH_EVERY {
             self.last_publish = now_d;
-            self.counters
-                .publish(self.stack.connection_count(), self.stack.stats());
+            self.counters.publish(&self.stack);
         }
     }
 
@@ -547,6 +569,7 @@ mod tests {
             cpu: None,
             node: 0,
             zero_copy: false,
+            rx_frames: 32768,
         }
     }
 

@@ -39,6 +39,9 @@ pub struct QueueInfo {
     pub node: u32,
     /// Whether the socket is bound in zero-copy mode.
     pub zero_copy: bool,
+    /// Frames the queue receives into (its UMEM frames less those kept
+    /// for transmission): what can be in flight towards it at once.
+    pub rx_frames: u32,
 }
 
 /// What to do with a received frame.
@@ -254,7 +257,11 @@ fn fail(ctl: &Control, info: &QueueInfo, what: &str, e: &std::io::Error) {
 
 /// Frames received per loop pass before the handler's `on_poll` (which
 /// sends the ACKs): with many connections on a queue, a 64-frame pass holds
-/// about one segment per connection and each costs its own ACK.
+/// about one segment per connection and each costs its own ACK. Larger
+/// passes acknowledge more per ACK (2,048 halved the ACKs at 256
+/// connections on the test bed) but let the sender answer each ACK with a
+/// larger burst, which overflows the 256-frame ring in front of XDP on a
+/// veth (BENCHMARKS.md, "Scale"): kept at 256 until bursts are paced.
 pub const RX_BUDGET: usize = 4 * BATCH;
 
 /// Most TX wake-ups per loop pass (copy mode moves at most 32 frames per

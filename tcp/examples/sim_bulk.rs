@@ -65,6 +65,7 @@ fn main() {
     println!("segments received (B)  {}", rx.segments_in);
     println!("segments received (A)  {}", tx.segments_in);
     println!("retransmits            {}", tx.retransmits);
+    println!("out of order (B)       {}", rx.out_of_order);
     println!("virtual time           {:?}", sim.now);
     println!(
         "buffer auto-tuning     {}",

@@ -207,7 +207,9 @@ impl Stack {
     /// Receive memory committed now: what all connections hold in their
     /// receive buffers plus the windows they advertised and the peers have
     /// yet to fill, beyond the one segment each may always be offered
-    /// (see [`Config::recv_memory`]). Never more than `recv_memory`.
+    /// (see [`Config::recv_memory`]). Never more than `recv_memory`, but
+    /// for window-scale rounding (RFC 7323 §2.4: under 2^shift bytes per
+    /// connection, since a window is never shrunk).
     pub fn recv_memory_committed(&self) -> usize {
         self.rcv_committed
     }

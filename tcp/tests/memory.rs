@@ -87,9 +87,11 @@ fn slow_readers(conns: usize, bytes: u64, budget: usize, read_per_tick: usize) -
                 }
             }
         }
+        // Window-scale rounding may pass the budget by under 2^shift bytes
+        // per connection (the shift is 7 for the default 6 MiB maximum).
         let committed = s.b.recv_memory_committed();
         assert!(
-            committed <= budget,
+            committed <= budget + (conns << 7),
             "committed {committed} > budget {budget}"
         );
         peak = peak.max(committed);
@@ -133,7 +135,8 @@ fn write(
 
 /// Forty slow readers behind a 256 KiB budget (each connection's own
 /// buffer would offer 64 KiB: 2.5 MiB in all): the windows shrink to fit,
-/// so the committed memory never passes the budget, nothing the sender
+/// so the committed memory never passes the budget (but for window-scale
+/// rounding), nothing the sender
 /// transmits is lost (no retransmission timeout, no fast retransmit: it is
 /// held back by windows, never dropped), and every byte arrives in order.
 #[test]

@@ -224,13 +224,11 @@ impl Connection {
         let mut field = wnd >> shift;
         // Round up if truncation would pull the right edge left (RFC 7323
         // §2.4); at most 2^shift - 1 bytes past the buffer, which are
-        // trimmed on arrival. Not past the receive memory, though: then the
-        // field rounds down and the edge the peer sees recedes by less than
-        // 2^shift (RFC 7323 Appendix F; Linux `tcp_shrink_window`), while
-        // the edge we accept up to (`rcv.adv`) stays where it was.
-        if (field << shift) < current
-            && self.recv_buf.len() + ((field + 1) << shift) <= mem.limit(0)
-        {
+        // trimmed on arrival, and past the receive memory's limit (counted
+        // in the commitment all the same). The window is never shrunk to
+        // avoid that (RFC 7323 Appendix F allows it; a Linux sender then
+        // retransmits into the receded edge).
+        if (field << shift) < current {
             field += 1;
         }
         let field = field.min(0xffff);

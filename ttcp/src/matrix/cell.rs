@@ -39,23 +39,25 @@ pub(super) struct CellRun {
     pub(super) sender_retrans: Option<u64>,
 }
 
-/// Sums `retransmits` over the queues of flowlane's `dataplane` report line
-/// (on its stderr).
-fn flowlane_retransmits(stderr: &[u8]) -> Option<u64> {
+/// flowlane's `dataplane` report line (on its stderr): per queue, the
+/// AF_XDP socket's, the steering program's and the TCP stack's counters.
+fn flowlane_dataplane(stderr: &[u8]) -> Option<serde_json::Value> {
     String::from_utf8_lossy(stderr)
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .find(|v| v["event"] == "dataplane")
-        .map(|v| {
-            v["queues"]
-                .as_array()
-                .map(|qs| {
-                    qs.iter()
-                        .filter_map(|q| q["tcp"]["retransmits"].as_u64())
-                        .sum()
-                })
-                .unwrap_or(0)
+}
+
+/// Sums `retransmits` over the queues of flowlane's `dataplane` report.
+fn flowlane_retransmits(report: &serde_json::Value) -> u64 {
+    report["queues"]
+        .as_array()
+        .map(|qs| {
+            qs.iter()
+                .filter_map(|q| q["tcp"]["retransmits"].as_u64())
+                .sum()
         })
+        .unwrap_or(0)
 }
 
 fn run_cell(c: &CellSpec<'_>) -> Result<CellRun> {
@@ -135,14 +137,25 @@ fn run_cell(c: &CellSpec<'_>) -> Result<CellRun> {
             );
         }
     }
-    let tx: serde_json::Value = serde_json::from_slice(&txo.stdout).context("sender JSON")?;
+    let mut tx: serde_json::Value = serde_json::from_slice(&txo.stdout).context("sender JSON")?;
+    let mut rx: serde_json::Value = serde_json::from_slice(&rxo.stdout).context("receiver JSON")?;
+    let tx_dataplane = flowlane_dataplane(&txo.stderr);
     let sender_retrans = if c.sends && c.backend == "flowlane" {
-        flowlane_retransmits(&txo.stderr)
+        tx_dataplane.as_ref().map(flowlane_retransmits)
     } else {
         tx.get("tcp_retrans_segs_netns").and_then(|x| x.as_u64())
     };
+    // flowlane's counters go with its end's report (`dataplane`).
+    for (report, dataplane) in [
+        (&mut tx, tx_dataplane),
+        (&mut rx, flowlane_dataplane(&rxo.stderr)),
+    ] {
+        if let (Some(obj), Some(d)) = (report.as_object_mut(), dataplane) {
+            obj.insert("dataplane".into(), d);
+        }
+    }
     Ok(CellRun {
-        rx: serde_json::from_slice(&rxo.stdout).context("receiver JSON")?,
+        rx,
         tx,
         sender_retrans,
     })
