@@ -367,7 +367,9 @@ impl Stack {
     /// waiting for memory if some freed.
     #[inline]
     fn settle(&mut self, before: usize, after: usize) {
-        self.rcv_committed = self.rcv_committed - before + after;
+        // Saturating: the total is the sum of the commitments by
+        // construction, and a slip must never become a panic.
+        self.rcv_committed = self.rcv_committed.saturating_sub(before) + after;
         if after < before && !self.mem_waiting.is_empty() {
             self.wake_memory_waiters();
         }
@@ -555,7 +557,9 @@ impl Stack {
         self.table.remove(&conn.tuple);
         self.free.push(idx);
         self.live -= 1;
-        self.rcv_committed -= conn.rcv_commitment(usize::from(self.cfg.mss));
+        self.rcv_committed = self
+            .rcv_committed
+            .saturating_sub(conn.rcv_commitment(usize::from(self.cfg.mss)));
         conn
     }
 

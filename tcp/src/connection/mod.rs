@@ -101,7 +101,8 @@ impl RecvMemory {
     /// The budget less every other connection's commitment.
     #[inline]
     pub(crate) fn room(&self) -> usize {
-        self.budget.saturating_sub(self.total - self.mine)
+        self.budget
+            .saturating_sub(self.total.saturating_sub(self.mine))
     }
 
     /// Under pressure (more than half the budget committed): the budget
