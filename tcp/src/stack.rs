@@ -343,14 +343,7 @@ impl Stack {
             ..
         } = self;
         let conn = slots[idx as usize].conn.as_mut().expect("live slot");
-        let floor = usize::from(cfg.mss);
-        let mem = RecvMemory {
-            mine: conn.rcv_commitment(floor),
-            total: *rcv_committed,
-            budget: cfg.recv_memory,
-            live: *live,
-            floor,
-        };
+        let mem = RecvMemory::of(conn, cfg, *rcv_committed, *live);
         let ctx = Ctx {
             now: *now,
             cfg,
@@ -391,13 +384,7 @@ impl Stack {
             let Some(conn) = slot.conn.as_mut() else {
                 continue;
             };
-            let mem = RecvMemory {
-                mine: conn.rcv_commitment(mss),
-                total: self.rcv_committed,
-                budget: self.cfg.recv_memory,
-                live: self.live,
-                floor: mss,
-            };
+            let mem = RecvMemory::of(conn, &self.cfg, self.rcv_committed, self.live);
             if conn.on_memory_freed(mem) && !slot.in_dirty {
                 slot.in_dirty = true;
                 self.dirty.push_back((idx, generation));
@@ -738,7 +725,6 @@ impl Stack {
                 conn.on_output_idle(ctx.now);
             }
             let (before, after) = (ctx.mem.mine, conn.rcv_commitment(ctx.mem.floor));
-            let conn = &*conn;
             match sent {
                 Some(len) => {
                     let t = Transmit {

@@ -98,6 +98,20 @@ impl RecvMemory {
         floor: 0,
     };
 
+    /// The view of `conn` when all `live` connections together commit
+    /// `total` of `cfg.recv_memory`.
+    #[inline]
+    pub(crate) fn of(conn: &Connection, cfg: &Config, total: usize, live: usize) -> Self {
+        let floor = usize::from(cfg.mss);
+        RecvMemory {
+            mine: conn.rcv_commitment(floor),
+            total,
+            budget: cfg.recv_memory,
+            live,
+            floor,
+        }
+    }
+
     /// The budget less every other connection's commitment.
     #[inline]
     pub(crate) fn room(&self) -> usize {
