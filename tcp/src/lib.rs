@@ -47,7 +47,9 @@ mod isn;
 mod rto;
 mod sack;
 mod seq;
+mod siphash;
 mod stack;
+mod table;
 pub mod time;
 mod timer;
 

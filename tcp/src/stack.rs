@@ -5,6 +5,7 @@ use crate::chunk_pool::{ChunkPool, CHUNK_SIZE};
 use crate::connection::{ev, Connection, Ctx, Flags, PendingRst, RecvMemory, State};
 use crate::isn::IsnGenerator;
 use crate::seq::SeqNumber;
+use crate::table::ConnTable;
 use crate::time::Instant;
 use crate::timer::{TimerEntry, TimerWheel};
 use crate::{Config, ConnHandle, Error, Event, FourTuple, ListenerId, Snapshot, Stats, Transmit};
@@ -13,9 +14,9 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::net::{IpAddr, SocketAddr};
 
-/// FxHash (as used by rustc): a fast, non-cryptographic hasher. The table
-/// is keyed by addresses chosen by remote hosts; if hash flooding matters
-/// for a deployment, key it with SipHash instead.
+/// FxHash (as used by rustc): a fast, unkeyed hasher, for the listener
+/// ports (which we choose). The connection table, whose keys remote hosts
+/// choose, is keyed ([`ConnTable`]).
 #[derive(Default, Clone, Copy)]
 struct FxHasher {
     hash: u64,
@@ -135,7 +136,7 @@ pub struct Stack {
     isn: IsnGenerator,
     slots: Vec<Slot>,
     free: Vec<u32>,
-    table: HashMap<FourTuple, u32, FxBuild>,
+    table: ConnTable,
     listeners: Vec<Option<Listener>>,
     listener_ports: HashMap<u16, u32, FxBuild>,
     wheel: TimerWheel,
@@ -167,12 +168,12 @@ impl Stack {
     pub fn new(cfg: Config) -> Self {
         Stack {
             isn: IsnGenerator::new(cfg.isn_secret),
+            table: ConnTable::new(&cfg.isn_secret),
             wheel: TimerWheel::new(cfg.timer_tick, cfg.timer_buckets),
             pool: ChunkPool::new(cfg.recv_memory.div_ceil(CHUNK_SIZE)),
             cfg,
             slots: Vec::new(),
             free: Vec::new(),
-            table: HashMap::default(),
             listeners: Vec::new(),
             listener_ports: HashMap::default(),
             expired: Vec::new(),
@@ -264,7 +265,7 @@ impl Stack {
             return Err(Error::InvalidAddress);
         }
         let tuple = FourTuple { local, remote };
-        if self.table.contains_key(&tuple) {
+        if self.find(&tuple).is_some() {
             return Err(Error::AddrInUse);
         }
         let mut conn = Connection::new_active(&self.cfg, &self.isn, tuple, now);
@@ -299,9 +300,30 @@ impl Stack {
         slot.mem_waiting = false;
         let floor = usize::from(self.cfg.mss);
         self.rcv_committed += slot.conn.as_ref().map_or(0, |c| c.rcv_commitment(floor));
-        self.table.insert(tuple, idx);
+        let hash = self.table.hash(&tuple);
+        let slots = &self.slots;
+        self.table.insert(hash, idx, |i| Self::tuple_at(slots, i));
         self.live += 1;
         idx
+    }
+
+    /// The tuple of the live connection in slot `idx` (every slot the
+    /// table names is live).
+    #[inline]
+    fn tuple_at(slots: &[Slot], idx: u32) -> &FourTuple {
+        &slots[idx as usize]
+            .conn
+            .as_ref()
+            .expect("the table names live slots")
+            .tuple
+    }
+
+    /// The slot of the connection with this tuple.
+    #[inline]
+    fn find(&self, tuple: &FourTuple) -> Option<u32> {
+        let slots = &self.slots;
+        self.table
+            .find(self.table.hash(tuple), tuple, |i| Self::tuple_at(slots, i))
     }
 
     fn handle(&self, idx: u32) -> ConnHandle {
@@ -541,7 +563,7 @@ impl Stack {
         slot.in_dirty = false;
         slot.listener = None;
         slot.mem_waiting = false;
-        self.table.remove(&conn.tuple);
+        self.table.remove(self.table.hash(&conn.tuple), idx);
         self.free.push(idx);
         self.live -= 1;
         self.rcv_committed = self
@@ -574,7 +596,7 @@ impl Stack {
             local: SocketAddr::new(dst_ip, repr.dst_port),
             remote: SocketAddr::new(src_ip, repr.src_port),
         };
-        if let Some(&idx) = self.table.get(&tuple) {
+        if let Some(idx) = self.find(&tuple) {
             self.with_conn(idx, |c, ctx| c.on_segment(ctx, repr, payload));
             return;
         }
@@ -916,7 +938,7 @@ impl Stack {
     /// `Accepted`) when it completes.
     pub fn import(&mut self, now: Instant, snap: Snapshot) -> Result<ConnHandle, Error> {
         self.tick(now);
-        if self.table.contains_key(&snap.four_tuple()) {
+        if self.find(&snap.four_tuple()).is_some() {
             return Err(Error::AddrInUse);
         }
         let mut conn = Connection::import(&snap, &mut self.pool)?;
