@@ -245,6 +245,8 @@ counters! {
         rto_timeouts,
         /// Segments received out of order.
         out_of_order,
+        /// In-order data segments taken by header prediction.
+        predicted,
         /// Segments failing the sequence test.
         unacceptable,
         /// Segments the stack found malformed.
@@ -280,6 +282,7 @@ impl TcpCounters {
         set(&self.fast_retransmits, s.fast_retransmits);
         set(&self.rto_timeouts, s.rto_timeouts);
         set(&self.out_of_order, s.out_of_order);
+        set(&self.predicted, s.predicted);
         set(&self.unacceptable, s.unacceptable);
         set(&self.tcp_malformed, s.malformed);
         set(&self.resets_in, s.resets_in);

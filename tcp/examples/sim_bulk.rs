@@ -66,6 +66,7 @@ fn main() {
     println!("segments received (A)  {}", tx.segments_in);
     println!("retransmits            {}", tx.retransmits);
     println!("out of order (B)       {}", rx.out_of_order);
+    println!("predicted (B)          {}", rx.predicted);
     println!("virtual time           {:?}", sim.now);
     println!(
         "buffer auto-tuning     {}",

@@ -258,6 +258,10 @@ pub struct Config {
     pub timer_buckets: usize,
     /// Maximum queued RSTs for segments to no connection; more are dropped.
     pub max_pending_resets: usize,
+    /// Header prediction: the next in-order data segment that changes
+    /// nothing else skips the general checks (on by default; off only to
+    /// compare against the general path, which must give the same result).
+    pub header_prediction: bool,
 }
 
 impl Config {
@@ -288,6 +292,7 @@ impl Config {
             timer_tick: Duration::from_millis(1),
             timer_buckets: 2048,
             max_pending_resets: 1024,
+            header_prediction: true,
         }
     }
 }
@@ -335,6 +340,9 @@ pub struct Stats {
     pub dup_acks: u64,
     /// Segments received out of order.
     pub out_of_order: u64,
+    /// In-order data segments taken by header prediction (the fast path
+    /// that skips the general checks).
+    pub predicted: u64,
     /// Out-of-order segments dropped because the reassembler was full.
     pub ooo_dropped: u64,
     /// Segments failing the sequence acceptability test.

@@ -44,7 +44,7 @@ impl Connection {
         self.flags.set(Flags::APP_CLOSED);
         self.shutdown_write();
         if self.state == State::FinWait2 {
-            self.timers.close = Some(ctx.now + ctx.cfg.msl.saturating_mul(2));
+            self.timers.close = Deadline::at(ctx.now + ctx.cfg.msl.saturating_mul(2));
         }
     }
 

@@ -46,6 +46,9 @@ impl Connection {
         if !payload.is_empty() {
             ctx.stats.data_segments_in += 1;
         }
+        if self.on_segment_predicted(ctx, seg, payload) {
+            return;
+        }
         match self.state {
             State::Closed | State::Listen => {}
             State::SynSent => self.on_segment_syn_sent(ctx, seg, payload),
@@ -99,7 +102,7 @@ impl Connection {
         if f.ack() {
             self.snd.una = SeqNumber(seg.ack);
             self.take_rtt_sample(ctx.now, seg);
-            self.timers.rto = None;
+            self.timers.rto = Deadline::NONE;
             self.timers.retransmits = 0;
             self.state = State::Established;
             self.events |= ev::ESTABLISHED;
@@ -256,7 +259,7 @@ impl Connection {
                 // RFC 9293 §3.10.7.4 TIME-WAIT: a retransmitted FIN restarts
                 // the 2 MSL timeout.
                 if self.state == State::TimeWait && f.fin() {
-                    self.timers.close = Some(ctx.now + ctx.cfg.msl.saturating_mul(2));
+                    self.timers.close = Deadline::at(ctx.now + ctx.cfg.msl.saturating_mul(2));
                 }
             }
             return None;
@@ -288,7 +291,7 @@ impl Connection {
 
     /// RFC 7323 §4.3: updates TS.Recent from an acceptable segment.
     #[inline]
-    fn update_ts_recent(&mut self, now: Instant, seg: &TcpRepr, seq: SeqNumber) {
+    pub(super) fn update_ts_recent(&mut self, now: Instant, seg: &TcpRepr, seq: SeqNumber) {
         if let (true, Some((tsval, _))) =
             (self.flags.has(Flags::TIMESTAMPS), seg.options.timestamps)
         {
@@ -317,7 +320,7 @@ impl Connection {
             self.snd.wl1 = seq;
             self.snd.wl2 = SeqNumber(seg.ack);
             self.snd.una = self.snd.iss + 1;
-            self.timers.rto = None;
+            self.timers.rto = Deadline::NONE;
             self.timers.retransmits = 0;
             self.take_rtt_sample(ctx.now, seg);
             true
@@ -471,20 +474,20 @@ impl Connection {
     /// RFC 9293 §3.10.7.4: SND.WND update from an acceptable segment
     /// (SND.WL1 / SND.WL2 guard against old segments).
     #[inline]
-    fn update_send_window(&mut self, seq: SeqNumber, ack: SeqNumber, new_wnd: u32) {
+    pub(super) fn update_send_window(&mut self, seq: SeqNumber, ack: SeqNumber, new_wnd: u32) {
         if self.snd.wnd == 0 && new_wnd > 0 && ack == self.snd.una && self.snd.nxt > ack {
             // The window reopened: whatever went out as a probe into the
             // zero window was not accepted, so send it again right away
             // instead of waiting for a backed-off RTO.
             self.snd.nxt = ack;
-            self.timers.rto = None;
+            self.timers.rto = Deadline::NONE;
         }
         self.snd.wnd = new_wnd;
         self.snd.max_wnd = self.snd.max_wnd.max(new_wnd);
         self.snd.wl1 = seq;
         self.snd.wl2 = ack;
         if new_wnd > 0 {
-            self.timers.persist = None;
+            self.timers.persist = Deadline::NONE;
             self.timers.persist_backoff = 0;
         }
     }
@@ -500,7 +503,7 @@ impl Connection {
                     self.state = State::FinWait2;
                     if self.flags.has(Flags::APP_CLOSED) {
                         // Orphaned: do not wait for the peer's FIN forever.
-                        self.timers.close = Some(ctx.now + ctx.cfg.msl.saturating_mul(2));
+                        self.timers.close = Deadline::at(ctx.now + ctx.cfg.msl.saturating_mul(2));
                     }
                 }
                 State::Closing => self.enter_time_wait(ctx),
@@ -597,7 +600,7 @@ impl Connection {
             // RFC 5681 §4.2: ACK at least every second full-sized segment.
             self.flags.set(Flags::ACK_NOW);
         } else if self.timers.delayed_ack.is_none() {
-            self.timers.delayed_ack = Some(ctx.now + ctx.cfg.ack_delay);
+            self.timers.delayed_ack = Deadline::at(ctx.now + ctx.cfg.ack_delay);
         }
         // A FIN that arrived ahead of this data.
         if self.rcv.fin_seq == Some(self.rcv.nxt) {
@@ -643,11 +646,11 @@ impl Connection {
 
     pub(super) fn enter_time_wait(&mut self, ctx: &mut Ctx<'_>) {
         self.state = State::TimeWait;
-        self.timers.rto = None;
-        self.timers.persist = None;
-        self.timers.keepalive = None;
-        self.timers.delayed_ack = None;
-        self.timers.close = Some(ctx.now + ctx.cfg.msl.saturating_mul(2));
+        self.timers.rto = Deadline::NONE;
+        self.timers.persist = Deadline::NONE;
+        self.timers.keepalive = Deadline::NONE;
+        self.timers.delayed_ack = Deadline::NONE;
+        self.timers.close = Deadline::at(ctx.now + ctx.cfg.msl.saturating_mul(2));
         self.assembler.clear();
         // Nothing more is sent or received: TIME-WAIT holds no buffer
         // memory beyond what the application has yet to read.
@@ -658,7 +661,7 @@ impl Connection {
     pub(super) fn arm_keepalive(&mut self, ctx: &mut Ctx<'_>) {
         if let Some(ka) = ctx.cfg.keepalive {
             if self.state.is_synchronized() && self.state != State::TimeWait {
-                self.timers.keepalive = Some(ctx.now + ka.idle);
+                self.timers.keepalive = Deadline::at(ctx.now + ka.idle);
             }
         }
     }

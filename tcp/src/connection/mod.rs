@@ -11,6 +11,7 @@
 mod app;
 mod input;
 mod output;
+mod predict;
 mod recovery;
 mod snapshot;
 mod state;
@@ -31,7 +32,7 @@ use crate::isn::IsnGenerator;
 use crate::rto::RttEstimator;
 use crate::sack::{Scoreboard, DUP_THRESH};
 use crate::seq::SeqNumber;
-use crate::time::{Duration, Instant};
+use crate::time::{Deadline, Duration, Instant};
 use crate::{CloseReason, Config, FourTuple, Stats};
 use flowlane_wire::tcp::{TcpFlags, TcpOptions, TcpRepr};
 use std::collections::VecDeque;
@@ -260,11 +261,11 @@ impl Connection {
                 rtt_floor: 0,
             },
             timers: TimerState {
-                rto: None,
-                delayed_ack: None,
-                persist: None,
-                keepalive: None,
-                close: None,
+                rto: Deadline::NONE,
+                delayed_ack: Deadline::NONE,
+                persist: Deadline::NONE,
+                keepalive: Deadline::NONE,
+                close: Deadline::NONE,
                 retransmits: 0,
                 persist_backoff: 0,
                 keepalive_probes: 0,

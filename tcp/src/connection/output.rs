@@ -87,7 +87,7 @@ impl Connection {
         self.snd.max = self.snd.max.max(self.snd.nxt);
         if self.timers.rto.is_none() {
             self.flags.clear(Flags::PROBE_ARMED);
-            self.timers.rto = Some(now + self.rtt.rto());
+            self.timers.rto = Deadline::at(now + self.rtt.rto());
         }
         Some(len)
     }
@@ -315,7 +315,7 @@ impl Connection {
         // RFC 6298 §5.1.
         if self.timers.rto.is_none() && self.snd.una != self.snd.max {
             self.flags.clear(Flags::PROBE_ARMED);
-            self.timers.rto = Some(now + self.rtt.rto());
+            self.timers.rto = Deadline::at(now + self.rtt.rto());
         }
         if !is_retransmit && payload > 0 {
             self.rearm_probe(now);
@@ -381,7 +381,7 @@ impl Connection {
         }
         self.ts.last_ack_sent = self.rcv.nxt;
         self.rcv.unacked = 0;
-        self.timers.delayed_ack = None;
+        self.timers.delayed_ack = Deadline::NONE;
         if self.rcv.acks_owed > 0 {
             // One more (duplicate) ACK follows: see `owe_immediate_ack`.
             self.rcv.acks_owed -= 1;

@@ -219,7 +219,7 @@ impl Connection {
     pub(super) fn arm_rto_or_probe(&mut self, now: Instant) {
         self.flags.clear(Flags::PROBE_ARMED);
         if self.snd.una == self.snd.max {
-            self.timers.rto = None;
+            self.timers.rto = Deadline::NONE;
             return;
         }
         let rto = self.rtt.rto();
@@ -230,11 +230,11 @@ impl Connection {
                 && self.timers.loss_probes < MAX_LOSS_PROBES
             {
                 self.flags.set(Flags::PROBE_ARMED);
-                self.timers.rto = Some(now + pto);
+                self.timers.rto = Deadline::at(now + pto);
                 return;
             }
         }
-        self.timers.rto = Some(now + rto);
+        self.timers.rto = Deadline::at(now + rto);
     }
 
     /// RFC 8985 §7.2: (re)start the loss probe timer after sending new
@@ -251,13 +251,13 @@ impl Connection {
             return;
         };
         let at = now + pto;
-        if let Some(d) = self.timers.rto {
+        if let Some(d) = self.timers.rto.get() {
             if !self.flags.has(Flags::PROBE_ARMED) && d <= at {
                 return;
             }
         }
         self.flags.set(Flags::PROBE_ARMED);
-        self.timers.rto = Some(at);
+        self.timers.rto = Deadline::at(at);
     }
 
     /// RFC 8985 §7.2 gives a lone segment in flight the worst-case delayed

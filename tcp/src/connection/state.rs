@@ -2,7 +2,7 @@
 //! sequence spaces, timestamp, tuning and timer records.
 
 use crate::seq::SeqNumber;
-use crate::time::Instant;
+use crate::time::{Deadline, Instant};
 
 /// RFC 9293 §3.3.2 connection states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -266,15 +266,15 @@ pub(crate) struct TuningState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TimerState {
     /// Retransmission timer (RFC 6298 §5).
-    pub(crate) rto: Option<Instant>,
+    pub(crate) rto: Deadline,
     /// Delayed ACK timer.
-    pub(crate) delayed_ack: Option<Instant>,
+    pub(crate) delayed_ack: Deadline,
     /// Persist (zero window / SWS override) timer.
-    pub(crate) persist: Option<Instant>,
+    pub(crate) persist: Deadline,
     /// Keepalive timer.
-    pub(crate) keepalive: Option<Instant>,
+    pub(crate) keepalive: Deadline,
     /// TIME-WAIT or orphaned FIN-WAIT-2 expiry.
-    pub(crate) close: Option<Instant>,
+    pub(crate) close: Deadline,
     /// Consecutive retransmission timeouts.
     pub(crate) retransmits: u8,
     /// Persist backoff exponent.

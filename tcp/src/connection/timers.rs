@@ -9,21 +9,20 @@ impl Connection {
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
         let t = &self.timers;
         // Branch-free: an unset timer reads as the end of time.
-        let at = |d: Option<Instant>| d.map_or(u64::MAX, |i| i.0);
-        let m = at(t.rto)
-            .min(at(t.delayed_ack))
-            .min(at(t.persist))
-            .min(at(t.keepalive))
-            .min(at(t.close));
-        (m != u64::MAX).then_some(Instant(m))
+        t.rto
+            .min(t.delayed_ack)
+            .min(t.persist)
+            .min(t.keepalive)
+            .min(t.close)
+            .get()
     }
 
     /// Handles every timer due at `ctx.now`.
     pub(crate) fn on_timeout(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now;
-        let due = |d: Option<Instant>| d.is_some_and(|d| d <= now);
+        let due = |d: Deadline| d.due(now);
         if due(self.timers.close) {
-            self.timers.close = None;
+            self.timers.close = Deadline::NONE;
             let reason = if self.state == State::TimeWait {
                 CloseReason::Normal
             } else {
@@ -35,23 +34,23 @@ impl Connection {
         if due(self.timers.rto) && self.flags.has(Flags::PROBE_ARMED) {
             self.on_probe_timeout(ctx);
         } else if due(self.timers.rto) {
-            self.timers.rto = None;
+            self.timers.rto = Deadline::NONE;
             self.on_retransmit_timeout(ctx);
             if self.state == State::Closed {
                 return;
             }
         }
         if due(self.timers.persist) {
-            self.timers.persist = None;
+            self.timers.persist = Deadline::NONE;
             self.timers.persist_backoff = self.timers.persist_backoff.saturating_add(1);
             self.flags.set(Flags::PROBE_NOW);
         }
         if due(self.timers.delayed_ack) {
-            self.timers.delayed_ack = None;
+            self.timers.delayed_ack = Deadline::NONE;
             self.flags.set(Flags::ACK_NOW);
         }
         if due(self.timers.keepalive) {
-            self.timers.keepalive = None;
+            self.timers.keepalive = Deadline::NONE;
             if let Some(ka) = ctx.cfg.keepalive {
                 if self.timers.keepalive_probes >= ka.probes {
                     self.close_now(CloseReason::Timeout);
@@ -59,7 +58,7 @@ impl Connection {
                 }
                 self.timers.keepalive_probes += 1;
                 self.flags.set(Flags::KEEPALIVE_NOW);
-                self.timers.keepalive = Some(now + ka.interval);
+                self.timers.keepalive = Deadline::at(now + ka.interval);
             }
         }
     }
@@ -119,7 +118,7 @@ impl Connection {
             let base = self.rtt.rto();
             let d = base.saturating_mul(1u64 << self.timers.persist_backoff.min(16));
             let max = Duration::from_secs(60).max(base);
-            self.timers.persist = Some(now + d.min(max));
+            self.timers.persist = Deadline::at(now + d.min(max));
         }
     }
 
