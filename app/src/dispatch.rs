@@ -231,6 +231,12 @@ impl<N: Net + ?Sized> Net for Scoped<'_, N> {
     fn state(&self, conn: ConnHandle) -> Result<State, Error> {
         self.inner.state(conn)
     }
+    fn set_user_data(&mut self, conn: ConnHandle, data: u64) -> Result<(), Error> {
+        self.inner.set_user_data(conn, data)
+    }
+    fn user_data(&self, conn: ConnHandle) -> Result<u64, Error> {
+        self.inner.user_data(conn)
+    }
     fn stats(&self) -> &Stats {
         self.inner.stats()
     }

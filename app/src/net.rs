@@ -88,6 +88,14 @@ pub trait Net {
     /// The connection's TCP state.
     fn state(&self, conn: ConnHandle) -> Result<State, Error>;
 
+    /// Stores one word of the application's for the connection (an index
+    /// into its own per-connection table), so that a handler needs no side
+    /// map from handles to its state. Zero until set.
+    fn set_user_data(&mut self, conn: ConnHandle, data: u64) -> Result<(), Error>;
+
+    /// The word stored by [`Net::set_user_data`].
+    fn user_data(&self, conn: ConnHandle) -> Result<u64, Error>;
+
     /// This core's TCP counters.
     fn stats(&self) -> &Stats;
 

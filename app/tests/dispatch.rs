@@ -77,6 +77,12 @@ impl Net for Direct<'_> {
     fn state(&self, c: ConnHandle) -> Result<State, Error> {
         self.stack.state(c)
     }
+    fn set_user_data(&mut self, c: ConnHandle, data: u64) -> Result<(), Error> {
+        self.stack.set_user_data(c, data)
+    }
+    fn user_data(&self, c: ConnHandle) -> Result<u64, Error> {
+        self.stack.user_data(c)
+    }
     fn stats(&self) -> &Stats {
         self.stack.stats()
     }

@@ -202,6 +202,14 @@ impl Net for StackNet<'_> {
         self.stack.state(conn)
     }
 
+    fn set_user_data(&mut self, conn: ConnHandle, data: u64) -> Result<(), Error> {
+        self.stack.set_user_data(conn, data)
+    }
+
+    fn user_data(&self, conn: ConnHandle) -> Result<u64, Error> {
+        self.stack.user_data(conn)
+    }
+
     fn stats(&self) -> &Stats {
         self.stack.stats()
     }

@@ -14,6 +14,19 @@
 //! instructions per received data segment can be derived from callgrind's
 //! totals (or `--toggle-collect='*Stack*handle_segment*'` for the receive
 //! path alone).
+//!
+//! Steady state (`steady` as the third argument): every connection is
+//! opened and warmed up first (each has received data, and 16 KiB per
+//! connection have arrived in all), then
+//! the segments B receives while `bytes` more arrive in all are delivered
+//! through `sim_deliver_to_b_measured`, the phase to collect — the cost
+//! per segment of long transfers once connection set-up is out of the
+//! picture:
+//!
+//! ```text
+//! valgrind --tool=callgrind --cache-sim=yes --toggle-collect='*sim_deliver_to_b_measured*' \
+//!     target/release/examples/sim_bulk 10000 40000000 steady
+//! ```
 
 #[path = "../tests/sim/mod.rs"]
 mod sim;
@@ -28,7 +41,11 @@ fn main() {
         .next()
         .and_then(|s| s.parse().ok())
         .unwrap_or(4_000_000 / conns.max(1) as u64);
-    let fixed = args.next().is_some_and(|s| s == "fixed");
+    let mode = args.next().unwrap_or_default();
+    let (fixed, steady) = (mode == "fixed", mode == "steady");
+    if steady {
+        return run_steady(conns, bytes);
+    }
     assert!((1..=50_000).contains(&conns), "1..=50000 connections");
     let link = LinkConfig {
         delay: Duration::from_millis(1),
@@ -72,4 +89,61 @@ fn main() {
         "buffer auto-tuning     {}",
         if fixed { "off" } else { "on" }
     );
+}
+
+/// The steady-state mode (see the module documentation).
+fn run_steady(conns: usize, measured_bytes: u64) {
+    const WARM: u64 = 16 * 1024;
+    // Fast enough that every connection's window fits in flight at once:
+    // the steady state of many long transfers, not of a congested queue.
+    let link = LinkConfig {
+        delay: Duration::from_millis(1),
+        bandwidth_bps: 100_000_000_000,
+        max_queue_delay: Duration::from_millis(100),
+        ..LinkConfig::default()
+    };
+    let mut a = sim::test_config(1);
+    let mut b = sim::test_config(2);
+    for c in [&mut a, &mut b] {
+        c.listen_backlog = 65_536;
+    }
+    let mut sim = Sim::new(42, link, link, a, b);
+    // Each connection has far more to send than the run moves.
+    let mut bulk = Bulk::start(&mut sim, conns, u64::MAX / 4, 0);
+    let limit = sim.now + Duration::from_secs(3600);
+    // (Checked every thousand steps: the check walks every connection.)
+    let mut steps = 0u64;
+    let start = sim.now;
+    let warm = sim.run_until(limit, |s| {
+        bulk.on_step(s);
+        steps += 1;
+        steps % 1000 == 0
+            && s.b.stats().bytes_in >= WARM * conns as u64
+            && bulk.min_received_b() > 0
+    });
+    assert!(warm, "warm-up did not finish");
+    let (segs0, data0, bytes0) = {
+        let st = sim.b.stats();
+        (st.segments_in, st.data_segments_in, st.bytes_in)
+    };
+    let t0 = sim.now;
+    sim.measure = true;
+    let done = sim.run_until(limit, |s| {
+        bulk.on_step(s);
+        s.b.stats().bytes_in - bytes0 >= measured_bytes
+    });
+    sim.measure = false;
+    assert!(done, "measured phase did not finish");
+    assert!(bulk.errors.is_empty(), "{:?}", bulk.errors);
+    let rx = sim.b.stats();
+    println!("connections            {conns}");
+    println!("mode                   steady ({WARM} B per connection first)");
+    println!("bytes measured         {}", rx.bytes_in - bytes0);
+    println!("data segments received {}", rx.data_segments_in - data0);
+    println!("segments received (B)  {}", rx.segments_in - segs0);
+    println!("predicted (B)          {}", rx.predicted);
+    println!("out of order (B)       {}", rx.out_of_order);
+    println!("retransmits (A)        {}", sim.a.stats().retransmits);
+    println!("virtual time warming   {:?}", t0.saturating_since(start));
+    println!("virtual time measured  {:?}", sim.now.saturating_since(t0));
 }

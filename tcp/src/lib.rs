@@ -44,6 +44,8 @@ mod cc;
 mod chunk_pool;
 mod connection;
 mod isn;
+#[cfg(test)]
+mod layout;
 mod rto;
 mod sack;
 mod seq;

@@ -887,6 +887,24 @@ impl Stack {
         Ok(self.live(conn)?.tuple)
     }
 
+    /// Stores one word of the application's for the connection (an index
+    /// into its own table, a pointer-sized token): what it needs to find
+    /// its per-connection state from a handle, with no side map. It travels
+    /// with the connection through [`Stack::export`] / [`Stack::import`];
+    /// zero until set.
+    pub fn set_user_data(&mut self, conn: ConnHandle, data: u64) -> Result<(), Error> {
+        let idx = self.lookup(conn)?;
+        if let Some(c) = self.slots[idx as usize].conn.as_mut() {
+            c.user_data = data;
+        }
+        Ok(())
+    }
+
+    /// The word stored by [`Stack::set_user_data`] (zero if none was).
+    pub fn user_data(&self, conn: ConnHandle) -> Result<u64, Error> {
+        Ok(self.live(conn)?.user_data)
+    }
+
     /// Sends FIN after the queued data; reading continues (half close).
     pub fn shutdown_write(&mut self, conn: ConnHandle) -> Result<(), Error> {
         let idx = self.lookup(conn)?;
@@ -946,5 +964,80 @@ impl Stack {
         let idx = self.insert(conn, None);
         self.after(idx);
         Ok(self.handle(idx))
+    }
+}
+
+/// Bytes of one slab slot (for the layout's size budget).
+#[cfg(test)]
+pub(crate) fn slot_size() -> usize {
+    std::mem::size_of::<Slot>()
+}
+
+#[cfg(test)]
+impl Stack {
+    /// Checks that the stack's connection layout is whole: the table names
+    /// exactly the live slots under their own tuples, the free list the
+    /// empty ones; the committed receive memory and the chunks in use are
+    /// the sums of what the connections hold; a connection that holds no
+    /// data holds no chunk; TIME-WAIT holds no send buffer; every armed
+    /// timer has a wheel entry at or before it.
+    pub(crate) fn check_layout(&self) -> Result<(), String> {
+        let floor = usize::from(self.cfg.mss);
+        let (mut live, mut committed, mut chunks) = (0, 0, 0);
+        for (i, slot) in self.slots.iter().enumerate() {
+            let idx = i as u32;
+            let Some(c) = slot.conn.as_ref() else {
+                if self.free.iter().filter(|&&f| f == idx).count() != 1 {
+                    return Err(format!("empty slot {i} not once in the free list"));
+                }
+                continue;
+            };
+            live += 1;
+            if self.free.contains(&idx) {
+                return Err(format!("live slot {i} in the free list"));
+            }
+            if self.find(&c.tuple) != Some(idx) {
+                return Err(format!("slot {i} ({:?}) not found by its tuple", c.tuple));
+            }
+            if c.state == State::Closed {
+                return Err(format!("slot {i} holds a CLOSED connection"));
+            }
+            committed += c.rcv_commitment(floor);
+            chunks += c.send_buf.chunks() + c.recv_buf.chunks();
+            if c.send_buf.is_empty() && c.send_buf.chunks() != 0 {
+                return Err(format!("slot {i}: empty send buffer holds chunks"));
+            }
+            if c.recv_buf.is_empty() && c.assembler.is_empty() && c.recv_buf.chunks() != 0 {
+                return Err(format!("slot {i}: empty receive buffer holds chunks"));
+            }
+            if c.state == State::TimeWait && c.send_buf.chunks() != 0 {
+                return Err(format!("slot {i}: TIME-WAIT holds send chunks"));
+            }
+            if let Some(d) = c.next_deadline() {
+                if slot.wheel_deadline.is_none_or(|w| w > d) {
+                    return Err(format!("slot {i}: deadline {d:?} not on the wheel"));
+                }
+            }
+        }
+        if live != self.live || self.table.len() != live {
+            return Err(format!(
+                "{live} live slots, live count {}, table {}",
+                self.live,
+                self.table.len()
+            ));
+        }
+        if committed != self.rcv_committed {
+            return Err(format!(
+                "committed {} but connections sum to {committed}",
+                self.rcv_committed
+            ));
+        }
+        if chunks != self.pool.in_use() {
+            return Err(format!(
+                "pool says {} chunks in use, buffers hold {chunks}",
+                self.pool.in_use()
+            ));
+        }
+        Ok(())
     }
 }

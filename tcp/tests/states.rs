@@ -462,6 +462,27 @@ fn export_import_mid_transfer() {
 }
 
 #[test]
+fn user_data_stays_with_the_connection() {
+    let mut sim = Sim::symmetric(13, LinkConfig::default());
+    let (a, b) = sim.establish();
+    assert_eq!(sim.b.user_data(b), Ok(0), "zero until set");
+    sim.b.set_user_data(b, 0xfeed_f00d).unwrap();
+    sim.a.set_user_data(a, 7).unwrap();
+    assert_eq!(sim.b.user_data(b), Ok(0xfeed_f00d));
+    assert_eq!(sim.a.user_data(a), Ok(7), "per connection, per stack");
+    // It moves with the connection to another stack.
+    let snap = sim.b.export(b).unwrap();
+    assert_eq!(sim.b.user_data(b), Err(Error::InvalidHandle));
+    let mut b2 = Stack::new(sim::test_config(2));
+    let b = b2.import(sim.now, snap).unwrap();
+    assert_eq!(b2.user_data(b), Ok(0xfeed_f00d));
+    sim.b = b2;
+    // A closed connection's handle no longer reaches it.
+    sim.a.abort(a).unwrap();
+    assert_eq!(sim.a.set_user_data(a, 1), Err(Error::InvalidHandle));
+}
+
+#[test]
 fn paws_drops_old_timestamps() {
     let mut sim = Sim::symmetric(12, LinkConfig::default());
     let (a, b) = sim.establish();

@@ -43,7 +43,9 @@ impl Connection {
         }
         self.flags.set(Flags::APP_CLOSED);
         self.shutdown_write();
-        if self.state == State::FinWait2 {
+        // Orphaned in FIN-WAIT-2: wait 2 MSL for the peer's FIN, counted
+        // from the first close (calling it again must not push it back).
+        if self.state == State::FinWait2 && self.timers.close.is_none() {
             self.timers.close = Deadline::at(ctx.now + ctx.cfg.msl.saturating_mul(2));
         }
     }

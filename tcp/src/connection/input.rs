@@ -101,6 +101,8 @@ impl Connection {
         self.timers.last_recv = ctx.now;
         if f.ack() {
             self.snd.una = SeqNumber(seg.ack);
+            // As in SYN-RECEIVED: a timeout may have rewound SND.NXT.
+            self.snd.nxt = self.snd.nxt.max(self.snd.una);
             self.take_rtt_sample(ctx.now, seg);
             self.timers.rto = Deadline::NONE;
             self.timers.retransmits = 0;
@@ -320,6 +322,10 @@ impl Connection {
             self.snd.wl1 = seq;
             self.snd.wl2 = SeqNumber(seg.ack);
             self.snd.una = self.snd.iss + 1;
+            // A retransmission timeout may have rewound SND.NXT to the ISS
+            // for a SYN-ACK not yet sent again: the handshake is done, so
+            // nothing below SND.UNA is to be sent.
+            self.snd.nxt = self.snd.nxt.max(self.snd.una);
             self.timers.rto = Deadline::NONE;
             self.timers.retransmits = 0;
             self.take_rtt_sample(ctx.now, seg);

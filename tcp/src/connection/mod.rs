@@ -191,6 +191,8 @@ pub(crate) struct Connection {
     pub scoreboard: Scoreboard,
     pub send_buf: ChunkBuffer,
     pub recv_buf: ChunkBuffer,
+    /// The application's word for this connection ([`crate::Stack::set_user_data`]).
+    pub user_data: u64,
 }
 
 fn wscale_for(capacity: usize) -> u8 {
@@ -221,6 +223,7 @@ impl Connection {
             flags,
             events: 0,
             close_reason: CloseReason::Normal,
+            user_data: 0,
             snd: SendState {
                 iss,
                 una: iss,

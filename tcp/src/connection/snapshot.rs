@@ -45,6 +45,8 @@ pub struct Snapshot {
     /// The SACK scoreboard: ranges above `snd.una` the peer reported
     /// holding (RFC 6675 §3).
     sacked: Vec<(SeqNumber, SeqNumber)>,
+    /// The application's word for the connection.
+    user_data: u64,
 }
 
 impl Snapshot {
@@ -88,6 +90,7 @@ impl Connection {
             recv_data: self.recv_buf.to_vec(),
             out_of_order,
             sacked: self.scoreboard.ranges().to_vec(),
+            user_data: self.user_data,
         }
     }
 
@@ -144,6 +147,7 @@ impl Connection {
             scoreboard,
             send_buf,
             recv_buf,
+            user_data: s.user_data,
         })
     }
 }

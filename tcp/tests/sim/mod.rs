@@ -166,6 +166,10 @@ pub struct Sim {
     pub link_up: bool,
     /// Print every delivered segment (set SIM_TRACE=1).
     pub trace: bool,
+    /// Deliver to B through [`sim_deliver_to_b_measured`] instead of
+    /// [`sim_deliver_to_b`], so that a profiler can collect one phase of a
+    /// run (`callgrind --toggle-collect=*sim_deliver_to_b_measured*`).
+    pub measure: bool,
     /// When set, every delivered segment is recorded here: (receiving
     /// side, raw bytes with checksum).
     pub tap: Option<Vec<(Side, Vec<u8>)>>,
@@ -186,6 +190,18 @@ pub fn sim_deliver_to_a(s: &mut Stack, now: Instant, src: IpAddr, dst: IpAddr, s
 pub fn sim_deliver_to_b(s: &mut Stack, now: Instant, src: IpAddr, dst: IpAddr, seg: &[u8]) {
     // Distinct bodies so that the linker does not fold the two wrappers.
     std::hint::black_box(2u8);
+    s.handle_segment(now, src, dst, seg);
+}
+
+#[inline(never)]
+pub fn sim_deliver_to_b_measured(
+    s: &mut Stack,
+    now: Instant,
+    src: IpAddr,
+    dst: IpAddr,
+    seg: &[u8],
+) {
+    std::hint::black_box(3u8);
     s.handle_segment(now, src, dst, seg);
 }
 
@@ -263,6 +279,7 @@ impl Sim {
             pool: Vec::new(),
             link_up: true,
             trace: std::env::var_os("SIM_TRACE").is_some(),
+            measure: false,
             tap: None,
             emit_tap: None,
         }
@@ -450,7 +467,9 @@ impl Sim {
                 if let Some(tap) = self.tap.as_mut() {
                     tap.push((if p.to_b { Side::B } else { Side::A }, p.bytes.clone()));
                 }
-                if p.to_b {
+                if p.to_b && self.measure {
+                    sim_deliver_to_b_measured(&mut self.b, self.now, p.src, p.dst, &p.bytes);
+                } else if p.to_b {
                     sim_deliver_to_b(&mut self.b, self.now, p.src, p.dst, &p.bytes);
                 } else {
                     sim_deliver_to_a(&mut self.a, self.now, p.src, p.dst, &p.bytes);
@@ -555,6 +574,8 @@ pub struct Bulk {
     b: Vec<Peer>,
     /// B's slab index -> A's port offset.
     b_index: Vec<usize>,
+    /// A's slab index -> A's port offset.
+    a_index: Vec<usize>,
     pub errors: Vec<String>,
     pub closed_a: usize,
     pub closed_b: usize,
@@ -576,6 +597,7 @@ impl Bulk {
             .listen(SocketAddr::new(B_IP, SERVER_PORT))
             .expect("listen");
         let mut a = vec![Peer::default(); conns];
+        let mut a_index = Vec::new();
         for (i, p) in a.iter_mut().enumerate() {
             let local = SocketAddr::new(A_IP, CLIENT_PORT_BASE + i as u16);
             let h = sim
@@ -583,6 +605,11 @@ impl Bulk {
                 .connect(sim.now, local, SocketAddr::new(B_IP, SERVER_PORT))
                 .expect("connect");
             p.handle = Some(h);
+            let idx = h.index() as usize;
+            if a_index.len() <= idx {
+                a_index.resize(idx + 1, usize::MAX);
+            }
+            a_index[idx] = i;
         }
         Bulk {
             conns,
@@ -591,6 +618,7 @@ impl Bulk {
             a,
             b: vec![Peer::default(); conns],
             b_index: Vec::new(),
+            a_index,
             errors: Vec::new(),
             closed_a: 0,
             closed_b: 0,
@@ -604,6 +632,11 @@ impl Bulk {
         self.closed_a == self.conns && self.closed_b == self.conns
     }
 
+    /// The fewest bytes B has received on any connection.
+    pub fn min_received_b(&self) -> u64 {
+        self.b.iter().map(|p| p.received).min().unwrap_or(0)
+    }
+
     /// Total bytes delivered so far (both directions).
     pub fn delivered(&self) -> u64 {
         self.a.iter().map(|p| p.received).sum::<u64>()
@@ -611,14 +644,17 @@ impl Bulk {
     }
 
     fn a_slot(&self, h: ConnHandle) -> Option<usize> {
-        self.a.iter().position(|p| p.handle == Some(h))
+        let i = *self.a_index.get(h.index() as usize)?;
+        (self.a.get(i)?.handle == Some(h)).then_some(i)
     }
 
     /// Writes as much as fits; returns whether everything is queued.
     fn write_more(stack: &mut Stack, p: &mut Peer, stream: u64, total: u64, tx: &mut [u8]) -> bool {
         let h = p.handle.expect("handle");
         while p.sent < total {
-            let n = ((total - p.sent) as usize).min(tx.len());
+            // Only what fits: generating the pattern is the sim's own cost.
+            let space = stack.send_space(h).unwrap_or(0).max(1);
+            let n = ((total - p.sent) as usize).min(tx.len()).min(space);
             for (i, b) in tx[..n].iter_mut().enumerate() {
                 *b = pattern(stream, p.sent + i as u64);
             }
