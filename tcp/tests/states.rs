@@ -482,6 +482,72 @@ fn user_data_stays_with_the_connection() {
     assert_eq!(sim.a.set_user_data(a, 1), Err(Error::InvalidHandle));
 }
 
+/// Moves every segment `from` has to send into `to`; returns how many.
+fn hand_over(from: &mut Stack, to: &mut Stack, now: Instant) -> usize {
+    let mut buf = vec![0u8; 65_536];
+    let mut n = 0;
+    while let Some(t) = from.poll_transmit(now, &mut buf) {
+        to.handle_segment(now, t.src.ip(), t.dst.ip(), &buf[..t.len]);
+        n += 1;
+    }
+    n
+}
+
+#[test]
+fn handshake_completed_after_a_syn_ack_timeout_still_sends() {
+    // B's SYN-ACK retransmission timer fires (rewinding SND.NXT to resend
+    // the SYN-ACK), and A's ACK completes the handshake before B sent the
+    // SYN-ACK again: B must still send its data and its FIN (it once sent
+    // nothing more, its SND.NXT left below SND.UNA).
+    let mut a = Stack::new(sim::test_config(1));
+    let mut b = Stack::new(sim::test_config(2));
+    b.listen(b_addr(80)).unwrap();
+    let t0 = Instant::from_millis(1);
+    let ha = a.connect(t0, a_addr(10_000), b_addr(80)).unwrap();
+    assert_eq!(hand_over(&mut a, &mut b, t0), 1, "SYN");
+    assert_eq!(hand_over(&mut b, &mut a, t0), 1, "SYN-ACK");
+    let mut buf = vec![0u8; 2048];
+    let ack = a.poll_transmit(t0, &mut buf).expect("A's ACK");
+    let ack_bytes = buf[..ack.len].to_vec();
+    let t1 = t0 + Duration::from_millis(1_500);
+    b.handle_timeout(t1);
+    b.handle_segment(t1, ack.src.ip(), ack.dst.ip(), &ack_bytes);
+    let hb = events(&mut b)
+        .into_iter()
+        .find_map(|e| match e {
+            Event::Accepted { conn, .. } => Some(conn),
+            _ => None,
+        })
+        .expect("accepted");
+    b.send(hb, b"hello").unwrap();
+    b.close(hb).unwrap();
+    let t2 = t1 + Duration::from_millis(1);
+    hand_over(&mut b, &mut a, t2);
+    assert_eq!(read_all(&mut a, ha), b"hello");
+    assert!(a.is_eof(ha).unwrap(), "B's FIN arrived");
+}
+
+#[test]
+fn closing_an_orphan_again_does_not_extend_fin_wait_2() {
+    let mut sim = Sim::symmetric(14, LinkConfig::default());
+    let (a, _b) = sim.establish();
+    sim.a.shutdown_write(a).unwrap();
+    sim.run_for(Duration::from_millis(100));
+    assert_eq!(sim.a.state(a), Ok(State::FinWait2));
+    sim.a.close(a).unwrap();
+    // 2 MSL is 60 s here; closing again every 10 s must not push it back.
+    for _ in 0..5 {
+        sim.run_for(Duration::from_secs(10));
+        let _ = sim.a.close(a);
+    }
+    sim.run_for(Duration::from_secs(15));
+    assert_eq!(
+        sim.a.state(a),
+        Err(Error::InvalidHandle),
+        "timed out after 2 MSL"
+    );
+}
+
 #[test]
 fn paws_drops_old_timestamps() {
     let mut sim = Sim::symmetric(12, LinkConfig::default());
