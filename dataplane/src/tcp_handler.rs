@@ -255,6 +255,10 @@ counters! {
         out_of_order,
         /// In-order data segments taken by header prediction.
         predicted,
+        /// SYNs that reopened a connection in TIME-WAIT (RFC 6191).
+        time_wait_reopened,
+        /// SYNs for a connection in TIME-WAIT dropped as possible old duplicates.
+        time_wait_syn_dropped,
         /// Segments failing the sequence test.
         unacceptable,
         /// Segments the stack found malformed.
@@ -291,6 +295,8 @@ impl TcpCounters {
         set(&self.rto_timeouts, s.rto_timeouts);
         set(&self.out_of_order, s.out_of_order);
         set(&self.predicted, s.predicted);
+        set(&self.time_wait_reopened, s.time_wait_reopened);
+        set(&self.time_wait_syn_dropped, s.time_wait_syn_dropped);
         set(&self.unacceptable, s.unacceptable);
         set(&self.tcp_malformed, s.malformed);
         set(&self.resets_in, s.resets_in);

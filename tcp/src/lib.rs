@@ -361,6 +361,12 @@ pub struct Stats {
     pub no_connection: u64,
     /// SYNs dropped because the listener backlog was full.
     pub syn_dropped: u64,
+    /// SYNs that reopened a connection in TIME-WAIT (RFC 6191: newer
+    /// timestamp or sequence number than its last incarnation's).
+    pub time_wait_reopened: u64,
+    /// SYNs for a connection in TIME-WAIT dropped as possibly old
+    /// duplicates (RFC 6191 §2: neither newer timestamp nor sequence).
+    pub time_wait_syn_dropped: u64,
     /// Zero-window / persist probes sent.
     pub window_probes: u64,
     /// Keepalive probes sent.

@@ -8,7 +8,9 @@ use crate::seq::SeqNumber;
 use crate::table::ConnTable;
 use crate::time::Instant;
 use crate::timer::{TimerEntry, TimerWheel};
-use crate::{Config, ConnHandle, Error, Event, FourTuple, ListenerId, Snapshot, Stats, Transmit};
+use crate::{
+    CloseReason, Config, ConnHandle, Error, Event, FourTuple, ListenerId, Snapshot, Stats, Transmit,
+};
 use flowlane_wire::tcp::{TcpFlags, TcpOptions, TcpRepr};
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -86,6 +88,16 @@ struct Slot {
     wheel_deadline: Option<Instant>,
     listener: Option<ListenerId>,
     conn: Option<Connection>,
+}
+
+/// What a SYN does to a connection in TIME-WAIT ([`Stack::time_wait_syn`]).
+enum TimeWaitSyn {
+    /// Not a SYN for a connection in TIME-WAIT: process it normally.
+    NotOne,
+    /// A possible old duplicate: drop it.
+    Drop,
+    /// The old incarnation was closed; the SYN goes to the listener.
+    Reopen,
 }
 
 #[derive(Debug)]
@@ -597,8 +609,18 @@ impl Stack {
             remote: SocketAddr::new(src_ip, repr.src_port),
         };
         if let Some(idx) = self.find(&tuple) {
-            self.with_conn(idx, |c, ctx| c.on_segment(ctx, repr, payload));
-            return;
+            match self.time_wait_syn(idx, repr) {
+                TimeWaitSyn::NotOne => {
+                    self.with_conn(idx, |c, ctx| c.on_segment(ctx, repr, payload));
+                    return;
+                }
+                TimeWaitSyn::Drop => {
+                    self.stats.time_wait_syn_dropped += 1;
+                    return;
+                }
+                // The old incarnation is gone: the listener takes the SYN.
+                TimeWaitSyn::Reopen => self.stats.time_wait_reopened += 1,
+            }
         }
         let listener = self
             .listener_ports
@@ -618,6 +640,24 @@ impl Stack {
                 self.reset_for(tuple, repr, payload.len());
             }
         }
+    }
+
+    /// RFC 6191: a SYN for a connection in TIME-WAIT either opens a new
+    /// incarnation (the old one is closed here, and the caller hands the
+    /// SYN to the listener) or is dropped as a possible old duplicate. A
+    /// client that reuses its port quickly (every load generator, every
+    /// proxy) would otherwise wait out the whole TIME-WAIT.
+    fn time_wait_syn(&mut self, idx: u32, seg: &TcpRepr) -> TimeWaitSyn {
+        let f = seg.flags;
+        let conn = self.slots[idx as usize].conn.as_ref().expect("live slot");
+        if conn.state != State::TimeWait || !f.syn() || f.ack() || f.rst() || f.fin() {
+            return TimeWaitSyn::NotOne;
+        }
+        if !conn.accepts_new_incarnation(&self.cfg, seg) {
+            return TimeWaitSyn::Drop;
+        }
+        self.with_conn(idx, |c, _| c.close_now(CloseReason::Normal));
+        TimeWaitSyn::Reopen
     }
 
     /// Convenience over [`Stack::handle_tcp`] for a segment in bytes (TCP

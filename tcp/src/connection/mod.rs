@@ -379,7 +379,32 @@ impl Connection {
         self.flags.has(Flags::FIN_ACKED)
     }
 
-    fn close_now(&mut self, reason: CloseReason) {
+    /// RFC 6191 §2: whether a SYN (no ACK) for this connection, in
+    /// TIME-WAIT, may open a new incarnation of it: its timestamp is newer
+    /// than the last one seen (or equal, with a newer sequence number); or,
+    /// without timestamps on one side, its sequence number is beyond the
+    /// last one seen (RFC 1122 §4.2.2.13); or the old incarnation had no
+    /// timestamps and the new one will. Otherwise it may be an old
+    /// duplicate, to be dropped silently.
+    pub(crate) fn accepts_new_incarnation(&self, cfg: &Config, syn: &TcpRepr) -> bool {
+        let seq_newer = SeqNumber(syn.seq) > self.rcv.nxt;
+        let ts_new = if cfg.timestamps {
+            syn.options.timestamps
+        } else {
+            None
+        };
+        match (self.flags.has(Flags::TIMESTAMPS), ts_new) {
+            (true, Some((tsval, _))) => {
+                let d = tsval.wrapping_sub(self.ts.recent) as i32;
+                d > 0 || (d == 0 && seq_newer)
+            }
+            (false, Some(_)) => true,
+            (_, None) => seq_newer,
+        }
+    }
+
+    /// Ends the connection at once (no segment is sent); the stack frees it.
+    pub(crate) fn close_now(&mut self, reason: CloseReason) {
         if self.state != State::Closed {
             self.state = State::Closed;
             self.close_reason = reason;
