@@ -610,6 +610,8 @@ impl Stack {
         };
         if let Some(idx) = self.find(&tuple) {
             match self.time_wait_syn(idx, repr) {
+                // (Every segment of a live connection passes here; only a
+                // bare SYN goes further than a look at its flags.)
                 TimeWaitSyn::NotOne => {
                     self.with_conn(idx, |c, ctx| c.on_segment(ctx, repr, payload));
                     return;
@@ -647,10 +649,14 @@ impl Stack {
     /// SYN to the listener) or is dropped as a possible old duplicate. A
     /// client that reuses its port quickly (every load generator, every
     /// proxy) would otherwise wait out the whole TIME-WAIT.
+    #[inline]
     fn time_wait_syn(&mut self, idx: u32, seg: &TcpRepr) -> TimeWaitSyn {
         let f = seg.flags;
+        if !f.syn() || f.ack() || f.rst() || f.fin() {
+            return TimeWaitSyn::NotOne;
+        }
         let conn = self.slots[idx as usize].conn.as_ref().expect("live slot");
-        if conn.state != State::TimeWait || !f.syn() || f.ack() || f.rst() || f.fin() {
+        if conn.state != State::TimeWait {
             return TimeWaitSyn::NotOne;
         }
         if !conn.accepts_new_incarnation(&self.cfg, seg) {

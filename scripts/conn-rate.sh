@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Connection rate: short-lived connections with one request each
+# (`wrk -H 'Connection: close'` from the peer namespace) against flowlane's
+# http-server (AF_XDP, one worker per queue) and nginx (kernel TCP, one
+# worker process per queue) on the same test bed, in the same run.
+#
+#   scripts/conn-rate.sh [CLIENTS...]     # default: 50 500
+#
+# Environment: SECS (measured seconds per cell, default 5), QUEUES (bed
+# queues and server workers, default 2), FLOWLANE (a flowlane binary to
+# use instead of building target/release/flowlane, e.g. to compare builds),
+# FL_MSL_MS (flowlane's MSL in ms; default the stack's 30 s). Needs root; installs wrk and
+# nginx-light with apt when they are missing. Prints, per server and client count:
+# connections/s (wrk's requests/s: one request per connection), errors
+# wrk saw, and connections per CPU-second of the whole machine (from
+# /proc/stat, over the measured seconds; wrk's own CPU is in it for both
+# servers alike).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECS=${SECS:-5}
+QUEUES=${QUEUES:-2}
+CLIENTS=("$@")
+((${#CLIENTS[@]})) || CLIENTS=(50 500)
+[ "$(id -u)" = 0 ] || { echo "conn-rate: needs root (network namespaces, XDP): run with sudo" >&2; exit 1; }
+missing=()
+command -v wrk >/dev/null || missing+=(wrk)
+command -v nginx >/dev/null || missing+=(nginx-light)
+if ((${#missing[@]})); then
+  echo "conn-rate: apt-get install ${missing[*]}" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+fi
+
+if [ -z "${FLOWLANE:-}" ]; then
+  cargo build --release -q -p flowlane-control
+fi
+F=${FLOWLANE:-$PWD/target/release/flowlane}
+BED=cr$$
+NS=flowlane-$BED
+PNS=flowlane-$BED-peer
+WORK=$(mktemp -d /tmp/flowlane-conn-rate.XXXXXX)
+FL_PID=
+cleanup() {
+  [ -n "$FL_PID" ] && kill "$FL_PID" 2>/dev/null && wait "$FL_PID" 2>/dev/null
+  [ -f "$WORK/nginx.pid" ] && kill "$(cat "$WORK/nginx.pid")" 2>/dev/null
+  "$F" testbed down --bed "$BED" >/dev/null 2>&1 || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+"$F" testbed up --bed "$BED" --queues "$QUEUES" >/dev/null
+ADDR=$(ip netns exec "$NS" ip -4 -o addr show dev xsk0 | awk '{print $4}' | cut -d/ -f1)
+
+# flowlane: port 80, its default TIME-WAIT (60 s, as the kernel's; FL_MSL_MS
+# sets the MSL in ms). The server closes first, so its side of every
+# connection waits in TIME-WAIT and the peer's ports come back while it
+# does: both stacks take such a SYN as a new incarnation (RFC 6191).
+"$F" http-server --bed "$BED" --port 80 ${FL_MSL_MS:+--msl-ms "$FL_MSL_MS"} >"$WORK/flowlane.log" 2>&1 &
+FL_PID=$!
+# nginx: port 8080 on the same interface (flowlane's XDP program passes
+# ports it does not own to the kernel), one worker per queue.
+cat >"$WORK/nginx.conf" <<EOF
+worker_processes $QUEUES;
+pid $WORK/nginx.pid;
+error_log $WORK/nginx-error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $WORK;
+  proxy_temp_path $WORK;
+  fastcgi_temp_path $WORK;
+  uwsgi_temp_path $WORK;
+  scgi_temp_path $WORK;
+  server {
+    listen $ADDR:8080 reuseport backlog=4096;
+    location / { return 200 "hello from nginx\n"; }
+  }
+}
+EOF
+ip netns exec "$NS" nginx -c "$WORK/nginx.conf" -g 'daemon on;'
+
+wait_port() {
+  for _ in $(seq 100); do
+    ip netns exec "$PNS" curl -s -o /dev/null -m 1 "http://$ADDR:$1/" && return 0
+    sleep 0.1
+  done
+  echo "conn-rate: nothing answers on $ADDR:$1 (see $WORK)" >&2
+  exit 1
+}
+wait_port 80
+wait_port 8080
+
+busy_jiffies() { awk '/^cpu / {print $2+$3+$4+$6+$7+$8}' /proc/stat; }
+
+printf '| server | clients | connections/s | errors | connections per CPU-second |\n'
+printf '| --- | --- | --- | --- | --- |\n'
+for c in "${CLIENTS[@]}"; do
+  for server in flowlane nginx; do
+    port=80
+    [ "$server" = nginx ] && port=8080
+    # A short warm-up, then the measured run.
+    ip netns exec "$PNS" wrk -t 2 -c "$c" -d 1 -H 'Connection: close' "http://$ADDR:$port/" >/dev/null 2>&1 || true
+    sleep 1
+    j0=$(busy_jiffies)
+    out=$(ip netns exec "$PNS" wrk -t 2 -c "$c" -d "$SECS" -H 'Connection: close' "http://$ADDR:$port/")
+    j1=$(busy_jiffies)
+    rate=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
+    errors=$(awk '/Socket errors:/ {gsub(",", ""); n += $4 + $6 + $8 + $10} /Non-2xx/ {n += $NF} END {print n + 0}' <<<"$out")
+    cpu_s=$(awk -v a="$j0" -v b="$j1" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.3f", (b - a) / hz}')
+    per_cpu=$(awk -v r="$rate" -v s="$SECS" -v c="$cpu_s" 'BEGIN {printf "%.0f", r * s / c}')
+    printf '| %s | %s | %s | %s | %s |\n' "$server" "$c" "$rate" "${errors:-0}" "$per_cpu"
+    sleep 2
+  done
+done
