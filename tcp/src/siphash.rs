@@ -2,24 +2,22 @@
 //! implemented without dependencies: SipHash-2-4 keys the RFC 6528 ISN and
 //! timestamp offsets, and derives the connection table's hash key.
 
-/// SipHash-2-4, the paper's recommended variant.
-pub(crate) type SipHasher24 = SipHasher<2, 4>;
-
-/// SipHash-c-d: `C` compression and `D` finalization rounds.
+/// SipHash-2-4, the paper's recommended variant: two rounds per word, four
+/// to finish.
 #[derive(Clone)]
-pub(crate) struct SipHasher<const C: usize, const D: usize> {
+pub(crate) struct SipHasher24 {
     v: [u64; 4],
     tail: u64,
     ntail: usize,
     len: usize,
 }
 
-impl<const C: usize, const D: usize> SipHasher<C, D> {
+impl SipHasher24 {
     /// A hasher keyed with a 128-bit key.
     pub(crate) fn new(key: &[u8; 16]) -> Self {
         let k0 = u64::from_le_bytes(key[0..8].try_into().expect("8 bytes"));
         let k1 = u64::from_le_bytes(key[8..16].try_into().expect("8 bytes"));
-        SipHasher {
+        SipHasher24 {
             v: [
                 k0 ^ 0x736f_6d65_7073_6575,
                 k1 ^ 0x646f_7261_6e64_6f6d,
@@ -52,9 +50,8 @@ impl<const C: usize, const D: usize> SipHasher<C, D> {
 
     fn compress(&mut self, m: u64) {
         self.v[3] ^= m;
-        for _ in 0..C {
-            Self::round(&mut self.v);
-        }
+        Self::round(&mut self.v);
+        Self::round(&mut self.v);
         self.v[0] ^= m;
     }
 
@@ -78,7 +75,7 @@ impl<const C: usize, const D: usize> SipHasher<C, D> {
         let b = ((self.len as u64 & 0xff) << 56) | self.tail;
         self.compress(b);
         self.v[2] ^= 0xff;
-        for _ in 0..D {
+        for _ in 0..4 {
             Self::round(&mut self.v);
         }
         self.v[0] ^ self.v[1] ^ self.v[2] ^ self.v[3]
