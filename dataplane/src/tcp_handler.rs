@@ -235,6 +235,8 @@ counters! {
         no_neighbor,
         /// Live connections (any state but CLOSED, TIME-WAIT included).
         connections,
+        /// Of those, closed connections held as compact TIME-WAIT records (a gauge).
+        time_wait,
         /// Connections opened passively.
         passive_opens,
         /// Connections opened actively.
@@ -259,6 +261,8 @@ counters! {
         time_wait_reopened,
         /// SYNs for a connection in TIME-WAIT dropped as possible old duplicates.
         time_wait_syn_dropped,
+        /// TIME-WAIT records dropped early because the table was full.
+        time_wait_evicted,
         /// Segments failing the sequence test.
         unacceptable,
         /// Segments the stack found malformed.
@@ -280,6 +284,7 @@ impl TcpCounters {
         let set = counters::set;
         let s = stack.stats();
         set(&self.connections, stack.connection_count() as u64);
+        set(&self.time_wait, stack.time_wait_count() as u64);
         set(&self.buffer_memory, stack.buffer_memory() as u64);
         set(
             &self.recv_memory_committed,
@@ -297,6 +302,7 @@ impl TcpCounters {
         set(&self.predicted, s.predicted);
         set(&self.time_wait_reopened, s.time_wait_reopened);
         set(&self.time_wait_syn_dropped, s.time_wait_syn_dropped);
+        set(&self.time_wait_evicted, s.time_wait_evicted);
         set(&self.unacceptable, s.unacceptable);
         set(&self.tcp_malformed, s.malformed);
         set(&self.resets_in, s.resets_in);

@@ -53,6 +53,7 @@ mod siphash;
 mod stack;
 mod table;
 pub mod time;
+mod time_wait;
 mod timer;
 
 use std::fmt;
@@ -260,6 +261,11 @@ pub struct Config {
     pub timer_buckets: usize,
     /// Maximum queued RSTs for segments to no connection; more are dropped.
     pub max_pending_resets: usize,
+    /// Most TIME-WAIT records kept (Linux `tcp_max_tw_buckets`): once the
+    /// application has closed a connection in TIME-WAIT, the stack keeps a
+    /// record of about 100 bytes for 2 MSL instead of the connection; at
+    /// the cap the oldest record is dropped ([`Stats::time_wait_evicted`]).
+    pub time_wait_max: usize,
     /// Header prediction: the next in-order data segment that changes
     /// nothing else skips the general checks (on by default; off only to
     /// compare against the general path, which must give the same result).
@@ -294,6 +300,7 @@ impl Config {
             timer_tick: Duration::from_millis(1),
             timer_buckets: 2048,
             max_pending_resets: 1024,
+            time_wait_max: 262_144,
             header_prediction: true,
         }
     }
@@ -367,6 +374,9 @@ pub struct Stats {
     /// SYNs for a connection in TIME-WAIT dropped as possibly old
     /// duplicates (RFC 6191 §2: neither newer timestamp nor sequence).
     pub time_wait_syn_dropped: u64,
+    /// TIME-WAIT records dropped before their 2 MSL were over because the
+    /// table was full ([`Config::time_wait_max`]).
+    pub time_wait_evicted: u64,
     /// Zero-window / persist probes sent.
     pub window_probes: u64,
     /// Keepalive probes sent.

@@ -30,6 +30,22 @@ impl SeqNumber {
         }
     }
 
+    /// RFC 9293 §3.10.7.4 (the table under "first check sequence
+    /// number"): whether a segment starting here and occupying `seg_len`
+    /// sequence numbers is acceptable to a receiver expecting `nxt` with a
+    /// window of `wnd` bytes.
+    #[inline]
+    pub(crate) fn acceptable(self, seg_len: usize, nxt: SeqNumber, wnd: usize) -> bool {
+        match (seg_len, wnd) {
+            (0, 0) => self == nxt,
+            (0, _) => self.in_range(nxt, nxt + wnd),
+            (_, 0) => false,
+            (_, _) => {
+                self.in_range(nxt, nxt + wnd) || (self + (seg_len - 1)).in_range(nxt, nxt + wnd)
+            }
+        }
+    }
+
     /// Signed distance `self - other`.
     pub(crate) fn diff(self, other: SeqNumber) -> i32 {
         self.0.wrapping_sub(other.0) as i32

@@ -7,6 +7,7 @@ use crate::isn::IsnGenerator;
 use crate::seq::SeqNumber;
 use crate::table::ConnTable;
 use crate::time::Instant;
+use crate::time_wait::{self, TimeWaitTable, Verdict};
 use crate::timer::{TimerEntry, TimerWheel};
 use crate::{
     CloseReason, Config, ConnHandle, Error, Event, FourTuple, ListenerId, Snapshot, Stats, Transmit,
@@ -149,6 +150,8 @@ pub struct Stack {
     slots: Vec<Slot>,
     free: Vec<u32>,
     table: ConnTable,
+    /// Compact records of closed connections in TIME-WAIT.
+    time_wait: TimeWaitTable,
     listeners: Vec<Option<Listener>>,
     listener_ports: HashMap<u16, u32, FxBuild>,
     wheel: TimerWheel,
@@ -181,6 +184,7 @@ impl Stack {
         Stack {
             isn: IsnGenerator::new(cfg.isn_secret),
             table: ConnTable::new(&cfg.isn_secret),
+            time_wait: TimeWaitTable::new(&cfg.isn_secret, cfg.time_wait_max),
             wheel: TimerWheel::new(cfg.timer_tick, cfg.timer_buckets),
             pool: ChunkPool::new(cfg.recv_memory.div_ceil(CHUNK_SIZE)),
             cfg,
@@ -227,9 +231,18 @@ impl Stack {
         self.rcv_committed
     }
 
-    /// Live connections (any state but CLOSED, TIME-WAIT included).
+    /// Live connections (any state but CLOSED, TIME-WAIT included, in
+    /// either form: see [`Stack::time_wait_count`]).
     pub fn connection_count(&self) -> usize {
-        self.live
+        self.live + self.time_wait.len()
+    }
+
+    /// Connections in TIME-WAIT that the application closed: the stack
+    /// keeps a compact record of each for 2 MSL (no handle, no buffers, no
+    /// timer; [`Config::time_wait_max`] caps them). Part of
+    /// [`Stack::connection_count`].
+    pub fn time_wait_count(&self) -> usize {
+        self.time_wait.len()
     }
 
     fn tick(&mut self, now: Instant) {
@@ -277,7 +290,8 @@ impl Stack {
             return Err(Error::InvalidAddress);
         }
         let tuple = FourTuple { local, remote };
-        if self.find(&tuple).is_some() {
+        let hash = self.table.hash(&tuple);
+        if self.find(hash, &tuple).is_some() || self.time_wait.find(hash, &tuple).is_some() {
             return Err(Error::AddrInUse);
         }
         let mut conn = Connection::new_active(&self.cfg, &self.isn, tuple, now);
@@ -330,12 +344,12 @@ impl Stack {
             .tuple
     }
 
-    /// The slot of the connection with this tuple.
+    /// The slot of the connection with this tuple (`hash` is the
+    /// table's hash of it).
     #[inline]
-    fn find(&self, tuple: &FourTuple) -> Option<u32> {
+    fn find(&self, hash: u64, tuple: &FourTuple) -> Option<u32> {
         let slots = &self.slots;
-        self.table
-            .find(self.table.hash(tuple), tuple, |i| Self::tuple_at(slots, i))
+        self.table.find(hash, tuple, |i| Self::tuple_at(slots, i))
     }
 
     fn handle(&self, idx: u32) -> ConnHandle {
@@ -525,16 +539,24 @@ impl Stack {
                 self.events.push_back(Event::Writable(handle));
             }
         }
-        if conn.state == State::Closed {
+        if evs & (ev::CLOSED | ev::COMPACT) != 0 {
+            let compact = conn.compactable();
             if announced {
                 self.events.push_back(Event::Closed {
                     conn: handle,
-                    reason: conn.close_reason,
+                    reason: if compact {
+                        CloseReason::Normal
+                    } else {
+                        conn.close_reason
+                    },
                 });
             }
             let mut conn = self.remove(idx);
             conn.release_buffers(&mut self.pool);
             self.stats.closed += 1;
+            if compact {
+                self.enter_time_wait(&conn);
+            }
             return;
         }
         self.schedule(idx);
@@ -543,6 +565,15 @@ impl Stack {
             slot.in_dirty = true;
             self.dirty.push_back((idx, slot.generation));
         }
+    }
+
+    /// Replaces a closed connection in TIME-WAIT (already out of the slab)
+    /// by its compact record.
+    fn enter_time_wait(&mut self, conn: &Connection) {
+        let record = conn.time_wait_record();
+        let hash = self.table.hash(&record.tuple);
+        let evicted = self.time_wait.insert(hash, record, conn.owes_ack());
+        self.stats.time_wait_evicted += evicted as u64;
     }
 
     /// Keeps one wheel entry at or before the connection's next deadline.
@@ -608,22 +639,51 @@ impl Stack {
             local: SocketAddr::new(dst_ip, repr.dst_port),
             remote: SocketAddr::new(src_ip, repr.src_port),
         };
-        if let Some(idx) = self.find(&tuple) {
-            match self.time_wait_syn(idx, repr) {
-                // (Every segment of a live connection passes here; only a
-                // bare SYN goes further than a look at its flags.)
-                TimeWaitSyn::NotOne => {
-                    self.with_conn(idx, |c, ctx| c.on_segment(ctx, repr, payload));
-                    return;
-                }
-                TimeWaitSyn::Drop => {
+        let hash = self.table.hash(&tuple);
+        let Some(idx) = self.find(hash, &tuple) else {
+            self.on_unmatched(hash, tuple, repr, payload.len());
+            return;
+        };
+        match self.time_wait_syn(idx, repr) {
+            // (Every segment of a live connection passes here; only a bare
+            // SYN goes further than a look at its flags.)
+            TimeWaitSyn::NotOne => {
+                self.with_conn(idx, |c, ctx| c.on_segment(ctx, repr, payload));
+            }
+            TimeWaitSyn::Drop => self.stats.time_wait_syn_dropped += 1,
+            // The old incarnation is gone: the listener takes the SYN.
+            TimeWaitSyn::Reopen => {
+                self.stats.time_wait_reopened += 1;
+                self.for_listener(tuple, repr, payload.len());
+            }
+        }
+    }
+
+    /// A segment for no live connection: a TIME-WAIT record's, else a
+    /// listener's, else answered with an RST. Out of line, so that the
+    /// established path stays short.
+    #[inline(never)]
+    fn on_unmatched(&mut self, hash: u64, tuple: FourTuple, repr: &TcpRepr, len: usize) {
+        if let Some(tw) = self.time_wait.find(hash, &tuple) {
+            let verdict =
+                self.time_wait
+                    .on_segment(tw, &self.cfg, self.now, repr, len, &mut self.stats);
+            match verdict {
+                Verdict::Reopen => self.stats.time_wait_reopened += 1,
+                Verdict::DropSyn => {
                     self.stats.time_wait_syn_dropped += 1;
                     return;
                 }
-                // The old incarnation is gone: the listener takes the SYN.
-                TimeWaitSyn::Reopen => self.stats.time_wait_reopened += 1,
+                Verdict::Done | Verdict::Ack | Verdict::Reset => return,
             }
         }
+        self.for_listener(tuple, repr, len);
+    }
+
+    /// RFC 9293 §3.10.7.1–2: a segment for no connection goes to the
+    /// listener on its port and address, or is answered with an RST.
+    fn for_listener(&mut self, tuple: FourTuple, repr: &TcpRepr, len: usize) {
+        let dst_ip = tuple.local.ip();
         let listener = self
             .listener_ports
             .get(&repr.dst_port)
@@ -634,12 +694,12 @@ impl Stack {
                     .is_some_and(|l| l.local.ip().is_unspecified() || l.local.ip() == dst_ip)
             });
         match listener {
-            Some(l) if src_ip.is_ipv4() == dst_ip.is_ipv4() => {
-                self.on_listen_segment(ListenerId(l), tuple, repr, payload.len())
+            Some(l) if tuple.remote.is_ipv4() == dst_ip.is_ipv4() => {
+                self.on_listen_segment(ListenerId(l), tuple, repr, len)
             }
             _ => {
                 self.stats.no_connection += 1;
-                self.reset_for(tuple, repr, payload.len());
+                self.reset_for(tuple, repr, len);
             }
         }
     }
@@ -651,8 +711,7 @@ impl Stack {
     /// proxy) would otherwise wait out the whole TIME-WAIT.
     #[inline]
     fn time_wait_syn(&mut self, idx: u32, seg: &TcpRepr) -> TimeWaitSyn {
-        let f = seg.flags;
-        if !f.syn() || f.ack() || f.rst() || f.fin() {
+        if !time_wait::is_bare_syn(seg.flags) {
             return TimeWaitSyn::NotOne;
         }
         let conn = self.slots[idx as usize].conn.as_ref().expect("live slot");
@@ -781,6 +840,14 @@ impl Stack {
                 });
             }
         }
+        if let Some((tuple, len)) = self.time_wait.poll_ack(self.now, buf) {
+            self.stats.segments_out += 1;
+            return Some(Transmit {
+                src: tuple.local,
+                dst: tuple.remote,
+                len,
+            });
+        }
         while let Some(&(idx, generation)) = self.dirty.front() {
             let slot = &mut self.slots[idx as usize];
             if slot.generation != generation || slot.conn.is_none() {
@@ -824,12 +891,16 @@ impl Stack {
     /// `None` while no timer is armed.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.wheel.next_expiry()
+        match (self.wheel.next_expiry(), self.time_wait.next_expiry()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Runs the timers due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.tick(now);
+        self.time_wait.expire(self.now);
         let mut expired = std::mem::take(&mut self.expired);
         self.wheel.expire(now, &mut expired);
         for e in expired.drain(..) {
@@ -1002,8 +1073,15 @@ impl Stack {
     /// `Accepted`) when it completes.
     pub fn import(&mut self, now: Instant, snap: Snapshot) -> Result<ConnHandle, Error> {
         self.tick(now);
-        if self.find(&snap.four_tuple()).is_some() {
+        let tuple = snap.four_tuple();
+        let hash = self.table.hash(&tuple);
+        if self.find(hash, &tuple).is_some() {
             return Err(Error::AddrInUse);
+        }
+        // A TIME-WAIT record here is an older incarnation: the imported
+        // connection supersedes it.
+        if let Some(tw) = self.time_wait.find(hash, &tuple) {
+            self.time_wait.remove(tw);
         }
         let mut conn = Connection::import(&snap, &mut self.pool)?;
         conn.flags.set(Flags::ANNOUNCED);
@@ -1042,8 +1120,15 @@ impl Stack {
             if self.free.contains(&idx) {
                 return Err(format!("live slot {i} in the free list"));
             }
-            if self.find(&c.tuple) != Some(idx) {
+            let hash = self.table.hash(&c.tuple);
+            if self.find(hash, &c.tuple) != Some(idx) {
                 return Err(format!("slot {i} ({:?}) not found by its tuple", c.tuple));
+            }
+            if self.time_wait.find(hash, &c.tuple).is_some() {
+                return Err(format!("slot {i} ({:?}) also in TIME-WAIT", c.tuple));
+            }
+            if c.compactable() {
+                return Err(format!("slot {i}: closed in TIME-WAIT, not compacted"));
             }
             if c.state == State::Closed {
                 return Err(format!("slot {i} holds a CLOSED connection"));
@@ -1072,6 +1157,7 @@ impl Stack {
                 self.table.len()
             ));
         }
+        self.time_wait.check()?;
         if committed != self.rcv_committed {
             return Err(format!(
                 "committed {} but connections sum to {committed}",

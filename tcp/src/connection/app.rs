@@ -42,6 +42,9 @@ impl Connection {
             return;
         }
         self.flags.set(Flags::APP_CLOSED);
+        if self.compactable() {
+            self.events |= ev::COMPACT;
+        }
         self.shutdown_write();
         // Orphaned in FIN-WAIT-2: wait 2 MSL for the peer's FIN, counted
         // from the first close (calling it again must not push it back).

@@ -232,14 +232,7 @@ impl Connection {
         let seg_len = data.len() + usize::from(f.syn()) + usize::from(f.fin());
         let wnd = self.rcv_wnd();
         let nxt = self.rcv.nxt;
-        let acceptable = match (seg_len, wnd) {
-            (0, 0) => seq == nxt,
-            (0, _) => seq.in_range(nxt, nxt + wnd),
-            (_, 0) => false,
-            (_, _) => {
-                seq.in_range(nxt, nxt + wnd) || (seq + (seg_len - 1)).in_range(nxt, nxt + wnd)
-            }
-        };
+        let acceptable = seq.acceptable(seg_len, nxt, wnd);
         // RFC 9293 §3.10.7.4: with a zero window, still process the ACK and
         // RST of a segment at RCV.NXT (a window probe).
         let zero_window_probe = !acceptable && wnd == 0 && seq == nxt;
@@ -657,6 +650,9 @@ impl Connection {
         self.timers.keepalive = Deadline::NONE;
         self.timers.delayed_ack = Deadline::NONE;
         self.timers.close = Deadline::at(ctx.now + ctx.cfg.msl.saturating_mul(2));
+        if self.compactable() {
+            self.events |= ev::COMPACT;
+        }
         self.assembler.clear();
         // Nothing more is sent or received: TIME-WAIT holds no buffer
         // memory beyond what the application has yet to read.

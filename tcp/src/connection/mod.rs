@@ -33,6 +33,7 @@ use crate::rto::RttEstimator;
 use crate::sack::{Scoreboard, DUP_THRESH};
 use crate::seq::SeqNumber;
 use crate::time::{Deadline, Duration, Instant};
+use crate::time_wait::{self, TimeWait, Timestamps, PAWS_IDLE};
 use crate::{CloseReason, Config, FourTuple, Stats};
 use flowlane_wire::tcp::{TcpFlags, TcpOptions, TcpRepr};
 use std::collections::VecDeque;
@@ -44,6 +45,9 @@ pub(crate) mod ev {
     pub(crate) const WRITABLE: u8 = 1 << 2;
     pub(crate) const PEER_CLOSED: u8 = 1 << 3;
     pub(crate) const CLOSED: u8 = 1 << 4;
+    /// In TIME-WAIT and closed by the application: the stack replaces the
+    /// connection by a compact record ([`super::Connection::compactable`]).
+    pub(crate) const COMPACT: u8 = 1 << 5;
 }
 
 /// An RST to send on behalf of no (or a dying) connection.
@@ -164,8 +168,6 @@ const MIN_PTO: Duration = Duration::from_millis(1);
 const MAX_ACKS_OWED: u8 = 64;
 /// Loss probes per value of SND.UNA before the RTO takes over.
 const MAX_LOSS_PROBES: u8 = 3;
-/// RFC 7323 §5.5: TS.Recent older than 24 days is invalid.
-const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
 /// Segments in the initial receive-space estimate and the floor of the send
 /// buffer target (Linux `TCP_INIT_CWND`, RFC 6928's IW10).
 const INIT_SEGMENTS: usize = 10;
@@ -380,26 +382,39 @@ impl Connection {
     }
 
     /// RFC 6191 §2: whether a SYN (no ACK) for this connection, in
-    /// TIME-WAIT, may open a new incarnation of it: its timestamp is newer
-    /// than the last one seen (or equal, with a newer sequence number); or,
-    /// without timestamps on one side, its sequence number is beyond the
-    /// last one seen (RFC 1122 §4.2.2.13); or the old incarnation had no
-    /// timestamps and the new one will. Otherwise it may be an old
-    /// duplicate, to be dropped silently.
+    /// TIME-WAIT, may open a new incarnation of it (see
+    /// [`time_wait::accepts_new_incarnation`]).
     pub(crate) fn accepts_new_incarnation(&self, cfg: &Config, syn: &TcpRepr) -> bool {
-        let seq_newer = SeqNumber(syn.seq) > self.rcv.nxt;
-        let ts_new = if cfg.timestamps {
-            syn.options.timestamps
-        } else {
-            None
-        };
-        match (self.flags.has(Flags::TIMESTAMPS), ts_new) {
-            (true, Some((tsval, _))) => {
-                let d = tsval.wrapping_sub(self.ts.recent) as i32;
-                d > 0 || (d == 0 && seq_newer)
-            }
-            (false, Some(_)) => true,
-            (_, None) => seq_newer,
+        let recent = self.flags.has(Flags::TIMESTAMPS).then_some(self.ts.recent);
+        time_wait::accepts_new_incarnation(cfg, recent, self.rcv.nxt, syn)
+    }
+
+    /// Whether the stack may replace this connection by a compact
+    /// TIME-WAIT record: it is in TIME-WAIT and the application closed it.
+    #[inline]
+    pub(crate) fn compactable(&self) -> bool {
+        self.state == State::TimeWait && self.flags.has(Flags::APP_CLOSED)
+    }
+
+    /// Whether an ACK is due (at once or delayed).
+    pub(crate) fn owes_ack(&self) -> bool {
+        self.flags.has(Flags::ACK_NOW) || self.timers.delayed_ack.is_some()
+    }
+
+    /// The compact record of this connection in TIME-WAIT.
+    pub(crate) fn time_wait_record(&self) -> TimeWait {
+        TimeWait {
+            tuple: self.tuple,
+            snd_nxt: self.snd.nxt,
+            rcv_nxt: self.rcv.nxt,
+            rcv_wnd: self.rcv.adv.saturating_sub(self.rcv.nxt) as u32,
+            rcv_wscale: self.rcv.wscale,
+            ts: self.flags.has(Flags::TIMESTAMPS).then_some(Timestamps {
+                recent: self.ts.recent,
+                recent_age: self.ts.recent_age,
+                offset: self.ts.offset,
+            }),
+            expires: self.timers.close.get().unwrap_or(self.timers.last_recv),
         }
     }
 

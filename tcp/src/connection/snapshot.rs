@@ -130,11 +130,13 @@ impl Connection {
             recv_buf.release(pool);
             return Err(crate::Error::InvalidSnapshot);
         }
+        let compactable = s.state == State::TimeWait && s.flags.has(Flags::APP_CLOSED);
         Ok(Connection {
             tuple: s.tuple,
             state: s.state,
             flags: s.flags,
-            events: 0,
+            // A closed connection in TIME-WAIT becomes a compact record.
+            events: if compactable { ev::COMPACT } else { 0 },
             close_reason: CloseReason::Normal,
             snd: s.snd,
             rcv: s.rcv,

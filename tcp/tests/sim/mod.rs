@@ -841,3 +841,35 @@ impl Bulk {
         }
     }
 }
+
+// ---------------------------------------------------------------
+// Helpers for scenario tests
+// ---------------------------------------------------------------
+
+/// Every event the stack has queued, oldest first.
+pub fn events(stack: &mut Stack) -> Vec<Event> {
+    std::iter::from_fn(|| stack.poll_event()).collect()
+}
+
+/// Runs until `pred` holds, collecting events; panics after `limit`.
+pub fn run_until(sim: &mut Sim, limit: Duration, mut pred: impl FnMut(&mut Sim) -> bool) {
+    let end = sim.now + limit;
+    assert!(
+        sim.run_until(end, |s| pred(s)),
+        "condition not reached by {:?}",
+        sim.now
+    );
+}
+
+/// Reads until the connection would block or reaches EOF.
+pub fn read_all(stack: &mut Stack, h: ConnHandle) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = stack.recv(h, &mut buf) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    out
+}

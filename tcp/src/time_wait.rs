@@ -1,0 +1,459 @@
+//! Compact TIME-WAIT (RFC 9293 §3.10.7.4, RFC 6191, RFC 7323 §5).
+//!
+//! Once the application has closed a connection and the connection reaches
+//! TIME-WAIT, nothing is left to send or deliver: what remains is to
+//! acknowledge a retransmitted FIN, to refuse old duplicates, and to let a
+//! newer SYN open the next incarnation. The stack then replaces the
+//! connection (a slab slot of some 660 bytes and a timer-wheel entry) by a
+//! [`TimeWait`] record of about 100 bytes, kept for 2 MSL in the
+//! [`TimeWaitTable`]. Every record lasts the same 2 MSL, so expiry is a
+//! FIFO, not a timer per record. The table is capped
+//! ([`Config::time_wait_max`], Linux's `tcp_max_tw_buckets`): at the cap the
+//! oldest record goes first, counted ([`crate::Stats::time_wait_evicted`]).
+//! A server closing 25,000 connections a second holds 1.5 million of them
+//! at any time; as full slots that would be a gigabyte.
+//!
+//! A connection the application has not closed (it shut down its side and
+//! may still read) stays whole in TIME-WAIT until it closes.
+
+use crate::seq::SeqNumber;
+use crate::table::ConnTable;
+use crate::time::{Duration, Instant};
+use crate::{Config, FourTuple};
+use flowlane_wire::tcp::{TcpFlags, TcpOptions, TcpRepr};
+use std::collections::VecDeque;
+
+/// RFC 7323 §5.5: TS.Recent is trusted for 24 days after it was set.
+pub(crate) const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
+
+/// What TIME-WAIT still needs to know of a connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TimeWait {
+    pub(crate) tuple: FourTuple,
+    /// SND.NXT: one past our FIN.
+    pub(crate) snd_nxt: SeqNumber,
+    /// RCV.NXT: one past the peer's FIN.
+    pub(crate) rcv_nxt: SeqNumber,
+    /// The receive window last offered, in bytes (segments are checked
+    /// against it as in any synchronized state).
+    pub(crate) rcv_wnd: u32,
+    /// Shift of the window field we send (RFC 7323 §2.3).
+    pub(crate) rcv_wscale: u8,
+    /// With timestamps: TS.Recent, when it was set, and our TSval offset
+    /// (RFC 7323 §5.4).
+    pub(crate) ts: Option<Timestamps>,
+    /// End of TIME-WAIT (2 MSL after it began or after the peer last
+    /// retransmitted its FIN).
+    pub(crate) expires: Instant,
+}
+
+/// Timestamp state a TIME-WAIT record keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Timestamps {
+    /// TS.Recent.
+    pub(crate) recent: u32,
+    /// When TS.Recent was set.
+    pub(crate) recent_age: Instant,
+    /// Our TSval offset.
+    pub(crate) offset: u32,
+}
+
+/// What a segment for a TIME-WAIT record asks of the stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Nothing more (dropped, or an acceptable bare ACK).
+    Done,
+    /// Acknowledge it (the record's ACK goes out on the next poll).
+    Ack,
+    /// RFC 6191: a newer SYN; the record is gone and the listener takes
+    /// the SYN.
+    Reopen,
+    /// RFC 6191: a SYN that may be an old duplicate; dropped silently.
+    DropSyn,
+    /// An acceptable RST ended TIME-WAIT (RFC 9293 §3.10.7.4; Linux's
+    /// default, `tcp_rfc1337 = 0`); the record is gone.
+    Reset,
+}
+
+/// RFC 6191 §2: whether a SYN (no ACK) for a connection in TIME-WAIT may
+/// open a new incarnation of it: its timestamp is newer than TS.Recent (or
+/// equal, with a newer sequence number); or, without timestamps on one
+/// side, its sequence number is beyond RCV.NXT (RFC 1122 §4.2.2.13); or the
+/// old incarnation had no timestamps and the new one will. Otherwise it may
+/// be an old duplicate, to be dropped silently. `ts_recent` is `None` when
+/// the old incarnation did not use timestamps.
+pub(crate) fn accepts_new_incarnation(
+    cfg: &Config,
+    ts_recent: Option<u32>,
+    rcv_nxt: SeqNumber,
+    syn: &TcpRepr,
+) -> bool {
+    let seq_newer = SeqNumber(syn.seq) > rcv_nxt;
+    let ts_new = if cfg.timestamps {
+        syn.options.timestamps
+    } else {
+        None
+    };
+    match (ts_recent, ts_new) {
+        (Some(recent), Some((tsval, _))) => {
+            let d = tsval.wrapping_sub(recent) as i32;
+            d > 0 || (d == 0 && seq_newer)
+        }
+        (None, Some(_)) => true,
+        (_, None) => seq_newer,
+    }
+}
+
+/// Whether a SYN-only segment (no ACK, RST or FIN): the segments RFC 6191
+/// looks at.
+#[inline]
+pub(crate) fn is_bare_syn(f: TcpFlags) -> bool {
+    f.syn() && !f.ack() && !f.rst() && !f.fin()
+}
+
+impl TimeWait {
+    /// RFC 9293 §3.10.7.4 for a segment arriving in TIME-WAIT, after the
+    /// RFC 6191 SYN check and the RFC 7323 timestamp checks. Restarts the
+    /// 2 MSL wait on a retransmitted FIN. `unacceptable` and
+    /// `paws_rejected` count what is refused.
+    fn on_segment(
+        &mut self,
+        cfg: &Config,
+        now: Instant,
+        seg: &TcpRepr,
+        len: usize,
+        stats: &mut crate::Stats,
+    ) -> Verdict {
+        let f = seg.flags;
+        if is_bare_syn(f) {
+            let recent = self.ts.map(|t| t.recent);
+            return if accepts_new_incarnation(cfg, recent, self.rcv_nxt, seg) {
+                Verdict::Reopen
+            } else {
+                Verdict::DropSyn
+            };
+        }
+        // RFC 7323 §3.2, §5.3 R1: once negotiated, segments without
+        // timestamps are dropped, and stale ones acknowledged and dropped.
+        if let Some(ts) = self.ts {
+            match seg.options.timestamps {
+                None if !f.rst() => {
+                    stats.unacceptable += 1;
+                    return Verdict::Done;
+                }
+                Some((tsval, _)) if !f.rst() => {
+                    let stale = (tsval.wrapping_sub(ts.recent) as i32) < 0;
+                    if stale && now.saturating_since(ts.recent_age) < PAWS_IDLE {
+                        stats.paws_rejected += 1;
+                        return Verdict::Ack;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let seg_len = len + usize::from(f.syn()) + usize::from(f.fin());
+        let seq = SeqNumber(seg.seq);
+        if !seq.acceptable(seg_len, self.rcv_nxt, self.rcv_wnd as usize) {
+            stats.unacceptable += 1;
+            if f.rst() {
+                return Verdict::Done;
+            }
+            // The only segment expected here is a retransmission of the
+            // peer's FIN: acknowledge it and restart the 2 MSL timeout.
+            if f.fin() {
+                self.expires = now + cfg.msl.saturating_mul(2);
+            }
+            return Verdict::Ack;
+        }
+        if f.rst() {
+            stats.resets_in += 1;
+            return Verdict::Reset;
+        }
+        // An in-window SYN gets a challenge ACK (RFC 5961 §4); so does
+        // anything past the peer's FIN that occupies sequence space. An
+        // acceptable bare ACK needs no answer.
+        if seg_len > 0 {
+            return Verdict::Ack;
+        }
+        Verdict::Done
+    }
+
+    /// Writes the ACK this record owes into `buf`: SND.NXT, RCV.NXT, the
+    /// last window and, with timestamps, TSval and TS.Recent.
+    fn emit_ack(&self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        let mut options = TcpOptions::default();
+        if let Some(ts) = self.ts {
+            let tsval = (now.as_millis() as u32).wrapping_add(ts.offset);
+            options.timestamps = Some((tsval, ts.recent));
+        }
+        let repr = TcpRepr {
+            src_port: self.tuple.local.port(),
+            dst_port: self.tuple.remote.port(),
+            seq: self.snd_nxt.0,
+            ack: self.rcv_nxt.0,
+            flags: TcpFlags::ACK,
+            window: (self.rcv_wnd >> self.rcv_wscale).min(0xffff) as u16,
+            urgent: 0,
+            options,
+        };
+        repr.emit(buf).ok()
+    }
+}
+
+/// One slab entry of the table.
+#[derive(Debug)]
+struct Slot {
+    generation: u32,
+    /// In the table's ACK queue.
+    ack_queued: bool,
+    entry: Option<TimeWait>,
+}
+
+/// The TIME-WAIT records of one stack: a slab, an index keyed like the
+/// connection table (so one hash serves both), expiry in arrival order, and
+/// the ACKs owed.
+#[derive(Debug)]
+pub(crate) struct TimeWaitTable {
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    index: ConnTable,
+    /// (slot, generation, deadline), deadlines non-decreasing: every record
+    /// has one entry here, at or before its `expires`; entries of removed
+    /// records are skipped.
+    expiry: VecDeque<(u32, u32, Instant)>,
+    /// Records owing an ACK, oldest first.
+    acks: VecDeque<(u32, u32)>,
+    max: usize,
+    live: usize,
+}
+
+impl TimeWaitTable {
+    /// An empty table holding at most `max` records, indexed under the
+    /// same key as the connection table built from `secret`.
+    pub(crate) fn new(secret: &[u8; 16], max: usize) -> Self {
+        TimeWaitTable {
+            slots: Vec::new(),
+            free: Vec::new(),
+            index: ConnTable::new(secret),
+            expiry: VecDeque::new(),
+            acks: VecDeque::new(),
+            max,
+            live: 0,
+        }
+    }
+
+    /// Records held.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.live
+    }
+
+    fn tuple_at(slots: &[Slot], idx: u32) -> &FourTuple {
+        &slots[idx as usize]
+            .entry
+            .as_ref()
+            .expect("the index names live records")
+            .tuple
+    }
+
+    /// The record with this tuple; `hash` is the connection table's hash
+    /// of it.
+    #[inline]
+    pub(crate) fn find(&self, hash: u64, tuple: &FourTuple) -> Option<u32> {
+        if self.live == 0 {
+            return None;
+        }
+        let slots = &self.slots;
+        self.index.find(hash, tuple, |i| Self::tuple_at(slots, i))
+    }
+
+    /// Adds a record, owing an ACK if `ack_owed` (the connection had yet to
+    /// acknowledge the peer's FIN). At the cap the oldest record is dropped
+    /// first; returns how many were (0 or 1).
+    pub(crate) fn insert(&mut self, hash: u64, tw: TimeWait, ack_owed: bool) -> usize {
+        let mut evicted = 0;
+        if self.max == 0 {
+            return 1;
+        }
+        while self.live >= self.max {
+            let Some((idx, generation, _)) = self.expiry.pop_front() else {
+                break;
+            };
+            if self.is_live(idx, generation) {
+                self.remove(idx);
+                evicted += 1;
+            }
+        }
+        let deadline = tw
+            .expires
+            .max(self.expiry.back().map_or(tw.expires, |e| e.2));
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(Slot {
+                    generation: 0,
+                    ack_queued: false,
+                    entry: None,
+                });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let slot = &mut self.slots[idx as usize];
+        slot.entry = Some(tw);
+        slot.ack_queued = ack_owed;
+        let generation = slot.generation;
+        if ack_owed {
+            self.acks.push_back((idx, generation));
+        }
+        let slots = &self.slots;
+        self.index.insert(hash, idx, |i| Self::tuple_at(slots, i));
+        self.expiry.push_back((idx, generation, deadline));
+        self.live += 1;
+        self.trim_expiry();
+        evicted
+    }
+
+    fn is_live(&self, idx: u32, generation: u32) -> bool {
+        let s = &self.slots[idx as usize];
+        s.generation == generation && s.entry.is_some()
+    }
+
+    /// Drops a record.
+    pub(crate) fn remove(&mut self, idx: u32) -> TimeWait {
+        let slot = &mut self.slots[idx as usize];
+        let tw = slot.entry.take().expect("live record");
+        slot.generation = slot.generation.wrapping_add(1);
+        slot.ack_queued = false;
+        self.index.remove(self.index.hash(&tw.tuple), idx);
+        self.free.push(idx);
+        self.live -= 1;
+        tw
+    }
+
+    /// Entries of removed records stay in `expiry` until their deadline;
+    /// should they outnumber the live ones, they are swept so that the
+    /// queue stays within twice the records held.
+    fn trim_expiry(&mut self) {
+        if self.expiry.len() > 2 * self.live.max(64) {
+            let slots = &self.slots;
+            self.expiry.retain(|&(i, g, _)| {
+                let s = &slots[i as usize];
+                s.generation == g && s.entry.is_some()
+            });
+        }
+    }
+
+    /// Handles a segment for record `idx` (see [`Verdict`]); removes the
+    /// record when the verdict ends it, and queues the ACK it owes.
+    pub(crate) fn on_segment(
+        &mut self,
+        idx: u32,
+        cfg: &Config,
+        now: Instant,
+        seg: &TcpRepr,
+        len: usize,
+        stats: &mut crate::Stats,
+    ) -> Verdict {
+        let slot = &mut self.slots[idx as usize];
+        let tw = slot.entry.as_mut().expect("live record");
+        let verdict = tw.on_segment(cfg, now, seg, len, stats);
+        match verdict {
+            Verdict::Reopen | Verdict::Reset => {
+                self.remove(idx);
+            }
+            Verdict::Ack if !slot.ack_queued => {
+                slot.ack_queued = true;
+                self.acks.push_back((idx, slot.generation));
+            }
+            _ => {}
+        }
+        verdict
+    }
+
+    /// Writes the next ACK owed into `buf`; returns its tuple and length.
+    pub(crate) fn poll_ack(&mut self, now: Instant, buf: &mut [u8]) -> Option<(FourTuple, usize)> {
+        while let Some((idx, generation)) = self.acks.pop_front() {
+            if !self.is_live(idx, generation) {
+                continue;
+            }
+            let slot = &mut self.slots[idx as usize];
+            slot.ack_queued = false;
+            let tw = slot.entry.as_ref().expect("live record");
+            if let Some(len) = tw.emit_ack(now, buf) {
+                return Some((tw.tuple, len));
+            }
+        }
+        None
+    }
+
+    /// When the oldest record is due to expire.
+    pub(crate) fn next_expiry(&self) -> Option<Instant> {
+        self.expiry.front().map(|e| e.2)
+    }
+
+    /// Drops every record whose 2 MSL are over by `now`; returns how many.
+    pub(crate) fn expire(&mut self, now: Instant) -> usize {
+        let mut n = 0;
+        while let Some(&(idx, generation, deadline)) = self.expiry.front() {
+            if deadline > now {
+                break;
+            }
+            self.expiry.pop_front();
+            if !self.is_live(idx, generation) {
+                continue;
+            }
+            let expires = self.slots[idx as usize]
+                .entry
+                .as_ref()
+                .expect("live record")
+                .expires;
+            if expires > now {
+                // Restarted by a retransmitted FIN: back in line, never
+                // ahead of a later deadline (late is safe; early is not).
+                let last = self.expiry.back().map_or(expires, |e| e.2);
+                self.expiry.push_back((idx, generation, expires.max(last)));
+                continue;
+            }
+            self.remove(idx);
+            n += 1;
+        }
+        n
+    }
+
+    /// Checks the index, the expiry queue and the ACK queue against the
+    /// records (tests only).
+    #[cfg(test)]
+    pub(crate) fn check(&self) -> Result<(), String> {
+        let live = self.slots.iter().filter(|s| s.entry.is_some()).count();
+        if live != self.live || self.index.len() != live {
+            return Err(format!(
+                "time-wait: {live} records, count {}, index {}",
+                self.live,
+                self.index.len()
+            ));
+        }
+        for (i, s) in self.slots.iter().enumerate() {
+            let Some(tw) = &s.entry else { continue };
+            if self.find(self.index.hash(&tw.tuple), &tw.tuple) != Some(i as u32) {
+                return Err(format!("time-wait record {i} not indexed"));
+            }
+            let queued = self
+                .expiry
+                .iter()
+                .filter(|e| e.0 == i as u32 && e.1 == s.generation)
+                .count();
+            if queued != 1 {
+                return Err(format!("time-wait record {i} in expiry {queued} times"));
+            }
+        }
+        if self
+            .expiry
+            .iter()
+            .zip(self.expiry.iter().skip(1))
+            .any(|(a, b)| a.2 > b.2)
+        {
+            return Err("time-wait expiry out of order".into());
+        }
+        Ok(())
+    }
+}

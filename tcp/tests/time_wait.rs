@@ -1,0 +1,311 @@
+//! TIME-WAIT: the compact record a closed connection leaves for 2 MSL (RFC
+//! 9293 §3.10.7.4), the whole connection one that is still open keeps, and
+//! RFC 6191 reuse of either by a newer SYN.
+
+mod sim;
+
+use flowlane_tcp::time::Duration;
+use flowlane_tcp::{CloseReason, ConnHandle, Error, Event, State};
+use flowlane_wire::tcp::{TcpFlags, TcpOptions};
+use flowlane_wire::TcpRepr;
+use sim::{events, read_all, run_until, test_config, LinkConfig, Side, Sim, A_IP, B_IP};
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+fn a_addr(port: u16) -> SocketAddr {
+    SocketAddr::new(A_IP, port)
+}
+fn b_addr(port: u16) -> SocketAddr {
+    SocketAddr::new(B_IP, port)
+}
+
+/// How B ends its side before TIME-WAIT.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Ending {
+    /// `close()`: TIME-WAIT is a compact record, the handle is gone.
+    Closed,
+    /// `shutdown_write()` only: the connection stays whole (and readable).
+    ShutDown,
+}
+
+/// B closes first and so holds the connection in TIME-WAIT (2 MSL = 60 s
+/// here); returns the simulation (tap on) and B's handle.
+fn server_in_time_wait(seed: u64, ending: Ending) -> (Sim, ConnHandle) {
+    let mut sim = Sim::symmetric(seed, LinkConfig::default());
+    sim.tap = Some(Vec::new());
+    let (a, b) = sim.establish();
+    match ending {
+        Ending::Closed => sim.b.close(b).unwrap(),
+        Ending::ShutDown => sim.b.shutdown_write(b).unwrap(),
+    }
+    sim.run_for(Duration::from_millis(50));
+    sim.a.close(a).unwrap();
+    sim.run_for(Duration::from_millis(50));
+    assert_eq!(sim.a.connection_count(), 0, "A's side is gone");
+    assert_eq!(sim.b.connection_count(), 1, "B is in TIME-WAIT");
+    match ending {
+        Ending::Closed => {
+            assert_eq!(sim.b.time_wait_count(), 1);
+            assert_eq!(sim.b.state(b), Err(Error::InvalidHandle));
+        }
+        Ending::ShutDown => {
+            assert_eq!(sim.b.time_wait_count(), 0);
+            assert_eq!(sim.b.state(b), Ok(State::TimeWait));
+        }
+    }
+    events(&mut sim.a);
+    events(&mut sim.b);
+    (sim, b)
+}
+
+/// The segments the tap saw going to `side`.
+fn to(sim: &Sim, side: Side) -> Vec<TcpRepr> {
+    sim.tap
+        .as_ref()
+        .unwrap()
+        .iter()
+        .filter(|(s, _)| *s == side)
+        .map(|(_, bytes)| TcpRepr::parse_segment(bytes).unwrap().0)
+        .collect()
+}
+
+/// A's FIN as B received it, for replaying.
+fn peer_fin(sim: &Sim) -> Vec<u8> {
+    sim.tap
+        .as_ref()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|(s, b)| *s == Side::B && TcpRepr::parse_segment(b).unwrap().0.flags.fin())
+        .expect("A sent a FIN")
+        .1
+        .clone()
+}
+
+fn emit(repr: &TcpRepr) -> Vec<u8> {
+    let mut bytes = vec![0u8; 60];
+    let n = repr.emit(&mut bytes).unwrap();
+    bytes.truncate(n);
+    bytes
+}
+
+#[test]
+fn syn_with_newer_timestamp_reopens_time_wait() {
+    for ending in [Ending::Closed, Ending::ShutDown] {
+        // RFC 6191 §2: A's new SYN carries a newer timestamp than B last saw.
+        let (mut sim, _) = server_in_time_wait(15, ending);
+        sim.run_for(Duration::from_millis(200));
+        let a = sim.a.connect(sim.now, a_addr(10_000), b_addr(80)).unwrap();
+        let start = sim.now;
+        run_until(&mut sim, Duration::from_secs(5), |s| {
+            events(&mut s.a).contains(&Event::Connected(a))
+        });
+        assert!(
+            sim.now.saturating_since(start) < Duration::from_millis(100),
+            "{ending:?}: connected at once, not after a SYN timeout: {:?}",
+            sim.now.saturating_since(start)
+        );
+        assert_eq!(sim.b.stats().time_wait_reopened, 1, "{ending:?}");
+        assert_eq!(sim.b.stats().time_wait_syn_dropped, 0, "{ending:?}");
+        assert_eq!(sim.b.time_wait_count(), 0, "{ending:?}");
+        sim.a.send(a, b"again").unwrap();
+        sim.run_for(Duration::from_millis(50));
+        let b = events(&mut sim.b)
+            .into_iter()
+            .find_map(|e| match e {
+                Event::Accepted { conn, .. } => Some(conn),
+                _ => None,
+            })
+            .expect("the new incarnation was accepted");
+        assert_eq!(read_all(&mut sim.b, b), b"again", "{ending:?}");
+    }
+}
+
+#[test]
+fn syn_with_old_timestamp_is_dropped_in_time_wait() {
+    for ending in [Ending::Closed, Ending::ShutDown] {
+        let (mut sim, _) = server_in_time_wait(16, ending);
+        // The last timestamp B saw from A.
+        let recent = to(&sim, Side::B)
+            .iter()
+            .filter_map(|r| r.options.timestamps)
+            .map(|(tsval, _)| tsval)
+            .next_back()
+            .expect("A sent timestamps");
+        sim.tap = Some(Vec::new());
+        // An old duplicate SYN: a timestamp older than that one.
+        let syn = TcpRepr {
+            src_port: 10_000,
+            dst_port: 80,
+            seq: 1,
+            ack: 0,
+            flags: TcpFlags::SYN,
+            window: 65_535,
+            urgent: 0,
+            options: TcpOptions {
+                mss: Some(1460),
+                timestamps: Some((recent.wrapping_sub(1_000), 0)),
+                ..Default::default()
+            },
+        };
+        sim.inject(Side::B, A_IP, B_IP, &emit(&syn));
+        sim.run_for(Duration::from_millis(50));
+        assert_eq!(sim.b.stats().time_wait_syn_dropped, 1, "{ending:?}");
+        assert_eq!(sim.b.stats().time_wait_reopened, 0, "{ending:?}");
+        assert_eq!(
+            sim.b.connection_count(),
+            1,
+            "{ending:?}: still in TIME-WAIT"
+        );
+        assert!(to(&sim, Side::A).is_empty(), "{ending:?}: dropped silently");
+    }
+}
+
+#[test]
+fn retransmitted_fin_is_acknowledged_and_restarts_the_wait() {
+    for ending in [Ending::Closed, Ending::ShutDown] {
+        let (mut sim, _) = server_in_time_wait(17, ending);
+        let fin = peer_fin(&sim);
+        let entered = sim.now;
+        sim.run_for(Duration::from_secs(30));
+        // What B sends, kept from A: A has no connection any more and
+        // would answer B's ACK with an RST, which ends TIME-WAIT as well
+        // (see the next test).
+        let sent = Rc::new(RefCell::new(Vec::new()));
+        let s = sent.clone();
+        sim.emit_tap = Some(Box::new(move |side, bytes| {
+            if side == Side::B {
+                s.borrow_mut()
+                    .push(TcpRepr::parse_segment(bytes).unwrap().0);
+            }
+        }));
+        sim.link_up = false;
+        sim.inject(Side::B, A_IP, B_IP, &fin);
+        sim.run_for(Duration::from_millis(50));
+        let acks = sent.borrow().clone();
+        assert_eq!(acks.len(), 1, "{ending:?}: one ACK for the FIN: {acks:?}");
+        let fin_repr = TcpRepr::parse_segment(&fin).unwrap().0;
+        assert_eq!(acks[0].flags, TcpFlags::ACK, "{ending:?}");
+        assert_eq!(acks[0].ack, fin_repr.seq.wrapping_add(1), "{ending:?}");
+        assert!(acks[0].options.timestamps.is_some(), "{ending:?}");
+        // 2 MSL from the retransmission, not from entering TIME-WAIT.
+        sim.run_for(Duration::from_secs(45));
+        assert_eq!(sim.b.connection_count(), 1, "{ending:?}: restarted");
+        run_until(&mut sim, Duration::from_secs(20), |s| {
+            s.b.connection_count() == 0
+        });
+        assert!(sim.now.saturating_since(entered) >= Duration::from_secs(89));
+    }
+}
+
+#[test]
+fn rst_in_window_ends_time_wait_and_others_are_ignored() {
+    for ending in [Ending::Closed, Ending::ShutDown] {
+        let (mut sim, _) = server_in_time_wait(18, ending);
+        let fin = TcpRepr::parse_segment(&peer_fin(&sim)).unwrap().0;
+        let rcv_nxt = fin.seq.wrapping_add(1);
+        let rst = |seq: u32| TcpRepr {
+            src_port: 10_000,
+            dst_port: 80,
+            seq,
+            ack: 0,
+            flags: TcpFlags::RST,
+            window: 0,
+            urgent: 0,
+            options: TcpOptions::default(),
+        };
+        sim.tap = Some(Vec::new());
+        // A blind RST far from the window: ignored, no answer.
+        sim.inject(
+            Side::B,
+            A_IP,
+            B_IP,
+            &emit(&rst(rcv_nxt.wrapping_add(1 << 30))),
+        );
+        // A bare ACK at RCV.NXT (with a fresh timestamp): nothing to answer.
+        let ack = TcpRepr {
+            flags: TcpFlags::ACK,
+            seq: rcv_nxt,
+            ack: fin.ack,
+            window: 1000,
+            options: TcpOptions {
+                timestamps: fin.options.timestamps.map(|(v, e)| (v.wrapping_add(5), e)),
+                ..Default::default()
+            },
+            ..rst(0)
+        };
+        sim.inject(Side::B, A_IP, B_IP, &emit(&ack));
+        // A segment without timestamps once they were negotiated: dropped.
+        let no_ts = TcpRepr {
+            options: TcpOptions::default(),
+            ..ack
+        };
+        sim.inject(Side::B, A_IP, B_IP, &emit(&no_ts));
+        sim.run_for(Duration::from_millis(50));
+        assert_eq!(sim.b.connection_count(), 1, "{ending:?}");
+        assert!(to(&sim, Side::A).is_empty(), "{ending:?}: nothing answered");
+        // An RST at RCV.NXT ends TIME-WAIT (RFC 9293 §3.10.7.4).
+        sim.inject(Side::B, A_IP, B_IP, &emit(&rst(rcv_nxt)));
+        sim.run_for(Duration::from_millis(50));
+        assert_eq!(sim.b.connection_count(), 0, "{ending:?}");
+    }
+}
+
+#[test]
+fn closing_a_connection_in_time_wait_compacts_it() {
+    let (mut sim, b) = server_in_time_wait(19, Ending::ShutDown);
+    assert_eq!(read_all(&mut sim.b, b), b"", "EOF, nothing left to read");
+    sim.b.close(b).unwrap();
+    assert_eq!(
+        events(&mut sim.b),
+        vec![Event::Closed {
+            conn: b,
+            reason: CloseReason::Normal
+        }]
+    );
+    assert_eq!(sim.b.state(b), Err(Error::InvalidHandle));
+    assert_eq!(sim.b.time_wait_count(), 1);
+    // The record still holds the tuple: a new active open from it waits.
+    assert_eq!(
+        sim.b.connect(sim.now, b_addr(80), a_addr(10_000)),
+        Err(Error::AddrInUse)
+    );
+    run_until(&mut sim, Duration::from_secs(61), |s| {
+        s.b.connection_count() == 0
+    });
+}
+
+#[test]
+fn the_oldest_records_go_first_at_the_cap() {
+    let mut b_cfg = test_config(2);
+    b_cfg.time_wait_max = 2;
+    let link = LinkConfig::default();
+    let mut sim = Sim::new(20, link, link, test_config(1), b_cfg);
+    sim.b.listen(b_addr(80)).unwrap();
+    for port in [10_001, 10_002, 10_003] {
+        let a = sim.a.connect(sim.now, a_addr(port), b_addr(80)).unwrap();
+        let mut b = None;
+        run_until(&mut sim, Duration::from_secs(5), |s| {
+            for e in events(&mut s.b) {
+                if let Event::Accepted { conn, .. } = e {
+                    b = Some(conn);
+                }
+            }
+            b.is_some()
+        });
+        sim.b.close(b.unwrap()).unwrap();
+        sim.run_for(Duration::from_millis(50));
+        sim.a.close(a).unwrap();
+        sim.run_for(Duration::from_secs(1));
+    }
+    assert_eq!(sim.b.time_wait_count(), 2);
+    assert_eq!(sim.b.stats().time_wait_evicted, 1);
+    // The first connection's record was the one dropped: its port is free.
+    let b = sim.b.connect(sim.now, b_addr(80), a_addr(10_001));
+    assert!(b.is_ok(), "{b:?}");
+    assert_eq!(
+        sim.b.connect(sim.now, b_addr(80), a_addr(10_003)),
+        Err(Error::AddrInUse)
+    );
+}
