@@ -9,10 +9,14 @@
 //! ```text
 //! cargo run --release -p flowlane-tcp --example sim_idle -- 1000000
 //! cargo run --release -p flowlane-tcp --example sim_idle -- 1000000 keepalive
+//! cargo run --release -p flowlane-tcp --example sim_idle -- 1000000 time-wait
 //! ```
 //!
 //! Arguments: connections (default 100 000); `keepalive` to turn keepalive
-//! on (every idle connection then has a timer armed). Prints the resident
+//! on (every idle connection then has a timer armed); or `time-wait`: B
+//! closes each round of connections first and A then closes its side, so
+//! that B holds one TIME-WAIT record per connection (what a server closing
+//! short connections holds), the cap raised to fit. Prints the resident
 //! growth per connection with both stacks holding the connections, and once
 //! A is gone (B's stack alone, plus the sim's packet pool).
 
@@ -20,7 +24,7 @@
 mod sim;
 
 use flowlane_tcp::time::Duration;
-use flowlane_tcp::{Event, KeepaliveConfig, Stack};
+use flowlane_tcp::{ConnHandle, Event, KeepaliveConfig, Stack};
 use sim::{LinkConfig, Sim, B_IP};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
@@ -39,10 +43,17 @@ fn client(i: usize) -> SocketAddr {
     SocketAddr::new(IpAddr::V4(ip), 20_000 + (i % 40_000) as u16)
 }
 
-fn drain(s: &mut Stack) -> usize {
+/// Takes every event; returns how many connections were accepted, and
+/// keeps their handles in `keep`, if given.
+fn drain(s: &mut Stack, mut keep: Option<&mut Vec<ConnHandle>>) -> usize {
     let mut accepted = 0;
     while let Some(e) = s.poll_event() {
-        accepted += usize::from(matches!(e, Event::Accepted { .. }));
+        if let Event::Accepted { conn, .. } = e {
+            accepted += 1;
+            if let Some(k) = keep.as_mut() {
+                k.push(conn);
+            }
+        }
     }
     accepted
 }
@@ -50,7 +61,9 @@ fn drain(s: &mut Stack) -> usize {
 fn main() {
     let mut args = std::env::args().skip(1);
     let conns: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(100_000);
-    let keepalive = args.next().is_some_and(|s| s == "keepalive");
+    let mode = args.next().unwrap_or_default();
+    let keepalive = mode == "keepalive";
+    let time_wait = mode == "time-wait";
     let link = LinkConfig {
         delay: Duration::from_micros(50),
         bandwidth_bps: 100_000_000_000,
@@ -60,6 +73,7 @@ fn main() {
     let a = sim::test_config(1);
     let mut b = sim::test_config(2);
     b.listen_backlog = 1 << 20;
+    b.time_wait_max = conns;
     if keepalive {
         b.keepalive = Some(KeepaliveConfig {
             idle: Duration::from_secs(7200),
@@ -79,17 +93,44 @@ fn main() {
     let mut opened = 0;
     while opened < conns {
         let round = (conns - opened).min(20_000);
+        let mut ours = Vec::with_capacity(round);
         for i in opened..opened + round {
-            sim.a.connect(sim.now, client(i), server).expect("connect");
+            ours.push(sim.a.connect(sim.now, client(i), server).expect("connect"));
         }
         opened += round;
         let limit = sim.now + Duration::from_secs(10);
+        let mut theirs = Vec::new();
         let ok = sim.run_until(limit, |s| {
-            drain(&mut s.a);
-            accepted += drain(&mut s.b);
+            drain(&mut s.a, None);
+            accepted += drain(&mut s.b, Some(&mut theirs));
             accepted == opened
         });
         assert!(ok, "only {accepted} of {opened} connections were accepted");
+        if time_wait {
+            // B closes first, A answers: B ends in TIME-WAIT.
+            for h in theirs {
+                sim.b.close(h).expect("close on B");
+            }
+            sim.run_for(Duration::from_millis(500));
+            for h in ours {
+                sim.a.close(h).expect("close on A");
+            }
+            let limit = sim.now + Duration::from_secs(10);
+            let ok = sim.run_until(limit, |s| {
+                drain(&mut s.a, None);
+                drain(&mut s.b, None);
+                s.b.time_wait_count() == opened && s.a.connection_count() == 0
+            });
+            assert!(
+                ok,
+                "B holds {} TIME-WAIT records and {} connections, A {}; {:?} {:?}",
+                sim.b.time_wait_count(),
+                sim.b.connection_count(),
+                sim.a.connection_count(),
+                sim.b.stats(),
+                sim.stats
+            );
+        }
     }
     let rss_both = rss();
     // A disappears without closing anything: B's connections stay
@@ -102,11 +143,22 @@ fn main() {
         conns,
         "every connection is live on B"
     );
+    if time_wait {
+        assert_eq!(sim.b.time_wait_count(), conns, "all in TIME-WAIT");
+    }
     let per = |bytes: usize| bytes as f64 / conns as f64;
     println!("connections            {conns}");
     println!(
         "keepalive              {}",
         if keepalive { "on" } else { "off" }
+    );
+    println!(
+        "state (B)              {}",
+        if time_wait {
+            "TIME-WAIT records"
+        } else {
+            "established"
+        }
     );
     println!(
         "resident, both stacks  {:.0} B per connection pair",

@@ -192,7 +192,9 @@ impl TimeWait {
             seq: self.snd_nxt.0,
             ack: self.rcv_nxt.0,
             flags: TcpFlags::ACK,
-            window: (self.rcv_wnd >> self.rcv_wscale).min(0xffff) as u16,
+            // Rounded up, so that the right edge never recedes (RFC 7323
+            // §2.4).
+            window: self.rcv_wnd.div_ceil(1 << self.rcv_wscale).min(0xffff) as u16,
             urgent: 0,
             options,
         };
