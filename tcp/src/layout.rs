@@ -52,6 +52,9 @@ enum Op {
     Wait(u16),
     /// One side sets user data on its `n`th connection.
     UserData(bool, u8, u64),
+    /// B moves RSS bucket `n % 3` to a fresh stack and back (export and
+    /// import of the bucket's connections and TIME-WAIT records).
+    MoveBucket(u8),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -65,6 +68,7 @@ fn op() -> impl Strategy<Value = Op> {
         prop_oneof![Just(0u16), any::<u16>()].prop_map(Op::Deliver),
         prop_oneof![1u16..50, 100u16..3_000, Just(60_000u16)].prop_map(Op::Wait),
         (any::<bool>(), 0u8..6, any::<u64>()).prop_map(|(s, n, d)| Op::UserData(s, n, d)),
+        (0u8..3).prop_map(Op::MoveBucket),
     ]
 }
 
@@ -92,6 +96,10 @@ impl Pair {
         let mut b = Stack::new(cfg_b);
         b.listen("10.0.0.2:80".parse().expect("address"))
             .expect("listen");
+        // B keeps its connections (and TIME-WAIT records) in 3 RSS buckets,
+        // A in the one default bucket: both layouts are checked.
+        b.set_buckets(3, |t| t.remote.port() % 3)
+            .expect("no connections yet");
         Pair {
             a: Stack::new(cfg_a),
             b,
@@ -122,6 +130,9 @@ impl Pair {
             while let Some(e) = stack.poll_event() {
                 match e {
                     Event::Accepted { conn, .. } => conns.push(conn),
+                    // A half-open connection imported where no listener
+                    // takes it reports `Connected`.
+                    Event::Connected(conn) if !conns.contains(&conn) => conns.push(conn),
                     Event::Closed { conn, .. } => conns.retain(|&c| c != conn),
                     _ => {}
                 }
@@ -180,8 +191,41 @@ impl Pair {
                     assert_eq!(stack.user_data(h), Ok(d));
                 }
             }
+            Op::MoveBucket(n) => self.move_bucket(u16::from(n % 3)),
         }
         self.events();
+    }
+
+    /// B's bucket `bucket` goes to another stack and comes back, as a
+    /// rebalancer would move it; B's handles follow.
+    fn move_bucket(&mut self, bucket: u16) {
+        let held = self.b.bucket_stats(bucket);
+        let export = self.b.export_bucket(bucket);
+        assert_eq!(self.b.bucket_stats(bucket).connections, 0);
+        assert_eq!(self.b.bucket_stats(bucket).time_wait, 0);
+        let mut other = Stack::new(self.b.config().clone());
+        other
+            .set_buckets(3, |t| t.remote.port() % 3)
+            .expect("empty");
+        let old: Vec<ConnHandle> = export.connections().iter().map(|c| c.0).collect();
+        let moved = other.import_bucket(self.now, export);
+        let there: Vec<ConnHandle> = moved.into_iter().map(|h| h.expect("imported")).collect();
+        let back = other.export_bucket(bucket);
+        // Back in the other stack's list order: its handles say which
+        // connection each is.
+        let order: Vec<ConnHandle> = back.connections().iter().map(|c| c.0).collect();
+        let new = self.b.import_bucket(self.now, back);
+        for (via, n) in order.iter().zip(new) {
+            let n = n.expect("imported back");
+            let i = there.iter().position(|h| h == via).expect("moved there");
+            for h in self.b_conns.iter_mut().filter(|h| **h == old[i]) {
+                *h = n;
+            }
+        }
+        // Handles B's application never learnt (half-open connections) are
+        // not in `b_conns`; every connection came back all the same.
+        assert_eq!(self.b.bucket_stats(bucket).connections, held.connections);
+        assert_eq!(self.b.bucket_stats(bucket).time_wait, held.time_wait);
     }
 
     /// Moves what each side has to send to the other, losing some.

@@ -39,6 +39,7 @@
 #![forbid(unsafe_code)]
 
 mod assembler;
+mod buckets;
 mod buffer;
 mod cc;
 mod chunk_pool;
@@ -61,7 +62,7 @@ use std::net::SocketAddr;
 
 pub use cc::CongestionAlgorithm;
 pub use connection::{Snapshot, State};
-pub use stack::Stack;
+pub use stack::{BucketExport, Stack};
 
 use time::Duration;
 
@@ -137,6 +138,19 @@ pub enum Event {
         /// Why.
         reason: CloseReason,
     },
+}
+
+/// What one RSS bucket of a stack holds now and has received
+/// ([`Stack::bucket_stats`]): the figures a rebalancer weighs buckets by.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BucketStats {
+    /// Live connections in the bucket (TIME-WAIT records not included).
+    pub connections: u32,
+    /// TIME-WAIT records in the bucket.
+    pub time_wait: u32,
+    /// Segments received for the bucket's connections and records since
+    /// the stack started.
+    pub segments_in: u64,
 }
 
 /// Errors from the application-facing calls.

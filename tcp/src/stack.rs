@@ -1,16 +1,18 @@
 //! The per-core shard: connection table, listeners, timer wheel, event and
 //! transmit queues.
 
+use crate::buckets::{BucketLists, Link, NIL};
 use crate::chunk_pool::{ChunkPool, CHUNK_SIZE};
 use crate::connection::{ev, Connection, Ctx, Flags, PendingRst, RecvMemory, State};
 use crate::isn::IsnGenerator;
 use crate::seq::SeqNumber;
 use crate::table::ConnTable;
-use crate::time::Instant;
-use crate::time_wait::{self, TimeWaitTable, Verdict};
+use crate::time::{Deadline, Instant};
+use crate::time_wait::{self, TimeWait, TimeWaitTable, Verdict};
 use crate::timer::{TimerEntry, TimerWheel};
 use crate::{
-    CloseReason, Config, ConnHandle, Error, Event, FourTuple, ListenerId, Snapshot, Stats, Transmit,
+    BucketStats, CloseReason, Config, ConnHandle, Error, Event, FourTuple, ListenerId, Snapshot,
+    Stats, Transmit,
 };
 use flowlane_wire::tcp::{TcpFlags, TcpOptions, TcpRepr};
 use std::collections::{HashMap, VecDeque};
@@ -86,9 +88,71 @@ struct Slot {
     /// In `Stack::mem_waiting`.
     mem_waiting: bool,
     /// Deadline of the wheel entry considered live for this slot.
-    wheel_deadline: Option<Instant>,
-    listener: Option<ListenerId>,
+    wheel_deadline: Deadline,
+    /// The listener that accepted the connection (4 bytes, not the 8 of
+    /// an `Option<ListenerId>`: the slot's budget).
+    listener: SlotListener,
+    /// The connection's place on its RSS bucket's list.
+    link: Link,
     conn: Option<Connection>,
+}
+
+/// A slot's listener, `u32::MAX` for none.
+#[derive(Debug, Clone, Copy)]
+struct SlotListener(u32);
+
+impl SlotListener {
+    const NONE: SlotListener = SlotListener(u32::MAX);
+
+    fn of(l: Option<ListenerId>) -> Self {
+        l.map_or(Self::NONE, |l| SlotListener(l.0))
+    }
+
+    fn get(self) -> Option<ListenerId> {
+        (self.0 != u32::MAX).then_some(ListenerId(self.0))
+    }
+}
+
+fn slot_link(s: &mut Slot) -> &mut Link {
+    &mut s.link
+}
+
+/// Maps a connection to its RSS bucket ([`Stack::set_buckets`]).
+struct BucketFn(Box<dyn Fn(&FourTuple) -> u16 + Send>);
+
+impl std::fmt::Debug for BucketFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BucketFn(..)")
+    }
+}
+
+/// A bucket's connections and TIME-WAIT records, taken out of one stack by
+/// [`Stack::export_bucket`] for [`Stack::import_bucket`] on another (the
+/// unit a rebalancer moves between cores). Opaque, like [`Snapshot`].
+#[derive(Debug)]
+pub struct BucketExport {
+    bucket: u16,
+    connections: Vec<(ConnHandle, Snapshot)>,
+    time_wait: Vec<TimeWait>,
+}
+
+impl BucketExport {
+    /// The bucket.
+    pub fn bucket(&self) -> u16 {
+        self.bucket
+    }
+
+    /// The bucket's connections, each with the handle it had on the
+    /// exporting stack ([`Stack::import_bucket`] returns the new handles in
+    /// this order).
+    pub fn connections(&self) -> &[(ConnHandle, Snapshot)] {
+        &self.connections
+    }
+
+    /// The bucket's TIME-WAIT records.
+    pub fn time_wait_count(&self) -> usize {
+        self.time_wait.len()
+    }
 }
 
 /// What a SYN does to a connection in TIME-WAIT ([`Stack::time_wait_syn`]).
@@ -150,6 +214,11 @@ pub struct Stack {
     slots: Vec<Slot>,
     free: Vec<u32>,
     table: ConnTable,
+    /// Every connection on its RSS bucket's list.
+    buckets: BucketLists,
+    /// Segments received per bucket.
+    bucket_segments: Vec<u64>,
+    bucket_of: Option<BucketFn>,
     /// Compact records of closed connections in TIME-WAIT.
     time_wait: TimeWaitTable,
     listeners: Vec<Option<Listener>>,
@@ -184,7 +253,10 @@ impl Stack {
         Stack {
             isn: IsnGenerator::new(cfg.isn_secret),
             table: ConnTable::new(&cfg.isn_secret),
-            time_wait: TimeWaitTable::new(&cfg.isn_secret, cfg.time_wait_max),
+            time_wait: TimeWaitTable::new(&cfg.isn_secret, cfg.time_wait_max, 1),
+            buckets: BucketLists::new(1),
+            bucket_segments: vec![0],
+            bucket_of: None,
             wheel: TimerWheel::new(cfg.timer_tick, cfg.timer_buckets),
             pool: ChunkPool::new(cfg.recv_memory.div_ceil(CHUNK_SIZE)),
             cfg,
@@ -250,6 +322,123 @@ impl Stack {
     }
 
     // ---------------------------------------------------------------
+    // RSS buckets
+    // ---------------------------------------------------------------
+
+    /// Keeps connections per RSS bucket: `count` buckets (the size of the
+    /// NIC's indirection table, 1 to 65,536), and `bucket_of` giving a
+    /// connection's bucket from its tuple (the NIC's Toeplitz hash modulo
+    /// the table size, as `numa-sched` computes it; taken modulo `count`).
+    /// It is called once per connection, when the connection is created
+    /// or imported. Every connection and TIME-WAIT record is then on its
+    /// bucket's list ([`Stack::bucket_stats`], [`Stack::export_bucket`]).
+    /// Without it, all are in bucket 0. Only while the stack holds no
+    /// connection: [`Error::InvalidState`] otherwise, or for a bad count.
+    pub fn set_buckets(
+        &mut self,
+        count: usize,
+        bucket_of: impl Fn(&FourTuple) -> u16 + Send + 'static,
+    ) -> Result<(), Error> {
+        if self.connection_count() != 0 || !(1..=1 << 16).contains(&count) {
+            return Err(Error::InvalidState);
+        }
+        self.buckets = BucketLists::new(count);
+        self.bucket_segments = vec![0; count];
+        self.time_wait.set_buckets(count);
+        self.bucket_of = Some(BucketFn(Box::new(bucket_of)));
+        Ok(())
+    }
+
+    /// Buckets ([`Stack::set_buckets`]; 1 by default).
+    pub fn bucket_count(&self) -> usize {
+        self.bucket_segments.len()
+    }
+
+    /// What bucket `bucket` holds now and has received ([`BucketStats`]);
+    /// all zero for a bucket out of range.
+    pub fn bucket_stats(&self, bucket: u16) -> BucketStats {
+        BucketStats {
+            connections: self.buckets.len(bucket),
+            time_wait: self.time_wait.bucket_len(bucket),
+            segments_in: self
+                .bucket_segments
+                .get(usize::from(bucket))
+                .copied()
+                .unwrap_or(0),
+        }
+    }
+
+    /// The bucket of a connection with this tuple.
+    fn bucket_for(&self, tuple: &FourTuple) -> u16 {
+        match &self.bucket_of {
+            None => 0,
+            Some(f) => (usize::from((f.0)(tuple)) % self.bucket_segments.len()) as u16,
+        }
+    }
+
+    /// Counts a segment for a bucket.
+    #[inline]
+    fn count_bucket_segment(&mut self, bucket: u16) {
+        if let Some(n) = self.bucket_segments.get_mut(usize::from(bucket)) {
+            *n += 1;
+        }
+    }
+
+    /// Takes every connection and TIME-WAIT record of `bucket` out of the
+    /// stack, complete ([`Snapshot`]s and records), for
+    /// [`Stack::import_bucket`] on the stack that takes the bucket over.
+    /// As with [`Stack::export`], the handles stop working and events
+    /// already queued for them become stale; nothing more is sent for
+    /// them here. The bucket's counters stay (they describe this stack's
+    /// past load).
+    pub fn export_bucket(&mut self, bucket: u16) -> BucketExport {
+        let mut connections = Vec::with_capacity(self.buckets.len(bucket) as usize);
+        loop {
+            let idx = self.buckets.head(bucket);
+            if idx == NIL {
+                break;
+            }
+            let handle = self.handle(idx);
+            connections.push((handle, self.export_slot(idx)));
+        }
+        BucketExport {
+            bucket,
+            connections,
+            time_wait: self.time_wait.export_bucket(bucket),
+        }
+    }
+
+    /// Adds a bucket exported from another stack ([`Stack::export_bucket`]):
+    /// its connections, whose new handles (or why one could not be
+    /// imported) are returned in the order of
+    /// [`BucketExport::connections`], and its TIME-WAIT records (a record
+    /// whose tuple is live here is dropped).
+    pub fn import_bucket(
+        &mut self,
+        now: Instant,
+        bucket: BucketExport,
+    ) -> Vec<Result<ConnHandle, Error>> {
+        self.tick(now);
+        let handles = bucket
+            .connections
+            .into_iter()
+            .map(|(_, snap)| self.import_one(snap))
+            .collect();
+        for record in bucket.time_wait {
+            let hash = self.table.hash(&record.tuple);
+            if self.find(hash, &record.tuple).is_some()
+                || self.time_wait.find(hash, &record.tuple).is_some()
+            {
+                continue;
+            }
+            let b = self.bucket_for(&record.tuple);
+            let evicted = self.time_wait.insert(hash, record, b, false);
+            self.stats.time_wait_evicted += evicted as u64;
+        }
+        handles
+    }
+
+    // ---------------------------------------------------------------
     // Opening
     // ---------------------------------------------------------------
 
@@ -311,17 +500,20 @@ impl Stack {
                     generation: 0,
                     in_dirty: false,
                     mem_waiting: false,
-                    wheel_deadline: None,
-                    listener: None,
+                    wheel_deadline: Deadline::NONE,
+                    listener: SlotListener::NONE,
+                    link: Link::NONE,
                     conn: None,
                 });
                 (self.slots.len() - 1) as u32
             }
         };
+        let bucket = self.bucket_for(&tuple);
+        self.buckets.push(&mut self.slots, slot_link, idx, bucket);
         let slot = &mut self.slots[idx as usize];
         slot.conn = Some(conn);
-        slot.listener = listener;
-        slot.wheel_deadline = None;
+        slot.listener = SlotListener::of(listener);
+        slot.wheel_deadline = Deadline::NONE;
         slot.in_dirty = false;
         slot.mem_waiting = false;
         let floor = usize::from(self.cfg.mss);
@@ -471,6 +663,7 @@ impl Stack {
     /// closed, reschedule its timer and queue it for transmission.
     fn after(&mut self, idx: u32) {
         let slot = &mut self.slots[idx as usize];
+        let bucket = slot.link.bucket;
         let handle = ConnHandle {
             index: idx,
             generation: slot.generation,
@@ -482,6 +675,7 @@ impl Stack {
                 conn.set_in_backlog(false);
                 if let Some(Some(l)) = slot
                     .listener
+                    .get()
                     .and_then(|l| self.listeners.get_mut(l.0 as usize))
                 {
                     l.half_open -= 1;
@@ -490,6 +684,7 @@ impl Stack {
             if conn.is_passive() {
                 let listener = slot
                     .listener
+                    .get()
                     .filter(|l| matches!(self.listeners.get(l.0 as usize), Some(Some(_))));
                 match listener {
                     Some(listener) => {
@@ -555,7 +750,7 @@ impl Stack {
             conn.release_buffers(&mut self.pool);
             self.stats.closed += 1;
             if compact {
-                self.enter_time_wait(&conn);
+                self.enter_time_wait(&conn, bucket);
             }
             return;
         }
@@ -569,10 +764,10 @@ impl Stack {
 
     /// Replaces a closed connection in TIME-WAIT (already out of the slab)
     /// by its compact record.
-    fn enter_time_wait(&mut self, conn: &Connection) {
+    fn enter_time_wait(&mut self, conn: &Connection, bucket: u16) {
         let record = conn.time_wait_record();
         let hash = self.table.hash(&record.tuple);
-        let evicted = self.time_wait.insert(hash, record, conn.owes_ack());
+        let evicted = self.time_wait.insert(hash, record, bucket, conn.owes_ack());
         self.stats.time_wait_evicted += evicted as u64;
     }
 
@@ -583,8 +778,8 @@ impl Stack {
             return;
         };
         if let Some(d) = conn.next_deadline() {
-            if slot.wheel_deadline.is_none_or(|w| d < w) {
-                slot.wheel_deadline = Some(d);
+            if slot.wheel_deadline.get().is_none_or(|w| d < w) {
+                slot.wheel_deadline = Deadline::at(d);
                 self.wheel.insert(self.now, idx, slot.generation, d);
             }
         }
@@ -596,17 +791,19 @@ impl Stack {
         if conn.in_backlog() {
             if let Some(Some(l)) = slot
                 .listener
+                .get()
                 .and_then(|l| self.listeners.get_mut(l.0 as usize))
             {
                 l.half_open -= 1;
             }
         }
         slot.generation = slot.generation.wrapping_add(1);
-        slot.wheel_deadline = None;
+        slot.wheel_deadline = Deadline::NONE;
         slot.in_dirty = false;
-        slot.listener = None;
+        slot.listener = SlotListener::NONE;
         slot.mem_waiting = false;
         self.table.remove(self.table.hash(&conn.tuple), idx);
+        self.buckets.unlink(&mut self.slots, slot_link, idx);
         self.free.push(idx);
         self.live -= 1;
         self.rcv_committed = self
@@ -644,6 +841,7 @@ impl Stack {
             self.on_unmatched(hash, tuple, repr, payload.len());
             return;
         };
+        self.count_bucket_segment(self.slots[idx as usize].link.bucket);
         match self.time_wait_syn(idx, repr) {
             // (Every segment of a live connection passes here; only a bare
             // SYN goes further than a look at its flags.)
@@ -665,6 +863,7 @@ impl Stack {
     #[inline(never)]
     fn on_unmatched(&mut self, hash: u64, tuple: FourTuple, repr: &TcpRepr, len: usize) {
         if let Some(tw) = self.time_wait.find(hash, &tuple) {
+            self.count_bucket_segment(self.time_wait.bucket_of(tw));
             let verdict =
                 self.time_wait
                     .on_segment(tw, &self.cfg, self.now, repr, len, &mut self.stats);
@@ -683,25 +882,29 @@ impl Stack {
     /// RFC 9293 §3.10.7.1–2: a segment for no connection goes to the
     /// listener on its port and address, or is answered with an RST.
     fn for_listener(&mut self, tuple: FourTuple, repr: &TcpRepr, len: usize) {
-        let dst_ip = tuple.local.ip();
-        let listener = self
-            .listener_ports
-            .get(&repr.dst_port)
-            .copied()
-            .filter(|&l| {
-                self.listeners[l as usize]
-                    .as_ref()
-                    .is_some_and(|l| l.local.ip().is_unspecified() || l.local.ip() == dst_ip)
-            });
-        match listener {
-            Some(l) if tuple.remote.is_ipv4() == dst_ip.is_ipv4() => {
-                self.on_listen_segment(ListenerId(l), tuple, repr, len)
-            }
+        match self.listener_for(&tuple) {
+            Some(l) => self.on_listen_segment(l, tuple, repr, len),
             _ => {
                 self.stats.no_connection += 1;
                 self.reset_for(tuple, repr, len);
             }
         }
+    }
+
+    /// The listener that takes connections to `tuple.local` (on its port,
+    /// for its address or any), if the families match.
+    fn listener_for(&self, tuple: &FourTuple) -> Option<ListenerId> {
+        let dst_ip = tuple.local.ip();
+        self.listener_ports
+            .get(&tuple.local.port())
+            .copied()
+            .filter(|&l| {
+                self.listeners[l as usize]
+                    .as_ref()
+                    .is_some_and(|l| l.local.ip().is_unspecified() || l.local.ip() == dst_ip)
+            })
+            .filter(|_| tuple.remote.is_ipv4() == dst_ip.is_ipv4())
+            .map(ListenerId)
     }
 
     /// RFC 6191: a SYN for a connection in TIME-WAIT either opens a new
@@ -909,11 +1112,11 @@ impl Stack {
             };
             if slot.generation != e.generation
                 || slot.conn.is_none()
-                || slot.wheel_deadline != Some(e.deadline)
+                || slot.wheel_deadline.get() != Some(e.deadline)
             {
                 continue;
             }
-            slot.wheel_deadline = None;
+            slot.wheel_deadline = Deadline::NONE;
             self.with_conn(e.key, |c, ctx| c.on_timeout(ctx));
         }
         self.expired = expired;
@@ -1062,17 +1265,28 @@ impl Stack {
     /// queued; events already queued for the handle become stale.
     pub fn export(&mut self, conn: ConnHandle) -> Result<Snapshot, Error> {
         let idx = self.lookup(conn)?;
+        Ok(self.export_slot(idx))
+    }
+
+    /// Takes the connection in slot `idx` out of the stack, complete.
+    fn export_slot(&mut self, idx: u32) -> Snapshot {
         let mut c = self.remove(idx);
         let snap = c.export();
         c.release_buffers(&mut self.pool);
-        Ok(snap)
+        snap
     }
 
-    /// Adds a connection exported from another stack. A connection that was
-    /// still half-open from a passive open reports `Connected` (not
-    /// `Accepted`) when it completes.
+    /// Adds a connection exported from another stack. A connection from a
+    /// passive open that the application had not been told of yet (still
+    /// half-open) joins this stack's listener for its address, counts
+    /// against its backlog and is reported `Accepted` when it completes;
+    /// with no such listener, it is reported `Connected`.
     pub fn import(&mut self, now: Instant, snap: Snapshot) -> Result<ConnHandle, Error> {
         self.tick(now);
+        self.import_one(snap)
+    }
+
+    fn import_one(&mut self, snap: Snapshot) -> Result<ConnHandle, Error> {
         let tuple = snap.four_tuple();
         let hash = self.table.hash(&tuple);
         if self.find(hash, &tuple).is_some() {
@@ -1084,8 +1298,24 @@ impl Stack {
             self.time_wait.remove(tw);
         }
         let mut conn = Connection::import(&snap, &mut self.pool)?;
-        conn.flags.set(Flags::ANNOUNCED);
-        let idx = self.insert(conn, None);
+        let listener = if conn.is_passive() && !conn.flags.has(Flags::ANNOUNCED) {
+            self.listener_for(&tuple)
+        } else {
+            None
+        };
+        match listener {
+            Some(l) if conn.in_backlog() => {
+                if let Some(Some(l)) = self.listeners.get_mut(l.0 as usize) {
+                    l.half_open += 1;
+                }
+            }
+            Some(_) => {}
+            None => {
+                conn.set_in_backlog(false);
+                conn.flags.set(Flags::ANNOUNCED);
+            }
+        }
+        let idx = self.insert(conn, listener);
         self.after(idx);
         Ok(self.handle(idx))
     }
@@ -1145,7 +1375,7 @@ impl Stack {
                 return Err(format!("slot {i}: TIME-WAIT holds send chunks"));
             }
             if let Some(d) = c.next_deadline() {
-                if slot.wheel_deadline.is_none_or(|w| w > d) {
+                if slot.wheel_deadline.get().is_none_or(|w| w > d) {
                     return Err(format!("slot {i}: deadline {d:?} not on the wheel"));
                 }
             }
@@ -1158,6 +1388,19 @@ impl Stack {
             ));
         }
         self.time_wait.check()?;
+        let mut slots: Vec<(bool, Link)> = self
+            .slots
+            .iter()
+            .map(|s| (s.conn.is_some(), s.link))
+            .collect();
+        self.buckets.check(&mut slots, |s| &mut s.1, |s| s.0)?;
+        for s in &self.slots {
+            if let Some(c) = &s.conn {
+                if s.link.bucket != self.bucket_for(&c.tuple) {
+                    return Err(format!("{:?} on bucket {}", c.tuple, s.link.bucket));
+                }
+            }
+        }
         if committed != self.rcv_committed {
             return Err(format!(
                 "committed {} but connections sum to {committed}",

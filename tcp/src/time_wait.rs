@@ -16,6 +16,7 @@
 //! A connection the application has not closed (it shut down its side and
 //! may still read) stays whole in TIME-WAIT until it closes.
 
+use crate::buckets::{BucketLists, Link, NIL};
 use crate::seq::SeqNumber;
 use crate::table::ConnTable;
 use crate::time::{Duration, Instant};
@@ -208,7 +209,13 @@ struct Slot {
     generation: u32,
     /// In the table's ACK queue.
     ack_queued: bool,
+    /// The record's place on its RSS bucket's list.
+    link: Link,
     entry: Option<TimeWait>,
+}
+
+fn slot_link(s: &mut Slot) -> &mut Link {
+    &mut s.link
 }
 
 /// The TIME-WAIT records of one stack: a slab, an index keyed like the
@@ -219,6 +226,8 @@ pub(crate) struct TimeWaitTable {
     slots: Vec<Slot>,
     free: Vec<u32>,
     index: ConnTable,
+    /// Every record on its RSS bucket's list.
+    buckets: BucketLists,
     /// (slot, generation, deadline), deadlines non-decreasing: every record
     /// has one entry here, at or before its `expires`; entries of removed
     /// records are skipped.
@@ -231,12 +240,14 @@ pub(crate) struct TimeWaitTable {
 
 impl TimeWaitTable {
     /// An empty table holding at most `max` records, indexed under the
-    /// same key as the connection table built from `secret`.
-    pub(crate) fn new(secret: &[u8; 16], max: usize) -> Self {
+    /// same key as the connection table built from `secret`, over
+    /// `buckets` RSS buckets.
+    pub(crate) fn new(secret: &[u8; 16], max: usize, buckets: usize) -> Self {
         TimeWaitTable {
             slots: Vec::new(),
             free: Vec::new(),
             index: ConnTable::new(secret),
+            buckets: BucketLists::new(buckets),
             expiry: VecDeque::new(),
             acks: VecDeque::new(),
             max,
@@ -248,6 +259,36 @@ impl TimeWaitTable {
     #[inline]
     pub(crate) fn len(&self) -> usize {
         self.live
+    }
+
+    /// Starts over with `count` RSS buckets (the table must be empty).
+    pub(crate) fn set_buckets(&mut self, count: usize) {
+        debug_assert_eq!(self.live, 0);
+        self.buckets = BucketLists::new(count);
+    }
+
+    /// Records in bucket `b`.
+    pub(crate) fn bucket_len(&self, b: u16) -> u32 {
+        self.buckets.len(b)
+    }
+
+    /// The bucket of record `idx`.
+    #[inline]
+    pub(crate) fn bucket_of(&self, idx: u32) -> u16 {
+        self.slots[idx as usize].link.bucket
+    }
+
+    /// Takes every record of bucket `b` out of the table.
+    pub(crate) fn export_bucket(&mut self, b: u16) -> Vec<TimeWait> {
+        let mut out = Vec::with_capacity(self.buckets.len(b) as usize);
+        loop {
+            let idx = self.buckets.head(b);
+            if idx == NIL {
+                break;
+            }
+            out.push(self.remove(idx));
+        }
+        out
     }
 
     fn tuple_at(slots: &[Slot], idx: u32) -> &FourTuple {
@@ -269,10 +310,10 @@ impl TimeWaitTable {
         self.index.find(hash, tuple, |i| Self::tuple_at(slots, i))
     }
 
-    /// Adds a record, owing an ACK if `ack_owed` (the connection had yet to
-    /// acknowledge the peer's FIN). At the cap the oldest record is dropped
-    /// first; returns how many were (0 or 1).
-    pub(crate) fn insert(&mut self, hash: u64, tw: TimeWait, ack_owed: bool) -> usize {
+    /// Adds a record in RSS bucket `bucket`, owing an ACK if `ack_owed` (the
+    /// connection had yet to acknowledge the peer's FIN). At the cap the
+    /// oldest record is dropped first; returns how many were (0 or 1).
+    pub(crate) fn insert(&mut self, hash: u64, tw: TimeWait, bucket: u16, ack_owed: bool) -> usize {
         let mut evicted = 0;
         if self.max == 0 {
             return 1;
@@ -295,11 +336,13 @@ impl TimeWaitTable {
                 self.slots.push(Slot {
                     generation: 0,
                     ack_queued: false,
+                    link: Link::NONE,
                     entry: None,
                 });
                 (self.slots.len() - 1) as u32
             }
         };
+        self.buckets.push(&mut self.slots, slot_link, idx, bucket);
         let slot = &mut self.slots[idx as usize];
         slot.entry = Some(tw);
         slot.ack_queued = ack_owed;
@@ -327,6 +370,7 @@ impl TimeWaitTable {
         slot.generation = slot.generation.wrapping_add(1);
         slot.ack_queued = false;
         self.index.remove(self.index.hash(&tw.tuple), idx);
+        self.buckets.unlink(&mut self.slots, slot_link, idx);
         self.free.push(idx);
         self.live -= 1;
         tw
@@ -426,6 +470,12 @@ impl TimeWaitTable {
     /// records (tests only).
     #[cfg(test)]
     pub(crate) fn check(&self) -> Result<(), String> {
+        let mut links: Vec<(bool, Link)> = self
+            .slots
+            .iter()
+            .map(|s| (s.entry.is_some(), s.link))
+            .collect();
+        self.buckets.check(&mut links, |s| &mut s.1, |s| s.0)?;
         let live = self.slots.iter().filter(|s| s.entry.is_some()).count();
         if live != self.live || self.index.len() != live {
             return Err(format!(

@@ -708,6 +708,33 @@ impl Bulk {
         }
     }
 
+    /// B's connections were moved to another stack (now `sim.b`), handle
+    /// `old` becoming `new`: follows them, then reads and writes as an
+    /// application would after the move (the new stack reports nothing
+    /// that was pending when the connections left the old one).
+    pub fn rehome_b(&mut self, sim: &mut Sim, moved: &[(ConnHandle, ConnHandle)]) {
+        let streams: Vec<usize> = moved
+            .iter()
+            .map(|(old, _)| {
+                let i = self.b_index[old.index() as usize];
+                self.b_index[old.index() as usize] = usize::MAX;
+                i
+            })
+            .collect();
+        for (&i, &(_, new)) in streams.iter().zip(moved) {
+            let idx = new.index() as usize;
+            if self.b_index.len() <= idx {
+                self.b_index.resize(idx + 1, usize::MAX);
+            }
+            self.b_index[idx] = i;
+            self.b[i].handle = Some(new);
+        }
+        for &(_, new) in moved {
+            self.on_b_event(sim, Event::Readable(new));
+            self.on_b_event(sim, Event::Writable(new));
+        }
+    }
+
     /// Processes both stacks' events.
     pub fn on_step(&mut self, sim: &mut Sim) {
         while let Some(e) = sim.a.poll_event() {

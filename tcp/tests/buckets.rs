@@ -1,0 +1,140 @@
+//! Connections kept per RSS bucket: counted per bucket, and moved between
+//! stacks a bucket at a time, live, with their TIME-WAIT records.
+
+mod sim;
+
+use flowlane_tcp::time::Duration;
+use flowlane_tcp::{ConnHandle, Error, FourTuple, Stack};
+use sim::{events, test_config, Bulk, LinkConfig, Sim, A_IP, B_IP};
+use std::net::SocketAddr;
+
+const BUCKETS: usize = 4;
+
+/// The test's "RSS": the client port modulo the bucket count.
+fn by_port(t: &FourTuple) -> u16 {
+    t.remote.port() % BUCKETS as u16
+}
+
+fn server() -> Stack {
+    let mut b = Stack::new(test_config(2));
+    b.set_buckets(BUCKETS, by_port).unwrap();
+    b
+}
+
+#[test]
+fn buckets_are_set_before_connections_only() {
+    let mut sim = Sim::symmetric(30, LinkConfig::default());
+    assert_eq!(sim.b.bucket_count(), 1);
+    assert_eq!(sim.b.set_buckets(0, by_port), Err(Error::InvalidState));
+    assert_eq!(
+        sim.b.set_buckets((1 << 16) + 1, by_port),
+        Err(Error::InvalidState)
+    );
+    sim.establish();
+    assert_eq!(sim.b.set_buckets(4, by_port), Err(Error::InvalidState));
+    assert_eq!(sim.b.bucket_stats(0).connections, 1);
+}
+
+#[test]
+fn connections_and_their_segments_are_counted_per_bucket() {
+    let mut sim = Sim::symmetric(31, LinkConfig::default());
+    sim.b = server();
+    sim.b.listen(SocketAddr::new(B_IP, 80)).unwrap();
+    let clients: Vec<ConnHandle> = (0..12)
+        .map(|i| {
+            let local = SocketAddr::new(A_IP, 10_000 + i);
+            sim.a
+                .connect(sim.now, local, SocketAddr::new(B_IP, 80))
+                .unwrap()
+        })
+        .collect();
+    sim.run_for(Duration::from_millis(100));
+    events(&mut sim.b);
+    for b in 0..BUCKETS as u16 {
+        assert_eq!(sim.b.bucket_stats(b).connections, 3, "bucket {b}");
+    }
+    let quiet = sim.b.bucket_stats(2).segments_in;
+    // Only the clients in bucket 1 (ports 10001, 10005, 10009) send.
+    for (i, &h) in clients.iter().enumerate() {
+        if (10_000 + i) % BUCKETS == 1 {
+            sim.a.send(h, &vec![7; 20_000]).unwrap();
+        }
+    }
+    sim.run_for(Duration::from_millis(200));
+    let busy = sim.b.bucket_stats(1).segments_in;
+    assert!(busy >= quiet + 3 * 14, "bucket 1: {busy} segments");
+    assert_eq!(sim.b.bucket_stats(2).segments_in, quiet, "bucket 2 idle");
+    // Out of range: all zero.
+    assert_eq!(sim.b.bucket_stats(9), Default::default());
+}
+
+#[test]
+fn buckets_move_to_another_stack_mid_transfer() {
+    let mut sim = Sim::symmetric(32, LinkConfig::hostile(0.02));
+    sim.b = server();
+    let mut bulk = Bulk::start(&mut sim, 16, 150_000, 40_000);
+    let mut moved = false;
+    let limit = sim.now + Duration::from_secs(600);
+    let done = sim.run_until(limit, |s| {
+        bulk.on_step(s);
+        if !moved && bulk.min_received_b() > 30_000 {
+            moved = true;
+            // Another core's stack takes over every bucket, one at a time.
+            let mut b2 = server();
+            b2.listen(SocketAddr::new(B_IP, 80)).unwrap();
+            let mut pairs = Vec::new();
+            for bucket in 0..BUCKETS as u16 {
+                let held = s.b.bucket_stats(bucket).connections;
+                let export = s.b.export_bucket(bucket);
+                assert_eq!(export.bucket(), bucket);
+                assert_eq!(export.connections().len() as u32, held);
+                assert_eq!(s.b.bucket_stats(bucket).connections, 0);
+                let old: Vec<ConnHandle> = export.connections().iter().map(|c| c.0).collect();
+                let new = b2.import_bucket(s.now, export);
+                for (o, n) in old.into_iter().zip(new) {
+                    pairs.push((o, n.expect("imported")));
+                }
+                assert_eq!(b2.bucket_stats(bucket).connections, held);
+            }
+            assert_eq!(s.b.connection_count(), 0, "nothing left behind");
+            assert_eq!(pairs.len(), 16);
+            s.b = b2;
+            bulk.rehome_b(s, &pairs);
+        }
+        bulk.finished()
+    });
+    assert!(moved, "the move happened");
+    assert!(done, "finished: {} of 16 closed", bulk.closed_b);
+    assert!(bulk.errors.is_empty(), "{:?}", bulk.errors);
+}
+
+#[test]
+fn time_wait_records_move_with_their_bucket() {
+    let mut sim = Sim::symmetric(33, LinkConfig::default());
+    sim.b = server();
+    let (a, b) = sim.establish();
+    // B closes first: its TIME-WAIT record is in bucket 10000 % 4 = 0.
+    sim.b.close(b).unwrap();
+    sim.run_for(Duration::from_millis(50));
+    sim.a.close(a).unwrap();
+    sim.run_for(Duration::from_millis(50));
+    assert_eq!(sim.b.bucket_stats(0).time_wait, 1);
+    let export = sim.b.export_bucket(0);
+    assert_eq!(export.time_wait_count(), 1);
+    assert_eq!(sim.b.connection_count(), 0);
+    let mut b2 = server();
+    assert!(b2.import_bucket(sim.now, export).is_empty());
+    assert_eq!(b2.bucket_stats(0).time_wait, 1);
+    assert_eq!(b2.time_wait_count(), 1);
+    // The record still holds the tuple there, and expires on time.
+    assert_eq!(
+        b2.connect(
+            sim.now,
+            SocketAddr::new(B_IP, 80),
+            SocketAddr::new(A_IP, 10_000)
+        ),
+        Err(Error::AddrInUse)
+    );
+    b2.handle_timeout(sim.now + Duration::from_secs(61));
+    assert_eq!(b2.time_wait_count(), 0);
+}
