@@ -14,6 +14,9 @@ use std::net::SocketAddr;
 const CONNECTION_BUDGET: usize = 632;
 /// A slab slot: the connection plus the stack's bookkeeping for it.
 const SLOT_BUDGET: usize = 664;
+/// A compact TIME-WAIT record (what a closed connection costs for 2 MSL,
+/// index and expiry entry aside).
+const TIME_WAIT_BUDGET: usize = 112;
 
 #[test]
 fn sizes_stay_within_budget() {
@@ -28,6 +31,11 @@ fn sizes_stay_within_budget() {
         "slot is {slot} bytes, budget {SLOT_BUDGET}"
     );
     assert_eq!(std::mem::size_of::<crate::time::Deadline>(), 8);
+    let tw = std::mem::size_of::<crate::time_wait::TimeWait>();
+    assert!(
+        tw <= TIME_WAIT_BUDGET,
+        "TimeWait is {tw} bytes, budget {TIME_WAIT_BUDGET}"
+    );
 }
 
 /// One step of the property test.

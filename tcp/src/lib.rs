@@ -9,8 +9,9 @@
 //! [`KeepaliveConfig`], the [`Event`]s it reports, the handles
 //! [`ConnHandle`] and [`ListenerId`], [`FourTuple`], [`Transmit`], [`Stats`],
 //! [`State`], [`CloseReason`], [`Error`], [`CongestionAlgorithm`], the opaque
-//! connection [`Snapshot`] for moving a connection between stacks, and
-//! [`time`]. Everything else (buffers, reassembly, SACK scoreboard, RTO,
+//! connection [`Snapshot`] for moving a connection between stacks, the
+//! opaque [`BucketExport`] for moving an RSS bucket's connections at once
+//! and its [`BucketStats`], and [`time`]. Everything else (buffers, reassembly, SACK scoreboard, RTO,
 //! congestion control, timer wheel, ISNs) is internal.
 //!
 //! ```
@@ -277,7 +278,7 @@ pub struct Config {
     pub max_pending_resets: usize,
     /// Most TIME-WAIT records kept (Linux `tcp_max_tw_buckets`): once the
     /// application has closed a connection in TIME-WAIT, the stack keeps a
-    /// record of about 100 bytes for 2 MSL instead of the connection; at
+    /// record of 112 bytes for 2 MSL instead of the connection; at
     /// the cap the oldest record is dropped ([`Stats::time_wait_evicted`]).
     pub time_wait_max: usize,
     /// Header prediction: the next in-order data segment that changes

@@ -5,7 +5,7 @@
 //! acknowledge a retransmitted FIN, to refuse old duplicates, and to let a
 //! newer SYN open the next incarnation. The stack then replaces the
 //! connection (a slab slot of some 660 bytes and a timer-wheel entry) by a
-//! [`TimeWait`] record of about 100 bytes, kept for 2 MSL in the
+//! [`TimeWait`] record of 112 bytes, kept for 2 MSL in the
 //! [`TimeWaitTable`]. Every record lasts the same 2 MSL, so expiry is a
 //! FIFO, not a timer per record. The table is capped
 //! ([`Config::time_wait_max`], Linux's `tcp_max_tw_buckets`): at the cap the
