@@ -280,6 +280,7 @@ pub struct Config {
     /// application has closed a connection in TIME-WAIT, the stack keeps a
     /// record of 112 bytes for 2 MSL instead of the connection; at
     /// the cap the oldest record is dropped ([`Stats::time_wait_evicted`]).
+    /// At least one is kept (0 reads as 1).
     pub time_wait_max: usize,
     /// Header prediction: the next in-order data segment that changes
     /// nothing else skips the general checks (on by default; off only to

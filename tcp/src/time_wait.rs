@@ -239,7 +239,9 @@ pub(crate) struct TimeWaitTable {
 }
 
 impl TimeWaitTable {
-    /// An empty table holding at most `max` records, indexed under the
+    /// An empty table holding at most `max` records (at least one: a
+    /// record owes the ACK of the peer's FIN, which must go out even when
+    /// TIME-WAIT is all but disabled), indexed under the
     /// same key as the connection table built from `secret`, over
     /// `buckets` RSS buckets.
     pub(crate) fn new(secret: &[u8; 16], max: usize, buckets: usize) -> Self {
@@ -250,7 +252,7 @@ impl TimeWaitTable {
             buckets: BucketLists::new(buckets),
             expiry: VecDeque::new(),
             acks: VecDeque::new(),
-            max,
+            max: max.max(1),
             live: 0,
         }
     }
@@ -315,9 +317,6 @@ impl TimeWaitTable {
     /// oldest record is dropped first; returns how many were (0 or 1).
     pub(crate) fn insert(&mut self, hash: u64, tw: TimeWait, bucket: u16, ack_owed: bool) -> usize {
         let mut evicted = 0;
-        if self.max == 0 {
-            return 1;
-        }
         while self.live >= self.max {
             let Some((idx, generation, _)) = self.expiry.pop_front() else {
                 break;

@@ -309,3 +309,23 @@ fn the_oldest_records_go_first_at_the_cap() {
         Err(Error::AddrInUse)
     );
 }
+
+#[test]
+fn a_cap_of_zero_still_acknowledges_the_peers_fin() {
+    let mut b_cfg = test_config(2);
+    b_cfg.time_wait_max = 0;
+    let link = LinkConfig::default();
+    let mut sim = Sim::new(21, link, link, test_config(1), b_cfg);
+    let (a, b) = sim.establish();
+    sim.b.close(b).unwrap();
+    sim.run_for(Duration::from_millis(50));
+    sim.a.close(a).unwrap();
+    sim.run_for(Duration::from_millis(50));
+    // A got its FIN acknowledged: a clean close, no RST.
+    assert!(events(&mut sim.a).contains(&Event::Closed {
+        conn: a,
+        reason: CloseReason::Normal
+    }));
+    assert_eq!(sim.b.stats().resets_out, 0);
+    assert!(sim.b.time_wait_count() <= 1);
+}
