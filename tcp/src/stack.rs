@@ -239,7 +239,15 @@ pub struct Stack {
     live: usize,
     /// Latest time seen from the caller.
     now: Instant,
+    /// The slot of the last segment's connection ([`NO_SLOT`] if none):
+    /// segments of one flow arrive in runs (a sender's burst, a receive
+    /// batch), and a run after its first segment is found by comparing the
+    /// tuple with this slot's instead of hashing and probing the table.
+    last_flow: u32,
 }
+
+/// No slot ([`Stack::last_flow`] when no segment matched a connection yet).
+const NO_SLOT: u32 = u32::MAX;
 
 impl std::fmt::Debug for IsnGenerator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -273,6 +281,7 @@ impl Stack {
             stats: Stats::default(),
             live: 0,
             now: Instant::ZERO,
+            last_flow: NO_SLOT,
         }
     }
 
@@ -542,6 +551,19 @@ impl Stack {
     fn find(&self, hash: u64, tuple: &FourTuple) -> Option<u32> {
         let slots = &self.slots;
         self.table.find(hash, tuple, |i| Self::tuple_at(slots, i))
+    }
+
+    /// The last segment's slot if it still holds the connection of
+    /// `tuple` (whatever happened to that slot since: a freed slot holds
+    /// nothing, a reused one another tuple or the same tuple's new
+    /// connection, which is the right one either way).
+    #[inline]
+    fn same_flow(&self, tuple: &FourTuple) -> Option<u32> {
+        let slot = self.slots.get(self.last_flow as usize)?;
+        match &slot.conn {
+            Some(c) if c.tuple == *tuple => Some(self.last_flow),
+            _ => None,
+        }
     }
 
     fn handle(&self, idx: u32) -> ConnHandle {
@@ -836,10 +858,17 @@ impl Stack {
             local: SocketAddr::new(dst_ip, repr.dst_port),
             remote: SocketAddr::new(src_ip, repr.src_port),
         };
-        let hash = self.table.hash(&tuple);
-        let Some(idx) = self.find(hash, &tuple) else {
-            self.on_unmatched(hash, tuple, repr, payload.len());
-            return;
+        let idx = match self.same_flow(&tuple) {
+            Some(idx) => idx,
+            None => {
+                let hash = self.table.hash(&tuple);
+                let Some(idx) = self.find(hash, &tuple) else {
+                    self.on_unmatched(hash, tuple, repr, payload.len());
+                    return;
+                };
+                self.last_flow = idx;
+                idx
+            }
         };
         self.count_bucket_segment(self.slots[idx as usize].link.bucket);
         match self.time_wait_syn(idx, repr) {

@@ -190,3 +190,78 @@ proptest! {
         }
     }
 }
+
+/// A bare TCP header (no options) with `payload`: the checksum is left to
+/// [`Sim::inject`].
+fn raw_segment(src: u16, dst: u16, seq: u32, ack: u32, payload: &[u8]) -> Vec<u8> {
+    let mut s = vec![0u8; 20];
+    s[0..2].copy_from_slice(&src.to_be_bytes());
+    s[2..4].copy_from_slice(&dst.to_be_bytes());
+    s[4..8].copy_from_slice(&seq.to_be_bytes());
+    s[8..12].copy_from_slice(&ack.to_be_bytes());
+    s[12] = 5 << 4;
+    s[13] = 0x18; // ACK | PSH
+    s[14..16].copy_from_slice(&65_535u16.to_be_bytes());
+    s.extend_from_slice(payload);
+    s
+}
+
+/// The stack finds a run's later segments through the slot of the run's
+/// first (without hashing); once that connection is gone and its slot holds
+/// the next one, a segment of the old tuple must still find no connection
+/// (and be answered with an RST), never the slot's new tenant.
+#[test]
+fn old_tuple_never_reaches_the_connection_that_took_its_slot() {
+    use flowlane_tcp::Event;
+    use std::net::SocketAddr;
+    let mut sim = Sim::symmetric(7, LinkConfig::default());
+    let (a, b) = sim.establish();
+    sim.a.send(a, b"first").expect("send");
+    sim.run_for(Duration::from_millis(100));
+    assert_eq!(sim::read_all(&mut sim.b, b), b"first");
+    // A's RST (B's last segment) frees B's slot.
+    sim.a.abort(a).expect("abort");
+    sim.run_for(Duration::from_millis(100));
+    assert_eq!(sim.b.connection_count(), 0);
+    // The next connection takes the slot (the free list is LIFO).
+    sim.tap = Some(Vec::new());
+    let a2 = sim
+        .a
+        .connect(
+            sim.now,
+            SocketAddr::new(A_IP, 10001),
+            SocketAddr::new(B_IP, 80),
+        )
+        .expect("connect");
+    sim.run_for(Duration::from_millis(100));
+    let b2 = sim::events(&mut sim.b)
+        .into_iter()
+        .find_map(|e| match e {
+            Event::Accepted { conn, .. } => Some(conn),
+            _ => None,
+        })
+        .expect("accepted");
+    assert_eq!(b2.index(), b.index(), "the new connection reuses the slot");
+    // The new connection's next sequence and acknowledgment numbers, from
+    // the handshake's last segment (A's bare ACK).
+    let tap = sim.tap.take().expect("tap");
+    let (_, ack) = tap
+        .iter()
+        .rev()
+        .find(|(side, seg)| *side == Side::B && seg.len() >= 20)
+        .expect("A's ACK");
+    let be32 = |at: usize| u32::from_be_bytes(ack[at..at + 4].try_into().expect("4 bytes"));
+    let (seq, ackn) = (be32(4), be32(8));
+    let resets = sim.b.stats().resets_out;
+    // A segment of the old tuple, in sequence for the new connection: it
+    // would be taken were the tuple not checked.
+    let stale = raw_segment(10000, 80, seq, ackn, b"stale");
+    sim.inject(Side::B, A_IP, B_IP, &stale);
+    sim.run_for(Duration::from_millis(100));
+    assert_eq!(sim.b.stats().resets_out, resets + 1, "answered with an RST");
+    assert!(sim::read_all(&mut sim.b, b2).is_empty());
+    // The new connection carries on.
+    sim.a.send(a2, b"second").expect("send");
+    sim.run_for(Duration::from_millis(100));
+    assert_eq!(sim::read_all(&mut sim.b, b2), b"second");
+}
