@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::bed_entry;
 use crate::service::{write_report, ServiceSignals, Watchdog};
 use flowlane_dataplane::service_args::{listen_port, DataPathArgs};
+use flowlane_dataplane::umem::RingSizes;
 
 /// Flags of `flowlane udp-echo`.
 #[derive(clap::Args, Debug, Clone)]
@@ -272,6 +273,9 @@ pub fn run(args: Args) -> Result<()> {
     config.apply_placement(&placed);
     config.ports = vec![(Proto::Udp, args.port)];
     config.busy_poll = args.data_path.busy_poll;
+    if let Some(frames) = args.data_path.frames_per_queue {
+        config.rings = RingSizes::with_frames(frames)?;
+    }
     config.bind_mode = match args.bind_mode {
         BindModeArg::Auto => BindMode::Auto,
         BindModeArg::Copy => BindMode::Copy,

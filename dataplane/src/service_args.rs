@@ -41,6 +41,13 @@ pub struct DataPathArgs {
     /// Workers spin when idle instead of sleeping in poll(2).
     #[arg(long)]
     pub busy_poll: bool,
+    /// UMEM frames (2 KiB each) every queue owns: all the buffering between
+    /// the NIC and its worker, and (half of them) the TCP receive memory the
+    /// queue's connections share. A power of two from 4096 to 1048576;
+    /// default 32768 (64 MiB per queue). With a thousand connections and
+    /// more per queue, 131072 gives each a larger window (BENCHMARKS.md).
+    #[arg(long, value_name = "N", value_parser = frames_per_queue)]
+    pub frames_per_queue: Option<u32>,
 }
 
 impl DataPathArgs {
@@ -80,6 +87,24 @@ where
         Ok(_) => Err("must be at least 1 (a number of queues)".into()),
         Err(_) => Err("expected a number of queues (at least 1)".into()),
     }
+}
+
+/// `--frames-per-queue N`: UMEM frames per queue (see
+/// [`crate::umem::RingSizes::with_frames`]).
+pub fn frames_per_queue(text: &str) -> std::result::Result<u32, String> {
+    use crate::umem::RingSizes;
+    text.trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|&n| RingSizes::with_frames(n).is_ok())
+        .ok_or_else(|| {
+            format!(
+                "must be a power of two from {} to {} (frames of 2 KiB per queue; default {})",
+                RingSizes::MIN_FRAMES,
+                RingSizes::MAX_FRAMES,
+                RingSizes::DEFAULT_FRAMES
+            )
+        })
 }
 
 /// `--table-size N`: entries of an indirection table, a power of two from 1
@@ -163,6 +188,24 @@ mod tests {
         a.rss_table = Some(vec![0, 1]);
         let s = a.rss_settings().unwrap().unwrap();
         assert_eq!(s.key, vec![0x6d, 0x5a, 0x56, 0xda]);
+    }
+
+    #[test]
+    fn frames_per_queue_sizes_every_ring_from_one_number() {
+        use crate::umem::RingSizes;
+        for n in [4096, 131072, 1 << 20] {
+            assert_eq!(frames_per_queue(&n.to_string()), Ok(n));
+            let r = RingSizes::with_frames(n).unwrap();
+            // Every free frame fits in the fill ring, every filled one in RX.
+            assert_eq!((r.frames_per_queue, r.fill, r.rx), (n, 2 * n, n));
+        }
+        for bad in ["0", "4095", "6000", "2097152", "-1", "many"] {
+            assert!(frames_per_queue(bad).unwrap_err().contains("power of two"));
+        }
+        assert_eq!(
+            RingSizes::default().frames_per_queue,
+            RingSizes::DEFAULT_FRAMES
+        );
     }
 
     #[test]

@@ -20,6 +20,7 @@ use crate::neighbor::Neighbors;
 use crate::placement::machine_placement;
 use crate::runtime::{Dataplane, DataplaneConfig};
 use crate::tcp_handler::{TcpConfig, TcpCounters, TcpCountersSnapshot, TcpHandler};
+use crate::umem::RingSizes;
 use crate::worker::QueueInfo;
 use crate::xsk::BindMode;
 use crate::{Error, Result};
@@ -43,6 +44,8 @@ pub struct TcpServiceConfig {
     pub neighbors: Neighbors,
     /// Spin when idle instead of sleeping in poll(2).
     pub busy_poll: bool,
+    /// UMEM frames per queue (None: [`RingSizes::DEFAULT_FRAMES`]).
+    pub frames_per_queue: Option<u32>,
     /// Maximum segment lifetime (TIME-WAIT lasts twice this); None: the
     /// stack's default.
     pub msl: Option<flowlane_tcp::time::Duration>,
@@ -65,6 +68,7 @@ impl TcpServiceConfig {
             rss: None,
             neighbors: Neighbors::new(),
             busy_poll: false,
+            frames_per_queue: None,
             msl: None,
             cpus: None,
             sysfs: PathBuf::from("/sys"),
@@ -111,6 +115,9 @@ impl TcpService {
         dp.sysfs = config.sysfs.clone();
         dp.ports = config.listen.iter().map(|&p| (Proto::Tcp, p)).collect();
         dp.busy_poll = config.busy_poll;
+        if let Some(frames) = config.frames_per_queue {
+            dp.rings = RingSizes::with_frames(frames)?;
+        }
         dp.bind_mode = BindMode::Auto;
         dp.ephemeral = config.active.then_some(EPHEMERAL);
         let mut tcp = TcpConfig::new(local_ipv4(&config.iface)?, info.mac, isn_secret());

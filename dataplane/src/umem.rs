@@ -53,15 +53,42 @@ pub struct RingSizes {
     pub tx: u32,
 }
 
+impl RingSizes {
+    /// The fewest frames a queue may own.
+    pub const MIN_FRAMES: u32 = 4096;
+    /// The most frames a queue may own (2 GiB of UMEM).
+    pub const MAX_FRAMES: u32 = 1 << 20;
+    /// The default frames per queue (64 MiB of UMEM).
+    pub const DEFAULT_FRAMES: u32 = 32768;
+
+    /// Rings for a queue owning `frames` frames (a power of two from
+    /// [`RingSizes::MIN_FRAMES`] to [`RingSizes::MAX_FRAMES`]): the fill
+    /// ring twice that, the RX ring as large; completion and TX rings are
+    /// fixed (transmit frames come back within a worker pass). The queue's
+    /// TCP receive memory grows with its frames (half of them, see
+    /// `tcp_handler`), so more frames mean larger windows when many
+    /// connections share a queue.
+    pub fn with_frames(frames: u32) -> Result<RingSizes> {
+        if !frames.is_power_of_two() || !(Self::MIN_FRAMES..=Self::MAX_FRAMES).contains(&frames) {
+            return Err(Error::Setup(format!(
+                "{frames} frames per queue: must be a power of two from {} to {}",
+                Self::MIN_FRAMES,
+                Self::MAX_FRAMES
+            )));
+        }
+        Ok(RingSizes {
+            frames_per_queue: frames,
+            fill: 2 * frames,
+            comp: 4096,
+            rx: frames,
+            tx: 4096,
+        })
+    }
+}
+
 impl Default for RingSizes {
     fn default() -> Self {
-        RingSizes {
-            frames_per_queue: 32768,
-            fill: 65536,
-            comp: 4096,
-            rx: 32768,
-            tx: 4096,
-        }
+        RingSizes::with_frames(Self::DEFAULT_FRAMES).expect("the default is valid")
     }
 }
 

@@ -179,6 +179,10 @@ pub struct MatrixArgs {
     /// Test bed name.
     #[arg(long)]
     pub bed: Option<String>,
+    /// flowlane's UMEM frames per queue (its `--frames-per-queue`; default
+    /// flowlane's own, 32768): the receive memory its connections share.
+    #[arg(long, value_name = "N", value_parser = flowlane_dataplane::service_args::frames_per_queue)]
+    pub frames_per_queue: Option<u32>,
 }
 
 /// One parsed `-m` mapping.

@@ -281,6 +281,7 @@ where
     config.listen = ports.to_vec();
     config.active = connect_to.is_some();
     config.busy_poll = c.data_path.busy_poll;
+    config.frames_per_queue = c.data_path.frames_per_queue;
     config.msl = c.msl_ms.map(flowlane_tcp::time::Duration::from_millis);
     let (_, queues) = config.interface()?;
     if config.active {

@@ -28,6 +28,8 @@ pub(super) struct CellSpec<'a> {
     pub(super) warm: f64,
     /// Extra flags of both ends (the latency mode).
     pub(super) mode: String,
+    /// Extra flags of the flowlane backend (`--frames-per-queue N`).
+    pub(super) flowlane_flags: &'a str,
 }
 
 /// What a cell's two ends reported.
@@ -98,7 +100,10 @@ fn run_cell(c: &CellSpec<'_>) -> Result<CellRun> {
             Command::new(c.me)
                 .args(args(
                     role,
-                    &format!("--backend flowlane --bed {} {extra}", c.bed),
+                    &format!(
+                        "--backend flowlane --bed {} {} {extra}",
+                        c.bed, c.flowlane_flags
+                    ),
                 ))
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())

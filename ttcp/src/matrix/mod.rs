@@ -30,6 +30,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::cli::{parse_size, MatrixArgs};
 use cell::{run_delayed, CellSpec};
+use flowlane_dataplane::umem::RingSizes;
 use plots::plots;
 use results::Cell;
 use tables::{latency_table, side_by_side, table};
@@ -150,6 +151,10 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
         "delays",
     )?;
     let secs = a.seconds.unwrap_or(if q { 2.0 } else { 3.0 });
+    let flowlane_flags = a
+        .frames_per_queue
+        .map(|n| format!("--frames-per-queue {n}"))
+        .unwrap_or_default();
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
     let out = a
         .out
@@ -215,6 +220,7 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
                             secs,
                             warm,
                             mode: String::new(),
+                            flowlane_flags: &flowlane_flags,
                         };
                         let (r, line_report) = run_delayed(&flowlane, &name, d, &spec);
                         let rtt_added_ms = line_report.as_ref().and_then(|l| {
@@ -292,6 +298,7 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
                     secs,
                     warm: 0.5,
                     mode: format!("--latency --msg-size {size}"),
+                    flowlane_flags: &flowlane_flags,
                 };
                 let (r, _) = run_delayed(&flowlane, &name, d, &spec);
                 let mut row = serde_json::json!({
@@ -318,6 +325,7 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
         "roles": roles.iter().map(|&s| if s { "sender" } else { "receiver" }).collect::<Vec<_>>(),
         "peer": "kernel backend in the peer namespace (10.99.0.2); the backend named runs in flowlane's (10.99.0.1)",
         "bed": {"queues": 2, "mtu": 1500, "receiver": "10.99.0.1 (xsk0)", "sender": "10.99.0.2 (peer0)"},
+        "flowlane_frames_per_queue": a.frames_per_queue.unwrap_or(RingSizes::DEFAULT_FRAMES),
     });
     let json = serde_json::json!({"params": params, "cells": cells, "latency": latency});
     std::fs::write(
