@@ -12,6 +12,8 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 struct Transfer {
+    /// The peer's address (`"ip:port"`; empty if unknown).
+    peer: String,
     bytes: u64,
     hasher: Option<Sha256>,
     start: Duration,
@@ -21,6 +23,7 @@ struct Transfer {
 impl Transfer {
     fn new(net: &dyn Net, hash: bool) -> Transfer {
         Transfer {
+            peer: String::new(),
             bytes: 0,
             hasher: hash.then(Sha256::new),
             start: net.now(),
@@ -35,6 +38,7 @@ impl Transfer {
             "event": role,
             "queue": net.queue(),
             "conn": conn.index(),
+            "peer": self.peer,
             "bytes": self.bytes,
             "secs": secs,
             "gbit_per_s": if secs > 0.0 { self.bytes as f64 * 8.0 / secs / 1e9 } else { 0.0 },
@@ -69,7 +73,11 @@ impl Sink {
 
 impl ConnHandler for Sink {
     fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        self.conns.insert(conn, Transfer::new(net, self.hash));
+        let mut t = Transfer::new(net, self.hash);
+        if let Ok(tuple) = net.four_tuple(conn) {
+            t.peer = tuple.remote.to_string();
+        }
+        self.conns.insert(conn, t);
     }
     fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         let Some(t) = self.conns.get_mut(&conn) else {
