@@ -88,6 +88,9 @@ for crate in $(cargo metadata --no-deps --format-version 1 |
 done
 # ARP/ICMP/NDP are optional features of the codec.
 run_suite "flowlane-wire --all-features" cargo test -p flowlane-wire --all-features --no-fail-fast -- --test-threads=2
+# The shared command-line flags' parsers sit behind the data path's `cli`
+# feature (the binaries turn it on; a plain `cargo test -p` does not).
+run_suite "flowlane-dataplane --features cli (service_args)" cargo test -p flowlane-dataplane --features cli --lib --no-fail-fast -- --test-threads=2 service_args::
 
 secs=$(echo "$start $(date +%s.%N)" | awk '{printf "%.2f", $2 - $1}')
 echo
