@@ -27,6 +27,15 @@
 //! valgrind --tool=callgrind --cache-sim=yes --toggle-collect='*sim_deliver_to_b_measured*' \
 //!     target/release/examples/sim_bulk 10000 40000000 steady
 //! ```
+//!
+//! At 10 000 connections the warm-up takes minutes natively and hours under
+//! instrumentation. With `SIM_BULK_PAUSE` set, the steady mode prints
+//! `warm` on stderr after the warm-up and waits for a line on stdin: start
+//! valgrind with `--instr-atstart=no`, switch instrumentation on
+//! (`callgrind_control -i on PID`) when `warm` appears, then send the line.
+//! A second, unmeasured phase of `bytes` (or of the variable's value, if it
+//! is a number) then fills the simulated caches before the measured one
+//! (`scripts/callgrind-steady.sh` does all this).
 
 #[path = "../tests/sim/mod.rs"]
 mod sim;
@@ -122,6 +131,23 @@ fn run_steady(conns: usize, measured_bytes: u64) {
             && bulk.min_received_b() > 0
     });
     assert!(warm, "warm-up did not finish");
+    if let Some(pause) = std::env::var_os("SIM_BULK_PAUSE") {
+        // Its value, if a number, is the second phase's bytes.
+        let second = pause
+            .to_str()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(measured_bytes);
+        eprintln!("warm");
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).expect("stdin");
+        // Instrumented from here: warm the simulated caches, unmeasured.
+        let bytes = sim.b.stats().bytes_in;
+        let warmed = sim.run_until(limit, |s| {
+            bulk.on_step(s);
+            s.b.stats().bytes_in - bytes >= second
+        });
+        assert!(warmed, "second warm-up did not finish");
+    }
     let (segs0, data0, bytes0) = {
         let st = sim.b.stats();
         (st.segments_in, st.data_segments_in, st.bytes_in)

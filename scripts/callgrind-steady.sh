@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# callgrind on `tcp/examples/sim_bulk N BYTES steady`, instrumented only
+# after the (native-speed) warm-up, so that 10 000 connections take minutes
+# instead of hours. Prints callgrind's totals for the measured phase and the
+# sim's own lines (segments received: divide by them for per-segment costs).
+#
+#   scripts/callgrind-steady.sh [--bin PATH] [CONNECTIONS] [BYTES]
+#
+# Defaults: the release sim_bulk (built if missing), 10000, 20000000. A
+# second phase of BYTES, unmeasured but simulated, warms the simulated
+# caches first (SIM_BULK_PAUSE=N makes it N bytes instead).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=""
+if [[ "${1:-}" == "--bin" ]]; then bin=$2; shift 2; fi
+conns=${1:-10000}
+bytes=${2:-20000000}
+if ! command -v valgrind >/dev/null || ! command -v callgrind_control >/dev/null; then
+    echo "callgrind-steady: valgrind is not installed (apt-get install valgrind)" >&2
+    exit 1
+fi
+if [[ -z "$bin" ]]; then
+    cargo build --release -q -p flowlane-tcp --example sim_bulk
+    bin=target/release/examples/sim_bulk
+fi
+work=$(mktemp -d /tmp/flowlane-cgsteady.XXXXXX)
+pid=""
+cleanup() {
+    exec 3>&- 2>/dev/null || true
+    [[ -n "$pid" ]] && kill "$pid" 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+mkfifo "$work/go"
+SIM_BULK_PAUSE=${SIM_BULK_PAUSE:-x} valgrind --tool=callgrind --cache-sim=yes --instr-atstart=no \
+    --toggle-collect='*sim_deliver_to_b_measured*' \
+    --callgrind-out-file="$work/out.cg" \
+    "$bin" "$conns" "$bytes" steady <"$work/go" >"$work/sim.log" 2>"$work/valgrind.log" &
+pid=$!
+exec 3>"$work/go"
+until grep -q '^warm$' "$work/valgrind.log"; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+        cat "$work/valgrind.log" >&2
+        echo "callgrind-steady: the sim exited during the warm-up" >&2
+        exit 1
+    fi
+    sleep 1
+done
+callgrind_control -i on "$pid" >/dev/null 2>&1
+echo go >&3
+exec 3>&-
+wait "$pid"
+pid=""
+cat "$work/sim.log"
+grep -E '^(events|summary):' "$work/out.cg"
