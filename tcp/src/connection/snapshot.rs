@@ -17,6 +17,8 @@ pub struct Snapshot {
     flags: Flags,
     /// Send sequence space.
     snd: SendState,
+    /// Loss-recovery state.
+    rec: Recovery,
     /// Receive sequence space.
     rcv: ReceiveState,
     /// Timestamps.
@@ -77,6 +79,7 @@ impl Connection {
             state: self.state,
             flags,
             snd: self.snd,
+            rec: self.rec,
             rcv: self.rcv,
             ts: self.ts,
             timers: self.timers,
@@ -139,6 +142,7 @@ impl Connection {
             events: if compactable { ev::COMPACT } else { 0 },
             close_reason: CloseReason::Normal,
             snd: s.snd,
+            rec: s.rec,
             rcv: s.rcv,
             ts: s.ts,
             timers: s.timers,
