@@ -35,10 +35,10 @@ mkfifo "$work/go"
 SIM_BULK_PAUSE=${SIM_BULK_PAUSE:-x} valgrind --tool=callgrind --cache-sim=yes --instr-atstart=no \
     --toggle-collect='*sim_deliver_to_b_measured*' \
     --callgrind-out-file="$work/out.cg" \
-    "$bin" "$conns" "$bytes" steady <"$work/go" >"$work/sim.log" 2>"$work/valgrind.log" &
+    "$bin" "$conns" "$bytes" steady >"$work/sim.log" 2>"$work/valgrind.log" <"$work/go" &
 pid=$!
 exec 3>"$work/go"
-until grep -q '^warm$' "$work/valgrind.log"; do
+until grep -qs '^warm$' "$work/valgrind.log"; do
     if ! kill -0 "$pid" 2>/dev/null; then
         cat "$work/valgrind.log" >&2
         echo "callgrind-steady: the sim exited during the warm-up" >&2

@@ -325,21 +325,7 @@ impl Dataplane {
     /// data path (releasing everything) and exit non-zero.
     pub fn check(&self) -> std::result::Result<(), Vanished> {
         let name = &self.iface.name;
-        match iface::current_ifindex(name) {
-            Some(i) if i == self.iface.ifindex => {}
-            Some(_) => {
-                return Err(Vanished(format!(
-                    "interface {name} was removed and replaced by another of the same name \
-                     (was its test bed rebuilt?); restart the service"
-                )))
-            }
-            None => {
-                return Err(Vanished(format!(
-                    "interface {name} vanished (was its test bed removed?); restart the service \
-                     once it is back"
-                )))
-            }
-        }
+        self.interface_still_there()?;
         if let Some(ns) = &self.netns {
             if !iface::netns_still_named(ns) {
                 return Err(Vanished(format!(
@@ -349,6 +335,9 @@ impl Dataplane {
             }
         }
         if !iface::xdp_links(std::process::id()).contains(&self.iface.ifindex) {
+            // Deleting the interface detaches the program too: if it went
+            // between the first look and this one, say so, not "detached".
+            self.interface_still_there()?;
             return Err(Vanished(format!(
                 "the XDP program on {name} was detached; restart the service"
             )));
@@ -370,6 +359,22 @@ impl Dataplane {
             }
         }
         Ok(())
+    }
+
+    /// `Err` if the interface is gone or another of its name replaced it.
+    fn interface_still_there(&self) -> std::result::Result<(), Vanished> {
+        let name = &self.iface.name;
+        match iface::current_ifindex(name) {
+            Some(i) if i == self.iface.ifindex => Ok(()),
+            Some(_) => Err(Vanished(format!(
+                "interface {name} was removed and replaced by another of the same name \
+                 (was its test bed rebuilt?); restart the service"
+            ))),
+            None => Err(Vanished(format!(
+                "interface {name} vanished (was its test bed removed?); restart the service \
+                 once it is back"
+            ))),
+        }
     }
 
     /// Stops the workers and waits for them.
