@@ -80,23 +80,20 @@ impl Hasher for FxHasher {
 type FxBuild = BuildHasherDefault<FxHasher>;
 
 /// A slab entry. Connections live inline in one `Vec`, so per-connection
-/// state is contiguous and lookups are an index. Aligned to a cache line,
-/// with what the stack touches per segment first and the connection's hot
-/// fields right after it (see [`Connection`]).
+/// state is contiguous and lookups are an index.
 #[derive(Debug)]
-#[repr(C, align(64))]
 struct Slot {
     generation: u32,
     in_dirty: bool,
     /// In `Stack::mem_waiting`.
     mem_waiting: bool,
+    /// Deadline of the wheel entry considered live for this slot.
+    wheel_deadline: Deadline,
     /// The listener that accepted the connection (4 bytes, not the 8 of
     /// an `Option<ListenerId>`: the slot's budget).
     listener: SlotListener,
     /// The connection's place on its RSS bucket's list.
     link: Link,
-    /// Deadline of the wheel entry considered live for this slot.
-    wheel_deadline: Deadline,
     conn: Option<Connection>,
 }
 
@@ -1357,16 +1354,6 @@ impl Stack {
 #[cfg(test)]
 pub(crate) fn slot_size() -> usize {
     std::mem::size_of::<Slot>()
-}
-
-/// Where in its slot a connection starts, and the slot's alignment (for the
-/// layout's hot-line budget).
-#[cfg(test)]
-pub(crate) fn slot_conn_offset_and_align() -> (usize, usize) {
-    (
-        std::mem::offset_of!(Slot, conn),
-        std::mem::align_of::<Slot>(),
-    )
 }
 
 #[cfg(test)]

@@ -394,7 +394,7 @@ impl Connection {
             // The peer answers our probes: it is alive (RFC 1122 §4.2.2.17).
             self.timers.retransmits = 0;
         }
-        if sack_news || (self.flags.has(Flags::SACK) && ack > self.rec.prev_una) {
+        if sack_news || (self.flags.has(Flags::SACK) && ack > self.snd.prev_una) {
             self.sack_loss_detection(ctx);
         }
         if window_update && ack >= self.snd.una {
@@ -421,7 +421,7 @@ impl Connection {
         if fin_acked_now {
             self.flags.set(Flags::FIN_ACKED);
         }
-        self.rec.prev_una = self.snd.una;
+        self.snd.prev_una = self.snd.una;
         self.snd.una = ack;
         if self.snd.nxt < ack {
             self.snd.nxt = ack;
@@ -429,14 +429,14 @@ impl Connection {
         self.take_rtt_sample(now, seg);
         self.timers.retransmits = 0;
         let undone = self
-            .rec
+            .snd
             .undo
             .take()
             .is_some_and(|undo| self.eifel_undo(undo, seg, data_acked));
         if undone {
             // The window was set by the RFC 4015 response.
         } else if self.flags.has(Flags::IN_RECOVERY) {
-            if ack >= self.rec.recover {
+            if ack >= self.snd.recover {
                 // RFC 6582 §3.2 step 3, full acknowledgment (RFC 6675
                 // §5 step (C): recovery ends when HighACK reaches
                 // RecoveryPoint).

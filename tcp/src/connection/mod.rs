@@ -21,7 +21,7 @@ mod tuning;
 pub use snapshot::Snapshot;
 pub use state::State;
 pub(crate) use state::{
-    Flags, ReceiveState, Recovery, SendState, TimerState, TimestampState, TuningState, UndoState,
+    Flags, ReceiveState, SendState, TimerState, TimestampState, TuningState, UndoState,
 };
 
 use crate::assembler::Assembler;
@@ -173,36 +173,26 @@ const MAX_LOSS_PROBES: u8 = 3;
 const INIT_SEGMENTS: usize = 10;
 
 /// One TCP connection.
-///
-/// The fields are in the order the receive path touches them (`repr(C)`
-/// keeps it; Linux groups `struct tcp_sock` the same way): the header,
-/// sequence spaces, timestamps, timers and the receive buffer come first,
-/// so that an in-order data segment and the ACK it earns touch the first
-/// few cache lines of the slot (`layout.rs` holds the budget); what only
-/// the send side, loss recovery or the application reads follows.
 #[derive(Debug)]
-#[repr(C)]
 pub(crate) struct Connection {
     pub tuple: FourTuple,
     pub state: State,
+    pub flags: Flags,
     /// Pending `ev::*` bits.
     pub events: u8,
     pub close_reason: CloseReason,
-    pub flags: Flags,
-    pub rcv: ReceiveState,
     pub snd: SendState,
+    pub rcv: ReceiveState,
     pub ts: TimestampState,
     pub timers: TimerState,
-    pub recv_buf: ChunkBuffer,
-    pub assembler: Assembler,
-    pub tune: TuningState,
-    // The send side and loss recovery.
     pub rtt: RttEstimator,
     pub cc: Controller,
-    pub send_buf: ChunkBuffer,
+    pub tune: TuningState,
+    pub assembler: Assembler,
     /// RFC 6675 scoreboard (allocated only while SACK blocks are held).
     pub scoreboard: Scoreboard,
-    pub rec: Recovery,
+    pub send_buf: ChunkBuffer,
+    pub recv_buf: ChunkBuffer,
     /// The application's word for this connection ([`crate::Stack::set_user_data`]).
     pub user_data: u64,
 }
@@ -248,8 +238,14 @@ impl Connection {
                 mss: DEFAULT_MSS,
                 wscale: 0,
                 dup_acks: 0,
+                recover: iss,
+                prev_una: iss,
+                undo: None,
+                lost_rtx_dups: 0,
+                high_rxt: iss,
+                rtx_mark: iss,
+                lost_floor: iss,
             },
-            rec: Recovery::new(iss),
             rcv: ReceiveState {
                 irs: SeqNumber(0),
                 nxt: SeqNumber(0),

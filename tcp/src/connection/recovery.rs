@@ -49,19 +49,19 @@ impl Connection {
         let una = self.snd.una;
         if !self.flags.has(Flags::IN_RECOVERY) {
             if self.scoreboard.lost_boundary(una, mss) > una {
-                let new_episode = una >= self.rec.recover || self.rec.recover == self.snd.iss;
-                let heuristic = self.cc.window() > mss && una - self.rec.prev_una <= 4 * mss;
+                let new_episode = una >= self.snd.recover || self.snd.recover == self.snd.iss;
+                let heuristic = self.cc.window() > mss && una - self.snd.prev_una <= 4 * mss;
                 if new_episode || heuristic {
                     self.enter_recovery(ctx.now);
                     ctx.stats.fast_retransmits += 1;
                 }
             }
         } else if self.flags.has(Flags::SACK_RECOVERY)
-            && self.rec.high_rxt > una
-            && self.scoreboard.sacked_in(self.rec.rtx_mark, self.snd.max) > (DUP_THRESH - 1) * mss
+            && self.snd.high_rxt > una
+            && self.scoreboard.sacked_in(self.snd.rtx_mark, self.snd.max) > (DUP_THRESH - 1) * mss
         {
-            self.rec.high_rxt = una;
-            self.rec.rtx_mark = self.snd.max;
+            self.snd.high_rxt = una;
+            self.snd.rtx_mark = self.snd.max;
         }
     }
 
@@ -69,7 +69,7 @@ impl Connection {
     /// `IsLost()` boundary, or the floor a loss probe set.
     pub(super) fn lost_boundary(&self) -> SeqNumber {
         let b = self.scoreboard.lost_boundary(self.snd.una, self.eff_mss());
-        b.max(self.rec.lost_floor.min(self.snd.max))
+        b.max(self.snd.lost_floor.min(self.snd.max))
     }
 
     /// RFC 6675 §4 `SetPipe()`: the bytes deemed in the network. Un-SACKed
@@ -79,7 +79,7 @@ impl Connection {
         let (una, max) = (self.snd.una, self.snd.max);
         let lost = self.lost_boundary().min(max);
         let flight = (max - lost) - self.scoreboard.sacked_in(lost, max);
-        let hr = self.rec.high_rxt.max(una).min(max);
+        let hr = self.snd.high_rxt.max(una).min(max);
         flight + (hr - una) - self.scoreboard.sacked_in(una, hr)
     }
 
@@ -87,7 +87,7 @@ impl Connection {
     /// `HighRxt` that is lost; at most one SMSS and never into SACKed data.
     pub(super) fn next_seg_lost(&self) -> Option<(SeqNumber, usize)> {
         let (una, max) = (self.snd.una, self.snd.max);
-        let (s, lim) = self.scoreboard.next_unsacked(self.rec.high_rxt.max(una));
+        let (s, lim) = self.scoreboard.next_unsacked(self.snd.high_rxt.max(una));
         if s >= self.lost_boundary() || s >= max {
             return None;
         }
@@ -112,8 +112,8 @@ impl Connection {
         }
         let r = self.emit_segment(ctx, buf, seq, len, fin);
         if r.is_some() && self.flags.has(Flags::SACK_RECOVERY) {
-            self.rec.high_rxt = self.rec.high_rxt.max(seq + len + usize::from(fin));
-            self.rec.rtx_mark = self.snd.max;
+            self.snd.high_rxt = self.snd.high_rxt.max(seq + len + usize::from(fin));
+            self.snd.rtx_mark = self.snd.max;
         }
         r
     }
@@ -143,7 +143,7 @@ impl Connection {
             .clear(Flags::IN_RECOVERY | Flags::SACK_RECOVERY | Flags::RETRANSMIT_ONE);
         // No loss happened in that window, so the RFC 6582 guard against a
         // second fast retransmit for it must not hold back the next one.
-        self.rec.recover = self.snd.una;
+        self.snd.recover = self.snd.una;
         let flight = self.snd.max - self.snd.una;
         self.cc
             .on_spurious_recovery(flight, bytes_acked, undo.pipe_prev);
@@ -156,13 +156,13 @@ impl Connection {
         let flight = self.snd.max - self.snd.una;
         if self.flags.has(Flags::TIMESTAMPS) {
             // RFC 3522 §3.2 step (1) / RFC 4015 §3.2 step (1).
-            self.rec.undo = Some(UndoState {
+            self.snd.undo = Some(UndoState {
                 retransmit_ts: self.tsval(now),
                 pipe_prev: flight.max(self.cc.ssthresh()),
             });
         }
         self.flags.set(Flags::IN_RECOVERY | Flags::RETRANSMIT_ONE);
-        self.rec.recover = self.snd.max;
+        self.snd.recover = self.snd.max;
         self.arm_lost_retransmit();
         if self.flags.has(Flags::SACK) {
             // RFC 6675 §5 step (4): RecoveryPoint = HighData, cwnd =
@@ -173,9 +173,9 @@ impl Connection {
             // §4.2 heuristic), what lies between SND.NXT and SND.MAX is
             // covered by the scoreboard like any other flight.
             self.snd.nxt = self.snd.max;
-            self.rec.high_rxt = self.snd.una;
-            self.rec.rtx_mark = self.snd.max;
-            self.rec.lost_floor = self.snd.una;
+            self.snd.high_rxt = self.snd.una;
+            self.snd.rtx_mark = self.snd.max;
+            self.snd.lost_floor = self.snd.una;
             self.cc.on_sack_recovery(flight);
         } else {
             self.cc.on_fast_retransmit(flight);
@@ -195,7 +195,7 @@ impl Connection {
         let mss = self.eff_mss().max(1);
         let ahead = (self.snd.max - self.snd.una).div_ceil(mss);
         let at = usize::from(self.snd.dup_acks) + ahead + 3;
-        self.rec.lost_rtx_dups = at.min(usize::from(u16::MAX)) as u16;
+        self.snd.lost_rtx_dups = at.min(usize::from(u16::MAX)) as u16;
     }
 
     /// RFC 3042 §2 limited transmit: on the first and second duplicate ACK,
@@ -309,9 +309,9 @@ impl Connection {
             // to hold out of order). Everything un-SACKed counts as lost
             // and is retransmitted, retransmissions included, as after an
             // RTO (RFC 6675 §5.1) but without collapsing the window.
-            self.rec.lost_floor = self.snd.max;
-            self.rec.high_rxt = self.snd.una;
-            self.rec.rtx_mark = self.snd.max;
+            self.snd.lost_floor = self.snd.max;
+            self.snd.high_rxt = self.snd.una;
+            self.snd.rtx_mark = self.snd.max;
         } else {
             self.arm_lost_retransmit();
         }
@@ -333,7 +333,7 @@ impl Connection {
             // already counts what the duplicate ACK SACKed.
         } else if self.flags.has(Flags::IN_RECOVERY) {
             self.cc.on_recovery_dup_ack();
-            if u16::from(self.snd.dup_acks) >= self.rec.lost_rtx_dups {
+            if u16::from(self.snd.dup_acks) >= self.snd.lost_rtx_dups {
                 // The retransmission of SND.UNA was lost too: segments
                 // sent after it keep arriving. Resend it now rather than
                 // after a retransmission timeout (three orders of
@@ -352,9 +352,9 @@ impl Connection {
             // timeout costs another, backed-off, timeout.
             // `recover` is one past the highest sequence number sent, so
             // an ACK "covers more than recover" once it reaches it.
-            let new_episode = ack >= self.rec.recover || self.rec.recover == self.snd.iss;
+            let new_episode = ack >= self.snd.recover || self.snd.recover == self.snd.iss;
             let heuristic =
-                self.cc.window() > self.eff_mss() && ack - self.rec.prev_una <= 4 * self.eff_mss();
+                self.cc.window() > self.eff_mss() && ack - self.snd.prev_una <= 4 * self.eff_mss();
             if new_episode || heuristic {
                 self.enter_recovery(ctx.now);
                 ctx.stats.fast_retransmits += 1;

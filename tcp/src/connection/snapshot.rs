@@ -17,8 +17,6 @@ pub struct Snapshot {
     flags: Flags,
     /// Send sequence space.
     snd: SendState,
-    /// Loss-recovery state.
-    rec: Recovery,
     /// Receive sequence space.
     rcv: ReceiveState,
     /// Timestamps.
@@ -79,7 +77,6 @@ impl Connection {
             state: self.state,
             flags,
             snd: self.snd,
-            rec: self.rec,
             rcv: self.rcv,
             ts: self.ts,
             timers: self.timers,
@@ -142,7 +139,6 @@ impl Connection {
             events: if compactable { ev::COMPACT } else { 0 },
             close_reason: CloseReason::Normal,
             snd: s.snd,
-            rec: s.rec,
             rcv: s.rcv,
             ts: s.ts,
             timers: s.timers,

@@ -129,12 +129,11 @@ impl Flags {
     }
 }
 
-/// Send sequence space (RFC 9293 §3.3.1): what every ACK and every
-/// transmission reads. Loss recovery's state is apart ([`Recovery`]), out of
-/// the connection's hot lines.
+/// Send sequence space (RFC 9293 §3.3.1) and loss-recovery state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(C)]
 pub(crate) struct SendState {
+    /// Initial send sequence number.
+    pub(crate) iss: SeqNumber,
     /// Oldest unacknowledged sequence number.
     pub(crate) una: SeqNumber,
     /// Next sequence number to send (rewound on timeout).
@@ -143,26 +142,18 @@ pub(crate) struct SendState {
     pub(crate) max: SeqNumber,
     /// Peer's window in bytes (already scaled).
     pub(crate) wnd: u32,
+    /// Largest window the peer ever offered (RFC 9293 §3.8.6.2.1).
+    pub(crate) max_wnd: u32,
     /// Segment sequence number used for the last window update.
     pub(crate) wl1: SeqNumber,
     /// Segment acknowledgment number used for the last window update.
     pub(crate) wl2: SeqNumber,
-    /// Initial send sequence number.
-    pub(crate) iss: SeqNumber,
-    /// Largest window the peer ever offered (RFC 9293 §3.8.6.2.1).
-    pub(crate) max_wnd: u32,
     /// Largest payload per segment (peer MSS, minus our option bytes).
     pub(crate) mss: u16,
     /// Shift applied to the peer's window field.
     pub(crate) wscale: u8,
     /// Consecutive duplicate ACKs.
     pub(crate) dup_acks: u8,
-}
-
-/// Loss-recovery state (RFC 6582, RFC 6675, RFC 3522 / RFC 4015): read only
-/// while recovering or deciding to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Recovery {
     /// NewReno `recover` (RFC 6582 §3.2).
     pub(crate) recover: SeqNumber,
     /// SND.UNA before the last ACK that advanced it (`prev_highest_ack` of
@@ -189,21 +180,6 @@ pub(crate) struct Recovery {
     pub(crate) lost_floor: SeqNumber,
 }
 
-impl Recovery {
-    /// Nothing to recover from, before the first byte after `iss`.
-    pub(crate) fn new(iss: SeqNumber) -> Self {
-        Recovery {
-            recover: iss,
-            prev_una: iss,
-            undo: None,
-            lost_rtx_dups: 0,
-            high_rxt: iss,
-            rtx_mark: iss,
-            lost_floor: iss,
-        }
-    }
-}
-
 /// What the Eifel algorithm needs to recognise a spurious fast retransmit
 /// (RFC 3522 §3.2) and to undo its window reduction (RFC 4015 §3.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,39 +193,39 @@ pub(crate) struct UndoState {
 
 /// Receive sequence space (RFC 9293 §3.3.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(C)]
 pub(crate) struct ReceiveState {
+    /// Initial receive sequence number.
+    pub(crate) irs: SeqNumber,
     /// Next sequence number expected.
     pub(crate) nxt: SeqNumber,
     /// Right edge of the window last advertised (never moved left).
     pub(crate) adv: SeqNumber,
-    /// In-order bytes received since the last ACK we sent.
-    pub(crate) unacked: u32,
-    /// Largest payload seen from the peer (for delayed ACK decisions).
-    pub(crate) mss_seen: u16,
     /// Shift applied to the window fields we send.
     pub(crate) wscale: u8,
+    /// Largest payload seen from the peer (for delayed ACK decisions).
+    pub(crate) mss_seen: u16,
+    /// In-order bytes received since the last ACK we sent.
+    pub(crate) unacked: u32,
+    /// Sequence number of a FIN that arrived ahead of missing data.
+    pub(crate) fin_seq: Option<SeqNumber>,
     /// Immediate ACKs owed beyond the one `Flags::ACK_NOW` stands for: one
     /// per out-of-order or duplicate segment (see `owe_immediate_ack`).
     pub(crate) acks_owed: u8,
-    /// Sequence number of a FIN that arrived ahead of missing data.
-    pub(crate) fin_seq: Option<SeqNumber>,
     /// Start of the most recent out-of-order segment: the SACK block that
     /// contains it goes first (RFC 2018 §4).
     pub(crate) last_ooo: Option<SeqNumber>,
     /// A duplicate segment's range to report once as a D-SACK block (RFC
     /// 2883 §4).
     pub(crate) dsack: Option<(SeqNumber, SeqNumber)>,
-    /// Initial receive sequence number.
-    pub(crate) irs: SeqNumber,
 }
 
 /// RFC 7323 timestamp state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(C)]
 pub(crate) struct TimestampState {
     /// TS.Recent.
     pub(crate) recent: u32,
+    /// When TS.Recent was last updated (RFC 7323 §5.5: 24-day validity).
+    pub(crate) recent_age: Instant,
     /// Per-connection TSval offset (RFC 7323 §5.4).
     pub(crate) offset: u32,
     /// Last.ACK.sent.
@@ -257,26 +233,13 @@ pub(crate) struct TimestampState {
     /// Our TSval when the retransmission timer last fired: echoes older
     /// than this are not used for RTT samples (see `take_rtt_sample`).
     pub(crate) rtt_floor: u32,
-    /// When TS.Recent was last updated (RFC 7323 §5.5: 24-day validity).
-    pub(crate) recent_age: Instant,
 }
 
 /// Buffer auto-tuning state: the receive side's dynamic right-sizing
 /// measurement (Fisk & Feng, "Dynamic right-sizing in TCP", 2001; Linux
 /// `tcp_rcv_space_adjust`) and the receiver's RTT estimate it runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(C)]
 pub(crate) struct TuningState {
-    /// With timestamps: the TSecr of the last sample (later segments echoing
-    /// the same TSval were sent later and would read long).
-    pub(crate) rcv_rtt_tsecr: u32,
-    /// The receiver's RTT estimate in microseconds (0: none yet): from
-    /// timestamp echoes (RFC 7323 §4) if negotiated, else the time one
-    /// advertised window takes to arrive (the DRS paper's §3.2 bound).
-    pub(crate) rcv_rtt_us: u32,
-    /// Without timestamps: RCV.NXT that ends the current one-window
-    /// measurement.
-    pub(crate) rcv_rtt_seq: SeqNumber,
     /// Bytes the application read during the last measurement period that
     /// raised it (Linux `rcvq_space.space`); starts at ten segments.
     pub(crate) rcv_space: u32,
@@ -285,37 +248,46 @@ pub(crate) struct TuningState {
     pub(crate) rcv_space_seq: SeqNumber,
     /// When the current measurement period began.
     pub(crate) rcv_space_time: Instant,
+    /// The receiver's RTT estimate in microseconds (0: none yet): from
+    /// timestamp echoes (RFC 7323 §4) if negotiated, else the time one
+    /// advertised window takes to arrive (the DRS paper's §3.2 bound).
+    pub(crate) rcv_rtt_us: u32,
+    /// Without timestamps: RCV.NXT that ends the current one-window
+    /// measurement.
+    pub(crate) rcv_rtt_seq: SeqNumber,
     /// Without timestamps: when the current one-window measurement began.
     pub(crate) rcv_rtt_time: Option<Instant>,
+    /// With timestamps: the TSecr of the last sample (later segments echoing
+    /// the same TSval were sent later and would read long).
+    pub(crate) rcv_rtt_tsecr: u32,
 }
 
 /// Timer deadlines and counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(C)]
 pub(crate) struct TimerState {
-    /// Last time a segment arrived.
-    pub(crate) last_recv: Instant,
-    /// Delayed ACK timer.
-    pub(crate) delayed_ack: Deadline,
-    /// Keepalive timer.
-    pub(crate) keepalive: Deadline,
     /// Retransmission timer (RFC 6298 §5).
     pub(crate) rto: Deadline,
+    /// Delayed ACK timer.
+    pub(crate) delayed_ack: Deadline,
     /// Persist (zero window / SWS override) timer.
     pub(crate) persist: Deadline,
+    /// Keepalive timer.
+    pub(crate) keepalive: Deadline,
     /// TIME-WAIT or orphaned FIN-WAIT-2 expiry.
     pub(crate) close: Deadline,
-    /// Unanswered keepalive probes.
-    pub(crate) keepalive_probes: u8,
     /// Consecutive retransmission timeouts.
     pub(crate) retransmits: u8,
     /// Persist backoff exponent.
     pub(crate) persist_backoff: u8,
+    /// Unanswered keepalive probes.
+    pub(crate) keepalive_probes: u8,
     /// Loss probes sent since SND.UNA last advanced.
     pub(crate) loss_probes: u8,
-    /// Last time data was sent.
-    pub(crate) last_send: Instant,
     /// Segment timed for an RTT sample when timestamps are off: (end
     /// sequence number, send time). Cleared on retransmission (Karn).
     pub(crate) rtt_seq: Option<(SeqNumber, Instant)>,
+    /// Last time a segment arrived.
+    pub(crate) last_recv: Instant,
+    /// Last time data was sent.
+    pub(crate) last_send: Instant,
 }

@@ -94,7 +94,7 @@ impl Connection {
                 // §8: the receiver may have reneged, so prior SACK
                 // information is discarded; blocks arriving from now on
                 // still spare the go-back-N retransmission what they cover.
-                self.rec.recover = self.snd.max;
+                self.snd.recover = self.snd.max;
                 self.flags.clear(Flags::IN_RECOVERY | Flags::SACK_RECOVERY);
                 self.scoreboard.clear();
                 self.snd.dup_acks = 0;
