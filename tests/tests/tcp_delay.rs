@@ -137,13 +137,24 @@ fn delay_line_delays_both_ways_carries_tcp_and_removes_itself() {
     let report = line.stop();
     eprintln!("delay line report: {report}");
     let hooks = &report["hooks"];
-    assert!(hooks["to_line_egress"].as_u64().unwrap() > 1000, "{report}");
-    assert!(
-        hooks["to_line_ingress"].as_u64().unwrap() > 1000,
-        "{report}"
-    );
+    // Frames in both directions, from both hooks. Their counts are not
+    // segments: the kernel's GSO frames (up to 64 KiB, their size set by its
+    // pacing) pass the egress hooks whole, so only a floor is asserted here
+    // and the bytes below say that both transfers went through.
+    for h in [
+        "to_line_egress",
+        "to_line_ingress",
+        "back_egress",
+        "back_ingress",
+    ] {
+        assert!(hooks[h].as_u64().unwrap() > 0, "{h}: {report}");
+    }
     assert_eq!(hooks["stale"], 0, "{report}");
     let q = &report["queue"];
+    assert!(
+        q["bytes_in"].as_u64().unwrap() >= 2 * (4 << 20),
+        "both 4 MiB transfers crossed the line: {report}"
+    );
     assert_eq!(
         q["frames_in"], q["frames_out"],
         "everything held was released: {report}"
