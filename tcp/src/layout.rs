@@ -13,7 +13,9 @@ use std::net::SocketAddr;
 /// decision: say why in the commit, with `sim_idle` and callgrind figures.
 const CONNECTION_BUDGET: usize = 632;
 /// A slab slot: the connection plus the stack's bookkeeping for it.
-const SLOT_BUDGET: usize = 664;
+/// 664 until the timer wheel's cancel (8 bytes: the entry's place in the
+/// wheel, so that no stale entry is left behind).
+const SLOT_BUDGET: usize = 672;
 /// A compact TIME-WAIT record (what a closed connection costs for 2 MSL,
 /// index and expiry entry aside).
 const TIME_WAIT_BUDGET: usize = 112;
@@ -101,6 +103,13 @@ impl Pair {
             c.recv_buffer = 32 * 1024;
             c.send_buffer = 32 * 1024;
         }
+        // A probes idle connections: its timers include keepalive, and
+        // the wheel check sees the idle-to-active moves it makes.
+        cfg_a.keepalive = Some(crate::KeepaliveConfig {
+            idle: Duration::from_secs(5),
+            interval: Duration::from_secs(1),
+            probes: 3,
+        });
         let mut b = Stack::new(cfg_b);
         b.listen("10.0.0.2:80".parse().expect("address"))
             .expect("listen");
@@ -274,6 +283,42 @@ impl Pair {
             }
         }
     }
+}
+
+/// Issue 11 measured 9 600 wheel entries for one keepalive connection
+/// after as many idle-to-active exchanges: each left its far keepalive
+/// entry behind. Now a connection has at most one entry.
+#[test]
+fn keepalive_leaves_no_stale_wheel_entries() {
+    let mut p = Pair::new();
+    p.apply(&Op::Connect(0));
+    p.apply(&Op::Deliver(0));
+    p.apply(&Op::Deliver(0));
+    assert_eq!((p.a_conns.len(), p.b_conns.len()), (1, 1));
+    for round in 0..2_000u32 {
+        // Active: data both ways, its ACKs, retransmission and delayed-ACK
+        // timers armed ahead of the keepalive.
+        p.apply(&Op::Send(round % 2 == 0, 0, 100));
+        p.apply(&Op::Deliver(0));
+        p.apply(&Op::Recv(true, 0, 1_000));
+        p.apply(&Op::Recv(false, 0, 1_000));
+        p.apply(&Op::Deliver(0));
+        // Idle, shorter than the keepalive's idle time (a delayed ACK may
+        // cross only at the next round: under 5 s in all).
+        p.apply(&Op::Wait(2_000));
+        assert!(p.a.wheel_len() <= p.a.connection_count(), "round {round}");
+        assert!(p.b.wheel_len() <= p.b.connection_count(), "round {round}");
+    }
+    p.a.check_layout().unwrap();
+    // The exchanges kept it alive: no probe went out.
+    assert_eq!(p.a.stats().keepalive_probes, 0);
+    // Idle past the keepalive's 5 s: probes, answered, and it stays.
+    for _ in 0..12 {
+        p.apply(&Op::Wait(1_000));
+        p.apply(&Op::Deliver(0));
+    }
+    assert!(p.a.stats().keepalive_probes >= 1);
+    assert_eq!(p.a.connection_count(), 1);
 }
 
 proptest! {

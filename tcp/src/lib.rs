@@ -270,10 +270,10 @@ pub struct Config {
     pub congestion: CongestionAlgorithm,
     /// Half-open (SYN-RECEIVED) connections allowed per listener.
     pub listen_backlog: usize,
-    /// Timer wheel granularity.
+    /// Timer wheel granularity (deadlines are rounded up to it). The wheel
+    /// is hierarchical: any deadline fits, and far ones cost nothing until
+    /// they come near.
     pub timer_tick: Duration,
-    /// Timer wheel buckets.
-    pub timer_buckets: usize,
     /// Maximum queued RSTs for segments to no connection; more are dropped.
     pub max_pending_resets: usize,
     /// Most TIME-WAIT records kept (Linux `tcp_max_tw_buckets`): once the
@@ -314,7 +314,6 @@ impl Config {
             congestion: CongestionAlgorithm::NewReno,
             listen_backlog: 1024,
             timer_tick: Duration::from_millis(1),
-            timer_buckets: 2048,
             max_pending_resets: 1024,
             time_wait_max: 262_144,
             header_prediction: true,

@@ -9,7 +9,7 @@ use crate::seq::SeqNumber;
 use crate::table::ConnTable;
 use crate::time::{Deadline, Instant};
 use crate::time_wait::{self, TimeWait, TimeWaitTable, Verdict};
-use crate::timer::{TimerEntry, TimerWheel};
+use crate::timer::{TimerWheel, WheelKeys, WheelPos};
 use crate::{
     BucketStats, CloseReason, Config, ConnHandle, Error, Event, FourTuple, ListenerId, Snapshot,
     Stats, Transmit,
@@ -87,8 +87,12 @@ struct Slot {
     in_dirty: bool,
     /// In `Stack::mem_waiting`.
     mem_waiting: bool,
-    /// Deadline of the wheel entry considered live for this slot.
+    /// Deadline of this slot's wheel entry (at most one). The connection's
+    /// own next deadline may be later (the entry then fires early and is
+    /// set again), never earlier.
     wheel_deadline: Deadline,
+    /// Where that entry sits in the wheel.
+    wheel_pos: WheelPos,
     /// The listener that accepted the connection (4 bytes, not the 8 of
     /// an `Option<ListenerId>`: the slot's budget).
     listener: SlotListener,
@@ -115,6 +119,13 @@ impl SlotListener {
 
 fn slot_link(s: &mut Slot) -> &mut Link {
     &mut s.link
+}
+
+impl WheelKeys for Vec<Slot> {
+    #[inline]
+    fn wheel_pos(&mut self, key: u32) -> &mut WheelPos {
+        &mut self[key as usize].wheel_pos
+    }
 }
 
 /// Maps a connection to its RSS bucket ([`Stack::set_buckets`]).
@@ -224,7 +235,7 @@ pub struct Stack {
     listeners: Vec<Option<Listener>>,
     listener_ports: HashMap<u16, u32, FxBuild>,
     wheel: TimerWheel,
-    expired: Vec<TimerEntry>,
+    expired: Vec<u32>,
     dirty: VecDeque<(u32, u32)>,
     events: VecDeque<Event>,
     rsts: VecDeque<PendingRst>,
@@ -265,7 +276,7 @@ impl Stack {
             buckets: BucketLists::new(1),
             bucket_segments: vec![0],
             bucket_of: None,
-            wheel: TimerWheel::new(cfg.timer_tick, cfg.timer_buckets),
+            wheel: TimerWheel::new(cfg.timer_tick),
             pool: ChunkPool::new(cfg.recv_memory.div_ceil(CHUNK_SIZE)),
             cfg,
             slots: Vec::new(),
@@ -510,6 +521,7 @@ impl Stack {
                     in_dirty: false,
                     mem_waiting: false,
                     wheel_deadline: Deadline::NONE,
+                    wheel_pos: WheelPos::NONE,
                     listener: SlotListener::NONE,
                     link: Link::NONE,
                     conn: None,
@@ -522,6 +534,7 @@ impl Stack {
         let slot = &mut self.slots[idx as usize];
         slot.conn = Some(conn);
         slot.listener = SlotListener::of(listener);
+        debug_assert!(!slot.wheel_pos.is_some());
         slot.wheel_deadline = Deadline::NONE;
         slot.in_dirty = false;
         slot.mem_waiting = false;
@@ -793,7 +806,13 @@ impl Stack {
         self.stats.time_wait_evicted += evicted as u64;
     }
 
-    /// Keeps one wheel entry at or before the connection's next deadline.
+    /// Keeps the slot's one wheel entry at or before the connection's next
+    /// deadline. A deadline that moved later (the retransmission timer
+    /// restarted by an ACK, the delayed ACK pushed on by the next segment)
+    /// keeps the earlier entry, which fires early and is set again then: no
+    /// wheel work per segment. One that moved earlier replaces the entry
+    /// (O(1)), so no stale entry is left behind.
+    #[inline]
     fn schedule(&mut self, idx: u32) {
         let slot = &mut self.slots[idx as usize];
         let Some(conn) = slot.conn.as_ref() else {
@@ -802,7 +821,7 @@ impl Stack {
         if let Some(d) = conn.next_deadline() {
             if slot.wheel_deadline.get().is_none_or(|w| d < w) {
                 slot.wheel_deadline = Deadline::at(d);
-                self.wheel.insert(self.now, idx, slot.generation, d);
+                self.wheel.set(&mut self.slots, self.now, idx, d);
             }
         }
     }
@@ -820,7 +839,10 @@ impl Stack {
             }
         }
         slot.generation = slot.generation.wrapping_add(1);
-        slot.wheel_deadline = Deadline::NONE;
+        if std::mem::replace(&mut slot.wheel_deadline, Deadline::NONE).is_some() {
+            self.wheel.cancel(&mut self.slots, idx);
+        }
+        let slot = &mut self.slots[idx as usize];
         slot.in_dirty = false;
         slot.listener = SlotListener::NONE;
         slot.mem_waiting = false;
@@ -1119,8 +1141,10 @@ impl Stack {
         None
     }
 
-    /// When [`Stack::handle_timeout`] should be called next (may be early);
-    /// `None` while no timer is armed.
+    /// When [`Stack::handle_timeout`] should be called next; `None` while
+    /// no timer is armed. It may be early: a far deadline is filed coarsely
+    /// and this names the start of its span, when handling the timeout
+    /// files it finely (at most one early call per level of the wheel).
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         match (self.wheel.next_expiry(), self.time_wait.next_expiry()) {
@@ -1134,19 +1158,15 @@ impl Stack {
         self.tick(now);
         self.time_wait.expire(self.now);
         let mut expired = std::mem::take(&mut self.expired);
-        self.wheel.expire(now, &mut expired);
-        for e in expired.drain(..) {
-            let Some(slot) = self.slots.get_mut(e.key as usize) else {
-                continue;
-            };
-            if slot.generation != e.generation
-                || slot.conn.is_none()
-                || slot.wheel_deadline.get() != Some(e.deadline)
-            {
-                continue;
-            }
+        self.wheel.expire(&mut self.slots, now, &mut expired);
+        for idx in expired.drain(..) {
+            // Freeing a slot cancels its entry, so each names a live
+            // connection (the check covers one freed within this batch).
+            let slot = &mut self.slots[idx as usize];
             slot.wheel_deadline = Deadline::NONE;
-            self.with_conn(e.key, |c, ctx| c.on_timeout(ctx));
+            if slot.conn.is_some() {
+                self.with_conn(idx, |c, ctx| c.on_timeout(ctx));
+            }
         }
         self.expired = expired;
     }
@@ -1358,12 +1378,18 @@ pub(crate) fn slot_size() -> usize {
 
 #[cfg(test)]
 impl Stack {
+    /// Entries on the timer wheel (at most one per connection).
+    pub(crate) fn wheel_len(&self) -> usize {
+        self.wheel.len()
+    }
+
     /// Checks that the stack's connection layout is whole: the table names
     /// exactly the live slots under their own tuples, the free list the
     /// empty ones; the committed receive memory and the chunks in use are
     /// the sums of what the connections hold; a connection that holds no
     /// data holds no chunk; TIME-WAIT holds no send buffer; every armed
-    /// timer has a wheel entry at or before it.
+    /// timer has a wheel entry at or before it, and the wheel holds exactly
+    /// one entry per slot that has one (no stale entries).
     pub(crate) fn check_layout(&self) -> Result<(), String> {
         let floor = usize::from(self.cfg.mss);
         let (mut live, mut committed, mut chunks) = (0, 0, 0);
@@ -1417,6 +1443,18 @@ impl Stack {
             ));
         }
         self.time_wait.check()?;
+        if self
+            .slots
+            .iter()
+            .any(|s| s.wheel_deadline.is_some() != s.wheel_pos.is_some())
+        {
+            return Err("a slot's wheel deadline and position disagree".into());
+        }
+        let with_entry: Vec<u32> = (0..self.slots.len() as u32)
+            .filter(|&i| self.slots[i as usize].wheel_pos.is_some())
+            .collect();
+        let mut positions: Vec<WheelPos> = self.slots.iter().map(|s| s.wheel_pos).collect();
+        self.wheel.check(&mut positions, with_entry.into_iter())?;
         let mut slots: Vec<(bool, Link)> = self
             .slots
             .iter()

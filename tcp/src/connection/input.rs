@@ -160,9 +160,10 @@ impl Connection {
             return;
         }
 
+        // Liveness for keepalive, which reads it when its timer fires
+        // (nothing is re-armed per segment).
         self.timers.last_recv = now;
         self.timers.keepalive_probes = 0;
-        self.arm_keepalive(ctx);
 
         // Fifth: the ACK field.
         if !f.ack() {
@@ -309,6 +310,7 @@ impl Connection {
                 State::Established
             };
             self.events |= ev::ESTABLISHED;
+            self.arm_keepalive(ctx);
             // The SYN-ACK's window was unscaled; from now on it is.
             self.snd.wnd = u32::from(seg.window) << self.snd.wscale;
             self.snd.max_wnd = self.snd.max_wnd.max(self.snd.wnd);
@@ -660,6 +662,11 @@ impl Connection {
         self.recv_buf.forget_unqueued(ctx.pool);
     }
 
+    /// Starts the keepalive timer when the connection is established
+    /// (RFC 1122 §4.2.3.6). It is not pushed on by each segment: when it
+    /// fires, [`Connection::on_timeout`] measures the idle time from the
+    /// last segment received and re-arms for the rest of it, as Linux's
+    /// `tcp_keepalive_timer` does.
     pub(super) fn arm_keepalive(&mut self, ctx: &mut Ctx<'_>) {
         if let Some(ka) = ctx.cfg.keepalive {
             if self.state.is_synchronized() && self.state != State::TimeWait {

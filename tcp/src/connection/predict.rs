@@ -55,7 +55,6 @@ impl Connection {
         self.update_ts_recent(ctx.now, seg, seq);
         self.timers.last_recv = ctx.now;
         self.timers.keepalive_probes = 0;
-        self.arm_keepalive(ctx);
         if self.snd.wl1 < seq || (self.snd.wl1 == seq && self.snd.wl2 <= self.snd.una) {
             self.update_send_window(seq, self.snd.una, self.snd.wnd);
         }

@@ -52,13 +52,18 @@ impl Connection {
         if due(self.timers.keepalive) {
             self.timers.keepalive = Deadline::NONE;
             if let Some(ka) = ctx.cfg.keepalive {
-                if self.timers.keepalive_probes >= ka.probes {
+                // Lazy: segments since the timer was armed (any segment,
+                // including the answer to a probe) restart the idle time.
+                let idle_end = self.timers.last_recv + ka.idle;
+                if self.timers.keepalive_probes == 0 && now < idle_end {
+                    self.timers.keepalive = Deadline::at(idle_end);
+                } else if self.timers.keepalive_probes >= ka.probes {
                     self.close_now(CloseReason::Timeout);
-                    return;
+                } else {
+                    self.timers.keepalive_probes += 1;
+                    self.flags.set(Flags::KEEPALIVE_NOW);
+                    self.timers.keepalive = Deadline::at(now + ka.interval);
                 }
-                self.timers.keepalive_probes += 1;
-                self.flags.set(Flags::KEEPALIVE_NOW);
-                self.timers.keepalive = Deadline::at(now + ka.interval);
             }
         }
     }
