@@ -95,6 +95,10 @@ counters! {
         invalid_descs,
         /// Poll-loop iterations that found nothing to do.
         idle_polls,
+        /// Nanoseconds the worker spent in loop iterations that found work
+        /// (frames received, sent or completed): its busy time, against
+        /// the wall clock for its load (the rebalancer's core load).
+        busy_ns,
         /// High-water mark of frames on the TX ring not yet completed.
         tx_outstanding_max,
         /// TX wake-ups (`sendto` kicks).

@@ -10,6 +10,7 @@
 // frames) and sys (the raw system calls) allow it, per module.
 
 pub mod affinity;
+pub mod bucket_counters;
 pub mod counters;
 pub mod cpu_time;
 pub mod ephemeral;
@@ -27,6 +28,7 @@ pub mod umem;
 pub mod worker;
 pub mod xsk;
 
+pub use bucket_counters::{BucketCounters, BucketSnapshot};
 pub use counters::{QueueCounters, QueueCountersSnapshot};
 pub use cpu_time::{thread_cpu_ns, worker_cpu_ns};
 pub use flowlane_ebpf::steer::{Proto, SteerStats};

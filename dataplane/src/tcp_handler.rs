@@ -69,6 +69,7 @@ use flowlane_wire::{
     Network, Transport, VlanTags, WireError,
 };
 
+use crate::bucket_counters::{rss_bucket, BucketCounters};
 use crate::counters::{self, counters};
 use crate::ephemeral::{EphemeralPorts, EPHEMERAL};
 use crate::neighbor::Neighbors;
@@ -90,8 +91,10 @@ pub struct TcpConfig {
     /// flowlane's ephemeral port range (inclusive) for active opens; the
     /// XDP program must steer it to flowlane (`DataplaneConfig::ephemeral`).
     pub ephemeral: (u16, u16),
-    /// The NIC's RSS configuration, so that active opens pick ports whose
-    /// replies come back to the opening queue. Needed with several queues.
+    /// The NIC's RSS configuration: active opens pick ports whose replies
+    /// come back to the opening queue (needed with several queues), and
+    /// the stack keeps its connections per RSS bucket (for rebalancing;
+    /// without it, all are in one bucket).
     pub rss: Option<RssState>,
     /// The TCP stack's configuration (the ISN secret is mixed with the
     /// queue number per worker).
@@ -332,6 +335,7 @@ pub struct TcpHandler {
     ports: EphemeralPorts,
     app: Dispatcher,
     counters: Arc<TcpCounters>,
+    buckets: Arc<BucketCounters>,
     placement: Placement,
     last_publish: Duration,
 }
@@ -359,8 +363,15 @@ impl TcpHandler {
         tcp.recv_memory = tcp
             .recv_memory
             .min(recv_memory_for(queue.rx_frames, tcp.mss));
+        let mut stack = Stack::new(tcp);
+        if let Some(rss) = cfg.rss.clone() {
+            stack
+                .set_buckets(rss.table().size(), move |t| rss_bucket(&rss, t))
+                .expect("a new stack holds no connection, and tables have at most 65 536 entries");
+        }
         TcpHandler {
-            stack: Stack::new(tcp),
+            buckets: Arc::new(BucketCounters::new(stack.bucket_count())),
+            stack,
             local_ip: cfg.local_ip,
             local_mac: cfg.local_mac,
             neighbors: cfg.neighbors,
@@ -404,6 +415,11 @@ impl TcpHandler {
     /// The queue's counters, to read from another thread.
     pub fn counters(&self) -> Arc<TcpCounters> {
         self.counters.clone()
+    }
+
+    /// The queue's per-RSS-bucket counters, to read from another thread.
+    pub fn bucket_counters(&self) -> Arc<BucketCounters> {
+        self.buckets.clone()
     }
 
     /// The application's view of this queue at `now`, and its dispatcher.
@@ -526,6 +542,7 @@ impl Drop for TcpHandler {
     /// The worker is done: publish the final counters.
     fn drop(&mut self) {
         self.counters.publish(&self.stack);
+        self.buckets.publish(&self.stack);
     }
 }
 
@@ -564,6 +581,7 @@ impl QueueHandler for TcpHandler {
         if now_d.saturating_sub(self.last_publish) >= PUBLISH_EVERY {
             self.last_publish = now_d;
             self.counters.publish(&self.stack);
+            self.buckets.publish(&self.stack);
         }
     }
 

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use flowlane_ebpf::steer::Proto;
 use flowlane_numa_sched::RssState;
 
+use crate::bucket_counters::{BucketCounters, BucketSnapshot};
 pub use crate::ephemeral::rss_state;
 use crate::ephemeral::EPHEMERAL;
 use crate::iface::{local_ipv4, InterfaceInfo};
@@ -37,7 +38,8 @@ pub struct TcpServiceConfig {
     /// Whether the service opens connections: the ephemeral range is then
     /// steered to flowlane, and `rss` tells which ports come back where.
     pub active: bool,
-    /// The NIC's RSS, for active opens on several queues (see [`rss_state`]).
+    /// The NIC's RSS (see [`rss_state`]): for active opens on several
+    /// queues, and to keep connections per RSS bucket.
     pub rss: Option<RssState>,
     /// Neighbours known up front (static `--neighbor IP=MAC`, the kernel's
     /// table); more are learned from received frames.
@@ -85,8 +87,25 @@ impl TcpServiceConfig {
     }
 }
 
-/// Each queue's TCP counters, by queue.
-type PerQueue = Vec<(u32, Arc<TcpCounters>)>;
+/// What a stopped service's queues counted, by queue.
+#[derive(Debug, Clone)]
+pub struct FinalCounters {
+    /// TCP counters ([`TcpService::tcp_counters`]).
+    pub tcp: Vec<(u32, TcpCountersSnapshot)>,
+    /// RSS buckets in use ([`TcpService::bucket_counters`]).
+    pub buckets: Vec<(u32, Vec<BucketSnapshot>)>,
+}
+
+/// One queue's counters.
+#[derive(Debug)]
+struct QueueTcp {
+    queue: u32,
+    tcp: Arc<TcpCounters>,
+    buckets: Arc<BucketCounters>,
+}
+
+/// Each queue's counters, by queue.
+type PerQueue = Vec<QueueTcp>;
 
 /// A running TCP service: the data path and each queue's TCP counters.
 /// Dropping it stops the workers and releases everything.
@@ -130,7 +149,7 @@ impl TcpService {
                 config.iface
             );
         }
-        tcp.rss = config.rss.filter(|_| config.active);
+        tcp.rss = config.rss;
         tcp.neighbors = config.neighbors;
 
         let registry: Arc<Mutex<PerQueue>> = Arc::default();
@@ -140,12 +159,16 @@ impl TcpService {
             setup(&mut h)?;
             reg.lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .push((q.queue, h.counters()));
+                .push(QueueTcp {
+                    queue: q.queue,
+                    tcp: h.counters(),
+                    buckets: h.bucket_counters(),
+                });
             Ok::<_, E>(h)
         })?;
         // Every worker ran its setup before `start` returned.
         let mut counters = std::mem::take(&mut *registry.lock().unwrap_or_else(|e| e.into_inner()));
-        counters.sort_by_key(|(q, _)| *q);
+        counters.sort_by_key(|c| c.queue);
         Ok(TcpService {
             dataplane,
             counters,
@@ -163,18 +186,38 @@ impl TcpService {
     }
 
     fn read(counters: &PerQueue) -> Vec<(u32, TcpCountersSnapshot)> {
-        counters.iter().map(|(q, c)| (*q, c.snapshot())).collect()
+        counters
+            .iter()
+            .map(|c| (c.queue, c.tcp.snapshot()))
+            .collect()
+    }
+
+    /// Each queue's RSS buckets in use now (connections, records, segments
+    /// and bytes received), by queue. Without RSS
+    /// ([`TcpServiceConfig::rss`]) a queue has one bucket, 0.
+    pub fn bucket_counters(&self) -> Vec<(u32, Vec<BucketSnapshot>)> {
+        Self::read_buckets(&self.counters)
+    }
+
+    fn read_buckets(counters: &PerQueue) -> Vec<(u32, Vec<BucketSnapshot>)> {
+        counters
+            .iter()
+            .map(|c| (c.queue, c.buckets.snapshot()))
+            .collect()
     }
 
     /// Stops the workers and releases the data path; returns each queue's
-    /// final TCP counters (published by each worker as it exits).
-    pub fn stop(self) -> Vec<(u32, TcpCountersSnapshot)> {
+    /// final counters (published by each worker as it exits).
+    pub fn stop(self) -> FinalCounters {
         let TcpService {
             dataplane,
             counters,
         } = self;
         dataplane.stop();
-        Self::read(&counters)
+        FinalCounters {
+            tcp: Self::read(&counters),
+            buckets: Self::read_buckets(&counters),
+        }
     }
 }
 

@@ -240,6 +240,8 @@ pub(crate) fn run<H: QueueHandler>(
             }
         } else {
             idle_rounds = 0;
+            let spent = epoch.elapsed().saturating_sub(now);
+            counters::add(&c.busy_ns, spent.as_nanos() as u64);
         }
     }
     publish_kernel_stats(&sock, c);

@@ -152,6 +152,8 @@ pub struct BucketStats {
     /// Segments received for the bucket's connections and records since
     /// the stack started.
     pub segments_in: u64,
+    /// Payload bytes in those segments.
+    pub bytes_in: u64,
 }
 
 /// Errors from the application-facing calls.

@@ -128,6 +128,14 @@ impl WheelKeys for Vec<Slot> {
     }
 }
 
+/// Segments and payload bytes one RSS bucket received (single writer:
+/// the stack's core).
+#[derive(Debug, Clone, Copy, Default)]
+struct BucketIn {
+    segments: u64,
+    bytes: u64,
+}
+
 /// Maps a connection to its RSS bucket ([`Stack::set_buckets`]).
 struct BucketFn(Box<dyn Fn(&FourTuple) -> u16 + Send>);
 
@@ -227,8 +235,8 @@ pub struct Stack {
     table: ConnTable,
     /// Every connection on its RSS bucket's list.
     buckets: BucketLists,
-    /// Segments received per bucket.
-    bucket_segments: Vec<u64>,
+    /// What each bucket received.
+    bucket_in: Vec<BucketIn>,
     bucket_of: Option<BucketFn>,
     /// Compact records of closed connections in TIME-WAIT.
     time_wait: TimeWaitTable,
@@ -274,7 +282,7 @@ impl Stack {
             table: ConnTable::new(&cfg.isn_secret),
             time_wait: TimeWaitTable::new(&cfg.isn_secret, cfg.time_wait_max, 1),
             buckets: BucketLists::new(1),
-            bucket_segments: vec![0],
+            bucket_in: vec![BucketIn::default()],
             bucket_of: None,
             wheel: TimerWheel::new(cfg.timer_tick),
             pool: ChunkPool::new(cfg.recv_memory.div_ceil(CHUNK_SIZE)),
@@ -363,7 +371,7 @@ impl Stack {
             return Err(Error::InvalidState);
         }
         self.buckets = BucketLists::new(count);
-        self.bucket_segments = vec![0; count];
+        self.bucket_in = vec![BucketIn::default(); count];
         self.time_wait.set_buckets(count);
         self.bucket_of = Some(BucketFn(Box::new(bucket_of)));
         Ok(())
@@ -371,20 +379,22 @@ impl Stack {
 
     /// Buckets ([`Stack::set_buckets`]; 1 by default).
     pub fn bucket_count(&self) -> usize {
-        self.bucket_segments.len()
+        self.bucket_in.len()
     }
 
     /// What bucket `bucket` holds now and has received ([`BucketStats`]);
     /// all zero for a bucket out of range.
     pub fn bucket_stats(&self, bucket: u16) -> BucketStats {
+        let input = self
+            .bucket_in
+            .get(usize::from(bucket))
+            .copied()
+            .unwrap_or_default();
         BucketStats {
             connections: self.buckets.len(bucket),
             time_wait: self.time_wait.bucket_len(bucket),
-            segments_in: self
-                .bucket_segments
-                .get(usize::from(bucket))
-                .copied()
-                .unwrap_or(0),
+            segments_in: input.segments,
+            bytes_in: input.bytes,
         }
     }
 
@@ -392,15 +402,16 @@ impl Stack {
     fn bucket_for(&self, tuple: &FourTuple) -> u16 {
         match &self.bucket_of {
             None => 0,
-            Some(f) => (usize::from((f.0)(tuple)) % self.bucket_segments.len()) as u16,
+            Some(f) => (usize::from((f.0)(tuple)) % self.bucket_in.len()) as u16,
         }
     }
 
-    /// Counts a segment for a bucket.
+    /// Counts a segment (and its payload bytes) for a bucket.
     #[inline]
-    fn count_bucket_segment(&mut self, bucket: u16) {
-        if let Some(n) = self.bucket_segments.get_mut(usize::from(bucket)) {
-            *n += 1;
+    fn count_bucket_segment(&mut self, bucket: u16, len: usize) {
+        if let Some(n) = self.bucket_in.get_mut(usize::from(bucket)) {
+            n.segments += 1;
+            n.bytes += len as u64;
         }
     }
 
@@ -892,7 +903,7 @@ impl Stack {
                 idx
             }
         };
-        self.count_bucket_segment(self.slots[idx as usize].link.bucket);
+        self.count_bucket_segment(self.slots[idx as usize].link.bucket, payload.len());
         match self.time_wait_syn(idx, repr) {
             // (Every segment of a live connection passes here; only a bare
             // SYN goes further than a look at its flags.)
@@ -914,7 +925,7 @@ impl Stack {
     #[inline(never)]
     fn on_unmatched(&mut self, hash: u64, tuple: FourTuple, repr: &TcpRepr, len: usize) {
         if let Some(tw) = self.time_wait.find(hash, &tuple) {
-            self.count_bucket_segment(self.time_wait.bucket_of(tw));
+            self.count_bucket_segment(self.time_wait.bucket_of(tw), len);
             let verdict =
                 self.time_wait
                     .on_segment(tw, &self.cfg, self.now, repr, len, &mut self.stats);

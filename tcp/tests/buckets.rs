@@ -63,7 +63,10 @@ fn connections_and_their_segments_are_counted_per_bucket() {
     sim.run_for(Duration::from_millis(200));
     let busy = sim.b.bucket_stats(1).segments_in;
     assert!(busy >= quiet + 3 * 14, "bucket 1: {busy} segments");
+    // Every payload byte, retransmissions aside (none on this link).
+    assert_eq!(sim.b.bucket_stats(1).bytes_in, 3 * 20_000);
     assert_eq!(sim.b.bucket_stats(2).segments_in, quiet, "bucket 2 idle");
+    assert_eq!(sim.b.bucket_stats(2).bytes_in, 0);
     // Out of range: all zero.
     assert_eq!(sim.b.bucket_stats(9), Default::default());
 }

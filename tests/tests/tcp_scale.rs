@@ -4,10 +4,11 @@
 
 mod tcp_common;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use flowlane_tests::{require_root, Bed};
+use flowlane_tests::{flowlane, require_root, text, Bed};
+use serde_json::Value;
 use tcp_common::*;
 
 /// Kernel clients (python3, peer namespace): opens `argv[2]` connections to
@@ -99,4 +100,78 @@ fn ten_thousand_concurrent_connections_every_byte_verified() {
     assert_eq!(t["connections"], 0, "{t}");
     assert_eq!(t["closed"], CONNS as u64, "{t}");
     assert_eq!(t["bytes_in"], (CONNS * ROUNDS * SIZE) as u64, "{t}");
+    check_buckets(&bed, &lines, sent.keys(), (ROUNDS * SIZE) as u64);
+}
+
+/// Every connection was counted in its RSS bucket, on the queue the bed's
+/// table gives that bucket (issue 13's per-bucket load): the summary's
+/// buckets against `flowlane hint` for every client.
+fn check_buckets<'a>(
+    bed: &Bed,
+    lines: &[Value],
+    peers: impl Iterator<Item = &'a String>,
+    bytes_each: u64,
+) {
+    let flows: String = peers
+        .map(|p| {
+            let (ip, port) = p.split_once(':').expect("ip:port");
+            format!("{ip} {port} 10.99.0.1 5003 tcp\n")
+        })
+        .collect();
+    let flows_file = std::env::temp_dir().join(format!("{}-flows.txt", bed.name));
+    std::fs::write(&flows_file, flows).expect("flows file");
+    let o = flowlane(&[
+        "hint",
+        "--bed",
+        &bed.name,
+        "--flows-file",
+        flows_file.to_str().expect("utf-8 path"),
+        "--json",
+    ]);
+    let _ = std::fs::remove_file(&flows_file);
+    assert!(o.status.success(), "hint: {}", text(&o));
+    let hints: Value = serde_json::from_slice(&o.stdout).expect("hint JSON");
+    // Expected: per bucket, its queue and how many connections it had.
+    let mut want: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    for h in hints.as_array().expect("hints") {
+        let e = want
+            .entry(h["bucket"].as_u64().expect("bucket"))
+            .or_insert((h["queue"].as_u64().expect("queue"), 0));
+        e.1 += 1;
+    }
+    let summary = lines
+        .iter()
+        .find(|v| v["event"] == "summary")
+        .expect("summary line");
+    let mut seen = 0;
+    for q in summary["counters"]["queues"].as_array().expect("queues") {
+        let queue = q["queue"].as_u64().expect("queue");
+        let mut segments = 0;
+        for b in q["buckets"].as_array().expect("buckets") {
+            let bucket = b["bucket"].as_u64().expect("bucket");
+            let (want_queue, conns) = want
+                .get(&bucket)
+                .copied()
+                .unwrap_or_else(|| panic!("bucket {bucket} counted, no client in it: {b}"));
+            assert_eq!(
+                queue, want_queue,
+                "bucket {bucket} counted on queue {queue}"
+            );
+            assert_eq!(b["connections"], 0, "{b}");
+            // Retransmitted segments count again: at least every byte.
+            let bytes = b["bytes_in"].as_u64().expect("bytes");
+            assert!(
+                bytes >= conns * bytes_each,
+                "bucket {bucket}: {bytes} bytes, {conns} connections"
+            );
+            segments += b["segments_in"].as_u64().expect("segments");
+            seen += 1;
+        }
+        let all = q["tcp"]["segments_in"].as_u64().expect("segments_in");
+        assert!(
+            segments <= all && segments > 0,
+            "queue {queue}: {segments} of {all}"
+        );
+    }
+    assert_eq!(seen, want.len(), "every bucket with clients counted");
 }

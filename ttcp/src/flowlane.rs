@@ -256,7 +256,7 @@ fn start(
         watch.stop();
         let service = Arc::into_inner(service).expect("the watch thread has ended");
         let summary = dataplane_summary(&service);
-        service.stop();
+        let _ = service.stop();
         eprintln!("{summary}");
         let reg = registry.lock().unwrap_or_else(|e| e.into_inner());
         let mut total = ThreadStats::default();

@@ -20,7 +20,7 @@ use anyhow::{bail, Context, Result};
 use flowlane_dataplane::service_args::{listen_port, DataPathArgs};
 use flowlane_dataplane::tcp_service::{self, rss_state};
 use flowlane_dataplane::{
-    worker_cpu_ns, TcpCountersSnapshot, TcpHandler, TcpService, TcpServiceConfig,
+    worker_cpu_ns, BucketSnapshot, TcpCountersSnapshot, TcpHandler, TcpService, TcpServiceConfig,
 };
 use flowlane_numa_sched::nic::RssSettings;
 use flowlane_numa_sched::RssState;
@@ -243,7 +243,12 @@ fn rss(c: &Common, queues: u32, read_nic_rss: NicRssReader) -> Result<Option<Rss
         .transpose()?)
 }
 
-fn counters_json(per_queue: &[(u32, TcpCountersSnapshot)]) -> Value {
+/// The counters of a report or summary: totals, then per queue its TCP
+/// counters and the RSS buckets it serves (those in use).
+fn counters_json(
+    per_queue: &[(u32, TcpCountersSnapshot)],
+    buckets: &[(u32, Vec<BucketSnapshot>)],
+) -> Value {
     let total = per_queue
         .iter()
         .fold(TcpCountersSnapshot::default(), |a, (_, c)| a.add(c));
@@ -253,6 +258,7 @@ fn counters_json(per_queue: &[(u32, TcpCountersSnapshot)]) -> Value {
             "queue": q,
             "worker_cpu_ns": worker_cpu_ns(*q),
             "tcp": c,
+            "buckets": buckets.iter().find(|(bq, _)| bq == q).map_or(&[][..], |(_, b)| b),
         })).collect::<Vec<_>>(),
     })
 }
@@ -284,9 +290,9 @@ where
     config.frames_per_queue = c.data_path.frames_per_queue;
     config.msl = c.msl_ms.map(flowlane_tcp::time::Duration::from_millis);
     let (_, queues) = config.interface()?;
-    if config.active {
-        config.rss = rss(c, queues, read_nic_rss)?;
-    }
+    // Active opens pick their ports by it; every service keeps its
+    // connections per RSS bucket with it.
+    config.rss = rss(c, queues, read_nic_rss)?;
     config.neighbors = tcp_service::neighbors(&c.data_path.neighbor, &c.iface, connect_to)?;
 
     let (done_tx, done_rx) = mpsc::channel::<Value>();
@@ -299,7 +305,8 @@ where
     let r = wait(name, c, &service, &done_rx, expect);
     let cpu: Vec<Option<u64>> = (0..queues).map(worker_cpu_ns).collect();
     let counters = service.stop();
-    let summary = json!({"event": "summary", "counters": counters_json(&counters),
+    let summary = json!({"event": "summary",
+                         "counters": counters_json(&counters.tcp, &counters.buckets),
                          "worker_cpu_ns": cpu});
     outln!("{summary}");
     if let Some(p) = &c.report {
@@ -322,7 +329,8 @@ fn wait(
                 p,
                 &json!({"event": "report", "ready": ready,
                         "queues": service.dataplane().queues().len(),
-                        "counters": counters_json(&service.tcp_counters())}),
+                        "counters": counters_json(&service.tcp_counters(),
+                                                  &service.bucket_counters())}),
             )?;
         }
         Ok(())
@@ -365,7 +373,7 @@ fn wait(
     // acknowledged: let the closes finish (bounded) so that no connection is
     // cut off by the exit.
     let linger = Instant::now();
-    while counters_json(&service.tcp_counters())["total"]["connections"]
+    while counters_json(&service.tcp_counters(), &[])["total"]["connections"]
         .as_u64()
         .unwrap_or(0)
         > 0
