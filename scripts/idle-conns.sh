@@ -24,8 +24,9 @@
 #    "B per connection": slots, table, timers, allocator slack, all of it.
 #  - kernel: the slab caches a TCP socket uses (TCP, sock_inode_cache,
 #    dentry, filp, eventpoll_epi, eventpoll_pwq, tcp_bind(2)_bucket,
-#    request_sock_TCP; merged caches counted once, under every alias),
-#    the pages of their slabs, machine-wide. The clients' sockets are kernel
+#    request_sock_TCP; merged caches counted once, under the first alias),
+#    objects in use x their size in the slab, machine-wide (partly empty
+#    slabs not counted: a lower bound of the pages). The clients' sockets are kernel
 #    sockets too: their share is what the same caches grew by while the
 #    clients connected to flowlane (no kernel socket on that side), and is
 #    subtracted. Plus the growth of /proc/net/sockstat's TCP "mem" (pages
@@ -368,7 +369,9 @@ import json, sys
 d = json.load(open(sys.argv[1]))["counters"]
 print(d["total"]["connections"], " ".join(str(q["tcp"]["connections"]) for q in d["queues"]))' "$RAW/flowlane-report.json"
 }
-# Slab bytes of the caches a TCP socket uses (their slabs' pages), each
+# Slab bytes of the caches a TCP socket uses (objects in use x their size
+# in the slab; not the slabs' pages, which keep freed objects of earlier
+# runs and so depend on history), each
 # merged cache once; "NAME=BYTES ..." then the sum.
 SLAB_NAMES="TCP sock_inode_cache dentry filp eventpoll_epi eventpoll_pwq tcp_bind_bucket tcp_bind2_bucket request_sock_TCP"
 slab_bytes() {
@@ -378,7 +381,7 @@ slab_bytes() {
     [ -d "$real" ] || continue
     case " $seen " in *" $real "*) continue ;; esac
     seen="$seen $real"
-    b=$(($(cut -d' ' -f1 "$real/slabs") * 4096 << $(cat "$real/order")))
+    b=$(($(cut -d' ' -f1 "$real/objects") * $(cat "$real/slab_size")))
     out="$out $n=$b"
     total=$((total + b))
   done
