@@ -89,7 +89,7 @@ import collections, ctypes, errno, signal, multiprocessing as mp, resource, sele
 dst, srcs = sys.argv[1], sys.argv[2].split(",")
 _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-CAP = hard - 64   # sockets per worker
+CAP = hard - 256  # sockets per worker (each also inherits the pipes to earlier ones)
 IP_BIND_ADDRESS_NO_PORT = 24
 WINDOW = 256      # connects in flight in all (flowlane: 1024 half-open per queue)
 TIMEOUT = 30.0    # seconds a connect may take
@@ -104,7 +104,11 @@ def worker_open(conns, port, n, window, first):
         while started < n and len(pending) < window:
             src = srcs[(first + started) % len(srcs)]
             started += 1
-            s = socket.socket()
+            try:
+                s = socket.socket()
+            except OSError as e:
+                failed["socket:" + errno.errorcode.get(e.errno, str(e.errno))] += 1
+                continue
             try:
                 s.setsockopt(socket.SOL_IP, IP_BIND_ADDRESS_NO_PORT, 1)
                 s.bind((src, 0))
@@ -203,7 +207,11 @@ def open_conns(port, n):
         nxt += k
     ok, failed = 0, collections.Counter()
     for w, k in plan:
-        o, f = w.pipe.recv()
+        try:
+            o, f = w.pipe.recv()
+        except EOFError:
+            w.proc.join(5)
+            sys.exit(f"a client worker (pid {w.proc.pid}) died: exit code {w.proc.exitcode}")
         w.count[port] += o
         ok += o
         failed += f
