@@ -793,3 +793,391 @@ impl Model {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn core(queue: u16, cpu: u32, busy: f64) -> CoreLoad {
+        CoreLoad {
+            queue,
+            cpu,
+            node: 0,
+            busy_cycles: (busy * 1e6) as u64,
+            total_cycles: 1_000_000,
+        }
+    }
+
+    fn bucket(bucket: usize, queue: u16, packets: u64) -> BucketLoad {
+        BucketLoad {
+            bucket,
+            queue,
+            packets,
+            bytes: packets * 1000,
+            busy_cycles: None,
+            connections: 0,
+        }
+    }
+
+    /// Rebalancer without move costs.
+    fn free() -> Rebalancer {
+        Rebalancer::new(RebalanceConfig {
+            move_cost: 0,
+            connection_cost: 0,
+            ..RebalanceConfig::default()
+        })
+        .unwrap()
+    }
+
+    fn decide(
+        r: &mut Rebalancer,
+        now: Duration,
+        table: &IndirectionTable,
+        cores: &[CoreLoad],
+        buckets: &[BucketLoad],
+    ) -> Result<RebalancePlan> {
+        let topology = Topology::synthetic(1, 1, 4, 1).unwrap();
+        r.decide(&LoadSnapshot {
+            now,
+            table,
+            topology: &topology,
+            cores,
+            buckets,
+        })
+    }
+
+    #[test]
+    fn config_ranges() {
+        assert!(RebalanceConfig::default().validate().is_ok());
+        let field = |c: RebalanceConfig| match Rebalancer::new(c) {
+            Err(Error::RebalanceConfig { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        let d = RebalanceConfig::default();
+        assert_eq!(field(RebalanceConfig { target: -0.1, ..d }), "target");
+        assert_eq!(
+            field(RebalanceConfig {
+                threshold: 0.01,
+                ..d
+            }),
+            "threshold"
+        );
+        assert_eq!(
+            field(RebalanceConfig {
+                threshold: f64::NAN,
+                ..d
+            }),
+            "threshold"
+        );
+        assert_eq!(field(RebalanceConfig { min_load: 1.5, ..d }), "min_load");
+        assert_eq!(
+            field(RebalanceConfig {
+                urgent_imbalance: f64::INFINITY,
+                ..d
+            }),
+            "fast_imbalance"
+        );
+        assert_eq!(
+            field(RebalanceConfig {
+                min_period: Duration::ZERO,
+                ..d
+            }),
+            "min_period"
+        );
+        assert_eq!(
+            field(RebalanceConfig {
+                base_period: 2 * d.max_period,
+                ..d
+            }),
+            "base_period"
+        );
+        let e = Rebalancer::new(RebalanceConfig { target: -1.0, ..d }).unwrap_err();
+        assert!(e.to_string().contains("`target`"), "{e}");
+    }
+
+    #[test]
+    fn inconsistent_snapshots_are_refused_and_forgotten() {
+        let table = IndirectionTable::new(vec![0, 0, 1, 1]).unwrap();
+        let cores = [core(0, 0, 0.9), core(1, 1, 0.1)];
+        let buckets = [bucket(0, 0, 10), bucket(1, 0, 10), bucket(2, 1, 1)];
+        let mut r = free();
+        let period = r.period();
+        let t = Duration::from_secs(1);
+        let err = |r: &mut Rebalancer, cores: &[CoreLoad], buckets: &[BucketLoad]| {
+            decide(r, t, &table, cores, buckets).unwrap_err()
+        };
+        assert_eq!(
+            err(&mut r, &[cores[0], core(0, 1, 0.1)], &buckets),
+            Error::DuplicateQueue { queue: 0 }
+        );
+        assert_eq!(
+            err(&mut r, &[cores[0], core(1, 9, 0.1)], &buckets),
+            Error::UnknownCpu { cpu: 9 }
+        );
+        let mut remote = cores[1];
+        remote.node = 3;
+        assert!(matches!(
+            err(&mut r, &[cores[0], remote], &buckets),
+            Error::UnknownNode { node: 3, .. }
+        ));
+        let two_nodes = Topology::synthetic(1, 2, 2, 1).unwrap();
+        let mut wrong = core(1, 2, 0.1);
+        wrong.node = 0;
+        let e = r
+            .decide(&LoadSnapshot {
+                now: t,
+                table: &table,
+                topology: &two_nodes,
+                cores: &[cores[0], wrong],
+                buckets: &buckets,
+            })
+            .unwrap_err();
+        assert!(matches!(e, Error::InconsistentTopology(ref m) if m.contains("queue 1's CPU 2")));
+        let e = err(&mut r, &cores[..1], &buckets);
+        assert_eq!(e, Error::QueueWithoutLoad { queue: 1 });
+        assert!(e.to_string().contains("no worker for it"));
+        assert_eq!(
+            err(&mut r, &cores, &[bucket(4, 0, 1)]),
+            Error::BucketOutOfRange { bucket: 4, size: 4 }
+        );
+        assert_eq!(
+            err(&mut r, &cores, &[bucket(1, 0, 1), bucket(1, 0, 1)]),
+            Error::DuplicateBucket { bucket: 1 }
+        );
+        assert_eq!(
+            err(&mut r, &cores, &[bucket(2, 0, 1)]),
+            Error::BucketOwnerMismatch {
+                bucket: 2,
+                claimed: 0,
+                table: 1
+            }
+        );
+        // Nothing was remembered; the same rebalancer plans from a good snapshot.
+        assert_eq!(r.period(), period);
+        let plan = decide(&mut r, t, &table, &cores, &buckets).unwrap();
+        assert_eq!(plan.outcome, RoundOutcome::Moved);
+        // A queue without buckets is a fine destination; absent buckets carry no load.
+        let plan = decide(
+            &mut free(),
+            t,
+            &IndirectionTable::new(vec![0; 4]).unwrap(),
+            &[core(0, 0, 0.8), core(3, 3, 0.0)],
+            &[bucket(1, 0, 5), bucket(2, 0, 5)],
+        )
+        .unwrap();
+        assert_eq!(plan.moves.len(), 1);
+        assert_eq!((plan.moves[0].to, plan.moves[0].load), (3, 0.4));
+    }
+
+    #[test]
+    fn apply_checks_the_table_and_reuses_diff() {
+        let table = IndirectionTable::new(vec![0, 0, 1, 1]).unwrap();
+        let mut plan = decide(
+            &mut free(),
+            MS,
+            &table,
+            &[core(0, 0, 0.9), core(1, 1, 0.1)],
+            &[bucket(0, 0, 10), bucket(1, 0, 30), bucket(2, 1, 1)],
+        )
+        .unwrap();
+        // Bucket 1 (0.675) does not fit under the mean (0.5) and gains 0.125; bucket 0
+        // (0.225) fits and gains 0.225.
+        assert_eq!(
+            plan.changes(),
+            vec![EntryChange {
+                bucket: 0,
+                from: 0,
+                to: 1
+            }]
+        );
+        let (new, changes) = plan.apply(&table).unwrap();
+        assert_eq!(new.entries(), &[1, 0, 1, 1]);
+        assert_eq!(changes, plan.changes());
+        assert_eq!(
+            plan.apply(&new),
+            Err(Error::BucketOwnerMismatch {
+                bucket: 0,
+                claimed: 0,
+                table: 1
+            })
+        );
+        plan.moves[0].bucket = 8;
+        assert_eq!(
+            plan.apply(&table),
+            Err(Error::BucketOutOfRange { bucket: 8, size: 4 })
+        );
+    }
+
+    #[test]
+    fn attributed_cycles_are_bucket_loads_and_the_rest_stays() {
+        // Queue 0 busy 0.8: bucket 0 measured 0.5; bucket 1 measured at 0.1; bucket 2 shares
+        // the remaining 0.2 by packets with bucket 3 (1 : 3).
+        let table = IndirectionTable::new(vec![0, 0, 0, 0, 1, 1, 1, 1]).unwrap();
+        let mut b = [
+            bucket(0, 0, 1),
+            bucket(1, 0, 1),
+            bucket(2, 0, 1),
+            bucket(3, 0, 3),
+        ];
+        b[0].busy_cycles = Some(500_000);
+        b[1].busy_cycles = Some(100_000);
+        let cores = [core(0, 0, 0.8), core(1, 1, 0.0)];
+        let model = Model::build(&LoadSnapshot {
+            now: MS,
+            table: &table,
+            topology: &Topology::synthetic(1, 1, 2, 1).unwrap(),
+            cores: &cores,
+            buckets: &b,
+        })
+        .unwrap();
+        let loads: Vec<(usize, f64)> = model.cores[0]
+            .buckets
+            .iter()
+            .map(|b| (b.bucket, (b.load * 1e6).round() / 1e6))
+            .collect();
+        assert_eq!(loads, vec![(0, 0.5), (3, 0.15), (1, 0.1), (2, 0.05)]);
+        // Attributed beyond the busy time: scaled down to it, nothing left to share.
+        b[0].busy_cycles = Some(1_200_000);
+        b[1].busy_cycles = Some(400_000);
+        let model = Model::build(&LoadSnapshot {
+            now: MS,
+            table: &table,
+            topology: &Topology::synthetic(1, 1, 2, 1).unwrap(),
+            cores: &cores,
+            buckets: &b,
+        })
+        .unwrap();
+        let loads: Vec<(usize, f64)> = model.cores[0]
+            .buckets
+            .iter()
+            .map(|b| (b.bucket, (b.load * 1e6).round() / 1e6))
+            .collect();
+        assert_eq!(loads, vec![(0, 0.6), (1, 0.2)]);
+    }
+
+    /// Two queues, bucket 0 and bucket 1 on queue 0, buckets 2 and 3 on queue 1, with the
+    /// given packets (queue loads follow the packets: 1 % of a core per 1 000).
+    fn four(table: &IndirectionTable, packets: [u64; 4]) -> (Vec<CoreLoad>, Vec<BucketLoad>) {
+        let mut per_queue = [0u64; 2];
+        let buckets: Vec<BucketLoad> = (0..4)
+            .map(|b| {
+                let q = table.entries()[b];
+                per_queue[usize::from(q)] += packets[b];
+                bucket(b, q, packets[b])
+            })
+            .collect();
+        let cores = (0..2)
+            .map(|q| core(q as u16, q as u32, per_queue[q] as f64 / 100_000.0))
+            .collect();
+        (cores, buckets)
+    }
+
+    #[test]
+    fn a_moved_bucket_is_held_down_and_its_receiver_skipped() {
+        let mut r = free();
+        let table = IndirectionTable::new(vec![0, 0, 1, 1]).unwrap();
+        let t0 = Duration::from_secs(10);
+        // Queue 0 at 0.6, queue 1 at 0.1: neither hot bucket fits under the mean (0.35);
+        // bucket 0 gains most (0.2); then queue 1 (0.4) is the hot one and gives bucket 2.
+        let (c, b) = four(&table, [30_000, 30_000, 5_000, 5_000]);
+        let plan = decide(&mut r, t0, &table, &c, &b).unwrap();
+        assert_eq!(
+            plan.changes(),
+            vec![
+                EntryChange {
+                    bucket: 0,
+                    from: 0,
+                    to: 1
+                },
+                EntryChange {
+                    bucket: 2,
+                    from: 1,
+                    to: 0
+                }
+            ]
+        );
+        assert!(r.is_held(0, t0 + 499 * MS) && !r.is_held(0, t0 + 500 * MS));
+        assert!(r.is_held(2, t0) && !r.is_held(1, t0));
+        // Both queues received: the next round waits, however skewed.
+        let table = plan.apply(&table).unwrap().0;
+        let (c, b) = four(&table, [5_000, 20_000, 20_000, 5_000]);
+        let plan = decide(&mut r, t0 + 10 * MS, &table, &c, &b).unwrap();
+        assert_eq!(plan.outcome, RoundOutcome::Waiting);
+        // The round after, bucket 1 (not held; bucket 2 is) moves, and bucket 3 evens out.
+        let plan = decide(&mut r, t0 + 20 * MS, &table, &c, &b).unwrap();
+        assert_eq!(
+            plan.changes(),
+            vec![
+                EntryChange {
+                    bucket: 1,
+                    from: 0,
+                    to: 1
+                },
+                EntryChange {
+                    bucket: 3,
+                    from: 1,
+                    to: 0
+                }
+            ]
+        );
+        assert!((plan.predicted_max_over_mean - 1.0).abs() < 1e-9);
+
+        // Only a held bucket could help (queue 1's other 0.15 is its own, in no bucket):
+        // the round waits until the hold-down ends.
+        let table = IndirectionTable::new(vec![1, 0, 1, 1]).unwrap();
+        let c = [core(0, 0, 0.01), core(1, 1, 0.35)];
+        let mut b = [bucket(0, 1, 1), bucket(1, 0, 1), bucket(2, 1, 0)];
+        b[0].busy_cycles = Some(200_000);
+        let mut r = free();
+        r.note_move(0, 1, t0);
+        let plan = decide(&mut r, t0 + 10 * MS, &table, &c, &b).unwrap();
+        assert_eq!((plan.outcome, plan.moves.len()), (RoundOutcome::Waiting, 0));
+        let plan = decide(&mut r, t0 + 499 * MS, &table, &c, &b).unwrap();
+        assert_eq!((plan.outcome, plan.moves.len()), (RoundOutcome::Waiting, 0));
+        let plan = decide(&mut r, t0 + 500 * MS, &table, &c, &b).unwrap();
+        assert_eq!(
+            plan.changes()[0],
+            EntryChange {
+                bucket: 0,
+                from: 1,
+                to: 0
+            }
+        );
+    }
+
+    #[test]
+    fn the_period_adapts_to_the_imbalance() {
+        let mut r = free();
+        let ms = |plan: &RebalancePlan| plan.next_period.as_millis();
+        let table = IndirectionTable::new(vec![0, 0, 1, 1]).unwrap();
+        let t = Duration::from_secs(5);
+        // max/mean 1.5: urgent, minimum period.
+        let (c, b) = four(&table, [30_000, 30_000, 10_000, 10_000]);
+        assert_eq!(ms(&decide(&mut r, t, &table, &c, &b).unwrap()), 10);
+        // Balanced: doubles up to 1 s.
+        let (c, b) = four(&table, [10_000, 10_000, 10_000, 10_000]);
+        let doubling: Vec<u128> = (0..8)
+            .map(|i| ms(&decide(&mut r, t + i * MS, &table, &c, &b).unwrap()))
+            .collect();
+        assert_eq!(doubling, vec![20, 40, 80, 160, 320, 640, 1000, 1000]);
+        // max/mean 1.3 with moves: halved; 1.15 with moves: back to the base.
+        let (c, b) = four(&table, [20_000, 6_000, 10_000, 4_000]);
+        let plan = decide(&mut r, t + 10 * MS, &table, &c, &b).unwrap();
+        assert!((plan.max_over_mean - 1.3).abs() < 1e-9);
+        assert_eq!((plan.outcome, ms(&plan)), (RoundOutcome::Moved, 500));
+        let (c, b) = four(&table, [20_000, 3_000, 10_000, 7_000]);
+        let plan = decide(&mut free(), t, &table, &c, &b).unwrap();
+        assert_eq!(plan.outcome, RoundOutcome::Moved);
+        let mut slow = free();
+        slow.period = Duration::from_secs(1);
+        let plan = decide(&mut slow, t, &table, &c, &b).unwrap();
+        assert!((plan.max_over_mean - 1.15).abs() < 1e-9);
+        assert_eq!(ms(&plan), 100);
+        // Idle: doubles.
+        let (c, b) = four(&table, [4_000, 0, 0, 0]);
+        let plan = decide(&mut free(), t, &table, &c, &b).unwrap();
+        assert_eq!((plan.outcome, ms(&plan)), (RoundOutcome::Idle, 200));
+    }
+}

@@ -26,6 +26,9 @@ struct Sim {
     connections: Vec<u32>,
     /// Load of each queue that belongs to no bucket (polling, timers): never moves.
     residual: Vec<f64>,
+    /// Whether the snapshot gives each bucket's busy time (else the policy shares the
+    /// core's busy time by packets, residual included).
+    explicit_cycles: bool,
     now: Duration,
     /// Every move made, with its time.
     history: Vec<(Duration, BucketMove)>,
@@ -42,6 +45,7 @@ impl Sim {
             table,
             load,
             residual: vec![0.0; n],
+            explicit_cycles: false,
             now: Duration::from_secs(1),
             history: Vec::new(),
         }
@@ -85,7 +89,9 @@ impl Sim {
                 queue: q,
                 packets: (self.load[b] * 1e9).round() as u64,
                 bytes: (self.load[b] * 1e12).round() as u64,
-                busy_cycles: None,
+                busy_cycles: self
+                    .explicit_cycles
+                    .then(|| (self.load[b] * TOTAL as f64).round() as u64),
                 connections: self.connections[b],
             })
             .collect()
@@ -529,6 +535,65 @@ fn a_costly_bucket_stays_where_a_cheap_one_moves() {
     assert_eq!(plan.moves.len(), 1);
     assert_eq!((plan.moves[0].bucket, plan.moves[0].to), (1, 1));
     assert!((plan.moves[0].cost - 220_000.0 / TOTAL as f64).abs() < 1e-12);
+}
+
+#[test]
+fn a_core_that_received_waits_a_round() {
+    // 64 equal buckets on queue 0 of 2, four moves per round: moves, a round of rest for
+    // queue 1 (its measurement does not show its new buckets yet), moves again.
+    let (topo, cpus) = one_node(2);
+    let table = IndirectionTable::new(vec![0; 64]).unwrap();
+    let mut sim = Sim::new(topo, cpus, table, vec![0.9 / 64.0; 64]);
+    let mut r = Rebalancer::new(RebalanceConfig {
+        max_moves: 4,
+        ..RebalanceConfig::default()
+    })
+    .unwrap();
+    let outcomes: Vec<(RoundOutcome, usize)> = (0..4)
+        .map(|_| {
+            let plan = sim.round(&mut r);
+            (plan.outcome, plan.moves.len())
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            (RoundOutcome::Moved, 4),
+            (RoundOutcome::Waiting, 0),
+            (RoundOutcome::Moved, 4),
+            (RoundOutcome::Waiting, 0),
+        ]
+    );
+    // While waiting at this imbalance the period stays at its minimum.
+    assert_eq!(r.period(), RebalanceConfig::default().min_period);
+}
+
+#[test]
+fn room_on_the_own_node_blocks_crossing_even_when_only_a_remote_move_helps() {
+    // Node 0: queue 0 at 0.5 (one bucket of 0.3, 0.2 of its own), queue 1 at 0.29; node 1:
+    // queue 2 idle, queue 3 at 0.5 in one bucket. Mean 0.3225. The bucket would gain 0.2
+    // on queue 2 but nothing on queue 1, which is below the mean: it stays.
+    let topo = Topology::synthetic(2, 1, 2, 1).unwrap();
+    let table = IndirectionTable::new(vec![0, 1, 3, 1]).unwrap();
+    let mut sim = Sim::new(topo, vec![0, 1, 2, 3], table, vec![0.3, 0.145, 0.5, 0.145]);
+    sim.residual[0] = 0.2;
+    sim.explicit_cycles = true;
+    let plan = sim.round(&mut rebalancer());
+    assert!(plan.moves.is_empty(), "{plan:?}");
+    assert_eq!(plan.outcome, RoundOutcome::NoHelpfulMove);
+    // Once queue 1 is at the mean, the node is saturated and the bucket crosses.
+    sim.load[1] = 0.2;
+    sim.load[3] = 0.2;
+    let plan = sim.round(&mut rebalancer());
+    assert_eq!(plan.moves.len(), 1, "{plan:?}");
+    assert_eq!((plan.moves[0].bucket, plan.moves[0].to), (0, 2));
+    assert_eq!(
+        plan.moves[0].reason,
+        MoveReason::NodeSaturated {
+            from_node: 0,
+            to_node: 1
+        }
+    );
 }
 
 proptest! {
