@@ -218,21 +218,21 @@ pub struct BucketMove {
     pub reason: MoveReason,
     /// The bucket's load, as a fraction of one core.
     pub load: f64,
-    /// Load of `from` and of `to` just before this move, in the plan's model (earlier moves
-    /// of the round applied).
+    /// Load of `from` just before this move, in the plan's model (earlier moves of the
+    /// round applied).
     pub from_load: f64,
-    /// See `from_load`.
+    /// Load of `to` just before this move, in the same model.
     pub to_load: f64,
     /// How much the move lowers the larger load of the two cores, in the model:
     /// `min(load, from_load − to_load − load)`. Always more than `cost`.
     pub gain: f64,
     /// The move's cost as a fraction of one period of the source core.
     pub cost: f64,
-    /// Connections, packets and bytes of the bucket in the period (for the move log).
+    /// Live connections of the bucket (for the move log; they set the cost).
     pub connections: u32,
-    /// See `connections`.
+    /// Packets the bucket received in the period (for the move log).
     pub packets: u64,
-    /// See `connections`.
+    /// Bytes the bucket received in the period (for the move log).
     pub bytes: u64,
 }
 
