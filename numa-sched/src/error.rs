@@ -142,4 +142,53 @@ pub enum Error {
         /// The queue without a placement.
         queue: u16,
     },
+    /// A load snapshot (or a rebalancing plan) naming a bucket the indirection table does not
+    /// have.
+    #[error(
+        "bucket {bucket} is outside the indirection table of {size} entries; take the load \
+         snapshot and the table from the same NIC configuration"
+    )]
+    BucketOutOfRange {
+        /// The bucket named.
+        bucket: usize,
+        /// The table's size.
+        size: usize,
+    },
+    /// A load snapshot listing the same bucket twice.
+    #[error("bucket {bucket} is listed twice in the load snapshot; report every bucket once")]
+    DuplicateBucket {
+        /// The repeated bucket.
+        bucket: usize,
+    },
+    /// A load snapshot (or a rebalancing move) that puts a bucket on another queue than the
+    /// indirection table does.
+    #[error(
+        "bucket {bucket} is on queue {claimed} in the load snapshot or plan but on queue {table} \
+         in the indirection table; read the table again and take a fresh snapshot"
+    )]
+    BucketOwnerMismatch {
+        /// The bucket.
+        bucket: usize,
+        /// The queue the snapshot or plan says owns it.
+        claimed: u16,
+        /// The queue the table sends it to.
+        table: u16,
+    },
+    /// An indirection table sending buckets to a queue whose worker the load snapshot lacks.
+    #[error(
+        "the indirection table sends buckets to queue {queue}, but the load snapshot has no \
+         worker for it; report the load of every queue the table uses"
+    )]
+    QueueWithoutLoad {
+        /// The queue without a worker load.
+        queue: u16,
+    },
+    /// A rebalancing setting out of its range.
+    #[error("rebalancing setting `{field}` is invalid: {reason}")]
+    RebalanceConfig {
+        /// The setting.
+        field: &'static str,
+        /// What is wrong with it, and the range it must be in.
+        reason: &'static str,
+    },
 }

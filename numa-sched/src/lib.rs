@@ -4,7 +4,8 @@
 //! its RSS key and table), this crate decides which CPU and NUMA node serves each receive
 //! queue ([`plan_placement`]), which CPU takes each queue's interrupt ([`plan_irq_affinity`],
 //! or [`plan_napi_threads`] on the veth test bed), how RSS buckets are spread over queues
-//! ([`IndirectionTable`]), and where any flow lands ([`RssState::hint`]) — computing the NIC's
+//! ([`IndirectionTable`]), which buckets move when the load is skewed ([`Rebalancer`]), and
+//! where any flow lands ([`RssState::hint`]) — computing the NIC's
 //! Toeplitz hash bit for bit ([`Toeplitz`]). It reads no file and makes no syscall; the one
 //! exception is the explicit hwloc loader (`Topology::from_system`, `from_xml_file`,
 //! `from_synthetic_description`, cargo feature `hwloc`, on by default). The `control` crate
@@ -17,6 +18,7 @@
 //! | [`topology`] | the machine snapshot |
 //! | [`placement`] | queue → CPU → node |
 //! | [`irq`] | `/proc/interrupts` parsing, queue IRQ matching, IRQ and NAPI-thread affinity plans |
+//! | [`rebalance`] | the rebalancing policy (RSS++-style): per-bucket and per-core loads → bucket moves, next period |
 //! | [`hints`] | flow → (hash, bucket, queue, CPU, node); source-port choice |
 //! | [`nic`] | the RSS-NIC interface (key, table, capabilities) that real and emulated NICs implement |
 #![forbid(unsafe_code)]
@@ -30,6 +32,7 @@ pub mod indirection;
 pub mod irq;
 pub mod nic;
 pub mod placement;
+pub mod rebalance;
 pub mod toeplitz;
 pub mod topology;
 
@@ -43,6 +46,10 @@ pub use irq::{
 };
 pub use nic::{RssCaps, RssNic, RssSettings, RssSettingsError};
 pub use placement::{plan_placement, PlacementNote, PlacementPlan, QueuePlacement};
+pub use rebalance::{
+    BucketLoad, BucketMove, CoreLoad, LoadSnapshot, MoveReason, RebalanceConfig, RebalancePlan,
+    Rebalancer, RoundOutcome,
+};
 pub use toeplitz::{
     hash_reference, FlowTuple, HashFields, HashInput, Protocol, RssHashConfig, RssKey, Toeplitz,
     MAX_INPUT_LEN,
