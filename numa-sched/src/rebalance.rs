@@ -1024,36 +1024,29 @@ mod tests {
         b[0].busy_cycles = Some(500_000);
         b[1].busy_cycles = Some(100_000);
         let cores = [core(0, 0, 0.8), core(1, 1, 0.0)];
-        let model = Model::build(&LoadSnapshot {
-            now: MS,
-            table: &table,
-            topology: &Topology::synthetic(1, 1, 2, 1).unwrap(),
-            cores: &cores,
-            buckets: &b,
-        })
-        .unwrap();
-        let loads: Vec<(usize, f64)> = model.cores[0]
-            .buckets
-            .iter()
-            .map(|b| (b.bucket, (b.load * 1e6).round() / 1e6))
-            .collect();
+        let topology = Topology::synthetic(1, 1, 2, 1).unwrap();
+        // Queue 0's bucket loads, rounded, as the model sees them.
+        let loads_of = |b: &[BucketLoad]| -> Vec<(usize, f64)> {
+            let model = Model::build(&LoadSnapshot {
+                now: MS,
+                table: &table,
+                topology: &topology,
+                cores: &cores,
+                buckets: b,
+            })
+            .unwrap();
+            model.cores[0]
+                .buckets
+                .iter()
+                .map(|b| (b.bucket, (b.load * 1e6).round() / 1e6))
+                .collect()
+        };
+        let loads = loads_of(&b);
         assert_eq!(loads, vec![(0, 0.5), (3, 0.15), (1, 0.1), (2, 0.05)]);
         // Attributed beyond the busy time: scaled down to it, nothing left to share.
         b[0].busy_cycles = Some(1_200_000);
         b[1].busy_cycles = Some(400_000);
-        let model = Model::build(&LoadSnapshot {
-            now: MS,
-            table: &table,
-            topology: &Topology::synthetic(1, 1, 2, 1).unwrap(),
-            cores: &cores,
-            buckets: &b,
-        })
-        .unwrap();
-        let loads: Vec<(usize, f64)> = model.cores[0]
-            .buckets
-            .iter()
-            .map(|b| (b.bucket, (b.load * 1e6).round() / 1e6))
-            .collect();
+        let loads = loads_of(&b);
         assert_eq!(loads, vec![(0, 0.6), (1, 0.2)]);
     }
 
