@@ -291,8 +291,20 @@ where
     config.msl = c.msl_ms.map(flowlane_tcp::time::Duration::from_millis);
     let (_, queues) = config.interface()?;
     // Active opens pick their ports by it; every service keeps its
-    // connections per RSS bucket with it.
-    config.rss = rss(c, queues, read_nic_rss)?;
+    // connections per RSS bucket with it. A passive service on a NIC whose
+    // RSS flowlane cannot model (read from the NIC, not given by flags)
+    // serves without buckets rather than not at all.
+    config.rss = match rss(c, queues, read_nic_rss) {
+        Ok(r) => r,
+        Err(e) if !config.active && matches!(c.data_path.rss_settings(), Ok(None)) => {
+            tracing::warn!(
+                "the RSS of {} cannot be modelled ({e:#}): connections are not kept per RSS bucket",
+                c.iface
+            );
+            None
+        }
+        Err(e) => return Err(e),
+    };
     config.neighbors = tcp_service::neighbors(&c.data_path.neighbor, &c.iface, connect_to)?;
 
     let (done_tx, done_rx) = mpsc::channel::<Value>();
