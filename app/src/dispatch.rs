@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use flowlane_tcp::{ConnHandle, Error, Event, FourTuple, ListenerId, State, Stats};
 
-use crate::handler::ConnHandler;
+use crate::handler::{ConnHandler, ConnState};
 use crate::net::{Net, Placement};
 
 /// Identifies a handler registered on a [`Dispatcher`].
@@ -139,6 +139,73 @@ impl Dispatcher {
                 self.owners.clear(conn);
             }
         }
+    }
+}
+
+/// A connection's application side on its way to another core's
+/// dispatcher ([`Dispatcher::export_conn`], [`Dispatcher::import_conn`]):
+/// which handler owns it (by registration order, the same on every core)
+/// and that handler's state for it.
+pub struct ConnExport {
+    handler: HandlerId,
+    state: Option<ConnState>,
+}
+
+impl std::fmt::Debug for ConnExport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnExport")
+            .field("handler", &self.handler)
+            .field("state", &self.state.is_some())
+            .finish()
+    }
+}
+
+impl Dispatcher {
+    /// Takes `conn`'s application side out of this dispatcher before the
+    /// connection leaves for another core: its owner's
+    /// [`ConnHandler::on_export`] runs (the connection is still usable in
+    /// it), and the connection has no owner here afterwards. `None` if no
+    /// handler owns it (a connection not yet accepted: the listener on the
+    /// other core takes it).
+    pub fn export_conn<N: Net + ?Sized>(
+        &mut self,
+        conn: ConnHandle,
+        net: &mut N,
+    ) -> Option<ConnExport> {
+        let h = self.owners.get(conn)?;
+        let mut scoped = Scoped {
+            inner: net,
+            owners: &mut self.owners,
+            me: h,
+        };
+        let state = self.handlers[h.0 as usize].on_export(&mut scoped, conn);
+        self.owners.clear(conn);
+        Some(ConnExport { handler: h, state })
+    }
+
+    /// Gives a connection that arrived from another core (under its new
+    /// handle) to the handler registered in the same place as its owner
+    /// there, through [`ConnHandler::on_import`]. A handler index this
+    /// dispatcher does not have (cores set up differently) aborts the
+    /// connection: nothing here could serve it.
+    pub fn import_conn<N: Net + ?Sized>(
+        &mut self,
+        conn: ConnHandle,
+        export: ConnExport,
+        net: &mut N,
+    ) {
+        let h = export.handler;
+        let Some(handler) = self.handlers.get_mut(h.0 as usize) else {
+            let _ = net.abort(conn);
+            return;
+        };
+        self.owners.set(conn, h);
+        let mut scoped = Scoped {
+            inner: net,
+            owners: &mut self.owners,
+            me: h,
+        };
+        handler.on_import(&mut scoped, conn, export.state);
     }
 }
 

@@ -4,6 +4,11 @@ use flowlane_tcp::{CloseReason, ConnHandle};
 
 use crate::net::Net;
 
+/// A connection's application state on its way to another core: what
+/// [`ConnHandler::on_export`] returns on the old core and
+/// [`ConnHandler::on_import`] receives on the new one.
+pub type ConnState = Box<dyn std::any::Any + Send>;
+
 /// The application side of a set of connections: a listener's, or an
 /// active opener's. Every callback runs on the core that owns the
 /// connection, inline with packet processing (run to completion): keep them
@@ -39,6 +44,24 @@ pub trait ConnHandler: Send {
 
     /// The connection is gone; the handle is now invalid.
     fn on_closed(&mut self, _net: &mut dyn Net, _conn: ConnHandle, _reason: CloseReason) {}
+
+    /// The connection moves to another core (the rebalancer moves its RSS
+    /// bucket there): return what this handler keeps for it outside the
+    /// stack (its entry in the handler's own map, say), and forget it here.
+    /// The connection's TCP state, buffered data and user-data word
+    /// ([`Net::set_user_data`]) move without help. The same handler,
+    /// registered in the same order on the other core, gets it back in
+    /// [`ConnHandler::on_import`]; the connection's handle changes. The
+    /// default keeps nothing: right for handlers whose per-connection state
+    /// is in the user-data word, or that have none.
+    fn on_export(&mut self, _net: &mut dyn Net, _conn: ConnHandle) -> Option<ConnState> {
+        None
+    }
+
+    /// A connection moved here from another core, with its new handle and
+    /// what [`ConnHandler::on_export`] returned there. No other callback
+    /// tells of the move: events continue as if it had not happened.
+    fn on_import(&mut self, _net: &mut dyn Net, _conn: ConnHandle, _state: Option<ConnState>) {}
 
     /// Called on every pass of the owning core's loop (at least every 10 ms,
     /// more often under load), for time-driven work such as starting to send

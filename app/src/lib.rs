@@ -35,7 +35,7 @@ mod dispatch;
 mod handler;
 mod net;
 
-pub use dispatch::{Dispatcher, HandlerId};
+pub use dispatch::{ConnExport, Dispatcher, HandlerId};
 pub use flowlane_tcp::{CloseReason, ConnHandle, Error, FourTuple, ListenerId, State, Stats};
-pub use handler::ConnHandler;
+pub use handler::{ConnHandler, ConnState};
 pub use net::{Net, Placement};

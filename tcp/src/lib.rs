@@ -63,7 +63,7 @@ use std::net::SocketAddr;
 
 pub use cc::CongestionAlgorithm;
 pub use connection::{Snapshot, State};
-pub use stack::{BucketExport, Stack};
+pub use stack::{BucketExport, Delivery, Stack};
 
 use time::Duration;
 

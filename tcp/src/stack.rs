@@ -134,6 +134,8 @@ impl WheelKeys for Vec<Slot> {
 struct BucketIn {
     segments: u64,
     bytes: u64,
+    /// Another stack serves this bucket ([`Stack::set_bucket_away`]).
+    away: bool,
 }
 
 /// Maps a connection to its RSS bucket ([`Stack::set_buckets`]).
@@ -172,6 +174,20 @@ impl BucketExport {
     pub fn time_wait_count(&self) -> usize {
         self.time_wait.len()
     }
+}
+
+/// What [`Stack::handle_tcp`] did with a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// This stack took it: processed, answered, or dropped and counted.
+    Taken,
+    /// It matches no connection here and its RSS bucket is served by
+    /// another stack ([`Stack::set_bucket_away`]): the caller hands it to
+    /// that stack. Nothing was sent, and the segment is not counted here.
+    Away {
+        /// The segment's bucket.
+        bucket: u16,
+    },
 }
 
 /// What a SYN does to a connection in TIME-WAIT ([`Stack::time_wait_syn`]).
@@ -238,6 +254,9 @@ pub struct Stack {
     /// What each bucket received.
     bucket_in: Vec<BucketIn>,
     bucket_of: Option<BucketFn>,
+    /// Buckets marked away ([`Stack::set_bucket_away`]): while none is,
+    /// an unmatched segment's bucket is not computed.
+    away: usize,
     /// Compact records of closed connections in TIME-WAIT.
     time_wait: TimeWaitTable,
     listeners: Vec<Option<Listener>>,
@@ -284,6 +303,7 @@ impl Stack {
             buckets: BucketLists::new(1),
             bucket_in: vec![BucketIn::default()],
             bucket_of: None,
+            away: 0,
             wheel: TimerWheel::new(cfg.timer_tick),
             pool: ChunkPool::new(cfg.recv_memory.div_ceil(CHUNK_SIZE)),
             cfg,
@@ -374,7 +394,36 @@ impl Stack {
         self.bucket_in = vec![BucketIn::default(); count];
         self.time_wait.set_buckets(count);
         self.bucket_of = Some(BucketFn(Box::new(bucket_of)));
+        self.away = 0;
         Ok(())
+    }
+
+    /// Marks `bucket` as served by another stack (`away`) or by this one.
+    /// A segment of an away bucket that matches no connection or TIME-WAIT
+    /// record here is not answered (no RST, no SYN-ACK): [`Stack::handle_tcp`]
+    /// returns [`Delivery::Away`] and the caller forwards it to the stack
+    /// that serves the bucket. [`Stack::export_bucket`] marks the bucket
+    /// away, [`Stack::import_bucket`] marks it served here; every bucket is
+    /// served here after [`Stack::set_buckets`]. Out-of-range buckets are
+    /// ignored.
+    pub fn set_bucket_away(&mut self, bucket: u16, away: bool) {
+        if let Some(b) = self.bucket_in.get_mut(usize::from(bucket)) {
+            if b.away != away {
+                b.away = away;
+                if away {
+                    self.away += 1;
+                } else {
+                    self.away -= 1;
+                }
+            }
+        }
+    }
+
+    /// Whether `bucket` is served by another stack ([`Stack::set_bucket_away`]).
+    pub fn bucket_is_away(&self, bucket: u16) -> bool {
+        self.bucket_in
+            .get(usize::from(bucket))
+            .is_some_and(|b| b.away)
     }
 
     /// Buckets ([`Stack::set_buckets`]; 1 by default).
@@ -415,14 +464,28 @@ impl Stack {
         }
     }
 
+    /// The handles of `bucket`'s live connections, in the order
+    /// [`Stack::export_bucket`] would take them (for the application to
+    /// hand over its own state first).
+    pub fn bucket_connections(&self, bucket: u16) -> Vec<ConnHandle> {
+        let mut out = Vec::with_capacity(self.buckets.len(bucket) as usize);
+        let mut idx = self.buckets.head(bucket);
+        while idx != NIL {
+            out.push(self.handle(idx));
+            idx = self.slots[idx as usize].link.next;
+        }
+        out
+    }
+
     /// Takes every connection and TIME-WAIT record of `bucket` out of the
     /// stack, complete ([`Snapshot`]s and records), for
     /// [`Stack::import_bucket`] on the stack that takes the bucket over.
     /// As with [`Stack::export`], the handles stop working and events
     /// already queued for them become stale; nothing more is sent for
     /// them here. The bucket's counters stay (they describe this stack's
-    /// past load).
+    /// past load). The bucket is marked away ([`Stack::set_bucket_away`]).
     pub fn export_bucket(&mut self, bucket: u16) -> BucketExport {
+        self.set_bucket_away(bucket, true);
         let mut connections = Vec::with_capacity(self.buckets.len(bucket) as usize);
         loop {
             let idx = self.buckets.head(bucket);
@@ -443,13 +506,15 @@ impl Stack {
     /// its connections, whose new handles (or why one could not be
     /// imported) are returned in the order of
     /// [`BucketExport::connections`], and its TIME-WAIT records (a record
-    /// whose tuple is live here is dropped).
+    /// whose tuple is live here is dropped). The bucket is marked served
+    /// here ([`Stack::set_bucket_away`]).
     pub fn import_bucket(
         &mut self,
         now: Instant,
         bucket: BucketExport,
     ) -> Vec<Result<ConnHandle, Error>> {
         self.tick(now);
+        self.set_bucket_away(bucket.bucket, false);
         let handles = bucket
             .connections
             .into_iter()
@@ -875,7 +940,9 @@ impl Stack {
     /// parsed (for instance [`flowlane_wire::Transport::Tcp`] from the frame
     /// classifier) and whose checksum it verified; `payload` is the data
     /// after the header and options. This is the receive entry point: the
-    /// header is parsed exactly once, by the caller.
+    /// header is parsed exactly once, by the caller. Returns
+    /// [`Delivery::Away`] for a segment another stack must take (only
+    /// when buckets are marked away).
     #[inline]
     pub fn handle_tcp(
         &mut self,
@@ -884,7 +951,7 @@ impl Stack {
         dst_ip: IpAddr,
         repr: &TcpRepr,
         payload: &[u8],
-    ) {
+    ) -> Delivery {
         self.tick(now);
         self.stats.segments_in += 1;
         let tuple = FourTuple {
@@ -896,8 +963,7 @@ impl Stack {
             None => {
                 let hash = self.table.hash(&tuple);
                 let Some(idx) = self.find(hash, &tuple) else {
-                    self.on_unmatched(hash, tuple, repr, payload.len());
-                    return;
+                    return self.on_unmatched(hash, tuple, repr, payload.len());
                 };
                 self.last_flow = idx;
                 idx
@@ -917,13 +983,27 @@ impl Stack {
                 self.for_listener(tuple, repr, payload.len());
             }
         }
+        Delivery::Taken
     }
 
-    /// A segment for no live connection: a TIME-WAIT record's, else a
-    /// listener's, else answered with an RST. Out of line, so that the
-    /// established path stays short.
+    /// A segment for no live connection: another stack's if its bucket is
+    /// away, else a TIME-WAIT record's, else a listener's, else answered
+    /// with an RST. Out of line, so that the established path stays short.
     #[inline(never)]
-    fn on_unmatched(&mut self, hash: u64, tuple: FourTuple, repr: &TcpRepr, len: usize) {
+    fn on_unmatched(
+        &mut self,
+        hash: u64,
+        tuple: FourTuple,
+        repr: &TcpRepr,
+        len: usize,
+    ) -> Delivery {
+        if self.away != 0 {
+            let bucket = self.bucket_for(&tuple);
+            if self.bucket_is_away(bucket) {
+                self.stats.segments_in -= 1;
+                return Delivery::Away { bucket };
+            }
+        }
         if let Some(tw) = self.time_wait.find(hash, &tuple) {
             self.count_bucket_segment(self.time_wait.bucket_of(tw), len);
             let verdict =
@@ -933,12 +1013,13 @@ impl Stack {
                 Verdict::Reopen => self.stats.time_wait_reopened += 1,
                 Verdict::DropSyn => {
                     self.stats.time_wait_syn_dropped += 1;
-                    return;
+                    return Delivery::Taken;
                 }
-                Verdict::Done | Verdict::Ack | Verdict::Reset => return,
+                Verdict::Done | Verdict::Ack | Verdict::Reset => return Delivery::Taken,
             }
         }
         self.for_listener(tuple, repr, len);
+        Delivery::Taken
     }
 
     /// RFC 9293 §3.10.7.1–2: a segment for no connection goes to the
@@ -994,13 +1075,20 @@ impl Stack {
     /// header, options and payload; the caller verified the checksum): parses
     /// the header, then hands it on. Malformed segments are counted
     /// ([`Stats::malformed`]) and dropped.
-    pub fn handle_segment(&mut self, now: Instant, src_ip: IpAddr, dst_ip: IpAddr, segment: &[u8]) {
+    pub fn handle_segment(
+        &mut self,
+        now: Instant,
+        src_ip: IpAddr,
+        dst_ip: IpAddr,
+        segment: &[u8],
+    ) -> Delivery {
         match TcpRepr::parse_segment(segment) {
             Ok((repr, payload)) => self.handle_tcp(now, src_ip, dst_ip, &repr, payload),
             Err(_) => {
                 self.tick(now);
                 self.stats.segments_in += 1;
                 self.stats.malformed += 1;
+                Delivery::Taken
             }
         }
     }

@@ -88,8 +88,11 @@ fn buckets_move_to_another_stack_mid_transfer() {
             let mut pairs = Vec::new();
             for bucket in 0..BUCKETS as u16 {
                 let held = s.b.bucket_stats(bucket).connections;
+                let listed = s.b.bucket_connections(bucket);
                 let export = s.b.export_bucket(bucket);
                 assert_eq!(export.bucket(), bucket);
+                let exported: Vec<ConnHandle> = export.connections().iter().map(|c| c.0).collect();
+                assert_eq!(listed, exported, "listed in export order");
                 assert_eq!(export.connections().len() as u32, held);
                 assert_eq!(s.b.bucket_stats(bucket).connections, 0);
                 let old: Vec<ConnHandle> = export.connections().iter().map(|c| c.0).collect();
@@ -140,4 +143,101 @@ fn time_wait_records_move_with_their_bucket() {
     );
     b2.handle_timeout(sim.now + Duration::from_secs(61));
     assert_eq!(b2.time_wait_count(), 0);
+}
+
+/// Moves every segment `from` has to send into `to`; returns how many, and
+/// what `to` did with each.
+fn pass(
+    from: &mut Stack,
+    to: &mut Stack,
+    now: flowlane_tcp::time::Instant,
+    from_ip: std::net::IpAddr,
+    to_ip: std::net::IpAddr,
+) -> Vec<flowlane_tcp::Delivery> {
+    let mut buf = [0u8; 2048];
+    let mut out = Vec::new();
+    while let Some(t) = from.poll_transmit(now, &mut buf) {
+        out.push(to.handle_segment(now, from_ip, to_ip, &buf[..t.len]));
+    }
+    out
+}
+
+#[test]
+fn segments_of_an_away_bucket_are_handed_back_unanswered() {
+    use flowlane_tcp::time::Instant;
+    use flowlane_tcp::Delivery;
+    let mut now = Instant::ZERO;
+    let mut client = Stack::new(test_config(5));
+    let mut s1 = server();
+    s1.listen(SocketAddr::new(B_IP, 80)).unwrap();
+    let c = client
+        .connect(
+            now,
+            SocketAddr::new(A_IP, 10_001),
+            SocketAddr::new(B_IP, 80),
+        )
+        .unwrap();
+    for _ in 0..3 {
+        pass(&mut client, &mut s1, now, A_IP, B_IP);
+        pass(&mut s1, &mut client, now, B_IP, A_IP);
+        now = now + Duration::from_millis(1);
+    }
+    events(&mut s1);
+    assert_eq!(s1.bucket_stats(1).connections, 1);
+    let export = s1.export_bucket(1);
+    assert!(s1.bucket_is_away(1) && !s1.bucket_is_away(0));
+    // Data of the moved connection reaches the old stack: handed back, not
+    // answered (an RST here would kill the connection where it now lives).
+    client.send(c, b"after the move").unwrap();
+    let resets = s1.stats().resets_out;
+    let mut seg = [0u8; 2048];
+    let t = client.poll_transmit(now, &mut seg).expect("data segment");
+    let seg = seg[..t.len].to_vec();
+    assert_eq!(
+        s1.handle_segment(now, A_IP, B_IP, &seg),
+        Delivery::Away { bucket: 1 }
+    );
+    assert_eq!(s1.poll_transmit(now, &mut [0u8; 2048]), None);
+    assert_eq!(s1.stats().resets_out, resets);
+    // So is a new connection's SYN in that bucket (port 10 005 % 4 = 1)…
+    let mut other = Stack::new(test_config(6));
+    other
+        .connect(
+            now,
+            SocketAddr::new(A_IP, 10_005),
+            SocketAddr::new(B_IP, 80),
+        )
+        .unwrap();
+    assert_eq!(
+        pass(&mut other, &mut s1, now, A_IP, B_IP),
+        [Delivery::Away { bucket: 1 }]
+    );
+    assert_eq!(s1.poll_transmit(now, &mut [0u8; 2048]), None);
+    // …while another bucket's stray segment is still answered here.
+    let mut stray = Stack::new(test_config(7));
+    let s = stray
+        .connect(
+            now,
+            SocketAddr::new(A_IP, 10_002),
+            SocketAddr::new(B_IP, 81),
+        )
+        .unwrap();
+    assert_eq!(
+        pass(&mut stray, &mut s1, now, A_IP, B_IP),
+        [Delivery::Taken]
+    );
+    assert!(s1.poll_transmit(now, &mut [0u8; 2048]).is_some(), "RST");
+    let _ = s;
+    // The stack that imported the bucket takes the segment and the data.
+    let mut s2 = server();
+    s2.listen(SocketAddr::new(B_IP, 80)).unwrap();
+    s2.set_bucket_away(1, true);
+    let handles = s2.import_bucket(now, export);
+    assert!(!s2.bucket_is_away(1));
+    let h = handles[0].unwrap();
+    // The handed-back segment, forwarded as a data path would.
+    assert_eq!(s2.handle_segment(now, A_IP, B_IP, &seg), Delivery::Taken);
+    let mut buf = [0u8; 64];
+    let n = s2.recv(h, &mut buf).unwrap();
+    assert_eq!(&buf[..n], b"after the move");
 }
