@@ -44,6 +44,12 @@ impl EphemeralPorts {
         }
     }
 
+    /// Follows a change of the NIC's RSS (a bucket moved between queues):
+    /// ports are chosen by the new table from now on.
+    pub fn set_rss(&mut self, rss: RssState) {
+        self.rss = Some(rss);
+    }
+
     /// The next candidate port for a connection from `local` to `remote`:
     /// successive calls return different ports (a caller whose connect
     /// fails with "address in use" asks again). `None` if no port of the

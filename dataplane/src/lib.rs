@@ -14,6 +14,7 @@ pub mod bucket_counters;
 pub mod counters;
 pub mod cpu_time;
 pub mod ephemeral;
+pub mod handoff;
 pub mod iface;
 pub mod neighbor;
 pub mod placement;
@@ -32,6 +33,7 @@ pub use bucket_counters::{BucketCounters, BucketSnapshot};
 pub use counters::{QueueCounters, QueueCountersSnapshot};
 pub use cpu_time::{thread_cpu_ns, worker_cpu_ns};
 pub use flowlane_ebpf::steer::{Proto, SteerStats};
+pub use handoff::{MoveReport, NicWriter, RssTableWriter};
 pub use iface::InterfaceInfo;
 pub use runtime::{Dataplane, DataplaneConfig, QueueAssignment};
 pub use tcp_handler::{TcpConfig, TcpCounters, TcpCountersSnapshot, TcpHandler};
@@ -70,6 +72,9 @@ pub enum Error {
         #[source]
         source: flowlane_ebpf::Error,
     },
+    /// Moving an RSS bucket between queues failed (or cannot be done).
+    #[error("{0}")]
+    Move(String),
     /// A system call failed.
     #[error("{what}: {source}")]
     Io {

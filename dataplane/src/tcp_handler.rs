@@ -61,7 +61,7 @@ use std::time::Duration;
 use flowlane_app::{ConnHandler, Dispatcher, HandlerId, Net, Placement};
 use flowlane_numa_sched::RssState;
 use flowlane_tcp::time::Instant;
-use flowlane_tcp::{Config, ConnHandle, Error, FourTuple, Stack, State, Stats};
+use flowlane_tcp::{Config, ConnHandle, Delivery, Error, FourTuple, Stack, State, Stats};
 use flowlane_wire::checksum::ChecksumPolicy;
 use flowlane_wire::packet::{emit_eth_ipv4_tcp_headers, ETH_IPV4_TCP_OFFSET};
 use flowlane_wire::{
@@ -72,6 +72,7 @@ use flowlane_wire::{
 use crate::bucket_counters::{rss_bucket, BucketCounters};
 use crate::counters::{self, counters};
 use crate::ephemeral::{EphemeralPorts, EPHEMERAL};
+use crate::handoff::{Arrival, Mesh, Mover, Reply, Work};
 use crate::neighbor::Neighbors;
 use crate::worker::{QueueHandler, QueueInfo, RxAction, TxBatch};
 
@@ -274,6 +275,23 @@ counters! {
         resets_in,
         /// RSTs sent.
         resets_out,
+        /// RSS buckets this queue gave to another (rebalancing).
+        buckets_out,
+        /// RSS buckets this queue took over.
+        buckets_in,
+        /// Frames of buckets that left this queue, forwarded to their new queue.
+        frames_forwarded,
+        /// Frames forwarded here by other queues.
+        frames_forwarded_in,
+        /// Frames of buckets being taken over, held until the old queue drained.
+        frames_held,
+        /// Takeovers that stopped holding on the timeout, not the old queue's marker.
+        hold_timeouts,
+        /// Frames not forwarded (no queue to forward to, forwarded too often,
+        /// or the new queue's inbox full for too long).
+        forward_dropped,
+        /// Connections that could not be imported with their bucket.
+        import_failed,
         /// Bytes of buffer memory the connections hold now (a gauge).
         buffer_memory,
         /// Receive memory committed now, of the stack's budget (a gauge).
@@ -312,6 +330,22 @@ impl TcpCounters {
         set(&self.resets_out, s.resets_out);
         set(&self.segments_out, s.segments_out);
     }
+
+    /// Copies the worker's move counts.
+    fn publish_moves(&self, mover: Option<&Mover>) {
+        let Some(m) = mover else {
+            return;
+        };
+        let (set, s) = (counters::set, m.stats);
+        set(&self.buckets_out, s.buckets_out);
+        set(&self.buckets_in, s.buckets_in);
+        set(&self.frames_forwarded, s.frames_forwarded);
+        set(&self.frames_forwarded_in, s.frames_forwarded_in);
+        set(&self.frames_held, s.frames_held);
+        set(&self.hold_timeouts, s.hold_timeouts);
+        set(&self.forward_dropped, s.forward_dropped);
+        set(&self.import_failed, s.import_failed);
+    }
 }
 
 /// The receive memory a queue's stack may promise ([`flowlane_tcp::Config::recv_memory`]):
@@ -338,6 +372,9 @@ pub struct TcpHandler {
     buckets: Arc<BucketCounters>,
     placement: Placement,
     last_publish: Duration,
+    /// This worker's side of bucket moves (with several queues and the
+    /// NIC's RSS known).
+    mover: Option<Mover>,
 }
 
 impl std::fmt::Debug for TcpHandler {
@@ -384,7 +421,28 @@ impl TcpHandler {
                 node: queue.node,
             },
             last_publish: Duration::ZERO,
+            mover: None,
         }
+    }
+
+    /// The endpoint of `queue`, able to give and take RSS buckets with
+    /// their connections through `mesh` ([`crate::TcpService::move_bucket`]).
+    /// Needs the NIC's RSS in `cfg` (without it, the same as [`TcpHandler::new`]).
+    /// Buckets the NIC's table gives other queues are marked away in the
+    /// stack: a stray frame of one is forwarded to its queue, not answered.
+    pub(crate) fn with_mover(queue: &QueueInfo, cfg: TcpConfig, mesh: Arc<Mesh>) -> TcpHandler {
+        let rss = cfg.rss.clone();
+        let mut h = TcpHandler::new(queue, cfg);
+        if let Some(rss) = rss {
+            let mover = Mover::new(queue.queue, mesh, rss);
+            for b in 0..h.stack.bucket_count() as u16 {
+                if mover.owner(b) != queue.queue {
+                    h.stack.set_bucket_away(b, true);
+                }
+            }
+            h.mover = Some(mover);
+        }
+        h
     }
 
     /// Listens on `port` of our address; `handler` gets the connections.
@@ -451,8 +509,11 @@ impl TcpHandler {
     }
 
     /// Validates one frame and hands its segment to the stack; returns
-    /// whether it did.
-    fn input(&mut self, now: Instant, frame: &[u8]) -> bool {
+    /// whether it did. `hops`: how often the frame was forwarded from
+    /// another queue (0: it arrived here). A frame of a bucket this queue
+    /// is taking over is held; one the stack hands back goes to the queue
+    /// that serves its bucket.
+    fn input(&mut self, now: Instant, frame: &[u8], hops: u8) -> bool {
         let c = &*self.counters;
         // The TCP checksum is verified before the options are parsed, so a
         // corrupted segment counts as corrupted whatever its options look like.
@@ -479,17 +540,127 @@ impl TcpHandler {
             counters::bump(&c.not_ours);
             return false;
         }
-        counters::bump(&c.segments_in);
+        if let Some(m) = self.mover.as_mut().filter(|m| hops == 0 && m.holding()) {
+            let tuple = FourTuple {
+                local: SocketAddr::new(IpAddr::V4(ip.dst_addr), tcp.dst_port),
+                remote: SocketAddr::new(IpAddr::V4(ip.src_addr), tcp.src_port),
+            };
+            if let Some(b) = m.held_bucket(&tuple) {
+                m.hold(b, frame);
+                return false;
+            }
+        }
         self.neighbors.learn(ip.src_addr, f.ethernet.src_addr);
         // The classifier parsed the whole TCP header: hand it over as is.
-        self.stack.handle_tcp(
+        let delivery = self.stack.handle_tcp(
             now,
             IpAddr::V4(ip.src_addr),
             IpAddr::V4(ip.dst_addr),
             tcp,
             f.payload(),
         );
-        true
+        match delivery {
+            Delivery::Taken => {
+                counters::bump(&c.segments_in);
+                true
+            }
+            Delivery::Away { bucket } => {
+                match self.mover.as_mut() {
+                    Some(m) => m.forward(bucket, hops, frame),
+                    None => counters::bump(&self.counters.forward_dropped),
+                }
+                false
+            }
+        }
+    }
+
+    /// Serves the moves of RSS buckets (the worker's poll, once per pass):
+    /// markers due, then the inbox in order (exports, imports, forwarded
+    /// and released frames), then everything queued for other workers.
+    fn serve_moves(&mut self, now: Instant, now_d: Duration, rx_drained: bool) {
+        let Some(mut mover) = self.mover.take() else {
+            return;
+        };
+        mover.send_markers(rx_drained);
+        for work in mover.take_work(now_d) {
+            match work {
+                Work::Export { bucket, to, reply } => {
+                    let (arrival, reply_msg) = self.export_bucket(now, bucket);
+                    let _ = reply.send(reply_msg);
+                    mover.exported(bucket, to, arrival);
+                    self.ports.set_rss(mover.rss().clone());
+                }
+                Work::Import(arrival) => {
+                    let bucket = arrival.bucket;
+                    let failed = self.import_bucket(now, *arrival);
+                    mover.imported(bucket, failed);
+                    self.ports.set_rss(mover.rss().clone());
+                }
+                Work::Frames(frames) => {
+                    self.mover = Some(mover);
+                    for (hops, f) in frames {
+                        if self.input(now, &f, hops) {
+                            self.dispatch(now);
+                        }
+                    }
+                    mover = self.mover.take().expect("put back above");
+                }
+            }
+        }
+        mover.flush();
+        self.mover = Some(mover);
+    }
+
+    /// Takes `bucket` out: each connection's application side first (its
+    /// handler may still use it), then the connections themselves.
+    fn export_bucket(&mut self, now: Instant, bucket: u16) -> (Box<Arrival>, Reply) {
+        let conns = self.stack.bucket_connections(bucket);
+        let mut apps = Vec::with_capacity(conns.len());
+        for &c in &conns {
+            let (mut net, app) = self.net(now);
+            apps.push((c, app.export_conn(c, &mut net)));
+        }
+        let export = self.stack.export_bucket(bucket);
+        // In the export's order (the same as the listing's).
+        let ordered = export
+            .connections()
+            .iter()
+            .map(|(h, _)| {
+                apps.iter_mut()
+                    .find(|(c, _)| c == h)
+                    .and_then(|(_, a)| a.take())
+            })
+            .collect();
+        let reply = Reply::Exported {
+            connections: export.connections().len(),
+            time_wait: export.time_wait_count(),
+        };
+        let arrival = Box::new(Arrival {
+            bucket,
+            export,
+            apps: ordered,
+        });
+        (arrival, reply)
+    }
+
+    /// Adds a bucket's connections and gives each its application side;
+    /// returns how many could not be imported.
+    fn import_bucket(&mut self, now: Instant, arrival: Arrival) -> usize {
+        let Arrival { export, apps, .. } = arrival;
+        let handles = self.stack.import_bucket(now, export);
+        let mut failed = 0;
+        for (h, app_side) in handles.into_iter().zip(apps) {
+            match (h, app_side) {
+                (Ok(h), Some(a)) => {
+                    let (mut net, app) = self.net(now);
+                    app.import_conn(h, a, &mut net);
+                }
+                (Ok(_), None) => {}
+                (Err(_), _) => failed += 1,
+            }
+        }
+        self.dispatch(now);
+        failed
     }
 
     /// Writes every segment the stack has to send into free frames.
@@ -542,6 +713,7 @@ impl Drop for TcpHandler {
     /// The worker is done: publish the final counters.
     fn drop(&mut self) {
         self.counters.publish(&self.stack);
+        self.counters.publish_moves(self.mover.as_ref());
         self.buckets.publish(&self.stack);
     }
 }
@@ -559,7 +731,7 @@ impl QueueHandler for TcpHandler {
         if !self.app.started() {
             self.start(now);
         }
-        if self.input(now, frame) {
+        if self.input(now, frame, 0) {
             self.dispatch(now);
         }
         RxAction::Drop
@@ -574,6 +746,9 @@ impl QueueHandler for TcpHandler {
             self.stack.handle_timeout(now);
             self.dispatch(now);
         }
+        if self.mover.is_some() {
+            self.serve_moves(now, now_d, tx.rx_drained());
+        }
         let (mut net, app) = self.net(now);
         app.tick(&mut net);
         self.dispatch(now);
@@ -581,15 +756,31 @@ impl QueueHandler for TcpHandler {
         if now_d.saturating_sub(self.last_publish) >= PUBLISH_EVERY {
             self.last_publish = now_d;
             self.counters.publish(&self.stack);
+            self.counters.publish_moves(self.mover.as_ref());
             self.buckets.publish(&self.stack);
         }
     }
 
     fn next_wakeup(&self) -> Option<Duration> {
-        let t = self.stack.poll_timeout()?;
-        Some(Duration::from_nanos(t.as_nanos()))
+        let stack = self
+            .stack
+            .poll_timeout()
+            .map(|t| Duration::from_nanos(t.as_nanos()));
+        let moves = self.mover.as_ref().and_then(Mover::next_wakeup);
+        match (stack, moves) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn wake_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.mover.as_ref().and_then(Mover::wake_fd)
     }
 }
+
+#[cfg(test)]
+#[path = "handoff_tests.rs"]
+mod handoff_tests;
 
 #[cfg(test)]
 mod tests {

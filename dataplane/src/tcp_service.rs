@@ -16,6 +16,7 @@ use flowlane_numa_sched::RssState;
 use crate::bucket_counters::{BucketCounters, BucketSnapshot};
 pub use crate::ephemeral::rss_state;
 use crate::ephemeral::EPHEMERAL;
+use crate::handoff::{self, Mesh, MoveReport, NicWriter};
 use crate::iface::{local_ipv4, InterfaceInfo};
 use crate::neighbor::Neighbors;
 use crate::placement::machine_placement;
@@ -56,6 +57,9 @@ pub struct TcpServiceConfig {
     pub cpus: Option<Vec<u32>>,
     /// Root of sysfs (tests use fake trees).
     pub sysfs: PathBuf,
+    /// The NIC whose indirection table [`TcpService::move_bucket`] writes
+    /// (None: buckets cannot be moved).
+    pub nic: Option<NicWriter>,
 }
 
 impl TcpServiceConfig {
@@ -74,6 +78,7 @@ impl TcpServiceConfig {
             msl: None,
             cpus: None,
             sysfs: PathBuf::from("/sys"),
+            nic: None,
         }
     }
 
@@ -107,12 +112,23 @@ struct QueueTcp {
 /// Each queue's counters, by queue.
 type PerQueue = Vec<QueueTcp>;
 
+/// What moving buckets between a service's queues needs: the workers'
+/// inboxes, the table as the service last wrote it, and the NIC.
+#[derive(Debug)]
+struct Moves {
+    mesh: Arc<Mesh>,
+    /// Queue per bucket; the lock also makes moves one at a time.
+    table: Mutex<Vec<u32>>,
+    nic: Option<NicWriter>,
+}
+
 /// A running TCP service: the data path and each queue's TCP counters.
 /// Dropping it stops the workers and releases everything.
 #[derive(Debug)]
 pub struct TcpService {
     dataplane: Dataplane,
     counters: PerQueue,
+    moves: Option<Moves>,
 }
 
 impl TcpService {
@@ -149,13 +165,30 @@ impl TcpService {
                 config.iface
             );
         }
+        // With several queues and the NIC's RSS known, buckets can move
+        // between queues with their connections.
+        let moves = match &config.rss {
+            Some(rss) if queues > 1 => Some(Moves {
+                mesh: Arc::new(Mesh::new(queues).map_err(|source| Error::Io {
+                    what: "creating the workers' inboxes".into(),
+                    source,
+                })?),
+                table: Mutex::new(rss.table().to_queue_list()),
+                nic: config.nic.clone(),
+            }),
+            _ => None,
+        };
+        let mesh = moves.as_ref().map(|m| m.mesh.clone());
         tcp.rss = config.rss;
         tcp.neighbors = config.neighbors;
 
         let registry: Arc<Mutex<PerQueue>> = Arc::default();
         let reg = registry.clone();
         let dataplane = Dataplane::start(dp, move |q: &QueueInfo| {
-            let mut h = TcpHandler::new(q, tcp.clone());
+            let mut h = match &mesh {
+                Some(mesh) => TcpHandler::with_mover(q, tcp.clone(), mesh.clone()),
+                None => TcpHandler::new(q, tcp.clone()),
+            };
             setup(&mut h)?;
             reg.lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -172,7 +205,64 @@ impl TcpService {
         Ok(TcpService {
             dataplane,
             counters,
+            moves,
         })
+    }
+
+    /// The NIC's indirection table as this service last wrote it (queue
+    /// per bucket); None when buckets cannot move (one queue, or the
+    /// NIC's RSS unknown).
+    pub fn rss_table(&self) -> Option<Vec<u32>> {
+        let m = self.moves.as_ref()?;
+        Some(m.table.lock().unwrap_or_else(|e| e.into_inner()).clone())
+    }
+
+    /// Moves RSS bucket `bucket` (an indirection-table entry) to queue
+    /// `to`, with its live connections (complete TCP state and the
+    /// application's state, see `flowlane_app::ConnHandler::on_export`)
+    /// and TIME-WAIT records, and writes the NIC's entry. No segment is
+    /// lost or reordered: the old queue forwards the bucket's frames that
+    /// still reach it, the new queue holds its own until the old one has
+    /// drained. One move at a time; a few hundred microseconds for an idle
+    /// bucket. The application sees no event it would not have seen.
+    ///
+    /// # Errors
+    /// [`Error::Move`]: buckets cannot move in this service (one queue,
+    /// RSS unknown, no NIC to write), a bucket or queue out of range, the
+    /// bucket already there, a worker that did not answer, or a NIC write
+    /// that failed (the bucket has moved all the same, and its old queue
+    /// forwards its frames).
+    pub fn move_bucket(&self, bucket: u16, to: u32) -> Result<MoveReport> {
+        let fail = |e: String| Error::Move(e);
+        let m = self.moves.as_ref().ok_or_else(|| {
+            fail("buckets can move only with several queues and the NIC's RSS known".into())
+        })?;
+        let nic = m.nic.as_ref().ok_or_else(|| {
+            fail("this service has no NIC to write RSS entries to (use --bed, or a NIC whose RSS flowlane can write)".into())
+        })?;
+        let mut table = m.table.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(&from) = table.get(usize::from(bucket)) else {
+            return Err(fail(format!(
+                "bucket {bucket} is out of range: the table has {} entries",
+                table.len()
+            )));
+        };
+        if to >= m.mesh.queues() {
+            return Err(fail(format!(
+                "queue {to} is not served: this service has {} queues",
+                m.mesh.queues()
+            )));
+        }
+        if from == to {
+            return Err(fail(format!("bucket {bucket} is already on queue {to}")));
+        }
+        let result = handoff::move_bucket(&m.mesh, nic.0.as_ref(), bucket, from, to);
+        // Once exported, the bucket is served by `to` even when the NIC
+        // write failed.
+        if result.is_ok() || result.as_ref().is_err_and(|e| e.contains("forwards")) {
+            table[usize::from(bucket)] = to;
+        }
+        result.map_err(fail)
     }
 
     /// The data path (interface, queues, AF_XDP and steering counters).
@@ -212,6 +302,7 @@ impl TcpService {
         let TcpService {
             dataplane,
             counters,
+            ..
         } = self;
         dataplane.stop();
         FinalCounters {

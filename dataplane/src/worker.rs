@@ -16,6 +16,7 @@
 // This module touches the kernel directly: ring descriptors and UMEM frame memory, and the TX kick (sendto).
 #![allow(unsafe_code)]
 
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -58,6 +59,7 @@ pub struct TxBatch<'a> {
     umem: &'a Umem,
     free: &'a mut Vec<FrameDesc>,
     pending: &'a mut Vec<FrameDesc>,
+    rx_drained: bool,
 }
 
 impl std::fmt::Debug for TxBatch<'_> {
@@ -100,6 +102,13 @@ impl TxBatch<'_> {
     pub fn available(&self) -> usize {
         self.free.len()
     }
+
+    /// Whether this pass's receiving stopped on an empty RX ring (rather
+    /// than on its budget): every frame the ring held when the pass began
+    /// has been handed to `on_rx`.
+    pub fn rx_drained(&self) -> bool {
+        self.rx_drained
+    }
 }
 
 /// The application side of a queue, called on the queue's own core.
@@ -114,6 +123,14 @@ pub trait QueueHandler: Send {
 
     /// The earliest time the handler wants `on_poll` even with no traffic.
     fn next_wakeup(&self) -> Option<Duration> {
+        None
+    }
+
+    /// A file descriptor that becomes readable when the handler has work
+    /// that did not come from the socket (messages from other workers):
+    /// the idle worker waits on it beside its socket. The handler reads
+    /// it empty in `on_poll`.
+    fn wake_fd(&self) -> Option<RawFd> {
         None
     }
 }
@@ -170,6 +187,7 @@ pub(crate) fn run<H: QueueHandler>(
         // connection's segments of one pass are acknowledged together; each
         // batch's frames go back to the fill ring at once.
         let (mut received, mut rx_bytes, mut dropped) = (0usize, 0u64, 0u64);
+        let mut rx_drained = false;
         while received < RX_BUDGET {
             // SAFETY: `rx_descs` are scratch descriptors that `consume`
             // overwrites; the frames they then name belong to this socket's
@@ -199,6 +217,7 @@ pub(crate) fn run<H: QueueHandler>(
             received += n;
             refill(&mut sock, &mut free, cfg.tx_reserve, false);
             if n < BATCH {
+                rx_drained = true;
                 break;
             }
         }
@@ -210,6 +229,7 @@ pub(crate) fn run<H: QueueHandler>(
             umem: &sock.umem,
             free: &mut free,
             pending: &mut pending,
+            rx_drained,
         };
         handler.on_poll(&info, now, &mut batch);
 
@@ -233,7 +253,11 @@ pub(crate) fn run<H: QueueHandler>(
                 if let Some(at) = handler.next_wakeup() {
                     timeout = timeout.min(at.saturating_sub(epoch.elapsed()));
                 }
-                if let Err(e) = sock.rx.poll(timeout.as_millis() as i32) {
+                let waited = match handler.wake_fd() {
+                    Some(wake) => poll_two(sock.rx.fd().as_raw_fd(), wake, timeout),
+                    None => sock.rx.poll(timeout.as_millis() as i32).map(|_| ()),
+                };
+                if let Err(e) = waited {
                     fail(&ctl, &info, "polling", &e);
                     break;
                 }
@@ -245,6 +269,34 @@ pub(crate) fn run<H: QueueHandler>(
         }
     }
     publish_kernel_stats(&sock, c);
+}
+
+/// Waits until the socket has frames or `wake` is readable, at most
+/// `timeout` (rounded up to a millisecond when not zero).
+fn poll_two(sock: RawFd, wake: RawFd, timeout: Duration) -> std::io::Result<()> {
+    let mut fds = [
+        libc::pollfd {
+            fd: sock,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: wake,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
+    // SAFETY: `fds` is a live array of two initialised pollfd structs and
+    // its length is passed with it; poll(2) writes only their `revents`.
+    let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    if rc < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    Ok(())
 }
 
 /// Records why the worker gives its socket up and says so once.

@@ -121,6 +121,23 @@ pub trait RssNic {
     /// # Errors
     /// When a setting does not fit the NIC, or the NIC refuses it.
     fn set_rss(&self, key: Option<&[u8]>, table: Option<&[u32]>) -> Result<(), Self::Error>;
+
+    /// Points single entries of the indirection table at new queues, as
+    /// `(bucket, queue)` pairs (a rebalancer's moves); entries beyond the
+    /// table are ignored. The default reads the table and writes it whole;
+    /// a NIC that can write entries one by one overrides it.
+    ///
+    /// # Errors
+    /// As [`RssNic::rss`] and [`RssNic::set_rss`].
+    fn set_entries(&self, entries: &[(usize, u32)]) -> Result<(), Self::Error> {
+        let mut table = self.rss()?.table;
+        for &(bucket, queue) in entries {
+            if let Some(e) = table.get_mut(bucket) {
+                *e = queue;
+            }
+        }
+        self.set_rss(None, Some(&table))
+    }
 }
 
 #[cfg(test)]

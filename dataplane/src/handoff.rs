@@ -1,0 +1,754 @@
+//! Moving an RSS bucket, with its live TCP connections, from one queue's
+//! worker to another's (issue 13; IX's flow-group migration, with an
+//! explicit drain marker instead of a timeout).
+//!
+//! ```text
+//! controller            worker A (from)                  worker B (to)
+//!  Prepare ────────────────────────────────────────────> hold B's own frames of b
+//!  Export ───────────> export b (TCP state, app state),
+//!                      forward b's frames to B ────────> Import, then forwarded frames
+//!  write the NIC entry b → B                               in A's order
+//!  Rewritten ────────> after one more RX pass that
+//!                      emptied the ring: Drained ──────> held frames, in order; done
+//! ```
+//!
+//! Frames of b that reach A after the export (in A's ring, or from an
+//! established flow the NIC still steers there) match nothing in A's
+//! stack, which hands them back ([`flowlane_tcp::Delivery::Away`]); A
+//! copies them into B's inbox in arrival order. B holds the frames of b
+//! that the NIC gives it from the rewrite on until A's `Drained` says
+//! nothing older can follow, so B's stack sees b's segments in the order
+//! they reached the NIC. A timeout ([`HOLD_TIMEOUT`]) releases held frames
+//! only if the marker never comes.
+//!
+//! Each worker has an inbox (a bounded lock-free channel) and an eventfd
+//! that wakes it from its idle poll. Nothing here is on the per-frame fast
+//! path unless a move is under way: a worker checks each frame's bucket
+//! only while it holds one ([`Mover::holding`]), and forwards only what its
+//! stack hands back.
+
+use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use flowlane_app::ConnExport;
+use flowlane_numa_sched::RssState;
+use flowlane_tcp::{BucketExport, FourTuple};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use serde::Serialize;
+
+use crate::bucket_counters::rss_bucket;
+
+/// Messages one inbox holds.
+const INBOX: usize = 16_384;
+/// Messages a worker keeps for a full inbox before it drops frames (the
+/// TCP sender retransmits them).
+const STALLED_MAX: usize = 65_536;
+/// How long a worker holds the frames of a bucket it is taking over after
+/// the bucket's connections arrived, if the old worker's drain marker does
+/// not come: the last resort, never the mechanism.
+pub const HOLD_TIMEOUT: Duration = Duration::from_millis(20);
+/// How long a worker that was told a bucket is coming waits for it.
+const PREPARE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Times a frame may be forwarded (a frame forwarded more often than a
+/// bucket can move meanwhile is dropped and counted).
+const MAX_HOPS: u8 = 4;
+/// Inbox messages a worker takes per loop pass.
+const MESSAGES_PER_PASS: usize = 4096;
+
+/// What the controller and the workers tell each other.
+pub(crate) enum Message {
+    /// To the new owner: bucket `bucket` is coming; hold the frames of it
+    /// that reach you.
+    Prepare { bucket: u16, reply: Sender<Reply> },
+    /// To the old owner: hand the bucket to `to`.
+    Export {
+        bucket: u16,
+        to: u32,
+        reply: Sender<Reply>,
+    },
+    /// To the old owner: the NIC's entry now names the new owner.
+    Rewritten { bucket: u16, reply: Sender<Reply> },
+    /// To the new owner: the move was called off before the export.
+    Cancel { bucket: u16 },
+    /// From the old owner: the bucket's connections.
+    Import(Box<Arrival>),
+    /// From the old owner: a frame of a bucket that left it.
+    Frame(Forwarded),
+    /// From the old owner: nothing of the bucket older than what the NIC
+    /// now gives you will follow.
+    Drained {
+        bucket: u16,
+        forwarded: u64,
+        reply: Sender<Reply>,
+    },
+}
+
+/// A bucket's connections on their way to their new worker.
+pub(crate) struct Arrival {
+    pub(crate) bucket: u16,
+    pub(crate) export: BucketExport,
+    /// The application side of each connection of `export`, in order.
+    pub(crate) apps: Vec<Option<ConnExport>>,
+}
+
+/// A frame forwarded to the worker that serves its bucket.
+pub(crate) struct Forwarded {
+    pub(crate) hops: u8,
+    pub(crate) frame: Box<[u8]>,
+}
+
+/// A worker's answer to the controller.
+#[derive(Debug)]
+pub(crate) enum Reply {
+    Prepared,
+    Exported {
+        connections: usize,
+        time_wait: usize,
+    },
+    Done {
+        forwarded: u64,
+        held: u64,
+        timed_out: bool,
+    },
+    Refused(String),
+}
+
+/// What one move did ([`crate::TcpService::move_bucket`]): one JSON line
+/// in the services' logs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MoveReport {
+    /// The RSS bucket (indirection-table entry).
+    pub bucket: u16,
+    /// The queue that served it.
+    pub from: u32,
+    /// The queue that serves it now.
+    pub to: u32,
+    /// Live connections moved.
+    pub connections: usize,
+    /// TIME-WAIT records moved.
+    pub time_wait: usize,
+    /// Frames the old queue forwarded to the new one until its drain marker.
+    pub frames_forwarded: u64,
+    /// Frames the new queue held until the marker.
+    pub frames_held: u64,
+    /// Microseconds from the request to the new queue serving the bucket.
+    pub duration_us: f64,
+    /// Of which: taking the bucket out of the old queue's stack.
+    pub export_us: f64,
+    /// Of which: writing the NIC's table entry.
+    pub nic_write_us: f64,
+    /// Whether the new queue stopped holding on its timeout instead of the
+    /// old queue's marker.
+    pub hold_timed_out: bool,
+}
+
+/// A worker's inbox.
+struct Inbox {
+    tx: Sender<Message>,
+    rx: Receiver<Message>,
+    wake: EventFd,
+}
+
+/// Every queue's inbox, by queue number.
+pub(crate) struct Mesh {
+    inboxes: Vec<Inbox>,
+}
+
+impl std::fmt::Debug for Mesh {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mesh")
+            .field("queues", &self.inboxes.len())
+            .finish()
+    }
+}
+
+impl Mesh {
+    /// Inboxes for queues `0..queues`.
+    pub(crate) fn new(queues: u32) -> std::io::Result<Mesh> {
+        let inboxes = (0..queues)
+            .map(|_| {
+                let (tx, rx) = crossbeam_channel::bounded(INBOX);
+                let wake = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?;
+                Ok(Inbox { tx, rx, wake })
+            })
+            .collect::<std::io::Result<_>>()?;
+        Ok(Mesh { inboxes })
+    }
+
+    /// Queues in the mesh.
+    pub(crate) fn queues(&self) -> u32 {
+        self.inboxes.len() as u32
+    }
+
+    /// Puts `m` in `to`'s inbox without waking it; gives it back if the
+    /// inbox is full (or `to` is no queue of the mesh).
+    fn push(&self, to: u32, m: Message) -> Result<(), Message> {
+        match self.inboxes.get(to as usize) {
+            Some(i) => i.tx.try_send(m).map_err(|e| match e {
+                TrySendError::Full(m) | TrySendError::Disconnected(m) => m,
+            }),
+            None => Err(m),
+        }
+    }
+
+    /// Wakes `to` from its idle poll.
+    fn wake(&self, to: u32) {
+        if let Some(i) = self.inboxes.get(to as usize) {
+            let _ = i.wake.write(1);
+        }
+    }
+
+    /// Puts `m` in `to`'s inbox and wakes it (the controller's way).
+    pub(crate) fn send(&self, to: u32, m: Message) -> Result<(), String> {
+        self.push(to, m)
+            .map_err(|_| format!("queue {to}'s inbox is full or gone"))?;
+        self.wake(to);
+        Ok(())
+    }
+
+    /// The eventfd that wakes `queue`'s worker.
+    pub(crate) fn wake_fd(&self, queue: u32) -> Option<RawFd> {
+        self.inboxes.get(queue as usize).map(|i| i.wake.as_fd_raw())
+    }
+}
+
+/// `AsRawFd` for nix's eventfd, which implements `AsFd`.
+trait RawOf {
+    fn as_fd_raw(&self) -> RawFd;
+}
+
+impl RawOf for EventFd {
+    fn as_fd_raw(&self) -> RawFd {
+        use std::os::fd::AsFd;
+        self.as_fd().as_raw_fd()
+    }
+}
+
+/// A bucket this worker is taking over.
+struct Incoming {
+    bucket: u16,
+    /// This worker's own frames of the bucket, in arrival order.
+    held: Vec<Box<[u8]>>,
+    imported: bool,
+    deadline: Duration,
+}
+
+/// A bucket this worker gave away and still forwards for.
+struct Outgoing {
+    bucket: u16,
+    to: u32,
+    forwarded: u64,
+    /// Set when the NIC entry was rewritten: the marker goes after the
+    /// next RX pass that empties the ring.
+    rewritten: Option<Sender<Reply>>,
+}
+
+/// Counts of one worker's part in moves (published with its TCP counters).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct MoverStats {
+    pub(crate) buckets_out: u64,
+    pub(crate) buckets_in: u64,
+    pub(crate) frames_forwarded: u64,
+    pub(crate) frames_forwarded_in: u64,
+    pub(crate) frames_held: u64,
+    pub(crate) hold_timeouts: u64,
+    pub(crate) forward_dropped: u64,
+    pub(crate) import_failed: u64,
+}
+
+/// One worker's side of the moves: which queue serves each bucket as far
+/// as this worker knows, what it holds and forwards.
+pub(crate) struct Mover {
+    me: u32,
+    mesh: Arc<Mesh>,
+    rss: RssState,
+    incoming: Vec<Incoming>,
+    outgoing: Vec<Outgoing>,
+    /// Messages for full inboxes, in order, by destination.
+    stalled: VecDeque<(u32, Message)>,
+    /// Destinations to wake at the end of the pass.
+    to_wake: Vec<bool>,
+    /// [`HOLD_TIMEOUT`] (tests whose clock is not the controller's set more).
+    pub(crate) hold_timeout: Duration,
+    pub(crate) stats: MoverStats,
+}
+
+impl std::fmt::Debug for Mover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mover")
+            .field("me", &self.me)
+            .field("incoming", &self.incoming.len())
+            .field("outgoing", &self.outgoing.len())
+            .finish()
+    }
+}
+
+/// What the worker must do for one inbox message (the parts that need
+/// its stack and application).
+pub(crate) enum Work {
+    /// Export `bucket` to `to` and answer `reply`.
+    Export {
+        bucket: u16,
+        to: u32,
+        reply: Sender<Reply>,
+    },
+    /// Import these connections.
+    Import(Box<Arrival>),
+    /// Process these frames, in order (forwarded ones, then released
+    /// held ones); `hops` is how often they were forwarded.
+    Frames(Vec<(u8, Box<[u8]>)>),
+}
+
+impl Mover {
+    /// Worker `me`'s side of `mesh`, starting from the NIC's RSS `rss`.
+    pub(crate) fn new(me: u32, mesh: Arc<Mesh>, rss: RssState) -> Mover {
+        let queues = mesh.queues() as usize;
+        Mover {
+            me,
+            mesh,
+            rss,
+            incoming: Vec::new(),
+            outgoing: Vec::new(),
+            stalled: VecDeque::new(),
+            to_wake: vec![false; queues],
+            hold_timeout: HOLD_TIMEOUT,
+            stats: MoverStats::default(),
+        }
+    }
+
+    /// The queue that serves `bucket`, as this worker knows it.
+    pub(crate) fn owner(&self, bucket: u16) -> u32 {
+        self.rss
+            .table()
+            .entries()
+            .get(usize::from(bucket))
+            .map_or(self.me, |&q| u32::from(q))
+    }
+
+    /// The worker's view of the NIC's RSS (its table follows the moves).
+    pub(crate) fn rss(&self) -> &RssState {
+        &self.rss
+    }
+
+    /// Records that `queue` serves `bucket` now.
+    fn set_owner(&mut self, bucket: u16, queue: u32) {
+        let mut entries = self.rss.table().entries().to_vec();
+        if let Some(e) = entries.get_mut(usize::from(bucket)) {
+            *e = queue as u16;
+        }
+        let table = flowlane_numa_sched::IndirectionTable::new(entries)
+            .expect("same size as a valid table");
+        // Every queue of the mesh is placed in the RSS state.
+        let _ = self.rss.set_table(table);
+    }
+
+    /// Whether frames must be checked against buckets being taken over.
+    #[inline]
+    pub(crate) fn holding(&self) -> bool {
+        !self.incoming.is_empty()
+    }
+
+    /// The bucket of `tuple` if this worker holds that bucket's frames.
+    pub(crate) fn held_bucket(&self, tuple: &FourTuple) -> Option<u16> {
+        let b = rss_bucket(&self.rss, tuple);
+        self.incoming.iter().any(|i| i.bucket == b).then_some(b)
+    }
+
+    /// Keeps a frame of a bucket being taken over until the old worker's
+    /// marker.
+    pub(crate) fn hold(&mut self, bucket: u16, frame: &[u8]) {
+        if let Some(i) = self.incoming.iter_mut().find(|i| i.bucket == bucket) {
+            i.held.push(frame.into());
+            self.stats.frames_held += 1;
+        }
+    }
+
+    /// Sends a frame the stack handed back to the worker that serves its
+    /// bucket.
+    pub(crate) fn forward(&mut self, bucket: u16, hops: u8, frame: &[u8]) {
+        let to = self.owner(bucket);
+        if to == self.me || hops >= MAX_HOPS {
+            self.stats.forward_dropped += 1;
+            return;
+        }
+        if let Some(o) = self.outgoing.iter_mut().find(|o| o.bucket == bucket) {
+            o.forwarded += 1;
+        }
+        self.stats.frames_forwarded += 1;
+        self.queue_message(
+            to,
+            Message::Frame(Forwarded {
+                hops: hops + 1,
+                frame: frame.into(),
+            }),
+        );
+    }
+
+    /// Sends `m` to `to` in order behind anything stalled for it.
+    fn queue_message(&mut self, to: u32, m: Message) {
+        if self.stalled.iter().any(|(d, _)| *d == to) {
+            self.stall(to, m);
+            return;
+        }
+        match self.mesh.push(to, m) {
+            Ok(()) => {
+                if let Some(w) = self.to_wake.get_mut(to as usize) {
+                    *w = true;
+                }
+            }
+            Err(m) => self.stall(to, m),
+        }
+    }
+
+    fn stall(&mut self, to: u32, m: Message) {
+        if self.stalled.len() >= STALLED_MAX && matches!(m, Message::Frame(_)) {
+            self.stats.forward_dropped += 1;
+            return;
+        }
+        self.stalled.push_back((to, m));
+    }
+
+    /// End of a pass: retries stalled messages in order and wakes every
+    /// worker that got something.
+    pub(crate) fn flush(&mut self) {
+        let mut blocked: Vec<u32> = Vec::new();
+        let mut keep = VecDeque::new();
+        while let Some((to, m)) = self.stalled.pop_front() {
+            if blocked.contains(&to) {
+                keep.push_back((to, m));
+                continue;
+            }
+            match self.mesh.push(to, m) {
+                Ok(()) => {
+                    if let Some(w) = self.to_wake.get_mut(to as usize) {
+                        *w = true;
+                    }
+                }
+                Err(m) => {
+                    blocked.push(to);
+                    keep.push_back((to, m));
+                }
+            }
+        }
+        self.stalled = keep;
+        for (q, w) in self.to_wake.iter_mut().enumerate() {
+            if std::mem::take(w) {
+                self.mesh.wake(q as u32);
+            }
+        }
+    }
+
+    /// The earliest time this worker must run its loop for the moves
+    /// (`Some(0)`: at once).
+    pub(crate) fn next_wakeup(&self) -> Option<Duration> {
+        if !self.stalled.is_empty() || self.outgoing.iter().any(|o| o.rewritten.is_some()) {
+            return Some(Duration::ZERO);
+        }
+        self.incoming.iter().map(|i| i.deadline).min()
+    }
+
+    /// Markers whose time has come: after `rx_drained` (this pass's RX
+    /// loop ended on an empty ring), the marker of every bucket whose NIC
+    /// entry was rewritten before the pass began goes to its new worker.
+    /// Call at the start of the worker's poll, before [`Mover::take_work`].
+    pub(crate) fn send_markers(&mut self, rx_drained: bool) {
+        if !rx_drained {
+            return;
+        }
+        let mut i = 0;
+        while i < self.outgoing.len() {
+            if self.outgoing[i].rewritten.is_some() {
+                let o = self.outgoing.swap_remove(i);
+                let reply = o.rewritten.expect("checked");
+                self.queue_message(
+                    o.to,
+                    Message::Drained {
+                        bucket: o.bucket,
+                        forwarded: o.forwarded,
+                        reply,
+                    },
+                );
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Reads this worker's inbox: answers what needs no stack, and returns
+    /// in order what does. `now` is the worker's clock.
+    pub(crate) fn take_work(&mut self, now: Duration) -> Vec<Work> {
+        let _ = self.mesh.inboxes[self.me as usize].wake.read();
+        let mut work = Vec::new();
+        let mut frames: Vec<(u8, Box<[u8]>)> = Vec::new();
+        for _ in 0..MESSAGES_PER_PASS {
+            let Ok(m) = self.mesh.inboxes[self.me as usize].rx.try_recv() else {
+                break;
+            };
+            if !matches!(m, Message::Frame(_)) && !frames.is_empty() {
+                work.push(Work::Frames(std::mem::take(&mut frames)));
+            }
+            match m {
+                Message::Frame(f) => {
+                    self.stats.frames_forwarded_in += 1;
+                    frames.push((f.hops, f.frame));
+                }
+                Message::Prepare { bucket, reply } => {
+                    let answer = if self.owner(bucket) == self.me {
+                        Reply::Refused(format!("bucket {bucket} is already on queue {}", self.me))
+                    } else if self.incoming.iter().any(|i| i.bucket == bucket) {
+                        Reply::Refused(format!("bucket {bucket} is already moving"))
+                    } else {
+                        self.incoming.push(Incoming {
+                            bucket,
+                            held: Vec::new(),
+                            imported: false,
+                            deadline: now + PREPARE_TIMEOUT,
+                        });
+                        Reply::Prepared
+                    };
+                    let _ = reply.send(answer);
+                }
+                Message::Export { bucket, to, reply } => {
+                    if self.owner(bucket) != self.me {
+                        let _ = reply.send(Reply::Refused(format!(
+                            "bucket {bucket} is served by queue {}, not {}",
+                            self.owner(bucket),
+                            self.me
+                        )));
+                    } else {
+                        work.push(Work::Export { bucket, to, reply });
+                    }
+                }
+                Message::Rewritten { bucket, reply } => {
+                    match self.outgoing.iter_mut().find(|o| o.bucket == bucket) {
+                        Some(o) => o.rewritten = Some(reply),
+                        None => {
+                            let _ = reply.send(Reply::Refused(format!(
+                                "queue {} has no move of bucket {bucket} under way",
+                                self.me
+                            )));
+                        }
+                    }
+                }
+                Message::Cancel { bucket } => {
+                    if let Some(pos) = self.incoming.iter().position(|i| i.bucket == bucket) {
+                        let i = self.incoming.swap_remove(pos);
+                        work.push(Work::Frames(i.held.into_iter().map(|f| (0, f)).collect()));
+                    }
+                }
+                Message::Import(a) => {
+                    if let Some(i) = self.incoming.iter_mut().find(|i| i.bucket == a.bucket) {
+                        i.imported = true;
+                        i.deadline = now + self.hold_timeout;
+                    }
+                    work.push(Work::Import(a));
+                }
+                Message::Drained {
+                    bucket,
+                    forwarded,
+                    reply,
+                } => {
+                    let (held, timed_out) =
+                        match self.incoming.iter().position(|i| i.bucket == bucket) {
+                            Some(pos) => {
+                                let i = self.incoming.swap_remove(pos);
+                                let n = i.held.len() as u64;
+                                work.push(Work::Frames(
+                                    i.held.into_iter().map(|f| (0, f)).collect(),
+                                ));
+                                (n, false)
+                            }
+                            None => (0, true),
+                        };
+                    let _ = reply.send(Reply::Done {
+                        forwarded,
+                        held,
+                        timed_out,
+                    });
+                }
+            }
+        }
+        if !frames.is_empty() {
+            work.push(Work::Frames(frames));
+        }
+        // The last resort: a marker that never came.
+        let mut k = 0;
+        while k < self.incoming.len() {
+            if self.incoming[k].deadline <= now {
+                let i = self.incoming.swap_remove(k);
+                self.stats.hold_timeouts += 1;
+                work.push(Work::Frames(i.held.into_iter().map(|f| (0, f)).collect()));
+            } else {
+                k += 1;
+            }
+        }
+        work
+    }
+
+    /// The bucket left this worker: frames of it now go to `to`.
+    pub(crate) fn exported(&mut self, bucket: u16, to: u32, arrival: Box<Arrival>) {
+        self.set_owner(bucket, to);
+        self.stats.buckets_out += 1;
+        self.outgoing.retain(|o| o.bucket != bucket);
+        self.outgoing.push(Outgoing {
+            bucket,
+            to,
+            forwarded: 0,
+            rewritten: None,
+        });
+        self.queue_message(to, Message::Import(arrival));
+    }
+
+    /// The bucket's connections arrived here.
+    pub(crate) fn imported(&mut self, bucket: u16, failed: usize) {
+        self.set_owner(bucket, self.me);
+        self.outgoing.retain(|o| o.bucket != bucket);
+        self.stats.buckets_in += 1;
+        self.stats.import_failed += failed as u64;
+    }
+
+    /// The eventfd that wakes this worker when a message arrives.
+    pub(crate) fn wake_fd(&self) -> Option<RawFd> {
+        self.mesh.wake_fd(self.me)
+    }
+}
+
+/// What a move needs of the NIC: pointing one indirection-table entry at
+/// another queue. Every [`RssNic`](flowlane_numa_sched::nic::RssNic) (a
+/// real NIC through ethtool, the test bed's emulated NIC) is one.
+pub trait RssTableWriter: Send + Sync {
+    /// Points `bucket` at `queue`.
+    ///
+    /// # Errors
+    /// What the NIC said, in one line.
+    fn set_entry(&self, bucket: u16, queue: u32) -> Result<(), String>;
+}
+
+impl<N> RssTableWriter for N
+where
+    N: flowlane_numa_sched::nic::RssNic + Send + Sync,
+    N::Error: std::fmt::Display,
+{
+    fn set_entry(&self, bucket: u16, queue: u32) -> Result<(), String> {
+        self.set_entries(&[(usize::from(bucket), queue)])
+            .map_err(|e| format!("{e:#}"))
+    }
+}
+
+/// The NIC a service writes when it moves buckets.
+#[derive(Clone)]
+pub struct NicWriter(pub Arc<dyn RssTableWriter>);
+
+impl std::fmt::Debug for NicWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NicWriter(..)")
+    }
+}
+
+/// Longest the controller waits for one worker's answer.
+const STEP_TIMEOUT: Duration = Duration::from_secs(2);
+
+fn wait(rx: &Receiver<Reply>, who: u32, what: &str) -> Result<Reply, String> {
+    rx.recv_timeout(STEP_TIMEOUT)
+        .map_err(|_| format!("queue {who} did not answer {what} within {STEP_TIMEOUT:?}"))
+}
+
+/// Moves `bucket` from queue `from` to queue `to` (the controller's side;
+/// one move at a time). On success the new queue serves the bucket; if
+/// writing the NIC failed, it serves it all the same (the old queue
+/// forwards every frame of it) and the error says so.
+pub(crate) fn move_bucket(
+    mesh: &Mesh,
+    nic: &dyn RssTableWriter,
+    bucket: u16,
+    from: u32,
+    to: u32,
+) -> Result<MoveReport, String> {
+    let started = std::time::Instant::now();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    mesh.send(
+        to,
+        Message::Prepare {
+            bucket,
+            reply: tx.clone(),
+        },
+    )?;
+    match wait(&rx, to, "the announcement of the bucket")? {
+        Reply::Prepared => {}
+        Reply::Refused(e) => return Err(e),
+        other => return Err(format!("queue {to} answered {other:?} to the announcement")),
+    }
+    let export_start = std::time::Instant::now();
+    let exported = mesh
+        .send(
+            from,
+            Message::Export {
+                bucket,
+                to,
+                reply: tx.clone(),
+            },
+        )
+        .and_then(|()| wait(&rx, from, "the export"));
+    let (connections, time_wait) = match exported {
+        Ok(Reply::Exported {
+            connections,
+            time_wait,
+        }) => (connections, time_wait),
+        Ok(other) => {
+            let _ = mesh.send(to, Message::Cancel { bucket });
+            return Err(match other {
+                Reply::Refused(e) => e,
+                other => format!("queue {from} answered {other:?} to the export"),
+            });
+        }
+        Err(e) => {
+            let _ = mesh.send(to, Message::Cancel { bucket });
+            return Err(e);
+        }
+    };
+    let export_us = micros(export_start.elapsed());
+    let nic_start = std::time::Instant::now();
+    let written = nic.set_entry(bucket, to);
+    let nic_write_us = micros(nic_start.elapsed());
+    mesh.send(from, Message::Rewritten { bucket, reply: tx })?;
+    let (frames_forwarded, frames_held, hold_timed_out) =
+        match wait(&rx, to, "the end of the move")? {
+            Reply::Done {
+                forwarded,
+                held,
+                timed_out,
+            } => (forwarded, held, timed_out),
+            Reply::Refused(e) => return Err(e),
+            other => {
+                return Err(format!(
+                    "queue {to} answered {other:?} at the end of the move"
+                ))
+            }
+        };
+    written.map_err(|e| {
+        format!(
+            "bucket {bucket} moved to queue {to}, but the NIC's entry could not be written \
+             ({e}): queue {from} forwards the bucket's frames"
+        )
+    })?;
+    Ok(MoveReport {
+        bucket,
+        from,
+        to,
+        connections,
+        time_wait,
+        frames_forwarded,
+        frames_held,
+        duration_us: micros(started.elapsed()),
+        export_us,
+        nic_write_us,
+        hold_timed_out,
+    })
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}

@@ -1,0 +1,349 @@
+//! Bucket moves between two queues' TCP endpoints, frames passed by hand:
+//! a peer stack plays the remote host, a shared table plays the NIC, and
+//! the controller runs on its own thread as in a service.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use flowlane_app::{ConnHandle, ConnHandler, ConnState, Net};
+use flowlane_numa_sched::toeplitz::RssKey;
+use flowlane_tcp::{Config, FourTuple, Stack};
+use flowlane_wire::packet::{emit_eth_ipv4_tcp_headers, parse_frame, ETH_IPV4_TCP_OFFSET};
+use flowlane_wire::{EtherType, EthernetAddress, EthernetRepr, IpProtocol, Ipv4Repr, VlanTags};
+
+use super::{instant, TcpConfig, TcpHandler};
+use crate::bucket_counters::rss_bucket;
+use crate::ephemeral::rss_state;
+use crate::handoff::{self, Mesh, RssTableWriter};
+use crate::worker::{QueueHandler, QueueInfo};
+
+const OURS: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
+const PEER: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
+const OUR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
+
+fn info(queue: u32) -> QueueInfo {
+    QueueInfo {
+        queue,
+        cpu: None,
+        node: 0,
+        zero_copy: false,
+        rx_frames: 32768,
+    }
+}
+
+/// Echoes, counting each connection's bytes in its own map: state that
+/// must travel with the connection.
+#[derive(Default)]
+struct Counting {
+    seen: HashMap<ConnHandle, u64>,
+    totals: Arc<Mutex<Vec<u64>>>,
+    imports: Arc<Mutex<u32>>,
+}
+
+impl ConnHandler for Counting {
+    fn on_accept(&mut self, _net: &mut dyn Net, conn: ConnHandle) {
+        self.seen.insert(conn, 0);
+    }
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        let mut buf = [0u8; 4096];
+        loop {
+            let room = net.send_space(conn).unwrap_or(0).min(buf.len());
+            if room == 0 {
+                net.want_writable(conn);
+                break;
+            }
+            match net.recv(conn, &mut buf[..room]) {
+                Ok(n) if n > 0 => {
+                    *self.seen.get_mut(&conn).expect("known connection") += n as u64;
+                    assert_eq!(net.send(conn, &buf[..n]), Ok(n), "room to echo");
+                }
+                _ => break,
+            }
+        }
+    }
+    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        self.on_data(net, conn);
+    }
+    fn on_closed(&mut self, _net: &mut dyn Net, conn: ConnHandle, _r: flowlane_app::CloseReason) {
+        if let Some(n) = self.seen.remove(&conn) {
+            self.totals.lock().unwrap().push(n);
+        }
+    }
+    fn on_export(&mut self, _net: &mut dyn Net, conn: ConnHandle) -> Option<ConnState> {
+        self.seen.remove(&conn).map(|n| Box::new(n) as ConnState)
+    }
+    fn on_import(&mut self, _net: &mut dyn Net, conn: ConnHandle, state: Option<ConnState>) {
+        let n = state
+            .and_then(|s| s.downcast::<u64>().ok())
+            .map_or(0, |b| *b);
+        self.seen.insert(conn, n);
+        *self.imports.lock().unwrap() += 1;
+    }
+}
+
+/// The test's NIC: its table is what the harness routes frames by. The
+/// write waits for the harness twice (`phase`), so that frames reach the
+/// old queue after the export (forwarded) and the new queue before the
+/// old one's marker (held) in every run.
+struct FakeNic {
+    table: Arc<Mutex<Vec<u32>>>,
+    phase: Arc<AtomicU32>,
+}
+
+impl FakeNic {
+    fn wait_for(&self, phase: u32) {
+        let start = std::time::Instant::now();
+        while self.phase.load(Ordering::Acquire) < phase {
+            assert!(start.elapsed() < Duration::from_secs(20), "harness stuck");
+            std::thread::yield_now();
+        }
+    }
+}
+
+impl RssTableWriter for FakeNic {
+    fn set_entry(&self, bucket: u16, queue: u32) -> Result<(), String> {
+        self.phase.store(1, Ordering::Release);
+        self.wait_for(2);
+        self.table.lock().unwrap()[usize::from(bucket)] = queue;
+        self.phase.store(3, Ordering::Release);
+        self.wait_for(4);
+        Ok(())
+    }
+}
+
+fn frame(seg: &[u8]) -> Vec<u8> {
+    let mut buf = vec![0u8; ETH_IPV4_TCP_OFFSET + seg.len()];
+    buf[ETH_IPV4_TCP_OFFSET..].copy_from_slice(seg);
+    let eth = EthernetRepr {
+        dst_addr: EthernetAddress(OUR_MAC),
+        src_addr: EthernetAddress(PEER_MAC),
+        vlan: VlanTags::NONE,
+        ethertype: EtherType::Ipv4,
+    };
+    let ip = Ipv4Repr::new(PEER, OURS, IpProtocol::Tcp, seg.len());
+    let n = emit_eth_ipv4_tcp_headers(&mut buf, &eth, &ip, seg.len()).unwrap();
+    buf.truncate(n);
+    buf
+}
+
+/// Two queues, a peer with `conns` connections in one bucket of queue 0,
+/// and a move of that bucket to queue 1 in the middle of an echo
+/// transfer. `stray`: after the move, one peer frame still reaches queue
+/// 0 (as from a NIC that applies a rewrite late).
+fn move_under_load(conns: usize, stray: bool) {
+    let table = vec![0u32, 1, 0, 1];
+    let rss = rss_state(RssKey::microsoft_default().as_bytes(), &table, 2).unwrap();
+    let nic_table = Arc::new(Mutex::new(table.clone()));
+    let mesh = Arc::new(Mesh::new(2).unwrap());
+    let mut cfg = TcpConfig::new(OURS, OUR_MAC, [1; 16]);
+    cfg.rss = Some(rss.clone());
+    let totals = Arc::new(Mutex::new(Vec::new()));
+    let imports = Arc::new(Mutex::new(0));
+    let mut hs: Vec<TcpHandler> = (0..2)
+        .map(|q| {
+            let mut h = TcpHandler::with_mover(&info(q), cfg.clone(), mesh.clone());
+            // The harness's clock runs ahead of the controller thread's.
+            h.mover.as_mut().unwrap().hold_timeout = Duration::from_secs(3600);
+            h.listen(
+                7,
+                Counting {
+                    totals: totals.clone(),
+                    imports: imports.clone(),
+                    ..Counting::default()
+                },
+            )
+            .unwrap();
+            h
+        })
+        .collect();
+    // Peer ports whose flows fall in bucket `b`, served by queue 0.
+    let bucket_of = |port: u16| {
+        rss_bucket(
+            &rss,
+            &FourTuple {
+                local: SocketAddr::new(IpAddr::V4(OURS), 7),
+                remote: SocketAddr::new(IpAddr::V4(PEER), port),
+            },
+        )
+    };
+    let b = bucket_of(40_000);
+    assert_eq!(table[usize::from(b)], 0);
+    let ports: Vec<u16> = (40_000..50_000)
+        .filter(|&p| bucket_of(p) == b)
+        .take(conns)
+        .collect();
+    let mut peer = Stack::new(Config::new([9; 16]));
+    let t0 = Duration::from_millis(1);
+    let handles: Vec<_> = ports
+        .iter()
+        .map(|&p| {
+            peer.connect(
+                instant(t0),
+                SocketAddr::new(IpAddr::V4(PEER), p),
+                SocketAddr::new(IpAddr::V4(OURS), 7),
+            )
+            .unwrap()
+        })
+        .collect();
+    let chunk = vec![0x5au8; 3000];
+    let mut sent = vec![0u64; conns];
+    let mut echoed = vec![0u64; conns];
+    let mut controller: Option<std::thread::JoinHandle<_>> = None;
+    let mut report = None;
+    let mut now = t0;
+    let mut seg = [0u8; 2048];
+    let mut strayed = false;
+    let phase = Arc::new(AtomicU32::new(0));
+    for round in 0..20_000u32 {
+        now += Duration::from_micros(200);
+        // The peer's frames go where the NIC's table says.
+        while let Some(t) = peer.poll_transmit(instant(now), &mut seg) {
+            let mut f = frame(&seg[..t.len]);
+            let mut q = nic_table.lock().unwrap()[usize::from(b)] as usize;
+            if stray && !strayed && report.is_some() {
+                strayed = true;
+                q = 0;
+            }
+            let len = f.len();
+            hs[q].on_rx(&info(q as u32), now, &mut f, len);
+        }
+        for h in hs.iter_mut() {
+            let now_i = instant(now);
+            if h.stack.poll_timeout().is_some_and(|t| t <= now_i) {
+                h.stack.handle_timeout(now_i);
+                h.dispatch(now_i);
+            }
+            h.serve_moves(now_i, now, true);
+            h.dispatch(now_i);
+            let mut buf = vec![0u8; 2048];
+            while let (true, out) = h.build_frame(now_i, &mut buf) {
+                if let Some(n) = out {
+                    let parsed = parse_frame(&buf[..n]).unwrap();
+                    peer.handle_segment(now_i, IpAddr::V4(OURS), IpAddr::V4(PEER), parsed.l4());
+                }
+            }
+        }
+        while let Some(ev) = peer.poll_event() {
+            let _ = ev;
+        }
+        // Until the move (and the stray frame) happened, the peer keeps
+        // sending.
+        let moved = report.is_some() && (!stray || strayed);
+        for (i, &c) in handles.iter().enumerate() {
+            if sent[i] < 200_000 || !moved {
+                if let Ok(n) = peer.send(c, &chunk) {
+                    sent[i] += n as u64;
+                }
+            }
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = peer.recv(c, &mut buf) {
+                if n == 0 {
+                    break;
+                }
+                assert!(buf[..n].iter().all(|&x| x == 0x5a), "echo corrupted");
+                echoed[i] += n as u64;
+            }
+        }
+        // Start the move once every connection has echoed something.
+        let held = hs[1].mover.as_ref().unwrap().stats.frames_held;
+        let forwarded = hs[0].mover.as_ref().unwrap().stats.frames_forwarded;
+        match phase.load(Ordering::Acquire) {
+            1 if forwarded > 0 => phase.store(2, Ordering::Release),
+            3 if held > 0 => phase.store(4, Ordering::Release),
+            _ => {}
+        }
+        if controller.is_none() && echoed.iter().all(|&e| e > 10_000) {
+            let (mesh, nic) = (
+                mesh.clone(),
+                FakeNic {
+                    table: nic_table.clone(),
+                    phase: phase.clone(),
+                },
+            );
+            controller = Some(std::thread::spawn(move || {
+                handoff::move_bucket(&mesh, &nic, b, 0, 1)
+            }));
+        }
+        if report.is_none() && controller.as_ref().is_some_and(|c| c.is_finished()) {
+            report = Some(controller.take().unwrap().join().unwrap().expect("moved"));
+        }
+        let all_echoed = (0..conns).all(|i| sent[i] >= 200_000 && echoed[i] == sent[i]);
+        if all_echoed && moved {
+            break;
+        }
+        if round % 100 == 0 {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+    let report = report.expect("the move finished");
+    assert_eq!(report.connections, conns);
+    assert_eq!((report.from, report.to, report.bucket), (0, 1, b));
+    assert!(!report.hold_timed_out, "{report:?}");
+    assert_eq!(*imports.lock().unwrap(), conns as u32);
+    assert_eq!(hs[0].stack.connection_count(), 0, "nothing left behind");
+    assert_eq!(hs[1].stack.connection_count(), conns);
+    for i in 0..conns {
+        assert_eq!(echoed[i], sent[i], "connection {i}: every byte echoed");
+    }
+    let c0 = hs[0].counters().snapshot();
+    assert_eq!(c0.resets_out, 0, "no reset from the old queue");
+    assert_eq!(hs[1].counters().snapshot().resets_out, 0);
+    assert!(
+        report.frames_forwarded > 0 && report.frames_held > 0,
+        "{report:?}"
+    );
+    if !stray {
+        // Forwarded, then held, then new: the new queue saw the bucket's
+        // segments in the order the peer sent them. (A frame that reaches
+        // the old queue after its marker is forwarded, but late.)
+        assert_eq!(hs[1].stack.stats().out_of_order, 0, "{report:?}");
+    }
+    if stray {
+        assert!(strayed);
+        assert!(hs[0].mover.as_ref().unwrap().stats.frames_forwarded >= 1);
+    }
+    // The per-connection state moved: closing reports every byte.
+    for &c in &handles {
+        peer.close(c).unwrap();
+    }
+    for _ in 0..400 {
+        now += Duration::from_millis(5);
+        while let Some(t) = peer.poll_transmit(instant(now), &mut seg) {
+            let mut f = frame(&seg[..t.len]);
+            let len = f.len();
+            hs[1].on_rx(&info(1), now, &mut f, len);
+        }
+        for h in hs.iter_mut() {
+            let now_i = instant(now);
+            h.stack.handle_timeout(now_i);
+            h.dispatch(now_i);
+            h.serve_moves(now_i, now, true);
+            let mut buf = vec![0u8; 2048];
+            while let (true, out) = h.build_frame(now_i, &mut buf) {
+                if let Some(n) = out {
+                    let parsed = parse_frame(&buf[..n]).unwrap();
+                    peer.handle_segment(now_i, IpAddr::V4(OURS), IpAddr::V4(PEER), parsed.l4());
+                }
+            }
+        }
+    }
+    let mut t = totals.lock().unwrap().clone();
+    t.sort_unstable();
+    let mut want = sent.clone();
+    want.sort_unstable();
+    assert_eq!(t, want, "bytes seen per connection, across the move");
+}
+
+#[test]
+fn a_bucket_moves_with_its_connections_and_their_state() {
+    move_under_load(5, false);
+}
+
+#[test]
+fn a_frame_that_reaches_the_old_queue_after_the_move_is_forwarded() {
+    move_under_load(3, true);
+}
