@@ -31,6 +31,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod conn_state;
 mod dispatch;
 mod handler;
 mod net;

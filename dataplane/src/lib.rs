@@ -10,6 +10,7 @@
 // frames) and sys (the raw system calls) allow it, per module.
 
 pub mod affinity;
+pub mod auto_rebalance;
 pub mod bucket_counters;
 pub mod counters;
 pub mod cpu_time;

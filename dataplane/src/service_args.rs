@@ -50,6 +50,44 @@ pub struct DataPathArgs {
     pub frames_per_queue: Option<u32>,
 }
 
+/// Whether a TCP service moves RSS buckets between its queues.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RebalanceMode {
+    /// Never: the table stays as it was when the service started.
+    #[default]
+    Off,
+    /// When the queues' load is skewed (numa-sched's policy).
+    Auto,
+}
+
+/// The rebalancing flags of a TCP service.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct RebalanceArgs {
+    /// Move RSS buckets, with their live connections, from busy queues to
+    /// idle ones (`auto`) or never (`off`). Needs several queues and a NIC
+    /// whose table flowlane can write (`--bed`, or a NIC with RSS).
+    #[arg(long, value_enum, default_value_t)]
+    pub rebalance: RebalanceMode,
+    /// For tests: move a random bucket that has connections to another
+    /// queue every MS milliseconds, whatever the load (a rebalancing storm).
+    #[arg(long, value_name = "MS", hide = true)]
+    pub rebalance_storm_ms: Option<u64>,
+}
+
+impl RebalanceArgs {
+    /// The loop these flags ask for, if any.
+    pub fn mode(&self) -> Option<crate::auto_rebalance::Mode> {
+        use crate::auto_rebalance::Mode;
+        match (self.rebalance_storm_ms, self.rebalance) {
+            (Some(ms), _) => Some(Mode::Storm {
+                interval: std::time::Duration::from_millis(ms.max(1)),
+            }),
+            (None, RebalanceMode::Auto) => Some(Mode::Auto),
+            (None, RebalanceMode::Off) => None,
+        }
+    }
+}
+
 impl DataPathArgs {
     /// The NIC's RSS as given by `--rss-key/--rss-table`: None when neither
     /// is given; an error when only one is, or the key is not hex.

@@ -6,7 +6,8 @@ use std::net::SocketAddrV4;
 use std::sync::mpsc::Sender;
 use std::time::Duration;
 
-use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net};
+use flowlane_app::conn_state::{export_entry, import_entry};
+use flowlane_app::{CloseReason, ConnHandle, ConnHandler, ConnState, Net};
 use flowlane_dataplane::cpu_time::thread_cpu_ns;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -106,6 +107,12 @@ impl ConnHandler for Sink {
     }
     fn on_peer_closed(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         self.on_data(net, conn);
+    }
+    fn on_export(&mut self, _net: &mut dyn Net, conn: ConnHandle) -> Option<ConnState> {
+        export_entry(&mut self.conns, conn)
+    }
+    fn on_import(&mut self, _net: &mut dyn Net, conn: ConnHandle, state: Option<ConnState>) {
+        import_entry(&mut self.conns, conn, state);
     }
     fn on_closed(&mut self, net: &mut dyn Net, conn: ConnHandle, reason: CloseReason) {
         if let Some(t) = self.conns.remove(&conn) {
@@ -272,6 +279,12 @@ impl ConnHandler for Source {
                 let _ = self.done.send(v);
             }
         }
+    }
+    fn on_export(&mut self, _net: &mut dyn Net, conn: ConnHandle) -> Option<ConnState> {
+        export_entry(&mut self.conns, conn)
+    }
+    fn on_import(&mut self, _net: &mut dyn Net, conn: ConnHandle, state: Option<ConnState>) {
+        import_entry(&mut self.conns, conn, state);
     }
     fn on_closed(&mut self, net: &mut dyn Net, conn: ConnHandle, reason: CloseReason) {
         if let Some(o) = self.conns.remove(&conn) {

@@ -11,7 +11,8 @@
 
 use std::collections::HashMap;
 
-use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net};
+use flowlane_app::conn_state::{export_entry, import_entry};
+use flowlane_app::{CloseReason, ConnHandle, ConnHandler, ConnState, Net};
 
 /// Requests larger than this (headers) reset the connection.
 const MAX_REQUEST: usize = 16 * 1024;
@@ -186,6 +187,12 @@ impl ConnHandler for Http {
     }
     fn on_peer_closed(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         self.drive(net, conn);
+    }
+    fn on_export(&mut self, _net: &mut dyn Net, conn: ConnHandle) -> Option<ConnState> {
+        export_entry(&mut self.conns, conn)
+    }
+    fn on_import(&mut self, _net: &mut dyn Net, conn: ConnHandle, state: Option<ConnState>) {
+        import_entry(&mut self.conns, conn, state);
     }
     fn on_closed(&mut self, _net: &mut dyn Net, conn: ConnHandle, _r: CloseReason) {
         self.conns.remove(&conn);

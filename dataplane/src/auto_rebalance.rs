@@ -1,0 +1,215 @@
+//! A TCP service's rebalancing loop (`--rebalance auto`): every period,
+//! the queues' load over the period (each worker's busy time, each RSS
+//! bucket's segments and bytes) as a numa-sched [`LoadSnapshot`], and the
+//! [`Rebalancer`]'s plan carried out bucket by bucket through
+//! [`TcpService::move_bucket`]. Also the test mode that moves a random
+//! bucket in use every few milliseconds whatever the load (a storm).
+//!
+//! It runs on the service's main thread (not on a worker): a few counter
+//! reads per period, and the moves themselves.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use flowlane_numa_sched::{
+    BucketLoad, CoreLoad, IndirectionTable, LoadSnapshot, RebalanceConfig, Rebalancer, Topology,
+};
+
+use crate::handoff::MoveReport;
+use crate::tcp_service::TcpService;
+use crate::{Error, Result};
+
+/// The bucket counters are published every 50 ms: no shorter period.
+const MIN_PERIOD: Duration = Duration::from_millis(50);
+
+/// What the loop does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Move buckets when the load is skewed (numa-sched's policy).
+    Auto,
+    /// Move a random bucket in use to another queue every `interval`.
+    Storm {
+        /// Time between moves.
+        interval: Duration,
+    },
+}
+
+/// One service's rebalancing loop.
+#[derive(Debug)]
+pub struct AutoRebalance {
+    mode: Mode,
+    rebalancer: Rebalancer,
+    topology: Topology,
+    epoch: Instant,
+    next: Instant,
+    last_at: Instant,
+    /// Each queue's busy nanoseconds at the last round.
+    last_busy: HashMap<u32, u64>,
+    /// Each (queue, bucket)'s segments and bytes at the last round.
+    last_buckets: HashMap<(u32, u16), (u64, u64)>,
+    rng: u64,
+}
+
+impl AutoRebalance {
+    /// The loop for `service` (which must be able to move buckets:
+    /// [`TcpService::rss_table`] is `Some`).
+    ///
+    /// # Errors
+    /// [`Error::Move`] if the service cannot move buckets;
+    /// [`Error::Placement`] if the machine's topology cannot be read.
+    pub fn new(service: &TcpService, mode: Mode) -> Result<AutoRebalance> {
+        if service.rss_table().is_none() {
+            return Err(Error::Move(
+                "--rebalance needs several queues and the NIC's RSS (use --bed, or \
+                 --rss-key/--rss-table)"
+                    .into(),
+            ));
+        }
+        let config = RebalanceConfig {
+            min_period: MIN_PERIOD,
+            ..RebalanceConfig::default()
+        };
+        let rebalancer = Rebalancer::new(config).map_err(Error::Placement)?;
+        let topology = Topology::from_system().map_err(Error::Placement)?;
+        let now = Instant::now();
+        let mut me = AutoRebalance {
+            mode,
+            rebalancer,
+            topology,
+            epoch: now,
+            next: now,
+            last_at: now,
+            last_busy: HashMap::new(),
+            last_buckets: HashMap::new(),
+            rng: 0x2545_f491_4f6c_dd1d ^ u64::from(std::process::id()),
+        };
+        me.sample(service);
+        me.next = now + me.period();
+        Ok(me)
+    }
+
+    fn period(&self) -> Duration {
+        match self.mode {
+            Mode::Auto => self.rebalancer.period().max(MIN_PERIOD),
+            Mode::Storm { interval } => interval,
+        }
+    }
+
+    /// Runs a round if one is due; returns what each move did.
+    pub fn poll(&mut self, service: &TcpService) -> Vec<Result<MoveReport>> {
+        let now = Instant::now();
+        if now < self.next {
+            return Vec::new();
+        }
+        let out = match self.mode {
+            Mode::Auto => self.round(service, now),
+            Mode::Storm { .. } => self.storm(service).into_iter().collect(),
+        };
+        self.next = Instant::now() + self.period();
+        out
+    }
+
+    /// The load since the last sample: each queue's busy time and the
+    /// period's length (ns), each bucket's segments and bytes.
+    fn sample(&mut self, service: &TcpService) -> (Vec<CoreLoad>, Vec<BucketLoad>) {
+        let now = Instant::now();
+        let total = now.duration_since(self.last_at).as_nanos() as u64;
+        self.last_at = now;
+        let mut cores = Vec::new();
+        for (info, c) in service.dataplane().counters() {
+            let before = self
+                .last_busy
+                .insert(info.queue, c.busy_ns)
+                .unwrap_or(c.busy_ns);
+            cores.push(CoreLoad {
+                queue: info.queue as u16,
+                cpu: info.cpu.unwrap_or(info.queue),
+                node: info.node,
+                busy_cycles: c.busy_ns.saturating_sub(before).min(total),
+                total_cycles: total.max(1),
+            });
+        }
+        let mut buckets = Vec::new();
+        for (queue, list) in service.bucket_counters() {
+            for b in list {
+                let (segs, bytes) = self
+                    .last_buckets
+                    .insert((queue, b.bucket), (b.segments_in, b.bytes_in))
+                    .unwrap_or((0, 0));
+                buckets.push(BucketLoad {
+                    bucket: usize::from(b.bucket),
+                    queue: queue as u16,
+                    packets: b.segments_in.saturating_sub(segs),
+                    bytes: b.bytes_in.saturating_sub(bytes),
+                    busy_cycles: None,
+                    connections: b.connections as u32,
+                });
+            }
+        }
+        (cores, buckets)
+    }
+
+    /// One round of the policy.
+    fn round(&mut self, service: &TcpService, now: Instant) -> Vec<Result<MoveReport>> {
+        let (cores, all) = self.sample(service);
+        let Some(table) = service.rss_table() else {
+            return Vec::new();
+        };
+        let Ok(table) = IndirectionTable::new(table.iter().map(|&q| q as u16).collect()) else {
+            return Vec::new();
+        };
+        // Only what each bucket's current queue counted: a bucket that
+        // moved during the period left its earlier figures on its old queue.
+        let buckets: Vec<BucketLoad> = all
+            .into_iter()
+            .filter(|b| table.entries().get(b.bucket) == Some(&b.queue))
+            .collect();
+        let snapshot = LoadSnapshot {
+            now: now.duration_since(self.epoch),
+            table: &table,
+            topology: &self.topology,
+            cores: &cores,
+            buckets: &buckets,
+        };
+        let plan = match self.rebalancer.decide(&snapshot) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!("rebalancing: {e}");
+                return Vec::new();
+            }
+        };
+        plan.moves
+            .iter()
+            .map(|m| service.move_bucket(m.bucket as u16, u32::from(m.to)))
+            .collect()
+    }
+
+    /// A move of a random bucket in use to another random queue.
+    fn storm(&mut self, service: &TcpService) -> Option<Result<MoveReport>> {
+        let table = service.rss_table()?;
+        let queues = service.dataplane().queues().len() as u64;
+        let mut in_use: Vec<u16> = Vec::new();
+        for (q, list) in service.bucket_counters() {
+            in_use.extend(
+                list.iter()
+                    .filter(|b| b.connections > 0 && table[usize::from(b.bucket)] == q)
+                    .map(|b| b.bucket),
+            );
+        }
+        if in_use.is_empty() || queues < 2 {
+            return None;
+        }
+        let bucket = in_use[(self.random() % in_use.len() as u64) as usize];
+        let from = u64::from(table[usize::from(bucket)]);
+        let to = (from + 1 + self.random() % (queues - 1)) % queues;
+        Some(service.move_bucket(bucket, to as u32))
+    }
+
+    /// xorshift64.
+    fn random(&mut self) -> u64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng
+    }
+}
