@@ -34,6 +34,7 @@ pub use cpu_time::{thread_cpu_ns, worker_cpu_ns};
 pub use flowlane_ebpf::steer::{Proto, SteerStats};
 pub use iface::InterfaceInfo;
 pub use runtime::{Dataplane, DataplaneConfig, QueueAssignment};
+pub use sys::{ethtool_ioctl, EthtoolCmd};
 pub use tcp_handler::{TcpConfig, TcpCounters, TcpCountersSnapshot, TcpHandler};
 pub use tcp_service::{TcpService, TcpServiceConfig};
 pub use worker::{QueueHandler, QueueInfo, RxAction, TxBatch};
