@@ -184,3 +184,63 @@ pub fn ethtool_ioctl(ifname: &str, data: &mut [u8]) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod ethtool_tests {
+    use super::*;
+
+    fn refused(ifname: &str, data: &mut [u8]) -> bool {
+        matches!(ethtool_ioctl(ifname, data), Err(e) if e.kind() == std::io::ErrorKind::InvalidInput)
+    }
+
+    #[test]
+    fn buffers_shorter_than_they_declare_never_reach_the_kernel() {
+        let cmd = |c: EthtoolCmd| (c as u32).to_ne_bytes();
+        // ethtool_rxnfc is 192 bytes.
+        let mut b = vec![0u8; 191];
+        b[..4].copy_from_slice(&cmd(EthtoolCmd::GetRxRings));
+        assert!(refused("lo", &mut b));
+        // ethtool_rxfh_indir declaring 4 entries in room for 3.
+        let mut b = vec![0u8; 8 + 12];
+        b[..4].copy_from_slice(&cmd(EthtoolCmd::GetRxfhIndir));
+        b[4..8].copy_from_slice(&4u32.to_ne_bytes());
+        assert!(refused("lo", &mut b));
+        // ethtool_rxfh: 2 entries and a 4-byte key need 36 bytes.
+        let mut b = vec![0u8; 35];
+        b[..4].copy_from_slice(&cmd(EthtoolCmd::GetRssh));
+        b[8..12].copy_from_slice(&2u32.to_ne_bytes());
+        b[12..16].copy_from_slice(&4u32.to_ne_bytes());
+        assert!(refused("lo", &mut b));
+        // A key without a table: read at different offsets by old and new kernels.
+        let mut b = vec![0u8; 64];
+        b[..4].copy_from_slice(&cmd(EthtoolCmd::SetRssh));
+        b[8..12].copy_from_slice(&ETH_RXFH_INDIR_NO_CHANGE.to_ne_bytes());
+        b[12..16].copy_from_slice(&4u32.to_ne_bytes());
+        assert!(refused("lo", &mut b));
+        // Sizes that overflow, unknown commands, bad names.
+        let mut b = vec![0u8; 64];
+        b[..4].copy_from_slice(&cmd(EthtoolCmd::GetRssh));
+        b[8..12].copy_from_slice(&u32::MAX.to_ne_bytes());
+        assert!(refused("lo", &mut b));
+        let mut b = vec![0u8; 256];
+        b[..4].copy_from_slice(&1u32.to_ne_bytes()); // ETHTOOL_GSET
+        assert!(refused("lo", &mut b));
+        let mut b = vec![0u8; 192];
+        b[..4].copy_from_slice(&cmd(EthtoolCmd::GetRxRings));
+        assert!(refused("", &mut b));
+        assert!(refused("a-name-longer-than-ifnamsiz", &mut b));
+        assert!(refused("l\0o", &mut b));
+        assert!(refused("lo", &mut []));
+    }
+
+    #[test]
+    fn a_fitting_request_reaches_the_kernel() {
+        // Loopback has no RSS: the kernel's answer, not the guard's.
+        let mut b = vec![0u8; 192];
+        b[..4].copy_from_slice(&(EthtoolCmd::GetRxRings as u32).to_ne_bytes());
+        let e = ethtool_ioctl("lo", &mut b).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP), "{e}");
+        assert_eq!(EthtoolCmd::from_u32(0x47), Some(EthtoolCmd::SetRssh));
+        assert_eq!(EthtoolCmd::from_u32(0x48), None);
+    }
+}
