@@ -1,18 +1,21 @@
-//! `flowlane nic rss|set-rss`: a real NIC's RSS through ethtool.
+//! `flowlane nic rss|set-rss`: a real NIC's RSS key and indirection table,
+//! through the kernel's ethtool netlink family or its ioctls.
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use clap::Subcommand;
-use flowlane_numa_sched::nic::RssNic;
 use flowlane_numa_sched::IndirectionTable;
 
+use crate::nic::error::Mechanism;
 use crate::nic::ethtool::EthtoolNic;
 use flowlane_dataplane::service_args::{queue_count, rss_key_value};
+use flowlane_numa_sched::nic::RssNic;
 use flowlane_numa_sched::toeplitz::RssKey;
 
 /// `flowlane nic ...`.
 #[derive(Subcommand, Debug)]
 pub(crate) enum NicCmd {
-    /// Show the RSS key and indirection table of an interface.
+    /// Show the RSS key and indirection table of an interface, and which
+    /// kernel interface answered (ethtool netlink or ioctl).
     Rss {
         /// Interface name.
         #[arg(long)]
@@ -21,8 +24,11 @@ pub(crate) enum NicCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Spread the indirection table evenly over the first N queues and/or
-    /// set the key.
+    /// Write the key and/or the indirection table: spread evenly
+    /// (`--equal N`), explicit (`--table`), and/or single entries
+    /// (`--entry`, applied last, on the current table if nothing else).
+    #[command(group(clap::ArgGroup::new("change").required(true).multiple(true)
+        .args(["key", "equal", "table", "entry"])))]
     SetRss {
         /// Interface name.
         #[arg(long)]
@@ -33,41 +39,93 @@ pub(crate) enum NicCmd {
         /// Spread the table over queues 0..N.
         #[arg(long, value_parser = queue_count::<u16>)]
         equal: Option<u16>,
+        /// Explicit table: one queue per bucket, comma-separated.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            value_name = "Q,Q,...",
+            conflicts_with = "equal"
+        )]
+        table: Option<Vec<u32>>,
+        /// Put bucket BUCKET on queue QUEUE (repeatable).
+        #[arg(long, value_name = "BUCKET=QUEUE", value_parser = bucket_entry)]
+        entry: Vec<(usize, u32)>,
     },
+}
+
+/// Parses `--entry BUCKET=QUEUE`.
+fn bucket_entry(text: &str) -> std::result::Result<(usize, u32), String> {
+    let parsed = text
+        .split_once('=')
+        .and_then(|(b, q)| Some((b.trim().parse().ok()?, q.trim().parse().ok()?)));
+    parsed.ok_or_else(|| {
+        format!("takes BUCKET=QUEUE (a bucket of the table and the queue it goes to, e.g. 5=1); got {text:?}")
+    })
+}
+
+/// Applies `--entry` changes to `table`.
+fn apply_entries(table: &mut [u32], entries: &[(usize, u32)]) -> Result<()> {
+    for &(bucket, queue) in entries {
+        let Some(slot) = table.get_mut(bucket) else {
+            bail!(
+                "--entry {bucket}={queue}: the indirection table has {} buckets (0..={})",
+                table.len(),
+                table.len().saturating_sub(1)
+            );
+        };
+        *slot = queue;
+    }
+    Ok(())
 }
 
 /// Runs a `flowlane nic` command.
 pub(crate) fn run(cmd: NicCmd) -> Result<()> {
     match cmd {
         NicCmd::Rss { iface, json } => show(&EthtoolNic::new(&iface), json),
-        NicCmd::SetRss { iface, key, equal } => {
+        NicCmd::SetRss {
+            iface,
+            key,
+            equal,
+            table,
+            entry,
+        } => {
             let nic = EthtoolNic::new(&iface);
-            let table = match equal {
-                Some(n) => Some(
-                    IndirectionTable::even(nic.caps()?.table_size, &(0..n).collect::<Vec<_>>())?
+            let current = if equal.is_some() || !entry.is_empty() {
+                Some(nic.read_for_write()?)
+            } else {
+                None
+            };
+            let mut table = match (equal, table, &current) {
+                (Some(n), _, Some(cur)) => Some(
+                    IndirectionTable::even(cur.table.len(), &(0..n).collect::<Vec<_>>())?
                         .to_queue_list(),
                 ),
-                None => None,
+                (_, t, _) => t,
             };
-            nic.set_rss(key.as_ref().map(|k| k.as_bytes()), table.as_deref())?;
-            outln!("RSS of {} updated", nic.name());
+            if let (false, Some(cur)) = (entry.is_empty(), current) {
+                let mut t = table.unwrap_or(cur.table);
+                apply_entries(&mut t, &entry)?;
+                table = Some(t);
+            }
+            let how = nic.write(key.as_ref().map(|k| k.as_bytes()), table.as_deref())?;
+            outln!("RSS of {} updated (through {how})", nic.name());
             Ok(())
         }
     }
 }
 
 fn show(nic: &EthtoolNic, json: bool) -> Result<()> {
-    let caps = nic.caps()?;
-    let rss = nic.rss()?;
+    let (rss, mechanism): (_, Mechanism) = nic.read()?;
+    let caps = nic.caps_of(&rss)?;
     if json {
         outln!(
             "{}",
-            serde_json::json!({"iface": nic.name(), "caps": caps, "rss": rss})
+            serde_json::json!({"iface": nic.name(), "mechanism": mechanism, "caps": caps, "rss": rss})
         );
         return Ok(());
     }
     outln!(
-        "{}: {} queues, {}-byte key, {}-entry table",
+        "{}: {} queues, {}-byte key, {}-entry table (read through {mechanism})",
         nic.name(),
         caps.queues,
         caps.key_len,
@@ -89,4 +147,27 @@ fn show(nic: &EthtoolNic, json: bool) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_parse_and_apply() {
+        assert_eq!(bucket_entry("5=1"), Ok((5, 1)));
+        assert_eq!(bucket_entry(" 12 = 3 "), Ok((12, 3)));
+        for bad in ["5", "5=", "=1", "a=1", "5=-1", "5:1"] {
+            let e = bucket_entry(bad).unwrap_err();
+            assert!(e.contains("BUCKET=QUEUE"), "{bad}: {e}");
+        }
+        let mut t = vec![0, 1, 0, 1];
+        apply_entries(&mut t, &[(0, 3), (3, 2), (0, 1)]).unwrap();
+        assert_eq!(t, [1, 1, 0, 2], "later entries win");
+        let e = apply_entries(&mut t, &[(4, 0)]).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "--entry 4=0: the indirection table has 4 buckets (0..=3)"
+        );
+    }
 }

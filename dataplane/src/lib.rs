@@ -37,6 +37,7 @@ pub use flowlane_ebpf::steer::{Proto, SteerStats};
 pub use handoff::{MoveReport, NicWriter, RssTableWriter};
 pub use iface::InterfaceInfo;
 pub use runtime::{Dataplane, DataplaneConfig, QueueAssignment};
+pub use sys::{ethtool_ioctl, EthtoolCmd};
 pub use tcp_handler::{TcpConfig, TcpCounters, TcpCountersSnapshot, TcpHandler};
 pub use tcp_service::{TcpService, TcpServiceConfig};
 pub use worker::{QueueHandler, QueueInfo, RxAction, TxBatch};

@@ -60,3 +60,187 @@ pub(crate) fn bound_zero_copy(fd: std::os::fd::RawFd) -> std::io::Result<bool> {
     }
     Ok(opts & XDP_OPTIONS_ZEROCOPY != 0)
 }
+
+/// `SIOCETHTOOL`: include/uapi/linux/sockios.h.
+const SIOCETHTOOL: libc::c_ulong = 0x8946;
+/// `ETH_RXFH_INDIR_NO_CHANGE`: include/uapi/linux/ethtool.h.
+const ETH_RXFH_INDIR_NO_CHANGE: u32 = 0xffff_ffff;
+
+/// The ethtool commands that [`ethtool_ioctl`] passes to the kernel (the
+/// RSS ones); the values are include/uapi/linux/ethtool.h's `ETHTOOL_*`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum EthtoolCmd {
+    /// `ETHTOOL_GRXRINGS` (0x2d, `struct ethtool_rxnfc`): the receive rings.
+    GetRxRings = 0x2d,
+    /// `ETHTOOL_GRXFHINDIR` (0x38, `struct ethtool_rxfh_indir`).
+    GetRxfhIndir = 0x38,
+    /// `ETHTOOL_SRXFHINDIR` (0x39, `struct ethtool_rxfh_indir`).
+    SetRxfhIndir = 0x39,
+    /// `ETHTOOL_GRSSH` (0x46, `struct ethtool_rxfh`): key and table.
+    GetRssh = 0x46,
+    /// `ETHTOOL_SRSSH` (0x47, `struct ethtool_rxfh`): key and/or table.
+    SetRssh = 0x47,
+}
+
+impl EthtoolCmd {
+    /// The command whose number is `cmd`, if it is one of these.
+    pub fn from_u32(cmd: u32) -> Option<EthtoolCmd> {
+        [
+            EthtoolCmd::GetRxRings,
+            EthtoolCmd::GetRxfhIndir,
+            EthtoolCmd::SetRxfhIndir,
+            EthtoolCmd::GetRssh,
+            EthtoolCmd::SetRssh,
+        ]
+        .into_iter()
+        .find(|&c| c as u32 == cmd)
+    }
+
+    /// How many bytes of `data` the kernel may read or write for this
+    /// command, from the sizes `data` itself declares (include/uapi/linux/
+    /// ethtool.h; net/ethtool/ioctl.c): `struct ethtool_rxnfc` is 192 bytes;
+    /// `ethtool_rxfh_indir` is 8 + 4 per entry; `ethtool_rxfh` is 24, then
+    /// the table, then the key. `None` when `data` is too short to say, or
+    /// for an `ETHTOOL_SRSSH` that sends a key without a table (kernels
+    /// before 6.11 read the key after a table-sized gap even then).
+    fn extent(self, data: &[u8]) -> Option<usize> {
+        let word = |at: usize| -> Option<u32> {
+            Some(u32::from_ne_bytes(data.get(at..at + 4)?.try_into().ok()?))
+        };
+        match self {
+            EthtoolCmd::GetRxRings => Some(192),
+            EthtoolCmd::GetRxfhIndir | EthtoolCmd::SetRxfhIndir => {
+                (word(4)? as usize).checked_mul(4)?.checked_add(8)
+            }
+            EthtoolCmd::GetRssh | EthtoolCmd::SetRssh => {
+                let (indir, key) = (word(8)?, word(12)? as usize);
+                let indir = match indir {
+                    ETH_RXFH_INDIR_NO_CHANGE | 0 if self == EthtoolCmd::SetRssh => {
+                        if key != 0 {
+                            return None;
+                        }
+                        0
+                    }
+                    n => n as usize,
+                };
+                indir.checked_mul(4)?.checked_add(24)?.checked_add(key)
+            }
+        }
+    }
+}
+
+/// One `SIOCETHTOOL` request on interface `ifname` (an `AF_INET` datagram
+/// socket carries it, as for the ethtool command): `data` is the command's
+/// struct as include/uapi/linux/ethtool.h lays it out, its first `u32` one
+/// of [`EthtoolCmd`]; the kernel reads it and writes its answer into it.
+///
+/// # Errors
+/// `EINVAL` (before any system call) when `ifname` is empty, has a NUL or
+/// does not fit `IFNAMSIZ`, the command is not an [`EthtoolCmd`], or `data`
+/// is shorter than the sizes it declares; otherwise the kernel's error
+/// (`EOPNOTSUPP`: the driver lacks the operation; `EPERM`: setting needs
+/// CAP_NET_ADMIN; `ENODEV`: no such interface).
+pub fn ethtool_ioctl(ifname: &str, data: &mut [u8]) -> std::io::Result<()> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let invalid =
+        |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, what.to_string());
+    let name = ifname.as_bytes();
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains(&0) {
+        return Err(invalid("interface name does not fit IFNAMSIZ"));
+    }
+    let cmd = data
+        .get(..4)
+        .and_then(|b| b.try_into().ok())
+        .map(u32::from_ne_bytes)
+        .and_then(EthtoolCmd::from_u32)
+        .ok_or_else(|| invalid("not an RSS ethtool command"))?;
+    match cmd.extent(data) {
+        Some(n) if n <= data.len() => {}
+        _ => return Err(invalid("ethtool buffer shorter than the sizes it declares")),
+    }
+    // SAFETY: socket(2) takes no pointers; the result is checked below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a descriptor socket(2) just returned, owned by no one
+    // else; OwnedFd closes it once.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: `ifreq` is plain old data (integers, arrays, a union of
+    // those and pointers); all zeroes is a valid value.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, &src) in ifr.ifr_name.iter_mut().zip(name) {
+        *dst = src as libc::c_char;
+    }
+    ifr.ifr_ifru.ifru_data = data.as_mut_ptr().cast();
+    // SAFETY: `ifr` is a live ifreq whose NUL-terminated name fits
+    // IFNAMSIZ and whose data pointer is `data`, alive and exclusively
+    // borrowed for the call; the kernel touches at most `extent(data)`
+    // bytes of it (checked above against `data.len()`) for these commands.
+    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), SIOCETHTOOL as _, &mut ifr) };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod ethtool_tests {
+    use super::*;
+
+    fn refused(ifname: &str, data: &mut [u8]) -> bool {
+        matches!(ethtool_ioctl(ifname, data), Err(e) if e.kind() == std::io::ErrorKind::InvalidInput)
+    }
+
+    #[test]
+    fn buffers_shorter_than_they_declare_never_reach_the_kernel() {
+        let cmd = |c: EthtoolCmd| (c as u32).to_ne_bytes();
+        // ethtool_rxnfc is 192 bytes.
+        let mut b = vec![0u8; 191];
+        b[..4].copy_from_slice(&cmd(EthtoolCmd::GetRxRings));
+        assert!(refused("lo", &mut b));
+        // ethtool_rxfh_indir declaring 4 entries in room for 3.
+        let mut b = vec![0u8; 8 + 12];
+        b[..4].copy_from_slice(&cmd(EthtoolCmd::GetRxfhIndir));
+        b[4..8].copy_from_slice(&4u32.to_ne_bytes());
+        assert!(refused("lo", &mut b));
+        // ethtool_rxfh: 2 entries and a 4-byte key need 36 bytes.
+        let mut b = vec![0u8; 35];
+        b[..4].copy_from_slice(&cmd(EthtoolCmd::GetRssh));
+        b[8..12].copy_from_slice(&2u32.to_ne_bytes());
+        b[12..16].copy_from_slice(&4u32.to_ne_bytes());
+        assert!(refused("lo", &mut b));
+        // A key without a table: read at different offsets by old and new kernels.
+        let mut b = vec![0u8; 64];
+        b[..4].copy_from_slice(&cmd(EthtoolCmd::SetRssh));
+        b[8..12].copy_from_slice(&ETH_RXFH_INDIR_NO_CHANGE.to_ne_bytes());
+        b[12..16].copy_from_slice(&4u32.to_ne_bytes());
+        assert!(refused("lo", &mut b));
+        // Sizes that overflow, unknown commands, bad names.
+        let mut b = vec![0u8; 64];
+        b[..4].copy_from_slice(&cmd(EthtoolCmd::GetRssh));
+        b[8..12].copy_from_slice(&u32::MAX.to_ne_bytes());
+        assert!(refused("lo", &mut b));
+        let mut b = vec![0u8; 256];
+        b[..4].copy_from_slice(&1u32.to_ne_bytes()); // ETHTOOL_GSET
+        assert!(refused("lo", &mut b));
+        let mut b = vec![0u8; 192];
+        b[..4].copy_from_slice(&cmd(EthtoolCmd::GetRxRings));
+        assert!(refused("", &mut b));
+        assert!(refused("a-name-longer-than-ifnamsiz", &mut b));
+        assert!(refused("l\0o", &mut b));
+        assert!(refused("lo", &mut []));
+    }
+
+    #[test]
+    fn a_fitting_request_reaches_the_kernel() {
+        // Loopback has no RSS: the kernel's answer, not the guard's.
+        let mut b = vec![0u8; 192];
+        b[..4].copy_from_slice(&(EthtoolCmd::GetRxRings as u32).to_ne_bytes());
+        let e = ethtool_ioctl("lo", &mut b).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP), "{e}");
+        assert_eq!(EthtoolCmd::from_u32(0x47), Some(EthtoolCmd::SetRssh));
+        assert_eq!(EthtoolCmd::from_u32(0x48), None);
+    }
+}

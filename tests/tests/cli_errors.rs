@@ -460,3 +460,70 @@ fn files_named_by_flags_are_named_with_the_flag() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!err.contains("Errno") && !err.contains("Some("), "{err}");
 }
+
+/// A network namespace with a veth pair (`va`/`vb`), removed on drop: a
+/// NIC without RSS (veth has no get_rxfh/set_rxfh).
+struct VethNs(String);
+
+impl VethNs {
+    fn new() -> VethNs {
+        let ns = flowlane_tests::unique_name("nic");
+        let ok = |args: &[&str]| {
+            let o = Command::new("ip").args(args).output().expect("running ip");
+            assert!(o.status.success(), "ip {args:?}: {}", text(&o));
+        };
+        ok(&["netns", "add", &ns]);
+        let guard = VethNs(ns);
+        ok(&[
+            "-n", &guard.0, "link", "add", "va", "type", "veth", "peer", "name", "vb",
+        ]);
+        guard
+    }
+}
+
+impl Drop for VethNs {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+#[test]
+fn nic_rss_on_a_nic_without_rss_is_one_line() {
+    usage_error(
+        &["nic", "set-rss", "--iface", "va", "--entry", "3"],
+        &["--entry", "BUCKET=QUEUE"],
+    );
+    let o = flowlane(&[
+        "nic", "set-rss", "--iface", "va", "--equal", "2", "--table", "0,1",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let o = flowlane(&["nic", "set-rss", "--iface", "va"]);
+    assert_eq!(o.status.code(), Some(2), "nothing to change: {}", text(&o));
+    if !require_root("nic_rss_on_a_nic_without_rss_is_one_line") {
+        return;
+    }
+    let ns = VethNs::new();
+    let bin = flowlane_bin();
+    let bin = bin.to_str().unwrap();
+    let o = in_ns(&ns.0, &[bin, "nic", "rss", "--iface", "va"]);
+    one_line_error(&o, "va does not support RSS (driver has no get_rxfh)");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let key = vec!["6d"; 40].join(":");
+    for change in [
+        &["--equal", "2"][..],
+        &["--table", "0,1,0,1"],
+        &["--entry", "3=1"],
+        &["--key", &key],
+    ] {
+        let mut args = vec![bin, "nic", "set-rss", "--iface", "va"];
+        args.extend_from_slice(change);
+        let o = in_ns(&ns.0, &args);
+        one_line_error(
+            &o,
+            "va does not support changing RSS (driver has no set_rxfh)",
+        );
+        assert_eq!(o.status.code(), Some(1), "{change:?}: {}", text(&o));
+    }
+    let o = in_ns(&ns.0, &[bin, "nic", "rss", "--iface", "nosuch0"]);
+    one_line_error(&o, "no interface nosuch0");
+}

@@ -1,75 +1,164 @@
-//! RSS of a real NIC through the `ethtool` command (`-x` to read, `-X` to
-//! write). Partial: key and table only; hash fields and contexts later.
+//! RSS of a real NIC, key and table, through the kernel's ethtool
+//! interfaces without the ethtool command: the ethtool netlink family where
+//! it has the command (`RSS_GET` 6.2+, `RSS_SET` 6.17+), the ioctls
+//! otherwise or when the family does not know a command or attribute
+//! (`error::first_choice`, `error::falls_back`). Context 0 only; hash
+//! fields and other contexts later.
 
-use anyhow::{anyhow, Context, Result};
+use std::sync::OnceLock;
 
 use flowlane_numa_sched::nic::{RssCaps, RssNic, RssSettings};
-use flowlane_testbed::netns::run;
 
-/// A NIC driven through ethtool.
-#[derive(Debug, Clone)]
+use super::error::{falls_back, first_choice, Cause, Mechanism, NicError, Op};
+use super::genl_rss::{RssMessage, FAMILY_NAME, MSG_RSS_GET, MSG_RSS_SET};
+use super::ioctl;
+use super::netlink::Genl;
+
+/// A NIC driven through the kernel's ethtool interfaces.
+#[derive(Debug)]
 pub(crate) struct EthtoolNic {
     ifname: String,
+    /// The ethtool family, resolved on first use; `None`: no netlink.
+    genl: OnceLock<Option<Genl>>,
 }
 
 impl EthtoolNic {
-    /// The NIC named `ifname` in the current namespace.
+    /// The NIC named `ifname` in the current network namespace.
     pub(crate) fn new(ifname: &str) -> EthtoolNic {
         EthtoolNic {
             ifname: ifname.to_string(),
+            genl: OnceLock::new(),
         }
     }
-}
 
-/// Parses `ethtool -x` output.
-pub(crate) fn parse_ethtool_x(text: &str) -> Result<RssSettings> {
-    let mut table = Vec::new();
-    let mut key = Vec::new();
-    let mut in_key = false;
-    for line in text.lines() {
-        let l = line.trim();
-        if l.starts_with("RSS hash key") {
-            in_key = true;
-            continue;
-        }
-        if in_key {
-            if l.is_empty() || l.starts_with("RSS hash function") {
-                in_key = false;
-                continue;
-            }
-            for b in l.split(':') {
-                key.push(
-                    u8::from_str_radix(b.trim(), 16)
-                        .map_err(|_| anyhow!("bad key byte {b:?} in ethtool output"))?,
-                );
-            }
-            continue;
-        }
-        // "    0:      0     1     2     3     0     1     2     3"
-        if let Some((idx, rest)) = l.split_once(':') {
-            if idx.trim().parse::<usize>().is_ok() {
-                for q in rest.split_whitespace() {
-                    table.push(
-                        q.parse()
-                            .map_err(|_| anyhow!("bad queue {q:?} in ethtool output"))?,
-                    );
+    fn genl(&self) -> Option<&Genl> {
+        self.genl
+            .get_or_init(|| match Genl::open(FAMILY_NAME) {
+                Ok(g) => g,
+                Err(e) => {
+                    tracing::debug!("no ethtool netlink ({e:?}); using the ioctls");
+                    None
                 }
+            })
+            .as_ref()
+    }
+
+    fn err(&self, op: Op, cause: Cause) -> NicError {
+        NicError::new(op, &self.ifname, cause)
+    }
+
+    /// The key and table in force, and which mechanism answered.
+    ///
+    /// # Errors
+    /// In the user's terms ([`NicError`]).
+    pub(crate) fn read(&self) -> Result<(RssSettings, Mechanism), NicError> {
+        let genl = self.genl();
+        let mut netlink_said = None;
+        if let (Some(g), Mechanism::Netlink) =
+            (genl, first_choice(genl.map(Genl::ops), MSG_RSS_GET))
+        {
+            match g.request(RssMessage::get(&self.ifname), false) {
+                Ok(Some(reply)) => {
+                    let (table, key) = reply
+                        .into_table_and_key()
+                        .map_err(|e| self.err(Op::Read, Cause::Malformed(e.to_string())))?;
+                    return Ok((RssSettings { key, table }, Mechanism::Netlink));
+                }
+                Ok(None) => {
+                    return Err(self.err(Op::Read, Cause::Malformed("no RSS_GET reply".into())))
+                }
+                Err(Cause::Os { errno, detail }) if falls_back(errno) => netlink_said = detail,
+                Err(e) => return Err(self.err(Op::Read, e)),
             }
         }
+        let (table, key, _) = ioctl::get_rss(&self.ifname)
+            .map_err(|e| self.err(Op::Read, with_detail(e, netlink_said)))?;
+        Ok((RssSettings { key, table }, Mechanism::Ioctl))
     }
-    if table.is_empty() {
-        return Err(anyhow!(
-            "ethtool printed no indirection table (does the device support RSS?)"
-        ));
+
+    /// The key and table in force, read before a write: a NIC whose RSS
+    /// cannot be read cannot be changed either, and is named so.
+    ///
+    /// # Errors
+    /// As [`read`](Self::read), `NoRss` said as `CannotSet`.
+    pub(crate) fn read_for_write(&self) -> Result<RssSettings, NicError> {
+        match self.read() {
+            Ok((s, _)) => Ok(s),
+            Err(NicError::NoRss { iface }) => Err(NicError::CannotSet { iface }),
+            Err(e) => Err(e),
+        }
     }
-    Ok(RssSettings { key, table })
+
+    /// Writes `key` and/or `table` (validated against [`RssNic::caps`]
+    /// first) and says which mechanism took them.
+    ///
+    /// # Errors
+    /// A setting that does not fit, or the kernel's refusal, in the user's
+    /// terms.
+    pub(crate) fn write(
+        &self,
+        key: Option<&[u8]>,
+        table: Option<&[u32]>,
+    ) -> anyhow::Result<Mechanism> {
+        let current = self.read_for_write()?;
+        self.caps_of(&current)?.validate(key, table)?;
+        if key.is_none() && table.is_none() {
+            anyhow::bail!(
+                "nothing to write to {}: give a key and/or a table",
+                self.ifname
+            );
+        }
+        let genl = self.genl();
+        let mut netlink_said = None;
+        if let (Some(g), Mechanism::Netlink) =
+            (genl, first_choice(genl.map(Genl::ops), MSG_RSS_SET))
+        {
+            match g.request(RssMessage::set(&self.ifname, table, key), true) {
+                Ok(_) => return Ok(Mechanism::Netlink),
+                Err(Cause::Os { errno, detail }) if falls_back(errno) => netlink_said = detail,
+                Err(e) => return Err(self.err(Op::Write, e).into()),
+            }
+        }
+        // The ioctl always carries the whole table (see
+        // `ioctl_layout::rssh_set_request`): the new one or the current one.
+        let (now_table, _, header) =
+            ioctl::get_rss(&self.ifname).map_err(|e| self.err(Op::Read, e))?;
+        ioctl::set_rss(
+            &self.ifname,
+            table.unwrap_or(&now_table),
+            key,
+            header.input_xfrm,
+        )
+        .map_err(|e| self.err(Op::Write, with_detail(e, netlink_said)))?;
+        Ok(Mechanism::Ioctl)
+    }
+
+    /// The capabilities of this NIC with `s` in force: its ring count
+    /// (`ETHTOOL_GRXRINGS`), key and table sizes.
+    pub(crate) fn caps_of(&self, s: &RssSettings) -> Result<RssCaps, NicError> {
+        if s.table.is_empty() {
+            return Err(NicError::NoRss {
+                iface: self.ifname.clone(),
+            });
+        }
+        let queues = ioctl::ring_count(&self.ifname).map_err(|e| self.err(Op::Read, e))?;
+        Ok(RssCaps {
+            queues: queues.max(1),
+            key_len: s.key.len(),
+            table_size: s.table.len(),
+        })
+    }
 }
 
-fn hex_key(key: &[u8]) -> String {
-    key.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
+/// The ioctl's failure, with netlink's words where the ioctl has none.
+fn with_detail(cause: Cause, netlink_said: Option<String>) -> Cause {
+    match cause {
+        Cause::Os { errno, detail } => Cause::Os {
+            errno,
+            detail: detail.or(netlink_said),
+        },
+        c => c,
+    }
 }
 
 impl RssNic for EthtoolNic {
@@ -79,91 +168,43 @@ impl RssNic for EthtoolNic {
         &self.ifname
     }
 
-    fn caps(&self) -> Result<RssCaps> {
-        let s = self.rss()?;
-        let channels = run("ethtool", &["-l", &self.ifname])?;
-        // The "Current hardware settings" block comes second.
-        let current = channels
-            .split("Current hardware settings")
-            .nth(1)
-            .unwrap_or(&channels);
-        let mut queues = 0;
-        for line in current.lines() {
-            if let Some((k, v)) = line.split_once(':') {
-                if matches!(k.trim(), "RX" | "Combined") {
-                    queues += v.trim().parse::<u32>().unwrap_or(0);
-                }
-            }
-        }
-        Ok(RssCaps {
-            queues: queues.max(1),
-            key_len: s.key.len(),
-            table_size: s.table.len(),
-        })
+    fn caps(&self) -> anyhow::Result<RssCaps> {
+        let (s, _) = self.read()?;
+        Ok(self.caps_of(&s)?)
     }
 
-    fn rss(&self) -> Result<RssSettings> {
-        let out = run("ethtool", &["-x", &self.ifname])
-            .with_context(|| format!("reading RSS of {}", self.ifname))?;
-        parse_ethtool_x(&out)
+    fn rss(&self) -> anyhow::Result<RssSettings> {
+        Ok(self.read()?.0)
     }
 
-    fn set_rss(&self, key: Option<&[u8]>, table: Option<&[u32]>) -> Result<()> {
-        self.caps()?.validate(key, table)?;
-        let mut args = vec!["-X".to_string(), self.ifname.clone()];
-        if let Some(k) = key {
-            args.extend(["hkey".to_string(), hex_key(k)]);
-        }
-        if let Some(t) = table {
-            // `weight` gives per-queue counts, not a table: write it through
-            // the equivalent explicit weights only when the table is a pure
-            // round-robin; otherwise ethtool has no CLI for arbitrary tables.
-            let queues = t.iter().max().map(|m| m + 1).unwrap_or(1);
-            let round_robin = t.iter().enumerate().all(|(i, &q)| q == i as u32 % queues);
-            if !round_robin {
-                anyhow::bail!(
-                    "the ethtool CLI cannot write an arbitrary indirection table; only `equal N` layouts are supported here"
-                );
-            }
-            args.extend(["equal".to_string(), queues.to_string()]);
-        }
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        run("ethtool", &refs).map(|_| ())
+    fn set_rss(&self, key: Option<&[u8]>, table: Option<&[u32]>) -> anyhow::Result<()> {
+        self.write(key, table).map(|_| ())
     }
 }
 
-/// The RSS settings of `iface` as ethtool reports them, if it can (for the
-/// TCP services' active opens, which pick ports by the NIC's RSS).
+/// The RSS settings of `iface`, if they can be read (for the TCP services'
+/// active opens, which pick ports by the NIC's RSS).
 pub(crate) fn read_rss(iface: &str) -> Option<RssSettings> {
-    EthtoolNic::new(iface).rss().ok()
+    EthtoolNic::new(iface).read().ok().map(|(s, _)| s)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const SAMPLE: &str = "RX flow hash indirection table for eth0 with 4 RX ring(s):
-    0:      0     1     2     3     0     1     2     3
-    8:      0     1     2     3     0     1     2     3
-RSS hash key:
-6d:5a:56:da:25:5b:0e:c2:41:67:25:3d:43:a3:8f:b0:d0:ca:2b:cb:ae:7b:30:b4:77:cb:2d:a3:80:30:f2:0c:6a:42:b7:3b:be:ac:01:fa
-RSS hash function:
-    toeplitz: on
-    xor: off
-";
+    use nix::errno::Errno;
 
     #[test]
-    fn parses_ethtool_x() {
-        let s = parse_ethtool_x(SAMPLE).unwrap();
-        assert_eq!(s.table.len(), 16);
-        assert_eq!(&s.table[..5], &[0, 1, 2, 3, 0]);
-        assert_eq!(s.key.len(), 40);
-        assert_eq!(&s.key[..3], &[0x6d, 0x5a, 0x56]);
-        assert_eq!(hex_key(&s.key[..3]), "6d:5a:56");
-    }
-
-    #[test]
-    fn rejects_output_without_a_table() {
-        assert!(parse_ethtool_x("Cannot get RX ring count: Operation not supported").is_err());
+    fn the_ioctls_words_first_then_netlinks() {
+        let os = |detail: Option<&str>| Cause::Os {
+            errno: Errno::EINVAL,
+            detail: detail.map(str::to_string),
+        };
+        assert_eq!(
+            with_detail(os(None), Some("entry out of range".into())),
+            os(Some("entry out of range"))
+        );
+        assert_eq!(with_detail(os(Some("a")), Some("b".into())), os(Some("a")));
+        let m = Cause::Malformed("x".into());
+        assert_eq!(with_detail(m.clone(), Some("b".into())), m);
     }
 }
