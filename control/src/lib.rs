@@ -114,7 +114,13 @@ pub fn run(cli: Cli) -> Result<()> {
         Cmd::Testbed { cmd } => cmd_testbed::run(cmd),
         Cmd::Nic { cmd } => cmd_nic::run(cmd),
         Cmd::UdpEcho(args) => udp_echo::run(args),
-        Cmd::Tcp(cmd) => tcp::run(cmd, nic::ethtool::read_rss),
+        Cmd::Tcp(cmd) => tcp::run(
+            cmd,
+            tcp::NicAccess {
+                read: nic::ethtool::read_rss,
+                writer: nic::ethtool::writer,
+            },
+        ),
         Cmd::Demo(args) => demo::run(args),
         Cmd::Bench {
             cmd: BenchCmd::Rx(args),

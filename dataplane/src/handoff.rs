@@ -252,6 +252,9 @@ pub(crate) struct MoverStats {
     pub(crate) buckets_out: u64,
     pub(crate) buckets_in: u64,
     pub(crate) frames_forwarded: u64,
+    /// Of those, frames that reached this worker after it had sent the
+    /// bucket's drain marker (the new worker gets them out of order).
+    pub(crate) frames_forwarded_late: u64,
     pub(crate) frames_forwarded_in: u64,
     pub(crate) frames_held: u64,
     pub(crate) hold_timeouts: u64,
@@ -374,8 +377,9 @@ impl Mover {
             self.stats.forward_dropped += 1;
             return;
         }
-        if let Some(o) = self.outgoing.iter_mut().find(|o| o.bucket == bucket) {
-            o.forwarded += 1;
+        match self.outgoing.iter_mut().find(|o| o.bucket == bucket) {
+            Some(o) => o.forwarded += 1,
+            None => self.stats.frames_forwarded_late += 1,
         }
         self.stats.frames_forwarded += 1;
         self.queue_message(

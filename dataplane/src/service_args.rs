@@ -34,6 +34,10 @@ pub struct DataPathArgs {
     /// (`--bed` sets it).
     #[arg(long, value_delimiter = ',')]
     pub rss_table: Option<Vec<u32>>,
+    /// The test bed's emulated-NIC table map id (`--bed` sets it): what
+    /// `--rebalance` writes to move a bucket.
+    #[arg(long, value_name = "ID", hide = true)]
+    pub rss_table_map: Option<u32>,
     /// Static neighbour `IP=MAC` (repeatable; `--bed` sets the peer's); the
     /// kernel's table and received frames add more.
     #[arg(long)]

@@ -281,6 +281,9 @@ counters! {
         buckets_in,
         /// Frames of buckets that left this queue, forwarded to their new queue.
         frames_forwarded,
+        /// Of those, frames that reached this queue after it had told the new
+        /// queue that it was drained (they arrive there out of order).
+        frames_forwarded_late,
         /// Frames forwarded here by other queues.
         frames_forwarded_in,
         /// Frames of buckets being taken over, held until the old queue drained.
@@ -340,6 +343,7 @@ impl TcpCounters {
         set(&self.buckets_out, s.buckets_out);
         set(&self.buckets_in, s.buckets_in);
         set(&self.frames_forwarded, s.frames_forwarded);
+        set(&self.frames_forwarded_late, s.frames_forwarded_late);
         set(&self.frames_forwarded_in, s.frames_forwarded_in);
         set(&self.frames_held, s.frames_held);
         set(&self.hold_timeouts, s.hold_timeouts);

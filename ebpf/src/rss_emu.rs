@@ -185,11 +185,49 @@ impl RssEmuMaps {
         })
     }
 
+    /// The kernel's id of the indirection-table map: a process inside the
+    /// bed's namespace, where the pins are not visible, opens it by id
+    /// ([`RssTableMap::open_by_id`]).
+    pub fn table_map_id(&self) -> Result<u32> {
+        self.table
+            .info()
+            .map(|i| i.info.id)
+            .map_err(Error::bpf("reading the indirection table map's id"))
+    }
+
     /// Packets steered to each of the first `queues` queues so far.
     pub fn queue_packets(&self, queues: u32) -> Result<Vec<u64>> {
         (0..queues.min(MAX_QUEUES))
             .map(|q| crate::sum_percpu_u64(&self.packets, q))
             .collect()
+    }
+}
+
+/// The emulated NIC's indirection table opened by map id (from inside the
+/// bed's namespace): what a service moving RSS buckets writes.
+#[derive(Debug)]
+pub struct RssTableMap(MapHandle);
+
+impl RssTableMap {
+    /// Opens the table map whose id [`RssEmuMaps::table_map_id`] gave.
+    pub fn open_by_id(id: u32) -> Result<RssTableMap> {
+        let map = MapHandle::from_map_id(id).map_err(Error::bpf(format!(
+            "opening the emulated NIC's table (map id {id}; is the test bed still up?)"
+        )))?;
+        Ok(RssTableMap(map))
+    }
+
+    /// Points entry `bucket` at `queue`: the next packet of the bucket goes
+    /// there.
+    pub fn set(&self, bucket: u32, queue: u32) -> Result<()> {
+        if bucket >= MAX_TABLE || queue >= MAX_QUEUES {
+            return Err(Error::Invalid(format!(
+                "entry {bucket} -> queue {queue} is out of the emulator's range"
+            )));
+        }
+        self.0
+            .update(&bucket.to_ne_bytes(), &queue.to_ne_bytes(), MapFlags::ANY)
+            .map_err(Error::bpf("writing an indirection table entry"))
     }
 }
 

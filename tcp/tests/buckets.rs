@@ -180,7 +180,7 @@ fn segments_of_an_away_bucket_are_handed_back_unanswered() {
     for _ in 0..3 {
         pass(&mut client, &mut s1, now, A_IP, B_IP);
         pass(&mut s1, &mut client, now, B_IP, A_IP);
-        now = now + Duration::from_millis(1);
+        now += Duration::from_millis(1);
     }
     events(&mut s1);
     assert_eq!(s1.bucket_stats(1).connections, 1);

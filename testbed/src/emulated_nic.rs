@@ -6,6 +6,8 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+/// The emulated NIC's table opened by map id, from inside the bed.
+pub use flowlane_ebpf::rss_emu::RssTableMap;
 use flowlane_ebpf::rss_emu::{RssEmuConfig, RssEmuMaps};
 use flowlane_numa_sched::nic::{RssCaps, RssNic, RssSettings};
 
@@ -32,6 +34,12 @@ impl EmulatedNic {
 
     fn maps(&self) -> Result<RssEmuMaps> {
         RssEmuMaps::open(&self.pin_dir).context("opening the emulated NIC's maps")
+    }
+
+    /// The kernel's id of the indirection-table map, which a process inside
+    /// the bed's namespace opens (`flowlane_ebpf::rss_emu::RssTableMap`).
+    pub fn table_map_id(&self) -> Result<u32> {
+        Ok(self.maps()?.table_map_id()?)
     }
 
     /// Packets the emulated NIC steered to each queue.

@@ -16,7 +16,8 @@ use crate::state::{load_hinted, BedState};
 
 /// The flags that carry a bed's RSS (read from its emulated NIC, root
 /// namespace only) and peer MAC into its namespace: `--rss-key=HEX`,
-/// `--rss-table=q,q,...`, `--neighbor=IP=MAC`.
+/// `--rss-table=q,q,...`, `--neighbor=IP=MAC`, and the id of the emulated
+/// NIC's table map (`--rss-table-map=ID`, for services that move buckets).
 pub fn bed_flags(bed: &BedState) -> Result<Vec<String>> {
     let rss = bed.nic().rss().map_err(|e| {
         anyhow!(
@@ -35,6 +36,7 @@ pub fn bed_flags(bed: &BedState) -> Result<Vec<String>> {
                 .join(",")
         ),
         format!("--neighbor={}={}", bed.peer_v4, bed.peer_mac),
+        format!("--rss-table-map={}", bed.nic().table_map_id()?),
     ])
 }
 

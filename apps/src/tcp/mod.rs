@@ -17,10 +17,12 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use flowlane_dataplane::service_args::{listen_port, DataPathArgs};
+use flowlane_dataplane::auto_rebalance::AutoRebalance;
+use flowlane_dataplane::service_args::{listen_port, DataPathArgs, RebalanceArgs};
 use flowlane_dataplane::tcp_service::{self, rss_state};
 use flowlane_dataplane::{
-    worker_cpu_ns, BucketSnapshot, TcpCountersSnapshot, TcpHandler, TcpService, TcpServiceConfig,
+    worker_cpu_ns, BucketSnapshot, MoveReport, NicWriter, TcpCountersSnapshot, TcpHandler,
+    TcpService, TcpServiceConfig,
 };
 use flowlane_numa_sched::nic::RssSettings;
 use flowlane_numa_sched::RssState;
@@ -61,6 +63,9 @@ pub struct Common {
     /// The data path's flags (bed, queues, RSS, neighbours, busy polling).
     #[command(flatten)]
     pub data_path: DataPathArgs,
+    /// `--rebalance auto|off`: moving buckets between queues.
+    #[command(flatten)]
+    pub rebalance: RebalanceArgs,
     /// Write a JSON report here (once up, on SIGUSR1 and on exit).
     #[arg(long)]
     pub report: Option<PathBuf>,
@@ -135,11 +140,21 @@ pub struct SourceArgs {
 
 /// Reads a NIC's RSS (key and table) by interface name, where the caller
 /// knows how (the `flowlane` binary: ethtool).
-pub type NicRssReader = fn(&str) -> Option<RssSettings>;
+/// How the TCP examples reach a real NIC's RSS (`flowlane-control`'s ethtool
+/// module): reading it when no flags give it, and the writer `--rebalance`
+/// moves buckets through.
+#[derive(Debug, Clone, Copy)]
+pub struct NicAccess {
+    /// The NIC's key and table, if it can be read.
+    pub read: fn(&str) -> Option<RssSettings>,
+    /// The NIC's table writer.
+    pub writer: fn(&str) -> NicWriter,
+}
 
-/// Runs one of the TCP examples. `read_nic_rss` tells active opens the
-/// NIC's RSS when no `--rss-key/--rss-table` (or `--bed`) is given.
-pub fn run(cmd: TcpCmd, read_nic_rss: NicRssReader) -> Result<()> {
+/// Runs one of the TCP examples. `nic` reads the NIC's RSS when no
+/// `--rss-key/--rss-table` (or `--bed`) is given, and writes it when
+/// buckets move.
+pub fn run(cmd: TcpCmd, nic: NicAccess) -> Result<()> {
     let (what, common, listen) = match &cmd {
         TcpCmd::EchoServer(a) => ("flowlane echo-server", &a.common, Some(a.port)),
         TcpCmd::HttpServer(a) => ("flowlane http-server", &a.common, Some(a.port)),
@@ -153,7 +168,7 @@ pub fn run(cmd: TcpCmd, read_nic_rss: NicRssReader) -> Result<()> {
             serve(
                 "echo-server",
                 &a.common,
-                read_nic_rss,
+                nic,
                 &[port],
                 None,
                 0,
@@ -169,7 +184,7 @@ pub fn run(cmd: TcpCmd, read_nic_rss: NicRssReader) -> Result<()> {
             serve(
                 "http-server",
                 &a.common,
-                read_nic_rss,
+                nic,
                 &[port],
                 None,
                 0,
@@ -184,7 +199,7 @@ pub fn run(cmd: TcpCmd, read_nic_rss: NicRssReader) -> Result<()> {
             serve(
                 "bulk-sink",
                 &a.common,
-                read_nic_rss,
+                nic,
                 &[port],
                 None,
                 a.count,
@@ -205,7 +220,7 @@ pub fn run(cmd: TcpCmd, read_nic_rss: NicRssReader) -> Result<()> {
             serve(
                 "bulk-source",
                 &a.common,
-                read_nic_rss,
+                nic,
                 &[],
                 Some(*remote.ip()),
                 total,
@@ -233,11 +248,8 @@ pub fn run(cmd: TcpCmd, read_nic_rss: NicRssReader) -> Result<()> {
 
 /// The NIC's RSS as an `RssState` for `queues` queues (flags, else
 /// ethtool).
-fn rss(c: &Common, queues: u32, read_nic_rss: NicRssReader) -> Result<Option<RssState>> {
-    let settings = c
-        .data_path
-        .rss_settings()?
-        .or_else(|| read_nic_rss(&c.iface));
+fn rss(c: &Common, queues: u32, nic: NicAccess) -> Result<Option<RssState>> {
+    let settings = c.data_path.rss_settings()?.or_else(|| (nic.read)(&c.iface));
     Ok(settings
         .map(|s| rss_state(&s.key, &s.table, queues))
         .transpose()?)
@@ -270,7 +282,7 @@ fn counters_json(
 fn serve<F>(
     name: &'static str,
     c: &Common,
-    read_nic_rss: NicRssReader,
+    nic: NicAccess,
     ports: &[u16],
     connect_to: Option<Ipv4Addr>,
     expect: usize,
@@ -294,7 +306,7 @@ where
     // connections per RSS bucket with it. A passive service on a NIC whose
     // RSS flowlane cannot model (read from the NIC, not given by flags)
     // serves without buckets rather than not at all.
-    config.rss = match rss(c, queues, read_nic_rss) {
+    config.rss = match rss(c, queues, nic) {
         Ok(r) => r,
         Err(e) if !config.active && matches!(c.data_path.rss_settings(), Ok(None)) => {
             tracing::warn!(
@@ -306,6 +318,10 @@ where
         Err(e) => return Err(e),
     };
     config.neighbors = tcp_service::neighbors(&c.data_path.neighbor, &c.iface, connect_to)?;
+    config.nic = Some(match c.data_path.rss_table_map {
+        Some(id) => bed_entry::bed_nic_writer(id)?,
+        None => (nic.writer)(&c.iface),
+    });
 
     let (done_tx, done_rx) = mpsc::channel::<Value>();
     let done_tx = Mutex::new(done_tx);
@@ -325,6 +341,20 @@ where
         write_report(p, &summary)?;
     }
     r
+}
+
+/// One JSON line on stderr per bucket move (or failed move).
+fn log_move(m: flowlane_dataplane::Result<MoveReport>) {
+    match m {
+        Ok(r) => {
+            let mut v = json!({"event": "move"});
+            if let (Value::Object(o), Ok(Value::Object(r))) = (&mut v, serde_json::to_value(&r)) {
+                o.extend(r);
+            }
+            eprintln!("{v}");
+        }
+        Err(e) => eprintln!("{}", json!({"event": "move", "error": e.to_string()})),
+    }
 }
 
 fn wait(
@@ -357,8 +387,17 @@ fn wait(
     let mut results = 0;
     let mut failed = false;
     let mut watchdog = Watchdog::new(name);
+    let mut rebalance = match c.rebalance.mode() {
+        Some(mode) => Some(AutoRebalance::new(service, mode).context("--rebalance")?),
+        None => None,
+    };
     while !signals.stop_requested() {
         watchdog.check(service.dataplane())?;
+        if let Some(r) = rebalance.as_mut() {
+            for m in r.poll(service) {
+                log_move(m);
+            }
+        }
         match done.recv_timeout(Duration::from_millis(20)) {
             Ok(v) => {
                 outln!("{v}");

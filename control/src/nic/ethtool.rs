@@ -188,6 +188,11 @@ pub(crate) fn read_rss(iface: &str) -> Option<RssSettings> {
     EthtoolNic::new(iface).read().ok().map(|(s, _)| s)
 }
 
+/// `iface`'s table as the writer a TCP service moves buckets through.
+pub(crate) fn writer(iface: &str) -> flowlane_dataplane::NicWriter {
+    flowlane_dataplane::NicWriter(std::sync::Arc::new(EthtoolNic::new(iface)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -62,6 +62,11 @@ pub(crate) fn start(bed: &Bed, args: &[&str], limit_s: u64) -> App {
 }
 
 impl App {
+    /// Where its stderr goes (move lines, warnings).
+    pub(crate) fn stderr_path(&self) -> PathBuf {
+        self.stderr.clone()
+    }
+
     fn stderr_text(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }

@@ -1,0 +1,209 @@
+//! Live rebalancing on the test bed (issue 13): RSS buckets move between
+//! flowlane's queues with their connections while kernel senders in the
+//! peer namespace stream into `bulk-sink`; every byte of every connection
+//! checked by sha256, no reset, and the senders' own counters say whether
+//! they saw reordering.
+
+mod tcp_common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use flowlane_tests::{flowlane, in_ns, require_root, text, Bed};
+use serde_json::Value;
+use tcp_common::*;
+
+/// Kernel senders (python3, peer namespace): `argv[2]` connections to
+/// `argv[1]` (host:port) at once, each sending `argv[3]` bytes of its own
+/// random data, half-closing and waiting for the server's close; prints
+/// `local_port sha256` per connection.
+const KERNEL_PARALLEL: &str = r#"
+import hashlib, os, socket, sys, threading
+host, port = sys.argv[1].rsplit(':', 1)
+n, total = int(sys.argv[2]), int(sys.argv[3])
+out = []
+def one():
+    s = socket.create_connection((host, int(port)), timeout=60)
+    h = hashlib.sha256()
+    block = bytearray(os.urandom(1 << 20))
+    sent = 0
+    while sent < total:
+        k = min(len(block), total - sent)
+        block[0:8] = sent.to_bytes(8, 'little')
+        chunk = bytes(block[:k])
+        s.sendall(chunk)
+        h.update(chunk)
+        sent += k
+    s.shutdown(socket.SHUT_WR)
+    while s.recv(65536):
+        pass
+    out.append((s.getsockname()[1], h.hexdigest()))
+    s.close()
+ts = [threading.Thread(target=one) for _ in range(n)]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+for p, h in out:
+    print(p, h)
+"#;
+
+/// The peer namespace's TCP counters (`nstat -az`), by name.
+fn peer_counters(bed: &Bed) -> HashMap<String, u64> {
+    let o = in_ns(&bed.peer_ns, &["nstat", "-az"]);
+    assert!(o.status.success(), "nstat: {}", text(&o));
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            Some((f.next()?.to_string(), f.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// What one run did: the sink's lines (transfers, summary), the move
+/// lines on its stderr, and the senders' counter deltas.
+struct Run {
+    lines: Vec<Value>,
+    moves: Vec<Value>,
+    peer: HashMap<String, u64>,
+}
+
+/// `conns` kernel senders of `bytes` each into a sink started with
+/// `flags`; checks every transfer against what its sender sent.
+fn run(bed: &Bed, conns: usize, bytes: usize, flags: &[&str]) -> Run {
+    let limit = 240;
+    let count = conns.to_string();
+    let mut args = vec!["bulk-sink", "--port", "5004", "--count", &count];
+    args.extend_from_slice(flags);
+    let sink = start(bed, &args, limit);
+    let before = peer_counters(bed);
+    let sent = peer_py(
+        bed,
+        limit,
+        KERNEL_PARALLEL,
+        &["10.99.0.1:5004", &count, &bytes.to_string()],
+    );
+    let after = peer_counters(bed);
+    let sent: HashMap<String, String> = sent
+        .lines()
+        .map(|l| {
+            let (port, sha) = l.split_once(' ').expect("port sha256");
+            (format!("10.99.0.2:{port}"), sha.to_string())
+        })
+        .collect();
+    assert_eq!(sent.len(), conns, "every sender finished");
+    let stderr = sink.stderr_path();
+    let lines = sink.wait(Duration::from_secs(limit));
+    let got: Vec<_> = lines.iter().filter(|v| v["event"] == "sink").collect();
+    assert_eq!(got.len(), conns, "one transfer line per connection");
+    for r in got {
+        assert_eq!(r["ok"], true, "{r}");
+        assert_eq!(r["bytes"], bytes as u64, "{r}");
+        let peer = r["peer"].as_str().expect("peer");
+        let want = sent.get(peer).unwrap_or_else(|| panic!("no sender {peer}"));
+        assert_eq!(r["sha256"].as_str(), Some(want.as_str()), "{r}");
+    }
+    let moves = std::fs::read_to_string(stderr)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["event"] == "move")
+        .collect();
+    let peer = after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0)))
+        .collect();
+    Run { lines, moves, peer }
+}
+
+/// Per queue: segments received, buckets given and taken, frames
+/// forwarded late, resets sent.
+fn queues(lines: &[Value]) -> Vec<Value> {
+    let s = lines
+        .iter()
+        .find(|v| v["event"] == "summary")
+        .expect("summary line");
+    s["counters"]["queues"].as_array().expect("queues").clone()
+}
+
+#[test]
+fn a_skewed_start_is_rebalanced_without_loss_or_reset() {
+    if !require_root("a_skewed_start_is_rebalanced_without_loss_or_reset") {
+        return;
+    }
+    let bed = Bed::up("rbs", 2);
+    // Every bucket on queue 0: the skew.
+    let o = flowlane(&["testbed", "set-rss", "--bed", &bed.name, "--spread", "0"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let r = run(&bed, 16, 24 << 20, &["--rebalance", "auto"]);
+    assert!(!r.moves.is_empty(), "no bucket moved");
+    for m in &r.moves {
+        assert!(m.get("error").is_none(), "{m}");
+        assert_eq!(m["hold_timed_out"], false, "{m}");
+    }
+    let q = queues(&r.lines);
+    let segs: Vec<u64> = q
+        .iter()
+        .map(|q| q["tcp"]["segments_in"].as_u64().unwrap())
+        .collect();
+    eprintln!(
+        "{} moves; segments per queue {segs:?}; senders {:?}",
+        r.moves.len(),
+        r.peer
+            .iter()
+            .filter(|(k, _)| k.contains("Retrans") || k.contains("Reorder"))
+            .collect::<Vec<_>>()
+    );
+    for q in &q {
+        assert_eq!(q["tcp"]["resets_out"], 0, "{q}");
+        assert_eq!(q["tcp"]["import_failed"], 0, "{q}");
+    }
+    assert!(q[0]["tcp"]["buckets_out"].as_u64().unwrap() > 0);
+    // The second queue got a share of the work (it had none at the start).
+    let total: u64 = segs.iter().sum();
+    assert!(
+        segs[1] * 5 > total,
+        "queue 1 got {} of {total} segments",
+        segs[1]
+    );
+    // The senders' view: retransmissions stay rare (the bed drops some
+    // frames at the veth ring with or without moves).
+    let out = r.peer["TcpOutSegs"].max(1);
+    let retrans = r.peer.get("TcpRetransSegs").copied().unwrap_or(0);
+    assert!(
+        retrans * 100 <= out,
+        "{retrans} of {out} segments retransmitted"
+    );
+}
+
+#[test]
+fn a_rebalancing_storm_loses_and_resets_nothing() {
+    if !require_root("a_rebalancing_storm_loses_and_resets_nothing") {
+        return;
+    }
+    let bed = Bed::up("rbst", 2);
+    let r = run(&bed, 8, 16 << 20, &["--rebalance-storm-ms", "10"]);
+    let ok: Vec<_> = r
+        .moves
+        .iter()
+        .filter(|m| m.get("error").is_none())
+        .collect();
+    assert!(ok.len() >= 10, "only {} moves: {:?}", ok.len(), r.moves);
+    assert!(
+        ok.iter().any(|m| m["connections"].as_u64().unwrap() > 0),
+        "no move carried a connection"
+    );
+    for q in queues(&r.lines) {
+        assert_eq!(q["tcp"]["resets_out"], 0, "{q}");
+        assert_eq!(q["tcp"]["import_failed"], 0, "{q}");
+    }
+    eprintln!(
+        "{} moves; senders {:?}",
+        ok.len(),
+        r.peer
+            .iter()
+            .filter(|(k, _)| k.contains("Retrans") || k.contains("Reorder"))
+            .collect::<Vec<_>>()
+    );
+}
