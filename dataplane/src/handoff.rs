@@ -49,7 +49,7 @@ const STALLED_MAX: usize = 65_536;
 /// How long a worker holds the frames of a bucket it is taking over after
 /// the bucket's connections arrived, if the old worker's drain marker does
 /// not come: the last resort, never the mechanism.
-pub const HOLD_TIMEOUT: Duration = Duration::from_millis(20);
+pub const HOLD_TIMEOUT: Duration = Duration::from_millis(200);
 /// How long a worker that was told a bucket is coming waits for it.
 const PREPARE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Times a frame may be forwarded (a frame forwarded more often than a
@@ -241,9 +241,10 @@ struct Outgoing {
     bucket: u16,
     to: u32,
     forwarded: u64,
-    /// Set when the NIC entry was rewritten: the marker goes after the
-    /// next RX pass that empties the ring.
-    rewritten: Option<Sender<Reply>>,
+    /// Set when the NIC entry was rewritten: the marker goes once the
+    /// worker has taken this many frames off its RX ring (every frame the
+    /// ring held when it learnt of the rewrite).
+    rewritten: Option<(u64, Sender<Reply>)>,
 }
 
 /// Counts of one worker's part in moves (published with its TCP counters).
@@ -454,19 +455,22 @@ impl Mover {
         self.incoming.iter().map(|i| i.deadline).min()
     }
 
-    /// Markers whose time has come: after `rx_drained` (this pass's RX
-    /// loop ended on an empty ring), the marker of every bucket whose NIC
-    /// entry was rewritten before the pass began goes to its new worker.
-    /// Call at the start of the worker's poll, before [`Mover::take_work`].
-    pub(crate) fn send_markers(&mut self, rx_drained: bool) {
-        if !rx_drained {
-            return;
-        }
+    /// Markers whose time has come: once the worker has taken off its RX
+    /// ring every frame the ring held when it learnt that a bucket's NIC
+    /// entry was rewritten (RSS++'s completion rule: the ring's producer
+    /// index at the rewrite passed), that bucket's marker goes to its new
+    /// worker. `consumed`: frames taken off the ring so far. Call at the
+    /// start of the worker's poll, before [`Mover::take_work`].
+    pub(crate) fn send_markers(&mut self, consumed: u64) {
         let mut i = 0;
         while i < self.outgoing.len() {
-            if self.outgoing[i].rewritten.is_some() {
+            if self.outgoing[i]
+                .rewritten
+                .as_ref()
+                .is_some_and(|(target, _)| consumed >= *target)
+            {
                 let o = self.outgoing.swap_remove(i);
-                let reply = o.rewritten.expect("checked");
+                let (_, reply) = o.rewritten.expect("checked");
                 self.queue_message(
                     o.to,
                     Message::Drained {
@@ -482,8 +486,10 @@ impl Mover {
     }
 
     /// Reads this worker's inbox: answers what needs no stack, and returns
-    /// in order what does. `now` is the worker's clock.
-    pub(crate) fn take_work(&mut self, now: Duration) -> Vec<Work> {
+    /// in order what does. `now` is the worker's clock; `rx_end`: the
+    /// number of frames taken off the RX ring once every frame on it now
+    /// is taken.
+    pub(crate) fn take_work(&mut self, now: Duration, rx_end: u64) -> Vec<Work> {
         let _ = self.mesh.inboxes[self.me as usize].wake.read();
         let mut work = Vec::new();
         let mut frames: Vec<(u8, Box<[u8]>)> = Vec::new();
@@ -528,7 +534,7 @@ impl Mover {
                 }
                 Message::Rewritten { bucket, reply } => {
                     match self.outgoing.iter_mut().find(|o| o.bucket == bucket) {
-                        Some(o) => o.rewritten = Some(reply),
+                        Some(o) => o.rewritten = Some((rx_end, reply)),
                         None => {
                             let _ = reply.send(Reply::Refused(format!(
                                 "queue {} has no move of bucket {bucket} under way",

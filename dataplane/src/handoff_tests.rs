@@ -217,7 +217,7 @@ fn move_under_load(conns: usize, stray: bool) {
                 h.stack.handle_timeout(now_i);
                 h.dispatch(now_i);
             }
-            h.serve_moves(now_i, now, true);
+            h.serve_moves(now_i, now, (0, 0));
             h.dispatch(now_i);
             let mut buf = vec![0u8; 2048];
             while let (true, out) = h.build_frame(now_i, &mut buf) {
@@ -321,7 +321,7 @@ fn move_under_load(conns: usize, stray: bool) {
             let now_i = instant(now);
             h.stack.handle_timeout(now_i);
             h.dispatch(now_i);
-            h.serve_moves(now_i, now, true);
+            h.serve_moves(now_i, now, (0, 0));
             let mut buf = vec![0u8; 2048];
             while let (true, out) = h.build_frame(now_i, &mut buf) {
                 if let Some(n) = out {

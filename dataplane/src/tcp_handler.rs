@@ -581,12 +581,13 @@ impl TcpHandler {
     /// Serves the moves of RSS buckets (the worker's poll, once per pass):
     /// markers due, then the inbox in order (exports, imports, forwarded
     /// and released frames), then everything queued for other workers.
-    fn serve_moves(&mut self, now: Instant, now_d: Duration, rx_drained: bool) {
+    fn serve_moves(&mut self, now: Instant, now_d: Duration, rx: (u64, u32)) {
         let Some(mut mover) = self.mover.take() else {
             return;
         };
-        mover.send_markers(rx_drained);
-        for work in mover.take_work(now_d) {
+        let (consumed, waiting) = rx;
+        mover.send_markers(consumed);
+        for work in mover.take_work(now_d, consumed + u64::from(waiting)) {
             match work {
                 Work::Export { bucket, to, reply } => {
                     let (arrival, reply_msg) = self.export_bucket(now, bucket);
@@ -751,7 +752,7 @@ impl QueueHandler for TcpHandler {
             self.dispatch(now);
         }
         if self.mover.is_some() {
-            self.serve_moves(now, now_d, tx.rx_drained());
+            self.serve_moves(now, now_d, tx.rx_progress());
         }
         let (mut net, app) = self.net(now);
         app.tick(&mut net);

@@ -59,7 +59,8 @@ pub struct TxBatch<'a> {
     umem: &'a Umem,
     free: &'a mut Vec<FrameDesc>,
     pending: &'a mut Vec<FrameDesc>,
-    rx_drained: bool,
+    rx_consumed: u64,
+    rx_waiting: u32,
 }
 
 impl std::fmt::Debug for TxBatch<'_> {
@@ -103,11 +104,12 @@ impl TxBatch<'_> {
         self.free.len()
     }
 
-    /// Whether this pass's receiving stopped on an empty RX ring (rather
-    /// than on its budget): every frame the ring held when the pass began
-    /// has been handed to `on_rx`.
-    pub fn rx_drained(&self) -> bool {
-        self.rx_drained
+    /// Frames taken off the RX ring since the worker started (all handed
+    /// to `on_rx`), and frames waiting on it now: every frame the ring
+    /// holds now has been handed to `on_rx` once the first number reaches
+    /// the sum of the two.
+    pub fn rx_progress(&self) -> (u64, u32) {
+        (self.rx_consumed, self.rx_waiting)
     }
 }
 
@@ -176,6 +178,7 @@ pub(crate) fn run<H: QueueHandler>(
         outstanding: 0,
     };
     let mut idle_rounds: u32 = 0;
+    let mut rx_consumed: u64 = 0;
     let mut iterations: u64 = 0;
     let c = &*counters;
     refill(&mut sock, &mut free, cfg.tx_reserve, true);
@@ -187,7 +190,6 @@ pub(crate) fn run<H: QueueHandler>(
         // connection's segments of one pass are acknowledged together; each
         // batch's frames go back to the fill ring at once.
         let (mut received, mut rx_bytes, mut dropped) = (0usize, 0u64, 0u64);
-        let mut rx_drained = false;
         while received < RX_BUDGET {
             // SAFETY: `rx_descs` are scratch descriptors that `consume`
             // overwrites; the frames they then name belong to this socket's
@@ -217,11 +219,11 @@ pub(crate) fn run<H: QueueHandler>(
             received += n;
             refill(&mut sock, &mut free, cfg.tx_reserve, false);
             if n < BATCH {
-                rx_drained = true;
                 break;
             }
         }
         counters::add(&c.rx_packets, received as u64);
+        rx_consumed += received as u64;
         counters::add(&c.rx_bytes, rx_bytes);
         counters::add(&c.dropped, dropped);
 
@@ -229,7 +231,8 @@ pub(crate) fn run<H: QueueHandler>(
             umem: &sock.umem,
             free: &mut free,
             pending: &mut pending,
-            rx_drained,
+            rx_consumed,
+            rx_waiting: sock.rx.nb_avail_exact(),
         };
         handler.on_poll(&info, now, &mut batch);
 

@@ -117,6 +117,17 @@ fn run(bed: &Bed, conns: usize, bytes: usize, flags: &[&str]) -> Run {
     Run { lines, moves, peer }
 }
 
+/// The senders saw no reordering (Linux counts what it detects).
+fn no_reordering_seen(peer: &HashMap<String, u64>) {
+    for k in [
+        "TcpExtTCPSACKReorder",
+        "TcpExtTCPTSReorder",
+        "TcpExtTCPRenoReorder",
+    ] {
+        assert_eq!(peer.get(k).copied().unwrap_or(0), 0, "{k}: {peer:?}");
+    }
+}
+
 /// Per queue: segments received, buckets given and taken, frames
 /// forwarded late, resets sent.
 fn queues(lines: &[Value]) -> Vec<Value> {
@@ -198,6 +209,7 @@ fn a_rebalancing_storm_loses_and_resets_nothing() {
         assert_eq!(q["tcp"]["resets_out"], 0, "{q}");
         assert_eq!(q["tcp"]["import_failed"], 0, "{q}");
     }
+    no_reordering_seen(&r.peer);
     eprintln!(
         "{} moves; senders {:?}",
         ok.len(),
