@@ -24,7 +24,7 @@
 //! Each worker has an inbox (a bounded lock-free channel) and an eventfd
 //! that wakes it from its idle poll. Nothing here is on the per-frame fast
 //! path unless a move is under way: a worker checks each frame's bucket
-//! only while it holds one ([`Mover::holding`]), and forwards only what its
+//! only while it holds one (`Mover::holding`), and forwards only what its
 //! stack hands back.
 
 use std::collections::VecDeque;
