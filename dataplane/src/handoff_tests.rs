@@ -11,8 +11,7 @@ use std::time::Duration;
 use flowlane_app::{ConnHandle, ConnHandler, ConnState, Net};
 use flowlane_numa_sched::toeplitz::RssKey;
 use flowlane_tcp::{Config, FourTuple, Stack};
-use flowlane_wire::packet::{emit_eth_ipv4_tcp_headers, parse_frame, ETH_IPV4_TCP_OFFSET};
-use flowlane_wire::{EtherType, EthernetAddress, EthernetRepr, IpProtocol, Ipv4Repr, VlanTags};
+use flowlane_wire::packet::parse_frame;
 
 use super::{instant, TcpConfig, TcpHandler};
 use crate::bucket_counters::rss_bucket;
@@ -22,8 +21,6 @@ use crate::worker::{QueueHandler, QueueInfo};
 
 const OURS: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
 const PEER: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
-const OUR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
-const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
 
 fn info(queue: u32) -> QueueInfo {
     QueueInfo {
@@ -116,18 +113,7 @@ impl RssTableWriter for FakeNic {
 }
 
 fn frame(seg: &[u8]) -> Vec<u8> {
-    let mut buf = vec![0u8; ETH_IPV4_TCP_OFFSET + seg.len()];
-    buf[ETH_IPV4_TCP_OFFSET..].copy_from_slice(seg);
-    let eth = EthernetRepr {
-        dst_addr: EthernetAddress(OUR_MAC),
-        src_addr: EthernetAddress(PEER_MAC),
-        vlan: VlanTags::NONE,
-        ethertype: EtherType::Ipv4,
-    };
-    let ip = Ipv4Repr::new(PEER, OURS, IpProtocol::Tcp, seg.len());
-    let n = emit_eth_ipv4_tcp_headers(&mut buf, &eth, &ip, seg.len()).unwrap();
-    buf.truncate(n);
-    buf
+    super::tests::frame(seg, PEER, OURS)
 }
 
 /// Two queues, a peer with `conns` connections in one bucket of queue 0,
@@ -139,7 +125,7 @@ fn move_under_load(conns: usize, stray: bool) {
     let rss = rss_state(RssKey::microsoft_default().as_bytes(), &table, 2).unwrap();
     let nic_table = Arc::new(Mutex::new(table.clone()));
     let mesh = Arc::new(Mesh::new(2).unwrap());
-    let mut cfg = TcpConfig::new(OURS, OUR_MAC, [1; 16]);
+    let mut cfg = TcpConfig::new(OURS, [2, 0, 0, 0, 0, 1], [1; 16]);
     cfg.rss = Some(rss.clone());
     let totals = Arc::new(Mutex::new(Vec::new()));
     let imports = Arc::new(Mutex::new(0));

@@ -835,7 +835,7 @@ mod tests {
     }
 
     /// Wraps a peer segment into an Ethernet/IPv4 frame.
-    fn frame(seg: &[u8], src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
+    pub(super) fn frame(seg: &[u8], src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
         let mut buf = vec![0u8; ETH_IPV4_TCP_OFFSET + seg.len()];
         buf[ETH_IPV4_TCP_OFFSET..].copy_from_slice(seg);
         let eth = EthernetRepr {

@@ -85,13 +85,7 @@ fn run(bed: &Bed, conns: usize, bytes: usize, flags: &[&str]) -> Run {
         &["10.99.0.1:5004", &count, &bytes.to_string()],
     );
     let after = peer_counters(bed);
-    let sent: HashMap<String, String> = sent
-        .lines()
-        .map(|l| {
-            let (port, sha) = l.split_once(' ').expect("port sha256");
-            (format!("10.99.0.2:{port}"), sha.to_string())
-        })
-        .collect();
+    let sent = sent_by_peer(&sent);
     assert_eq!(sent.len(), conns, "every sender finished");
     let stderr = sink.stderr_path();
     let lines = sink.wait(Duration::from_secs(limit));

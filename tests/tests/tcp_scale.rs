@@ -4,7 +4,7 @@
 
 mod tcp_common;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use flowlane_tests::{flowlane, require_root, text, Bed};
@@ -68,13 +68,7 @@ fn ten_thousand_concurrent_connections_every_byte_verified() {
             &SIZE.to_string(),
         ],
     );
-    let sent: HashMap<String, String> = sent
-        .lines()
-        .map(|l| {
-            let (port, sha) = l.split_once(' ').expect("port sha256");
-            (format!("10.99.0.2:{port}"), sha.to_string())
-        })
-        .collect();
+    let sent = sent_by_peer(&sent);
     assert_eq!(sent.len(), CONNS, "distinct client ports");
     let lines = sink.wait(Duration::from_secs(limit));
     let got: Vec<_> = lines.iter().filter(|v| v["event"] == "sink").collect();

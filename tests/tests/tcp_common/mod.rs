@@ -13,6 +13,17 @@ use flowlane_tests::{
 };
 use serde_json::Value;
 
+/// Kernel clients' `local_port sha256` lines as sha256 by peer address
+/// (`10.99.0.2:PORT`, as the sink reports its peers).
+pub(crate) fn sent_by_peer(sent: &str) -> std::collections::HashMap<String, String> {
+    sent.lines()
+        .map(|l| {
+            let (port, sha) = l.split_once(' ').expect("port sha256");
+            (format!("10.99.0.2:{port}"), sha.to_string())
+        })
+        .collect()
+}
+
 /// A flowlane TCP example running in the background.
 pub(crate) struct App {
     child: Option<Child>,
