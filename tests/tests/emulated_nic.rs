@@ -55,15 +55,14 @@ fn counting_bed(tag: &str) -> Bed {
     assert!(o.status.success(), "gro on: {}", text(&o));
     let o = in_ns(
         &bed.peer_ns,
-        &[
-            "sh",
-            "-c",
-            "cat /sys/class/net/peer0/queues/tx-*/xps_cpus",
-        ],
+        &["sh", "-c", "cat /sys/class/net/peer0/queues/tx-*/xps_cpus"],
     );
     let xps = String::from_utf8_lossy(&o.stdout);
     assert!(
-        o.status.success() && xps.lines().all(|m| m.trim_matches(['0', ','].as_ref()).is_empty()),
+        o.status.success()
+            && xps
+                .lines()
+                .all(|m| m.trim_matches(['0', ','].as_ref()).is_empty()),
         "XPS is on for peer0: {xps:?}"
     );
     bed
