@@ -2,6 +2,11 @@
 //! side of the veth pair that chooses each packet's receive queue as an RSS
 //! NIC would (Toeplitz hash, indirection table).
 //!
+//! A table rewrite applies to the next packet, as on hardware: a packet that
+//! carries its sending socket (whose cached transmit queue the kernel would
+//! otherwise reuse) leaves as a socket-less clone of itself (see
+//! `src/bpf/rss_emu.bpf.c`, "Next-packet semantics").
+//!
 //! [`install`] loads the program, pins its maps under a bpffs directory and
 //! attaches it; the pinned maps outlive the process so that later commands
 //! ([`RssEmuMaps::open`]) read and program the emulated NIC.

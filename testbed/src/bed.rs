@@ -10,6 +10,13 @@
 //!  └──────────────────────┘        └─────────────────────────────┘
 //! ```
 //!
+//! The emulator steers every packet by the table in force when the packet
+//! leaves the peer's stack (tc egress of `peer0`, before its qdisc): a
+//! rewrite moves an established flow at its next packet, as on hardware
+//! (`flowlane_ebpf::rss_emu`). Frames already waiting in `peer0`'s qdisc
+//! (only `testbed impair`'s slow path holds any) keep the queue they were
+//! steered to.
+//!
 //! `up` is idempotent, `down` removes exactly what `up` made (the two
 //! namespaces, which take the veth pair and the tc program with them, the
 //! pinned maps and the state file, and the shared directories of those when

@@ -13,6 +13,22 @@
  * queue_mapping is non-zero is "recorded rx queue" = queue_mapping - 1
  * (skb_tx_hash), so writing q + 1 selects tx queue q and therefore rx queue q.
  *
+ * Next-packet semantics: netdev_pick_tx, which runs after tc egress, takes
+ * skb_tx_hash only when the skb carries no socket, or a socket without a
+ * cached tx queue (sk_tx_queue_mapping), or skb->ooo_okay. Otherwise it
+ * reuses the socket's cached queue: a connected UDP socket (never
+ * ooo_okay) or a TCP socket with packets in a queue would stay on the
+ * queue of the table before a rewrite, where an RSS NIC applies the
+ * rewrite to the next packet. So a packet that carries a socket is sent
+ * as a clone, which carries none (skb_clone), back through this device's
+ * egress, and the original is consumed. The clone is marked FL_RSS_MARK:
+ * the delay-line and impairment hooks ahead of this one pass marked
+ * frames, and this program clears the mark and lets it go. (On Linux 6.18
+ * a veth crossing into another namespace keeps skb->sk, so a hop in a
+ * further namespace would need the same clone.) What the clone's
+ * transmission returns is the original's fate: a drop is reported to the
+ * sender as the device would report it.
+ *
  * The hash input follows the Microsoft RSS specification ("RSS hashing
  * types"): source address, destination address, source port, destination
  * port, all in network byte order; ports only for TCP/UDP and unfragmented
@@ -36,6 +52,14 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 #define FL_HASH_UDP4_PORTS (1u << 1)
 #define FL_HASH_TCP6_PORTS (1u << 2)
 #define FL_HASH_UDP6_PORTS (1u << 3)
+
+/* The clone this program sends in place of a packet that carries a socket
+ * ("FL" marks: the impairment uses 0x464c0000, the delay line 0x464c0001). */
+#define FL_RSS_MARK 0x464c0002u
+
+/* dev_queue_xmit's results (include/linux/netdevice.h, not UAPI). */
+#define FL_NET_XMIT_DROP 1
+#define FL_NET_XMIT_CN 2
 
 struct rss_cfg {
 	__u32 enabled;     /* 0: leave queue selection to the kernel */
@@ -104,6 +128,27 @@ static __always_inline int load(struct __sk_buff *skb, __u32 off, void *to, __u3
 	return bpf_skb_load_bytes(skb, off, to, len);
 }
 
+/* Sends a steered packet so that its queue_mapping decides its tx queue
+ * (see "Next-packet semantics" above). */
+static __always_inline int send_steered(struct __sk_buff *skb)
+{
+	__u32 mark = skb->mark;
+	long ret;
+
+	if (!skb->sk)
+		return TC_ACT_OK;
+	skb->mark = FL_RSS_MARK;
+	ret = bpf_clone_redirect(skb, skb->ifindex, 0);
+	if (ret == 0 || ret == FL_NET_XMIT_CN)
+		return TC_ACT_STOLEN;
+	if (ret > 0)
+		return TC_ACT_SHOT;
+	/* No clone (no memory, nested too deep): the original goes, with
+	 * the socket's cached queue if it has one. */
+	skb->mark = mark;
+	return TC_ACT_OK;
+}
+
 SEC("tc")
 int flowlane_rss(struct __sk_buff *skb)
 {
@@ -114,6 +159,11 @@ int flowlane_rss(struct __sk_buff *skb)
 	int ports = 0;
 	__u16 eth_proto;
 
+	if (skb->mark == FL_RSS_MARK) {
+		/* Our clone, steered already. */
+		skb->mark = 0;
+		return TC_ACT_OK;
+	}
 	if (!cfg || !cfg->enabled || cfg->table_size == 0)
 		return TC_ACT_OK;
 	if (load(skb, 12, &eth_proto, 2))
@@ -150,7 +200,7 @@ int flowlane_rss(struct __sk_buff *skb)
 	} else {
 		/* Non-IP traffic (ARP) is not hashed: queue 0, as on hardware. */
 		skb->queue_mapping = 1;
-		return TC_ACT_OK;
+		return send_steered(skb);
 	}
 
 	if (ports) {
@@ -181,5 +231,5 @@ int flowlane_rss(struct __sk_buff *skb)
 		if (n)
 			*n += 1;
 	}
-	return TC_ACT_OK;
+	return send_steered(skb);
 }
