@@ -52,6 +52,10 @@ const STALLED_MAX: usize = 65_536;
 pub const HOLD_TIMEOUT: Duration = Duration::from_millis(200);
 /// How long a worker that was told a bucket is coming waits for it.
 const PREPARE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Frames one takeover holds at most (a peer spraying a held bucket's
+/// tuples must not grow it without bound); beyond it they are dropped
+/// and counted, and the sender retransmits.
+const HELD_MAX: usize = 32_768;
 /// Times a frame may be forwarded (a frame forwarded more often than a
 /// bucket can move meanwhile is dropped and counted).
 const MAX_HOPS: u8 = 4;
@@ -365,6 +369,10 @@ impl Mover {
     /// marker.
     pub(crate) fn hold(&mut self, bucket: u16, frame: &[u8]) {
         if let Some(i) = self.incoming.iter_mut().find(|i| i.bucket == bucket) {
+            if i.held.len() >= HELD_MAX {
+                self.stats.forward_dropped += 1;
+                return;
+            }
             i.held.push(frame.into());
             self.stats.frames_held += 1;
         }

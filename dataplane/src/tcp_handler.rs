@@ -290,8 +290,9 @@ counters! {
         frames_held,
         /// Takeovers that stopped holding on the timeout, not the old queue's marker.
         hold_timeouts,
-        /// Frames not forwarded (no queue to forward to, forwarded too often,
-        /// or the new queue's inbox full for too long).
+        /// Frames not forwarded or held (no queue to forward to, forwarded
+        /// too often, the new queue's inbox full for too long, or more held
+        /// than a takeover keeps).
         forward_dropped,
         /// Connections that could not be imported with their bucket.
         import_failed,
