@@ -45,7 +45,7 @@ use crate::bucket_counters::rss_bucket;
 const INBOX: usize = 16_384;
 /// Messages a worker keeps for a full inbox before it drops frames (the
 /// TCP sender retransmits them).
-const STALLED_MAX: usize = 65_536;
+const STALLED_MAX: usize = 4_096;
 /// How long a worker holds the frames of a bucket it is taking over after
 /// the bucket's connections arrived, if the old worker's drain marker does
 /// not come: the last resort, never the mechanism.
