@@ -236,7 +236,6 @@ struct Incoming {
     bucket: u16,
     /// This worker's own frames of the bucket, in arrival order.
     held: Vec<Box<[u8]>>,
-    imported: bool,
     deadline: Duration,
 }
 
@@ -522,7 +521,6 @@ impl Mover {
                         self.incoming.push(Incoming {
                             bucket,
                             held: Vec::new(),
-                            imported: false,
                             deadline: now + PREPARE_TIMEOUT,
                         });
                         Reply::Prepared
@@ -559,7 +557,6 @@ impl Mover {
                 }
                 Message::Import(a) => {
                     if let Some(i) = self.incoming.iter_mut().find(|i| i.bucket == a.bucket) {
-                        i.imported = true;
                         i.deadline = now + self.hold_timeout;
                     }
                     work.push(Work::Import(a));

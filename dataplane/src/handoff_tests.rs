@@ -213,9 +213,7 @@ fn move_under_load(conns: usize, stray: bool) {
                 }
             }
         }
-        while let Some(ev) = peer.poll_event() {
-            let _ = ev;
-        }
+        while peer.poll_event().is_some() {}
         // Until the move (and the stray frame) happened, the peer keeps
         // sending.
         let moved = report.is_some() && (!stray || strayed);
