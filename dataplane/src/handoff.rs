@@ -37,7 +37,7 @@ use flowlane_app::ConnExport;
 use flowlane_numa_sched::RssState;
 use flowlane_tcp::{BucketExport, FourTuple};
 use nix::sys::eventfd::{EfdFlags, EventFd};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::bucket_counters::rss_bucket;
 
@@ -122,7 +122,7 @@ pub(crate) enum Reply {
 
 /// What one move did ([`crate::TcpService::move_bucket`]): one JSON line
 /// in the services' logs.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct MoveReport {
     /// The RSS bucket (indirection-table entry).
     pub bucket: u16,
@@ -671,30 +671,57 @@ fn wait(rx: &Receiver<Reply>, who: u32, what: &str) -> Result<Reply, String> {
         .map_err(|_| format!("queue {who} did not answer {what} within {STEP_TIMEOUT:?}"))
 }
 
+/// Why a move failed, and where the bucket is afterwards.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum MoveError {
+    /// The bucket stayed on (or went back to) its old queue.
+    Stayed(String),
+    /// The bucket is on the new queue, but the NIC still sends its frames
+    /// to the old one, which forwards them.
+    Moved(String),
+}
+
+/// The NIC's entry already names the queue (an undo writes nothing).
+struct Unchanged;
+
+impl RssTableWriter for Unchanged {
+    fn set_entry(&self, _bucket: u16, _queue: u32) -> Result<(), String> {
+        Ok(())
+    }
+}
+
 /// Moves `bucket` from queue `from` to queue `to` (the controller's side;
-/// one move at a time). On success the new queue serves the bucket; if
-/// writing the NIC failed, it serves it all the same (the old queue
-/// forwards every frame of it) and the error says so.
+/// one move at a time). On success the new queue serves the bucket. If
+/// writing the NIC fails, the move is undone (the same handoff the other
+/// way, the NIC's entry untouched): the old queue serves the bucket again
+/// and the error says so; only if the undo fails too does the new queue
+/// keep it, the old one forwarding its frames ([`MoveError::Moved`]).
 pub(crate) fn move_bucket(
     mesh: &Mesh,
     nic: &dyn RssTableWriter,
     bucket: u16,
     from: u32,
     to: u32,
-) -> Result<MoveReport, String> {
+) -> Result<MoveReport, MoveError> {
     let started = std::time::Instant::now();
     let (tx, rx) = crossbeam_channel::unbounded();
+    let stayed = MoveError::Stayed;
     mesh.send(
         to,
         Message::Prepare {
             bucket,
             reply: tx.clone(),
         },
-    )?;
-    match wait(&rx, to, "the announcement of the bucket")? {
+    )
+    .map_err(stayed)?;
+    match wait(&rx, to, "the announcement of the bucket").map_err(stayed)? {
         Reply::Prepared => {}
-        Reply::Refused(e) => return Err(e),
-        other => return Err(format!("queue {to} answered {other:?} to the announcement")),
+        Reply::Refused(e) => return Err(stayed(e)),
+        other => {
+            return Err(stayed(format!(
+                "queue {to} answered {other:?} to the announcement"
+            )))
+        }
     }
     let export_start = std::time::Instant::now();
     let exported = mesh
@@ -714,41 +741,51 @@ pub(crate) fn move_bucket(
         }) => (connections, time_wait),
         Ok(other) => {
             let _ = mesh.send(to, Message::Cancel { bucket });
-            return Err(match other {
+            return Err(stayed(match other {
                 Reply::Refused(e) => e,
                 other => format!("queue {from} answered {other:?} to the export"),
-            });
+            }));
         }
         Err(e) => {
             let _ = mesh.send(to, Message::Cancel { bucket });
-            return Err(e);
+            return Err(stayed(e));
         }
     };
+    // From here on the new queue has the connections.
+    let moved = MoveError::Moved;
     let export_us = micros(export_start.elapsed());
     let nic_start = std::time::Instant::now();
     let written = nic.set_entry(bucket, to);
     let nic_write_us = micros(nic_start.elapsed());
-    mesh.send(from, Message::Rewritten { bucket, reply: tx })?;
+    mesh.send(from, Message::Rewritten { bucket, reply: tx })
+        .map_err(moved)?;
     let (frames_forwarded, frames_held, hold_timed_out) =
-        match wait(&rx, to, "the end of the move")? {
+        match wait(&rx, to, "the end of the move").map_err(moved)? {
             Reply::Done {
                 forwarded,
                 held,
                 timed_out,
             } => (forwarded, held, timed_out),
-            Reply::Refused(e) => return Err(e),
+            Reply::Refused(e) => return Err(moved(e)),
             other => {
-                return Err(format!(
+                return Err(moved(format!(
                     "queue {to} answered {other:?} at the end of the move"
-                ))
+                )))
             }
         };
-    written.map_err(|e| {
-        format!(
-            "bucket {bucket} moved to queue {to}, but the NIC's entry could not be written \
-             ({e}): queue {from} forwards the bucket's frames"
-        )
-    })?;
+    if let Err(e) = written {
+        return Err(match move_bucket(mesh, &Unchanged, bucket, to, from) {
+            Ok(_) => stayed(format!(
+                "the NIC's entry for bucket {bucket} could not be written ({e}): the bucket \
+                 stays on queue {from}"
+            )),
+            Err(MoveError::Stayed(undo) | MoveError::Moved(undo)) => moved(format!(
+                "bucket {bucket} moved to queue {to}, but the NIC's entry could not be written \
+                 ({e}) and moving it back failed ({undo}): queue {from} forwards the bucket's \
+                 frames"
+            )),
+        });
+    }
     Ok(MoveReport {
         bucket,
         from,

@@ -16,7 +16,7 @@ use flowlane_wire::packet::parse_frame;
 use super::{instant, TcpConfig, TcpHandler};
 use crate::bucket_counters::rss_bucket;
 use crate::ephemeral::rss_state;
-use crate::handoff::{self, Mesh, RssTableWriter};
+use crate::handoff::{self, Mesh, MoveError, RssTableWriter};
 use crate::worker::{QueueHandler, QueueInfo};
 
 const OURS: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
@@ -89,6 +89,8 @@ impl ConnHandler for Counting {
 struct FakeNic {
     table: Arc<Mutex<Vec<u32>>>,
     phase: Arc<AtomicU32>,
+    /// Refuse every write (a NIC whose table cannot be written).
+    fails: bool,
 }
 
 impl FakeNic {
@@ -103,6 +105,9 @@ impl FakeNic {
 
 impl RssTableWriter for FakeNic {
     fn set_entry(&self, bucket: u16, queue: u32) -> Result<(), String> {
+        if self.fails {
+            return Err("the NIC refused".into());
+        }
         self.phase.store(1, Ordering::Release);
         self.wait_for(2);
         self.table.lock().unwrap()[usize::from(bucket)] = queue;
@@ -116,11 +121,23 @@ fn frame(seg: &[u8]) -> Vec<u8> {
     super::tests::frame(seg, PEER, OURS)
 }
 
+/// What goes wrong in a move.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Case {
+    /// Nothing.
+    Clean,
+    /// After the move, one peer frame still reaches queue 0 (as from a NIC
+    /// that applies a rewrite late).
+    Stray,
+    /// The NIC's entry cannot be written: the move is undone.
+    NicFails,
+}
+
 /// Two queues, a peer with `conns` connections in one bucket of queue 0,
 /// and a move of that bucket to queue 1 in the middle of an echo
-/// transfer. `stray`: after the move, one peer frame still reaches queue
-/// 0 (as from a NIC that applies a rewrite late).
-fn move_under_load(conns: usize, stray: bool) {
+/// transfer.
+fn move_under_load(conns: usize, case: Case) {
+    let stray = case == Case::Stray;
     let table = vec![0u32, 1, 0, 1];
     let rss = rss_state(RssKey::microsoft_default().as_bytes(), &table, 2).unwrap();
     let nic_table = Arc::new(Mutex::new(table.clone()));
@@ -240,12 +257,13 @@ fn move_under_load(conns: usize, stray: bool) {
             3 if held > 0 => phase.store(4, Ordering::Release),
             _ => {}
         }
-        if controller.is_none() && echoed.iter().all(|&e| e > 10_000) {
+        if controller.is_none() && report.is_none() && echoed.iter().all(|&e| e > 10_000) {
             let (mesh, nic) = (
                 mesh.clone(),
                 FakeNic {
                     table: nic_table.clone(),
                     phase: phase.clone(),
+                    fails: case == Case::NicFails,
                 },
             );
             controller = Some(std::thread::spawn(move || {
@@ -253,7 +271,7 @@ fn move_under_load(conns: usize, stray: bool) {
             }));
         }
         if report.is_none() && controller.as_ref().is_some_and(|c| c.is_finished()) {
-            report = Some(controller.take().unwrap().join().unwrap().expect("moved"));
+            report = Some(controller.take().unwrap().join().unwrap());
         }
         let all_echoed = (0..conns).all(|i| sent[i] >= 200_000 && echoed[i] == sent[i]);
         if all_echoed && moved {
@@ -264,6 +282,36 @@ fn move_under_load(conns: usize, stray: bool) {
         }
     }
     let report = report.expect("the move finished");
+    if case == Case::NicFails {
+        // Undone: the connections went to queue 1 and came back to queue
+        // 0, where the NIC kept sending them, nothing lost on the way.
+        let e = report.as_ref().expect_err("the NIC refused");
+        assert!(
+            matches!(e, MoveError::Stayed(m) if m.contains("stays on queue 0")),
+            "{e:?}"
+        );
+        assert_eq!(nic_table.lock().unwrap()[usize::from(b)], 0);
+        assert_eq!(hs[0].stack.connection_count(), conns, "back on queue 0");
+        assert_eq!(hs[1].stack.connection_count(), 0);
+        assert!(!hs[0].stack.bucket_is_away(b) && hs[1].stack.bucket_is_away(b));
+        assert_eq!(hs[0].mover.as_ref().unwrap().owner(b), 0);
+        assert_eq!(hs[1].mover.as_ref().unwrap().owner(b), 0);
+        assert_eq!(*imports.lock().unwrap(), 2 * conns as u32);
+    }
+    let report = match report {
+        Ok(r) => r,
+        Err(_) if case == Case::NicFails => {
+            for h in &hs {
+                assert_eq!(h.counters().snapshot().resets_out, 0);
+                assert_eq!(h.stack.stats().out_of_order, 0);
+            }
+            for i in 0..conns {
+                assert_eq!(echoed[i], sent[i], "connection {i}: every byte echoed");
+            }
+            return;
+        }
+        Err(e) => panic!("the move failed: {e:?}"),
+    };
     assert_eq!(report.connections, conns);
     assert_eq!((report.from, report.to, report.bucket), (0, 1, b));
     assert!(!report.hold_timed_out, "{report:?}");
@@ -299,7 +347,8 @@ fn move_under_load(conns: usize, stray: bool) {
         while let Some(t) = peer.poll_transmit(instant(now), &mut seg) {
             let mut f = frame(&seg[..t.len]);
             let len = f.len();
-            hs[1].on_rx(&info(1), now, &mut f, len);
+            let q = nic_table.lock().unwrap()[usize::from(b)] as usize;
+            hs[q].on_rx(&info(q as u32), now, &mut f, len);
         }
         for h in hs.iter_mut() {
             let now_i = instant(now);
@@ -324,10 +373,15 @@ fn move_under_load(conns: usize, stray: bool) {
 
 #[test]
 fn a_bucket_moves_with_its_connections_and_their_state() {
-    move_under_load(5, false);
+    move_under_load(5, Case::Clean);
 }
 
 #[test]
 fn a_frame_that_reaches_the_old_queue_after_the_move_is_forwarded() {
-    move_under_load(3, true);
+    move_under_load(3, Case::Stray);
+}
+
+#[test]
+fn a_move_whose_nic_write_fails_is_undone() {
+    move_under_load(4, Case::NicFails);
 }

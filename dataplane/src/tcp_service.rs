@@ -16,7 +16,7 @@ use flowlane_numa_sched::RssState;
 use crate::bucket_counters::{BucketCounters, BucketSnapshot};
 pub use crate::ephemeral::rss_state;
 use crate::ephemeral::EPHEMERAL;
-use crate::handoff::{self, Mesh, MoveReport, NicWriter};
+use crate::handoff::{self, Mesh, MoveError, MoveReport, NicWriter};
 use crate::iface::{local_ipv4, InterfaceInfo};
 use crate::neighbor::Neighbors;
 use crate::placement::machine_placement;
@@ -230,8 +230,10 @@ impl TcpService {
     /// [`Error::Move`]: buckets cannot move in this service (one queue,
     /// RSS unknown, no NIC to write), a bucket or queue out of range, the
     /// bucket already there, a worker that did not answer, or a NIC write
-    /// that failed (the bucket has moved all the same, and its old queue
-    /// forwards its frames).
+    /// that failed (the move is then undone: the bucket and its
+    /// connections go back to the old queue, which the NIC still sends
+    /// them to; only if that fails too does the bucket stay on the new
+    /// queue, its old queue forwarding its frames).
     pub fn move_bucket(&self, bucket: u16, to: u32) -> Result<MoveReport> {
         let fail = |e: String| Error::Move(e);
         let m = self.moves.as_ref().ok_or_else(|| {
@@ -256,13 +258,17 @@ impl TcpService {
         if from == to {
             return Err(fail(format!("bucket {bucket} is already on queue {to}")));
         }
-        let result = handoff::move_bucket(&m.mesh, nic.0.as_ref(), bucket, from, to);
-        // Once exported, the bucket is served by `to` even when the NIC
-        // write failed.
-        if result.is_ok() || result.as_ref().is_err_and(|e| e.contains("forwards")) {
-            table[usize::from(bucket)] = to;
+        match handoff::move_bucket(&m.mesh, nic.0.as_ref(), bucket, from, to) {
+            Ok(report) => {
+                table[usize::from(bucket)] = to;
+                Ok(report)
+            }
+            Err(MoveError::Stayed(e)) => Err(fail(e)),
+            Err(MoveError::Moved(e)) => {
+                table[usize::from(bucket)] = to;
+                Err(fail(e))
+            }
         }
-        result.map_err(fail)
     }
 
     /// The data path (interface, queues, AF_XDP and steering counters).
