@@ -18,6 +18,7 @@
 pub mod output;
 
 pub mod bed_entry;
+pub mod bench_handoff;
 pub mod bench_rx;
 pub mod demo;
 pub mod echo_process;

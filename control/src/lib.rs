@@ -13,6 +13,7 @@ mod cmd_hint;
 mod cmd_irq;
 mod cmd_nic;
 mod cmd_plan;
+mod cmd_rebalance;
 mod cmd_rss;
 mod cmd_testbed;
 mod irq_apply;
@@ -22,7 +23,7 @@ mod topology_args;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use flowlane_apps::{bench_rx, demo, tcp, udp_echo, udp_ping};
+use flowlane_apps::{bench_handoff, bench_rx, demo, tcp, udp_echo, udp_ping};
 
 /// flowlane: RSS/NUMA-aware multiqueue packet I/O on AF_XDP.
 #[derive(Parser, Debug)]
@@ -54,6 +55,12 @@ enum Cmd {
     Nic {
         #[command(subcommand)]
         cmd: cmd_nic::NicCmd,
+    },
+    /// A running TCP service's queues and RSS buckets; moving a bucket,
+    /// with its live connections, to another queue by hand.
+    Rebalance {
+        #[command(subcommand)]
+        cmd: cmd_rebalance::RebalanceCmd,
     },
     /// Benchmarks on the test bed.
     Bench {
@@ -106,6 +113,9 @@ enum IrqCmd {
 enum BenchCmd {
     /// Receive packets/s of one worker (XDP live-frames generator).
     Rx(bench_rx::Args),
+    /// Time to move one RSS bucket with its live connections between
+    /// queues (idle and busy buckets), through a sink's control socket.
+    Handoff(bench_handoff::Args),
 }
 
 /// Runs one `flowlane` command.
@@ -113,6 +123,7 @@ pub fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Testbed { cmd } => cmd_testbed::run(cmd),
         Cmd::Nic { cmd } => cmd_nic::run(cmd),
+        Cmd::Rebalance { cmd } => cmd_rebalance::run(cmd),
         Cmd::UdpEcho(args) => udp_echo::run(args),
         Cmd::Tcp(cmd) => tcp::run(
             cmd,
@@ -125,6 +136,9 @@ pub fn run(cli: Cli) -> Result<()> {
         Cmd::Bench {
             cmd: BenchCmd::Rx(args),
         } => bench_rx::run(args),
+        Cmd::Bench {
+            cmd: BenchCmd::Handoff(args),
+        } => bench_handoff::run(args),
         Cmd::Rss {
             cmd: RssCmd::Hash(args),
         } => cmd_rss::hash(args),

@@ -13,7 +13,7 @@ use std::sync::atomic::AtomicU64;
 use flowlane_numa_sched::toeplitz::{FlowTuple, Protocol};
 use flowlane_numa_sched::RssState;
 use flowlane_tcp::{FourTuple, Stack};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::counters;
 
@@ -33,7 +33,7 @@ pub struct BucketCounters {
 }
 
 /// A bucket's figures at one moment.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BucketSnapshot {
     /// The indirection-table entry.
     pub bucket: u16,

@@ -12,6 +12,7 @@
 pub mod affinity;
 pub mod auto_rebalance;
 pub mod bucket_counters;
+pub mod control_socket;
 pub mod counters;
 pub mod cpu_time;
 pub mod ephemeral;
@@ -23,6 +24,7 @@ pub mod privileges;
 pub mod runtime;
 #[cfg(feature = "cli")]
 pub mod service_args;
+pub mod service_control;
 mod sys;
 pub mod tcp_handler;
 pub mod tcp_service;

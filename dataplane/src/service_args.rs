@@ -64,7 +64,7 @@ pub enum RebalanceMode {
     Auto,
 }
 
-/// The rebalancing flags of a TCP service.
+/// The rebalancing flags of a TCP service, and its control socket.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct RebalanceArgs {
     /// Move RSS buckets, with their live connections, from busy queues to
@@ -76,6 +76,10 @@ pub struct RebalanceArgs {
     /// queue every MS milliseconds, whatever the load (a rebalancing storm).
     #[arg(long, value_name = "MS", hide = true)]
     pub rebalance_storm_ms: Option<u64>,
+    /// The Unix socket `flowlane rebalance status|move` talks to (default:
+    /// /run/flowlane/SERVICE.PID.sock; `none`: no socket).
+    #[arg(long, value_name = "PATH")]
+    pub control_socket: Option<std::path::PathBuf>,
 }
 
 impl RebalanceArgs {
@@ -88,6 +92,16 @@ impl RebalanceArgs {
             }),
             (None, RebalanceMode::Auto) => Some(Mode::Auto),
             (None, RebalanceMode::Off) => None,
+        }
+    }
+
+    /// Where the control socket goes, as these flags say.
+    pub fn socket(&self) -> crate::service_control::SocketChoice {
+        use crate::service_control::SocketChoice;
+        match &self.control_socket {
+            None => SocketChoice::Default,
+            Some(p) if p.as_os_str() == "none" => SocketChoice::Off,
+            Some(p) => SocketChoice::At(p.clone()),
         }
     }
 }

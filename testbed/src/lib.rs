@@ -11,6 +11,7 @@
 //! | [`state`] | the bed's state file (one schema), state directory, name check, fixed addresses |
 //! | [`netns`] | network namespaces and iproute2 |
 //! | [`emulated_nic`] | the emulated RSS NIC behind [`flowlane_numa_sched::nic::RssNic`] |
+//! | [`table_writer`] | its table as the data path's bucket-move writer, by map id inside the bed |
 //! | [`bed`] | `up`, `down`, `status` |
 //! | [`impair`] | loss, duplication, corruption, reordering |
 //! | [`delay_queue`] | the delay line's queue (pure) |
@@ -22,7 +23,7 @@
 //!
 //! Modules depend on each other in that order (no cycles): `state`,
 //! `netns` and `child` on nothing, `users` on `state`, `bed` on `impair`,
-//! `emulated_nic` and `users`, `delay_line` on `delay_queue` and
+//! `emulated_nic` and `users`, `table_writer` on `emulated_nic`, `delay_line` on `delay_queue` and
 //! `packet_socket`.
 
 pub mod bed;
@@ -35,6 +36,7 @@ pub mod netns;
 pub mod packet_socket;
 pub mod reexec;
 pub mod state;
+pub mod table_writer;
 pub mod users;
 
 /// The XDP live-frames traffic generator (`flowlane bench rx` sends with it

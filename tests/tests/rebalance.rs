@@ -72,18 +72,39 @@ struct Run {
 /// `conns` kernel senders of `bytes` each into a sink started with
 /// `flags`; checks every transfer against what its sender sent.
 fn run(bed: &Bed, conns: usize, bytes: usize, flags: &[&str]) -> Run {
+    run_during(bed, conns, bytes, flags, |_| {})
+}
+
+/// [`run`], with `during` called while the senders send (given whether
+/// they are done).
+fn run_during(
+    bed: &Bed,
+    conns: usize,
+    bytes: usize,
+    flags: &[&str],
+    during: impl FnOnce(&dyn Fn() -> bool),
+) -> Run {
     let limit = 240;
     let count = conns.to_string();
     let mut args = vec!["bulk-sink", "--port", "5004", "--count", &count];
     args.extend_from_slice(flags);
     let sink = start(bed, &args, limit);
     let before = peer_counters(bed);
-    let sent = peer_py(
-        bed,
-        limit,
-        KERNEL_PARALLEL,
-        &["10.99.0.1:5004", &count, &bytes.to_string()],
-    );
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let sent = std::thread::scope(|s| {
+        let senders = s.spawn(|| {
+            let out = peer_py(
+                bed,
+                limit,
+                KERNEL_PARALLEL,
+                &["10.99.0.1:5004", &count, &bytes.to_string()],
+            );
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            out
+        });
+        during(&|| done.load(std::sync::atomic::Ordering::SeqCst));
+        senders.join().expect("senders")
+    });
     let after = peer_counters(bed);
     let sent = sent_by_peer(&sent);
     assert_eq!(sent.len(), conns, "every sender finished");
@@ -211,5 +232,162 @@ fn a_rebalancing_storm_loses_and_resets_nothing() {
             .iter()
             .filter(|(k, _)| k.contains("Retrans") || k.contains("Reorder"))
             .collect::<Vec<_>>()
+    );
+}
+
+/// `flowlane rebalance <args>`, which must succeed; its stdout.
+fn rebalance(args: &[&str]) -> String {
+    let mut all = vec!["rebalance"];
+    all.extend_from_slice(args);
+    let o = flowlane(&all);
+    assert!(o.status.success(), "flowlane {all:?}: {}", text(&o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A bucket with live connections and the queue serving it, per the
+/// service's status (None when no bucket has any).
+fn busy_bucket(status: &Value) -> Option<(u64, u64)> {
+    let table = status["table"].as_array()?;
+    status["queues"].as_array()?.iter().find_map(|q| {
+        let queue = q["queue"].as_u64()?;
+        q["buckets"].as_array()?.iter().find_map(|b| {
+            let bucket = b["bucket"].as_u64()?;
+            (b["connections"].as_u64()? > 0 && table.get(bucket as usize)?.as_u64() == Some(queue))
+                .then_some((bucket, queue))
+        })
+    })
+}
+
+#[test]
+fn buckets_move_by_hand_over_the_control_socket() {
+    if !require_root("buckets_move_by_hand_over_the_control_socket") {
+        return;
+    }
+    let bed = Bed::up("rbm", 2);
+    let sock = std::env::temp_dir().join(format!("{}.sock", bed.name));
+    let path = sock.to_str().unwrap().to_string();
+    let p = path.as_str();
+    let mut moved = Vec::new();
+    let mut late_failures = 0;
+    let r = run_during(
+        &bed,
+        8,
+        64 << 20,
+        &["--control-socket", p],
+        |senders_done| {
+            let status = |extra: &[&str]| -> Value {
+                let mut args = vec!["status", "--socket", p, "--json", "--interval-ms", "0"];
+                args.extend_from_slice(extra);
+                serde_json::from_str(&rebalance(&args)).expect("status JSON")
+            };
+            let st = status(&[]);
+            assert_eq!(st["service"], "bulk-sink", "{st}");
+            assert_eq!(st["queues"].as_array().unwrap().len(), 2, "{st}");
+            assert_eq!(st["rebalance"], "off", "{st}");
+            let table_len = st["table"].as_array().unwrap().len();
+            assert!(table_len >= 2, "{st}");
+            // The user's mistakes: one line each, exit 1, nothing moved.
+            let o = flowlane(&[
+                "rebalance",
+                "move",
+                "--socket",
+                p,
+                "--bucket",
+                "0",
+                "--to-queue",
+                "7",
+            ]);
+            assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+            assert!(text(&o).contains("queue 7 is not served"), "{}", text(&o));
+            let here = st["table"][0].to_string();
+            let o = flowlane(&[
+                "rebalance",
+                "move",
+                "--socket",
+                p,
+                "--bucket",
+                "0",
+                "--to-queue",
+                &here,
+            ]);
+            assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+            assert!(text(&o).contains("already on queue"), "{}", text(&o));
+            let far = table_len.to_string();
+            let o = flowlane(&[
+                "rebalance",
+                "move",
+                "--socket",
+                p,
+                "--bucket",
+                &far,
+                "--to-queue",
+                "1",
+            ]);
+            assert!(text(&o).contains("out of range"), "{}", text(&o));
+            // Buckets with live connections, moved back and forth while the
+            // senders send.
+            while moved.len() < 6 && !senders_done() {
+                let Some((bucket, queue)) = busy_bucket(&status(&[])) else {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                };
+                let (b, to) = (bucket.to_string(), (1 - queue).to_string());
+                let o = flowlane(&[
+                    "rebalance",
+                    "move",
+                    "--socket",
+                    p,
+                    "--bucket",
+                    &b,
+                    "--to-queue",
+                    &to,
+                ]);
+                if senders_done() && !o.status.success() {
+                    late_failures += 1; // the transfers ended under the move
+                    break;
+                }
+                assert!(o.status.success(), "{}", text(&o));
+                let m: Value = serde_json::from_slice(&o.stdout).expect("move JSON");
+                assert_eq!(
+                    (m["bucket"].as_u64(), m["to"].as_u64()),
+                    (Some(bucket), Some(1 - queue)),
+                    "{m}"
+                );
+                moved.push(m);
+            }
+            let screen = rebalance(&["status", "--socket", p, "--interval-ms", "100"]);
+            let failed = 3 + late_failures;
+            assert!(
+                screen.contains(&format!("moves: {} done, {failed} failed", moved.len())),
+                "{screen}"
+            );
+        },
+    );
+    assert!(
+        moved
+            .iter()
+            .filter(|m| m["connections"].as_u64() > Some(0))
+            .count()
+            >= 2,
+        "too few moves carried connections: {moved:?}"
+    );
+    // Every move made by hand is in the service's log too.
+    assert_eq!(
+        r.moves.iter().filter(|m| m.get("error").is_none()).count(),
+        moved.len()
+    );
+    for q in queues(&r.lines) {
+        assert_eq!(q["tcp"]["resets_out"], 0, "{q}");
+        assert_eq!(q["tcp"]["import_failed"], 0, "{q}");
+        assert_eq!(q["tcp"]["hold_timeouts"], 0, "{q}");
+    }
+    no_reordering_seen(&r.peer);
+    assert!(!sock.exists(), "the service left its control socket behind");
+    let o = flowlane(&["rebalance", "status", "--socket", p]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o).contains("no flowlane service answers"),
+        "{}",
+        text(&o)
     );
 }

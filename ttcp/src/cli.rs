@@ -2,7 +2,7 @@
 
 use std::net::IpAddr;
 
-use flowlane_dataplane::service_args::DataPathArgs;
+use flowlane_dataplane::service_args::{DataPathArgs, RebalanceArgs};
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
@@ -124,6 +124,10 @@ pub struct RunArgs {
     /// flowlane backend: the data path's flags.
     #[command(flatten)]
     pub data_path: DataPathArgs,
+    /// flowlane backend: `--rebalance auto|off` (the receiver moves RSS
+    /// buckets between its queues) and its control socket.
+    #[command(flatten)]
+    pub rebalance: RebalanceArgs,
     /// Root of the /proc and /sys trees read for the report.
     #[arg(long, default_value = "/", hide = true)]
     pub procfs_root: PathBuf,
@@ -360,6 +364,10 @@ impl RunArgs {
         } else if self.data_path.bed.is_some() {
             bail!("--bed goes with --backend flowlane");
         }
+        if self.rebalance.mode().is_some() && (self.backend != BackendKind::Flowlane || self.sender)
+        {
+            bail!("--rebalance goes with a --backend flowlane receiver (-r)");
+        }
         Ok(Plan {
             receiver: self.receiver,
             threads,
@@ -369,6 +377,7 @@ impl RunArgs {
             flowlane: FlowlaneOptions {
                 iface: self.nic.clone(),
                 data_path: self.data_path.clone(),
+                rebalance: self.rebalance.clone(),
                 control_port: self.control_port,
             },
             params: Params {

@@ -23,6 +23,7 @@ use std::time::Instant;
 use anyhow::{anyhow, bail, Context, Result};
 use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net};
 use flowlane_dataplane::counters;
+use flowlane_dataplane::service_control::{move_line, ServiceControl};
 use flowlane_dataplane::tcp_service::{self, rss_state};
 use flowlane_dataplane::{TcpHandler, TcpService, TcpServiceConfig};
 
@@ -204,6 +205,9 @@ fn service_config(plan: &Plan, ports: &[u16], active: bool) -> Result<(TcpServic
         ),
         None => None,
     };
+    if let Some(id) = opts.rss_table_map {
+        config.nic = Some(flowlane_testbed::table_writer::table_writer(id)?);
+    }
     if active && opts.neighbor.is_empty() {
         bail!(
             "--backend flowlane sender needs the receiver's MAC: --neighbor IP=MAC (or --bed NAME)"
@@ -250,8 +254,19 @@ fn start(
         Ok::<_, String>(())
     })
     .with_context(|| format!("starting flowlane's data path on {iface}"))?;
+    // The receiver moves buckets (`--rebalance`) and answers `flowlane
+    // rebalance` on its control socket.
+    let control = if active {
+        None
+    } else {
+        let r = &plan.flowlane.rebalance;
+        Some(
+            ServiceControl::new(&service, "ttcp-receiver", r.mode(), r.socket())
+                .context("--rebalance")?,
+        )
+    };
     let service = Arc::new(service);
-    let watch = Watch::start(service.clone(), watched)?;
+    let watch = Watch::start(service.clone(), watched, control)?;
     Ok(Workers::custom(Box::new(move || {
         watch.stop();
         let service = Arc::into_inner(service).expect("the watch thread has ended");
@@ -271,6 +286,9 @@ fn start(
 /// interface, namespace, XDP program and sockets are still there; when one
 /// vanished (the bed was removed under the run) it fails the run with one
 /// line saying what, so the measurement stops instead of waiting forever.
+/// On a receiver it also runs the service's control (rebalancing rounds,
+/// the control socket) every [`CONTROL_PERIOD`], one JSON line on stderr
+/// per move.
 struct Watch {
     stop: Arc<AtomicBool>,
     thread: std::thread::JoinHandle<()>,
@@ -279,19 +297,38 @@ struct Watch {
 /// How often [`Watch`] looks.
 const WATCH_PERIOD: std::time::Duration = std::time::Duration::from_millis(250);
 
+/// How often [`Watch`] runs the receiver's control.
+const CONTROL_PERIOD: std::time::Duration = std::time::Duration::from_millis(10);
+
 impl Watch {
-    fn start(service: Arc<TcpService>, shared: Arc<Shared>) -> Result<Watch> {
+    fn start(
+        service: Arc<TcpService>,
+        shared: Arc<Shared>,
+        mut control: Option<ServiceControl>,
+    ) -> Result<Watch> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("flowlane-watch".into())
             .spawn(move || {
+                let mut next_check = std::time::Instant::now();
                 while !flag.load(Ordering::Relaxed) {
-                    if let Err(gone) = service.dataplane().check() {
-                        shared.fail(format!("flowlane's data path stopped: {gone}"));
-                        return;
+                    if std::time::Instant::now() >= next_check {
+                        if let Err(gone) = service.dataplane().check() {
+                            shared.fail(format!("flowlane's data path stopped: {gone}"));
+                            return;
+                        }
+                        next_check += WATCH_PERIOD;
                     }
-                    std::thread::park_timeout(WATCH_PERIOD);
+                    match control.as_mut() {
+                        Some(c) => {
+                            for m in c.poll(&service) {
+                                eprintln!("{}", move_line(&m));
+                            }
+                            std::thread::park_timeout(CONTROL_PERIOD);
+                        }
+                        None => std::thread::park_timeout(WATCH_PERIOD),
+                    }
                 }
             })
             .context("starting the data path's watch thread")?;

@@ -38,6 +38,8 @@ pub struct FlowlaneOptions {
     pub iface: Option<String>,
     /// The data path's flags (bed, queues, RSS, neighbours, busy polling).
     pub data_path: flowlane_dataplane::service_args::DataPathArgs,
+    /// `--rebalance` and the control socket (receiver only).
+    pub rebalance: flowlane_dataplane::service_args::RebalanceArgs,
     /// The control port (kernel socket; never steered to flowlane).
     pub control_port: u16,
 }

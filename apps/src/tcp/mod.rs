@@ -17,12 +17,12 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use flowlane_dataplane::auto_rebalance::AutoRebalance;
 use flowlane_dataplane::service_args::{listen_port, DataPathArgs, RebalanceArgs};
+use flowlane_dataplane::service_control::{move_line, ServiceControl};
 use flowlane_dataplane::tcp_service::{self, rss_state};
 use flowlane_dataplane::{
-    worker_cpu_ns, BucketSnapshot, MoveReport, NicWriter, TcpCountersSnapshot, TcpHandler,
-    TcpService, TcpServiceConfig,
+    worker_cpu_ns, BucketSnapshot, NicWriter, TcpCountersSnapshot, TcpHandler, TcpService,
+    TcpServiceConfig,
 };
 use flowlane_numa_sched::nic::RssSettings;
 use flowlane_numa_sched::RssState;
@@ -319,7 +319,7 @@ where
     };
     config.neighbors = tcp_service::neighbors(&c.data_path.neighbor, &c.iface, connect_to)?;
     config.nic = Some(match c.data_path.rss_table_map {
-        Some(id) => bed_entry::bed_nic_writer(id)?,
+        Some(id) => flowlane_testbed::table_writer::table_writer(id)?,
         None => (nic.writer)(&c.iface),
     });
 
@@ -343,20 +343,6 @@ where
     r
 }
 
-/// One JSON line on stderr per bucket move (or failed move).
-fn log_move(m: flowlane_dataplane::Result<MoveReport>) {
-    match m {
-        Ok(r) => {
-            let mut v = json!({"event": "move"});
-            if let (Value::Object(o), Ok(Value::Object(r))) = (&mut v, serde_json::to_value(&r)) {
-                o.extend(r);
-            }
-            eprintln!("{v}");
-        }
-        Err(e) => eprintln!("{}", json!({"event": "move", "error": e.to_string()})),
-    }
-}
-
 fn wait(
     name: &'static str,
     c: &Common,
@@ -378,25 +364,25 @@ fn wait(
         Ok(())
     };
     report(true)?;
+    let mut control = ServiceControl::new(service, name, c.rebalance.mode(), c.rebalance.socket())
+        .context("--rebalance")?;
     eprintln!(
-        "flowlane: TCP on {} queues of {}",
+        "flowlane: TCP on {} queues of {}{}",
         service.dataplane().queues().len(),
-        c.iface
+        c.iface,
+        control
+            .socket_path()
+            .map(|p| format!(" (control socket {})", p.display()))
+            .unwrap_or_default()
     );
     let start = Instant::now();
     let mut results = 0;
     let mut failed = false;
     let mut watchdog = Watchdog::new(name);
-    let mut rebalance = match c.rebalance.mode() {
-        Some(mode) => Some(AutoRebalance::new(service, mode).context("--rebalance")?),
-        None => None,
-    };
     while !signals.stop_requested() {
         watchdog.check(service.dataplane())?;
-        if let Some(r) = rebalance.as_mut() {
-            for m in r.poll(service) {
-                log_move(m);
-            }
+        for m in control.poll(service) {
+            eprintln!("{}", move_line(&m));
         }
         match done.recv_timeout(Duration::from_millis(20)) {
             Ok(v) => {

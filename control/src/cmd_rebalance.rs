@@ -1,0 +1,334 @@
+//! `flowlane rebalance status|move`: a running TCP service's queues and RSS
+//! buckets, and moving one bucket with its live connections by hand, over
+//! the service's control socket (`flowlane_dataplane::control_socket`).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use clap::{Args, Subcommand};
+use flowlane_dataplane::control_socket::{
+    self, QueueStatus, Request, Response, ServiceStatus, RUN_DIR,
+};
+use flowlane_dataplane::MoveReport;
+
+/// How long a service may take to answer (a move waits on both workers).
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `flowlane rebalance ...`.
+#[derive(Subcommand, Debug)]
+pub(crate) enum RebalanceCmd {
+    /// Each queue's load (busy %, segments/s over the interval), its
+    /// busiest RSS buckets, the table and the last moves.
+    Status {
+        #[command(flatten)]
+        target: Target,
+        /// Load measured over this many milliseconds (0: since the
+        /// service started).
+        #[arg(long, default_value_t = 500)]
+        interval_ms: u64,
+        /// Print the service's answer as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Move an RSS bucket, with its live connections, to another queue.
+    Move {
+        #[command(flatten)]
+        target: Target,
+        /// The bucket (indirection-table entry).
+        #[arg(long)]
+        bucket: u16,
+        /// The queue to serve it.
+        #[arg(long = "to-queue")]
+        to_queue: u32,
+    },
+}
+
+/// Which service.
+#[derive(Args, Debug)]
+pub(crate) struct Target {
+    /// The service's control socket (default: the only live one in
+    /// /run/flowlane).
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+}
+
+impl Target {
+    fn path(&self) -> Result<PathBuf> {
+        if let Some(p) = &self.socket {
+            return Ok(p.clone());
+        }
+        let live = control_socket::live_sockets(Path::new(RUN_DIR));
+        match live.as_slice() {
+            [one] => Ok(one.clone()),
+            [] => bail!(
+                "no flowlane service is running here (no live control socket in {RUN_DIR}): start one, or give --socket PATH"
+            ),
+            many => bail!(
+                "{} services are running; choose one with --socket: {}",
+                many.len(),
+                many.iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+}
+
+fn ask(path: &Path, request: &Request) -> Result<Response> {
+    match control_socket::request(path, request, ANSWER_TIMEOUT)? {
+        Response::Error { message } => bail!("{message}"),
+        r => Ok(r),
+    }
+}
+
+fn status(path: &Path) -> Result<ServiceStatus> {
+    match ask(path, &Request::Status)? {
+        Response::Status(s) => Ok(s),
+        other => bail!("the service answered {other:?} to a status request"),
+    }
+}
+
+/// Runs `flowlane rebalance ...`.
+pub(crate) fn run(cmd: RebalanceCmd) -> Result<()> {
+    match cmd {
+        RebalanceCmd::Status {
+            target,
+            interval_ms,
+            json,
+        } => {
+            let path = target.path()?;
+            let first = (interval_ms > 0).then(|| status(&path)).transpose()?;
+            if first.is_some() {
+                std::thread::sleep(Duration::from_millis(interval_ms));
+            }
+            let now = status(&path)?;
+            if json {
+                outln!("{}", serde_json::to_string_pretty(&now)?);
+            } else {
+                out!("{}", render(first.as_ref(), &now));
+            }
+            Ok(())
+        }
+        RebalanceCmd::Move {
+            target,
+            bucket,
+            to_queue,
+        } => {
+            let path = target.path()?;
+            match ask(&path, &Request::Move { bucket, to_queue })? {
+                Response::Moved(r) => {
+                    outln!("{}", serde_json::to_string(&r)?);
+                    Ok(())
+                }
+                other => bail!("the service answered {other:?} to a move"),
+            }
+        }
+    }
+}
+
+/// The status screen: load over the interval between `before` and `now`
+/// (since the start without `before`).
+fn render(before: Option<&ServiceStatus>, now: &ServiceStatus) -> String {
+    let span_ns = before.map_or(now.uptime_ns, |b| now.uptime_ns.saturating_sub(b.uptime_ns));
+    let secs = span_ns.max(1) as f64 / 1e9;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{} (pid {}) on {}: {} queues, rebalance {}, up {:.1} s; load over the last {:.2} s",
+        now.service,
+        now.pid,
+        now.iface,
+        now.queues.len(),
+        now.rebalance,
+        now.uptime_ns as f64 / 1e9,
+        secs
+    );
+    let _ = writeln!(
+        s,
+        "{:>5} {:>4} {:>4} {:>6} {:>10} {:>6} {:>7}  busiest buckets (segments/s, connections)",
+        "queue", "cpu", "node", "busy%", "segs/s", "conns", "buckets"
+    );
+    for q in &now.queues {
+        let prev = before.and_then(|b| b.queues.iter().find(|p| p.queue == q.queue));
+        let busy = q.busy_ns.saturating_sub(prev.map_or(0, |p| p.busy_ns));
+        let segs = q
+            .segments_in
+            .saturating_sub(prev.map_or(0, |p| p.segments_in));
+        let served = served_buckets(q, &now.table);
+        let mut rates: Vec<(u16, f64, u64)> = served
+            .iter()
+            .map(|b| {
+                let was = prev
+                    .and_then(|p| p.buckets.iter().find(|x| x.bucket == b.bucket))
+                    .map_or(0, |x| x.segments_in);
+                (
+                    b.bucket,
+                    b.segments_in.saturating_sub(was) as f64 / secs,
+                    b.connections,
+                )
+            })
+            .collect();
+        rates.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.2.cmp(&a.2)));
+        let top: Vec<String> = rates
+            .iter()
+            .take(4)
+            .filter(|r| r.1 > 0.0 || r.2 > 0)
+            .map(|(b, r, c)| format!("b{b} {r:.0}/s {c}c"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "{:>5} {:>4} {:>4} {:>6.1} {:>10.0} {:>6} {:>7}  {}",
+            q.queue,
+            q.cpu.map_or("-".into(), |c| c.to_string()),
+            q.node,
+            100.0 * busy as f64 / span_ns.max(1) as f64,
+            segs as f64 / secs,
+            q.connections,
+            table_share(&now.table, q.queue),
+            top.join(", ")
+        );
+    }
+    if now.table.is_empty() {
+        let _ = writeln!(
+            s,
+            "buckets cannot move in this service (one queue, or the NIC's RSS unknown)"
+        );
+    }
+    let m = &now.moves;
+    let _ = writeln!(s, "moves: {} done, {} failed", m.done, m.failed);
+    for r in m.recent.iter().rev().take(5) {
+        let _ = writeln!(s, "  {}", move_summary(r));
+    }
+    s
+}
+
+/// The buckets of `q` that the table gives it now (all it counted when the
+/// table is unknown).
+fn served_buckets<'a>(
+    q: &'a QueueStatus,
+    table: &[u32],
+) -> Vec<&'a flowlane_dataplane::BucketSnapshot> {
+    q.buckets
+        .iter()
+        .filter(|b| table.is_empty() || table.get(usize::from(b.bucket)) == Some(&q.queue))
+        .collect()
+}
+
+/// How many table entries point at `queue` (`-` without a table).
+fn table_share(table: &[u32], queue: u32) -> String {
+    if table.is_empty() {
+        return "-".into();
+    }
+    table.iter().filter(|&&q| q == queue).count().to_string()
+}
+
+/// One move in a line.
+fn move_summary(r: &MoveReport) -> String {
+    format!(
+        "bucket {} queue {} -> {}: {} connections, {} TIME-WAIT, {} frames forwarded, {} held, {:.0} us{}",
+        r.bucket,
+        r.from,
+        r.to,
+        r.connections,
+        r.time_wait,
+        r.frames_forwarded,
+        r.frames_held,
+        r.duration_us,
+        if r.hold_timed_out { " (hold timed out)" } else { "" }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flowlane_dataplane::control_socket::MoveHistory;
+    use flowlane_dataplane::BucketSnapshot;
+
+    fn queue(queue: u32, busy_ns: u64, segs: u64, buckets: &[(u16, u64, u64)]) -> QueueStatus {
+        QueueStatus {
+            queue,
+            cpu: Some(queue),
+            node: 0,
+            busy_ns,
+            segments_in: segs,
+            connections: buckets.iter().map(|b| b.2).sum(),
+            buckets: buckets
+                .iter()
+                .map(|&(bucket, segments_in, connections)| BucketSnapshot {
+                    bucket,
+                    segments_in,
+                    connections,
+                    ..BucketSnapshot::default()
+                })
+                .collect(),
+        }
+    }
+
+    fn status(uptime_s: u64, queues: Vec<QueueStatus>, moves: MoveHistory) -> ServiceStatus {
+        ServiceStatus {
+            service: "bulk-sink".into(),
+            pid: 42,
+            uptime_ns: uptime_s * 1_000_000_000,
+            iface: "xsk0".into(),
+            rebalance: "off".into(),
+            table: vec![0, 0, 0, 1],
+            queues,
+            moves,
+        }
+    }
+
+    #[test]
+    fn load_is_shown_over_the_interval_and_only_for_buckets_served() {
+        let before = status(
+            10,
+            vec![
+                queue(0, 1_000_000_000, 1000, &[(0, 500, 2), (3, 500, 1)]),
+                queue(1, 0, 0, &[]),
+            ],
+            MoveHistory::default(),
+        );
+        let mut moves = MoveHistory::default();
+        moves.record(&Ok(MoveReport {
+            bucket: 3,
+            from: 0,
+            to: 1,
+            connections: 1,
+            frames_forwarded: 7,
+            frames_held: 2,
+            duration_us: 250.0,
+            ..MoveReport::default()
+        }));
+        let now = status(
+            12,
+            vec![
+                // Queue 0 was busy 1.5 of the 2 s; bucket 3 is on queue 1 now.
+                queue(0, 2_500_000_000, 3000, &[(0, 2500, 2), (3, 500, 0)]),
+                queue(1, 500_000_000, 400, &[(3, 400, 1)]),
+            ],
+            moves,
+        );
+        let text = render(Some(&before), &now);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].contains("load over the last 2.00 s"), "{text}");
+        let q0: Vec<&str> = lines[2].split_whitespace().collect();
+        assert_eq!(
+            &q0[..7],
+            ["0", "0", "0", "75.0", "1000", "2", "3"],
+            "{text}"
+        );
+        assert!(
+            lines[2].contains("b0 1000/s 2c") && !lines[2].contains("b3"),
+            "{text}"
+        );
+        let q1: Vec<&str> = lines[3].split_whitespace().collect();
+        assert_eq!(&q1[..7], ["1", "1", "0", "25.0", "200", "1", "1"], "{text}");
+        assert!(text.contains("moves: 1 done, 0 failed"), "{text}");
+        assert!(
+            text.contains("bucket 3 queue 0 -> 1: 1 connections, 0 TIME-WAIT, 7 frames forwarded, 2 held, 250 us"),
+            "{text}"
+        );
+    }
+}

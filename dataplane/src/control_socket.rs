@@ -1,0 +1,465 @@
+//! A running TCP service's control socket: a Unix stream socket (mode 0600,
+//! by default `/run/flowlane/SERVICE.PID.sock`) on which `flowlane
+//! rebalance status|move` asks the service for its queues' load and moves
+//! RSS buckets by hand.
+//!
+//! The protocol is one JSON line each way per connection: a [`Request`]
+//! in, a [`Response`] out, then the service closes the connection. The
+//! service answers from its main thread ([`ControlSocket::poll`], never
+//! blocking on a client): at most [`MAX_CLIENTS`] connections wait at
+//! once, a request longer than [`MAX_REQUEST`] bytes is refused, and a
+//! client that sends nothing for [`CLIENT_DEADLINE`] is dropped, so a
+//! stuck or hostile local client cannot stall the service.
+
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::bucket_counters::BucketSnapshot;
+use crate::handoff::MoveReport;
+use crate::{Error, Result};
+
+/// Where services put their control sockets unless told otherwise.
+pub const RUN_DIR: &str = "/run/flowlane";
+
+/// At most this many clients wait for an answer at once; more are closed
+/// unanswered.
+pub const MAX_CLIENTS: usize = 8;
+
+/// The longest request line accepted, in bytes.
+pub const MAX_REQUEST: usize = 4096;
+
+/// A client that has not sent a whole request by then is dropped.
+pub const CLIENT_DEADLINE: Duration = Duration::from_secs(1);
+
+/// What a client asks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "kebab-case")]
+pub enum Request {
+    /// The service's queues, buckets, table and moves so far.
+    Status,
+    /// Move `bucket` to queue `to_queue` with its live connections.
+    Move {
+        /// The RSS bucket (indirection-table entry).
+        bucket: u16,
+        /// The queue to serve it from now on.
+        to_queue: u32,
+    },
+}
+
+/// What the service answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "kebab-case")]
+pub enum Response {
+    /// The answer to [`Request::Status`].
+    Status(ServiceStatus),
+    /// The move asked for was done.
+    Moved(MoveReport),
+    /// The request was refused or failed.
+    Error {
+        /// What is wrong, in the user's terms.
+        message: String,
+    },
+}
+
+/// A service's state, as `flowlane rebalance status` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServiceStatus {
+    /// The command serving (e.g. `bulk-sink`).
+    pub service: String,
+    /// Its process id.
+    pub pid: u32,
+    /// Nanoseconds since the service started.
+    pub uptime_ns: u64,
+    /// The interface served.
+    pub iface: String,
+    /// The rebalancing loop: `off`, `auto` or `storm`.
+    pub rebalance: String,
+    /// The indirection table as the service last wrote it (queue per
+    /// bucket); empty when buckets cannot move (one queue, or the NIC's
+    /// RSS unknown).
+    pub table: Vec<u32>,
+    /// Each queue's load so far.
+    pub queues: Vec<QueueStatus>,
+    /// Moves since the service started.
+    pub moves: MoveHistory,
+}
+
+/// One queue's cumulative load.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueStatus {
+    /// Queue number.
+    pub queue: u32,
+    /// The CPU its worker is pinned to, if pinned.
+    pub cpu: Option<u32>,
+    /// The NUMA node of its memory.
+    pub node: u32,
+    /// Nanoseconds its worker spent busy (not waiting in poll(2)).
+    pub busy_ns: u64,
+    /// TCP segments it received.
+    pub segments_in: u64,
+    /// Live connections it serves.
+    pub connections: u64,
+    /// The RSS buckets it has served (those with figures).
+    pub buckets: Vec<BucketSnapshot>,
+}
+
+/// The moves a service made (by hand, or by its rebalancing loop).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MoveHistory {
+    /// Moves done.
+    pub done: u64,
+    /// Moves that failed.
+    pub failed: u64,
+    /// The last [`MoveHistory::KEEP`] moves done, oldest first.
+    pub recent: Vec<MoveReport>,
+}
+
+impl MoveHistory {
+    /// How many moves [`MoveHistory::recent`] keeps.
+    pub const KEEP: usize = 64;
+
+    /// Counts one outcome and keeps it if it is a move done.
+    pub fn record(&mut self, outcome: &Result<MoveReport>) {
+        match outcome {
+            Ok(r) => {
+                self.done += 1;
+                if self.recent.len() == Self::KEEP {
+                    self.recent.remove(0);
+                }
+                self.recent.push(r.clone());
+            }
+            Err(_) => self.failed += 1,
+        }
+    }
+}
+
+/// A connected client and what it sent so far.
+struct Client {
+    stream: UnixStream,
+    buf: Vec<u8>,
+    since: Instant,
+}
+
+/// The service side: a listening socket, removed when dropped.
+pub struct ControlSocket {
+    listener: UnixListener,
+    path: PathBuf,
+    clients: Vec<Client>,
+}
+
+impl std::fmt::Debug for ControlSocket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlSocket")
+            .field("path", &self.path)
+            .field("clients", &self.clients.len())
+            .finish()
+    }
+}
+
+/// The default socket of this process serving `service`.
+pub fn default_path(service: &str) -> PathBuf {
+    Path::new(RUN_DIR).join(format!("{service}.{}.sock", std::process::id()))
+}
+
+fn io(what: String) -> impl FnOnce(std::io::Error) -> Error {
+    move |source| Error::Io { what, source }
+}
+
+impl ControlSocket {
+    /// Listens at `path` (its directory is created; only root may connect).
+    /// A socket left there by a service that is gone is replaced.
+    ///
+    /// # Errors
+    /// [`Error::Setup`] when a running service answers at `path`;
+    /// [`Error::Io`] when the directory or socket cannot be made.
+    pub fn bind(path: &Path) -> Result<ControlSocket> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io(format!(
+                "creating {} for the control socket",
+                dir.display()
+            )))?;
+        }
+        if path.exists() {
+            if UnixStream::connect(path).is_ok() {
+                return Err(Error::Setup(format!(
+                    "control socket {} is in use by a running service (give another --control-socket)",
+                    path.display()
+                )));
+            }
+            std::fs::remove_file(path)
+                .map_err(io(format!("removing the stale socket {}", path.display())))?;
+        }
+        let listener = UnixListener::bind(path).map_err(io(format!(
+            "listening on the control socket {}",
+            path.display()
+        )))?;
+        let me = ControlSocket {
+            listener,
+            path: path.to_path_buf(),
+            clients: Vec::new(),
+        };
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .map_err(io(format!("restricting {} to its owner", path.display())))?;
+        me.listener
+            .set_nonblocking(true)
+            .map_err(io("making the control socket non-blocking".into()))?;
+        Ok(me)
+    }
+
+    /// Where it listens.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Accepts waiting clients and answers every complete request with
+    /// `answer`'s response; never blocks on a client.
+    pub fn poll(&mut self, mut answer: impl FnMut(Request) -> Response) {
+        while let Ok((stream, _)) = self.listener.accept() {
+            if self.clients.len() >= MAX_CLIENTS || stream.set_nonblocking(true).is_err() {
+                continue; // dropped: closed unanswered
+            }
+            self.clients.push(Client {
+                stream,
+                buf: Vec::new(),
+                since: Instant::now(),
+            });
+        }
+        let now = Instant::now();
+        self.clients.retain_mut(|c| {
+            let mut chunk = [0u8; 512];
+            loop {
+                match c.stream.read(&mut chunk) {
+                    Ok(0) => return false,
+                    Ok(n) => c.buf.extend_from_slice(&chunk[..n]),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(_) => return false,
+                }
+                if c.buf.len() > MAX_REQUEST {
+                    break;
+                }
+            }
+            let response = match c.buf.iter().position(|&b| b == b'\n') {
+                Some(end) if end <= MAX_REQUEST => match serde_json::from_slice(&c.buf[..end]) {
+                    Ok(req) => answer(req),
+                    Err(e) => Response::Error {
+                        message: format!("bad request: {e}"),
+                    },
+                },
+                _ if c.buf.len() > MAX_REQUEST => Response::Error {
+                    message: format!("request longer than {MAX_REQUEST} bytes"),
+                },
+                _ => return now.duration_since(c.since) < CLIENT_DEADLINE,
+            };
+            send(&mut c.stream, &response);
+            false
+        });
+    }
+}
+
+/// Writes one response line; a client that does not take it within
+/// 100 ms loses it.
+fn send(stream: &mut UnixStream, response: &Response) {
+    let Ok(mut line) = serde_json::to_vec(response) else {
+        return;
+    };
+    line.push(b'\n');
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+    let _ = stream.write_all(&line);
+}
+
+impl Drop for ControlSocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Sends `request` to the service listening at `path` and returns its
+/// response (waiting at most `timeout` for it).
+///
+/// # Errors
+/// [`Error::Setup`] when nothing listens there, or the answer is not a
+/// response; [`Error::Io`] when the exchange fails.
+pub fn request(path: &Path, request: &Request, timeout: Duration) -> Result<Response> {
+    let mut stream = UnixStream::connect(path).map_err(|e| {
+        Error::Setup(format!(
+            "no flowlane service answers on {}: {e} (is it running? `flowlane rebalance status` lists the sockets in {RUN_DIR})",
+            path.display()
+        ))
+    })?;
+    let what = || format!("talking to the service on {}", path.display());
+    stream
+        .set_read_timeout(Some(timeout))
+        .and_then(|()| stream.set_write_timeout(Some(timeout)))
+        .map_err(io(what()))?;
+    let mut line = serde_json::to_vec(request).map_err(|e| Error::Setup(e.to_string()))?;
+    line.push(b'\n');
+    stream.write_all(&line).map_err(io(what()))?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).map_err(io(what()))?;
+    serde_json::from_slice(answer.trim_ascii_end()).map_err(|e| {
+        Error::Setup(format!(
+            "the service on {} gave no valid answer: {e}",
+            path.display()
+        ))
+    })
+}
+
+/// The control sockets in `dir` that a service answers on (stale ones
+/// left by services that are gone are skipped), sorted.
+pub fn live_sockets(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "sock"))
+        .filter(|p| UnixStream::connect(p).is_ok())
+        .collect();
+    found.sort();
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_path(tag: &str) -> PathBuf {
+        std::env::temp_dir().join(format!(
+            "flowlane-ctl-{tag}-{}-{:?}.sock",
+            std::process::id(),
+            std::thread::current().id()
+        ))
+    }
+
+    /// Runs `poll` on another thread until `done`.
+    fn serve_until<T: Send>(
+        sock: &mut ControlSocket,
+        client: impl FnOnce() -> T + Send,
+        answer: impl FnMut(Request) -> Response + Send,
+    ) -> T {
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let mut answer = answer;
+        std::thread::scope(|s| {
+            let h = s.spawn(|| {
+                let r = client();
+                done.store(true, std::sync::atomic::Ordering::SeqCst);
+                r
+            });
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                sock.poll(&mut answer);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            h.join().unwrap()
+        })
+    }
+
+    #[test]
+    fn a_request_gets_its_answer_and_the_socket_goes_with_the_service() {
+        let path = temp_path("answer");
+        let mut sock = ControlSocket::bind(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert!(live_sockets(path.parent().unwrap()).contains(&path));
+        let got = serve_until(
+            &mut sock,
+            || {
+                request(
+                    &path,
+                    &Request::Move {
+                        bucket: 7,
+                        to_queue: 1,
+                    },
+                    Duration::from_secs(2),
+                )
+            },
+            |r| Response::Error {
+                message: format!("{r:?}"),
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            Response::Error {
+                message: "Move { bucket: 7, to_queue: 1 }".into()
+            }
+        );
+        drop(sock);
+        assert!(!path.exists());
+        assert!(request(&path, &Request::Status, Duration::from_secs(1)).is_err());
+    }
+
+    #[test]
+    fn garbage_and_oversized_requests_are_refused_and_the_service_goes_on() {
+        let path = temp_path("garbage");
+        let mut sock = ControlSocket::bind(&path).unwrap();
+        let raw = |bytes: Vec<u8>| {
+            let path = path.clone();
+            move || {
+                let mut s = UnixStream::connect(&path).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+                let _ = s.write_all(&bytes);
+                let mut out = String::new();
+                let _ = s.read_to_string(&mut out);
+                out
+            }
+        };
+        let never = |_| -> Response { panic!("no request should reach the service") };
+        let out = serve_until(&mut sock, raw(b"{\"op\":\"explode\"}\n".to_vec()), never);
+        assert!(out.contains("bad request"), "{out}");
+        let out = serve_until(&mut sock, raw(vec![b'x'; MAX_REQUEST + 10]), never);
+        assert!(out.contains("longer than"), "{out}");
+        // Still answering.
+        let got = serve_until(
+            &mut sock,
+            || request(&path, &Request::Status, Duration::from_secs(2)),
+            |_| Response::Error {
+                message: "fine".into(),
+            },
+        );
+        assert!(matches!(got, Ok(Response::Error { message }) if message == "fine"));
+    }
+
+    #[test]
+    fn a_silent_client_is_dropped_and_a_stale_socket_replaced() {
+        let path = temp_path("silent");
+        let mut sock = ControlSocket::bind(&path).unwrap();
+        // A second service may not take a live socket.
+        assert!(matches!(ControlSocket::bind(&path), Err(Error::Setup(_))));
+        let _silent = UnixStream::connect(&path).unwrap();
+        sock.poll(|_| unreachable!());
+        assert_eq!(sock.clients.len(), 1);
+        std::thread::sleep(CLIENT_DEADLINE + Duration::from_millis(50));
+        sock.poll(|_| unreachable!());
+        assert_eq!(sock.clients.len(), 0);
+        drop(sock);
+        // What a crashed service leaves: the file, nobody listening.
+        drop(UnixListener::bind(&path).unwrap());
+        assert!(path.exists());
+        assert!(!live_sockets(path.parent().unwrap()).contains(&path));
+        let sock = ControlSocket::bind(&path).unwrap();
+        drop(sock);
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn history_keeps_the_last_moves() {
+        let mut h = MoveHistory::default();
+        for b in 0..(MoveHistory::KEEP as u16 + 5) {
+            h.record(&Ok(MoveReport {
+                bucket: b,
+                ..MoveReport::default()
+            }));
+        }
+        h.record(&Err(Error::Move("no".into())));
+        assert_eq!((h.done, h.failed), (MoveHistory::KEEP as u64 + 5, 1));
+        assert_eq!(h.recent.len(), MoveHistory::KEEP);
+        assert_eq!(h.recent[0].bucket, 5);
+    }
+}

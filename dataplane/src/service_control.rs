@@ -1,0 +1,170 @@
+//! What a running TCP service's main thread does besides waiting: its
+//! rebalancing loop (`--rebalance`, [`AutoRebalance`]), its control socket
+//! (`flowlane rebalance status|move`, [`ControlSocket`]) and the history of
+//! the moves both made. The caller polls it every few milliseconds and
+//! logs each move it returns ([`move_line`]).
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use crate::auto_rebalance::{AutoRebalance, Mode};
+use crate::control_socket::{
+    self, ControlSocket, MoveHistory, QueueStatus, Request, Response, ServiceStatus,
+};
+use crate::handoff::MoveReport;
+use crate::tcp_service::TcpService;
+use crate::Result;
+
+/// Where the control socket goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SocketChoice {
+    /// The default path ([`control_socket::default_path`]); a service that
+    /// cannot make it warns and serves without one.
+    Default,
+    /// This path (given by the user): failing to make it is an error.
+    At(PathBuf),
+    /// None.
+    Off,
+}
+
+/// A service's rebalancing loop, control socket and move history.
+#[derive(Debug)]
+pub struct ServiceControl {
+    service: String,
+    started: Instant,
+    auto: Option<AutoRebalance>,
+    mode: Option<Mode>,
+    socket: Option<ControlSocket>,
+    history: MoveHistory,
+}
+
+impl ServiceControl {
+    /// Control for `service` (its command name, e.g. `bulk-sink`), with the
+    /// rebalancing loop `mode` asks for.
+    ///
+    /// # Errors
+    /// What [`AutoRebalance::new`] and [`ControlSocket::bind`] return (the
+    /// latter only for a socket path the user chose).
+    pub fn new(
+        tcp: &TcpService,
+        service: &str,
+        mode: Option<Mode>,
+        socket: SocketChoice,
+    ) -> Result<ServiceControl> {
+        let auto = mode.map(|m| AutoRebalance::new(tcp, m)).transpose()?;
+        let socket = match socket {
+            SocketChoice::Off => None,
+            SocketChoice::At(p) => Some(ControlSocket::bind(&p)?),
+            SocketChoice::Default => {
+                match ControlSocket::bind(&control_socket::default_path(service)) {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        tracing::warn!("no control socket ({e}): `flowlane rebalance` cannot reach this service");
+                        None
+                    }
+                }
+            }
+        };
+        Ok(ServiceControl {
+            service: service.to_string(),
+            started: Instant::now(),
+            auto,
+            mode,
+            socket,
+            history: MoveHistory::default(),
+        })
+    }
+
+    /// Where the control socket listens, if there is one.
+    pub fn socket_path(&self) -> Option<&Path> {
+        self.socket.as_ref().map(ControlSocket::path)
+    }
+
+    /// Runs a rebalancing round if one is due and answers the control
+    /// socket's requests; returns every move made or tried, for the caller
+    /// to log.
+    pub fn poll(&mut self, tcp: &TcpService) -> Vec<Result<MoveReport>> {
+        let mut out = match self.auto.as_mut() {
+            Some(a) => a.poll(tcp),
+            None => Vec::new(),
+        };
+        for m in &out {
+            self.history.record(m);
+        }
+        if let Some(mut socket) = self.socket.take() {
+            socket.poll(|req| match req {
+                Request::Status => Response::Status(self.status(tcp)),
+                Request::Move { bucket, to_queue } => {
+                    let m = tcp.move_bucket(bucket, to_queue);
+                    self.history.record(&m);
+                    let response = match &m {
+                        Ok(r) => Response::Moved(r.clone()),
+                        Err(e) => Response::Error {
+                            message: e.to_string(),
+                        },
+                    };
+                    out.push(m);
+                    response
+                }
+            });
+            self.socket = Some(socket);
+        }
+        out
+    }
+
+    /// The service's state now.
+    pub fn status(&self, tcp: &TcpService) -> ServiceStatus {
+        let tcp_counters = tcp.tcp_counters();
+        let buckets = tcp.bucket_counters();
+        let queues = tcp
+            .dataplane()
+            .counters()
+            .into_iter()
+            .map(|(info, c)| {
+                let t = tcp_counters.iter().find(|(q, _)| *q == info.queue);
+                QueueStatus {
+                    queue: info.queue,
+                    cpu: info.cpu,
+                    node: info.node,
+                    busy_ns: c.busy_ns,
+                    segments_in: t.map_or(0, |(_, t)| t.segments_in),
+                    connections: t.map_or(0, |(_, t)| t.connections),
+                    buckets: buckets
+                        .iter()
+                        .find(|(q, _)| *q == info.queue)
+                        .map_or_else(Vec::new, |(_, b)| b.clone()),
+                }
+            })
+            .collect();
+        ServiceStatus {
+            service: self.service.clone(),
+            pid: std::process::id(),
+            uptime_ns: self.started.elapsed().as_nanos() as u64,
+            iface: tcp.dataplane().interface().name.clone(),
+            rebalance: match self.mode {
+                None => "off",
+                Some(Mode::Auto) => "auto",
+                Some(Mode::Storm { .. }) => "storm",
+            }
+            .into(),
+            table: tcp.rss_table().unwrap_or_default(),
+            queues,
+            moves: self.history.clone(),
+        }
+    }
+}
+
+/// One move (or failed move) as the JSON line services log:
+/// `{"event":"move", bucket, from, to, connections, frames_forwarded,
+/// frames_held, duration_us, ...}` or `{"event":"move","error":...}`.
+pub fn move_line(outcome: &Result<MoveReport>) -> serde_json::Value {
+    let mut line = serde_json::json!({"event": "move"});
+    let fields = match outcome {
+        Ok(r) => serde_json::to_value(r).ok(),
+        Err(e) => Some(serde_json::json!({ "error": e.to_string() })),
+    };
+    if let (Some(o), Some(serde_json::Value::Object(f))) = (line.as_object_mut(), fields) {
+        o.extend(f);
+    }
+    line
+}
