@@ -244,6 +244,20 @@ fn rebalance(args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// `flowlane rebalance move` on the service at `socket`.
+fn move_by_hand(socket: &str, bucket: &str, to_queue: &str) -> std::process::Output {
+    flowlane(&[
+        "rebalance",
+        "move",
+        "--socket",
+        socket,
+        "--bucket",
+        bucket,
+        "--to-queue",
+        to_queue,
+    ])
+}
+
 /// A bucket with live connections and the queue serving it, per the
 /// service's status (None when no bucket has any).
 fn busy_bucket(status: &Value) -> Option<(u64, u64)> {
@@ -287,42 +301,15 @@ fn buckets_move_by_hand_over_the_control_socket() {
             let table_len = st["table"].as_array().unwrap().len();
             assert!(table_len >= 2, "{st}");
             // The user's mistakes: one line each, exit 1, nothing moved.
-            let o = flowlane(&[
-                "rebalance",
-                "move",
-                "--socket",
-                p,
-                "--bucket",
-                "0",
-                "--to-queue",
-                "7",
-            ]);
+            let o = move_by_hand(p, "0", "7");
             assert_eq!(o.status.code(), Some(1), "{}", text(&o));
             assert!(text(&o).contains("queue 7 is not served"), "{}", text(&o));
             let here = st["table"][0].to_string();
-            let o = flowlane(&[
-                "rebalance",
-                "move",
-                "--socket",
-                p,
-                "--bucket",
-                "0",
-                "--to-queue",
-                &here,
-            ]);
+            let o = move_by_hand(p, "0", &here);
             assert_eq!(o.status.code(), Some(1), "{}", text(&o));
             assert!(text(&o).contains("already on queue"), "{}", text(&o));
             let far = table_len.to_string();
-            let o = flowlane(&[
-                "rebalance",
-                "move",
-                "--socket",
-                p,
-                "--bucket",
-                &far,
-                "--to-queue",
-                "1",
-            ]);
+            let o = move_by_hand(p, &far, "1");
             assert!(text(&o).contains("out of range"), "{}", text(&o));
             // Buckets with live connections, moved back and forth while the
             // senders send.
@@ -332,16 +319,7 @@ fn buckets_move_by_hand_over_the_control_socket() {
                     continue;
                 };
                 let (b, to) = (bucket.to_string(), (1 - queue).to_string());
-                let o = flowlane(&[
-                    "rebalance",
-                    "move",
-                    "--socket",
-                    p,
-                    "--bucket",
-                    &b,
-                    "--to-queue",
-                    &to,
-                ]);
+                let o = move_by_hand(p, &b, &to);
                 if senders_done() && !o.status.success() {
                     late_failures += 1; // the transfers ended under the move
                     break;

@@ -134,3 +134,71 @@ fn flowlane_receiver_stops_when_its_interface_vanishes() {
     assert!(last.starts_with("flowlane-ttcp: error: "), "{e}");
     assert!(last.contains("interface xsk0 vanished"), "{e}");
 }
+
+#[test]
+fn flowlane_receiver_moves_buckets_under_a_storm() {
+    if !require_root("flowlane_receiver_moves_buckets_under_a_storm") {
+        return;
+    }
+    let bed = Bed::up("tflr", 2);
+    // A move every 20 ms of a random bucket in use, while 8 kernel
+    // connections send.
+    let (ro, so) = pair(
+        None,
+        Some(&bed.peer_ns),
+        "-m 2,*,10.99.0.1 -W 0.5 -t 2 -C 0.3 -j --wait 20",
+        &format!(
+            "--backend flowlane --bed {} --rebalance-storm-ms 20 --control-socket none",
+            bed.name
+        ),
+        "--backend kernel -l 4",
+    );
+    let (r, s) = (json(&ro), json(&so));
+    let stderr: Vec<serde_json::Value> = String::from_utf8_lossy(&ro.stderr)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let moves: Vec<_> = stderr.iter().filter(|v| v["event"] == "move").collect();
+    let done: Vec<_> = moves.iter().filter(|m| m.get("error").is_none()).collect();
+    assert!(done.len() >= 10, "{} moves: {moves:?}", done.len());
+    assert!(
+        done.iter().any(|m| m["connections"].as_u64() > Some(0)),
+        "no move carried a connection"
+    );
+    // Nothing lost: the window's bytes agree at both ends, and no queue
+    // reset a connection or failed an import.
+    let (got, sent) = (f(&r, "/bytes/measured"), f(&s, "/bytes/measured"));
+    assert!(
+        sent > 0.0 && (got - sent).abs() / sent < 0.1,
+        "received {got} vs sent {sent}"
+    );
+    let summary = stderr
+        .iter()
+        .find(|v| v["queues"].is_array())
+        .expect("the data path's summary line");
+    let moved_out: u64 = summary["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| {
+            assert_eq!(q["tcp"]["resets_out"], 0, "{q}");
+            assert_eq!(q["tcp"]["import_failed"], 0, "{q}");
+            q["tcp"]["buckets_out"].as_u64().unwrap()
+        })
+        .sum();
+    assert_eq!(moved_out, done.len() as u64, "{summary}");
+    // --rebalance is the receiver's.
+    let o = cmd(
+        None,
+        &a("-s -m 1,*,10.99.0.1 -t 1 --backend kernel --rebalance auto"),
+    )
+    .output()
+    .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("--rebalance goes with a --backend flowlane receiver"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
