@@ -25,7 +25,7 @@ use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net};
 use flowlane_dataplane::counters;
 use flowlane_dataplane::service_control::{move_line, ServiceControl};
 use flowlane_dataplane::tcp_service::{self, rss_state};
-use flowlane_dataplane::{TcpHandler, TcpService, TcpServiceConfig};
+use flowlane_dataplane::{TcpCountersSnapshot, TcpHandler, TcpService, TcpServiceConfig};
 
 use crate::backend::{Backend, DataThreads, Phase, Shared, ThreadStats, Workers};
 use crate::iface::iface_for;
@@ -270,8 +270,11 @@ fn start(
     Ok(Workers::custom(Box::new(move || {
         watch.stop();
         let service = Arc::into_inner(service).expect("the watch thread has ended");
-        let summary = dataplane_summary(&service);
-        let _ = service.stop();
+        let mut summary = dataplane_summary(&service);
+        // The TCP counters as each worker published them when it exited
+        // (a move or segment of the last 50 ms is in them).
+        let last = service.stop();
+        set_tcp(&mut summary, &last.tcp);
         eprintln!("{summary}");
         let reg = registry.lock().unwrap_or_else(|e| e.into_inner());
         let mut total = ThreadStats::default();
@@ -349,12 +352,10 @@ impl Watch {
 /// shows here as `fill_ring_empty`/`rx_dropped`.
 fn dataplane_summary(service: &TcpService) -> serde_json::Value {
     let dp = service.dataplane();
-    let tcp_counters = service.tcp_counters();
     let queues: Vec<serde_json::Value> = dp
         .counters()
         .into_iter()
         .map(|(q, xsk)| {
-            let tcp = tcp_counters.iter().find(|r| r.0 == q.queue).map(|r| r.1);
             let steer = dp.steering_stats(q.queue).ok().map(|s| {
                 serde_json::json!({
                     "redirected": s.redirected,
@@ -362,10 +363,21 @@ fn dataplane_summary(service: &TcpService) -> serde_json::Value {
                     "no_socket": s.no_socket,
                 })
             });
-            serde_json::json!({"queue": q.queue, "xsk": xsk, "tcp": tcp, "steer": steer})
+            serde_json::json!({"queue": q.queue, "xsk": xsk, "tcp": null, "steer": steer})
         })
         .collect();
     serde_json::json!({"event": "dataplane", "queues": queues})
+}
+
+/// Puts each queue's TCP counters into a [`dataplane_summary`].
+fn set_tcp(summary: &mut serde_json::Value, tcp: &[(u32, TcpCountersSnapshot)]) {
+    let Some(queues) = summary["queues"].as_array_mut() else {
+        return;
+    };
+    for q in queues {
+        let c = tcp.iter().find(|(n, _)| q["queue"] == *n).map(|(_, c)| c);
+        q["tcp"] = serde_json::to_value(c).unwrap_or_default();
+    }
 }
 
 /// A worker's sender handler: opens its connections at once, sends from t0
