@@ -705,50 +705,60 @@ pub(crate) fn move_bucket(
 ) -> Result<MoveReport, MoveError> {
     let started = std::time::Instant::now();
     let (tx, rx) = crossbeam_channel::unbounded();
+    let (prepared_tx, prepared_rx) = crossbeam_channel::bounded(1);
     let stayed = MoveError::Stayed;
+    // Both at once: the new queue must hold the bucket's frames before the
+    // NIC's entry is written, not before the export, and the old queue's
+    // `Import` reaches the new queue's inbox behind this `Prepare`.
     mesh.send(
         to,
         Message::Prepare {
             bucket,
-            reply: tx.clone(),
+            reply: prepared_tx,
         },
     )
     .map_err(stayed)?;
-    match wait(&rx, to, "the announcement of the bucket").map_err(stayed)? {
-        Reply::Prepared => {}
-        Reply::Refused(e) => return Err(stayed(e)),
-        other => {
-            return Err(stayed(format!(
-                "queue {to} answered {other:?} to the announcement"
-            )))
-        }
-    }
     let export_start = std::time::Instant::now();
-    let exported = mesh
-        .send(
-            from,
-            Message::Export {
-                bucket,
-                to,
-                reply: tx.clone(),
-            },
-        )
-        .and_then(|()| wait(&rx, from, "the export"));
-    let (connections, time_wait) = match exported {
-        Ok(Reply::Exported {
-            connections,
-            time_wait,
-        }) => (connections, time_wait),
-        Ok(other) => {
-            let _ = mesh.send(to, Message::Cancel { bucket });
-            return Err(stayed(match other {
-                Reply::Refused(e) => e,
-                other => format!("queue {from} answered {other:?} to the export"),
-            }));
+    let export_sent = mesh.send(
+        from,
+        Message::Export {
+            bucket,
+            to,
+            reply: tx.clone(),
+        },
+    );
+    let prepared = wait(&prepared_rx, to, "the announcement of the bucket");
+    let exported = export_sent.and_then(|()| wait(&rx, from, "the export"));
+    let refusal = |r: Result<Reply, String>, step: &str, who: u32| match r {
+        Ok(Reply::Refused(e)) | Err(e) => e,
+        Ok(other) => format!("queue {who} answered {other:?} to {step}"),
+    };
+    let (connections, time_wait) = match (prepared, exported) {
+        (
+            Ok(Reply::Prepared),
+            Ok(Reply::Exported {
+                connections,
+                time_wait,
+            }),
+        ) => (connections, time_wait),
+        // Exported to a queue that does not hold the bucket's frames: bring
+        // the connections back before anything else reaches them.
+        (prepared, Ok(Reply::Exported { .. })) => {
+            let why = refusal(prepared, "the announcement", to);
+            return Err(match move_bucket(mesh, &Unchanged, bucket, to, from) {
+                Ok(_) => stayed(why),
+                Err(MoveError::Stayed(undo) | MoveError::Moved(undo)) => MoveError::Moved(format!(
+                    "{why}; bucket {bucket} went to queue {to} all the same and moving it back \
+                     failed ({undo})"
+                )),
+            });
         }
-        Err(e) => {
-            let _ = mesh.send(to, Message::Cancel { bucket });
-            return Err(stayed(e));
+        (prepared, exported) => {
+            if matches!(prepared, Ok(Reply::Prepared)) {
+                let _ = mesh.send(to, Message::Cancel { bucket });
+                return Err(stayed(refusal(exported, "the export", from)));
+            }
+            return Err(stayed(refusal(prepared, "the announcement", to)));
         }
     };
     // From here on the new queue has the connections.
