@@ -160,19 +160,8 @@ impl Sink {
 
 impl Drop for Sink {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::SIGTERM,
-        );
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        flowlane_testbed::child::stop(&mut self.child, Duration::from_secs(5));
+        let _ = std::fs::remove_file(self.socket.with_extension("log"));
     }
 }
 
