@@ -88,6 +88,11 @@ impl AutoRebalance {
         Ok(me)
     }
 
+    /// What the loop does.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
     fn period(&self) -> Duration {
         match self.mode {
             Mode::Auto => self.rebalancer.period().max(MIN_PERIOD),

@@ -33,7 +33,6 @@ pub struct ServiceControl {
     service: String,
     started: Instant,
     auto: Option<AutoRebalance>,
-    mode: Option<Mode>,
     socket: Option<ControlSocket>,
     history: MoveHistory,
 }
@@ -69,7 +68,6 @@ impl ServiceControl {
             service: service.to_string(),
             started: Instant::now(),
             auto,
-            mode,
             socket,
             history: MoveHistory::default(),
         })
@@ -141,7 +139,7 @@ impl ServiceControl {
             pid: std::process::id(),
             uptime_ns: self.started.elapsed().as_nanos() as u64,
             iface: tcp.dataplane().interface().name.clone(),
-            rebalance: match self.mode {
+            rebalance: match self.auto.as_ref().map(AutoRebalance::mode) {
                 None => "off",
                 Some(Mode::Auto) => "auto",
                 Some(Mode::Storm { .. }) => "storm",

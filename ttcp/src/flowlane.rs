@@ -260,10 +260,12 @@ fn start(
         None
     } else {
         let r = &plan.flowlane.rebalance;
-        Some(
-            ServiceControl::new(&service, "ttcp-receiver", r.mode(), r.socket())
-                .context("--rebalance")?,
-        )
+        Some(ServiceControl::new(
+            &service,
+            "ttcp-receiver",
+            r.mode(),
+            r.socket(),
+        )?)
     };
     let service = Arc::new(service);
     let watch = Watch::start(service.clone(), watched, control)?;

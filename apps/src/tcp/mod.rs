@@ -364,8 +364,7 @@ fn wait(
         Ok(())
     };
     report(true)?;
-    let mut control = ServiceControl::new(service, name, c.rebalance.mode(), c.rebalance.socket())
-        .context("--rebalance")?;
+    let mut control = ServiceControl::new(service, name, c.rebalance.mode(), c.rebalance.socket())?;
     eprintln!(
         "flowlane: TCP on {} queues of {}{}",
         service.dataplane().queues().len(),
