@@ -148,7 +148,7 @@ fn render(before: Option<&ServiceStatus>, now: &ServiceStatus) -> String {
     );
     let _ = writeln!(
         s,
-        "{:>5} {:>4} {:>4} {:>6} {:>10} {:>6} {:>7}  busiest buckets (segments/s, connections)",
+        "{:>5} {:>4} {:>4} {:>6} {:>10} {:>6} {:>7}  busiest buckets (busy %, segments/s, connections)",
         "queue", "cpu", "node", "busy%", "segs/s", "conns", "buckets"
     );
     for q in &now.queues {
@@ -158,25 +158,32 @@ fn render(before: Option<&ServiceStatus>, now: &ServiceStatus) -> String {
             .segments_in
             .saturating_sub(prev.map_or(0, |p| p.segments_in));
         let served = served_buckets(q, &now.table);
-        let mut rates: Vec<(u16, f64, u64)> = served
+        let mut rates: Vec<(u16, f64, u64, f64)> = served
             .iter()
             .map(|b| {
-                let was = prev
-                    .and_then(|p| p.buckets.iter().find(|x| x.bucket == b.bucket))
-                    .map_or(0, |x| x.segments_in);
+                let was = prev.and_then(|p| p.buckets.iter().find(|x| x.bucket == b.bucket));
                 (
                     b.bucket,
-                    b.segments_in.saturating_sub(was) as f64 / secs,
+                    b.segments_in
+                        .saturating_sub(was.map_or(0, |x| x.segments_in))
+                        as f64
+                        / secs,
                     b.connections,
+                    100.0 * b.busy_ns.saturating_sub(was.map_or(0, |x| x.busy_ns)) as f64
+                        / span_ns.max(1) as f64,
                 )
             })
             .collect();
-        rates.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.2.cmp(&a.2)));
+        rates.sort_by(|a, b| {
+            b.3.total_cmp(&a.3)
+                .then(b.1.total_cmp(&a.1))
+                .then(b.2.cmp(&a.2))
+        });
         let top: Vec<String> = rates
             .iter()
             .take(4)
             .filter(|r| r.1 > 0.0 || r.2 > 0)
-            .map(|(b, r, c)| format!("b{b} {r:.0}/s {c}c"))
+            .map(|(b, r, c, busy)| format!("b{b} {busy:.0}% {r:.0}/s {c}c"))
             .collect();
         let _ = writeln!(
             s,
@@ -247,7 +254,8 @@ mod tests {
     use flowlane_dataplane::control_socket::MoveHistory;
     use flowlane_dataplane::BucketSnapshot;
 
-    fn queue(queue: u32, busy_ns: u64, segs: u64, buckets: &[(u16, u64, u64)]) -> QueueStatus {
+    /// Buckets as (bucket, segments, connections, busy ns).
+    fn queue(queue: u32, busy_ns: u64, segs: u64, buckets: &[(u16, u64, u64, u64)]) -> QueueStatus {
         QueueStatus {
             queue,
             cpu: Some(queue),
@@ -257,12 +265,15 @@ mod tests {
             connections: buckets.iter().map(|b| b.2).sum(),
             buckets: buckets
                 .iter()
-                .map(|&(bucket, segments_in, connections)| BucketSnapshot {
-                    bucket,
-                    segments_in,
-                    connections,
-                    ..BucketSnapshot::default()
-                })
+                .map(
+                    |&(bucket, segments_in, connections, busy_ns)| BucketSnapshot {
+                        bucket,
+                        segments_in,
+                        connections,
+                        busy_ns,
+                        ..BucketSnapshot::default()
+                    },
+                )
                 .collect(),
         }
     }
@@ -285,7 +296,7 @@ mod tests {
         let before = status(
             10,
             vec![
-                queue(0, 1_000_000_000, 1000, &[(0, 500, 2), (3, 500, 1)]),
+                queue(0, 1_000_000_000, 1000, &[(0, 500, 2, 0), (3, 500, 1, 0)]),
                 queue(1, 0, 0, &[]),
             ],
             MoveHistory::default(),
@@ -305,8 +316,13 @@ mod tests {
             12,
             vec![
                 // Queue 0 was busy 1.5 of the 2 s; bucket 3 is on queue 1 now.
-                queue(0, 2_500_000_000, 3000, &[(0, 2500, 2), (3, 500, 0)]),
-                queue(1, 500_000_000, 400, &[(3, 400, 1)]),
+                queue(
+                    0,
+                    2_500_000_000,
+                    3000,
+                    &[(0, 2500, 2, 1_000_000_000), (3, 500, 0, 0)],
+                ),
+                queue(1, 500_000_000, 400, &[(3, 400, 1, 0)]),
             ],
             moves,
         );
@@ -320,7 +336,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            lines[2].contains("b0 1000/s 2c") && !lines[2].contains("b3"),
+            lines[2].contains("b0 50% 1000/s 2c") && !lines[2].contains("b3"),
             "{text}"
         );
         let q1: Vec<&str> = lines[3].split_whitespace().collect();

@@ -45,8 +45,8 @@ pub struct AutoRebalance {
     last_at: Instant,
     /// Each queue's busy nanoseconds at the last round.
     last_busy: HashMap<u32, u64>,
-    /// Each (queue, bucket)'s segments and bytes at the last round.
-    last_buckets: HashMap<(u32, u16), (u64, u64)>,
+    /// Each (queue, bucket)'s segments, bytes and busy ns at the last round.
+    last_buckets: HashMap<(u32, u16), (u64, u64, u64)>,
     rng: u64,
 }
 
@@ -115,7 +115,11 @@ impl AutoRebalance {
     }
 
     /// The load since the last sample: each queue's busy time and the
-    /// period's length (ns), each bucket's segments and bytes.
+    /// period's length (ns), each bucket's segments, bytes and busy time.
+    /// A bucket's busy time is its share of what the worker timed on its
+    /// buckets' frames, times the worker's busy time (RSS++'s load, with
+    /// the share measured in time rather than packets: transmission and
+    /// timers cost in proportion).
     fn sample(&mut self, service: &TcpService) -> (Vec<CoreLoad>, Vec<BucketLoad>) {
         let now = Instant::now();
         let total = now.duration_since(self.last_at).as_nanos() as u64;
@@ -136,19 +140,30 @@ impl AutoRebalance {
         }
         let mut buckets = Vec::new();
         for (queue, list) in service.bucket_counters() {
+            let first = buckets.len();
+            let mut timed = Vec::with_capacity(list.len());
             for b in list {
-                let (segs, bytes) = self
+                let was = self
                     .last_buckets
-                    .insert((queue, b.bucket), (b.segments_in, b.bytes_in))
-                    .unwrap_or((0, 0));
+                    .insert((queue, b.bucket), (b.segments_in, b.bytes_in, b.busy_ns))
+                    .unwrap_or_default();
+                timed.push(b.busy_ns.saturating_sub(was.2));
                 buckets.push(BucketLoad {
                     bucket: usize::from(b.bucket),
                     queue: queue as u16,
-                    packets: b.segments_in.saturating_sub(segs),
-                    bytes: b.bytes_in.saturating_sub(bytes),
+                    packets: b.segments_in.saturating_sub(was.0),
+                    bytes: b.bytes_in.saturating_sub(was.1),
                     busy_cycles: None,
                     connections: b.connections as u32,
                 });
+            }
+            let core_busy = cores
+                .iter()
+                .find(|c| u32::from(c.queue) == queue)
+                .map_or(0, |c| c.busy_cycles);
+            let shares = busy_shares(core_busy, &timed);
+            for (b, share) in buckets[first..].iter_mut().zip(shares) {
+                b.busy_cycles = share;
             }
         }
         (cores, buckets)
@@ -216,5 +231,38 @@ impl AutoRebalance {
         self.rng ^= self.rng >> 7;
         self.rng ^= self.rng << 17;
         self.rng
+    }
+}
+
+/// Each bucket's part of a worker's busy time `core_busy`, in proportion
+/// to the time the worker measured on its frames (`timed`, one per
+/// bucket); `None` for all when nothing was timed (the policy then shares
+/// the core's load by packets).
+fn busy_shares(core_busy: u64, timed: &[u64]) -> Vec<Option<u64>> {
+    let sum: u64 = timed.iter().sum();
+    if sum == 0 {
+        return vec![None; timed.len()];
+    }
+    timed
+        .iter()
+        .map(|&t| Some((u128::from(core_busy) * u128::from(t) / u128::from(sum)) as u64))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_core_busy_time_is_shared_by_measured_time() {
+        assert_eq!(
+            busy_shares(1_000, &[300, 100, 0]),
+            [Some(750), Some(250), Some(0)]
+        );
+        // Nothing timed: the policy falls back to packets.
+        assert_eq!(busy_shares(1_000, &[0, 0]), [None, None]);
+        // An idle core gives its buckets nothing, whatever was timed.
+        assert_eq!(busy_shares(0, &[5, 5]), [Some(0), Some(0)]);
+        assert!(busy_shares(7, &[]).is_empty());
     }
 }

@@ -1,14 +1,20 @@
 //! Per-RSS-bucket load of one queue, for the rebalancer (issue 13): what
-//! each indirection-table entry's connections hold and received, copied
-//! from the queue's stack by its worker (the only writer, with the other
-//! TCP counters, every 50 ms) and read by anyone as a snapshot.
+//! each indirection-table entry's connections hold and received and the
+//! worker time they cost, copied by the queue's worker (the only writer,
+//! with the other TCP counters, every 50 ms) and read by anyone as a
+//! snapshot.
 //!
 //! The stack counts per bucket as it looks up each segment's connection
 //! ([`flowlane_tcp::Stack::bucket_stats`]); the data path gives it the
 //! NIC's Toeplitz hash and table size ([`rss_bucket`]), so its buckets are
-//! the NIC's.
+//! the NIC's. The stack reads no clock: the worker times one received
+//! frame in [`SAMPLE_EVERY`] itself (from the frame's parse to the last
+//! application callback it caused) and charges that bucket
+//! ([`BusySampler`]), so a bucket's busy time is an unbiased estimate at
+//! the cost of two clock reads per [`SAMPLE_EVERY`] frames.
 
 use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant};
 
 use flowlane_numa_sched::toeplitz::{FlowTuple, Protocol};
 use flowlane_numa_sched::RssState;
@@ -24,6 +30,7 @@ struct Cell {
     time_wait: AtomicU64,
     segments_in: AtomicU64,
     bytes_in: AtomicU64,
+    busy_ns: AtomicU64,
 }
 
 /// One queue's per-bucket counters (single writer: the queue's worker).
@@ -45,6 +52,11 @@ pub struct BucketSnapshot {
     pub segments_in: u64,
     /// Payload bytes in those segments.
     pub bytes_in: u64,
+    /// Nanoseconds of the worker's time the bucket's received frames cost
+    /// (estimated from one frame in [`SAMPLE_EVERY`]; transmission and
+    /// timers are not attributed to buckets).
+    #[serde(default)]
+    pub busy_ns: u64,
 }
 
 impl BucketCounters {
@@ -55,14 +67,16 @@ impl BucketCounters {
         }
     }
 
-    /// Copies the stack's per-bucket figures (the worker).
-    pub(crate) fn publish(&self, stack: &Stack) {
+    /// Copies the stack's per-bucket figures and the sampled busy time
+    /// (the worker).
+    pub(crate) fn publish(&self, stack: &Stack, busy: &BusySampler) {
         for (b, cell) in self.cells.iter().enumerate() {
             let s = stack.bucket_stats(b as u16);
             counters::set(&cell.connections, u64::from(s.connections));
             counters::set(&cell.time_wait, u64::from(s.time_wait));
             counters::set(&cell.segments_in, s.segments_in);
             counters::set(&cell.bytes_in, s.bytes_in);
+            counters::set(&cell.busy_ns, busy.ns.get(b).copied().unwrap_or(0));
         }
     }
 
@@ -79,9 +93,58 @@ impl BucketCounters {
                 time_wait: load(&c.time_wait),
                 segments_in: load(&c.segments_in),
                 bytes_in: load(&c.bytes_in),
+                busy_ns: load(&c.busy_ns),
             })
             .filter(|s| s.connections + s.time_wait + s.segments_in != 0)
             .collect()
+    }
+}
+
+/// Received frames per timed frame ([`BusySampler`]).
+pub const SAMPLE_EVERY: u32 = 16;
+
+/// One worker's busy time per RSS bucket, estimated by timing one received
+/// frame in [`SAMPLE_EVERY`] and charging that many times its cost to its
+/// bucket (single owner: the worker).
+#[derive(Debug)]
+pub(crate) struct BusySampler {
+    countdown: u32,
+    /// Frames per timed frame: [`SAMPLE_EVERY`], or `u32::MAX` (about
+    /// never) without buckets.
+    every: u32,
+    ns: Vec<u64>,
+}
+
+impl BusySampler {
+    /// A sampler for `count` buckets; with none (the stack keeps no
+    /// buckets), nothing is ever timed.
+    pub(crate) fn new(count: usize) -> BusySampler {
+        let every = if count > 1 { SAMPLE_EVERY } else { u32::MAX };
+        BusySampler {
+            countdown: every,
+            every,
+            ns: vec![0; count],
+        }
+    }
+
+    /// Called before each received frame: the time to charge from, for
+    /// one frame in [`SAMPLE_EVERY`].
+    #[inline]
+    pub(crate) fn start(&mut self) -> Option<Instant> {
+        self.countdown -= 1;
+        if self.countdown != 0 {
+            return None;
+        }
+        self.countdown = self.every;
+        Some(Instant::now())
+    }
+
+    /// Charges `bucket` with `spent` on one timed frame, scaled to the
+    /// frames it stands for.
+    pub(crate) fn charge(&mut self, bucket: u16, spent: Duration) {
+        if let Some(n) = self.ns.get_mut(usize::from(bucket)) {
+            *n += (spent.as_nanos() as u64).saturating_mul(u64::from(self.every));
+        }
     }
 }
 
@@ -125,6 +188,21 @@ mod tests {
             usize::from(rss_bucket(&rss, &tuple)),
             rss.hint(&flow).bucket
         );
+    }
+
+    #[test]
+    fn the_sampler_times_one_frame_in_sample_every_and_scales_it() {
+        let mut s = BusySampler::new(4);
+        let timed: Vec<Instant> = (0..3 * SAMPLE_EVERY).filter_map(|_| s.start()).collect();
+        assert_eq!(timed.len(), 3);
+        s.charge(2, Duration::from_micros(10));
+        s.charge(2, Duration::from_micros(5));
+        assert_eq!(s.ns, [0, 0, 15_000 * u64::from(SAMPLE_EVERY), 0]);
+        // Out of range: ignored.
+        s.charge(9, Duration::from_micros(10));
+        // A stack without buckets is never timed.
+        let mut one = BusySampler::new(1);
+        assert!((0..10 * SAMPLE_EVERY).all(|_| one.start().is_none()));
     }
 
     #[test]

@@ -69,7 +69,7 @@ use flowlane_wire::{
     Network, Transport, VlanTags, WireError,
 };
 
-use crate::bucket_counters::{rss_bucket, BucketCounters};
+use crate::bucket_counters::{rss_bucket, BucketCounters, BusySampler};
 use crate::counters::{self, counters};
 use crate::ephemeral::{EphemeralPorts, EPHEMERAL};
 use crate::handoff::{Arrival, Mesh, Mover, Reply, Work};
@@ -375,6 +375,8 @@ pub struct TcpHandler {
     app: Dispatcher,
     counters: Arc<TcpCounters>,
     buckets: Arc<BucketCounters>,
+    /// Each bucket's share of the worker's time, sampled.
+    busy: BusySampler,
     placement: Placement,
     last_publish: Duration,
     /// This worker's side of bucket moves (with several queues and the
@@ -413,6 +415,7 @@ impl TcpHandler {
         }
         TcpHandler {
             buckets: Arc::new(BucketCounters::new(stack.bucket_count())),
+            busy: BusySampler::new(stack.bucket_count()),
             stack,
             local_ip: cfg.local_ip,
             local_mac: cfg.local_mac,
@@ -579,6 +582,28 @@ impl TcpHandler {
         }
     }
 
+    /// Charges the time since `since` (the frame's parse, its segment and
+    /// every callback it caused) to the bucket of `frame`, which the stack
+    /// took.
+    fn charge(&mut self, frame: &[u8], since: std::time::Instant) {
+        let spent = since.elapsed();
+        let Some(rss) = self.mover.as_ref().map(Mover::rss) else {
+            return;
+        };
+        // Taken by the stack: a valid IPv4 TCP frame (checked once already).
+        let Ok(f) = parse_frame_with(frame, ChecksumPolicy::IP_ONLY) else {
+            return;
+        };
+        let (Network::Ipv4(ip), Transport::Tcp(tcp)) = (&f.network, &f.transport) else {
+            return;
+        };
+        let tuple = FourTuple {
+            local: SocketAddr::new(IpAddr::V4(ip.dst_addr), tcp.dst_port),
+            remote: SocketAddr::new(IpAddr::V4(ip.src_addr), tcp.src_port),
+        };
+        self.busy.charge(rss_bucket(rss, &tuple), spent);
+    }
+
     /// Serves the moves of RSS buckets (the worker's poll, once per pass):
     /// markers due, then the inbox in order (exports, imports, forwarded
     /// and released frames), then everything queued for other workers.
@@ -720,7 +745,7 @@ impl Drop for TcpHandler {
     fn drop(&mut self) {
         self.counters.publish(&self.stack);
         self.counters.publish_moves(self.mover.as_ref());
-        self.buckets.publish(&self.stack);
+        self.buckets.publish(&self.stack, &self.busy);
     }
 }
 
@@ -737,8 +762,12 @@ impl QueueHandler for TcpHandler {
         if !self.app.started() {
             self.start(now);
         }
+        let timed = self.busy.start();
         if self.input(now, frame, 0) {
             self.dispatch(now);
+            if let Some(since) = timed {
+                self.charge(frame, since);
+            }
         }
         RxAction::Drop
     }
@@ -763,7 +792,7 @@ impl QueueHandler for TcpHandler {
             self.last_publish = now_d;
             self.counters.publish(&self.stack);
             self.counters.publish_moves(self.mover.as_ref());
-            self.buckets.publish(&self.stack);
+            self.buckets.publish(&self.stack, &self.busy);
         }
     }
 
