@@ -61,6 +61,14 @@ const HELD_MAX: usize = 32_768;
 const MAX_HOPS: u8 = 4;
 /// Inbox messages a worker takes per loop pass.
 const MESSAGES_PER_PASS: usize = 4096;
+/// How long a worker taking part in a move keeps running its loop instead
+/// of sleeping in poll(2) (yielding its CPU each idle pass): the messages
+/// of a move then cost no wake-up. Bounded, so that a move the controller
+/// abandoned does not keep an idle worker spinning.
+const SPIN_FOR: Duration = Duration::from_millis(20);
+/// How long the controller checks for a worker's answer (yielding its CPU
+/// in between) before it sleeps on it.
+const REPLY_SPIN: Duration = Duration::from_millis(2);
 
 /// What the controller and the workers tell each other.
 pub(crate) enum Message {
@@ -237,6 +245,8 @@ struct Incoming {
     /// This worker's own frames of the bucket, in arrival order.
     held: Vec<Box<[u8]>>,
     deadline: Duration,
+    /// The worker spins until then ([`SPIN_FOR`]).
+    spin_until: Duration,
 }
 
 /// A bucket this worker gave away and still forwards for.
@@ -248,6 +258,8 @@ struct Outgoing {
     /// worker has taken this many frames off its RX ring (every frame the
     /// ring held when it learnt of the rewrite).
     rewritten: Option<(u64, Sender<Reply>)>,
+    /// The worker spins until then ([`SPIN_FOR`]).
+    spin_until: Duration,
 }
 
 /// Counts of one worker's part in moves (published with its TCP counters).
@@ -278,6 +290,8 @@ pub(crate) struct Mover {
     stalled: VecDeque<(u32, Message)>,
     /// Destinations to wake at the end of the pass.
     to_wake: Vec<bool>,
+    /// The worker's clock at its last [`Mover::take_work`].
+    now: Duration,
     /// [`HOLD_TIMEOUT`] (tests whose clock is not the controller's set more).
     pub(crate) hold_timeout: Duration,
     pub(crate) stats: MoverStats,
@@ -321,6 +335,7 @@ impl Mover {
             outgoing: Vec::new(),
             stalled: VecDeque::new(),
             to_wake: vec![false; queues],
+            now: Duration::ZERO,
             hold_timeout: HOLD_TIMEOUT,
             stats: MoverStats::default(),
         }
@@ -454,9 +469,18 @@ impl Mover {
     }
 
     /// The earliest time this worker must run its loop for the moves
-    /// (`Some(0)`: at once).
+    /// (`Some(0)`: at once, i.e. spin). A worker spins while it has
+    /// messages to retry, a drain marker to send, or, for [`SPIN_FOR`], a
+    /// move's next message to expect.
     pub(crate) fn next_wakeup(&self) -> Option<Duration> {
-        if !self.stalled.is_empty() || self.outgoing.iter().any(|o| o.rewritten.is_some()) {
+        let spin = |until: Duration| until > self.now;
+        if !self.stalled.is_empty()
+            || self
+                .outgoing
+                .iter()
+                .any(|o| o.rewritten.is_some() || spin(o.spin_until))
+            || self.incoming.iter().any(|i| spin(i.spin_until))
+        {
             return Some(Duration::ZERO);
         }
         self.incoming.iter().map(|i| i.deadline).min()
@@ -497,6 +521,7 @@ impl Mover {
     /// number of frames taken off the RX ring once every frame on it now
     /// is taken.
     pub(crate) fn take_work(&mut self, now: Duration, rx_end: u64) -> Vec<Work> {
+        self.now = now;
         let _ = self.mesh.inboxes[self.me as usize].wake.read();
         let mut work = Vec::new();
         let mut frames: Vec<(u8, Box<[u8]>)> = Vec::new();
@@ -522,6 +547,7 @@ impl Mover {
                             bucket,
                             held: Vec::new(),
                             deadline: now + PREPARE_TIMEOUT,
+                            spin_until: now + SPIN_FOR,
                         });
                         Reply::Prepared
                     };
@@ -613,6 +639,7 @@ impl Mover {
             to,
             forwarded: 0,
             rewritten: None,
+            spin_until: self.now + SPIN_FOR,
         });
         self.queue_message(to, Message::Import(arrival));
     }
@@ -666,7 +693,18 @@ impl std::fmt::Debug for NicWriter {
 /// Longest the controller waits for one worker's answer.
 const STEP_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// A worker's answer: checked for, yielding the CPU in between, for
+/// [`REPLY_SPIN`] (the workers taking part spin too, so an answer usually
+/// comes within microseconds), then slept on.
 fn wait(rx: &Receiver<Reply>, who: u32, what: &str) -> Result<Reply, String> {
+    let started = std::time::Instant::now();
+    while started.elapsed() < REPLY_SPIN {
+        match rx.try_recv() {
+            Ok(r) => return Ok(r),
+            Err(crossbeam_channel::TryRecvError::Empty) => std::thread::yield_now(),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => break,
+        }
+    }
     rx.recv_timeout(STEP_TIMEOUT)
         .map_err(|_| format!("queue {who} did not answer {what} within {STEP_TIMEOUT:?}"))
 }

@@ -257,6 +257,12 @@ pub(crate) fn run<H: QueueHandler>(
                     timeout = timeout.min(at.saturating_sub(epoch.elapsed()));
                 }
                 let waited = match handler.wake_fd() {
+                    // Due now (a move under way, a timer): another pass,
+                    // after letting whatever else wants this CPU run.
+                    _ if timeout.is_zero() => {
+                        std::thread::yield_now();
+                        Ok(())
+                    }
                     Some(wake) => poll_two(sock.rx.fd().as_raw_fd(), wake, timeout),
                     None => sock.rx.poll(timeout.as_millis() as i32).map(|_| ()),
                 };
