@@ -311,6 +311,41 @@ pub fn request(path: &Path, request: &Request, timeout: Duration) -> Result<Resp
     })
 }
 
+/// Removes the sockets in `dir` that services which are gone left behind
+/// (killed before they could remove their own): files named
+/// `SERVICE.PID.sock` ([`default_path`]) whose process no longer exists.
+/// A socket whose process lives is kept even if it does not answer yet (it
+/// may be between bind(2) and listen(2)). Returns how many were removed.
+pub fn sweep_stale(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| owner_pid(p).is_some_and(|pid| !process_exists(pid)))
+        .filter(|p| std::fs::remove_file(p).is_ok())
+        .count()
+}
+
+/// The process id in a default socket's name (`SERVICE.PID.sock`).
+fn owner_pid(path: &Path) -> Option<i32> {
+    if path.extension()? != "sock" {
+        return None;
+    }
+    let stem = path.file_stem()?.to_str()?;
+    let (_, pid) = stem.rsplit_once('.')?;
+    pid.parse().ok().filter(|&p: &i32| p > 0)
+}
+
+/// Whether a process with this id exists (signal 0: permission errors
+/// mean it does).
+fn process_exists(pid: i32) -> bool {
+    !matches!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+        Err(nix::errno::Errno::ESRCH)
+    )
+}
+
 /// The control sockets in `dir` that a service answers on (stale ones
 /// left by services that are gone are skipped), sorted.
 pub fn live_sockets(dir: &Path) -> Vec<PathBuf> {
@@ -446,6 +481,36 @@ mod tests {
         let sock = ControlSocket::bind(&path).unwrap();
         drop(sock);
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn sockets_of_services_that_are_gone_are_swept() {
+        let dir = std::env::temp_dir().join(format!("flowlane-sweep-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id();
+        child.wait().unwrap();
+        let me = std::process::id();
+        let names = [
+            format!("bulk-sink.{gone}.sock"),  // its process is gone: swept
+            format!("bulk-sink.{me}.sock"),    // alive (not listening yet): kept
+            "chosen-by-hand.sock".to_string(), // no pid in the name: kept
+            format!("notes.{gone}.txt"),       // not a socket name: kept
+        ];
+        for n in &names {
+            std::fs::write(dir.join(n), b"").unwrap();
+        }
+        assert_eq!(sweep_stale(&dir), 1);
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        let mut want = names[1..].to_vec();
+        want.sort();
+        assert_eq!(left, want);
+        assert_eq!(sweep_stale(&dir.join("absent")), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

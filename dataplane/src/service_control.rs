@@ -55,7 +55,16 @@ impl ServiceControl {
             SocketChoice::Off => None,
             SocketChoice::At(p) => Some(ControlSocket::bind(&p)?),
             SocketChoice::Default => {
-                match ControlSocket::bind(&control_socket::default_path(service)) {
+                let path = control_socket::default_path(service);
+                if let Some(dir) = path.parent() {
+                    let swept = control_socket::sweep_stale(dir);
+                    if swept > 0 {
+                        tracing::debug!(
+                            "removed {swept} control sockets of services that are gone"
+                        );
+                    }
+                }
+                match ControlSocket::bind(&path) {
                     Ok(s) => Some(s),
                     Err(e) => {
                         tracing::warn!("no control socket ({e}): `flowlane rebalance` cannot reach this service");

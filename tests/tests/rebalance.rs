@@ -333,6 +333,25 @@ fn buckets_move_by_hand_over_the_control_socket() {
                 );
                 moved.push(m);
             }
+            // Each queue timed its buckets' frames: the buckets that
+            // received much carry busy time, and together no more than
+            // the worker was busy (one frame in 16 is timed: allow for
+            // the estimate's spread).
+            for q in status(&[])["queues"].as_array().unwrap() {
+                let mut attributed = 0;
+                for b in q["buckets"].as_array().unwrap() {
+                    let busy = b["busy_ns"].as_u64().unwrap();
+                    if b["segments_in"].as_u64().unwrap() > 20_000 {
+                        assert!(busy > 0, "{b}");
+                    }
+                    attributed += busy;
+                }
+                let worker = q["busy_ns"].as_u64().unwrap();
+                assert!(
+                    attributed * 2 <= worker * 3,
+                    "{attributed} of {worker}: {q}"
+                );
+            }
             let screen = rebalance(&["status", "--socket", p, "--interval-ms", "100"]);
             let failed = 3 + late_failures;
             assert!(
