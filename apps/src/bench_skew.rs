@@ -403,7 +403,7 @@ pub fn run(args: Args) -> Result<()> {
         outln!("{}", serde_json::to_string_pretty(&runs)?);
         return Ok(());
     }
-    outln!("mode  round  Gbit/s all/2nd-half  to<=1.2 ms  >1.2 after  max/mean 2nd  moves done/failed  fwd  held  hold_to  retrans %  reorder  segments per queue");
+    outln!("mode  round  Gbit/s all/2nd-half  to<=1.2 ms  >1.2 after % max/mean 2nd  moves done/failed  fwd  held  hold_to  retrans %  reorder  segments per queue");
     for r in &runs {
         let b = &r.balance;
         outln!(
@@ -413,7 +413,7 @@ pub fn run(args: Args) -> Result<()> {
             b.goodput_gbps,
             b.goodput_second_half_gbps,
             opt(b.time_to_balance_ms, 0),
-            opt(b.share_above_after.map(|s| s * 100.0), 0) + "%",
+            opt(b.share_above_after.map(|s| s * 100.0), 0),
             opt(b.max_mean_second_half, 2),
             r.moves.done,
             r.moves.failed,
