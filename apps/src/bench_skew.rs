@@ -109,6 +109,8 @@ pub struct Window {
     pub max_mean: Option<f64>,
     /// Payload bytes received.
     pub bytes: u64,
+    /// Each queue's TCP segments received.
+    pub segments: Vec<u64>,
     /// Moves done.
     pub moves: u64,
 }
@@ -138,6 +140,7 @@ impl Window {
             busy,
             max_mean: (mean >= MIN_MEAN).then(|| max / mean),
             bytes: b.bytes_in.saturating_sub(a.bytes_in),
+            segments: counts_since(&a.segments_in, &b.segments_in),
             moves: b.moves_done.saturating_sub(a.moves_done),
         }
     }
@@ -145,6 +148,15 @@ impl Window {
     fn end_ms(&self) -> f64 {
         self.start_ms + self.ms
     }
+}
+
+/// Each of `later`'s counters minus `earlier`'s.
+fn counts_since(earlier: &[u64], later: &[u64]) -> Vec<u64> {
+    earlier
+        .iter()
+        .zip(later)
+        .map(|(a, b)| b.saturating_sub(*a))
+        .collect()
 }
 
 /// The timeline's figures.
@@ -326,6 +338,7 @@ fn run_one(args: &Args, mode: RebalanceMode, round: usize) -> Result<SkewRun> {
         let t0 = first.uptime_ns;
         let mut last = Sample::of(&first);
         let (first_sample, done_before) = (last.clone(), first.moves.done);
+        let failed_before = first.moves.failed;
         let mut timeline = Vec::new();
         let mut reports = Vec::new();
         let mut done = done_before;
@@ -352,14 +365,13 @@ fn run_one(args: &Args, mode: RebalanceMode, round: usize) -> Result<SkewRun> {
             round,
             senders: args.senders,
             balance: balance(&timeline),
-            moves: Moves::of(&reports, done - done_before, status.moves.failed),
+            moves: Moves::of(
+                &reports,
+                done - done_before,
+                status.moves.failed.saturating_sub(failed_before),
+            ),
             sender_counters: Senders::between(&before, &after),
-            segments_per_queue: last
-                .segments_in
-                .iter()
-                .zip(&first_sample.segments_in)
-                .map(|(b, a)| b.saturating_sub(*a))
-                .collect(),
+            segments_per_queue: counts_since(&first_sample.segments_in, &last.segments_in),
             timeline,
         })
     })
@@ -437,7 +449,7 @@ mod tests {
             uptime_ns: ms * 1_000_000,
             busy_ns: busy_ms.iter().map(|b| b * 1_000_000).collect(),
             bytes_in: bytes,
-            segments_in: vec![0, 0],
+            segments_in: vec![ms, 2 * ms],
             moves_done: moves,
         }
     }
@@ -450,6 +462,7 @@ mod tests {
             busy: busy.to_vec(),
             max_mean: (mean >= MIN_MEAN).then(|| busy[0].max(busy[1]) / mean),
             bytes,
+            segments: vec![0, 0],
             moves: 0,
         }
     }
@@ -465,6 +478,7 @@ mod tests {
         assert!((w.max_mean.unwrap() - 1.5).abs() < 1e-12);
         assert_eq!(w.bytes, 1_250_000);
         assert_eq!(w.moves, 2);
+        assert_eq!(w.segments, vec![100, 200]);
         // Too little load to judge: no ratio.
         let idle = Window::between(&a, &sample(1_100, [204, 102], 5_000, 1), 0);
         assert_eq!(idle.max_mean, None);
