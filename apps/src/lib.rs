@@ -7,22 +7,29 @@
 //! | [`udp_echo`] | `udp-echo` (and [`echo_process`], the same as a child in a bed) |
 //! | [`udp_ping`] | `udp-ping` |
 //! | [`bench_rx`] | `bench rx` |
+//! | [`bench_handoff`] | `bench handoff` |
+//! | [`bench_skew`] | `bench skew` |
 //! | [`demo`] | `demo` |
 //!
 //! [`service`] holds what every long-running service shares (signals,
 //! reports), [`bed_entry`] how each starts (privileges, `--bed`), [`output`] standard output that a closed pipe cannot crash,
-//! [`flow_rss`] the RSS state flows are predicted with.
+//! [`flow_rss`] the RSS state flows are predicted with, [`bench_bed`] what
+//! the rebalancing benchmarks share (the bed, the sink, the kernel peer),
+//! [`net_counters`] a namespace's TCP counters.
 #![forbid(unsafe_code)]
 
 #[macro_use]
 pub mod output;
 
 pub mod bed_entry;
+pub mod bench_bed;
 pub mod bench_handoff;
 pub mod bench_rx;
+pub mod bench_skew;
 pub mod demo;
 pub mod echo_process;
 pub mod flow_rss;
+pub mod net_counters;
 pub mod service;
 pub mod tcp;
 pub mod udp_echo;

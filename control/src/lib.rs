@@ -23,7 +23,7 @@ mod topology_args;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use flowlane_apps::{bench_handoff, bench_rx, demo, tcp, udp_echo, udp_ping};
+use flowlane_apps::{bench_handoff, bench_rx, bench_skew, demo, tcp, udp_echo, udp_ping};
 
 /// flowlane: RSS/NUMA-aware multiqueue packet I/O on AF_XDP.
 #[derive(Parser, Debug)]
@@ -116,6 +116,10 @@ enum BenchCmd {
     /// Time to move one RSS bucket with its live connections between
     /// queues (idle and busy buckets), through a sink's control socket.
     Handoff(bench_handoff::Args),
+    /// A skewed workload (every RSS bucket on one queue, kernel senders
+    /// streaming) with and without live rebalancing: load balance over
+    /// time, throughput, moves.
+    Skew(bench_skew::Args),
 }
 
 /// Runs one `flowlane` command.
@@ -139,6 +143,9 @@ pub fn run(cli: Cli) -> Result<()> {
         Cmd::Bench {
             cmd: BenchCmd::Handoff(args),
         } => bench_handoff::run(args),
+        Cmd::Bench {
+            cmd: BenchCmd::Skew(args),
+        } => bench_skew::run(args),
         Cmd::Rss {
             cmd: RssCmd::Hash(args),
         } => cmd_rss::hash(args),
