@@ -24,7 +24,7 @@ use flowlane_testbed::{netns, BedSpec};
 use serde::Serialize;
 
 use crate::bench_bed::{ports_in_distinct_buckets, quantile, socket_path, with_bed, Peer, Sink};
-use crate::net_counters::{self, NetCounters};
+use flowlane_testbed::net_counters::{self, NetCounters};
 
 /// Flags of `flowlane bench skew`.
 #[derive(clap::Args, Debug, Clone)]

@@ -14,8 +14,7 @@
 //! [`service`] holds what every long-running service shares (signals,
 //! reports), [`bed_entry`] how each starts (privileges, `--bed`), [`output`] standard output that a closed pipe cannot crash,
 //! [`flow_rss`] the RSS state flows are predicted with, [`bench_bed`] what
-//! the rebalancing benchmarks share (the bed, the sink, the kernel peer),
-//! [`net_counters`] a namespace's TCP counters.
+//! the rebalancing benchmarks share (the bed, the sink, the kernel peer).
 #![forbid(unsafe_code)]
 
 #[macro_use]
@@ -29,7 +28,6 @@ pub mod bench_skew;
 pub mod demo;
 pub mod echo_process;
 pub mod flow_rss;
-pub mod net_counters;
 pub mod service;
 pub mod tcp;
 pub mod udp_echo;

@@ -20,9 +20,10 @@
 //! | [`reexec`] | running a program inside a bed (`--bed NAME`) |
 //! | [`users`](mod@users) | who uses a bed (flowlane processes in its namespaces), stopping them |
 //! | [`child`] | child processes with a deadline (wait, SIGTERM then SIGKILL) |
+//! | [`net_counters`] | a namespace's protocol counters (`/proc/net/snmp`, `/proc/net/netstat`) |
 //!
 //! Modules depend on each other in that order (no cycles): `state`,
-//! `netns` and `child` on nothing, `users` on `state`, `bed` on `impair`,
+//! `netns` and `child` on nothing, `net_counters` on `netns`, `users` on `state`, `bed` on `impair`,
 //! `emulated_nic` and `users`, `table_writer` on `emulated_nic`, `delay_line` on `delay_queue` and
 //! `packet_socket`.
 
@@ -32,6 +33,7 @@ pub mod delay_line;
 pub mod delay_queue;
 pub mod emulated_nic;
 pub mod impair;
+pub mod net_counters;
 pub mod netns;
 pub mod packet_socket;
 pub mod reexec;

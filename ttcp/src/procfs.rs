@@ -396,22 +396,15 @@ pub fn parse_net_dev(text: &str, iface: &str) -> Result<IfCounters> {
     bail!("/proc/net/dev: no interface {iface} in this network namespace")
 }
 
-/// Parses the `Tcp:` header/value line pair of `/proc/net/snmp`.
+/// The TCP counters of `/proc/net/snmp` (parsed by the test bed's
+/// counter reader, the one parser of that format).
 pub fn parse_snmp_tcp(text: &str) -> Result<TcpSnmp> {
-    let mut tcp = text.lines().filter(|l| l.starts_with("Tcp:"));
-    let (Some(head), Some(vals)) = (tcp.next(), tcp.next()) else {
-        bail!("/proc/net/snmp: no Tcp: lines");
-    };
+    let mut all = flowlane_testbed::net_counters::NetCounters::new();
+    flowlane_testbed::net_counters::parse_into(text, &mut all).context("/proc/net/snmp")?;
     let get = |name: &str| -> Result<u64> {
-        let i = head
-            .split_whitespace()
-            .position(|h| h == name)
-            .ok_or_else(|| anyhow!("/proc/net/snmp: no Tcp {name}"))?;
-        let v = vals
-            .split_whitespace()
-            .nth(i)
-            .ok_or_else(|| anyhow!("/proc/net/snmp: Tcp {name} has no value"))?;
-        num(v, "/proc/net/snmp")
+        all.get(&format!("Tcp.{name}"))
+            .copied()
+            .ok_or_else(|| anyhow!("/proc/net/snmp: no Tcp {name}"))
     };
     Ok(TcpSnmp {
         in_segs: get("InSegs")?,

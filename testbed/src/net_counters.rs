@@ -41,7 +41,7 @@ pub fn parse_into(text: &str, out: &mut NetCounters) -> Result<()> {
 
 /// The counters of the namespace `ns` (a bed's namespace name).
 pub fn read_in(ns: &str) -> Result<NetCounters> {
-    flowlane_testbed::netns::in_netns(ns, || {
+    crate::netns::in_netns(ns, || {
         let mut out = NetCounters::new();
         for f in ["snmp", "netstat"] {
             let path = format!("/proc/thread-self/net/{f}");
