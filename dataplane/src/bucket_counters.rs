@@ -10,7 +10,7 @@
 //! the NIC's. The stack reads no clock: the worker times one received
 //! frame in [`SAMPLE_EVERY`] itself (from the frame's parse to the last
 //! application callback it caused) and charges that bucket
-//! ([`BusySampler`]), so a bucket's busy time is an unbiased estimate at
+//! (`BusySampler`), so a bucket's busy time is an unbiased estimate at
 //! the cost of two clock reads per [`SAMPLE_EVERY`] frames.
 
 use std::sync::atomic::AtomicU64;
@@ -100,7 +100,7 @@ impl BucketCounters {
     }
 }
 
-/// Received frames per timed frame ([`BusySampler`]).
+/// Received frames per timed frame (the worker's busy-time sampler).
 pub const SAMPLE_EVERY: u32 = 16;
 
 /// One worker's busy time per RSS bucket, estimated by timing one received
