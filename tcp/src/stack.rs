@@ -1482,6 +1482,13 @@ impl Stack {
         self.wheel.len()
     }
 
+    /// A live connection's state, to set up cases that real traffic takes
+    /// too long to reach (sequence numbers about to wrap).
+    pub(crate) fn connection_mut(&mut self, h: ConnHandle) -> &mut Connection {
+        let i = self.lookup(h).expect("live handle");
+        self.slots[i as usize].conn.as_mut().expect("live slot")
+    }
+
     /// Checks that the stack's connection layout is whole: the table names
     /// exactly the live slots under their own tuples, the free list the
     /// empty ones; the committed receive memory and the chunks in use are

@@ -358,8 +358,12 @@ impl Connection {
 
     /// Sequence number of the first byte in the send buffer.
     fn data_start(&self) -> SeqNumber {
-        // Until our SYN is acknowledged, SND.UNA is the SYN itself.
-        if self.snd.una == self.snd.iss {
+        // Until our SYN is acknowledged (RFC 9293 §3.10.7.3: leaving
+        // SYN-SENT or SYN-RECEIVED takes the ACK of our SYN), SND.UNA is
+        // the SYN itself and the data starts after it. Told by the state,
+        // not by `SND.UNA == ISS`: after 2^32 bytes SND.UNA comes back to
+        // the ISS, and the buffer would be read one byte off.
+        if matches!(self.state, State::SynSent | State::SynReceived) {
             self.snd.iss + 1
         } else {
             self.snd.una
