@@ -103,12 +103,19 @@ impl BucketCounters {
 /// Received frames per timed frame (the worker's busy-time sampler).
 pub const SAMPLE_EVERY: u32 = 16;
 
+/// A timed frame counts at most this many times the running mean.
+const OUTLIER: u64 = 32;
+/// ... and at most this (ns) while the mean is small.
+const MIN_CAP: u64 = 50_000;
+
 /// One worker's busy time per RSS bucket, estimated by timing one received
 /// frame in [`SAMPLE_EVERY`] and charging that many times its cost to its
 /// bucket (single owner: the worker).
 #[derive(Debug)]
 pub(crate) struct BusySampler {
     countdown: u32,
+    /// Running mean of the timed frames' cost, ns (1/16 weight per frame).
+    mean_ns: u64,
     /// Frames per timed frame: [`SAMPLE_EVERY`], or `u32::MAX` (about
     /// never) without buckets.
     every: u32,
@@ -122,6 +129,7 @@ impl BusySampler {
         let every = if count > 1 { SAMPLE_EVERY } else { u32::MAX };
         BusySampler {
             countdown: every,
+            mean_ns: 0,
             every,
             ns: vec![0; count],
         }
@@ -140,10 +148,16 @@ impl BusySampler {
     }
 
     /// Charges `bucket` with `spent` on one timed frame, scaled to the
-    /// frames it stands for.
+    /// frames it stands for. A frame timed at more than [`OUTLIER`] times
+    /// the running mean (at least [`MIN_CAP`]) counts as that much: the
+    /// excess is the thread being preempted, not the bucket's cost, and
+    /// scaled by [`SAMPLE_EVERY`] one such frame would outweigh thousands.
     pub(crate) fn charge(&mut self, bucket: u16, spent: Duration) {
+        let cap = self.mean_ns.saturating_mul(OUTLIER).max(MIN_CAP);
+        let ns = (spent.as_nanos() as u64).min(cap);
+        self.mean_ns = self.mean_ns - self.mean_ns / 16 + ns / 16;
         if let Some(n) = self.ns.get_mut(usize::from(bucket)) {
-            *n += (spent.as_nanos() as u64).saturating_mul(u64::from(self.every));
+            *n += ns.saturating_mul(u64::from(self.every));
         }
     }
 }
@@ -200,6 +214,15 @@ mod tests {
         assert_eq!(s.ns, [0, 0, 15_000 * u64::from(SAMPLE_EVERY), 0]);
         // Out of range: ignored.
         s.charge(9, Duration::from_micros(10));
+        // A preempted frame counts as 32 times the running mean at most.
+        let mut p = BusySampler::new(2);
+        for _ in 0..200 {
+            p.charge(0, Duration::from_micros(2));
+        }
+        let before = p.ns[1];
+        p.charge(1, Duration::from_millis(8));
+        let added = (p.ns[1] - before) / u64::from(SAMPLE_EVERY);
+        assert!((60_000..=64_000).contains(&added), "{added}");
         // A stack without buckets is never timed.
         let mut one = BusySampler::new(1);
         assert!((0..10 * SAMPLE_EVERY).all(|_| one.start().is_none()));
