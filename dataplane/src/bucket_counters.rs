@@ -123,8 +123,8 @@ pub(crate) struct BusySampler {
 }
 
 impl BusySampler {
-    /// A sampler for `count` buckets; with none (the stack keeps no
-    /// buckets), nothing is ever timed.
+    /// A sampler for `count` buckets; with one or none, nothing is timed
+    /// (about never: once in 2^32 frames).
     pub(crate) fn new(count: usize) -> BusySampler {
         let every = if count > 1 { SAMPLE_EVERY } else { u32::MAX };
         BusySampler {

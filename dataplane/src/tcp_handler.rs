@@ -415,7 +415,8 @@ impl TcpHandler {
         }
         TcpHandler {
             buckets: Arc::new(BucketCounters::new(stack.bucket_count())),
-            busy: BusySampler::new(stack.bucket_count()),
+            // Timed only where buckets can move ([`TcpHandler::with_mover`]).
+            busy: BusySampler::new(1),
             stack,
             local_ip: cfg.local_ip,
             local_mac: cfg.local_mac,
@@ -449,6 +450,7 @@ impl TcpHandler {
                 }
             }
             h.mover = Some(mover);
+            h.busy = BusySampler::new(h.stack.bucket_count());
         }
         h
     }

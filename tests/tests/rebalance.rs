@@ -9,7 +9,8 @@ mod tcp_common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use flowlane_tests::{flowlane, in_ns, require_root, text, Bed};
+use flowlane_testbed::net_counters::{self, NetCounters};
+use flowlane_tests::{flowlane, require_root, text, Bed};
 use serde_json::Value;
 use tcp_common::*;
 
@@ -71,17 +72,10 @@ fn sent_by_peer(out: &str) -> HashMap<String, (String, u64)> {
         .collect()
 }
 
-/// The peer namespace's TCP counters (`nstat -az`), by name.
-fn peer_counters(bed: &Bed) -> HashMap<String, u64> {
-    let o = in_ns(&bed.peer_ns, &["nstat", "-az"]);
-    assert!(o.status.success(), "nstat: {}", text(&o));
-    String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            Some((f.next()?.to_string(), f.next()?.parse().ok()?))
-        })
-        .collect()
+/// The peer namespace's protocol counters (`Tcp.OutSegs`,
+/// `TcpExt.TCPSACKReorder`, ...).
+fn peer_counters(bed: &Bed) -> NetCounters {
+    net_counters::read_in(&bed.peer_ns).expect("the peer namespace's counters")
 }
 
 /// What one run did: the sink's lines (transfers, summary), the move
@@ -89,7 +83,7 @@ fn peer_counters(bed: &Bed) -> HashMap<String, u64> {
 struct Run {
     lines: Vec<Value>,
     moves: Vec<Value>,
-    peer: HashMap<String, u64>,
+    peer: NetCounters,
 }
 
 /// `conns` kernel senders of `bytes` each into a sink started with
@@ -153,18 +147,18 @@ fn run_during(
         .filter(|v| v["event"] == "move")
         .collect();
     let peer = after
-        .iter()
-        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0)))
+        .keys()
+        .map(|k| (k.clone(), net_counters::delta(&before, &after, k)))
         .collect();
     Run { lines, moves, peer }
 }
 
 /// The senders saw no reordering (Linux counts what it detects).
-fn no_reordering_seen(peer: &HashMap<String, u64>) {
+fn no_reordering_seen(peer: &NetCounters) {
     for k in [
-        "TcpExtTCPSACKReorder",
-        "TcpExtTCPTSReorder",
-        "TcpExtTCPRenoReorder",
+        "TcpExt.TCPSACKReorder",
+        "TcpExt.TCPTSReorder",
+        "TcpExt.TCPRenoReorder",
     ] {
         assert_eq!(peer.get(k).copied().unwrap_or(0), 0, "{k}: {peer:?}");
     }
@@ -222,8 +216,8 @@ fn a_skewed_start_is_rebalanced_without_loss_or_reset() {
     );
     // The senders' view: retransmissions stay rare (the bed drops some
     // frames at the veth ring with or without moves).
-    let out = r.peer["TcpOutSegs"].max(1);
-    let retrans = r.peer.get("TcpRetransSegs").copied().unwrap_or(0);
+    let out = r.peer["Tcp.OutSegs"].max(1);
+    let retrans = r.peer.get("Tcp.RetransSegs").copied().unwrap_or(0);
     assert!(
         retrans * 100 <= out,
         "{retrans} of {out} segments retransmitted"
