@@ -275,6 +275,26 @@ counters! {
         resets_in,
         /// RSTs sent.
         resets_out,
+        /// In-window RSTs not at RCV.NXT, challenged (RFC 5961 §3.2).
+        rst_challenged,
+        /// RSTs outside the window, dropped (RFC 5961 §3.2).
+        rst_out_of_window,
+        /// RSTs for connections in TIME-WAIT, ignored (RFC 1337).
+        rst_in_time_wait,
+        /// SYNs for synchronized connections, challenged (RFC 5961 §4.2).
+        syn_challenged,
+        /// Segments whose ACK is outside the acceptable range, dropped (RFC 5961 §5.2).
+        ack_unacceptable,
+        /// Challenge ACKs sent.
+        challenge_acks,
+        /// Challenge ACKs not sent: the stack's budget for the second was spent (RFC 5961 §7).
+        challenge_acks_limited,
+        /// ACKs to out-of-window segments not sent: the connection answered one too recently.
+        invalid_acks_limited,
+        /// Segments dropped by PAWS (RFC 7323 §5).
+        paws_rejected,
+        /// SYNs dropped because the listener's backlog was full.
+        syn_dropped,
         /// RSS buckets this queue gave to another (rebalancing).
         buckets_out,
         /// RSS buckets this queue took over.
@@ -332,6 +352,16 @@ impl TcpCounters {
         set(&self.tcp_malformed, s.malformed);
         set(&self.resets_in, s.resets_in);
         set(&self.resets_out, s.resets_out);
+        set(&self.rst_challenged, s.rst_challenged);
+        set(&self.rst_out_of_window, s.rst_out_of_window);
+        set(&self.rst_in_time_wait, s.rst_in_time_wait);
+        set(&self.syn_challenged, s.syn_challenged);
+        set(&self.ack_unacceptable, s.ack_unacceptable);
+        set(&self.challenge_acks, s.challenge_acks);
+        set(&self.challenge_acks_limited, s.challenge_acks_limited);
+        set(&self.invalid_acks_limited, s.invalid_acks_limited);
+        set(&self.paws_rejected, s.paws_rejected);
+        set(&self.syn_dropped, s.syn_dropped);
         set(&self.segments_out, s.segments_out);
     }
 

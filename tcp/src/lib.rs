@@ -43,6 +43,7 @@ mod assembler;
 mod buckets;
 mod buffer;
 mod cc;
+mod challenge;
 mod chunk_pool;
 mod connection;
 mod isn;
@@ -288,6 +289,20 @@ pub struct Config {
     /// nothing else skips the general checks (on by default; off only to
     /// compare against the general path, which must give the same result).
     pub header_prediction: bool,
+    /// Challenge ACKs (RFC 5961 §3.2, §4.2, §5.2) this stack sends per
+    /// second, on average (RFC 5961 §7; Linux `tcp_challenge_ack_limit`).
+    /// Each second's budget is drawn at random from half to one and a
+    /// half times this (as Linux does since CVE-2016-5696), so that
+    /// counting challenge ACKs tells an off-path attacker nothing about
+    /// other connections. `u32::MAX`: no limit.
+    pub challenge_ack_limit: u32,
+    /// Least time between two ACKs a connection sends to out-of-window
+    /// segments without data, challenge ACKs included (Linux
+    /// `tcp_invalid_ratelimit`): two stacks that disagree about a window
+    /// cannot keep each other busy, and a flood aimed at one connection
+    /// gets one answer per interval. Data segments (duplicates) are always
+    /// answered (RFC 5681 §4.2).
+    pub invalid_ack_interval: Duration,
 }
 
 impl Config {
@@ -319,6 +334,8 @@ impl Config {
             max_pending_resets: 1024,
             time_wait_max: 262_144,
             header_prediction: true,
+            challenge_ack_limit: 1000,
+            invalid_ack_interval: Duration::from_millis(500),
         }
     }
 }
@@ -377,6 +394,31 @@ pub struct Stats {
     pub paws_rejected: u64,
     /// RSTs received that were acted upon.
     pub resets_in: u64,
+    /// RSTs inside the window but not at RCV.NXT: answered with a
+    /// challenge ACK, the connection kept (RFC 5961 §3.2).
+    pub rst_challenged: u64,
+    /// RSTs outside the window: dropped (RFC 5961 §3.2; also counted in
+    /// `unacceptable`).
+    pub rst_out_of_window: u64,
+    /// RSTs for a connection in TIME-WAIT: ignored (RFC 1337
+    /// "TIME-WAIT assassination"; the 2 MSL wait runs on).
+    pub rst_in_time_wait: u64,
+    /// SYNs for a synchronized connection: answered with a challenge ACK,
+    /// dropped (RFC 5961 §4.2).
+    pub syn_challenged: u64,
+    /// Segments whose acknowledgment number is outside (SND.UNA −
+    /// MAX.SND.WND, SND.MAX]: dropped, answered with a challenge ACK
+    /// (RFC 5961 §5.2).
+    pub ack_unacceptable: u64,
+    /// Challenge ACKs sent (RFC 5961 §3.2, §4.2, §5.2).
+    pub challenge_acks: u64,
+    /// Challenge ACKs not sent because the stack's budget for the second
+    /// was spent ([`Config::challenge_ack_limit`], RFC 5961 §7).
+    pub challenge_acks_limited: u64,
+    /// ACKs to out-of-window segments without data (challenges included)
+    /// not sent because the connection answered one less than
+    /// [`Config::invalid_ack_interval`] ago.
+    pub invalid_acks_limited: u64,
     /// RSTs sent.
     pub resets_out: u64,
     /// RSTs not sent because the queue was full.

@@ -2,13 +2,14 @@
 //! transmit queues.
 
 use crate::buckets::{BucketLists, Link, NIL};
+use crate::challenge::ChallengeBudget;
 use crate::chunk_pool::{ChunkPool, CHUNK_SIZE};
 use crate::connection::{ev, Connection, Ctx, Flags, PendingRst, RecvMemory, State};
 use crate::isn::IsnGenerator;
 use crate::seq::SeqNumber;
 use crate::table::ConnTable;
 use crate::time::{Deadline, Instant};
-use crate::time_wait::{self, TimeWait, TimeWaitTable, Verdict};
+use crate::time_wait::{self, RecordCtx, TimeWait, TimeWaitTable, Verdict};
 use crate::timer::{TimerWheel, WheelKeys, WheelPos};
 use crate::{
     BucketStats, CloseReason, Config, ConnHandle, Error, Event, FourTuple, ListenerId, Snapshot,
@@ -266,6 +267,8 @@ pub struct Stack {
     dirty: VecDeque<(u32, u32)>,
     events: VecDeque<Event>,
     rsts: VecDeque<PendingRst>,
+    /// Challenge ACKs left this second (RFC 5961 §7).
+    challenges: ChallengeBudget,
     pool: ChunkPool,
     /// Receive memory committed by all connections together (the sum of
     /// [`Connection::rcv_commitment`]), against [`Config::recv_memory`].
@@ -306,6 +309,7 @@ impl Stack {
             away: 0,
             wheel: TimerWheel::new(cfg.timer_tick),
             pool: ChunkPool::new(cfg.recv_memory.div_ceil(CHUNK_SIZE)),
+            challenges: ChallengeBudget::new(&cfg.isn_secret, cfg.challenge_ack_limit),
             cfg,
             slots: Vec::new(),
             free: Vec::new(),
@@ -687,6 +691,7 @@ impl Stack {
             cfg,
             stats,
             rsts,
+            challenges,
             pool,
             now,
             rcv_committed,
@@ -700,6 +705,7 @@ impl Stack {
             cfg,
             stats,
             rsts,
+            challenges,
             pool,
             mem,
         };
@@ -815,6 +821,7 @@ impl Stack {
                             cfg,
                             stats,
                             rsts,
+                            challenges,
                             pool,
                             ..
                         } = self;
@@ -823,6 +830,7 @@ impl Stack {
                             cfg,
                             stats,
                             rsts,
+                            challenges,
                             pool,
                             mem: RecvMemory::UNLIMITED,
                         };
@@ -1006,16 +1014,20 @@ impl Stack {
         }
         if let Some(tw) = self.time_wait.find(hash, &tuple) {
             self.count_bucket_segment(self.time_wait.bucket_of(tw), len);
-            let verdict =
-                self.time_wait
-                    .on_segment(tw, &self.cfg, self.now, repr, len, &mut self.stats);
+            let mut ctx = RecordCtx {
+                cfg: &self.cfg,
+                now: self.now,
+                stats: &mut self.stats,
+                challenges: &mut self.challenges,
+            };
+            let verdict = self.time_wait.on_segment(tw, &mut ctx, repr, len);
             match verdict {
                 Verdict::Reopen => self.stats.time_wait_reopened += 1,
                 Verdict::DropSyn => {
                     self.stats.time_wait_syn_dropped += 1;
                     return Delivery::Taken;
                 }
-                Verdict::Done | Verdict::Ack | Verdict::Reset => return Delivery::Taken,
+                Verdict::Done | Verdict::Ack => return Delivery::Taken,
             }
         }
         self.for_listener(tuple, repr, len);
@@ -1144,6 +1156,7 @@ impl Stack {
             cfg,
             stats,
             rsts,
+            challenges,
             pool,
             ..
         } = self;
@@ -1152,6 +1165,7 @@ impl Stack {
             cfg,
             stats,
             rsts,
+            challenges,
             pool,
             mem: RecvMemory::UNLIMITED,
         }

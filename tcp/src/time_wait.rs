@@ -17,6 +17,7 @@
 //! may still read) stays whole in TIME-WAIT until it closes.
 
 use crate::buckets::{BucketLists, Link, NIL};
+use crate::challenge::{ChallengeBudget, OowAckTime};
 use crate::seq::SeqNumber;
 use crate::table::ConnTable;
 use crate::time::{Duration, Instant};
@@ -40,6 +41,9 @@ pub(crate) struct TimeWait {
     pub(crate) rcv_wnd: u32,
     /// Shift of the window field we send (RFC 7323 §2.3).
     pub(crate) rcv_wscale: u8,
+    /// When the record last answered an out-of-window segment
+    /// ([`Config::invalid_ack_interval`]).
+    pub(crate) invalid_ack: OowAckTime,
     /// With timestamps: TS.Recent, when it was set, and our TSval offset
     /// (RFC 7323 §5.4).
     pub(crate) ts: Option<Timestamps>,
@@ -59,6 +63,15 @@ pub(crate) struct Timestamps {
     pub(crate) offset: u32,
 }
 
+/// What a record needs from its stack to take a segment.
+pub(crate) struct RecordCtx<'a> {
+    pub(crate) cfg: &'a Config,
+    pub(crate) now: Instant,
+    pub(crate) stats: &'a mut crate::Stats,
+    /// The stack's budget of challenge ACKs (RFC 5961 §7).
+    pub(crate) challenges: &'a mut ChallengeBudget,
+}
+
 /// What a segment for a TIME-WAIT record asks of the stack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Verdict {
@@ -71,9 +84,6 @@ pub(crate) enum Verdict {
     Reopen,
     /// RFC 6191: a SYN that may be an old duplicate; dropped silently.
     DropSyn,
-    /// An acceptable RST ended TIME-WAIT (RFC 9293 §3.10.7.4; Linux's
-    /// default, `tcp_rfc1337 = 0`); the record is gone.
-    Reset,
 }
 
 /// RFC 6191 §2: whether a SYN (no ACK) for a connection in TIME-WAIT may
@@ -114,17 +124,15 @@ pub(crate) fn is_bare_syn(f: TcpFlags) -> bool {
 
 impl TimeWait {
     /// RFC 9293 §3.10.7.4 for a segment arriving in TIME-WAIT, after the
-    /// RFC 6191 SYN check and the RFC 7323 timestamp checks. Restarts the
-    /// 2 MSL wait on a retransmitted FIN. `unacceptable` and
-    /// `paws_rejected` count what is refused.
-    fn on_segment(
-        &mut self,
-        cfg: &Config,
-        now: Instant,
-        seg: &TcpRepr,
-        len: usize,
-        stats: &mut crate::Stats,
-    ) -> Verdict {
+    /// RFC 6191 SYN check and the RFC 7323 timestamp checks, with RFC 5961
+    /// and RFC 1337: RSTs are ignored (the 2 MSL wait runs on; RFC 1337
+    /// §3 fix F1, where Linux's default `tcp_rfc1337 = 0` lets an RST end
+    /// it), other SYNs get a challenge ACK, and refused segments without
+    /// data or FIN are answered once per interval, as a connection's are.
+    /// Restarts the 2 MSL wait on a retransmitted FIN.
+    fn on_segment(&mut self, ctx: &mut RecordCtx<'_>, seg: &TcpRepr, len: usize) -> Verdict {
+        let (cfg, now) = (ctx.cfg, ctx.now);
+        let stats = &mut *ctx.stats;
         let f = seg.flags;
         if is_bare_syn(f) {
             let recent = self.ts.map(|t| t.recent);
@@ -134,49 +142,79 @@ impl TimeWait {
                 Verdict::DropSyn
             };
         }
+        let seg_len = len + usize::from(f.syn()) + usize::from(f.fin());
+        let seq = SeqNumber(seg.seq);
+        let in_window = seq.acceptable(seg_len, self.rcv_nxt, self.rcv_wnd as usize);
+        if f.rst() {
+            if in_window {
+                stats.rst_in_time_wait += 1;
+            } else {
+                stats.unacceptable += 1;
+                stats.rst_out_of_window += 1;
+            }
+            return Verdict::Done;
+        }
         // RFC 7323 §3.2, §5.3 R1: once negotiated, segments without
         // timestamps are dropped, and stale ones acknowledged and dropped.
+        let mut refused = false;
         if let Some(ts) = self.ts {
             match seg.options.timestamps {
-                None if !f.rst() => {
+                None => {
                     stats.unacceptable += 1;
                     return Verdict::Done;
                 }
-                Some((tsval, _)) if !f.rst() => {
+                Some((tsval, _)) => {
                     let stale = (tsval.wrapping_sub(ts.recent) as i32) < 0;
                     if stale && now.saturating_since(ts.recent_age) < PAWS_IDLE {
                         stats.paws_rejected += 1;
-                        return Verdict::Ack;
+                        refused = true;
                     }
                 }
-                _ => {}
             }
         }
-        let seg_len = len + usize::from(f.syn()) + usize::from(f.fin());
-        let seq = SeqNumber(seg.seq);
-        if !seq.acceptable(seg_len, self.rcv_nxt, self.rcv_wnd as usize) {
+        if !refused && !in_window {
             stats.unacceptable += 1;
-            if f.rst() {
-                return Verdict::Done;
-            }
             // The only segment expected here is a retransmission of the
             // peer's FIN: acknowledge it and restart the 2 MSL timeout.
             if f.fin() {
                 self.expires = now + cfg.msl.saturating_mul(2);
             }
-            return Verdict::Ack;
+            refused = true;
         }
-        if f.rst() {
-            stats.resets_in += 1;
-            return Verdict::Reset;
+        if f.syn() {
+            // RFC 5961 §4.2: whatever its sequence number.
+            stats.syn_challenged += 1;
+            return self.challenge(ctx);
         }
-        // An in-window SYN gets a challenge ACK (RFC 5961 §4); so does
-        // anything past the peer's FIN that occupies sequence space. An
-        // acceptable bare ACK needs no answer.
+        if refused {
+            if len > 0 || f.fin() || self.invalid_ack.take(now, cfg.invalid_ack_interval) {
+                return Verdict::Ack;
+            }
+            stats.invalid_acks_limited += 1;
+            return Verdict::Done;
+        }
+        // Anything in the window past the peer's FIN that occupies
+        // sequence space is acknowledged. An acceptable bare ACK needs no
+        // answer.
         if seg_len > 0 {
             return Verdict::Ack;
         }
         Verdict::Done
+    }
+
+    /// A challenge ACK (RFC 5961 §4.2), if the record's interval and the
+    /// stack's budget for the second (§7) allow one.
+    fn challenge(&mut self, ctx: &mut RecordCtx<'_>) -> Verdict {
+        if !self.invalid_ack.take(ctx.now, ctx.cfg.invalid_ack_interval) {
+            ctx.stats.invalid_acks_limited += 1;
+            Verdict::Done
+        } else if !ctx.challenges.take(ctx.now) {
+            ctx.stats.challenge_acks_limited += 1;
+            Verdict::Done
+        } else {
+            ctx.stats.challenge_acks += 1;
+            Verdict::Ack
+        }
     }
 
     /// Writes the ACK this record owes into `buf`: SND.NXT, RCV.NXT, the
@@ -393,17 +431,15 @@ impl TimeWaitTable {
     pub(crate) fn on_segment(
         &mut self,
         idx: u32,
-        cfg: &Config,
-        now: Instant,
+        ctx: &mut RecordCtx<'_>,
         seg: &TcpRepr,
         len: usize,
-        stats: &mut crate::Stats,
     ) -> Verdict {
         let slot = &mut self.slots[idx as usize];
         let tw = slot.entry.as_mut().expect("live record");
-        let verdict = tw.on_segment(cfg, now, seg, len, stats);
+        let verdict = tw.on_segment(ctx, seg, len);
         match verdict {
-            Verdict::Reopen | Verdict::Reset => {
+            Verdict::Reopen => {
                 self.remove(idx);
             }
             Verdict::Ack if !slot.ack_queued => {

@@ -75,7 +75,8 @@ fn connections_and_their_segments_are_counted_per_bucket() {
 fn buckets_move_to_another_stack_mid_transfer() {
     let mut sim = Sim::symmetric(32, LinkConfig::hostile(0.02));
     sim.b = server();
-    let mut bulk = Bulk::start(&mut sim, 16, 150_000, 40_000);
+    // Long enough that no connection finishes before the move.
+    let mut bulk = Bulk::start(&mut sim, 16, 400_000, 40_000);
     let mut moved = false;
     let limit = sim.now + Duration::from_secs(600);
     let done = sim.run_until(limit, |s| {

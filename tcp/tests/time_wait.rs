@@ -200,7 +200,7 @@ fn retransmitted_fin_is_acknowledged_and_restarts_the_wait() {
 }
 
 #[test]
-fn rst_in_window_ends_time_wait_and_others_are_ignored() {
+fn rsts_never_end_time_wait() {
     for ending in [Ending::Closed, Ending::ShutDown] {
         let (mut sim, _) = server_in_time_wait(18, ending);
         let fin = TcpRepr::parse_segment(&peer_fin(&sim)).unwrap().0;
@@ -245,9 +245,20 @@ fn rst_in_window_ends_time_wait_and_others_are_ignored() {
         sim.run_for(Duration::from_millis(50));
         assert_eq!(sim.b.connection_count(), 1, "{ending:?}");
         assert!(to(&sim, Side::A).is_empty(), "{ending:?}: nothing answered");
-        // An RST at RCV.NXT ends TIME-WAIT (RFC 9293 §3.10.7.4).
+        // Even an RST at RCV.NXT leaves TIME-WAIT alone (RFC 1337 §3,
+        // fix F1: "TIME-WAIT assassination"), counted, unanswered.
+        let before = *sim.b.stats();
         sim.inject(Side::B, A_IP, B_IP, &emit(&rst(rcv_nxt)));
+        sim.inject(Side::B, A_IP, B_IP, &emit(&rst(rcv_nxt.wrapping_add(10))));
         sim.run_for(Duration::from_millis(50));
+        assert_eq!(sim.b.connection_count(), 1, "{ending:?}");
+        assert!(to(&sim, Side::A).is_empty(), "{ending:?}: nothing answered");
+        let after = *sim.b.stats();
+        assert_eq!(after.rst_in_time_wait, before.rst_in_time_wait + 2);
+        assert_eq!(after.rst_out_of_window, 1, "the blind one");
+        assert_eq!(after.resets_in, before.resets_in);
+        // The 2 MSL wait ends on time all the same.
+        sim.run_for(Duration::from_secs(61));
         assert_eq!(sim.b.connection_count(), 0, "{ending:?}");
     }
 }

@@ -124,14 +124,16 @@ impl Connection {
         let mut f = seg.flags;
         let mut seq = SeqNumber(seg.seq);
 
-        // A retransmission of the peer's SYN (or SYN-ACK, simultaneous open):
-        // drop the SYN bit and treat the rest normally; it needs an ACK.
-        if f.syn() && seq == self.rcv.irs {
+        // In SYN-RECEIVED, a retransmission of the peer's SYN (or SYN-ACK,
+        // simultaneous open): drop the SYN bit and treat the rest normally;
+        // it needs our SYN-ACK again. Any other SYN is RFC 5961 §4.2's.
+        if f.syn() && seq == self.rcv.irs && self.state == State::SynReceived {
             f = TcpFlags(f.0 & !TcpFlags::SYN.0);
             seq += 1;
             self.flags.set(Flags::ACK_NOW);
         }
-        if !self.timestamps_acceptable(ctx, seg, f) {
+        let seg_seq = seq;
+        if !self.timestamps_acceptable(ctx, seg, f, payload.len()) {
             return;
         }
         // First: sequence number acceptability.
@@ -142,21 +144,18 @@ impl Connection {
 
         // Second: the RST bit.
         if f.rst() {
-            ctx.stats.resets_in += 1;
-            match self.state {
-                // RFC 9293 §3.10.7.4: SYN-RECEIVED from a passive open
-                // returns to LISTEN (the listener is still there; we just
-                // drop this half-open connection).
-                State::TimeWait => self.close_now(CloseReason::Normal),
-                _ => self.close_now(CloseReason::Reset),
-            }
+            self.on_rst(ctx, seg_seq);
             return;
         }
 
-        // Fourth: a SYN in a synchronized state. RFC 9293 §3.10.7.4 (after
-        // RFC 5961 §4): send a challenge ACK and drop.
+        // Fourth: a SYN in a synchronized state, whatever its sequence
+        // number (RFC 5961 §4.2; RFC 9293 §3.10.7.4 adopts it): a
+        // challenge ACK, and the segment is dropped. A peer that lost the
+        // connection answers with an RST at the ACK's sequence number,
+        // which ends this one (§3.2), and then connects again.
         if f.syn() {
-            self.flags.set(Flags::ACK_NOW);
+            ctx.stats.syn_challenged += 1;
+            self.challenge_ack(ctx);
             return;
         }
 
@@ -199,7 +198,13 @@ impl Connection {
     /// timestamp checks. Once timestamps are negotiated, non-RST segments
     /// without them are dropped, and so are stale ones (with an ACK).
     #[inline]
-    fn timestamps_acceptable(&mut self, ctx: &mut Ctx<'_>, seg: &TcpRepr, f: TcpFlags) -> bool {
+    fn timestamps_acceptable(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        seg: &TcpRepr,
+        f: TcpFlags,
+        data_len: usize,
+    ) -> bool {
         let ts_on = self.flags.has(Flags::TIMESTAMPS);
         if ts_on && seg.options.timestamps.is_none() && !f.rst() {
             ctx.stats.unacceptable += 1;
@@ -210,7 +215,12 @@ impl Connection {
             let recent_valid = ctx.now.saturating_since(self.ts.recent_age) < PAWS_IDLE;
             if stale && recent_valid && !f.rst() {
                 ctx.stats.paws_rejected += 1;
-                self.flags.set(Flags::ACK_NOW);
+                if f.syn() {
+                    ctx.stats.syn_challenged += 1;
+                    self.challenge_ack(ctx);
+                } else {
+                    self.ack_invalid(ctx, data_len > 0 || f.fin());
+                }
                 return false;
             }
         }
@@ -239,7 +249,19 @@ impl Connection {
         let zero_window_probe = !acceptable && wnd == 0 && seq == nxt;
         if !acceptable && !zero_window_probe {
             ctx.stats.unacceptable += 1;
-            if !f.rst() && !payload.is_empty() {
+            if f.rst() {
+                // RFC 5961 §3.2: an RST outside the window is dropped
+                // silently.
+                ctx.stats.rst_out_of_window += 1;
+                return None;
+            }
+            if f.syn() {
+                // RFC 5961 §4.2: challenged whatever its sequence number.
+                ctx.stats.syn_challenged += 1;
+                self.challenge_ack(ctx);
+                return None;
+            }
+            if !payload.is_empty() {
                 // A duplicate (e.g. duplicated in the network): RFC 5681
                 // §4.2 immediate duplicate ACK, with a D-SACK block for
                 // what arrived twice (RFC 2883 §4) so that the sender can
@@ -250,13 +272,14 @@ impl Connection {
                     self.rcv.dsack = Some((seq, end));
                 }
             }
-            if !f.rst() {
-                self.flags.set(Flags::ACK_NOW);
-                // RFC 9293 §3.10.7.4 TIME-WAIT: a retransmitted FIN restarts
-                // the 2 MSL timeout.
-                if self.state == State::TimeWait && f.fin() {
-                    self.timers.close = Deadline::at(ctx.now + ctx.cfg.msl.saturating_mul(2));
-                }
+            // RFC 9293 §3.10.7.4: <SEQ=SND.NXT><ACK=RCV.NXT><CTL=ACK>; data
+            // and FINs (retransmitted after a lost ACK) always get it,
+            // anything else once per interval.
+            self.ack_invalid(ctx, !payload.is_empty() || f.fin());
+            // RFC 9293 §3.10.7.4 TIME-WAIT: a retransmitted FIN restarts
+            // the 2 MSL timeout.
+            if self.state == State::TimeWait && f.fin() {
+                self.timers.close = Deadline::at(ctx.now + ctx.cfg.msl.saturating_mul(2));
             }
             return None;
         }
@@ -283,6 +306,71 @@ impl Connection {
             self.flags.set(Flags::ACK_NOW);
         }
         Some((seq, data, f))
+    }
+
+    /// RFC 9293 §3.10.7.4 second check, with RFC 5961 §3.2 and RFC 1337:
+    /// an RST that passed the window test resets the connection only if
+    /// its sequence number is exactly RCV.NXT (or RCV.NXT − 1 once the
+    /// peer's FIN is in, for stacks that reset from their FIN's sequence
+    /// number, as Linux `tcp_reset_check` allows); any other in-window RST
+    /// gets a challenge ACK, which a genuine peer answers with an exact
+    /// RST. In TIME-WAIT, RSTs are ignored: the 2 MSL wait protects the
+    /// next incarnation from old duplicates (RFC 1337 §3, fix F1).
+    fn on_rst(&mut self, ctx: &mut Ctx<'_>, seq: SeqNumber) {
+        if self.state == State::TimeWait {
+            ctx.stats.rst_in_time_wait += 1;
+            return;
+        }
+        let after_peer_fin = matches!(
+            self.state,
+            State::CloseWait | State::LastAck | State::Closing
+        );
+        if seq == self.rcv.nxt || (after_peer_fin && seq + 1 == self.rcv.nxt) {
+            ctx.stats.resets_in += 1;
+            // RFC 9293 §3.10.7.4: SYN-RECEIVED from a passive open returns
+            // to LISTEN (the listener is still there; this half-open
+            // connection is dropped).
+            self.close_now(CloseReason::Reset);
+        } else {
+            ctx.stats.rst_challenged += 1;
+            self.challenge_ack(ctx);
+        }
+    }
+
+    /// A challenge ACK (RFC 5961 §3.2, §4.2, §5.2:
+    /// <SEQ=SND.NXT><ACK=RCV.NXT><CTL=ACK>), if the connection's interval
+    /// ([`Config::invalid_ack_interval`]) and the stack's budget for the
+    /// second (RFC 5961 §7) allow one.
+    fn challenge_ack(&mut self, ctx: &mut Ctx<'_>) {
+        let interval = ctx.cfg.invalid_ack_interval;
+        if !self.timers.invalid_ack.take(ctx.now, interval) {
+            ctx.stats.invalid_acks_limited += 1;
+        } else if !ctx.challenges.take(ctx.now) {
+            ctx.stats.challenge_acks_limited += 1;
+        } else {
+            ctx.stats.challenge_acks += 1;
+            self.flags.set(Flags::ACK_NOW);
+        }
+    }
+
+    /// Acknowledges a segment refused by the window or PAWS checks:
+    /// always if it carries data or a FIN (`always`), otherwise at most
+    /// once per [`Config::invalid_ack_interval`] (Linux
+    /// `tcp_oow_rate_limited`), counted when skipped. Returns whether the
+    /// ACK is owed.
+    fn ack_invalid(&mut self, ctx: &mut Ctx<'_>, always: bool) -> bool {
+        if always
+            || self
+                .timers
+                .invalid_ack
+                .take(ctx.now, ctx.cfg.invalid_ack_interval)
+        {
+            self.flags.set(Flags::ACK_NOW);
+            true
+        } else {
+            ctx.stats.invalid_acks_limited += 1;
+            false
+        }
     }
 
     /// RFC 7323 §4.3: updates TS.Recent from an acceptable segment.
@@ -372,9 +460,14 @@ impl Connection {
         f: TcpFlags,
     ) -> bool {
         let ack = SeqNumber(seg.ack);
-        if ack > self.snd.max {
-            // Acknowledges something not yet sent.
-            self.flags.set(Flags::ACK_NOW);
+        // RFC 5961 §5.2: acceptable is (SND.UNA - MAX.SND.WND) <= SEG.ACK
+        // <= SND.NXT (here SND.MAX, the highest sent); anything else, one
+        // acknowledging data not yet sent (RFC 9293 §3.10.7.4) or a blind
+        // injection guessing at an old one, is dropped with a challenge
+        // ACK.
+        if ack > self.snd.max || ack < self.snd.una - self.snd.max_wnd as usize {
+            ctx.stats.ack_unacceptable += 1;
+            self.challenge_ack(ctx);
             return false;
         }
         let sack_news = self.flags.has(Flags::SACK) && self.update_scoreboard(seg);

@@ -27,6 +27,7 @@ pub(crate) use state::{
 use crate::assembler::Assembler;
 use crate::buffer::ChunkBuffer;
 use crate::cc::{CongestionControl, Controller};
+use crate::challenge::ChallengeBudget;
 use crate::chunk_pool::ChunkPool;
 use crate::isn::IsnGenerator;
 use crate::rto::RttEstimator;
@@ -65,6 +66,8 @@ pub(crate) struct Ctx<'a> {
     pub cfg: &'a Config,
     pub stats: &'a mut Stats,
     pub rsts: &'a mut VecDeque<PendingRst>,
+    /// The stack's budget of challenge ACKs (RFC 5961 §7).
+    pub challenges: &'a mut ChallengeBudget,
     /// The chunks behind every buffer of the stack.
     pub pool: &'a mut ChunkPool,
     /// What this connection may promise under the stack's receive memory.
@@ -275,6 +278,7 @@ impl Connection {
                 persist_backoff: 0,
                 keepalive_probes: 0,
                 loss_probes: 0,
+                invalid_ack: Default::default(),
                 rtt_seq: None,
                 last_recv: now,
                 last_send: now,
@@ -413,6 +417,7 @@ impl Connection {
             rcv_nxt: self.rcv.nxt,
             rcv_wnd: self.rcv.adv.saturating_sub(self.rcv.nxt) as u32,
             rcv_wscale: self.rcv.wscale,
+            invalid_ack: self.timers.invalid_ack,
             ts: self.flags.has(Flags::TIMESTAMPS).then_some(Timestamps {
                 recent: self.ts.recent,
                 recent_age: self.ts.recent_age,

@@ -283,6 +283,9 @@ pub(crate) struct TimerState {
     pub(crate) keepalive_probes: u8,
     /// Loss probes sent since SND.UNA last advanced.
     pub(crate) loss_probes: u8,
+    /// When the connection last answered an out-of-window segment
+    /// ([`crate::Config::invalid_ack_interval`]).
+    pub(crate) invalid_ack: crate::challenge::OowAckTime,
     /// Segment timed for an RTT sample when timestamps are off: (end
     /// sequence number, send time). Cleared on retransmission (Karn).
     pub(crate) rtt_seq: Option<(SeqNumber, Instant)>,

@@ -1,0 +1,300 @@
+//! RFC 5961: blind (and observed) RST, SYN and data injection against an
+//! established connection, the challenge ACKs that answer them, and their
+//! limits (§7). The forged segments reuse the real peer's tuple, and its
+//! timestamps where a check needs them, so each reaches the check it is
+//! aimed at.
+
+mod sim;
+
+use flowlane_tcp::time::Duration;
+use flowlane_tcp::{CloseReason, ConnHandle, Event, Stack, State};
+use flowlane_wire::tcp::TcpFlags;
+use flowlane_wire::TcpRepr;
+use sim::{events, read_all, test_config, LinkConfig, Side, Sim, A_IP, B_IP};
+use std::net::SocketAddr;
+
+/// A connection with some data each way, the tap on.
+fn established(seed: u64) -> (Sim, ConnHandle, ConnHandle) {
+    let mut sim = Sim::symmetric(seed, LinkConfig::default());
+    sim.tap = Some(Vec::new());
+    let (a, b) = sim.establish();
+    sim.a.send(a, &[1; 3000]).unwrap();
+    sim.b.send(b, &[2; 2000]).unwrap();
+    sim.run_for(Duration::from_millis(100));
+    assert_eq!(read_all(&mut sim.b, b).len(), 3000);
+    assert_eq!(read_all(&mut sim.a, a).len(), 2000);
+    events(&mut sim.a);
+    events(&mut sim.b);
+    (sim, a, b)
+}
+
+/// The segments delivered to `side` so far.
+fn delivered(sim: &Sim, side: Side) -> Vec<TcpRepr> {
+    sim.tap
+        .as_ref()
+        .unwrap()
+        .iter()
+        .filter(|(s, _)| *s == side)
+        .map(|(_, bytes)| TcpRepr::parse_segment(bytes).unwrap().0)
+        .collect()
+}
+
+/// The last segment A sent B on port `port`, with the end of its sequence
+/// space: B's RCV.NXT after it, and A's view of B's SND.NXT (its ACK).
+fn last_from_a(sim: &Sim, port: u16) -> (TcpRepr, u32) {
+    let bytes = sim
+        .tap
+        .as_ref()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|(s, b)| *s == Side::B && TcpRepr::parse_segment(b).unwrap().0.src_port == port)
+        .expect("A sent something")
+        .1
+        .clone();
+    let (repr, payload) = TcpRepr::parse_segment(&bytes).unwrap();
+    let end = repr
+        .seq
+        .wrapping_add(payload.len() as u32)
+        .wrapping_add(u32::from(repr.flags.syn()) + u32::from(repr.flags.fin()));
+    (repr, end)
+}
+
+/// Puts a forged segment towards B.
+fn inject(sim: &mut Sim, repr: &TcpRepr, payload: &[u8]) {
+    let mut bytes = vec![0u8; 60 + payload.len()];
+    let n = repr.emit(&mut bytes).unwrap();
+    bytes.truncate(n);
+    bytes.extend_from_slice(payload);
+    sim.inject(Side::B, A_IP, B_IP, &bytes);
+}
+
+/// A forgery from A's port `port` at sequence number `seq` with `flags`,
+/// A's latest timestamp advanced by one.
+fn forge(sim: &Sim, port: u16, seq: u32, flags: TcpFlags) -> TcpRepr {
+    let (last, _) = last_from_a(sim, port);
+    let mut r = last;
+    r.seq = seq;
+    r.flags = flags;
+    r.options.sack_block_count = 0;
+    r.options.timestamps = last.options.timestamps.map(|(v, e)| (v.wrapping_add(1), e));
+    r
+}
+
+/// What B sent A after the first `since` segments.
+fn answers_since(sim: &Sim, since: usize) -> Vec<TcpRepr> {
+    delivered(sim, Side::A).into_iter().skip(since).collect()
+}
+
+const PORT: u16 = 10_000;
+
+#[test]
+fn an_rst_inside_the_window_is_challenged_and_only_an_exact_one_resets() {
+    let (mut sim, a, b) = established(50);
+    let (last, rcv_nxt) = last_from_a(&sim, PORT);
+    let before = delivered(&sim, Side::A).len();
+    // RFC 5961 §3.2: in the window, not at RCV.NXT.
+    let rst = forge(&sim, PORT, rcv_nxt.wrapping_add(100), TcpFlags::RST);
+    inject(&mut sim, &rst, &[]);
+    sim.run_for(Duration::from_millis(20));
+    assert_eq!(sim.b.state(b), Ok(State::Established), "not reset");
+    let answers = answers_since(&sim, before);
+    assert_eq!(answers.len(), 1, "one challenge ACK: {answers:?}");
+    let ch = &answers[0];
+    assert_eq!(ch.flags, TcpFlags::ACK);
+    assert_eq!(ch.ack, rcv_nxt, "<ACK=RCV.NXT>");
+    assert_eq!(ch.seq, last.ack, "<SEQ=SND.NXT>");
+    let s = *sim.b.stats();
+    assert_eq!((s.rst_challenged, s.challenge_acks, s.resets_in), (1, 1, 0));
+    // The connection goes on.
+    sim.a.send(a, b"still here").unwrap();
+    sim.run_for(Duration::from_millis(100));
+    assert_eq!(read_all(&mut sim.b, b), b"still here");
+    // An RST exactly at RCV.NXT (what the real peer sends) resets it.
+    let (_, rcv_nxt) = last_from_a(&sim, PORT);
+    let rst = forge(&sim, PORT, rcv_nxt, TcpFlags::RST);
+    inject(&mut sim, &rst, &[]);
+    sim.run_for(Duration::from_millis(20));
+    assert!(events(&mut sim.b).contains(&Event::Closed {
+        conn: b,
+        reason: CloseReason::Reset
+    }));
+    assert_eq!(sim.b.stats().resets_in, 1);
+}
+
+#[test]
+fn an_rst_outside_the_window_is_dropped_silently() {
+    let (mut sim, _a, b) = established(51);
+    let (_, rcv_nxt) = last_from_a(&sim, PORT);
+    let before = delivered(&sim, Side::A).len();
+    for seq in [
+        rcv_nxt.wrapping_add(1 << 30),
+        rcv_nxt.wrapping_sub(1),
+        rcv_nxt.wrapping_sub(1 << 20),
+    ] {
+        let rst = forge(&sim, PORT, seq, TcpFlags::RST);
+        inject(&mut sim, &rst, &[]);
+    }
+    sim.run_for(Duration::from_millis(20));
+    assert_eq!(sim.b.state(b), Ok(State::Established));
+    assert!(answers_since(&sim, before).is_empty(), "no answer");
+    let s = *sim.b.stats();
+    assert_eq!((s.rst_out_of_window, s.challenge_acks), (3, 0));
+}
+
+#[test]
+fn a_syn_on_an_established_connection_is_challenged_whatever_its_sequence() {
+    let (mut sim, a, b) = established(52);
+    let (_, rcv_nxt) = last_from_a(&sim, PORT);
+    let before = delivered(&sim, Side::A).len();
+    // In the window.
+    let syn = forge(&sim, PORT, rcv_nxt.wrapping_add(5), TcpFlags::SYN);
+    inject(&mut sim, &syn, &[]);
+    sim.run_for(Duration::from_millis(20));
+    assert_eq!(answers_since(&sim, before).len(), 1, "challenged");
+    // Far outside it, within the connection's interval: counted, not
+    // answered (Linux `tcp_invalid_ratelimit`).
+    let syn = forge(&sim, PORT, rcv_nxt.wrapping_add(1 << 31), TcpFlags::SYN);
+    inject(&mut sim, &syn, &[]);
+    sim.run_for(Duration::from_millis(20));
+    assert_eq!(answers_since(&sim, before).len(), 1, "limited");
+    // After the interval, challenged again.
+    sim.run_for(Duration::from_millis(500));
+    let before2 = delivered(&sim, Side::A).len();
+    let syn_ack = forge(
+        &sim,
+        PORT,
+        rcv_nxt.wrapping_sub(1 << 31),
+        TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0),
+    );
+    inject(&mut sim, &syn_ack, &[]);
+    sim.run_for(Duration::from_millis(20));
+    let answers = answers_since(&sim, before2);
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert_eq!(answers[0].ack, rcv_nxt);
+    let s = *sim.b.stats();
+    assert_eq!(s.syn_challenged, 3);
+    assert_eq!(s.challenge_acks, 2);
+    assert_eq!(s.invalid_acks_limited, 1);
+    assert_eq!(sim.b.state(b), Ok(State::Established));
+    sim.a.send(a, b"on").unwrap();
+    sim.run_for(Duration::from_millis(100));
+    assert_eq!(read_all(&mut sim.b, b), b"on");
+}
+
+#[test]
+fn data_with_an_acknowledgment_out_of_range_is_dropped() {
+    let (mut sim, a, b) = established(53);
+    let (last, rcv_nxt) = last_from_a(&sim, PORT);
+    let b_snd_nxt = last.ack;
+    let before = delivered(&sim, Side::A).len();
+    // RFC 5961 §5.2: an ACK older than SND.UNA - MAX.SND.WND (a blind
+    // attacker's guess), then one for data never sent.
+    for ack in [
+        b_snd_nxt.wrapping_sub(1 << 30),
+        b_snd_nxt.wrapping_add(1 << 20),
+    ] {
+        let mut data = forge(&sim, PORT, rcv_nxt, TcpFlags::ACK);
+        data.ack = ack;
+        inject(&mut sim, &data, b"INJECTED");
+        sim.run_for(Duration::from_millis(600));
+    }
+    assert!(read_all(&mut sim.b, b).is_empty(), "nothing delivered");
+    assert_eq!(answers_since(&sim, before).len(), 2, "two challenge ACKs");
+    let s = *sim.b.stats();
+    assert_eq!((s.ack_unacceptable, s.challenge_acks), (2, 2));
+    // The real bytes at that sequence number arrive intact.
+    sim.a.send(a, b"genuine!").unwrap();
+    sim.run_for(Duration::from_millis(100));
+    assert_eq!(read_all(&mut sim.b, b), b"genuine!");
+}
+
+#[test]
+fn challenge_acks_are_held_to_a_randomized_budget_per_second() {
+    let mut cfg_b = test_config(2);
+    cfg_b.challenge_ack_limit = 20;
+    let mut sim = Sim::new(
+        54,
+        LinkConfig::default(),
+        LinkConfig::default(),
+        test_config(1),
+        cfg_b,
+    );
+    sim.tap = Some(Vec::new());
+    sim.b.listen(SocketAddr::new(B_IP, 80)).unwrap();
+    const N: u16 = 60;
+    for i in 0..N {
+        sim.a
+            .connect(
+                sim.now,
+                SocketAddr::new(A_IP, PORT + i),
+                SocketAddr::new(B_IP, 80),
+            )
+            .unwrap();
+    }
+    sim.run_for(Duration::from_millis(100));
+    let accepted = events(&mut sim.b)
+        .iter()
+        .filter(|e| matches!(e, Event::Accepted { .. }))
+        .count();
+    assert_eq!(accepted, N as usize);
+    let mut budgets = Vec::new();
+    for round in 0..3 {
+        let before = *sim.b.stats();
+        // One in-window RST per connection, all in one second of B's clock.
+        for i in 0..N {
+            let (_, rcv_nxt) = last_from_a(&sim, PORT + i);
+            let rst = forge(&sim, PORT + i, rcv_nxt.wrapping_add(1), TcpFlags::RST);
+            inject(&mut sim, &rst, &[]);
+        }
+        sim.run_for(Duration::from_millis(10));
+        let s = *sim.b.stats();
+        let sent = s.challenge_acks - before.challenge_acks;
+        let limited = s.challenge_acks_limited - before.challenge_acks_limited;
+        assert_eq!(sent + limited, u64::from(N), "round {round}");
+        assert!((10..30).contains(&sent), "round {round}: {sent} sent");
+        budgets.push(sent);
+        sim.run_for(Duration::from_millis(1100));
+    }
+    eprintln!("challenge ACKs per second, limit 20: {budgets:?}");
+    assert_eq!(sim.b.connection_count(), usize::from(N), "none reset");
+}
+
+#[test]
+fn a_peer_that_lost_its_connection_resets_it_through_the_challenge() {
+    // RFC 5961 §4: the peer restarted and connects from the same port. Its
+    // SYN gets a challenge ACK, which acknowledges nothing it sent; it
+    // answers with an RST at that ACK's number, exactly RCV.NXT, which
+    // ends the stale connection; its next SYN opens a new one.
+    let (mut sim, _a, b) = established(55);
+    sim.a = Stack::new(test_config(7));
+    sim.run_for(Duration::from_secs(2));
+    let fresh = sim
+        .a
+        .connect(
+            sim.now,
+            SocketAddr::new(A_IP, PORT),
+            SocketAddr::new(B_IP, 80),
+        )
+        .unwrap();
+    let mut connected = false;
+    let mut reset = false;
+    let mut accepted = false;
+    let limit = sim.now + Duration::from_secs(10);
+    while sim.now < limit && !(connected && accepted) {
+        sim.run_for(Duration::from_millis(10));
+        connected |= events(&mut sim.a).contains(&Event::Connected(fresh));
+        for e in events(&mut sim.b) {
+            reset |= e
+                == Event::Closed {
+                    conn: b,
+                    reason: CloseReason::Reset,
+                };
+            accepted |= matches!(e, Event::Accepted { .. });
+        }
+    }
+    assert!(reset, "the stale connection was reset");
+    assert!(connected && accepted, "the new one is open");
+    let s = *sim.b.stats();
+    assert_eq!((s.syn_challenged, s.challenge_acks, s.resets_in), (1, 1, 1));
+}
