@@ -1,7 +1,9 @@
 //! Tests of the connection-state layout: its size budget (so that it cannot
 //! grow unnoticed) and a property test that it stays whole
 //! ([`Stack::check_layout`]) through every state transition random
-//! traffic, application calls, losses and timers can cause.
+//! traffic, application calls, losses and timers can cause; and states
+//! that real traffic takes too long to reach (sequence numbers far along),
+//! set up through the connection's fields.
 
 use crate::connection::Connection;
 use crate::time::{Duration, Instant};
@@ -331,6 +333,112 @@ fn the_send_stream_survives_snd_una_wrapping_onto_the_iss() {
     assert!(snd.una > snd.iss, "SND.UNA passed the ISS");
     assert_eq!(got.len(), sent.len());
     assert!(got == sent, "B read other bytes than A sent");
+}
+
+/// Moves every segment `from_a`'s side has to send to the other side, or
+/// drops them all (`lose`).
+fn one_way(p: &mut Pair, from_a: bool, lose: bool) {
+    let now = p.now;
+    let mut buf = vec![0; 65_536];
+    let (from, to) = if from_a {
+        (&mut p.a, &mut p.b)
+    } else {
+        (&mut p.b, &mut p.a)
+    };
+    while let Some(t) = from.poll_transmit(now, &mut buf) {
+        if !lose {
+            to.handle_segment(now, t.src.ip(), t.dst.ip(), &buf[..t.len]);
+        }
+    }
+}
+
+/// Issue 11: `recover` once doubled as "no loss episode yet" (`recover ==
+/// ISS`); 2^31 bytes after the last episode, an old `recover` reads as
+/// ahead of SND.UNA, and duplicate ACKs no longer started fast retransmit
+/// unless RFC 6582's ACK heuristic happened to allow it (it does not after
+/// a stretch ACK of more than 4 segments, common from Linux receivers with
+/// GRO): every loss then waited for a timeout. Here A's `recover` is set
+/// 2^31 + 1000 bytes behind SND.UNA, the last ACK a stretch ACK, and the
+/// first segment of a burst is lost.
+#[test]
+fn fast_retransmit_does_not_wait_for_a_stale_recover() {
+    let mut p = Pair::new();
+    p.apply(&Op::Connect(0));
+    p.apply(&Op::Deliver(0));
+    p.apply(&Op::Deliver(0));
+    p.events();
+    let a = p.a_conns[0];
+    // Enough data first that the congestion window has room for a burst
+    // (without idle pauses: RFC 5681 §4.1 would shrink it back).
+    let mut sent = 0;
+    for _ in 0..1_000 {
+        if sent < 200_000 {
+            sent += p.a.send(a, &[7; 16_000]).expect("live");
+        }
+        p.apply(&Op::Deliver(0));
+        p.apply(&Op::Recv(false, 0, 40_000));
+        p.apply(&Op::Wait(1));
+        let c = p.a.connection_mut(a);
+        if sent >= 200_000 && c.snd.una == c.snd.max {
+            break;
+        }
+    }
+    {
+        let c = p.a.connection_mut(a);
+        assert_eq!(c.snd.una, c.snd.max, "all acknowledged");
+        c.snd.recover = c.snd.una - ((1usize << 31) + 1000);
+        c.snd.prev_una = c.snd.una - 20 * 1460;
+    }
+    p.a.send(a, &[8; 20_000]).expect("live");
+    let before = *p.a.stats();
+    let now = p.now;
+    let mut buf = vec![0; 65_536];
+    let mut first = true;
+    while let Some(t) = p.a.poll_transmit(now, &mut buf) {
+        if !std::mem::take(&mut first) {
+            p.b.handle_segment(now, t.src.ip(), t.dst.ip(), &buf[..t.len]);
+        }
+    }
+    one_way(&mut p, false, false);
+    let s = *p.a.stats();
+    assert_eq!(s.fast_retransmits, before.fast_retransmits + 1, "{s:?}");
+    assert_eq!(s.rto_timeouts, before.rto_timeouts);
+}
+
+/// Issue 11: an abort's RST goes out at SND.MAX, which is the peer's
+/// RCV.NXT once everything sent arrived, even if a timeout rewound SND.NXT
+/// (here B received all of A's data, but B's ACKs were lost, and A's
+/// retransmission timer went back to SND.UNA): at SND.NXT it would fall
+/// below B's window, and B would never learn of the abort.
+#[test]
+fn an_abort_resets_the_peer_even_after_a_timeout_rewound_snd_nxt() {
+    let mut p = Pair::new();
+    p.apply(&Op::Connect(0));
+    p.apply(&Op::Deliver(0));
+    p.apply(&Op::Deliver(0));
+    p.events();
+    let (a, b) = (p.a_conns[0], p.b_conns[0]);
+    p.a.send(a, &[7; 6_000]).expect("live");
+    one_way(&mut p, true, false);
+    one_way(&mut p, false, true);
+    // Loss probes and the retransmission timeout fire; what they send is
+    // lost too.
+    for _ in 0..20 {
+        p.apply(&Op::Wait(200));
+        one_way(&mut p, true, true);
+        if p.a.stats().rto_timeouts > 0 {
+            break;
+        }
+    }
+    {
+        let c = p.a.connection_mut(a);
+        assert!(c.snd.nxt < c.snd.max, "the timeout rewound SND.NXT");
+    }
+    p.a.abort(a).expect("live");
+    let before = p.b.stats().resets_in;
+    one_way(&mut p, true, false);
+    assert_eq!(p.b.stats().resets_in, before + 1, "B took the RST");
+    assert_eq!(p.b.state(b), Err(crate::Error::InvalidHandle));
 }
 
 /// Issue 11 measured 9 600 wheel entries for one keepalive connection

@@ -518,6 +518,10 @@ impl Connection {
         }
         self.snd.prev_una = self.snd.una;
         self.snd.una = ack;
+        if self.flags.has(Flags::RECOVER_HELD) && ack >= self.snd.recover {
+            // RFC 6582 §3.2: the episode's guard ends with it.
+            self.flags.clear(Flags::RECOVER_HELD);
+        }
         if self.snd.nxt < ack {
             self.snd.nxt = ack;
         }

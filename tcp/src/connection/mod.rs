@@ -436,11 +436,15 @@ impl Connection {
         }
     }
 
-    /// Sends an RST for this connection (RFC 9293 §3.10.7.4 / §3.10.4 ABORT).
+    /// Sends an RST for this connection (RFC 9293 §3.10.7.4 / §3.10.4 ABORT):
+    /// at SND.MAX, the peer's RCV.NXT once everything sent arrived (SND.NXT
+    /// may have been rewound by a timeout, and an RST below the peer's
+    /// RCV.NXT is out of its window; RFC 5961 §3.2 peers then want it
+    /// exact).
     fn send_rst(&self, ctx: &mut Ctx<'_>) {
         ctx.queue_rst(PendingRst {
             tuple: self.tuple,
-            seq: self.snd.nxt,
+            seq: self.snd.max,
             ack: Some(self.rcv.nxt),
         });
     }

@@ -49,7 +49,7 @@ impl Connection {
         let una = self.snd.una;
         if !self.flags.has(Flags::IN_RECOVERY) {
             if self.scoreboard.lost_boundary(una, mss) > una {
-                let new_episode = una >= self.snd.recover || self.snd.recover == self.snd.iss;
+                let new_episode = self.new_loss_episode(una);
                 let heuristic = self.cc.window() > mss && una - self.snd.prev_una <= 4 * mss;
                 if new_episode || heuristic {
                     self.enter_recovery(ctx.now);
@@ -143,11 +143,19 @@ impl Connection {
             .clear(Flags::IN_RECOVERY | Flags::SACK_RECOVERY | Flags::RETRANSMIT_ONE);
         // No loss happened in that window, so the RFC 6582 guard against a
         // second fast retransmit for it must not hold back the next one.
-        self.snd.recover = self.snd.una;
+        self.flags.clear(Flags::RECOVER_HELD);
         let flight = self.snd.max - self.snd.una;
         self.cc
             .on_spurious_recovery(flight, bytes_acked, undo.pipe_prev);
         true
+    }
+
+    /// RFC 6582 §3.2 step 2: whether duplicate ACKs at `ack` may start
+    /// fast retransmit: no earlier episode is held, or `ack` covers its
+    /// `recover` (one past the highest sequence number sent then, so an
+    /// ACK "covers more than recover" once it reaches it).
+    fn new_loss_episode(&self, ack: SeqNumber) -> bool {
+        !self.flags.has(Flags::RECOVER_HELD) || ack >= self.snd.recover
     }
 
     /// RFC 6582 §3.2 step 2 / RFC 5681 §3.2 steps 2-3: enter fast recovery
@@ -161,7 +169,8 @@ impl Connection {
                 pipe_prev: flight.max(self.cc.ssthresh()),
             });
         }
-        self.flags.set(Flags::IN_RECOVERY | Flags::RETRANSMIT_ONE);
+        self.flags
+            .set(Flags::IN_RECOVERY | Flags::RETRANSMIT_ONE | Flags::RECOVER_HELD);
         self.snd.recover = self.snd.max;
         self.arm_lost_retransmit();
         if self.flags.has(Flags::SACK) {
@@ -350,9 +359,7 @@ impl Connection {
             // cumulative ACK by more than 4*SMSS at a time): without it,
             // every further loss among the segments sent before a
             // timeout costs another, backed-off, timeout.
-            // `recover` is one past the highest sequence number sent, so
-            // an ACK "covers more than recover" once it reaches it.
-            let new_episode = ack >= self.snd.recover || self.snd.recover == self.snd.iss;
+            let new_episode = self.new_loss_episode(ack);
             let heuristic =
                 self.cc.window() > self.eff_mss() && ack - self.snd.prev_una <= 4 * self.eff_mss();
             if new_episode || heuristic {

@@ -114,6 +114,13 @@ impl Flags {
     /// The stack's receive memory, not the buffer, held the last window
     /// offered back: a window update is owed once memory frees.
     pub(crate) const MEM_LIMITED: u32 = 1 << 21;
+    /// `SendState::recover` marks a loss episode (fast recovery or a
+    /// timeout) that the cumulative ACK has not passed yet: until it does,
+    /// duplicate ACKs start no new fast retransmit (RFC 6582 §3.2 steps 1
+    /// and 2). A bit, not a value of `recover`, so that it cannot go stale
+    /// when the sequence space wraps: compared 2^31 bytes later, an old
+    /// `recover` reads as ahead of SND.UNA.
+    pub(crate) const RECOVER_HELD: u32 = 1 << 22;
 
     /// Whether any bit of `f` is set.
     pub(crate) fn has(self, f: u32) -> bool {

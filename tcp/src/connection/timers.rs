@@ -100,6 +100,7 @@ impl Connection {
                 // information is discarded; blocks arriving from now on
                 // still spare the go-back-N retransmission what they cover.
                 self.snd.recover = self.snd.max;
+                self.flags.set(Flags::RECOVER_HELD);
                 self.flags.clear(Flags::IN_RECOVERY | Flags::SACK_RECOVERY);
                 self.scoreboard.clear();
                 self.snd.dup_acks = 0;
