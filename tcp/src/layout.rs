@@ -389,7 +389,7 @@ fn fast_retransmit_does_not_wait_for_a_stale_recover() {
         c.snd.recover = c.snd.una - ((1usize << 31) + 1000);
         c.snd.prev_una = c.snd.una - 20 * 1460;
     }
-    p.a.send(a, &[8; 20_000]).expect("live");
+    p.a.send(a, &vec![8; 20_000]).expect("live");
     let before = *p.a.stats();
     let now = p.now;
     let mut buf = vec![0; 65_536];
