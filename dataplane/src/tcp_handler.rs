@@ -293,8 +293,14 @@ counters! {
         invalid_acks_limited,
         /// Segments dropped by PAWS (RFC 7323 §5).
         paws_rejected,
-        /// SYNs dropped because the listener's backlog was full.
+        /// SYNs dropped because the listener's backlog was full (SYN cookies off).
         syn_dropped,
+        /// SYN-ACKs sent with a SYN cookie (a listener's half-open table was full).
+        syn_cookies_sent,
+        /// Connections opened by an ACK returning a valid SYN cookie.
+        syn_cookies_accepted,
+        /// ACKs whose SYN cookie did not check (forged or too old).
+        syn_cookies_failed,
         /// RSS buckets this queue gave to another (rebalancing).
         buckets_out,
         /// RSS buckets this queue took over.
@@ -362,6 +368,9 @@ impl TcpCounters {
         set(&self.invalid_acks_limited, s.invalid_acks_limited);
         set(&self.paws_rejected, s.paws_rejected);
         set(&self.syn_dropped, s.syn_dropped);
+        set(&self.syn_cookies_sent, s.syn_cookies_sent);
+        set(&self.syn_cookies_accepted, s.syn_cookies_accepted);
+        set(&self.syn_cookies_failed, s.syn_cookies_failed);
         set(&self.segments_out, s.segments_out);
     }
 

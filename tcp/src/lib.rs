@@ -54,6 +54,7 @@ mod sack;
 mod seq;
 mod siphash;
 mod stack;
+mod syn_cookie;
 mod table;
 pub mod time;
 mod time_wait;
@@ -273,11 +274,21 @@ pub struct Config {
     pub congestion: CongestionAlgorithm,
     /// Half-open (SYN-RECEIVED) connections allowed per listener.
     pub listen_backlog: usize,
+    /// Once a listener holds `listen_backlog` half-open connections,
+    /// answer further SYNs with SYN cookies (RFC 4987 §3.6; Linux
+    /// `tcp_syncookies = 1`): the SYN-ACK's sequence number carries what
+    /// the connection needs, nothing is kept, and the client's ACK opens
+    /// the connection. Off: such SYNs are dropped (`Stats::syn_dropped`).
+    /// A cookie keeps the MSS (rounded down to one of 8 values) and, when
+    /// the client uses timestamps, its window scale and SACK permission;
+    /// without timestamps the SYN-ACK offers neither.
+    pub syn_cookies: bool,
     /// Timer wheel granularity (deadlines are rounded up to it). The wheel
     /// is hierarchical: any deadline fits, and far ones cost nothing until
     /// they come near.
     pub timer_tick: Duration,
-    /// Maximum queued RSTs for segments to no connection; more are dropped.
+    /// Maximum queued RSTs for segments to no connection, and likewise
+    /// cookie SYN-ACKs; more are dropped.
     pub max_pending_resets: usize,
     /// Most TIME-WAIT records kept (Linux `tcp_max_tw_buckets`): once the
     /// application has closed a connection in TIME-WAIT, the stack keeps a
@@ -330,6 +341,7 @@ impl Config {
             keepalive: None,
             congestion: CongestionAlgorithm::NewReno,
             listen_backlog: 1024,
+            syn_cookies: true,
             timer_tick: Duration::from_millis(1),
             max_pending_resets: 1024,
             time_wait_max: 262_144,
@@ -425,8 +437,17 @@ pub struct Stats {
     pub resets_dropped: u64,
     /// Segments to no connection and no listener.
     pub no_connection: u64,
-    /// SYNs dropped because the listener backlog was full.
+    /// SYNs dropped because the listener backlog was full (and SYN
+    /// cookies are off).
     pub syn_dropped: u64,
+    /// SYN-ACKs sent with a SYN cookie (the listener's half-open table
+    /// was full; [`Config::syn_cookies`]).
+    pub syn_cookies_sent: u64,
+    /// Connections opened by an ACK that returned a valid SYN cookie.
+    pub syn_cookies_accepted: u64,
+    /// ACKs to a listener that had sent cookies recently whose cookie did
+    /// not check (forged, or too old): answered with an RST.
+    pub syn_cookies_failed: u64,
     /// SYNs that reopened a connection in TIME-WAIT (RFC 6191: newer
     /// timestamp or sequence number than its last incarnation's).
     pub time_wait_reopened: u64,

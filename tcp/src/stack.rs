@@ -4,9 +4,12 @@
 use crate::buckets::{BucketLists, Link, NIL};
 use crate::challenge::ChallengeBudget;
 use crate::chunk_pool::{ChunkPool, CHUNK_SIZE};
-use crate::connection::{ev, Connection, Ctx, Flags, PendingRst, RecvMemory, State};
+use crate::connection::{
+    ev, offered_wscale, Connection, Ctx, Flags, PendingRst, RecvMemory, State,
+};
 use crate::isn::IsnGenerator;
 use crate::seq::SeqNumber;
+use crate::syn_cookie::{self, CookieJar};
 use crate::table::ConnTable;
 use crate::time::{Deadline, Instant};
 use crate::time_wait::{self, RecordCtx, TimeWait, TimeWaitTable, Verdict};
@@ -205,6 +208,10 @@ enum TimeWaitSyn {
 struct Listener {
     local: SocketAddr,
     half_open: usize,
+    /// Until when an ACK for no connection may return one of this
+    /// listener's SYN cookies (two cookie periods after the last sent);
+    /// otherwise such ACKs are not checked at all.
+    cookies_until: Instant,
 }
 
 /// One core's TCP stack: a shard of connections and listeners, driven
@@ -269,6 +276,9 @@ pub struct Stack {
     rsts: VecDeque<PendingRst>,
     /// Challenge ACKs left this second (RFC 5961 §7).
     challenges: ChallengeBudget,
+    /// SYN cookies: their key, and the cookie SYN-ACKs to send.
+    cookies: CookieJar,
+    cookie_syn_acks: VecDeque<CookieSynAck>,
     pool: ChunkPool,
     /// Receive memory committed by all connections together (the sum of
     /// [`Connection::rcv_commitment`]), against [`Config::recv_memory`].
@@ -285,6 +295,43 @@ pub struct Stack {
     /// batch), and a run after its first segment is found by comparing the
     /// tuple with this slot's instead of hashing and probing the table.
     last_flow: u32,
+}
+
+/// A SYN-ACK carrying a SYN cookie, waiting for [`Stack::poll_transmit`].
+#[derive(Debug)]
+struct CookieSynAck {
+    tuple: FourTuple,
+    iss: SeqNumber,
+    ack: SeqNumber,
+    /// Our window scale, offered if the client offered one and uses
+    /// timestamps.
+    window_scale: Option<u8>,
+    sack: bool,
+    /// (TSval with the client's options in its low bits, TSecr).
+    ts: Option<(u32, u32)>,
+    window: u16,
+}
+
+impl CookieSynAck {
+    fn emit(&self, mss: u16, buf: &mut [u8]) -> Result<usize, flowlane_wire::WireError> {
+        TcpRepr {
+            src_port: self.tuple.local.port(),
+            dst_port: self.tuple.remote.port(),
+            seq: self.iss.0,
+            ack: self.ack.0,
+            flags: TcpFlags::SYN | TcpFlags::ACK,
+            window: self.window,
+            urgent: 0,
+            options: TcpOptions {
+                mss: Some(mss),
+                window_scale: self.window_scale,
+                sack_permitted: self.sack,
+                timestamps: self.ts,
+                ..TcpOptions::default()
+            },
+        }
+        .emit(buf)
+    }
 }
 
 /// No slot ([`Stack::last_flow`] when no segment matched a connection yet).
@@ -310,6 +357,8 @@ impl Stack {
             wheel: TimerWheel::new(cfg.timer_tick),
             pool: ChunkPool::new(cfg.recv_memory.div_ceil(CHUNK_SIZE)),
             challenges: ChallengeBudget::new(&cfg.isn_secret, cfg.challenge_ack_limit),
+            cookies: CookieJar::new(&cfg.isn_secret),
+            cookie_syn_acks: VecDeque::new(),
             cfg,
             slots: Vec::new(),
             free: Vec::new(),
@@ -555,6 +604,7 @@ impl Stack {
         self.listeners.push(Some(Listener {
             local,
             half_open: 0,
+            cookies_until: Instant::ZERO,
         }));
         self.listener_ports.insert(local.port(), id);
         Ok(ListenerId(id))
@@ -971,7 +1021,7 @@ impl Stack {
             None => {
                 let hash = self.table.hash(&tuple);
                 let Some(idx) = self.find(hash, &tuple) else {
-                    return self.on_unmatched(hash, tuple, repr, payload.len());
+                    return self.on_unmatched(hash, tuple, repr, payload);
                 };
                 self.last_flow = idx;
                 idx
@@ -988,7 +1038,7 @@ impl Stack {
             // The old incarnation is gone: the listener takes the SYN.
             TimeWaitSyn::Reopen => {
                 self.stats.time_wait_reopened += 1;
-                self.for_listener(tuple, repr, payload.len());
+                self.for_listener(tuple, repr, payload);
             }
         }
         Delivery::Taken
@@ -1003,8 +1053,9 @@ impl Stack {
         hash: u64,
         tuple: FourTuple,
         repr: &TcpRepr,
-        len: usize,
+        payload: &[u8],
     ) -> Delivery {
+        let len = payload.len();
         if self.away != 0 {
             let bucket = self.bucket_for(&tuple);
             if self.bucket_is_away(bucket) {
@@ -1030,18 +1081,18 @@ impl Stack {
                 Verdict::Done | Verdict::Ack => return Delivery::Taken,
             }
         }
-        self.for_listener(tuple, repr, len);
+        self.for_listener(tuple, repr, payload);
         Delivery::Taken
     }
 
     /// RFC 9293 §3.10.7.1–2: a segment for no connection goes to the
     /// listener on its port and address, or is answered with an RST.
-    fn for_listener(&mut self, tuple: FourTuple, repr: &TcpRepr, len: usize) {
+    fn for_listener(&mut self, tuple: FourTuple, repr: &TcpRepr, payload: &[u8]) {
         match self.listener_for(&tuple) {
-            Some(l) => self.on_listen_segment(l, tuple, repr, len),
+            Some(l) => self.on_listen_segment(l, tuple, repr, payload),
             _ => {
                 self.stats.no_connection += 1;
-                self.reset_for(tuple, repr, len);
+                self.reset_for(tuple, repr, payload.len());
             }
         }
     }
@@ -1106,13 +1157,21 @@ impl Stack {
     }
 
     /// RFC 9293 §3.10.7.2: a segment for a listener.
-    fn on_listen_segment(&mut self, l: ListenerId, tuple: FourTuple, seg: &TcpRepr, len: usize) {
+    fn on_listen_segment(
+        &mut self,
+        l: ListenerId,
+        tuple: FourTuple,
+        seg: &TcpRepr,
+        payload: &[u8],
+    ) {
         let f = seg.flags;
         if f.rst() {
             return;
         }
         if f.ack() {
-            self.reset_for(tuple, seg, len);
+            if !self.accept_cookie(l, tuple, seg, payload) {
+                self.reset_for(tuple, seg, payload.len());
+            }
             return;
         }
         if !f.syn() || f.fin() {
@@ -1122,7 +1181,12 @@ impl Stack {
             .as_mut()
             .expect("live listener");
         if listener.half_open >= self.cfg.listen_backlog {
-            self.stats.syn_dropped += 1;
+            if self.cfg.syn_cookies {
+                listener.cookies_until = self.now + syn_cookie::CHECKED_FOR;
+                self.send_cookie(tuple, seg);
+            } else {
+                self.stats.syn_dropped += 1;
+            }
             return;
         }
         listener.half_open += 1;
@@ -1131,6 +1195,93 @@ impl Stack {
         self.stats.passive_opens += 1;
         let idx = self.insert(conn, Some(l));
         self.after(idx);
+    }
+
+    /// The window a cookie SYN-ACK offers (unscaled, RFC 7323 §2.2).
+    fn cookie_window(&self) -> u16 {
+        self.cfg.recv_buffer.min(0xffff) as u16
+    }
+
+    /// RFC 4987 §3.6: answers `syn` with a SYN-ACK whose ISS is a cookie,
+    /// keeping nothing. Our TSval carries the client's window scale and
+    /// SACK permission; a client without timestamps is offered neither.
+    fn send_cookie(&mut self, tuple: FourTuple, syn: &TcpRepr) {
+        if self.cookie_syn_acks.len() >= self.cfg.max_pending_resets {
+            self.stats.syn_dropped += 1;
+            return;
+        }
+        let o = &syn.options;
+        let client_mss = o.mss.unwrap_or(syn_cookie::DEFAULT_MSS);
+        let iss = self
+            .cookies
+            .make(&tuple, SeqNumber(syn.seq), client_mss, self.now);
+        let ts = o.timestamps.filter(|_| self.cfg.timestamps);
+        let window_scale = o.window_scale.filter(|_| self.cfg.window_scaling);
+        let sack = o.sack_permitted && self.cfg.sack;
+        let ours = ts.map(|(tsval, _)| {
+            let now_ts = (self.now.as_millis() as u32).wrapping_add(self.isn.ts_offset(&tuple));
+            (
+                syn_cookie::encode_options(now_ts, window_scale, sack),
+                tsval,
+            )
+        });
+        self.cookie_syn_acks.push_back(CookieSynAck {
+            tuple,
+            iss,
+            ack: SeqNumber(syn.seq) + 1,
+            window_scale: ours.and(window_scale).map(|_| offered_wscale(&self.cfg)),
+            sack: ours.is_some() && sack,
+            ts: ours,
+            window: self.cookie_window(),
+        });
+        self.stats.syn_cookies_sent += 1;
+    }
+
+    /// An ACK for no connection on a listener that sent SYN cookies
+    /// lately: if it returns a valid cookie, the connection is rebuilt
+    /// from it, as if its SYN-ACK had been sent from SYN-RECEIVED, and
+    /// the ACK (and any data on it) processed there. Returns whether it
+    /// did.
+    fn accept_cookie(
+        &mut self,
+        l: ListenerId,
+        tuple: FourTuple,
+        seg: &TcpRepr,
+        payload: &[u8],
+    ) -> bool {
+        let recent = self.listeners[l.0 as usize]
+            .as_ref()
+            .is_some_and(|l| self.now < l.cookies_until);
+        if !recent || seg.flags.syn() {
+            return false;
+        }
+        let (seq, ack) = (SeqNumber(seg.seq), SeqNumber(seg.ack));
+        let Some(mss) = self.cookies.check(&tuple, seq, ack, self.now) else {
+            self.stats.syn_cookies_failed += 1;
+            return false;
+        };
+        let o = syn_cookie::decode_options(seg.options.timestamps.map(|(_, ecr)| ecr), mss);
+        let syn = TcpRepr {
+            seq: (seq - 1usize).0,
+            ack: 0,
+            flags: TcpFlags::SYN,
+            options: TcpOptions {
+                mss: Some(o.mss),
+                window_scale: o.window_scale,
+                sack_permitted: o.sack_permitted,
+                timestamps: seg.options.timestamps.map(|(tsval, _)| (tsval, 0)),
+                ..TcpOptions::default()
+            },
+            ..*seg
+        };
+        let window = self.cookie_window();
+        let conn =
+            Connection::from_cookie(&self.cfg, &self.isn, tuple, self.now, &syn, ack - 1, window);
+        self.stats.passive_opens += 1;
+        self.stats.syn_cookies_accepted += 1;
+        let idx = self.insert(conn, Some(l));
+        self.with_conn(idx, |c, ctx| c.on_segment(ctx, seg, payload));
+        true
     }
 
     /// RFC 9293 §3.10.7.1: the reply to a segment for no connection.
@@ -1203,6 +1354,16 @@ impl Stack {
                 return Some(Transmit {
                     src: rst.tuple.local,
                     dst: rst.tuple.remote,
+                    len,
+                });
+            }
+        }
+        while let Some(c) = self.cookie_syn_acks.pop_front() {
+            if let Ok(len) = c.emit(self.cfg.mss, buf) {
+                self.stats.segments_out += 1;
+                return Some(Transmit {
+                    src: c.tuple.local,
+                    dst: c.tuple.remote,
                     len,
                 });
             }

@@ -211,7 +211,7 @@ fn wscale_for(capacity: usize) -> u8 {
 /// The window scale we offer: for the largest receive buffer auto-tuning may
 /// reach, not the initial one, since the shift is fixed at the handshake
 /// (RFC 7323 §2.2) and the window can only grow up to 2^16 - 1 units of it.
-fn offered_wscale(cfg: &Config) -> u8 {
+pub(crate) fn offered_wscale(cfg: &Config) -> u8 {
     wscale_for(cfg.recv_buffer.max(cfg.recv_buffer_max))
 }
 
@@ -349,6 +349,29 @@ impl Connection {
         c.snd.max_wnd = c.snd.wnd;
         c.snd.wl1 = SeqNumber(syn.seq);
         c.snd.wl2 = c.snd.iss;
+        c
+    }
+
+    /// A passive open whose SYN-ACK carried a SYN cookie (`iss`), rebuilt
+    /// from the ACK that returned it (`syn` reconstructed from the cookie
+    /// and that ACK): as if the SYN-ACK offering `window` had been sent.
+    /// The ACK itself is then processed as in SYN-RECEIVED.
+    pub(crate) fn from_cookie(
+        cfg: &Config,
+        isn: &IsnGenerator,
+        tuple: FourTuple,
+        now: Instant,
+        syn: &TcpRepr,
+        iss: SeqNumber,
+        window: u16,
+    ) -> Self {
+        let mut c = Self::new_passive(cfg, isn, tuple, now, syn);
+        let s = &mut c.snd;
+        (s.iss, s.una, s.wl2, s.recover, s.prev_una) = (iss, iss, iss, iss, iss);
+        (s.high_rxt, s.rtx_mark, s.lost_floor) = (iss, iss, iss);
+        (s.nxt, s.max) = (iss + 1, iss + 1);
+        c.rcv.adv = c.rcv.nxt + usize::from(window);
+        c.ts.last_ack_sent = c.rcv.nxt;
         c
     }
 

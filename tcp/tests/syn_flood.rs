@@ -1,0 +1,332 @@
+//! A flood of spoofed SYNs against a listener (RFC 4987): the half-open
+//! table stays at its cap, further SYNs are answered with SYN cookies and
+//! nothing is kept for them, legitimate clients still connect (with their
+//! options) and transfer, and forged ACKs open nothing.
+//!
+//! The stacks are driven by hand here, not through the simulator: the
+//! flood's SYN-ACKs go to addresses that do not exist, and must not be
+//! answered by anyone.
+
+mod sim;
+
+use flowlane_tcp::time::{Duration, Instant};
+use flowlane_tcp::{Config, ConnHandle, Event, Stack};
+use flowlane_wire::tcp::{TcpFlags, TcpOptions};
+use flowlane_wire::TcpRepr;
+use sim::{test_config, Rng, A_IP, B_IP};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+const BACKLOG: usize = 8;
+
+fn server(cookies: bool) -> Stack {
+    let mut cfg = test_config(2);
+    cfg.listen_backlog = BACKLOG;
+    cfg.syn_cookies = cookies;
+    let mut b = Stack::new(cfg);
+    b.listen(SocketAddr::new(B_IP, 80)).unwrap();
+    b
+}
+
+fn emit(repr: &TcpRepr, payload: &[u8]) -> Vec<u8> {
+    let mut bytes = vec![0u8; 60];
+    let n = repr.emit(&mut bytes).unwrap();
+    bytes.truncate(n);
+    bytes.extend_from_slice(payload);
+    bytes
+}
+
+/// `n` spoofed SYNs (random sources, Linux-like options) at `now`.
+fn flood(b: &mut Stack, rng: &mut Rng, now: Instant, n: usize) {
+    for _ in 0..n {
+        let src = IpAddr::V4(Ipv4Addr::from(
+            0x0a00_0000 | (rng.next_u64() as u32 & 0xff_ffff),
+        ));
+        let syn = TcpRepr {
+            src_port: 1024 + (rng.below(60_000) as u16),
+            dst_port: 80,
+            seq: rng.next_u64() as u32,
+            ack: 0,
+            flags: TcpFlags::SYN,
+            window: 64_240,
+            urgent: 0,
+            options: TcpOptions {
+                mss: Some(1460),
+                window_scale: Some(7),
+                sack_permitted: true,
+                timestamps: Some((rng.next_u64() as u32, 0)),
+                ..TcpOptions::default()
+            },
+        };
+        b.handle_segment(now, src, B_IP, &emit(&syn, &[]));
+    }
+}
+
+/// Every segment `from` has to send at `now`, parsed.
+fn drain(from: &mut Stack, now: Instant) -> Vec<(flowlane_tcp::Transmit, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 65_536];
+    while let Some(t) = from.poll_transmit(now, &mut buf) {
+        out.push((t, buf[..t.len].to_vec()));
+    }
+    out
+}
+
+/// Moves what `from` sends to `to`, except what `lose` picks.
+fn deliver(
+    from: &mut Stack,
+    to: &mut Stack,
+    now: Instant,
+    mut lose: impl FnMut(&TcpRepr, usize) -> bool,
+) {
+    for (t, bytes) in drain(from, now) {
+        let (repr, payload) = TcpRepr::parse_segment(&bytes).unwrap();
+        if !lose(&repr, payload.len()) {
+            to.handle_segment(now, t.src.ip(), t.dst.ip(), &bytes);
+        }
+    }
+}
+
+/// Runs both stacks for `ms` milliseconds, 1 ms at a time; collects
+/// their events.
+fn run(
+    a: &mut Stack,
+    b: &mut Stack,
+    now: &mut Instant,
+    ms: u64,
+    ev: &mut (Vec<Event>, Vec<Event>),
+) {
+    for _ in 0..ms {
+        *now += Duration::from_millis(1);
+        a.handle_timeout(*now);
+        b.handle_timeout(*now);
+        deliver(a, b, *now, |_, _| false);
+        // B's answers to the flood go nowhere; only A's tuples reach A.
+        for (t, bytes) in drain(b, *now) {
+            if t.dst.ip() == A_IP {
+                a.handle_segment(*now, t.src.ip(), t.dst.ip(), &bytes);
+            }
+        }
+        while let Some(e) = a.poll_event() {
+            ev.0.push(e);
+        }
+        while let Some(e) = b.poll_event() {
+            ev.1.push(e);
+        }
+    }
+}
+
+fn accepted(events: &[Event]) -> Vec<ConnHandle> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Accepted { conn, .. } => Some(*conn),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A moves `len` bytes to B and B reads them back exactly.
+fn transfer(
+    a: &mut Stack,
+    b: &mut Stack,
+    now: &mut Instant,
+    ca: ConnHandle,
+    cb: ConnHandle,
+    len: usize,
+) {
+    let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+    let (mut off, mut got) = (0, Vec::new());
+    let mut buf = vec![0u8; 65_536];
+    let mut ev = (Vec::new(), Vec::new());
+    for _ in 0..20_000 {
+        if off < len {
+            off += a.send(ca, &data[off..]).unwrap_or(0);
+        }
+        run(a, b, now, 1, &mut ev);
+        while let Ok(n) = b.recv(cb, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        if got.len() == len {
+            break;
+        }
+    }
+    assert!(
+        got == data,
+        "B read {} of {len} bytes, or other bytes",
+        got.len()
+    );
+}
+
+#[test]
+fn a_flooded_listener_answers_with_cookies_and_a_client_still_connects() {
+    let mut b = server(true);
+    let mut rng = Rng::new(1);
+    let mut now = Instant::from_millis(1_000);
+    flood(&mut b, &mut rng, now, 1_000);
+    let out = drain(&mut b, now);
+    let syn_acks = out
+        .iter()
+        .filter(|(_, s)| {
+            TcpRepr::parse_segment(s).unwrap().0.flags == TcpFlags::SYN | TcpFlags::ACK
+        })
+        .count();
+    assert_eq!(syn_acks, 1_000, "one SYN-ACK per SYN, no more");
+    let s = *b.stats();
+    assert_eq!(b.connection_count(), BACKLOG, "nothing kept beyond the cap");
+    assert_eq!(s.syn_cookies_sent, 1_000 - BACKLOG as u64);
+    assert_eq!(s.syn_dropped, 0);
+
+    // A legitimate client, during the flood.
+    let mut a = Stack::new(test_config(1));
+    let ca = a
+        .connect(
+            now,
+            SocketAddr::new(A_IP, 40_000),
+            SocketAddr::new(B_IP, 80),
+        )
+        .unwrap();
+    // Its SYN gets a cookie too (the backlog is full), with every option.
+    deliver(&mut a, &mut b, now, |_, _| false);
+    let out = drain(&mut b, now);
+    assert_eq!(out.len(), 1);
+    let (t, bytes) = &out[0];
+    let syn_ack = TcpRepr::parse_segment(bytes).unwrap().0;
+    assert_eq!(syn_ack.flags, TcpFlags::SYN | TcpFlags::ACK);
+    assert!(syn_ack.options.window_scale.is_some() && syn_ack.options.sack_permitted);
+    assert!(syn_ack.options.timestamps.is_some());
+    assert_eq!(b.stats().syn_cookies_sent, 1_000 - BACKLOG as u64 + 1);
+    a.handle_segment(now, t.src.ip(), t.dst.ip(), bytes);
+    let mut ev = (Vec::new(), Vec::new());
+    run(&mut a, &mut b, &mut now, 5, &mut ev);
+    assert!(ev.0.contains(&Event::Connected(ca)), "{:?}", ev.0);
+    let cb = accepted(&ev.1);
+    assert_eq!(cb.len(), 1, "{:?}", ev.1);
+    assert_eq!(b.stats().syn_cookies_accepted, 1);
+    assert_eq!(b.connection_count(), BACKLOG + 1);
+    // Window scaling, SACK and timestamps survived the cookie: 4 MiB go
+    // through windows far above 64 KiB.
+    transfer(&mut a, &mut b, &mut now, ca, cb[0], 4 << 20);
+    // Both ends agreed on them: a scale mismatch would overrun B's window
+    // and cost retransmissions.
+    assert_eq!(a.stats().retransmits, 0, "{:?}", a.stats());
+    assert_eq!(b.stats().unacceptable, 0, "{:?}", b.stats());
+}
+
+#[test]
+fn forged_acks_open_nothing() {
+    let mut b = server(true);
+    let mut rng = Rng::new(2);
+    let now = Instant::from_millis(1_000);
+    // Without a recent cookie, an ACK is not even checked.
+    let ack = |rng: &mut Rng| TcpRepr {
+        src_port: 1024 + rng.below(60_000) as u16,
+        dst_port: 80,
+        seq: rng.next_u64() as u32,
+        ack: rng.next_u64() as u32,
+        flags: TcpFlags::ACK,
+        window: 1000,
+        urgent: 0,
+        options: TcpOptions::default(),
+    };
+    b.handle_segment(now, A_IP, B_IP, &emit(&ack(&mut rng), &[]));
+    assert_eq!(b.stats().syn_cookies_failed, 0);
+    flood(&mut b, &mut rng, now, 100);
+    drain(&mut b, now);
+    for _ in 0..20_000 {
+        b.handle_segment(now, A_IP, B_IP, &emit(&ack(&mut rng), b"GET /"));
+        drain(&mut b, now);
+    }
+    let s = *b.stats();
+    assert_eq!(s.syn_cookies_failed, 20_000);
+    assert_eq!(s.syn_cookies_accepted, 0);
+    assert_eq!(b.connection_count(), BACKLOG);
+    assert!(b.poll_event().is_none(), "nothing accepted");
+}
+
+#[test]
+fn a_client_without_timestamps_gets_a_plain_cookie() {
+    let mut b = server(true);
+    let mut rng = Rng::new(3);
+    let mut now = Instant::from_millis(1_000);
+    flood(&mut b, &mut rng, now, 50);
+    drain(&mut b, now);
+    let mut cfg: Config = test_config(1);
+    cfg.timestamps = false;
+    let mut a = Stack::new(cfg);
+    let ca = a
+        .connect(
+            now,
+            SocketAddr::new(A_IP, 40_001),
+            SocketAddr::new(B_IP, 80),
+        )
+        .unwrap();
+    // The SYN-ACK offers neither window scaling nor SACK: nothing could
+    // carry them back.
+    deliver(&mut a, &mut b, now, |_, _| false);
+    let out = drain(&mut b, now);
+    let (t, bytes) = &out[0];
+    assert_eq!(t.dst.ip(), A_IP);
+    let syn_ack = TcpRepr::parse_segment(bytes).unwrap().0;
+    assert_eq!(syn_ack.flags, TcpFlags::SYN | TcpFlags::ACK);
+    assert_eq!(syn_ack.options.window_scale, None);
+    assert!(!syn_ack.options.sack_permitted);
+    assert_eq!(syn_ack.options.timestamps, None);
+    assert_eq!(syn_ack.options.mss, Some(1460));
+    a.handle_segment(now, t.src.ip(), t.dst.ip(), bytes);
+    let mut ev = (Vec::new(), Vec::new());
+    run(&mut a, &mut b, &mut now, 5, &mut ev);
+    let cb = accepted(&ev.1);
+    assert_eq!(cb.len(), 1, "{:?}", ev.1);
+    transfer(&mut a, &mut b, &mut now, ca, cb[0], 300_000);
+}
+
+#[test]
+fn data_on_a_lost_handshake_ack_opens_the_connection_from_the_cookie() {
+    let mut b = server(true);
+    let mut rng = Rng::new(4);
+    let mut now = Instant::from_millis(1_000);
+    flood(&mut b, &mut rng, now, 50);
+    drain(&mut b, now);
+    let mut a = Stack::new(test_config(1));
+    let ca = a
+        .connect(
+            now,
+            SocketAddr::new(A_IP, 40_002),
+            SocketAddr::new(B_IP, 80),
+        )
+        .unwrap();
+    deliver(&mut a, &mut b, now, |_, _| false);
+    deliver(&mut b, &mut a, now, |_, _| false);
+    assert_eq!(a.poll_event(), Some(Event::Connected(ca)));
+    // The handshake's ACK is lost; the request that follows carries the
+    // same acknowledgment and opens the connection.
+    deliver(&mut a, &mut b, now, |_, len| len == 0);
+    assert_eq!(b.stats().syn_cookies_accepted, 0);
+    a.send(ca, b"GET / HTTP/1.1\r\n\r\n").unwrap();
+    deliver(&mut a, &mut b, now, |_, _| false);
+    assert_eq!(b.stats().syn_cookies_accepted, 1);
+    let mut ev = (Vec::new(), Vec::new());
+    run(&mut a, &mut b, &mut now, 2, &mut ev);
+    let cb = accepted(&ev.1);
+    assert_eq!(cb.len(), 1);
+    let mut buf = [0u8; 100];
+    let n = b.recv(cb[0], &mut buf).unwrap();
+    assert_eq!(&buf[..n], b"GET / HTTP/1.1\r\n\r\n");
+}
+
+#[test]
+fn without_cookies_a_full_backlog_drops_syns() {
+    let mut b = server(false);
+    let mut rng = Rng::new(5);
+    let now = Instant::from_millis(1_000);
+    flood(&mut b, &mut rng, now, 100);
+    assert_eq!(drain(&mut b, now).len(), BACKLOG);
+    let s = *b.stats();
+    assert_eq!(
+        (s.syn_dropped, s.syn_cookies_sent),
+        (100 - BACKLOG as u64, 0)
+    );
+}
