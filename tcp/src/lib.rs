@@ -260,8 +260,16 @@ pub struct Config {
     pub max_rto: Duration,
     /// Consecutive data retransmission timeouts before giving up.
     pub max_retransmits: u8,
-    /// SYN / SYN-ACK retransmissions before giving up.
+    /// SYN retransmissions of an active open before giving up.
     pub max_syn_retransmits: u8,
+    /// SYN-ACK retransmissions of a half-open connection before it is
+    /// dropped (Linux `tcp_synack_retries`, 5 there). 2 by default: a
+    /// half-open connection then lives about 7 s (1 + 2 + 4 s) and sends
+    /// 3 SYN-ACKs, so a spoofed SYN holds its backlog place briefly and
+    /// turns into at most 3 segments towards the forged source. A real
+    /// client whose final ACK is lost still gets through: its data
+    /// carries the ACK, and its retransmitted SYN is answered again.
+    pub max_synack_retransmits: u8,
     /// Maximum segment lifetime; TIME-WAIT lasts 2*MSL (RFC 9293 §3.4.2).
     pub msl: Duration,
     /// Delayed ACK timeout (RFC 5681 §4.2: under 500 ms).
@@ -335,6 +343,7 @@ impl Config {
             max_rto: Duration::from_secs(60),
             max_retransmits: 15,
             max_syn_retransmits: 6,
+            max_synack_retransmits: 2,
             msl: Duration::from_secs(30),
             ack_delay: Duration::from_millis(40),
             nagle: true,

@@ -330,3 +330,23 @@ fn without_cookies_a_full_backlog_drops_syns() {
         (100 - BACKLOG as u64, 0)
     );
 }
+
+#[test]
+fn a_spoofed_syn_holds_its_place_for_seconds_and_draws_three_syn_acks() {
+    let mut b = server(true);
+    let mut rng = Rng::new(6);
+    let mut now = Instant::from_millis(1_000);
+    flood(&mut b, &mut rng, now, BACKLOG);
+    let mut syn_acks = drain(&mut b, now).len();
+    for _ in 0..10_000 {
+        now += Duration::from_millis(1);
+        b.handle_timeout(now);
+        syn_acks += drain(&mut b, now).len();
+    }
+    assert_eq!(
+        syn_acks,
+        3 * BACKLOG,
+        "1 + Config::max_synack_retransmits each"
+    );
+    assert_eq!(b.connection_count(), 0, "all gone after 1 + 2 + 4 s");
+}

@@ -71,10 +71,10 @@ impl Connection {
     /// RFC 6298 §5.4-5.6 and RFC 5681 §3.1 on timeout.
     pub(super) fn on_retransmit_timeout(&mut self, ctx: &mut Ctx<'_>) {
         ctx.stats.rto_timeouts += 1;
-        let limit = if self.state.is_synchronized() {
-            ctx.cfg.max_retransmits
-        } else {
-            ctx.cfg.max_syn_retransmits
+        let limit = match self.state {
+            State::SynSent => ctx.cfg.max_syn_retransmits,
+            State::SynReceived => ctx.cfg.max_synack_retransmits,
+            _ => ctx.cfg.max_retransmits,
         };
         if self.timers.retransmits >= limit {
             if self.state.is_synchronized() {
