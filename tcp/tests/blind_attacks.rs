@@ -30,13 +30,7 @@ fn established(seed: u64) -> (Sim, ConnHandle, ConnHandle) {
 
 /// The segments delivered to `side` so far.
 fn delivered(sim: &Sim, side: Side) -> Vec<TcpRepr> {
-    sim.tap
-        .as_ref()
-        .unwrap()
-        .iter()
-        .filter(|(s, _)| *s == side)
-        .map(|(_, bytes)| TcpRepr::parse_segment(bytes).unwrap().0)
-        .collect()
+    sim.tapped_to(side)
 }
 
 /// The last segment A sent B on port `port`, with the end of its sequence

@@ -61,13 +61,7 @@ fn server_in_time_wait(seed: u64, ending: Ending) -> (Sim, ConnHandle) {
 
 /// The segments the tap saw going to `side`.
 fn to(sim: &Sim, side: Side) -> Vec<TcpRepr> {
-    sim.tap
-        .as_ref()
-        .unwrap()
-        .iter()
-        .filter(|(s, _)| *s == side)
-        .map(|(_, bytes)| TcpRepr::parse_segment(bytes).unwrap().0)
-        .collect()
+    sim.tapped_to(side)
 }
 
 /// A's FIN as B received it, for replaying.

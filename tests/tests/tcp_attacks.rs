@@ -11,7 +11,6 @@
 
 mod tcp_common;
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use flowlane_tests::{kill_and_reap, require_root, Bed};
@@ -121,29 +120,6 @@ out['exact_rst'] = {'echo': echo(b'after')}
 print(json.dumps(out))
 "#;
 
-/// A kernel echo server on `argv[1]` in the bed's namespace, one thread per
-/// connection; prints `ready`.
-const KERNEL_ECHO: &str = r#"
-import socket, sys, threading
-l = socket.socket()
-l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-l.bind(('10.99.0.1', int(sys.argv[1])))
-l.listen(16)
-print('ready', flush=True)
-def serve(c):
-    try:
-        while True:
-            d = c.recv(65536)
-            if not d: break
-            c.sendall(d)
-    except OSError:
-        pass
-    c.close()
-while True:
-    c, _ = l.accept()
-    threading.Thread(target=serve, args=(c,), daemon=True).start()
-"#;
-
 /// Checks one stack's answers to the attacks.
 fn check(who: &str, r: &Value) {
     let acks = |a: &str| r[a]["challenge_acks"].as_u64().unwrap_or(99);
@@ -174,15 +150,7 @@ fn rfc5961_attacks_fail_against_flowlane_as_against_linux() {
     }
     let bed = Bed::up("tat", 1);
     let app = start(&bed, &["echo-server", "--port", "7"], 120);
-    let mut kernel = Command::new("ip")
-        .args(["netns", "exec", &bed.ns, "timeout", "120", "python3", "-c"])
-        .arg(KERNEL_ECHO)
-        .arg("8007")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_ready(&mut kernel);
+    let mut kernel = kernel_echo_server(&bed, 8007, 120);
 
     let parse = |s: String| -> Value {
         serde_json::from_str(s.trim()).unwrap_or_else(|e| panic!("attack output {s:?}: {e}"))

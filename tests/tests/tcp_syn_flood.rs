@@ -8,7 +8,6 @@
 
 mod tcp_common;
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use flowlane_tests::{kill_and_reap, require_root, Bed};
@@ -65,26 +64,6 @@ t.join()
 print(json.dumps({'syns': sent, 'seconds': round(time.time() - start, 2), 'connect_ms': times}))
 "#;
 
-/// A kernel echo server on `argv[1]` in the bed's namespace.
-const KERNEL_ECHO: &str = r#"
-import socket, sys, threading
-l = socket.socket()
-l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-l.bind(('10.99.0.1', int(sys.argv[1])))
-l.listen(1024)
-print('ready', flush=True)
-def serve(c):
-    try:
-        d = c.recv(100)
-        if d: c.sendall(d)
-    except OSError:
-        pass
-    c.close()
-while True:
-    c, _ = l.accept()
-    threading.Thread(target=serve, args=(c,), daemon=True).start()
-"#;
-
 fn all_connected(who: &str, r: &Value) {
     let times = r["connect_ms"].as_array().expect("connect_ms");
     assert_eq!(times.len(), 5, "{who}: {r}");
@@ -101,15 +80,7 @@ fn legitimate_clients_connect_during_a_spoofed_syn_flood() {
     }
     let bed = Bed::up("tsf", 1);
     let app = start(&bed, &["echo-server", "--port", "7"], 120);
-    let mut kernel = Command::new("ip")
-        .args(["netns", "exec", &bed.ns, "timeout", "120", "python3", "-c"])
-        .arg(KERNEL_ECHO)
-        .arg("8007")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_ready(&mut kernel);
+    let mut kernel = kernel_echo_server(&bed, 8007, 120);
     let parse = |s: String| -> Value {
         serde_json::from_str(s.trim()).unwrap_or_else(|e| panic!("flood output {s:?}: {e}"))
     };

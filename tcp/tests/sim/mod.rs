@@ -416,6 +416,18 @@ impl Sim {
     }
 
     /// Moves everything the stacks want to send onto the link.
+    /// The segments the tap saw delivered to `side`, parsed (the tap must
+    /// be on).
+    pub fn tapped_to(&self, side: Side) -> Vec<flowlane_wire::TcpRepr> {
+        self.tap
+            .as_ref()
+            .expect("tap on")
+            .iter()
+            .filter(|(s, _)| *s == side)
+            .map(|(_, bytes)| flowlane_wire::TcpRepr::parse_segment(bytes).unwrap().0)
+            .collect()
+    }
+
     pub fn flush(&mut self) {
         self.transmit_from(true);
         self.transmit_from(false);

@@ -226,6 +226,44 @@ c.close()
 print(n, h.hexdigest(), flush=True)
 "#;
 
+/// Kernel echo server in the bed's own namespace (beside flowlane, on a
+/// port its XDP program leaves to the kernel), one thread per connection;
+/// prints `ready`. For comparing flowlane with Linux on the same bed.
+const KERNEL_ECHO: &str = r#"
+import socket, sys, threading
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(('10.99.0.1', int(sys.argv[1])))
+l.listen(1024)
+print('ready', flush=True)
+def serve(c):
+    try:
+        while True:
+            d = c.recv(65536)
+            if not d: break
+            c.sendall(d)
+    except OSError:
+        pass
+    c.close()
+while True:
+    c, _ = l.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"#;
+
+/// Starts [`KERNEL_ECHO`] on `port` in the bed's namespace (for at most
+/// `limit_s`) and waits until it listens; the caller kills it.
+pub(crate) fn kernel_echo_server(bed: &Bed, port: u16, limit_s: u64) -> Child {
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", &bed.ns, "timeout", &limit_s.to_string()])
+        .args(["python3", "-c", KERNEL_ECHO, &port.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_ready(&mut child);
+    child
+}
+
 /// Waits for a spawned peer to print `ready`.
 pub(crate) fn wait_ready(child: &mut Child) {
     use std::io::{BufRead, BufReader};
