@@ -356,9 +356,8 @@ impl Connection {
     /// Acknowledges a segment refused by the window or PAWS checks:
     /// always if it carries data or a FIN (`always`), otherwise at most
     /// once per [`Config::invalid_ack_interval`] (Linux
-    /// `tcp_oow_rate_limited`), counted when skipped. Returns whether the
-    /// ACK is owed.
-    fn ack_invalid(&mut self, ctx: &mut Ctx<'_>, always: bool) -> bool {
+    /// `tcp_oow_rate_limited`), counted when skipped.
+    fn ack_invalid(&mut self, ctx: &mut Ctx<'_>, always: bool) {
         if always
             || self
                 .timers
@@ -366,10 +365,8 @@ impl Connection {
                 .take(ctx.now, ctx.cfg.invalid_ack_interval)
         {
             self.flags.set(Flags::ACK_NOW);
-            true
         } else {
             ctx.stats.invalid_acks_limited += 1;
-            false
         }
     }
 
