@@ -5,7 +5,7 @@ use crate::buckets::{BucketLists, Link, NIL};
 use crate::challenge::ChallengeBudget;
 use crate::chunk_pool::{ChunkPool, CHUNK_SIZE};
 use crate::connection::{
-    ev, offered_wscale, Connection, Ctx, Flags, PendingRst, RecvMemory, State,
+    ev, offered_wscale, Connection, Ctx, Flags, PendingRst, RecvMemory, Replies, State,
 };
 use crate::isn::IsnGenerator;
 use crate::seq::SeqNumber;
@@ -273,9 +273,8 @@ pub struct Stack {
     expired: Vec<u32>,
     dirty: VecDeque<(u32, u32)>,
     events: VecDeque<Event>,
-    rsts: VecDeque<PendingRst>,
-    /// Challenge ACKs left this second (RFC 5961 §7).
-    challenges: ChallengeBudget,
+    /// RSTs to send, and challenge ACKs left this second (RFC 5961 §7).
+    replies: Replies,
     /// SYN cookies: their key, and the cookie SYN-ACKs to send.
     cookies: CookieJar,
     cookie_syn_acks: VecDeque<CookieSynAck>,
@@ -356,7 +355,10 @@ impl Stack {
             away: 0,
             wheel: TimerWheel::new(cfg.timer_tick),
             pool: ChunkPool::new(cfg.recv_memory.div_ceil(CHUNK_SIZE)),
-            challenges: ChallengeBudget::new(&cfg.isn_secret, cfg.challenge_ack_limit),
+            replies: Replies {
+                rsts: VecDeque::new(),
+                challenges: ChallengeBudget::new(&cfg.isn_secret, cfg.challenge_ack_limit),
+            },
             cookies: CookieJar::new(&cfg.isn_secret),
             cookie_syn_acks: VecDeque::new(),
             cfg,
@@ -367,7 +369,6 @@ impl Stack {
             expired: Vec::new(),
             dirty: VecDeque::new(),
             events: VecDeque::new(),
-            rsts: VecDeque::new(),
             rcv_committed: 0,
             mem_waiting: VecDeque::new(),
             stats: Stats::default(),
@@ -740,8 +741,7 @@ impl Stack {
             slots,
             cfg,
             stats,
-            rsts,
-            challenges,
+            replies,
             pool,
             now,
             rcv_committed,
@@ -754,8 +754,7 @@ impl Stack {
             now: *now,
             cfg,
             stats,
-            rsts,
-            challenges,
+            replies,
             pool,
             mem,
         };
@@ -870,21 +869,12 @@ impl Stack {
                         let Stack {
                             cfg,
                             stats,
-                            rsts,
-                            challenges,
+                            replies,
                             pool,
+                            now,
                             ..
                         } = self;
-                        let mut ctx = Ctx {
-                            now: self.now,
-                            cfg,
-                            stats,
-                            rsts,
-                            challenges,
-                            pool,
-                            mem: RecvMemory::UNLIMITED,
-                        };
-                        conn.abort(&mut ctx);
+                        conn.abort(&mut Ctx::unlimited(*now, cfg, stats, replies, pool));
                     }
                 }
             } else {
@@ -1069,7 +1059,7 @@ impl Stack {
                 cfg: &self.cfg,
                 now: self.now,
                 stats: &mut self.stats,
-                challenges: &mut self.challenges,
+                challenges: &mut self.replies.challenges,
             };
             let verdict = self.time_wait.on_segment(tw, &mut ctx, repr, len);
             match verdict {
@@ -1306,21 +1296,12 @@ impl Stack {
         let Stack {
             cfg,
             stats,
-            rsts,
-            challenges,
+            replies,
             pool,
+            now,
             ..
         } = self;
-        Ctx {
-            now: self.now,
-            cfg,
-            stats,
-            rsts,
-            challenges,
-            pool,
-            mem: RecvMemory::UNLIMITED,
-        }
-        .queue_rst(rst);
+        Ctx::unlimited(*now, cfg, stats, replies, pool).queue_rst(rst);
     }
 
     // ---------------------------------------------------------------
@@ -1333,7 +1314,7 @@ impl Stack {
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         self.tick(now);
-        while let Some(rst) = self.rsts.pop_front() {
+        while let Some(rst) = self.replies.rsts.pop_front() {
             let repr = TcpRepr {
                 src_port: rst.tuple.local.port(),
                 dst_port: rst.tuple.remote.port(),

@@ -345,7 +345,7 @@ impl Connection {
         let interval = ctx.cfg.invalid_ack_interval;
         if !self.timers.invalid_ack.take(ctx.now, interval) {
             ctx.stats.invalid_acks_limited += 1;
-        } else if !ctx.challenges.take(ctx.now) {
+        } else if !ctx.replies.challenges.take(ctx.now) {
             ctx.stats.challenge_acks_limited += 1;
         } else {
             ctx.stats.challenge_acks += 1;

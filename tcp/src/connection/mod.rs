@@ -60,14 +60,23 @@ pub(crate) struct PendingRst {
     pub ack: Option<SeqNumber>,
 }
 
+/// What the stack owes segments it refuses: the RSTs to send, and the
+/// budget of challenge ACKs (RFC 5961 §7). Both are off the fast path, so
+/// one pointer in [`Ctx`] carries them (a context is built per segment).
+#[derive(Debug)]
+pub(crate) struct Replies {
+    pub rsts: VecDeque<PendingRst>,
+    /// The stack's budget of challenge ACKs (RFC 5961 §7).
+    pub challenges: ChallengeBudget,
+}
+
 /// What a connection needs from its stack while processing.
 pub(crate) struct Ctx<'a> {
     pub now: Instant,
     pub cfg: &'a Config,
     pub stats: &'a mut Stats,
-    pub rsts: &'a mut VecDeque<PendingRst>,
-    /// The stack's budget of challenge ACKs (RFC 5961 §7).
-    pub challenges: &'a mut ChallengeBudget,
+    /// RSTs to send and the challenge-ACK budget.
+    pub replies: &'a mut Replies,
     /// The chunks behind every buffer of the stack.
     pub pool: &'a mut ChunkPool,
     /// What this connection may promise under the stack's receive memory.
@@ -147,10 +156,30 @@ impl RecvMemory {
     }
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    /// A context with no receive-memory limit, for a connection that is
+    /// being refused or aborted outside of segment processing.
+    pub(crate) fn unlimited(
+        now: Instant,
+        cfg: &'a Config,
+        stats: &'a mut Stats,
+        replies: &'a mut Replies,
+        pool: &'a mut ChunkPool,
+    ) -> Ctx<'a> {
+        Ctx {
+            now,
+            cfg,
+            stats,
+            replies,
+            pool,
+            mem: RecvMemory::UNLIMITED,
+        }
+    }
+
+    /// Queues an RST, or counts it dropped when the queue is full.
     pub(crate) fn queue_rst(&mut self, rst: PendingRst) {
-        if self.rsts.len() < self.cfg.max_pending_resets {
-            self.rsts.push_back(rst);
+        if self.replies.rsts.len() < self.cfg.max_pending_resets {
+            self.replies.rsts.push_back(rst);
         } else {
             self.stats.resets_dropped += 1;
         }
