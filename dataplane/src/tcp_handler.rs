@@ -269,6 +269,14 @@ counters! {
         time_wait_evicted,
         /// Segments failing the sequence test.
         unacceptable,
+        /// Out-of-order segments dropped: the reassembler had no room for another hole.
+        ooo_dropped,
+        /// FINs received ahead of a hole and forgotten: data then arrived past them.
+        fin_overrun,
+        /// Segments for no connection and no listener (answered with an RST).
+        no_connection,
+        /// RSTs not sent: the queue of RSTs to send was full.
+        resets_dropped,
         /// Segments the stack found malformed.
         tcp_malformed,
         /// RSTs received and acted upon.
@@ -355,6 +363,10 @@ impl TcpCounters {
         set(&self.time_wait_syn_dropped, s.time_wait_syn_dropped);
         set(&self.time_wait_evicted, s.time_wait_evicted);
         set(&self.unacceptable, s.unacceptable);
+        set(&self.ooo_dropped, s.ooo_dropped);
+        set(&self.fin_overrun, s.fin_overrun);
+        set(&self.no_connection, s.no_connection);
+        set(&self.resets_dropped, s.resets_dropped);
         set(&self.tcp_malformed, s.malformed);
         set(&self.resets_in, s.resets_in);
         set(&self.resets_out, s.resets_out);

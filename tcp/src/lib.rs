@@ -409,6 +409,9 @@ pub struct Stats {
     pub predicted: u64,
     /// Out-of-order segments dropped because the reassembler was full.
     pub ooo_dropped: u64,
+    /// FINs received ahead of a hole and forgotten because data then
+    /// arrived past them (never sent by a working peer; a forged FIN).
+    pub fin_overrun: u64,
     /// Segments failing the sequence acceptability test.
     pub unacceptable: u64,
     /// Segments dropped by PAWS (RFC 7323 §5).

@@ -292,3 +292,39 @@ fn a_peer_that_lost_its_connection_resets_it_through_the_challenge() {
     let s = *sim.b.stats();
     assert_eq!((s.syn_challenged, s.challenge_acks, s.resets_in), (1, 1, 1));
 }
+
+/// A forged FIN ahead of the data (in the window, with an acceptable ACK
+/// and timestamp: every check a blind attacker can be held to) neither
+/// ends the stream when the data reaches it nor hides the peer's real FIN
+/// when that one arrives out of order.
+#[test]
+fn a_forged_fin_ahead_of_the_data_does_not_hide_the_real_one() {
+    let (mut sim, _a, b) = established(55);
+    let (_, rcv_nxt) = last_from_a(&sim, PORT);
+    let send = |sim: &mut Sim, offset: u32, flags: TcpFlags, data: &[u8]| {
+        let seg = forge(sim, PORT, rcv_nxt.wrapping_add(offset), flags);
+        inject(sim, &seg, data);
+        sim.run_for(Duration::from_millis(10));
+    };
+    let fin_ack = TcpFlags::FIN | TcpFlags::ACK;
+    send(&mut sim, 500, fin_ack, &[]);
+    // The peer's real stream: 1 000 bytes (past the forged FIN), then its
+    // last 500 with the FIN, ahead of the 1 000 between.
+    send(&mut sim, 0, TcpFlags::ACK, &[7; 1000]);
+    assert_eq!(
+        sim.b.state(b),
+        Ok(State::Established),
+        "the forged FIN ended nothing"
+    );
+    send(&mut sim, 2000, fin_ack, &[9; 500]);
+    send(&mut sim, 1000, TcpFlags::ACK, &[8; 1000]);
+    assert_eq!(
+        sim.b.state(b),
+        Ok(State::CloseWait),
+        "the real FIN, once in order"
+    );
+    let got = read_all(&mut sim.b, b);
+    let want: Vec<u8> = [[7; 1000].as_slice(), &[8; 1000], &[9; 500]].concat();
+    assert_eq!(got, want);
+    assert_eq!(sim.b.stats().fin_overrun, 1);
+}

@@ -187,7 +187,10 @@ impl Connection {
             let fin_at = seq + data.len();
             if fin_at == self.rcv.nxt {
                 self.on_fin(ctx);
-            } else if fin_at > self.rcv.nxt && self.rcv.fin_seq.is_none() {
+            } else if fin_at > self.rcv.nxt {
+                // Out of order: taken when the hole fills. The latest FIN
+                // wins over one recorded before (data alone may also end
+                // a record, in `fin_ahead`).
                 self.rcv.fin_seq = Some(fin_at);
                 self.flags.set(Flags::ACK_NOW);
             }
@@ -697,8 +700,26 @@ impl Connection {
         } else if self.timers.delayed_ack.is_none() {
             self.timers.delayed_ack = Deadline::at(ctx.now + ctx.cfg.ack_delay);
         }
-        // A FIN that arrived ahead of this data.
-        if self.rcv.fin_seq == Some(self.rcv.nxt) {
+        if self.rcv.fin_seq.is_some() {
+            self.fin_ahead(ctx, seq + data.len());
+        }
+    }
+
+    /// A FIN that arrived ahead of a hole, after data at `data_end` was
+    /// placed: in sequence now, or contradicted. The FIN is the last octet
+    /// of the peer's sequence space (RFC 9293 §3.1, §3.10.7.4 eighth), so
+    /// data beyond a recorded FIN, or RCV.NXT moved past it, shows that it
+    /// was forged or broken: it is forgotten, and the real FIN, wherever
+    /// it comes, is taken (a stale record would otherwise shadow it).
+    #[cold]
+    fn fin_ahead(&mut self, ctx: &mut Ctx<'_>, data_end: SeqNumber) {
+        let Some(fin) = self.rcv.fin_seq else {
+            return;
+        };
+        if data_end > fin || self.rcv.nxt > fin {
+            self.rcv.fin_seq = None;
+            ctx.stats.fin_overrun += 1;
+        } else if fin == self.rcv.nxt {
             self.on_fin(ctx);
         }
     }
