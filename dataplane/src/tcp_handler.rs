@@ -309,6 +309,8 @@ counters! {
         syn_cookies_accepted,
         /// ACKs whose SYN cookie did not check (forged or too old).
         syn_cookies_failed,
+        /// SYNs and cookie ACKs dropped: the queue's stack or the listener held its most connections.
+        connection_limit_refused,
         /// RSS buckets this queue gave to another (rebalancing).
         buckets_out,
         /// RSS buckets this queue took over.
@@ -383,6 +385,7 @@ impl TcpCounters {
         set(&self.syn_cookies_sent, s.syn_cookies_sent);
         set(&self.syn_cookies_accepted, s.syn_cookies_accepted);
         set(&self.syn_cookies_failed, s.syn_cookies_failed);
+        set(&self.connection_limit_refused, s.connection_limit_refused);
         set(&self.segments_out, s.segments_out);
     }
 

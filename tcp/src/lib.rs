@@ -163,6 +163,8 @@ pub struct BucketStats {
 pub enum Error {
     /// The handle does not name a live connection (closed or exported).
     InvalidHandle,
+    /// The stack holds [`Config::max_connections`] connections already.
+    ConnectionLimit,
     /// The address (or four-tuple) is already in use.
     AddrInUse,
     /// Local and remote addresses are of different families, or a port is 0.
@@ -179,6 +181,7 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = match self {
             Error::InvalidHandle => "invalid connection handle",
+            Error::ConnectionLimit => "connection limit reached (Config::max_connections)",
             Error::AddrInUse => "address in use",
             Error::InvalidAddress => "invalid address",
             Error::WouldBlock => "operation would block",
@@ -282,6 +285,20 @@ pub struct Config {
     pub congestion: CongestionAlgorithm,
     /// Half-open (SYN-RECEIVED) connections allowed per listener.
     pub listen_backlog: usize,
+    /// Most connections this stack holds (every state; compact TIME-WAIT
+    /// records have their own cap, `time_wait_max`). At the cap a SYN or
+    /// an ACK returning a SYN cookie is dropped, not reset, so that the
+    /// client tries again later ([`Stats::connection_limit_refused`];
+    /// Linux drops them likewise when its accept queue is full), and
+    /// [`Stack::connect`] fails with [`Error::ConnectionLimit`].
+    /// Connections imported from another stack are taken even past the
+    /// cap: a move adds no connection to the system.
+    pub max_connections: usize,
+    /// Most connections one listener holds, half-open ones included, so
+    /// that a flood of connections to one service cannot take every slot
+    /// of the others; refused like [`Config::max_connections`]. The
+    /// default is no more than the stack's cap.
+    pub listener_max_connections: usize,
     /// Once a listener holds `listen_backlog` half-open connections,
     /// answer further SYNs with SYN cookies (RFC 4987 §3.6; Linux
     /// `tcp_syncookies = 1`): the SYN-ACK's sequence number carries what
@@ -350,6 +367,8 @@ impl Config {
             keepalive: None,
             congestion: CongestionAlgorithm::NewReno,
             listen_backlog: 1024,
+            max_connections: 65_536,
+            listener_max_connections: 65_536,
             syn_cookies: true,
             timer_tick: Duration::from_millis(1),
             max_pending_resets: 1024,
@@ -460,6 +479,10 @@ pub struct Stats {
     /// ACKs to a listener that had sent cookies recently whose cookie did
     /// not check (forged, or too old): answered with an RST.
     pub syn_cookies_failed: u64,
+    /// SYNs and cookie ACKs dropped because the stack or the listener held
+    /// its most connections ([`Config::max_connections`],
+    /// [`Config::listener_max_connections`]).
+    pub connection_limit_refused: u64,
     /// SYNs that reopened a connection in TIME-WAIT (RFC 6191: newer
     /// timestamp or sequence number than its last incarnation's).
     pub time_wait_reopened: u64,

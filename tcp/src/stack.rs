@@ -208,6 +208,9 @@ enum TimeWaitSyn {
 struct Listener {
     local: SocketAddr,
     half_open: usize,
+    /// Its connections in this stack, in any state (half-open ones
+    /// included, imported ones too).
+    live: usize,
     /// Until when an ACK for no connection may return one of this
     /// listener's SYN cookies (two cookie periods after the last sent);
     /// otherwise such ACKs are not checked at all.
@@ -605,6 +608,7 @@ impl Stack {
         self.listeners.push(Some(Listener {
             local,
             half_open: 0,
+            live: 0,
             cookies_until: Instant::ZERO,
         }));
         self.listener_ports.insert(local.port(), id);
@@ -634,6 +638,9 @@ impl Stack {
         if self.find(hash, &tuple).is_some() || self.time_wait.find(hash, &tuple).is_some() {
             return Err(Error::AddrInUse);
         }
+        if self.live >= self.cfg.max_connections {
+            return Err(Error::ConnectionLimit);
+        }
         let mut conn = Connection::new_active(&self.cfg, &self.isn, tuple, now);
         conn.flags.set(Flags::ANNOUNCED);
         self.stats.active_opens += 1;
@@ -644,6 +651,7 @@ impl Stack {
 
     fn insert(&mut self, conn: Connection, listener: Option<ListenerId>) -> u32 {
         let tuple = conn.tuple;
+        let passive = conn.is_passive();
         let idx = match self.free.pop() {
             Some(i) => i,
             None => {
@@ -675,7 +683,22 @@ impl Stack {
         let slots = &self.slots;
         self.table.insert(hash, idx, |i| Self::tuple_at(slots, i));
         self.live += 1;
+        self.count_for_listener(&tuple, passive, 1);
         idx
+    }
+
+    /// Moves the count of live connections of the listener that a passive
+    /// connection on `tuple` belongs to (listeners are never removed, so
+    /// it is the same one when the connection goes).
+    fn count_for_listener(&mut self, tuple: &FourTuple, passive: bool, by: isize) {
+        if !passive {
+            return;
+        }
+        if let Some(l) = self.listener_for(tuple) {
+            if let Some(Some(l)) = self.listeners.get_mut(l.0 as usize) {
+                l.live = l.live.saturating_add_signed(by);
+            }
+        }
     }
 
     /// The tuple of the live connection in slot `idx` (every slot the
@@ -974,6 +997,7 @@ impl Stack {
         self.buckets.unlink(&mut self.slots, slot_link, idx);
         self.free.push(idx);
         self.live -= 1;
+        self.count_for_listener(&conn.tuple, conn.is_passive(), -1);
         self.rcv_committed = self
             .rcv_committed
             .saturating_sub(conn.rcv_commitment(usize::from(self.cfg.mss)));
@@ -1167,6 +1191,9 @@ impl Stack {
         if !f.syn() || f.fin() {
             return;
         }
+        if self.at_connection_limit(l) {
+            return;
+        }
         let listener = self.listeners[l.0 as usize]
             .as_mut()
             .expect("live listener");
@@ -1227,6 +1254,19 @@ impl Stack {
         self.stats.syn_cookies_sent += 1;
     }
 
+    /// Whether a new connection for listener `l` would pass the stack's
+    /// or the listener's cap ([`Config::max_connections`],
+    /// [`Config::listener_max_connections`]); counts the refusal if so.
+    fn at_connection_limit(&mut self, l: ListenerId) -> bool {
+        let listener_live = self.listeners[l.0 as usize].as_ref().map_or(0, |l| l.live);
+        let full = self.live >= self.cfg.max_connections
+            || listener_live >= self.cfg.listener_max_connections;
+        if full {
+            self.stats.connection_limit_refused += 1;
+        }
+        full
+    }
+
     /// An ACK for no connection on a listener that sent SYN cookies
     /// lately: if it returns a valid cookie, the connection is rebuilt
     /// from it, as if its SYN-ACK had been sent from SYN-RECEIVED, and
@@ -1250,6 +1290,11 @@ impl Stack {
             self.stats.syn_cookies_failed += 1;
             return false;
         };
+        if self.at_connection_limit(l) {
+            // Dropped, not reset: the client's next segment carries the
+            // cookie again.
+            return true;
+        }
         let o = syn_cookie::decode_options(seg.options.timestamps.map(|(_, ecr)| ecr), mss);
         let syn = TcpRepr {
             seq: (seq - 1usize).0,

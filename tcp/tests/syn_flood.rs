@@ -350,3 +350,106 @@ fn a_spoofed_syn_holds_its_place_for_seconds_and_draws_three_syn_acks() {
     );
     assert_eq!(b.connection_count(), 0, "all gone after 1 + 2 + 4 s");
 }
+
+/// A client of `b` on port `port`, connecting from A's port `from`.
+fn client_connect(a: &mut Stack, now: Instant, from: u16, port: u16) -> ConnHandle {
+    a.connect(
+        now,
+        SocketAddr::new(A_IP, from),
+        SocketAddr::new(B_IP, port),
+    )
+    .unwrap()
+}
+
+#[test]
+fn at_the_connection_cap_syns_and_cookie_acks_are_dropped_until_a_slot_frees() {
+    let mut cfg = test_config(2);
+    cfg.listen_backlog = BACKLOG;
+    cfg.max_connections = BACKLOG + 1;
+    let mut b = Stack::new(cfg);
+    b.listen(SocketAddr::new(B_IP, 80)).unwrap();
+    let mut rng = Rng::new(7);
+    let mut now = Instant::from_millis(1_000);
+    flood(&mut b, &mut rng, now, 100);
+    drain(&mut b, now);
+    assert_eq!(b.connection_count(), BACKLOG);
+    // Two clients: both SYNs get cookies (one slot is left), the first
+    // ACK takes the last slot, the second is dropped: no RST, so that
+    // the client's next segment (its request) tries again.
+    let mut a = Stack::new(test_config(1));
+    let c1 = client_connect(&mut a, now, 40_000, 80);
+    let c2 = client_connect(&mut a, now, 40_001, 80);
+    let mut ev = (Vec::new(), Vec::new());
+    run(&mut a, &mut b, &mut now, 20, &mut ev);
+    assert!(ev.0.contains(&Event::Connected(c1)) && ev.0.contains(&Event::Connected(c2)));
+    assert_eq!(accepted(&ev.1).len(), 1, "{:?}", ev.1);
+    assert_eq!(b.connection_count(), BACKLOG + 1);
+    let s = *b.stats();
+    assert_eq!((s.syn_cookies_accepted, s.connection_limit_refused), (1, 1));
+    assert_eq!(s.resets_out, 0);
+    // A third client's SYN is dropped outright, and A's request on the
+    // refused connection is too.
+    let c3 = client_connect(&mut a, now, 40_002, 80);
+    a.send(c2, b"GET /").unwrap();
+    run(&mut a, &mut b, &mut now, 20, &mut ev);
+    assert_eq!(b.stats().connection_limit_refused, 3);
+    assert!(!ev.0.contains(&Event::Connected(c3)));
+    // The flood's half-open connections time out after 7 s; the
+    // retransmitted request (with its cookie) and SYN get in.
+    run(&mut a, &mut b, &mut now, 16_000, &mut ev);
+    assert!(ev.0.contains(&Event::Connected(c3)), "{:?}", ev.0);
+    let cbs = accepted(&ev.1);
+    assert_eq!(cbs.len(), 3, "{:?}", ev.1);
+    let mut buf = [0u8; 16];
+    let got: Vec<usize> = cbs
+        .iter()
+        .filter_map(|&c| b.recv(c, &mut buf).ok())
+        .collect();
+    assert!(got.contains(&5), "the request arrived: {got:?}");
+    assert_eq!(b.stats().syn_cookies_accepted, 2);
+}
+
+#[test]
+fn one_listener_cannot_take_every_connection() {
+    let mut cfg = test_config(2);
+    cfg.listener_max_connections = 2;
+    let mut b = Stack::new(cfg);
+    b.listen(SocketAddr::new(B_IP, 80)).unwrap();
+    b.listen(SocketAddr::new(B_IP, 81)).unwrap();
+    let mut a = Stack::new(test_config(1));
+    let mut now = Instant::from_millis(1_000);
+    let on_80: Vec<ConnHandle> = (0..3)
+        .map(|i| client_connect(&mut a, now, 40_000 + i, 80))
+        .collect();
+    let on_81 = client_connect(&mut a, now, 41_000, 81);
+    let mut ev = (Vec::new(), Vec::new());
+    run(&mut a, &mut b, &mut now, 50, &mut ev);
+    let connected = |ev: &[Event], c: &ConnHandle| ev.contains(&Event::Connected(*c));
+    assert_eq!(on_80.iter().filter(|c| connected(&ev.0, c)).count(), 2);
+    assert!(
+        connected(&ev.0, &on_81),
+        "the other listener still takes connections"
+    );
+    assert_eq!(b.stats().connection_limit_refused, 1);
+    // One of port 80's connections closes: the third gets in on its
+    // SYN's retransmission.
+    let first = accepted(&ev.1)[0];
+    b.abort(first).unwrap();
+    run(&mut a, &mut b, &mut now, 3_000, &mut ev);
+    assert_eq!(on_80.iter().filter(|c| connected(&ev.0, c)).count(), 3);
+}
+
+#[test]
+fn connect_fails_at_the_stacks_cap() {
+    let mut cfg = test_config(1);
+    cfg.max_connections = 1;
+    let mut a = Stack::new(cfg);
+    let now = Instant::from_millis(1_000);
+    client_connect(&mut a, now, 40_000, 80);
+    let second = a.connect(
+        now,
+        SocketAddr::new(A_IP, 40_001),
+        SocketAddr::new(B_IP, 80),
+    );
+    assert_eq!(second, Err(flowlane_tcp::Error::ConnectionLimit));
+}
