@@ -104,6 +104,9 @@ pub(crate) struct Arrival {
     pub(crate) export: BucketExport,
     /// The application side of each connection of `export`, in order.
     pub(crate) apps: Vec<Option<ConnExport>>,
+    /// What the old worker knew of the connections' peers' Ethernet
+    /// addresses.
+    pub(crate) neighbors: Vec<crate::neighbor::Known>,
 }
 
 /// A frame forwarded to the worker that serves its bucket.

@@ -333,6 +333,11 @@ fn move_under_load(conns: usize, case: Case) {
         // segments in the order the peer sent them. (A frame that reaches
         // the old queue after its marker is forwarded, but late.)
         assert_eq!(hs[1].stack.stats().out_of_order, 0, "{report:?}");
+        assert_eq!(
+            hs[1].counters().snapshot().no_neighbor,
+            0,
+            "the peer came with its connections"
+        );
     }
     if stray {
         assert!(strayed);

@@ -61,7 +61,7 @@ use std::time::Duration;
 use flowlane_app::{ConnHandler, Dispatcher, HandlerId, Net, Placement};
 use flowlane_numa_sched::RssState;
 use flowlane_tcp::time::Instant;
-use flowlane_tcp::{Config, ConnHandle, Delivery, Error, FourTuple, Stack, State, Stats};
+use flowlane_tcp::{Config, ConnHandle, Delivery, Error, Event, FourTuple, Stack, State, Stats};
 use flowlane_wire::checksum::ChecksumPolicy;
 use flowlane_wire::packet::{emit_eth_ipv4_tcp_headers, ETH_IPV4_TCP_OFFSET};
 use flowlane_wire::{
@@ -237,6 +237,12 @@ counters! {
         not_ours,
         /// Segments not sent because no MAC was known for the peer.
         no_neighbor,
+        /// Neighbour entries, configured and confirmed (a gauge; sightings not included).
+        neighbor_entries,
+        /// Learned neighbours evicted to make room (least recently used first).
+        neighbor_evicted,
+        /// Frames whose source MAC was not their address's confirmed one (not learned).
+        neighbor_mismatched,
         /// Live connections (any state but CLOSED, TIME-WAIT included).
         connections,
         /// Of those, closed connections held as compact TIME-WAIT records (a gauge).
@@ -425,6 +431,9 @@ pub struct TcpHandler {
     local_ip: Ipv4Addr,
     local_mac: EthernetAddress,
     neighbors: Neighbors,
+    /// The sender (IP, MAC) of the frame the stack is taking now: the
+    /// events it causes confirm it as a neighbour.
+    rx_sender: Option<(Ipv4Addr, EthernetAddress)>,
     ports: EphemeralPorts,
     app: Dispatcher,
     counters: Arc<TcpCounters>,
@@ -475,6 +484,7 @@ impl TcpHandler {
             local_ip: cfg.local_ip,
             local_mac: cfg.local_mac,
             neighbors: cfg.neighbors,
+            rx_sender: None,
             ports: EphemeralPorts::new(cfg.ephemeral.0, cfg.ephemeral.1, queue.queue, cfg.rss),
             app: Dispatcher::new(),
             counters: Arc::new(TcpCounters::default()),
@@ -561,9 +571,42 @@ impl TcpHandler {
     /// Delivers the stack's queued events to their handlers.
     fn dispatch(&mut self, now: Instant) {
         while let Some(ev) = self.stack.poll_event() {
+            if let Some(sender) = self.rx_sender {
+                self.confirm_sender(now, &ev, sender);
+            }
             let (mut net, app) = self.net(now);
             app.dispatch(ev, &mut net);
         }
+    }
+
+    /// Confirms the sender of the frame being taken as the neighbour of
+    /// its IP when the frame completed a handshake or delivered data: an
+    /// established connection took it, so it came from the peer that holds
+    /// the sequence numbers (issue 11: never from a spoofed SYN).
+    fn confirm_sender(&mut self, now: Instant, ev: &Event, (ip, mac): (Ipv4Addr, EthernetAddress)) {
+        let (Event::Accepted { conn, .. } | Event::Connected(conn) | Event::Readable(conn)) = *ev
+        else {
+            return;
+        };
+        if self.neighbors.needs_confirmation(ip, mac)
+            && self
+                .stack
+                .four_tuple(conn)
+                .is_ok_and(|t| t.remote.ip() == IpAddr::V4(ip))
+        {
+            self.neighbors.confirm(now, ip, mac);
+        }
+    }
+
+    /// [`TcpHandler::input`], then the events the frame caused; returns
+    /// whether the stack took it.
+    fn receive(&mut self, now: Instant, frame: &[u8], hops: u8) -> bool {
+        let taken = self.input(now, frame, hops);
+        if taken {
+            self.dispatch(now);
+            self.rx_sender = None;
+        }
+        taken
     }
 
     fn start(&mut self, now: Instant) {
@@ -614,7 +657,8 @@ impl TcpHandler {
                 return false;
             }
         }
-        self.neighbors.learn(ip.src_addr, f.ethernet.src_addr);
+        self.neighbors
+            .observe(now, ip.src_addr, f.ethernet.src_addr);
         // The classifier parsed the whole TCP header: hand it over as is.
         let delivery = self.stack.handle_tcp(
             now,
@@ -626,6 +670,7 @@ impl TcpHandler {
         match delivery {
             Delivery::Taken => {
                 counters::bump(&c.segments_in);
+                self.rx_sender = Some((ip.src_addr, f.ethernet.src_addr));
                 true
             }
             Delivery::Away { bucket } => {
@@ -686,9 +731,7 @@ impl TcpHandler {
                 Work::Frames(frames) => {
                     self.mover = Some(mover);
                     for (hops, f) in frames {
-                        if self.input(now, &f, hops) {
-                            self.dispatch(now);
-                        }
+                        self.receive(now, &f, hops);
                     }
                     mover = self.mover.take().expect("put back above");
                 }
@@ -722,10 +765,25 @@ impl TcpHandler {
             connections: export.connections().len(),
             time_wait: export.time_wait_count(),
         };
+        let mut peers: Vec<Ipv4Addr> = export
+            .connections()
+            .iter()
+            .filter_map(|(_, snap)| match snap.four_tuple().remote.ip() {
+                IpAddr::V4(ip) => Some(ip),
+                IpAddr::V6(_) => None,
+            })
+            .collect();
+        peers.sort_unstable();
+        peers.dedup();
+        let neighbors = peers
+            .into_iter()
+            .filter_map(|ip| self.neighbors.known(ip))
+            .collect();
         let arrival = Box::new(Arrival {
             bucket,
             export,
             apps: ordered,
+            neighbors,
         });
         (arrival, reply)
     }
@@ -733,7 +791,15 @@ impl TcpHandler {
     /// Adds a bucket's connections and gives each its application side;
     /// returns how many could not be imported.
     fn import_bucket(&mut self, now: Instant, arrival: Arrival) -> usize {
-        let Arrival { export, apps, .. } = arrival;
+        let Arrival {
+            export,
+            apps,
+            neighbors,
+            ..
+        } = arrival;
+        for k in neighbors {
+            self.neighbors.adopt(now, k);
+        }
         let handles = self.stack.import_bucket(now, export);
         let mut failed = 0;
         for (h, app_side) in handles.into_iter().zip(apps) {
@@ -748,6 +814,18 @@ impl TcpHandler {
         }
         self.dispatch(now);
         failed
+    }
+
+    /// Copies the stack's, the moves', the neighbour table's and the
+    /// buckets' figures to the shared counters.
+    fn publish(&self) {
+        self.counters.publish(&self.stack);
+        self.counters.publish_moves(self.mover.as_ref());
+        let n = self.neighbors.stats();
+        counters::set(&self.counters.neighbor_entries, self.neighbors.len() as u64);
+        counters::set(&self.counters.neighbor_evicted, n.evicted);
+        counters::set(&self.counters.neighbor_mismatched, n.mismatched);
+        self.buckets.publish(&self.stack, &self.busy);
     }
 
     /// Writes every segment the stack has to send into free frames.
@@ -781,7 +859,7 @@ impl TcpHandler {
         let (SocketAddr::V4(src), SocketAddr::V4(dst)) = (t.src, t.dst) else {
             return (true, None);
         };
-        let Some(peer_mac) = self.neighbors.lookup(*dst.ip()) else {
+        let Some(peer_mac) = self.neighbors.lookup(now, *dst.ip()) else {
             counters::bump(&self.counters.no_neighbor);
             return (true, None);
         };
@@ -799,9 +877,7 @@ impl TcpHandler {
 impl Drop for TcpHandler {
     /// The worker is done: publish the final counters.
     fn drop(&mut self) {
-        self.counters.publish(&self.stack);
-        self.counters.publish_moves(self.mover.as_ref());
-        self.buckets.publish(&self.stack, &self.busy);
+        self.publish();
     }
 }
 
@@ -819,8 +895,7 @@ impl QueueHandler for TcpHandler {
             self.start(now);
         }
         let timed = self.busy.start();
-        if self.input(now, frame, 0) {
-            self.dispatch(now);
+        if self.receive(now, frame, 0) {
             if let Some(since) = timed {
                 self.charge(frame, since);
             }
@@ -846,9 +921,7 @@ impl QueueHandler for TcpHandler {
         self.output(now, tx);
         if now_d.saturating_sub(self.last_publish) >= PUBLISH_EVERY {
             self.last_publish = now_d;
-            self.counters.publish(&self.stack);
-            self.counters.publish_moves(self.mover.as_ref());
-            self.buckets.publish(&self.stack, &self.busy);
+            self.publish();
         }
     }
 

@@ -347,7 +347,7 @@ pub fn neighbors(specs: &[String], iface: &str, prime: Option<Ipv4Addr>) -> Resu
         n.insert_spec(e)
             .map_err(|e| Error::Setup(format!("bad --neighbor: {e}")))?;
     }
-    if let Some(ip) = prime.filter(|&ip| n.clone().lookup(ip).is_none()) {
+    if let Some(ip) = prime.filter(|&ip| !n.contains(ip)) {
         if let Ok(sock) = std::net::UdpSocket::bind("0.0.0.0:0") {
             let _ = sock.send_to(b"", (ip, 9));
         }
@@ -365,8 +365,8 @@ mod tests {
 
     #[test]
     fn static_neighbours_parse_and_bad_ones_are_refused() {
-        let mut n = neighbors(&["10.99.0.2=02:00:00:00:00:02".into()], "nosuch0", None).unwrap();
-        assert!(n.lookup(Ipv4Addr::new(10, 99, 0, 2)).is_some());
+        let n = neighbors(&["10.99.0.2=02:00:00:00:00:02".into()], "nosuch0", None).unwrap();
+        assert!(n.contains(Ipv4Addr::new(10, 99, 0, 2)));
         let e = neighbors(&["10.99.0.2".into()], "nosuch0", None).unwrap_err();
         assert!(e.to_string().contains("--neighbor"), "{e}");
     }

@@ -16,12 +16,18 @@ use tcp_common::*;
 
 /// `argv[1]` host, `argv[2]` port, `argv[3]` SYNs per second, `argv[4]`
 /// seconds. Floods from forged sources 10.99.0.100-250 (on-link, so that
-/// reverse-path filtering passes them) and random ports; meanwhile a
-/// client connects at 0.5, 1.0 … 2.5 s, echoes a byte and closes. Prints
+/// reverse-path filtering passes them), or with `argv[5]` = `many` from
+/// 10.200.0.0/16, each SYN from a new address; random ports. Meanwhile a
+/// client connects at 0.5, 1.0 … 2.5 s (from `argv[6]`, an address the
+/// script adds to peer0, if given), echoes a byte and closes. Prints
 /// JSON: SYNs sent, each connect's time in ms (null: failed).
 const FLOOD: &str = r#"
-import json, random, socket, struct, sys, threading, time
+import json, random, socket, struct, subprocess, sys, threading, time
 host, port, rate, secs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+many = len(sys.argv) > 5 and sys.argv[5] == 'many'
+cli = sys.argv[6] if len(sys.argv) > 6 else None
+if cli:
+    subprocess.run(['ip', 'addr', 'add', cli + '/24', 'dev', 'peer0', 'nodad'], check=True)
 dst = socket.inet_aton(host)
 s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
 r = random.Random(11)
@@ -30,8 +36,11 @@ def csum(b):
     v = sum(struct.unpack('!%dH' % (len(b) // 2), b))
     while v >> 16: v = (v & 0xffff) + (v >> 16)
     return (~v) & 0xffff
+n_syn = [0]
 def syn():
-    src = socket.inet_aton('10.99.0.%d' % r.randrange(100, 251))
+    n_syn[0] += 1
+    i = n_syn[0] % 65536
+    src = socket.inet_aton('10.200.%d.%d' % (i >> 8, i & 255) if many else '10.99.0.%d' % r.randrange(100, 251))
     opts = b'\x02\x04\x05\xb4\x01\x03\x03\x07\x04\x02\x08\x0a' + struct.pack('!II', r.randrange(1 << 32), 0) + b'\x00\x00'
     tcp = struct.pack('!HHIIBBHHH', r.randrange(1024, 65536), port, r.randrange(1 << 32), 0,
                       (20 + len(opts)) // 4 << 4, 0x02, 64240, 0, 0) + opts
@@ -44,7 +53,7 @@ def client():
         time.sleep(0.5)
         t0 = time.time()
         try:
-            c = socket.create_connection((host, port), timeout=5)
+            c = socket.create_connection((host, port), timeout=5, source_address=(cli, 0) if cli else None)
             c.sendall(b'x')
             ok = c.recv(1) == b'x'
             c.close()
@@ -107,4 +116,32 @@ fn legitimate_clients_connect_during_a_spoofed_syn_flood() {
     assert_eq!(n("syn_dropped"), 0, "{t}");
     // State only for the half-open table (1024) and the real clients.
     assert!(n("passive_opens") <= 1024 + 5, "{t}");
+}
+
+/// Every spoofed SYN from an address never seen before (issue 11): the
+/// neighbour table must not fill with them (before, it learned each one
+/// and, full at 4 096, could learn no new peer), and a client from a new
+/// address still connects.
+#[test]
+fn a_flood_from_many_addresses_leaves_the_neighbour_table_bounded() {
+    if !require_root("a_flood_from_many_addresses_leaves_the_neighbour_table_bounded") {
+        return;
+    }
+    let bed = Bed::up("tsn", 1);
+    let app = start(&bed, &["echo-server", "--port", "7"], 120);
+    let args = ["10.99.0.1", "7", "10000", "3", "many", "10.99.0.3"];
+    let out = peer_py(&bed, 60, FLOOD, &args);
+    let r: Value =
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("flood output {out:?}: {e}"));
+    std::thread::sleep(Duration::from_millis(200));
+    let t = totals(&app.stop());
+    eprintln!("flowlane: {r}\ncounters: {t}");
+    all_connected("flowlane", &r);
+    let n = |k: &str| t[k].as_u64().unwrap_or(0);
+    assert!(r["syns"].as_u64().unwrap_or(0) > 5_000, "{r}");
+    // The bed's peer (configured) and the new client (confirmed by its
+    // handshakes); none of the flood's addresses.
+    assert!(n("neighbor_entries") <= 2, "{t}");
+    // (Retransmitted SYN-ACKs to flood addresses whose sighting a later
+    // one overwrote are not sent: `no_neighbor` counts them.)
 }
