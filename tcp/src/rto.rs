@@ -24,6 +24,9 @@ pub(crate) struct RttEstimator {
 /// granularity term only keeps RTO strictly above SRTT.
 const GRANULARITY: Duration = Duration::from_millis(1);
 
+/// RFC 6298 §5.7: the RTO once a handshake needed a retransmission.
+const FALLBACK_RTO: Duration = Duration::from_secs(3);
+
 impl RttEstimator {
     /// A fresh estimator: RTO = `initial_rto` (RFC 6298 §2.1 says 1 s),
     /// clamped to `[min_rto, max_rto]`.
@@ -67,6 +70,18 @@ impl RttEstimator {
         self.backoff = self.backoff.saturating_add(1);
     }
 
+    /// RFC 6298 §5.7: the SYN (or SYN-ACK) was retransmitted, and data
+    /// transmission begins. With no RTT sample from the handshake (a
+    /// timestamp echo gives one even after a retransmission, RFC 7323
+    /// §4), the RTO starts at 3 s, unbacked-off, as Linux does
+    /// (`TCP_TIMEOUT_FALLBACK`); a sample keeps what it computed.
+    pub(crate) fn on_handshake_retransmitted(&mut self) {
+        if self.srtt.is_none() {
+            self.base_rto = FALLBACK_RTO.max(self.min_rto).min(self.max_rto);
+            self.backoff = 0;
+        }
+    }
+
     /// Current RTO, including backoff.
     pub(crate) fn rto(&self) -> Duration {
         let shift = u32::from(self.backoff.min(32));
@@ -98,6 +113,29 @@ impl RttEstimator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_retransmitted_handshake_starts_data_at_three_seconds() {
+        let mut e = RttEstimator::new(
+            Duration::from_secs(1),
+            Duration::from_millis(200),
+            Duration::from_secs(60),
+        );
+        e.on_timeout();
+        assert_eq!(e.rto(), Duration::from_secs(2));
+        e.on_handshake_retransmitted();
+        assert_eq!(e.rto(), Duration::from_secs(3));
+        // With a sample (a timestamp echo), the sample rules.
+        let mut e = RttEstimator::new(
+            Duration::from_secs(1),
+            Duration::from_millis(200),
+            Duration::from_secs(60),
+        );
+        e.on_timeout();
+        e.on_sample(Duration::from_millis(10));
+        e.on_handshake_retransmitted();
+        assert_eq!(e.rto(), Duration::from_millis(200));
+    }
 
     fn est() -> RttEstimator {
         RttEstimator::new(

@@ -585,3 +585,41 @@ fn want_writable_without_sending() {
     sim.a.shutdown_write(a).unwrap();
     assert_eq!(sim.a.want_writable(a), Err(Error::InvalidState));
 }
+
+/// RFC 6298 §5.7: when the SYN had to be sent again and the handshake
+/// gave no RTT sample (no timestamps: Karn's rule discards it), the first
+/// data segment is retransmitted after 3 s, not after the handshake's
+/// backed-off 2 s.
+#[test]
+fn a_lost_syn_starts_data_with_a_three_second_rto() {
+    let mut cfg = sim::test_config(1);
+    cfg.timestamps = false;
+    let mut sim = Sim::new(
+        7,
+        LinkConfig::default(),
+        LinkConfig::default(),
+        cfg,
+        sim::test_config(2),
+    );
+    sim.link_up = false;
+    sim.b.listen(b_addr(80)).unwrap();
+    let a = sim.a.connect(sim.now, a_addr(10_000), b_addr(80)).unwrap();
+    sim.run_for(Duration::from_millis(500));
+    sim.link_up = true;
+    run_until(&mut sim, Duration::from_secs(5), |s| {
+        events(&mut s.a).contains(&Event::Connected(a))
+    });
+    assert_eq!(sim.a.stats().rto_timeouts, 1, "the SYN went twice");
+    sim.link_up = false;
+    sim.a.send(a, b"lost").unwrap();
+    sim.flush();
+    let sent = sim.now;
+    run_until(&mut sim, Duration::from_secs(10), |s| {
+        s.a.stats().rto_timeouts == 2
+    });
+    let rto = sim.now - sent;
+    assert!(
+        rto >= Duration::from_secs(3) && rto <= Duration::from_millis(3_002),
+        "{rto:?}"
+    );
+}

@@ -103,9 +103,7 @@ impl Connection {
             self.snd.una = SeqNumber(seg.ack);
             // As in SYN-RECEIVED: a timeout may have rewound SND.NXT.
             self.snd.nxt = self.snd.nxt.max(self.snd.una);
-            self.take_rtt_sample(ctx.now, seg);
-            self.timers.rto = Deadline::NONE;
-            self.timers.retransmits = 0;
+            self.handshake_acked(ctx.now, seg);
             self.state = State::Established;
             self.events |= ev::ESTABLISHED;
             self.flags.set(Flags::ACK_NOW);
@@ -409,9 +407,7 @@ impl Connection {
             // for a SYN-ACK not yet sent again: the handshake is done, so
             // nothing below SND.UNA is to be sent.
             self.snd.nxt = self.snd.nxt.max(self.snd.una);
-            self.timers.rto = Deadline::NONE;
-            self.timers.retransmits = 0;
-            self.take_rtt_sample(ctx.now, seg);
+            self.handshake_acked(ctx.now, seg);
             true
         } else {
             // RFC 9293 §3.10.7.4: <SEQ=SEG.ACK><CTL=RST>.
@@ -421,6 +417,19 @@ impl Connection {
                 ack: None,
             });
             false
+        }
+    }
+
+    /// Our SYN (or SYN-ACK) was acknowledged by `seg`: the timer stops,
+    /// the handshake gives its RTT sample, and if it had to be sent again
+    /// the RTO for data starts from RFC 6298 §5.7's 3 s.
+    fn handshake_acked(&mut self, now: Instant, seg: &TcpRepr) {
+        let retransmitted = self.timers.retransmits > 0;
+        self.timers.rto = Deadline::NONE;
+        self.timers.retransmits = 0;
+        self.take_rtt_sample(now, seg);
+        if retransmitted {
+            self.rtt.on_handshake_retransmitted();
         }
     }
 
