@@ -46,6 +46,7 @@ impl IsnGenerator {
     }
 }
 
+#[inline]
 fn write_ip(h: &mut SipHasher24, ip: IpAddr) {
     match ip {
         IpAddr::V4(a) => h.write(&a.octets()),

@@ -163,8 +163,6 @@ pub struct BucketStats {
 pub enum Error {
     /// The handle does not name a live connection (closed or exported).
     InvalidHandle,
-    /// The stack holds [`Config::max_connections`] connections already.
-    ConnectionLimit,
     /// The address (or four-tuple) is already in use.
     AddrInUse,
     /// Local and remote addresses are of different families, or a port is 0.
@@ -175,6 +173,8 @@ pub enum Error {
     InvalidState,
     /// A snapshot is inconsistent.
     InvalidSnapshot,
+    /// The stack holds [`Config::max_connections`] connections already.
+    ConnectionLimit,
 }
 
 impl fmt::Display for Error {
@@ -285,20 +285,6 @@ pub struct Config {
     pub congestion: CongestionAlgorithm,
     /// Half-open (SYN-RECEIVED) connections allowed per listener.
     pub listen_backlog: usize,
-    /// Most connections this stack holds (every state; compact TIME-WAIT
-    /// records have their own cap, `time_wait_max`). At the cap a SYN or
-    /// an ACK returning a SYN cookie is dropped, not reset, so that the
-    /// client tries again later ([`Stats::connection_limit_refused`];
-    /// Linux drops them likewise when its accept queue is full), and
-    /// [`Stack::connect`] fails with [`Error::ConnectionLimit`].
-    /// Connections imported from another stack are taken even past the
-    /// cap: a move adds no connection to the system.
-    pub max_connections: usize,
-    /// Most connections one listener holds, half-open ones included, so
-    /// that a flood of connections to one service cannot take every slot
-    /// of the others; refused like [`Config::max_connections`]. The
-    /// default is no more than the stack's cap.
-    pub listener_max_connections: usize,
     /// Once a listener holds `listen_backlog` half-open connections,
     /// answer further SYNs with SYN cookies (RFC 4987 §3.6; Linux
     /// `tcp_syncookies = 1`): the SYN-ACK's sequence number carries what
@@ -339,6 +325,22 @@ pub struct Config {
     /// gets one answer per interval. Data segments (duplicates) are always
     /// answered (RFC 5681 §4.2).
     pub invalid_ack_interval: Duration,
+    /// Most connections this stack holds (every state; compact TIME-WAIT
+    /// records have their own cap, `time_wait_max`). At the cap a SYN or
+    /// an ACK returning a SYN cookie is dropped, not reset, so that the
+    /// client tries again later ([`Stats::connection_limit_refused`];
+    /// Linux drops them likewise when its accept queue is full), and
+    /// [`Stack::connect`] fails with [`Error::ConnectionLimit`].
+    /// Connections imported from another stack are taken even past the
+    /// cap: a move adds no connection to the system.
+    pub max_connections: usize,
+    /// Most connections one listener holds, half-open ones included, so
+    /// that a flood of connections to one service cannot take every slot
+    /// of the others; refused like [`Config::max_connections`].
+    /// Established connections imported by a bucket move do not count
+    /// against it (the stack's cap still bounds them). The default is no
+    /// more than the stack's cap.
+    pub listener_max_connections: usize,
 }
 
 impl Config {

@@ -208,8 +208,9 @@ enum TimeWaitSyn {
 struct Listener {
     local: SocketAddr,
     half_open: usize,
-    /// Its connections in this stack, in any state (half-open ones
-    /// included, imported ones too).
+    /// Its connections in this stack, in any state: those it opened
+    /// here (half-open ones included) and those imported before their
+    /// handshake completed (the slots that name it).
     live: usize,
     /// Until when an ACK for no connection may return one of this
     /// listener's SYN cookies (two cookie periods after the last sent);
@@ -651,7 +652,6 @@ impl Stack {
 
     fn insert(&mut self, conn: Connection, listener: Option<ListenerId>) -> u32 {
         let tuple = conn.tuple;
-        let passive = conn.is_passive();
         let idx = match self.free.pop() {
             Some(i) => i,
             None => {
@@ -683,22 +683,10 @@ impl Stack {
         let slots = &self.slots;
         self.table.insert(hash, idx, |i| Self::tuple_at(slots, i));
         self.live += 1;
-        self.count_for_listener(&tuple, passive, 1);
+        if let Some(Some(l)) = listener.and_then(|l| self.listeners.get_mut(l.0 as usize)) {
+            l.live += 1;
+        }
         idx
-    }
-
-    /// Moves the count of live connections of the listener that a passive
-    /// connection on `tuple` belongs to (listeners are never removed, so
-    /// it is the same one when the connection goes).
-    fn count_for_listener(&mut self, tuple: &FourTuple, passive: bool, by: isize) {
-        if !passive {
-            return;
-        }
-        if let Some(l) = self.listener_for(tuple) {
-            if let Some(Some(l)) = self.listeners.get_mut(l.0 as usize) {
-                l.live = l.live.saturating_add_signed(by);
-            }
-        }
     }
 
     /// The tuple of the live connection in slot `idx` (every slot the
@@ -973,15 +961,19 @@ impl Stack {
         }
     }
 
+    // Out of line: once per connection, and the established path that
+    // can reach it (`after`) stays short.
+    #[inline(never)]
     fn remove(&mut self, idx: u32) -> Connection {
         let slot = &mut self.slots[idx as usize];
         let conn = slot.conn.take().expect("live slot");
-        if conn.in_backlog() {
-            if let Some(Some(l)) = slot
-                .listener
-                .get()
-                .and_then(|l| self.listeners.get_mut(l.0 as usize))
-            {
+        if let Some(Some(l)) = slot
+            .listener
+            .get()
+            .and_then(|l| self.listeners.get_mut(l.0 as usize))
+        {
+            l.live -= 1;
+            if conn.in_backlog() {
                 l.half_open -= 1;
             }
         }
@@ -997,7 +989,6 @@ impl Stack {
         self.buckets.unlink(&mut self.slots, slot_link, idx);
         self.free.push(idx);
         self.live -= 1;
-        self.count_for_listener(&conn.tuple, conn.is_passive(), -1);
         self.rcv_committed = self
             .rcv_committed
             .saturating_sub(conn.rcv_commitment(usize::from(self.cfg.mss)));
@@ -1101,6 +1092,9 @@ impl Stack {
 
     /// RFC 9293 §3.10.7.1–2: a segment for no connection goes to the
     /// listener on its port and address, or is answered with an RST.
+    // Out of line: `handle_tcp` reaches it for a SYN that reopens a
+    // TIME-WAIT connection, and it would otherwise grow the established path.
+    #[inline(never)]
     fn for_listener(&mut self, tuple: FourTuple, repr: &TcpRepr, payload: &[u8]) {
         match self.listener_for(&tuple) {
             Some(l) => self.on_listen_segment(l, tuple, repr, payload),
@@ -1159,8 +1153,10 @@ impl Stack {
         dst_ip: IpAddr,
         segment: &[u8],
     ) -> Delivery {
-        match TcpRepr::parse_segment(segment) {
-            Ok((repr, payload)) => self.handle_tcp(now, src_ip, dst_ip, &repr, payload),
+        // Borrowed in place: moving the parsed header out of the result
+        // cost a copy per segment.
+        match &TcpRepr::parse_segment(segment) {
+            Ok((repr, payload)) => self.handle_tcp(now, src_ip, dst_ip, repr, payload),
             Err(_) => {
                 self.tick(now);
                 self.stats.segments_in += 1;
