@@ -189,14 +189,6 @@ impl Cubic {
     /// Growth in congestion avoidance by `acked` bytes (RFC 9438 §4.2 to
     /// §4.5).
     fn avoidance(&mut self, a: &Ack, acked: u32) {
-        // RFC 9438 §5.8: a window the sender does not use (the application
-        // or the peer's window limits it) does not grow. In use means RFC
-        // 7661 §4.3's validated phase, pipeACK >= cwnd / 2, with the flight
-        // before this ACK as pipeACK: a batch of ACKs handled before the
-        // sender refills the window still counts as in use.
-        if a.flight.saturating_mul(2) < self.cwnd as usize {
-            return;
-        }
         let now_ms = a.now.as_millis() as u32;
         let mut ep = match self.phase {
             Phase::Epoch(e) if now_ms.wrapping_sub(e.start_ms) <= EPOCH_MAX_MS => e,
@@ -240,13 +232,21 @@ impl Cubic {
     /// convergence), §4.6 sets ssthresh = flight_size · β_cubic (at least
     /// 2 SMSS, RFC 5681 §3.1 equation (4)'s floor). The stage (t_epoch, K,
     /// W_est) is kept until recovery ends, for §4.9.
+    ///
+    /// W_max is the window in use, min(cwnd, flight_size): the part of
+    /// cwnd above the flight was never validated (RFC 9438 §5.8, RFC 7661
+    /// §4.4 reduces from the flight too). In slow start that part is
+    /// large when a batch of ACKs is handled before the sender refills the
+    /// window: the one that doubled cwnd and the duplicate ACKs behind it
+    /// arrive together, and cwnd would overstate the path by up to 2x.
     fn congestion_event(&mut self, flight_size: usize) {
         self.cwnd_prior = self.cwnd;
         self.w_max_prior = self.w_max;
-        self.w_max = if self.cwnd < self.w_max {
-            (u64::from(self.cwnd) * FAST_CONV_NUM / FAST_CONV_DEN) as u32
+        let in_use = self.cwnd.min(clamp_u32(flight_size));
+        self.w_max = if in_use < self.w_max {
+            (u64::from(in_use) * FAST_CONV_NUM / FAST_CONV_DEN) as u32
         } else {
-            self.cwnd
+            in_use
         };
         let reduced = (flight_size as u64).saturating_mul(BETA_NUM) / BETA_DEN;
         self.ssthresh = clamp_u32(reduced as usize)
@@ -278,6 +278,15 @@ impl CongestionControl for Cubic {
     }
 
     fn on_ack(&mut self, a: &Ack) {
+        // RFC 9438 §5.8: a window the sender does not use (the application,
+        // the send buffer or the peer's window limits it) does not grow,
+        // in slow start either (W_max and ssthresh are taken from it). In
+        // use means RFC 7661 §4.3's validated phase, pipeACK >= cwnd / 2,
+        // with the flight before this ACK as pipeACK: a batch of ACKs
+        // handled before the sender refills the window still counts.
+        if a.flight.saturating_mul(2) < self.cwnd as usize {
+            return;
+        }
         let mut rest = clamp_u32(a.bytes_acked);
         if self.cwnd < self.ssthresh {
             let growth = match &mut self.phase {
@@ -515,6 +524,14 @@ mod tests {
         c.cwnd = 120_000;
         c.on_sack_recovery(120_000);
         assert_eq!(c.w_max, 120_000);
+        // A window larger than the flight: W_max is the flight (the
+        // window in use), ssthresh 0.7 of it.
+        let mut c = Cubic::with_window(300_000, usize::MAX, MSS);
+        c.on_sack_recovery(100_000);
+        assert_eq!(
+            (c.w_max, c.ssthresh(), c.cwnd_prior),
+            (100_000, 70_000, 300_000)
+        );
         // Small flights keep ssthresh at 2 SMSS.
         c.on_sack_recovery(1000);
         assert_eq!(c.ssthresh(), 2 * MSS);
