@@ -52,6 +52,31 @@ pub struct DataPathArgs {
     /// more per queue, 131072 gives each a larger window (BENCHMARKS.md).
     #[arg(long, value_name = "N", value_parser = frames_per_queue)]
     pub frames_per_queue: Option<u32>,
+    /// Congestion control of the TCP connections: `newreno` (RFC 5681 and
+    /// RFC 6582) or `cubic` (RFC 9438, with HyStart++ of RFC 9406).
+    #[arg(long, value_enum, default_value_t)]
+    pub congestion: CongestionChoice,
+}
+
+/// `--congestion`: the TCP congestion control algorithm.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CongestionChoice {
+    /// NewReno (the stack's default).
+    #[default]
+    #[value(name = "newreno")]
+    NewReno,
+    /// CUBIC with HyStart++.
+    Cubic,
+}
+
+impl CongestionChoice {
+    /// The stack's algorithm for this choice (for `flowlane_tcp::Config::congestion`).
+    pub fn algorithm(self) -> flowlane_tcp::CongestionAlgorithm {
+        match self {
+            CongestionChoice::NewReno => flowlane_tcp::CongestionAlgorithm::NewReno,
+            CongestionChoice::Cubic => flowlane_tcp::CongestionAlgorithm::Cubic,
+        }
+    }
 }
 
 /// Whether a TCP service moves RSS buckets between its queues.
@@ -234,6 +259,33 @@ pub fn rss_key_value(text: &str) -> std::result::Result<RssKey, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        data_path: DataPathArgs,
+    }
+
+    #[test]
+    fn congestion_flag() {
+        use flowlane_tcp::CongestionAlgorithm;
+        let parse = |args: &[&str]| {
+            Cmd::try_parse_from(std::iter::once("svc").chain(args.iter().copied()))
+                .map(|c| c.data_path.congestion.algorithm())
+        };
+        assert_eq!(parse(&[]).unwrap(), CongestionAlgorithm::NewReno);
+        assert_eq!(
+            parse(&["--congestion", "cubic"]).unwrap(),
+            CongestionAlgorithm::Cubic
+        );
+        assert_eq!(
+            parse(&["--congestion", "newreno"]).unwrap(),
+            CongestionAlgorithm::NewReno
+        );
+        let e = parse(&["--congestion", "bbr"]).unwrap_err().to_string();
+        assert!(e.contains("newreno") && e.contains("cubic"), "{e}");
+    }
 
     #[test]
     fn rss_flags_go_together() {

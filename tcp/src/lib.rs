@@ -281,7 +281,9 @@ pub struct Config {
     pub nagle: bool,
     /// Keepalive; `None` (the default) disables it.
     pub keepalive: Option<KeepaliveConfig>,
-    /// Congestion control algorithm for new connections.
+    /// Congestion control algorithm for new connections: NewReno (RFC
+    /// 5681, RFC 6582; the default) or CUBIC (RFC 9438) with HyStart++
+    /// (RFC 9406). [`Stack::set_congestion`] changes one connection's.
     pub congestion: CongestionAlgorithm,
     /// Half-open (SYN-RECEIVED) connections allowed per listener.
     pub listen_backlog: usize,

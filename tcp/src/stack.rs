@@ -15,8 +15,8 @@ use crate::time::{Deadline, Instant};
 use crate::time_wait::{self, RecordCtx, TimeWait, TimeWaitTable, Verdict};
 use crate::timer::{TimerWheel, WheelKeys, WheelPos};
 use crate::{
-    BucketStats, CloseReason, Config, ConnHandle, Error, Event, FourTuple, ListenerId, Snapshot,
-    Stats, Transmit,
+    BucketStats, CloseReason, Config, CongestionAlgorithm, ConnHandle, Error, Event, FourTuple,
+    ListenerId, Snapshot, Stats, Transmit,
 };
 use flowlane_wire::tcp::{TcpFlags, TcpOptions, TcpRepr};
 use std::collections::{HashMap, VecDeque};
@@ -1598,6 +1598,21 @@ impl Stack {
     pub fn set_nodelay(&mut self, conn: ConnHandle, nodelay: bool) -> Result<(), Error> {
         let idx = self.lookup(conn)?;
         self.with_conn(idx, |c, _| c.set_nodelay(nodelay));
+        Ok(())
+    }
+
+    /// Chooses the congestion control algorithm of one connection
+    /// (`Config::congestion` chose it when the connection was made). May be
+    /// called at any time, as Linux's `TCP_CONGESTION` socket option: the
+    /// congestion window and slow-start threshold carry over, and the new
+    /// algorithm goes on from them.
+    pub fn set_congestion(
+        &mut self,
+        conn: ConnHandle,
+        alg: CongestionAlgorithm,
+    ) -> Result<(), Error> {
+        let idx = self.lookup(conn)?;
+        self.with_conn(idx, |c, _| c.set_congestion(alg));
         Ok(())
     }
 

@@ -44,6 +44,8 @@ struct Run {
     tx: Stats,
     /// The receiver's counters.
     rx: Stats,
+    /// Segments the link lost (random loss and queue overflow).
+    lost: u64,
 }
 
 /// A sends `BYTES` to B over `link`; B reads and checks everything as it
@@ -98,20 +100,22 @@ fn transfer(link: LinkConfig, seed: u64, autotune: bool, sack: bool) -> Run {
         elapsed,
         tx: *sim.a.stats(),
         rx: *sim.b.stats(),
+        lost: sim.stats.lost + sim.stats.queue_drops,
     }
 }
 
 fn report(name: &str, r: &Run) {
     eprintln!(
         "{name}: {:.1} Mbit/s ({:?}); RTOs {}, fast retransmits {}, retransmits {}, \
-         loss probes {}, receiver out-of-order drops {}",
+         loss probes {}, receiver out-of-order drops {}, lost on the link {}",
         r.goodput_bps / 1e6,
         r.elapsed,
         r.tx.rto_timeouts,
         r.tx.fast_retransmits,
         r.tx.retransmits,
         r.tx.loss_probes,
-        r.rx.ooo_dropped
+        r.rx.ooo_dropped,
+        r.lost
     );
 }
 
@@ -169,13 +173,16 @@ fn sack_recovers_a_slow_start_overshoot() {
         newreno.goodput_bps / 1e6
     );
     // Not by retransmitting everything: the overshoot lost about 1,250
-    // segments (out of about 11,600), and the receiver held every segment
-    // that arrived out of order.
+    // segments (out of about 11,600; with CUBIC, whose β_cubic = 0.7
+    // takes a second reduction after such an overshoot, about 1,630),
+    // the sender retransmitted what the link lost and no more, and the
+    // receiver held every segment that arrived out of order.
     assert_eq!(sack.rx.ooo_dropped, 0);
     assert!(
-        sack.tx.retransmits < 1500,
-        "SACK retransmits {}",
-        sack.tx.retransmits
+        sack.tx.retransmits <= sack.lost + sack.lost / 20,
+        "SACK retransmits {} for {} lost",
+        sack.tx.retransmits,
+        sack.lost
     );
 }
 

@@ -1,16 +1,45 @@
 //! Congestion control (RFC 5681, NewReno fast recovery per RFC 6582, the
-//! window of SACK-based recovery per RFC 6675).
+//! window of SACK-based recovery per RFC 6675; CUBIC per RFC 9438 with
+//! HyStart++ per RFC 9406).
 //!
 //! Loss *detection* (duplicate ACK counting, the NewReno `recover` point,
-//! the retransmission timer) lives in the connection; a
-//! [`CongestionControl`] only decides the window. CUBIC (RFC 9438) can be
-//! added as another variant of [`Controller`] implementing the same trait.
+//! the retransmission timer, RTT samples, spurious-retransmission
+//! detection) lives in the connection; a [`CongestionControl`] only
+//! decides the window. Each algorithm is a variant of [`Controller`],
+//! stored inline in the connection (no heap), one file each.
 
+mod cubic;
+mod hystart;
 mod new_reno;
 
+pub(crate) use cubic::Cubic;
 pub(crate) use new_reno::NewReno;
 
-use crate::time::Instant;
+use crate::seq::SeqNumber;
+use crate::time::{Duration, Instant};
+
+/// What the connection knows about an ACK that acknowledged new data
+/// outside of loss recovery (RFC 5681 §3.1): everything an algorithm may
+/// grow the window by. NewReno reads only `bytes_acked`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ack {
+    /// The time the ACK arrived.
+    pub now: Instant,
+    /// New bytes cumulatively acknowledged (at most `flight`).
+    pub bytes_acked: usize,
+    /// Bytes that were outstanding before this ACK (SND.MAX - SND.UNA):
+    /// whether the window was in use (RFC 9438 §5.8, RFC 7661).
+    pub flight: usize,
+    /// The new SND.UNA.
+    pub ack: SeqNumber,
+    /// The highest sequence number sent (SND.NXT of RFC 9406 §4.2, the
+    /// end of the round that starts now).
+    pub snd_max: SeqNumber,
+    /// The RTT sample this ACK gave (RFC 6298 §3 / RFC 7323 §4), if any.
+    pub rtt: Option<Duration>,
+    /// The smoothed RTT (RFC 6298 §2), if measured.
+    pub srtt: Option<Duration>,
+}
 
 /// The window-arithmetic half of congestion control. All sizes in bytes.
 pub(crate) trait CongestionControl {
@@ -20,9 +49,8 @@ pub(crate) trait CongestionControl {
     fn ssthresh(&self) -> usize;
     /// Updates the sender MSS (after the handshake negotiated it).
     fn set_mss(&mut self, smss: usize);
-    /// `bytes_acked` new bytes were cumulatively acknowledged outside of
-    /// fast recovery.
-    fn on_ack(&mut self, now: Instant, bytes_acked: usize);
+    /// New data was cumulatively acknowledged outside of fast recovery.
+    fn on_ack(&mut self, ack: &Ack);
     /// Third duplicate ACK: a fast retransmit starts fast recovery with
     /// `flight_size` bytes outstanding.
     fn on_fast_retransmit(&mut self, flight_size: usize);
@@ -43,8 +71,8 @@ pub(crate) trait CongestionControl {
     /// of `bytes_acked`, and `pipe_prev` was max(FlightSize, ssthresh) when
     /// the window was reduced.
     fn on_spurious_recovery(&mut self, flight_size: usize, bytes_acked: usize, pipe_prev: usize);
-    /// The sender was idle for longer than an RTO.
-    fn on_idle_restart(&mut self);
+    /// The sender was idle for `idle` (longer than an RTO) and sends again.
+    fn on_idle_restart(&mut self, idle: Duration);
 }
 
 /// RFC 5681 §3.1: IW = min(4*SMSS, max(2*SMSS, 4380 bytes)).
@@ -52,12 +80,26 @@ pub(crate) fn initial_window(smss: usize) -> usize {
     (4 * smss).min((2 * smss).max(4380))
 }
 
-/// The congestion controller of a connection, stored inline (no boxing) so
-/// that connection state stays contiguous.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Controller {
-    /// NewReno.
-    NewReno(NewReno),
+/// RFC 5681 §4.1: after an idle period, cwnd = min(RW, cwnd) with RW =
+/// min(IW, cwnd).
+pub(crate) fn restart_window(cwnd: usize, smss: usize) -> usize {
+    cwnd.min(initial_window(smss))
+}
+
+/// RFC 6582 §3.2 step 5: on a partial ACK, deflate the window by the
+/// amount acknowledged and add back one SMSS if at least one SMSS was.
+pub(crate) fn deflate_on_partial_ack(cwnd: usize, bytes_acked: usize, smss: usize) -> usize {
+    let mut cwnd = cwnd.saturating_sub(bytes_acked);
+    if bytes_acked >= smss {
+        cwnd += smss;
+    }
+    cwnd.max(smss)
+}
+
+/// RFC 6582 §3.2 step 4, option (1): the window when a full ACK ends
+/// fast recovery with `flight_size` bytes still outstanding.
+pub(crate) fn recovery_exit_window(ssthresh: usize, flight_size: usize, smss: usize) -> usize {
+    ssthresh.min(flight_size.max(smss) + smss)
 }
 
 /// Which congestion control algorithm new connections use.
@@ -66,6 +108,30 @@ pub enum CongestionAlgorithm {
     /// RFC 5681 + RFC 6582.
     #[default]
     NewReno,
+    /// CUBIC (RFC 9438) with HyStart++ (RFC 9406) in the initial slow
+    /// start, as Linux, Windows and Apple stacks default to.
+    Cubic,
+}
+
+/// The congestion controller of a connection, stored inline (no boxing) so
+/// that connection state stays contiguous.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Controller {
+    /// NewReno.
+    NewReno(NewReno),
+    /// CUBIC with HyStart++.
+    Cubic(Cubic),
+}
+
+/// Calls `$call` on the controller inside (a match, not a `dyn` call, so
+/// that the per-ACK path is inlined).
+macro_rules! dispatch {
+    ($self:expr, $c:ident => $call:expr) => {
+        match $self {
+            Controller::NewReno($c) => $call,
+            Controller::Cubic($c) => $call,
+        }
+    };
 }
 
 impl Controller {
@@ -73,59 +139,90 @@ impl Controller {
     pub(crate) fn new(alg: CongestionAlgorithm, smss: usize) -> Self {
         match alg {
             CongestionAlgorithm::NewReno => Controller::NewReno(NewReno::new(smss)),
+            CongestionAlgorithm::Cubic => Controller::Cubic(Cubic::new(smss)),
         }
     }
 
-    fn inner(&mut self) -> &mut dyn CongestionControl {
+    /// The algorithm of this controller.
+    pub(crate) fn algorithm(&self) -> CongestionAlgorithm {
         match self {
-            Controller::NewReno(c) => c,
+            Controller::NewReno(_) => CongestionAlgorithm::NewReno,
+            Controller::Cubic(_) => CongestionAlgorithm::Cubic,
         }
     }
 
-    fn inner_ref(&self) -> &dyn CongestionControl {
-        match self {
-            Controller::NewReno(c) => c,
+    /// Switches to `alg` (a no-op if it is the current one). The window
+    /// and the slow-start threshold carry over, as Linux does on
+    /// `TCP_CONGESTION`; the new algorithm starts its own state from them.
+    pub(crate) fn set_algorithm(&mut self, alg: CongestionAlgorithm) {
+        if alg == self.algorithm() {
+            return;
         }
+        let (cwnd, ssthresh, smss) = dispatch!(self, c => (c.window(), c.ssthresh(), c.smss()));
+        *self = match alg {
+            CongestionAlgorithm::NewReno => {
+                Controller::NewReno(NewReno::with_window(cwnd, ssthresh, smss))
+            }
+            CongestionAlgorithm::Cubic => {
+                Controller::Cubic(Cubic::with_window(cwnd, ssthresh, smss))
+            }
+        };
     }
 }
 
 impl CongestionControl for Controller {
+    #[inline]
     fn window(&self) -> usize {
-        self.inner_ref().window()
+        dispatch!(self, c => c.window())
     }
+    #[inline]
     fn ssthresh(&self) -> usize {
-        self.inner_ref().ssthresh()
+        dispatch!(self, c => c.ssthresh())
     }
     fn set_mss(&mut self, smss: usize) {
-        self.inner().set_mss(smss)
+        dispatch!(self, c => c.set_mss(smss))
     }
-    fn on_ack(&mut self, now: Instant, bytes_acked: usize) {
-        self.inner().on_ack(now, bytes_acked)
+    #[inline]
+    fn on_ack(&mut self, ack: &Ack) {
+        dispatch!(self, c => c.on_ack(ack))
     }
     fn on_fast_retransmit(&mut self, flight_size: usize) {
-        self.inner().on_fast_retransmit(flight_size)
+        dispatch!(self, c => c.on_fast_retransmit(flight_size))
     }
     fn on_sack_recovery(&mut self, flight_size: usize) {
-        self.inner().on_sack_recovery(flight_size)
+        dispatch!(self, c => c.on_sack_recovery(flight_size))
     }
     fn on_recovery_dup_ack(&mut self) {
-        self.inner().on_recovery_dup_ack()
+        dispatch!(self, c => c.on_recovery_dup_ack())
     }
     fn on_partial_ack(&mut self, bytes_acked: usize) {
-        self.inner().on_partial_ack(bytes_acked)
+        dispatch!(self, c => c.on_partial_ack(bytes_acked))
     }
     fn on_recovery_exit(&mut self, flight_size: usize) {
-        self.inner().on_recovery_exit(flight_size)
+        dispatch!(self, c => c.on_recovery_exit(flight_size))
     }
     fn on_retransmit_timeout(&mut self, flight_size: usize) {
-        self.inner().on_retransmit_timeout(flight_size)
+        dispatch!(self, c => c.on_retransmit_timeout(flight_size))
     }
     fn on_spurious_recovery(&mut self, flight_size: usize, bytes_acked: usize, pipe_prev: usize) {
-        self.inner()
-            .on_spurious_recovery(flight_size, bytes_acked, pipe_prev)
+        dispatch!(self, c => c.on_spurious_recovery(flight_size, bytes_acked, pipe_prev))
     }
-    fn on_idle_restart(&mut self) {
-        self.inner().on_idle_restart()
+    fn on_idle_restart(&mut self, idle: Duration) {
+        dispatch!(self, c => c.on_idle_restart(idle))
+    }
+}
+
+/// An [`Ack`] of `bytes` with nothing else known (for tests).
+#[cfg(test)]
+pub(crate) fn test_ack(now: Instant, bytes: usize) -> Ack {
+    Ack {
+        now,
+        bytes_acked: bytes,
+        flight: usize::MAX / 2,
+        ack: SeqNumber(0),
+        snd_max: SeqNumber(0),
+        rtt: None,
+        srtt: None,
     }
 }
 
@@ -146,11 +243,52 @@ mod tests {
     #[test]
     fn idle_restart_and_controller_dispatch() {
         let mut c = Controller::new(CongestionAlgorithm::NewReno, MSS);
-        c.on_ack(Instant::ZERO, 10 * MSS);
+        c.on_ack(&test_ack(Instant::ZERO, 10 * MSS));
         assert_eq!(c.window(), 14_000);
-        c.on_idle_restart();
+        c.on_idle_restart(Duration::from_secs(1));
         assert_eq!(c.window(), 4000);
         c.set_mss(1460);
         assert_eq!(c.window(), 4380);
+        let mut c = Controller::new(CongestionAlgorithm::Cubic, MSS);
+        c.on_ack(&test_ack(Instant::ZERO, 10 * MSS));
+        assert_eq!(c.window(), 14_000);
+        c.on_idle_restart(Duration::from_secs(1));
+        assert_eq!(c.window(), 4000);
+        c.set_mss(1460);
+        assert_eq!(c.window(), 4380);
+    }
+
+    #[test]
+    fn switching_algorithm_keeps_the_window() {
+        let mut c = Controller::new(CongestionAlgorithm::NewReno, MSS);
+        c.on_ack(&test_ack(Instant::ZERO, 10 * MSS));
+        c.on_sack_recovery(20_000);
+        assert_eq!((c.window(), c.ssthresh()), (10_000, 10_000));
+        c.set_algorithm(CongestionAlgorithm::Cubic);
+        assert_eq!(c.algorithm(), CongestionAlgorithm::Cubic);
+        assert_eq!((c.window(), c.ssthresh()), (10_000, 10_000));
+        // CUBIC's decrease from here: beta_cubic = 0.7.
+        c.on_sack_recovery(10_000);
+        assert_eq!((c.window(), c.ssthresh()), (7000, 7000));
+        c.set_algorithm(CongestionAlgorithm::NewReno);
+        assert_eq!((c.window(), c.ssthresh()), (7000, 7000));
+        // In slow start, ssthresh stays "arbitrarily high" either way.
+        let mut c = Controller::new(CongestionAlgorithm::Cubic, MSS);
+        c.set_algorithm(CongestionAlgorithm::NewReno);
+        assert_eq!(c.ssthresh(), usize::MAX);
+        c.set_algorithm(CongestionAlgorithm::Cubic);
+        assert_eq!(c.ssthresh(), usize::MAX);
+    }
+
+    #[test]
+    fn recovery_helpers() {
+        assert_eq!(restart_window(100_000, MSS), 4000);
+        assert_eq!(restart_window(3000, MSS), 3000);
+        assert_eq!(deflate_on_partial_ack(14_000, 3000, MSS), 12_000);
+        assert_eq!(deflate_on_partial_ack(12_000, 500, MSS), 11_500);
+        assert_eq!(deflate_on_partial_ack(1500, 3000, MSS), MSS);
+        assert_eq!(recovery_exit_window(10_000, 4000, MSS), 5000);
+        assert_eq!(recovery_exit_window(10_000, 50_000, MSS), 10_000);
+        assert_eq!(recovery_exit_window(10_000, 0, MSS), 2000);
     }
 }

@@ -1,7 +1,10 @@
 //! NewReno (RFC 5681 + RFC 6582) with appropriate byte counting (RFC 3465).
 
-use super::{initial_window, CongestionControl};
-use crate::time::Instant;
+use super::{
+    deflate_on_partial_ack, initial_window, recovery_exit_window, restart_window, Ack,
+    CongestionControl,
+};
+use crate::time::Duration;
 
 /// NewReno (RFC 5681 + RFC 6582), with appropriate byte counting in
 /// congestion avoidance (RFC 5681 §3.1, RFC 3465).
@@ -28,6 +31,22 @@ impl NewReno {
         }
     }
 
+    /// A controller that carries on from another algorithm's window.
+    pub(crate) fn with_window(cwnd: usize, ssthresh: usize, smss: usize) -> Self {
+        let smss = smss.max(1);
+        NewReno {
+            cwnd: cwnd.max(smss),
+            ssthresh,
+            smss,
+            bytes_acked: 0,
+        }
+    }
+
+    /// The sender MSS.
+    pub(crate) fn smss(&self) -> usize {
+        self.smss
+    }
+
     fn half_flight(&self, flight_size: usize) -> usize {
         // RFC 5681 §3.1 equation (4).
         (flight_size / 2).max(2 * self.smss)
@@ -51,8 +70,8 @@ impl CongestionControl for NewReno {
         self.smss = smss;
     }
 
-    fn on_ack(&mut self, _now: Instant, bytes_acked: usize) {
-        let mut rest = bytes_acked;
+    fn on_ack(&mut self, ack: &Ack) {
+        let mut rest = ack.bytes_acked;
         if self.cwnd < self.ssthresh {
             // RFC 5681 §3.1 slow start with byte counting (RFC 3465 §2.2):
             // grow by the bytes acknowledged, up to ssthresh. RFC 3465 caps
@@ -98,16 +117,12 @@ impl CongestionControl for NewReno {
     fn on_partial_ack(&mut self, bytes_acked: usize) {
         // RFC 6582 §3.2 step 5: deflate by the amount acked, add back one
         // SMSS if at least one SMSS was acked.
-        self.cwnd = self.cwnd.saturating_sub(bytes_acked);
-        if bytes_acked >= self.smss {
-            self.cwnd += self.smss;
-        }
-        self.cwnd = self.cwnd.max(self.smss);
+        self.cwnd = deflate_on_partial_ack(self.cwnd, bytes_acked, self.smss);
     }
 
     fn on_recovery_exit(&mut self, flight_size: usize) {
         // RFC 6582 §3.2 step 4, option (1).
-        self.cwnd = self.ssthresh.min(flight_size.max(self.smss) + self.smss);
+        self.cwnd = recovery_exit_window(self.ssthresh, flight_size, self.smss);
         self.bytes_acked = 0;
     }
 
@@ -127,15 +142,17 @@ impl CongestionControl for NewReno {
         self.bytes_acked = 0;
     }
 
-    fn on_idle_restart(&mut self) {
+    fn on_idle_restart(&mut self, _idle: Duration) {
         // RFC 5681 §4.1: cwnd = min(RW, cwnd), RW = min(IW, cwnd).
-        self.cwnd = self.cwnd.min(initial_window(self.smss));
+        self.cwnd = restart_window(self.cwnd, self.smss);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cc::test_ack;
+    use crate::time::Instant;
 
     const MSS: usize = 1000;
 
@@ -143,9 +160,9 @@ mod tests {
     fn slow_start_then_avoidance() {
         let mut c = NewReno::new(MSS);
         assert_eq!(c.window(), 4000);
-        c.on_ack(Instant::ZERO, 500);
+        c.on_ack(&test_ack(Instant::ZERO, 500));
         assert_eq!(c.window(), 4500);
-        c.on_ack(Instant::ZERO, 3000); // a stretch ACK: byte counting
+        c.on_ack(&test_ack(Instant::ZERO, 3000)); // a stretch ACK: byte counting
         assert_eq!(c.window(), 7500);
         c.on_retransmit_timeout(11_000);
         assert_eq!(c.ssthresh(), 5500);
@@ -154,24 +171,24 @@ mod tests {
         assert_eq!(c.window(), MSS);
         // Slow start up to ssthresh; the excess counts towards avoidance.
         for _ in 0..3 {
-            c.on_ack(Instant::ZERO, MSS);
+            c.on_ack(&test_ack(Instant::ZERO, MSS));
         }
         assert_eq!(c.window(), 4000);
-        c.on_ack(Instant::ZERO, 2 * MSS);
+        c.on_ack(&test_ack(Instant::ZERO, 2 * MSS));
         assert_eq!(c.window(), 5000);
-        c.on_ack(Instant::ZERO, 4000);
+        c.on_ack(&test_ack(Instant::ZERO, 4000));
         assert_eq!(c.window(), 6000);
         c.on_retransmit_timeout(10_000);
         for _ in 0..4 {
-            c.on_ack(Instant::ZERO, MSS);
+            c.on_ack(&test_ack(Instant::ZERO, MSS));
         }
         assert_eq!(c.window(), 5000);
         // ...then one SMSS per window of acknowledged bytes.
         for _ in 0..4 {
-            c.on_ack(Instant::ZERO, MSS);
+            c.on_ack(&test_ack(Instant::ZERO, MSS));
         }
         assert_eq!(c.window(), 5000);
-        c.on_ack(Instant::ZERO, MSS);
+        c.on_ack(&test_ack(Instant::ZERO, MSS));
         assert_eq!(c.window(), 6000);
     }
 

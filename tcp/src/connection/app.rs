@@ -61,6 +61,12 @@ impl Connection {
         }
     }
 
+    /// Switches the connection's congestion control algorithm (the window
+    /// carries over).
+    pub(crate) fn set_congestion(&mut self, alg: crate::CongestionAlgorithm) {
+        self.cc.set_algorithm(alg);
+    }
+
     /// Queues application data.
     pub(crate) fn send(&mut self, ctx: &mut Ctx<'_>, data: &[u8]) -> Result<usize, crate::Error> {
         self.check_writable()?;

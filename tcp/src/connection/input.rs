@@ -534,7 +534,7 @@ impl Connection {
         if self.snd.nxt < ack {
             self.snd.nxt = ack;
         }
-        self.take_rtt_sample(now, seg);
+        let rtt = self.take_rtt_sample(now, seg);
         self.timers.retransmits = 0;
         let undone = self
             .snd
@@ -561,8 +561,15 @@ impl Connection {
                 self.arm_lost_retransmit();
             }
         } else {
-            // RFC 5681 §4.1: restart after idle.
-            self.cc.on_ack(now, data_acked.min(flight_before));
+            self.cc.on_ack(&Ack {
+                now,
+                bytes_acked: data_acked.min(flight_before),
+                flight: flight_before,
+                ack,
+                snd_max: self.snd.max,
+                rtt,
+                srtt: self.rtt.srtt(),
+            });
         }
         self.snd.dup_acks = 0;
         // RFC 6298 §5.2 / §5.3 (RFC 6582 §3.2 step 3: a partial ACK
@@ -627,7 +634,8 @@ impl Connection {
     /// RTT measurement: RFC 7323 §4 with timestamps; also (and without
     /// timestamps) one timed segment at a time under Karn's rule (RFC 6298
     /// §3), which is what ends a backoff when every echo predates it.
-    pub(super) fn take_rtt_sample(&mut self, now: Instant, seg: &TcpRepr) {
+    /// Returns the sample taken, if any (congestion control's, RFC 9406).
+    pub(super) fn take_rtt_sample(&mut self, now: Instant, seg: &TcpRepr) -> Option<Duration> {
         let timed = match self.timers.rtt_seq {
             Some((end, sent)) if SeqNumber(seg.ack) >= end => {
                 self.timers.rtt_seq = None;
@@ -635,7 +643,6 @@ impl Connection {
             }
             _ => None,
         };
-        let mut sampled = false;
         if self.flags.has(Flags::TIMESTAMPS) {
             if let Some((_, tsecr)) = seg.options.timestamps {
                 // Karn's rule, timestamp flavour: after a timeout, an ACK for
@@ -646,14 +653,16 @@ impl Connection {
                 let ms = self.tsval(now).wrapping_sub(tsecr);
                 let before_timeout = (tsecr.wrapping_sub(self.ts.rtt_floor) as i32) < 0;
                 if ms < (1 << 30) && !before_timeout {
-                    self.rtt.on_sample(Duration::from_millis(u64::from(ms)));
-                    sampled = true;
+                    let r = Duration::from_millis(u64::from(ms));
+                    self.rtt.on_sample(r);
+                    return Some(r);
                 }
             }
         }
-        if let (false, Some(r)) = (sampled, timed) {
+        if let Some(r) = timed {
             self.rtt.on_sample(r);
         }
+        timed
     }
 
     /// RFC 9293 §3.10.7.4 seventh: place text in the receive buffer.

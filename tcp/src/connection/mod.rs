@@ -26,7 +26,7 @@ pub(crate) use state::{
 
 use crate::assembler::Assembler;
 use crate::buffer::ChunkBuffer;
-use crate::cc::{CongestionControl, Controller};
+use crate::cc::{Ack, CongestionControl, Controller};
 use crate::challenge::ChallengeBudget;
 use crate::chunk_pool::ChunkPool;
 use crate::isn::IsnGenerator;

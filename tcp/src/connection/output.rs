@@ -301,10 +301,9 @@ impl Connection {
             ctx.stats.data_segments_out += 1;
             ctx.stats.bytes_out += payload as u64;
             // RFC 5681 §4.1: restart from IW after an idle period.
-            if self.snd.una == self.snd.max
-                && now.saturating_since(self.timers.last_send) > self.rtt.rto()
-            {
-                self.cc.on_idle_restart();
+            let idle = now.saturating_since(self.timers.last_send);
+            if self.snd.una == self.snd.max && idle > self.rtt.rto() {
+                self.cc.on_idle_restart(idle);
             }
             self.timers.last_send = now;
         }

@@ -149,6 +149,9 @@ pub const B_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
 /// A callback on every emitted segment: (sending side, segment bytes).
 pub type EmitTap = Box<dyn FnMut(Side, &[u8])>;
 
+/// A chosen loss: (sending side, segment bytes) -> whether to drop it.
+pub type DropFilter = Box<dyn FnMut(Side, &[u8]) -> bool>;
+
 /// Two stacks, a link, a clock.
 pub struct Sim {
     pub now: Instant,
@@ -176,6 +179,9 @@ pub struct Sim {
     /// When set, called with every segment a stack emits (sending side,
     /// bytes with checksum), before the link can lose or reorder it.
     pub emit_tap: Option<EmitTap>,
+    /// When set, called with every segment a stack emits after
+    /// `emit_tap`; returning true loses it on the link (a chosen loss).
+    pub drop_filter: Option<DropFilter>,
 }
 
 // Separate, never-inlined entry points per side, so that a profiler can
@@ -282,6 +288,7 @@ impl Sim {
             measure: false,
             tap: None,
             emit_tap: None,
+            drop_filter: None,
         }
     }
 
@@ -352,6 +359,12 @@ impl Sim {
             self.stats.sent += 1;
             if let Some(f) = self.emit_tap.as_mut() {
                 f(if from_a { Side::A } else { Side::B }, &self.buf[..len]);
+            }
+            if let Some(f) = self.drop_filter.as_mut() {
+                if f(if from_a { Side::A } else { Side::B }, &self.buf[..len]) {
+                    self.stats.lost += 1;
+                    continue;
+                }
             }
             if !self.link_up {
                 self.stats.lost += 1;
@@ -638,6 +651,11 @@ impl Bulk {
             chunk: vec![0; 16384],
             tx: vec![0; 16384],
         }
+    }
+
+    /// A's handle of connection `i`.
+    pub fn a_handle(&self, i: usize) -> Option<ConnHandle> {
+        self.a.get(i)?.handle
     }
 
     pub fn finished(&self) -> bool {
