@@ -52,6 +52,8 @@ pub struct TcpServiceConfig {
     /// Maximum segment lifetime (TIME-WAIT lasts twice this); None: the
     /// stack's default.
     pub msl: Option<flowlane_tcp::time::Duration>,
+    /// Congestion control of the connections (`--congestion`).
+    pub congestion: flowlane_tcp::CongestionAlgorithm,
     /// CPUs the workers may use (None: those this process may run on);
     /// numa-sched places the queues on them.
     pub cpus: Option<Vec<u32>>,
@@ -76,6 +78,7 @@ impl TcpServiceConfig {
             busy_poll: false,
             frames_per_queue: None,
             msl: None,
+            congestion: flowlane_tcp::CongestionAlgorithm::default(),
             cpus: None,
             sysfs: PathBuf::from("/sys"),
             nic: None,
@@ -159,6 +162,7 @@ impl TcpService {
         if let Some(msl) = config.msl {
             tcp.tcp.msl = msl;
         }
+        tcp.tcp.congestion = config.congestion;
         if config.active && config.rss.is_none() && queues > 1 {
             tracing::warn!(
                 "RSS of {} unknown: connections opened by flowlane may get replies on another queue",

@@ -300,6 +300,7 @@ where
     config.active = connect_to.is_some();
     config.busy_poll = c.data_path.busy_poll;
     config.frames_per_queue = c.data_path.frames_per_queue;
+    config.congestion = c.data_path.congestion.algorithm();
     config.msl = c.msl_ms.map(flowlane_tcp::time::Duration::from_millis);
     let (_, queues) = config.interface()?;
     // Active opens pick their ports by it; every service keeps its
