@@ -947,7 +947,10 @@ impl Stack {
     /// keeps the earlier entry, which fires early and is set again then: no
     /// wheel work per segment. One that moved earlier replaces the entry
     /// (O(1)), so no stale entry is left behind.
-    #[inline]
+    // Always inlined: once the connection grew (CUBIC), LLVM stopped
+    // inlining it into `after` on its own, which cost 9 instructions per
+    // segment (callgrind, BENCHMARKS.md "TCP hardening", step 5).
+    #[inline(always)]
     fn schedule(&mut self, idx: u32) {
         let slot = &mut self.slots[idx as usize];
         let Some(conn) = slot.conn.as_ref() else {
