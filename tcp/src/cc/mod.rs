@@ -242,20 +242,15 @@ mod tests {
 
     #[test]
     fn idle_restart_and_controller_dispatch() {
-        let mut c = Controller::new(CongestionAlgorithm::NewReno, MSS);
-        c.on_ack(&test_ack(Instant::ZERO, 10 * MSS));
-        assert_eq!(c.window(), 14_000);
-        c.on_idle_restart(Duration::from_secs(1));
-        assert_eq!(c.window(), 4000);
-        c.set_mss(1460);
-        assert_eq!(c.window(), 4380);
-        let mut c = Controller::new(CongestionAlgorithm::Cubic, MSS);
-        c.on_ack(&test_ack(Instant::ZERO, 10 * MSS));
-        assert_eq!(c.window(), 14_000);
-        c.on_idle_restart(Duration::from_secs(1));
-        assert_eq!(c.window(), 4000);
-        c.set_mss(1460);
-        assert_eq!(c.window(), 4380);
+        for alg in [CongestionAlgorithm::NewReno, CongestionAlgorithm::Cubic] {
+            let mut c = Controller::new(alg, MSS);
+            c.on_ack(&test_ack(Instant::ZERO, 10 * MSS));
+            assert_eq!(c.window(), 14_000, "{alg:?}");
+            c.on_idle_restart(Duration::from_secs(1));
+            assert_eq!(c.window(), 4000, "{alg:?}");
+            c.set_mss(1460);
+            assert_eq!(c.window(), 4380, "{alg:?}");
+        }
     }
 
     #[test]
