@@ -8,7 +8,7 @@ use flowlane_tcp::ConnHandle;
 use flowlane_wire::TcpRepr;
 
 /// The byte at stream offset `off` of the stream salted `salt`.
-pub(crate) fn pattern(salt: u8, off: u32) -> u8 {
+fn pattern(salt: u8, off: u32) -> u8 {
     ((off.wrapping_mul(0x9e37_79b1) >> 24) as u8) ^ salt
 }
 
@@ -17,6 +17,22 @@ pub(crate) fn fill_pattern(salt: u8, off: u32, out: &mut [u8]) {
     for (i, b) in out.iter_mut().enumerate() {
         *b = pattern(salt, off.wrapping_add(i as u32));
     }
+}
+
+/// The first byte of `got` that is not the stream salted `salt` from offset `off`. Built as
+/// a slice comparison, so that it stays cheap under the fuzzer's comparison tracing.
+pub(crate) fn pattern_mismatch(salt: u8, off: u32, got: &[u8]) -> Option<usize> {
+    let mut want = [0u8; 512];
+    for (c, chunk) in got.chunks(want.len()).enumerate() {
+        let start = c * want.len();
+        let want = &mut want[..chunk.len()];
+        fill_pattern(salt, off.wrapping_add(start as u32), want);
+        if chunk != &*want {
+            let k = chunk.iter().zip(want.iter()).position(|(a, b)| a != b);
+            return Some(start + k.unwrap_or(0));
+        }
+    }
+    None
 }
 
 /// `a` after `b` in sequence space (RFC 9293 §3.4).
@@ -83,6 +99,10 @@ pub(crate) struct Peer {
     /// Latest ACK and right window edge the stack sent (RCV.NXT, RCV.NXT + RCV.WND).
     pub(crate) last_ack: Option<u32>,
     pub(crate) right_edge: Option<u32>,
+    /// The window scale in use is not known to the model: the peer completed the
+    /// handshake without the timestamps it negotiated, and a SYN cookie keeps the window
+    /// scale only in them (RFC 4987 §3.6; Linux then turns the options off as well).
+    pub(crate) wscale_unknown: bool,
 }
 
 impl Peer {
@@ -113,6 +133,7 @@ impl Peer {
             app_shut: false,
             last_ack: None,
             right_edge: None,
+            wscale_unknown: false,
         }
     }
 

@@ -490,3 +490,17 @@ fn tcp_input_random() {
         }
     }
 }
+
+/// Replays the inputs named in `FLOWLANE_FUZZ_INPUT` (paths separated by `:`, for example a
+/// crash file from a campaign); with `FLOWLANE_FUZZ_TRACE=1` every op and segment is
+/// printed. Nothing to do without it.
+#[test]
+fn replay() {
+    let Some(paths) = std::env::var_os("FLOWLANE_FUZZ_INPUT") else {
+        return;
+    };
+    for path in std::env::split_paths(&paths) {
+        let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        tcp_input_target(&data);
+    }
+}
