@@ -25,6 +25,8 @@ const MAX_PEERS: usize = 8;
 const LISTEN_PORT: u16 = 80;
 /// Most segments one drain may produce before the stack counts as running away.
 const MAX_DRAIN: usize = 100_000;
+/// The least MSS a SYN cookie encodes (`syn_cookie::MSS_TABLE[0]`).
+const COOKIE_MIN_MSS: u16 = 536;
 /// Largest window scale a receiver may use (RFC 7323 §2.3).
 const MAX_WSCALE: u32 = 14;
 
@@ -461,7 +463,11 @@ impl Harness {
         if self.trace {
             eprintln!("  in  {repr:?}");
         }
+        let cookies = self.stack.stats().syn_cookies_sent;
         self.stack.handle_tcp(self.now, src, dst, &repr, &[]);
+        if self.stack.stats().syn_cookies_sent > cookies {
+            self.peers[i].cookie = true;
+        }
     }
 
     fn fresh_port(&mut self) -> u16 {
@@ -954,7 +960,14 @@ impl Harness {
             // RFC 9293 §3.10.7: <SEQ=SEG.ACK><CTL=RST>, the peer's number echoed.
             return;
         }
-        let mss = usize::from(self.peer_mss.min(self.cfg.mss));
+        // A SYN cookie keeps the MSS as one of 8 values, 536 the least (as Linux's
+        // `msstab`): a peer that announced less gets 536-byte segments.
+        let peer_mss = if p.cookie {
+            self.peer_mss.max(COOKIE_MIN_MSS)
+        } else {
+            self.peer_mss
+        };
+        let mss = usize::from(peer_mss.min(self.cfg.mss));
         assert!(
             payload.len() <= mss,
             "segment of {} bytes, MSS {mss}",

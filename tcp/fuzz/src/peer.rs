@@ -103,6 +103,8 @@ pub(crate) struct Peer {
     /// handshake without the timestamps it negotiated, and a SYN cookie keeps the window
     /// scale only in them (RFC 4987 §3.6; Linux then turns the options off as well).
     pub(crate) wscale_unknown: bool,
+    /// The stack answered the peer's SYN with a SYN cookie (`Stats::syn_cookies_sent` rose).
+    pub(crate) cookie: bool,
 }
 
 impl Peer {
@@ -134,6 +136,7 @@ impl Peer {
             last_ack: None,
             right_edge: None,
             wscale_unknown: false,
+            cookie: false,
         }
     }
 
