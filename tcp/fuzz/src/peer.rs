@@ -212,3 +212,36 @@ impl Peer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pattern_mismatch_finds_the_first_wrong_byte() {
+        let mut v = vec![0; 2000];
+        fill_pattern(7, u32::MAX - 1000, &mut v);
+        assert_eq!(pattern_mismatch(7, u32::MAX - 1000, &v), None);
+        assert_eq!(pattern_mismatch(7, u32::MAX - 1000, &v[..0]), None);
+        // One byte off, past the first chunk.
+        assert_eq!(pattern_mismatch(7, u32::MAX - 999, &v[1..]), None);
+        v[1500] ^= 1;
+        assert_eq!(pattern_mismatch(7, u32::MAX - 1000, &v), Some(1500));
+        // The same bytes at another offset or salt are wrong at once.
+        assert_eq!(pattern_mismatch(7, u32::MAX - 1001, &v), Some(0));
+        assert_eq!(pattern_mismatch(8, u32::MAX - 1000, &v), Some(0));
+    }
+
+    #[test]
+    fn sent_ends_move_forward_only_within_reach() {
+        let mut p = Peer::new(Role::Passive, 80, 1000, u32::MAX - 10, 0);
+        p.note_sent(p.seq_of(0), p.seq_of(100));
+        assert_eq!(p.snd_max, 100);
+        // An old segment, and one far beyond any window, change nothing.
+        p.note_sent(p.seq_of(0), p.seq_of(50));
+        p.note_sent(p.seq_of(1 << 30), p.seq_of((1 << 30) + 10));
+        assert_eq!(p.snd_max, 100);
+        p.note_sent(p.seq_of(5000), p.seq_of(6000));
+        assert_eq!(p.snd_max, 6000);
+    }
+}
