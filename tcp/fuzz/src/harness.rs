@@ -275,6 +275,11 @@ impl Harness {
         self.check();
     }
 
+    /// The stack's counters.
+    pub(crate) fn stats(&self) -> flowlane_tcp::Stats {
+        *self.stack.stats()
+    }
+
     fn peer_index(&self, conn: u8) -> Option<usize> {
         (!self.peers.is_empty()).then(|| usize::from(conn) % self.peers.len())
     }
@@ -509,7 +514,7 @@ impl Harness {
         truncate: u8,
     ) {
         let live: Vec<usize> = (0..self.peers.len())
-            .filter(|&i| self.peers[i].live())
+            .filter(|&i| self.peers[i].synchronized())
             .collect();
         let (src, dst, src_port, dst_port, seq, ack, salt, irs) =
             if target & 0x80 == 0 && !live.is_empty() {

@@ -26,10 +26,17 @@ mod peer;
 /// application calls decoded from `data` (see the crate documentation); panics on a
 /// broken invariant.
 pub fn tcp_input_target(data: &[u8]) {
+    tcp_input_run(data);
+}
+
+/// [`tcp_input_target`], returning the stack's counters at the end (so that the smoke test
+/// can show which parts of the stack its inputs reach).
+pub fn tcp_input_run(data: &[u8]) -> flowlane_tcp::Stats {
     let mut c = input::Cursor::new(data);
     let mut h = harness::Harness::new(input::Setup::decode(&mut c));
     while let Some(op) = input::Op::decode(&mut c) {
         h.step(op);
     }
     h.finish();
+    h.stats()
 }

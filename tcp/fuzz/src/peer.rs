@@ -145,6 +145,12 @@ impl Peer {
         self.handle.is_some() && !self.dead
     }
 
+    /// Both SYNs were exchanged in the model (a raw segment to the tuple then cannot
+    /// choose another initial sequence number for the stack).
+    pub(crate) fn synchronized(&self) -> bool {
+        self.live() && self.syn_sent && (self.role == Role::Passive || self.iss.is_some())
+    }
+
     /// Sequence number of the peer's stream offset `off`.
     pub(crate) fn seq_of(&self, off: u32) -> u32 {
         self.irs.wrapping_add(1).wrapping_add(off)

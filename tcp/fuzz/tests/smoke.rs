@@ -7,7 +7,7 @@
 //! flowlane-tcp-fuzz --test smoke seed_files` rewrites `seeds/tcp_input/`.
 
 use flowlane_tcp_fuzz::input::{encode, AckChoice, AppCall, Op, OptChoice, SeqChoice, Setup};
-use flowlane_tcp_fuzz::tcp_input_target;
+use flowlane_tcp_fuzz::{tcp_input_run, tcp_input_target};
 use std::path::PathBuf;
 
 /// SplitMix64 (as the simulator's), so that the random set is the same everywhere.
@@ -463,7 +463,7 @@ fn random_op(r: &mut Rng) -> Op {
 }
 
 /// Inputs in the smoke run: bounded so that a debug build takes a few seconds.
-const RANDOM_INPUTS: u64 = 5000;
+const RANDOM_INPUTS: u64 = 3000;
 
 #[test]
 fn tcp_input_random() {
@@ -471,6 +471,31 @@ fn tcp_input_random() {
     let only: Option<u64> = std::env::var("FLOWLANE_FUZZ_SEED")
         .ok()
         .map(|s| s.parse().expect("FLOWLANE_FUZZ_SEED: a number"));
+    let mut reached = [
+        "passive_opens",
+        "active_opens",
+        "bytes_in",
+        "bytes_out",
+        "predicted",
+        "out_of_order",
+        "retransmits",
+        "fast_retransmits",
+        "rto_timeouts",
+        "loss_probes",
+        "dup_acks",
+        "unacceptable",
+        "paws_rejected",
+        "resets_in",
+        "rst_challenged",
+        "syn_challenged",
+        "ack_unacceptable",
+        "challenge_acks",
+        "syn_cookies_sent",
+        "window_probes",
+        "malformed",
+        "closed",
+    ]
+    .map(|n| (n, 0u64));
     for seed in 0..RANDOM_INPUTS {
         if only.is_some_and(|o| o != seed) {
             continue;
@@ -480,15 +505,87 @@ fn tcp_input_random() {
             stack: r.u8(),
             peer: r.u8(),
         };
-        let ops: Vec<Op> = (0..r.below(60) + 10).map(|_| random_op(&mut r)).collect();
+        let mut ops: Vec<Op> = Vec::new();
+        for _ in 0..r.below(60) + 10 {
+            if r.below(25) == 0 {
+                // A loss and its repair: segments lost, then duplicate ACKs.
+                let conn = r.below(2) as u8;
+                ops.push(Op::Link {
+                    lose: true,
+                    limit: 1,
+                });
+                ops.push(Op::Write { conn, len: 20000 });
+                ops.push(Op::Link {
+                    lose: false,
+                    limit: 0,
+                });
+                ops.push(Op::Time { ms: 0 });
+                for _ in 0..4 {
+                    ops.push(Op::Ack {
+                        conn,
+                        ack: AckChoice::Received(0),
+                        window: 0xffff,
+                        opts: OptChoice {
+                            bits: 9,
+                            sack: r.u16(),
+                        },
+                    });
+                }
+            } else {
+                ops.push(random_op(&mut r));
+            }
+        }
         let bytes = encode(setup, &ops);
         // A failure names its input, to be added to the seeds as a reproducer.
-        let result = std::panic::catch_unwind(|| tcp_input_target(&bytes));
-        if let Err(e) = result {
-            eprintln!("random input {seed} failed: setup {setup:?}, ops {ops:#?}");
-            std::panic::resume_unwind(e);
+        match std::panic::catch_unwind(|| tcp_input_run(&bytes)) {
+            Ok(s) => {
+                for (sum, v) in reached.iter_mut().zip(counters(&s)) {
+                    sum.1 += v;
+                }
+            }
+            Err(e) => {
+                eprintln!("random input {seed} failed: setup {setup:?}, ops {ops:#?}");
+                std::panic::resume_unwind(e);
+            }
         }
     }
+    // The inputs reach deep states: every one of these happened somewhere.
+    if only.is_none() {
+        for (name, n) in reached {
+            eprintln!("{name}: {n}");
+        }
+        for (name, n) in reached {
+            assert!(n > 0, "no random input reached {name}");
+        }
+    }
+}
+
+/// The counters the random set must move.
+fn counters(s: &flowlane_tcp::Stats) -> [u64; 22] {
+    [
+        s.passive_opens,
+        s.active_opens,
+        s.bytes_in,
+        s.bytes_out,
+        s.predicted,
+        s.out_of_order,
+        s.retransmits,
+        s.fast_retransmits,
+        s.rto_timeouts,
+        s.loss_probes,
+        s.dup_acks,
+        s.unacceptable,
+        s.paws_rejected,
+        s.resets_in,
+        s.rst_challenged,
+        s.syn_challenged,
+        s.ack_unacceptable,
+        s.challenge_acks,
+        s.syn_cookies_sent,
+        s.window_probes,
+        s.malformed,
+        s.closed,
+    ]
 }
 
 /// Replays the inputs named in `FLOWLANE_FUZZ_INPUT` (paths separated by `:`, for example a
