@@ -87,6 +87,7 @@ for t in "${targets[@]}"; do
   log=$target_dir/fuzz-$t.log
   echo "== $t: $runs runs (crate $crate/fuzz, corpus $corpus, log $log)"
   marker=$(mktemp)
+  started=$(date +%s)
   set +e
   (cd "$crate" && cargo +nightly fuzz run "$t" --sanitizer "$sanitizer" --features libfuzzer \
     "$corpus" "fuzz/seeds/$t" -- -runs="$runs" -artifact_prefix="$artifacts/" \
@@ -101,9 +102,11 @@ for t in "${targets[@]}"; do
     exit 1
   fi
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
-  rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")
+  secs=$(($(date +%s) - started))
+  rate=$((execs / (secs > 0 ? secs : 1)))
   cov=$(grep -oE 'cov: [0-9]+ ft: [0-9]+' "$log" | tail -1)
-  summary+=("$(printf '  %-12s %12s executions  %6s exec/s  %s' "$t" "$execs" "$rate" "$cov")")
+  summary+=("$(printf '  %-12s %12s executions in %6s s (build included), %6s exec/s, %s' \
+    "$t" "$execs" "$secs" "$rate" "$cov")")
 done
 echo "== summary: no findings"
 printf '%s\n' "${summary[@]}"
