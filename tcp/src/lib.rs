@@ -61,7 +61,7 @@ mod time_wait;
 mod timer;
 
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 pub use cc::CongestionAlgorithm;
 pub use connection::{Snapshot, State};
@@ -211,7 +211,8 @@ pub struct KeepaliveConfig {
 pub struct Config {
     /// Secret keying the RFC 6528 ISN hash; should be random per process.
     pub isn_secret: [u8; 16],
-    /// MSS we advertise (RFC 9293 §3.7.1); 1460 for Ethernet IPv4.
+    /// MSS we advertise over IPv4 (RFC 9293 §3.7.1); 1460 for Ethernet.
+    /// IPv6 connections use 20 bytes less ([`Config::mss_for`]).
     pub mss: u16,
     /// Initial send buffer bytes per connection.
     pub send_buffer: usize,
@@ -382,7 +383,23 @@ impl Config {
             invalid_ack_interval: Duration::from_millis(500),
         }
     }
+
+    /// The MSS we advertise and send at most on a connection whose peer is
+    /// `peer`: [`Config::mss`] for IPv4; for IPv6, whose fixed header is 20
+    /// bytes longer (RFC 8200 §3), 20 less, and never below 1 220, what
+    /// IPv6's minimum link MTU of 1 280 carries (RFC 8200 §5; RFC 9293
+    /// §3.7.1: MSS = MTU - fixed IP header - fixed TCP header).
+    #[inline]
+    pub fn mss_for(&self, peer: IpAddr) -> u16 {
+        match peer {
+            IpAddr::V4(_) => self.mss,
+            IpAddr::V6(_) => self.mss.saturating_sub(20).max(IPV6_MIN_MSS),
+        }
+    }
 }
+
+/// The MSS of IPv6's minimum link MTU (1 280 - 40 - 20; RFC 8200 §5).
+const IPV6_MIN_MSS: u16 = 1220;
 
 /// A segment written by [`Stack::poll_transmit`]: `len` bytes of TCP header,
 /// options and payload at the start of the caller's buffer, checksum zero.

@@ -1384,7 +1384,7 @@ impl Stack {
             }
         }
         while let Some(c) = self.cookie_syn_acks.pop_front() {
-            if let Ok(len) = c.emit(self.cfg.mss, buf) {
+            if let Ok(len) = c.emit(self.cfg.mss_for(c.tuple.remote.ip()), buf) {
                 self.stats.segments_out += 1;
                 return Some(Transmit {
                     src: c.tuple.local,

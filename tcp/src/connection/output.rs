@@ -36,7 +36,7 @@ impl Connection {
         let cfg = ctx.cfg;
         let now = ctx.now;
         let mut options = TcpOptions {
-            mss: Some(cfg.mss),
+            mss: Some(cfg.mss_for(self.tuple.remote.ip())),
             ..TcpOptions::default()
         };
         let offer_ts = if ack {
