@@ -1,7 +1,7 @@
 //! The dispatcher: which handler owns which connection, and delivering the
 //! stack's events to it.
 
-use std::net::SocketAddrV4;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use flowlane_tcp::{ConnHandle, Error, Event, FourTuple, ListenerId, State, Stats};
@@ -254,7 +254,7 @@ impl<N: Net + ?Sized> Net for Scoped<'_, N> {
     fn placement(&self) -> Placement {
         self.inner.placement()
     }
-    fn connect(&mut self, remote: SocketAddrV4) -> Result<ConnHandle, Error> {
+    fn connect(&mut self, remote: SocketAddr) -> Result<ConnHandle, Error> {
         let c = self.inner.connect(remote)?;
         self.owners.set(c, self.me);
         Ok(c)

@@ -1,6 +1,6 @@
 //! The per-callback context: what a handler can do while it runs.
 
-use std::net::SocketAddrV4;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use flowlane_tcp::{ConnHandle, Error, FourTuple, State, Stats};
@@ -39,7 +39,7 @@ pub trait Net {
 
     /// Opens a connection to `remote` from a local port whose replies reach
     /// this core. Owned by the calling handler; `on_connected` follows.
-    fn connect(&mut self, remote: SocketAddrV4) -> Result<ConnHandle, Error>;
+    fn connect(&mut self, remote: SocketAddr) -> Result<ConnHandle, Error>;
 
     /// Queues data; returns how much fit (`Err(WouldBlock)` if none did;
     /// `on_writable` follows when space frees up).

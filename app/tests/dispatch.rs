@@ -3,7 +3,7 @@
 //! are owned by it, an accept on an unbound listener is reset, and a closed
 //! connection's slot no longer routes events.
 
-use std::net::{SocketAddr, SocketAddrV4};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,11 +32,10 @@ impl Net for Direct<'_> {
             node: 0,
         }
     }
-    fn connect(&mut self, remote: SocketAddrV4) -> Result<ConnHandle, Error> {
+    fn connect(&mut self, remote: SocketAddr) -> Result<ConnHandle, Error> {
         *self.next_port += 1;
         let local = SocketAddr::new(self.local.into(), *self.next_port);
-        self.stack
-            .connect(Instant::ZERO, local, SocketAddr::V4(remote))
+        self.stack.connect(Instant::ZERO, local, remote)
     }
     fn send(&mut self, c: ConnHandle, d: &[u8]) -> Result<usize, Error> {
         self.stack.send(c, d)
@@ -94,7 +93,7 @@ type Log = Arc<Mutex<Vec<String>>>;
 struct Rec {
     name: &'static str,
     log: Log,
-    open: Vec<SocketAddrV4>,
+    open: Vec<SocketAddr>,
 }
 
 impl ConnHandler for Rec {

@@ -7,7 +7,7 @@
 //! ([`RssState::choose_source_port`]); without it (one queue, or a NIC
 //! that steers by flow rules) any port of the range will do.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 
 use flowlane_numa_sched::indirection::IndirectionTable;
 use flowlane_numa_sched::toeplitz::Protocol;
@@ -54,15 +54,15 @@ impl EphemeralPorts {
     /// successive calls return different ports (a caller whose connect
     /// fails with "address in use" asks again). `None` if no port of the
     /// range steers replies to this queue.
-    pub fn next(&mut self, local: Ipv4Addr, remote: SocketAddrV4) -> Option<u16> {
+    pub fn next(&mut self, local: IpAddr, remote: SocketAddr) -> Option<u16> {
         if self.first > self.last {
             return None;
         }
         self.seed = self.seed.wrapping_add(1);
         match &self.rss {
             Some(rss) => rss.choose_source_port(
-                IpAddr::V4(local),
-                IpAddr::V4(*remote.ip()),
+                local,
+                remote.ip(),
                 remote.port(),
                 Protocol::Tcp,
                 self.queue,
@@ -124,39 +124,45 @@ mod tests {
     }
 
     #[test]
-    fn ports_steer_replies_to_the_queue() {
+    fn ports_steer_replies_to_the_queue_for_both_families() {
         let state = rss(4);
-        let local = Ipv4Addr::new(10, 99, 0, 1);
-        let remote: SocketAddrV4 = "10.99.0.2:5001".parse().unwrap();
-        for q in 0..4u32 {
-            let mut p = EphemeralPorts::new(40000, 44999, q, Some(state.clone()));
-            let mut seen = std::collections::BTreeSet::new();
-            for _ in 0..20 {
-                let port = p.next(local, remote).unwrap();
-                assert!((40000..=44999).contains(&port));
-                seen.insert(port);
-                let reply = FlowTuple {
-                    src: IpAddr::V4(*remote.ip()),
-                    dst: IpAddr::V4(local),
-                    src_port: remote.port(),
-                    dst_port: port,
-                    protocol: Protocol::Tcp,
-                };
-                assert_eq!(u32::from(state.hint(&reply).queue), q);
+        for (local, remote) in [
+            ("10.99.0.1", "10.99.0.2:5001"),
+            ("fd99::1", "[fd99::2]:5001"),
+        ] {
+            let local: IpAddr = local.parse().unwrap();
+            let remote: SocketAddr = remote.parse().unwrap();
+            for q in 0..4u32 {
+                let mut p = EphemeralPorts::new(40000, 44999, q, Some(state.clone()));
+                let mut seen = std::collections::BTreeSet::new();
+                for _ in 0..20 {
+                    let port = p.next(local, remote).unwrap();
+                    assert!((40000..=44999).contains(&port));
+                    seen.insert(port);
+                    let reply = FlowTuple {
+                        src: remote.ip(),
+                        dst: local,
+                        src_port: remote.port(),
+                        dst_port: port,
+                        protocol: Protocol::Tcp,
+                    };
+                    assert_eq!(u32::from(state.hint(&reply).queue), q, "{local}");
+                }
+                assert!(seen.len() > 10, "successive calls spread: {seen:?}");
             }
-            assert!(seen.len() > 10, "successive calls spread: {seen:?}");
         }
     }
 
     #[test]
     fn without_rss_any_port_of_the_range() {
         let mut p = EphemeralPorts::new(40000, 40003, 0, None);
-        let remote: SocketAddrV4 = "10.0.0.2:80".parse().unwrap();
+        let remote: SocketAddr = "10.0.0.2:80".parse().unwrap();
+        let local: IpAddr = "127.0.0.1".parse().unwrap();
         for _ in 0..10 {
-            let port = p.next(Ipv4Addr::LOCALHOST, remote).unwrap();
+            let port = p.next(local, remote).unwrap();
             assert!((40000..=40003).contains(&port));
         }
         let mut empty = EphemeralPorts::new(5, 4, 0, None);
-        assert_eq!(empty.next(Ipv4Addr::LOCALHOST, remote), None);
+        assert_eq!(empty.next(local, remote), None);
     }
 }

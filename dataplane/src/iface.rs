@@ -177,6 +177,20 @@ pub fn local_ipv4(iface: &str) -> Result<std::net::Ipv4Addr> {
     )))
 }
 
+/// Our IPv6 address on `iface` for the data path: the first one that is
+/// not link-local (fe80::/10; flowlane does not serve link-local peers,
+/// whose frames would need the zone); `None` when it has none.
+pub fn local_ipv6(iface: &str) -> Result<Option<std::net::Ipv6Addr>> {
+    let addrs = nix::ifaddrs::getifaddrs().map_err(|e| Error::Io {
+        what: "listing interface addresses".into(),
+        source: e.into(),
+    })?;
+    Ok(addrs
+        .filter(|a| a.interface_name == iface)
+        .filter_map(|a| a.address.as_ref()?.as_sockaddr_in6().map(|s| s.ip()))
+        .find(|ip| !ip.is_unicast_link_local()))
+}
+
 /// The index of interface `name` in this network namespace now (None: no
 /// such interface).
 pub fn current_ifindex(name: &str) -> Option<u32> {

@@ -18,6 +18,7 @@ pub mod cpu_time;
 pub mod ephemeral;
 pub mod handoff;
 pub mod iface;
+pub mod kernel_neighbors;
 pub mod neighbor;
 pub mod placement;
 pub mod privileges;

@@ -1,10 +1,12 @@
-//! A worker's neighbour table: the Ethernet address of each IPv4 peer.
+//! A worker's neighbour table: the Ethernet address of each IPv4 and IPv6
+//! peer.
 //!
-//! ARP stays with the kernel (the XDP program passes it), so the table
+//! ARP and neighbour discovery stay with the kernel (the XDP program
+//! passes them), so the table
 //! never sends requests; a missing entry makes the caller drop the segment
 //! and TCP retransmit it. Entries come from:
 //!
-//! - configuration (`--neighbor`, the kernel's `/proc/net/arp` read once
+//! - configuration (`--neighbor`, the kernel's neighbour table read once
 //!   at start): pinned, never evicted;
 //! - *confirmed* learning: the source MAC of a frame that the TCP stack
 //!   took for an established connection (the handshake's last segment, or
@@ -31,7 +33,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use flowlane_tcp::time::{Duration, Instant};
 use flowlane_wire::EthernetAddress;
@@ -48,7 +50,7 @@ const PINNED: Instant = Instant::from_nanos(u64::MAX);
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
-    ip: Ipv4Addr,
+    ip: IpAddr,
     mac: EthernetAddress,
     /// Until when it outranks tentative sightings ([`PINNED`]: always).
     fresh_until: Instant,
@@ -61,7 +63,7 @@ struct Entry {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Known {
     /// The peer.
-    pub ip: Ipv4Addr,
+    pub ip: IpAddr,
     /// Its Ethernet address.
     pub mac: EthernetAddress,
     /// Confirmed (else only sighted).
@@ -78,18 +80,18 @@ pub struct NeighborStats {
     pub mismatched: u64,
 }
 
-/// IPv4 → Ethernet address, per worker.
+/// IP address → Ethernet address, per worker.
 #[derive(Debug, Clone)]
 pub struct Neighbors {
     entries: Vec<Entry>,
     /// Keyed by a per-table random SipHash key: peers choose the
     /// addresses.
-    index: HashMap<Ipv4Addr, u32, RandomState>,
+    index: HashMap<IpAddr, u32, RandomState>,
     /// Entries that are learned (not pinned).
     confirmed: usize,
     /// The entry used last (`u32::MAX`: none).
     last: u32,
-    tentative: Box<[Option<(Ipv4Addr, EthernetAddress)>]>,
+    tentative: Box<[Option<(IpAddr, EthernetAddress)>]>,
     default: Option<EthernetAddress>,
     stats: NeighborStats,
 }
@@ -119,7 +121,7 @@ impl Neighbors {
     pub fn insert_spec(&mut self, spec: &str) -> Result<(), String> {
         let parsed = spec
             .split_once('=')
-            .and_then(|(ip, mac)| Some((ip.trim().parse::<Ipv4Addr>().ok()?, parse_mac(mac)?)));
+            .and_then(|(ip, mac)| Some((ip.trim().parse::<IpAddr>().ok()?, parse_mac(mac)?)));
         let Some((ip, mac)) = parsed else {
             return Err(format!(
                 "bad --neighbor {spec:?}: expected IP=aa:bb:cc:dd:ee:ff"
@@ -131,7 +133,8 @@ impl Neighbors {
 
     /// Adds or replaces a configured entry: pinned, never evicted or
     /// outranked.
-    pub fn insert(&mut self, ip: Ipv4Addr, mac: EthernetAddress) {
+    pub fn insert(&mut self, ip: impl Into<IpAddr>, mac: EthernetAddress) {
+        let ip = ip.into();
         self.put(ip, mac, PINNED, Instant::ZERO);
     }
 
@@ -144,7 +147,8 @@ impl Neighbors {
     /// when the pair is the confirmed one (the common case: the last peer
     /// again, no hashing); otherwise keeps it as a tentative sighting.
     #[inline]
-    pub fn observe(&mut self, now: Instant, ip: Ipv4Addr, mac: EthernetAddress) {
+    pub fn observe(&mut self, now: Instant, ip: impl Into<IpAddr>, mac: EthernetAddress) {
+        let ip = ip.into();
         if let Some(e) = self.entries.get_mut(self.last as usize) {
             if e.ip == ip && e.mac == mac {
                 e.refresh(now);
@@ -155,7 +159,7 @@ impl Neighbors {
     }
 
     #[cold]
-    fn observe_slow(&mut self, now: Instant, ip: Ipv4Addr, mac: EthernetAddress) {
+    fn observe_slow(&mut self, now: Instant, ip: IpAddr, mac: EthernetAddress) {
         if !mac.is_unicast() {
             return;
         }
@@ -175,7 +179,8 @@ impl Neighbors {
     /// Whether a frame from `ip` sent by `mac` would confirm anything new
     /// (cheap: the caller asks before it looks up the connection).
     #[inline]
-    pub fn needs_confirmation(&self, ip: Ipv4Addr, mac: EthernetAddress) -> bool {
+    pub fn needs_confirmation(&self, ip: impl Into<IpAddr>, mac: EthernetAddress) -> bool {
+        let ip = ip.into();
         match self.entries.get(self.last as usize) {
             Some(e) if e.ip == ip => e.mac != mac,
             _ => self
@@ -188,7 +193,8 @@ impl Neighbors {
     /// Records `mac` for `ip` as confirmed: a frame from that pair was
     /// taken by an established connection. A configured entry is left as
     /// it is.
-    pub fn confirm(&mut self, now: Instant, ip: Ipv4Addr, mac: EthernetAddress) {
+    pub fn confirm(&mut self, now: Instant, ip: impl Into<IpAddr>, mac: EthernetAddress) {
+        let ip = ip.into();
         if !mac.is_unicast() {
             return;
         }
@@ -204,7 +210,7 @@ impl Neighbors {
         self.put(ip, mac, now + STALE_AFTER, now);
     }
 
-    fn put(&mut self, ip: Ipv4Addr, mac: EthernetAddress, fresh_until: Instant, used: Instant) {
+    fn put(&mut self, ip: IpAddr, mac: EthernetAddress, fresh_until: Instant, used: Instant) {
         let entry = Entry {
             ip,
             mac,
@@ -255,7 +261,7 @@ impl Neighbors {
         self.stats.evicted += 1;
     }
 
-    fn tentative_slot(&self, ip: Ipv4Addr) -> usize {
+    fn tentative_slot(&self, ip: IpAddr) -> usize {
         self.index.hasher().hash_one(ip) as usize & (TENTATIVE_SLOTS - 1)
     }
 
@@ -263,7 +269,8 @@ impl Neighbors {
     /// pinned), else a newer sighting, else the stale entry, else the
     /// default.
     #[inline]
-    pub fn lookup(&mut self, now: Instant, ip: Ipv4Addr) -> Option<EthernetAddress> {
+    pub fn lookup(&mut self, now: Instant, ip: impl Into<IpAddr>) -> Option<EthernetAddress> {
+        let ip = ip.into();
         if let Some(e) = self.entries.get_mut(self.last as usize) {
             if e.ip == ip && now < e.fresh_until {
                 e.used = now;
@@ -274,7 +281,7 @@ impl Neighbors {
     }
 
     #[cold]
-    fn lookup_slow(&mut self, now: Instant, ip: Ipv4Addr) -> Option<EthernetAddress> {
+    fn lookup_slow(&mut self, now: Instant, ip: IpAddr) -> Option<EthernetAddress> {
         let entry = self.index.get(&ip).copied();
         if let Some(i) = entry {
             let e = &mut self.entries[i as usize];
@@ -295,7 +302,8 @@ impl Neighbors {
     /// What this table knows of `ip`, for a worker taking over connections
     /// to it (a bucket move): its confirmed entry, or its sighting. The
     /// default is not included (every worker has the same).
-    pub fn known(&self, ip: Ipv4Addr) -> Option<Known> {
+    pub fn known(&self, ip: impl Into<IpAddr>) -> Option<Known> {
+        let ip = ip.into();
         if let Some(&i) = self.index.get(&ip) {
             let mac = self.entries[i as usize].mac;
             return Some(Known {
@@ -333,7 +341,8 @@ impl Neighbors {
     }
 
     /// Whether `ip` has an entry (configured or confirmed).
-    pub fn contains(&self, ip: Ipv4Addr) -> bool {
+    pub fn contains(&self, ip: impl Into<IpAddr>) -> bool {
+        let ip = ip.into();
         self.index.contains_key(&ip)
     }
 
@@ -351,20 +360,6 @@ impl Neighbors {
     pub fn stats(&self) -> NeighborStats {
         self.stats
     }
-
-    /// Adds the complete entries of the kernel's neighbour table for
-    /// `device` (any device if `None`) from the text of `/proc/net/arp`, as
-    /// configured entries. Returns how many were added.
-    pub fn load_proc_arp(&mut self, text: &str, device: Option<&str>) -> usize {
-        let mut n = 0;
-        for (ip, mac, dev) in parse_proc_arp(text) {
-            if device.is_none_or(|d| d == dev) {
-                self.insert(ip, mac);
-                n += 1;
-            }
-        }
-        n
-    }
 }
 
 impl Entry {
@@ -377,27 +372,6 @@ impl Entry {
     }
 }
 
-/// Parses `/proc/net/arp`: `(ip, mac, device)` of every complete entry
-/// (flag ATF_COM, 0x2). Lines that do not parse are skipped.
-pub fn parse_proc_arp(text: &str) -> Vec<(Ipv4Addr, EthernetAddress, &str)> {
-    text.lines()
-        .skip(1)
-        .filter_map(|line| {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if f.len() < 6 {
-                return None;
-            }
-            let ip: Ipv4Addr = f[0].parse().ok()?;
-            let flags = u32::from_str_radix(f[2].trim_start_matches("0x"), 16).ok()?;
-            if flags & 0x2 == 0 {
-                return None;
-            }
-            let mac = parse_mac(f[3])?;
-            Some((ip, mac, f[5]))
-        })
-        .collect()
-}
-
 /// Parses `aa:bb:cc:dd:ee:ff` ([`crate::iface::parse_mac`], typed).
 pub fn parse_mac(text: &str) -> Option<EthernetAddress> {
     crate::iface::parse_mac(text).map(EthernetAddress)
@@ -406,13 +380,14 @@ pub fn parse_mac(text: &str) -> Option<EthernetAddress> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     #[test]
     fn neighbor_specs() {
         let mut n = Neighbors::new();
         n.insert_spec("10.99.0.2=02:00:0a:63:00:02").unwrap();
         assert_eq!(
-            n.lookup(Instant::ZERO, "10.99.0.2".parse().unwrap()),
+            n.lookup(Instant::ZERO, "10.99.0.2".parse::<IpAddr>().unwrap()),
             Some(EthernetAddress([2, 0, 0x0a, 0x63, 0, 2]))
         );
         for bad in [
@@ -424,28 +399,6 @@ mod tests {
             let e = n.insert_spec(bad).unwrap_err();
             assert!(e.contains("expected IP=aa:bb:cc:dd:ee:ff"), "{e}");
         }
-    }
-
-    const ARP: &str =
-        "IP address       HW type     Flags       HW address            Mask     Device
-10.99.0.2        0x1         0x2         aa:bb:cc:dd:ee:01     *        xsk0
-10.99.0.3        0x1         0x0         00:00:00:00:00:00     *        xsk0
-192.0.2.1        0x1         0x2         02:fc:00:00:00:05     *        eth0
-garbage line
-";
-
-    #[test]
-    fn parses_complete_entries_only() {
-        let e = parse_proc_arp(ARP);
-        assert_eq!(e.len(), 2);
-        assert_eq!(e[0].0, Ipv4Addr::new(10, 99, 0, 2));
-        assert_eq!(e[0].1, EthernetAddress([0xaa, 0xbb, 0xcc, 0xdd, 0xee, 1]));
-        assert_eq!(e[0].2, "xsk0");
-        let mut n = Neighbors::new();
-        assert_eq!(n.load_proc_arp(ARP, Some("xsk0")), 1);
-        assert!(n
-            .lookup(Instant::ZERO, Ipv4Addr::new(192, 0, 2, 1))
-            .is_none());
     }
 
     const MAC_A: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 1]);

@@ -2,12 +2,17 @@
 //! completion on the queue's worker, with a handler per listener.
 //!
 //! ```text
-//! RX frame ─ parse once (wire) ─ IPv4 + TCP checksums ─ learn peer MAC ─ Stack::handle_tcp
+//! RX frame ─ parse once (wire) ─ IPv4/IPv6 + TCP checksums ─ learn peer MAC ─ Stack::handle_tcp
 //!          ─ events ─ ConnHandler callbacks (send/recv/close on the same core)
 //! on_poll  ─ Stack::handle_timeout ─ events ─ callbacks
 //!          ─ Stack::poll_transmit straight into a free UMEM frame at offset 34
 //!          ─ emit_eth_ipv4_tcp_headers in front of it (TCP + IPv4 checksums) ─ TX ring
+//!            (IPv6: the segment moves 20 bytes up, emit_eth_ipv6_tcp_headers)
 //! ```
+//!
+//! Both address families are served: the stack listens on the interface's
+//! IPv4 address and, when it has one, its IPv6 address ([`TcpConfig::local_ip6`]);
+//! address resolution (ARP, neighbour discovery) stays with the kernel.
 //!
 //! Nothing is shared between queues: each worker owns its stack, its
 //! neighbour table, its handlers and its ephemeral ports; RSS keeps every
@@ -54,7 +59,8 @@
 //! });
 //! ```
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::hash::{BuildHasher, RandomState};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,10 +69,12 @@ use flowlane_numa_sched::RssState;
 use flowlane_tcp::time::Instant;
 use flowlane_tcp::{Config, ConnHandle, Delivery, Error, Event, FourTuple, Stack, State, Stats};
 use flowlane_wire::checksum::ChecksumPolicy;
-use flowlane_wire::packet::{emit_eth_ipv4_tcp_headers, ETH_IPV4_TCP_OFFSET};
+use flowlane_wire::packet::{
+    emit_eth_ipv4_tcp_headers, emit_eth_ipv6_tcp_headers, ETH_IPV4_TCP_OFFSET, ETH_IPV6_TCP_OFFSET,
+};
 use flowlane_wire::{
-    parse_frame_with, EtherType, EthernetAddress, EthernetRepr, IpProtocol, Ipv4Repr, Layer,
-    Network, Transport, VlanTags, WireError,
+    parse_frame_with, EtherType, EthernetAddress, EthernetRepr, Frame, IpProtocol, Ipv4Repr,
+    Ipv6Repr, Layer, Network, TcpRepr, Transport, VlanTags, WireError,
 };
 
 use crate::bucket_counters::{rss_bucket, BucketCounters, BusySampler};
@@ -84,6 +92,9 @@ const PUBLISH_EVERY: Duration = Duration::from_millis(50);
 pub struct TcpConfig {
     /// Our IPv4 address (segments to other addresses are dropped).
     pub local_ip: Ipv4Addr,
+    /// Our IPv6 address, if any: listeners listen on it too, and segments
+    /// to it are taken like those to [`TcpConfig::local_ip`].
+    pub local_ip6: Option<Ipv6Addr>,
     /// Our Ethernet address (source of every frame we send).
     pub local_mac: EthernetAddress,
     /// Initial neighbour entries (static configuration and the kernel's
@@ -104,10 +115,12 @@ pub struct TcpConfig {
 
 impl TcpConfig {
     /// Defaults: the stack's default configuration keyed by `isn_secret`,
-    /// ephemeral ports [`EPHEMERAL`], no static neighbours, no RSS.
+    /// no IPv6 address, ephemeral ports [`EPHEMERAL`], no static
+    /// neighbours, no RSS.
     pub fn new(local_ip: Ipv4Addr, local_mac: [u8; 6], isn_secret: [u8; 16]) -> TcpConfig {
         TcpConfig {
             local_ip,
+            local_ip6: None,
             local_mac: EthernetAddress(local_mac),
             neighbors: Neighbors::new(),
             ephemeral: EPHEMERAL,
@@ -117,11 +130,62 @@ impl TcpConfig {
     }
 }
 
+/// Our addresses on the interface: one per family.
+#[derive(Debug, Clone, Copy)]
+struct LocalAddrs {
+    v4: Ipv4Addr,
+    v6: Option<Ipv6Addr>,
+}
+
+impl LocalAddrs {
+    /// Our address of `peer`'s family, if we have one.
+    fn of_family(&self, peer: IpAddr) -> Option<IpAddr> {
+        match peer {
+            IpAddr::V4(_) => Some(self.v4.into()),
+            IpAddr::V6(_) => self.v6.map(IpAddr::V6),
+        }
+    }
+
+    /// Whether `ip` is one of ours.
+    #[inline]
+    fn is_ours(&self, ip: IpAddr) -> bool {
+        match ip {
+            IpAddr::V4(a) => a == self.v4,
+            IpAddr::V6(a) => Some(a) == self.v6,
+        }
+    }
+
+    /// What a listener on `port` listens on: our IPv4 address, or, when
+    /// we have an IPv6 one too, the unspecified address, which the stack
+    /// matches in both families (frames to addresses not ours never reach
+    /// it: [`TcpHandler::input`] drops them).
+    fn listen_addr(&self, port: u16) -> SocketAddr {
+        match self.v6 {
+            None => SocketAddr::new(self.v4.into(), port),
+            Some(_) => SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), port),
+        }
+    }
+}
+
+/// The TCP segment of a parsed frame, with its source and destination
+/// addresses (IPv4 or IPv6); `None` for anything else.
+#[inline]
+fn tcp_segment<'f>(f: &'f Frame<'_>) -> Option<(IpAddr, IpAddr, &'f TcpRepr)> {
+    let Transport::Tcp(tcp) = &f.transport else {
+        return None;
+    };
+    match &f.network {
+        Network::Ipv4(ip) => Some((ip.src_addr.into(), ip.dst_addr.into(), tcp)),
+        Network::Ipv6(ip) => Some((ip.src_addr.into(), ip.dst_addr.into(), tcp)),
+        _ => None,
+    }
+}
+
 /// [`Net`] over a queue's stack: what a handler's calls do on this queue.
 struct StackNet<'a> {
     stack: &'a mut Stack,
     ports: &'a mut EphemeralPorts,
-    local_ip: Ipv4Addr,
+    local: &'a LocalAddrs,
     now: Instant,
     placement: Placement,
 }
@@ -136,14 +200,16 @@ impl Net for StackNet<'_> {
     }
 
     /// A port of the ephemeral range whose replies RSS steers to this queue.
-    fn connect(&mut self, remote: SocketAddrV4) -> Result<ConnHandle, Error> {
+    fn connect(&mut self, remote: SocketAddr) -> Result<ConnHandle, Error> {
+        // Our address of the peer's family.
+        let local_ip = self
+            .local
+            .of_family(remote.ip())
+            .ok_or(Error::InvalidAddress)?;
         for _ in 0..64 {
-            let port = self
-                .ports
-                .next(self.local_ip, remote)
-                .ok_or(Error::AddrInUse)?;
-            let local = SocketAddr::new(IpAddr::V4(self.local_ip), port);
-            match self.stack.connect(self.now, local, SocketAddr::V4(remote)) {
+            let port = self.ports.next(local_ip, remote).ok_or(Error::AddrInUse)?;
+            let local = SocketAddr::new(local_ip, port);
+            match self.stack.connect(self.now, local, remote) {
                 Err(Error::AddrInUse) => continue,
                 r => return r,
             }
@@ -428,12 +494,14 @@ fn recv_memory_for(rx_frames: u32, mss: u16) -> usize {
 /// neighbour table, ephemeral ports and application handlers.
 pub struct TcpHandler {
     stack: Stack,
-    local_ip: Ipv4Addr,
+    local: LocalAddrs,
     local_mac: EthernetAddress,
     neighbors: Neighbors,
     /// The sender (IP, MAC) of the frame the stack is taking now: the
     /// events it causes confirm it as a neighbour.
-    rx_sender: Option<(Ipv4Addr, EthernetAddress)>,
+    rx_sender: Option<(IpAddr, EthernetAddress)>,
+    /// Keys the IPv6 flow label of each connection (RFC 6437 §3).
+    flow_label_key: RandomState,
     ports: EphemeralPorts,
     app: Dispatcher,
     counters: Arc<TcpCounters>,
@@ -451,7 +519,7 @@ impl std::fmt::Debug for TcpHandler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TcpHandler")
             .field("queue", &self.placement.queue)
-            .field("local_ip", &self.local_ip)
+            .field("local", &self.local)
             .field("handlers", &self.app.handler_count())
             .field("connections", &self.stack.connection_count())
             .finish()
@@ -481,10 +549,14 @@ impl TcpHandler {
             // Timed only where buckets can move ([`TcpHandler::with_mover`]).
             busy: BusySampler::new(1),
             stack,
-            local_ip: cfg.local_ip,
+            local: LocalAddrs {
+                v4: cfg.local_ip,
+                v6: cfg.local_ip6,
+            },
             local_mac: cfg.local_mac,
             neighbors: cfg.neighbors,
             rx_sender: None,
+            flow_label_key: RandomState::new(),
             ports: EphemeralPorts::new(cfg.ephemeral.0, cfg.ephemeral.1, queue.queue, cfg.rss),
             app: Dispatcher::new(),
             counters: Arc::new(TcpCounters::default()),
@@ -519,15 +591,14 @@ impl TcpHandler {
         h
     }
 
-    /// Listens on `port` of our address; `handler` gets the connections.
+    /// Listens on `port` of our addresses (IPv4, and IPv6 when we have
+    /// one); `handler` gets the connections of both.
     pub fn listen(
         &mut self,
         port: u16,
         handler: impl ConnHandler + 'static,
     ) -> Result<HandlerId, Error> {
-        let l = self
-            .stack
-            .listen(SocketAddr::new(IpAddr::V4(self.local_ip), port))?;
+        let l = self.stack.listen(self.local.listen_addr(port))?;
         let id = self.app.add(handler);
         self.app.bind_listener(l, id);
         Ok(id)
@@ -560,7 +631,7 @@ impl TcpHandler {
             StackNet {
                 stack: &mut self.stack,
                 ports: &mut self.ports,
-                local_ip: self.local_ip,
+                local: &self.local,
                 now,
                 placement: self.placement,
             },
@@ -583,7 +654,7 @@ impl TcpHandler {
     /// its IP when the frame completed a handshake or delivered data: an
     /// established connection took it, so it came from the peer that holds
     /// the sequence numbers (issue 11: never from a spoofed SYN).
-    fn confirm_sender(&mut self, now: Instant, ev: &Event, (ip, mac): (Ipv4Addr, EthernetAddress)) {
+    fn confirm_sender(&mut self, now: Instant, ev: &Event, (ip, mac): (IpAddr, EthernetAddress)) {
         let (Event::Accepted { conn, .. } | Event::Connected(conn) | Event::Readable(conn)) = *ev
         else {
             return;
@@ -592,7 +663,7 @@ impl TcpHandler {
             && self
                 .stack
                 .four_tuple(conn)
-                .is_ok_and(|t| t.remote.ip() == IpAddr::V4(ip))
+                .is_ok_and(|t| t.remote.ip() == ip)
         {
             self.neighbors.confirm(now, ip, mac);
         }
@@ -639,38 +710,31 @@ impl TcpHandler {
                 return false;
             }
         };
-        let (Network::Ipv4(ip), Transport::Tcp(tcp)) = (&f.network, &f.transport) else {
+        let Some((src, dst, tcp)) = tcp_segment(&f) else {
             counters::bump(&c.not_ours);
             return false;
         };
-        if ip.dst_addr != self.local_ip || f.ethernet.vlan.count() != 0 {
+        if !self.local.is_ours(dst) || f.ethernet.vlan.count() != 0 {
             counters::bump(&c.not_ours);
             return false;
         }
         if let Some(m) = self.mover.as_mut().filter(|m| hops == 0 && m.holding()) {
             let tuple = FourTuple {
-                local: SocketAddr::new(IpAddr::V4(ip.dst_addr), tcp.dst_port),
-                remote: SocketAddr::new(IpAddr::V4(ip.src_addr), tcp.src_port),
+                local: SocketAddr::new(dst, tcp.dst_port),
+                remote: SocketAddr::new(src, tcp.src_port),
             };
             if let Some(b) = m.held_bucket(&tuple) {
                 m.hold(b, frame);
                 return false;
             }
         }
-        self.neighbors
-            .observe(now, ip.src_addr, f.ethernet.src_addr);
+        self.neighbors.observe(now, src, f.ethernet.src_addr);
         // The classifier parsed the whole TCP header: hand it over as is.
-        let delivery = self.stack.handle_tcp(
-            now,
-            IpAddr::V4(ip.src_addr),
-            IpAddr::V4(ip.dst_addr),
-            tcp,
-            f.payload(),
-        );
+        let delivery = self.stack.handle_tcp(now, src, dst, tcp, f.payload());
         match delivery {
             Delivery::Taken => {
                 counters::bump(&c.segments_in);
-                self.rx_sender = Some((ip.src_addr, f.ethernet.src_addr));
+                self.rx_sender = Some((src, f.ethernet.src_addr));
                 true
             }
             Delivery::Away { bucket } => {
@@ -691,16 +755,16 @@ impl TcpHandler {
         let Some(rss) = self.mover.as_ref().map(Mover::rss) else {
             return;
         };
-        // Taken by the stack: a valid IPv4 TCP frame (checked once already).
+        // Taken by the stack: a valid TCP frame (checked once already).
         let Ok(f) = parse_frame_with(frame, ChecksumPolicy::IP_ONLY) else {
             return;
         };
-        let (Network::Ipv4(ip), Transport::Tcp(tcp)) = (&f.network, &f.transport) else {
+        let Some((src, dst, tcp)) = tcp_segment(&f) else {
             return;
         };
         let tuple = FourTuple {
-            local: SocketAddr::new(IpAddr::V4(ip.dst_addr), tcp.dst_port),
-            remote: SocketAddr::new(IpAddr::V4(ip.src_addr), tcp.src_port),
+            local: SocketAddr::new(dst, tcp.dst_port),
+            remote: SocketAddr::new(src, tcp.src_port),
         };
         self.busy.charge(rss_bucket(rss, &tuple), spent);
     }
@@ -765,13 +829,10 @@ impl TcpHandler {
             connections: export.connections().len(),
             time_wait: export.time_wait_count(),
         };
-        let mut peers: Vec<Ipv4Addr> = export
+        let mut peers: Vec<IpAddr> = export
             .connections()
             .iter()
-            .filter_map(|(_, snap)| match snap.four_tuple().remote.ip() {
-                IpAddr::V4(ip) => Some(ip),
-                IpAddr::V6(_) => None,
-            })
+            .map(|(_, snap)| snap.four_tuple().remote.ip())
             .collect();
         peers.sort_unstable();
         peers.dedup();
@@ -846,9 +907,11 @@ impl TcpHandler {
     }
 
     /// Lets the stack write its next segment at offset 34 of `buf` (a free
-    /// UMEM frame) and puts Ethernet and IPv4 headers in front of it.
-    /// Returns whether the stack produced a segment, and the frame length
-    /// if it is to be sent.
+    /// UMEM frame) and puts Ethernet and IP headers in front of it (an IPv6
+    /// segment first moves up by the 20 bytes its longer header needs: the
+    /// IPv4 path, the common one, pays nothing for IPv6). Returns whether
+    /// the stack produced a segment, and the frame length if it is to be
+    /// sent.
     fn build_frame(&mut self, now: Instant, buf: &mut [u8]) -> (bool, Option<usize>) {
         let Some(seg_buf) = buf.get_mut(ETH_IPV4_TCP_OFFSET..) else {
             return (false, None);
@@ -856,21 +919,46 @@ impl TcpHandler {
         let Some(t) = self.stack.poll_transmit(now, seg_buf) else {
             return (false, None);
         };
-        let (SocketAddr::V4(src), SocketAddr::V4(dst)) = (t.src, t.dst) else {
-            return (true, None);
-        };
-        let Some(peer_mac) = self.neighbors.lookup(now, *dst.ip()) else {
+        let Some(peer_mac) = self.neighbors.lookup(now, t.dst.ip()) else {
             counters::bump(&self.counters.no_neighbor);
             return (true, None);
         };
-        let eth = EthernetRepr {
+        let mut eth = EthernetRepr {
             dst_addr: peer_mac,
             src_addr: self.local_mac,
             vlan: VlanTags::NONE,
             ethertype: EtherType::Ipv4,
         };
-        let ip = Ipv4Repr::new(*src.ip(), *dst.ip(), IpProtocol::Tcp, t.len);
-        (true, emit_eth_ipv4_tcp_headers(buf, &eth, &ip, t.len).ok())
+        let sent = match (t.src.ip(), t.dst.ip()) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => {
+                let ip = Ipv4Repr::new(src, dst, IpProtocol::Tcp, t.len);
+                emit_eth_ipv4_tcp_headers(buf, &eth, &ip, t.len)
+            }
+            (IpAddr::V6(src), IpAddr::V6(dst)) => {
+                if buf.len() < ETH_IPV6_TCP_OFFSET + t.len {
+                    return (true, None);
+                }
+                buf.copy_within(
+                    ETH_IPV4_TCP_OFFSET..ETH_IPV4_TCP_OFFSET + t.len,
+                    ETH_IPV6_TCP_OFFSET,
+                );
+                eth.ethertype = EtherType::Ipv6;
+                let mut ip = Ipv6Repr::new(src, dst, IpProtocol::Tcp, t.len);
+                ip.flow_label = self.flow_label(&t);
+                emit_eth_ipv6_tcp_headers(buf, &eth, &ip, t.len)
+            }
+            // The stack never mixes families in one connection.
+            _ => return (true, None),
+        };
+        (true, sent.ok())
+    }
+
+    /// The flow label of `t`'s connection (RFC 6437 §3): a keyed hash of
+    /// its addresses and ports, the same for every segment, 20 bits, not 0
+    /// (which would say "no label"), and not guessable from outside.
+    fn flow_label(&self, t: &flowlane_tcp::Transmit) -> u32 {
+        let h = self.flow_label_key.hash_one((t.src, t.dst)) as u32 & 0x000f_ffff;
+        h.max(1)
     }
 }
 
@@ -993,18 +1081,29 @@ mod tests {
         }
     }
 
-    /// Wraps a peer segment into an Ethernet/IPv4 frame.
-    pub(super) fn frame(seg: &[u8], src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
-        let mut buf = vec![0u8; ETH_IPV4_TCP_OFFSET + seg.len()];
-        buf[ETH_IPV4_TCP_OFFSET..].copy_from_slice(seg);
-        let eth = EthernetRepr {
+    /// Wraps a peer segment into an Ethernet/IPv4 or IPv6 frame.
+    pub(super) fn frame(seg: &[u8], src: impl Into<IpAddr>, dst: impl Into<IpAddr>) -> Vec<u8> {
+        let mut buf = vec![0u8; ETH_IPV6_TCP_OFFSET + seg.len()];
+        let mut eth = EthernetRepr {
             dst_addr: EthernetAddress(OUR_MAC),
             src_addr: EthernetAddress(PEER_MAC),
             vlan: VlanTags::NONE,
             ethertype: EtherType::Ipv4,
         };
-        let ip = Ipv4Repr::new(src, dst, IpProtocol::Tcp, seg.len());
-        let n = emit_eth_ipv4_tcp_headers(&mut buf, &eth, &ip, seg.len()).unwrap();
+        let n = match (src.into(), dst.into()) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => {
+                buf[ETH_IPV4_TCP_OFFSET..][..seg.len()].copy_from_slice(seg);
+                let ip = Ipv4Repr::new(src, dst, IpProtocol::Tcp, seg.len());
+                emit_eth_ipv4_tcp_headers(&mut buf, &eth, &ip, seg.len()).unwrap()
+            }
+            (IpAddr::V6(src), IpAddr::V6(dst)) => {
+                buf[ETH_IPV6_TCP_OFFSET..].copy_from_slice(seg);
+                eth.ethertype = EtherType::Ipv6;
+                let ip = Ipv6Repr::new(src, dst, IpProtocol::Tcp, seg.len());
+                emit_eth_ipv6_tcp_headers(&mut buf, &eth, &ip, seg.len()).unwrap()
+            }
+            _ => panic!("mixed families"),
+        };
         buf.truncate(n);
         buf
     }
@@ -1030,10 +1129,22 @@ mod tests {
     }
 
     #[test]
-    fn echoes_through_frames_and_counts_corruption() {
-        let ours = Ipv4Addr::new(10, 99, 0, 1);
-        let peer_ip = Ipv4Addr::new(10, 99, 0, 2);
-        let cfg = TcpConfig::new(ours, OUR_MAC, [1; 16]);
+    fn echoes_through_ipv4_frames_and_counts_corruption() {
+        echoes_through_frames_and_counts_corruption("10.99.0.1", "10.99.0.2");
+    }
+
+    #[test]
+    fn echoes_through_ipv6_frames_and_counts_corruption() {
+        echoes_through_frames_and_counts_corruption("fd99::1", "fd99::2");
+    }
+
+    /// A peer stack at `peer_ip` talks to our echo service at `ours`
+    /// through Ethernet frames, some of them corrupted.
+    fn echoes_through_frames_and_counts_corruption(ours: &str, peer_ip: &str) {
+        let ours: IpAddr = ours.parse().unwrap();
+        let peer_ip: IpAddr = peer_ip.parse().unwrap();
+        let mut cfg = TcpConfig::new(Ipv4Addr::new(10, 99, 0, 1), OUR_MAC, [1; 16]);
+        cfg.local_ip6 = Some("fd99::1".parse().unwrap());
         let mut h = TcpHandler::new(&info(), cfg);
         let echo = Echo::default();
         let log = echo.log.clone();
@@ -1043,14 +1154,15 @@ mod tests {
         let conn = peer
             .connect(
                 instant(t0),
-                "10.99.0.2:40001".parse().unwrap(),
-                "10.99.0.1:7".parse().unwrap(),
+                SocketAddr::new(peer_ip, 40001),
+                SocketAddr::new(ours, 7),
             )
             .unwrap();
         let mut seg = [0u8; 1600];
         let mut received = Vec::new();
         let mut sent_data = false;
         let mut corrupted = 0;
+        let mut labels = std::collections::BTreeSet::new();
         for round in 0..50u64 {
             let now = t0 + Duration::from_millis(round);
             while let Some(t) = peer.poll_transmit(instant(now), &mut seg) {
@@ -1062,7 +1174,7 @@ mod tests {
                     let mut bad = f.clone();
                     let last = bad.len() - 1;
                     bad[last] ^= 0x40;
-                    bad[ETH_IPV4_TCP_OFFSET + 4] ^= 1;
+                    bad[ETH_IPV6_TCP_OFFSET + 4] ^= 1;
                     let len = bad.len();
                     assert_eq!(h.on_rx(&info(), now, &mut bad, len), RxAction::Drop);
                     corrupted += 1;
@@ -1073,12 +1185,10 @@ mod tests {
             for f in poll(&mut h, now) {
                 let parsed = parse_frame(&f).expect("valid frame with checksums");
                 assert_eq!(parsed.ethernet.dst_addr, EthernetAddress(PEER_MAC));
-                peer.handle_segment(
-                    instant(now),
-                    IpAddr::V4(ours),
-                    IpAddr::V4(peer_ip),
-                    parsed.l4(),
-                );
+                if let Network::Ipv6(ip) = parsed.network {
+                    labels.insert(ip.flow_label);
+                }
+                peer.handle_segment(instant(now), ours, peer_ip, parsed.l4());
             }
             while let Some(ev) = peer.poll_event() {
                 if let Event::Connected(_) = ev {
@@ -1096,6 +1206,11 @@ mod tests {
         }
         assert!(sent_data);
         assert_eq!(received, b"hello flowlane");
+        // RFC 6437: one non-zero label for the connection's every segment.
+        if ours.is_ipv6() {
+            assert_eq!(labels.len(), 1, "{labels:?}");
+            assert!(!labels.contains(&0));
+        }
         let c = h.counters().snapshot();
         assert_eq!(c.bad_tcp_checksum, corrupted);
         assert!(corrupted > 0);
@@ -1111,12 +1226,7 @@ mod tests {
             }
             for f in poll(&mut h, now) {
                 let parsed = parse_frame(&f).unwrap();
-                peer.handle_segment(
-                    instant(now),
-                    IpAddr::V4(ours),
-                    IpAddr::V4(peer_ip),
-                    parsed.l4(),
-                );
+                peer.handle_segment(instant(now), ours, peer_ip, parsed.l4());
             }
         }
         assert_eq!(h.stack.connection_count(), 0);

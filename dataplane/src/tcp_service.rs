@@ -6,7 +6,7 @@
 //! application register its handlers on it (a failure of any queue stops
 //! everything and is returned), and keeps each queue's counters.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -17,7 +17,8 @@ use crate::bucket_counters::{BucketCounters, BucketSnapshot};
 pub use crate::ephemeral::rss_state;
 use crate::ephemeral::EPHEMERAL;
 use crate::handoff::{self, Mesh, MoveError, MoveReport, NicWriter};
-use crate::iface::{local_ipv4, InterfaceInfo};
+use crate::iface::{current_ifindex, local_ipv4, local_ipv6, InterfaceInfo};
+use crate::kernel_neighbors::kernel_neighbors;
 use crate::neighbor::Neighbors;
 use crate::placement::machine_placement;
 use crate::runtime::{Dataplane, DataplaneConfig};
@@ -159,6 +160,7 @@ impl TcpService {
         dp.bind_mode = BindMode::Auto;
         dp.ephemeral = config.active.then_some(EPHEMERAL);
         let mut tcp = TcpConfig::new(local_ipv4(&config.iface)?, info.mac, isn_secret());
+        tcp.local_ip6 = local_ipv6(&config.iface)?;
         if let Some(msl) = config.msl {
             tcp.tcp.msl = msl;
         }
@@ -342,23 +344,36 @@ pub fn isn_secret() -> [u8; 16] {
 }
 
 /// Neighbours for a service: static `IP=MAC` specs, then the kernel's table
-/// for `iface`. With `prime`, the kernel is first made to resolve that
-/// address (ARP stays with the kernel: a datagram to its discard port makes
-/// it ask).
-pub fn neighbors(specs: &[String], iface: &str, prime: Option<Ipv4Addr>) -> Result<Neighbors> {
+/// for `iface` (both families). With `prime`, the kernel is first made to
+/// resolve that address (ARP and neighbour discovery stay with the kernel:
+/// a datagram to its discard port makes it ask).
+pub fn neighbors(specs: &[String], iface: &str, prime: Option<IpAddr>) -> Result<Neighbors> {
     let mut n = Neighbors::new();
     for e in specs {
         n.insert_spec(e)
             .map_err(|e| Error::Setup(format!("bad --neighbor: {e}")))?;
     }
     if let Some(ip) = prime.filter(|&ip| !n.contains(ip)) {
-        if let Ok(sock) = std::net::UdpSocket::bind("0.0.0.0:0") {
+        let any: IpAddr = match ip {
+            IpAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
+            IpAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
+        };
+        if let Ok(sock) = std::net::UdpSocket::bind((any, 0)) {
             let _ = sock.send_to(b"", (ip, 9));
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    let text = std::fs::read_to_string("/proc/net/arp").unwrap_or_default();
-    n.load_proc_arp(&text, Some(iface));
+    if let Some(index) = current_ifindex(iface) {
+        match kernel_neighbors(index) {
+            Ok(entries) => {
+                for (ip, mac) in entries {
+                    n.insert(ip, mac);
+                }
+            }
+            // Not fatal: peers are learned as they connect.
+            Err(e) => tracing::warn!("reading the kernel's neighbour table: {e}"),
+        }
+    }
     Ok(n)
 }
 

@@ -15,11 +15,13 @@ use sim::{events, read_all, run_until, LinkConfig, Side, Sim};
 const A6: IpAddr = IpAddr::V6(Ipv6Addr::new(0xfd99, 0, 0, 0, 0, 0, 0, 1));
 const B6: IpAddr = IpAddr::V6(Ipv6Addr::new(0xfd99, 0, 0, 0, 0, 0, 0, 2));
 
+/// (side, MSS option, payload length) of a segment a stack emitted.
+type Emitted = (Side, Option<u16>, usize);
+
 #[test]
 fn an_ipv6_connection_advertises_and_sends_20_bytes_less_than_ipv4() {
     let mut sim = Sim::symmetric(3, LinkConfig::default());
-    // (side, MSS option, payload length) of every segment emitted.
-    let seen: Rc<RefCell<Vec<(Side, Option<u16>, usize)>>> = Rc::default();
+    let seen: Rc<RefCell<Vec<Emitted>>> = Rc::default();
     let tap = seen.clone();
     sim.emit_tap = Some(Box::new(move |side, bytes| {
         let (r, payload) = TcpRepr::parse_segment(bytes).unwrap();

@@ -2,7 +2,8 @@
 //! client: echo (python3), HTTP/1.1 keep-alive (curl, two requests on one
 //! connection), `Connection: close` and HTTP/1.0 answered per RFC 9112 §9.6
 //! (curl and python's http.client), and 1000 concurrent connections doing
-//! request/response, all served and closed; and
+//! request/response, all served and closed; curl over IPv6 and IPv4 to
+//! the same server; and
 //! TIME-WAIT entries of connections flowlane closed expire after 2 MSL.
 
 mod tcp_common;
@@ -86,6 +87,37 @@ fn curl_gets_two_responses_on_one_connection() {
         "one connection for both requests: {t}"
     );
     assert_eq!(t["connections"], 0, "{t}");
+}
+
+#[test]
+fn curl_reaches_the_same_server_over_ipv6_and_ipv4() {
+    if !require_root("curl_reaches_the_same_server_over_ipv6_and_ipv4") {
+        return;
+    }
+    let bed = Bed::up("th6", 2);
+    let app = start(
+        &bed,
+        &["http-server", "--port", "8080", "--body", "dual stack\n"],
+        120,
+    );
+    for (flag, url) in [
+        ("-6", "http://[fd99::1]:8080/"),
+        ("-4", "http://10.99.0.1:8080/"),
+        ("-6", "http://[fd99::1]:8080/again"),
+    ] {
+        let o = Command::new("ip")
+            .args(["netns", "exec", &bed.peer_ns, "timeout", "30"])
+            .args(["curl", "-s", flag, "--max-time", "10", url])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "curl {flag} {url}: {}", text(&o));
+        assert_eq!(String::from_utf8_lossy(&o.stdout), "dual stack\n", "{url}");
+    }
+    let lines = app.stop();
+    let t = totals(&lines);
+    assert_eq!(t["passive_opens"], 3, "{t}");
+    assert_eq!(t["connections"], 0, "{t}");
+    assert_eq!(t["bad_tcp_checksum"], 0, "{t}");
 }
 
 /// Lower-cased `Connection` response headers curl printed (`-v`: `< name: value`).

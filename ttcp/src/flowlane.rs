@@ -15,7 +15,7 @@
 //! test bed `--bed NAME` does that from the root namespace
 //! ([`flowlane_testbed::reexec_in_bed`]).
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -91,7 +91,7 @@ impl Backend for Flowlane {
         }
         let echo = plan.params.mode != Mode::Throughput;
         let buf_len = plan.params.buffer.max(plan.params.msg_size);
-        let local_ip = ipv4(plan.addr)?;
+        let local_ip = plan.addr;
         let lports = ports.clone();
         start(
             plan,
@@ -103,7 +103,7 @@ impl Backend for Flowlane {
                         shared: sh.clone(),
                         w: w.clone(),
                         echo,
-                        local: SocketAddr::new(IpAddr::V4(local_ip), port),
+                        local: SocketAddr::new(local_ip, port),
                         buf: vec![0; buf_len],
                     };
                     h.listen(port, rx)
@@ -116,7 +116,7 @@ impl Backend for Flowlane {
     }
 
     fn start_sender(&self, plan: &Plan, shared: Arc<Shared>) -> Result<Workers> {
-        let remote = SocketAddrV4::new(ipv4(plan.addr)?, 0);
+        let remote = plan.addr;
         let total = plan.connections();
         let (base, nports) = (plan.params.base_port, plan.params.ports);
         let buffer = plan.params.buffer;
@@ -137,10 +137,10 @@ impl Backend for Flowlane {
                 } else {
                     (total / queues as usize) * q as usize + total % queues as usize
                 };
-                let to: Vec<SocketAddrV4> = (0..n)
+                let to: Vec<SocketAddr> = (0..n)
                     .map(|k| {
                         let port = base + ((first + k) % usize::from(nports)) as u16;
-                        SocketAddrV4::new(*remote.ip(), port)
+                        SocketAddr::new(remote, port)
                     })
                     .collect();
                 if !to.is_empty() {
@@ -158,13 +158,6 @@ impl Backend for Flowlane {
             },
             shared,
         )
-    }
-}
-
-fn ipv4(a: IpAddr) -> Result<Ipv4Addr> {
-    match a {
-        IpAddr::V4(v) => Ok(v),
-        _ => bail!("--backend flowlane: {a} is not IPv4"),
     }
 }
 
@@ -388,7 +381,7 @@ fn set_tcp(summary: &mut serde_json::Value, tcp: &[(u32, TcpCountersSnapshot)]) 
 struct Tx {
     shared: Arc<Shared>,
     w: Arc<WorkerCounters>,
-    to: Vec<SocketAddrV4>,
+    to: Vec<SocketAddr>,
     conns: Vec<ConnHandle>,
     sending: bool,
     closed: bool,

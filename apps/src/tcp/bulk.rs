@@ -2,7 +2,7 @@
 //! finished transfer.
 
 use std::collections::HashMap;
-use std::net::SocketAddrV4;
+use std::net::SocketAddr;
 use std::sync::mpsc::Sender;
 use std::time::Duration;
 
@@ -152,7 +152,7 @@ struct Outgoing {
 
 /// Opens connections and sends `bytes` on each, then closes.
 pub(super) struct Source {
-    remote: SocketAddrV4,
+    remote: SocketAddr,
     bytes: u64,
     seed: u64,
     to_open: usize,
@@ -165,7 +165,7 @@ impl Source {
     /// Opens `to_open` connections to `remote`, each sending `bytes` of the
     /// payload seeded with `seed`, and reports each transfer on `done`.
     pub(super) fn new(
-        remote: SocketAddrV4,
+        remote: SocketAddr,
         bytes: u64,
         seed: u64,
         to_open: usize,

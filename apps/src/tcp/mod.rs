@@ -10,7 +10,7 @@
 //! worker's CPU time. `--report FILE` is written once the data path is up
 //! (tests wait for it), on SIGUSR1 and at exit. SIGTERM/SIGINT exit cleanly.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Mutex;
@@ -124,7 +124,7 @@ pub struct SourceArgs {
     common: Common,
     /// Server to send to.
     #[arg(long)]
-    connect: SocketAddrV4,
+    connect: SocketAddr,
     /// Bytes per connection.
     #[arg(long, default_value_t = 64 << 20)]
     bytes: u64,
@@ -222,7 +222,7 @@ pub fn run(cmd: TcpCmd, nic: NicAccess) -> Result<()> {
                 &a.common,
                 nic,
                 &[],
-                Some(*remote.ip()),
+                Some(remote.ip()),
                 total,
                 move |h, tx| {
                     let q = h.queue();
@@ -284,7 +284,7 @@ fn serve<F>(
     c: &Common,
     nic: NicAccess,
     ports: &[u16],
-    connect_to: Option<Ipv4Addr>,
+    connect_to: Option<IpAddr>,
     expect: usize,
     setup: F,
 ) -> Result<()>

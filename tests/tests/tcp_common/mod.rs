@@ -183,6 +183,7 @@ pub(crate) fn peer_py_spawn(bed: &Bed, limit_s: u64, script: &str, args: &[&str]
 pub(crate) const KERNEL_SEND: &str = r#"
 import hashlib, os, socket, sys
 host, port = sys.argv[1].rsplit(':', 1)
+host = host.strip('[]')
 total = int(sys.argv[2])
 s = socket.create_connection((host, int(port)), timeout=30)
 h = hashlib.sha256()
@@ -207,7 +208,8 @@ print(h.hexdigest())
 pub(crate) const KERNEL_RECV: &str = r#"
 import hashlib, socket, sys
 host, port = sys.argv[1].rsplit(':', 1)
-l = socket.socket()
+host = host.strip('[]')
+l = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET)
 l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 l.bind((host, int(port)))
 l.listen(16)
@@ -320,10 +322,47 @@ pub(crate) fn bulk_bytes() -> u64 {
     1 << 30
 }
 
+/// The bed's address family a test runs over: flowlane's side and the
+/// peer's addresses (`xsk0` and `peer0`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    /// flowlane's `host:port` (IPv6 in brackets, as URLs and sockets
+    /// addresses write it).
+    pub(crate) fn ours(self, port: u16) -> String {
+        match self {
+            Family::V4 => format!("10.99.0.1:{port}"),
+            Family::V6 => format!("[fd99::1]:{port}"),
+        }
+    }
+
+    /// The peer's `host:port`.
+    pub(crate) fn peer(self, port: u16) -> String {
+        match self {
+            Family::V4 => format!("10.99.0.2:{port}"),
+            Family::V6 => format!("[fd99::2]:{port}"),
+        }
+    }
+}
+
 /// Kernel (python3 in the peer namespace) → flowlane `bulk-sink` on port
-/// 5001: sends `bytes`, checks the sha256 both sides computed; returns the
-/// sink's transfer line and all its JSON lines.
+/// 5001 over IPv4: sends `bytes`, checks the sha256 both sides computed;
+/// returns the sink's transfer line and all its JSON lines.
 pub(crate) fn kernel_to_flowlane(bed: &Bed, bytes: u64, limit_s: u64) -> (Value, Vec<Value>) {
+    kernel_to_flowlane_over(bed, Family::V4, bytes, limit_s)
+}
+
+/// [`kernel_to_flowlane`] over `family`.
+pub(crate) fn kernel_to_flowlane_over(
+    bed: &Bed,
+    family: Family,
+    bytes: u64,
+    limit_s: u64,
+) -> (Value, Vec<Value>) {
     let sink = start(
         bed,
         &["bulk-sink", "--port", "5001", "--count", "1"],
@@ -333,7 +372,7 @@ pub(crate) fn kernel_to_flowlane(bed: &Bed, bytes: u64, limit_s: u64) -> (Value,
         bed,
         limit_s,
         KERNEL_SEND,
-        &["10.99.0.1:5001", &bytes.to_string()],
+        &[&family.ours(5001), &bytes.to_string()],
     );
     let lines = sink.wait(Duration::from_secs(limit_s));
     let r = lines
@@ -351,14 +390,25 @@ pub(crate) fn kernel_to_flowlane(bed: &Bed, bytes: u64, limit_s: u64) -> (Value,
 /// sends `bytes`, checks the sha256 both sides computed; returns the
 /// source's transfer line and all its JSON lines.
 pub(crate) fn flowlane_to_kernel(bed: &Bed, bytes: u64, limit_s: u64) -> (Value, Vec<Value>) {
-    let mut peer = peer_py_spawn(bed, limit_s, KERNEL_RECV, &["10.99.0.2:5002"]);
+    flowlane_to_kernel_over(bed, Family::V4, bytes, limit_s)
+}
+
+/// [`flowlane_to_kernel`] over `family`.
+pub(crate) fn flowlane_to_kernel_over(
+    bed: &Bed,
+    family: Family,
+    bytes: u64,
+    limit_s: u64,
+) -> (Value, Vec<Value>) {
+    let to = family.peer(5002);
+    let mut peer = peer_py_spawn(bed, limit_s, KERNEL_RECV, &[&to]);
     wait_ready(&mut peer);
     let src = start(
         bed,
         &[
             "bulk-source",
             "--connect",
-            "10.99.0.2:5002",
+            &to,
             "--bytes",
             &bytes.to_string(),
         ],
