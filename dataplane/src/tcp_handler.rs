@@ -72,6 +72,7 @@ use flowlane_wire::checksum::ChecksumPolicy;
 use flowlane_wire::packet::{
     emit_eth_ipv4_tcp_headers, emit_eth_ipv6_tcp_headers, ETH_IPV4_TCP_OFFSET, ETH_IPV6_TCP_OFFSET,
 };
+use flowlane_wire::too_big::too_big;
 use flowlane_wire::{
     parse_frame_with, EtherType, EthernetAddress, EthernetRepr, Frame, IpProtocol, Ipv4Repr,
     Ipv6Repr, Layer, Network, TcpRepr, Transport, VlanTags, WireError,
@@ -289,7 +290,7 @@ counters! {
     /// One queue's TCP counters, written by its worker (frame-level ones as
     /// they happen, the stack's every 50 ms) and read by anyone.
     TcpCounters / TcpCountersSnapshot {
-        /// TCP/IPv4 frames for our address that reached the stack.
+        /// TCP frames (IPv4 or IPv6) for our address that reached the stack.
         segments_in,
         /// Segments sent.
         segments_out,
@@ -299,7 +300,7 @@ counters! {
         bad_tcp_checksum,
         /// Frames that failed to parse (truncated, bad lengths …).
         malformed,
-        /// Parsed frames that are not TCP/IPv4 to our address.
+        /// Parsed frames that are not TCP (or a path MTU signal) to our address.
         not_ours,
         /// Segments not sent because no MAC was known for the peer.
         no_neighbor,
@@ -347,6 +348,11 @@ counters! {
         fin_overrun,
         /// Segments for no connection and no listener (answered with an RST).
         no_connection,
+        /// ICMP "packet too big" messages that lowered a connection's MSS (RFC 1191, RFC 8201).
+        pmtu_lowered,
+        /// "Packet too big" messages ignored: not about data in flight (RFC 5927), no
+        /// connection, or no lower MTU.
+        too_big_ignored,
         /// RSTs not sent: the queue of RSTs to send was full.
         resets_dropped,
         /// Segments the stack found malformed.
@@ -440,6 +446,8 @@ impl TcpCounters {
         set(&self.ooo_dropped, s.ooo_dropped);
         set(&self.fin_overrun, s.fin_overrun);
         set(&self.no_connection, s.no_connection);
+        set(&self.pmtu_lowered, s.pmtu_lowered);
+        set(&self.too_big_ignored, s.too_big_ignored);
         set(&self.resets_dropped, s.resets_dropped);
         set(&self.tcp_malformed, s.malformed);
         set(&self.resets_in, s.resets_in);
@@ -711,8 +719,7 @@ impl TcpHandler {
             }
         };
         let Some((src, dst, tcp)) = tcp_segment(&f) else {
-            counters::bump(&c.not_ours);
-            return false;
+            return self.icmp_input(now, &f, hops);
         };
         if !self.local.is_ours(dst) || f.ethernet.vlan.count() != 0 {
             counters::bump(&c.not_ours);
@@ -745,6 +752,30 @@ impl TcpHandler {
                 false
             }
         }
+    }
+
+    /// A frame that is not TCP: a path MTU signal about one of our
+    /// segments goes to the stack (the XDP program passes only those, and
+    /// they arrive on whichever queue the NIC hashes the ICMP packet to:
+    /// one about another queue's connection is forwarded there like a
+    /// segment); anything else is not ours. Returns false: no event.
+    #[cold]
+    fn icmp_input(&mut self, now: Instant, f: &Frame<'_>, hops: u8) -> bool {
+        let to_us = f.ip_pair().is_some_and(|p| self.local.is_ours(p.dst()));
+        let Some(t) = too_big(f).filter(|t| to_us && self.local.is_ours(t.local.ip())) else {
+            counters::bump(&self.counters.not_ours);
+            return false;
+        };
+        if let Delivery::Away { bucket } = self
+            .stack
+            .handle_too_big(now, t.local, t.remote, t.seq, t.mtu)
+        {
+            match self.mover.as_mut() {
+                Some(m) => m.forward(bucket, hops, f.bytes),
+                None => counters::bump(&self.counters.forward_dropped),
+            }
+        }
+        false
     }
 
     /// Charges the time since `since` (the frame's parse, its segment and

@@ -489,6 +489,13 @@ pub struct Stats {
     pub resets_dropped: u64,
     /// Segments to no connection and no listener.
     pub no_connection: u64,
+    /// "Packet too big" messages that lowered a connection's MSS (RFC
+    /// 1191, RFC 8201; [`Stack::handle_too_big`]).
+    pub pmtu_lowered: u64,
+    /// "Packet too big" messages ignored: their quoted sequence number was
+    /// not in flight (RFC 5927 §4.1: blind or stale), they named no
+    /// connection, or they reported no MTU lower than the one in use.
+    pub too_big_ignored: u64,
     /// SYNs dropped because the listener backlog was full (and SYN
     /// cookies are off).
     pub syn_dropped: u64,

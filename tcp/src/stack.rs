@@ -6,6 +6,7 @@ use crate::challenge::ChallengeBudget;
 use crate::chunk_pool::{ChunkPool, CHUNK_SIZE};
 use crate::connection::{
     ev, offered_wscale, Connection, Ctx, Flags, PendingRst, RecvMemory, Replies, State,
+    TooBigOutcome,
 };
 use crate::isn::IsnGenerator;
 use crate::seq::SeqNumber;
@@ -1048,6 +1049,43 @@ impl Stack {
                 self.stats.time_wait_reopened += 1;
                 self.for_listener(tuple, repr, payload);
             }
+        }
+        Delivery::Taken
+    }
+
+    /// An ICMP "packet too big" (RFC 1191, RFC 8201) about a segment this
+    /// stack sent from `local` to `remote` with sequence number `seq`, as
+    /// [`flowlane_wire::too_big`] reads it; `mtu` is the path MTU it
+    /// reports. Believed only when `seq` is in flight on that connection
+    /// (RFC 5927 §4.1); then the connection's MSS falls to what the MTU
+    /// carries (never below 552 bytes of IPv4 or 1 280 of IPv6 path) and
+    /// what was in flight is sent again. Counted in [`Stats::pmtu_lowered`]
+    /// or [`Stats::too_big_ignored`]. [`Delivery::Away`] when the
+    /// connection's bucket is marked away.
+    pub fn handle_too_big(
+        &mut self,
+        now: Instant,
+        local: SocketAddr,
+        remote: SocketAddr,
+        seq: u32,
+        mtu: u32,
+    ) -> Delivery {
+        self.tick(now);
+        let tuple = FourTuple { local, remote };
+        let hash = self.table.hash(&tuple);
+        let Some(idx) = self.find(hash, &tuple) else {
+            if self.away != 0 {
+                let bucket = self.bucket_for(&tuple);
+                if self.bucket_is_away(bucket) {
+                    return Delivery::Away { bucket };
+                }
+            }
+            self.stats.too_big_ignored += 1;
+            return Delivery::Taken;
+        };
+        match self.with_conn(idx, |c, _| c.on_too_big(SeqNumber(seq), mtu)) {
+            TooBigOutcome::Lowered => self.stats.pmtu_lowered += 1,
+            TooBigOutcome::NotInFlight | TooBigOutcome::NotLower => self.stats.too_big_ignored += 1,
         }
         Delivery::Taken
     }

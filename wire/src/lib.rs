@@ -26,7 +26,8 @@
 //!
 //! * `arp`: ARP (RFC 826), [`Network::Arp`](packet::Network) and `answer_arp`;
 //! * `icmp`: ICMPv4 (RFC 792), ICMPv6 (RFC 4443) and NDP (RFC 4861), the ICMP variants of
-//!   [`Transport`] and `answer_icmp_echo` / `ndp_advert_for`.
+//!   [`Transport`], `answer_icmp_echo` / `ndp_advert_for`, and the "packet too big" signals
+//!   of path MTU discovery (`too_big`).
 //!
 //! Without them, ARP frames classify as [`Network::Other`] and ICMP as [`Transport::Other`].
 //! The unit tests and the fuzz target need `--all-features`.
@@ -43,6 +44,8 @@ pub mod ipv4;
 pub mod ipv6;
 pub mod packet;
 pub mod tcp;
+#[cfg(feature = "icmp")]
+pub mod too_big;
 pub mod udp;
 
 #[cfg(test)]
@@ -62,6 +65,8 @@ pub use ipv4::{Ipv4Packet, Ipv4Repr};
 pub use ipv6::{Ipv6ExtHeader, Ipv6FragmentHeader, Ipv6Packet, Ipv6Repr, Ipv6Upper};
 pub use packet::{parse_frame, parse_frame_with, Frame, Network, Transport};
 pub use tcp::{TcpFlags, TcpOptions, TcpPacket, TcpRepr};
+#[cfg(feature = "icmp")]
+pub use too_big::{too_big, TooBig};
 pub use udp::{UdpPacket, UdpRepr};
 
 use core::fmt;

@@ -7,8 +7,10 @@
  * `fl_cfg` (the kernel is told to leave that range alone through
  * net.ipv4.ip_local_reserved_ports). Frames addressed to those ports go to the
  * AF_XDP socket of the receive queue they arrived on (XSKMAP indexed by
- * rx_queue_index); everything else (ARP, NDP, ICMP, other ports, IP
- * fragments) is passed to the kernel unchanged.
+ * rx_queue_index), and so do the path MTU signals about flowlane's TCP
+ * segments (ICMPv4 fragmentation needed, ICMPv6 packet too big, quoting a
+ * segment from one of those ports); everything else (ARP, NDP, other ICMP,
+ * other ports, IP fragments) is passed to the kernel unchanged.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -90,6 +92,46 @@ static __always_inline int is_ours(__u8 proto, __u16 port)
 	return bpf_map_lookup_elem(&fl_ports, &key) != 0;
 }
 
+/*
+ * Whether the ICMP message at `icmp` is a "packet too big" about a TCP
+ * segment flowlane sent: ICMPv4 type 3 code 4 (RFC 1191) or ICMPv6 type 2
+ * (RFC 8201), quoting an IP header whose protocol is TCP and a TCP header
+ * whose source port is ours. The quote is validated against the connection
+ * by flowlane (RFC 5927), not here.
+ */
+static __always_inline int quotes_our_tcp(void *icmp, void *data_end, int v6)
+{
+	__u8 *h = icmp;
+	void *quote = icmp + 8;
+	void *tcp;
+	__u8 proto;
+
+	if (quote > data_end)
+		return 0;
+	if (v6) {
+		struct ipv6hdr *ip6 = quote;
+
+		if (h[0] != 2 || h[1] != 0 || (void *)(ip6 + 1) > data_end)
+			return 0;
+		proto = ip6->nexthdr;
+		tcp = ip6 + 1;
+	} else {
+		struct iphdr *ip = quote;
+		__u32 ihl;
+
+		if (h[0] != 3 || h[1] != 4 || (void *)(ip + 1) > data_end)
+			return 0;
+		ihl = ip->ihl * 4;
+		if (ihl < sizeof(*ip))
+			return 0;
+		proto = ip->protocol;
+		tcp = quote + ihl;
+	}
+	if (proto != IPPROTO_TCP || tcp + 8 > data_end)
+		return 0;
+	return is_ours(IPPROTO_TCP, bpf_ntohs(*(__u16 *)tcp));
+}
+
 SEC("xdp")
 int flowlane_steer(struct xdp_md *ctx)
 {
@@ -130,6 +172,11 @@ int flowlane_steer(struct xdp_md *ctx)
 		goto pass;
 	}
 
+	if (proto == IPPROTO_ICMP || proto == IPPROTO_ICMPV6) {
+		if (quotes_our_tcp(l4, data_end, proto == IPPROTO_ICMPV6))
+			goto redirect;
+		goto pass;
+	}
 	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP)
 		goto pass;
 	/* Both TCP and UDP carry the destination port at offset 2. */
@@ -138,6 +185,7 @@ int flowlane_steer(struct xdp_md *ctx)
 	if (!is_ours(proto, bpf_ntohs(*(__u16 *)(l4 + 2))))
 		goto pass;
 
+redirect:
 	{
 		long ret = bpf_redirect_map(&fl_xsks, queue, XDP_DROP);
 

@@ -11,6 +11,7 @@
 mod app;
 mod input;
 mod output;
+mod pmtu;
 mod predict;
 mod recovery;
 mod snapshot;
@@ -18,6 +19,7 @@ mod state;
 mod timers;
 mod tuning;
 
+pub(crate) use pmtu::TooBigOutcome;
 pub use snapshot::Snapshot;
 pub use state::State;
 pub(crate) use state::{

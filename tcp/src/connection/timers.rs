@@ -94,22 +94,27 @@ impl Connection {
                 if self.timers.retransmits == 1 {
                     self.cc.on_retransmit_timeout(flight);
                 }
-                // RFC 6582 §3.2 step 1 (after a timeout); RFC 6675 §5.1:
-                // RecoveryPoint = HighData and SACK recovery ends. RFC 2018
-                // §8: the receiver may have reneged, so prior SACK
-                // information is discarded; blocks arriving from now on
-                // still spare the go-back-N retransmission what they cover.
-                self.snd.recover = self.snd.max;
-                self.flags.set(Flags::RECOVER_HELD);
-                self.flags.clear(Flags::IN_RECOVERY | Flags::SACK_RECOVERY);
-                self.scoreboard.clear();
-                self.snd.dup_acks = 0;
-                // Go back N: resend from the first unacknowledged byte; the
-                // first segment goes out even into a zero window.
-                self.snd.nxt = self.snd.una;
+                self.go_back_n();
+                // The first segment goes out even into a zero window.
                 self.flags.set(Flags::RETRANSMIT_ONE);
             }
         }
+    }
+
+    /// Go back N: everything in flight is resent from the first
+    /// unacknowledged byte (after a timeout, or when the path MTU fell and
+    /// every segment in flight was too big). RFC 6582 §3.2 step 1; RFC
+    /// 6675 §5.1: RecoveryPoint = HighData and SACK recovery ends. RFC 2018
+    /// §8: the receiver may have reneged, so prior SACK information is
+    /// discarded; blocks arriving from now on still spare the
+    /// retransmission what they cover.
+    pub(super) fn go_back_n(&mut self) {
+        self.snd.recover = self.snd.max;
+        self.flags.set(Flags::RECOVER_HELD);
+        self.flags.clear(Flags::IN_RECOVERY | Flags::SACK_RECOVERY);
+        self.scoreboard.clear();
+        self.snd.dup_acks = 0;
+        self.snd.nxt = self.snd.una;
     }
 
     /// Called when `poll_transmit` produced nothing: if data waits with

@@ -1,0 +1,137 @@
+//! Path MTU discovery against the kernel (issue 11): the peer's link takes
+//! 1 280-byte packets while its SYN-ACK advertises a full Ethernet MSS, so
+//! flowlane's full-size segments vanish (a black hole). A "router" in the
+//! peer namespace answers as a real one would: an ICMPv4 fragmentation
+//! needed / ICMPv6 packet too big quoting the segment the peer is missing
+//! (the sequence number its ACKs ask for), and, first, a forged one about a
+//! sequence number that is not in flight. flowlane must ignore the forgery,
+//! believe the real one (RFC 5927 §4.1), lower the MSS and finish the
+//! transfer, sha256-equal. (The router cannot see the frames the link
+//! drops; it learns the missing sequence number from the duplicate ACKs the
+//! peer sends for what does get through, a write's short tail segment, so
+//! the first message comes a retransmission timeout or so late, unlike a
+//! real router's at once.)
+
+mod tcp_common;
+
+use std::process::Command;
+
+use flowlane_tests::{require_root, Bed};
+use tcp_common::*;
+
+/// The router: sniffs the peer's outgoing ACKs on `peer0` (AF_PACKET) and,
+/// while the ACK number stands still, sends a "packet too big" quoting a
+/// segment from flowlane (`argv[1]`, its address) at that sequence number,
+/// MTU `argv[2]`, at most every 100 ms; the first message it sends quotes
+/// the ACK number + 2^31 (forged: not in flight). Runs until killed.
+const ROUTER: &str = r#"
+import socket, struct, sys, time
+ours, mtu = sys.argv[1], int(sys.argv[2])
+v6 = ':' in ours
+sniff = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+sniff.bind(('peer0', 0))
+if v6:
+    raw = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
+else:
+    raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+def csum(b):
+    if len(b) % 2: b += b'\0'
+    s = sum(struct.unpack('!%dH' % (len(b) // 2), b))
+    while s >> 16: s = (s & 0xffff) + (s >> 16)
+    return ~s & 0xffff
+def too_big(peer, fl_port, peer_port, seq):
+    tcp = struct.pack('!HHI', fl_port, peer_port, seq)
+    if v6:
+        ip = struct.pack('!IHBB16s16s', 6 << 28, 1440 + 32, 6, 64,
+                         socket.inet_pton(socket.AF_INET6, ours),
+                         socket.inet_pton(socket.AF_INET6, peer))
+        msg = struct.pack('!BBHI', 2, 0, 0, mtu) + ip + tcp  # kernel fills the checksum
+        raw.sendto(msg, (ours, 0))
+    else:
+        ip = struct.pack('!BBHHHBBH4s4s', 0x45, 0, 1500, 0, 0x4000, 64, 6, 0,
+                         socket.inet_aton(ours), socket.inet_aton(peer))
+        ip = ip[:10] + struct.pack('!H', csum(ip)) + ip[12:]
+        body = ip + tcp
+        hdr = struct.pack('!BBHHH', 3, 4, 0, 0, mtu)
+        msg = hdr[:2] + struct.pack('!H', csum(hdr + body)) + hdr[4:] + body
+        raw.sendto(msg, (ours, 0))
+print('ready', flush=True)
+last, since, sent_at, forged = None, 0.0, 0.0, False
+while True:
+    f = sniff.recv(2048)
+    et = struct.unpack('!H', f[12:14])[0]
+    if v6 and et == 0x86dd and f[20] == 6:
+        src = socket.inet_ntop(socket.AF_INET6, f[22:38]); tcp = f[54:]
+    elif not v6 and et == 0x0800 and f[23] == 6:
+        src = socket.inet_ntoa(f[26:30]); tcp = f[14 + (f[14] & 15) * 4:]
+    else:
+        continue
+    if src == ours:
+        continue
+    sport, dport, _, ack = struct.unpack('!HHII', tcp[:12])
+    now = time.time()
+    if ack != last:
+        last, since = ack, now
+        continue
+    if now - since < 0.05 or now - sent_at < 0.1:
+        continue
+    if not forged:
+        too_big(src, dport, sport, (ack + (1 << 31)) & 0xffffffff)
+        forged = True
+    too_big(src, dport, sport, ack)
+    sent_at = now
+"#;
+
+fn black_hole_heals(tag: &str, family: Family) {
+    let bed = Bed::up(tag, 2);
+    let (ours, routes): (&str, &[&str]) = match family {
+        Family::V4 => ("10.99.0.1", &["-4", "route", "replace", "10.99.0.0/24"]),
+        Family::V6 => (
+            "fd99::1",
+            &["-6", "route", "replace", "fd99::/64", "metric", "256"],
+        ),
+    };
+    let advmss = if family == Family::V4 { "1460" } else { "1440" };
+    for args in [
+        &["link", "set", "peer0", "mtu", "1280"][..],
+        &[routes, &["dev", "peer0", "advmss", advmss]].concat()[..],
+    ] {
+        let o = Command::new("ip")
+            .args(["-n", &bed.peer_ns])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "ip {args:?}: {o:?}");
+    }
+    let mut router = Command::new("ip")
+        .args(["netns", "exec", &bed.peer_ns, "timeout", "120"])
+        .args(["python3", "-c", ROUTER, ours, "1280"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_ready(&mut router);
+    let (r, lines) = flowlane_to_kernel_over(&bed, family, 8 << 20, 60);
+    let _ = router.kill();
+    let _ = router.wait();
+    let t = totals(&lines);
+    eprintln!("{family:?}: {r}\n{t}");
+    assert_eq!(t["pmtu_lowered"], 1, "{t}");
+    assert!(t["too_big_ignored"].as_u64() >= Some(1), "the forgery: {t}");
+}
+
+#[test]
+fn an_ipv4_black_hole_heals_by_fragmentation_needed() {
+    if !require_root("an_ipv4_black_hole_heals_by_fragmentation_needed") {
+        return;
+    }
+    black_hole_heals("tm4", Family::V4);
+}
+
+#[test]
+fn an_ipv6_black_hole_heals_by_packet_too_big() {
+    if !require_root("an_ipv6_black_hole_heals_by_packet_too_big") {
+        return;
+    }
+    black_hole_heals("tm6", Family::V6);
+}
