@@ -118,7 +118,10 @@ impl Connection {
         let una = self.snd.una;
         let flight = self.snd.max - una;
         self.on_segment_plain(ctx, seg, payload);
-        if self.flags.has(Flags::ECN_HELD) && self.snd.una >= self.snd.ecn_high {
+        // Held until the segment that carried CWR (the first new data
+        // after the reduction, at `ecn_high`) is acknowledged: ECEs until
+        // then echo marks of the window already answered.
+        if self.flags.has(Flags::ECN_HELD) && self.snd.una > self.snd.ecn_high {
             self.flags.clear(Flags::ECN_HELD);
         }
         if !in_window || !self.state.is_synchronized() {
@@ -142,8 +145,9 @@ impl Connection {
     /// RFC 3168 §6.1.2: an ACK echoed a CE mark, with `flight` bytes
     /// outstanding before it. The window is reduced as for a loss, through
     /// the congestion controller, with nothing retransmitted; at most once
-    /// per window of data (later echoes are ignored until SND.UNA passes
-    /// what was sent when it was reduced); and not at all if a loss
+    /// per window of data (later echoes are ignored until the ACKs cover
+    /// more than what was sent when it was reduced, that is, the segment
+    /// that carried CWR); and not at all if a loss
     /// already reduced it for this window (`Flags::RECOVER_HELD`: drops
     /// and CE marks of one window count once). Either way the next new
     /// data segment carries CWR, so that the peer stops echoing.

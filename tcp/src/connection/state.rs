@@ -132,7 +132,8 @@ impl Flags {
     pub(crate) const ECN_CWR: u32 = 1 << 29;
     /// An ECE was answered for the window that ends at
     /// `SendState::ecn_high`: later ECEs change nothing until SND.UNA
-    /// reaches it (RFC 3168 §6.1.2, once per window of data). A bit, not a
+    /// passes it (RFC 3168 §6.1.2, once per window of data: the peer echoes
+    /// until our CWR, on the segment at `ecn_high`, arrives). A bit, not a
     /// value of `ecn_high`, for the reason `RECOVER_HELD` is one.
     pub(crate) const ECN_HELD: u32 = 1 << 28;
     /// The segment written last goes out ECT(0) (`Connection::sent_ecn`).
