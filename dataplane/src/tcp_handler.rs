@@ -67,7 +67,9 @@ use std::time::Duration;
 use flowlane_app::{ConnHandler, Dispatcher, HandlerId, Net, Placement};
 use flowlane_numa_sched::RssState;
 use flowlane_tcp::time::Instant;
-use flowlane_tcp::{Config, ConnHandle, Delivery, Error, Event, FourTuple, Stack, State, Stats};
+use flowlane_tcp::{
+    Config, ConnHandle, Delivery, Ecn, Error, Event, FourTuple, Stack, State, Stats,
+};
 use flowlane_wire::checksum::ChecksumPolicy;
 use flowlane_wire::packet::{
     emit_eth_ipv4_tcp_headers, emit_eth_ipv6_tcp_headers, ETH_IPV4_TCP_OFFSET, ETH_IPV6_TCP_OFFSET,
@@ -168,18 +170,32 @@ impl LocalAddrs {
     }
 }
 
-/// The TCP segment of a parsed frame, with its source and destination
-/// addresses (IPv4 or IPv6); `None` for anything else.
+/// A TCP segment of a parsed frame: its addresses (IPv4 or IPv6), the
+/// IP header's ECN codepoint (RFC 3168 §5) and the TCP header.
+struct Segment<'f> {
+    src: IpAddr,
+    dst: IpAddr,
+    ecn: Ecn,
+    tcp: &'f TcpRepr,
+}
+
+/// The TCP segment of a parsed frame; `None` for anything else.
 #[inline]
-fn tcp_segment<'f>(f: &'f Frame<'_>) -> Option<(IpAddr, IpAddr, &'f TcpRepr)> {
+fn tcp_segment<'f>(f: &'f Frame<'_>) -> Option<Segment<'f>> {
     let Transport::Tcp(tcp) = &f.transport else {
         return None;
     };
-    match &f.network {
-        Network::Ipv4(ip) => Some((ip.src_addr.into(), ip.dst_addr.into(), tcp)),
-        Network::Ipv6(ip) => Some((ip.src_addr.into(), ip.dst_addr.into(), tcp)),
-        _ => None,
-    }
+    let (src, dst, ecn) = match &f.network {
+        Network::Ipv4(ip) => (ip.src_addr.into(), ip.dst_addr.into(), ip.ecn),
+        Network::Ipv6(ip) => (ip.src_addr.into(), ip.dst_addr.into(), ip.traffic_class),
+        _ => return None,
+    };
+    Some(Segment {
+        src,
+        dst,
+        ecn: Ecn::from_bits(ecn),
+        tcp,
+    })
 }
 
 /// [`Net`] over a queue's stack: what a handler's calls do on this queue.
@@ -353,6 +369,12 @@ counters! {
         /// "Packet too big" messages ignored: not about data in flight (RFC 5927), no
         /// connection, or no lower MTU.
         too_big_ignored,
+        /// Connections that negotiated ECN (RFC 3168 §6.1.1).
+        ecn_negotiated,
+        /// Data segments received marked CE (congestion experienced) on ECN connections.
+        ce_received,
+        /// Congestion window reductions on an ECN-Echo (at most one per window).
+        ecn_cwnd_reductions,
         /// RSTs not sent: the queue of RSTs to send was full.
         resets_dropped,
         /// Segments the stack found malformed.
@@ -448,6 +470,9 @@ impl TcpCounters {
         set(&self.no_connection, s.no_connection);
         set(&self.pmtu_lowered, s.pmtu_lowered);
         set(&self.too_big_ignored, s.too_big_ignored);
+        set(&self.ecn_negotiated, s.ecn_negotiated);
+        set(&self.ce_received, s.ce_received);
+        set(&self.ecn_cwnd_reductions, s.ecn_cwnd_reductions);
         set(&self.resets_dropped, s.resets_dropped);
         set(&self.tcp_malformed, s.malformed);
         set(&self.resets_in, s.resets_in);
@@ -718,7 +743,7 @@ impl TcpHandler {
                 return false;
             }
         };
-        let Some((src, dst, tcp)) = tcp_segment(&f) else {
+        let Some(Segment { src, dst, ecn, tcp }) = tcp_segment(&f) else {
             return self.icmp_input(now, &f, hops);
         };
         if !self.local.is_ours(dst) || f.ethernet.vlan.count() != 0 {
@@ -737,7 +762,9 @@ impl TcpHandler {
         }
         self.neighbors.observe(now, src, f.ethernet.src_addr);
         // The classifier parsed the whole TCP header: hand it over as is.
-        let delivery = self.stack.handle_tcp(now, src, dst, tcp, f.payload());
+        let delivery = self
+            .stack
+            .handle_tcp_ecn(now, src, dst, ecn, tcp, f.payload());
         match delivery {
             Delivery::Taken => {
                 counters::bump(&c.segments_in);
@@ -790,7 +817,7 @@ impl TcpHandler {
         let Ok(f) = parse_frame_with(frame, ChecksumPolicy::IP_ONLY) else {
             return;
         };
-        let Some((src, dst, tcp)) = tcp_segment(&f) else {
+        let Some(Segment { src, dst, tcp, .. }) = tcp_segment(&f) else {
             return;
         };
         let tuple = FourTuple {
@@ -962,7 +989,8 @@ impl TcpHandler {
         };
         let sent = match (t.src.ip(), t.dst.ip()) {
             (IpAddr::V4(src), IpAddr::V4(dst)) => {
-                let ip = Ipv4Repr::new(src, dst, IpProtocol::Tcp, t.len);
+                let mut ip = Ipv4Repr::new(src, dst, IpProtocol::Tcp, t.len);
+                ip.ecn = t.ecn.bits();
                 emit_eth_ipv4_tcp_headers(buf, &eth, &ip, t.len)
             }
             (IpAddr::V6(src), IpAddr::V6(dst)) => {
@@ -976,6 +1004,8 @@ impl TcpHandler {
                 eth.ethertype = EtherType::Ipv6;
                 let mut ip = Ipv6Repr::new(src, dst, IpProtocol::Tcp, t.len);
                 ip.flow_label = self.flow_label(&t);
+                // DSCP 0, the ECN codepoint the stack chose (RFC 3168 §5).
+                ip.traffic_class = t.ecn.bits();
                 emit_eth_ipv6_tcp_headers(buf, &eth, &ip, t.len)
             }
             // The stack never mixes families in one connection.

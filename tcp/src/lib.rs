@@ -8,7 +8,8 @@
 //! call, in which order, and the time rule), its [`Config`] and
 //! [`KeepaliveConfig`], the [`Event`]s it reports, the handles
 //! [`ConnHandle`] and [`ListenerId`], [`FourTuple`], [`Transmit`], [`Stats`],
-//! [`State`], [`CloseReason`], [`Error`], [`CongestionAlgorithm`], the opaque
+//! [`State`], [`CloseReason`], [`Error`], [`CongestionAlgorithm`],
+//! [`InitialWindow`], [`Ecn`] and [`EcnMode`], the opaque
 //! connection [`Snapshot`] for moving a connection between stacks, the
 //! opaque [`BucketExport`] for moving an RSS bucket's connections at once
 //! and its [`BucketStats`], and [`time`]. Everything else (buffers, reassembly, SACK scoreboard, RTO,
@@ -46,6 +47,7 @@ mod cc;
 mod challenge;
 mod chunk_pool;
 mod connection;
+mod ecn;
 mod isn;
 #[cfg(test)]
 mod layout;
@@ -63,8 +65,9 @@ mod timer;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
-pub use cc::CongestionAlgorithm;
+pub use cc::{CongestionAlgorithm, InitialWindow};
 pub use connection::{Snapshot, State};
+pub use ecn::{Ecn, EcnMode};
 pub use stack::{BucketExport, Delivery, Stack};
 
 use time::Duration;
@@ -286,6 +289,25 @@ pub struct Config {
     /// 5681, RFC 6582; the default) or CUBIC (RFC 9438) with HyStart++
     /// (RFC 9406). [`Stack::set_congestion`] changes one connection's.
     pub congestion: CongestionAlgorithm,
+    /// The congestion window a connection starts with once its handshake
+    /// is done: RFC 6928's min(10·SMSS, max(2·SMSS, 14600 bytes)) by
+    /// default (as Linux, `TCP_INIT_CWND`), or RFC 5681 §3.1's
+    /// min(4·SMSS, max(2·SMSS, 4380 bytes)). Either way it is one SMSS if
+    /// the SYN or SYN-ACK had to be sent again (RFC 5681 §3.1, RFC 6928
+    /// §2), and the window after an idle period restarts from it (RFC
+    /// 5681 §4.1).
+    pub initial_window: InitialWindow,
+    /// ECN (RFC 3168): [`EcnMode::Accept`] by default (as Linux's
+    /// `tcp_ecn = 2`: used when the peer's SYN asks for it, never asked
+    /// for), [`EcnMode::On`] to ask in our SYNs too, [`EcnMode::Off`].
+    /// On a connection that negotiated it, new data goes out ECT(0)
+    /// ([`Transmit::ecn`]), a CE mark received
+    /// ([`Stack::handle_tcp_ecn`]) is echoed until the peer reduces its
+    /// window, and an echo reduces ours once per window of data, as a loss
+    /// would, without retransmitting. A SYN-cookie handshake keeps ECN
+    /// only when the client uses timestamps (the cookie carries it in our
+    /// TSval, as Linux does).
+    pub ecn: EcnMode,
     /// Half-open (SYN-RECEIVED) connections allowed per listener.
     pub listen_backlog: usize,
     /// Once a listener holds `listen_backlog` half-open connections,
@@ -371,6 +393,8 @@ impl Config {
             nagle: true,
             keepalive: None,
             congestion: CongestionAlgorithm::NewReno,
+            initial_window: InitialWindow::Rfc6928,
+            ecn: EcnMode::Accept,
             listen_backlog: 1024,
             max_connections: 65_536,
             listener_max_connections: 65_536,
@@ -411,6 +435,11 @@ pub struct Transmit {
     pub dst: SocketAddr,
     /// Bytes written.
     pub len: usize,
+    /// The ECN codepoint to put in the IP header (RFC 3168 §5): ECT(0) for
+    /// new data of a connection that negotiated ECN, Not-ECT for
+    /// everything else (SYNs, pure ACKs, retransmissions and window
+    /// probes: RFC 3168 §6.1.1, §6.1.4, §6.1.5, §6.1.6; RSTs).
+    pub ecn: Ecn,
 }
 
 /// Per-stack counters.
@@ -530,4 +559,12 @@ pub struct Stats {
     pub passive_opens: u64,
     /// Connections that reached CLOSED.
     pub closed: u64,
+    /// Connections established with ECN negotiated (RFC 3168 §6.1.1).
+    pub ecn_negotiated: u64,
+    /// Data segments received marked CE on ECN connections (RFC 3168
+    /// §6.1.3: each starts or continues echoing ECE).
+    pub ce_received: u64,
+    /// Congestion window reductions in answer to ECE (RFC 3168 §6.1.2: at
+    /// most one per window of data).
+    pub ecn_cwnd_reductions: u64,
 }

@@ -8,6 +8,7 @@ use crate::connection::{
     ev, offered_wscale, Connection, Ctx, Flags, PendingRst, RecvMemory, Replies, State,
     TooBigOutcome,
 };
+use crate::ecn::{Ecn, EcnMode};
 use crate::isn::IsnGenerator;
 use crate::seq::SeqNumber;
 use crate::syn_cookie::{self, CookieJar};
@@ -311,6 +312,8 @@ struct CookieSynAck {
     /// timestamps.
     window_scale: Option<u8>,
     sack: bool,
+    /// ECN agreed (RFC 3168 §6.1.1): the SYN-ACK carries ECE.
+    ecn: bool,
     /// (TSval with the client's options in its low bits, TSecr).
     ts: Option<(u32, u32)>,
     window: u16,
@@ -323,7 +326,11 @@ impl CookieSynAck {
             dst_port: self.tuple.remote.port(),
             seq: self.iss.0,
             ack: self.ack.0,
-            flags: TcpFlags::SYN | TcpFlags::ACK,
+            flags: if self.ecn {
+                TcpFlags::SYN | TcpFlags::ACK | TcpFlags::ECE
+            } else {
+                TcpFlags::SYN | TcpFlags::ACK
+            },
             window: self.window,
             urgent: 0,
             options: TcpOptions {
@@ -849,6 +856,9 @@ impl Stack {
         let conn = slot.conn.as_mut().expect("live slot");
         let evs = std::mem::take(&mut conn.events);
         if evs & ev::ESTABLISHED != 0 {
+            if conn.flags.has(Flags::ECN) {
+                self.stats.ecn_negotiated += 1;
+            }
             if conn.in_backlog() {
                 conn.set_in_backlog(false);
                 if let Some(Some(l)) = slot
@@ -1009,13 +1019,35 @@ impl Stack {
     /// after the header and options. This is the receive entry point: the
     /// header is parsed exactly once, by the caller. Returns
     /// [`Delivery::Away`] for a segment another stack must take (only
-    /// when buckets are marked away).
+    /// when buckets are marked away). The segment counts as Not-ECT: a
+    /// caller that reads the IP header's ECN field calls
+    /// [`Stack::handle_tcp_ecn`].
     #[inline]
     pub fn handle_tcp(
         &mut self,
         now: Instant,
         src_ip: IpAddr,
         dst_ip: IpAddr,
+        repr: &TcpRepr,
+        payload: &[u8],
+    ) -> Delivery {
+        self.handle_tcp_ecn(now, src_ip, dst_ip, Ecn::NotEct, repr, payload)
+    }
+
+    /// [`Stack::handle_tcp`] for a segment that arrived with the IP ECN
+    /// codepoint `ecn` (RFC 3168 §5: the IPv4 TOS / IPv6 traffic class
+    /// octet's two low bits, [`Ecn::from_bits`]). Only a connection that
+    /// negotiated ECN reads it: a CE mark on its data makes it echo ECE
+    /// until the peer answers with CWR (RFC 3168 §6.1.3). The data path
+    /// calls this one; the cost for connections without ECN is one flag
+    /// test.
+    #[inline]
+    pub fn handle_tcp_ecn(
+        &mut self,
+        now: Instant,
+        src_ip: IpAddr,
+        dst_ip: IpAddr,
+        ecn: Ecn,
         repr: &TcpRepr,
         payload: &[u8],
     ) -> Delivery {
@@ -1041,7 +1073,7 @@ impl Stack {
             // (Every segment of a live connection passes here; only a bare
             // SYN goes further than a look at its flags.)
             TimeWaitSyn::NotOne => {
-                self.with_conn(idx, |c, ctx| c.on_segment(ctx, repr, payload));
+                self.with_conn(idx, |c, ctx| c.on_segment(ctx, repr, payload, ecn));
             }
             TimeWaitSyn::Drop => self.stats.time_wait_syn_dropped += 1,
             // The old incarnation is gone: the listener takes the SYN.
@@ -1187,6 +1219,7 @@ impl Stack {
     /// header, options and payload; the caller verified the checksum): parses
     /// the header, then hands it on. Malformed segments are counted
     /// ([`Stats::malformed`]) and dropped.
+    #[inline]
     pub fn handle_segment(
         &mut self,
         now: Instant,
@@ -1194,10 +1227,23 @@ impl Stack {
         dst_ip: IpAddr,
         segment: &[u8],
     ) -> Delivery {
+        self.handle_segment_ecn(now, src_ip, dst_ip, Ecn::NotEct, segment)
+    }
+
+    /// [`Stack::handle_segment`] for a segment that arrived with the IP ECN
+    /// codepoint `ecn` (see [`Stack::handle_tcp_ecn`]).
+    pub fn handle_segment_ecn(
+        &mut self,
+        now: Instant,
+        src_ip: IpAddr,
+        dst_ip: IpAddr,
+        ecn: Ecn,
+        segment: &[u8],
+    ) -> Delivery {
         // Borrowed in place: moving the parsed header out of the result
         // cost a copy per segment.
         match &TcpRepr::parse_segment(segment) {
-            Ok((repr, payload)) => self.handle_tcp(now, src_ip, dst_ip, repr, payload),
+            Ok((repr, payload)) => self.handle_tcp_ecn(now, src_ip, dst_ip, ecn, repr, payload),
             Err(_) => {
                 self.tick(now);
                 self.stats.segments_in += 1;
@@ -1257,8 +1303,9 @@ impl Stack {
     }
 
     /// RFC 4987 §3.6: answers `syn` with a SYN-ACK whose ISS is a cookie,
-    /// keeping nothing. Our TSval carries the client's window scale and
-    /// SACK permission; a client without timestamps is offered neither.
+    /// keeping nothing. Our TSval carries the client's window scale, SACK
+    /// permission and whether ECN was agreed (RFC 3168 §6.1.1); a client
+    /// without timestamps is offered none of them.
     fn send_cookie(&mut self, tuple: FourTuple, syn: &TcpRepr) {
         if self.cookie_syn_acks.len() >= self.cfg.max_pending_resets {
             self.stats.syn_dropped += 1;
@@ -1272,10 +1319,13 @@ impl Stack {
         let ts = o.timestamps.filter(|_| self.cfg.timestamps);
         let window_scale = o.window_scale.filter(|_| self.cfg.window_scaling);
         let sack = o.sack_permitted && self.cfg.sack;
+        let ecn = self.cfg.ecn != EcnMode::Off
+            && syn.flags.contains(TcpFlags::ECE | TcpFlags::CWR)
+            && ts.is_some();
         let ours = ts.map(|(tsval, _)| {
             let now_ts = (self.now.as_millis() as u32).wrapping_add(self.isn.ts_offset(&tuple));
             (
-                syn_cookie::encode_options(now_ts, window_scale, sack),
+                syn_cookie::encode_options(now_ts, window_scale, sack, ecn),
                 tsval,
             )
         });
@@ -1285,6 +1335,7 @@ impl Stack {
             ack: SeqNumber(syn.seq) + 1,
             window_scale: ours.and(window_scale).map(|_| offered_wscale(&self.cfg)),
             sack: ours.is_some() && sack,
+            ecn,
             ts: ours,
             window: self.cookie_window(),
         });
@@ -1336,7 +1387,12 @@ impl Stack {
         let syn = TcpRepr {
             seq: (seq - 1usize).0,
             ack: 0,
-            flags: TcpFlags::SYN,
+            // An ECN-setup SYN if the cookie says ECN was agreed.
+            flags: if o.ecn {
+                TcpFlags::SYN | TcpFlags::ECE | TcpFlags::CWR
+            } else {
+                TcpFlags::SYN
+            },
             options: TcpOptions {
                 mss: Some(o.mss),
                 window_scale: o.window_scale,
@@ -1352,7 +1408,9 @@ impl Stack {
         self.stats.passive_opens += 1;
         self.stats.syn_cookies_accepted += 1;
         let idx = self.insert(conn, Some(l));
-        self.with_conn(idx, |c, ctx| c.on_segment(ctx, seg, payload));
+        // (The IP codepoint of this ACK is not carried this far: a CE mark
+        // on data riding the cookie ACK goes unechoed.)
+        self.with_conn(idx, |c, ctx| c.on_segment(ctx, seg, payload, Ecn::NotEct));
         true
     }
 
@@ -1418,6 +1476,7 @@ impl Stack {
                     src: rst.tuple.local,
                     dst: rst.tuple.remote,
                     len,
+                    ecn: Ecn::NotEct,
                 });
             }
         }
@@ -1428,6 +1487,7 @@ impl Stack {
                     src: c.tuple.local,
                     dst: c.tuple.remote,
                     len,
+                    ecn: Ecn::NotEct,
                 });
             }
         }
@@ -1437,6 +1497,7 @@ impl Stack {
                 src: tuple.local,
                 dst: tuple.remote,
                 len,
+                ecn: Ecn::NotEct,
             });
         }
         while let Some(&(idx, generation)) = self.dirty.front() {
@@ -1457,6 +1518,7 @@ impl Stack {
                         src: conn.tuple.local,
                         dst: conn.tuple.remote,
                         len,
+                        ecn: conn.sent_ecn(),
                     };
                     self.settle(before, after);
                     self.note_memory_limited(idx);

@@ -14,10 +14,11 @@
 //! over the four-tuple, the client's ISN, the full period and the MSS
 //! index. A cookie is accepted in its period and the next (64 to 128 s),
 //! so an off-path attacker guessing one succeeds with probability 2^-24
-//! per ACK. The window scale the client offered and whether it permits
-//! SACK do not fit: as Linux does, they ride in the low 6 bits of our
-//! SYN-ACK's TSval, which the client echoes in every TSecr; a client
-//! without timestamps gets a SYN-ACK that offers neither.
+//! per ACK. The window scale the client offered, whether it permits
+//! SACK and whether ECN was agreed (RFC 3168 §6.1.1) do not fit: as Linux
+//! does, they ride in the low 6 bits of our SYN-ACK's TSval, which the
+//! client echoes in every TSecr; a client without timestamps gets a
+//! SYN-ACK that offers none of them.
 
 use crate::seq::SeqNumber;
 use crate::siphash::SipHasher24;
@@ -42,6 +43,8 @@ const TS_MASK: u32 = (1 << TS_OPTION_BITS) - 1;
 const NO_WSCALE: u32 = 0xf;
 /// The TSval bit that says the client permits SACK.
 const SACK_BIT: u32 = 1 << 4;
+/// The TSval bit that says ECN was agreed (Linux `TS_OPT_ECN`).
+const ECN_BIT: u32 = 1 << 5;
 
 /// Makes and checks a stack's SYN cookies.
 #[derive(Debug)]
@@ -58,6 +61,9 @@ pub(crate) struct CookieOptions {
     pub(crate) window_scale: Option<u8>,
     /// The client permits SACK (from TSecr).
     pub(crate) sack_permitted: bool,
+    /// ECN was agreed: the client's SYN asked for it and our SYN-ACK
+    /// answered with ECE (from TSecr).
+    pub(crate) ecn: bool,
 }
 
 impl CookieJar {
@@ -134,11 +140,11 @@ impl CookieJar {
 }
 
 /// Our SYN-ACK's TSval `tsval` with the client's window scale (`None`: not
-/// offered) and SACK permission in its low bits, never later than `tsval`
-/// (so the connection's later TSvals still only grow).
-pub(crate) fn encode_options(tsval: u32, window_scale: Option<u8>, sack: bool) -> u32 {
+/// offered), SACK permission and ECN agreement in its low bits, never later
+/// than `tsval` (so the connection's later TSvals still only grow).
+pub(crate) fn encode_options(tsval: u32, window_scale: Option<u8>, sack: bool, ecn: bool) -> u32 {
     let ws = window_scale.map_or(NO_WSCALE, |w| u32::from(w.min(14)));
-    let bits = ws | if sack { SACK_BIT } else { 0 };
+    let bits = ws | if sack { SACK_BIT } else { 0 } | if ecn { ECN_BIT } else { 0 };
     let ts = (tsval & !TS_MASK) | bits;
     if (ts.wrapping_sub(tsval) as i32) > 0 {
         ts.wrapping_sub(TS_MASK + 1)
@@ -157,12 +163,14 @@ pub(crate) fn decode_options(tsecr: Option<u32>, mss: u16) -> CookieOptions {
                 mss,
                 window_scale: (ws != NO_WSCALE).then_some(ws as u8),
                 sack_permitted: ts & SACK_BIT != 0,
+                ecn: ts & ECN_BIT != 0,
             }
         }
         None => CookieOptions {
             mss,
             window_scale: None,
             sack_permitted: false,
+            ecn: false,
         },
     }
 }
@@ -255,19 +263,19 @@ mod tests {
     fn options_ride_in_the_tsval_without_moving_it_forward() {
         for tsval in [0u32, 1, 63, 64, 1_000_003, u32::MAX, u32::MAX - 70] {
             for ws in [None, Some(0), Some(7), Some(14)] {
-                for sack in [false, true] {
-                    let ts = encode_options(tsval, ws, sack);
+                for (sack, ecn) in [(false, false), (true, false), (false, true), (true, true)] {
+                    let ts = encode_options(tsval, ws, sack, ecn);
                     assert!((tsval.wrapping_sub(ts) as i32) >= 0, "{tsval} -> {ts}");
                     assert!(tsval.wrapping_sub(ts) < 64);
                     let o = decode_options(Some(ts), 1460);
-                    assert_eq!((o.window_scale, o.sack_permitted), (ws, sack));
+                    assert_eq!((o.window_scale, o.sack_permitted, o.ecn), (ws, sack, ecn));
                 }
             }
         }
         let none = decode_options(None, 536);
         assert_eq!(
-            (none.mss, none.window_scale, none.sack_permitted),
-            (536, None, false)
+            (none.mss, none.window_scale, none.sack_permitted, none.ecn),
+            (536, None, false, false)
         );
     }
 }

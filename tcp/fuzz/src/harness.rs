@@ -7,7 +7,7 @@ use crate::input::{AckChoice, AppCall, Op, OptChoice, SeqChoice, Setup, TIMES};
 use crate::peer::{fill_pattern, pattern_mismatch, seq_gt, Peer, Role};
 use flowlane_tcp::time::{Duration, Instant};
 use flowlane_tcp::{
-    CloseReason, Config, ConnHandle, Error, Event, KeepaliveConfig, ListenerId, Stack,
+    CloseReason, Config, ConnHandle, Ecn, EcnMode, Error, Event, KeepaliveConfig, ListenerId, Stack,
 };
 use flowlane_wire::packet::{
     emit_eth_ipv4_tcp_headers, emit_eth_ipv6_tcp_headers, ETH_IPV4_TCP_OFFSET, ETH_IPV6_TCP_OFFSET,
@@ -88,6 +88,9 @@ pub(crate) struct Harness {
     peer_ts: bool,
     peer_sack: bool,
     peer_wscale: Option<u8>,
+    /// The peers ask for ECN (RFC 3168 §6.1.1; the SACK peers do), and
+    /// their data arrives with codepoints drawn from its length.
+    peer_ecn: bool,
     /// Link behaviour ([`Op::Link`]).
     lose: bool,
     limit: usize,
@@ -127,6 +130,9 @@ impl Harness {
             });
         }
         cfg.header_prediction = p & 8 == 0;
+        // Active opens ask for ECN; passive ones accept it (the peers that
+        // ask are `peer_ecn`'s).
+        cfg.ecn = EcnMode::On;
         cfg.nagle = p & 16 == 0;
         if p & 32 != 0 {
             cfg.listen_backlog = 2;
@@ -155,6 +161,7 @@ impl Harness {
             peer_ts: p & 1 != 0,
             peer_sack: p & 2 != 0,
             peer_wscale: (p & 4 != 0).then_some(7),
+            peer_ecn: p & 2 != 0,
             lose: false,
             limit: 0,
             frame,
@@ -410,8 +417,13 @@ impl Harness {
         if self.trace {
             eprintln!("  in  {repr:?} +{len}");
         }
+        let ecn = if self.peer_ecn {
+            Ecn::from_bits(len as u8)
+        } else {
+            Ecn::NotEct
+        };
         self.stack
-            .handle_tcp(self.now, src, dst, &repr, &self.payload[..len]);
+            .handle_tcp_ecn(self.now, src, dst, ecn, &repr, &self.payload[..len]);
     }
 
     /// The peer's handshake step, or a new peer's SYN.
@@ -433,13 +445,22 @@ impl Harness {
             i
         };
         let p = &self.peers[i];
-        let (seq, ack, flags) = match p.role {
+        let (seq, ack, mut flags) = match p.role {
             Role::Passive => (p.irs, 0, TcpFlags::SYN),
             Role::Active => {
                 let Some(iss) = p.iss else { return };
                 (p.irs, iss.wrapping_add(1), TcpFlags::SYN | TcpFlags::ACK)
             }
         };
+        if self.peer_ecn {
+            // RFC 3168 §6.1.1: an ECN-setup SYN or SYN-ACK.
+            flags = flags
+                | if flags.ack() {
+                    TcpFlags::ECE
+                } else {
+                    TcpFlags::ECE | TcpFlags::CWR
+                };
+        }
         let mut options = TcpOptions {
             mss: Some(self.peer_mss),
             window_scale: self.peer_wscale,
@@ -914,6 +935,16 @@ impl Harness {
             "segment without ACK: {r:?}"
         );
         assert!(!(fl.rst() && payload_len > 0), "RST with data");
+        // RFC 3168 §6.1.1, §6.1.4: only data of an ECN connection is ECT.
+        assert!(
+            t.ecn == Ecn::NotEct || (t.ecn == Ecn::Ect0 && payload_len > 0 && !fl.syn()),
+            "{:?} on {r:?} +{payload_len}",
+            t.ecn
+        );
+        assert!(
+            t.ecn == Ecn::NotEct || self.peer_ecn,
+            "ECT without ECN negotiated: {r:?}"
+        );
         if fl.syn() {
             assert_eq!(payload_len, 0, "SYN with data");
             let mss = r.options.mss.expect("SYN without MSS option");

@@ -388,9 +388,9 @@ impl CongestionControl for Cubic {
         self.credit = 0;
     }
 
-    fn on_idle_restart(&mut self, idle: Duration) {
+    fn on_idle_restart(&mut self, idle: Duration, iw: usize) {
         // RFC 5681 §4.1: cwnd = min(RW, cwnd), RW = min(IW, cwnd).
-        let rw = restart_window(self.cwnd as usize, self.smss()) as u32;
+        let rw = clamp_u32(restart_window(self.cwnd as usize, iw));
         if rw < self.cwnd {
             // Slow start back to ssthresh, then a new stage.
             self.cwnd = rw;
@@ -405,6 +405,24 @@ impl CongestionControl for Cubic {
                 .start_ms
                 .wrapping_add(idle.as_millis().min(u64::from(EPOCH_MAX_MS)) as u32);
         }
+    }
+
+    fn set_initial_window(&mut self, iw: usize) {
+        // RFC 5681 §3.1 / RFC 6928 §2; slow start (under HyStart++) goes on.
+        self.cwnd = clamp_u32(iw).clamp(self.smss32(), CWND_MAX);
+        self.credit = 0;
+    }
+
+    fn on_ecn_echo(&mut self, flight_size: usize) {
+        // RFC 9438 §4.6: an ECE is a congestion event like a loss:
+        // ssthresh = flight_size · β_cubic, cwnd_prior and W_max as there;
+        // cwnd = max(ssthresh, 1 SMSS), here ssthresh itself (never below 2
+        // SMSS). Nothing is retransmitted and no recovery will end the
+        // event, so the next ACK starts a new stage (§4.2, t_epoch) and
+        // nothing is kept for an undo (§4.9 applies to losses).
+        self.congestion_event(flight_size);
+        self.cwnd = self.ssthresh;
+        self.phase = Phase::NoEpoch;
     }
 }
 
@@ -675,7 +693,7 @@ mod tests {
         // A spurious event that ended the initial slow start gives slow
         // start back, HyStart++ included.
         let mut c = Cubic::new(MSS);
-        c.on_ack(&test_ack(Instant::ZERO, 20_000));
+        c.on_ack(&test_ack(Instant::ZERO, 14_000));
         c.on_sack_recovery(24_000);
         c.on_spurious_recovery(20_000, MSS, usize::MAX);
         assert_eq!((c.window(), c.ssthresh()), (24_000, usize::MAX));
@@ -687,8 +705,8 @@ mod tests {
         // A window above the restart window: back to IW, a new stage later.
         let mut c = after_loss(100);
         c.on_ack(&ack_at(0, MSS, 70_000, 100));
-        c.on_idle_restart(Duration::from_secs(5));
-        assert_eq!(c.window(), 4000);
+        c.on_idle_restart(Duration::from_secs(5), 10 * MSS);
+        assert_eq!(c.window(), 10 * MSS);
         assert_eq!(c.phase, Phase::NoEpoch);
         // A window at most IW: the idle time is taken out of t (RFC 9438
         // §5.8).
@@ -698,7 +716,7 @@ mod tests {
             panic!("in a stage")
         };
         let w = c.window();
-        c.on_idle_restart(Duration::from_millis(2500));
+        c.on_idle_restart(Duration::from_millis(2500), 10 * MSS);
         assert_eq!(c.window(), w);
         let Phase::Epoch(shifted) = c.phase else {
             panic!("in a stage")

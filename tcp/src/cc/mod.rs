@@ -71,19 +71,55 @@ pub(crate) trait CongestionControl {
     /// of `bytes_acked`, and `pipe_prev` was max(FlightSize, ssthresh) when
     /// the window was reduced.
     fn on_spurious_recovery(&mut self, flight_size: usize, bytes_acked: usize, pipe_prev: usize);
-    /// The sender was idle for `idle` (longer than an RTO) and sends again.
-    fn on_idle_restart(&mut self, idle: Duration);
+    /// The sender was idle for `idle` (longer than an RTO) and sends
+    /// again; `iw` is the connection's initial window (RFC 5681 §4.1: the
+    /// restart window is min(IW, cwnd)).
+    fn on_idle_restart(&mut self, idle: Duration, iw: usize);
+    /// The handshake completed: the window starts at `iw` bytes (RFC 5681
+    /// §3.1 / RFC 6928 §2; one SMSS if the SYN or SYN-ACK was lost).
+    fn set_initial_window(&mut self, iw: usize);
+    /// An ACK echoed a CE mark (ECE, RFC 3168 §6.1.2) with `flight_size`
+    /// bytes outstanding: reduce as for a loss, but nothing is
+    /// retransmitted and no recovery follows. The connection calls it at
+    /// most once per window of data.
+    fn on_ecn_echo(&mut self, flight_size: usize);
 }
 
-/// RFC 5681 §3.1: IW = min(4*SMSS, max(2*SMSS, 4380 bytes)).
+/// Which initial window (the congestion window when data transmission
+/// starts) connections use ([`crate::Config::initial_window`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InitialWindow {
+    /// RFC 6928: min(10·SMSS, max(2·SMSS, 14600 bytes)), ten segments of
+    /// an Ethernet MSS (Linux's `TCP_INIT_CWND`).
+    #[default]
+    Rfc6928,
+    /// RFC 5681 §3.1: min(4·SMSS, max(2·SMSS, 4380 bytes)), three
+    /// segments of an Ethernet MSS.
+    Rfc5681,
+}
+
+impl InitialWindow {
+    /// The initial window in bytes for a sender MSS of `smss`.
+    pub(crate) fn bytes(self, smss: usize) -> usize {
+        match self {
+            InitialWindow::Rfc6928 => initial_window(smss),
+            InitialWindow::Rfc5681 => (4 * smss).min((2 * smss).max(4380)),
+        }
+    }
+}
+
+/// RFC 6928 §2: IW = min(10*SMSS, max(2*SMSS, 14600 bytes)), the window a
+/// controller starts from before the connection sets the configured one
+/// ([`CongestionControl::set_initial_window`]), and the cap of RFC 4015
+/// §3.2's undo burst.
 pub(crate) fn initial_window(smss: usize) -> usize {
-    (4 * smss).min((2 * smss).max(4380))
+    (10 * smss).min((2 * smss).max(14_600))
 }
 
 /// RFC 5681 §4.1: after an idle period, cwnd = min(RW, cwnd) with RW =
 /// min(IW, cwnd).
-pub(crate) fn restart_window(cwnd: usize, smss: usize) -> usize {
-    cwnd.min(initial_window(smss))
+pub(crate) fn restart_window(cwnd: usize, iw: usize) -> usize {
+    cwnd.min(iw)
 }
 
 /// RFC 6582 §3.2 step 5: on a partial ACK, deflate the window by the
@@ -207,8 +243,14 @@ impl CongestionControl for Controller {
     fn on_spurious_recovery(&mut self, flight_size: usize, bytes_acked: usize, pipe_prev: usize) {
         dispatch!(self, c => c.on_spurious_recovery(flight_size, bytes_acked, pipe_prev))
     }
-    fn on_idle_restart(&mut self, idle: Duration) {
-        dispatch!(self, c => c.on_idle_restart(idle))
+    fn on_idle_restart(&mut self, idle: Duration, iw: usize) {
+        dispatch!(self, c => c.on_idle_restart(idle, iw))
+    }
+    fn set_initial_window(&mut self, iw: usize) {
+        dispatch!(self, c => c.set_initial_window(iw))
+    }
+    fn on_ecn_echo(&mut self, flight_size: usize) {
+        dispatch!(self, c => c.on_ecn_echo(flight_size))
     }
 }
 
@@ -233,11 +275,45 @@ mod tests {
     const MSS: usize = 1000;
 
     #[test]
-    fn initial_window_rfc5681() {
-        assert_eq!(initial_window(1460), 4380);
-        assert_eq!(initial_window(1000), 4000);
-        assert_eq!(initial_window(2500), 5000);
-        assert_eq!(initial_window(536), 2144);
+    fn initial_windows() {
+        // RFC 6928 §2 (the default).
+        assert_eq!(initial_window(1460), 14_600);
+        assert_eq!(initial_window(1448), 14_480);
+        assert_eq!(initial_window(1000), 10_000);
+        assert_eq!(initial_window(2500), 14_600);
+        assert_eq!(initial_window(9000), 18_000);
+        assert_eq!(initial_window(536), 5360);
+        assert_eq!(InitialWindow::default().bytes(1460), 14_600);
+        // RFC 5681 §3.1.
+        let old = InitialWindow::Rfc5681;
+        assert_eq!(old.bytes(1460), 4380);
+        assert_eq!(old.bytes(1000), 4000);
+        assert_eq!(old.bytes(2500), 5000);
+        assert_eq!(old.bytes(536), 2144);
+    }
+
+    #[test]
+    fn initial_window_and_ecn_echo_through_the_controller() {
+        for alg in [CongestionAlgorithm::NewReno, CongestionAlgorithm::Cubic] {
+            let mut c = Controller::new(alg, MSS);
+            assert_eq!(c.window(), 10 * MSS, "{alg:?}");
+            c.set_initial_window(MSS);
+            assert_eq!(c.window(), MSS, "{alg:?}");
+            c.set_initial_window(4 * MSS);
+            c.on_ack(&test_ack(Instant::ZERO, 16 * MSS));
+            assert_eq!(c.window(), 20 * MSS, "{alg:?}");
+            // RFC 3168 §6.1.2: as a loss; NewReno halves the flight, CUBIC
+            // multiplies it by beta_cubic = 0.7 (RFC 9438 §4.6).
+            c.on_ecn_echo(20 * MSS);
+            let want = match alg {
+                CongestionAlgorithm::NewReno => 10 * MSS,
+                CongestionAlgorithm::Cubic => 14 * MSS,
+            };
+            assert_eq!((c.window(), c.ssthresh()), (want, want), "{alg:?}");
+            // Never below 2 SMSS (RFC 5681 §3.1 equation (4)).
+            c.on_ecn_echo(MSS);
+            assert_eq!((c.window(), c.ssthresh()), (2 * MSS, 2 * MSS), "{alg:?}");
+        }
     }
 
     #[test]
@@ -245,10 +321,12 @@ mod tests {
         for alg in [CongestionAlgorithm::NewReno, CongestionAlgorithm::Cubic] {
             let mut c = Controller::new(alg, MSS);
             c.on_ack(&test_ack(Instant::ZERO, 10 * MSS));
-            assert_eq!(c.window(), 14_000, "{alg:?}");
-            c.on_idle_restart(Duration::from_secs(1));
-            assert_eq!(c.window(), 4000, "{alg:?}");
+            assert_eq!(c.window(), 20_000, "{alg:?}");
+            c.on_idle_restart(Duration::from_secs(1), 10 * MSS);
+            assert_eq!(c.window(), 10_000, "{alg:?}");
             c.set_mss(1460);
+            assert_eq!(c.window(), 14_600, "{alg:?}");
+            c.on_idle_restart(Duration::from_secs(1), 4380);
             assert_eq!(c.window(), 4380, "{alg:?}");
         }
     }
@@ -277,8 +355,8 @@ mod tests {
 
     #[test]
     fn recovery_helpers() {
-        assert_eq!(restart_window(100_000, MSS), 4000);
-        assert_eq!(restart_window(3000, MSS), 3000);
+        assert_eq!(restart_window(100_000, 4000), 4000);
+        assert_eq!(restart_window(3000, 4000), 3000);
         assert_eq!(deflate_on_partial_ack(14_000, 3000, MSS), 12_000);
         assert_eq!(deflate_on_partial_ack(12_000, 500, MSS), 11_500);
         assert_eq!(deflate_on_partial_ack(1500, 3000, MSS), MSS);

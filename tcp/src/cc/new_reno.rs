@@ -142,9 +142,23 @@ impl CongestionControl for NewReno {
         self.bytes_acked = 0;
     }
 
-    fn on_idle_restart(&mut self, _idle: Duration) {
+    fn on_idle_restart(&mut self, _idle: Duration, iw: usize) {
         // RFC 5681 §4.1: cwnd = min(RW, cwnd), RW = min(IW, cwnd).
-        self.cwnd = restart_window(self.cwnd, self.smss);
+        self.cwnd = restart_window(self.cwnd, iw);
+    }
+
+    fn set_initial_window(&mut self, iw: usize) {
+        // RFC 5681 §3.1 / RFC 6928 §2.
+        self.cwnd = iw.max(self.smss);
+        self.bytes_acked = 0;
+    }
+
+    fn on_ecn_echo(&mut self, flight_size: usize) {
+        // RFC 3168 §6.1.2: halve cwnd and reduce ssthresh, as for a loss
+        // (RFC 5681 §3.1 equation (4)), with no recovery to follow.
+        self.ssthresh = self.half_flight(flight_size);
+        self.cwnd = self.ssthresh;
+        self.bytes_acked = 0;
     }
 }
 
@@ -159,6 +173,8 @@ mod tests {
     #[test]
     fn slow_start_then_avoidance() {
         let mut c = NewReno::new(MSS);
+        assert_eq!(c.window(), 10_000);
+        c.set_initial_window(4000);
         assert_eq!(c.window(), 4000);
         c.on_ack(&test_ack(Instant::ZERO, 500));
         assert_eq!(c.window(), 4500);

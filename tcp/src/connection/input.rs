@@ -41,8 +41,25 @@ impl Connection {
     }
 
     /// Processes one segment for this connection (RFC 9293 §3.10.7.3 and
-    /// §3.10.7.4).
-    pub(crate) fn on_segment(&mut self, ctx: &mut Ctx<'_>, seg: &TcpRepr, payload: &[u8]) {
+    /// §3.10.7.4) that arrived with the IP ECN codepoint `ecn` (read only
+    /// by a connection that negotiated ECN, RFC 3168 §6.1).
+    #[inline]
+    pub(crate) fn on_segment(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        seg: &TcpRepr,
+        payload: &[u8],
+        ecn: crate::ecn::Ecn,
+    ) {
+        if self.flags.has(Flags::ECN) {
+            self.on_segment_ecn(ctx, seg, payload, ecn);
+        } else {
+            self.on_segment_plain(ctx, seg, payload);
+        }
+    }
+
+    /// [`Connection::on_segment`] without ECN.
+    pub(super) fn on_segment_plain(&mut self, ctx: &mut Ctx<'_>, seg: &TcpRepr, payload: &[u8]) {
         if !payload.is_empty() {
             ctx.stats.data_segments_in += 1;
         }
@@ -103,7 +120,8 @@ impl Connection {
             self.snd.una = SeqNumber(seg.ack);
             // As in SYN-RECEIVED: a timeout may have rewound SND.NXT.
             self.snd.nxt = self.snd.nxt.max(self.snd.una);
-            self.handshake_acked(ctx.now, seg);
+            self.ecn_negotiate_active(ctx.cfg, seg);
+            self.handshake_acked(ctx, seg);
             self.state = State::Established;
             self.events |= ev::ESTABLISHED;
             self.flags.set(Flags::ACK_NOW);
@@ -407,7 +425,7 @@ impl Connection {
             // for a SYN-ACK not yet sent again: the handshake is done, so
             // nothing below SND.UNA is to be sent.
             self.snd.nxt = self.snd.nxt.max(self.snd.una);
-            self.handshake_acked(ctx.now, seg);
+            self.handshake_acked(ctx, seg);
             true
         } else {
             // RFC 9293 §3.10.7.4: <SEQ=SEG.ACK><CTL=RST>.
@@ -421,16 +439,31 @@ impl Connection {
     }
 
     /// Our SYN (or SYN-ACK) was acknowledged by `seg`: the timer stops,
-    /// the handshake gives its RTT sample, and if it had to be sent again
-    /// the RTO for data starts from RFC 6298 §5.7's 3 s.
-    fn handshake_acked(&mut self, now: Instant, seg: &TcpRepr) {
+    /// the handshake gives its RTT sample, and the congestion window
+    /// starts at the initial window (RFC 6928 §2 or RFC 5681 §3.1,
+    /// [`Config::initial_window`]). If our timer had to send it again, the
+    /// RTO for data starts from RFC 6298 §5.7's 3 s and the window from
+    /// one SMSS (RFC 5681 §3.1, RFC 6928 §2: "if the SYN or SYN/ACK is
+    /// lost"; Linux cuts only after two). A SYN-ACK repeated because the
+    /// client's SYN came again, before our timer, counts for neither.
+    fn handshake_acked(&mut self, ctx: &Ctx<'_>, seg: &TcpRepr) {
         let retransmitted = self.timers.retransmits > 0;
         self.timers.rto = Deadline::NONE;
         self.timers.retransmits = 0;
-        self.take_rtt_sample(now, seg);
+        self.take_rtt_sample(ctx.now, seg);
         if retransmitted {
             self.rtt.on_handshake_retransmitted();
+            self.cc.set_initial_window(self.eff_mss());
+        } else {
+            self.cc.set_initial_window(self.initial_window(ctx.cfg));
         }
+    }
+
+    /// The initial window of this connection ([`Config::initial_window`]
+    /// for its sender MSS); also its restart window's bound (RFC 5681
+    /// §4.1).
+    pub(super) fn initial_window(&self, cfg: &Config) -> usize {
+        cfg.initial_window.bytes(self.eff_mss())
     }
 
     /// RFC 9293 §3.10.7.4 seventh step: segment text. Returns whether to go

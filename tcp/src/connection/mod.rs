@@ -9,6 +9,7 @@
 //! it segments and timer expiries and asks it for segments to send.
 
 mod app;
+mod ecn;
 mod input;
 mod output;
 mod pmtu;
@@ -279,6 +280,7 @@ impl Connection {
                 high_rxt: iss,
                 rtx_mark: iss,
                 lost_floor: iss,
+                ecn_high: iss,
             },
             rcv: ReceiveState {
                 irs: SeqNumber(0),
@@ -375,6 +377,7 @@ impl Connection {
             c.flags.set(Flags::WS_OFFERED);
         }
         c.negotiate_options(cfg, syn, now);
+        c.ecn_negotiate_passive(cfg, syn);
         // RFC 9293 §3.10.7.2: the SYN's window is never scaled.
         c.snd.wnd = u32::from(syn.window);
         c.snd.max_wnd = c.snd.wnd;

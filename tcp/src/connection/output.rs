@@ -60,7 +60,7 @@ impl Connection {
             TcpFlags::SYN | TcpFlags::ACK
         } else {
             TcpFlags::SYN
-        };
+        } | self.ecn_syn_flags(cfg, ack);
         let repr = TcpRepr {
             src_port: self.tuple.local.port(),
             dst_port: self.tuple.remote.port(),
@@ -303,7 +303,7 @@ impl Connection {
             // RFC 5681 §4.1: restart from IW after an idle period.
             let idle = now.saturating_since(self.timers.last_send);
             if self.snd.una == self.snd.max && idle > self.rtt.rto() {
-                self.cc.on_idle_restart(idle);
+                self.cc.on_idle_restart(idle, self.initial_window(ctx.cfg));
             }
             self.timers.last_send = now;
         }
@@ -354,6 +354,11 @@ impl Connection {
             // past the MSS, which only accounts for timestamps.
             self.sack_blocks(&mut options);
         }
+        let flags = if self.flags.has(Flags::ECN) {
+            self.ecn_segment_flags(flags, seq, len)
+        } else {
+            flags
+        };
         let window = self.advertise_window(ctx.mem);
         let repr = TcpRepr {
             src_port: self.tuple.local.port(),

@@ -121,6 +121,23 @@ impl Flags {
     /// when the sequence space wraps: compared 2^31 bytes later, an old
     /// `recover` reads as ahead of SND.UNA.
     pub(crate) const RECOVER_HELD: u32 = 1 << 22;
+    // ECN (RFC 3168) takes the top bits, counting down (see `ecn.rs`).
+    /// ECN negotiated in the handshake (RFC 3168 §6.1.1).
+    pub(crate) const ECN: u32 = 1 << 31;
+    /// A CE mark arrived: every segment we send carries ECE until a
+    /// segment with CWR arrives (RFC 3168 §6.1.3).
+    pub(crate) const ECN_ECHO: u32 = 1 << 30;
+    /// The window was reduced for an ECE: the next new data segment
+    /// carries CWR (RFC 3168 §6.1.2).
+    pub(crate) const ECN_CWR: u32 = 1 << 29;
+    /// An ECE was answered for the window that ends at
+    /// `SendState::ecn_high`: later ECEs change nothing until SND.UNA
+    /// passes it (RFC 3168 §6.1.2, once per window of data: the peer echoes
+    /// until our CWR, on the segment at `ecn_high`, arrives). A bit, not a
+    /// value of `ecn_high`, for the reason `RECOVER_HELD` is one.
+    pub(crate) const ECN_HELD: u32 = 1 << 28;
+    /// The segment written last goes out ECT(0) (`Connection::sent_ecn`).
+    pub(crate) const ECT_SENT: u32 = 1 << 27;
 
     /// Whether any bit of `f` is set.
     pub(crate) fn has(self, f: u32) -> bool {
@@ -185,6 +202,9 @@ pub(crate) struct SendState {
     /// `IsLost()` says; raised to SND.MAX when a loss probe fires during
     /// SACK recovery (see `on_probe_timeout`).
     pub(crate) lost_floor: SeqNumber,
+    /// SND.MAX when the window was last reduced for an ECE (RFC 3168
+    /// §6.1.2), while `Flags::ECN_HELD` is set.
+    pub(crate) ecn_high: SeqNumber,
 }
 
 /// What the Eifel algorithm needs to recognise a spurious fast retransmit

@@ -8,7 +8,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 use flowlane_tcp::time::{Duration, Instant};
-use flowlane_tcp::{CloseReason, Config, ConnHandle, Error, Event, Stack};
+use flowlane_tcp::{CloseReason, Config, ConnHandle, Ecn, Error, Event, Stack};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -127,6 +127,8 @@ struct Packet {
     to_b: bool,
     src: IpAddr,
     dst: IpAddr,
+    /// The IP header's ECN field ([`Ecn::bits`]).
+    ecn: u8,
     bytes: Vec<u8>,
 }
 
@@ -151,6 +153,10 @@ pub type EmitTap = Box<dyn FnMut(Side, &[u8])>;
 
 /// A chosen loss: (sending side, segment bytes) -> whether to drop it.
 pub type DropFilter = Box<dyn FnMut(Side, &[u8]) -> bool>;
+
+/// The IP ECN field on the way: (sending side, the codepoint the stack
+/// chose, segment bytes) -> the codepoint delivered (a router marking CE).
+pub type EcnFilter = Box<dyn FnMut(Side, Ecn, &[u8]) -> Ecn>;
 
 /// Two stacks, a link, a clock.
 pub struct Sim {
@@ -182,21 +188,40 @@ pub struct Sim {
     /// When set, called with every segment a stack emits after
     /// `emit_tap`; returning true loses it on the link (a chosen loss).
     pub drop_filter: Option<DropFilter>,
+    /// When set, called with every segment a stack emits after
+    /// `emit_tap`, with its ECN codepoint ([`flowlane_tcp::Transmit::ecn`]);
+    /// what it returns is delivered ([`Stack::handle_segment_ecn`]) if
+    /// the link does not lose the segment.
+    pub ecn_filter: Option<EcnFilter>,
 }
 
 // Separate, never-inlined entry points per side, so that a profiler can
 // attribute cost to one stack (`callgrind --toggle-collect=*sim_deliver_to_b*`).
 
 #[inline(never)]
-pub fn sim_deliver_to_a(s: &mut Stack, now: Instant, src: IpAddr, dst: IpAddr, seg: &[u8]) {
-    s.handle_segment(now, src, dst, seg);
+pub fn sim_deliver_to_a(
+    s: &mut Stack,
+    now: Instant,
+    src: IpAddr,
+    dst: IpAddr,
+    ecn: Ecn,
+    seg: &[u8],
+) {
+    s.handle_segment_ecn(now, src, dst, ecn, seg);
 }
 
 #[inline(never)]
-pub fn sim_deliver_to_b(s: &mut Stack, now: Instant, src: IpAddr, dst: IpAddr, seg: &[u8]) {
+pub fn sim_deliver_to_b(
+    s: &mut Stack,
+    now: Instant,
+    src: IpAddr,
+    dst: IpAddr,
+    ecn: Ecn,
+    seg: &[u8],
+) {
     // Distinct bodies so that the linker does not fold the two wrappers.
     std::hint::black_box(2u8);
-    s.handle_segment(now, src, dst, seg);
+    s.handle_segment_ecn(now, src, dst, ecn, seg);
 }
 
 #[inline(never)]
@@ -205,10 +230,11 @@ pub fn sim_deliver_to_b_measured(
     now: Instant,
     src: IpAddr,
     dst: IpAddr,
+    ecn: Ecn,
     seg: &[u8],
 ) {
     std::hint::black_box(3u8);
-    s.handle_segment(now, src, dst, seg);
+    s.handle_segment_ecn(now, src, dst, ecn, seg);
 }
 
 #[inline(never)]
@@ -289,6 +315,7 @@ impl Sim {
             tap: None,
             emit_tap: None,
             drop_filter: None,
+            ecn_filter: None,
         }
     }
 
@@ -332,6 +359,7 @@ impl Sim {
             to_b: to == Side::B,
             src,
             dst,
+            ecn: Ecn::NotEct.bits(),
             bytes,
         }));
     }
@@ -359,6 +387,14 @@ impl Sim {
             self.stats.sent += 1;
             if let Some(f) = self.emit_tap.as_mut() {
                 f(if from_a { Side::A } else { Side::B }, &self.buf[..len]);
+            }
+            let mut ecn = t.ecn;
+            if let Some(f) = self.ecn_filter.as_mut() {
+                ecn = f(
+                    if from_a { Side::A } else { Side::B },
+                    ecn,
+                    &self.buf[..len],
+                );
             }
             if let Some(f) = self.drop_filter.as_mut() {
                 if f(if from_a { Side::A } else { Side::B }, &self.buf[..len]) {
@@ -422,6 +458,7 @@ impl Sim {
                     to_b: from_a,
                     src: t.src.ip(),
                     dst: t.dst.ip(),
+                    ecn: ecn.bits(),
                     bytes,
                 }));
             }
@@ -492,12 +529,13 @@ impl Sim {
                 if let Some(tap) = self.tap.as_mut() {
                     tap.push((if p.to_b { Side::B } else { Side::A }, p.bytes.clone()));
                 }
+                let (now, ecn) = (self.now, Ecn::from_bits(p.ecn));
                 if p.to_b && self.measure {
-                    sim_deliver_to_b_measured(&mut self.b, self.now, p.src, p.dst, &p.bytes);
+                    sim_deliver_to_b_measured(&mut self.b, now, p.src, p.dst, ecn, &p.bytes);
                 } else if p.to_b {
-                    sim_deliver_to_b(&mut self.b, self.now, p.src, p.dst, &p.bytes);
+                    sim_deliver_to_b(&mut self.b, now, p.src, p.dst, ecn, &p.bytes);
                 } else {
-                    sim_deliver_to_a(&mut self.a, self.now, p.src, p.dst, &p.bytes);
+                    sim_deliver_to_a(&mut self.a, now, p.src, p.dst, ecn, &p.bytes);
                 }
             }
             self.pool.push(p.bytes);

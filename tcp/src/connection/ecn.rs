@@ -1,0 +1,165 @@
+//! ECN on a connection (RFC 3168 §6.1): negotiation in the handshake, the
+//! codepoint and the ECE / CWR bits of the segments we send, the CE marks
+//! and CWR bits of the segments we receive, and the window reduction an
+//! ECE asks for. Every per-segment hook sits behind `Flags::ECN`, so a
+//! connection without ECN pays one flag test per segment each way.
+
+use super::*;
+use crate::ecn::{Ecn, EcnMode};
+
+/// RFC 3168 §6.1.1: an ECN-setup SYN has both ECE and CWR set.
+fn is_ecn_setup_syn(f: TcpFlags) -> bool {
+    f.contains(TcpFlags::ECE | TcpFlags::CWR)
+}
+
+impl Connection {
+    /// RFC 3168 §6.1.1, passive open: ECN is used if this stack accepts
+    /// it and `syn` is an ECN-setup SYN; the SYN-ACK then says so (ECE).
+    pub(super) fn ecn_negotiate_passive(&mut self, cfg: &Config, syn: &TcpRepr) {
+        if cfg.ecn != EcnMode::Off && is_ecn_setup_syn(syn.flags) {
+            self.flags.set(Flags::ECN);
+        }
+    }
+
+    /// RFC 3168 §6.1.1, active open: ECN is used if we asked for it and
+    /// `syn_ack` is an ECN-setup SYN-ACK (ECE set, CWR clear: a SYN-ACK
+    /// with both is a peer or middlebox reflecting our flags, not an
+    /// answer).
+    pub(super) fn ecn_negotiate_active(&mut self, cfg: &Config, syn_ack: &TcpRepr) {
+        let f = syn_ack.flags;
+        if cfg.ecn == EcnMode::On && f.contains(TcpFlags::ECE) && !f.contains(TcpFlags::CWR) {
+            self.flags.set(Flags::ECN);
+        }
+    }
+
+    /// The ECN bits of our SYN (`ack` false) or SYN-ACK (RFC 3168
+    /// §6.1.1): ECE and CWR on the first SYN of an active open that asks
+    /// for ECN (not on a retransmission: a middlebox may drop ECN-setup
+    /// SYNs, RFC 3168 §6.1.1.1, so the retry goes without, as Linux's
+    /// `tcp_ecn_fallback`); ECE alone on the SYN-ACK of a connection that
+    /// negotiated it. SYNs and SYN-ACKs are always Not-ECT.
+    pub(super) fn ecn_syn_flags(&self, cfg: &Config, ack: bool) -> TcpFlags {
+        if ack {
+            if self.flags.has(Flags::ECN) {
+                return TcpFlags::ECE;
+            }
+        } else if cfg.ecn == EcnMode::On && self.snd.max == self.snd.iss {
+            return TcpFlags::ECE | TcpFlags::CWR;
+        }
+        TcpFlags::empty()
+    }
+
+    /// The ECN side of a segment of an ECN connection about to go out at
+    /// `seq` with `len` bytes of data and `flags`; returns the flags to
+    /// send. New data inside the peer's window goes out ECT(0); pure ACKs
+    /// (RFC 3168 §6.1.4), retransmissions (§6.1.5) and probes into a zero
+    /// window (§6.1.6) go Not-ECT. The first new data segment after a
+    /// window reduction carries CWR (§6.1.2); every segment carries ECE
+    /// while a CE mark waits for the peer's CWR (§6.1.3).
+    #[inline]
+    pub(super) fn ecn_segment_flags(
+        &mut self,
+        mut flags: TcpFlags,
+        seq: SeqNumber,
+        len: usize,
+    ) -> TcpFlags {
+        let new_data =
+            len > 0 && seq >= self.snd.max && seq + len <= self.snd.una + self.snd.wnd as usize;
+        if new_data {
+            self.flags.set(Flags::ECT_SENT);
+            if self.flags.has(Flags::ECN_CWR) {
+                self.flags.clear(Flags::ECN_CWR);
+                flags = flags | TcpFlags::CWR;
+            }
+        } else {
+            self.flags.clear(Flags::ECT_SENT);
+        }
+        if self.flags.has(Flags::ECN_ECHO) {
+            flags = flags | TcpFlags::ECE;
+        }
+        flags
+    }
+
+    /// The IP ECN codepoint of the segment written last.
+    #[inline]
+    pub(crate) fn sent_ecn(&self) -> Ecn {
+        if self.flags.has(Flags::ECT_SENT) {
+            Ecn::Ect0
+        } else {
+            Ecn::NotEct
+        }
+    }
+
+    /// A segment for a connection that negotiated ECN, which arrived with
+    /// the IP codepoint `ecn`: processed as any other, then its ECN
+    /// signals taken, but only from a segment inside the receive window
+    /// (a blind injection can neither start an echo nor stop one, nor
+    /// shrink our window):
+    ///
+    /// - CWR ends the echo of earlier CE marks (RFC 3168 §6.1.3);
+    /// - CE on a data segment starts (or continues) it: every segment we
+    ///   send carries ECE until a CWR arrives (§6.1.3), the first at once
+    ///   (the sender's window may be small, as Linux's quick ACK);
+    /// - ECE on an acceptable ACK is the peer's echo: see
+    ///   [`Connection::on_ecn_echo`].
+    #[inline(never)]
+    pub(super) fn on_segment_ecn(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        seg: &TcpRepr,
+        payload: &[u8],
+        ecn: Ecn,
+    ) {
+        let f = seg.flags;
+        let seg_len = payload.len() + usize::from(f.fin());
+        let in_window = !f.syn()
+            && !f.rst()
+            && SeqNumber(seg.seq).acceptable(seg_len, self.rcv.nxt, self.rcv_wnd());
+        let una = self.snd.una;
+        let flight = self.snd.max - una;
+        self.on_segment_plain(ctx, seg, payload);
+        // Held until the segment that carried CWR (the first new data
+        // after the reduction, at `ecn_high`) is acknowledged: ECEs until
+        // then echo marks of the window already answered.
+        if self.flags.has(Flags::ECN_HELD) && self.snd.una > self.snd.ecn_high {
+            self.flags.clear(Flags::ECN_HELD);
+        }
+        if !in_window || !self.state.is_synchronized() {
+            return;
+        }
+        if f.contains(TcpFlags::CWR) {
+            self.flags.clear(Flags::ECN_ECHO);
+        }
+        if ecn == Ecn::Ce && !payload.is_empty() {
+            ctx.stats.ce_received += 1;
+            if !self.flags.has(Flags::ECN_ECHO) {
+                self.flags.set(Flags::ECN_ECHO | Flags::ACK_NOW);
+            }
+        }
+        let ack = SeqNumber(seg.ack);
+        if f.contains(TcpFlags::ECE) && f.ack() && ack >= una && ack <= self.snd.max {
+            self.on_ecn_echo(ctx, flight);
+        }
+    }
+
+    /// RFC 3168 §6.1.2: an ACK echoed a CE mark, with `flight` bytes
+    /// outstanding before it. The window is reduced as for a loss, through
+    /// the congestion controller, with nothing retransmitted; at most once
+    /// per window of data (later echoes are ignored until the ACKs cover
+    /// more than what was sent when it was reduced, that is, the segment
+    /// that carried CWR); and not at all if a loss
+    /// already reduced it for this window (`Flags::RECOVER_HELD`: drops
+    /// and CE marks of one window count once). Either way the next new
+    /// data segment carries CWR, so that the peer stops echoing.
+    fn on_ecn_echo(&mut self, ctx: &mut Ctx<'_>, flight: usize) {
+        if self.flags.has(Flags::ECN_HELD) {
+            return;
+        }
+        self.flags.set(Flags::ECN_HELD | Flags::ECN_CWR);
+        self.snd.ecn_high = self.snd.max;
+        if !self.flags.has(Flags::RECOVER_HELD) {
+            self.cc.on_ecn_echo(flight);
+            ctx.stats.ecn_cwnd_reductions += 1;
+        }
+    }
+}
