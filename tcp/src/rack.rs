@@ -136,8 +136,13 @@ pub(crate) struct Flight {
     pub(crate) end_seq: SeqNumber,
     /// `RACK.rtt` in microseconds.
     pub(crate) rtt_us: u32,
-    /// `RACK.fack`: the highest end of a delivered segment.
+    /// `RACK.fack`: the highest end of a segment delivered by an earlier
+    /// ACK.
     pub(crate) fack: SeqNumber,
+    /// The highest end of a segment delivered so far, this ACK's included
+    /// (`fack` once the ACK is processed: segments one ACK delivers
+    /// together are not reordered among themselves).
+    pub(crate) fack_next: SeqNumber,
     /// `RACK.dsack_round`.
     pub(crate) dsack_round: Option<SeqNumber>,
     /// Un-SACKed bytes below this are deemed lost by RACK; the loss scan
@@ -183,6 +188,7 @@ impl Flight {
             end_seq: head,
             rtt_us: 0,
             fack: head,
+            fack_next: head,
             dsack_round: None,
             lost_end: head,
             reo_timer: Deadline::NONE,
@@ -265,9 +271,8 @@ impl Flight {
     /// kept, and an original one below `RACK.fack` shows reordering.
     #[inline]
     fn deliver(&mut self, r: Record) {
-        if r.end > self.fack {
-            self.fack = r.end;
-        } else if r.end < self.fack && !r.has(Record::RETRANSMITTED) {
+        self.fack_next = self.fack_next.max(r.end);
+        if r.end < self.fack && !r.has(Record::RETRANSMITTED) {
             self.reordered = true;
         }
         let newer = match self.newest {
@@ -277,6 +282,11 @@ impl Flight {
         if newer {
             self.newest = Some(r);
         }
+    }
+
+    /// The ACK is processed: what it delivered moves `RACK.fack`.
+    pub(crate) fn ack_done(&mut self) {
+        self.fack = self.fack_next;
     }
 
     /// `[s, e)` was newly SACKed, inside the block `[bl, br)`: its records
@@ -425,6 +435,9 @@ mod tests {
     fn reordering_and_cumulative_ack() {
         let mut f = flight();
         f.on_sacked(s(500), s(600), s(500), s(600));
+        f.on_cumulative_ack(s(0));
+        f.ack_done();
+        assert!(!f.reordered, "one ACK's segments are not reordered");
         f.newest = None;
         // Segment 2 arrives late: delivered below RACK.fack, original.
         f.on_cumulative_ack(s(300));

@@ -105,6 +105,7 @@ impl Connection {
             }
         }
         // Step 3: RACK_detect_reordering().
+        f.ack_done();
         if core::mem::take(&mut f.reordered) {
             self.rack.bits |= Rack::REORDERING_SEEN;
         }
