@@ -155,7 +155,8 @@ pub(crate) struct Flight {
     /// `TLP.is_retrans`: the probe was a retransmission.
     pub(crate) tlp_retrans: bool,
     /// The latest sent of the segments the ACK being processed newly
-    /// delivered (its end and send time; retransmitted or not).
+    /// delivered (its end and send time, whether it was retransmitted,
+    /// whether by SACK).
     pub(crate) newest: Option<Record>,
     /// The ACK being processed carried a D-SACK block (RFC 2883): its
     /// range.
@@ -297,7 +298,10 @@ impl Flight {
             let start = self.start(i);
             let r = self.records[i];
             if !r.has(Record::SACKED) {
-                self.deliver(r);
+                self.deliver(Record {
+                    flags: r.flags | Record::SACKED,
+                    ..r
+                });
                 if start >= bl && r.end <= br {
                     self.records[i].flags |= Record::SACKED;
                 }

@@ -56,11 +56,24 @@ impl Connection {
         }
     }
 
-    /// A D-SACK block (RFC 2883) on the arriving ACK.
+    /// A D-SACK block (RFC 2883) on the arriving ACK. Once nothing is in
+    /// flight any more, `RACK.dsack_round` has ended (SND.UNA reached it),
+    /// so the reordering window grows at once (§6.2 step 4).
     pub(super) fn rack_on_dsack(&mut self, l: SeqNumber, r: SeqNumber) {
         if let Some(f) = self.rack.flight.as_deref_mut() {
             f.dsack = Some((l, r));
+        } else {
+            self.rack_grow_reo_wnd();
         }
+    }
+
+    /// RFC 8985 §6.2 step 4: a D-SACK in a new round grows the reordering
+    /// window for the next 16 recoveries. A D-SACK reports a needless
+    /// retransmission: the original was only late, i.e. reordered.
+    fn rack_grow_reo_wnd(&mut self) {
+        self.rack.reo_wnd_mult = self.rack.reo_wnd_mult.saturating_add(1);
+        self.rack.reo_wnd_persist = rack::REO_WND_PERSIST;
+        self.rack.bits |= Rack::REORDERING_SEEN;
     }
 
     /// RFC 8985 §6.2 for an arriving ACK (after SND.UNA moved and the
@@ -84,12 +97,16 @@ impl Connection {
         if let Some(n) = f.newest.take() {
             let rtt = now.wrapping_sub(n.xmit);
             let retransmitted = n.flags & rack::Record::RETRANSMITTED != 0;
+            let sacked = n.flags & rack::Record::SACKED != 0;
             // A retransmitted segment's sample is ambiguous (Karn): taken
-            // only if the ACK echoes a timestamp no older than the
-            // retransmission and the RTT is no less than the minimum.
-            let ambiguous = retransmitted
-                && (ts_age_ms.is_some_and(|ms| u64::from(ms) * 1000 > u64::from(rtt) + 1000)
-                    || rtt < self.rack.min_rtt_us);
+            // only if the RTT is no less than the minimum and, for a
+            // cumulative ACK, the ACK echoes a timestamp no older than the
+            // retransmission. (A SACKed segment arrived out of order and
+            // does not update the peer's TS.Recent, RFC 7323 §4.3: its
+            // ACK echoes an older segment's TSval whichever copy came.)
+            let stale_echo =
+                !sacked && ts_age_ms.is_some_and(|ms| u64::from(ms) * 1000 > u64::from(rtt) + 1000);
+            let ambiguous = retransmitted && (stale_echo || rtt < self.rack.min_rtt_us);
             if !ambiguous {
                 f.rtt_us = rtt;
                 if !retransmitted {
@@ -116,8 +133,7 @@ impl Connection {
         }
         if dsack.is_some() && f.dsack_round.is_none() {
             f.dsack_round = Some(self.snd.max);
-            self.rack.reo_wnd_mult = self.rack.reo_wnd_mult.saturating_add(1);
-            self.rack.reo_wnd_persist = rack::REO_WND_PERSIST;
+            self.rack_grow_reo_wnd();
         } else if self.rack.has(Rack::RECOVERING) && !recovering {
             self.rack.reo_wnd_persist = self.rack.reo_wnd_persist.saturating_sub(1);
             if self.rack.reo_wnd_persist == 0 {
