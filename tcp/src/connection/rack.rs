@@ -261,6 +261,22 @@ impl Connection {
         self.rack.bits &= !Rack::TLP_NOW;
     }
 
+    /// Whether the probe timer is RFC 8985 §7's: RACK-TLP runs, outside
+    /// fast recovery, with no probe outstanding. Otherwise it is the loss
+    /// probe of `recovery.rs` (at SND.UNA, backed off, a loss signal),
+    /// which so follows an unanswered TLP before the RTO does: on a path
+    /// whose RTT is far below the minimum RTO, a lost probe would
+    /// otherwise cost 200 ms.
+    #[inline]
+    pub(super) fn tlp_armable(&self) -> bool {
+        !self.flags.has(Flags::IN_RECOVERY)
+            && self
+                .rack
+                .flight
+                .as_deref()
+                .is_some_and(|f| f.tlp_end.is_none())
+    }
+
     /// RFC 8985 §7.2: whether a probe timeout may be armed: outside fast
     /// and RTO recovery, with no probe outstanding.
     fn tlp_allowed(&self) -> bool {
@@ -377,6 +393,9 @@ impl Connection {
         }
         if sent.is_some() {
             ctx.stats.tlp_probes += 1;
+            // §7.3: the RTO guards the probe (with the loss probe of
+            // `recovery.rs` ahead of it, see `tlp_armable`).
+            self.arm_rto_or_probe(ctx.now);
             return Break(sent);
         }
         Continue(())

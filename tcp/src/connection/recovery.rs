@@ -241,7 +241,7 @@ impl Connection {
             self.timers.rto = Deadline::NONE;
             return;
         }
-        if self.rack_active() && !self.flags.has(Flags::IN_RECOVERY) {
+        if self.tlp_armable() {
             self.arm_tlp_or_rto(now);
             return;
         }
@@ -266,7 +266,7 @@ impl Connection {
     /// sent after it too, and a loss among them too small for three
     /// duplicate ACKs would wait the full RTO.
     pub(super) fn rearm_probe(&mut self, now: Instant) {
-        if self.rack_active() && !self.flags.has(Flags::IN_RECOVERY) {
+        if self.tlp_armable() {
             self.rearm_tlp(now);
             return;
         }
@@ -324,7 +324,7 @@ impl Connection {
     /// wait, like RTO backoff) went unanswered for one value of SND.UNA: a
     /// lost probe should not cost a full RTO on a 5 % loss path either.
     pub(super) fn on_probe_timeout(&mut self, ctx: &mut Ctx<'_>) {
-        if self.rack_active() && !self.flags.has(Flags::IN_RECOVERY) {
+        if self.tlp_armable() {
             self.on_tlp_timeout(ctx);
             return;
         }
