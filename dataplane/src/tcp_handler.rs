@@ -369,6 +369,14 @@ counters! {
         /// "Packet too big" messages ignored: not about data in flight (RFC 5927), no
         /// connection, or no lower MTU.
         too_big_ignored,
+        /// Segments RACK deemed lost (RFC 8985 §6.2).
+        rack_lost,
+        /// RACK reordering timer expirations (RFC 8985 §6.3).
+        rack_reo_timeouts,
+        /// Tail loss probes sent (RFC 8985 §7).
+        tlp_probes,
+        /// Losses a tail loss probe repaired (RFC 8985 §7.4).
+        tlp_recoveries,
         /// Connections that negotiated ECN (RFC 3168 §6.1.1).
         ecn_negotiated,
         /// Data segments received marked CE (congestion experienced) on ECN connections.
@@ -470,6 +478,10 @@ impl TcpCounters {
         set(&self.no_connection, s.no_connection);
         set(&self.pmtu_lowered, s.pmtu_lowered);
         set(&self.too_big_ignored, s.too_big_ignored);
+        set(&self.rack_lost, s.rack_lost);
+        set(&self.rack_reo_timeouts, s.rack_reo_timeouts);
+        set(&self.tlp_probes, s.tlp_probes);
+        set(&self.tlp_recoveries, s.tlp_recoveries);
         set(&self.ecn_negotiated, s.ecn_negotiated);
         set(&self.ce_received, s.ce_received);
         set(&self.ecn_cwnd_reductions, s.ecn_cwnd_reductions);

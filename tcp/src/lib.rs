@@ -51,6 +51,7 @@ mod ecn;
 mod isn;
 #[cfg(test)]
 mod layout;
+mod rack;
 mod rto;
 mod sack;
 mod seq;
@@ -259,6 +260,15 @@ pub struct Config {
     /// the pipe estimate, several holes repaired per round trip); without
     /// it, NewReno (RFC 6582) on cumulative ACKs.
     pub sack: bool,
+    /// RACK-TLP (RFC 8985) on connections with SACK (on by default, as in
+    /// Linux): loss is detected from per-segment send times (a segment is
+    /// lost once one sent after it is delivered and it is older than the
+    /// RTT plus a reordering window that adapts to D-SACKs), not from
+    /// `DupThresh` duplicate ACKs, and a tail loss probe (new data, or the
+    /// last segment) goes out two round trips after the last ACK. Off, or
+    /// without SACK: RFC 6675 / RFC 5681 detection and a loss probe at
+    /// SND.UNA.
+    pub rack: bool,
     /// RTO before any RTT sample (RFC 6298 §2.1: 1 s).
     pub initial_rto: Duration,
     /// Lower bound on the RTO (RFC 6298 says 1 s; 200 ms is common practice).
@@ -382,6 +392,7 @@ impl Config {
             window_scaling: true,
             timestamps: true,
             sack: true,
+            rack: true,
             initial_rto: Duration::from_secs(1),
             min_rto: Duration::from_millis(200),
             max_rto: Duration::from_secs(60),
@@ -467,8 +478,21 @@ pub struct Stats {
     /// Retransmission timeouts.
     pub rto_timeouts: u64,
     /// Loss probes sent (the segment at SND.UNA after two RTTs without
-    /// progress; also counted in `retransmits`).
+    /// progress; also counted in `retransmits`): without RACK-TLP, or in
+    /// fast recovery.
     pub loss_probes: u64,
+    /// Segments deemed lost by RACK (RFC 8985 §6.2: a segment sent later
+    /// was delivered and this one is older than RACK.rtt plus the
+    /// reordering window).
+    pub rack_lost: u64,
+    /// RACK reordering timer expiries (RFC 8985 §6.3).
+    pub rack_reo_timeouts: u64,
+    /// Tail loss probes sent (RFC 8985 §7.3: new data, or the last
+    /// segment again; a retransmission is also counted in `retransmits`).
+    pub tlp_probes: u64,
+    /// Losses repaired by a tail loss probe (RFC 8985 §7.4: its ACK came
+    /// without a D-SACK; the congestion window was reduced).
+    pub tlp_recoveries: u64,
     /// Duplicate ACKs received (RFC 5681 §2 definition).
     pub dup_acks: u64,
     /// Segments received out of order.

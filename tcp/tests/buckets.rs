@@ -81,7 +81,7 @@ fn buckets_move_to_another_stack_mid_transfer() {
     let limit = sim.now + Duration::from_secs(600);
     let done = sim.run_until(limit, |s| {
         bulk.on_step(s);
-        if !moved && bulk.min_received_b() > 30_000 {
+        if !moved && bulk.min_received_b() > 10_000 {
             moved = true;
             // Another core's stack takes over every bucket, one at a time.
             let mut b2 = server();

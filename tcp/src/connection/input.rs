@@ -515,7 +515,8 @@ impl Connection {
         let sack_news = self.flags.has(Flags::SACK) && self.update_scoreboard(seg);
         let new_wnd = u32::from(seg.window) << self.snd.wscale;
         let window_update = self.snd.wl1 < seq || (self.snd.wl1 == seq && self.snd.wl2 <= ack);
-        if ack > self.snd.una {
+        let advanced = ack > self.snd.una;
+        if advanced {
             self.on_new_ack(ctx, seg, ack);
         } else if ack == self.snd.una
             && self.snd.una != self.snd.max
@@ -530,6 +531,9 @@ impl Connection {
         } else if ack == self.snd.una && self.snd.wnd == 0 {
             // The peer answers our probes: it is alive (RFC 1122 §4.2.2.17).
             self.timers.retransmits = 0;
+        }
+        if self.rack_active() {
+            self.rack_on_ack(ctx, seg, advanced);
         }
         if sack_news || (self.flags.has(Flags::SACK) && ack > self.snd.prev_una) {
             self.sack_loss_detection(ctx);

@@ -14,6 +14,7 @@ mod input;
 mod output;
 mod pmtu;
 mod predict;
+mod rack;
 mod recovery;
 mod snapshot;
 mod state;
@@ -226,6 +227,9 @@ pub(crate) struct Connection {
     pub assembler: Assembler,
     /// RFC 6675 scoreboard (allocated only while SACK blocks are held).
     pub scoreboard: Scoreboard,
+    /// RACK-TLP state (RFC 8985; the segments in flight allocated only
+    /// while there are some).
+    pub rack: crate::rack::Rack,
     pub send_buf: ChunkBuffer,
     pub recv_buf: ChunkBuffer,
     /// The application's word for this connection ([`crate::Stack::set_user_data`]).
@@ -334,6 +338,7 @@ impl Connection {
             },
             assembler: Assembler::new(),
             scoreboard: Scoreboard::new(),
+            rack: crate::rack::Rack::default(),
             send_buf: ChunkBuffer::new(cfg.send_buffer),
             recv_buf: ChunkBuffer::new(cfg.recv_buffer),
         };

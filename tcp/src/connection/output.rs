@@ -100,6 +100,9 @@ impl Connection {
         if self.state.can_send() {
             let start = self.data_start();
             let buffered = self.send_buf.len();
+            if let Break(r) = self.poll_tlp(ctx, buf) {
+                return r;
+            }
             if let Break(r) = self.poll_retransmit_one(ctx, buf, buffered) {
                 return r;
             }
@@ -306,6 +309,9 @@ impl Connection {
                 self.cc.on_idle_restart(idle, self.initial_window(ctx.cfg));
             }
             self.timers.last_send = now;
+        }
+        if end > seq {
+            self.rack_on_transmit(ctx, seq, end);
         }
         if end > self.snd.nxt {
             self.snd.nxt = end;

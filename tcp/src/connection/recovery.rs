@@ -20,9 +20,13 @@ impl Connection {
             let (l, r) = block(i);
             let dsack = i == 0
                 && (r <= SeqNumber(seg.ack) || (n > 1 && l >= block(1).0 && r <= block(1).1));
+            if dsack {
+                self.rack_on_dsack(l, r);
+            }
             if dsack || r <= ack || r > self.snd.max || l >= r {
                 continue;
             }
+            self.rack_on_sack_block(l.max(ack), r);
             news |= self.scoreboard.add(l.max(ack), r);
         }
         self.scoreboard.prune(ack);
@@ -48,7 +52,8 @@ impl Connection {
         let mss = self.eff_mss();
         let una = self.snd.una;
         if !self.flags.has(Flags::IN_RECOVERY) {
-            if self.scoreboard.lost_boundary(una, mss) > una {
+            // With RACK-TLP, RACK alone starts recovery (RFC 8985 §6.2).
+            if !self.rack_active() && self.scoreboard.lost_boundary(una, mss) > una {
                 let new_episode = self.new_loss_episode(una);
                 let heuristic = self.cc.window() > mss && una - self.snd.prev_una <= 4 * mss;
                 if new_episode || heuristic {
@@ -66,9 +71,14 @@ impl Connection {
     }
 
     /// Un-SACKed bytes below the returned sequence number are lost: the
-    /// `IsLost()` boundary, or the floor a loss probe set.
+    /// `IsLost()` boundary (RACK's verdict with RACK-TLP, RFC 8985 §6.2),
+    /// or the floor a loss probe set.
     pub(super) fn lost_boundary(&self) -> SeqNumber {
-        let b = self.scoreboard.lost_boundary(self.snd.una, self.eff_mss());
+        let b = if self.rack_active() {
+            self.rack_lost_end()
+        } else {
+            self.scoreboard.lost_boundary(self.snd.una, self.eff_mss())
+        };
         b.max(self.snd.lost_floor.min(self.snd.max))
     }
 
@@ -154,7 +164,7 @@ impl Connection {
     /// fast retransmit: no earlier episode is held, or `ack` covers its
     /// `recover` (one past the highest sequence number sent then, so an
     /// ACK "covers more than recover" once it reaches it).
-    fn new_loss_episode(&self, ack: SeqNumber) -> bool {
+    pub(super) fn new_loss_episode(&self, ack: SeqNumber) -> bool {
         !self.flags.has(Flags::RECOVER_HELD) || ack >= self.snd.recover
     }
 
@@ -231,6 +241,10 @@ impl Connection {
             self.timers.rto = Deadline::NONE;
             return;
         }
+        if self.tlp_armable() {
+            self.arm_tlp_or_rto(now);
+            return;
+        }
         let rto = self.rtt.rto();
         let flight = self.snd.max - self.snd.una;
         if let Some(pto) = self.pto() {
@@ -252,6 +266,10 @@ impl Connection {
     /// sent after it too, and a loss among them too small for three
     /// duplicate ACKs would wait the full RTO.
     pub(super) fn rearm_probe(&mut self, now: Instant) {
+        if self.tlp_armable() {
+            self.rearm_tlp(now);
+            return;
+        }
         let flight = self.snd.max - self.snd.una;
         if self.timers.loss_probes >= MAX_LOSS_PROBES || !self.probe_worthwhile(flight) {
             return;
@@ -306,6 +324,10 @@ impl Connection {
     /// wait, like RTO backoff) went unanswered for one value of SND.UNA: a
     /// lost probe should not cost a full RTO on a 5 % loss path either.
     pub(super) fn on_probe_timeout(&mut self, ctx: &mut Ctx<'_>) {
+        if self.tlp_armable() {
+            self.on_tlp_timeout(ctx);
+            return;
+        }
         let now = ctx.now;
         self.flags.set(Flags::RETRANSMIT_ONE);
         ctx.stats.loss_probes += 1;
@@ -351,7 +373,7 @@ impl Connection {
                 self.flags.set(Flags::RETRANSMIT_ONE);
                 self.arm_lost_retransmit();
             }
-        } else if self.snd.dup_acks == 3 {
+        } else if self.snd.dup_acks == 3 && !self.rack_active() {
             // RFC 6582 §3.2 step 2: only for a new loss episode, or
             // when the ACK heuristic of RFC 6582 §4.2 says the duplicate
             // ACKs signal a new loss rather than the go-back-N

@@ -45,6 +45,10 @@ pub struct Snapshot {
     /// The SACK scoreboard: ranges above `snd.una` the peer reported
     /// holding (RFC 6675 §3).
     sacked: Vec<(SeqNumber, SeqNumber)>,
+    /// RACK-TLP (RFC 8985): the send time of every segment in flight and
+    /// the RACK and TLP variables, so that loss detection carries on
+    /// across the move (without them it would fall back to `DupThresh`).
+    rack: crate::rack::Rack,
     /// The application's word for the connection.
     user_data: u64,
 }
@@ -90,6 +94,7 @@ impl Connection {
             recv_data: self.recv_buf.to_vec(),
             out_of_order,
             sacked: self.scoreboard.ranges().to_vec(),
+            rack: self.rack.clone(),
             user_data: self.user_data,
         }
     }
@@ -108,6 +113,13 @@ impl Connection {
                 return Err(crate::Error::InvalidSnapshot);
             }
             scoreboard.add(l, r);
+        }
+        if s.rack
+            .flight
+            .as_deref()
+            .is_some_and(|f| !f.valid(s.snd.una, s.snd.max))
+        {
+            return Err(crate::Error::InvalidSnapshot);
         }
         let mut send_buf = ChunkBuffer::new(s.send_capacity);
         send_buf.enqueue_slice(pool, &s.send_data);
@@ -147,6 +159,7 @@ impl Connection {
             tune: s.tuning,
             assembler,
             scoreboard,
+            rack: s.rack.clone(),
             send_buf,
             recv_buf,
             user_data: s.user_data,

@@ -14,6 +14,7 @@ impl Connection {
             .min(t.persist)
             .min(t.keepalive)
             .min(t.close)
+            .min(self.rack_reo_deadline())
             .get()
     }
 
@@ -30,6 +31,9 @@ impl Connection {
             };
             self.close_now(reason);
             return;
+        }
+        if due(self.rack_reo_deadline()) {
+            self.on_reorder_timeout(ctx);
         }
         if due(self.timers.rto) && self.flags.has(Flags::PROBE_ARMED) {
             self.on_probe_timeout(ctx);
@@ -113,6 +117,7 @@ impl Connection {
         self.flags.set(Flags::RECOVER_HELD);
         self.flags.clear(Flags::IN_RECOVERY | Flags::SACK_RECOVERY);
         self.scoreboard.clear();
+        self.rack_on_rto();
         self.snd.dup_acks = 0;
         self.snd.nxt = self.snd.una;
     }
