@@ -321,14 +321,7 @@ impl Connection {
         let Some(pto) = self.tlp_pto() else {
             return;
         };
-        let at = now + pto;
-        if let Some(d) = self.timers.rto.get() {
-            if !self.flags.has(Flags::PROBE_ARMED) && d <= at {
-                return;
-            }
-        }
-        self.flags.set(Flags::PROBE_ARMED);
-        self.timers.rto = Deadline::at(at);
+        self.arm_probe_at(now + pto);
     }
 
     /// RFC 8985 §7.3: the probe timeout fired; the next segment out is the

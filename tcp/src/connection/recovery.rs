@@ -277,7 +277,12 @@ impl Connection {
         let Some(pto) = self.pto() else {
             return;
         };
-        let at = now + pto;
+        self.arm_probe_at(now + pto);
+    }
+
+    /// Arms the probe timer (the loss probe, or RACK's TLP) for `at`,
+    /// unless a retransmission timeout is due no later.
+    pub(super) fn arm_probe_at(&mut self, at: Instant) {
         if let Some(d) = self.timers.rto.get() {
             if !self.flags.has(Flags::PROBE_ARMED) && d <= at {
                 return;
