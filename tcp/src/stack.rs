@@ -1087,7 +1087,7 @@ impl Stack {
 
     /// An ICMP "packet too big" (RFC 1191, RFC 8201) about a segment this
     /// stack sent from `local` to `remote` with sequence number `seq`, as
-    /// [`flowlane_wire::too_big`] reads it; `mtu` is the path MTU it
+    /// `flowlane_wire::too_big` reads it; `mtu` is the path MTU it
     /// reports. Believed only when `seq` is in flight on that connection
     /// (RFC 5927 §4.1); then the connection's MSS falls to what the MTU
     /// carries (never below 552 bytes of IPv4 or 1 280 of IPv6 path) and
