@@ -421,14 +421,15 @@ impl Config {
 
     /// The MSS we advertise and send at most on a connection whose peer is
     /// `peer`: [`Config::mss`] for IPv4; for IPv6, whose fixed header is 20
-    /// bytes longer (RFC 8200 §3), 20 less, and never below 1 220, what
+    /// bytes longer (RFC 8200 §3), 20 less, but not below 1 220, what
     /// IPv6's minimum link MTU of 1 280 carries (RFC 8200 §5; RFC 9293
-    /// §3.7.1: MSS = MTU - fixed IP header - fixed TCP header).
+    /// §3.7.1: MSS = MTU - fixed IP header - fixed TCP header). Never more
+    /// than [`Config::mss`], which bounds what the caller's frames hold.
     #[inline]
     pub fn mss_for(&self, peer: IpAddr) -> u16 {
         match peer {
             IpAddr::V4(_) => self.mss,
-            IpAddr::V6(_) => self.mss.saturating_sub(20).max(IPV6_MIN_MSS),
+            IpAddr::V6(_) => self.mss.saturating_sub(20).max(IPV6_MIN_MSS.min(self.mss)),
         }
     }
 }

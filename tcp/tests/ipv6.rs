@@ -64,3 +64,22 @@ fn an_ipv6_connection_advertises_and_sends_20_bytes_less_than_ipv4() {
     // 1440 less the 12 bytes of the timestamp option in every segment.
     assert_eq!(largest, 1428);
 }
+
+#[test]
+fn the_ipv6_mss_never_exceeds_the_configured_mss() {
+    let v4 = IpAddr::from([192, 0, 2, 1]);
+    let mss_for = |mss| {
+        let cfg = flowlane_tcp::Config {
+            mss,
+            ..flowlane_tcp::Config::new([7; 16])
+        };
+        (cfg.mss_for(v4), cfg.mss_for(A6))
+    };
+    assert_eq!(mss_for(1460), (1460, 1440));
+    // Down to IPv6's minimum link MTU of 1 280, then no lower ...
+    assert_eq!(mss_for(1240), (1240, 1220));
+    assert_eq!(mss_for(1230), (1230, 1220));
+    // ... but never above what the caller's frames hold.
+    assert_eq!(mss_for(1000), (1000, 1000));
+    assert_eq!(mss_for(536), (536, 536));
+}
