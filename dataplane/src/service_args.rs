@@ -52,8 +52,9 @@ pub struct DataPathArgs {
     /// more per queue, 131072 gives each a larger window (BENCHMARKS.md).
     #[arg(long, value_name = "N", value_parser = frames_per_queue)]
     pub frames_per_queue: Option<u32>,
-    /// Congestion control of the TCP connections: `newreno` (RFC 5681 and
-    /// RFC 6582) or `cubic` (RFC 9438, with HyStart++ of RFC 9406).
+    /// Congestion control of the TCP connections: `cubic` (RFC 9438, with
+    /// HyStart++ of RFC 9406; the default) or `newreno` (RFC 5681 and RFC
+    /// 6582).
     #[arg(long, value_enum, default_value_t)]
     pub congestion: CongestionChoice,
 }
@@ -61,11 +62,11 @@ pub struct DataPathArgs {
 /// `--congestion`: the TCP congestion control algorithm.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum CongestionChoice {
-    /// NewReno (the stack's default).
-    #[default]
+    /// NewReno.
     #[value(name = "newreno")]
     NewReno,
-    /// CUBIC with HyStart++.
+    /// CUBIC with HyStart++ (the stack's default).
+    #[default]
     Cubic,
 }
 

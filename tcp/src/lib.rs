@@ -295,9 +295,9 @@ pub struct Config {
     pub nagle: bool,
     /// Keepalive; `None` (the default) disables it.
     pub keepalive: Option<KeepaliveConfig>,
-    /// Congestion control algorithm for new connections: NewReno (RFC
-    /// 5681, RFC 6582; the default) or CUBIC (RFC 9438) with HyStart++
-    /// (RFC 9406). [`Stack::set_congestion`] changes one connection's.
+    /// Congestion control algorithm for new connections: CUBIC (RFC 9438)
+    /// with HyStart++ (RFC 9406; the default, as in Linux) or NewReno (RFC
+    /// 5681, RFC 6582). [`Stack::set_congestion`] changes one connection's.
     pub congestion: CongestionAlgorithm,
     /// The congestion window a connection starts with once its handshake
     /// is done: RFC 6928's min(10·SMSS, max(2·SMSS, 14600 bytes)) by
@@ -403,7 +403,7 @@ impl Config {
             ack_delay: Duration::from_millis(40),
             nagle: true,
             keepalive: None,
-            congestion: CongestionAlgorithm::NewReno,
+            congestion: CongestionAlgorithm::Cubic,
             initial_window: InitialWindow::Rfc6928,
             ecn: EcnMode::Accept,
             listen_backlog: 1024,

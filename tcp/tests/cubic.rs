@@ -8,7 +8,7 @@
 mod sim;
 
 use flowlane_tcp::time::Duration;
-use flowlane_tcp::{Config, CongestionAlgorithm, ConnHandle, Error, InitialWindow};
+use flowlane_tcp::{Config, CongestionAlgorithm, ConnHandle, Error};
 use flowlane_wire::tcp::TcpFlags;
 use flowlane_wire::TcpRepr;
 use sim::{Bulk, LinkConfig, Side, Sim};
@@ -98,10 +98,17 @@ struct Trace {
 
 const RTT_MS: u64 = 100;
 
+/// Where the one loss falls: segment 208 of the stream, in the slow-start
+/// round that sends segments 150 to 309 (RFC 6928's initial window of 10
+/// doubles to 160 there). The link has no rate limit, so a round is one
+/// burst and its ACKs arrive together: the sender learns of the loss with
+/// the rest of the round, 102 segments, in flight; that flight is W_max.
+const LOSS_AT: u32 = 300_000;
+
 /// A sends to B over a 100 ms round trip with no other limit than the
 /// congestion window; the segment at stream offset `drop_at` is lost once,
 /// in slow start. A's connection is switched to `alg` right after the
-/// connect (the stacks' default is NewReno). Returns the trace over
+/// connect (these stacks start on NewReno). Returns the trace over
 /// `secs` seconds.
 fn window_after_one_loss(alg: CongestionAlgorithm, drop_at: u32, secs: u64) -> Trace {
     let link = LinkConfig {
@@ -109,11 +116,6 @@ fn window_after_one_loss(alg: CongestionAlgorithm, drop_at: u32, secs: u64) -> T
         ..LinkConfig::default()
     };
     let mut a = config(1, CongestionAlgorithm::NewReno);
-    // The slow start these figures were taken from: RFC 5681's initial
-    // window (with RFC 6928's, the flight at the loss measures 33
-    // segments, not the slow-start window these bounds expect; not
-    // investigated yet).
-    a.initial_window = InitialWindow::Rfc5681;
     // The send buffer never limits (so that W_max = cwnd = the flight).
     a.send_buffer = 64 << 20;
     a.send_buffer_max = 64 << 20;
@@ -227,7 +229,7 @@ fn avoidance_start(t: &Trace, from: u64, ssthresh: f64) -> u64 {
 
 #[test]
 fn window_regrows_along_the_cubic_curve_after_a_loss() {
-    let t = window_after_one_loss(CongestionAlgorithm::Cubic, 400_000, 16);
+    let t = window_after_one_loss(CongestionAlgorithm::Cubic, LOSS_AT, 16);
     let (w_max, recovered) = the_loss(&t);
     let smss = 1448.0;
     // Taken in slow start: W_max is well above the initial window.
@@ -257,7 +259,7 @@ fn newreno_connection_regrows_linearly() {
     // The same path and loss with the connection left on NewReno: the
     // window is halved and grows back by one segment per round trip, far
     // below CUBIC's concave curve (set_congestion decides).
-    let t = window_after_one_loss(CongestionAlgorithm::NewReno, 400_000, 10);
+    let t = window_after_one_loss(CongestionAlgorithm::NewReno, LOSS_AT, 10);
     let (w_max, recovered) = the_loss(&t);
     let smss = 1448.0;
     let epoch = avoidance_start(&t, recovered, 0.47 * w_max);
@@ -290,14 +292,21 @@ fn set_congestion_needs_a_live_connection() {
 
 #[test]
 fn hystart_leaves_slow_start_before_the_bottleneck_queue_overflows() {
-    const QUEUE_MS: u64 = 400;
+    const QUEUE_MS: u64 = 500;
     // A 20 Mbit/s bottleneck on a 60 ms round trip (100 segments) with a
     // deep queue (400 ms, bufferbloat): slow start doubles the window
     // until the queue overflows and loses a window's worth; HyStart++
     // sees the RTT rise as the queue builds, leaves slow start for CSS
-    // (which still grows by a quarter per round, so a shallow queue would
-    // overflow too) and then congestion avoidance (RFC 9406 §4.2), before
-    // any loss. NewReno on the same path overflows the queue.
+    // and then congestion avoidance (RFC 9406 §4.2), before any loss.
+    // NewReno on the same path overflows the queue.
+    //
+    // CSS still grows by a quarter of what is acknowledged for 5 rounds;
+    // once the queue dominates the round trip that is a quarter of the
+    // bottleneck's rate (0.43 segments per ms here) for rounds that keep
+    // getting longer, so the queue has to be deep: with RFC 6928's
+    // initial window, HyStart++ leaves slow start at a 96 ms round trip
+    // (RFC 5681's: 72 ms, one doubling earlier) and the flight peaks at
+    // 809 segments (651), where a 400 ms queue holds 767.
     let link = LinkConfig {
         delay: Duration::from_millis(30),
         bandwidth_bps: 20_000_000,
@@ -305,11 +314,7 @@ fn hystart_leaves_slow_start_before_the_bottleneck_queue_overflows() {
         ..LinkConfig::default()
     };
     let run = |alg| {
-        let mut a = config(1, alg);
-        // Tuned with RFC 5681's initial window: with RFC 6928's, CUBIC's
-        // HyStart++ on this path still overflows the queue (99
-        // retransmissions; not investigated yet).
-        a.initial_window = InitialWindow::Rfc5681;
+        let a = config(1, alg);
         let mut b = config(2, alg);
         b.recv_buffer = 8 << 20;
         b.recv_buffer_max = 8 << 20;

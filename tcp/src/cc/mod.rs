@@ -142,10 +142,10 @@ pub(crate) fn recovery_exit_window(ssthresh: usize, flight_size: usize, smss: us
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CongestionAlgorithm {
     /// RFC 5681 + RFC 6582.
-    #[default]
     NewReno,
     /// CUBIC (RFC 9438) with HyStart++ (RFC 9406) in the initial slow
-    /// start, as Linux, Windows and Apple stacks default to.
+    /// start, as Linux, Windows and Apple stacks default to; the default.
+    #[default]
     Cubic,
 }
 
