@@ -386,6 +386,45 @@ fn marks_in_two_windows_reduce_twice() {
     assert_eq!(cwrs, 2);
 }
 
+#[test]
+fn a_window_reduced_for_a_loss_is_announced_with_cwr() {
+    // RFC 3168 §6.1.2: CWR follows a reduction "for any reason": here a
+    // fast retransmit, with no CE mark anywhere.
+    let (mut sim, log) = sim_with(config(1, EcnMode::On), config(2, EcnMode::Accept), |_| {
+        false
+    });
+    let (mut iss, mut dropped) = (None, None);
+    sim.drop_filter = Some(Box::new(move |side, bytes| {
+        let (r, payload) = TcpRepr::parse_segment(bytes).expect("our own segment");
+        if side != Side::A {
+            return false;
+        }
+        let base = *iss.get_or_insert(r.seq);
+        let off = r.seq.wrapping_sub(base).wrapping_sub(1);
+        // The first data segment from byte 300 000 on is lost, once.
+        let lose = dropped.is_none() && !payload.is_empty() && off >= 300_000;
+        if lose {
+            dropped = Some(r.seq);
+        }
+        lose
+    }));
+    transfer(&mut sim, 600_000);
+    let a = sim.a.stats();
+    assert_eq!(a.ecn_cwnd_reductions, 0, "{a:?}");
+    assert!(a.fast_retransmits + a.rack_lost >= 1, "{a:?}");
+    let log = log.borrow();
+    let iss = a_iss(&log);
+    let lost = carrying(&log, iss, 300_000);
+    let cwrs: Vec<&Seg> = log
+        .iter()
+        .filter(|s| s.side == Side::A && s.has(TcpFlags::CWR) && !s.has(TcpFlags::SYN))
+        .collect();
+    // One reduction, one CWR, on new data (ECT(0)) sent after the loss.
+    assert_eq!(cwrs.len(), 1, "{cwrs:?}");
+    assert!(cwrs[0].len > 0 && cwrs[0].ecn == Ecn::Ect0);
+    assert!((cwrs[0].seq.wrapping_sub(lost.seq) as i32) > 0);
+}
+
 /// Drives two stacks in lockstep (no delay), letting `edit` change each
 /// segment (its bytes and its codepoint) on the way.
 fn lockstep(a: &mut Stack, b: &mut Stack, mut edit: impl FnMut(Side, &mut [u8], &mut Ecn)) {

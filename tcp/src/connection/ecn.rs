@@ -142,6 +142,21 @@ impl Connection {
         }
     }
 
+    /// RFC 3168 §6.1.2: "When an ECN-Capable TCP sender reduces its
+    /// congestion window for any reason (because of a retransmit timeout,
+    /// a Fast Retransmit, or in response to an ECN Notification), the TCP
+    /// sender sets the CWR flag" on the first new data segment after the
+    /// reduction. For the reductions a loss makes: on an ECN connection,
+    /// the next new data segment carries CWR (so that a peer echoing marks
+    /// of the same window stops), and ECEs for this window reduce it no
+    /// further (once per window of data).
+    pub(super) fn ecn_on_loss_reduction(&mut self) {
+        if self.flags.has(Flags::ECN) {
+            self.flags.set(Flags::ECN_CWR | Flags::ECN_HELD);
+            self.snd.ecn_high = self.snd.max;
+        }
+    }
+
     /// RFC 3168 §6.1.2: an ACK echoed a CE mark, with `flight` bytes
     /// outstanding before it. The window is reduced as for a loss, through
     /// the congestion controller, with nothing retransmitted; at most once

@@ -427,6 +427,7 @@ impl Connection {
             let w = self.cc.window();
             self.cc.on_sack_recovery(w);
             self.cc.on_recovery_exit(w);
+            self.ecn_on_loss_reduction();
         }
     }
 }

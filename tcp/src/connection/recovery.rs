@@ -199,6 +199,7 @@ impl Connection {
         } else {
             self.cc.on_fast_retransmit(flight);
         }
+        self.ecn_on_loss_reduction();
         self.timers.rtt_seq = None;
     }
 

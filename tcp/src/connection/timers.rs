@@ -97,6 +97,7 @@ impl Connection {
                 let flight = self.snd.max - self.snd.una;
                 if self.timers.retransmits == 1 {
                     self.cc.on_retransmit_timeout(flight);
+                    self.ecn_on_loss_reduction();
                 }
                 self.go_back_n();
                 // The first segment goes out even into a zero window.
