@@ -322,8 +322,8 @@ pub struct Config {
     pub ecn: EcnMode,
     /// Packetization-layer path MTU discovery (RFC 4821; Linux
     /// `tcp_mtu_probing`): [`MtuProbing::OnBlackHole`] by default. A
-    /// connection whose retransmission timer fires three times in a row
-    /// (Linux `tcp_retries1`) while probing is on takes the segments to be
+    /// connection whose retransmission timer fires a fourth time in a row
+    /// (three retransmissions unanswered, Linux `tcp_retries1`) while probing is on takes the segments to be
     /// too big for the path (RFC 4821 §7.3, a black hole: the "packet too
     /// big" messages are lost or filtered): its MSS falls to
     /// `mtu_probe_base_mss`, then halves per further timeout (never below
@@ -583,7 +583,7 @@ pub struct Stats {
     /// connection, or they reported no MTU lower than the one in use.
     pub too_big_ignored: u64,
     /// Black holes detected (RFC 4821 §7.3): full-sized segments timed
-    /// out three times in a row, so the MSS was lowered
+    /// out four times in a row, so the MSS was lowered
     /// ([`Config::mtu_probing`]).
     pub mtu_black_holes: u64,
     /// Path MTU probes sent (RFC 4821 §7.4: one segment larger than the
