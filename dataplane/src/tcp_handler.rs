@@ -369,6 +369,15 @@ counters! {
         /// "Packet too big" messages ignored: not about data in flight (RFC 5927), no
         /// connection, or no lower MTU.
         too_big_ignored,
+        /// Path MTU black holes detected (RFC 4821 §7.3): full-sized segments timed
+        /// out repeatedly, so the MSS was lowered.
+        mtu_black_holes,
+        /// Path MTU probes sent (RFC 4821 §7.4).
+        mtu_probes,
+        /// Path MTU probes acknowledged: the MSS rose (RFC 4821 §7.6.1).
+        mtu_probe_succeeded,
+        /// Path MTU probes lost: the search's top fell (RFC 4821 §7.6.2).
+        mtu_probe_failed,
         /// Segments RACK deemed lost (RFC 8985 §6.2).
         rack_lost,
         /// RACK reordering timer expirations (RFC 8985 §6.3).
@@ -478,6 +487,10 @@ impl TcpCounters {
         set(&self.no_connection, s.no_connection);
         set(&self.pmtu_lowered, s.pmtu_lowered);
         set(&self.too_big_ignored, s.too_big_ignored);
+        set(&self.mtu_black_holes, s.mtu_black_holes);
+        set(&self.mtu_probes, s.mtu_probes);
+        set(&self.mtu_probe_succeeded, s.mtu_probe_succeeded);
+        set(&self.mtu_probe_failed, s.mtu_probe_failed);
         set(&self.rack_lost, s.rack_lost);
         set(&self.rack_reo_timeouts, s.rack_reo_timeouts);
         set(&self.tlp_probes, s.tlp_probes);

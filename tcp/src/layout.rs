@@ -20,13 +20,16 @@ use std::net::SocketAddr;
 /// rounding it up). 648 until RACK-TLP (+16 bytes: `rack::Rack`, the
 /// pointer to the flight's send-time records, allocated only while data
 /// is in flight, and what outlives a flight: min_RTT and the reordering
-/// window's adaptation).
-const CONNECTION_BUDGET: usize = 664;
+/// window's adaptation). 664 until PLPMTUD (+8 bytes: RFC 4821's search
+/// in `SendState`, its top and the handshake's MTU, the probe's MTU and
+/// first sequence number; the rest-time stamp fits `TimerState`'s padding).
+const CONNECTION_BUDGET: usize = 672;
 /// A slab slot: the connection plus the stack's bookkeeping for it.
 /// 664 until the timer wheel's cancel (8 bytes: the entry's place in the
 /// wheel, so that no stale entry is left behind); 672 until CUBIC (+16,
-/// as the connection); 688 until RACK-TLP (+16, as the connection).
-const SLOT_BUDGET: usize = 704;
+/// as the connection); 688 until RACK-TLP (+16, as the connection); 704
+/// until PLPMTUD (+8, as the connection).
+const SLOT_BUDGET: usize = 712;
 /// A compact TIME-WAIT record (what a closed connection costs for 2 MSL,
 /// index and expiry entry aside).
 const TIME_WAIT_BUDGET: usize = 112;

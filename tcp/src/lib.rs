@@ -9,7 +9,7 @@
 //! [`KeepaliveConfig`], the [`Event`]s it reports, the handles
 //! [`ConnHandle`] and [`ListenerId`], [`FourTuple`], [`Transmit`], [`Stats`],
 //! [`State`], [`CloseReason`], [`Error`], [`CongestionAlgorithm`],
-//! [`InitialWindow`], [`Ecn`] and [`EcnMode`], the opaque
+//! [`InitialWindow`], [`Ecn`] and [`EcnMode`], [`MtuProbing`], the opaque
 //! connection [`Snapshot`] for moving a connection between stacks, the
 //! opaque [`BucketExport`] for moving an RSS bucket's connections at once
 //! and its [`BucketStats`], and [`time`]. Everything else (buffers, reassembly, SACK scoreboard, RTO,
@@ -51,6 +51,7 @@ mod ecn;
 mod isn;
 #[cfg(test)]
 mod layout;
+mod mtu_probing;
 mod rack;
 mod rto;
 mod sack;
@@ -69,6 +70,7 @@ use std::net::{IpAddr, SocketAddr};
 pub use cc::{CongestionAlgorithm, InitialWindow};
 pub use connection::{Snapshot, State};
 pub use ecn::{Ecn, EcnMode};
+pub use mtu_probing::MtuProbing;
 pub use stack::{BucketExport, Delivery, Stack};
 
 use time::Duration;
@@ -318,6 +320,32 @@ pub struct Config {
     /// only when the client uses timestamps (the cookie carries it in our
     /// TSval, as Linux does).
     pub ecn: EcnMode,
+    /// Packetization-layer path MTU discovery (RFC 4821; Linux
+    /// `tcp_mtu_probing`): [`MtuProbing::OnBlackHole`] by default. A
+    /// connection whose retransmission timer fires a fourth time in a row
+    /// (three retransmissions unanswered, Linux `tcp_retries1`) while probing is on takes the segments to be
+    /// too big for the path (RFC 4821 §7.3, a black hole: the "packet too
+    /// big" messages are lost or filtered): its MSS falls to
+    /// `mtu_probe_base_mss`, then halves per further timeout (never below
+    /// a 552-byte IPv4 or 1 280-byte IPv6 path), and from then on it
+    /// probes upward (RFC 4821 §7): one segment of the search range's
+    /// midpoint at a time, sent as new data when the windows allow; its
+    /// ACK raises the MSS, its loss (repaired without a congestion
+    /// response, RFC 4821 §7.6.2) lowers the range's top. A believed ICMP
+    /// message lowers the top as well ([`Stack::handle_too_big`]).
+    pub mtu_probing: MtuProbing,
+    /// The MSS a black hole first lowers a connection to, and below which
+    /// a search does not start (RFC 4821 §7.2's search_low; Linux
+    /// `tcp_base_mss`, 1 024): what nearly every path carries.
+    pub mtu_probe_base_mss: u16,
+    /// How long a finished search rests before it starts again from the
+    /// MSS the handshake allowed, since the path may have grown (RFC 4821
+    /// §7.7; Linux `tcp_probe_interval`, 600 s). At most 18 hours (the
+    /// connection keeps the time in 16 bits of seconds).
+    pub mtu_probe_interval: Duration,
+    /// The search stops once its range is narrower than this many bytes
+    /// (RFC 4821 §7.2; Linux `tcp_probe_threshold`, 8).
+    pub mtu_probe_threshold: u16,
     /// Half-open (SYN-RECEIVED) connections allowed per listener.
     pub listen_backlog: usize,
     /// Once a listener holds `listen_backlog` half-open connections,
@@ -406,6 +434,10 @@ impl Config {
             congestion: CongestionAlgorithm::Cubic,
             initial_window: InitialWindow::Rfc6928,
             ecn: EcnMode::Accept,
+            mtu_probing: MtuProbing::OnBlackHole,
+            mtu_probe_base_mss: 1024,
+            mtu_probe_interval: Duration::from_secs(600),
+            mtu_probe_threshold: 8,
             listen_backlog: 1024,
             max_connections: 65_536,
             listener_max_connections: 65_536,
@@ -550,6 +582,20 @@ pub struct Stats {
     /// not in flight (RFC 5927 §4.1: blind or stale), they named no
     /// connection, or they reported no MTU lower than the one in use.
     pub too_big_ignored: u64,
+    /// Black holes detected (RFC 4821 §7.3): full-sized segments timed
+    /// out four times in a row, so the MSS was lowered
+    /// ([`Config::mtu_probing`]).
+    pub mtu_black_holes: u64,
+    /// Path MTU probes sent (RFC 4821 §7.4: one segment larger than the
+    /// MSS, new data).
+    pub mtu_probes: u64,
+    /// Probes acknowledged: the MSS rose to the probe's size (RFC 4821
+    /// §7.6.1).
+    pub mtu_probe_succeeded: u64,
+    /// Probes lost (or reported too big by ICMP and then lost): the
+    /// search's upper bound fell below them; repaired without a congestion
+    /// response (RFC 4821 §7.6.2).
+    pub mtu_probe_failed: u64,
     /// SYNs dropped because the listener backlog was full (and SYN
     /// cookies are off).
     pub syn_dropped: u64,

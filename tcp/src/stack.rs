@@ -1115,7 +1115,7 @@ impl Stack {
             self.stats.too_big_ignored += 1;
             return Delivery::Taken;
         };
-        match self.with_conn(idx, |c, _| c.on_too_big(SeqNumber(seq), mtu)) {
+        match self.with_conn(idx, |c, ctx| c.on_too_big(ctx, SeqNumber(seq), mtu)) {
             TooBigOutcome::Lowered => self.stats.pmtu_lowered += 1,
             TooBigOutcome::NotInFlight | TooBigOutcome::NotLower => self.stats.too_big_ignored += 1,
         }

@@ -23,10 +23,13 @@ use tcp_common::*;
 /// while the ACK number stands still, sends a "packet too big" quoting a
 /// segment from flowlane (`argv[1]`, its address) at that sequence number,
 /// MTU `argv[2]`, at most every 100 ms; the first message it sends quotes
-/// the ACK number + 2^31 (forged: not in flight). Runs until killed.
+/// the ACK number + 2^31 (forged: not in flight). With `argv[3]` =
+/// `silent` it sends nothing: a black hole whose ICMP never arrives (RFC
+/// 4821's case). Runs until killed.
 const ROUTER: &str = r#"
 import socket, struct, sys, time
 ours, mtu = sys.argv[1], int(sys.argv[2])
+silent = len(sys.argv) > 3 and sys.argv[3] == 'silent'
 v6 = ':' in ours
 sniff = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
 sniff.bind(('peer0', 0))
@@ -73,7 +76,7 @@ while True:
     if ack != last:
         last, since = ack, now
         continue
-    if now - since < 0.05 or now - sent_at < 0.1:
+    if silent or now - since < 0.05 or now - sent_at < 0.1:
         continue
     if not forged:
         too_big(src, dport, sport, (ack + (1 << 31)) & 0xffffffff)
@@ -82,7 +85,16 @@ while True:
     sent_at = now
 "#;
 
-fn black_hole_heals(tag: &str, family: Family) {
+/// How the path's router answers a segment too big for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Router {
+    /// With ICMP (and one forgery first).
+    Icmp,
+    /// With nothing: flowlane must find the MTU itself (RFC 4821).
+    Silent,
+}
+
+fn black_hole_heals(tag: &str, family: Family, mode: Router) {
     let bed = Bed::up(tag, 2);
     let (ours, routes): (&str, &[&str]) = match family {
         Family::V4 => ("10.99.0.1", &["-4", "route", "replace", "10.99.0.0/24"]),
@@ -106,18 +118,30 @@ fn black_hole_heals(tag: &str, family: Family) {
     let mut router = Command::new("ip")
         .args(["netns", "exec", &bed.peer_ns, "timeout", "120"])
         .args(["python3", "-c", ROUTER, ours, "1280"])
+        .args((mode == Router::Silent).then_some("silent"))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     wait_ready(&mut router);
+    let started = std::time::Instant::now();
+    // (sha256-equal, checked by the helper.)
     let (r, lines) = flowlane_to_kernel_over(&bed, family, 8 << 20, 60);
+    let took = started.elapsed();
     let _ = router.kill();
     let _ = router.wait();
     let t = totals(&lines);
-    eprintln!("{family:?}: {r}\n{t}");
-    assert_eq!(t["pmtu_lowered"], 1, "{t}");
-    assert!(t["too_big_ignored"].as_u64() >= Some(1), "the forgery: {t}");
+    eprintln!("{family:?} {mode:?}: flowlane sent 8 MiB in {took:?}: {r}\n{t}");
+    match mode {
+        Router::Icmp => {
+            assert_eq!(t["pmtu_lowered"], 1, "{t}");
+            assert!(t["too_big_ignored"].as_u64() >= Some(1), "the forgery: {t}");
+        }
+        Router::Silent => {
+            assert_eq!(t["pmtu_lowered"], 0, "{t}");
+            assert!(t["mtu_black_holes"].as_u64() >= Some(1), "{t}");
+        }
+    }
 }
 
 #[test]
@@ -125,7 +149,7 @@ fn an_ipv4_black_hole_heals_by_fragmentation_needed() {
     if !require_root("an_ipv4_black_hole_heals_by_fragmentation_needed") {
         return;
     }
-    black_hole_heals("tm4", Family::V4);
+    black_hole_heals("tm4", Family::V4, Router::Icmp);
 }
 
 #[test]
@@ -133,5 +157,21 @@ fn an_ipv6_black_hole_heals_by_packet_too_big() {
     if !require_root("an_ipv6_black_hole_heals_by_packet_too_big") {
         return;
     }
-    black_hole_heals("tm6", Family::V6);
+    black_hole_heals("tm6", Family::V6, Router::Icmp);
+}
+
+#[test]
+fn an_ipv4_black_hole_without_icmp_heals_by_probing() {
+    if !require_root("an_ipv4_black_hole_without_icmp_heals_by_probing") {
+        return;
+    }
+    black_hole_heals("tp4", Family::V4, Router::Silent);
+}
+
+#[test]
+fn an_ipv6_black_hole_without_icmp_heals_by_probing() {
+    if !require_root("an_ipv6_black_hole_without_icmp_heals_by_probing") {
+        return;
+    }
+    black_hole_heals("tp6", Family::V6, Router::Silent);
 }

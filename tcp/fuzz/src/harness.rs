@@ -7,7 +7,8 @@ use crate::input::{AckChoice, AppCall, Op, OptChoice, SeqChoice, Setup, TIMES};
 use crate::peer::{fill_pattern, pattern_mismatch, seq_gt, Peer, Role};
 use flowlane_tcp::time::{Duration, Instant};
 use flowlane_tcp::{
-    CloseReason, Config, ConnHandle, Ecn, EcnMode, Error, Event, KeepaliveConfig, ListenerId, Stack,
+    CloseReason, Config, ConnHandle, Ecn, EcnMode, Error, Event, KeepaliveConfig, ListenerId,
+    MtuProbing, Stack,
 };
 use flowlane_wire::packet::{
     emit_eth_ipv4_tcp_headers, emit_eth_ipv6_tcp_headers, ETH_IPV4_TCP_OFFSET, ETH_IPV6_TCP_OFFSET,
@@ -134,6 +135,12 @@ impl Harness {
         // ask are `peer_ecn`'s).
         cfg.ecn = EcnMode::On;
         cfg.nagle = p & 16 == 0;
+        // Path MTU probes (RFC 4821) from the handshake on in half the runs
+        // (every bit of the setup has its use: the parity of both bytes
+        // picks); the others probe after a black hole, the default.
+        if (s ^ p) & 1 != 0 {
+            cfg.mtu_probing = MtuProbing::Always;
+        }
         if p & 32 != 0 {
             cfg.listen_backlog = 2;
             cfg.time_wait_max = 2;
@@ -997,13 +1004,15 @@ impl Harness {
             return;
         }
         // A SYN cookie keeps the MSS as one of 8 values, 536 the least (as Linux's
-        // `msstab`): a peer that announced less gets 536-byte segments.
+        // `msstab`): a peer that announced less gets 536-byte segments. Path MTU
+        // probes (RFC 4821) are larger than the MSS in use but never than this
+        // bound: the peer's MSS and ours for its family (`Config::mss_for`).
         let peer_mss = if p.cookie {
             self.peer_mss.max(COOKIE_MIN_MSS)
         } else {
             self.peer_mss
         };
-        let mss = usize::from(peer_mss.min(self.cfg.mss));
+        let mss = usize::from(peer_mss.min(self.cfg.mss_for(self.addrs.peer)));
         assert!(
             payload.len() <= mss,
             "segment of {} bytes, MSS {mss}",

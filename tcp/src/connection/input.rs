@@ -36,8 +36,8 @@ impl Connection {
         if self.flags.has(Flags::TIMESTAMPS) {
             mss -= TS_OPTION_LEN;
         }
-        self.snd.mss = mss;
-        self.cc.set_mss(mss as usize);
+        self.set_mss(mss);
+        self.mtu_search_init(cfg);
     }
 
     /// Processes one segment for this connection (RFC 9293 §3.10.7.3 and
@@ -564,9 +564,9 @@ impl Connection {
         }
         self.snd.prev_una = self.snd.una;
         self.snd.una = ack;
-        if self.flags.has(Flags::RECOVER_HELD) && ack >= self.snd.recover {
-            // RFC 6582 §3.2: the episode's guard ends with it.
-            self.flags.clear(Flags::RECOVER_HELD);
+        if self.flags.has(Flags::RECOVER_HELD | Flags::MTU_PROBE_OUT) {
+            // The RFC 6582 guard's end, a path MTU probe's ACK.
+            self.on_ack_held(ctx, ack);
         }
         if self.snd.nxt < ack {
             self.snd.nxt = ack;
@@ -586,14 +586,22 @@ impl Connection {
                 // §5 step (C): recovery ends when HighACK reaches
                 // RecoveryPoint).
                 self.flags.clear(Flags::IN_RECOVERY | Flags::SACK_RECOVERY);
-                self.cc.on_recovery_exit(self.snd.max - ack);
+                if self.flags.has(Flags::MTU_PROBE_OUT) {
+                    // A lost path MTU probe was repaired: the window
+                    // was never reduced (RFC 4821 §7.6.2).
+                    self.flags.clear(Flags::MTU_PROBE_OUT);
+                } else {
+                    self.cc.on_recovery_exit(self.snd.max - ack);
+                }
             } else if self.flags.has(Flags::SACK_RECOVERY) {
                 // RFC 6675 §5: cwnd is not deflated on a partial ACK;
                 // NextSeg() picks what to retransmit.
             } else {
                 // RFC 6582 §3.2 step 3, partial acknowledgment:
                 // retransmit the next unacknowledged segment.
-                self.cc.on_partial_ack(data_acked);
+                if !self.flags.has(Flags::MTU_PROBE_OUT) {
+                    self.cc.on_partial_ack(data_acked);
+                }
                 self.flags.set(Flags::RETRANSMIT_ONE);
                 self.arm_lost_retransmit();
             }

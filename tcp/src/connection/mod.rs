@@ -12,6 +12,7 @@ mod app;
 mod ecn;
 mod input;
 mod output;
+mod plpmtud;
 mod pmtu;
 mod predict;
 mod rack;
@@ -285,6 +286,10 @@ impl Connection {
                 rtx_mark: iss,
                 lost_floor: iss,
                 ecn_high: iss,
+                mtu_high: 0,
+                mtu_max: 0,
+                mtu_probe: 0,
+                mtu_probe_seq: iss,
             },
             rcv: ReceiveState {
                 irs: SeqNumber(0),
@@ -319,6 +324,7 @@ impl Connection {
                 rtt_seq: None,
                 last_recv: now,
                 last_send: now,
+                mtu_settled: 0,
             },
             rtt: RttEstimator::new(cfg.initial_rto, cfg.min_rto, cfg.max_rto),
             cc: Controller::new(cfg.congestion, DEFAULT_MSS as usize),

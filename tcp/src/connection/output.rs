@@ -138,7 +138,11 @@ impl Connection {
         buf: &mut [u8],
         buffered: usize,
     ) -> ControlFlow<Option<usize>> {
-        if self.flags.has(Flags::RETRANSMIT_ONE) {
+        if self.flags.has(Flags::RETRANSMIT_ONE | Flags::MTU_SEARCH) {
+            if !self.flags.has(Flags::RETRANSMIT_ONE) {
+                // One flag test on the send path for both (RFC 4821 §7).
+                return self.poll_mtu_probe(ctx, buf);
+            }
             self.flags.clear(Flags::RETRANSMIT_ONE);
             let mut len = buffered.min(self.eff_mss());
             if let (_, Some(sacked)) = self.scoreboard.next_unsacked(self.snd.una) {

@@ -205,7 +205,7 @@ impl Connection {
             let heuristic =
                 self.cc.window() > self.eff_mss() && una - self.snd.prev_una <= 4 * self.eff_mss();
             if self.new_loss_episode(una) || heuristic {
-                self.enter_recovery(ctx.now);
+                self.enter_recovery(ctx);
                 ctx.stats.fast_retransmits += 1;
                 // The recovery's reduction covers a loss the probe revealed.
                 if let Some(f) = self.rack.flight.as_deref_mut() {

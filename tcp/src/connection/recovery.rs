@@ -57,7 +57,7 @@ impl Connection {
                 let new_episode = self.new_loss_episode(una);
                 let heuristic = self.cc.window() > mss && una - self.snd.prev_una <= 4 * mss;
                 if new_episode || heuristic {
-                    self.enter_recovery(ctx.now);
+                    self.enter_recovery(ctx);
                     ctx.stats.fast_retransmits += 1;
                 }
             }
@@ -169,10 +169,15 @@ impl Connection {
     }
 
     /// RFC 6582 §3.2 step 2 / RFC 5681 §3.2 steps 2-3: enter fast recovery
-    /// and retransmit SND.UNA.
-    pub(super) fn enter_recovery(&mut self, now: Instant) {
+    /// and retransmit SND.UNA. When SND.UNA is a path MTU probe, its loss
+    /// is no sign of congestion (RFC 4821 §7.6.2): the recovery repairs it
+    /// without reducing the window (`Flags::MTU_PROBE_OUT` stays set until
+    /// it ends) and without Eifel state.
+    pub(super) fn enter_recovery(&mut self, ctx: &mut Ctx<'_>) {
+        let now = ctx.now;
         let flight = self.snd.max - self.snd.una;
-        if self.flags.has(Flags::TIMESTAMPS) {
+        let probe_lost = self.flags.has(Flags::MTU_PROBE_OUT) && self.mtu_probe_at_loss(ctx);
+        if self.flags.has(Flags::TIMESTAMPS) && !probe_lost {
             // RFC 3522 §3.2 step (1) / RFC 4015 §3.2 step (1).
             self.snd.undo = Some(UndoState {
                 retransmit_ts: self.tsval(now),
@@ -195,8 +200,10 @@ impl Connection {
             self.snd.high_rxt = self.snd.una;
             self.snd.rtx_mark = self.snd.max;
             self.snd.lost_floor = self.snd.una;
-            self.cc.on_sack_recovery(flight);
-        } else {
+            if !probe_lost {
+                self.cc.on_sack_recovery(flight);
+            }
+        } else if !probe_lost {
             self.cc.on_fast_retransmit(flight);
         }
         self.ecn_on_loss_reduction();
@@ -338,7 +345,7 @@ impl Connection {
         self.flags.set(Flags::RETRANSMIT_ONE);
         ctx.stats.loss_probes += 1;
         if !self.flags.has(Flags::IN_RECOVERY) {
-            self.enter_recovery(now);
+            self.enter_recovery(ctx);
         } else if self.flags.has(Flags::SACK_RECOVERY) {
             // Two RTTs without progress in SACK recovery: what was sent
             // before is not coming (IsLost() cannot say so for a tail the
@@ -369,7 +376,11 @@ impl Connection {
             // RFC 6675 §5: no window inflation; the pipe estimate
             // already counts what the duplicate ACK SACKed.
         } else if self.flags.has(Flags::IN_RECOVERY) {
-            self.cc.on_recovery_dup_ack();
+            if !self.flags.has(Flags::MTU_PROBE_OUT) {
+                // (Not while repairing a lost path MTU probe: that
+                // recovery leaves the window as it was.)
+                self.cc.on_recovery_dup_ack();
+            }
             if u16::from(self.snd.dup_acks) >= self.snd.lost_rtx_dups {
                 // The retransmission of SND.UNA was lost too: segments
                 // sent after it keep arriving. Resend it now rather than
@@ -391,7 +402,7 @@ impl Connection {
             let heuristic =
                 self.cc.window() > self.eff_mss() && ack - self.snd.prev_una <= 4 * self.eff_mss();
             if new_episode || heuristic {
-                self.enter_recovery(ctx.now);
+                self.enter_recovery(ctx);
                 ctx.stats.fast_retransmits += 1;
             }
         }

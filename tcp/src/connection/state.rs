@@ -121,6 +121,13 @@ impl Flags {
     /// when the sequence space wraps: compared 2^31 bytes later, an old
     /// `recover` reads as ahead of SND.UNA.
     pub(crate) const RECOVER_HELD: u32 = 1 << 22;
+    /// Packetization-layer path MTU discovery runs (RFC 4821 §7; see
+    /// `plpmtud.rs`): new data may go out as a probe.
+    pub(crate) const MTU_SEARCH: u32 = 1 << 23;
+    /// A path MTU probe is in flight (`SendState::mtu_probe`), or, with
+    /// `IN_RECOVERY`, the recovery repairs a lost probe (no window
+    /// reduction, RFC 4821 §7.6.2).
+    pub(crate) const MTU_PROBE_OUT: u32 = 1 << 24;
     // ECN (RFC 3168) takes the top bits, counting down (see `ecn.rs`).
     /// ECN negotiated in the handshake (RFC 3168 §6.1.1).
     pub(crate) const ECN: u32 = 1 << 31;
@@ -205,6 +212,17 @@ pub(crate) struct SendState {
     /// SND.MAX when the window was last reduced for an ECE (RFC 3168
     /// §6.1.2), while `Flags::ECN_HELD` is set.
     pub(crate) ecn_high: SeqNumber,
+    /// RFC 4821 §7.2 search_high: the largest path MTU (IP packet bytes)
+    /// not yet known to fail. search_low is the MTU of `mss` itself.
+    pub(crate) mtu_high: u16,
+    /// The MTU the handshake allowed (the peer's MSS and ours): where a
+    /// search starts again after `Config::mtu_probe_interval`.
+    pub(crate) mtu_max: u16,
+    /// The MTU of the probe in flight (`Flags::MTU_PROBE_OUT`); 0 once it
+    /// was lost and its recovery runs.
+    pub(crate) mtu_probe: u16,
+    /// The probe's first sequence number.
+    pub(crate) mtu_probe_seq: SeqNumber,
 }
 
 /// What the Eifel algorithm needs to recognise a spurious fast retransmit
@@ -320,4 +338,7 @@ pub(crate) struct TimerState {
     pub(crate) last_recv: Instant,
     /// Last time data was sent.
     pub(crate) last_send: Instant,
+    /// When the path MTU search last finished, in seconds (wrapping; see
+    /// `Config::mtu_probe_interval`).
+    pub(crate) mtu_settled: u16,
 }

@@ -99,6 +99,7 @@ impl Connection {
                     self.cc.on_retransmit_timeout(flight);
                     self.ecn_on_loss_reduction();
                 }
+                self.mtu_on_retransmit_timeout(ctx);
                 self.go_back_n();
                 // The first segment goes out even into a zero window.
                 self.flags.set(Flags::RETRANSMIT_ONE);
@@ -116,7 +117,10 @@ impl Connection {
     pub(super) fn go_back_n(&mut self) {
         self.snd.recover = self.snd.max;
         self.flags.set(Flags::RECOVER_HELD);
-        self.flags.clear(Flags::IN_RECOVERY | Flags::SACK_RECOVERY);
+        // A path MTU probe in flight is resent at the MSS with the rest:
+        // its ACK no longer tells anything.
+        self.flags
+            .clear(Flags::IN_RECOVERY | Flags::SACK_RECOVERY | Flags::MTU_PROBE_OUT);
         self.scoreboard.clear();
         self.rack_on_rto();
         self.snd.dup_acks = 0;

@@ -118,6 +118,9 @@ pub struct SimStats {
     /// Corrupted packets caught by the checksum (all of them, for one-bit
     /// flips) and dropped.
     pub checksum_drops: u64,
+    /// Packets larger than the path MTU ([`Sim::set_path_mtu`]), dropped
+    /// without a word (a black hole).
+    pub mtu_drops: u64,
 }
 
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -136,6 +139,11 @@ struct Packet {
 struct Direction {
     cfg: LinkConfig,
     busy_until: Instant,
+    /// IP packets larger than this are dropped silently, as by a router
+    /// whose "packet too big" messages never arrive (0: no limit). Unlike
+    /// `LinkConfig::mtu`, which sizes the sender's buffers, the sender
+    /// does not know it.
+    path_mtu: usize,
 }
 
 /// Which stack.
@@ -298,10 +306,12 @@ impl Sim {
             ab: Direction {
                 cfg: ab,
                 busy_until: Instant::ZERO,
+                path_mtu: 0,
             },
             ba: Direction {
                 cfg: ba,
                 busy_until: Instant::ZERO,
+                path_mtu: 0,
             },
             queue: BinaryHeap::new(),
             order: 0,
@@ -322,6 +332,16 @@ impl Sim {
     /// Both directions with the same link.
     pub fn symmetric(seed: u64, link: LinkConfig) -> Self {
         Self::new(seed, link, link, test_config(1), test_config(2))
+    }
+
+    /// From now on, IP packets `from` sends that are larger than `mtu`
+    /// bytes (IPv4 or IPv6 header included) are dropped without a word: a
+    /// path MTU black hole. 0 lifts the limit.
+    pub fn set_path_mtu(&mut self, from: Side, mtu: usize) {
+        match from {
+            Side::A => self.ab.path_mtu = mtu,
+            Side::B => self.ba.path_mtu = mtu,
+        }
     }
 
     pub fn stack(&mut self, side: Side) -> &mut Stack {
@@ -404,6 +424,16 @@ impl Sim {
             }
             if !self.link_up {
                 self.stats.lost += 1;
+                continue;
+            }
+            let path_mtu = if from_a {
+                self.ab.path_mtu
+            } else {
+                self.ba.path_mtu
+            };
+            let ip_header = if t.dst.is_ipv6() { 40 } else { 20 };
+            if path_mtu != 0 && len + ip_header > path_mtu {
+                self.stats.mtu_drops += 1;
                 continue;
             }
             let now = self.now;
