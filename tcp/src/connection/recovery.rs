@@ -206,7 +206,9 @@ impl Connection {
         } else if !probe_lost {
             self.cc.on_fast_retransmit(flight);
         }
-        self.ecn_on_loss_reduction();
+        if !probe_lost {
+            self.ecn_on_loss_reduction();
+        }
         self.timers.rtt_seq = None;
     }
 
