@@ -248,6 +248,7 @@ fn kernel_sender_on_a_marked_path(bed: &Bed, family: Family) -> (Figures, Figure
         "TcpExt.TCPDeliveredCE",
         "Tcp.RetransSegs",
         "TcpExt.TCPDelivered",
+        "TcpExt.TCPDSACKRecv",
     ];
 
     // Kernel -> flowlane.
@@ -327,8 +328,9 @@ fn kernel_sender_on_a_marked_path(bed: &Bed, family: Family) -> (Figures, Figure
     let (m1, _) = ce_marked(bed);
     assert_eq!(got.trim(), format!("{MARKED_BYTES} {sent}"));
     eprintln!(
-        "{family:?} kernel -> kernel, CE {ce} %: peer0 ECE/CWR segments: {seen}; peer TCPDeliveredCE {} RetransSegs {}",
-        d[0], d[1]
+        "{family:?} kernel -> kernel, CE {ce} %: peer0 ECE/CWR segments: {seen}; peer TCPDeliveredCE {} RetransSegs {} (DSACKed, so spurious: {}; this path reorders \
+         into the kernel receiver with or without marks)",
+        d[0], d[1], d[3]
     );
     let kernel = Figures {
         reductions: seen["out"]["cwr"].as_u64().unwrap(),
@@ -495,7 +497,11 @@ fn flowlane_sender_to_kernel_on_a_ce_marking_path() {
     let (_, m1) = ce_marked(&bed);
     let after = net_counters::read_in(&bed.ns).unwrap();
     assert_eq!(got.trim(), format!("{MARKED_BYTES} {sent}"));
-    eprintln!("Linux -> kernel, CE {ce} %: peer0 ECE/CWR segments: {seen}");
+    eprintln!(
+        "Linux -> kernel, CE {ce} %: peer0 ECE/CWR segments: {seen}; sender RetransSegs {} (DSACKed: {})",
+        net_counters::delta(&before, &after, "Tcp.RetransSegs"),
+        net_counters::delta(&before, &after, "TcpExt.TCPDSACKRecv")
+    );
     let kernel = Figures {
         reductions: seen["in"]["cwr"].as_u64().unwrap(),
         marked: m1 - m0,
