@@ -66,8 +66,8 @@ pub(crate) enum TestbedCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Impair the link (loss, duplication, corruption, reordering) both
-    /// ways, in BPF: this kernel has no sch_netem.
+    /// Impair the link (loss, duplication, corruption, reordering, ECN CE
+    /// marking) both ways, in BPF: this kernel has no sch_netem.
     Impair(ImpairArgs),
     /// Delay the link both ways (a user-space delay line: this kernel has no
     /// sch_netem). Runs until SIGTERM/SIGINT, then removes itself.
@@ -99,17 +99,22 @@ pub(crate) struct ImpairArgs {
     #[command(flatten)]
     bed: BedName,
     /// Packet loss, percent.
-    #[arg(long, default_value = "0")]
-    loss: String,
+    #[arg(long, default_value = "0", value_name = "P", value_parser = parse_percent)]
+    loss: u32,
     /// Duplicated packets, percent.
-    #[arg(long, default_value = "0")]
-    duplicate: String,
+    #[arg(long, default_value = "0", value_name = "P", value_parser = parse_percent)]
+    duplicate: u32,
     /// Corrupted packets (one bit flipped after the IP header), percent.
-    #[arg(long, default_value = "0")]
-    corrupt: String,
+    #[arg(long, default_value = "0", value_name = "P", value_parser = parse_percent)]
+    corrupt: u32,
     /// Reordered packets (sent through the slow path), percent.
-    #[arg(long, default_value = "0")]
-    reorder: String,
+    #[arg(long, default_value = "0", value_name = "P", value_parser = parse_percent)]
+    reorder: u32,
+    /// Packets marked CE (ECN congestion experienced, RFC 3168), percent;
+    /// only ECN-capable (ECT) packets are marked, Not-ECT ones pass as
+    /// they are.
+    #[arg(long, default_value = "0", value_name = "P", value_parser = parse_percent)]
+    ce: u32,
     /// Rate of the slow path (tc rate syntax): it sets the reordering delay.
     #[arg(long, default_value = "100mbit")]
     slow_rate: String,
@@ -119,15 +124,17 @@ pub(crate) struct ImpairArgs {
 }
 
 impl ImpairArgs {
-    /// The impairments the flags ask for (checked even with `--clear`).
-    fn spec(&self) -> Result<ImpairSpec> {
-        Ok(ImpairSpec {
-            loss_ppm: parse_percent(&self.loss)?,
-            duplicate_ppm: parse_percent(&self.duplicate)?,
-            corrupt_ppm: parse_percent(&self.corrupt)?,
-            reorder_ppm: parse_percent(&self.reorder)?,
+    /// The impairments the flags ask for (their values are parts per
+    /// million already: clap checked them, even with `--clear`).
+    fn spec(&self) -> ImpairSpec {
+        ImpairSpec {
+            loss_ppm: self.loss,
+            duplicate_ppm: self.duplicate,
+            corrupt_ppm: self.corrupt,
+            reorder_ppm: self.reorder,
+            ce_ppm: self.ce,
             slow_rate: self.slow_rate.clone(),
-        })
+        }
     }
 }
 
@@ -301,7 +308,7 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
         }
         TestbedCmd::Impair(args) => {
             let s = testbed::load(&args.bed.name)?;
-            let spec = args.spec()?;
+            let spec = args.spec();
             if args.clear {
                 impair::clear(&s)?;
             } else {
@@ -358,4 +365,45 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::ImpairArgs;
+
+    #[derive(Parser, Debug)]
+    struct Impair {
+        #[command(flatten)]
+        args: ImpairArgs,
+    }
+
+    fn parse(flags: &[&str]) -> Result<ImpairArgs, clap::Error> {
+        Impair::try_parse_from([&["impair"][..], flags].concat()).map(|i| i.args)
+    }
+
+    #[test]
+    fn ce_marking_is_a_percentage_like_the_other_impairments() {
+        let spec = parse(&["--ce", "2%"]).unwrap().spec();
+        assert_eq!(spec.ce_ppm, 20_000);
+        assert_eq!((spec.loss_ppm, spec.reorder_ppm), (0, 0));
+        let spec = parse(&["--ce", "0.5", "--loss", "1"]).unwrap().spec();
+        assert_eq!((spec.ce_ppm, spec.loss_ppm), (5_000, 10_000));
+        assert_eq!(parse(&[]).unwrap().spec().ce_ppm, 0);
+    }
+
+    #[test]
+    fn a_bad_ce_value_is_one_line_naming_the_flag_and_the_value() {
+        for (bad, why) in [("150%", "between 0 and 100"), ("lots", "not a percentage")] {
+            let e = parse(&["--ce", bad]).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation);
+            let text = e.render().to_string();
+            let line = text.lines().next().unwrap();
+            assert!(
+                line.contains("--ce") && line.contains(bad) && line.contains(why),
+                "{line}"
+            );
+        }
+    }
 }

@@ -57,6 +57,34 @@ pub struct DataPathArgs {
     /// 6582).
     #[arg(long, value_enum, default_value_t)]
     pub congestion: CongestionChoice,
+    /// ECN (RFC 3168) of the TCP connections, as Linux's `tcp_ecn`:
+    /// `accept` it when a peer's SYN asks (the default), `on` to ask in our
+    /// own SYNs too, `off`.
+    #[arg(long, value_enum, default_value_t)]
+    pub ecn: EcnChoice,
+}
+
+/// `--ecn`: whether TCP connections negotiate ECN.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum EcnChoice {
+    /// Never.
+    Off,
+    /// When the peer asks (the stack's default).
+    #[default]
+    Accept,
+    /// Ask in our SYNs too.
+    On,
+}
+
+impl EcnChoice {
+    /// The stack's mode for this choice (for `flowlane_tcp::Config::ecn`).
+    pub fn mode(self) -> flowlane_tcp::EcnMode {
+        match self {
+            EcnChoice::Off => flowlane_tcp::EcnMode::Off,
+            EcnChoice::Accept => flowlane_tcp::EcnMode::Accept,
+            EcnChoice::On => flowlane_tcp::EcnMode::On,
+        }
+    }
 }
 
 /// `--congestion`: the TCP congestion control algorithm.
@@ -286,6 +314,20 @@ mod tests {
         );
         let e = parse(&["--congestion", "bbr"]).unwrap_err().to_string();
         assert!(e.contains("newreno") && e.contains("cubic"), "{e}");
+    }
+
+    #[test]
+    fn ecn_flag() {
+        use flowlane_tcp::EcnMode;
+        let parse = |args: &[&str]| {
+            Cmd::try_parse_from(std::iter::once("svc").chain(args.iter().copied()))
+                .map(|c| c.data_path.ecn.mode())
+        };
+        assert_eq!(parse(&[]).unwrap(), EcnMode::Accept);
+        assert_eq!(parse(&["--ecn", "on"]).unwrap(), EcnMode::On);
+        assert_eq!(parse(&["--ecn", "off"]).unwrap(), EcnMode::Off);
+        let e = parse(&["--ecn", "yes"]).unwrap_err().to_string();
+        assert!(e.contains("accept") && e.contains("on"), "{e}");
     }
 
     #[test]

@@ -55,6 +55,8 @@ pub struct TcpServiceConfig {
     pub msl: Option<flowlane_tcp::time::Duration>,
     /// Congestion control of the connections (`--congestion`).
     pub congestion: flowlane_tcp::CongestionAlgorithm,
+    /// ECN negotiation of the connections (`--ecn`).
+    pub ecn: flowlane_tcp::EcnMode,
     /// CPUs the workers may use (None: those this process may run on);
     /// numa-sched places the queues on them.
     pub cpus: Option<Vec<u32>>,
@@ -80,6 +82,7 @@ impl TcpServiceConfig {
             frames_per_queue: None,
             msl: None,
             congestion: flowlane_tcp::CongestionAlgorithm::default(),
+            ecn: flowlane_tcp::EcnMode::default(),
             cpus: None,
             sysfs: PathBuf::from("/sys"),
             nic: None,
@@ -165,6 +168,7 @@ impl TcpService {
             tcp.tcp.msl = msl;
         }
         tcp.tcp.congestion = config.congestion;
+        tcp.tcp.ecn = config.ecn;
         if config.active && config.rss.is_none() && queues > 1 {
             tracing::warn!(
                 "RSS of {} unknown: connections opened by flowlane may get replies on another queue",

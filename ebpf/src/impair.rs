@@ -1,5 +1,5 @@
 //! Link impairment for the test bed (loss, duplication, corruption,
-//! reordering) in BPF, for kernels without `sch_netem`. See
+//! reordering, ECN CE marking) in BPF, for kernels without `sch_netem`. See
 //! `src/bpf/impair.bpf.c` for what each impairment does.
 //!
 //! [`install`] attaches the programs at tc egress and ingress of the peer
@@ -32,6 +32,9 @@ pub struct ImpairConfig {
     pub reorder_classid: u32,
     /// Ingress only: the ifb device whose HTB holds the slow path.
     pub reorder_ifindex: u32,
+    /// Packets marked CE (RFC 3168 §5) if ECN-capable (ECT(0) or ECT(1));
+    /// Not-ECT packets are left alone.
+    pub ce_ppm: u32,
 }
 
 /// Which hook a configuration applies to.
@@ -56,14 +59,17 @@ pub struct ImpairStats {
     pub corrupted: u64,
     /// Sent through the slow path.
     pub reordered: u64,
+    /// ECT packets marked CE.
+    pub ce_marked: u64,
 }
 
 const PIN_CFG: &str = "impair_cfg";
 const PIN_STATS: &str = "impair_stats";
-const STATS: u32 = 5;
+const STATS: u32 = 6;
 
-fn encode(c: &ImpairConfig) -> [u8; 24] {
-    let mut v = [0u8; 24];
+/// The BPF side's `struct impair_cfg`: seven `__u32`s.
+fn encode(c: &ImpairConfig) -> [u8; 28] {
+    let mut v = [0u8; 28];
     for (i, x) in [
         c.loss_ppm,
         c.duplicate_ppm,
@@ -71,6 +77,7 @@ fn encode(c: &ImpairConfig) -> [u8; 24] {
         c.reorder_ppm,
         c.reorder_classid,
         c.reorder_ifindex,
+        c.ce_ppm,
     ]
     .iter()
     .enumerate()
@@ -102,6 +109,7 @@ impl ImpairMaps {
             ("duplicate", c.duplicate_ppm),
             ("corrupt", c.corrupt_ppm),
             ("reorder", c.reorder_ppm),
+            ("CE marking", c.ce_ppm),
         ] {
             if ppm > 1_000_000 {
                 return Err(Error::Invalid(format!(
@@ -123,6 +131,7 @@ impl ImpairMaps {
             duplicated: get(2)?,
             corrupted: get(3)?,
             reordered: get(4)?,
+            ce_marked: get(5)?,
         })
     }
 }

@@ -1,4 +1,5 @@
-//! Link impairment (`flowlane testbed impair`): loss, duplication, corruption and reordering on
+//! Link impairment (`flowlane testbed impair`): loss, duplication, corruption, reordering and
+//! ECN CE marking on
 //! the test bed's link, in both directions, for kernels without `sch_netem`
 //! (this project's CI VM has none). The BPF side is `flowlane_ebpf::impair`;
 //! this module sets up the slow path that reordering needs (an HTB class of
@@ -33,6 +34,9 @@ pub struct ImpairSpec {
     pub corrupt_ppm: u32,
     /// Reordered packets (sent through the slow path), parts per million.
     pub reorder_ppm: u32,
+    /// ECN-capable packets marked CE (RFC 3168 §5), parts per million of
+    /// all packets; Not-ECT ones are never marked.
+    pub ce_ppm: u32,
     /// Rate of the slow path (tc rate syntax, e.g. `100mbit`): it sets the
     /// reordering delay.
     pub slow_rate: String,
@@ -49,13 +53,11 @@ pub struct ImpairStatus {
 
 /// Parses "5", "5%" or "0.5%" into parts per million.
 pub fn parse_percent(s: &str) -> Result<u32> {
-    let v: f64 = s
-        .trim()
-        .trim_end_matches('%')
-        .parse()
-        .with_context(|| format!("{s:?} is not a percentage"))?;
+    let v: f64 = s.trim().trim_end_matches('%').parse().with_context(|| {
+        format!("{s:?} is not a percentage: give a number such as 2, 2% or 0.5%")
+    })?;
     if !(0.0..=100.0).contains(&v) {
-        bail!("{s:?} is not between 0 and 100 %");
+        bail!("{s:?} is not between 0 and 100 %: give a percentage in that range");
     }
     Ok((v * 10_000.0).round() as u32)
 }
@@ -89,10 +91,13 @@ fn offloads(bed: &BedState, state: &str) -> Result<()> {
 }
 
 fn htb(bed: &BedState, dev: &str, slow_rate: &str) -> Result<()> {
+    // HTB refuses `qdisc replace` of itself ("Change operation not
+    // supported"): a second `impair` on a bed removes it first.
+    let _ = tc(bed, &["qdisc", "del", "dev", dev, "root"]);
     tc(
         bed,
         &[
-            "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "1",
+            "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1",
         ],
     )?;
     tc(
@@ -142,6 +147,7 @@ pub fn apply(bed: &BedState, spec: &ImpairSpec) -> Result<()> {
         reorder_ppm: spec.reorder_ppm,
         reorder_classid: SLOW_CLASSID,
         reorder_ifindex: 0,
+        ce_ppm: spec.ce_ppm,
     };
     // Impair wire-size packets: a GSO skb seen by tc is segmented after it,
     // so one impairment would hit a whole burst (and a compensated bit flip
@@ -203,5 +209,10 @@ mod tests {
         assert!(parse_percent("101").is_err());
         assert!(parse_percent("-1").is_err());
         assert!(parse_percent("lots").is_err());
+        // The flags' values (`--ce 2%` and the like).
+        assert_eq!(parse_percent("2%").unwrap(), 20_000);
+        assert_eq!(parse_percent(" 0.01% ").unwrap(), 100);
+        let e = parse_percent("150%").unwrap_err().to_string();
+        assert!(e.contains("150%") && e.contains("between 0 and 100"), "{e}");
     }
 }

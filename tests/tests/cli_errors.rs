@@ -52,6 +52,18 @@ fn malformed_key_and_table_size() {
 }
 
 #[test]
+fn impairment_rates_are_percentages() {
+    usage_error(
+        &["testbed", "impair", "--bed", "x", "--ce", "150%"],
+        &["--ce", "150%", "between 0 and 100"],
+    );
+    usage_error(
+        &["testbed", "impair", "--bed", "x", "--loss", "lots"],
+        &["--loss", "lots", "not a percentage"],
+    );
+}
+
+#[test]
 fn a_short_key_says_what_a_key_looks_like_not_a_rust_api() {
     let flow = ["--src", "10.0.0.2", "--dst", "10.0.0.1"];
     let rss = [&["rss", "hash", "--key", "1234"][..], &flow].concat();

@@ -37,14 +37,6 @@ fn impair(bed: &Bed) {
     assert!(o.status.success(), "testbed impair: {}", text(&o));
 }
 
-/// The impairment counters of both directions, from `testbed status`.
-fn impair_counters(bed: &Bed) -> serde_json::Value {
-    let o = flowlane_tests::flowlane(&["testbed", "status", "--bed", &bed.name, "--json"]);
-    assert!(o.status.success(), "testbed status: {}", text(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("status JSON");
-    v["impairment"].clone()
-}
-
 #[test]
 fn bulk_both_directions_under_netem() {
     if !require_root("bulk_both_directions_under_netem") {

@@ -191,6 +191,7 @@ fn service_config(plan: &Plan, ports: &[u16], active: bool) -> Result<(TcpServic
     config.busy_poll = opts.busy_poll;
     config.frames_per_queue = opts.frames_per_queue;
     config.congestion = opts.congestion.algorithm();
+    config.ecn = opts.ecn.mode();
     config.neighbors = tcp_service::neighbors(&opts.neighbor, &config.iface, None)?;
     config.rss = match opts.rss_settings()? {
         Some(s) => Some(rss_state(&s.key, &s.table, queues)?),

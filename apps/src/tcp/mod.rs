@@ -301,6 +301,7 @@ where
     config.busy_poll = c.data_path.busy_poll;
     config.frames_per_queue = c.data_path.frames_per_queue;
     config.congestion = c.data_path.congestion.algorithm();
+    config.ecn = c.data_path.ecn.mode();
     config.msl = c.msl_ms.map(flowlane_tcp::time::Duration::from_millis);
     let (_, queues) = config.interface()?;
     // Active opens pick their ports by it; every service keeps its

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: (MIT OR Apache-2.0)
 /*
  * Link impairment for the test bed, where the kernel has no sch_netem:
- * random loss, duplication, corruption and reordering of IP packets, at tc
+ * random loss, duplication, corruption, reordering and ECN CE marking of IP
+ * packets, at tc
  * egress (kernel -> flowlane) and tc ingress (flowlane -> kernel: AF_XDP
  * copy-mode TX bypasses qdiscs and tc on the sending side) of the peer veth.
  *
@@ -12,7 +13,10 @@
  *   (checksums are not fixed, so the receiver's verification must catch it);
  * - reorder: the packet takes a slow path — an HTB class of limited rate
  *   (classid in the config) on the device (egress) or on an ifb device
- *   (ingress) — and so arrives after packets sent later on the fast path.
+ *   (ingress) — and so arrives after packets sent later on the fast path;
+ * - ce: an ECN-capable packet (ECT(0) or ECT(1)) is marked CE (0b11), as an
+ *   RFC 3168 §5 router does instead of dropping; Not-ECT packets never are.
+ *   The IPv4 header checksum is fixed; TCP's does not cover the field.
  *
  * Rates are parts per million. Packets other than IPv4/IPv6 (ARP) pass.
  * Returns TC_ACT_UNSPEC so that later filters (the RSS emulator) still run.
@@ -37,10 +41,11 @@ struct impair_cfg {
 	__u32 reorder_ppm;
 	__u32 reorder_classid;  /* HTB class of the slow path */
 	__u32 reorder_ifindex;  /* ingress only: ifb device of the slow path */
+	__u32 ce_ppm;           /* ECT packets marked CE */
 };
 
 enum { DIR_EGRESS = 0, DIR_INGRESS = 1, DIRS = 2 };
-enum { ST_SEEN, ST_LOST, ST_DUPLICATED, ST_CORRUPTED, ST_REORDERED, ST_MAX };
+enum { ST_SEEN, ST_LOST, ST_DUPLICATED, ST_CORRUPTED, ST_REORDERED, ST_CE_MARKED, ST_MAX };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -139,6 +144,46 @@ static __always_inline int corrupt(struct __sk_buff *skb, __u32 l3, __u32 dir)
 	return 0;
 }
 
+/*
+ * Marks an ECT(0)/ECT(1) packet CE (RFC 3168 §5): the two low bits of the
+ * IPv4 TOS octet (header checksum fixed, RFC 1624 style, by
+ * bpf_l3_csum_replace over the first 16-bit word) or of the IPv6 traffic
+ * class (bits 4-5 of the header's second byte; IPv6 has no header
+ * checksum). Returns 1 if the packet was marked, 0 if it is Not-ECT or
+ * already CE.
+ */
+static __always_inline int mark_ce(struct __sk_buff *skb)
+{
+	__u8 w[2];
+	__u16 old, new;
+
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, w, 2))
+		return 0;
+	__builtin_memcpy(&old, w, 2);
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		__u8 ecn = w[1] & 0x03;
+
+		if (ecn == 0 || ecn == 0x03)
+			return 0;
+		w[1] |= 0x03;
+		__builtin_memcpy(&new, w, 2);
+		if (bpf_skb_store_bytes(skb, ETH_HLEN, w, 2, 0))
+			return 0;
+		bpf_l3_csum_replace(skb, ETH_HLEN + 10, old, new, sizeof(__u16));
+		return 1;
+	}
+	{
+		__u8 ecn = (w[1] >> 4) & 0x03;
+
+		if (ecn == 0 || ecn == 0x03)
+			return 0;
+		w[1] |= 0x30;
+		if (bpf_skb_store_bytes(skb, ETH_HLEN, w, 2, 0))
+			return 0;
+		return 1;
+	}
+}
+
 static __always_inline int impair(struct __sk_buff *skb, __u32 dir)
 {
 	struct impair_cfg *cfg = bpf_map_lookup_elem(&impair_cfg, &dir);
@@ -160,6 +205,10 @@ static __always_inline int impair(struct __sk_buff *skb, __u32 dir)
 		count(dir, ST_LOST);
 		return TC_ACT_SHOT;
 	}
+	/* Drawn for every packet (Not-ECT ones included), so that the rate
+	 * is per packet whatever the mix. */
+	if (chance(cfg->ce_ppm) && mark_ce(skb))
+		count(dir, ST_CE_MARKED);
 	if (chance(cfg->duplicate_ppm)) {
 		__u32 mark = skb->mark;
 

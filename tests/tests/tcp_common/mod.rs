@@ -429,3 +429,12 @@ pub(crate) fn flowlane_to_kernel_over(
     );
     (r, lines)
 }
+
+/// The bed's impairment counters of both directions (`to_flowlane`,
+/// `from_flowlane`), from `testbed status --json`.
+pub(crate) fn impair_counters(bed: &Bed) -> Value {
+    let o = flowlane_tests::flowlane(&["testbed", "status", "--bed", &bed.name, "--json"]);
+    assert!(o.status.success(), "testbed status: {}", text(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("status JSON");
+    v["impairment"].clone()
+}
