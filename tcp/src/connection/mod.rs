@@ -197,9 +197,11 @@ const DEFAULT_MSS: u16 = 536;
 const MAX_WSCALE: u8 = 14;
 /// Option bytes a timestamp option adds to every segment (NOP NOP + 10).
 const TS_OPTION_LEN: u16 = 12;
-/// Floor of the loss probe timeout (RFC 8985 §7.2 sets none; this keeps a
-/// probe from racing the ACK of a segment on a sub-millisecond path).
-const MIN_PTO: Duration = Duration::from_millis(1);
+/// Added to twice the SRTT in the loss probe timeout (RFC 8985 §7.2 adds
+/// nothing; Linux adds `TCP_TIMEOUT_MIN`, 2 ms): on a sub-millisecond path
+/// 2·SRTT is shorter than the scheduling delay of the receiver's ACK, and
+/// a probe that races it is a spurious retransmission.
+const PTO_MARGIN: Duration = Duration::from_millis(2);
 /// Most immediate ACKs a connection owes at once (the burst one batch of
 /// out-of-order segments can produce).
 const MAX_ACKS_OWED: u8 = 64;

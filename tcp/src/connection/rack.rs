@@ -289,11 +289,11 @@ impl Connection {
                 .is_some_and(|f| f.tlp_end.is_none())
     }
 
-    /// RFC 8985 §7.2: PTO = 2 * SRTT, plus `WCDelAckT` when a single
-    /// segment is in flight; `None` before any RTT sample.
+    /// RFC 8985 §7.2: PTO = 2 * SRTT (and a margin, see
+    /// [`Connection::base_pto`]), plus `WCDelAckT` when a single segment is
+    /// in flight; `None` before any RTT sample.
     fn tlp_pto(&self) -> Option<Duration> {
-        let srtt = self.rtt.srtt()?;
-        let mut pto = srtt.saturating_mul(2).max(MIN_PTO);
+        let mut pto = self.base_pto()?;
         if self.snd.max - self.snd.una <= self.eff_mss() {
             pto = Duration::from_nanos(pto.as_nanos().saturating_add(WC_DEL_ACK_T.as_nanos()));
         }

@@ -311,13 +311,18 @@ impl Connection {
         flight > self.eff_mss() || (flight > 0 && self.flags.has(Flags::IN_RECOVERY))
     }
 
-    /// The loss probe timeout (RFC 8985 §7.2: 2*SRTT), backed off per probe
-    /// already sent for this SND.UNA; `None` before any RTT sample.
-    pub(super) fn pto(&self) -> Option<Duration> {
+    /// RFC 8985 §7.2's probe timeout, 2*SRTT, plus [`PTO_MARGIN`] (saturating); `None`
+    /// before any RTT sample.
+    pub(super) fn base_pto(&self) -> Option<Duration> {
         let srtt = self.rtt.srtt()?;
+        Some(srtt.saturating_mul(2) + PTO_MARGIN)
+    }
+
+    /// The loss probe timeout ([`Connection::base_pto`]), backed off per
+    /// probe already sent for this SND.UNA; `None` before any RTT sample.
+    pub(super) fn pto(&self) -> Option<Duration> {
         Some(
-            srtt.saturating_mul(2)
-                .max(MIN_PTO)
+            self.base_pto()?
                 .saturating_mul(1 << self.timers.loss_probes.min(8)),
         )
     }
