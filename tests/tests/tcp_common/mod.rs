@@ -4,12 +4,14 @@
 //! that a stall fails instead of hanging.
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use flowlane_tests::{
-    flowlane_bin, kill_and_reap, ready_within, terminate, text, wait_within, Bed,
+    flowlane_bin, in_ns, kill_and_reap, ready_within, terminate, text, wait_within, Bed,
 };
 use serde_json::Value;
 
@@ -428,4 +430,89 @@ pub(crate) fn flowlane_to_kernel_over(
         "{r}"
     );
     (r, lines)
+}
+
+/// `flowlane testbed delay` running in the background.
+pub(crate) struct DelayLine {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl DelayLine {
+    /// Starts the line with `args` (`--ms D`, and more) and waits (at most
+    /// 30 s) for its ready line.
+    pub(crate) fn start(bed: &Bed, args: &[&str]) -> DelayLine {
+        let mut child = Command::new(flowlane_bin())
+            .args(["testbed", "delay", "--bed", &bed.name, "--json"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        let first = lines
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("the delay line did not start: {:?}", child.try_wait()));
+        assert!(first.contains("delaying both directions"), "{first}");
+        DelayLine { child, lines }
+    }
+
+    pub(crate) fn signal(&self, sig: &str) {
+        let _ = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status();
+    }
+
+    /// SIGTERM; waits for a clean exit and returns the JSON report.
+    pub(crate) fn stop(mut self) -> serde_json::Value {
+        self.signal("-TERM");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                break st;
+            }
+            assert!(Instant::now() < deadline, "the delay line did not stop");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.success(), "delay line exited with {status}");
+        let json: String = self.lines.try_iter().collect::<Vec<_>>().join("\n");
+        serde_json::from_str(&json).unwrap_or_else(|e| panic!("report {json:?}: {e}"))
+    }
+}
+
+impl Drop for DelayLine {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Round-trip times (ms) of `count` pings from the peer to flowlane's side.
+pub(crate) fn ping_rtts(bed: &Bed, count: u32) -> Vec<f64> {
+    let o = in_ns(
+        &bed.peer_ns,
+        &[
+            "ping",
+            "-n",
+            "-c",
+            &count.to_string(),
+            "-i",
+            "0.2",
+            "-W",
+            "2",
+            "10.99.0.1",
+        ],
+    );
+    assert!(o.status.success(), "ping: {}", text(&o));
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.split("time=").nth(1))
+        .filter_map(|t| t.split_whitespace().next()?.parse().ok())
+        .collect()
 }
