@@ -36,6 +36,40 @@ const ONE_WAY_MS: &str = "10";
 const RATE_MBIT: &str = "50";
 /// Seconds both flows run once both are connected.
 const SECS: u64 = 20;
+
+/// The path of a run: [`ONE_WAY_MS`], [`RATE_MBIT`] and [`SECS`] unless
+/// `FLOWLANE_CUBIC_MS`, `FLOWLANE_CUBIC_MBIT` or `FLOWLANE_CUBIC_SECS`
+/// say otherwise (for measurements: BENCHMARKS.md).
+struct Setup {
+    ms: String,
+    mbit: String,
+    secs: u64,
+}
+
+impl Setup {
+    fn from_env() -> Setup {
+        let var = |name: &str, default: &str| {
+            let v = std::env::var(name).unwrap_or_else(|_| default.to_string());
+            assert!(
+                v.parse::<f64>().is_ok_and(|x| x > 0.0),
+                "{name}={v}: a positive number"
+            );
+            v
+        };
+        Setup {
+            ms: var("FLOWLANE_CUBIC_MS", ONE_WAY_MS),
+            mbit: var("FLOWLANE_CUBIC_MBIT", RATE_MBIT),
+            secs: var("FLOWLANE_CUBIC_SECS", &SECS.to_string())
+                .parse()
+                .expect("whole seconds"),
+        }
+    }
+
+    /// The delay line's flags.
+    fn line_args(&self) -> [&str; 4] {
+        ["--ms", &self.ms, "--rate-mbit", &self.mbit]
+    }
+}
 /// flowlane's CUBIC gets between 1/FACTOR and FACTOR of the kernel's.
 const FACTOR: f64 = 3.0;
 /// The receivers' port (peer namespace).
@@ -98,8 +132,8 @@ except OSError:
 "#;
 
 /// Starts [`KERNEL_BULK`] in flowlane's namespace; returns it and its port.
-fn kernel_sender(bed: &Bed, to: &str, cc: &str) -> (Child, String) {
-    let limit = (SECS + 60).to_string();
+fn kernel_sender(bed: &Bed, to: &str, cc: &str, secs: u64) -> (Child, String) {
+    let limit = (secs + 60).to_string();
     let mut child = Command::new("ip")
         .args(["netns", "exec", &bed.ns, "timeout", &limit])
         .args(["python3", "-c", KERNEL_BULK, to, cc])
@@ -157,10 +191,11 @@ fn mbit(samples: &[u64], from: usize, to: usize) -> f64 {
 }
 
 /// Runs `first` and a kernel CUBIC sender through a fresh bottleneck.
-fn pair(bed: &Bed, first: First) -> Pair {
-    let line = DelayLine::start(bed, &["--ms", ONE_WAY_MS, "--rate-mbit", RATE_MBIT]);
+fn pair(bed: &Bed, setup: &Setup, first: First) -> Pair {
+    let secs = setup.secs;
+    let line = DelayLine::start(bed, &setup.line_args());
     let to = format!("10.99.0.2:{PORT}");
-    let mut sink = peer_py_spawn(bed, SECS + 90, FAIR_SINK, &[&to, "2", &SECS.to_string()]);
+    let mut sink = peer_py_spawn(bed, secs + 90, FAIR_SINK, &[&to, "2", &secs.to_string()]);
     wait_ready(&mut sink);
     let (flowlane, other) = match first {
         First::Flowlane(cc) => {
@@ -175,14 +210,14 @@ fn pair(bed: &Bed, first: First) -> Pair {
                     "--congestion",
                     cc,
                 ],
-                SECS + 60,
+                secs + 60,
             );
             (Some(app), None)
         }
-        First::Kernel => (None, Some(kernel_sender(bed, &to, "cubic"))),
+        First::Kernel => (None, Some(kernel_sender(bed, &to, "cubic", secs))),
     };
-    let (mut kernel, kport) = kernel_sender(bed, &to, "cubic");
-    let out = finish(sink, Duration::from_secs(SECS + 60));
+    let (mut kernel, kport) = kernel_sender(bed, &to, "cubic", secs);
+    let out = finish(sink, Duration::from_secs(secs + 60));
     drop(flowlane);
     kill_and_reap(&mut kernel);
     let other_port = other.map(|(mut c, p)| {
@@ -208,7 +243,7 @@ fn pair(bed: &Bed, first: First) -> Pair {
             samples(p)
         }
     };
-    let n = SECS as usize;
+    let n = secs as usize;
     eprintln!(
         "  per second (Mbit/s), first: {:?}",
         (0..n)
@@ -229,16 +264,17 @@ fn pair(bed: &Bed, first: First) -> Pair {
 }
 
 /// Prints a pair's figures; returns first/kernel.
-fn show(what: &str, p: &Pair) -> f64 {
+fn show(what: &str, setup: &Setup, p: &Pair) -> f64 {
     let q = &p.line["queue"];
     let ratio = p.first / p.kernel.max(1e-9);
     eprintln!(
-        "{what}: {:.1} vs kernel CUBIC {:.1} Mbit/s over the second {} s (ratio {ratio:.2}, sum {:.1} of {RATE_MBIT}); \
+        "{what}: {:.1} vs kernel CUBIC {:.1} Mbit/s over the second {} s (ratio {ratio:.2}, sum {:.1} of {}); \
          bottleneck drops {} (queue peak {} bytes of {}), line late {:.0} µs mean, socket drops {}",
         p.first,
         p.kernel,
-        SECS / 2,
+        setup.secs / 2,
         p.first + p.kernel,
+        setup.mbit,
         q["bottleneck_to_peer"]["dropped"],
         q["bottleneck_to_peer"]["peak_queue_bytes"],
         p.line["queue_bytes"],
@@ -253,22 +289,23 @@ fn flowlane_cubic_shares_a_bottleneck_fairly_with_kernel_cubic() {
     if !require_root("flowlane_cubic_shares_a_bottleneck_fairly_with_kernel_cubic") {
         return;
     }
+    let setup = Setup::from_env();
     let bed = Bed::up("tcu", 1);
     kernel_sends_wire_size_frames(&bed);
     {
-        let line = DelayLine::start(&bed, &["--ms", ONE_WAY_MS, "--rate-mbit", RATE_MBIT]);
+        let line = DelayLine::start(&bed, &setup.line_args());
         let rtts = ping_rtts(&bed, 3);
         eprintln!("RTT through the line (idle): {rtts:?} ms");
         let report = line.stop();
         assert_eq!(report["lanes"], 1, "a rate runs one lane: {report}");
     }
 
-    let reference = pair(&bed, First::Kernel);
-    let kk = show("kernel CUBIC", &reference);
-    let cubic = pair(&bed, First::Flowlane("cubic"));
-    let fc = show("flowlane CUBIC", &cubic);
-    let newreno = pair(&bed, First::Flowlane("newreno"));
-    let fr = show("flowlane NewReno", &newreno);
+    let reference = pair(&bed, &setup, First::Kernel);
+    let kk = show("kernel CUBIC", &setup, &reference);
+    let cubic = pair(&bed, &setup, First::Flowlane("cubic"));
+    let fc = show("flowlane CUBIC", &setup, &cubic);
+    let newreno = pair(&bed, &setup, First::Flowlane("newreno"));
+    let fr = show("flowlane NewReno", &setup, &newreno);
     eprintln!("ratios: kernel/kernel {kk:.2}, flowlane CUBIC/kernel {fc:.2}, flowlane NewReno/kernel {fr:.2}");
 
     for (what, p) in [
@@ -283,7 +320,7 @@ fn flowlane_cubic_shares_a_bottleneck_fairly_with_kernel_cubic() {
             "{what}: no bottleneck drops: {}",
             p.line
         );
-        let rate: f64 = RATE_MBIT.parse().unwrap();
+        let rate: f64 = setup.mbit.parse().unwrap();
         assert!(
             p.first + p.kernel > 0.8 * rate && p.first + p.kernel < 1.05 * rate,
             "{what}: {} + {} Mbit/s through a {rate} Mbit/s bottleneck",
