@@ -26,7 +26,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use flowlane_tests::{kill_and_reap, require_root, Bed};
+use flowlane_tests::{kill_and_reap, require_root, wait_within, Bed};
 use serde_json::Value;
 use tcp_common::*;
 
@@ -114,25 +114,67 @@ os._exit(0)
 
 /// Kernel bulk sender (flowlane's namespace): connects from 10.99.0.1 to
 /// `argv[1]` with congestion control `argv[2]`, prints its local port,
-/// then sends until the receiver goes away.
+/// then sends until the receiver goes away; samples its `tcp_info` every
+/// second meanwhile, and prints at the end (JSON) its segments sent and
+/// retransmitted and the mean congestion window (segments) and smoothed
+/// RTT (ms) over the samples of the second half.
 const KERNEL_BULK: &str = r#"
-import socket, sys
+import json, socket, struct, sys, threading, time
 host, port = sys.argv[1].rsplit(':', 1)
 s = socket.socket()
 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, sys.argv[2].encode())
 s.bind(('10.99.0.1', 0))
 s.connect((host, int(port)))
 print(s.getsockname()[1], flush=True)
+def info():
+    b = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+    u32 = lambda i: struct.unpack_from('I', b, 8 + 4 * i)[0]
+    # rtt (us), snd_cwnd, total_retrans; tcpi_segs_out after 4 u64s
+    return u32(15), u32(18), u32(23), struct.unpack_from('I', b, 8 + 4 * 24 + 32)[0]
+samples = []
+def sample():
+    while True:
+        time.sleep(1)
+        try:
+            samples.append(info())
+        except OSError:
+            return
+threading.Thread(target=sample, daemon=True).start()
 block = bytes(1 << 20)
 try:
     while True:
         s.sendall(block)
 except OSError:
     pass
+rtt, cwnd, retrans, segs = info()
+half = samples[len(samples) // 2:] or [(rtt, cwnd, retrans, segs)]
+print(json.dumps({"segs_out": segs, "retrans": retrans,
+                  "cwnd": sum(x[1] for x in half) / len(half),
+                  "srtt_ms": sum(x[0] for x in half) / len(half) / 1000}), flush=True)
 "#;
 
-/// Starts [`KERNEL_BULK`] in flowlane's namespace; returns it and its port.
-fn kernel_sender(bed: &Bed, to: &str, cc: &str, secs: u64) -> (Child, String) {
+/// A running [`KERNEL_BULK`].
+struct KernelSender {
+    child: Child,
+    out: BufReader<std::process::ChildStdout>,
+    port: String,
+}
+
+impl KernelSender {
+    /// Waits (bounded) for it to see the receiver go; its closing figures.
+    fn finish(mut self) -> Value {
+        if wait_within(&mut self.child, Duration::from_secs(10)).is_none() {
+            kill_and_reap(&mut self.child);
+            return Value::Null;
+        }
+        let mut line = String::new();
+        let _ = self.out.read_line(&mut line);
+        serde_json::from_str(line.trim()).unwrap_or(Value::Null)
+    }
+}
+
+/// Starts [`KERNEL_BULK`] in flowlane's namespace.
+fn kernel_sender(bed: &Bed, to: &str, cc: &str, secs: u64) -> KernelSender {
     let limit = (secs + 60).to_string();
     let mut child = Command::new("ip")
         .args(["netns", "exec", &bed.ns, "timeout", &limit])
@@ -141,13 +183,12 @@ fn kernel_sender(bed: &Bed, to: &str, cc: &str, secs: u64) -> (Child, String) {
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    out.read_line(&mut line).unwrap();
     let port = line.trim().to_string();
     assert!(port.parse::<u16>().is_ok(), "kernel sender: {line:?}");
-    (child, port)
+    KernelSender { child, out, port }
 }
 
 /// Wire-size frames from the kernel on flowlane's side (see the module
@@ -216,14 +257,23 @@ fn pair(bed: &Bed, setup: &Setup, first: First) -> Pair {
         }
         First::Kernel => (None, Some(kernel_sender(bed, &to, "cubic", secs))),
     };
-    let (mut kernel, kport) = kernel_sender(bed, &to, "cubic", secs);
+    let kernel = kernel_sender(bed, &to, "cubic", secs);
+    let kport = kernel.port.clone();
     let out = finish(sink, Duration::from_secs(secs + 60));
-    drop(flowlane);
-    kill_and_reap(&mut kernel);
-    let other_port = other.map(|(mut c, p)| {
-        kill_and_reap(&mut c);
-        p
-    });
+    let kernel_tcp = kernel.finish();
+    let (other_port, first_tcp) = match (other, flowlane) {
+        (Some(k), _) => (Some(k.port.clone()), k.finish()),
+        (None, Some(app)) => {
+            let t = &app.report_now()["counters"]["total"];
+            let first = serde_json::json!({
+                "segs_out": t["segments_out"], "retransmits": t["retransmits"],
+                "fast_retransmits": t["fast_retransmits"], "rto_timeouts": t["rto_timeouts"],
+                "rack_lost": t["rack_lost"], "tlp_probes": t["tlp_probes"],
+            });
+            (None, first)
+        }
+        (None, None) => unreachable!("a first sender"),
+    };
     let report = line.stop();
     let counts: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{out}: {e}"));
     let counts = counts.as_object().unwrap();
@@ -256,6 +306,8 @@ fn pair(bed: &Bed, setup: &Setup, first: First) -> Pair {
             .map(|i| mbit(&k, i, i + 1).round())
             .collect::<Vec<_>>()
     );
+    eprintln!("  first sender's TCP: {first_tcp}");
+    eprintln!("  kernel sender's TCP: {kernel_tcp}");
     Pair {
         first: mbit(&f, n / 2, n),
         kernel: mbit(&k, n / 2, n),

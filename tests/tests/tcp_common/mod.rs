@@ -105,6 +105,23 @@ impl App {
         lines
     }
 
+    /// Its `--report` now (SIGUSR1; waits at most 5 s for the file).
+    pub(crate) fn report_now(&self) -> Value {
+        let _ = std::fs::remove_file(&self.report);
+        let pid = self.child.as_ref().unwrap().id().to_string();
+        let _ = Command::new("kill").args(["-USR1", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(t) = std::fs::read_to_string(&self.report) {
+                if let Ok(v) = serde_json::from_str(&t) {
+                    return v;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("no report from flowlane: {}", self.stderr_text());
+    }
+
     /// SIGTERM, then its JSON lines (the last is the summary).
     pub(crate) fn stop(self) -> Vec<Value> {
         terminate(self.child.as_ref().unwrap());
