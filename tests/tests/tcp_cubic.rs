@@ -5,14 +5,18 @@
 //! [`SECS`] seconds. Each flow's goodput over the second half is measured
 //! at the receiver.
 //!
-//! Four pairs, in one bed, one after the other; in each, the flow named
+//! Three pairs, in one bed, one after the other; in each, the flow named
 //! first starts first (the kernel's CUBIC too, in the reference):
 //! - kernel CUBIC against kernel CUBIC: what "fair" looks like on this bed;
 //! - flowlane `--congestion cubic` against kernel CUBIC: asserted within
 //!   [`FACTOR`];
-//! - the same with `--busy-poll`: printed;
 //! - flowlane `--congestion newreno` against kernel CUBIC: printed (a
-//!   loose bound only: NewReno is expected to get less).
+//!   loose bound only; at this bandwidth-delay product, about 86 segments,
+//!   CUBIC runs in its Reno-friendly region, RFC 9438 §4.3, so NewReno is
+//!   expected to get about as much).
+//!
+//! The spread over repeated runs, and what the assertion's factor rests
+//! on, are in BENCHMARKS.md ("CUBIC against the kernel's CUBIC").
 //!
 //! The kernel sender runs in flowlane's own namespace: its ports are
 //! outside flowlane's (the bed reserves flowlane's ephemeral range from the
@@ -214,9 +218,8 @@ fn kernel_sends_wire_size_frames(bed: &Bed) {
 
 /// The first sender of a pair.
 enum First {
-    /// flowlane's `bulk-source` with this `--congestion`, and these flags
-    /// besides.
-    Flowlane(&'static str, &'static [&'static str]),
+    /// flowlane's `bulk-source` with this `--congestion`.
+    Flowlane(&'static str),
     /// A second kernel CUBIC sender.
     Kernel,
 }
@@ -242,8 +245,8 @@ fn pair(bed: &Bed, setup: &Setup, first: First) -> Pair {
     let mut sink = peer_py_spawn(bed, secs + 90, FAIR_SINK, &[&to, "2", &secs.to_string()]);
     wait_ready(&mut sink);
     let (flowlane, other) = match first {
-        First::Flowlane(cc, flags) => {
-            let mut args = vec![
+        First::Flowlane(cc) => {
+            let args = [
                 "bulk-source",
                 "--connect",
                 &to,
@@ -252,7 +255,6 @@ fn pair(bed: &Bed, setup: &Setup, first: First) -> Pair {
                 "--congestion",
                 cc,
             ];
-            args.extend_from_slice(flags);
             let app = start(bed, &args, secs + 60);
             (Some(app), None)
         }
@@ -355,19 +357,12 @@ fn flowlane_cubic_shares_a_bottleneck_fairly_with_kernel_cubic() {
 
     let reference = pair(&bed, &setup, First::Kernel);
     let kk = show("kernel CUBIC", &setup, &reference);
-    let cubic = pair(&bed, &setup, First::Flowlane("cubic", &[]));
+    let cubic = pair(&bed, &setup, First::Flowlane("cubic"));
     let fc = show("flowlane CUBIC", &setup, &cubic);
-    let newreno = pair(&bed, &setup, First::Flowlane("newreno", &[]));
+    let newreno = pair(&bed, &setup, First::Flowlane("newreno"));
     let fr = show("flowlane NewReno", &setup, &newreno);
-    // The worker spinning instead of sleeping in poll(2): ACKs handled as
-    // they come rather than a wake-up's worth at once, so flowlane sends
-    // in smaller bursts (BENCHMARKS.md: fewer drops per loss episode).
-    // Printed only, and last: a spinning worker on this 2-vCPU VM can
-    // starve the delay line itself.
-    let spinning = pair(&bed, &setup, First::Flowlane("cubic", &["--busy-poll"]));
-    let fs = show("flowlane CUBIC --busy-poll", &setup, &spinning);
     eprintln!(
-        "ratios: kernel/kernel {kk:.2}, flowlane CUBIC/kernel {fc:.2} ({fs:.2} spinning), flowlane NewReno/kernel {fr:.2}"
+        "ratios: kernel/kernel {kk:.2}, flowlane CUBIC/kernel {fc:.2}, flowlane NewReno/kernel {fr:.2}"
     );
 
     // The asserted pairs: the bottleneck was the bottleneck (it dropped,
