@@ -162,6 +162,15 @@ pub(crate) struct DelayArgs {
     /// CPU).
     #[arg(long)]
     lanes: Option<usize>,
+    /// Make the line a bottleneck: each direction is sent at this rate
+    /// (Mbit/s) through a drop-tail queue (`--queue-kb`). The line then runs
+    /// one lane, since a rate belongs to the whole direction.
+    #[arg(long)]
+    rate_mbit: Option<f64>,
+    /// Drop-tail queue of each direction's bottleneck (KiB); default: one
+    /// bandwidth-delay product (rate × 2·ms), at least 64 KiB.
+    #[arg(long, requires = "rate_mbit")]
+    queue_kb: Option<usize>,
     /// Print the final report as JSON.
     #[arg(long)]
     json: bool,
@@ -174,6 +183,8 @@ impl DelayArgs {
             limit_mb: self.limit_mb,
             socket_buffer_mb: self.socket_buffer_mb,
             lanes: self.lanes,
+            rate_mbit: self.rate_mbit,
+            queue_kb: self.queue_kb,
         }
     }
 }
@@ -328,10 +339,22 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
             let signals = ServiceSignals::install()?;
             let (name, ms) = (s.name.clone(), args.ms);
             let config = args.config();
+            let rate = delay_line::bottleneck(
+                config.rate_mbit,
+                config.queue_kb,
+                delay_line::delay_from_ms(ms)?,
+            )?
+            .map_or(String::new(), |b| {
+                format!(
+                    ", each direction at {} Mbit/s through a {} KiB drop-tail queue",
+                    b.bits_per_sec as f64 / 1e6,
+                    b.queue_bytes / 1024
+                )
+            });
             let stop = move || signals.stop_requested();
             let report = delay_line::run(&s, &config, stop, move || {
                 outln!(
-                    "test bed {name}: delaying both directions by {ms} ms (round trip +{} ms); SIGTERM stops it",
+                    "test bed {name}: delaying both directions by {ms} ms (round trip +{} ms){rate}; SIGTERM stops it",
                     2.0 * ms
                 );
             })?;
@@ -344,6 +367,13 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
                     report.seconds, q.frames_out, q.bytes_in, q.dropped_full, report.socket_drops,
                     report.truncated, report.refused, report.mean_late_us, report.max_late_us, report.late_frames
                 );
+                if report.rate_mbit.is_some() {
+                    outln!(
+                        "bottleneck: {} frames dropped towards the peer (queue peaked at {} bytes), {} towards flowlane's side (peak {} bytes)",
+                        q.bottleneck_to_peer.dropped, q.bottleneck_to_peer.peak_queue_bytes,
+                        q.bottleneck_from_peer.dropped, q.bottleneck_from_peer.peak_queue_bytes
+                    );
+                }
             }
         }
         TestbedCmd::SetRss {

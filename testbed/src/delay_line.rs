@@ -12,6 +12,13 @@
 //! trip grows by twice that (as with the RDMA paper's delay router, or netem
 //! on both veth ends).
 //!
+//! With `--rate-mbit` the line is also a bottleneck: each direction is sent
+//! at that rate through a drop-tail queue of `--queue-kb` (see
+//! [`DelayQueue`]), as a router's output port would. A rate belongs to the
+//! whole direction, so a line with a rate has one lane: lanes in a fanout
+//! group would each send at the full rate. One thread carries 100 Mbit/s of
+//! 1.5 KB frames with room to spare.
+//!
 //! The line runs until its caller asks it to stop (`flowlane testbed delay`:
 //! SIGTERM/SIGINT), then stops redirecting, releases
 //! what it holds at its due time, and removes the hooks and the veth pair.
@@ -24,10 +31,11 @@ use anyhow::{bail, Context, Result};
 use flowlane_ebpf::delay_line::{DelayHookStats, DelayHooks};
 use serde::Serialize;
 
-use crate::delay_queue::{DelayQueue, DelayQueueStats};
+use crate::delay_queue::{Bottleneck, DelayQueue, DelayQueueStats, Direction};
 use crate::netns::{self, ip};
 use crate::packet_socket::{
-    vnet_hdr_linear, PacketSocket, PacketSocketOptions, RecvMeta, MAX_FRAME, VNET_HDR_LEN,
+    vnet_hdr_linear, vnet_wire_len, PacketSocket, PacketSocketOptions, RecvMeta, MAX_FRAME,
+    VNET_HDR_LEN,
 };
 use crate::state::{delay_lock_path, BedState};
 
@@ -55,8 +63,14 @@ pub struct DelayConfig {
     pub socket_buffer_mb: usize,
     /// Threads (lanes) of the line, each with its own socket in a hash
     /// fanout group, so that every flow stays in one lane (`None`: one per
-    /// CPU).
+    /// CPU; one with a rate).
     pub lanes: Option<usize>,
+    /// Rate of each direction (Mbit/s): the line becomes a bottleneck
+    /// (`None`: no rate, only the delay).
+    pub rate_mbit: Option<f64>,
+    /// Drop-tail queue of each direction's bottleneck (KiB; `None`: one
+    /// bandwidth-delay product, see [`bottleneck`]).
+    pub queue_kb: Option<usize>,
 }
 
 /// What the line did, printed when it stops.
@@ -70,7 +84,11 @@ pub struct DelayReport {
     pub seconds: f64,
     /// Lanes (threads) of the line.
     pub lanes: usize,
-    /// The queue's counters.
+    /// Rate of each direction (Mbit/s), if the line is a bottleneck.
+    pub rate_mbit: Option<f64>,
+    /// Each direction's drop-tail queue (bytes), with a rate.
+    pub queue_bytes: Option<usize>,
+    /// The queue's counters (the bottleneck's drops apart from the line's).
     pub queue: DelayQueueStats,
     /// Frames the kernel dropped before the line read them (socket buffer
     /// full).
@@ -95,6 +113,41 @@ pub fn delay_from_ms(ms: f64) -> Result<Duration> {
         bail!("--ms {ms}: the delay must be more than 0 and at most 10000 ms");
     }
     Ok(Duration::from_secs_f64(ms / 1000.0))
+}
+
+/// The smallest default queue: a GSO super-frame fits.
+const MIN_DEFAULT_QUEUE: usize = 64 << 10;
+
+/// The bottleneck `--rate-mbit` and `--queue-kb` ask for, with a one-way
+/// `delay`. The queue defaults to one bandwidth-delay product (the rate
+/// times the round trip the line makes, 2 × delay), at least 64 KiB.
+pub fn bottleneck(
+    rate_mbit: Option<f64>,
+    queue_kb: Option<usize>,
+    delay: Duration,
+) -> Result<Option<Bottleneck>> {
+    let Some(mbit) = rate_mbit else {
+        if queue_kb.is_some() {
+            bail!("--queue-kb needs --rate-mbit: without a rate nothing queues");
+        }
+        return Ok(None);
+    };
+    if !mbit.is_finite() || mbit <= 0.0 || mbit > 1_000_000.0 {
+        bail!("--rate-mbit {mbit}: the rate must be more than 0 and at most 1000000 Mbit/s");
+    }
+    let bits_per_sec = (mbit * 1e6).round().max(1.0) as u64;
+    let queue_bytes = match queue_kb {
+        Some(0) => bail!("--queue-kb 0: the queue must hold at least 1 KiB"),
+        Some(kb) => kb.checked_mul(1 << 10).context("--queue-kb is too large")?,
+        None => {
+            let bdp = bits_per_sec as f64 / 8.0 * 2.0 * delay.as_secs_f64();
+            (bdp as usize).max(MIN_DEFAULT_QUEUE)
+        }
+    };
+    Ok(Some(Bottleneck {
+        bits_per_sec,
+        queue_bytes,
+    }))
 }
 
 /// Removes the line's veth pair on every exit path (the hooks are removed
@@ -182,13 +235,8 @@ struct LaneReport {
 
 impl DelayReport {
     fn add_lane(&mut self, l: &LaneReport) {
-        let q = &mut self.queue;
-        q.frames_in += l.queue.frames_in;
-        q.bytes_in += l.queue.bytes_in;
-        q.frames_out += l.queue.frames_out;
-        q.dropped_full += l.queue.dropped_full;
         // Lanes peak at different moments: the sum bounds the line's peak.
-        q.peak_bytes += l.queue.peak_bytes;
+        self.queue.add(&l.queue);
         self.socket_drops += l.socket_drops;
         self.truncated += l.truncated;
         self.refused += l.refused;
@@ -206,9 +254,15 @@ pub fn run(
     ready: impl FnOnce() + Send + 'static,
 ) -> Result<DelayReport> {
     let delay = delay_from_ms(config.ms)?;
+    let bottleneck = bottleneck(config.rate_mbit, config.queue_kb, delay)?;
     let lanes = match config.lanes {
         Some(0) => bail!("--lanes 0: at least one lane is needed"),
+        Some(n) if n > 1 && bottleneck.is_some() => bail!(
+            "--lanes {n} with --rate-mbit: a rate is one queue per direction, so the line \
+             runs one lane; leave --lanes out"
+        ),
         Some(n) => n,
+        None if bottleneck.is_some() => 1,
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     let limit = config
@@ -233,6 +287,8 @@ pub fn run(
         bed: bed.name.clone(),
         delay_ms: config.ms,
         lanes,
+        rate_mbit: config.rate_mbit,
+        queue_bytes: bottleneck.map(|b| b.queue_bytes),
         ..DelayReport::default()
     };
     netns::in_netns(&bed.peer_netns, move || {
@@ -260,17 +316,27 @@ pub fn run(
         let hooks = DelayHooks::install(peer, peer_mac, line_in, line_in, STALE_AFTER)?;
         let started = Instant::now();
         let lane_limit = (limit / lanes).max(MAX_FRAME);
+        let new_queue = move || {
+            let q = DelayQueue::new(delay, lane_limit);
+            match bottleneck {
+                Some(b) => q.with_bottleneck(b),
+                None => q,
+            }
+        };
         let results: Vec<Result<LaneReport>> = std::thread::scope(|scope| {
             let (hooks, stop) = (&hooks, &stop_requested);
             let others: Vec<_> = socks[1..]
                 .iter()
-                .map(|sock| scope.spawn(move || forward(sock, None, delay, lane_limit, stop)))
+                .map(|sock| {
+                    scope.spawn(move || forward(sock, None, new_queue(), peer_mac, delay, stop))
+                })
                 .collect();
             let lead = forward(
                 &socks[0],
                 Some((hooks, Box::new(ready))),
+                new_queue(),
+                peer_mac,
                 delay,
-                lane_limit,
                 stop,
             );
             std::iter::once(lead)
@@ -304,17 +370,28 @@ pub fn run(
 /// The lane that keeps the hooks alive and says when the line is ready.
 type Leader<'a> = (&'a DelayHooks, Box<dyn FnOnce() + Send + 'a>);
 
-/// One lane of the line: read, hold, release, until asked to stop; then
-/// drain. The leader lane also beats the hooks' heartbeat and pauses them.
+/// Which way a frame read from the line goes: frames for the peer's MAC
+/// came from flowlane's side (the return program makes the same choice).
+fn direction(frame: &[u8], peer_mac: &[u8; 6]) -> Direction {
+    if frame.get(VNET_HDR_LEN..VNET_HDR_LEN + 6) == Some(&peer_mac[..]) {
+        Direction::ToPeer
+    } else {
+        Direction::FromPeer
+    }
+}
+
+/// One lane of the line: read, hold in `queue`, release, until asked to
+/// stop; then drain. The leader lane also beats the hooks' heartbeat and
+/// pauses them.
 fn forward(
     sock: &PacketSocket,
     mut leader: Option<Leader<'_>>,
+    mut queue: DelayQueue,
+    peer_mac: [u8; 6],
     delay: Duration,
-    limit: usize,
     stop_requested: &(dyn Fn() -> bool + Sync),
 ) -> Result<LaneReport> {
     let mut report = LaneReport::default();
-    let mut queue = DelayQueue::new(delay, limit);
     let mut bufs: Vec<Vec<u8>> = (0..BATCH).map(|_| vec![0u8; MAX_FRAME]).collect();
     let mut meta = vec![RecvMeta::default(); BATCH];
     let mut due: Vec<(Box<[u8]>, Duration)> = Vec::with_capacity(BATCH);
@@ -376,7 +453,9 @@ fn forward(
                     .unwrap_or_default();
                 let frame = &mut buf[..m.len];
                 vnet_hdr_linear(frame);
-                queue.push(now_mono.checked_sub(age).unwrap_or(now_mono), frame);
+                let arrived = now_mono.checked_sub(age).unwrap_or(now_mono);
+                let dir = direction(frame, &peer_mac);
+                queue.push_sized(arrived, dir, frame, vnet_wire_len(frame));
             }
             if n < BATCH {
                 break;
@@ -416,5 +495,39 @@ mod tests {
         assert!(delay_from_ms(10_001.0).is_err());
         assert_eq!(delay_from_ms(0.5).unwrap(), Duration::from_micros(500));
         assert_eq!(delay_from_ms(50.0).unwrap(), Duration::from_millis(50));
+    }
+
+    #[test]
+    fn bottleneck_flags() {
+        let d = Duration::from_millis(10);
+        assert_eq!(bottleneck(None, None, d).unwrap(), None);
+        assert!(
+            bottleneck(None, Some(100), d).is_err(),
+            "a queue needs a rate"
+        );
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert!(bottleneck(Some(bad), None, d).is_err(), "{bad}");
+        }
+        assert!(bottleneck(Some(10.0), Some(0), d).is_err());
+        // 100 Mbit/s × 20 ms round trip = 250,000 bytes.
+        let b = bottleneck(Some(100.0), None, d).unwrap().unwrap();
+        assert_eq!(b.bits_per_sec, 100_000_000);
+        assert_eq!(b.queue_bytes, 250_000);
+        // A small product gets the floor; a given queue is taken as it is.
+        let b = bottleneck(Some(1.0), None, d).unwrap().unwrap();
+        assert_eq!(b.queue_bytes, 64 << 10);
+        let b = bottleneck(Some(1.0), Some(8), d).unwrap().unwrap();
+        assert_eq!(b.queue_bytes, 8 << 10);
+    }
+
+    #[test]
+    fn directions_by_destination_mac() {
+        let peer = [2, 0, 0, 0, 0, 2];
+        let mut f = vec![0u8; VNET_HDR_LEN + 60];
+        f[VNET_HDR_LEN..VNET_HDR_LEN + 6].copy_from_slice(&peer);
+        assert_eq!(direction(&f, &peer), Direction::ToPeer);
+        f[VNET_HDR_LEN] = 4;
+        assert_eq!(direction(&f, &peer), Direction::FromPeer);
+        assert_eq!(direction(&f[..4], &peer), Direction::FromPeer);
     }
 }

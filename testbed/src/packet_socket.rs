@@ -61,6 +61,26 @@ pub fn vnet_hdr_linear(frame: &mut [u8]) -> bool {
     true
 }
 
+/// For a frame read with [`PacketSocketOptions::vnet_hdr`]: the bytes it
+/// takes on the wire (link header onwards). A GSO super-frame is as many
+/// frames as it has segments, each with its own copy of the headers
+/// (`hdr_len` and `gso_size` as the kernel wrote them in the virtio-net
+/// header).
+pub fn vnet_wire_len(frame: &[u8]) -> usize {
+    const GSO_NONE: u8 = 0;
+    let len = frame.len().saturating_sub(VNET_HDR_LEN);
+    if frame.len() < VNET_HDR_LEN || frame[1] == GSO_NONE {
+        return len;
+    }
+    let hdr = usize::from(u16::from_le_bytes([frame[2], frame[3]]));
+    let seg = usize::from(u16::from_le_bytes([frame[4], frame[5]]));
+    if seg == 0 || hdr >= len {
+        return len;
+    }
+    let segments = (len - hdr).div_ceil(seg);
+    len + (segments - 1) * hdr
+}
+
 /// Options of [`PacketSocket::open`].
 #[derive(Debug, Clone, Copy)]
 pub struct PacketSocketOptions {
@@ -435,5 +455,18 @@ mod tests {
         assert!(!vnet_hdr_linear(&mut g));
         assert_eq!(u16::from_le_bytes([g[2], g[3]]), 66);
         assert!(!vnet_hdr_linear(&mut [0u8; 4]));
+    }
+
+    #[test]
+    fn wire_length_counts_every_segment_of_a_gso_frame() {
+        let f = vec![0u8; VNET_HDR_LEN + 1514];
+        assert_eq!(vnet_wire_len(&f), 1514);
+        // 66 header bytes and 4,000 payload bytes cut in 1,448: 3 segments.
+        let mut g = vec![0u8; VNET_HDR_LEN + 66 + 4000];
+        g[1] = 1; // VIRTIO_NET_HDR_GSO_TCPV4
+        g[2..4].copy_from_slice(&66u16.to_le_bytes());
+        g[4..6].copy_from_slice(&1448u16.to_le_bytes());
+        assert_eq!(vnet_wire_len(&g), 3 * 66 + 4000);
+        assert_eq!(vnet_wire_len(&[0u8; 4]), 0);
     }
 }

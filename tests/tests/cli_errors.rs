@@ -399,6 +399,19 @@ fn unknown_interface_too_many_queues_and_no_native_xdp() {
 fn delay_line_misuse() {
     let o = flowlane(&["testbed", "delay", "--bed", "x", "--ms", "soon"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    // A queue without a rate is a usage error.
+    let o = flowlane(&[
+        "testbed",
+        "delay",
+        "--bed",
+        "x",
+        "--ms",
+        "5",
+        "--queue-kb",
+        "64",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("--rate-mbit"), "{}", text(&o));
     if !require_root("delay_line_misuse (needs root for a test bed)") {
         return;
     }
@@ -411,6 +424,43 @@ fn delay_line_misuse() {
         "testbed", "delay", "--bed", &bed.name, "--ms", "5", "--lanes", "0",
     ]);
     one_line_error(&o, "at least one lane");
+    let o = flowlane(&[
+        "testbed",
+        "delay",
+        "--bed",
+        &bed.name,
+        "--ms",
+        "5",
+        "--rate-mbit",
+        "0",
+    ]);
+    one_line_error(&o, "--rate-mbit 0: the rate must be more than 0");
+    let o = flowlane(&[
+        "testbed",
+        "delay",
+        "--bed",
+        &bed.name,
+        "--ms",
+        "5",
+        "--rate-mbit",
+        "50",
+        "--lanes",
+        "2",
+    ]);
+    one_line_error(&o, "leave --lanes out");
+    let o = flowlane(&[
+        "testbed",
+        "delay",
+        "--bed",
+        &bed.name,
+        "--ms",
+        "5",
+        "--rate-mbit",
+        "50",
+        "--queue-kb",
+        "0",
+    ]);
+    one_line_error(&o, "--queue-kb 0");
     // A second line on the same bed is refused while the first runs.
     let mut first = Command::new(flowlane_bin())
         .args(["testbed", "delay", "--bed", &bed.name, "--ms", "5"])

@@ -6,96 +6,10 @@
 
 mod tcp_common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use flowlane_tests::{flowlane_bin, in_ns, require_root, text, Bed};
+use flowlane_tests::{in_ns, require_root, Bed};
 use tcp_common::*;
-
-/// `flowlane testbed delay` running in the background.
-struct Line {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Line {
-    /// Starts the line and waits (at most 30 s) for its ready line.
-    fn start(bed: &Bed, ms: &str) -> Line {
-        let mut child = Command::new(flowlane_bin())
-            .args(["testbed", "delay", "--bed", &bed.name, "--ms", ms, "--json"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                let _ = tx.send(l);
-            }
-        });
-        let first = lines
-            .recv_timeout(Duration::from_secs(30))
-            .unwrap_or_else(|_| panic!("the delay line did not start: {:?}", child.try_wait()));
-        assert!(first.contains("delaying both directions"), "{first}");
-        Line { child, lines }
-    }
-
-    fn signal(&self, sig: &str) {
-        let _ = Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
-            .status();
-    }
-
-    /// SIGTERM; waits for a clean exit and returns the JSON report.
-    fn stop(mut self) -> serde_json::Value {
-        self.signal("-TERM");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let status = loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                break st;
-            }
-            assert!(Instant::now() < deadline, "the delay line did not stop");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        assert!(status.success(), "delay line exited with {status}");
-        let json: String = self.lines.try_iter().collect::<Vec<_>>().join("\n");
-        serde_json::from_str(&json).unwrap_or_else(|e| panic!("report {json:?}: {e}"))
-    }
-}
-
-impl Drop for Line {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Round-trip times (ms) of `count` pings from the peer to flowlane's side.
-fn ping_rtts(bed: &Bed, count: u32) -> Vec<f64> {
-    let o = in_ns(
-        &bed.peer_ns,
-        &[
-            "ping",
-            "-n",
-            "-c",
-            &count.to_string(),
-            "-i",
-            "0.2",
-            "-W",
-            "2",
-            "10.99.0.1",
-        ],
-    );
-    assert!(o.status.success(), "ping: {}", text(&o));
-    String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .filter_map(|l| l.split("time=").nth(1))
-        .filter_map(|t| t.split_whitespace().next()?.parse().ok())
-        .collect()
-}
 
 fn tc_filters(bed: &Bed) -> String {
     let mut all = String::new();
@@ -118,7 +32,7 @@ fn delay_line_delays_both_ways_carries_tcp_and_removes_itself() {
         "undelayed RTTs {before:?}"
     );
 
-    let line = Line::start(&bed, "20");
+    let line = DelayLine::start(&bed, &["--ms", "20"]);
     let rtts = ping_rtts(&bed, 5);
     eprintln!("RTTs through a 20 ms line: {rtts:?}");
     assert_eq!(rtts.len(), 5);
@@ -186,7 +100,7 @@ fn killed_delay_line_fails_open_and_a_new_one_replaces_it() {
         return;
     }
     let bed = Bed::up("tdk", 1);
-    let line = Line::start(&bed, "30");
+    let line = DelayLine::start(&bed, &["--ms", "30"]);
     let rtts = ping_rtts(&bed, 2);
     assert!(rtts.iter().all(|&t| t >= 60.0), "delayed RTTs {rtts:?}");
     line.signal("-KILL");
@@ -197,7 +111,7 @@ fn killed_delay_line_fails_open_and_a_new_one_replaces_it() {
     assert!(rtts.iter().all(|&t| t < 10.0), "fail-open RTTs {rtts:?}");
 
     // A new line replaces the stale devices and hooks.
-    let line = Line::start(&bed, "5");
+    let line = DelayLine::start(&bed, &["--ms", "5"]);
     let rtts = ping_rtts(&bed, 3);
     assert!(
         rtts.iter().all(|&t| (10.0..30.0).contains(&t)),

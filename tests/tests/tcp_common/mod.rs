@@ -4,12 +4,14 @@
 //! that a stall fails instead of hanging.
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use flowlane_tests::{
-    flowlane_bin, kill_and_reap, ready_within, terminate, text, wait_within, Bed,
+    flowlane_bin, in_ns, kill_and_reap, ready_within, terminate, text, wait_within, Bed,
 };
 use serde_json::Value;
 
@@ -101,6 +103,23 @@ impl App {
             self.stderr_text()
         );
         lines
+    }
+
+    /// Its `--report` now (SIGUSR1; waits at most 5 s for the file).
+    pub(crate) fn report_now(&self) -> Value {
+        let _ = std::fs::remove_file(&self.report);
+        let pid = self.child.as_ref().unwrap().id().to_string();
+        let _ = Command::new("kill").args(["-USR1", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(t) = std::fs::read_to_string(&self.report) {
+                if let Ok(v) = serde_json::from_str(&t) {
+                    return v;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("no report from flowlane: {}", self.stderr_text());
     }
 
     /// SIGTERM, then its JSON lines (the last is the summary).
@@ -437,4 +456,89 @@ pub(crate) fn impair_counters(bed: &Bed) -> Value {
     assert!(o.status.success(), "testbed status: {}", text(&o));
     let v: Value = serde_json::from_slice(&o.stdout).expect("status JSON");
     v["impairment"].clone()
+}
+
+/// `flowlane testbed delay` running in the background.
+pub(crate) struct DelayLine {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl DelayLine {
+    /// Starts the line with `args` (`--ms D`, and more) and waits (at most
+    /// 30 s) for its ready line.
+    pub(crate) fn start(bed: &Bed, args: &[&str]) -> DelayLine {
+        let mut child = Command::new(flowlane_bin())
+            .args(["testbed", "delay", "--bed", &bed.name, "--json"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        let first = lines
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("the delay line did not start: {:?}", child.try_wait()));
+        assert!(first.contains("delaying both directions"), "{first}");
+        DelayLine { child, lines }
+    }
+
+    pub(crate) fn signal(&self, sig: &str) {
+        let _ = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status();
+    }
+
+    /// SIGTERM; waits for a clean exit and returns the JSON report.
+    pub(crate) fn stop(mut self) -> serde_json::Value {
+        self.signal("-TERM");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                break st;
+            }
+            assert!(Instant::now() < deadline, "the delay line did not stop");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.success(), "delay line exited with {status}");
+        let json: String = self.lines.try_iter().collect::<Vec<_>>().join("\n");
+        serde_json::from_str(&json).unwrap_or_else(|e| panic!("report {json:?}: {e}"))
+    }
+}
+
+impl Drop for DelayLine {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Round-trip times (ms) of `count` pings from the peer to flowlane's side.
+pub(crate) fn ping_rtts(bed: &Bed, count: u32) -> Vec<f64> {
+    let o = in_ns(
+        &bed.peer_ns,
+        &[
+            "ping",
+            "-n",
+            "-c",
+            &count.to_string(),
+            "-i",
+            "0.2",
+            "-W",
+            "2",
+            "10.99.0.1",
+        ],
+    );
+    assert!(o.status.success(), "ping: {}", text(&o));
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.split("time=").nth(1))
+        .filter_map(|t| t.split_whitespace().next()?.parse().ok())
+        .collect()
 }
