@@ -77,7 +77,12 @@ impl Setup {
     }
 }
 /// flowlane's CUBIC gets between 1/FACTOR and FACTOR of the kernel's.
-const FACTOR: f64 = 3.0;
+/// Measured on this path: a median of 1.49 over 16 runs (0.92 to 2.16),
+/// and 2.53 in a later run; kernel against kernel spread from 0.56 to
+/// 1.93. flowlane's CUBIC is the more aggressive of the two here, with
+/// about 4 times the bottleneck's drops, and why is open (BENCHMARKS.md);
+/// the bound holds it to that, not to fairness.
+const FACTOR: f64 = 4.0;
 /// The receivers' port (peer namespace).
 const PORT: u16 = 5301;
 
