@@ -303,7 +303,9 @@ mod tests {
             Cmd::try_parse_from(std::iter::once("svc").chain(args.iter().copied()))
                 .map(|c| c.data_path.congestion.algorithm())
         };
-        assert_eq!(parse(&[]).unwrap(), CongestionAlgorithm::NewReno);
+        // CUBIC by default, as the stack itself (and Linux).
+        assert_eq!(parse(&[]).unwrap(), CongestionAlgorithm::Cubic);
+        assert_eq!(parse(&[]).unwrap(), CongestionAlgorithm::default());
         assert_eq!(
             parse(&["--congestion", "cubic"]).unwrap(),
             CongestionAlgorithm::Cubic
