@@ -323,9 +323,10 @@ pub struct Config {
     /// Packetization-layer path MTU discovery (RFC 4821; Linux
     /// `tcp_mtu_probing`): [`MtuProbing::OnBlackHole`] by default. A
     /// connection whose retransmission timer fires a fourth time in a row
-    /// (three retransmissions unanswered, Linux `tcp_retries1`) while probing is on takes the segments to be
-    /// too big for the path (RFC 4821 §7.3, a black hole: the "packet too
-    /// big" messages are lost or filtered): its MSS falls to
+    /// (three retransmissions unanswered, Linux `tcp_retries1`) while
+    /// probing is on takes the segments to be too big for the path (RFC
+    /// 4821 §7.3, a black hole: the "packet too big" messages are lost or
+    /// filtered): its MSS falls to
     /// `mtu_probe_base_mss`, then halves per further timeout (never below
     /// a 552-byte IPv4 or 1 280-byte IPv6 path), and from then on it
     /// probes upward (RFC 4821 §7): one segment of the search range's
