@@ -423,17 +423,7 @@ fn flowlane_sender_to_kernel_on_a_ce_marking_path() {
         .iter()
         .map(|n| net_counters::delta(&before, &after, n))
         .collect();
-    let r = lines
-        .iter()
-        .find(|v| v["event"] == "source")
-        .expect("source line")
-        .clone();
-    assert_eq!(r["ok"], true, "{r}");
-    assert_eq!(
-        got.trim(),
-        format!("{MARKED_BYTES} {}", r["sha256"].as_str().unwrap()),
-        "sha256 differs: {r}"
-    );
+    let r = source_checked(&lines, &got, MARKED_BYTES);
     let t = totals(&lines);
     eprintln!(
         "flowlane -> kernel, CE {ce} %: {r}\n  flowlane: {}\n  peer0 ECE/CWR segments: {seen}\n  peer InCEPkts {} InECT0Pkts {}",
@@ -551,11 +541,7 @@ fn without_ecn_a_marking_path_marks_nothing() {
     );
     let lines = src.wait(Duration::from_secs(120));
     let got = finish(peer, Duration::from_secs(60));
-    let r = lines.iter().find(|v| v["event"] == "source").unwrap();
-    assert_eq!(
-        got.trim(),
-        format!("{} {}", 8u64 << 20, r["sha256"].as_str().unwrap())
-    );
+    source_checked(&lines, &got, 8 << 20);
     let t = totals(&lines);
     assert_eq!(t["ecn_negotiated"], 0, "{t}");
     assert_eq!(t["ecn_cwnd_reductions"], 0, "{t}");

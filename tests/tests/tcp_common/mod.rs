@@ -435,6 +435,13 @@ pub(crate) fn flowlane_to_kernel_over(
     );
     let lines = src.wait(Duration::from_secs(limit_s));
     let got = finish(peer, Duration::from_secs(60));
+    (source_checked(&lines, &got, bytes), lines)
+}
+
+/// The `bulk-source` transfer line among `lines`, checked: it succeeded,
+/// and the kernel receiver's report `got` ("BYTES SHA256") names the same
+/// `bytes` and sha256.
+pub(crate) fn source_checked(lines: &[Value], got: &str, bytes: u64) -> Value {
     let r = lines
         .iter()
         .find(|v| v["event"] == "source")
@@ -444,9 +451,9 @@ pub(crate) fn flowlane_to_kernel_over(
     assert_eq!(
         got.trim(),
         format!("{} {}", bytes, r["sha256"].as_str().unwrap()),
-        "{r}"
+        "sha256 differs: {r}"
     );
-    (r, lines)
+    r
 }
 
 /// The bed's impairment counters of both directions (`to_flowlane`,
