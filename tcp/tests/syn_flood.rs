@@ -453,3 +453,97 @@ fn connect_fails_at_the_stacks_cap() {
     );
     assert_eq!(second, Err(flowlane_tcp::Error::ConnectionLimit));
 }
+
+/// Bytes B reads from `cb` while A sends as much as it can for `ms`
+/// milliseconds.
+fn bytes_through(
+    a: &mut Stack,
+    b: &mut Stack,
+    now: &mut Instant,
+    (ca, cb): (ConnHandle, ConnHandle),
+    ms: u64,
+) -> usize {
+    let data = vec![7u8; 1 << 20];
+    let mut buf = vec![0u8; 65_536];
+    let mut ev = (Vec::new(), Vec::new());
+    let mut got = 0;
+    for _ in 0..ms {
+        let _ = a.send(ca, &data);
+        run(a, b, now, 1, &mut ev);
+        while let Ok(n @ 1..) = b.recv(cb, &mut buf) {
+            got += n;
+        }
+    }
+    got
+}
+
+/// A flood that fills a large backlog commits at most a quarter of the
+/// receive memory: SYN-ACKs offer full windows while the quarter lasts
+/// and one segment after it, and an established connection keeps its
+/// window. (Before, 1 024 half-open connections each promised what was
+/// left, took the whole budget between them and held the established
+/// connection to one segment per round trip until they timed out.)
+#[test]
+fn half_open_connections_commit_at_most_a_quarter_of_receive_memory() {
+    const BUDGET: usize = 16 << 20;
+    const FLOOD: usize = 1_024;
+    let mut cfg = test_config(2);
+    cfg.listen_backlog = 2 * FLOOD;
+    cfg.recv_memory = BUDGET;
+    let mss = usize::from(cfg.mss);
+    let mut b = Stack::new(cfg);
+    b.listen(SocketAddr::new(B_IP, 80)).unwrap();
+    let mut a = Stack::new(test_config(1));
+    let mut now = Instant::from_millis(1_000);
+    let ca = client_connect(&mut a, now, 40_000, 80);
+    let mut ev = (Vec::new(), Vec::new());
+    run(&mut a, &mut b, &mut now, 5, &mut ev);
+    let cb = accepted(&ev.1)[0];
+    let established = b.recv_memory_committed();
+
+    flood(&mut b, &mut Rng::new(3), now, FLOOD);
+    let windows: Vec<usize> = drain(&mut b, now)
+        .iter()
+        .map(|(_, s)| TcpRepr::parse_segment(s).unwrap().0)
+        .filter(|r| r.flags == TcpFlags::SYN | TcpFlags::ACK)
+        .map(|r| usize::from(r.window))
+        .collect();
+    assert_eq!(windows.len(), FLOOD);
+    assert_eq!(b.connection_count(), FLOOD + 1, "the backlog holds the flood");
+    let half_open = b.recv_memory_committed() - established;
+    assert!(
+        half_open <= BUDGET / 4 && half_open + 0xffff > BUDGET / 4,
+        "half-open connections commit {half_open} of {BUDGET}"
+    );
+    // Full windows first, then one segment once the quarter is taken.
+    assert!(windows[0] > 60_000, "{:?}", &windows[..4]);
+    let full = windows.iter().take_while(|&&w| w > mss).count();
+    assert!((BUDGET / 4 / 0xffff..=BUDGET / 4 / 60_000 + 1).contains(&full));
+    assert!(windows[full + 1..].iter().all(|&w| w == mss));
+
+    // The established connection still moves a window's worth per round
+    // trip: far more than one segment per millisecond.
+    let got = bytes_through(&mut a, &mut b, &mut now, (ca, cb), 20);
+    assert!(got > 40 * mss, "{got} bytes in 20 ms");
+    // A legitimate client during the flood (the backlog has room) is
+    // offered one segment in its SYN-ACK, and a full window once the
+    // handshake completes.
+    let mut c = Stack::new(test_config(3));
+    let cc = client_connect(&mut c, now, 41_000, 80);
+    deliver(&mut c, &mut b, now, |_, _| false);
+    let out = drain(&mut b, now);
+    let (t, bytes) = out
+        .iter()
+        .find(|(t, _)| t.dst.port() == 41_000)
+        .expect("a SYN-ACK");
+    let syn_ack = TcpRepr::parse_segment(bytes).unwrap().0;
+    assert_eq!(syn_ack.flags, TcpFlags::SYN | TcpFlags::ACK);
+    assert_eq!(usize::from(syn_ack.window), mss);
+    c.handle_segment(now, t.src.ip(), t.dst.ip(), bytes);
+    let mut ev = (Vec::new(), Vec::new());
+    run(&mut c, &mut b, &mut now, 5, &mut ev);
+    let cb = accepted(&ev.1)[0];
+    let got = bytes_through(&mut c, &mut b, &mut now, (cc, cb), 20);
+    assert!(got > 40 * mss, "{got} bytes in 20 ms");
+    assert_eq!(b.stats().syn_cookies_sent, 0);
+}
