@@ -1101,7 +1101,7 @@ impl Stack {
             None => {
                 let hash = self.table.hash(&tuple);
                 let Some(idx) = self.find(hash, &tuple) else {
-                    return self.on_unmatched(hash, tuple, repr, payload);
+                    return self.on_unmatched(hash, tuple, repr, payload, ecn);
                 };
                 self.last_flow = idx;
                 idx
@@ -1118,7 +1118,7 @@ impl Stack {
             // The old incarnation is gone: the listener takes the SYN.
             TimeWaitSyn::Reopen => {
                 self.stats.time_wait_reopened += 1;
-                self.for_listener(tuple, repr, payload);
+                self.for_listener(tuple, repr, payload, ecn);
             }
         }
         Delivery::Taken
@@ -1171,6 +1171,7 @@ impl Stack {
         tuple: FourTuple,
         repr: &TcpRepr,
         payload: &[u8],
+        ecn: Ecn,
     ) -> Delivery {
         let len = payload.len();
         if self.away != 0 {
@@ -1198,7 +1199,7 @@ impl Stack {
                 Verdict::Done | Verdict::Ack => return Delivery::Taken,
             }
         }
-        self.for_listener(tuple, repr, payload);
+        self.for_listener(tuple, repr, payload, ecn);
         Delivery::Taken
     }
 
@@ -1207,9 +1208,9 @@ impl Stack {
     // Out of line: `handle_tcp` reaches it for a SYN that reopens a
     // TIME-WAIT connection, and it would otherwise grow the established path.
     #[inline(never)]
-    fn for_listener(&mut self, tuple: FourTuple, repr: &TcpRepr, payload: &[u8]) {
+    fn for_listener(&mut self, tuple: FourTuple, repr: &TcpRepr, payload: &[u8], ecn: Ecn) {
         match self.listener_for(&tuple) {
-            Some(l) => self.on_listen_segment(l, tuple, repr, payload),
+            Some(l) => self.on_listen_segment(l, tuple, repr, payload, ecn),
             _ => {
                 self.stats.no_connection += 1;
                 self.reset_for(tuple, repr, payload.len());
@@ -1299,13 +1300,14 @@ impl Stack {
         tuple: FourTuple,
         seg: &TcpRepr,
         payload: &[u8],
+        ecn: Ecn,
     ) {
         let f = seg.flags;
         if f.rst() {
             return;
         }
         if f.ack() {
-            if !self.accept_cookie(l, tuple, seg, payload) {
+            if !self.accept_cookie(l, tuple, seg, payload, ecn) {
                 self.reset_for(tuple, seg, payload.len());
             }
             return;
@@ -1419,14 +1421,16 @@ impl Stack {
     /// An ACK for no connection on a listener that sent SYN cookies
     /// lately: if it returns a valid cookie, the connection is rebuilt
     /// from it, as if its SYN-ACK had been sent from SYN-RECEIVED, and
-    /// the ACK (and any data on it) processed there. Returns whether it
-    /// did.
+    /// the ACK (and any data on it, with its IP codepoint `ecn`: a CE
+    /// mark on it is echoed as on any other segment) processed there.
+    /// Returns whether it did.
     fn accept_cookie(
         &mut self,
         l: ListenerId,
         tuple: FourTuple,
         seg: &TcpRepr,
         payload: &[u8],
+        ecn: Ecn,
     ) -> bool {
         let recent = self.listeners[l.0 as usize]
             .as_ref()
@@ -1469,9 +1473,7 @@ impl Stack {
         self.stats.passive_opens += 1;
         self.stats.syn_cookies_accepted += 1;
         let idx = self.insert(conn, Some(l));
-        // (The IP codepoint of this ACK is not carried this far: a CE mark
-        // on data riding the cookie ACK goes unechoed.)
-        self.with_conn(idx, |c, ctx| c.on_segment(ctx, seg, payload, Ecn::NotEct));
+        self.with_conn(idx, |c, ctx| c.on_segment(ctx, seg, payload, ecn));
         true
     }
 

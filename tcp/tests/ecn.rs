@@ -526,3 +526,79 @@ fn ecn_state_survives_a_snapshot() {
     }
     assert!(!echoed);
 }
+
+#[test]
+fn a_loss_in_a_window_an_echo_reduced_does_not_reduce_it_again() {
+    // RFC 3168 §6.1.2: drops and CE marks of one window reduce it once.
+    // The segment at 300 000 is marked CE; the echo reduces the window
+    // and the next new data carries CWR. A first run finds that segment;
+    // the second (the simulator is deterministic) also loses the one sent
+    // just before it: the last of the reduced window, whose loss shows
+    // only after the CWR went out. It is repaired without a second
+    // reduction. Every reduction of an ECN connection is announced with
+    // CWR (see a_window_reduced_for_a_loss_is_announced_with_cwr), so one
+    // CWR means one reduction.
+    let cwrs_of = |log: &Log| -> Vec<Seg> {
+        log.borrow()
+            .iter()
+            .filter(|s| s.side == Side::A && s.has(TcpFlags::CWR) && !s.has(TcpFlags::SYN))
+            .copied()
+            .collect()
+    };
+    let run = |lose_before: Option<u32>| {
+        let (mut sim, log) = sim_with(
+            config(1, EcnMode::On),
+            config(2, EcnMode::Accept),
+            mark_at(vec![300_000]),
+        );
+        let mut lost = false;
+        sim.drop_filter = Some(Box::new(move |side, bytes| {
+            let (r, payload) = TcpRepr::parse_segment(bytes).expect("our own segment");
+            let end = r.seq.wrapping_add(payload.len() as u32);
+            let lose = side == Side::A && !lost && Some(end) == lose_before;
+            lost |= lose;
+            lose
+        }));
+        transfer(&mut sim, 3_000_000);
+        (*sim.a.stats(), cwrs_of(&log))
+    };
+    let (a, cwrs) = run(None);
+    assert_eq!(
+        (a.ecn_cwnd_reductions, a.retransmits, cwrs.len()),
+        (1, 0, 1)
+    );
+    let (a, cwrs) = run(Some(cwrs[0].seq));
+    assert_eq!(a.ecn_cwnd_reductions, 1, "{a:?}");
+    assert!(a.fast_retransmits + a.rack_lost >= 1, "{a:?}");
+    assert_eq!(cwrs.len(), 1, "{cwrs:?} {a:?}");
+}
+
+#[test]
+fn a_ce_mark_on_data_riding_the_cookie_ack_is_echoed() {
+    let mut a = Stack::new(config(1, EcnMode::On));
+    let mut b_cfg = config(2, EcnMode::Accept);
+    b_cfg.listen_backlog = 0; // every SYN answered with a cookie
+    let mut b = Stack::new(b_cfg);
+    let now = flowlane_tcp::time::Instant::from_millis(5);
+    b.listen(SocketAddr::new(B_IP, 80)).unwrap();
+    let ha = a
+        .connect(now, SocketAddr::new(A_IP, 10000), SocketAddr::new(B_IP, 80))
+        .unwrap();
+    let mut buf = vec![0u8; 2000];
+    let pass = |from: &mut Stack, to: &mut Stack, ecn: Option<Ecn>| {
+        let mut buf = [0u8; 2000];
+        let t = from.poll_transmit(now, &mut buf).expect("a segment");
+        let ecn = ecn.unwrap_or(t.ecn);
+        to.handle_segment_ecn(now, t.src.ip(), t.dst.ip(), ecn, &buf[..t.len]);
+    };
+    pass(&mut a, &mut b, None); // SYN
+    pass(&mut b, &mut a, None); // cookie SYN-ACK
+    assert!(a.poll_transmit(now, &mut buf).is_some(), "A's ACK, lost");
+    a.send(ha, &[5; 1000]).unwrap();
+    pass(&mut a, &mut b, Some(Ecn::Ce)); // the data, marked on the way
+    let s = b.stats();
+    assert_eq!((s.syn_cookies_accepted, s.ce_received), (1, 1), "{s:?}");
+    let t = b.poll_transmit(now, &mut buf).expect("B's ACK");
+    let (ack, _) = TcpRepr::parse_segment(&buf[..t.len]).unwrap();
+    assert!(ack.flags.contains(TcpFlags::ECE), "{:?}", ack.flags);
+}

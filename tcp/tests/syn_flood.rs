@@ -509,7 +509,11 @@ fn half_open_connections_commit_at_most_a_quarter_of_receive_memory() {
         .map(|r| usize::from(r.window))
         .collect();
     assert_eq!(windows.len(), FLOOD);
-    assert_eq!(b.connection_count(), FLOOD + 1, "the backlog holds the flood");
+    assert_eq!(
+        b.connection_count(),
+        FLOOD + 1,
+        "the backlog holds the flood"
+    );
     let half_open = b.recv_memory_committed() - established;
     assert!(
         half_open <= BUDGET / 4 && half_open + 0xffff > BUDGET / 4,

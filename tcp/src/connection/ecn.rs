@@ -157,6 +157,18 @@ impl Connection {
         }
     }
 
+    /// Whether the ACK `seg` may not grow the congestion window. RFC 3168
+    /// §6.1.2 treats an ECN-Echo ACK as a congestion loss, and an ACK that
+    /// signals congestion grows no window. Nor does any ACK while the
+    /// reduction an echo made lasts (until the segment that carried CWR
+    /// is acknowledged, `Flags::ECN_HELD`), as none does during the
+    /// recovery a loss starts (and as Linux holds cwnd in its CWR state).
+    #[inline]
+    pub(super) fn ecn_holds_cwnd(&self, seg: &TcpRepr) -> bool {
+        self.flags.has(Flags::ECN)
+            && (seg.flags.contains(TcpFlags::ECE) || self.flags.has(Flags::ECN_HELD))
+    }
+
     /// RFC 3168 §6.1.2: an ACK echoed a CE mark, with `flight` bytes
     /// outstanding before it. The window is reduced as for a loss, through
     /// the congestion controller, with nothing retransmitted; at most once
@@ -176,5 +188,78 @@ impl Connection {
             self.cc.on_ecn_echo(flight);
             ctx.stats.ecn_cwnd_reductions += 1;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::cc::CongestionControl;
+    use crate::time::Instant;
+    use crate::{Config, CongestionAlgorithm, EcnMode, Event, Stack};
+    use flowlane_wire::tcp::TcpFlags;
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+    /// RFC 3168 §6.1.2: no ACK that echoes a mark grows the window. A
+    /// sends in rounds (B acknowledging each); once A's window has grown,
+    /// every ACK of B's is forged with ECE for ten rounds. A's window,
+    /// read around each of those ACKs, never grows, while it is reduced
+    /// once per window (NewReno, whose growth in congestion avoidance
+    /// follows the bytes acknowledged alone: the clock stands still here).
+    #[test]
+    fn ece_acks_never_grow_the_window() {
+        let mut ca = Config::new([1; 16]);
+        ca.ecn = EcnMode::On;
+        ca.congestion = CongestionAlgorithm::NewReno;
+        let mut cb = Config::new([2; 16]);
+        cb.ecn = EcnMode::Accept;
+        let (mut a, mut b) = (Stack::new(ca), Stack::new(cb));
+        let ip_a = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+        let ip_b = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
+        let now = Instant::from_millis(5);
+        b.listen(SocketAddr::new(ip_b, 80)).unwrap();
+        let ha = a
+            .connect(
+                now,
+                SocketAddr::new(ip_a, 10_000),
+                SocketAddr::new(ip_b, 80),
+            )
+            .unwrap();
+        let mut buf = [0u8; 2048];
+        let mut hb = None;
+        let (mut acks, mut grown) = (0, 0);
+        for round in 0..30 {
+            if let Some(hb) = hb {
+                let _ = a.send(ha, &[1; 200_000]);
+                while let Ok(1..) = b.recv(hb, &mut buf) {}
+            }
+            let forged = (20..30).contains(&round);
+            // A's flight, one segment at a time, each answered at once.
+            let mut flight = Vec::new();
+            while let Some(t) = a.poll_transmit(now, &mut buf) {
+                flight.push((t, buf[..t.len].to_vec()));
+            }
+            for (t, seg) in flight {
+                b.handle_segment_ecn(now, t.src.ip(), t.dst.ip(), t.ecn, &seg);
+                while let Some(e) = b.poll_event() {
+                    if let Event::Accepted { conn, .. } = e {
+                        hb = Some(conn);
+                    }
+                }
+                while let Some(t) = b.poll_transmit(now, &mut buf) {
+                    if forged {
+                        buf[13] |= TcpFlags::ECE.0;
+                    }
+                    let before = a.connection_mut(ha).cc.window();
+                    a.handle_segment(now, t.src.ip(), t.dst.ip(), &buf[..t.len]);
+                    if forged {
+                        acks += 1;
+                        grown += usize::from(a.connection_mut(ha).cc.window() > before);
+                    }
+                }
+            }
+        }
+        assert!(acks > 20, "{acks} ACKs");
+        assert!(a.stats().ecn_cwnd_reductions >= 2, "{:?}", a.stats());
+        assert_eq!(grown, 0, "of {acks} ECE ACKs, {grown} grew the window");
     }
 }

@@ -605,7 +605,7 @@ impl Connection {
                 self.flags.set(Flags::RETRANSMIT_ONE);
                 self.arm_lost_retransmit();
             }
-        } else {
+        } else if !self.ecn_holds_cwnd(seg) {
             self.cc.on_ack(&Ack {
                 now,
                 bytes_acked: data_acked.min(flight_before),

@@ -173,11 +173,19 @@ impl Connection {
     /// is no sign of congestion (RFC 4821 §7.6.2): the recovery repairs it
     /// without reducing the window (`Flags::MTU_PROBE_OUT` stays set until
     /// it ends) and without Eifel state.
+    ///
+    /// Nor is the window reduced again when an ECN echo already reduced it
+    /// for this window of data (`Flags::ECN_HELD`): RFC 3168 §6.1.2 has
+    /// drops and CE marks of one window of data reduce the window once
+    /// (Linux likewise enters recovery from its CWR state without a second
+    /// reduction). That reduction answered real congestion, so no Eifel
+    /// state may undo it either.
     pub(super) fn enter_recovery(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now;
         let flight = self.snd.max - self.snd.una;
         let probe_lost = self.flags.has(Flags::MTU_PROBE_OUT) && self.mtu_probe_at_loss(ctx);
-        if self.flags.has(Flags::TIMESTAMPS) && !probe_lost {
+        let reduced = probe_lost || self.flags.has(Flags::ECN_HELD);
+        if self.flags.has(Flags::TIMESTAMPS) && !reduced {
             // RFC 3522 §3.2 step (1) / RFC 4015 §3.2 step (1).
             self.snd.undo = Some(UndoState {
                 retransmit_ts: self.tsval(now),
@@ -200,13 +208,13 @@ impl Connection {
             self.snd.high_rxt = self.snd.una;
             self.snd.rtx_mark = self.snd.max;
             self.snd.lost_floor = self.snd.una;
-            if !probe_lost {
+            if !reduced {
                 self.cc.on_sack_recovery(flight);
             }
-        } else if !probe_lost {
+        } else if !reduced {
             self.cc.on_fast_retransmit(flight);
         }
-        if !probe_lost {
+        if !reduced {
             self.ecn_on_loss_reduction();
         }
         self.timers.rtt_seq = None;
