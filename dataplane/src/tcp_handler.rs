@@ -386,6 +386,8 @@ counters! {
         tlp_probes,
         /// Losses a tail loss probe repaired (RFC 8985 §7.4).
         tlp_recoveries,
+        /// Fast recoveries found spurious (RFC 3522) and undone (RFC 4015).
+        spurious_recoveries,
         /// Connections that negotiated ECN (RFC 3168 §6.1.1).
         ecn_negotiated,
         /// Data segments received marked CE (congestion experienced) on ECN connections.
@@ -495,6 +497,7 @@ impl TcpCounters {
         set(&self.rack_reo_timeouts, s.rack_reo_timeouts);
         set(&self.tlp_probes, s.tlp_probes);
         set(&self.tlp_recoveries, s.tlp_recoveries);
+        set(&self.spurious_recoveries, s.spurious_recoveries);
         set(&self.ecn_negotiated, s.ecn_negotiated);
         set(&self.ce_received, s.ce_received);
         set(&self.ecn_cwnd_reductions, s.ecn_cwnd_reductions);

@@ -531,6 +531,11 @@ pub struct Stats {
     /// Losses repaired by a tail loss probe (RFC 8985 §7.4: its ACK came
     /// without a D-SACK; the congestion window was reduced).
     pub tlp_recoveries: u64,
+    /// Fast recoveries found spurious and undone: the first ACK of the
+    /// retransmission echoed an older timestamp, so the original had
+    /// arrived (Eifel detection, RFC 3522), and the window went back to
+    /// what it was (RFC 4015).
+    pub spurious_recoveries: u64,
     /// Duplicate ACKs received (RFC 5681 §2 definition).
     pub dup_acks: u64,
     /// Segments received out of order.

@@ -209,3 +209,42 @@ fn batched_out_of_order_segments_each_get_an_ack() {
     assert_eq!(repr.options.sack_blocks[0], (first_seq, second_seq));
     assert!(server.poll_transmit(now, &mut buf).is_none());
 }
+
+/// A link that reorders but never loses: without SACK (so without RACK's
+/// reordering window) three duplicate ACKs start fast retransmits that
+/// turn out needless. The first ACK of each retransmission echoes the
+/// original's older timestamp, so the recovery is undone (RFC 3522
+/// detection, RFC 4015 response) and counted.
+#[test]
+fn needless_fast_retransmits_on_a_reordering_link_are_undone() {
+    let link = LinkConfig {
+        delay: Duration::from_millis(5),
+        reorder: 0.01,
+        reorder_delay: Duration::from_millis(4),
+        bandwidth_bps: 100_000_000,
+        ..LinkConfig::default()
+    };
+    let mut a = sim::test_config(1);
+    a.sack = false;
+    let mut b = sim::test_config(2);
+    b.sack = false;
+    let mut sim = Sim::new(5, link, LinkConfig::default(), a, b);
+    let bytes = 8 << 20;
+    let mut bulk = Bulk::start(&mut sim, 1, bytes, 0);
+    let t0 = sim.now;
+    let done = sim.run_until(t0 + Duration::from_secs(60), |s| {
+        bulk.on_step(s);
+        bulk.delivered() == bytes
+    });
+    assert!(done && bulk.errors.is_empty(), "{:?}", bulk.errors);
+    let s = sim.a.stats();
+    eprintln!(
+        "fast retransmits {}, undone {}, retransmits {}",
+        s.fast_retransmits, s.spurious_recoveries, s.retransmits
+    );
+    assert!(s.fast_retransmits > 0, "{s:?}");
+    // Nothing is lost, and the originals arrive 4 ms late, several
+    // timestamp ticks before their retransmissions: every one is undone.
+    assert_eq!(s.spurious_recoveries, s.fast_retransmits, "{s:?}");
+    assert_eq!(s.rto_timeouts, 0, "{s:?}");
+}

@@ -277,6 +277,7 @@ fn pair(bed: &Bed, setup: &Setup, first: First) -> Pair {
                 "segs_out": t["segments_out"], "retransmits": t["retransmits"],
                 "fast_retransmits": t["fast_retransmits"], "rto_timeouts": t["rto_timeouts"],
                 "rack_lost": t["rack_lost"], "tlp_probes": t["tlp_probes"],
+                "spurious_recoveries": t["spurious_recoveries"],
             });
             (None, first)
         }

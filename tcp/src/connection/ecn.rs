@@ -225,11 +225,12 @@ mod tests {
             )
             .unwrap();
         let mut buf = [0u8; 2048];
+        let data = vec![1u8; 200_000];
         let mut hb = None;
         let (mut acks, mut grown) = (0, 0);
         for round in 0..30 {
             if let Some(hb) = hb {
-                let _ = a.send(ha, &[1; 200_000]);
+                let _ = a.send(ha, &data);
                 while let Ok(1..) = b.recv(hb, &mut buf) {}
             }
             let forged = (20..30).contains(&round);

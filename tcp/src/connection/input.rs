@@ -577,7 +577,7 @@ impl Connection {
             .snd
             .undo
             .take()
-            .is_some_and(|undo| self.eifel_undo(undo, seg, data_acked));
+            .is_some_and(|undo| self.eifel_undo(ctx.stats, undo, seg, data_acked));
         if undone {
             // The window was set by the RFC 4015 response.
         } else if self.flags.has(Flags::IN_RECOVERY) {

@@ -139,6 +139,7 @@ impl Connection {
     /// Returns whether the reduction was undone.
     pub(super) fn eifel_undo(
         &mut self,
+        stats: &mut Stats,
         undo: UndoState,
         seg: &TcpRepr,
         bytes_acked: usize,
@@ -157,6 +158,7 @@ impl Connection {
         let flight = self.snd.max - self.snd.una;
         self.cc
             .on_spurious_recovery(flight, bytes_acked, undo.pipe_prev);
+        stats.spurious_recoveries += 1;
         true
     }
 
