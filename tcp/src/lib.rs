@@ -243,11 +243,7 @@ pub struct Config {
     /// `tcp_mem`): what every connection's window promises and its receive
     /// buffer holds, together, never exceeds it. Windows are offered from
     /// what is left; past half of it (pressure) each connection is held to
-    /// its share and buffers stop growing. Half-open connections (SYN
-    /// received, in a listener's backlog) commit the window of their
-    /// SYN-ACK like any other, but together at most a quarter of this: a
-    /// spoofed SYN flood cannot take the established connections' memory.
-    /// A data path sets it to what its
+    /// its share and buffers stop growing. A data path sets it to what its
     /// receive frames can hold, so that no frame is ever dropped below TCP
     /// for want of room. Buffer memory is taken from a per-stack pool of
     /// chunks as data arrives and given back as it is read; the pool keeps

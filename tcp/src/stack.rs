@@ -104,12 +104,6 @@ struct Slot {
     listener: SlotListener,
     /// The connection's place on its RSS bucket's list.
     link: Link,
-    /// What the connection commits of the receive memory while it is in
-    /// its listener's backlog (its SYN-ACK's window beyond the floor,
-    /// fixed until the handshake completes), counted in
-    /// `Stack::half_open_committed`; 0 outside the backlog. Two bytes the
-    /// slot's padding had: an unscaled window fits.
-    half_open_grant: u16,
     conn: Option<Connection>,
 }
 
@@ -294,14 +288,6 @@ pub struct Stack {
     /// Receive memory committed by all connections together (the sum of
     /// [`Connection::rcv_commitment`]), against [`Config::recv_memory`].
     rcv_committed: usize,
-    /// The part of `rcv_committed` that half-open connections (those in a
-    /// listener's backlog) commit: the sum of their slots'
-    /// `half_open_grant`; at most [`Stack::half_open_budget`] but for
-    /// half-open connections imported from another stack.
-    half_open_committed: usize,
-    /// Live connections outside every listener's backlog: those the
-    /// receive memory is shared among under pressure ([`RecvMemory::share`]).
-    sharers: usize,
     /// Connections whose window was held back for want of receive memory,
     /// oldest first: each gets a window update as memory frees.
     mem_waiting: VecDeque<(u32, u32)>,
@@ -396,8 +382,6 @@ impl Stack {
             dirty: VecDeque::new(),
             events: VecDeque::new(),
             rcv_committed: 0,
-            half_open_committed: 0,
-            sharers: 0,
             mem_waiting: VecDeque::new(),
             stats: Stats::default(),
             live: 0,
@@ -687,7 +671,6 @@ impl Stack {
                     wheel_pos: WheelPos::NONE,
                     listener: SlotListener::NONE,
                     link: Link::NONE,
-                    half_open_grant: 0,
                     conn: None,
                 });
                 (self.slots.len() - 1) as u32
@@ -703,19 +686,7 @@ impl Stack {
         slot.in_dirty = false;
         slot.mem_waiting = false;
         let floor = usize::from(self.cfg.mss);
-        let (commitment, half_open) = slot
-            .conn
-            .as_ref()
-            .map_or((0, false), |c| (c.rcv_commitment(floor), c.in_backlog()));
-        self.rcv_committed += commitment;
-        if half_open {
-            // An unscaled window (RFC 7323 §2.2) beyond the floor: it fits.
-            slot.half_open_grant = commitment.min(usize::from(u16::MAX)) as u16;
-            self.half_open_committed += usize::from(slot.half_open_grant);
-        } else {
-            slot.half_open_grant = 0;
-            self.sharers += 1;
-        }
+        self.rcv_committed += slot.conn.as_ref().map_or(0, |c| c.rcv_commitment(floor));
         let hash = self.table.hash(&tuple);
         let slots = &self.slots;
         self.table.insert(hash, idx, |i| Self::tuple_at(slots, i));
@@ -793,11 +764,11 @@ impl Stack {
             pool,
             now,
             rcv_committed,
-            sharers,
+            live,
             ..
         } = self;
         let conn = slots[idx as usize].conn.as_mut().expect("live slot");
-        let mem = RecvMemory::of(conn, cfg, *rcv_committed, *sharers);
+        let mem = RecvMemory::of(conn, cfg, *rcv_committed, *live);
         let ctx = Ctx {
             now: *now,
             cfg,
@@ -838,7 +809,7 @@ impl Stack {
             let Some(conn) = slot.conn.as_mut() else {
                 continue;
             };
-            let mem = RecvMemory::of(conn, &self.cfg, self.rcv_committed, self.sharers);
+            let mem = RecvMemory::of(conn, &self.cfg, self.rcv_committed, self.live);
             if conn.on_memory_freed(mem) && !slot.in_dirty {
                 slot.in_dirty = true;
                 self.dirty.push_back((idx, generation));
@@ -890,11 +861,6 @@ impl Stack {
             }
             if conn.in_backlog() {
                 conn.set_in_backlog(false);
-                // Its commitment now counts as an established
-                // connection's (the total does not change).
-                let grant = std::mem::take(&mut slot.half_open_grant);
-                self.half_open_committed -= usize::from(grant);
-                self.sharers += 1;
                 if let Some(Some(l)) = slot
                     .listener
                     .get()
@@ -1024,11 +990,6 @@ impl Stack {
             if conn.in_backlog() {
                 l.half_open -= 1;
             }
-        }
-        if conn.in_backlog() {
-            self.half_open_committed -= usize::from(std::mem::take(&mut slot.half_open_grant));
-        } else {
-            self.sharers -= 1;
         }
         slot.generation = slot.generation.wrapping_add(1);
         if std::mem::replace(&mut slot.wheel_deadline, Deadline::NONE).is_some() {
@@ -1333,31 +1294,9 @@ impl Stack {
         listener.half_open += 1;
         let mut conn = Connection::new_passive(&self.cfg, &self.isn, tuple, self.now, seg);
         conn.set_in_backlog(true);
-        let mem = RecvMemory::of(&conn, &self.cfg, self.rcv_committed, self.sharers);
-        let most = usize::from(self.cfg.mss) + self.half_open_room();
-        conn.offer_syn_ack_window(mem, most);
         self.stats.passive_opens += 1;
         let idx = self.insert(conn, Some(l));
         self.after(idx);
-    }
-
-    /// The receive memory half-open connections may commit together: a
-    /// quarter of [`Config::recv_memory`]. A spoofed SYN flood fills the
-    /// backlog with connections that never complete; were their SYN-ACK
-    /// windows drawn from the whole budget, 1 024 of them would promise
-    /// 64 MiB and hold every established connection to one segment until
-    /// they time out. Within this quarter, the first handshakes of a burst
-    /// still get full first windows; those after it are offered one
-    /// segment (the floor), and the window opens once they complete.
-    fn half_open_budget(&self) -> usize {
-        self.cfg.recv_memory / 4
-    }
-
-    /// What a new half-open connection's SYN-ACK may offer beyond the
-    /// floor: what is left of [`Stack::half_open_budget`].
-    fn half_open_room(&self) -> usize {
-        self.half_open_budget()
-            .saturating_sub(self.half_open_committed)
     }
 
     /// The window a cookie SYN-ACK offers (unscaled, RFC 7323 §2.2).
@@ -1870,15 +1809,13 @@ impl Stack {
     /// Checks that the stack's connection layout is whole: the table names
     /// exactly the live slots under their own tuples, the free list the
     /// empty ones; the committed receive memory and the chunks in use are
-    /// the sums of what the connections hold (the half-open ones' part and
-    /// the count of the others too); a connection that holds no
+    /// the sums of what the connections hold; a connection that holds no
     /// data holds no chunk; TIME-WAIT holds no send buffer; every armed
     /// timer has a wheel entry at or before it, and the wheel holds exactly
     /// one entry per slot that has one (no stale entries).
     pub(crate) fn check_layout(&self) -> Result<(), String> {
         let floor = usize::from(self.cfg.mss);
         let (mut live, mut committed, mut chunks) = (0, 0, 0);
-        let (mut half_open, mut sharers) = (0, 0);
         for (i, slot) in self.slots.iter().enumerate() {
             let idx = i as u32;
             let Some(c) = slot.conn.as_ref() else {
@@ -1905,22 +1842,6 @@ impl Stack {
                 return Err(format!("slot {i} holds a CLOSED connection"));
             }
             committed += c.rcv_commitment(floor);
-            if c.in_backlog() {
-                half_open += usize::from(slot.half_open_grant);
-                if c.state == State::SynReceived
-                    && usize::from(slot.half_open_grant) != c.rcv_commitment(floor)
-                {
-                    return Err(format!(
-                        "slot {i}: half-open, commits {} but was granted {}",
-                        c.rcv_commitment(floor),
-                        slot.half_open_grant
-                    ));
-                }
-            } else if slot.half_open_grant != 0 {
-                return Err(format!("slot {i}: out of the backlog with a grant"));
-            } else {
-                sharers += 1;
-            }
             chunks += c.send_buf.chunks() + c.recv_buf.chunks();
             if c.send_buf.is_empty() && c.send_buf.chunks() != 0 {
                 return Err(format!("slot {i}: empty send buffer holds chunks"));
@@ -1969,12 +1890,6 @@ impl Stack {
                     return Err(format!("{:?} on bucket {}", c.tuple, s.link.bucket));
                 }
             }
-        }
-        if half_open != self.half_open_committed || sharers != self.sharers {
-            return Err(format!(
-                "half-open commitment {} and sharers {}, but the slots say {half_open} and {sharers}",
-                self.half_open_committed, self.sharers
-            ));
         }
         if committed != self.rcv_committed {
             return Err(format!(

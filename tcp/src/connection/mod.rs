@@ -103,9 +103,7 @@ pub(crate) struct RecvMemory {
     pub total: usize,
     /// [`Config::recv_memory`].
     pub budget: usize,
-    /// Connections the budget is shared among under pressure: the live
-    /// ones outside every listener's backlog (a flood of half-open
-    /// connections must not shrink the established ones' shares).
+    /// Live connections.
     pub live: usize,
     /// Bytes every connection may hold or promise outside the budget (one
     /// segment of our MSS).

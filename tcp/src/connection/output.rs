@@ -67,15 +67,8 @@ impl Connection {
             seq: self.snd.iss.0,
             ack: if ack { self.rcv.nxt.0 } else { 0 },
             flags,
-            // RFC 7323 §2.2: the window in a SYN is not scaled. A SYN-ACK
-            // offers what the first one did (a passive open's is set
-            // when the SYN arrives: `offer_syn_ack_window`).
-            window: if ack && self.rcv.adv != self.rcv.nxt {
-                self.rcv_wnd()
-            } else {
-                self.offerable(ctx.mem)
-            }
-            .min(0xffff) as u16,
+            // RFC 7323 §2.2: the window in a SYN is not scaled.
+            window: self.offerable(ctx.mem).min(0xffff) as u16,
             urgent: 0,
             options,
         };

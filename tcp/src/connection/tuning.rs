@@ -197,16 +197,6 @@ impl Connection {
         self.recv_buf.window().min(limit.saturating_sub(queued))
     }
 
-    /// Sets the window a passive open's SYN-ACK offers, and every
-    /// retransmission of it: what memory allows, at most `most` bytes
-    /// (the stack's allowance for half-open connections, see
-    /// `Stack::half_open_budget`). Fixed until the handshake completes,
-    /// so that what the connection commits while half-open does not move.
-    pub(crate) fn offer_syn_ack_window(&mut self, mem: RecvMemory, most: usize) {
-        let window = self.offerable(mem).min(most).min(0xffff);
-        self.rcv.adv = self.rcv.nxt + window;
-    }
-
     /// The window to advertise, keeping the right edge from moving left
     /// (RFC 9293 §3.8.6), applying receiver SWS avoidance (RFC 9293
     /// §3.8.6.2.2) and staying within the stack's receive memory. Updates
