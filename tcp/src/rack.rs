@@ -363,8 +363,13 @@ impl Flight {
                 if !sent_after(self.xmit_ts, self.end_seq, r.xmit, r.end) {
                     break;
                 }
+                // Send times are µs modulo 2^32: an age is exact up to 71
+                // minutes, so it is compared unsigned. (A signed difference
+                // misread a segment unacknowledged for over 35 minutes,
+                // which later segments keep while timeouts resend only
+                // SND.UNA, as not yet due, and the wait then underflowed.)
                 let elapsed = now.wrapping_sub(r.xmit);
-                if (elapsed.wrapping_sub(thresh_us) as i32) < 0 {
+                if elapsed < thresh_us {
                     scan.wait_us = Some(thresh_us - elapsed);
                     break;
                 }
@@ -433,6 +438,21 @@ mod tests {
         // Segments 1 and 2; the scan stops at 4, sent after RACK.segment.
         assert_eq!((scan.lost, scan.wait_us), (2, None));
         assert_eq!(f.lost_end, s(400));
+    }
+
+    /// A fuzz finding: segments still unacknowledged 2^31 µs (35 minutes)
+    /// after they were sent are lost, not "due in 71 minutes" (the wait
+    /// underflowed).
+    #[test]
+    fn segments_older_than_35_minutes_are_lost() {
+        let mut f = flight();
+        f.on_sacked(s(300), s(400), s(300), s(400));
+        let n = f.newest.take().expect("delivered");
+        f.has_rack = true;
+        (f.xmit_ts, f.end_seq, f.rtt_us) = (n.xmit, n.end, 1000);
+        let now = (1u32 << 31) + 5_000;
+        let scan = f.detect_loss(s(0), now, 1100);
+        assert_eq!((scan.lost, scan.wait_us), (3, None));
     }
 
     #[test]
