@@ -22,6 +22,7 @@ use serde::Serialize;
 use crate::echo_process::EchoProcess;
 use crate::udp_echo;
 use flowlane_testbed::netns;
+use flowlane_testbed::proc_stat::process_cpu_ns;
 use flowlane_testbed::{self as testbed, BedSpec, BedState};
 
 /// Flags of `flowlane bench rx`.
@@ -92,16 +93,6 @@ fn frame(bed: &BedState, len: usize) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// utime + stime of a process, in nanoseconds.
-fn cpu_ns(pid: u32) -> Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let rest = stat.rsplit_once(')').context("malformed /proc stat")?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f[11].parse::<u64>()? + f[12].parse::<u64>()?;
-    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)?.unwrap_or(100) as u64;
-    Ok(ticks * 1_000_000_000 / hz)
-}
-
 fn measure(bed: &BedState, len: usize, seconds: u64) -> Result<RxFigure> {
     let frame = frame(bed, len)?;
     let mut echo = EchoProcess::start(bed, PORT, &["--sink", "--queues", "1"])?;
@@ -126,13 +117,17 @@ fn measure(bed: &BedState, len: usize, seconds: u64) -> Result<RxFigure> {
     });
     std::thread::sleep(Duration::from_secs(1));
     let r0 = echo.snapshot(1)?;
-    let (t0, s0, c0) = (Instant::now(), sent.load(Ordering::Relaxed), cpu_ns(pid)?);
+    let (t0, s0, c0) = (
+        Instant::now(),
+        sent.load(Ordering::Relaxed),
+        process_cpu_ns(pid)?,
+    );
     std::thread::sleep(Duration::from_secs(seconds));
     let r1 = echo.snapshot(2)?;
     let (dt, s1, c1) = (
         t0.elapsed().as_secs_f64(),
         sent.load(Ordering::Relaxed),
-        cpu_ns(pid)?,
+        process_cpu_ns(pid)?,
     );
     stop.store(true, Ordering::Relaxed);
     gen.join()

@@ -9,12 +9,15 @@
 //! | [`bench_rx`] | `bench rx` |
 //! | [`bench_handoff`] | `bench handoff` |
 //! | [`bench_skew`] | `bench skew` |
+//! | [`bench_synflood`] | `bench synflood` |
 //! | [`demo`] | `demo` |
 //!
 //! [`service`] holds what every long-running service shares (signals,
 //! reports), [`bed_entry`] how each starts (privileges, `--bed`), [`output`] standard output that a closed pipe cannot crash,
 //! [`flow_rss`] the RSS state flows are predicted with, [`bench_bed`] what
-//! the rebalancing benchmarks share (the bed, the sink, the kernel peer).
+//! the rebalancing benchmarks share (the bed, the sink, the kernel peer),
+//! [`syn_flood_bed`] what the SYN-flood benchmark runs beside flowlane (the
+//! flood, the kernel echo server, the legitimate client).
 #![forbid(unsafe_code)]
 
 #[macro_use]
@@ -25,10 +28,12 @@ pub mod bench_bed;
 pub mod bench_handoff;
 pub mod bench_rx;
 pub mod bench_skew;
+pub mod bench_synflood;
 pub mod demo;
 pub mod echo_process;
 pub mod flow_rss;
 pub mod service;
+pub mod syn_flood_bed;
 pub mod tcp;
 pub mod udp_echo;
 pub mod udp_ping;

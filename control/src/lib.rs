@@ -23,7 +23,9 @@ mod topology_args;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use flowlane_apps::{bench_handoff, bench_rx, bench_skew, demo, tcp, udp_echo, udp_ping};
+use flowlane_apps::{
+    bench_handoff, bench_rx, bench_skew, bench_synflood, demo, tcp, udp_echo, udp_ping,
+};
 
 /// flowlane: RSS/NUMA-aware multiqueue packet I/O on AF_XDP.
 #[derive(Parser, Debug)]
@@ -120,6 +122,11 @@ enum BenchCmd {
     /// streaming) with and without live rebalancing: load balance over
     /// time, throughput, moves.
     Skew(bench_skew::Args),
+    /// A spoofed SYN flood (XDP generator, forged on-link sources) against
+    /// flowlane's echo server and the kernel's, same bed, same run: SYNs
+    /// answered per second and per CPU-second, SYN cookies, a legitimate
+    /// client's connect times.
+    Synflood(bench_synflood::Args),
 }
 
 /// Runs one `flowlane` command.
@@ -146,6 +153,9 @@ pub fn run(cli: Cli) -> Result<()> {
         Cmd::Bench {
             cmd: BenchCmd::Skew(args),
         } => bench_skew::run(args),
+        Cmd::Bench {
+            cmd: BenchCmd::Synflood(args),
+        } => bench_synflood::run(args),
         Cmd::Rss {
             cmd: RssCmd::Hash(args),
         } => cmd_rss::hash(args),

@@ -21,9 +21,10 @@
 //! | [`users`](mod@users) | who uses a bed (flowlane processes in its namespaces), stopping them |
 //! | [`child`] | child processes with a deadline (wait, SIGTERM then SIGKILL) |
 //! | [`net_counters`] | a namespace's protocol counters (`/proc/net/snmp`, `/proc/net/netstat`) |
+//! | [`proc_stat`] | CPU time (`/proc/stat`, `/proc/<pid>/stat`) and interface counters (`/proc/net/dev`) |
 //!
 //! Modules depend on each other in that order (no cycles): `state`,
-//! `netns` and `child` on nothing, `net_counters` on `netns`, `users` on `state`, `bed` on `impair`,
+//! `netns` and `child` on nothing, `net_counters` and `proc_stat` on `netns`, `users` on `state`, `bed` on `impair`,
 //! `emulated_nic` and `users`, `table_writer` on `emulated_nic`, `delay_line` on `delay_queue` and
 //! `packet_socket`.
 
@@ -36,13 +37,15 @@ pub mod impair;
 pub mod net_counters;
 pub mod netns;
 pub mod packet_socket;
+pub mod proc_stat;
 pub mod reexec;
 pub mod state;
 pub mod table_writer;
 pub mod users;
 
-/// The XDP live-frames traffic generator (`flowlane bench rx` sends with it
-/// from the bed's far side); a test-bed program of `flowlane-ebpf`.
+/// The XDP live-frames traffic generator (`flowlane bench rx` and `flowlane
+/// bench synflood` send with it from the bed's far side); a test-bed
+/// program of `flowlane-ebpf`.
 pub use flowlane_ebpf::trafficgen;
 
 pub use bed::{down, status, up, BedSpec, BedStatus};

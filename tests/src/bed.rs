@@ -62,6 +62,34 @@ impl Drop for Bed {
     }
 }
 
+/// The name of a bed that a tool (a `flowlane bench`) brings up and takes
+/// down itself; dropped, it takes the bed down should the tool have left
+/// it (a hang killed mid-run).
+#[derive(Debug)]
+pub struct ToolBed(pub String);
+
+impl ToolBed {
+    /// A unique name (see [`unique_name`]).
+    pub fn new(tag: &str) -> ToolBed {
+        ToolBed(unique_name(tag))
+    }
+
+    /// Whether either of the bed's namespaces exists.
+    pub fn exists(&self) -> bool {
+        let ns = std::path::Path::new("/run/netns");
+        ns.join(format!("flowlane-{}", self.0)).exists()
+            || ns.join(format!("flowlane-{}-peer", self.0)).exists()
+    }
+}
+
+impl Drop for ToolBed {
+    fn drop(&mut self) {
+        if self.exists() {
+            let _ = flowlane(&["testbed", "down", "--bed", &self.0]);
+        }
+    }
+}
+
 /// Whether an XDP program is attached to `dev` in `ns`.
 pub fn xdp_attached(ns: &str, dev: &str) -> bool {
     let o = Command::new("ip")

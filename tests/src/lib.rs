@@ -12,7 +12,7 @@
 pub mod bed;
 pub mod child;
 
-pub use bed::{start_udp_echo, unique_name, xdp_attached, Bed};
+pub use bed::{start_udp_echo, unique_name, xdp_attached, Bed, ToolBed};
 pub use child::{kill_and_reap, ready_within, stop, terminate, wait_bounded, wait_within};
 
 use std::path::PathBuf;

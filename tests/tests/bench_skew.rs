@@ -5,30 +5,15 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use flowlane_tests::{flowlane, flowlane_bin, require_root, unique_name, wait_bounded};
+use flowlane_tests::{flowlane_bin, require_root, wait_bounded, ToolBed};
 use serde_json::Value;
-
-/// Takes the benchmark's bed down should the run have left it (a hang
-/// killed mid-run).
-struct LeftBed(String);
-
-impl Drop for LeftBed {
-    fn drop(&mut self) {
-        if std::path::Path::new("/run/netns")
-            .join(format!("flowlane-{}", self.0))
-            .exists()
-        {
-            let _ = flowlane(&["testbed", "down", "--bed", &self.0]);
-        }
-    }
-}
 
 #[test]
 fn auto_rebalancing_balances_a_skew_that_off_keeps() {
     if !require_root("auto_rebalancing_balances_a_skew_that_off_keeps") {
         return;
     }
-    let bed = LeftBed(unique_name("sk"));
+    let bed = ToolBed::new("sk");
     let child = Command::new(flowlane_bin())
         .args([
             "bench",

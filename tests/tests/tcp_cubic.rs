@@ -202,25 +202,6 @@ fn kernel_sender(bed: &Bed, to: &str, cc: &str, secs: u64) -> KernelSender {
     KernelSender { child, out, port }
 }
 
-/// Wire-size frames from the kernel on flowlane's side (see the module
-/// doc).
-fn kernel_sends_wire_size_frames(bed: &Bed) {
-    let ns = bed.ns.as_str();
-    for args in [
-        &[
-            "netns", "exec", ns, "ethtool", "-K", "xsk0", "tso", "off", "gso", "off",
-        ][..],
-        &["-n", ns, "link", "set", "dev", "xsk0", "gso_max_segs", "1"][..],
-    ] {
-        let o = Command::new("ip").args(args).output().unwrap();
-        assert!(
-            o.status.success(),
-            "ip {args:?}: {}",
-            flowlane_tests::text(&o)
-        );
-    }
-}
-
 /// The first sender of a pair.
 enum First {
     /// flowlane's `bulk-source` with this `--congestion`.

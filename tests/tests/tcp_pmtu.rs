@@ -11,12 +11,19 @@
 //! peer sends for what does get through, a write's short tail segment, so
 //! the first message comes a retransmission timeout or so late, unlike a
 //! real router's at once.)
+//!
+//! Through the silent black hole, the kernel runs beside flowlane in the
+//! same test: its PLPMTUD (`net.ipv4.tcp_mtu_probing = 1`, which covers
+//! IPv6 too) sending the same 8 MiB from the bed's namespace; both times
+//! are printed (BENCHMARKS.md).
 
 mod tcp_common;
 
 use std::process::Command;
+use std::time::{Duration, Instant};
 
-use flowlane_tests::{require_root, Bed};
+use flowlane_testbed::net_counters;
+use flowlane_tests::{kill_and_reap, require_root, Bed};
 use tcp_common::*;
 
 /// The router: sniffs the peer's outgoing ACKs on `peer0` (AF_PACKET) and,
@@ -124,7 +131,7 @@ fn black_hole_heals(tag: &str, family: Family, mode: Router) {
         .spawn()
         .unwrap();
     wait_ready(&mut router);
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     // (sha256-equal, checked by the helper.)
     let (r, lines) = flowlane_to_kernel_over(&bed, family, 8 << 20, 60);
     let took = started.elapsed();
@@ -140,8 +147,81 @@ fn black_hole_heals(tag: &str, family: Family, mode: Router) {
         Router::Silent => {
             assert_eq!(t["pmtu_lowered"], 0, "{t}");
             assert!(t["mtu_black_holes"].as_u64() >= Some(1), "{t}");
+            let (k_took, k) = kernel_through_the_black_hole(&bed, family);
+            eprintln!(
+                "{family:?} silent black hole: flowlane healed and sent 8 MiB in {:.2} s ({:.2} s \
+                 from connected to closed); the kernel (tcp_mtu_probing = 1) in {:.2} s ({k})",
+                took.as_secs_f64(),
+                r["secs"].as_f64().unwrap_or(f64::NAN),
+                k_took.as_secs_f64()
+            );
         }
     }
+}
+
+/// The kernel through the same silent black hole, with its own PLPMTUD
+/// (`net.ipv4.tcp_mtu_probing = 1`, RFC 4821 as Linux does it): 8 MiB from
+/// [`KERNEL_SEND`] in the bed's own namespace (a kernel port: flowlane's
+/// XDP program passes its ACKs) to [`KERNEL_RECV`] in the peer namespace,
+/// sha256-equal. Its frames leave through `xsk0` as flowlane's do:
+/// wire-size (veth forwards a GSO super-frame whatever its size) and
+/// through a queue (`pfifo`). veth has none, and without one the peer's
+/// MTU drops the frame inside the sender's own transmit call, which TCP
+/// takes for a local drop (it retries every 500 ms and aborts after
+/// `tcp_retries2` tries, on Linux 6.18 within about 10 s, never probing)
+/// instead of a loss in the network. flowlane's AF_XDP frames bypass the
+/// qdisc. Returns the time taken (from starting the receiver, as flowlane's
+/// is) and a line with the transfer's own time and the kernel's counters.
+fn kernel_through_the_black_hole(bed: &Bed, family: Family) -> (Duration, String) {
+    kernel_sends_wire_size_frames(bed);
+    for args in [
+        &["sysctl", "-qw", "net.ipv4.tcp_mtu_probing=1"][..],
+        &["tc", "qdisc", "replace", "dev", "xsk0", "root", "pfifo"][..],
+    ] {
+        let o = flowlane_tests::in_ns(&bed.ns, args);
+        assert!(o.status.success(), "{args:?}: {}", flowlane_tests::text(&o));
+    }
+    let before = net_counters::read_in(&bed.ns).unwrap();
+    let started = Instant::now();
+    let to = family.peer(5002);
+    let mut peer = peer_py_spawn(bed, 60, KERNEL_RECV, &[&to]);
+    wait_ready(&mut peer);
+    let sent = Command::new("ip")
+        .args(["netns", "exec", &bed.ns, "timeout", "60"])
+        .args([
+            "python3",
+            "-c",
+            KERNEL_SEND,
+            &to,
+            &(8u64 << 20).to_string(),
+            "timed",
+        ])
+        .output()
+        .unwrap();
+    if !sent.status.success() {
+        kill_and_reap(&mut peer);
+        panic!(
+            "the kernel did not get through the black hole: {}",
+            flowlane_tests::text(&sent)
+        );
+    }
+    let got = finish(peer, Duration::from_secs(60));
+    let took = started.elapsed();
+    let out = String::from_utf8_lossy(&sent.stdout);
+    let (sha, secs) = out.trim().split_once('\n').expect("sha256 and seconds");
+    assert_eq!(got.trim(), format!("{} {}", 8u64 << 20, sha.trim()));
+    let after = net_counters::read_in(&bed.ns).unwrap();
+    let d = |k: &str| net_counters::delta(&before, &after, k);
+    let counters = format!(
+        "{} s from connected to closed; {} timeouts, {} segments retransmitted, MTU probes {} \
+         acknowledged and {} lost",
+        secs.trim(),
+        d("TcpExt.TCPTimeouts"),
+        d("Tcp.RetransSegs"),
+        d("TcpExt.TCPMTUPSuccess"),
+        d("TcpExt.TCPMTUPFail")
+    );
+    (took, counters)
 }
 
 #[test]

@@ -11,79 +11,16 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 
+/// The parsers ttcp shares with the benchmarks: the machine's and a
+/// process's CPU time, an interface's counters.
+pub use flowlane_testbed::proc_stat::{
+    parse_net_dev, parse_pid_stat, parse_stat, CpuTimes, IfCounters, ProcCpu, Stat,
+};
+
 /// A `/proc` + `/sys` tree under `root`.
 #[derive(Debug, Clone)]
 pub struct ProcFs {
     root: PathBuf,
-}
-
-/// Aggregate CPU time from the `cpu` line of `/proc/stat`, in USER_HZ ticks.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct CpuTimes {
-    /// Normal user time.
-    pub user: u64,
-    /// Niced user time.
-    pub nice: u64,
-    /// Kernel time (not interrupts).
-    pub system: u64,
-    /// Idle time.
-    pub idle: u64,
-    /// Idle waiting for I/O.
-    pub iowait: u64,
-    /// Hard interrupt time.
-    pub irq: u64,
-    /// Softirq time (network receive processing on this machine).
-    pub softirq: u64,
-    /// Time stolen by the hypervisor.
-    pub steal: u64,
-}
-
-impl CpuTimes {
-    /// Busy ticks: everything but idle and iowait.
-    pub fn busy(&self) -> u64 {
-        self.user + self.nice + self.system + self.irq + self.softirq + self.steal
-    }
-
-    /// All ticks.
-    pub fn total(&self) -> u64 {
-        self.busy() + self.idle + self.iowait
-    }
-
-    /// Field-wise `self - earlier` (saturating: counters never go back).
-    pub fn since(&self, earlier: &CpuTimes) -> CpuTimes {
-        CpuTimes {
-            user: self.user.saturating_sub(earlier.user),
-            nice: self.nice.saturating_sub(earlier.nice),
-            system: self.system.saturating_sub(earlier.system),
-            idle: self.idle.saturating_sub(earlier.idle),
-            iowait: self.iowait.saturating_sub(earlier.iowait),
-            irq: self.irq.saturating_sub(earlier.irq),
-            softirq: self.softirq.saturating_sub(earlier.softirq),
-            steal: self.steal.saturating_sub(earlier.steal),
-        }
-    }
-}
-
-/// `/proc/stat`: the aggregate line and the number of `cpuN` lines.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Stat {
-    /// The `cpu` line.
-    pub all: CpuTimes,
-    /// Number of `cpuN` lines (online CPUs).
-    pub ncpus: u32,
-}
-
-/// One interface's counters from `/proc/net/dev`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct IfCounters {
-    /// Bytes received.
-    pub rx_bytes: u64,
-    /// Packets received.
-    pub rx_packets: u64,
-    /// Bytes sent.
-    pub tx_bytes: u64,
-    /// Packets sent.
-    pub tx_packets: u64,
 }
 
 /// TCP counters from the `Tcp:` lines of `/proc/net/snmp` (network namespace wide).
@@ -95,17 +32,6 @@ pub struct TcpSnmp {
     pub out_segs: u64,
     /// Segments retransmitted.
     pub retrans_segs: u64,
-}
-
-/// CPU time of a process from `/proc/<pid>/stat`, in USER_HZ ticks.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct ProcCpu {
-    /// `utime` (field 14).
-    pub utime: u64,
-    /// `stime` (field 15).
-    pub stime: u64,
-    /// `num_threads` (field 20).
-    pub threads: u64,
 }
 
 /// CPU time of a group of threads (the data threads of a backend), in USER_HZ ticks.
@@ -289,44 +215,6 @@ fn num(s: &str, what: &str) -> Result<u64> {
         .map_err(|_| anyhow!("{what}: {s:?} is not a number"))
 }
 
-/// Parses `/proc/stat`.
-pub fn parse_stat(text: &str) -> Result<Stat> {
-    let mut all = None;
-    let mut ncpus = 0;
-    for line in text.lines() {
-        let mut it = line.split_whitespace();
-        let Some(key) = it.next() else { continue };
-        if key == "cpu" {
-            let v: Vec<u64> = it
-                .map(|f| num(f, "/proc/stat cpu"))
-                .collect::<Result<_>>()?;
-            if v.len() < 4 {
-                bail!(
-                    "/proc/stat: cpu line has {} fields, need at least 4",
-                    v.len()
-                );
-            }
-            let g = |i: usize| v.get(i).copied().unwrap_or(0);
-            all = Some(CpuTimes {
-                user: g(0),
-                nice: g(1),
-                system: g(2),
-                idle: g(3),
-                iowait: g(4),
-                irq: g(5),
-                softirq: g(6),
-                steal: g(7),
-            });
-        } else if key.starts_with("cpu") && key[3..].bytes().all(|b| b.is_ascii_digit()) {
-            ncpus += 1;
-        }
-    }
-    Ok(Stat {
-        all: all.ok_or_else(|| anyhow!("/proc/stat: no aggregate cpu line"))?,
-        ncpus,
-    })
-}
-
 /// Sums one row (e.g. `NET_RX`) of `/proc/softirqs` over all CPUs.
 pub fn parse_softirq_row(text: &str, row: &str) -> Result<u64> {
     for line in text.lines() {
@@ -370,32 +258,6 @@ pub fn parse_interrupts_for(text: &str, dev: &str) -> Result<u64> {
     Ok(sum)
 }
 
-/// Parses one interface's line of `/proc/net/dev`.
-pub fn parse_net_dev(text: &str, iface: &str) -> Result<IfCounters> {
-    for line in text.lines().skip(2) {
-        let Some((name, rest)) = line.split_once(':') else {
-            continue;
-        };
-        if name.trim() != iface {
-            continue;
-        }
-        let v: Vec<u64> = rest
-            .split_whitespace()
-            .map(|f| num(f, "/proc/net/dev"))
-            .collect::<Result<_>>()?;
-        if v.len() < 16 {
-            bail!("/proc/net/dev: {iface} has {} fields, need 16", v.len());
-        }
-        return Ok(IfCounters {
-            rx_bytes: v[0],
-            rx_packets: v[1],
-            tx_bytes: v[8],
-            tx_packets: v[9],
-        });
-    }
-    bail!("/proc/net/dev: no interface {iface} in this network namespace")
-}
-
 /// The TCP counters of `/proc/net/snmp` (parsed by the test bed's
 /// counter reader, the one parser of that format).
 pub fn parse_snmp_tcp(text: &str) -> Result<TcpSnmp> {
@@ -410,28 +272,6 @@ pub fn parse_snmp_tcp(text: &str) -> Result<TcpSnmp> {
         in_segs: get("InSegs")?,
         out_segs: get("OutSegs")?,
         retrans_segs: get("RetransSegs")?,
-    })
-}
-
-/// Parses `/proc/<pid>/stat` (the command name may contain spaces and parentheses:
-/// fields are counted after the last `)`).
-pub fn parse_pid_stat(text: &str) -> Result<ProcCpu> {
-    let close = text
-        .rfind(')')
-        .ok_or_else(|| anyhow!("/proc/self/stat: no ')' after the command name"))?;
-    // After ")": field 3 (state) is index 0, so field n is index n - 3.
-    let f: Vec<&str> = text[close + 1..].split_whitespace().collect();
-    let get = |n: usize| -> Result<u64> {
-        num(
-            f.get(n - 3)
-                .ok_or_else(|| anyhow!("/proc/self/stat: no field {n}"))?,
-            "/proc/self/stat",
-        )
-    };
-    Ok(ProcCpu {
-        utime: get(14)?,
-        stime: get(15)?,
-        threads: get(20)?,
     })
 }
 
@@ -539,28 +379,6 @@ Tcp: 1 200 120000 -1 77 2 0 62 0 15364 14566 42 0 64 0\n\
 Udp: InDatagrams\nUdp: 5\n";
 
     #[test]
-    fn stat_aggregate_and_cpus() {
-        let s = parse_stat(STAT).unwrap();
-        assert_eq!(s.ncpus, 2);
-        assert_eq!(s.all.user, 100);
-        assert_eq!(s.all.softirq, 20);
-        assert_eq!(s.all.steal, 2);
-        assert_eq!(s.all.busy(), 100 + 5 + 50 + 3 + 20 + 2);
-        assert_eq!(s.all.total(), s.all.busy() + 800 + 10);
-        let later = CpuTimes { user: 150, ..s.all };
-        assert_eq!(later.since(&s.all).user, 50);
-        assert_eq!(later.since(&s.all).idle, 0);
-    }
-
-    #[test]
-    fn stat_rejects_garbage() {
-        assert!(parse_stat("intr 1\n").is_err());
-        assert!(parse_stat("cpu 1 x 3 4\n").is_err());
-        // Old kernels: only 4 fields.
-        assert_eq!(parse_stat("cpu 1 2 3 4\n").unwrap().all.idle, 4);
-    }
-
-    #[test]
     fn softirq_net_rx() {
         assert_eq!(
             parse_softirq_row(SOFTIRQS, "NET_RX").unwrap(),
@@ -578,36 +396,12 @@ Udp: InDatagrams\nUdp: 5\n";
     }
 
     #[test]
-    fn net_dev_line() {
-        let c = parse_net_dev(NETDEV, "xsk0").unwrap();
-        assert_eq!(
-            c,
-            IfCounters {
-                rx_bytes: 9_000_000,
-                rx_packets: 6000,
-                tx_bytes: 120_000,
-                tx_packets: 2000
-            }
-        );
-        assert_eq!(parse_net_dev(NETDEV, "lo").unwrap().tx_packets, 29);
-        let e = parse_net_dev(NETDEV, "eth0").unwrap_err().to_string();
-        assert!(e.contains("no interface eth0"), "{e}");
-    }
-
-    #[test]
     fn snmp_tcp() {
         let t = parse_snmp_tcp(SNMP).unwrap();
         assert_eq!(t.retrans_segs, 42);
         assert_eq!(t.in_segs, 15364);
         assert_eq!(t.out_segs, 14566);
         assert!(parse_snmp_tcp("Ip: a\nIp: 1\n").is_err());
-    }
-
-    #[test]
-    fn pid_stat_with_odd_command_name() {
-        let s = "3449 (my (odd) cmd) R 3433 3433 30520 0 -1 4194304 103 0 0 0 77 12 0 0 20 0 5 0 278538 3133440 383";
-        let c = parse_pid_stat(s).unwrap();
-        assert_eq!((c.utime, c.stime, c.threads), (77, 12, 5));
     }
 
     #[test]

@@ -198,13 +198,17 @@ pub(crate) fn peer_py_spawn(bed: &Bed, limit_s: u64, script: &str, args: &[&str]
 
 /// Kernel client: sends `argv[2]` bytes of random data to `argv[1]`
 /// (host:port), half-closes, waits for the server's close; prints the
-/// sha256 of what it sent.
+/// sha256 of what it sent, and with `argv[3]` = `timed` a second line: the
+/// seconds from the connection's establishment to the server's close (what
+/// `bulk-source` reports as `secs`).
 pub(crate) const KERNEL_SEND: &str = r#"
-import hashlib, os, socket, sys
+import hashlib, os, socket, sys, time
 host, port = sys.argv[1].rsplit(':', 1)
 host = host.strip('[]')
 total = int(sys.argv[2])
+timed = len(sys.argv) > 3 and sys.argv[3] == 'timed'
 s = socket.create_connection((host, int(port)), timeout=30)
+t0 = time.monotonic()
 h = hashlib.sha256()
 block = bytearray(os.urandom(1 << 20))
 sent = 0
@@ -220,6 +224,8 @@ while s.recv(65536):
     pass
 s.close()
 print(h.hexdigest())
+if timed:
+    print(round(time.monotonic() - t0, 3))
 "#;
 
 /// Kernel server: accepts one connection on `argv[1]` (host:port), reads
@@ -328,6 +334,28 @@ pub(crate) fn finish(mut child: Child, limit: Duration) -> String {
     }
     assert!(st.success(), "kernel peer failed ({st}): {rest} {err}");
     rest
+}
+
+/// Makes the kernel on flowlane's side of the bed send wire-size frames
+/// (TSO/GSO off, `gso_max_segs 1` on `xsk0`), as flowlane does: a 64 KiB
+/// GSO super-frame would meet a bottleneck's drop-tail queue as one frame,
+/// and pass a smaller MTU on the peer's side that its segments exceed
+/// (veth forwards GSO frames whatever their size).
+pub(crate) fn kernel_sends_wire_size_frames(bed: &Bed) {
+    let ns = bed.ns.as_str();
+    for args in [
+        &[
+            "netns", "exec", ns, "ethtool", "-K", "xsk0", "tso", "off", "gso", "off",
+        ][..],
+        &["-n", ns, "link", "set", "dev", "xsk0", "gso_max_segs", "1"][..],
+    ] {
+        let o = Command::new("ip").args(args).output().unwrap();
+        assert!(
+            o.status.success(),
+            "ip {args:?}: {}",
+            flowlane_tests::text(&o)
+        );
+    }
 }
 
 /// Total bytes for the clean-link bulk tests: the issue's 1 GiB (about 40 s
