@@ -20,13 +20,18 @@
 //! Per round and rate, three phases of one warm-up second and `--seconds`
 //! measured: the flood to an address nobody has (the kernel of the bed
 //! drops it at routing: the cost of generating and delivering a frame),
-//! to flowlane, to the kernel. Measured: SYNs sent, delivered and answered;
-//! the CPU time of the whole machine (`/proc/stat`: user, nice, system,
-//! irq, softirq; not steal), per SYN, and above the no-listener phase's
-//! per frame; flowlane's process CPU per SYN (`/proc/PID/stat`); flowlane's
-//! counters and the kernel's (`nstat`'s); and, during each server phase, a
-//! legitimate kernel client connecting every 0.5 s from another address of
-//! the peer, one byte echoed, timed.
+//! to flowlane, to the kernel. Measured: SYNs sent (the generator
+//! program's own count), delivered and answered; the CPU time of the
+//! threads that do the work, from the scheduler's exact accounting
+//! (`schedstat`): the generator's thread (in whose context the kernel also
+//! delivers the frames on veth and, for the kernel's listener, runs its TCP
+//! receive as softirq), the `ksoftirqd` and `napi` kernel threads, and
+//! flowlane's process; per SYN, and above the no-listener phase's per
+//! frame; flowlane's own per cookie; the whole machine's (`/proc/stat`,
+//! sampled at each tick, other processes included) for reference;
+//! flowlane's counters and the kernel's (`nstat`'s); and, during each
+//! server phase, a legitimate kernel client connecting every 0.5 s from
+//! another address of the peer, one byte echoed, timed.
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -174,19 +179,36 @@ pub struct Run {
     /// client's segments, ARP).
     pub peer_rx_per_s: f64,
     /// The machine's CPU time (user, nice, system, irq, softirq; every
-    /// CPU) per SYN sent, ns.
-    pub cpu_ns_per_syn: f64,
-    /// Of that, system and softirq, ns.
-    pub system_softirq_ns_per_syn: f64,
+    /// CPU, every process, other users' too; `/proc/stat`, sampled at each
+    /// tick, so short bursts go missing) per SYN sent, ns.
+    pub machine_ns_per_syn: f64,
+    /// CPU time of the generator's thread per SYN sent, ns (exact,
+    /// `schedstat`; it includes the softirq work done in its context: the
+    /// frames' delivery on veth and, for the kernel's listener, its TCP).
+    pub generator_ns_per_syn: f64,
+    /// CPU time of the `ksoftirqd` and `napi` kernel threads per SYN sent, ns.
+    pub kernel_threads_ns_per_syn: f64,
+    /// CPU time of flowlane's process (its worker and main thread, with
+    /// the softirq work in their context: its SYN-ACKs' way to the peer)
+    /// per SYN sent, ns.
+    pub flowlane_ns_per_syn: f64,
+    /// The three together: what the flood cost, ns per SYN.
+    pub work_ns_per_syn: f64,
+    /// `work_ns_per_syn` minus the no-listener phase's per frame (same
+    /// round and rate): what answering cost, ns per SYN; not given when
+    /// more than 5 % of the SYNs were lost on the way (the no-listener
+    /// phase's cost per frame is no baseline for those).
+    pub above_nobody_ns_per_syn: Option<f64>,
+    /// Cookie SYN-ACKs per CPU-second above the no-listener phase (not
+    /// given where `above_nobody_ns_per_syn` is not).
+    pub cookies_per_cpu_s: Option<f64>,
+    /// flowlane's process CPU time per cookie SYN-ACK it sent, ns (its
+    /// phase only).
+    pub flowlane_ns_per_cookie: Option<f64>,
+    /// The generator thread's time on its CPU over the window, 0..1.
+    pub generator_busy: f64,
     /// Time stolen by the hypervisor, as a share of the window's CPU time.
     pub steal_share: f64,
-    /// `cpu_ns_per_syn` minus the no-listener phase's CPU per frame (same
-    /// round and rate): what answering costs the machine, ns per SYN.
-    pub above_nobody_ns_per_syn: Option<f64>,
-    /// Cookie SYN-ACKs per CPU-second above the no-listener phase.
-    pub cookies_per_cpu_s: Option<f64>,
-    /// flowlane's process CPU time (its worker and main thread) per SYN, ns.
-    pub flowlane_ns_per_syn: f64,
     /// flowlane's counters' growth over the window.
     pub flowlane: BTreeMap<String, u64>,
     /// The bed kernel's counters' growth over the window.
@@ -211,9 +233,11 @@ pub struct Median {
     pub delivered_per_s: f64,
     /// Median SYN-ACKs back at the peer per second.
     pub synacks_per_s: f64,
-    /// Median machine CPU per SYN, ns.
-    pub cpu_ns_per_syn: f64,
-    /// Median machine CPU per SYN above the no-listener phase, ns.
+    /// Median machine CPU per SYN (`/proc/stat`), ns.
+    pub machine_ns_per_syn: f64,
+    /// Median CPU time of the working threads per SYN, ns.
+    pub work_ns_per_syn: f64,
+    /// Median of that above the no-listener phase, ns.
     pub above_nobody_ns_per_syn: Option<f64>,
     /// Median cookie SYN-ACKs sent per second.
     pub cookies_per_s: f64,
@@ -221,6 +245,10 @@ pub struct Median {
     pub cookies_per_cpu_s: Option<f64>,
     /// Median flowlane process CPU per SYN, ns.
     pub flowlane_ns_per_syn: f64,
+    /// Median flowlane process CPU per cookie, ns.
+    pub flowlane_ns_per_cookie: Option<f64>,
+    /// Median share of its CPU the generator's thread took.
+    pub generator_busy: f64,
     /// The legitimate client's connects in every round.
     pub connects: usize,
     /// Of those, how many failed.
@@ -238,6 +266,8 @@ pub struct Report {
     pub sources: String,
     /// The CPU the generator was pinned to.
     pub generator_cpu: u32,
+    /// The CPUs flowlane's worker may run on (its placement).
+    pub flowlane_worker_cpus: String,
     /// CPUs this process may use.
     pub cpus: usize,
     /// Every phase, in order.
@@ -286,6 +316,23 @@ impl FlowlaneEcho {
         Ok(e)
     }
 
+    /// The CPUs its worker may run on (`Cpus_allowed_list` of its thread
+    /// `flowlane-q0`).
+    fn worker_cpus(&self) -> Option<String> {
+        let dir = format!("/proc/{}/task", self.pid());
+        std::fs::read_dir(dir).ok()?.flatten().find_map(|t| {
+            let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
+            if comm.trim() != "flowlane-q0" {
+                return None;
+            }
+            let status = std::fs::read_to_string(t.path().join("status")).ok()?;
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .map(|v| v.trim().to_string())
+        })
+    }
+
     /// Its process id (`--bed` re-executes in place).
     fn pid(&self) -> u32 {
         self.child.id()
@@ -325,7 +372,9 @@ struct Snapshot {
     sent: u64,
     cpu: CpuTimes,
     load_1min: f64,
-    flowlane_cpu_ns: u64,
+    generator_ns: u64,
+    kernel_threads_ns: u64,
+    flowlane_ns: u64,
     flowlane: Value,
     peer: NetCounters,
     bed: NetCounters,
@@ -339,17 +388,24 @@ struct Setup<'a> {
     flood: &'a Flood,
     flowlane: &'a FlowlaneEcho,
     seconds: u64,
+    /// `ksoftirqd` and `napi` threads.
+    kernel_threads: Vec<u32>,
 }
 
 impl Setup<'_> {
     fn snapshot(&self) -> Result<Snapshot> {
-        // The clock, the generator's count and the machine's CPU first and
+        // The clock, the generator's count and the CPU times first and
         // together; the slower reads after, in the same order each time.
-        let (at, sent, cpu) = (
-            Instant::now(),
-            self.flood.sent(),
-            proc_stat::read_stat()?.all,
-        );
+        let at = Instant::now();
+        let sent = self.flood.sent()?;
+        let generator_ns = proc_stat::thread_runtime_ns(std::process::id(), self.flood.tid())?;
+        let kernel_threads_ns = self
+            .kernel_threads
+            .iter()
+            .filter_map(|&p| proc_stat::process_runtime_ns(p).ok())
+            .sum();
+        let flowlane_ns = proc_stat::process_runtime_ns(self.flowlane.pid())?;
+        let cpu = proc_stat::read_stat()?.all;
         let load_1min = std::fs::read_to_string("/proc/loadavg")
             .ok()
             .and_then(|s| s.split_whitespace().next()?.parse().ok())
@@ -359,7 +415,9 @@ impl Setup<'_> {
             sent,
             cpu,
             load_1min,
-            flowlane_cpu_ns: proc_stat::process_cpu_ns(self.flowlane.pid())?,
+            generator_ns,
+            kernel_threads_ns,
+            flowlane_ns,
             flowlane: self.flowlane.counters()?,
             peer: net_counters::read_in(&self.bed.peer_netns)?,
             bed: net_counters::read_in(&self.bed.netns)?,
@@ -380,24 +438,41 @@ impl Setup<'_> {
         self.flood.pause()?;
         let connects_ms = client.map(Client::stop).unwrap_or_default();
         std::thread::sleep(SETTLE);
-        Ok(figures(round, rate, target, &a, &b, connects_ms))
+        Ok(figures(
+            Phase {
+                round,
+                rate,
+                target,
+            },
+            &a,
+            &b,
+            connects_ms,
+        ))
     }
 }
 
-/// A phase's figures from the snapshots at the edges of its window.
-fn figures(
+/// Which phase a window belongs to.
+struct Phase {
     round: usize,
     rate: Rate,
     target: Target,
-    a: &Snapshot,
-    b: &Snapshot,
-    connects_ms: Vec<Option<f64>>,
-) -> Run {
+}
+
+/// A phase's figures from the snapshots at the edges of its window.
+fn figures(p: Phase, a: &Snapshot, b: &Snapshot, connects_ms: Vec<Option<f64>>) -> Run {
+    let Phase {
+        round,
+        rate,
+        target,
+    } = p;
     let dt = b.at.duration_since(a.at).as_secs_f64();
     let syns = b.sent.saturating_sub(a.sent).max(1) as f64;
     let cpu = b.cpu.since(&a.cpu);
-    let tick = proc_stat::ns_per_tick() as f64;
-    let used = (cpu.busy() - cpu.steal) as f64 * tick;
+    let per_syn = |ns: u64| ns as f64 / syns;
+    let used = (cpu.busy() - cpu.steal) * proc_stat::ns_per_tick();
+    let generator = b.generator_ns.saturating_sub(a.generator_ns);
+    let kernel_threads = b.kernel_threads_ns.saturating_sub(a.kernel_threads_ns);
+    let fl_cpu = b.flowlane_ns.saturating_sub(a.flowlane_ns);
     let fl = |k: &str| {
         b.flowlane[k]
             .as_u64()
@@ -428,12 +503,17 @@ fn figures(
         synacks_per_s: net_counters::delta(&a.peer, &b.peer, "Ip.InAddrErrors") as f64 / dt,
         cookies_per_s: cookies as f64 / dt,
         peer_rx_per_s: b.peer_rx.saturating_sub(a.peer_rx) as f64 / dt,
-        cpu_ns_per_syn: used / syns,
-        system_softirq_ns_per_syn: (cpu.system + cpu.softirq) as f64 * tick / syns,
-        steal_share: cpu.steal as f64 / cpu.total().max(1) as f64,
+        machine_ns_per_syn: per_syn(used),
+        generator_ns_per_syn: per_syn(generator),
+        kernel_threads_ns_per_syn: per_syn(kernel_threads),
+        flowlane_ns_per_syn: per_syn(fl_cpu),
+        work_ns_per_syn: per_syn(generator + kernel_threads + fl_cpu),
         above_nobody_ns_per_syn: None,
         cookies_per_cpu_s: None,
-        flowlane_ns_per_syn: b.flowlane_cpu_ns.saturating_sub(a.flowlane_cpu_ns) as f64 / syns,
+        flowlane_ns_per_cookie: (target == Target::Flowlane && cookies > 0)
+            .then(|| fl_cpu as f64 / cookies as f64),
+        generator_busy: generator as f64 / 1e9 / dt,
+        steal_share: cpu.steal as f64 / cpu.total().max(1) as f64,
         flowlane,
         kernel,
         connects_ms,
@@ -441,14 +521,14 @@ fn figures(
 }
 
 /// Fills each server phase's figures above the no-listener phase of the
-/// same round and rate: the machine's CPU per SYN minus the no-listener
-/// phase's per frame, and the cookie SYN-ACKs per CPU-second of that
-/// difference.
+/// same round and rate: the working threads' CPU per SYN minus the
+/// no-listener phase's per frame, and the cookie SYN-ACKs per CPU-second
+/// of that difference.
 fn above_nobody(runs: &mut [Run]) {
     let base: Vec<(usize, String, f64)> = runs
         .iter()
         .filter(|r| r.target == Target::Nobody)
-        .map(|r| (r.round, r.rate.clone(), r.cpu_ns_per_syn))
+        .map(|r| (r.round, r.rate.clone(), r.work_ns_per_syn))
         .collect();
     for r in runs.iter_mut().filter(|r| r.target != Target::Nobody) {
         let Some((_, _, b)) = base
@@ -457,7 +537,12 @@ fn above_nobody(runs: &mut [Run]) {
         else {
             continue;
         };
-        let above = r.cpu_ns_per_syn - b;
+        // The no-listener phase's cost per frame is no baseline for frames
+        // lost on the way (a full ring drops them for less).
+        if r.delivered_per_s < 0.95 * r.syns_per_s {
+            continue;
+        }
+        let above = r.work_ns_per_syn - b;
         r.above_nobody_ns_per_syn = Some(above);
         r.cookies_per_cpu_s =
             (above > 0.0).then(|| r.cookies_per_s / r.syns_per_s / (above * 1e-9));
@@ -501,11 +586,14 @@ fn medians(runs: &[Run]) -> Vec<Median> {
                 syns_per_s: m(|r| r.syns_per_s),
                 delivered_per_s: m(|r| r.delivered_per_s),
                 synacks_per_s: m(|r| r.synacks_per_s),
-                cpu_ns_per_syn: m(|r| r.cpu_ns_per_syn),
+                machine_ns_per_syn: m(|r| r.machine_ns_per_syn),
+                work_ns_per_syn: m(|r| r.work_ns_per_syn),
                 above_nobody_ns_per_syn: mo(|r| r.above_nobody_ns_per_syn),
                 cookies_per_s: m(|r| r.cookies_per_s),
                 cookies_per_cpu_s: mo(|r| r.cookies_per_cpu_s),
                 flowlane_ns_per_syn: m(|r| r.flowlane_ns_per_syn),
+                flowlane_ns_per_cookie: mo(|r| r.flowlane_ns_per_cookie),
+                generator_busy: m(|r| r.generator_busy),
                 connects: connects.len(),
                 connects_failed: connects.len() - ok.len(),
                 connect_ms_median: (!ok.is_empty()).then(|| median(ok.clone())),
@@ -534,7 +622,7 @@ fn check(args: &Args) -> Result<()> {
 
 /// Brings the servers, the client address and the generator up on `bed`
 /// and runs every phase.
-fn measure(bed: &BedState, args: &Args, gen_cpu: u32) -> Result<Vec<Run>> {
+fn measure(bed: &BedState, args: &Args, gen_cpu: u32) -> Result<(Vec<Run>, String)> {
     netns::run(
         "ip",
         &[
@@ -547,6 +635,7 @@ fn measure(bed: &BedState, args: &Args, gen_cpu: u32) -> Result<Vec<Run>> {
         ],
     )?;
     let flowlane = FlowlaneEcho::start(bed)?;
+    let worker_cpus = flowlane.worker_cpus().unwrap_or_else(|| "?".into());
     // After flowlane read the kernel's neighbours: it learns the forged
     // sources' MAC from their frames, the kernel from these entries.
     for a in args.sources.addresses() {
@@ -583,6 +672,7 @@ fn measure(bed: &BedState, args: &Args, gen_cpu: u32) -> Result<Vec<Run>> {
         flood: &flood,
         flowlane: &flowlane,
         seconds: args.seconds,
+        kernel_threads: proc_stat::processes_named(&["ksoftirqd/", "napi/"]),
     };
     let mut runs = Vec::new();
     for round in 1..=args.rounds {
@@ -602,27 +692,28 @@ fn measure(bed: &BedState, args: &Args, gen_cpu: u32) -> Result<Vec<Run>> {
         }
     }
     flood.stop()?;
-    Ok(runs)
+    Ok((runs, worker_cpus))
 }
 
 /// Runs the benchmark.
 pub fn run(args: Args) -> Result<()> {
     netns::require_root("flowlane bench synflood")?;
     check(&args)?;
-    let cpus = flowlane_dataplane::affinity::allowed_cpus();
-    let gen_cpu = *cpus.last().context("no CPU")?;
+    let allowed = flowlane_dataplane::affinity::allowed_cpus();
+    let gen_cpu = *allowed.last().context("no CPU")?;
     let spec = BedSpec {
         name: args.bed.clone(),
         queues: 1,
         key: RssKey::microsoft_default().as_bytes().to_vec(),
         table: vec![0; 128],
     };
-    let mut runs = with_bed(&spec, |bed| measure(bed, &args, gen_cpu))?;
+    let (mut runs, worker_cpus) = with_bed(&spec, |bed| measure(bed, &args, gen_cpu))?;
     above_nobody(&mut runs);
     let report = Report {
         sources: format!("{}-{}", args.sources.first, args.sources.last),
         generator_cpu: gen_cpu,
-        cpus: cpus.len(),
+        flowlane_worker_cpus: worker_cpus,
+        cpus: allowed.len(),
         medians: medians(&runs),
         runs,
     };
@@ -637,25 +728,30 @@ pub fn run(args: Args) -> Result<()> {
 fn print_table(report: &Report) {
     let opt = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |v| format!("{v:.p$}"));
     outln!(
-        "SYN flood from {} (every port from 1024), generator on CPU {} of {}; medians of the rounds",
+        "SYN flood from {} (every port from 1024); generator on CPU {} of {} (on veth the \
+         kernel's receive processing runs there too), flowlane's worker on CPU {}; medians of \
+         the rounds",
         report.sources,
         report.generator_cpu,
-        report.cpus
+        report.cpus,
+        report.flowlane_worker_cpus
     );
     outln!(
-        "{:>6}  {:>8}  {:>4}  {:>9}  {:>9}  {:>9}  {:>7}  {:>7}  {:>9}  {:>12}  {:>7}  {:>16}",
+        "{:>6}  {:>8}  {:>4}  {:>8}  {:>8}  {:>8}  {:>8}  {:>7}  {:>6}  {:>6}  {:>9}  {:>6}  {:>9}  {:>4}  connects ms",
         "rate",
         "target",
         "runs",
         "SYN/s",
-        "delivrd/s",
+        "deliv/s",
         "SYNACK/s",
-        "cpu ns",
-        "above",
         "cookie/s",
-        "cookie/cpu-s",
-        "fl. ns",
-        "connects ms"
+        "mach ns",
+        "work",
+        "above",
+        "cookie/cs",
+        "fl/SYN",
+        "fl/cookie",
+        "gen"
     );
     for m in &report.medians {
         let connects = if m.connects == 0 {
@@ -670,21 +766,31 @@ fn print_table(report: &Report) {
             )
         };
         outln!(
-            "{:>6}  {:>8}  {:>4}  {:>9.0}  {:>9.0}  {:>9.0}  {:>7.0}  {:>7}  {:>9.0}  {:>12}  {:>7.0}  {}",
+            "{:>6}  {:>8}  {:>4}  {:>8.0}  {:>8.0}  {:>8.0}  {:>8.0}  {:>7.0}  {:>6.0}  {:>6}  {:>9}  {:>6.0}  {:>9}  {:>3.0}%  {}",
             m.rate,
             m.target.name(),
             m.runs,
             m.syns_per_s,
             m.delivered_per_s,
             m.synacks_per_s,
-            m.cpu_ns_per_syn,
-            opt(m.above_nobody_ns_per_syn, 0),
             m.cookies_per_s,
+            m.machine_ns_per_syn,
+            m.work_ns_per_syn,
+            opt(m.above_nobody_ns_per_syn, 0),
             opt(m.cookies_per_cpu_s, 0),
             m.flowlane_ns_per_syn,
+            opt(m.flowlane_ns_per_cookie, 0),
+            m.generator_busy * 100.0,
             connects
         );
     }
+    outln!(
+        "(per SYN sent, ns: mach = /proc/stat, every CPU and process, tick-sampled; work = the \
+         generator thread + ksoftirqd/napi threads + flowlane's process, exact; above = work - \
+         the nobody phase's; fl = flowlane's process, per SYN and per cookie; cookie/cs = \
+         cookies per CPU-second above nobody (above and cookie/cs: none where over 5 % of the SYNs were lost); gen = \
+         the generator thread's share of its CPU)"
+    );
     outln!("counters per run (growth over the window):");
     for r in &report.runs {
         let pick = |m: &BTreeMap<String, u64>| {
@@ -722,12 +828,16 @@ mod tests {
             synacks_per_s: acks,
             cookies_per_s: acks,
             peer_rx_per_s: acks,
-            cpu_ns_per_syn: cpu,
-            system_softirq_ns_per_syn: cpu,
-            steal_share: 0.0,
+            machine_ns_per_syn: cpu,
+            generator_ns_per_syn: cpu,
+            kernel_threads_ns_per_syn: 0.0,
+            flowlane_ns_per_syn: 0.0,
+            work_ns_per_syn: cpu,
             above_nobody_ns_per_syn: None,
             cookies_per_cpu_s: None,
-            flowlane_ns_per_syn: 0.0,
+            flowlane_ns_per_cookie: None,
+            generator_busy: 1.0,
+            steal_share: 0.0,
             flowlane: BTreeMap::new(),
             kernel: BTreeMap::new(),
             connects_ms: vec![Some(1.0), None],
@@ -751,6 +861,15 @@ mod tests {
         assert_eq!(runs[3].above_nobody_ns_per_syn, Some(1000.0));
         // Half answered, 1 µs per SYN: 500 000 answers per CPU-second.
         assert!(near(runs[3].cookies_per_cpu_s, 500_000.0));
+        // Lossy: no figure.
+        let mut lossy = vec![
+            run(1, "max", Target::Nobody, 1e6, 500.0, 0.0),
+            run(1, "max", Target::Flowlane, 1e6, 400.0, 1e5),
+        ];
+        lossy[1].delivered_per_s = 1e5;
+        above_nobody(&mut lossy);
+        assert_eq!(lossy[1].above_nobody_ns_per_syn, None);
+        assert_eq!(lossy[1].cookies_per_cpu_s, None);
         // Cheaper than the no-listener phase (noise): no figure.
         let mut cheap = vec![
             run(1, "max", Target::Nobody, 1e6, 500.0, 0.0),
@@ -772,7 +891,7 @@ mod tests {
         assert_eq!(m.len(), 2);
         assert_eq!((m[0].target, m[0].runs), (Target::Kernel, 3));
         assert_eq!(m[0].syns_per_s, 2.0);
-        assert_eq!(m[0].cpu_ns_per_syn, 20.0);
+        assert_eq!(m[0].work_ns_per_syn, 20.0);
         assert_eq!((m[0].connects, m[0].connects_failed), (6, 3));
         assert_eq!(m[0].connect_ms_median, Some(1.0));
         assert_eq!(m[1].syns_per_s, 9.0);

@@ -9,7 +9,7 @@ use std::io::{Read as _, Write as _};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
 use std::os::fd::AsRawFd as _;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use flowlane_dataplane::iface::parse_mac;
-use flowlane_testbed::trafficgen::{Generator, SynFlood};
+use flowlane_testbed::trafficgen::{FrameCounter, Generator, SynFlood};
 use flowlane_testbed::{self as testbed, netns, BedState};
 use flowlane_wire::packet::emit_eth_ipv4_tcp_headers;
 use flowlane_wire::{
@@ -154,9 +154,13 @@ enum Command {
     Pause,
 }
 
-/// Frames per `BPF_PROG_RUN` flat out (also the most a throttled batch
-/// catches up at once).
-const BURST: u32 = 4096;
+/// The most frames one `BPF_PROG_RUN` call sends.
+const MAX_CALL: u32 = 1 << 20;
+
+/// How long a call flat out should take: on this kernel every call of 64
+/// frames or more also waits 15-40 ms (see `Generator::send`), so calls
+/// are sized to take about this long, more than 90 % of it sending.
+const CALL_TIME: Duration = Duration::from_millis(400);
 
 /// How long a throttled flood sleeps when nothing is due.
 const TICK: Duration = Duration::from_micros(200);
@@ -166,7 +170,8 @@ const TICK: Duration = Duration::from_micros(200);
 #[derive(Debug)]
 pub struct Flood {
     commands: Option<mpsc::Sender<Command>>,
-    sent: Arc<AtomicU64>,
+    sent: FrameCounter,
+    tid: u32,
     thread: Option<JoinHandle<Result<()>>>,
 }
 
@@ -183,18 +188,20 @@ impl Flood {
         };
         let (tx, rx) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::channel();
-        let sent = Arc::new(AtomicU64::new(0));
-        let (ns, counter) = (bed.peer_netns.clone(), sent.clone());
+        let ns = bed.peer_netns.clone();
         let thread = std::thread::spawn(move || {
             netns::in_netns(&ns, move || {
-                let loaded = (|| -> Result<Generator> {
+                let loaded = (|| -> Result<(Generator, FrameCounter)> {
                     flowlane_dataplane::affinity::pin_current_thread(&[cpu])?;
                     let ifindex = nix::net::if_::if_nametoindex(testbed::PEER_IF)?;
-                    Ok(Generator::syn_flood(ifindex, &config)?)
+                    let g = Generator::syn_flood(ifindex, &config)?;
+                    let counter = g.frame_counter()?;
+                    Ok((g, counter))
                 })();
                 let g = match loaded {
-                    Ok(g) => {
-                        let _ = ready_tx.send(Ok(()));
+                    Ok((g, counter)) => {
+                        let tid = nix::unistd::gettid().as_raw() as u32;
+                        let _ = ready_tx.send(Ok((counter, tid)));
                         g
                     }
                     Err(e) => {
@@ -202,15 +209,16 @@ impl Flood {
                         return Err(e);
                     }
                 };
-                run(&g, &rx, &counter)
+                run(&g, &rx)
             })
         });
-        ready_rx
+        let (sent, tid) = ready_rx
             .recv()
             .context("the flood thread died while loading the generator")??;
         Ok(Flood {
             commands: Some(tx),
             sent,
+            tid,
             thread: Some(thread),
         })
     }
@@ -232,9 +240,15 @@ impl Flood {
             .ok_or_else(|| anyhow!("the flood thread has stopped"))
     }
 
-    /// SYNs sent so far.
-    pub fn sent(&self) -> u64 {
-        self.sent.load(Ordering::Relaxed)
+    /// SYNs sent so far (the generator program's own count: exact, also
+    /// in the middle of a call).
+    pub fn sent(&self) -> Result<u64> {
+        Ok(self.sent.frames()?)
+    }
+
+    /// The generator thread's id (in this process).
+    pub fn tid(&self) -> u32 {
+        self.tid
     }
 
     /// Stops the thread; its error, if it failed.
@@ -259,11 +273,12 @@ impl Drop for Flood {
 
 /// The flood thread's loop: paused until told to flood; flooding, sends
 /// what is due (throttled: rate × time since the flood started, at most
-/// [`BURST`] at once, sleeping [`TICK`] when nothing is) or bursts back to
-/// back (`max`), looking for a new command between batches. Ends when the
-/// sender is dropped.
-fn run(g: &Generator, commands: &mpsc::Receiver<Command>, sent: &AtomicU64) -> Result<()> {
+/// [`MAX_CALL`] at once, sleeping [`TICK`] when nothing is) or calls of
+/// about [`CALL_TIME`] back to back (`max`), looking for a new command
+/// between calls. Ends when the sender is dropped.
+fn run(g: &Generator, commands: &mpsc::Receiver<Command>) -> Result<()> {
     let mut current: Option<(Vec<u8>, Rate, Instant, u64)> = None;
+    let mut flat_out = 4096u32;
     loop {
         let next = match current {
             None => match commands.recv() {
@@ -285,19 +300,24 @@ fn run(g: &Generator, commands: &mpsc::Receiver<Command>, sent: &AtomicU64) -> R
             continue;
         };
         let n = match *rate {
-            Rate::Max => BURST,
+            Rate::Max => flat_out,
             Rate::PerSecond(r) => {
                 let due = (started.elapsed().as_secs_f64() * f64::from(r)) as u64;
-                due.saturating_sub(*done).min(u64::from(BURST)) as u32
+                due.saturating_sub(*done).min(u64::from(MAX_CALL)) as u32
             }
         };
         if n == 0 {
             std::thread::sleep(TICK);
             continue;
         }
+        let t0 = Instant::now();
         g.send(frame, n)?;
         *done += u64::from(n);
-        sent.fetch_add(u64::from(n), Ordering::Relaxed);
+        if *rate == Rate::Max {
+            let took = t0.elapsed().as_secs_f64().max(1e-6);
+            let scaled = f64::from(n) * CALL_TIME.as_secs_f64() / took;
+            flat_out = (scaled as u32).clamp(64, MAX_CALL);
+        }
     }
 }
 

@@ -2,6 +2,19 @@
 //! (`schedstat`: nanoseconds on the CPU), for the per-worker cost figures the
 //! services and flowlane-ttcp report.
 
+use std::path::Path;
+
+/// The CPU time (ns) a `schedstat` file (`/proc/<pid>/task/<tid>/schedstat`)
+/// names: its first field, the task's time on the CPU.
+pub fn schedstat_ns(path: &Path) -> Option<u64> {
+    std::fs::read_to_string(path)
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// CPU time (ns, `/proc/self/task/<tid>/schedstat`) of this process's worker
 /// thread for `queue` (named `flowlane-q<queue>`), while it runs.
 pub fn worker_cpu_ns(queue: u32) -> Option<u64> {
@@ -10,8 +23,7 @@ pub fn worker_cpu_ns(queue: u32) -> Option<u64> {
         let p = t.ok()?.path();
         let comm = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
         if comm.trim() == want {
-            let s = std::fs::read_to_string(p.join("schedstat")).ok()?;
-            return s.split_whitespace().next()?.parse().ok();
+            return schedstat_ns(&p.join("schedstat"));
         }
     }
     None
@@ -19,8 +31,5 @@ pub fn worker_cpu_ns(queue: u32) -> Option<u64> {
 
 /// CPU time (ns, `/proc/thread-self/schedstat`) of the calling thread.
 pub fn thread_cpu_ns() -> u64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
+    schedstat_ns(Path::new("/proc/thread-self/schedstat")).unwrap_or(0)
 }

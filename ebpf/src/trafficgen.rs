@@ -9,7 +9,7 @@ use std::mem::MaybeUninit;
 use std::net::Ipv4Addr;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::ProgramInput;
+use libbpf_rs::{MapCore, MapFlags, MapHandle, ProgramInput};
 
 use crate::skel::trafficgen::{TrafficgenSkel, TrafficgenSkelBuilder};
 use crate::{Error, Result};
@@ -61,6 +61,30 @@ impl SynFlood {
             )));
         }
         Ok(())
+    }
+}
+
+/// The SYN program's count of frames it has rewritten and sent (its
+/// `.bss` counter), readable from any thread while the generator runs,
+/// exact even in the middle of a [`Generator::send`].
+#[derive(Debug)]
+pub struct FrameCounter {
+    bss: MapHandle,
+}
+
+impl FrameCounter {
+    /// Frames so far.
+    pub fn frames(&self) -> Result<u64> {
+        let v = self
+            .bss
+            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .map_err(Error::bpf("reading the traffic generator's counter"))?
+            .unwrap_or_default();
+        let b: [u8; 8] = v
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(|| Error::Invalid("the traffic generator's .bss is too short".into()))?;
+        Ok(u64::from_ne_bytes(b))
     }
 }
 
@@ -145,8 +169,19 @@ impl Generator {
         }
     }
 
+    /// The SYN program's frame counter (a second handle on its map).
+    pub fn frame_counter(&self) -> Result<FrameCounter> {
+        Ok(FrameCounter {
+            bss: MapHandle::try_from(&self.skel.maps.bss)
+                .map_err(Error::bpf("opening the traffic generator's counter"))?,
+        })
+    }
+
     /// Sends `frame` `repeat` times (a SYN generator: `repeat` different
-    /// SYNs); returns when the kernel is done.
+    /// SYNs); returns when the kernel is done. (Measured on Linux 6.18 in a
+    /// 2-vCPU VM: a call of 64 frames or more takes 15-40 ms beyond its
+    /// frames' own time, whatever the count, a call of one frame 13 µs; a
+    /// fast generator makes large calls.)
     pub fn send(&self, frame: &[u8], repeat: u32) -> Result<()> {
         // struct xdp_md: data, data_end, data_meta, ingress_ifindex,
         // rx_queue_index, egress_ifindex (u32 each).

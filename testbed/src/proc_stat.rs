@@ -1,10 +1,12 @@
 //! CPU time and interface counters from `/proc`: the machine's (the `cpu`
-//! line of `/proc/stat`), a process's (`/proc/<pid>/stat`) and a network
-//! namespace's interfaces (`/proc/net/dev`): the one parser of each that
-//! flowlane-ttcp and the benchmarks share. Parsing is pure; the readers
-//! below it read the live system.
+//! lines of `/proc/stat`, sampled at each tick), a process's
+//! (`/proc/<pid>/stat`), a task's exact time on the CPU (`schedstat`) and a
+//! network namespace's interfaces (`/proc/net/dev`): the one parser of each
+//! that flowlane-ttcp and the benchmarks share. Parsing is pure; the
+//! readers below it read the live system.
 
 use anyhow::{anyhow, bail, Context, Result};
+use flowlane_dataplane::cpu_time::schedstat_ns;
 use serde::Serialize;
 
 /// Aggregate CPU time from the `cpu` line of `/proc/stat`, in USER_HZ ticks.
@@ -54,13 +56,22 @@ impl CpuTimes {
     }
 }
 
-/// `/proc/stat`: the aggregate line and the number of `cpuN` lines.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// `/proc/stat`: the aggregate line and each online CPU's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stat {
     /// The `cpu` line.
     pub all: CpuTimes,
     /// Number of `cpuN` lines (online CPUs).
     pub ncpus: u32,
+    /// Each `cpuN` line: N and its times.
+    pub cpus: Vec<(u32, CpuTimes)>,
+}
+
+impl Stat {
+    /// CPU `n`'s times, if it is online.
+    pub fn cpu(&self, n: u32) -> Option<CpuTimes> {
+        self.cpus.iter().find(|(i, _)| *i == n).map(|(_, t)| *t)
+    }
 }
 
 /// CPU time of a process from `/proc/<pid>/stat`, in USER_HZ ticks.
@@ -92,41 +103,47 @@ fn num(s: &str, what: &str) -> Result<u64> {
         .map_err(|_| anyhow!("{what}: {s:?} is not a number"))
 }
 
+/// The times of one `cpu` or `cpuN` line (the fields after the name).
+fn cpu_times<'a>(fields: impl Iterator<Item = &'a str>) -> Result<CpuTimes> {
+    let v: Vec<u64> = fields
+        .map(|f| num(f, "/proc/stat cpu"))
+        .collect::<Result<_>>()?;
+    if v.len() < 4 {
+        bail!(
+            "/proc/stat: cpu line has {} fields, need at least 4",
+            v.len()
+        );
+    }
+    let g = |i: usize| v.get(i).copied().unwrap_or(0);
+    Ok(CpuTimes {
+        user: g(0),
+        nice: g(1),
+        system: g(2),
+        idle: g(3),
+        iowait: g(4),
+        irq: g(5),
+        softirq: g(6),
+        steal: g(7),
+    })
+}
+
 /// Parses `/proc/stat`.
 pub fn parse_stat(text: &str) -> Result<Stat> {
     let mut all = None;
-    let mut ncpus = 0;
+    let mut cpus = Vec::new();
     for line in text.lines() {
         let mut it = line.split_whitespace();
         let Some(key) = it.next() else { continue };
         if key == "cpu" {
-            let v: Vec<u64> = it
-                .map(|f| num(f, "/proc/stat cpu"))
-                .collect::<Result<_>>()?;
-            if v.len() < 4 {
-                bail!(
-                    "/proc/stat: cpu line has {} fields, need at least 4",
-                    v.len()
-                );
-            }
-            let g = |i: usize| v.get(i).copied().unwrap_or(0);
-            all = Some(CpuTimes {
-                user: g(0),
-                nice: g(1),
-                system: g(2),
-                idle: g(3),
-                iowait: g(4),
-                irq: g(5),
-                softirq: g(6),
-                steal: g(7),
-            });
-        } else if key.starts_with("cpu") && key[3..].bytes().all(|b| b.is_ascii_digit()) {
-            ncpus += 1;
+            all = Some(cpu_times(it)?);
+        } else if let Some(Ok(n)) = key.strip_prefix("cpu").map(str::parse::<u32>) {
+            cpus.push((n, cpu_times(it)?));
         }
     }
     Ok(Stat {
         all: all.ok_or_else(|| anyhow!("/proc/stat: no aggregate cpu line"))?,
-        ncpus,
+        ncpus: cpus.len() as u32,
+        cpus,
     })
 }
 
@@ -194,13 +211,48 @@ pub fn read_stat() -> Result<Stat> {
     parse_stat(&std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?)
 }
 
+/// Process `pid`'s CPU time (all its threads), in USER_HZ ticks.
+pub fn process_cpu(pid: u32) -> Result<ProcCpu> {
+    let path = format!("/proc/{pid}/stat");
+    parse_pid_stat(&std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?)
+}
+
 /// utime + stime of process `pid` (all its threads), in nanoseconds.
 pub fn process_cpu_ns(pid: u32) -> Result<u64> {
-    let path = format!("/proc/{pid}/stat");
-    let c = parse_pid_stat(
-        &std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?,
-    )?;
+    let c = process_cpu(pid)?;
     Ok((c.utime + c.stime) * ns_per_tick())
+}
+
+/// CPU time (ns, `schedstat`) of every thread of process `pid`, summed
+/// (threads that exited are not counted).
+pub fn process_runtime_ns(pid: u32) -> Result<u64> {
+    let dir = format!("/proc/{pid}/task");
+    let tasks = std::fs::read_dir(&dir).with_context(|| format!("reading {dir}"))?;
+    Ok(tasks
+        .flatten()
+        .filter_map(|t| schedstat_ns(&t.path().join("schedstat")))
+        .sum())
+}
+
+/// CPU time (ns, `schedstat`) of thread `tid` of process `pid`.
+pub fn thread_runtime_ns(pid: u32, tid: u32) -> Result<u64> {
+    let path = format!("/proc/{pid}/task/{tid}/schedstat");
+    schedstat_ns(std::path::Path::new(&path)).with_context(|| format!("reading {path}"))
+}
+
+/// The processes whose command name starts with one of `prefixes` (kernel
+/// threads such as `ksoftirqd/0` or `napi/xsk0-0`).
+pub fn processes_named(prefixes: &[&str]) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+            prefixes.iter().any(|p| comm.starts_with(p)).then_some(pid)
+        })
+        .collect()
 }
 
 /// `iface`'s counters in the network namespace `ns` (a bed's namespace
@@ -238,6 +290,8 @@ xsk0: 9000000 6000 0 0 0 0 0 0 120000 2000 0 0 0 0 0 0\n";
         assert_eq!(s.all.steal, 2);
         assert_eq!(s.all.busy(), 100 + 5 + 50 + 3 + 20 + 2);
         assert_eq!(s.all.total(), s.all.busy() + 800 + 10);
+        assert_eq!(s.cpu(1).map(|c| c.irq), Some(2));
+        assert_eq!(s.cpu(2), None);
         let later = CpuTimes { user: 150, ..s.all };
         assert_eq!(later.since(&s.all).user, 50);
         assert_eq!(later.since(&s.all).idle, 0);
@@ -279,6 +333,10 @@ xsk0: 9000000 6000 0 0 0 0 0 0 120000 2000 0 0 0 0 0 0\n";
     fn live_system_reads() {
         assert!(read_stat().unwrap().ncpus >= 1);
         process_cpu_ns(std::process::id()).unwrap();
+        let me = std::process::id();
+        assert!(process_runtime_ns(me).unwrap() > 0);
+        assert!(thread_runtime_ns(me, me).unwrap() > 0);
+        assert!(!processes_named(&["ksoftirqd/"]).is_empty());
         assert!(ns_per_tick() >= 1_000_000);
     }
 }
