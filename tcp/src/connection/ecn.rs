@@ -157,16 +157,15 @@ impl Connection {
         }
     }
 
-    /// Whether the ACK `seg` may not grow the congestion window. RFC 3168
+    /// Whether the ACK `seg` may not grow the congestion window: RFC 3168
     /// §6.1.2 treats an ECN-Echo ACK as a congestion loss, and an ACK that
-    /// signals congestion grows no window. Nor does any ACK while the
-    /// reduction an echo made lasts (until the segment that carried CWR
-    /// is acknowledged, `Flags::ECN_HELD`), as none does during the
-    /// recovery a loss starts (and as Linux holds cwnd in its CWR state).
+    /// signals congestion grows no window. (Only the echo itself: the
+    /// peer echoes until our CWR arrives, so that covers the window the
+    /// echo reduced. `Flags::ECN_HELD` is no guide, as a retransmission
+    /// timeout sets it too, and slow start must grow after one.)
     #[inline]
     pub(super) fn ecn_holds_cwnd(&self, seg: &TcpRepr) -> bool {
-        self.flags.has(Flags::ECN)
-            && (seg.flags.contains(TcpFlags::ECE) || self.flags.has(Flags::ECN_HELD))
+        self.flags.has(Flags::ECN) && seg.flags.contains(TcpFlags::ECE)
     }
 
     /// RFC 3168 §6.1.2: an ACK echoed a CE mark, with `flight` bytes
