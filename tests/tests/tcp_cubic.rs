@@ -76,13 +76,17 @@ impl Setup {
         ["--ms", &self.ms, "--rate-mbit", &self.mbit]
     }
 }
-/// flowlane's CUBIC gets between 1/FACTOR and FACTOR of the kernel's.
-/// Measured on this path: a median of 1.49 over 16 runs (0.92 to 2.16),
-/// and 2.53 in a later run; kernel against kernel spread from 0.56 to
-/// 1.93. flowlane's CUBIC is the more aggressive of the two here, with
-/// about 4 times the bottleneck's drops, and why is open (BENCHMARKS.md);
-/// the bound holds it to that, not to fairness.
+/// flowlane's CUBIC gets between 1/FACTOR and FACTOR of the kernel's, in
+/// the median of [`CUBIC_PAIRS`] pairs. Measured on this path: a median of
+/// 1.49 over 16 runs (0.92 to 2.16), 2.53 in a later run, and 4.51 in one
+/// CI run of session 17; kernel against kernel spread from 0.56 to 1.93.
+/// flowlane's CUBIC is the more aggressive of the two here, with about 4
+/// times the bottleneck's drops, and why is open (BENCHMARKS.md); the
+/// bound holds it to that, not to fairness.
 const FACTOR: f64 = 4.0;
+/// flowlane CUBIC pairs run: one pair's share varies too much on these 2
+/// shared vCPUs for a single run to decide (see [`FACTOR`]).
+const CUBIC_PAIRS: usize = 3;
 /// The receivers' port (peer namespace).
 const PORT: u16 = 5301;
 
@@ -344,17 +348,27 @@ fn flowlane_cubic_shares_a_bottleneck_fairly_with_kernel_cubic() {
 
     let reference = pair(&bed, &setup, First::Kernel);
     let kk = show("kernel CUBIC", &setup, &reference);
-    let cubic = pair(&bed, &setup, First::Flowlane("cubic"));
-    let fc = show("flowlane CUBIC", &setup, &cubic);
+    let mut cubics: Vec<(f64, Pair)> = (0..CUBIC_PAIRS)
+        .map(|_| {
+            let p = pair(&bed, &setup, First::Flowlane("cubic"));
+            (show("flowlane CUBIC", &setup, &p), p)
+        })
+        .collect();
+    cubics.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (fc, cubic) = cubics.swap_remove(CUBIC_PAIRS / 2);
     let newreno = pair(&bed, &setup, First::Flowlane("newreno"));
     let fr = show("flowlane NewReno", &setup, &newreno);
     eprintln!(
-        "ratios: kernel/kernel {kk:.2}, flowlane CUBIC/kernel {fc:.2}, flowlane NewReno/kernel {fr:.2}"
+        "ratios: kernel/kernel {kk:.2}, flowlane CUBIC/kernel {fc:.2} (median of {CUBIC_PAIRS}), flowlane NewReno/kernel {fr:.2}"
     );
 
     // The asserted pairs: the bottleneck was the bottleneck (it dropped,
     // and the two flows filled it), not this machine's CPU.
-    for (what, p) in [("reference", &reference), ("cubic", &cubic)] {
+    for (what, p) in [("reference", &reference)]
+        .into_iter()
+        .chain(cubics.iter().map(|(_, p)| ("cubic", p)))
+        .chain([("cubic", &cubic)])
+    {
         let q = &p.line["queue"];
         assert!(
             q["bottleneck_to_peer"]["dropped"].as_u64().unwrap() > 0,
@@ -371,7 +385,7 @@ fn flowlane_cubic_shares_a_bottleneck_fairly_with_kernel_cubic() {
     }
     assert!(
         (1.0 / FACTOR..=FACTOR).contains(&fc),
-        "flowlane CUBIC got {:.1} Mbit/s against the kernel's {:.1} (ratio {fc:.2}; kernel against kernel: {kk:.2})",
+        "flowlane CUBIC got {:.1} Mbit/s against the kernel's {:.1} in the median pair (ratio {fc:.2}; kernel against kernel: {kk:.2})",
         cubic.first,
         cubic.kernel
     );
