@@ -11,8 +11,7 @@
 //! (out-of-order reassembly): they keep their offsets from the read position
 //! while the application drains what precedes them.
 
-use crate::chunk_pool::{Chunk, ChunkPool, CHUNK_SIZE};
-use std::collections::VecDeque;
+use crate::chunk_pool::{ChunkList, ChunkPool, CHUNK_SIZE};
 
 /// A byte queue in pooled chunks. "Allocated" bytes are the `len()` queued
 /// bytes starting at the read position; the space after them is
@@ -29,7 +28,7 @@ use std::collections::VecDeque;
 pub(crate) struct ChunkBuffer {
     /// Chunk `i` holds offsets `[i * CHUNK_SIZE - head, (i + 1) * CHUNK_SIZE
     /// - head)` from the read position.
-    chunks: VecDeque<Chunk>,
+    chunks: ChunkList,
     /// The read position inside the first chunk.
     head: u32,
     /// Queued bytes.
@@ -101,6 +100,9 @@ impl ChunkBuffer {
     #[inline]
     fn hold(&mut self, pool: &mut ChunkPool, end: usize) {
         let need = (self.head as usize + end).div_ceil(CHUNK_SIZE);
+        if self.chunks.capacity() == 0 && need > 0 {
+            self.chunks = pool.take_list();
+        }
         while self.chunks.len() < need {
             self.chunks.push_back(pool.take());
         }
@@ -289,12 +291,12 @@ impl ChunkBuffer {
         self.written = 0;
     }
 
-    /// Drops every byte, gives all chunks back and frees the chunk list
-    /// itself: the buffer then holds no memory at all (closing and
-    /// TIME-WAIT connections).
+    /// Drops every byte, gives all chunks back and the chunk list itself:
+    /// the buffer then holds no memory at all (closing and TIME-WAIT
+    /// connections).
     pub(crate) fn release(&mut self, pool: &mut ChunkPool) {
         self.give_back(pool);
-        self.chunks = VecDeque::new();
+        pool.give_list(std::mem::take(&mut self.chunks));
     }
 
     /// Copies all queued bytes into a new vector.

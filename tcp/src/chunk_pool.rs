@@ -19,13 +19,27 @@ pub(crate) const CHUNK_SIZE: usize = 8192;
 #[cfg(test)]
 pub(crate) const CHUNK_SIZE: usize = 64;
 
+use std::collections::VecDeque;
+
 /// One chunk of buffer memory.
 pub(crate) type Chunk = Box<[u8; CHUNK_SIZE]>;
 
-/// Free chunks and the count of chunks handed out.
+/// The chunks one buffer holds, in offset order.
+pub(crate) type ChunkList = VecDeque<Chunk>;
+
+/// The largest list kept for reuse, in chunks it has room for: a list that
+/// grew for a window of megabytes goes back to the allocator instead.
+const KEPT_LIST_ROOM: usize = 8;
+
+/// Free chunks and the count of chunks handed out; empty chunk lists kept
+/// for the next connection's first bytes.
 #[derive(Debug, Default)]
 pub(crate) struct ChunkPool {
     free: Vec<Chunk>,
+    /// Empty lists with room, from buffers released by closing
+    /// connections: a new connection's buffer takes one instead of
+    /// allocating its list (and the closing one frees none).
+    lists: Vec<ChunkList>,
     /// Chunks handed out and not yet given back.
     in_use: usize,
     /// Most free chunks kept for reuse; beyond that, returned chunks go
@@ -38,6 +52,7 @@ impl ChunkPool {
     pub(crate) fn new(keep: usize) -> Self {
         ChunkPool {
             free: Vec::new(),
+            lists: Vec::new(),
             in_use: 0,
             keep,
         }
@@ -62,6 +77,23 @@ impl ChunkPool {
         }
     }
 
+    /// An empty chunk list, with room when a released one was kept.
+    #[inline]
+    pub(crate) fn take_list(&mut self) -> ChunkList {
+        self.lists.pop().unwrap_or_default()
+    }
+
+    /// Takes back a buffer's chunk list once its chunks were given back.
+    /// Up to as many lists as chunks are kept, and only small ones.
+    #[inline]
+    pub(crate) fn give_list(&mut self, list: ChunkList) {
+        debug_assert!(list.is_empty(), "chunks go back one by one first");
+        let room = list.capacity();
+        if room > 0 && room <= KEPT_LIST_ROOM && self.lists.len() < self.keep {
+            self.lists.push(list);
+        }
+    }
+
     /// Chunks held by buffers.
     pub(crate) fn in_use(&self) -> usize {
         self.in_use
@@ -71,6 +103,12 @@ impl ChunkPool {
     #[cfg(test)]
     pub(crate) fn cached(&self) -> usize {
         self.free.len()
+    }
+
+    /// Empty chunk lists kept for reuse.
+    #[cfg(test)]
+    pub(crate) fn cached_lists(&self) -> usize {
+        self.lists.len()
     }
 }
 
@@ -97,5 +135,21 @@ mod tests {
         assert_eq!((p.in_use(), p.cached()), (0, 1));
         // The kept one is the first returned (the second found the cache full).
         assert_eq!(p.take()[0], 7);
+    }
+
+    #[test]
+    fn keeps_small_empty_lists_up_to_the_bound() {
+        let mut p = ChunkPool::new(2);
+        assert_eq!(p.take_list().capacity(), 0, "nothing kept yet");
+        let small = ChunkList::with_capacity(4);
+        let room = small.capacity();
+        p.give_list(small);
+        p.give_list(ChunkList::new()); // no room: nothing to keep
+        p.give_list(ChunkList::with_capacity(KEPT_LIST_ROOM * 4)); // too large
+        assert_eq!(p.cached_lists(), 1);
+        p.give_list(ChunkList::with_capacity(4));
+        p.give_list(ChunkList::with_capacity(4)); // past the bound
+        assert_eq!(p.cached_lists(), 2);
+        assert_eq!(p.take_list().capacity(), room);
     }
 }

@@ -22,35 +22,47 @@ impl IsnGenerator {
         IsnGenerator { secret }
     }
 
-    fn hash_tuple(&self, domain: u8, t: &FourTuple) -> u64 {
+    /// One SipHash-2-4 tag of the tuple, written as a single message
+    /// (addresses and ports, local first: 12 bytes for IPv4, 36 for IPv6)
+    /// so that it is compressed a word at a time.
+    fn hash_tuple(&self, t: &FourTuple) -> u64 {
+        let mut msg = [0u8; 36];
+        let mut n = 0;
+        for addr in [t.local, t.remote] {
+            match addr.ip() {
+                IpAddr::V4(a) => {
+                    msg[n..n + 4].copy_from_slice(&a.octets());
+                    n += 4;
+                }
+                IpAddr::V6(a) => {
+                    msg[n..n + 16].copy_from_slice(&a.octets());
+                    n += 16;
+                }
+            }
+            msg[n..n + 2].copy_from_slice(&addr.port().to_be_bytes());
+            n += 2;
+        }
         let mut h = SipHasher24::new(&self.secret);
-        h.write(&[domain]);
-        write_ip(&mut h, t.local.ip());
-        h.write(&t.local.port().to_be_bytes());
-        write_ip(&mut h, t.remote.ip());
-        h.write(&t.remote.port().to_be_bytes());
+        h.write(&msg[..n]);
         h.finish()
     }
 
-    /// The ISN for a connection at time `now` (RFC 6528 §3: `M` ticks every
-    /// 4 µs).
-    pub(crate) fn isn(&self, t: &FourTuple, now: Instant) -> SeqNumber {
+    /// The ISN for a connection at time `now` and its timestamp offset.
+    /// Both come from one tag: `F` of RFC 6528 §3 is its low half and the
+    /// RFC 7323 §5.4 offset its high half, two independent outputs of the
+    /// keyed PRF (one reveals nothing about the other). `M` ticks every
+    /// 4 µs.
+    pub(crate) fn isn_and_ts_offset(&self, t: &FourTuple, now: Instant) -> (SeqNumber, u32) {
+        let tag = self.hash_tuple(t);
         let m = (now.as_nanos() / 4_000) as u32;
-        SeqNumber(m.wrapping_add(self.hash_tuple(0, t) as u32))
+        (SeqNumber(m.wrapping_add(tag as u32)), (tag >> 32) as u32)
     }
 
     /// A per-connection random offset for TSval (RFC 7323 §5.4, RFC 7323
-    /// Appendix: avoids leaking a global clock across connections).
+    /// Appendix: avoids leaking a global clock across connections); the
+    /// one [`IsnGenerator::isn_and_ts_offset`] gives.
     pub(crate) fn ts_offset(&self, t: &FourTuple) -> u32 {
-        self.hash_tuple(1, t) as u32
-    }
-}
-
-#[inline]
-fn write_ip(h: &mut SipHasher24, ip: IpAddr) {
-    match ip {
-        IpAddr::V4(a) => h.write(&a.octets()),
-        IpAddr::V6(a) => h.write(&a.octets()),
+        (self.hash_tuple(t) >> 32) as u32
     }
 }
 
@@ -72,12 +84,20 @@ mod tests {
         let mut t2 = t;
         t2.remote.set_port(40001);
         let g = IsnGenerator::new(key());
-        let a = g.isn(&t, Instant::ZERO);
-        assert_eq!(a, g.isn(&t, Instant::ZERO), "deterministic");
-        assert_ne!(a, g.isn(&t2, Instant::ZERO));
-        assert_ne!(a, IsnGenerator::new([7; 16]).isn(&t, Instant::ZERO));
+        let isn = |g: &IsnGenerator, t: &FourTuple, at| g.isn_and_ts_offset(t, at).0;
+        let a = isn(&g, &t, Instant::ZERO);
+        assert_eq!(a, isn(&g, &t, Instant::ZERO), "deterministic");
+        assert_ne!(a, isn(&g, &t2, Instant::ZERO));
+        assert_ne!(a, isn(&IsnGenerator::new([7; 16]), &t, Instant::ZERO));
         // 4 µs clock: 1 ms later the ISN moved forward by 250.
-        assert_eq!(g.isn(&t, Instant::from_millis(1)) - a, 250);
+        assert_eq!(isn(&g, &t, Instant::from_millis(1)) - a, 250);
         assert_ne!(g.ts_offset(&t), g.ts_offset(&t2));
+        assert_eq!(
+            g.ts_offset(&t),
+            g.isn_and_ts_offset(&t, Instant::from_millis(9)).1,
+            "the timestamp offset does not move with time"
+        );
+        // The two halves of one tag are not the same value.
+        assert_ne!(g.ts_offset(&t), g.isn_and_ts_offset(&t, Instant::ZERO).0 .0);
     }
 }

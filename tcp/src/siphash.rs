@@ -55,18 +55,36 @@ impl SipHasher24 {
         self.v[0] ^= m;
     }
 
-    /// Feeds bytes.
-    pub(crate) fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.tail |= (b as u64) << (8 * self.ntail);
-            self.ntail += 1;
-            self.len += 1;
-            if self.ntail == 8 {
-                let m = self.tail;
-                self.compress(m);
-                self.tail = 0;
-                self.ntail = 0;
-            }
+    /// Feeds bytes: whole little-endian words straight to the compression,
+    /// only the ends byte by byte.
+    pub(crate) fn write(&mut self, mut bytes: &[u8]) {
+        self.len += bytes.len();
+        while self.ntail != 0 {
+            let Some((&b, rest)) = bytes.split_first() else {
+                return;
+            };
+            self.push_byte(b);
+            bytes = rest;
+        }
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            self.compress(u64::from_le_bytes(w.try_into().expect("8 bytes")));
+        }
+        for &b in words.remainder() {
+            self.push_byte(b);
+        }
+    }
+
+    /// Adds one byte to the partial word, compressing it once full.
+    #[inline]
+    fn push_byte(&mut self, b: u8) {
+        self.tail |= u64::from(b) << (8 * self.ntail);
+        self.ntail += 1;
+        if self.ntail == 8 {
+            let m = self.tail;
+            self.compress(m);
+            self.tail = 0;
+            self.ntail = 0;
         }
     }
 
@@ -111,5 +129,24 @@ mod tests {
         h.write(&msg[..3]);
         h.write(&msg[3..]);
         assert_eq!(h.finish(), 0xa129_ca61_49be_45e5);
+    }
+
+    #[test]
+    fn any_split_of_a_message_gives_the_one_write_tag() {
+        let msg: Vec<u8> = (0..40u8).map(|i| i.wrapping_mul(37)).collect();
+        for n in 0..=msg.len() {
+            let mut whole = SipHasher24::new(&key());
+            whole.write(&msg[..n]);
+            let whole = whole.finish();
+            for a in 0..=n {
+                for b in a..=n {
+                    let mut h = SipHasher24::new(&key());
+                    h.write(&msg[..a]);
+                    h.write(&msg[a..b]);
+                    h.write(&msg[b..n]);
+                    assert_eq!(h.finish(), whole, "len {n}, splits at {a} and {b}");
+                }
+            }
+        }
     }
 }

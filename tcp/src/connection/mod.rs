@@ -256,7 +256,7 @@ pub(crate) fn offered_wscale(cfg: &Config) -> u8 {
 
 impl Connection {
     fn blank(cfg: &Config, isn: &IsnGenerator, tuple: FourTuple, now: Instant) -> Self {
-        let iss = isn.isn(&tuple, now);
+        let (iss, ts_offset) = isn.isn_and_ts_offset(&tuple, now);
         let mut flags = Flags::default();
         if !cfg.nagle {
             flags.set(Flags::NODELAY);
@@ -308,7 +308,7 @@ impl Connection {
             ts: TimestampState {
                 recent: 0,
                 recent_age: now,
-                offset: isn.ts_offset(&tuple),
+                offset: ts_offset,
                 last_ack_sent: SeqNumber(0),
                 rtt_floor: 0,
             },
