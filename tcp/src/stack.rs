@@ -794,10 +794,15 @@ impl Stack {
     }
 
     /// Owes a window update to connections whose window was held back, in
-    /// order, while the memory left could open a window of a segment.
+    /// order, while the memory left could open a window of a segment. Each
+    /// one woken is charged what its update will promise (the window is
+    /// only committed when the update is sent): without that, every
+    /// release of a few bytes woke every waiter, each to offer the same
+    /// bytes, and the wake cost grew with the number waiting.
     fn wake_memory_waiters(&mut self) {
         let mss = usize::from(self.cfg.mss);
-        while self.rcv_committed + mss <= self.cfg.recv_memory {
+        let mut promised = self.rcv_committed;
+        while promised + mss <= self.cfg.recv_memory {
             let Some((idx, generation)) = self.mem_waiting.pop_front() else {
                 break;
             };
@@ -809,10 +814,13 @@ impl Stack {
             let Some(conn) = slot.conn.as_mut() else {
                 continue;
             };
-            let mem = RecvMemory::of(conn, &self.cfg, self.rcv_committed, self.live);
-            if conn.on_memory_freed(mem) && !slot.in_dirty {
-                slot.in_dirty = true;
-                self.dirty.push_back((idx, generation));
+            let mem = RecvMemory::of(conn, &self.cfg, promised, self.live);
+            if let Some(opens) = conn.on_memory_freed(mem) {
+                promised += opens.max(mss);
+                if !slot.in_dirty {
+                    slot.in_dirty = true;
+                    self.dirty.push_back((idx, generation));
+                }
             }
         }
     }

@@ -254,3 +254,80 @@ fn closing_under_memory_pressure_sends_no_window_update_storm() {
         "B sent {sent} segments to close {CONNS} connections"
     );
 }
+
+/// Memory freed by a read wakes only as many waiting connections as it can
+/// give a window to. Forty connections fill B's 256 KiB budget: the first
+/// ones took whole windows before the budget came under pressure, the rest
+/// wait for memory below their share, with windows under a segment. Reading
+/// from the fullest one until the budget has room for a few segments makes
+/// B owe window updates to a few waiters (and the reader), not to all of
+/// them, each offered the same few kilobytes. (Before the fix: 35 window
+/// updates for 6.8 KB of room: every waiter was woken on every release, so
+/// the wake cost grew with the number waiting.)
+#[test]
+fn a_read_wakes_only_the_waiters_its_memory_can_feed() {
+    const CONNS: usize = 40;
+    const BUDGET: usize = 256 * 1024;
+    let mut b_cfg = sim::test_config(2);
+    b_cfg.recv_buffer = 64 * 1024;
+    b_cfg.recv_memory = BUDGET;
+    let mut sim = Sim::new(11, link(), link(), sim::test_config(1), b_cfg);
+    sim.b.listen(SocketAddr::new(B_IP, PORT)).expect("listen");
+    let mut ours = HashMap::new();
+    for i in 0..CONNS {
+        let local = SocketAddr::new(A_IP, 10_000 + i as u16);
+        let h = sim
+            .a
+            .connect(sim.now, local, SocketAddr::new(B_IP, PORT))
+            .expect("connect");
+        ours.insert(h, (i as u64, Stream::default()));
+    }
+    let mut theirs = Vec::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    let limit = sim.now + Duration::from_secs(5);
+    sim.run_until(limit, |s| {
+        while let Some(e) = s.a.poll_event() {
+            if let Event::Connected(h) | Event::Writable(h) = e {
+                let (stream, st) = ours.get_mut(&h).expect("A stream");
+                write(&mut s.a, h, *stream, st, 1 << 20, &mut buf);
+            }
+        }
+        while let Some(e) = s.b.poll_event() {
+            if let Event::Accepted { conn, .. } = e {
+                theirs.push(conn);
+            }
+        }
+        false
+    });
+    assert_eq!(theirs.len(), CONNS);
+    let committed = sim.b.recv_memory_committed();
+    assert!(
+        committed + 1460 > BUDGET,
+        "the budget is taken ({committed} committed)"
+    );
+    // Every segment B owes is out; read from the connection holding most.
+    let mut out = vec![0u8; 2048];
+    while sim.b.poll_transmit(sim.now, &mut out).is_some() {}
+    let reader = *theirs
+        .iter()
+        .max_by_key(|&&h| sim.b.peek(h).expect("live").len())
+        .expect("connections");
+    // Read until the budget has room for a few segments.
+    let mut read = 0;
+    while sim.b.recv_memory_committed() + 6 * 1024 > BUDGET {
+        let n = sim.b.recv(reader, &mut buf[..1024]).expect("recv");
+        assert!(n > 0, "the reader ran dry after {read} bytes");
+        read += n;
+    }
+    let room = BUDGET - sim.b.recv_memory_committed();
+    let mut updates = 0;
+    while sim.b.poll_transmit(sim.now, &mut out).is_some() {
+        updates += 1;
+    }
+    // A segment of room per waiter woken, the reader's own update, and
+    // some slack for rounding.
+    assert!(
+        (2..=room / 1024 + 2).contains(&updates),
+        "{room} bytes of room (after reading {read}) made B send {updates} window updates"
+    );
+}

@@ -157,33 +157,32 @@ impl Connection {
             return;
         }
         self.rcv_space_adjust(ctx);
-        if self.window_update_due(ctx.mem) {
+        if self.window_update_due(ctx.mem).is_some() {
             self.flags.set(Flags::ACK_NOW);
         }
     }
 
-    /// Whether the right edge can move by a useful amount (RFC 9293
+    /// How far the right edge can move, if by a useful amount (RFC 9293
     /// §3.8.6.2.2: a segment or half the buffer) while the peer may be
     /// running short (half the buffer or less left to it).
-    fn window_update_due(&self, mem: RecvMemory) -> bool {
+    fn window_update_due(&self, mem: RecvMemory) -> Option<usize> {
         let cap = self.recv_buf.capacity();
         let advertised = self.rcv_wnd();
         let free = self.offerable(mem);
         let threshold = (cap / 2).min(self.eff_mss()).max(1);
-        free >= advertised + threshold && advertised <= cap / 2
+        (free >= advertised + threshold && advertised <= cap / 2).then(|| free - advertised)
     }
 
     /// The stack's receive memory freed up after a window was held back
     /// for want of it: owe the peer a window update if one is due now.
-    /// Returns whether one is.
-    pub(crate) fn on_memory_freed(&mut self, mem: RecvMemory) -> bool {
+    /// Returns the bytes by which that update will open the window (the
+    /// memory it is about to promise).
+    pub(crate) fn on_memory_freed(&mut self, mem: RecvMemory) -> Option<usize> {
         if !self.flags.has(Flags::MEM_LIMITED) || !self.state.can_receive() {
-            return false;
+            return None;
         }
-        if self.window_update_due(mem) {
-            self.flags.set(Flags::ACK_NOW);
-            return true;
-        }
-        false
+        let opens = self.window_update_due(mem)?;
+        self.flags.set(Flags::ACK_NOW);
+        Some(opens)
     }
 }
