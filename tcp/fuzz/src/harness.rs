@@ -602,8 +602,17 @@ impl Harness {
         let off = seq.wrapping_sub(irs.wrapping_add(1));
         let syn = u32::from(flags & 2 != 0);
         fill_pattern(salt, off.wrapping_add(syn), &mut seg[hl..]);
+        // The stack sees the first `n` bytes: a cut payload is a shorter
+        // segment (its FIN, if any, right after what is left), and a cut
+        // header a malformed one that carries nothing.
+        let n = if usize::from(truncate) < seg.len() && truncate & 0x80 == 0 {
+            usize::from(truncate)
+        } else {
+            seg.len()
+        };
         let fin = flags & 1 != 0;
-        if src == self.addrs.peer && dst == self.addrs.local {
+        if src == self.addrs.peer && dst == self.addrs.local && n >= hl {
+            let plen = n - hl;
             if let Some(p) = self
                 .peers
                 .iter_mut()
@@ -618,11 +627,6 @@ impl Harness {
                 }
             }
         }
-        let n = if usize::from(truncate) < seg.len() && truncate & 0x80 == 0 {
-            usize::from(truncate)
-        } else {
-            seg.len()
-        };
         if self.trace {
             eprintln!(
                 "  raw {src}:{src_port} -> {dst}:{dst_port} {:x?}",
