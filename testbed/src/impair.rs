@@ -11,6 +11,7 @@ use flowlane_ebpf::impair::{self, Direction, ImpairConfig, ImpairMaps, ImpairSta
 use serde::Serialize;
 
 use crate::netns;
+use crate::offloads::{self, Frames};
 use crate::state::BedState;
 
 /// The ifb device of the ingress slow path (in the peer namespace).
@@ -68,28 +69,6 @@ fn tc(bed: &BedState, args: &[&str]) -> Result<()> {
     netns::run("ip", &full).map(|_| ())
 }
 
-/// Makes the kernels on both ends send wire-size skbs (`state` "off") or
-/// restores their defaults ("on"). TCP always builds GSO skbs (the device's
-/// `gso off` only moves the segmentation after tc), so the segment count per
-/// skb is capped at one (`gso_max_segs`); TSO/GSO and flowlane side's TX
-/// checksum offload are turned off as well. The peer's TX checksumming stays
-/// off, as the test bed made it.
-fn offloads(bed: &BedState, state: &str) -> Result<()> {
-    let segs = if state == "off" { "1" } else { "65535" };
-    for (ns, dev, features) in [
-        (&bed.peer_netns, &bed.peer_if, &["gso", "tso"][..]),
-        (&bed.netns, &bed.local_if, &["tx", "gso", "tso"][..]),
-    ] {
-        let mut args = vec!["netns", "exec", ns.as_str(), "ethtool", "-K", dev.as_str()];
-        for f in features {
-            args.extend([*f, state]);
-        }
-        netns::run("ip", &args)?;
-        netns::ip(&["-n", ns, "link", "set", "dev", dev, "gso_max_segs", segs])?;
-    }
-    Ok(())
-}
-
 fn htb(bed: &BedState, dev: &str, slow_rate: &str) -> Result<()> {
     // HTB refuses `qdisc replace` of itself ("Change operation not
     // supported"): a second `impair` on a bed removes it first.
@@ -135,7 +114,7 @@ pub fn clear(bed: &BedState) -> Result<()> {
     }
     let _ = tc(bed, &["qdisc", "del", "dev", &bed.peer_if, "root"]);
     let _ = netns::ip(&["-n", &bed.peer_netns, "link", "del", IFB]);
-    offloads(bed, "on")
+    offloads::set(bed, Frames::Gso)
 }
 
 /// Applies `spec` to a bed's link, both ways.
@@ -154,7 +133,7 @@ pub fn apply(bed: &BedState, spec: &ImpairSpec) -> Result<()> {
     // would spoil every segment's checksum); netem segments GSO skbs itself
     // for the same reason. flowlane's side only matters for kernel sockets
     // there.
-    offloads(bed, "off")?;
+    offloads::set(bed, Frames::WireSize)?;
     htb(bed, &bed.peer_if, &spec.slow_rate)?;
     if netns::ip(&["-n", &bed.peer_netns, "link", "show", IFB]).is_err() {
         netns::ip(&["-n", &bed.peer_netns, "link", "add", IFB, "type", "ifb"])?;

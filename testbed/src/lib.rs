@@ -13,6 +13,7 @@
 //! | [`emulated_nic`] | the emulated RSS NIC behind [`flowlane_numa_sched::nic::RssNic`] |
 //! | [`table_writer`] | its table as the data path's bucket-move writer, by map id inside the bed |
 //! | [`bed`] | `up`, `down`, `status` |
+//! | [`offloads`] | GSO super-frames or wire-size frames from the bed's kernels |
 //! | [`impair`] | loss, duplication, corruption, reordering |
 //! | [`delay_queue`] | the delay line's queue (pure) |
 //! | [`packet_socket`] | the delay line's raw `AF_PACKET` socket (this crate's only `unsafe`) |
@@ -24,7 +25,7 @@
 //! | [`proc_stat`] | CPU time (`/proc/stat`, `/proc/<pid>/stat`) and interface counters (`/proc/net/dev`) |
 //!
 //! Modules depend on each other in that order (no cycles): `state`,
-//! `netns` and `child` on nothing, `net_counters` and `proc_stat` on `netns`, `users` on `state`, `bed` on `impair`,
+//! `netns` and `child` on nothing, `net_counters`, `proc_stat` and `offloads` on `netns`, `impair` on `offloads`, `users` on `state`, `bed` on `impair`,
 //! `emulated_nic` and `users`, `table_writer` on `emulated_nic`, `delay_line` on `delay_queue` and
 //! `packet_socket`.
 
@@ -36,6 +37,7 @@ pub mod emulated_nic;
 pub mod impair;
 pub mod net_counters;
 pub mod netns;
+pub mod offloads;
 pub mod packet_socket;
 pub mod proc_stat;
 pub mod reexec;

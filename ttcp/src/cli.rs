@@ -140,9 +140,13 @@ pub struct MatrixArgs {
     /// the backends as receivers only; 2 s windows.
     #[arg(long)]
     pub quick: bool,
-    /// Backends (comma-separated) of the receiver: `kernel` (Linux TCP) and
+    /// Backends under test (comma-separated): `kernel` (Linux TCP with the
+    /// bed's offloads: GSO super-frames cross the veth whole),
+    /// `kernel-wire` (Linux TCP with TSO/GSO off and one segment per skb on
+    /// both ends for its cells: wire-size frames, as flowlane sends them and
+    /// a NIC without TSO carries them; the fair baseline for the sender) and
     /// `flowlane` (flowlane's TCP on AF_XDP, one worker per queue). The
-    /// sender is always the kernel backend in the peer namespace.
+    /// other end is always kernel TCP in the peer namespace.
     #[arg(long, default_value = "kernel,flowlane")]
     pub backends: String,
     /// Roles of the backend under test (comma-separated): `receiver` (the

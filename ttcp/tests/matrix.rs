@@ -97,3 +97,70 @@ fn both_backends_both_roles_with_and_without_delay() {
         .join(format!("flowlane-{bed}"))
         .exists());
 }
+
+/// `kernel-wire` cells run kernel TCP with wire-size frames (the fair
+/// baseline for flowlane's sender), and the next cell gets the bed's
+/// offloads back: GSO super-frames cross the veth as one packet each.
+#[test]
+fn kernel_wire_sends_wire_size_frames_and_gives_the_offloads_back() {
+    if !require_root("kernel_wire_sends_wire_size_frames_and_gives_the_offloads_back") {
+        return;
+    }
+    let out = std::env::temp_dir().join(unique_name("ttcp-matrix-wire"));
+    let bed = unique_name("tmw");
+    let child = Command::new(bin())
+        .arg("matrix")
+        .arg("--flowlane")
+        .arg(flowlane_bin())
+        .args([
+            "--bed",
+            &bed,
+            "--backends",
+            "kernel-wire,kernel",
+            "--roles",
+            "sender",
+            "--conns",
+            "1",
+            "--sizes",
+            "64k",
+            "--delays",
+            "0",
+            "--latency-sizes",
+            "none",
+            "--warmup",
+            "0.3",
+            "--seconds",
+            "0.7",
+            "--out",
+        ])
+        .arg(&out)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("flowlane-ttcp matrix");
+    let (o, _) = wait_bounded(child, Duration::from_secs(120), "matrix");
+    assert!(o.status.success(), "matrix: {}", text(&o));
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+    let cells = v["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 2, "{v}");
+    // Payload bytes per packet on the sender's interface.
+    let frame = |backend: &str| {
+        let c = cells
+            .iter()
+            .find(|c| c["backend"] == backend)
+            .unwrap_or_else(|| panic!("no {backend} cell: {v}"));
+        assert!(c["error"].is_null(), "{backend}: {}", c["error"]);
+        c["sender"]["avg_frame_size"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{backend}: {c}"))
+    };
+    let (wire, gso) = (frame("kernel-wire"), frame("kernel"));
+    eprintln!("payload bytes per packet: kernel-wire {wire:.0}, kernel {gso:.0}");
+    assert!(wire <= 1500.0, "kernel-wire sent {wire} bytes per packet");
+    assert!(
+        gso > 3000.0,
+        "after kernel-wire, kernel sent {gso} bytes per packet (offloads not restored?)"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -10,6 +10,41 @@ use anyhow::{bail, Context, Result};
 
 use super::delay_line::DelayLine;
 use flowlane_testbed::child::output_within;
+use flowlane_testbed::offloads::{self, Frames};
+
+/// The backend name of kernel TCP sending wire-size frames: the bed's
+/// kernels with TSO/GSO off and one segment per skb for the cell, as a NIC
+/// without TSO would carry them (flowlane sends wire-size frames always).
+/// The fair baseline for the sender; `kernel` is the kernel with its
+/// offloads.
+pub(super) const KERNEL_WIRE: &str = "kernel-wire";
+
+/// The `--backend` flowlane-ttcp runs for a matrix backend.
+fn ttcp_backend(matrix_backend: &str) -> &str {
+    if matrix_backend == KERNEL_WIRE {
+        "kernel"
+    } else {
+        matrix_backend
+    }
+}
+
+/// The bed's kernels sending wire-size frames while it lives; their
+/// offloads restored when it is dropped (every exit path of the cell).
+struct WireSizeFrames<'a>(&'a flowlane_testbed::BedState);
+
+impl<'a> WireSizeFrames<'a> {
+    fn on(bed: &'a flowlane_testbed::BedState) -> Result<Self> {
+        let guard = WireSizeFrames(bed);
+        offloads::set(bed, Frames::WireSize).context("turning the bed's offloads off")?;
+        Ok(guard)
+    }
+}
+
+impl Drop for WireSizeFrames<'_> {
+    fn drop(&mut self) {
+        let _ = offloads::set(self.0, Frames::Gso);
+    }
+}
 
 /// One cell to run.
 pub(super) struct CellSpec<'a> {
@@ -109,7 +144,13 @@ fn run_cell(c: &CellSpec<'_>) -> Result<CellRun> {
                 .stderr(Stdio::piped())
                 .spawn()
         } else {
-            spawn(c.ns, args(role, &format!("--backend kernel {extra}")))
+            spawn(
+                c.ns,
+                args(
+                    role,
+                    &format!("--backend {} {extra}", ttcp_backend(c.backend)),
+                ),
+            )
         }
     };
     let tx_extra = if c.mode.is_empty() {
@@ -175,6 +216,19 @@ pub(super) fn run_delayed(
     delay_ms: f64,
     spec: &CellSpec<'_>,
 ) -> (Result<CellRun>, Option<serde_json::Value>) {
+    let bed_state;
+    let _wire = if spec.backend == KERNEL_WIRE {
+        bed_state = match flowlane_testbed::load(bed) {
+            Ok(s) => s,
+            Err(e) => return (Err(e), None),
+        };
+        match WireSizeFrames::on(&bed_state) {
+            Ok(g) => Some(g),
+            Err(e) => return (Err(e), None),
+        }
+    } else {
+        None
+    };
     if delay_ms <= 0.0 {
         return (run_cell(spec), None);
     }

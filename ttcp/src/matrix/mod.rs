@@ -100,9 +100,8 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
         .collect();
     for b in &backends {
         match b.as_str() {
-            "kernel" => {}
-            "flowlane" => {}
-            _ => bail!("--backends: unknown backend {b:?} (kernel, flowlane)"),
+            "kernel" | "flowlane" | cell::KERNEL_WIRE => {}
+            _ => bail!("--backends: unknown backend {b:?} (kernel, kernel-wire, flowlane)"),
         }
     }
     let q = a.quick;
