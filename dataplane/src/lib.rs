@@ -26,6 +26,7 @@ pub mod runtime;
 #[cfg(feature = "cli")]
 pub mod service_args;
 pub mod service_control;
+mod sightings;
 mod sys;
 pub mod tcp_handler;
 pub mod tcp_service;

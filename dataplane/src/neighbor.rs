@@ -16,10 +16,11 @@
 //!   recently used one goes ([`NeighborStats::evicted`]);
 //! - *tentative* sightings: the source MAC of any other verified frame
 //!   (a SYN, say), so that the SYN-ACK, a cookie or an RST can be sent
-//!   back before the peer is confirmed. They live in a small direct-mapped
-//!   array indexed by a keyed hash: a flood of spoofed sources only
-//!   overwrites other sightings, costs no memory, and never replaces a
-//!   confirmed entry.
+//!   back before the peer is confirmed. They live in a small
+//!   set-associative array indexed by a keyed hash
+//!   ([`crate::sightings`]): a flood of spoofed sources only replaces
+//!   other sightings, costs no memory, and never replaces a confirmed
+//!   entry.
 //!
 //! A confirmed entry stays fresh while frames keep coming from the same
 //! address pair; one silent for [`STALE_AFTER`] gives way to a newer
@@ -32,16 +33,16 @@
 //! cached, so the frames of one busy peer skip the hash.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::RandomState;
 use std::net::IpAddr;
 
 use flowlane_tcp::time::{Duration, Instant};
 use flowlane_wire::EthernetAddress;
 
+use crate::sightings::Sightings;
+
 /// Confirmed (learned) entries kept; configured ones do not count.
 pub const MAX_CONFIRMED: usize = 4096;
-/// Slots for tentative sightings (a power of two).
-const TENTATIVE_SLOTS: usize = 4096;
 /// How long a confirmed entry outranks a different, newer sighting
 /// without a frame from it (the kernel's `base_reachable_time` is 30 s).
 pub const STALE_AFTER: Duration = Duration::from_secs(30);
@@ -91,7 +92,7 @@ pub struct Neighbors {
     confirmed: usize,
     /// The entry used last (`u32::MAX`: none).
     last: u32,
-    tentative: Box<[Option<(IpAddr, EthernetAddress)>]>,
+    tentative: Sightings,
     default: Option<EthernetAddress>,
     stats: NeighborStats,
 }
@@ -110,7 +111,7 @@ impl Neighbors {
             index: HashMap::with_hasher(RandomState::new()),
             confirmed: 0,
             last: u32::MAX,
-            tentative: vec![None; TENTATIVE_SLOTS].into_boxed_slice(),
+            tentative: Sightings::new(),
             default: None,
             stats: NeighborStats::default(),
         }
@@ -172,8 +173,7 @@ impl Neighbors {
             }
             self.stats.mismatched += 1;
         }
-        let slot = self.tentative_slot(ip);
-        self.tentative[slot] = Some((ip, mac));
+        self.tentative.note(ip, mac);
     }
 
     /// Whether a frame from `ip` sent by `mac` would confirm anything new
@@ -203,10 +203,7 @@ impl Neighbors {
                 return;
             }
         }
-        let slot = self.tentative_slot(ip);
-        if self.tentative[slot].is_some_and(|(t, _)| t == ip) {
-            self.tentative[slot] = None;
-        }
+        self.tentative.forget(ip);
         self.put(ip, mac, now + STALE_AFTER, now);
     }
 
@@ -261,10 +258,6 @@ impl Neighbors {
         self.stats.evicted += 1;
     }
 
-    fn tentative_slot(&self, ip: IpAddr) -> usize {
-        self.index.hasher().hash_one(ip) as usize & (TENTATIVE_SLOTS - 1)
-    }
-
     /// The Ethernet address for `ip` at `now`: its entry while fresh (or
     /// pinned), else a newer sighting, else the stale entry, else the
     /// default.
@@ -291,10 +284,8 @@ impl Neighbors {
                 return Some(e.mac);
             }
         }
-        let sighting = self.tentative[self.tentative_slot(ip)]
-            .filter(|(t, _)| *t == ip)
-            .map(|(_, mac)| mac);
-        sighting
+        self.tentative
+            .get(ip)
             .or_else(|| entry.map(|i| self.entries[i as usize].mac))
             .or(self.default)
     }
@@ -312,13 +303,11 @@ impl Neighbors {
                 confirmed: true,
             });
         }
-        self.tentative[self.tentative_slot(ip)]
-            .filter(|(t, _)| *t == ip)
-            .map(|(ip, mac)| Known {
-                ip,
-                mac,
-                confirmed: false,
-            })
+        self.tentative.get(ip).map(|mac| Known {
+            ip,
+            mac,
+            confirmed: false,
+        })
     }
 
     /// Takes what another worker knew of a peer whose connections move
@@ -332,10 +321,7 @@ impl Neighbors {
             .is_some_and(|&i| now < self.entries[i as usize].fresh_until);
         match (k.confirmed, fresh_here) {
             (true, false) => self.confirm(now, k.ip, k.mac),
-            (false, false) => {
-                let slot = self.tentative_slot(k.ip);
-                self.tentative[slot] = Some((k.ip, k.mac));
-            }
+            (false, false) => self.tentative.note(k.ip, k.mac),
             (_, true) => {}
         }
     }
