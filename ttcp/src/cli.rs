@@ -142,9 +142,10 @@ pub struct MatrixArgs {
     pub quick: bool,
     /// Backends under test (comma-separated): `kernel` (Linux TCP with the
     /// bed's offloads: GSO super-frames cross the veth whole),
-    /// `kernel-wire` (Linux TCP with TSO/GSO off and one segment per skb on
-    /// both ends for its cells: wire-size frames, as flowlane sends them and
-    /// a NIC without TSO carries them; the fair baseline for the sender) and
+    /// `kernel-wire` (Linux TCP with TSO and GSO off on both ends for its
+    /// cells: it segments in software before the device and the veth
+    /// carries wire-size frames, as from a NIC without TSO and as flowlane
+    /// sends them; the fair baseline for the sender) and
     /// `flowlane` (flowlane's TCP on AF_XDP, one worker per queue). The
     /// other end is always kernel TCP in the peer namespace.
     #[arg(long, default_value = "kernel,flowlane")]

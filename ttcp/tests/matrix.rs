@@ -98,9 +98,10 @@ fn both_backends_both_roles_with_and_without_delay() {
         .exists());
 }
 
-/// `kernel-wire` cells run kernel TCP with wire-size frames (the fair
-/// baseline for flowlane's sender), and the next cell gets the bed's
-/// offloads back: GSO super-frames cross the veth as one packet each.
+/// `kernel-wire` cells run kernel TCP with TSO/GSO off, so that wire-size
+/// frames cross the veth (the fair baseline for flowlane's sender), and the
+/// next cell gets the bed's offloads back: GSO super-frames cross the veth
+/// as one packet each.
 #[test]
 fn kernel_wire_sends_wire_size_frames_and_gives_the_offloads_back() {
     if !require_root("kernel_wire_sends_wire_size_frames_and_gives_the_offloads_back") {

@@ -13,10 +13,10 @@ use flowlane_testbed::child::output_within;
 use flowlane_testbed::offloads::{self, Frames};
 
 /// The backend name of kernel TCP sending wire-size frames: the bed's
-/// kernels with TSO/GSO off and one segment per skb for the cell, as a NIC
-/// without TSO would carry them (flowlane sends wire-size frames always).
-/// The fair baseline for the sender; `kernel` is the kernel with its
-/// offloads.
+/// kernels with TSO and GSO off for the cell, so that they segment in
+/// software before the device, as for a NIC without TSO
+/// ([`Frames::Segmented`]; flowlane sends wire-size frames always). The
+/// fair baseline for the sender; `kernel` is the kernel with its offloads.
 pub(super) const KERNEL_WIRE: &str = "kernel-wire";
 
 /// The `--backend` flowlane-ttcp runs for a matrix backend.
@@ -28,14 +28,14 @@ fn ttcp_backend(matrix_backend: &str) -> &str {
     }
 }
 
-/// The bed's kernels sending wire-size frames while it lives; their
+/// The bed's kernels segmenting in software while it lives; their
 /// offloads restored when it is dropped (every exit path of the cell).
 struct WireSizeFrames<'a>(&'a flowlane_testbed::BedState);
 
 impl<'a> WireSizeFrames<'a> {
     fn on(bed: &'a flowlane_testbed::BedState) -> Result<Self> {
         let guard = WireSizeFrames(bed);
-        offloads::set(bed, Frames::WireSize).context("turning the bed's offloads off")?;
+        offloads::set(bed, Frames::Segmented).context("turning the bed's offloads off")?;
         Ok(guard)
     }
 }
