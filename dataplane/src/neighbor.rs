@@ -18,7 +18,7 @@
 //!   (a SYN, say), so that the SYN-ACK, a cookie or an RST can be sent
 //!   back before the peer is confirmed. They live in a small
 //!   set-associative array indexed by a keyed hash
-//!   ([`crate::sightings`]): a flood of spoofed sources only replaces
+//!   (`sightings.rs`): a flood of spoofed sources only replaces
 //!   other sightings, costs no memory, and never replaces a confirmed
 //!   entry.
 //!
