@@ -538,39 +538,58 @@ fn a_loss_in_a_window_an_echo_reduced_does_not_reduce_it_again() {
     // reduction. Every reduction of an ECN connection is announced with
     // CWR (see a_window_reduced_for_a_loss_is_announced_with_cwr), so one
     // CWR means one reduction.
-    let cwrs_of = |log: &Log| -> Vec<Seg> {
-        log.borrow()
-            .iter()
-            .filter(|s| s.side == Side::A && s.has(TcpFlags::CWR) && !s.has(TcpFlags::SYN))
-            .copied()
-            .collect()
-    };
-    let run = |lose_before: Option<u32>| {
-        let (mut sim, log) = sim_with(
-            config(1, EcnMode::On),
-            config(2, EcnMode::Accept),
-            mark_at(vec![300_000]),
-        );
-        let mut lost = false;
-        sim.drop_filter = Some(Box::new(move |side, bytes| {
-            let (r, payload) = TcpRepr::parse_segment(bytes).expect("our own segment");
-            let end = r.seq.wrapping_add(payload.len() as u32);
-            let lose = side == Side::A && !lost && Some(end) == lose_before;
-            lost |= lose;
-            lose
-        }));
-        transfer(&mut sim, 3_000_000);
-        (*sim.a.stats(), cwrs_of(&log))
-    };
-    let (a, cwrs) = run(None);
+    let (a, cwrs) = run_losing(|_, _| false);
     assert_eq!(
         (a.ecn_cwnd_reductions, a.retransmits, cwrs.len()),
         (1, 0, 1)
     );
-    let (a, cwrs) = run(Some(cwrs[0].seq));
+    let cwr = cwrs[0].seq;
+    let (a, cwrs) = run_losing(move |_, end| end == cwr);
     assert_eq!(a.ecn_cwnd_reductions, 1, "{a:?}");
     assert!(a.fast_retransmits + a.rack_lost >= 1, "{a:?}");
     assert_eq!(cwrs.len(), 1, "{cwrs:?} {a:?}");
+}
+
+#[test]
+fn a_loss_of_the_data_sent_after_an_echo_reduces_the_window_again() {
+    // The segment that carried CWR is the first of the next window: its
+    // loss is new congestion and reduces the window again, announced with
+    // a second CWR (Linux ends its CWR state once SND.UNA reaches it). Its
+    // duplicate ACKs acknowledge exactly the end of the reduced window,
+    // which the hold for that window's echoes still covers.
+    let (_, cwrs) = run_losing(|_, _| false);
+    let cwr = cwrs[0].seq;
+    let (a, cwrs) = run_losing(move |seq, _| seq == cwr);
+    assert_eq!(a.ecn_cwnd_reductions, 1, "{a:?}");
+    assert!(a.fast_retransmits + a.rack_lost >= 1, "{a:?}");
+    assert_eq!(cwrs.len(), 2, "{cwrs:?} {a:?}");
+}
+
+/// A 3 MB transfer from A to B whose segment at 300 000 is marked CE,
+/// where the first of A's data segments for which `lose(seq, end)` holds
+/// is lost; A's stats and the data segments it sent with CWR.
+fn run_losing(lose: impl Fn(u32, u32) -> bool + 'static) -> (Stats, Vec<Seg>) {
+    let (mut sim, log) = sim_with(
+        config(1, EcnMode::On),
+        config(2, EcnMode::Accept),
+        mark_at(vec![300_000]),
+    );
+    let mut lost = false;
+    sim.drop_filter = Some(Box::new(move |side, bytes| {
+        let (r, payload) = TcpRepr::parse_segment(bytes).expect("our own segment");
+        let end = r.seq.wrapping_add(payload.len() as u32);
+        let drop = side == Side::A && !lost && !payload.is_empty() && lose(r.seq, end);
+        lost |= drop;
+        drop
+    }));
+    transfer(&mut sim, 3_000_000);
+    let cwrs = log
+        .borrow()
+        .iter()
+        .filter(|s| s.side == Side::A && s.has(TcpFlags::CWR) && !s.has(TcpFlags::SYN))
+        .copied()
+        .collect();
+    (*sim.a.stats(), cwrs)
 }
 
 #[test]

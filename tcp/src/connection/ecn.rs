@@ -122,7 +122,7 @@ impl Connection {
         // after the reduction, at `ecn_high`) is acknowledged: ECEs until
         // then echo marks of the window already answered.
         if self.flags.has(Flags::ECN_HELD) && self.snd.una > self.snd.ecn_high {
-            self.flags.clear(Flags::ECN_HELD);
+            self.flags.clear(Flags::ECN_HELD | Flags::ECN_REDUCED);
         }
         if !in_window || !self.state.is_synchronized() {
             return;
@@ -185,6 +185,7 @@ impl Connection {
         self.snd.ecn_high = self.snd.max;
         if !self.flags.has(Flags::RECOVER_HELD) {
             self.cc.on_ecn_echo(flight);
+            self.flags.set(Flags::ECN_REDUCED);
             ctx.stats.ecn_cwnd_reductions += 1;
         }
     }

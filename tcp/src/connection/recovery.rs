@@ -177,16 +177,19 @@ impl Connection {
     /// it ends) and without Eifel state.
     ///
     /// Nor is the window reduced again when an ECN echo already reduced it
-    /// for this window of data (`Flags::ECN_HELD`): RFC 3168 §6.1.2 has
-    /// drops and CE marks of one window of data reduce the window once
-    /// (Linux likewise enters recovery from its CWR state without a second
-    /// reduction). That reduction answered real congestion, so no Eifel
-    /// state may undo it either.
+    /// for this window of data (`Flags::ECN_REDUCED`, and SND.UNA was sent
+    /// before that reduction): RFC 3168 §6.1.2 has drops and CE marks of
+    /// one window of data reduce the window once (Linux likewise enters
+    /// recovery from its CWR state without a second reduction, and ends
+    /// that state once SND.UNA reaches the data sent after it). That
+    /// reduction answered real congestion, so no Eifel state may undo it
+    /// either.
     pub(super) fn enter_recovery(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now;
         let flight = self.snd.max - self.snd.una;
         let probe_lost = self.flags.has(Flags::MTU_PROBE_OUT) && self.mtu_probe_at_loss(ctx);
-        let reduced = probe_lost || self.flags.has(Flags::ECN_HELD);
+        let echo_reduced = self.flags.has(Flags::ECN_REDUCED) && self.snd.una < self.snd.ecn_high;
+        let reduced = probe_lost || echo_reduced;
         if self.flags.has(Flags::TIMESTAMPS) && !reduced {
             // RFC 3522 §3.2 step (1) / RFC 4015 §3.2 step (1).
             self.snd.undo = Some(UndoState {

@@ -143,6 +143,12 @@ impl Flags {
     /// until our CWR, on the segment at `ecn_high`, arrives). A bit, not a
     /// value of `ecn_high`, for the reason `RECOVER_HELD` is one.
     pub(crate) const ECN_HELD: u32 = 1 << 28;
+    /// The window that ends at `SendState::ecn_high` was reduced for an
+    /// ECE (not for a loss or a timeout, which also set `ECN_HELD`): a
+    /// loss of data sent before `ecn_high` is repaired without a second
+    /// reduction, one of the segment at `ecn_high` or later is a new
+    /// window's and reduces it (RFC 3168 §6.1.2).
+    pub(crate) const ECN_REDUCED: u32 = 1 << 25;
     /// The segment written last goes out ECT(0) (`Connection::sent_ecn`).
     pub(crate) const ECT_SENT: u32 = 1 << 27;
 
