@@ -432,8 +432,13 @@ fn an_abort_resets_the_peer_even_after_a_timeout_rewound_snd_nxt() {
     let (a, b) = (p.a_conns[0], p.b_conns[0]);
     // Within the initial window and without Nagle, so that all of it is
     // out at once: a tail loss probe (RFC 8985 §7.3) then sends the last
-    // segment again, not new data that B would not have.
+    // segment again, not new data that B would not have. A byte from B
+    // first brings A B's window past the segment its SYN-ACK offered (a
+    // half-open connection's buffer, under this pair's small receive
+    // memory).
     p.a.set_nodelay(a, true).expect("live");
+    p.b.send(b, &[7; 1]).expect("live");
+    one_way(&mut p, false, false);
     p.a.send(a, &[7; 4_000]).expect("live");
     one_way(&mut p, true, false);
     one_way(&mut p, false, true);

@@ -347,7 +347,11 @@ pub struct Config {
     /// The search stops once its range is narrower than this many bytes
     /// (RFC 4821 §7.2; Linux `tcp_probe_threshold`, 8).
     pub mtu_probe_threshold: u16,
-    /// Half-open (SYN-RECEIVED) connections allowed per listener.
+    /// Half-open (SYN-RECEIVED) connections allowed per listener. Until its
+    /// handshake completes, a half-open connection's SYN-ACK offers at most
+    /// `recv_memory / listen_backlog`, and one segment once a quarter of
+    /// the backlog is half-open, so that a spoofed flood that fills the
+    /// backlog promises at most a quarter of the receive memory.
     pub listen_backlog: usize,
     /// Once a listener holds `listen_backlog` half-open connections,
     /// answer further SYNs with SYN cookies (RFC 4987 §3.6; Linux

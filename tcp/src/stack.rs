@@ -1307,8 +1307,9 @@ impl Stack {
             }
             return;
         }
+        let crowded = listener.half_open >= self.cfg.listen_backlog / 4;
         listener.half_open += 1;
-        let mut conn = Connection::new_passive(&self.cfg, &self.isn, tuple, self.now, seg);
+        let mut conn = Connection::new_passive(&self.cfg, &self.isn, tuple, self.now, seg, crowded);
         conn.set_in_backlog(true);
         self.stats.passive_opens += 1;
         let idx = self.insert(conn, Some(l));

@@ -180,9 +180,10 @@ fn sack_recovers_a_slow_start_overshoot() {
     assert_eq!(sack.rx.ooo_dropped, 0);
     assert!(
         sack.tx.retransmits <= sack.lost + sack.lost / 20,
-        "SACK retransmits {} for {} lost",
+        "SACK retransmits {} for {} lost: {:?}",
         sack.tx.retransmits,
-        sack.lost
+        sack.lost,
+        sack.tx
     );
 }
 

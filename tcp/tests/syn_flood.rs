@@ -453,3 +453,59 @@ fn connect_fails_at_the_stacks_cap() {
     );
     assert_eq!(second, Err(flowlane_tcp::Error::ConnectionLimit));
 }
+
+/// Half-open connections promise at most a quarter of the receive memory:
+/// a flood of spoofed SYNs that fills most of the backlog leaves the rest
+/// of the budget to the established connections. Before, each half-open
+/// connection counted the whole window its SYN-ACK offered (a spoofed
+/// source never fills it) and the flood's count divided the budget under
+/// pressure, so a legitimate client that connected during the flood was
+/// offered almost no window (the field read 0 here, the flood holding all
+/// of the 1 MiB).
+#[test]
+fn a_flood_promises_at_most_a_quarter_of_the_receive_memory() {
+    const FLOOD: usize = 1000;
+    let mut cfg = test_config(2);
+    cfg.listen_backlog = 1024;
+    cfg.recv_memory = 1 << 20;
+    let mut b = Stack::new(cfg);
+    b.listen(SocketAddr::new(B_IP, 80)).unwrap();
+    let mut a = Stack::new(test_config(1));
+    let mut rng = Rng::new(21);
+    let mut now = Instant::from_millis(1);
+    flood(&mut b, &mut rng, now, FLOOD);
+    let syn_acks = drain(&mut b, now);
+    assert_eq!(syn_acks.len(), FLOOD);
+    assert_eq!(b.connection_count(), FLOOD, "all half-open, none by cookie");
+    let committed = b.recv_memory_committed();
+    assert!(
+        committed <= (1 << 20) / 4,
+        "the flood holds {committed} bytes"
+    );
+    // A client connecting now is offered its whole buffer, and keeps it.
+    let ca = client_connect(&mut a, now, 40_000, 80);
+    let mut ev = (Vec::new(), Vec::new());
+    run(&mut a, &mut b, &mut now, 5, &mut ev);
+    let cb = accepted(&ev.1)[0];
+    transfer(&mut a, &mut b, &mut now, ca, cb, 200_000);
+    // Two full segments draw an immediate ACK, which carries the window.
+    a.send(ca, &[7; 3000]).unwrap();
+    deliver(&mut a, &mut b, now, |_, _| false);
+    let mut offered = 0;
+    for (t, bytes) in drain(&mut b, now) {
+        if t.dst.ip() == A_IP {
+            let (r, _) = TcpRepr::parse_segment(&bytes).unwrap();
+            offered = usize::from(r.window) << b_wscale(&syn_acks);
+        }
+    }
+    assert!(
+        offered >= 32 * 1024,
+        "B offered the client {offered} bytes of window during the flood"
+    );
+}
+
+/// The window scale B offered in its SYN-ACKs.
+fn b_wscale(syn_acks: &[(flowlane_tcp::Transmit, Vec<u8>)]) -> u8 {
+    let (r, _) = TcpRepr::parse_segment(&syn_acks[0].1).unwrap();
+    r.options.window_scale.unwrap_or(0)
+}

@@ -415,6 +415,9 @@ impl Connection {
             };
             self.events |= ev::ESTABLISHED;
             self.arm_keepalive(ctx);
+            // A crowded listener's half-open connection had a buffer of
+            // one segment (see `Connection::new_passive`).
+            self.recv_buf.grow(ctx.cfg.recv_buffer);
             // The SYN-ACK's window was unscaled; from now on it is.
             self.snd.wnd = u32::from(seg.window) << self.snd.wscale;
             self.snd.max_wnd = self.snd.max_wnd.max(self.snd.wnd);

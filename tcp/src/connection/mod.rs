@@ -371,16 +371,35 @@ impl Connection {
     }
 
     /// Passive open from a SYN received in LISTEN (RFC 9293 §3.10.7.2).
+    /// Until the handshake completes, the receive buffer (and so the
+    /// SYN-ACK's window) is at most `recv_memory / listen_backlog` (the
+    /// whole 64 KiB buffer with the defaults), and one segment, which every
+    /// connection may have outside the receive memory, once the listener
+    /// already holds a quarter of its backlog half-open (`crowded`). A
+    /// spoofed flood, whose half-open connections never complete, so
+    /// promises at most a quarter of the receive memory instead of all of
+    /// it; a legitimate crowd's later handshakes see their full window one
+    /// round trip later, in the first ACK.
     pub(crate) fn new_passive(
         cfg: &Config,
         isn: &IsnGenerator,
         tuple: FourTuple,
         now: Instant,
         syn: &TcpRepr,
+        crowded: bool,
     ) -> Self {
         let mut c = Self::blank(cfg, isn, tuple, now);
         c.state = State::SynReceived;
         c.flags.set(Flags::PASSIVE);
+        let half_open = if crowded {
+            0
+        } else {
+            cfg.recv_memory / cfg.listen_backlog.max(1)
+        };
+        let buffer = half_open.max(usize::from(cfg.mss)).min(cfg.recv_buffer);
+        if buffer < cfg.recv_buffer {
+            c.recv_buf = ChunkBuffer::new(buffer);
+        }
         c.rcv.irs = SeqNumber(syn.seq);
         c.rcv.nxt = SeqNumber(syn.seq) + 1;
         c.rcv.adv = c.rcv.nxt;
@@ -412,7 +431,7 @@ impl Connection {
         iss: SeqNumber,
         window: u16,
     ) -> Self {
-        let mut c = Self::new_passive(cfg, isn, tuple, now, syn);
+        let mut c = Self::new_passive(cfg, isn, tuple, now, syn, false);
         let s = &mut c.snd;
         (s.iss, s.una, s.wl2, s.recover, s.prev_una) = (iss, iss, iss, iss, iss);
         (s.high_rxt, s.rtx_mark, s.lost_floor) = (iss, iss, iss);
