@@ -17,41 +17,23 @@ fn both_backends_both_roles_with_and_without_delay() {
     }
     let out = std::env::temp_dir().join(unique_name("ttcp-matrix"));
     let bed = unique_name("tmx");
-    let child = Command::new(bin())
-        .arg("matrix")
-        .arg("--flowlane")
-        .arg(flowlane_bin())
-        .args([
-            "--bed",
-            &bed,
+    let v = matrix(
+        &bed,
+        &out,
+        &[
             "--backends",
             "kernel,flowlane",
             "--roles",
             "receiver,sender",
             "--conns",
             "2",
-            "--sizes",
-            "64k",
-            "--delays",
-            "0,5",
             "--latency-sizes",
             "64",
-            "--warmup",
-            "0.3",
-            "--seconds",
-            "0.7",
-            "--out",
-        ])
-        .arg(&out)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("flowlane-ttcp matrix");
-    let (o, took) = wait_bounded(child, Duration::from_secs(300), "matrix");
-    assert!(o.status.success(), "matrix: {}", text(&o));
-    eprintln!("matrix took {took:?}");
-    let v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+            "--delays",
+            "0,5",
+        ],
+        300,
+    );
 
     let cells = v["cells"].as_array().unwrap();
     assert_eq!(cells.len(), 2 * 2 * 2, "backends x roles x delays: {v}");
@@ -109,40 +91,23 @@ fn kernel_wire_sends_wire_size_frames_and_gives_the_offloads_back() {
     }
     let out = std::env::temp_dir().join(unique_name("ttcp-matrix-wire"));
     let bed = unique_name("tmw");
-    let child = Command::new(bin())
-        .arg("matrix")
-        .arg("--flowlane")
-        .arg(flowlane_bin())
-        .args([
-            "--bed",
-            &bed,
+    let v = matrix(
+        &bed,
+        &out,
+        &[
             "--backends",
             "kernel-wire,kernel",
             "--roles",
             "sender",
             "--conns",
             "1",
-            "--sizes",
-            "64k",
-            "--delays",
-            "0",
             "--latency-sizes",
             "none",
-            "--warmup",
-            "0.3",
-            "--seconds",
-            "0.7",
-            "--out",
-        ])
-        .arg(&out)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("flowlane-ttcp matrix");
-    let (o, _) = wait_bounded(child, Duration::from_secs(120), "matrix");
-    assert!(o.status.success(), "matrix: {}", text(&o));
-    let v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+            "--delays",
+            "0",
+        ],
+        120,
+    );
     let cells = v["cells"].as_array().unwrap();
     assert_eq!(cells.len(), 2, "{v}");
     // Payload bytes per packet on the sender's interface.
@@ -164,4 +129,35 @@ fn kernel_wire_sends_wire_size_frames_and_gives_the_offloads_back() {
         "after kernel-wire, kernel sent {gso} bytes per packet (offloads not restored?)"
     );
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Runs a small matrix (64 KiB buffers, 0.3 s warm-up, 0.7 s cells) on bed
+/// `bed` with the flags `args`, writing to `out`, within `limit_s`
+/// seconds; its `results.json`.
+fn matrix(bed: &str, out: &std::path::Path, args: &[&str], limit_s: u64) -> serde_json::Value {
+    let child = Command::new(bin())
+        .arg("matrix")
+        .arg("--flowlane")
+        .arg(flowlane_bin())
+        .args([
+            "--bed",
+            bed,
+            "--sizes",
+            "64k",
+            "--warmup",
+            "0.3",
+            "--seconds",
+            "0.7",
+        ])
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("flowlane-ttcp matrix");
+    let (o, took) = wait_bounded(child, Duration::from_secs(limit_s), "matrix");
+    assert!(o.status.success(), "matrix: {}", text(&o));
+    eprintln!("matrix took {took:?}");
+    serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap()
 }
