@@ -194,11 +194,13 @@ impl Connection {
         // retransmissions above SND.UNA are not yet acknowledged (one that
         // ended, or was undone, before the segments it resent were): those
         // copies may be queued at the bottleneck, sent after everything
-        // SACKed so far, and RACK judges them by their send times (RFC 8985
-        // §6.2), pulling HighRxt back to any it finds lost again. So
-        // neither SND.UNA nor anything up to the old HighRxt is sent again
-        // now, and with no retransmission of SND.UNA there is nothing for
-        // Eifel to test. (Resending them made an overshoot of a 10 ms
+        // SACKed so far (RACK, RFC 8985 §6.2, orders by send time and does
+        // not deem them lost). So neither SND.UNA nor anything up to the
+        // old HighRxt is sent again now, and with no retransmission of
+        // SND.UNA there is nothing for Eifel to test. Any of them lost
+        // again is resent by the lost-retransmission rule of
+        // `sack_loss_detection` (HighRxt falls back to SND.UNA once data
+        // sent after this recovery began is SACKed beyond DupThresh). (Resending them made an overshoot of a 10 ms
         // drop-tail queue cost 2 614 retransmissions for 2 317 losses, 11
         // recoveries entered on a new loss far above SND.UNA and undone when
         // the old copy of SND.UNA arrived.)
