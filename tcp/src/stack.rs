@@ -293,6 +293,11 @@ pub struct Stack {
     mem_waiting: VecDeque<(u32, u32)>,
     stats: Stats,
     live: usize,
+    /// Live connections that divide the receive memory under pressure
+    /// (`RecvMemory::share`): all but passive opens still in a listener's
+    /// backlog, so that a flood of half-open connections does not shrink
+    /// every established connection's share.
+    sharing: usize,
     /// Latest time seen from the caller.
     now: Instant,
     /// The slot of the last segment's connection ([`NO_SLOT`] if none):
@@ -385,6 +390,7 @@ impl Stack {
             mem_waiting: VecDeque::new(),
             stats: Stats::default(),
             live: 0,
+            sharing: 0,
             now: Instant::ZERO,
             last_flow: NO_SLOT,
         }
@@ -686,7 +692,9 @@ impl Stack {
         slot.in_dirty = false;
         slot.mem_waiting = false;
         let floor = usize::from(self.cfg.mss);
-        self.rcv_committed += slot.conn.as_ref().map_or(0, |c| c.rcv_commitment(floor));
+        let conn = slot.conn.as_ref().expect("just placed");
+        self.rcv_committed += conn.rcv_commitment(floor);
+        self.sharing += usize::from(!conn.in_backlog());
         let hash = self.table.hash(&tuple);
         let slots = &self.slots;
         self.table.insert(hash, idx, |i| Self::tuple_at(slots, i));
@@ -764,11 +772,11 @@ impl Stack {
             pool,
             now,
             rcv_committed,
-            live,
+            sharing,
             ..
         } = self;
         let conn = slots[idx as usize].conn.as_mut().expect("live slot");
-        let mem = RecvMemory::of(conn, cfg, *rcv_committed, *live);
+        let mem = RecvMemory::of(conn, cfg, *rcv_committed, *sharing);
         let ctx = Ctx {
             now: *now,
             cfg,
@@ -814,7 +822,7 @@ impl Stack {
             let Some(conn) = slot.conn.as_mut() else {
                 continue;
             };
-            let mem = RecvMemory::of(conn, &self.cfg, promised, self.live);
+            let mem = RecvMemory::of(conn, &self.cfg, promised, self.sharing);
             if let Some(opens) = conn.on_memory_freed(mem) {
                 promised += opens.max(mss);
                 if !slot.in_dirty {
@@ -869,6 +877,7 @@ impl Stack {
             }
             if conn.in_backlog() {
                 conn.set_in_backlog(false);
+                self.sharing += 1;
                 if let Some(Some(l)) = slot
                     .listener
                     .get()
@@ -1021,6 +1030,7 @@ impl Stack {
         self.buckets.unlink(&mut self.slots, slot_link, idx);
         self.free.push(idx);
         self.live -= 1;
+        self.sharing -= usize::from(!in_backlog);
         self.rcv_committed = self.rcv_committed.saturating_sub(commitment);
         r
     }
@@ -1829,7 +1839,7 @@ impl Stack {
     /// one entry per slot that has one (no stale entries).
     pub(crate) fn check_layout(&self) -> Result<(), String> {
         let floor = usize::from(self.cfg.mss);
-        let (mut live, mut committed, mut chunks) = (0, 0, 0);
+        let (mut live, mut committed, mut chunks, mut sharing) = (0, 0, 0, 0);
         for (i, slot) in self.slots.iter().enumerate() {
             let idx = i as u32;
             let Some(c) = slot.conn.as_ref() else {
@@ -1856,6 +1866,7 @@ impl Stack {
                 return Err(format!("slot {i} holds a CLOSED connection"));
             }
             committed += c.rcv_commitment(floor);
+            sharing += usize::from(!c.in_backlog());
             chunks += c.send_buf.chunks() + c.recv_buf.chunks();
             if c.send_buf.is_empty() && c.send_buf.chunks() != 0 {
                 return Err(format!("slot {i}: empty send buffer holds chunks"));
@@ -1877,6 +1888,12 @@ impl Stack {
                 "{live} live slots, live count {}, table {}",
                 self.live,
                 self.table.len()
+            ));
+        }
+        if sharing != self.sharing {
+            return Err(format!(
+                "{sharing} live slots out of a backlog, sharing count {}",
+                self.sharing
             ));
         }
         self.time_wait.check()?;

@@ -509,3 +509,61 @@ fn b_wscale(syn_acks: &[(flowlane_tcp::Transmit, Vec<u8>)]) -> u8 {
     let (r, _) = TcpRepr::parse_segment(&syn_acks[0].1).unwrap();
     r.options.window_scale.unwrap_or(0)
 }
+
+/// Nor do a flood's half-open connections divide the receive memory that
+/// the established ones share under pressure. Four clients with 256 KiB
+/// buffers fill B's 1 MiB budget with data B has not read; 1 000 spoofed
+/// SYNs arrive; B then reads one client's data (three quarters of the
+/// budget stay committed: still under pressure). The window update offers
+/// that client its share among the four established connections, not a
+/// thousandth of the budget (about a kilobyte, when the half-open
+/// connections counted).
+#[test]
+fn a_flood_does_not_divide_the_receive_memory_under_pressure() {
+    let mut cfg = test_config(2);
+    cfg.listen_backlog = 1024;
+    cfg.recv_memory = 1 << 20;
+    cfg.recv_buffer = 256 * 1024;
+    cfg.recv_buffer_max = 256 * 1024;
+    let mut b = Stack::new(cfg);
+    b.listen(SocketAddr::new(B_IP, 80)).unwrap();
+    let mut a = Stack::new(test_config(1));
+    let mut now = Instant::from_millis(1);
+    let clients: Vec<ConnHandle> = (0..4)
+        .map(|i| client_connect(&mut a, now, 40_000 + i, 80))
+        .collect();
+    let mut ev = (Vec::new(), Vec::new());
+    run(&mut a, &mut b, &mut now, 5, &mut ev);
+    let theirs = accepted(&ev.1);
+    assert_eq!(theirs.len(), 4);
+    let data = vec![3u8; 1 << 20];
+    for _ in 0..300 {
+        for &c in &clients {
+            let _ = a.send(c, &data);
+        }
+        run(&mut a, &mut b, &mut now, 1, &mut ev);
+    }
+    let committed = b.recv_memory_committed();
+    assert!(
+        committed > (1 << 19),
+        "under pressure: {committed} committed"
+    );
+    flood(&mut b, &mut Rng::new(22), now, 1000);
+    let _ = drain(&mut b, now);
+    let mut buf = vec![0u8; 1 << 16];
+    while b.recv(theirs[0], &mut buf).is_ok_and(|n| n > 0) {}
+    let port = b.four_tuple(theirs[0]).unwrap().remote.port();
+    // B offers the smallest window scale that fits its largest buffer.
+    let shift = (0..14).find(|s| ((256 * 1024usize) >> s) <= 0xffff).unwrap();
+    let mut offered = 0;
+    for (t, bytes) in drain(&mut b, now) {
+        if t.dst.ip() == A_IP && t.dst.port() == port {
+            let (r, _) = TcpRepr::parse_segment(&bytes).unwrap();
+            offered = usize::from(r.window) << shift;
+        }
+    }
+    assert!(
+        offered >= 128 * 1024,
+        "B offered {offered} bytes after the read, with the flood half-open"
+    );
+}

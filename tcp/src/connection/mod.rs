@@ -103,7 +103,8 @@ pub(crate) struct RecvMemory {
     pub total: usize,
     /// [`Config::recv_memory`].
     pub budget: usize,
-    /// Live connections.
+    /// Live connections that share the budget (all but half-open passive
+    /// ones, which a flood could otherwise multiply).
     pub live: usize,
     /// Bytes every connection may hold or promise outside the budget (one
     /// segment of our MSS).
