@@ -554,7 +554,9 @@ fn a_flood_does_not_divide_the_receive_memory_under_pressure() {
     while b.recv(theirs[0], &mut buf).is_ok_and(|n| n > 0) {}
     let port = b.four_tuple(theirs[0]).unwrap().remote.port();
     // B offers the smallest window scale that fits its largest buffer.
-    let shift = (0..14).find(|s| ((256 * 1024usize) >> s) <= 0xffff).unwrap();
+    let shift = (0..14)
+        .find(|s| ((256 * 1024usize) >> s) <= 0xffff)
+        .unwrap();
     let mut offered = 0;
     for (t, bytes) in drain(&mut b, now) {
         if t.dst.ip() == A_IP && t.dst.port() == port {
