@@ -415,8 +415,9 @@ impl Connection {
             };
             self.events |= ev::ESTABLISHED;
             self.arm_keepalive(ctx);
-            // A crowded listener's half-open connection had a buffer of
-            // one segment (see `Connection::new_passive`).
+            // A half-open connection's buffer was bounded (by the receive
+            // memory over the backlog, one segment on a crowded listener:
+            // see `Connection::new_passive`); now it is the configured one.
             self.recv_buf.grow(ctx.cfg.recv_buffer);
             // The SYN-ACK's window was unscaled; from now on it is.
             self.snd.wnd = u32::from(seg.window) << self.snd.wscale;
