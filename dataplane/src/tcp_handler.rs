@@ -794,7 +794,7 @@ impl TcpHandler {
             .stack
             .handle_tcp_ecn(now, src, dst, ecn, tcp, f.payload());
         match delivery {
-            Delivery::Taken => {
+            Delivery::Taken | Delivery::Kept => {
                 counters::bump(&c.segments_in);
                 self.rx_sender = Some((src, f.ethernet.src_addr));
                 true

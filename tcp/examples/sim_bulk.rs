@@ -9,8 +9,11 @@
 //! ```
 //!
 //! Arguments: connections (default 1), bytes per connection (default
-//! 4 MB / connections), `fixed` to turn buffer auto-tuning off (buffers stay
-//! at their initial 32 KiB, as before auto-tuning existed). Prints the data segments received, so that
+//! 4 MB / connections), then any of the words `fixed` to turn buffer
+//! auto-tuning off (buffers stay at their initial 32 KiB, as before
+//! auto-tuning existed) and `lend` for zero-copy receive (B is lent each
+//! segment's buffer, `Stack::handle_tcp_frame`, and in-order payload stays
+//! there until read). Prints the data segments received, so that
 //! instructions per received data segment can be derived from callgrind's
 //! totals (or `--toggle-collect='*Stack*handle_segment*'` for the receive
 //! path alone).
@@ -50,10 +53,11 @@ fn main() {
         .next()
         .and_then(|s| s.parse().ok())
         .unwrap_or(4_000_000 / conns.max(1) as u64);
-    let mode = args.next().unwrap_or_default();
-    let (fixed, steady) = (mode == "fixed", mode == "steady");
+    let modes: Vec<String> = args.collect();
+    let has = |m: &str| modes.iter().any(|a| a == m);
+    let (fixed, steady, lend) = (has("fixed"), has("steady"), has("lend"));
     if steady {
-        return run_steady(conns, bytes);
+        return run_steady(conns, bytes, lend);
     }
     assert!((1..=50_000).contains(&conns), "1..=50000 connections");
     let link = LinkConfig {
@@ -75,6 +79,9 @@ fn main() {
         }
     }
     let mut sim = Sim::new(42, link, link, a, b);
+    if lend {
+        sim.lend_to_b();
+    }
     let mut bulk = Bulk::start(&mut sim, conns, bytes, 0);
     let limit = sim.now + Duration::from_secs(3600);
     let done = sim.run_until(limit, |s| {
@@ -98,10 +105,11 @@ fn main() {
         "buffer auto-tuning     {}",
         if fixed { "off" } else { "on" }
     );
+    println!("payloads kept (B)      {}", rx.frames_kept);
 }
 
 /// The steady-state mode (see the module documentation).
-fn run_steady(conns: usize, measured_bytes: u64) {
+fn run_steady(conns: usize, measured_bytes: u64, lend: bool) {
     const WARM: u64 = 16 * 1024;
     // Fast enough that every connection's window fits in flight at once:
     // the steady state of many long transfers, not of a congested queue.
@@ -117,6 +125,9 @@ fn run_steady(conns: usize, measured_bytes: u64) {
         c.listen_backlog = 65_536;
     }
     let mut sim = Sim::new(42, link, link, a, b);
+    if lend {
+        sim.lend_to_b();
+    }
     // Each connection has far more to send than the run moves.
     let mut bulk = Bulk::start(&mut sim, conns, u64::MAX / 4, 0);
     let limit = sim.now + Duration::from_secs(3600);
@@ -172,4 +183,5 @@ fn run_steady(conns: usize, measured_bytes: u64) {
     println!("retransmits (A)        {}", sim.a.stats().retransmits);
     println!("virtual time warming   {:?}", t0.saturating_since(start));
     println!("virtual time measured  {:?}", sim.now.saturating_since(t0));
+    println!("payloads kept (B)      {}", rx.frames_kept);
 }

@@ -74,8 +74,16 @@ impl ChunkBuffer {
     }
 
     /// Whether no bytes are queued.
+    #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Whether nothing is queued or written past the queued bytes (no
+    /// out-of-order bytes either).
+    #[inline]
+    pub(crate) fn holds_nothing(&self) -> bool {
+        self.written == 0
     }
 
     /// Chunks held.
@@ -151,6 +159,7 @@ impl ChunkBuffer {
     }
 
     /// Removes up to `out.len()` bytes from the front into `out`.
+    #[cfg(test)]
     pub(crate) fn dequeue_slice(&mut self, pool: &mut ChunkPool, out: &mut [u8]) -> usize {
         let n = self.read_allocated(0, out);
         self.dequeue_allocated(pool, n);

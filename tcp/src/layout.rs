@@ -7,7 +7,7 @@
 
 use crate::connection::Connection;
 use crate::time::{Duration, Instant};
-use crate::{Config, ConnHandle, Event, Stack};
+use crate::{Config, ConnHandle, Delivery, Ecn, Event, FrameRef, FrameStore, Stack};
 use proptest::prelude::*;
 use std::net::SocketAddr;
 
@@ -23,13 +23,17 @@ use std::net::SocketAddr;
 /// window's adaptation). 664 until PLPMTUD (+8 bytes: RFC 4821's search
 /// in `SendState`, its top and the handshake's MTU, the probe's MTU and
 /// first sequence number; the rest-time stamp fits `TimerState`'s padding).
-const CONNECTION_BUDGET: usize = 672;
+/// 672 until zero-copy receive (+8 bytes: the receive queue's list of
+/// payloads kept in lent frames, a circular list named by its newest piece
+/// and its byte count).
+const CONNECTION_BUDGET: usize = 680;
 /// A slab slot: the connection plus the stack's bookkeeping for it.
 /// 664 until the timer wheel's cancel (8 bytes: the entry's place in the
 /// wheel, so that no stale entry is left behind); 672 until CUBIC (+16,
 /// as the connection); 688 until RACK-TLP (+16, as the connection); 704
-/// until PLPMTUD (+8, as the connection).
-const SLOT_BUDGET: usize = 712;
+/// until PLPMTUD (+8, as the connection); 712 until zero-copy receive
+/// (+8, as the connection).
+const SLOT_BUDGET: usize = 720;
 /// A compact TIME-WAIT record (what a closed connection costs for 2 MSL,
 /// index and expiry entry aside).
 const TIME_WAIT_BUDGET: usize = 112;
@@ -63,6 +67,9 @@ enum Op {
     Send(bool, u8, u16),
     /// One side reads up to `len` bytes from its `n`th connection.
     Recv(bool, u8, u16),
+    /// One side drops up to `len` bytes of what `peek` shows on its `n`th
+    /// connection.
+    Peek(bool, u8, u16),
     /// One side closes its `n`th connection.
     Close(bool, u8),
     /// One side shuts down writing.
@@ -86,6 +93,7 @@ fn op() -> impl Strategy<Value = Op> {
         (0u8..6).prop_map(Op::Connect),
         (any::<bool>(), 0u8..6, 1u16..20_000).prop_map(|(s, n, l)| Op::Send(s, n, l)),
         (any::<bool>(), 0u8..6, 1u16..20_000).prop_map(|(s, n, l)| Op::Recv(s, n, l)),
+        (any::<bool>(), 0u8..6, 1u16..3_000).prop_map(|(s, n, l)| Op::Peek(s, n, l)),
         (any::<bool>(), 0u8..6).prop_map(|(s, n)| Op::Close(s, n)),
         (any::<bool>(), 0u8..6).prop_map(|(s, n)| Op::Shutdown(s, n)),
         (any::<bool>(), 0u8..6).prop_map(|(s, n)| Op::Abort(s, n)),
@@ -96,9 +104,53 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// B's receive frames: B is lent the frame of most segments it receives
+/// (zero-copy receive), as a data path lends them.
+#[derive(Default)]
+struct Frames {
+    slots: Vec<Option<Vec<u8>>>,
+    free: Vec<u32>,
+}
+
+impl FrameStore for Frames {
+    fn frame(&self, id: u32) -> &[u8] {
+        self.slots[id as usize]
+            .as_deref()
+            .expect("the stack reads only frames it holds")
+    }
+}
+
+impl Frames {
+    fn lend(&mut self, bytes: Vec<u8>) -> u32 {
+        match self.free.pop() {
+            Some(id) => {
+                self.slots[id as usize] = Some(bytes);
+                id
+            }
+            None => {
+                self.slots.push(Some(bytes));
+                (self.slots.len() - 1) as u32
+            }
+        }
+    }
+
+    fn give_back(&mut self, id: u32) {
+        assert!(
+            self.slots[id as usize].take().is_some(),
+            "frame {id} released twice"
+        );
+        self.free.push(id);
+    }
+
+    fn held(&self) -> usize {
+        self.slots.iter().filter(|s| s.is_some()).count()
+    }
+}
+
 struct Pair {
     a: Stack,
     b: Stack,
+    frames: Frames,
     now: Instant,
     /// Handles each side knows, in the order it learnt them.
     a_conns: Vec<ConnHandle>,
@@ -134,6 +186,7 @@ impl Pair {
         Pair {
             a: Stack::new(cfg_a),
             b,
+            frames: Frames::default(),
             now: Instant::from_millis(1),
             a_conns: Vec::new(),
             b_conns: Vec::new(),
@@ -152,6 +205,24 @@ impl Pair {
     fn conn(&mut self, a: bool, n: u8) -> Option<ConnHandle> {
         let (_, conns) = self.side(a);
         (!conns.is_empty()).then(|| conns[n as usize % conns.len()])
+    }
+
+    /// Reads from one side's connection (B through its frames).
+    fn recv(&mut self, a: bool, h: ConnHandle, buf: &mut [u8]) -> Result<usize, crate::Error> {
+        if a {
+            self.a.recv(h, buf)
+        } else {
+            self.b.recv_in(h, buf, &self.frames)
+        }
+    }
+
+    /// Takes back the frames B released, and checks that B holds exactly
+    /// the others.
+    fn frames_back(&mut self) {
+        while let Some(id) = self.b.poll_released_frame() {
+            self.frames.give_back(id);
+        }
+        assert_eq!(self.b.lent_frames(), self.frames.held(), "frames B holds");
     }
 
     /// Drains events (learning accepted handles, forgetting closed ones).
@@ -191,7 +262,21 @@ impl Pair {
             Op::Recv(a, n, len) => {
                 if let Some(h) = self.conn(a, n) {
                     let mut buf = vec![0; usize::from(len)];
-                    let _ = self.side(a).0.recv(h, &mut buf);
+                    let _ = self.recv(a, h, &mut buf);
+                }
+            }
+            Op::Peek(a, n, len) => {
+                if let Some(h) = self.conn(a, n) {
+                    let (stack, frames): (&mut Stack, &dyn FrameStore) = if a {
+                        (&mut self.a, &crate::NoFrames)
+                    } else {
+                        (&mut self.b, &self.frames)
+                    };
+                    let seen = stack.peek_in(h, frames).map_or(0, <[u8]>::len);
+                    let take = seen.min(usize::from(len));
+                    if seen > 0 {
+                        assert_eq!(stack.consume(h, take), Ok(take));
+                    }
                 }
             }
             Op::Close(a, n) => {
@@ -225,13 +310,14 @@ impl Pair {
             Op::MoveBucket(n) => self.move_bucket(u16::from(n % 3)),
         }
         self.events();
+        self.frames_back();
     }
 
     /// B's bucket `bucket` goes to another stack and comes back, as a
     /// rebalancer would move it; B's handles follow.
     fn move_bucket(&mut self, bucket: u16) {
         let held = self.b.bucket_stats(bucket);
-        let export = self.b.export_bucket(bucket);
+        let export = self.b.export_bucket_in(bucket, &self.frames);
         assert_eq!(self.b.bucket_stats(bucket).connections, 0);
         assert_eq!(self.b.bucket_stats(bucket).time_wait, 0);
         let mut other = Stack::new(self.b.config().clone());
@@ -274,7 +360,6 @@ impl Pair {
                 }
             }
             self.buf = buf;
-            let (to, _) = self.side(!from_a);
             for (t, bytes) in segs {
                 // LAYOUT_TRACE=1 prints the segments of a failing case.
                 if std::env::var_os("LAYOUT_TRACE").is_some() {
@@ -291,7 +376,38 @@ impl Pair {
                     }
                 }
                 if mask & (1 << (i % 16)) == 0 {
-                    to.handle_segment(now, t.src.ip(), t.dst.ip(), &bytes);
+                    if from_a && i % 5 != 4 {
+                        // B is lent the frame (all but every fifth).
+                        let id = self.frames.lend(bytes);
+                        let seg = self.frames.frame(id);
+                        let kept = match flowlane_wire::TcpRepr::parse_segment(seg) {
+                            Ok((r, pl)) => {
+                                let at = pl.as_ptr() as usize - seg.as_ptr() as usize;
+                                let frame = FrameRef {
+                                    id,
+                                    payload_offset: at as u32,
+                                };
+                                let (src, dst) = (t.src.ip(), t.dst.ip());
+                                let d = self.b.handle_tcp_frame(
+                                    now,
+                                    src,
+                                    dst,
+                                    Ecn::NotEct,
+                                    &r,
+                                    pl,
+                                    frame,
+                                );
+                                d == Delivery::Kept
+                            }
+                            Err(_) => false,
+                        };
+                        if !kept {
+                            self.frames.give_back(id);
+                        }
+                    } else {
+                        let (to, _) = self.side(!from_a);
+                        to.handle_segment(now, t.src.ip(), t.dst.ip(), &bytes);
+                    }
                 }
                 i += 1;
             }
@@ -329,7 +445,7 @@ fn the_send_stream_survives_snd_una_wrapping_onto_the_iss() {
             off += p.a.send(a, &sent[off..upto]).expect("live");
         }
         p.apply(&Op::Deliver(0));
-        let n = match p.b.recv(b, &mut buf) {
+        let n = match p.recv(false, b, &mut buf) {
             Ok(n) => n,
             Err(crate::Error::WouldBlock) => 0,
             Err(e) => panic!("B's connection: {e:?}"),
@@ -343,6 +459,7 @@ fn the_send_stream_survives_snd_una_wrapping_onto_the_iss() {
     }
     let snd = &p.a.connection_mut(a).snd;
     assert!(snd.una > snd.iss, "SND.UNA passed the ISS");
+    assert!(p.b.stats().frames_kept > 0, "B kept payload in lent frames");
     assert_eq!(got.len(), sent.len());
     assert!(got == sent, "B read other bytes than A sent");
 }
@@ -520,7 +637,7 @@ proptest! {
                 let conns = p.side(a).1.clone();
                 for h in conns {
                     let mut buf = vec![0; 65_536];
-                    while matches!(p.side(a).0.recv(h, &mut buf), Ok(n) if n > 0) {}
+                    while matches!(p.recv(a, h, &mut buf), Ok(n) if n > 0) {}
                     let _ = p.side(a).0.close(h);
                 }
             }
@@ -531,6 +648,8 @@ proptest! {
             prop_assert!(s.check_layout().is_ok(), "{name}: {:?}", s.check_layout());
             prop_assert_eq!(s.connection_count(), 0, "{} keeps connections", name);
             prop_assert_eq!(s.buffer_memory(), 0, "{} keeps buffer memory", name);
+            prop_assert_eq!(s.lent_frames(), 0, "{} keeps frames", name);
         }
+        prop_assert_eq!(p.frames.held(), 0, "frames not given back");
     }
 }

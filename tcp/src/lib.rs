@@ -12,7 +12,8 @@
 //! [`InitialWindow`], [`Ecn`] and [`EcnMode`], [`MtuProbing`], the opaque
 //! connection [`Snapshot`] for moving a connection between stacks, the
 //! opaque [`BucketExport`] for moving an RSS bucket's connections at once
-//! and its [`BucketStats`], and [`time`]. Everything else (buffers, reassembly, SACK scoreboard, RTO,
+//! and its [`BucketStats`], zero-copy receive's [`FrameRef`], [`FrameStore`]
+//! and [`NoFrames`] (payload left in the caller's frames), and [`time`]. Everything else (buffers, reassembly, SACK scoreboard, RTO,
 //! congestion control, timer wheel, ISNs) is internal.
 //!
 //! ```
@@ -51,8 +52,10 @@ mod ecn;
 mod isn;
 #[cfg(test)]
 mod layout;
+mod lent_frames;
 mod mtu_probing;
 mod rack;
+mod recv_buffer;
 mod rto;
 mod sack;
 mod seq;
@@ -70,6 +73,7 @@ use std::net::{IpAddr, SocketAddr};
 pub use cc::{CongestionAlgorithm, InitialWindow};
 pub use connection::{Snapshot, State};
 pub use ecn::{Ecn, EcnMode};
+pub use lent_frames::{FrameRef, FrameStore, NoFrames};
 pub use mtu_probing::MtuProbing;
 pub use stack::{BucketExport, Delivery, Stack};
 
@@ -249,6 +253,11 @@ pub struct Config {
     /// chunks as data arrives and given back as it is read; the pool keeps
     /// up to this much free memory for reuse.
     pub recv_memory: usize,
+    /// The least payload a receive queue keeps in the frame it arrived in
+    /// when the caller lends frames ([`Stack::handle_tcp_frame`]); smaller
+    /// payloads are copied, so that a frame's memory is not held for a few
+    /// bytes. Default 1 024 (half a 2 KiB frame).
+    pub zero_copy_min: usize,
     /// Offer window scaling (RFC 7323 §2).
     pub window_scaling: bool,
     /// Offer timestamps (RFC 7323 §3) and use PAWS.
@@ -422,6 +431,7 @@ impl Config {
             recv_buffer: 64 * 1024,
             recv_buffer_max: 6 * 1024 * 1024,
             recv_memory: 64 * 1024 * 1024,
+            zero_copy_min: 1024,
             window_scaling: true,
             timestamps: true,
             sack: true,
@@ -505,6 +515,9 @@ pub struct Stats {
     pub data_segments_out: u64,
     /// Payload bytes delivered in order to receive buffers.
     pub bytes_in: u64,
+    /// Segments whose payload a receive queue kept in the caller's frame
+    /// (zero-copy receive, [`Stack::handle_tcp_frame`]).
+    pub frames_kept: u64,
     /// Payload bytes sent (including retransmissions).
     pub bytes_out: u64,
     /// Segments that failed to parse.

@@ -10,6 +10,7 @@ use crate::connection::{
 };
 use crate::ecn::{Ecn, EcnMode};
 use crate::isn::IsnGenerator;
+use crate::lent_frames::{FrameRef, FrameStore, Lend, LentFrames, NoFrames};
 use crate::seq::SeqNumber;
 use crate::syn_cookie::{self, CookieJar};
 use crate::table::ConnTable;
@@ -187,6 +188,10 @@ impl BucketExport {
 pub enum Delivery {
     /// This stack took it: processed, answered, or dropped and counted.
     Taken,
+    /// Taken, and its payload kept in the frame lent with it
+    /// ([`Stack::handle_tcp_frame`]): the caller leaves the frame alone
+    /// until [`Stack::poll_released_frame`] gives it back.
+    Kept,
     /// It matches no connection here and its RSS bucket is served by
     /// another stack ([`Stack::set_bucket_away`]): the caller hands it to
     /// that stack. Nothing was sent, and the segment is not counted here.
@@ -285,6 +290,11 @@ pub struct Stack {
     cookies: CookieJar,
     cookie_syn_acks: VecDeque<CookieSynAck>,
     pool: ChunkPool,
+    /// Received payload kept in the caller's frames (zero-copy receive).
+    lent: LentFrames,
+    /// The frame lent with the segment being processed
+    /// ([`Stack::handle_tcp_frame`]); taken when a receive queue keeps it.
+    lend: Option<Lend>,
     /// Receive memory committed by all connections together (the sum of
     /// [`Connection::rcv_commitment`]), against [`Config::recv_memory`].
     rcv_committed: usize,
@@ -372,6 +382,8 @@ impl Stack {
             away: 0,
             wheel: TimerWheel::new(cfg.timer_tick),
             pool: ChunkPool::new(cfg.recv_memory.div_ceil(CHUNK_SIZE)),
+            lent: LentFrames::default(),
+            lend: None,
             replies: Replies {
                 rsts: VecDeque::new(),
                 challenges: ChallengeBudget::new(&cfg.isn_secret, cfg.challenge_ack_limit),
@@ -557,6 +569,13 @@ impl Stack {
     /// them here. The bucket's counters stay (they describe this stack's
     /// past load). The bucket is marked away ([`Stack::set_bucket_away`]).
     pub fn export_bucket(&mut self, bucket: u16) -> BucketExport {
+        self.export_bucket_in(bucket, &NoFrames)
+    }
+
+    /// [`Stack::export_bucket`] for a caller that lends frames: kept
+    /// payload is copied into the snapshots out of `frames`, and the frames
+    /// released.
+    pub fn export_bucket_in(&mut self, bucket: u16, frames: &dyn FrameStore) -> BucketExport {
         self.set_bucket_away(bucket, true);
         let mut connections = Vec::with_capacity(self.buckets.len(bucket) as usize);
         loop {
@@ -565,7 +584,7 @@ impl Stack {
                 break;
             }
             let handle = self.handle(idx);
-            connections.push((handle, self.export_slot(idx)));
+            connections.push((handle, self.export_slot(idx, frames)));
         }
         BucketExport {
             bucket,
@@ -770,6 +789,8 @@ impl Stack {
             stats,
             replies,
             pool,
+            lent,
+            lend,
             now,
             rcv_committed,
             sharing,
@@ -783,6 +804,8 @@ impl Stack {
             stats,
             replies,
             pool,
+            lent,
+            lend,
             mem,
         };
         (conn, ctx)
@@ -910,10 +933,13 @@ impl Stack {
                             stats,
                             replies,
                             pool,
+                            lent,
+                            lend,
                             now,
                             ..
                         } = self;
-                        conn.abort(&mut Ctx::unlimited(*now, cfg, stats, replies, pool));
+                        let memory = (pool, lent, lend);
+                        conn.abort(&mut Ctx::unlimited(*now, cfg, stats, replies, memory));
                     }
                 }
             } else {
@@ -944,7 +970,7 @@ impl Stack {
                     },
                 });
             }
-            let record = self.remove(idx, |c| {
+            let record = self.remove(idx, |c, _| {
                 compact.then(|| (c.time_wait_record(), c.owes_ack()))
             });
             self.stats.closed += 1;
@@ -999,14 +1025,14 @@ impl Stack {
     // Out of line: once per connection, and the established path that
     // can reach it (`after`) stays short.
     #[inline(never)]
-    fn remove<R>(&mut self, idx: u32, last: impl FnOnce(&Connection) -> R) -> R {
+    fn remove<R>(&mut self, idx: u32, last: impl FnOnce(&Connection, &LentFrames) -> R) -> R {
         let slot = &mut self.slots[idx as usize];
         let conn = slot.conn.as_mut().expect("live slot");
         let in_backlog = conn.in_backlog();
         let hash = self.table.hash(&conn.tuple);
         let commitment = conn.rcv_commitment(usize::from(self.cfg.mss));
-        let r = last(conn);
-        conn.release_buffers(&mut self.pool);
+        let r = last(conn, &self.lent);
+        conn.release_buffers(&mut self.pool, &mut self.lent);
         slot.conn = None;
         if let Some(Some(l)) = slot
             .listener
@@ -1058,6 +1084,60 @@ impl Stack {
         payload: &[u8],
     ) -> Delivery {
         self.handle_tcp_ecn(now, src_ip, dst_ip, Ecn::NotEct, repr, payload)
+    }
+
+    /// [`Stack::handle_tcp_ecn`] for a segment received into a frame of the
+    /// caller's that the stack may keep (zero-copy receive): `frame` names
+    /// it and where `payload` starts in it. Returns [`Delivery::Kept`] when
+    /// a receive queue kept the payload in the frame: the caller then
+    /// leaves the frame untouched (not reused, not written) until
+    /// [`Stack::poll_released_frame`] returns its id, and reads the
+    /// connection through the `_in` calls ([`Stack::peek_in`],
+    /// [`Stack::recv_in`], [`Stack::export_in`],
+    /// [`Stack::export_bucket_in`]) with a [`FrameStore`] that resolves the
+    /// frame. Any other result leaves the frame to the caller at once.
+    /// Only the next in-order payload of a connection whose queue holds
+    /// nothing in chunks, at least [`Config::zero_copy_min`] bytes long,
+    /// is kept; the caller bounds how many frames it lends by lending none
+    /// when it has none to spare.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    pub fn handle_tcp_frame(
+        &mut self,
+        now: Instant,
+        src_ip: IpAddr,
+        dst_ip: IpAddr,
+        ecn: Ecn,
+        repr: &TcpRepr,
+        payload: &[u8],
+        frame: FrameRef,
+    ) -> Delivery {
+        self.lend = Some(Lend {
+            frame,
+            payload_addr: payload.as_ptr() as usize,
+            payload_len: payload.len(),
+        });
+        let delivery = self.handle_tcp_ecn(now, src_ip, dst_ip, ecn, repr, payload);
+        match self.lend.take() {
+            None => Delivery::Kept,
+            Some(_) => delivery,
+        }
+    }
+
+    /// The next frame the stack no longer holds (its payload was read, or
+    /// its connection went away): the caller may reuse it. Call after
+    /// every call that can read or close (each `_in` read, `consume`,
+    /// `close`, `abort`, `handle_tcp_frame`, `handle_timeout`, exports) or
+    /// once per loop pass; frames wait here until taken.
+    #[must_use]
+    pub fn poll_released_frame(&mut self) -> Option<u32> {
+        self.lent.poll_released()
+    }
+
+    /// Frames the stack holds now (lent with [`Stack::handle_tcp_frame`]
+    /// and not yet released).
+    pub fn lent_frames(&self) -> usize {
+        self.lent.held()
     }
 
     /// [`Stack::handle_tcp`] for a segment that arrived with the IP ECN
@@ -1467,10 +1547,12 @@ impl Stack {
             stats,
             replies,
             pool,
+            lent,
+            lend,
             now,
             ..
         } = self;
-        Ctx::unlimited(*now, cfg, stats, replies, pool).queue_rst(rst);
+        Ctx::unlimited(*now, cfg, stats, replies, (pool, lent, lend)).queue_rst(rst);
     }
 
     // ---------------------------------------------------------------
@@ -1633,15 +1715,36 @@ impl Stack {
     /// Reads in-order data. `Ok(0)` means end of stream (the peer closed and
     /// everything was read); `Err(WouldBlock)` means nothing yet.
     pub fn recv(&mut self, conn: ConnHandle, buf: &mut [u8]) -> Result<usize, Error> {
+        self.recv_in(conn, buf, &NoFrames)
+    }
+
+    /// [`Stack::recv`] for a caller that lends frames: kept payload is
+    /// copied out of `frames`.
+    pub fn recv_in(
+        &mut self,
+        conn: ConnHandle,
+        buf: &mut [u8],
+        frames: &dyn FrameStore,
+    ) -> Result<usize, Error> {
         let idx = self.lookup(conn)?;
-        self.with_conn(idx, |c, ctx| c.recv(ctx, buf))
+        self.with_conn(idx, |c, ctx| c.recv(ctx, frames, buf))
     }
 
     /// Zero-copy read: the contiguous run of readable bytes (possibly only
     /// part of what is buffered, when the ring wraps). Follow with
-    /// [`Stack::consume`].
+    /// [`Stack::consume`]. For a stack that is lent no frames.
     pub fn peek(&self, conn: ConnHandle) -> Result<&[u8], Error> {
-        Ok(self.live(conn)?.peek())
+        self.peek_in(conn, &NoFrames)
+    }
+
+    /// [`Stack::peek`] for a caller that lends frames: the bytes may be a
+    /// kept payload, in one of `frames`' frames.
+    pub fn peek_in<'a>(
+        &'a self,
+        conn: ConnHandle,
+        frames: &'a dyn FrameStore,
+    ) -> Result<&'a [u8], Error> {
+        Ok(self.live(conn)?.recv_buf.peek(&self.lent, frames))
     }
 
     /// Drops `n` bytes read through [`Stack::peek`]; returns how many were
@@ -1756,13 +1859,23 @@ impl Stack {
     /// [`Stack::import`] on another core. No segment is sent and no event is
     /// queued; events already queued for the handle become stale.
     pub fn export(&mut self, conn: ConnHandle) -> Result<Snapshot, Error> {
+        self.export_in(conn, &NoFrames)
+    }
+
+    /// [`Stack::export`] for a caller that lends frames: kept payload is
+    /// copied into the snapshot out of `frames`, and the frames released.
+    pub fn export_in(
+        &mut self,
+        conn: ConnHandle,
+        frames: &dyn FrameStore,
+    ) -> Result<Snapshot, Error> {
         let idx = self.lookup(conn)?;
-        Ok(self.export_slot(idx))
+        Ok(self.export_slot(idx, frames))
     }
 
     /// Takes the connection in slot `idx` out of the stack, complete.
-    fn export_slot(&mut self, idx: u32) -> Snapshot {
-        self.remove(idx, Connection::export)
+    fn export_slot(&mut self, idx: u32, frames: &dyn FrameStore) -> Snapshot {
+        self.remove(idx, |c, lent| c.export(lent, frames))
     }
 
     /// Adds a connection exported from another stack. A connection from a
@@ -1897,6 +2010,12 @@ impl Stack {
             ));
         }
         self.time_wait.check()?;
+        self.lent.check(
+            self.slots
+                .iter()
+                .filter_map(|s| s.conn.as_ref())
+                .map(|c| c.recv_buf.frame_list()),
+        );
         if self
             .slots
             .iter()

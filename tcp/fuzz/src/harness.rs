@@ -3,12 +3,13 @@
 //! emitted segment framed, parsed and checked, and the stack's public state checked after
 //! every step. A broken invariant panics, which is what the fuzzer reports.
 
+use crate::frames::{Frames, PAYLOAD_OFFSET};
 use crate::input::{AckChoice, AppCall, Op, OptChoice, SeqChoice, Setup, TIMES};
 use crate::peer::{fill_pattern, pattern_mismatch, seq_gt, Peer, Role};
 use flowlane_tcp::time::{Duration, Instant};
 use flowlane_tcp::{
-    CloseReason, Config, ConnHandle, Ecn, EcnMode, Error, Event, KeepaliveConfig, ListenerId,
-    MtuProbing, Stack,
+    CloseReason, Config, ConnHandle, Delivery, Ecn, EcnMode, Error, Event, FrameRef, FrameStore,
+    KeepaliveConfig, ListenerId, MtuProbing, Stack,
 };
 use flowlane_wire::packet::{
     emit_eth_ipv4_tcp_headers, emit_eth_ipv6_tcp_headers, ETH_IPV4_TCP_OFFSET, ETH_IPV6_TCP_OFFSET,
@@ -103,6 +104,8 @@ pub(crate) struct Harness {
     /// Print every op and segment (environment `FLOWLANE_FUZZ_TRACE` set), to read a
     /// reproducer.
     trace: bool,
+    /// The frames the peers' data segments arrive in.
+    frames: Frames,
 }
 
 impl Harness {
@@ -148,6 +151,8 @@ impl Harness {
             cfg.challenge_ack_limit = 3;
         }
         cfg.msl = Duration::from_secs(5);
+        // Every in-order payload may stay in its frame.
+        cfg.zero_copy_min = 1;
         let addrs = Addrs::new(s & 4 != 0);
         let mut stack = Stack::new(cfg.clone());
         let listener = stack
@@ -175,6 +180,7 @@ impl Harness {
             payload: vec![0; 65536],
             next_port: 40_000,
             trace: std::env::var_os("FLOWLANE_FUZZ_TRACE").is_some(),
+            frames: Frames::default(),
         };
         // The passive connection: SYN, SYN-ACK, ACK.
         h.step(Op::Syn { conn: 0 });
@@ -429,8 +435,18 @@ impl Harness {
         } else {
             Ecn::NotEct
         };
-        self.stack
-            .handle_tcp_ecn(self.now, src, dst, ecn, &repr, &self.payload[..len]);
+        let id = self.frames.lend(&self.payload[..len]);
+        let payload = &self.frames.frame(id)[PAYLOAD_OFFSET as usize..];
+        let frame = FrameRef {
+            id,
+            payload_offset: PAYLOAD_OFFSET,
+        };
+        let kept = self
+            .stack
+            .handle_tcp_frame(self.now, src, dst, ecn, &repr, payload, frame);
+        if kept != Delivery::Kept {
+            self.frames.give_back(id);
+        }
     }
 
     /// The peer's handshake step, or a new peer's SYN.
@@ -703,7 +719,7 @@ impl Harness {
         };
         let n = usize::from(len) % 16385 + 1;
         let got: Vec<u8> = if peek {
-            match self.stack.peek(h) {
+            match self.stack.peek_in(h, &self.frames) {
                 Ok(b) => {
                     let b = b[..b.len().min(n)].to_vec();
                     let k = self.stack.consume(h, b.len()).expect("consume after peek");
@@ -715,7 +731,7 @@ impl Harness {
             }
         } else {
             let mut buf = vec![0; n];
-            match self.stack.recv(h, &mut buf) {
+            match self.stack.recv_in(h, &mut buf, &self.frames) {
                 Ok(k) => {
                     buf.truncate(k);
                     buf
@@ -777,7 +793,10 @@ impl Harness {
             AppCall::NoDelay => self.stack.set_nodelay(h, true),
             AppCall::WantWritable => self.stack.want_writable(h),
             AppCall::MoveAway => {
-                let snap = self.stack.export(h).expect("export of a live handle");
+                let snap = self
+                    .stack
+                    .export_in(h, &self.frames)
+                    .expect("export of a live handle");
                 let h2 = self
                     .stack
                     .import(self.now, snap)
@@ -798,6 +817,14 @@ impl Harness {
         self.drain_events();
         self.drain_transmits();
         self.drain_events();
+        while let Some(id) = self.stack.poll_released_frame() {
+            self.frames.give_back(id);
+        }
+        assert_eq!(
+            self.stack.lent_frames(),
+            self.frames.held(),
+            "frames the stack holds"
+        );
     }
 
     fn drain_events(&mut self) {
@@ -1145,7 +1172,7 @@ impl Harness {
             );
             let rcap = s.recv_capacity(h).expect("live handle");
             assert!(rcap <= recv_max, "receive capacity {rcap}");
-            if let Ok(b) = s.peek(h) {
+            if let Ok(b) = s.peek_in(h, &self.frames) {
                 assert!(
                     b.len() <= rcap + (1 << MAX_WSCALE),
                     "{} bytes readable",

@@ -16,8 +16,12 @@
 //! never back) and right window edge (never back) are sane; the stack's counts stay under
 //! their caps; every handle works exactly until `Closed`; buffers stay within capacity;
 //! and the application reads exactly the peer's stream, in order, ending at its FIN.
+//! The peers' data segments are delivered in frames lent to the stack (zero-copy
+//! receive, every in-order payload kept when it can be), which the stack must hand back
+//! exactly once, and read through them.
 #![forbid(unsafe_code)]
 
+mod frames;
 mod harness;
 pub mod input;
 mod peer;

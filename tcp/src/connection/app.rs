@@ -114,10 +114,11 @@ impl Connection {
     pub(crate) fn recv(
         &mut self,
         ctx: &mut Ctx<'_>,
+        frames: &dyn FrameStore,
         out: &mut [u8],
     ) -> Result<usize, crate::Error> {
         self.flags.clear(Flags::READABLE_NOTIFIED);
-        let n = self.recv_buf.dequeue_slice(ctx.pool, out);
+        let n = self.recv_buf.dequeue_slice(ctx.pool, ctx.lent, frames, out);
         if n == 0 && !out.is_empty() {
             return if self.flags.has(Flags::PEER_FIN) {
                 Ok(0)
@@ -129,15 +130,10 @@ impl Connection {
         Ok(n)
     }
 
-    /// Zero-copy read: the contiguous readable bytes.
-    pub(crate) fn peek(&self) -> &[u8] {
-        self.recv_buf.peek()
-    }
-
     /// Zero-copy read: drop `n` bytes that were read through `peek`.
     pub(crate) fn consume(&mut self, ctx: &mut Ctx<'_>, n: usize) -> usize {
         self.flags.clear(Flags::READABLE_NOTIFIED);
-        let n = self.recv_buf.dequeue_allocated(ctx.pool, n);
+        let n = self.recv_buf.dequeue(ctx.pool, ctx.lent, n);
         if n > 0 {
             self.after_read(ctx);
         }

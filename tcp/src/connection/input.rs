@@ -728,19 +728,38 @@ impl Connection {
         if self.recv_buf.len() + offset + data.len() > ring {
             self.cover_advertised_window();
         }
-        let written = self.recv_buf.write_unallocated(ctx.pool, offset, data);
         self.rcv.mss_seen = self.rcv.mss_seen.max(data.len().min(0xffff) as u16);
-        if written < data.len() {
-            // Past the buffer (window rounding): the peer resends the rest.
-            self.flags.set(Flags::ACK_NOW);
-        }
-        match self.assembler.add(offset as u32, written as u32) {
+        // Zero-copy receive: the next in-order bytes stay in the frame they
+        // came in, when the caller lent it and the queue can take them so.
+        let kept = ctx.lend.is_some()
+            && offset == 0
+            && !had_holes
+            && data.len() >= ctx.cfg.zero_copy_min
+            && ctx
+                .lend
+                .and_then(|l| l.locate(data))
+                .is_some_and(|at| self.recv_buf.keep_frame(ctx.lent, at, data.len()));
+        let front = if kept {
+            *ctx.lend = None;
+            ctx.stats.frames_kept += 1;
+            Ok(data.len() as u32)
+        } else {
+            let written = self.recv_buf.write_unallocated(ctx.pool, offset, data);
+            if written < data.len() {
+                // Past the buffer (window rounding): the peer resends the rest.
+                self.flags.set(Flags::ACK_NOW);
+            }
+            self.assembler.add(offset as u32, written as u32)
+        };
+        match front {
             Ok(front) => {
                 if front > 0 {
                     // Duplicate ACKs still owed for the old RCV.NXT would now
                     // carry the new one and signal a loss that is not there.
                     self.rcv.acks_owed = 0;
-                    self.recv_buf.enqueue_unallocated(front as usize);
+                    if !kept {
+                        self.recv_buf.enqueue_unallocated(front as usize);
+                    }
                     self.rcv.nxt += front as usize;
                     self.rcv.unacked += front;
                     ctx.stats.bytes_in += u64::from(front);

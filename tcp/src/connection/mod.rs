@@ -35,6 +35,8 @@ use crate::cc::{Ack, CongestionControl, Controller};
 use crate::challenge::ChallengeBudget;
 use crate::chunk_pool::ChunkPool;
 use crate::isn::IsnGenerator;
+use crate::lent_frames::{FrameStore, Lend, LentFrames};
+use crate::recv_buffer::RecvBuffer;
 use crate::rto::RttEstimator;
 use crate::sack::{Scoreboard, DUP_THRESH};
 use crate::seq::SeqNumber;
@@ -84,6 +86,11 @@ pub(crate) struct Ctx<'a> {
     pub replies: &'a mut Replies,
     /// The chunks behind every buffer of the stack.
     pub pool: &'a mut ChunkPool,
+    /// The frames the stack keeps received payload in (zero-copy receive).
+    pub lent: &'a mut LentFrames,
+    /// The frame lent with the segment being processed, taken once the
+    /// receive queue keeps it.
+    pub lend: &'a mut Option<Lend>,
     /// What this connection may promise under the stack's receive memory.
     pub mem: RecvMemory,
 }
@@ -170,7 +177,7 @@ impl<'a> Ctx<'a> {
         cfg: &'a Config,
         stats: &'a mut Stats,
         replies: &'a mut Replies,
-        pool: &'a mut ChunkPool,
+        (pool, lent, lend): (&'a mut ChunkPool, &'a mut LentFrames, &'a mut Option<Lend>),
     ) -> Ctx<'a> {
         Ctx {
             now,
@@ -178,6 +185,8 @@ impl<'a> Ctx<'a> {
             stats,
             replies,
             pool,
+            lent,
+            lend,
             mem: RecvMemory::UNLIMITED,
         }
     }
@@ -235,7 +244,7 @@ pub(crate) struct Connection {
     /// while there are some).
     pub rack: crate::rack::Rack,
     pub send_buf: ChunkBuffer,
-    pub recv_buf: ChunkBuffer,
+    pub recv_buf: RecvBuffer,
     /// The application's word for this connection ([`crate::Stack::set_user_data`]).
     pub user_data: u64,
 }
@@ -349,7 +358,7 @@ impl Connection {
             scoreboard: Scoreboard::new(),
             rack: crate::rack::Rack::default(),
             send_buf: ChunkBuffer::new(cfg.send_buffer),
-            recv_buf: ChunkBuffer::new(cfg.recv_buffer),
+            recv_buf: RecvBuffer::new(cfg.recv_buffer),
         };
         c.ts.rtt_floor = c.tsval(now);
         c
@@ -399,7 +408,7 @@ impl Connection {
         };
         let buffer = half_open.max(usize::from(cfg.mss)).min(cfg.recv_buffer);
         if buffer < cfg.recv_buffer {
-            c.recv_buf = ChunkBuffer::new(buffer);
+            c.recv_buf = RecvBuffer::new(buffer);
         }
         c.rcv.irs = SeqNumber(syn.seq);
         c.rcv.nxt = SeqNumber(syn.seq) + 1;
@@ -547,10 +556,11 @@ impl Connection {
         (self.recv_buf.len() + self.rcv_wnd()).saturating_sub(floor)
     }
 
-    /// Gives both buffers' memory back (the connection is going away).
-    pub(crate) fn release_buffers(&mut self, pool: &mut ChunkPool) {
+    /// Gives both buffers' memory back, and the frames the receive queue
+    /// kept (the connection is going away).
+    pub(crate) fn release_buffers(&mut self, pool: &mut ChunkPool, lent: &mut LentFrames) {
         self.send_buf.release(pool);
-        self.recv_buf.release(pool);
+        self.recv_buf.release(pool, lent);
     }
 
     pub(crate) fn is_passive(&self) -> bool {

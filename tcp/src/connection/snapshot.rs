@@ -66,8 +66,9 @@ impl Snapshot {
 }
 
 impl Connection {
-    /// Captures the complete state.
-    pub(crate) fn export(&self) -> Snapshot {
+    /// Captures the complete state; kept payload is copied out of
+    /// `frames`.
+    pub(crate) fn export(&self, lent: &LentFrames, frames: &dyn FrameStore) -> Snapshot {
         let mut out_of_order = Vec::new();
         for (s, e) in self.assembler.ranges() {
             let mut v = vec![0; (e - s) as usize];
@@ -91,7 +92,7 @@ impl Connection {
             send_data: self.send_buf.to_vec(),
             recv_capacity: self.recv_buf.capacity(),
             recv_headroom: self.recv_buf.headroom(),
-            recv_data: self.recv_buf.to_vec(),
+            recv_data: self.recv_buf.to_vec(lent, frames),
             out_of_order,
             sacked: self.scoreboard.ranges().to_vec(),
             rack: self.rack.clone(),
@@ -123,7 +124,7 @@ impl Connection {
         }
         let mut send_buf = ChunkBuffer::new(s.send_capacity);
         send_buf.enqueue_slice(pool, &s.send_data);
-        let mut recv_buf = ChunkBuffer::new(s.recv_capacity);
+        let mut recv_buf = RecvBuffer::new(s.recv_capacity);
         recv_buf.resize(s.recv_capacity, s.recv_headroom);
         let mut assembler = Assembler::new();
         let mut valid = recv_buf.write_unallocated(pool, 0, &s.recv_data) == s.recv_data.len();
@@ -139,7 +140,7 @@ impl Connection {
         }
         if !valid {
             send_buf.release(pool);
-            recv_buf.release(pool);
+            recv_buf.release(pool, &mut LentFrames::default());
             return Err(crate::Error::InvalidSnapshot);
         }
         let compactable = s.state == State::TimeWait && s.flags.has(Flags::APP_CLOSED);

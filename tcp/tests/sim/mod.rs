@@ -8,7 +8,10 @@
 #![allow(dead_code, unreachable_pub)]
 
 use flowlane_tcp::time::{Duration, Instant};
-use flowlane_tcp::{CloseReason, Config, ConnHandle, Ecn, Error, Event, Stack};
+use flowlane_tcp::{
+    CloseReason, Config, ConnHandle, Delivery, Ecn, Error, Event, FrameRef, FrameStore, NoFrames,
+    Stack,
+};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -166,6 +169,56 @@ pub type DropFilter = Box<dyn FnMut(Side, &[u8]) -> bool>;
 /// chose, segment bytes) -> the codepoint delivered (a router marking CE).
 pub type EcnFilter = Box<dyn FnMut(Side, Ecn, &[u8]) -> Ecn>;
 
+/// The frames B is lent ([`Sim::lend_to_b`]): each segment delivered to B
+/// stays in its buffer here while B keeps its payload.
+#[derive(Debug, Default)]
+pub struct SimFrames {
+    slots: Vec<Vec<u8>>,
+    held: Vec<bool>,
+    free: Vec<u32>,
+}
+
+impl FrameStore for SimFrames {
+    fn frame(&self, id: u32) -> &[u8] {
+        assert!(
+            self.held[id as usize],
+            "B read frame {id}, which it does not hold"
+        );
+        &self.slots[id as usize]
+    }
+}
+
+impl SimFrames {
+    fn put(&mut self, bytes: Vec<u8>) -> u32 {
+        match self.free.pop() {
+            Some(id) => {
+                self.slots[id as usize] = bytes;
+                self.held[id as usize] = true;
+                id
+            }
+            None => {
+                self.slots.push(bytes);
+                self.held.push(true);
+                (self.slots.len() - 1) as u32
+            }
+        }
+    }
+
+    fn take(&mut self, id: u32) -> Vec<u8> {
+        assert!(
+            std::mem::take(&mut self.held[id as usize]),
+            "frame {id} given back twice"
+        );
+        self.free.push(id);
+        std::mem::take(&mut self.slots[id as usize])
+    }
+
+    /// Frames lent out now.
+    pub fn held(&self) -> usize {
+        self.held.iter().filter(|h| **h).count()
+    }
+}
+
 /// Two stacks, a link, a clock.
 pub struct Sim {
     pub now: Instant,
@@ -201,6 +254,9 @@ pub struct Sim {
     /// what it returns is delivered ([`Stack::handle_segment_ecn`]) if
     /// the link does not lose the segment.
     pub ecn_filter: Option<EcnFilter>,
+    /// When set, B is lent the buffer of every segment it receives
+    /// ([`Stack::handle_tcp_frame`]) and reads through it.
+    pub frames_b: Option<SimFrames>,
 }
 
 // Separate, never-inlined entry points per side, so that a profiler can
@@ -243,6 +299,60 @@ pub fn sim_deliver_to_b_measured(
 ) {
     std::hint::black_box(3u8);
     s.handle_segment_ecn(now, src, dst, ecn, seg);
+}
+
+/// [`sim_deliver_to_b`] with the segment's buffer lent to B (frame `id`
+/// of `frames`): whether B kept it. (Named so that the profiler's
+/// `*sim_deliver_to_b*` patterns match it too.)
+#[inline(never)]
+pub fn sim_deliver_to_b_frame(
+    s: &mut Stack,
+    now: Instant,
+    ip: (IpAddr, IpAddr, Ecn),
+    frames: &SimFrames,
+    id: u32,
+) -> bool {
+    std::hint::black_box(4u8);
+    deliver_frame(s, now, ip, frames, id)
+}
+
+/// [`sim_deliver_to_b_frame`], measured (see [`Sim::measure`]).
+#[inline(never)]
+pub fn sim_deliver_to_b_measured_frame(
+    s: &mut Stack,
+    now: Instant,
+    ip: (IpAddr, IpAddr, Ecn),
+    frames: &SimFrames,
+    id: u32,
+) -> bool {
+    std::hint::black_box(5u8);
+    deliver_frame(s, now, ip, frames, id)
+}
+
+/// The body of both: not a profiler's toggle itself (a nested toggle would
+/// switch collection off again).
+#[inline(always)]
+fn deliver_frame(
+    s: &mut Stack,
+    now: Instant,
+    (src, dst, ecn): (IpAddr, IpAddr, Ecn),
+    frames: &SimFrames,
+    id: u32,
+) -> bool {
+    let seg = frames.frame(id);
+    match flowlane_wire::TcpRepr::parse_segment(seg) {
+        Ok((r, pl)) => {
+            let frame = FrameRef {
+                id,
+                payload_offset: (pl.as_ptr() as usize - seg.as_ptr() as usize) as u32,
+            };
+            s.handle_tcp_frame(now, src, dst, ecn, &r, pl, frame) == Delivery::Kept
+        }
+        Err(_) => {
+            s.handle_segment_ecn(now, src, dst, ecn, seg);
+            false
+        }
+    }
 }
 
 #[inline(never)]
@@ -326,6 +436,30 @@ impl Sim {
             emit_tap: None,
             drop_filter: None,
             ecn_filter: None,
+            frames_b: None,
+        }
+    }
+
+    /// Lends B the buffer of every segment it receives from now on
+    /// (zero-copy receive): B reads through [`Sim::frames_b`].
+    pub fn lend_to_b(&mut self) {
+        self.frames_b = Some(SimFrames::default());
+    }
+
+    /// B's frame store (for reading B's connections).
+    pub fn b_frames(&self) -> &dyn FrameStore {
+        match &self.frames_b {
+            Some(f) => f,
+            None => &NoFrames,
+        }
+    }
+
+    /// Takes back the frames B released.
+    fn frames_back(&mut self) {
+        if let Some(frames) = self.frames_b.as_mut() {
+            while let Some(id) = self.b.poll_released_frame() {
+                self.pool.push(frames.take(id));
+            }
         }
     }
 
@@ -525,6 +659,7 @@ impl Sim {
     /// Flushes, advances the clock to the next event and processes every
     /// packet and timer due. Returns false when nothing is pending at all.
     pub fn step(&mut self) -> bool {
+        self.frames_back();
         self.flush();
         let Some(next) = self.next_event() else {
             return false;
@@ -560,6 +695,19 @@ impl Sim {
                     tap.push((if p.to_b { Side::B } else { Side::A }, p.bytes.clone()));
                 }
                 let (now, ecn) = (self.now, Ecn::from_bits(p.ecn));
+                if let Some(frames) = self.frames_b.as_mut().filter(|_| p.to_b) {
+                    let id = frames.put(p.bytes);
+                    let ip = (p.src, p.dst, ecn);
+                    let kept = if self.measure {
+                        sim_deliver_to_b_measured_frame(&mut self.b, now, ip, frames, id)
+                    } else {
+                        sim_deliver_to_b_frame(&mut self.b, now, ip, frames, id)
+                    };
+                    if !kept {
+                        self.pool.push(frames.take(id));
+                    }
+                    continue;
+                }
                 if p.to_b && self.measure {
                     sim_deliver_to_b_measured(&mut self.b, now, p.src, p.dst, ecn, &p.bytes);
                 } else if p.to_b {
@@ -766,7 +914,7 @@ impl Bulk {
     }
 
     fn read_all(
-        stack: &mut Stack,
+        (stack, frames): (&mut Stack, &dyn FrameStore),
         p: &mut Peer,
         stream: u64,
         total: u64,
@@ -775,7 +923,7 @@ impl Bulk {
     ) {
         let h = p.handle.expect("handle");
         loop {
-            match stack.recv(h, chunk) {
+            match stack.recv_in(h, chunk, frames) {
                 Ok(0) => {
                     if !p.eof {
                         p.eof = true;
@@ -875,7 +1023,7 @@ impl Bulk {
                 }
             }
             Event::Readable(_) | Event::PeerClosed(_) => Self::read_all(
-                &mut sim.a,
+                (&mut sim.a, &NoFrames),
                 p,
                 stream + 1,
                 self.b_to_a,
@@ -931,7 +1079,13 @@ impl Bulk {
         }
         match e {
             Event::Readable(_) | Event::PeerClosed(_) => Self::read_all(
-                &mut sim.b,
+                (
+                    &mut sim.b,
+                    match &sim.frames_b {
+                        Some(f) => f,
+                        None => &NoFrames,
+                    },
+                ),
                 p,
                 stream,
                 self.a_to_b,
