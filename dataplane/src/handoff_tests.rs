@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use flowlane_app::{ConnHandle, ConnHandler, ConnState, Net};
 use flowlane_numa_sched::toeplitz::RssKey;
-use flowlane_tcp::{Config, FourTuple, Stack};
+use flowlane_tcp::{Config, FourTuple, NoFrames, Stack};
 use flowlane_wire::packet::parse_frame;
 
 use super::{instant, TcpConfig, TcpHandler};
@@ -218,10 +218,10 @@ fn move_under_load(conns: usize, case: Case) {
             let now_i = instant(now);
             if h.stack.poll_timeout().is_some_and(|t| t <= now_i) {
                 h.stack.handle_timeout(now_i);
-                h.dispatch(now_i);
+                h.dispatch(now_i, &NoFrames);
             }
-            h.serve_moves(now_i, now, (0, 0));
-            h.dispatch(now_i);
+            h.serve_moves(now_i, now, (0, 0), &NoFrames);
+            h.dispatch(now_i, &NoFrames);
             let mut buf = vec![0u8; 2048];
             while let (true, out) = h.build_frame(now_i, &mut buf) {
                 if let Some(n) = out {
@@ -358,8 +358,8 @@ fn move_under_load(conns: usize, case: Case) {
         for h in hs.iter_mut() {
             let now_i = instant(now);
             h.stack.handle_timeout(now_i);
-            h.dispatch(now_i);
-            h.serve_moves(now_i, now, (0, 0));
+            h.dispatch(now_i, &NoFrames);
+            h.serve_moves(now_i, now, (0, 0), &NoFrames);
             let mut buf = vec![0u8; 2048];
             while let (true, out) = h.build_frame(now_i, &mut buf) {
                 if let Some(n) = out {

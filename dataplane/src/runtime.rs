@@ -20,6 +20,10 @@ use crate::{affinity, Error, Result};
 
 /// Most frames a worker keeps out of the fill ring for transmissions.
 const TX_RESERVE_MAX: usize = 1024;
+/// A queue's handler may hold this fraction of its frames past their
+/// arrival (zero-copy receive): the rest keep the fill ring fed whatever
+/// the applications leave unread.
+const HELD_FRACTION: usize = 4;
 
 /// Where one queue's worker runs and where its memory lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +55,9 @@ pub struct DataplaneConfig {
     pub bind_mode: BindMode,
     /// Spin instead of sleeping in poll(2) when idle.
     pub busy_poll: bool,
+    /// Let handlers keep received frames (zero-copy receive), up to a
+    /// quarter of each queue's frames; off: they copy what they keep.
+    pub zero_copy_receive: bool,
     /// Root of sysfs (tests use fake trees).
     pub sysfs: PathBuf,
 }
@@ -74,6 +81,7 @@ impl DataplaneConfig {
             rings: RingSizes::default(),
             bind_mode: BindMode::Auto,
             busy_poll: false,
+            zero_copy_receive: true,
             sysfs: PathBuf::from("/sys"),
         }
     }
@@ -202,6 +210,11 @@ impl Dataplane {
             // Replies and ACKs need few frames at a time (TX frames come
             // back within the pass, see `worker`); the rest feed the fill ring.
             tx_reserve: (config.rings.frames_per_queue as usize / 4).min(TX_RESERVE_MAX),
+            held_frames: if config.zero_copy_receive {
+                config.rings.frames_per_queue as usize / HELD_FRACTION
+            } else {
+                0
+            },
         };
         let (ready_tx, ready_rx) = crossbeam_channel::unbounded::<Result<()>>();
         let mut workers = Vec::new();

@@ -52,6 +52,13 @@ pub struct DataPathArgs {
     /// more per queue, 131072 gives each a larger window (BENCHMARKS.md).
     #[arg(long, value_name = "N", value_parser = frames_per_queue)]
     pub frames_per_queue: Option<u32>,
+    /// Copy every received TCP payload into the connection's buffer and
+    /// give its frame back at once, instead of leaving full-sized in-order
+    /// payload in its frame until the application reads it (zero-copy
+    /// receive, the default; a queue holds at most a quarter of its frames
+    /// so).
+    #[arg(long)]
+    pub copy_receive: bool,
     /// Congestion control of the TCP connections: `cubic` (RFC 9438, with
     /// HyStart++ of RFC 9406; the default) or `newreno` (RFC 5681 and RFC
     /// 6582).

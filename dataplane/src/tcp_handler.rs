@@ -20,10 +20,18 @@
 //! true for active opens). The only cross-thread state is [`TcpCounters`],
 //! relaxed atomics written by the worker and read by whoever reports.
 //!
-//! Received payload is copied once, from the UMEM frame into the
-//! connection's receive buffer (the frame goes back to the fill ring at
-//! once); transmitted segments are written by the stack directly into the
-//! frame that goes on the TX ring — no intermediate buffer on either side.
+//! Received payload stays in the UMEM frame it arrived in (zero-copy
+//! receive): the worker lends the stack the frame
+//! ([`flowlane_tcp::Stack::handle_tcp_frame`] with the frame's slot in the
+//! queue's [`HeldFrames`]), the application reads it in place
+//! ([`Net::peek`] / [`Net::recv`] resolve kept payload through the held
+//! frames), and the frame goes back to the fill ring when its last byte is
+//! consumed. Payload the stack cannot keep in its frame (out of order,
+//! behind copied bytes, short, or with the queue's held frames at their
+//! bound) is copied once into the connection's receive buffer, and the
+//! frame goes back at once. Transmitted segments are written by the stack
+//! directly into the frame that goes on the TX ring — no intermediate
+//! buffer on either side.
 //!
 //! The application implements [`flowlane_app::ConnHandler`] (events carry a
 //! [`ConnHandle`]; calls go through [`flowlane_app::Net`], which this module
@@ -68,7 +76,8 @@ use flowlane_app::{ConnHandler, Dispatcher, HandlerId, Net, Placement};
 use flowlane_numa_sched::RssState;
 use flowlane_tcp::time::Instant;
 use flowlane_tcp::{
-    Config, ConnHandle, Delivery, Ecn, Error, Event, FourTuple, Stack, State, Stats,
+    Config, ConnHandle, Delivery, Ecn, Error, Event, FourTuple, FrameRef, FrameStore, NoFrames,
+    Stack, State, Stats,
 };
 use flowlane_wire::checksum::ChecksumPolicy;
 use flowlane_wire::packet::{
@@ -85,7 +94,7 @@ use crate::counters::{self, counters};
 use crate::ephemeral::{EphemeralPorts, EPHEMERAL};
 use crate::handoff::{Arrival, Mesh, Mover, Reply, Work};
 use crate::neighbor::Neighbors;
-use crate::worker::{QueueHandler, QueueInfo, RxAction, TxBatch};
+use crate::worker::{HeldFrames, QueueHandler, QueueInfo, RxAction, RxFrame, TxBatch};
 
 /// How often the worker copies the stack's counters into [`TcpCounters`].
 const PUBLISH_EVERY: Duration = Duration::from_millis(50);
@@ -198,9 +207,30 @@ fn tcp_segment<'f>(f: &'f Frame<'_>) -> Option<Segment<'f>> {
     })
 }
 
+/// The queue's held frames resolve the payload the stack kept in them.
+impl FrameStore for HeldFrames {
+    fn frame(&self, id: u32) -> &[u8] {
+        HeldFrames::frame(self, id)
+    }
+}
+
+/// What became of a received frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    /// Not taken by the stack (not ours, malformed, held or forwarded for a
+    /// bucket move, ICMP).
+    Passed,
+    /// Taken by the stack; the frame is free again.
+    Taken,
+    /// Taken, and its payload kept in the frame (lent with a slot).
+    Kept,
+}
+
 /// [`Net`] over a queue's stack: what a handler's calls do on this queue.
 struct StackNet<'a> {
     stack: &'a mut Stack,
+    /// Where the payload the stack kept in received frames lies.
+    frames: &'a dyn FrameStore,
     ports: &'a mut EphemeralPorts,
     local: &'a LocalAddrs,
     now: Instant,
@@ -239,11 +269,11 @@ impl Net for StackNet<'_> {
     }
 
     fn recv(&mut self, conn: ConnHandle, buf: &mut [u8]) -> Result<usize, Error> {
-        self.stack.recv(conn, buf)
+        self.stack.recv_in(conn, buf, self.frames)
     }
 
     fn peek(&self, conn: ConnHandle) -> Result<&[u8], Error> {
-        self.stack.peek(conn)
+        self.stack.peek_in(conn, self.frames)
     }
 
     fn consume(&mut self, conn: ConnHandle, n: usize) -> Result<usize, Error> {
@@ -455,6 +485,12 @@ counters! {
         buffer_memory,
         /// Receive memory committed now, of the stack's budget (a gauge).
         recv_memory_committed,
+        /// Segments whose payload stayed in the frame it arrived in
+        /// (zero-copy receive) until the application read it.
+        frames_kept,
+        /// Received frames the stack holds now, unread (a gauge; at most a
+        /// quarter of the queue's frames).
+        frames_lent,
     }
 }
 
@@ -474,6 +510,8 @@ impl TcpCounters {
         set(&self.active_opens, s.active_opens);
         set(&self.closed, s.closed);
         set(&self.bytes_in, s.bytes_in);
+        set(&self.frames_kept, s.frames_kept);
+        set(&self.frames_lent, stack.lent_frames() as u64);
         set(&self.bytes_out, s.bytes_out);
         set(&self.retransmits, s.retransmits);
         set(&self.fast_retransmits, s.fast_retransmits);
@@ -686,11 +724,17 @@ impl TcpHandler {
         self.buckets.clone()
     }
 
-    /// The application's view of this queue at `now`, and its dispatcher.
-    fn net(&mut self, now: Instant) -> (StackNet<'_>, &mut Dispatcher) {
+    /// The application's view of this queue at `now` (kept payload read
+    /// through `frames`), and its dispatcher.
+    fn net<'a>(
+        &'a mut self,
+        now: Instant,
+        frames: &'a dyn FrameStore,
+    ) -> (StackNet<'a>, &'a mut Dispatcher) {
         (
             StackNet {
                 stack: &mut self.stack,
+                frames,
                 ports: &mut self.ports,
                 local: &self.local,
                 now,
@@ -701,12 +745,12 @@ impl TcpHandler {
     }
 
     /// Delivers the stack's queued events to their handlers.
-    fn dispatch(&mut self, now: Instant) {
+    fn dispatch(&mut self, now: Instant, frames: &dyn FrameStore) {
         while let Some(ev) = self.stack.poll_event() {
             if let Some(sender) = self.rx_sender {
                 self.confirm_sender(now, &ev, sender);
             }
-            let (mut net, app) = self.net(now);
+            let (mut net, app) = self.net(now, frames);
             app.dispatch(ev, &mut net);
         }
     }
@@ -730,29 +774,42 @@ impl TcpHandler {
         }
     }
 
-    /// [`TcpHandler::input`], then the events the frame caused; returns
-    /// whether the stack took it.
-    fn receive(&mut self, now: Instant, frame: &[u8], hops: u8) -> bool {
-        let taken = self.input(now, frame, hops);
-        if taken {
-            self.dispatch(now);
+    /// [`TcpHandler::input`], then the events the frame caused. `slot`:
+    /// the frame's slot in `frames`, if the stack may keep payload in it.
+    fn receive(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+        hops: u8,
+        (slot, frames): (Option<u32>, &dyn FrameStore),
+    ) -> Fate {
+        let fate = self.input(now, frame, hops, slot);
+        if fate != Fate::Passed {
+            self.dispatch(now, frames);
             self.rx_sender = None;
         }
-        taken
+        fate
     }
 
-    fn start(&mut self, now: Instant) {
-        let (mut net, app) = self.net(now);
+    fn start(&mut self, now: Instant, frames: &dyn FrameStore) {
+        let (mut net, app) = self.net(now, frames);
         app.start(&mut net);
-        self.dispatch(now);
+        self.dispatch(now, frames);
     }
 
-    /// Validates one frame and hands its segment to the stack; returns
-    /// whether it did. `hops`: how often the frame was forwarded from
-    /// another queue (0: it arrived here). A frame of a bucket this queue
-    /// is taking over is held; one the stack hands back goes to the queue
-    /// that serves its bucket.
-    fn input(&mut self, now: Instant, frame: &[u8], hops: u8) -> bool {
+    /// Gives the frames the stack no longer holds back to the worker.
+    fn release_frames(&mut self, held: &mut HeldFrames) {
+        while let Some(slot) = self.stack.poll_released_frame() {
+            held.release(slot);
+        }
+    }
+
+    /// Validates one frame and hands its segment to the stack, lending it
+    /// the frame when it has a `slot`; says what became of it. `hops`: how
+    /// often the frame was forwarded from another queue (0: it arrived
+    /// here). A frame of a bucket this queue is taking over is held; one
+    /// the stack hands back goes to the queue that serves its bucket.
+    fn input(&mut self, now: Instant, frame: &[u8], hops: u8, slot: Option<u32>) -> Fate {
         let c = &*self.counters;
         // The TCP checksum is verified before the options are parsed, so a
         // corrupted segment counts as corrupted whatever its options look like.
@@ -760,23 +817,24 @@ impl TcpHandler {
             Ok(f) => f,
             Err(WireError::BadChecksum { layer: Layer::Ipv4 }) => {
                 counters::bump(&c.bad_ip_checksum);
-                return false;
+                return Fate::Passed;
             }
             Err(WireError::BadChecksum { layer: Layer::Tcp }) => {
                 counters::bump(&c.bad_tcp_checksum);
-                return false;
+                return Fate::Passed;
             }
             Err(_) => {
                 counters::bump(&c.malformed);
-                return false;
+                return Fate::Passed;
             }
         };
         let Some(Segment { src, dst, ecn, tcp }) = tcp_segment(&f) else {
-            return self.icmp_input(now, &f, hops);
+            self.icmp_input(now, &f, hops);
+            return Fate::Passed;
         };
         if !self.local.is_ours(dst) || f.ethernet.vlan.count() != 0 {
             counters::bump(&c.not_ours);
-            return false;
+            return Fate::Passed;
         }
         if let Some(m) = self.mover.as_mut().filter(|m| hops == 0 && m.holding()) {
             let tuple = FourTuple {
@@ -785,26 +843,39 @@ impl TcpHandler {
             };
             if let Some(b) = m.held_bucket(&tuple) {
                 m.hold(b, frame);
-                return false;
+                return Fate::Passed;
             }
         }
         self.neighbors.observe(now, src, f.ethernet.src_addr);
         // The classifier parsed the whole TCP header: hand it over as is.
-        let delivery = self
-            .stack
-            .handle_tcp_ecn(now, src, dst, ecn, tcp, f.payload());
+        let payload = f.payload();
+        let delivery = match slot {
+            Some(id) => {
+                let lent = FrameRef {
+                    id,
+                    payload_offset: (payload.as_ptr() as usize - frame.as_ptr() as usize) as u32,
+                };
+                self.stack
+                    .handle_tcp_frame(now, src, dst, ecn, tcp, payload, lent)
+            }
+            None => self.stack.handle_tcp_ecn(now, src, dst, ecn, tcp, payload),
+        };
         match delivery {
             Delivery::Taken | Delivery::Kept => {
                 counters::bump(&c.segments_in);
                 self.rx_sender = Some((src, f.ethernet.src_addr));
-                true
+                if delivery == Delivery::Kept {
+                    Fate::Kept
+                } else {
+                    Fate::Taken
+                }
             }
             Delivery::Away { bucket } => {
                 match self.mover.as_mut() {
                     Some(m) => m.forward(bucket, hops, frame),
                     None => counters::bump(&self.counters.forward_dropped),
                 }
-                false
+                Fate::Passed
             }
         }
     }
@@ -813,13 +884,13 @@ impl TcpHandler {
     /// segments goes to the stack (the XDP program passes only those, and
     /// they arrive on whichever queue the NIC hashes the ICMP packet to:
     /// one about another queue's connection is forwarded there like a
-    /// segment); anything else is not ours. Returns false: no event.
+    /// segment); anything else is not ours. No event follows.
     #[cold]
-    fn icmp_input(&mut self, now: Instant, f: &Frame<'_>, hops: u8) -> bool {
+    fn icmp_input(&mut self, now: Instant, f: &Frame<'_>, hops: u8) {
         let to_us = f.ip_pair().is_some_and(|p| self.local.is_ours(p.dst()));
         let Some(t) = too_big(f).filter(|t| to_us && self.local.is_ours(t.local.ip())) else {
             counters::bump(&self.counters.not_ours);
-            return false;
+            return;
         };
         if let Delivery::Away { bucket } = self
             .stack
@@ -830,7 +901,6 @@ impl TcpHandler {
                 None => counters::bump(&self.counters.forward_dropped),
             }
         }
-        false
     }
 
     /// Charges the time since `since` (the frame's parse, its segment and
@@ -858,7 +928,13 @@ impl TcpHandler {
     /// Serves the moves of RSS buckets (the worker's poll, once per pass):
     /// markers due, then the inbox in order (exports, imports, forwarded
     /// and released frames), then everything queued for other workers.
-    fn serve_moves(&mut self, now: Instant, now_d: Duration, rx: (u64, u32)) {
+    fn serve_moves(
+        &mut self,
+        now: Instant,
+        now_d: Duration,
+        rx: (u64, u32),
+        frames: &dyn FrameStore,
+    ) {
         let Some(mut mover) = self.mover.take() else {
             return;
         };
@@ -867,21 +943,21 @@ impl TcpHandler {
         for work in mover.take_work(now_d, consumed + u64::from(waiting)) {
             match work {
                 Work::Export { bucket, to, reply } => {
-                    let (arrival, reply_msg) = self.export_bucket(now, bucket);
+                    let (arrival, reply_msg) = self.export_bucket(now, bucket, frames);
                     let _ = reply.send(reply_msg);
                     mover.exported(bucket, to, arrival);
                     self.ports.set_rss(mover.rss().clone());
                 }
                 Work::Import(arrival) => {
                     let bucket = arrival.bucket;
-                    let failed = self.import_bucket(now, *arrival);
+                    let failed = self.import_bucket(now, *arrival, frames);
                     mover.imported(bucket, failed);
                     self.ports.set_rss(mover.rss().clone());
                 }
-                Work::Frames(frames) => {
+                Work::Frames(forwarded) => {
                     self.mover = Some(mover);
-                    for (hops, f) in frames {
-                        self.receive(now, &f, hops);
+                    for (hops, f) in forwarded {
+                        self.receive(now, &f, hops, (None, frames));
                     }
                     mover = self.mover.take().expect("put back above");
                 }
@@ -893,14 +969,21 @@ impl TcpHandler {
 
     /// Takes `bucket` out: each connection's application side first (its
     /// handler may still use it), then the connections themselves.
-    fn export_bucket(&mut self, now: Instant, bucket: u16) -> (Box<Arrival>, Reply) {
+    /// Kept payload is copied into the export out of `frames` (whose
+    /// frames the stack then releases).
+    fn export_bucket(
+        &mut self,
+        now: Instant,
+        bucket: u16,
+        frames: &dyn FrameStore,
+    ) -> (Box<Arrival>, Reply) {
         let conns = self.stack.bucket_connections(bucket);
         let mut apps = Vec::with_capacity(conns.len());
         for &c in &conns {
-            let (mut net, app) = self.net(now);
+            let (mut net, app) = self.net(now, frames);
             apps.push((c, app.export_conn(c, &mut net)));
         }
-        let export = self.stack.export_bucket(bucket);
+        let export = self.stack.export_bucket_in(bucket, frames);
         // In the export's order (the same as the listing's).
         let ordered = export
             .connections()
@@ -937,7 +1020,7 @@ impl TcpHandler {
 
     /// Adds a bucket's connections and gives each its application side;
     /// returns how many could not be imported.
-    fn import_bucket(&mut self, now: Instant, arrival: Arrival) -> usize {
+    fn import_bucket(&mut self, now: Instant, arrival: Arrival, frames: &dyn FrameStore) -> usize {
         let Arrival {
             export,
             apps,
@@ -952,14 +1035,14 @@ impl TcpHandler {
         for (h, app_side) in handles.into_iter().zip(apps) {
             match (h, app_side) {
                 (Ok(h), Some(a)) => {
-                    let (mut net, app) = self.net(now);
+                    let (mut net, app) = self.net(now, frames);
                     app.import_conn(h, a, &mut net);
                 }
                 (Ok(_), None) => {}
                 (Err(_), _) => failed += 1,
             }
         }
-        self.dispatch(now);
+        self.dispatch(now, frames);
         failed
     }
 
@@ -1058,44 +1141,68 @@ impl Drop for TcpHandler {
     }
 }
 
+impl TcpHandler {
+    /// One received frame (lent with `slot`, resolved through `frames`):
+    /// starts the application on the first, times one in 16.
+    fn rx_one(&mut self, now: Instant, frame: &[u8], lend: (Option<u32>, &dyn FrameStore)) -> Fate {
+        if !self.app.started() {
+            self.start(now, lend.1);
+        }
+        let timed = self.busy.start();
+        let fate = self.receive(now, frame, 0, lend);
+        if fate != Fate::Passed {
+            if let Some(since) = timed {
+                self.charge(frame, since);
+            }
+        }
+        fate
+    }
+}
+
 fn instant(now: Duration) -> Instant {
     Instant::from_nanos(now.as_nanos().min(u128::from(u64::MAX)) as u64)
 }
 
 impl QueueHandler for TcpHandler {
+    /// A frame handed in without a slot (tests): the stack copies what it
+    /// keeps.
     fn on_rx(&mut self, _q: &QueueInfo, now: Duration, buf: &mut [u8], len: usize) -> RxAction {
         let now = instant(now);
         let Some(frame) = buf.get(..len) else {
             return RxAction::Drop;
         };
-        if !self.app.started() {
-            self.start(now);
+        self.rx_one(now, frame, (None, &NoFrames));
+        RxAction::Drop
+    }
+
+    fn on_rx_frame(&mut self, _q: &QueueInfo, now: Duration, mut rx: RxFrame<'_>) -> RxAction {
+        let now = instant(now);
+        let kept = self.rx_one(now, rx.data(), (rx.slot(), rx.held())) == Fate::Kept;
+        if kept {
+            rx.keep();
         }
-        let timed = self.busy.start();
-        if self.receive(now, frame, 0) {
-            if let Some(since) = timed {
-                self.charge(frame, since);
-            }
-        }
+        self.release_frames(rx.held_mut());
         RxAction::Drop
     }
 
     fn on_poll(&mut self, _q: &QueueInfo, now_d: Duration, tx: &mut TxBatch<'_>) {
         let now = instant(now_d);
         if !self.app.started() {
-            self.start(now);
+            self.start(now, tx.held());
         }
         if self.stack.poll_timeout().is_some_and(|t| t <= now) {
             self.stack.handle_timeout(now);
-            self.dispatch(now);
+            self.dispatch(now, tx.held());
         }
         if self.mover.is_some() {
-            self.serve_moves(now, now_d, tx.rx_progress());
+            let progress = tx.rx_progress();
+            self.serve_moves(now, now_d, progress, tx.held());
         }
-        let (mut net, app) = self.net(now);
+        let (mut net, app) = self.net(now, tx.held());
         app.tick(&mut net);
-        self.dispatch(now);
+        self.dispatch(now, tx.held());
         self.output(now, tx);
+        self.release_frames(tx.held_mut());
         if now_d.saturating_sub(self.last_publish) >= PUBLISH_EVERY {
             self.last_publish = now_d;
             self.publish();
@@ -1203,7 +1310,7 @@ mod tests {
         let now = instant(now);
         if h.stack.poll_timeout().is_some_and(|t| t <= now) {
             h.stack.handle_timeout(now);
-            h.dispatch(now);
+            h.dispatch(now, &NoFrames);
         }
         let mut out = Vec::new();
         let mut buf = vec![0u8; 2048];
@@ -1352,6 +1459,113 @@ mod tests {
         let _ = poll(&mut h, Duration::from_secs(100));
     }
 
+    /// Frames lent to the handler's stack in tests: slots of received
+    /// frames, as a worker's `HeldFrames`.
+    #[derive(Default)]
+    struct TestFrames {
+        slots: Vec<Option<Vec<u8>>>,
+    }
+
+    impl FrameStore for TestFrames {
+        fn frame(&self, id: u32) -> &[u8] {
+            self.slots[id as usize].as_deref().expect("a held frame")
+        }
+    }
+
+    /// Reads nothing when data arrives; takes everything on the loop's
+    /// tick, in place (`peek`/`consume`).
+    #[derive(Default)]
+    struct Lazy {
+        conns: Vec<ConnHandle>,
+        got: Arc<std::sync::Mutex<Vec<u8>>>,
+    }
+
+    impl ConnHandler for Lazy {
+        fn on_accept(&mut self, _net: &mut dyn Net, conn: ConnHandle) {
+            self.conns.push(conn);
+        }
+        fn on_data(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
+        fn on_tick(&mut self, net: &mut dyn Net) {
+            for &c in &self.conns {
+                while let Ok(b) = net.peek(c) {
+                    if b.is_empty() {
+                        break;
+                    }
+                    let n = b.len();
+                    self.got.lock().unwrap().extend_from_slice(b);
+                    net.consume(c, n).unwrap();
+                }
+            }
+        }
+    }
+
+    /// Zero-copy receive through the handler: full-sized payloads stay in
+    /// the frames lent with them across callbacks (the application reads
+    /// them only on its tick, through `Net::peek`), the short last one is
+    /// copied, and every frame is released once read.
+    #[test]
+    fn payload_stays_in_lent_frames_until_the_application_reads_it() {
+        let ours: IpAddr = "10.99.0.1".parse().unwrap();
+        let peer_ip: IpAddr = "10.99.0.2".parse().unwrap();
+        let cfg = TcpConfig::new(Ipv4Addr::new(10, 99, 0, 1), OUR_MAC, [1; 16]);
+        let mut h = TcpHandler::new(&info(), cfg);
+        let lazy = Lazy::default();
+        let got = lazy.got.clone();
+        h.listen(7, lazy).unwrap();
+        let mut peer = Stack::new(Config::new([9; 16]));
+        let t0 = Duration::from_millis(1);
+        let conn = peer
+            .connect(
+                instant(t0),
+                SocketAddr::new(peer_ip, 40001),
+                SocketAddr::new(ours, 7),
+            )
+            .unwrap();
+        let data: Vec<u8> = (0..5_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let mut frames = TestFrames::default();
+        let mut seg = [0u8; 1600];
+        let mut sent = false;
+        for round in 0..20u64 {
+            let now = t0 + Duration::from_millis(round);
+            while let Some(t) = peer.poll_transmit(instant(now), &mut seg) {
+                let id = frames.slots.len() as u32;
+                frames.slots.push(Some(frame(&seg[..t.len], peer_ip, ours)));
+                let f = frames.slots[id as usize].as_deref().unwrap();
+                if h.rx_one(instant(now), f, (Some(id), &frames)) != Fate::Kept {
+                    frames.slots[id as usize] = None;
+                }
+                while let Some(slot) = h.stack.poll_released_frame() {
+                    frames.slots[slot as usize].take().expect("released once");
+                }
+            }
+            for f in poll(&mut h, now) {
+                let parsed = parse_frame(&f).unwrap();
+                peer.handle_segment(instant(now), ours, peer_ip, parsed.l4());
+            }
+            while let Some(ev) = peer.poll_event() {
+                if let Event::Connected(_) = ev {
+                    assert_eq!(peer.send(conn, &data), Ok(data.len()));
+                    sent = true;
+                }
+            }
+        }
+        assert!(sent);
+        let held = frames.slots.iter().filter(|f| f.is_some()).count();
+        assert_eq!(held, 3, "three full-sized payloads kept");
+        assert_eq!(h.stack.lent_frames(), 3);
+        assert!(got.lock().unwrap().is_empty(), "nothing read yet");
+        // The loop's tick: the application reads in place.
+        let now = instant(t0 + Duration::from_millis(30));
+        let (mut net, app) = h.net(now, &frames);
+        app.tick(&mut net);
+        assert_eq!(*got.lock().unwrap(), data);
+        while let Some(slot) = h.stack.poll_released_frame() {
+            frames.slots[slot as usize].take().expect("released once");
+        }
+        assert!(frames.slots.iter().all(Option::is_none), "every frame back");
+        assert_eq!(h.stack.lent_frames(), 0);
+    }
+
     #[test]
     fn no_neighbor_drops_and_counts() {
         let cfg = TcpConfig::new(Ipv4Addr::new(10, 99, 0, 1), OUR_MAC, [1; 16]);
@@ -1366,7 +1580,7 @@ mod tests {
             fn on_data(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
         }
         h.add(Opener);
-        h.start(Instant::ZERO);
+        h.start(Instant::ZERO, &NoFrames);
         assert_eq!(h.stack.connection_count(), 1);
         assert!(poll(&mut h, Duration::ZERO).is_empty());
         assert_eq!(h.counters().snapshot().no_neighbor, 1);

@@ -50,6 +50,9 @@ pub struct TcpServiceConfig {
     pub busy_poll: bool,
     /// UMEM frames per queue (None: [`RingSizes::DEFAULT_FRAMES`]).
     pub frames_per_queue: Option<u32>,
+    /// Leave received payload in its frame until read (zero-copy
+    /// receive; `--copy-receive` turns it off).
+    pub zero_copy_receive: bool,
     /// Maximum segment lifetime (TIME-WAIT lasts twice this); None: the
     /// stack's default.
     pub msl: Option<flowlane_tcp::time::Duration>,
@@ -80,6 +83,7 @@ impl TcpServiceConfig {
             neighbors: Neighbors::new(),
             busy_poll: false,
             frames_per_queue: None,
+            zero_copy_receive: true,
             msl: None,
             congestion: flowlane_tcp::CongestionAlgorithm::default(),
             ecn: flowlane_tcp::EcnMode::default(),
@@ -157,6 +161,7 @@ impl TcpService {
         dp.sysfs = config.sysfs.clone();
         dp.ports = config.listen.iter().map(|&p| (Proto::Tcp, p)).collect();
         dp.busy_poll = config.busy_poll;
+        dp.zero_copy_receive = config.zero_copy_receive;
         if let Some(frames) = config.frames_per_queue {
             dp.rings = RingSizes::with_frames(frames)?;
         }

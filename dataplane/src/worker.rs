@@ -61,6 +61,7 @@ pub struct TxBatch<'a> {
     pending: &'a mut Vec<FrameDesc>,
     rx_consumed: u64,
     rx_waiting: u32,
+    held: &'a mut HeldFrames,
 }
 
 impl std::fmt::Debug for TxBatch<'_> {
@@ -111,6 +112,240 @@ impl TxBatch<'_> {
     pub fn rx_progress(&self) -> (u64, u32) {
         (self.rx_consumed, self.rx_waiting)
     }
+
+    /// The queue's held frames (see [`HeldFrames`]).
+    pub fn held(&self) -> &HeldFrames {
+        self.held
+    }
+
+    /// The queue's held frames, to release some.
+    pub fn held_mut(&mut self) -> &mut HeldFrames {
+        self.held
+    }
+}
+
+/// The frames a queue's handler keeps past [`QueueHandler::on_rx_frame`]
+/// (zero-copy receive: the TCP stack leaves received payload in them until
+/// the application has read it), by slot. A frame is kept by
+/// [`RxFrame::keep`] and given back by [`HeldFrames::release`]; the worker
+/// puts released frames back on the fill ring. At most
+/// [`HeldFrames::capacity`] are held: beyond that [`RxFrame::slot`] is
+/// `None` and the handler must copy what it keeps.
+pub struct HeldFrames {
+    umem: Umem,
+    slots: Vec<HeldSlot>,
+    vacant: Vec<u32>,
+    released: Vec<FrameDesc>,
+    held: usize,
+    /// The slot of the frame being handed to `on_rx_frame`.
+    current: Option<u32>,
+}
+
+#[derive(Clone, Copy)]
+struct HeldSlot {
+    desc: FrameDesc,
+    state: SlotState,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SlotState {
+    Vacant,
+    /// The frame being handed to `on_rx_frame` now.
+    Current,
+    /// Kept (by `RxFrame::keep`) and not released yet.
+    Held,
+    /// Kept and released again before `on_rx_frame` returned: the worker
+    /// frees it as a frame nobody kept.
+    Released,
+}
+
+impl std::fmt::Debug for HeldFrames {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeldFrames")
+            .field("capacity", &self.slots.len())
+            .field("held", &self.held)
+            .finish()
+    }
+}
+
+impl HeldFrames {
+    fn new(umem: &Umem, capacity: usize) -> HeldFrames {
+        HeldFrames {
+            umem: umem.clone(),
+            slots: vec![
+                HeldSlot {
+                    desc: FrameDesc::default(),
+                    state: SlotState::Vacant,
+                };
+                capacity
+            ],
+            vacant: (0..capacity as u32).rev().collect(),
+            released: Vec::with_capacity(capacity),
+            held: 0,
+            current: None,
+        }
+    }
+
+    /// The received bytes of the frame in `slot`, if the slot holds one
+    /// (kept, or the one being handed to `on_rx_frame`); empty otherwise.
+    pub fn frame(&self, slot: u32) -> &[u8] {
+        match self.slots.get(slot as usize) {
+            Some(s) if matches!(s.state, SlotState::Current | SlotState::Held) => {
+                // SAFETY: a non-vacant slot's frame is off every ring: it
+                // came off the RX ring and goes back to the fill ring only
+                // once released (`take_released`), so the kernel does not
+                // write it; and no `&mut` to it exists while `&self` is
+                // borrowed (`RxFrame::with_buffer_mut` borrows the `RxFrame`,
+                // and with it this table, mutably).
+                unsafe { self.umem.data(&s.desc) }.contents()
+            }
+            _ => &[],
+        }
+    }
+
+    /// Gives the frame in `slot` back (its last byte was read, or its
+    /// connection went): the worker refills the fill ring with it. A slot
+    /// that holds nothing is ignored.
+    pub fn release(&mut self, slot: u32) {
+        let Some(s) = self.slots.get_mut(slot as usize) else {
+            return;
+        };
+        if s.state != SlotState::Held {
+            return;
+        }
+        self.held -= 1;
+        if self.current == Some(slot) {
+            // Kept and read within the same `on_rx_frame`: the worker
+            // settles it (`settle`) as a frame nobody kept.
+            s.state = SlotState::Released;
+        } else {
+            s.state = SlotState::Vacant;
+            self.released.push(s.desc);
+            self.vacant.push(slot);
+        }
+    }
+
+    /// Frames held now.
+    pub fn held(&self) -> usize {
+        self.held
+    }
+
+    /// The most frames held at once.
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Registers the frame about to be handed to `on_rx_frame`: its slot,
+    /// if one is vacant.
+    fn admit(&mut self, desc: FrameDesc) -> Option<u32> {
+        let slot = self.vacant.pop()?;
+        self.slots[slot as usize] = HeldSlot {
+            desc,
+            state: SlotState::Current,
+        };
+        self.current = Some(slot);
+        Some(slot)
+    }
+
+    /// After `on_rx_frame`: whether the frame in `slot` stays held (kept
+    /// and not already released). A frame not kept leaves its slot.
+    fn settle(&mut self, slot: u32) -> bool {
+        self.current = None;
+        let s = &mut self.slots[slot as usize];
+        if s.state == SlotState::Held {
+            return true;
+        }
+        s.state = SlotState::Vacant;
+        self.vacant.push(slot);
+        false
+    }
+
+    /// Moves the released frames to `free`.
+    fn take_released(&mut self, free: &mut Vec<FrameDesc>) {
+        free.append(&mut self.released);
+    }
+}
+
+/// One received frame, handed to [`QueueHandler::on_rx_frame`] with the
+/// queue's [`HeldFrames`].
+pub struct RxFrame<'a> {
+    umem: &'a Umem,
+    desc: &'a mut FrameDesc,
+    len: usize,
+    slot: Option<u32>,
+    held: &'a mut HeldFrames,
+}
+
+impl std::fmt::Debug for RxFrame<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RxFrame")
+            .field("len", &self.len)
+            .field("slot", &self.slot)
+            .finish()
+    }
+}
+
+impl RxFrame<'_> {
+    /// The received length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the frame is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The received bytes.
+    pub fn data(&self) -> &[u8] {
+        // SAFETY: the kernel handed this frame to us on the RX ring; until
+        // it is on the fill or TX ring nothing else writes it, and no `&mut`
+        // to it exists while `&self` is borrowed (`with_buffer_mut` takes
+        // `&mut self`).
+        let d = unsafe { self.umem.data(self.desc) };
+        let c = d.contents();
+        &c[..self.len.min(c.len())]
+    }
+
+    /// Runs `f` on the whole frame buffer, for a reply written in place
+    /// ([`RxAction::Transmit`]).
+    pub fn with_buffer_mut<R>(&mut self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        // SAFETY: as in `data`; `&mut self` excludes every other borrow of
+        // this frame, including through the held frames (`held`).
+        let mut data = unsafe { self.umem.data_mut(self.desc) };
+        let mut cursor = data.cursor();
+        let cap = cursor.buf_len();
+        cursor.set_pos(cap);
+        f(data.contents_mut())
+    }
+
+    /// The slot this frame can be kept in ([`RxFrame::keep`]), or `None`
+    /// when the queue holds as many frames as it may.
+    pub fn slot(&self) -> Option<u32> {
+        self.slot
+    }
+
+    /// Keeps the frame past this call, in its slot, until
+    /// [`HeldFrames::release`] (no-op without a slot).
+    pub fn keep(&mut self) {
+        if let Some(slot) = self.slot {
+            let s = &mut self.held.slots[slot as usize];
+            if s.state == SlotState::Current {
+                s.state = SlotState::Held;
+                self.held.held += 1;
+            }
+        }
+    }
+
+    /// The queue's held frames, this one included while it has a slot.
+    pub fn held(&self) -> &HeldFrames {
+        self.held
+    }
+
+    /// The queue's held frames, to release some.
+    pub fn held_mut(&mut self) -> &mut HeldFrames {
+        self.held
+    }
 }
 
 /// The application side of a queue, called on the queue's own core.
@@ -118,6 +353,14 @@ pub trait QueueHandler: Send {
     /// One received Ethernet frame: `buf` is the whole frame buffer and
     /// `len` the received length. Replies may be written in place.
     fn on_rx(&mut self, queue: &QueueInfo, now: Duration, buf: &mut [u8], len: usize) -> RxAction;
+
+    /// One received frame, which the handler may keep past the call
+    /// ([`RxFrame::keep`]). The worker calls this one; the default passes
+    /// the frame to [`QueueHandler::on_rx`].
+    fn on_rx_frame(&mut self, queue: &QueueInfo, now: Duration, mut rx: RxFrame<'_>) -> RxAction {
+        let len = rx.len();
+        rx.with_buffer_mut(|buf| self.on_rx(queue, now, buf, len))
+    }
 
     /// Called once per loop iteration after the RX batch: timers and
     /// transmissions that are not in-place replies.
@@ -159,6 +402,9 @@ pub struct LoopConfig {
     pub busy_poll: bool,
     /// Frames kept out of the fill ring for `TxBatch::send_with`.
     pub tx_reserve: usize,
+    /// Most received frames the handler may keep at once
+    /// ([`HeldFrames::capacity`]; 0: none, every payload is copied).
+    pub held_frames: usize,
 }
 
 pub(crate) fn run<H: QueueHandler>(
@@ -180,6 +426,7 @@ pub(crate) fn run<H: QueueHandler>(
     let mut idle_rounds: u32 = 0;
     let mut rx_consumed: u64 = 0;
     let mut iterations: u64 = 0;
+    let mut held = HeldFrames::new(&sock.umem, cfg.held_frames);
     let c = &*counters;
     refill(&mut sock, &mut free, cfg.tx_reserve, true);
 
@@ -198,17 +445,32 @@ pub(crate) fn run<H: QueueHandler>(
             for desc in rx_descs.iter_mut().take(n) {
                 let len = desc.lengths().data();
                 rx_bytes += len as u64;
-                // SAFETY: the kernel handed this frame to us on the RX ring;
-                // until we put it on the fill or TX ring nothing else
-                // touches it.
-                let mut data = unsafe { sock.umem.data_mut(desc) };
-                let mut cursor = data.cursor();
-                let cap = cursor.buf_len();
-                cursor.set_pos(cap);
-                match handler.on_rx(&info, now, data.contents_mut(), len) {
-                    RxAction::Transmit(out) if out > 0 && out <= cap => {
-                        data.cursor().set_pos(out);
-                        pending.push(*desc);
+                let slot = held.admit(*desc);
+                let rx = RxFrame {
+                    umem: &sock.umem,
+                    desc,
+                    len,
+                    slot,
+                    held: &mut held,
+                };
+                let action = handler.on_rx_frame(&info, now, rx);
+                if slot.is_some_and(|s| held.settle(s)) {
+                    // Kept: it goes back once released.
+                    continue;
+                }
+                match action {
+                    RxAction::Transmit(out) if out > 0 => {
+                        // SAFETY: the frame is still ours (not kept, on no
+                        // ring); only its length is set.
+                        let mut data = unsafe { sock.umem.data_mut(desc) };
+                        let mut cursor = data.cursor();
+                        if out <= cursor.buf_len() {
+                            cursor.set_pos(out);
+                            pending.push(*desc);
+                        } else {
+                            dropped += 1;
+                            free.push(*desc);
+                        }
                     }
                     _ => {
                         dropped += 1;
@@ -217,6 +479,7 @@ pub(crate) fn run<H: QueueHandler>(
                 }
             }
             received += n;
+            held.take_released(&mut free);
             refill(&mut sock, &mut free, cfg.tx_reserve, false);
             if n < BATCH {
                 break;
@@ -233,8 +496,10 @@ pub(crate) fn run<H: QueueHandler>(
             pending: &mut pending,
             rx_consumed,
             rx_waiting: sock.rx.nb_avail_exact(),
+            held: &mut held,
         };
         handler.on_poll(&info, now, &mut batch);
+        held.take_released(&mut free);
 
         let (sent, done) = match tx.transmit(&mut sock, &mut pending, &mut free, c) {
             Ok(progress) => progress,

@@ -192,6 +192,10 @@ pub struct MatrixArgs {
     /// flowlane's own, 32768): the receive memory its connections share.
     #[arg(long, value_name = "N", value_parser = flowlane_dataplane::service_args::frames_per_queue)]
     pub frames_per_queue: Option<u32>,
+    /// flowlane copies every received payload (its `--copy-receive`:
+    /// zero-copy receive off), to compare the two.
+    #[arg(long)]
+    pub copy_receive: bool,
 }
 
 /// One parsed `-m` mapping.

@@ -190,6 +190,7 @@ fn service_config(plan: &Plan, ports: &[u16], active: bool) -> Result<(TcpServic
     config.active = active;
     config.busy_poll = opts.busy_poll;
     config.frames_per_queue = opts.frames_per_queue;
+    config.zero_copy_receive = !opts.copy_receive;
     config.congestion = opts.congestion.algorithm();
     config.ecn = opts.ecn.mode();
     config.neighbors = tcp_service::neighbors(&opts.neighbor, &config.iface, None)?;

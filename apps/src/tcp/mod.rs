@@ -300,6 +300,7 @@ where
     config.active = connect_to.is_some();
     config.busy_poll = c.data_path.busy_poll;
     config.frames_per_queue = c.data_path.frames_per_queue;
+    config.zero_copy_receive = !c.data_path.copy_receive;
     config.congestion = c.data_path.congestion.algorithm();
     config.ecn = c.data_path.ecn.mode();
     config.msl = c.msl_ms.map(flowlane_tcp::time::Duration::from_millis);

@@ -63,7 +63,8 @@ pub(super) struct CellSpec<'a> {
     pub(super) warm: f64,
     /// Extra flags of both ends (the latency mode).
     pub(super) mode: String,
-    /// Extra flags of the flowlane backend (`--frames-per-queue N`).
+    /// Extra flags of the flowlane backend (`--frames-per-queue N`,
+    /// `--copy-receive`).
     pub(super) flowlane_flags: &'a str,
 }
 

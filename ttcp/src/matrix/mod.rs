@@ -150,10 +150,15 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
         "delays",
     )?;
     let secs = a.seconds.unwrap_or(if q { 2.0 } else { 3.0 });
-    let flowlane_flags = a
+    let mut flowlane_flags = a
         .frames_per_queue
         .map(|n| format!("--frames-per-queue {n}"))
         .unwrap_or_default();
+    if a.copy_receive {
+        flowlane_flags = format!("{flowlane_flags} --copy-receive")
+            .trim()
+            .to_string();
+    }
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
     let out = a
         .out
@@ -325,6 +330,7 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
         "peer": "kernel backend in the peer namespace (10.99.0.2); the backend named runs in flowlane's (10.99.0.1)",
         "bed": {"queues": 2, "mtu": 1500, "receiver": "10.99.0.1 (xsk0)", "sender": "10.99.0.2 (peer0)"},
         "flowlane_frames_per_queue": a.frames_per_queue.unwrap_or(RingSizes::DEFAULT_FRAMES),
+        "flowlane_receive": if a.copy_receive { "copy" } else { "zero-copy" },
     });
     let json = serde_json::json!({"params": params, "cells": cells, "latency": latency});
     std::fs::write(
