@@ -79,11 +79,11 @@ impl ChunkBuffer {
         self.len == 0
     }
 
-    /// Whether nothing is queued or written past the queued bytes (no
-    /// out-of-order bytes either).
+    /// Whether bytes were written past the queued ones (out-of-order
+    /// bytes waiting for a hole to fill).
     #[inline]
-    pub(crate) fn holds_nothing(&self) -> bool {
-        self.written == 0
+    pub(crate) fn has_unqueued(&self) -> bool {
+        self.written > self.len
     }
 
     /// Chunks held.

@@ -24,8 +24,9 @@ use std::net::SocketAddr;
 /// in `SendState`, its top and the handshake's MTU, the probe's MTU and
 /// first sequence number; the rest-time stamp fits `TimerState`'s padding).
 /// 672 until zero-copy receive (+8 bytes: the receive queue's list of
-/// payloads kept in lent frames, a circular list named by its newest piece
-/// and its byte count).
+/// pieces, payloads kept in lent frames and runs of chunked bytes in
+/// stream order, a circular list named by its newest piece, and the bytes
+/// in its frames).
 const CONNECTION_BUDGET: usize = 680;
 /// A slab slot: the connection plus the stack's bookkeeping for it.
 /// 664 until the timer wheel's cancel (8 bytes: the entry's place in the

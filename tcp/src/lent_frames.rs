@@ -2,20 +2,22 @@
 //!
 //! A caller that receives into frames of its own (AF_XDP UMEM) can lend the
 //! stack the frame of a segment ([`Stack::handle_tcp_frame`](crate::Stack::handle_tcp_frame)).
-//! When the segment's payload is the next in-order data of a connection
-//! whose receive queue holds nothing in chunks, the stack keeps a reference
-//! to the payload (frame id, offset, length) instead of copying it, and the
-//! caller must leave the frame alone until the stack releases it
+//! When the segment's payload is in-order data of a connection that holds
+//! no out-of-order bytes, the stack keeps a reference to the payload (frame
+//! id, offset, length) instead of copying it, and the caller must leave the
+//! frame alone until the stack releases it
 //! ([`Stack::poll_released_frame`](crate::Stack::poll_released_frame)):
 //! once the application has consumed its last byte, or the connection has
 //! gone. The stack never reads a lent frame itself: reads that need the
 //! bytes take the caller's [`FrameStore`].
 //!
-//! A connection's readable bytes are its lent pieces first, then its
-//! chunks: a frame is kept only while the chunks hold nothing (no queued
-//! and no out-of-order bytes), so arrival order and read order agree.
-//! Each piece is an entry of one per-stack slab ([`LentFrames`]); a
-//! connection holds an 8-byte [`FrameList`].
+//! A connection's readable bytes are then a list of pieces in stream order
+//! ([`PieceList`]): kept payloads, and runs of the bytes queued in its
+//! chunks (what was copied: out-of-order data once its hole filled, short
+//! payloads, payloads that came without a frame). A connection that never
+//! kept a frame has an empty list, and its chunks hold everything. Each
+//! piece is an entry of one per-stack slab ([`LentFrames`]); a connection
+//! holds an 8-byte [`PieceList`].
 
 /// Where the caller keeps the frames it lent the stack: the stack resolves
 /// a kept piece through it when the application reads, or when a
@@ -66,61 +68,78 @@ impl Lend {
     /// it is not one).
     pub(crate) fn locate(&self, data: &[u8]) -> Option<(u32, u32)> {
         let start = (data.as_ptr() as usize).checked_sub(self.payload_addr)?;
-        (start + data.len() <= self.payload_len).then(|| {
-            (
-                self.frame.id,
-                self.frame.payload_offset + u32::try_from(start).unwrap_or(u32::MAX),
-            )
-        })
+        if start + data.len() > self.payload_len {
+            return None;
+        }
+        let offset = self
+            .frame
+            .payload_offset
+            .checked_add(u32::try_from(start).ok()?)?;
+        (offset != CHUNKS).then_some((self.frame.id, offset))
     }
 }
 
 const NONE: u32 = u32::MAX;
+/// The offset that marks a piece of chunked bytes (no frame offset is this
+/// large: [`Lend::locate`] refuses it).
+const CHUNKS: u32 = u32::MAX;
 
-/// One kept payload (or what is left of it to read).
+/// One piece of a connection's readable bytes: a kept payload (or what is
+/// left of it to read), or a run of `len` bytes queued in the chunks.
 #[derive(Debug, Clone, Copy)]
 struct Piece {
     frame: u32,
+    /// The payload's offset in the frame; [`CHUNKS`] for chunked bytes.
     offset: u32,
     len: u32,
     /// The next piece of the connection, or of the free list.
     next: u32,
 }
 
-/// A connection's kept pieces, oldest first, in the stack's slab: a
-/// circular list named by its newest piece, whose `next` is the oldest
-/// (8 bytes in the connection).
+/// The head of a connection's piece list, read by its receive queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct FrameList {
-    tail: u32,
-    bytes: u32,
+pub(crate) enum Front {
+    /// `len` bytes at `offset` of `frame`.
+    Frame { frame: u32, offset: u32, len: u32 },
+    /// The next `len` bytes queued in the chunks.
+    Chunks { len: u32 },
 }
 
-impl Default for FrameList {
+/// A connection's pieces, oldest first, in the stack's slab: a circular
+/// list named by its newest piece, whose `next` is the oldest (8 bytes in
+/// the connection). Empty when the connection holds no kept payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PieceList {
+    tail: u32,
+    /// Bytes in the list's frames (its chunked runs not included).
+    frame_bytes: u32,
+}
+
+impl Default for PieceList {
     fn default() -> Self {
-        FrameList {
+        PieceList {
             tail: NONE,
-            bytes: 0,
+            frame_bytes: 0,
         }
     }
 }
 
-impl FrameList {
+impl PieceList {
     /// Readable bytes in the list's frames.
     #[inline]
-    pub(crate) fn bytes(&self) -> usize {
-        self.bytes as usize
+    pub(crate) fn frame_bytes(&self) -> usize {
+        self.frame_bytes as usize
     }
 
-    /// Whether the list holds no frame.
+    /// Whether the list is empty (every readable byte is in the chunks).
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
         self.tail == NONE
     }
 }
 
-/// The stack's kept pieces (a slab with a free list) and the frames
-/// released back to the caller.
+/// The stack's pieces (a slab with a free list) and the frames released
+/// back to the caller.
 #[derive(Debug, Default)]
 pub(crate) struct LentFrames {
     pieces: Vec<Piece>,
@@ -140,8 +159,30 @@ impl LentFrames {
         self.released.pop()
     }
 
-    /// Appends `len` bytes at `offset` of `frame` to `list`.
-    pub(crate) fn push(&mut self, list: &mut FrameList, frame: u32, offset: u32, len: u32) {
+    /// Appends a kept payload: `len` bytes at `offset` of `frame`.
+    pub(crate) fn push_frame(&mut self, list: &mut PieceList, frame: u32, offset: u32, len: u32) {
+        self.push(list, frame, offset, len);
+        list.frame_bytes += len;
+        self.held += 1;
+    }
+
+    /// Appends `len` bytes just queued in the chunks (to the last piece if
+    /// that is chunked too).
+    pub(crate) fn push_chunks(&mut self, list: &mut PieceList, len: u32) {
+        if len == 0 {
+            return;
+        }
+        if !list.is_empty() {
+            let tail = &mut self.pieces[list.tail as usize];
+            if tail.offset == CHUNKS {
+                tail.len += len;
+                return;
+            }
+        }
+        self.push(list, 0, CHUNKS, len);
+    }
+
+    fn push(&mut self, list: &mut PieceList, frame: u32, offset: u32, len: u32) {
         let piece = Piece {
             frame,
             offset,
@@ -167,133 +208,160 @@ impl LentFrames {
             self.pieces[at as usize].next = std::mem::replace(&mut tail.next, at);
         }
         list.tail = at;
-        list.bytes += len;
-        self.held += 1;
-    }
-
-    /// Unlinks `list`'s first piece, releases its frame and frees the entry.
-    fn pop(&mut self, list: &mut FrameList) {
-        let i = self.head(list);
-        let p = self.pieces[i as usize];
-        if i == list.tail {
-            list.tail = NONE;
-        } else {
-            self.pieces[list.tail as usize].next = p.next;
-        }
-        list.bytes -= p.len;
-        self.pieces[i as usize].next = self.free.unwrap_or(NONE);
-        self.free = Some(i);
-        self.released.push(p.frame);
-        self.held -= 1;
     }
 
     /// `list`'s oldest piece (the list is not empty).
     #[inline]
-    fn head(&self, list: &FrameList) -> u32 {
+    fn head(&self, list: &PieceList) -> u32 {
         self.pieces[list.tail as usize].next
     }
 
-    /// The bytes of `list`'s first piece, resolved through `store` (empty
-    /// if the list is, or the store does not hold the frame).
+    /// The first piece of `list` (not empty).
     #[inline]
-    pub(crate) fn front<'a>(&self, list: &FrameList, store: &'a dyn FrameStore) -> &'a [u8] {
-        if list.is_empty() {
-            return &[];
-        }
+    pub(crate) fn front(&self, list: &PieceList) -> Front {
         let p = self.pieces[self.head(list) as usize];
-        let (s, e) = (p.offset as usize, (p.offset + p.len) as usize);
-        store.frame(p.frame).get(s..e).unwrap_or(&[])
-    }
-
-    /// Drops up to `n` bytes from the front of `list`, releasing each frame
-    /// whose last byte goes; returns the bytes dropped.
-    pub(crate) fn consume(&mut self, list: &mut FrameList, n: usize) -> usize {
-        let mut left = n.min(list.bytes()) as u32;
-        let dropped = left as usize;
-        while left > 0 {
-            let head = self.head(list);
-            let p = &mut self.pieces[head as usize];
-            if left < p.len {
-                p.offset += left;
-                p.len -= left;
-                list.bytes -= left;
-                break;
+        if p.offset == CHUNKS {
+            Front::Chunks { len: p.len }
+        } else {
+            Front::Frame {
+                frame: p.frame,
+                offset: p.offset,
+                len: p.len,
             }
-            left -= p.len;
-            self.pop(list);
         }
-        dropped
     }
 
-    /// Copies `list`'s bytes, from the front, into `out` (as many as fit),
-    /// resolved through `store`; returns the number copied.
-    pub(crate) fn copy_out(
-        &self,
-        list: &FrameList,
-        store: &dyn FrameStore,
-        mut out: &mut [u8],
-    ) -> usize {
-        if list.is_empty() {
-            return 0;
+    /// Drops `n` bytes (at most the first piece's) from the front of `list`,
+    /// releasing a frame whose last byte goes and freeing the entry of a
+    /// piece that empties.
+    pub(crate) fn advance(&mut self, list: &mut PieceList, n: u32) {
+        let i = self.head(list);
+        let p = &mut self.pieces[i as usize];
+        debug_assert!(n <= p.len);
+        let frame = p.offset != CHUNKS;
+        if frame {
+            list.frame_bytes -= n;
         }
-        let mut copied = 0;
-        let mut i = self.head(list);
-        loop {
+        if n < p.len {
+            p.len -= n;
+            if frame {
+                p.offset += n;
+            }
+            return;
+        }
+        let next = p.next;
+        let id = p.frame;
+        if i == list.tail {
+            list.tail = NONE;
+        } else {
+            self.pieces[list.tail as usize].next = next;
+        }
+        self.pieces[i as usize].next = self.free.unwrap_or(NONE);
+        self.free = Some(i);
+        if frame {
+            self.released.push(id);
+            self.held -= 1;
+        }
+    }
+
+    /// Every piece of `list`, oldest first.
+    pub(crate) fn iter<'a>(&'a self, list: &PieceList) -> impl Iterator<Item = Front> + 'a {
+        let (tail, mut i, mut done) = (list.tail, NONE, list.is_empty());
+        if !done {
+            i = self.head(list);
+        }
+        std::iter::from_fn(move || {
+            if done {
+                return None;
+            }
             let p = self.pieces[i as usize];
-            let (s, e) = (p.offset as usize, (p.offset + p.len) as usize);
-            let bytes = store.frame(p.frame).get(s..e).unwrap_or(&[]);
-            let n = bytes.len().min(out.len());
-            let (dst, rest) = out.split_at_mut(n);
-            dst.copy_from_slice(&bytes[..n]);
-            out = rest;
-            copied += n;
-            if n < p.len as usize || i == list.tail || out.is_empty() {
-                break;
-            }
+            done = i == tail;
             i = p.next;
-        }
-        copied
+            Some(if p.offset == CHUNKS {
+                Front::Chunks { len: p.len }
+            } else {
+                Front::Frame {
+                    frame: p.frame,
+                    offset: p.offset,
+                    len: p.len,
+                }
+            })
+        })
     }
 
-    /// Releases every frame of `list` (its connection goes away).
-    pub(crate) fn release(&mut self, list: &mut FrameList) {
+    /// Releases every frame of `list` and frees its pieces (its connection
+    /// goes away).
+    pub(crate) fn release(&mut self, list: &mut PieceList) {
         while !list.is_empty() {
-            self.pop(list);
+            let len = match self.front(list) {
+                Front::Frame { len, .. } | Front::Chunks { len } => len,
+            };
+            self.advance(list, len);
         }
     }
 
     /// Checks the slab against the lists handed in (`check_layout`): every
-    /// piece is on exactly one list or the free list, and each list's byte
-    /// count is the sum of its pieces.
+    /// piece is on exactly one list or the free list, each list's frame
+    /// bytes are the sum of its frame pieces, no piece is empty, and the
+    /// chunked runs add up to what each list's chunks queue (the second
+    /// item of each pair).
     #[cfg(test)]
-    pub(crate) fn check<'a>(&self, lists: impl Iterator<Item = &'a FrameList>) {
+    pub(crate) fn check<'a>(
+        &self,
+        lists: impl Iterator<Item = (&'a PieceList, usize)>,
+    ) -> Result<(), String> {
         let mut seen = vec![false; self.pieces.len()];
         let mut held = 0;
-        for list in lists {
-            let mut bytes = 0u32;
+        for (list, chunked) in lists {
+            let (mut frame_bytes, mut chunk_bytes) = (0u32, 0usize);
             if !list.is_empty() {
                 let mut i = self.head(list);
                 loop {
-                    assert!(!seen[i as usize], "piece {i} on two lists");
-                    seen[i as usize] = true;
-                    bytes += self.pieces[i as usize].len;
-                    held += 1;
+                    if std::mem::replace(&mut seen[i as usize], true) {
+                        return Err(format!("piece {i} on two lists"));
+                    }
+                    let p = self.pieces[i as usize];
+                    if p.len == 0 {
+                        return Err(format!("piece {i} is empty"));
+                    }
+                    if p.offset == CHUNKS {
+                        chunk_bytes += p.len as usize;
+                    } else {
+                        frame_bytes += p.len;
+                        held += 1;
+                    }
                     if i == list.tail {
                         break;
                     }
-                    i = self.pieces[i as usize].next;
+                    i = p.next;
+                }
+                if chunk_bytes != chunked {
+                    return Err(format!(
+                        "chunked runs of {chunk_bytes} bytes, chunks queue {chunked}"
+                    ));
                 }
             }
-            assert_eq!(list.bytes, bytes, "a frame list's bytes");
+            if list.frame_bytes != frame_bytes {
+                return Err(format!(
+                    "a list counts {} frame bytes, its pieces {frame_bytes}",
+                    list.frame_bytes
+                ));
+            }
         }
         let mut i = self.free.unwrap_or(NONE);
         while i != NONE {
-            assert!(!seen[i as usize], "free piece {i} is on a list");
-            seen[i as usize] = true;
+            if std::mem::replace(&mut seen[i as usize], true) {
+                return Err(format!("free piece {i} is on a list"));
+            }
             i = self.pieces[i as usize].next;
         }
-        assert!(seen.iter().all(|s| *s), "a piece is on no list");
-        assert_eq!(held, self.held, "frames held");
+        if !seen.iter().all(|s| *s) {
+            return Err("a piece is on no list".into());
+        }
+        if held != self.held {
+            return Err(format!("{held} frames on lists, {} held", self.held));
+        }
+        Ok(())
     }
 }
 
@@ -301,41 +369,58 @@ impl LentFrames {
 mod tests {
     use super::*;
 
-    struct Store(Vec<Vec<u8>>);
-
-    impl FrameStore for Store {
-        fn frame(&self, id: u32) -> &[u8] {
-            &self.0[id as usize]
-        }
-    }
-
     #[test]
-    fn pieces_read_in_order_and_release_their_frames_once_consumed() {
-        let store = Store(vec![b"hdr-abcdef".to_vec(), b"hdr-ghij".to_vec()]);
+    fn pieces_keep_stream_order_and_release_their_frames_once_consumed() {
         let mut lent = LentFrames::default();
-        let mut list = FrameList::default();
-        lent.push(&mut list, 0, 4, 6);
-        lent.push(&mut list, 1, 4, 4);
-        assert_eq!(list.bytes(), 10);
-        assert_eq!(lent.front(&list, &store), b"abcdef");
-        let mut out = [0; 8];
-        assert_eq!(lent.copy_out(&list, &store, &mut out), 8);
-        assert_eq!(&out, b"abcdefgh");
-        assert_eq!(lent.consume(&mut list, 4), 4);
-        assert_eq!(lent.front(&list, &store), b"ef");
+        let mut list = PieceList::default();
+        lent.push_chunks(&mut list, 5);
+        lent.push_frame(&mut list, 0, 4, 6);
+        lent.push_chunks(&mut list, 3);
+        lent.push_chunks(&mut list, 2);
+        lent.push_frame(&mut list, 1, 4, 4);
+        assert_eq!(list.frame_bytes(), 10);
+        let all: Vec<Front> = lent.iter(&list).collect();
+        assert_eq!(
+            all,
+            [
+                Front::Chunks { len: 5 },
+                Front::Frame {
+                    frame: 0,
+                    offset: 4,
+                    len: 6
+                },
+                Front::Chunks { len: 5 },
+                Front::Frame {
+                    frame: 1,
+                    offset: 4,
+                    len: 4
+                },
+            ]
+        );
+        lent.check([(&list, 10)].into_iter()).unwrap();
+        lent.advance(&mut list, 5);
+        lent.advance(&mut list, 4);
+        assert_eq!(
+            lent.front(&list),
+            Front::Frame {
+                frame: 0,
+                offset: 8,
+                len: 2
+            }
+        );
         assert_eq!(lent.poll_released(), None);
-        assert_eq!(lent.consume(&mut list, 3), 3);
+        lent.advance(&mut list, 2);
         assert_eq!(lent.poll_released(), Some(0));
-        assert_eq!(lent.front(&list, &store), b"hij");
-        lent.check([&list].into_iter());
+        assert_eq!(lent.front(&list), Front::Chunks { len: 5 });
+        lent.check([(&list, 5)].into_iter()).unwrap();
         lent.release(&mut list);
         assert_eq!(lent.poll_released(), Some(1));
         assert!(list.is_empty());
         assert_eq!(lent.held(), 0);
         // The freed entries are reused.
-        lent.push(&mut list, 1, 0, 3);
-        lent.check([&list].into_iter());
-        assert_eq!(lent.pieces.len(), 2);
+        lent.push_frame(&mut list, 1, 0, 3);
+        lent.check([(&list, 0)].into_iter()).unwrap();
+        assert_eq!(lent.pieces.len(), 4);
     }
 
     #[test]

@@ -1,20 +1,26 @@
-//! A connection's receive queue: payload kept in lent frames, then chunks.
+//! A connection's receive queue: payload kept in lent frames, and chunks.
 //!
-//! The readable bytes are the connection's lent pieces ([`FrameList`])
-//! followed by the bytes queued in its [`ChunkBuffer`]; out-of-order bytes
-//! are written into the chunks at their offsets past all of them. A frame
-//! is kept only while the chunks hold nothing at all (see
-//! [`RecvBuffer::keep_frame`]), so the two parts never interleave. The
-//! bound (capacity and headroom) covers both parts.
+//! Bytes that were copied (out-of-order data, short payloads, payloads that
+//! came without a frame) are queued in the connection's [`ChunkBuffer`];
+//! kept payloads stay in the caller's frames. While the connection holds
+//! kept payload, its [`PieceList`] says in which order the two kinds of
+//! bytes are read: kept payloads, and runs of the chunks' queued bytes.
+//! With no kept payload the list is empty and the chunks are the whole
+//! queue, the path of a stack that is lent no frames. Out-of-order bytes
+//! are written into the chunks at their offsets from RCV.NXT (kept
+//! payloads take no chunk space, so these are the chunks' own offsets
+//! past their queued bytes), and a frame is kept only while there are none
+//! ([`RecvBuffer::keep_frame`]). The bound (capacity and headroom) covers
+//! both kinds.
 
 use crate::buffer::ChunkBuffer;
 use crate::chunk_pool::ChunkPool;
-use crate::lent_frames::{FrameList, FrameStore, LentFrames};
+use crate::lent_frames::{FrameStore, Front, LentFrames, PieceList};
 
 /// See the module documentation.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct RecvBuffer {
-    frames: FrameList,
+    pieces: PieceList,
     chunks: ChunkBuffer,
 }
 
@@ -22,7 +28,7 @@ impl RecvBuffer {
     /// An empty queue bounded at `capacity` bytes (holding no memory).
     pub(crate) fn new(capacity: usize) -> Self {
         RecvBuffer {
-            frames: FrameList::default(),
+            pieces: PieceList::default(),
             chunks: ChunkBuffer::new(capacity),
         }
     }
@@ -42,7 +48,7 @@ impl RecvBuffer {
     /// Readable bytes, in frames and chunks.
     #[inline]
     pub(crate) fn len(&self) -> usize {
-        self.frames.bytes() + self.chunks.len()
+        self.pieces.frame_bytes() + self.chunks.len()
     }
 
     /// Whether nothing is readable.
@@ -57,22 +63,16 @@ impl RecvBuffer {
         self.capacity().saturating_sub(self.len())
     }
 
-    /// Free space after the readable bytes, headroom included.
-    #[inline]
-    fn free_with_headroom(&self) -> usize {
-        (self.capacity() + self.headroom()).saturating_sub(self.len())
-    }
-
     /// Chunks held.
     #[cfg(test)]
     pub(crate) fn chunks(&self) -> usize {
         self.chunks.chunks()
     }
 
-    /// The lent pieces.
+    /// The piece list and the bytes the chunks queue (`check_layout`).
     #[cfg(test)]
-    pub(crate) fn frame_list(&self) -> &FrameList {
-        &self.frames
+    pub(crate) fn pieces(&self) -> (&PieceList, usize) {
+        (&self.pieces, self.chunks.len())
     }
 
     /// Raises the capacity (see [`ChunkBuffer::grow`]).
@@ -86,9 +86,9 @@ impl RecvBuffer {
     }
 
     /// Queues `len` in-order bytes at `offset` of the caller's `frame`
-    /// without copying them, if the chunks hold nothing (so the bytes go
-    /// after every readable one and before any out-of-order one) and they
-    /// fit. Returns whether the frame was kept.
+    /// without copying them, if no out-of-order bytes are held (they would
+    /// be read before it) and the bytes fit the bound. Returns whether the
+    /// frame was kept.
     #[inline]
     pub(crate) fn keep_frame(
         &mut self,
@@ -96,10 +96,15 @@ impl RecvBuffer {
         (frame, offset): (u32, u32),
         len: usize,
     ) -> bool {
-        if !self.chunks.holds_nothing() || len > self.free_with_headroom() {
+        let bound = self.capacity() + self.headroom();
+        if self.chunks.has_unqueued() || self.len() + len > bound {
             return false;
         }
-        lent.push(&mut self.frames, frame, offset, len as u32);
+        if self.pieces.is_empty() {
+            // Everything readable so far is in the chunks, and read first.
+            lent.push_chunks(&mut self.pieces, self.chunks.len() as u32);
+        }
+        lent.push_frame(&mut self.pieces, frame, offset, len as u32);
         true
     }
 
@@ -112,7 +117,12 @@ impl RecvBuffer {
         offset: usize,
         data: &[u8],
     ) -> usize {
-        let free = self.free_with_headroom();
+        let kept = self.pieces.frame_bytes();
+        if kept == 0 {
+            return self.chunks.write_unallocated(pool, offset, data);
+        }
+        // The chunks' own bound does not see the kept bytes.
+        let free = (self.capacity() + self.headroom()).saturating_sub(self.len());
         if offset >= free {
             return 0;
         }
@@ -125,10 +135,14 @@ impl RecvBuffer {
         self.chunks.read_unallocated(offset, out)
     }
 
-    /// Commits `n` bytes written at offset 0.
+    /// Commits `n` bytes written at offset 0: they are read after
+    /// everything readable now.
     #[inline]
-    pub(crate) fn enqueue_unallocated(&mut self, n: usize) {
+    pub(crate) fn enqueue_unallocated(&mut self, lent: &mut LentFrames, n: usize) {
         self.chunks.enqueue_unallocated(n);
+        if !self.pieces.is_empty() {
+            lent.push_chunks(&mut self.pieces, n as u32);
+        }
     }
 
     /// Forgets out-of-order bytes (see [`ChunkBuffer::forget_unqueued`]).
@@ -136,18 +150,23 @@ impl RecvBuffer {
         self.chunks.forget_unqueued(pool);
     }
 
-    /// The next contiguous readable bytes: the first lent piece (resolved
-    /// through `store`), else the chunks' first run.
+    /// The next contiguous readable bytes: a kept payload (resolved
+    /// through `store`), or a run of the chunks.
     #[inline]
     pub(crate) fn peek<'a>(&'a self, lent: &LentFrames, store: &'a dyn FrameStore) -> &'a [u8] {
-        if self.frames.is_empty() {
-            self.chunks.peek()
-        } else {
-            lent.front(&self.frames, store)
+        if self.pieces.is_empty() {
+            return self.chunks.peek();
+        }
+        match lent.front(&self.pieces) {
+            Front::Frame { frame, offset, len } => frame_bytes(store, frame, offset, len),
+            Front::Chunks { len } => {
+                let run = self.chunks.peek();
+                &run[..run.len().min(len as usize)]
+            }
         }
     }
 
-    /// Drops `n` readable bytes from the front (frames first, each released
+    /// Drops `n` readable bytes from the front (a kept frame is released
     /// once its last byte goes); returns the number dropped.
     #[inline]
     pub(crate) fn dequeue(
@@ -156,12 +175,21 @@ impl RecvBuffer {
         lent: &mut LentFrames,
         n: usize,
     ) -> usize {
-        let mut dropped = 0;
-        if !self.frames.is_empty() {
-            dropped = lent.consume(&mut self.frames, n);
+        if self.pieces.is_empty() {
+            return self.chunks.dequeue_allocated(pool, n);
         }
-        if dropped < n {
-            dropped += self.chunks.dequeue_allocated(pool, n - dropped);
+        let mut dropped = 0;
+        while dropped < n && !self.pieces.is_empty() {
+            let take = match lent.front(&self.pieces) {
+                Front::Frame { len, .. } => len.min((n - dropped) as u32),
+                Front::Chunks { len } => {
+                    let take = len.min((n - dropped) as u32);
+                    self.chunks.dequeue_allocated(pool, take as usize);
+                    take
+                }
+            };
+            lent.advance(&mut self.pieces, take);
+            dropped += take as usize;
         }
         dropped
     }
@@ -182,20 +210,41 @@ impl RecvBuffer {
     /// Copies readable bytes from the front into `out` without removing
     /// them; returns the number copied.
     fn read(&self, lent: &LentFrames, store: &dyn FrameStore, out: &mut [u8]) -> usize {
-        let mut n = 0;
-        if !self.frames.is_empty() {
-            n = lent.copy_out(&self.frames, store, out);
-            if n < self.frames.bytes() {
-                return n;
+        if self.pieces.is_empty() {
+            return self.chunks.read_allocated(0, out);
+        }
+        let (mut n, mut chunked) = (0, 0);
+        for piece in lent.iter(&self.pieces) {
+            if n == out.len() {
+                break;
+            }
+            let (got, len) = match piece {
+                Front::Frame { frame, offset, len } => {
+                    let bytes = frame_bytes(store, frame, offset, len);
+                    let k = bytes.len().min(out.len() - n);
+                    out[n..n + k].copy_from_slice(&bytes[..k]);
+                    (k, len as usize)
+                }
+                Front::Chunks { len } => {
+                    let want = (len as usize).min(out.len() - n);
+                    let k = self.chunks.read_allocated(chunked, &mut out[n..n + want]);
+                    chunked += len as usize;
+                    (k, len as usize)
+                }
+            };
+            n += got;
+            if got < len {
+                break;
             }
         }
-        n + self.chunks.read_allocated(0, &mut out[n..])
+        n
     }
 
     /// All readable bytes, copied.
     pub(crate) fn to_vec(&self, lent: &LentFrames, store: &dyn FrameStore) -> Vec<u8> {
         let mut v = vec![0; self.len()];
         let n = self.read(lent, store, &mut v);
+        debug_assert_eq!(n, v.len(), "a kept payload the store does not hold");
         v.truncate(n);
         v
     }
@@ -203,7 +252,15 @@ impl RecvBuffer {
     /// Drops every byte and gives back every chunk and frame: the queue
     /// then holds no memory.
     pub(crate) fn release(&mut self, pool: &mut ChunkPool, lent: &mut LentFrames) {
-        lent.release(&mut self.frames);
+        lent.release(&mut self.pieces);
         self.chunks.release(pool);
     }
+}
+
+/// The `len` bytes at `offset` of `frame` in `store` (empty if the store
+/// does not have them).
+#[inline]
+fn frame_bytes(store: &dyn FrameStore, frame: u32, offset: u32, len: u32) -> &[u8] {
+    let (s, e) = (offset as usize, offset as usize + len as usize);
+    store.frame(frame).get(s..e).unwrap_or(&[])
 }

@@ -1096,10 +1096,11 @@ impl Stack {
     /// [`Stack::recv_in`], [`Stack::export_in`],
     /// [`Stack::export_bucket_in`]) with a [`FrameStore`] that resolves the
     /// frame. Any other result leaves the frame to the caller at once.
-    /// Only the next in-order payload of a connection whose queue holds
-    /// nothing in chunks, at least [`Config::zero_copy_min`] bytes long,
-    /// is kept; the caller bounds how many frames it lends by lending none
-    /// when it has none to spare.
+    /// Only in-order payload of a connection that holds no out-of-order
+    /// bytes, at least [`Config::zero_copy_min`] bytes long, is kept (the
+    /// rest is copied, and read in stream order with the kept payloads);
+    /// the caller bounds how many frames it lends by lending none when it
+    /// has none to spare.
     #[inline]
     #[allow(clippy::too_many_arguments)]
     pub fn handle_tcp_frame(
@@ -2014,8 +2015,8 @@ impl Stack {
             self.slots
                 .iter()
                 .filter_map(|s| s.conn.as_ref())
-                .map(|c| c.recv_buf.frame_list()),
-        );
+                .map(|c| c.recv_buf.pieces()),
+        )?;
         if self
             .slots
             .iter()

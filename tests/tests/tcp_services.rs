@@ -4,7 +4,9 @@
 //! (curl and python's http.client), and 1000 concurrent connections doing
 //! request/response, all served and closed; curl over IPv6 and IPv4 to
 //! the same server; and
-//! TIME-WAIT entries of connections flowlane closed expire after 2 MSL.
+//! TIME-WAIT entries of connections flowlane closed expire after 2 MSL;
+//! and a slow-reading echo client, whose unread payload stays in the
+//! frames it arrived in (zero-copy receive).
 
 mod tcp_common;
 
@@ -45,6 +47,72 @@ fn kernel_client_gets_its_bytes_echoed() {
     assert_eq!(t["passive_opens"], 8, "{t}");
     assert_eq!(t["connections"], 0, "{t}");
     assert_eq!(t["bad_tcp_checksum"], 0, "{t}");
+}
+
+/// A client that sends 24 MiB and reads the echo slowly (64 KiB every
+/// 10 ms, in another thread): the echo server's send buffer stays full, so
+/// it reads only what it can send back and leaves the rest of what came in
+/// unread, in the frames it arrived in (zero-copy receive).
+const SLOW_READER: &str = r#"
+import hashlib, os, socket, sys, threading, time
+s = socket.create_connection((sys.argv[1], 7), timeout=30)
+msg = os.urandom(int(sys.argv[2]))
+got = hashlib.sha256()
+n = [0]
+def read():
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        got.update(d)
+        n[0] += len(d)
+        time.sleep(0.01)
+t = threading.Thread(target=read)
+t.start()
+print('ready', flush=True)
+s.sendall(msg)
+s.shutdown(socket.SHUT_WR)
+t.join()
+s.close()
+assert n[0] == len(msg), (n[0], len(msg))
+assert got.digest() == hashlib.sha256(msg).digest()
+print('ok')
+"#;
+
+/// Zero-copy receive on the bed: while the echo server cannot send (its
+/// client reads slowly), what it has not read stays in the received frames
+/// across its callbacks (`frames_lent` > 0 mid-transfer), every byte comes
+/// back in order, and every frame is given back once the connection is
+/// gone.
+#[test]
+fn a_slow_reader_leaves_payload_in_lent_frames_and_gets_every_byte() {
+    if !require_root("a_slow_reader_leaves_payload_in_lent_frames_and_gets_every_byte") {
+        return;
+    }
+    let bed = Bed::up("tzc", 2);
+    let app = start(&bed, &["echo-server", "--port", "7"], 180);
+    let mut client = peer_py_spawn(
+        &bed,
+        120,
+        SLOW_READER,
+        &["10.99.0.1", &(24 << 20).to_string()],
+    );
+    wait_ready(&mut client);
+    // 1.5 s in, the client has read at most 9.6 MB of 24 MiB.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let mid = app.report_now()["counters"]["total"].clone();
+    eprintln!(
+        "mid-transfer: lent {} kept {} buffer memory {}",
+        mid["frames_lent"], mid["frames_kept"], mid["buffer_memory"]
+    );
+    let out = finish(client, std::time::Duration::from_secs(120));
+    assert_eq!(out.trim(), "ok");
+    assert!(mid["frames_lent"].as_u64() > Some(0), "mid-transfer: {mid}");
+    let lines = app.stop();
+    let t = totals(&lines);
+    assert!(t["frames_kept"].as_u64() > Some(1000), "{t}");
+    assert_eq!(t["frames_lent"], 0, "{t}");
+    assert_eq!(t["connections"], 0, "{t}");
 }
 
 #[test]

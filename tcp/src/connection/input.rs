@@ -758,7 +758,7 @@ impl Connection {
                     // carry the new one and signal a loss that is not there.
                     self.rcv.acks_owed = 0;
                     if !kept {
-                        self.recv_buf.enqueue_unallocated(front as usize);
+                        self.recv_buf.enqueue_unallocated(ctx.lent, front as usize);
                     }
                     self.rcv.nxt += front as usize;
                     self.rcv.unacked += front;

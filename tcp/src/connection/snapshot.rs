@@ -129,7 +129,7 @@ impl Connection {
         let mut assembler = Assembler::new();
         let mut valid = recv_buf.write_unallocated(pool, 0, &s.recv_data) == s.recv_data.len();
         if valid {
-            recv_buf.enqueue_unallocated(s.recv_data.len());
+            recv_buf.enqueue_unallocated(&mut LentFrames::default(), s.recv_data.len());
             for (off, bytes) in &s.out_of_order {
                 let n = recv_buf.write_unallocated(pool, *off as usize, bytes);
                 if n != bytes.len() || *off == 0 || assembler.add(*off, n as u32) != Ok(0) {
