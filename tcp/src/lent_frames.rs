@@ -160,6 +160,7 @@ impl LentFrames {
     }
 
     /// Appends a kept payload: `len` bytes at `offset` of `frame`.
+    #[inline]
     pub(crate) fn push_frame(&mut self, list: &mut PieceList, frame: u32, offset: u32, len: u32) {
         self.push(list, frame, offset, len);
         list.frame_bytes += len;
@@ -182,6 +183,7 @@ impl LentFrames {
         self.push(list, 0, CHUNKS, len);
     }
 
+    #[inline]
     fn push(&mut self, list: &mut PieceList, frame: u32, offset: u32, len: u32) {
         let piece = Piece {
             frame,
@@ -234,6 +236,7 @@ impl LentFrames {
     /// Drops `n` bytes (at most the first piece's) from the front of `list`,
     /// releasing a frame whose last byte goes and freeing the entry of a
     /// piece that empties.
+    #[inline]
     pub(crate) fn advance(&mut self, list: &mut PieceList, n: u32) {
         let i = self.head(list);
         let p = &mut self.pieces[i as usize];
