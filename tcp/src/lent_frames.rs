@@ -138,10 +138,14 @@ impl PieceList {
     }
 }
 
-/// The stack's pieces (a slab with a free list) and the frames released
-/// back to the caller.
+/// The stack's pieces (a slab with a free list), the frames released
+/// back to the caller, and the frame lent with the segment being processed.
 #[derive(Debug, Default)]
 pub(crate) struct LentFrames {
+    /// The frame lent with the segment being processed
+    /// ([`Stack::handle_tcp_frame`](crate::Stack::handle_tcp_frame)); a
+    /// receive queue that keeps it takes it.
+    pub(crate) pending: Option<Lend>,
     pieces: Vec<Piece>,
     free: Option<u32>,
     released: Vec<u32>,

@@ -166,6 +166,47 @@ pub(crate) struct Flight {
     pub(crate) reordered: bool,
 }
 
+/// Most flights a stack keeps for reuse.
+const POOLED_FLIGHTS: usize = 256;
+/// Flights whose record deque grew past this many are not kept (a bulk
+/// transfer's), so that the pool stays small.
+const POOLED_RECORDS: usize = 64;
+
+/// The flights of connections whose data was all acknowledged, kept for
+/// the next flight of any connection of the stack: a short connection
+/// starts and ends a flight per burst, and each cost two allocations and
+/// two frees (the box and its deque).
+#[derive(Debug, Default)]
+pub(crate) struct FlightPool {
+    free: Vec<Box<Flight>>,
+}
+
+impl FlightPool {
+    /// A flight starting at `head`: a kept one, reset, or a new one.
+    #[inline]
+    pub(crate) fn take(&mut self, head: SeqNumber) -> Box<Flight> {
+        match self.free.pop() {
+            Some(mut f) => {
+                let mut records = std::mem::take(&mut f.records);
+                records.clear();
+                *f = Flight::new(head);
+                f.records = records;
+                f
+            }
+            None => Box::new(Flight::new(head)),
+        }
+    }
+
+    /// Takes back a flight that is over (kept if the pool has room and its
+    /// deque is small).
+    #[inline]
+    pub(crate) fn give(&mut self, f: Box<Flight>) {
+        if self.free.len() < POOLED_FLIGHTS && f.records.capacity() <= POOLED_RECORDS {
+            self.free.push(f);
+        }
+    }
+}
+
 /// What a loss scan found (RFC 8985 §6.2 step 5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Scan {
@@ -414,6 +455,37 @@ mod tests {
             f.on_send(s(i * 100), s(i * 100 + 100), i * 10, s(i * 100));
         }
         f
+    }
+
+    #[test]
+    fn a_pooled_flight_starts_as_a_new_one_and_keeps_its_room() {
+        let mut pool = FlightPool::default();
+        let mut f = pool.take(s(0));
+        for i in 0..10 {
+            f.on_send(s(i * 100), s(i * 100 + 100), 1000 + i, s(i * 100));
+        }
+        f.on_sacked(s(500), s(600), s(500), s(600));
+        f.tlp_end = Some(s(1000));
+        let room = f.records.capacity();
+        pool.give(f);
+        let g = pool.take(s(7000));
+        assert_eq!(*g, Flight::new(s(7000)).with_room(room));
+        assert_eq!(g.records.capacity(), room);
+        // A large deque is not kept.
+        let mut big = Box::new(Flight::new(s(0)));
+        big.records.reserve(POOLED_RECORDS * 4);
+        pool.give(g);
+        pool.give(big);
+        assert_eq!(pool.free.len(), 1);
+    }
+
+    impl Flight {
+        /// `self` with an empty deque of `room` records' capacity (to
+        /// compare with a pooled one).
+        fn with_room(mut self, room: usize) -> Self {
+            self.records = VecDeque::with_capacity(room);
+            self
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@ use crate::connection::{
 use crate::ecn::{Ecn, EcnMode};
 use crate::isn::IsnGenerator;
 use crate::lent_frames::{FrameRef, FrameStore, Lend, LentFrames, NoFrames};
+use crate::rack::FlightPool;
 use crate::seq::SeqNumber;
 use crate::syn_cookie::{self, CookieJar};
 use crate::table::ConnTable;
@@ -292,9 +293,8 @@ pub struct Stack {
     pool: ChunkPool,
     /// Received payload kept in the caller's frames (zero-copy receive).
     lent: LentFrames,
-    /// The frame lent with the segment being processed
-    /// ([`Stack::handle_tcp_frame`]); taken when a receive queue keeps it.
-    lend: Option<Lend>,
+    /// RACK flights that are over, kept for the next.
+    flights: FlightPool,
     /// Receive memory committed by all connections together (the sum of
     /// [`Connection::rcv_commitment`]), against [`Config::recv_memory`].
     rcv_committed: usize,
@@ -383,7 +383,7 @@ impl Stack {
             wheel: TimerWheel::new(cfg.timer_tick),
             pool: ChunkPool::new(cfg.recv_memory.div_ceil(CHUNK_SIZE)),
             lent: LentFrames::default(),
-            lend: None,
+            flights: FlightPool::default(),
             replies: Replies {
                 rsts: VecDeque::new(),
                 challenges: ChallengeBudget::new(&cfg.isn_secret, cfg.challenge_ack_limit),
@@ -790,7 +790,7 @@ impl Stack {
             replies,
             pool,
             lent,
-            lend,
+            flights,
             now,
             rcv_committed,
             sharing,
@@ -805,7 +805,7 @@ impl Stack {
             replies,
             pool,
             lent,
-            lend,
+            flights,
             mem,
         };
         (conn, ctx)
@@ -934,11 +934,11 @@ impl Stack {
                             replies,
                             pool,
                             lent,
-                            lend,
+                            flights,
                             now,
                             ..
                         } = self;
-                        let memory = (pool, lent, lend);
+                        let memory = (pool, lent, flights);
                         conn.abort(&mut Ctx::unlimited(*now, cfg, stats, replies, memory));
                     }
                 }
@@ -1032,7 +1032,7 @@ impl Stack {
         let hash = self.table.hash(&conn.tuple);
         let commitment = conn.rcv_commitment(usize::from(self.cfg.mss));
         let r = last(conn, &self.lent);
-        conn.release_buffers(&mut self.pool, &mut self.lent);
+        conn.release_buffers((&mut self.pool, &mut self.lent, &mut self.flights));
         slot.conn = None;
         if let Some(Some(l)) = slot
             .listener
@@ -1113,13 +1113,13 @@ impl Stack {
         payload: &[u8],
         frame: FrameRef,
     ) -> Delivery {
-        self.lend = Some(Lend {
+        self.lent.pending = Some(Lend {
             frame,
             payload_addr: payload.as_ptr() as usize,
             payload_len: payload.len(),
         });
         let delivery = self.handle_tcp_ecn(now, src_ip, dst_ip, ecn, repr, payload);
-        match self.lend.take() {
+        match self.lent.pending.take() {
             None => Delivery::Kept,
             Some(_) => delivery,
         }
@@ -1549,11 +1549,11 @@ impl Stack {
             replies,
             pool,
             lent,
-            lend,
+            flights,
             now,
             ..
         } = self;
-        Ctx::unlimited(*now, cfg, stats, replies, (pool, lent, lend)).queue_rst(rst);
+        Ctx::unlimited(*now, cfg, stats, replies, (pool, lent, flights)).queue_rst(rst);
     }
 
     // ---------------------------------------------------------------

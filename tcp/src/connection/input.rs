@@ -731,16 +731,17 @@ impl Connection {
         self.rcv.mss_seen = self.rcv.mss_seen.max(data.len().min(0xffff) as u16);
         // Zero-copy receive: the next in-order bytes stay in the frame they
         // came in, when the caller lent it and the queue can take them so.
-        let kept = ctx.lend.is_some()
+        let kept = ctx.lent.pending.is_some()
             && offset == 0
             && !had_holes
             && data.len() >= ctx.cfg.zero_copy_min
             && ctx
-                .lend
+                .lent
+                .pending
                 .and_then(|l| l.locate(data))
                 .is_some_and(|at| self.recv_buf.keep_frame(ctx.lent, at, data.len()));
         let front = if kept {
-            *ctx.lend = None;
+            ctx.lent.pending = None;
             ctx.stats.frames_kept += 1;
             Ok(data.len() as u32)
         } else {

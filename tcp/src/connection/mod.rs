@@ -35,7 +35,8 @@ use crate::cc::{Ack, CongestionControl, Controller};
 use crate::challenge::ChallengeBudget;
 use crate::chunk_pool::ChunkPool;
 use crate::isn::IsnGenerator;
-use crate::lent_frames::{FrameStore, Lend, LentFrames};
+use crate::lent_frames::{FrameStore, LentFrames};
+use crate::rack::FlightPool;
 use crate::recv_buffer::RecvBuffer;
 use crate::rto::RttEstimator;
 use crate::sack::{Scoreboard, DUP_THRESH};
@@ -88,9 +89,8 @@ pub(crate) struct Ctx<'a> {
     pub pool: &'a mut ChunkPool,
     /// The frames the stack keeps received payload in (zero-copy receive).
     pub lent: &'a mut LentFrames,
-    /// The frame lent with the segment being processed, taken once the
-    /// receive queue keeps it.
-    pub lend: &'a mut Option<Lend>,
+    /// RACK flights that are over, for the next one.
+    pub flights: &'a mut FlightPool,
     /// What this connection may promise under the stack's receive memory.
     pub mem: RecvMemory,
 }
@@ -169,6 +169,10 @@ impl RecvMemory {
     }
 }
 
+/// The stack's memory a context borrows: chunks, lent frames (and the
+/// frame lent with the segment), RACK flights.
+pub(crate) type Memory<'a> = (&'a mut ChunkPool, &'a mut LentFrames, &'a mut FlightPool);
+
 impl<'a> Ctx<'a> {
     /// A context with no receive-memory limit, for a connection that is
     /// being refused or aborted outside of segment processing.
@@ -177,8 +181,9 @@ impl<'a> Ctx<'a> {
         cfg: &'a Config,
         stats: &'a mut Stats,
         replies: &'a mut Replies,
-        (pool, lent, lend): (&'a mut ChunkPool, &'a mut LentFrames, &'a mut Option<Lend>),
+        memory: Memory<'a>,
     ) -> Ctx<'a> {
+        let (pool, lent, flights) = memory;
         Ctx {
             now,
             cfg,
@@ -186,7 +191,7 @@ impl<'a> Ctx<'a> {
             replies,
             pool,
             lent,
-            lend,
+            flights,
             mem: RecvMemory::UNLIMITED,
         }
     }
@@ -556,11 +561,15 @@ impl Connection {
         (self.recv_buf.len() + self.rcv_wnd()).saturating_sub(floor)
     }
 
-    /// Gives both buffers' memory back, and the frames the receive queue
-    /// kept (the connection is going away).
-    pub(crate) fn release_buffers(&mut self, pool: &mut ChunkPool, lent: &mut LentFrames) {
+    /// Gives both buffers' memory back, the frames the receive queue kept
+    /// and the RACK flight (the connection is going away).
+    pub(crate) fn release_buffers(&mut self, memory: Memory<'_>) {
+        let (pool, lent, flights) = memory;
         self.send_buf.release(pool);
         self.recv_buf.release(pool, lent);
+        if let Some(f) = self.rack.flight.take() {
+            flights.give(f);
+        }
     }
 
     pub(crate) fn is_passive(&self) -> bool {

@@ -26,7 +26,7 @@ impl Connection {
     /// RFC 8985 §6.1: records the transmission of `[seq, end)` (called
     /// before SND.MAX moves over it).
     #[inline]
-    pub(super) fn rack_on_transmit(&mut self, ctx: &Ctx<'_>, seq: SeqNumber, end: SeqNumber) {
+    pub(super) fn rack_on_transmit(&mut self, ctx: &mut Ctx<'_>, seq: SeqNumber, end: SeqNumber) {
         if !ctx.cfg.rack || !self.flags.has(Flags::SACK) {
             return;
         }
@@ -34,7 +34,7 @@ impl Connection {
         let flight = self
             .rack
             .flight
-            .get_or_insert_with(|| Box::new(Flight::new(self.snd.una)));
+            .get_or_insert_with(|| ctx.flights.take(self.snd.una));
         flight.on_send(seq, end, rack::stamp(ctx.now), max);
     }
 
@@ -149,16 +149,18 @@ impl Connection {
         if updated {
             self.rack_detect_loss(ctx);
         }
-        self.rack_release();
+        self.rack_release(ctx);
     }
 
     /// Frees the flight once everything sent is acknowledged and no TLP
     /// episode waits for its verdict.
-    fn rack_release(&mut self) {
+    fn rack_release(&mut self, ctx: &mut Ctx<'_>) {
         if self.snd.una == self.snd.max {
             if let Some(f) = self.rack.flight.as_deref() {
                 if f.is_empty() && f.tlp_end.is_none() {
-                    self.rack.flight = None;
+                    if let Some(f) = self.rack.flight.take() {
+                        ctx.flights.give(f);
+                    }
                 }
             }
         }
