@@ -178,6 +178,9 @@ const POOLED_RECORDS: usize = 64;
 /// two frees (the box and its deque).
 #[derive(Debug, Default)]
 pub(crate) struct FlightPool {
+    // Boxes, as connections hold them: unboxing a flight into the pool and
+    // boxing it again would allocate once more.
+    #[allow(clippy::vec_box)]
     free: Vec<Box<Flight>>,
 }
 
