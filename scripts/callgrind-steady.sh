@@ -4,8 +4,10 @@
 # instead of hours. Prints callgrind's totals for the measured phase and the
 # sim's own lines (segments received: divide by them for per-segment costs).
 #
-#   scripts/callgrind-steady.sh [--bin PATH] [CONNECTIONS] [BYTES]
+#   scripts/callgrind-steady.sh [--bin PATH] [CONNECTIONS] [BYTES] [WORDS...]
 #
+# WORDS go to sim_bulk after `steady` (`lend`: zero-copy receive, B is lent
+# each segment's buffer).
 # Defaults: the release sim_bulk (built if missing), 10000, 20000000. A
 # second phase of BYTES, unmeasured but simulated, warms the simulated
 # caches first (SIM_BULK_PAUSE=N makes it N bytes instead).
@@ -15,6 +17,8 @@ bin=""
 if [[ "${1:-}" == "--bin" ]]; then bin=$2; shift 2; fi
 conns=${1:-10000}
 bytes=${2:-20000000}
+shift $(($# < 2 ? $# : 2))
+words=("$@")
 if ! command -v valgrind >/dev/null || ! command -v callgrind_control >/dev/null; then
     echo "callgrind-steady: valgrind is not installed (apt-get install valgrind)" >&2
     exit 1
@@ -35,7 +39,7 @@ mkfifo "$work/go"
 SIM_BULK_PAUSE=${SIM_BULK_PAUSE:-x} valgrind --tool=callgrind --cache-sim=yes --instr-atstart=no \
     --toggle-collect='*sim_deliver_to_b_measured*' \
     --callgrind-out-file="$work/out.cg" \
-    "$bin" "$conns" "$bytes" steady >"$work/sim.log" 2>"$work/valgrind.log" <"$work/go" &
+    "$bin" "$conns" "$bytes" steady "${words[@]}" >"$work/sim.log" 2>"$work/valgrind.log" <"$work/go" &
 pid=$!
 exec 3>"$work/go"
 until grep -qs '^warm$' "$work/valgrind.log"; do
