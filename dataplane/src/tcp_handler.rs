@@ -1334,19 +1334,20 @@ mod tests {
         echoes_through_frames_and_counts_corruption("fd99::1", "fd99::2");
     }
 
-    /// A peer stack at `peer_ip` talks to our echo service at `ours`
-    /// through Ethernet frames, some of them corrupted.
-    fn echoes_through_frames_and_counts_corruption(ours: &str, peer_ip: &str) {
-        let ours: IpAddr = ours.parse().unwrap();
-        let peer_ip: IpAddr = peer_ip.parse().unwrap();
+    /// Our handler at `ours` (IPv4 10.99.0.1, IPv6 fd99::1) serving
+    /// `service` on port 7, and a peer stack at `peer_ip` that has begun
+    /// to connect to it at `t0`: (handler, peer, the peer's handle).
+    fn handler_and_peer(
+        ours: IpAddr,
+        peer_ip: IpAddr,
+        service: impl ConnHandler + 'static,
+        t0: Duration,
+    ) -> (TcpHandler, Stack, ConnHandle) {
         let mut cfg = TcpConfig::new(Ipv4Addr::new(10, 99, 0, 1), OUR_MAC, [1; 16]);
         cfg.local_ip6 = Some("fd99::1".parse().unwrap());
         let mut h = TcpHandler::new(&info(), cfg);
-        let echo = Echo::default();
-        let log = echo.log.clone();
-        h.listen(7, echo).unwrap();
+        h.listen(7, service).unwrap();
         let mut peer = Stack::new(Config::new([9; 16]));
-        let t0 = Duration::from_millis(1);
         let conn = peer
             .connect(
                 instant(t0),
@@ -1354,6 +1355,18 @@ mod tests {
                 SocketAddr::new(ours, 7),
             )
             .unwrap();
+        (h, peer, conn)
+    }
+
+    /// A peer stack at `peer_ip` talks to our echo service at `ours`
+    /// through Ethernet frames, some of them corrupted.
+    fn echoes_through_frames_and_counts_corruption(ours: &str, peer_ip: &str) {
+        let ours: IpAddr = ours.parse().unwrap();
+        let peer_ip: IpAddr = peer_ip.parse().unwrap();
+        let echo = Echo::default();
+        let log = echo.log.clone();
+        let t0 = Duration::from_millis(1);
+        let (mut h, mut peer, conn) = handler_and_peer(ours, peer_ip, echo, t0);
         let mut seg = [0u8; 1600];
         let mut received = Vec::new();
         let mut sent_data = false;
@@ -1507,20 +1520,10 @@ mod tests {
     fn payload_stays_in_lent_frames_until_the_application_reads_it() {
         let ours: IpAddr = "10.99.0.1".parse().unwrap();
         let peer_ip: IpAddr = "10.99.0.2".parse().unwrap();
-        let cfg = TcpConfig::new(Ipv4Addr::new(10, 99, 0, 1), OUR_MAC, [1; 16]);
-        let mut h = TcpHandler::new(&info(), cfg);
         let lazy = Lazy::default();
         let got = lazy.got.clone();
-        h.listen(7, lazy).unwrap();
-        let mut peer = Stack::new(Config::new([9; 16]));
         let t0 = Duration::from_millis(1);
-        let conn = peer
-            .connect(
-                instant(t0),
-                SocketAddr::new(peer_ip, 40001),
-                SocketAddr::new(ours, 7),
-            )
-            .unwrap();
+        let (mut h, mut peer, conn) = handler_and_peer(ours, peer_ip, lazy, t0);
         let data: Vec<u8> = (0..5_000u32).map(|i| (i * 7 % 251) as u8).collect();
         let mut frames = TestFrames::default();
         let mut seg = [0u8; 1600];

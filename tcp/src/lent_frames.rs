@@ -96,6 +96,22 @@ struct Piece {
     next: u32,
 }
 
+impl Piece {
+    /// What the piece is, as its receive queue reads it.
+    #[inline]
+    fn front(&self) -> Front {
+        if self.offset == CHUNKS {
+            Front::Chunks { len: self.len }
+        } else {
+            Front::Frame {
+                frame: self.frame,
+                offset: self.offset,
+                len: self.len,
+            }
+        }
+    }
+}
+
 /// The head of a connection's piece list, read by its receive queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Front {
@@ -225,16 +241,7 @@ impl LentFrames {
     /// The first piece of `list` (not empty).
     #[inline]
     pub(crate) fn front(&self, list: &PieceList) -> Front {
-        let p = self.pieces[self.head(list) as usize];
-        if p.offset == CHUNKS {
-            Front::Chunks { len: p.len }
-        } else {
-            Front::Frame {
-                frame: p.frame,
-                offset: p.offset,
-                len: p.len,
-            }
-        }
+        self.pieces[self.head(list) as usize].front()
     }
 
     /// Drops `n` bytes (at most the first piece's) from the front of `list`,
@@ -284,15 +291,7 @@ impl LentFrames {
             let p = self.pieces[i as usize];
             done = i == tail;
             i = p.next;
-            Some(if p.offset == CHUNKS {
-                Front::Chunks { len: p.len }
-            } else {
-                Front::Frame {
-                    frame: p.frame,
-                    offset: p.offset,
-                    len: p.len,
-                }
-            })
+            Some(p.front())
         })
     }
 
