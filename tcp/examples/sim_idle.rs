@@ -70,10 +70,15 @@ fn main() {
         max_queue_delay: Duration::from_secs(1),
         ..LinkConfig::default()
     };
-    let a = sim::test_config(1);
+    let mut a = sim::test_config(1);
     let mut b = sim::test_config(2);
     b.listen_backlog = 1 << 20;
     b.time_wait_max = conns;
+    // Past the default caps (65 536 per stack and per listener).
+    for c in [&mut a, &mut b] {
+        c.max_connections = conns.max(c.max_connections);
+        c.listener_max_connections = conns.max(c.listener_max_connections);
+    }
     if keepalive {
         b.keepalive = Some(KeepaliveConfig {
             idle: Duration::from_secs(7200),
