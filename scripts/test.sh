@@ -94,6 +94,12 @@ run_suite "flowlane-dataplane --features cli (service_args)" cargo test -p flowl
 # More than 4 GiB on one connection through the simulator (issue 11): seconds
 # in a release build, far too long in a debug one.
 run_suite "flowlane-tcp long_transfer (release, > 4 GiB)" cargo test --release -p flowlane-tcp --test long_transfer --no-fail-fast -- --ignored
+# The benchmark examples still run (sim_idle once stopped at the default
+# connection caps unnoticed): a small run of each, release, no counts.
+run_suite "flowlane-tcp examples (sim_idle, sim_bulk)" bash -c \
+  'cargo run --release -q -p flowlane-tcp --example sim_idle -- 70000 &&
+   cargo run --release -q -p flowlane-tcp --example sim_bulk -- 100 40000 lend &&
+   cargo run --release -q -p flowlane-tcp --example sim_bulk -- 10 400000 steady'
 
 secs=$(echo "$start $(date +%s.%N)" | awk '{printf "%.2f", $2 - $1}')
 echo
