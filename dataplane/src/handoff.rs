@@ -66,6 +66,21 @@ const MESSAGES_PER_PASS: usize = 4096;
 /// of a move then cost no wake-up. Bounded, so that a move the controller
 /// abandoned does not keep an idle worker spinning.
 const SPIN_FOR: Duration = Duration::from_millis(20);
+/// How long the old worker of a bucket that still received frames of it
+/// during the move waits, once it has passed its RX ring's producer index
+/// read at the rewrite, for a further frame of the bucket before it sends
+/// the drain marker (each such frame starts the wait again). Frames the
+/// NIC steered by the old entry can reach the AF_XDP ring after that read:
+/// between the NIC (or the test bed's emulated one) and the ring sit the
+/// driver's ring and a NAPI poll that publishes at its end, and under
+/// load that poll waits for ksoftirqd. The bed measured such frames 3.5 ms
+/// after the marker on a loaded two-vCPU VM, before this wait. A bucket
+/// that received nothing during the move pays nothing.
+pub(crate) const SETTLE: Duration = Duration::from_millis(2);
+/// The longest the old worker waits for a quiet bucket after passing the
+/// producer index: frames that keep coming (a NIC that did not apply the
+/// rewrite) do not hold the move up for longer.
+pub(crate) const SETTLE_MAX: Duration = Duration::from_millis(20);
 /// How long the controller checks for a worker's answer (yielding its CPU
 /// in between) before it sleeps on it.
 const REPLY_SPIN: Duration = Duration::from_millis(2);
@@ -257,10 +272,15 @@ struct Outgoing {
     bucket: u16,
     to: u32,
     forwarded: u64,
+    /// When the worker forwarded the bucket's last frame.
+    last_forward: Duration,
     /// Set when the NIC entry was rewritten: the marker goes once the
     /// worker has taken this many frames off its RX ring (every frame the
-    /// ring held when it learnt of the rewrite).
+    /// ring held when it learnt of the rewrite) and, if it forwarded any
+    /// frame of the bucket, none came for [`SETTLE`].
     rewritten: Option<(u64, Sender<Reply>)>,
+    /// When the worker found it had passed the index of `rewritten`.
+    passed: Option<Duration>,
     /// The worker spins until then ([`SPIN_FOR`]).
     spin_until: Duration,
 }
@@ -396,15 +416,18 @@ impl Mover {
     }
 
     /// Sends a frame the stack handed back to the worker that serves its
-    /// bucket.
-    pub(crate) fn forward(&mut self, bucket: u16, hops: u8, frame: &[u8]) {
+    /// bucket; `now`: the worker's clock.
+    pub(crate) fn forward(&mut self, now: Duration, bucket: u16, hops: u8, frame: &[u8]) {
         let to = self.owner(bucket);
         if to == self.me || hops >= MAX_HOPS {
             self.stats.forward_dropped += 1;
             return;
         }
         match self.outgoing.iter_mut().find(|o| o.bucket == bucket) {
-            Some(o) => o.forwarded += 1,
+            Some(o) => {
+                o.forwarded += 1;
+                o.last_forward = now;
+            }
             None => self.stats.frames_forwarded_late += 1,
         }
         self.stats.frames_forwarded += 1;
@@ -492,17 +515,25 @@ impl Mover {
     /// Markers whose time has come: once the worker has taken off its RX
     /// ring every frame the ring held when it learnt that a bucket's NIC
     /// entry was rewritten (RSS++'s completion rule: the ring's producer
-    /// index at the rewrite passed), that bucket's marker goes to its new
-    /// worker. `consumed`: frames taken off the ring so far. Call at the
-    /// start of the worker's poll, before [`Mover::take_work`].
-    pub(crate) fn send_markers(&mut self, consumed: u64) {
+    /// index at the rewrite passed) and, for a bucket it forwarded frames
+    /// of, no further one came for [`SETTLE`] (or [`SETTLE_MAX`] passed),
+    /// that bucket's marker goes to its new worker. `consumed`: frames taken off the ring so far;
+    /// `now`: the worker's clock. Call at the start of the worker's poll,
+    /// before [`Mover::take_work`].
+    pub(crate) fn send_markers(&mut self, now: Duration, consumed: u64) {
         let mut i = 0;
         while i < self.outgoing.len() {
-            if self.outgoing[i]
-                .rewritten
-                .as_ref()
-                .is_some_and(|(target, _)| consumed >= *target)
+            let o = &mut self.outgoing[i];
+            if o.passed.is_none()
+                && o.rewritten
+                    .as_ref()
+                    .is_some_and(|(target, _)| consumed >= *target)
             {
+                o.passed = Some(now);
+            }
+            if o.passed.is_some_and(|at| {
+                o.forwarded == 0 || now >= o.last_forward + SETTLE || now >= at + SETTLE_MAX
+            }) {
                 let o = self.outgoing.swap_remove(i);
                 let (_, reply) = o.rewritten.expect("checked");
                 self.queue_message(
@@ -520,10 +551,18 @@ impl Mover {
     }
 
     /// Reads this worker's inbox: answers what needs no stack, and returns
-    /// in order what does. `now` is the worker's clock; `rx_end`: the
-    /// number of frames taken off the RX ring once every frame on it now
-    /// is taken.
-    pub(crate) fn take_work(&mut self, now: Duration, rx_end: u64) -> Vec<Work> {
+    /// in order what does. `now` is the worker's clock; `rx_end` reads
+    /// the number of frames taken off the RX ring once every frame on it
+    /// at the call is taken. It is called for a `Rewritten` only, after
+    /// the message was taken off the inbox: a frame the NIC steered here
+    /// by the old entry and published before that read is counted, where
+    /// a read taken before the message (earlier in the pass) would miss
+    /// what arrived between the two and send the marker ahead of it.
+    pub(crate) fn take_work(
+        &mut self,
+        now: Duration,
+        rx_end: &mut dyn FnMut() -> u64,
+    ) -> Vec<Work> {
         self.now = now;
         let _ = self.mesh.inboxes[self.me as usize].wake.read();
         let mut work = Vec::new();
@@ -569,7 +608,7 @@ impl Mover {
                 }
                 Message::Rewritten { bucket, reply } => {
                     match self.outgoing.iter_mut().find(|o| o.bucket == bucket) {
-                        Some(o) => o.rewritten = Some((rx_end, reply)),
+                        Some(o) => o.rewritten = Some((rx_end(), reply)),
                         None => {
                             let _ = reply.send(Reply::Refused(format!(
                                 "queue {} has no move of bucket {bucket} under way",
@@ -641,7 +680,9 @@ impl Mover {
             bucket,
             to,
             forwarded: 0,
+            last_forward: self.now,
             rewritten: None,
+            passed: None,
             spin_until: self.now + SPIN_FOR,
         });
         self.queue_message(to, Message::Import(arrival));

@@ -16,7 +16,9 @@ use flowlane_wire::packet::parse_frame;
 use super::{instant, TcpConfig, TcpHandler};
 use crate::bucket_counters::rss_bucket;
 use crate::ephemeral::rss_state;
-use crate::handoff::{self, Mesh, MoveError, RssTableWriter};
+use crate::handoff::{
+    self, Arrival, Mesh, Message, MoveError, Mover, Reply, RssTableWriter, SETTLE, SETTLE_MAX,
+};
 use crate::worker::{QueueHandler, QueueInfo};
 
 const OURS: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
@@ -220,7 +222,7 @@ fn move_under_load(conns: usize, case: Case) {
                 h.stack.handle_timeout(now_i);
                 h.dispatch(now_i, &NoFrames);
             }
-            h.serve_moves(now_i, now, (0, 0), &NoFrames);
+            h.serve_moves(now_i, now, (0, &mut || 0), &NoFrames);
             h.dispatch(now_i, &NoFrames);
             let mut buf = vec![0u8; 2048];
             while let (true, out) = h.build_frame(now_i, &mut buf) {
@@ -359,7 +361,7 @@ fn move_under_load(conns: usize, case: Case) {
             let now_i = instant(now);
             h.stack.handle_timeout(now_i);
             h.dispatch(now_i, &NoFrames);
-            h.serve_moves(now_i, now, (0, 0), &NoFrames);
+            h.serve_moves(now_i, now, (0, &mut || 0), &NoFrames);
             let mut buf = vec![0u8; 2048];
             while let (true, out) = h.build_frame(now_i, &mut buf) {
                 if let Some(n) = out {
@@ -389,4 +391,93 @@ fn a_frame_that_reaches_the_old_queue_after_the_move_is_forwarded() {
 #[test]
 fn a_move_whose_nic_write_fails_is_undone() {
     move_under_load(4, Case::NicFails);
+}
+
+/// Queue 0 gave `bucket` to queue 1, has forwarded one frame of it at
+/// `t` and has been told of the rewrite, when its RX ring would be passed
+/// at 10 frames. Returns both movers and where queue 1 answers the end of
+/// the move.
+fn rewritten_after_a_forward(
+    bucket: u16,
+    t: Duration,
+) -> (Mover, Mover, crossbeam_channel::Receiver<Reply>) {
+    let table = vec![0u32, 1, 0, 1];
+    let rss = rss_state(RssKey::microsoft_default().as_bytes(), &table, 2).unwrap();
+    let mesh = Arc::new(Mesh::new(2).unwrap());
+    let (mut a, b) = (
+        Mover::new(0, mesh.clone(), rss.clone()),
+        Mover::new(1, mesh.clone(), rss),
+    );
+    let export = Stack::new(Config::new([1; 16])).export_bucket(bucket);
+    a.exported(
+        bucket,
+        1,
+        Box::new(Arrival {
+            bucket,
+            export,
+            apps: Vec::new(),
+            neighbors: Vec::new(),
+        }),
+    );
+    a.forward(t, bucket, 0, &[0u8; 60]);
+    let (reply, done) = crossbeam_channel::unbounded();
+    mesh.send(0, Message::Rewritten { bucket, reply }).unwrap();
+    let mut reads = 0;
+    a.take_work(t, &mut || {
+        reads += 1;
+        10
+    });
+    assert_eq!(reads, 1, "the ring is read for the rewrite");
+    (a, b, done)
+}
+
+/// Queue 0's pass at `now` with `consumed` frames taken off its ring, then
+/// queue 1's: whether the move ended.
+fn marker_sent(
+    (a, b, done): &mut (Mover, Mover, crossbeam_channel::Receiver<Reply>),
+    now: Duration,
+    consumed: u64,
+) -> bool {
+    a.send_markers(now, consumed);
+    a.flush();
+    b.take_work(now, &mut || unreachable!("no rewrite for queue 1"));
+    match done.try_recv() {
+        Ok(Reply::Done { .. }) => true,
+        Ok(other) => panic!("{other:?}"),
+        Err(_) => false,
+    }
+}
+
+/// The old queue's drain marker waits until it has taken off its RX ring
+/// every frame the ring held when the rewrite was taken off its inbox (the
+/// ring is read then, not earlier in the pass) and, for a bucket it
+/// forwarded frames of, until none came for [`SETTLE`].
+#[test]
+fn the_drain_marker_waits_for_the_ring_read_at_the_rewrite_and_a_quiet_bucket() {
+    let t = Duration::from_millis(5);
+    let mut m = rewritten_after_a_forward(0, t);
+    // Ring not passed; then passed, but a frame was forwarded too recently.
+    assert!(!marker_sent(&mut m, t + SETTLE, 9));
+    assert!(!marker_sent(&mut m, t + SETTLE / 2, 10));
+    assert!(marker_sent(&mut m, t + SETTLE, 10));
+    // A frame after the marker is late.
+    m.0.forward(t + SETTLE, 0, 0, &[0u8; 60]);
+    assert_eq!(m.0.stats.frames_forwarded_late, 1);
+}
+
+/// Frames of the bucket that keep reaching the old queue (a NIC that did
+/// not apply the rewrite) hold the marker back for [`SETTLE_MAX`] at most.
+#[test]
+fn a_bucket_that_never_goes_quiet_is_drained_after_the_longest_wait() {
+    let t = Duration::from_millis(5);
+    let mut m = rewritten_after_a_forward(0, t);
+    assert!(!marker_sent(&mut m, t, 10));
+    let mut now = t;
+    while now < t + SETTLE_MAX {
+        m.0.forward(now, 0, 0, &[0u8; 60]);
+        assert!(!marker_sent(&mut m, now, 10));
+        now += SETTLE / 4;
+    }
+    m.0.forward(now, 0, 0, &[0u8; 60]);
+    assert!(marker_sent(&mut m, now, 10));
 }

@@ -872,7 +872,7 @@ impl TcpHandler {
             }
             Delivery::Away { bucket } => {
                 match self.mover.as_mut() {
-                    Some(m) => m.forward(bucket, hops, frame),
+                    Some(m) => m.forward(duration(now), bucket, hops, frame),
                     None => counters::bump(&self.counters.forward_dropped),
                 }
                 Fate::Passed
@@ -897,7 +897,7 @@ impl TcpHandler {
             .handle_too_big(now, t.local, t.remote, t.seq, t.mtu)
         {
             match self.mover.as_mut() {
-                Some(m) => m.forward(bucket, hops, f.bytes),
+                Some(m) => m.forward(duration(now), bucket, hops, f.bytes),
                 None => counters::bump(&self.counters.forward_dropped),
             }
         }
@@ -928,19 +928,21 @@ impl TcpHandler {
     /// Serves the moves of RSS buckets (the worker's poll, once per pass):
     /// markers due, then the inbox in order (exports, imports, forwarded
     /// and released frames), then everything queued for other workers.
+    /// `rx`: frames taken off the RX ring so far, and a live read of what
+    /// that number reaches once the ring's frames at the read are taken.
     fn serve_moves(
         &mut self,
         now: Instant,
         now_d: Duration,
-        rx: (u64, u32),
+        rx: (u64, &mut dyn FnMut() -> u64),
         frames: &dyn FrameStore,
     ) {
         let Some(mut mover) = self.mover.take() else {
             return;
         };
-        let (consumed, waiting) = rx;
-        mover.send_markers(consumed);
-        for work in mover.take_work(now_d, consumed + u64::from(waiting)) {
+        let (consumed, rx_end) = rx;
+        mover.send_markers(now_d, consumed);
+        for work in mover.take_work(now_d, rx_end) {
             match work {
                 Work::Export { bucket, to, reply } => {
                     let (arrival, reply_msg) = self.export_bucket(now, bucket, frames);
@@ -1163,6 +1165,11 @@ fn instant(now: Duration) -> Instant {
     Instant::from_nanos(now.as_nanos().min(u128::from(u64::MAX)) as u64)
 }
 
+/// The worker's clock back from the stack's.
+fn duration(now: Instant) -> Duration {
+    Duration::from_nanos(now.as_nanos())
+}
+
 impl QueueHandler for TcpHandler {
     /// A frame handed in without a slot (tests): the stack copies what it
     /// keeps.
@@ -1195,8 +1202,9 @@ impl QueueHandler for TcpHandler {
             self.dispatch(now, tx.held());
         }
         if self.mover.is_some() {
-            let progress = tx.rx_progress();
-            self.serve_moves(now, now_d, progress, tx.held());
+            let (mut rx, held) = tx.rx_progress();
+            let consumed = rx.consumed();
+            self.serve_moves(now, now_d, (consumed, &mut || rx.end_now()), held);
         }
         let (mut net, app) = self.net(now, tx.held());
         app.tick(&mut net);
@@ -1210,10 +1218,7 @@ impl QueueHandler for TcpHandler {
     }
 
     fn next_wakeup(&self) -> Option<Duration> {
-        let stack = self
-            .stack
-            .poll_timeout()
-            .map(|t| Duration::from_nanos(t.as_nanos()));
+        let stack = self.stack.poll_timeout().map(duration);
         let moves = self.mover.as_ref().and_then(Mover::next_wakeup);
         match (stack, moves) {
             (Some(a), Some(b)) => Some(a.min(b)),

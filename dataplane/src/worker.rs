@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use xsk_rs::{FrameDesc, Umem};
+use xsk_rs::{FrameDesc, RxQueue, Umem};
 
 use crate::counters::{self, QueueCounters};
 use crate::xsk::QueueSocket;
@@ -60,8 +60,40 @@ pub struct TxBatch<'a> {
     free: &'a mut Vec<FrameDesc>,
     pending: &'a mut Vec<FrameDesc>,
     rx_consumed: u64,
-    rx_waiting: u32,
+    rx: &'a mut RxQueue,
     held: &'a mut HeldFrames,
+}
+
+/// How far the worker is through its RX ring, read live (a bucket move's
+/// drain rule, RSS++'s: the old queue's marker goes once it has handed on
+/// every frame its ring held when it learnt of the NIC's rewrite).
+pub struct RxProgress<'a> {
+    consumed: u64,
+    ring: &'a mut RxQueue,
+}
+
+impl std::fmt::Debug for RxProgress<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RxProgress")
+            .field("consumed", &self.consumed)
+            .finish()
+    }
+}
+
+impl RxProgress<'_> {
+    /// Frames taken off the RX ring since the worker started (all handed
+    /// to `on_rx`).
+    pub fn consumed(&self) -> u64 {
+        self.consumed
+    }
+
+    /// The number [`consumed`](Self::consumed) reaches once every frame
+    /// the ring holds at this call has been handed to `on_rx`. The ring's
+    /// producer is read by this call, not before: a frame the kernel
+    /// published before it counts.
+    pub fn end_now(&mut self) -> u64 {
+        self.consumed + u64::from(self.ring.nb_avail_exact())
+    }
 }
 
 impl std::fmt::Debug for TxBatch<'_> {
@@ -105,12 +137,15 @@ impl TxBatch<'_> {
         self.free.len()
     }
 
-    /// Frames taken off the RX ring since the worker started (all handed
-    /// to `on_rx`), and frames waiting on it now: every frame the ring
-    /// holds now has been handed to `on_rx` once the first number reaches
-    /// the sum of the two.
-    pub fn rx_progress(&self) -> (u64, u32) {
-        (self.rx_consumed, self.rx_waiting)
+    /// The RX ring's progress (read live) beside the queue's held frames.
+    pub fn rx_progress(&mut self) -> (RxProgress<'_>, &HeldFrames) {
+        (
+            RxProgress {
+                consumed: self.rx_consumed,
+                ring: self.rx,
+            },
+            self.held,
+        )
     }
 
     /// The queue's held frames (see [`HeldFrames`]).
@@ -495,7 +530,7 @@ pub(crate) fn run<H: QueueHandler>(
             free: &mut free,
             pending: &mut pending,
             rx_consumed,
-            rx_waiting: sock.rx.nb_avail_exact(),
+            rx: &mut sock.rx,
             held: &mut held,
         };
         handler.on_poll(&info, now, &mut batch);

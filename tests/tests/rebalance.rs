@@ -127,6 +127,7 @@ fn run_during(
     let sent = sent_by_peer(&sent);
     assert_eq!(sent.len(), conns, "every sender finished");
     let stderr = sink.stderr_path();
+
     let lines = sink.wait(Duration::from_secs(limit));
     let got: Vec<_> = lines.iter().filter(|v| v["event"] == "sink").collect();
     assert_eq!(got.len(), conns, "one transfer line per connection");
@@ -153,14 +154,35 @@ fn run_during(
     Run { lines, moves, peer }
 }
 
-/// The senders saw no reordering (Linux counts what it detects).
-fn no_reordering_seen(peer: &NetCounters) {
+/// The senders saw no reordering (Linux counts what it detects); a
+/// failure shows what the queues counted of their moves.
+fn no_reordering_seen(r: &Run) {
+    let moves: Vec<String> = queues(&r.lines)
+        .iter()
+        .map(|q| {
+            let t = &q["tcp"];
+            format!(
+                "queue {}: forwarded {} (late {}), held {}, hold timeouts {}, forward drops {}",
+                q["queue"],
+                t["frames_forwarded"],
+                t["frames_forwarded_late"],
+                t["frames_held"],
+                t["hold_timeouts"],
+                t["forward_dropped"]
+            )
+        })
+        .collect();
     for k in [
         "TcpExt.TCPSACKReorder",
         "TcpExt.TCPTSReorder",
         "TcpExt.TCPRenoReorder",
     ] {
-        assert_eq!(peer.get(k).copied().unwrap_or(0), 0, "{k}: {peer:?}");
+        assert_eq!(
+            r.peer.get(k).copied().unwrap_or(0),
+            0,
+            "{k}; {moves:?}; senders: {:?}",
+            r.peer
+        );
     }
 }
 
@@ -249,16 +271,21 @@ fn storm(tag: &str, conns: usize, load: Load, min_moves: usize) {
     for q in queues(&r.lines) {
         assert_eq!(q["tcp"]["resets_out"], 0, "{q}");
         assert_eq!(q["tcp"]["import_failed"], 0, "{q}");
+        assert_eq!(q["tcp"]["hold_timeouts"], 0, "{q}");
     }
+    let late: u64 = queues(&r.lines)
+        .iter()
+        .map(|q| q["tcp"]["frames_forwarded_late"].as_u64().unwrap_or(0))
+        .sum();
     eprintln!(
-        "{} moves; senders {:?}",
+        "{} moves, {late} frames forwarded late; senders {:?}",
         ok.len(),
         r.peer
             .iter()
             .filter(|(k, _)| k.contains("Retrans") || k.contains("Reorder"))
             .collect::<Vec<_>>()
     );
-    no_reordering_seen(&r.peer);
+    no_reordering_seen(&r);
 }
 
 #[test]
@@ -423,7 +450,7 @@ fn buckets_move_by_hand_over_the_control_socket() {
         assert_eq!(q["tcp"]["import_failed"], 0, "{q}");
         assert_eq!(q["tcp"]["hold_timeouts"], 0, "{q}");
     }
-    no_reordering_seen(&r.peer);
+    no_reordering_seen(&r);
     assert!(!sock.exists(), "the service left its control socket behind");
     let o = flowlane(&["rebalance", "status", "--socket", p]);
     assert_eq!(o.status.code(), Some(1));
