@@ -50,7 +50,12 @@ impl Dispatcher {
     /// Registers a handler (for a listener, or for active opens from its
     /// `on_start`).
     pub fn add(&mut self, handler: impl ConnHandler + 'static) -> HandlerId {
-        self.handlers.push(Box::new(handler));
+        self.add_boxed(Box::new(handler))
+    }
+
+    /// [`Dispatcher::add`] for a handler already boxed.
+    pub fn add_boxed(&mut self, handler: Box<dyn ConnHandler>) -> HandlerId {
+        self.handlers.push(handler);
         HandlerId(u32::try_from(self.handlers.len() - 1).expect("fewer than 2^32 handlers"))
     }
 

@@ -35,8 +35,10 @@ pub mod conn_state;
 mod dispatch;
 mod handler;
 mod net;
+mod setup;
 
 pub use dispatch::{ConnExport, Dispatcher, HandlerId};
 pub use flowlane_tcp::{CloseReason, ConnHandle, Error, FourTuple, ListenerId, State, Stats};
 pub use handler::{ConnHandler, ConnState};
 pub use net::{Net, Placement};
+pub use setup::Setup;

@@ -115,6 +115,18 @@ impl CongestionChoice {
     }
 }
 
+/// Which TCP a service runs on.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Backend {
+    /// flowlane's TCP on the AF_XDP data path, one stack per queue.
+    #[default]
+    Xdp,
+    /// Linux TCP sockets, one pinned event loop per core with
+    /// `SO_REUSEPORT` listeners (where AF_XDP is not available, and the
+    /// baseline): the same handlers, no RSS buckets, no moves.
+    Kernel,
+}
+
 /// Whether a TCP service moves RSS buckets between its queues.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum RebalanceMode {

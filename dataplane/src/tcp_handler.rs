@@ -72,7 +72,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use flowlane_app::{ConnHandler, Dispatcher, HandlerId, Net, Placement};
+use flowlane_app::{ConnHandler, Dispatcher, HandlerId, Net, Placement, Setup};
 use flowlane_numa_sched::RssState;
 use flowlane_tcp::time::Instant;
 use flowlane_tcp::{
@@ -697,16 +697,13 @@ impl TcpHandler {
         port: u16,
         handler: impl ConnHandler + 'static,
     ) -> Result<HandlerId, Error> {
-        let l = self.stack.listen(self.local.listen_addr(port))?;
-        let id = self.app.add(handler);
-        self.app.bind_listener(l, id);
-        Ok(id)
+        self.listen_boxed(port, Box::new(handler))
     }
 
     /// Registers a handler with no listener (for active opens from its
     /// `on_start`).
     pub fn add(&mut self, handler: impl ConnHandler + 'static) -> HandlerId {
-        self.app.add(handler)
+        self.add_boxed(Box::new(handler))
     }
 
     /// The queue this endpoint serves.
@@ -1168,6 +1165,31 @@ fn instant(now: Duration) -> Instant {
 /// The worker's clock back from the stack's.
 fn duration(now: Instant) -> Duration {
     Duration::from_nanos(now.as_nanos())
+}
+
+/// A service registers its handlers on each queue's endpoint through the
+/// backend-neutral [`Setup`].
+impl Setup for TcpHandler {
+    fn queue(&self) -> u32 {
+        self.placement.queue
+    }
+
+    /// Listens on `port` of our addresses (IPv4, and IPv6 when we have
+    /// one); `handler` gets the connections of both.
+    fn listen_boxed(
+        &mut self,
+        port: u16,
+        handler: Box<dyn ConnHandler>,
+    ) -> Result<HandlerId, Error> {
+        let l = self.stack.listen(self.local.listen_addr(port))?;
+        let id = self.app.add_boxed(handler);
+        self.app.bind_listener(l, id);
+        Ok(id)
+    }
+
+    fn add_boxed(&mut self, handler: Box<dyn ConnHandler>) -> HandlerId {
+        self.app.add_boxed(handler)
+    }
 }
 
 impl QueueHandler for TcpHandler {

@@ -102,11 +102,32 @@ impl ConnHandle {
     pub fn index(self) -> u32 {
         self.index
     }
+
+    /// A handle for a backend that keeps its own connection table under
+    /// the same application API (the kernel-socket backend): `index` into
+    /// that table, `generation` of the slot. A [`Stack`] recognises only
+    /// the handles it issued.
+    pub fn from_parts(index: u32, generation: u32) -> ConnHandle {
+        ConnHandle { index, generation }
+    }
+
+    /// The generation of the slot (see [`ConnHandle::from_parts`]).
+    pub fn generation(self) -> u32 {
+        self.generation
+    }
 }
 
 /// Identifies a listening socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ListenerId(u32);
+
+impl ListenerId {
+    /// A listener's identity for a backend that keeps its own listeners
+    /// (the kernel-socket backend): its index there.
+    pub fn from_index(index: u32) -> ListenerId {
+        ListenerId(index)
+    }
+}
 
 /// Why a connection ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

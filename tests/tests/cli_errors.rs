@@ -589,3 +589,18 @@ fn nic_rss_on_a_nic_without_rss_is_one_line() {
     let o = in_ns(&ns.0, &[bin, "nic", "rss", "--iface", "nosuch0"]);
     one_line_error(&o, "no interface nosuch0");
 }
+
+#[test]
+fn the_kernel_backend_refuses_what_only_flowlanes_tcp_does() {
+    // clap's own message for a choice, with the choices.
+    let o = flowlane(&["echo-server", "--backend", "dpdk"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("possible values: xdp, kernel"),
+        "{}",
+        text(&o)
+    );
+    let o = flowlane(&["echo-server", "--backend", "kernel", "--rebalance", "auto"]);
+    one_line_error(&o, "--rebalance needs --backend xdp");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+}

@@ -12,10 +12,6 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
-use nix::sys::socket::{
-    bind, listen, setsockopt, socket, sockopt, AddressFamily, Backlog, SockFlag, SockType,
-    SockaddrStorage,
-};
 
 use crate::backend::{rtt_histogram, Backend, DataThreads, Phase, Shared, ThreadStats, Workers};
 use crate::plan::Plan;
@@ -30,34 +26,13 @@ const TICK: Duration = Duration::from_millis(10);
 /// Pins the calling thread to `cpu`.
 pub fn pin(cpu: Option<usize>) -> Result<()> {
     let Some(cpu) = cpu else { return Ok(()) };
-    let mut set = nix::sched::CpuSet::new();
-    set.set(cpu)
-        .map_err(|e| anyhow!("cannot pin to CPU {cpu}: {e}"))?;
-    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+    flowlane_kernel::pin_to(cpu as u32)
         .map_err(|e| anyhow!("cannot pin to CPU {cpu}: {e} (is it online and allowed?)"))
 }
 
-/// A non-blocking listener with `SO_REUSEADDR`, `SO_REUSEPORT` and the largest backlog nix allows.
+/// A non-blocking `SO_REUSEPORT` listener (flowlane's kernel backend's).
 fn reuseport_listener(addr: SocketAddr) -> Result<TcpListener> {
-    let fam = if addr.is_ipv4() {
-        AddressFamily::Inet
-    } else {
-        AddressFamily::Inet6
-    };
-    let ctx = || format!("cannot listen on {addr}");
-    let fd = socket(
-        fam,
-        SockType::Stream,
-        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
-        None,
-    )
-    .with_context(ctx)?;
-    setsockopt(&fd, sockopt::ReuseAddr, &true).with_context(ctx)?;
-    setsockopt(&fd, sockopt::ReusePort, &true).with_context(ctx)?;
-    use std::os::fd::AsRawFd;
-    bind(fd.as_raw_fd(), &SockaddrStorage::from(addr)).with_context(ctx)?;
-    listen(&fd, Backlog::MAXCONN).with_context(ctx)?;
-    Ok(TcpListener::from_std(std::net::TcpListener::from(fd)))
+    flowlane_kernel::reuseport_listener(addr).with_context(|| format!("cannot listen on {addr}"))
 }
 
 fn data_port(plan: &Plan, conn_index: usize) -> u16 {

@@ -2,7 +2,8 @@
 //! `bulk-sink` and `bulk-source`. Each queue's worker runs its own
 //! `flowlane_tcp::Stack` and the application handler to completion
 //! (`flowlane_dataplane::tcp_handler`); the main thread only waits, writes
-//! reports and prints results.
+//! reports and prints results. With `--backend kernel` the same handlers
+//! run on Linux TCP sockets (`flowlane_kernel`), one pinned loop per core.
 //!
 //! Output: one JSON line on stdout per finished transfer (bulk commands)
 //! and a final `{"event":"summary",...}` line with the per-queue TCP
@@ -17,13 +18,15 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use flowlane_dataplane::service_args::{listen_port, DataPathArgs, RebalanceArgs};
+use flowlane_app::{Placement, Setup};
+use flowlane_dataplane::placement::machine_placement;
+use flowlane_dataplane::service_args::{listen_port, Backend, DataPathArgs, RebalanceArgs};
 use flowlane_dataplane::service_control::{move_line, ServiceControl};
 use flowlane_dataplane::tcp_service::{self, rss_state};
 use flowlane_dataplane::{
-    worker_cpu_ns, BucketSnapshot, NicWriter, TcpCountersSnapshot, TcpHandler, TcpService,
-    TcpServiceConfig,
+    worker_cpu_ns, BucketSnapshot, NicWriter, TcpCountersSnapshot, TcpService, TcpServiceConfig,
 };
+use flowlane_kernel::{CoreCounters, KernelConfig, KernelService, Limits};
 use flowlane_numa_sched::nic::RssSettings;
 use flowlane_numa_sched::RssState;
 use serde_json::{json, Value};
@@ -60,6 +63,11 @@ pub struct Common {
     /// Interface to serve.
     #[arg(long, default_value = "xsk0")]
     pub iface: String,
+    /// Which TCP runs the service: flowlane's on AF_XDP, or the kernel's
+    /// sockets (one pinned loop per core; `--queues` cores, default the
+    /// interface's queue count).
+    #[arg(long, value_enum, default_value_t = Backend::Xdp)]
+    pub backend: Backend,
     /// The data path's flags (bed, queues, RSS, neighbours, busy polling).
     #[command(flatten)]
     pub data_path: DataPathArgs,
@@ -211,12 +219,7 @@ pub fn run(cmd: TcpCmd, nic: NicAccess) -> Result<()> {
         }
         TcpCmd::BulkSource(a) => {
             let (remote, bytes, seed, total) = (a.connect, a.bytes, a.seed, a.connections);
-            let queues = TcpServiceConfig {
-                queues: a.common.data_path.queues,
-                ..TcpServiceConfig::new(&a.common.iface)
-            }
-            .interface()?
-            .1;
+            let queues = cores(&a.common)?;
             serve(
                 "bulk-source",
                 &a.common,
@@ -244,6 +247,17 @@ pub fn run(cmd: TcpCmd, nic: NicAccess) -> Result<()> {
             )
         }
     }
+}
+
+/// How many cores (queues, or kernel-socket loops) serve: `--queues`, else
+/// the interface's queue count.
+fn cores(c: &Common) -> Result<u32> {
+    Ok(TcpServiceConfig {
+        queues: c.data_path.queues,
+        ..TcpServiceConfig::new(&c.iface)
+    }
+    .interface()?
+    .1)
 }
 
 /// The NIC's RSS as an `RssState` for `queues` queues (flags, else
@@ -275,25 +289,89 @@ fn counters_json(
     })
 }
 
-/// Starts the data path with a `TcpHandler` per queue, set up by `setup`,
-/// and runs until a signal, the timeout, or `expect` results (if not 0).
-/// `connect_to`: the server of active opens (its MAC is resolved first).
-/// `name`: the command, for messages.
-fn serve<F>(
+/// How a service registers its handlers on each core (AF_XDP queue or
+/// kernel-socket loop), with the channel its results go to.
+trait ServiceSetup:
+    Fn(&mut dyn Setup, Sender<Value>) -> std::result::Result<(), flowlane_tcp::Error>
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<F> ServiceSetup for F where
+    F: Fn(&mut dyn Setup, Sender<Value>) -> std::result::Result<(), flowlane_tcp::Error>
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// Runs the service on the chosen backend, each core set up by `setup`,
+/// until a signal, the timeout, or `expect` results (if not 0).
+/// `connect_to`: the server of active opens. `name`: the command, for
+/// messages.
+fn serve(
     name: &'static str,
     c: &Common,
     nic: NicAccess,
     ports: &[u16],
     connect_to: Option<IpAddr>,
     expect: usize,
-    setup: F,
-) -> Result<()>
-where
-    F: Fn(&mut TcpHandler, Sender<Value>) -> std::result::Result<(), flowlane_tcp::Error>
-        + Send
-        + Sync
-        + 'static,
-{
+    setup: impl ServiceSetup,
+) -> Result<()> {
+    match c.backend {
+        Backend::Xdp => serve_xdp(name, c, nic, ports, connect_to, expect, setup),
+        Backend::Kernel => serve_kernel(name, c, expect, setup),
+    }
+}
+
+/// A running service as the wait loop sees it.
+trait Running {
+    /// The cores serving.
+    fn cores(&self) -> usize;
+    /// The report's and summary's counters.
+    fn counters(&self) -> Value;
+    /// Per-pass duties (the watchdog, the control socket); an error ends
+    /// the service.
+    fn check(&mut self) -> Result<()>;
+}
+
+struct XdpRunning<'a> {
+    service: &'a TcpService,
+    control: ServiceControl,
+    watchdog: Watchdog,
+}
+
+impl Running for XdpRunning<'_> {
+    fn cores(&self) -> usize {
+        self.service.dataplane().queues().len()
+    }
+    fn counters(&self) -> Value {
+        counters_json(
+            &self.service.tcp_counters(),
+            &self.service.bucket_counters(),
+        )
+    }
+    fn check(&mut self) -> Result<()> {
+        self.watchdog.check(self.service.dataplane())?;
+        for m in self.control.poll(self.service) {
+            eprintln!("{}", move_line(&m));
+        }
+        Ok(())
+    }
+}
+
+/// Starts the data path with a `TcpHandler` per queue, set up by `setup`.
+fn serve_xdp(
+    name: &'static str,
+    c: &Common,
+    nic: NicAccess,
+    ports: &[u16],
+    connect_to: Option<IpAddr>,
+    expect: usize,
+    setup: impl ServiceSetup,
+) -> Result<()> {
     let mut config = TcpServiceConfig::new(&c.iface);
     config.queues = c.data_path.queues;
     config.listen = ports.to_vec();
@@ -333,7 +411,23 @@ where
         setup(h, tx).map_err(|e| format!("queue {}: {e}", h.queue()))
     })
     .context("setting up TCP")?;
-    let r = wait(name, c, &service, &done_rx, expect);
+    let control = ServiceControl::new(&service, name, c.rebalance.mode(), c.rebalance.socket())?;
+    eprintln!(
+        "flowlane: TCP on {} queues of {}{}",
+        service.dataplane().queues().len(),
+        c.iface,
+        control
+            .socket_path()
+            .map(|p| format!(" (control socket {})", p.display()))
+            .unwrap_or_default()
+    );
+    let mut running = XdpRunning {
+        service: &service,
+        control,
+        watchdog: Watchdog::new(name),
+    };
+    let r = wait(c, &mut running, &done_rx, expect);
+    drop(running);
     let cpu: Vec<Option<u64>> = (0..queues).map(worker_cpu_ns).collect();
     let counters = service.stop();
     let summary = json!({"event": "summary",
@@ -346,46 +440,157 @@ where
     r
 }
 
-fn wait(
+/// Runs `setup`'s handlers on kernel sockets: one pinned loop per core,
+/// each with its own `SO_REUSEPORT` listeners.
+fn serve_kernel(
     name: &'static str,
     c: &Common,
-    service: &TcpService,
+    expect: usize,
+    setup: impl ServiceSetup,
+) -> Result<()> {
+    if c.rebalance.mode().is_some() {
+        bail!("--rebalance needs --backend xdp (kernel sockets have no RSS buckets to move)");
+    }
+    let n = cores(c)?;
+    let placed =
+        machine_placement(None, n as usize, None).with_context(|| format!("placing {n} cores"))?;
+    if let Some(w) = &placed.shared {
+        tracing::warn!("{w}");
+    }
+    let config = KernelConfig {
+        cores: placed
+            .plan
+            .queues
+            .iter()
+            .map(|p| Placement {
+                queue: u32::from(p.queue),
+                cpu: Some(p.cpu),
+                node: p.node,
+            })
+            .collect(),
+        listen_on: listen_addresses(),
+        limits: Limits::default(),
+    };
+    let (done_tx, done_rx) = mpsc::channel::<Value>();
+    let done_tx = Mutex::new(done_tx);
+    let service = KernelService::start(config, move |core| {
+        let tx = done_tx.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let q = core.queue();
+        setup(core, tx).map_err(|e| format!("core {q}: {e}"))
+    })
+    .map_err(|e| anyhow::anyhow!("{name}: setting up kernel TCP: {e}"))?;
+    eprintln!("flowlane: kernel TCP on {n} cores");
+    let mut running = KernelRunning { service: &service };
+    let r = wait(c, &mut running, &done_rx, expect);
+    let cpu: Vec<Option<u64>> = (0..n).map(worker_cpu_ns).collect();
+    let (counters, failed) = service.stop();
+    let summary = json!({"event": "summary", "backend": "kernel",
+                         "counters": kernel_counters_json(&counters),
+                         "worker_cpu_ns": cpu});
+    outln!("{summary}");
+    if let Some(p) = &c.report {
+        write_report(p, &summary)?;
+    }
+    if let Some(e) = failed {
+        bail!("{e}");
+    }
+    r
+}
+
+/// What kernel-socket listeners bind: every IPv4 address, and every IPv6
+/// one where this namespace has IPv6 (as flowlane's TCP listens on both).
+fn listen_addresses() -> Vec<IpAddr> {
+    let any6 = IpAddr::from([0u16; 8]);
+    let mut v = vec![IpAddr::from([0, 0, 0, 0])];
+    if std::net::TcpListener::bind((any6, 0)).is_ok() {
+        v.push(any6);
+    }
+    v
+}
+
+struct KernelRunning<'a> {
+    service: &'a KernelService,
+}
+
+impl Running for KernelRunning<'_> {
+    fn cores(&self) -> usize {
+        self.service.counters().len()
+    }
+    fn counters(&self) -> Value {
+        kernel_counters_json(&self.service.counters())
+    }
+    fn check(&mut self) -> Result<()> {
+        if self.service.failed() {
+            bail!("a core's loop ended (its error follows at exit)");
+        }
+        Ok(())
+    }
+}
+
+/// The kernel backend's counters in the summary's shape: totals, then per
+/// core (`queues[].queue`, `queues[].tcp`).
+fn kernel_counters_json(per_core: &[(u32, CoreCounters)]) -> Value {
+    let one = |c: &CoreCounters| {
+        let s = &c.stats;
+        json!({
+            "connections": c.connections,
+            "passive_opens": s.passive_opens,
+            "active_opens": s.active_opens,
+            "closed": s.closed,
+            "bytes_in": s.bytes_in,
+            "bytes_out": s.bytes_out,
+            "resets_in": s.resets_in,
+            "resets_out": s.resets_out,
+            "connection_limit_refused": s.connection_limit_refused,
+        })
+    };
+    let mut total = CoreCounters::default();
+    for (_, c) in per_core {
+        total.connections += c.connections;
+        let (t, s) = (&mut total.stats, &c.stats);
+        t.passive_opens += s.passive_opens;
+        t.active_opens += s.active_opens;
+        t.closed += s.closed;
+        t.bytes_in += s.bytes_in;
+        t.bytes_out += s.bytes_out;
+        t.resets_in += s.resets_in;
+        t.resets_out += s.resets_out;
+        t.connection_limit_refused += s.connection_limit_refused;
+    }
+    json!({
+        "total": one(&total),
+        "queues": per_core.iter().map(|(q, c)| json!({
+            "queue": q,
+            "worker_cpu_ns": worker_cpu_ns(*q),
+            "tcp": one(c),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn wait(
+    c: &Common,
+    service: &mut dyn Running,
     done: &Receiver<Value>,
     expect: usize,
 ) -> Result<()> {
     let signals = ServiceSignals::install()?;
-    let report = |ready: bool| -> Result<()> {
+    let report = |service: &dyn Running, ready: bool| -> Result<()> {
         if let Some(p) = &c.report {
             write_report(
                 p,
                 &json!({"event": "report", "ready": ready,
-                        "queues": service.dataplane().queues().len(),
-                        "counters": counters_json(&service.tcp_counters(),
-                                                  &service.bucket_counters())}),
+                        "queues": service.cores(),
+                        "counters": service.counters()}),
             )?;
         }
         Ok(())
     };
-    report(true)?;
-    let mut control = ServiceControl::new(service, name, c.rebalance.mode(), c.rebalance.socket())?;
-    eprintln!(
-        "flowlane: TCP on {} queues of {}{}",
-        service.dataplane().queues().len(),
-        c.iface,
-        control
-            .socket_path()
-            .map(|p| format!(" (control socket {})", p.display()))
-            .unwrap_or_default()
-    );
+    report(service, true)?;
     let start = Instant::now();
     let mut results = 0;
     let mut failed = false;
-    let mut watchdog = Watchdog::new(name);
     while !signals.stop_requested() {
-        watchdog.check(service.dataplane())?;
-        for m in control.poll(service) {
-            eprintln!("{}", move_line(&m));
-        }
+        service.check()?;
         match done.recv_timeout(Duration::from_millis(20)) {
             Ok(v) => {
                 outln!("{v}");
@@ -399,7 +604,7 @@ fn wait(
             Err(mpsc::RecvTimeoutError::Disconnected) => {}
         }
         if signals.take_report_request() {
-            report(true)?;
+            report(service, true)?;
         }
         if c.timeout > 0 && start.elapsed() > Duration::from_secs(c.timeout) {
             bail!(
@@ -412,7 +617,7 @@ fn wait(
     // acknowledged: let the closes finish (bounded) so that no connection is
     // cut off by the exit.
     let linger = Instant::now();
-    while counters_json(&service.tcp_counters(), &[])["total"]["connections"]
+    while service.counters()["total"]["connections"]
         .as_u64()
         .unwrap_or(0)
         > 0

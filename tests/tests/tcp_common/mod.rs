@@ -26,6 +26,11 @@ pub(crate) fn sent_by_peer(sent: &str) -> std::collections::HashMap<String, Stri
         .collect()
 }
 
+/// The backends every service test that is not about flowlane's own TCP
+/// runs on (`--backend`): the same handlers on AF_XDP and on kernel
+/// sockets.
+pub(crate) const BACKENDS: [&str; 2] = ["xdp", "kernel"];
+
 /// A flowlane TCP example running in the background.
 pub(crate) struct App {
     child: Option<Child>,
@@ -38,7 +43,11 @@ pub(crate) struct App {
 /// Starts `flowlane <args> --bed <bed> --report F --timeout <limit>` and
 /// waits until its data path is up.
 pub(crate) fn start(bed: &Bed, args: &[&str], limit_s: u64) -> App {
-    let tag = format!("{}-{}", bed.name, args[0]);
+    let backend = args
+        .iter()
+        .position(|a| *a == "--backend")
+        .map_or("xdp", |i| args[i + 1]);
+    let tag = format!("{}-{}-{backend}", bed.name, args[0]);
     let dir = std::env::temp_dir();
     let report = dir.join(format!("{tag}.json"));
     let stdout = dir.join(format!("{tag}.out"));
@@ -400,19 +409,28 @@ impl Family {
 /// 5001 over IPv4: sends `bytes`, checks the sha256 both sides computed;
 /// returns the sink's transfer line and all its JSON lines.
 pub(crate) fn kernel_to_flowlane(bed: &Bed, bytes: u64, limit_s: u64) -> (Value, Vec<Value>) {
-    kernel_to_flowlane_over(bed, Family::V4, bytes, limit_s)
+    kernel_to_flowlane_over(bed, Family::V4, bytes, limit_s, "xdp")
 }
 
-/// [`kernel_to_flowlane`] over `family`.
+/// [`kernel_to_flowlane`] over `family`, the sink on `backend`.
 pub(crate) fn kernel_to_flowlane_over(
     bed: &Bed,
     family: Family,
     bytes: u64,
     limit_s: u64,
+    backend: &str,
 ) -> (Value, Vec<Value>) {
     let sink = start(
         bed,
-        &["bulk-sink", "--port", "5001", "--count", "1"],
+        &[
+            "bulk-sink",
+            "--port",
+            "5001",
+            "--count",
+            "1",
+            "--backend",
+            backend,
+        ],
         limit_s,
     );
     let sent = peer_py(
@@ -437,15 +455,16 @@ pub(crate) fn kernel_to_flowlane_over(
 /// sends `bytes`, checks the sha256 both sides computed; returns the
 /// source's transfer line and all its JSON lines.
 pub(crate) fn flowlane_to_kernel(bed: &Bed, bytes: u64, limit_s: u64) -> (Value, Vec<Value>) {
-    flowlane_to_kernel_over(bed, Family::V4, bytes, limit_s)
+    flowlane_to_kernel_over(bed, Family::V4, bytes, limit_s, "xdp")
 }
 
-/// [`flowlane_to_kernel`] over `family`.
+/// [`flowlane_to_kernel`] over `family`, the source on `backend`.
 pub(crate) fn flowlane_to_kernel_over(
     bed: &Bed,
     family: Family,
     bytes: u64,
     limit_s: u64,
+    backend: &str,
 ) -> (Value, Vec<Value>) {
     let to = family.peer(5002);
     let mut peer = peer_py_spawn(bed, limit_s, KERNEL_RECV, &[&to]);
@@ -458,6 +477,8 @@ pub(crate) fn flowlane_to_kernel_over(
             &to,
             "--bytes",
             &bytes.to_string(),
+            "--backend",
+            backend,
         ],
         limit_s,
     );

@@ -1,0 +1,198 @@
+//! One kernel TCP connection as the application API sees it: the socket,
+//! its user-space buffers, and what has been told to the handler.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use flowlane_tcp::{CloseReason, State};
+use mio::net::TcpStream;
+
+use crate::buffer::ByteBuffer;
+
+/// A connection's socket and buffers. The receive buffer is what
+/// [`Net::peek`](flowlane_app::Net::peek) shows; the send buffer holds what
+/// the socket did not take yet, bounded so that `send` pushes back.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    pub(crate) stream: TcpStream,
+    pub(crate) local: SocketAddr,
+    pub(crate) remote: SocketAddr,
+    pub(crate) rx: ByteBuffer,
+    pub(crate) tx: ByteBuffer,
+    /// An active open whose handshake has not completed.
+    pub(crate) connecting: bool,
+    /// The socket returned end of stream.
+    pub(crate) peer_eof: bool,
+    /// `PeerClosed` was queued.
+    pub(crate) peer_closed_told: bool,
+    /// `Readable` was queued and the application has not read since.
+    pub(crate) readable_told: bool,
+    /// Reading stopped because the receive buffer was full: the socket
+    /// may hold more, and no new readiness edge will say so.
+    pub(crate) rx_stalled: bool,
+    /// The application asked for `Writable`.
+    pub(crate) want_writable: bool,
+    /// `shutdown_write` was asked: FIN once the send buffer is empty.
+    pub(crate) shut_pending: bool,
+    /// FIN was sent.
+    pub(crate) write_shut: bool,
+    /// `close` was asked: FIN once the send buffer is empty; the
+    /// connection ends once the peer's FIN came too (and its `PeerClosed`
+    /// was dispatched), or [`FIN_WAIT`] after ours.
+    pub(crate) closing: bool,
+    /// `PeerClosed` reached the handler.
+    pub(crate) peer_closed_dispatched: bool,
+    /// When our FIN went out after `close`.
+    pub(crate) fin_sent_at: Option<Instant>,
+    pub(crate) user_data: u64,
+}
+
+/// How long a closed connection waits for the peer's FIN after sending
+/// its own before it hands the socket to the kernel (Linux's
+/// `tcp_fin_timeout` default).
+pub(crate) const FIN_WAIT: Duration = Duration::from_secs(60);
+
+/// What reading or writing the socket came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Io {
+    /// Progress (bytes moved), or nothing to do now.
+    Ok(usize),
+    /// The connection failed: it ends for this reason.
+    Failed(CloseReason),
+}
+
+/// Why a socket error ends a connection.
+pub(crate) fn close_reason(e: &std::io::Error) -> CloseReason {
+    match e.kind() {
+        ErrorKind::TimedOut => CloseReason::Timeout,
+        _ => CloseReason::Reset,
+    }
+}
+
+impl Conn {
+    pub(crate) fn new(
+        stream: TcpStream,
+        local: SocketAddr,
+        remote: SocketAddr,
+        rx: usize,
+        tx: usize,
+    ) -> Conn {
+        Conn {
+            stream,
+            local,
+            remote,
+            rx: ByteBuffer::new(rx),
+            tx: ByteBuffer::new(tx),
+            connecting: false,
+            peer_eof: false,
+            peer_closed_told: false,
+            readable_told: false,
+            rx_stalled: false,
+            want_writable: false,
+            shut_pending: false,
+            write_shut: false,
+            closing: false,
+            peer_closed_dispatched: false,
+            fin_sent_at: None,
+            user_data: 0,
+        }
+    }
+
+    /// Reads what the socket holds into the receive buffer, until the
+    /// socket has no more, the peer closed, or the buffer is full.
+    pub(crate) fn fill(&mut self) -> Io {
+        let mut got = 0;
+        loop {
+            if self.peer_eof {
+                return Io::Ok(got);
+            }
+            if self.rx.space() == 0 {
+                self.rx_stalled = true;
+                return Io::Ok(got);
+            }
+            match self.stream.read(self.rx.tail_mut()) {
+                Ok(0) => self.peer_eof = true,
+                Ok(n) => {
+                    self.rx.commit(n);
+                    got += n;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    self.rx_stalled = false;
+                    return Io::Ok(got);
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Io::Failed(close_reason(&e)),
+            }
+        }
+    }
+
+    /// Moves the send buffer to the socket as far as it takes; sends FIN
+    /// when asked and the buffer is empty.
+    pub(crate) fn flush(&mut self) -> Io {
+        let sent = match write_now(&mut self.stream, self.tx.filled()) {
+            Ok(n) => n,
+            Err(r) => return Io::Failed(r),
+        };
+        self.tx.consume(sent);
+        if self.tx.is_empty() && self.shut_pending && !self.write_shut {
+            self.write_shut = true;
+            let _ = self.stream.shutdown(std::net::Shutdown::Write);
+            if self.closing {
+                self.fin_sent_at = Some(Instant::now());
+            }
+        }
+        Io::Ok(sent)
+    }
+
+    /// Whether a closed connection is done: both FINs sent and the
+    /// handler told of the peer's, or the peer's FIN did not come in time.
+    pub(crate) fn close_finished(&self, now: Instant) -> bool {
+        self.closing
+            && self.write_shut
+            && ((self.peer_eof && self.peer_closed_dispatched)
+                || self.fin_sent_at.is_some_and(|t| now >= t + FIN_WAIT))
+    }
+
+    /// Takes `data` for sending: straight to the socket while nothing is
+    /// buffered, the rest into the send buffer as far as it fits.
+    pub(crate) fn send(&mut self, data: &[u8]) -> Result<usize, CloseReason> {
+        let direct = if self.tx.is_empty() && !self.connecting {
+            write_now(&mut self.stream, data)?
+        } else {
+            0
+        };
+        Ok(direct + self.tx.push(&data[direct..]))
+    }
+
+    /// The connection's state in the TCP state machine's terms, as far as
+    /// a socket shows it.
+    pub(crate) fn state(&self) -> State {
+        match (
+            self.connecting,
+            self.peer_eof,
+            self.write_shut || self.closing,
+        ) {
+            (true, _, _) => State::SynSent,
+            (false, false, false) => State::Established,
+            (false, true, false) => State::CloseWait,
+            (false, false, true) => State::FinWait1,
+            (false, true, true) => State::LastAck,
+        }
+    }
+}
+
+/// Writes `data` to `stream`, as much as it takes now.
+fn write_now(stream: &mut TcpStream, data: &[u8]) -> Result<usize, CloseReason> {
+    let mut sent = 0;
+    while sent < data.len() {
+        match stream.write(&data[sent..]) {
+            Ok(0) => break,
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(close_reason(&e)),
+        }
+    }
+    Ok(sent)
+}

@@ -1,0 +1,669 @@
+//! One core's loop: a mio poll over this core's listeners (each a
+//! `SO_REUSEPORT` sibling of every other core's) and connections, the
+//! [`Net`] its handlers call, and the dispatcher that calls them.
+
+use std::collections::VecDeque;
+use std::io::ErrorKind;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use flowlane_app::{
+    CloseReason, ConnHandle, ConnHandler, Dispatcher, Error, FourTuple, HandlerId, Net, Placement,
+    Setup, State, Stats,
+};
+use flowlane_tcp::{Event, ListenerId};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token};
+
+use crate::conn::{close_reason, Conn, Io};
+use crate::listener::reuseport_listener;
+
+/// Tokens at and above this name listeners; below it, connection slots.
+const LISTENER_TOKENS: usize = 1 << 30;
+/// The longest a loop pass waits for readiness: handlers' `on_tick` runs
+/// at least this often.
+const TICK: Duration = Duration::from_millis(10);
+/// Readiness events taken per poll.
+const EVENTS: usize = 1024;
+
+/// Sizes and bounds of one core.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Bytes a connection's receive buffer holds (what `peek` can show).
+    pub rx_buffer: usize,
+    /// Bytes a connection's send buffer holds beyond what its socket took.
+    pub tx_buffer: usize,
+    /// Connections this core keeps at once; beyond it, accepted
+    /// connections are reset and counted (`connection_limit_refused`).
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            rx_buffer: 64 << 10,
+            tx_buffer: 256 << 10,
+            max_connections: 65_536,
+        }
+    }
+}
+
+/// A connection slot: the generation makes stale handles invalid.
+#[derive(Debug, Default)]
+struct Slot {
+    generation: u32,
+    conn: Option<Conn>,
+    /// The connection ended; the slot is reused once its `Closed` event
+    /// was dispatched (so that event still reaches its handler).
+    ending: bool,
+}
+
+/// The [`Net`] of one core on kernel sockets.
+#[derive(Debug)]
+pub struct KernelNet {
+    placement: Placement,
+    epoch: Instant,
+    poll: Poll,
+    listen_on: Vec<IpAddr>,
+    listeners: Vec<TcpListener>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    events: VecDeque<Event>,
+    /// Connections whose receive buffer filled up and was read from since.
+    rereads: Vec<u32>,
+    /// Connections closed by the application and not yet ended.
+    closing_conns: Vec<u32>,
+    limits: Limits,
+    stats: Stats,
+    open: usize,
+}
+
+impl KernelNet {
+    fn new(placement: Placement, listen_on: Vec<IpAddr>, limits: Limits) -> std::io::Result<Self> {
+        Ok(KernelNet {
+            placement,
+            epoch: Instant::now(),
+            poll: Poll::new()?,
+            listen_on,
+            listeners: Vec::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            events: VecDeque::new(),
+            rereads: Vec::new(),
+            closing_conns: Vec::new(),
+            limits,
+            stats: Stats::default(),
+            open: 0,
+        })
+    }
+
+    /// Connections open now.
+    pub fn open_connections(&self) -> usize {
+        self.open
+    }
+
+    fn handle(&self, index: u32) -> ConnHandle {
+        ConnHandle::from_parts(index, self.slots[index as usize].generation)
+    }
+
+    fn conn(&self, h: ConnHandle) -> Result<&Conn, Error> {
+        match self.slots.get(h.index() as usize) {
+            Some(s) if s.generation == h.generation() => {
+                s.conn.as_ref().ok_or(Error::InvalidHandle)
+            }
+            _ => Err(Error::InvalidHandle),
+        }
+    }
+
+    fn conn_mut(&mut self, h: ConnHandle) -> Result<&mut Conn, Error> {
+        self.conn(h)?;
+        self.slots[h.index() as usize]
+            .conn
+            .as_mut()
+            .ok_or(Error::InvalidHandle)
+    }
+
+    /// Puts `conn` in a free slot and registers it.
+    fn insert(&mut self, mut conn: Conn) -> Result<ConnHandle, Error> {
+        let index = match self.free.pop() {
+            Some(i) => i,
+            None if self.slots.len() < self.limits.max_connections => {
+                self.slots.push(Slot::default());
+                (self.slots.len() - 1) as u32
+            }
+            None => return Err(Error::ConnectionLimit),
+        };
+        let token = Token(index as usize);
+        if self
+            .poll
+            .registry()
+            .register(
+                &mut conn.stream,
+                token,
+                Interest::READABLE | Interest::WRITABLE,
+            )
+            .is_err()
+        {
+            self.free.push(index);
+            return Err(Error::ConnectionLimit);
+        }
+        let slot = &mut self.slots[index as usize];
+        slot.generation = slot.generation.wrapping_add(1);
+        slot.conn = Some(conn);
+        slot.ending = false;
+        self.open += 1;
+        Ok(self.handle(index))
+    }
+
+    /// Ends connection `index`: its socket goes (reset first when
+    /// `reset`), `Closed` is queued, and the slot waits for that event.
+    fn end(&mut self, index: u32, reason: CloseReason, reset: bool) {
+        let h = self.handle(index);
+        let slot = &mut self.slots[index as usize];
+        let Some(mut conn) = slot.conn.take() else {
+            return;
+        };
+        slot.ending = true;
+        if reset {
+            reset_on_close(&conn.stream);
+            self.stats.resets_out += 1;
+        }
+        if reason == CloseReason::Reset {
+            self.stats.resets_in += 1;
+        }
+        let _ = self.poll.registry().deregister(&mut conn.stream);
+        drop(conn);
+        self.open -= 1;
+        self.stats.closed += 1;
+        self.events.push_back(Event::Closed { conn: h, reason });
+    }
+
+    /// The `Closed` event of `h` was dispatched: its slot is free.
+    fn release(&mut self, h: ConnHandle) {
+        let i = h.index() as usize;
+        if self
+            .slots
+            .get(i)
+            .is_some_and(|s| s.ending && s.generation == h.generation())
+        {
+            self.slots[i].ending = false;
+            self.free.push(h.index());
+        }
+    }
+
+    /// Reads connection `index`'s socket and queues what the handler must
+    /// hear of it.
+    fn read_ready(&mut self, index: u32) {
+        let h = self.handle(index);
+        if self.slots[index as usize]
+            .conn
+            .as_ref()
+            .is_some_and(|c| c.connecting)
+        {
+            // `Connected` goes before any `Readable`.
+            self.write_ready(index);
+        }
+        let Some(conn) = self.slots[index as usize]
+            .conn
+            .as_mut()
+            .filter(|c| !c.connecting)
+        else {
+            return;
+        };
+        match conn.fill() {
+            Io::Failed(r) => self.end(index, r, false),
+            Io::Ok(got) if got > 0 && conn.closing => {
+                // Data after `close` (RFC 9293 §3.10.7.4 for a closed
+                // receive side): a reset, as flowlane's TCP sends.
+                self.stats.bytes_in += got as u64;
+                self.end(index, CloseReason::Reset, true);
+            }
+            Io::Ok(got) => {
+                self.stats.bytes_in += got as u64;
+                if got > 0 && !conn.readable_told {
+                    conn.readable_told = true;
+                    self.events.push_back(Event::Readable(h));
+                }
+                if conn.peer_eof && !conn.peer_closed_told {
+                    conn.peer_closed_told = true;
+                    self.events.push_back(Event::PeerClosed(h));
+                }
+            }
+        }
+    }
+
+    /// Writes connection `index`'s send buffer, completes an active open,
+    /// finishes a close, and queues `Writable` where it was asked for.
+    fn write_ready(&mut self, index: u32) {
+        let h = self.handle(index);
+        let Some(conn) = self.slots[index as usize].conn.as_mut() else {
+            return;
+        };
+        if conn.connecting {
+            match conn.stream.take_error() {
+                Ok(Some(e)) | Err(e) => return self.end(index, close_reason(&e), false),
+                Ok(None) => {}
+            }
+            match conn.stream.peer_addr() {
+                Ok(_) => {
+                    conn.connecting = false;
+                    self.stats.active_opens += 1;
+                    self.events.push_back(Event::Connected(h));
+                }
+                Err(e) if e.kind() == ErrorKind::NotConnected => return,
+                Err(e) => return self.end(index, close_reason(&e), false),
+            }
+        }
+        match conn.flush() {
+            Io::Failed(r) => self.end(index, r, false),
+            Io::Ok(sent) => {
+                self.stats.bytes_out += sent as u64;
+                if conn.close_finished(Instant::now()) {
+                    self.end(index, CloseReason::Normal, false);
+                } else if conn.want_writable && conn.tx.space() > 0 && !conn.connecting {
+                    conn.want_writable = false;
+                    self.events.push_back(Event::Writable(h));
+                }
+            }
+        }
+    }
+
+    /// Takes every connection waiting on listener `li`.
+    fn accept(&mut self, li: usize) {
+        loop {
+            let (stream, remote) = match self.listeners[li].accept() {
+                Ok(s) => s,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    tracing::warn!("queue {}: accept: {e}", self.placement.queue);
+                    return;
+                }
+            };
+            if self.free.is_empty() && self.slots.len() >= self.limits.max_connections {
+                reset_on_close(&stream);
+                self.stats.connection_limit_refused += 1;
+                continue;
+            }
+            let local = stream.local_addr().unwrap_or(remote);
+            let conn = Conn::new(
+                stream,
+                local,
+                remote,
+                self.limits.rx_buffer,
+                self.limits.tx_buffer,
+            );
+            match self.insert(conn) {
+                Ok(h) => {
+                    self.stats.passive_opens += 1;
+                    self.events.push_back(Event::Accepted {
+                        conn: h,
+                        listener: ListenerId::from_index(li as u32),
+                    });
+                }
+                Err(_) => self.stats.connection_limit_refused += 1,
+            }
+        }
+    }
+
+    /// Opens the listeners of `port`, one per address.
+    fn listen(&mut self, port: u16) -> Result<Vec<ListenerId>, Error> {
+        let mut ids = Vec::new();
+        for &ip in &self.listen_on.clone() {
+            let addr = SocketAddr::new(ip, port);
+            let mut l = reuseport_listener(addr).map_err(|e| {
+                tracing::warn!(
+                    "queue {}: cannot listen on {addr}: {e}",
+                    self.placement.queue
+                );
+                match e.kind() {
+                    ErrorKind::AddrInUse => Error::AddrInUse,
+                    _ => Error::InvalidAddress,
+                }
+            })?;
+            let li = self.listeners.len();
+            self.poll
+                .registry()
+                .register(&mut l, Token(LISTENER_TOKENS + li), Interest::READABLE)
+                .map_err(|_| Error::InvalidAddress)?;
+            self.listeners.push(l);
+            ids.push(ListenerId::from_index(li as u32));
+        }
+        Ok(ids)
+    }
+
+    /// The handler heard of `h`'s peer closing: a connection it closed
+    /// before ends now.
+    fn peer_closed_dispatched(&mut self, h: ConnHandle) {
+        if let Ok(c) = self.conn_mut(h) {
+            c.peer_closed_dispatched = true;
+            if c.close_finished(Instant::now()) {
+                self.end(h.index(), CloseReason::Normal, false);
+            }
+        }
+    }
+
+    /// Ends the closed connections whose peer's FIN did not come within
+    /// [`FIN_WAIT`](crate::conn::FIN_WAIT) (the kernel finishes them).
+    fn sweep_closing(&mut self, now: Instant) {
+        let mut i = 0;
+        while i < self.closing_conns.len() {
+            let index = self.closing_conns[i];
+            match self.slots[index as usize].conn.as_ref() {
+                Some(c) if c.closing && !c.close_finished(now) => i += 1,
+                Some(c) if c.closing => {
+                    self.closing_conns.swap_remove(i);
+                    self.end(index, CloseReason::Normal, false);
+                }
+                _ => {
+                    self.closing_conns.swap_remove(i);
+                }
+            }
+        }
+    }
+
+    /// Reads again the connections whose full receive buffer the
+    /// application has since read from.
+    fn reread(&mut self) {
+        for index in std::mem::take(&mut self.rereads) {
+            self.read_ready(index);
+        }
+    }
+}
+
+impl Net for KernelNet {
+    fn now(&self) -> Duration {
+        self.epoch.elapsed()
+    }
+
+    fn placement(&self) -> Placement {
+        self.placement
+    }
+
+    fn connect(&mut self, remote: SocketAddr) -> Result<ConnHandle, Error> {
+        let stream = TcpStream::connect(remote).map_err(|e| {
+            tracing::debug!("connect to {remote}: {e}");
+            Error::InvalidAddress
+        })?;
+        let local = stream
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::new(IpAddr::from([0, 0, 0, 0]), 0));
+        let mut conn = Conn::new(
+            stream,
+            local,
+            remote,
+            self.limits.rx_buffer,
+            self.limits.tx_buffer,
+        );
+        conn.connecting = true;
+        self.insert(conn)
+    }
+
+    fn send(&mut self, h: ConnHandle, data: &[u8]) -> Result<usize, Error> {
+        let conn = self.conn_mut(h)?;
+        if conn.closing || conn.shut_pending {
+            return Err(Error::InvalidState);
+        }
+        let before = conn.tx.len();
+        match conn.send(data) {
+            Ok(0) if !data.is_empty() => {
+                conn.want_writable = true;
+                Err(Error::WouldBlock)
+            }
+            Ok(n) => {
+                // What went straight to the socket is sent; the rest waits.
+                let buffered = conn.tx.len() - before;
+                self.stats.bytes_out += (n - buffered) as u64;
+                Ok(n)
+            }
+            Err(r) => {
+                self.end(h.index(), r, false);
+                Err(Error::InvalidHandle)
+            }
+        }
+    }
+
+    fn recv(&mut self, h: ConnHandle, buf: &mut [u8]) -> Result<usize, Error> {
+        let conn = self.conn_mut(h)?;
+        if conn.rx.is_empty() {
+            return if conn.peer_eof {
+                Ok(0)
+            } else {
+                Err(Error::WouldBlock)
+            };
+        }
+        let n = buf.len().min(conn.rx.len());
+        buf[..n].copy_from_slice(&conn.rx.filled()[..n]);
+        self.consume(h, n)
+    }
+
+    fn peek(&self, h: ConnHandle) -> Result<&[u8], Error> {
+        Ok(self.conn(h)?.rx.filled())
+    }
+
+    fn consume(&mut self, h: ConnHandle, n: usize) -> Result<usize, Error> {
+        let conn = self.conn_mut(h)?;
+        let n = conn.rx.consume(n);
+        conn.readable_told = false;
+        if conn.rx_stalled && n > 0 {
+            conn.rx_stalled = false;
+            self.rereads.push(h.index());
+        }
+        Ok(n)
+    }
+
+    fn is_eof(&self, h: ConnHandle) -> bool {
+        self.conn(h).is_ok_and(|c| c.peer_eof && c.rx.is_empty())
+    }
+
+    fn send_space(&self, h: ConnHandle) -> Result<usize, Error> {
+        Ok(self.conn(h)?.tx.space())
+    }
+
+    fn want_writable(&mut self, h: ConnHandle) -> bool {
+        match self.conn_mut(h) {
+            Ok(c) if c.tx.space() == 0 => {
+                c.want_writable = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn shutdown_write(&mut self, h: ConnHandle) -> Result<(), Error> {
+        let conn = self.conn_mut(h)?;
+        conn.shut_pending = true;
+        if let Io::Failed(r) = conn.flush() {
+            self.end(h.index(), r, false);
+        }
+        Ok(())
+    }
+
+    fn close(&mut self, h: ConnHandle) -> Result<(), Error> {
+        let conn = self.conn_mut(h)?;
+        if !conn.rx.is_empty() {
+            // Unread data: a reset, as the stack does.
+            self.end(h.index(), CloseReason::Aborted, true);
+            return Ok(());
+        }
+        if conn.closing {
+            return Ok(());
+        }
+        conn.closing = true;
+        conn.shut_pending = true;
+        match conn.flush() {
+            Io::Failed(r) => self.end(h.index(), r, false),
+            Io::Ok(_) if conn.close_finished(Instant::now()) => {
+                self.end(h.index(), CloseReason::Normal, false)
+            }
+            // The rest and FIN go out as the socket takes them
+            // (`write_ready`); the end comes with the peer's FIN.
+            Io::Ok(_) => self.closing_conns.push(h.index()),
+        }
+        Ok(())
+    }
+
+    fn abort(&mut self, h: ConnHandle) -> Result<(), Error> {
+        self.conn(h)?;
+        self.end(h.index(), CloseReason::Aborted, true);
+        Ok(())
+    }
+
+    fn set_nodelay(&mut self, h: ConnHandle, nodelay: bool) -> Result<(), Error> {
+        self.conn(h)?
+            .stream
+            .set_nodelay(nodelay)
+            .map_err(|_| Error::InvalidState)
+    }
+
+    fn four_tuple(&self, h: ConnHandle) -> Result<FourTuple, Error> {
+        let c = self.conn(h)?;
+        Ok(FourTuple {
+            local: c.local,
+            remote: c.remote,
+        })
+    }
+
+    fn state(&self, h: ConnHandle) -> Result<State, Error> {
+        Ok(self.conn(h)?.state())
+    }
+
+    fn set_user_data(&mut self, h: ConnHandle, data: u64) -> Result<(), Error> {
+        self.conn_mut(h)?.user_data = data;
+        Ok(())
+    }
+
+    fn user_data(&self, h: ConnHandle) -> Result<u64, Error> {
+        Ok(self.conn(h)?.user_data)
+    }
+
+    fn stats(&self) -> &Stats {
+        &self.stats
+    }
+}
+
+/// One core: its [`KernelNet`] and the handlers registered on it.
+#[derive(Debug)]
+pub struct KernelCore {
+    net: KernelNet,
+    app: Dispatcher,
+}
+
+impl KernelCore {
+    /// A core at `placement` whose listeners bind `listen_on` (one per
+    /// address, each port).
+    pub fn new(
+        placement: Placement,
+        listen_on: Vec<IpAddr>,
+        limits: Limits,
+    ) -> std::io::Result<KernelCore> {
+        Ok(KernelCore {
+            net: KernelNet::new(placement, listen_on, limits)?,
+            app: Dispatcher::new(),
+        })
+    }
+
+    /// The core's TCP counters (those a socket backend knows).
+    pub fn stats(&self) -> &Stats {
+        &self.net.stats
+    }
+
+    /// Connections open now.
+    pub fn open_connections(&self) -> usize {
+        self.net.open
+    }
+
+    /// Runs the loop until `stop` is set, calling `publish` after each
+    /// pass. Returns when stopped, or on a poll error.
+    pub fn run(
+        &mut self,
+        stop: &AtomicBool,
+        mut publish: impl FnMut(&KernelCore),
+    ) -> std::io::Result<()> {
+        let mut events = Events::with_capacity(EVENTS);
+        self.app.start(&mut self.net);
+        self.dispatch();
+        while !stop.load(Ordering::Relaxed) {
+            match self.net.poll.poll(&mut events, Some(TICK)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+            for ev in events.iter() {
+                let t = ev.token().0;
+                if t >= LISTENER_TOKENS {
+                    self.net.accept(t - LISTENER_TOKENS);
+                    continue;
+                }
+                let index = t as u32;
+                if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                    self.net.read_ready(index);
+                }
+                if ev.is_writable() || ev.is_error() {
+                    self.net.write_ready(index);
+                }
+            }
+            self.dispatch();
+            self.app.tick(&mut self.net);
+            self.net.sweep_closing(Instant::now());
+            self.dispatch();
+            publish(self);
+        }
+        Ok(())
+    }
+
+    /// Delivers every queued event, reading again what the handlers made
+    /// room for, until nothing is left.
+    fn dispatch(&mut self) {
+        loop {
+            while let Some(e) = self.net.events.pop_front() {
+                self.app.dispatch(e, &mut self.net);
+                match e {
+                    Event::Closed { conn, .. } => self.net.release(conn),
+                    Event::PeerClosed(conn) => self.net.peer_closed_dispatched(conn),
+                    _ => {}
+                }
+            }
+            if self.net.rereads.is_empty() {
+                return;
+            }
+            self.net.reread();
+        }
+    }
+}
+
+impl Setup for KernelCore {
+    fn queue(&self) -> u32 {
+        self.net.placement.queue
+    }
+
+    fn listen_boxed(
+        &mut self,
+        port: u16,
+        handler: Box<dyn ConnHandler>,
+    ) -> Result<HandlerId, Error> {
+        let ids = self.net.listen(port)?;
+        let h = self.app.add_boxed(handler);
+        for l in ids {
+            self.app.bind_listener(l, h);
+        }
+        Ok(h)
+    }
+
+    fn add_boxed(&mut self, handler: Box<dyn ConnHandler>) -> HandlerId {
+        self.app.add_boxed(handler)
+    }
+}
+
+/// Makes closing `stream` send a reset (`SO_LINGER` of zero).
+fn reset_on_close(stream: &TcpStream) {
+    let _ = nix::sys::socket::setsockopt(
+        stream,
+        nix::sys::socket::sockopt::Linger,
+        &nix::libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        },
+    );
+}

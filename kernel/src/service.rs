@@ -1,0 +1,164 @@
+//! A service on kernel sockets: one pinned thread per core, each running
+//! a [`KernelCore`] set up by the service.
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use flowlane_app::{Placement, Setup, Stats};
+
+use crate::core::{KernelCore, Limits};
+use crate::listener::pin_to;
+
+/// How often a core publishes its counters.
+const PUBLISH_EVERY: Duration = Duration::from_millis(100);
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct KernelConfig {
+    /// One core per entry: its index, CPU (pinned when given) and node.
+    pub cores: Vec<Placement>,
+    /// Addresses each listener binds (one listener per address and port).
+    pub listen_on: Vec<IpAddr>,
+    /// Buffer sizes and the connection bound, per core.
+    pub limits: Limits,
+}
+
+/// A core's counters as last published.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CoreCounters {
+    /// The TCP counters a socket backend knows (opens, closes, bytes,
+    /// resets, refusals); the others stay zero.
+    pub stats: Stats,
+    /// Connections open.
+    pub connections: usize,
+}
+
+/// The running cores.
+#[derive(Debug)]
+pub struct KernelService {
+    stop: Arc<AtomicBool>,
+    threads: Vec<(u32, JoinHandle<Result<(), String>>)>,
+    counters: Vec<(u32, Arc<Mutex<CoreCounters>>)>,
+}
+
+impl KernelService {
+    /// Starts one thread per core. `setup` runs on each core's thread
+    /// before its loop (register listeners and handlers there); an error
+    /// from any core stops them all and is returned, as is a thread that
+    /// cannot be pinned.
+    pub fn start<S>(config: KernelConfig, setup: S) -> Result<KernelService, String>
+    where
+        S: Fn(&mut dyn Setup) -> Result<(), String> + Send + Sync + 'static,
+    {
+        let setup = Arc::new(setup);
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut service = KernelService {
+            stop: stop.clone(),
+            threads: Vec::new(),
+            counters: Vec::new(),
+        };
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+        for p in config.cores.iter().copied() {
+            let counters = Arc::new(Mutex::new(CoreCounters::default()));
+            service.counters.push((p.queue, counters.clone()));
+            let (setup, stop, ready) = (setup.clone(), stop.clone(), ready_tx.clone());
+            let (listen_on, limits) = (config.listen_on.clone(), config.limits.clone());
+            let t = std::thread::Builder::new()
+                .name(format!("flowlane-q{}", p.queue))
+                .spawn(move || {
+                    let start = || -> Result<KernelCore, String> {
+                        if let Some(cpu) = p.cpu {
+                            pin_to(cpu).map_err(|e| format!("cannot pin to CPU {cpu}: {e}"))?;
+                        }
+                        let mut core = KernelCore::new(p, listen_on, limits)
+                            .map_err(|e| format!("queue {}: {e}", p.queue))?;
+                        setup(&mut core)?;
+                        Ok(core)
+                    };
+                    let mut core = match start() {
+                        Ok(c) => {
+                            let _ = ready.send(Ok(()));
+                            c
+                        }
+                        Err(e) => {
+                            let _ = ready.send(Err(e.clone()));
+                            return Err(e);
+                        }
+                    };
+                    let mut last = Instant::now();
+                    let publish = |core: &KernelCore, force: bool, last: &mut Instant| {
+                        if force || last.elapsed() >= PUBLISH_EVERY {
+                            *last = Instant::now();
+                            *counters.lock().unwrap_or_else(|e| e.into_inner()) = CoreCounters {
+                                stats: *core.stats(),
+                                connections: core.open_connections(),
+                            };
+                        }
+                    };
+                    let r = core
+                        .run(&stop, |c| publish(c, false, &mut last))
+                        .map_err(|e| format!("queue {}: polling: {e}", p.queue));
+                    publish(&core, true, &mut last);
+                    r
+                })
+                .map_err(|e| format!("cannot start a thread: {e}"))?;
+            service.threads.push((p.queue, t));
+        }
+        drop(ready_tx);
+        for _ in 0..config.cores.len() {
+            match ready_rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    service.stop();
+                    return Err(e);
+                }
+                Err(_) => {
+                    service.stop();
+                    return Err("a core's thread ended during set-up".into());
+                }
+            }
+        }
+        Ok(service)
+    }
+
+    /// Each core's counters as last published (every 100 ms).
+    pub fn counters(&self) -> Vec<(u32, CoreCounters)> {
+        self.counters
+            .iter()
+            .map(|(q, c)| (*q, *c.lock().unwrap_or_else(|e| e.into_inner())))
+            .collect()
+    }
+
+    /// Whether a core's thread ended (it failed: see [`KernelService::stop`]).
+    pub fn failed(&self) -> bool {
+        self.threads.iter().any(|(_, t)| t.is_finished())
+    }
+
+    /// Stops every core and returns their final counters, and the first
+    /// error a core ended with.
+    pub fn stop(mut self) -> (Vec<(u32, CoreCounters)>, Option<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut first = None;
+        for (q, t) in self.threads.drain(..) {
+            let r = t
+                .join()
+                .unwrap_or_else(|_| Err(format!("queue {q}: the core's thread panicked")));
+            if let Err(e) = r {
+                first.get_or_insert(e);
+            }
+        }
+        (self.counters(), first)
+    }
+}
+
+impl Drop for KernelService {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for (_, t) in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}

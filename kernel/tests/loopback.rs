@@ -1,0 +1,294 @@
+//! The kernel-socket backend on loopback, the Linux kernel's TCP as the
+//! peer: the same handlers as on AF_XDP, echoing, refusing past the
+//! connection bound, and opening connections.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net, Placement};
+use flowlane_kernel::{KernelConfig, KernelService, Limits};
+
+const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+/// A port free now (bound and released).
+fn free_port() -> u16 {
+    TcpListener::bind((LOOPBACK, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn config(cores: u32, limits: Limits) -> KernelConfig {
+    KernelConfig {
+        cores: (0..cores)
+            .map(|queue| Placement {
+                queue,
+                cpu: None,
+                node: 0,
+            })
+            .collect(),
+        listen_on: vec![LOOPBACK],
+        limits,
+    }
+}
+
+struct Echo {
+    scratch: Vec<u8>,
+}
+
+impl ConnHandler for Echo {
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        net.echo(conn, &mut self.scratch);
+    }
+    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        net.echo(conn, &mut self.scratch);
+    }
+}
+
+/// Pseudo-random bytes.
+fn payload(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn every_byte_comes_back_from_the_echo_handler_on_two_cores() {
+    let port = free_port();
+    // Buffers smaller than a transfer: the echo fills them both ways.
+    let limits = Limits {
+        rx_buffer: 16 << 10,
+        tx_buffer: 32 << 10,
+        ..Limits::default()
+    };
+    let service = KernelService::start(config(2, limits), move |core| {
+        core.listen(
+            port,
+            Echo {
+                scratch: vec![0; 8192],
+            },
+        )
+        .map(|_| ())
+        .map_err(|e| format!("{e:?}"))
+    })
+    .unwrap();
+    let clients: Vec<_> = (0..8u64)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let data = payload(i + 1, 1 << 20);
+                let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                let mut w = s.try_clone().unwrap();
+                let sent = data.clone();
+                let writer = std::thread::spawn(move || {
+                    w.write_all(&sent).unwrap();
+                    w.shutdown(std::net::Shutdown::Write).unwrap();
+                });
+                let mut back = Vec::new();
+                s.read_to_end(&mut back).unwrap();
+                writer.join().unwrap();
+                assert!(back == data, "connection {i}: {} bytes back", back.len());
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    let (counters, err) = service.stop();
+    assert_eq!(err, None);
+    let opens: u64 = counters.iter().map(|(_, c)| c.stats.passive_opens).sum();
+    let bytes_in: u64 = counters.iter().map(|(_, c)| c.stats.bytes_in).sum();
+    let bytes_out: u64 = counters.iter().map(|(_, c)| c.stats.bytes_out).sum();
+    assert_eq!(opens, 8);
+    assert_eq!(bytes_in, 8 << 20);
+    assert_eq!(bytes_out, 8 << 20);
+}
+
+#[test]
+fn connections_past_the_bound_are_reset_and_counted() {
+    let port = free_port();
+    let limits = Limits {
+        max_connections: 2,
+        ..Limits::default()
+    };
+    let service = KernelService::start(config(1, limits), move |core| {
+        core.listen(
+            port,
+            Echo {
+                scratch: vec![0; 64],
+            },
+        )
+        .map(|_| ())
+        .map_err(|e| format!("{e:?}"))
+    })
+    .unwrap();
+    let mut kept: Vec<TcpStream> = (0..2)
+        .map(|_| TcpStream::connect((LOOPBACK, port)).unwrap())
+        .collect();
+    for s in &mut kept {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(b"ping").unwrap();
+        let mut b = [0u8; 4];
+        s.read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"ping");
+    }
+    let mut third = TcpStream::connect((LOOPBACK, port)).unwrap();
+    third
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let _ = third.write_all(b"ping");
+    let mut b = [0u8; 4];
+    let e = third.read(&mut b).expect_err("reset");
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}");
+    let (counters, _) = service.stop();
+    assert_eq!(counters[0].1.stats.connection_limit_refused, 1);
+    assert_eq!(counters[0].1.stats.passive_opens, 2);
+}
+
+/// Opens one connection from `on_start`, sends a request, reads the
+/// answer until the peer closes, and reports it.
+struct Client {
+    to: SocketAddr,
+    got: Vec<u8>,
+    done: mpsc::Sender<(Vec<u8>, CloseReason)>,
+}
+
+impl ConnHandler for Client {
+    fn on_start(&mut self, net: &mut dyn Net) {
+        net.connect(self.to).unwrap();
+    }
+    fn on_connected(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        assert_eq!(net.send(conn, b"hello?").unwrap(), 6);
+        assert_eq!(net.four_tuple(conn).unwrap().remote, self.to);
+    }
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        let mut b = [0u8; 100];
+        while let Ok(n) = net.recv(conn, &mut b) {
+            if n == 0 {
+                break;
+            }
+            self.got.extend_from_slice(&b[..n]);
+        }
+    }
+    fn on_closed(&mut self, _net: &mut dyn Net, _conn: ConnHandle, reason: CloseReason) {
+        let _ = self.done.send((std::mem::take(&mut self.got), reason));
+    }
+}
+
+#[test]
+fn a_handler_opens_a_connection_and_hears_it_close() {
+    let server = TcpListener::bind((LOOPBACK, 0)).unwrap();
+    let to = server.local_addr().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let service = KernelService::start(config(1, Limits::default()), move |core| {
+        let done = tx.lock().unwrap().clone();
+        core.add(Client {
+            to,
+            got: Vec::new(),
+            done,
+        });
+        Ok(())
+    })
+    .unwrap();
+    let (mut s, _) = server.accept().unwrap();
+    let mut req = [0u8; 6];
+    s.read_exact(&mut req).unwrap();
+    assert_eq!(&req, b"hello?");
+    s.write_all(b"hello!").unwrap();
+    drop(s);
+    let (got, reason) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(got, b"hello!");
+    assert_eq!(reason, CloseReason::Normal);
+    let (counters, _) = service.stop();
+    assert_eq!(counters[0].1.stats.active_opens, 1);
+    assert_eq!(counters[0].1.connections, 0);
+}
+
+#[test]
+fn a_port_in_use_is_a_set_up_error() {
+    let taken = TcpListener::bind((LOOPBACK, 0)).unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let e = KernelService::start(config(1, Limits::default()), move |core| {
+        core.listen(
+            port,
+            Echo {
+                scratch: Vec::new(),
+            },
+        )
+        .map(|_| ())
+        .map_err(|e| format!("{e:?}"))
+    })
+    .expect_err("the port is taken");
+    assert!(e.contains("AddrInUse"), "{e}");
+}
+
+/// Answers each connection's first bytes with a greeting and closes at
+/// once, as an HTTP server does on `Connection: close`; records what it
+/// hears after its close.
+struct Greeter {
+    heard: mpsc::Sender<String>,
+}
+
+impl ConnHandler for Greeter {
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        net.discard(conn);
+        net.send(conn, b"bye").unwrap();
+        net.close(conn).unwrap();
+        // Closed, but the connection stays until the peer's FIN.
+        assert!(net.four_tuple(conn).is_ok());
+    }
+    fn on_peer_closed(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        let valid = net.four_tuple(conn).is_ok();
+        let _ = self
+            .heard
+            .send(format!("peer closed, handle valid: {valid}"));
+    }
+    fn on_closed(&mut self, _net: &mut dyn Net, _conn: ConnHandle, reason: CloseReason) {
+        let _ = self.heard.send(format!("closed {reason:?}"));
+    }
+}
+
+#[test]
+fn a_connection_closed_first_ends_with_the_peers_fin() {
+    let port = free_port();
+    let (tx, rx) = mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let service = KernelService::start(config(1, Limits::default()), move |core| {
+        let heard = tx.lock().unwrap().clone();
+        core.listen(port, Greeter { heard })
+            .map(|_| ())
+            .map_err(|e| format!("{e:?}"))
+    })
+    .unwrap();
+    let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"hi").unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"bye");
+    // Our FIN came; the server keeps the connection until the peer's
+    // (counters are published every 100 ms).
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(service.counters()[0].1.connections, 1);
+    drop(s);
+    let heard: Vec<String> = (0..2)
+        .map(|_| rx.recv_timeout(Duration::from_secs(5)).unwrap())
+        .collect();
+    assert_eq!(
+        heard,
+        ["peer closed, handle valid: true", "closed Normal"],
+        "{heard:?}"
+    );
+    let (counters, _) = service.stop();
+    assert_eq!(counters[0].1.stats.resets_out, 0);
+}
