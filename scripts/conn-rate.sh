@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Connection rate: short-lived connections with one request each
 # (`wrk -H 'Connection: close'` from the peer namespace) against flowlane's
-# http-server (AF_XDP, one worker per queue) and nginx (kernel TCP, one
-# worker process per queue) on the same test bed, in the same run.
+# http-server (AF_XDP, one worker per queue), the same http-server on kernel
+# sockets (`--backend kernel`, one pinned loop per queue) and nginx (kernel
+# TCP, one worker process per queue) on the same test bed, in the same run.
+# With KEEPALIVE=1, requests per second on kept-alive connections instead.
 #
 #   scripts/conn-rate.sh [CLIENTS...]     # default: 50 500
+#   KEEPALIVE=1 scripts/conn-rate.sh 100 1000
 #
 # Environment: SECS (measured seconds per cell, default 5), QUEUES (bed
 # queues and server workers, default 2), FLOWLANE (a flowlane binary to
@@ -39,8 +42,10 @@ NS=flowlane-$BED
 PNS=flowlane-$BED-peer
 WORK=$(mktemp -d /tmp/flowlane-conn-rate.XXXXXX)
 FL_PID=
+FK_PID=
 cleanup() {
   [ -n "$FL_PID" ] && kill "$FL_PID" 2>/dev/null && wait "$FL_PID" 2>/dev/null
+  [ -n "$FK_PID" ] && kill "$FK_PID" 2>/dev/null && wait "$FK_PID" 2>/dev/null
   [ -f "$WORK/nginx.pid" ] && kill "$(cat "$WORK/nginx.pid")" 2>/dev/null
   "$F" testbed down --bed "$BED" >/dev/null 2>&1 || true
   rm -rf "$WORK"
@@ -56,6 +61,10 @@ ADDR=$(ip netns exec "$NS" ip -4 -o addr show dev xsk0 | awk '{print $4}' | cut 
 # does: both stacks take such a SYN as a new incarnation (RFC 6191).
 "$F" http-server --bed "$BED" --port 80 ${FL_MSL_MS:+--msl-ms "$FL_MSL_MS"} >"$WORK/flowlane.log" 2>&1 &
 FL_PID=$!
+# The same server on kernel sockets: port 8081 (the XDP program passes it to
+# the kernel), one pinned loop per queue.
+"$F" http-server --bed "$BED" --port 8081 --backend kernel --queues "$QUEUES" >"$WORK/flowlane-kernel.log" 2>&1 &
+FK_PID=$!
 # nginx: port 8080 on the same interface (flowlane's XDP program passes
 # ports it does not own to the kernel), one worker per queue.
 cat >"$WORK/nginx.conf" <<EOF
@@ -87,21 +96,31 @@ wait_port() {
   exit 1
 }
 wait_port 80
+wait_port 8081
 wait_port 8080
+HEADER=(-H 'Connection: close')
+WHAT="connections/s"
+if [ "${KEEPALIVE:-0}" = 1 ]; then
+  HEADER=()
+  WHAT="requests/s"
+fi
 
 busy_jiffies() { awk '/^cpu / {print $2+$3+$4+$6+$7+$8}' /proc/stat; }
 
-printf '| server | clients | connections/s | errors | connections per CPU-second |\n'
+printf '| server | clients | %s | errors | %s per CPU-second |\n' "$WHAT" "${WHAT%/s}"
 printf '| --- | --- | --- | --- | --- |\n'
 for c in "${CLIENTS[@]}"; do
-  for server in flowlane nginx; do
-    port=80
-    [ "$server" = nginx ] && port=8080
+  for server in flowlane flowlane-kernel nginx; do
+    case $server in
+      flowlane) port=80 ;;
+      flowlane-kernel) port=8081 ;;
+      nginx) port=8080 ;;
+    esac
     # A short warm-up, then the measured run.
-    ip netns exec "$PNS" wrk -t 2 -c "$c" -d 1 -H 'Connection: close' "http://$ADDR:$port/" >/dev/null 2>&1 || true
+    ip netns exec "$PNS" wrk -t 2 -c "$c" -d 1 "${HEADER[@]}" "http://$ADDR:$port/" >/dev/null 2>&1 || true
     sleep 1
     j0=$(busy_jiffies)
-    out=$(ip netns exec "$PNS" wrk -t 2 -c "$c" -d "$SECS" -H 'Connection: close' "http://$ADDR:$port/")
+    out=$(ip netns exec "$PNS" wrk -t 2 -c "$c" -d "$SECS" "${HEADER[@]}" "http://$ADDR:$port/")
     j1=$(busy_jiffies)
     rate=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
     errors=$(awk '/Socket errors:/ {gsub(",", ""); n += $4 + $6 + $8 + $10} /Non-2xx/ {n += $NF} END {print n + 0}' <<<"$out")
