@@ -312,4 +312,7 @@ impl<N: Net + ?Sized> Net for Scoped<'_, N> {
     fn stats(&self) -> &Stats {
         self.inner.stats()
     }
+    fn waker(&mut self) -> Option<std::sync::Arc<dyn crate::net::Wake>> {
+        self.inner.waker()
+    }
 }

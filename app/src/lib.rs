@@ -40,5 +40,5 @@ mod setup;
 pub use dispatch::{ConnExport, Dispatcher, HandlerId};
 pub use flowlane_tcp::{CloseReason, ConnHandle, Error, FourTuple, ListenerId, State, Stats};
 pub use handler::{ConnHandler, ConnState};
-pub use net::{Net, Placement};
+pub use net::{Net, Placement, Wake};
 pub use setup::Setup;

@@ -1,6 +1,7 @@
 //! The per-callback context: what a handler can do while it runs.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use flowlane_tcp::{ConnHandle, Error, FourTuple, State, Stats};
@@ -16,6 +17,13 @@ pub struct Placement {
     pub cpu: Option<u32>,
     /// The NUMA node of that CPU and of the queue's packet memory.
     pub node: u32,
+}
+
+/// Wakes a core's loop from another thread ([`Net::waker`]). Cheap to
+/// call often: wakes that come before the loop ran collapse into one.
+pub trait Wake: Send + Sync {
+    /// Makes the loop run a pass soon.
+    fn wake(&self);
 }
 
 /// What a [`ConnHandler`](crate::ConnHandler) can do while it runs: calls on
@@ -98,6 +106,15 @@ pub trait Net {
 
     /// This core's TCP counters.
     fn stats(&self) -> &Stats;
+
+    /// Something another thread can call to make this core's loop run a
+    /// pass soon (its handlers' `on_tick` included) instead of sleeping
+    /// out its idle wait: what queue-pair mode's application threads call
+    /// after queueing requests for the core. `None` where the backend has
+    /// none.
+    fn waker(&mut self) -> Option<Arc<dyn Wake>> {
+        None
+    }
 
     /// Reads and drops everything readable on `conn` now (zero-copy: peek,
     /// then consume); returns the bytes dropped. For connections whose peer

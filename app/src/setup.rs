@@ -24,6 +24,10 @@ pub trait Setup {
 
     /// Registers a handler that owns no listener (active opens).
     fn add_boxed(&mut self, handler: Box<dyn ConnHandler>) -> HandlerId;
+
+    /// Listens on `port` for a handler already registered: one handler
+    /// serving several ports.
+    fn listen_with(&mut self, port: u16, handler: HandlerId) -> Result<(), Error>;
 }
 
 impl dyn Setup + '_ {

@@ -31,6 +31,7 @@ mod sys;
 pub mod tcp_handler;
 pub mod tcp_service;
 pub mod umem;
+mod wake;
 pub mod worker;
 pub mod xsk;
 

@@ -72,7 +72,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use flowlane_app::{ConnHandler, Dispatcher, HandlerId, Net, Placement, Setup};
+use flowlane_app::{ConnHandler, Dispatcher, HandlerId, Net, Placement, Setup, Wake};
 use flowlane_numa_sched::RssState;
 use flowlane_tcp::time::Instant;
 use flowlane_tcp::{
@@ -94,6 +94,7 @@ use crate::counters::{self, counters};
 use crate::ephemeral::{EphemeralPorts, EPHEMERAL};
 use crate::handoff::{Arrival, Mesh, Mover, Reply, Work};
 use crate::neighbor::Neighbors;
+use crate::wake::FdWake;
 use crate::worker::{HeldFrames, QueueHandler, QueueInfo, RxAction, RxFrame, TxBatch};
 
 /// How often the worker copies the stack's counters into [`TcpCounters`].
@@ -235,6 +236,8 @@ struct StackNet<'a> {
     local: &'a LocalAddrs,
     now: Instant,
     placement: Placement,
+    /// The queue's waker, made on first ask.
+    wake: &'a mut Option<Arc<FdWake>>,
 }
 
 impl Net for StackNet<'_> {
@@ -329,6 +332,13 @@ impl Net for StackNet<'_> {
 
     fn stats(&self) -> &Stats {
         self.stack.stats()
+    }
+
+    fn waker(&mut self) -> Option<Arc<dyn Wake>> {
+        if self.wake.is_none() {
+            *self.wake = FdWake::new().ok();
+        }
+        self.wake.clone().map(|w| w as Arc<dyn Wake>)
     }
 }
 
@@ -612,6 +622,8 @@ pub struct TcpHandler {
     /// This worker's side of bucket moves (with several queues and the
     /// NIC's RSS known).
     mover: Option<Mover>,
+    /// Made when a handler asks for a waker ([`Net::waker`]).
+    wake: Option<Arc<FdWake>>,
 }
 
 impl std::fmt::Debug for TcpHandler {
@@ -666,6 +678,7 @@ impl TcpHandler {
             },
             last_publish: Duration::ZERO,
             mover: None,
+            wake: None,
         }
     }
 
@@ -736,6 +749,7 @@ impl TcpHandler {
                 local: &self.local,
                 now,
                 placement: self.placement,
+                wake: &mut self.wake,
             },
             &mut self.app,
         )
@@ -1190,6 +1204,12 @@ impl Setup for TcpHandler {
     fn add_boxed(&mut self, handler: Box<dyn ConnHandler>) -> HandlerId {
         self.app.add_boxed(handler)
     }
+
+    fn listen_with(&mut self, port: u16, handler: HandlerId) -> Result<(), Error> {
+        let l = self.stack.listen(self.local.listen_addr(port))?;
+        self.app.bind_listener(l, handler);
+        Ok(())
+    }
 }
 
 impl QueueHandler for TcpHandler {
@@ -1228,6 +1248,9 @@ impl QueueHandler for TcpHandler {
             let consumed = rx.consumed();
             self.serve_moves(now, now_d, (consumed, &mut || rx.end_now()), held);
         }
+        if let Some(w) = &self.wake {
+            w.clear();
+        }
         let (mut net, app) = self.net(now, tx.held());
         app.tick(&mut net);
         self.dispatch(now, tx.held());
@@ -1250,6 +1273,10 @@ impl QueueHandler for TcpHandler {
 
     fn wake_fd(&self) -> Option<std::os::fd::RawFd> {
         self.mover.as_ref().and_then(Mover::wake_fd)
+    }
+
+    fn app_wake_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.wake.as_ref().map(|w| w.raw_fd())
     }
 }
 

@@ -413,6 +413,12 @@ pub trait QueueHandler: Send {
     fn wake_fd(&self) -> Option<RawFd> {
         None
     }
+
+    /// A second such descriptor: the one other threads wake the handler's
+    /// application through ([`flowlane_app::Net::waker`]).
+    fn app_wake_fd(&self) -> Option<RawFd> {
+        None
+    }
 }
 
 /// How the main thread and a worker tell each other to stop.
@@ -556,15 +562,24 @@ pub(crate) fn run<H: QueueHandler>(
                 if let Some(at) = handler.next_wakeup() {
                     timeout = timeout.min(at.saturating_sub(epoch.elapsed()));
                 }
-                let waited = match handler.wake_fd() {
+                let (mut wakes, mut n) = ([0 as RawFd; 2], 0);
+                for fd in [handler.wake_fd(), handler.app_wake_fd()]
+                    .into_iter()
+                    .flatten()
+                {
+                    wakes[n] = fd;
+                    n += 1;
+                }
+                let wakes = &wakes[..n];
+                let waited = if timeout.is_zero() {
                     // Due now (a move under way, a timer): another pass,
                     // after letting whatever else wants this CPU run.
-                    _ if timeout.is_zero() => {
-                        std::thread::yield_now();
-                        Ok(())
-                    }
-                    Some(wake) => poll_two(sock.rx.fd().as_raw_fd(), wake, timeout),
-                    None => sock.rx.poll(timeout.as_millis() as i32).map(|_| ()),
+                    std::thread::yield_now();
+                    Ok(())
+                } else if wakes.is_empty() {
+                    sock.rx.poll(timeout.as_millis() as i32).map(|_| ())
+                } else {
+                    poll_fds(sock.rx.fd().as_raw_fd(), wakes, timeout)
                 };
                 if let Err(e) = waited {
                     fail(&ctl, &info, "polling", &e);
@@ -580,25 +595,23 @@ pub(crate) fn run<H: QueueHandler>(
     publish_kernel_stats(&sock, c);
 }
 
-/// Waits until the socket has frames or `wake` is readable, at most
-/// `timeout` (rounded up to a millisecond when not zero).
-fn poll_two(sock: RawFd, wake: RawFd, timeout: Duration) -> std::io::Result<()> {
-    let mut fds = [
-        libc::pollfd {
-            fd: sock,
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: wake,
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
+/// Waits until the socket has frames or one of `wakes` is readable, at
+/// most `timeout` (rounded up to a millisecond when not zero).
+fn poll_fds(sock: RawFd, wakes: &[RawFd], timeout: Duration) -> std::io::Result<()> {
+    let entry = |fd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let mut fds = [entry(sock), entry(-1), entry(-1)];
+    let n = 1 + wakes.len().min(2);
+    for (slot, &fd) in fds[1..].iter_mut().zip(wakes) {
+        *slot = entry(fd);
+    }
     let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
-    // SAFETY: `fds` is a live array of two initialised pollfd structs and
-    // its length is passed with it; poll(2) writes only their `revents`.
-    let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    // SAFETY: `fds` is a live array of initialised pollfd structs and `n`
+    // is at most its length; poll(2) writes only their `revents`.
+    let rc = unsafe { libc::poll(fds.as_mut_ptr(), n as libc::nfds_t, ms) };
     if rc < 0 {
         let e = std::io::Error::last_os_error();
         if e.kind() != std::io::ErrorKind::Interrupted {

@@ -6,11 +6,12 @@ use std::collections::VecDeque;
 use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flowlane_app::{
     CloseReason, ConnHandle, ConnHandler, Dispatcher, Error, FourTuple, HandlerId, Net, Placement,
-    Setup, State, Stats,
+    Setup, State, Stats, Wake,
 };
 use flowlane_tcp::{Event, ListenerId};
 use mio::net::{TcpListener, TcpStream};
@@ -21,6 +22,8 @@ use crate::listener::reuseport_listener;
 
 /// Tokens at and above this name listeners; below it, connection slots.
 const LISTENER_TOKENS: usize = 1 << 30;
+/// The token of the core's waker.
+const WAKE_TOKEN: Token = Token(usize::MAX);
 /// The longest a loop pass waits for readiness: handlers' `on_tick` runs
 /// at least this often.
 const TICK: Duration = Duration::from_millis(10);
@@ -77,6 +80,18 @@ pub struct KernelNet {
     limits: Limits,
     stats: Stats,
     open: usize,
+    /// Made when a handler asks for one ([`Net::waker`]).
+    waker: Option<Arc<MioWake>>,
+}
+
+/// Wakes a core's poll from another thread.
+#[derive(Debug)]
+struct MioWake(mio::Waker);
+
+impl Wake for MioWake {
+    fn wake(&self) {
+        let _ = self.0.wake();
+    }
 }
 
 impl KernelNet {
@@ -95,6 +110,7 @@ impl KernelNet {
             limits,
             stats: Stats::default(),
             open: 0,
+            waker: None,
         })
     }
 
@@ -541,6 +557,14 @@ impl Net for KernelNet {
     fn stats(&self) -> &Stats {
         &self.stats
     }
+
+    fn waker(&mut self) -> Option<Arc<dyn Wake>> {
+        if self.waker.is_none() {
+            let w = mio::Waker::new(self.poll.registry(), WAKE_TOKEN).ok()?;
+            self.waker = Some(Arc::new(MioWake(w)));
+        }
+        self.waker.clone().map(|w| w as Arc<dyn Wake>)
+    }
 }
 
 /// One core: its [`KernelNet`] and the handlers registered on it.
@@ -591,6 +615,10 @@ impl KernelCore {
                 Err(e) => return Err(e),
             }
             for ev in events.iter() {
+                if ev.token() == WAKE_TOKEN {
+                    // The pass itself is what the waker asked for.
+                    continue;
+                }
                 let t = ev.token().0;
                 if t >= LISTENER_TOKENS {
                     self.net.accept(t - LISTENER_TOKENS);
@@ -653,6 +681,13 @@ impl Setup for KernelCore {
 
     fn add_boxed(&mut self, handler: Box<dyn ConnHandler>) -> HandlerId {
         self.app.add_boxed(handler)
+    }
+
+    fn listen_with(&mut self, port: u16, handler: HandlerId) -> Result<(), Error> {
+        for l in self.net.listen(port)? {
+            self.app.bind_listener(l, handler);
+        }
+        Ok(())
     }
 }
 

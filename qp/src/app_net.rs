@@ -1,0 +1,499 @@
+//! The application thread's side: a [`Net`] over the queue pairs to the
+//! network cores it serves. Received bytes arrive in buffers the thread
+//! reads from (and gives back); sends are copied into requests, bounded by
+//! a credit that the cores' cumulative completions renew.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+use flowlane_app::{
+    CloseReason, ConnHandle, Error, FourTuple, ListenerId, Net, Placement, State, Stats,
+};
+use flowlane_tcp::Event;
+
+use crate::message::{ToApp, ToCore, TX_CREDIT};
+use crate::relay::WakeSlot;
+
+/// A network core as an application thread sees it.
+pub(crate) struct CoreLink {
+    pub(crate) requests: Sender<Vec<ToCore>>,
+    pub(crate) wake: WakeSlot,
+}
+
+/// One connection on the application thread.
+#[derive(Debug)]
+struct Conn {
+    core: u32,
+    /// The core's handle (none while an active open is under way).
+    remote_handle: Option<ConnHandle>,
+    tuple: FourTuple,
+    rx: VecDeque<Vec<u8>>,
+    rx_off: usize,
+    rx_len: usize,
+    peer_closed: bool,
+    readable_told: bool,
+    /// Bytes asked to be sent, and of those the stack took.
+    requested: u64,
+    completed: u64,
+    want_writable: bool,
+    closing: bool,
+    shut: bool,
+    user_data: u64,
+}
+
+impl Conn {
+    fn new(core: u32, remote_handle: Option<ConnHandle>, tuple: FourTuple) -> Conn {
+        Conn {
+            core,
+            remote_handle,
+            tuple,
+            rx: VecDeque::new(),
+            rx_off: 0,
+            rx_len: 0,
+            peer_closed: false,
+            readable_told: false,
+            requested: 0,
+            completed: 0,
+            want_writable: false,
+            closing: false,
+            shut: false,
+            user_data: 0,
+        }
+    }
+
+    fn send_space(&self) -> usize {
+        if self.remote_handle.is_none() || self.closing || self.shut {
+            return 0;
+        }
+        TX_CREDIT.saturating_sub((self.requested - self.completed) as usize)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    generation: u32,
+    conn: Option<Conn>,
+    ending: bool,
+}
+
+/// The [`Net`] of one application thread.
+pub(crate) struct QpNet {
+    thread: u32,
+    placement: Placement,
+    epoch: Instant,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    /// Per core: its handles to ours.
+    by_core: Vec<HashMap<ConnHandle, u32>>,
+    cores: Vec<CoreLink>,
+    /// The cores whose accepted connections come here (active opens go
+    /// to them in turn).
+    served: Vec<u32>,
+    next_core: usize,
+    next_token: u64,
+    connecting: HashMap<u64, u32>,
+    /// Requests of this pass, per core.
+    pending: Vec<Vec<ToCore>>,
+    pub(crate) events: VecDeque<Event>,
+    stats: Stats,
+}
+
+impl QpNet {
+    pub(crate) fn new(
+        thread: u32,
+        placement: Placement,
+        cores: Vec<CoreLink>,
+        served: Vec<u32>,
+    ) -> QpNet {
+        let n = cores.len();
+        QpNet {
+            thread,
+            placement,
+            epoch: Instant::now(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            by_core: (0..n).map(|_| HashMap::new()).collect(),
+            cores,
+            served,
+            next_core: 0,
+            next_token: 0,
+            connecting: HashMap::new(),
+            pending: (0..n).map(|_| Vec::new()).collect(),
+            events: VecDeque::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    fn handle(&self, index: u32) -> ConnHandle {
+        ConnHandle::from_parts(index, self.slots[index as usize].generation)
+    }
+
+    fn conn(&self, h: ConnHandle) -> Result<&Conn, Error> {
+        match self.slots.get(h.index() as usize) {
+            Some(s) if s.generation == h.generation() => {
+                s.conn.as_ref().ok_or(Error::InvalidHandle)
+            }
+            _ => Err(Error::InvalidHandle),
+        }
+    }
+
+    fn conn_mut(&mut self, h: ConnHandle) -> Result<&mut Conn, Error> {
+        self.conn(h)?;
+        self.slots[h.index() as usize]
+            .conn
+            .as_mut()
+            .ok_or(Error::InvalidHandle)
+    }
+
+    fn insert(&mut self, conn: Conn) -> ConnHandle {
+        let index = self.free.pop().unwrap_or_else(|| {
+            self.slots.push(Slot::default());
+            (self.slots.len() - 1) as u32
+        });
+        let s = &mut self.slots[index as usize];
+        s.generation = s.generation.wrapping_add(1);
+        s.conn = Some(conn);
+        s.ending = false;
+        self.handle(index)
+    }
+
+    /// Ends our connection `index`: `Closed` is queued; the slot waits for
+    /// it to be dispatched ([`QpNet::release`]).
+    fn end(&mut self, index: u32, reason: CloseReason) {
+        let h = self.handle(index);
+        let s = &mut self.slots[index as usize];
+        if let Some(c) = s.conn.take() {
+            if let Some(r) = c.remote_handle {
+                self.by_core[c.core as usize].remove(&r);
+            }
+            for buf in c.rx {
+                self.pending[c.core as usize].push(ToCore::Recycle(buf));
+            }
+            s.ending = true;
+            self.stats.closed += 1;
+            self.events.push_back(Event::Closed { conn: h, reason });
+        }
+    }
+
+    /// `h`'s `Closed` was dispatched: its slot is free.
+    pub(crate) fn release(&mut self, h: ConnHandle) {
+        let i = h.index() as usize;
+        if self
+            .slots
+            .get(i)
+            .is_some_and(|s| s.ending && s.generation == h.generation())
+        {
+            self.slots[i].ending = false;
+            self.free.push(h.index());
+        }
+    }
+
+    fn request(
+        &mut self,
+        h: ConnHandle,
+        f: impl FnOnce(ConnHandle) -> ToCore,
+    ) -> Result<(), Error> {
+        let c = self.conn(h)?;
+        let (core, remote) = (c.core, c.remote_handle.ok_or(Error::InvalidState)?);
+        self.pending[core as usize].push(f(remote));
+        Ok(())
+    }
+
+    /// Takes one message of core `core`.
+    pub(crate) fn take(&mut self, core: u32, m: ToApp) {
+        let ours = |net: &QpNet, conn: &ConnHandle| net.by_core[core as usize].get(conn).copied();
+        match m {
+            ToApp::Accepted { conn, port, tuple } => {
+                let h = self.insert(Conn::new(core, Some(conn), tuple));
+                self.by_core[core as usize].insert(conn, h.index());
+                self.stats.passive_opens += 1;
+                self.events.push_back(Event::Accepted {
+                    conn: h,
+                    listener: ListenerId::from_index(port),
+                });
+            }
+            ToApp::Connected { token, conn, tuple } => {
+                let Some(index) = self.connecting.remove(&token) else {
+                    return;
+                };
+                let h = self.handle(index);
+                let Some(c) = self.slots[index as usize].conn.as_mut() else {
+                    return;
+                };
+                c.remote_handle = Some(conn);
+                c.tuple = tuple;
+                let writable = std::mem::take(&mut c.want_writable);
+                self.by_core[core as usize].insert(conn, index);
+                self.stats.active_opens += 1;
+                self.events.push_back(Event::Connected(h));
+                if writable {
+                    self.events.push_back(Event::Writable(h));
+                }
+            }
+            ToApp::ConnectFailed { token } => {
+                if let Some(index) = self.connecting.remove(&token) {
+                    self.end(index, CloseReason::Reset);
+                }
+            }
+            ToApp::Data { conn, bytes } => {
+                let Some(index) = ours(self, &conn) else {
+                    self.pending[core as usize].push(ToCore::Recycle(bytes));
+                    return;
+                };
+                let h = self.handle(index);
+                let n = bytes.len();
+                self.stats.bytes_in += n as u64;
+                let c = self.slots[index as usize].conn.as_mut().expect("mapped");
+                c.rx_len += n;
+                c.rx.push_back(bytes);
+                if !c.readable_told {
+                    c.readable_told = true;
+                    self.events.push_back(Event::Readable(h));
+                }
+            }
+            ToApp::Sent { conn, total } => {
+                let Some(index) = ours(self, &conn) else {
+                    return;
+                };
+                let h = self.handle(index);
+                let c = self.slots[index as usize].conn.as_mut().expect("mapped");
+                c.completed = c.completed.max(total);
+                if c.want_writable && c.send_space() > 0 {
+                    c.want_writable = false;
+                    self.events.push_back(Event::Writable(h));
+                }
+            }
+            ToApp::PeerClosed { conn } => {
+                if let Some(index) = ours(self, &conn) {
+                    let h = self.handle(index);
+                    if let Some(c) = self.slots[index as usize].conn.as_mut() {
+                        c.peer_closed = true;
+                    }
+                    self.events.push_back(Event::PeerClosed(h));
+                }
+            }
+            ToApp::Closed { conn, reason } => {
+                if let Some(index) = ours(self, &conn) {
+                    self.end(index, reason);
+                }
+            }
+        }
+    }
+
+    /// Sends this pass's requests and wakes the cores they went to.
+    pub(crate) fn flush(&mut self) {
+        for (core, pending) in self.pending.iter_mut().enumerate() {
+            if pending.is_empty() {
+                continue;
+            }
+            let link = &self.cores[core];
+            if link.requests.send(std::mem::take(pending)).is_ok() {
+                if let Some(w) = link.wake.get() {
+                    w.wake();
+                }
+            }
+        }
+    }
+
+    /// Connections open on this thread.
+    pub(crate) fn open(&self) -> usize {
+        self.slots.iter().filter(|s| s.conn.is_some()).count()
+    }
+
+    /// Bytes given back to the core for `conn` after a read.
+    fn consumed(&mut self, h: ConnHandle, n: usize) {
+        if n == 0 {
+            return;
+        }
+        if let Ok(c) = self.conn(h) {
+            if let Some(r) = c.remote_handle {
+                let core = c.core as usize;
+                self.pending[core].push(ToCore::Consumed { conn: r, bytes: n });
+            }
+        }
+    }
+}
+
+impl Net for QpNet {
+    fn now(&self) -> Duration {
+        self.epoch.elapsed()
+    }
+
+    fn placement(&self) -> Placement {
+        self.placement
+    }
+
+    fn connect(&mut self, remote: SocketAddr) -> Result<ConnHandle, Error> {
+        if self.served.is_empty() {
+            return Err(Error::InvalidState);
+        }
+        let core = self.served[self.next_core % self.served.len()];
+        self.next_core += 1;
+        let unspecified = SocketAddr::new(IpAddr::from([0, 0, 0, 0]), 0);
+        let h = self.insert(Conn::new(
+            core,
+            None,
+            FourTuple {
+                local: unspecified,
+                remote,
+            },
+        ));
+        let token = self.next_token;
+        self.next_token += 1;
+        self.connecting.insert(token, h.index());
+        self.pending[core as usize].push(ToCore::Connect {
+            thread: self.thread,
+            token,
+            remote,
+        });
+        Ok(h)
+    }
+
+    fn send(&mut self, h: ConnHandle, data: &[u8]) -> Result<usize, Error> {
+        let c = self.conn_mut(h)?;
+        if c.closing || c.shut {
+            return Err(Error::InvalidState);
+        }
+        let n = c.send_space().min(data.len());
+        if n == 0 {
+            c.want_writable = true;
+            return Err(Error::WouldBlock);
+        }
+        c.requested += n as u64;
+        self.stats.bytes_out += n as u64;
+        let bytes = data[..n].to_vec();
+        self.request(h, |conn| ToCore::Send { conn, bytes })?;
+        Ok(n)
+    }
+
+    fn recv(&mut self, h: ConnHandle, buf: &mut [u8]) -> Result<usize, Error> {
+        let mut n = 0;
+        while n < buf.len() {
+            let chunk = self.peek(h)?;
+            if chunk.is_empty() {
+                break;
+            }
+            let k = chunk.len().min(buf.len() - n);
+            buf[n..n + k].copy_from_slice(&chunk[..k]);
+            self.consume(h, k)?;
+            n += k;
+        }
+        if n == 0 {
+            return if self.is_eof(h) {
+                Ok(0)
+            } else {
+                Err(Error::WouldBlock)
+            };
+        }
+        Ok(n)
+    }
+
+    fn peek(&self, h: ConnHandle) -> Result<&[u8], Error> {
+        let c = self.conn(h)?;
+        Ok(c.rx.front().map_or(&[][..], |b| &b[c.rx_off..]))
+    }
+
+    fn consume(&mut self, h: ConnHandle, n: usize) -> Result<usize, Error> {
+        let core;
+        let mut done = 0;
+        let mut emptied = Vec::new();
+        {
+            let c = self.conn_mut(h)?;
+            core = c.core;
+            while done < n {
+                let Some(front) = c.rx.front() else { break };
+                let k = (front.len() - c.rx_off).min(n - done);
+                c.rx_off += k;
+                done += k;
+                if c.rx_off == front.len() {
+                    c.rx_off = 0;
+                    emptied.push(c.rx.pop_front().expect("front"));
+                }
+            }
+            c.rx_len -= done;
+            c.readable_told = false;
+        }
+        for buf in emptied {
+            self.pending[core as usize].push(ToCore::Recycle(buf));
+        }
+        self.consumed(h, done);
+        Ok(done)
+    }
+
+    fn is_eof(&self, h: ConnHandle) -> bool {
+        self.conn(h).is_ok_and(|c| c.peer_closed && c.rx_len == 0)
+    }
+
+    fn send_space(&self, h: ConnHandle) -> Result<usize, Error> {
+        Ok(self.conn(h)?.send_space())
+    }
+
+    fn want_writable(&mut self, h: ConnHandle) -> bool {
+        match self.conn_mut(h) {
+            Ok(c) if c.send_space() == 0 => {
+                c.want_writable = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn shutdown_write(&mut self, h: ConnHandle) -> Result<(), Error> {
+        self.request(h, |conn| ToCore::ShutdownWrite { conn })?;
+        self.conn_mut(h)?.shut = true;
+        Ok(())
+    }
+
+    fn close(&mut self, h: ConnHandle) -> Result<(), Error> {
+        if self.conn(h)?.closing {
+            return Ok(());
+        }
+        self.request(h, |conn| ToCore::Close { conn })?;
+        self.conn_mut(h)?.closing = true;
+        Ok(())
+    }
+
+    fn abort(&mut self, h: ConnHandle) -> Result<(), Error> {
+        self.request(h, |conn| ToCore::Abort { conn })
+    }
+
+    fn set_nodelay(&mut self, h: ConnHandle, on: bool) -> Result<(), Error> {
+        self.request(h, |conn| ToCore::SetNodelay { conn, on })
+    }
+
+    fn four_tuple(&self, h: ConnHandle) -> Result<FourTuple, Error> {
+        Ok(self.conn(h)?.tuple)
+    }
+
+    fn state(&self, h: ConnHandle) -> Result<State, Error> {
+        let c = self.conn(h)?;
+        Ok(
+            match (
+                c.remote_handle.is_none(),
+                c.peer_closed,
+                c.closing || c.shut,
+            ) {
+                (true, _, _) => State::SynSent,
+                (false, false, false) => State::Established,
+                (false, true, false) => State::CloseWait,
+                (false, false, true) => State::FinWait1,
+                (false, true, true) => State::LastAck,
+            },
+        )
+    }
+
+    fn set_user_data(&mut self, h: ConnHandle, data: u64) -> Result<(), Error> {
+        self.conn_mut(h)?.user_data = data;
+        Ok(())
+    }
+
+    fn user_data(&self, h: ConnHandle) -> Result<u64, Error> {
+        Ok(self.conn(h)?.user_data)
+    }
+
+    fn stats(&self) -> &Stats {
+        &self.stats
+    }
+}

@@ -1,0 +1,27 @@
+//! flowlane's queue-pair mode (TOAD's): network cores run the TCP stacks
+//! (AF_XDP workers or kernel-socket loops), application threads run the
+//! handlers, and per-core queue pairs carry requests in and events out.
+//!
+//! The application is the same [`flowlane_app::ConnHandler`]s as in run to
+//! completion: on its thread it sees a [`flowlane_app::Net`] whose received
+//! bytes are buffers the core filled (and gets back once read), whose sends
+//! are requests bounded by a per-connection credit that the core's
+//! cumulative completions renew (a count per connection, not an event per
+//! send), and whose connections are the core's under handles of its own.
+//! A thread that reads slowly leaves data in the stack, whose window then
+//! closes: back-pressure, not drops.
+//!
+//! Each network core is served by one application thread, one on the
+//! core's NUMA node where there is one; a thread may serve several cores.
+//! Cores wake their threads through the event queue; threads wake cores
+//! through the waker the core's backend gives
+//! ([`flowlane_app::Net::waker`]).
+#![forbid(unsafe_code)]
+
+mod app_net;
+mod app_thread;
+mod message;
+mod relay;
+mod service;
+
+pub use service::{QueuePairConfig, QueuePairs};

@@ -1,0 +1,292 @@
+//! The network core's side: a [`ConnHandler`] that carries every event of
+//! its connections to the application thread that owns them, and carries
+//! out that thread's requests.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, OnceLock};
+
+use crossbeam_channel::{Receiver, Sender};
+use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Error, Net, Wake};
+
+use crate::message::{ToApp, ToCore, BUF, RX_CREDIT};
+
+/// Requests a core takes per pass (the rest wait for the next).
+const REQUESTS_PER_PASS: usize = 1024;
+/// Receive buffers a core keeps for reuse.
+const POOL: usize = 1024;
+
+/// Where a core's waker is published for the application threads, once
+/// its loop has started.
+pub(crate) type WakeSlot = Arc<OnceLock<Arc<dyn Wake>>>;
+
+/// One connection as the core relays it.
+#[derive(Debug)]
+struct Relayed {
+    thread: u32,
+    /// Bytes the application thread can take now.
+    credit: usize,
+    /// Bytes to send, in order; `tx_off` into the first.
+    tx: VecDeque<Vec<u8>>,
+    tx_off: usize,
+    /// Bytes the stack has taken.
+    taken: u64,
+    close_after: bool,
+    shut_after: bool,
+    peer_closed: bool,
+    peer_closed_sent: bool,
+}
+
+/// The relay of one network core.
+pub(crate) struct Relay {
+    ports: Arc<Vec<u16>>,
+    /// One sender per application thread.
+    threads: Vec<Sender<(u32, ToApp)>>,
+    core: u32,
+    /// The application thread that gets this core's accepted connections.
+    owner: u32,
+    requests: Receiver<Vec<ToCore>>,
+    wake: WakeSlot,
+    conns: HashMap<ConnHandle, Relayed>,
+    connecting: HashMap<ConnHandle, (u32, u64)>,
+    pool: Vec<Vec<u8>>,
+}
+
+impl Relay {
+    pub(crate) fn new(
+        core: u32,
+        owner: u32,
+        ports: Arc<Vec<u16>>,
+        threads: Vec<Sender<(u32, ToApp)>>,
+        requests: Receiver<Vec<ToCore>>,
+        wake: WakeSlot,
+    ) -> Relay {
+        Relay {
+            ports,
+            threads,
+            core,
+            owner,
+            requests,
+            wake,
+            conns: HashMap::new(),
+            connecting: HashMap::new(),
+            pool: Vec::new(),
+        }
+    }
+
+    fn tell(&self, thread: u32, m: ToApp) {
+        // A thread that is gone has nothing left to hear.
+        let _ = self.threads[thread as usize].send((self.core, m));
+    }
+
+    fn insert(&mut self, conn: ConnHandle, thread: u32) {
+        self.conns.insert(
+            conn,
+            Relayed {
+                thread,
+                credit: RX_CREDIT,
+                tx: VecDeque::new(),
+                tx_off: 0,
+                taken: 0,
+                close_after: false,
+                shut_after: false,
+                peer_closed: false,
+                peer_closed_sent: false,
+            },
+        );
+    }
+
+    /// Hands the thread what the stack holds for `conn`, as far as its
+    /// credit goes; then the peer's close, once everything before it went.
+    fn pull(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        let Some(r) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let thread = r.thread;
+        while r.credit > 0 {
+            let Ok(data) = net.peek(conn) else { break };
+            if data.is_empty() {
+                break;
+            }
+            let n = data.len().min(r.credit).min(BUF);
+            let mut buf = self.pool.pop().unwrap_or_default();
+            buf.clear();
+            buf.extend_from_slice(&data[..n]);
+            let _ = net.consume(conn, n);
+            r.credit -= n;
+            let _ =
+                self.threads[thread as usize].send((self.core, ToApp::Data { conn, bytes: buf }));
+        }
+        if r.peer_closed && !r.peer_closed_sent && net.is_eof(conn) {
+            r.peer_closed_sent = true;
+            self.tell(thread, ToApp::PeerClosed { conn });
+        }
+    }
+
+    /// Gives the stack what the thread asked to send, as far as it takes
+    /// it; reports progress; closes once everything went if asked.
+    fn push(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        let Some(r) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let before = r.taken;
+        while let Some(front) = r.tx.front() {
+            match net.send(conn, &front[r.tx_off..]) {
+                Ok(n) => {
+                    r.tx_off += n;
+                    r.taken += n as u64;
+                    if r.tx_off < front.len() {
+                        net.want_writable(conn);
+                        break;
+                    }
+                    r.tx_off = 0;
+                    r.tx.pop_front();
+                }
+                Err(Error::WouldBlock) => {
+                    net.want_writable(conn);
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        let (thread, taken, drained) = (r.thread, r.taken, r.tx.is_empty());
+        let (close, shut) = (drained && r.close_after, drained && r.shut_after);
+        if drained {
+            r.shut_after = false;
+        }
+        if taken > before {
+            self.tell(thread, ToApp::Sent { conn, total: taken });
+        }
+        if close {
+            let _ = net.close(conn);
+        } else if shut {
+            let _ = net.shutdown_write(conn);
+        }
+    }
+
+    fn request(&mut self, net: &mut dyn Net, m: ToCore) {
+        match m {
+            ToCore::Connect {
+                thread,
+                token,
+                remote,
+            } => match net.connect(remote) {
+                Ok(conn) => {
+                    self.connecting.insert(conn, (thread, token));
+                }
+                Err(_) => self.tell(thread, ToApp::ConnectFailed { token }),
+            },
+            ToCore::Send { conn, bytes } => {
+                if let Some(r) = self.conns.get_mut(&conn) {
+                    r.tx.push_back(bytes);
+                    self.push(net, conn);
+                }
+            }
+            ToCore::Consumed { conn, bytes } => {
+                if let Some(r) = self.conns.get_mut(&conn) {
+                    r.credit = (r.credit + bytes).min(RX_CREDIT);
+                    self.pull(net, conn);
+                }
+            }
+            ToCore::ShutdownWrite { conn } => {
+                if let Some(r) = self.conns.get_mut(&conn) {
+                    r.shut_after = true;
+                    self.push(net, conn);
+                }
+            }
+            ToCore::Close { conn } => {
+                if let Some(r) = self.conns.get_mut(&conn) {
+                    r.close_after = true;
+                    self.push(net, conn);
+                }
+            }
+            ToCore::Abort { conn } => {
+                let _ = net.abort(conn);
+            }
+            ToCore::SetNodelay { conn, on } => {
+                let _ = net.set_nodelay(conn, on);
+            }
+            ToCore::Recycle(buf) => {
+                if self.pool.len() < POOL && buf.capacity() <= BUF {
+                    self.pool.push(buf);
+                }
+            }
+        }
+    }
+}
+
+impl ConnHandler for Relay {
+    fn on_start(&mut self, net: &mut dyn Net) {
+        if let Some(w) = net.waker() {
+            let _ = self.wake.set(w);
+        }
+    }
+
+    fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        let Ok(tuple) = net.four_tuple(conn) else {
+            return;
+        };
+        let Some(port) = self.ports.iter().position(|&p| p == tuple.local.port()) else {
+            let _ = net.abort(conn);
+            return;
+        };
+        self.insert(conn, self.owner);
+        self.tell(
+            self.owner,
+            ToApp::Accepted {
+                conn,
+                port: port as u32,
+                tuple,
+            },
+        );
+    }
+
+    fn on_connected(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        let Some((thread, token)) = self.connecting.remove(&conn) else {
+            return;
+        };
+        let Ok(tuple) = net.four_tuple(conn) else {
+            return;
+        };
+        self.insert(conn, thread);
+        self.tell(thread, ToApp::Connected { token, conn, tuple });
+    }
+
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        self.pull(net, conn);
+    }
+
+    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        self.push(net, conn);
+    }
+
+    /// Told to the thread once it has had every byte before it; the
+    /// thread decides when to close.
+    fn on_peer_closed(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        if let Some(r) = self.conns.get_mut(&conn) {
+            r.peer_closed = true;
+        }
+        self.pull(net, conn);
+    }
+
+    fn on_closed(&mut self, _net: &mut dyn Net, conn: ConnHandle, reason: CloseReason) {
+        if let Some((thread, token)) = self.connecting.remove(&conn) {
+            self.tell(thread, ToApp::ConnectFailed { token });
+            return;
+        }
+        if let Some(r) = self.conns.remove(&conn) {
+            self.tell(r.thread, ToApp::Closed { conn, reason });
+        }
+    }
+
+    /// The application threads' requests, in the order each sent them.
+    fn on_tick(&mut self, net: &mut dyn Net) {
+        for _ in 0..REQUESTS_PER_PASS {
+            let Ok(batch) = self.requests.try_recv() else {
+                break;
+            };
+            for m in batch {
+                self.request(net, m);
+            }
+        }
+    }
+}

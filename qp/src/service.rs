@@ -1,0 +1,240 @@
+//! Starting queue-pair mode: the application threads (each running the
+//! service's set-up, as a network core would), the queues between them
+//! and the cores, and each core's relay for the backend to register.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+
+use flowlane_app::{Dispatcher, Error, Placement, Setup};
+
+use crate::app_net::{CoreLink, QpNet};
+use crate::app_thread::AppThread;
+use crate::relay::{Relay, WakeSlot};
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct QueuePairConfig {
+    /// The network cores (their index is the backend's queue).
+    pub cores: Vec<Placement>,
+    /// The application threads: each pinned to its `cpu` when given.
+    pub app_threads: Vec<Placement>,
+    /// Pins the calling thread to a CPU (the backend's way).
+    pub pin: fn(u32) -> std::io::Result<()>,
+}
+
+/// The application thread that serves network core `core`: one on the
+/// core's NUMA node where there is one (the cores of a node spread over
+/// its threads), else any.
+fn owner(cores: &[Placement], threads: &[Placement], core: usize) -> u32 {
+    let node = cores[core].node;
+    let local: Vec<u32> = (0..threads.len() as u32)
+        .filter(|&t| threads[t as usize].node == node)
+        .collect();
+    if local.is_empty() {
+        return (core % threads.len()) as u32;
+    }
+    let rank = cores[..core].iter().filter(|c| c.node == node).count();
+    local[rank % local.len()]
+}
+
+/// Queue-pair mode, running: the application threads, and the relays the
+/// network cores take at their set-up ([`QueuePairs::setup_core`]).
+pub struct QueuePairs {
+    stop: Arc<AtomicBool>,
+    threads: Vec<(u32, JoinHandle<()>)>,
+    relays: Mutex<Vec<Option<Relay>>>,
+    ports: Arc<Vec<u16>>,
+    open: Vec<Arc<AtomicU64>>,
+}
+
+impl std::fmt::Debug for QueuePairs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueuePairs")
+            .field("threads", &self.threads.len())
+            .field("ports", &self.ports)
+            .finish()
+    }
+}
+
+impl QueuePairs {
+    /// Starts the application threads; `setup` registers the service's
+    /// handlers on each (its listeners become the cores' ports). Every
+    /// thread must register the same ports. Start the network backend
+    /// next, calling [`QueuePairs::setup_core`] in its per-core set-up.
+    pub fn start<S>(config: QueuePairConfig, setup: S) -> Result<QueuePairs, String>
+    where
+        S: Fn(&mut dyn Setup) -> Result<(), String> + Send + Sync + 'static,
+    {
+        let (ncores, nthreads) = (config.cores.len(), config.app_threads.len());
+        if ncores == 0 || nthreads == 0 {
+            return Err(
+                "queue-pair mode needs at least one core and one application thread".into(),
+            );
+        }
+        let setup = Arc::new(setup);
+        let stop = Arc::new(AtomicBool::new(false));
+        let requests: Vec<_> = (0..ncores)
+            .map(|_| crossbeam_channel::unbounded())
+            .collect();
+        let events: Vec<_> = (0..nthreads)
+            .map(|_| crossbeam_channel::unbounded())
+            .collect();
+        let wakes: Vec<WakeSlot> = (0..ncores).map(|_| Arc::new(OnceLock::new())).collect();
+        let owners: Vec<u32> = (0..ncores)
+            .map(|c| owner(&config.cores, &config.app_threads, c))
+            .collect();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<Vec<u16>, String>>();
+        let mut threads = Vec::new();
+        let mut open = Vec::new();
+        for (t, p) in config.app_threads.iter().copied().enumerate() {
+            let t = t as u32;
+            let links: Vec<CoreLink> = (0..ncores)
+                .map(|c| CoreLink {
+                    requests: requests[c].0.clone(),
+                    wake: wakes[c].clone(),
+                })
+                .collect();
+            let served: Vec<u32> = (0..ncores as u32)
+                .filter(|&c| owners[c as usize] == t)
+                .collect();
+            let rx = events[t as usize].1.clone();
+            let (setup, stop, ready, pin) =
+                (setup.clone(), stop.clone(), ready_tx.clone(), config.pin);
+            let count = Arc::new(AtomicU64::new(0));
+            open.push(count.clone());
+            let handle = std::thread::Builder::new()
+                .name(format!("flowlane-app{t}"))
+                .spawn(move || {
+                    if let Some(cpu) = p.cpu {
+                        if let Err(e) = pin(cpu) {
+                            let _ = ready.send(Err(format!(
+                                "cannot pin application thread {t} to CPU {cpu}: {e}"
+                            )));
+                            return;
+                        }
+                    }
+                    let mut at = AppThread {
+                        net: QpNet::new(t, p, links, served),
+                        app: Dispatcher::new(),
+                        ports: Vec::new(),
+                        index: t,
+                    };
+                    match setup(&mut at) {
+                        Ok(()) => {
+                            let _ = ready.send(Ok(at.ports.clone()));
+                        }
+                        Err(e) => {
+                            let _ = ready.send(Err(e));
+                            return;
+                        }
+                    }
+                    drop(ready);
+                    at.run(&rx, &stop, &count);
+                })
+                .map_err(|e| format!("cannot start an application thread: {e}"))?;
+            threads.push((t, handle));
+        }
+        drop(ready_tx);
+        let mut ports: Option<Vec<u16>> = None;
+        let mut failure = None;
+        for _ in 0..nthreads {
+            match ready_rx.recv() {
+                Ok(Ok(p)) => match &ports {
+                    Some(q) if *q != p => {
+                        failure.get_or_insert(format!(
+                            "application threads registered different ports ({q:?} and {p:?})"
+                        ));
+                    }
+                    _ => ports = Some(p),
+                },
+                Ok(Err(e)) => {
+                    failure.get_or_insert(e);
+                }
+                Err(_) => {
+                    failure.get_or_insert("an application thread ended during set-up".into());
+                }
+            }
+        }
+        let ports = Arc::new(ports.unwrap_or_default());
+        let senders: Vec<_> = events.iter().map(|(tx, _)| tx.clone()).collect();
+        let relays = requests
+            .into_iter()
+            .enumerate()
+            .map(|(c, (_, rx))| {
+                Some(Relay::new(
+                    c as u32,
+                    owners[c],
+                    ports.clone(),
+                    senders.clone(),
+                    rx,
+                    wakes[c].clone(),
+                ))
+            })
+            .collect();
+        let qp = QueuePairs {
+            stop,
+            threads,
+            relays: Mutex::new(relays),
+            ports,
+            open,
+        };
+        match failure {
+            Some(e) => {
+                qp.stop();
+                Err(e)
+            }
+            None => Ok(qp),
+        }
+    }
+
+    /// On network core `core.queue()`, in the backend's per-core set-up:
+    /// registers the core's relay and listens on the service's ports.
+    pub fn setup_core(&self, core: &mut dyn Setup) -> Result<(), Error> {
+        let relay = self
+            .relays
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(core.queue() as usize)
+            .and_then(Option::take)
+            .ok_or(Error::InvalidState)?;
+        let h = core.add_boxed(Box::new(relay));
+        for &p in self.ports.iter() {
+            core.listen_with(p, h)?;
+        }
+        Ok(())
+    }
+
+    /// Connections open on the application threads (as of their last
+    /// pass).
+    pub fn connections(&self) -> u64 {
+        self.open.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Whether an application thread ended (it panicked).
+    pub fn failed(&self) -> bool {
+        self.threads.iter().any(|(_, t)| t.is_finished()) && !self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Stops the application threads; returns what went wrong, if a thread
+    /// panicked.
+    pub fn stop(mut self) -> Option<String> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut first = None;
+        for (t, h) in self.threads.drain(..) {
+            if h.join().is_err() {
+                first.get_or_insert(format!("application thread {t} panicked"));
+            }
+        }
+        first
+    }
+}
+
+impl Drop for QueuePairs {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for (_, h) in self.threads.drain(..) {
+            let _ = h.join();
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! Queue-pair mode over the kernel-socket backend on loopback, kernel TCP
+//! as the peer: the echo handler of run to completion, unchanged, on
+//! application threads; and back-pressure from a thread that does not read.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flowlane_app::{ConnHandle, ConnHandler, Net, Placement};
+use flowlane_kernel::{KernelConfig, KernelService, Limits};
+use flowlane_qp::{QueuePairConfig, QueuePairs};
+
+const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+fn free_port() -> u16 {
+    TcpListener::bind((LOOPBACK, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn places(n: u32) -> Vec<Placement> {
+    (0..n)
+        .map(|queue| Placement {
+            queue,
+            cpu: None,
+            node: 0,
+        })
+        .collect()
+}
+
+/// Queue pairs with `threads` application threads set up by `setup`, over
+/// a two-core kernel-socket backend.
+fn start<S>(threads: u32, setup: S) -> (Arc<QueuePairs>, KernelService)
+where
+    S: Fn(&mut dyn flowlane_app::Setup) -> Result<(), String> + Send + Sync + 'static,
+{
+    let qp = Arc::new(
+        QueuePairs::start(
+            QueuePairConfig {
+                cores: places(2),
+                app_threads: places(threads),
+                pin: |_| Ok(()),
+            },
+            setup,
+        )
+        .unwrap(),
+    );
+    let q = qp.clone();
+    let kernel = KernelService::start(
+        KernelConfig {
+            cores: places(2),
+            listen_on: vec![LOOPBACK],
+            limits: Limits::default(),
+        },
+        move |core| q.setup_core(core).map_err(|e| format!("{e:?}")),
+    )
+    .unwrap();
+    (qp, kernel)
+}
+
+struct Echo {
+    scratch: Vec<u8>,
+}
+
+impl ConnHandler for Echo {
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        net.echo(conn, &mut self.scratch);
+    }
+    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        net.echo(conn, &mut self.scratch);
+    }
+}
+
+fn payload(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Sends `data`, half-closes, reads everything back.
+fn echo_client(port: u16, data: Vec<u8>) -> Vec<u8> {
+    let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let writer = std::thread::spawn(move || {
+        w.write_all(&data).unwrap();
+        w.shutdown(std::net::Shutdown::Write).unwrap();
+    });
+    let mut back = Vec::new();
+    s.read_to_end(&mut back).unwrap();
+    writer.join().unwrap();
+    back
+}
+
+#[test]
+fn the_echo_handler_runs_unchanged_on_application_threads() {
+    let port = free_port();
+    let (qp, kernel) = start(2, move |t| {
+        t.listen(
+            port,
+            Echo {
+                scratch: vec![0; 16 << 10],
+            },
+        )
+        .map(|_| ())
+        .map_err(|e| format!("{e:?}"))
+    });
+    let clients: Vec<_> = (0..6u64)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let data = payload(i + 7, (1 << 20) + 4099 * i as usize);
+                let back = echo_client(port, data.clone());
+                assert!(back == data, "connection {i}: {} bytes back", back.len());
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while qp.connections() > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(qp.connections(), 0, "every connection closed");
+    let (counters, err) = kernel.stop();
+    assert_eq!(err, None);
+    let bytes_in: u64 = counters.iter().map(|(_, c)| c.stats.bytes_in).sum();
+    let want: u64 = (0..6u64).map(|i| (1 << 20) + 4099 * i).sum();
+    assert_eq!(bytes_in, want);
+    let qp = Arc::try_unwrap(qp).expect("the backend let go");
+    assert_eq!(qp.stop(), None);
+}
+
+/// Reads nothing until `go` is set, then echoes (from its next tick on:
+/// data it left unread raises no new event).
+struct Stalled {
+    go: Arc<AtomicBool>,
+    scratch: Vec<u8>,
+    conns: Vec<ConnHandle>,
+}
+
+impl ConnHandler for Stalled {
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        if !self.conns.contains(&conn) {
+            self.conns.push(conn);
+        }
+        if self.go.load(Ordering::Relaxed) {
+            net.echo(conn, &mut self.scratch);
+        }
+    }
+    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        self.on_data(net, conn);
+    }
+    fn on_closed(
+        &mut self,
+        _net: &mut dyn Net,
+        conn: ConnHandle,
+        _reason: flowlane_app::CloseReason,
+    ) {
+        self.conns.retain(|&c| c != conn);
+    }
+    fn on_tick(&mut self, net: &mut dyn Net) {
+        if self.go.load(Ordering::Relaxed) {
+            for c in self.conns.clone() {
+                net.echo(c, &mut self.scratch);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_thread_that_does_not_read_closes_the_window_and_loses_nothing() {
+    let port = free_port();
+    let go = Arc::new(AtomicBool::new(false));
+    let g = go.clone();
+    let (_qp, kernel) = start(1, move |t| {
+        t.listen(
+            port,
+            Stalled {
+                go: g.clone(),
+                scratch: vec![0; 16 << 10],
+                conns: Vec::new(),
+            },
+        )
+        .map(|_| ())
+        .map_err(|e| format!("{e:?}"))
+    });
+    let data = payload(3, 64 << 20);
+    let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
+    s.set_nonblocking(true).unwrap();
+    // Write until the peer's window and our buffer are full.
+    let (mut sent, mut blocked) = (0, 0);
+    while blocked < 10 && sent < data.len() {
+        match s.write(&data[sent..]) {
+            Ok(n) => {
+                sent += n;
+                blocked = 0;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                blocked += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(
+        sent < data.len(),
+        "all {sent} bytes went while nothing read them: no back-pressure"
+    );
+    // The core took about its credit (256 KiB) off the socket; the rest
+    // waits in the kernel's buffers, the window closed.
+    std::thread::sleep(Duration::from_millis(200));
+    let taken: u64 = kernel
+        .counters()
+        .iter()
+        .map(|(_, c)| c.stats.bytes_in)
+        .sum();
+    assert!(taken < 1 << 20, "the core read {taken} of {sent} bytes");
+    go.store(true, Ordering::Relaxed);
+    s.set_nonblocking(false).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let rest = data[sent..].to_vec();
+    let writer = std::thread::spawn(move || {
+        w.write_all(&rest).unwrap();
+        w.shutdown(std::net::Shutdown::Write).unwrap();
+    });
+    let mut back = Vec::new();
+    s.read_to_end(&mut back).unwrap();
+    writer.join().unwrap();
+    assert!(back == data, "{} of {} bytes back", back.len(), data.len());
+    kernel.stop();
+}
