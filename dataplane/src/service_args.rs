@@ -127,6 +127,18 @@ pub enum Backend {
     Kernel,
 }
 
+/// Where a TCP service's handlers run.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ExecMode {
+    /// On the network cores, inline with packet processing.
+    #[default]
+    Rtc,
+    /// On application threads that talk to the network cores through
+    /// per-core request and event queues (queue-pair mode).
+    #[value(name = "queue-pair")]
+    QueuePair,
+}
+
 /// Whether a TCP service moves RSS buckets between its queues.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum RebalanceMode {

@@ -116,7 +116,9 @@ impl Relay {
             let _ =
                 self.threads[thread as usize].send((self.core, ToApp::Data { conn, bytes: buf }));
         }
-        if r.peer_closed && !r.peer_closed_sent && net.is_eof(conn) {
+        // Everything before the peer's FIN went (a connection this core
+        // closed already reads as gone, not as at end of stream).
+        if r.peer_closed && !r.peer_closed_sent && net.peek(conn).map_or(true, <[u8]>::is_empty) {
             r.peer_closed_sent = true;
             self.tell(thread, ToApp::PeerClosed { conn });
         }

@@ -42,7 +42,7 @@ fn owner(cores: &[Placement], threads: &[Placement], core: usize) -> u32 {
 /// network cores take at their set-up ([`QueuePairs::setup_core`]).
 pub struct QueuePairs {
     stop: Arc<AtomicBool>,
-    threads: Vec<(u32, JoinHandle<()>)>,
+    threads: Mutex<Vec<(u32, JoinHandle<()>)>>,
     relays: Mutex<Vec<Option<Relay>>>,
     ports: Arc<Vec<u16>>,
     open: Vec<Arc<AtomicU64>>,
@@ -51,7 +51,7 @@ pub struct QueuePairs {
 impl std::fmt::Debug for QueuePairs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QueuePairs")
-            .field("threads", &self.threads.len())
+            .field("open", &self.connections())
             .field("ports", &self.ports)
             .finish()
     }
@@ -174,7 +174,7 @@ impl QueuePairs {
             .collect();
         let qp = QueuePairs {
             stop,
-            threads,
+            threads: Mutex::new(threads),
             relays: Mutex::new(relays),
             ports,
             open,
@@ -211,17 +211,25 @@ impl QueuePairs {
         self.open.iter().map(|c| c.load(Ordering::Relaxed)).sum()
     }
 
-    /// Whether an application thread ended (it panicked).
+    /// Whether an application thread ended before being stopped (it
+    /// panicked).
     pub fn failed(&self) -> bool {
-        self.threads.iter().any(|(_, t)| t.is_finished()) && !self.stop.load(Ordering::Relaxed)
+        !self.stop.load(Ordering::Relaxed)
+            && self
+                .threads
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .any(|(_, t)| t.is_finished())
     }
 
-    /// Stops the application threads; returns what went wrong, if a thread
-    /// panicked.
-    pub fn stop(mut self) -> Option<String> {
+    /// Stops the application threads (stop the network backend first);
+    /// returns what went wrong, if a thread panicked.
+    pub fn stop(&self) -> Option<String> {
         self.stop.store(true, Ordering::Relaxed);
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         let mut first = None;
-        for (t, h) in self.threads.drain(..) {
+        for (t, h) in threads {
             if h.join().is_err() {
                 first.get_or_insert(format!("application thread {t} panicked"));
             }
@@ -232,9 +240,6 @@ impl QueuePairs {
 
 impl Drop for QueuePairs {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for (_, h) in self.threads.drain(..) {
-            let _ = h.join();
-        }
+        self.stop();
     }
 }

@@ -133,7 +133,7 @@ fn black_hole_heals(tag: &str, family: Family, mode: Router) {
     wait_ready(&mut router);
     let started = Instant::now();
     // (sha256-equal, checked by the helper.)
-    let (r, lines) = flowlane_to_kernel_over(&bed, family, 8 << 20, 60, "xdp");
+    let (r, lines) = flowlane_to_kernel_over(&bed, family, 8 << 20, 60, MODELS[0]);
     let took = started.elapsed();
     let _ = router.kill();
     let _ = router.wait();

@@ -7,8 +7,8 @@
 //! TIME-WAIT entries of connections flowlane closed expire after 2 MSL;
 //! and a slow-reading echo client, whose unread payload stays in the
 //! frames it arrived in (zero-copy receive). The tests of the services'
-//! behaviour run each service on both backends (`--backend xdp|kernel`):
-//! the same handlers on flowlane's TCP and on kernel sockets.
+//! behaviour run each service in every execution model ([`MODELS`]:
+//! `--backend xdp|kernel`, `--mode rtc|queue-pair`): the same handlers.
 
 mod tcp_common;
 
@@ -41,19 +41,16 @@ fn kernel_client_gets_its_bytes_echoed() {
         return;
     }
     let bed = Bed::up("tec", 2);
-    for backend in BACKENDS {
-        let app = start(
-            &bed,
-            &["echo-server", "--port", "7", "--backend", backend],
-            120,
-        );
+    for model in MODELS {
+        let backend = model.join(" ");
+        let app = start(&bed, &in_model(&["echo-server", "--port", "7"], model), 120);
         let out = peer_py(&bed, 60, ECHO_CLIENT, &["10.99.0.1", "8"]);
         assert_eq!(out.trim(), "ok", "{backend}");
         let lines = app.stop();
         let t = totals(&lines);
         assert_eq!(t["passive_opens"], 8, "{backend}: {t}");
         assert_eq!(t["connections"], 0, "{backend}: {t}");
-        if backend == "xdp" {
+        if model.contains(&"xdp") {
             assert_eq!(t["bad_tcp_checksum"], 0, "{t}");
         }
     }
@@ -131,23 +128,25 @@ fn curl_gets_two_responses_on_one_connection() {
         return;
     }
     let bed = Bed::up("tht", 2);
-    for backend in BACKENDS {
-        curl_keep_alive(&bed, backend);
+    for model in MODELS {
+        curl_keep_alive(&bed, model);
     }
 }
 
-fn curl_keep_alive(bed: &Bed, backend: &str) {
+fn curl_keep_alive(bed: &Bed, model: &[&str]) {
+    let backend = model.join(" ");
     let app = start(
         bed,
-        &[
-            "http-server",
-            "--port",
-            "8080",
-            "--body",
-            "flowlane says hi\n",
-            "--backend",
-            backend,
-        ],
+        &in_model(
+            &[
+                "http-server",
+                "--port",
+                "8080",
+                "--body",
+                "flowlane says hi\n",
+            ],
+            model,
+        ),
         120,
     );
     let o = Command::new("ip")
@@ -181,23 +180,19 @@ fn curl_reaches_the_same_server_over_ipv6_and_ipv4() {
         return;
     }
     let bed = Bed::up("th6", 2);
-    for backend in BACKENDS {
-        curl_dual_stack(&bed, backend);
+    for model in MODELS {
+        curl_dual_stack(&bed, model);
     }
 }
 
-fn curl_dual_stack(bed: &Bed, backend: &str) {
+fn curl_dual_stack(bed: &Bed, model: &[&str]) {
+    let backend = model.join(" ");
     let app = start(
         bed,
-        &[
-            "http-server",
-            "--port",
-            "8080",
-            "--body",
-            "dual stack\n",
-            "--backend",
-            backend,
-        ],
+        &in_model(
+            &["http-server", "--port", "8080", "--body", "dual stack\n"],
+            model,
+        ),
         120,
     );
     for (flag, url) in [
@@ -221,7 +216,7 @@ fn curl_dual_stack(bed: &Bed, backend: &str) {
     let t = totals(&lines);
     assert_eq!(t["passive_opens"], 3, "{backend}: {t}");
     assert_eq!(t["connections"], 0, "{backend}: {t}");
-    if backend == "xdp" {
+    if model.contains(&"xdp") {
         assert_eq!(t["bad_tcp_checksum"], 0, "{t}");
     }
 }
@@ -271,23 +266,16 @@ fn http_server_says_connection_close_when_it_closes() {
         return;
     }
     let bed = Bed::up("thc", 2);
-    for backend in BACKENDS {
-        connection_close(&bed, backend);
+    for model in MODELS {
+        connection_close(&bed, model);
     }
 }
 
-fn connection_close(bed: &Bed, backend: &str) {
+fn connection_close(bed: &Bed, model: &[&str]) {
+    let backend = model.join(" ");
     let app = start(
         bed,
-        &[
-            "http-server",
-            "--port",
-            "8082",
-            "--body",
-            "hi\n",
-            "--backend",
-            backend,
-        ],
+        &in_model(&["http-server", "--port", "8082", "--body", "hi\n"], model),
         120,
     );
     let curl = |extra: &[&str]| {
@@ -364,12 +352,9 @@ fn concurrent_connections_all_served_and_closed() {
     }
     let n: u32 = 1000;
     let bed = Bed::up("tmc", 2);
-    for backend in BACKENDS {
-        let app = start(
-            &bed,
-            &["echo-server", "--port", "7", "--backend", backend],
-            180,
-        );
+    for model in MODELS {
+        let backend = model.join(" ");
+        let app = start(&bed, &in_model(&["echo-server", "--port", "7"], model), 180);
         let out = peer_py(&bed, 120, MANY_CLIENTS, &[&n.to_string()]);
         assert!(out.starts_with("0 "), "{backend}: client errors: {out}");
         // The client closed first: flowlane's side ends in LAST-ACK ->

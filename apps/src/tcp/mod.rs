@@ -14,13 +14,15 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use flowlane_app::{Placement, Setup};
 use flowlane_dataplane::placement::machine_placement;
-use flowlane_dataplane::service_args::{listen_port, Backend, DataPathArgs, RebalanceArgs};
+use flowlane_dataplane::service_args::{
+    listen_port, queue_count, Backend, DataPathArgs, ExecMode, RebalanceArgs,
+};
 use flowlane_dataplane::service_control::{move_line, ServiceControl};
 use flowlane_dataplane::tcp_service::{self, rss_state};
 use flowlane_dataplane::{
@@ -29,6 +31,7 @@ use flowlane_dataplane::{
 use flowlane_kernel::{CoreCounters, KernelConfig, KernelService, Limits};
 use flowlane_numa_sched::nic::RssSettings;
 use flowlane_numa_sched::RssState;
+use flowlane_qp::{QueuePairConfig, QueuePairs};
 use serde_json::{json, Value};
 
 use crate::bed_entry;
@@ -68,6 +71,14 @@ pub struct Common {
     /// interface's queue count).
     #[arg(long, value_enum, default_value_t = Backend::Xdp)]
     pub backend: Backend,
+    /// Where the handlers run: `rtc` on the network cores, inline with
+    /// packet processing; `queue-pair` on application threads fed through
+    /// per-core queues.
+    #[arg(long, value_enum, default_value_t = ExecMode::Rtc)]
+    pub mode: ExecMode,
+    /// Application threads in queue-pair mode (default: one per core).
+    #[arg(long, value_name = "N", value_parser = queue_count::<u32>)]
+    pub app_threads: Option<u32>,
     /// The data path's flags (bed, queues, RSS, neighbours, busy polling).
     #[command(flatten)]
     pub data_path: DataPathArgs,
@@ -219,7 +230,11 @@ pub fn run(cmd: TcpCmd, nic: NicAccess) -> Result<()> {
         }
         TcpCmd::BulkSource(a) => {
             let (remote, bytes, seed, total) = (a.connect, a.bytes, a.seed, a.connections);
-            let queues = cores(&a.common)?;
+            // Each core (or application thread) opens its share.
+            let queues = match a.common.mode {
+                ExecMode::Rtc => cores(&a.common)?,
+                ExecMode::QueuePair => app_threads(&a.common)?,
+            };
             serve(
                 "bulk-source",
                 &a.common,
@@ -258,6 +273,15 @@ fn cores(c: &Common) -> Result<u32> {
     }
     .interface()?
     .1)
+}
+
+/// Application threads in queue-pair mode: `--app-threads`, else one per
+/// core.
+fn app_threads(c: &Common) -> Result<u32> {
+    match c.app_threads {
+        Some(n) => Ok(n),
+        None => cores(c),
+    }
 }
 
 /// The NIC's RSS as an `RssState` for `queues` queues (flags, else
@@ -320,10 +344,153 @@ fn serve(
     expect: usize,
     setup: impl ServiceSetup,
 ) -> Result<()> {
-    match c.backend {
-        Backend::Xdp => serve_xdp(name, c, nic, ports, connect_to, expect, setup),
-        Backend::Kernel => serve_kernel(name, c, expect, setup),
+    let (done_tx, done_rx) = mpsc::channel::<Value>();
+    let results = Results {
+        tx: Mutex::new(done_tx),
+        rx: done_rx,
+    };
+    let run = |qp| Run {
+        name,
+        c,
+        nic,
+        ports,
+        connect_to,
+        expect,
+        qp,
+        results: &results,
+    };
+    match c.mode {
+        ExecMode::Rtc => run_backend(run(None), setup),
+        ExecMode::QueuePair => {
+            if c.rebalance.mode().is_some() {
+                bail!(
+                    "--rebalance needs --mode rtc (queue-pair mode does not move connections \
+                     between cores yet)"
+                );
+            }
+            let tx = Mutex::new(results.sender());
+            let qp = Arc::new(start_queue_pairs(c, move |t| {
+                setup(t, tx.lock().unwrap_or_else(|e| e.into_inner()).clone())
+            })?);
+            let q = qp.clone();
+            // The network cores run the relays; the handlers run on the
+            // application threads.
+            let relays = move |core: &mut dyn Setup, _: Sender<Value>| q.setup_core(core);
+            let r = run_backend(run(Some(&qp)), relays);
+            match (r, qp.stop()) {
+                (Err(e), _) => Err(e),
+                (Ok(()), Some(e)) => Err(anyhow::anyhow!("{e}")),
+                (Ok(()), None) => Ok(()),
+            }
+        }
     }
+}
+
+/// Where the service's handlers report finished transfers, and where the
+/// wait loop reads them.
+struct Results {
+    tx: Mutex<Sender<Value>>,
+    rx: Receiver<Value>,
+}
+
+impl Results {
+    fn sender(&self) -> Sender<Value> {
+        self.tx.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// One run of a service, besides its set-up.
+#[derive(Clone, Copy)]
+struct Run<'a> {
+    name: &'static str,
+    c: &'a Common,
+    nic: NicAccess,
+    ports: &'a [u16],
+    connect_to: Option<IpAddr>,
+    expect: usize,
+    qp: Option<&'a QueuePairs>,
+    results: &'a Results,
+}
+
+/// Runs the chosen backend with `setup` on each core (the service's
+/// handlers, or queue-pair relays), until the service ends.
+fn run_backend(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
+    match run.c.backend {
+        Backend::Xdp => serve_xdp(run, setup),
+        Backend::Kernel => serve_kernel(run, setup),
+    }
+}
+
+/// Starts queue-pair mode's application threads, each set up by `setup`.
+fn start_queue_pairs(
+    c: &Common,
+    setup: impl Fn(&mut dyn Setup) -> std::result::Result<(), flowlane_tcp::Error>
+        + Send
+        + Sync
+        + 'static,
+) -> Result<QueuePairs> {
+    let n = cores(c)?;
+    let threads = app_threads(c)?;
+    let placed =
+        machine_placement(None, n as usize, None).with_context(|| format!("placing {n} cores"))?;
+    let cores: Vec<Placement> = placed
+        .plan
+        .queues
+        .iter()
+        .map(|p| Placement {
+            queue: u32::from(p.queue),
+            cpu: Some(p.cpu),
+            node: p.node,
+        })
+        .collect();
+    // Application threads on the CPUs the cores leave free, on the node of
+    // the core they serve where they can be; unpinned where the cores take
+    // every CPU.
+    let taken: Vec<u32> = cores.iter().filter_map(|p| p.cpu).collect();
+    let free: Vec<u32> = placed
+        .node_cpus
+        .values()
+        .flatten()
+        .copied()
+        .filter(|c| !taken.contains(c))
+        .collect();
+    let app_threads: Vec<Placement> = (0..threads)
+        .map(|t| {
+            let node = cores[t as usize % cores.len()].node;
+            let on_node: Vec<u32> = placed
+                .node_cpus
+                .get(&node)
+                .into_iter()
+                .flatten()
+                .copied()
+                .filter(|c| free.contains(c))
+                .collect();
+            let pool = if on_node.is_empty() { &free } else { &on_node };
+            Placement {
+                queue: t,
+                cpu: (!pool.is_empty()).then(|| pool[t as usize % pool.len()]),
+                node,
+            }
+        })
+        .collect();
+    let config = QueuePairConfig {
+        cores,
+        app_threads,
+        pin: flowlane_kernel::pin_to,
+    };
+    QueuePairs::start(config, move |t| {
+        let q = t.queue();
+        setup(t).map_err(|e| format!("application thread {q}: {e}"))
+    })
+    .map_err(|e| anyhow::anyhow!("starting queue-pair mode: {e}"))
+}
+
+/// Ends the service when an application thread died (it panicked).
+fn app_threads_alive(qp: Option<&QueuePairs>) -> Result<()> {
+    if qp.is_some_and(QueuePairs::failed) {
+        bail!("an application thread ended (its error follows at exit)");
+    }
+    Ok(())
 }
 
 /// A running service as the wait loop sees it.
@@ -341,6 +508,7 @@ struct XdpRunning<'a> {
     service: &'a TcpService,
     control: ServiceControl,
     watchdog: Watchdog,
+    qp: Option<&'a QueuePairs>,
 }
 
 impl Running for XdpRunning<'_> {
@@ -354,6 +522,7 @@ impl Running for XdpRunning<'_> {
         )
     }
     fn check(&mut self) -> Result<()> {
+        app_threads_alive(self.qp)?;
         self.watchdog.check(self.service.dataplane())?;
         for m in self.control.poll(self.service) {
             eprintln!("{}", move_line(&m));
@@ -363,15 +532,17 @@ impl Running for XdpRunning<'_> {
 }
 
 /// Starts the data path with a `TcpHandler` per queue, set up by `setup`.
-fn serve_xdp(
-    name: &'static str,
-    c: &Common,
-    nic: NicAccess,
-    ports: &[u16],
-    connect_to: Option<IpAddr>,
-    expect: usize,
-    setup: impl ServiceSetup,
-) -> Result<()> {
+fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
+    let Run {
+        name,
+        c,
+        nic,
+        ports,
+        connect_to,
+        expect,
+        qp,
+        results,
+    } = run;
     let mut config = TcpServiceConfig::new(&c.iface);
     config.queues = c.data_path.queues;
     config.listen = ports.to_vec();
@@ -404,8 +575,7 @@ fn serve_xdp(
         None => (nic.writer)(&c.iface),
     });
 
-    let (done_tx, done_rx) = mpsc::channel::<Value>();
-    let done_tx = Mutex::new(done_tx);
+    let done_tx = Mutex::new(results.sender());
     let service = TcpService::start(config, move |h| {
         let tx = done_tx.lock().unwrap_or_else(|e| e.into_inner()).clone();
         setup(h, tx).map_err(|e| format!("queue {}: {e}", h.queue()))
@@ -425,8 +595,9 @@ fn serve_xdp(
         service: &service,
         control,
         watchdog: Watchdog::new(name),
+        qp,
     };
-    let r = wait(c, &mut running, &done_rx, expect);
+    let r = wait(c, &mut running, &results.rx, expect);
     drop(running);
     let cpu: Vec<Option<u64>> = (0..queues).map(worker_cpu_ns).collect();
     let counters = service.stop();
@@ -442,12 +613,15 @@ fn serve_xdp(
 
 /// Runs `setup`'s handlers on kernel sockets: one pinned loop per core,
 /// each with its own `SO_REUSEPORT` listeners.
-fn serve_kernel(
-    name: &'static str,
-    c: &Common,
-    expect: usize,
-    setup: impl ServiceSetup,
-) -> Result<()> {
+fn serve_kernel(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
+    let Run {
+        name,
+        c,
+        expect,
+        qp,
+        results,
+        ..
+    } = run;
     if c.rebalance.mode().is_some() {
         bail!("--rebalance needs --backend xdp (kernel sockets have no RSS buckets to move)");
     }
@@ -471,8 +645,7 @@ fn serve_kernel(
         listen_on: listen_addresses(),
         limits: Limits::default(),
     };
-    let (done_tx, done_rx) = mpsc::channel::<Value>();
-    let done_tx = Mutex::new(done_tx);
+    let done_tx = Mutex::new(results.sender());
     let service = KernelService::start(config, move |core| {
         let tx = done_tx.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let q = core.queue();
@@ -480,8 +653,11 @@ fn serve_kernel(
     })
     .map_err(|e| anyhow::anyhow!("{name}: setting up kernel TCP: {e}"))?;
     eprintln!("flowlane: kernel TCP on {n} cores");
-    let mut running = KernelRunning { service: &service };
-    let r = wait(c, &mut running, &done_rx, expect);
+    let mut running = KernelRunning {
+        service: &service,
+        qp,
+    };
+    let r = wait(c, &mut running, &results.rx, expect);
     let cpu: Vec<Option<u64>> = (0..n).map(worker_cpu_ns).collect();
     let (counters, failed) = service.stop();
     let summary = json!({"event": "summary", "backend": "kernel",
@@ -510,6 +686,7 @@ fn listen_addresses() -> Vec<IpAddr> {
 
 struct KernelRunning<'a> {
     service: &'a KernelService,
+    qp: Option<&'a QueuePairs>,
 }
 
 impl Running for KernelRunning<'_> {
@@ -520,6 +697,7 @@ impl Running for KernelRunning<'_> {
         kernel_counters_json(&self.service.counters())
     }
     fn check(&mut self) -> Result<()> {
+        app_threads_alive(self.qp)?;
         if self.service.failed() {
             bail!("a core's loop ended (its error follows at exit)");
         }

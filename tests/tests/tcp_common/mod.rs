@@ -26,10 +26,21 @@ pub(crate) fn sent_by_peer(sent: &str) -> std::collections::HashMap<String, Stri
         .collect()
 }
 
-/// The backends every service test that is not about flowlane's own TCP
-/// runs on (`--backend`): the same handlers on AF_XDP and on kernel
-/// sockets.
-pub(crate) const BACKENDS: [&str; 2] = ["xdp", "kernel"];
+/// The execution models every service test that is not about flowlane's
+/// own TCP runs in: the same handlers run to completion on AF_XDP, on
+/// application threads over AF_XDP (queue-pair mode), on kernel sockets,
+/// and on application threads over kernel sockets.
+pub(crate) const MODELS: [&[&str]; 4] = [
+    &["--backend", "xdp", "--mode", "rtc"],
+    &["--backend", "xdp", "--mode", "queue-pair"],
+    &["--backend", "kernel", "--mode", "rtc"],
+    &["--backend", "kernel", "--mode", "queue-pair"],
+];
+
+/// `args` followed by `model`'s flags.
+pub(crate) fn in_model<'a>(args: &[&'a str], model: &[&'a str]) -> Vec<&'a str> {
+    [args, model].concat()
+}
 
 /// A flowlane TCP example running in the background.
 pub(crate) struct App {
@@ -43,11 +54,18 @@ pub(crate) struct App {
 /// Starts `flowlane <args> --bed <bed> --report F --timeout <limit>` and
 /// waits until its data path is up.
 pub(crate) fn start(bed: &Bed, args: &[&str], limit_s: u64) -> App {
-    let backend = args
-        .iter()
-        .position(|a| *a == "--backend")
-        .map_or("xdp", |i| args[i + 1]);
-    let tag = format!("{}-{}-{backend}", bed.name, args[0]);
+    let flag = |name: &str, default: &'static str| {
+        args.iter()
+            .position(|a| *a == name)
+            .map_or(default.to_string(), |i| args[i + 1].to_string())
+    };
+    let tag = format!(
+        "{}-{}-{}-{}",
+        bed.name,
+        args[0],
+        flag("--backend", "xdp"),
+        flag("--mode", "rtc")
+    );
     let dir = std::env::temp_dir();
     let report = dir.join(format!("{tag}.json"));
     let stdout = dir.join(format!("{tag}.out"));
@@ -409,28 +427,20 @@ impl Family {
 /// 5001 over IPv4: sends `bytes`, checks the sha256 both sides computed;
 /// returns the sink's transfer line and all its JSON lines.
 pub(crate) fn kernel_to_flowlane(bed: &Bed, bytes: u64, limit_s: u64) -> (Value, Vec<Value>) {
-    kernel_to_flowlane_over(bed, Family::V4, bytes, limit_s, "xdp")
+    kernel_to_flowlane_over(bed, Family::V4, bytes, limit_s, MODELS[0])
 }
 
-/// [`kernel_to_flowlane`] over `family`, the sink on `backend`.
+/// [`kernel_to_flowlane`] over `family`, the sink in `model`.
 pub(crate) fn kernel_to_flowlane_over(
     bed: &Bed,
     family: Family,
     bytes: u64,
     limit_s: u64,
-    backend: &str,
+    model: &[&str],
 ) -> (Value, Vec<Value>) {
     let sink = start(
         bed,
-        &[
-            "bulk-sink",
-            "--port",
-            "5001",
-            "--count",
-            "1",
-            "--backend",
-            backend,
-        ],
+        &in_model(&["bulk-sink", "--port", "5001", "--count", "1"], model),
         limit_s,
     );
     let sent = peer_py(
@@ -455,31 +465,27 @@ pub(crate) fn kernel_to_flowlane_over(
 /// sends `bytes`, checks the sha256 both sides computed; returns the
 /// source's transfer line and all its JSON lines.
 pub(crate) fn flowlane_to_kernel(bed: &Bed, bytes: u64, limit_s: u64) -> (Value, Vec<Value>) {
-    flowlane_to_kernel_over(bed, Family::V4, bytes, limit_s, "xdp")
+    flowlane_to_kernel_over(bed, Family::V4, bytes, limit_s, MODELS[0])
 }
 
-/// [`flowlane_to_kernel`] over `family`, the source on `backend`.
+/// [`flowlane_to_kernel`] over `family`, the source in `model`.
 pub(crate) fn flowlane_to_kernel_over(
     bed: &Bed,
     family: Family,
     bytes: u64,
     limit_s: u64,
-    backend: &str,
+    model: &[&str],
 ) -> (Value, Vec<Value>) {
     let to = family.peer(5002);
     let mut peer = peer_py_spawn(bed, limit_s, KERNEL_RECV, &[&to]);
     wait_ready(&mut peer);
+    let bytes_arg = bytes.to_string();
     let src = start(
         bed,
-        &[
-            "bulk-source",
-            "--connect",
-            &to,
-            "--bytes",
-            &bytes.to_string(),
-            "--backend",
-            backend,
-        ],
+        &in_model(
+            &["bulk-source", "--connect", &to, "--bytes", &bytes_arg],
+            model,
+        ),
         limit_s,
     );
     let lines = src.wait(Duration::from_secs(limit_s));
