@@ -18,7 +18,17 @@ pub fn schedstat_ns(path: &Path) -> Option<u64> {
 /// CPU time (ns, `/proc/self/task/<tid>/schedstat`) of this process's worker
 /// thread for `queue` (named `flowlane-q<queue>`), while it runs.
 pub fn worker_cpu_ns(queue: u32) -> Option<u64> {
-    let want = format!("flowlane-q{queue}");
+    named_thread_cpu_ns(&format!("flowlane-q{queue}"))
+}
+
+/// CPU time (ns) of this process's application thread `thread` in
+/// queue-pair mode (named `flowlane-app<thread>`), while it runs.
+pub fn app_thread_cpu_ns(thread: u32) -> Option<u64> {
+    named_thread_cpu_ns(&format!("flowlane-app{thread}"))
+}
+
+/// CPU time (ns) of this process's thread named `want`, while it runs.
+fn named_thread_cpu_ns(want: &str) -> Option<u64> {
     for t in std::fs::read_dir("/proc/self/task").ok()? {
         let p = t.ok()?.path();
         let comm = std::fs::read_to_string(p.join("comm")).unwrap_or_default();

@@ -307,10 +307,19 @@ impl QpNet {
         if n == 0 {
             return;
         }
-        if let Ok(c) = self.conn(h) {
-            if let Some(r) = c.remote_handle {
-                let core = c.core as usize;
-                self.pending[core].push(ToCore::Consumed { conn: r, bytes: n });
+        if let Ok(&Conn {
+            core,
+            remote_handle: Some(r),
+            ..
+        }) = self.conn(h)
+        {
+            {
+                let pending = &mut self.pending[core as usize];
+                // Reads of one connection in a pass go back as one.
+                match pending.last_mut() {
+                    Some(ToCore::Consumed { conn, bytes }) if *conn == r => *bytes += n,
+                    _ => pending.push(ToCore::Consumed { conn: r, bytes: n }),
+                }
             }
         }
     }

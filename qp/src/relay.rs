@@ -14,6 +14,8 @@ use crate::message::{ToApp, ToCore, BUF, RX_CREDIT};
 const REQUESTS_PER_PASS: usize = 1024;
 /// Receive buffers a core keeps for reuse.
 const POOL: usize = 1024;
+/// The least credit a connection's data moves with (see `Relay::pull`).
+const PULL_MIN: usize = RX_CREDIT / 4;
 
 /// Where a core's waker is published for the application threads, once
 /// its loop has started.
@@ -97,24 +99,40 @@ impl Relay {
 
     /// Hands the thread what the stack holds for `conn`, as far as its
     /// credit goes; then the peer's close, once everything before it went.
+    /// Data moves only when the credit is at least [`PULL_MIN`]:
+    /// reads returned a few bytes at a time must not turn into messages of
+    /// a few bytes each (the receive side's silly-window syndrome, RFC
+    /// 9293 §3.8.6.2.2, between a core and its thread).
     fn pull(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         let Some(r) = self.conns.get_mut(&conn) else {
             return;
         };
         let thread = r.thread;
-        while r.credit > 0 {
+        // One buffer gathers as many contiguous pieces as fit (on AF_XDP a
+        // piece is often one segment's payload, kept in its frame).
+        let mut buf: Option<Vec<u8>> = None;
+        while r.credit >= PULL_MIN || (buf.is_some() && r.credit > 0) {
             let Ok(data) = net.peek(conn) else { break };
             if data.is_empty() {
                 break;
             }
-            let n = data.len().min(r.credit).min(BUF);
-            let mut buf = self.pool.pop().unwrap_or_default();
-            buf.clear();
-            buf.extend_from_slice(&data[..n]);
+            let b = buf.get_or_insert_with(|| {
+                let mut b = self.pool.pop().unwrap_or_else(|| Vec::with_capacity(BUF));
+                b.clear();
+                b
+            });
+            let n = data.len().min(r.credit).min(BUF - b.len());
+            b.extend_from_slice(&data[..n]);
             let _ = net.consume(conn, n);
             r.credit -= n;
-            let _ =
-                self.threads[thread as usize].send((self.core, ToApp::Data { conn, bytes: buf }));
+            if b.len() == BUF {
+                let bytes = buf.take().expect("filled");
+                let _ =
+                    self.threads[thread as usize].send((self.core, ToApp::Data { conn, bytes }));
+            }
+        }
+        if let Some(bytes) = buf {
+            let _ = self.threads[thread as usize].send((self.core, ToApp::Data { conn, bytes }));
         }
         // Everything before the peer's FIN went (a connection this core
         // closed already reads as gone, not as at end of stream).

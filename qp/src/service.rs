@@ -205,6 +205,11 @@ impl QueuePairs {
         Ok(())
     }
 
+    /// The number of application threads.
+    pub fn app_threads(&self) -> u32 {
+        self.open.len() as u32
+    }
+
     /// Connections open on the application threads (as of their last
     /// pass).
     pub fn connections(&self) -> u64 {

@@ -26,7 +26,8 @@ use flowlane_dataplane::service_args::{
 use flowlane_dataplane::service_control::{move_line, ServiceControl};
 use flowlane_dataplane::tcp_service::{self, rss_state};
 use flowlane_dataplane::{
-    worker_cpu_ns, BucketSnapshot, NicWriter, TcpCountersSnapshot, TcpService, TcpServiceConfig,
+    app_thread_cpu_ns, worker_cpu_ns, BucketSnapshot, NicWriter, TcpCountersSnapshot, TcpService,
+    TcpServiceConfig,
 };
 use flowlane_kernel::{CoreCounters, KernelConfig, KernelService, Limits};
 use flowlane_numa_sched::nic::RssSettings;
@@ -485,6 +486,14 @@ fn start_queue_pairs(
     .map_err(|e| anyhow::anyhow!("starting queue-pair mode: {e}"))
 }
 
+/// Each application thread's CPU time so far (ns; empty when handlers
+/// run to completion).
+fn app_threads_cpu(qp: Option<&QueuePairs>) -> Vec<Option<u64>> {
+    qp.map_or(Vec::new(), |q| {
+        (0..q.app_threads()).map(app_thread_cpu_ns).collect()
+    })
+}
+
 /// Ends the service when an application thread died (it panicked).
 fn app_threads_alive(qp: Option<&QueuePairs>) -> Result<()> {
     if qp.is_some_and(QueuePairs::failed) {
@@ -600,10 +609,12 @@ fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
     let r = wait(c, &mut running, &results.rx, expect);
     drop(running);
     let cpu: Vec<Option<u64>> = (0..queues).map(worker_cpu_ns).collect();
+    let app_cpu = app_threads_cpu(qp);
     let counters = service.stop();
     let summary = json!({"event": "summary",
                          "counters": counters_json(&counters.tcp, &counters.buckets),
-                         "worker_cpu_ns": cpu});
+                         "worker_cpu_ns": cpu,
+                         "app_thread_cpu_ns": app_cpu});
     outln!("{summary}");
     if let Some(p) = &c.report {
         write_report(p, &summary)?;
@@ -659,10 +670,12 @@ fn serve_kernel(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
     };
     let r = wait(c, &mut running, &results.rx, expect);
     let cpu: Vec<Option<u64>> = (0..n).map(worker_cpu_ns).collect();
+    let app_cpu = app_threads_cpu(qp);
     let (counters, failed) = service.stop();
     let summary = json!({"event": "summary", "backend": "kernel",
                          "counters": kernel_counters_json(&counters),
-                         "worker_cpu_ns": cpu});
+                         "worker_cpu_ns": cpu,
+                         "app_thread_cpu_ns": app_cpu});
     outln!("{summary}");
     if let Some(p) = &c.report {
         write_report(p, &summary)?;
