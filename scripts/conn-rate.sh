@@ -2,8 +2,10 @@
 # Connection rate: short-lived connections with one request each
 # (`wrk -H 'Connection: close'` from the peer namespace) against flowlane's
 # http-server (AF_XDP, one worker per queue), the same http-server on kernel
-# sockets (`--backend kernel`, one pinned loop per queue) and nginx (kernel
-# TCP, one worker process per queue) on the same test bed, in the same run.
+# sockets (`--backend kernel`, one pinned loop per queue), the AF_XDP server
+# in queue-pair mode (`--mode queue-pair`, one application thread per queue)
+# and nginx (kernel TCP, one worker process per queue) on the same test bed,
+# in the same run.
 # With KEEPALIVE=1, requests per second on kept-alive connections instead.
 #
 #   scripts/conn-rate.sh [CLIENTS...]     # default: 50 500
@@ -42,6 +44,7 @@ NS=flowlane-$BED
 PNS=flowlane-$BED-peer
 WORK=$(mktemp -d /tmp/flowlane-conn-rate.XXXXXX)
 FL_PID=
+FL_MODE=
 FK_PID=
 cleanup() {
   [ -n "$FL_PID" ] && kill "$FL_PID" 2>/dev/null && wait "$FL_PID" 2>/dev/null
@@ -55,12 +58,22 @@ trap cleanup EXIT
 "$F" testbed up --bed "$BED" --queues "$QUEUES" >/dev/null
 ADDR=$(ip netns exec "$NS" ip -4 -o addr show dev xsk0 | awk '{print $4}' | cut -d/ -f1)
 
-# flowlane: port 80, its default TIME-WAIT (60 s, as the kernel's; FL_MSL_MS
-# sets the MSL in ms). The server closes first, so its side of every
-# connection waits in TIME-WAIT and the peer's ports come back while it
-# does: both stacks take such a SYN as a new incarnation (RFC 6191).
-"$F" http-server --bed "$BED" --port 80 ${FL_MSL_MS:+--msl-ms "$FL_MSL_MS"} >"$WORK/flowlane.log" 2>&1 &
-FL_PID=$!
+# flowlane on AF_XDP: port 80, its default TIME-WAIT (60 s, as the
+# kernel's; FL_MSL_MS sets the MSL in ms). The server closes first, so its
+# side of every connection waits in TIME-WAIT and the peer's ports come back
+# while it does: both stacks take such a SYN as a new incarnation (RFC
+# 6191). One AF_XDP service owns the interface's queues at a time, so the
+# run-to-completion and queue-pair servers take turns (xdp_server).
+xdp_server() {
+  [ "$FL_MODE" = "$1" ] && return 0
+  if [ -n "$FL_PID" ]; then
+    kill "$FL_PID" 2>/dev/null && wait "$FL_PID" 2>/dev/null || true
+  fi
+  "$F" http-server --bed "$BED" --port 80 --mode "$1" ${FL_MSL_MS:+--msl-ms "$FL_MSL_MS"} >"$WORK/flowlane-$1.log" 2>&1 &
+  FL_PID=$!
+  FL_MODE=$1
+  wait_port 80
+}
 # The same server on kernel sockets: port 8081 (the XDP program passes it to
 # the kernel), one pinned loop per queue.
 "$F" http-server --bed "$BED" --port 8081 --backend kernel --queues "$QUEUES" >"$WORK/flowlane-kernel.log" 2>&1 &
@@ -95,7 +108,6 @@ wait_port() {
   echo "conn-rate: nothing answers on $ADDR:$1 (see $WORK)" >&2
   exit 1
 }
-wait_port 80
 wait_port 8081
 wait_port 8080
 HEADER=(-H 'Connection: close')
@@ -110,9 +122,10 @@ busy_jiffies() { awk '/^cpu / {print $2+$3+$4+$6+$7+$8}' /proc/stat; }
 printf '| server | clients | %s | errors | %s per CPU-second |\n' "$WHAT" "${WHAT%/s}"
 printf '| --- | --- | --- | --- | --- |\n'
 for c in "${CLIENTS[@]}"; do
-  for server in flowlane flowlane-kernel nginx; do
+  for server in flowlane flowlane-qp flowlane-kernel nginx; do
     case $server in
-      flowlane) port=80 ;;
+      flowlane) port=80; xdp_server rtc ;;
+      flowlane-qp) port=80; xdp_server queue-pair ;;
       flowlane-kernel) port=8081 ;;
       nginx) port=8080 ;;
     esac
