@@ -34,11 +34,13 @@
 pub mod conn_state;
 mod dispatch;
 mod handler;
+mod handles;
 mod net;
 mod setup;
 
 pub use dispatch::{ConnExport, Dispatcher, HandlerId};
 pub use flowlane_tcp::{CloseReason, ConnHandle, Error, FourTuple, ListenerId, State, Stats};
 pub use handler::{ConnHandler, ConnState};
+pub use handles::{seen_state, Handles};
 pub use net::{Net, Placement, Wake};
-pub use setup::Setup;
+pub use setup::{Setup, SetupExt};

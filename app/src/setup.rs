@@ -30,9 +30,11 @@ pub trait Setup {
     fn listen_with(&mut self, port: u16, handler: HandlerId) -> Result<(), Error>;
 }
 
-impl dyn Setup + '_ {
+/// [`Setup`]'s registrations for handlers by value, on any `Setup` (a
+/// trait object included).
+pub trait SetupExt: Setup {
     /// [`Setup::listen_boxed`] for a handler by value.
-    pub fn listen(
+    fn listen(
         &mut self,
         port: u16,
         handler: impl ConnHandler + 'static,
@@ -41,7 +43,9 @@ impl dyn Setup + '_ {
     }
 
     /// [`Setup::add_boxed`] for a handler by value.
-    pub fn add(&mut self, handler: impl ConnHandler + 'static) -> HandlerId {
+    fn add(&mut self, handler: impl ConnHandler + 'static) -> HandlerId {
         self.add_boxed(Box::new(handler))
     }
 }
+
+impl<S: Setup + ?Sized> SetupExt for S {}

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use flowlane_app::{ConnHandle, ConnHandler, ConnState, Net};
+use flowlane_app::{ConnHandle, ConnHandler, ConnState, Net, SetupExt};
 use flowlane_numa_sched::toeplitz::RssKey;
 use flowlane_tcp::{Config, FourTuple, NoFrames, Stack};
 use flowlane_wire::packet::parse_frame;

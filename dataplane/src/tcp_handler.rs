@@ -39,7 +39,7 @@
 //! connections to handlers):
 //!
 //! ```no_run
-//! use flowlane_app::{ConnHandle, ConnHandler, Net};
+//! use flowlane_app::{ConnHandle, ConnHandler, Net, SetupExt};
 //! use flowlane_dataplane::tcp_handler::{TcpConfig, TcpHandler};
 //! use flowlane_dataplane::{Dataplane, DataplaneConfig, Proto};
 //!
@@ -703,22 +703,6 @@ impl TcpHandler {
         h
     }
 
-    /// Listens on `port` of our addresses (IPv4, and IPv6 when we have
-    /// one); `handler` gets the connections of both.
-    pub fn listen(
-        &mut self,
-        port: u16,
-        handler: impl ConnHandler + 'static,
-    ) -> Result<HandlerId, Error> {
-        self.listen_boxed(port, Box::new(handler))
-    }
-
-    /// Registers a handler with no listener (for active opens from its
-    /// `on_start`).
-    pub fn add(&mut self, handler: impl ConnHandler + 'static) -> HandlerId {
-        self.add_boxed(Box::new(handler))
-    }
-
     /// The queue this endpoint serves.
     pub fn queue(&self) -> u32 {
         self.placement.queue
@@ -1290,7 +1274,7 @@ mod tests {
     //! peer, frames passed by hand (no sockets): checksums, corruption
     //! counting, MAC learning, zero-copy output and the callbacks.
     use super::*;
-    use flowlane_app::CloseReason;
+    use flowlane_app::{CloseReason, SetupExt};
     use flowlane_tcp::Event;
     use flowlane_wire::packet::parse_frame;
 

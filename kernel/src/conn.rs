@@ -5,6 +5,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use flowlane_app::seen_state;
 use flowlane_tcp::{CloseReason, State};
 use mio::net::TcpStream;
 
@@ -168,17 +169,11 @@ impl Conn {
     /// The connection's state in the TCP state machine's terms, as far as
     /// a socket shows it.
     pub(crate) fn state(&self) -> State {
-        match (
+        seen_state(
             self.connecting,
             self.peer_eof,
             self.write_shut || self.closing,
-        ) {
-            (true, _, _) => State::SynSent,
-            (false, false, false) => State::Established,
-            (false, true, false) => State::CloseWait,
-            (false, false, true) => State::FinWait1,
-            (false, true, true) => State::LastAck,
-        }
+        )
     }
 }
 

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flowlane_app::{
-    CloseReason, ConnHandle, ConnHandler, Dispatcher, Error, FourTuple, HandlerId, Net, Placement,
-    Setup, State, Stats, Wake,
+    CloseReason, ConnHandle, ConnHandler, Dispatcher, Error, FourTuple, HandlerId, Handles, Net,
+    Placement, Setup, State, Stats, Wake,
 };
 use flowlane_tcp::{Event, ListenerId};
 use mio::net::{TcpListener, TcpStream};
@@ -52,16 +52,6 @@ impl Default for Limits {
     }
 }
 
-/// A connection slot: the generation makes stale handles invalid.
-#[derive(Debug, Default)]
-struct Slot {
-    generation: u32,
-    conn: Option<Conn>,
-    /// The connection ended; the slot is reused once its `Closed` event
-    /// was dispatched (so that event still reaches its handler).
-    ending: bool,
-}
-
 /// The [`Net`] of one core on kernel sockets.
 #[derive(Debug)]
 pub struct KernelNet {
@@ -70,8 +60,7 @@ pub struct KernelNet {
     poll: Poll,
     listen_on: Vec<IpAddr>,
     listeners: Vec<TcpListener>,
-    slots: Vec<Slot>,
-    free: Vec<u32>,
+    conns: Handles<Conn>,
     events: VecDeque<Event>,
     /// Connections whose receive buffer filled up and was read from since.
     rereads: Vec<u32>,
@@ -79,7 +68,6 @@ pub struct KernelNet {
     closing_conns: Vec<u32>,
     limits: Limits,
     stats: Stats,
-    open: usize,
     /// Made when a handler asks for one ([`Net::waker`]).
     waker: Option<Arc<MioWake>>,
 }
@@ -102,85 +90,56 @@ impl KernelNet {
             poll: Poll::new()?,
             listen_on,
             listeners: Vec::new(),
-            slots: Vec::new(),
-            free: Vec::new(),
+            conns: Handles::new(limits.max_connections),
             events: VecDeque::new(),
             rereads: Vec::new(),
             closing_conns: Vec::new(),
             limits,
             stats: Stats::default(),
-            open: 0,
             waker: None,
         })
     }
 
     /// Connections open now.
     pub fn open_connections(&self) -> usize {
-        self.open
-    }
-
-    fn handle(&self, index: u32) -> ConnHandle {
-        ConnHandle::from_parts(index, self.slots[index as usize].generation)
+        self.conns.len()
     }
 
     fn conn(&self, h: ConnHandle) -> Result<&Conn, Error> {
-        match self.slots.get(h.index() as usize) {
-            Some(s) if s.generation == h.generation() => {
-                s.conn.as_ref().ok_or(Error::InvalidHandle)
-            }
-            _ => Err(Error::InvalidHandle),
-        }
+        self.conns.get(h)
     }
 
     fn conn_mut(&mut self, h: ConnHandle) -> Result<&mut Conn, Error> {
-        self.conn(h)?;
-        self.slots[h.index() as usize]
-            .conn
-            .as_mut()
-            .ok_or(Error::InvalidHandle)
+        self.conns.get_mut(h)
     }
 
     /// Puts `conn` in a free slot and registers it.
-    fn insert(&mut self, mut conn: Conn) -> Result<ConnHandle, Error> {
-        let index = match self.free.pop() {
-            Some(i) => i,
-            None if self.slots.len() < self.limits.max_connections => {
-                self.slots.push(Slot::default());
-                (self.slots.len() - 1) as u32
-            }
-            None => return Err(Error::ConnectionLimit),
-        };
-        let token = Token(index as usize);
+    fn insert(&mut self, conn: Conn) -> Result<ConnHandle, Error> {
+        let h = self.conns.insert(conn)?;
+        let token = Token(h.index() as usize);
+        let c = self.conns.get_mut(h).expect("inserted");
         if self
             .poll
             .registry()
             .register(
-                &mut conn.stream,
+                &mut c.stream,
                 token,
                 Interest::READABLE | Interest::WRITABLE,
             )
             .is_err()
         {
-            self.free.push(index);
+            self.conns.undo_insert(h);
             return Err(Error::ConnectionLimit);
         }
-        let slot = &mut self.slots[index as usize];
-        slot.generation = slot.generation.wrapping_add(1);
-        slot.conn = Some(conn);
-        slot.ending = false;
-        self.open += 1;
-        Ok(self.handle(index))
+        Ok(h)
     }
 
     /// Ends connection `index`: its socket goes (reset first when
     /// `reset`), `Closed` is queued, and the slot waits for that event.
     fn end(&mut self, index: u32, reason: CloseReason, reset: bool) {
-        let h = self.handle(index);
-        let slot = &mut self.slots[index as usize];
-        let Some(mut conn) = slot.conn.take() else {
+        let Some((h, mut conn)) = self.conns.end(index) else {
             return;
         };
-        slot.ending = true;
         if reset {
             reset_on_close(&conn.stream);
             self.stats.resets_out += 1;
@@ -190,41 +149,24 @@ impl KernelNet {
         }
         let _ = self.poll.registry().deregister(&mut conn.stream);
         drop(conn);
-        self.open -= 1;
         self.stats.closed += 1;
         self.events.push_back(Event::Closed { conn: h, reason });
     }
 
     /// The `Closed` event of `h` was dispatched: its slot is free.
     fn release(&mut self, h: ConnHandle) {
-        let i = h.index() as usize;
-        if self
-            .slots
-            .get(i)
-            .is_some_and(|s| s.ending && s.generation == h.generation())
-        {
-            self.slots[i].ending = false;
-            self.free.push(h.index());
-        }
+        self.conns.release(h);
     }
 
     /// Reads connection `index`'s socket and queues what the handler must
     /// hear of it.
     fn read_ready(&mut self, index: u32) {
-        let h = self.handle(index);
-        if self.slots[index as usize]
-            .conn
-            .as_ref()
-            .is_some_and(|c| c.connecting)
-        {
+        let h = self.conns.handle(index);
+        if self.conns.at_mut(index).is_some_and(|c| c.connecting) {
             // `Connected` goes before any `Readable`.
             self.write_ready(index);
         }
-        let Some(conn) = self.slots[index as usize]
-            .conn
-            .as_mut()
-            .filter(|c| !c.connecting)
-        else {
+        let Some(conn) = self.conns.at_mut(index).filter(|c| !c.connecting) else {
             return;
         };
         match conn.fill() {
@@ -252,8 +194,8 @@ impl KernelNet {
     /// Writes connection `index`'s send buffer, completes an active open,
     /// finishes a close, and queues `Writable` where it was asked for.
     fn write_ready(&mut self, index: u32) {
-        let h = self.handle(index);
-        let Some(conn) = self.slots[index as usize].conn.as_mut() else {
+        let h = self.conns.handle(index);
+        let Some(conn) = self.conns.at_mut(index) else {
             return;
         };
         if conn.connecting {
@@ -297,7 +239,7 @@ impl KernelNet {
                     return;
                 }
             };
-            if self.free.is_empty() && self.slots.len() >= self.limits.max_connections {
+            if !self.conns.has_room() {
                 reset_on_close(&stream);
                 self.stats.connection_limit_refused += 1;
                 continue;
@@ -366,7 +308,7 @@ impl KernelNet {
         let mut i = 0;
         while i < self.closing_conns.len() {
             let index = self.closing_conns[i];
-            match self.slots[index as usize].conn.as_ref() {
+            match self.conns.at_mut(index).map(|c| &*c) {
                 Some(c) if c.closing && !c.close_finished(now) => i += 1,
                 Some(c) if c.closing => {
                     self.closing_conns.swap_remove(i);
@@ -595,7 +537,7 @@ impl KernelCore {
 
     /// Connections open now.
     pub fn open_connections(&self) -> usize {
-        self.net.open
+        self.net.conns.len()
     }
 
     /// Runs the loop until `stop` is set, calling `publish` after each

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 use flowlane_app::{
-    CloseReason, ConnHandle, Error, FourTuple, ListenerId, Net, Placement, State, Stats,
+    seen_state, CloseReason, ConnHandle, Error, FourTuple, Handles, ListenerId, Net, Placement,
+    State, Stats,
 };
 use flowlane_tcp::Event;
 
@@ -71,20 +72,15 @@ impl Conn {
     }
 }
 
-#[derive(Debug, Default)]
-struct Slot {
-    generation: u32,
-    conn: Option<Conn>,
-    ending: bool,
-}
+/// Connections one application thread keeps at most.
+const MAX_CONNECTIONS: usize = 1 << 20;
 
 /// The [`Net`] of one application thread.
 pub(crate) struct QpNet {
     thread: u32,
     placement: Placement,
     epoch: Instant,
-    slots: Vec<Slot>,
-    free: Vec<u32>,
+    conns: Handles<Conn>,
     /// Per core: its handles to ours.
     by_core: Vec<HashMap<ConnHandle, u32>>,
     cores: Vec<CoreLink>,
@@ -112,8 +108,7 @@ impl QpNet {
             thread,
             placement,
             epoch: Instant::now(),
-            slots: Vec::new(),
-            free: Vec::new(),
+            conns: Handles::new(MAX_CONNECTIONS),
             by_core: (0..n).map(|_| HashMap::new()).collect(),
             cores,
             served,
@@ -127,67 +122,36 @@ impl QpNet {
     }
 
     fn handle(&self, index: u32) -> ConnHandle {
-        ConnHandle::from_parts(index, self.slots[index as usize].generation)
+        self.conns.handle(index)
     }
 
     fn conn(&self, h: ConnHandle) -> Result<&Conn, Error> {
-        match self.slots.get(h.index() as usize) {
-            Some(s) if s.generation == h.generation() => {
-                s.conn.as_ref().ok_or(Error::InvalidHandle)
-            }
-            _ => Err(Error::InvalidHandle),
-        }
+        self.conns.get(h)
     }
 
     fn conn_mut(&mut self, h: ConnHandle) -> Result<&mut Conn, Error> {
-        self.conn(h)?;
-        self.slots[h.index() as usize]
-            .conn
-            .as_mut()
-            .ok_or(Error::InvalidHandle)
-    }
-
-    fn insert(&mut self, conn: Conn) -> ConnHandle {
-        let index = self.free.pop().unwrap_or_else(|| {
-            self.slots.push(Slot::default());
-            (self.slots.len() - 1) as u32
-        });
-        let s = &mut self.slots[index as usize];
-        s.generation = s.generation.wrapping_add(1);
-        s.conn = Some(conn);
-        s.ending = false;
-        self.handle(index)
+        self.conns.get_mut(h)
     }
 
     /// Ends our connection `index`: `Closed` is queued; the slot waits for
     /// it to be dispatched ([`QpNet::release`]).
     fn end(&mut self, index: u32, reason: CloseReason) {
-        let h = self.handle(index);
-        let s = &mut self.slots[index as usize];
-        if let Some(c) = s.conn.take() {
-            if let Some(r) = c.remote_handle {
-                self.by_core[c.core as usize].remove(&r);
-            }
-            for buf in c.rx {
-                self.pending[c.core as usize].push(ToCore::Recycle(buf));
-            }
-            s.ending = true;
-            self.stats.closed += 1;
-            self.events.push_back(Event::Closed { conn: h, reason });
+        let Some((h, c)) = self.conns.end(index) else {
+            return;
+        };
+        if let Some(r) = c.remote_handle {
+            self.by_core[c.core as usize].remove(&r);
         }
+        for buf in c.rx {
+            self.pending[c.core as usize].push(ToCore::Recycle(buf));
+        }
+        self.stats.closed += 1;
+        self.events.push_back(Event::Closed { conn: h, reason });
     }
 
     /// `h`'s `Closed` was dispatched: its slot is free.
     pub(crate) fn release(&mut self, h: ConnHandle) {
-        let i = h.index() as usize;
-        if self
-            .slots
-            .get(i)
-            .is_some_and(|s| s.ending && s.generation == h.generation())
-        {
-            self.slots[i].ending = false;
-            self.free.push(h.index());
-        }
+        self.conns.release(h);
     }
 
     fn request(
@@ -206,7 +170,11 @@ impl QpNet {
         let ours = |net: &QpNet, conn: &ConnHandle| net.by_core[core as usize].get(conn).copied();
         match m {
             ToApp::Accepted { conn, port, tuple } => {
-                let h = self.insert(Conn::new(core, Some(conn), tuple));
+                let Ok(h) = self.conns.insert(Conn::new(core, Some(conn), tuple)) else {
+                    // No room on this thread: the core resets it.
+                    self.pending[core as usize].push(ToCore::Abort { conn });
+                    return;
+                };
                 self.by_core[core as usize].insert(conn, h.index());
                 self.stats.passive_opens += 1;
                 self.events.push_back(Event::Accepted {
@@ -219,7 +187,7 @@ impl QpNet {
                     return;
                 };
                 let h = self.handle(index);
-                let Some(c) = self.slots[index as usize].conn.as_mut() else {
+                let Some(c) = self.conns.at_mut(index) else {
                     return;
                 };
                 c.remote_handle = Some(conn);
@@ -245,7 +213,7 @@ impl QpNet {
                 let h = self.handle(index);
                 let n = bytes.len();
                 self.stats.bytes_in += n as u64;
-                let c = self.slots[index as usize].conn.as_mut().expect("mapped");
+                let c = self.conns.at_mut(index).expect("mapped");
                 c.rx_len += n;
                 c.rx.push_back(bytes);
                 if !c.readable_told {
@@ -258,7 +226,7 @@ impl QpNet {
                     return;
                 };
                 let h = self.handle(index);
-                let c = self.slots[index as usize].conn.as_mut().expect("mapped");
+                let c = self.conns.at_mut(index).expect("mapped");
                 c.completed = c.completed.max(total);
                 if c.want_writable && c.send_space() > 0 {
                     c.want_writable = false;
@@ -268,7 +236,7 @@ impl QpNet {
             ToApp::PeerClosed { conn } => {
                 if let Some(index) = ours(self, &conn) {
                     let h = self.handle(index);
-                    if let Some(c) = self.slots[index as usize].conn.as_mut() {
+                    if let Some(c) = self.conns.at_mut(index) {
                         c.peer_closed = true;
                     }
                     self.events.push_back(Event::PeerClosed(h));
@@ -299,7 +267,7 @@ impl QpNet {
 
     /// Connections open on this thread.
     pub(crate) fn open(&self) -> usize {
-        self.slots.iter().filter(|s| s.conn.is_some()).count()
+        self.conns.len()
     }
 
     /// Bytes given back to the core for `conn` after a read.
@@ -341,14 +309,14 @@ impl Net for QpNet {
         let core = self.served[self.next_core % self.served.len()];
         self.next_core += 1;
         let unspecified = SocketAddr::new(IpAddr::from([0, 0, 0, 0]), 0);
-        let h = self.insert(Conn::new(
+        let h = self.conns.insert(Conn::new(
             core,
             None,
             FourTuple {
                 local: unspecified,
                 remote,
             },
-        ));
+        ))?;
         let token = self.next_token;
         self.next_token += 1;
         self.connecting.insert(token, h.index());
@@ -478,19 +446,11 @@ impl Net for QpNet {
 
     fn state(&self, h: ConnHandle) -> Result<State, Error> {
         let c = self.conn(h)?;
-        Ok(
-            match (
-                c.remote_handle.is_none(),
-                c.peer_closed,
-                c.closing || c.shut,
-            ) {
-                (true, _, _) => State::SynSent,
-                (false, false, false) => State::Established,
-                (false, true, false) => State::CloseWait,
-                (false, false, true) => State::FinWait1,
-                (false, true, true) => State::LastAck,
-            },
-        )
+        Ok(seen_state(
+            c.remote_handle.is_none(),
+            c.peer_closed,
+            c.closing || c.shut,
+        ))
     }
 
     fn set_user_data(&mut self, h: ConnHandle, data: u64) -> Result<(), Error> {

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
-use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net};
+use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net, SetupExt};
 use flowlane_dataplane::counters;
 use flowlane_dataplane::service_control::{move_line, ServiceControl};
 use flowlane_dataplane::tcp_service::{self, rss_state};

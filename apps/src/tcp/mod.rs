@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use flowlane_app::{Placement, Setup};
+use flowlane_app::{Placement, Setup, SetupExt};
 use flowlane_dataplane::placement::machine_placement;
 use flowlane_dataplane::service_args::{
     listen_port, queue_count, Backend, DataPathArgs, ExecMode, RebalanceArgs,

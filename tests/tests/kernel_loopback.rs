@@ -2,63 +2,23 @@
 //! peer: the same handlers as on AF_XDP, echoing, refusing past the
 //! connection bound, and opening connections.
 
+mod loopback_common;
+
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net, Placement};
+use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net, SetupExt};
 use flowlane_kernel::{KernelConfig, KernelService, Limits};
-
-const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
-
-/// A port free now (bound and released).
-fn free_port() -> u16 {
-    TcpListener::bind((LOOPBACK, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use loopback_common::*;
 
 fn config(cores: u32, limits: Limits) -> KernelConfig {
     KernelConfig {
-        cores: (0..cores)
-            .map(|queue| Placement {
-                queue,
-                cpu: None,
-                node: 0,
-            })
-            .collect(),
+        cores: places(cores),
         listen_on: vec![LOOPBACK],
         limits,
     }
-}
-
-struct Echo {
-    scratch: Vec<u8>,
-}
-
-impl ConnHandler for Echo {
-    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        net.echo(conn, &mut self.scratch);
-    }
-    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        net.echo(conn, &mut self.scratch);
-    }
-}
-
-/// Pseudo-random bytes.
-fn payload(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 #[test]
@@ -71,31 +31,16 @@ fn every_byte_comes_back_from_the_echo_handler_on_two_cores() {
         ..Limits::default()
     };
     let service = KernelService::start(config(2, limits), move |core| {
-        core.listen(
-            port,
-            Echo {
-                scratch: vec![0; 8192],
-            },
-        )
-        .map(|_| ())
-        .map_err(|e| format!("{e:?}"))
+        core.listen(port, Echo::new(8192))
+            .map(|_| ())
+            .map_err(|e| format!("{e:?}"))
     })
     .unwrap();
     let clients: Vec<_> = (0..8u64)
         .map(|i| {
             std::thread::spawn(move || {
                 let data = payload(i + 1, 1 << 20);
-                let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
-                s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-                let mut w = s.try_clone().unwrap();
-                let sent = data.clone();
-                let writer = std::thread::spawn(move || {
-                    w.write_all(&sent).unwrap();
-                    w.shutdown(std::net::Shutdown::Write).unwrap();
-                });
-                let mut back = Vec::new();
-                s.read_to_end(&mut back).unwrap();
-                writer.join().unwrap();
+                let back = echo_client(port, data.clone());
                 assert!(back == data, "connection {i}: {} bytes back", back.len());
             })
         })
@@ -121,14 +66,9 @@ fn connections_past_the_bound_are_reset_and_counted() {
         ..Limits::default()
     };
     let service = KernelService::start(config(1, limits), move |core| {
-        core.listen(
-            port,
-            Echo {
-                scratch: vec![0; 64],
-            },
-        )
-        .map(|_| ())
-        .map_err(|e| format!("{e:?}"))
+        core.listen(port, Echo::new(64))
+            .map(|_| ())
+            .map_err(|e| format!("{e:?}"))
     })
     .unwrap();
     let mut kept: Vec<TcpStream> = (0..2)
@@ -219,14 +159,9 @@ fn a_port_in_use_is_a_set_up_error() {
     let taken = TcpListener::bind((LOOPBACK, 0)).unwrap();
     let port = taken.local_addr().unwrap().port();
     let e = KernelService::start(config(1, Limits::default()), move |core| {
-        core.listen(
-            port,
-            Echo {
-                scratch: Vec::new(),
-            },
-        )
-        .map(|_| ())
-        .map_err(|e| format!("{e:?}"))
+        core.listen(port, Echo::new(0))
+            .map(|_| ())
+            .map_err(|e| format!("{e:?}"))
     })
     .expect_err("the port is taken");
     assert!(e.contains("AddrInUse"), "{e}");

@@ -2,35 +2,18 @@
 //! as the peer: the echo handler of run to completion, unchanged, on
 //! application threads; and back-pressure from a thread that does not read.
 
+mod loopback_common;
+
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flowlane_app::{ConnHandle, ConnHandler, Net, Placement};
+use flowlane_app::{ConnHandle, ConnHandler, Net, SetupExt};
 use flowlane_kernel::{KernelConfig, KernelService, Limits};
 use flowlane_qp::{QueuePairConfig, QueuePairs};
-
-const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
-
-fn free_port() -> u16 {
-    TcpListener::bind((LOOPBACK, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn places(n: u32) -> Vec<Placement> {
-    (0..n)
-        .map(|queue| Placement {
-            queue,
-            cpu: None,
-            node: 0,
-        })
-        .collect()
-}
+use loopback_common::*;
 
 /// Queue pairs with `threads` application threads set up by `setup`, over
 /// a two-core kernel-socket backend.
@@ -62,58 +45,13 @@ where
     (qp, kernel)
 }
 
-struct Echo {
-    scratch: Vec<u8>,
-}
-
-impl ConnHandler for Echo {
-    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        net.echo(conn, &mut self.scratch);
-    }
-    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        net.echo(conn, &mut self.scratch);
-    }
-}
-
-fn payload(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-/// Sends `data`, half-closes, reads everything back.
-fn echo_client(port: u16, data: Vec<u8>) -> Vec<u8> {
-    let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let mut w = s.try_clone().unwrap();
-    let writer = std::thread::spawn(move || {
-        w.write_all(&data).unwrap();
-        w.shutdown(std::net::Shutdown::Write).unwrap();
-    });
-    let mut back = Vec::new();
-    s.read_to_end(&mut back).unwrap();
-    writer.join().unwrap();
-    back
-}
-
 #[test]
 fn the_echo_handler_runs_unchanged_on_application_threads() {
     let port = free_port();
     let (qp, kernel) = start(2, move |t| {
-        t.listen(
-            port,
-            Echo {
-                scratch: vec![0; 16 << 10],
-            },
-        )
-        .map(|_| ())
-        .map_err(|e| format!("{e:?}"))
+        t.listen(port, Echo::new(16 << 10))
+            .map(|_| ())
+            .map_err(|e| format!("{e:?}"))
     });
     let clients: Vec<_> = (0..6u64)
         .map(|i| {

@@ -1,0 +1,176 @@
+//! The connection table of a backend that keeps its own connections under
+//! this API (kernel sockets, queue-pair mode's application threads):
+//! handles with a generation per slot, so that a handle to a connection
+//! that is gone never reaches the next one in its slot, and a slot kept
+//! until the connection's `Closed` event reached its handler.
+
+use flowlane_tcp::{ConnHandle, Error, State};
+
+/// The TCP state a backend reports for a connection whose state machine it
+/// does not see (a kernel socket, a connection on another thread): from
+/// whether the handshake is still under way, the peer's FIN came, and ours
+/// was asked for.
+pub fn seen_state(opening: bool, peer_closed: bool, we_closed: bool) -> State {
+    match (opening, peer_closed, we_closed) {
+        (true, _, _) => State::SynSent,
+        (false, false, false) => State::Established,
+        (false, true, false) => State::CloseWait,
+        (false, false, true) => State::FinWait1,
+        (false, true, true) => State::LastAck,
+    }
+}
+
+#[derive(Debug)]
+struct Slot<T> {
+    generation: u32,
+    value: Option<T>,
+    /// The connection ended; the slot is reused once its `Closed` event
+    /// was dispatched ([`Handles::release`]).
+    ending: bool,
+}
+
+/// Connections by [`ConnHandle`], at most `limit` slots.
+#[derive(Debug)]
+pub struct Handles<T> {
+    slots: Vec<Slot<T>>,
+    free: Vec<u32>,
+    limit: usize,
+    open: usize,
+}
+
+impl<T> Handles<T> {
+    /// An empty table of at most `limit` slots.
+    pub fn new(limit: usize) -> Handles<T> {
+        Handles {
+            slots: Vec::new(),
+            free: Vec::new(),
+            limit,
+            open: 0,
+        }
+    }
+
+    /// Connections in the table.
+    pub fn len(&self) -> usize {
+        self.open
+    }
+
+    /// Whether the table holds none.
+    pub fn is_empty(&self) -> bool {
+        self.open == 0
+    }
+
+    /// Whether [`Handles::insert`] would find a slot.
+    pub fn has_room(&self) -> bool {
+        !self.free.is_empty() || self.slots.len() < self.limit
+    }
+
+    /// The handle of slot `index` now.
+    pub fn handle(&self, index: u32) -> ConnHandle {
+        ConnHandle::from_parts(index, self.slots[index as usize].generation)
+    }
+
+    /// The connection `h` names (`InvalidHandle` if it is gone).
+    pub fn get(&self, h: ConnHandle) -> Result<&T, Error> {
+        match self.slots.get(h.index() as usize) {
+            Some(s) if s.generation == h.generation() => {
+                s.value.as_ref().ok_or(Error::InvalidHandle)
+            }
+            _ => Err(Error::InvalidHandle),
+        }
+    }
+
+    /// [`Handles::get`], mutable.
+    pub fn get_mut(&mut self, h: ConnHandle) -> Result<&mut T, Error> {
+        match self.slots.get_mut(h.index() as usize) {
+            Some(s) if s.generation == h.generation() => {
+                s.value.as_mut().ok_or(Error::InvalidHandle)
+            }
+            _ => Err(Error::InvalidHandle),
+        }
+    }
+
+    /// The connection in slot `index`, whatever its generation.
+    pub fn at_mut(&mut self, index: u32) -> Option<&mut T> {
+        self.slots.get_mut(index as usize)?.value.as_mut()
+    }
+
+    /// Adds a connection (`ConnectionLimit` when every slot is taken).
+    pub fn insert(&mut self, value: T) -> Result<ConnHandle, Error> {
+        let index = match self.free.pop() {
+            Some(i) => i,
+            None if self.slots.len() < self.limit => {
+                self.slots.push(Slot {
+                    generation: 0,
+                    value: None,
+                    ending: false,
+                });
+                (self.slots.len() - 1) as u32
+            }
+            None => return Err(Error::ConnectionLimit),
+        };
+        let s = &mut self.slots[index as usize];
+        s.generation = s.generation.wrapping_add(1);
+        s.value = Some(value);
+        s.ending = false;
+        self.open += 1;
+        Ok(self.handle(index))
+    }
+
+    /// Takes the connection out of slot `index` (it ended), with its
+    /// handle; the slot waits for [`Handles::release`].
+    pub fn end(&mut self, index: u32) -> Option<(ConnHandle, T)> {
+        let h = self.handle(index);
+        let s = self.slots.get_mut(index as usize)?;
+        let value = s.value.take()?;
+        s.ending = true;
+        self.open -= 1;
+        Some((h, value))
+    }
+
+    /// `h`'s `Closed` event was dispatched: its slot is free.
+    pub fn release(&mut self, h: ConnHandle) {
+        if let Some(s) = self.slots.get_mut(h.index() as usize) {
+            if s.ending && s.generation == h.generation() {
+                s.ending = false;
+                self.free.push(h.index());
+            }
+        }
+    }
+
+    /// Takes a connection back out of the table before anyone saw its
+    /// handle (a set-up step after [`Handles::insert`] failed).
+    pub fn undo_insert(&mut self, h: ConnHandle) -> Option<T> {
+        let (h2, v) = self.end(h.index())?;
+        self.release(h2);
+        Some(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_handle_outlives_its_connection_harmlessly() {
+        let mut t: Handles<&str> = Handles::new(2);
+        let a = t.insert("a").unwrap();
+        let b = t.insert("b").unwrap();
+        assert_eq!(t.insert("c"), Err(Error::ConnectionLimit));
+        assert_eq!(t.end(a.index()), Some((a, "a")));
+        assert_eq!(t.get(a), Err(Error::InvalidHandle));
+        // The slot waits for the Closed event.
+        assert!(!t.has_room());
+        t.release(a);
+        let c = t.insert("c").unwrap();
+        assert_eq!(c.index(), a.index());
+        assert_ne!(c, a);
+        assert_eq!(t.get(a), Err(Error::InvalidHandle));
+        assert_eq!(t.get(c), Ok(&"c"));
+        // A stale release does nothing.
+        t.release(a);
+        assert_eq!(t.get(c), Ok(&"c"));
+        assert_eq!(t.undo_insert(b), Some("b"));
+        assert_eq!(t.len(), 1);
+        assert!(t.has_room());
+    }
+}
