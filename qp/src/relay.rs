@@ -3,6 +3,7 @@
 //! out that thread's requests.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -51,6 +52,22 @@ pub(crate) struct Relay {
     conns: HashMap<ConnHandle, Relayed>,
     connecting: HashMap<ConnHandle, (u32, u64)>,
     pool: Vec<Vec<u8>>,
+    /// Per application thread: cleared when it ends (a panic included).
+    alive: Vec<Arc<AtomicBool>>,
+    /// The threads this relay found dead (their connections are gone).
+    dead: Vec<bool>,
+    /// Connections reset because their thread died, or accepted for a
+    /// dead thread (all relays of the service count here).
+    orphaned: Arc<AtomicU64>,
+}
+
+/// What the relays of a service share about its application threads.
+#[derive(Clone)]
+pub(crate) struct Threads {
+    /// One sender per application thread.
+    pub(crate) events: Vec<Sender<(u32, ToApp)>>,
+    pub(crate) alive: Vec<Arc<AtomicBool>>,
+    pub(crate) orphaned: Arc<AtomicU64>,
 }
 
 impl Relay {
@@ -58,13 +75,17 @@ impl Relay {
         core: u32,
         owner: u32,
         ports: Arc<Vec<u16>>,
-        threads: Vec<Sender<(u32, ToApp)>>,
+        threads: Threads,
         requests: Receiver<Vec<ToCore>>,
         wake: WakeSlot,
     ) -> Relay {
+        let n = threads.events.len();
         Relay {
             ports,
-            threads,
+            threads: threads.events,
+            alive: threads.alive,
+            dead: vec![false; n],
+            orphaned: threads.orphaned,
             core,
             owner,
             requests,
@@ -183,6 +204,36 @@ impl Relay {
         }
     }
 
+    /// Resets the connections of application threads that died since the
+    /// last pass (counted): nobody is left to serve them, and the core
+    /// goes on with the other threads' connections.
+    fn bury(&mut self, net: &mut dyn Net) {
+        for t in 0..self.dead.len() {
+            if self.dead[t] || self.alive[t].load(Ordering::Relaxed) {
+                continue;
+            }
+            self.dead[t] = true;
+            let theirs: Vec<ConnHandle> = self
+                .conns
+                .iter()
+                .filter(|(_, r)| r.thread as usize == t)
+                .map(|(&c, _)| c)
+                .chain(
+                    self.connecting
+                        .iter()
+                        .filter(|(_, (thread, _))| *thread as usize == t)
+                        .map(|(&c, _)| c),
+                )
+                .collect();
+            for c in theirs {
+                self.conns.remove(&c);
+                self.connecting.remove(&c);
+                let _ = net.abort(c);
+                self.orphaned.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
     fn request(&mut self, net: &mut dyn Net, m: ToCore) {
         match m {
             ToCore::Connect {
@@ -249,6 +300,11 @@ impl ConnHandler for Relay {
             let _ = net.abort(conn);
             return;
         };
+        if self.dead[self.owner as usize] {
+            let _ = net.abort(conn);
+            self.orphaned.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         self.insert(conn, self.owner);
         self.tell(
             self.owner,
@@ -300,6 +356,7 @@ impl ConnHandler for Relay {
 
     /// The application threads' requests, in the order each sent them.
     fn on_tick(&mut self, net: &mut dyn Net) {
+        self.bury(net);
         for _ in 0..REQUESTS_PER_PASS {
             let Ok(batch) = self.requests.try_recv() else {
                 break;

@@ -10,7 +10,16 @@ use flowlane_app::{Dispatcher, Error, Placement, Setup};
 
 use crate::app_net::{CoreLink, QpNet};
 use crate::app_thread::AppThread;
-use crate::relay::{Relay, WakeSlot};
+use crate::relay::{Relay, Threads, WakeSlot};
+
+/// Clears a thread's flag when the thread ends, by returning or by a panic.
+struct AliveGuard(Arc<AtomicBool>);
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
+}
 
 /// What to start.
 #[derive(Debug, Clone)]
@@ -42,6 +51,8 @@ fn owner(cores: &[Placement], threads: &[Placement], core: usize) -> u32 {
 /// network cores take at their set-up ([`QueuePairs::setup_core`]).
 pub struct QueuePairs {
     stop: Arc<AtomicBool>,
+    alive: Vec<Arc<AtomicBool>>,
+    orphaned: Arc<AtomicU64>,
     threads: Mutex<Vec<(u32, JoinHandle<()>)>>,
     relays: Mutex<Vec<Option<Relay>>>,
     ports: Arc<Vec<u16>>,
@@ -87,6 +98,10 @@ impl QueuePairs {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<Vec<u16>, String>>();
         let mut threads = Vec::new();
         let mut open = Vec::new();
+        let alive: Vec<Arc<AtomicBool>> = (0..nthreads)
+            .map(|_| Arc::new(AtomicBool::new(true)))
+            .collect();
+        let orphaned = Arc::new(AtomicU64::new(0));
         for (t, p) in config.app_threads.iter().copied().enumerate() {
             let t = t as u32;
             let links: Vec<CoreLink> = (0..ncores)
@@ -103,9 +118,11 @@ impl QueuePairs {
                 (setup.clone(), stop.clone(), ready_tx.clone(), config.pin);
             let count = Arc::new(AtomicU64::new(0));
             open.push(count.clone());
+            let guard = AliveGuard(alive[t as usize].clone());
             let handle = std::thread::Builder::new()
                 .name(format!("flowlane-app{t}"))
                 .spawn(move || {
+                    let _guard = guard;
                     if let Some(cpu) = p.cpu {
                         if let Err(e) = pin(cpu) {
                             let _ = ready.send(Err(format!(
@@ -157,7 +174,11 @@ impl QueuePairs {
             }
         }
         let ports = Arc::new(ports.unwrap_or_default());
-        let senders: Vec<_> = events.iter().map(|(tx, _)| tx.clone()).collect();
+        let shared = Threads {
+            events: events.iter().map(|(tx, _)| tx.clone()).collect(),
+            alive: alive.clone(),
+            orphaned: orphaned.clone(),
+        };
         let relays = requests
             .into_iter()
             .enumerate()
@@ -166,7 +187,7 @@ impl QueuePairs {
                     c as u32,
                     owners[c],
                     ports.clone(),
-                    senders.clone(),
+                    shared.clone(),
                     rx,
                     wakes[c].clone(),
                 ))
@@ -174,6 +195,8 @@ impl QueuePairs {
             .collect();
         let qp = QueuePairs {
             stop,
+            alive,
+            orphaned,
             threads: Mutex::new(threads),
             relays: Mutex::new(relays),
             ports,
@@ -216,16 +239,21 @@ impl QueuePairs {
         self.open.iter().map(|c| c.load(Ordering::Relaxed)).sum()
     }
 
-    /// Whether an application thread ended before being stopped (it
-    /// panicked).
-    pub fn failed(&self) -> bool {
-        !self.stop.load(Ordering::Relaxed)
-            && self
-                .threads
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .iter()
-                .any(|(_, t)| t.is_finished())
+    /// Application threads that ended before being stopped (they
+    /// panicked): the cores reset their connections and go on.
+    pub fn dead_threads(&self) -> Vec<u32> {
+        if self.stop.load(Ordering::Relaxed) {
+            return Vec::new();
+        }
+        (0..self.alive.len() as u32)
+            .filter(|&t| !self.alive[t as usize].load(Ordering::Relaxed))
+            .collect()
+    }
+
+    /// Connections the cores reset because their application thread died
+    /// (or was dead when they arrived).
+    pub fn orphaned(&self) -> u64 {
+        self.orphaned.load(Ordering::Relaxed)
     }
 
     /// Stops the application threads (stop the network backend first);

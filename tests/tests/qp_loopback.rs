@@ -178,3 +178,78 @@ fn a_thread_that_does_not_read_closes_the_window_and_loses_nothing() {
     assert!(back == data, "{} of {} bytes back", back.len(), data.len());
     kernel.stop();
 }
+
+/// Echoes, except that the word "boom" makes it panic.
+struct Fragile {
+    scratch: Vec<u8>,
+}
+
+impl ConnHandler for Fragile {
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        if net.peek(conn).is_ok_and(|d| d.starts_with(b"boom")) {
+            panic!("the application's bug (this test's, on purpose)");
+        }
+        net.echo(conn, &mut self.scratch);
+    }
+    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        net.echo(conn, &mut self.scratch);
+    }
+}
+
+/// An application thread that panics takes its connections with it (the
+/// cores reset them, counted) and nothing else: the network cores and the
+/// other thread go on serving.
+#[test]
+fn a_panicking_application_thread_loses_its_connections_only() {
+    let port = free_port();
+    let (qp, kernel) = start(2, move |t| {
+        t.listen(
+            port,
+            Fragile {
+                scratch: vec![0; 4096],
+            },
+        )
+        .map(|_| ())
+        .map_err(|e| format!("{e:?}"))
+    });
+    let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"boom").unwrap();
+    let mut b = [0u8; 16];
+    // Reset (or at least closed): never an answer.
+    assert!(!matches!(s.read(&mut b), Ok(n) if n > 0));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while qp.dead_threads().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let dead = qp.dead_threads();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    // The other thread's core still echoes; connections the kernel puts on
+    // the dead thread's core are reset. Try until one lands on the live one.
+    let mut echoed = 0;
+    for i in 0..40u64 {
+        let data = payload(i + 100, 10_000);
+        let mut c = TcpStream::connect((LOOPBACK, port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut back = Vec::new();
+        // A connection on the dead thread's core is reset at any step.
+        let served = c.write_all(&data).is_ok()
+            && c.shutdown(std::net::Shutdown::Write).is_ok()
+            && c.read_to_end(&mut back).is_ok()
+            && back == data;
+        echoed += u32::from(served);
+    }
+    assert!(echoed > 0, "no connection was served after the panic");
+    assert!(
+        echoed < 40,
+        "every connection landed on the live core (odds 2^-40)"
+    );
+    assert!(
+        qp.orphaned() >= 1,
+        "the panicking thread's connection was not counted"
+    );
+    let (_, err) = kernel.stop();
+    assert_eq!(err, None, "a network core ended");
+    let e = qp.stop().expect("the panic is reported");
+    assert!(e.contains("panicked"), "{e}");
+}

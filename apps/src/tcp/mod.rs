@@ -494,12 +494,27 @@ fn app_threads_cpu(qp: Option<&QueuePairs>) -> Vec<Option<u64>> {
     })
 }
 
-/// Ends the service when an application thread died (it panicked).
-fn app_threads_alive(qp: Option<&QueuePairs>) -> Result<()> {
-    if qp.is_some_and(QueuePairs::failed) {
-        bail!("an application thread ended (its error follows at exit)");
+/// Says once, per application thread that died (it panicked), that the
+/// cores reset its connections and go on.
+fn report_dead_threads(qp: Option<&QueuePairs>, reported: &mut Vec<u32>) {
+    for t in qp.map(QueuePairs::dead_threads).unwrap_or_default() {
+        if !reported.contains(&t) {
+            reported.push(t);
+            eprintln!(
+                "flowlane: application thread {t} died; the cores reset its connections and \
+                 serve the others"
+            );
+        }
     }
-    Ok(())
+}
+
+/// Queue-pair mode's part of a summary.
+fn queue_pair_json(qp: Option<&QueuePairs>) -> Value {
+    qp.map_or(Value::Null, |q| {
+        json!({"app_threads": q.app_threads(),
+               "dead_threads": q.dead_threads(),
+               "connections_orphaned": q.orphaned()})
+    })
 }
 
 /// A running service as the wait loop sees it.
@@ -518,6 +533,7 @@ struct XdpRunning<'a> {
     control: ServiceControl,
     watchdog: Watchdog,
     qp: Option<&'a QueuePairs>,
+    dead_reported: Vec<u32>,
 }
 
 impl Running for XdpRunning<'_> {
@@ -531,7 +547,7 @@ impl Running for XdpRunning<'_> {
         )
     }
     fn check(&mut self) -> Result<()> {
-        app_threads_alive(self.qp)?;
+        report_dead_threads(self.qp, &mut self.dead_reported);
         self.watchdog.check(self.service.dataplane())?;
         for m in self.control.poll(self.service) {
             eprintln!("{}", move_line(&m));
@@ -605,16 +621,19 @@ fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
         control,
         watchdog: Watchdog::new(name),
         qp,
+        dead_reported: Vec::new(),
     };
     let r = wait(c, &mut running, &results.rx, expect);
     drop(running);
     let cpu: Vec<Option<u64>> = (0..queues).map(worker_cpu_ns).collect();
     let app_cpu = app_threads_cpu(qp);
+    let qp_summary = queue_pair_json(qp);
     let counters = service.stop();
     let summary = json!({"event": "summary",
                          "counters": counters_json(&counters.tcp, &counters.buckets),
                          "worker_cpu_ns": cpu,
-                         "app_thread_cpu_ns": app_cpu});
+                         "app_thread_cpu_ns": app_cpu,
+                         "queue_pair": qp_summary});
     outln!("{summary}");
     if let Some(p) = &c.report {
         write_report(p, &summary)?;
@@ -667,15 +686,18 @@ fn serve_kernel(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
     let mut running = KernelRunning {
         service: &service,
         qp,
+        dead_reported: Vec::new(),
     };
     let r = wait(c, &mut running, &results.rx, expect);
     let cpu: Vec<Option<u64>> = (0..n).map(worker_cpu_ns).collect();
     let app_cpu = app_threads_cpu(qp);
+    let qp_summary = queue_pair_json(qp);
     let (counters, failed) = service.stop();
     let summary = json!({"event": "summary", "backend": "kernel",
                          "counters": kernel_counters_json(&counters),
                          "worker_cpu_ns": cpu,
-                         "app_thread_cpu_ns": app_cpu});
+                         "app_thread_cpu_ns": app_cpu,
+                         "queue_pair": qp_summary});
     outln!("{summary}");
     if let Some(p) = &c.report {
         write_report(p, &summary)?;
@@ -700,6 +722,7 @@ fn listen_addresses() -> Vec<IpAddr> {
 struct KernelRunning<'a> {
     service: &'a KernelService,
     qp: Option<&'a QueuePairs>,
+    dead_reported: Vec<u32>,
 }
 
 impl Running for KernelRunning<'_> {
@@ -710,7 +733,7 @@ impl Running for KernelRunning<'_> {
         kernel_counters_json(&self.service.counters())
     }
     fn check(&mut self) -> Result<()> {
-        app_threads_alive(self.qp)?;
+        report_dead_threads(self.qp, &mut self.dead_reported);
         if self.service.failed() {
             bail!("a core's loop ended (its error follows at exit)");
         }
