@@ -424,7 +424,15 @@ impl Net for QpNet {
     }
 
     fn close(&mut self, h: ConnHandle) -> Result<(), Error> {
-        if self.conn(h)?.closing {
+        let c = self.conn(h)?;
+        if c.closing {
+            return Ok(());
+        }
+        if c.rx_len > 0 {
+            // Unread data, here rather than in the core's stack: a reset,
+            // as run to completion sends.
+            self.request(h, |conn| ToCore::Abort { conn })?;
+            self.conn_mut(h)?.closing = true;
             return Ok(());
         }
         self.request(h, |conn| ToCore::Close { conn })?;

@@ -253,3 +253,39 @@ fn a_panicking_application_thread_loses_its_connections_only() {
     let e = qp.stop().expect("the panic is reported");
     assert!(e.contains("panicked"), "{e}");
 }
+
+/// Closes each connection at its first data without reading it.
+struct Rude;
+
+impl ConnHandler for Rude {
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        net.close(conn).unwrap();
+    }
+}
+
+/// Closing with unread data resets the connection, as in run to
+/// completion, though the unread bytes are on the application thread and
+/// not in the core's stack.
+#[test]
+fn closing_with_unread_data_resets() {
+    let port = free_port();
+    let (_qp, kernel) = start(1, move |t| {
+        t.listen(port, Rude)
+            .map(|_| ())
+            .map_err(|e| format!("{e:?}"))
+    });
+    let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"unread").unwrap();
+    let mut b = [0u8; 8];
+    let e = s.read(&mut b).expect_err("reset");
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}");
+    let (counters, _) = kernel.stop();
+    assert_eq!(
+        counters
+            .iter()
+            .map(|(_, c)| c.stats.resets_out)
+            .sum::<u64>(),
+        1
+    );
+}
