@@ -3,7 +3,7 @@
 //! events.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use flowlane_app::{ConnHandler, Dispatcher, Error, HandlerId, ListenerId, Setup};
@@ -63,16 +63,21 @@ impl Setup for AppThread {
 }
 
 impl AppThread {
-    /// Runs until `stop` is set or every core is gone.
-    /// `open` gets the thread's open connections after each pass.
+    /// Runs until `stop` is set or every core is gone. `open` gets the
+    /// thread's open connections after each pass; `beat` the time (ns
+    /// since `epoch`) each pass ends, which the cores watch for stalls.
     pub(crate) fn run(
         &mut self,
         events: &Receiver<(u32, ToApp)>,
         stop: &AtomicBool,
         open: &AtomicU64,
+        (beat, epoch): (&AtomicU64, Instant),
     ) {
+        let tick = || beat.store(epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        tick();
         self.app.start(&mut self.net);
         self.pass();
+        tick();
         while !stop.load(Ordering::Relaxed) {
             match events.recv_timeout(TICK) {
                 Ok((core, m)) => self.net.take(core, m),
@@ -86,6 +91,7 @@ impl AppThread {
                 }
             }
             self.pass();
+            tick();
             open.store(self.net.open() as u64, Ordering::Relaxed);
         }
     }

@@ -5,6 +5,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Error, Net, Wake};
@@ -54,6 +55,9 @@ pub(crate) struct Relay {
     pool: Vec<Vec<u8>>,
     /// Per application thread: cleared when it ends (a panic included).
     alive: Vec<Arc<AtomicBool>>,
+    beats: Vec<Arc<AtomicU64>>,
+    epoch: Instant,
+    stall_after: Duration,
     /// The threads this relay found dead (their connections are gone).
     dead: Vec<bool>,
     /// Connections reset because their thread died, or accepted for a
@@ -67,6 +71,10 @@ pub(crate) struct Threads {
     /// One sender per application thread.
     pub(crate) events: Vec<Sender<(u32, ToApp)>>,
     pub(crate) alive: Vec<Arc<AtomicBool>>,
+    /// Per thread: when its last pass ended (ns since `epoch`).
+    pub(crate) beats: Vec<Arc<AtomicU64>>,
+    pub(crate) epoch: Instant,
+    pub(crate) stall_after: Duration,
     pub(crate) orphaned: Arc<AtomicU64>,
 }
 
@@ -84,6 +92,9 @@ impl Relay {
             ports,
             threads: threads.events,
             alive: threads.alive,
+            beats: threads.beats,
+            epoch: threads.epoch,
+            stall_after: threads.stall_after,
             dead: vec![false; n],
             orphaned: threads.orphaned,
             core,
@@ -204,32 +215,55 @@ impl Relay {
         }
     }
 
-    /// Resets the connections of application threads that died since the
-    /// last pass (counted): nobody is left to serve them, and the core
-    /// goes on with the other threads' connections.
+    /// Resets the connections of application threads that died (or
+    /// stalled: no pass ended for `stall_after`) since the last pass,
+    /// counted: nobody serves them, and the core goes on with the other
+    /// threads' connections. A stalled thread that passes again gets new
+    /// connections again (and hears that its old ones closed).
     fn bury(&mut self, net: &mut dyn Net) {
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        let stall = self.stall_after.as_nanos() as u64;
         for t in 0..self.dead.len() {
-            if self.dead[t] || self.alive[t].load(Ordering::Relaxed) {
+            let alive = self.alive[t].load(Ordering::Relaxed);
+            let fresh = now.saturating_sub(self.beats[t].load(Ordering::Relaxed)) <= stall;
+            if self.dead[t] {
+                // Back from a stall.
+                self.dead[t] = !(alive && fresh);
+                continue;
+            }
+            if alive && fresh {
                 continue;
             }
             self.dead[t] = true;
-            let theirs: Vec<ConnHandle> = self
+            let conns: Vec<ConnHandle> = self
                 .conns
                 .iter()
                 .filter(|(_, r)| r.thread as usize == t)
                 .map(|(&c, _)| c)
-                .chain(
-                    self.connecting
-                        .iter()
-                        .filter(|(_, (thread, _))| *thread as usize == t)
-                        .map(|(&c, _)| c),
-                )
                 .collect();
-            for c in theirs {
+            let opening: Vec<(ConnHandle, u64)> = self
+                .connecting
+                .iter()
+                .filter(|(_, (thread, _))| *thread as usize == t)
+                .map(|(&c, &(_, token))| (c, token))
+                .collect();
+            for c in conns {
                 self.conns.remove(&c);
+                let _ = net.abort(c);
+                self.orphaned.fetch_add(1, Ordering::Relaxed);
+                self.tell(
+                    t as u32,
+                    ToApp::Closed {
+                        conn: c,
+                        reason: CloseReason::Aborted,
+                    },
+                );
+            }
+            for (c, token) in opening {
                 self.connecting.remove(&c);
                 let _ = net.abort(c);
                 self.orphaned.fetch_add(1, Ordering::Relaxed);
+                self.tell(t as u32, ToApp::ConnectFailed { token });
             }
         }
     }

@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use flowlane_app::{Dispatcher, Error, Placement, Setup};
 
@@ -30,6 +31,10 @@ pub struct QueuePairConfig {
     pub app_threads: Vec<Placement>,
     /// Pins the calling thread to a CPU (the backend's way).
     pub pin: fn(u32) -> std::io::Result<()>,
+    /// An application thread that has not finished a pass for this long
+    /// is stalled (a handler blocked): the cores reset its connections,
+    /// counted, and give it new ones again once it passes again.
+    pub stall_after: Duration,
 }
 
 /// The application thread that serves network core `core`: one on the
@@ -102,6 +107,9 @@ impl QueuePairs {
             .map(|_| Arc::new(AtomicBool::new(true)))
             .collect();
         let orphaned = Arc::new(AtomicU64::new(0));
+        let epoch = Instant::now();
+        let beats: Vec<Arc<AtomicU64>> =
+            (0..nthreads).map(|_| Arc::new(AtomicU64::new(0))).collect();
         for (t, p) in config.app_threads.iter().copied().enumerate() {
             let t = t as u32;
             let links: Vec<CoreLink> = (0..ncores)
@@ -119,6 +127,7 @@ impl QueuePairs {
             let count = Arc::new(AtomicU64::new(0));
             open.push(count.clone());
             let guard = AliveGuard(alive[t as usize].clone());
+            let beat = beats[t as usize].clone();
             let handle = std::thread::Builder::new()
                 .name(format!("flowlane-app{t}"))
                 .spawn(move || {
@@ -147,7 +156,7 @@ impl QueuePairs {
                         }
                     }
                     drop(ready);
-                    at.run(&rx, &stop, &count);
+                    at.run(&rx, &stop, &count, (&beat, epoch));
                 })
                 .map_err(|e| format!("cannot start an application thread: {e}"))?;
             threads.push((t, handle));
@@ -177,6 +186,9 @@ impl QueuePairs {
         let shared = Threads {
             events: events.iter().map(|(tx, _)| tx.clone()).collect(),
             alive: alive.clone(),
+            beats,
+            epoch,
+            stall_after: config.stall_after,
             orphaned: orphaned.clone(),
         };
         let relays = requests

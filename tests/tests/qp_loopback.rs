@@ -15,6 +15,10 @@ use flowlane_kernel::{KernelConfig, KernelService, Limits};
 use flowlane_qp::{QueuePairConfig, QueuePairs};
 use loopback_common::*;
 
+/// How long an application thread may not pass before its connections are
+/// reset, in these tests.
+const STALL_AFTER: Duration = Duration::from_millis(300);
+
 /// Queue pairs with `threads` application threads set up by `setup`, over
 /// a two-core kernel-socket backend.
 fn start<S>(threads: u32, setup: S) -> (Arc<QueuePairs>, KernelService)
@@ -27,6 +31,7 @@ where
                 cores: places(2),
                 app_threads: places(threads),
                 pin: |_| Ok(()),
+                stall_after: STALL_AFTER,
             },
             setup,
         )
@@ -288,4 +293,56 @@ fn closing_with_unread_data_resets() {
             .sum::<u64>(),
         1
     );
+}
+
+/// Echoes, except that the word "stall" blocks the thread for a second.
+struct Sleepy {
+    scratch: Vec<u8>,
+}
+
+impl ConnHandler for Sleepy {
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        if net.peek(conn).is_ok_and(|d| d.starts_with(b"stall")) {
+            net.discard(conn);
+            std::thread::sleep(Duration::from_secs(1));
+            return;
+        }
+        net.echo(conn, &mut self.scratch);
+    }
+    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        net.echo(conn, &mut self.scratch);
+    }
+}
+
+/// A thread blocked in a handler past the stall limit loses its
+/// connections (reset, counted); once it passes again it serves new ones.
+#[test]
+fn a_stalled_application_thread_loses_its_connections_and_comes_back() {
+    let port = free_port();
+    let (qp, kernel) = start(2, move |t| {
+        t.listen(
+            port,
+            Sleepy {
+                scratch: vec![0; 4096],
+            },
+        )
+        .map(|_| ())
+        .map_err(|e| format!("{e:?}"))
+    });
+    let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"stall").unwrap();
+    let mut b = [0u8; 8];
+    let e = s.read(&mut b).expect_err("reset while its thread sleeps");
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}");
+    assert!(qp.orphaned() >= 1);
+    // Once the thread is back, both cores serve again.
+    std::thread::sleep(Duration::from_millis(1500));
+    for i in 0..12u64 {
+        let data = payload(i + 300, 5_000);
+        assert!(echo_client(port, data.clone()) == data, "connection {i}");
+    }
+    assert!(qp.dead_threads().is_empty());
+    kernel.stop();
+    assert_eq!(qp.stop(), None);
 }

@@ -422,6 +422,10 @@ fn run_backend(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
     }
 }
 
+/// How long an application thread may go without finishing a pass (a
+/// handler blocked) before the cores reset its connections.
+const STALL_AFTER: Duration = Duration::from_secs(10);
+
 /// Starts queue-pair mode's application threads, each set up by `setup`.
 fn start_queue_pairs(
     c: &Common,
@@ -478,6 +482,7 @@ fn start_queue_pairs(
         cores,
         app_threads,
         pin: flowlane_kernel::pin_to,
+        stall_after: STALL_AFTER,
     };
     QueuePairs::start(config, move |t| {
         let q = t.queue();
