@@ -249,8 +249,9 @@ impl Relay {
                 .collect();
             for c in conns {
                 self.conns.remove(&c);
-                let _ = net.abort(c);
+                // Counted before the reset goes out.
                 self.orphaned.fetch_add(1, Ordering::Relaxed);
+                let _ = net.abort(c);
                 self.tell(
                     t as u32,
                     ToApp::Closed {
@@ -261,8 +262,8 @@ impl Relay {
             }
             for (c, token) in opening {
                 self.connecting.remove(&c);
-                let _ = net.abort(c);
                 self.orphaned.fetch_add(1, Ordering::Relaxed);
+                let _ = net.abort(c);
                 self.tell(t as u32, ToApp::ConnectFailed { token });
             }
         }
@@ -335,8 +336,8 @@ impl ConnHandler for Relay {
             return;
         };
         if self.dead[self.owner as usize] {
-            let _ = net.abort(conn);
             self.orphaned.fetch_add(1, Ordering::Relaxed);
+            let _ = net.abort(conn);
             return;
         }
         self.insert(conn, self.owner);
