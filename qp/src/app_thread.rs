@@ -3,19 +3,23 @@
 //! events.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
-use flowlane_app::{ConnHandler, Dispatcher, Error, HandlerId, ListenerId, Setup};
+use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
+use flowlane_app::{
+    ConnHandler, Dispatcher, Error, HandlerId, ListenerId, Net, Placement, Setup, Wake,
+};
 use flowlane_tcp::Event;
 
 use crate::app_net::QpNet;
 use crate::message::ToApp;
+use crate::relay::WakeSlot;
 
 /// The longest the thread waits for an event: handlers' `on_tick` runs at
 /// least this often.
 const TICK: Duration = Duration::from_millis(10);
-/// Messages taken per pass beyond the first.
+/// Messages taken per pass.
 const MESSAGES_PER_PASS: usize = 4096;
 
 /// One application thread's handlers and its view of the cores.
@@ -63,39 +67,6 @@ impl Setup for AppThread {
 }
 
 impl AppThread {
-    /// Runs until `stop` is set or every core is gone. `open` gets the
-    /// thread's open connections after each pass; `beat` the time (ns
-    /// since `epoch`) each pass ends, which the cores watch for stalls.
-    pub(crate) fn run(
-        &mut self,
-        events: &Receiver<(u32, ToApp)>,
-        stop: &AtomicBool,
-        open: &AtomicU64,
-        (beat, epoch): (&AtomicU64, Instant),
-    ) {
-        let tick = || beat.store(epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        tick();
-        self.app.start(&mut self.net);
-        self.pass();
-        tick();
-        while !stop.load(Ordering::Relaxed) {
-            match events.recv_timeout(TICK) {
-                Ok((core, m)) => self.net.take(core, m),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
-            }
-            for _ in 0..MESSAGES_PER_PASS {
-                match events.try_recv() {
-                    Ok((core, m)) => self.net.take(core, m),
-                    Err(_) => break,
-                }
-            }
-            self.pass();
-            tick();
-            open.store(self.net.open() as u64, Ordering::Relaxed);
-        }
-    }
-
     /// Delivers what came, ticks the handlers, sends what they asked.
     fn pass(&mut self) {
         self.dispatch();
@@ -109,6 +80,113 @@ impl AppThread {
             self.app.dispatch(e, &mut self.net);
             if let Event::Closed { conn, .. } = e {
                 self.net.release(conn);
+            }
+        }
+    }
+}
+
+/// One application thread's end of the queue pairs, set up: its handlers
+/// and the cores' event queue. [`AppPort::run`] is the built-in loop (it
+/// blocks on the queue); a loop of the application's own (an async
+/// runtime's, see `flowlane-tokio`) calls [`AppPort::poll`] whenever the
+/// waker it gave [`AppPort::set_notify`] was called, and at least every
+/// 10 ms.
+pub struct AppPort {
+    pub(crate) at: AppThread,
+    pub(crate) events: Receiver<(u32, ToApp)>,
+    pub(crate) stop: Arc<AtomicBool>,
+    /// The thread's open connections, after each pass.
+    pub(crate) open: Arc<AtomicU64>,
+    /// When the last pass ended (ns since `epoch`): the cores watch it for
+    /// stalls.
+    pub(crate) beat: Arc<AtomicU64>,
+    pub(crate) epoch: Instant,
+    pub(crate) notify: WakeSlot,
+    pub(crate) started: bool,
+}
+
+impl std::fmt::Debug for AppPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppPort")
+            .field("index", &self.at.index)
+            .field("open", &self.at.net.open())
+            .finish()
+    }
+}
+
+impl AppPort {
+    /// The thread's index (0-based).
+    pub fn index(&self) -> u32 {
+        self.at.index
+    }
+
+    /// Where the thread runs: its CPU (if pinned) and NUMA node.
+    pub fn placement(&self) -> Placement {
+        self.at.net.placement()
+    }
+
+    /// What the cores call after queueing events for this thread, for a
+    /// loop that does not block on the queue itself. Set once; later
+    /// calls are ignored.
+    pub fn set_notify(&self, wake: Arc<dyn Wake>) {
+        let _ = self.notify.set(wake);
+    }
+
+    /// The longest a loop may wait between two [`AppPort::poll`]s
+    /// (handlers' `on_tick` runs at least this often).
+    pub fn tick(&self) -> Duration {
+        TICK
+    }
+
+    /// One pass: takes every event the cores queued, runs the handlers,
+    /// sends their requests. Returns false once the service stops (or
+    /// every core is gone): the loop ends then.
+    pub fn poll(&mut self) -> bool {
+        if !self.started {
+            self.started = true;
+            self.at.app.start(&mut self.at.net);
+        }
+        if self.stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        let mut live = true;
+        for _ in 0..MESSAGES_PER_PASS {
+            match self.events.try_recv() {
+                Ok((core, m)) => self.at.net.take(core, m),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    live = false;
+                    break;
+                }
+            }
+        }
+        self.end_pass();
+        live
+    }
+
+    fn end_pass(&mut self) {
+        self.at.pass();
+        self.beat
+            .store(self.epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.open
+            .store(self.at.net.open() as u64, Ordering::Relaxed);
+    }
+
+    /// The built-in loop: waits on the event queue (at most
+    /// [`AppPort::tick`]), then passes; until the service stops or every
+    /// core is gone.
+    pub fn run(mut self) {
+        if !self.poll() {
+            return;
+        }
+        while !self.stop.load(Ordering::Relaxed) {
+            match self.events.recv_timeout(TICK) {
+                Ok((core, m)) => self.at.net.take(core, m),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            if !self.poll() {
+                break;
             }
         }
     }

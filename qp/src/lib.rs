@@ -24,4 +24,5 @@ mod message;
 mod relay;
 mod service;
 
+pub use app_thread::AppPort;
 pub use service::{QueuePairConfig, QueuePairs};

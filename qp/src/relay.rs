@@ -40,11 +40,33 @@ struct Relayed {
     peer_closed_sent: bool,
 }
 
+/// The application threads' event queues, as a core sends to them.
+#[derive(Clone)]
+pub(crate) struct Mailboxes {
+    /// One sender per application thread.
+    pub(crate) events: Vec<Sender<(u32, ToApp)>>,
+    /// Per thread: what it asked to be called after events were queued
+    /// for it, if it does not wait on the queue itself (an async
+    /// runtime's loop). Wakes that come before it looked collapse.
+    pub(crate) notify: Vec<WakeSlot>,
+}
+
+impl Mailboxes {
+    /// Queues `m` from core `core` for `thread`, and wakes the thread.
+    fn tell(&self, core: u32, thread: u32, m: ToApp) {
+        // A thread that is gone has nothing left to hear.
+        if self.events[thread as usize].send((core, m)).is_ok() {
+            if let Some(w) = self.notify[thread as usize].get() {
+                w.wake();
+            }
+        }
+    }
+}
+
 /// The relay of one network core.
 pub(crate) struct Relay {
     ports: Arc<Vec<u16>>,
-    /// One sender per application thread.
-    threads: Vec<Sender<(u32, ToApp)>>,
+    threads: Mailboxes,
     core: u32,
     /// The application thread that gets this core's accepted connections.
     owner: u32,
@@ -68,8 +90,7 @@ pub(crate) struct Relay {
 /// What the relays of a service share about its application threads.
 #[derive(Clone)]
 pub(crate) struct Threads {
-    /// One sender per application thread.
-    pub(crate) events: Vec<Sender<(u32, ToApp)>>,
+    pub(crate) mailboxes: Mailboxes,
     pub(crate) alive: Vec<Arc<AtomicBool>>,
     /// Per thread: when its last pass ended (ns since `epoch`).
     pub(crate) beats: Vec<Arc<AtomicU64>>,
@@ -87,10 +108,10 @@ impl Relay {
         requests: Receiver<Vec<ToCore>>,
         wake: WakeSlot,
     ) -> Relay {
-        let n = threads.events.len();
+        let n = threads.mailboxes.events.len();
         Relay {
             ports,
-            threads: threads.events,
+            threads: threads.mailboxes,
             alive: threads.alive,
             beats: threads.beats,
             epoch: threads.epoch,
@@ -108,8 +129,7 @@ impl Relay {
     }
 
     fn tell(&self, thread: u32, m: ToApp) {
-        // A thread that is gone has nothing left to hear.
-        let _ = self.threads[thread as usize].send((self.core, m));
+        self.threads.tell(self.core, thread, m);
     }
 
     fn insert(&mut self, conn: ConnHandle, thread: u32) {
@@ -159,12 +179,13 @@ impl Relay {
             r.credit -= n;
             if b.len() == BUF {
                 let bytes = buf.take().expect("filled");
-                let _ =
-                    self.threads[thread as usize].send((self.core, ToApp::Data { conn, bytes }));
+                self.threads
+                    .tell(self.core, thread, ToApp::Data { conn, bytes });
             }
         }
         if let Some(bytes) = buf {
-            let _ = self.threads[thread as usize].send((self.core, ToApp::Data { conn, bytes }));
+            self.threads
+                .tell(self.core, thread, ToApp::Data { conn, bytes });
         }
         // Everything before the peer's FIN went (a connection this core
         // closed already reads as gone, not as at end of stream).

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use flowlane_app::{Dispatcher, Error, Placement, Setup};
 
 use crate::app_net::{CoreLink, QpNet};
-use crate::app_thread::AppThread;
-use crate::relay::{Relay, Threads, WakeSlot};
+use crate::app_thread::{AppPort, AppThread};
+use crate::relay::{Mailboxes, Relay, Threads, WakeSlot};
 
 /// Clears a thread's flag when the thread ends, by returning or by a panic.
 struct AliveGuard(Arc<AtomicBool>);
@@ -82,13 +82,31 @@ impl QueuePairs {
     where
         S: Fn(&mut dyn Setup) -> Result<(), String> + Send + Sync + 'static,
     {
+        QueuePairs::start_with(config, setup, |port, ()| port.run())
+    }
+
+    /// [`QueuePairs::start`] with a loop of the caller's: on each thread,
+    /// `setup` registers the handlers and returns what `run` needs besides
+    /// the thread's [`AppPort`]; `run` then drives the port (an async
+    /// runtime's loop, say) until [`AppPort::poll`] says the service
+    /// stopped.
+    pub fn start_with<S, T, R>(
+        config: QueuePairConfig,
+        setup: S,
+        run: R,
+    ) -> Result<QueuePairs, String>
+    where
+        S: Fn(&mut dyn Setup) -> Result<T, String> + Send + Sync + 'static,
+        R: Fn(AppPort, T) + Send + Sync + 'static,
+        T: 'static,
+    {
         let (ncores, nthreads) = (config.cores.len(), config.app_threads.len());
         if ncores == 0 || nthreads == 0 {
             return Err(
                 "queue-pair mode needs at least one core and one application thread".into(),
             );
         }
-        let setup = Arc::new(setup);
+        let (setup, run) = (Arc::new(setup), Arc::new(run));
         let stop = Arc::new(AtomicBool::new(false));
         let requests: Vec<_> = (0..ncores)
             .map(|_| crossbeam_channel::unbounded())
@@ -97,6 +115,7 @@ impl QueuePairs {
             .map(|_| crossbeam_channel::unbounded())
             .collect();
         let wakes: Vec<WakeSlot> = (0..ncores).map(|_| Arc::new(OnceLock::new())).collect();
+        let notify: Vec<WakeSlot> = (0..nthreads).map(|_| Arc::new(OnceLock::new())).collect();
         let owners: Vec<u32> = (0..ncores)
             .map(|c| owner(&config.cores, &config.app_threads, c))
             .collect();
@@ -122,8 +141,14 @@ impl QueuePairs {
                 .filter(|&c| owners[c as usize] == t)
                 .collect();
             let rx = events[t as usize].1.clone();
-            let (setup, stop, ready, pin) =
-                (setup.clone(), stop.clone(), ready_tx.clone(), config.pin);
+            let (setup, run, stop, ready, pin) = (
+                setup.clone(),
+                run.clone(),
+                stop.clone(),
+                ready_tx.clone(),
+                config.pin,
+            );
+            let note = notify[t as usize].clone();
             let count = Arc::new(AtomicU64::new(0));
             open.push(count.clone());
             let guard = AliveGuard(alive[t as usize].clone());
@@ -146,17 +171,28 @@ impl QueuePairs {
                         ports: Vec::new(),
                         index: t,
                     };
-                    match setup(&mut at) {
-                        Ok(()) => {
+                    let state = match setup(&mut at) {
+                        Ok(state) => {
                             let _ = ready.send(Ok(at.ports.clone()));
+                            state
                         }
                         Err(e) => {
                             let _ = ready.send(Err(e));
                             return;
                         }
-                    }
+                    };
                     drop(ready);
-                    at.run(&rx, &stop, &count, (&beat, epoch));
+                    let port = AppPort {
+                        at,
+                        events: rx,
+                        stop,
+                        open: count,
+                        beat,
+                        epoch,
+                        notify: note,
+                        started: false,
+                    };
+                    run(port, state);
                 })
                 .map_err(|e| format!("cannot start an application thread: {e}"))?;
             threads.push((t, handle));
@@ -184,7 +220,10 @@ impl QueuePairs {
         }
         let ports = Arc::new(ports.unwrap_or_default());
         let shared = Threads {
-            events: events.iter().map(|(tx, _)| tx.clone()).collect(),
+            mailboxes: Mailboxes {
+                events: events.iter().map(|(tx, _)| tx.clone()).collect(),
+                notify,
+            },
             alive: alive.clone(),
             beats,
             epoch,

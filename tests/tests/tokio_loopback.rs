@@ -1,0 +1,298 @@
+//! tokio on flowlane (`flowlane-tokio`) over the kernel-socket backend on
+//! loopback, kernel TCP as the peer: streams that echo, hyper serving
+//! hyper's client, back-pressure from a stream nobody reads, a full
+//! backlog, and a task that blocks its thread.
+
+mod loopback_common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flowlane_kernel::{KernelConfig, KernelService, Limits};
+use flowlane_qp::{QueuePairConfig, QueuePairs};
+use flowlane_tokio::{AsyncConfig, Counters, Local};
+use loopback_common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// tokio on `threads` application threads over a two-core kernel-socket
+/// backend, listening on `port`; `app` runs on each thread.
+fn start<F, Fut>(
+    threads: u32,
+    port: u16,
+    backlog: usize,
+    app: F,
+) -> (Arc<QueuePairs>, Arc<Counters>, KernelService)
+where
+    F: Fn(Local) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    let (qp, counters) = flowlane_tokio::start(
+        AsyncConfig {
+            queue_pairs: QueuePairConfig {
+                cores: places(2),
+                app_threads: places(threads),
+                pin: |_| Ok(()),
+                stall_after: Duration::from_millis(500),
+            },
+            ports: vec![port],
+            backlog,
+        },
+        app,
+    )
+    .unwrap();
+    let qp = Arc::new(qp);
+    let q = qp.clone();
+    let kernel = KernelService::start(
+        KernelConfig {
+            cores: places(2),
+            listen_on: vec![LOOPBACK],
+            limits: Limits::default(),
+        },
+        move |core| q.setup_core(core).map_err(|e| format!("{e:?}")),
+    )
+    .unwrap();
+    (qp, counters, kernel)
+}
+
+/// Echoes every stream it accepts until the peer closes.
+async fn echo(mut local: Local, port: u16) {
+    let listener = local.listener(port).unwrap();
+    while let Ok((mut s, _)) = listener.accept().await {
+        tokio::spawn(async move {
+            let mut buf = vec![0; 16 << 10];
+            loop {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if s.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+    }
+}
+
+#[test]
+fn tokio_streams_echo_every_byte_on_every_thread() {
+    let port = free_port();
+    let (qp, counters, kernel) = start(2, port, 64, move |l| echo(l, port));
+    let clients: Vec<_> = (0..8u64)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let data = payload(i + 1, 4 << 20);
+                assert!(echo_client(port, data.clone()) == data, "client {i}");
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    assert_eq!(counters.accepted.load(Ordering::Relaxed), 8);
+    kernel.stop();
+    assert_eq!(qp.stop(), None);
+}
+
+/// Answers every request with `hello`, keep-alive.
+async fn hello(mut local: Local, port: u16) {
+    use http_body_util::Full;
+    use hyper::service::service_fn;
+    let listener = local.listener(port).unwrap();
+    while let Ok((s, _)) = listener.accept().await {
+        tokio::spawn(async move {
+            let service = service_fn(|_req| async {
+                Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                    bytes::Bytes::from_static(b"hello"),
+                )))
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(s), service)
+                .await;
+        });
+    }
+}
+
+#[test]
+fn hyper_serves_hyper_s_client_over_flowlane() {
+    use http_body_util::{BodyExt, Empty};
+    let port = free_port();
+    let (qp, _counters, kernel) = start(2, port, 64, move |l| hello(l, port));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        for _ in 0..4 {
+            let stream = tokio::net::TcpStream::connect((LOOPBACK, port))
+                .await
+                .unwrap();
+            let (mut sender, conn) =
+                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                    .await
+                    .unwrap();
+            let driver = tokio::spawn(conn);
+            // Keep-alive: many requests on one connection.
+            for i in 0..200 {
+                let req = hyper::Request::get(format!("http://localhost:{port}/{i}"))
+                    .body(Empty::<bytes::Bytes>::new())
+                    .unwrap();
+                sender.ready().await.unwrap();
+                let resp = sender.send_request(req).await.unwrap();
+                assert_eq!(resp.status(), 200);
+                let body = resp.into_body().collect().await.unwrap().to_bytes();
+                assert_eq!(&body[..], b"hello");
+            }
+            drop(sender);
+            driver.await.unwrap().unwrap();
+        }
+    });
+    kernel.stop();
+    assert_eq!(qp.stop(), None);
+}
+
+#[test]
+fn a_stream_nobody_reads_closes_the_window_and_loses_nothing() {
+    let port = free_port();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let go_rx = Arc::new(std::sync::Mutex::new(Some(go_rx)));
+    let (_qp, _c, kernel) = start(1, port, 64, move |mut local| {
+        let go = go_rx.lock().unwrap().take();
+        async move {
+            let listener = local.listener(port).unwrap();
+            let (mut s, _) = listener.accept().await.unwrap();
+            // Reads nothing until the test says so (without blocking the
+            // thread: the loop keeps passing).
+            if let Some(go) = go {
+                while go.try_recv().is_err() {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+            let mut buf = vec![0; 64 << 10];
+            loop {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => s.write_all(&buf[..n]).await.unwrap(),
+                }
+            }
+        }
+    });
+    let data = payload(3, 32 << 20);
+    let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
+    s.set_nonblocking(true).unwrap();
+    let (mut sent, mut blocked) = (0, 0);
+    while blocked < 10 && sent < data.len() {
+        match s.write(&data[sent..]) {
+            Ok(n) => {
+                sent += n;
+                blocked = 0;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                blocked += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(sent < data.len(), "all {sent} bytes went: no back-pressure");
+    // The stream holds 64 KiB, the queue pair 256 KiB; the rest waits in
+    // the kernel's buffers.
+    let taken: u64 = kernel
+        .counters()
+        .iter()
+        .map(|(_, c)| c.stats.bytes_in)
+        .sum();
+    assert!(taken < 1 << 20, "the core read {taken} of {sent} bytes");
+    go_tx.send(()).unwrap();
+    s.set_nonblocking(false).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let rest = data[sent..].to_vec();
+    let writer = std::thread::spawn(move || {
+        w.write_all(&rest).unwrap();
+        w.shutdown(std::net::Shutdown::Write).unwrap();
+    });
+    let mut back = Vec::new();
+    s.read_to_end(&mut back).unwrap();
+    writer.join().unwrap();
+    assert!(back == data, "{} of {} bytes back", back.len(), data.len());
+    kernel.stop();
+}
+
+#[test]
+fn a_full_backlog_resets_new_connections_counted() {
+    let port = free_port();
+    // One thread whose listener is never accepted from.
+    let (_qp, counters, kernel) = start(1, port, 2, move |mut local| async move {
+        let listener = local.listener(port).unwrap();
+        std::future::pending::<()>().await;
+        drop(listener);
+    });
+    let kept: Vec<TcpStream> = (0..2)
+        .map(|_| TcpStream::connect((LOOPBACK, port)).unwrap())
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while counters.accepted.load(Ordering::Relaxed) < 2 {
+        assert!(Instant::now() < deadline, "two connections never queued");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut third = TcpStream::connect((LOOPBACK, port)).unwrap();
+    third
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut b = [0u8; 1];
+    let r = third.read(&mut b);
+    assert!(
+        matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+        "{r:?}"
+    );
+    assert_eq!(counters.refused_backlog.load(Ordering::Relaxed), 1);
+    drop(kept);
+    kernel.stop();
+}
+
+#[test]
+fn a_task_that_blocks_its_thread_loses_its_connections_counted() {
+    let port = free_port();
+    let (qp, _c, kernel) = start(1, port, 64, move |mut local| async move {
+        let listener = local.listener(port).unwrap();
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut b = [0u8; 16];
+                if let Ok(n) = s.read(&mut b).await {
+                    if &b[..n] == b"block" {
+                        // The application's bug (on purpose): blocks the
+                        // thread, its loop included.
+                        std::thread::sleep(Duration::from_millis(1500));
+                    }
+                }
+                let _ = s.write_all(b"done").await;
+            });
+        }
+    });
+    let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"block").unwrap();
+    let mut b = [0u8; 4];
+    let r = s.read(&mut b);
+    assert!(
+        matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+        "{r:?}"
+    );
+    assert!(qp.orphaned() >= 1);
+    // Once the thread passes again, it serves new connections.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = [0u8; 4];
+        // Reset while the cores still count the thread as stalled.
+        if s.write_all(b"hi").is_ok() && s.read_exact(&mut b).is_ok() {
+            assert_eq!(&b, b"done");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the thread never came back");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    kernel.stop();
+}

@@ -1,0 +1,208 @@
+//! The bridge: a [`ConnHandler`] on each application thread that moves
+//! bytes between the thread's [`Net`] (the queue pairs to its network
+//! cores) and the pipes of its tokio streams, and carries out what the
+//! streams asked (writes, shutdowns, closes) when its loop passes.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Buf;
+use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net};
+
+use crate::listener::AcceptQueue;
+use crate::pipe::{lock, Pipe, PipeRef, ThreadShared, RX_LIMIT};
+use crate::stream::TcpStream;
+
+/// What the adapter counts, over all application threads.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Connections handed to a listener.
+    pub accepted: AtomicU64,
+    /// Connections reset because their listener was gone or its backlog
+    /// full.
+    pub refused_backlog: AtomicU64,
+}
+
+/// One application thread's bridge.
+pub(crate) struct Bridge {
+    thread: Arc<ThreadShared>,
+    listeners: Vec<(u16, Arc<AcceptQueue>)>,
+    conns: HashMap<ConnHandle, PipeRef>,
+    counters: Arc<Counters>,
+}
+
+impl Bridge {
+    pub(crate) fn new(thread: Arc<ThreadShared>, counters: Arc<Counters>) -> Bridge {
+        Bridge {
+            thread,
+            listeners: Vec::new(),
+            conns: HashMap::new(),
+            counters,
+        }
+    }
+
+    pub(crate) fn add_listener(&mut self, port: u16, queue: Arc<AcceptQueue>) {
+        self.listeners.push((port, queue));
+    }
+
+    /// Moves what the stack holds for `conn` into its pipe, up to
+    /// [`RX_LIMIT`]; marks end of stream once everything before the
+    /// peer's FIN is there. A dropped stream's connection that receives
+    /// data is reset (nobody will read it).
+    fn pull(net: &mut dyn Net, conn: ConnHandle, p: &mut Pipe) -> bool {
+        let mut got = false;
+        while p.rx.len() < RX_LIMIT {
+            let n = match net.peek(conn) {
+                Ok(d) if !d.is_empty() => {
+                    let n = d.len().min(RX_LIMIT - p.rx.len());
+                    p.rx.extend_from_slice(&d[..n]);
+                    n
+                }
+                _ => break,
+            };
+            let _ = net.consume(conn, n);
+            got = true;
+        }
+        p.rx_more = p.rx.len() >= RX_LIMIT;
+        if !p.eof && net.is_eof(conn) {
+            p.eof = true;
+            got = true;
+        }
+        if p.dropped && !p.rx.is_empty() {
+            let _ = net.abort(conn);
+        }
+        got
+    }
+
+    /// Gives the stack what the stream wrote, as far as it takes it; then
+    /// the stream's shutdown or close, once everything went.
+    fn push(net: &mut dyn Net, conn: ConnHandle, p: &mut Pipe) -> bool {
+        if let Some(on) = p.nodelay.take() {
+            let _ = net.set_nodelay(conn, on);
+        }
+        let before = p.tx.len();
+        while !p.tx.is_empty() {
+            match net.send(conn, &p.tx) {
+                Ok(n) => p.tx.advance(n),
+                // The core's credit is used up: `on_writable` follows.
+                Err(_) => break,
+            }
+        }
+        if p.tx.is_empty() {
+            if p.dropped {
+                // Unread bytes: a reset, as a kernel socket closed with
+                // unread data sends.
+                if p.rx.is_empty() {
+                    let _ = net.close(conn);
+                } else {
+                    let _ = net.abort(conn);
+                }
+            } else if p.shutdown && !p.shutdown_sent {
+                p.shutdown_sent = true;
+                let _ = net.shutdown_write(conn);
+            }
+        }
+        p.tx.len() < before || p.tx.is_empty()
+    }
+
+    /// Pulls and pushes for `conn`, then wakes whoever waits on the
+    /// stream for what changed.
+    fn service(&mut self, net: &mut dyn Net, conn: ConnHandle, pull: bool, push: bool) {
+        let Some(pipe) = self.conns.get(&conn) else {
+            return;
+        };
+        let (reader, writer) = {
+            let mut p = lock(pipe);
+            let readable = pull && Bridge::pull(net, conn, &mut p);
+            let writable = push && Bridge::push(net, conn, &mut p);
+            (
+                if readable { p.reader.take() } else { None },
+                if writable { p.writer.take() } else { None },
+            )
+        };
+        if let Some(w) = reader {
+            w.wake();
+        }
+        if let Some(w) = writer {
+            w.wake();
+        }
+    }
+}
+
+impl ConnHandler for Bridge {
+    fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        let Ok(tuple) = net.four_tuple(conn) else {
+            return;
+        };
+        let Some((_, queue)) = self
+            .listeners
+            .iter()
+            .find(|(port, _)| *port == tuple.local.port())
+        else {
+            let _ = net.abort(conn);
+            return;
+        };
+        let pipe: PipeRef = Arc::new(Mutex::new(Pipe::default()));
+        let stream = TcpStream::new(
+            conn,
+            pipe.clone(),
+            self.thread.clone(),
+            tuple.local,
+            tuple.remote,
+        );
+        self.conns.insert(conn, pipe.clone());
+        match queue.push(stream) {
+            Ok(()) => {
+                self.counters.accepted.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(stream) => {
+                self.conns.remove(&conn);
+                // Its drop must not ask the bridge for a close.
+                lock(&pipe).closed = Some(CloseReason::Aborted);
+                drop(stream);
+                self.counters
+                    .refused_backlog
+                    .fetch_add(1, Ordering::Relaxed);
+                let _ = net.abort(conn);
+            }
+        }
+    }
+
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        self.service(net, conn, true, false);
+    }
+
+    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        self.service(net, conn, false, true);
+    }
+
+    /// End of stream reaches the reader once it read everything before.
+    fn on_peer_closed(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        self.service(net, conn, true, false);
+    }
+
+    fn on_closed(&mut self, _net: &mut dyn Net, conn: ConnHandle, reason: CloseReason) {
+        let Some(pipe) = self.conns.remove(&conn) else {
+            return;
+        };
+        let (reader, writer) = {
+            let mut p = lock(&pipe);
+            p.closed = Some(reason);
+            (p.reader.take(), p.writer.take())
+        };
+        for w in [reader, writer].into_iter().flatten() {
+            w.wake();
+        }
+    }
+
+    /// What the streams asked since the last pass.
+    fn on_tick(&mut self, net: &mut dyn Net) {
+        for conn in self.thread.take_dirty() {
+            if let Some(pipe) = self.conns.get(&conn) {
+                lock(pipe).queued = false;
+            }
+            self.service(net, conn, true, true);
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! tokio on flowlane: the Rust async ecosystem (hyper, tonic, anything on
+//! tokio's `AsyncRead`/`AsyncWrite`) over flowlane's TCP, in queue-pair
+//! mode.
+//!
+//! Network cores (AF_XDP workers, or kernel-socket loops) run the TCP
+//! stacks; each application thread runs a current-thread tokio runtime
+//! and the application's function for that thread, which takes its
+//! [`TcpListener`]s from its [`Local`] and serves what they accept:
+//!
+//! ```no_run
+//! # async fn serve(mut local: flowlane_tokio::Local) {
+//! use tokio::io::{AsyncReadExt, AsyncWriteExt};
+//! let listener = local.listener(7).expect("configured port");
+//! while let Ok((mut stream, _peer)) = listener.accept().await {
+//!     tokio::spawn(async move {
+//!         let mut buf = vec![0; 4096];
+//!         while let Ok(n) = stream.read(&mut buf).await {
+//!             if n == 0 || stream.write_all(&buf[..n]).await.is_err() {
+//!                 break;
+//!             }
+//!         }
+//!     });
+//! }
+//! # }
+//! ```
+//!
+//! Between a thread's streams and its network cores sits a bridge, one of
+//! the thread's queue-pair handlers: it moves received bytes into the
+//! streams (at most 64 KiB each ahead of the reader; the rest stays in
+//! the core's stack, whose window closes: back-pressure), and hands the
+//! streams' writes to the cores (at most 64 KiB each ahead of the stack).
+//! A handler that blocks the thread stalls it: after the queue pairs'
+//! `stall_after`, the cores reset its connections, counted.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod bridge;
+mod listener;
+mod pipe;
+mod runtime;
+mod stream;
+
+pub use bridge::Counters;
+pub use listener::TcpListener;
+pub use runtime::{start, AsyncConfig, Local};
+pub use stream::TcpStream;

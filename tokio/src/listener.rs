@@ -1,0 +1,114 @@
+//! A listening port on one application thread: the connections its
+//! network cores accepted, waiting for `accept`.
+
+use std::collections::VecDeque;
+use std::future::poll_fn;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+use crate::stream::TcpStream;
+
+/// Accepted connections not yet taken, and who waits for them.
+#[derive(Debug)]
+struct Backlog {
+    ready: VecDeque<TcpStream>,
+    waker: Option<Waker>,
+    /// The listener is gone: the bridge refuses new connections.
+    closed: bool,
+}
+
+/// What a listener shares with its thread's bridge.
+#[derive(Debug)]
+pub(crate) struct AcceptQueue {
+    inner: Mutex<Backlog>,
+    limit: usize,
+}
+
+impl AcceptQueue {
+    pub(crate) fn new(limit: usize) -> AcceptQueue {
+        AcceptQueue {
+            inner: Mutex::new(Backlog {
+                ready: VecDeque::new(),
+                waker: None,
+                closed: false,
+            }),
+            limit,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Backlog> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues an accepted connection; gives it back if the listener is
+    /// gone or its backlog full (the bridge then resets it, counted).
+    pub(crate) fn push(&self, s: TcpStream) -> Result<(), TcpStream> {
+        let mut b = self.lock();
+        if b.closed || b.ready.len() >= self.limit {
+            return Err(s);
+        }
+        b.ready.push_back(s);
+        let w = b.waker.take();
+        drop(b);
+        if let Some(w) = w {
+            w.wake();
+        }
+        Ok(())
+    }
+}
+
+/// A port flowlane listens on, as one application thread's tokio code
+/// sees it: [`TcpListener::accept`] gives the connections of the network
+/// cores this thread serves (every thread has its own listener per port,
+/// as with `SO_REUSEPORT`). Dropping it refuses (resets) connections that
+/// arrive for this thread from then on.
+#[derive(Debug)]
+pub struct TcpListener {
+    port: u16,
+    queue: Arc<AcceptQueue>,
+}
+
+impl TcpListener {
+    pub(crate) fn new(port: u16, queue: Arc<AcceptQueue>) -> TcpListener {
+        TcpListener { port, queue }
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The next connection, and its peer's address.
+    pub async fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
+        poll_fn(|cx| self.poll_accept(cx)).await
+    }
+
+    /// Polls for the next connection (for code that polls by hand).
+    pub fn poll_accept(&self, cx: &mut Context<'_>) -> Poll<io::Result<(TcpStream, SocketAddr)>> {
+        let mut b = self.queue.lock();
+        match b.ready.pop_front() {
+            Some(s) => {
+                let peer = s.peer_addr();
+                Poll::Ready(Ok((s, peer)))
+            }
+            None => {
+                b.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl Drop for TcpListener {
+    fn drop(&mut self) {
+        let waiting = {
+            let mut b = self.queue.lock();
+            b.closed = true;
+            std::mem::take(&mut b.ready)
+        };
+        // Dropped outside the lock: each asks its bridge to close it.
+        drop(waiting);
+    }
+}

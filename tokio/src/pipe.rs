@@ -1,0 +1,93 @@
+//! What one connection's stream and its thread's bridge share: the bytes
+//! between them, the flags each sets for the other, and their wakers.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Waker;
+
+use bytes::BytesMut;
+use flowlane_app::{CloseReason, ConnHandle};
+use tokio::sync::Notify;
+
+/// Received bytes a stream holds before the bridge leaves the rest in the
+/// queue pair (whose credit then runs out, and the stack's window closes:
+/// back-pressure, not drops).
+pub(crate) const RX_LIMIT: usize = 64 << 10;
+/// Bytes a stream's writes may queue before they wait for the stack to
+/// take them.
+pub(crate) const TX_LIMIT: usize = 64 << 10;
+
+/// One connection's shared state.
+#[derive(Debug, Default)]
+pub(crate) struct Pipe {
+    /// Received, not yet read by the stream.
+    pub(crate) rx: BytesMut,
+    /// The bridge stopped pulling because `rx` was full.
+    pub(crate) rx_more: bool,
+    /// The peer closed and every byte before its FIN is in `rx` (or read).
+    pub(crate) eof: bool,
+    /// Written by the stream, not yet taken by the stack.
+    pub(crate) tx: BytesMut,
+    /// The stream shut down its writing half (FIN after `tx`).
+    pub(crate) shutdown: bool,
+    pub(crate) shutdown_sent: bool,
+    /// A `set_nodelay` the bridge has not passed on yet.
+    pub(crate) nodelay: Option<bool>,
+    /// The stream is gone: close once `tx` went.
+    pub(crate) dropped: bool,
+    /// The connection is gone, and why.
+    pub(crate) closed: Option<CloseReason>,
+    /// In the thread's list of connections the bridge must look at.
+    pub(crate) queued: bool,
+    pub(crate) reader: Option<Waker>,
+    pub(crate) writer: Option<Waker>,
+}
+
+/// A connection's [`Pipe`], as the stream and the bridge hold it.
+pub(crate) type PipeRef = Arc<Mutex<Pipe>>;
+
+/// Locks a pipe (a panic while it was held leaves it usable: every field
+/// is valid on its own).
+pub(crate) fn lock(p: &Mutex<Pipe>) -> MutexGuard<'_, Pipe> {
+    p.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What the streams of one application thread share with its bridge.
+#[derive(Debug, Default)]
+pub(crate) struct ThreadShared {
+    /// Wakes the thread's loop: called by the cores after queueing events
+    /// and by streams after asking the bridge for something.
+    pub(crate) notify: Notify,
+    /// Connections whose stream asked for something since the bridge last
+    /// looked.
+    pub(crate) dirty: Mutex<Vec<ConnHandle>>,
+}
+
+impl ThreadShared {
+    /// Puts `conn` on the bridge's list (once until it looked) and wakes
+    /// the loop. `p` is the connection's pipe, locked.
+    pub(crate) fn kick(&self, conn: ConnHandle, p: &mut Pipe) {
+        if p.queued {
+            return;
+        }
+        p.queued = true;
+        self.dirty
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(conn);
+        self.notify.notify_one();
+    }
+
+    /// Takes the list.
+    pub(crate) fn take_dirty(&self) -> Vec<ConnHandle> {
+        std::mem::take(&mut *self.dirty.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// Wakes the thread's loop from a network core.
+pub(crate) struct NotifyWake(pub(crate) Arc<ThreadShared>);
+
+impl flowlane_app::Wake for NotifyWake {
+    fn wake(&self) {
+        self.0.notify.notify_one();
+    }
+}
