@@ -43,3 +43,14 @@ fn named_thread_cpu_ns(want: &str) -> Option<u64> {
 pub fn thread_cpu_ns() -> u64 {
     schedstat_ns(Path::new("/proc/thread-self/schedstat")).unwrap_or(0)
 }
+
+/// CPU time (ns) of every thread of this process so far (those that ended
+/// included only while they run: read it before threads exit).
+pub fn process_cpu_ns() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .filter_map(|t| schedstat_ns(&t.ok()?.path().join("schedstat")))
+        .sum()
+}

@@ -37,7 +37,7 @@ pub mod xsk;
 
 pub use bucket_counters::{BucketCounters, BucketSnapshot};
 pub use counters::{QueueCounters, QueueCountersSnapshot};
-pub use cpu_time::{app_thread_cpu_ns, thread_cpu_ns, worker_cpu_ns};
+pub use cpu_time::{app_thread_cpu_ns, process_cpu_ns, thread_cpu_ns, worker_cpu_ns};
 pub use flowlane_ebpf::steer::{Proto, SteerStats};
 pub use handoff::{MoveReport, NicWriter, RssTableWriter};
 pub use iface::InterfaceInfo;

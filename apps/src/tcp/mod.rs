@@ -41,6 +41,7 @@ use crate::service::{write_report, ServiceSignals, Watchdog};
 mod bulk;
 mod echo;
 mod http;
+mod hyper_server;
 
 use bulk::{Sink, Source};
 use echo::Echo;
@@ -59,6 +60,10 @@ pub enum TcpCmd {
     /// Sends bulk TCP transfers of pseudo-random bytes to a server; prints
     /// bytes, time and sha256 of each.
     BulkSource(SourceArgs),
+    /// HTTP/1.1 server written on hyper and tokio, served by flowlane's TCP
+    /// (tokio on queue-pair mode), or by tokio's own listener with
+    /// `--tokio-baseline`.
+    HyperServer(HyperArgs),
 }
 
 /// Flags shared by the TCP examples.
@@ -74,9 +79,10 @@ pub struct Common {
     pub backend: Backend,
     /// Where the handlers run: `rtc` on the network cores, inline with
     /// packet processing; `queue-pair` on application threads fed through
-    /// per-core queues.
-    #[arg(long, value_enum, default_value_t = ExecMode::Rtc)]
-    pub mode: ExecMode,
+    /// per-core queues. Default: rtc (hyper-server: queue-pair, its only
+    /// mode).
+    #[arg(long, value_enum)]
+    pub mode: Option<ExecMode>,
     /// Application threads in queue-pair mode (default: one per core).
     #[arg(long, value_name = "N", value_parser = queue_count::<u32>)]
     pub app_threads: Option<u32>,
@@ -96,6 +102,13 @@ pub struct Common {
     /// this; default: the stack's, 30 s).
     #[arg(long)]
     pub msl_ms: Option<u64>,
+}
+
+impl Common {
+    /// `--mode`, rtc unless given.
+    fn mode(&self) -> ExecMode {
+        self.mode.unwrap_or(ExecMode::Rtc)
+    }
 }
 
 /// Flags of `echo-server`.
@@ -119,6 +132,24 @@ pub struct HttpArgs {
     /// Body of the fixed response.
     #[arg(long, default_value = "hello from flowlane\n")]
     body: String,
+}
+
+/// Flags of `hyper-server`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct HyperArgs {
+    #[command(flatten)]
+    common: Common,
+    /// TCP port.
+    #[arg(long, default_value_t = 80, value_parser = listen_port)]
+    port: u16,
+    /// Body of every response.
+    #[arg(long, default_value = "hello from flowlane\n")]
+    body: String,
+    /// Serve the same hyper service on tokio's own `TcpListener` (kernel
+    /// TCP, a multi-thread runtime with one worker per core) instead of
+    /// flowlane: what hyper on flowlane is compared with.
+    #[arg(long)]
+    tokio_baseline: bool,
 }
 
 /// Flags of `bulk-sink`.
@@ -180,9 +211,11 @@ pub fn run(cmd: TcpCmd, nic: NicAccess) -> Result<()> {
         TcpCmd::HttpServer(a) => ("flowlane http-server", &a.common, Some(a.port)),
         TcpCmd::BulkSink(a) => ("flowlane bulk-sink", &a.common, Some(a.port)),
         TcpCmd::BulkSource(a) => ("flowlane bulk-source", &a.common, None),
+        TcpCmd::HyperServer(a) => ("flowlane hyper-server", &a.common, Some(a.port)),
     };
     bed_entry::enter(what, &common.data_path, listen.as_slice())?;
     match cmd {
+        TcpCmd::HyperServer(a) => hyper_server::run(a, nic),
         TcpCmd::EchoServer(a) => {
             let port = a.port;
             serve(
@@ -232,7 +265,7 @@ pub fn run(cmd: TcpCmd, nic: NicAccess) -> Result<()> {
         TcpCmd::BulkSource(a) => {
             let (remote, bytes, seed, total) = (a.connect, a.bytes, a.seed, a.connections);
             // Each core (or application thread) opens its share.
-            let queues = match a.common.mode {
+            let queues = match a.common.mode() {
                 ExecMode::Rtc => cores(&a.common)?,
                 ExecMode::QueuePair => app_threads(&a.common)?,
             };
@@ -345,45 +378,76 @@ fn serve(
     expect: usize,
     setup: impl ServiceSetup,
 ) -> Result<()> {
+    serve_with(name, c, nic, ports, connect_to, expect, |run| {
+        match c.mode() {
+            ExecMode::Rtc => run_backend(run, setup),
+            ExecMode::QueuePair => {
+                let tx = Mutex::new(run.results.sender());
+                let qp = start_queue_pairs(c, move |t| {
+                    setup(t, tx.lock().unwrap_or_else(|e| e.into_inner()).clone())
+                })?;
+                serve_queue_pairs(run, qp)
+            }
+        }
+    })
+}
+
+/// [`serve`]'s frame: the results channel and the [`Run`] that `start`
+/// runs the backend with.
+fn serve_with(
+    name: &'static str,
+    c: &Common,
+    nic: NicAccess,
+    ports: &[u16],
+    connect_to: Option<IpAddr>,
+    expect: usize,
+    start: impl FnOnce(Run<'_>) -> Result<()>,
+) -> Result<()> {
     let (done_tx, done_rx) = mpsc::channel::<Value>();
     let results = Results {
         tx: Mutex::new(done_tx),
         rx: done_rx,
     };
-    let run = |qp| Run {
+    start(Run {
         name,
         c,
         nic,
         ports,
         connect_to,
         expect,
-        qp,
+        qp: None,
         results: &results,
-    };
-    match c.mode {
-        ExecMode::Rtc => run_backend(run(None), setup),
-        ExecMode::QueuePair => {
-            if c.rebalance.mode().is_some() {
-                bail!(
-                    "--rebalance needs --mode rtc (queue-pair mode does not move connections \
-                     between cores yet)"
-                );
-            }
-            let tx = Mutex::new(results.sender());
-            let qp = Arc::new(start_queue_pairs(c, move |t| {
-                setup(t, tx.lock().unwrap_or_else(|e| e.into_inner()).clone())
-            })?);
-            let q = qp.clone();
-            // The network cores run the relays; the handlers run on the
-            // application threads.
-            let relays = move |core: &mut dyn Setup, _: Sender<Value>| q.setup_core(core);
-            let r = run_backend(run(Some(&qp)), relays);
-            match (r, qp.stop()) {
-                (Err(e), _) => Err(e),
-                (Ok(()), Some(e)) => Err(anyhow::anyhow!("{e}")),
-                (Ok(()), None) => Ok(()),
-            }
-        }
+    })
+}
+
+/// Queue-pair mode can move no connection between cores yet.
+fn refuse_rebalance_with_queue_pairs(c: &Common) -> Result<()> {
+    if c.rebalance.mode().is_some() {
+        bail!(
+            "--rebalance needs --mode rtc (queue-pair mode does not move connections \
+             between cores yet)"
+        );
+    }
+    Ok(())
+}
+
+/// Runs the backend with queue-pair mode's relays on its cores (the
+/// handlers run on `qp`'s application threads), then stops `qp`.
+fn serve_queue_pairs(run: Run<'_>, qp: QueuePairs) -> Result<()> {
+    let qp = Arc::new(qp);
+    let q = qp.clone();
+    let relays = move |core: &mut dyn Setup, _: Sender<Value>| q.setup_core(core);
+    let r = run_backend(
+        Run {
+            qp: Some(&qp),
+            ..run
+        },
+        relays,
+    );
+    match (r, qp.stop()) {
+        (Err(e), _) => Err(e),
+        (Ok(()), Some(e)) => Err(anyhow::anyhow!("{e}")),
+        (Ok(()), None) => Ok(()),
     }
 }
 
@@ -434,6 +498,16 @@ fn start_queue_pairs(
         + Sync
         + 'static,
 ) -> Result<QueuePairs> {
+    QueuePairs::start(queue_pair_config(c)?, move |t| {
+        let q = t.queue();
+        setup(t).map_err(|e| format!("application thread {q}: {e}"))
+    })
+    .map_err(|e| anyhow::anyhow!("starting queue-pair mode: {e}"))
+}
+
+/// Queue-pair mode's cores and application threads, placed.
+fn queue_pair_config(c: &Common) -> Result<QueuePairConfig> {
+    refuse_rebalance_with_queue_pairs(c)?;
     let n = cores(c)?;
     let threads = app_threads(c)?;
     let placed =
@@ -478,17 +552,12 @@ fn start_queue_pairs(
             }
         })
         .collect();
-    let config = QueuePairConfig {
+    Ok(QueuePairConfig {
         cores,
         app_threads,
         pin: flowlane_kernel::pin_to,
         stall_after: STALL_AFTER,
-    };
-    QueuePairs::start(config, move |t| {
-        let q = t.queue();
-        setup(t).map_err(|e| format!("application thread {q}: {e}"))
     })
-    .map_err(|e| anyhow::anyhow!("starting queue-pair mode: {e}"))
 }
 
 /// Each application thread's CPU time so far (ns; empty when handlers

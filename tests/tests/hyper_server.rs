@@ -1,0 +1,131 @@
+//! The hyper example (`flowlane hyper-server`): an HTTP/1.1 server written
+//! on hyper and tokio, served by flowlane's TCP through `flowlane-tokio`
+//! on AF_XDP and on kernel sockets, with curl and hyper's own client (in
+//! the bed's peer namespace, on kernel TCP) as clients; and the same
+//! service on tokio's own listener (`--tokio-baseline`), the comparison's
+//! other side.
+
+mod tcp_common;
+
+use std::process::Command;
+
+use flowlane_testbed::netns::in_netns;
+use flowlane_tests::{require_root, text, Bed};
+use http_body_util::{BodyExt, Empty};
+use tcp_common::*;
+
+const PORT: &str = "8083";
+const BODY: &str = "hi from hyper\n";
+
+/// curl fetches two URLs on one connection: both answered, the connection
+/// kept alive between them.
+fn curl_keeps_alive(bed: &Bed) {
+    let url = format!("http://10.99.0.1:{PORT}/");
+    let o = Command::new("ip")
+        .args(["netns", "exec", &bed.peer_ns, "timeout", "30"])
+        .args(["curl", "-sv", "--max-time", "10", &url, &url])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "curl: {}", text(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), BODY.repeat(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.to_ascii_lowercase()
+            .contains("re-using existing connection"),
+        "curl opened a second connection: {err}"
+    );
+}
+
+/// hyper's client, in the peer namespace: `conns` connections of
+/// `requests` keep-alive requests each, every answer checked. Returns the
+/// responses read.
+fn hyper_client(bed: &Bed, conns: usize, requests: usize) -> usize {
+    in_netns(&bed.peer_ns, move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(async move {
+            let mut ok = 0;
+            for _ in 0..conns {
+                let stream = tokio::net::TcpStream::connect(format!("10.99.0.1:{PORT}")).await?;
+                let (mut sender, conn) =
+                    hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                        .await?;
+                let driver = tokio::spawn(conn);
+                for i in 0..requests {
+                    sender.ready().await?;
+                    let req = hyper::Request::get(format!("/{i}"))
+                        .header("host", "10.99.0.1")
+                        .body(Empty::<bytes::Bytes>::new())?;
+                    let resp = sender.send_request(req).await?;
+                    anyhow::ensure!(resp.status() == 200, "status {}", resp.status());
+                    let body = resp.into_body().collect().await?.to_bytes();
+                    anyhow::ensure!(&body[..] == BODY.as_bytes(), "body {body:?}");
+                    ok += 1;
+                }
+                drop(sender);
+                driver.await??;
+            }
+            Ok(ok)
+        })
+    })
+    .unwrap()
+}
+
+#[test]
+fn hyper_on_flowlane_answers_curl_and_hyper_s_client() {
+    if !require_root("hyper_on_flowlane_answers_curl_and_hyper_s_client") {
+        return;
+    }
+    let bed = Bed::up("thy", 2);
+    for backend in ["xdp", "kernel"] {
+        let app = start(
+            &bed,
+            &[
+                "hyper-server",
+                "--port",
+                PORT,
+                "--body",
+                BODY,
+                "--backend",
+                backend,
+            ],
+            120,
+        );
+        curl_keeps_alive(&bed);
+        assert_eq!(hyper_client(&bed, 4, 100), 400, "{backend}");
+        let lines = app.stop();
+        let t = totals(&lines);
+        assert_eq!(t["passive_opens"], 5, "{backend}: {t}");
+        let summary = lines.iter().find(|v| v["event"] == "summary").unwrap();
+        assert_eq!(
+            summary["queue_pair"]["connections_orphaned"], 0,
+            "{summary}"
+        );
+    }
+}
+
+#[test]
+fn hyper_on_tokio_s_own_listener_answers_the_same() {
+    if !require_root("hyper_on_tokio_s_own_listener_answers_the_same") {
+        return;
+    }
+    let bed = Bed::up("thb", 2);
+    let app = start(
+        &bed,
+        &[
+            "hyper-server",
+            "--port",
+            PORT,
+            "--body",
+            BODY,
+            "--tokio-baseline",
+        ],
+        120,
+    );
+    curl_keeps_alive(&bed);
+    assert_eq!(hyper_client(&bed, 2, 50), 100);
+    let lines = app.stop();
+    let summary = lines.iter().find(|v| v["event"] == "summary").unwrap();
+    assert!(summary["process_cpu_ns"].as_u64().unwrap() > 0, "{summary}");
+}
