@@ -5,13 +5,17 @@
 # sockets (`--backend kernel`, one pinned loop per queue), the AF_XDP server
 # in queue-pair mode (`--mode queue-pair`, one application thread per queue)
 # and nginx (kernel TCP, one worker process per queue) on the same test bed,
-# in the same run.
+# in the same run; and the hyper example (`flowlane hyper-server`: hyper on
+# tokio on flowlane's TCP over AF_XDP) against the same hyper service on
+# tokio's own listener (`--tokio-baseline`, kernel TCP).
 # With KEEPALIVE=1, requests per second on kept-alive connections instead.
 #
 #   scripts/conn-rate.sh [CLIENTS...]     # default: 50 500
 #   KEEPALIVE=1 scripts/conn-rate.sh 100 1000
+#   SERVERS="hyper hyper-tokio nginx" KEEPALIVE=1 scripts/conn-rate.sh 100
 #
-# Environment: SECS (measured seconds per cell, default 5), QUEUES (bed
+# Environment: SERVERS (which, in order; default: flowlane flowlane-qp
+# flowlane-kernel nginx hyper hyper-tokio), SECS (measured seconds per cell, default 5), QUEUES (bed
 # queues and server workers, default 2), FLOWLANE (a flowlane binary to
 # use instead of building target/release/flowlane, e.g. to compare builds),
 # FL_MSL_MS (flowlane's MSL in ms; default the stack's 30 s). Needs root; installs wrk and
@@ -46,9 +50,11 @@ WORK=$(mktemp -d /tmp/flowlane-conn-rate.XXXXXX)
 FL_PID=
 FL_MODE=
 FK_PID=
+FT_PID=
 cleanup() {
   [ -n "$FL_PID" ] && kill "$FL_PID" 2>/dev/null && wait "$FL_PID" 2>/dev/null
   [ -n "$FK_PID" ] && kill "$FK_PID" 2>/dev/null && wait "$FK_PID" 2>/dev/null
+  [ -n "$FT_PID" ] && kill "$FT_PID" 2>/dev/null && wait "$FT_PID" 2>/dev/null
   [ -f "$WORK/nginx.pid" ] && kill "$(cat "$WORK/nginx.pid")" 2>/dev/null
   "$F" testbed down --bed "$BED" >/dev/null 2>&1 || true
   rm -rf "$WORK"
@@ -63,13 +69,18 @@ ADDR=$(ip netns exec "$NS" ip -4 -o addr show dev xsk0 | awk '{print $4}' | cut 
 # side of every connection waits in TIME-WAIT and the peer's ports come back
 # while it does: both stacks take such a SYN as a new incarnation (RFC
 # 6191). One AF_XDP service owns the interface's queues at a time, so the
-# run-to-completion and queue-pair servers take turns (xdp_server).
+# run-to-completion and queue-pair servers and the hyper example take turns
+# (xdp_server KIND: rtc, queue-pair or hyper).
 xdp_server() {
   [ "$FL_MODE" = "$1" ] && return 0
   if [ -n "$FL_PID" ]; then
     kill "$FL_PID" 2>/dev/null && wait "$FL_PID" 2>/dev/null || true
   fi
-  "$F" http-server --bed "$BED" --port 80 --mode "$1" ${FL_MSL_MS:+--msl-ms "$FL_MSL_MS"} >"$WORK/flowlane-$1.log" 2>&1 &
+  case $1 in
+    hyper) cmd=(hyper-server) ;;
+    *) cmd=(http-server --mode "$1") ;;
+  esac
+  "$F" "${cmd[@]}" --bed "$BED" --port 80 ${FL_MSL_MS:+--msl-ms "$FL_MSL_MS"} >"$WORK/flowlane-$1.log" 2>&1 &
   FL_PID=$!
   FL_MODE=$1
   wait_port 80
@@ -78,6 +89,10 @@ xdp_server() {
 # the kernel), one pinned loop per queue.
 "$F" http-server --bed "$BED" --port 8081 --backend kernel --queues "$QUEUES" >"$WORK/flowlane-kernel.log" 2>&1 &
 FK_PID=$!
+# The hyper service on tokio's own listener: port 8082, one runtime worker
+# per queue.
+"$F" hyper-server --bed "$BED" --port 8082 --tokio-baseline --queues "$QUEUES" >"$WORK/hyper-tokio.log" 2>&1 &
+FT_PID=$!
 # nginx: port 8080 on the same interface (flowlane's XDP program passes
 # ports it does not own to the kernel), one worker per queue.
 cat >"$WORK/nginx.conf" <<EOF
@@ -109,6 +124,7 @@ wait_port() {
   exit 1
 }
 wait_port 8081
+wait_port 8082
 wait_port 8080
 HEADER=(-H 'Connection: close')
 WHAT="connections/s"
@@ -122,12 +138,15 @@ busy_jiffies() { awk '/^cpu / {print $2+$3+$4+$6+$7+$8}' /proc/stat; }
 printf '| server | clients | %s | errors | %s per CPU-second |\n' "$WHAT" "${WHAT%/s}"
 printf '| --- | --- | --- | --- | --- |\n'
 for c in "${CLIENTS[@]}"; do
-  for server in flowlane flowlane-qp flowlane-kernel nginx; do
+  for server in ${SERVERS:-flowlane flowlane-qp flowlane-kernel nginx hyper hyper-tokio}; do
     case $server in
       flowlane) port=80; xdp_server rtc ;;
       flowlane-qp) port=80; xdp_server queue-pair ;;
       flowlane-kernel) port=8081 ;;
       nginx) port=8080 ;;
+      hyper) port=80; xdp_server hyper ;;
+      hyper-tokio) port=8082 ;;
+      *) echo "conn-rate: unknown server $server" >&2; exit 2 ;;
     esac
     # A short warm-up, then the measured run.
     ip netns exec "$PNS" wrk -t 2 -c "$c" -d 1 "${HEADER[@]}" "http://$ADDR:$port/" >/dev/null 2>&1 || true
