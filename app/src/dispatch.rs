@@ -297,6 +297,16 @@ impl<N: Net + ?Sized> Net for Scoped<'_, N> {
     fn set_nodelay(&mut self, conn: ConnHandle, nodelay: bool) -> Result<(), Error> {
         self.inner.set_nodelay(conn, nodelay)
     }
+    fn set_congestion(
+        &mut self,
+        conn: ConnHandle,
+        alg: flowlane_tcp::CongestionAlgorithm,
+    ) -> Result<(), Error> {
+        self.inner.set_congestion(conn, alg)
+    }
+    fn info(&self, conn: ConnHandle) -> Result<flowlane_tcp::ConnInfo, Error> {
+        self.inner.info(conn)
+    }
     fn four_tuple(&self, conn: ConnHandle) -> Result<FourTuple, Error> {
         self.inner.four_tuple(conn)
     }

@@ -39,7 +39,10 @@ mod net;
 mod setup;
 
 pub use dispatch::{ConnExport, Dispatcher, HandlerId};
-pub use flowlane_tcp::{CloseReason, ConnHandle, Error, FourTuple, ListenerId, State, Stats};
+pub use flowlane_tcp::{
+    CloseReason, CongestionAlgorithm, ConnHandle, ConnInfo, Error, FourTuple, ListenerId, State,
+    Stats,
+};
 pub use handler::{ConnHandler, ConnState};
 pub use handles::{seen_state, Handles};
 pub use net::{Net, Placement, Wake};

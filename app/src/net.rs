@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flowlane_tcp::{ConnHandle, Error, FourTuple, State, Stats};
+use flowlane_tcp::{CongestionAlgorithm, ConnHandle, ConnInfo, Error, FourTuple, State, Stats};
 
 /// Where a connection is processed: the receive queue, the CPU its worker
 /// is pinned to, and that CPU's NUMA node. Application threads that serve
@@ -89,6 +89,19 @@ pub trait Net {
 
     /// Disables (`true`) or enables Nagle's algorithm.
     fn set_nodelay(&mut self, conn: ConnHandle, nodelay: bool) -> Result<(), Error>;
+
+    /// Chooses the connection's congestion control (as Linux's
+    /// `TCP_CONGESTION`: the window carries over).
+    fn set_congestion(&mut self, conn: ConnHandle, alg: CongestionAlgorithm) -> Result<(), Error>;
+
+    /// The connection's queues and transmission state ([`ConnInfo`], what
+    /// Linux's `TCP_INFO` tells): readable and unsent bytes include what
+    /// waits in the backend's own buffers. On kernel sockets the kernel is
+    /// asked (a sock_diag round trip: for statistics, not every packet). In
+    /// queue-pair mode the network core's figures are those of its answer
+    /// to the previous call on the connection (each call asks anew; the
+    /// first gets `Err(WouldBlock)`).
+    fn info(&self, conn: ConnHandle) -> Result<ConnInfo, Error>;
 
     /// The connection's addresses.
     fn four_tuple(&self, conn: ConnHandle) -> Result<FourTuple, Error>;

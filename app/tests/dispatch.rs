@@ -70,6 +70,16 @@ impl Net for Direct<'_> {
     fn set_nodelay(&mut self, c: ConnHandle, on: bool) -> Result<(), Error> {
         self.stack.set_nodelay(c, on)
     }
+    fn set_congestion(
+        &mut self,
+        c: ConnHandle,
+        alg: flowlane_tcp::CongestionAlgorithm,
+    ) -> Result<(), Error> {
+        self.stack.set_congestion(c, alg)
+    }
+    fn info(&self, c: ConnHandle) -> Result<flowlane_tcp::ConnInfo, Error> {
+        self.stack.info(c)
+    }
     fn four_tuple(&self, c: ConnHandle) -> Result<FourTuple, Error> {
         self.stack.four_tuple(c)
     }

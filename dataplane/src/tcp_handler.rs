@@ -314,6 +314,18 @@ impl Net for StackNet<'_> {
         self.stack.set_nodelay(conn, nodelay)
     }
 
+    fn set_congestion(
+        &mut self,
+        conn: ConnHandle,
+        alg: flowlane_tcp::CongestionAlgorithm,
+    ) -> Result<(), Error> {
+        self.stack.set_congestion(conn, alg)
+    }
+
+    fn info(&self, conn: ConnHandle) -> Result<flowlane_tcp::ConnInfo, Error> {
+        self.stack.info(conn)
+    }
+
     fn four_tuple(&self, conn: ConnHandle) -> Result<FourTuple, Error> {
         self.stack.four_tuple(conn)
     }

@@ -21,6 +21,11 @@ impl ByteBuffer {
         }
     }
 
+    /// Bytes it can hold.
+    pub(crate) fn capacity(&self) -> usize {
+        self.bytes.len()
+    }
+
     /// Bytes held.
     pub(crate) fn len(&self) -> usize {
         self.end - self.start

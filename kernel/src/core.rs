@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flowlane_app::{
-    CloseReason, ConnHandle, ConnHandler, Dispatcher, Error, FourTuple, HandlerId, Handles, Net,
-    Placement, Setup, State, Stats, Wake,
+    CloseReason, CongestionAlgorithm, ConnHandle, ConnHandler, ConnInfo, Dispatcher, Error,
+    FourTuple, HandlerId, Handles, Net, Placement, Setup, State, Stats, Wake,
 };
 use flowlane_tcp::{Event, ListenerId};
 use mio::net::{TcpListener, TcpStream};
@@ -19,6 +19,7 @@ use mio::{Events, Interest, Poll, Token};
 
 use crate::conn::{close_reason, Conn, Io};
 use crate::listener::reuseport_listener;
+use crate::tcp_info::{Diag, KernelView};
 
 /// Tokens at and above this name listeners; below it, connection slots.
 const LISTENER_TOKENS: usize = 1 << 30;
@@ -70,6 +71,8 @@ pub struct KernelNet {
     stats: Stats,
     /// Made when a handler asks for one ([`Net::waker`]).
     waker: Option<Arc<MioWake>>,
+    /// Asks the kernel about a connection ([`Net::info`]).
+    diag: Diag,
 }
 
 /// Wakes a core's poll from another thread.
@@ -97,6 +100,7 @@ impl KernelNet {
             limits,
             stats: Stats::default(),
             waker: None,
+            diag: Diag::default(),
         })
     }
 
@@ -475,6 +479,31 @@ impl Net for KernelNet {
             .map_err(|_| Error::InvalidState)
     }
 
+    fn set_congestion(&mut self, h: ConnHandle, alg: CongestionAlgorithm) -> Result<(), Error> {
+        let name = match alg {
+            CongestionAlgorithm::NewReno => "reno",
+            CongestionAlgorithm::Cubic => "cubic",
+        };
+        nix::sys::socket::setsockopt(
+            &self.conn(h)?.stream,
+            nix::sys::socket::sockopt::TcpCongestion,
+            &std::ffi::OsString::from(name),
+        )
+        .map_err(|_| Error::InvalidState)
+    }
+
+    /// The kernel's figures (sock_diag) plus this loop's own buffers;
+    /// `InvalidState` once the kernel keeps none (the socket went to
+    /// TIME-WAIT, or sock_diag cannot be asked).
+    fn info(&self, h: ConnHandle) -> Result<ConnInfo, Error> {
+        let c = self.conn(h)?;
+        let k = self
+            .diag
+            .query(c.local, c.remote)
+            .map_err(|_| Error::InvalidState)?;
+        kernel_info(&k, c).ok_or(Error::InvalidState)
+    }
+
     fn four_tuple(&self, h: ConnHandle) -> Result<FourTuple, Error> {
         let c = self.conn(h)?;
         Ok(FourTuple {
@@ -643,4 +672,35 @@ fn reset_on_close(stream: &TcpStream) {
             l_linger: 0,
         },
     );
+}
+
+/// Linux's `TCP_INFO` figures in flowlane's [`ConnInfo`], with the bytes
+/// waiting in the loop's own receive and send buffers added.
+/// None when the kernel gave no `tcp_info` (a TIME-WAIT socket). The
+/// capacities are those of the loop's own buffers (what `send_space`
+/// counts against).
+fn kernel_info(k: &KernelView, c: &Conn) -> Option<ConnInfo> {
+    let (rx_buffered, tx_buffered) = (c.rx.len(), c.tx.len());
+    // Linux's TCP_INFINITE_SSTHRESH.
+    const INFINITE: u32 = 0x7fff_ffff;
+    let t = k.tcp.as_ref()?;
+    let mss = t.snd_mss as usize;
+    let queued = k.send_queue as usize;
+    let notsent = (t.notsent_bytes as usize).min(queued);
+    Some(ConnInfo {
+        readable: rx_buffered + k.recv_queue as usize,
+        unsent: tx_buffered + notsent,
+        unacked: queued - notsent,
+        srtt: (t.rtt > 0).then(|| flowlane_tcp::time::Duration::from_micros(u64::from(t.rtt))),
+        cwnd: t.snd_cwnd as usize * mss,
+        ssthresh: if t.snd_ssthresh >= INFINITE {
+            usize::MAX
+        } else {
+            t.snd_ssthresh as usize * mss
+        },
+        mss: u16::try_from(t.snd_mss).unwrap_or(u16::MAX),
+        retransmits: t.total_retrans,
+        send_capacity: c.tx.capacity(),
+        recv_capacity: c.rx.capacity(),
+    })
 }

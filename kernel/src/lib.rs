@@ -22,6 +22,7 @@ mod conn;
 mod core;
 mod listener;
 mod service;
+mod tcp_info;
 
 pub use crate::core::{KernelCore, KernelNet, Limits};
 pub use listener::{pin_to, reuseport_listener};

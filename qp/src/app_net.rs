@@ -3,14 +3,15 @@
 //! reads from (and gives back); sends are copied into requests, bounded by
 //! a credit that the cores' cumulative completions renew.
 
+use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 use flowlane_app::{
-    seen_state, CloseReason, ConnHandle, Error, FourTuple, Handles, ListenerId, Net, Placement,
-    State, Stats,
+    seen_state, CloseReason, CongestionAlgorithm, ConnHandle, ConnInfo, Error, FourTuple, Handles,
+    ListenerId, Net, Placement, State, Stats,
 };
 use flowlane_tcp::Event;
 
@@ -42,6 +43,8 @@ struct Conn {
     closing: bool,
     shut: bool,
     user_data: u64,
+    /// The core's last answer to an info request.
+    core_info: Option<ConnInfo>,
 }
 
 impl Conn {
@@ -61,6 +64,7 @@ impl Conn {
             closing: false,
             shut: false,
             user_data: 0,
+            core_info: None,
         }
     }
 
@@ -94,6 +98,9 @@ pub(crate) struct QpNet {
     pending: Vec<Vec<ToCore>>,
     pub(crate) events: VecDeque<Event>,
     stats: Stats,
+    /// Connections whose info was read since the last flush: the cores are
+    /// asked for fresh figures.
+    info_wanted: RefCell<Vec<ConnHandle>>,
 }
 
 impl QpNet {
@@ -118,6 +125,7 @@ impl QpNet {
             pending: (0..n).map(|_| Vec::new()).collect(),
             events: VecDeque::new(),
             stats: Stats::default(),
+            info_wanted: RefCell::new(Vec::new()),
         }
     }
 
@@ -233,6 +241,13 @@ impl QpNet {
                     self.events.push_back(Event::Writable(h));
                 }
             }
+            ToApp::Info { conn, info } => {
+                if let Some(index) = ours(self, &conn) {
+                    if let Some(c) = self.conns.at_mut(index) {
+                        c.core_info = Some(info);
+                    }
+                }
+            }
             ToApp::PeerClosed { conn } => {
                 if let Some(index) = ours(self, &conn) {
                     let h = self.handle(index);
@@ -252,6 +267,12 @@ impl QpNet {
 
     /// Sends this pass's requests and wakes the cores they went to.
     pub(crate) fn flush(&mut self) {
+        let mut wanted = self.info_wanted.take();
+        wanted.sort_unstable_by_key(|h| (h.index(), h.generation()));
+        wanted.dedup();
+        for h in wanted {
+            let _ = self.request(h, |conn| ToCore::Info { conn });
+        }
         for (core, pending) in self.pending.iter_mut().enumerate() {
             if pending.is_empty() {
                 continue;
@@ -446,6 +467,23 @@ impl Net for QpNet {
 
     fn set_nodelay(&mut self, h: ConnHandle, on: bool) -> Result<(), Error> {
         self.request(h, |conn| ToCore::SetNodelay { conn, on })
+    }
+
+    fn set_congestion(&mut self, h: ConnHandle, alg: CongestionAlgorithm) -> Result<(), Error> {
+        self.request(h, |conn| ToCore::SetCongestion { conn, alg })
+    }
+
+    /// The core's figures as of its answer to the previous call, plus the
+    /// bytes on their way between the core and this thread.
+    fn info(&self, h: ConnHandle) -> Result<ConnInfo, Error> {
+        let c = self.conn(h)?;
+        if c.remote_handle.is_some() {
+            self.info_wanted.borrow_mut().push(h);
+        }
+        let mut info = c.core_info.ok_or(Error::WouldBlock)?;
+        info.readable += c.rx_len;
+        info.unsent += (c.requested - c.completed) as usize;
+        Ok(info)
     }
 
     fn four_tuple(&self, h: ConnHandle) -> Result<FourTuple, Error> {

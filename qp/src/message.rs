@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 
-use flowlane_tcp::{CloseReason, ConnHandle, FourTuple};
+use flowlane_tcp::{CloseReason, CongestionAlgorithm, ConnHandle, ConnInfo, FourTuple};
 
 /// Bytes of received data a connection may have on its way to, or
 /// unread on, its application thread; past it the core leaves data in the
@@ -46,6 +46,11 @@ pub(crate) enum ToApp {
     PeerClosed {
         conn: ConnHandle,
     },
+    /// The answer to [`ToCore::Info`].
+    Info {
+        conn: ConnHandle,
+        info: ConnInfo,
+    },
     Closed {
         conn: ConnHandle,
         reason: CloseReason,
@@ -82,6 +87,14 @@ pub(crate) enum ToCore {
     SetNodelay {
         conn: ConnHandle,
         on: bool,
+    },
+    SetCongestion {
+        conn: ConnHandle,
+        alg: CongestionAlgorithm,
+    },
+    /// Asks for the connection's [`ConnInfo`] ([`ToApp::Info`]).
+    Info {
+        conn: ConnHandle,
     },
     /// A receive buffer back to the core's pool.
     Recycle(Vec<u8>),

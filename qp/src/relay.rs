@@ -332,6 +332,14 @@ impl Relay {
             ToCore::SetNodelay { conn, on } => {
                 let _ = net.set_nodelay(conn, on);
             }
+            ToCore::SetCongestion { conn, alg } => {
+                let _ = net.set_congestion(conn, alg);
+            }
+            ToCore::Info { conn } => {
+                if let (Some(r), Ok(info)) = (self.conns.get(&conn), net.info(conn)) {
+                    self.tell(r.thread, ToApp::Info { conn, info });
+                }
+            }
             ToCore::Recycle(buf) => {
                 if self.pool.len() < POOL && buf.capacity() <= BUF {
                     self.pool.push(buf);

@@ -47,6 +47,7 @@ mod buffer;
 mod cc;
 mod challenge;
 mod chunk_pool;
+mod conn_info;
 mod connection;
 mod ecn;
 mod isn;
@@ -71,6 +72,7 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
 pub use cc::{CongestionAlgorithm, InitialWindow};
+pub use conn_info::ConnInfo;
 pub use connection::{Snapshot, State};
 pub use ecn::{Ecn, EcnMode};
 pub use lent_frames::{FrameRef, FrameStore, NoFrames};

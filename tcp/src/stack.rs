@@ -1778,6 +1778,12 @@ impl Stack {
         Ok(self.live(conn)?.recv_buf.capacity())
     }
 
+    /// The connection's queues and transmission state (`TCP_INFO`'s
+    /// counterpart).
+    pub fn info(&self, conn: ConnHandle) -> Result<crate::ConnInfo, Error> {
+        Ok(self.live(conn)?.info())
+    }
+
     /// The connection's state.
     pub fn state(&self, conn: ConnHandle) -> Result<State, Error> {
         Ok(self.live(conn)?.state)

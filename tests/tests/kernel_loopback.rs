@@ -227,3 +227,25 @@ fn a_connection_closed_first_ends_with_the_peers_fin() {
     let (counters, _) = service.stop();
     assert_eq!(counters[0].1.stats.resets_out, 0);
 }
+
+#[test]
+fn a_handler_reads_the_kernel_s_figures_for_its_connection() {
+    let port = free_port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let service = KernelService::start(config(1, Limits::default()), move |core| {
+        core.listen(
+            port,
+            Informed {
+                echo: Echo::new(16 << 10),
+                seen: s.clone(),
+            },
+        )
+        .map(|_| ())
+        .map_err(|e| format!("{e:?}"))
+    })
+    .unwrap();
+    info_is_told(port, &seen, false);
+    let (_, err) = service.stop();
+    assert_eq!(err, None);
+}

@@ -346,3 +346,24 @@ fn a_stalled_application_thread_loses_its_connections_and_comes_back() {
     kernel.stop();
     assert_eq!(qp.stop(), None);
 }
+
+#[test]
+fn an_application_thread_reads_the_core_s_figures_for_its_connection() {
+    let port = free_port();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let (qp, kernel) = start(1, move |t| {
+        t.listen(
+            port,
+            Informed {
+                echo: Echo::new(16 << 10),
+                seen: s.clone(),
+            },
+        )
+        .map(|_| ())
+        .map_err(|e| format!("{e:?}"))
+    });
+    info_is_told(port, &seen, true);
+    kernel.stop();
+    assert_eq!(qp.stop(), None);
+}

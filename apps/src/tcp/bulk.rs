@@ -7,7 +7,7 @@ use std::sync::mpsc::Sender;
 use std::time::Duration;
 
 use flowlane_app::conn_state::{export_entry, import_entry};
-use flowlane_app::{CloseReason, ConnHandle, ConnHandler, ConnState, Net};
+use flowlane_app::{CloseReason, ConnHandle, ConnHandler, ConnInfo, ConnState, Net};
 use flowlane_dataplane::cpu_time::thread_cpu_ns;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -19,6 +19,10 @@ struct Transfer {
     hasher: Option<Sha256>,
     start: Duration,
     cpu_start: u64,
+    /// The connection's TCP figures when the last byte was handed to the
+    /// stack: what the result says if none can be had at the end (a kernel
+    /// socket in TIME-WAIT has none).
+    last_info: Option<ConnInfo>,
 }
 
 impl Transfer {
@@ -29,6 +33,7 @@ impl Transfer {
             hasher: hash.then(Sha256::new),
             start: net.now(),
             cpu_start: thread_cpu_ns(),
+            last_info: None,
         }
     }
 
@@ -46,6 +51,14 @@ impl Transfer {
             "worker_cpu_ns": cpu,
             "cpu_ns_per_byte": if self.bytes > 0 { cpu as f64 / self.bytes as f64 } else { 0.0 },
             "sha256": self.hasher.map(|h| hex(&h.finalize())),
+            // The connection's TCP figures at the end (none yet in
+            // queue-pair mode if this is the first time it is asked).
+            "tcp": net.info(conn).ok().or(self.last_info).map(|i| json!({
+                "srtt_us": i.srtt.map(|d| d.as_nanos() / 1_000),
+                "cwnd": i.cwnd,
+                "mss": i.mss,
+                "retransmits": i.retransmits,
+            })),
         });
         if let (Value::Object(m), Value::Object(e)) = (&mut v, extra) {
             m.extend(e);
@@ -199,6 +212,9 @@ impl Source {
                 }
             }
             if o.remaining == 0 {
+                if o.t.last_info.is_none() {
+                    o.t.last_info = net.info(conn).ok();
+                }
                 let _ = net.close(conn);
                 return;
             }
@@ -273,11 +289,13 @@ impl ConnHandler for Source {
             .get(&conn)
             .is_some_and(|o| o.remaining == 0 && o.carry.is_empty());
         if finished {
-            let _ = net.close(conn);
+            // The figures before the close hands the socket back (on kernel
+            // sockets nothing can be asked of it after).
             if let Some(o) = self.conns.remove(&conn) {
                 let v = o.t.result(net, "source", conn, json!({"ok": true}));
                 let _ = self.done.send(v);
             }
+            let _ = net.close(conn);
         }
     }
     fn on_export(&mut self, _net: &mut dyn Net, conn: ConnHandle) -> Option<ConnState> {

@@ -299,6 +299,7 @@ impl Connection {
                 prev_una: iss,
                 undo: None,
                 lost_rtx_dups: 0,
+                retransmitted: 0,
                 high_rxt: iss,
                 rtx_mark: iss,
                 lost_floor: iss,

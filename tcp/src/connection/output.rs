@@ -80,6 +80,7 @@ impl Connection {
         }
         if self.snd.max > self.snd.iss {
             ctx.stats.retransmits += 1;
+            self.snd.retransmitted = self.snd.retransmitted.saturating_add(1);
         } else if !self.flags.has(Flags::TIMESTAMPS) && !offer_ts {
             self.timers.rtt_seq = Some((self.snd.iss + 1, now));
         }
@@ -297,6 +298,7 @@ impl Connection {
         let is_retransmit = seq < self.snd.max;
         if is_retransmit {
             ctx.stats.retransmits += 1;
+            self.snd.retransmitted = self.snd.retransmitted.saturating_add(1);
             // Karn (RFC 6298 §3): no sample from retransmitted data.
             if self.timers.rtt_seq.is_some_and(|(e, _)| e > seq) {
                 self.timers.rtt_seq = None;

@@ -157,7 +157,7 @@ impl Connection {
         self.flags.clear(Flags::RECOVER_HELD);
         let flight = self.snd.max - self.snd.una;
         self.cc
-            .on_spurious_recovery(flight, bytes_acked, undo.pipe_prev);
+            .on_spurious_recovery(flight, bytes_acked, undo.pipe_prev());
         stats.spurious_recoveries += 1;
         true
     }
@@ -210,10 +210,10 @@ impl Connection {
             && self.snd.high_rxt <= self.snd.max;
         if self.flags.has(Flags::TIMESTAMPS) && !reduced && !resent_above {
             // RFC 3522 §3.2 step (1) / RFC 4015 §3.2 step (1).
-            self.snd.undo = Some(UndoState {
-                retransmit_ts: self.tsval(now),
-                pipe_prev: flight.max(self.cc.ssthresh()),
-            });
+            self.snd.undo = Some(UndoState::new(
+                self.tsval(now),
+                flight.max(self.cc.ssthresh()),
+            ));
         }
         self.flags.set(Flags::IN_RECOVERY | Flags::RECOVER_HELD);
         if !resent_above {

@@ -203,6 +203,9 @@ pub(crate) struct SendState {
     /// retransmission of SND.UNA is deemed lost as well (see
     /// `arm_lost_retransmit`).
     pub(crate) lost_rtx_dups: u16,
+    /// Segments of this connection retransmitted, ever (what
+    /// `Stats::retransmits` counts for the stack; [`crate::ConnInfo`]).
+    pub(crate) retransmitted: u32,
     /// RFC 6675 §2 `HighRxt`: one past the highest byte retransmitted in
     /// the current SACK recovery.
     pub(crate) high_rxt: SeqNumber,
@@ -238,8 +241,27 @@ pub(crate) struct UndoState {
     /// `RetransmitTS`: our TSval when the fast retransmit was decided (the
     /// retransmission carries this value or a later one).
     pub(crate) retransmit_ts: u32,
-    /// `pipe_prev`: max(FlightSize, ssthresh) before the reduction.
-    pub(crate) pipe_prev: usize,
+    /// `pipe_prev`: max(FlightSize, ssthresh) before the reduction, in
+    /// 32 bits (windows stay below 2^30 bytes, RFC 7323 §2.3); an
+    /// unbounded ssthresh is `u32::MAX` ([`UndoState::new`]).
+    pipe_prev: u32,
+}
+
+impl UndoState {
+    pub(crate) fn new(retransmit_ts: u32, pipe_prev: usize) -> UndoState {
+        UndoState {
+            retransmit_ts,
+            pipe_prev: u32::try_from(pipe_prev).unwrap_or(u32::MAX),
+        }
+    }
+
+    /// `pipe_prev` as it was given (an unbounded ssthresh stays unbounded).
+    pub(crate) fn pipe_prev(&self) -> usize {
+        match self.pipe_prev {
+            u32::MAX => usize::MAX,
+            p => p as usize,
+        }
+    }
 }
 
 /// Receive sequence space (RFC 9293 §3.3.1).

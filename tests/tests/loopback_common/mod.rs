@@ -80,3 +80,55 @@ pub(crate) fn echo_client(port: u16, data: Vec<u8>) -> Vec<u8> {
     writer.join().unwrap();
     back
 }
+
+/// Echoes like [`Echo`], picks NewReno for every connection it accepts,
+/// and records what [`Net::info`] says each time data comes.
+pub(crate) struct Informed {
+    pub(crate) echo: Echo,
+    pub(crate) seen:
+        std::sync::Arc<std::sync::Mutex<Vec<Result<flowlane_app::ConnInfo, flowlane_app::Error>>>>,
+}
+
+impl ConnHandler for Informed {
+    fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        net.set_congestion(conn, flowlane_app::CongestionAlgorithm::NewReno)
+            .unwrap();
+    }
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        let info = net.info(conn);
+        self.seen.lock().unwrap().push(info);
+        self.echo.on_data(net, conn);
+    }
+    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        self.echo.on_writable(net, conn);
+    }
+}
+
+/// Echoes 1 MiB through an [`Informed`] handler set up by `start` (on
+/// `port`), then checks what it saw: the connection's round-trip time,
+/// segment size and window, and bytes waiting to be read when data came.
+/// `first_may_block`: queue-pair mode answers the first calls later.
+pub(crate) fn info_is_told(
+    port: u16,
+    seen: &std::sync::Mutex<Vec<Result<flowlane_app::ConnInfo, flowlane_app::Error>>>,
+    first_may_block: bool,
+) {
+    let data = payload(9, 1 << 20);
+    assert!(echo_client(port, data.clone()) == data);
+    let seen = seen.lock().unwrap();
+    assert!(!seen.is_empty());
+    // Queue-pair mode: calls before the core's first answer came block.
+    let answered = seen.iter().position(Result::is_ok).unwrap_or(seen.len());
+    assert!(first_may_block || answered == 0, "{seen:?}");
+    let ok: Vec<_> = seen[answered..]
+        .iter()
+        .enumerate()
+        .map(|(i, r)| r.unwrap_or_else(|e| panic!("info #{i}: {e:?}")))
+        .collect();
+    assert!(!ok.is_empty(), "{seen:?}");
+    for i in &ok {
+        assert!(i.mss > 0 && i.cwnd >= usize::from(i.mss), "{i:?}");
+        assert!(i.srtt.is_some(), "{i:?}");
+    }
+    assert!(ok.iter().any(|i| i.readable > 0), "{ok:?}");
+}

@@ -465,7 +465,21 @@ pub(crate) fn kernel_to_flowlane_over(
 /// sends `bytes`, checks the sha256 both sides computed; returns the
 /// source's transfer line and all its JSON lines.
 pub(crate) fn flowlane_to_kernel(bed: &Bed, bytes: u64, limit_s: u64) -> (Value, Vec<Value>) {
-    flowlane_to_kernel_over(bed, Family::V4, bytes, limit_s, MODELS[0])
+    let (r, lines) = flowlane_to_kernel_over(bed, Family::V4, bytes, limit_s, MODELS[0]);
+    tcp_figures_told(&r);
+    (r, lines)
+}
+
+/// A transfer line's `tcp` figures (`Net::info` at its end) are there and
+/// plausible.
+pub(crate) fn tcp_figures_told(r: &Value) {
+    let t = &r["tcp"];
+    assert!(t["mss"].as_u64().unwrap_or(0) > 0, "{r}");
+    assert!(
+        t["cwnd"].as_u64().unwrap_or(0) >= t["mss"].as_u64().unwrap_or(1),
+        "{r}"
+    );
+    assert!(t["srtt_us"].as_u64().is_some(), "{r}");
 }
 
 /// [`flowlane_to_kernel`] over `family`, the source in `model`.
