@@ -277,8 +277,8 @@ impl Workers {
 /// CPU figures (`/proc/self/task/<tid>/stat`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DataThreads {
-    /// Thread-name prefix (`comm`).
-    pub prefix: &'static str,
+    /// Thread-name prefixes (`comm`): a thread that starts with any.
+    pub prefixes: &'static [&'static str],
     /// How reports name them.
     pub label: &'static str,
 }

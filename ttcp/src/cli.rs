@@ -2,7 +2,7 @@
 
 use std::net::IpAddr;
 
-use flowlane_dataplane::service_args::{DataPathArgs, RebalanceArgs};
+use flowlane_dataplane::service_args::{DataPathArgs, ExecMode, RebalanceArgs};
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
@@ -34,9 +34,11 @@ pub enum Sub {
 /// Which TCP implementation carries the data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum BackendKind {
-    /// Linux kernel sockets through mio.
+    /// Linux kernel sockets (flowlane's kernel-socket backend: one mio
+    /// loop per thread).
     Kernel,
     /// flowlane's TCP on the AF_XDP data path (one worker per queue).
+    #[value(alias = "xdp")]
     Flowlane,
 }
 
@@ -101,9 +103,15 @@ pub struct RunArgs {
     /// Control (sync) port on the receiver.
     #[arg(long, default_value_t = 5000)]
     pub control_port: u16,
-    /// Backend: kernel sockets, or flowlane's TCP on the AF_XDP data path.
+    /// Backend: kernel sockets, or flowlane's TCP on the AF_XDP data path
+    /// (`flowlane`, also `xdp`).
     #[arg(long, value_enum, default_value_t = BackendKind::Kernel)]
     pub backend: BackendKind,
+    /// Where the measurement's handlers run: `rtc` on the network cores
+    /// (AF_XDP workers or socket loops), `queue-pair` on application threads
+    /// the cores feed through per-core queues.
+    #[arg(long = "mode", value_enum, default_value_t = ExecMode::Rtc)]
+    pub exec: ExecMode,
     /// Latency mode: ping-pong of --msg-size messages (the receiver echoes).
     #[arg(long, conflicts_with = "overlap_us")]
     pub latency: bool,
@@ -340,11 +348,6 @@ impl RunArgs {
             bail!("latency and overlap modes use one connection per thread: drop -l");
         }
         if self.backend == BackendKind::Flowlane {
-            if self.sender && mode != Mode::Throughput {
-                bail!(
-                    "--backend flowlane sends in throughput mode only so far: drop --latency/--overlap-us, or send with --backend kernel"
-                );
-            }
             if !addr.is_ipv4() {
                 bail!("--backend flowlane: {addr} is not IPv4 (flowlane's TCP is IPv4 only)");
             }
@@ -498,17 +501,6 @@ mod tests {
             (
                 &["-s", "-m", "1,*,127.0.0.1", "--latency", "-l", "2"],
                 "one connection per thread",
-            ),
-            (
-                &[
-                    "-s",
-                    "-m",
-                    "1,*,127.0.0.1",
-                    "--backend",
-                    "flowlane",
-                    "--latency",
-                ],
-                "throughput mode only",
             ),
             (
                 &[

@@ -1,11 +1,11 @@
 //! The flowlane backend: data connections served by flowlane's TCP on the
 //! AF_XDP data path (`flowlane_dataplane::tcp_handler`), one worker per
-//! receive queue, run to completion.
+//! receive queue; the measurement's handlers ([`crate::handlers`]) run on
+//! the workers (run to completion) or on application threads
+//! (`--mode queue-pair`, [`crate::cores`]).
 //!
 //! Each queue's worker owns a `flowlane_tcp::Stack` listening on the data
-//! ports; its [`ConnHandler`] counts received payload by [`Phase`] in the
-//! worker's own [`WorkerCounters`] (relaxed atomics written by that worker
-//! only), which the measuring thread reads when the run ends. The control
+//! ports. The control
 //! (sync) channel stays on a kernel socket: flowlane shares the interface's
 //! address with the kernel and owns only its ports (the data ports and the
 //! ephemeral range 40000-44999), so the control port must be none of them
@@ -15,57 +15,27 @@
 //! test bed `--bed NAME` does that from the root namespace
 //! ([`flowlane_testbed::reexec_in_bed`]).
 
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
-use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net, SetupExt};
-use flowlane_dataplane::counters;
+use flowlane_app::Placement;
+use flowlane_dataplane::placement::machine_placement;
+use flowlane_dataplane::service_args::ExecMode;
 use flowlane_dataplane::service_control::{move_line, ServiceControl};
 use flowlane_dataplane::tcp_service::{self, rss_state};
-use flowlane_dataplane::{TcpCountersSnapshot, TcpHandler, TcpService, TcpServiceConfig};
+use flowlane_dataplane::{TcpCountersSnapshot, TcpService, TcpServiceConfig};
 
-use crate::backend::{Backend, DataThreads, Phase, Shared, ThreadStats, Workers};
+use crate::backend::{Backend, DataThreads, Shared, Workers};
+use crate::cores::Placed;
+use crate::handlers::{self, HandlerSetup};
 use crate::iface::iface_for;
 use crate::plan::Plan;
-use crate::sync::Mode;
 
-/// flowlane's TCP on the AF_XDP data path.
+/// flowlane's TCP on the AF_XDP data path, the handlers run to completion
+/// or in queue-pair mode.
 #[derive(Debug)]
-pub struct Flowlane;
-
-/// One worker's counts: written by that worker only (the data path's
-/// single-writer counters, `flowlane_dataplane::counters::add`), read by the
-/// measuring thread. Indexed by [`Phase`], so not a named counter set;
-/// aligned so that two workers never share a cache line.
-#[repr(align(64))]
-#[derive(Debug, Default)]
-pub struct WorkerCounters {
-    /// Payload bytes received (or echoed in latency mode: received) by [`Phase`].
-    pub bytes: [AtomicU64; 5],
-    /// Connections accepted.
-    pub connections: AtomicU64,
-}
-
-impl WorkerCounters {
-    fn add(&self, phase: Phase, n: usize) {
-        counters::add(&self.bytes[phase as usize], n as u64);
-    }
-
-    /// The counts now, as a [`ThreadStats`].
-    pub fn stats(&self) -> ThreadStats {
-        let mut st = ThreadStats::default();
-        for (o, c) in st.bytes.iter_mut().zip(&self.bytes) {
-            *o = c.load(Ordering::Relaxed);
-        }
-        st.connections = self.connections.load(Ordering::Relaxed) as usize;
-        st
-    }
-}
-
-type Registry = Arc<Mutex<Vec<(u32, Arc<WorkerCounters>)>>>;
+pub struct Flowlane(pub ExecMode);
 
 impl Backend for Flowlane {
     fn name(&self) -> &'static str {
@@ -73,9 +43,15 @@ impl Backend for Flowlane {
     }
 
     fn data_threads(&self) -> DataThreads {
-        DataThreads {
-            prefix: "flowlane-q",
-            label: "flowlane workers flowlane-q* (TCP + AF_XDP rings, run to completion)",
+        match self.0 {
+            ExecMode::Rtc => DataThreads {
+                prefixes: &["flowlane-q"],
+                label: "flowlane workers flowlane-q* (TCP + AF_XDP rings, run to completion)",
+            },
+            ExecMode::QueuePair => DataThreads {
+                prefixes: &["flowlane-q", "flowlane-app"],
+                label: "flowlane workers flowlane-q* (TCP + AF_XDP rings) and application threads flowlane-app*",
+            },
         }
     }
 
@@ -89,73 +65,24 @@ impl Backend for Flowlane {
                 plan.flowlane.control_port
             );
         }
-        let echo = plan.params.mode != Mode::Throughput;
-        let buf_len = plan.params.buffer.max(plan.params.msg_size);
-        let local_ip = plan.addr;
-        let lports = ports.clone();
         start(
             plan,
+            self.0,
             &ports,
             false,
-            move |h, w, sh| {
-                for &port in &lports {
-                    let rx = Rx {
-                        shared: sh.clone(),
-                        w: w.clone(),
-                        echo,
-                        local: SocketAddr::new(local_ip, port),
-                        buf: vec![0; buf_len],
-                    };
-                    h.listen(port, rx)
-                        .map_err(|e| format!("queue {} port {port}: {e}", h.queue()))?;
-                }
-                Ok(())
-            },
+            handlers::receiver(plan),
             shared,
         )
     }
 
     fn start_sender(&self, plan: &Plan, shared: Arc<Shared>) -> Result<Workers> {
-        let remote = plan.addr;
-        let total = plan.connections();
-        let (base, nports) = (plan.params.base_port, plan.params.ports);
-        let buffer = plan.params.buffer;
         let queues = queue_count(plan)?;
         start(
             plan,
+            self.0,
             &[],
             true,
-            move |h, w, sh| {
-                let q = h.queue();
-                let mut n = total / queues as usize;
-                if q == 0 {
-                    n += total % queues as usize;
-                }
-                // Connection k of this queue goes to data port (first + k) mod P.
-                let first = if q == 0 {
-                    0
-                } else {
-                    (total / queues as usize) * q as usize + total % queues as usize
-                };
-                let to: Vec<SocketAddr> = (0..n)
-                    .map(|k| {
-                        let port = base + ((first + k) % usize::from(nports)) as u16;
-                        SocketAddr::new(remote, port)
-                    })
-                    .collect();
-                if !to.is_empty() {
-                    h.add(Tx {
-                        shared: sh.clone(),
-                        w: w.clone(),
-                        to,
-                        conns: Vec::new(),
-                        sending: false,
-                        closed: false,
-                        buf: vec![0x5a; buffer],
-                    });
-                }
-                Ok(())
-            },
+            handlers::sender(plan, queues),
             shared,
         )
     }
@@ -218,38 +145,40 @@ fn queue_count(plan: &Plan) -> Result<u32> {
     Ok(config.interface()?.1)
 }
 
-/// Starts the data path on the plan's interface, one worker per queue, each
-/// with a `TcpHandler` that `setup` configures; `ports`: listening ports;
-/// `active`: the workers open connections (ephemeral ports steered, RSS
-/// needed). The returned [`Workers`] stop the data path and sum the
-/// per-worker counters.
+/// Starts the data path on the plan's interface, one worker per queue,
+/// the handlers `setup` registers placed for `mode`; `ports`: listening
+/// ports; `active`: the workers open connections (ephemeral ports
+/// steered, RSS needed). The returned [`Workers`] stop the data path and
+/// sum the per-thread counters.
 fn start(
     plan: &Plan,
+    mode: ExecMode,
     ports: &[u16],
     active: bool,
-    setup: impl Fn(&mut TcpHandler, &Arc<WorkerCounters>, &Arc<Shared>) -> std::result::Result<(), String>
-        + Send
-        + Sync
-        + 'static,
+    setup: impl HandlerSetup,
     shared: Arc<Shared>,
 ) -> Result<Workers> {
     if !nix::unistd::geteuid().is_root() {
         bail!("--backend flowlane needs root (AF_XDP sockets, XDP program)");
     }
-    let (config, _) = service_config(plan, ports, active)?;
+    let (config, queues) = service_config(plan, ports, active)?;
     let iface = config.iface.clone();
-    let registry: Registry = Arc::default();
-    let reg = registry.clone();
+    let cores = machine_placement(None, queues as usize, config.cpus.as_deref())
+        .context("placing the workers")?
+        .plan
+        .queues
+        .iter()
+        .map(|p| Placement {
+            queue: u32::from(p.queue),
+            cpu: Some(p.cpu),
+            node: p.node,
+        })
+        .collect::<Vec<_>>();
     let watched = shared.clone();
-    let service = TcpService::start(config, move |h| {
-        let w = Arc::new(WorkerCounters::default());
-        setup(h, &w, &shared)?;
-        reg.lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((h.queue(), w));
-        Ok::<_, String>(())
-    })
-    .with_context(|| format!("starting flowlane's data path on {iface}"))?;
+    let placed = Placed::new(mode, &cores, setup, shared, flowlane_kernel::pin_to)?;
+    let core_setup = placed.core_setup.clone();
+    let service = TcpService::start(config, move |h| core_setup(h))
+        .with_context(|| format!("starting flowlane's data path on {iface}"))?;
     // The receiver moves buckets (`--rebalance`) and answers `flowlane
     // rebalance` on its control socket.
     let control = if active {
@@ -274,12 +203,7 @@ fn start(
         let last = service.stop();
         set_tcp(&mut summary, &last.tcp);
         eprintln!("{summary}");
-        let reg = registry.lock().unwrap_or_else(|e| e.into_inner());
-        let mut total = ThreadStats::default();
-        for (_, w) in reg.iter() {
-            total.merge(w.stats())?;
-        }
-        Ok(total)
+        placed.finish()
     })))
 }
 
@@ -375,179 +299,5 @@ fn set_tcp(summary: &mut serde_json::Value, tcp: &[(u32, TcpCountersSnapshot)]) 
     for q in queues {
         let c = tcp.iter().find(|(n, _)| q["queue"] == *n).map(|(_, c)| c);
         q["tcp"] = serde_json::to_value(c).unwrap_or_default();
-    }
-}
-
-/// A worker's sender handler: opens its connections at once, sends from t0
-/// to the end of the cool-down (bytes counted by phase), then closes.
-struct Tx {
-    shared: Arc<Shared>,
-    w: Arc<WorkerCounters>,
-    to: Vec<SocketAddr>,
-    conns: Vec<ConnHandle>,
-    sending: bool,
-    closed: bool,
-    buf: Vec<u8>,
-}
-
-impl Tx {
-    fn fill(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        if !self.sending || self.closed {
-            return;
-        }
-        loop {
-            let space = net.send_space(conn).unwrap_or(0).min(self.buf.len());
-            if space == 0 {
-                net.want_writable(conn);
-                return;
-            }
-            match net.send(conn, &self.buf[..space]) {
-                Ok(0) | Err(_) => return,
-                Ok(n) => self.w.add(self.shared.phase_at(Instant::now()), n),
-            }
-        }
-    }
-}
-
-impl ConnHandler for Tx {
-    fn on_start(&mut self, net: &mut dyn Net) {
-        for &to in &self.to {
-            match net.connect(to) {
-                Ok(c) => self.conns.push(c),
-                Err(e) => {
-                    self.shared.fail(format!("connect to {to}: {e}"));
-                    return;
-                }
-            }
-        }
-    }
-    fn on_connected(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        counters::bump(&self.w.connections);
-        if let Ok(t) = net.four_tuple(conn) {
-            let _ = self.shared.local.set(t.local);
-        }
-        self.shared.connected.fetch_add(1, Ordering::Relaxed);
-        self.fill(net, conn);
-    }
-    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        self.fill(net, conn);
-    }
-    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        // The receiver does not answer in throughput mode: discard.
-        net.discard(conn);
-    }
-    fn on_closed(&mut self, _net: &mut dyn Net, conn: ConnHandle, reason: CloseReason) {
-        self.conns.retain(|&c| c != conn);
-        let ph = self.shared.phase_at(Instant::now());
-        if !self.closed && !matches!(ph, Phase::Cooldown | Phase::Post) {
-            self.shared.fail(format!(
-                "a data connection closed during {ph:?}: {reason:?}"
-            ));
-        }
-    }
-    fn on_tick(&mut self, net: &mut dyn Net) {
-        if self.closed {
-            return;
-        }
-        let ph = self.shared.phase_at(Instant::now());
-        if ph == Phase::Post || self.shared.stopping() {
-            self.closed = true;
-            for &c in &self.conns {
-                let _ = net.close(c);
-            }
-            return;
-        }
-        if !self.sending && ph != Phase::Pre {
-            self.sending = true;
-            for c in self.conns.clone() {
-                self.fill(net, c);
-            }
-        }
-    }
-}
-
-/// A worker's receiver handler (one per data port and worker).
-struct Rx {
-    shared: Arc<Shared>,
-    w: Arc<WorkerCounters>,
-    echo: bool,
-    local: SocketAddr,
-    buf: Vec<u8>,
-}
-
-impl Rx {
-    /// Throughput mode: take everything the connection holds, count it.
-    fn drain(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        let mut total = 0;
-        loop {
-            let n = match net.peek(conn) {
-                Ok(d) if !d.is_empty() => d.len(),
-                _ => break,
-            };
-            let _ = net.consume(conn, n);
-            total += n;
-        }
-        if total > 0 {
-            self.w.add(self.shared.phase_at(Instant::now()), total);
-        }
-        if net.is_eof(conn) {
-            let _ = net.close(conn);
-        }
-    }
-
-    /// Latency/overlap modes: echo what arrived, as much as the send buffer takes.
-    fn pump(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        let n = net.echo(conn, &mut self.buf);
-        if n > 0 {
-            self.w.add(self.shared.phase_at(Instant::now()), n);
-        }
-    }
-
-    fn serve(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        if self.echo {
-            self.pump(net, conn);
-        } else {
-            self.drain(net, conn);
-        }
-    }
-}
-
-impl ConnHandler for Rx {
-    fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        if self.echo {
-            let _ = net.set_nodelay(conn, true);
-        }
-        counters::bump(&self.w.connections);
-        let _ = self.shared.local.set(self.local);
-        self.shared.accepted.fetch_add(1, Ordering::Relaxed);
-    }
-    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        self.serve(net, conn);
-    }
-    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        if self.echo {
-            self.pump(net, conn);
-        }
-    }
-    fn on_peer_closed(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        self.serve(net, conn);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn worker_counters_by_phase() {
-        let w = WorkerCounters::default();
-        w.add(Phase::Warmup, 3);
-        w.add(Phase::Measured, 10);
-        w.add(Phase::Measured, 5);
-        w.connections.store(2, Ordering::Relaxed);
-        let s = w.stats();
-        assert_eq!(s.bytes, [0, 3, 15, 0, 0]);
-        assert_eq!(s.connections, 2);
-        assert_eq!(std::mem::align_of::<WorkerCounters>(), 64);
     }
 }

@@ -5,9 +5,11 @@
 //! with what it cost ([`report`]: CPU, interrupts, packets per interrupt, cycles
 //! per byte, % of one CPU per Gbit/s, retransmits) from `/proc` counters
 //! ([`procfs`], read at the window edges into [`snapshot`]s). The data path is
-//! a [`backend::Backend`]: kernel sockets through mio ([`kernel`]) or
-//! flowlane's TCP on the AF_XDP data path ([`flowlane`]). [`run`] runs one
-//! side of one test; [`matrix`] runs many on a test bed.
+//! a [`backend::Backend`]: kernel sockets ([`kernel`], flowlane's kernel-socket
+//! backend) or flowlane's TCP on the AF_XDP data path ([`flowlane`]); both run
+//! the same handlers ([`handlers`]), on their network cores or on application
+//! threads ([`cores`], `--mode queue-pair`). [`run`] runs one side of one
+//! test; [`matrix`] runs many on a test bed.
 //!
 //! Modules depend on each other in one direction only (lower first):
 //!
@@ -15,10 +17,12 @@
 //! sync, procfs, iface                 (leaves)
 //! plan        -> sync
 //! backend     -> plan
+//! handlers    -> backend, plan, sync
+//! cores       -> backend, handlers
 //! snapshot    -> procfs, backend
 //! report      -> snapshot, procfs, backend, sync
-//! kernel      -> backend, plan, sync
-//! flowlane    -> backend, plan, iface, sync
+//! kernel      -> backend, cores, handlers, plan
+//! flowlane    -> backend, cores, handlers, plan, iface
 //! cli         -> plan, sync
 //! run         -> cli, plan, backend, kernel, flowlane, iface, procfs,
 //!                snapshot, report, sync
@@ -30,7 +34,9 @@
 
 pub mod backend;
 pub mod cli;
+pub mod cores;
 pub mod flowlane;
+pub mod handlers;
 pub mod iface;
 pub mod kernel;
 pub mod matrix;

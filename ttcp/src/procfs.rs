@@ -124,9 +124,9 @@ impl ProcFs {
     }
 
     /// CPU time of this process's threads whose name (`comm`) starts with
-    /// `prefix`, summed from `/proc/self/task/<tid>/stat` (utime, stime; USER_HZ
-    /// ticks). `threads` is how many matched.
-    pub fn threads_cpu(&self, prefix: &str) -> Result<ThreadsCpu> {
+    /// one of `prefixes`, summed from `/proc/self/task/<tid>/stat` (utime,
+    /// stime; USER_HZ ticks). `threads` is how many matched.
+    pub fn threads_cpu(&self, prefixes: &[&str]) -> Result<ThreadsCpu> {
         let dir = self.path("proc/self/task");
         let mut out = ThreadsCpu::default();
         let rd = std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?;
@@ -138,7 +138,7 @@ impl ProcFs {
             let Some(comm) = stat_comm(&text) else {
                 continue;
             };
-            if !comm.starts_with(prefix) {
+            if !prefixes.iter().any(|p| comm.starts_with(p)) {
                 continue;
             }
             let c = parse_pid_stat(&text)?;
@@ -333,7 +333,7 @@ mod tests {
             std::fs::create_dir_all(&d).unwrap();
             std::fs::write(d.join("stat"), line(comm, ut, st)).unwrap();
         }
-        let c = ProcFs::new(&root).threads_cpu("flowlane-q").unwrap();
+        let c = ProcFs::new(&root).threads_cpu(&["flowlane-q"]).unwrap();
         assert_eq!(
             c,
             ThreadsCpu {

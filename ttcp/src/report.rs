@@ -67,7 +67,7 @@ pub struct CpuProcess {
 pub struct DataThreadsCpu {
     /// Which threads (flowlane workers, or the kernel backend's event loops).
     pub label: String,
-    /// Thread-name prefix matched.
+    /// Thread-name prefixes matched (comma-separated).
     pub prefix: String,
     /// Threads counted (at the end of the window).
     pub threads: u64,
@@ -316,7 +316,7 @@ pub fn build(i: Inputs<'_>) -> Report {
             let system_s = y.stime.saturating_sub(x.stime) as f64 / hz;
             Some(DataThreadsCpu {
                 label: d.label.to_string(),
-                prefix: d.prefix.to_string(),
+                prefix: d.prefixes.join(","),
                 threads: y.threads,
                 user_s,
                 system_s,
@@ -732,7 +732,7 @@ mod tests {
             latency: None,
             overlap: None,
             data_threads: Some(DataThreads {
-                prefix: "ttcp-",
+                prefixes: &["ttcp-"],
                 label: "test threads",
             }),
         });

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use flowlane_dataplane::service_args::ExecMode;
+
 use crate::backend::{Backend, DataThreads, Schedule, Shared, ThreadStats, Workers};
 use crate::cli::{BackendKind, RunArgs};
 use crate::flowlane::Flowlane;
@@ -34,7 +36,7 @@ pub fn run(args: &RunArgs) -> Result<Report> {
         return Err(flowlane_testbed::reexec_in_bed(bed));
     }
     raise_nofile(plan.connections() + 256)?;
-    let backend = for_kind(args.backend)?;
+    let backend = for_kind(args.backend, args.exec)?;
     let shared = Arc::new(Shared::new(Schedule::from_secs(
         plan.params.warmup_s,
         plan.params.duration_s,
@@ -55,11 +57,11 @@ pub fn run(args: &RunArgs) -> Result<Report> {
     Ok(report)
 }
 
-/// The backend for `kind`.
-pub fn for_kind(kind: BackendKind) -> Result<Box<dyn Backend>> {
+/// The backend for `kind`, its handlers run as `mode` says.
+pub fn for_kind(kind: BackendKind, mode: ExecMode) -> Result<Box<dyn Backend>> {
     match kind {
-        BackendKind::Kernel => Ok(Box::new(Kernel)),
-        BackendKind::Flowlane => Ok(Box::new(Flowlane)),
+        BackendKind::Kernel => Ok(Box::new(Kernel(mode))),
+        BackendKind::Flowlane => Ok(Box::new(Flowlane(mode))),
     }
 }
 
@@ -116,7 +118,7 @@ fn probe(
     fs.if_counters(&iface)?; // fail now, not at the window edge
                              // A tree without /proc/self/task (tests' fake trees) reports no thread CPU.
     let data_threads = fs
-        .threads_cpu(data_threads.prefix)
+        .threads_cpu(data_threads.prefixes)
         .is_ok()
         .then_some(data_threads);
     Ok(Probe {
@@ -454,12 +456,15 @@ mod tests {
 
     #[test]
     fn backends_name_their_data_threads() {
-        let k = for_kind(BackendKind::Kernel).unwrap();
-        assert_eq!((k.name(), k.data_threads().prefix), ("kernel", "ttcp-"));
-        let f = for_kind(BackendKind::Flowlane).unwrap();
+        let k = for_kind(BackendKind::Kernel, ExecMode::Rtc).unwrap();
         assert_eq!(
-            (f.name(), f.data_threads().prefix),
-            ("flowlane", "flowlane-q")
+            (k.name(), k.data_threads().prefixes),
+            ("kernel", &["flowlane-q"][..])
+        );
+        let f = for_kind(BackendKind::Flowlane, ExecMode::QueuePair).unwrap();
+        assert_eq!(
+            (f.name(), f.data_threads().prefixes),
+            ("flowlane", &["flowlane-q", "flowlane-app"][..])
         );
     }
 }

@@ -84,7 +84,7 @@ impl Probe {
             proc_stat: self.fs.self_cpu()?,
             rusage,
             data_threads: match self.data_threads {
-                Some(d) => Some(self.fs.threads_cpu(d.prefix)?),
+                Some(d) => Some(self.fs.threads_cpu(d.prefixes)?),
                 None => None,
             },
         })

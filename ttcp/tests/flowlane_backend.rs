@@ -1,7 +1,8 @@
 //! flowlane-ttcp with the flowlane backend (root): a receiver on flowlane's TCP
 //! over AF_XDP (2 queues, started from the root namespace with `--bed`) against
 //! a kernel-backend sender in the peer namespace, for 2 s after a 1 s warm-up;
-//! then the other way round (flowlane sender, kernel receiver), 1 s.
+//! then the other way round (flowlane sender, kernel receiver), 1 s, in
+//! throughput and latency modes.
 
 mod common;
 
@@ -97,6 +98,31 @@ fn flowlane_receiver_counts_only_the_window() {
         "received {got} vs sent {sent}"
     );
     assert_eq!(s["cpu_data_threads"]["threads"], 2);
+
+    // A flowlane sender in latency mode: ping-pong on one connection per
+    // worker, the kernel echoing.
+    let base = format!(
+        "-m 2,*,10.99.0.2 -W 0.5 -t 1 -C 0.3 -j --control-port {ctl} -p {data} --latency --msg-size 512"
+    );
+    let rx = cmd(
+        Some(&bed.peer_ns),
+        &a(&format!("-r {base} --backend kernel --wait 20")),
+    )
+    .spawn()
+    .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let tx = cmd(
+        None,
+        &a(&format!("-s {base} --backend flowlane --bed {}", bed.name)),
+    )
+    .spawn()
+    .unwrap();
+    let (so, _) = wait_bounded(tx, std::time::Duration::from_secs(30), "flowlane sender");
+    let (ro, _) = wait_bounded(rx, std::time::Duration::from_secs(30), "kernel receiver");
+    json(&ro);
+    let l = &json(&so)["latency"];
+    assert!(l["round_trips"].as_u64().unwrap() > 50, "{l}");
+    assert!(l["rtt_p50_us"].as_f64().unwrap() > 0.0, "{l}");
 }
 
 #[test]

@@ -137,6 +137,43 @@ fn latency_and_overlap_modes() {
 }
 
 #[test]
+fn queue_pair_mode_runs_the_same_handlers_on_application_threads() {
+    // Throughput: both ends' handlers on application threads.
+    let (ro, so) = pair(
+        None,
+        None,
+        "-m 2,*,127.0.0.1 -W 0.3 -t 1 -C 0.2 -j --mode queue-pair",
+        "",
+        "",
+    );
+    let (r, s) = (json(&ro), json(&so));
+    let (got, sent) = (f(&r, "/bytes/measured"), f(&s, "/bytes/measured"));
+    assert!(
+        sent > 0.0 && (got - sent).abs() / sent < 0.1,
+        "received {got} vs sent {sent}"
+    );
+    let d = &r["cpu_data_threads"];
+    assert!(
+        d["label"].as_str().unwrap().contains("application threads"),
+        "{d}"
+    );
+    // Four threads: two socket loops, two application threads.
+    assert_eq!(d["threads"], 4, "{d}");
+
+    // Latency: the sender's ping-pong on an application thread.
+    let (ro, so) = pair(
+        None,
+        None,
+        "-m 1,*,127.0.0.1 -W 0.3 -t 1 -C 0.2 -j --latency --msg-size 256",
+        "",
+        "--mode queue-pair",
+    );
+    json(&ro);
+    let l = &json(&so)["latency"];
+    assert!(l["round_trips"].as_u64().unwrap() > 50, "{l}");
+}
+
+#[test]
 fn misuse_is_one_line_nonzero_and_bounded() {
     let lim = Duration::from_secs(15);
     // Sender without a receiver.
@@ -206,12 +243,8 @@ fn misuse_is_one_line_nonzero_and_bounded() {
     assert_fails(&o, "no sender connected");
     assert!(t < Duration::from_secs(4), "{t:?}");
 
-    // Bad flags, and a flowlane sender in latency mode (throughput only so far).
+    // Bad flags.
     for (flags, want) in [
-        (
-            "-s -m 1,*,127.0.0.1 --backend flowlane --latency",
-            "throughput mode only",
-        ),
         ("-s -m 1,x,127.0.0.1", "cpu must be a number"),
         ("-s -m 1,*,127.0.0.1 -P 0", "-P 0"),
         ("-s -m 1,64000,127.0.0.1 -N -p 1", "cannot pin to CPU 64000"),

@@ -1,0 +1,472 @@
+//! The measurement's handlers, one set for every backend and execution
+//! model: [`Rx`] counts (or echoes) what the receiver's connections bring,
+//! [`Tx`] opens the sender's connections and sends bulk data or plays
+//! ping-pong (latency and overlap modes). They run on flowlane's TCP on
+//! AF_XDP ([`crate::flowlane`]) and on kernel sockets ([`crate::kernel`]),
+//! inline on the network cores (run to completion) or on application
+//! threads (queue-pair mode), through [`flowlane_app::Net`] alone.
+//!
+//! Each core (or application thread) counts in its own [`WorkerCounters`]
+//! (relaxed atomics written by that thread only), which the measuring
+//! thread reads when the run ends.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net, Setup, SetupExt};
+use flowlane_dataplane::counters;
+use hdrhistogram::Histogram;
+
+use crate::backend::{rtt_histogram, OverlapSums, Phase, Shared, ThreadStats};
+use crate::plan::Plan;
+use crate::sync::Mode;
+
+/// One core's counts. Indexed by [`Phase`], so not a named counter set;
+/// aligned so that two cores never share a cache line.
+#[repr(align(64))]
+#[derive(Debug, Default)]
+pub struct WorkerCounters {
+    /// Payload bytes received (or echoed in latency mode: received) by [`Phase`].
+    pub bytes: [AtomicU64; 5],
+    /// Connections accepted.
+    pub connections: AtomicU64,
+    /// Latency/overlap senders: round-trip times of measured iterations.
+    rtt: Mutex<Option<Histogram<u64>>>,
+    /// Overlap senders: the measured iterations' sums.
+    overlap: Mutex<OverlapSums>,
+}
+
+impl WorkerCounters {
+    /// Adds `n` bytes to `phase` (single writer: the core that owns it).
+    pub fn add(&self, phase: Phase, n: usize) {
+        counters::add(&self.bytes[phase as usize], n as u64);
+    }
+
+    /// The counts now, as a [`ThreadStats`].
+    pub fn stats(&self) -> ThreadStats {
+        let mut st = ThreadStats::default();
+        for (o, c) in st.bytes.iter_mut().zip(&self.bytes) {
+            *o = c.load(Ordering::Relaxed);
+        }
+        st.connections = self.connections.load(Ordering::Relaxed) as usize;
+        st.rtt_ns = self.rtt.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        st.overlap = *self.overlap.lock().unwrap_or_else(|e| e.into_inner());
+        st
+    }
+}
+
+/// How a backend registers the measurement's handlers on one core (or
+/// application thread): with the core's counters and the run's state.
+pub trait HandlerSetup:
+    Fn(&mut dyn Setup, &Arc<WorkerCounters>, &Arc<Shared>) -> Result<(), String> + Send + Sync + 'static
+{
+}
+
+impl<F> HandlerSetup for F where
+    F: Fn(&mut dyn Setup, &Arc<WorkerCounters>, &Arc<Shared>) -> Result<(), String>
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// The receiver's set-up: an [`Rx`] listening on every data port.
+pub fn receiver(plan: &Plan) -> impl HandlerSetup {
+    let ports: Vec<u16> = (0..plan.params.ports)
+        .map(|p| plan.params.base_port + p)
+        .collect();
+    let echo = plan.params.mode != Mode::Throughput;
+    let buf_len = plan.params.buffer.max(plan.params.msg_size);
+    let local_ip = plan.addr;
+    move |h: &mut dyn Setup, w: &Arc<WorkerCounters>, sh: &Arc<Shared>| {
+        for &port in &ports {
+            let rx = Rx {
+                shared: sh.clone(),
+                w: w.clone(),
+                echo,
+                local: SocketAddr::new(local_ip, port),
+                buf: vec![0; buf_len],
+            };
+            h.listen(port, rx)
+                .map_err(|e| format!("core {} port {port}: {e}", h.queue()))?;
+        }
+        Ok(())
+    }
+}
+
+/// The sender's set-up for `cores` cores (or application threads): core
+/// `q` opens its share of the plan's connections (`connections / cores`,
+/// core 0 the remainder), connection k of the run to data port k mod P.
+pub fn sender(plan: &Plan, cores: u32) -> impl HandlerSetup {
+    let remote = plan.addr;
+    let total = plan.connections();
+    let (base, nports) = (plan.params.base_port, plan.params.ports);
+    let buffer = plan.params.buffer;
+    let ping = (plan.params.mode != Mode::Throughput).then(|| PingPong {
+        msg: vec![0x11; plan.params.msg_size],
+        compute: (plan.params.mode == Mode::Overlap)
+            .then(|| Duration::from_micros(plan.overlap_us)),
+        ..PingPong::default()
+    });
+    let cores = cores.max(1) as usize;
+    move |h: &mut dyn Setup, w: &Arc<WorkerCounters>, sh: &Arc<Shared>| {
+        let q = h.queue() as usize;
+        let share = total / cores;
+        let n = share + if q == 0 { total % cores } else { 0 };
+        let first = if q == 0 { 0 } else { share * q + total % cores };
+        let to: Vec<SocketAddr> = (0..n)
+            .map(|k| {
+                let port = base + ((first + k) % usize::from(nports)) as u16;
+                SocketAddr::new(remote, port)
+            })
+            .collect();
+        if !to.is_empty() {
+            h.add(Tx {
+                shared: sh.clone(),
+                w: w.clone(),
+                to,
+                conns: Vec::new(),
+                sending: false,
+                closed: false,
+                buf: vec![0x5a; buffer],
+                ping: ping.clone(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Busy computation for `d` (the "application work" of the overlap test).
+pub fn compute_for(d: Duration) -> Duration {
+    let s = Instant::now();
+    let mut x: u64 = 1;
+    while s.elapsed() < d {
+        for _ in 0..64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+        }
+    }
+    std::hint::black_box(x);
+    s.elapsed()
+}
+
+/// Latency and overlap modes: one message at a time on the core's first
+/// connection; the receiver echoes it. An iteration's round trip runs
+/// from its send to the last byte of the echo; in overlap mode the
+/// sender computes for `compute` once the message is out.
+#[derive(Debug, Clone)]
+struct PingPong {
+    msg: Vec<u8>,
+    compute: Option<Duration>,
+    conn: Option<ConnHandle>,
+    /// An iteration is under way.
+    busy: bool,
+    sent: usize,
+    got: usize,
+    t_send: Instant,
+    phase: Phase,
+    computed: bool,
+    compute_ns: u64,
+    t_after_compute: Instant,
+    done_at_compute_end: bool,
+}
+
+impl Default for PingPong {
+    fn default() -> PingPong {
+        let now = Instant::now();
+        PingPong {
+            msg: Vec::new(),
+            compute: None,
+            conn: None,
+            busy: false,
+            sent: 0,
+            got: 0,
+            t_send: now,
+            phase: Phase::Pre,
+            computed: false,
+            compute_ns: 0,
+            t_after_compute: now,
+            done_at_compute_end: false,
+        }
+    }
+}
+
+/// A core's sender handler: opens its connections, then from t0 sends
+/// bulk data on all of them (throughput) or plays ping-pong on the first
+/// (latency, overlap), until the end of the cool-down.
+struct Tx {
+    shared: Arc<Shared>,
+    w: Arc<WorkerCounters>,
+    to: Vec<SocketAddr>,
+    conns: Vec<ConnHandle>,
+    sending: bool,
+    closed: bool,
+    buf: Vec<u8>,
+    ping: Option<PingPong>,
+}
+
+impl Tx {
+    /// Throughput mode: as much as the send buffer takes.
+    fn fill(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        if !self.sending || self.closed || self.ping.is_some() {
+            return;
+        }
+        loop {
+            let space = net.send_space(conn).unwrap_or(0).min(self.buf.len());
+            if space == 0 {
+                net.want_writable(conn);
+                return;
+            }
+            match net.send(conn, &self.buf[..space]) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => self.w.add(self.shared.phase_at(Instant::now()), n),
+            }
+        }
+    }
+
+    /// Ping-pong: starts the next iteration, unless the run is over.
+    fn ping(&mut self, net: &mut dyn Net) {
+        let Some(p) = self.ping.as_mut() else { return };
+        if !self.sending || self.closed || p.busy {
+            return;
+        }
+        let Some(_) = p.conn else { return };
+        let now = Instant::now();
+        let phase = self.shared.phase_at(now);
+        if phase == Phase::Post || self.shared.stopping() {
+            return;
+        }
+        p.busy = true;
+        p.sent = 0;
+        p.got = 0;
+        p.t_send = now;
+        p.phase = phase;
+        p.computed = false;
+        p.compute_ns = 0;
+        p.done_at_compute_end = false;
+        self.pong(net);
+    }
+
+    /// Ping-pong: sends what is left of the message, computes once it is
+    /// out (overlap), reads the echo, and ends the iteration once all of it
+    /// came.
+    fn pong(&mut self, net: &mut dyn Net) {
+        let Some(p) = self.ping.as_mut() else { return };
+        let Some(conn) = p.conn.filter(|_| p.busy) else {
+            return;
+        };
+        let m = p.msg.len();
+        while p.sent < m {
+            match net.send(conn, &p.msg[p.sent..]) {
+                Ok(n) => p.sent += n,
+                Err(_) => {
+                    net.want_writable(conn);
+                    break;
+                }
+            }
+        }
+        let read = |net: &mut dyn Net, p: &mut PingPong| {
+            while p.got < m {
+                let n = match net.peek(conn) {
+                    Ok(d) if !d.is_empty() => d.len().min(m - p.got),
+                    _ => break,
+                };
+                p.got += net.consume(conn, n).unwrap_or(0);
+            }
+        };
+        if p.sent == m && !p.computed {
+            p.computed = true;
+            if let Some(d) = p.compute {
+                p.compute_ns = compute_for(d).as_nanos() as u64;
+                p.t_after_compute = Instant::now();
+                read(net, p);
+                p.done_at_compute_end = p.got == m;
+            }
+        }
+        read(net, p);
+        if p.sent < m || p.got < m {
+            return;
+        }
+        let t_done = Instant::now();
+        p.busy = false;
+        self.w.add(p.phase, 2 * m);
+        if p.phase == Phase::Measured {
+            let rtt = (t_done - p.t_send).as_nanos() as u64;
+            let mut h = self.w.rtt.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = h.get_or_insert_with(rtt_histogram).record(rtt.max(1));
+            if p.compute.is_some() {
+                let mut o = self.w.overlap.lock().unwrap_or_else(|e| e.into_inner());
+                o.iterations += 1;
+                o.compute_ns += p.compute_ns;
+                o.total_ns += rtt;
+                o.wait_ns += (t_done - p.t_after_compute).as_nanos() as u64;
+                o.reply_done_at_compute_end += u64::from(p.done_at_compute_end);
+            }
+        }
+        self.ping(net);
+    }
+}
+
+impl ConnHandler for Tx {
+    fn on_start(&mut self, net: &mut dyn Net) {
+        for &to in &self.to {
+            match net.connect(to) {
+                Ok(c) => self.conns.push(c),
+                Err(e) => {
+                    self.shared.fail(format!("connect to {to}: {e}"));
+                    return;
+                }
+            }
+        }
+    }
+    fn on_connected(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        counters::bump(&self.w.connections);
+        if let Ok(t) = net.four_tuple(conn) {
+            let _ = self.shared.local.set(t.local);
+        }
+        self.shared.connected.fetch_add(1, Ordering::Relaxed);
+        if let Some(p) = self.ping.as_mut() {
+            let _ = net.set_nodelay(conn, true);
+            p.conn.get_or_insert(conn);
+        }
+        self.fill(net, conn);
+    }
+    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        if self.ping.is_some() {
+            self.pong(net);
+        } else {
+            self.fill(net, conn);
+        }
+    }
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        match &self.ping {
+            Some(p) if p.conn == Some(conn) => self.pong(net),
+            // The receiver does not answer in throughput mode: discard.
+            _ => {
+                net.discard(conn);
+            }
+        }
+    }
+    fn on_closed(&mut self, _net: &mut dyn Net, conn: ConnHandle, reason: CloseReason) {
+        self.conns.retain(|&c| c != conn);
+        let ph = self.shared.phase_at(Instant::now());
+        if !self.closed && !matches!(ph, Phase::Cooldown | Phase::Post) {
+            self.shared.fail(format!(
+                "a data connection closed during {ph:?}: {reason:?}"
+            ));
+        }
+    }
+    fn on_tick(&mut self, net: &mut dyn Net) {
+        if self.closed {
+            return;
+        }
+        let ph = self.shared.phase_at(Instant::now());
+        if ph == Phase::Post || self.shared.stopping() {
+            self.closed = true;
+            for &c in &self.conns {
+                let _ = net.close(c);
+            }
+            return;
+        }
+        if !self.sending && ph != Phase::Pre {
+            self.sending = true;
+            if self.ping.is_some() {
+                self.ping(net);
+            } else {
+                for c in self.conns.clone() {
+                    self.fill(net, c);
+                }
+            }
+        }
+    }
+}
+
+/// A core's receiver handler (one per data port and core).
+struct Rx {
+    shared: Arc<Shared>,
+    w: Arc<WorkerCounters>,
+    echo: bool,
+    local: SocketAddr,
+    buf: Vec<u8>,
+}
+
+impl Rx {
+    /// Throughput mode: take everything the connection holds, count it.
+    fn drain(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        let mut total = 0;
+        loop {
+            let n = match net.peek(conn) {
+                Ok(d) if !d.is_empty() => d.len(),
+                _ => break,
+            };
+            let _ = net.consume(conn, n);
+            total += n;
+        }
+        if total > 0 {
+            self.w.add(self.shared.phase_at(Instant::now()), total);
+        }
+        if net.is_eof(conn) {
+            let _ = net.close(conn);
+        }
+    }
+
+    /// Latency/overlap modes: echo what arrived, as much as the send buffer takes.
+    fn pump(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        let n = net.echo(conn, &mut self.buf);
+        if n > 0 {
+            self.w.add(self.shared.phase_at(Instant::now()), n);
+        }
+    }
+
+    fn serve(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        if self.echo {
+            self.pump(net, conn);
+        } else {
+            self.drain(net, conn);
+        }
+    }
+}
+
+impl ConnHandler for Rx {
+    fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        if self.echo {
+            let _ = net.set_nodelay(conn, true);
+        }
+        counters::bump(&self.w.connections);
+        let _ = self.shared.local.set(self.local);
+        self.shared.accepted.fetch_add(1, Ordering::Relaxed);
+    }
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        self.serve(net, conn);
+    }
+    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        if self.echo {
+            self.pump(net, conn);
+        }
+    }
+    fn on_peer_closed(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        self.serve(net, conn);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_counters_by_phase() {
+        let w = WorkerCounters::default();
+        w.add(Phase::Warmup, 3);
+        w.add(Phase::Measured, 10);
+        w.add(Phase::Measured, 5);
+        w.connections.store(2, Ordering::Relaxed);
+        let s = w.stats();
+        assert_eq!(s.bytes, [0, 3, 15, 0, 0]);
+        assert_eq!(s.connections, 2);
+        assert!(s.rtt_ns.is_none());
+        assert_eq!(std::mem::align_of::<WorkerCounters>(), 64);
+    }
+}
