@@ -1,6 +1,6 @@
 //! The measurement's handlers, one set for every backend and execution
-//! model: [`Rx`] counts (or echoes) what the receiver's connections bring,
-//! [`Tx`] opens the sender's connections and sends bulk data or plays
+//! model: `Rx` counts (or echoes) what the receiver's connections bring,
+//! `Tx` opens the sender's connections and sends bulk data or plays
 //! ping-pong (latency and overlap modes). They run on flowlane's TCP on
 //! AF_XDP ([`crate::flowlane`]) and on kernel sockets ([`crate::kernel`]),
 //! inline on the network cores (run to completion) or on application
