@@ -72,7 +72,7 @@ impl<F> HandlerSetup for F where
 {
 }
 
-/// The receiver's set-up: an [`Rx`] listening on every data port.
+/// The receiver's set-up: an `Rx` listening on every data port.
 pub fn receiver(plan: &Plan) -> impl HandlerSetup {
     let ports: Vec<u16> = (0..plan.params.ports)
         .map(|p| plan.params.base_port + p)
