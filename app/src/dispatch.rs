@@ -307,6 +307,9 @@ impl<N: Net + ?Sized> Net for Scoped<'_, N> {
     fn info(&self, conn: ConnHandle) -> Result<flowlane_tcp::ConnInfo, Error> {
         self.inner.info(conn)
     }
+    fn conn_placement(&self, conn: ConnHandle) -> Result<Placement, Error> {
+        self.inner.conn_placement(conn)
+    }
     fn four_tuple(&self, conn: ConnHandle) -> Result<FourTuple, Error> {
         self.inner.four_tuple(conn)
     }

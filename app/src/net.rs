@@ -45,6 +45,15 @@ pub trait Net {
         self.placement().queue
     }
 
+    /// Where `conn` is processed: its flow's (queue, CPU, node) hint. In
+    /// run to completion that is this core ([`Net::placement`]); in
+    /// queue-pair mode the network core that runs the connection's stack,
+    /// not the application thread.
+    fn conn_placement(&self, conn: ConnHandle) -> Result<Placement, Error> {
+        self.state(conn)?;
+        Ok(self.placement())
+    }
+
     /// Opens a connection to `remote` from a local port whose replies reach
     /// this core. Owned by the calling handler; `on_connected` follows.
     fn connect(&mut self, remote: SocketAddr) -> Result<ConnHandle, Error>;

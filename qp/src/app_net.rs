@@ -22,6 +22,8 @@ use crate::relay::WakeSlot;
 pub(crate) struct CoreLink {
     pub(crate) requests: Sender<Vec<ToCore>>,
     pub(crate) wake: WakeSlot,
+    /// Where the core runs.
+    pub(crate) placement: Placement,
 }
 
 /// One connection on the application thread.
@@ -484,6 +486,11 @@ impl Net for QpNet {
         info.readable += c.rx_len;
         info.unsent += (c.requested - c.completed) as usize;
         Ok(info)
+    }
+
+    /// The network core's, where the connection's stack runs.
+    fn conn_placement(&self, h: ConnHandle) -> Result<Placement, Error> {
+        Ok(self.cores[self.conn(h)?.core as usize].placement)
     }
 
     fn four_tuple(&self, h: ConnHandle) -> Result<FourTuple, Error> {

@@ -135,6 +135,7 @@ impl QueuePairs {
                 .map(|c| CoreLink {
                     requests: requests[c].0.clone(),
                     wake: wakes[c].clone(),
+                    placement: config.cores[c],
                 })
                 .collect();
             let served: Vec<u32> = (0..ncores as u32)

@@ -296,3 +296,76 @@ fn a_task_that_blocks_its_thread_loses_its_connections_counted() {
     }
     kernel.stop();
 }
+
+#[test]
+fn a_tokio_client_connects_through_flowlane_and_reads_its_figures() {
+    // A kernel echo server for the client to talk to.
+    let server = std::net::TcpListener::bind((LOOPBACK, 0)).unwrap();
+    let addr = server.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let (mut s, _) = server.accept().unwrap();
+        let mut buf = [0u8; 4096];
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => s.write_all(&buf[..n]).unwrap(),
+            }
+        }
+    });
+    let (tx, rx) = std::sync::mpsc::channel::<Result<(u32, usize, u16), String>>();
+    let tx = std::sync::Mutex::new(Some(tx));
+    let port = free_port();
+    let closed = std::net::SocketAddr::new(LOOPBACK, free_port());
+    let (qp, _c, kernel) = start(1, port, 64, move |local| {
+        let tx = tx.lock().unwrap().take();
+        async move {
+            let Some(tx) = tx else { return };
+            let r = async {
+                let mut s = local
+                    .connector()
+                    .connect(addr)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let data = payload(5, 256 << 10);
+                let (mut rd, mut wr) = tokio::io::split(&mut s);
+                let send = async {
+                    wr.write_all(&data).await.map_err(|e| e.to_string())?;
+                    Ok::<_, String>(())
+                };
+                let mut back = vec![0u8; data.len()];
+                let recv = async {
+                    rd.read_exact(&mut back).await.map_err(|e| e.to_string())?;
+                    Ok::<_, String>(())
+                };
+                tokio::try_join!(send, recv)?;
+                if back != data {
+                    return Err("echo differs".into());
+                }
+                // The figures come from the core: ask until they do.
+                let mut info = None;
+                for _ in 0..100 {
+                    info = s.info();
+                    if info.is_some() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                let info = info.ok_or("no TCP figures")?;
+                // A port nobody listens on: refused, not a hang.
+                match local.connector().connect(closed).await {
+                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+                    other => return Err(format!("connect to a closed port: {other:?}")),
+                }
+                Ok((s.placement().queue, back.len(), info.mss))
+            }
+            .await;
+            let _ = tx.send(r);
+        }
+    });
+    let (queue, n, mss) = rx.recv_timeout(Duration::from_secs(30)).unwrap().unwrap();
+    assert!(queue < 2, "{queue}");
+    assert_eq!(n, 256 << 10);
+    assert!(mss > 0);
+    kernel.stop();
+    assert_eq!(qp.stop(), None);
+}

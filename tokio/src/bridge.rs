@@ -4,6 +4,7 @@
 //! streams asked (writes, shutdowns, closes) when its loop passes.
 
 use std::collections::HashMap;
+use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -11,7 +12,7 @@ use bytes::Buf;
 use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net};
 
 use crate::listener::AcceptQueue;
-use crate::pipe::{lock, Pipe, PipeRef, ThreadShared, RX_LIMIT};
+use crate::pipe::{lock, Opened, Pipe, PipeRef, ThreadShared, RX_LIMIT};
 use crate::stream::TcpStream;
 
 /// What the adapter counts, over all application threads.
@@ -29,6 +30,8 @@ pub(crate) struct Bridge {
     thread: Arc<ThreadShared>,
     listeners: Vec<(u16, Arc<AcceptQueue>)>,
     conns: HashMap<ConnHandle, PipeRef>,
+    /// Active opens under way.
+    opening: HashMap<ConnHandle, Opened>,
     counters: Arc<Counters>,
 }
 
@@ -38,6 +41,7 @@ impl Bridge {
             thread,
             listeners: Vec::new(),
             conns: HashMap::new(),
+            opening: HashMap::new(),
             counters,
         }
     }
@@ -106,6 +110,22 @@ impl Bridge {
         p.tx.len() < before || p.tx.is_empty()
     }
 
+    /// A stream for `conn`, with its pipe registered.
+    fn stream(&mut self, net: &dyn Net, conn: ConnHandle) -> Option<(TcpStream, PipeRef)> {
+        let tuple = net.four_tuple(conn).ok()?;
+        let placement = net.conn_placement(conn).ok()?;
+        let pipe: PipeRef = Arc::new(Mutex::new(Pipe::default()));
+        let stream = TcpStream::new(
+            conn,
+            pipe.clone(),
+            self.thread.clone(),
+            (tuple.local, tuple.remote),
+            placement,
+        );
+        self.conns.insert(conn, pipe.clone());
+        Some((stream, pipe))
+    }
+
     /// Pulls and pushes for `conn`, then wakes whoever waits on the
     /// stream for what changed.
     fn service(&mut self, net: &mut dyn Net, conn: ConnHandle, pull: bool, push: bool) {
@@ -114,6 +134,9 @@ impl Bridge {
         };
         let (reader, writer) = {
             let mut p = lock(pipe);
+            if std::mem::take(&mut p.info_wanted) {
+                p.info = net.info(conn).ok().or(p.info);
+            }
             let readable = pull && Bridge::pull(net, conn, &mut p);
             let writable = push && Bridge::push(net, conn, &mut p);
             (
@@ -135,23 +158,18 @@ impl ConnHandler for Bridge {
         let Ok(tuple) = net.four_tuple(conn) else {
             return;
         };
-        let Some((_, queue)) = self
+        let Some(queue) = self
             .listeners
             .iter()
             .find(|(port, _)| *port == tuple.local.port())
+            .map(|(_, q)| q.clone())
         else {
             let _ = net.abort(conn);
             return;
         };
-        let pipe: PipeRef = Arc::new(Mutex::new(Pipe::default()));
-        let stream = TcpStream::new(
-            conn,
-            pipe.clone(),
-            self.thread.clone(),
-            tuple.local,
-            tuple.remote,
-        );
-        self.conns.insert(conn, pipe.clone());
+        let Some((stream, pipe)) = self.stream(net, conn) else {
+            return;
+        };
         match queue.push(stream) {
             Ok(()) => {
                 self.counters.accepted.fetch_add(1, Ordering::Relaxed);
@@ -165,6 +183,21 @@ impl ConnHandler for Bridge {
                     .refused_backlog
                     .fetch_add(1, Ordering::Relaxed);
                 let _ = net.abort(conn);
+            }
+        }
+    }
+
+    fn on_connected(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        let Some(opened) = self.opening.remove(&conn) else {
+            return;
+        };
+        match self.stream(net, conn) {
+            // A caller that gave up drops the stream: it closes.
+            Some((stream, _)) => {
+                let _ = opened.send(Ok(stream));
+            }
+            None => {
+                let _ = opened.send(Err(io::ErrorKind::NotConnected.into()));
             }
         }
     }
@@ -183,6 +216,14 @@ impl ConnHandler for Bridge {
     }
 
     fn on_closed(&mut self, _net: &mut dyn Net, conn: ConnHandle, reason: CloseReason) {
+        if let Some(opened) = self.opening.remove(&conn) {
+            let e = match reason {
+                CloseReason::Timeout => io::ErrorKind::TimedOut,
+                _ => io::ErrorKind::ConnectionRefused,
+            };
+            let _ = opened.send(Err(e.into()));
+            return;
+        }
         let Some(pipe) = self.conns.remove(&conn) else {
             return;
         };
@@ -196,8 +237,19 @@ impl ConnHandler for Bridge {
         }
     }
 
-    /// What the streams asked since the last pass.
+    /// What the streams asked since the last pass, and the connections
+    /// to open.
     fn on_tick(&mut self, net: &mut dyn Net) {
+        for (remote, opened) in self.thread.take_connects() {
+            match net.connect(remote) {
+                Ok(conn) => {
+                    self.opening.insert(conn, opened);
+                }
+                Err(e) => {
+                    let _ = opened.send(Err(io::Error::other(format!("connect to {remote}: {e}"))));
+                }
+            }
+        }
         for conn in self.thread.take_dirty() {
             if let Some(pipe) = self.conns.get(&conn) {
                 lock(pipe).queued = false;

@@ -35,12 +35,14 @@
 #![deny(missing_docs)]
 
 mod bridge;
+mod connector;
 mod listener;
 mod pipe;
 mod runtime;
 mod stream;
 
 pub use bridge::Counters;
+pub use connector::Connector;
 pub use listener::TcpListener;
 pub use runtime::{start, AsyncConfig, Local};
 pub use stream::TcpStream;

@@ -1,12 +1,16 @@
 //! What one connection's stream and its thread's bridge share: the bytes
 //! between them, the flags each sets for the other, and their wakers.
 
+use std::io;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 
 use bytes::BytesMut;
-use flowlane_app::{CloseReason, ConnHandle};
-use tokio::sync::Notify;
+use flowlane_app::{CloseReason, ConnHandle, ConnInfo};
+use tokio::sync::{oneshot, Notify};
+
+use crate::stream::TcpStream;
 
 /// Received bytes a stream holds before the bridge leaves the rest in the
 /// queue pair (whose credit then runs out, and the stack's window closes:
@@ -36,6 +40,10 @@ pub(crate) struct Pipe {
     pub(crate) dropped: bool,
     /// The connection is gone, and why.
     pub(crate) closed: Option<CloseReason>,
+    /// The stream asked for the connection's figures.
+    pub(crate) info_wanted: bool,
+    /// The figures as of the bridge's last look.
+    pub(crate) info: Option<ConnInfo>,
     /// In the thread's list of connections the bridge must look at.
     pub(crate) queued: bool,
     pub(crate) reader: Option<Waker>,
@@ -60,7 +68,12 @@ pub(crate) struct ThreadShared {
     /// Connections whose stream asked for something since the bridge last
     /// looked.
     pub(crate) dirty: Mutex<Vec<ConnHandle>>,
+    /// Connections to open, and where each stream goes once it is.
+    pub(crate) connects: Mutex<Vec<(SocketAddr, Opened)>>,
 }
+
+/// Where an opened connection's stream (or why it failed) goes.
+pub(crate) type Opened = oneshot::Sender<io::Result<TcpStream>>;
 
 impl ThreadShared {
     /// Puts `conn` on the bridge's list (once until it looked) and wakes
@@ -80,6 +93,20 @@ impl ThreadShared {
     /// Takes the list.
     pub(crate) fn take_dirty(&self) -> Vec<ConnHandle> {
         std::mem::take(&mut *self.dirty.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Asks the bridge to open a connection to `remote`.
+    pub(crate) fn connect(&self, remote: SocketAddr, opened: Opened) {
+        self.connects
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((remote, opened));
+        self.notify.notify_one();
+    }
+
+    /// Takes the connections to open.
+    pub(crate) fn take_connects(&self) -> Vec<(SocketAddr, Opened)> {
+        std::mem::take(&mut *self.connects.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 

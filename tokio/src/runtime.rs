@@ -12,6 +12,7 @@ use tokio::runtime::Runtime;
 use tokio::task::LocalSet;
 
 use crate::bridge::{Bridge, Counters};
+use crate::connector::Connector;
 use crate::listener::{AcceptQueue, TcpListener};
 use crate::pipe::{NotifyWake, ThreadShared};
 
@@ -37,6 +38,7 @@ pub struct Local {
     index: u32,
     placement: Placement,
     listeners: Vec<TcpListener>,
+    thread: Arc<ThreadShared>,
 }
 
 impl Local {
@@ -48,6 +50,11 @@ impl Local {
     /// Where the thread runs (its CPU if pinned, its NUMA node).
     pub fn placement(&self) -> Placement {
         self.placement
+    }
+
+    /// Opens connections from this thread's cores.
+    pub fn connector(&self) -> Connector {
+        Connector::new(self.thread.clone())
     }
 
     /// Takes this thread's listener on `port` (None: not a configured
@@ -121,6 +128,7 @@ where
         index: port.index(),
         placement: port.placement(),
         listeners: p.listeners,
+        thread: p.shared.clone(),
     };
     let tasks = LocalSet::new();
     tasks.spawn_local(app(local));

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Buf;
-use flowlane_app::{CloseReason, ConnHandle};
+use flowlane_app::{CloseReason, ConnHandle, ConnInfo, Placement};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::pipe::{lock, Pipe, PipeRef, ThreadShared, RX_LIMIT, TX_LIMIT};
@@ -27,6 +27,7 @@ pub struct TcpStream {
     thread: Arc<ThreadShared>,
     local: SocketAddr,
     peer: SocketAddr,
+    placement: Placement,
 }
 
 /// The error reads and writes give once the connection is gone.
@@ -44,8 +45,8 @@ impl TcpStream {
         conn: ConnHandle,
         pipe: PipeRef,
         thread: Arc<ThreadShared>,
-        local: SocketAddr,
-        peer: SocketAddr,
+        (local, peer): (SocketAddr, SocketAddr),
+        placement: Placement,
     ) -> TcpStream {
         TcpStream {
             conn,
@@ -53,7 +54,25 @@ impl TcpStream {
             thread,
             local,
             peer,
+            placement,
         }
+    }
+
+    /// Where the connection's TCP runs: the network core's receive queue,
+    /// CPU and NUMA node (its flow's hint: work on its bytes is cheapest on
+    /// that node).
+    pub fn placement(&self) -> Placement {
+        self.placement
+    }
+
+    /// The connection's TCP figures (queues, round-trip time, window,
+    /// retransmissions) as of the thread's last look; each call asks for
+    /// fresh ones, so a first call may give `None`.
+    pub fn info(&self) -> Option<ConnInfo> {
+        let mut p = lock(&self.pipe);
+        p.info_wanted = true;
+        self.thread.kick(self.conn, &mut p);
+        p.info
     }
 
     /// The local address (the listener's).
