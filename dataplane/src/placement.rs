@@ -28,6 +28,22 @@ pub struct Placed {
     pub node_cpus: BTreeMap<u32, Vec<u32>>,
 }
 
+impl Placed {
+    /// Each queue's placement as the application API names it (queue,
+    /// pinned CPU, node): the cores a backend serves on.
+    pub fn cores(&self) -> Vec<flowlane_app::Placement> {
+        self.plan
+            .queues
+            .iter()
+            .map(|p| flowlane_app::Placement {
+                queue: u32::from(p.queue),
+                cpu: Some(p.cpu),
+                node: p.node,
+            })
+            .collect()
+    }
+}
+
 /// Places `queues` queues on `topo` (NIC on `nic_node`, only CPUs in `budget`
 /// if given). With more queues than allowed CPUs, the first queues get the
 /// policy's CPUs and the rest share them round-robin.

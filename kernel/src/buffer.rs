@@ -1,21 +1,60 @@
 //! A connection's user-space byte buffer: contiguous, of fixed capacity,
-//! so that a handler can peek at what it holds in one slice.
+//! so that a handler can peek at what it holds in one slice. Its memory
+//! is attached only while it holds bytes, from a per-core pool: a
+//! connection with nothing buffered holds none, and the few buffers a
+//! core's busy connections pass around stay in its caches (the kernel's
+//! copy into user space writes one of them, not one per connection).
 
-/// Bytes `[start, end)` of a fixed allocation. Reading takes from the
-/// front; writing appends at the back, moving what is held to the front
-/// first when the back has no room.
+/// Buffers of one size, reused last-in first-out.
+#[derive(Debug)]
+pub(crate) struct BufferPool {
+    free: Vec<Box<[u8]>>,
+    size: usize,
+    keep: usize,
+}
+
+impl BufferPool {
+    /// A pool of `size`-byte buffers that keeps at most `keep` free ones.
+    pub(crate) fn new(size: usize, keep: usize) -> BufferPool {
+        BufferPool {
+            free: Vec::new(),
+            size,
+            keep,
+        }
+    }
+
+    fn get(&mut self) -> Box<[u8]> {
+        self.free
+            .pop()
+            .unwrap_or_else(|| vec![0; self.size].into_boxed_slice())
+    }
+
+    fn put(&mut self, b: Box<[u8]>) {
+        if b.len() == self.size && self.free.len() < self.keep {
+            self.free.push(b);
+        }
+    }
+}
+
+/// Bytes `[start, end)` of an allocation of `capacity` bytes, attached
+/// while bytes are held. Reading takes from the front; writing appends at
+/// the back, moving what is held to the front first when the back has no
+/// room.
 #[derive(Debug)]
 pub(crate) struct ByteBuffer {
+    /// Empty while nothing is held (see [`ByteBuffer::attach`]).
     bytes: Box<[u8]>,
+    capacity: usize,
     start: usize,
     end: usize,
 }
 
 impl ByteBuffer {
-    /// An empty buffer of `capacity` bytes.
+    /// An empty buffer of `capacity` bytes, no memory attached yet.
     pub(crate) fn new(capacity: usize) -> ByteBuffer {
         ByteBuffer {
-            bytes: vec![0; capacity].into_boxed_slice(),
+            bytes: Box::default(),
+            capacity,
             start: 0,
             end: 0,
         }
@@ -23,7 +62,23 @@ impl ByteBuffer {
 
     /// Bytes it can hold.
     pub(crate) fn capacity(&self) -> usize {
-        self.bytes.len()
+        self.capacity
+    }
+
+    /// Gives it memory from `pool` (its own size must be the pool's) before
+    /// a write.
+    pub(crate) fn attach(&mut self, pool: &mut BufferPool) {
+        if self.bytes.is_empty() && self.capacity > 0 {
+            debug_assert_eq!(pool.size, self.capacity);
+            self.bytes = pool.get();
+        }
+    }
+
+    /// Gives its memory back to `pool` if it holds nothing.
+    pub(crate) fn detach(&mut self, pool: &mut BufferPool) {
+        if self.is_empty() && !self.bytes.is_empty() {
+            pool.put(std::mem::take(&mut self.bytes));
+        }
     }
 
     /// Bytes held.
@@ -37,7 +92,7 @@ impl ByteBuffer {
 
     /// Bytes that can still be appended.
     pub(crate) fn space(&self) -> usize {
-        self.bytes.len() - self.len()
+        self.capacity - self.len()
     }
 
     /// What is held, in order.
@@ -58,9 +113,10 @@ impl ByteBuffer {
     }
 
     /// The free space after what is held, made as large as
-    /// [`ByteBuffer::space`]; follow a write into it with
-    /// [`ByteBuffer::commit`].
-    pub(crate) fn tail_mut(&mut self) -> &mut [u8] {
+    /// [`ByteBuffer::space`] (memory attached from `pool` if it had none);
+    /// follow a write into it with [`ByteBuffer::commit`].
+    pub(crate) fn tail_mut(&mut self, pool: &mut BufferPool) -> &mut [u8] {
+        self.attach(pool);
         if self.start > 0 {
             self.bytes.copy_within(self.start..self.end, 0);
             self.end -= self.start;
@@ -76,8 +132,11 @@ impl ByteBuffer {
     }
 
     /// Appends as much of `data` as fits; returns how much did.
-    pub(crate) fn push(&mut self, data: &[u8]) -> usize {
-        let tail = self.tail_mut();
+    pub(crate) fn push(&mut self, data: &[u8], pool: &mut BufferPool) -> usize {
+        if data.is_empty() {
+            return 0;
+        }
+        let tail = self.tail_mut(pool);
         let n = data.len().min(tail.len());
         tail[..n].copy_from_slice(&data[..n]);
         self.commit(n);
@@ -91,14 +150,15 @@ mod tests {
 
     #[test]
     fn bytes_come_out_in_order_across_compaction() {
+        let mut pool = BufferPool::new(8, 4);
         let mut b = ByteBuffer::new(8);
-        assert_eq!(b.push(b"abcdef"), 6);
+        assert_eq!(b.push(b"abcdef", &mut pool), 6);
         assert_eq!(b.consume(4), 4);
         assert_eq!(b.filled(), b"ef");
         assert_eq!(b.space(), 6);
         // The back has 2 free bytes; tail_mut makes room for all 6.
-        assert_eq!(b.tail_mut().len(), 6);
-        assert_eq!(b.push(b"ghijklmn"), 6);
+        assert_eq!(b.tail_mut(&mut pool).len(), 6);
+        assert_eq!(b.push(b"ghijklmn", &mut pool), 6);
         assert_eq!(b.filled(), b"efghijkl");
         assert_eq!(b.space(), 0);
         assert_eq!(b.consume(100), 8);
@@ -107,9 +167,37 @@ mod tests {
     }
 
     #[test]
+    fn memory_is_held_only_while_bytes_are() {
+        let mut pool = BufferPool::new(8, 1);
+        let (mut a, mut b) = (ByteBuffer::new(8), ByteBuffer::new(8));
+        assert_eq!(a.filled(), b"");
+        assert_eq!(a.space(), 8);
+        a.push(b"abc", &mut pool);
+        a.detach(&mut pool);
+        // Still holding bytes: kept.
+        assert_eq!(a.filled(), b"abc");
+        a.consume(3);
+        a.detach(&mut pool);
+        assert_eq!(pool.free.len(), 1);
+        // The next buffer to need memory gets the same allocation.
+        b.push(b"xyz", &mut pool);
+        assert_eq!(pool.free.len(), 0);
+        assert_eq!(b.filled(), b"xyz");
+        // A pool keeps at most `keep` free buffers.
+        a.push(b"q", &mut pool);
+        a.consume(1);
+        b.consume(3);
+        a.detach(&mut pool);
+        b.detach(&mut pool);
+        assert_eq!(pool.free.len(), 1);
+    }
+
+    #[test]
     #[should_panic(expected = "commit past the tail")]
     fn a_commit_past_the_tail_is_refused() {
+        let mut pool = BufferPool::new(4, 1);
         let mut b = ByteBuffer::new(4);
+        b.tail_mut(&mut pool);
         b.commit(5);
     }
 }

@@ -9,7 +9,7 @@ use flowlane_app::seen_state;
 use flowlane_tcp::{CloseReason, State};
 use mio::net::TcpStream;
 
-use crate::buffer::ByteBuffer;
+use crate::buffer::{BufferPool, ByteBuffer};
 
 /// A connection's socket and buffers. The receive buffer is what
 /// [`Net::peek`](flowlane_app::Net::peek) shows; the send buffer holds what
@@ -100,9 +100,16 @@ impl Conn {
         }
     }
 
-    /// Reads what the socket holds into the receive buffer, until the
-    /// socket has no more, the peer closed, or the buffer is full.
-    pub(crate) fn fill(&mut self) -> Io {
+    /// Reads what the socket holds into the receive buffer (memory from
+    /// `pool` while it holds bytes), until the socket has no more, the peer
+    /// closed, or the buffer is full.
+    pub(crate) fn fill(&mut self, pool: &mut BufferPool) -> Io {
+        let r = self.fill_from(pool);
+        self.rx.detach(pool);
+        r
+    }
+
+    fn fill_from(&mut self, pool: &mut BufferPool) -> Io {
         let mut got = 0;
         loop {
             if self.peer_eof {
@@ -112,7 +119,7 @@ impl Conn {
                 self.rx_stalled = true;
                 return Io::Ok(got);
             }
-            match self.stream.read(self.rx.tail_mut()) {
+            match self.stream.read(self.rx.tail_mut(pool)) {
                 Ok(0) => self.peer_eof = true,
                 Ok(n) => {
                     self.rx.commit(n);
@@ -128,14 +135,16 @@ impl Conn {
         }
     }
 
-    /// Moves the send buffer to the socket as far as it takes; sends FIN
-    /// when asked and the buffer is empty.
-    pub(crate) fn flush(&mut self) -> Io {
+    /// Moves the send buffer to the socket as far as it takes (its memory
+    /// back to `pool` once empty); sends FIN when asked and the buffer is
+    /// empty.
+    pub(crate) fn flush(&mut self, pool: &mut BufferPool) -> Io {
         let sent = match write_now(&mut self.stream, self.tx.filled()) {
             Ok(n) => n,
             Err(r) => return Io::Failed(r),
         };
         self.tx.consume(sent);
+        self.tx.detach(pool);
         if self.tx.is_empty() && self.shut_pending && !self.write_shut {
             self.write_shut = true;
             let _ = self.stream.shutdown(std::net::Shutdown::Write);
@@ -155,15 +164,45 @@ impl Conn {
                 || self.fin_sent_at.is_some_and(|t| now >= t + FIN_WAIT))
     }
 
-    /// Takes `data` for sending: straight to the socket while nothing is
-    /// buffered, the rest into the send buffer as far as it fits.
-    pub(crate) fn send(&mut self, data: &[u8]) -> Result<usize, CloseReason> {
-        let direct = if self.tx.is_empty() && !self.connecting {
+    /// Takes `data` for sending: straight to the socket, and what it did
+    /// not take into the send buffer (memory from `pool`) as far as it
+    /// fits. The buffer holds the rest of one write at most: while it
+    /// holds bytes (the socket was full) nothing more is taken, so that
+    /// bytes are copied once more only at the edge of a full socket, not
+    /// all of them. Returns the bytes taken and, of those, written.
+    pub(crate) fn send(
+        &mut self,
+        data: &[u8],
+        pool: &mut BufferPool,
+    ) -> Result<(usize, usize), CloseReason> {
+        let mut written = 0;
+        if !self.tx.is_empty() && !self.connecting {
+            written = write_now(&mut self.stream, self.tx.filled())?;
+            self.tx.consume(written);
+            self.tx.detach(pool);
+        }
+        if !self.tx.is_empty() {
+            return Ok((0, written));
+        }
+        let direct = if self.connecting {
+            0
+        } else {
             write_now(&mut self.stream, data)?
+        };
+        Ok((
+            direct + self.tx.push(&data[direct..], pool),
+            written + direct,
+        ))
+    }
+
+    /// Free send space as the application sees it: the buffer's whole
+    /// capacity while it is empty, none while it holds the rest of a write.
+    pub(crate) fn send_space(&self) -> usize {
+        if self.tx.is_empty() {
+            self.tx.capacity()
         } else {
             0
-        };
-        Ok(direct + self.tx.push(&data[direct..]))
+        }
     }
 
     /// The connection's state in the TCP state machine's terms, as far as

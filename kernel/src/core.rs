@@ -17,6 +17,7 @@ use flowlane_tcp::{Event, ListenerId};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 
+use crate::buffer::BufferPool;
 use crate::conn::{close_reason, Conn, Io};
 use crate::listener::reuseport_listener;
 use crate::tcp_info::{Diag, KernelView};
@@ -73,7 +74,14 @@ pub struct KernelNet {
     waker: Option<Arc<MioWake>>,
     /// Asks the kernel about a connection ([`Net::info`]).
     diag: Diag,
+    /// Memory of the receive buffers that hold bytes.
+    rx_pool: BufferPool,
+    /// Memory of the send buffers that hold bytes.
+    tx_pool: BufferPool,
 }
+
+/// Free buffers a core keeps per pool.
+const POOL_KEEP: usize = 64;
 
 /// Wakes a core's poll from another thread.
 #[derive(Debug)]
@@ -87,6 +95,7 @@ impl Wake for MioWake {
 
 impl KernelNet {
     fn new(placement: Placement, listen_on: Vec<IpAddr>, limits: Limits) -> std::io::Result<Self> {
+        let (rx_buffer, tx_buffer) = (limits.rx_buffer, limits.tx_buffer);
         Ok(KernelNet {
             placement,
             epoch: Instant::now(),
@@ -101,6 +110,8 @@ impl KernelNet {
             stats: Stats::default(),
             waker: None,
             diag: Diag::default(),
+            rx_pool: BufferPool::new(rx_buffer, POOL_KEEP),
+            tx_pool: BufferPool::new(tx_buffer, POOL_KEEP),
         })
     }
 
@@ -173,7 +184,7 @@ impl KernelNet {
         let Some(conn) = self.conns.at_mut(index).filter(|c| !c.connecting) else {
             return;
         };
-        match conn.fill() {
+        match conn.fill(&mut self.rx_pool) {
             Io::Failed(r) => self.end(index, r, false),
             Io::Ok(got) if got > 0 && conn.closing => {
                 // Data after `close` (RFC 9293 §3.10.7.4 for a closed
@@ -217,13 +228,13 @@ impl KernelNet {
                 Err(e) => return self.end(index, close_reason(&e), false),
             }
         }
-        match conn.flush() {
+        match conn.flush(&mut self.tx_pool) {
             Io::Failed(r) => self.end(index, r, false),
             Io::Ok(sent) => {
                 self.stats.bytes_out += sent as u64;
                 if conn.close_finished(Instant::now()) {
                     self.end(index, CloseReason::Normal, false);
-                } else if conn.want_writable && conn.tx.space() > 0 && !conn.connecting {
+                } else if conn.want_writable && conn.send_space() > 0 && !conn.connecting {
                     conn.want_writable = false;
                     self.events.push_back(Event::Writable(h));
                 }
@@ -363,21 +374,18 @@ impl Net for KernelNet {
     }
 
     fn send(&mut self, h: ConnHandle, data: &[u8]) -> Result<usize, Error> {
-        let conn = self.conn_mut(h)?;
+        let conn = self.conns.get_mut(h)?;
         if conn.closing || conn.shut_pending {
             return Err(Error::InvalidState);
         }
-        let before = conn.tx.len();
-        match conn.send(data) {
-            Ok(0) if !data.is_empty() => {
-                conn.want_writable = true;
-                Err(Error::WouldBlock)
-            }
-            Ok(n) => {
-                // What went straight to the socket is sent; the rest waits.
-                let buffered = conn.tx.len() - before;
-                self.stats.bytes_out += (n - buffered) as u64;
-                Ok(n)
+        match conn.send(data, &mut self.tx_pool) {
+            Ok((taken, written)) => {
+                self.stats.bytes_out += written as u64;
+                if taken == 0 && !data.is_empty() {
+                    conn.want_writable = true;
+                    return Err(Error::WouldBlock);
+                }
+                Ok(taken)
             }
             Err(r) => {
                 self.end(h.index(), r, false);
@@ -405,8 +413,9 @@ impl Net for KernelNet {
     }
 
     fn consume(&mut self, h: ConnHandle, n: usize) -> Result<usize, Error> {
-        let conn = self.conn_mut(h)?;
+        let conn = self.conns.get_mut(h)?;
         let n = conn.rx.consume(n);
+        conn.rx.detach(&mut self.rx_pool);
         conn.readable_told = false;
         if conn.rx_stalled && n > 0 {
             conn.rx_stalled = false;
@@ -420,12 +429,12 @@ impl Net for KernelNet {
     }
 
     fn send_space(&self, h: ConnHandle) -> Result<usize, Error> {
-        Ok(self.conn(h)?.tx.space())
+        Ok(self.conn(h)?.send_space())
     }
 
     fn want_writable(&mut self, h: ConnHandle) -> bool {
         match self.conn_mut(h) {
-            Ok(c) if c.tx.space() == 0 => {
+            Ok(c) if c.send_space() == 0 => {
                 c.want_writable = true;
                 true
             }
@@ -434,16 +443,16 @@ impl Net for KernelNet {
     }
 
     fn shutdown_write(&mut self, h: ConnHandle) -> Result<(), Error> {
-        let conn = self.conn_mut(h)?;
+        let conn = self.conns.get_mut(h)?;
         conn.shut_pending = true;
-        if let Io::Failed(r) = conn.flush() {
+        if let Io::Failed(r) = conn.flush(&mut self.tx_pool) {
             self.end(h.index(), r, false);
         }
         Ok(())
     }
 
     fn close(&mut self, h: ConnHandle) -> Result<(), Error> {
-        let conn = self.conn_mut(h)?;
+        let conn = self.conns.get_mut(h)?;
         if !conn.rx.is_empty() {
             // Unread data: a reset, as the stack does.
             self.end(h.index(), CloseReason::Aborted, true);
@@ -454,7 +463,7 @@ impl Net for KernelNet {
         }
         conn.closing = true;
         conn.shut_pending = true;
-        match conn.flush() {
+        match conn.flush(&mut self.tx_pool) {
             Io::Failed(r) => self.end(h.index(), r, false),
             Io::Ok(_) if conn.close_finished(Instant::now()) => {
                 self.end(h.index(), CloseReason::Normal, false)
@@ -602,8 +611,11 @@ impl KernelCore {
                 if ev.is_writable() || ev.is_error() {
                     self.net.write_ready(index);
                 }
+                // The handler reads now, while what the socket gave is in
+                // the cache and before the next connection's read: a
+                // buffer it empties goes back to the pool for that one.
+                self.dispatch();
             }
-            self.dispatch();
             self.app.tick(&mut self.net);
             self.net.sweep_closing(Instant::now());
             self.dispatch();

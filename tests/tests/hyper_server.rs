@@ -17,6 +17,12 @@ use tcp_common::*;
 const PORT: &str = "8083";
 const BODY: &str = "hi from hyper\n";
 
+/// `flowlane hyper-server` on `bed` with `extra` flags, up.
+fn hyper_server(bed: &Bed, extra: &[&str]) -> App {
+    let args = [&["hyper-server", "--port", PORT, "--body", BODY][..], extra].concat();
+    start(bed, &args, 120)
+}
+
 /// curl fetches two URLs on one connection: both answered, the connection
 /// kept alive between them.
 fn curl_keeps_alive(bed: &Bed) {
@@ -79,19 +85,7 @@ fn hyper_on_flowlane_answers_curl_and_hyper_s_client() {
     }
     let bed = Bed::up("thy", 2);
     for backend in ["xdp", "kernel"] {
-        let app = start(
-            &bed,
-            &[
-                "hyper-server",
-                "--port",
-                PORT,
-                "--body",
-                BODY,
-                "--backend",
-                backend,
-            ],
-            120,
-        );
+        let app = hyper_server(&bed, &["--backend", backend]);
         curl_keeps_alive(&bed);
         assert_eq!(hyper_client(&bed, 4, 100), 400, "{backend}");
         let lines = app.stop();
@@ -111,18 +105,7 @@ fn hyper_on_tokio_s_own_listener_answers_the_same() {
         return;
     }
     let bed = Bed::up("thb", 2);
-    let app = start(
-        &bed,
-        &[
-            "hyper-server",
-            "--port",
-            PORT,
-            "--body",
-            BODY,
-            "--tokio-baseline",
-        ],
-        120,
-    );
+    let app = hyper_server(&bed, &["--tokio-baseline"]);
     curl_keeps_alive(&bed);
     assert_eq!(hyper_client(&bed, 2, 50), 100);
     let lines = app.stop();

@@ -85,10 +85,16 @@ fn connections_past_the_bound_are_reset_and_counted() {
     third
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
-    let _ = third.write_all(b"ping");
+    // The reset is reported once: to the write if it came first, else to
+    // the read.
+    let wrote = third.write_all(b"ping").err().map(|e| e.kind());
     let mut b = [0u8; 4];
-    let e = third.read(&mut b).expect_err("reset");
-    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}");
+    let read = third.read(&mut b).err().map(|e| e.kind());
+    let reset = Some(std::io::ErrorKind::ConnectionReset);
+    assert!(
+        wrote == reset || read == reset,
+        "write {wrote:?}, read {read:?}"
+    );
     let (counters, _) = service.stop();
     assert_eq!(counters[0].1.stats.connection_limit_refused, 1);
     assert_eq!(counters[0].1.stats.passive_opens, 2);
@@ -232,19 +238,8 @@ fn a_connection_closed_first_ends_with_the_peers_fin() {
 fn a_handler_reads_the_kernel_s_figures_for_its_connection() {
     let port = free_port();
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let s = seen.clone();
-    let service = KernelService::start(config(1, Limits::default()), move |core| {
-        core.listen(
-            port,
-            Informed {
-                echo: Echo::new(16 << 10),
-                seen: s.clone(),
-            },
-        )
-        .map(|_| ())
-        .map_err(|e| format!("{e:?}"))
-    })
-    .unwrap();
+    let service =
+        KernelService::start(config(1, Limits::default()), listen_informed(port, &seen)).unwrap();
     info_is_told(port, &seen, false);
     let (_, err) = service.stop();
     assert_eq!(err, None);

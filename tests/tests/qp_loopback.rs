@@ -138,49 +138,14 @@ fn a_thread_that_does_not_read_closes_the_window_and_loses_nothing() {
         .map_err(|e| format!("{e:?}"))
     });
     let data = payload(3, 64 << 20);
-    let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
-    s.set_nonblocking(true).unwrap();
-    // Write until the peer's window and our buffer are full.
-    let (mut sent, mut blocked) = (0, 0);
-    while blocked < 10 && sent < data.len() {
-        match s.write(&data[sent..]) {
-            Ok(n) => {
-                sent += n;
-                blocked = 0;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                blocked += 1;
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
-    assert!(
-        sent < data.len(),
-        "all {sent} bytes went while nothing read them: no back-pressure"
-    );
+    let (s, sent) = write_until_blocked(port, &data);
     // The core took about its credit (256 KiB) off the socket; the rest
     // waits in the kernel's buffers, the window closed.
     std::thread::sleep(Duration::from_millis(200));
-    let taken: u64 = kernel
-        .counters()
-        .iter()
-        .map(|(_, c)| c.stats.bytes_in)
-        .sum();
+    let taken = bytes_in(&kernel);
     assert!(taken < 1 << 20, "the core read {taken} of {sent} bytes");
     go.store(true, Ordering::Relaxed);
-    s.set_nonblocking(false).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut w = s.try_clone().unwrap();
-    let rest = data[sent..].to_vec();
-    let writer = std::thread::spawn(move || {
-        w.write_all(&rest).unwrap();
-        w.shutdown(std::net::Shutdown::Write).unwrap();
-    });
-    let mut back = Vec::new();
-    s.read_to_end(&mut back).unwrap();
-    writer.join().unwrap();
-    assert!(back == data, "{} of {} bytes back", back.len(), data.len());
+    finish_echo(s, &data, sent);
     kernel.stop();
 }
 
@@ -351,18 +316,7 @@ fn a_stalled_application_thread_loses_its_connections_and_comes_back() {
 fn an_application_thread_reads_the_core_s_figures_for_its_connection() {
     let port = free_port();
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let s = seen.clone();
-    let (qp, kernel) = start(1, move |t| {
-        t.listen(
-            port,
-            Informed {
-                echo: Echo::new(16 << 10),
-                seen: s.clone(),
-            },
-        )
-        .map(|_| ())
-        .map_err(|e| format!("{e:?}"))
-    });
+    let (qp, kernel) = start(1, listen_informed(port, &seen));
     info_is_told(port, &seen, true);
     kernel.stop();
     assert_eq!(qp.stop(), None);

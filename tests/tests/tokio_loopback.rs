@@ -178,44 +178,13 @@ fn a_stream_nobody_reads_closes_the_window_and_loses_nothing() {
         }
     });
     let data = payload(3, 32 << 20);
-    let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
-    s.set_nonblocking(true).unwrap();
-    let (mut sent, mut blocked) = (0, 0);
-    while blocked < 10 && sent < data.len() {
-        match s.write(&data[sent..]) {
-            Ok(n) => {
-                sent += n;
-                blocked = 0;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                blocked += 1;
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
-    assert!(sent < data.len(), "all {sent} bytes went: no back-pressure");
+    let (s, sent) = write_until_blocked(port, &data);
     // The stream holds 64 KiB, the queue pair 256 KiB; the rest waits in
     // the kernel's buffers.
-    let taken: u64 = kernel
-        .counters()
-        .iter()
-        .map(|(_, c)| c.stats.bytes_in)
-        .sum();
+    let taken = bytes_in(&kernel);
     assert!(taken < 1 << 20, "the core read {taken} of {sent} bytes");
     go_tx.send(()).unwrap();
-    s.set_nonblocking(false).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut w = s.try_clone().unwrap();
-    let rest = data[sent..].to_vec();
-    let writer = std::thread::spawn(move || {
-        w.write_all(&rest).unwrap();
-        w.shutdown(std::net::Shutdown::Write).unwrap();
-    });
-    let mut back = Vec::new();
-    s.read_to_end(&mut back).unwrap();
-    writer.join().unwrap();
-    assert!(back == data, "{} of {} bytes back", back.len(), data.len());
+    finish_echo(s, &data, sent);
     kernel.stop();
 }
 

@@ -19,7 +19,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
-use flowlane_app::Placement;
 use flowlane_dataplane::placement::machine_placement;
 use flowlane_dataplane::service_args::ExecMode;
 use flowlane_dataplane::service_control::{move_line, ServiceControl};
@@ -165,15 +164,7 @@ fn start(
     let iface = config.iface.clone();
     let cores = machine_placement(None, queues as usize, config.cpus.as_deref())
         .context("placing the workers")?
-        .plan
-        .queues
-        .iter()
-        .map(|p| Placement {
-            queue: u32::from(p.queue),
-            cpu: Some(p.cpu),
-            node: p.node,
-        })
-        .collect::<Vec<_>>();
+        .cores();
     let watched = shared.clone();
     let placed = Placed::new(mode, &cores, setup, shared, flowlane_kernel::pin_to)?;
     let core_setup = placed.core_setup.clone();

@@ -10,12 +10,13 @@
 //! (relaxed atomics written by that thread only), which the measuring
 //! thread reads when the run ends.
 
+use std::collections::{HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net, Setup, SetupExt};
+use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net, Setup, SetupExt, Wake};
 use flowlane_dataplane::counters;
 use hdrhistogram::Histogram;
 
@@ -132,6 +133,9 @@ pub fn sender(plan: &Plan, cores: u32) -> impl HandlerSetup {
                 closed: false,
                 buf: vec![0x5a; buffer],
                 ping: ping.clone(),
+                ready: VecDeque::new(),
+                queued: HashSet::new(),
+                wake: None,
             });
         }
         Ok(())
@@ -206,23 +210,55 @@ struct Tx {
     closed: bool,
     buf: Vec<u8>,
     ping: Option<PingPong>,
+    /// Throughput mode: connections that can take more, served one
+    /// buffer each in turn (as a socket loop writes its ready sockets).
+    ready: VecDeque<ConnHandle>,
+    queued: HashSet<ConnHandle>,
+    /// Makes the core pass again while connections are ready.
+    wake: Option<Arc<dyn Wake>>,
 }
 
 impl Tx {
-    /// Throughput mode: as much as the send buffer takes.
+    /// Throughput mode: `conn` can take more.
     fn fill(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         if !self.sending || self.closed || self.ping.is_some() {
             return;
         }
-        loop {
+        if self.queued.insert(conn) {
+            self.ready.push_back(conn);
+        }
+        self.pump(net);
+    }
+
+    /// Throughput mode: one buffer to each ready connection in turn;
+    /// those still ready stay queued, and the core is asked to pass again.
+    fn pump(&mut self, net: &mut dyn Net) {
+        for _ in 0..self.ready.len() {
+            let Some(conn) = self.ready.pop_front() else {
+                break;
+            };
             let space = net.send_space(conn).unwrap_or(0).min(self.buf.len());
-            if space == 0 {
-                net.want_writable(conn);
-                return;
+            let sent = if space == 0 {
+                0
+            } else {
+                net.send(conn, &self.buf[..space]).unwrap_or(0)
+            };
+            if sent > 0 {
+                self.w.add(self.shared.phase_at(Instant::now()), sent);
             }
-            match net.send(conn, &self.buf[..space]) {
-                Ok(0) | Err(_) => return,
-                Ok(n) => self.w.add(self.shared.phase_at(Instant::now()), n),
+            if sent > 0 && net.send_space(conn).unwrap_or(0) > 0 {
+                self.ready.push_back(conn);
+            } else {
+                self.queued.remove(&conn);
+                net.want_writable(conn);
+            }
+        }
+        if !self.ready.is_empty() {
+            if self.wake.is_none() {
+                self.wake = net.waker();
+            }
+            if let Some(w) = &self.wake {
+                w.wake();
             }
         }
     }
@@ -380,6 +416,8 @@ impl ConnHandler for Tx {
                     self.fill(net, c);
                 }
             }
+        } else if self.ping.is_none() {
+            self.pump(net);
         }
     }
 }

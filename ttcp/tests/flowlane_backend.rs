@@ -15,6 +15,27 @@ fn f(v: &serde_json::Value, p: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {p} in {v}"))
 }
 
+/// A flowlane sender on the bed (`flags` shared with the receiver) to a
+/// kernel receiver in the peer namespace; their JSON reports.
+fn flowlane_sends_to_kernel(bed: &Bed, flags: &str) -> (serde_json::Value, serde_json::Value) {
+    let rx = cmd(
+        Some(&bed.peer_ns),
+        &a(&format!("-r {flags} --backend kernel --wait 20")),
+    )
+    .spawn()
+    .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let tx = cmd(
+        None,
+        &a(&format!("-s {flags} --backend flowlane --bed {}", bed.name)),
+    )
+    .spawn()
+    .unwrap();
+    let (so, _) = wait_bounded(tx, std::time::Duration::from_secs(30), "flowlane sender");
+    let (ro, _) = wait_bounded(rx, std::time::Duration::from_secs(30), "kernel receiver");
+    (json(&ro), json(&so))
+}
+
 #[test]
 fn flowlane_receiver_counts_only_the_window() {
     if !require_root("flowlane_receiver_counts_only_the_window") {
@@ -72,24 +93,10 @@ fn flowlane_receiver_counts_only_the_window() {
     // Other way round: flowlane sender (active opens from RSS-steered ports,
     // 2 per worker) to a kernel receiver in the peer namespace.
     let (ctl, data) = ports();
-    let base =
-        format!("-m 2,*,10.99.0.2 -l 2 -W 0.5 -t 1 -C 0.3 -j --control-port {ctl} -p {data}");
-    let rx = cmd(
-        Some(&bed.peer_ns),
-        &a(&format!("-r {base} --backend kernel --wait 20")),
-    )
-    .spawn()
-    .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let tx = cmd(
-        None,
-        &a(&format!("-s {base} --backend flowlane --bed {}", bed.name)),
-    )
-    .spawn()
-    .unwrap();
-    let (so, _) = wait_bounded(tx, std::time::Duration::from_secs(30), "flowlane sender");
-    let (ro, _) = wait_bounded(rx, std::time::Duration::from_secs(30), "kernel receiver");
-    let (r, s) = (json(&ro), json(&so));
+    let (r, s) = flowlane_sends_to_kernel(
+        &bed,
+        &format!("-m 2,*,10.99.0.2 -l 2 -W 0.5 -t 1 -C 0.3 -j --control-port {ctl} -p {data}"),
+    );
     assert_eq!(s["params"]["backend"], "flowlane");
     assert_eq!(s["connections"], 4);
     let (got, sent) = (f(&r, "/bytes/measured"), f(&s, "/bytes/measured"));
@@ -101,26 +108,13 @@ fn flowlane_receiver_counts_only_the_window() {
 
     // A flowlane sender in latency mode: ping-pong on one connection per
     // worker, the kernel echoing.
-    let base = format!(
-        "-m 2,*,10.99.0.2 -W 0.5 -t 1 -C 0.3 -j --control-port {ctl} -p {data} --latency --msg-size 512"
+    let (_, s) = flowlane_sends_to_kernel(
+        &bed,
+        &format!(
+            "-m 2,*,10.99.0.2 -W 0.5 -t 1 -C 0.3 -j --control-port {ctl} -p {data} --latency --msg-size 512"
+        ),
     );
-    let rx = cmd(
-        Some(&bed.peer_ns),
-        &a(&format!("-r {base} --backend kernel --wait 20")),
-    )
-    .spawn()
-    .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let tx = cmd(
-        None,
-        &a(&format!("-s {base} --backend flowlane --bed {}", bed.name)),
-    )
-    .spawn()
-    .unwrap();
-    let (so, _) = wait_bounded(tx, std::time::Duration::from_secs(30), "flowlane sender");
-    let (ro, _) = wait_bounded(rx, std::time::Duration::from_secs(30), "kernel receiver");
-    json(&ro);
-    let l = &json(&so)["latency"];
+    let l = &s["latency"];
     assert!(l["round_trips"].as_u64().unwrap() > 50, "{l}");
     assert!(l["rtt_p50_us"].as_f64().unwrap() > 0.0, "{l}");
 }

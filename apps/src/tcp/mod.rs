@@ -512,16 +512,7 @@ fn queue_pair_config(c: &Common) -> Result<QueuePairConfig> {
     let threads = app_threads(c)?;
     let placed =
         machine_placement(None, n as usize, None).with_context(|| format!("placing {n} cores"))?;
-    let cores: Vec<Placement> = placed
-        .plan
-        .queues
-        .iter()
-        .map(|p| Placement {
-            queue: u32::from(p.queue),
-            cpu: Some(p.cpu),
-            node: p.node,
-        })
-        .collect();
+    let cores = placed.cores();
     // Application threads on the CPUs the cores leave free, on the node of
     // the core they serve where they can be; unpinned where the cores take
     // every CPU.
@@ -736,16 +727,7 @@ fn serve_kernel(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
         tracing::warn!("{w}");
     }
     let config = KernelConfig {
-        cores: placed
-            .plan
-            .queues
-            .iter()
-            .map(|p| Placement {
-                queue: u32::from(p.queue),
-                cpu: Some(p.cpu),
-                node: p.node,
-            })
-            .collect(),
+        cores: placed.cores(),
         listen_on: listen_addresses(),
         limits: Limits::default(),
     };

@@ -104,6 +104,31 @@ impl ConnHandler for Informed {
     }
 }
 
+/// What [`Informed`] saw, shared with the test.
+pub(crate) type Seen =
+    std::sync::Arc<std::sync::Mutex<Vec<Result<flowlane_app::ConnInfo, flowlane_app::Error>>>>;
+
+/// A set-up that listens on `port` with an [`Informed`] echo handler
+/// recording into `seen`.
+pub(crate) fn listen_informed(
+    port: u16,
+    seen: &Seen,
+) -> impl Fn(&mut dyn flowlane_app::Setup) -> Result<(), String> + Send + Sync + 'static {
+    let seen = seen.clone();
+    move |s| {
+        use flowlane_app::SetupExt;
+        s.listen(
+            port,
+            Informed {
+                echo: Echo::new(16 << 10),
+                seen: seen.clone(),
+            },
+        )
+        .map(|_| ())
+        .map_err(|e| format!("{e:?}"))
+    }
+}
+
 /// Echoes 1 MiB through an [`Informed`] handler set up by `start` (on
 /// `port`), then checks what it saw: the connection's round-trip time,
 /// segment size and window, and bytes waiting to be read when data came.
@@ -131,4 +156,58 @@ pub(crate) fn info_is_told(
         assert!(i.srtt.is_some(), "{i:?}");
     }
     assert!(ok.iter().any(|i| i.readable > 0), "{ok:?}");
+}
+
+/// Connects to `port` and writes `data` without blocking until the peer's
+/// window and the socket's buffer are full (ten 50 ms waits in a row);
+/// returns the stream and how much went. Asserts that not all of it did
+/// (back-pressure).
+pub(crate) fn write_until_blocked(port: u16, data: &[u8]) -> (TcpStream, usize) {
+    let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
+    s.set_nonblocking(true).unwrap();
+    let (mut sent, mut blocked) = (0, 0);
+    while blocked < 10 && sent < data.len() {
+        match s.write(&data[sent..]) {
+            Ok(n) => {
+                sent += n;
+                blocked = 0;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                blocked += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(
+        sent < data.len(),
+        "all {sent} bytes went while nothing read them: no back-pressure"
+    );
+    (s, sent)
+}
+
+/// Sends what [`write_until_blocked`] left of `data`, half-closes, and
+/// checks that all of `data` comes back.
+pub(crate) fn finish_echo(mut s: TcpStream, data: &[u8], sent: usize) {
+    s.set_nonblocking(false).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let rest = data[sent..].to_vec();
+    let writer = std::thread::spawn(move || {
+        w.write_all(&rest).unwrap();
+        w.shutdown(std::net::Shutdown::Write).unwrap();
+    });
+    let mut back = Vec::new();
+    s.read_to_end(&mut back).unwrap();
+    writer.join().unwrap();
+    assert!(back == data, "{} of {} bytes back", back.len(), data.len());
+}
+
+/// Payload bytes the kernel backend's cores read so far.
+pub(crate) fn bytes_in(kernel: &flowlane_kernel::KernelService) -> u64 {
+    kernel
+        .counters()
+        .iter()
+        .map(|(_, c)| c.stats.bytes_in)
+        .sum()
 }
