@@ -29,6 +29,8 @@ pub struct Dispatcher {
     listeners: Vec<(ListenerId, HandlerId)>,
     owners: Owners,
     started: bool,
+    /// Connections a handler's `admit` refused.
+    refused: u64,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -42,6 +44,11 @@ impl std::fmt::Debug for Dispatcher {
 }
 
 impl Dispatcher {
+    /// Connections refused by a handler's [`ConnHandler::admit`] so far.
+    pub fn refused(&self) -> u64 {
+        self.refused
+    }
+
     /// An empty dispatcher.
     pub fn new() -> Dispatcher {
         Dispatcher::default()
@@ -133,6 +140,12 @@ impl Dispatcher {
             me: h,
         };
         let net: &mut dyn Net = &mut scoped;
+        if matches!(event, Event::Accepted { .. }) && !handler.admit(net, conn) {
+            let _ = net.abort(conn);
+            self.owners.clear(conn);
+            self.refused += 1;
+            return;
+        }
         match event {
             Event::Accepted { .. } => handler.on_accept(net, conn),
             Event::Connected(_) => handler.on_connected(net, conn),

@@ -19,6 +19,16 @@ pub trait ConnHandler: Send {
     /// loop iteration (open connections here with [`Net::connect`]).
     fn on_start(&mut self, _net: &mut dyn Net) {}
 
+    /// Whether to take a connection to this handler's listener, asked once
+    /// its handshake completed and before [`ConnHandler::on_accept`]; from
+    /// its addresses (`net.four_tuple(conn)`): an allow-list, a budget per
+    /// peer. `false` resets it; no callback follows, and the dispatcher
+    /// counts it ([`Dispatcher::refused`](crate::Dispatcher::refused)). The
+    /// default takes every connection.
+    fn admit(&mut self, _net: &mut dyn Net, _conn: ConnHandle) -> bool {
+        true
+    }
+
     /// A connection to this handler's listener completed its handshake.
     fn on_accept(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
 

@@ -229,3 +229,57 @@ fn events_reach_the_owning_handler() {
     // The unbound listener's connection was reset by the dispatcher.
     assert!(b.state(to_unbound).is_err(), "{:?}", b.state(to_unbound));
 }
+
+/// Records like [`Rec`], and takes only connections from port 5000.
+struct Picky(Rec);
+
+impl ConnHandler for Picky {
+    fn admit(&mut self, net: &mut dyn Net, c: ConnHandle) -> bool {
+        net.four_tuple(c).is_ok_and(|t| t.remote.port() == 5000)
+    }
+    fn on_accept(&mut self, net: &mut dyn Net, c: ConnHandle) {
+        self.0.on_accept(net, c);
+    }
+    fn on_data(&mut self, net: &mut dyn Net, c: ConnHandle) {
+        self.0.on_data(net, c);
+    }
+    fn on_closed(&mut self, net: &mut dyn Net, c: ConnHandle, r: CloseReason) {
+        self.0.on_closed(net, c, r);
+    }
+}
+
+#[test]
+fn a_handler_refuses_a_connection_before_it_is_accepted() {
+    let log: Log = Arc::default();
+    let mut a = Stack::new(Config::new([1; 16]));
+    let mut b = Stack::new(Config::new([2; 16]));
+    let mut app = Dispatcher::new();
+    let mut port = 40000;
+    let l = a.listen("10.0.0.1:80".parse().unwrap()).unwrap();
+    let h = app.add(Picky(Rec {
+        name: "srv",
+        log: log.clone(),
+        open: vec![],
+    }));
+    app.bind_listener(l, h);
+    let connect = |b: &mut Stack, from: &str| {
+        b.connect(
+            Instant::ZERO,
+            from.parse().unwrap(),
+            "10.0.0.1:80".parse().unwrap(),
+        )
+        .unwrap()
+    };
+    let taken = connect(&mut b, "10.0.0.2:5000");
+    let refused = connect(&mut b, "10.0.0.2:5001");
+    settle(&mut a, &mut app, &mut b, &mut port);
+    b.send(taken, b"hi").unwrap();
+    settle(&mut a, &mut app, &mut b, &mut port);
+    let log = log.lock().unwrap().clone();
+    // Only the admitted connection reached the handler.
+    assert_eq!(log, ["srv accept", "srv data 2"], "{log:?}");
+    assert_eq!(app.refused(), 1);
+    // The refused one was reset: gone at the peer too.
+    assert!(b.state(refused).is_err(), "{:?}", b.state(refused));
+    assert!(b.state(taken).is_ok());
+}

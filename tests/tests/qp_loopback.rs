@@ -321,3 +321,22 @@ fn an_application_thread_reads_the_core_s_figures_for_its_connection() {
     kernel.stop();
     assert_eq!(qp.stop(), None);
 }
+
+#[test]
+fn an_application_thread_refuses_a_connection_before_taking_it() {
+    let port = free_port();
+    let (qp, kernel) = start(1, move |t| {
+        t.listen(
+            port,
+            EveryOther {
+                echo: Echo::new(16 << 10),
+                seen: 0,
+            },
+        )
+        .map(|_| ())
+        .map_err(|e| format!("{e:?}"))
+    });
+    the_second_is_refused(port);
+    kernel.stop();
+    assert_eq!(qp.stop(), None);
+}

@@ -211,3 +211,39 @@ pub(crate) fn bytes_in(kernel: &flowlane_kernel::KernelService) -> u64 {
         .map(|(_, c)| c.stats.bytes_in)
         .sum()
 }
+
+/// Echoes, but admits only every other connection (the first, third, ...).
+pub(crate) struct EveryOther {
+    pub(crate) echo: Echo,
+    pub(crate) seen: u64,
+}
+
+impl ConnHandler for EveryOther {
+    fn admit(&mut self, _net: &mut dyn Net, _conn: ConnHandle) -> bool {
+        self.seen += 1;
+        self.seen % 2 == 1
+    }
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        self.echo.on_data(net, conn);
+    }
+    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        self.echo.on_writable(net, conn);
+    }
+}
+
+/// Opens two connections in turn to `port`, served by [`EveryOther`]:
+/// the first is echoed, the second reset before the handler took it.
+pub(crate) fn the_second_is_refused(port: u16) {
+    let data = payload(11, 64 << 10);
+    assert!(echo_client(port, data.clone()) == data);
+    let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let wrote = s.write_all(b"ping").err().map(|e| e.kind());
+    let mut b = [0u8; 4];
+    let read = s.read(&mut b).err().map(|e| e.kind());
+    let reset = Some(std::io::ErrorKind::ConnectionReset);
+    assert!(
+        wrote == reset || read == reset,
+        "write {wrote:?}, read {read:?}"
+    );
+}
