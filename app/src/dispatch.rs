@@ -317,6 +317,9 @@ impl<N: Net + ?Sized> Net for Scoped<'_, N> {
     ) -> Result<(), Error> {
         self.inner.set_congestion(conn, alg)
     }
+    fn set_keepalive(&mut self, conn: ConnHandle, on: bool) -> Result<(), Error> {
+        self.inner.set_keepalive(conn, on)
+    }
     fn info(&self, conn: ConnHandle) -> Result<flowlane_tcp::ConnInfo, Error> {
         self.inner.info(conn)
     }

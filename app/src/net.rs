@@ -99,6 +99,11 @@ pub trait Net {
     /// Disables (`true`) or enables Nagle's algorithm.
     fn set_nodelay(&mut self, conn: ConnHandle, nodelay: bool) -> Result<(), Error>;
 
+    /// Turns keepalive probes on or off for the connection (as
+    /// `SO_KEEPALIVE`; the backend's timings, Linux's by default: 2 h idle,
+    /// 75 s apart, 9 probes).
+    fn set_keepalive(&mut self, conn: ConnHandle, on: bool) -> Result<(), Error>;
+
     /// Chooses the connection's congestion control (as Linux's
     /// `TCP_CONGESTION`: the window carries over).
     fn set_congestion(&mut self, conn: ConnHandle, alg: CongestionAlgorithm) -> Result<(), Error>;

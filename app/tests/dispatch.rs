@@ -77,6 +77,9 @@ impl Net for Direct<'_> {
     ) -> Result<(), Error> {
         self.stack.set_congestion(c, alg)
     }
+    fn set_keepalive(&mut self, c: ConnHandle, on: bool) -> Result<(), Error> {
+        self.stack.set_keepalive(c, on)
+    }
     fn info(&self, c: ConnHandle) -> Result<flowlane_tcp::ConnInfo, Error> {
         self.stack.info(c)
     }

@@ -322,6 +322,10 @@ impl Net for StackNet<'_> {
         self.stack.set_congestion(conn, alg)
     }
 
+    fn set_keepalive(&mut self, conn: ConnHandle, on: bool) -> Result<(), Error> {
+        self.stack.set_keepalive(conn, on)
+    }
+
     fn info(&self, conn: ConnHandle) -> Result<flowlane_tcp::ConnInfo, Error> {
         self.stack.info(conn)
     }

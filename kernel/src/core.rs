@@ -488,6 +488,16 @@ impl Net for KernelNet {
             .map_err(|_| Error::InvalidState)
     }
 
+    /// `SO_KEEPALIVE`, with the system's timings (`net.ipv4.tcp_keepalive_*`).
+    fn set_keepalive(&mut self, h: ConnHandle, on: bool) -> Result<(), Error> {
+        nix::sys::socket::setsockopt(
+            &self.conn(h)?.stream,
+            nix::sys::socket::sockopt::KeepAlive,
+            &on,
+        )
+        .map_err(|_| Error::InvalidState)
+    }
+
     fn set_congestion(&mut self, h: ConnHandle, alg: CongestionAlgorithm) -> Result<(), Error> {
         let name = match alg {
             CongestionAlgorithm::NewReno => "reno",

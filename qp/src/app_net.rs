@@ -475,6 +475,10 @@ impl Net for QpNet {
         self.request(h, |conn| ToCore::SetCongestion { conn, alg })
     }
 
+    fn set_keepalive(&mut self, h: ConnHandle, on: bool) -> Result<(), Error> {
+        self.request(h, |conn| ToCore::SetKeepalive { conn, on })
+    }
+
     /// The core's figures as of its answer to the previous call, plus the
     /// bytes on their way between the core and this thread.
     fn info(&self, h: ConnHandle) -> Result<ConnInfo, Error> {

@@ -92,6 +92,10 @@ pub(crate) enum ToCore {
         conn: ConnHandle,
         alg: CongestionAlgorithm,
     },
+    SetKeepalive {
+        conn: ConnHandle,
+        on: bool,
+    },
     /// Asks for the connection's [`ConnInfo`] ([`ToApp::Info`]).
     Info {
         conn: ConnHandle,

@@ -335,6 +335,9 @@ impl Relay {
             ToCore::SetCongestion { conn, alg } => {
                 let _ = net.set_congestion(conn, alg);
             }
+            ToCore::SetKeepalive { conn, on } => {
+                let _ = net.set_keepalive(conn, on);
+            }
             ToCore::Info { conn } => {
                 if let (Some(r), Ok(info)) = (self.conns.get(&conn), net.info(conn)) {
                     self.tell(r.thread, ToApp::Info { conn, info });

@@ -227,7 +227,8 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// Keepalive parameters (RFC 9293 §3.8.4, RFC 1122 §4.2.3.6).
+/// Keepalive parameters (RFC 9293 §3.8.4, RFC 1122 §4.2.3.6). The default
+/// is Linux's (`tcp_keepalive_time` 2 h, `_intvl` 75 s, `_probes` 9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeepaliveConfig {
     /// Idle time before the first probe (RFC 1122: at least two hours by
@@ -237,6 +238,16 @@ pub struct KeepaliveConfig {
     pub interval: Duration,
     /// Unanswered probes before the connection is dropped.
     pub probes: u8,
+}
+
+impl Default for KeepaliveConfig {
+    fn default() -> KeepaliveConfig {
+        KeepaliveConfig {
+            idle: time::Duration::from_secs(2 * 3600),
+            interval: time::Duration::from_secs(75),
+            probes: 9,
+        }
+    }
 }
 
 /// Stack configuration.

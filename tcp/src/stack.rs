@@ -1836,6 +1836,17 @@ impl Stack {
         Ok(())
     }
 
+    /// Turns keepalive on or off for one connection (Linux's
+    /// `SO_KEEPALIVE`): on, it probes after the stack's
+    /// [`Config::keepalive`] timings, or the default ones
+    /// ([`KeepaliveConfig::default`](crate::KeepaliveConfig)) where the
+    /// stack has none; off, it never probes, whatever the stack's.
+    pub fn set_keepalive(&mut self, conn: ConnHandle, on: bool) -> Result<(), Error> {
+        let idx = self.lookup(conn)?;
+        self.with_conn(idx, |c, ctx| c.set_keepalive(ctx, on));
+        Ok(())
+    }
+
     /// Disables (`true`) or enables Nagle's algorithm.
     pub fn set_nodelay(&mut self, conn: ConnHandle, nodelay: bool) -> Result<(), Error> {
         let idx = self.lookup(conn)?;

@@ -304,6 +304,41 @@ fn keepalive_probes_then_times_out() {
 }
 
 #[test]
+fn keepalive_per_connection_overrides_the_stack_s() {
+    let ka = KeepaliveConfig {
+        idle: Duration::from_secs(10),
+        interval: Duration::from_secs(2),
+        probes: 3,
+    };
+    let mut a_cfg = sim::test_config(1);
+    a_cfg.keepalive = Some(ka);
+    let mut sim = Sim::new(
+        18,
+        LinkConfig::default(),
+        LinkConfig::default(),
+        a_cfg,
+        sim::test_config(2),
+    );
+    let (a, b) = sim.establish();
+    // Off on A's connection: no probe however long it idles.
+    sim.a.set_keepalive(a, false).unwrap();
+    sim.run_for(Duration::from_secs(60));
+    assert_eq!(sim.a.stats().keepalive_probes, 0);
+    // On at B, whose stack has no keepalive: the default timings (2 h idle,
+    // 75 s apart, 9 probes).
+    sim.b.set_keepalive(b, true).unwrap();
+    sim.run_for(Duration::from_secs(2 * 3600 - 70));
+    assert_eq!(sim.b.stats().keepalive_probes, 0);
+    sim.run_for(Duration::from_secs(3 * 75));
+    assert!(sim.b.stats().keepalive_probes >= 1, "{:?}", sim.b.stats());
+    assert_eq!(sim.b.state(b), Ok(State::Established));
+    // Back on at A: its stack's 10 s.
+    sim.a.set_keepalive(a, true).unwrap();
+    sim.run_for(Duration::from_secs(15));
+    assert!(sim.a.stats().keepalive_probes >= 1);
+}
+
+#[test]
 fn nagle_and_delayed_ack() {
     let mut sim = Sim::symmetric(9, LinkConfig::default());
     let (a, b) = sim.establish();

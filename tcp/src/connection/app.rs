@@ -1,6 +1,7 @@
 //! The application's calls on a connection: send, receive, shut down, close, abort.
 
 use super::*;
+use crate::KeepaliveConfig;
 
 impl Connection {
     /// The application aborted: RST if synchronized (RFC 9293 §3.10.5).
@@ -50,6 +51,36 @@ impl Connection {
         // from the first close (calling it again must not push it back).
         if self.state == State::FinWait2 && self.timers.close.is_none() {
             self.timers.close = Deadline::at(ctx.now + ctx.cfg.msl.saturating_mul(2));
+        }
+    }
+
+    /// The keepalive this connection runs: the stack's, unless the
+    /// application turned it on (the stack's timings, else the default
+    /// ones) or off for this connection.
+    pub(crate) fn keepalive(&self, cfg: &Config) -> Option<KeepaliveConfig> {
+        if self.flags.has(Flags::KEEPALIVE_OFF) {
+            None
+        } else if self.flags.has(Flags::KEEPALIVE_ON) {
+            Some(cfg.keepalive.unwrap_or_default())
+        } else {
+            cfg.keepalive
+        }
+    }
+
+    /// Turns keepalive on or off for this connection (as `SO_KEEPALIVE`),
+    /// arming or disarming its timer.
+    pub(crate) fn set_keepalive(&mut self, ctx: &mut Ctx<'_>, on: bool) {
+        if on {
+            self.flags.clear(Flags::KEEPALIVE_OFF);
+            self.flags.set(Flags::KEEPALIVE_ON);
+            if self.timers.keepalive == Deadline::NONE {
+                self.arm_keepalive(ctx);
+            }
+        } else {
+            self.flags.clear(Flags::KEEPALIVE_ON);
+            self.flags.set(Flags::KEEPALIVE_OFF);
+            self.timers.keepalive = Deadline::NONE;
+            self.timers.keepalive_probes = 0;
         }
     }
 

@@ -870,7 +870,7 @@ impl Connection {
     /// last segment received and re-arms for the rest of it, as Linux's
     /// `tcp_keepalive_timer` does.
     pub(super) fn arm_keepalive(&mut self, ctx: &mut Ctx<'_>) {
-        if let Some(ka) = ctx.cfg.keepalive {
+        if let Some(ka) = self.keepalive(ctx.cfg) {
             if self.state.is_synchronized() && self.state != State::TimeWait {
                 self.timers.keepalive = Deadline::at(ctx.now + ka.idle);
             }

@@ -128,6 +128,11 @@ impl Flags {
     /// `IN_RECOVERY`, the recovery repairs a lost probe (no window
     /// reduction, RFC 4821 §7.6.2).
     pub(crate) const MTU_PROBE_OUT: u32 = 1 << 24;
+    /// Keepalive asked for on this connection (`Stack::set_keepalive`),
+    /// with the stack's timings or, where it has none, the default ones.
+    pub(crate) const KEEPALIVE_ON: u32 = 1 << 25;
+    /// Keepalive turned off on this connection, whatever the stack's.
+    pub(crate) const KEEPALIVE_OFF: u32 = 1 << 26;
     // ECN (RFC 3168) takes the top bits, counting down (see `ecn.rs`).
     /// ECN negotiated in the handshake (RFC 3168 §6.1.1).
     pub(crate) const ECN: u32 = 1 << 31;

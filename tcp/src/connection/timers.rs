@@ -55,7 +55,7 @@ impl Connection {
         }
         if due(self.timers.keepalive) {
             self.timers.keepalive = Deadline::NONE;
-            if let Some(ka) = ctx.cfg.keepalive {
+            if let Some(ka) = self.keepalive(ctx.cfg) {
                 // Lazy: segments since the timer was armed (any segment,
                 // including the answer to a probe) restart the idle time.
                 let idle_end = self.timers.last_recv + ka.idle;

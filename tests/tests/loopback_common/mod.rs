@@ -81,7 +81,7 @@ pub(crate) fn echo_client(port: u16, data: Vec<u8>) -> Vec<u8> {
     back
 }
 
-/// Echoes like [`Echo`], picks NewReno for every connection it accepts,
+/// Echoes like [`Echo`], picks NewReno and keepalive for every connection it accepts,
 /// and records what [`Net::info`] says each time data comes.
 pub(crate) struct Informed {
     pub(crate) echo: Echo,
@@ -93,6 +93,7 @@ impl ConnHandler for Informed {
     fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         net.set_congestion(conn, flowlane_app::CongestionAlgorithm::NewReno)
             .unwrap();
+        net.set_keepalive(conn, true).unwrap();
     }
     fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         let info = net.info(conn);
