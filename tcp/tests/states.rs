@@ -271,22 +271,27 @@ fn retransmission_timeout_gives_up() {
     );
 }
 
-#[test]
-fn keepalive_probes_then_times_out() {
-    let ka = KeepaliveConfig {
+/// A simulation whose A stack probes after 10 s idle, 2 s apart, 3 probes;
+/// B's has no keepalive.
+fn keepalive_sim(seed: u64) -> Sim {
+    let mut a_cfg = sim::test_config(1);
+    a_cfg.keepalive = Some(KeepaliveConfig {
         idle: Duration::from_secs(10),
         interval: Duration::from_secs(2),
         probes: 3,
-    };
-    let mut a_cfg = sim::test_config(1);
-    a_cfg.keepalive = Some(ka);
-    let mut sim = Sim::new(
-        8,
+    });
+    Sim::new(
+        seed,
         LinkConfig::default(),
         LinkConfig::default(),
         a_cfg,
         sim::test_config(2),
-    );
+    )
+}
+
+#[test]
+fn keepalive_probes_then_times_out() {
+    let mut sim = keepalive_sim(8);
     let (a, _b) = sim.establish();
     // Idle but alive: probes are answered and the connection stays.
     sim.run_for(Duration::from_secs(35));
@@ -305,20 +310,7 @@ fn keepalive_probes_then_times_out() {
 
 #[test]
 fn keepalive_per_connection_overrides_the_stack_s() {
-    let ka = KeepaliveConfig {
-        idle: Duration::from_secs(10),
-        interval: Duration::from_secs(2),
-        probes: 3,
-    };
-    let mut a_cfg = sim::test_config(1);
-    a_cfg.keepalive = Some(ka);
-    let mut sim = Sim::new(
-        18,
-        LinkConfig::default(),
-        LinkConfig::default(),
-        a_cfg,
-        sim::test_config(2),
-    );
+    let mut sim = keepalive_sim(18);
     let (a, b) = sim.establish();
     // Off on A's connection: no probe however long it idles.
     sim.a.set_keepalive(a, false).unwrap();

@@ -248,18 +248,8 @@ fn a_handler_reads_the_kernel_s_figures_for_its_connection() {
 #[test]
 fn a_handler_refuses_a_connection_before_taking_it() {
     let port = free_port();
-    let service = KernelService::start(config(1, Limits::default()), move |core| {
-        core.listen(
-            port,
-            EveryOther {
-                echo: Echo::new(16 << 10),
-                seen: 0,
-            },
-        )
-        .map(|_| ())
-        .map_err(|e| format!("{e:?}"))
-    })
-    .unwrap();
+    let service =
+        KernelService::start(config(1, Limits::default()), listen_every_other(port)).unwrap();
     the_second_is_refused(port);
     let (counters, err) = service.stop();
     assert_eq!(err, None);

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flowlane_app::{ConnHandle, ConnHandler, Net, SetupExt};
-use flowlane_kernel::{KernelConfig, KernelService, Limits};
+use flowlane_kernel::KernelService;
 use flowlane_qp::{QueuePairConfig, QueuePairs};
 use loopback_common::*;
 
@@ -37,16 +37,7 @@ where
         )
         .unwrap(),
     );
-    let q = qp.clone();
-    let kernel = KernelService::start(
-        KernelConfig {
-            cores: places(2),
-            listen_on: vec![LOOPBACK],
-            limits: Limits::default(),
-        },
-        move |core| q.setup_core(core).map_err(|e| format!("{e:?}")),
-    )
-    .unwrap();
+    let kernel = kernel_cores_for(&qp);
     (qp, kernel)
 }
 
@@ -325,17 +316,7 @@ fn an_application_thread_reads_the_core_s_figures_for_its_connection() {
 #[test]
 fn an_application_thread_refuses_a_connection_before_taking_it() {
     let port = free_port();
-    let (qp, kernel) = start(1, move |t| {
-        t.listen(
-            port,
-            EveryOther {
-                echo: Echo::new(16 << 10),
-                seen: 0,
-            },
-        )
-        .map(|_| ())
-        .map_err(|e| format!("{e:?}"))
-    });
+    let (qp, kernel) = start(1, listen_every_other(port));
     the_second_is_refused(port);
     kernel.stop();
     assert_eq!(qp.stop(), None);

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flowlane_kernel::{KernelConfig, KernelService, Limits};
+use flowlane_kernel::KernelService;
 use flowlane_qp::{QueuePairConfig, QueuePairs};
 use flowlane_tokio::{AsyncConfig, Counters, Local};
 use loopback_common::*;
@@ -44,16 +44,7 @@ where
     )
     .unwrap();
     let qp = Arc::new(qp);
-    let q = qp.clone();
-    let kernel = KernelService::start(
-        KernelConfig {
-            cores: places(2),
-            listen_on: vec![LOOPBACK],
-            limits: Limits::default(),
-        },
-        move |core| q.setup_core(core).map_err(|e| format!("{e:?}")),
-    )
-    .unwrap();
+    let kernel = kernel_cores_for(&qp);
     (qp, counters, kernel)
 }
 

@@ -248,3 +248,38 @@ pub(crate) fn the_second_is_refused(port: u16) {
         "write {wrote:?}, read {read:?}"
     );
 }
+
+/// A two-core kernel-socket backend on loopback whose cores run `qp`'s
+/// relays (queue-pair mode's network side).
+pub(crate) fn kernel_cores_for(
+    qp: &std::sync::Arc<flowlane_qp::QueuePairs>,
+) -> flowlane_kernel::KernelService {
+    let q = qp.clone();
+    flowlane_kernel::KernelService::start(
+        flowlane_kernel::KernelConfig {
+            cores: places(2),
+            listen_on: vec![LOOPBACK],
+            limits: flowlane_kernel::Limits::default(),
+        },
+        move |core| q.setup_core(core).map_err(|e| format!("{e:?}")),
+    )
+    .unwrap()
+}
+
+/// A set-up that listens on `port` with an [`EveryOther`] echo handler.
+pub(crate) fn listen_every_other(
+    port: u16,
+) -> impl Fn(&mut dyn flowlane_app::Setup) -> Result<(), String> + Send + Sync + 'static {
+    move |s| {
+        use flowlane_app::SetupExt;
+        s.listen(
+            port,
+            EveryOther {
+                echo: Echo::new(16 << 10),
+                seen: 0,
+            },
+        )
+        .map(|_| ())
+        .map_err(|e| format!("{e:?}"))
+    }
+}
