@@ -166,22 +166,33 @@ pub(crate) struct Flight {
     pub(crate) reordered: bool,
 }
 
-/// Most flights a stack keeps for reuse.
+/// Flights a stack keeps for reuse whatever its number of connections.
 const POOLED_FLIGHTS: usize = 256;
 /// Flights whose record deque grew past this many are not kept (a bulk
 /// transfer's), so that the pool stays small.
 const POOLED_RECORDS: usize = 64;
+/// Past [`POOLED_FLIGHTS`], only flights of a few records are kept (a
+/// FIN's, a short response's): some 220 bytes each with their deque.
+const POOLED_SHORT_RECORDS: usize = 8;
 
 /// The flights of connections whose data was all acknowledged, kept for
 /// the next flight of any connection of the stack: a short connection
 /// starts and ends a flight per burst, and each cost two allocations and
 /// two frees (the box and its deque).
+///
+/// The pool keeps up to [`POOLED_FLIGHTS`] flights, or one short flight
+/// per live connection when the stack has more (its `bound`): a burst of
+/// thousands of short connections (each a flight for its response and
+/// one for its FIN) then allocates none after the first, and the pool
+/// holds at most what the live connections could all hold at once.
 #[derive(Debug, Default)]
 pub(crate) struct FlightPool {
     // Boxes, as connections hold them: unboxing a flight into the pool and
     // boxing it again would allocate once more.
     #[allow(clippy::vec_box)]
     free: Vec<Box<Flight>>,
+    /// The stack's live connections.
+    bound: usize,
 }
 
 impl FlightPool {
@@ -204,8 +215,25 @@ impl FlightPool {
     /// deque is small).
     #[inline]
     pub(crate) fn give(&mut self, f: Box<Flight>) {
-        if self.free.len() < POOLED_FLIGHTS && f.records.capacity() <= POOLED_RECORDS {
+        let room = f.records.capacity();
+        let kept = self.free.len();
+        if (kept < POOLED_FLIGHTS && room <= POOLED_RECORDS)
+            || (kept < self.bound && room <= POOLED_SHORT_RECORDS)
+        {
             self.free.push(f);
+        }
+    }
+
+    /// Sets the number of live connections, which bounds the pool past
+    /// [`POOLED_FLIGHTS`]. Once connections went away and the pool holds
+    /// twice its bound, it is cut back to the bound (in one go, not a
+    /// free per closing connection).
+    #[inline]
+    pub(crate) fn set_live(&mut self, live: usize) {
+        self.bound = live;
+        let keep = live.max(POOLED_FLIGHTS);
+        if self.free.len() > 2 * keep {
+            self.free.truncate(keep);
         }
     }
 }
@@ -480,6 +508,38 @@ mod tests {
         pool.give(g);
         pool.give(big);
         assert_eq!(pool.free.len(), 1);
+    }
+
+    #[test]
+    fn the_pool_keeps_a_short_flight_per_live_connection_past_its_floor() {
+        let short = |n| {
+            let mut f = Box::new(Flight::new(s(0)));
+            f.records.reserve_exact(n);
+            f
+        };
+        let mut pool = FlightPool::default();
+        pool.set_live(POOLED_FLIGHTS + 100);
+        for _ in 0..POOLED_FLIGHTS + 200 {
+            pool.give(short(4));
+        }
+        assert_eq!(
+            pool.free.len(),
+            POOLED_FLIGHTS + 100,
+            "one per live connection"
+        );
+        // Past the floor, a flight with many records is not kept.
+        pool.set_live(POOLED_FLIGHTS + 200);
+        pool.give(short(POOLED_SHORT_RECORDS * 2));
+        assert_eq!(pool.free.len(), POOLED_FLIGHTS + 100);
+        pool.give(short(2));
+        assert_eq!(pool.free.len(), POOLED_FLIGHTS + 101);
+        // Connections going away shrink it back to the floor once it
+        // holds twice that.
+        pool.set_live(10);
+        assert_eq!(pool.free.len(), POOLED_FLIGHTS + 101, "less than twice 256");
+        pool.free.extend((0..POOLED_FLIGHTS).map(|_| short(2)));
+        pool.set_live(10);
+        assert_eq!(pool.free.len(), POOLED_FLIGHTS);
     }
 
     impl Flight {

@@ -718,6 +718,7 @@ impl Stack {
         let slots = &self.slots;
         self.table.insert(hash, idx, |i| Self::tuple_at(slots, i));
         self.live += 1;
+        self.flights.set_live(self.live);
         if let Some(Some(l)) = listener.and_then(|l| self.listeners.get_mut(l.0 as usize)) {
             l.live += 1;
         }
@@ -1056,6 +1057,7 @@ impl Stack {
         self.buckets.unlink(&mut self.slots, slot_link, idx);
         self.free.push(idx);
         self.live -= 1;
+        self.flights.set_live(self.live);
         self.sharing -= usize::from(!in_backlog);
         self.rcv_committed = self.rcv_committed.saturating_sub(commitment);
         r
