@@ -265,6 +265,13 @@ impl ChunkBuffer {
         self.resize(new_capacity, self.headroom());
     }
 
+    /// Sets the capacity to `capacity`, lower or higher (the application
+    /// fixed the buffer's size), keeping the headroom. Queued bytes past a
+    /// lowered capacity stay; the window is zero until they drain.
+    pub(crate) fn set_capacity(&mut self, capacity: usize) {
+        self.capacity = to_u32(capacity);
+    }
+
     /// Raises the capacity and the headroom to at least `capacity` and
     /// `headroom` (neither ever shrinks). Only the bound moves: queued and
     /// out-of-order bytes keep their offsets, and no memory is taken.

@@ -80,6 +80,11 @@ impl RecvBuffer {
         self.chunks.grow(new_capacity);
     }
 
+    /// Sets the capacity (see [`ChunkBuffer::set_capacity`]).
+    pub(crate) fn set_capacity(&mut self, capacity: usize) {
+        self.chunks.set_capacity(capacity);
+    }
+
     /// Raises capacity and headroom (see [`ChunkBuffer::resize`]).
     pub(crate) fn resize(&mut self, capacity: usize, headroom: usize) {
         self.chunks.resize(capacity, headroom);

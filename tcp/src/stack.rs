@@ -1849,6 +1849,29 @@ impl Stack {
         Ok(())
     }
 
+    /// Fixes one connection's send buffer at `bytes` of payload (Linux's
+    /// `SO_SNDBUF`): at least one segment, at most
+    /// [`Config::send_buffer_max`], and no longer auto-tuned. Bytes queued
+    /// past a smaller size stay; writes wait until they drain
+    /// ([`Event::Writable`] follows when a larger size makes room).
+    pub fn set_send_buffer(&mut self, conn: ConnHandle, bytes: usize) -> Result<(), Error> {
+        let idx = self.lookup(conn)?;
+        self.with_conn(idx, |c, ctx| c.set_send_buffer(ctx.cfg, bytes));
+        Ok(())
+    }
+
+    /// Fixes one connection's receive buffer at `bytes` of payload (Linux's
+    /// `SO_RCVBUF`): at least one segment, at most
+    /// [`Config::recv_buffer_max`], and no longer auto-tuned. The window it
+    /// bounds is offered from then on: a window already advertised is
+    /// never taken back (a smaller buffer shows as the application reads),
+    /// and a larger buffer sends a window update at once.
+    pub fn set_recv_buffer(&mut self, conn: ConnHandle, bytes: usize) -> Result<(), Error> {
+        let idx = self.lookup(conn)?;
+        self.with_conn(idx, |c, ctx| c.set_recv_buffer(ctx.cfg, bytes));
+        Ok(())
+    }
+
     /// Disables (`true`) or enables Nagle's algorithm.
     pub fn set_nodelay(&mut self, conn: ConnHandle, nodelay: bool) -> Result<(), Error> {
         let idx = self.lookup(conn)?;

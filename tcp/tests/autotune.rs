@@ -510,3 +510,142 @@ proptest::proptest! {
         edges.borrow().assert_ok();
     }
 }
+
+/// Buffers the application fixes (`Stack::set_recv_buffer`,
+/// `Stack::set_send_buffer`: Linux's `SO_RCVBUF` and `SO_SNDBUF`) keep
+/// their size over a transfer that grows tuned ones to megabytes, and bound
+/// the window: 256 KiB of receive buffer on a 50 ms path caps goodput at
+/// 256 KiB per RTT (42 Mbit/s), 128 KiB of send buffer at 21 Mbit/s.
+#[test]
+fn fixed_buffers_are_not_tuned_and_bound_the_window() {
+    let link = long_fat_link();
+    let per_rtt = |bytes: usize| bytes as f64 * 8.0 / (RTT.as_nanos() as f64 / 1e9);
+
+    let mut sim = Sim::new(41, link, link, config(1, true), config(2, true));
+    let edges = EdgeCheck::install(&mut sim);
+    let (a, b) = sim.establish();
+    sim.b.set_recv_buffer(b, 256 << 10).unwrap();
+    let t = one_way(&mut sim, a, b, 8 << 20, Duration::from_secs(60));
+    t.report("receive buffer fixed at 256 KiB");
+    edges.borrow().assert_ok();
+    assert_eq!(t.recv_capacity, 256 << 10, "not tuned");
+    let max_window = edges.borrow().max_b_window;
+    assert!(max_window <= (256 << 10) + 128, "B offered {max_window}");
+    assert!(max_window >= 200 << 10, "B offered only {max_window}");
+    let cap = per_rtt(256 << 10);
+    assert!(
+        t.second_half_bps <= 1.1 * cap,
+        "{} bit/s",
+        t.second_half_bps
+    );
+    assert!(
+        t.second_half_bps >= 0.5 * cap,
+        "{} bit/s",
+        t.second_half_bps
+    );
+
+    let mut sim = Sim::new(42, link, link, config(1, true), config(2, true));
+    let (a, b) = sim.establish();
+    sim.a.set_send_buffer(a, 128 << 10).unwrap();
+    let t = one_way(&mut sim, a, b, 4 << 20, Duration::from_secs(60));
+    t.report("send buffer fixed at 128 KiB");
+    assert_eq!(t.send_capacity, 128 << 10, "not tuned");
+    sim.run_for(Duration::from_millis(100));
+    assert_eq!(sim.a.send(a, &vec![7u8; 1 << 20]), Ok(128 << 10));
+    let cap = per_rtt(128 << 10);
+    assert!(
+        t.second_half_bps <= 1.1 * cap,
+        "{} bit/s",
+        t.second_half_bps
+    );
+    assert!(
+        t.second_half_bps >= 0.5 * cap,
+        "{} bit/s",
+        t.second_half_bps
+    );
+    // Sizes out of range are clamped: one segment at least, the stack's
+    // largest at most.
+    sim.a.set_send_buffer(a, 1).unwrap();
+    let mss = sim.a.info(a).unwrap().mss as usize;
+    assert_eq!(sim.a.send_capacity(a), Ok(mss));
+    sim.b.set_recv_buffer(b, usize::MAX).unwrap();
+    assert_eq!(sim.b.recv_capacity(b), Ok(6 << 20));
+}
+
+/// A reader that stopped has a full buffer and a zero window; raising its
+/// receive buffer sends the larger window at once (not at the sender's
+/// next zero-window probe), and lowering it never takes back the window
+/// already offered (RFC 9293 §3.8.6): the smaller size shows once the
+/// application reads.
+#[test]
+fn resizing_a_full_receive_buffer() {
+    let link = LinkConfig {
+        delay: Duration::from_millis(5),
+        ..LinkConfig::default()
+    };
+    let mut sim = Sim::new(43, link, link, config(1, true), config(2, true));
+    let edges = EdgeCheck::install(&mut sim);
+    let (a, b) = sim.establish();
+    let table = pattern_table();
+    let mut sent = 0;
+    let feed = |sim: &mut Sim, sent: &mut usize| {
+        while *sent < 4 << 20 {
+            let at = *sent % PERIOD;
+            match sim.a.send(a, &table[at..at + CHUNK]) {
+                Ok(k) if k > 0 => *sent += k,
+                _ => break,
+            }
+        }
+    };
+    let readable = |sim: &Sim| sim.b.info(b).unwrap().readable;
+    for _ in 0..100 {
+        feed(&mut sim, &mut sent);
+        sim.run_for(Duration::from_millis(10));
+    }
+    let full = readable(&sim);
+    assert!((60 << 10..=80 << 10).contains(&full), "{full} readable");
+    assert!(edges.borrow().max_b_window <= 80 << 10);
+    sim.b.set_recv_buffer(b, 512 << 10).unwrap();
+    sim.run_for(Duration::from_millis(1));
+    let offered = edges.borrow().max_b_window;
+    assert!(
+        offered >= 440 << 10,
+        "B offered {offered} right after the raise"
+    );
+    // The sender fills it (once it recovered from the probe it lost to the
+    // full buffer: its retransmission timer).
+    for _ in 0..300 {
+        feed(&mut sim, &mut sent);
+        sim.run_for(Duration::from_millis(10));
+    }
+    let grown = readable(&sim);
+    assert!(grown >= 500 << 10, "{grown} readable after the raise");
+
+    // Lowered to 16 KiB while 512 KiB are queued and unread.
+    sim.b.set_recv_buffer(b, 16 << 10).unwrap();
+    let mut rx = vec![0u8; CHUNK];
+    let mut got = 0;
+    let mut tail = None;
+    while got < 2 << 20 {
+        feed(&mut sim, &mut sent);
+        while let Ok(n) = sim.b.recv(b, &mut rx) {
+            if n == 0 {
+                break;
+            }
+            let at = got % PERIOD;
+            assert!(rx[..n] == table[at..at + n], "corrupt data at {got}");
+            got += n;
+        }
+        if got > 1 << 20 && tail.is_none() {
+            // From here on every window B offers is the small buffer's.
+            tail = Some(EdgeCheck::install(&mut sim));
+        }
+        sim.step();
+    }
+    edges.borrow().assert_ok();
+    let tail = tail.unwrap();
+    tail.borrow().assert_ok();
+    let max_window = tail.borrow().max_b_window;
+    assert!(max_window <= (16 << 10) + 128, "B offered {max_window}");
+    assert_eq!(sim.b.recv_capacity(b), Ok(16 << 10));
+}

@@ -84,6 +84,42 @@ impl Connection {
         }
     }
 
+    /// The application fixes the send buffer at `bytes` (Linux's
+    /// `SO_SNDBUF`, without its doubling for overhead: these are payload
+    /// bytes): at least one segment, at most the stack's largest
+    /// ([`Config::send_buffer_max`]), no longer auto-tuned. Bytes queued
+    /// past a smaller size stay queued; writes wait until they drain.
+    pub(crate) fn set_send_buffer(&mut self, cfg: &Config, bytes: usize) {
+        let max = cfg.send_buffer_max.max(cfg.send_buffer);
+        let bytes = bytes.clamp(self.eff_mss().max(1), max.max(1));
+        self.flags.set(Flags::SNDBUF_LOCK);
+        self.send_buf.set_capacity(bytes);
+        if self.send_buf.window() > 0 && self.flags.has(Flags::WRITABLE_WANTED) {
+            self.flags.clear(Flags::WRITABLE_WANTED);
+            self.events |= ev::WRITABLE;
+        }
+    }
+
+    /// The application fixes the receive buffer at `bytes` (Linux's
+    /// `SO_RCVBUF`, in payload bytes): at least one segment, at most the
+    /// stack's largest ([`Config::recv_buffer_max`]), no longer
+    /// auto-tuned. The window already offered is never taken back (RFC
+    /// 9293 §3.8.6): a smaller buffer keeps room for it as headroom and
+    /// offers less as the application reads; a larger one opens the
+    /// window at once (a window update goes out).
+    pub(crate) fn set_recv_buffer(&mut self, cfg: &Config, bytes: usize) {
+        let max = cfg.recv_buffer_max.max(cfg.recv_buffer);
+        let bytes = bytes.clamp(usize::from(cfg.mss).max(1), max.max(1));
+        self.flags.set(Flags::RCVBUF_LOCK);
+        let old = self.recv_buf.capacity();
+        let promised = self.recv_buf.len() + self.rcv_wnd();
+        self.recv_buf.set_capacity(bytes);
+        self.recv_buf.resize(bytes, promised.saturating_sub(bytes));
+        if bytes > old && self.state.is_synchronized() {
+            self.flags.set(Flags::ACK_NOW);
+        }
+    }
+
     pub(crate) fn set_nodelay(&mut self, on: bool) {
         if on {
             self.flags.set(Flags::NODELAY);

@@ -418,7 +418,9 @@ impl Connection {
             // A half-open connection's buffer was bounded (by the receive
             // memory over the backlog, one segment on a crowded listener:
             // see `Connection::new_passive`); now it is the configured one.
-            self.recv_buf.grow(ctx.cfg.recv_buffer);
+            if !self.flags.has(Flags::RCVBUF_LOCK) {
+                self.recv_buf.grow(ctx.cfg.recv_buffer);
+            }
             // The SYN-ACK's window was unscaled; from now on it is.
             self.snd.wnd = u32::from(seg.window) << self.snd.wscale;
             self.snd.max_wnd = self.snd.max_wnd.max(self.snd.wnd);

@@ -20,7 +20,7 @@ impl Connection {
         seg: &TcpRepr,
         payload: &[u8],
     ) -> bool {
-        const NOT_PREDICTED: u32 = Flags::APP_CLOSED | Flags::IN_RECOVERY | Flags::PEER_FIN;
+        const NOT_PREDICTED: u64 = Flags::APP_CLOSED | Flags::IN_RECOVERY | Flags::PEER_FIN;
         let ts_on = self.flags.has(Flags::TIMESTAMPS);
         let only_ack = seg.flags.0 & !TcpFlags::PSH.0 == TcpFlags::ACK.0;
         let predicted = ctx.cfg.header_prediction

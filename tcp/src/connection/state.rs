@@ -63,110 +63,119 @@ impl State {
 
 /// Per-connection boolean state, packed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct Flags(pub(crate) u32);
+pub(crate) struct Flags(pub(crate) u64);
 
 impl Flags {
     /// Timestamps negotiated.
-    pub(crate) const TIMESTAMPS: u32 = 1 << 0;
+    pub(crate) const TIMESTAMPS: u64 = 1 << 0;
     /// Nagle disabled.
-    pub(crate) const NODELAY: u32 = 1 << 1;
+    pub(crate) const NODELAY: u64 = 1 << 1;
     /// The application shut down writing; a FIN follows the data.
-    pub(crate) const FIN_QUEUED: u32 = 1 << 2;
+    pub(crate) const FIN_QUEUED: u64 = 1 << 2;
     /// The application closed the connection (no more reads either).
-    pub(crate) const APP_CLOSED: u32 = 1 << 3;
+    pub(crate) const APP_CLOSED: u64 = 1 << 3;
     /// An ACK must be sent now.
-    pub(crate) const ACK_NOW: u32 = 1 << 4;
+    pub(crate) const ACK_NOW: u64 = 1 << 4;
     /// Opened passively (through a listener).
-    pub(crate) const PASSIVE: u32 = 1 << 5;
+    pub(crate) const PASSIVE: u64 = 1 << 5;
     /// Counted in its listener's half-open backlog.
-    pub(crate) const IN_BACKLOG: u32 = 1 << 6;
+    pub(crate) const IN_BACKLOG: u64 = 1 << 6;
     /// A Readable event was emitted and not yet followed by a read.
-    pub(crate) const READABLE_NOTIFIED: u32 = 1 << 7;
+    pub(crate) const READABLE_NOTIFIED: u64 = 1 << 7;
     /// A send could not queue everything: emit Writable when space frees.
-    pub(crate) const WRITABLE_WANTED: u32 = 1 << 8;
+    pub(crate) const WRITABLE_WANTED: u64 = 1 << 8;
     /// The peer's FIN was received.
-    pub(crate) const PEER_FIN: u32 = 1 << 9;
+    pub(crate) const PEER_FIN: u64 = 1 << 9;
     /// Retransmit one segment at SND.UNA regardless of windows.
-    pub(crate) const RETRANSMIT_ONE: u32 = 1 << 10;
+    pub(crate) const RETRANSMIT_ONE: u64 = 1 << 10;
     /// Send a window probe (persist timer fired).
-    pub(crate) const PROBE_NOW: u32 = 1 << 11;
+    pub(crate) const PROBE_NOW: u64 = 1 << 11;
     /// Send a keepalive probe.
-    pub(crate) const KEEPALIVE_NOW: u32 = 1 << 12;
+    pub(crate) const KEEPALIVE_NOW: u64 = 1 << 12;
     /// In NewReno fast recovery.
-    pub(crate) const IN_RECOVERY: u32 = 1 << 13;
+    pub(crate) const IN_RECOVERY: u64 = 1 << 13;
     /// We offered window scaling in our SYN.
-    pub(crate) const WS_OFFERED: u32 = 1 << 14;
+    pub(crate) const WS_OFFERED: u64 = 1 << 14;
     /// The peer's SYN carried a window scale option.
-    pub(crate) const WS_PEER: u32 = 1 << 15;
+    pub(crate) const WS_PEER: u64 = 1 << 15;
     /// The application knows the handle (connect() returned it, or an
     /// Accepted/Connected event was queued).
-    pub(crate) const ANNOUNCED: u32 = 1 << 16;
+    pub(crate) const ANNOUNCED: u64 = 1 << 16;
     /// Our FIN was acknowledged.
-    pub(crate) const FIN_ACKED: u32 = 1 << 17;
+    pub(crate) const FIN_ACKED: u64 = 1 << 17;
     /// The retransmission timer holds a loss probe timeout (see
     /// `arm_rto_or_probe`), not an RTO.
-    pub(crate) const PROBE_ARMED: u32 = 1 << 18;
+    pub(crate) const PROBE_ARMED: u64 = 1 << 18;
     /// SACK permitted both ways (RFC 2018 §2): our ACKs carry SACK blocks.
-    pub(crate) const SACK: u32 = 1 << 19;
+    pub(crate) const SACK: u64 = 1 << 19;
     /// The current fast recovery is conservative SACK-based recovery (RFC
     /// 6675 §5), not NewReno: the pipe estimate and `NextSeg` drive it.
-    pub(crate) const SACK_RECOVERY: u32 = 1 << 20;
+    pub(crate) const SACK_RECOVERY: u64 = 1 << 20;
     /// The stack's receive memory, not the buffer, held the last window
     /// offered back: a window update is owed once memory frees.
-    pub(crate) const MEM_LIMITED: u32 = 1 << 21;
+    pub(crate) const MEM_LIMITED: u64 = 1 << 21;
     /// `SendState::recover` marks a loss episode (fast recovery or a
     /// timeout) that the cumulative ACK has not passed yet: until it does,
     /// duplicate ACKs start no new fast retransmit (RFC 6582 §3.2 steps 1
     /// and 2). A bit, not a value of `recover`, so that it cannot go stale
     /// when the sequence space wraps: compared 2^31 bytes later, an old
     /// `recover` reads as ahead of SND.UNA.
-    pub(crate) const RECOVER_HELD: u32 = 1 << 22;
+    pub(crate) const RECOVER_HELD: u64 = 1 << 22;
     /// Packetization-layer path MTU discovery runs (RFC 4821 §7; see
     /// `plpmtud.rs`): new data may go out as a probe.
-    pub(crate) const MTU_SEARCH: u32 = 1 << 23;
+    pub(crate) const MTU_SEARCH: u64 = 1 << 23;
     /// A path MTU probe is in flight (`SendState::mtu_probe`), or, with
     /// `IN_RECOVERY`, the recovery repairs a lost probe (no window
     /// reduction, RFC 4821 §7.6.2).
-    pub(crate) const MTU_PROBE_OUT: u32 = 1 << 24;
+    pub(crate) const MTU_PROBE_OUT: u64 = 1 << 24;
     /// Keepalive asked for on this connection (`Stack::set_keepalive`),
     /// with the stack's timings or, where it has none, the default ones.
-    pub(crate) const KEEPALIVE_ON: u32 = 1 << 25;
+    pub(crate) const KEEPALIVE_ON: u64 = 1 << 32;
     /// Keepalive turned off on this connection, whatever the stack's.
-    pub(crate) const KEEPALIVE_OFF: u32 = 1 << 26;
-    // ECN (RFC 3168) takes the top bits, counting down (see `ecn.rs`).
+    pub(crate) const KEEPALIVE_OFF: u64 = 1 << 33;
+    /// The application fixed the send buffer's size
+    /// (`Stack::set_send_buffer`, Linux's `SOCK_SNDBUF_LOCK`): it is not
+    /// auto-tuned.
+    pub(crate) const SNDBUF_LOCK: u64 = 1 << 34;
+    /// The application fixed the receive buffer's size
+    /// (`Stack::set_recv_buffer`, Linux's `SOCK_RCVBUF_LOCK`): it is not
+    /// auto-tuned.
+    pub(crate) const RCVBUF_LOCK: u64 = 1 << 35;
+    // ECN (RFC 3168) takes the top bits of the low word, counting down
+    // (see `ecn.rs`).
     /// ECN negotiated in the handshake (RFC 3168 §6.1.1).
-    pub(crate) const ECN: u32 = 1 << 31;
+    pub(crate) const ECN: u64 = 1 << 31;
     /// A CE mark arrived: every segment we send carries ECE until a
     /// segment with CWR arrives (RFC 3168 §6.1.3).
-    pub(crate) const ECN_ECHO: u32 = 1 << 30;
+    pub(crate) const ECN_ECHO: u64 = 1 << 30;
     /// The window was reduced for an ECE: the next new data segment
     /// carries CWR (RFC 3168 §6.1.2).
-    pub(crate) const ECN_CWR: u32 = 1 << 29;
+    pub(crate) const ECN_CWR: u64 = 1 << 29;
     /// An ECE was answered for the window that ends at
     /// `SendState::ecn_high`: later ECEs change nothing until SND.UNA
     /// passes it (RFC 3168 §6.1.2, once per window of data: the peer echoes
     /// until our CWR, on the segment at `ecn_high`, arrives). A bit, not a
     /// value of `ecn_high`, for the reason `RECOVER_HELD` is one.
-    pub(crate) const ECN_HELD: u32 = 1 << 28;
+    pub(crate) const ECN_HELD: u64 = 1 << 28;
     /// The window that ends at `SendState::ecn_high` was reduced for an
     /// ECE (not for a loss or a timeout, which also set `ECN_HELD`): a
     /// loss of data sent before `ecn_high` is repaired without a second
     /// reduction, one of the segment at `ecn_high` or later is a new
     /// window's and reduces it (RFC 3168 §6.1.2).
-    pub(crate) const ECN_REDUCED: u32 = 1 << 25;
+    pub(crate) const ECN_REDUCED: u64 = 1 << 25;
     /// The segment written last goes out ECT(0) (`Connection::sent_ecn`).
-    pub(crate) const ECT_SENT: u32 = 1 << 27;
+    pub(crate) const ECT_SENT: u64 = 1 << 27;
 
     /// Whether any bit of `f` is set.
-    pub(crate) fn has(self, f: u32) -> bool {
+    pub(crate) fn has(self, f: u64) -> bool {
         self.0 & f != 0
     }
     /// Sets the bits of `f`.
-    pub(crate) fn set(&mut self, f: u32) {
+    pub(crate) fn set(&mut self, f: u64) {
         self.0 |= f;
     }
     /// Clears the bits of `f`.
-    pub(crate) fn clear(&mut self, f: u32) {
+    pub(crate) fn clear(&mut self, f: u64) {
         self.0 &= !f;
     }
 }
@@ -374,4 +383,58 @@ pub(crate) struct TimerState {
     /// When the path MTU search last finished, in seconds (wrapping; see
     /// `Config::mtu_probe_interval`).
     pub(crate) mtu_settled: u16,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Flags;
+
+    /// Every flag is one bit of its own (two that shared a bit once made
+    /// an ECN reduction turn keepalive on).
+    #[test]
+    fn every_flag_has_a_bit_of_its_own() {
+        let all = [
+            Flags::TIMESTAMPS,
+            Flags::NODELAY,
+            Flags::FIN_QUEUED,
+            Flags::APP_CLOSED,
+            Flags::ACK_NOW,
+            Flags::PASSIVE,
+            Flags::IN_BACKLOG,
+            Flags::READABLE_NOTIFIED,
+            Flags::WRITABLE_WANTED,
+            Flags::PEER_FIN,
+            Flags::RETRANSMIT_ONE,
+            Flags::PROBE_NOW,
+            Flags::KEEPALIVE_NOW,
+            Flags::IN_RECOVERY,
+            Flags::WS_OFFERED,
+            Flags::WS_PEER,
+            Flags::ANNOUNCED,
+            Flags::FIN_ACKED,
+            Flags::PROBE_ARMED,
+            Flags::SACK,
+            Flags::SACK_RECOVERY,
+            Flags::MEM_LIMITED,
+            Flags::RECOVER_HELD,
+            Flags::MTU_SEARCH,
+            Flags::MTU_PROBE_OUT,
+            Flags::KEEPALIVE_ON,
+            Flags::KEEPALIVE_OFF,
+            Flags::SNDBUF_LOCK,
+            Flags::RCVBUF_LOCK,
+            Flags::ECN,
+            Flags::ECN_ECHO,
+            Flags::ECN_CWR,
+            Flags::ECN_HELD,
+            Flags::ECN_REDUCED,
+            Flags::ECT_SENT,
+        ];
+        let mut seen = 0u64;
+        for (i, f) in all.into_iter().enumerate() {
+            assert_eq!(f.count_ones(), 1, "flag {i} is not one bit");
+            assert_eq!(seen & f, 0, "flag {i} shares a bit");
+            seen |= f;
+        }
+    }
 }

@@ -61,7 +61,8 @@ impl Connection {
         if copied > space {
             let cap = self.recv_buf.capacity();
             let max = self.recv_buffer_limit(ctx.cfg);
-            if cap < max && ctx.mem.share().is_none() {
+            let locked = self.flags.has(Flags::RCVBUF_LOCK);
+            if cap < max && !locked && ctx.mem.share().is_none() {
                 let (copied, space) = (copied as u64, space.max(1) as u64);
                 let mut win = 2 * copied + 16 * u64::from(ctx.cfg.mss);
                 let grow = win.saturating_mul(copied - space) / space;
@@ -142,7 +143,7 @@ impl Connection {
     /// be sent) nor [`Config::send_buffer_max`].
     pub(super) fn sndbuf_expand(&mut self, cfg: &Config) {
         let cap = self.send_buf.capacity();
-        if cap >= cfg.send_buffer_max {
+        if cap >= cfg.send_buffer_max || self.flags.has(Flags::SNDBUF_LOCK) {
             return;
         }
         let cwnd = self.cc.window();
