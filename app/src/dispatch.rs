@@ -320,6 +320,12 @@ impl<N: Net + ?Sized> Net for Scoped<'_, N> {
     fn set_keepalive(&mut self, conn: ConnHandle, on: bool) -> Result<(), Error> {
         self.inner.set_keepalive(conn, on)
     }
+    fn set_send_buffer(&mut self, conn: ConnHandle, bytes: usize) -> Result<(), Error> {
+        self.inner.set_send_buffer(conn, bytes)
+    }
+    fn set_recv_buffer(&mut self, conn: ConnHandle, bytes: usize) -> Result<(), Error> {
+        self.inner.set_recv_buffer(conn, bytes)
+    }
     fn info(&self, conn: ConnHandle) -> Result<flowlane_tcp::ConnInfo, Error> {
         self.inner.info(conn)
     }

@@ -104,6 +104,17 @@ pub trait Net {
     /// 75 s apart, 9 probes).
     fn set_keepalive(&mut self, conn: ConnHandle, on: bool) -> Result<(), Error>;
 
+    /// Fixes the connection's send buffer at `bytes` of payload (as
+    /// `SO_SNDBUF`): writes take no more than fits, and the backend stops
+    /// sizing it by itself. Backends clamp it to their own bounds.
+    fn set_send_buffer(&mut self, conn: ConnHandle, bytes: usize) -> Result<(), Error>;
+
+    /// Fixes the connection's receive buffer at `bytes` of payload (as
+    /// `SO_RCVBUF`): it bounds the window offered to the peer, and the
+    /// backend stops sizing it by itself. A window already offered is
+    /// never taken back. Backends clamp it to their own bounds.
+    fn set_recv_buffer(&mut self, conn: ConnHandle, bytes: usize) -> Result<(), Error>;
+
     /// Chooses the connection's congestion control (as Linux's
     /// `TCP_CONGESTION`: the window carries over).
     fn set_congestion(&mut self, conn: ConnHandle, alg: CongestionAlgorithm) -> Result<(), Error>;

@@ -80,6 +80,12 @@ impl Net for Direct<'_> {
     fn set_keepalive(&mut self, c: ConnHandle, on: bool) -> Result<(), Error> {
         self.stack.set_keepalive(c, on)
     }
+    fn set_send_buffer(&mut self, c: ConnHandle, bytes: usize) -> Result<(), Error> {
+        self.stack.set_send_buffer(c, bytes)
+    }
+    fn set_recv_buffer(&mut self, c: ConnHandle, bytes: usize) -> Result<(), Error> {
+        self.stack.set_recv_buffer(c, bytes)
+    }
     fn info(&self, c: ConnHandle) -> Result<flowlane_tcp::ConnInfo, Error> {
         self.stack.info(c)
     }

@@ -326,6 +326,14 @@ impl Net for StackNet<'_> {
         self.stack.set_keepalive(conn, on)
     }
 
+    fn set_send_buffer(&mut self, conn: ConnHandle, bytes: usize) -> Result<(), Error> {
+        self.stack.set_send_buffer(conn, bytes)
+    }
+
+    fn set_recv_buffer(&mut self, conn: ConnHandle, bytes: usize) -> Result<(), Error> {
+        self.stack.set_recv_buffer(conn, bytes)
+    }
+
     fn info(&self, conn: ConnHandle) -> Result<flowlane_tcp::ConnInfo, Error> {
         self.stack.info(conn)
     }

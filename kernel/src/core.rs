@@ -498,6 +498,28 @@ impl Net for KernelNet {
         .map_err(|_| Error::InvalidState)
     }
 
+    /// `SO_SNDBUF` (Linux doubles it for its bookkeeping and clamps it at
+    /// `net.core.wmem_max`); the kernel stops auto-tuning the socket's.
+    fn set_send_buffer(&mut self, h: ConnHandle, bytes: usize) -> Result<(), Error> {
+        nix::sys::socket::setsockopt(
+            &self.conn(h)?.stream,
+            nix::sys::socket::sockopt::SndBuf,
+            &bytes,
+        )
+        .map_err(|_| Error::InvalidState)
+    }
+
+    /// `SO_RCVBUF` (doubled and clamped at `net.core.rmem_max` as above);
+    /// the kernel stops auto-tuning the socket's.
+    fn set_recv_buffer(&mut self, h: ConnHandle, bytes: usize) -> Result<(), Error> {
+        nix::sys::socket::setsockopt(
+            &self.conn(h)?.stream,
+            nix::sys::socket::sockopt::RcvBuf,
+            &bytes,
+        )
+        .map_err(|_| Error::InvalidState)
+    }
+
     fn set_congestion(&mut self, h: ConnHandle, alg: CongestionAlgorithm) -> Result<(), Error> {
         let name = match alg {
             CongestionAlgorithm::NewReno => "reno",

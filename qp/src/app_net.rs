@@ -479,6 +479,22 @@ impl Net for QpNet {
         self.request(h, |conn| ToCore::SetKeepalive { conn, on })
     }
 
+    fn set_send_buffer(&mut self, h: ConnHandle, bytes: usize) -> Result<(), Error> {
+        self.request(h, |conn| ToCore::SetBuffer {
+            conn,
+            send: true,
+            bytes,
+        })
+    }
+
+    fn set_recv_buffer(&mut self, h: ConnHandle, bytes: usize) -> Result<(), Error> {
+        self.request(h, |conn| ToCore::SetBuffer {
+            conn,
+            send: false,
+            bytes,
+        })
+    }
+
     /// The core's figures as of its answer to the previous call, plus the
     /// bytes on their way between the core and this thread.
     fn info(&self, h: ConnHandle) -> Result<ConnInfo, Error> {

@@ -96,6 +96,12 @@ pub(crate) enum ToCore {
         conn: ConnHandle,
         on: bool,
     },
+    /// Fixes the send (`send`) or receive buffer's size.
+    SetBuffer {
+        conn: ConnHandle,
+        send: bool,
+        bytes: usize,
+    },
     /// Asks for the connection's [`ConnInfo`] ([`ToApp::Info`]).
     Info {
         conn: ConnHandle,

@@ -338,6 +338,13 @@ impl Relay {
             ToCore::SetKeepalive { conn, on } => {
                 let _ = net.set_keepalive(conn, on);
             }
+            ToCore::SetBuffer { conn, send, bytes } => {
+                let _ = if send {
+                    net.set_send_buffer(conn, bytes)
+                } else {
+                    net.set_recv_buffer(conn, bytes)
+                };
+            }
             ToCore::Info { conn } => {
                 if let (Some(r), Ok(info)) = (self.conns.get(&conn), net.info(conn)) {
                     self.tell(r.thread, ToApp::Info { conn, info });

@@ -94,6 +94,8 @@ impl ConnHandler for Informed {
         net.set_congestion(conn, flowlane_app::CongestionAlgorithm::NewReno)
             .unwrap();
         net.set_keepalive(conn, true).unwrap();
+        net.set_send_buffer(conn, 256 << 10).unwrap();
+        net.set_recv_buffer(conn, 256 << 10).unwrap();
     }
     fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         let info = net.info(conn);
