@@ -577,6 +577,7 @@ mod tests {
             done: 5,
             failed: 0,
             recent: (0..5).map(m).collect(),
+            ..MoveHistory::default()
         };
         let buckets = |r: &[MoveReport]| r.iter().map(|r| r.bucket).collect::<Vec<_>>();
         assert_eq!(buckets(moves_since(3, &h)), vec![3, 4]);

@@ -42,6 +42,9 @@ pub const CLIENT_DEADLINE: Duration = Duration::from_secs(1);
 pub enum Request {
     /// The service's queues, buckets, table and moves so far.
     Status,
+    /// Every counter of every queue, and the moves so far (what a metrics
+    /// exporter reads at each scrape).
+    Counters,
     /// Move `bucket` to queue `to_queue` with its live connections.
     Move {
         /// The RSS bucket (indirection-table entry).
@@ -57,6 +60,8 @@ pub enum Request {
 pub enum Response {
     /// The answer to [`Request::Status`].
     Status(ServiceStatus),
+    /// The answer to [`Request::Counters`].
+    Counters(ServiceCounters),
     /// The move asked for was done.
     Moved(MoveReport),
     /// The request was refused or failed.
@@ -89,6 +94,40 @@ pub struct ServiceStatus {
     pub moves: MoveHistory,
 }
 
+/// A service's counters, as `flowlane daemon` exports them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServiceCounters {
+    /// The command serving (e.g. `bulk-sink`).
+    pub service: String,
+    /// Its process id.
+    pub pid: u32,
+    /// Nanoseconds since the service started.
+    pub uptime_ns: u64,
+    /// The interface served.
+    pub iface: String,
+    /// The rebalancing loop: `off`, `auto` or `storm`.
+    pub rebalance: String,
+    /// Each queue's counters.
+    pub queues: Vec<QueueCounterSet>,
+    /// Moves since the service started.
+    pub moves: MoveHistory,
+}
+
+/// One queue's counters: its AF_XDP socket and worker, and its TCP stack.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueCounterSet {
+    /// Queue number.
+    pub queue: u32,
+    /// The CPU its worker is pinned to, if pinned.
+    pub cpu: Option<u32>,
+    /// The NUMA node of its memory.
+    pub node: u32,
+    /// The socket's and worker's counters.
+    pub io: crate::counters::QueueCountersSnapshot,
+    /// The TCP stack's counters.
+    pub tcp: crate::tcp_handler::TcpCountersSnapshot,
+}
+
 /// One queue's cumulative load.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QueueStatus {
@@ -117,17 +156,37 @@ pub struct MoveHistory {
     pub failed: u64,
     /// The last [`MoveHistory::KEEP`] moves done, oldest first.
     pub recent: Vec<MoveReport>,
+    /// Moves done by duration: how many took at most each of
+    /// [`MoveHistory::DURATION_BOUNDS_US`] (cumulative, as a Prometheus
+    /// histogram's buckets; the count of all is `done`).
+    #[serde(default)]
+    pub duration_le: Vec<u64>,
+    /// The durations of all moves done, in microseconds.
+    #[serde(default)]
+    pub duration_sum_us: f64,
 }
 
 impl MoveHistory {
     /// How many moves [`MoveHistory::recent`] keeps.
     pub const KEEP: usize = 64;
 
+    /// The upper bounds of [`MoveHistory::duration_le`], in microseconds:
+    /// an idle bucket moves in about a hundred, a busy one in milliseconds
+    /// (BENCHMARKS.md, "Handoff time per move").
+    pub const DURATION_BOUNDS_US: [f64; 10] = [
+        50.0, 100.0, 250.0, 500.0, 1_000.0, 2_500.0, 5_000.0, 10_000.0, 25_000.0, 100_000.0,
+    ];
+
     /// Counts one outcome and keeps it if it is a move done.
     pub fn record(&mut self, outcome: &Result<MoveReport>) {
         match outcome {
             Ok(r) => {
                 self.done += 1;
+                self.duration_le.resize(Self::DURATION_BOUNDS_US.len(), 0);
+                for (n, bound) in self.duration_le.iter_mut().zip(Self::DURATION_BOUNDS_US) {
+                    *n += u64::from(r.duration_us <= bound);
+                }
+                self.duration_sum_us += r.duration_us;
                 if self.recent.len() == Self::KEEP {
                     self.recent.remove(0);
                 }

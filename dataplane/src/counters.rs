@@ -41,7 +41,8 @@ macro_rules! counters {
         }
 
         #[doc = concat!("A plain copy of [`", stringify!($name), "`].")]
-        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+        #[serde(default)]
         pub struct $snap {
             $($(#[$fm])* pub $f: u64,)*
         }

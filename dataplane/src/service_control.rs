@@ -9,7 +9,8 @@ use std::time::Instant;
 
 use crate::auto_rebalance::{AutoRebalance, Mode};
 use crate::control_socket::{
-    self, ControlSocket, MoveHistory, QueueStatus, Request, Response, ServiceStatus,
+    self, ControlSocket, MoveHistory, QueueCounterSet, QueueStatus, Request, Response,
+    ServiceCounters, ServiceStatus,
 };
 use crate::handoff::MoveReport;
 use crate::tcp_service::TcpService;
@@ -101,6 +102,7 @@ impl ServiceControl {
         if let Some(mut socket) = self.socket.take() {
             socket.poll(|req| match req {
                 Request::Status => Response::Status(self.status(tcp)),
+                Request::Counters => Response::Counters(self.counters(tcp)),
                 Request::Move { bucket, to_queue } => {
                     let m = tcp.move_bucket(bucket, to_queue);
                     self.history.record(&m);
@@ -117,6 +119,44 @@ impl ServiceControl {
             self.socket = Some(socket);
         }
         out
+    }
+
+    /// Every counter of the service now.
+    pub fn counters(&self, tcp: &TcpService) -> ServiceCounters {
+        let tcp_counters = tcp.tcp_counters();
+        let queues = tcp
+            .dataplane()
+            .counters()
+            .into_iter()
+            .map(|(info, io)| QueueCounterSet {
+                queue: info.queue,
+                cpu: info.cpu,
+                node: info.node,
+                io,
+                tcp: tcp_counters
+                    .iter()
+                    .find(|(q, _)| *q == info.queue)
+                    .map(|(_, t)| *t)
+                    .unwrap_or_default(),
+            })
+            .collect();
+        ServiceCounters {
+            service: self.service.clone(),
+            pid: std::process::id(),
+            uptime_ns: self.started.elapsed().as_nanos() as u64,
+            iface: tcp.dataplane().interface().name.clone(),
+            rebalance: self.rebalance_mode().into(),
+            queues,
+            moves: self.history.clone(),
+        }
+    }
+
+    fn rebalance_mode(&self) -> &'static str {
+        match self.auto.as_ref().map(AutoRebalance::mode) {
+            None => "off",
+            Some(Mode::Auto) => "auto",
+            Some(Mode::Storm { .. }) => "storm",
+        }
     }
 
     /// The service's state now.
@@ -148,12 +188,7 @@ impl ServiceControl {
             pid: std::process::id(),
             uptime_ns: self.started.elapsed().as_nanos() as u64,
             iface: tcp.dataplane().interface().name.clone(),
-            rebalance: match self.auto.as_ref().map(AutoRebalance::mode) {
-                None => "off",
-                Some(Mode::Auto) => "auto",
-                Some(Mode::Storm { .. }) => "storm",
-            }
-            .into(),
+            rebalance: self.rebalance_mode().into(),
             table: tcp.rss_table().unwrap_or_default(),
             queues,
             moves: self.history.clone(),
