@@ -18,6 +18,7 @@ PKGS=(
   iproute2 ethtool iperf3 netcat-openbsd curl iputils-ping procps  # test bed and kernel peers
   bpftool xdp-tools                            # inspection; xdp-trafficgen for the RX ceiling benchmark
   python3 valgrind
+  prometheus                                   # promtool and a real Prometheus for the daemon's metrics tests
 )
 
 # The command that installs a current Rust toolchain where the distribution's

@@ -9,6 +9,7 @@
 #[macro_use]
 extern crate flowlane_apps;
 
+mod cmd_daemon;
 mod cmd_hint;
 mod cmd_irq;
 mod cmd_nic;
@@ -86,6 +87,9 @@ enum Cmd {
     },
     /// The queue, CPU and NUMA node that process a flow.
     Hint(cmd_hint::Args),
+    /// The control daemon: the running services' counters as Prometheus
+    /// metrics.
+    Daemon(cmd_daemon::Args),
     /// Send one UDP datagram from a queue's worker with an RSS-chosen source
     /// port; report the queue the reply arrives on.
     UdpPing(udp_ping::Args),
@@ -165,6 +169,7 @@ pub fn run(cli: Cli) -> Result<()> {
             IrqCmd::Apply { args, dry_run } => cmd_irq::apply(args, dry_run),
         },
         Cmd::Hint(args) => cmd_hint::run(args),
+        Cmd::Daemon(args) => cmd_daemon::run(args),
         Cmd::UdpPing(args) => udp_ping::run(args),
     }
 }

@@ -1,0 +1,548 @@
+//! The metrics page: what one scrape found (the counters of every service
+//! that answered) as Prometheus metric families, encoded by
+//! `prometheus-client` in the classic text format (what `promtool check
+//! metrics` reads) or in OpenMetrics when the scraper asks for it.
+//!
+//! Names follow Prometheus' conventions: the `flowlane_` prefix, base units
+//! in the name (`_bytes`, `_seconds`), `_total` on counters (the encoder
+//! adds it), `_info` for constant labels. The series are bounded: one per
+//! service, queue and fixed reason, never one per connection or peer
+//! (node_exporter's ethtool collector exploded its series count with one
+//! name per driver statistic; these names are fixed).
+
+use std::fmt;
+
+use flowlane_dataplane::control_socket::{MoveHistory, QueueCounterSet, ServiceCounters};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+/// What one scrape found.
+#[derive(Debug, Clone, Default)]
+pub struct Scrape {
+    /// The counters of each service that answered.
+    pub services: Vec<ServiceCounters>,
+    /// Services whose control socket did not answer this scrape.
+    pub unanswered: u64,
+    /// Of all scrapes so far, the services that did not answer.
+    pub unanswered_total: u64,
+    /// The time of the scrape, in seconds since the Unix epoch.
+    pub now_unix_s: f64,
+}
+
+/// Label pairs of one series.
+type Labels = Vec<(&'static str, String)>;
+
+/// One metric family: its name (without `_total`), help, type and series.
+#[derive(Debug, Clone, PartialEq)]
+struct Family {
+    name: &'static str,
+    help: &'static str,
+    kind: MetricType,
+    series: Vec<(Labels, Sample)>,
+}
+
+/// One series' value.
+#[derive(Debug, Clone, PartialEq)]
+enum Sample {
+    /// A count.
+    Int(u64),
+    /// A measure (seconds).
+    Real(f64),
+    /// Constant labels only (an `_info` metric).
+    Info(Labels),
+    /// Cumulative bucket counts by upper bound, the sum and the count.
+    Histogram {
+        buckets: Vec<(f64, u64)>,
+        sum: f64,
+        count: u64,
+    },
+}
+
+/// A per-queue series: family name, help, type, the labels it adds to the
+/// queue's and the value it reads. Rows of one family are consecutive.
+struct QueueRow {
+    name: &'static str,
+    help: &'static str,
+    kind: MetricType,
+    extra: &'static [(&'static str, &'static str)],
+    value: fn(&QueueCounterSet) -> Sample,
+}
+
+const C: MetricType = MetricType::Counter;
+const G: MetricType = MetricType::Gauge;
+
+macro_rules! row {
+    ($name:literal, $help:literal, $kind:expr, [$($k:literal = $v:literal),*], |$q:ident| $e:expr) => {
+        QueueRow {
+            name: $name,
+            help: $help,
+            kind: $kind,
+            extra: &[$(($k, $v)),*],
+            value: |$q: &QueueCounterSet| Sample::Int($e),
+        }
+    };
+}
+
+/// Every per-queue series, in page order.
+const QUEUE_ROWS: &[QueueRow] = &[
+    row!("flowlane_queue_rx_packets", "Frames received from the queue's AF_XDP socket.", C, [], |q| q.io.rx_packets),
+    row!("flowlane_queue_rx_bytes", "Bytes received (Ethernet frame lengths).", C, [], |q| q.io.rx_bytes),
+    row!("flowlane_queue_tx_packets", "Frames handed to the queue's TX ring.", C, [], |q| q.io.tx_packets),
+    row!("flowlane_queue_tx_bytes", "Bytes handed to the TX ring.", C, [], |q| q.io.tx_bytes),
+    row!("flowlane_queue_dropped_frames", "Frames dropped, by reason: the worker's (malformed, not for this host, no room), or the kernel's (RX ring full, no fill buffer, invalid descriptor).", C, ["reason" = "worker"], |q| q.io.dropped),
+    row!("flowlane_queue_dropped_frames", "", C, ["reason" = "rx_ring_full"], |q| q.io.rx_ring_full),
+    row!("flowlane_queue_dropped_frames", "", C, ["reason" = "no_buffer"], |q| q.io.rx_dropped),
+    row!("flowlane_queue_dropped_frames", "", C, ["reason" = "invalid_descriptor"], |q| q.io.invalid_descs),
+    row!("flowlane_queue_fill_ring_empty", "Times a frame arrived to an empty fill ring (fill-ring starvation).", C, [], |q| q.io.fill_ring_empty),
+    row!("flowlane_queue_tx_ring_full", "Times a transmit found the TX ring full.", C, [], |q| q.io.tx_ring_full),
+    row!("flowlane_queue_tx_kicks", "TX wake-ups (sendto kicks).", C, [], |q| q.io.tx_kicks),
+    QueueRow {
+        name: "flowlane_queue_busy_seconds",
+        help: "Time the queue's worker spent in loop passes that found work.",
+        kind: C,
+        extra: &[],
+        value: |q| Sample::Real(q.io.busy_ns as f64 / 1e9),
+    },
+    row!("flowlane_queue_idle_polls", "Loop passes of the worker that found nothing to do.", C, [], |q| q.io.idle_polls),
+    row!("flowlane_tcp_connections", "Connections the queue's stack holds, by state: live (not closed) or compact TIME-WAIT records.", G, ["state" = "live"], |q| q.tcp.connections.saturating_sub(q.tcp.time_wait)),
+    row!("flowlane_tcp_connections", "", G, ["state" = "time_wait"], |q| q.tcp.time_wait),
+    row!("flowlane_tcp_opens", "Connections opened, passively (accepted) or actively.", C, ["side" = "passive"], |q| q.tcp.passive_opens),
+    row!("flowlane_tcp_opens", "", C, ["side" = "active"], |q| q.tcp.active_opens),
+    row!("flowlane_tcp_closed", "Connections that reached CLOSED.", C, [], |q| q.tcp.closed),
+    row!("flowlane_tcp_segments_received", "TCP segments for this host that reached the stack.", C, [], |q| q.tcp.segments_in),
+    row!("flowlane_tcp_segments_sent", "TCP segments sent.", C, [], |q| q.tcp.segments_out),
+    row!("flowlane_tcp_received_bytes", "Payload bytes delivered in order.", C, [], |q| q.tcp.bytes_in),
+    row!("flowlane_tcp_sent_bytes", "Payload bytes sent, retransmissions included.", C, [], |q| q.tcp.bytes_out),
+    row!("flowlane_tcp_retransmitted_segments", "Segments retransmitted (any cause).", C, [], |q| q.tcp.retransmits),
+    row!("flowlane_tcp_fast_retransmits", "Fast retransmits.", C, [], |q| q.tcp.fast_retransmits),
+    row!("flowlane_tcp_rto_timeouts", "Retransmission timeouts.", C, [], |q| q.tcp.rto_timeouts),
+    row!("flowlane_tcp_loss_probes", "Tail loss probes sent (RFC 8985).", C, [], |q| q.tcp.tlp_probes),
+    row!("flowlane_tcp_out_of_order_segments", "Segments received out of order.", C, [], |q| q.tcp.out_of_order),
+    row!("flowlane_tcp_refused", "Connections refused, by reason: SYNs dropped (backlog full), the connection bound, SYN cookies that did not check out, SYNs to a TIME-WAIT connection taken for old duplicates.", C, ["reason" = "syn_dropped"], |q| q.tcp.syn_dropped),
+    row!("flowlane_tcp_refused", "", C, ["reason" = "connection_limit"], |q| q.tcp.connection_limit_refused),
+    row!("flowlane_tcp_refused", "", C, ["reason" = "syn_cookie_failed"], |q| q.tcp.syn_cookies_failed),
+    row!("flowlane_tcp_refused", "", C, ["reason" = "time_wait_syn"], |q| q.tcp.time_wait_syn_dropped),
+    row!("flowlane_tcp_dropped_segments", "Segments dropped before or by the stack, by reason.", C, ["reason" = "bad_ip_checksum"], |q| q.tcp.bad_ip_checksum),
+    row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "bad_tcp_checksum"], |q| q.tcp.bad_tcp_checksum),
+    row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "malformed"], |q| q.tcp.malformed + q.tcp.tcp_malformed),
+    row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "not_ours"], |q| q.tcp.not_ours),
+    row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "unacceptable"], |q| q.tcp.unacceptable),
+    row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "paws"], |q| q.tcp.paws_rejected),
+    row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "out_of_order_no_room"], |q| q.tcp.ooo_dropped),
+    row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "no_connection"], |q| q.tcp.no_connection),
+    row!("flowlane_tcp_unsent_no_neighbor", "Segments not sent because no MAC address was known for the peer.", C, [], |q| q.tcp.no_neighbor),
+    row!("flowlane_tcp_challenge_acks", "Challenge ACKs sent (RFC 5961), and those the rate limit held back.", C, ["limited" = "false"], |q| q.tcp.challenge_acks),
+    row!("flowlane_tcp_challenge_acks", "", C, ["limited" = "true"], |q| q.tcp.challenge_acks_limited),
+    row!("flowlane_tcp_syn_cookies_sent", "SYN-ACKs that carried a SYN cookie (listener under a SYN flood).", C, [], |q| q.tcp.syn_cookies_sent),
+    row!("flowlane_tcp_syn_cookies_accepted", "Connections opened from a returned SYN cookie.", C, [], |q| q.tcp.syn_cookies_accepted),
+    row!("flowlane_tcp_resets_received", "Resets received.", C, [], |q| q.tcp.resets_in),
+    row!("flowlane_tcp_resets_sent", "Resets sent.", C, [], |q| q.tcp.resets_out),
+    row!("flowlane_tcp_ecn_ce_received", "Segments received with an ECN Congestion Experienced mark.", C, [], |q| q.tcp.ce_received),
+    row!("flowlane_tcp_buffer_memory_bytes", "Buffer memory the queue's connections hold now.", G, [], |q| q.tcp.buffer_memory),
+    row!("flowlane_tcp_receive_memory_committed_bytes", "Receive memory committed now, of the stack's budget.", G, [], |q| q.tcp.recv_memory_committed),
+    row!("flowlane_rebalance_buckets_moved", "RSS buckets moved off (out) or onto (in) the queue, with their connections.", C, ["direction" = "out"], |q| q.tcp.buckets_out),
+    row!("flowlane_rebalance_buckets_moved", "", C, ["direction" = "in"], |q| q.tcp.buckets_in),
+    row!("flowlane_rebalance_frames_forwarded", "Frames of a moving bucket the queue forwarded to the bucket's new queue.", C, [], |q| q.tcp.frames_forwarded),
+    row!("flowlane_rebalance_frames_held", "Frames of an arriving bucket the queue held until the old queue drained.", C, [], |q| q.tcp.frames_held),
+    row!("flowlane_rebalance_hold_timeouts", "Holds that ended on their timeout rather than the old queue's drain marker.", C, [], |q| q.tcp.hold_timeouts),
+];
+
+/// The series labels of one service.
+fn service_labels(s: &ServiceCounters) -> Labels {
+    vec![("service", s.service.clone()), ("pid", s.pid.to_string())]
+}
+
+/// The series labels of one queue of a service.
+fn queue_labels(s: &ServiceCounters, q: &QueueCounterSet) -> Labels {
+    let mut l = service_labels(s);
+    l.push(("queue", q.queue.to_string()));
+    l.push((
+        "cpu",
+        q.cpu.map_or_else(|| "none".into(), |c| c.to_string()),
+    ));
+    l.push(("node", q.node.to_string()));
+    l
+}
+
+/// The metric families of one scrape, in page order.
+fn families(scrape: &Scrape) -> Vec<Family> {
+    let mut out = vec![
+        Family {
+            name: "flowlane_build",
+            help: "The daemon's version.",
+            kind: MetricType::Info,
+            series: vec![(
+                Vec::new(),
+                Sample::Info(vec![("version", env!("CARGO_PKG_VERSION").into())]),
+            )],
+        },
+        Family {
+            name: "flowlane_daemon_services",
+            help: "flowlane services whose control socket answered this scrape.",
+            kind: G,
+            series: vec![(Vec::new(), Sample::Int(scrape.services.len() as u64))],
+        },
+        Family {
+            name: "flowlane_daemon_services_unanswered",
+            help: "Control sockets that did not answer a scrape (a service busy or stuck), over all scrapes.",
+            kind: C,
+            series: vec![(Vec::new(), Sample::Int(scrape.unanswered_total))],
+        },
+    ];
+    let per_service = |name, help, kind, f: &dyn Fn(&ServiceCounters) -> Sample| Family {
+        name,
+        help,
+        kind,
+        series: scrape
+            .services
+            .iter()
+            .map(|s| (service_labels(s), f(s)))
+            .collect(),
+    };
+    out.push(per_service(
+        "flowlane_service",
+        "A running flowlane service: its interface and rebalancing mode.",
+        MetricType::Info,
+        &|s| {
+            Sample::Info(vec![
+                ("iface", s.iface.clone()),
+                ("rebalance", s.rebalance.clone()),
+            ])
+        },
+    ));
+    out.push(per_service(
+        "flowlane_service_start_time_seconds",
+        "When the service started, in seconds since the Unix epoch.",
+        G,
+        &|s| Sample::Real((scrape.now_unix_s - s.uptime_ns as f64 / 1e9).max(0.0)),
+    ));
+    let mut moves = per_service(
+        "flowlane_rebalance_moves",
+        "RSS bucket moves the service made (by hand or by its rebalancing loop), by result.",
+        C,
+        &|s| Sample::Int(s.moves.done),
+    );
+    for (labels, _) in &mut moves.series {
+        labels.push(("result", "done".into()));
+    }
+    for s in &scrape.services {
+        let mut labels = service_labels(s);
+        labels.push(("result", "failed".into()));
+        moves.series.push((labels, Sample::Int(s.moves.failed)));
+    }
+    out.push(moves);
+    out.push(per_service(
+        "flowlane_rebalance_move_duration_seconds",
+        "Time from a move's request to the new queue serving the bucket.",
+        MetricType::Histogram,
+        &|s| move_histogram(&s.moves),
+    ));
+    for row in QUEUE_ROWS {
+        if out.last().is_none_or(|f| f.name != row.name) {
+            out.push(Family {
+                name: row.name,
+                help: row.help,
+                kind: row.kind,
+                series: Vec::new(),
+            });
+        }
+        let family = out.last_mut().expect("pushed");
+        for s in &scrape.services {
+            for q in &s.queues {
+                let mut labels = queue_labels(s, q);
+                labels.extend(row.extra.iter().map(|&(k, v)| (k, v.to_string())));
+                family.series.push((labels, (row.value)(q)));
+            }
+        }
+    }
+    out
+}
+
+/// A service's move durations as a histogram in seconds (the encoder
+/// wants each bucket's own count and sums them up itself).
+fn move_histogram(m: &MoveHistory) -> Sample {
+    let le = |i: usize| m.duration_le.get(i).copied().unwrap_or(0);
+    let mut buckets: Vec<(f64, u64)> = MoveHistory::DURATION_BOUNDS_US
+        .iter()
+        .enumerate()
+        .map(|(i, us)| (us / 1e6, le(i) - if i == 0 { 0 } else { le(i - 1) }))
+        .collect();
+    let last = le(MoveHistory::DURATION_BOUNDS_US.len() - 1);
+    buckets.push((f64::INFINITY, m.done.saturating_sub(last)));
+    Sample::Histogram {
+        buckets,
+        sum: m.duration_sum_us / 1e6,
+        count: m.done,
+    }
+}
+
+/// The families of one scrape, for the encoder.
+#[derive(Debug)]
+struct Page(Vec<Family>);
+
+impl Collector for Page {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
+        for f in &self.0 {
+            let mut m = encoder.encode_descriptor(f.name, f.help, None, f.kind)?;
+            for (labels, sample) in &f.series {
+                let mut series = m.encode_family(labels)?;
+                match sample {
+                    Sample::Int(v) if f.kind == MetricType::Counter => {
+                        series.encode_counter::<NoLabelSet, _, u64>(v, None)?
+                    }
+                    Sample::Real(v) if f.kind == MetricType::Counter => {
+                        series.encode_counter::<NoLabelSet, _, u64>(v, None)?
+                    }
+                    Sample::Int(v) => series.encode_gauge(&(*v as i64))?,
+                    Sample::Real(v) => series.encode_gauge(v)?,
+                    Sample::Info(info) => series.encode_info(info)?,
+                    Sample::Histogram {
+                        buckets,
+                        sum,
+                        count,
+                    } => series.encode_histogram::<NoLabelSet>(*sum, *count, buckets, None)?,
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The page's format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// The classic text format, version 0.0.4.
+    Text,
+    /// OpenMetrics 1.0 text.
+    OpenMetrics,
+}
+
+impl Format {
+    /// The format a scraper asks for in its `Accept` header: OpenMetrics
+    /// if it names it, else the classic text format.
+    pub fn from_accept(accept: Option<&str>) -> Format {
+        match accept {
+            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
+            _ => Format::Text,
+        }
+    }
+
+    /// The page's `Content-Type`.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Text => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
+}
+
+/// The metrics page of one scrape.
+pub fn render(scrape: &Scrape, format: Format) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Page(families(scrape))));
+    let mut page = String::new();
+    let encoded = match format {
+        Format::Text => prometheus_client::encoding::prometheus_text::encode(&mut page, &registry),
+        Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut page, &registry),
+    };
+    // Writing into a String cannot fail; an encoder error would be a bug
+    // in a name or label above, which the tests cover.
+    encoded.expect("metrics page encodes");
+    page
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flowlane_dataplane::{QueueCountersSnapshot, TcpCountersSnapshot};
+
+    fn service(name: &str, pid: u32) -> ServiceCounters {
+        let queue = |n: u32| QueueCounterSet {
+            queue: n,
+            cpu: Some(n),
+            node: 0,
+            io: QueueCountersSnapshot {
+                rx_packets: 100 + u64::from(n),
+                busy_ns: 1_500_000_000,
+                rx_ring_full: 7,
+                ..Default::default()
+            },
+            tcp: TcpCountersSnapshot {
+                connections: 12,
+                time_wait: 2,
+                bytes_in: 4096,
+                syn_dropped: 3,
+                ..Default::default()
+            },
+        };
+        let mut moves = MoveHistory::default();
+        for us in [80.0, 400.0, 30_000.0] {
+            moves.record(&Ok(flowlane_dataplane::handoff::MoveReport {
+                duration_us: us,
+                ..Default::default()
+            }));
+        }
+        ServiceCounters {
+            service: name.into(),
+            pid,
+            uptime_ns: 10_000_000_000,
+            iface: "fl0".into(),
+            rebalance: "auto".into(),
+            queues: vec![queue(0), queue(1)],
+            moves,
+        }
+    }
+
+    fn scrape() -> Scrape {
+        Scrape {
+            services: vec![service("bulk-sink", 41), service("http-server", 42)],
+            unanswered: 0,
+            unanswered_total: 1,
+            now_unix_s: 1_000.0,
+        }
+    }
+
+    /// The line of `page` that starts with `prefix` (one exactly).
+    fn line<'a>(page: &'a str, prefix: &str) -> &'a str {
+        let found: Vec<&str> = page.lines().filter(|l| l.starts_with(prefix)).collect();
+        assert_eq!(found.len(), 1, "{prefix}: {found:?}\n{page}");
+        found[0]
+    }
+
+    #[test]
+    fn the_text_page_carries_each_queue_s_counters_under_fixed_names() {
+        let page = render(&scrape(), Format::Text);
+        assert!(page.contains("# TYPE flowlane_queue_rx_packets_total counter\n"));
+        assert_eq!(
+            line(
+                &page,
+                r#"flowlane_queue_rx_packets_total{service="bulk-sink",pid="41",queue="1",cpu="1",node="0"}"#
+            ),
+            r#"flowlane_queue_rx_packets_total{service="bulk-sink",pid="41",queue="1",cpu="1",node="0"} 101"#
+        );
+        assert!(line(
+            &page,
+            r#"flowlane_queue_busy_seconds_total{service="http-server",pid="42",queue="0""#
+        )
+        .ends_with(" 1.5"));
+        assert!(line(&page, r#"flowlane_queue_dropped_frames_total{service="bulk-sink",pid="41",queue="0",cpu="0",node="0",reason="rx_ring_full"}"#).ends_with(" 7"));
+        assert!(line(&page, r#"flowlane_tcp_connections{service="bulk-sink",pid="41",queue="0",cpu="0",node="0",state="live"}"#).ends_with(" 10"));
+        assert!(line(&page, r#"flowlane_tcp_refused_total{service="bulk-sink",pid="41",queue="0",cpu="0",node="0",reason="syn_dropped"}"#).ends_with(" 3"));
+        assert!(page.contains("# TYPE flowlane_service_info gauge\n"));
+        assert!(line(
+            &page,
+            r#"flowlane_service_info{service="bulk-sink",pid="41""#
+        )
+        .contains(r#"iface="fl0""#));
+        assert!(line(
+            &page,
+            r#"flowlane_service_start_time_seconds{service="bulk-sink""#
+        )
+        .ends_with(" 990.0"));
+        assert!(line(&page, "flowlane_daemon_services ").ends_with(" 2"));
+        assert!(line(&page, "flowlane_daemon_services_unanswered_total ").ends_with(" 1"));
+        assert!(page.contains("flowlane_build_info{version="));
+    }
+
+    #[test]
+    fn moves_are_a_histogram_of_seconds() {
+        let page = render(&scrape(), Format::Text);
+        let le = |bound: &str| {
+            line(
+                &page,
+                &format!(
+                    r#"flowlane_rebalance_move_duration_seconds_bucket{{service="bulk-sink",pid="41",le="{bound}"}}"#
+                ),
+            )
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .to_string()
+        };
+        assert_eq!(le("0.0001"), "1");
+        assert_eq!(le("0.0005"), "2");
+        assert_eq!(le("0.025"), "2");
+        assert_eq!(le("0.1"), "3");
+        assert_eq!(le("+Inf"), "3");
+        assert!(line(
+            &page,
+            r#"flowlane_rebalance_move_duration_seconds_count{service="bulk-sink""#
+        )
+        .ends_with(" 3"));
+        assert!(line(
+            &page,
+            r#"flowlane_rebalance_moves_total{service="bulk-sink",pid="41",result="done"}"#
+        )
+        .ends_with(" 3"));
+    }
+
+    #[test]
+    fn every_family_has_help_and_one_type_and_series_are_unique() {
+        let page = render(&scrape(), Format::Text);
+        let mut seen = std::collections::HashSet::new();
+        for l in page.lines().filter(|l| !l.starts_with('#')) {
+            let series = l.rsplit_once(' ').unwrap().0;
+            assert!(seen.insert(series.to_string()), "duplicate {series}");
+        }
+        let types = page.lines().filter(|l| l.starts_with("# TYPE")).count();
+        let helps = page.lines().filter(|l| l.starts_with("# HELP")).count();
+        assert_eq!(types, helps);
+        assert!(types > 40, "{types} families");
+    }
+
+    #[test]
+    fn openmetrics_is_served_to_scrapers_that_ask_for_it() {
+        assert_eq!(Format::from_accept(None), Format::Text);
+        assert_eq!(
+            Format::from_accept(Some(
+                "application/openmetrics-text;version=1.0.0,text/plain;q=0.5"
+            )),
+            Format::OpenMetrics
+        );
+        let page = render(&scrape(), Format::OpenMetrics);
+        assert!(page.ends_with("# EOF\n"));
+        assert!(page.contains("# TYPE flowlane_queue_rx_packets counter\n"));
+        assert!(page.contains("# TYPE flowlane_service info\n"));
+    }
+
+    #[test]
+    fn no_service_is_a_page_with_the_daemon_s_own_metrics() {
+        let page = render(&Scrape::default(), Format::Text);
+        assert!(line(&page, "flowlane_daemon_services ").ends_with(" 0"));
+        assert!(!page.contains("flowlane_queue_rx_packets_total{"));
+    }
+
+    /// `promtool check metrics` (Debian's prometheus package, installed by
+    /// scripts/setup.sh) accepts the page: names, types, help, units.
+    #[test]
+    fn promtool_accepts_the_page() {
+        use std::io::Write;
+        use std::process::{Command, Stdio};
+        let Ok(mut child) = Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+        else {
+            eprintln!("skipped: promtool not installed (scripts/setup.sh installs it)");
+            return;
+        };
+        let page = render(&scrape(), Format::Text);
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(page.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "promtool: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -1,0 +1,273 @@
+//! `flowlane daemon` with real components: a flowlane `bulk-sink` on the
+//! bed receiving from kernel TCP senders, the daemon finding it through its
+//! control socket, `promtool check metrics` on the page, and a real
+//! Prometheus server scraping the daemon.
+
+mod tcp_common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use flowlane_tests::{flowlane_bin, require_root, Bed};
+use serde_json::Value;
+use tcp_common::*;
+
+/// A child process killed and reaped when dropped (the daemon,
+/// Prometheus), whatever the test's outcome.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Whether `tool` runs here; prints why the test is skipped if not.
+fn have(tool: &str, test: &str) -> bool {
+    let ok = Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("{test}: skipped: {tool} is not installed (scripts/setup.sh installs it)");
+    }
+    ok
+}
+
+/// `flowlane daemon` on a free port, services looked for in `run_dir`;
+/// returns it and its metrics address (from its ready line).
+fn start_daemon(run_dir: &Path) -> (Reaped, String) {
+    let mut child = Command::new(flowlane_bin())
+        .args(["daemon", "--metrics", "127.0.0.1:0", "--run-dir"])
+        .arg(run_dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("flowlane daemon");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .expect("ready line");
+    let ready: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+    assert_eq!(ready["event"], "ready", "{ready}");
+    let addr = ready["metrics"].as_str().unwrap().to_string();
+    (Reaped(child), addr)
+}
+
+/// An HTTP GET with curl: status code and body.
+fn get(url: &str, accept: Option<&str>) -> (u16, String) {
+    let mut cmd = Command::new("curl");
+    cmd.args(["-s", "-m", "10", "-w", "\n%{http_code}"]);
+    if let Some(a) = accept {
+        cmd.args(["-H", &format!("Accept: {a}")]);
+    }
+    let out = cmd.arg(url).output().expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+/// The sum of the samples of `name` (exactly that metric, any labels) for
+/// the service `service` on a text-format page.
+fn sum_of(page: &str, name: &str, service: &str) -> f64 {
+    let tag = format!("service=\"{service}\"");
+    page.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(&tag))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum()
+}
+
+/// `promtool check metrics` on `page`.
+fn promtool_check(page: &str) {
+    use std::io::Write;
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(page.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A free TCP port on the loopback address (bound, then released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Prometheus scraping `target` every second, its data in `dir`.
+fn start_prometheus(dir: &Path, target: &str) -> (Reaped, String) {
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: flowlane\n    static_configs:\n      - targets: ['{target}']\n"
+        ),
+    )
+    .unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let child = Command::new("prometheus")
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address={listen}"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
+        .spawn()
+        .expect("prometheus");
+    (Reaped(child), listen)
+}
+
+/// An instant query's single value from Prometheus' HTTP API, if any.
+fn query(prometheus: &str, promql: &str) -> Option<f64> {
+    let out = Command::new("curl")
+        .args(["-s", "-m", "5", "-G"])
+        .arg(format!("http://{prometheus}/api/v1/query"))
+        .arg("--data-urlencode")
+        .arg(format!("query={promql}"))
+        .output()
+        .ok()?;
+    let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+    v["data"]["result"][0]["value"][1].as_str()?.parse().ok()
+}
+
+#[test]
+fn the_daemon_serves_a_running_service_s_counters_to_prometheus() {
+    let test = "the_daemon_serves_a_running_service_s_counters_to_prometheus";
+    if !require_root(test) || !have("promtool", test) || !have("prometheus", test) {
+        return;
+    }
+    let bed = Bed::up("dmn", 2);
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("fl-daemon-{}-{}", bed.name, std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("bulk-sink.sock");
+    let sink = start(
+        &bed,
+        &[
+            "bulk-sink",
+            "--port",
+            "5001",
+            "--control-socket",
+            sock.to_str().unwrap(),
+        ],
+        120,
+    );
+    let (_daemon, addr) = start_daemon(&dir);
+    let metrics = format!("http://{addr}/metrics");
+
+    // Two transfers from kernel TCP in the peer namespace.
+    let bytes: u64 = 4 << 20;
+    for _ in 0..2 {
+        peer_py(
+            &bed,
+            60,
+            KERNEL_SEND,
+            &["10.99.0.1:5001", &bytes.to_string()],
+        );
+    }
+    // The stack publishes its counters every 50 ms.
+    std::thread::sleep(Duration::from_millis(300));
+
+    let (code, page) = get(&metrics, None);
+    assert_eq!(code, 200, "{page}");
+    promtool_check(&page);
+    let received = sum_of(&page, "flowlane_tcp_received_bytes_total", "bulk-sink");
+    assert_eq!(received, (2 * bytes) as f64, "{page}");
+    assert_eq!(sum_of(&page, "flowlane_tcp_opens_total", "bulk-sink"), 2.0);
+    assert!(
+        sum_of(&page, "flowlane_queue_rx_packets_total", "bulk-sink") > (2 * bytes / 1500) as f64
+    );
+    assert!(page.contains("flowlane_daemon_services 1\n"), "{page}");
+    assert!(
+        page.contains(r#"flowlane_service_info{service="bulk-sink""#),
+        "{page}"
+    );
+    // Two queues, each with its own series.
+    for q in ["0", "1"] {
+        assert!(
+            page.contains(&format!("queue=\"{q}\"")),
+            "queue {q}: {page}"
+        );
+    }
+    let (code, om) = get(
+        &metrics,
+        Some("application/openmetrics-text; version=1.0.0"),
+    );
+    assert_eq!(code, 200);
+    assert!(om.ends_with("# EOF\n"), "{om}");
+    assert_eq!(get(&format!("http://{addr}/elsewhere"), None).0, 404);
+
+    // A real Prometheus scrapes the daemon and answers PromQL over it.
+    let (_prometheus, prom) = start_prometheus(&dir, &addr);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let promql = r#"sum(flowlane_tcp_received_bytes_total{service="bulk-sink"})"#;
+    let seen = loop {
+        if let Some(v) = query(&prom, promql) {
+            break v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus never had the metric: {}",
+            std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(seen, (2 * bytes) as f64);
+    assert_eq!(query(&prom, r#"up{job="flowlane"}"#), Some(1.0));
+    assert_eq!(
+        query(
+            &prom,
+            "count(count by (queue) (flowlane_queue_busy_seconds_total))"
+        ),
+        Some(2.0)
+    );
+
+    // The service's own summary agrees with what the daemon served.
+    let lines = sink.stop();
+    assert_eq!(totals(&lines)["bytes_in"], 2 * bytes, "{lines:?}");
+    // Gone with its socket: the next page has no service.
+    let (_, page) = get(&metrics, None);
+    assert!(page.contains("flowlane_daemon_services 0\n"), "{page}");
+    assert!(!page.contains("service=\"bulk-sink\""), "{page}");
+    drop(_prometheus);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_daemon_without_its_port_says_so_in_one_line() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = Command::new(flowlane_bin())
+        .args(["daemon", "--metrics", &addr, "--run-dir", "/nonexistent"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(&addr) && err.contains("--metrics"), "{err}");
+}
