@@ -77,3 +77,77 @@ pub fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stderr)
     )
 }
+
+/// The repository's `dashboards/` directory.
+pub fn dashboards_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("dashboards")
+}
+
+/// One query of a Grafana dashboard panel.
+#[derive(Debug, Clone)]
+pub struct PanelQuery {
+    /// The dashboard's file name.
+    pub file: String,
+    /// The panel's title.
+    pub panel: String,
+    /// The PromQL, with the dashboard's variables as written (`$service`,
+    /// `$queue`, `$__rate_interval`).
+    pub expr: String,
+}
+
+impl PanelQuery {
+    /// The query as Prometheus would get it with every service and queue
+    /// chosen and a one-minute rate window.
+    pub fn promql(&self) -> String {
+        self.expr
+            .replace("$__rate_interval", "1m")
+            .replace("$service", ".*")
+            .replace("$queue", ".*")
+    }
+}
+
+/// Every panel query of every dashboard in `dashboards/grafana`, and the
+/// dashboards' parsed JSON (file name, value).
+pub fn dashboard_queries() -> (Vec<PanelQuery>, Vec<(String, serde_json::Value)>) {
+    let dir = dashboards_dir().join("grafana");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    let mut queries = Vec::new();
+    let mut boards = Vec::new();
+    for path in files {
+        let file = path.file_name().unwrap().to_string_lossy().to_string();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let board: serde_json::Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
+        for p in board["panels"].as_array().into_iter().flatten() {
+            for t in p["targets"].as_array().into_iter().flatten() {
+                queries.push(PanelQuery {
+                    file: file.clone(),
+                    panel: p["title"].as_str().unwrap_or_default().to_string(),
+                    expr: t["expr"].as_str().unwrap_or_default().to_string(),
+                });
+            }
+        }
+        boards.push((file, board));
+    }
+    (queries, boards)
+}
+
+/// The metric names (`flowlane_...`) a PromQL expression or rule file
+/// refers to, sorted and without repeats.
+pub fn flowlane_metric_names(text: &str) -> Vec<String> {
+    let mut names: Vec<String> = text
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("flowlane_"))
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}

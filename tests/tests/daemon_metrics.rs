@@ -10,7 +10,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use flowlane_tests::{flowlane_bin, require_root, Bed};
+use std::collections::HashSet;
+
+use flowlane_tests::{
+    dashboard_queries, dashboards_dir, flowlane_bin, flowlane_metric_names, require_root, Bed,
+};
 use serde_json::Value;
 use tcp_common::*;
 
@@ -154,6 +158,69 @@ fn query(prometheus: &str, promql: &str) -> Option<f64> {
     v["data"]["result"][0]["value"][1].as_str()?.parse().ok()
 }
 
+/// An instant query's status and result series.
+fn query_all(prometheus: &str, promql: &str) -> (String, Vec<Value>) {
+    let out = Command::new("curl")
+        .args(["-s", "-m", "5", "-G"])
+        .arg(format!("http://{prometheus}/api/v1/query"))
+        .arg("--data-urlencode")
+        .arg(format!("query={promql}"))
+        .output()
+        .expect("curl");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let status = v["status"].as_str().unwrap_or("no answer").to_string();
+    let error = v["error"].as_str().unwrap_or_default();
+    let result = v["data"]["result"].as_array().cloned().unwrap_or_default();
+    (format!("{status} {error}").trim().to_string(), result)
+}
+
+/// Every metric the dashboards and alert rules name is on the daemon's
+/// page, and every panel's query returns data from Prometheus.
+fn dashboards_have_data(prometheus: &str, page: &str) {
+    let on_page: HashSet<String> = page
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .flat_map(|n| {
+            // A histogram's series.
+            ["", "_bucket", "_sum", "_count"].map(|s| format!("{n}{s}"))
+        })
+        .collect();
+    let (queries, _) = dashboard_queries();
+    let rules =
+        std::fs::read_to_string(dashboards_dir().join("prometheus/flowlane-alerts.yml")).unwrap();
+    let mut named = flowlane_metric_names(&rules);
+    for q in &queries {
+        named.extend(flowlane_metric_names(&q.expr));
+    }
+    for name in named {
+        assert!(
+            on_page.contains(&name),
+            "{name} is not on the daemon's page"
+        );
+    }
+    // Rates need two scrapes in their window.
+    std::thread::sleep(Duration::from_secs(3));
+    for q in &queries {
+        let (status, result) = query_all(prometheus, &q.promql());
+        assert_eq!(
+            status,
+            "success",
+            "{} / {}: {}",
+            q.file,
+            q.panel,
+            q.promql()
+        );
+        assert!(
+            !result.is_empty(),
+            "{} / {}: no data for {}",
+            q.file,
+            q.panel,
+            q.promql()
+        );
+    }
+}
+
 #[test]
 fn the_daemon_serves_a_running_service_s_counters_to_prometheus() {
     let test = "the_daemon_serves_a_running_service_s_counters_to_prometheus";
@@ -246,6 +313,7 @@ fn the_daemon_serves_a_running_service_s_counters_to_prometheus() {
         ),
         Some(2.0)
     );
+    dashboards_have_data(&prom, &page);
 
     // The service's own summary agrees with what the daemon served.
     let lines = sink.stop();
