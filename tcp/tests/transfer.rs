@@ -77,6 +77,20 @@ fn thousand_concurrent_connections() {
     assert_eq!(sim.b.stats().passive_opens, 1000);
 }
 
+/// B's configuration on the impaired links: Linux's SYN-ACK budget (5
+/// retransmissions, a half-open connection kept about a minute) instead of
+/// flowlane's default 2 (about 7 s, short against spoofed SYNs). With 15 %
+/// loss and 5 % corruption both ways, a client's handshake-completing ACK
+/// and every retransmission of its first data can all be lost for longer
+/// than 7 s (CI found such a seed: A's data arrived after 24 s); B has then
+/// dropped the half-open connection and answers with a reset, as it
+/// should. These tests are about the bytes, not that policy.
+fn hostile_link_server() -> flowlane_tcp::Config {
+    let mut b = sim::test_config(2);
+    b.max_synack_retransmits = 5;
+    b
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig {
         // SIM_CASES=N runs more seeds (the default keeps `cargo test` fast).
@@ -117,7 +131,7 @@ proptest::proptest! {
         };
         let mut a = sim::test_config(1);
         a.nagle = nagle;
-        let mut sim = Sim::new(seed, link, link, a, sim::test_config(2));
+        let mut sim = Sim::new(seed, link, link, a, hostile_link_server());
         // The bound covers RTO backoff up to the 60 s maximum on the lossiest
         // links (retransmissions and ACKs are lost too) plus TIME-WAIT.
         run_bulk(&mut sim, conns, a_to_b, b_to_a, Duration::from_secs(1800));
@@ -216,4 +230,45 @@ fn regression_slow_recovery() {
     // exponential backoff up to the 60 s maximum RTO makes this slow (about
     // 10 virtual minutes) but it must still complete.
     run_bulk(&mut sim, 2, 24617, 1449, Duration::from_secs(1800));
+}
+
+/// Regression: found by `every_byte_once_in_order` in CI (session 22: A's
+/// connection 1 reset, see [`hostile_link_server`]).
+#[test]
+fn regression_reset_on_a_corrupting_link() {
+    let link = LinkConfig {
+        delay: Duration::from_millis(28),
+        jitter: Duration::from_millis(14),
+        loss: 0.12243201953156113,
+        duplicate: 0.002117973369190517,
+        reorder: 0.032622464767447276,
+        reorder_delay: Duration::from_millis(28),
+        reorder_jitter: Duration::ZERO,
+        corrupt: 0.03830623066675762,
+        bandwidth_bps: 10_000_000,
+        max_queue_delay: Duration::from_millis(50),
+        mtu: 1500,
+    };
+    let mut a = sim::test_config(1);
+    a.nagle = false;
+    let mut sim = Sim::new(1553371668298651610, link, link, a, hostile_link_server());
+    run_bulk(&mut sim, 2, 20273, 8689, Duration::from_secs(1800));
+    assert_eq!(sim.b.stats().bytes_in, 2 * 20273);
+    assert_eq!(sim.a.stats().bytes_in, 2 * 8689);
+    // With flowlane's default SYN-ACK budget the same run resets that
+    // connection: B dropped it half-open 7 s before A's first data came.
+    let mut a = sim::test_config(1);
+    a.nagle = false;
+    let mut sim = Sim::new(1553371668298651610, link, link, a, sim::test_config(2));
+    let mut bulk = Bulk::start(&mut sim, 2, 20273, 8689);
+    let deadline = sim.now + Duration::from_secs(1800);
+    sim.run_until(deadline, |s| {
+        bulk.on_step(s);
+        bulk.finished()
+    });
+    assert_eq!(
+        bulk.errors.first().map(String::as_str),
+        Some("A conn 1 closed: Reset")
+    );
+    assert_eq!(sim.b.stats().resets_out, 1);
 }
