@@ -19,6 +19,14 @@ use flowlane_numa_sched::toeplitz::RssKey;
 /// Flags of `flowlane hint`.
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct Args {
+    /// Ask the running daemon (`flowlane daemon`) instead: the service that
+    /// serves the flow answers from its NIC's key and its table now (after
+    /// any rebalancing), with its workers' CPUs and nodes.
+    #[arg(long, conflicts_with_all = ["bed", "key", "table", "flows_file", "nic_node"], requires_all = ["dst"])]
+    pub daemon: bool,
+    /// The daemon's socket (with --daemon).
+    #[arg(long, value_name = "PATH", default_value = flowlane_daemon::DEFAULT_SOCKET, requires = "daemon")]
+    pub daemon_socket: PathBuf,
     /// Take key, table and queue count from this test bed's emulated NIC.
     // `--testbed`: the old spelling, hidden, kept for scripts.
     #[arg(long, alias = "testbed", value_name = "NAME", conflicts_with_all = ["key", "table"])]
@@ -115,8 +123,75 @@ fn parse_flows(text: &str, default_proto: ProtoArg) -> Result<Vec<FlowTuple>> {
     Ok(flows)
 }
 
+/// `flowlane hint --daemon`: one flow, asked of the daemon.
+fn ask_daemon(args: &Args) -> Result<()> {
+    use flowlane_dataplane::control_socket::{request, FlowQuery, Request, Response};
+    let flow = FlowQuery {
+        src: args.src.context("--src is needed")?,
+        sport: args.sport.context("--sport is needed")?,
+        dst: args.dst.context("--dst is needed with --daemon")?,
+        dport: args.dport.context("--dport is needed")?,
+        proto: match args.proto {
+            ProtoArg::Tcp => "tcp",
+            ProtoArg::Udp => "udp",
+        }
+        .into(),
+    };
+    let answer = request(
+        &args.daemon_socket,
+        &Request::Hint { flow: flow.clone() },
+        std::time::Duration::from_secs(5),
+    )
+    .map_err(|e| {
+        anyhow::anyhow!("{e} (is `flowlane daemon` running? --daemon-socket says where)")
+    })?;
+    let a = match answer {
+        Response::Hint(a) => a,
+        Response::Error { message } => bail!("{message}"),
+        other => bail!("the daemon gave an unexpected answer: {other:?}"),
+    };
+    if args.json {
+        let mut v = serde_json::to_value(&flow)?;
+        let extra = serde_json::to_value(&a)?;
+        if let (Some(v), Some(extra)) = (v.as_object_mut(), extra.as_object()) {
+            v.extend(extra.clone());
+        }
+        outln!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    outln!(
+        "{:>40} {:>40} {:>5} {:>10} {:>6} {:>5} {:>4} {:>4}  service",
+        "src",
+        "dst",
+        "proto",
+        "hash",
+        "bucket",
+        "queue",
+        "cpu",
+        "node"
+    );
+    outln!(
+        "{:>40} {:>40} {:>5} {:>#10x} {:>6} {:>5} {:>4} {:>4}  {} ({}) on {}",
+        format!("{}:{}", flow.src, flow.sport),
+        format!("{}:{}", flow.dst, flow.dport),
+        flow.proto,
+        a.hint.hash,
+        a.hint.bucket,
+        a.hint.queue,
+        a.hint.cpu.map_or_else(|| "-".into(), |c| c.to_string()),
+        a.hint.node,
+        a.service,
+        a.pid,
+        a.iface
+    );
+    Ok(())
+}
+
 /// Runs `flowlane hint`.
 pub(crate) fn run(args: Args) -> Result<()> {
+    if args.daemon {
+        return ask_daemon(&args);
+    }
     if args.bed.is_some() {
         require_root("flowlane hint --bed")?;
     }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use flowlane_dataplane::control_socket::{self, Request, Response};
+use flowlane_dataplane::control_socket::{self, FlowQuery, Request, Response};
 
 use crate::metrics::Scrape;
 
@@ -18,6 +18,9 @@ pub struct Services {
     run_dir: PathBuf,
     timeout: Duration,
     unanswered_total: AtomicU64,
+    /// The daemon's own socket, if it is in the run directory: not a
+    /// service.
+    own: Option<PathBuf>,
 }
 
 impl Services {
@@ -28,6 +31,49 @@ impl Services {
             run_dir,
             timeout,
             unanswered_total: AtomicU64::new(0),
+            own: None,
+        }
+    }
+
+    /// The same, leaving out the daemon's own socket at `own`.
+    pub fn excluding(mut self, own: Option<PathBuf>) -> Services {
+        self.own = own;
+        self
+    }
+
+    /// The live services' sockets.
+    fn sockets(&self) -> Vec<PathBuf> {
+        let mut found = control_socket::live_sockets(&self.run_dir);
+        found.retain(|p| Some(p) != self.own.as_ref());
+        found
+    }
+
+    /// Which service processes `flow` now, and where: the first service
+    /// that serves it answers (each knows its NIC's RSS and its own moves).
+    /// Otherwise why none could, one line.
+    pub fn hint(&self, flow: &FlowQuery) -> Response {
+        let mut why = Vec::new();
+        for path in self.sockets() {
+            match control_socket::request(
+                &path,
+                &Request::Hint { flow: flow.clone() },
+                self.timeout,
+            ) {
+                Ok(r @ Response::Hint(_)) => return r,
+                Ok(Response::Error { message }) => why.push(message),
+                Ok(other) => why.push(format!("{}: unexpected answer {other:?}", path.display())),
+                Err(e) => why.push(e.to_string()),
+            }
+        }
+        Response::Error {
+            message: if why.is_empty() {
+                format!(
+                    "no flowlane service is running (no live control socket in {})",
+                    self.run_dir.display()
+                )
+            } else {
+                why.join("; ")
+            },
         }
     }
 
@@ -41,7 +87,7 @@ impl Services {
                 .map_or(0.0, |d| d.as_secs_f64()),
             ..Scrape::default()
         };
-        for path in control_socket::live_sockets(&self.run_dir) {
+        for path in self.sockets() {
             match control_socket::request(&path, &Request::Counters, self.timeout) {
                 Ok(Response::Counters(c)) => scrape.services.push(c),
                 other => {

@@ -45,6 +45,11 @@ pub enum Request {
     /// Every counter of every queue, and the moves so far (what a metrics
     /// exporter reads at each scrape).
     Counters,
+    /// Which queue, CPU and NUMA node process a flow now.
+    Hint {
+        /// The flow as it arrives: the peer's address and port, then ours.
+        flow: FlowQuery,
+    },
     /// Move `bucket` to queue `to_queue` with its live connections.
     Move {
         /// The RSS bucket (indirection-table entry).
@@ -62,6 +67,8 @@ pub enum Response {
     Status(ServiceStatus),
     /// The answer to [`Request::Counters`].
     Counters(ServiceCounters),
+    /// The answer to [`Request::Hint`].
+    Hint(FlowAnswer),
     /// The move asked for was done.
     Moved(MoveReport),
     /// The request was refused or failed.
@@ -92,6 +99,54 @@ pub struct ServiceStatus {
     pub queues: Vec<QueueStatus>,
     /// Moves since the service started.
     pub moves: MoveHistory,
+}
+
+/// A flow, as [`Request::Hint`] names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowQuery {
+    /// The peer's address.
+    pub src: std::net::IpAddr,
+    /// The peer's port.
+    pub sport: u16,
+    /// The service's address.
+    pub dst: std::net::IpAddr,
+    /// The service's port.
+    pub dport: u16,
+    /// `tcp` or `udp`.
+    pub proto: String,
+}
+
+impl FlowQuery {
+    /// The flow as numa-sched hashes it; None for an unknown protocol or
+    /// addresses of two families.
+    pub fn tuple(&self) -> Option<flowlane_numa_sched::FlowTuple> {
+        let protocol = match self.proto.as_str() {
+            "tcp" => flowlane_numa_sched::Protocol::Tcp,
+            "udp" => flowlane_numa_sched::Protocol::Udp,
+            _ => return None,
+        };
+        (self.src.is_ipv4() == self.dst.is_ipv4()).then_some(flowlane_numa_sched::FlowTuple {
+            src: self.src,
+            src_port: self.sport,
+            dst: self.dst,
+            dst_port: self.dport,
+            protocol,
+        })
+    }
+}
+
+/// Where a flow is processed now, and by which service.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowAnswer {
+    /// The command serving it (e.g. `bulk-sink`).
+    pub service: String,
+    /// Its process id.
+    pub pid: u32,
+    /// The interface it serves.
+    pub iface: String,
+    /// Hash, bucket, queue, CPU and node.
+    #[serde(flatten)]
+    pub hint: crate::tcp_service::ServiceHint,
 }
 
 /// A service's counters, as `flowlane daemon` exports them.

@@ -44,7 +44,7 @@ pub use iface::InterfaceInfo;
 pub use runtime::{Dataplane, DataplaneConfig, QueueAssignment};
 pub use sys::{ethtool_ioctl, EthtoolCmd};
 pub use tcp_handler::{TcpConfig, TcpCounters, TcpCountersSnapshot, TcpHandler};
-pub use tcp_service::{TcpService, TcpServiceConfig};
+pub use tcp_service::{ServiceHint, TcpService, TcpServiceConfig};
 pub use worker::{QueueHandler, QueueInfo, RxAction, RxProgress, TxBatch};
 pub use xsk::BindMode;
 

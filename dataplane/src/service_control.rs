@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use crate::auto_rebalance::{AutoRebalance, Mode};
 use crate::control_socket::{
-    self, ControlSocket, MoveHistory, QueueCounterSet, QueueStatus, Request, Response,
-    ServiceCounters, ServiceStatus,
+    self, ControlSocket, FlowAnswer, FlowQuery, MoveHistory, QueueCounterSet, QueueStatus, Request,
+    Response, ServiceCounters, ServiceStatus,
 };
 use crate::handoff::MoveReport;
 use crate::tcp_service::TcpService;
@@ -103,6 +103,7 @@ impl ServiceControl {
             socket.poll(|req| match req {
                 Request::Status => Response::Status(self.status(tcp)),
                 Request::Counters => Response::Counters(self.counters(tcp)),
+                Request::Hint { flow } => self.hint(tcp, &flow),
                 Request::Move { bucket, to_queue } => {
                     let m = tcp.move_bucket(bucket, to_queue);
                     self.history.record(&m);
@@ -148,6 +149,34 @@ impl ServiceControl {
             rebalance: self.rebalance_mode().into(),
             queues,
             moves: self.history.clone(),
+        }
+    }
+
+    /// Where `flow` is processed now, or why this service cannot say.
+    fn hint(&self, tcp: &TcpService, flow: &FlowQuery) -> Response {
+        let Some(tuple) = flow.tuple() else {
+            return Response::Error {
+                message: format!(
+                    "a flow is tcp or udp between two addresses of one family, not {} {} -> {}",
+                    flow.proto, flow.src, flow.dst
+                ),
+            };
+        };
+        match tcp.hint(&tuple) {
+            Some(hint) => Response::Hint(FlowAnswer {
+                service: self.service.clone(),
+                pid: std::process::id(),
+                iface: tcp.dataplane().interface().name.clone(),
+                hint,
+            }),
+            None => Response::Error {
+                message: format!(
+                    "{} on {} does not serve {} (not one of its addresses, or the NIC's RSS is unknown)",
+                    self.service,
+                    tcp.dataplane().interface().name,
+                    flow.dst
+                ),
+            },
         }
     }
 

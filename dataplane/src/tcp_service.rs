@@ -123,6 +123,21 @@ struct QueueTcp {
 /// Each queue's counters, by queue.
 type PerQueue = Vec<QueueTcp>;
 
+/// Where a flow is processed now ([`TcpService::hint`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ServiceHint {
+    /// The NIC's Toeplitz hash of the flow.
+    pub hash: u32,
+    /// Its RSS bucket (indirection-table entry).
+    pub bucket: usize,
+    /// The queue the bucket is served by.
+    pub queue: u32,
+    /// The CPU that queue's worker is pinned to, if pinned.
+    pub cpu: Option<u32>,
+    /// The NUMA node of that worker and its packet memory.
+    pub node: u32,
+}
+
 /// What moving buckets between a service's queues needs: the workers'
 /// inboxes, the table as the service last wrote it, and the NIC.
 #[derive(Debug)]
@@ -140,6 +155,10 @@ pub struct TcpService {
     dataplane: Dataplane,
     counters: PerQueue,
     moves: Option<Moves>,
+    /// The NIC's RSS as modelled at the start (key, hash fields, the
+    /// table then), and the service's addresses: what hints need.
+    rss: Option<RssState>,
+    local: Vec<std::net::IpAddr>,
 }
 
 impl TcpService {
@@ -194,6 +213,10 @@ impl TcpService {
             _ => None,
         };
         let mesh = moves.as_ref().map(|m| m.mesh.clone());
+        let rss = config.rss.clone();
+        let local: Vec<std::net::IpAddr> = std::iter::once(tcp.local_ip.into())
+            .chain(tcp.local_ip6.map(Into::into))
+            .collect();
         tcp.rss = config.rss;
         tcp.neighbors = config.neighbors;
 
@@ -221,6 +244,39 @@ impl TcpService {
             dataplane,
             counters,
             moves,
+            rss,
+            local,
+        })
+    }
+
+    /// Where `flow` (as it arrives: the peer's address and port first) is
+    /// processed now: the NIC's Toeplitz hash and bucket, the queue the
+    /// table gives as this service last wrote it (after any move), and
+    /// that queue's worker CPU and NUMA node. None when the NIC's RSS is
+    /// unknown (not modelled) or the flow is not to one of the service's
+    /// addresses.
+    pub fn hint(&self, flow: &flowlane_numa_sched::FlowTuple) -> Option<ServiceHint> {
+        let rss = self.rss.as_ref()?;
+        if !self.local.contains(&flow.dst) {
+            return None;
+        }
+        let hash = rss.hash(flow);
+        let bucket = rss.table().bucket_for_hash(hash);
+        let queue = match self.rss_table() {
+            Some(t) => *t.get(bucket)?,
+            None => u32::from(*rss.table().entries().get(bucket)?),
+        };
+        let info = self
+            .dataplane
+            .queues()
+            .into_iter()
+            .find(|q| q.queue == queue)?;
+        Some(ServiceHint {
+            hash,
+            bucket,
+            queue,
+            cpu: info.cpu,
+            node: info.node,
         })
     }
 

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use std::collections::HashSet;
 
 use flowlane_tests::{
-    dashboard_queries, dashboards_dir, flowlane_bin, flowlane_metric_names, require_root, Bed,
+    dashboard_queries, dashboards_dir, flowlane, flowlane_bin, flowlane_metric_names, require_root,
+    text, Bed,
 };
 use serde_json::Value;
 use tcp_common::*;
@@ -43,12 +44,15 @@ fn have(tool: &str, test: &str) -> bool {
     ok
 }
 
-/// `flowlane daemon` on a free port, services looked for in `run_dir`;
-/// returns it and its metrics address (from its ready line).
+/// `flowlane daemon` on a free port, services looked for in `run_dir`
+/// (where its own socket goes too: it must not take itself for a
+/// service); returns it and its metrics address (from its ready line).
 fn start_daemon(run_dir: &Path) -> (Reaped, String) {
     let mut child = Command::new(flowlane_bin())
         .args(["daemon", "--metrics", "127.0.0.1:0", "--run-dir"])
         .arg(run_dir)
+        .arg("--socket")
+        .arg(run_dir.join("daemon.sock"))
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -315,9 +319,12 @@ fn the_daemon_serves_a_running_service_s_counters_to_prometheus() {
     );
     dashboards_have_data(&prom, &page);
 
-    // The service's own summary agrees with what the daemon served.
+    hints_follow_moves(&bed, &dir, &sock);
+
+    // The service's own summary agrees with what the daemon served (the
+    // hint test's connection sent 1 000 bytes more).
     let lines = sink.stop();
-    assert_eq!(totals(&lines)["bytes_in"], 2 * bytes, "{lines:?}");
+    assert_eq!(totals(&lines)["bytes_in"], 2 * bytes + 1000, "{lines:?}");
     // Gone with its socket: the next page has no service.
     let (_, page) = get(&metrics, None);
     assert!(page.contains("flowlane_daemon_services 0\n"), "{page}");
@@ -326,12 +333,150 @@ fn the_daemon_serves_a_running_service_s_counters_to_prometheus() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A kernel client that connects from port `argv[2]` to `argv[1]`, sends
+/// 1 000 bytes, prints `ready` and keeps the connection open `argv[3]`
+/// seconds.
+const HOLD_CONNECTION: &str = r#"
+import socket, sys, time
+host, port = sys.argv[1].rsplit(':', 1)
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('10.99.0.2', int(sys.argv[2])))
+s.connect((host, int(port)))
+s.sendall(b'x' * 1000)
+print('ready', flush=True)
+time.sleep(float(sys.argv[3]))
+s.close()
+"#;
+
+/// `flowlane hint --daemon` for the flow from 10.99.0.2:`sport`.
+fn daemon_hint(dir: &Path, sport: u16) -> Value {
+    let o = flowlane(&[
+        "hint",
+        "--daemon",
+        "--daemon-socket",
+        dir.join("daemon.sock").to_str().unwrap(),
+        "--src",
+        "10.99.0.2",
+        "--sport",
+        &sport.to_string(),
+        "--dst",
+        "10.99.0.1",
+        "--dport",
+        "5001",
+        "--proto",
+        "tcp",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    serde_json::from_slice(&o.stdout).expect("hint JSON")
+}
+
+/// The daemon's hint for a live connection names the bucket and queue the
+/// service serves it on, and follows the bucket when it moves.
+fn hints_follow_moves(bed: &Bed, dir: &Path, sock: &Path) {
+    let sport = 40_123;
+    let mut held = peer_py_spawn(
+        bed,
+        60,
+        HOLD_CONNECTION,
+        &["10.99.0.1:5001", &sport.to_string(), "4"],
+    );
+    wait_ready(&mut held);
+    std::thread::sleep(Duration::from_millis(200));
+    let sock = sock.to_str().unwrap();
+    let o = flowlane(&[
+        "rebalance",
+        "status",
+        "--socket",
+        sock,
+        "--json",
+        "--interval-ms",
+        "0",
+    ]);
+    let status: Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("status JSON: {e}: {}", text(&o)));
+    // The one bucket with a live connection, and its queue.
+    let (bucket, queue) = status["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|q| {
+            let queue = q["queue"].as_u64().unwrap();
+            q["buckets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|b| b["connections"].as_u64() == Some(1))
+                .map(move |b| (b["bucket"].as_u64().unwrap(), queue))
+        })
+        .next()
+        .unwrap_or_else(|| panic!("no bucket with the connection: {status}"));
+    let h = daemon_hint(dir, sport);
+    assert_eq!(
+        (h["bucket"].as_u64(), h["queue"].as_u64()),
+        (Some(bucket), Some(queue)),
+        "{h}"
+    );
+    assert_eq!(h["service"], "bulk-sink", "{h}");
+    assert_eq!(h["iface"], status["iface"], "{h}");
+    let cpu = &status["queues"][queue as usize]["cpu"];
+    assert_eq!(&h["cpu"], cpu, "{h} {status}");
+    // Moved by hand: the hint follows.
+    let to = (1 - queue).to_string();
+    let o = flowlane(&[
+        "rebalance",
+        "move",
+        "--bucket",
+        &bucket.to_string(),
+        "--to-queue",
+        &to,
+        "--socket",
+        sock,
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let h = daemon_hint(dir, sport);
+    assert_eq!(h["queue"].as_u64(), Some(1 - queue), "{h}");
+    finish(held, Duration::from_secs(30));
+    // A flow to an address the service does not have: one line, exit 1.
+    let o = flowlane(&[
+        "hint",
+        "--daemon",
+        "--daemon-socket",
+        dir.join("daemon.sock").to_str().unwrap(),
+        "--src",
+        "10.99.0.2",
+        "--sport",
+        "1",
+        "--dst",
+        "192.0.2.1",
+        "--dport",
+        "5001",
+        "--proto",
+        "tcp",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("does not serve 192.0.2.1"),
+        "{}",
+        text(&o)
+    );
+}
+
 #[test]
 fn a_daemon_without_its_port_says_so_in_one_line() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
     let out = Command::new(flowlane_bin())
-        .args(["daemon", "--metrics", &addr, "--run-dir", "/nonexistent"])
+        .args([
+            "daemon",
+            "--metrics",
+            &addr,
+            "--run-dir",
+            "/nonexistent",
+            "--socket",
+            "none",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
