@@ -159,8 +159,31 @@ fn ask_daemon(args: &Args) -> Result<()> {
         outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
+    let hint = Hint {
+        src: flow.src,
+        sport: flow.sport,
+        dst: flow.dst,
+        dport: flow.dport,
+        proto: if flow.proto == "tcp" { "tcp" } else { "udp" },
+        hash: a.hint.hash,
+        bucket: a.hint.bucket,
+        queue: u16::try_from(a.hint.queue).unwrap_or(u16::MAX),
+        cpu: a.hint.cpu.unwrap_or(u32::MAX),
+        node: a.hint.node,
+    };
+    print_table(
+        &[hint],
+        Some(&format!("{} ({}) on {}", a.service, a.pid, a.iface)),
+    );
+    Ok(())
+}
+
+/// Prints hints as a table; `by`: the service that answered (a column
+/// after the others).
+fn print_table(hints: &[Hint], by: Option<&str>) {
+    let service = if by.is_some() { "  service" } else { "" };
     outln!(
-        "{:>40} {:>40} {:>5} {:>10} {:>6} {:>5} {:>4} {:>4}  service",
+        "{:>40} {:>40} {:>5} {:>10} {:>6} {:>5} {:>4} {:>4}{service}",
         "src",
         "dst",
         "proto",
@@ -170,21 +193,20 @@ fn ask_daemon(args: &Args) -> Result<()> {
         "cpu",
         "node"
     );
-    outln!(
-        "{:>40} {:>40} {:>5} {:>#10x} {:>6} {:>5} {:>4} {:>4}  {} ({}) on {}",
-        format!("{}:{}", flow.src, flow.sport),
-        format!("{}:{}", flow.dst, flow.dport),
-        flow.proto,
-        a.hint.hash,
-        a.hint.bucket,
-        a.hint.queue,
-        a.hint.cpu.map_or_else(|| "-".into(), |c| c.to_string()),
-        a.hint.node,
-        a.service,
-        a.pid,
-        a.iface
-    );
-    Ok(())
+    for h in hints {
+        outln!(
+            "{:>40} {:>40} {:>5} {:>#10x} {:>6} {:>5} {:>4} {:>4}{}",
+            format!("{}:{}", h.src, h.sport),
+            format!("{}:{}", h.dst, h.dport),
+            h.proto,
+            h.hash,
+            h.bucket,
+            h.queue,
+            h.cpu,
+            h.node,
+            by.map(|b| format!("  {b}")).unwrap_or_default()
+        );
+    }
 }
 
 /// Runs `flowlane hint`.
@@ -259,30 +281,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
         }
         return Ok(());
     }
-    outln!(
-        "{:>40} {:>40} {:>5} {:>10} {:>6} {:>5} {:>4} {:>4}",
-        "src",
-        "dst",
-        "proto",
-        "hash",
-        "bucket",
-        "queue",
-        "cpu",
-        "node"
-    );
-    for h in &hints {
-        outln!(
-            "{:>40} {:>40} {:>5} {:>#10x} {:>6} {:>5} {:>4} {:>4}",
-            format!("{}:{}", h.src, h.sport),
-            format!("{}:{}", h.dst, h.dport),
-            h.proto,
-            h.hash,
-            h.bucket,
-            h.queue,
-            h.cpu,
-            h.node
-        );
-    }
+    print_table(&hints, None);
     Ok(())
 }
 

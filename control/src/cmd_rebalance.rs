@@ -84,7 +84,7 @@ fn ask(path: &Path, request: &Request) -> Result<Response> {
     }
 }
 
-fn status(path: &Path) -> Result<ServiceStatus> {
+pub(crate) fn status(path: &Path) -> Result<ServiceStatus> {
     match ask(path, &Request::Status)? {
         Response::Status(s) => Ok(s),
         other => bail!("the service answered {other:?} to a status request"),

@@ -16,6 +16,7 @@ mod cmd_nic;
 mod cmd_plan;
 mod cmd_rebalance;
 mod cmd_rss;
+mod cmd_status;
 mod cmd_testbed;
 mod irq_apply;
 mod nic;
@@ -90,6 +91,8 @@ enum Cmd {
     /// The control daemon: the running services' counters as Prometheus
     /// metrics.
     Daemon(cmd_daemon::Args),
+    /// One screen: the daemon, the running services, their queues and moves.
+    Status(cmd_status::Args),
     /// Send one UDP datagram from a queue's worker with an RSS-chosen source
     /// port; report the queue the reply arrives on.
     UdpPing(udp_ping::Args),
@@ -170,6 +173,7 @@ pub fn run(cli: Cli) -> Result<()> {
         },
         Cmd::Hint(args) => cmd_hint::run(args),
         Cmd::Daemon(args) => cmd_daemon::run(args),
+        Cmd::Status(args) => cmd_status::run(args),
         Cmd::UdpPing(args) => udp_ping::run(args),
     }
 }

@@ -320,6 +320,36 @@ fn the_daemon_serves_a_running_service_s_counters_to_prometheus() {
     dashboards_have_data(&prom, &page);
 
     hints_follow_moves(&bed, &dir, &sock);
+    // One screen, as JSON: the daemon runs, the sink with its two queues
+    // and the move just made.
+    let o = flowlane(&[
+        "status",
+        "--run-dir",
+        dir.to_str().unwrap(),
+        "--daemon-socket",
+        dir.join("daemon.sock").to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let st: Value = serde_json::from_slice(&o.stdout).expect("status JSON");
+    assert_eq!(st["daemon"]["running"], true, "{st}");
+    let services = st["services"].as_array().unwrap();
+    assert_eq!(services.len(), 1, "the daemon is not a service: {st}");
+    assert_eq!(services[0]["service"], "bulk-sink", "{st}");
+    assert_eq!(services[0]["queues"].as_array().unwrap().len(), 2, "{st}");
+    assert_eq!(services[0]["moves_done"], 1, "{st}");
+    // Now with a move in the histogram.
+    let (_, page) = get(&metrics, None);
+    promtool_check(&page);
+    assert!(
+        page.contains(r#"flowlane_rebalance_moves_total{service="bulk-sink""#)
+            && sum_of(
+                &page,
+                "flowlane_rebalance_move_duration_seconds_count",
+                "bulk-sink"
+            ) == 1.0,
+        "{page}"
+    );
 
     // The service's own summary agrees with what the daemon served (the
     // hint test's connection sent 1 000 bytes more).
@@ -349,9 +379,10 @@ time.sleep(float(sys.argv[3]))
 s.close()
 "#;
 
-/// `flowlane hint --daemon` for the flow from 10.99.0.2:`sport`.
-fn daemon_hint(dir: &Path, sport: u16) -> Value {
-    let o = flowlane(&[
+/// `flowlane hint --daemon --json` for the TCP flow 10.99.0.2:`sport` →
+/// `dst`:5001.
+fn ask_hint(dir: &Path, sport: u16, dst: &str) -> std::process::Output {
+    flowlane(&[
         "hint",
         "--daemon",
         "--daemon-socket",
@@ -361,13 +392,18 @@ fn daemon_hint(dir: &Path, sport: u16) -> Value {
         "--sport",
         &sport.to_string(),
         "--dst",
-        "10.99.0.1",
+        dst,
         "--dport",
         "5001",
         "--proto",
         "tcp",
         "--json",
-    ]);
+    ])
+}
+
+/// [`ask_hint`] to the service's address, answered.
+fn daemon_hint(dir: &Path, sport: u16) -> Value {
+    let o = ask_hint(dir, sport, "10.99.0.1");
     assert!(o.status.success(), "{}", text(&o));
     serde_json::from_slice(&o.stdout).expect("hint JSON")
 }
@@ -439,22 +475,7 @@ fn hints_follow_moves(bed: &Bed, dir: &Path, sock: &Path) {
     assert_eq!(h["queue"].as_u64(), Some(1 - queue), "{h}");
     finish(held, Duration::from_secs(30));
     // A flow to an address the service does not have: one line, exit 1.
-    let o = flowlane(&[
-        "hint",
-        "--daemon",
-        "--daemon-socket",
-        dir.join("daemon.sock").to_str().unwrap(),
-        "--src",
-        "10.99.0.2",
-        "--sport",
-        "1",
-        "--dst",
-        "192.0.2.1",
-        "--dport",
-        "5001",
-        "--proto",
-        "tcp",
-    ]);
+    let o = ask_hint(dir, 1, "192.0.2.1");
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(
         text(&o).contains("does not serve 192.0.2.1"),

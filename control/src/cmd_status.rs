@@ -1,0 +1,124 @@
+//! `flowlane status`: one screen: whether the daemon runs, and each running
+//! flowlane service with its interface, queues (CPU, node, connections,
+//! indirection-table entries), rebalancing mode and moves.
+
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args as ClapArgs;
+use flowlane_dataplane::control_socket::{self, ServiceStatus};
+use serde_json::{json, Value};
+
+/// `flowlane status` flags.
+#[derive(ClapArgs, Debug)]
+pub(crate) struct Args {
+    /// Where the services' control sockets are.
+    #[arg(long, default_value = control_socket::RUN_DIR)]
+    run_dir: PathBuf,
+    /// The daemon's socket.
+    #[arg(long, default_value = flowlane_daemon::DEFAULT_SOCKET)]
+    daemon_socket: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One service's part of the screen.
+fn service_json(s: &ServiceStatus) -> Value {
+    let entries = |q: u32| s.table.iter().filter(|&&t| t == q).count();
+    json!({
+        "service": s.service,
+        "pid": s.pid,
+        "iface": s.iface,
+        "uptime_s": s.uptime_ns / 1_000_000_000,
+        "rebalance": s.rebalance,
+        "connections": s.queues.iter().map(|q| q.connections).sum::<u64>(),
+        "moves_done": s.moves.done,
+        "moves_failed": s.moves.failed,
+        "queues": s.queues.iter().map(|q| json!({
+            "queue": q.queue,
+            "cpu": q.cpu,
+            "node": q.node,
+            "connections": q.connections,
+            "table_entries": entries(q.queue),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// Runs `flowlane status`.
+pub(crate) fn run(args: Args) -> Result<()> {
+    let daemon = UnixStream::connect(&args.daemon_socket).is_ok();
+    let mut services = Vec::new();
+    let mut unanswered = Vec::new();
+    for path in control_socket::live_sockets(&args.run_dir) {
+        if path == args.daemon_socket {
+            continue;
+        }
+        match crate::cmd_rebalance::status(&path) {
+            Ok(s) => services.push(service_json(&s)),
+            Err(e) => unanswered.push(json!({"socket": path, "error": e.to_string()})),
+        }
+    }
+    let screen = json!({
+        "daemon": {"running": daemon, "socket": args.daemon_socket},
+        "run_dir": args.run_dir,
+        "services": services,
+        "unanswered": unanswered,
+    });
+    if args.json {
+        outln!("{}", serde_json::to_string_pretty(&screen)?);
+        return Ok(());
+    }
+    if daemon {
+        outln!("daemon    running, socket {}", args.daemon_socket.display());
+    } else {
+        outln!(
+            "daemon    not running (no answer on {}; `flowlane daemon` starts it)",
+            args.daemon_socket.display()
+        );
+    }
+    outln!(
+        "services  {} in {}{}",
+        services.len(),
+        args.run_dir.display(),
+        if services.is_empty() {
+            " (none running)"
+        } else {
+            ""
+        }
+    );
+    for s in &services {
+        outln!(
+            "  {} (pid {}) on {}: up {} s, {} connections, rebalance {}, moves {} done, {} failed",
+            s["service"].as_str().unwrap_or_default(),
+            s["pid"],
+            s["iface"].as_str().unwrap_or_default(),
+            s["uptime_s"],
+            s["connections"],
+            s["rebalance"].as_str().unwrap_or_default(),
+            s["moves_done"],
+            s["moves_failed"]
+        );
+        for q in s["queues"].as_array().into_iter().flatten() {
+            outln!(
+                "    queue {:>3}  cpu {:>4}  node {:>2}  connections {:>7}  table entries {:>4}",
+                q["queue"],
+                q["cpu"]
+                    .as_u64()
+                    .map_or_else(|| "-".into(), |c| c.to_string()),
+                q["node"],
+                q["connections"],
+                q["table_entries"]
+            );
+        }
+    }
+    for u in &unanswered {
+        outln!(
+            "  no answer from {}: {}",
+            u["socket"].as_str().unwrap_or_default(),
+            u["error"].as_str().unwrap_or_default()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,109 @@
+//! `contrib/systemd/flowlane-daemon.service`: systemd accepts it (`verify`),
+//! its sandbox keeps the exposure low (`security --offline`), and the
+//! command it runs starts the daemon and stops cleanly on SIGTERM.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use flowlane_tests::{flowlane_bin, terminate, wait_within};
+
+fn unit_text() -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../contrib/systemd/flowlane-daemon.service");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The unit with its binary path pointing at the one under test, in a
+/// directory of its own.
+fn installed_copy() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("fl-unit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("flowlane-daemon.service");
+    let text = unit_text().replace("/usr/local/bin/flowlane", flowlane_bin().to_str().unwrap());
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn systemd_analyze(args: &[&str]) -> Option<std::process::Output> {
+    match Command::new("systemd-analyze").args(args).output() {
+        Ok(o) => Some(o),
+        Err(e) => {
+            eprintln!("skipped: systemd-analyze not available ({e})");
+            None
+        }
+    }
+}
+
+#[test]
+fn systemd_accepts_the_unit_and_its_sandbox_is_tight() {
+    let unit = installed_copy();
+    let u = unit.to_str().unwrap();
+    let Some(o) = systemd_analyze(&["verify", u]) else {
+        return;
+    };
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        o.status.success() && said.trim().is_empty(),
+        "verify: {said}"
+    );
+    let o = systemd_analyze(&["security", "--offline=true", u]).unwrap();
+    let said = String::from_utf8_lossy(&o.stdout).to_string();
+    let level: f64 = said
+        .lines()
+        .find_map(|l| {
+            l.split("exposure level for flowlane-daemon.service: ")
+                .nth(1)
+        })
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no exposure level: {said}"));
+    assert!(level <= 2.0, "exposure {level}: {said}");
+    // No capability at all: root's uid is what the sockets need.
+    assert!(unit_text().contains("\nCapabilityBoundingSet=\n"));
+    let _ = std::fs::remove_dir_all(unit.parent().unwrap());
+}
+
+#[test]
+fn the_unit_s_command_runs_the_daemon_and_sigterm_stops_it() {
+    let text = unit_text();
+    let exec = text
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .expect("ExecStart");
+    let mut words = exec.split_whitespace();
+    assert_eq!(words.next(), Some("/usr/local/bin/flowlane"));
+    // The unit's flags, with a free port and a directory of the test's.
+    let dir = std::env::temp_dir().join(format!("fl-unit-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let args: Vec<String> = words
+        .map(|w| match w {
+            "127.0.0.1:9477" => "127.0.0.1:0".to_string(),
+            "/run/flowlane" => dir.display().to_string(),
+            "/run/flowlane/daemon.sock" => dir.join("daemon.sock").display().to_string(),
+            other => other.to_string(),
+        })
+        .collect();
+    let mut child = Command::new(flowlane_bin())
+        .args(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("\"event\":\"ready\""), "{line}");
+    assert!(dir.join("daemon.sock").exists());
+    terminate(&child);
+    let st = wait_within(&mut child, Duration::from_secs(10)).expect("stops on SIGTERM");
+    assert!(st.success(), "{st}");
+    assert!(!dir.join("daemon.sock").exists(), "socket left behind");
+    let _ = std::fs::remove_dir_all(&dir);
+}
