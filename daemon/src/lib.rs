@@ -39,6 +39,9 @@ pub enum Error {
     /// A system call failed.
     #[error("{0}")]
     Io(std::io::Error),
+    /// The configuration file cannot be read or is not valid.
+    #[error("--config {0}")]
+    Config(String),
     /// The daemon's socket cannot be made.
     #[error("the daemon's socket: {0} (pick another with --socket, or --socket none)")]
     Socket(String),
@@ -47,17 +50,37 @@ pub enum Error {
 /// Where the daemon listens for hint requests unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/flowlane/daemon.sock";
 
-/// The daemon's settings.
-#[derive(Debug, Clone)]
+/// The daemon's settings (`--config FILE`, then flags).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct DaemonConfig {
     /// Where the metrics endpoint listens.
     pub metrics: SocketAddr,
     /// Where the services' control sockets are.
     pub run_dir: PathBuf,
-    /// How long a service may take to answer a scrape.
+    /// How long a service may take to answer a scrape (`scrape_timeout_ms`
+    /// in the file).
+    #[serde(rename = "scrape_timeout_ms", deserialize_with = "millis")]
     pub scrape_timeout: Duration,
-    /// The daemon's own Unix socket (hints); None: none.
+    /// The daemon's own Unix socket (hints); None: none (`"none"` in the
+    /// file).
+    #[serde(deserialize_with = "socket_or_none")]
     pub socket: Option<PathBuf>,
+}
+
+fn millis<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let ms = <u64 as serde::Deserialize>::deserialize(d)?;
+    if !(1..=10_000).contains(&ms) {
+        return Err(serde::de::Error::custom(format!(
+            "scrape_timeout_ms is 1 to 10000, not {ms}"
+        )));
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+fn socket_or_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
+    let p = <PathBuf as serde::Deserialize>::deserialize(d)?;
+    Ok((p.as_os_str() != "none").then_some(p))
 }
 
 impl DaemonConfig {
@@ -70,6 +93,22 @@ impl DaemonConfig {
             scrape_timeout: Duration::from_millis(500),
             socket: Some(PathBuf::from(DEFAULT_SOCKET)),
         }
+    }
+}
+
+impl DaemonConfig {
+    /// Reads a configuration file (TOML; keys left out keep their
+    /// defaults, unknown keys are errors).
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the file and what is wrong in it.
+    pub fn from_file(path: &std::path::Path) -> Result<DaemonConfig, Error> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+        toml::from_str(&text).map_err(|e| {
+            let first = e.to_string().lines().next().unwrap_or_default().to_string();
+            Error::Config(format!("{}: {first}: {}", path.display(), e.message()))
+        })
     }
 }
 
@@ -135,5 +174,61 @@ impl Daemon {
     /// Where the metrics endpoint listens.
     pub fn metrics_addr(&self) -> SocketAddr {
         self.metrics.local_addr()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(name: &str, text: &str) -> PathBuf {
+        let p = std::env::temp_dir().join(format!("fl-daemon-cfg-{}-{name}", std::process::id()));
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    /// The documented configuration is the defaults, key for key.
+    #[test]
+    fn the_documented_config_is_the_default() {
+        let path =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../contrib/flowlane/daemon.toml");
+        assert_eq!(
+            DaemonConfig::from_file(&path).unwrap(),
+            DaemonConfig::default()
+        );
+    }
+
+    #[test]
+    fn keys_left_out_keep_their_defaults_and_none_means_no_socket() {
+        let p = file(
+            "partial.toml",
+            "socket = \"none\"\nscrape_timeout_ms = 50\n",
+        );
+        let c = DaemonConfig::from_file(&p).unwrap();
+        assert_eq!(c.socket, None);
+        assert_eq!(c.scrape_timeout, Duration::from_millis(50));
+        assert_eq!(c.metrics, DaemonConfig::default().metrics);
+        std::fs::remove_file(p).unwrap();
+    }
+
+    #[test]
+    fn mistakes_are_named_with_the_file() {
+        for (text, says) in [
+            ("metric = \"1.2.3.4:5\"\n", "unknown field `metric`"),
+            ("metrics = \"localhost\"\n", "invalid socket address"),
+            ("scrape_timeout_ms = 0\n", "scrape_timeout_ms is 1 to 10000"),
+            ("run_dir = \n", ""),
+        ] {
+            let p = file("bad.toml", text);
+            let e = DaemonConfig::from_file(&p).unwrap_err().to_string();
+            assert!(
+                e.starts_with("--config ") && e.contains("bad.toml") && e.contains(says),
+                "{e}"
+            );
+            std::fs::remove_file(p).unwrap();
+        }
+        let e =
+            DaemonConfig::from_file(std::path::Path::new("/nonexistent/daemon.toml")).unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/daemon.toml"), "{e}");
     }
 }

@@ -505,3 +505,58 @@ fn a_daemon_without_its_port_says_so_in_one_line() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains(&addr) && err.contains("--metrics"), "{err}");
 }
+
+#[test]
+fn a_config_file_sets_what_flags_do_not_and_its_mistakes_are_one_line() {
+    let dir = std::env::temp_dir().join(format!("fl-daemon-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("daemon.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "metrics = \"127.0.0.1:0\"\nrun_dir = \"{}\"\nsocket = \"none\"\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    // The file's address and socket; the flag's run directory.
+    let mut child = Reaped(
+        Command::new(flowlane_bin())
+            .args([
+                "daemon",
+                "--config",
+                config.to_str().unwrap(),
+                "--run-dir",
+                "/tmp",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    BufReader::new(child.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let ready: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+    assert_eq!(ready["socket"], Value::Null, "{ready}");
+    assert_eq!(ready["run_dir"], "/tmp", "{ready}");
+    assert!(
+        ready["metrics"].as_str().unwrap().starts_with("127.0.0.1:"),
+        "{ready}"
+    );
+    drop(child);
+    std::fs::write(&config, "metrics = \"127.0.0.1:0\"\nsocket_path = \"x\"\n").unwrap();
+    let out = Command::new(flowlane_bin())
+        .args(["daemon", "--config", config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("daemon.toml") && err.contains("socket_path"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
