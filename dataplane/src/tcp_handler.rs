@@ -494,6 +494,8 @@ counters! {
         syn_cookies_failed,
         /// SYNs and cookie ACKs dropped: the queue's stack or the listener held its most connections.
         connection_limit_refused,
+        /// Connections a handler's `admit` refused (reset before `on_accept`).
+        application_refused,
         /// RSS buckets this queue gave to another (rebalancing).
         buckets_out,
         /// RSS buckets this queue took over.
@@ -1071,6 +1073,7 @@ impl TcpHandler {
     /// buckets' figures to the shared counters.
     fn publish(&self) {
         self.counters.publish(&self.stack);
+        counters::set(&self.counters.application_refused, self.app.refused());
         self.counters.publish_moves(self.mover.as_ref());
         let n = self.neighbors.stats();
         counters::set(&self.counters.neighbor_entries, self.neighbors.len() as u64);

@@ -610,6 +610,11 @@ impl KernelCore {
         self.net.conns.len()
     }
 
+    /// Connections a handler's `admit` refused so far.
+    pub fn application_refused(&self) -> u64 {
+        self.app.refused()
+    }
+
     /// Runs the loop until `stop` is set, calling `publish` after each
     /// pass. Returns when stopped, or on a poll error.
     pub fn run(

@@ -34,6 +34,8 @@ pub struct CoreCounters {
     pub stats: Stats,
     /// Connections open.
     pub connections: usize,
+    /// Connections a handler's `admit` refused.
+    pub application_refused: u64,
 }
 
 /// The running cores.
@@ -95,6 +97,7 @@ impl KernelService {
                             *counters.lock().unwrap_or_else(|e| e.into_inner()) = CoreCounters {
                                 stats: *core.stats(),
                                 connections: core.open_connections(),
+                                application_refused: core.application_refused(),
                             };
                         }
                     };

@@ -98,6 +98,10 @@ fn connections_past_the_bound_are_reset_and_counted() {
     let (counters, _) = service.stop();
     assert_eq!(counters[0].1.stats.connection_limit_refused, 1);
     assert_eq!(counters[0].1.stats.passive_opens, 2);
+    assert_eq!(
+        counters[0].1.application_refused, 1,
+        "counted for the summary"
+    );
 }
 
 /// Opens one connection from `on_start`, sends a request, reads the
@@ -254,4 +258,8 @@ fn a_handler_refuses_a_connection_before_taking_it() {
     let (counters, err) = service.stop();
     assert_eq!(err, None);
     assert_eq!(counters[0].1.stats.passive_opens, 2);
+    assert_eq!(
+        counters[0].1.application_refused, 1,
+        "counted for the summary"
+    );
 }

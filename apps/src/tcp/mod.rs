@@ -812,6 +812,7 @@ fn kernel_counters_json(per_core: &[(u32, CoreCounters)]) -> Value {
             "resets_in": s.resets_in,
             "resets_out": s.resets_out,
             "connection_limit_refused": s.connection_limit_refused,
+            "application_refused": c.application_refused,
         })
     };
     let mut total = CoreCounters::default();
@@ -826,6 +827,7 @@ fn kernel_counters_json(per_core: &[(u32, CoreCounters)]) -> Value {
         t.resets_in += s.resets_in;
         t.resets_out += s.resets_out;
         t.connection_limit_refused += s.connection_limit_refused;
+        total.application_refused += c.application_refused;
     }
     json!({
         "total": one(&total),
