@@ -30,6 +30,10 @@ pub(crate) struct AppThread {
     /// on every thread: the service's set-up runs on each).
     pub(crate) ports: Vec<u16>,
     pub(crate) index: u32,
+    /// The service's count of connections the handlers' `admit` refused,
+    /// and this thread's part of it already added there.
+    pub(crate) refused: Arc<AtomicU64>,
+    pub(crate) refused_added: u64,
 }
 
 impl Setup for AppThread {
@@ -73,6 +77,12 @@ impl AppThread {
         self.app.tick(&mut self.net);
         self.dispatch();
         self.net.flush();
+        let refused = self.app.refused();
+        if refused != self.refused_added {
+            self.refused
+                .fetch_add(refused - self.refused_added, Ordering::Relaxed);
+            self.refused_added = refused;
+        }
     }
 
     fn dispatch(&mut self) {

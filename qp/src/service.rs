@@ -58,6 +58,7 @@ pub struct QueuePairs {
     stop: Arc<AtomicBool>,
     alive: Vec<Arc<AtomicBool>>,
     orphaned: Arc<AtomicU64>,
+    refused: Arc<AtomicU64>,
     threads: Mutex<Vec<(u32, JoinHandle<()>)>>,
     relays: Mutex<Vec<Option<Relay>>>,
     ports: Arc<Vec<u16>>,
@@ -126,6 +127,7 @@ impl QueuePairs {
             .map(|_| Arc::new(AtomicBool::new(true)))
             .collect();
         let orphaned = Arc::new(AtomicU64::new(0));
+        let refused = Arc::new(AtomicU64::new(0));
         let epoch = Instant::now();
         let beats: Vec<Arc<AtomicU64>> =
             (0..nthreads).map(|_| Arc::new(AtomicU64::new(0))).collect();
@@ -154,6 +156,7 @@ impl QueuePairs {
             open.push(count.clone());
             let guard = AliveGuard(alive[t as usize].clone());
             let beat = beats[t as usize].clone();
+            let refused = refused.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("flowlane-app{t}"))
                 .spawn(move || {
@@ -171,6 +174,8 @@ impl QueuePairs {
                         app: Dispatcher::new(),
                         ports: Vec::new(),
                         index: t,
+                        refused,
+                        refused_added: 0,
                     };
                     let state = match setup(&mut at) {
                         Ok(state) => {
@@ -249,6 +254,7 @@ impl QueuePairs {
             stop,
             alive,
             orphaned,
+            refused,
             threads: Mutex::new(threads),
             relays: Mutex::new(relays),
             ports,
@@ -300,6 +306,12 @@ impl QueuePairs {
         (0..self.alive.len() as u32)
             .filter(|&t| !self.alive[t as usize].load(Ordering::Relaxed))
             .collect()
+    }
+
+    /// Connections the handlers' `admit` refused (reset before
+    /// `on_accept`), on every application thread.
+    pub fn application_refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
 
     /// Connections the cores reset because their application thread died

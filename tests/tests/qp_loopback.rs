@@ -320,4 +320,5 @@ fn an_application_thread_refuses_a_connection_before_taking_it() {
     the_second_is_refused(port);
     kernel.stop();
     assert_eq!(qp.stop(), None);
+    assert_eq!(qp.application_refused(), 1, "counted for the summary");
 }

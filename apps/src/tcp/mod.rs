@@ -578,7 +578,8 @@ fn queue_pair_json(qp: Option<&QueuePairs>) -> Value {
     qp.map_or(Value::Null, |q| {
         json!({"app_threads": q.app_threads(),
                "dead_threads": q.dead_threads(),
-               "connections_orphaned": q.orphaned()})
+               "connections_orphaned": q.orphaned(),
+               "application_refused": q.application_refused()})
     })
 }
 
