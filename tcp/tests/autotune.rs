@@ -155,6 +155,20 @@ impl Transfer {
     }
 }
 
+/// B reads what it has (in chunks of at most 64 KiB), checking each byte
+/// against the pattern; `got` counts the stream's bytes read so far.
+fn read_checked(sim: &mut Sim, b: ConnHandle, table: &[u8], got: &mut usize) {
+    let mut rx = vec![0u8; CHUNK];
+    while let Ok(n) = sim.b.recv(b, &mut rx) {
+        if n == 0 {
+            break;
+        }
+        let at = *got % PERIOD;
+        assert!(rx[..n] == table[at..at + n], "corrupt data at {got}");
+        *got += n;
+    }
+}
+
 /// A sends `bytes` to B as fast as the application can: A keeps its send
 /// buffer full, B reads everything as soon as it arrives (in chunks of at
 /// most 64 KiB) and checks it. Nagle is off so that the last, partial
@@ -162,7 +176,6 @@ impl Transfer {
 fn one_way(sim: &mut Sim, a: ConnHandle, b: ConnHandle, bytes: usize, limit: Duration) -> Transfer {
     sim.a.set_nodelay(a, true).expect("nodelay");
     let table = pattern_table();
-    let mut rx = vec![0u8; CHUNK];
     let (mut sent, mut got) = (0usize, 0usize);
     let start = sim.now;
     let end = start + limit;
@@ -176,16 +189,9 @@ fn one_way(sim: &mut Sim, a: ConnHandle, b: ConnHandle, bytes: usize, limit: Dur
                 Err(_) => break,
             }
         }
-        while let Ok(n) = sim.b.recv(b, &mut rx) {
-            if n == 0 {
-                break;
-            }
-            let at = got % PERIOD;
-            assert!(rx[..n] == table[at..at + n], "corrupt data at {got}");
-            got += n;
-            if half_at.is_none() && got >= bytes / 2 {
-                half_at = Some(sim.now);
-            }
+        read_checked(sim, b, &table, &mut got);
+        if half_at.is_none() && got >= bytes / 2 {
+            half_at = Some(sim.now);
         }
         while sim.a.poll_event().is_some() {}
         while sim.b.poll_event().is_some() {}
@@ -406,7 +412,6 @@ fn export_import_keeps_grown_buffers() {
     let table = pattern_table();
     let total = 12usize << 20;
     let (mut sent, mut got) = (0usize, 0usize);
-    let mut rx = vec![0u8; CHUNK];
     let mut moves = 0;
     let end = sim.now + Duration::from_secs(60);
     while got < total && sim.now < end {
@@ -417,14 +422,7 @@ fn export_import_keeps_grown_buffers() {
                 Err(_) => break,
             }
         }
-        while let Ok(n) = sim.b.recv(b, &mut rx) {
-            if n == 0 {
-                break;
-            }
-            let at = got % PERIOD;
-            assert!(rx[..n] == table[at..at + n], "corrupt data at {got}");
-            got += n;
-        }
+        read_checked(&mut sim, b, &table, &mut got);
         while sim.a.poll_event().is_some() {}
         while sim.b.poll_event().is_some() {}
         sim.step();
@@ -612,19 +610,11 @@ fn resizing_a_full_receive_buffer() {
 
     // Lowered to 16 KiB while 512 KiB are queued and unread.
     sim.b.set_recv_buffer(b, 16 << 10).unwrap();
-    let mut rx = vec![0u8; CHUNK];
     let mut got = 0;
     let mut tail = None;
     while got < 2 << 20 {
         feed(&mut sim, &mut sent);
-        while let Ok(n) = sim.b.recv(b, &mut rx) {
-            if n == 0 {
-                break;
-            }
-            let at = got % PERIOD;
-            assert!(rx[..n] == table[at..at + n], "corrupt data at {got}");
-            got += n;
-        }
+        read_checked(&mut sim, b, &table, &mut got);
         if got > 1 << 20 && tail.is_none() {
             // From here on every window B offers is the small buffer's.
             tail = Some(EdgeCheck::install(&mut sim));

@@ -151,15 +151,8 @@ fn start_prometheus(dir: &Path, target: &str) -> (Reaped, String) {
 
 /// An instant query's single value from Prometheus' HTTP API, if any.
 fn query(prometheus: &str, promql: &str) -> Option<f64> {
-    let out = Command::new("curl")
-        .args(["-s", "-m", "5", "-G"])
-        .arg(format!("http://{prometheus}/api/v1/query"))
-        .arg("--data-urlencode")
-        .arg(format!("query={promql}"))
-        .output()
-        .ok()?;
-    let v: Value = serde_json::from_slice(&out.stdout).ok()?;
-    v["data"]["result"][0]["value"][1].as_str()?.parse().ok()
+    let (_, result) = query_all(prometheus, promql);
+    result.first()?["value"][1].as_str()?.parse().ok()
 }
 
 /// An instant query's status and result series.
