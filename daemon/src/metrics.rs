@@ -13,6 +13,7 @@
 use std::fmt;
 
 use flowlane_dataplane::control_socket::{MoveHistory, QueueCounterSet, ServiceCounters};
+use flowlane_dataplane::InterfaceStats;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -60,28 +61,34 @@ enum Sample {
     },
 }
 
-/// A per-queue series: family name, help, type, the labels it adds to the
-/// queue's and the value it reads. Rows of one family are consecutive.
-struct QueueRow {
+/// A series of each `T` (a queue's counters, an interface's): family
+/// name, help, type, the labels it adds to the item's and the value it
+/// reads. Rows of one family are consecutive.
+struct Row<T> {
     name: &'static str,
     help: &'static str,
     kind: MetricType,
     extra: &'static [(&'static str, &'static str)],
-    value: fn(&QueueCounterSet) -> Sample,
+    value: fn(&T) -> Sample,
 }
+
+type QueueRow = Row<QueueCounterSet>;
 
 const C: MetricType = MetricType::Counter;
 const G: MetricType = MetricType::Gauge;
 
 macro_rules! row {
-    ($name:literal, $help:literal, $kind:expr, [$($k:literal = $v:literal),*], |$q:ident| $e:expr) => {
-        QueueRow {
+    ($name:literal, $help:literal, $kind:expr, [$($k:literal = $v:literal),*], |$q:ident: $t:ty| $e:expr) => {
+        Row {
             name: $name,
             help: $help,
             kind: $kind,
             extra: &[$(($k, $v)),*],
-            value: |$q: &QueueCounterSet| Sample::Int($e),
+            value: |$q: &$t| Sample::Int($e),
         }
+    };
+    ($name:literal, $help:literal, $kind:expr, [$($k:literal = $v:literal),*], |$q:ident| $e:expr) => {
+        row!($name, $help, $kind, [$($k = $v),*], |$q: QueueCounterSet| $e)
     };
 }
 
@@ -149,6 +156,88 @@ const QUEUE_ROWS: &[QueueRow] = &[
     row!("flowlane_rebalance_frames_held", "Frames of an arriving bucket the queue held until the old queue drained.", C, [], |q| q.tcp.frames_held),
     row!("flowlane_rebalance_hold_timeouts", "Holds that ended on their timeout rather than the old queue's drain marker.", C, [], |q| q.tcp.hold_timeouts),
 ];
+
+/// The interface's own counters, per service (what the device saw,
+/// flowlane's traffic and the kernel's alike).
+const NIC_ROWS: &[Row<InterfaceStats>] = &[
+    row!(
+        "flowlane_nic_rx_packets",
+        "Packets the service's interface received (all of its traffic).",
+        C,
+        [],
+        |n: InterfaceStats| n.rx_packets
+    ),
+    row!(
+        "flowlane_nic_rx_bytes",
+        "Bytes the service's interface received.",
+        C,
+        [],
+        |n: InterfaceStats| n.rx_bytes
+    ),
+    row!(
+        "flowlane_nic_tx_packets",
+        "Packets the service's interface sent.",
+        C,
+        [],
+        |n: InterfaceStats| n.tx_packets
+    ),
+    row!(
+        "flowlane_nic_tx_bytes",
+        "Bytes the service's interface sent.",
+        C,
+        [],
+        |n: InterfaceStats| n.tx_bytes
+    ),
+    row!(
+        "flowlane_nic_dropped_packets",
+        "Packets the interface dropped, received or to send.",
+        C,
+        ["direction" = "rx"],
+        |n: InterfaceStats| n.rx_dropped
+    ),
+    row!(
+        "flowlane_nic_dropped_packets",
+        "",
+        C,
+        ["direction" = "tx"],
+        |n: InterfaceStats| n.tx_dropped
+    ),
+    row!(
+        "flowlane_nic_errors",
+        "The interface's receive and transmit errors.",
+        C,
+        ["direction" = "rx"],
+        |n: InterfaceStats| n.rx_errors
+    ),
+    row!(
+        "flowlane_nic_errors",
+        "",
+        C,
+        ["direction" = "tx"],
+        |n: InterfaceStats| n.tx_errors
+    ),
+];
+
+/// Appends `rows` as families (a new one whenever the name changes), each
+/// with a series per item.
+fn push_rows<'a, T: 'a>(out: &mut Vec<Family>, rows: &[Row<T>], items: &[(Labels, &'a T)]) {
+    for row in rows {
+        if out.last().is_none_or(|f| f.name != row.name) {
+            out.push(Family {
+                name: row.name,
+                help: row.help,
+                kind: row.kind,
+                series: Vec::new(),
+            });
+        }
+        let family = out.last_mut().expect("pushed");
+        for (labels, item) in items {
+            let mut labels = labels.clone();
+            labels.extend(row.extra.iter().map(|&(k, v)| (k, v.to_string())));
+            family.series.push((labels, (row.value)(item)));
+        }
+    }
+}
 
 /// The series labels of one service.
 fn service_labels(s: &ServiceCounters) -> Labels {
@@ -240,24 +329,22 @@ fn families(scrape: &Scrape) -> Vec<Family> {
         MetricType::Histogram,
         &|s| move_histogram(&s.moves),
     ));
-    for row in QUEUE_ROWS {
-        if out.last().is_none_or(|f| f.name != row.name) {
-            out.push(Family {
-                name: row.name,
-                help: row.help,
-                kind: row.kind,
-                series: Vec::new(),
-            });
-        }
-        let family = out.last_mut().expect("pushed");
-        for s in &scrape.services {
-            for q in &s.queues {
-                let mut labels = queue_labels(s, q);
-                labels.extend(row.extra.iter().map(|&(k, v)| (k, v.to_string())));
-                family.series.push((labels, (row.value)(q)));
-            }
-        }
-    }
+    let queues: Vec<(Labels, &QueueCounterSet)> = scrape
+        .services
+        .iter()
+        .flat_map(|s| s.queues.iter().map(move |q| (queue_labels(s, q), q)))
+        .collect();
+    push_rows(&mut out, QUEUE_ROWS, &queues);
+    let nics: Vec<(Labels, &InterfaceStats)> = scrape
+        .services
+        .iter()
+        .filter_map(|s| {
+            let mut l = service_labels(s);
+            l.push(("iface", s.iface.clone()));
+            Some((l, s.nic.as_ref()?))
+        })
+        .collect();
+    push_rows(&mut out, NIC_ROWS, &nics);
     out
 }
 
@@ -393,6 +480,11 @@ mod tests {
             rebalance: "auto".into(),
             queues: vec![queue(0), queue(1)],
             moves,
+            nic: Some(InterfaceStats {
+                rx_packets: 5000,
+                tx_dropped: 2,
+                ..Default::default()
+            }),
         }
     }
 
@@ -445,6 +537,12 @@ mod tests {
         assert!(line(&page, "flowlane_daemon_services ").ends_with(" 2"));
         assert!(line(&page, "flowlane_daemon_services_unanswered_total ").ends_with(" 1"));
         assert!(page.contains("flowlane_build_info{version="));
+        assert!(line(
+            &page,
+            r#"flowlane_nic_rx_packets_total{service="bulk-sink",pid="41",iface="fl0"}"#
+        )
+        .ends_with(" 5000"));
+        assert!(line(&page, r#"flowlane_nic_dropped_packets_total{service="bulk-sink",pid="41",iface="fl0",direction="tx"}"#).ends_with(" 2"));
     }
 
     #[test]

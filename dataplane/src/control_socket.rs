@@ -166,6 +166,10 @@ pub struct ServiceCounters {
     pub queues: Vec<QueueCounterSet>,
     /// Moves since the service started.
     pub moves: MoveHistory,
+    /// The interface's own counters, as the service's network namespace
+    /// sees them (None if sysfs could not be read).
+    #[serde(default)]
+    pub nic: Option<crate::iface::InterfaceStats>,
 }
 
 /// One queue's counters: its AF_XDP socket and worker, and its TCP stack.

@@ -32,6 +32,58 @@ pub struct InterfaceInfo {
     pub numa_node: Option<u32>,
 }
 
+/// An interface's own counters (`<sysfs>/class/net/<name>/statistics`):
+/// everything the device saw, flowlane's queues and the kernel's traffic
+/// alike.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct InterfaceStats {
+    /// Packets received.
+    pub rx_packets: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Received packets dropped (no buffer, filters).
+    pub rx_dropped: u64,
+    /// Receive errors.
+    pub rx_errors: u64,
+    /// Packets sent.
+    pub tx_packets: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Packets dropped on transmit.
+    pub tx_dropped: u64,
+    /// Transmit errors.
+    pub tx_errors: u64,
+}
+
+impl InterfaceStats {
+    /// Reads `name`'s counters under `sysfs` (as this process's network
+    /// namespace sees it).
+    pub fn read(sysfs: &Path, name: &str) -> Result<InterfaceStats> {
+        let dir = iface_dir(sysfs, name)?.join("statistics");
+        let n = |f: &str| -> Result<u64> {
+            let p = dir.join(f);
+            let t = read_text(&p)?;
+            t.trim().parse().map_err(|_| {
+                Error::Setup(format!(
+                    "{} holds {:?}, not a number",
+                    p.display(),
+                    t.trim()
+                ))
+            })
+        };
+        Ok(InterfaceStats {
+            rx_packets: n("rx_packets")?,
+            rx_bytes: n("rx_bytes")?,
+            rx_dropped: n("rx_dropped")?,
+            rx_errors: n("rx_errors")?,
+            tx_packets: n("tx_packets")?,
+            tx_bytes: n("tx_bytes")?,
+            tx_dropped: n("tx_dropped")?,
+            tx_errors: n("tx_errors")?,
+        })
+    }
+}
+
 impl InterfaceInfo {
     /// Reads `name`'s description from `<sysfs>/class/net/<name>`.
     pub fn read(sysfs: &Path, name: &str) -> Result<InterfaceInfo> {
@@ -359,6 +411,33 @@ mod tests {
         std::fs::write(d.join("ifindex"), "7\n").unwrap();
         std::fs::write(d.join("mtu"), "1500\n").unwrap();
         std::fs::write(d.join("address"), "02:00:00:aa:bb:cc\n").unwrap();
+    }
+
+    #[test]
+    fn reads_an_interface_s_counters() {
+        let root = std::env::temp_dir().join(format!("flowlane-ifstats-{}", std::process::id()));
+        fake_iface(&root, "xsk1", 1);
+        let stats = root.join("class/net/xsk1/statistics");
+        std::fs::create_dir_all(&stats).unwrap();
+        let fields = [
+            "rx_packets",
+            "rx_bytes",
+            "rx_dropped",
+            "rx_errors",
+            "tx_packets",
+            "tx_bytes",
+            "tx_dropped",
+            "tx_errors",
+        ];
+        for (i, f) in fields.iter().enumerate() {
+            std::fs::write(stats.join(f), format!("{}\n", 1000 + i)).unwrap();
+        }
+        let s = InterfaceStats::read(&root, "xsk1").unwrap();
+        assert_eq!((s.rx_packets, s.rx_errors, s.tx_errors), (1000, 1003, 1007));
+        std::fs::write(stats.join("tx_bytes"), "lots\n").unwrap();
+        let e = InterfaceStats::read(&root, "xsk1").unwrap_err().to_string();
+        assert!(e.contains("tx_bytes") && e.contains("not a number"), "{e}");
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

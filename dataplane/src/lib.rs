@@ -40,7 +40,7 @@ pub use counters::{QueueCounters, QueueCountersSnapshot};
 pub use cpu_time::{app_thread_cpu_ns, process_cpu_ns, thread_cpu_ns, worker_cpu_ns};
 pub use flowlane_ebpf::steer::{Proto, SteerStats};
 pub use handoff::{MoveReport, NicWriter, RssTableWriter};
-pub use iface::InterfaceInfo;
+pub use iface::{InterfaceInfo, InterfaceStats};
 pub use runtime::{Dataplane, DataplaneConfig, QueueAssignment};
 pub use sys::{ethtool_ioctl, EthtoolCmd};
 pub use tcp_handler::{TcpConfig, TcpCounters, TcpCountersSnapshot, TcpHandler};

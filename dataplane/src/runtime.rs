@@ -104,6 +104,8 @@ pub struct Vanished(pub String);
 /// and detaches the XDP program.
 pub struct Dataplane {
     iface: InterfaceInfo,
+    /// The sysfs root it read the interface from.
+    sysfs: PathBuf,
     /// The named network namespace the data path started in, if any.
     netns: Option<String>,
     workers: Vec<WorkerHandle>,
@@ -281,6 +283,7 @@ impl Dataplane {
         drop(ready_tx);
         let dp = Dataplane {
             iface,
+            sysfs: config.sysfs,
             netns: iface::netns_name(),
             workers,
             stop,
@@ -299,6 +302,14 @@ impl Dataplane {
     /// The interface served.
     pub fn interface(&self) -> &InterfaceInfo {
         &self.iface
+    }
+
+    /// The interface's own counters now (see [`crate::InterfaceStats`]).
+    ///
+    /// # Errors
+    /// When sysfs cannot be read.
+    pub fn interface_stats(&self) -> Result<crate::iface::InterfaceStats> {
+        crate::iface::InterfaceStats::read(&self.sysfs, &self.iface.name)
     }
 
     /// The queues served, with where they run.

@@ -149,6 +149,7 @@ impl ServiceControl {
             rebalance: self.rebalance_mode().into(),
             queues,
             moves: self.history.clone(),
+            nic: tcp.dataplane().interface_stats().ok(),
         }
     }
 

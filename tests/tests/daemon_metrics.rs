@@ -267,6 +267,11 @@ fn the_daemon_serves_a_running_service_s_counters_to_prometheus() {
         sum_of(&page, "flowlane_queue_rx_packets_total", "bulk-sink") > (2 * bytes / 1500) as f64
     );
     assert!(page.contains("flowlane_daemon_services 1\n"), "{page}");
+    // The interface's own counters, read by the service in its namespace.
+    assert!(
+        sum_of(&page, "flowlane_nic_rx_bytes_total", "bulk-sink") > (2 * bytes) as f64,
+        "{page}"
+    );
     assert!(
         page.contains(r#"flowlane_service_info{service="bulk-sink""#),
         "{page}"
