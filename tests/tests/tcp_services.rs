@@ -165,6 +165,15 @@ fn curl_keep_alive(bed: &Bed, model: &[&str]) {
         err.contains("Re-using existing connection") || err.contains("Reusing existing connection"),
         "curl did not keep the connection alive: {err}"
     );
+    // curl has closed; in queue-pair mode the close goes through the
+    // application thread and back, so wait for the service to have
+    // closed its side too before stopping it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while app.report_now()["counters"]["total"]["connections"] != 0
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let lines = app.stop();
     let t = totals(&lines);
     assert_eq!(
