@@ -28,7 +28,7 @@ pub(crate) struct Args {
     run_dir: Option<PathBuf>,
     /// The daemon's Unix socket, where `flowlane hint --daemon` asks which
     /// queue, CPU and node process a flow (`none`: no socket) [default:
-    /// /run/flowlane/daemon.sock].
+    /// /run/flowlane-daemon/daemon.sock].
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
     /// How long a service may take to answer a scrape, in milliseconds

@@ -47,8 +47,10 @@ pub enum Error {
     Socket(String),
 }
 
-/// Where the daemon listens for hint requests unless told otherwise.
-pub const DEFAULT_SOCKET: &str = "/run/flowlane/daemon.sock";
+/// Where the daemon listens for hint requests unless told otherwise: a
+/// directory of its own, so that the services' directory holds only
+/// services (`flowlane rebalance status` picks the only one there).
+pub const DEFAULT_SOCKET: &str = "/run/flowlane-daemon/daemon.sock";
 
 /// The daemon's settings (`--config FILE`, then flags).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]

@@ -85,7 +85,7 @@ fn the_unit_s_command_runs_the_daemon_and_sigterm_stops_it() {
         .map(|w| match w {
             "127.0.0.1:9477" => "127.0.0.1:0".to_string(),
             "/run/flowlane" => dir.display().to_string(),
-            "/run/flowlane/daemon.sock" => dir.join("daemon.sock").display().to_string(),
+            "/run/flowlane-daemon/daemon.sock" => dir.join("daemon.sock").display().to_string(),
             other => other.to_string(),
         })
         .collect();
