@@ -299,7 +299,10 @@ impl ChunkBuffer {
 
     /// Drops every byte, queued or not, and gives all chunks back.
     fn give_back(&mut self, pool: &mut ChunkPool) {
-        for c in self.chunks.drain(..) {
+        // Popped one by one: a `drain(..)` costs some 60 instructions even
+        // when there is nothing to give (a connection that held no chunk,
+        // the common case when it closes).
+        while let Some(c) = self.chunks.pop_front() {
             pool.give(c);
         }
         self.head = 0;
