@@ -14,6 +14,24 @@ use flowlane_numa_sched::toeplitz::RssKey;
 /// `flowlane nic ...`.
 #[derive(Subcommand, Debug)]
 pub(crate) enum NicCmd {
+    /// What the NIC can do (its capability model): channels, RSS key and
+    /// table sizes, hash function and hashed fields, ntuple filters, XDP
+    /// and AF_XDP features, queues with their NAPI instances and IRQs, the
+    /// NUMA node. Reads, never writes.
+    Caps {
+        /// Interface name.
+        #[arg(long)]
+        iface: String,
+        /// Print the model as JSON.
+        #[arg(long, conflicts_with = "record")]
+        json: bool,
+        /// Write the model to FILE as TOML (a recording that `flowlane plan
+        /// --explain --nic-recording FILE` plans for on any machine).
+        #[arg(long, value_name = "FILE")]
+        record: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        roots: crate::sysroot::Roots,
+    },
     /// Show the RSS key and indirection table of an interface, and which
     /// kernel interface answered (ethtool netlink or ioctl).
     Rss {
@@ -81,6 +99,23 @@ fn apply_entries(table: &mut [u32], entries: &[(usize, u32)]) -> Result<()> {
 /// Runs a `flowlane nic` command.
 pub(crate) fn run(cmd: NicCmd) -> Result<()> {
     match cmd {
+        NicCmd::Caps {
+            iface,
+            json,
+            record,
+            roots,
+        } => {
+            let caps = crate::nic::caps::read(&roots, &iface)?;
+            match (json, record) {
+                (true, _) => outln!("{}", serde_json::to_string_pretty(&caps)?),
+                (false, Some(path)) => {
+                    crate::nic::recording::write(&caps, &path)?;
+                    outln!("{iface}'s capabilities recorded in {}", path.display());
+                }
+                (false, None) => out!("{}", crate::nic::recording::summary(&caps)),
+            }
+            Ok(())
+        }
         NicCmd::Rss { iface, json } => show(&EthtoolNic::new(&iface), json),
         NicCmd::SetRss {
             iface,

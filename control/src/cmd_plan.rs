@@ -3,6 +3,7 @@
 //! a NIC, as readable tables (or JSON). Reads, never writes.
 
 use anyhow::{bail, Result};
+use flowlane_numa_sched::plan_explain::{self, Wanted};
 use flowlane_numa_sched::{IndirectionTable, Topology};
 use serde::Serialize;
 
@@ -36,6 +37,20 @@ pub(crate) struct Args {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Say, for each part of the plan, whether the NIC does it in hardware,
+    /// the kernel in its software path or flowlane itself, and why (needs
+    /// --iface or --nic-recording).
+    #[arg(long)]
+    pub explain: bool,
+    /// Explain for the NIC recorded in FILE (`flowlane nic caps --record`)
+    /// instead of --iface.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "explain",
+        conflicts_with = "iface"
+    )]
+    pub nic_recording: Option<std::path::PathBuf>,
 }
 
 /// Summary of the topology planned for.
@@ -68,6 +83,9 @@ pub(crate) struct Plan {
 
 /// Runs `flowlane plan`.
 pub(crate) fn run(args: Args) -> Result<()> {
+    if args.explain {
+        return explain(&args);
+    }
     let topo = args.topology.load()?;
     let budget = args.topology.is_machine().then(allowed_cpus);
     let iface = args
@@ -170,6 +188,57 @@ pub(crate) fn run(args: Args) -> Result<()> {
             );
         }
         None => {}
+    }
+    Ok(())
+}
+
+/// `flowlane plan --explain`: the NIC's capability model against the
+/// plan's workers, part by part.
+fn explain(args: &Args) -> Result<()> {
+    let caps = match (&args.nic_recording, &args.iface) {
+        (Some(path), _) => crate::nic::recording::load(path)?,
+        (None, Some(iface)) => crate::nic::caps::read(&args.roots, iface)?,
+        (None, None) => bail!(
+            "--explain needs a NIC: --iface IF (this machine's) or --nic-recording FILE \
+             (one recorded by `flowlane nic caps --record`)"
+        ),
+    };
+    let wanted = Wanted {
+        workers: args.queues.unwrap_or(caps.rx_queues).max(1),
+        table_size: args.table_size as u32,
+    };
+    let parts = plan_explain::explain(&caps, wanted);
+    if args.json {
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "iface": caps.iface,
+                "driver": caps.driver,
+                "workers": wanted.workers,
+                "parts": parts,
+            }))?
+        );
+        return Ok(());
+    }
+    outln!(
+        "{} ({}): {} worker(s)",
+        caps.iface,
+        caps.driver.as_deref().unwrap_or("driver unknown"),
+        wanted.workers
+    );
+    let width = parts.iter().map(|p| p.part.len()).max().unwrap_or(0);
+    for p in &parts {
+        outln!();
+        outln!(
+            "{:<width$}  {:<8}  {}",
+            p.part,
+            p.done_by.to_string(),
+            p.what
+        );
+        outln!("{:<width$}  {:<8}  why: {}", "", "", p.why);
+        if let Some(a) = &p.action {
+            outln!("{:<width$}  {:<8}  to change: {a}", "", "");
+        }
     }
     Ok(())
 }

@@ -66,11 +66,17 @@ const SIOCETHTOOL: libc::c_ulong = 0x8946;
 /// `ETH_RXFH_INDIR_NO_CHANGE`: include/uapi/linux/ethtool.h.
 const ETH_RXFH_INDIR_NO_CHANGE: u32 = 0xffff_ffff;
 
-/// The ethtool commands that [`ethtool_ioctl`] passes to the kernel (the
-/// RSS ones); the values are include/uapi/linux/ethtool.h's `ETHTOOL_*`.
+/// The ethtool commands that [`ethtool_ioctl`] passes to the kernel (RSS,
+/// the hashed fields, the driver's name); the values are include/uapi/linux/ethtool.h's `ETHTOOL_*`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u32)]
 pub enum EthtoolCmd {
+    /// `ETHTOOL_GDRVINFO` (0x03, `struct ethtool_drvinfo`, 196 bytes): the
+    /// driver's name and bus.
+    GetDrvInfo = 0x03,
+    /// `ETHTOOL_GRXFH` (0x29, `struct ethtool_rxnfc`): the fields RSS hashes
+    /// for one flow type.
+    GetRxFlowHash = 0x29,
     /// `ETHTOOL_GRXRINGS` (0x2d, `struct ethtool_rxnfc`): the receive rings.
     GetRxRings = 0x2d,
     /// `ETHTOOL_GRXFHINDIR` (0x38, `struct ethtool_rxfh_indir`).
@@ -87,6 +93,8 @@ impl EthtoolCmd {
     /// The command whose number is `cmd`, if it is one of these.
     pub fn from_u32(cmd: u32) -> Option<EthtoolCmd> {
         [
+            EthtoolCmd::GetDrvInfo,
+            EthtoolCmd::GetRxFlowHash,
             EthtoolCmd::GetRxRings,
             EthtoolCmd::GetRxfhIndir,
             EthtoolCmd::SetRxfhIndir,
@@ -109,7 +117,8 @@ impl EthtoolCmd {
             Some(u32::from_ne_bytes(data.get(at..at + 4)?.try_into().ok()?))
         };
         match self {
-            EthtoolCmd::GetRxRings => Some(192),
+            EthtoolCmd::GetDrvInfo => Some(196),
+            EthtoolCmd::GetRxRings | EthtoolCmd::GetRxFlowHash => Some(192),
             EthtoolCmd::GetRxfhIndir | EthtoolCmd::SetRxfhIndir => {
                 (word(4)? as usize).checked_mul(4)?.checked_add(8)
             }
@@ -154,7 +163,7 @@ pub fn ethtool_ioctl(ifname: &str, data: &mut [u8]) -> std::io::Result<()> {
         .and_then(|b| b.try_into().ok())
         .map(u32::from_ne_bytes)
         .and_then(EthtoolCmd::from_u32)
-        .ok_or_else(|| invalid("not an RSS ethtool command"))?;
+        .ok_or_else(|| invalid("not an ethtool command flowlane sends"))?;
     match cmd.extent(data) {
         Some(n) if n <= data.len() => {}
         _ => return Err(invalid("ethtool buffer shorter than the sizes it declares")),

@@ -21,6 +21,8 @@
 //! | [`rebalance`] | the rebalancing policy (RSS++-style): per-bucket and per-core loads → bucket moves, next period |
 //! | [`hints`] | flow → (hash, bucket, queue, CPU, node); source-port choice |
 //! | [`nic`] | the RSS-NIC interface (key, table, capabilities) that real and emulated NICs implement |
+//! | [`nic_caps`] | what a NIC can do (channels, RSS, XDP, queues, NAPI, IRQs): the capability snapshot |
+//! | [`plan_explain`] | which part of a plan the NIC, the kernel or flowlane carries out, and why |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -31,7 +33,9 @@ mod hwloc;
 pub mod indirection;
 pub mod irq;
 pub mod nic;
+pub mod nic_caps;
 pub mod placement;
+pub mod plan_explain;
 pub mod rebalance;
 pub mod toeplitz;
 pub mod topology;
@@ -45,7 +49,9 @@ pub use irq::{
     IrqAffinityChange, IrqInfo, IrqPlan, NapiPlan, NapiThreadAffinity,
 };
 pub use nic::{RssCaps, RssNic, RssSettings, RssSettingsError};
+pub use nic_caps::NicCaps;
 pub use placement::{plan_placement, PlacementNote, PlacementPlan, QueuePlacement};
+pub use plan_explain::{explain, DoneBy, PlanPart, Wanted};
 pub use rebalance::{
     BucketLoad, BucketMove, CoreLoad, LoadSnapshot, MoveReason, RebalanceConfig, RebalancePlan,
     Rebalancer, RoundOutcome,

@@ -67,6 +67,22 @@ pub(crate) enum Cause {
     Malformed(String),
 }
 
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Cause::Os {
+                errno,
+                detail: Some(d),
+            } => write!(f, "{} ({d})", errno.desc()),
+            Cause::Os {
+                errno,
+                detail: None,
+            } => f.write_str(errno.desc()),
+            Cause::Malformed(d) => write!(f, "malformed reply from the kernel ({d})"),
+        }
+    }
+}
+
 impl From<std::io::Error> for Cause {
     fn from(e: std::io::Error) -> Cause {
         match e.raw_os_error() {

@@ -52,6 +52,17 @@ impl EthtoolNic {
     /// # Errors
     /// In the user's terms ([`NicError`]).
     pub(crate) fn read(&self) -> Result<(RssSettings, Mechanism), NicError> {
+        self.read_with_hfunc().map(|(s, _, m)| (s, m))
+    }
+
+    /// As [`read`](Self::read), with the hash function in force
+    /// (`ETH_RSS_HASH_*` bits) where the driver says.
+    ///
+    /// # Errors
+    /// In the user's terms ([`NicError`]).
+    pub(crate) fn read_with_hfunc(
+        &self,
+    ) -> Result<(RssSettings, Option<u32>, Mechanism), NicError> {
         let genl = self.genl();
         let mut netlink_said = None;
         if let (Some(g), Mechanism::Netlink) =
@@ -59,10 +70,11 @@ impl EthtoolNic {
         {
             match g.request(RssMessage::get(&self.ifname), false) {
                 Ok(Some(reply)) => {
+                    let hfunc = reply.hfunc();
                     let (table, key) = reply
                         .into_table_and_key()
                         .map_err(|e| self.err(Op::Read, Cause::Malformed(e.to_string())))?;
-                    return Ok((RssSettings { key, table }, Mechanism::Netlink));
+                    return Ok((RssSettings { key, table }, hfunc, Mechanism::Netlink));
                 }
                 Ok(None) => {
                     return Err(self.err(Op::Read, Cause::Malformed("no RSS_GET reply".into())))
@@ -71,9 +83,10 @@ impl EthtoolNic {
                 Err(e) => return Err(self.err(Op::Read, e)),
             }
         }
-        let (table, key, _) = ioctl::get_rss(&self.ifname)
+        let (table, key, h) = ioctl::get_rss(&self.ifname)
             .map_err(|e| self.err(Op::Read, with_detail(e, netlink_said)))?;
-        Ok((RssSettings { key, table }, Mechanism::Ioctl))
+        let hfunc = (h.hfunc != 0).then_some(u32::from(h.hfunc));
+        Ok((RssSettings { key, table }, hfunc, Mechanism::Ioctl))
     }
 
     /// The key and table in force, read before a write: a NIC whose RSS

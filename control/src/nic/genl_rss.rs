@@ -187,6 +187,15 @@ impl RssMessage {
         }
     }
 
+    /// The hash function (`ETH_RSS_HASH_*` bits) of an `RSS_GET_REPLY`, if
+    /// it names one.
+    pub(crate) fn hfunc(&self) -> Option<u32> {
+        self.attrs.iter().find_map(|a| match a {
+            RssAttr::Hfunc(h) if *h != 0 => Some(*h),
+            _ => None,
+        })
+    }
+
     /// The table and key of an `RSS_GET_REPLY` (an absent attribute is an
     /// empty table or key: the driver has none).
     pub(crate) fn into_table_and_key(self) -> Result<(Vec<u32>, Vec<u8>), DecodeError> {

@@ -28,6 +28,22 @@ pub(crate) fn ring_count(ifname: &str) -> Result<u32, Cause> {
     )?)?)
 }
 
+/// The driver's name (`ETHTOOL_GDRVINFO`).
+pub(crate) fn driver(ifname: &str) -> Result<String, Cause> {
+    Ok(layout::drvinfo_driver(&call(
+        ifname,
+        layout::drvinfo_request(),
+    )?)?)
+}
+
+/// The `RXH_*` fields RSS hashes for `flow_type` (`ETHTOOL_GRXFH`).
+pub(crate) fn flow_hash(ifname: &str, flow_type: u32) -> Result<u64, Cause> {
+    Ok(layout::rx_flow_hash_reply(&call(
+        ifname,
+        layout::rx_flow_hash_request(flow_type),
+    )?)?)
+}
+
 /// The table and key in force, and the `ethtool_rxfh` header (sizes,
 /// `input_xfrm`): `ETHTOOL_GRSSH` (sizes, then contents); the table alone
 /// through `ETHTOOL_GRXFHINDIR` where `GRSSH` is unknown.

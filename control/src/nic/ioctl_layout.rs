@@ -105,6 +105,45 @@ pub(crate) fn rx_rings_reply(buf: &[u8]) -> Result<u32, LayoutError> {
     })
 }
 
+/// `sizeof(struct ethtool_drvinfo)`: `cmd`, then `driver[32]`, four more
+/// 32-byte strings, 12 reserved bytes and five `__u32` counts.
+pub(crate) const DRVINFO_LEN: usize = 196;
+
+/// `ETHTOOL_GDRVINFO`.
+pub(crate) fn drvinfo_request() -> Vec<u8> {
+    let mut b = vec![0; DRVINFO_LEN];
+    put_u32(&mut b, 0, EthtoolCmd::GetDrvInfo as u32);
+    b
+}
+
+/// The driver's name in an `ETHTOOL_GDRVINFO` reply.
+pub(crate) fn drvinfo_driver(buf: &[u8]) -> Result<String, LayoutError> {
+    check(buf, "ethtool_drvinfo", DRVINFO_LEN, EthtoolCmd::GetDrvInfo)?;
+    let name = &buf[4..36];
+    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    Ok(String::from_utf8_lossy(&name[..end]).into_owned())
+}
+
+/// `TCP_V4_FLOW`, `UDP_V4_FLOW`, `TCP_V6_FLOW`, `UDP_V6_FLOW`
+/// (include/uapi/linux/ethtool.h): the flow types whose hashed fields the
+/// capability model reports, with their `rx-flow-hash` names.
+pub(crate) const FLOW_TYPES: [(u32, &str); 4] =
+    [(1, "tcp4"), (5, "tcp6"), (2, "udp4"), (6, "udp6")];
+
+/// `ETHTOOL_GRXFH` for `flow_type` (RSS context 0).
+pub(crate) fn rx_flow_hash_request(flow_type: u32) -> Vec<u8> {
+    let mut b = vec![0; RXNFC_LEN];
+    put_u32(&mut b, 0, EthtoolCmd::GetRxFlowHash as u32);
+    put_u32(&mut b, 4, flow_type);
+    b
+}
+
+/// The `RXH_*` bits of an `ETHTOOL_GRXFH` reply (`data`).
+pub(crate) fn rx_flow_hash_reply(buf: &[u8]) -> Result<u64, LayoutError> {
+    check(buf, "ethtool_rxnfc", RXNFC_LEN, EthtoolCmd::GetRxFlowHash)?;
+    Ok(u64::from_ne_bytes(buf[8..16].try_into().expect("8 bytes")))
+}
+
 /// The fixed part of an `ethtool_rxfh`: what `ETHTOOL_GRSSH` reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RxfhHeader {

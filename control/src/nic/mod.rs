@@ -11,9 +11,12 @@
 //! [`RssNic`]: flowlane_numa_sched::nic::RssNic
 //! [`EthtoolNic`]: ethtool::EthtoolNic
 
+pub(crate) mod caps;
 pub(crate) mod error;
 pub(crate) mod ethtool;
+mod genl_caps;
 mod genl_rss;
 mod ioctl;
 mod ioctl_layout;
 mod netlink;
+pub(crate) mod recording;

@@ -11,7 +11,7 @@ use std::sync::Mutex;
 
 use netlink_packet_core::{
     DecodeError, Emitable, NetlinkBuffer, NetlinkDeserializable, NetlinkMessage, NetlinkPayload,
-    NlasIterator, ParseableParametrized, NLM_F_ACK, NLM_F_REQUEST,
+    NlasIterator, ParseableParametrized, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST,
 };
 use netlink_packet_generic::ctrl::nlas::{GenlCtrlAttrs, OpAttrs};
 use netlink_packet_generic::ctrl::{GenlCtrl, GenlCtrlCmd};
@@ -96,11 +96,49 @@ impl Genl {
     where
         F: GenlFamily + Emitable + ParseableParametrized<[u8], GenlHeader> + std::fmt::Debug,
     {
+        let flags = NLM_F_REQUEST | if ack { NLM_F_ACK } else { 0 };
+        let mut reply = None;
+        self.exchange(payload, flags, |m| {
+            reply = Some(m);
+            !ack
+        })?;
+        Ok(reply)
+    }
+
+    /// Sends `payload` as a dump request and returns every message of the
+    /// answer, until the kernel's `NLMSG_DONE`.
+    ///
+    /// # Errors
+    /// As [`request`](Self::request).
+    pub(crate) fn dump<F>(&self, payload: F) -> Result<Vec<F>, Cause>
+    where
+        F: GenlFamily + Emitable + ParseableParametrized<[u8], GenlHeader> + std::fmt::Debug,
+    {
+        let mut all = Vec::new();
+        self.exchange(payload, NLM_F_REQUEST | NLM_F_DUMP, |m| {
+            all.push(m);
+            false
+        })?;
+        Ok(all)
+    }
+
+    /// Sends `payload` with `flags` and hands each answering message to
+    /// `each` until it returns true, an ack or `NLMSG_DONE` comes, or an
+    /// error.
+    fn exchange<F>(
+        &self,
+        payload: F,
+        flags: u16,
+        mut each: impl FnMut(F) -> bool,
+    ) -> Result<(), Cause>
+    where
+        F: GenlFamily + Emitable + ParseableParametrized<[u8], GenlHeader> + std::fmt::Debug,
+    {
         let mut genl = GenlMessage::from_payload(payload);
         genl.set_resolved_family_id(self.family);
         let mut msg = NetlinkMessage::from(genl);
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        msg.header.flags = NLM_F_REQUEST | if ack { NLM_F_ACK } else { 0 };
+        msg.header.flags = flags;
         msg.header.sequence_number = seq;
         msg.finalize();
         let mut buf = vec![0; msg.buffer_len()];
@@ -115,14 +153,23 @@ impl Genl {
                 let (len, answer) = decode::<GenlMessage<F>>(&data[at..])?;
                 at += len;
                 match answer {
-                    Answer::Other(s) if s != seq => continue,
-                    Answer::Message(s, _) | Answer::Ack(s) | Answer::Failed(s, _) if s != seq => {
+                    Answer::Message(s, _)
+                    | Answer::Ack(s)
+                    | Answer::Done(s)
+                    | Answer::Failed(s, _)
+                    | Answer::Other(s)
+                        if s != seq =>
+                    {
                         continue
                     }
-                    Answer::Message(_, m) if !ack => return Ok(Some(m.payload)),
-                    Answer::Ack(_) => return Ok(None),
+                    Answer::Message(_, m) => {
+                        if each(m.payload) {
+                            return Ok(());
+                        }
+                    }
+                    Answer::Ack(_) | Answer::Done(_) => return Ok(()),
                     Answer::Failed(_, cause) => return Err(cause),
-                    Answer::Message(..) | Answer::Other(_) => {}
+                    Answer::Other(_) => {}
                 }
             }
         }
@@ -136,6 +183,8 @@ enum Answer<M> {
     Message(u32, M),
     /// An acknowledgement.
     Ack(u32),
+    /// The end of a dump.
+    Done(u32),
     /// An error.
     Failed(u32, Cause),
     /// Anything else (done, noop, overrun).
@@ -158,6 +207,7 @@ where
     let answer = match msg.payload {
         NetlinkPayload::InnerMessage(m) => Answer::Message(seq, m),
         NetlinkPayload::Error(e) if e.code.is_none() => Answer::Ack(seq),
+        NetlinkPayload::Done(_) => Answer::Done(seq),
         NetlinkPayload::Error(e) => Answer::Failed(
             seq,
             Cause::Os {

@@ -1,0 +1,535 @@
+//! `flowlane plan --explain`: for each part of a plan, whether the NIC does
+//! it in hardware, the kernel in its software path, or flowlane itself, and
+//! why (Dragonet's "what runs in hardware, what is spilled to software").
+//! Pure: a [`NicCaps`] snapshot and what the plan wants in, the parts out.
+
+use serde::Serialize;
+
+use crate::nic_caps::{NicCaps, XdpFeature, XskFeature, XskMode};
+use crate::toeplitz::HashFields;
+
+/// Who carries out a part of the plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DoneBy {
+    /// The NIC.
+    Hardware,
+    /// The kernel's software path (copy-mode AF_XDP, generic XDP, NAPI
+    /// threads).
+    Kernel,
+    /// flowlane, in software.
+    Flowlane,
+    /// Nobody: this plan cannot be carried out on this NIC as asked.
+    Refused,
+    /// The kernel could not be asked (an older kernel, a missing operation).
+    Unknown,
+}
+
+impl std::fmt::Display for DoneBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DoneBy::Hardware => "hardware",
+            DoneBy::Kernel => "kernel",
+            DoneBy::Flowlane => "flowlane",
+            DoneBy::Refused => "refused",
+            DoneBy::Unknown => "unknown",
+        })
+    }
+}
+
+/// One part of the plan, explained.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PlanPart {
+    /// Which part (`rss-hash`, `indirection-table`, `queues`, ...).
+    pub part: &'static str,
+    /// Who does it.
+    pub done_by: DoneBy,
+    /// What is done, in a line.
+    pub what: String,
+    /// Why it is done there.
+    pub why: String,
+    /// A command that would move it to the hardware or fix it, if any.
+    pub action: Option<String>,
+}
+
+/// What the plan asks of the NIC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wanted {
+    /// Workers (one per receive queue where the NIC has enough).
+    pub workers: u32,
+    /// Indirection-table entries flowlane plans with where the NIC has no
+    /// table of its own.
+    pub table_size: u32,
+}
+
+/// Explains, part by part, how `wanted` would run on the NIC `caps`.
+#[must_use]
+pub fn explain(caps: &NicCaps, wanted: Wanted) -> Vec<PlanPart> {
+    vec![
+        rss_hash(caps),
+        indirection(caps, wanted),
+        queues(caps, wanted),
+        af_xdp(caps),
+        xdp_attach(caps),
+        tx_checksum(caps),
+        interrupts(caps, wanted),
+        ntuple(caps),
+        numa(caps),
+    ]
+}
+
+fn part(
+    part: &'static str,
+    done_by: DoneBy,
+    what: impl Into<String>,
+    why: impl Into<String>,
+    action: Option<String>,
+) -> PlanPart {
+    PlanPart {
+        part,
+        done_by,
+        what: what.into(),
+        why: why.into(),
+        action,
+    }
+}
+
+fn is_veth(caps: &NicCaps) -> bool {
+    caps.driver.as_deref() == Some("veth")
+}
+
+fn rss_hash(caps: &NicCaps) -> PlanPart {
+    let iface = &caps.iface;
+    let Some(rss) = &caps.rss else {
+        let why = if is_veth(caps) {
+            "veth has no RSS: a frame arrives on the queue it was sent on; the test bed's \
+             tc program on the peer computes the same Toeplitz hash and table \
+             (`flowlane testbed up`), and flowlane computes it for hints"
+        } else {
+            "the driver reports no RSS: frames land on whatever queue the device picks; \
+             flowlane computes the Toeplitz hash itself for hints"
+        };
+        return part(
+            "rss-hash",
+            DoneBy::Flowlane,
+            "Toeplitz hash of each flow's addresses and ports, computed in software",
+            why,
+            None,
+        );
+    };
+    let func = rss.hash_function.as_deref().unwrap_or("unknown");
+    if func != "toeplitz" && rss.hash_function.is_some() {
+        return part(
+            "rss-hash",
+            DoneBy::Hardware,
+            format!("{func} hash in the NIC"),
+            format!(
+                "flowlane predicts queues with Toeplitz only: hints and the choice of \
+                 source ports cannot match a {func} hash"
+            ),
+            Some(format!("ethtool -X {iface} hfunc toeplitz")),
+        );
+    }
+    let tcp4 = rss.flow_hash.tcp4.as_deref();
+    match tcp4.map(HashFields::from_ethtool_letters) {
+        Some(Some(HashFields::Addresses)) => part(
+            "rss-hash",
+            DoneBy::Hardware,
+            format!(
+                "Toeplitz over addresses only for TCP/IPv4, {}-byte key",
+                rss.key_len
+            ),
+            "every flow between two hosts lands on one queue: one worker serves them all",
+            Some(format!("ethtool -N {iface} rx-flow-hash tcp4 sdfn")),
+        ),
+        Some(None) => part(
+            "rss-hash",
+            DoneBy::Hardware,
+            format!("Toeplitz over fields `{}` for TCP/IPv4", tcp4.unwrap_or("")),
+            "flowlane's hints model addresses or addresses and ports only: they cannot \
+             predict this NIC's queue",
+            Some(format!("ethtool -N {iface} rx-flow-hash tcp4 sdfn")),
+        ),
+        _ => part(
+            "rss-hash",
+            DoneBy::Hardware,
+            format!(
+                "Toeplitz over addresses and ports, {}-byte key{}",
+                rss.key_len,
+                if tcp4.is_none() {
+                    " (hashed fields not reported: assumed)"
+                } else {
+                    ""
+                }
+            ),
+            "the NIC hashes every frame; flowlane computes the same hash bit for bit to \
+             predict each flow's queue (hints, source ports of outgoing connections)",
+            None,
+        ),
+    }
+}
+
+fn indirection(caps: &NicCaps, wanted: Wanted) -> PlanPart {
+    let queues = wanted.workers.min(caps.max_rx_queues()).max(1);
+    match &caps.rss {
+        Some(r) if r.table_size > 0 => part(
+            "indirection-table",
+            DoneBy::Hardware,
+            format!(
+                "{} entries over {queues} queue(s), {} bucket(s) each",
+                r.table_size,
+                r.table_size / queues
+            ),
+            "rebalancing moves a bucket by rewriting its entry (ethtool RSS_SET or \
+             SIOCETHTOOL), the NIC steers its next frame to the new queue",
+            None,
+        ),
+        _ => part(
+            "indirection-table",
+            DoneBy::Flowlane,
+            format!(
+                "{} buckets kept in software{}",
+                wanted.table_size,
+                if is_veth(caps) {
+                    " (the test bed's BPF map)"
+                } else {
+                    ""
+                }
+            ),
+            if is_veth(caps) {
+                "veth has no table; the bed's emulated NIC holds one and takes the same \
+                 rewrites as a real NIC's"
+            } else {
+                "the NIC has no programmable table: flowlane cannot steer buckets in the \
+                 NIC, so moves between queues are not possible"
+            },
+            None,
+        ),
+    }
+}
+
+fn queues(caps: &NicCaps, wanted: Wanted) -> PlanPart {
+    let iface = &caps.iface;
+    let max = caps.max_rx_queues();
+    let now = caps.rx_queues;
+    if wanted.workers > max {
+        return part(
+            "queues",
+            DoneBy::Refused,
+            format!(
+                "{} workers, but {iface} can have {max} receive queue(s)",
+                wanted.workers
+            ),
+            "each flowlane worker owns one receive queue and its AF_XDP socket; spreading \
+             one queue's frames over several workers in software is not built yet",
+            Some(format!("run {max} worker(s) (--queues {max})")),
+        );
+    }
+    let action = (wanted.workers > now).then(|| match caps.channels {
+        Some(c) if c.combined_max > 0 => format!("ethtool -L {iface} combined {}", wanted.workers),
+        Some(_) => format!("ethtool -L {iface} rx {}", wanted.workers),
+        None => format!("give {iface} {} receive queues", wanted.workers),
+    });
+    part(
+        "queues",
+        DoneBy::Hardware,
+        format!(
+            "{} receive queue(s), one per worker ({now} now, {max} at most)",
+            wanted.workers
+        ),
+        "the NIC delivers each bucket's frames to its worker's queue: no frame crosses \
+         cores in software",
+        action,
+    )
+}
+
+fn af_xdp(caps: &NicCaps) -> PlanPart {
+    let zc_segs = caps.xdp.as_ref().map_or(0, |x| x.zc_max_segs);
+    match caps.xsk_mode() {
+        Some(XskMode::ZeroCopy) => part(
+            "af-xdp",
+            DoneBy::Hardware,
+            format!("zero-copy AF_XDP (up to {zc_segs} fragment(s) per frame)"),
+            "the NIC reads and writes frames in flowlane's UMEM directly",
+            None,
+        ),
+        Some(XskMode::Copy) => part(
+            "af-xdp",
+            DoneBy::Kernel,
+            "copy-mode AF_XDP",
+            "the driver has no zero-copy: the kernel copies each received frame into the \
+             UMEM and builds an skb for each transmitted one (most of flowlane's cost per \
+             byte on such a device)",
+            None,
+        ),
+        None => part(
+            "af-xdp",
+            DoneBy::Unknown,
+            "AF_XDP mode not known",
+            "the kernel has no netdev `dev-get` (before 6.3); flowlane tries zero-copy and \
+             falls back to copy mode",
+            None,
+        ),
+    }
+}
+
+fn xdp_attach(caps: &NicCaps) -> PlanPart {
+    match caps.has_xdp(XdpFeature::Basic) {
+        Some(true) => part(
+            "xdp-program",
+            DoneBy::Hardware,
+            "native XDP in the driver",
+            "flowlane's steering program runs before the kernel allocates an skb",
+            None,
+        ),
+        Some(false) => part(
+            "xdp-program",
+            DoneBy::Kernel,
+            "generic (skb) XDP",
+            "the driver has no native XDP: the program runs after the kernel built an skb, \
+             at a kernel-like cost per frame",
+            None,
+        ),
+        None => part(
+            "xdp-program",
+            DoneBy::Unknown,
+            "XDP mode not known",
+            "the kernel has no netdev `dev-get` (before 6.3)",
+            None,
+        ),
+    }
+}
+
+fn tx_checksum(caps: &NicCaps) -> PlanPart {
+    let offered = caps
+        .xdp
+        .as_ref()
+        .is_some_and(|x| x.xsk.contains(&XskFeature::TxChecksum));
+    part(
+        "tx-checksum",
+        DoneBy::Flowlane,
+        "TCP and IP checksums of transmitted segments computed in software",
+        if offered {
+            "the NIC offers AF_XDP checksum offload (XDP_TXMD_FLAGS_CHECKSUM); flowlane \
+             does not use transmit metadata yet"
+        } else {
+            "the device offers no AF_XDP checksum offload"
+        },
+        None,
+    )
+}
+
+fn interrupts(caps: &NicCaps, wanted: Wanted) -> PlanPart {
+    let iface = &caps.iface;
+    let n = wanted.workers.min(caps.rx_queues);
+    let irqs: Vec<_> = caps.rx_irqs().into_iter().filter(|&(q, _)| q < n).collect();
+    let threads = caps.napis.iter().filter(|x| x.pid.is_some()).count();
+    if !irqs.is_empty() {
+        let list = irqs
+            .iter()
+            .take(8)
+            .map(|(q, i)| format!("{q}:{i}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        return part(
+            "interrupts",
+            DoneBy::Hardware,
+            format!(
+                "one IRQ per receive queue (queue:irq {list}{})",
+                if irqs.len() > 8 { " ..." } else { "" }
+            ),
+            "each queue's IRQ is pinned to its worker's CPU, so NAPI runs where the \
+             worker reads the ring",
+            Some(format!("flowlane irq apply --iface {iface}")),
+        );
+    }
+    if threads > 0 || caps.threaded_napi == Some(true) {
+        return part(
+            "interrupts",
+            DoneBy::Kernel,
+            format!("threaded NAPI: {threads} napi/{iface}-N kernel thread(s)"),
+            "no per-queue IRQs (a virtual device): each queue's NAPI thread is pinned \
+             like an IRQ would be",
+            Some(format!("flowlane irq apply --iface {iface}")),
+        );
+    }
+    if caps.queues.is_empty() && caps.napis.is_empty() {
+        return part(
+            "interrupts",
+            DoneBy::Unknown,
+            "queue interrupts not known",
+            "the kernel has no netdev `queue-get`/`napi-get` (before 6.8) and no IRQ is \
+             named after a queue",
+            Some(format!("flowlane irq show --iface {iface}")),
+        );
+    }
+    part(
+        "interrupts",
+        DoneBy::Kernel,
+        "NAPI in softirq context, no per-queue IRQ",
+        "the device has neither per-queue IRQs nor threaded NAPI: its receive processing \
+         runs wherever the softirq does (on veth, NAPI runs only while an XDP program is \
+         attached)",
+        Some(format!("echo 1 > /sys/class/net/{iface}/threaded")),
+    )
+}
+
+fn ntuple(caps: &NicCaps) -> PlanPart {
+    let iface = &caps.iface;
+    match caps.ntuple {
+        Some(t) if t.available => part(
+            "flow-steering",
+            DoneBy::Hardware,
+            format!(
+                "ntuple filters available ({})",
+                if t.on { "on" } else { "off" }
+            ),
+            "flowlane steers by RSS buckets and needs no filter; the filters stay the \
+             operator's (a filter that catches flowlane's traffic takes it off its bucket)",
+            (!t.on).then(|| format!("ethtool -K {iface} ntuple on")),
+        ),
+        Some(_) => part(
+            "flow-steering",
+            DoneBy::Flowlane,
+            "no ntuple filters",
+            "flows are placed through the indirection table only; flowlane's XDP program \
+             passes traffic that is not flowlane's to the kernel",
+            None,
+        ),
+        None => part(
+            "flow-steering",
+            DoneBy::Unknown,
+            "ntuple filters not known",
+            "the kernel did not answer ethtool FEATURES_GET",
+            None,
+        ),
+    }
+}
+
+fn numa(caps: &NicCaps) -> PlanPart {
+    match caps.numa_node {
+        Some(n) => part(
+            "numa",
+            DoneBy::Hardware,
+            format!("the NIC is on node {n}: its workers, UMEM and IRQs go there"),
+            "frames are DMA'd into node-local memory and read by node-local cores",
+            None,
+        ),
+        None => part(
+            "numa",
+            DoneBy::Flowlane,
+            "the NIC names no NUMA node: workers are spread over all nodes",
+            "a virtual device or a one-node machine (device/numa_node is -1 or absent)",
+            None,
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nic_caps::{xdp_features, Channels, FlowHash, RssFacts, Toggle, XdpFacts};
+
+    fn find<'a>(parts: &'a [PlanPart], name: &str) -> &'a PlanPart {
+        parts.iter().find(|p| p.part == name).unwrap()
+    }
+
+    #[test]
+    fn a_nic_without_anything_known() {
+        let caps = NicCaps {
+            iface: "x".into(),
+            rx_queues: 1,
+            tx_queues: 1,
+            ..NicCaps::default()
+        };
+        let p = explain(
+            &caps,
+            Wanted {
+                workers: 1,
+                table_size: 128,
+            },
+        );
+        assert_eq!(p.len(), 9);
+        assert_eq!(find(&p, "af-xdp").done_by, DoneBy::Unknown);
+        assert_eq!(find(&p, "interrupts").done_by, DoneBy::Unknown);
+        assert_eq!(find(&p, "rss-hash").done_by, DoneBy::Flowlane);
+        assert_eq!(find(&p, "queues").done_by, DoneBy::Hardware);
+        assert_eq!(find(&p, "numa").done_by, DoneBy::Flowlane);
+    }
+
+    #[test]
+    fn more_workers_than_queues_is_refused_with_the_way_out() {
+        let caps = NicCaps {
+            iface: "eth1".into(),
+            rx_queues: 2,
+            tx_queues: 2,
+            channels: Some(Channels {
+                combined_max: 4,
+                combined: 2,
+                ..Channels::default()
+            }),
+            ..NicCaps::default()
+        };
+        let w = |workers| Wanted {
+            workers,
+            table_size: 128,
+        };
+        let q = find(&explain(&caps, w(3)), "queues").clone();
+        assert_eq!(q.done_by, DoneBy::Hardware);
+        assert_eq!(q.action.as_deref(), Some("ethtool -L eth1 combined 3"));
+        let q = find(&explain(&caps, w(5)), "queues").clone();
+        assert_eq!(q.done_by, DoneBy::Refused);
+        assert_eq!(q.action.as_deref(), Some("run 4 worker(s) (--queues 4)"));
+    }
+
+    #[test]
+    fn a_hash_flowlane_cannot_predict_is_named() {
+        let mut caps = NicCaps {
+            iface: "eth2".into(),
+            rx_queues: 4,
+            tx_queues: 4,
+            rss: Some(RssFacts {
+                key_len: 40,
+                table_size: 128,
+                hash_function: Some("toeplitz".into()),
+                flow_hash: FlowHash {
+                    tcp4: Some("sd".into()),
+                    ..FlowHash::default()
+                },
+            }),
+            ntuple: Some(Toggle {
+                available: true,
+                on: false,
+            }),
+            xdp: Some(XdpFacts {
+                features: xdp_features(0x03),
+                ..XdpFacts::default()
+            }),
+            ..NicCaps::default()
+        };
+        let w = Wanted {
+            workers: 4,
+            table_size: 128,
+        };
+        let p = explain(&caps, w);
+        let h = find(&p, "rss-hash");
+        assert!(h.what.contains("addresses only"), "{h:?}");
+        assert_eq!(
+            h.action.as_deref(),
+            Some("ethtool -N eth2 rx-flow-hash tcp4 sdfn")
+        );
+        assert_eq!(
+            find(&p, "indirection-table").what,
+            "128 entries over 4 queue(s), 32 bucket(s) each"
+        );
+        assert_eq!(find(&p, "af-xdp").done_by, DoneBy::Kernel);
+        assert_eq!(find(&p, "xdp-program").done_by, DoneBy::Hardware);
+        assert_eq!(
+            find(&p, "flow-steering").action.as_deref(),
+            Some("ethtool -K eth2 ntuple on")
+        );
+        caps.rss.as_mut().unwrap().hash_function = Some("xor".into());
+        let h = find(&explain(&caps, w), "rss-hash").clone();
+        assert_eq!(h.action.as_deref(), Some("ethtool -X eth2 hfunc toeplitz"));
+    }
+}
