@@ -1,5 +1,7 @@
-//! `flowlane daemon`: serves the running flowlane services' counters as
-//! Prometheus metrics and answers flow hints until SIGTERM or SIGINT.
+//! `flowlane daemon`: owns the NICs it is given (reads what each can do,
+//! applies the IRQ/NAPI and RSS plan, puts things back on exit), serves the
+//! running flowlane services' counters and its NICs as Prometheus metrics,
+//! and answers flow hints and host questions until SIGTERM or SIGINT.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,6 +11,12 @@ use anyhow::Result;
 use clap::Args as ClapArgs;
 use flowlane_apps::service::ServiceSignals;
 use flowlane_daemon::{Daemon, DaemonConfig};
+use flowlane_dataplane::affinity::allowed_cpus;
+use flowlane_dataplane::control_socket;
+
+use crate::host_plan::{self, Owned};
+use crate::sysroot::Roots;
+use crate::topology_args::TopologyArgs;
 
 /// `flowlane daemon` flags; each wins over `--config`'s key of the same
 /// name, and both over the defaults (contrib/flowlane/daemon.toml).
@@ -35,6 +43,18 @@ pub(crate) struct Args {
     /// [default: 500].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     scrape_timeout_ms: Option<u64>,
+    /// A NIC the daemon owns (repeatable): its capabilities read, its
+    /// IRQ/NAPI and RSS plan applied on start (replaces the file's
+    /// `ifaces`).
+    #[arg(long = "iface", value_name = "IF")]
+    ifaces: Vec<String>,
+    /// Only report what the plan would change on the NICs; change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Leave the NICs as the plan configured them when the daemon stops
+    /// (default: put back what it changed).
+    #[arg(long)]
+    keep_on_exit: bool,
 }
 
 impl Args {
@@ -56,6 +76,11 @@ impl Args {
         if let Some(ms) = self.scrape_timeout_ms {
             c.scrape_timeout = Duration::from_millis(ms);
         }
+        if !self.ifaces.is_empty() {
+            c.ifaces = self.ifaces.clone();
+        }
+        c.dry_run |= self.dry_run;
+        c.restore_on_exit &= !self.keep_on_exit;
         Ok(c)
     }
 }
@@ -63,7 +88,15 @@ impl Args {
 pub(crate) fn run(args: Args) -> Result<()> {
     let config = args.config()?;
     let signals = ServiceSignals::install()?;
-    let mut daemon = Daemon::start(&config)?;
+    let owned = own_nics(&config)?;
+    let mut daemon = match Daemon::start(&config) {
+        Ok(d) => d,
+        Err(e) => {
+            restore(owned, &config);
+            return Err(e.into());
+        }
+    };
+    daemon.set_nics(owned.iter().map(|o| o.report.clone()).collect());
     println!(
         "{}",
         serde_json::json!({
@@ -71,6 +104,11 @@ pub(crate) fn run(args: Args) -> Result<()> {
             "metrics": daemon.metrics_addr().to_string(),
             "socket": daemon.socket_path(),
             "run_dir": config.run_dir,
+            "nics": owned.iter().map(|o| serde_json::json!({
+                "iface": o.report.caps.iface,
+                "dry_run": o.report.dry_run,
+                "changes": o.report.changes,
+            })).collect::<Vec<_>>(),
         })
     );
     while !signals.stop_requested() {
@@ -78,5 +116,59 @@ pub(crate) fn run(args: Args) -> Result<()> {
         std::thread::sleep(Duration::from_millis(5));
     }
     drop(daemon);
+    restore(owned, &config);
     Ok(())
+}
+
+/// Reads and plans each of `config.ifaces` (and applies the plan unless
+/// dry); on a failure, puts back what the NICs before it got.
+fn own_nics(config: &DaemonConfig) -> Result<Vec<Owned>> {
+    if config.ifaces.is_empty() {
+        return Ok(Vec::new());
+    }
+    let roots = Roots::default();
+    let topo = TopologyArgs::default().load()?;
+    let budget = allowed_cpus();
+    let mut owned = Vec::new();
+    for iface in &config.ifaces {
+        match host_plan::own(
+            &roots,
+            iface,
+            &topo,
+            Some(&budget),
+            config.dry_run,
+            config.restore_on_exit,
+        ) {
+            Ok(o) => owned.push(o),
+            Err(e) => {
+                restore(owned, config);
+                return Err(e);
+            }
+        }
+    }
+    Ok(owned)
+}
+
+/// Puts back what the daemon changed on its NICs, if so configured, and
+/// says what it did (a JSON line per NIC).
+fn restore(owned: Vec<Owned>, config: &DaemonConfig) {
+    if !config.restore_on_exit || config.dry_run {
+        return;
+    }
+    let in_use: Vec<String> = control_socket::live_sockets(&config.run_dir)
+        .iter()
+        .filter_map(|p| crate::cmd_rebalance::status(p).ok())
+        .map(|s| s.iface)
+        .collect();
+    for o in owned {
+        let iface = o.report.caps.iface.clone();
+        let busy = in_use.contains(&iface);
+        let said = o.restore(&Roots::default(), busy);
+        if !said.is_empty() {
+            println!(
+                "{}",
+                serde_json::json!({"event": "restored", "iface": iface, "done": said})
+            );
+        }
+    }
 }

@@ -1,13 +1,16 @@
-//! `flowlane status`: one screen: whether the daemon runs, and each running
-//! flowlane service with its interface, queues (CPU, node, connections,
-//! indirection-table entries), rebalancing mode and moves.
+//! `flowlane status`: one screen: whether the daemon runs and the NICs it
+//! owns (what each can do, who does each part of the plan, what the daemon
+//! changed), and each running flowlane service with its interface, queues
+//! (CPU, node, connections, indirection-table entries), rebalancing mode
+//! and moves.
 
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args as ClapArgs;
-use flowlane_dataplane::control_socket::{self, ServiceStatus};
+use flowlane_dataplane::control_socket::{self, NicReport, Request, Response, ServiceStatus};
+use flowlane_numa_sched::DoneBy;
 use serde_json::{json, Value};
 
 /// `flowlane status` flags.
@@ -46,9 +49,45 @@ fn service_json(s: &ServiceStatus) -> Value {
     })
 }
 
+/// One owned NIC's part of the screen.
+fn nic_json(n: &NicReport) -> Value {
+    let by = |who: DoneBy| -> Vec<&str> {
+        n.plan
+            .iter()
+            .filter(|p| p.done_by == who)
+            .map(|p| p.part.as_str())
+            .collect()
+    };
+    json!({
+        "iface": n.caps.iface,
+        "driver": n.caps.driver,
+        "rx_queues": n.caps.rx_queues,
+        "rx_queues_max": n.caps.max_rx_queues(),
+        "node": n.caps.numa_node,
+        "hardware": by(DoneBy::Hardware),
+        "kernel": by(DoneBy::Kernel),
+        "flowlane": by(DoneBy::Flowlane),
+        "refused": by(DoneBy::Refused),
+        "unknown": by(DoneBy::Unknown),
+        "dry_run": n.dry_run,
+        "changes": n.changes,
+        "restore_on_exit": n.restore_on_exit,
+    })
+}
+
 /// Runs `flowlane status`.
 pub(crate) fn run(args: Args) -> Result<()> {
     let daemon = UnixStream::connect(&args.daemon_socket).is_ok();
+    let nics: Vec<Value> = match daemon.then(|| {
+        control_socket::request(
+            &args.daemon_socket,
+            &Request::Host,
+            std::time::Duration::from_secs(1),
+        )
+    }) {
+        Some(Ok(Response::Host(h))) => h.nics.iter().map(nic_json).collect(),
+        _ => Vec::new(),
+    };
     let mut services = Vec::new();
     let mut unanswered = Vec::new();
     for path in control_socket::live_sockets(&args.run_dir) {
@@ -61,7 +100,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
         }
     }
     let screen = json!({
-        "daemon": {"running": daemon, "socket": args.daemon_socket},
+        "daemon": {"running": daemon, "socket": args.daemon_socket, "nics": nics},
         "run_dir": args.run_dir,
         "services": services,
         "unanswered": unanswered,
@@ -77,6 +116,52 @@ pub(crate) fn run(args: Args) -> Result<()> {
             "daemon    not running (no answer on {}; `flowlane daemon` starts it)",
             args.daemon_socket.display()
         );
+    }
+    for n in &nics {
+        let list = |k: &str| {
+            n[k].as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .unwrap_or_default()
+        };
+        outln!(
+            "nic       {} ({}): {} of {} rx queues, node {}",
+            n["iface"].as_str().unwrap_or_default(),
+            n["driver"].as_str().unwrap_or("driver unknown"),
+            n["rx_queues"],
+            n["rx_queues_max"],
+            n["node"]
+                .as_u64()
+                .map_or_else(|| "none".into(), |x| x.to_string())
+        );
+        for who in ["hardware", "kernel", "flowlane", "refused", "unknown"] {
+            let parts = list(who);
+            if !parts.is_empty() {
+                outln!("          {who:<9} {parts}");
+            }
+        }
+        let changes: Vec<&str> = n["changes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str())
+            .collect();
+        let when = if n["dry_run"] == true {
+            " (dry run: nothing changed)"
+        } else if n["restore_on_exit"] == true {
+            " (put back when the daemon stops)"
+        } else {
+            " (kept when the daemon stops)"
+        };
+        if changes.is_empty() {
+            outln!("          changes   none: the NIC was as planned");
+        } else {
+            outln!("          changes   {}{when}", changes.join("; "));
+        }
     }
     outln!(
         "services  {} in {}{}",

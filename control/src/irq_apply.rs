@@ -261,7 +261,7 @@ pub(crate) fn apply(
 /// Writes `value` to each `root/path`: opens every target first (so that a
 /// permission problem stops it before the first write), and if a write
 /// fails, writes `old` back to the ones already written.
-fn write_all(root: &Path, writes: &[(PathBuf, String)], old: &[String]) -> Result<()> {
+pub(crate) fn write_all(root: &Path, writes: &[(PathBuf, String)], old: &[String]) -> Result<()> {
     for (rel, _) in writes {
         let p = root.join(rel);
         if !p.is_file() {

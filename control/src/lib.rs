@@ -18,6 +18,7 @@ mod cmd_rebalance;
 mod cmd_rss;
 mod cmd_status;
 mod cmd_testbed;
+mod host_plan;
 mod irq_apply;
 mod nic;
 mod sysroot;

@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flowlane_dataplane::control_socket::{ControlSocket, Request, Response};
+use flowlane_dataplane::control_socket::{ControlSocket, HostStatus, NicReport, Request, Response};
 pub use http::MetricsServer;
 pub use metrics::{render, Format, Scrape};
 pub use registry::Services;
@@ -68,6 +68,15 @@ pub struct DaemonConfig {
     /// file).
     #[serde(deserialize_with = "socket_or_none")]
     pub socket: Option<PathBuf>,
+    /// The NICs the daemon owns: their capabilities are read and their
+    /// RSS and IRQ/NAPI plan applied on start (`--iface`, repeatable).
+    pub ifaces: Vec<String>,
+    /// Only report what the plan would change (`--dry-run`).
+    pub dry_run: bool,
+    /// Undo the daemon's changes to the NICs when it stops (the IRQ and
+    /// NAPI affinities, threaded NAPI, an RSS table no service uses);
+    /// false leaves them as configured (`--keep-on-exit`).
+    pub restore_on_exit: bool,
 }
 
 fn millis<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
@@ -94,6 +103,9 @@ impl DaemonConfig {
             run_dir: PathBuf::from(flowlane_dataplane::control_socket::RUN_DIR),
             scrape_timeout: Duration::from_millis(500),
             socket: Some(PathBuf::from(DEFAULT_SOCKET)),
+            ifaces: Vec::new(),
+            dry_run: false,
+            restore_on_exit: true,
         }
     }
 }
@@ -153,19 +165,28 @@ impl Daemon {
     }
 
     /// Answers what waits on the daemon's socket (without blocking when
-    /// nothing does): hints, asked of the services.
+    /// nothing does): hints, asked of the services, and the NICs it owns.
     pub fn poll(&mut self) {
         let services = &self.services;
         if let Some(s) = self.socket.as_mut() {
             s.poll(|req| match req {
                 Request::Hint { flow } => services.hint(&flow),
+                Request::Host => Response::Host(HostStatus {
+                    nics: services.nics(),
+                }),
                 other => Response::Error {
                     message: format!(
-                        "the daemon answers hints; ask the service's own socket for {other:?}"
+                        "the daemon answers hints and host questions; ask the service's own socket for {other:?}"
                     ),
                 },
             });
         }
+    }
+
+    /// Records the NICs the daemon owns (read and planned by the caller,
+    /// which holds the effects): served on the metrics page and the socket.
+    pub fn set_nics(&self, nics: Vec<NicReport>) {
+        self.services.set_nics(nics);
     }
 
     /// Where the daemon's socket is, if it has one.

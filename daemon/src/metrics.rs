@@ -12,8 +12,11 @@
 
 use std::fmt;
 
-use flowlane_dataplane::control_socket::{MoveHistory, QueueCounterSet, ServiceCounters};
+use flowlane_dataplane::control_socket::{
+    MoveHistory, NicReport, QueueCounterSet, ServiceCounters,
+};
 use flowlane_dataplane::InterfaceStats;
+use flowlane_numa_sched::nic_caps::{XdpFeature, XskMode};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -30,6 +33,8 @@ pub struct Scrape {
     pub unanswered_total: u64,
     /// The time of the scrape, in seconds since the Unix epoch.
     pub now_unix_s: f64,
+    /// The NICs the daemon owns.
+    pub nics: Vec<NicReport>,
 }
 
 /// Label pairs of one series.
@@ -345,7 +350,88 @@ fn families(scrape: &Scrape) -> Vec<Family> {
         })
         .collect();
     push_rows(&mut out, NIC_ROWS, &nics);
+    out.extend(owned_nics(&scrape.nics));
     out
+}
+
+/// The NICs the daemon owns: what each can do and who does each part of
+/// the plan (a bounded set: nine parts per NIC).
+fn owned_nics(nics: &[NicReport]) -> Vec<Family> {
+    let iface = |n: &NicReport| -> Labels { vec![("iface", n.caps.iface.clone())] };
+    let per_nic = |name, help, kind, f: &dyn Fn(&NicReport) -> Sample| Family {
+        name,
+        help,
+        kind,
+        series: nics.iter().map(|n| (iface(n), f(n))).collect(),
+    };
+    let word = |known: Option<bool>, yes: &str, no: &str| {
+        known
+            .map_or("unknown", |k| if k { yes } else { no })
+            .to_string()
+    };
+    vec![
+        per_nic(
+            "flowlane_nic",
+            "A NIC the daemon owns: its driver, NUMA node, AF_XDP and XDP modes, and whether RSS is in the NIC.",
+            MetricType::Info,
+            &|n| {
+                let c = &n.caps;
+                Sample::Info(vec![
+                    ("driver", c.driver.clone().unwrap_or_default()),
+                    ("node", c.numa_node.map_or_else(|| "none".into(), |x| x.to_string())),
+                    (
+                        "af_xdp",
+                        word(c.xsk_mode().map(|m| m == XskMode::ZeroCopy), "zero-copy", "copy"),
+                    ),
+                    ("xdp", word(c.has_xdp(XdpFeature::Basic), "native", "generic")),
+                    ("rss", word(Some(c.rss.is_some()), "hardware", "none")),
+                ])
+            },
+        ),
+        per_nic(
+            "flowlane_nic_rx_queues",
+            "Receive queues the NIC has now.",
+            G,
+            &|n| Sample::Int(u64::from(n.caps.rx_queues)),
+        ),
+        per_nic(
+            "flowlane_nic_rx_queues_max",
+            "Receive queues the NIC can have (its channel maximum).",
+            G,
+            &|n| Sample::Int(u64::from(n.caps.max_rx_queues())),
+        ),
+        per_nic(
+            "flowlane_nic_rss_table_entries",
+            "Entries of the NIC's RSS indirection table (0: none in the NIC).",
+            G,
+            &|n| Sample::Int(n.caps.rss.as_ref().map_or(0, |r| u64::from(r.table_size))),
+        ),
+        per_nic(
+            "flowlane_nic_plan_changes",
+            "Changes the daemon made to the NIC when it started (IRQ and NAPI affinities, threaded NAPI, the RSS table); 0 with --dry-run.",
+            G,
+            &|n| Sample::Int(if n.dry_run { 0 } else { n.changes.len() as u64 }),
+        ),
+        Family {
+            name: "flowlane_nic_plan_part",
+            help: "Who carries out each part of the plan on the NIC: hardware, kernel, flowlane, refused or unknown.",
+            kind: MetricType::Info,
+            series: nics
+                .iter()
+                .flat_map(|n| {
+                    n.plan.iter().map(move |p| {
+                        (
+                            iface(n),
+                            Sample::Info(vec![
+                                ("part", p.part.clone()),
+                                ("done_by", p.done_by.to_string()),
+                            ]),
+                        )
+                    })
+                })
+                .collect(),
+        },
+    ]
 }
 
 /// A service's move durations as a histogram in seconds (the encoder
@@ -494,7 +580,79 @@ mod tests {
             unanswered: 0,
             unanswered_total: 1,
             now_unix_s: 1_000.0,
+            nics: vec![nic()],
         }
+    }
+
+    /// A 4-queue zero-copy NIC with RSS the daemon owns.
+    fn nic() -> NicReport {
+        use flowlane_numa_sched::nic_caps::{xdp_features, NicCaps, RssFacts, XdpFacts};
+        let caps = NicCaps {
+            iface: "eth1".into(),
+            driver: Some("ice".into()),
+            numa_node: Some(1),
+            rx_queues: 4,
+            tx_queues: 4,
+            rss: Some(RssFacts {
+                key_len: 52,
+                table_size: 2048,
+                ..RssFacts::default()
+            }),
+            xdp: Some(XdpFacts {
+                features: xdp_features(0x0b),
+                ..XdpFacts::default()
+            }),
+            ..NicCaps::default()
+        };
+        let plan = flowlane_numa_sched::explain(
+            &caps,
+            flowlane_numa_sched::Wanted {
+                workers: 4,
+                table_size: 2048,
+            },
+        );
+        NicReport {
+            caps,
+            workers: 4,
+            plan,
+            dry_run: false,
+            changes: vec!["pinned IRQ 96 (queue 0) to CPU 8 (was 0-15)".into()],
+            restore_on_exit: true,
+        }
+    }
+
+    #[test]
+    fn an_owned_nic_is_described_by_a_bounded_set_of_series() {
+        let page = render(&scrape(), Format::Text);
+        assert_eq!(
+            line(&page, "flowlane_nic_info{"),
+            r#"flowlane_nic_info{iface="eth1",driver="ice",node="1",af_xdp="zero-copy",xdp="native",rss="hardware"} 1"#
+        );
+        assert_eq!(
+            line(&page, "flowlane_nic_rss_table_entries{"),
+            r#"flowlane_nic_rss_table_entries{iface="eth1"} 2048"#
+        );
+        assert_eq!(
+            line(&page, "flowlane_nic_plan_changes{"),
+            r#"flowlane_nic_plan_changes{iface="eth1"} 1"#
+        );
+        let parts = page
+            .lines()
+            .filter(|l| l.starts_with("flowlane_nic_plan_part_info{"))
+            .count();
+        assert_eq!(parts, 9);
+        assert!(
+            page.contains(r#"part="af-xdp",done_by="hardware""#),
+            "{page}"
+        );
+        let mut dry = scrape();
+        dry.nics[0].dry_run = true;
+        let page = render(&dry, Format::Text);
+        assert_eq!(
+            line(&page, "flowlane_nic_plan_changes{"),
+            r#"flowlane_nic_plan_changes{iface="eth1"} 0"#,
+            "a dry run changed nothing"
+        );
     }
 
     /// The line of `page` that starts with `prefix` (one exactly).

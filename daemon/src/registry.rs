@@ -6,9 +6,10 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use flowlane_dataplane::control_socket::{self, FlowQuery, Request, Response};
+use flowlane_dataplane::control_socket::{self, FlowQuery, NicReport, Request, Response};
 
 use crate::metrics::Scrape;
 
@@ -21,6 +22,8 @@ pub struct Services {
     /// The daemon's own socket, if it is in the run directory: not a
     /// service.
     own: Option<PathBuf>,
+    /// The NICs the daemon owns, as it found and planned them.
+    nics: Mutex<Vec<NicReport>>,
 }
 
 impl Services {
@@ -32,7 +35,19 @@ impl Services {
             timeout,
             unanswered_total: AtomicU64::new(0),
             own: None,
+            nics: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Records the NICs the daemon owns (what scrapes and `Request::Host`
+    /// report).
+    pub fn set_nics(&self, nics: Vec<NicReport>) {
+        *self.nics.lock().unwrap_or_else(|e| e.into_inner()) = nics;
+    }
+
+    /// The NICs the daemon owns.
+    pub fn nics(&self) -> Vec<NicReport> {
+        self.nics.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The same, leaving out the daemon's own socket at `own`.
@@ -85,6 +100,7 @@ impl Services {
             now_unix_s: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64()),
+            nics: self.nics(),
             ..Scrape::default()
         };
         for path in self.sockets() {

@@ -50,6 +50,9 @@ pub enum Request {
         /// The flow as it arrives: the peer's address and port, then ours.
         flow: FlowQuery,
     },
+    /// The NICs the daemon owns: their capabilities, the plan explained,
+    /// and what the daemon changed (asked of `flowlane daemon`'s socket).
+    Host,
     /// Move `bucket` to queue `to_queue` with its live connections.
     Move {
         /// The RSS bucket (indirection-table entry).
@@ -69,6 +72,8 @@ pub enum Response {
     Counters(ServiceCounters),
     /// The answer to [`Request::Hint`].
     Hint(FlowAnswer),
+    /// The answer to [`Request::Host`].
+    Host(HostStatus),
     /// The move asked for was done.
     Moved(MoveReport),
     /// The request was refused or failed.
@@ -76,6 +81,30 @@ pub enum Response {
         /// What is wrong, in the user's terms.
         message: String,
     },
+}
+
+/// The NICs `flowlane daemon` owns.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct HostStatus {
+    /// One report per `--iface`.
+    pub nics: Vec<NicReport>,
+}
+
+/// One NIC as the daemon found it and what it did to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NicReport {
+    /// What the NIC can do.
+    pub caps: flowlane_numa_sched::NicCaps,
+    /// Workers the plan is for (one per receive queue).
+    pub workers: u32,
+    /// The plan, part by part: hardware, kernel or flowlane, and why.
+    pub plan: Vec<flowlane_numa_sched::PlanPart>,
+    /// Whether the daemon only reported (`--dry-run`).
+    pub dry_run: bool,
+    /// What the daemon changed (or, dry, would change), a line each.
+    pub changes: Vec<String>,
+    /// Whether the changes are undone when the daemon stops.
+    pub restore_on_exit: bool,
 }
 
 /// A service's state, as `flowlane rebalance status` shows it.

@@ -104,6 +104,9 @@ impl ServiceControl {
                 Request::Status => Response::Status(self.status(tcp)),
                 Request::Counters => Response::Counters(self.counters(tcp)),
                 Request::Hint { flow } => self.hint(tcp, &flow),
+                Request::Host => Response::Error {
+                    message: "a service owns no NIC; ask `flowlane daemon`'s socket".into(),
+                },
                 Request::Move { bucket, to_queue } => {
                     let m = tcp.move_bucket(bucket, to_queue);
                     self.history.record(&m);

@@ -3,13 +3,13 @@
 //! why (Dragonet's "what runs in hardware, what is spilled to software").
 //! Pure: a [`NicCaps`] snapshot and what the plan wants in, the parts out.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::nic_caps::{NicCaps, XdpFeature, XskFeature, XskMode};
 use crate::toeplitz::HashFields;
 
 /// Who carries out a part of the plan.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DoneBy {
     /// The NIC.
@@ -38,10 +38,10 @@ impl std::fmt::Display for DoneBy {
 }
 
 /// One part of the plan, explained.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlanPart {
     /// Which part (`rss-hash`, `indirection-table`, `queues`, ...).
-    pub part: &'static str,
+    pub part: String,
     /// Who does it.
     pub done_by: DoneBy,
     /// What is done, in a line.
@@ -86,7 +86,7 @@ fn part(
     action: Option<String>,
 ) -> PlanPart {
     PlanPart {
-        part,
+        part: part.to_string(),
         done_by,
         what: what.into(),
         why: why.into(),

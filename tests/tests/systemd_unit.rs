@@ -1,6 +1,8 @@
 //! `contrib/systemd/flowlane-daemon.service`: systemd accepts it (`verify`),
 //! its sandbox keeps the exposure low (`security --offline`), and the
-//! command it runs starts the daemon and stops cleanly on SIGTERM.
+//! command it runs starts the daemon and stops cleanly on SIGTERM; with its
+//! drop-in `own-nics.conf` (the daemon owning NICs) it is still accepted and
+//! gains two capabilities, no more.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -17,8 +19,8 @@ fn unit_text() -> String {
 
 /// The unit with its binary path pointing at the one under test, in a
 /// directory of its own.
-fn installed_copy() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("fl-unit-{}", std::process::id()));
+fn installed_copy(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("fl-unit-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("flowlane-daemon.service");
     let text = unit_text().replace("/usr/local/bin/flowlane", flowlane_bin().to_str().unwrap());
@@ -36,9 +38,59 @@ fn systemd_analyze(args: &[&str]) -> Option<std::process::Output> {
     }
 }
 
+/// The exposure level `systemd-analyze security --offline` gives the unit
+/// at `u` (with the drop-ins next to it).
+fn exposure(u: &str) -> f64 {
+    let o = systemd_analyze(&["security", "--offline=true", u]).unwrap();
+    let said = String::from_utf8_lossy(&o.stdout).to_string();
+    said.lines()
+        .find_map(|l| {
+            l.split("exposure level for flowlane-daemon.service: ")
+                .nth(1)
+        })
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no exposure level: {said}"))
+}
+
+#[test]
+fn the_drop_in_that_owns_nics_adds_only_what_it_needs() {
+    let unit = installed_copy("drop-in");
+    let dir = unit.with_extension("service.d");
+    std::fs::create_dir_all(&dir).unwrap();
+    let drop_in = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../contrib/systemd/flowlane-daemon.service.d/own-nics.conf"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("own-nics.conf"),
+        drop_in.replace("/usr/local/bin/flowlane", flowlane_bin().to_str().unwrap()),
+    )
+    .unwrap();
+    let u = unit.to_str().unwrap();
+    let Some(o) = systemd_analyze(&["verify", u]) else {
+        return;
+    };
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        o.status.success() && said.trim().is_empty(),
+        "verify with the drop-in: {said}"
+    );
+    let level = exposure(u);
+    assert!(level <= 3.0, "exposure with the drop-in: {level}");
+    assert!(drop_in.contains("\nCapabilityBoundingSet=CAP_NET_ADMIN CAP_SYS_NICE\n"));
+    assert!(drop_in.contains("--config /etc/flowlane/daemon.toml"));
+    let _ = std::fs::remove_dir_all(unit.parent().unwrap());
+}
+
 #[test]
 fn systemd_accepts_the_unit_and_its_sandbox_is_tight() {
-    let unit = installed_copy();
+    let unit = installed_copy("unit");
     let u = unit.to_str().unwrap();
     let Some(o) = systemd_analyze(&["verify", u]) else {
         return;
@@ -52,18 +104,8 @@ fn systemd_accepts_the_unit_and_its_sandbox_is_tight() {
         o.status.success() && said.trim().is_empty(),
         "verify: {said}"
     );
-    let o = systemd_analyze(&["security", "--offline=true", u]).unwrap();
-    let said = String::from_utf8_lossy(&o.stdout).to_string();
-    let level: f64 = said
-        .lines()
-        .find_map(|l| {
-            l.split("exposure level for flowlane-daemon.service: ")
-                .nth(1)
-        })
-        .and_then(|l| l.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no exposure level: {said}"));
-    assert!(level <= 2.0, "exposure {level}: {said}");
+    let level = exposure(u);
+    assert!(level <= 2.0, "exposure {level}");
     // No capability at all: root's uid is what the sockets need.
     assert!(unit_text().contains("\nCapabilityBoundingSet=\n"));
     let _ = std::fs::remove_dir_all(unit.parent().unwrap());

@@ -1,0 +1,274 @@
+//! `flowlane daemon --iface IF` owning a real interface: the test bed's
+//! veth with a flowlane service on it (so that its NAPI instances exist).
+//! The daemon reads what the veth can do, applies the plan (threaded NAPI
+//! switched on, each queue's NAPI thread pinned to its worker's CPU),
+//! reports it on its socket, `flowlane status` and the metrics page, and
+//! puts the veth back when it stops; `--dry-run` changes nothing and
+//! `--keep-on-exit` leaves the plan in force.
+
+mod tcp_common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use flowlane_tests::{
+    flowlane_bin, in_ns, kill_and_reap, require_root, terminate, text, wait_within, Bed,
+};
+use serde_json::Value;
+use tcp_common::*;
+
+/// The daemon, stopped with SIGTERM (or killed, if a test fails first).
+struct Daemon {
+    child: Option<Child>,
+    ready: Value,
+    /// The lines it prints after the ready line (read until it exits).
+    rest: Option<std::thread::JoinHandle<Vec<String>>>,
+}
+
+impl Daemon {
+    /// `flowlane daemon --iface xsk0 EXTRA...` in the bed's namespace.
+    fn start(bed: &Bed, dir: &Path, extra: &[&str]) -> Daemon {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &bed.ns])
+            .arg(flowlane_bin())
+            .args(["daemon", "--iface", "xsk0", "--metrics", "127.0.0.1:0"])
+            .arg("--socket")
+            .arg(dir.join("daemon.sock"))
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("flowlane daemon");
+        let mut line = String::new();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        out.read_line(&mut line).expect("ready line");
+        let ready: Value = serde_json::from_str(&line).unwrap_or_else(|e| {
+            let mut err = String::new();
+            let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+            panic!("{e}: {line:?} {err}")
+        });
+        assert_eq!(ready["event"], "ready", "{ready}");
+        child.stdout = None;
+        // Keep reading its stdout after the ready line: the restore lines.
+        let rest =
+            std::thread::spawn(move || out.lines().map_while(Result::ok).collect::<Vec<String>>());
+        Daemon {
+            child: Some(child),
+            ready,
+            rest: Some(rest),
+        }
+    }
+
+    /// SIGTERM, then its exit status and the lines it printed after ready.
+    fn stop(mut self) -> Vec<Value> {
+        let mut child = self.child.take().unwrap();
+        terminate(&child);
+        let st = wait_within(&mut child, Duration::from_secs(20)).expect("daemon stops");
+        assert!(st.success(), "daemon exited with {st}");
+        self.rest
+            .take()
+            .unwrap()
+            .join()
+            .unwrap()
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect()
+    }
+
+    fn changes(&self) -> Vec<String> {
+        self.ready["nics"][0]["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            kill_and_reap(&mut c);
+        }
+    }
+}
+
+fn threaded(bed: &Bed) -> String {
+    let o = in_ns(&bed.ns, &["cat", "/sys/class/net/xsk0/threaded"]);
+    assert!(o.status.success(), "{}", text(&o));
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// `(pid, allowed CPUs)` of the bed's `napi/xsk0-*` threads (names are
+/// per namespace: other beds' veths are also xsk0, so only threads that
+/// appeared in this test are counted by the caller).
+fn napi_threads() -> Vec<(u32, String)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with("napi/xsk0-") {
+            continue;
+        }
+        let status = std::fs::read_to_string(e.path().join("status")).unwrap_or_default();
+        if let Some(cpus) = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        {
+            out.push((pid, cpus.trim().to_string()));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_daemon_applies_the_plan_to_the_veth_and_puts_it_back() {
+    let test = "the_daemon_applies_the_plan_to_the_veth_and_puts_it_back";
+    if !require_root(test) {
+        return;
+    }
+    let bed = Bed::up("dhost", 2);
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("fl-dhost-{}-{}", bed.name, std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("echo.sock");
+    let _service = start(
+        &bed,
+        &[
+            "echo-server",
+            "--port",
+            "7",
+            "--control-socket",
+            sock.to_str().unwrap(),
+        ],
+        120,
+    );
+    assert_eq!(threaded(&bed), "0", "a fresh bed has threaded NAPI off");
+    let before: Vec<u32> = napi_threads().iter().map(|t| t.0).collect();
+
+    // --dry-run: said, not done.
+    let dry = Daemon::start(
+        &bed,
+        &dir,
+        &["--dry-run", "--run-dir", dir.to_str().unwrap()],
+    );
+    assert_eq!(dry.ready["nics"][0]["dry_run"], true);
+    assert_eq!(dry.changes(), ["would switch threaded NAPI on xsk0"]);
+    assert_eq!(threaded(&bed), "0");
+    let after = dry.stop();
+    assert!(after.is_empty(), "nothing to put back: {after:?}");
+    assert_eq!(threaded(&bed), "0");
+
+    // The plan applied: threaded NAPI on, each thread on one CPU.
+    let d = Daemon::start(&bed, &dir, &["--run-dir", dir.to_str().unwrap()]);
+    let changes = d.changes();
+    assert_eq!(changes[0], "switched threaded NAPI on xsk0", "{changes:?}");
+    assert_eq!(threaded(&bed), "1");
+    let ours: Vec<(u32, String)> = napi_threads()
+        .into_iter()
+        .filter(|t| !before.contains(&t.0))
+        .collect();
+    assert_eq!(ours.len(), 2, "one NAPI thread per queue: {ours:?}");
+    for (pid, cpus) in &ours {
+        assert!(
+            cpus.parse::<u32>().is_ok(),
+            "NAPI thread {pid} pinned to one CPU, not {cpus}"
+        );
+        assert!(
+            changes
+                .iter()
+                .any(|c| c.contains(&format!("pid {pid} to CPU {cpus}"))),
+            "{changes:?}"
+        );
+    }
+
+    // What it owns, through `flowlane status` (its socket) and the page.
+    let o = in_ns(
+        &bed.ns,
+        &[
+            flowlane_bin().to_str().unwrap(),
+            "status",
+            "--json",
+            "--run-dir",
+            dir.to_str().unwrap(),
+            "--daemon-socket",
+            dir.join("daemon.sock").to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let st: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let nic = &st["daemon"]["nics"][0];
+    assert_eq!(nic["iface"], "xsk0", "{st}");
+    assert_eq!(nic["driver"], "veth");
+    assert_eq!(nic["rx_queues"], 2);
+    assert!(
+        nic["kernel"].as_array().unwrap().contains(&"af-xdp".into()),
+        "{nic}"
+    );
+    assert_eq!(nic["changes"].as_array().unwrap().len(), 3, "{nic}");
+    assert_eq!(st["services"][0]["service"], "echo-server", "{st}");
+    let addr = d.ready["metrics"].as_str().unwrap().to_string();
+    let o = in_ns(
+        &bed.ns,
+        &["curl", "-s", "-m", "10", &format!("http://{addr}/metrics")],
+    );
+    let page = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        page.contains(r#"flowlane_nic_info{iface="xsk0",driver="veth",node="none",af_xdp="copy",xdp="native",rss="none"} 1"#),
+        "{page}"
+    );
+    assert!(
+        page.contains(r#"flowlane_nic_plan_changes{iface="xsk0"} 3"#),
+        "{page}"
+    );
+    assert_eq!(
+        page.lines()
+            .filter(|l| l.starts_with("flowlane_nic_plan_part_info{iface=\"xsk0\""))
+            .count(),
+        9,
+        "one series per part"
+    );
+
+    // SIGTERM: put back.
+    let after = d.stop();
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!(after[0]["event"], "restored");
+    assert_eq!(after[0]["done"][0], "switched threaded NAPI off on xsk0");
+    assert_eq!(threaded(&bed), "0");
+
+    // --keep-on-exit: the plan stays in force.
+    let keep = Daemon::start(
+        &bed,
+        &dir,
+        &["--keep-on-exit", "--run-dir", dir.to_str().unwrap()],
+    );
+    assert_eq!(threaded(&bed), "1");
+    assert!(keep.stop().is_empty());
+    assert_eq!(threaded(&bed), "1", "kept");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_nic_that_is_not_there_stops_the_daemon_with_one_line() {
+    let o = Command::new(flowlane_bin())
+        .args([
+            "daemon",
+            "--iface",
+            "flowlane-none0",
+            "--metrics",
+            "127.0.0.1:0",
+            "--socket",
+            "none",
+        ])
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("flowlane-none0"), "{err}");
+}
