@@ -42,6 +42,11 @@ pub(crate) struct Args {
     /// --iface or --nic-recording).
     #[arg(long)]
     pub explain: bool,
+    /// Workers to explain the plan for (default: --queues, else the NIC's
+    /// receive queues); more than the NIC can have queues is software
+    /// spill (`--workers` of the TCP services).
+    #[arg(long, requires = "explain", value_parser = queue_count::<u32>)]
+    pub workers: Option<u32>,
     /// Explain for the NIC recorded in FILE (`flowlane nic caps --record`)
     /// instead of --iface.
     #[arg(
@@ -204,7 +209,11 @@ fn explain(args: &Args) -> Result<()> {
         ),
     };
     let wanted = Wanted {
-        workers: args.queues.unwrap_or(caps.rx_queues).max(1),
+        workers: args
+            .workers
+            .or(args.queues)
+            .unwrap_or(caps.rx_queues)
+            .max(1),
         table_size: args.table_size as u32,
     };
     let parts = plan_explain::explain(&caps, wanted);

@@ -160,6 +160,9 @@ const QUEUE_ROWS: &[QueueRow] = &[
     row!("flowlane_rebalance_frames_forwarded", "Frames of a moving bucket the queue forwarded to the bucket's new queue.", C, [], |q| q.tcp.frames_forwarded),
     row!("flowlane_rebalance_frames_held", "Frames of an arriving bucket the queue held until the old queue drained.", C, [], |q| q.tcp.frames_held),
     row!("flowlane_rebalance_hold_timeouts", "Holds that ended on their timeout rather than the old queue's drain marker.", C, [], |q| q.tcp.hold_timeouts),
+    row!("flowlane_spill_frames", "Software spill (more workers than queues): frames a queue's worker forwarded to a worker without a queue (forwarded), a worker without a queue handed to its carrier (handed), and a carrier sent for it (transmitted).", C, ["direction" = "forwarded"], |q| q.tcp.spill_forwarded),
+    row!("flowlane_spill_frames", "", C, ["direction" = "handed"], |q| q.tcp.spill_handed),
+    row!("flowlane_spill_frames", "", C, ["direction" = "transmitted"], |q| q.tcp.spill_transmitted),
 ];
 
 /// The interface's own counters, per service (what the device saw,

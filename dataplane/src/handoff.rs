@@ -104,6 +104,9 @@ pub(crate) enum Message {
     Import(Box<Arrival>),
     /// From the old owner: a frame of a bucket that left it.
     Frame(Forwarded),
+    /// From a worker without a queue (software spill): a whole Ethernet
+    /// frame for this worker to put on its queue's TX ring.
+    Transmit(Box<[u8]>),
     /// From the old owner: nothing of the bucket older than what the NIC
     /// now gives you will follow.
     Drained {
@@ -299,6 +302,12 @@ pub(crate) struct MoverStats {
     pub(crate) hold_timeouts: u64,
     pub(crate) forward_dropped: u64,
     pub(crate) import_failed: u64,
+    /// Frames carried for a worker without a queue, forwarded to it.
+    pub(crate) spill_forwarded: u64,
+    /// Frames a worker without a queue handed to its carrier to send.
+    pub(crate) spill_tx_out: u64,
+    /// Frames a carrier took from workers without a queue to send.
+    pub(crate) spill_tx_in: u64,
 }
 
 /// One worker's side of the moves: which queue serves each bucket as far
@@ -318,6 +327,13 @@ pub(crate) struct Mover {
     /// [`HOLD_TIMEOUT`] (tests whose clock is not the controller's set more).
     pub(crate) hold_timeout: Duration,
     pub(crate) stats: MoverStats,
+    /// For a worker without a queue (software spill): the worker whose
+    /// queue sends its frames.
+    carrier: Option<u32>,
+    /// Frames workers without a queue asked this one to send.
+    to_send: Vec<Box<[u8]>>,
+    /// Workers from this index on have no queue (software spill).
+    nic_queues: u32,
 }
 
 impl std::fmt::Debug for Mover {
@@ -361,7 +377,45 @@ impl Mover {
             now: Duration::ZERO,
             hold_timeout: HOLD_TIMEOUT,
             stats: MoverStats::default(),
+            carrier: None,
+            to_send: Vec::new(),
+            nic_queues: queues as u32,
         }
+    }
+
+    /// Workers from `nic_queues` on have no queue (software spill).
+    pub(crate) fn set_nic_queues(&mut self, nic_queues: u32) {
+        self.nic_queues = nic_queues;
+    }
+
+    /// Makes this a worker without a queue, whose frames go out through
+    /// `carrier`'s queue.
+    pub(crate) fn set_carrier(&mut self, carrier: u32) {
+        self.carrier = Some(carrier);
+    }
+
+    /// Hands a whole frame to the carrier to send (a worker without a
+    /// queue); it goes with the pass's [`flush`](Self::flush).
+    pub(crate) fn transmit_via_carrier(&mut self, frame: Box<[u8]>) {
+        let Some(to) = self.carrier else {
+            self.stats.forward_dropped += 1;
+            return;
+        };
+        self.stats.spill_tx_out += 1;
+        self.queue_message(to, Message::Transmit(frame));
+    }
+
+    /// The frames workers without a queue asked this one to send, in
+    /// order.
+    pub(crate) fn take_transmits(&mut self) -> Vec<Box<[u8]>> {
+        std::mem::take(&mut self.to_send)
+    }
+
+    /// Puts back frames that found no free TX frame this pass, ahead of
+    /// newer ones.
+    pub(crate) fn keep_transmits(&mut self, mut left: Vec<Box<[u8]>>) {
+        left.append(&mut self.to_send);
+        self.to_send = left;
     }
 
     /// The queue that serves `bucket`, as this worker knows it.
@@ -427,10 +481,15 @@ impl Mover {
             Some(o) => {
                 o.forwarded += 1;
                 o.last_forward = now;
+                self.stats.frames_forwarded += 1;
             }
-            None => self.stats.frames_forwarded_late += 1,
+            // A bucket of a worker without a queue: carried, for good.
+            None if to >= self.nic_queues => self.stats.spill_forwarded += 1,
+            None => {
+                self.stats.frames_forwarded_late += 1;
+                self.stats.frames_forwarded += 1;
+            }
         }
-        self.stats.frames_forwarded += 1;
         self.queue_message(
             to,
             Message::Frame(Forwarded {
@@ -571,13 +630,25 @@ impl Mover {
             let Ok(m) = self.mesh.inboxes[self.me as usize].rx.try_recv() else {
                 break;
             };
-            if !matches!(m, Message::Frame(_)) && !frames.is_empty() {
+            // Frames to send keep the forwarded frames' batch together:
+            // they are not part of any bucket's order.
+            if !matches!(m, Message::Frame(_) | Message::Transmit(_)) && !frames.is_empty() {
                 work.push(Work::Frames(std::mem::take(&mut frames)));
             }
             match m {
                 Message::Frame(f) => {
                     self.stats.frames_forwarded_in += 1;
                     frames.push((f.hops, f.frame));
+                }
+                Message::Transmit(frame) => {
+                    // A carrier whose TX ring is starved drops beyond a
+                    // bound; the spill worker's TCP retransmits.
+                    if self.to_send.len() >= STALLED_MAX {
+                        self.stats.forward_dropped += 1;
+                    } else {
+                        self.stats.spill_tx_in += 1;
+                        self.to_send.push(frame);
+                    }
                 }
                 Message::Prepare { bucket, reply } => {
                     let answer = if self.owner(bucket) == self.me {

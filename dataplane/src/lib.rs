@@ -45,7 +45,7 @@ pub use runtime::{Dataplane, DataplaneConfig, QueueAssignment};
 pub use sys::{ethtool_ioctl, EthtoolCmd};
 pub use tcp_handler::{TcpConfig, TcpCounters, TcpCountersSnapshot, TcpHandler};
 pub use tcp_service::{ServiceHint, TcpService, TcpServiceConfig};
-pub use worker::{QueueHandler, QueueInfo, RxAction, RxProgress, TxBatch};
+pub use worker::{QueueHandler, QueueInfo, RxAction, RxProgress, SpillPass, TxBatch};
 pub use xsk::BindMode;
 
 /// Errors of the data path. Messages say what is wrong and what to do.

@@ -43,6 +43,10 @@ pub struct DataplaneConfig {
     pub ifname: String,
     /// One entry per queue to serve.
     pub queues: Vec<QueueAssignment>,
+    /// Workers without a queue of their own (software spill, when there
+    /// are more workers than the NIC has queues): their `queue` is a worker
+    /// index past the queues'; their frames come from the queues' workers.
+    pub spill: Vec<QueueAssignment>,
     /// CPUs of each NUMA node (for allocating the node's UMEM there).
     pub node_cpus: BTreeMap<u32, Vec<u32>>,
     /// Ports flowlane owns (listening ports).
@@ -75,6 +79,7 @@ impl DataplaneConfig {
                     node: 0,
                 })
                 .collect(),
+            spill: Vec::new(),
             node_cpus: BTreeMap::new(),
             ports: Vec::new(),
             ephemeral: None,
@@ -143,6 +148,14 @@ impl Dataplane {
             iface.check_queues(q.queue + 1)?;
             if !seen.insert(q.queue) {
                 return Err(Error::Setup(format!("queue {} is listed twice", q.queue)));
+            }
+        }
+        for w in &config.spill {
+            if !seen.insert(w.queue) {
+                return Err(Error::Setup(format!(
+                    "worker {} without a queue has the index of another worker",
+                    w.queue
+                )));
             }
         }
         // Another process's XDP program makes the interface busy: say whose
@@ -220,12 +233,13 @@ impl Dataplane {
         };
         let (ready_tx, ready_rx) = crossbeam_channel::unbounded::<Result<()>>();
         let mut workers = Vec::new();
-        for (a, sock) in sockets {
+        let spill = config.spill.iter().map(|a| (*a, None));
+        for (a, sock) in sockets.into_iter().map(|(a, s)| (a, Some(s))).chain(spill) {
             let info = QueueInfo {
                 queue: a.queue,
                 cpu: a.cpu,
                 node: a.node,
-                zero_copy: sock.zero_copy,
+                zero_copy: sock.as_ref().is_some_and(|s| s.zero_copy),
                 rx_frames: config
                     .rings
                     .frames_per_queue
@@ -241,6 +255,8 @@ impl Dataplane {
                 failed.clone(),
             );
             let thread = std::thread::Builder::new()
+                // Workers without a queue too: tools account CPU time by
+                // this prefix.
                 .name(format!("flowlane-q{}", a.queue))
                 .spawn(move || {
                     if let Some(cpu) = info.cpu {
@@ -267,7 +283,12 @@ impl Dataplane {
                         stop: stop2,
                         failed: failed2,
                     };
-                    worker::run(sock, info, handler, loop_cfg, ctl, counters2, epoch);
+                    match sock {
+                        Some(sock) => {
+                            worker::run(sock, info, handler, loop_cfg, ctl, counters2, epoch)
+                        }
+                        None => worker::run_spill(info, handler, loop_cfg, ctl, counters2, epoch),
+                    }
                 })
                 .map_err(|e| Error::Io {
                     what: "spawning a worker".into(),

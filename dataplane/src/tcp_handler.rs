@@ -95,10 +95,13 @@ use crate::ephemeral::{EphemeralPorts, EPHEMERAL};
 use crate::handoff::{Arrival, Mesh, Mover, Reply, Work};
 use crate::neighbor::Neighbors;
 use crate::wake::FdWake;
-use crate::worker::{HeldFrames, QueueHandler, QueueInfo, RxAction, RxFrame, TxBatch};
+use crate::worker::{HeldFrames, QueueHandler, QueueInfo, RxAction, RxFrame, SpillPass, TxBatch};
 
 /// How often the worker copies the stack's counters into [`TcpCounters`].
 const PUBLISH_EVERY: Duration = Duration::from_millis(50);
+/// The frame a worker without a queue builds a segment in: what a UMEM
+/// frame holds after its headroom (2 048 - 256 bytes).
+const SPILL_FRAME: usize = 1792;
 
 /// Everything a queue's TCP endpoint needs; cloned into every worker.
 #[derive(Debug, Clone)]
@@ -517,6 +520,14 @@ counters! {
         forward_dropped,
         /// Connections that could not be imported with their bucket.
         import_failed,
+        /// Frames of buckets served by a worker without a queue, forwarded
+        /// to it by the worker of the queue that carries them (software
+        /// spill).
+        spill_forwarded,
+        /// Frames a worker without a queue handed to its carrier to send.
+        spill_handed,
+        /// Frames this queue sent for workers without a queue.
+        spill_transmitted,
         /// Bytes of buffer memory the connections hold now (a gauge).
         buffer_memory,
         /// Receive memory committed now, of the stack's budget (a gauge).
@@ -611,6 +622,9 @@ impl TcpCounters {
         set(&self.hold_timeouts, s.hold_timeouts);
         set(&self.forward_dropped, s.forward_dropped);
         set(&self.import_failed, s.import_failed);
+        set(&self.spill_forwarded, s.spill_forwarded);
+        set(&self.spill_handed, s.spill_tx_out);
+        set(&self.spill_transmitted, s.spill_tx_in);
     }
 }
 
@@ -645,6 +659,8 @@ pub struct TcpHandler {
     busy: BusySampler,
     placement: Placement,
     last_publish: Duration,
+    /// Where a worker without a queue builds its frames (software spill).
+    spill_buf: Vec<u8>,
     /// This worker's side of bucket moves (with several queues and the
     /// NIC's RSS known).
     mover: Option<Mover>,
@@ -703,6 +719,7 @@ impl TcpHandler {
                 node: queue.node,
             },
             last_publish: Duration::ZERO,
+            spill_buf: Vec::new(),
             mover: None,
             wake: None,
         }
@@ -727,6 +744,24 @@ impl TcpHandler {
             h.busy = BusySampler::new(h.stack.bucket_count());
         }
         h
+    }
+
+    /// Makes this the handler of a worker without a queue (software
+    /// spill): its frames go out through `carrier`'s queue. Needs the
+    /// mover ([`TcpHandler::with_mover`]).
+    pub(crate) fn set_spill_carrier(&mut self, carrier: u32) {
+        if let Some(m) = self.mover.as_mut() {
+            m.set_carrier(carrier);
+        }
+    }
+
+    /// Says that workers `nic_queues..` have no queue (software spill):
+    /// frames forwarded to them are counted as carried, not as late
+    /// frames of a move.
+    pub(crate) fn set_nic_queues(&mut self, nic_queues: u32) {
+        if let Some(m) = self.mover.as_mut() {
+            m.set_nic_queues(nic_queues);
+        }
     }
 
     /// The queue this endpoint serves.
@@ -1099,6 +1134,72 @@ impl TcpHandler {
         }
     }
 
+    /// One pass up to the output: the application's start, timers, the
+    /// inbox (moves, forwarded frames), the application's tick, events.
+    /// `frames`: where kept received frames are; `rx`: frames taken off
+    /// the RX ring so far, and a live read of what that reaches.
+    fn pass(
+        &mut self,
+        now: Instant,
+        now_d: Duration,
+        frames: &dyn FrameStore,
+        rx: (u64, &mut dyn FnMut() -> u64),
+    ) {
+        if !self.app.started() {
+            self.start(now, frames);
+        }
+        if self.stack.poll_timeout().is_some_and(|t| t <= now) {
+            self.stack.handle_timeout(now);
+            self.dispatch(now, frames);
+        }
+        if self.mover.is_some() {
+            self.serve_moves(now, now_d, rx, frames);
+        }
+        if let Some(w) = &self.wake {
+            w.clear();
+        }
+        let (mut net, app) = self.net(now, frames);
+        app.tick(&mut net);
+        self.dispatch(now, frames);
+    }
+
+    /// Puts the frames workers without a queue handed this one (software
+    /// spill) on its TX ring, in order; what finds no free frame waits for
+    /// the next pass.
+    fn send_for_others(&mut self, tx: &mut TxBatch<'_>) {
+        let Some(m) = self.mover.as_mut() else { return };
+        let frames = m.take_transmits();
+        if frames.is_empty() {
+            return;
+        }
+        let mut left = frames.into_iter();
+        while let Some(f) = left.next() {
+            if tx.available() == 0 {
+                let mut rest = vec![f];
+                rest.extend(left);
+                m.keep_transmits(rest);
+                return;
+            }
+            let sent = tx.send_with(|buf| {
+                let out = buf.get_mut(..f.len())?;
+                out.copy_from_slice(&f);
+                Some(f.len())
+            });
+            if !sent {
+                // Longer than a frame: no pass would send it.
+                m.stats.forward_dropped += 1;
+            }
+        }
+    }
+
+    /// Publishes the counters if [`PUBLISH_EVERY`] has passed.
+    fn publish_due(&mut self, now_d: Duration) {
+        if now_d.saturating_sub(self.last_publish) >= PUBLISH_EVERY {
+            self.last_publish = now_d;
+            self.publish();
+        }
+    }
+
     /// Lets the stack write its next segment at offset 34 of `buf` (a free
     /// UMEM frame) and puts Ethernet and IP headers in front of it (an IPv6
     /// segment first moves up by the 20 bytes its longer header needs: the
@@ -1247,30 +1348,48 @@ impl QueueHandler for TcpHandler {
 
     fn on_poll(&mut self, _q: &QueueInfo, now_d: Duration, tx: &mut TxBatch<'_>) {
         let now = instant(now_d);
-        if !self.app.started() {
-            self.start(now, tx.held());
-        }
-        if self.stack.poll_timeout().is_some_and(|t| t <= now) {
-            self.stack.handle_timeout(now);
-            self.dispatch(now, tx.held());
-        }
-        if self.mover.is_some() {
+        {
             let (mut rx, held) = tx.rx_progress();
             let consumed = rx.consumed();
-            self.serve_moves(now, now_d, (consumed, &mut || rx.end_now()), held);
+            self.pass(now, now_d, held, (consumed, &mut || rx.end_now()));
         }
-        if let Some(w) = &self.wake {
-            w.clear();
+        if self.mover.is_some() {
+            self.send_for_others(tx);
         }
-        let (mut net, app) = self.net(now, tx.held());
-        app.tick(&mut net);
-        self.dispatch(now, tx.held());
         self.output(now, tx);
         self.release_frames(tx.held_mut());
-        if now_d.saturating_sub(self.last_publish) >= PUBLISH_EVERY {
-            self.last_publish = now_d;
-            self.publish();
+        self.publish_due(now_d);
+    }
+
+    fn on_spill_poll(&mut self, _q: &QueueInfo, now_d: Duration) -> SpillPass {
+        let now = instant(now_d);
+        let before = self.mover.as_ref().map(|m| m.stats);
+        self.pass(now, now_d, &NoFrames, (0, &mut || 0));
+        let mut pass = SpillPass::default();
+        let mut buf = std::mem::take(&mut self.spill_buf);
+        buf.resize(SPILL_FRAME, 0);
+        loop {
+            match self.build_frame(now, &mut buf) {
+                (true, Some(n)) => {
+                    pass.sent += 1;
+                    pass.sent_bytes += n as u64;
+                    if let Some(m) = self.mover.as_mut() {
+                        m.transmit_via_carrier(buf[..n].into());
+                    }
+                }
+                (true, None) => {}
+                (false, _) => break,
+            }
         }
+        self.spill_buf = buf;
+        if let Some(m) = self.mover.as_mut() {
+            m.flush();
+        }
+        if let (Some(b), Some(m)) = (before, self.mover.as_ref()) {
+            pass.received = m.stats.frames_forwarded_in - b.frames_forwarded_in;
+        }
+        self.publish_due(now_d);
+        pass
     }
 
     fn next_wakeup(&self) -> Option<Duration> {

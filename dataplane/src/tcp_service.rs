@@ -35,6 +35,11 @@ pub struct TcpServiceConfig {
     pub iface: String,
     /// Queues to serve, from queue 0 (None: all of the device's).
     pub queues: Option<u32>,
+    /// Workers in all (default: one per queue). More than the queues:
+    /// the extra workers have no queue of their own and take an even share
+    /// of one queue's buckets each, whose frames that queue's worker
+    /// forwards to them (software spill); needs the NIC's RSS (`rss`).
+    pub workers: Option<u32>,
     /// Ports to listen on (steered to flowlane).
     pub listen: Vec<u16>,
     /// Whether the service opens connections: the ephemeral range is then
@@ -77,6 +82,7 @@ impl TcpServiceConfig {
         TcpServiceConfig {
             iface: iface.to_string(),
             queues: None,
+            workers: None,
             listen: Vec::new(),
             active: false,
             rss: None,
@@ -159,6 +165,8 @@ pub struct TcpService {
     /// table then), and the service's addresses: what hints need.
     rss: Option<RssState>,
     local: Vec<std::net::IpAddr>,
+    /// The carrier queue of each worker past the queues (software spill).
+    carriers: Vec<u16>,
 }
 
 impl TcpService {
@@ -171,12 +179,48 @@ impl TcpService {
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let (info, queues) = config.interface()?;
-        let placed = machine_placement(info.numa_node, queues as usize, config.cpus.as_deref())?;
+        let workers = config.workers.unwrap_or(queues);
+        if workers < queues || workers > u32::from(u16::MAX) {
+            return Err(Error::Setup(format!(
+                "{workers} workers for {queues} queues: give at least one worker per queue"
+            )));
+        }
+        let placed = machine_placement(info.numa_node, workers as usize, config.cpus.as_deref())?;
         if let Some(w) = &placed.shared {
             tracing::warn!("{w}");
         }
         let mut dp = DataplaneConfig::new(&config.iface, &(0..queues).collect::<Vec<_>>());
         dp.apply_placement(&placed);
+        // Software spill: the workers past the queues, and the table of
+        // which worker serves each bucket (the NIC's stays as it is).
+        let mut carriers = Vec::new();
+        let mut config = config;
+        if workers > queues {
+            let nic_rss = config.rss.clone().ok_or_else(|| {
+                Error::Setup(format!(
+                    "{workers} workers on {queues} queues (software spill) needs the NIC's RSS key and table: run on a test bed (--bed) or a NIC whose RSS flowlane reads"
+                ))
+            })?;
+            let (table, c) = nic_rss
+                .table()
+                .spill(queues as u16, workers as u16)
+                .map_err(|e| {
+                    Error::Setup(format!("spreading buckets over {workers} workers: {e}"))
+                })?;
+            carriers = c;
+            config.rss = Some(
+                RssState::new(nic_rss.key(), table, *nic_rss.hash_config(), &placed.plan)
+                    .map_err(|e| Error::Setup(format!("the workers' RSS table: {e}")))?,
+            );
+            dp.spill = placed.plan.queues[queues as usize..]
+                .iter()
+                .map(|p| crate::runtime::QueueAssignment {
+                    queue: u32::from(p.queue),
+                    cpu: Some(p.cpu),
+                    node: p.mem_node,
+                })
+                .collect();
+        }
         dp.sysfs = config.sysfs.clone();
         dp.ports = config.listen.iter().map(|&p| (Proto::Tcp, p)).collect();
         dp.busy_poll = config.busy_poll;
@@ -202,8 +246,8 @@ impl TcpService {
         // With several queues and the NIC's RSS known, buckets can move
         // between queues with their connections.
         let moves = match &config.rss {
-            Some(rss) if queues > 1 => Some(Moves {
-                mesh: Arc::new(Mesh::new(queues).map_err(|source| Error::Io {
+            Some(rss) if workers > 1 => Some(Moves {
+                mesh: Arc::new(Mesh::new(workers).map_err(|source| Error::Io {
                     what: "creating the workers' inboxes".into(),
                     source,
                 })?),
@@ -222,11 +266,22 @@ impl TcpService {
 
         let registry: Arc<Mutex<PerQueue>> = Arc::default();
         let reg = registry.clone();
+        let spill_carriers = carriers.clone();
         let dataplane = Dataplane::start(dp, move |q: &QueueInfo| {
             let mut h = match &mesh {
                 Some(mesh) => TcpHandler::with_mover(q, tcp.clone(), mesh.clone()),
                 None => TcpHandler::new(q, tcp.clone()),
             };
+            if let Some(&c) = q
+                .queue
+                .checked_sub(queues)
+                .and_then(|i| spill_carriers.get(i as usize))
+            {
+                h.set_spill_carrier(u32::from(c));
+            }
+            if !spill_carriers.is_empty() {
+                h.set_nic_queues(queues);
+            }
             setup(&mut h)?;
             reg.lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -246,6 +301,7 @@ impl TcpService {
             moves,
             rss,
             local,
+            carriers,
         })
     }
 
@@ -313,6 +369,13 @@ impl TcpService {
         let nic = m.nic.as_ref().ok_or_else(|| {
             fail("this service has no NIC to write RSS entries to (use --bed, or a NIC whose RSS flowlane can write)".into())
         })?;
+        if !self.carriers.is_empty() {
+            return Err(fail(format!(
+                "buckets do not move while {} workers share {} queues (software spill)",
+                m.mesh.queues(),
+                m.mesh.queues() as usize - self.carriers.len()
+            )));
+        }
         let mut table = m.table.lock().unwrap_or_else(|e| e.into_inner());
         let Some(&from) = table.get(usize::from(bucket)) else {
             return Err(fail(format!(

@@ -419,6 +419,29 @@ pub trait QueueHandler: Send {
     fn app_wake_fd(&self) -> Option<RawFd> {
         None
     }
+
+    /// One pass of a worker without a queue of its own (software spill:
+    /// more workers than the NIC has queues). Its frames come from the
+    /// workers of the queues the NIC steers them to, and its transmissions
+    /// go out through them; what the pass took in and handed out is
+    /// returned for the worker's counters. The default does nothing: only
+    /// handlers that can run so are started without a queue.
+    fn on_spill_poll(&mut self, _queue: &QueueInfo, _now: Duration) -> SpillPass {
+        SpillPass::default()
+    }
+}
+
+/// What one pass of a worker without a queue moved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SpillPass {
+    /// Frames received from other workers.
+    pub received: u64,
+    /// Their bytes.
+    pub received_bytes: u64,
+    /// Frames handed to another worker to transmit.
+    pub sent: u64,
+    /// Their bytes.
+    pub sent_bytes: u64,
 }
 
 /// How the main thread and a worker tell each other to stop.
@@ -595,8 +618,62 @@ pub(crate) fn run<H: QueueHandler>(
     publish_kernel_stats(&sock, c);
 }
 
+/// The loop of a worker without a queue (software spill): it takes the
+/// frames other workers forward to it, runs its handler and hands its
+/// transmissions back to them ([`QueueHandler::on_spill_poll`]); idle, it
+/// sleeps on its inbox's and its application's wake-up descriptors.
+pub(crate) fn run_spill<H: QueueHandler>(
+    info: QueueInfo,
+    mut handler: H,
+    cfg: LoopConfig,
+    ctl: Control,
+    counters: Arc<QueueCounters>,
+    epoch: Instant,
+) {
+    let c = &*counters;
+    let mut idle_rounds: u32 = 0;
+    while !ctl.stop.load(Ordering::Relaxed) {
+        let now = epoch.elapsed();
+        let pass = handler.on_spill_poll(&info, now);
+        counters::add(&c.rx_packets, pass.received);
+        counters::add(&c.rx_bytes, pass.received_bytes);
+        counters::add(&c.tx_packets, pass.sent);
+        counters::add(&c.tx_bytes, pass.sent_bytes);
+        if pass.received > 0 || pass.sent > 0 {
+            idle_rounds = 0;
+            let spent = epoch.elapsed().saturating_sub(now);
+            counters::add(&c.busy_ns, spent.as_nanos() as u64);
+            continue;
+        }
+        idle_rounds += 1;
+        counters::add(&c.idle_polls, 1);
+        if cfg.busy_poll || idle_rounds <= 16 {
+            continue;
+        }
+        let mut timeout = Duration::from_millis(10);
+        if let Some(at) = handler.next_wakeup() {
+            timeout = timeout.min(at.saturating_sub(epoch.elapsed()));
+        }
+        let (mut wakes, mut n) = ([0 as RawFd; 2], 0);
+        for fd in [handler.wake_fd(), handler.app_wake_fd()]
+            .into_iter()
+            .flatten()
+        {
+            wakes[n] = fd;
+            n += 1;
+        }
+        if timeout.is_zero() {
+            std::thread::yield_now();
+        } else if let Err(e) = poll_fds(-1, &wakes[..n], timeout) {
+            fail(&ctl, &info, "polling", &e);
+            break;
+        }
+    }
+}
+
 /// Waits until the socket has frames or one of `wakes` is readable, at
-/// most `timeout` (rounded up to a millisecond when not zero).
+/// most `timeout` (rounded up to a millisecond when not zero). A negative
+/// `sock` (a worker without a socket) is ignored by poll(2).
 fn poll_fds(sock: RawFd, wakes: &[RawFd], timeout: Duration) -> std::io::Result<()> {
     let entry = |fd| libc::pollfd {
         fd,

@@ -78,6 +78,41 @@ impl IndirectionTable {
         })
     }
 
+    /// Spreads the buckets of this NIC table (over queues `0..queues`)
+    /// over `workers` workers, for more workers than the NIC has queues
+    /// (software spill): workers `0..queues` keep their queue; each extra
+    /// worker `w` takes an even, interleaved share of the buckets of one
+    /// queue, its carrier `(w - queues) % queues`, whose worker forwards
+    /// those buckets' frames to it and sends its frames. Returns the worker
+    /// table (a worker per bucket) and each extra worker's carrier. The
+    /// NIC's own table does not change: a bucket of an extra worker still
+    /// arrives on its carrier's queue.
+    ///
+    /// # Errors
+    /// [`Error::NoQueues`] when `queues` is 0 or `workers < queues`;
+    /// [`Error::QueueNotPlaced`] when the table names a queue past `queues`.
+    pub fn spill(&self, queues: u16, workers: u16) -> Result<(IndirectionTable, Vec<u16>)> {
+        if queues == 0 || workers < queues {
+            return Err(Error::NoQueues);
+        }
+        if let Some(&q) = self.entries.iter().find(|&&q| q >= queues) {
+            return Err(Error::QueueNotPlaced { queue: q });
+        }
+        let carriers: Vec<u16> = (queues..workers).map(|w| (w - queues) % queues).collect();
+        let mut entries = self.entries.clone();
+        for c in 0..queues {
+            // The carrier first, then its extra workers, in turn.
+            let group: Vec<u16> = std::iter::once(c)
+                .chain((queues..workers).filter(|&w| carriers[usize::from(w - queues)] == c))
+                .collect();
+            let buckets = (0..entries.len()).filter(|&b| self.entries[b] == c);
+            for (i, b) in buckets.enumerate() {
+                entries[b] = group[i % group.len()];
+            }
+        }
+        Ok((IndirectionTable { entries }, carriers))
+    }
+
     /// The entries, bucket by bucket.
     #[must_use]
     pub fn entries(&self) -> &[u16] {
@@ -289,6 +324,42 @@ fn interleave(queues: &[u16], counts: &[usize]) -> Vec<u16> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn spill_shares_each_queue_s_buckets_with_its_extra_workers() {
+        let nic = IndirectionTable::even(128, &[0, 1]).unwrap();
+        let (w, carriers) = nic.spill(2, 3).unwrap();
+        assert_eq!(carriers, [0]);
+        let counts = w.counts();
+        assert_eq!(counts[&0], 32, "queue 0's 64 buckets halved");
+        assert_eq!(counts[&2], 32);
+        assert_eq!(counts[&1], 64, "queue 1 carries nobody");
+        for (b, &worker) in w.entries().iter().enumerate() {
+            let carrier = if worker >= 2 {
+                carriers[usize::from(worker - 2)]
+            } else {
+                worker
+            };
+            assert_eq!(
+                carrier,
+                nic.entries()[b],
+                "bucket {b} still arrives on its queue"
+            );
+        }
+        // Five workers on two queues: each gets 25 or 26 of 128.
+        let (w, carriers) = nic.spill(2, 5).unwrap();
+        assert_eq!(carriers, [0, 1, 0]);
+        let counts = w.counts();
+        assert!(
+            counts.values().all(|&n| (21..=32).contains(&n)),
+            "{counts:?}"
+        );
+        assert_eq!(counts.values().sum::<usize>(), 128);
+        // As many workers as queues: the NIC's table as it is.
+        assert_eq!(nic.spill(2, 2).unwrap(), (nic.clone(), vec![]));
+        assert_eq!(nic.spill(2, 1), Err(Error::NoQueues));
+        assert_eq!(nic.spill(1, 3), Err(Error::QueueNotPlaced { queue: 1 }));
+    }
+
     use super::*;
     use proptest::prelude::*;
 

@@ -213,6 +213,24 @@ fn queues(caps: &NicCaps, wanted: Wanted) -> PlanPart {
     let max = caps.max_rx_queues();
     let now = caps.rx_queues;
     if wanted.workers > max {
+        let extra = wanted.workers - max;
+        // The bucket of each frame is what sends it to its worker: flowlane
+        // needs the RSS key and table (the NIC's, or the test bed's).
+        if caps.rss.as_ref().is_some_and(|r| r.table_size > 0) || is_veth(caps) {
+            return part(
+                "queues",
+                DoneBy::Flowlane,
+                format!(
+                    "{} workers on {max} receive queue(s): {extra} without a queue (software spill)",
+                    wanted.workers
+                ),
+                "each extra worker takes an even share of one queue's RSS buckets; that \
+                 queue's worker forwards it their frames through an inter-worker ring and \
+                 sends its segments (a copy and a cross-core hand-off per frame each way); \
+                 buckets do not move between workers then",
+                None,
+            );
+        }
         return part(
             "queues",
             DoneBy::Refused,
@@ -220,8 +238,8 @@ fn queues(caps: &NicCaps, wanted: Wanted) -> PlanPart {
                 "{} workers, but {iface} can have {max} receive queue(s)",
                 wanted.workers
             ),
-            "each flowlane worker owns one receive queue and its AF_XDP socket; spreading \
-             one queue's frames over several workers in software is not built yet",
+            "spreading one queue's frames over several workers needs the RSS key and \
+             table to know each frame's bucket, and this NIC reports no RSS",
             Some(format!("run {max} worker(s) (--queues {max})")),
         );
     }
@@ -458,7 +476,7 @@ mod tests {
     }
 
     #[test]
-    fn more_workers_than_queues_is_refused_with_the_way_out() {
+    fn more_workers_than_queues_spill_where_rss_says_the_bucket() {
         let caps = NicCaps {
             iface: "eth1".into(),
             rx_queues: 2,
@@ -478,8 +496,20 @@ mod tests {
         assert_eq!(q.done_by, DoneBy::Hardware);
         assert_eq!(q.action.as_deref(), Some("ethtool -L eth1 combined 3"));
         let q = find(&explain(&caps, w(5)), "queues").clone();
-        assert_eq!(q.done_by, DoneBy::Refused);
+        assert_eq!(q.done_by, DoneBy::Refused, "no RSS: no bucket to spill by");
         assert_eq!(q.action.as_deref(), Some("run 4 worker(s) (--queues 4)"));
+        let mut with_rss = caps;
+        with_rss.rss = Some(crate::nic_caps::RssFacts {
+            key_len: 40,
+            table_size: 128,
+            ..crate::nic_caps::RssFacts::default()
+        });
+        let q = find(&explain(&with_rss, w(5)), "queues").clone();
+        assert_eq!(q.done_by, DoneBy::Flowlane);
+        assert!(
+            q.what.contains("1 without a queue (software spill)"),
+            "{q:?}"
+        );
     }
 
     #[test]

@@ -86,6 +86,14 @@ pub struct Common {
     /// Application threads in queue-pair mode (default: one per core).
     #[arg(long, value_name = "N", value_parser = queue_count::<u32>)]
     pub app_threads: Option<u32>,
+    /// Workers in all, on the AF_XDP backend (default: one per queue).
+    /// More than the queues: each extra worker serves an even share of one
+    /// queue's RSS buckets, whose frames that queue's worker forwards to it
+    /// and through which it sends (software spill, for a NIC with fewer
+    /// queues than the cores to use). Buckets do not move between workers
+    /// then (`--rebalance off`).
+    #[arg(long, value_name = "N", value_parser = queue_count::<u32>)]
+    pub workers: Option<u32>,
     /// The data path's flags (bed, queues, RSS, neighbours, busy polling).
     #[command(flatten)]
     pub data_path: DataPathArgs,
@@ -636,6 +644,7 @@ fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
     } = run;
     let mut config = TcpServiceConfig::new(&c.iface);
     config.queues = c.data_path.queues;
+    config.workers = c.workers;
     config.listen = ports.to_vec();
     config.active = connect_to.is_some();
     config.busy_poll = c.data_path.busy_poll;
@@ -645,6 +654,12 @@ fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
     config.ecn = c.data_path.ecn.mode();
     config.msl = c.msl_ms.map(flowlane_tcp::time::Duration::from_millis);
     let (_, queues) = config.interface()?;
+    if c.workers.is_some_and(|w| w > queues) && c.rebalance.mode().is_some() {
+        bail!(
+            "--rebalance moves buckets between queues, which it cannot do while {} workers share {queues} queues (software spill): use --rebalance off",
+            c.workers.unwrap_or(queues)
+        );
+    }
     // Active opens pick their ports by it; every service keeps its
     // connections per RSS bucket with it. A passive service on a NIC whose
     // RSS flowlane cannot model (read from the NIC, not given by flags)
@@ -673,10 +688,18 @@ fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
     })
     .context("setting up TCP")?;
     let control = ServiceControl::new(&service, name, c.rebalance.mode(), c.rebalance.socket())?;
+    let workers = service.dataplane().queues().len();
     eprintln!(
-        "flowlane: TCP on {} queues of {}{}",
-        service.dataplane().queues().len(),
+        "flowlane: TCP on {queues} queues of {}{}{}",
         c.iface,
+        if workers > queues as usize {
+            format!(
+                ", {workers} workers ({} without a queue: software spill)",
+                workers - queues as usize
+            )
+        } else {
+            String::new()
+        },
         control
             .socket_path()
             .map(|p| format!(" (control socket {})", p.display()))
@@ -691,7 +714,8 @@ fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
     };
     let r = wait(c, &mut running, &results.rx, expect);
     drop(running);
-    let cpu: Vec<Option<u64>> = (0..queues).map(worker_cpu_ns).collect();
+    let workers = c.workers.unwrap_or(queues).max(queues);
+    let cpu: Vec<Option<u64>> = (0..workers).map(worker_cpu_ns).collect();
     let app_cpu = app_threads_cpu(qp);
     let qp_summary = queue_pair_json(qp);
     let counters = service.stop();
@@ -720,6 +744,11 @@ fn serve_kernel(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
     } = run;
     if c.rebalance.mode().is_some() {
         bail!("--rebalance needs --backend xdp (kernel sockets have no RSS buckets to move)");
+    }
+    if c.workers.is_some() {
+        bail!(
+            "--workers needs --backend xdp (kernel sockets: one loop per core, --queues of them)"
+        );
     }
     let n = cores(c)?;
     let placed =

@@ -1,0 +1,178 @@
+//! Software spill: more flowlane workers than the NIC has queues. On a
+//! two-queue bed, `echo-server --workers 3` runs a third worker without a
+//! queue: queue 0's worker forwards it the frames of its share of queue 0's
+//! RSS buckets and sends its segments. Kernel TCP clients in the peer
+//! namespace open many connections, every byte echoed is checked, and the
+//! counters show the third worker served its share through its carrier.
+
+mod tcp_common;
+
+use flowlane_tests::{flowlane_bin, in_ns, require_root, text, Bed};
+use serde_json::Value;
+use tcp_common::*;
+
+/// Opens N connections at once, sends each SIZE random bytes (one of them
+/// BIG), reads the echo and compares digests; prints what matched.
+const SPILL_CLIENT: &str = r#"
+import hashlib, json, os, selectors, socket, sys
+host, n, size, big = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+sel = selectors.DefaultSelector()
+conns = []
+for i in range(n):
+    s = socket.create_connection((host, 7), timeout=30)
+    s.setblocking(False)
+    want = os.urandom(big if i == 0 else size)
+    c = {"s": s, "out": memoryview(want), "digest": hashlib.sha256(want).hexdigest(),
+         "len": len(want), "got": hashlib.sha256(), "n": 0}
+    conns.append(c)
+    sel.register(s, selectors.EVENT_READ | selectors.EVENT_WRITE, c)
+left = n
+while left:
+    for key, ev in sel.select(timeout=30):
+        c = key.data
+        if ev & selectors.EVENT_WRITE and len(c["out"]):
+            try:
+                k = c["s"].send(c["out"][:65536])
+                c["out"] = c["out"][k:]
+            except BlockingIOError:
+                pass
+            if not len(c["out"]):
+                sel.modify(c["s"], selectors.EVENT_READ, c)
+        if ev & selectors.EVENT_READ:
+            try:
+                b = c["s"].recv(262144)
+            except BlockingIOError:
+                continue
+            c["got"].update(b)
+            c["n"] += len(b)
+            if c["n"] >= c["len"] or not b:
+                sel.unregister(c["s"])
+                c["s"].close()
+                left -= 1
+    else:
+        if not sel.get_map():
+            break
+ok = sum(1 for c in conns if c["n"] == c["len"] and c["got"].hexdigest() == c["digest"])
+print(json.dumps({"ok": ok, "n": n, "bytes": sum(c["n"] for c in conns)}))
+"#;
+
+fn queue(summary: &Value, q: u64) -> Value {
+    summary["counters"]["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["queue"] == q)
+        .unwrap_or_else(|| panic!("no queue {q} in {summary}"))["tcp"]
+        .clone()
+}
+
+#[test]
+fn a_third_worker_on_two_queues_serves_its_share_of_connections() {
+    if !require_root("a_third_worker_on_two_queues_serves_its_share_of_connections") {
+        return;
+    }
+    let bed = Bed::up("spill", 2);
+    let app = start(&bed, &["echo-server", "--port", "7", "--workers", "3"], 120);
+
+    // By hand, buckets do not move while workers outnumber queues.
+    let o = in_ns(
+        &bed.ns,
+        &[
+            flowlane_bin().to_str().unwrap(),
+            "rebalance",
+            "move",
+            "--bucket",
+            "0",
+            "--to-queue",
+            "1",
+        ],
+    );
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("software spill"),
+        "{}",
+        text(&o)
+    );
+
+    let out = peer_py(
+        &bed,
+        120,
+        SPILL_CLIENT,
+        &["10.99.0.1", "96", "65536", &(4 << 20).to_string()],
+    );
+    let r: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(r["ok"], 96, "every connection's bytes echoed intact: {r}");
+
+    let lines = app.stop();
+    let summary = lines
+        .iter()
+        .find(|v| v["event"] == "summary")
+        .unwrap_or_else(|| panic!("no summary in {lines:?}"));
+    let (carrier, other, spill) = (queue(summary, 0), queue(summary, 1), queue(summary, 2));
+    // Queue 0 carries worker 2: a quarter of all buckets each way.
+    assert!(spill["passive_opens"].as_u64().unwrap() >= 8, "{spill}");
+    assert!(carrier["passive_opens"].as_u64().unwrap() >= 8, "{carrier}");
+    assert!(other["passive_opens"].as_u64().unwrap() >= 16, "{other}");
+    let total_opens: u64 = [&carrier, &other, &spill]
+        .iter()
+        .map(|q| q["passive_opens"].as_u64().unwrap())
+        .sum();
+    assert_eq!(total_opens, 96);
+    assert!(
+        carrier["spill_forwarded"].as_u64().unwrap() > 0,
+        "{carrier}"
+    );
+    assert_eq!(
+        carrier["spill_forwarded"], spill["frames_forwarded_in"],
+        "what queue 0 forwarded is what worker 2 took"
+    );
+    assert!(spill["spill_handed"].as_u64().unwrap() > 0, "{spill}");
+    assert_eq!(
+        carrier["spill_transmitted"], spill["spill_handed"],
+        "queue 0 sent every frame worker 2 handed it"
+    );
+    for q in [&carrier, &other, &spill] {
+        assert_eq!(q["forward_dropped"], 0, "{q}");
+        assert_eq!(q["frames_forwarded_late"], 0, "no move, no late frame: {q}");
+    }
+    assert_eq!(other["spill_forwarded"], 0);
+    assert_eq!(other["spill_transmitted"], 0);
+}
+
+#[test]
+fn spill_refuses_what_it_cannot_do_in_one_line() {
+    if !require_root("spill_refuses_what_it_cannot_do_in_one_line") {
+        return;
+    }
+    let bed = Bed::up("spillno", 2);
+    for (args, says) in [
+        (
+            vec!["--workers", "3", "--rebalance", "auto"],
+            "use --rebalance off",
+        ),
+        (
+            vec!["--workers", "3", "--backend", "kernel"],
+            "--workers needs --backend xdp",
+        ),
+        (vec!["--workers", "1"], "at least one worker per queue"),
+    ] {
+        let o = std::process::Command::new(flowlane_bin())
+            .args([
+                "echo-server",
+                "--port",
+                "7",
+                "--bed",
+                &bed.name,
+                "--timeout",
+                "5",
+            ])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{args:?}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{args:?}: {err}");
+        assert!(lines[0].contains(says), "{args:?}: {err}");
+    }
+}
