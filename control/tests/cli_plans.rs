@@ -2,23 +2,12 @@
 //! outside: results on a fake two-node NIC box, and bad input that must end
 //! in one line on stderr, a non-zero exit and nothing written.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const BIN: &str = env!("CARGO_BIN_EXE_flowlane");
-
-fn flowlane(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout: {}\nstderr: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use common::{flowlane, text, BIN};
 
 fn one_line_error(o: &Output, needle: &str) {
     assert!(!o.status.success(), "expected failure: {}", text(o));

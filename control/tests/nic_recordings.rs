@@ -5,30 +5,17 @@
 //! --nic-recording FILE` as a user would run it; what the hardware, the
 //! kernel and flowlane do must follow from what each NIC can do.
 
+mod common;
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
 
+use common::{flowlane as run, text};
 use serde_json::Value;
-
-const BIN: &str = env!("CARGO_BIN_EXE_flowlane");
 
 fn recording(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/nic-recordings")
         .join(name)
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout: {}\nstderr: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// `plan --explain --json` for a recording and a worker count: part name →

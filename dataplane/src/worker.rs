@@ -581,18 +581,8 @@ pub(crate) fn run<H: QueueHandler>(
             idle_rounds += 1;
             counters::add(&c.idle_polls, 1);
             if !cfg.busy_poll && idle_rounds > 16 {
-                let mut timeout = Duration::from_millis(if tx.outstanding > 0 { 1 } else { 10 });
-                if let Some(at) = handler.next_wakeup() {
-                    timeout = timeout.min(at.saturating_sub(epoch.elapsed()));
-                }
-                let (mut wakes, mut n) = ([0 as RawFd; 2], 0);
-                for fd in [handler.wake_fd(), handler.app_wake_fd()]
-                    .into_iter()
-                    .flatten()
-                {
-                    wakes[n] = fd;
-                    n += 1;
-                }
+                let longest = Duration::from_millis(if tx.outstanding > 0 { 1 } else { 10 });
+                let (timeout, wakes, n) = idle_wait(&handler, epoch, longest);
                 let wakes = &wakes[..n];
                 let waited = if timeout.is_zero() {
                     // Due now (a move under way, a timer): another pass,
@@ -650,18 +640,7 @@ pub(crate) fn run_spill<H: QueueHandler>(
         if cfg.busy_poll || idle_rounds <= 16 {
             continue;
         }
-        let mut timeout = Duration::from_millis(10);
-        if let Some(at) = handler.next_wakeup() {
-            timeout = timeout.min(at.saturating_sub(epoch.elapsed()));
-        }
-        let (mut wakes, mut n) = ([0 as RawFd; 2], 0);
-        for fd in [handler.wake_fd(), handler.app_wake_fd()]
-            .into_iter()
-            .flatten()
-        {
-            wakes[n] = fd;
-            n += 1;
-        }
+        let (timeout, wakes, n) = idle_wait(&handler, epoch, Duration::from_millis(10));
         if timeout.is_zero() {
             std::thread::yield_now();
         } else if let Err(e) = poll_fds(-1, &wakes[..n], timeout) {
@@ -669,6 +648,29 @@ pub(crate) fn run_spill<H: QueueHandler>(
             break;
         }
     }
+}
+
+/// How long an idle worker may sleep (at most `longest`, less when the
+/// handler has something due) and the descriptors that wake it earlier
+/// (the first `n` of the array).
+fn idle_wait<H: QueueHandler>(
+    handler: &H,
+    epoch: Instant,
+    longest: Duration,
+) -> (Duration, [RawFd; 2], usize) {
+    let mut timeout = longest;
+    if let Some(at) = handler.next_wakeup() {
+        timeout = timeout.min(at.saturating_sub(epoch.elapsed()));
+    }
+    let (mut wakes, mut n) = ([0 as RawFd; 2], 0);
+    for fd in [handler.wake_fd(), handler.app_wake_fd()]
+        .into_iter()
+        .flatten()
+    {
+        wakes[n] = fd;
+        n += 1;
+    }
+    (timeout, wakes, n)
 }
 
 /// Waits until the socket has frames or one of `wakes` is readable, at
