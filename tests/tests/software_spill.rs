@@ -56,6 +56,38 @@ ok = sum(1 for c in conns if c["n"] == c["len"] and c["got"].hexdigest() == c["d
 print(json.dumps({"ok": ok, "n": n, "bytes": sum(c["n"] for c in conns)}))
 "#;
 
+/// Accepts N connections, reads each to its end and prints the sha256 of
+/// each, one line each, after `ready`.
+const MANY_RECV: &str = r#"
+import hashlib, socket, sys, threading
+n = int(sys.argv[1])
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("10.99.0.2", 5002))
+l.listen(64)
+print("ready", flush=True)
+sums = []
+def serve(c):
+    h = hashlib.sha256()
+    while True:
+        d = c.recv(1 << 20)
+        if not d:
+            break
+        h.update(d)
+    c.close()
+    sums.append(h.hexdigest())
+ts = []
+for _ in range(n):
+    c, _ = l.accept()
+    t = threading.Thread(target=serve, args=(c,))
+    t.start()
+    ts.append(t)
+for t in ts:
+    t.join()
+for d in sums:
+    print(d, flush=True)
+"#;
+
 fn queue(summary: &Value, q: u64) -> Value {
     summary["counters"]["queues"]
         .as_array()
@@ -137,6 +169,59 @@ fn a_third_worker_on_two_queues_serves_its_share_of_connections() {
     }
     assert_eq!(other["spill_forwarded"], 0);
     assert_eq!(other["spill_transmitted"], 0);
+}
+
+#[test]
+fn a_worker_without_a_queue_opens_connections_through_its_carrier() {
+    if !require_root("a_worker_without_a_queue_opens_connections_through_its_carrier") {
+        return;
+    }
+    let bed = Bed::up("spillact", 2);
+    let mut peer = peer_py_spawn(&bed, 90, MANY_RECV, &["12"]);
+    wait_ready(&mut peer);
+    let app = start(
+        &bed,
+        &[
+            "bulk-source",
+            "--connect",
+            "10.99.0.2:5002",
+            "--bytes",
+            "4000000",
+            "--connections",
+            "12",
+            "--workers",
+            "3",
+        ],
+        90,
+    );
+    let lines = app.wait(std::time::Duration::from_secs(90));
+    let mut sent: Vec<String> = lines
+        .iter()
+        .filter(|l| l["event"] == "source")
+        .map(|l| {
+            assert_eq!(l["bytes"], 4_000_000, "{l}");
+            l["sha256"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let mut got: Vec<String> = finish(peer, std::time::Duration::from_secs(30))
+        .lines()
+        .map(str::to_string)
+        .collect();
+    sent.sort();
+    got.sort();
+    assert_eq!(sent.len(), 12, "one report per connection");
+    assert_eq!(sent, got, "every connection's bytes arrived intact");
+    let summary = lines.iter().find(|v| v["event"] == "summary").unwrap();
+    let spill = queue(summary, 2);
+    assert_eq!(
+        spill["active_opens"], 4,
+        "each worker opens its share: {spill}"
+    );
+    assert!(spill["spill_handed"].as_u64().unwrap() > 2_000, "{spill}");
+    assert_eq!(
+        queue(summary, 0)["spill_transmitted"],
+        spill["spill_handed"]
+    );
 }
 
 #[test]

@@ -306,15 +306,17 @@ pub fn run(cmd: TcpCmd, nic: NicAccess) -> Result<()> {
     }
 }
 
-/// How many cores (queues, or kernel-socket loops) serve: `--queues`, else
-/// the interface's queue count.
+/// How many cores (workers, or kernel-socket loops) serve: `--workers`
+/// where more than the queues, else `--queues`, else the interface's queue
+/// count.
 fn cores(c: &Common) -> Result<u32> {
-    Ok(TcpServiceConfig {
+    let queues = TcpServiceConfig {
         queues: c.data_path.queues,
         ..TcpServiceConfig::new(&c.iface)
     }
     .interface()?
-    .1)
+    .1;
+    Ok(c.workers.unwrap_or(queues).max(queues))
 }
 
 /// Application threads in queue-pair mode: `--app-threads`, else one per
