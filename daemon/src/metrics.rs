@@ -332,6 +332,12 @@ fn families(scrape: &Scrape) -> Vec<Family> {
     }
     out.push(moves);
     out.push(per_service(
+        "flowlane_rebalance_imbalance_ratio",
+        "The busiest worker's busy time over the mean of the service's workers', over the service's last full second (1: balanced, or idle).",
+        G,
+        &|s| Sample::Real(s.imbalance),
+    ));
+    out.push(per_service(
         "flowlane_rebalance_move_duration_seconds",
         "Time from a move's request to the new queue serving the bucket.",
         MetricType::Histogram,
@@ -569,6 +575,7 @@ mod tests {
             rebalance: "auto".into(),
             queues: vec![queue(0), queue(1)],
             moves,
+            imbalance: 1.25,
             nic: Some(InterfaceStats {
                 rx_packets: 5000,
                 tx_dropped: 2,
@@ -622,6 +629,18 @@ mod tests {
             changes: vec!["pinned IRQ 96 (queue 0) to CPU 8 (was 0-15)".into()],
             restore_on_exit: true,
         }
+    }
+
+    #[test]
+    fn the_imbalance_is_a_gauge_per_service() {
+        let page = render(&scrape(), Format::Text);
+        assert_eq!(
+            line(
+                &page,
+                r#"flowlane_rebalance_imbalance_ratio{service="bulk-sink""#
+            ),
+            r#"flowlane_rebalance_imbalance_ratio{service="bulk-sink",pid="41"} 1.25"#
+        );
     }
 
     #[test]

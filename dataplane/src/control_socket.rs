@@ -199,6 +199,14 @@ pub struct ServiceCounters {
     /// sees them (None if sysfs could not be read).
     #[serde(default)]
     pub nic: Option<crate::iface::InterfaceStats>,
+    /// The busiest worker's busy time over the mean of all its workers',
+    /// over the last full second (1: balanced, or idle).
+    #[serde(default = "one")]
+    pub imbalance: f64,
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 /// One queue's counters: its AF_XDP socket and worker, and its TCP stack.

@@ -5,7 +5,7 @@
 //! logs each move it returns ([`move_line`]).
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::auto_rebalance::{AutoRebalance, Mode};
 use crate::control_socket::{
@@ -36,6 +36,43 @@ pub struct ServiceControl {
     auto: Option<AutoRebalance>,
     socket: Option<ControlSocket>,
     history: MoveHistory,
+    load: LoadWindow,
+}
+
+/// The workers' load over the last full second: what the imbalance
+/// reported to the daemon is measured over.
+#[derive(Debug)]
+struct LoadWindow {
+    /// When the window started.
+    at: Instant,
+    /// Each worker's busy nanoseconds then.
+    busy: Vec<u64>,
+    /// Max over mean of the last full window's busy time.
+    imbalance: f64,
+}
+
+impl LoadWindow {
+    /// How long one window lasts.
+    const LENGTH: Duration = Duration::from_secs(1);
+
+    /// Closes the window if it is a second old, with the workers' busy
+    /// nanoseconds now (read only then).
+    fn tick(&mut self, now: Instant, busy_now: impl FnOnce() -> Vec<u64>) {
+        if now.duration_since(self.at) < Self::LENGTH {
+            return;
+        }
+        let busy = busy_now();
+        if busy.len() == self.busy.len() {
+            let spent: Vec<f64> = busy
+                .iter()
+                .zip(&self.busy)
+                .map(|(n, b)| n.saturating_sub(*b) as f64)
+                .collect();
+            self.imbalance = flowlane_numa_sched::max_over_mean(&spent);
+        }
+        self.at = now;
+        self.busy = busy;
+    }
 }
 
 impl ServiceControl {
@@ -80,6 +117,11 @@ impl ServiceControl {
             auto,
             socket,
             history: MoveHistory::default(),
+            load: LoadWindow {
+                at: Instant::now(),
+                busy: Vec::new(),
+                imbalance: 1.0,
+            },
         })
     }
 
@@ -92,6 +134,13 @@ impl ServiceControl {
     /// socket's requests; returns every move made or tried, for the caller
     /// to log.
     pub fn poll(&mut self, tcp: &TcpService) -> Vec<Result<MoveReport>> {
+        self.load.tick(Instant::now(), || {
+            tcp.dataplane()
+                .counters()
+                .iter()
+                .map(|(_, c)| c.busy_ns)
+                .collect()
+        });
         let mut out = match self.auto.as_mut() {
             Some(a) => a.poll(tcp),
             None => Vec::new(),
@@ -153,6 +202,7 @@ impl ServiceControl {
             queues,
             moves: self.history.clone(),
             nic: tcp.dataplane().interface_stats().ok(),
+            imbalance: self.load.imbalance,
         }
     }
 
@@ -242,4 +292,37 @@ pub fn move_line(outcome: &Result<MoveReport>) -> serde_json::Value {
         o.extend(f);
     }
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_imbalance_is_measured_over_whole_seconds() {
+        let t0 = Instant::now();
+        let mut w = LoadWindow {
+            at: t0,
+            busy: vec![0, 0],
+            imbalance: 1.0,
+        };
+        let mut read = 0;
+        w.tick(t0 + Duration::from_millis(500), || {
+            read += 1;
+            vec![1, 1]
+        });
+        assert_eq!((read, w.imbalance), (0, 1.0), "not a second yet: not read");
+        w.tick(t0 + Duration::from_secs(1), || {
+            vec![900_000_000, 300_000_000]
+        });
+        assert_eq!(w.imbalance, 1.5);
+        w.tick(t0 + Duration::from_secs(2), || {
+            vec![900_000_000, 300_000_000]
+        });
+        assert_eq!(w.imbalance, 1.0, "idle second");
+        // A worker count that changed (none does today): the window restarts.
+        w.tick(t0 + Duration::from_secs(3), || vec![1, 2, 3]);
+        assert_eq!(w.imbalance, 1.0);
+        assert_eq!(w.busy, [1, 2, 3]);
+    }
 }

@@ -53,8 +53,8 @@ pub use nic_caps::NicCaps;
 pub use placement::{plan_placement, PlacementNote, PlacementPlan, QueuePlacement};
 pub use plan_explain::{explain, DoneBy, PlanPart, Wanted};
 pub use rebalance::{
-    BucketLoad, BucketMove, CoreLoad, LoadSnapshot, MoveReason, RebalanceConfig, RebalancePlan,
-    Rebalancer, RoundOutcome,
+    max_over_mean, BucketLoad, BucketMove, CoreLoad, LoadSnapshot, MoveReason, RebalanceConfig,
+    RebalancePlan, Rebalancer, RoundOutcome,
 };
 pub use toeplitz::{
     hash_reference, FlowTuple, HashFields, HashInput, Protocol, RssHashConfig, RssKey, Toeplitz,

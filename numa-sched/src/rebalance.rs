@@ -794,9 +794,34 @@ impl Model {
     }
 }
 
+/// The most loaded over the mean of `loads` (each core's busy time or
+/// fraction over one interval): 1 when balanced, and when idle.
+#[must_use]
+pub fn max_over_mean(loads: &[f64]) -> f64 {
+    if loads.is_empty() {
+        return 1.0;
+    }
+    let mean = loads.iter().sum::<f64>() / loads.len() as f64;
+    let max = loads.iter().copied().fold(0.0, f64::max);
+    if mean > EPSILON {
+        max / mean
+    } else {
+        1.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn max_over_mean_of_loads() {
+        assert_eq!(max_over_mean(&[]), 1.0);
+        assert_eq!(max_over_mean(&[0.0, 0.0]), 1.0, "idle");
+        assert_eq!(max_over_mean(&[0.5, 0.5]), 1.0);
+        assert_eq!(max_over_mean(&[0.9, 0.3]), 1.5);
+        assert_eq!(max_over_mean(&[3.0, 0.0, 0.0]), 3.0);
+    }
 
     const MS: Duration = Duration::from_millis(1);
 
