@@ -97,6 +97,14 @@ pub(crate) fn run(args: Args) -> Result<()> {
         }
     };
     daemon.set_nics(owned.iter().map(|o| o.report.clone()).collect());
+    if !owned.is_empty() {
+        daemon.set_nic_stats(Box::new(|iface: &str| {
+            crate::nic::caps::queue_stats(&Roots::default(), iface)
+                .map_err(|e| tracing::debug!("{iface}'s per-queue counters: {e:#}"))
+                .ok()
+                .flatten()
+        }));
+    }
     println!(
         "{}",
         serde_json::json!({

@@ -32,6 +32,18 @@ pub(crate) enum NicCmd {
         #[command(flatten)]
         roots: crate::sysroot::Roots,
     },
+    /// Each queue's own counters, as the driver keeps them (netdev
+    /// `qstats-get`): packets, bytes, allocation failures, drops.
+    Qstats {
+        /// Interface name.
+        #[arg(long)]
+        iface: String,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        roots: crate::sysroot::Roots,
+    },
     /// Show the RSS key and indirection table of an interface, and which
     /// kernel interface answered (ethtool netlink or ioctl).
     Rss {
@@ -113,6 +125,38 @@ pub(crate) fn run(cmd: NicCmd) -> Result<()> {
                     outln!("{iface}'s capabilities recorded in {}", path.display());
                 }
                 (false, None) => out!("{}", crate::nic::recording::summary(&caps)),
+            }
+            Ok(())
+        }
+        NicCmd::Qstats { iface, json, roots } => {
+            let stats = crate::nic::caps::queue_stats(&roots, &iface)?;
+            if json {
+                outln!("{}", serde_json::to_string_pretty(&stats)?);
+                return Ok(());
+            }
+            let Some(stats) = stats else {
+                bail!("{iface} keeps no per-queue counters the kernel reports (netdev qstats-get: the driver has none, or the kernel is older than 6.10)");
+            };
+            let n = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
+            outln!(
+                "{:>5} {:>3} {:>14} {:>16} {:>10} {:>10}",
+                "queue",
+                "dir",
+                "packets",
+                "bytes",
+                "alloc-fail",
+                "hw-drops"
+            );
+            for q in stats {
+                outln!(
+                    "{:>5} {:>3} {:>14} {:>16} {:>10} {:>10}",
+                    q.queue,
+                    if q.rx { "rx" } else { "tx" },
+                    n(q.packets),
+                    n(q.bytes),
+                    n(q.alloc_fail),
+                    n(q.hw_drops)
+                );
             }
             Ok(())
         }

@@ -23,7 +23,7 @@ use std::time::Duration;
 use flowlane_dataplane::control_socket::{ControlSocket, HostStatus, NicReport, Request, Response};
 pub use http::MetricsServer;
 pub use metrics::{render, Format, Scrape};
-pub use registry::Services;
+pub use registry::{NicStatsReader, Services};
 
 /// What went wrong starting the daemon.
 #[derive(Debug, thiserror::Error)]
@@ -187,6 +187,12 @@ impl Daemon {
     /// which holds the effects): served on the metrics page and the socket.
     pub fn set_nics(&self, nics: Vec<NicReport>) {
         self.services.set_nics(nics);
+    }
+
+    /// How each scrape reads the owned NICs' per-queue counters (the
+    /// caller holds the effect: netdev `qstats-get`).
+    pub fn set_nic_stats(&self, reader: NicStatsReader) {
+        self.services.set_nic_stats(reader);
     }
 
     /// Where the daemon's socket is, if it has one.

@@ -13,7 +13,7 @@
 use std::fmt;
 
 use flowlane_dataplane::control_socket::{
-    MoveHistory, NicReport, QueueCounterSet, ServiceCounters,
+    MoveHistory, NicQueueStats, NicReport, QueueCounterSet, ServiceCounters,
 };
 use flowlane_dataplane::InterfaceStats;
 use flowlane_numa_sched::nic_caps::{XdpFeature, XskMode};
@@ -35,6 +35,8 @@ pub struct Scrape {
     pub now_unix_s: f64,
     /// The NICs the daemon owns.
     pub nics: Vec<NicReport>,
+    /// Their per-queue counters, for those that keep any.
+    pub nic_queues: Vec<(String, Vec<NicQueueStats>)>,
 }
 
 /// Label pairs of one series.
@@ -360,7 +362,56 @@ fn families(scrape: &Scrape) -> Vec<Family> {
         .collect();
     push_rows(&mut out, NIC_ROWS, &nics);
     out.extend(owned_nics(&scrape.nics));
+    out.extend(nic_queues(&scrape.nic_queues));
     out
+}
+
+/// The owned NICs' own per-queue counters (netdev `qstats-get`): a series
+/// for each counter the driver keeps.
+fn nic_queues(nics: &[(String, Vec<NicQueueStats>)]) -> Vec<Family> {
+    let family = |name, help, f: &dyn Fn(&NicQueueStats) -> Option<u64>| Family {
+        name,
+        help,
+        kind: C,
+        series: nics
+            .iter()
+            .flat_map(|(iface, queues)| {
+                queues.iter().filter_map(move |q| {
+                    let labels: Labels = vec![
+                        ("iface", iface.clone()),
+                        ("queue", q.queue.to_string()),
+                        ("direction", if q.rx { "rx" } else { "tx" }.to_string()),
+                    ];
+                    Some((labels, Sample::Int(f(q)?)))
+                })
+            })
+            .collect(),
+    };
+    vec![
+        family(
+            "flowlane_nic_queue_packets",
+            "Packets through each queue of a NIC the daemon owns, as its driver counts them.",
+            &|q| q.packets,
+        ),
+        family(
+            "flowlane_nic_queue_bytes",
+            "Bytes through each queue of a NIC the daemon owns, as its driver counts them.",
+            &|q| q.bytes,
+        ),
+        family(
+            "flowlane_nic_queue_alloc_failures",
+            "Receive buffers a NIC's driver could not allocate, per queue.",
+            &|q| q.alloc_fail,
+        ),
+        family(
+            "flowlane_nic_queue_dropped_packets",
+            "Packets a NIC dropped, per queue, as its driver counts them.",
+            &|q| q.hw_drops,
+        ),
+    ]
+    .into_iter()
+    .filter(|f| !f.series.is_empty())
+    .collect()
 }
 
 /// The NICs the daemon owns: what each can do and who does each part of
@@ -591,6 +642,27 @@ mod tests {
             unanswered_total: 1,
             now_unix_s: 1_000.0,
             nics: vec![nic()],
+            nic_queues: vec![(
+                "eth1".into(),
+                vec![
+                    NicQueueStats {
+                        queue: 0,
+                        rx: true,
+                        packets: Some(10),
+                        bytes: Some(1500),
+                        alloc_fail: Some(0),
+                        hw_drops: None,
+                    },
+                    NicQueueStats {
+                        queue: 0,
+                        rx: false,
+                        packets: Some(7),
+                        bytes: Some(700),
+                        alloc_fail: None,
+                        hw_drops: None,
+                    },
+                ],
+            )],
         }
     }
 
@@ -629,6 +701,26 @@ mod tests {
             changes: vec!["pinned IRQ 96 (queue 0) to CPU 8 (was 0-15)".into()],
             restore_on_exit: true,
         }
+    }
+
+    #[test]
+    fn a_nic_s_own_queue_counters_only_where_the_driver_keeps_them() {
+        let page = render(&scrape(), Format::Text);
+        assert_eq!(
+            line(
+                &page,
+                r#"flowlane_nic_queue_packets_total{iface="eth1",queue="0",direction="tx"}"#
+            ),
+            r#"flowlane_nic_queue_packets_total{iface="eth1",queue="0",direction="tx"} 7"#
+        );
+        assert_eq!(
+            line(&page, r#"flowlane_nic_queue_alloc_failures_total{"#),
+            r#"flowlane_nic_queue_alloc_failures_total{iface="eth1",queue="0",direction="rx"} 0"#
+        );
+        assert!(
+            !page.contains("flowlane_nic_queue_dropped_packets"),
+            "no driver kept drops: no family"
+        );
     }
 
     #[test]

@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use flowlane_dataplane::control_socket::{self, FlowQuery, NicReport, Request, Response};
+use flowlane_dataplane::control_socket::{
+    self, FlowQuery, NicQueueStats, NicReport, Request, Response,
+};
 
 use crate::metrics::Scrape;
 
@@ -24,7 +26,23 @@ pub struct Services {
     own: Option<PathBuf>,
     /// The NICs the daemon owns, as it found and planned them.
     nics: Mutex<Vec<NicReport>>,
+    /// Reads an owned NIC's per-queue counters at each scrape.
+    nic_stats: Mutex<Option<Reader>>,
 }
+
+/// A [`NicStatsReader`] in a field of a `Debug` struct.
+struct Reader(NicStatsReader);
+
+impl std::fmt::Debug for Reader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NicStatsReader")
+    }
+}
+
+/// Reads a NIC's per-queue counters (netdev `qstats-get`) by its name:
+/// `None` when it keeps none. The caller, which holds the effects, gives
+/// it ([`Services::set_nic_stats`]).
+pub type NicStatsReader = Box<dyn Fn(&str) -> Option<Vec<NicQueueStats>> + Send + Sync>;
 
 impl Services {
     /// Services with control sockets in `run_dir`, each given `timeout` to
@@ -36,7 +54,24 @@ impl Services {
             unanswered_total: AtomicU64::new(0),
             own: None,
             nics: Mutex::new(Vec::new()),
+            nic_stats: Mutex::new(None),
         }
+    }
+
+    /// How each scrape reads the owned NICs' per-queue counters.
+    pub fn set_nic_stats(&self, reader: NicStatsReader) {
+        *self.nic_stats.lock().unwrap_or_else(|e| e.into_inner()) = Some(Reader(reader));
+    }
+
+    /// The owned NICs' per-queue counters now, for those that keep any.
+    fn nic_queues(&self, nics: &[NicReport]) -> Vec<(String, Vec<NicQueueStats>)> {
+        let reader = self.nic_stats.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(Reader(read)) = reader.as_ref() else {
+            return Vec::new();
+        };
+        nics.iter()
+            .filter_map(|n| Some((n.caps.iface.clone(), read(&n.caps.iface)?)))
+            .collect()
     }
 
     /// Records the NICs the daemon owns (what scrapes and `Request::Host`
@@ -103,6 +138,7 @@ impl Services {
             nics: self.nics(),
             ..Scrape::default()
         };
+        scrape.nic_queues = self.nic_queues(&scrape.nics);
         for path in self.sockets() {
             match control_socket::request(&path, &Request::Counters, self.timeout) {
                 Ok(Response::Counters(c)) => scrape.services.push(c),

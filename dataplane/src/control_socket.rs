@@ -107,6 +107,24 @@ pub struct NicReport {
     pub restore_on_exit: bool,
 }
 
+/// One NIC queue's own counters (netdev `qstats-get`), those the driver
+/// keeps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NicQueueStats {
+    /// Queue index.
+    pub queue: u32,
+    /// A receive queue (else transmit).
+    pub rx: bool,
+    /// Packets.
+    pub packets: Option<u64>,
+    /// Bytes.
+    pub bytes: Option<u64>,
+    /// Receive buffers the driver could not allocate.
+    pub alloc_fail: Option<u64>,
+    /// Packets the device dropped.
+    pub hw_drops: Option<u64>,
+}
+
 /// A service's state, as `flowlane rebalance status` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ServiceStatus {

@@ -272,3 +272,75 @@ fn a_nic_that_is_not_there_stops_the_daemon_with_one_line() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("flowlane-none0"), "{err}");
 }
+
+/// An interface of this machine whose driver keeps per-queue counters
+/// (netdev `qstats-get`), if any: virtio-net does, veth does not.
+fn nic_with_queue_counters() -> Option<String> {
+    let mut names: Vec<String> = std::fs::read_dir("/sys/class/net")
+        .ok()?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names.into_iter().find(|n| {
+        let o = Command::new(flowlane_bin())
+            .args(["nic", "qstats", "--iface", n, "--json"])
+            .output()
+            .unwrap();
+        o.status.success() && String::from_utf8_lossy(&o.stdout).trim() != "null"
+    })
+}
+
+#[test]
+fn a_nic_s_own_queue_counters_reach_the_metrics_page() {
+    let test = "a_nic_s_own_queue_counters_reach_the_metrics_page";
+    if !require_root(test) {
+        return;
+    }
+    let Some(iface) = nic_with_queue_counters() else {
+        eprintln!(
+            "{test}: skipped: no interface here keeps per-queue counters (netdev qstats-get)"
+        );
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("fl-dqs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // --dry-run: the machine's own NIC is read, never changed.
+    let mut child = Command::new(flowlane_bin())
+        .args([
+            "daemon",
+            "--dry-run",
+            "--iface",
+            &iface,
+            "--metrics",
+            "127.0.0.1:0",
+        ])
+        .args(["--socket", "none", "--run-dir"])
+        .arg(&dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let ready: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    assert_eq!(ready["nics"][0]["dry_run"], true, "{ready}");
+    let addr = ready["metrics"].as_str().unwrap();
+    let o = Command::new("curl")
+        .args(["-s", "-m", "10", &format!("http://{addr}/metrics")])
+        .output()
+        .unwrap();
+    let page = String::from_utf8_lossy(&o.stdout);
+    let series =
+        format!(r#"flowlane_nic_queue_packets_total{{iface="{iface}",queue="0",direction="rx"}}"#);
+    assert!(page.contains(&series), "{series} not on the page:\n{page}");
+    assert!(page.contains(&format!(
+        r#"flowlane_nic_plan_changes{{iface="{iface}"}} 0"#
+    )));
+    terminate(&child);
+    let st = wait_within(&mut child, Duration::from_secs(20)).expect("daemon stops");
+    assert!(st.success());
+    let _ = std::fs::remove_dir_all(&dir);
+}

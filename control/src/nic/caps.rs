@@ -6,6 +6,7 @@
 //! driver without the operation) leaves its part unknown; any other
 //! failure is an error naming what was asked.
 
+use flowlane_dataplane::control_socket::NicQueueStats;
 use flowlane_dataplane::iface::{self, InterfaceInfo};
 use flowlane_numa_sched::nic_caps::{rxh_letters, FlowHash, NicCaps, QueueIrq, RssFacts};
 use flowlane_numa_sched::{match_queue_irqs, parse_proc_interrupts};
@@ -157,6 +158,27 @@ fn read_rss(caps: &mut NicCaps) -> anyhow::Result<()> {
         flow_hash,
     });
     Ok(())
+}
+
+/// Each queue's own counters (netdev `qstats-get`): `None` when the kernel
+/// or the driver keeps none (veth; kernels before 6.10).
+///
+/// # Errors
+/// No such interface, or a refusal other than not knowing the question.
+pub(crate) fn queue_stats(roots: &Roots, name: &str) -> anyhow::Result<Option<Vec<NicQueueStats>>> {
+    let info = InterfaceInfo::read(&roots.sysfs_root, name)?;
+    let Some(g) = Genl::open(Netdev::NAME).map_err(anyhow_cause(name))? else {
+        return Ok(None);
+    };
+    if !g.ops().contains(&u32::from(msg::NETDEV_QSTATS_GET)) {
+        return Ok(None);
+    }
+    let dump = g.dump(msg::qstats_dump(info.ifindex)).and_then(|all| {
+        all.iter()
+            .map(|m| msg::qstats(m).map_err(malformed))
+            .collect::<Result<Vec<_>, _>>()
+    });
+    Ok(optional(dump, "per-queue counters (netdev qstats-get)", name)?.filter(|v| !v.is_empty()))
 }
 
 /// XDP features, queues and NAPI instances through the netdev family.
