@@ -25,3 +25,73 @@ pub fn allowed_cpus() -> Vec<u32> {
         None => (0..n as u32).collect(),
     }
 }
+
+/// Pins the calling thread (an application thread serving a flow) next to
+/// the flow's worker, as `near` asks: numa-sched's [`cpus_near`] on this
+/// machine's topology, within the CPUs this process may use, off the
+/// workers' CPUs in `avoid` where it can be. Returns the CPUs it pinned
+/// to. `placement` is what the connection's `Net::placement` (or a flow
+/// hint) says serves it.
+///
+/// [`cpus_near`]: flowlane_numa_sched::cpus_near
+///
+/// # Errors
+/// The topology cannot be read, or the kernel refuses the affinity.
+pub fn pin_current_thread_near(
+    placement: &flowlane_app::Placement,
+    near: flowlane_numa_sched::Near,
+    avoid: &[u32],
+) -> std::io::Result<Vec<u32>> {
+    let topo = flowlane_numa_sched::Topology::from_system()
+        .map_err(|e| std::io::Error::other(format!("reading this machine's topology: {e}")))?;
+    let allowed = allowed_cpus();
+    let wanted = flowlane_numa_sched::cpus_near(&topo, placement.cpu, placement.node, near, avoid);
+    let mut cpus: Vec<u32> = wanted
+        .iter()
+        .copied()
+        .filter(|c| allowed.contains(c))
+        .collect();
+    if cpus.is_empty() {
+        // None of them is ours to use: the flow's node as this process
+        // may use it, else wherever it may run.
+        cpus = topo
+            .cpus_on_node(placement.node)
+            .map(|c| c.os_index)
+            .filter(|c| allowed.contains(c))
+            .collect();
+        if cpus.is_empty() {
+            cpus = allowed;
+        }
+    }
+    pin_current_thread(&cpus)?;
+    Ok(cpus)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_application_thread_goes_next_to_its_flow() {
+        let allowed = allowed_cpus();
+        let worker = allowed[0];
+        let placement = flowlane_app::Placement {
+            queue: 0,
+            cpu: Some(worker),
+            node: 0,
+        };
+        let pinned = std::thread::spawn(move || {
+            let cpus =
+                pin_current_thread_near(&placement, flowlane_numa_sched::Near::Node, &[]).unwrap();
+            (cpus, allowed_cpus())
+        })
+        .join()
+        .unwrap();
+        let (cpus, now) = pinned;
+        assert_eq!(cpus, now, "the thread runs where it was pinned");
+        if allowed.len() > 1 {
+            assert!(!cpus.contains(&worker), "off the worker's CPU: {cpus:?}");
+        }
+        assert!(!cpus.is_empty());
+    }
+}

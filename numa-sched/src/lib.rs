@@ -50,7 +50,9 @@ pub use irq::{
 };
 pub use nic::{RssCaps, RssNic, RssSettings, RssSettingsError};
 pub use nic_caps::NicCaps;
-pub use placement::{plan_placement, PlacementNote, PlacementPlan, QueuePlacement};
+pub use placement::{
+    cpus_near, plan_placement, Near, PlacementNote, PlacementPlan, QueuePlacement,
+};
 pub use plan_explain::{explain, DoneBy, PlanPart, Wanted};
 pub use rebalance::{
     max_over_mean, BucketLoad, BucketMove, CoreLoad, LoadSnapshot, MoveReason, RebalanceConfig,

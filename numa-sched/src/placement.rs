@@ -286,9 +286,110 @@ fn node_cpu_order(topo: &Topology, node: u32, allowed: &BTreeSet<u32>) -> Vec<u3
     order
 }
 
+/// How close to a flow's worker an application thread should run
+/// ([`cpus_near`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Near {
+    /// Sharing the worker's core (its SMT siblings), else its last-level
+    /// cache: the flow's data is warm in the caches the worker filled.
+    Core,
+    /// On the worker's NUMA node: the flow's packet memory is local.
+    Node,
+}
+
+/// The CPUs an application thread serving a flow should run on: next to
+/// the flow's worker (on `worker_cpu`, node `node`) as `near` asks, never
+/// on a CPU of `avoid` (the workers') while another qualifies, widening to
+/// the node, then to the worker's own CPU, then to every CPU when nothing
+/// narrower exists. Sorted, never empty for a topology with CPUs.
+#[must_use]
+pub fn cpus_near(
+    topo: &Topology,
+    worker_cpu: Option<u32>,
+    node: u32,
+    near: Near,
+    avoid: &[u32],
+) -> Vec<u32> {
+    let free = |c: u32| Some(c) != worker_cpu && !avoid.contains(&c);
+    let sorted = |mut v: Vec<u32>| {
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    if near == Near::Core {
+        if let Some(w) = worker_cpu {
+            let siblings: Vec<u32> = topo
+                .smt_siblings(w)
+                .map(|c| c.os_index)
+                .filter(|&c| free(c))
+                .collect();
+            if !siblings.is_empty() {
+                return sorted(siblings);
+            }
+            let cache: Vec<u32> = topo
+                .caches
+                .iter()
+                .filter(|c| c.level == 3 && c.cpus.contains(&w))
+                .flat_map(|c| c.cpus.iter().copied())
+                .filter(|&c| free(c))
+                .collect();
+            if !cache.is_empty() {
+                return sorted(cache);
+            }
+        }
+    }
+    let on_node: Vec<u32> = topo.cpus_on_node(node).map(|c| c.os_index).collect();
+    let wanted: Vec<u32> = on_node.iter().copied().filter(|&c| free(c)).collect();
+    if !wanted.is_empty() {
+        return sorted(wanted);
+    }
+    match worker_cpu {
+        Some(w) if topo.cpu(w).is_some() => vec![w],
+        _ if !on_node.is_empty() => sorted(on_node),
+        _ => sorted(topo.cores.iter().map(|c| c.os_index).collect()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn application_threads_go_next_to_their_flow() {
+        // Two nodes of two cores with two hyperthreads: node 0 CPUs 0-3
+        // (cores {0,1} and {2,3}), node 1 CPUs 4-7.
+        let t = Topology::synthetic(2, 1, 2, 2).unwrap();
+        assert_eq!(
+            cpus_near(&t, Some(4), 1, Near::Core, &[]),
+            [5],
+            "the SMT sibling"
+        );
+        assert_eq!(
+            cpus_near(&t, Some(4), 1, Near::Core, &[5]),
+            [6, 7],
+            "the sibling is a worker: the rest of the node"
+        );
+        assert_eq!(cpus_near(&t, Some(4), 1, Near::Node, &[6]), [5, 7]);
+        assert_eq!(
+            cpus_near(&t, Some(4), 1, Near::Node, &[5, 6, 7]),
+            [4],
+            "every other CPU is a worker's: the flow's own"
+        );
+        assert_eq!(
+            cpus_near(&t, None, 0, Near::Core, &[]),
+            [0, 1, 2, 3],
+            "unpinned worker"
+        );
+        assert_eq!(
+            cpus_near(&t, None, 9, Near::Node, &[]).len(),
+            8,
+            "unknown node: anywhere"
+        );
+        // One core per node, no SMT: the node's others.
+        let flat = Topology::synthetic(1, 1, 2, 1).unwrap();
+        assert_eq!(cpus_near(&flat, Some(0), 0, Near::Core, &[]), [1]);
+        assert_eq!(cpus_near(&flat, Some(0), 0, Near::Core, &[1]), [0]);
+    }
     use crate::topology::{Cache, NodeDistances};
     use proptest::prelude::*;
 
