@@ -76,22 +76,12 @@ pub(crate) fn own(
     }
 
     if caps.rss.as_ref().is_some_and(|r| r.table_size > 0) && caps.rx_queues > 1 {
-        let nic = EthtoolNic::new(iface);
-        let (now, _) = nic.read()?;
-        let queues: Vec<u16> = (0..caps.rx_queues as u16).collect();
-        let even = IndirectionTable::even(now.table.len(), &queues)?.to_queue_list();
-        let moved = now.table.iter().zip(&even).filter(|(a, b)| a != b).count();
-        if moved > 0 {
-            changes.push(format!(
-                "{} the RSS table evenly over {} queues ({moved} of {} entries)",
-                if dry_run { "would spread" } else { "spread" },
-                caps.rx_queues,
-                even.len()
-            ));
-            if !dry_run {
-                nic.write(None, Some(&even))?;
-                undo.rss_table = Some(now.table);
+        if let Err(e) = spread_rss(iface, caps.rx_queues, dry_run, &mut changes, &mut undo) {
+            // What this NIC got so far goes back before the error does.
+            for line in undo.put_back(roots, iface, true) {
+                tracing::warn!("{iface}: {line}");
             }
+            return Err(e);
         }
     }
     if dry_run {
@@ -108,6 +98,35 @@ pub(crate) fn own(
         },
         undo,
     })
+}
+
+/// Spreads the RSS table evenly over the `queues` receive queues where it
+/// is not, noting the change and the table to put back.
+fn spread_rss(
+    iface: &str,
+    queues: u32,
+    dry_run: bool,
+    changes: &mut Vec<String>,
+    undo: &mut Undo,
+) -> Result<()> {
+    let nic = EthtoolNic::new(iface);
+    let (now, _) = nic.read()?;
+    let all: Vec<u16> = (0..queues as u16).collect();
+    let even = IndirectionTable::even(now.table.len(), &all)?.to_queue_list();
+    let moved = now.table.iter().zip(&even).filter(|(a, b)| a != b).count();
+    if moved == 0 {
+        return Ok(());
+    }
+    changes.push(format!(
+        "{} the RSS table evenly over {queues} queues ({moved} of {} entries)",
+        if dry_run { "would spread" } else { "spread" },
+        even.len()
+    ));
+    if !dry_run {
+        nic.write(None, Some(&even))?;
+        undo.rss_table = Some(now.table);
+    }
+    Ok(())
 }
 
 /// Applies the IRQ (or NAPI-thread) part of the plan, noting each change
@@ -174,18 +193,23 @@ impl Owned {
     /// Returns a line per thing put back or left, errors included (the
     /// daemon is stopping: nothing is left to retry).
     pub(crate) fn restore(self, roots: &Roots, in_use: bool) -> Vec<String> {
-        let iface = &self.report.caps.iface;
+        self.undo.put_back(roots, &self.report.caps.iface, in_use)
+    }
+}
+
+impl Undo {
+    /// Writes back what it holds for `iface`; see [`Owned::restore`].
+    fn put_back(self, roots: &Roots, iface: &str, in_use: bool) -> Vec<String> {
         let mut said = Vec::new();
-        let u = self.undo;
-        if !u.irq_affinity.is_empty() {
+        if !self.irq_affinity.is_empty() {
             said.push(
-                match irq_apply::write_all(&roots.procfs_root, &u.irq_affinity, &[]) {
-                    Ok(()) => format!("put back {} IRQ affinities", u.irq_affinity.len()),
+                match irq_apply::write_all(&roots.procfs_root, &self.irq_affinity, &[]) {
+                    Ok(()) => format!("put back {} IRQ affinities", self.irq_affinity.len()),
                     Err(e) => format!("IRQ affinities not put back: {e:#}"),
                 },
             );
         }
-        if u.threaded_on {
+        if self.threaded_on {
             let rel = PathBuf::from(format!("class/net/{iface}/threaded"));
             said.push(
                 match irq_apply::write_all(&roots.sysfs_root, &[(rel, "0".into())], &[]) {
@@ -194,7 +218,7 @@ impl Owned {
                 },
             );
         } else {
-            for (pid, cpus) in &u.napi_threads {
+            for (pid, cpus) in &self.napi_threads {
                 said.push(match irq_apply::set_task_affinity(*pid, cpus) {
                     Ok(()) => format!(
                         "put NAPI thread pid {pid} back on CPUs {}",
@@ -204,7 +228,7 @@ impl Owned {
                 });
             }
         }
-        if let Some(table) = u.rss_table {
+        if let Some(table) = self.rss_table {
             if in_use {
                 said.push(format!(
                     "left {iface}'s RSS table as it is: a running service uses {iface}"

@@ -298,6 +298,8 @@ pub(crate) struct MoverStats {
     /// bucket's drain marker (the new worker gets them out of order).
     pub(crate) frames_forwarded_late: u64,
     pub(crate) frames_forwarded_in: u64,
+    /// Bytes of those frames.
+    pub(crate) bytes_forwarded_in: u64,
     pub(crate) frames_held: u64,
     pub(crate) hold_timeouts: u64,
     pub(crate) forward_dropped: u64,
@@ -638,6 +640,7 @@ impl Mover {
             match m {
                 Message::Frame(f) => {
                     self.stats.frames_forwarded_in += 1;
+                    self.stats.bytes_forwarded_in += f.frame.len() as u64;
                     frames.push((f.hops, f.frame));
                 }
                 Message::Transmit(frame) => {

@@ -1387,6 +1387,7 @@ impl QueueHandler for TcpHandler {
         }
         if let (Some(b), Some(m)) = (before, self.mover.as_ref()) {
             pass.received = m.stats.frames_forwarded_in - b.frames_forwarded_in;
+            pass.received_bytes = m.stats.bytes_forwarded_in - b.bytes_forwarded_in;
         }
         self.publish_due(now_d);
         pass
