@@ -9,7 +9,9 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args as ClapArgs;
-use flowlane_dataplane::control_socket::{self, NicReport, Request, Response, ServiceStatus};
+use flowlane_dataplane::control_socket::{
+    self, HostStatus, NicReport, Request, Response, ServiceStatus,
+};
 use flowlane_numa_sched::DoneBy;
 use serde_json::{json, Value};
 
@@ -78,19 +80,28 @@ fn nic_json(n: &NicReport) -> Value {
 /// Runs `flowlane status`.
 pub(crate) fn run(args: Args) -> Result<()> {
     let daemon = UnixStream::connect(&args.daemon_socket).is_ok();
-    let nics: Vec<Value> = match daemon.then(|| {
+    let host = match daemon.then(|| {
         control_socket::request(
             &args.daemon_socket,
             &Request::Host,
             std::time::Duration::from_secs(1),
         )
     }) {
-        Some(Ok(Response::Host(h))) => h.nics.iter().map(nic_json).collect(),
-        _ => Vec::new(),
+        Some(Ok(Response::Host(h))) => h,
+        _ => HostStatus::default(),
     };
+    let nics: Vec<Value> = host.nics.iter().map(nic_json).collect();
+    // The run directory's services, and those registered with the daemon
+    // elsewhere.
+    let mut sockets = control_socket::live_sockets(&args.run_dir);
+    for s in host.services {
+        if !sockets.contains(&s) {
+            sockets.push(s);
+        }
+    }
     let mut services = Vec::new();
     let mut unanswered = Vec::new();
-    for path in control_socket::live_sockets(&args.run_dir) {
+    for path in sockets {
         if path == args.daemon_socket {
             continue;
         }

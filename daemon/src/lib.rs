@@ -50,7 +50,7 @@ pub enum Error {
 /// Where the daemon listens for hint requests unless told otherwise: a
 /// directory of its own, so that the services' directory holds only
 /// services (`flowlane rebalance status` picks the only one there).
-pub const DEFAULT_SOCKET: &str = "/run/flowlane-daemon/daemon.sock";
+pub const DEFAULT_SOCKET: &str = flowlane_dataplane::control_socket::DAEMON_SOCKET;
 
 /// The daemon's settings (`--config FILE`, then flags).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
@@ -173,7 +173,19 @@ impl Daemon {
                 Request::Hint { flow } => services.hint(&flow),
                 Request::Host => Response::Host(HostStatus {
                     nics: services.nics(),
+                    services: services.sockets(),
                 }),
+                Request::Register {
+                    socket,
+                    service,
+                    pid,
+                } => match services.register(&socket) {
+                    Ok(()) => {
+                        tracing::info!(%service, pid, socket = %socket.display(), "registered");
+                        Response::Registered
+                    }
+                    Err(message) => Response::Error { message },
+                },
                 other => Response::Error {
                     message: format!(
                         "the daemon answers hints and host questions; ask the service's own socket for {other:?}"

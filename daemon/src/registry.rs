@@ -1,7 +1,9 @@
-//! The running flowlane services, found through their control sockets in
+//! The running flowlane services, found through their control sockets: in
 //! the run directory (`/run/flowlane/SERVICE.PID.sock`, the model of DPDK's
-//! telemetry socket): a service needs no registration step, and one that
-//! exits takes its socket with it. Each scrape asks every live socket for
+//! telemetry socket), and wherever a service that registered keeps its own
+//! (`Request::Register` on the daemon's socket). A service that exits takes
+//! its socket with it; one killed leaves the file, and a registered socket
+//! nothing answers on is forgotten. Each scrape asks every live socket for
 //! the service's counters.
 
 use std::path::PathBuf;
@@ -28,7 +30,14 @@ pub struct Services {
     nics: Mutex<Vec<NicReport>>,
     /// Reads an owned NIC's per-queue counters at each scrape.
     nic_stats: Mutex<Option<Reader>>,
+    /// Control sockets services announced (`Request::Register`), wherever
+    /// they are; forgotten once nothing answers there.
+    registered: Mutex<Vec<PathBuf>>,
 }
+
+/// Registrations the daemon keeps at most (a registering process is root:
+/// the bound is against mistakes, not attacks).
+const REGISTERED_MAX: usize = 1024;
 
 /// A [`NicStatsReader`] in a field of a `Debug` struct.
 struct Reader(NicStatsReader);
@@ -55,7 +64,34 @@ impl Services {
             own: None,
             nics: Mutex::new(Vec::new()),
             nic_stats: Mutex::new(None),
+            registered: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Takes a service's announcement of its control socket: an absolute
+    /// path to a Unix socket that answers.
+    ///
+    /// # Errors
+    /// One line saying why the path is not taken.
+    pub fn register(&self, socket: &std::path::Path) -> Result<(), String> {
+        use std::os::unix::fs::FileTypeExt;
+        if !socket.is_absolute() {
+            return Err(format!("{} is not an absolute path", socket.display()));
+        }
+        match std::fs::metadata(socket) {
+            Ok(m) if m.file_type().is_socket() => {}
+            _ => return Err(format!("{} is not a Unix socket", socket.display())),
+        }
+        let mut r = self.registered.lock().unwrap_or_else(|e| e.into_inner());
+        if !r.iter().any(|p| p == socket) {
+            if r.len() >= REGISTERED_MAX {
+                return Err(format!(
+                    "the daemon keeps at most {REGISTERED_MAX} registrations"
+                ));
+            }
+            r.push(socket.to_path_buf());
+        }
+        Ok(())
     }
 
     /// How each scrape reads the owned NICs' per-queue counters.
@@ -91,9 +127,21 @@ impl Services {
         self
     }
 
-    /// The live services' sockets.
-    fn sockets(&self) -> Vec<PathBuf> {
+    /// The live services' sockets: those in the run directory and those
+    /// registered (a registered one nothing answers on any more is
+    /// forgotten).
+    pub fn sockets(&self) -> Vec<PathBuf> {
         let mut found = control_socket::live_sockets(&self.run_dir);
+        {
+            let mut r = self.registered.lock().unwrap_or_else(|e| e.into_inner());
+            r.retain(|p| std::os::unix::net::UnixStream::connect(p).is_ok());
+            found.extend(
+                r.iter()
+                    .filter(|p| !found.contains(p))
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            );
+        }
         found.retain(|p| Some(p) != self.own.as_ref());
         found
     }
@@ -159,6 +207,40 @@ impl Services {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_registration_must_name_an_absolute_socket() {
+        // An empty run directory: only the registration can make it known.
+        let run = std::env::temp_dir().join(format!("fl-reg-run-{}", std::process::id()));
+        std::fs::create_dir_all(&run).unwrap();
+        let s = Services::new(run.clone(), Duration::from_millis(100));
+        assert!(s
+            .register(std::path::Path::new("rel.sock"))
+            .unwrap_err()
+            .contains("absolute"));
+        let file = std::env::temp_dir().join(format!("fl-reg-{}.txt", std::process::id()));
+        std::fs::write(&file, "x").unwrap();
+        assert!(s.register(&file).unwrap_err().contains("not a Unix socket"));
+        let sock = std::env::temp_dir().join(format!("fl-reg-{}.control", std::process::id()));
+        let _ = std::fs::remove_file(&sock);
+        let listener = UnixListener::bind(&sock).unwrap();
+        assert!(s.sockets().is_empty(), "not in the run directory");
+        s.register(&sock).unwrap();
+        s.register(&sock).unwrap();
+        assert_eq!(
+            s.sockets().iter().filter(|p| **p == sock).count(),
+            1,
+            "once"
+        );
+        drop(listener);
+        std::fs::remove_file(&sock).unwrap();
+        assert!(
+            !s.sockets().contains(&sock),
+            "forgotten once nothing answers"
+        );
+        std::fs::remove_file(&file).unwrap();
+        std::fs::remove_dir_all(&run).unwrap();
+    }
     use std::io::{Read, Write};
     use std::os::unix::net::UnixListener;
 

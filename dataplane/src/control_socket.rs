@@ -26,6 +26,12 @@ use crate::{Error, Result};
 /// Where services put their control sockets unless told otherwise.
 pub const RUN_DIR: &str = "/run/flowlane";
 
+/// Where `flowlane daemon` listens unless told otherwise: a directory of
+/// its own, so that [`RUN_DIR`] holds only services (`flowlane rebalance
+/// status` picks the only one there). A service registers there
+/// ([`register_with_daemon`]) when a daemon runs.
+pub const DAEMON_SOCKET: &str = "/run/flowlane-daemon/daemon.sock";
+
 /// At most this many clients wait for an answer at once; more are closed
 /// unanswered.
 pub const MAX_CLIENTS: usize = 8;
@@ -53,6 +59,16 @@ pub enum Request {
     /// The NICs the daemon owns: their capabilities, the plan explained,
     /// and what the daemon changed (asked of `flowlane daemon`'s socket).
     Host,
+    /// To the daemon: a service announces its control socket, so that the
+    /// daemon reads it wherever it is (not only in its run directory).
+    Register {
+        /// The service's control socket (absolute).
+        socket: PathBuf,
+        /// The command serving.
+        service: String,
+        /// Its process id.
+        pid: u32,
+    },
     /// Move `bucket` to queue `to_queue` with its live connections.
     Move {
         /// The RSS bucket (indirection-table entry).
@@ -74,6 +90,8 @@ pub enum Response {
     Hint(FlowAnswer),
     /// The answer to [`Request::Host`].
     Host(HostStatus),
+    /// The daemon took a [`Request::Register`].
+    Registered,
     /// The move asked for was done.
     Moved(MoveReport),
     /// The request was refused or failed.
@@ -88,6 +106,10 @@ pub enum Response {
 pub struct HostStatus {
     /// One report per `--iface`.
     pub nics: Vec<NicReport>,
+    /// The control sockets of the services the daemon reads (its run
+    /// directory's and those registered), live ones only.
+    #[serde(default)]
+    pub services: Vec<PathBuf>,
 }
 
 /// One NIC as the daemon found it and what it did to it.
@@ -517,6 +539,32 @@ fn process_exists(pid: i32) -> bool {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
         Err(nix::errno::Errno::ESRCH)
     )
+}
+
+/// Tells the daemon listening on `daemon` that this process serves its
+/// control socket at `own`. A daemon that is not running is not an error
+/// the caller need report: applications work without one.
+///
+/// # Errors
+/// No daemon answers, or it refused the registration.
+pub fn register_with_daemon(daemon: &Path, own: &Path, service: &str) -> Result<()> {
+    let own = if own.is_absolute() {
+        own.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| Error::Setup(format!("the working directory: {e}")))?
+            .join(own)
+    };
+    let register = Request::Register {
+        socket: own,
+        service: service.to_string(),
+        pid: std::process::id(),
+    };
+    match request(daemon, &register, Duration::from_millis(500))? {
+        Response::Registered => Ok(()),
+        Response::Error { message } => Err(Error::Setup(message)),
+        other => Err(Error::Setup(format!("the daemon answered {other:?}"))),
+    }
 }
 
 /// The control sockets in `dir` that a service answers on (stale ones

@@ -165,6 +165,11 @@ pub struct RebalanceArgs {
     /// /run/flowlane/SERVICE.PID.sock; `none`: no socket).
     #[arg(long, value_name = "PATH")]
     pub control_socket: Option<std::path::PathBuf>,
+    /// The daemon's socket, where the service announces its control socket
+    /// if a daemon runs (default: /run/flowlane-daemon/daemon.sock; `none`:
+    /// do not register).
+    #[arg(long, value_name = "PATH")]
+    pub daemon_socket: Option<std::path::PathBuf>,
 }
 
 impl RebalanceArgs {
@@ -177,6 +182,15 @@ impl RebalanceArgs {
             }),
             (None, RebalanceMode::Auto) => Some(Mode::Auto),
             (None, RebalanceMode::Off) => None,
+        }
+    }
+
+    /// The daemon to register with, as these flags say (None: none).
+    pub fn daemon(&self) -> Option<std::path::PathBuf> {
+        match &self.daemon_socket {
+            None => Some(crate::control_socket::DAEMON_SOCKET.into()),
+            Some(p) if p.as_os_str() == "none" => None,
+            Some(p) => Some(p.clone()),
         }
     }
 

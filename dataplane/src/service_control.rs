@@ -130,6 +130,22 @@ impl ServiceControl {
         self.socket.as_ref().map(ControlSocket::path)
     }
 
+    /// Announces the control socket to the daemon listening on `daemon`,
+    /// if one does; says whether it took it. Without a daemon (or a socket
+    /// of its own) the service goes on: applications work without one.
+    pub fn register_with_daemon(&self, daemon: &Path) -> bool {
+        let Some(own) = self.socket_path() else {
+            return false;
+        };
+        match control_socket::register_with_daemon(daemon, own, &self.service) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!("not registered with a daemon: {e}");
+                false
+            }
+        }
+    }
+
     /// Runs a rebalancing round if one is due and answers the control
     /// socket's requests; returns every move made or tried, for the caller
     /// to log.
@@ -153,8 +169,8 @@ impl ServiceControl {
                 Request::Status => Response::Status(self.status(tcp)),
                 Request::Counters => Response::Counters(self.counters(tcp)),
                 Request::Hint { flow } => self.hint(tcp, &flow),
-                Request::Host => Response::Error {
-                    message: "a service owns no NIC; ask `flowlane daemon`'s socket".into(),
+                Request::Host | Request::Register { .. } => Response::Error {
+                    message: "a service owns no NIC and takes no registration; ask `flowlane daemon`'s socket".into(),
                 },
                 Request::Move { bucket, to_queue } => {
                     let m = tcp.move_bucket(bucket, to_queue);

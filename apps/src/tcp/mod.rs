@@ -690,6 +690,9 @@ fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
     })
     .context("setting up TCP")?;
     let control = ServiceControl::new(&service, name, c.rebalance.mode(), c.rebalance.socket())?;
+    if let Some(daemon) = c.rebalance.daemon() {
+        control.register_with_daemon(&daemon);
+    }
     let workers = service.dataplane().queues().len();
     eprintln!(
         "flowlane: TCP on {queues} queues of {}{}{}",
