@@ -119,13 +119,57 @@ pub(crate) fn run(args: Args) -> Result<()> {
             })).collect::<Vec<_>>(),
         })
     );
+    let mut owned = owned;
+    let mut next_look = std::time::Instant::now() + LOOK_AGAIN;
     while !signals.stop_requested() {
         daemon.poll();
+        if std::time::Instant::now() >= next_look {
+            next_look = std::time::Instant::now() + LOOK_AGAIN;
+            look_again(&mut owned, &daemon);
+        }
         std::thread::sleep(Duration::from_millis(5));
     }
     drop(daemon);
     restore(owned, &config);
     Ok(())
+}
+
+/// How often the daemon looks again at NICs whose interrupts it could not
+/// pin yet.
+const LOOK_AGAIN: Duration = Duration::from_secs(1);
+
+/// Pins the interrupts of owned NICs that have some to pin now (a service
+/// started on a veth), and says so (a JSON line each).
+fn look_again(owned: &mut [Owned], daemon: &Daemon) {
+    if !owned.iter().any(Owned::interrupts_pending) {
+        return;
+    }
+    let (roots, budget) = (Roots::default(), allowed_cpus());
+    let Ok(topo) = TopologyArgs::default().load() else {
+        return;
+    };
+    let mut changed = false;
+    for o in owned.iter_mut() {
+        let before = o.report.changes.len();
+        match o.retry_interrupts(&roots, &topo, Some(&budget)) {
+            Ok(true) => {
+                changed = true;
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "event": "planned",
+                        "iface": o.report.caps.iface,
+                        "changes": o.report.changes[before..],
+                    })
+                );
+            }
+            Ok(false) => {}
+            Err(e) => tracing::warn!("{}: {e:#}", o.report.caps.iface),
+        }
+    }
+    if changed {
+        daemon.set_nics(owned.iter().map(|o| o.report.clone()).collect());
+    }
 }
 
 /// Reads and plans each of `config.ifaces` (and applies the plan unless

@@ -22,6 +22,10 @@ pub(crate) struct Owned {
     /// What is reported on the metrics page and the daemon's socket.
     pub(crate) report: NicReport,
     undo: Undo,
+    /// The interrupts were left because the NIC had none to pin yet (a
+    /// veth before an XDP program gives it NAPI instances): tried again
+    /// ([`Owned::retry_interrupts`]).
+    interrupts_pending: bool,
 }
 
 /// What the daemon changed, as the values to write back.
@@ -66,10 +70,11 @@ pub(crate) fn own(
     let mut changes = Vec::new();
 
     let msi = roots.iface(iface)?.msi_irqs.is_some();
-    if !msi && caps.napis.is_empty() {
+    let interrupts_pending = !msi && caps.napis.is_empty();
+    if interrupts_pending {
         changes.push(format!(
-            "left {iface}'s interrupts: no IRQs and no NAPI instances (a veth has NAPI only \
-             while an XDP program is attached: start the service first)"
+            "left {iface}'s interrupts for now: no IRQs and no NAPI instances yet (a veth has \
+             NAPI only while an XDP program is attached: pinned once a service starts)"
         ));
     } else {
         pin_interrupts(roots, iface, topo, budget, dry_run, &mut changes, &mut undo)?;
@@ -97,6 +102,7 @@ pub(crate) fn own(
             restore_on_exit,
         },
         undo,
+        interrupts_pending,
     })
 }
 
@@ -188,6 +194,57 @@ fn pin_interrupts(
 }
 
 impl Owned {
+    /// Whether interrupts left at start wait to be pinned.
+    pub(crate) fn interrupts_pending(&self) -> bool {
+        self.interrupts_pending
+    }
+
+    /// Pins the interrupts left at start if the NIC has NAPI instances
+    /// now (a service attached its XDP program), noting the changes in the
+    /// report. Returns whether the report changed.
+    ///
+    /// # Errors
+    /// The NIC cannot be read, or the change failed (rolled back).
+    pub(crate) fn retry_interrupts(
+        &mut self,
+        roots: &Roots,
+        topo: &Topology,
+        budget: Option<&[u32]>,
+    ) -> Result<bool> {
+        if !self.interrupts_pending {
+            return Ok(false);
+        }
+        let iface = self.report.caps.iface.clone();
+        let caps = crate::nic::caps::read(roots, &iface)?;
+        if caps.napis.is_empty() {
+            return Ok(false);
+        }
+        let dry_run = self.report.dry_run;
+        let mut undo = Undo::default();
+        pin_interrupts(
+            roots,
+            &iface,
+            topo,
+            budget,
+            dry_run,
+            &mut self.report.changes,
+            &mut undo,
+        )?;
+        if !dry_run {
+            self.undo.merge(undo);
+        }
+        self.report.plan = explain(
+            &caps,
+            Wanted {
+                workers: self.report.workers,
+                table_size: caps.rss.as_ref().map_or(128, |r| r.table_size.max(1)),
+            },
+        );
+        self.report.caps = caps;
+        self.interrupts_pending = false;
+        Ok(true)
+    }
+
     /// Puts back what [`own`] changed. The RSS table stays when a running
     /// service uses the NIC (`in_use`): it may have moved buckets since.
     /// Returns a line per thing put back or left, errors included (the
@@ -198,6 +255,16 @@ impl Owned {
 }
 
 impl Undo {
+    /// Adds what `later` changed (interrupts pinned after the start).
+    fn merge(&mut self, later: Undo) {
+        self.irq_affinity.extend(later.irq_affinity);
+        self.threaded_on |= later.threaded_on;
+        self.napi_threads.extend(later.napi_threads);
+        if self.rss_table.is_none() {
+            self.rss_table = later.rss_table;
+        }
+    }
+
     /// Writes back what it holds for `iface`; see [`Owned::restore`].
     fn put_back(self, roots: &Roots, iface: &str, in_use: bool) -> Vec<String> {
         let mut said = Vec::new();

@@ -241,9 +241,21 @@ pub(crate) fn apply(
                 }
                 write_all(&roots.sysfs_root, &done.writes, &["0".into()])?;
                 // The kthreads exist once the write returns.
-                match inspect(roots, ifname, topo, queues, budget)?.irqs {
-                    QueueIrqs::Napi { threads: t, .. } => threads = t,
-                    QueueIrqs::Msi { .. } => unreachable!("the device did not change"),
+                match inspect(roots, ifname, topo, queues, budget) {
+                    Ok(IrqView {
+                        irqs: QueueIrqs::Napi { threads: t, .. },
+                        ..
+                    }) => threads = t,
+                    Ok(_) => unreachable!("the device did not change"),
+                    Err(e) => {
+                        // Nothing is left half done: threaded NAPI goes off again.
+                        let _ = write_all(
+                            &roots.sysfs_root,
+                            &[(done.writes[0].0.clone(), "0".into())],
+                            &[],
+                        );
+                        return Err(e.context("threaded NAPI switched back off"));
+                    }
                 }
             }
             for t in threads.iter().filter(|t| t.changes()) {

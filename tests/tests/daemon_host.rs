@@ -95,6 +95,11 @@ impl Drop for Daemon {
     }
 }
 
+/// The tests here whose veth gets NAPI threads run one at a time: the
+/// threads are named after the interface (`napi/xsk0-N`), the same in
+/// every bed, and `flowlane irq` refuses to tell them apart.
+static NAPI_THREADS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn threaded(bed: &Bed) -> String {
     let o = in_ns(&bed.ns, &["cat", "/sys/class/net/xsk0/threaded"]);
     assert!(o.status.success(), "{}", text(&o));
@@ -131,6 +136,7 @@ fn the_daemon_applies_the_plan_to_the_veth_and_puts_it_back() {
     if !require_root(test) {
         return;
     }
+    let _one_at_a_time = NAPI_THREADS.lock().unwrap_or_else(|e| e.into_inner());
     let bed = Bed::up("dhost", 2);
     let dir: PathBuf =
         std::env::temp_dir().join(format!("fl-dhost-{}-{}", bed.name, std::process::id()));
@@ -250,6 +256,65 @@ fn the_daemon_applies_the_plan_to_the_veth_and_puts_it_back() {
     assert_eq!(threaded(&bed), "1");
     assert!(keep.stop().is_empty());
     assert_eq!(threaded(&bed), "1", "kept");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_daemon_started_before_the_service_pins_the_napi_threads_once_they_exist() {
+    let test = "a_daemon_started_before_the_service_pins_the_napi_threads_once_they_exist";
+    if !require_root(test) {
+        return;
+    }
+    let _one_at_a_time = NAPI_THREADS.lock().unwrap_or_else(|e| e.into_inner());
+    let bed = Bed::up("dlate", 2);
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("fl-dlate-{}-{}", bed.name, std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // No service yet: a veth without an XDP program has no NAPI instance.
+    let d = Daemon::start(&bed, &dir, &["--run-dir", dir.to_str().unwrap()]);
+    let changes = d.changes();
+    assert!(
+        changes[0].starts_with("left xsk0's interrupts for now"),
+        "{changes:?}"
+    );
+    assert_eq!(threaded(&bed), "0");
+    let sock = dir.join("echo.sock");
+    let _service = start(
+        &bed,
+        &[
+            "echo-server",
+            "--port",
+            "7",
+            "--control-socket",
+            sock.to_str().unwrap(),
+        ],
+        120,
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while threaded(&bed) != "1" && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        threaded(&bed),
+        "1",
+        "pinned once the service gave the veth NAPI"
+    );
+    let after = d.stop();
+    let planned = after
+        .iter()
+        .find(|l| l["event"] == "planned")
+        .unwrap_or_else(|| panic!("{after:?}"));
+    assert_eq!(
+        planned["changes"][0], "switched threaded NAPI on xsk0",
+        "{planned}"
+    );
+    let restored = after
+        .iter()
+        .find(|l| l["event"] == "restored")
+        .unwrap_or_else(|| panic!("{after:?}"));
+    assert_eq!(restored["done"][0], "switched threaded NAPI off on xsk0");
+    assert_eq!(threaded(&bed), "0", "put back");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
