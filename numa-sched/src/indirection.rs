@@ -80,13 +80,15 @@ impl IndirectionTable {
 
     /// Spreads the buckets of this NIC table (over queues `0..queues`)
     /// over `workers` workers, for more workers than the NIC has queues
-    /// (software spill): workers `0..queues` keep their queue; each extra
-    /// worker `w` takes an even, interleaved share of the buckets of one
-    /// queue, its carrier `(w - queues) % queues`, whose worker forwards
-    /// those buckets' frames to it and sends its frames. Returns the worker
-    /// table (a worker per bucket) and each extra worker's carrier. The
-    /// NIC's own table does not change: a bucket of an extra worker still
-    /// arrives on its carrier's queue.
+    /// (software spill): every worker ends with `size / workers` buckets
+    /// or one more. Workers `0..queues` keep buckets of their own queue;
+    /// each extra worker takes its share from the queues with the most
+    /// buckets over their share, one bucket at a time, so that a queue's
+    /// buckets stay interleaved. The worker of a bucket's queue forwards
+    /// its frames to the extra worker that took it; each extra worker sends
+    /// through its carrier, the queue it took most buckets from. Returns
+    /// the worker table (a worker per bucket) and each extra worker's
+    /// carrier. The NIC's own table does not change.
     ///
     /// # Errors
     /// [`Error::NoQueues`] when `queues` is 0 or `workers < queues`;
@@ -98,18 +100,59 @@ impl IndirectionTable {
         if let Some(&q) = self.entries.iter().find(|&&q| q >= queues) {
             return Err(Error::QueueNotPlaced { queue: q });
         }
-        let carriers: Vec<u16> = (queues..workers).map(|w| (w - queues) % queues).collect();
-        let mut entries = self.entries.clone();
-        for c in 0..queues {
-            // The carrier first, then its extra workers, in turn.
-            let group: Vec<u16> = std::iter::once(c)
-                .chain((queues..workers).filter(|&w| carriers[usize::from(w - queues)] == c))
-                .collect();
-            let buckets = (0..entries.len()).filter(|&b| self.entries[b] == c);
-            for (i, b) in buckets.enumerate() {
-                entries[b] = group[i % group.len()];
+        let size = self.entries.len();
+        let (n, q) = (usize::from(workers), usize::from(queues));
+        // Each worker's share; the remainder to the workers with a queue.
+        let share = |w: usize| size / n + usize::from(w < size % n);
+        let buckets: Vec<Vec<usize>> = (0..q)
+            .map(|c| {
+                (0..size)
+                    .filter(|&b| usize::from(self.entries[b]) == c)
+                    .collect()
+            })
+            .collect();
+        // How many buckets each extra worker takes from each queue: one at
+        // a time from the queue most over its share.
+        let mut keeps: Vec<usize> = buckets.iter().map(Vec::len).collect();
+        let mut taken = vec![vec![0usize; q]; n - q];
+        for (x, from) in taken.iter_mut().enumerate() {
+            for _ in 0..share(q + x) {
+                let Some(c) = (0..q)
+                    .filter(|&c| keeps[c] > 0)
+                    .max_by_key(|&c| (keeps[c] as isize - share(c) as isize, std::cmp::Reverse(c)))
+                else {
+                    break;
+                };
+                keeps[c] -= 1;
+                from[c] += 1;
             }
         }
+        // Which of a queue's buckets go: evenly spaced over its list, dealt
+        // to its takers in turn, so that what each keeps stays spread.
+        let mut entries = self.entries.clone();
+        for (c, list) in buckets.iter().enumerate() {
+            let given: usize = taken.iter().map(|t| t[c]).sum();
+            let mut owed: Vec<usize> = taken.iter().map(|t| t[c]).collect();
+            let takers = owed.len();
+            let mut x = 0;
+            for j in 0..given {
+                let b = list[(2 * j + 1) * list.len() / (2 * given)];
+                while owed[x % takers] == 0 {
+                    x += 1;
+                }
+                owed[x % takers] -= 1;
+                entries[b] = (q + x % takers) as u16;
+                x += 1;
+            }
+        }
+        let carriers = taken
+            .iter()
+            .map(|from| {
+                (0..q)
+                    .max_by_key(|&c| (from[c], std::cmp::Reverse(c)))
+                    .unwrap_or(0) as u16
+            })
+            .collect();
         Ok((IndirectionTable { entries }, carriers))
     }
 
@@ -324,36 +367,80 @@ fn interleave(queues: &[u16], counts: &[usize]) -> Vec<u16> {
 
 #[cfg(test)]
 mod tests {
+    proptest::proptest! {
+        #[test]
+        fn spill_shares_are_even_whatever_the_table(
+            size_log in 3u32..10,
+            queues in 1u16..6,
+            extra in 0u16..9,
+            weights in proptest::collection::vec(1u32..9, 6),
+        ) {
+            let size = 1usize << size_log;
+            let ws: Vec<(u16, u32)> = (0..queues).map(|q| (q, weights[usize::from(q)])).collect();
+            let nic = IndirectionTable::weighted(size, &ws).unwrap();
+            let workers = queues + extra;
+            let (w, carriers) = nic.spill(queues, workers).unwrap();
+            proptest::prop_assert_eq!(carriers.len(), usize::from(extra));
+            proptest::prop_assert!(carriers.iter().all(|&c| c < queues));
+            let counts = w.counts();
+            let n = usize::from(workers);
+            for worker in 0..workers {
+                let have = counts.get(&worker).copied().unwrap_or(0);
+                if worker >= queues {
+                    // An extra worker gets its share unless no queue had
+                    // buckets over theirs left to give.
+                    proptest::prop_assert!(have <= size / n + 1);
+                }
+            }
+            for (b, &worker) in w.entries().iter().enumerate() {
+                proptest::prop_assert!(worker < workers);
+                if worker < queues {
+                    proptest::prop_assert_eq!(worker, nic.entries()[b]);
+                }
+            }
+            proptest::prop_assert_eq!(counts.values().sum::<usize>(), size);
+        }
+    }
+
     #[test]
-    fn spill_shares_each_queue_s_buckets_with_its_extra_workers() {
+    fn spill_gives_every_worker_an_even_share() {
         let nic = IndirectionTable::even(128, &[0, 1]).unwrap();
         let (w, carriers) = nic.spill(2, 3).unwrap();
-        assert_eq!(carriers, [0]);
         let counts = w.counts();
-        assert_eq!(counts[&0], 32, "queue 0's 64 buckets halved");
-        assert_eq!(counts[&2], 32);
-        assert_eq!(counts[&1], 64, "queue 1 carries nobody");
+        assert_eq!(
+            (counts[&0], counts[&1], counts[&2]),
+            (43, 43, 42),
+            "a third each, the remainder to the queues' workers"
+        );
+        assert_eq!(carriers, [0], "ties go to the lower queue");
         for (b, &worker) in w.entries().iter().enumerate() {
-            let carrier = if worker >= 2 {
-                carriers[usize::from(worker - 2)]
-            } else {
-                worker
-            };
-            assert_eq!(
-                carrier,
-                nic.entries()[b],
-                "bucket {b} still arrives on its queue"
-            );
+            if worker < 2 {
+                assert_eq!(
+                    worker,
+                    nic.entries()[b],
+                    "a queue's worker keeps its own buckets"
+                );
+            }
         }
-        // Five workers on two queues: each gets 25 or 26 of 128.
+        // Five workers on two queues: 26 or 25 of 128 each.
         let (w, carriers) = nic.spill(2, 5).unwrap();
-        assert_eq!(carriers, [0, 1, 0]);
         let counts = w.counts();
         assert!(
-            counts.values().all(|&n| (21..=32).contains(&n)),
+            counts.values().all(|&n| (25..=26).contains(&n)),
             "{counts:?}"
         );
         assert_eq!(counts.values().sum::<usize>(), 128);
+        assert_eq!(carriers.len(), 3);
+        // An uneven NIC table: the busier queue gives more.
+        let skewed = IndirectionTable::weighted(128, &[(0, 3), (1, 1)]).unwrap();
+        let (w, _) = skewed.spill(2, 4).unwrap();
+        assert!(w.counts().values().all(|&n| n == 32), "{:?}", w.counts());
+        // What a queue's worker keeps stays spread over the table.
+        let (w, _) = nic.spill(2, 3).unwrap();
+        let kept: Vec<usize> = (0..128).filter(|&b| w.entries()[b] == 0).collect();
+        let gaps: Vec<usize> = kept.windows(2).map(|p| p[1] - p[0]).collect();
+        assert!(gaps.iter().all(|&g| g <= 4), "{kept:?}");
+        assert!(kept[0] < 4 && kept[kept.len() - 1] > 120, "{kept:?}");
         // As many workers as queues: the NIC's table as it is.
         assert_eq!(nic.spill(2, 2).unwrap(), (nic.clone(), vec![]));
         assert_eq!(nic.spill(2, 1), Err(Error::NoQueues));

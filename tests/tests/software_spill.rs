@@ -1,9 +1,10 @@
 //! Software spill: more flowlane workers than the NIC has queues. On a
 //! two-queue bed, `echo-server --workers 3` runs a third worker without a
-//! queue: queue 0's worker forwards it the frames of its share of queue 0's
-//! RSS buckets and sends its segments. Kernel TCP clients in the peer
-//! namespace open many connections, every byte echoed is checked, and the
-//! counters show the third worker served its share through its carrier.
+//! queue: it takes a third of the RSS buckets from both queues, whose
+//! workers forward it their frames, and sends its segments through queue 0
+//! (its carrier). Kernel TCP clients in the peer namespace open many
+//! connections, every byte echoed is checked, and the counters show the
+//! third worker served its share.
 
 mod tcp_common;
 
@@ -141,22 +142,24 @@ fn a_third_worker_on_two_queues_serves_its_share_of_connections() {
         .find(|v| v["event"] == "summary")
         .unwrap_or_else(|| panic!("no summary in {lines:?}"));
     let (carrier, other, spill) = (queue(summary, 0), queue(summary, 1), queue(summary, 2));
-    // Queue 0 carries worker 2: a quarter of all buckets each way.
-    assert!(spill["passive_opens"].as_u64().unwrap() >= 8, "{spill}");
-    assert!(carrier["passive_opens"].as_u64().unwrap() >= 8, "{carrier}");
-    assert!(other["passive_opens"].as_u64().unwrap() >= 16, "{other}");
+    // A third of the buckets each: about 32 connections each.
+    for q in [&carrier, &other, &spill] {
+        assert!(q["passive_opens"].as_u64().unwrap() >= 16, "{q}");
+    }
     let total_opens: u64 = [&carrier, &other, &spill]
         .iter()
         .map(|q| q["passive_opens"].as_u64().unwrap())
         .sum();
     assert_eq!(total_opens, 96);
+    let forwarded = |q: &Value| q["spill_forwarded"].as_u64().unwrap();
     assert!(
-        carrier["spill_forwarded"].as_u64().unwrap() > 0,
-        "{carrier}"
+        forwarded(&carrier) > 0 && forwarded(&other) > 0,
+        "both queues forward"
     );
     assert_eq!(
-        carrier["spill_forwarded"], spill["frames_forwarded_in"],
-        "what queue 0 forwarded is what worker 2 took"
+        forwarded(&carrier) + forwarded(&other),
+        spill["frames_forwarded_in"].as_u64().unwrap(),
+        "what the queues forwarded is what worker 2 took"
     );
     assert!(spill["spill_handed"].as_u64().unwrap() > 0, "{spill}");
     assert_eq!(
@@ -167,8 +170,10 @@ fn a_third_worker_on_two_queues_serves_its_share_of_connections() {
         assert_eq!(q["forward_dropped"], 0, "{q}");
         assert_eq!(q["frames_forwarded_late"], 0, "no move, no late frame: {q}");
     }
-    assert_eq!(other["spill_forwarded"], 0);
-    assert_eq!(other["spill_transmitted"], 0);
+    assert_eq!(
+        other["spill_transmitted"], 0,
+        "worker 2 sends through queue 0 only"
+    );
 }
 
 #[test]
