@@ -100,6 +100,15 @@ impl Drop for Daemon {
 /// every bed, and `flowlane irq` refuses to tell them apart.
 static NAPI_THREADS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// An empty directory of this test's own for the daemon's and the
+/// service's sockets.
+fn fresh_dir(bed: &Bed) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("fl-{}-{}", bed.name, std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 fn threaded(bed: &Bed) -> String {
     let o = in_ns(&bed.ns, &["cat", "/sys/class/net/xsk0/threaded"]);
     assert!(o.status.success(), "{}", text(&o));
@@ -138,10 +147,7 @@ fn the_daemon_applies_the_plan_to_the_veth_and_puts_it_back() {
     }
     let _one_at_a_time = NAPI_THREADS.lock().unwrap_or_else(|e| e.into_inner());
     let bed = Bed::up("dhost", 2);
-    let dir: PathBuf =
-        std::env::temp_dir().join(format!("fl-dhost-{}-{}", bed.name, std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir(&bed);
     let sock = dir.join("echo.sock");
     let _service = start(
         &bed,
@@ -267,10 +273,7 @@ fn a_daemon_started_before_the_service_pins_the_napi_threads_once_they_exist() {
     }
     let _one_at_a_time = NAPI_THREADS.lock().unwrap_or_else(|e| e.into_inner());
     let bed = Bed::up("dlate", 2);
-    let dir: PathBuf =
-        std::env::temp_dir().join(format!("fl-dlate-{}-{}", bed.name, std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir(&bed);
     // No service yet: a veth without an XDP program has no NAPI instance.
     let d = Daemon::start(&bed, &dir, &["--run-dir", dir.to_str().unwrap()]);
     let changes = d.changes();
