@@ -1,6 +1,7 @@
 //! CUBIC (RFC 9438) with HyStart++ (RFC 9406) end to end in the
 //! deterministic simulator: transfers over lossy, long-delay paths arrive
-//! byte-exact, and after a loss the window regrows along the cubic curve
+//! byte-exact, slow start ends before a deep queue (the RTT rise) or a
+//! one-BDP queue (the ACK train) overflows, and after a loss the window regrows along the cubic curve
 //! (concave up to W_max at about K seconds, convex beyond), where NewReno
 //! grows by one segment per round trip. The window is read off the wire:
 //! bytes the sender has sent that the ACKs it received do not cover.
@@ -334,4 +335,37 @@ fn hystart_leaves_slow_start_before_the_bottleneck_queue_overflows() {
     assert_eq!(stats.retransmits, 0, "{stats:?}");
     let (drops, _) = run(CongestionAlgorithm::NewReno);
     assert!(drops > 0, "NewReno fills the queue");
+}
+
+#[test]
+fn the_ack_train_leaves_slow_start_before_a_one_bdp_queue_overflows() {
+    // 50 Mbit/s, 10 ms each way, a drop-tail queue of one BDP (20 ms):
+    // the test bed's path (tests/tests/tcp_cubic.rs). A rise of the
+    // round's minimum RTT shows only once the window is about twice the
+    // BDP, which this queue cannot hold; the ACK train shows the pipe full
+    // a round earlier (Ha and Rhee §3.1), and slow start ends without a
+    // loss.
+    let link = LinkConfig {
+        delay: Duration::from_millis(10),
+        bandwidth_bps: 50_000_000,
+        max_queue_delay: Duration::from_millis(20),
+        ..LinkConfig::default()
+    };
+    let a = config(1, CongestionAlgorithm::Cubic);
+    let mut b = config(2, CongestionAlgorithm::Cubic);
+    b.recv_buffer = 8 << 20;
+    b.recv_buffer_max = 8 << 20;
+    let mut sim = Sim::new(7, link, link, a, b);
+    let t0 = sim.now;
+    let bytes = 4 << 20;
+    let mut bulk = Bulk::start(&mut sim, 1, bytes, 0);
+    let done = sim.run_until(t0 + Duration::from_secs(60), |s| {
+        bulk.on_step(s);
+        bulk.delivered() == bytes
+    });
+    assert!(done && bulk.errors.is_empty(), "{:?}", bulk.errors);
+    // Without the ACK train: 279 drops and 279 segments resent.
+    let stats = *sim.a.stats();
+    assert_eq!(sim.stats.queue_drops, 0, "{stats:?}");
+    assert_eq!(stats.retransmits, 0, "{stats:?}");
 }

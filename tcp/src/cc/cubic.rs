@@ -1,4 +1,5 @@
-//! CUBIC (RFC 9438) with HyStart++ (RFC 9406) in the initial slow start.
+//! CUBIC (RFC 9438) with HyStart++ (RFC 9406) and HyStart's ACK train in
+//! the initial slow start ([`super::hystart`]).
 //!
 //! Integer arithmetic throughout (deterministic on every platform): windows
 //! in bytes (`u32`, at most [`CWND_MAX`]), time in milliseconds since the
@@ -7,7 +8,7 @@
 //! 6675's pipe) is the connection's and shared with NewReno; CUBIC decides
 //! the reduction (β_cubic) and the growth between losses.
 
-use super::hystart::{Growth, HyStart, CSS_GROWTH_DIVISOR};
+use super::hystart::{Growth, HyStart, TrainSample, CSS_GROWTH_DIVISOR};
 use super::{
     deflate_on_partial_ack, initial_window, recovery_exit_window, restart_window, Ack,
     CongestionControl,
@@ -289,8 +290,15 @@ impl CongestionControl for Cubic {
         }
         let mut rest = clamp_u32(a.bytes_acked);
         if self.cwnd < self.ssthresh {
+            let train = TrainSample {
+                now_us: TrainSample::micros(a.now),
+                min_rtt_us: a
+                    .min_rtt
+                    .map(|d| (d.as_nanos() / 1000).min(u64::from(u32::MAX)) as u32),
+                cwnd_segments: self.cwnd / self.smss32(),
+            };
             let growth = match &mut self.phase {
-                Phase::SlowStart(h) => h.on_ack(a.ack, a.snd_max, a.rtt),
+                Phase::SlowStart(h) => h.on_ack(a.ack, a.snd_max, a.rtt, train),
                 _ => Growth::SlowStart,
             };
             match growth {
@@ -311,7 +319,8 @@ impl CongestionControl for Cubic {
                     rest = 0;
                 }
                 Growth::Avoidance => {
-                    // RFC 9406 §4.2: after CSS_ROUNDS, ssthresh = cwnd.
+                    // RFC 9406 §4.2: after CSS_ROUNDS, ssthresh = cwnd
+                    // (and so after an ACK train, as Linux does).
                     // RFC 9438 §4.10: cwnd_prior = cwnd, and W_max is
                     // undefined (the stage starts with K = 0).
                     self.ssthresh = self.cwnd;

@@ -1,6 +1,6 @@
 //! Congestion control (RFC 5681, NewReno fast recovery per RFC 6582, the
 //! window of SACK-based recovery per RFC 6675; CUBIC per RFC 9438 with
-//! HyStart++ per RFC 9406).
+//! HyStart++ per RFC 9406 and HyStart's ACK-train heuristic).
 //!
 //! Loss *detection* (duplicate ACK counting, the NewReno `recover` point,
 //! the retransmission timer, RTT samples, spurious-retransmission
@@ -39,6 +39,10 @@ pub(crate) struct Ack {
     pub rtt: Option<Duration>,
     /// The smoothed RTT (RFC 6298 §2), if measured.
     pub srtt: Option<Duration>,
+    /// The connection's minimum RTT at microsecond precision (RACK.min_RTT,
+    /// RFC 8985 §6.2 step 1), if measured: the scale of HyStart's ACK-train
+    /// heuristic ([`hystart`]).
+    pub min_rtt: Option<Duration>,
 }
 
 /// The window-arithmetic half of congestion control. All sizes in bytes.
@@ -265,6 +269,7 @@ pub(crate) fn test_ack(now: Instant, bytes: usize) -> Ack {
         snd_max: SeqNumber(0),
         rtt: None,
         srtt: None,
+        min_rtt: None,
     }
 }
 

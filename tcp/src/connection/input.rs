@@ -620,6 +620,7 @@ impl Connection {
                 snd_max: self.snd.max,
                 rtt,
                 srtt: self.rtt.srtt(),
+                min_rtt: self.rack_min_rtt(),
             });
         }
         self.snd.dup_acks = 0;

@@ -224,6 +224,12 @@ impl Connection {
         }
     }
 
+    /// RACK.min_RTT (RFC 8985 §6.2 step 1), if a sample gave one.
+    pub(super) fn rack_min_rtt(&self) -> Option<Duration> {
+        (self.rack.min_rtt_us != u32::MAX)
+            .then(|| Duration::from_micros(u64::from(self.rack.min_rtt_us)))
+    }
+
     /// Un-SACKed bytes below this are lost by RACK's verdict.
     #[inline]
     pub(super) fn rack_lost_end(&self) -> SeqNumber {
