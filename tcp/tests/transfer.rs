@@ -272,3 +272,36 @@ fn regression_reset_on_a_corrupting_link() {
     );
     assert_eq!(sim.b.stats().resets_out, 1);
 }
+
+#[test]
+fn push_marks_only_the_segment_that_empties_the_send_buffer() {
+    // RFC 9293 §3.9.1: PSH goes on the last segment of what is queued. On
+    // every segment it made Linux receivers ACK each one (a full-sized PSH
+    // segment is ACKed as soon as the application reads it), doubling the
+    // ACKs of a bulk transfer. One 2 MB write: its segments carry PSH only
+    // where the buffer ran dry (at least the last one), a small fraction.
+    use flowlane_wire::TcpRepr;
+    use sim::Side;
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let mut sim = Sim::symmetric(11, LinkConfig::default());
+    let seen = Rc::new(RefCell::new((0u64, 0u64)));
+    let s = Rc::clone(&seen);
+    sim.emit_tap = Some(Box::new(move |side, bytes| {
+        if let (Side::A, Ok((r, payload))) = (side, TcpRepr::parse_segment(bytes)) {
+            if !payload.is_empty() {
+                let mut s = s.borrow_mut();
+                s.0 += 1;
+                s.1 += u64::from(r.flags.psh());
+            }
+        }
+    }));
+    run_bulk(&mut sim, 1, 2_000_000, 0, Duration::from_secs(120));
+    let (data, pushed) = *seen.borrow();
+    assert!(data > 1000, "{data} data segments");
+    assert!(pushed >= 1, "the last segment is pushed");
+    assert!(
+        pushed * 20 < data,
+        "{pushed} of {data} data segments pushed"
+    );
+}
