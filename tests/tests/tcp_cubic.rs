@@ -80,9 +80,13 @@ impl Setup {
 /// the median of [`CUBIC_PAIRS`] pairs. Measured on this path: a median of
 /// 1.49 over 16 runs (0.92 to 2.16), 2.53 in a later run, and 4.51 in one
 /// CI run of session 17; kernel against kernel spread from 0.56 to 1.93.
-/// flowlane's CUBIC is the more aggressive of the two here, with about 4
-/// times the bottleneck's drops, and why is open (BENCHMARKS.md); the
-/// bound holds it to that, not to fairness.
+/// Two causes of flowlane's larger share were found in session 24 (a CI
+/// run at 5.10): slow start overshot a one-BDP queue, and PSH on every
+/// segment made Linux receivers ACK each one, so flowlane sent single
+/// frames where the kernel sent pairs that the full queue cut. Since then
+/// three pairs measured 1.99 to 2.05 (BENCHMARKS.md, "slow start's
+/// overshoot and PSH"); the bound holds flowlane to a factor, not to
+/// fairness: the slower start of the kernel flow beside it is still open.
 const FACTOR: f64 = 4.0;
 /// flowlane CUBIC pairs run: one pair's share varies too much on these 2
 /// shared vCPUs for a single run to decide (see [`FACTOR`]).
