@@ -181,9 +181,10 @@ impl HyStart {
             }
         }
         // The ACK train (Ha and Rhee §3.1): ACKs no more than
-        // ACK_TRAIN_GAP_US (or min RTT / 8) apart since the round began, for longer than
-        // half the minimum RTT, show the pipe full: congestion avoidance
-        // at once (ssthresh = cwnd, as Linux), in CSS too.
+        // ACK_TRAIN_GAP_US (or min RTT / 8) apart since the round began,
+        // for longer than half the minimum RTT, show the pipe full:
+        // congestion avoidance at once (ssthresh = cwnd, as Linux), in CSS
+        // too.
         if let Some(min_rtt) = train.min_rtt_us {
             let gap = ACK_TRAIN_GAP_US.min(min_rtt / ACK_TRAIN_GAP_RTT_DIVISOR);
             if train.now_us.wrapping_sub(self.train_last_us) <= gap {
