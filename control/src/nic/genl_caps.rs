@@ -10,6 +10,8 @@
 
 use std::marker::PhantomData;
 
+use super::genl_rss::{A_HEADER_DEV_NAME, FAMILY_NAME, FAMILY_VERSION};
+
 use flowlane_dataplane::control_socket::NicQueueStats;
 use flowlane_numa_sched::nic_caps::{
     xdp_features, xsk_features, Channels, NapiFacts, QueueFacts, QueueKind, Toggle, XdpFacts,
@@ -32,8 +34,8 @@ pub(crate) trait Family: std::fmt::Debug {
 #[derive(Debug)]
 pub(crate) struct Ethtool;
 impl Family for Ethtool {
-    const NAME: &'static str = "ethtool";
-    const VERSION: u8 = 1;
+    const NAME: &'static str = FAMILY_NAME;
+    const VERSION: u8 = FAMILY_VERSION;
 }
 
 /// The netdev family (Linux 6.3+; queues and NAPI 6.8+).
@@ -54,8 +56,6 @@ pub(crate) const MSG_CHANNELS_GET: u8 = 17;
 const MSG_CHANNELS_GET_REPLY: u8 = 18;
 /// `ETHTOOL_A_*_HEADER`: attribute 1 of every ethtool request.
 const A_HEADER: u16 = 1;
-/// `ETHTOOL_A_HEADER_DEV_NAME`.
-const A_HEADER_DEV_NAME: u16 = 2;
 /// `ETHTOOL_A_FEATURES_HW` (what the user may toggle), `..._ACTIVE`,
 /// `..._NOCHANGE` (fixed).
 const A_FEATURES_HW: u16 = 2;

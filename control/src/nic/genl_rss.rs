@@ -37,7 +37,7 @@ const A_RSS_INDIR: u16 = 4;
 /// `ETHTOOL_A_RSS_HKEY` (binary: the key).
 const A_RSS_HKEY: u16 = 5;
 /// `ETHTOOL_A_HEADER_DEV_NAME` (NUL-terminated string).
-const A_HEADER_DEV_NAME: u16 = 2;
+pub(crate) const A_HEADER_DEV_NAME: u16 = 2;
 
 /// One attribute of an RSS message; the others a reply may carry
 /// (`INPUT_XFRM`, `START_CONTEXT`, `FLOW_HASH`, later ones) are kept opaque.
