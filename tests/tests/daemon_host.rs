@@ -109,6 +109,23 @@ fn fresh_dir(bed: &Bed) -> PathBuf {
     dir
 }
 
+/// An echo server on port 7 with its control socket in `dir` (where the
+/// daemon's registry finds it).
+fn echo_with_socket(bed: &Bed, dir: &Path) -> App {
+    let sock = dir.join("echo.sock");
+    start(
+        bed,
+        &[
+            "echo-server",
+            "--port",
+            "7",
+            "--control-socket",
+            sock.to_str().unwrap(),
+        ],
+        120,
+    )
+}
+
 fn threaded(bed: &Bed) -> String {
     let o = in_ns(&bed.ns, &["cat", "/sys/class/net/xsk0/threaded"]);
     assert!(o.status.success(), "{}", text(&o));
@@ -148,18 +165,7 @@ fn the_daemon_applies_the_plan_to_the_veth_and_puts_it_back() {
     let _one_at_a_time = NAPI_THREADS.lock().unwrap_or_else(|e| e.into_inner());
     let bed = Bed::up("dhost", 2);
     let dir = fresh_dir(&bed);
-    let sock = dir.join("echo.sock");
-    let _service = start(
-        &bed,
-        &[
-            "echo-server",
-            "--port",
-            "7",
-            "--control-socket",
-            sock.to_str().unwrap(),
-        ],
-        120,
-    );
+    let _service = echo_with_socket(&bed, &dir);
     assert_eq!(threaded(&bed), "0", "a fresh bed has threaded NAPI off");
     let before: Vec<u32> = napi_threads().iter().map(|t| t.0).collect();
 
@@ -282,18 +288,7 @@ fn a_daemon_started_before_the_service_pins_the_napi_threads_once_they_exist() {
         "{changes:?}"
     );
     assert_eq!(threaded(&bed), "0");
-    let sock = dir.join("echo.sock");
-    let _service = start(
-        &bed,
-        &[
-            "echo-server",
-            "--port",
-            "7",
-            "--control-socket",
-            sock.to_str().unwrap(),
-        ],
-        120,
-    );
+    let _service = echo_with_socket(&bed, &dir);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while threaded(&bed) != "1" && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
