@@ -89,6 +89,11 @@ impl<T> Handles<T> {
         }
     }
 
+    /// Every connection in the table (a control-plane scan: O(slots)).
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        self.slots.iter().filter_map(|s| s.value.as_ref())
+    }
+
     /// The connection in slot `index`, whatever its generation.
     pub fn at_mut(&mut self, index: u32) -> Option<&mut T> {
         self.slots.get_mut(index as usize)?.value.as_mut()

@@ -512,6 +512,7 @@ mod tests {
             service: "bulk-sink".into(),
             pid: 1,
             uptime_ns: 7,
+            backend: "xdp".into(),
             iface: "x".into(),
             rebalance: "auto".into(),
             table: vec![],

@@ -82,10 +82,10 @@ pub(crate) struct Hint {
     pub dport: u16,
     /// Protocol.
     pub proto: &'static str,
-    /// Toeplitz hash.
-    pub hash: u32,
-    /// Indirection bucket.
-    pub bucket: usize,
+    /// Toeplitz hash (None from a kernel-socket service: no buckets).
+    pub hash: Option<u32>,
+    /// Indirection bucket (likewise).
+    pub bucket: Option<usize>,
     /// Receive queue.
     pub queue: u16,
     /// CPU of the queue's worker.
@@ -173,7 +173,10 @@ fn ask_daemon(args: &Args) -> Result<()> {
     };
     print_table(
         &[hint],
-        Some(&format!("{} ({}) on {}", a.service, a.pid, a.iface)),
+        Some(&format!(
+            "{} ({}) on {}, {}",
+            a.service, a.pid, a.iface, a.backend
+        )),
     );
     Ok(())
 }
@@ -195,12 +198,12 @@ fn print_table(hints: &[Hint], by: Option<&str>) {
     );
     for h in hints {
         outln!(
-            "{:>40} {:>40} {:>5} {:>#10x} {:>6} {:>5} {:>4} {:>4}{}",
+            "{:>40} {:>40} {:>5} {:>10} {:>6} {:>5} {:>4} {:>4}{}",
             format!("{}:{}", h.src, h.sport),
             format!("{}:{}", h.dst, h.dport),
             h.proto,
-            h.hash,
-            h.bucket,
+            h.hash.map_or_else(|| "-".into(), |x| format!("{x:#x}")),
+            h.bucket.map_or_else(|| "-".into(), |b| b.to_string()),
             h.queue,
             h.cpu,
             h.node,
@@ -266,8 +269,8 @@ pub(crate) fn run(args: Args) -> Result<()> {
                 flowlane_numa_sched::Protocol::Tcp => "tcp",
                 _ => "udp",
             },
-            hash: h.hash,
-            bucket: h.bucket,
+            hash: Some(h.hash),
+            bucket: Some(h.bucket),
             queue: h.queue,
             cpu: h.cpu,
             node: h.node,

@@ -283,6 +283,7 @@ mod tests {
             service: "bulk-sink".into(),
             pid: 42,
             uptime_ns: uptime_s * 1_000_000_000,
+            backend: "xdp".into(),
             iface: "xsk0".into(),
             rebalance: "off".into(),
             table: vec![0, 0, 0, 1],

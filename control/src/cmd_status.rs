@@ -35,6 +35,7 @@ fn service_json(s: &ServiceStatus) -> Value {
     json!({
         "service": s.service,
         "pid": s.pid,
+        "backend": s.backend,
         "iface": s.iface,
         "uptime_s": s.uptime_ns / 1_000_000_000,
         "rebalance": s.rebalance,
@@ -186,10 +187,11 @@ pub(crate) fn run(args: Args) -> Result<()> {
     );
     for s in &services {
         outln!(
-            "  {} (pid {}) on {}: up {} s, {} connections, rebalance {}, moves {} done, {} failed",
+            "  {} (pid {}) on {} ({}): up {} s, {} connections, rebalance {}, moves {} done, {} failed",
             s["service"].as_str().unwrap_or_default(),
             s["pid"],
             s["iface"].as_str().unwrap_or_default(),
+            s["backend"].as_str().unwrap_or_default(),
             s["uptime_s"],
             s["connections"],
             s["rebalance"].as_str().unwrap_or_default(),
@@ -197,6 +199,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
             s["moves_failed"]
         );
         for q in s["queues"].as_array().into_iter().flatten() {
+            // A kernel-socket service's cores are listed as queues.
             outln!(
                 "    queue {:>3}  cpu {:>4}  node {:>2}  connections {:>7}  table entries {:>4}",
                 q["queue"],

@@ -114,7 +114,7 @@ const QUEUE_ROWS: &[QueueRow] = &[
     row!("flowlane_queue_tx_kicks", "TX wake-ups (sendto kicks).", C, [], |q| q.io.tx_kicks),
     QueueRow {
         name: "flowlane_queue_busy_seconds",
-        help: "Time the queue's worker spent in loop passes that found work.",
+        help: "Time the queue's worker spent in loop passes that found work (a kernel-socket service: its core thread's CPU time).",
         kind: C,
         extra: &[],
         value: |q| Sample::Real(q.io.busy_ns as f64 / 1e9),
@@ -228,9 +228,36 @@ const NIC_ROWS: &[Row<InterfaceStats>] = &[
     ),
 ];
 
+/// Whether a kernel-socket service's cores know `row`'s value: their
+/// threads' CPU time, connections, opens, closes, bytes, resets and the
+/// refusals a socket backend makes. The rest (AF_XDP rings, segments,
+/// loss recovery, buckets, spill) belong to flowlane's data path and TCP,
+/// and are left out for such a service rather than shown as zero.
+fn kernel_knows(row: &QueueRow) -> bool {
+    match row.name {
+        "flowlane_queue_busy_seconds"
+        | "flowlane_tcp_opens"
+        | "flowlane_tcp_closed"
+        | "flowlane_tcp_received_bytes"
+        | "flowlane_tcp_sent_bytes"
+        | "flowlane_tcp_resets_received"
+        | "flowlane_tcp_resets_sent" => true,
+        "flowlane_tcp_connections" => row.extra == [("state", "live")],
+        "flowlane_tcp_refused" => {
+            matches!(row.extra, [("reason", "connection_limit" | "application")])
+        }
+        _ => false,
+    }
+}
+
 /// Appends `rows` as families (a new one whenever the name changes), each
-/// with a series per item.
-fn push_rows<'a, T: 'a>(out: &mut Vec<Family>, rows: &[Row<T>], items: &[(Labels, &'a T)]) {
+/// with a series per item that `keep` keeps (by the item's index).
+fn push_rows<'a, T: 'a>(
+    out: &mut Vec<Family>,
+    rows: &[Row<T>],
+    items: &[(Labels, &'a T)],
+    keep: impl Fn(&Row<T>, usize) -> bool,
+) {
     for row in rows {
         if out.last().is_none_or(|f| f.name != row.name) {
             out.push(Family {
@@ -241,7 +268,10 @@ fn push_rows<'a, T: 'a>(out: &mut Vec<Family>, rows: &[Row<T>], items: &[(Labels
             });
         }
         let family = out.last_mut().expect("pushed");
-        for (labels, item) in items {
+        for (i, (labels, item)) in items.iter().enumerate() {
+            if !keep(row, i) {
+                continue;
+            }
             let mut labels = labels.clone();
             labels.extend(row.extra.iter().map(|&(k, v)| (k, v.to_string())));
             family.series.push((labels, (row.value)(item)));
@@ -303,10 +333,11 @@ fn families(scrape: &Scrape) -> Vec<Family> {
     };
     out.push(per_service(
         "flowlane_service",
-        "A running flowlane service: its interface and rebalancing mode.",
+        "A running flowlane service: its backend (xdp, kernel), interface (*: every one) and rebalancing mode.",
         MetricType::Info,
         &|s| {
             Sample::Info(vec![
+                ("backend", s.backend.clone()),
                 ("iface", s.iface.clone()),
                 ("rebalance", s.rebalance.clone()),
             ])
@@ -350,7 +381,14 @@ fn families(scrape: &Scrape) -> Vec<Family> {
         .iter()
         .flat_map(|s| s.queues.iter().map(move |q| (queue_labels(s, q), q)))
         .collect();
-    push_rows(&mut out, QUEUE_ROWS, &queues);
+    let on_kernel: Vec<bool> = scrape
+        .services
+        .iter()
+        .flat_map(|s| s.queues.iter().map(|_| s.backend == "kernel"))
+        .collect();
+    push_rows(&mut out, QUEUE_ROWS, &queues, |row, i| {
+        !on_kernel[i] || kernel_knows(row)
+    });
     let nics: Vec<(Labels, &InterfaceStats)> = scrape
         .services
         .iter()
@@ -360,7 +398,7 @@ fn families(scrape: &Scrape) -> Vec<Family> {
             Some((l, s.nic.as_ref()?))
         })
         .collect();
-    push_rows(&mut out, NIC_ROWS, &nics);
+    push_rows(&mut out, NIC_ROWS, &nics, |_, _| true);
     out.extend(owned_nics(&scrape.nics));
     out.extend(nic_queues(&scrape.nic_queues));
     out
@@ -622,6 +660,7 @@ mod tests {
             service: name.into(),
             pid,
             uptime_ns: 10_000_000_000,
+            backend: "xdp".into(),
             iface: "fl0".into(),
             rebalance: "auto".into(),
             queues: vec![queue(0), queue(1)],
@@ -815,6 +854,55 @@ mod tests {
         )
         .ends_with(" 5000"));
         assert!(line(&page, r#"flowlane_nic_dropped_packets_total{service="bulk-sink",pid="41",iface="fl0",direction="tx"}"#).ends_with(" 2"));
+    }
+
+    #[test]
+    fn a_kernel_socket_service_shows_only_what_its_cores_know() {
+        let mut s = scrape();
+        s.services[1].backend = "kernel".into();
+        s.services[1].iface = "*".into();
+        let page = render(&s, Format::Text);
+        let of = |name: &str, pid: &str| {
+            page.lines()
+                .filter(|l| l.starts_with(name) && l.contains(&format!(r#"pid="{pid}""#)))
+                .count()
+        };
+        assert!(line(
+            &page,
+            r#"flowlane_service_info{service="http-server",pid="42""#
+        )
+        .contains(r#"backend="kernel""#));
+        assert!(line(
+            &page,
+            r#"flowlane_service_info{service="bulk-sink",pid="41""#
+        )
+        .contains(r#"backend="xdp""#));
+        // What kernel sockets let a service count: one series per core.
+        for name in [
+            "flowlane_queue_busy_seconds_total{",
+            "flowlane_tcp_received_bytes_total{",
+            "flowlane_tcp_closed_total{",
+        ] {
+            assert_eq!(of(name, "42"), 2, "{name}");
+        }
+        assert_eq!(of("flowlane_tcp_connections{", "42"), 2, "live only");
+        assert_eq!(
+            of("flowlane_tcp_refused_total{", "42"),
+            4,
+            "two reasons a core"
+        );
+        // What only flowlane's data path and TCP know: absent, not zero;
+        // the AF_XDP service beside it keeps every series.
+        for name in [
+            "flowlane_queue_rx_packets_total{",
+            "flowlane_tcp_segments_received_total{",
+            "flowlane_tcp_retransmitted_segments_total{",
+            "flowlane_rebalance_frames_held_total{",
+        ] {
+            assert_eq!(of(name, "42"), 0, "{name}");
+            assert_eq!(of(name, "41"), 2, "{name}");
+        }
+        assert_eq!(of("flowlane_tcp_refused_total{", "41"), 10);
     }
 
     #[test]

@@ -156,7 +156,11 @@ pub struct ServiceStatus {
     pub pid: u32,
     /// Nanoseconds since the service started.
     pub uptime_ns: u64,
-    /// The interface served.
+    /// The backend serving: `xdp` (AF_XDP) or `kernel` (kernel sockets).
+    #[serde(default = "xdp")]
+    pub backend: String,
+    /// The interface served (`*`: every interface, as kernel sockets
+    /// listen).
     pub iface: String,
     /// The rebalancing loop: `off`, `auto` or `storm`.
     pub rebalance: String,
@@ -211,9 +215,12 @@ pub struct FlowAnswer {
     pub service: String,
     /// Its process id.
     pub pid: u32,
-    /// The interface it serves.
+    /// The backend serving it: `xdp` or `kernel`.
+    #[serde(default = "xdp")]
+    pub backend: String,
+    /// The interface it serves (`*`: every interface).
     pub iface: String,
-    /// Hash, bucket, queue, CPU and node.
+    /// Hash and bucket (AF_XDP only), queue, CPU and node.
     #[serde(flatten)]
     pub hint: crate::tcp_service::ServiceHint,
 }
@@ -227,7 +234,11 @@ pub struct ServiceCounters {
     pub pid: u32,
     /// Nanoseconds since the service started.
     pub uptime_ns: u64,
-    /// The interface served.
+    /// The backend serving: `xdp` (AF_XDP) or `kernel` (kernel sockets).
+    #[serde(default = "xdp")]
+    pub backend: String,
+    /// The interface served (`*`: every interface, as kernel sockets
+    /// listen).
     pub iface: String,
     /// The rebalancing loop: `off`, `auto` or `storm`.
     pub rebalance: String,
@@ -243,6 +254,10 @@ pub struct ServiceCounters {
     /// over the last full second (1: balanced, or idle).
     #[serde(default = "one")]
     pub imbalance: f64,
+}
+
+fn xdp() -> String {
+    "xdp".into()
 }
 
 fn one() -> f64 {

@@ -1,20 +1,119 @@
 //! What a running TCP service's main thread does besides waiting: its
 //! rebalancing loop (`--rebalance`, [`AutoRebalance`]), its control socket
-//! (`flowlane rebalance status|move`, [`ControlSocket`]) and the history of
-//! the moves both made. The caller polls it every few milliseconds and
-//! logs each move it returns ([`move_line`]).
+//! (`flowlane rebalance status|move`, `flowlane status`, the daemon's
+//! scrapes and hints: [`ControlSocket`]) and the history of the moves both
+//! made. The caller polls it every few milliseconds and logs each move it
+//! returns ([`move_line`]).
+//!
+//! The socket reports a [`ServiceView`]: an AF_XDP [`TcpService`], or a
+//! service of another backend (kernel sockets) that implements it.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::auto_rebalance::{AutoRebalance, Mode};
+use crate::bucket_counters::BucketSnapshot;
 use crate::control_socket::{
     self, ControlSocket, FlowAnswer, FlowQuery, MoveHistory, QueueCounterSet, QueueStatus, Request,
     Response, ServiceCounters, ServiceStatus,
 };
 use crate::handoff::MoveReport;
-use crate::tcp_service::TcpService;
-use crate::Result;
+use crate::iface::InterfaceStats;
+use crate::tcp_service::{ServiceHint, TcpService};
+use crate::{Error, Result};
+
+/// What a control socket reports of a running service, whatever backend
+/// runs it.
+pub trait ServiceView {
+    /// The backend: `xdp` (AF_XDP) or `kernel` (kernel sockets).
+    fn backend(&self) -> &'static str;
+    /// The interface served (`*`: every interface, as kernel sockets
+    /// listen).
+    fn iface(&self) -> String;
+    /// Each queue's counters (a kernel-socket service: each core's; the
+    /// counters it cannot know stay zero).
+    fn queue_counters(&self) -> Vec<QueueCounterSet>;
+    /// Per queue, the RSS buckets it served (none without buckets).
+    fn buckets(&self) -> Vec<(u32, Vec<BucketSnapshot>)> {
+        Vec::new()
+    }
+    /// The indirection table as the service last wrote it; empty when
+    /// buckets cannot move.
+    fn table(&self) -> Vec<u32> {
+        Vec::new()
+    }
+    /// The interface's own counters, if the service reads them.
+    fn nic(&self) -> Option<InterfaceStats> {
+        None
+    }
+    /// Where `flow` is processed now, or why the service cannot say (a
+    /// predicate: "does not serve ...", after the service's name).
+    fn hint(
+        &self,
+        flow: &flowlane_numa_sched::FlowTuple,
+    ) -> std::result::Result<ServiceHint, String>;
+    /// Moves `bucket` to `to_queue` with its connections.
+    ///
+    /// # Errors
+    /// Why it could not (the default: the backend has no buckets to move).
+    fn move_bucket(&self, _bucket: u16, _to_queue: u32) -> Result<MoveReport> {
+        Err(Error::Setup(format!(
+            "a {} service has no RSS buckets to move (buckets move on --backend xdp)",
+            self.backend()
+        )))
+    }
+}
+
+impl ServiceView for TcpService {
+    fn backend(&self) -> &'static str {
+        "xdp"
+    }
+    fn iface(&self) -> String {
+        self.dataplane().interface().name.clone()
+    }
+    fn queue_counters(&self) -> Vec<QueueCounterSet> {
+        let tcp_counters = self.tcp_counters();
+        self.dataplane()
+            .counters()
+            .into_iter()
+            .map(|(info, io)| QueueCounterSet {
+                queue: info.queue,
+                cpu: info.cpu,
+                node: info.node,
+                io,
+                tcp: tcp_counters
+                    .iter()
+                    .find(|(q, _)| *q == info.queue)
+                    .map(|(_, t)| *t)
+                    .unwrap_or_default(),
+            })
+            .collect()
+    }
+    fn buckets(&self) -> Vec<(u32, Vec<BucketSnapshot>)> {
+        self.bucket_counters()
+    }
+    fn table(&self) -> Vec<u32> {
+        self.rss_table().unwrap_or_default()
+    }
+    fn nic(&self) -> Option<InterfaceStats> {
+        self.dataplane().interface_stats().ok()
+    }
+    fn hint(
+        &self,
+        flow: &flowlane_numa_sched::FlowTuple,
+    ) -> std::result::Result<ServiceHint, String> {
+        TcpService::hint(self, flow).ok_or_else(|| {
+            format!(
+                "does not serve {} on {} (not one of its addresses, or the NIC's RSS is unknown)",
+                flow.dst,
+                self.dataplane().interface().name
+            )
+        })
+    }
+    fn move_bucket(&self, bucket: u16, to_queue: u32) -> Result<MoveReport> {
+        TcpService::move_bucket(self, bucket, to_queue)
+    }
+}
 
 /// Where the control socket goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,6 +188,19 @@ impl ServiceControl {
         socket: SocketChoice,
     ) -> Result<ServiceControl> {
         let auto = mode.map(|m| AutoRebalance::new(tcp, m)).transpose()?;
+        let mut control = ServiceControl::without_rebalancing(service, socket)?;
+        control.auto = auto;
+        Ok(control)
+    }
+
+    /// Control for `service` with no rebalancing loop: a control socket
+    /// and the moves made by hand (a service of a backend without buckets
+    /// serves its status, counters and hints, and refuses moves).
+    ///
+    /// # Errors
+    /// What [`ControlSocket::bind`] returns for a socket path the user
+    /// chose.
+    pub fn without_rebalancing(service: &str, socket: SocketChoice) -> Result<ServiceControl> {
         let socket = match socket {
             SocketChoice::Off => None,
             SocketChoice::At(p) => Some(ControlSocket::bind(&p)?),
@@ -105,7 +217,7 @@ impl ServiceControl {
                 match ControlSocket::bind(&path) {
                     Ok(s) => Some(s),
                     Err(e) => {
-                        tracing::warn!("no control socket ({e}): `flowlane rebalance` cannot reach this service");
+                        tracing::warn!("no control socket ({e}): `flowlane status`, `flowlane rebalance` and the daemon cannot reach this service");
                         None
                     }
                 }
@@ -114,7 +226,7 @@ impl ServiceControl {
         Ok(ServiceControl {
             service: service.to_string(),
             started: Instant::now(),
-            auto,
+            auto: None,
             socket,
             history: MoveHistory::default(),
             load: LoadWindow {
@@ -150,13 +262,6 @@ impl ServiceControl {
     /// socket's requests; returns every move made or tried, for the caller
     /// to log.
     pub fn poll(&mut self, tcp: &TcpService) -> Vec<Result<MoveReport>> {
-        self.load.tick(Instant::now(), || {
-            tcp.dataplane()
-                .counters()
-                .iter()
-                .map(|(_, c)| c.busy_ns)
-                .collect()
-        });
         let mut out = match self.auto.as_mut() {
             Some(a) => a.poll(tcp),
             None => Vec::new(),
@@ -164,16 +269,28 @@ impl ServiceControl {
         for m in &out {
             self.history.record(m);
         }
+        out.extend(self.poll_view(tcp));
+        out
+    }
+
+    /// Answers the control socket's requests about `view` (no rebalancing
+    /// round: [`ServiceControl::poll`] runs those for an AF_XDP service);
+    /// returns the moves asked for by hand.
+    pub fn poll_view(&mut self, view: &dyn ServiceView) -> Vec<Result<MoveReport>> {
+        self.load.tick(Instant::now(), || {
+            view.queue_counters().iter().map(|q| q.io.busy_ns).collect()
+        });
+        let mut out = Vec::new();
         if let Some(mut socket) = self.socket.take() {
             socket.poll(|req| match req {
-                Request::Status => Response::Status(self.status(tcp)),
-                Request::Counters => Response::Counters(self.counters(tcp)),
-                Request::Hint { flow } => self.hint(tcp, &flow),
+                Request::Status => Response::Status(self.status(view)),
+                Request::Counters => Response::Counters(self.counters(view)),
+                Request::Hint { flow } => self.hint(view, &flow),
                 Request::Host | Request::Register { .. } => Response::Error {
                     message: "a service owns no NIC and takes no registration; ask `flowlane daemon`'s socket".into(),
                 },
                 Request::Move { bucket, to_queue } => {
-                    let m = tcp.move_bucket(bucket, to_queue);
+                    let m = view.move_bucket(bucket, to_queue);
                     self.history.record(&m);
                     let response = match &m {
                         Ok(r) => Response::Moved(r.clone()),
@@ -191,39 +308,23 @@ impl ServiceControl {
     }
 
     /// Every counter of the service now.
-    pub fn counters(&self, tcp: &TcpService) -> ServiceCounters {
-        let tcp_counters = tcp.tcp_counters();
-        let queues = tcp
-            .dataplane()
-            .counters()
-            .into_iter()
-            .map(|(info, io)| QueueCounterSet {
-                queue: info.queue,
-                cpu: info.cpu,
-                node: info.node,
-                io,
-                tcp: tcp_counters
-                    .iter()
-                    .find(|(q, _)| *q == info.queue)
-                    .map(|(_, t)| *t)
-                    .unwrap_or_default(),
-            })
-            .collect();
+    pub fn counters(&self, view: &dyn ServiceView) -> ServiceCounters {
         ServiceCounters {
             service: self.service.clone(),
             pid: std::process::id(),
             uptime_ns: self.started.elapsed().as_nanos() as u64,
-            iface: tcp.dataplane().interface().name.clone(),
+            backend: view.backend().into(),
+            iface: view.iface(),
             rebalance: self.rebalance_mode().into(),
-            queues,
+            queues: view.queue_counters(),
             moves: self.history.clone(),
-            nic: tcp.dataplane().interface_stats().ok(),
+            nic: view.nic(),
             imbalance: self.load.imbalance,
         }
     }
 
     /// Where `flow` is processed now, or why this service cannot say.
-    fn hint(&self, tcp: &TcpService, flow: &FlowQuery) -> Response {
+    fn hint(&self, view: &dyn ServiceView, flow: &FlowQuery) -> Response {
         let Some(tuple) = flow.tuple() else {
             return Response::Error {
                 message: format!(
@@ -232,20 +333,16 @@ impl ServiceControl {
                 ),
             };
         };
-        match tcp.hint(&tuple) {
-            Some(hint) => Response::Hint(FlowAnswer {
+        match view.hint(&tuple) {
+            Ok(hint) => Response::Hint(FlowAnswer {
                 service: self.service.clone(),
                 pid: std::process::id(),
-                iface: tcp.dataplane().interface().name.clone(),
+                backend: view.backend().into(),
+                iface: view.iface(),
                 hint,
             }),
-            None => Response::Error {
-                message: format!(
-                    "{} on {} does not serve {} (not one of its addresses, or the NIC's RSS is unknown)",
-                    self.service,
-                    tcp.dataplane().interface().name,
-                    flow.dst
-                ),
+            Err(why) => Response::Error {
+                message: format!("{} {why}", self.service),
             },
         }
     }
@@ -259,36 +356,32 @@ impl ServiceControl {
     }
 
     /// The service's state now.
-    pub fn status(&self, tcp: &TcpService) -> ServiceStatus {
-        let tcp_counters = tcp.tcp_counters();
-        let buckets = tcp.bucket_counters();
-        let queues = tcp
-            .dataplane()
-            .counters()
+    pub fn status(&self, view: &dyn ServiceView) -> ServiceStatus {
+        let buckets = view.buckets();
+        let queues = view
+            .queue_counters()
             .into_iter()
-            .map(|(info, c)| {
-                let t = tcp_counters.iter().find(|(q, _)| *q == info.queue);
-                QueueStatus {
-                    queue: info.queue,
-                    cpu: info.cpu,
-                    node: info.node,
-                    busy_ns: c.busy_ns,
-                    segments_in: t.map_or(0, |(_, t)| t.segments_in),
-                    connections: t.map_or(0, |(_, t)| t.connections),
-                    buckets: buckets
-                        .iter()
-                        .find(|(q, _)| *q == info.queue)
-                        .map_or_else(Vec::new, |(_, b)| b.clone()),
-                }
+            .map(|q| QueueStatus {
+                queue: q.queue,
+                cpu: q.cpu,
+                node: q.node,
+                busy_ns: q.io.busy_ns,
+                segments_in: q.tcp.segments_in,
+                connections: q.tcp.connections,
+                buckets: buckets
+                    .iter()
+                    .find(|(b, _)| *b == q.queue)
+                    .map_or_else(Vec::new, |(_, b)| b.clone()),
             })
             .collect();
         ServiceStatus {
             service: self.service.clone(),
             pid: std::process::id(),
             uptime_ns: self.started.elapsed().as_nanos() as u64,
-            iface: tcp.dataplane().interface().name.clone(),
+            backend: view.backend().into(),
+            iface: view.iface(),
             rebalance: self.rebalance_mode().into(),
-            table: tcp.rss_table().unwrap_or_default(),
+            table: view.table(),
             queues,
             moves: self.history.clone(),
         }

@@ -132,11 +132,13 @@ type PerQueue = Vec<QueueTcp>;
 /// Where a flow is processed now ([`TcpService::hint`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ServiceHint {
-    /// The NIC's Toeplitz hash of the flow.
-    pub hash: u32,
-    /// Its RSS bucket (indirection-table entry).
-    pub bucket: usize,
-    /// The queue the bucket is served by.
+    /// The NIC's Toeplitz hash of the flow (None where the service does
+    /// not steer by buckets: kernel sockets, whose core the kernel chose).
+    pub hash: Option<u32>,
+    /// Its RSS bucket (indirection-table entry), where there is one.
+    pub bucket: Option<usize>,
+    /// The queue the bucket is served by (a kernel-socket service: the
+    /// core holding the connection).
     pub queue: u32,
     /// The CPU that queue's worker is pinned to, if pinned.
     pub cpu: Option<u32>,
@@ -328,8 +330,8 @@ impl TcpService {
             .into_iter()
             .find(|q| q.queue == queue)?;
         Some(ServiceHint {
-            hash,
-            bucket,
+            hash: Some(hash),
+            bucket: Some(bucket),
             queue,
             cpu: info.cpu,
             node: info.node,

@@ -610,6 +610,16 @@ impl KernelCore {
         self.net.conns.len()
     }
 
+    /// Whether this core holds the connection between `local` and
+    /// `remote` (a scan of its connections: for control-plane questions,
+    /// not per packet).
+    pub fn holds(&self, local: SocketAddr, remote: SocketAddr) -> bool {
+        self.net
+            .conns
+            .iter()
+            .any(|c| c.local == local && c.remote == remote)
+    }
+
     /// Connections a handler's `admit` refused so far.
     pub fn application_refused(&self) -> u64 {
         self.app.refused()

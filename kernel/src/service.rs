@@ -1,8 +1,9 @@
 //! A service on kernel sockets: one pinned thread per core, each running
 //! a [`KernelCore`] set up by the service.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -38,12 +39,24 @@ pub struct CoreCounters {
     pub application_refused: u64,
 }
 
+/// A question to a core: does it hold the connection between `local` and
+/// `remote`? It answers with its queue and the answer after its next pass
+/// (within the loop's 10 ms tick).
+#[derive(Debug)]
+struct Question {
+    local: SocketAddr,
+    remote: SocketAddr,
+    reply: Sender<(u32, bool)>,
+}
+
 /// The running cores.
 #[derive(Debug)]
 pub struct KernelService {
     stop: Arc<AtomicBool>,
     threads: Vec<(u32, JoinHandle<Result<(), String>>)>,
     counters: Vec<(u32, Arc<Mutex<CoreCounters>>)>,
+    cores: Vec<Placement>,
+    questions: Vec<Sender<Question>>,
 }
 
 impl KernelService {
@@ -61,11 +74,15 @@ impl KernelService {
             stop: stop.clone(),
             threads: Vec::new(),
             counters: Vec::new(),
+            cores: config.cores.clone(),
+            questions: Vec::new(),
         };
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
         for p in config.cores.iter().copied() {
             let counters = Arc::new(Mutex::new(CoreCounters::default()));
             service.counters.push((p.queue, counters.clone()));
+            let (ask, questions) = channel::<Question>();
+            service.questions.push(ask);
             let (setup, stop, ready) = (setup.clone(), stop.clone(), ready_tx.clone());
             let (listen_on, limits) = (config.listen_on.clone(), config.limits.clone());
             let t = std::thread::Builder::new()
@@ -102,7 +119,10 @@ impl KernelService {
                         }
                     };
                     let r = core
-                        .run(&stop, |c| publish(c, false, &mut last))
+                        .run(&stop, |c| {
+                            answer(c, &questions);
+                            publish(c, false, &mut last)
+                        })
                         .map_err(|e| format!("queue {}: polling: {e}", p.queue));
                     publish(&core, true, &mut last);
                     r
@@ -125,6 +145,44 @@ impl KernelService {
             }
         }
         Ok(service)
+    }
+
+    /// Where each core runs (queue index, CPU, node).
+    pub fn cores(&self) -> &[Placement] {
+        &self.cores
+    }
+
+    /// The core that holds the connection between `local` (ours) and
+    /// `remote` now, asking every core and waiting at most `timeout` for
+    /// their answers; None when none holds it (the kernel chooses a core
+    /// for a new connection at its SYN, among the cores' `SO_REUSEPORT`
+    /// listeners, by a hash flowlane cannot compute).
+    pub fn locate(
+        &self,
+        local: SocketAddr,
+        remote: SocketAddr,
+        timeout: Duration,
+    ) -> Option<Placement> {
+        let (reply, answers) = channel();
+        let mut asked = 0;
+        for q in &self.questions {
+            let question = Question {
+                local,
+                remote,
+                reply: reply.clone(),
+            };
+            asked += usize::from(q.send(question).is_ok());
+        }
+        let deadline = Instant::now() + timeout;
+        for _ in 0..asked {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match answers.recv_timeout(left) {
+                Ok((queue, true)) => return self.cores.iter().find(|p| p.queue == queue).copied(),
+                Ok((_, false)) => {}
+                Err(_) => return None,
+            }
+        }
+        None
     }
 
     /// Each core's counters as last published (every 100 ms).
@@ -154,6 +212,13 @@ impl KernelService {
             }
         }
         (self.counters(), first)
+    }
+}
+
+/// Answers the questions waiting for `core`.
+fn answer(core: &KernelCore, questions: &Receiver<Question>) {
+    while let Ok(q) = questions.try_recv() {
+        let _ = q.reply.send((core.queue(), core.holds(q.local, q.remote)));
     }
 }
 

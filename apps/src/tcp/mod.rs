@@ -42,10 +42,12 @@ mod bulk;
 mod echo;
 mod http;
 mod hyper_server;
+mod kernel_view;
 
 use bulk::{Sink, Source};
 use echo::Echo;
 use http::Http;
+use kernel_view::KernelView;
 
 /// The TCP example commands (flattened into `flowlane`'s command list).
 #[derive(clap::Subcommand, Debug)]
@@ -773,13 +775,25 @@ fn serve_kernel(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
         setup(core, tx).map_err(|e| format!("core {q}: {e}"))
     })
     .map_err(|e| anyhow::anyhow!("{name}: setting up kernel TCP: {e}"))?;
-    eprintln!("flowlane: kernel TCP on {n} cores");
+    let control = ServiceControl::without_rebalancing(name, c.rebalance.socket())?;
+    if let Some(daemon) = c.rebalance.daemon() {
+        control.register_with_daemon(&daemon);
+    }
+    eprintln!(
+        "flowlane: kernel TCP on {n} cores{}",
+        control
+            .socket_path()
+            .map(|p| format!(" (control socket {})", p.display()))
+            .unwrap_or_default()
+    );
     let mut running = KernelRunning {
         service: &service,
+        control,
         qp,
         dead_reported: Vec::new(),
     };
     let r = wait(c, &mut running, &results.rx, expect);
+    drop(running);
     let cpu: Vec<Option<u64>> = (0..n).map(worker_cpu_ns).collect();
     let app_cpu = app_threads_cpu(qp);
     let qp_summary = queue_pair_json(qp);
@@ -812,6 +826,7 @@ fn listen_addresses() -> Vec<IpAddr> {
 
 struct KernelRunning<'a> {
     service: &'a KernelService,
+    control: ServiceControl,
     qp: Option<&'a QueuePairs>,
     dead_reported: Vec<u32>,
 }
@@ -828,6 +843,9 @@ impl Running for KernelRunning<'_> {
         if self.service.failed() {
             bail!("a core's loop ended (its error follows at exit)");
         }
+        // No buckets: a move asked for by hand is refused, and nothing
+        // moves to log.
+        self.control.poll_view(&KernelView(self.service));
         Ok(())
     }
 }

@@ -1,0 +1,240 @@
+//! A service on kernel sockets (`--backend kernel`) has a control socket
+//! like an AF_XDP one: it registers with the daemon, shows on the metrics
+//! page (backend `kernel`, only the series kernel sockets let it count),
+//! in `flowlane status`, and answers hints for the connections it holds
+//! with the core holding each; it refuses bucket moves. Against a real
+//! daemon, a real bed and a kernel client in the peer namespace.
+
+mod tcp_common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use flowlane_tests::{
+    flowlane, flowlane_bin, kill_and_reap, require_root, terminate, text, wait_within, Bed,
+};
+use serde_json::Value;
+use tcp_common::*;
+
+fn page(addr: &str) -> String {
+    let o = Command::new("curl")
+        .args(["-s", "-m", "10", &format!("http://{addr}/metrics")])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The daemon, killed if the test fails before stopping it (it holds the
+/// test's stderr: left running, it would keep the harness waiting).
+struct Daemon(std::process::Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        kill_and_reap(&mut self.0);
+    }
+}
+
+/// Polls `f` every 100 ms for at most 10 s until it returns Some.
+fn within_10s<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A kernel client in the peer namespace: one connection to the echo
+/// server, one byte echoed, then its local port printed; it holds the
+/// connection until killed.
+const HOLD: &str = r#"
+import socket, sys, time
+s = socket.create_connection(("10.99.0.1", 7))
+s.sendall(b"x")
+assert s.recv(1) == b"x"
+print(s.getsockname()[1], flush=True)
+time.sleep(60)
+"#;
+
+#[test]
+fn a_kernel_socket_service_registers_reports_and_answers_hints() {
+    if !require_root("a_kernel_socket_service_registers_reports_and_answers_hints") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("fl-dkernel-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let empty = dir.join("run");
+    std::fs::create_dir_all(&empty).unwrap();
+    let daemon_sock = dir.join("daemon.sock");
+    let own = dir.join("echo.sock");
+    let mut daemon = Daemon(
+        Command::new(flowlane_bin())
+            .args(["daemon", "--metrics", "127.0.0.1:0", "--run-dir"])
+            .arg(&empty)
+            .arg("--socket")
+            .arg(&daemon_sock)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    BufReader::new(daemon.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let ready: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    let addr = ready["metrics"].as_str().unwrap().to_string();
+
+    let bed = Bed::up("dkern", 2);
+    let echo = start(
+        &bed,
+        &[
+            "echo-server",
+            "--backend",
+            "kernel",
+            "--queues",
+            "2",
+            "--port",
+            "7",
+            "--control-socket",
+            own.to_str().unwrap(),
+            "--daemon-socket",
+            daemon_sock.to_str().unwrap(),
+        ],
+        120,
+    );
+
+    // Registered: on the page as a kernel-socket service, one series per
+    // core of what it counts, none of what only flowlane's TCP knows.
+    let info = within_10s(|| {
+        page(&addr)
+            .lines()
+            .find(|l| l.starts_with("flowlane_service_info{service=\"echo-server\""))
+            .map(str::to_string)
+    })
+    .expect("the service registered and shows on the page");
+    assert!(info.contains(r#"backend="kernel""#), "{info}");
+    assert!(info.contains(r#"iface="*""#), "{info}");
+
+    // One connection from the kernel client: the hint names the core that
+    // holds it, and that core's counters show it.
+    let mut client = peer_py_spawn(&bed, 60, HOLD, &[]);
+    let mut port = String::new();
+    BufReader::new(client.stdout.take().unwrap())
+        .read_line(&mut port)
+        .unwrap();
+    let port = port.trim().to_string();
+    assert!(port.parse::<u16>().is_ok(), "client's port: {port:?}");
+    let hint = |sport: &str| {
+        flowlane(&[
+            "hint",
+            "--daemon",
+            "--daemon-socket",
+            daemon_sock.to_str().unwrap(),
+            "--src",
+            "10.99.0.2",
+            "--sport",
+            sport,
+            "--dst",
+            "10.99.0.1",
+            "--dport",
+            "7",
+            "--proto",
+            "tcp",
+            "--json",
+        ])
+    };
+    let o = hint(&port);
+    assert!(o.status.success(), "{}", text(&o));
+    let h: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(h["backend"], "kernel", "{h}");
+    assert_eq!(h["service"], "echo-server", "{h}");
+    assert!(h["hash"].is_null() && h["bucket"].is_null(), "{h}");
+    let queue = h["queue"].as_u64().expect("a core") as usize;
+    assert!(queue < 2, "{h}");
+
+    let per_core = within_10s(|| {
+        let o = flowlane(&[
+            "status",
+            "--json",
+            "--run-dir",
+            empty.to_str().unwrap(),
+            "--daemon-socket",
+            daemon_sock.to_str().unwrap(),
+        ]);
+        let st: Value = serde_json::from_slice(&o.stdout).ok()?;
+        let s = st["services"].as_array()?.first()?.clone();
+        let conns: Vec<u64> = s["queues"]
+            .as_array()?
+            .iter()
+            .map(|q| q["connections"].as_u64().unwrap_or(0))
+            .collect();
+        (conns.iter().sum::<u64>() == 1).then_some((s, conns))
+    });
+    let (service, conns) = per_core.expect("status shows the connection");
+    assert_eq!(service["backend"], "kernel", "{service}");
+    assert_eq!(conns[queue], 1, "the hinted core holds it: {service}");
+
+    let page_now = page(&addr);
+    let live = page_now
+        .lines()
+        .find(|l| {
+            l.starts_with("flowlane_tcp_connections{service=\"echo-server\"")
+                && l.contains(&format!("queue=\"{queue}\""))
+                && l.contains(r#"state="live""#)
+        })
+        .unwrap_or_else(|| panic!("{page_now}"));
+    assert!(live.ends_with(" 1"), "{live}");
+    assert!(
+        !page_now
+            .lines()
+            .any(|l| l.starts_with("flowlane_tcp_segments_received_total{service=\"echo-server\"")),
+        "segments are flowlane TCP's count, not shown for kernel sockets"
+    );
+
+    // A flow no core holds: one line saying why, a non-zero exit.
+    let other = if port == "1" { "2" } else { "1" };
+    let o = hint(other);
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("holds no connection from"),
+        "{}",
+        text(&o)
+    );
+
+    // No buckets to move.
+    let o = flowlane(&[
+        "rebalance",
+        "move",
+        "--socket",
+        own.to_str().unwrap(),
+        "--bucket",
+        "0",
+        "--to-queue",
+        "1",
+    ]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("no RSS buckets to move"), "{}", text(&o));
+
+    kill_and_reap(&mut client);
+    let lines = echo.stop();
+    assert!(lines.iter().any(|l| l["event"] == "summary"));
+    assert!(!own.exists(), "the control socket goes with the service");
+    let gone = within_10s(|| {
+        (!page(&addr).contains("flowlane_service_info{service=\"echo-server\"")).then_some(())
+    });
+    assert!(gone.is_some(), "the stopped service left the page");
+
+    terminate(&daemon.0);
+    let st = wait_within(&mut daemon.0, Duration::from_secs(20));
+    assert!(
+        st.is_some_and(|s| s.success()),
+        "the daemon stopped: {st:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
