@@ -170,18 +170,18 @@ fn start(
     let core_setup = placed.core_setup.clone();
     let service = TcpService::start(config, move |h| core_setup(h))
         .with_context(|| format!("starting flowlane's data path on {iface}"))?;
-    // The receiver moves buckets (`--rebalance`) and answers `flowlane
-    // rebalance` on its control socket.
+    // The receiver moves buckets (`--rebalance`), answers `flowlane
+    // rebalance` and the daemon on its control socket, and registers with
+    // the daemon where one runs.
     let control = if active {
         None
     } else {
         let r = &plan.flowlane.rebalance;
-        Some(ServiceControl::new(
-            &service,
-            "ttcp-receiver",
-            r.mode(),
-            r.socket(),
-        )?)
+        let control = ServiceControl::new(&service, "ttcp-receiver", r.mode(), r.socket())?;
+        if let Some(daemon) = r.daemon() {
+            control.register_with_daemon(&daemon);
+        }
+        Some(control)
     };
     let service = Arc::new(service);
     let watch = Watch::start(service.clone(), watched, control)?;
