@@ -125,7 +125,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
         daemon.poll();
         if std::time::Instant::now() >= next_look {
             next_look = std::time::Instant::now() + LOOK_AGAIN;
-            look_again(&mut owned, &daemon);
+            look_again(&mut owned, &daemon, &config.run_dir);
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -134,14 +134,14 @@ pub(crate) fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-/// How often the daemon looks again at NICs whose interrupts it could not
-/// pin yet.
+/// How often the daemon looks again at the NICs it owns.
 const LOOK_AGAIN: Duration = Duration::from_secs(1);
 
-/// Pins the interrupts of owned NICs that have some to pin now (a service
-/// started on a veth), and says so (a JSON line each).
-fn look_again(owned: &mut [Owned], daemon: &Daemon) {
-    if !owned.iter().any(Owned::interrupts_pending) {
+/// Looks at each owned NIC again and plans again for those that changed
+/// (interrupts to pin now that a service gave a veth NAPI, channels set,
+/// IRQs made anew, a NIC back), and says so (a JSON line each).
+fn look_again(owned: &mut [Owned], daemon: &Daemon, run_dir: &std::path::Path) {
+    if owned.is_empty() {
         return;
     }
     let (roots, budget) = (Roots::default(), allowed_cpus());
@@ -151,7 +151,9 @@ fn look_again(owned: &mut [Owned], daemon: &Daemon) {
     let mut changed = false;
     for o in owned.iter_mut() {
         let before = o.report.changes.len();
-        match o.retry_interrupts(&roots, &topo, Some(&budget)) {
+        let iface = o.report.caps.iface.clone();
+        let in_use = || services_on(run_dir).contains(&iface);
+        match o.look_again(&roots, &topo, Some(&budget), in_use) {
             Ok(true) => {
                 changed = true;
                 println!(
@@ -201,17 +203,22 @@ fn own_nics(config: &DaemonConfig) -> Result<Vec<Owned>> {
     Ok(owned)
 }
 
+/// The interfaces the services in `run_dir` serve.
+fn services_on(run_dir: &std::path::Path) -> Vec<String> {
+    control_socket::live_sockets(run_dir)
+        .iter()
+        .filter_map(|p| crate::cmd_rebalance::status(p).ok())
+        .map(|s| s.iface)
+        .collect()
+}
+
 /// Puts back what the daemon changed on its NICs, if so configured, and
 /// says what it did (a JSON line per NIC).
 fn restore(owned: Vec<Owned>, config: &DaemonConfig) {
     if !config.restore_on_exit || config.dry_run {
         return;
     }
-    let in_use: Vec<String> = control_socket::live_sockets(&config.run_dir)
-        .iter()
-        .filter_map(|p| crate::cmd_rebalance::status(p).ok())
-        .map(|s| s.iface)
-        .collect();
+    let in_use = services_on(&config.run_dir);
     for o in owned {
         let iface = o.report.caps.iface.clone();
         let busy = in_use.contains(&iface);

@@ -2,15 +2,18 @@
 //! NIC can do, explains the plan against it, applies the plan (each receive
 //! queue's IRQ, or on a device without IRQs its threaded-NAPI thread,
 //! pinned to the CPU its worker is placed on; the RSS table spread evenly
-//! over the queues where the NIC has one) and, when the daemon stops, puts
-//! back what it changed.
+//! over the queues where the NIC has one), plans again when the NIC
+//! changes under it (channels set with `ethtool -L`, IRQs or NAPI
+//! instances made anew: a driver reset, a service restarted on a veth; the
+//! NIC gone and back) and, when the daemon stops, puts back what it
+//! changed.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use flowlane_dataplane::control_socket::NicReport;
 use flowlane_numa_sched::plan_explain::{explain, Wanted};
-use flowlane_numa_sched::{format_cpu_list, IndirectionTable, Topology};
+use flowlane_numa_sched::{format_cpu_list, IndirectionTable, NicCaps, Topology};
 
 use crate::irq_apply::{self, QueueIrqs};
 use crate::nic::ethtool::EthtoolNic;
@@ -22,10 +25,48 @@ pub(crate) struct Owned {
     /// What is reported on the metrics page and the daemon's socket.
     pub(crate) report: NicReport,
     undo: Undo,
-    /// The interrupts were left because the NIC had none to pin yet (a
-    /// veth before an XDP program gives it NAPI instances): tried again
-    /// ([`Owned::retry_interrupts`]).
-    interrupts_pending: bool,
+    /// What of the NIC the plan in force was made for.
+    shape: Shape,
+    /// The NIC could not be read at the last look (gone, or renamed).
+    gone: bool,
+}
+
+/// What of a NIC a plan depends on: its receive queues, their IRQs and
+/// their NAPI instances (not the NAPI threads: switching threaded NAPI on
+/// makes those). A plan made for one shape is made again for another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Shape {
+    rx_queues: u32,
+    queue_irqs: Vec<(u32, u32)>,
+    napis: Vec<(u32, Option<u32>)>,
+}
+
+impl Shape {
+    fn of(caps: &NicCaps) -> Shape {
+        Shape {
+            rx_queues: caps.rx_queues,
+            queue_irqs: caps.queue_irqs.iter().map(|q| (q.queue, q.irq)).collect(),
+            napis: caps.napis.iter().map(|n| (n.id, n.irq)).collect(),
+        }
+    }
+
+    /// What changed from `self` to `now`, in words.
+    fn change(&self, now: &Shape) -> String {
+        let mut what = Vec::new();
+        if self.rx_queues != now.rx_queues {
+            what.push(format!(
+                "receive queues {}, was {}",
+                now.rx_queues, self.rx_queues
+            ));
+        }
+        if self.queue_irqs != now.queue_irqs {
+            what.push("its queues' IRQs".to_string());
+        }
+        if self.napis != now.napis {
+            what.push(format!("{} NAPI instances, new ones", now.napis.len()));
+        }
+        what.join(", ")
+    }
 }
 
 /// What the daemon changed, as the values to write back.
@@ -70,8 +111,7 @@ pub(crate) fn own(
     let mut changes = Vec::new();
 
     let msi = roots.iface(iface)?.msi_irqs.is_some();
-    let interrupts_pending = !msi && caps.napis.is_empty();
-    if interrupts_pending {
+    if !msi && caps.napis.is_empty() {
         changes.push(format!(
             "left {iface}'s interrupts for now: no IRQs and no NAPI instances yet (a veth has \
              NAPI only while an XDP program is attached: pinned once a service starts)"
@@ -93,6 +133,8 @@ pub(crate) fn own(
         undo = Undo::default();
     }
     Ok(Owned {
+        shape: Shape::of(&caps),
+        gone: false,
         report: NicReport {
             caps,
             workers,
@@ -102,7 +144,6 @@ pub(crate) fn own(
             restore_on_exit,
         },
         undo,
-        interrupts_pending,
     })
 }
 
@@ -194,45 +235,94 @@ fn pin_interrupts(
 }
 
 impl Owned {
-    /// Whether interrupts left at start wait to be pinned.
-    pub(crate) fn interrupts_pending(&self) -> bool {
-        self.interrupts_pending
-    }
-
-    /// Pins the interrupts left at start if the NIC has NAPI instances
-    /// now (a service attached its XDP program), noting the changes in the
-    /// report. Returns whether the report changed.
+    /// Looks at the NIC again and, if it changed since the plan in force
+    /// was made (its receive queues, their IRQs or NAPI instances; or it
+    /// was gone and is back), plans for it as it is now and applies that:
+    /// interrupts pinned for the new queues, the RSS table spread over
+    /// them unless a running service uses the NIC (`in_use`, asked only
+    /// then: the service's buckets are its own). The changes are noted
+    /// in the report, last a line saying what changed. Returns whether
+    /// the report changed.
     ///
     /// # Errors
-    /// The NIC cannot be read, or the change failed (rolled back).
-    pub(crate) fn retry_interrupts(
+    /// A change failed (its IRQ writes rolled back; not tried again until
+    /// the NIC changes again). A NIC that cannot be
+    /// read is not an error: it is noted once, and planned again when it
+    /// can be.
+    pub(crate) fn look_again(
         &mut self,
         roots: &Roots,
         topo: &Topology,
         budget: Option<&[u32]>,
+        in_use: impl FnOnce() -> bool,
     ) -> Result<bool> {
-        if !self.interrupts_pending {
-            return Ok(false);
-        }
         let iface = self.report.caps.iface.clone();
-        let caps = crate::nic::caps::read(roots, &iface)?;
-        if caps.napis.is_empty() {
+        let caps = match crate::nic::caps::read(roots, &iface) {
+            Ok(c) => c,
+            Err(e) => {
+                if self.gone {
+                    return Ok(false);
+                }
+                self.gone = true;
+                self.report.changes.push(format!(
+                    "{iface} cannot be read ({e:#}): planned again when it can"
+                ));
+                return Ok(true);
+            }
+        };
+        let now = Shape::of(&caps);
+        let back = std::mem::take(&mut self.gone);
+        if now == self.shape && !back {
             return Ok(false);
         }
+        let what = if back {
+            format!("{iface} is back")
+        } else {
+            format!("{iface} changed: {}", self.shape.change(&now))
+        };
+        // A plan that fails is not tried again each second: the failure is
+        // said once, and the next change of the NIC plans again.
+        self.shape = now;
         let dry_run = self.report.dry_run;
         let mut undo = Undo::default();
-        pin_interrupts(
-            roots,
-            &iface,
-            topo,
-            budget,
-            dry_run,
-            &mut self.report.changes,
-            &mut undo,
-        )?;
+        let before = self.report.changes.len();
+        let msi = roots.iface(&iface)?.msi_irqs.is_some();
+        if msi || !caps.napis.is_empty() {
+            pin_interrupts(
+                roots,
+                &iface,
+                topo,
+                budget,
+                dry_run,
+                &mut self.report.changes,
+                &mut undo,
+            )?;
+        }
+        let spread = if caps.rss.as_ref().is_some_and(|r| r.table_size > 0)
+            && caps.rx_queues > 1
+            && !in_use()
+        {
+            spread_rss(
+                &iface,
+                caps.rx_queues,
+                dry_run,
+                &mut self.report.changes,
+                &mut undo,
+            )
+        } else {
+            Ok(())
+        };
+        // The interrupts pinned stay to be put back, whatever the table did.
         if !dry_run {
             self.undo.merge(undo);
         }
+        spread?;
+        let done = self.report.changes.len() - before;
+        self.report.changes.push(format!(
+            "planned again ({what}){}",
+            if done == 0 { ": nothing to change" } else { "" }
+        ));
+        self.report.workers = caps.rx_queues.max(1);
         self.report.plan = explain(
             &caps,
             Wanted {
@@ -241,7 +331,6 @@ impl Owned {
             },
         );
         self.report.caps = caps;
-        self.interrupts_pending = false;
         Ok(true)
     }
 
@@ -255,11 +344,20 @@ impl Owned {
 }
 
 impl Undo {
-    /// Adds what `later` changed (interrupts pinned after the start).
+    /// Adds what `later` changed (a plan made again). What was already
+    /// changed keeps its first value: the one from before the daemon.
     fn merge(&mut self, later: Undo) {
-        self.irq_affinity.extend(later.irq_affinity);
+        for (path, was) in later.irq_affinity {
+            if !self.irq_affinity.iter().any(|(p, _)| *p == path) {
+                self.irq_affinity.push((path, was));
+            }
+        }
         self.threaded_on |= later.threaded_on;
-        self.napi_threads.extend(later.napi_threads);
+        for (pid, was) in later.napi_threads {
+            if !self.napi_threads.iter().any(|(p, _)| *p == pid) {
+                self.napi_threads.push((pid, was));
+            }
+        }
         if self.rss_table.is_none() {
             self.rss_table = later.rss_table;
         }
@@ -308,5 +406,55 @@ impl Undo {
             }
         }
         said
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_made_again_puts_back_what_was_there_before_the_daemon() {
+        let mut undo = Undo {
+            irq_affinity: vec![("irq/40/smp_affinity_list".into(), "0-3".into())],
+            napi_threads: vec![(7, vec![0, 1])],
+            ..Undo::default()
+        };
+        // The second plan saw the daemon's own pins as "before".
+        undo.merge(Undo {
+            irq_affinity: vec![
+                ("irq/40/smp_affinity_list".into(), "1".into()),
+                ("irq/41/smp_affinity_list".into(), "0-3".into()),
+            ],
+            napi_threads: vec![(7, vec![1]), (9, vec![0, 1])],
+            ..Undo::default()
+        });
+        assert_eq!(
+            undo.irq_affinity,
+            [
+                (PathBuf::from("irq/40/smp_affinity_list"), "0-3".to_string()),
+                (PathBuf::from("irq/41/smp_affinity_list"), "0-3".to_string())
+            ]
+        );
+        assert_eq!(undo.napi_threads, [(7, vec![0, 1]), (9, vec![0, 1])]);
+    }
+
+    #[test]
+    fn a_change_of_shape_is_said_in_words() {
+        let was = Shape {
+            rx_queues: 2,
+            queue_irqs: vec![(0, 40), (1, 41)],
+            napis: vec![(8193, Some(40)), (8194, Some(41))],
+        };
+        assert_eq!(was.change(&was.clone()), "");
+        let now = Shape {
+            rx_queues: 4,
+            queue_irqs: vec![(0, 50), (1, 51), (2, 52), (3, 53)],
+            napis: vec![],
+        };
+        assert_eq!(
+            was.change(&now),
+            "receive queues 4, was 2, its queues' IRQs, 0 NAPI instances, new ones"
+        );
     }
 }

@@ -316,6 +316,120 @@ fn a_daemon_started_before_the_service_pins_the_napi_threads_once_they_exist() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The bed's `xsk0` as the daemon's socket reports it (`flowlane status`).
+fn owned_nic(bed: &Bed, dir: &Path) -> Value {
+    let o = in_ns(
+        &bed.ns,
+        &[
+            flowlane_bin().to_str().unwrap(),
+            "status",
+            "--json",
+            "--run-dir",
+            dir.to_str().unwrap(),
+            "--daemon-socket",
+            dir.join("daemon.sock").to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let st: Value = serde_json::from_slice(&o.stdout).unwrap();
+    st["daemon"]["nics"][0].clone()
+}
+
+/// Polls `ok` every 100 ms for at most 10 s.
+fn within_10s(mut ok: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !ok() {
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    true
+}
+
+#[test]
+fn a_service_restarted_on_the_nic_gets_its_new_napi_threads_pinned() {
+    let test = "a_service_restarted_on_the_nic_gets_its_new_napi_threads_pinned";
+    if !require_root(test) {
+        return;
+    }
+    let _one_at_a_time = NAPI_THREADS.lock().unwrap_or_else(|e| e.into_inner());
+    let bed = Bed::up("drest", 2);
+    let dir = fresh_dir(&bed);
+    let first = echo_with_socket(&bed, &dir);
+    let d = Daemon::start(&bed, &dir, &["--run-dir", dir.to_str().unwrap()]);
+    assert_eq!(threaded(&bed), "1");
+    // The service goes: its XDP program, and the veth's NAPI instances
+    // and threads with it. A new one makes new ones, which nothing pinned.
+    let old: Vec<u32> = napi_threads().iter().map(|t| t.0).collect();
+    first.stop();
+    let _second = echo_with_socket(&bed, &dir);
+    let pinned = within_10s(|| {
+        let new: Vec<(u32, String)> = napi_threads()
+            .into_iter()
+            .filter(|t| !old.contains(&t.0))
+            .collect();
+        new.len() == 2 && new.iter().all(|(_, cpus)| cpus.parse::<u32>().is_ok())
+    });
+    let now = napi_threads();
+    assert!(
+        pinned,
+        "the new NAPI threads pinned to one CPU each: {now:?} (before {old:?})"
+    );
+    let changes = owned_nic(&bed, &dir)["changes"].clone();
+    let last = changes
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .as_str()
+        .unwrap();
+    assert!(
+        last.starts_with("planned again (xsk0 changed: 2 NAPI instances, new ones)"),
+        "{changes}"
+    );
+    let after = d.stop();
+    let restored = after
+        .iter()
+        .find(|l| l["event"] == "restored")
+        .unwrap_or_else(|| panic!("{after:?}"));
+    assert_eq!(restored["done"][0], "switched threaded NAPI off on xsk0");
+    assert_eq!(threaded(&bed), "0", "put back");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn channels_set_under_the_daemon_are_planned_for() {
+    if !require_root("channels_set_under_the_daemon_are_planned_for") {
+        return;
+    }
+    let bed = Bed::up("dchan", 2);
+    let dir = fresh_dir(&bed);
+    let d = Daemon::start(&bed, &dir, &["--run-dir", dir.to_str().unwrap()]);
+    assert_eq!(owned_nic(&bed, &dir)["rx_queues"], 2);
+    let o = in_ns(&bed.ns, &["ethtool", "-L", "xsk0", "rx", "1", "tx", "1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        within_10s(|| owned_nic(&bed, &dir)["rx_queues"] == 1),
+        "{}",
+        owned_nic(&bed, &dir)
+    );
+    let nic = owned_nic(&bed, &dir);
+    let last = nic["changes"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        last, "planned again (xsk0 changed: receive queues 1, was 2): nothing to change",
+        "{nic}"
+    );
+    // Back to two: planned again.
+    let o = in_ns(&bed.ns, &["ethtool", "-L", "xsk0", "rx", "2", "tx", "2"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(within_10s(|| owned_nic(&bed, &dir)["rx_queues"] == 2));
+    let after = d.stop();
+    let planned: Vec<&Value> = after.iter().filter(|l| l["event"] == "planned").collect();
+    assert_eq!(planned.len(), 2, "{after:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_nic_that_is_not_there_stops_the_daemon_with_one_line() {
     let o = Command::new(flowlane_bin())
