@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use flowlane_tcp::{ConnHandle, Error, Event, FourTuple, ListenerId, State, Stats};
+use flowlane_tcp::{ConnHandle, Error, Event, FourTuple, ListenerId, State, Stats, SynFilter};
 
 use crate::handler::{ConnHandler, ConnState};
 use crate::net::{Net, Placement};
@@ -29,8 +29,25 @@ pub struct Dispatcher {
     listeners: Vec<(ListenerId, HandlerId)>,
     owners: Owners,
     started: bool,
-    /// Connections a handler's `admit` refused.
+    /// Connections a handler's `admit` refused, or its SYN filter where
+    /// the dispatcher applies it.
     refused: u64,
+    /// Each handler's SYN filter, by handler index, where the dispatcher
+    /// applies it (at accept).
+    filters: Vec<FilterAt>,
+}
+
+/// Where a handler's SYN filter runs.
+#[derive(Default)]
+enum FilterAt {
+    /// Not asked for yet.
+    #[default]
+    Unasked,
+    /// The backend took it ([`Dispatcher::syn_filter`]) and applies it.
+    Backend,
+    /// The dispatcher applies it at accept (a backend that took none:
+    /// queue-pair mode's application threads).
+    Here(Option<SynFilter>),
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -44,7 +61,9 @@ impl std::fmt::Debug for Dispatcher {
 }
 
 impl Dispatcher {
-    /// Connections refused by a handler's [`ConnHandler::admit`] so far.
+    /// Connections refused by a handler's [`ConnHandler::admit`] so far,
+    /// and by its SYN filter where the dispatcher applies it (at accept:
+    /// queue-pair mode's application threads).
     pub fn refused(&self) -> u64 {
         self.refused
     }
@@ -69,6 +88,35 @@ impl Dispatcher {
     /// Connections accepted on `listener` go to `handler`.
     pub fn bind_listener(&mut self, listener: ListenerId, handler: HandlerId) {
         self.listeners.push((listener, handler));
+    }
+
+    /// `handler`'s SYN filter, for a listener of it
+    /// ([`ConnHandler::syn_filter`]; None for an unknown handler).
+    /// The backend applies it (at the SYN, or at accept where the kernel
+    /// completes handshakes); the dispatcher does not again.
+    pub fn syn_filter(&mut self, handler: HandlerId) -> Option<SynFilter> {
+        let i = handler.0 as usize;
+        if self.filters.len() <= i {
+            self.filters.resize_with(i + 1, FilterAt::default);
+        }
+        self.filters[i] = FilterAt::Backend;
+        self.handlers.get(i)?.syn_filter()
+    }
+
+    /// Whether `h`'s SYN filter, where this dispatcher applies it (the
+    /// backend took none), takes `conn`.
+    fn filter_takes<N: Net + ?Sized>(&mut self, h: HandlerId, conn: ConnHandle, net: &N) -> bool {
+        let i = h.0 as usize;
+        if self.filters.len() <= i {
+            self.filters.resize_with(i + 1, FilterAt::default);
+        }
+        if matches!(self.filters[i], FilterAt::Unasked) {
+            self.filters[i] = FilterAt::Here(self.handlers[i].syn_filter());
+        }
+        match (&mut self.filters[i], net.four_tuple(conn)) {
+            (FilterAt::Here(Some(f)), Ok(tuple)) => f(&tuple),
+            _ => true,
+        }
     }
 
     /// Number of registered handlers.
@@ -133,6 +181,12 @@ impl Dispatcher {
         let Some(h) = self.owners.get(conn) else {
             return;
         };
+        if matches!(event, Event::Accepted { .. }) && !self.filter_takes(h, conn, net) {
+            let _ = net.abort(conn);
+            self.owners.clear(conn);
+            self.refused += 1;
+            return;
+        }
         let handler = self.handlers[h.0 as usize].as_mut();
         let mut scoped = Scoped {
             inner: net,

@@ -1,6 +1,6 @@
 //! The application's side of a set of connections.
 
-use flowlane_tcp::{CloseReason, ConnHandle};
+use flowlane_tcp::{CloseReason, ConnHandle, SynFilter};
 
 use crate::net::Net;
 
@@ -27,6 +27,21 @@ pub trait ConnHandler: Send {
     /// default takes every connection.
     fn admit(&mut self, _net: &mut dyn Net, _conn: ConnHandle) -> bool {
         true
+    }
+
+    /// A filter asked at each SYN to this handler's listeners whether to
+    /// take the connection, from its addresses alone (an allow-list, a
+    /// budget per peer kept bounded): a refused peer gets an RST to its
+    /// SYN (its connection is refused, no handshake, nothing kept) and the
+    /// backend counts it (`syn_refused`). Asked once per listener when the
+    /// handler starts listening; it runs on the network core for every SYN
+    /// (a flood's too): keep it short and never block. State it shares with
+    /// the handler goes through an `Arc`. Kernel sockets complete the
+    /// handshake in the kernel: there the filter runs at accept and the
+    /// connection is reset before any callback. The default (None) takes
+    /// every SYN; [`ConnHandler::admit`] still runs after the handshake.
+    fn syn_filter(&self) -> Option<SynFilter> {
+        None
     }
 
     /// A connection to this handler's listener completed its handshake.

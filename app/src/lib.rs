@@ -41,7 +41,7 @@ mod setup;
 pub use dispatch::{ConnExport, Dispatcher, HandlerId};
 pub use flowlane_tcp::{
     CloseReason, CongestionAlgorithm, ConnHandle, ConnInfo, Error, FourTuple, ListenerId, State,
-    Stats,
+    Stats, SynFilter,
 };
 pub use handler::{ConnHandler, ConnState};
 pub use handles::{seen_state, Handles};

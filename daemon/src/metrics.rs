@@ -134,11 +134,12 @@ const QUEUE_ROWS: &[QueueRow] = &[
     row!("flowlane_tcp_rto_timeouts", "Retransmission timeouts.", C, [], |q| q.tcp.rto_timeouts),
     row!("flowlane_tcp_loss_probes", "Tail loss probes sent (RFC 8985).", C, [], |q| q.tcp.tlp_probes),
     row!("flowlane_tcp_out_of_order_segments", "Segments received out of order.", C, [], |q| q.tcp.out_of_order),
-    row!("flowlane_tcp_refused", "Connections refused, by reason: SYNs dropped (backlog full), the connection bound, SYN cookies that did not check out, SYNs to a TIME-WAIT connection taken for old duplicates, the application's admit.", C, ["reason" = "syn_dropped"], |q| q.tcp.syn_dropped),
+    row!("flowlane_tcp_refused", "Connections refused, by reason: SYNs dropped (backlog full), the connection bound, SYN cookies that did not check out, SYNs to a TIME-WAIT connection taken for old duplicates, the application's admit, the application's SYN filter (kernel sockets: at accept).", C, ["reason" = "syn_dropped"], |q| q.tcp.syn_dropped),
     row!("flowlane_tcp_refused", "", C, ["reason" = "connection_limit"], |q| q.tcp.connection_limit_refused),
     row!("flowlane_tcp_refused", "", C, ["reason" = "syn_cookie_failed"], |q| q.tcp.syn_cookies_failed),
     row!("flowlane_tcp_refused", "", C, ["reason" = "time_wait_syn"], |q| q.tcp.time_wait_syn_dropped),
     row!("flowlane_tcp_refused", "", C, ["reason" = "application"], |q| q.tcp.application_refused),
+    row!("flowlane_tcp_refused", "", C, ["reason" = "syn_filter"], |q| q.tcp.syn_refused),
     row!("flowlane_tcp_dropped_segments", "Segments dropped before or by the stack, by reason.", C, ["reason" = "bad_ip_checksum"], |q| q.tcp.bad_ip_checksum),
     row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "bad_tcp_checksum"], |q| q.tcp.bad_tcp_checksum),
     row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "malformed"], |q| q.tcp.malformed + q.tcp.tcp_malformed),
@@ -244,7 +245,10 @@ fn kernel_knows(row: &QueueRow) -> bool {
         | "flowlane_tcp_resets_sent" => true,
         "flowlane_tcp_connections" => row.extra == [("state", "live")],
         "flowlane_tcp_refused" => {
-            matches!(row.extra, [("reason", "connection_limit" | "application")])
+            matches!(
+                row.extra,
+                [("reason", "connection_limit" | "application" | "syn_filter")]
+            )
         }
         _ => false,
     }
@@ -888,8 +892,8 @@ mod tests {
         assert_eq!(of("flowlane_tcp_connections{", "42"), 2, "live only");
         assert_eq!(
             of("flowlane_tcp_refused_total{", "42"),
-            4,
-            "two reasons a core"
+            6,
+            "three reasons a core"
         );
         // What only flowlane's data path and TCP know: absent, not zero;
         // the AF_XDP service beside it keeps every series.
@@ -902,7 +906,7 @@ mod tests {
             assert_eq!(of(name, "42"), 0, "{name}");
             assert_eq!(of(name, "41"), 2, "{name}");
         }
-        assert_eq!(of("flowlane_tcp_refused_total{", "41"), 10);
+        assert_eq!(of("flowlane_tcp_refused_total{", "41"), 12);
     }
 
     #[test]

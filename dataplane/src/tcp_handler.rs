@@ -495,6 +495,8 @@ counters! {
         syn_cookies_accepted,
         /// ACKs whose SYN cookie did not check (forged or too old).
         syn_cookies_failed,
+        /// SYNs (and returned SYN cookies) a listener's SYN filter refused.
+        syn_refused,
         /// SYNs and cookie ACKs dropped: the queue's stack or the listener held its most connections.
         connection_limit_refused,
         /// Connections a handler's `admit` refused (reset before `on_accept`).
@@ -603,6 +605,7 @@ impl TcpCounters {
         set(&self.syn_cookies_sent, s.syn_cookies_sent);
         set(&self.syn_cookies_accepted, s.syn_cookies_accepted);
         set(&self.syn_cookies_failed, s.syn_cookies_failed);
+        set(&self.syn_refused, s.syn_refused);
         set(&self.connection_limit_refused, s.connection_limit_refused);
         set(&self.segments_out, s.segments_out);
     }
@@ -1309,7 +1312,7 @@ impl Setup for TcpHandler {
     ) -> Result<HandlerId, Error> {
         let l = self.stack.listen(self.local.listen_addr(port))?;
         let id = self.app.add_boxed(handler);
-        self.app.bind_listener(l, id);
+        self.bind_listener(l, id)?;
         Ok(id)
     }
 
@@ -1319,6 +1322,19 @@ impl Setup for TcpHandler {
 
     fn listen_with(&mut self, port: u16, handler: HandlerId) -> Result<(), Error> {
         let l = self.stack.listen(self.local.listen_addr(port))?;
+        self.bind_listener(l, handler)
+    }
+}
+
+impl TcpHandler {
+    /// Connections on listener `l` go to `handler`, whose SYN filter
+    /// the stack asks at each SYN to it.
+    fn bind_listener(
+        &mut self,
+        l: flowlane_tcp::ListenerId,
+        handler: HandlerId,
+    ) -> Result<(), Error> {
+        self.stack.set_syn_filter(l, self.app.syn_filter(handler))?;
         self.app.bind_listener(l, handler);
         Ok(())
     }

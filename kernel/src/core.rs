@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use flowlane_app::{
     CloseReason, CongestionAlgorithm, ConnHandle, ConnHandler, ConnInfo, Dispatcher, Error,
-    FourTuple, HandlerId, Handles, Net, Placement, Setup, State, Stats, Wake,
+    FourTuple, HandlerId, Handles, Net, Placement, Setup, State, Stats, SynFilter, Wake,
 };
 use flowlane_tcp::{Event, ListenerId};
 use mio::net::{TcpListener, TcpStream};
@@ -62,6 +62,9 @@ pub struct KernelNet {
     poll: Poll,
     listen_on: Vec<IpAddr>,
     listeners: Vec<TcpListener>,
+    /// Each listener's SYN filter, asked at accept (the kernel completed
+    /// the handshake): a refused connection is reset before any callback.
+    filters: Filters,
     conns: Handles<Conn>,
     events: VecDeque<Event>,
     /// Connections whose receive buffer filled up and was read from since.
@@ -78,6 +81,35 @@ pub struct KernelNet {
     rx_pool: BufferPool,
     /// Memory of the send buffers that hold bytes.
     tx_pool: BufferPool,
+}
+
+/// The listeners' SYN filters, by listener index.
+#[derive(Default)]
+struct Filters(Vec<Option<SynFilter>>);
+
+impl std::fmt::Debug for Filters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(Option::is_some))
+            .finish()
+    }
+}
+
+impl Filters {
+    /// Whether listener `li`'s filter (if any) takes `tuple`.
+    fn take(&mut self, li: usize, tuple: &FourTuple) -> bool {
+        match self.0.get_mut(li).and_then(Option::as_mut) {
+            Some(f) => f(tuple),
+            None => true,
+        }
+    }
+
+    fn set(&mut self, li: usize, filter: Option<SynFilter>) {
+        if self.0.len() <= li {
+            self.0.resize_with(li + 1, || None);
+        }
+        self.0[li] = filter;
+    }
 }
 
 /// Free buffers a core keeps per pool.
@@ -102,6 +134,7 @@ impl KernelNet {
             poll: Poll::new()?,
             listen_on,
             listeners: Vec::new(),
+            filters: Filters::default(),
             conns: Handles::new(limits.max_connections),
             events: VecDeque::new(),
             rereads: Vec::new(),
@@ -254,12 +287,17 @@ impl KernelNet {
                     return;
                 }
             };
+            let local = stream.local_addr().unwrap_or(remote);
+            if !self.filters.take(li, &FourTuple { local, remote }) {
+                reset_on_close(&stream);
+                self.stats.syn_refused += 1;
+                continue;
+            }
             if !self.conns.has_room() {
                 reset_on_close(&stream);
                 self.stats.connection_limit_refused += 1;
                 continue;
             }
-            let local = stream.local_addr().unwrap_or(remote);
             let conn = Conn::new(
                 stream,
                 local,
@@ -704,7 +742,7 @@ impl Setup for KernelCore {
         let ids = self.net.listen(port)?;
         let h = self.app.add_boxed(handler);
         for l in ids {
-            self.app.bind_listener(l, h);
+            self.bind_listener(l, h);
         }
         Ok(h)
     }
@@ -715,9 +753,20 @@ impl Setup for KernelCore {
 
     fn listen_with(&mut self, port: u16, handler: HandlerId) -> Result<(), Error> {
         for l in self.net.listen(port)? {
-            self.app.bind_listener(l, handler);
+            self.bind_listener(l, handler);
         }
         Ok(())
+    }
+}
+
+impl KernelCore {
+    /// Connections accepted on `l` go to `handler`, whose SYN filter is
+    /// asked at each accept on it.
+    fn bind_listener(&mut self, l: ListenerId, handler: HandlerId) {
+        self.net
+            .filters
+            .set(l.index() as usize, self.app.syn_filter(handler));
+        self.app.bind_listener(l, handler);
     }
 }
 

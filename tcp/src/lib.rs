@@ -81,6 +81,15 @@ pub use stack::{BucketExport, Delivery, Stack};
 
 use time::Duration;
 
+/// Asked at each SYN to a listener (and at each SYN cookie returned to it)
+/// whether to take a connection, from its addresses alone: an allow-list,
+/// a budget per peer. `false` answers the SYN with an RST (the peer sees
+/// its connection refused) and keeps no state; the stack counts it
+/// ([`Stats::syn_refused`]). It runs inline with packet processing, on
+/// every SYN however many a flood sends: keep it short, never block, and
+/// bound whatever it keeps per peer ([`Stack::set_syn_filter`]).
+pub type SynFilter = Box<dyn FnMut(&FourTuple) -> bool + Send>;
+
 /// A connection's address pair, from this stack's point of view. Generic
 /// over IPv4 and IPv6.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -128,6 +137,11 @@ impl ListenerId {
     /// (the kernel-socket backend): its index there.
     pub fn from_index(index: u32) -> ListenerId {
         ListenerId(index)
+    }
+
+    /// Its index (in the stack, or the backend that issued it).
+    pub fn index(self) -> u32 {
+        self.0
     }
 }
 
@@ -664,6 +678,9 @@ pub struct Stats {
     /// ACKs to a listener that had sent cookies recently whose cookie did
     /// not check (forged, or too old): answered with an RST.
     pub syn_cookies_failed: u64,
+    /// SYNs (and returned SYN cookies) that the listener's
+    /// [`SynFilter`] refused: answered with an RST, no state kept.
+    pub syn_refused: u64,
     /// SYNs and cookie ACKs dropped because the stack or the listener held
     /// its most connections ([`Config::max_connections`],
     /// [`Config::listener_max_connections`]).

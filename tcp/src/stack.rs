@@ -20,7 +20,7 @@ use crate::time_wait::{self, RecordCtx, TimeWait, TimeWaitTable, Verdict};
 use crate::timer::{TimerWheel, WheelKeys, WheelPos};
 use crate::{
     BucketStats, CloseReason, Config, CongestionAlgorithm, ConnHandle, Error, Event, FourTuple,
-    ListenerId, Snapshot, Stats, Transmit,
+    ListenerId, Snapshot, Stats, SynFilter, Transmit,
 };
 use flowlane_wire::tcp::{TcpFlags, TcpOptions, TcpRepr};
 use std::collections::{HashMap, VecDeque};
@@ -212,9 +212,10 @@ enum TimeWaitSyn {
     Reopen,
 }
 
-#[derive(Debug)]
 struct Listener {
     local: SocketAddr,
+    /// Asked at each SYN, if set ([`Stack::set_syn_filter`]).
+    filter: Option<SynFilter>,
     half_open: usize,
     /// Its connections in this stack, in any state: those it opened
     /// here (half-open ones included) and those imported before their
@@ -224,6 +225,17 @@ struct Listener {
     /// listener's SYN cookies (two cookie periods after the last sent);
     /// otherwise such ACKs are not checked at all.
     cookies_until: Instant,
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener")
+            .field("local", &self.local)
+            .field("filter", &self.filter.is_some())
+            .field("half_open", &self.half_open)
+            .field("live", &self.live)
+            .finish()
+    }
 }
 
 /// One core's TCP stack: a shard of connections and listeners, driven
@@ -641,12 +653,47 @@ impl Stack {
         let id = self.listeners.len() as u32;
         self.listeners.push(Some(Listener {
             local,
+            filter: None,
             half_open: 0,
             live: 0,
             cookies_until: Instant::ZERO,
         }));
         self.listener_ports.insert(local.port(), id);
         Ok(ListenerId(id))
+    }
+
+    /// Sets (or with `None` removes) the filter asked at each SYN to
+    /// `listener` whether to take the connection ([`SynFilter`]). RFC 9293
+    /// §3.10.7.2 answers a SYN a listener will not take with an RST.
+    ///
+    /// # Errors
+    /// [`Error::InvalidHandle`] for a listener that is not open.
+    pub fn set_syn_filter(
+        &mut self,
+        listener: ListenerId,
+        filter: Option<SynFilter>,
+    ) -> Result<(), Error> {
+        let l = self
+            .listeners
+            .get_mut(listener.0 as usize)
+            .and_then(Option::as_mut)
+            .ok_or(Error::InvalidHandle)?;
+        l.filter = filter;
+        Ok(())
+    }
+
+    /// Whether `listener`'s filter, if it has one, takes a connection
+    /// with `tuple`; a refusal is counted.
+    fn syn_admitted(&mut self, listener: ListenerId, tuple: &FourTuple) -> bool {
+        let taken = match self.listeners[listener.0 as usize]
+            .as_mut()
+            .and_then(|l| l.filter.as_mut())
+        {
+            Some(f) => f(tuple),
+            None => true,
+        };
+        self.stats.syn_refused += u64::from(!taken);
+        taken
     }
 
     /// Active open from `local` (the caller picks the port, e.g. so that RSS
@@ -1385,6 +1432,10 @@ impl Stack {
         if !f.syn() || f.fin() {
             return;
         }
+        if !self.syn_admitted(l, &tuple) {
+            self.reset_for(tuple, seg, payload.len());
+            return;
+        }
         if self.at_connection_limit(l) {
             return;
         }
@@ -1492,6 +1543,11 @@ impl Stack {
             self.stats.syn_cookies_failed += 1;
             return false;
         };
+        // A filter that changed its mind since the SYN (a budget spent)
+        // refuses here too: the caller answers with an RST.
+        if !self.syn_admitted(l, &tuple) {
+            return false;
+        }
         if self.at_connection_limit(l) {
             // Dropped, not reset: the client's next segment carries the
             // cookie again.

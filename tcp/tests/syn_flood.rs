@@ -569,3 +569,105 @@ fn a_flood_does_not_divide_the_receive_memory_under_pressure() {
         "B offered {offered} bytes after the read, with the flood half-open"
     );
 }
+
+/// A listener's SYN filter (`Stack::set_syn_filter`) refusing a peer: the
+/// SYN is answered with an RST, the client's connection ends refused, and
+/// the server keeps nothing; another peer connects and transfers.
+#[test]
+fn a_syn_filter_refuses_at_the_syn_with_a_reset_and_keeps_nothing() {
+    let mut cfg = test_config(2);
+    cfg.listen_backlog = BACKLOG;
+    let mut b = Stack::new(cfg);
+    let l = b.listen(SocketAddr::new(B_IP, 80)).unwrap();
+    b.set_syn_filter(l, Some(Box::new(|t| t.remote.port() != 40_000)))
+        .unwrap();
+    let mut a = Stack::new(test_config(1));
+    let mut now = Instant::from_millis(1_000);
+    let refused = a
+        .connect(
+            now,
+            SocketAddr::new(A_IP, 40_000),
+            SocketAddr::new(B_IP, 80),
+        )
+        .unwrap();
+    deliver(&mut a, &mut b, now, |_, _| false);
+    let out = drain(&mut b, now);
+    assert_eq!(out.len(), 1, "one answer");
+    let rst = TcpRepr::parse_segment(&out[0].1).unwrap().0;
+    assert!(rst.flags.rst() && !rst.flags.syn(), "{rst:?}");
+    assert_eq!(b.connection_count(), 0, "nothing kept");
+    assert_eq!((b.stats().syn_refused, b.stats().passive_opens), (1, 0));
+    for (t, bytes) in out {
+        a.handle_segment(now, t.src.ip(), t.dst.ip(), &bytes);
+    }
+    let mut closed = None;
+    while let Some(e) = a.poll_event() {
+        if let Event::Closed { conn, reason } = e {
+            closed = Some((conn, reason));
+        }
+    }
+    assert_eq!(
+        closed,
+        Some((refused, flowlane_tcp::CloseReason::Reset)),
+        "the client sees its connection refused"
+    );
+
+    // Another port of the same peer is taken, and works.
+    let ca = a
+        .connect(
+            now,
+            SocketAddr::new(A_IP, 40_001),
+            SocketAddr::new(B_IP, 80),
+        )
+        .unwrap();
+    let mut ev = (Vec::new(), Vec::new());
+    run(&mut a, &mut b, &mut now, 50, &mut ev);
+    let cb = *accepted(&ev.1).first().expect("accepted");
+    transfer(&mut a, &mut b, &mut now, ca, cb, 100_000);
+    assert_eq!(b.stats().syn_refused, 1);
+}
+
+/// A filter that refuses by the time a SYN cookie comes back (its budget
+/// for the peer spent since the SYN): the cookie's ACK is answered with an
+/// RST and opens nothing.
+#[test]
+fn a_syn_filter_also_refuses_a_returned_syn_cookie() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let mut cfg = test_config(2);
+    cfg.listen_backlog = BACKLOG;
+    cfg.syn_cookies = true;
+    let mut b = Stack::new(cfg);
+    let l = b.listen(SocketAddr::new(B_IP, 80)).unwrap();
+    let refuse = Arc::new(AtomicBool::new(false));
+    let r = refuse.clone();
+    b.set_syn_filter(l, Some(Box::new(move |_| !r.load(Ordering::Relaxed))))
+        .unwrap();
+    let mut rng = Rng::new(2);
+    let now = Instant::from_millis(1_000);
+    flood(&mut b, &mut rng, now, 100);
+    let _ = drain(&mut b, now);
+    let mut a = Stack::new(test_config(1));
+    a.connect(
+        now,
+        SocketAddr::new(A_IP, 40_000),
+        SocketAddr::new(B_IP, 80),
+    )
+    .unwrap();
+    deliver(&mut a, &mut b, now, |_, _| false);
+    let before = b.connection_count();
+    assert_eq!(b.stats().syn_cookies_sent, 100 - BACKLOG as u64 + 1);
+    refuse.store(true, Ordering::Relaxed);
+    // The cookie SYN-ACK to A, A's ACK back.
+    deliver(&mut b, &mut a, now, |_, _| false);
+    deliver(&mut a, &mut b, now, |_, _| false);
+    let out = drain(&mut b, now);
+    assert!(
+        out.iter()
+            .any(|(_, s)| TcpRepr::parse_segment(s).unwrap().0.flags.rst()),
+        "answered with an RST"
+    );
+    assert_eq!(b.connection_count(), before, "opened nothing");
+    assert_eq!(b.stats().syn_cookies_accepted, 0);
+    assert_eq!(b.stats().syn_refused, 1);
+}

@@ -1,18 +1,23 @@
 //! `echo-server`: echoes every byte back.
 
-use flowlane_app::{ConnHandle, ConnHandler, Net};
+use flowlane_app::{ConnHandle, ConnHandler, Net, SynFilter};
+
+use super::AllowFrom;
 
 /// Echoes every byte back; closes when the peer has closed and everything
 /// was echoed.
 pub(super) struct Echo {
     buf: Vec<u8>,
+    allow: AllowFrom,
 }
 
 impl Echo {
-    /// A handler with a 16 KiB copy buffer shared by its connections.
-    pub(super) fn new() -> Echo {
+    /// A handler with a 16 KiB copy buffer shared by its connections,
+    /// taking connections from the peers `allow` names.
+    pub(super) fn new(allow: AllowFrom) -> Echo {
         Echo {
             buf: vec![0; 16384],
+            allow,
         }
     }
 
@@ -22,6 +27,9 @@ impl Echo {
 }
 
 impl ConnHandler for Echo {
+    fn syn_filter(&self) -> Option<SynFilter> {
+        self.allow.filter()
+    }
     fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         let _ = net.set_nodelay(conn, true);
     }

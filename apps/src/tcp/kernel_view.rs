@@ -34,6 +34,7 @@ fn tcp_counters(c: &CoreCounters) -> TcpCountersSnapshot {
         resets_out: s.resets_out,
         connection_limit_refused: s.connection_limit_refused,
         application_refused: c.application_refused,
+        syn_refused: s.syn_refused,
         ..Default::default()
     }
 }

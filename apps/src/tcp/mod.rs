@@ -38,12 +38,14 @@ use serde_json::{json, Value};
 use crate::bed_entry;
 use crate::service::{write_report, ServiceSignals, Watchdog};
 
+mod allow;
 mod bulk;
 mod echo;
 mod http;
 mod hyper_server;
 mod kernel_view;
 
+use allow::{allow_prefix, AllowFrom};
 use bulk::{Sink, Source};
 use echo::Echo;
 use http::Http;
@@ -129,6 +131,11 @@ pub struct EchoArgs {
     /// TCP port.
     #[arg(long, default_value_t = 7, value_parser = listen_port)]
     port: u16,
+    /// Take connections only from these peers (an address or a prefix,
+    /// repeatable); others are refused at their SYN with a reset (kernel
+    /// sockets: reset at accept). Default: every peer.
+    #[arg(long, value_name = "PREFIX", value_parser = allow_prefix)]
+    allow_from: Vec<ipnet::IpNet>,
 }
 
 /// Flags of `http-server`.
@@ -228,6 +235,7 @@ pub fn run(cmd: TcpCmd, nic: NicAccess) -> Result<()> {
         TcpCmd::HyperServer(a) => hyper_server::run(a, nic),
         TcpCmd::EchoServer(a) => {
             let port = a.port;
+            let allow = AllowFrom::new(&a.allow_from);
             serve(
                 "echo-server",
                 &a.common,
@@ -236,7 +244,7 @@ pub fn run(cmd: TcpCmd, nic: NicAccess) -> Result<()> {
                 None,
                 0,
                 move |h, _tx| {
-                    h.listen(port, Echo::new())?;
+                    h.listen(port, Echo::new(allow.clone()))?;
                     Ok(())
                 },
             )
@@ -865,6 +873,7 @@ fn kernel_counters_json(per_core: &[(u32, CoreCounters)]) -> Value {
             "resets_in": s.resets_in,
             "resets_out": s.resets_out,
             "connection_limit_refused": s.connection_limit_refused,
+            "syn_refused": s.syn_refused,
             "application_refused": c.application_refused,
         })
     };
@@ -880,6 +889,7 @@ fn kernel_counters_json(per_core: &[(u32, CoreCounters)]) -> Value {
         t.resets_in += s.resets_in;
         t.resets_out += s.resets_out;
         t.connection_limit_refused += s.connection_limit_refused;
+        t.syn_refused += s.syn_refused;
         total.application_refused += c.application_refused;
     }
     json!({
