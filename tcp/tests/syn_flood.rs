@@ -19,12 +19,17 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 const BACKLOG: usize = 8;
 
 fn server(cookies: bool) -> Stack {
+    server_and_listener(cookies).0
+}
+
+/// B with a listener on port 80 (and that listener).
+fn server_and_listener(cookies: bool) -> (Stack, flowlane_tcp::ListenerId) {
     let mut cfg = test_config(2);
     cfg.listen_backlog = BACKLOG;
     cfg.syn_cookies = cookies;
     let mut b = Stack::new(cfg);
-    b.listen(SocketAddr::new(B_IP, 80)).unwrap();
-    b
+    let l = b.listen(SocketAddr::new(B_IP, 80)).unwrap();
+    (b, l)
 }
 
 fn emit(repr: &TcpRepr, payload: &[u8]) -> Vec<u8> {
@@ -575,10 +580,7 @@ fn a_flood_does_not_divide_the_receive_memory_under_pressure() {
 /// the server keeps nothing; another peer connects and transfers.
 #[test]
 fn a_syn_filter_refuses_at_the_syn_with_a_reset_and_keeps_nothing() {
-    let mut cfg = test_config(2);
-    cfg.listen_backlog = BACKLOG;
-    let mut b = Stack::new(cfg);
-    let l = b.listen(SocketAddr::new(B_IP, 80)).unwrap();
+    let (mut b, l) = server_and_listener(false);
     b.set_syn_filter(l, Some(Box::new(|t| t.remote.port() != 40_000)))
         .unwrap();
     let mut a = Stack::new(test_config(1));
@@ -634,11 +636,7 @@ fn a_syn_filter_refuses_at_the_syn_with_a_reset_and_keeps_nothing() {
 fn a_syn_filter_also_refuses_a_returned_syn_cookie() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
-    let mut cfg = test_config(2);
-    cfg.listen_backlog = BACKLOG;
-    cfg.syn_cookies = true;
-    let mut b = Stack::new(cfg);
-    let l = b.listen(SocketAddr::new(B_IP, 80)).unwrap();
+    let (mut b, l) = server_and_listener(true);
     let refuse = Arc::new(AtomicBool::new(false));
     let r = refuse.clone();
     b.set_syn_filter(l, Some(Box::new(move |_| !r.load(Ordering::Relaxed))))

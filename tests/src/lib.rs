@@ -2,7 +2,7 @@
 //! and flowlane-ttcp's): the root check, the `flowlane` binary, uniquely
 //! named test beds that remove themselves ([`bed`]), and child processes
 //! with a deadline ([`child`]), so that a stall fails a test instead of
-//! hanging it.
+//! hanging it; the daemon started for a test ([`daemon`]).
 //!
 //! Tests that need root (namespaces, BPF, AF_XDP) call [`require_root`]
 //! first and skip with a printed reason otherwise; CI runs as root.
@@ -11,9 +11,11 @@
 
 pub mod bed;
 pub mod child;
+pub mod daemon;
 
 pub use bed::{start_udp_echo, unique_name, xdp_attached, Bed, ToolBed};
 pub use child::{kill_and_reap, ready_within, stop, terminate, wait_bounded, wait_within};
+pub use daemon::TestDaemon;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

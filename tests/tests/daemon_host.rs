@@ -206,20 +206,7 @@ fn the_daemon_applies_the_plan_to_the_veth_and_puts_it_back() {
     }
 
     // What it owns, through `flowlane status` (its socket) and the page.
-    let o = in_ns(
-        &bed.ns,
-        &[
-            flowlane_bin().to_str().unwrap(),
-            "status",
-            "--json",
-            "--run-dir",
-            dir.to_str().unwrap(),
-            "--daemon-socket",
-            dir.join("daemon.sock").to_str().unwrap(),
-        ],
-    );
-    assert!(o.status.success(), "{}", text(&o));
-    let st: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let st = status(&bed, &dir);
     let nic = &st["daemon"]["nics"][0];
     assert_eq!(nic["iface"], "xsk0", "{st}");
     assert_eq!(nic["driver"], "veth");
@@ -316,8 +303,9 @@ fn a_daemon_started_before_the_service_pins_the_napi_threads_once_they_exist() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The bed's `xsk0` as the daemon's socket reports it (`flowlane status`).
-fn owned_nic(bed: &Bed, dir: &Path) -> Value {
+/// `flowlane status --json` in the bed, for the daemon and services of
+/// `dir`.
+fn status(bed: &Bed, dir: &Path) -> Value {
     let o = in_ns(
         &bed.ns,
         &[
@@ -331,8 +319,12 @@ fn owned_nic(bed: &Bed, dir: &Path) -> Value {
         ],
     );
     assert!(o.status.success(), "{}", text(&o));
-    let st: Value = serde_json::from_slice(&o.stdout).unwrap();
-    st["daemon"]["nics"][0].clone()
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// The bed's `xsk0` as the daemon's socket reports it (`flowlane status`).
+fn owned_nic(bed: &Bed, dir: &Path) -> Value {
+    status(bed, dir)["daemon"]["nics"][0].clone()
 }
 
 /// Polls `ok` every 100 ms for at most 10 s.

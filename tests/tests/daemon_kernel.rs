@@ -8,12 +8,10 @@
 mod tcp_common;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use flowlane_tests::{
-    flowlane, flowlane_bin, kill_and_reap, require_root, terminate, text, wait_within, Bed,
-};
+use flowlane_tests::{flowlane, kill_and_reap, require_root, text, Bed, TestDaemon};
 use serde_json::Value;
 use tcp_common::*;
 
@@ -23,16 +21,6 @@ fn page(addr: &str) -> String {
         .output()
         .unwrap();
     String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// The daemon, killed if the test fails before stopping it (it holds the
-/// test's stderr: left running, it would keep the harness waiting).
-struct Daemon(std::process::Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        kill_and_reap(&mut self.0);
-    }
 }
 
 /// Polls `f` every 100 ms for at most 10 s until it returns Some.
@@ -72,23 +60,8 @@ fn a_kernel_socket_service_registers_reports_and_answers_hints() {
     std::fs::create_dir_all(&empty).unwrap();
     let daemon_sock = dir.join("daemon.sock");
     let own = dir.join("echo.sock");
-    let mut daemon = Daemon(
-        Command::new(flowlane_bin())
-            .args(["daemon", "--metrics", "127.0.0.1:0", "--run-dir"])
-            .arg(&empty)
-            .arg("--socket")
-            .arg(&daemon_sock)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-    );
-    let mut line = String::new();
-    BufReader::new(daemon.0.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let ready: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
-    let addr = ready["metrics"].as_str().unwrap().to_string();
+    let daemon = TestDaemon::start(&empty, &daemon_sock);
+    let addr = daemon.metrics.clone();
 
     let bed = Bed::up("dkern", 2);
     let echo = start(
@@ -230,11 +203,6 @@ fn a_kernel_socket_service_registers_reports_and_answers_hints() {
     });
     assert!(gone.is_some(), "the stopped service left the page");
 
-    terminate(&daemon.0);
-    let st = wait_within(&mut daemon.0, Duration::from_secs(20));
-    assert!(
-        st.is_some_and(|s| s.success()),
-        "the daemon stopped: {st:?}"
-    );
+    daemon.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -6,12 +6,11 @@
 
 mod tcp_common;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use flowlane_tests::{flowlane_bin, kill_and_reap, require_root, terminate, wait_within, Bed};
+use flowlane_tests::{flowlane_bin, require_root, Bed, TestDaemon};
 use serde_json::Value;
 use tcp_common::*;
 
@@ -78,21 +77,8 @@ fn services_register_and_leave_the_registry_when_stopped_or_killed() {
     std::fs::create_dir_all(&empty).unwrap();
     // The daemon looks for services in an empty run directory: it can only
     // learn of them by their registration.
-    let mut daemon = Command::new(flowlane_bin())
-        .args(["daemon", "--metrics", "127.0.0.1:0", "--run-dir"])
-        .arg(&empty)
-        .arg("--socket")
-        .arg(dir.join("daemon.sock"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(daemon.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let ready: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
-    let addr = ready["metrics"].as_str().unwrap().to_string();
+    let daemon = TestDaemon::start(&empty, &dir.join("daemon.sock"));
+    let addr = daemon.metrics.clone();
     assert!(services_on(&addr).is_empty());
 
     let (bed_a, bed_b) = (Bed::up("rega", 2), Bed::up("regb", 2));
@@ -139,13 +125,6 @@ fn services_register_and_leave_the_registry_when_stopped_or_killed() {
     let none = until_services(&addr, 0);
     assert!(none.is_empty(), "{none:?}");
 
-    terminate(&daemon);
-    match wait_within(&mut daemon, Duration::from_secs(20)) {
-        Some(st) => assert!(st.success()),
-        None => {
-            kill_and_reap(&mut daemon);
-            panic!("the daemon did not stop");
-        }
-    }
+    daemon.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,0 +1,64 @@
+//! `flowlane daemon` started for a test: its metrics on a free local
+//! port, the services it reads from a run directory of the test's own,
+//! its socket where the test says; killed if the test fails before
+//! stopping it (it would otherwise keep the harness's stderr open).
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::{flowlane_bin, kill_and_reap, terminate, wait_within};
+
+/// A running daemon.
+#[derive(Debug)]
+pub struct TestDaemon {
+    child: Child,
+    /// Where its metrics page is served (`host:port`).
+    pub metrics: String,
+}
+
+impl TestDaemon {
+    /// Starts `flowlane daemon --metrics 127.0.0.1:0 --run-dir RUN_DIR
+    /// --socket SOCKET` and waits for its ready line.
+    pub fn start(run_dir: &Path, socket: &Path) -> TestDaemon {
+        let mut child = Command::new(flowlane_bin())
+            .args(["daemon", "--metrics", "127.0.0.1:0", "--run-dir"])
+            .arg(run_dir)
+            .arg("--socket")
+            .arg(socket)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("flowlane daemon");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("piped"))
+            .read_line(&mut line)
+            .expect("the daemon's ready line");
+        let ready: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| {
+            kill_and_reap(&mut child);
+            panic!("{e}: {line:?}")
+        });
+        let metrics = ready["metrics"]
+            .as_str()
+            .expect("metrics address")
+            .to_string();
+        TestDaemon { child, metrics }
+    }
+
+    /// SIGTERM; asserts that it exits cleanly within 20 s.
+    pub fn stop(mut self) {
+        terminate(&self.child);
+        let st = wait_within(&mut self.child, Duration::from_secs(20));
+        assert!(
+            st.is_some_and(|s| s.success()),
+            "the daemon stopped cleanly: {st:?}"
+        );
+    }
+}
+
+impl Drop for TestDaemon {
+    fn drop(&mut self) {
+        kill_and_reap(&mut self.child);
+    }
+}
