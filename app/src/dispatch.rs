@@ -45,9 +45,10 @@ enum FilterAt {
     Unasked,
     /// The backend took it ([`Dispatcher::syn_filter`]) and applies it.
     Backend,
-    /// The dispatcher applies it at accept (a backend that took none:
-    /// queue-pair mode's application threads).
-    Here(Option<SynFilter>),
+    /// The dispatcher applies it at accept (for a backend that took none:
+    /// every backend here takes it, queue-pair mode's cores through their
+    /// relays), each port's as asked.
+    Here(Vec<(u16, Option<SynFilter>)>),
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -62,8 +63,8 @@ impl std::fmt::Debug for Dispatcher {
 
 impl Dispatcher {
     /// Connections refused by a handler's [`ConnHandler::admit`] so far,
-    /// and by its SYN filter where the dispatcher applies it (at accept:
-    /// queue-pair mode's application threads).
+    /// and by its SYN filter where the dispatcher applies it (at accept,
+    /// for a backend that took none).
     pub fn refused(&self) -> u64 {
         self.refused
     }
@@ -90,17 +91,17 @@ impl Dispatcher {
         self.listeners.push((listener, handler));
     }
 
-    /// `handler`'s SYN filter, for a listener of it
-    /// ([`ConnHandler::syn_filter`]; None for an unknown handler).
-    /// The backend applies it (at the SYN, or at accept where the kernel
-    /// completes handshakes); the dispatcher does not again.
-    pub fn syn_filter(&mut self, handler: HandlerId) -> Option<SynFilter> {
+    /// `handler`'s SYN filter for its listener on `port`
+    /// ([`ConnHandler::syn_filter`]; None for an unknown handler), for the
+    /// backend to apply (at the SYN, or at accept where the kernel
+    /// completes handshakes); the dispatcher does not apply it again.
+    pub fn syn_filter(&mut self, handler: HandlerId, port: u16) -> Option<SynFilter> {
         let i = handler.0 as usize;
         if self.filters.len() <= i {
             self.filters.resize_with(i + 1, FilterAt::default);
         }
         self.filters[i] = FilterAt::Backend;
-        self.handlers.get(i)?.syn_filter()
+        self.handlers.get(i)?.syn_filter(port)
     }
 
     /// Whether `h`'s SYN filter, where this dispatcher applies it (the
@@ -111,12 +112,22 @@ impl Dispatcher {
             self.filters.resize_with(i + 1, FilterAt::default);
         }
         if matches!(self.filters[i], FilterAt::Unasked) {
-            self.filters[i] = FilterAt::Here(self.handlers[i].syn_filter());
+            self.filters[i] = FilterAt::Here(Vec::new());
         }
-        match (&mut self.filters[i], net.four_tuple(conn)) {
-            (FilterAt::Here(Some(f)), Ok(tuple)) => f(&tuple),
-            _ => true,
-        }
+        let (FilterAt::Here(asked), Ok(tuple)) = (&mut self.filters[i], net.four_tuple(conn))
+        else {
+            return true;
+        };
+        let port = tuple.local.port();
+        let filter = match asked.iter().find(|(p, _)| *p == port) {
+            Some((_, f)) => f.clone(),
+            None => {
+                let f = self.handlers[i].syn_filter(port);
+                asked.push((port, f.clone()));
+                f
+            }
+        };
+        filter.is_none_or(|f| f(&tuple))
     }
 
     /// Number of registered handlers.

@@ -29,18 +29,19 @@ pub trait ConnHandler: Send {
         true
     }
 
-    /// A filter asked at each SYN to this handler's listeners whether to
-    /// take the connection, from its addresses alone (an allow-list, a
-    /// budget per peer kept bounded): a refused peer gets an RST to its
-    /// SYN (its connection is refused, no handshake, nothing kept) and the
-    /// backend counts it (`syn_refused`). Asked once per listener when the
-    /// handler starts listening; it runs on the network core for every SYN
-    /// (a flood's too): keep it short and never block. State it shares with
-    /// the handler goes through an `Arc`. Kernel sockets complete the
-    /// handshake in the kernel: there the filter runs at accept and the
-    /// connection is reset before any callback. The default (None) takes
-    /// every SYN; [`ConnHandler::admit`] still runs after the handshake.
-    fn syn_filter(&self) -> Option<SynFilter> {
+    /// A filter asked at each SYN to this handler's listener on `port`
+    /// whether to take the connection, from its addresses alone (an
+    /// allow-list, a budget per peer kept bounded): a refused peer gets an
+    /// RST to its SYN (its connection is refused, no handshake, nothing
+    /// kept) and the backend counts it (`syn_refused`). Asked when the
+    /// handler starts listening on `port`; the filter runs on the network
+    /// cores for every SYN (a flood's too): keep it short, never block, and
+    /// keep its state in atomics or behind a lock (one filter may serve
+    /// several listeners and cores). Kernel sockets complete the handshake
+    /// in the kernel: there it runs at accept and the connection is reset
+    /// before any callback. The default (None) takes every SYN;
+    /// [`ConnHandler::admit`] still runs after the handshake.
+    fn syn_filter(&self, _port: u16) -> Option<SynFilter> {
         None
     }
 

@@ -1312,7 +1312,7 @@ impl Setup for TcpHandler {
     ) -> Result<HandlerId, Error> {
         let l = self.stack.listen(self.local.listen_addr(port))?;
         let id = self.app.add_boxed(handler);
-        self.bind_listener(l, id)?;
+        self.bind_listener(l, id, port)?;
         Ok(id)
     }
 
@@ -1322,19 +1322,21 @@ impl Setup for TcpHandler {
 
     fn listen_with(&mut self, port: u16, handler: HandlerId) -> Result<(), Error> {
         let l = self.stack.listen(self.local.listen_addr(port))?;
-        self.bind_listener(l, handler)
+        self.bind_listener(l, handler, port)
     }
 }
 
 impl TcpHandler {
-    /// Connections on listener `l` go to `handler`, whose SYN filter
-    /// the stack asks at each SYN to it.
+    /// Connections on listener `l` (on `port`) go to `handler`, whose SYN
+    /// filter the stack asks at each SYN to it.
     fn bind_listener(
         &mut self,
         l: flowlane_tcp::ListenerId,
         handler: HandlerId,
+        port: u16,
     ) -> Result<(), Error> {
-        self.stack.set_syn_filter(l, self.app.syn_filter(handler))?;
+        self.stack
+            .set_syn_filter(l, self.app.syn_filter(handler, port))?;
         self.app.bind_listener(l, handler);
         Ok(())
     }

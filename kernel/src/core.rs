@@ -97,8 +97,8 @@ impl std::fmt::Debug for Filters {
 
 impl Filters {
     /// Whether listener `li`'s filter (if any) takes `tuple`.
-    fn take(&mut self, li: usize, tuple: &FourTuple) -> bool {
-        match self.0.get_mut(li).and_then(Option::as_mut) {
+    fn take(&self, li: usize, tuple: &FourTuple) -> bool {
+        match self.0.get(li).and_then(Option::as_ref) {
             Some(f) => f(tuple),
             None => true,
         }
@@ -742,7 +742,7 @@ impl Setup for KernelCore {
         let ids = self.net.listen(port)?;
         let h = self.app.add_boxed(handler);
         for l in ids {
-            self.bind_listener(l, h);
+            self.bind_listener(l, h, port);
         }
         Ok(h)
     }
@@ -753,19 +753,19 @@ impl Setup for KernelCore {
 
     fn listen_with(&mut self, port: u16, handler: HandlerId) -> Result<(), Error> {
         for l in self.net.listen(port)? {
-            self.bind_listener(l, handler);
+            self.bind_listener(l, handler, port);
         }
         Ok(())
     }
 }
 
 impl KernelCore {
-    /// Connections accepted on `l` go to `handler`, whose SYN filter is
-    /// asked at each accept on it.
-    fn bind_listener(&mut self, l: ListenerId, handler: HandlerId) {
+    /// Connections accepted on `l` (a listener on `port`) go to
+    /// `handler`, whose SYN filter is asked at each accept on it.
+    fn bind_listener(&mut self, l: ListenerId, handler: HandlerId, port: u16) {
         self.net
             .filters
-            .set(l.index() as usize, self.app.syn_filter(handler));
+            .set(l.index() as usize, self.app.syn_filter(handler, port));
         self.app.bind_listener(l, handler);
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
 use flowlane_app::{
-    ConnHandler, Dispatcher, Error, HandlerId, ListenerId, Net, Placement, Setup, Wake,
+    ConnHandler, Dispatcher, Error, HandlerId, ListenerId, Net, Placement, Setup, SynFilter, Wake,
 };
 use flowlane_tcp::Event;
 
@@ -29,6 +29,9 @@ pub(crate) struct AppThread {
     /// The ports the handlers listen on, in registration order (the same
     /// on every thread: the service's set-up runs on each).
     pub(crate) ports: Vec<u16>,
+    /// The SYN filter of each port's handler (by `ports` index), for the
+    /// cores' relays to give their backends.
+    pub(crate) filters: Vec<Option<SynFilter>>,
     pub(crate) index: u32,
     /// The service's count of connections the handlers' `admit` refused,
     /// and this thread's part of it already added there.
@@ -62,6 +65,7 @@ impl Setup for AppThread {
             return Err(Error::AddrInUse);
         }
         self.ports.push(port);
+        self.filters.push(self.app.syn_filter(handler, port));
         self.app.bind_listener(
             ListenerId::from_index((self.ports.len() - 1) as u32),
             handler,

@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Error, Net, Wake};
+use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Error, Net, SynFilter, Wake};
 
 use crate::message::{ToApp, ToCore, BUF, RX_CREDIT};
 
@@ -66,6 +66,9 @@ impl Mailboxes {
 /// The relay of one network core.
 pub(crate) struct Relay {
     ports: Arc<Vec<u16>>,
+    /// The owner thread's SYN filter for each of `ports`: the core's
+    /// backend applies it (at the SYN on flowlane's TCP).
+    filters: Vec<Option<SynFilter>>,
     threads: Mailboxes,
     core: u32,
     /// The application thread that gets this core's accepted connections.
@@ -104,6 +107,7 @@ impl Relay {
         core: u32,
         owner: u32,
         ports: Arc<Vec<u16>>,
+        filters: Vec<Option<SynFilter>>,
         threads: Threads,
         requests: Receiver<Vec<ToCore>>,
         wake: WakeSlot,
@@ -111,6 +115,7 @@ impl Relay {
         let n = threads.mailboxes.events.len();
         Relay {
             ports,
+            filters,
             threads: threads.mailboxes,
             alive: threads.alive,
             beats: threads.beats,
@@ -360,6 +365,11 @@ impl Relay {
 }
 
 impl ConnHandler for Relay {
+    fn syn_filter(&self, port: u16) -> Option<SynFilter> {
+        let i = self.ports.iter().position(|&p| p == port)?;
+        self.filters.get(i)?.clone()
+    }
+
     fn on_start(&mut self, net: &mut dyn Net) {
         if let Some(w) = net.waker() {
             let _ = self.wake.set(w);

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use flowlane_app::{Dispatcher, Error, Placement, Setup};
+use flowlane_app::{Dispatcher, Error, Placement, Setup, SynFilter};
 
 use crate::app_net::{CoreLink, QpNet};
 use crate::app_thread::{AppPort, AppThread};
@@ -120,7 +120,9 @@ impl QueuePairs {
         let owners: Vec<u32> = (0..ncores)
             .map(|c| owner(&config.cores, &config.app_threads, c))
             .collect();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<Vec<u16>, String>>();
+        // Each thread's ports and their SYN filters, once set up.
+        type Ready = Result<(u32, Vec<u16>, Vec<Option<SynFilter>>), String>;
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Ready>();
         let mut threads = Vec::new();
         let mut open = Vec::new();
         let alive: Vec<Arc<AtomicBool>> = (0..nthreads)
@@ -173,13 +175,15 @@ impl QueuePairs {
                         net: QpNet::new(t, p, links, served),
                         app: Dispatcher::new(),
                         ports: Vec::new(),
+                        filters: Vec::new(),
                         index: t,
                         refused,
                         refused_added: 0,
                     };
                     let state = match setup(&mut at) {
                         Ok(state) => {
-                            let _ = ready.send(Ok(at.ports.clone()));
+                            let filters = std::mem::take(&mut at.filters);
+                            let _ = ready.send(Ok((t, at.ports.clone(), filters)));
                             state
                         }
                         Err(e) => {
@@ -206,16 +210,20 @@ impl QueuePairs {
         drop(ready_tx);
         let mut ports: Option<Vec<u16>> = None;
         let mut failure = None;
+        let mut filters: Vec<Vec<Option<SynFilter>>> = vec![Vec::new(); nthreads];
         for _ in 0..nthreads {
             match ready_rx.recv() {
-                Ok(Ok(p)) => match &ports {
-                    Some(q) if *q != p => {
-                        failure.get_or_insert(format!(
-                            "application threads registered different ports ({q:?} and {p:?})"
-                        ));
+                Ok(Ok((t, p, f))) => {
+                    filters[t as usize] = f;
+                    match &ports {
+                        Some(q) if *q != p => {
+                            failure.get_or_insert(format!(
+                                "application threads registered different ports ({q:?} and {p:?})"
+                            ));
+                        }
+                        _ => ports = Some(p),
                     }
-                    _ => ports = Some(p),
-                },
+                }
                 Ok(Err(e)) => {
                     failure.get_or_insert(e);
                 }
@@ -244,6 +252,7 @@ impl QueuePairs {
                     c as u32,
                     owners[c],
                     ports.clone(),
+                    filters[owners[c] as usize].clone(),
                     shared.clone(),
                     rx,
                     wakes[c].clone(),

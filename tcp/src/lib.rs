@@ -87,8 +87,10 @@ use time::Duration;
 /// its connection refused) and keeps no state; the stack counts it
 /// ([`Stats::syn_refused`]). It runs inline with packet processing, on
 /// every SYN however many a flood sends: keep it short, never block, and
-/// bound whatever it keeps per peer ([`Stack::set_syn_filter`]).
-pub type SynFilter = Box<dyn FnMut(&FourTuple) -> bool + Send>;
+/// bound whatever it keeps per peer ([`Stack::set_syn_filter`]). One
+/// filter may serve several listeners and cores (clones of the `Arc`):
+/// state it keeps is shared, in atomics or behind a lock.
+pub type SynFilter = std::sync::Arc<dyn Fn(&FourTuple) -> bool + Send + Sync>;
 
 /// A connection's address pair, from this stack's point of view. Generic
 /// over IPv4 and IPv6.

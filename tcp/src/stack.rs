@@ -686,8 +686,8 @@ impl Stack {
     /// with `tuple`; a refusal is counted.
     fn syn_admitted(&mut self, listener: ListenerId, tuple: &FourTuple) -> bool {
         let taken = match self.listeners[listener.0 as usize]
-            .as_mut()
-            .and_then(|l| l.filter.as_mut())
+            .as_ref()
+            .and_then(|l| l.filter.as_ref())
         {
             Some(f) => f(tuple),
             None => true,

@@ -15,6 +15,7 @@ use flowlane_wire::tcp::{TcpFlags, TcpOptions};
 use flowlane_wire::TcpRepr;
 use sim::{test_config, Rng, A_IP, B_IP};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
 
 const BACKLOG: usize = 8;
 
@@ -581,7 +582,7 @@ fn a_flood_does_not_divide_the_receive_memory_under_pressure() {
 #[test]
 fn a_syn_filter_refuses_at_the_syn_with_a_reset_and_keeps_nothing() {
     let (mut b, l) = server_and_listener(false);
-    b.set_syn_filter(l, Some(Box::new(|t| t.remote.port() != 40_000)))
+    b.set_syn_filter(l, Some(Arc::new(|t| t.remote.port() != 40_000)))
         .unwrap();
     let mut a = Stack::new(test_config(1));
     let mut now = Instant::from_millis(1_000);
@@ -635,11 +636,10 @@ fn a_syn_filter_refuses_at_the_syn_with_a_reset_and_keeps_nothing() {
 #[test]
 fn a_syn_filter_also_refuses_a_returned_syn_cookie() {
     use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
     let (mut b, l) = server_and_listener(true);
     let refuse = Arc::new(AtomicBool::new(false));
     let r = refuse.clone();
-    b.set_syn_filter(l, Some(Box::new(move |_| !r.load(Ordering::Relaxed))))
+    b.set_syn_filter(l, Some(Arc::new(move |_| !r.load(Ordering::Relaxed))))
         .unwrap();
     let mut rng = Rng::new(2);
     let now = Instant::from_millis(1_000);

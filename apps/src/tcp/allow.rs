@@ -18,6 +18,23 @@ pub(super) fn allow_prefix(s: &str) -> Result<IpNet, String> {
         .map_err(|_| format!("{s:?} is neither an address nor a prefix like 10.0.0.0/8"))
 }
 
+/// `--allow-from`, for the services that listen.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub(super) struct AllowArgs {
+    /// Take connections only from these peers (an address or a prefix,
+    /// repeatable); others are refused at their SYN with a reset (kernel
+    /// sockets: reset right after accept). Default: every peer.
+    #[arg(long, value_name = "PREFIX", value_parser = allow_prefix)]
+    allow_from: Vec<IpNet>,
+}
+
+impl AllowArgs {
+    /// The peers these flags allow.
+    pub(super) fn peers(&self) -> AllowFrom {
+        AllowFrom::new(&self.allow_from)
+    }
+}
+
 /// The peers a handler takes connections from; None takes every peer.
 #[derive(Debug, Clone, Default)]
 pub(super) struct AllowFrom(Option<Arc<[IpNet]>>);
@@ -31,7 +48,7 @@ impl AllowFrom {
     /// The SYN filter for one listener.
     pub(super) fn filter(&self) -> Option<SynFilter> {
         let allow = self.0.clone()?;
-        Some(Box::new(move |t| {
+        Some(Arc::new(move |t| {
             let peer = t.remote.ip().to_canonical();
             allow.iter().any(|n| n.contains(&peer))
         }))
@@ -56,7 +73,7 @@ mod tests {
             .iter()
             .map(|s| allow_prefix(s).unwrap())
             .collect();
-        let mut f = AllowFrom::new(&list).filter().unwrap();
+        let f = AllowFrom::new(&list).filter().unwrap();
         assert!(f(&from("10.99.0.2")));
         assert!(f(&from("192.0.2.7")));
         assert!(!f(&from("192.0.2.8")));

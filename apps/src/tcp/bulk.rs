@@ -7,10 +7,12 @@ use std::sync::mpsc::Sender;
 use std::time::Duration;
 
 use flowlane_app::conn_state::{export_entry, import_entry};
-use flowlane_app::{CloseReason, ConnHandle, ConnHandler, ConnInfo, ConnState, Net};
+use flowlane_app::{CloseReason, ConnHandle, ConnHandler, ConnInfo, ConnState, Net, SynFilter};
 use flowlane_dataplane::cpu_time::thread_cpu_ns;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+
+use super::AllowFrom;
 
 struct Transfer {
     /// The peer's address (`"ip:port"`; empty if unknown).
@@ -72,20 +74,26 @@ pub(super) struct Sink {
     hash: bool,
     conns: HashMap<ConnHandle, Transfer>,
     done: Sender<Value>,
+    allow: AllowFrom,
 }
 
 impl Sink {
-    /// Reports each finished transfer on `done`; hashes the bytes if `hash`.
-    pub(super) fn new(hash: bool, done: Sender<Value>) -> Sink {
+    /// Reports each finished transfer on `done`; hashes the bytes if
+    /// `hash`; takes connections from the peers `allow` names.
+    pub(super) fn new(hash: bool, done: Sender<Value>, allow: AllowFrom) -> Sink {
         Sink {
             hash,
             conns: HashMap::new(),
             done,
+            allow,
         }
     }
 }
 
 impl ConnHandler for Sink {
+    fn syn_filter(&self, _port: u16) -> Option<SynFilter> {
+        self.allow.filter()
+    }
     fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         let mut t = Transfer::new(net, self.hash);
         if let Ok(tuple) = net.four_tuple(conn) {

@@ -27,7 +27,7 @@ impl Echo {
 }
 
 impl ConnHandler for Echo {
-    fn syn_filter(&self) -> Option<SynFilter> {
+    fn syn_filter(&self, _port: u16) -> Option<SynFilter> {
         self.allow.filter()
     }
     fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {

@@ -12,7 +12,9 @@
 use std::collections::HashMap;
 
 use flowlane_app::conn_state::{export_entry, import_entry};
-use flowlane_app::{CloseReason, ConnHandle, ConnHandler, ConnState, Net};
+use flowlane_app::{CloseReason, ConnHandle, ConnHandler, ConnState, Net, SynFilter};
+
+use super::AllowFrom;
 
 /// Requests larger than this (headers) reset the connection.
 const MAX_REQUEST: usize = 16 * 1024;
@@ -117,14 +119,17 @@ struct HttpConn {
 pub(super) struct Http {
     responses: Responses,
     conns: HashMap<ConnHandle, HttpConn>,
+    allow: AllowFrom,
 }
 
 impl Http {
-    /// A handler answering every request with `200 OK` and `body`.
-    pub(super) fn new(body: &str) -> Http {
+    /// A handler answering every request with `200 OK` and `body`, to
+    /// the peers `allow` names.
+    pub(super) fn new(body: &str, allow: AllowFrom) -> Http {
         Http {
             responses: Responses::new(body),
             conns: HashMap::new(),
+            allow,
         }
     }
 
@@ -175,6 +180,9 @@ impl Http {
 }
 
 impl ConnHandler for Http {
+    fn syn_filter(&self, _port: u16) -> Option<SynFilter> {
+        self.allow.filter()
+    }
     fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         let _ = net.set_nodelay(conn, true);
         self.conns.insert(conn, HttpConn::default());

@@ -45,7 +45,7 @@ mod http;
 mod hyper_server;
 mod kernel_view;
 
-use allow::{allow_prefix, AllowFrom};
+use allow::{AllowArgs, AllowFrom};
 use bulk::{Sink, Source};
 use echo::Echo;
 use http::Http;
@@ -131,11 +131,8 @@ pub struct EchoArgs {
     /// TCP port.
     #[arg(long, default_value_t = 7, value_parser = listen_port)]
     port: u16,
-    /// Take connections only from these peers (an address or a prefix,
-    /// repeatable); others are refused at their SYN with a reset (kernel
-    /// sockets: reset at accept). Default: every peer.
-    #[arg(long, value_name = "PREFIX", value_parser = allow_prefix)]
-    allow_from: Vec<ipnet::IpNet>,
+    #[command(flatten)]
+    allow: AllowArgs,
 }
 
 /// Flags of `http-server`.
@@ -149,6 +146,8 @@ pub struct HttpArgs {
     /// Body of the fixed response.
     #[arg(long, default_value = "hello from flowlane\n")]
     body: String,
+    #[command(flatten)]
+    allow: AllowArgs,
 }
 
 /// Flags of `hyper-server`.
@@ -183,6 +182,8 @@ pub struct SinkArgs {
     /// Count bytes only (no sha256): for throughput measurements.
     #[arg(long)]
     no_hash: bool,
+    #[command(flatten)]
+    allow: AllowArgs,
 }
 
 /// Flags of `bulk-source`.
@@ -235,7 +236,7 @@ pub fn run(cmd: TcpCmd, nic: NicAccess) -> Result<()> {
         TcpCmd::HyperServer(a) => hyper_server::run(a, nic),
         TcpCmd::EchoServer(a) => {
             let port = a.port;
-            let allow = AllowFrom::new(&a.allow_from);
+            let allow = a.allow.peers();
             serve(
                 "echo-server",
                 &a.common,
@@ -252,6 +253,7 @@ pub fn run(cmd: TcpCmd, nic: NicAccess) -> Result<()> {
         TcpCmd::HttpServer(a) => {
             let port = a.port;
             let body = a.body;
+            let allow = a.allow.peers();
             serve(
                 "http-server",
                 &a.common,
@@ -260,13 +262,14 @@ pub fn run(cmd: TcpCmd, nic: NicAccess) -> Result<()> {
                 None,
                 0,
                 move |h, _tx| {
-                    h.listen(port, Http::new(&body))?;
+                    h.listen(port, Http::new(&body, allow.clone()))?;
                     Ok(())
                 },
             )
         }
         TcpCmd::BulkSink(a) => {
             let (port, hash) = (a.port, !a.no_hash);
+            let allow = a.allow.peers();
             serve(
                 "bulk-sink",
                 &a.common,
@@ -275,7 +278,7 @@ pub fn run(cmd: TcpCmd, nic: NicAccess) -> Result<()> {
                 None,
                 a.count,
                 move |h, tx| {
-                    h.listen(port, Sink::new(hash, tx))?;
+                    h.listen(port, Sink::new(hash, tx, allow.clone()))?;
                     Ok(())
                 },
             )
