@@ -95,6 +95,10 @@ struct Slot {
     in_dirty: bool,
     /// In `Stack::mem_waiting`.
     mem_waiting: bool,
+    /// The state `Stack::by_state` counts the connection in: brought up
+    /// to date after each call that may change it (in the padding after
+    /// the flags: the slot does not grow).
+    counted: State,
     /// Deadline of this slot's wheel entry (at most one). The connection's
     /// own next deadline may be later (the entry then fires early and is
     /// set again), never earlier.
@@ -107,6 +111,15 @@ struct Slot {
     /// The connection's place on its RSS bucket's list.
     link: Link,
     conn: Option<Connection>,
+}
+
+/// Moves a connection counted in `counted` to `state` in the per-state
+/// counts (a state change: a few per connection, never per segment).
+#[cold]
+fn count_state_change(by_state: &mut [u32; State::COUNT], counted: &mut State, state: State) {
+    by_state[counted.index()] -= 1;
+    by_state[state.index()] += 1;
+    *counted = state;
 }
 
 /// A slot's listener, `u32::MAX` for none.
@@ -315,6 +328,10 @@ pub struct Stack {
     mem_waiting: VecDeque<(u32, u32)>,
     stats: Stats,
     live: usize,
+    /// Live connections by state ([`State::index`]), kept where a
+    /// connection is placed, freed, or changes state in a call: what
+    /// [`Stack::connections_in`] reads without walking the slots.
+    by_state: [u32; State::COUNT],
     /// Live connections that divide the receive memory under pressure
     /// (`RecvMemory::share`): all but passive opens still in a listener's
     /// backlog, so that a flood of half-open connections does not shrink
@@ -414,6 +431,7 @@ impl Stack {
             mem_waiting: VecDeque::new(),
             stats: Stats::default(),
             live: 0,
+            by_state: [0; State::COUNT],
             sharing: 0,
             now: Instant::ZERO,
             last_flow: NO_SLOT,
@@ -451,6 +469,20 @@ impl Stack {
     /// either form: see [`Stack::time_wait_count`]).
     pub fn connection_count(&self) -> usize {
         self.live + self.time_wait.len()
+    }
+
+    /// Live connections in `state` (RFC 9293 §3.3.2), read from counts the
+    /// stack keeps as connections change state: no walk. `TimeWait`
+    /// counts the compact records ([`Stack::time_wait_count`]) too, so the
+    /// counts of all states add up to [`Stack::connection_count`];
+    /// `Listen` and `Closed` are always zero (listeners and closed
+    /// connections are not connections held).
+    pub fn connections_in(&self, state: State) -> usize {
+        let held = self.by_state[state.index()] as usize;
+        match state {
+            State::TimeWait => held + self.time_wait.len(),
+            _ => held,
+        }
     }
 
     /// Connections in TIME-WAIT that the application closed: the stack
@@ -739,6 +771,7 @@ impl Stack {
                     generation: 0,
                     in_dirty: false,
                     mem_waiting: false,
+                    counted: State::Closed,
                     wheel_deadline: Deadline::NONE,
                     wheel_pos: WheelPos::NONE,
                     listener: SlotListener::NONE,
@@ -761,6 +794,8 @@ impl Stack {
         let conn = slot.conn.as_ref().expect("just placed");
         self.rcv_committed += conn.rcv_commitment(floor);
         self.sharing += usize::from(!conn.in_backlog());
+        self.by_state[conn.state.index()] += 1;
+        slot.counted = conn.state;
         let hash = self.table.hash(&tuple);
         let slots = &self.slots;
         self.table.insert(hash, idx, |i| Self::tuple_at(slots, i));
@@ -941,6 +976,9 @@ impl Stack {
             generation: slot.generation,
         };
         let conn = slot.conn.as_mut().expect("live slot");
+        if conn.state != slot.counted {
+            count_state_change(&mut self.by_state, &mut slot.counted, conn.state);
+        }
         let evs = std::mem::take(&mut conn.events);
         if evs & ev::ESTABLISHED != 0 {
             if conn.flags.has(Flags::ECN) {
@@ -1079,6 +1117,7 @@ impl Stack {
         let in_backlog = conn.in_backlog();
         let hash = self.table.hash(&conn.tuple);
         let commitment = conn.rcv_commitment(usize::from(self.cfg.mss));
+        self.by_state[slot.counted.index()] -= 1;
         let r = last(conn, &self.lent);
         conn.release_buffers((&mut self.pool, &mut self.lent, &mut self.flights));
         slot.conn = None;
@@ -1676,6 +1715,8 @@ impl Stack {
                 self.dirty.pop_front();
                 continue;
             }
+            // (Sending changes no connection's state: the per-state counts
+            // need no update here; `check_layout` would see one.)
             let (conn, mut ctx) = self.conn_and_ctx(idx);
             let sent = conn.poll_transmit(&mut ctx, buf);
             if sent.is_none() {
@@ -2094,6 +2135,16 @@ impl Stack {
                     return Err(format!("slot {i}: deadline {d:?} not on the wheel"));
                 }
             }
+        }
+        let mut by_state = [0u32; State::COUNT];
+        for c in self.slots.iter().filter_map(|s| s.conn.as_ref()) {
+            by_state[c.state.index()] += 1;
+        }
+        if by_state != self.by_state {
+            return Err(format!(
+                "connections by state {by_state:?}, counted {:?}",
+                self.by_state
+            ));
         }
         if live != self.live || self.table.len() != live {
             return Err(format!(

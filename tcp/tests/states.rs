@@ -123,6 +123,76 @@ fn data_both_ways_and_clean_close() {
     assert_eq!(sim.a.time_wait_count(), 0);
 }
 
+/// The states of every connection the stack holds, as
+/// [`Stack::connections_in`] counts them (`Listen` and `Closed` left out:
+/// always zero).
+fn held_states(s: &Stack) -> Vec<(State, usize)> {
+    [
+        State::SynSent,
+        State::SynReceived,
+        State::Established,
+        State::FinWait1,
+        State::FinWait2,
+        State::Closing,
+        State::TimeWait,
+        State::CloseWait,
+        State::LastAck,
+    ]
+    .into_iter()
+    .map(|st| (st, s.connections_in(st)))
+    .filter(|&(_, n)| n > 0)
+    .collect()
+}
+
+#[test]
+fn connections_are_counted_by_state_through_a_lifetime() {
+    let mut sim = Sim::symmetric(3, LinkConfig::default());
+    sim.b.listen(b_addr(80)).unwrap();
+    let a = sim.a.connect(sim.now, a_addr(40_000), b_addr(80)).unwrap();
+    assert_eq!(held_states(&sim.a), [(State::SynSent, 1)]);
+    assert_eq!(sim.a.connections_in(State::Listen), 0);
+    // Until B's SYN-ACK is acknowledged, B holds a half-open connection.
+    let limit = sim.now + Duration::from_millis(50);
+    assert!(sim.run_until(limit, |s| s.b.connections_in(State::SynReceived) == 1));
+    assert_eq!(held_states(&sim.b), [(State::SynReceived, 1)]);
+    sim.run_for(Duration::from_millis(100));
+    assert_eq!(held_states(&sim.a), [(State::Established, 1)]);
+    assert_eq!(held_states(&sim.b), [(State::Established, 1)]);
+    let b = events(&mut sim.b)
+        .into_iter()
+        .find_map(|e| match e {
+            Event::Accepted { conn, .. } => Some(conn),
+            _ => None,
+        })
+        .expect("accepted");
+    // B closes first: B passes FIN-WAIT-1 and FIN-WAIT-2 into TIME-WAIT
+    // (a compact record, counted too), A waits in CLOSE-WAIT, then
+    // LAST-ACK.
+    sim.b.close(b).unwrap();
+    assert_eq!(held_states(&sim.b), [(State::FinWait1, 1)]);
+    sim.run_for(Duration::from_millis(100));
+    assert_eq!(held_states(&sim.b), [(State::FinWait2, 1)]);
+    assert_eq!(held_states(&sim.a), [(State::CloseWait, 1)]);
+    sim.a.close(a).unwrap();
+    assert_eq!(held_states(&sim.a), [(State::LastAck, 1)]);
+    sim.run_for(Duration::from_millis(100));
+    assert_eq!(held_states(&sim.a), []);
+    assert_eq!(held_states(&sim.b), [(State::TimeWait, 1)]);
+    assert_eq!(
+        sim.b.connections_in(State::TimeWait),
+        sim.b.connection_count()
+    );
+    // A second connection, reset by its peer: its count goes with it.
+    let a2 = sim.a.connect(sim.now, a_addr(40_001), b_addr(80)).unwrap();
+    sim.run_for(Duration::from_millis(100));
+    assert_eq!(sim.a.connections_in(State::Established), 1);
+    assert_eq!(sim.b.connections_in(State::Established), 1);
+    sim.a.abort(a2).unwrap();
+    sim.run_for(Duration::from_millis(100));
+    assert_eq!(held_states(&sim.a), []);
+    assert_eq!(held_states(&sim.b), [(State::TimeWait, 1)]);
+}
+
 #[test]
 fn simultaneous_open_and_close() {
     let mut sim = Sim::symmetric(3, LinkConfig::default());

@@ -32,6 +32,15 @@ pub enum State {
 }
 
 impl State {
+    /// How many states there are (indexes of [`State::index`]).
+    pub(crate) const COUNT: usize = 11;
+
+    /// A dense index of the state, below [`State::COUNT`].
+    #[inline]
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+
     /// Whether the handshake completed (RFC 9293 "synchronized" states).
     pub fn is_synchronized(self) -> bool {
         !matches!(
