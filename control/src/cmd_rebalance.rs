@@ -251,7 +251,7 @@ fn move_summary(r: &MoveReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flowlane_dataplane::control_socket::MoveHistory;
+    use flowlane_dataplane::control_socket::{MoveCause, MoveHistory};
     use flowlane_dataplane::BucketSnapshot;
 
     /// Buckets as (bucket, segments, connections, busy ns).
@@ -303,16 +303,19 @@ mod tests {
             MoveHistory::default(),
         );
         let mut moves = MoveHistory::default();
-        moves.record(&Ok(MoveReport {
-            bucket: 3,
-            from: 0,
-            to: 1,
-            connections: 1,
-            frames_forwarded: 7,
-            frames_held: 2,
-            duration_us: 250.0,
-            ..MoveReport::default()
-        }));
+        moves.record(
+            MoveCause::Manual,
+            &Ok(MoveReport {
+                bucket: 3,
+                from: 0,
+                to: 1,
+                connections: 1,
+                frames_forwarded: 7,
+                frames_held: 2,
+                duration_us: 250.0,
+                ..MoveReport::default()
+            }),
+        );
         let now = status(
             12,
             vec![

@@ -94,7 +94,9 @@ pub(crate) fn run(args: Args) -> Result<()> {
     let nics: Vec<Value> = host.nics.iter().map(nic_json).collect();
     // The run directory's services, and those registered with the daemon
     // elsewhere.
-    let mut sockets = control_socket::live_sockets(&args.run_dir);
+    let scan = control_socket::scan_sockets(&args.run_dir);
+    let refused = control_socket::refused_line(&scan.refused);
+    let mut sockets = scan.live;
     for s in host.services {
         if !sockets.contains(&s) {
             sockets.push(s);
@@ -116,10 +118,11 @@ pub(crate) fn run(args: Args) -> Result<()> {
         "run_dir": args.run_dir,
         "services": services,
         "unanswered": unanswered,
+        "refused": scan.refused,
     });
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&screen)?);
-        return Ok(());
+        return refused.map_or(Ok(()), |line| Err(anyhow::anyhow!(line)));
     }
     if daemon {
         outln!("daemon    running, socket {}", args.daemon_socket.display());
@@ -219,5 +222,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
             u["error"].as_str().unwrap_or_default()
         );
     }
-    Ok(())
+    // What could not be read is not "none running": the screen above is
+    // incomplete, said in one line and a failing exit.
+    refused.map_or(Ok(()), |line| Err(anyhow::anyhow!(line)))
 }

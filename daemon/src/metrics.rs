@@ -13,7 +13,7 @@
 use std::fmt;
 
 use flowlane_dataplane::control_socket::{
-    MoveHistory, NicQueueStats, NicReport, QueueCounterSet, ServiceCounters,
+    MoveCause, MoveHistory, NicQueueStats, NicReport, QueueCounterSet, ServiceCounters,
 };
 use flowlane_dataplane::InterfaceStats;
 use flowlane_numa_sched::nic_caps::{XdpFeature, XskMode};
@@ -120,8 +120,16 @@ const QUEUE_ROWS: &[QueueRow] = &[
         value: |q| Sample::Real(q.io.busy_ns as f64 / 1e9),
     },
     row!("flowlane_queue_idle_polls", "Loop passes of the worker that found nothing to do.", C, [], |q| q.io.idle_polls),
-    row!("flowlane_tcp_connections", "Connections the queue's stack holds, by state: live (not closed) or compact TIME-WAIT records.", G, ["state" = "live"], |q| q.tcp.connections.saturating_sub(q.tcp.time_wait)),
-    row!("flowlane_tcp_connections", "", G, ["state" = "time_wait"], |q| q.tcp.time_wait),
+    row!("flowlane_tcp_connections", "Connections the queue holds, by TCP state (RFC 9293; time_wait counts compact records too); a kernel-socket service's core: those it holds open, as state open (the kernel keeps their states).", G, ["state" = "syn_sent"], |q| q.tcp.in_syn_sent),
+    row!("flowlane_tcp_connections", "", G, ["state" = "syn_received"], |q| q.tcp.in_syn_received),
+    row!("flowlane_tcp_connections", "", G, ["state" = "established"], |q| q.tcp.in_established),
+    row!("flowlane_tcp_connections", "", G, ["state" = "fin_wait_1"], |q| q.tcp.in_fin_wait1),
+    row!("flowlane_tcp_connections", "", G, ["state" = "fin_wait_2"], |q| q.tcp.in_fin_wait2),
+    row!("flowlane_tcp_connections", "", G, ["state" = "closing"], |q| q.tcp.in_closing),
+    row!("flowlane_tcp_connections", "", G, ["state" = "time_wait"], |q| q.tcp.in_time_wait),
+    row!("flowlane_tcp_connections", "", G, ["state" = "close_wait"], |q| q.tcp.in_close_wait),
+    row!("flowlane_tcp_connections", "", G, ["state" = "last_ack"], |q| q.tcp.in_last_ack),
+    row!("flowlane_tcp_connections", "", G, ["state" = "open"], |q| q.tcp.connections),
     row!("flowlane_tcp_opens", "Connections opened, passively (accepted) or actively.", C, ["side" = "passive"], |q| q.tcp.passive_opens),
     row!("flowlane_tcp_opens", "", C, ["side" = "active"], |q| q.tcp.active_opens),
     row!("flowlane_tcp_closed", "Connections that reached CLOSED.", C, [], |q| q.tcp.closed),
@@ -243,7 +251,7 @@ fn kernel_knows(row: &QueueRow) -> bool {
         | "flowlane_tcp_sent_bytes"
         | "flowlane_tcp_resets_received"
         | "flowlane_tcp_resets_sent" => true,
-        "flowlane_tcp_connections" => row.extra == [("state", "live")],
+        "flowlane_tcp_connections" => kernel_only(row),
         "flowlane_tcp_refused" => {
             matches!(
                 row.extra,
@@ -252,6 +260,12 @@ fn kernel_knows(row: &QueueRow) -> bool {
         }
         _ => false,
     }
+}
+
+/// Whether `row` is shown for kernel-socket services alone: the
+/// connections a core holds open, which an AF_XDP service shows by state.
+fn kernel_only(row: &QueueRow) -> bool {
+    row.name == "flowlane_tcp_connections" && row.extra == [("state", "open")]
 }
 
 /// Appends `rows` as families (a new one whenever the name changes), each
@@ -353,19 +367,25 @@ fn families(scrape: &Scrape) -> Vec<Family> {
         G,
         &|s| Sample::Real((scrape.now_unix_s - s.uptime_ns as f64 / 1e9).max(0.0)),
     ));
-    let mut moves = per_service(
-        "flowlane_rebalance_moves",
-        "RSS bucket moves the service made (by hand or by its rebalancing loop), by result.",
-        C,
-        &|s| Sample::Int(s.moves.done),
-    );
-    for (labels, _) in &mut moves.series {
-        labels.push(("result", "done".into()));
-    }
+    let mut moves = Family {
+        name: "flowlane_rebalance_moves",
+        help: "RSS bucket moves the service made, by reason (its rebalancing loop to a core of the bucket's node or of another node, by hand, the test storm) and result.",
+        kind: C,
+        series: Vec::new(),
+    };
     for s in &scrape.services {
-        let mut labels = service_labels(s);
-        labels.push(("result", "failed".into()));
-        moves.series.push((labels, Sample::Int(s.moves.failed)));
+        for cause in MoveCause::ALL {
+            let count = s.moves.by_cause.iter().find(|c| c.cause == cause);
+            for (result, n) in [
+                ("done", count.map_or(0, |c| c.done)),
+                ("failed", count.map_or(0, |c| c.failed)),
+            ] {
+                let mut labels = service_labels(s);
+                labels.push(("reason", cause.name().into()));
+                labels.push(("result", result.into()));
+                moves.series.push((labels, Sample::Int(n)));
+            }
+        }
     }
     out.push(moves);
     out.push(per_service(
@@ -391,7 +411,11 @@ fn families(scrape: &Scrape) -> Vec<Family> {
         .flat_map(|s| s.queues.iter().map(|_| s.backend == "kernel"))
         .collect();
     push_rows(&mut out, QUEUE_ROWS, &queues, |row, i| {
-        !on_kernel[i] || kernel_knows(row)
+        if on_kernel[i] {
+            kernel_knows(row)
+        } else {
+            !kernel_only(row)
+        }
     });
     let nics: Vec<(Labels, &InterfaceStats)> = scrape
         .services
@@ -648,18 +672,32 @@ mod tests {
             tcp: TcpCountersSnapshot {
                 connections: 12,
                 time_wait: 2,
+                in_established: 9,
+                in_close_wait: 1,
+                in_time_wait: 2,
                 bytes_in: 4096,
                 syn_dropped: 3,
                 ..Default::default()
             },
         };
         let mut moves = MoveHistory::default();
-        for us in [80.0, 400.0, 30_000.0] {
-            moves.record(&Ok(flowlane_dataplane::handoff::MoveReport {
-                duration_us: us,
-                ..Default::default()
-            }));
+        for (cause, us) in [
+            (MoveCause::Manual, 80.0),
+            (MoveCause::BalanceSameNode, 400.0),
+            (MoveCause::BalanceSameNode, 30_000.0),
+        ] {
+            moves.record(
+                cause,
+                &Ok(flowlane_dataplane::handoff::MoveReport {
+                    duration_us: us,
+                    ..Default::default()
+                }),
+            );
         }
+        moves.record(
+            MoveCause::Storm,
+            &Err(flowlane_dataplane::Error::Move("refused".into())),
+        );
         ServiceCounters {
             service: name.into(),
             pid,
@@ -836,7 +874,23 @@ mod tests {
         )
         .ends_with(" 1.5"));
         assert!(line(&page, r#"flowlane_queue_dropped_frames_total{service="bulk-sink",pid="41",queue="0",cpu="0",node="0",reason="rx_ring_full"}"#).ends_with(" 7"));
-        assert!(line(&page, r#"flowlane_tcp_connections{service="bulk-sink",pid="41",queue="0",cpu="0",node="0",state="live"}"#).ends_with(" 10"));
+        for (state, n) in [
+            ("established", 9),
+            ("close_wait", 1),
+            ("time_wait", 2),
+            ("syn_received", 0),
+        ] {
+            let series = format!(
+                r#"flowlane_tcp_connections{{service="bulk-sink",pid="41",queue="0",cpu="0",node="0",state="{state}"}}"#
+            );
+            assert!(line(&page, &series).ends_with(&format!(" {n}")), "{state}");
+        }
+        assert!(
+            !page
+                .lines()
+                .any(|l| !l.starts_with('#') && l.contains(r#"state="open""#)),
+            "by state on AF_XDP"
+        );
         assert!(line(&page, r#"flowlane_tcp_refused_total{service="bulk-sink",pid="41",queue="0",cpu="0",node="0",reason="syn_dropped"}"#).ends_with(" 3"));
         assert!(page.contains("# TYPE flowlane_service_info gauge\n"));
         assert!(line(
@@ -889,7 +943,12 @@ mod tests {
         ] {
             assert_eq!(of(name, "42"), 2, "{name}");
         }
-        assert_eq!(of("flowlane_tcp_connections{", "42"), 2, "live only");
+        assert_eq!(of("flowlane_tcp_connections{", "42"), 2, "open only");
+        assert!(line(
+            &page,
+            r#"flowlane_tcp_connections{service="http-server",pid="42",queue="0""#
+        )
+        .ends_with(r#"state="open"} 12"#));
         assert_eq!(
             of("flowlane_tcp_refused_total{", "42"),
             6,
@@ -934,11 +993,19 @@ mod tests {
             r#"flowlane_rebalance_move_duration_seconds_count{service="bulk-sink""#
         )
         .ends_with(" 3"));
-        assert!(line(
-            &page,
-            r#"flowlane_rebalance_moves_total{service="bulk-sink",pid="41",result="done"}"#
-        )
-        .ends_with(" 3"));
+        for (reason, result, n) in [
+            ("balance_same_node", "done", 2),
+            ("balance_other_node", "done", 0),
+            ("manual", "done", 1),
+            ("storm", "done", 0),
+            ("storm", "failed", 1),
+            ("manual", "failed", 0),
+        ] {
+            let series = format!(
+                r#"flowlane_rebalance_moves_total{{service="bulk-sink",pid="41",reason="{reason}",result="{result}"}}"#
+            );
+            assert!(line(&page, &series).ends_with(&format!(" {n}")), "{series}");
+        }
     }
 
     #[test]

@@ -33,6 +33,9 @@ pub struct Services {
     /// Control sockets services announced (`Request::Register`), wherever
     /// they are; forgotten once nothing answers there.
     registered: Mutex<Vec<PathBuf>>,
+    /// Sockets that refused the daemon (permission denied), each said
+    /// once (bounded like the registrations).
+    refused_said: Mutex<Vec<PathBuf>>,
 }
 
 /// Registrations the daemon keeps at most (a registering process is root:
@@ -65,6 +68,7 @@ impl Services {
             nics: Mutex::new(Vec::new()),
             nic_stats: Mutex::new(None),
             registered: Mutex::new(Vec::new()),
+            refused_said: Mutex::new(Vec::new()),
         }
     }
 
@@ -131,7 +135,9 @@ impl Services {
     /// registered (a registered one nothing answers on any more is
     /// forgotten).
     pub fn sockets(&self) -> Vec<PathBuf> {
-        let mut found = control_socket::live_sockets(&self.run_dir);
+        let scan = control_socket::scan_sockets(&self.run_dir);
+        self.say_refused(&scan.refused);
+        let mut found = scan.live;
         {
             let mut r = self.registered.lock().unwrap_or_else(|e| e.into_inner());
             r.retain(|p| std::os::unix::net::UnixStream::connect(p).is_ok());
@@ -144,6 +150,24 @@ impl Services {
         }
         found.retain(|p| Some(p) != self.own.as_ref());
         found
+    }
+
+    /// Says once, one line, that sockets in the run directory refuse the
+    /// daemon: otherwise a daemon without the services' privileges would
+    /// serve an empty page and say nothing.
+    fn say_refused(&self, refused: &[PathBuf]) {
+        let mut said = self.refused_said.lock().unwrap_or_else(|e| e.into_inner());
+        let new: Vec<PathBuf> = refused
+            .iter()
+            .filter(|p| !said.contains(p))
+            .cloned()
+            .collect();
+        if let Some(line) = control_socket::refused_line(&new) {
+            tracing::warn!("{line}");
+            if said.len() + new.len() <= REGISTERED_MAX {
+                said.extend(new);
+            }
+        }
     }
 
     /// Which service processes `flow` now, and where: the first service

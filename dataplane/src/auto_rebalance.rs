@@ -12,9 +12,11 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use flowlane_numa_sched::{
-    BucketLoad, CoreLoad, IndirectionTable, LoadSnapshot, RebalanceConfig, Rebalancer, Topology,
+    BucketLoad, CoreLoad, IndirectionTable, LoadSnapshot, MoveReason, RebalanceConfig, Rebalancer,
+    Topology,
 };
 
+use crate::control_socket::MoveCause;
 use crate::handoff::MoveReport;
 use crate::tcp_service::TcpService;
 use crate::{Error, Result};
@@ -100,15 +102,20 @@ impl AutoRebalance {
         }
     }
 
-    /// Runs a round if one is due; returns what each move did.
-    pub fn poll(&mut self, service: &TcpService) -> Vec<Result<MoveReport>> {
+    /// Runs a round if one is due; returns why each move was made and
+    /// what it did.
+    pub fn poll(&mut self, service: &TcpService) -> Vec<(MoveCause, Result<MoveReport>)> {
         let now = Instant::now();
         if now < self.next {
             return Vec::new();
         }
         let out = match self.mode {
             Mode::Auto => self.round(service, now),
-            Mode::Storm { .. } => self.storm(service).into_iter().collect(),
+            Mode::Storm { .. } => self
+                .storm(service)
+                .map(|m| (MoveCause::Storm, m))
+                .into_iter()
+                .collect(),
         };
         self.next = Instant::now() + self.period();
         out
@@ -170,7 +177,11 @@ impl AutoRebalance {
     }
 
     /// One round of the policy.
-    fn round(&mut self, service: &TcpService, now: Instant) -> Vec<Result<MoveReport>> {
+    fn round(
+        &mut self,
+        service: &TcpService,
+        now: Instant,
+    ) -> Vec<(MoveCause, Result<MoveReport>)> {
         let (cores, all) = self.sample(service);
         let Some(table) = service.rss_table() else {
             return Vec::new();
@@ -200,7 +211,13 @@ impl AutoRebalance {
         };
         plan.moves
             .iter()
-            .map(|m| service.move_bucket(m.bucket as u16, u32::from(m.to)))
+            .map(|m| {
+                let cause = match m.reason {
+                    MoveReason::SameNode { .. } => MoveCause::BalanceSameNode,
+                    MoveReason::NodeSaturated { .. } => MoveCause::BalanceOtherNode,
+                };
+                (cause, service.move_bucket(m.bucket as u16, u32::from(m.to)))
+            })
             .collect()
     }
 

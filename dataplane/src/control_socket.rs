@@ -298,6 +298,54 @@ pub struct QueueStatus {
     pub buckets: Vec<BucketSnapshot>,
 }
 
+/// Why a bucket was moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MoveCause {
+    /// The rebalancing loop (`--rebalance auto`), to a core of the
+    /// bucket's own NUMA node.
+    BalanceSameNode,
+    /// The rebalancing loop, to another NUMA node: every other core of
+    /// the bucket's node was at or above the target load.
+    BalanceOtherNode,
+    /// Asked by hand (`flowlane rebalance move`, the control socket's
+    /// `move`).
+    Manual,
+    /// The test storm (`--rebalance-storm-ms`: a random bucket in use).
+    Storm,
+}
+
+impl MoveCause {
+    /// Every cause, in the order of [`MoveHistory::by_cause`].
+    pub const ALL: [MoveCause; 4] = [
+        MoveCause::BalanceSameNode,
+        MoveCause::BalanceOtherNode,
+        MoveCause::Manual,
+        MoveCause::Storm,
+    ];
+
+    /// The cause's name, as in JSON and metrics' `reason` label.
+    pub fn name(self) -> &'static str {
+        match self {
+            MoveCause::BalanceSameNode => "balance_same_node",
+            MoveCause::BalanceOtherNode => "balance_other_node",
+            MoveCause::Manual => "manual",
+            MoveCause::Storm => "storm",
+        }
+    }
+}
+
+/// The moves made for one cause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CauseCount {
+    /// Why.
+    pub cause: MoveCause,
+    /// Moves done.
+    pub done: u64,
+    /// Moves that failed.
+    pub failed: u64,
+}
+
 /// The moves a service made (by hand, or by its rebalancing loop).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct MoveHistory {
@@ -305,6 +353,10 @@ pub struct MoveHistory {
     pub done: u64,
     /// Moves that failed.
     pub failed: u64,
+    /// Moves done and failed by cause, one entry per [`MoveCause::ALL`]
+    /// once any was recorded; they add up to `done` and `failed`.
+    #[serde(default)]
+    pub by_cause: Vec<CauseCount>,
     /// The last [`MoveHistory::KEEP`] moves done, oldest first.
     pub recent: Vec<MoveReport>,
     /// Moves done by duration: how many took at most each of
@@ -328,8 +380,24 @@ impl MoveHistory {
         50.0, 100.0, 250.0, 500.0, 1_000.0, 2_500.0, 5_000.0, 10_000.0, 25_000.0, 100_000.0,
     ];
 
-    /// Counts one outcome and keeps it if it is a move done.
-    pub fn record(&mut self, outcome: &Result<MoveReport>) {
+    /// Counts one outcome of a move made for `cause` and keeps it if it
+    /// is a move done.
+    pub fn record(&mut self, cause: MoveCause, outcome: &Result<MoveReport>) {
+        if self.by_cause.is_empty() {
+            self.by_cause = MoveCause::ALL
+                .map(|cause| CauseCount {
+                    cause,
+                    done: 0,
+                    failed: 0,
+                })
+                .to_vec();
+        }
+        if let Some(c) = self.by_cause.iter_mut().find(|c| c.cause == cause) {
+            match outcome {
+                Ok(_) => c.done += 1,
+                Err(_) => c.failed += 1,
+            }
+        }
         match outcome {
             Ok(r) => {
                 self.done += 1;
@@ -582,19 +650,55 @@ pub fn register_with_daemon(daemon: &Path, own: &Path, service: &str) -> Result<
     }
 }
 
-/// The control sockets in `dir` that a service answers on (stale ones
-/// left by services that are gone are skipped), sorted.
+/// The control sockets in `dir` that answer a connect (`*.sock`,
+/// sorted): those of the running services.
 pub fn live_sockets(dir: &Path) -> Vec<PathBuf> {
+    scan_sockets(dir).live
+}
+
+/// What a look at a run directory found.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SocketScan {
+    /// Sockets that answer a connect (sorted).
+    pub live: Vec<PathBuf>,
+    /// Sockets this process may not connect to (permission denied: a
+    /// service's socket is its user's alone, mode 0600), sorted.
+    pub refused: Vec<PathBuf>,
+}
+
+/// Looks at every `*.sock` in `dir`: which answer, and which refuse this
+/// process for want of permission (the rest are gone services' leftovers).
+pub fn scan_sockets(dir: &Path) -> SocketScan {
+    let mut scan = SocketScan::default();
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
+        return scan;
     };
-    let mut found: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "sock"))
-        .filter(|p| UnixStream::connect(p).is_ok())
-        .collect();
-    found.sort();
-    found
+    for p in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+        if p.extension().is_none_or(|x| x != "sock") {
+            continue;
+        }
+        match UnixStream::connect(&p) {
+            Ok(_) => scan.live.push(p),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => scan.refused.push(p),
+            Err(_) => {}
+        }
+    }
+    scan.live.sort();
+    scan.refused.sort();
+    scan
+}
+
+/// One line for sockets that refused this user: what is wrong and what
+/// to do.
+pub fn refused_line(refused: &[PathBuf]) -> Option<String> {
+    let first = refused.first()?;
+    Some(format!(
+        "permission denied on {} service socket{} ({}{}): a service's socket is its user's alone (mode 0600); run this as that user (root for the packaged services)",
+        refused.len(),
+        if refused.len() == 1 { "" } else { "s" },
+        first.display(),
+        if refused.len() > 1 { ", ..." } else { "" }
+    ))
 }
 
 #[cfg(test)]
@@ -753,12 +857,15 @@ mod tests {
     fn history_keeps_the_last_moves() {
         let mut h = MoveHistory::default();
         for b in 0..(MoveHistory::KEEP as u16 + 5) {
-            h.record(&Ok(MoveReport {
-                bucket: b,
-                ..MoveReport::default()
-            }));
+            h.record(
+                MoveCause::Manual,
+                &Ok(MoveReport {
+                    bucket: b,
+                    ..MoveReport::default()
+                }),
+            );
         }
-        h.record(&Err(Error::Move("no".into())));
+        h.record(MoveCause::Manual, &Err(Error::Move("no".into())));
         assert_eq!((h.done, h.failed), (MoveHistory::KEEP as u64 + 5, 1));
         assert_eq!(h.recent.len(), MoveHistory::KEEP);
         assert_eq!(h.recent[0].bucket, 5);

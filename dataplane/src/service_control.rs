@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use crate::auto_rebalance::{AutoRebalance, Mode};
 use crate::bucket_counters::BucketSnapshot;
 use crate::control_socket::{
-    self, ControlSocket, FlowAnswer, FlowQuery, MoveHistory, QueueCounterSet, QueueStatus, Request,
-    Response, ServiceCounters, ServiceStatus,
+    self, ControlSocket, FlowAnswer, FlowQuery, MoveCause, MoveHistory, QueueCounterSet,
+    QueueStatus, Request, Response, ServiceCounters, ServiceStatus,
 };
 use crate::handoff::MoveReport;
 use crate::iface::InterfaceStats;
@@ -262,12 +262,12 @@ impl ServiceControl {
     /// socket's requests; returns every move made or tried, for the caller
     /// to log.
     pub fn poll(&mut self, tcp: &TcpService) -> Vec<Result<MoveReport>> {
-        let mut out = match self.auto.as_mut() {
-            Some(a) => a.poll(tcp),
-            None => Vec::new(),
-        };
-        for m in &out {
-            self.history.record(m);
+        let mut out = Vec::new();
+        if let Some(a) = self.auto.as_mut() {
+            for (cause, m) in a.poll(tcp) {
+                self.history.record(cause, &m);
+                out.push(m);
+            }
         }
         out.extend(self.poll_view(tcp));
         out
@@ -291,7 +291,7 @@ impl ServiceControl {
                 },
                 Request::Move { bucket, to_queue } => {
                     let m = view.move_bucket(bucket, to_queue);
-                    self.history.record(&m);
+                    self.history.record(MoveCause::Manual, &m);
                     let response = match &m {
                         Ok(r) => Response::Moved(r.clone()),
                         Err(e) => Response::Error {

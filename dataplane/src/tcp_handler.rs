@@ -397,6 +397,26 @@ counters! {
         connections,
         /// Of those, closed connections held as compact TIME-WAIT records (a gauge).
         time_wait,
+        /// Live connections in SYN-SENT (a gauge; the states' gauges add up
+        /// to `connections`).
+        in_syn_sent,
+        /// Live connections in SYN-RECEIVED (half-open; a gauge).
+        in_syn_received,
+        /// Live connections in ESTABLISHED (a gauge).
+        in_established,
+        /// Live connections in FIN-WAIT-1 (a gauge).
+        in_fin_wait1,
+        /// Live connections in FIN-WAIT-2 (a gauge).
+        in_fin_wait2,
+        /// Live connections in CLOSING (a gauge).
+        in_closing,
+        /// Connections in TIME-WAIT, held in full or as compact records (a gauge).
+        in_time_wait,
+        /// Live connections in CLOSE-WAIT: the peer closed, the application
+        /// has not (a gauge).
+        in_close_wait,
+        /// Live connections in LAST-ACK (a gauge).
+        in_last_ack,
         /// Connections opened passively.
         passive_opens,
         /// Connections opened actively.
@@ -550,6 +570,16 @@ impl TcpCounters {
         let s = stack.stats();
         set(&self.connections, stack.connection_count() as u64);
         set(&self.time_wait, stack.time_wait_count() as u64);
+        let state = |st| stack.connections_in(st) as u64;
+        set(&self.in_syn_sent, state(State::SynSent));
+        set(&self.in_syn_received, state(State::SynReceived));
+        set(&self.in_established, state(State::Established));
+        set(&self.in_fin_wait1, state(State::FinWait1));
+        set(&self.in_fin_wait2, state(State::FinWait2));
+        set(&self.in_closing, state(State::Closing));
+        set(&self.in_time_wait, state(State::TimeWait));
+        set(&self.in_close_wait, state(State::CloseWait));
+        set(&self.in_last_ack, state(State::LastAck));
         set(&self.buffer_memory, stack.buffer_memory() as u64);
         set(
             &self.recv_memory_committed,

@@ -159,7 +159,7 @@ fn a_kernel_socket_service_registers_reports_and_answers_hints() {
         .find(|l| {
             l.starts_with("flowlane_tcp_connections{service=\"echo-server\"")
                 && l.contains(&format!("queue=\"{queue}\""))
-                && l.contains(r#"state="live""#)
+                && l.contains(r#"state="open""#)
         })
         .unwrap_or_else(|| panic!("{page_now}"));
     assert!(live.ends_with(" 1"), "{live}");

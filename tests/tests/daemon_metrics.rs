@@ -198,6 +198,15 @@ fn dashboards_have_data(prometheus: &str, page: &str) {
     }
     // Rates need two scrapes in their window.
     std::thread::sleep(Duration::from_secs(3));
+    // The panels of the traffic alone must show it, not just a series.
+    let traffic: HashSet<&str> = [
+        "flowlane_queue_rx_packets_total",
+        "flowlane_queue_rx_bytes_total",
+        "flowlane_tcp_received_bytes_total",
+        "flowlane_tcp_segments_received_total",
+    ]
+    .into();
+    let mut shown = 0;
     for q in &queries {
         let (status, result) = query_all(prometheus, &q.promql());
         assert_eq!(
@@ -215,7 +224,23 @@ fn dashboards_have_data(prometheus: &str, page: &str) {
             q.panel,
             q.promql()
         );
+        let names = flowlane_metric_names(&q.expr);
+        if !names.is_empty() && names.iter().all(|n| traffic.contains(n.as_str())) {
+            let values: Vec<f64> = result
+                .iter()
+                .filter_map(|r| r["value"][1].as_str()?.parse().ok())
+                .collect();
+            assert!(
+                values.iter().any(|&v| v > 0.0),
+                "{} / {}: shows no traffic ({values:?}) for {}",
+                q.file,
+                q.panel,
+                q.promql()
+            );
+            shown += 1;
+        }
     }
+    assert!(shown >= 3, "{shown} traffic panels checked");
 }
 
 #[test]
@@ -243,6 +268,26 @@ fn the_daemon_serves_a_running_service_s_counters_to_prometheus() {
     );
     let (_daemon, addr) = start_daemon(&dir);
     let metrics = format!("http://{addr}/metrics");
+
+    // A real Prometheus scrapes the daemon from before the traffic starts,
+    // so that rates see it arrive.
+    let (_prometheus, prom) = start_prometheus(&dir, &addr);
+    let until_scraped = |promql: &str| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(v) = query(&prom, promql) {
+                break v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Prometheus never had {promql}: {}",
+                std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    };
+    let promql = r#"sum(flowlane_tcp_received_bytes_total{service="bulk-sink"})"#;
+    assert_eq!(until_scraped(promql), 0.0, "scraped before any traffic");
 
     // Two transfers from kernel TCP in the peer namespace.
     let bytes: u64 = 4 << 20;
@@ -291,22 +336,18 @@ fn the_daemon_serves_a_running_service_s_counters_to_prometheus() {
     assert!(om.ends_with("# EOF\n"), "{om}");
     assert_eq!(get(&format!("http://{addr}/elsewhere"), None).0, 404);
 
-    // A real Prometheus scrapes the daemon and answers PromQL over it.
-    let (_prometheus, prom) = start_prometheus(&dir, &addr);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let promql = r#"sum(flowlane_tcp_received_bytes_total{service="bulk-sink"})"#;
-    let seen = loop {
-        if let Some(v) = query(&prom, promql) {
-            break v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "Prometheus never had the metric: {}",
-            std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default()
-        );
+    // Prometheus saw the bytes arrive, and answers PromQL over them.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while query(&prom, promql) != Some((2 * bytes) as f64) {
+        assert!(Instant::now() < deadline, "{:?}", query(&prom, promql));
         std::thread::sleep(Duration::from_millis(500));
-    };
-    assert_eq!(seen, (2 * bytes) as f64);
+    }
+    let rate = r#"sum(rate(flowlane_tcp_received_bytes_total{service="bulk-sink"}[1m]))"#;
+    assert!(
+        query(&prom, rate).is_some_and(|r| r > 0.0),
+        "{:?}",
+        query(&prom, rate)
+    );
     assert_eq!(query(&prom, r#"up{job="flowlane"}"#), Some(1.0));
     assert_eq!(
         query(
@@ -318,6 +359,21 @@ fn the_daemon_serves_a_running_service_s_counters_to_prometheus() {
     dashboards_have_data(&prom, &page);
 
     hints_follow_moves(&bed, &dir, &sock);
+    // The move reached Prometheus: its count by reason, and a duration
+    // the rebalancing dashboard's quantile panel can show.
+    let moved =
+        r#"sum(flowlane_rebalance_moves_total{service="bulk-sink",reason="manual",result="done"})"#;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while query(&prom, moved) != Some(1.0) {
+        assert!(Instant::now() < deadline, "{:?}", query(&prom, moved));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let p99 = "histogram_quantile(0.99, sum by (le) (rate(flowlane_rebalance_move_duration_seconds_bucket[1m])))";
+    let p99 = query(&prom, p99);
+    assert!(
+        p99.is_some_and(|s| s.is_finite() && s > 0.0),
+        "move p99 {p99:?}"
+    );
     // One screen, as JSON: the daemon runs, the sink with its two queues
     // and the move just made.
     let o = flowlane(&[
