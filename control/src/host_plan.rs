@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use flowlane_dataplane::control_socket::NicReport;
 use flowlane_numa_sched::plan_explain::{explain, Wanted};
-use flowlane_numa_sched::{format_cpu_list, IndirectionTable, NicCaps, Topology};
+use flowlane_numa_sched::{format_cpu_list, IndirectionTable, NicCaps, RssNic, Topology};
 
 use crate::irq_apply::{self, QueueIrqs};
 use crate::nic::ethtool::EthtoolNic;
@@ -121,7 +121,8 @@ pub(crate) fn own(
     }
 
     if caps.rss.as_ref().is_some_and(|r| r.table_size > 0) && caps.rx_queues > 1 {
-        if let Err(e) = spread_rss(iface, caps.rx_queues, dry_run, &mut changes, &mut undo) {
+        let nic = EthtoolNic::new(iface);
+        if let Err(e) = spread_rss(&nic, caps.rx_queues, dry_run, &mut changes, &mut undo) {
             // What this NIC got so far goes back before the error does.
             for line in undo.put_back(roots, iface, true) {
                 tracing::warn!("{iface}: {line}");
@@ -147,17 +148,16 @@ pub(crate) fn own(
     })
 }
 
-/// Spreads the RSS table evenly over the `queues` receive queues where it
-/// is not, noting the change and the table to put back.
+/// Spreads `nic`'s RSS table evenly over the `queues` receive queues where
+/// it is not, noting the change and the table to put back.
 fn spread_rss(
-    iface: &str,
+    nic: &impl RssNic<Error = anyhow::Error>,
     queues: u32,
     dry_run: bool,
     changes: &mut Vec<String>,
     undo: &mut Undo,
 ) -> Result<()> {
-    let nic = EthtoolNic::new(iface);
-    let (now, _) = nic.read()?;
+    let now = nic.rss()?;
     let all: Vec<u16> = (0..queues as u16).collect();
     let even = IndirectionTable::even(now.table.len(), &all)?.to_queue_list();
     let moved = now.table.iter().zip(&even).filter(|(a, b)| a != b).count();
@@ -170,10 +170,23 @@ fn spread_rss(
         even.len()
     ));
     if !dry_run {
-        nic.write(None, Some(&even))?;
+        nic.set_rss(None, Some(&even))?;
         undo.rss_table = Some(now.table);
     }
     Ok(())
+}
+
+/// Writes `table` back to `nic`, unless a running service uses it
+/// (`in_use`: it may have moved buckets since); one line saying which.
+fn put_back_rss(nic: &impl RssNic<Error = anyhow::Error>, table: &[u32], in_use: bool) -> String {
+    let iface = nic.name();
+    if in_use {
+        return format!("left {iface}'s RSS table as it is: a running service uses {iface}");
+    }
+    match nic.set_rss(None, Some(table)) {
+        Ok(()) => format!("put {iface}'s RSS table back"),
+        Err(e) => format!("{iface}'s RSS table not put back: {e:#}"),
+    }
 }
 
 /// Applies the IRQ (or NAPI-thread) part of the plan, noting each change
@@ -303,7 +316,7 @@ impl Owned {
             && !in_use()
         {
             spread_rss(
-                &iface,
+                &EthtoolNic::new(&iface),
                 caps.rx_queues,
                 dry_run,
                 &mut self.report.changes,
@@ -394,16 +407,7 @@ impl Undo {
             }
         }
         if let Some(table) = self.rss_table {
-            if in_use {
-                said.push(format!(
-                    "left {iface}'s RSS table as it is: a running service uses {iface}"
-                ));
-            } else {
-                said.push(match EthtoolNic::new(iface).write(None, Some(&table)) {
-                    Ok(_) => format!("put {iface}'s RSS table back"),
-                    Err(e) => format!("{iface}'s RSS table not put back: {e:#}"),
-                });
-            }
+            said.push(put_back_rss(&EthtoolNic::new(iface), &table, in_use));
         }
         said
     }
@@ -412,6 +416,111 @@ impl Undo {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flowlane_numa_sched::{RssCaps, RssSettings};
+    use std::cell::RefCell;
+
+    /// A NIC's RSS in memory: its table, the tables written to it, and
+    /// whether writes fail (a driver that refuses).
+    struct MemoryNic {
+        table: RefCell<Vec<u32>>,
+        writes: RefCell<Vec<Vec<u32>>>,
+        refuse: bool,
+    }
+
+    impl MemoryNic {
+        fn new(table: Vec<u32>) -> Self {
+            MemoryNic {
+                table: RefCell::new(table),
+                writes: RefCell::new(Vec::new()),
+                refuse: false,
+            }
+        }
+    }
+
+    impl RssNic for MemoryNic {
+        type Error = anyhow::Error;
+        fn name(&self) -> &str {
+            "mem0"
+        }
+        fn caps(&self) -> Result<RssCaps> {
+            Ok(RssCaps {
+                queues: 4,
+                key_len: 40,
+                table_size: self.table.borrow().len(),
+            })
+        }
+        fn rss(&self) -> Result<RssSettings> {
+            Ok(RssSettings {
+                key: vec![0; 40],
+                table: self.table.borrow().clone(),
+            })
+        }
+        fn set_rss(&self, key: Option<&[u8]>, table: Option<&[u32]>) -> Result<()> {
+            assert!(key.is_none(), "the plan writes no key");
+            anyhow::ensure!(!self.refuse, "Operation not supported");
+            let table = table.expect("a table");
+            self.writes.borrow_mut().push(table.to_vec());
+            *self.table.borrow_mut() = table.to_vec();
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn an_uneven_rss_table_is_spread_and_put_back_as_it_was() {
+        // Every bucket on queue 0 (what `ethtool -X eth0 equal 1` leaves).
+        let before = vec![0u32; 16];
+        let nic = MemoryNic::new(before.clone());
+        let (mut changes, mut undo) = (Vec::new(), Undo::default());
+        spread_rss(&nic, 4, false, &mut changes, &mut undo).unwrap();
+        let even: Vec<u32> = (0..16).map(|b| b % 4).collect();
+        assert_eq!(*nic.table.borrow(), even);
+        assert_eq!(
+            changes,
+            ["spread the RSS table evenly over 4 queues (12 of 16 entries)"]
+        );
+        assert_eq!(undo.rss_table.as_deref(), Some(&before[..]));
+        // On exit, with no service on the NIC: the table as it was.
+        let line = put_back_rss(&nic, undo.rss_table.as_ref().unwrap(), false);
+        assert_eq!(line, "put mem0's RSS table back");
+        assert_eq!(*nic.table.borrow(), before);
+        // With one: left as the service has it (buckets may have moved).
+        spread_rss(&nic, 4, false, &mut Vec::new(), &mut Undo::default()).unwrap();
+        let line = put_back_rss(&nic, &before, true);
+        assert!(line.starts_with("left mem0's RSS table as it is"), "{line}");
+        assert_eq!(*nic.table.borrow(), even);
+    }
+
+    #[test]
+    fn an_even_table_is_left_alone_and_a_dry_run_writes_nothing() {
+        let even: Vec<u32> = (0..8).map(|b| b % 2).collect();
+        let nic = MemoryNic::new(even.clone());
+        let (mut changes, mut undo) = (Vec::new(), Undo::default());
+        spread_rss(&nic, 2, false, &mut changes, &mut undo).unwrap();
+        assert!(changes.is_empty() && undo.rss_table.is_none());
+        assert!(nic.writes.borrow().is_empty());
+
+        let nic = MemoryNic::new(vec![1; 8]);
+        spread_rss(&nic, 2, true, &mut changes, &mut undo).unwrap();
+        assert_eq!(
+            changes,
+            ["would spread the RSS table evenly over 2 queues (4 of 8 entries)"]
+        );
+        assert!(nic.writes.borrow().is_empty(), "a dry run writes nothing");
+        assert!(undo.rss_table.is_none(), "nothing to put back");
+    }
+
+    #[test]
+    fn a_refused_write_is_an_error_and_nothing_to_put_back() {
+        let mut nic = MemoryNic::new(vec![0; 8]);
+        nic.refuse = true;
+        let (mut changes, mut undo) = (Vec::new(), Undo::default());
+        let e = spread_rss(&nic, 2, false, &mut changes, &mut undo).unwrap_err();
+        assert!(format!("{e:#}").contains("not supported"), "{e:#}");
+        assert!(undo.rss_table.is_none());
+        assert_eq!(*nic.table.borrow(), vec![0; 8]);
+        let line = put_back_rss(&nic, &[1; 8], false);
+        assert!(line.starts_with("mem0's RSS table not put back: "), "{line}");
+    }
 
     #[test]
     fn a_plan_made_again_puts_back_what_was_there_before_the_daemon() {
