@@ -519,7 +519,10 @@ mod tests {
         assert!(undo.rss_table.is_none());
         assert_eq!(*nic.table.borrow(), vec![0; 8]);
         let line = put_back_rss(&nic, &[1; 8], false);
-        assert!(line.starts_with("mem0's RSS table not put back: "), "{line}");
+        assert!(
+            line.starts_with("mem0's RSS table not put back: "),
+            "{line}"
+        );
     }
 
     #[test]

@@ -71,6 +71,8 @@ impl Service {
 impl Drop for Service {
     fn drop(&mut self) {
         kill_and_reap(&mut self.child);
+        let _ = std::fs::remove_file(&self.stderr);
+        let _ = std::fs::remove_file(self.stderr.with_extension("json"));
     }
 }
 

@@ -126,9 +126,7 @@ fn run_during(
     let after = peer_counters(bed);
     let sent = sent_by_peer(&sent);
     assert_eq!(sent.len(), conns, "every sender finished");
-    let stderr = sink.stderr_path();
-
-    let lines = sink.wait(Duration::from_secs(limit));
+    let (lines, stderr) = sink.wait_with_stderr(Duration::from_secs(limit));
     let got: Vec<_> = lines.iter().filter(|v| v["event"] == "sink").collect();
     assert_eq!(got.len(), conns, "one transfer line per connection");
     for r in got {
@@ -141,8 +139,7 @@ fn run_during(
         }
         assert_eq!(r["sha256"].as_str(), Some(sha.as_str()), "{r}");
     }
-    let moves = std::fs::read_to_string(stderr)
-        .unwrap_or_default()
+    let moves = stderr
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|v| v["event"] == "move")

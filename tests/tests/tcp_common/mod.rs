@@ -102,11 +102,6 @@ pub(crate) fn start(bed: &Bed, args: &[&str], limit_s: u64) -> App {
 }
 
 impl App {
-    /// Where its stderr goes (move lines, warnings).
-    pub(crate) fn stderr_path(&self) -> PathBuf {
-        self.stderr.clone()
-    }
-
     fn stderr_text(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
@@ -114,6 +109,17 @@ impl App {
     /// Waits (at most `limit`) for the app to exit by itself; returns its
     /// JSON lines. Fails on a non-zero exit.
     pub(crate) fn wait(mut self, limit: Duration) -> Vec<Value> {
+        self.finish(limit)
+    }
+
+    /// As [`App::wait`], with what it wrote on stderr (move lines,
+    /// warnings).
+    pub(crate) fn wait_with_stderr(mut self, limit: Duration) -> (Vec<Value>, String) {
+        let lines = self.finish(limit);
+        (lines, self.stderr_text())
+    }
+
+    fn finish(&mut self, limit: Duration) -> Vec<Value> {
         let mut child = self.child.take().unwrap();
         let Some(st) = wait_within(&mut child, limit) else {
             kill_and_reap(&mut child);
@@ -168,6 +174,11 @@ impl Drop for App {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
             kill_and_reap(&mut c);
+        }
+        // Its files go with it (a failed assertion has printed what it
+        // needed of them).
+        for f in [&self.report, &self.stdout, &self.stderr] {
+            let _ = std::fs::remove_file(f);
         }
     }
 }
