@@ -198,11 +198,16 @@ impl TcpService {
         let mut carriers = Vec::new();
         let mut config = config;
         if workers > queues {
-            let nic_rss = config.rss.clone().ok_or_else(|| {
-                Error::Setup(format!(
-                    "{workers} workers on {queues} queues (software spill) needs the NIC's RSS key and table: run on a test bed (--bed) or a NIC whose RSS flowlane reads"
-                ))
-            })?;
+            let nic_rss = match config.rss.clone() {
+                Some(r) => r,
+                // One queue: software steering by a hash of flowlane's own.
+                None if queues == 1 => software_rss(128)?,
+                None => {
+                    return Err(Error::Setup(format!(
+                        "{workers} workers on {queues} queues (software spill) needs the NIC's RSS key and table: run on a test bed (--bed), a NIC whose RSS flowlane reads, or one queue"
+                    )))
+                }
+            };
             let (table, c) = nic_rss
                 .table()
                 .spill(queues as u16, workers as u16)
@@ -457,10 +462,19 @@ impl TcpService {
 /// A per-run secret for TCP initial sequence numbers (kernel randomness
 /// mixed with the clock).
 pub fn isn_secret() -> [u8; 16] {
-    let mut s = [0u8; 16];
-    if let Ok(b) = std::fs::read("/proc/sys/kernel/random/uuid") {
-        for (i, x) in b.iter().enumerate() {
-            s[i % 16] ^= x.wrapping_mul(i as u8 | 1);
+    secret()
+}
+
+/// `N` secret bytes: kernel randomness (a fresh random UUID, 122 bits,
+/// per 16 bytes), mixed with the clock.
+fn secret<const N: usize>() -> [u8; N] {
+    let mut s = [0u8; N];
+    for chunk in s.chunks_mut(16) {
+        if let Ok(b) = std::fs::read("/proc/sys/kernel/random/uuid") {
+            let n = chunk.len();
+            for (i, x) in b.iter().enumerate() {
+                chunk[i % n] ^= x.wrapping_mul(i as u8 | 1);
+            }
         }
     }
     let t = std::time::SystemTime::now()
@@ -468,9 +482,18 @@ pub fn isn_secret() -> [u8; 16] {
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     for (i, b) in t.to_le_bytes().iter().enumerate() {
-        s[i] ^= b;
+        s[i % N] ^= b;
     }
     s
+}
+
+/// The RSS flowlane steers by in software on a NIC with one receive queue
+/// and no RSS it can read: every frame reaches queue 0, so the buckets
+/// are flowlane's to choose. A secret key of its own (40 bytes, as NICs'
+/// Toeplitz keys), so that peers cannot pick the worker that serves them,
+/// and a table of `table_size` entries, all queue 0, as the NIC delivers.
+fn software_rss(table_size: usize) -> Result<RssState> {
+    rss_state(&secret::<40>(), &vec![0; table_size], 1)
 }
 
 /// Neighbours for a service: static `IP=MAC` specs, then the kernel's table
@@ -518,6 +541,16 @@ mod tests {
         assert!(n.contains(Ipv4Addr::new(10, 99, 0, 2)));
         let e = neighbors(&["10.99.0.2".into()], "nosuch0", None).unwrap_err();
         assert!(e.to_string().contains("--neighbor"), "{e}");
+    }
+
+    #[test]
+    fn software_steering_keys_its_own_hash_with_a_fresh_secret() {
+        let (a, b) = (software_rss(128).unwrap(), software_rss(128).unwrap());
+        assert_eq!(a.table().entries().len(), 128);
+        assert!(a.table().entries().iter().all(|&q| q == 0), "one queue");
+        assert_eq!(a.key().as_bytes().len(), 40);
+        assert_ne!(a.key(), b.key(), "a secret per run");
+        assert_ne!(a.key(), &RssKey::microsoft_default(), "not a known key");
     }
 
     #[test]

@@ -231,6 +231,20 @@ fn queues(caps: &NicCaps, wanted: Wanted) -> PlanPart {
                 None,
             );
         }
+        if max == 1 {
+            // Every frame reaches the one queue: the bucket is flowlane's
+            // to choose, with a hash and a key of its own.
+            return part(
+                "queues",
+                DoneBy::Flowlane,
+                format!(
+                    "{} workers on one receive queue: {extra} without a queue (software steering)",
+                    wanted.workers
+                ),
+                "the NIC has no RSS flowlane can read, and one queue: queue 0's worker hashes                  each frame (Toeplitz, with a secret key of flowlane's own, so that peers                  cannot choose their worker) into a table of its own spreading the buckets                  evenly, and forwards the others' frames through an inter-worker ring; they                  send through it (a copy and a cross-core hand-off per frame each way);                  buckets do not move between workers then",
+                None,
+            );
+        }
         return part(
             "queues",
             DoneBy::Refused,
@@ -238,8 +252,9 @@ fn queues(caps: &NicCaps, wanted: Wanted) -> PlanPart {
                 "{} workers, but {iface} can have {max} receive queue(s)",
                 wanted.workers
             ),
-            "spreading one queue's frames over several workers needs the RSS key and \
-             table to know each frame's bucket, and this NIC reports no RSS",
+            "spreading several queues' frames over more workers needs the RSS key and \
+             table to know each frame's bucket (a flow's frames may reach any of the \
+             queues), and this NIC reports no RSS",
             Some(format!("run {max} worker(s) (--queues {max})")),
         );
     }
@@ -498,6 +513,20 @@ mod tests {
         let q = find(&explain(&caps, w(5)), "queues").clone();
         assert_eq!(q.done_by, DoneBy::Refused, "no RSS: no bucket to spill by");
         assert_eq!(q.action.as_deref(), Some("run 4 worker(s) (--queues 4)"));
+        // One queue and no RSS: every frame is queue 0's, its bucket
+        // flowlane's to choose.
+        let one = NicCaps {
+            iface: "eth0".into(),
+            rx_queues: 1,
+            tx_queues: 1,
+            ..NicCaps::default()
+        };
+        let q = find(&explain(&one, w(2)), "queues").clone();
+        assert_eq!(q.done_by, DoneBy::Flowlane, "{q:?}");
+        assert!(
+            q.what.contains("1 without a queue (software steering)"),
+            "{q:?}"
+        );
         let mut with_rss = caps;
         with_rss.rss = Some(crate::nic_caps::RssFacts {
             key_len: 40,

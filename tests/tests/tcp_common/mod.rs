@@ -54,6 +54,17 @@ pub(crate) struct App {
 /// Starts `flowlane <args> --bed <bed> --report F --timeout <limit>` and
 /// waits until its data path is up.
 pub(crate) fn start(bed: &Bed, args: &[&str], limit_s: u64) -> App {
+    start_as(bed, args, limit_s, true)
+}
+
+/// As [`start`], but run in the bed's namespace on its `xsk0` as on any
+/// NIC (`ip netns exec`, `--iface xsk0`, no `--bed`): the service knows
+/// nothing of the bed's emulated RSS.
+pub(crate) fn start_in_ns(bed: &Bed, args: &[&str], limit_s: u64) -> App {
+    start_as(bed, args, limit_s, false)
+}
+
+fn start_as(bed: &Bed, args: &[&str], limit_s: u64, with_bed: bool) -> App {
     let flag = |name: &str, default: &'static str| {
         args.iter()
             .position(|a| *a == name)
@@ -71,15 +82,20 @@ pub(crate) fn start(bed: &Bed, args: &[&str], limit_s: u64) -> App {
     let stdout = dir.join(format!("{tag}.out"));
     let stderr = dir.join(format!("{tag}.err"));
     let _ = std::fs::remove_file(&report);
-    let child = Command::new(flowlane_bin())
-        .args(args)
-        .args([
-            "--bed",
-            &bed.name,
-            "--timeout",
-            &limit_s.to_string(),
-            "--report",
-        ])
+    let mut cmd = if with_bed {
+        let mut c = Command::new(flowlane_bin());
+        c.args(args).args(["--bed", &bed.name]);
+        c
+    } else {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &bed.ns])
+            .arg(flowlane_bin())
+            .args(args)
+            .args(["--iface", "xsk0"]);
+        c
+    };
+    let child = cmd
+        .args(["--timeout", &limit_s.to_string(), "--report"])
         .arg(&report)
         .stdout(std::fs::File::create(&stdout).unwrap())
         .stderr(std::fs::File::create(&stderr).unwrap())
