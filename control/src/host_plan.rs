@@ -493,7 +493,7 @@ mod tests {
     #[test]
     fn an_even_table_is_left_alone_and_a_dry_run_writes_nothing() {
         let even: Vec<u32> = (0..8).map(|b| b % 2).collect();
-        let nic = MemoryNic::new(even.clone());
+        let nic = MemoryNic::new(even);
         let (mut changes, mut undo) = (Vec::new(), Undo::default());
         spread_rss(&nic, 2, false, &mut changes, &mut undo).unwrap();
         assert!(changes.is_empty() && undo.rss_table.is_none());
