@@ -136,7 +136,13 @@ pub struct ServiceControl {
     socket: Option<ControlSocket>,
     history: MoveHistory,
     load: LoadWindow,
+    /// The daemon's socket this service registers on, and when it
+    /// announces itself again (a daemon restarted since has forgotten it).
+    daemon: Option<(PathBuf, Instant)>,
 }
+
+/// How often a service announces its control socket to the daemon again.
+const REGISTER_EVERY: Duration = Duration::from_secs(5);
 
 /// The workers' load over the last full second: what the imbalance
 /// reported to the daemon is measured over.
@@ -234,6 +240,7 @@ impl ServiceControl {
                 busy: Vec::new(),
                 imbalance: 1.0,
             },
+            daemon: None,
         })
     }
 
@@ -243,9 +250,16 @@ impl ServiceControl {
     }
 
     /// Announces the control socket to the daemon listening on `daemon`,
-    /// if one does; says whether it took it. Without a daemon (or a socket
-    /// of its own) the service goes on: applications work without one.
-    pub fn register_with_daemon(&self, daemon: &Path) -> bool {
+    /// if one does, now and every few seconds from [`ServiceControl::poll`]
+    /// (a daemon started or restarted later finds the service); says
+    /// whether it took it now. Without a daemon (or a socket of its own)
+    /// the service goes on: applications work without one.
+    pub fn register_with_daemon(&mut self, daemon: &Path) -> bool {
+        self.daemon = Some((daemon.to_path_buf(), Instant::now() + REGISTER_EVERY));
+        self.announce(daemon)
+    }
+
+    fn announce(&self, daemon: &Path) -> bool {
         let Some(own) = self.socket_path() else {
             return false;
         };
@@ -277,9 +291,22 @@ impl ServiceControl {
     /// round: [`ServiceControl::poll`] runs those for an AF_XDP service);
     /// returns the moves asked for by hand.
     pub fn poll_view(&mut self, view: &dyn ServiceView) -> Vec<Result<MoveReport>> {
-        self.load.tick(Instant::now(), || {
+        let now = Instant::now();
+        self.load.tick(now, || {
             view.queue_counters().iter().map(|q| q.io.busy_ns).collect()
         });
+        if let Some((daemon, next)) = self.daemon.take() {
+            // Where no daemon listens the connect fails at once.
+            if now >= next {
+                self.announce(&daemon);
+            }
+            let next = if now >= next {
+                now + REGISTER_EVERY
+            } else {
+                next
+            };
+            self.daemon = Some((daemon, next));
+        }
         let mut out = Vec::new();
         if let Some(mut socket) = self.socket.take() {
             socket.poll(|req| match req {

@@ -2,7 +2,8 @@
 //! two beds announce their control sockets (kept outside the daemon's run
 //! directory) to the daemon's socket; both show on its metrics page; one
 //! stopped cleanly and one killed with SIGKILL (its socket file left
-//! behind, answering nothing) both leave it.
+//! behind, answering nothing) both leave it. A daemon restarted finds
+//! them again: services announce themselves every few seconds.
 
 mod tcp_common;
 
@@ -108,6 +109,14 @@ fn services_register_and_leave_the_registry_when_stopped_or_killed() {
         .collect();
     names.sort_unstable();
     assert_eq!(names, ["bulk-sink", "echo-server"], "{st}");
+
+    // A daemon restarted knows nothing; the services announce themselves
+    // again every few seconds and are back on its page.
+    daemon.stop();
+    let daemon = TestDaemon::start(&empty, &dir.join("daemon.sock"));
+    let addr = daemon.metrics.clone();
+    let again = until_services(&addr, 2);
+    assert_eq!(again, both, "registered again after the daemon's restart");
 
     // Stopped cleanly: its socket goes with it.
     let lines = echo.stop();

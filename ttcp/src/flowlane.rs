@@ -177,7 +177,7 @@ fn start(
         None
     } else {
         let r = &plan.flowlane.rebalance;
-        let control = ServiceControl::new(&service, "ttcp-receiver", r.mode(), r.socket())?;
+        let mut control = ServiceControl::new(&service, "ttcp-receiver", r.mode(), r.socket())?;
         if let Some(daemon) = r.daemon() {
             control.register_with_daemon(&daemon);
         }

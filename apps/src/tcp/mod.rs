@@ -702,7 +702,8 @@ fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
         setup(h, tx).map_err(|e| format!("queue {}: {e}", h.queue()))
     })
     .context("setting up TCP")?;
-    let control = ServiceControl::new(&service, name, c.rebalance.mode(), c.rebalance.socket())?;
+    let mut control =
+        ServiceControl::new(&service, name, c.rebalance.mode(), c.rebalance.socket())?;
     if let Some(daemon) = c.rebalance.daemon() {
         control.register_with_daemon(&daemon);
     }
@@ -786,7 +787,7 @@ fn serve_kernel(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
         setup(core, tx).map_err(|e| format!("core {q}: {e}"))
     })
     .map_err(|e| anyhow::anyhow!("{name}: setting up kernel TCP: {e}"))?;
-    let control = ServiceControl::without_rebalancing(name, c.rebalance.socket())?;
+    let mut control = ServiceControl::without_rebalancing(name, c.rebalance.socket())?;
     if let Some(daemon) = c.rebalance.daemon() {
         control.register_with_daemon(&daemon);
     }
