@@ -238,8 +238,8 @@ const NIC_ROWS: &[Row<InterfaceStats>] = &[
 ];
 
 /// Whether a kernel-socket service's cores know `row`'s value: their
-/// threads' CPU time, connections, opens, closes, bytes, resets and the
-/// refusals a socket backend makes. The rest (AF_XDP rings, segments,
+/// threads' CPU time, connections, opens, closes, bytes, resets, the
+/// buffer memory they hold and the refusals a socket backend makes. The rest (AF_XDP rings, segments,
 /// loss recovery, buckets, spill) belong to flowlane's data path and TCP,
 /// and are left out for such a service rather than shown as zero.
 fn kernel_knows(row: &QueueRow) -> bool {
@@ -250,7 +250,8 @@ fn kernel_knows(row: &QueueRow) -> bool {
         | "flowlane_tcp_received_bytes"
         | "flowlane_tcp_sent_bytes"
         | "flowlane_tcp_resets_received"
-        | "flowlane_tcp_resets_sent" => true,
+        | "flowlane_tcp_resets_sent"
+        | "flowlane_tcp_buffer_memory_bytes" => true,
         "flowlane_tcp_connections" => kernel_only(row),
         "flowlane_tcp_refused" => {
             matches!(
@@ -940,6 +941,7 @@ mod tests {
             "flowlane_queue_busy_seconds_total{",
             "flowlane_tcp_received_bytes_total{",
             "flowlane_tcp_closed_total{",
+            "flowlane_tcp_buffer_memory_bytes{",
         ] {
             assert_eq!(of(name, "42"), 2, "{name}");
         }

@@ -5,31 +5,65 @@
 //! core's busy connections pass around stay in its caches (the kernel's
 //! copy into user space writes one of them, not one per connection).
 
-/// Buffers of one size, reused last-in first-out.
+/// Buffers of one size, reused last-in first-out, and how many are out
+/// (held by connections) against a bound: the core's memory budget.
 #[derive(Debug)]
 pub(crate) struct BufferPool {
     free: Vec<Box<[u8]>>,
     size: usize,
     keep: usize,
+    /// Buffers handed out and not given back.
+    out: usize,
+    /// Most buffers out at once ([`BufferPool::has_room`]).
+    limit: usize,
+    /// The most that were out at once.
+    peak: usize,
 }
 
 impl BufferPool {
-    /// A pool of `size`-byte buffers that keeps at most `keep` free ones.
-    pub(crate) fn new(size: usize, keep: usize) -> BufferPool {
+    /// A pool of `size`-byte buffers that keeps at most `keep` free ones
+    /// and has room for `limit` out at once.
+    pub(crate) fn new(size: usize, keep: usize, limit: usize) -> BufferPool {
         BufferPool {
             free: Vec::new(),
             size,
             keep,
+            out: 0,
+            limit: limit.max(1),
+            peak: 0,
         }
     }
 
+    /// Whether a buffer may be handed out within the bound.
+    pub(crate) fn has_room(&self) -> bool {
+        self.out < self.limit
+    }
+
+    /// How many more buffers the bound lets out now.
+    pub(crate) fn room(&self) -> usize {
+        self.limit.saturating_sub(self.out)
+    }
+
+    /// Buffers held by connections now.
+    pub(crate) fn out(&self) -> usize {
+        self.out
+    }
+
+    /// The most buffers held at once so far.
+    pub(crate) fn peak(&self) -> usize {
+        self.peak
+    }
+
     fn get(&mut self) -> Box<[u8]> {
+        self.out += 1;
+        self.peak = self.peak.max(self.out);
         self.free
             .pop()
             .unwrap_or_else(|| vec![0; self.size].into_boxed_slice())
     }
 
     fn put(&mut self, b: Box<[u8]>) {
+        self.out = self.out.saturating_sub(1);
         if b.len() == self.size && self.free.len() < self.keep {
             self.free.push(b);
         }
@@ -79,6 +113,18 @@ impl ByteBuffer {
         if self.is_empty() && !self.bytes.is_empty() {
             pool.put(std::mem::take(&mut self.bytes));
         }
+    }
+
+    /// Drops what it holds and gives its memory back to `pool` (the
+    /// connection ended).
+    pub(crate) fn discard(&mut self, pool: &mut BufferPool) {
+        self.consume(self.len());
+        self.detach(pool);
+    }
+
+    /// Whether memory is attached.
+    pub(crate) fn has_memory(&self) -> bool {
+        !self.bytes.is_empty()
     }
 
     /// Bytes held.
@@ -150,7 +196,7 @@ mod tests {
 
     #[test]
     fn bytes_come_out_in_order_across_compaction() {
-        let mut pool = BufferPool::new(8, 4);
+        let mut pool = BufferPool::new(8, 4, usize::MAX);
         let mut b = ByteBuffer::new(8);
         assert_eq!(b.push(b"abcdef", &mut pool), 6);
         assert_eq!(b.consume(4), 4);
@@ -168,7 +214,7 @@ mod tests {
 
     #[test]
     fn memory_is_held_only_while_bytes_are() {
-        let mut pool = BufferPool::new(8, 1);
+        let mut pool = BufferPool::new(8, 1, usize::MAX);
         let (mut a, mut b) = (ByteBuffer::new(8), ByteBuffer::new(8));
         assert_eq!(a.filled(), b"");
         assert_eq!(a.space(), 8);
@@ -193,9 +239,28 @@ mod tests {
     }
 
     #[test]
+    fn the_pool_counts_what_is_out_against_its_bound() {
+        let mut pool = BufferPool::new(8, 1, 2);
+        let (mut a, mut b, mut c) = (ByteBuffer::new(8), ByteBuffer::new(8), ByteBuffer::new(8));
+        a.push(b"a", &mut pool);
+        assert!(pool.has_room());
+        b.push(b"b", &mut pool);
+        assert!(!pool.has_room(), "two out, a bound of two");
+        assert_eq!((pool.out(), pool.room(), pool.peak()), (2, 0, 2));
+        // A buffer given back, kept or not, is no longer out.
+        a.consume(1);
+        a.detach(&mut pool);
+        b.discard(&mut pool);
+        assert_eq!((pool.out(), pool.room(), pool.peak()), (0, 2, 2));
+        assert!(!b.has_memory() && b.is_empty());
+        c.push(b"c", &mut pool);
+        assert_eq!(pool.out(), 1);
+    }
+
+    #[test]
     #[should_panic(expected = "commit past the tail")]
     fn a_commit_past_the_tail_is_refused() {
-        let mut pool = BufferPool::new(4, 1);
+        let mut pool = BufferPool::new(4, 1, usize::MAX);
         let mut b = ByteBuffer::new(4);
         b.tail_mut(&mut pool);
         b.commit(5);

@@ -32,6 +32,10 @@ pub(crate) struct Conn {
     /// Reading stopped because the receive buffer was full: the socket
     /// may hold more, and no new readiness edge will say so.
     pub(crate) rx_stalled: bool,
+    /// Reading waits for the core's receive memory (no buffer was free
+    /// within the budget): the connection is in the core's queue of
+    /// waiters, read again when a buffer is given back.
+    pub(crate) waits_for_memory: bool,
     /// The application asked for `Writable`.
     pub(crate) want_writable: bool,
     /// `shutdown_write` was asked: FIN once the send buffer is empty.
@@ -90,6 +94,7 @@ impl Conn {
             peer_closed_told: false,
             readable_told: false,
             rx_stalled: false,
+            waits_for_memory: false,
             want_writable: false,
             shut_pending: false,
             write_shut: false,

@@ -42,6 +42,14 @@ pub struct Limits {
     /// Connections this core keeps at once; beyond it, accepted
     /// connections are reset and counted (`connection_limit_refused`).
     pub max_connections: usize,
+    /// Bytes of receive buffers the core holds at once, whatever the
+    /// number of connections (its receive memory budget: `rx_buffer`-sized
+    /// buffers, at least one). A connection with data to read when none
+    /// is free waits, its bytes left in the kernel (whose window then
+    /// closes: TCP flow control, nothing dropped), and is read when a
+    /// buffer is given back, oldest first. A handler that keeps bytes
+    /// unread holds its connection's buffer meanwhile.
+    pub rx_memory: usize,
 }
 
 impl Default for Limits {
@@ -50,6 +58,7 @@ impl Default for Limits {
             rx_buffer: 64 << 10,
             tx_buffer: 256 << 10,
             max_connections: 65_536,
+            rx_memory: 64 << 20,
         }
     }
 }
@@ -69,6 +78,10 @@ pub struct KernelNet {
     events: VecDeque<Event>,
     /// Connections whose receive buffer filled up and was read from since.
     rereads: Vec<u32>,
+    /// Connections waiting for a receive buffer, oldest first.
+    memory_waiters: VecDeque<u32>,
+    /// Times a connection waited for one.
+    memory_waits: u64,
     /// Connections closed by the application and not yet ended.
     closing_conns: Vec<u32>,
     limits: Limits,
@@ -127,7 +140,8 @@ impl Wake for MioWake {
 
 impl KernelNet {
     fn new(placement: Placement, listen_on: Vec<IpAddr>, limits: Limits) -> std::io::Result<Self> {
-        let (rx_buffer, tx_buffer) = (limits.rx_buffer, limits.tx_buffer);
+        let (rx_buffer, tx_buffer, rx_memory) =
+            (limits.rx_buffer, limits.tx_buffer, limits.rx_memory);
         Ok(KernelNet {
             placement,
             epoch: Instant::now(),
@@ -138,13 +152,15 @@ impl KernelNet {
             conns: Handles::new(limits.max_connections),
             events: VecDeque::new(),
             rereads: Vec::new(),
+            memory_waiters: VecDeque::new(),
+            memory_waits: 0,
             closing_conns: Vec::new(),
             limits,
             stats: Stats::default(),
             waker: None,
             diag: Diag::default(),
-            rx_pool: BufferPool::new(rx_buffer, POOL_KEEP),
-            tx_pool: BufferPool::new(tx_buffer, POOL_KEEP),
+            rx_pool: BufferPool::new(rx_buffer, POOL_KEEP, rx_memory / rx_buffer.max(1)),
+            tx_pool: BufferPool::new(tx_buffer, POOL_KEEP, usize::MAX),
         })
     }
 
@@ -196,6 +212,9 @@ impl KernelNet {
             self.stats.resets_in += 1;
         }
         let _ = self.poll.registry().deregister(&mut conn.stream);
+        // Its memory back to the budget (a waiter may take it).
+        conn.rx.discard(&mut self.rx_pool);
+        conn.tx.discard(&mut self.tx_pool);
         drop(conn);
         self.stats.closed += 1;
         self.events.push_back(Event::Closed { conn: h, reason });
@@ -217,6 +236,16 @@ impl KernelNet {
         let Some(conn) = self.conns.at_mut(index).filter(|c| !c.connecting) else {
             return;
         };
+        if !conn.rx.has_memory() && !self.rx_pool.has_room() {
+            // Past the receive memory budget: the bytes stay in the
+            // kernel until a buffer is given back.
+            if !conn.waits_for_memory {
+                conn.waits_for_memory = true;
+                self.memory_waiters.push_back(index);
+                self.memory_waits += 1;
+            }
+            return;
+        }
         match conn.fill(&mut self.rx_pool) {
             Io::Failed(r) => self.end(index, r, false),
             Io::Ok(got) if got > 0 && conn.closing => {
@@ -370,6 +399,24 @@ impl KernelNet {
                 _ => {
                     self.closing_conns.swap_remove(i);
                 }
+            }
+        }
+    }
+
+    /// Queues for reading as many memory waiters, oldest first, as the
+    /// budget has buffers free.
+    fn wake_memory_waiters(&mut self) {
+        let mut room = self.rx_pool.room();
+        while room > 0 {
+            let Some(index) = self.memory_waiters.pop_front() else {
+                return;
+            };
+            // (A slot ended and taken again holds a connection that waits
+            // for nothing.)
+            if let Some(c) = self.conns.at_mut(index).filter(|c| c.waits_for_memory) {
+                c.waits_for_memory = false;
+                self.rereads.push(index);
+                room -= 1;
             }
         }
     }
@@ -663,6 +710,22 @@ impl KernelCore {
         self.app.refused()
     }
 
+    /// Buffer memory its connections hold now (receive and send).
+    pub fn buffer_memory(&self) -> usize {
+        self.net.rx_pool.out() * self.net.limits.rx_buffer
+            + self.net.tx_pool.out() * self.net.limits.tx_buffer
+    }
+
+    /// Receive memory: the most bytes of receive buffers held at once
+    /// so far (never above [`Limits::rx_memory`], but for one buffer),
+    /// and the times a connection waited for a buffer.
+    pub fn receive_memory(&self) -> (usize, u64) {
+        (
+            self.net.rx_pool.peak() * self.net.limits.rx_buffer,
+            self.net.memory_waits,
+        )
+    }
+
     /// Runs the loop until `stop` is set, calling `publish` after each
     /// pass. Returns when stopped, or on a poll error.
     pub fn run(
@@ -721,6 +784,7 @@ impl KernelCore {
                     _ => {}
                 }
             }
+            self.net.wake_memory_waiters();
             if self.net.rereads.is_empty() {
                 return;
             }

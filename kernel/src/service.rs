@@ -37,6 +37,13 @@ pub struct CoreCounters {
     pub connections: usize,
     /// Connections a handler's `admit` refused.
     pub application_refused: u64,
+    /// Bytes of buffer memory its connections hold now.
+    pub buffer_memory: usize,
+    /// The most bytes of receive buffers held at once (bounded by
+    /// [`crate::Limits::rx_memory`]).
+    pub rx_memory_peak: usize,
+    /// Times a connection's read waited for receive memory.
+    pub rx_memory_waits: u64,
 }
 
 /// A question to a core: does it hold the connection between `local` and
@@ -111,10 +118,14 @@ impl KernelService {
                     let publish = |core: &KernelCore, force: bool, last: &mut Instant| {
                         if force || last.elapsed() >= PUBLISH_EVERY {
                             *last = Instant::now();
+                            let (rx_memory_peak, rx_memory_waits) = core.receive_memory();
                             *counters.lock().unwrap_or_else(|e| e.into_inner()) = CoreCounters {
                                 stats: *core.stats(),
                                 connections: core.open_connections(),
                                 application_refused: core.application_refused(),
+                                buffer_memory: core.buffer_memory(),
+                                rx_memory_peak,
+                                rx_memory_waits,
                             };
                         }
                     };

@@ -259,3 +259,106 @@ fn a_handler_refuses_a_connection_before_taking_it() {
         "counted for the summary"
     );
 }
+
+/// FNV-1a over `bytes`, continued from `h`.
+fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
+    for &b in bytes {
+        h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+    }
+    h
+}
+
+const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// Reads slowly: at most `per_tick` bytes of each connection per loop
+/// tick, so that what arrives stays in the buffers; reports each
+/// connection's digest once `expect` bytes came.
+struct SlowReader {
+    per_tick: usize,
+    expect: usize,
+    conns: Vec<(ConnHandle, usize, u64)>,
+    done: mpsc::Sender<u64>,
+}
+
+impl ConnHandler for SlowReader {
+    fn on_accept(&mut self, _net: &mut dyn Net, conn: ConnHandle) {
+        self.conns.push((conn, 0, FNV_START));
+    }
+    fn on_data(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
+    fn on_peer_closed(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
+    fn on_tick(&mut self, net: &mut dyn Net) {
+        let mut finished = Vec::new();
+        for (conn, got, h) in &mut self.conns {
+            let Ok(bytes) = net.peek(*conn) else { continue };
+            let n = bytes.len().min(self.per_tick);
+            *h = fnv(*h, &bytes[..n]);
+            *got += n;
+            let _ = net.consume(*conn, n);
+            if *got == self.expect {
+                let _ = self.done.send(*h);
+                finished.push(*conn);
+            }
+        }
+        for c in finished {
+            let _ = net.close(c);
+            self.conns.retain(|(h, _, _)| *h != c);
+        }
+    }
+}
+
+#[test]
+fn slow_readers_share_a_bounded_receive_memory_and_get_every_byte() {
+    let port = free_port();
+    // Four 16 KiB receive buffers for 24 connections that each send more
+    // than four buffers' worth.
+    let limits = Limits {
+        rx_buffer: 16 << 10,
+        rx_memory: 64 << 10,
+        ..Limits::default()
+    };
+    let (conns, size) = (24u64, 256 << 10);
+    let (tx, rx) = mpsc::channel();
+    let service = KernelService::start(config(1, limits), move |core| {
+        let reader = SlowReader {
+            per_tick: 4096,
+            expect: size,
+            conns: Vec::new(),
+            done: tx.clone(),
+        };
+        core.listen(port, reader)
+            .map(|_| ())
+            .map_err(|e| format!("{e:?}"))
+    })
+    .unwrap();
+    let clients: Vec<_> = (0..conns)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(SocketAddr::from((LOOPBACK, port))).unwrap();
+                s.write_all(&payload(i + 1, size)).unwrap();
+                // Held open until the server closes: it has read it all.
+                let mut rest = Vec::new();
+                s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                let _ = s.read_to_end(&mut rest);
+            })
+        })
+        .collect();
+    let mut got: Vec<u64> = (0..conns)
+        .map(|_| rx.recv_timeout(Duration::from_secs(60)).expect("a digest"))
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    let (counters, err) = service.stop();
+    assert_eq!(err, None);
+    let mut want: Vec<u64> = (0..conns)
+        .map(|i| fnv(FNV_START, &payload(i + 1, size)))
+        .collect();
+    got.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(got, want, "every connection's bytes, in order");
+    let c = counters[0].1;
+    assert!(c.rx_memory_peak <= 64 << 10, "{c:?}");
+    assert!(c.rx_memory_waits > 0, "connections waited: {c:?}");
+    assert_eq!(c.stats.bytes_in, conns * size as u64);
+    assert_eq!(c.buffer_memory, 0, "all given back: {c:?}");
+}

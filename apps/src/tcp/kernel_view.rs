@@ -35,6 +35,7 @@ fn tcp_counters(c: &CoreCounters) -> TcpCountersSnapshot {
         connection_limit_refused: s.connection_limit_refused,
         application_refused: c.application_refused,
         syn_refused: s.syn_refused,
+        buffer_memory: c.buffer_memory as u64,
         ..Default::default()
     }
 }
