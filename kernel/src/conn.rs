@@ -194,10 +194,14 @@ impl Conn {
         } else {
             write_now(&mut self.stream, data)?
         };
-        Ok((
-            direct + self.tx.push(&data[direct..], pool),
-            written + direct,
-        ))
+        // The rest goes to the send buffer, if it has memory or the
+        // core's send budget has room; else it stays with the application.
+        let buffered = if self.tx.has_memory() || pool.has_room() {
+            self.tx.push(&data[direct..], pool)
+        } else {
+            0
+        };
+        Ok((direct + buffered, written + direct))
     }
 
     /// Free send space as the application sees it: the buffer's whole

@@ -50,6 +50,13 @@ pub struct Limits {
     /// buffer is given back, oldest first. A handler that keeps bytes
     /// unread holds its connection's buffer meanwhile.
     pub rx_memory: usize,
+    /// Bytes of send buffers the core holds at once (its send memory
+    /// budget: `tx_buffer`-sized buffers, at least one). A send buffer
+    /// holds what the socket did not take of a write (a peer that reads
+    /// slowly, or not at all); past the budget, `send` takes only what the
+    /// socket takes and the rest stays with the application, which hears
+    /// `Writable` when the socket has room again.
+    pub tx_memory: usize,
 }
 
 impl Default for Limits {
@@ -59,6 +66,7 @@ impl Default for Limits {
             tx_buffer: 256 << 10,
             max_connections: 65_536,
             rx_memory: 64 << 20,
+            tx_memory: 256 << 20,
         }
     }
 }
@@ -82,6 +90,8 @@ pub struct KernelNet {
     memory_waiters: VecDeque<u32>,
     /// Times a connection waited for one.
     memory_waits: u64,
+    /// Writes left (in part) to the application for want of send memory.
+    send_memory_waits: u64,
     /// Connections closed by the application and not yet ended.
     closing_conns: Vec<u32>,
     limits: Limits,
@@ -140,8 +150,8 @@ impl Wake for MioWake {
 
 impl KernelNet {
     fn new(placement: Placement, listen_on: Vec<IpAddr>, limits: Limits) -> std::io::Result<Self> {
-        let (rx_buffer, tx_buffer, rx_memory) =
-            (limits.rx_buffer, limits.tx_buffer, limits.rx_memory);
+        let (rx_buffer, tx_buffer) = (limits.rx_buffer, limits.tx_buffer);
+        let (rx_memory, tx_memory) = (limits.rx_memory, limits.tx_memory);
         Ok(KernelNet {
             placement,
             epoch: Instant::now(),
@@ -154,13 +164,14 @@ impl KernelNet {
             rereads: Vec::new(),
             memory_waiters: VecDeque::new(),
             memory_waits: 0,
+            send_memory_waits: 0,
             closing_conns: Vec::new(),
             limits,
             stats: Stats::default(),
             waker: None,
             diag: Diag::default(),
             rx_pool: BufferPool::new(rx_buffer, POOL_KEEP, rx_memory / rx_buffer.max(1)),
-            tx_pool: BufferPool::new(tx_buffer, POOL_KEEP, usize::MAX),
+            tx_pool: BufferPool::new(tx_buffer, POOL_KEEP, tx_memory / tx_buffer.max(1)),
         })
     }
 
@@ -463,9 +474,13 @@ impl Net for KernelNet {
         if conn.closing || conn.shut_pending {
             return Err(Error::InvalidState);
         }
+        let no_memory = !conn.tx.has_memory() && !self.tx_pool.has_room();
         match conn.send(data, &mut self.tx_pool) {
             Ok((taken, written)) => {
                 self.stats.bytes_out += written as u64;
+                if no_memory && taken < data.len() {
+                    self.send_memory_waits += 1;
+                }
                 if taken == 0 && !data.is_empty() {
                     conn.want_writable = true;
                     return Err(Error::WouldBlock);
@@ -723,6 +738,16 @@ impl KernelCore {
         (
             self.net.rx_pool.peak() * self.net.limits.rx_buffer,
             self.net.memory_waits,
+        )
+    }
+
+    /// Send memory: the most bytes of send buffers held at once so far
+    /// (never above [`Limits::tx_memory`], but for one buffer), and the
+    /// writes left in part to the application for want of a buffer.
+    pub fn send_memory(&self) -> (usize, u64) {
+        (
+            self.net.tx_pool.peak() * self.net.limits.tx_buffer,
+            self.net.send_memory_waits,
         )
     }
 

@@ -44,6 +44,11 @@ pub struct CoreCounters {
     pub rx_memory_peak: usize,
     /// Times a connection's read waited for receive memory.
     pub rx_memory_waits: u64,
+    /// The most bytes of send buffers held at once (bounded by
+    /// [`crate::Limits::tx_memory`]).
+    pub tx_memory_peak: usize,
+    /// Writes left in part to the application for want of send memory.
+    pub tx_memory_waits: u64,
 }
 
 /// A question to a core: does it hold the connection between `local` and
@@ -119,6 +124,7 @@ impl KernelService {
                         if force || last.elapsed() >= PUBLISH_EVERY {
                             *last = Instant::now();
                             let (rx_memory_peak, rx_memory_waits) = core.receive_memory();
+                            let (tx_memory_peak, tx_memory_waits) = core.send_memory();
                             *counters.lock().unwrap_or_else(|e| e.into_inner()) = CoreCounters {
                                 stats: *core.stats(),
                                 connections: core.open_connections(),
@@ -126,6 +132,8 @@ impl KernelService {
                                 buffer_memory: core.buffer_memory(),
                                 rx_memory_peak,
                                 rx_memory_waits,
+                                tx_memory_peak,
+                                tx_memory_waits,
                             };
                         }
                     };

@@ -362,3 +362,97 @@ fn slow_readers_share_a_bounded_receive_memory_and_get_every_byte() {
     assert_eq!(c.stats.bytes_in, conns * size as u64);
     assert_eq!(c.buffer_memory, 0, "all given back: {c:?}");
 }
+
+/// Sends `total` bytes of `payload(seed)` on each connection it accepts
+/// (the seed its first byte from the client), as fast as `send` takes
+/// them, then closes.
+struct Blast {
+    total: usize,
+    conns: Vec<(ConnHandle, Vec<u8>, usize)>,
+}
+
+impl Blast {
+    fn push(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        let Some(i) = self.conns.iter().position(|c| c.0 == conn) else {
+            return;
+        };
+        let (_, data, sent) = &mut self.conns[i];
+        while *sent < data.len() {
+            match net.send(conn, &data[*sent..]) {
+                Ok(n) => *sent += n,
+                Err(_) => return,
+            }
+        }
+        let _ = net.close(conn);
+        self.conns.swap_remove(i);
+    }
+}
+
+impl ConnHandler for Blast {
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        if self.conns.iter().any(|c| c.0 == conn) {
+            return;
+        }
+        let mut seed = [0u8; 1];
+        if net.recv(conn, &mut seed) == Ok(1) {
+            let data = payload(u64::from(seed[0]), self.total);
+            self.conns.push((conn, data, 0));
+            self.push(net, conn);
+        }
+    }
+    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        self.push(net, conn);
+    }
+}
+
+#[test]
+fn writes_to_peers_that_do_not_read_share_a_bounded_send_memory() {
+    let port = free_port();
+    // Four 32 KiB send buffers for 12 connections whose peers read
+    // nothing for a while.
+    let limits = Limits {
+        tx_buffer: 32 << 10,
+        tx_memory: 128 << 10,
+        ..Limits::default()
+    };
+    let (conns, size) = (12u8, 4 << 20);
+    let service = KernelService::start(config(1, limits), move |core| {
+        let blast = Blast {
+            total: size,
+            conns: Vec::new(),
+        };
+        core.listen(port, blast)
+            .map(|_| ())
+            .map_err(|e| format!("{e:?}"))
+    })
+    .unwrap();
+    let clients: Vec<_> = (1..=conns)
+        .map(|seed| {
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(SocketAddr::from((LOOPBACK, port))).unwrap();
+                s.write_all(&[seed]).unwrap();
+                // Not reading: the server's socket buffers fill, then its
+                // send buffers.
+                std::thread::sleep(Duration::from_millis(500));
+                let mut got = Vec::new();
+                s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                s.read_to_end(&mut got).unwrap();
+                assert!(
+                    got == payload(u64::from(seed), size),
+                    "connection {seed}: {} bytes",
+                    got.len()
+                );
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    let (counters, err) = service.stop();
+    assert_eq!(err, None);
+    let c = counters[0].1;
+    assert_eq!(c.stats.bytes_out, u64::from(conns) * size as u64);
+    assert!(c.tx_memory_peak <= 128 << 10, "{c:?}");
+    assert!(c.tx_memory_waits > 0, "writes waited: {c:?}");
+    assert_eq!(c.buffer_memory, 0, "all given back: {c:?}");
+}
