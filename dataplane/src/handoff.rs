@@ -22,24 +22,26 @@
 //! only if the marker never comes.
 //!
 //! Each worker has an inbox (a bounded lock-free channel) and an eventfd
-//! that wakes it from its idle poll. Nothing here is on the per-frame fast
+//! that wakes it from its idle poll, written once per wake-up and read only
+//! when written (`wake::FdWake`), so a pass costs no syscall. Nothing here is on the per-frame fast
 //! path unless a move is under way: a worker checks each frame's bucket
 //! only while it holds one (`Mover::holding`), and forwards only what its
 //! stack hands back.
 
 use std::collections::VecDeque;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use flowlane_app::ConnExport;
+use flowlane_app::Wake;
 use flowlane_numa_sched::RssState;
 use flowlane_tcp::{BucketExport, FourTuple};
-use nix::sys::eventfd::{EfdFlags, EventFd};
 use serde::{Deserialize, Serialize};
 
 use crate::bucket_counters::rss_bucket;
+use crate::wake::FdWake;
 
 /// Messages one inbox holds.
 const INBOX: usize = 16_384;
@@ -182,7 +184,7 @@ pub struct MoveReport {
 struct Inbox {
     tx: Sender<Message>,
     rx: Receiver<Message>,
-    wake: EventFd,
+    wake: Arc<FdWake>,
 }
 
 /// Every queue's inbox, by queue number.
@@ -204,8 +206,11 @@ impl Mesh {
         let inboxes = (0..queues)
             .map(|_| {
                 let (tx, rx) = crossbeam_channel::bounded(INBOX);
-                let wake = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?;
-                Ok(Inbox { tx, rx, wake })
+                Ok(Inbox {
+                    tx,
+                    rx,
+                    wake: FdWake::new()?,
+                })
             })
             .collect::<std::io::Result<_>>()?;
         Ok(Mesh { inboxes })
@@ -230,7 +235,7 @@ impl Mesh {
     /// Wakes `to` from its idle poll.
     fn wake(&self, to: u32) {
         if let Some(i) = self.inboxes.get(to as usize) {
-            let _ = i.wake.write(1);
+            i.wake.wake();
         }
     }
 
@@ -244,19 +249,7 @@ impl Mesh {
 
     /// The eventfd that wakes `queue`'s worker.
     pub(crate) fn wake_fd(&self, queue: u32) -> Option<RawFd> {
-        self.inboxes.get(queue as usize).map(|i| i.wake.as_fd_raw())
-    }
-}
-
-/// `AsRawFd` for nix's eventfd, which implements `AsFd`.
-trait RawOf {
-    fn as_fd_raw(&self) -> RawFd;
-}
-
-impl RawOf for EventFd {
-    fn as_fd_raw(&self) -> RawFd {
-        use std::os::fd::AsFd;
-        self.as_fd().as_raw_fd()
+        self.inboxes.get(queue as usize).map(|i| i.wake.raw_fd())
     }
 }
 
@@ -625,7 +618,7 @@ impl Mover {
         rx_end: &mut dyn FnMut() -> u64,
     ) -> Vec<Work> {
         self.now = now;
-        let _ = self.mesh.inboxes[self.me as usize].wake.read();
+        self.mesh.inboxes[self.me as usize].wake.clear();
         let mut work = Vec::new();
         let mut frames: Vec<(u8, Box<[u8]>)> = Vec::new();
         for _ in 0..MESSAGES_PER_PASS {

@@ -1,5 +1,7 @@
 //! Waking a queue's worker from another thread: an eventfd the idle worker
-//! polls beside its socket, armed once per wake-up.
+//! polls beside its socket, armed once per wake-up. Both of a worker's
+//! wake-ups are one: its application's (queue-pair mode, [`Wake`]) and its
+//! bucket-move inbox's (`handoff::Mesh`).
 
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
