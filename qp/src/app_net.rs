@@ -47,6 +47,35 @@ struct Conn {
     user_data: u64,
     /// The core's last answer to an info request.
     core_info: Option<ConnInfo>,
+    /// The connection is moving to another core (its RSS bucket moved).
+    moving: Option<Box<Moving>>,
+}
+
+/// A connection between its old core and its new one, on the thread: the
+/// requests the old core bounced and those made since the move was told
+/// go to the new core, in that order, once the old one settled.
+#[derive(Debug)]
+struct Moving {
+    /// The old core, and the connection's handle there.
+    from: u32,
+    old: ConnHandle,
+    /// Whether the new core told of the move (`remote_handle` and `core`
+    /// are the new ones since).
+    told: bool,
+    bounced: Vec<ToCore>,
+    held: Vec<ToCore>,
+}
+
+impl Moving {
+    fn new(from: u32, old: ConnHandle) -> Box<Moving> {
+        Box::new(Moving {
+            from,
+            old,
+            told: false,
+            bounced: Vec::new(),
+            held: Vec::new(),
+        })
+    }
 }
 
 impl Conn {
@@ -67,6 +96,16 @@ impl Conn {
             shut: false,
             user_data: 0,
             core_info: None,
+            moving: None,
+        }
+    }
+
+    /// Where a request for this connection goes now: held while it moves
+    /// (after the new core told of it), else to its core's queue.
+    fn route<'a>(&'a mut self, pending: &'a mut [Vec<ToCore>]) -> &'a mut Vec<ToCore> {
+        match &mut self.moving {
+            Some(m) if m.told => &mut m.held,
+            _ => &mut pending[self.core as usize],
         }
     }
 
@@ -152,6 +191,9 @@ impl QpNet {
         if let Some(r) = c.remote_handle {
             self.by_core[c.core as usize].remove(&r);
         }
+        if let Some(m) = c.moving {
+            self.by_core[m.from as usize].remove(&m.old);
+        }
         for buf in c.rx {
             self.pending[c.core as usize].push(ToCore::Recycle(buf));
         }
@@ -169,9 +211,9 @@ impl QpNet {
         h: ConnHandle,
         f: impl FnOnce(ConnHandle) -> ToCore,
     ) -> Result<(), Error> {
-        let c = self.conn(h)?;
-        let (core, remote) = (c.core, c.remote_handle.ok_or(Error::InvalidState)?);
-        self.pending[core as usize].push(f(remote));
+        let c = self.conns.get_mut(h)?;
+        let remote = c.remote_handle.ok_or(Error::InvalidState)?;
+        c.route(&mut self.pending).push(f(remote));
         Ok(())
     }
 
@@ -201,6 +243,7 @@ impl QpNet {
                     return;
                 };
                 c.remote_handle = Some(conn);
+                c.core = core;
                 c.tuple = tuple;
                 let writable = std::mem::take(&mut c.want_writable);
                 self.by_core[core as usize].insert(conn, index);
@@ -264,6 +307,53 @@ impl QpNet {
                     self.end(index, reason);
                 }
             }
+            ToApp::Moved { from, old, conn } => {
+                let Some(c) = self.by_core[from as usize]
+                    .get(&old)
+                    .and_then(|&i| self.conns.at_mut(i))
+                else {
+                    // Ended here meanwhile: nobody serves it.
+                    self.pending[core as usize].push(ToCore::Abort { conn });
+                    return;
+                };
+                c.core = core;
+                c.remote_handle = Some(conn);
+                c.moving.get_or_insert_with(|| Moving::new(from, old)).told = true;
+                let index = self.by_core[from as usize][&old];
+                self.by_core[core as usize].insert(conn, index);
+                self.pending[from as usize].push(ToCore::Settle {
+                    thread: self.thread,
+                    conn: old,
+                });
+            }
+            ToApp::Bounced { conn, request } => {
+                let Some(c) = ours(self, &conn).and_then(|i| self.conns.at_mut(i)) else {
+                    return;
+                };
+                c.moving
+                    .get_or_insert_with(|| Moving::new(core, conn))
+                    .bounced
+                    .push(request);
+            }
+            ToApp::Settled { conn } => {
+                let Some(index) = self.by_core[core as usize].remove(&conn) else {
+                    return;
+                };
+                let Some(c) = self.conns.at_mut(index) else {
+                    return;
+                };
+                let (Some(m), Some(now)) = (c.moving.take(), c.remote_handle) else {
+                    return;
+                };
+                let to = &mut self.pending[c.core as usize];
+                for mut r in m.bounced {
+                    if let Some(h) = r.conn_mut() {
+                        *h = now;
+                    }
+                    to.push(r);
+                }
+                to.extend(m.held);
+            }
         }
     }
 
@@ -298,19 +388,13 @@ impl QpNet {
         if n == 0 {
             return;
         }
-        if let Ok(&Conn {
-            core,
-            remote_handle: Some(r),
-            ..
-        }) = self.conn(h)
-        {
-            {
-                let pending = &mut self.pending[core as usize];
-                // Reads of one connection in a pass go back as one.
-                match pending.last_mut() {
-                    Some(ToCore::Consumed { conn, bytes }) if *conn == r => *bytes += n,
-                    _ => pending.push(ToCore::Consumed { conn: r, bytes: n }),
-                }
+        if let Ok(c) = self.conns.get_mut(h) {
+            let Some(r) = c.remote_handle else { return };
+            let pending = c.route(&mut self.pending);
+            // Reads of one connection in a pass go back as one.
+            match pending.last_mut() {
+                Some(ToCore::Consumed { conn, bytes }) if *conn == r => *bytes += n,
+                _ => pending.push(ToCore::Consumed { conn: r, bytes: n }),
             }
         }
     }
@@ -537,5 +621,190 @@ impl Net for QpNet {
 
     fn stats(&self) -> &Stats {
         &self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! A connection's move between cores as its application thread sees
+    //! it: the cores are played by hand through the queue pairs.
+    use super::*;
+    use crossbeam_channel::{unbounded, Receiver};
+
+    fn net(cores: u32) -> (QpNet, Vec<Receiver<Vec<ToCore>>>) {
+        let (links, rxs) = (0..cores)
+            .map(|q| {
+                let (tx, rx) = unbounded();
+                let link = CoreLink {
+                    requests: tx,
+                    wake: WakeSlot::default(),
+                    placement: Placement {
+                        queue: q,
+                        cpu: None,
+                        node: 0,
+                    },
+                };
+                (link, rx)
+            })
+            .unzip();
+        let placement = Placement {
+            queue: 0,
+            cpu: None,
+            node: 0,
+        };
+        (QpNet::new(0, placement, links, vec![0]), rxs)
+    }
+
+    fn tuple() -> FourTuple {
+        FourTuple {
+            local: "10.0.0.1:80".parse().unwrap(),
+            remote: "10.0.0.2:4000".parse().unwrap(),
+        }
+    }
+
+    /// What the thread sent core `rx` since the last look: sends as
+    /// `(handle index, bytes)`, settles as `(index, "settle")`.
+    fn sent(net: &mut QpNet, rx: &Receiver<Vec<ToCore>>) -> Vec<(u32, String)> {
+        net.flush();
+        rx.try_iter()
+            .flatten()
+            .filter_map(|m| match m {
+                ToCore::Send { conn, bytes } => {
+                    Some((conn.index(), String::from_utf8(bytes).unwrap()))
+                }
+                ToCore::Settle { conn, .. } => Some((conn.index(), "settle".into())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn accepted(net: &mut QpNet, old: ConnHandle) -> ConnHandle {
+        net.take(
+            0,
+            ToApp::Accepted {
+                conn: old,
+                port: 0,
+                tuple: tuple(),
+            },
+        );
+        match net.events.pop_front() {
+            Some(Event::Accepted { conn, .. }) => conn,
+            e => panic!("{e:?}"),
+        }
+    }
+
+    #[test]
+    fn requests_bounced_by_the_old_core_go_to_the_new_one_before_later_ones() {
+        let (mut net, rx) = net(2);
+        let (old, new) = (ConnHandle::from_parts(3, 1), ConnHandle::from_parts(7, 1));
+        let h = accepted(&mut net, old);
+        net.send(h, b"a").unwrap();
+        net.send(h, b"b").unwrap();
+        assert_eq!(sent(&mut net, &rx[0]), [(3, "a".into()), (3, "b".into())]);
+        // Core 0 exported the connection before it read "b"; core 1 took it.
+        net.take(
+            0,
+            ToApp::Bounced {
+                conn: old,
+                request: ToCore::Send {
+                    conn: old,
+                    bytes: b"b".to_vec(),
+                },
+            },
+        );
+        net.take(
+            1,
+            ToApp::Moved {
+                from: 0,
+                old,
+                conn: new,
+            },
+        );
+        // Written after the move was told: held until core 0 settled.
+        net.send(h, b"c").unwrap();
+        assert_eq!(sent(&mut net, &rx[0]), [(3, "settle".into())]);
+        assert!(sent(&mut net, &rx[1]).is_empty());
+        assert_eq!(net.conn_placement(h).unwrap().queue, 1);
+        net.take(0, ToApp::Settled { conn: old });
+        assert_eq!(sent(&mut net, &rx[1]), [(7, "b".into()), (7, "c".into())]);
+        // From now on straight to core 1, and core 0's name is forgotten.
+        net.send(h, b"d").unwrap();
+        assert_eq!(sent(&mut net, &rx[1]), [(7, "d".into())]);
+        net.take(
+            0,
+            ToApp::Closed {
+                conn: old,
+                reason: CloseReason::Normal,
+            },
+        );
+        assert!(net.events.is_empty(), "{:?}", net.events);
+        net.take(
+            1,
+            ToApp::Closed {
+                conn: new,
+                reason: CloseReason::Normal,
+            },
+        );
+        assert!(matches!(net.events.pop_front(), Some(Event::Closed { conn, .. }) if conn == h));
+    }
+
+    #[test]
+    fn a_bounce_after_the_move_was_told_still_goes_first() {
+        let (mut net, rx) = net(2);
+        let (old, new) = (ConnHandle::from_parts(1, 1), ConnHandle::from_parts(2, 1));
+        let h = accepted(&mut net, old);
+        net.send(h, b"a").unwrap();
+        let _ = sent(&mut net, &rx[0]);
+        net.take(
+            1,
+            ToApp::Moved {
+                from: 0,
+                old,
+                conn: new,
+            },
+        );
+        net.send(h, b"b").unwrap();
+        net.take(
+            0,
+            ToApp::Bounced {
+                conn: old,
+                request: ToCore::Send {
+                    conn: old,
+                    bytes: b"a".to_vec(),
+                },
+            },
+        );
+        assert!(sent(&mut net, &rx[1]).is_empty());
+        net.take(0, ToApp::Settled { conn: old });
+        assert_eq!(sent(&mut net, &rx[1]), [(2, "a".into()), (2, "b".into())]);
+    }
+
+    #[test]
+    fn a_connection_ended_before_its_move_was_told_is_reset_on_the_new_core() {
+        let (mut net, rx) = net(2);
+        let (old, new) = (ConnHandle::from_parts(1, 1), ConnHandle::from_parts(2, 1));
+        let h = accepted(&mut net, old);
+        net.take(
+            0,
+            ToApp::Closed {
+                conn: old,
+                reason: CloseReason::Reset,
+            },
+        );
+        net.release(h);
+        net.take(
+            1,
+            ToApp::Moved {
+                from: 0,
+                old,
+                conn: new,
+            },
+        );
+        net.flush();
+        let to_new: Vec<ToCore> = rx[1].try_iter().flatten().collect();
+        assert!(
+            matches!(to_new[..], [ToCore::Abort { conn }] if conn == new),
+            "{to_new:?}"
+        );
     }
 }

@@ -55,6 +55,25 @@ pub(crate) enum ToApp {
         conn: ConnHandle,
         reason: CloseReason,
     },
+    /// The connection `old` of core `from` moved here with its RSS bucket
+    /// and is `conn` now; the thread settles its requests with `from`
+    /// ([`ToCore::Settle`]) before it sends this core any.
+    Moved {
+        from: u32,
+        old: ConnHandle,
+        conn: ConnHandle,
+    },
+    /// A request for a connection that moved away from this core, given
+    /// back unapplied: the thread sends it again where the connection is.
+    Bounced {
+        conn: ConnHandle,
+        request: ToCore,
+    },
+    /// The answer to [`ToCore::Settle`]: every request for `conn` sent
+    /// before it was bounced.
+    Settled {
+        conn: ConnHandle,
+    },
 }
 
 /// From an application thread to a network core.
@@ -108,4 +127,31 @@ pub(crate) enum ToCore {
     },
     /// A receive buffer back to the core's pool.
     Recycle(Vec<u8>),
+    /// After [`ToApp::Moved`], to the connection's old core: answered
+    /// with [`ToApp::Settled`] once every earlier request was bounced.
+    Settle {
+        thread: u32,
+        conn: ConnHandle,
+    },
+}
+
+impl ToCore {
+    /// The core's connection the request is for, if it is for one
+    /// (retargeted through it when the connection moved).
+    pub(crate) fn conn_mut(&mut self) -> Option<&mut ConnHandle> {
+        match self {
+            ToCore::Send { conn, .. }
+            | ToCore::Consumed { conn, .. }
+            | ToCore::ShutdownWrite { conn }
+            | ToCore::Close { conn }
+            | ToCore::Abort { conn }
+            | ToCore::SetNodelay { conn, .. }
+            | ToCore::SetCongestion { conn, .. }
+            | ToCore::SetKeepalive { conn, .. }
+            | ToCore::SetBuffer { conn, .. }
+            | ToCore::Info { conn }
+            | ToCore::Settle { conn, .. } => Some(conn),
+            ToCore::Connect { .. } | ToCore::Recycle(_) => None,
+        }
+    }
 }

@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Error, Net, SynFilter, Wake};
+use flowlane_app::{CloseReason, ConnHandle, ConnHandler, ConnState, Error, Net, SynFilter, Wake};
 
 use crate::message::{ToApp, ToCore, BUF, RX_CREDIT};
 
@@ -38,6 +38,20 @@ struct Relayed {
     shut_after: bool,
     peer_closed: bool,
     peer_closed_sent: bool,
+}
+
+/// What a relay hands on with a connection that moves to another core
+/// with its RSS bucket (the relay's `on_export`, the new core's
+/// `on_import`).
+enum Exported {
+    /// An open connection: its relay state, and its name on the old core.
+    Open {
+        from: u32,
+        old: ConnHandle,
+        relayed: Relayed,
+    },
+    /// An active open under way (the thread knows it by its token only).
+    Opening { thread: u32, token: u64 },
 }
 
 /// The application threads' event queues, as a core sends to them.
@@ -77,6 +91,9 @@ pub(crate) struct Relay {
     wake: WakeSlot,
     conns: HashMap<ConnHandle, Relayed>,
     connecting: HashMap<ConnHandle, (u32, u64)>,
+    /// Connections that moved to another core, by their handle here, with
+    /// their thread: its requests for them are bounced until it settles.
+    moved: HashMap<ConnHandle, u32>,
     pool: Vec<Vec<u8>>,
     /// Per application thread: cleared when it ends (a panic included).
     alive: Vec<Arc<AtomicBool>>,
@@ -85,9 +102,20 @@ pub(crate) struct Relay {
     stall_after: Duration,
     /// The threads this relay found dead (their connections are gone).
     dead: Vec<bool>,
+    counts: Arc<RelayCounts>,
+}
+
+/// What the relays of a service count, together.
+#[derive(Debug, Default)]
+pub(crate) struct RelayCounts {
     /// Connections reset because their thread died, or accepted for a
-    /// dead thread (all relays of the service count here).
-    orphaned: Arc<AtomicU64>,
+    /// dead thread.
+    pub(crate) orphaned: AtomicU64,
+    /// Connections that arrived with a moved RSS bucket.
+    pub(crate) moved_in: AtomicU64,
+    /// Requests that reached a connection's old core after it moved, given
+    /// back to the thread to send again.
+    pub(crate) bounced: AtomicU64,
 }
 
 /// What the relays of a service share about its application threads.
@@ -99,7 +127,7 @@ pub(crate) struct Threads {
     pub(crate) beats: Vec<Arc<AtomicU64>>,
     pub(crate) epoch: Instant,
     pub(crate) stall_after: Duration,
-    pub(crate) orphaned: Arc<AtomicU64>,
+    pub(crate) counts: Arc<RelayCounts>,
 }
 
 impl Relay {
@@ -122,13 +150,14 @@ impl Relay {
             epoch: threads.epoch,
             stall_after: threads.stall_after,
             dead: vec![false; n],
-            orphaned: threads.orphaned,
+            counts: threads.counts,
             core,
             owner,
             requests,
             wake,
             conns: HashMap::new(),
             connecting: HashMap::new(),
+            moved: HashMap::new(),
             pool: Vec::new(),
         }
     }
@@ -261,6 +290,7 @@ impl Relay {
                 continue;
             }
             self.dead[t] = true;
+            self.moved.retain(|_, thread| *thread as usize != t);
             let conns: Vec<ConnHandle> = self
                 .conns
                 .iter()
@@ -276,7 +306,7 @@ impl Relay {
             for c in conns {
                 self.conns.remove(&c);
                 // Counted before the reset goes out.
-                self.orphaned.fetch_add(1, Ordering::Relaxed);
+                self.counts.orphaned.fetch_add(1, Ordering::Relaxed);
                 let _ = net.abort(c);
                 self.tell(
                     t as u32,
@@ -288,14 +318,26 @@ impl Relay {
             }
             for (c, token) in opening {
                 self.connecting.remove(&c);
-                self.orphaned.fetch_add(1, Ordering::Relaxed);
+                self.counts.orphaned.fetch_add(1, Ordering::Relaxed);
                 let _ = net.abort(c);
                 self.tell(t as u32, ToApp::ConnectFailed { token });
             }
         }
     }
 
-    fn request(&mut self, net: &mut dyn Net, m: ToCore) {
+    fn request(&mut self, net: &mut dyn Net, mut m: ToCore) {
+        if let Some(&mut conn) = m.conn_mut() {
+            if let ToCore::Settle { thread, .. } = m {
+                self.moved.remove(&conn);
+                self.tell(thread, ToApp::Settled { conn });
+                return;
+            }
+            if let Some(&thread) = self.moved.get(&conn) {
+                self.counts.bounced.fetch_add(1, Ordering::Relaxed);
+                self.tell(thread, ToApp::Bounced { conn, request: m });
+                return;
+            }
+        }
         match m {
             ToCore::Connect {
                 thread,
@@ -360,6 +402,7 @@ impl Relay {
                     self.pool.push(buf);
                 }
             }
+            ToCore::Settle { .. } => unreachable!("answered above"),
         }
     }
 }
@@ -385,7 +428,7 @@ impl ConnHandler for Relay {
             return;
         };
         if self.dead[self.owner as usize] {
-            self.orphaned.fetch_add(1, Ordering::Relaxed);
+            self.counts.orphaned.fetch_add(1, Ordering::Relaxed);
             let _ = net.abort(conn);
             return;
         }
@@ -435,6 +478,55 @@ impl ConnHandler for Relay {
         }
         if let Some(r) = self.conns.remove(&conn) {
             self.tell(r.thread, ToApp::Closed { conn, reason });
+        }
+    }
+
+    /// The connection moves to another core with its RSS bucket: its relay
+    /// state goes with it, and requests its thread still sends here are
+    /// bounced back to it until it settles (`ToCore::Settle`), so that
+    /// none is lost or overtaken.
+    fn on_export(&mut self, _net: &mut dyn Net, conn: ConnHandle) -> Option<ConnState> {
+        if let Some(relayed) = self.conns.remove(&conn) {
+            self.moved.insert(conn, relayed.thread);
+            return Some(Box::new(Exported::Open {
+                from: self.core,
+                old: conn,
+                relayed,
+            }));
+        }
+        let (thread, token) = self.connecting.remove(&conn)?;
+        Some(Box::new(Exported::Opening { thread, token }))
+    }
+
+    /// A connection moved here: its thread learns its new name before
+    /// anything else of it from this core, then what its stack holds goes
+    /// on as before the move.
+    fn on_import(&mut self, net: &mut dyn Net, conn: ConnHandle, state: Option<ConnState>) {
+        let Some(exported) = state.and_then(|s| s.downcast::<Exported>().ok()) else {
+            // Not one of ours: nobody would serve it.
+            let _ = net.abort(conn);
+            return;
+        };
+        match *exported {
+            Exported::Opening { thread, token } => {
+                self.connecting.insert(conn, (thread, token));
+            }
+            Exported::Open { from, old, relayed } => {
+                self.counts.moved_in.fetch_add(1, Ordering::Relaxed);
+                let thread = relayed.thread;
+                self.conns.insert(conn, relayed);
+                self.tell(thread, ToApp::Moved { from, old, conn });
+                if self.dead[thread as usize] {
+                    self.conns.remove(&conn);
+                    self.counts.orphaned.fetch_add(1, Ordering::Relaxed);
+                    let _ = net.abort(conn);
+                    let reason = CloseReason::Aborted;
+                    self.tell(thread, ToApp::Closed { conn, reason });
+                    return;
+                }
+                self.push(net, conn);
+                self.pull(net, conn);
+            }
         }
     }
 

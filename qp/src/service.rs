@@ -11,7 +11,7 @@ use flowlane_app::{Dispatcher, Error, Placement, Setup, SynFilter};
 
 use crate::app_net::{CoreLink, QpNet};
 use crate::app_thread::{AppPort, AppThread};
-use crate::relay::{Mailboxes, Relay, Threads, WakeSlot};
+use crate::relay::{Mailboxes, Relay, RelayCounts, Threads, WakeSlot};
 
 /// Clears a thread's flag when the thread ends, by returning or by a panic.
 struct AliveGuard(Arc<AtomicBool>);
@@ -57,7 +57,7 @@ fn owner(cores: &[Placement], threads: &[Placement], core: usize) -> u32 {
 pub struct QueuePairs {
     stop: Arc<AtomicBool>,
     alive: Vec<Arc<AtomicBool>>,
-    orphaned: Arc<AtomicU64>,
+    counts: Arc<RelayCounts>,
     refused: Arc<AtomicU64>,
     threads: Mutex<Vec<(u32, JoinHandle<()>)>>,
     relays: Mutex<Vec<Option<Relay>>>,
@@ -128,7 +128,7 @@ impl QueuePairs {
         let alive: Vec<Arc<AtomicBool>> = (0..nthreads)
             .map(|_| Arc::new(AtomicBool::new(true)))
             .collect();
-        let orphaned = Arc::new(AtomicU64::new(0));
+        let counts = Arc::new(RelayCounts::default());
         let refused = Arc::new(AtomicU64::new(0));
         let epoch = Instant::now();
         let beats: Vec<Arc<AtomicU64>> =
@@ -242,7 +242,7 @@ impl QueuePairs {
             beats,
             epoch,
             stall_after: config.stall_after,
-            orphaned: orphaned.clone(),
+            counts: counts.clone(),
         };
         let relays = requests
             .into_iter()
@@ -262,7 +262,7 @@ impl QueuePairs {
         let qp = QueuePairs {
             stop,
             alive,
-            orphaned,
+            counts,
             refused,
             threads: Mutex::new(threads),
             relays: Mutex::new(relays),
@@ -326,7 +326,20 @@ impl QueuePairs {
     /// Connections the cores reset because their application thread died
     /// (or was dead when they arrived).
     pub fn orphaned(&self) -> u64 {
-        self.orphaned.load(Ordering::Relaxed)
+        self.counts.orphaned.load(Ordering::Relaxed)
+    }
+
+    /// Connections that reached another core with their RSS bucket (the
+    /// rebalancer moved it), their relay state with them.
+    pub fn moved(&self) -> u64 {
+        self.counts.moved_in.load(Ordering::Relaxed)
+    }
+
+    /// Requests an application thread sent to a connection's old core
+    /// after it moved: given back to the thread and sent again, in order,
+    /// to the new core.
+    pub fn bounced(&self) -> u64 {
+        self.counts.bounced.load(Ordering::Relaxed)
     }
 
     /// Stops the application threads (stop the network backend first);

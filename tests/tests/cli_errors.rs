@@ -602,7 +602,7 @@ fn nic_rss_on_a_nic_without_rss_is_one_line() {
 }
 
 #[test]
-fn the_other_models_refuse_what_only_run_to_completion_on_xdp_does() {
+fn the_kernel_backend_refuses_what_only_xdp_does() {
     // clap's own message for a choice, with the choices.
     let o = flowlane(&["echo-server", "--backend", "dpdk"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
@@ -614,8 +614,16 @@ fn the_other_models_refuse_what_only_run_to_completion_on_xdp_does() {
     let o = flowlane(&["echo-server", "--backend", "kernel", "--rebalance", "auto"]);
     one_line_error(&o, "--rebalance needs --backend xdp");
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    let o = flowlane(&["echo-server", "--mode", "queue-pair", "--rebalance", "auto"]);
-    one_line_error(&o, "--rebalance needs --mode rtc");
+    let o = flowlane(&[
+        "echo-server",
+        "--backend",
+        "kernel",
+        "--mode",
+        "queue-pair",
+        "--rebalance",
+        "auto",
+    ]);
+    one_line_error(&o, "--rebalance needs --backend xdp");
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     usage_error(
         &["echo-server", "--mode", "queue-pair", "--app-threads", "0"],

@@ -244,45 +244,59 @@ fn a_skewed_start_is_rebalanced_without_loss_or_reset() {
 }
 
 /// A move of a random bucket in use every 10 ms while `conns` kernel
-/// senders send `load`: at least `min_moves` moves, nothing lost (every
-/// transfer's sha256 checked), no reset, no failed import, and the senders
-/// saw no reordering.
-fn storm(tag: &str, conns: usize, load: Load, min_moves: usize) {
+/// senders send `load` (into a sink started with `flags` too): at least
+/// `min_moves` moves, nothing lost (every transfer's sha256 checked), no
+/// reset, no failed import, and the senders saw no reordering.
+fn storm(tag: &str, conns: usize, load: Load, min_moves: usize, flags: &[&str]) -> Run {
     let bed = Bed::up(tag, 2);
-    let r = run(&bed, conns, load, &["--rebalance-storm-ms", "10"]);
-    let ok: Vec<_> = r
-        .moves
-        .iter()
-        .filter(|m| m.get("error").is_none())
-        .collect();
-    assert!(
-        ok.len() >= min_moves,
-        "only {} moves: {:?}",
-        ok.len(),
-        r.moves
-    );
-    assert!(
-        ok.iter().any(|m| m["connections"].as_u64().unwrap() > 0),
-        "no move carried a connection"
-    );
-    for q in queues(&r.lines) {
-        assert_eq!(q["tcp"]["resets_out"], 0, "{q}");
-        assert_eq!(q["tcp"]["import_failed"], 0, "{q}");
-        assert_eq!(q["tcp"]["hold_timeouts"], 0, "{q}");
-    }
-    let late: u64 = queues(&r.lines)
-        .iter()
-        .map(|q| q["tcp"]["frames_forwarded_late"].as_u64().unwrap_or(0))
-        .sum();
+    let flags = [&["--rebalance-storm-ms", "10"], flags].concat();
+    let r = run(&bed, conns, load, &flags);
+    stormed_cleanly(&r.moves, &r.lines, min_moves);
     eprintln!(
-        "{} moves, {late} frames forwarded late; senders {:?}",
-        ok.len(),
+        "senders {:?}",
         r.peer
             .iter()
             .filter(|(k, _)| k.contains("Retrans") || k.contains("Reorder"))
             .collect::<Vec<_>>()
     );
     no_reordering_seen(&r);
+    r
+}
+
+/// Queue-pair mode's part of the summary: the application threads'
+/// connections moved with their buckets (at least one), and none orphaned.
+fn queue_pair_moved(lines: &[Value]) -> Value {
+    let s = lines
+        .iter()
+        .find(|v| v["event"] == "summary")
+        .expect("summary line");
+    let qp = s["queue_pair"].clone();
+    assert!(qp["connections_moved"].as_u64().unwrap() > 0, "{qp}");
+    assert_eq!(qp["connections_orphaned"], 0, "{qp}");
+    eprintln!("queue pairs: {qp}");
+    qp
+}
+
+/// A storm's moves: at least `min_moves` done, some carrying connections;
+/// no queue reset a connection, failed an import or stopped holding on a
+/// timeout.
+fn stormed_cleanly(moves: &[Value], lines: &[Value], min_moves: usize) {
+    let ok: Vec<_> = moves.iter().filter(|m| m.get("error").is_none()).collect();
+    assert!(ok.len() >= min_moves, "only {} moves: {moves:?}", ok.len());
+    assert!(
+        ok.iter().any(|m| m["connections"].as_u64().unwrap() > 0),
+        "no move carried a connection"
+    );
+    for q in queues(lines) {
+        assert_eq!(q["tcp"]["resets_out"], 0, "{q}");
+        assert_eq!(q["tcp"]["import_failed"], 0, "{q}");
+        assert_eq!(q["tcp"]["hold_timeouts"], 0, "{q}");
+    }
+    let late: u64 = queues(lines)
+        .iter()
+        .map(|q| q["tcp"]["frames_forwarded_late"].as_u64().unwrap_or(0))
+        .sum();
+    eprintln!("{} moves, {late} frames forwarded late", ok.len());
 }
 
 #[test]
@@ -290,7 +304,107 @@ fn a_rebalancing_storm_loses_and_resets_nothing() {
     if !require_root("a_rebalancing_storm_loses_and_resets_nothing") {
         return;
     }
-    storm("rbst", 8, Load::Bytes(16 << 20), 10);
+    let _ = storm("rbst", 8, Load::Bytes(16 << 20), 10, &[]);
+}
+
+/// The storm in queue-pair mode: the sink's handlers run on application
+/// threads, and each connection's relay state (credit, unsent requests)
+/// moves with its bucket; requests a thread sent to the old core after
+/// the move are bounced back to it and sent again to the new one in order.
+#[test]
+fn a_rebalancing_storm_in_queue_pair_mode_loses_and_resets_nothing() {
+    if !require_root("a_rebalancing_storm_in_queue_pair_mode_loses_and_resets_nothing") {
+        return;
+    }
+    let r = storm(
+        "rbqp",
+        8,
+        Load::Bytes(16 << 20),
+        10,
+        &["--mode", "queue-pair"],
+    );
+    queue_pair_moved(&r.lines);
+}
+
+/// Kernel clients (python3, peer namespace): `argv[2]` connections to the
+/// echo server at `argv[1]`, each sending `argv[3]` bytes of its own random
+/// data while another thread reads the echo, then half-closing; prints
+/// `ok` per connection whose echo is byte for byte what it sent, or what
+/// differed.
+const ECHO_PARALLEL: &str = r#"
+import hashlib, os, socket, sys, threading
+host, n, total = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+out = []
+def one(i):
+    s = socket.create_connection((host, 7), timeout=60)
+    sent_h, got_h, got = hashlib.sha256(), hashlib.sha256(), [0]
+    def reader():
+        while True:
+            b = s.recv(1 << 16)
+            if not b:
+                break
+            got_h.update(b)
+            got[0] += len(b)
+    t = threading.Thread(target=reader)
+    t.start()
+    block = bytearray(os.urandom(1 << 16))
+    sent = 0
+    while sent < total:
+        k = min(len(block), total - sent)
+        block[0:8] = (sent + (i << 48)).to_bytes(8, 'little')
+        chunk = bytes(block[:k])
+        s.sendall(chunk)
+        sent_h.update(chunk)
+        sent += k
+    s.shutdown(socket.SHUT_WR)
+    t.join()
+    s.close()
+    same = got[0] == sent and got_h.digest() == sent_h.digest()
+    out.append('ok' if same else 'conn %d: sent %d, echoed %d' % (i, sent, got[0]))
+ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+print('\n'.join(out))
+"#;
+
+/// The storm under an echo server in queue-pair mode: the application
+/// threads send as much as they receive, so sends, completions and
+/// closes cross every move too; every connection's echo is what it sent.
+#[test]
+fn echoes_survive_a_rebalancing_storm_in_queue_pair_mode() {
+    if !require_root("echoes_survive_a_rebalancing_storm_in_queue_pair_mode") {
+        return;
+    }
+    let bed = Bed::up("rbqe", 2);
+    let args = [
+        "echo-server",
+        "--port",
+        "7",
+        "--mode",
+        "queue-pair",
+        "--rebalance-storm-ms",
+        "10",
+    ];
+    let app = start(&bed, &args, 240);
+    let out = peer_py(
+        &bed,
+        200,
+        ECHO_PARALLEL,
+        &["10.99.0.1", "8", &(8 << 20).to_string()],
+    );
+    let (lines, stderr) = app.stop_with_stderr();
+    let verdicts: Vec<&str> = out.lines().collect();
+    assert_eq!(verdicts.len(), 8, "every client finished: {out}");
+    assert!(verdicts.iter().all(|v| *v == "ok"), "{out}");
+    let moves: Vec<Value> = stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["event"] == "move")
+        .collect();
+    stormed_cleanly(&moves, &lines, 10);
+    queue_pair_moved(&lines);
 }
 
 /// The issue's soak: a minute of moves every 10 ms under load (about
@@ -301,7 +415,7 @@ fn soak_a_minute_long_rebalancing_storm() {
     if !require_root("soak_a_minute_long_rebalancing_storm") {
         return;
     }
-    storm("rbsk", 8, Load::Seconds(60), 1_000);
+    let _ = storm("rbsk", 8, Load::Seconds(60), 1_000, &[]);
 }
 
 /// `flowlane rebalance <args>`, which must succeed; its stdout.

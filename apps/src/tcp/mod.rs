@@ -443,17 +443,6 @@ fn serve_with(
     })
 }
 
-/// Queue-pair mode can move no connection between cores yet.
-fn refuse_rebalance_with_queue_pairs(c: &Common) -> Result<()> {
-    if c.rebalance.mode().is_some() {
-        bail!(
-            "--rebalance needs --mode rtc (queue-pair mode does not move connections \
-             between cores yet)"
-        );
-    }
-    Ok(())
-}
-
 /// Runs the backend with queue-pair mode's relays on its cores (the
 /// handlers run on `qp`'s application threads), then stops `qp`.
 fn serve_queue_pairs(run: Run<'_>, qp: QueuePairs) -> Result<()> {
@@ -530,7 +519,7 @@ fn start_queue_pairs(
 
 /// Queue-pair mode's cores and application threads, placed.
 fn queue_pair_config(c: &Common) -> Result<QueuePairConfig> {
-    refuse_rebalance_with_queue_pairs(c)?;
+    refuse_what_kernel_sockets_lack(c)?;
     let n = cores(c)?;
     let threads = app_threads(c)?;
     let placed =
@@ -602,6 +591,8 @@ fn queue_pair_json(qp: Option<&QueuePairs>) -> Value {
         json!({"app_threads": q.app_threads(),
                "dead_threads": q.dead_threads(),
                "connections_orphaned": q.orphaned(),
+               "connections_moved": q.moved(),
+               "requests_bounced": q.bounced(),
                "application_refused": q.application_refused()})
     })
 }
@@ -750,6 +741,23 @@ fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
     r
 }
 
+/// The flags only the AF_XDP backend has a meaning for, refused with the
+/// kernel backend (before anything starts).
+fn refuse_what_kernel_sockets_lack(c: &Common) -> Result<()> {
+    if c.backend != Backend::Kernel {
+        return Ok(());
+    }
+    if c.rebalance.mode().is_some() {
+        bail!("--rebalance needs --backend xdp (kernel sockets have no RSS buckets to move)");
+    }
+    if c.workers.is_some() {
+        bail!(
+            "--workers needs --backend xdp (kernel sockets: one loop per core, --queues of them)"
+        );
+    }
+    Ok(())
+}
+
 /// Runs `setup`'s handlers on kernel sockets: one pinned loop per core,
 /// each with its own `SO_REUSEPORT` listeners.
 fn serve_kernel(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
@@ -761,14 +769,7 @@ fn serve_kernel(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
         results,
         ..
     } = run;
-    if c.rebalance.mode().is_some() {
-        bail!("--rebalance needs --backend xdp (kernel sockets have no RSS buckets to move)");
-    }
-    if c.workers.is_some() {
-        bail!(
-            "--workers needs --backend xdp (kernel sockets: one loop per core, --queues of them)"
-        );
-    }
+    refuse_what_kernel_sockets_lack(c)?;
     let n = cores(c)?;
     let placed =
         machine_placement(None, n as usize, None).with_context(|| format!("placing {n} cores"))?;

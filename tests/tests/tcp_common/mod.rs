@@ -177,6 +177,12 @@ impl App {
         self.wait(Duration::from_secs(20))
     }
 
+    /// As [`App::stop`], with what it wrote on stderr.
+    pub(crate) fn stop_with_stderr(self) -> (Vec<Value>, String) {
+        terminate(self.child.as_ref().unwrap());
+        self.wait_with_stderr(Duration::from_secs(20))
+    }
+
     fn lines(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.stdout)
             .unwrap_or_default()
