@@ -18,6 +18,19 @@
 //! totals (or `--toggle-collect='*Stack*handle_segment*'` for the receive
 //! path alone).
 //!
+//! Set-up on a warm stack (`warm` as a third argument): a first transfer
+//! over as many connections runs to its end unmeasured, so that the
+//! stacks' slabs, tables and pools have grown and hold what closed
+//! connections gave back; then the same transfer again from other ports,
+//! delivered through `sim_deliver_to_b_measured` (the figures printed are
+//! this second one's) — the cost of a connection's life on a server that
+//! has served as many before, without a cold stack's growth:
+//!
+//! ```text
+//! valgrind --tool=callgrind --toggle-collect='*sim_deliver_to_b_measured*' \
+//!     target/release/examples/sim_bulk 10000 2896 lend warm
+//! ```
+//!
 //! Steady state (`steady` as the third argument): every connection is
 //! opened and warmed up first (each has received data, and 16 KiB per
 //! connection have arrived in all), then
@@ -55,7 +68,7 @@ fn main() {
         .unwrap_or(4_000_000 / conns.max(1) as u64);
     let modes: Vec<String> = args.collect();
     let has = |m: &str| modes.iter().any(|a| a == m);
-    let (fixed, steady, lend) = (has("fixed"), has("steady"), has("lend"));
+    let (fixed, steady, lend, warm) = (has("fixed"), has("steady"), has("lend"), has("warm"));
     if steady {
         return run_steady(conns, bytes, lend);
     }
@@ -83,29 +96,74 @@ fn main() {
         sim.lend_to_b();
     }
     let mut bulk = Bulk::start(&mut sim, conns, bytes, 0);
-    let limit = sim.now + Duration::from_secs(3600);
-    let done = sim.run_until(limit, |s| {
-        bulk.on_step(s);
-        bulk.finished()
-    });
-    assert!(done, "transfer did not finish");
-    assert!(bulk.errors.is_empty(), "{:?}", bulk.errors);
-    let rx = sim.b.stats();
-    let tx = sim.a.stats();
+    let run = |sim: &mut Sim, bulk: &mut Bulk| {
+        let limit = sim.now + Duration::from_secs(3600);
+        let done = sim.run_until(limit, |s| {
+            bulk.on_step(s);
+            bulk.finished()
+        });
+        assert!(done, "transfer did not finish");
+        assert!(bulk.errors.is_empty(), "{:?}", bulk.errors);
+    };
+    run(&mut sim, &mut bulk);
+    let (rx0, tx0, t0) = (*sim.b.stats(), *sim.a.stats(), sim.now);
+    if warm {
+        let mut again = Bulk::another(
+            &mut sim,
+            conns,
+            bytes,
+            0,
+            sim::CLIENT_PORT_BASE + conns as u16,
+        );
+        sim.measure = true;
+        run(&mut sim, &mut again);
+        sim.measure = false;
+    }
+    // The measured transfer's figures: the second's when warm.
+    let (rx, tx) = (sim.b.stats(), sim.a.stats());
+    let since = |now: u64, then: u64| if warm { now - then } else { now };
     println!("connections            {conns}");
     println!("bytes per connection   {bytes}");
-    println!("data segments received {}", rx.data_segments_in);
-    println!("segments received (B)  {}", rx.segments_in);
-    println!("segments received (A)  {}", tx.segments_in);
-    println!("retransmits            {}", tx.retransmits);
-    println!("out of order (B)       {}", rx.out_of_order);
-    println!("predicted (B)          {}", rx.predicted);
-    println!("virtual time           {:?}", sim.now);
+    if warm {
+        println!("mode                   warm (as many connections served first)");
+    }
+    println!(
+        "data segments received {}",
+        since(rx.data_segments_in, rx0.data_segments_in)
+    );
+    println!(
+        "segments received (B)  {}",
+        since(rx.segments_in, rx0.segments_in)
+    );
+    println!(
+        "segments received (A)  {}",
+        since(tx.segments_in, tx0.segments_in)
+    );
+    println!(
+        "retransmits            {}",
+        since(tx.retransmits, tx0.retransmits)
+    );
+    println!(
+        "out of order (B)       {}",
+        since(rx.out_of_order, rx0.out_of_order)
+    );
+    println!(
+        "predicted (B)          {}",
+        since(rx.predicted, rx0.predicted)
+    );
+    if warm {
+        println!("virtual time           {:?}", sim.now.saturating_since(t0));
+    } else {
+        println!("virtual time           {:?}", sim.now);
+    }
     println!(
         "buffer auto-tuning     {}",
         if fixed { "off" } else { "on" }
     );
-    println!("payloads kept (B)      {}", rx.frames_kept);
+    println!(
+        "payloads kept (B)      {}",
+        since(rx.frames_kept, rx0.frames_kept)
+    );
 }
 
 /// The steady-state mode (see the module documentation).

@@ -827,6 +827,8 @@ pub struct Bulk {
     /// Data segments B received (for per-segment cost figures).
     chunk: Vec<u8>,
     tx: Vec<u8>,
+    /// A's first port (connection `i` comes from `port_base + i`).
+    port_base: u16,
 }
 
 pub const SERVER_PORT: u16 = 80;
@@ -837,10 +839,21 @@ impl Bulk {
         sim.b
             .listen(SocketAddr::new(B_IP, SERVER_PORT))
             .expect("listen");
+        Self::another(sim, conns, a_to_b, b_to_a, CLIENT_PORT_BASE)
+    }
+
+    /// Another transfer to B's listener (a [`Bulk::start`] opened it),
+    /// from A's ports `port_base..`: on stacks that served one before (a
+    /// warm stack).
+    pub fn another(sim: &mut Sim, conns: usize, a_to_b: u64, b_to_a: u64, port_base: u16) -> Self {
+        assert!(
+            usize::from(port_base) + conns <= usize::from(u16::MAX),
+            "A's ports run out"
+        );
         let mut a = vec![Peer::default(); conns];
         let mut a_index = Vec::new();
         for (i, p) in a.iter_mut().enumerate() {
-            let local = SocketAddr::new(A_IP, CLIENT_PORT_BASE + i as u16);
+            let local = SocketAddr::new(A_IP, port_base + i as u16);
             let h = sim
                 .a
                 .connect(sim.now, local, SocketAddr::new(B_IP, SERVER_PORT))
@@ -866,6 +879,7 @@ impl Bulk {
             late_resets: 0,
             chunk: vec![0; 16384],
             tx: vec![0; 16384],
+            port_base,
         }
     }
 
@@ -1050,7 +1064,7 @@ impl Bulk {
         let h = match e {
             Event::Accepted { conn, .. } => {
                 let port = sim.b.four_tuple(conn).expect("tuple").remote.port();
-                let i = (port - CLIENT_PORT_BASE) as usize;
+                let i = (port - self.port_base) as usize;
                 let idx = conn.index() as usize;
                 if self.b_index.len() <= idx {
                     self.b_index.resize(idx + 1, usize::MAX);
