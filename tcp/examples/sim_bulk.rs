@@ -106,7 +106,12 @@ fn main() {
         assert!(bulk.errors.is_empty(), "{:?}", bulk.errors);
     };
     run(&mut sim, &mut bulk);
-    let (rx0, tx0, t0) = (*sim.b.stats(), *sim.a.stats(), sim.now);
+    // The measured transfer's figures: the second's when warm.
+    let (rx0, tx0, t0) = if warm {
+        (*sim.b.stats(), *sim.a.stats(), sim.now)
+    } else {
+        (Default::default(), Default::default(), sim.now)
+    };
     if warm {
         let mut again = Bulk::another(
             &mut sim,
@@ -119,38 +124,25 @@ fn main() {
         run(&mut sim, &mut again);
         sim.measure = false;
     }
-    // The measured transfer's figures: the second's when warm.
     let (rx, tx) = (sim.b.stats(), sim.a.stats());
-    let since = |now: u64, then: u64| if warm { now - then } else { now };
     println!("connections            {conns}");
     println!("bytes per connection   {bytes}");
     if warm {
         println!("mode                   warm (as many connections served first)");
     }
-    println!(
-        "data segments received {}",
-        since(rx.data_segments_in, rx0.data_segments_in)
-    );
-    println!(
-        "segments received (B)  {}",
-        since(rx.segments_in, rx0.segments_in)
-    );
-    println!(
-        "segments received (A)  {}",
-        since(tx.segments_in, tx0.segments_in)
-    );
-    println!(
-        "retransmits            {}",
-        since(tx.retransmits, tx0.retransmits)
-    );
-    println!(
-        "out of order (B)       {}",
-        since(rx.out_of_order, rx0.out_of_order)
-    );
-    println!(
-        "predicted (B)          {}",
-        since(rx.predicted, rx0.predicted)
-    );
+    for (label, value) in [
+        (
+            "data segments received",
+            rx.data_segments_in - rx0.data_segments_in,
+        ),
+        ("segments received (B)", rx.segments_in - rx0.segments_in),
+        ("segments received (A)", tx.segments_in - tx0.segments_in),
+        ("retransmits", tx.retransmits - tx0.retransmits),
+        ("out of order (B)", rx.out_of_order - rx0.out_of_order),
+        ("predicted (B)", rx.predicted - rx0.predicted),
+    ] {
+        println!("{label:<22} {value}");
+    }
     if warm {
         println!("virtual time           {:?}", sim.now.saturating_since(t0));
     } else {
@@ -162,7 +154,7 @@ fn main() {
     );
     println!(
         "payloads kept (B)      {}",
-        since(rx.frames_kept, rx0.frames_kept)
+        rx.frames_kept - rx0.frames_kept
     );
 }
 
