@@ -112,3 +112,29 @@ fn hyper_on_tokio_s_own_listener_answers_the_same() {
     let summary = lines.iter().find(|v| v["event"] == "summary").unwrap();
     assert!(summary["process_cpu_ns"].as_u64().unwrap() > 0, "{summary}");
 }
+
+/// hyper and tokio on flowlane while a bucket in use moves every 10 ms:
+/// the connections move between cores under the tokio streams (queue-pair
+/// mode's relay state goes with them), and every answer arrives.
+#[test]
+fn hyper_on_flowlane_answers_through_a_rebalancing_storm() {
+    if !require_root("hyper_on_flowlane_answers_through_a_rebalancing_storm") {
+        return;
+    }
+    let bed = Bed::up("thr", 2);
+    let app = hyper_server(&bed, &["--rebalance-storm-ms", "10"]);
+    assert_eq!(hyper_client(&bed, 8, 500), 4_000);
+    let (lines, stderr) = app.stop_with_stderr();
+    let moves = stderr
+        .lines()
+        .filter(|l| l.contains(r#""event":"move""#) && !l.contains(r#""error""#))
+        .count();
+    let summary = lines.iter().find(|v| v["event"] == "summary").unwrap();
+    let qp = &summary["queue_pair"];
+    assert!(moves > 0, "no move: {stderr}");
+    assert!(qp["connections_moved"].as_u64().unwrap() > 0, "{summary}");
+    assert_eq!(qp["connections_orphaned"], 0, "{summary}");
+    let t = totals(&lines);
+    assert_eq!(t["resets_out"], 0, "{t}");
+    eprintln!("{moves} moves; {qp}");
+}
