@@ -312,8 +312,13 @@ impl QpNet {
                     .get(&old)
                     .and_then(|&i| self.conns.at_mut(i))
                 else {
-                    // Ended here meanwhile: nobody serves it.
+                    // Ended here meanwhile: nobody serves it, and the old
+                    // core may forget it.
                     self.pending[core as usize].push(ToCore::Abort { conn });
+                    self.pending[from as usize].push(ToCore::Settle {
+                        thread: self.thread,
+                        conn: old,
+                    });
                     return;
                 };
                 c.core = core;
@@ -342,17 +347,28 @@ impl QpNet {
                 let Some(c) = self.conns.at_mut(index) else {
                     return;
                 };
+                // Only the old core of the move being held ends it: a core
+                // the connection only passed through (moved on before the
+                // first move settled) was sent nothing to bounce.
+                if !c
+                    .moving
+                    .as_ref()
+                    .is_some_and(|m| m.from == core && m.old == conn)
+                {
+                    return;
+                }
                 let (Some(m), Some(now)) = (c.moving.take(), c.remote_handle) else {
                     return;
                 };
+                // Each named the connection as it was then (the old core's
+                // handle, or a core it has since left): the one it has now.
                 let to = &mut self.pending[c.core as usize];
-                for mut r in m.bounced {
+                for mut r in m.bounced.into_iter().chain(m.held) {
                     if let Some(h) = r.conn_mut() {
                         *h = now;
                     }
                     to.push(r);
                 }
-                to.extend(m.held);
             }
         }
     }
@@ -780,6 +796,45 @@ mod tests {
     }
 
     #[test]
+    fn a_second_move_before_the_first_settled_waits_for_the_first_old_core() {
+        let (mut net, rx) = net(3);
+        let (h0, h1, h2) = (
+            ConnHandle::from_parts(1, 1),
+            ConnHandle::from_parts(2, 1),
+            ConnHandle::from_parts(3, 1),
+        );
+        let h = accepted(&mut net, h0);
+        net.send(h, b"a").unwrap();
+        let _ = sent(&mut net, &rx[0]);
+        // Core 0 -> core 1 -> core 2 before core 0 settled.
+        let moved = |from, old, conn| ToApp::Moved { from, old, conn };
+        net.take(1, moved(0, h0, h1));
+        net.send(h, b"b").unwrap();
+        net.take(2, moved(1, h1, h2));
+        net.send(h, b"c").unwrap();
+        assert_eq!(sent(&mut net, &rx[1]), [(2, "settle".into())]);
+        // Core 1 answers first: it had nothing to bounce, nothing moves yet.
+        net.take(1, ToApp::Settled { conn: h1 });
+        assert!(sent(&mut net, &rx[2]).is_empty());
+        let a = ToCore::Send {
+            conn: h0,
+            bytes: b"a".to_vec(),
+        };
+        net.take(
+            0,
+            ToApp::Bounced {
+                conn: h0,
+                request: a,
+            },
+        );
+        net.take(0, ToApp::Settled { conn: h0 });
+        assert_eq!(
+            sent(&mut net, &rx[2]),
+            [(3, "a".into()), (3, "b".into()), (3, "c".into())]
+        );
+    }
+
+    #[test]
     fn a_connection_ended_before_its_move_was_told_is_reset_on_the_new_core() {
         let (mut net, rx) = net(2);
         let (old, new) = (ConnHandle::from_parts(1, 1), ConnHandle::from_parts(2, 1));
@@ -806,5 +861,7 @@ mod tests {
             matches!(to_new[..], [ToCore::Abort { conn }] if conn == new),
             "{to_new:?}"
         );
+        // And the old core hears it may forget the connection.
+        assert_eq!(sent(&mut net, &rx[0]), [(1, "settle".into())]);
     }
 }
