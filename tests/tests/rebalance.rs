@@ -251,7 +251,7 @@ fn storm(tag: &str, conns: usize, load: Load, min_moves: usize, flags: &[&str]) 
     let bed = Bed::up(tag, 2);
     let flags = [&["--rebalance-storm-ms", "10"], flags].concat();
     let r = run(&bed, conns, load, &flags);
-    stormed_cleanly(&r.moves, &r.lines, min_moves);
+    stormed_cleanly(&r.moves, &r.lines, min_moves, 0);
     eprintln!(
         "senders {:?}",
         r.peer
@@ -278,17 +278,21 @@ fn queue_pair_moved(lines: &[Value]) -> Value {
 }
 
 /// A storm's moves: at least `min_moves` done, some carrying connections;
-/// no queue reset a connection, failed an import or stopped holding on a
-/// timeout.
-fn stormed_cleanly(moves: &[Value], lines: &[Value], min_moves: usize) {
+/// no queue sent more than `max_resets` resets (see the echo storm), failed
+/// an import or stopped holding on a timeout.
+fn stormed_cleanly(moves: &[Value], lines: &[Value], min_moves: usize, max_resets: u64) {
     let ok: Vec<_> = moves.iter().filter(|m| m.get("error").is_none()).collect();
     assert!(ok.len() >= min_moves, "only {} moves: {moves:?}", ok.len());
     assert!(
         ok.iter().any(|m| m["connections"].as_u64().unwrap() > 0),
         "no move carried a connection"
     );
+    let resets: u64 = queues(lines)
+        .iter()
+        .map(|q| q["tcp"]["resets_out"].as_u64().unwrap())
+        .sum();
+    assert!(resets <= max_resets, "{resets} resets: {:?}", queues(lines));
     for q in queues(lines) {
-        assert_eq!(q["tcp"]["resets_out"], 0, "{q}");
         assert_eq!(q["tcp"]["import_failed"], 0, "{q}");
         assert_eq!(q["tcp"]["hold_timeouts"], 0, "{q}");
     }
@@ -403,7 +407,14 @@ fn echoes_survive_a_rebalancing_storm_in_queue_pair_mode() {
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|v| v["event"] == "move")
         .collect();
-    stormed_cleanly(&moves, &lines, 10);
+    // The server closes second here (LAST-ACK), often during a move: the
+    // client's ACK of its FIN can wait, held on the new queue, past the
+    // FIN's retransmission timer (a sub-millisecond path; the old queue
+    // settles for up to 20 ms), and the client then ACKs the retransmitted
+    // FIN again. Processed in order, the first ACK ends the connection and
+    // the duplicate finds none: an RST, as Linux sends, after every byte
+    // was echoed (checked above). At most one per connection.
+    stormed_cleanly(&moves, &lines, 10, 8);
     queue_pair_moved(&lines);
 }
 
