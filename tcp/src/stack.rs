@@ -628,7 +628,11 @@ impl Stack {
                 break;
             }
             let handle = self.handle(idx);
-            connections.push((handle, self.export_slot(idx, frames)));
+            // Pushed from inside: returned through `remove`, each snapshot
+            // (some 630 bytes) was copied twice more.
+            self.remove(idx, |c, lent| {
+                connections.push((handle, c.export(lent, frames)));
+            });
         }
         BucketExport {
             bucket,
@@ -652,7 +656,7 @@ impl Stack {
         self.set_bucket_away(bucket.bucket, false);
         let handles = bucket
             .connections
-            .into_iter()
+            .iter()
             .map(|(_, snap)| self.import_one(snap))
             .collect();
         for record in bucket.time_wait {
@@ -757,14 +761,23 @@ impl Stack {
         let mut conn = Connection::new_active(&self.cfg, &self.isn, tuple, now);
         conn.flags.set(Flags::ANNOUNCED);
         self.stats.active_opens += 1;
-        let idx = self.insert(conn, None);
+        let idx = self.insert(conn, None, hash);
         self.after(idx);
         Ok(self.handle(idx))
     }
 
-    fn insert(&mut self, conn: Connection, listener: Option<ListenerId>) -> u32 {
-        let tuple = conn.tuple;
-        let idx = match self.free.pop() {
+    fn insert(&mut self, conn: Connection, listener: Option<ListenerId>, hash: u64) -> u32 {
+        let idx = self.alloc_slot();
+        self.slots[idx as usize].conn = Some(conn);
+        self.place(idx, listener, hash);
+        idx
+    }
+
+    /// A free slot's index (the slab grows if none is free); the caller
+    /// puts a connection in it and calls [`Stack::place`], or gives it
+    /// back to `free`.
+    fn alloc_slot(&mut self) -> u32 {
+        match self.free.pop() {
             Some(i) => i,
             None => {
                 self.slots.push(Slot {
@@ -780,11 +793,21 @@ impl Stack {
                 });
                 (self.slots.len() - 1) as u32
             }
-        };
+        }
+    }
+
+    /// Does the bookkeeping of the connection just put in slot `idx`
+    /// (its tuple hashing to `hash`): its bucket, the table, the counts.
+    fn place(&mut self, idx: u32, listener: Option<ListenerId>, hash: u64) {
+        let tuple = self.slots[idx as usize]
+            .conn
+            .as_ref()
+            .expect("a connection was put in the slot")
+            .tuple;
+        debug_assert_eq!(hash, self.table.hash(&tuple));
         let bucket = self.bucket_for(&tuple);
         self.buckets.push(&mut self.slots, slot_link, idx, bucket);
         let slot = &mut self.slots[idx as usize];
-        slot.conn = Some(conn);
         slot.listener = SlotListener::of(listener);
         debug_assert!(!slot.wheel_pos.is_some());
         slot.wheel_deadline = Deadline::NONE;
@@ -796,7 +819,6 @@ impl Stack {
         self.sharing += usize::from(!conn.in_backlog());
         self.by_state[conn.state.index()] += 1;
         slot.counted = conn.state;
-        let hash = self.table.hash(&tuple);
         let slots = &self.slots;
         self.table.insert(hash, idx, |i| Self::tuple_at(slots, i));
         self.live += 1;
@@ -804,7 +826,6 @@ impl Stack {
         if let Some(Some(l)) = listener.and_then(|l| self.listeners.get_mut(l.0 as usize)) {
             l.live += 1;
         }
-        idx
     }
 
     /// The tuple of the live connection in slot `idx` (every slot the
@@ -1355,7 +1376,7 @@ impl Stack {
                 Verdict::Done | Verdict::Ack => return Delivery::Taken,
             }
         }
-        self.for_listener(tuple, repr, payload, ecn);
+        self.for_listener_hashed(hash, tuple, repr, payload, ecn);
         Delivery::Taken
     }
 
@@ -1365,8 +1386,22 @@ impl Stack {
     // TIME-WAIT connection, and it would otherwise grow the established path.
     #[inline(never)]
     fn for_listener(&mut self, tuple: FourTuple, repr: &TcpRepr, payload: &[u8], ecn: Ecn) {
+        let hash = self.table.hash(&tuple);
+        self.for_listener_hashed(hash, tuple, repr, payload, ecn);
+    }
+
+    /// [`Stack::for_listener`] for a tuple whose hash the caller computed
+    /// (the connection the listener makes goes into the table under it).
+    fn for_listener_hashed(
+        &mut self,
+        hash: u64,
+        tuple: FourTuple,
+        repr: &TcpRepr,
+        payload: &[u8],
+        ecn: Ecn,
+    ) {
         match self.listener_for(&tuple) {
-            Some(l) => self.on_listen_segment(l, tuple, repr, payload, ecn),
+            Some(l) => self.on_listen_segment(l, hash, tuple, repr, payload, ecn),
             _ => {
                 self.stats.no_connection += 1;
                 self.reset_for(tuple, repr, payload.len());
@@ -1453,6 +1488,7 @@ impl Stack {
     fn on_listen_segment(
         &mut self,
         l: ListenerId,
+        hash: u64,
         tuple: FourTuple,
         seg: &TcpRepr,
         payload: &[u8],
@@ -1463,7 +1499,7 @@ impl Stack {
             return;
         }
         if f.ack() {
-            if !self.accept_cookie(l, tuple, seg, payload, ecn) {
+            if !self.accept_cookie(l, hash, tuple, seg, payload, ecn) {
                 self.reset_for(tuple, seg, payload.len());
             }
             return;
@@ -1492,10 +1528,13 @@ impl Stack {
         }
         let crowded = listener.half_open >= self.cfg.listen_backlog / 4;
         listener.half_open += 1;
-        let mut conn = Connection::new_passive(&self.cfg, &self.isn, tuple, self.now, seg, crowded);
+        let idx = self.alloc_slot();
+        let slot = &mut self.slots[idx as usize].conn;
+        let conn =
+            Connection::new_passive_in(slot, &self.cfg, &self.isn, tuple, self.now, seg, crowded);
         conn.set_in_backlog(true);
         self.stats.passive_opens += 1;
-        let idx = self.insert(conn, Some(l));
+        self.place(idx, Some(l), hash);
         self.after(idx);
     }
 
@@ -1566,6 +1605,7 @@ impl Stack {
     fn accept_cookie(
         &mut self,
         l: ListenerId,
+        hash: u64,
         tuple: FourTuple,
         seg: &TcpRepr,
         payload: &[u8],
@@ -1616,7 +1656,7 @@ impl Stack {
             Connection::from_cookie(&self.cfg, &self.isn, tuple, self.now, &syn, ack - 1, window);
         self.stats.passive_opens += 1;
         self.stats.syn_cookies_accepted += 1;
-        let idx = self.insert(conn, Some(l));
+        let idx = self.insert(conn, Some(l), hash);
         self.with_conn(idx, |c, ctx| c.on_segment(ctx, seg, payload, ecn));
         true
     }
@@ -2025,10 +2065,10 @@ impl Stack {
     /// with no such listener, it is reported `Connected`.
     pub fn import(&mut self, now: Instant, snap: Snapshot) -> Result<ConnHandle, Error> {
         self.tick(now);
-        self.import_one(snap)
+        self.import_one(&snap)
     }
 
-    fn import_one(&mut self, snap: Snapshot) -> Result<ConnHandle, Error> {
+    fn import_one(&mut self, snap: &Snapshot) -> Result<ConnHandle, Error> {
         let tuple = snap.four_tuple();
         let hash = self.table.hash(&tuple);
         if self.find(hash, &tuple).is_some() {
@@ -2039,12 +2079,24 @@ impl Stack {
         if let Some(tw) = self.time_wait.find(hash, &tuple) {
             self.time_wait.remove(tw);
         }
-        let mut conn = Connection::import(&snap, &mut self.pool)?;
+        // Built in its slot: a connection is some 680 bytes, and moving it
+        // there through a `Result` cost two copies per connection.
+        let idx = self.alloc_slot();
+        let built =
+            Connection::import_into(snap, &mut self.pool, &mut self.slots[idx as usize].conn);
+        if let Err(e) = built {
+            self.free.push(idx);
+            return Err(e);
+        }
+        let conn = self.slots[idx as usize].conn.as_mut().expect("just built");
         let listener = if conn.is_passive() && !conn.flags.has(Flags::ANNOUNCED) {
+            // (`listener_for` borrows the stack: the flags are read first.)
+            let tuple = conn.tuple;
             self.listener_for(&tuple)
         } else {
             None
         };
+        let conn = self.slots[idx as usize].conn.as_mut().expect("just built");
         match listener {
             Some(l) if conn.in_backlog() => {
                 if let Some(Some(l)) = self.listeners.get_mut(l.0 as usize) {
@@ -2057,7 +2109,7 @@ impl Stack {
                 conn.flags.set(Flags::ANNOUNCED);
             }
         }
-        let idx = self.insert(conn, listener);
+        self.place(idx, listener, hash);
         self.after(idx);
         Ok(self.handle(idx))
     }

@@ -271,12 +271,27 @@ pub(crate) fn offered_wscale(cfg: &Config) -> u8 {
 
 impl Connection {
     fn blank(cfg: &Config, isn: &IsnGenerator, tuple: FourTuple, now: Instant) -> Self {
+        let mut out = None;
+        Self::blank_in(&mut out, cfg, isn, tuple, now);
+        out.expect("just built")
+    }
+
+    /// [`Connection::blank`] written into `out` (see
+    /// [`Connection::new_passive_in`]).
+    #[inline]
+    fn blank_in<'a>(
+        out: &'a mut Option<Connection>,
+        cfg: &Config,
+        isn: &IsnGenerator,
+        tuple: FourTuple,
+        now: Instant,
+    ) -> &'a mut Connection {
         let (iss, ts_offset) = isn.isn_and_ts_offset(&tuple, now);
         let mut flags = Flags::default();
         if !cfg.nagle {
             flags.set(Flags::NODELAY);
         }
-        let mut c = Connection {
+        let c = out.insert(Connection {
             tuple,
             state: State::Closed,
             flags,
@@ -365,7 +380,7 @@ impl Connection {
             rack: crate::rack::Rack::default(),
             send_buf: ChunkBuffer::new(cfg.send_buffer),
             recv_buf: RecvBuffer::new(cfg.recv_buffer),
-        };
+        });
         c.ts.rtt_floor = c.tsval(now);
         c
     }
@@ -404,7 +419,25 @@ impl Connection {
         syn: &TcpRepr,
         crowded: bool,
     ) -> Self {
-        let mut c = Self::blank(cfg, isn, tuple, now);
+        let mut out = None;
+        Self::new_passive_in(&mut out, cfg, isn, tuple, now, syn, crowded);
+        out.expect("just built")
+    }
+
+    /// [`Connection::new_passive`] built in `out` (a free slot): a
+    /// connection is some 680 bytes, and built on the stack and moved into
+    /// its slot it was copied twice more per passive open.
+    #[inline]
+    pub(crate) fn new_passive_in<'a>(
+        out: &'a mut Option<Connection>,
+        cfg: &Config,
+        isn: &IsnGenerator,
+        tuple: FourTuple,
+        now: Instant,
+        syn: &TcpRepr,
+        crowded: bool,
+    ) -> &'a mut Connection {
+        let c = Self::blank_in(out, cfg, isn, tuple, now);
         c.state = State::SynReceived;
         c.flags.set(Flags::PASSIVE);
         let half_open = if crowded {

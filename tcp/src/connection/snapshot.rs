@@ -100,8 +100,14 @@ impl Connection {
         }
     }
 
-    /// Rebuilds a connection from a snapshot, its buffers in `pool`'s chunks.
-    pub(crate) fn import(s: &Snapshot, pool: &mut ChunkPool) -> Result<Self, crate::Error> {
+    /// Rebuilds a connection from a snapshot into `out` (a free slot), its
+    /// buffers in `pool`'s chunks; `out` is left as it was if the
+    /// snapshot is not valid.
+    pub(crate) fn import_into(
+        s: &Snapshot,
+        pool: &mut ChunkPool,
+        out: &mut Option<Connection>,
+    ) -> Result<(), crate::Error> {
         if s.send_data.len() > s.send_capacity
             || s.recv_data.len() > s.recv_capacity.saturating_add(s.recv_headroom)
             || matches!(s.state, State::Closed | State::Listen)
@@ -144,7 +150,7 @@ impl Connection {
             return Err(crate::Error::InvalidSnapshot);
         }
         let compactable = s.state == State::TimeWait && s.flags.has(Flags::APP_CLOSED);
-        Ok(Connection {
+        *out = Some(Connection {
             tuple: s.tuple,
             state: s.state,
             flags: s.flags,
@@ -164,6 +170,7 @@ impl Connection {
             send_buf,
             recv_buf,
             user_data: s.user_data,
-        })
+        });
+        Ok(())
     }
 }
