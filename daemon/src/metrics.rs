@@ -166,6 +166,10 @@ const QUEUE_ROWS: &[QueueRow] = &[
     row!("flowlane_tcp_ecn_ce_received", "Segments received with an ECN Congestion Experienced mark.", C, [], |q| q.tcp.ce_received),
     row!("flowlane_tcp_buffer_memory_bytes", "Buffer memory the queue's connections hold now.", G, [], |q| q.tcp.buffer_memory),
     row!("flowlane_tcp_receive_memory_committed_bytes", "Receive memory committed now, of the stack's budget.", G, [], |q| q.tcp.recv_memory_committed),
+    row!("flowlane_tcp_memory_peak_bytes", "Kernel sockets: the most bytes of receive or send buffers the core's connections held at once (bounded by its memory limits).", G, ["direction" = "receive"], |q| q.tcp.rx_memory_peak),
+    row!("flowlane_tcp_memory_peak_bytes", "", G, ["direction" = "send"], |q| q.tcp.tx_memory_peak),
+    row!("flowlane_tcp_memory_waits", "Kernel sockets: reads that waited for receive memory, and writes taken in part for want of send memory.", C, ["direction" = "receive"], |q| q.tcp.rx_memory_waits),
+    row!("flowlane_tcp_memory_waits", "", C, ["direction" = "send"], |q| q.tcp.tx_memory_waits),
     row!("flowlane_rebalance_buckets_moved", "RSS buckets moved off (out) or onto (in) the queue, with their connections.", C, ["direction" = "out"], |q| q.tcp.buckets_out),
     row!("flowlane_rebalance_buckets_moved", "", C, ["direction" = "in"], |q| q.tcp.buckets_in),
     row!("flowlane_rebalance_frames_forwarded", "Frames of a moving bucket the queue forwarded to the bucket's new queue.", C, [], |q| q.tcp.frames_forwarded),
@@ -239,7 +243,8 @@ const NIC_ROWS: &[Row<InterfaceStats>] = &[
 
 /// Whether a kernel-socket service's cores know `row`'s value: their
 /// threads' CPU time, connections, opens, closes, bytes, resets, the
-/// buffer memory they hold and the refusals a socket backend makes. The rest (AF_XDP rings, segments,
+/// buffer memory they hold, its peaks and waits, and the refusals a socket
+/// backend makes. The rest (AF_XDP rings, segments,
 /// loss recovery, buckets, spill) belong to flowlane's data path and TCP,
 /// and are left out for such a service rather than shown as zero.
 fn kernel_knows(row: &QueueRow) -> bool {
@@ -252,7 +257,9 @@ fn kernel_knows(row: &QueueRow) -> bool {
         | "flowlane_tcp_resets_received"
         | "flowlane_tcp_resets_sent"
         | "flowlane_tcp_buffer_memory_bytes" => true,
-        "flowlane_tcp_connections" => kernel_only(row),
+        "flowlane_tcp_connections"
+        | "flowlane_tcp_memory_peak_bytes"
+        | "flowlane_tcp_memory_waits" => kernel_only(row),
         "flowlane_tcp_refused" => {
             matches!(
                 row.extra,
@@ -264,9 +271,13 @@ fn kernel_knows(row: &QueueRow) -> bool {
 }
 
 /// Whether `row` is shown for kernel-socket services alone: the
-/// connections a core holds open, which an AF_XDP service shows by state.
+/// connections a core holds open, which an AF_XDP service shows by state,
+/// and the cores' buffer memory peaks and waits (an AF_XDP stack's
+/// receive memory is its committed window, a row of its own).
 fn kernel_only(row: &QueueRow) -> bool {
-    row.name == "flowlane_tcp_connections" && row.extra == [("state", "open")]
+    (row.name == "flowlane_tcp_connections" && row.extra == [("state", "open")])
+        || row.name == "flowlane_tcp_memory_peak_bytes"
+        || row.name == "flowlane_tcp_memory_waits"
 }
 
 /// Appends `rows` as families (a new one whenever the name changes), each
@@ -678,6 +689,8 @@ mod tests {
                 in_time_wait: 2,
                 bytes_in: 4096,
                 syn_dropped: 3,
+                rx_memory_peak: 65_536,
+                tx_memory_waits: 5,
                 ..Default::default()
             },
         };
@@ -946,6 +959,33 @@ mod tests {
             assert_eq!(of(name, "42"), 2, "{name}");
         }
         assert_eq!(of("flowlane_tcp_connections{", "42"), 2, "open only");
+        // The cores' buffer memory peaks and waits, each way; an AF_XDP
+        // service has no such series (its budget is the committed window).
+        for name in [
+            "flowlane_tcp_memory_peak_bytes{",
+            "flowlane_tcp_memory_waits_total{",
+        ] {
+            assert_eq!(of(name, "42"), 4, "{name}: two directions a core");
+            assert_eq!(of(name, "41"), 0, "{name}");
+        }
+        assert_eq!(
+            line(
+                &page,
+                r#"flowlane_tcp_memory_peak_bytes{service="http-server",pid="42",queue="1",cpu="1",node="0",direction="receive"}"#
+            )
+            .rsplit(' ')
+            .next(),
+            Some("65536")
+        );
+        assert_eq!(
+            line(
+                &page,
+                r#"flowlane_tcp_memory_waits_total{service="http-server",pid="42",queue="0",cpu="0",node="0",direction="send"}"#
+            )
+            .rsplit(' ')
+            .next(),
+            Some("5")
+        );
         assert!(line(
             &page,
             r#"flowlane_tcp_connections{service="http-server",pid="42",queue="0""#

@@ -560,6 +560,19 @@ counters! {
         /// Received frames the stack holds now, unread (a gauge; at most a
         /// quarter of the queue's frames).
         frames_lent,
+        /// Kernel sockets only: the most bytes of receive buffers the
+        /// core's connections held at once (a gauge, bounded by its
+        /// receive memory).
+        rx_memory_peak,
+        /// Kernel sockets only: reads that waited for receive memory (the
+        /// connection left unread, so that the kernel's window closes).
+        rx_memory_waits,
+        /// Kernel sockets only: the most bytes of send buffers held at once
+        /// (a gauge, bounded by the core's send memory).
+        tx_memory_peak,
+        /// Kernel sockets only: writes taken only in part for want of send
+        /// memory (the application is told to wait for writable).
+        tx_memory_waits,
     }
 }
 

@@ -163,6 +163,36 @@ fn a_kernel_socket_service_registers_reports_and_answers_hints() {
         })
         .unwrap_or_else(|| panic!("{page_now}"));
     assert!(live.ends_with(" 1"), "{live}");
+    // The core's buffer memory: the echoed byte took one 64 KiB receive
+    // buffer on the hinted core (its peak), none on the other; no waits.
+    let series = |name: &str, q: usize, dir: &str| {
+        page_now
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!("{name}{{service=\"echo-server\""))
+                    && l.contains(&format!("queue=\"{q}\""))
+                    && l.contains(&format!("direction=\"{dir}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("{name} {q} {dir}: {page_now}"))
+    };
+    assert_eq!(
+        series("flowlane_tcp_memory_peak_bytes", queue, "receive"),
+        "65536"
+    );
+    assert_eq!(
+        series("flowlane_tcp_memory_peak_bytes", 1 - queue, "receive"),
+        "0"
+    );
+    assert_eq!(
+        series("flowlane_tcp_memory_waits_total", queue, "receive"),
+        "0"
+    );
+    assert_eq!(
+        series("flowlane_tcp_memory_waits_total", queue, "send"),
+        "0"
+    );
     assert!(
         !page_now
             .lines()
@@ -196,7 +226,21 @@ fn a_kernel_socket_service_registers_reports_and_answers_hints() {
 
     kill_and_reap(&mut client);
     let lines = echo.stop();
-    assert!(lines.iter().any(|l| l["event"] == "summary"));
+    let summary = lines
+        .iter()
+        .find(|l| l["event"] == "summary")
+        .expect("a summary");
+    let cores = summary["counters"]["queues"].as_array().expect("cores");
+    let core = cores
+        .iter()
+        .find(|c| c["queue"] == queue as u64)
+        .unwrap_or_else(|| panic!("{summary}"));
+    assert_eq!(core["tcp"]["rx_memory_peak"], 65536, "{summary}");
+    assert_eq!(core["tcp"]["rx_memory_waits"], 0, "{summary}");
+    assert_eq!(
+        summary["counters"]["total"]["tx_memory_waits"], 0,
+        "{summary}"
+    );
     assert!(!own.exists(), "the control socket goes with the service");
     let gone = within_10s(|| {
         (!page(&addr).contains("flowlane_service_info{service=\"echo-server\"")).then_some(())

@@ -36,6 +36,10 @@ fn tcp_counters(c: &CoreCounters) -> TcpCountersSnapshot {
         application_refused: c.application_refused,
         syn_refused: s.syn_refused,
         buffer_memory: c.buffer_memory as u64,
+        rx_memory_peak: c.rx_memory_peak as u64,
+        rx_memory_waits: c.rx_memory_waits,
+        tx_memory_peak: c.tx_memory_peak as u64,
+        tx_memory_waits: c.tx_memory_waits,
         ..Default::default()
     }
 }

@@ -864,11 +864,14 @@ impl Running for KernelRunning<'_> {
 }
 
 /// The kernel backend's counters in the summary's shape: totals, then per
-/// core (`queues[].queue`, `queues[].tcp`).
+/// core (`queues[].queue`, `queues[].tcp`, with the core's buffer memory
+/// peaks; the totals sum the waits, not the peaks, which are per core).
 fn kernel_counters_json(per_core: &[(u32, CoreCounters)]) -> Value {
     let one = |c: &CoreCounters| {
         let s = &c.stats;
         json!({
+            "rx_memory_waits": c.rx_memory_waits,
+            "tx_memory_waits": c.tx_memory_waits,
             "connections": c.connections,
             "passive_opens": s.passive_opens,
             "active_opens": s.active_opens,
@@ -896,14 +899,21 @@ fn kernel_counters_json(per_core: &[(u32, CoreCounters)]) -> Value {
         t.connection_limit_refused += s.connection_limit_refused;
         t.syn_refused += s.syn_refused;
         total.application_refused += c.application_refused;
+        total.rx_memory_waits += c.rx_memory_waits;
+        total.tx_memory_waits += c.tx_memory_waits;
     }
     json!({
         "total": one(&total),
-        "queues": per_core.iter().map(|(q, c)| json!({
-            "queue": q,
-            "worker_cpu_ns": worker_cpu_ns(*q),
-            "tcp": one(c),
-        })).collect::<Vec<_>>(),
+        "queues": per_core.iter().map(|(q, c)| {
+            let mut tcp = one(c);
+            tcp["rx_memory_peak"] = json!(c.rx_memory_peak);
+            tcp["tx_memory_peak"] = json!(c.tx_memory_peak);
+            json!({
+                "queue": q,
+                "worker_cpu_ns": worker_cpu_ns(*q),
+                "tcp": tcp,
+            })
+        }).collect::<Vec<_>>(),
     })
 }
 
