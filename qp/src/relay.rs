@@ -514,16 +514,18 @@ impl ConnHandler for Relay {
             Exported::Open { from, old, relayed } => {
                 self.counts.moved_in.fetch_add(1, Ordering::Relaxed);
                 let thread = relayed.thread;
-                self.conns.insert(conn, relayed);
                 self.tell(thread, ToApp::Moved { from, old, conn });
                 if self.dead[thread as usize] {
-                    self.conns.remove(&conn);
+                    // Its thread is gone: reset, as `bury` does. A thread
+                    // back from a stall hears of the end under the new
+                    // handle it was just told.
                     self.counts.orphaned.fetch_add(1, Ordering::Relaxed);
                     let _ = net.abort(conn);
                     let reason = CloseReason::Aborted;
                     self.tell(thread, ToApp::Closed { conn, reason });
                     return;
                 }
+                self.conns.insert(conn, relayed);
                 self.push(net, conn);
                 self.pull(net, conn);
             }
