@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Packs what `scripts/device-run.sh` needs on a lent machine that cannot
+# reach a package registry: the release `flowlane` and `flowlane-ttcp`,
+# stripped, and the shared libraries they (and `ip`) load that a bare image
+# may lack. The lent-device tool carries ignored paths of at most 64 MiB in
+# all; the kit is about 25 MiB.
+#
+#   scripts/device-kit.sh            # builds, then writes target/device-kit/
+#
+# Then, with the lent-device tool: carry ["target/device-kit"], command
+# "bash scripts/device-run.sh" (see that script).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -q -p flowlane-control -p flowlane-ttcp
+KIT=target/device-kit
+rm -rf "$KIT"
+mkdir -p "$KIT/bin" "$KIT/lib"
+for b in flowlane flowlane-ttcp; do
+  cp "target/release/$b" "$KIT/bin/$b"
+  strip "$KIT/bin/$b"
+done
+# `ip` runs `ip netns exec` for every bed; carried in case the image has none.
+if command -v ip >/dev/null; then
+  cp "$(command -v ip)" "$KIT/bin/ip"
+fi
+# Every library the binaries load except the C library's own (the lent
+# machine's loader must match its libc).
+for f in "$KIT"/bin/*; do
+  ldd "$f" | awk '$3 ~ /^\// {print $3}'
+done | sort -u | while read -r lib; do
+  case "$(basename "$lib")" in
+    libc.so.*|libm.so.*|libpthread.so.*|libdl.so.*|librt.so.*|ld-linux*) ;;
+    *) cp -L "$lib" "$KIT/lib/" ;;
+  esac
+done
+git rev-parse HEAD >"$KIT/commit"
+size=$(du -sm "$KIT" | cut -f1)
+echo "device kit: $KIT, ${size} MiB, commit $(cat "$KIT/commit")"
+if [ "$size" -ge 64 ]; then
+  echo "device-kit: ${size} MiB is over the 64 MiB the device tool carries" >&2
+  exit 1
+fi

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The measurements this 2-vCPU VM cannot make, prepared as one short run on a
+# lent multi-core machine (the workplace's device tool: no network, a fresh
+# image each start, about 15 minutes of device time per session, 10 per
+# command). Here both ends of the bed, the workers and the move controller
+# share two vCPUs; there they get cores of their own.
+#
+#   scripts/device-kit.sh                                   # here, first
+#   device tool: carry ["target/device-kit"], timeout_s 540,
+#                command "bash scripts/device-run.sh"
+#
+# Runs, each bounded so the whole stays under 9 minutes:
+#   1. machine facts (CPUs, kernel, root) into $OUT/facts.txt;
+#   2. `flowlane bench handoff --moves 300 --idle 0,100 --busy 0,4`: the move
+#      time per RSS bucket (issue 13's goal: p99 <= 100 us for a bucket of
+#      100 idle connections), JSON and table;
+#   3. the receive cells of the scale matrix at 1, 256 and 1 024 connections
+#      (issue 12), flowlane beside kernel TCP in the same run.
+# Writes under $OUT (default ./device-out); prints the tables at the end, so
+# that the tool's output tail holds them even if files do not come back.
+# Works here too (slowly, and measuring this VM): OUT=/tmp/d bash scripts/device-run.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+KIT=${KIT:-target/device-kit}
+OUT=${OUT:-device-out}
+mkdir -p "$OUT"
+if [ ! -x "$KIT/bin/flowlane" ]; then
+  echo "device-run: no $KIT/bin/flowlane: run scripts/device-kit.sh here and carry target/device-kit" >&2
+  exit 1
+fi
+if [ "$(id -u)" != 0 ]; then
+  echo "device-run: needs root (network namespaces, XDP)" >&2
+  exit 1
+fi
+KIT=$(cd "$KIT" && pwd)
+export LD_LIBRARY_PATH="$KIT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# The system's `ip` if it has one, else the kit's.
+command -v ip >/dev/null || export PATH="$PATH:$KIT/bin"
+F=$KIT/bin/flowlane
+T=$KIT/bin/flowlane-ttcp
+
+{
+  echo "kit commit: $(cat "$KIT/commit" 2>/dev/null)"
+  echo "date: $(date -u +%FT%TZ)"
+  echo "cpus: $(nproc)"
+  uname -r
+  lscpu 2>/dev/null | grep -E 'Model name|^CPU\(s\)|Thread|Core|Socket|NUMA|L2|L3' || true
+  echo "ip: $(command -v ip)"
+} >"$OUT/facts.txt" 2>&1
+cat "$OUT/facts.txt"
+if ! "$F" --version >"$OUT/version.txt" 2>&1; then
+  echo "device-run: the kit's flowlane does not start here: $(head -c 300 "$OUT/version.txt")" >&2
+  ldd "$F" >&2 || true
+  exit 1
+fi
+
+status=0
+echo "== handoff"
+if timeout 240 "$F" bench handoff --moves 300 --idle 0,100 --busy 0,4 --json \
+  >"$OUT/handoff.json" 2>"$OUT/handoff.err"; then
+  python3 - "$OUT/handoff.json" <<'PY' 2>/dev/null || cat "$OUT/handoff.json"
+import json, sys
+print("idle busy moves | move us p50 p99 max | export us p50 p99 | fwd mean max | held mean max | timeouts")
+for c in json.load(open(sys.argv[1])):
+    d, e, f, h = c["duration_us"], c["export_us"], c["frames_forwarded"], c["frames_held"]
+    print(f"{c['idle']:4} {c['busy']:4} {c['moves']:5} | {d[0]:8.0f} {d[1]:8.0f} {d[2]:8.0f} | "
+          f"{e[0]:7.0f} {e[1]:7.0f} | {f[0]:6.0f} {f[1]:5.0f} | {h[0]:6.0f} {h[1]:5.0f} | {c['hold_timeouts']}")
+PY
+else
+  status=1
+  echo "device-run: bench handoff failed: $(tail -c 400 "$OUT/handoff.err")"
+fi
+
+echo "== matrix (receiver, 64 KiB writes, no delay)"
+if timeout 240 "$T" matrix --flowlane "$F" --backends kernel,flowlane --roles receiver \
+  --conns 1,256,1024 --sizes 64k --delays 0 --latency-sizes 64 --seconds 3 \
+  --out "$OUT/matrix" >"$OUT/matrix.log" 2>&1; then
+  tail -n 30 "$OUT/matrix.log"
+else
+  status=1
+  echo "device-run: the matrix failed: $(tail -c 600 "$OUT/matrix.log")"
+fi
+exit $status
