@@ -2098,12 +2098,15 @@ impl Stack {
         };
         let conn = self.slots[idx as usize].conn.as_mut().expect("just built");
         match listener {
-            Some(l) if conn.in_backlog() => {
+            Some(l) => {
+                // Still half-open: it counts against this listener's
+                // backlog as it did against the old one's (the snapshot
+                // carries no such mark: the old listener let it go).
+                conn.set_in_backlog(true);
                 if let Some(Some(l)) = self.listeners.get_mut(l.0 as usize) {
                     l.half_open += 1;
                 }
             }
-            Some(_) => {}
             None => {
                 conn.set_in_backlog(false);
                 conn.flags.set(Flags::ANNOUNCED);

@@ -242,3 +242,63 @@ fn segments_of_an_away_bucket_are_handed_back_unanswered() {
     let n = s2.recv(h, &mut buf).unwrap();
     assert_eq!(&buf[..n], b"after the move");
 }
+
+#[test]
+fn a_half_open_connection_counts_against_the_backlog_where_it_moved() {
+    use flowlane_tcp::time::Instant;
+    let now = Instant::ZERO;
+    // One half-open connection fills the new stack's backlog (no cookies:
+    // a SYN past the backlog is dropped and counted).
+    let listener = |secret| {
+        let mut cfg = test_config(secret);
+        cfg.listen_backlog = 1;
+        cfg.syn_cookies = false;
+        let mut s = Stack::new(cfg);
+        s.set_buckets(BUCKETS, by_port).unwrap();
+        s.listen(SocketAddr::new(B_IP, 80)).unwrap();
+        s
+    };
+    let mut s1 = listener(2);
+    let mut client = Stack::new(test_config(5));
+    let c = client
+        .connect(
+            now,
+            SocketAddr::new(A_IP, 10_001),
+            SocketAddr::new(B_IP, 80),
+        )
+        .unwrap();
+    // The SYN reaches s1, whose SYN-ACK is lost: half-open there.
+    pass(&mut client, &mut s1, now, A_IP, B_IP);
+    while s1.poll_transmit(now, &mut [0u8; 2048]).is_some() {}
+    assert_eq!(s1.bucket_stats(1).connections, 1);
+    let mut s2 = listener(3);
+    let moved = s2.import_bucket(now, s1.export_bucket(1));
+    assert!(moved[0].is_ok());
+    // Another client's SYN finds the backlog full.
+    let mut late = Stack::new(test_config(6));
+    late.connect(
+        now,
+        SocketAddr::new(A_IP, 10_002),
+        SocketAddr::new(B_IP, 80),
+    )
+    .unwrap();
+    pass(&mut late, &mut s2, now, A_IP, B_IP);
+    assert_eq!(s2.stats().syn_dropped, 1, "{:?}", s2.stats());
+    // The moved connection completes its handshake (the client retransmits
+    // its SYN; s2 answers from SYN-RECEIVED) and is accepted there…
+    let later = now + Duration::from_secs(3);
+    client.handle_timeout(later);
+    for _ in 0..3 {
+        pass(&mut client, &mut s2, later, A_IP, B_IP);
+        pass(&mut s2, &mut client, later, B_IP, A_IP);
+    }
+    assert_eq!(client.state(c).unwrap(), flowlane_tcp::State::Established);
+    assert!(events(&mut s2)
+        .iter()
+        .any(|e| matches!(e, flowlane_tcp::Event::Accepted { .. })));
+    // …which frees its place in the backlog: the next SYN is taken.
+    late.handle_timeout(later);
+    pass(&mut late, &mut s2, later, A_IP, B_IP);
+    assert_eq!(s2.stats().syn_dropped, 1, "{:?}", s2.stats());
+    assert_eq!(s2.connection_count(), 2);
+}
