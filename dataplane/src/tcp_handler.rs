@@ -1090,14 +1090,28 @@ impl TcpHandler {
         let export = self.stack.export_bucket_in(bucket, frames);
         // The export lists the connections in the listing's order
         // (`Stack::export_bucket`), so each application side pairs with
-        // the connection at its index: a search per connection made a
-        // bucket of n connections cost n²/2 comparisons.
-        debug_assert!(export
+        // the connection at its index (a search per connection made a
+        // bucket of n connections cost n²/2 comparisons) — unless a
+        // handler's `on_export` closed or opened a connection of the
+        // bucket meanwhile: then each is looked up.
+        let in_order = export
             .connections()
             .iter()
             .map(|(h, _)| *h)
-            .eq(apps.iter().map(|(c, _)| *c)));
-        let ordered = apps.into_iter().map(|(_, a)| a).collect();
+            .eq(apps.iter().map(|(c, _)| *c));
+        let ordered = if in_order {
+            apps.into_iter().map(|(_, a)| a).collect()
+        } else {
+            export
+                .connections()
+                .iter()
+                .map(|(h, _)| {
+                    apps.iter_mut()
+                        .find(|(c, _)| c == h)
+                        .and_then(|(_, a)| a.take())
+                })
+                .collect()
+        };
         let reply = Reply::Exported {
             connections: export.connections().len(),
             time_wait: export.time_wait_count(),
