@@ -2,8 +2,9 @@
 # Packs what `scripts/device-run.sh` needs on a lent machine that cannot
 # reach a package registry: the release `flowlane` and `flowlane-ttcp`,
 # stripped, and the shared libraries they (and `ip`) load that a bare image
-# may lack. The lent-device tool carries ignored paths of at most 64 MiB in
-# all; the kit is about 25 MiB.
+# may lack, and the tools a test bed runs (`ip`, `ethtool`, `sysctl`; used
+# there only where the image has none). The lent-device tool carries ignored
+# paths of at most 64 MiB in all; the kit is about 20 MiB.
 #
 #   scripts/device-kit.sh            # builds, then writes target/device-kit/
 #
@@ -19,14 +20,17 @@ for b in flowlane flowlane-ttcp; do
   cp "target/release/$b" "$KIT/bin/$b"
   strip "$KIT/bin/$b"
 done
-# `ip` runs `ip netns exec` for every bed; carried in case the image has none.
-if command -v ip >/dev/null; then
-  cp "$(command -v ip)" "$KIT/bin/ip"
-fi
-# Every library the binaries load except the C library's own (the lent
-# machine's loader must match its libc).
+# What a bed runs (`ip netns exec`, `ethtool -K`, `sysctl`), in case the
+# image has none.
+for t in ip ethtool sysctl; do
+  if command -v "$t" >/dev/null; then
+    cp "$(command -v "$t")" "$KIT/bin/$t"
+  fi
+done
+# Every library those load except the C library's own (the lent machine's
+# loader must match its libc); device-run.sh uses only those it lacks.
 for f in "$KIT"/bin/*; do
-  ldd "$f" | awk '$3 ~ /^\// {print $3}'
+  ldd "$f" 2>/dev/null | awk '$3 ~ /^\// {print $3}' || true
 done | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
     libc.so.*|libm.so.*|libpthread.so.*|libdl.so.*|librt.so.*|ld-linux*) ;;

@@ -15,27 +15,43 @@
 #      time per RSS bucket (issue 13's goal: p99 <= 100 us for a bucket of
 #      100 idle connections), JSON and table;
 #   3. the receive cells of the scale matrix at 1, 256 and 1 024 connections
-#      (issue 12), flowlane beside kernel TCP in the same run.
-# Writes under $OUT (default ./device-out); prints the tables at the end, so
-# that the tool's output tail holds them even if files do not come back.
-# Works here too (slowly, and measuring this VM): OUT=/tmp/d bash scripts/device-run.sh
+#      (issue 12), flowlane beside kernel TCP in the same run, and its 64-byte
+#      ping-pong latency cells.
+# Writes under $OUT (default /tmp/flowlane-device-out); prints the tables at
+# the end, so that the tool's output tail holds them even if files do not
+# come back. Works here too (slowly, and measuring this VM):
+#   OUT=/tmp/d bash scripts/device-run.sh
 set -uo pipefail
-cd "$(dirname "$0")/.."
-KIT=${KIT:-target/device-kit}
-OUT=${OUT:-device-out}
+OUT=${OUT:-/tmp/flowlane-device-out}
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+KIT=${KIT:-$(dirname "$0")/../target/device-kit}
 if [ ! -x "$KIT/bin/flowlane" ]; then
   echo "device-run: no $KIT/bin/flowlane: run scripts/device-kit.sh here and carry target/device-kit" >&2
   exit 1
 fi
+KIT=$(cd "$KIT" && pwd)
 if [ "$(id -u)" != 0 ]; then
   echo "device-run: needs root (network namespaces, XDP)" >&2
   exit 1
 fi
-KIT=$(cd "$KIT" && pwd)
-export LD_LIBRARY_PATH="$KIT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-# The system's `ip` if it has one, else the kit's.
-command -v ip >/dev/null || export PATH="$PATH:$KIT/bin"
+# The system's tools and libraries first; the kit's only for what the image
+# lacks (its copies of libraries a system tool also loads could be older).
+export PATH="$PATH:$KIT/bin"
+LIBS=$OUT/kit-lib
+rm -rf "$LIBS"
+mkdir -p "$LIBS"
+for lib in "$KIT"/lib/*; do
+  name=$(basename "$lib")
+  ldconfig -p 2>/dev/null | grep -q "^[[:space:]]*$name " || ln -s "$lib" "$LIBS/$name"
+done
+export LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+for t in ip ethtool sysctl; do
+  command -v "$t" >/dev/null || {
+    echo "device-run: no $t here or in the kit (a test bed runs it)" >&2
+    exit 1
+  }
+done
 F=$KIT/bin/flowlane
 T=$KIT/bin/flowlane-ttcp
 
@@ -45,7 +61,8 @@ T=$KIT/bin/flowlane-ttcp
   echo "cpus: $(nproc)"
   uname -r
   lscpu 2>/dev/null | grep -E 'Model name|^CPU\(s\)|Thread|Core|Socket|NUMA|L2|L3' || true
-  echo "ip: $(command -v ip)"
+  echo "tools: $(command -v ip) $(command -v ethtool) $(command -v sysctl)"
+  echo "kit libraries used: $(ls "$LIBS" | tr '\n' ' ')"
 } >"$OUT/facts.txt" 2>&1
 cat "$OUT/facts.txt"
 if ! "$F" --version >"$OUT/version.txt" 2>&1; then
