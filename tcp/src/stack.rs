@@ -2074,11 +2074,6 @@ impl Stack {
         if self.find(hash, &tuple).is_some() {
             return Err(Error::AddrInUse);
         }
-        // A TIME-WAIT record here is an older incarnation: the imported
-        // connection supersedes it.
-        if let Some(tw) = self.time_wait.find(hash, &tuple) {
-            self.time_wait.remove(tw);
-        }
         // Built in its slot: a connection is some 680 bytes, and moving it
         // there through a `Result` cost two copies per connection.
         let idx = self.alloc_slot();
@@ -2087,6 +2082,12 @@ impl Stack {
         if let Err(e) = built {
             self.free.push(idx);
             return Err(e);
+        }
+        // A TIME-WAIT record here is an older incarnation: the imported
+        // connection supersedes it (only once it is in: a snapshot refused
+        // leaves the record).
+        if let Some(tw) = self.time_wait.find(hash, &tuple) {
+            self.time_wait.remove(tw);
         }
         let conn = self.slots[idx as usize].conn.as_mut().expect("just built");
         let listener = if conn.is_passive() && !conn.flags.has(Flags::ANNOUNCED) {

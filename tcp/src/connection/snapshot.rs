@@ -174,3 +174,77 @@ impl Connection {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::connection::State;
+    use crate::time::{Duration, Instant};
+    use crate::{Config, Error, Stack};
+    use std::net::SocketAddr;
+
+    /// Moves every segment `from` has to send into `to`.
+    fn pass(from: &mut Stack, to: &mut Stack, now: Instant) {
+        let mut buf = [0u8; 2048];
+        while let Some(t) = from.poll_transmit(now, &mut buf) {
+            let (src, dst) = (t.src, t.dst);
+            to.handle_segment(now, src.ip(), dst.ip(), &buf[..t.len]);
+        }
+    }
+
+    #[test]
+    fn a_refused_snapshot_leaves_the_time_wait_record_it_would_have_replaced() {
+        let (client, server): (SocketAddr, SocketAddr) = (
+            "10.0.0.1:40000".parse().unwrap(),
+            "10.0.0.2:80".parse().unwrap(),
+        );
+        let mut now = Instant::ZERO;
+        // `here` holds the tuple in TIME-WAIT: it closed first.
+        let mut here = Stack::new(Config::new([2; 16]));
+        here.listen(server).unwrap();
+        let mut peer = Stack::new(Config::new([3; 16]));
+        let c = peer.connect(now, client, server).unwrap();
+        for _ in 0..3 {
+            pass(&mut peer, &mut here, now);
+            pass(&mut here, &mut peer, now);
+        }
+        let mut accepted = None;
+        while let Some(e) = here.poll_event() {
+            if let crate::Event::Accepted { conn, .. } = e {
+                accepted = Some(conn);
+            }
+        }
+        here.close(accepted.expect("accepted")).unwrap();
+        for _ in 0..3 {
+            now += Duration::from_millis(1);
+            pass(&mut here, &mut peer, now);
+            pass(&mut peer, &mut here, now);
+        }
+        peer.close(c).unwrap();
+        for _ in 0..3 {
+            now += Duration::from_millis(1);
+            pass(&mut peer, &mut here, now);
+            pass(&mut here, &mut peer, now);
+        }
+        assert_eq!(here.time_wait_count(), 1);
+        // Another stack's live connection on the same tuple, exported and
+        // spoiled: the import refuses it and keeps the record.
+        let mut there = Stack::new(Config::new([4; 16]));
+        there.listen(server).unwrap();
+        let mut again = Stack::new(Config::new([5; 16]));
+        again.connect(now, client, server).unwrap();
+        for _ in 0..3 {
+            pass(&mut again, &mut there, now);
+            pass(&mut there, &mut again, now);
+        }
+        let conn = there.bucket_connections(0)[0];
+        let mut snap = there.export(conn).unwrap();
+        snap.state = State::Listen;
+        assert_eq!(here.import(now, snap), Err(Error::InvalidSnapshot));
+        assert_eq!(here.time_wait_count(), 1, "the record stays");
+        assert_eq!(
+            here.connection_count(),
+            1,
+            "the record alone: nothing imported"
+        );
+    }
+}
