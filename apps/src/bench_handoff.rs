@@ -62,6 +62,9 @@ pub struct HandoffFigure {
     pub export_us: [f64; 2],
     /// Of which, writing the NIC's entry, µs: p50, p99.
     pub nic_write_us: [f64; 2],
+    /// Of which, from the rewrite to the new queue serving the bucket
+    /// (the old queue's drain), µs: p50, p99.
+    pub drain_us: [f64; 2],
     /// Frames the old queue forwarded per move: mean, max.
     pub frames_forwarded: [f64; 2],
     /// Frames the new queue held per move: mean, max.
@@ -130,6 +133,7 @@ fn figure(idle: usize, busy: usize, reports: &[MoveReport]) -> HandoffFigure {
     let d = sorted(|r| r.duration_us);
     let e = sorted(|r| r.export_us);
     let w = sorted(|r| r.nic_write_us);
+    let dr = sorted(|r| r.drain_us);
     HandoffFigure {
         idle,
         busy,
@@ -142,6 +146,7 @@ fn figure(idle: usize, busy: usize, reports: &[MoveReport]) -> HandoffFigure {
         ],
         export_us: [quantile(&e, 0.5), quantile(&e, 0.99)],
         nic_write_us: [quantile(&w, 0.5), quantile(&w, 0.99)],
+        drain_us: [quantile(&dr, 0.5), quantile(&dr, 0.99)],
         frames_forwarded: mean_max(|r| r.frames_forwarded),
         frames_held: mean_max(|r| r.frames_held),
         hold_timeouts: reports.iter().filter(|r| r.hold_timed_out).count(),
@@ -176,10 +181,10 @@ pub fn run(args: Args) -> Result<()> {
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&figures)?);
     } else {
-        outln!("idle  busy  moves  conns/move  move_us p50/p99/max    export_us p50/p99  nic_write_us p50/p99  fwd/move mean,max  held/move mean,max  hold_timeouts");
+        outln!("idle  busy  moves  conns/move  move_us p50/p99/max    export_us p50/p99  nic_write_us p50/p99  drain_us p50/p99  fwd/move mean,max  held/move mean,max  hold_timeouts");
         for f in &figures {
             outln!(
-                "{:>4}  {:>4}  {:>5}  {:>10.1}  {:>7.0} /{:>6.0} /{:>6.0}  {:>8.1} /{:>6.1}  {:>9.1} /{:>6.1}  {:>8.1}, {:>6.0}  {:>8.1}, {:>6.0}  {:>13}",
+                "{:>4}  {:>4}  {:>5}  {:>10.1}  {:>7.0} /{:>6.0} /{:>6.0}  {:>8.1} /{:>6.1}  {:>9.1} /{:>6.1}  {:>7.0} /{:>6.0}  {:>8.1}, {:>6.0}  {:>8.1}, {:>6.0}  {:>13}",
                 f.idle,
                 f.busy,
                 f.moves,
@@ -191,6 +196,8 @@ pub fn run(args: Args) -> Result<()> {
                 f.export_us[1],
                 f.nic_write_us[0],
                 f.nic_write_us[1],
+                f.drain_us[0],
+                f.drain_us[1],
                 f.frames_forwarded[0],
                 f.frames_forwarded[1],
                 f.frames_held[0],

@@ -175,6 +175,11 @@ pub struct MoveReport {
     pub export_us: f64,
     /// Of which: writing the NIC's table entry.
     pub nic_write_us: f64,
+    /// Of which: from the rewrite to the new queue serving the bucket (the
+    /// old queue passing what its ring held, its drain marker, the new
+    /// queue's held frames).
+    #[serde(default)]
+    pub drain_us: f64,
     /// Whether the new queue stopped holding on its timeout instead of the
     /// old queue's marker.
     pub hold_timed_out: bool,
@@ -916,6 +921,7 @@ pub(crate) fn move_bucket(
     let nic_start = std::time::Instant::now();
     let written = nic.set_entry(bucket, to);
     let nic_write_us = micros(nic_start.elapsed());
+    let drain_start = std::time::Instant::now();
     mesh.send(from, Message::Rewritten { bucket, reply: tx })
         .map_err(moved)?;
     let (frames_forwarded, frames_held, hold_timed_out) =
@@ -932,6 +938,7 @@ pub(crate) fn move_bucket(
                 )))
             }
         };
+    let drain_us = micros(drain_start.elapsed());
     if let Err(e) = written {
         return Err(match move_bucket(mesh, &Unchanged, bucket, to, from) {
             Ok(_) => stayed(format!(
@@ -956,6 +963,7 @@ pub(crate) fn move_bucket(
         duration_us: micros(started.elapsed()),
         export_us,
         nic_write_us,
+        drain_us,
         hold_timed_out,
     })
 }
