@@ -1,28 +1,26 @@
 //! Moving a handler's per-connection entry with its connection
 //! ([`ConnHandler::on_export`](crate::ConnHandler::on_export) and
 //! [`ConnHandler::on_import`](crate::ConnHandler::on_import)) for the
-//! common case of a map from handle to state.
-
-use std::collections::HashMap;
-use std::hash::BuildHasher;
+//! common case of a map from handle to state ([`ConnMap`]).
 
 use flowlane_tcp::ConnHandle;
 
+use crate::conn_map::ConnMap;
 use crate::handler::ConnState;
 
 /// Takes `conn`'s entry out of `map` for `on_export`.
-pub fn export_entry<T: Send + 'static, S: BuildHasher>(
-    map: &mut HashMap<ConnHandle, T, S>,
+pub fn export_entry<T: Send + 'static>(
+    map: &mut ConnMap<T>,
     conn: ConnHandle,
 ) -> Option<ConnState> {
-    map.remove(&conn).map(|t| Box::new(t) as ConnState)
+    map.remove(conn).map(|t| Box::new(t) as ConnState)
 }
 
 /// Puts what [`export_entry`] took on the other core into `map` under the
 /// connection's new handle (`on_import`); false if there was nothing of
 /// type `T` to put.
-pub fn import_entry<T: Send + 'static, S: BuildHasher>(
-    map: &mut HashMap<ConnHandle, T, S>,
+pub fn import_entry<T: Send + 'static>(
+    map: &mut ConnMap<T>,
     conn: ConnHandle,
     state: Option<ConnState>,
 ) -> bool {
@@ -50,15 +48,15 @@ mod tests {
         let new = stack
             .connect(now, "10.0.0.1:1001".parse().unwrap(), server)
             .unwrap();
-        let mut a: HashMap<ConnHandle, String> = HashMap::new();
+        let mut a: ConnMap<String> = ConnMap::new();
         a.insert(old, "state".into());
         let moved = export_entry(&mut a, old);
         assert!(a.is_empty());
-        let mut b: HashMap<ConnHandle, String> = HashMap::new();
+        let mut b: ConnMap<String> = ConnMap::new();
         assert!(import_entry(&mut b, new, moved));
-        assert_eq!(b[&new], "state");
+        assert_eq!(b.get(new).map(String::as_str), Some("state"));
         // Another type, or nothing, is not put.
-        let mut c: HashMap<ConnHandle, u64> = HashMap::new();
+        let mut c: ConnMap<u64> = ConnMap::new();
         assert!(!import_entry(&mut c, new, Some(Box::new("x"))));
         assert!(!import_entry(&mut c, new, None));
         assert!(c.is_empty());

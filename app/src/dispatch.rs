@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use flowlane_tcp::{ConnHandle, Error, Event, FourTuple, ListenerId, State, Stats, SynFilter};
 
+use crate::conn_map::ConnMap;
 use crate::handler::{ConnHandler, ConnState};
 use crate::net::{Net, Placement};
 
@@ -175,7 +176,9 @@ impl Dispatcher {
         let conn = match event {
             Event::Accepted { conn, listener } => {
                 match self.listeners.iter().find(|(l, _)| *l == listener) {
-                    Some(&(_, h)) => self.owners.set(conn, h),
+                    Some(&(_, h)) => {
+                        self.owners.insert(conn, h);
+                    }
                     None => {
                         let _ = net.abort(conn);
                         return;
@@ -189,12 +192,12 @@ impl Dispatcher {
             | Event::PeerClosed(c) => c,
             Event::Closed { conn, .. } => conn,
         };
-        let Some(h) = self.owners.get(conn) else {
+        let Some(&h) = self.owners.get(conn) else {
             return;
         };
         if matches!(event, Event::Accepted { .. }) && !self.filter_takes(h, conn, net) {
             let _ = net.abort(conn);
-            self.owners.clear(conn);
+            self.owners.remove(conn);
             self.refused += 1;
             return;
         }
@@ -207,7 +210,7 @@ impl Dispatcher {
         let net: &mut dyn Net = &mut scoped;
         if matches!(event, Event::Accepted { .. }) && !handler.admit(net, conn) {
             let _ = net.abort(conn);
-            self.owners.clear(conn);
+            self.owners.remove(conn);
             self.refused += 1;
             return;
         }
@@ -219,7 +222,7 @@ impl Dispatcher {
             Event::PeerClosed(_) => handler.on_peer_closed(net, conn),
             Event::Closed { reason, .. } => {
                 handler.on_closed(net, conn, reason);
-                self.owners.clear(conn);
+                self.owners.remove(conn);
             }
         }
     }
@@ -255,14 +258,14 @@ impl Dispatcher {
         conn: ConnHandle,
         net: &mut N,
     ) -> Option<ConnExport> {
-        let h = self.owners.get(conn)?;
+        let h = *self.owners.get(conn)?;
         let mut scoped = Scoped {
             inner: net,
             owners: &mut self.owners,
             me: h,
         };
         let state = self.handlers[h.0 as usize].on_export(&mut scoped, conn);
-        self.owners.clear(conn);
+        self.owners.remove(conn);
         Some(ConnExport { handler: h, state })
     }
 
@@ -282,7 +285,7 @@ impl Dispatcher {
             let _ = net.abort(conn);
             return;
         };
-        self.owners.set(conn, h);
+        self.owners.insert(conn, h);
         let mut scoped = Scoped {
             inner: net,
             owners: &mut self.owners,
@@ -292,35 +295,8 @@ impl Dispatcher {
     }
 }
 
-/// Connection → owning handler, indexed by the handle's slot; the stored
-/// handle's generation tells a stale slot from a live one.
-#[derive(Default)]
-struct Owners(Vec<Option<(ConnHandle, HandlerId)>>);
-
-impl Owners {
-    fn set(&mut self, conn: ConnHandle, h: HandlerId) {
-        let i = conn.index() as usize;
-        if i >= self.0.len() {
-            self.0.resize(i + 1, None);
-        }
-        self.0[i] = Some((conn, h));
-    }
-
-    fn get(&self, conn: ConnHandle) -> Option<HandlerId> {
-        match self.0.get(conn.index() as usize) {
-            Some(Some((c, h))) if *c == conn => Some(*h),
-            _ => None,
-        }
-    }
-
-    fn clear(&mut self, conn: ConnHandle) {
-        if let Some(slot) = self.0.get_mut(conn.index() as usize) {
-            if matches!(slot, Some((c, _)) if *c == conn) {
-                *slot = None;
-            }
-        }
-    }
-}
+/// Connection → owning handler.
+type Owners = ConnMap<HandlerId>;
 
 /// The [`Net`] a handler sees: the backend's, plus recording the caller as
 /// the owner of the connections it opens.
@@ -339,7 +315,7 @@ impl<N: Net + ?Sized> Net for Scoped<'_, N> {
     }
     fn connect(&mut self, remote: SocketAddr) -> Result<ConnHandle, Error> {
         let c = self.inner.connect(remote)?;
-        self.owners.set(c, self.me);
+        self.owners.insert(c, self.me);
         Ok(c)
     }
     fn send(&mut self, conn: ConnHandle, data: &[u8]) -> Result<usize, Error> {

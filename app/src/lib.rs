@@ -31,6 +31,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod conn_map;
 pub mod conn_state;
 mod dispatch;
 mod handler;
@@ -38,6 +39,7 @@ mod handles;
 mod net;
 mod setup;
 
+pub use conn_map::ConnMap;
 pub use dispatch::{ConnExport, Dispatcher, HandlerId};
 pub use flowlane_tcp::{
     CloseReason, CongestionAlgorithm, ConnHandle, ConnInfo, Error, FourTuple, ListenerId, State,

@@ -8,7 +8,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use flowlane_app::{CloseReason, ConnHandle, ConnHandler, ConnState, Error, Net, SynFilter, Wake};
+use flowlane_app::{
+    CloseReason, ConnHandle, ConnHandler, ConnMap, ConnState, Error, Net, SynFilter, Wake,
+};
 
 use crate::message::{ToApp, ToCore, BUF, RX_CREDIT};
 
@@ -89,10 +91,12 @@ pub(crate) struct Relay {
     owner: u32,
     requests: Receiver<Vec<ToCore>>,
     wake: WakeSlot,
-    conns: HashMap<ConnHandle, Relayed>,
-    connecting: HashMap<ConnHandle, (u32, u64)>,
+    conns: ConnMap<Relayed>,
+    connecting: ConnMap<(u32, u64)>,
     /// Connections that moved to another core, by their handle here, with
     /// their thread: its requests for them are bounced until it settles.
+    /// (A map by hash, not by slot: the slot may serve a new connection,
+    /// which may move too, before the thread settles the first.)
     moved: HashMap<ConnHandle, u32>,
     pool: Vec<Vec<u8>>,
     /// Per application thread: cleared when it ends (a panic included).
@@ -155,8 +159,8 @@ impl Relay {
             owner,
             requests,
             wake,
-            conns: HashMap::new(),
-            connecting: HashMap::new(),
+            conns: ConnMap::new(),
+            connecting: ConnMap::new(),
             moved: HashMap::new(),
             pool: Vec::new(),
         }
@@ -190,7 +194,7 @@ impl Relay {
     /// a few bytes each (the receive side's silly-window syndrome, RFC
     /// 9293 §3.8.6.2.2, between a core and its thread).
     fn pull(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        let Some(r) = self.conns.get_mut(&conn) else {
+        let Some(r) = self.conns.get_mut(conn) else {
             return;
         };
         let thread = r.thread;
@@ -232,7 +236,7 @@ impl Relay {
     /// Gives the stack what the thread asked to send, as far as it takes
     /// it; reports progress; closes once everything went if asked.
     fn push(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        let Some(r) = self.conns.get_mut(&conn) else {
+        let Some(r) = self.conns.get_mut(conn) else {
             return;
         };
         let before = r.taken;
@@ -295,16 +299,16 @@ impl Relay {
                 .conns
                 .iter()
                 .filter(|(_, r)| r.thread as usize == t)
-                .map(|(&c, _)| c)
+                .map(|(c, _)| c)
                 .collect();
             let opening: Vec<(ConnHandle, u64)> = self
                 .connecting
                 .iter()
                 .filter(|(_, (thread, _))| *thread as usize == t)
-                .map(|(&c, &(_, token))| (c, token))
+                .map(|(c, &(_, token))| (c, token))
                 .collect();
             for c in conns {
-                self.conns.remove(&c);
+                self.conns.remove(c);
                 // Counted before the reset goes out.
                 self.counts.orphaned.fetch_add(1, Ordering::Relaxed);
                 let _ = net.abort(c);
@@ -317,7 +321,7 @@ impl Relay {
                 );
             }
             for (c, token) in opening {
-                self.connecting.remove(&c);
+                self.connecting.remove(c);
                 self.counts.orphaned.fetch_add(1, Ordering::Relaxed);
                 let _ = net.abort(c);
                 self.tell(t as u32, ToApp::ConnectFailed { token });
@@ -350,25 +354,25 @@ impl Relay {
                 Err(_) => self.tell(thread, ToApp::ConnectFailed { token }),
             },
             ToCore::Send { conn, bytes } => {
-                if let Some(r) = self.conns.get_mut(&conn) {
+                if let Some(r) = self.conns.get_mut(conn) {
                     r.tx.push_back(bytes);
                     self.push(net, conn);
                 }
             }
             ToCore::Consumed { conn, bytes } => {
-                if let Some(r) = self.conns.get_mut(&conn) {
+                if let Some(r) = self.conns.get_mut(conn) {
                     r.credit = (r.credit + bytes).min(RX_CREDIT);
                     self.pull(net, conn);
                 }
             }
             ToCore::ShutdownWrite { conn } => {
-                if let Some(r) = self.conns.get_mut(&conn) {
+                if let Some(r) = self.conns.get_mut(conn) {
                     r.shut_after = true;
                     self.push(net, conn);
                 }
             }
             ToCore::Close { conn } => {
-                if let Some(r) = self.conns.get_mut(&conn) {
+                if let Some(r) = self.conns.get_mut(conn) {
                     r.close_after = true;
                     self.push(net, conn);
                 }
@@ -393,7 +397,7 @@ impl Relay {
                 };
             }
             ToCore::Info { conn } => {
-                if let (Some(r), Ok(info)) = (self.conns.get(&conn), net.info(conn)) {
+                if let (Some(r), Ok(info)) = (self.conns.get(conn), net.info(conn)) {
                     self.tell(r.thread, ToApp::Info { conn, info });
                 }
             }
@@ -444,7 +448,7 @@ impl ConnHandler for Relay {
     }
 
     fn on_connected(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        let Some((thread, token)) = self.connecting.remove(&conn) else {
+        let Some((thread, token)) = self.connecting.remove(conn) else {
             return;
         };
         let Ok(tuple) = net.four_tuple(conn) else {
@@ -465,18 +469,18 @@ impl ConnHandler for Relay {
     /// Told to the thread once it has had every byte before it; the
     /// thread decides when to close.
     fn on_peer_closed(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        if let Some(r) = self.conns.get_mut(&conn) {
+        if let Some(r) = self.conns.get_mut(conn) {
             r.peer_closed = true;
         }
         self.pull(net, conn);
     }
 
     fn on_closed(&mut self, _net: &mut dyn Net, conn: ConnHandle, reason: CloseReason) {
-        if let Some((thread, token)) = self.connecting.remove(&conn) {
+        if let Some((thread, token)) = self.connecting.remove(conn) {
             self.tell(thread, ToApp::ConnectFailed { token });
             return;
         }
-        if let Some(r) = self.conns.remove(&conn) {
+        if let Some(r) = self.conns.remove(conn) {
             self.tell(r.thread, ToApp::Closed { conn, reason });
         }
     }
@@ -486,7 +490,7 @@ impl ConnHandler for Relay {
     /// bounced back to it until it settles (`ToCore::Settle`), so that
     /// none is lost or overtaken.
     fn on_export(&mut self, _net: &mut dyn Net, conn: ConnHandle) -> Option<ConnState> {
-        if let Some(relayed) = self.conns.remove(&conn) {
+        if let Some(relayed) = self.conns.remove(conn) {
             self.moved.insert(conn, relayed.thread);
             return Some(Box::new(Exported::Open {
                 from: self.core,
@@ -494,7 +498,7 @@ impl ConnHandler for Relay {
                 relayed,
             }));
         }
-        let (thread, token) = self.connecting.remove(&conn)?;
+        let (thread, token) = self.connecting.remove(conn)?;
         Some(Box::new(Exported::Opening { thread, token }))
     }
 

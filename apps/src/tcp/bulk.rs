@@ -1,13 +1,14 @@
 //! `bulk-sink` and `bulk-source`: hashed bulk transfers with one JSON line per
 //! finished transfer.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::mpsc::Sender;
 use std::time::Duration;
 
 use flowlane_app::conn_state::{export_entry, import_entry};
-use flowlane_app::{CloseReason, ConnHandle, ConnHandler, ConnInfo, ConnState, Net, SynFilter};
+use flowlane_app::{
+    CloseReason, ConnHandle, ConnHandler, ConnInfo, ConnMap, ConnState, Net, SynFilter,
+};
 use flowlane_dataplane::cpu_time::thread_cpu_ns;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -72,7 +73,7 @@ impl Transfer {
 /// Reads everything, hashing it; reports each transfer at end of stream.
 pub(super) struct Sink {
     hash: bool,
-    conns: HashMap<ConnHandle, Transfer>,
+    conns: ConnMap<Transfer>,
     done: Sender<Value>,
     allow: AllowFrom,
 }
@@ -83,7 +84,7 @@ impl Sink {
     pub(super) fn new(hash: bool, done: Sender<Value>, allow: AllowFrom) -> Sink {
         Sink {
             hash,
-            conns: HashMap::new(),
+            conns: ConnMap::new(),
             done,
             allow,
         }
@@ -102,7 +103,7 @@ impl ConnHandler for Sink {
         self.conns.insert(conn, t);
     }
     fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        let Some(t) = self.conns.get_mut(&conn) else {
+        let Some(t) = self.conns.get_mut(conn) else {
             return;
         };
         loop {
@@ -120,7 +121,7 @@ impl ConnHandler for Sink {
         }
         if net.is_eof(conn) {
             let _ = net.close(conn);
-            if let Some(t) = self.conns.remove(&conn) {
+            if let Some(t) = self.conns.remove(conn) {
                 let v = t.result(net, "sink", conn, json!({"ok": true}));
                 let _ = self.done.send(v);
             }
@@ -136,7 +137,7 @@ impl ConnHandler for Sink {
         import_entry(&mut self.conns, conn, state);
     }
     fn on_closed(&mut self, net: &mut dyn Net, conn: ConnHandle, reason: CloseReason) {
-        if let Some(t) = self.conns.remove(&conn) {
+        if let Some(t) = self.conns.remove(conn) {
             let v = t.result(
                 net,
                 "sink",
@@ -177,7 +178,7 @@ pub(super) struct Source {
     bytes: u64,
     seed: u64,
     to_open: usize,
-    conns: HashMap<ConnHandle, Outgoing>,
+    conns: ConnMap<Outgoing>,
     buf: Vec<u8>,
     done: Sender<Value>,
 }
@@ -197,14 +198,14 @@ impl Source {
             bytes,
             seed,
             to_open,
-            conns: HashMap::new(),
+            conns: ConnMap::new(),
             buf: vec![0; 65536],
             done,
         }
     }
 
     fn fill(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        let Some(o) = self.conns.get_mut(&conn) else {
+        let Some(o) = self.conns.get_mut(conn) else {
             return;
         };
         loop {
@@ -274,7 +275,7 @@ impl ConnHandler for Source {
         }
     }
     fn on_connected(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        if let Some(o) = self.conns.get_mut(&conn) {
+        if let Some(o) = self.conns.get_mut(conn) {
             o.t.start = net.now();
             o.t.cpu_start = thread_cpu_ns();
         }
@@ -294,12 +295,12 @@ impl ConnHandler for Source {
         self.on_data(net, conn);
         let finished = self
             .conns
-            .get(&conn)
+            .get(conn)
             .is_some_and(|o| o.remaining == 0 && o.carry.is_empty());
         if finished {
             // The figures before the close hands the socket back (on kernel
             // sockets nothing can be asked of it after).
-            if let Some(o) = self.conns.remove(&conn) {
+            if let Some(o) = self.conns.remove(conn) {
                 let v = o.t.result(net, "source", conn, json!({"ok": true}));
                 let _ = self.done.send(v);
             }
@@ -313,7 +314,7 @@ impl ConnHandler for Source {
         import_entry(&mut self.conns, conn, state);
     }
     fn on_closed(&mut self, net: &mut dyn Net, conn: ConnHandle, reason: CloseReason) {
-        if let Some(o) = self.conns.remove(&conn) {
+        if let Some(o) = self.conns.remove(conn) {
             let v = o.t.result(
                 net,
                 "source",

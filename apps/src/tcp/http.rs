@@ -9,10 +9,8 @@
 //! `Connection: keep-alive` (RFC 9112 §C.2.2) so that the client knows it
 //! was granted.
 
-use std::collections::HashMap;
-
 use flowlane_app::conn_state::{export_entry, import_entry};
-use flowlane_app::{CloseReason, ConnHandle, ConnHandler, ConnState, Net, SynFilter};
+use flowlane_app::{CloseReason, ConnHandle, ConnHandler, ConnMap, ConnState, Net, SynFilter};
 
 use super::AllowFrom;
 
@@ -118,7 +116,7 @@ struct HttpConn {
 /// A fixed-response HTTP/1.1 server with keep-alive.
 pub(super) struct Http {
     responses: Responses,
-    conns: HashMap<ConnHandle, HttpConn>,
+    conns: ConnMap<HttpConn>,
     allow: AllowFrom,
 }
 
@@ -128,13 +126,13 @@ impl Http {
     pub(super) fn new(body: &str, allow: AllowFrom) -> Http {
         Http {
             responses: Responses::new(body),
-            conns: HashMap::new(),
+            conns: ConnMap::new(),
             allow,
         }
     }
 
     fn drive(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        let st = self.conns.entry(conn).or_default();
+        let st = self.conns.get_or_insert_with(conn, HttpConn::default);
         let mut buf = [0u8; 4096];
         let mut eof = false;
         loop {
@@ -203,7 +201,7 @@ impl ConnHandler for Http {
         import_entry(&mut self.conns, conn, state);
     }
     fn on_closed(&mut self, _net: &mut dyn Net, conn: ConnHandle, _r: CloseReason) {
-        self.conns.remove(&conn);
+        self.conns.remove(conn);
     }
 }
 
