@@ -9,6 +9,40 @@
 //! `HashMap<ConnHandle, _>` hashes the handle (std's SipHash: a few dozen
 //! nanoseconds per event, and per connection moved). The vector grows to
 //! the highest slot seen, which the backend's connection limit bounds.
+//!
+//! ```
+//! use flowlane_app::conn_state::{export_entry, import_entry};
+//! use flowlane_app::{CloseReason, ConnHandle, ConnHandler, ConnMap, ConnState, Net};
+//!
+//! /// Counts each connection's bytes; the count moves with the connection
+//! /// when its RSS bucket moves to another core.
+//! #[derive(Default)]
+//! struct Counter {
+//!     seen: ConnMap<u64>,
+//! }
+//!
+//! impl ConnHandler for Counter {
+//!     fn on_accept(&mut self, _net: &mut dyn Net, conn: ConnHandle) {
+//!         self.seen.insert(conn, 0);
+//!     }
+//!     fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+//!         let n = net.peek(conn).map_or(0, <[u8]>::len);
+//!         let _ = net.consume(conn, n);
+//!         if let Some(total) = self.seen.get_mut(conn) {
+//!             *total += n as u64;
+//!         }
+//!     }
+//!     fn on_export(&mut self, _net: &mut dyn Net, conn: ConnHandle) -> Option<ConnState> {
+//!         export_entry(&mut self.seen, conn)
+//!     }
+//!     fn on_import(&mut self, _net: &mut dyn Net, conn: ConnHandle, state: Option<ConnState>) {
+//!         import_entry(&mut self.seen, conn, state);
+//!     }
+//!     fn on_closed(&mut self, _net: &mut dyn Net, conn: ConnHandle, _why: CloseReason) {
+//!         self.seen.remove(conn);
+//!     }
+//! }
+//! ```
 
 use flowlane_tcp::ConnHandle;
 
