@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use flowlane_app::{ConnHandle, ConnHandler, ConnState, Net, SetupExt};
+use flowlane_app::conn_state::export_entry;
+use flowlane_app::{ConnHandle, ConnHandler, ConnMap, ConnState, Net, SetupExt};
 use flowlane_numa_sched::toeplitz::RssKey;
 use flowlane_tcp::{Config, FourTuple, NoFrames, Stack};
 use flowlane_wire::packet::parse_frame;
@@ -480,4 +481,120 @@ fn a_bucket_that_never_goes_quiet_is_drained_after_the_longest_wait() {
     }
     m.0.forward(now, 0, 0, &[0u8; 60]);
     assert!(marker_sent(&mut m, now, 10));
+}
+
+/// Tags each connection's state with its peer port; on the first export,
+/// aborts the connection the test names (a handler that still uses its
+/// connections in `on_export`, which the API allows); on import, records
+/// which port's state each connection arrived with.
+#[derive(Default)]
+struct Tagging {
+    tags: ConnMap<u16>,
+    victim: Arc<Mutex<Option<ConnHandle>>>,
+    arrived: Arc<Mutex<Vec<(u16, u16)>>>,
+}
+
+impl ConnHandler for Tagging {
+    fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        let port = net.four_tuple(conn).unwrap().remote.port();
+        self.tags.insert(conn, port);
+    }
+    fn on_data(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
+    fn on_export(&mut self, net: &mut dyn Net, conn: ConnHandle) -> Option<ConnState> {
+        if let Some(v) = self.victim.lock().unwrap().take() {
+            let _ = net.abort(v);
+        }
+        export_entry(&mut self.tags, conn)
+    }
+    fn on_import(&mut self, net: &mut dyn Net, conn: ConnHandle, state: Option<ConnState>) {
+        let port = net.four_tuple(conn).unwrap().remote.port();
+        let tag = state
+            .and_then(|s| s.downcast::<u16>().ok())
+            .map_or(0, |t| *t);
+        self.arrived.lock().unwrap().push((port, tag));
+    }
+}
+
+#[test]
+fn application_state_stays_with_its_connection_when_a_handler_closes_one_during_the_export() {
+    let table = vec![0u32, 1, 0, 1];
+    let rss = rss_state(RssKey::microsoft_default().as_bytes(), &table, 2).unwrap();
+    let mesh = Arc::new(Mesh::new(2).unwrap());
+    let mut cfg = TcpConfig::new(OURS, [2, 0, 0, 0, 0, 1], [1; 16]);
+    cfg.rss = Some(rss.clone());
+    let victim = Arc::new(Mutex::new(None));
+    let arrived = Arc::new(Mutex::new(Vec::new()));
+    let mut hs: Vec<TcpHandler> = (0..2)
+        .map(|q| {
+            let mut h = TcpHandler::with_mover(&info(q), cfg.clone(), mesh.clone());
+            h.listen(
+                7,
+                Tagging {
+                    victim: victim.clone(),
+                    arrived: arrived.clone(),
+                    ..Tagging::default()
+                },
+            )
+            .unwrap();
+            h
+        })
+        .collect();
+    let bucket_of = |port: u16| {
+        rss_bucket(
+            &rss,
+            &FourTuple {
+                local: SocketAddr::new(IpAddr::V4(OURS), 7),
+                remote: SocketAddr::new(IpAddr::V4(PEER), port),
+            },
+        )
+    };
+    let b = bucket_of(40_000);
+    let ports: Vec<u16> = (40_000..50_000)
+        .filter(|&p| bucket_of(p) == b)
+        .take(3)
+        .collect();
+    let mut peer = Stack::new(Config::new([9; 16]));
+    let t0 = Duration::from_millis(1);
+    for &p in &ports {
+        peer.connect(
+            instant(t0),
+            SocketAddr::new(IpAddr::V4(PEER), p),
+            SocketAddr::new(IpAddr::V4(OURS), 7),
+        )
+        .unwrap();
+    }
+    // The handshakes, all on queue 0.
+    let mut seg = [0u8; 2048];
+    for round in 0..20u64 {
+        let now = t0 + Duration::from_micros(200 * round);
+        let now_i = instant(now);
+        while let Some(t) = peer.poll_transmit(now_i, &mut seg) {
+            let mut f = frame(&seg[..t.len]);
+            let len = f.len();
+            hs[0].on_rx(&info(0), now, &mut f, len);
+        }
+        hs[0].dispatch(now_i, &NoFrames);
+        let mut buf = vec![0u8; 2048];
+        while let (true, out) = hs[0].build_frame(now_i, &mut buf) {
+            if let Some(n) = out {
+                let parsed = parse_frame(&buf[..n]).unwrap();
+                peer.handle_segment(now_i, IpAddr::V4(OURS), IpAddr::V4(PEER), parsed.l4());
+            }
+        }
+    }
+    let listed = hs[0].stack.bucket_connections(b);
+    assert_eq!(listed.len(), 3, "three connections in the bucket");
+    // The export's first application call closes the second connection
+    // listed: the stack then exports the first and the third.
+    *victim.lock().unwrap() = Some(listed[1]);
+    let now_i = instant(t0 + Duration::from_millis(10));
+    let (arrival, _) = hs[0].export_bucket(now_i, b, &NoFrames);
+    assert_eq!(arrival.export.connections().len(), 2);
+    assert_eq!(hs[1].import_bucket(now_i, *arrival, &NoFrames), 0);
+    let mut got = arrived.lock().unwrap().clone();
+    got.sort_unstable();
+    assert_eq!(got.len(), 2, "{got:?}");
+    for (port, tag) in got {
+        assert_eq!(port, tag, "each connection arrived with its own state");
+    }
 }
