@@ -11,6 +11,7 @@ use std::time::Duration;
 use flowlane_app::conn_state::export_entry;
 use flowlane_app::{ConnHandle, ConnHandler, ConnMap, ConnState, Net, SetupExt};
 use flowlane_numa_sched::toeplitz::RssKey;
+use flowlane_numa_sched::RssState;
 use flowlane_tcp::{Config, FourTuple, NoFrames, Stack};
 use flowlane_wire::packet::parse_frame;
 
@@ -124,6 +125,26 @@ fn frame(seg: &[u8]) -> Vec<u8> {
     super::tests::frame(seg, PEER, OURS)
 }
 
+/// `n` peer ports whose flows to our port 7 fall in one bucket (that of
+/// port 40 000), and the bucket.
+fn ports_in_one_bucket(rss: &RssState, n: usize) -> (u16, Vec<u16>) {
+    let bucket_of = |port: u16| {
+        rss_bucket(
+            rss,
+            &FourTuple {
+                local: SocketAddr::new(IpAddr::V4(OURS), 7),
+                remote: SocketAddr::new(IpAddr::V4(PEER), port),
+            },
+        )
+    };
+    let b = bucket_of(40_000);
+    let ports = (40_000..50_000)
+        .filter(|&p| bucket_of(p) == b)
+        .take(n)
+        .collect();
+    (b, ports)
+}
+
 /// What goes wrong in a move.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Case {
@@ -166,22 +187,8 @@ fn move_under_load(conns: usize, case: Case) {
             h
         })
         .collect();
-    // Peer ports whose flows fall in bucket `b`, served by queue 0.
-    let bucket_of = |port: u16| {
-        rss_bucket(
-            &rss,
-            &FourTuple {
-                local: SocketAddr::new(IpAddr::V4(OURS), 7),
-                remote: SocketAddr::new(IpAddr::V4(PEER), port),
-            },
-        )
-    };
-    let b = bucket_of(40_000);
+    let (b, ports) = ports_in_one_bucket(&rss, conns);
     assert_eq!(table[usize::from(b)], 0);
-    let ports: Vec<u16> = (40_000..50_000)
-        .filter(|&p| bucket_of(p) == b)
-        .take(conns)
-        .collect();
     let mut peer = Stack::new(Config::new([9; 16]));
     let t0 = Duration::from_millis(1);
     let handles: Vec<_> = ports
@@ -539,20 +546,7 @@ fn application_state_stays_with_its_connection_when_a_handler_closes_one_during_
             h
         })
         .collect();
-    let bucket_of = |port: u16| {
-        rss_bucket(
-            &rss,
-            &FourTuple {
-                local: SocketAddr::new(IpAddr::V4(OURS), 7),
-                remote: SocketAddr::new(IpAddr::V4(PEER), port),
-            },
-        )
-    };
-    let b = bucket_of(40_000);
-    let ports: Vec<u16> = (40_000..50_000)
-        .filter(|&p| bucket_of(p) == b)
-        .take(3)
-        .collect();
+    let (b, ports) = ports_in_one_bucket(&rss, 3);
     let mut peer = Stack::new(Config::new([9; 16]));
     let t0 = Duration::from_millis(1);
     for &p in &ports {
