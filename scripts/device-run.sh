@@ -16,10 +16,15 @@
 #      100 idle connections), JSON and table;
 #   3. the receive cells of the scale matrix at 1, 256 and 1 024 connections
 #      (issue 12), flowlane beside kernel TCP in the same run, and its 64-byte
-#      ping-pong latency cells.
-# Writes under $OUT (default /tmp/flowlane-device-out); prints the tables at
-# the end, so that the tool's output tail holds them even if files do not
-# come back. Works here too (slowly, and measuring this VM):
+#      ping-pong latency cells;
+#   4. the receive cell at 10 000 connections, the same way;
+#   5. the sender cells at 1 and 1 024 connections, beside the kernel with
+#      TSO/GSO off (the fair baseline) and with its offloads.
+# Writes under $OUT (default /tmp/flowlane-device-out) at most 8 files (what
+# the device tool brings back): facts.txt, handoff.json and each matrix's
+# results.json; the matrices' plots stay on the machine. Prints the tables as
+# it goes, so that the tool's output tail holds them even if files do not
+# come back. Works here too (about 2 minutes, measuring this VM):
 #   OUT=/tmp/d bash scripts/device-run.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/flowlane-device-out}
@@ -38,9 +43,7 @@ fi
 # The system's tools and libraries first; the kit's only for what the image
 # lacks (its copies of libraries a system tool also loads could be older).
 export PATH="$PATH:$KIT/bin"
-LIBS=$OUT/kit-lib
-rm -rf "$LIBS"
-mkdir -p "$LIBS"
+LIBS=$(mktemp -d /tmp/flowlane-kit-lib.XXXXXX)
 for lib in "$KIT"/lib/*; do
   name=$(basename "$lib")
   ldconfig -p 2>/dev/null | grep -q "^[[:space:]]*$name " || ln -s "$lib" "$LIBS/$name"
@@ -65,8 +68,8 @@ T=$KIT/bin/flowlane-ttcp
   echo "kit libraries used: $(ls "$LIBS" | tr '\n' ' ')"
 } >"$OUT/facts.txt" 2>&1
 cat "$OUT/facts.txt"
-if ! "$F" --version >"$OUT/version.txt" 2>&1; then
-  echo "device-run: the kit's flowlane does not start here: $(head -c 300 "$OUT/version.txt")" >&2
+if ! "$F" --version >"$LIBS/version.txt" 2>&1; then
+  echo "device-run: the kit's flowlane does not start here: $(head -c 300 "$LIBS/version.txt")" >&2
   ldd "$F" >&2 || true
   exit 1
 fi
@@ -89,13 +92,24 @@ else
   echo "device-run: bench handoff failed: $(tail -c 400 "$OUT/handoff.err")"
 fi
 
-echo "== matrix (receiver, 64 KiB writes, no delay)"
-if timeout 240 "$T" matrix --flowlane "$F" --backends kernel,flowlane --roles receiver \
-  --conns 1,256,1024 --sizes 64k --delays 0 --latency-sizes 64 --seconds 3 \
-  --out "$OUT/matrix" >"$OUT/matrix.log" 2>&1; then
-  tail -n 30 "$OUT/matrix.log"
-else
-  status=1
-  echo "device-run: the matrix failed: $(tail -c 600 "$OUT/matrix.log")"
-fi
+# One matrix run: NAME, then its flags. Plots and logs stay in a scratch
+# folder; results.json comes back as $OUT/NAME.json.
+matrix() {
+  local name=$1
+  shift
+  local dir
+  dir=$(mktemp -d "/tmp/flowlane-matrix-$name.XXXXXX")
+  echo "== matrix $name: $*"
+  if timeout 200 "$T" matrix --flowlane "$F" --sizes 64k --delays 0 --seconds 3 \
+    --out "$dir" "$@" >"$dir/log" 2>&1; then
+    grep '^|' "$dir/log"
+  else
+    status=1
+    echo "device-run: the matrix $name failed: $(tail -c 600 "$dir/log")"
+  fi
+  cp "$dir/results.json" "$OUT/$name.json" 2>/dev/null || true
+}
+matrix receive --backends kernel,flowlane --roles receiver --conns 1,256,1024 --latency-sizes 64
+matrix receive10k --backends kernel,flowlane --roles receiver --conns 10000 --latency-sizes none
+matrix send --backends kernel-wire,kernel,flowlane --roles sender --conns 1,1024 --latency-sizes none
 exit $status
