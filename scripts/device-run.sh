@@ -13,7 +13,8 @@
 #   1. machine facts (CPUs, kernel, root) into $OUT/facts.txt;
 #   2. `flowlane bench handoff --moves 300 --idle 0,100 --busy 0,4`: the move
 #      time per RSS bucket (issue 13's goal: p99 <= 100 us for a bucket of
-#      100 idle connections), JSON and table;
+#      100 idle connections), JSON and table; then the same with the sink's
+#      workers spinning when idle (`--busy-poll`);
 #   3. the receive cells of the scale matrix at 1, 256 and 1 024 connections
 #      (issue 12), flowlane beside kernel TCP in the same run, and its 64-byte
 #      ping-pong latency cells;
@@ -21,7 +22,7 @@
 #   5. the sender cells at 1 and 1 024 connections, beside the kernel with
 #      TSO/GSO off (the fair baseline) and with its offloads.
 # Writes under $OUT (default /tmp/flowlane-device-out) at most 8 files (what
-# the device tool brings back): facts.txt, handoff.json and each matrix's
+# the device tool brings back): facts.txt, handoff.json, handoff-spin.json and each matrix's
 # results.json; the matrices' plots stay on the machine. Prints the tables as
 # it goes, so that the tool's output tail holds them even if files do not
 # come back. Works here too (about 2 minutes, measuring this VM):
@@ -75,10 +76,16 @@ if ! "$F" --version >"$LIBS/version.txt" 2>&1; then
 fi
 
 status=0
-echo "== handoff"
-if timeout 240 "$F" bench handoff --moves 300 --idle 0,100 --busy 0,4 --json \
-  >"$OUT/handoff.json" 2>"$OUT/handoff.err"; then
-  python3 - "$OUT/handoff.json" <<'PY' 2>/dev/null || cat "$OUT/handoff.json"
+# The handoff bench, once with workers that sleep when idle and once with
+# workers that spin (--busy-poll): each move of an idle bucket first wakes
+# two sleeping workers, and on a VM that wake-up is the tail.
+handoff() {
+  local name=$1
+  shift
+  echo "== handoff $name: $*"
+  if timeout 150 "$F" bench handoff --moves 300 --json "$@" \
+    >"$OUT/$name.json" 2>"/tmp/flowlane-$name.err"; then
+    python3 - "$OUT/$name.json" <<'PY' 2>/dev/null || cat "$OUT/$name.json"
 import json, sys
 print("idle busy moves | move us p50 p99 max | export us p50 p99 | drain us p50 p99 | fwd mean max | held mean max | timeouts")
 for c in json.load(open(sys.argv[1])):
@@ -87,10 +94,13 @@ for c in json.load(open(sys.argv[1])):
     print(f"{c['idle']:4} {c['busy']:4} {c['moves']:5} | {d[0]:8.0f} {d[1]:8.0f} {d[2]:8.0f} | "
           f"{e[0]:7.0f} {e[1]:7.0f} | {r[0]:7.0f} {r[1]:7.0f} | {f[0]:6.0f} {f[1]:5.0f} | {h[0]:6.0f} {h[1]:5.0f} | {c['hold_timeouts']}")
 PY
-else
-  status=1
-  echo "device-run: bench handoff failed: $(tail -c 400 "$OUT/handoff.err")"
-fi
+  else
+    status=1
+    echo "device-run: bench handoff $name failed: $(tail -c 400 "/tmp/flowlane-$name.err")"
+  fi
+}
+handoff handoff --idle 0,100 --busy 0,4
+handoff handoff-spin --idle 0,100 --busy 0,4 --busy-poll
 
 # One matrix run: NAME, then its flags. Plots and logs stay in a scratch
 # folder; results.json comes back as $OUT/NAME.json.

@@ -40,6 +40,11 @@ pub struct Args {
     /// Milliseconds between moves.
     #[arg(long, default_value_t = 5)]
     pub interval_ms: u64,
+    /// The sink's workers spin when idle (its `--busy-poll`) instead of
+    /// sleeping in poll(2): a move's messages then find them awake, as on
+    /// dedicated cores; without it each move first wakes two idle workers.
+    #[arg(long)]
+    pub busy_poll: bool,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -48,6 +53,8 @@ pub struct Args {
 /// One case's figures.
 #[derive(Debug, Serialize)]
 pub struct HandoffFigure {
+    /// Whether the sink's workers spun when idle (`--busy-poll`).
+    pub busy_poll: bool,
     /// Idle connections in the bucket.
     pub idle: usize,
     /// Streaming connections in the bucket.
@@ -112,11 +119,11 @@ fn case(
         reports.push(sink.move_bucket(b, at)?);
     }
     drop(peer);
-    Ok(figure(idle, busy, &reports))
+    Ok(figure(idle, busy, args.busy_poll, &reports))
 }
 
 /// The figures of one case's moves.
-fn figure(idle: usize, busy: usize, reports: &[MoveReport]) -> HandoffFigure {
+fn figure(idle: usize, busy: usize, busy_poll: bool, reports: &[MoveReport]) -> HandoffFigure {
     let sorted = |f: fn(&MoveReport) -> f64| {
         let mut v: Vec<f64> = reports.iter().map(f).collect();
         v.sort_by(f64::total_cmp);
@@ -135,6 +142,7 @@ fn figure(idle: usize, busy: usize, reports: &[MoveReport]) -> HandoffFigure {
     let w = sorted(|r| r.nic_write_us);
     let dr = sorted(|r| r.drain_us);
     HandoffFigure {
+        busy_poll,
         idle,
         busy,
         moves: reports.len(),
@@ -168,7 +176,12 @@ pub fn run(args: Args) -> Result<()> {
     };
     let socket = socket_path("handoff");
     let figures = with_bed(&spec, |bed| {
-        let sink = Sink::start(bed, &socket, PORT, &[])?;
+        let extra: &[&str] = if args.busy_poll {
+            &["--busy-poll"]
+        } else {
+            &[]
+        };
+        let sink = Sink::start(bed, &socket, PORT, extra)?;
         let mut ports_from = 20_000;
         let mut out = Vec::new();
         for &busy in &args.busy {
@@ -181,6 +194,14 @@ pub fn run(args: Args) -> Result<()> {
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&figures)?);
     } else {
+        outln!(
+            "sink workers {}",
+            if args.busy_poll {
+                "spin when idle (--busy-poll)"
+            } else {
+                "sleep in poll(2) when idle"
+            }
+        );
         outln!("idle  busy  moves  conns/move  move_us p50/p99/max    export_us p50/p99  nic_write_us p50/p99  drain_us p50/p99  fwd/move mean,max  held/move mean,max  hold_timeouts");
         for f in &figures {
             outln!(
@@ -222,7 +243,12 @@ mod tests {
             frames_held: held,
             ..MoveReport::default()
         };
-        let f = figure(100, 0, &[r(30.0, 0, 0), r(10.0, 4, 1), r(20.0, 2, 0)]);
+        let f = figure(
+            100,
+            0,
+            false,
+            &[r(30.0, 0, 0), r(10.0, 4, 1), r(20.0, 2, 0)],
+        );
         assert_eq!(f.duration_us, [20.0, 30.0, 30.0]);
         assert_eq!(f.frames_forwarded, [2.0, 4.0]);
         assert_eq!(f.frames_held, [1.0 / 3.0, 1.0]);
