@@ -1,11 +1,11 @@
 //! The per-queue worker: one thread pinned to one core, polling one AF_XDP
 //! socket and running the application to completion on each batch.
 //!
-//! Loop: RX batches (up to [`RX_BUDGET`] frames, each batch's frames back on
-//! the fill ring at once) → handler poll → TX (kicked until the ring is
-//! drained, completions taken back) → fill-ring refill. No locks, no
-//! allocation after start-up. When idle the worker blocks in
-//! `poll(2)` on its socket (with need_wakeup) instead of spinning, unless
+//! Loop: RX batches (up to [`QueueHandler::rx_budget`] frames, each
+//! batch's frames back on the fill ring at once) → handler poll → TX
+//! (kicked until the ring is drained, completions taken back) → fill-ring
+//! refill. No locks, no allocation after start-up. When idle the worker
+//! blocks in `poll(2)` on its socket (with need_wakeup) instead of spinning, unless
 //! busy polling is asked for.
 //!
 //! A socket that the kernel unbound (its interface went away: `sendto`
@@ -397,6 +397,14 @@ pub trait QueueHandler: Send {
         rx.with_buffer_mut(|buf| self.on_rx(queue, now, buf, len))
     }
 
+    /// How many frames the worker takes off the RX ring, asked after each
+    /// batch of [`BATCH`], before it calls [`QueueHandler::on_poll`]
+    /// (bounded to [`BATCH`]..=[`RX_BUDGET_MAX`]; the pass ends earlier
+    /// when the ring runs dry). The default is [`RX_BUDGET`].
+    fn rx_budget(&self) -> usize {
+        RX_BUDGET
+    }
+
     /// Called once per loop iteration after the RX batch: timers and
     /// transmissions that are not in-place replies.
     fn on_poll(&mut self, _queue: &QueueInfo, _now: Duration, _tx: &mut TxBatch<'_>) {}
@@ -497,11 +505,11 @@ pub(crate) fn run<H: QueueHandler>(
     while !ctl.stop.load(Ordering::Relaxed) {
         iterations += 1;
         let now = epoch.elapsed();
-        // RX: up to RX_BUDGET frames before the handler's poll, so that a
-        // connection's segments of one pass are acknowledged together; each
-        // batch's frames go back to the fill ring at once.
+        // RX: up to the handler's budget of frames before its poll, so that
+        // a connection's segments of one pass are acknowledged together;
+        // each batch's frames go back to the fill ring at once.
         let (mut received, mut rx_bytes, mut dropped) = (0usize, 0u64, 0u64);
-        while received < RX_BUDGET {
+        while received < handler.rx_budget().clamp(BATCH, RX_BUDGET_MAX) {
             // SAFETY: `rx_descs` are scratch descriptors that `consume`
             // overwrites; the frames they then name belong to this socket's
             // UMEM.
@@ -711,13 +719,20 @@ fn fail(ctl: &Control, info: &QueueInfo, what: &str, e: &std::io::Error) {
 }
 
 /// Frames received per loop pass before the handler's `on_poll` (which
-/// sends the ACKs): with many connections on a queue, a 64-frame pass holds
-/// about one segment per connection and each costs its own ACK. Larger
-/// passes acknowledge more per ACK (2,048 halved the ACKs at 256
-/// connections on the test bed) but let the sender answer each ACK with a
-/// larger burst, which overflows the 256-frame ring in front of XDP on a
-/// veth (BENCHMARKS.md, "Scale"): kept at 256 until bursts are paced.
+/// sends the ACKs), unless the handler asks for more
+/// ([`QueueHandler::rx_budget`]). A connection's segments of one pass cost
+/// one ACK, so with many connections on a queue a pass this size holds
+/// few segments of each (at 256 connections on the test bed, an ACK per 7
+/// to 8 segments).
 pub const RX_BUDGET: usize = 4 * BATCH;
+
+/// The most frames one pass takes, whatever the handler asks: about a
+/// millisecond of work, the order of Linux's own softirq budget
+/// (`netdev_budget_usecs`, 2 ms), before timers, the application's tick
+/// and the ACKs get their turn. A pass also ends when the ring runs dry (a
+/// batch short of [`BATCH`]), so a lightly loaded queue acknowledges at
+/// once.
+pub const RX_BUDGET_MAX: usize = 32 * BATCH;
 
 /// Most TX wake-ups per loop pass (copy mode moves at most 32 frames per
 /// wake-up): enough to drain a full pass of replies, bounded so that RX

@@ -1174,6 +1174,16 @@ impl Stack {
     // Input
     // ---------------------------------------------------------------
 
+    /// Connections queued for output since [`Stack::poll_transmit`] last
+    /// drained them: each one a segment or a call touched (and that may
+    /// owe an ACK, data or a FIN). A caller that feeds a batch of segments
+    /// before it polls sizes the batch by it: every such connection sends
+    /// at least one segment per poll. An upper bound: a connection closed
+    /// meanwhile is still counted.
+    pub fn output_pending(&self) -> usize {
+        self.dirty.len()
+    }
+
     /// Processes one received TCP segment whose header the caller already
     /// parsed (for instance [`flowlane_wire::Transport::Tcp`] from the frame
     /// classifier) and whose checksum it verified; `payload` is the data
