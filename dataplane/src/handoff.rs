@@ -121,6 +121,8 @@ pub(crate) enum Message {
 /// A bucket's connections on their way to their new worker.
 pub(crate) struct Arrival {
     pub(crate) bucket: u16,
+    /// The connections, a part of the bucket's or all of them
+    /// ([`BucketExport::complete`] on the last).
     pub(crate) export: BucketExport,
     /// The application side of each connection of `export`, in order.
     pub(crate) apps: Vec<Option<ConnExport>>,
@@ -760,12 +762,24 @@ impl Mover {
         self.queue_message(to, Message::Import(arrival));
     }
 
-    /// The bucket's connections arrived here.
-    pub(crate) fn imported(&mut self, bucket: u16, failed: usize) {
-        self.set_owner(bucket, self.me);
-        self.outgoing.retain(|o| o.bucket != bucket);
-        self.stats.buckets_in += 1;
+    /// A part of a bucket this worker is still exporting: it goes into
+    /// `to`'s inbox at once, so that `to` imports it while this worker
+    /// exports the next (the last part goes through [`Mover::exported`]).
+    /// No wake-up here: `to` spins since the move's `Prepare`
+    /// ([`SPIN_FOR`]), and the pass's [`Mover::flush`] wakes it anyway.
+    pub(crate) fn export_part(&mut self, to: u32, arrival: Box<Arrival>) {
+        self.queue_message(to, Message::Import(arrival));
+    }
+
+    /// A part of a bucket arrived here; `complete`: the last one, after
+    /// which this worker serves the bucket.
+    pub(crate) fn imported(&mut self, bucket: u16, failed: usize, complete: bool) {
         self.stats.import_failed += failed as u64;
+        if complete {
+            self.set_owner(bucket, self.me);
+            self.outgoing.retain(|o| o.bucket != bucket);
+            self.stats.buckets_in += 1;
+        }
     }
 
     /// The eventfd that wakes this worker when a message arrives.

@@ -15,7 +15,7 @@ use flowlane_numa_sched::RssState;
 use flowlane_tcp::{Config, FourTuple, NoFrames, Stack};
 use flowlane_wire::packet::parse_frame;
 
-use super::{instant, TcpConfig, TcpHandler};
+use super::{instant, TcpConfig, TcpHandler, EXPORT_PART};
 use crate::bucket_counters::rss_bucket;
 use crate::ephemeral::rss_state;
 use crate::handoff::{
@@ -522,14 +522,17 @@ impl ConnHandler for Tagging {
     }
 }
 
-#[test]
-fn application_state_stays_with_its_connection_when_a_handler_closes_one_during_the_export() {
+/// `conns` connections in one bucket of queue 0, exported (the handler
+/// closing the `victim`-th listed one during the export, if any) and
+/// imported on queue 1 part by part, in order. Returns the parts' sizes
+/// and, per connection imported, (its peer port, the tag its state had).
+fn move_tagged(conns: usize, victim: Option<usize>) -> (Vec<usize>, Vec<(u16, u16)>) {
     let table = vec![0u32, 1, 0, 1];
     let rss = rss_state(RssKey::microsoft_default().as_bytes(), &table, 2).unwrap();
     let mesh = Arc::new(Mesh::new(2).unwrap());
     let mut cfg = TcpConfig::new(OURS, [2, 0, 0, 0, 0, 1], [1; 16]);
     cfg.rss = Some(rss.clone());
-    let victim = Arc::new(Mutex::new(None));
+    let victim_conn = Arc::new(Mutex::new(None));
     let arrived = Arc::new(Mutex::new(Vec::new()));
     let mut hs: Vec<TcpHandler> = (0..2)
         .map(|q| {
@@ -537,7 +540,7 @@ fn application_state_stays_with_its_connection_when_a_handler_closes_one_during_
             h.listen(
                 7,
                 Tagging {
-                    victim: victim.clone(),
+                    victim: victim_conn.clone(),
                     arrived: arrived.clone(),
                     ..Tagging::default()
                 },
@@ -546,7 +549,7 @@ fn application_state_stays_with_its_connection_when_a_handler_closes_one_during_
             h
         })
         .collect();
-    let (b, ports) = ports_in_one_bucket(&rss, 3);
+    let (b, ports) = ports_in_one_bucket(&rss, conns);
     let mut peer = Stack::new(Config::new([9; 16]));
     let t0 = Duration::from_millis(1);
     for &p in &ports {
@@ -577,17 +580,42 @@ fn application_state_stays_with_its_connection_when_a_handler_closes_one_during_
         }
     }
     let listed = hs[0].stack.bucket_connections(b);
-    assert_eq!(listed.len(), 3, "three connections in the bucket");
+    assert_eq!(listed.len(), conns, "the connections in the bucket");
+    *victim_conn.lock().unwrap() = victim.map(|v| listed[v]);
+    let now_i = instant(t0 + Duration::from_millis(10));
+    let mut parts = Vec::new();
+    let (last, _) = hs[0].export_bucket(now_i, b, &NoFrames, &mut |p| parts.push(p));
+    assert!(last.export.complete());
+    parts.push(last);
+    let sizes = parts.iter().map(|p| p.export.connections().len()).collect();
+    for p in parts {
+        assert_eq!(hs[1].import_bucket(now_i, *p, &NoFrames), 0);
+    }
+    let got = arrived.lock().unwrap().clone();
+    (sizes, got)
+}
+
+#[test]
+fn application_state_stays_with_its_connection_when_a_handler_closes_one_during_the_export() {
     // The export's first application call closes the second connection
     // listed: the stack then exports the first and the third.
-    *victim.lock().unwrap() = Some(listed[1]);
-    let now_i = instant(t0 + Duration::from_millis(10));
-    let (arrival, _) = hs[0].export_bucket(now_i, b, &NoFrames);
-    assert_eq!(arrival.export.connections().len(), 2);
-    assert_eq!(hs[1].import_bucket(now_i, *arrival, &NoFrames), 0);
-    let mut got = arrived.lock().unwrap().clone();
+    let (sizes, mut got) = move_tagged(3, Some(1));
+    assert_eq!(sizes, [2]);
     got.sort_unstable();
     assert_eq!(got.len(), 2, "{got:?}");
+    for (port, tag) in got {
+        assert_eq!(port, tag, "each connection arrived with its own state");
+    }
+}
+
+/// A bucket larger than a part leaves in parts, each imported with its
+/// connections' application state.
+#[test]
+fn a_large_bucket_moves_in_parts_with_each_connections_state() {
+    let n = 2 * EXPORT_PART + 6;
+    let (sizes, got) = move_tagged(n, None);
+    assert_eq!(sizes, [EXPORT_PART, EXPORT_PART, 6]);
+    assert_eq!(got.len(), n);
     for (port, tag) in got {
         assert_eq!(port, tag, "each connection arrived with its own state");
     }

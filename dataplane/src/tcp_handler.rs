@@ -108,6 +108,13 @@ const PUBLISH_EVERY: Duration = Duration::from_millis(50);
 /// ACK per 18 segments at 256 connections on the test bed). Out-of-order
 /// segments still get an ACK each (RFC 5681 §4.2), sent at the pass's end.
 const SEGMENTS_PER_ACK: usize = 16;
+
+/// Connections per part of a bucket's export ([`Stack::export_bucket_part`]):
+/// the new worker imports a part while the old one exports the next, so a
+/// move of n connections takes about the export of n and the import of
+/// one part, not the two in turn. Each part costs a message (and, to a
+/// sleeping worker, a wake-up).
+const EXPORT_PART: usize = 32;
 /// The frame a worker without a queue builds a segment in: what a UMEM
 /// frame holds after its headroom (2 048 - 256 bytes).
 const SPILL_FRAME: usize = 1792;
@@ -1056,16 +1063,22 @@ impl TcpHandler {
         for work in mover.take_work(now_d, rx_end) {
             match work {
                 Work::Export { bucket, to, reply } => {
-                    let (arrival, reply_msg) = self.export_bucket(now, bucket, frames);
+                    let (arrival, reply_msg) =
+                        self.export_bucket(now, bucket, frames, &mut |part| {
+                            mover.export_part(to, part);
+                        });
                     let _ = reply.send(reply_msg);
                     mover.exported(bucket, to, arrival);
                     self.ports.set_rss(mover.rss().clone());
                 }
                 Work::Import(arrival) => {
                     let bucket = arrival.bucket;
+                    let complete = arrival.export.complete();
                     let failed = self.import_bucket(now, *arrival, frames);
-                    mover.imported(bucket, failed);
-                    self.ports.set_rss(mover.rss().clone());
+                    mover.imported(bucket, failed, complete);
+                    if complete {
+                        self.ports.set_rss(mover.rss().clone());
+                    }
                 }
                 Work::Frames(forwarded) => {
                     self.mover = Some(mover);
@@ -1081,14 +1094,18 @@ impl TcpHandler {
     }
 
     /// Takes `bucket` out: each connection's application side first (its
-    /// handler may still use it), then the connections themselves.
-    /// Kept payload is copied into the export out of `frames` (whose
-    /// frames the stack then releases).
+    /// handler may still use it), then the connections themselves,
+    /// [`EXPORT_PART`] at a time: every part but the last goes to `send`
+    /// as soon as it is out, so that the new worker imports it while this
+    /// one exports the next; the last is returned with the controller's
+    /// answer. Kept payload is copied into the export out of `frames`
+    /// (whose frames the stack then releases).
     fn export_bucket(
         &mut self,
         now: Instant,
         bucket: u16,
         frames: &dyn FrameStore,
+        send: &mut dyn FnMut(Box<Arrival>),
     ) -> (Box<Arrival>, Reply) {
         let conns = self.stack.bucket_connections(bucket);
         let mut apps = Vec::with_capacity(conns.len());
@@ -1096,53 +1113,59 @@ impl TcpHandler {
             let (mut net, app) = self.net(now, frames);
             apps.push((c, app.export_conn(c, &mut net)));
         }
-        let export = self.stack.export_bucket_in(bucket, frames);
-        // The export lists the connections in the listing's order
-        // (`Stack::export_bucket`), so each application side pairs with
-        // the connection at its index (a search per connection made a
-        // bucket of n connections cost n²/2 comparisons) — unless a
-        // handler's `on_export` closed or opened a connection of the
-        // bucket meanwhile: then each is looked up.
-        let in_order = export
-            .connections()
-            .iter()
-            .map(|(h, _)| *h)
-            .eq(apps.iter().map(|(c, _)| *c));
-        let ordered = if in_order {
-            apps.into_iter().map(|(_, a)| a).collect()
-        } else {
-            export
+        // The stack exports in the listing's order (`Stack::export_bucket`),
+        // so each application side is the next one — unless a handler's
+        // `on_export` closed or opened a connection of the bucket
+        // meanwhile: then it is looked up (a search per connection made a
+        // bucket of n connections cost n²/2 comparisons).
+        let mut next = 0;
+        let mut app_of = |h: ConnHandle| match apps.get_mut(next) {
+            Some((c, a)) if *c == h => {
+                next += 1;
+                a.take()
+            }
+            _ => apps
+                .iter_mut()
+                .find(|(c, _)| *c == h)
+                .and_then(|(_, a)| a.take()),
+        };
+        let (mut connections, mut time_wait) = (0, 0);
+        loop {
+            let export = self.stack.export_bucket_part(bucket, EXPORT_PART, frames);
+            connections += export.connections().len();
+            time_wait += export.time_wait_count();
+            let apps = export
                 .connections()
                 .iter()
-                .map(|(h, _)| {
-                    apps.iter_mut()
-                        .find(|(c, _)| c == h)
-                        .and_then(|(_, a)| a.take())
-                })
-                .collect()
-        };
-        let reply = Reply::Exported {
-            connections: export.connections().len(),
-            time_wait: export.time_wait_count(),
-        };
-        let mut peers: Vec<IpAddr> = export
-            .connections()
-            .iter()
-            .map(|(_, snap)| snap.four_tuple().remote.ip())
-            .collect();
-        peers.sort_unstable();
-        peers.dedup();
-        let neighbors = peers
-            .into_iter()
-            .filter_map(|ip| self.neighbors.known(ip))
-            .collect();
-        let arrival = Box::new(Arrival {
-            bucket,
-            export,
-            apps: ordered,
-            neighbors,
-        });
-        (arrival, reply)
+                .map(|(h, _)| app_of(*h))
+                .collect();
+            let mut peers: Vec<IpAddr> = export
+                .connections()
+                .iter()
+                .map(|(_, snap)| snap.four_tuple().remote.ip())
+                .collect();
+            peers.sort_unstable();
+            peers.dedup();
+            let neighbors = peers
+                .into_iter()
+                .filter_map(|ip| self.neighbors.known(ip))
+                .collect();
+            let complete = export.complete();
+            let arrival = Box::new(Arrival {
+                bucket,
+                export,
+                apps,
+                neighbors,
+            });
+            if complete {
+                let reply = Reply::Exported {
+                    connections,
+                    time_wait,
+                };
+                return (arrival, reply);
+            }
+            send(arrival);
+        }
     }
 
     /// Adds a bucket's connections and gives each its application side;

@@ -176,6 +176,7 @@ pub struct BucketExport {
     bucket: u16,
     connections: Vec<(ConnHandle, Snapshot)>,
     time_wait: Vec<TimeWait>,
+    complete: bool,
 }
 
 impl BucketExport {
@@ -194,6 +195,13 @@ impl BucketExport {
     /// The bucket's TIME-WAIT records.
     pub fn time_wait_count(&self) -> usize {
         self.time_wait.len()
+    }
+
+    /// Whether this export left the bucket empty on the exporting stack:
+    /// a whole bucket, or the last of its parts
+    /// ([`Stack::export_bucket_part`]).
+    pub fn complete(&self) -> bool {
+        self.complete
     }
 }
 
@@ -620,9 +628,26 @@ impl Stack {
     /// payload is copied into the snapshots out of `frames`, and the frames
     /// released.
     pub fn export_bucket_in(&mut self, bucket: u16, frames: &dyn FrameStore) -> BucketExport {
+        self.export_bucket_part(bucket, usize::MAX, frames)
+    }
+
+    /// [`Stack::export_bucket_in`] a part at a time: at most `max`
+    /// connections of `bucket` (the first of [`Stack::bucket_connections`]'s
+    /// listing), so that the stack taking the bucket over can import one
+    /// part while this one exports the next. The part that empties the
+    /// bucket carries its TIME-WAIT records and is
+    /// [`BucketExport::complete`]. The bucket is marked away from the first
+    /// part on; until the last, its remaining connections are still here
+    /// (a caller exports every part before it handles another segment).
+    pub fn export_bucket_part(
+        &mut self,
+        bucket: u16,
+        max: usize,
+        frames: &dyn FrameStore,
+    ) -> BucketExport {
         self.set_bucket_away(bucket, true);
-        let mut connections = Vec::with_capacity(self.buckets.len(bucket) as usize);
-        loop {
+        let mut connections = Vec::with_capacity((self.buckets.len(bucket) as usize).min(max));
+        while connections.len() < max {
             let idx = self.buckets.head(bucket);
             if idx == NIL {
                 break;
@@ -634,10 +659,16 @@ impl Stack {
                 connections.push((handle, c.export(lent, frames)));
             });
         }
+        let complete = self.buckets.head(bucket) == NIL;
         BucketExport {
             bucket,
             connections,
-            time_wait: self.time_wait.export_bucket(bucket),
+            time_wait: if complete {
+                self.time_wait.export_bucket(bucket)
+            } else {
+                Vec::new()
+            },
+            complete,
         }
     }
 

@@ -4,7 +4,7 @@
 mod sim;
 
 use flowlane_tcp::time::Duration;
-use flowlane_tcp::{ConnHandle, Error, FourTuple, Stack};
+use flowlane_tcp::{ConnHandle, Error, FourTuple, NoFrames, Stack};
 use sim::{events, test_config, Bulk, LinkConfig, Sim, A_IP, B_IP};
 use std::net::SocketAddr;
 
@@ -73,7 +73,21 @@ fn connections_and_their_segments_are_counted_per_bucket() {
 
 #[test]
 fn buckets_move_to_another_stack_mid_transfer() {
-    let mut sim = Sim::symmetric(32, LinkConfig::hostile(0.02));
+    move_every_bucket_mid_transfer(32, usize::MAX);
+}
+
+/// As above, each bucket exported three connections at a time, each part
+/// imported before the next is exported (how the data path overlaps the
+/// two stacks' work).
+#[test]
+fn buckets_move_in_parts_mid_transfer() {
+    move_every_bucket_mid_transfer(34, 3);
+}
+
+/// 16 connections mid-transfer over a lossy link; every bucket moves to a
+/// new stack, exported `part` connections at a time.
+fn move_every_bucket_mid_transfer(seed: u64, part: usize) {
+    let mut sim = Sim::symmetric(seed, LinkConfig::hostile(0.02));
     sim.b = server();
     // Long enough that no connection finishes before the move.
     let mut bulk = Bulk::start(&mut sim, 16, 400_000, 40_000);
@@ -90,17 +104,29 @@ fn buckets_move_to_another_stack_mid_transfer() {
             for bucket in 0..BUCKETS as u16 {
                 let held = s.b.bucket_stats(bucket).connections;
                 let listed = s.b.bucket_connections(bucket);
-                let export = s.b.export_bucket(bucket);
-                assert_eq!(export.bucket(), bucket);
-                let exported: Vec<ConnHandle> = export.connections().iter().map(|c| c.0).collect();
-                assert_eq!(listed, exported, "listed in export order");
-                assert_eq!(export.connections().len() as u32, held);
-                assert_eq!(s.b.bucket_stats(bucket).connections, 0);
-                let old: Vec<ConnHandle> = export.connections().iter().map(|c| c.0).collect();
-                let new = b2.import_bucket(s.now, export);
-                for (o, n) in old.into_iter().zip(new) {
-                    pairs.push((o, n.expect("imported")));
+                let mut exported = Vec::new();
+                loop {
+                    let export = s.b.export_bucket_part(bucket, part, &NoFrames);
+                    assert_eq!(export.bucket(), bucket);
+                    assert!(export.connections().len() <= part);
+                    let complete = export.complete();
+                    let old: Vec<ConnHandle> = export.connections().iter().map(|c| c.0).collect();
+                    exported.extend_from_slice(&old);
+                    let new = b2.import_bucket(s.now, export);
+                    for (o, n) in old.into_iter().zip(new) {
+                        pairs.push((o, n.expect("imported")));
+                    }
+                    if complete {
+                        break;
+                    }
+                    assert!(
+                        s.b.bucket_stats(bucket).connections > 0,
+                        "a part short of the end"
+                    );
                 }
+                assert_eq!(listed, exported, "listed in export order");
+                assert_eq!(exported.len() as u32, held);
+                assert_eq!(s.b.bucket_stats(bucket).connections, 0);
                 assert_eq!(b2.bucket_stats(bucket).connections, held);
             }
             assert_eq!(s.b.connection_count(), 0, "nothing left behind");
@@ -127,6 +153,7 @@ fn time_wait_records_move_with_their_bucket() {
     sim.run_for(Duration::from_millis(50));
     assert_eq!(sim.b.bucket_stats(0).time_wait, 1);
     let export = sim.b.export_bucket(0);
+    assert!(export.complete());
     assert_eq!(export.time_wait_count(), 1);
     assert_eq!(sim.b.connection_count(), 0);
     let mut b2 = server();
@@ -144,6 +171,44 @@ fn time_wait_records_move_with_their_bucket() {
     );
     b2.handle_timeout(sim.now + Duration::from_secs(61));
     assert_eq!(b2.time_wait_count(), 0);
+}
+
+/// A bucket exported in parts: its TIME-WAIT records go with the part that
+/// empties it, and only that part is complete.
+#[test]
+fn time_wait_records_go_with_the_last_part() {
+    let mut sim = Sim::symmetric(35, LinkConfig::default());
+    sim.b = server();
+    let (a, b) = sim.establish();
+    sim.b.close(b).unwrap();
+    sim.run_for(Duration::from_millis(50));
+    sim.a.close(a).unwrap();
+    sim.run_for(Duration::from_millis(50));
+    // Two live connections in the same bucket (ports 10004 and 10008).
+    for port in [10_004, 10_008] {
+        sim.a
+            .connect(
+                sim.now,
+                SocketAddr::new(A_IP, port),
+                SocketAddr::new(B_IP, 80),
+            )
+            .unwrap();
+    }
+    sim.run_for(Duration::from_millis(50));
+    events(&mut sim.b);
+    assert_eq!(sim.b.bucket_stats(0).connections, 2);
+    assert_eq!(sim.b.bucket_stats(0).time_wait, 1);
+    let first = sim.b.export_bucket_part(0, 1, &NoFrames);
+    assert_eq!((first.connections().len(), first.time_wait_count()), (1, 0));
+    assert!(!first.complete());
+    let last = sim.b.export_bucket_part(0, 1, &NoFrames);
+    assert_eq!((last.connections().len(), last.time_wait_count()), (1, 1));
+    assert!(last.complete());
+    let mut b2 = server();
+    assert!(b2.import_bucket(sim.now, first).iter().all(|h| h.is_ok()));
+    assert!(b2.import_bucket(sim.now, last).iter().all(|h| h.is_ok()));
+    assert_eq!(b2.bucket_stats(0).connections, 2);
+    assert_eq!(b2.bucket_stats(0).time_wait, 1);
 }
 
 /// Moves every segment `from` has to send into `to`; returns how many, and
