@@ -141,9 +141,10 @@ fn move_every_bucket_mid_transfer(seed: u64, part: usize) {
     assert!(bulk.errors.is_empty(), "{:?}", bulk.errors);
 }
 
-#[test]
-fn time_wait_records_move_with_their_bucket() {
-    let mut sim = Sim::symmetric(33, LinkConfig::default());
+/// A server (`server()`) with one TIME-WAIT record in bucket 0: the
+/// connection from port 10000 that it closed first.
+fn server_with_time_wait(seed: u64) -> Sim {
+    let mut sim = Sim::symmetric(seed, LinkConfig::default());
     sim.b = server();
     let (a, b) = sim.establish();
     // B closes first: its TIME-WAIT record is in bucket 10000 % 4 = 0.
@@ -152,6 +153,12 @@ fn time_wait_records_move_with_their_bucket() {
     sim.a.close(a).unwrap();
     sim.run_for(Duration::from_millis(50));
     assert_eq!(sim.b.bucket_stats(0).time_wait, 1);
+    sim
+}
+
+#[test]
+fn time_wait_records_move_with_their_bucket() {
+    let mut sim = server_with_time_wait(33);
     let export = sim.b.export_bucket(0);
     assert!(export.complete());
     assert_eq!(export.time_wait_count(), 1);
@@ -177,13 +184,7 @@ fn time_wait_records_move_with_their_bucket() {
 /// empties it, and only that part is complete.
 #[test]
 fn time_wait_records_go_with_the_last_part() {
-    let mut sim = Sim::symmetric(35, LinkConfig::default());
-    sim.b = server();
-    let (a, b) = sim.establish();
-    sim.b.close(b).unwrap();
-    sim.run_for(Duration::from_millis(50));
-    sim.a.close(a).unwrap();
-    sim.run_for(Duration::from_millis(50));
+    let mut sim = server_with_time_wait(35);
     // Two live connections in the same bucket (ports 10004 and 10008).
     for port in [10_004, 10_008] {
         sim.a
