@@ -242,12 +242,14 @@ pub fn hash_reference(key: &RssKey, input: &[u8]) -> u32 {
 /// The hash is linear over GF(2): it is the XOR of the contributions of the input's bytes,
 /// and the contribution of byte value `v` at position `i` depends only on `(i, v)` and the
 /// key. So one 256-entry table per input position turns the hash into one lookup and one XOR
-/// per byte. Built for [`MAX_INPUT_LEN`] positions by default (36 KiB of tables); bytes
-/// beyond the tabulated length are still hashed correctly, bit by bit.
+/// per byte. Built for [`MAX_INPUT_LEN`] positions by default (36 KiB of tables, shared by
+/// clones: a worker that learns of a bucket move clones its RSS state, and copying the tables
+/// each time cost a move some microseconds); bytes beyond the tabulated length are still
+/// hashed correctly, bit by bit.
 #[derive(Clone)]
 pub struct Toeplitz {
     key: RssKey,
-    tables: Box<[[u32; 256]]>,
+    tables: std::sync::Arc<[[u32; 256]]>,
 }
 
 impl Toeplitz {
@@ -271,7 +273,8 @@ impl Toeplitz {
                 }
                 table
             })
-            .collect();
+            .collect::<Vec<_>>()
+            .into();
         Self {
             key: key.clone(),
             tables,
