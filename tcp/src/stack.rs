@@ -632,8 +632,9 @@ impl Stack {
     }
 
     /// [`Stack::export_bucket_in`] a part at a time: at most `max`
-    /// connections of `bucket` (the first of [`Stack::bucket_connections`]'s
-    /// listing), so that the stack taking the bucket over can import one
+    /// connections of `bucket` (at least one while any is left, so that a
+    /// caller looping until [`BucketExport::complete`] ends; the first of
+    /// [`Stack::bucket_connections`]'s listing), so that the stack taking the bucket over can import one
     /// part while this one exports the next. The part that empties the
     /// bucket carries its TIME-WAIT records and is
     /// [`BucketExport::complete`]. The bucket is marked away from the first
@@ -646,6 +647,7 @@ impl Stack {
         frames: &dyn FrameStore,
     ) -> BucketExport {
         self.set_bucket_away(bucket, true);
+        let max = max.max(1);
         let mut connections = Vec::with_capacity((self.buckets.len(bucket) as usize).min(max));
         while connections.len() < max {
             let idx = self.buckets.head(bucket);
@@ -2120,8 +2122,8 @@ impl Stack {
         self.import_one(&snap, None)
     }
 
-    /// `bucket`: the bucket the snapshot came out of, where a whole bucket
-    /// is imported (None: computed from its tuple).
+    /// `bucket`: the bucket the snapshot came out of, where a bucket or a
+    /// part of one is imported (None: computed from its tuple).
     fn import_one(&mut self, snap: &Snapshot, bucket: Option<u16>) -> Result<ConnHandle, Error> {
         let tuple = snap.four_tuple();
         let hash = self.table.hash(&tuple);
