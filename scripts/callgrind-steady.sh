@@ -11,6 +11,9 @@
 # Defaults: the release sim_bulk (built if missing), 10000, 20000000. A
 # second phase of BYTES, unmeasured but simulated, warms the simulated
 # caches first (SIM_BULK_PAUSE=N makes it N bytes instead).
+# CG_LL=SIZE,ASSOC,LINE gives the simulated last-level cache (valgrind
+# otherwise takes the host's: 256 MiB direct-mapped on the project's VM,
+# in which nothing misses), e.g. CG_LL=8388608,16,64 for 8 MiB, 16 ways.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=""
@@ -36,7 +39,9 @@ cleanup() {
 }
 trap cleanup EXIT
 mkfifo "$work/go"
-SIM_BULK_PAUSE=${SIM_BULK_PAUSE:-x} valgrind --tool=callgrind --cache-sim=yes --instr-atstart=no \
+ll=()
+[[ -n "${CG_LL:-}" ]] && ll=("--LL=$CG_LL")
+SIM_BULK_PAUSE=${SIM_BULK_PAUSE:-x} valgrind --tool=callgrind --cache-sim=yes "${ll[@]}" --instr-atstart=no \
     --toggle-collect='*sim_deliver_to_b_measured*' \
     --callgrind-out-file="$work/out.cg" \
     "$bin" "$conns" "$bytes" steady "${words[@]}" >"$work/sim.log" 2>"$work/valgrind.log" <"$work/go" &

@@ -176,10 +176,11 @@ pub fn run(args: Args) -> Result<()> {
     };
     let socket = socket_path("handoff");
     let figures = with_bed(&spec, |bed| {
+        // Only the bench's own moves: no rebalancing loop beside them.
         let extra: &[&str] = if args.busy_poll {
-            &["--busy-poll"]
+            &["--rebalance", "off", "--busy-poll"]
         } else {
-            &[]
+            &["--rebalance", "off"]
         };
         let sink = Sink::start(bed, &socket, PORT, extra)?;
         let mut ports_from = 20_000;

@@ -36,6 +36,57 @@ pub enum Mode {
     },
 }
 
+/// What a service's flags say about its rebalancing loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wish {
+    /// No flag: `auto` where buckets can move, off elsewhere.
+    Default,
+    /// `--rebalance off`.
+    Off,
+    /// This loop, asked for: a service that cannot run it refuses to
+    /// start.
+    Run(Mode),
+}
+
+/// The rebalancing loop a service runs ([`Wish::choose`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rebalancing {
+    /// The loop; None: off.
+    pub mode: Option<Mode>,
+    /// Whether it runs because no flag said otherwise (a default loop
+    /// whose moves keep failing stops; one asked for goes on).
+    pub by_default: bool,
+}
+
+impl Wish {
+    /// The loop for a service whose buckets can move, or cannot
+    /// (`cannot`: why, a phrase). Without a flag, `auto` where buckets can
+    /// move, and off (said once in the log) where they cannot.
+    ///
+    /// # Errors
+    /// [`Error::Move`]: a loop was asked for and buckets cannot move.
+    pub fn choose(self, cannot: Option<String>) -> Result<Rebalancing> {
+        match (self, cannot) {
+            (Wish::Run(_), Some(why)) => Err(Error::Move(format!(
+                "--rebalance: {why} (or use --rebalance off)"
+            ))),
+            (Wish::Run(mode), None) => Ok(Rebalancing {
+                mode: Some(mode),
+                by_default: false,
+            }),
+            (Wish::Off, _) => Ok(Rebalancing::default()),
+            (Wish::Default, Some(why)) => {
+                tracing::info!("rebalancing off: {why}");
+                Ok(Rebalancing::default())
+            }
+            (Wish::Default, None) => Ok(Rebalancing {
+                mode: Some(Mode::Auto),
+                by_default: true,
+            }),
+        }
+    }
+}
+
 /// One service's rebalancing loop.
 #[derive(Debug)]
 pub struct AutoRebalance {
@@ -60,12 +111,8 @@ impl AutoRebalance {
     /// [`Error::Move`] if the service cannot move buckets;
     /// [`Error::Placement`] if the machine's topology cannot be read.
     pub fn new(service: &TcpService, mode: Mode) -> Result<AutoRebalance> {
-        if service.rss_table().is_none() {
-            return Err(Error::Move(
-                "--rebalance needs several queues and the NIC's RSS (use --bed, or \
-                 --rss-key/--rss-table)"
-                    .into(),
-            ));
+        if let Some(why) = service.why_buckets_cannot_move() {
+            return Err(Error::Move(format!("--rebalance: {why}")));
         }
         let config = RebalanceConfig {
             min_period: MIN_PERIOD,
@@ -268,6 +315,36 @@ fn busy_shares(core_busy: u64, timed: &[u64]) -> Vec<Option<u64>> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn rebalancing_is_on_by_default_where_buckets_can_move() {
+        use super::{Mode, Rebalancing, Wish};
+        let on = |by_default| Rebalancing {
+            mode: Some(Mode::Auto),
+            by_default,
+        };
+        assert_eq!(Wish::Default.choose(None).unwrap(), on(true));
+        assert_eq!(Wish::Run(Mode::Auto).choose(None).unwrap(), on(false));
+        assert_eq!(Wish::Off.choose(None).unwrap(), Rebalancing::default());
+    }
+
+    #[test]
+    fn where_buckets_cannot_move_only_a_loop_asked_for_is_refused() {
+        use super::{Mode, Rebalancing, Wish};
+        let why = || Some("one queue".to_string());
+        assert_eq!(Wish::Default.choose(why()).unwrap(), Rebalancing::default());
+        assert_eq!(Wish::Off.choose(why()).unwrap(), Rebalancing::default());
+        let storm = Mode::Storm {
+            interval: std::time::Duration::from_millis(5),
+        };
+        for mode in [Mode::Auto, storm] {
+            let e = Wish::Run(mode).choose(why()).unwrap_err().to_string();
+            assert!(
+                e.contains("one queue") && e.contains("--rebalance off"),
+                "{e}"
+            );
+        }
+    }
+
     use super::*;
 
     #[test]

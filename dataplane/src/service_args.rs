@@ -153,10 +153,11 @@ pub enum RebalanceMode {
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct RebalanceArgs {
     /// Move RSS buckets, with their live connections, from busy queues to
-    /// idle ones (`auto`) or never (`off`). Needs several queues and a NIC
-    /// whose table flowlane can write (`--bed`, or a NIC with RSS).
-    #[arg(long, value_enum, default_value_t)]
-    pub rebalance: RebalanceMode,
+    /// idle ones (`auto`) or never (`off`). Default: `auto` where buckets
+    /// can move (several queues, a worker per queue, a NIC whose table
+    /// flowlane can write: `--bed`, or a NIC with RSS), `off` elsewhere.
+    #[arg(long, value_enum)]
+    pub rebalance: Option<RebalanceMode>,
     /// For tests: move a random bucket that has connections to another
     /// queue every MS milliseconds, whatever the load (a rebalancing storm).
     #[arg(long, value_name = "MS", hide = true)]
@@ -173,15 +174,27 @@ pub struct RebalanceArgs {
 }
 
 impl RebalanceArgs {
-    /// The loop these flags ask for, if any.
-    pub fn mode(&self) -> Option<crate::auto_rebalance::Mode> {
+    /// The loop these flags ask for explicitly (`--rebalance auto`, the
+    /// storm), if any: a service that cannot run it refuses to start.
+    pub fn requested(&self) -> Option<crate::auto_rebalance::Mode> {
         use crate::auto_rebalance::Mode;
         match (self.rebalance_storm_ms, self.rebalance) {
             (Some(ms), _) => Some(Mode::Storm {
                 interval: std::time::Duration::from_millis(ms.max(1)),
             }),
-            (None, RebalanceMode::Auto) => Some(Mode::Auto),
-            (None, RebalanceMode::Off) => None,
+            (None, Some(RebalanceMode::Auto)) => Some(Mode::Auto),
+            (None, Some(RebalanceMode::Off) | None) => None,
+        }
+    }
+
+    /// What the flags say about the loop: the default, off, or a loop
+    /// asked for ([`crate::auto_rebalance::Wish::choose`] decides).
+    pub fn wish(&self) -> crate::auto_rebalance::Wish {
+        use crate::auto_rebalance::Wish;
+        match (self.requested(), self.rebalance) {
+            (Some(mode), _) => Wish::Run(mode),
+            (None, Some(_)) => Wish::Off,
+            (None, None) => Wish::Default,
         }
     }
 
@@ -339,6 +352,33 @@ mod tests {
     struct Cmd {
         #[command(flatten)]
         data_path: DataPathArgs,
+    }
+
+    #[test]
+    fn rebalance_flags_say_default_off_or_a_loop() {
+        use crate::auto_rebalance::{Mode, Wish};
+        #[derive(Parser)]
+        struct Rebalanced {
+            #[command(flatten)]
+            rebalance: RebalanceArgs,
+        }
+        let wish = |args: &[&str]| {
+            Rebalanced::try_parse_from(std::iter::once("svc").chain(args.iter().copied()))
+                .expect("flags parse")
+                .rebalance
+                .wish()
+        };
+        assert_eq!(wish(&[]), Wish::Default);
+        assert_eq!(wish(&["--rebalance", "off"]), Wish::Off);
+        assert_eq!(wish(&["--rebalance", "auto"]), Wish::Run(Mode::Auto));
+        let storm = Wish::Run(Mode::Storm {
+            interval: std::time::Duration::from_millis(10),
+        });
+        assert_eq!(wish(&["--rebalance-storm-ms", "10"]), storm);
+        assert_eq!(
+            wish(&["--rebalance", "off", "--rebalance-storm-ms", "10"]),
+            storm
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::auto_rebalance::{AutoRebalance, Mode};
+use crate::auto_rebalance::{AutoRebalance, Mode, Wish};
 use crate::bucket_counters::BucketSnapshot;
 use crate::control_socket::{
     self, ControlSocket, FlowAnswer, FlowQuery, MoveCause, MoveHistory, QueueCounterSet,
@@ -139,7 +139,16 @@ pub struct ServiceControl {
     /// The daemon's socket this service registers on, and when it
     /// announces itself again (a daemon restarted since has forgotten it).
     daemon: Option<(PathBuf, Instant)>,
+    /// Whether the loop runs by default rather than by a flag.
+    by_default: bool,
+    /// The loop's moves that failed since its last one that did not.
+    failed_in_a_row: u32,
 }
+
+/// How many of a default loop's moves may fail in a row (a NIC that
+/// refuses table writes) before it stops: a loop nobody asked for must not
+/// fill the log.
+const DEFAULT_LOOP_FAILURES: u32 = 3;
 
 /// How often a service announces its control socket to the daemon again.
 const REGISTER_EVERY: Duration = Duration::from_secs(5);
@@ -182,20 +191,29 @@ impl LoadWindow {
 
 impl ServiceControl {
     /// Control for `service` (its command name, e.g. `bulk-sink`), with the
-    /// rebalancing loop `mode` asks for.
+    /// rebalancing loop `wish` asks for and the control socket `socket`.
+    /// `blocked`: why buckets cannot move besides what `tcp` knows (e.g.
+    /// workers sharing queues); without a flag, rebalancing is then off.
     ///
     /// # Errors
-    /// What [`AutoRebalance::new`] and [`ControlSocket::bind`] return (the
-    /// latter only for a socket path the user chose).
+    /// What [`Wish::choose`], [`AutoRebalance::new`] and
+    /// [`ControlSocket::bind`] return (the latter only for a socket path
+    /// the user chose).
     pub fn new(
         tcp: &TcpService,
         service: &str,
-        mode: Option<Mode>,
+        wish: Wish,
+        blocked: Option<String>,
         socket: SocketChoice,
     ) -> Result<ServiceControl> {
-        let auto = mode.map(|m| AutoRebalance::new(tcp, m)).transpose()?;
+        let chosen = wish.choose(blocked.or_else(|| tcp.why_buckets_cannot_move()))?;
+        let auto = chosen
+            .mode
+            .map(|m| AutoRebalance::new(tcp, m))
+            .transpose()?;
         let mut control = ServiceControl::without_rebalancing(service, socket)?;
         control.auto = auto;
+        control.by_default = chosen.by_default;
         Ok(control)
     }
 
@@ -241,6 +259,8 @@ impl ServiceControl {
                 imbalance: 1.0,
             },
             daemon: None,
+            by_default: false,
+            failed_in_a_row: 0,
         })
     }
 
@@ -280,7 +300,17 @@ impl ServiceControl {
         if let Some(a) = self.auto.as_mut() {
             for (cause, m) in a.poll(tcp) {
                 self.history.record(cause, &m);
+                match &m {
+                    Ok(_) => self.failed_in_a_row = 0,
+                    Err(_) => self.failed_in_a_row += 1,
+                }
                 out.push(m);
+            }
+            if self.by_default && self.failed_in_a_row >= DEFAULT_LOOP_FAILURES {
+                tracing::warn!(
+                    "rebalancing off: {DEFAULT_LOOP_FAILURES} moves in a row failed (the last is in the log); --rebalance auto keeps trying, --rebalance off does not start"
+                );
+                self.auto = None;
             }
         }
         out.extend(self.poll_view(tcp));

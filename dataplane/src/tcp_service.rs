@@ -351,6 +351,16 @@ impl TcpService {
         Some(m.table.lock().unwrap_or_else(|e| e.into_inner()).clone())
     }
 
+    /// Why this service's buckets cannot move (a phrase), or None when
+    /// they can.
+    pub fn why_buckets_cannot_move(&self) -> Option<String> {
+        self.moves.is_none().then(|| {
+            "buckets move only with several queues and the NIC's RSS known (use --bed, or \
+             --rss-key/--rss-table)"
+                .to_string()
+        })
+    }
+
     /// Moves RSS bucket `bucket` (an indirection-table entry) to queue
     /// `to`, with its live connections (complete TCP state and the
     /// application's state, see `flowlane_app::ConnHandler::on_export`)

@@ -217,6 +217,8 @@ fn the_daemon_applies_the_plan_to_the_veth_and_puts_it_back() {
     );
     assert_eq!(nic["changes"].as_array().unwrap().len(), 3, "{nic}");
     assert_eq!(st["services"][0]["service"], "echo-server", "{st}");
+    // No `--rebalance` flag, two queues, the bed's table: on by default.
+    assert_eq!(st["services"][0]["rebalance"], "auto", "{st}");
     let addr = d.ready["metrics"].as_str().unwrap().to_string();
     let o = in_ns(
         &bed.ns,

@@ -481,7 +481,7 @@ fn buckets_move_by_hand_over_the_control_socket() {
         &bed,
         8,
         Load::Bytes(64 << 20),
-        &["--control-socket", p],
+        &["--control-socket", p, "--rebalance", "off"],
         |senders_done| {
             let status = |extra: &[&str]| -> Value {
                 let mut args = vec!["status", "--socket", p, "--json", "--interval-ms", "0"];

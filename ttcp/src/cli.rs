@@ -376,7 +376,8 @@ impl RunArgs {
         } else if self.data_path.bed.is_some() {
             bail!("--bed goes with --backend flowlane");
         }
-        if self.rebalance.mode().is_some() && (self.backend != BackendKind::Flowlane || self.sender)
+        if self.rebalance.requested().is_some()
+            && (self.backend != BackendKind::Flowlane || self.sender)
         {
             bail!("--rebalance goes with a --backend flowlane receiver (-r)");
         }

@@ -177,7 +177,8 @@ fn start(
         None
     } else {
         let r = &plan.flowlane.rebalance;
-        let mut control = ServiceControl::new(&service, "ttcp-receiver", r.mode(), r.socket())?;
+        let mut control =
+            ServiceControl::new(&service, "ttcp-receiver", r.wish(), None, r.socket())?;
         if let Some(daemon) = r.daemon() {
             control.register_with_daemon(&daemon);
         }

@@ -660,11 +660,11 @@ fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
     config.ecn = c.data_path.ecn.mode();
     config.msl = c.msl_ms.map(flowlane_tcp::time::Duration::from_millis);
     let (_, queues) = config.interface()?;
-    if c.workers.is_some_and(|w| w > queues) && c.rebalance.mode().is_some() {
-        bail!(
-            "--rebalance moves buckets between queues, which it cannot do while {} workers share {queues} queues (software spill): use --rebalance off",
-            c.workers.unwrap_or(queues)
-        );
+    let spill = c.workers.filter(|&w| w > queues).map(|w| {
+        format!("buckets cannot move between queues while {w} workers share {queues} queues (software spill)")
+    });
+    if let (Some(why), Some(_)) = (&spill, c.rebalance.requested()) {
+        bail!("--rebalance: {why}: use --rebalance off");
     }
     // Active opens pick their ports by it; every service keeps its
     // connections per RSS bucket with it. A passive service on a NIC whose
@@ -693,8 +693,13 @@ fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
         setup(h, tx).map_err(|e| format!("queue {}: {e}", h.queue()))
     })
     .context("setting up TCP")?;
-    let mut control =
-        ServiceControl::new(&service, name, c.rebalance.mode(), c.rebalance.socket())?;
+    let mut control = ServiceControl::new(
+        &service,
+        name,
+        c.rebalance.wish(),
+        spill,
+        c.rebalance.socket(),
+    )?;
     if let Some(daemon) = c.rebalance.daemon() {
         control.register_with_daemon(&daemon);
     }
@@ -747,7 +752,7 @@ fn refuse_what_kernel_sockets_lack(c: &Common) -> Result<()> {
     if c.backend != Backend::Kernel {
         return Ok(());
     }
-    if c.rebalance.mode().is_some() {
+    if c.rebalance.requested().is_some() {
         bail!("--rebalance needs --backend xdp (kernel sockets have no RSS buckets to move)");
     }
     if c.workers.is_some() {
