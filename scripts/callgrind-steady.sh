@@ -14,6 +14,7 @@
 # CG_LL=SIZE,ASSOC,LINE gives the simulated last-level cache (valgrind
 # otherwise takes the host's: 256 MiB direct-mapped on the project's VM,
 # in which nothing misses), e.g. CG_LL=8388608,16,64 for 8 MiB, 16 ways.
+# CG_OUT=FILE keeps callgrind's output (for callgrind_annotate).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=""
@@ -62,3 +63,4 @@ wait "$pid"
 pid=""
 cat "$work/sim.log"
 grep -E '^(events|summary):' "$work/out.cg"
+if [[ -n "${CG_OUT:-}" ]]; then cp "$work/out.cg" "$CG_OUT"; fi

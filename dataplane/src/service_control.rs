@@ -404,7 +404,9 @@ impl ServiceControl {
         }
     }
 
-    fn rebalance_mode(&self) -> &'static str {
+    /// The rebalancing loop running now: `off`, `auto` or `storm` (a
+    /// default loop that gave up reads `off`).
+    pub fn rebalance_mode(&self) -> &'static str {
         match self.auto.as_ref().map(AutoRebalance::mode) {
             None => "off",
             Some(Mode::Auto) => "auto",

@@ -204,6 +204,11 @@ pub struct MatrixArgs {
     /// zero-copy receive off), to compare the two.
     #[arg(long)]
     pub copy_receive: bool,
+    /// The flowlane receiver's `--rebalance` (default: its own default,
+    /// `auto` on the two-queue bed), to compare with and without moves in
+    /// one build.
+    #[arg(long, value_enum)]
+    pub rebalance: Option<flowlane_dataplane::service_args::RebalanceMode>,
 }
 
 /// One parsed `-m` mapping.

@@ -187,9 +187,12 @@ fn start(
     let service = Arc::new(service);
     let watch = Watch::start(service.clone(), watched, control)?;
     Ok(Workers::custom(Box::new(move || {
-        watch.stop();
+        let rebalance = watch.stop();
         let service = Arc::into_inner(service).expect("the watch thread has ended");
         let mut summary = dataplane_summary(&service);
+        if let Some(mode) = rebalance {
+            summary["rebalance"] = mode.into();
+        }
         // The TCP counters as each worker published them when it exited
         // (a move or segment of the last 50 ms is in them).
         let last = service.stop();
@@ -208,7 +211,8 @@ fn start(
 /// per move.
 struct Watch {
     stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<()>,
+    /// Returns the rebalancing loop's mode at the end (a receiver's).
+    thread: std::thread::JoinHandle<Option<&'static str>>,
 }
 
 /// How often [`Watch`] looks.
@@ -233,7 +237,7 @@ impl Watch {
                     if std::time::Instant::now() >= next_check {
                         if let Err(gone) = service.dataplane().check() {
                             shared.fail(format!("flowlane's data path stopped: {gone}"));
-                            return;
+                            break;
                         }
                         next_check += WATCH_PERIOD;
                     }
@@ -247,15 +251,18 @@ impl Watch {
                         None => std::thread::park_timeout(WATCH_PERIOD),
                     }
                 }
+                control.map(|c| c.rebalance_mode())
             })
             .context("starting the data path's watch thread")?;
         Ok(Watch { stop, thread })
     }
 
-    fn stop(self) {
+    /// Stops the thread; returns the receiver's rebalancing mode (`auto`,
+    /// `off`, `storm`), None on a sender.
+    fn stop(self) -> Option<&'static str> {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.thread().unpark();
-        let _ = self.thread.join();
+        self.thread.join().unwrap_or(None)
     }
 }
 

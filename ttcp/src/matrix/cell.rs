@@ -66,6 +66,8 @@ pub(super) struct CellSpec<'a> {
     /// Extra flags of the flowlane backend (`--frames-per-queue N`,
     /// `--copy-receive`).
     pub(super) flowlane_flags: &'a str,
+    /// Extra flags of the flowlane backend as the receiver (`--rebalance`).
+    pub(super) flowlane_rx_flags: &'a str,
 }
 
 /// What a cell's two ends reported.
@@ -137,8 +139,14 @@ fn run_cell(c: &CellSpec<'_>) -> Result<CellRun> {
                 .args(args(
                     role,
                     &format!(
-                        "--backend flowlane --bed {} {} {extra}",
-                        c.bed, c.flowlane_flags
+                        "--backend flowlane --bed {} {} {} {extra}",
+                        c.bed,
+                        c.flowlane_flags,
+                        if role == "-r" {
+                            c.flowlane_rx_flags
+                        } else {
+                            ""
+                        }
                     ),
                 ))
                 .stdout(Stdio::piped())

@@ -30,6 +30,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::cli::{parse_size, MatrixArgs};
 use cell::{run_delayed, CellSpec};
+use flowlane_dataplane::service_args::RebalanceMode;
 use flowlane_dataplane::umem::RingSizes;
 use plots::plots;
 use results::Cell;
@@ -159,6 +160,13 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
             .trim()
             .to_string();
     }
+    let rebalance = a.rebalance.map(|m| match m {
+        RebalanceMode::Auto => "auto",
+        RebalanceMode::Off => "off",
+    });
+    let flowlane_rx_flags = rebalance
+        .map(|m| format!("--rebalance {m}"))
+        .unwrap_or_default();
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
     let out = a
         .out
@@ -225,6 +233,7 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
                             warm,
                             mode: String::new(),
                             flowlane_flags: &flowlane_flags,
+                            flowlane_rx_flags: &flowlane_rx_flags,
                         };
                         let (r, line_report) = run_delayed(&flowlane, &name, d, &spec);
                         let rtt_added_ms = line_report.as_ref().and_then(|l| {
@@ -303,6 +312,7 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
                     warm: 0.5,
                     mode: format!("--latency --msg-size {size}"),
                     flowlane_flags: &flowlane_flags,
+                    flowlane_rx_flags: &flowlane_rx_flags,
                 };
                 let (r, _) = run_delayed(&flowlane, &name, d, &spec);
                 let mut row = serde_json::json!({
@@ -331,6 +341,7 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
         "bed": {"queues": 2, "mtu": 1500, "receiver": "10.99.0.1 (xsk0)", "sender": "10.99.0.2 (peer0)"},
         "flowlane_frames_per_queue": a.frames_per_queue.unwrap_or(RingSizes::DEFAULT_FRAMES),
         "flowlane_receive": if a.copy_receive { "copy" } else { "zero-copy" },
+        "flowlane_rebalance": rebalance.unwrap_or("auto (the receiver's default)"),
     });
     let json = serde_json::json!({"params": params, "cells": cells, "latency": latency});
     std::fs::write(
