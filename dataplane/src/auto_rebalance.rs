@@ -256,16 +256,24 @@ impl AutoRebalance {
                 return Vec::new();
             }
         };
-        plan.moves
-            .iter()
-            .map(|m| {
-                let cause = match m.reason {
-                    MoveReason::SameNode { .. } => MoveCause::BalanceSameNode,
-                    MoveReason::NodeSaturated { .. } => MoveCause::BalanceOtherNode,
-                };
-                (cause, service.move_bucket(m.bucket as u16, u32::from(m.to)))
-            })
-            .collect()
+        // In the plan's order, up to the first that fails: the later moves
+        // were planned on the loads the earlier ones make, and a NIC that
+        // refused one table write would refuse the rest (each refusal costs
+        // two handoffs: the move and its undo).
+        let mut out = Vec::new();
+        for m in &plan.moves {
+            let cause = match m.reason {
+                MoveReason::SameNode { .. } => MoveCause::BalanceSameNode,
+                MoveReason::NodeSaturated { .. } => MoveCause::BalanceOtherNode,
+            };
+            let moved = service.move_bucket(m.bucket as u16, u32::from(m.to));
+            let failed = moved.is_err();
+            out.push((cause, moved));
+            if failed {
+                break;
+            }
+        }
+        out
     }
 
     /// A move of a random bucket in use to another random queue.

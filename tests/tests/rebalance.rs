@@ -84,6 +84,8 @@ struct Run {
     lines: Vec<Value>,
     moves: Vec<Value>,
     peer: NetCounters,
+    /// The sink's stderr.
+    stderr: String,
 }
 
 /// `conns` kernel senders of `bytes` each into a sink started with
@@ -101,6 +103,19 @@ fn run_during(
     flags: &[&str],
     during: impl FnOnce(&dyn Fn() -> bool),
 ) -> Run {
+    run_sink(start, bed, conns, load, flags, during)
+}
+
+/// [`run_during`] with the sink started by `start_sink` ([`start`]: with
+/// `--bed`; [`start_in_ns`]: on xsk0 inside the bed's namespace).
+fn run_sink(
+    start_sink: fn(&Bed, &[&str], u64) -> App,
+    bed: &Bed,
+    conns: usize,
+    load: Load,
+    flags: &[&str],
+    during: impl FnOnce(&dyn Fn() -> bool),
+) -> Run {
     let limit = 240;
     let sender_args = match load {
         Load::Bytes(b) => vec![b.to_string()],
@@ -109,7 +124,7 @@ fn run_during(
     let count = conns.to_string();
     let mut args = vec!["bulk-sink", "--port", "5004", "--count", &count];
     args.extend_from_slice(flags);
-    let sink = start(bed, &args, limit);
+    let sink = start_sink(bed, &args, limit);
     let before = peer_counters(bed);
     let done = std::sync::atomic::AtomicBool::new(false);
     let sent = std::thread::scope(|s| {
@@ -148,7 +163,12 @@ fn run_during(
         .keys()
         .map(|k| (k.clone(), net_counters::delta(&before, &after, k)))
         .collect();
-    Run { lines, moves, peer }
+    Run {
+        lines,
+        moves,
+        peer,
+        stderr,
+    }
 }
 
 /// The senders saw no reordering (Linux counts what it detects); a
@@ -247,6 +267,52 @@ fn a_skewed_start_is_rebalanced_without_loss_or_reset() {
 /// senders send `load` (into a sink started with `flags` too): at least
 /// `min_moves` moves, nothing lost (every transfer's sha256 checked), no
 /// reset, no failed import, and the senders saw no reordering.
+/// A NIC whose table flowlane cannot write: the bed's xsk0 served from
+/// inside its namespace with the bed's key and table given by flag, so
+/// that moves write through ethtool, which a veth refuses. Every bucket
+/// starts on queue 0, so the default loop (no `--rebalance` flag) tries
+/// to move; each failed move is undone, and after three in a row the loop
+/// stops with one warning. Every byte still arrives, nothing is reset.
+#[test]
+fn a_default_loop_stops_when_the_nic_refuses_table_writes() {
+    if !require_root("a_default_loop_stops_when_the_nic_refuses_table_writes") {
+        return;
+    }
+    let bed = Bed::up("rbnw", 2);
+    let o = flowlane(&["testbed", "set-rss", "--bed", &bed.name, "--spread", "0"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = flowlane(&["testbed", "status", "--bed", &bed.name, "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let status: Value = serde_json::from_slice(&o.stdout).expect("status JSON");
+    let key = status["key"].as_str().expect("key").to_string();
+    let entries = status["table_size"].as_u64().expect("table size") as usize;
+    let table = vec!["0"; entries].join(",");
+    let flags = ["--rss-key", key.as_str(), "--rss-table", table.as_str()];
+    let r = run_sink(start_in_ns, &bed, 16, Load::Bytes(24 << 20), &flags, |_| {});
+    let failed: Vec<&Value> = r
+        .moves
+        .iter()
+        .filter(|m| m.get("error").is_some())
+        .collect();
+    assert_eq!(failed.len(), 3, "moves: {:?}\n{}", r.moves, r.stderr);
+    assert_eq!(r.moves.len(), 3, "only failed moves: {:?}", r.moves);
+    for m in &failed {
+        let e = m["error"].as_str().unwrap_or_default();
+        assert!(e.contains("could not be written"), "{m}");
+    }
+    let stopped = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains("rebalancing off: 3 moves in a row failed"))
+        .count();
+    assert_eq!(stopped, 1, "{}", r.stderr);
+    for q in queues(&r.lines) {
+        assert_eq!(q["tcp"]["resets_out"], 0, "{q}");
+        assert_eq!(q["tcp"]["import_failed"], 0, "{q}");
+    }
+    no_reordering_seen(&r);
+}
+
 fn storm(tag: &str, conns: usize, load: Load, min_moves: usize, flags: &[&str]) -> Run {
     let bed = Bed::up(tag, 2);
     let flags = [&["--rebalance-storm-ms", "10"], flags].concat();
