@@ -15,15 +15,17 @@
 #      time per RSS bucket (issue 13's goal: p99 <= 100 us for a bucket of
 #      100 idle connections), JSON and table; then the same with the sink's
 #      workers spinning when idle (`--busy-poll`);
-#   3. the receive cells of the scale matrix at 1, 256 and 1 024 connections
-#      (issue 12), flowlane beside kernel TCP in the same run, and its 64-byte
-#      ping-pong latency cells;
+#   3. the receive cells of the scale matrix at 1, 16, 256 and 1 024
+#      connections (issue 12), flowlane beside kernel TCP in the same run, and
+#      its 64-byte ping-pong latency cells; then flowlane's cells at 16, 256
+#      and 1 024 again without the rebalancing loop (`--rebalance off`: the
+#      loop's effect on a machine with cores to spare, issue 13);
 #   4. the receive cell at 10 000 connections, the same way;
 #   5. the sender cells at 1 and 1 024 connections, beside the kernel with
 #      TSO/GSO off (the fair baseline) and with its offloads.
 # Writes under $OUT (default /tmp/flowlane-device-out) at most 8 files (what
 # the device tool brings back): facts.txt, handoff.json, handoff-spin.json and each matrix's
-# results.json; the matrices' plots stay on the machine. Prints the tables as
+# results.json (7 files); the matrices' plots stay on the machine. Prints the tables as
 # it goes, so that the tool's output tail holds them even if files do not
 # come back. Works here too (about 2 minutes, measuring this VM):
 #   OUT=/tmp/d bash scripts/device-run.sh
@@ -119,7 +121,11 @@ matrix() {
   fi
   cp "$dir/results.json" "$OUT/$name.json" 2>/dev/null || true
 }
-matrix receive --backends kernel,flowlane --roles receiver --conns 1,256,1024 --latency-sizes 64
+matrix receive --backends kernel,flowlane --roles receiver --conns 1,16,256,1024 --latency-sizes 64
+# The same flowlane cells without the rebalancing loop (the receive matrix
+# above runs with the default, `auto`; session 29's figures had none).
+matrix receive-off --backends flowlane --roles receiver --conns 16,256,1024 --latency-sizes none \
+  --rebalance off
 matrix receive10k --backends kernel,flowlane --roles receiver --conns 10000 --latency-sizes none
 matrix send --backends kernel-wire,kernel,flowlane --roles sender --conns 1,1024 --latency-sizes none
 exit $status
