@@ -323,9 +323,10 @@ fn busy_shares(core_busy: u64, timed: &[u64]) -> Vec<Option<u64>> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn rebalancing_is_on_by_default_where_buckets_can_move() {
-        use super::{Mode, Rebalancing, Wish};
         let on = |by_default| Rebalancing {
             mode: Some(Mode::Auto),
             by_default,
@@ -337,7 +338,6 @@ mod tests {
 
     #[test]
     fn where_buckets_cannot_move_only_a_loop_asked_for_is_refused() {
-        use super::{Mode, Rebalancing, Wish};
         let why = || Some("one queue".to_string());
         assert_eq!(Wish::Default.choose(why()).unwrap(), Rebalancing::default());
         assert_eq!(Wish::Off.choose(why()).unwrap(), Rebalancing::default());
@@ -352,8 +352,6 @@ mod tests {
             );
         }
     }
-
-    use super::*;
 
     #[test]
     fn a_core_busy_time_is_shared_by_measured_time() {

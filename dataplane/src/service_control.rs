@@ -196,9 +196,10 @@ impl ServiceControl {
     /// workers sharing queues); without a flag, rebalancing is then off.
     ///
     /// # Errors
-    /// What [`Wish::choose`], [`AutoRebalance::new`] and
-    /// [`ControlSocket::bind`] return (the latter only for a socket path
-    /// the user chose).
+    /// What [`Wish::choose`] and [`ControlSocket::bind`] return (the
+    /// latter only for a socket path the user chose), and
+    /// [`AutoRebalance::new`]'s error for a loop asked for (a default loop
+    /// that cannot start is off, with a warning).
     pub fn new(
         tcp: &TcpService,
         service: &str,
@@ -207,10 +208,16 @@ impl ServiceControl {
         socket: SocketChoice,
     ) -> Result<ServiceControl> {
         let chosen = wish.choose(blocked.or_else(|| tcp.why_buckets_cannot_move()))?;
-        let auto = chosen
-            .mode
-            .map(|m| AutoRebalance::new(tcp, m))
-            .transpose()?;
+        let auto = match chosen.mode.map(|m| AutoRebalance::new(tcp, m)) {
+            None => None,
+            Some(Ok(a)) => Some(a),
+            // A loop nobody asked for does not stop the service.
+            Some(Err(e)) if chosen.by_default => {
+                tracing::warn!("rebalancing off: {e}");
+                None
+            }
+            Some(Err(e)) => return Err(e),
+        };
         let mut control = ServiceControl::without_rebalancing(service, socket)?;
         control.auto = auto;
         control.by_default = chosen.by_default;
