@@ -137,12 +137,16 @@ fn render(before: Option<&ServiceStatus>, now: &ServiceStatus) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{} (pid {}) on {}: {} queues, rebalance {}, up {:.1} s; load over the last {:.2} s",
+        "{} (pid {}) on {}: {} queues, rebalance {}{}, up {:.1} s; load over the last {:.2} s",
         now.service,
         now.pid,
         now.iface,
         now.queues.len(),
         now.rebalance,
+        now.rebalance_off_because
+            .as_deref()
+            .map(|w| format!(" ({w})"))
+            .unwrap_or_default(),
         now.uptime_ns as f64 / 1e9,
         secs
     );
@@ -286,6 +290,7 @@ mod tests {
             backend: "xdp".into(),
             iface: "xsk0".into(),
             rebalance: "off".into(),
+            rebalance_off_because: None,
             table: vec![0, 0, 0, 1],
             queues,
             moves,
@@ -350,5 +355,18 @@ mod tests {
             text.contains("bucket 3 queue 0 -> 1: 1 connections, 0 TIME-WAIT, 7 frames forwarded, 2 held, 250 us"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_loop_off_by_itself_says_why() {
+        let mut s = status(1, vec![queue(0, 0, 0, &[])], MoveHistory::default());
+        assert!(
+            render(None, &s).contains("rebalance off, up"),
+            "{}",
+            render(None, &s)
+        );
+        s.rebalance_off_because = Some("one queue".into());
+        let text = render(None, &s);
+        assert!(text.contains("rebalance off (one queue), up"), "{text}");
     }
 }

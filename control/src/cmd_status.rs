@@ -39,6 +39,7 @@ fn service_json(s: &ServiceStatus) -> Value {
         "iface": s.iface,
         "uptime_s": s.uptime_ns / 1_000_000_000,
         "rebalance": s.rebalance,
+        "rebalance_off_because": s.rebalance_off_because,
         "connections": s.queues.iter().map(|q| q.connections).sum::<u64>(),
         "moves_done": s.moves.done,
         "moves_failed": s.moves.failed,

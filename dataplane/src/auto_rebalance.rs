@@ -49,13 +49,15 @@ pub enum Wish {
 }
 
 /// The rebalancing loop a service runs ([`Wish::choose`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Rebalancing {
     /// The loop; None: off.
     pub mode: Option<Mode>,
     /// Whether it runs because no flag said otherwise (a default loop
     /// whose moves keep failing stops; one asked for goes on).
     pub by_default: bool,
+    /// Why it is off although no flag said so.
+    pub off_because: Option<String>,
 }
 
 impl Wish {
@@ -72,16 +74,20 @@ impl Wish {
             ))),
             (Wish::Run(mode), None) => Ok(Rebalancing {
                 mode: Some(mode),
-                by_default: false,
+                ..Rebalancing::default()
             }),
             (Wish::Off, _) => Ok(Rebalancing::default()),
             (Wish::Default, Some(why)) => {
                 tracing::info!("rebalancing off: {why}");
-                Ok(Rebalancing::default())
+                Ok(Rebalancing {
+                    off_because: Some(why),
+                    ..Rebalancing::default()
+                })
             }
             (Wish::Default, None) => Ok(Rebalancing {
                 mode: Some(Mode::Auto),
                 by_default: true,
+                off_because: None,
             }),
         }
     }
@@ -330,6 +336,7 @@ mod tests {
         let on = |by_default| Rebalancing {
             mode: Some(Mode::Auto),
             by_default,
+            off_because: None,
         };
         assert_eq!(Wish::Default.choose(None).unwrap(), on(true));
         assert_eq!(Wish::Run(Mode::Auto).choose(None).unwrap(), on(false));
@@ -339,7 +346,8 @@ mod tests {
     #[test]
     fn where_buckets_cannot_move_only_a_loop_asked_for_is_refused() {
         let why = || Some("one queue".to_string());
-        assert_eq!(Wish::Default.choose(why()).unwrap(), Rebalancing::default());
+        let off = Wish::Default.choose(why()).unwrap();
+        assert_eq!((off.mode, off.off_because), (None, why()));
         assert_eq!(Wish::Off.choose(why()).unwrap(), Rebalancing::default());
         let storm = Mode::Storm {
             interval: std::time::Duration::from_millis(5),

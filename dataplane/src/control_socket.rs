@@ -164,6 +164,10 @@ pub struct ServiceStatus {
     pub iface: String,
     /// The rebalancing loop: `off`, `auto` or `storm`.
     pub rebalance: String,
+    /// Why the loop is off although no flag turned it off (one queue, the
+    /// NIC's RSS unknown, software spill, moves that kept failing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebalance_off_because: Option<String>,
     /// The indirection table as the service last wrote it (queue per
     /// bucket); empty when buckets cannot move (one queue, or the NIC's
     /// RSS unknown).

@@ -141,6 +141,8 @@ pub struct ServiceControl {
     daemon: Option<(PathBuf, Instant)>,
     /// Whether the loop runs by default rather than by a flag.
     by_default: bool,
+    /// Why the loop is off although no flag said so.
+    off_because: Option<String>,
     /// The loop's moves that failed since its last one that did not.
     failed_in_a_row: u32,
 }
@@ -208,12 +210,14 @@ impl ServiceControl {
         socket: SocketChoice,
     ) -> Result<ServiceControl> {
         let chosen = wish.choose(blocked.or_else(|| tcp.why_buckets_cannot_move()))?;
+        let mut off_because = chosen.off_because;
         let auto = match chosen.mode.map(|m| AutoRebalance::new(tcp, m)) {
             None => None,
             Some(Ok(a)) => Some(a),
             // A loop nobody asked for does not stop the service.
             Some(Err(e)) if chosen.by_default => {
                 tracing::warn!("rebalancing off: {e}");
+                off_because = Some(e.to_string());
                 None
             }
             Some(Err(e)) => return Err(e),
@@ -221,6 +225,7 @@ impl ServiceControl {
         let mut control = ServiceControl::without_rebalancing(service, socket)?;
         control.auto = auto;
         control.by_default = chosen.by_default;
+        control.off_because = off_because;
         Ok(control)
     }
 
@@ -267,6 +272,7 @@ impl ServiceControl {
             },
             daemon: None,
             by_default: false,
+            off_because: None,
             failed_in_a_row: 0,
         })
     }
@@ -305,11 +311,15 @@ impl ServiceControl {
     pub fn poll(&mut self, tcp: &TcpService) -> Vec<Result<MoveReport>> {
         let mut out = Vec::new();
         if let Some(a) = self.auto.as_mut() {
+            let mut last_error = None;
             for (cause, m) in a.poll(tcp) {
                 self.history.record(cause, &m);
                 match &m {
                     Ok(_) => self.failed_in_a_row = 0,
-                    Err(_) => self.failed_in_a_row += 1,
+                    Err(e) => {
+                        self.failed_in_a_row += 1;
+                        last_error = Some(e.to_string());
+                    }
                 }
                 out.push(m);
             }
@@ -318,6 +328,10 @@ impl ServiceControl {
                     "rebalancing off: {DEFAULT_LOOP_FAILURES} moves in a row failed (the last is in the log); --rebalance auto keeps trying, --rebalance off does not start"
                 );
                 self.auto = None;
+                self.off_because = Some(format!(
+                    "{DEFAULT_LOOP_FAILURES} moves in a row failed, the last: {}",
+                    last_error.unwrap_or_default()
+                ));
             }
         }
         out.extend(self.poll_view(tcp));
@@ -447,6 +461,7 @@ impl ServiceControl {
             backend: view.backend().into(),
             iface: view.iface(),
             rebalance: self.rebalance_mode().into(),
+            rebalance_off_because: self.off_because.clone(),
             table: view.table(),
             queues,
             moves: self.history.clone(),

@@ -287,8 +287,47 @@ fn a_default_loop_stops_when_the_nic_refuses_table_writes() {
     let key = status["key"].as_str().expect("key").to_string();
     let entries = status["table_size"].as_u64().expect("table size") as usize;
     let table = vec!["0"; entries].join(",");
-    let flags = ["--rss-key", key.as_str(), "--rss-table", table.as_str()];
-    let r = run_sink(start_in_ns, &bed, 16, Load::Bytes(24 << 20), &flags, |_| {});
+    let sock = std::env::temp_dir().join(format!("{}.sock", bed.name));
+    let p = sock.to_str().unwrap();
+    let flags = [
+        "--rss-key",
+        key.as_str(),
+        "--rss-table",
+        table.as_str(),
+        "--control-socket",
+        p,
+    ];
+    // The service's status says why its loop is off, once it is.
+    let mut off_because = None;
+    let r = run_sink(
+        start_in_ns,
+        &bed,
+        16,
+        Load::Bytes(24 << 20),
+        &flags,
+        |senders_done| {
+            while off_because.is_none() && !senders_done() {
+                std::thread::sleep(Duration::from_millis(50));
+                let o = flowlane(&[
+                    "rebalance",
+                    "status",
+                    "--socket",
+                    p,
+                    "--json",
+                    "--interval-ms",
+                    "0",
+                ]);
+                let Ok(st) = serde_json::from_slice::<Value>(&o.stdout) else {
+                    continue; // not listening yet
+                };
+                if st["rebalance"] == "off" {
+                    off_because = Some(st["rebalance_off_because"].to_string());
+                }
+            }
+        },
+    );
+    let because = off_because.expect("the status said the loop was off before the senders ended");
+    assert!(because.contains("3 moves in a row failed"), "{because}");
     let failed: Vec<&Value> = r
         .moves
         .iter()
