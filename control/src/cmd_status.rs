@@ -191,7 +191,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
     );
     for s in &services {
         outln!(
-            "  {} (pid {}) on {} ({}): up {} s, {} connections, rebalance {}, moves {} done, {} failed",
+            "  {} (pid {}) on {} ({}): up {} s, {} connections, rebalance {}{}, moves {} done, {} failed",
             s["service"].as_str().unwrap_or_default(),
             s["pid"],
             s["iface"].as_str().unwrap_or_default(),
@@ -199,6 +199,10 @@ pub(crate) fn run(args: Args) -> Result<()> {
             s["uptime_s"],
             s["connections"],
             s["rebalance"].as_str().unwrap_or_default(),
+            s["rebalance_off_because"]
+                .as_str()
+                .map(|w| format!(" ({w})"))
+                .unwrap_or_default(),
             s["moves_done"],
             s["moves_failed"]
         );
