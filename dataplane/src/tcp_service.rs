@@ -354,10 +354,14 @@ impl TcpService {
     /// Why this service's buckets cannot move (a phrase), or None when
     /// they can.
     pub fn why_buckets_cannot_move(&self) -> Option<String> {
-        self.moves.is_none().then(|| {
-            "buckets move only with several queues and the NIC's RSS known (use --bed, or \
-             --rss-key/--rss-table)"
+        if self.moves.is_some() {
+            return None;
+        }
+        Some(if self.rss.is_none() {
+            "buckets move only with the NIC's RSS known (use --bed, or --rss-key/--rss-table)"
                 .to_string()
+        } else {
+            "one queue: buckets move only between several".to_string()
         })
     }
 
