@@ -127,6 +127,29 @@ fn a_third_worker_on_two_queues_serves_its_share_of_connections() {
         "{}",
         text(&o)
     );
+    // Nor does the rebalancing loop run (no flag asked for it), and the
+    // status says why.
+    let o = in_ns(
+        &bed.ns,
+        &[
+            flowlane_bin().to_str().unwrap(),
+            "rebalance",
+            "status",
+            "--json",
+            "--interval-ms",
+            "0",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let st: Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o)));
+    assert_eq!(st["rebalance"], "off", "{st}");
+    assert!(
+        st["rebalance_off_because"]
+            .as_str()
+            .is_some_and(|w| w.contains("software spill")),
+        "{st}"
+    );
 
     let out = peer_py(
         &bed,
