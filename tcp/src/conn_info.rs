@@ -47,7 +47,7 @@ impl Connection {
             cwnd: self.cc.window(),
             ssthresh: self.cc.ssthresh(),
             mss: self.snd.mss,
-            retransmits: self.snd.retransmitted,
+            retransmits: self.snd_rare.retransmitted,
             send_capacity: self.send_buf.capacity(),
             recv_capacity: self.recv_buf.capacity(),
         }

@@ -9,13 +9,18 @@ use crate::time::Duration;
 /// are fed to [`RttEstimator::on_sample`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RttEstimator {
-    /// Smoothed RTT; `None` until the first sample.
-    srtt: Option<Duration>,
+    /// Smoothed RTT, once `sampled`. Not an `Option`: an `Option<Duration>`
+    /// has the largest niche of a connection's fields, and the slot's
+    /// `Option<Connection>` would keep its tag here, outside the cache
+    /// lines a segment reads (see `Connection`'s layout).
+    srtt: Duration,
     rttvar: Duration,
     /// RTO before backoff.
     base_rto: Duration,
     /// Number of consecutive backoffs (RFC 6298 §5.5).
     backoff: u8,
+    /// Whether a sample arrived (`srtt` is set).
+    sampled: bool,
     min_rto: Duration,
     max_rto: Duration,
 }
@@ -32,7 +37,8 @@ impl RttEstimator {
     /// clamped to `[min_rto, max_rto]`.
     pub(crate) fn new(initial_rto: Duration, min_rto: Duration, max_rto: Duration) -> Self {
         RttEstimator {
-            srtt: None,
+            srtt: Duration::ZERO,
+            sampled: false,
             rttvar: Duration::ZERO,
             base_rto: initial_rto.max(min_rto).min(max_rto),
             backoff: 0,
@@ -45,20 +51,19 @@ impl RttEstimator {
     /// the backoff (RFC 6298 §5.7 leaves this to the implementation; a valid
     /// sample proves the path works).
     pub(crate) fn on_sample(&mut self, r: Duration) {
-        match self.srtt {
-            None => {
-                // RFC 6298 §2.2
-                self.srtt = Some(r);
-                self.rttvar = Duration(r.0 / 2);
-            }
-            Some(srtt) => {
-                // RFC 6298 §2.3: beta = 1/4, alpha = 1/8.
-                let delta = srtt.0.abs_diff(r.0);
-                self.rttvar = Duration((3 * (self.rttvar.0 / 4)) + delta / 4);
-                self.srtt = Some(Duration(srtt.0 - srtt.0 / 8 + r.0 / 8));
-            }
+        if self.sampled {
+            // RFC 6298 §2.3: beta = 1/4, alpha = 1/8.
+            let srtt = self.srtt;
+            let delta = srtt.0.abs_diff(r.0);
+            self.rttvar = Duration((3 * (self.rttvar.0 / 4)) + delta / 4);
+            self.srtt = Duration(srtt.0 - srtt.0 / 8 + r.0 / 8);
+        } else {
+            // RFC 6298 §2.2
+            self.srtt = r;
+            self.rttvar = Duration(r.0 / 2);
+            self.sampled = true;
         }
-        let srtt = self.srtt.unwrap_or(r);
+        let srtt = self.srtt;
         let k_rttvar = self.rttvar.saturating_mul(4).max(GRANULARITY);
         // RFC 6298 §2.4 (minimum) and §2.5 (maximum).
         self.base_rto = (srtt + k_rttvar).max(self.min_rto).min(self.max_rto);
@@ -76,7 +81,7 @@ impl RttEstimator {
     /// §4), the RTO starts at 3 s, unbacked-off, as Linux does
     /// (`TCP_TIMEOUT_FALLBACK`); a sample keeps what it computed.
     pub(crate) fn on_handshake_retransmitted(&mut self) {
-        if self.srtt.is_none() {
+        if !self.sampled {
             self.base_rto = FALLBACK_RTO.max(self.min_rto).min(self.max_rto);
             self.backoff = 0;
         }
@@ -94,7 +99,7 @@ impl RttEstimator {
 
     /// Smoothed RTT, if measured.
     pub(crate) fn srtt(&self) -> Option<Duration> {
-        self.srtt
+        self.sampled.then_some(self.srtt)
     }
 
     /// RTT variance.

@@ -88,10 +88,16 @@ impl Hasher for FxHasher {
 type FxBuild = BuildHasherDefault<FxHasher>;
 
 /// A slab entry. Connections live inline in one `Vec`, so per-connection
-/// state is contiguous and lookups are an index.
+/// state is contiguous and lookups are an index. In a fixed order
+/// (`repr(C)`): what every segment reads of the slot first, then the
+/// connection, whose own hot fields come first (see [`Connection`]), and
+/// the wheel position, read only when the entry moves, last.
 #[derive(Debug)]
+#[repr(C)]
 struct Slot {
     generation: u32,
+    /// The connection's place on its RSS bucket's list.
+    link: Link,
     in_dirty: bool,
     /// In `Stack::mem_waiting`.
     mem_waiting: bool,
@@ -99,18 +105,16 @@ struct Slot {
     /// to date after each call that may change it (in the padding after
     /// the flags: the slot does not grow).
     counted: State,
+    /// The listener that accepted the connection (4 bytes, not the 8 of
+    /// an `Option<ListenerId>`: the slot's budget).
+    listener: SlotListener,
     /// Deadline of this slot's wheel entry (at most one). The connection's
     /// own next deadline may be later (the entry then fires early and is
     /// set again), never earlier.
     wheel_deadline: Deadline,
+    conn: Option<Connection>,
     /// Where that entry sits in the wheel.
     wheel_pos: WheelPos,
-    /// The listener that accepted the connection (4 bytes, not the 8 of
-    /// an `Option<ListenerId>`: the slot's budget).
-    listener: SlotListener,
-    /// The connection's place on its RSS bucket's list.
-    link: Link,
-    conn: Option<Connection>,
 }
 
 /// Moves a connection counted in `counted` to `state` in the per-state
@@ -2179,6 +2183,13 @@ impl Stack {
 #[cfg(test)]
 pub(crate) fn slot_size() -> usize {
     std::mem::size_of::<Slot>()
+}
+
+/// Where a slot's connection starts (what comes before it: the slot's
+/// own fields that every segment reads).
+#[cfg(test)]
+pub(crate) fn slot_conn_offset() -> usize {
+    std::mem::offset_of!(Slot, conn)
 }
 
 #[cfg(test)]

@@ -43,7 +43,7 @@ impl Connection {
             if self.flags.has(Flags::ECN) {
                 return TcpFlags::ECE;
             }
-        } else if cfg.ecn == EcnMode::On && self.snd.max == self.snd.iss {
+        } else if cfg.ecn == EcnMode::On && self.snd.max == self.snd_rare.iss {
             return TcpFlags::ECE | TcpFlags::CWR;
         }
         TcpFlags::empty()
@@ -121,7 +121,7 @@ impl Connection {
         // Held until the segment that carried CWR (the first new data
         // after the reduction, at `ecn_high`) is acknowledged: ECEs until
         // then echo marks of the window already answered.
-        if self.flags.has(Flags::ECN_HELD) && self.snd.una > self.snd.ecn_high {
+        if self.flags.has(Flags::ECN_HELD) && self.snd.una > self.snd_rare.ecn_high {
             self.flags.clear(Flags::ECN_HELD | Flags::ECN_REDUCED);
         }
         if !in_window || !self.state.is_synchronized() {
@@ -153,7 +153,7 @@ impl Connection {
     pub(super) fn ecn_on_loss_reduction(&mut self) {
         if self.flags.has(Flags::ECN) {
             self.flags.set(Flags::ECN_CWR | Flags::ECN_HELD);
-            self.snd.ecn_high = self.snd.max;
+            self.snd_rare.ecn_high = self.snd.max;
         }
     }
 
@@ -182,7 +182,7 @@ impl Connection {
             return;
         }
         self.flags.set(Flags::ECN_HELD | Flags::ECN_CWR);
-        self.snd.ecn_high = self.snd.max;
+        self.snd_rare.ecn_high = self.snd.max;
         if !self.flags.has(Flags::RECOVER_HELD) {
             self.cc.on_ecn_echo(flight);
             self.flags.set(Flags::ECN_REDUCED);

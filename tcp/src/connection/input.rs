@@ -82,7 +82,8 @@ impl Connection {
     ) {
         let f = seg.flags;
         // First: check the ACK bit.
-        if f.ack() && (SeqNumber(seg.ack) <= self.snd.iss || SeqNumber(seg.ack) > self.snd.max) {
+        if f.ack() && (SeqNumber(seg.ack) <= self.snd_rare.iss || SeqNumber(seg.ack) > self.snd.max)
+        {
             if !f.rst() {
                 ctx.queue_rst(PendingRst {
                     tuple: self.tuple,
@@ -129,7 +130,7 @@ impl Connection {
         } else {
             // Simultaneous open: SYN-RECEIVED, send SYN-ACK.
             self.state = State::SynReceived;
-            self.snd.nxt = self.snd.iss;
+            self.snd.nxt = self.snd_rare.iss;
             self.flags.set(Flags::ACK_NOW);
         }
     }
@@ -426,7 +427,7 @@ impl Connection {
             self.snd.max_wnd = self.snd.max_wnd.max(self.snd.wnd);
             self.snd.wl1 = seq;
             self.snd.wl2 = SeqNumber(seg.ack);
-            self.snd.una = self.snd.iss + 1;
+            self.snd.una = self.snd_rare.iss + 1;
             // A retransmission timeout may have rewound SND.NXT to the ISS
             // for a SYN-ACK not yet sent again: the handshake is done, so
             // nothing below SND.UNA is to be sent.
@@ -580,14 +581,14 @@ impl Connection {
         let rtt = self.take_rtt_sample(now, seg);
         self.timers.retransmits = 0;
         let undone = self
-            .snd
+            .snd_rare
             .undo
             .take()
             .is_some_and(|undo| self.eifel_undo(ctx.stats, undo, seg, data_acked));
         if undone {
             // The window was set by the RFC 4015 response.
         } else if self.flags.has(Flags::IN_RECOVERY) {
-            if ack >= self.snd.recover {
+            if ack >= self.snd_rare.recover {
                 // RFC 6582 §3.2 step 3, full acknowledgment (RFC 6675
                 // §5 step (C): recovery ends when HighACK reaches
                 // RecoveryPoint).

@@ -26,7 +26,7 @@ pub(crate) use pmtu::TooBigOutcome;
 pub use snapshot::Snapshot;
 pub use state::State;
 pub(crate) use state::{
-    Flags, ReceiveState, SendState, TimerState, TimestampState, TuningState, UndoState,
+    Flags, ReceiveState, SendRare, SendState, TimerState, TimestampState, TuningState, UndoState,
 };
 
 use crate::assembler::Assembler;
@@ -227,29 +227,43 @@ const MAX_LOSS_PROBES: u8 = 3;
 const INIT_SEGMENTS: usize = 10;
 
 /// One TCP connection.
+///
+/// The fields are in a fixed order (`repr(C)`), not Rust's order by size:
+/// a segment of a steady transfer reads the fields from `tuple` to
+/// `send_buf` and nothing after them, so that at 10 000 connections, when
+/// each segment finds its connection out of the cache, it pulls in as few
+/// lines as possible (issue 12's hot part; `layout.rs` keeps the order and
+/// BENCHMARKS.md, session 31, has the lines each segment touches). What
+/// only the handshake, loss recovery, congestion control and the
+/// application's rarer calls read comes after `send_buf`.
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct Connection {
+    /// Compared with every segment's tuple after the table lookup, and
+    /// read for the ports of every segment sent.
     pub tuple: FourTuple,
-    pub state: State,
     pub flags: Flags,
+    pub snd: SendState,
+    pub state: State,
     /// Pending `ev::*` bits.
     pub events: u8,
     pub close_reason: CloseReason,
-    pub snd: SendState,
     pub rcv: ReceiveState,
     pub ts: TimestampState,
-    pub timers: TimerState,
-    pub rtt: RttEstimator,
-    pub cc: Controller,
     pub tune: TuningState,
+    pub recv_buf: RecvBuffer,
+    pub timers: TimerState,
+    /// RACK-TLP state (RFC 8985; the segments in flight allocated only
+    /// while there are some): its reordering deadline is one of the timers.
+    pub rack: crate::rack::Rack,
     pub assembler: Assembler,
+    pub send_buf: ChunkBuffer,
+    // What a steady segment does not read.
+    pub cc: Controller,
+    pub rtt: RttEstimator,
     /// RFC 6675 scoreboard (allocated only while SACK blocks are held).
     pub scoreboard: Scoreboard,
-    /// RACK-TLP state (RFC 8985; the segments in flight allocated only
-    /// while there are some).
-    pub rack: crate::rack::Rack,
-    pub send_buf: ChunkBuffer,
-    pub recv_buf: RecvBuffer,
+    pub snd_rare: SendRare,
     /// The application's word for this connection ([`crate::Stack::set_user_data`]).
     pub user_data: u64,
 }
@@ -299,7 +313,6 @@ impl Connection {
             close_reason: CloseReason::Normal,
             user_data: 0,
             snd: SendState {
-                iss,
                 una: iss,
                 nxt: iss,
                 max: iss,
@@ -307,11 +320,14 @@ impl Connection {
                 max_wnd: 0,
                 wl1: SeqNumber(0),
                 wl2: iss,
+                prev_una: iss,
                 mss: DEFAULT_MSS,
                 wscale: 0,
                 dup_acks: 0,
+            },
+            snd_rare: SendRare {
+                iss,
                 recover: iss,
-                prev_una: iss,
                 undo: None,
                 lost_rtx_dups: 0,
                 retransmitted: 0,
@@ -463,7 +479,7 @@ impl Connection {
         c.snd.wnd = u32::from(syn.window);
         c.snd.max_wnd = c.snd.wnd;
         c.snd.wl1 = SeqNumber(syn.seq);
-        c.snd.wl2 = c.snd.iss;
+        c.snd.wl2 = c.snd_rare.iss;
         c
     }
 
@@ -482,9 +498,11 @@ impl Connection {
     ) -> Self {
         let mut c = Self::new_passive(cfg, isn, tuple, now, syn, false);
         let s = &mut c.snd;
-        (s.iss, s.una, s.wl2, s.recover, s.prev_una) = (iss, iss, iss, iss, iss);
-        (s.high_rxt, s.rtx_mark, s.lost_floor) = (iss, iss, iss);
+        (s.una, s.wl2, s.prev_una) = (iss, iss, iss);
         (s.nxt, s.max) = (iss + 1, iss + 1);
+        let r = &mut c.snd_rare;
+        (r.iss, r.recover) = (iss, iss);
+        (r.high_rxt, r.rtx_mark, r.lost_floor) = (iss, iss, iss);
         c.rcv.adv = c.rcv.nxt + usize::from(window);
         c.ts.last_ack_sent = c.rcv.nxt;
         c
@@ -506,7 +524,7 @@ impl Connection {
         // not by `SND.UNA == ISS`: after 2^32 bytes SND.UNA comes back to
         // the ISS, and the buffer would be read one byte off.
         if matches!(self.state, State::SynSent | State::SynReceived) {
-            self.snd.iss + 1
+            self.snd_rare.iss + 1
         } else {
             self.snd.una
         }

@@ -10,14 +10,14 @@ impl Connection {
         match self.state {
             State::Closed | State::Listen => None,
             State::SynSent => {
-                if self.snd.nxt == self.snd.iss {
+                if self.snd.nxt == self.snd_rare.iss {
                     self.emit_syn(ctx, buf, false)
                 } else {
                     None
                 }
             }
             State::SynReceived => {
-                if self.snd.nxt == self.snd.iss || self.flags.has(Flags::ACK_NOW) {
+                if self.snd.nxt == self.snd_rare.iss || self.flags.has(Flags::ACK_NOW) {
                     self.emit_syn(ctx, buf, true)
                 } else {
                     None
@@ -64,7 +64,7 @@ impl Connection {
         let repr = TcpRepr {
             src_port: self.tuple.local.port(),
             dst_port: self.tuple.remote.port(),
-            seq: self.snd.iss.0,
+            seq: self.snd_rare.iss.0,
             ack: if ack { self.rcv.nxt.0 } else { 0 },
             flags,
             // RFC 7323 §2.2: the window in a SYN is not scaled.
@@ -78,13 +78,13 @@ impl Connection {
             self.ts.last_ack_sent = self.rcv.nxt;
             self.flags.clear(Flags::ACK_NOW);
         }
-        if self.snd.max > self.snd.iss {
+        if self.snd.max > self.snd_rare.iss {
             ctx.stats.retransmits += 1;
-            self.snd.retransmitted = self.snd.retransmitted.saturating_add(1);
+            self.snd_rare.retransmitted = self.snd_rare.retransmitted.saturating_add(1);
         } else if !self.flags.has(Flags::TIMESTAMPS) && !offer_ts {
-            self.timers.rtt_seq = Some((self.snd.iss + 1, now));
+            self.timers.rtt_seq = Some((self.snd_rare.iss + 1, now));
         }
-        self.snd.nxt = self.snd.iss + 1;
+        self.snd.nxt = self.snd_rare.iss + 1;
         self.snd.max = self.snd.max.max(self.snd.nxt);
         if self.timers.rto.is_none() {
             self.flags.clear(Flags::PROBE_ARMED);
@@ -242,16 +242,21 @@ impl Connection {
         }
         let off = self.snd.nxt.saturating_sub(start);
         let unsent = buffered.saturating_sub(off);
-        let in_flight = self.snd.nxt - self.snd.una;
-        let usable = if sack_recovery {
-            sack_room.min((self.snd.wnd as usize).saturating_sub(in_flight))
-        } else {
-            let wnd = (self.snd.wnd as usize).min(self.cc.window() + self.limited_transmit());
-            wnd.saturating_sub(in_flight)
-        };
-        let mut len = unsent.min(usable).min(mss);
-        if let Some(l) = sacked_limit {
-            len = len.min(l - self.snd.nxt);
+        // The windows only when there is something to send: a receiver's
+        // ACKs then leave the congestion controller's lines alone.
+        let mut len = 0;
+        if unsent > 0 {
+            let in_flight = self.snd.nxt - self.snd.una;
+            let usable = if sack_recovery {
+                sack_room.min((self.snd.wnd as usize).saturating_sub(in_flight))
+            } else {
+                let wnd = (self.snd.wnd as usize).min(self.cc.window() + self.limited_transmit());
+                wnd.saturating_sub(in_flight)
+            };
+            len = unsent.min(usable).min(mss);
+            if let Some(l) = sacked_limit {
+                len = len.min(l - self.snd.nxt);
+            }
         }
         if len > 0 {
             let idle = self.snd.nxt == self.snd.una;
@@ -307,7 +312,7 @@ impl Connection {
         let is_retransmit = seq < self.snd.max;
         if is_retransmit {
             ctx.stats.retransmits += 1;
-            self.snd.retransmitted = self.snd.retransmitted.saturating_add(1);
+            self.snd_rare.retransmitted = self.snd_rare.retransmitted.saturating_add(1);
             // Karn (RFC 6298 §3): no sample from retransmitted data.
             if self.timers.rtt_seq.is_some_and(|(e, _)| e > seq) {
                 self.timers.rtt_seq = None;

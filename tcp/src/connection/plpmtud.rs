@@ -3,8 +3,8 @@
 //! when full-sized segments keep timing out (RFC 4821 §7.3), and a search
 //! probes upward with one larger segment at a time (§7.4-§7.7). The
 //! search's state: search_low is the MTU of `SendState::mss` itself (what
-//! is known to pass), search_high is `SendState::mtu_high`; a probe in
-//! flight is `Flags::MTU_PROBE_OUT` with `SendState::mtu_probe` and
+//! is known to pass), search_high is `SendRare::mtu_high`; a probe in
+//! flight is `Flags::MTU_PROBE_OUT` with `SendRare::mtu_probe` and
 //! `mtu_probe_seq`. Everything here runs on timeouts, on the ACK of a
 //! probe, on loss and from one flag test on the send path; a connection
 //! that does not search pays nothing per segment.
@@ -88,8 +88,8 @@ impl Connection {
     /// `Always` connection starts at the base MSS and searches upward.
     pub(super) fn mtu_search_init(&mut self, cfg: &Config) {
         let max = self.current_mtu();
-        self.snd.mtu_max = max;
-        self.snd.mtu_high = max;
+        self.snd_rare.mtu_max = max;
+        self.snd_rare.mtu_high = max;
         if cfg.mtu_probing == MtuProbing::Always {
             self.flags.set(Flags::MTU_SEARCH);
             let base = self.base_mtu(cfg);
@@ -102,7 +102,7 @@ impl Connection {
     /// Whether the search range is narrower than the threshold (RFC 4821
     /// §7.2).
     fn mtu_search_done(&self, cfg: &Config) -> bool {
-        self.snd.mtu_high < self.current_mtu().saturating_add(cfg.mtu_probe_threshold)
+        self.snd_rare.mtu_high < self.current_mtu().saturating_add(cfg.mtu_probe_threshold)
     }
 
     /// Notes when the search finished, for the re-search interval.
@@ -115,8 +115,8 @@ impl Connection {
     /// A path MTU of `mtu` or more does not pass (a lost probe, or a
     /// believed ICMP message): RFC 4821 §7.6.2 search_high.
     pub(super) fn lower_mtu_high(&mut self, cfg: &Config, now: Instant, mtu: u16) {
-        if mtu < self.snd.mtu_high {
-            self.snd.mtu_high = mtu;
+        if mtu < self.snd_rare.mtu_high {
+            self.snd_rare.mtu_high = mtu;
             self.mtu_settle_if_done(cfg, now);
         }
     }
@@ -129,11 +129,11 @@ impl Connection {
     /// probe in flight: lost if SND.UNA is at it.
     pub(super) fn mtu_on_retransmit_timeout(&mut self, ctx: &mut Ctx<'_>) {
         if self.flags.has(Flags::MTU_PROBE_OUT) {
-            if self.snd.mtu_probe != 0 && self.snd.una >= self.snd.mtu_probe_seq {
+            if self.snd_rare.mtu_probe != 0 && self.snd.una >= self.snd_rare.mtu_probe_seq {
                 self.mtu_probe_failed(ctx);
             }
             self.flags.clear(Flags::MTU_PROBE_OUT);
-            self.snd.mtu_probe = 0;
+            self.snd_rare.mtu_probe = 0;
         }
         if ctx.cfg.mtu_probing == MtuProbing::Off || self.timers.retransmits <= BLACK_HOLE_TIMEOUTS
         {
@@ -161,19 +161,19 @@ impl Connection {
     /// leaving `MTU_PROBE_OUT` set for the recovery (see `enter_recovery`).
     /// A loss below the probe abandons it (no verdict) and returns false.
     pub(super) fn mtu_probe_at_loss(&mut self, ctx: &mut Ctx<'_>) -> bool {
-        let lost = self.snd.mtu_probe != 0 && self.snd.una >= self.snd.mtu_probe_seq;
+        let lost = self.snd_rare.mtu_probe != 0 && self.snd.una >= self.snd_rare.mtu_probe_seq;
         if lost {
             self.mtu_probe_failed(ctx);
         } else {
             self.flags.clear(Flags::MTU_PROBE_OUT);
         }
-        self.snd.mtu_probe = 0;
+        self.snd_rare.mtu_probe = 0;
         lost
     }
 
     fn mtu_probe_failed(&mut self, ctx: &mut Ctx<'_>) {
         ctx.stats.mtu_probe_failed += 1;
-        self.lower_mtu_high(ctx.cfg, ctx.now, self.snd.mtu_probe - 1);
+        self.lower_mtu_high(ctx.cfg, ctx.now, self.snd_rare.mtu_probe - 1);
     }
 
     /// An ACK advanced SND.UNA to `ack` while `RECOVER_HELD` or
@@ -183,26 +183,26 @@ impl Connection {
     #[cold]
     #[inline(never)]
     pub(super) fn on_ack_held(&mut self, ctx: &mut Ctx<'_>, ack: SeqNumber) {
-        if self.flags.has(Flags::RECOVER_HELD) && ack >= self.snd.recover {
+        if self.flags.has(Flags::RECOVER_HELD) && ack >= self.snd_rare.recover {
             // RFC 6582 §3.2: the episode's guard ends with it.
             self.flags.clear(Flags::RECOVER_HELD);
         }
-        let probe = self.snd.mtu_probe;
+        let probe = self.snd_rare.mtu_probe;
         if !self.flags.has(Flags::MTU_PROBE_OUT) || self.flags.has(Flags::IN_RECOVERY) || probe == 0
         {
             return;
         }
         let over = self.mtu_overhead();
-        if ack < self.snd.mtu_probe_seq + usize::from(probe - over) {
+        if ack < self.snd_rare.mtu_probe_seq + usize::from(probe - over) {
             return;
         }
         self.flags.clear(Flags::MTU_PROBE_OUT);
-        self.snd.mtu_probe = 0;
+        self.snd_rare.mtu_probe = 0;
         ctx.stats.mtu_probe_succeeded += 1;
         if probe > self.current_mtu() {
             self.set_mss(probe - over);
         }
-        self.snd.mtu_high = self.snd.mtu_high.max(probe);
+        self.snd_rare.mtu_high = self.snd_rare.mtu_high.max(probe);
         self.mtu_settle_if_done(ctx.cfg, ctx.now);
     }
 
@@ -233,14 +233,14 @@ impl Connection {
             if u64::from(rested) < interval {
                 return Continue(());
             }
-            self.snd.mtu_high = self.snd.mtu_max;
+            self.snd_rare.mtu_high = self.snd_rare.mtu_max;
             self.timers.mtu_settled = secs16(ctx.now);
             if self.mtu_search_done(cfg) {
                 return Continue(());
             }
         }
         let over = self.mtu_overhead();
-        let probe = ((u32::from(low) + u32::from(self.snd.mtu_high)) / 2) as u16;
+        let probe = ((u32::from(low) + u32::from(self.snd_rare.mtu_high)) / 2) as u16;
         let len = usize::from(probe - over);
         let mss = self.eff_mss();
         // The caller's buffer bounds every segment: a larger MTU cannot be
@@ -266,8 +266,8 @@ impl Connection {
         let r = self.emit_segment(ctx, buf, seq, len, false);
         if r.is_some() {
             self.flags.set(Flags::MTU_PROBE_OUT);
-            self.snd.mtu_probe = probe;
-            self.snd.mtu_probe_seq = seq;
+            self.snd_rare.mtu_probe = probe;
+            self.snd_rare.mtu_probe_seq = seq;
             ctx.stats.mtu_probes += 1;
             return Break(r);
         }

@@ -217,7 +217,7 @@ impl Connection {
         } else if let Some(s) = scan.lost_retransmission {
             // A retransmission was lost (§6.2): NextSeg() resends from it.
             if self.flags.has(Flags::SACK_RECOVERY) {
-                self.snd.high_rxt = self.snd.high_rxt.min(s).max(una);
+                self.snd_rare.high_rxt = self.snd_rare.high_rxt.min(s).max(una);
             } else {
                 self.flags.set(Flags::RETRANSMIT_ONE);
             }

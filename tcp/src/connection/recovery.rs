@@ -62,11 +62,14 @@ impl Connection {
                 }
             }
         } else if self.flags.has(Flags::SACK_RECOVERY)
-            && self.snd.high_rxt > una
-            && self.scoreboard.sacked_in(self.snd.rtx_mark, self.snd.max) > (DUP_THRESH - 1) * mss
+            && self.snd_rare.high_rxt > una
+            && self
+                .scoreboard
+                .sacked_in(self.snd_rare.rtx_mark, self.snd.max)
+                > (DUP_THRESH - 1) * mss
         {
-            self.snd.high_rxt = una;
-            self.snd.rtx_mark = self.snd.max;
+            self.snd_rare.high_rxt = una;
+            self.snd_rare.rtx_mark = self.snd.max;
         }
     }
 
@@ -79,7 +82,7 @@ impl Connection {
         } else {
             self.scoreboard.lost_boundary(self.snd.una, self.eff_mss())
         };
-        b.max(self.snd.lost_floor.min(self.snd.max))
+        b.max(self.snd_rare.lost_floor.min(self.snd.max))
     }
 
     /// RFC 6675 §4 `SetPipe()`: the bytes deemed in the network. Un-SACKed
@@ -89,7 +92,7 @@ impl Connection {
         let (una, max) = (self.snd.una, self.snd.max);
         let lost = self.lost_boundary().min(max);
         let flight = (max - lost) - self.scoreboard.sacked_in(lost, max);
-        let hr = self.snd.high_rxt.max(una).min(max);
+        let hr = self.snd_rare.high_rxt.max(una).min(max);
         flight + (hr - una) - self.scoreboard.sacked_in(una, hr)
     }
 
@@ -97,7 +100,9 @@ impl Connection {
     /// `HighRxt` that is lost; at most one SMSS and never into SACKed data.
     pub(super) fn next_seg_lost(&self) -> Option<(SeqNumber, usize)> {
         let (una, max) = (self.snd.una, self.snd.max);
-        let (s, lim) = self.scoreboard.next_unsacked(self.snd.high_rxt.max(una));
+        let (s, lim) = self
+            .scoreboard
+            .next_unsacked(self.snd_rare.high_rxt.max(una));
         if s >= self.lost_boundary() || s >= max {
             return None;
         }
@@ -122,8 +127,8 @@ impl Connection {
         }
         let r = self.emit_segment(ctx, buf, seq, len, fin);
         if r.is_some() && self.flags.has(Flags::SACK_RECOVERY) {
-            self.snd.high_rxt = self.snd.high_rxt.max(seq + len + usize::from(fin));
-            self.snd.rtx_mark = self.snd.max;
+            self.snd_rare.high_rxt = self.snd_rare.high_rxt.max(seq + len + usize::from(fin));
+            self.snd_rare.rtx_mark = self.snd.max;
         }
         r
     }
@@ -167,7 +172,7 @@ impl Connection {
     /// `recover` (one past the highest sequence number sent then, so an
     /// ACK "covers more than recover" once it reaches it).
     pub(super) fn new_loss_episode(&self, ack: SeqNumber) -> bool {
-        !self.flags.has(Flags::RECOVER_HELD) || ack >= self.snd.recover
+        !self.flags.has(Flags::RECOVER_HELD) || ack >= self.snd_rare.recover
     }
 
     /// RFC 6582 §3.2 step 2 / RFC 5681 §3.2 steps 2-3: enter fast recovery
@@ -188,7 +193,8 @@ impl Connection {
         let now = ctx.now;
         let flight = self.snd.max - self.snd.una;
         let probe_lost = self.flags.has(Flags::MTU_PROBE_OUT) && self.mtu_probe_at_loss(ctx);
-        let echo_reduced = self.flags.has(Flags::ECN_REDUCED) && self.snd.una < self.snd.ecn_high;
+        let echo_reduced =
+            self.flags.has(Flags::ECN_REDUCED) && self.snd.una < self.snd_rare.ecn_high;
         let reduced = probe_lost || echo_reduced;
         // SACK recovery with RACK, where an earlier episode's
         // retransmissions above SND.UNA are not yet acknowledged (one that
@@ -206,11 +212,11 @@ impl Connection {
         // the old copy of SND.UNA arrived.)
         let resent_above = self.flags.has(Flags::SACK)
             && self.rack_active()
-            && self.snd.high_rxt > self.snd.una
-            && self.snd.high_rxt <= self.snd.max;
+            && self.snd_rare.high_rxt > self.snd.una
+            && self.snd_rare.high_rxt <= self.snd.max;
         if self.flags.has(Flags::TIMESTAMPS) && !reduced && !resent_above {
             // RFC 3522 §3.2 step (1) / RFC 4015 §3.2 step (1).
-            self.snd.undo = Some(UndoState::new(
+            self.snd_rare.undo = Some(UndoState::new(
                 self.tsval(now),
                 flight.max(self.cc.ssthresh()),
             ));
@@ -219,7 +225,7 @@ impl Connection {
         if !resent_above {
             self.flags.set(Flags::RETRANSMIT_ONE);
         }
-        self.snd.recover = self.snd.max;
+        self.snd_rare.recover = self.snd.max;
         self.arm_lost_retransmit();
         if self.flags.has(Flags::SACK) {
             // RFC 6675 §5 step (4): RecoveryPoint = HighData, cwnd =
@@ -231,10 +237,10 @@ impl Connection {
             // covered by the scoreboard like any other flight.
             self.snd.nxt = self.snd.max;
             if !resent_above {
-                self.snd.high_rxt = self.snd.una;
+                self.snd_rare.high_rxt = self.snd.una;
             }
-            self.snd.rtx_mark = self.snd.max;
-            self.snd.lost_floor = self.snd.una;
+            self.snd_rare.rtx_mark = self.snd.max;
+            self.snd_rare.lost_floor = self.snd.una;
             if !reduced {
                 self.cc.on_sack_recovery(flight);
             }
@@ -259,7 +265,7 @@ impl Connection {
         let mss = self.eff_mss().max(1);
         let ahead = (self.snd.max - self.snd.una).div_ceil(mss);
         let at = usize::from(self.snd.dup_acks) + ahead + 3;
-        self.snd.lost_rtx_dups = at.min(usize::from(u16::MAX)) as u16;
+        self.snd_rare.lost_rtx_dups = at.min(usize::from(u16::MAX)) as u16;
     }
 
     /// RFC 3042 §2 limited transmit: on the first and second duplicate ACK,
@@ -395,9 +401,9 @@ impl Connection {
             // to hold out of order). Everything un-SACKed counts as lost
             // and is retransmitted, retransmissions included, as after an
             // RTO (RFC 6675 §5.1) but without collapsing the window.
-            self.snd.lost_floor = self.snd.max;
-            self.snd.high_rxt = self.snd.una;
-            self.snd.rtx_mark = self.snd.max;
+            self.snd_rare.lost_floor = self.snd.max;
+            self.snd_rare.high_rxt = self.snd.una;
+            self.snd_rare.rtx_mark = self.snd.max;
         } else {
             self.arm_lost_retransmit();
         }
@@ -423,7 +429,7 @@ impl Connection {
                 // recovery leaves the window as it was.)
                 self.cc.on_recovery_dup_ack();
             }
-            if u16::from(self.snd.dup_acks) >= self.snd.lost_rtx_dups {
+            if u16::from(self.snd.dup_acks) >= self.snd_rare.lost_rtx_dups {
                 // The retransmission of SND.UNA was lost too: segments
                 // sent after it keep arriving. Resend it now rather than
                 // after a retransmission timeout (three orders of

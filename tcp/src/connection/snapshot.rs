@@ -17,6 +17,8 @@ pub struct Snapshot {
     flags: Flags,
     /// Send sequence space.
     snd: SendState,
+    /// The send side's handshake, recovery, ECN and MTU search state.
+    snd_rare: SendRare,
     /// Receive sequence space.
     rcv: ReceiveState,
     /// Timestamps.
@@ -82,6 +84,7 @@ impl Connection {
             state: self.state,
             flags,
             snd: self.snd,
+            snd_rare: self.snd_rare,
             rcv: self.rcv,
             ts: self.ts,
             timers: self.timers,
@@ -158,6 +161,7 @@ impl Connection {
             events: if compactable { ev::COMPACT } else { 0 },
             close_reason: CloseReason::Normal,
             snd: s.snd,
+            snd_rare: s.snd_rare,
             rcv: s.rcv,
             ts: s.ts,
             timers: s.timers,

@@ -123,7 +123,7 @@ impl Flags {
     /// The stack's receive memory, not the buffer, held the last window
     /// offered back: a window update is owed once memory frees.
     pub(crate) const MEM_LIMITED: u64 = 1 << 21;
-    /// `SendState::recover` marks a loss episode (fast recovery or a
+    /// `SendRare::recover` marks a loss episode (fast recovery or a
     /// timeout) that the cumulative ACK has not passed yet: until it does,
     /// duplicate ACKs start no new fast retransmit (RFC 6582 §3.2 steps 1
     /// and 2). A bit, not a value of `recover`, so that it cannot go stale
@@ -133,7 +133,7 @@ impl Flags {
     /// Packetization-layer path MTU discovery runs (RFC 4821 §7; see
     /// `plpmtud.rs`): new data may go out as a probe.
     pub(crate) const MTU_SEARCH: u64 = 1 << 23;
-    /// A path MTU probe is in flight (`SendState::mtu_probe`), or, with
+    /// A path MTU probe is in flight (`SendRare::mtu_probe`), or, with
     /// `IN_RECOVERY`, the recovery repairs a lost probe (no window
     /// reduction, RFC 4821 §7.6.2).
     pub(crate) const MTU_PROBE_OUT: u64 = 1 << 24;
@@ -161,12 +161,12 @@ impl Flags {
     /// carries CWR (RFC 3168 §6.1.2).
     pub(crate) const ECN_CWR: u64 = 1 << 29;
     /// An ECE was answered for the window that ends at
-    /// `SendState::ecn_high`: later ECEs change nothing until SND.UNA
+    /// `SendRare::ecn_high`: later ECEs change nothing until SND.UNA
     /// passes it (RFC 3168 §6.1.2, once per window of data: the peer echoes
     /// until our CWR, on the segment at `ecn_high`, arrives). A bit, not a
     /// value of `ecn_high`, for the reason `RECOVER_HELD` is one.
     pub(crate) const ECN_HELD: u64 = 1 << 28;
-    /// The window that ends at `SendState::ecn_high` was reduced for an
+    /// The window that ends at `SendRare::ecn_high` was reduced for an
     /// ECE (not for a loss or a timeout, which also set `ECN_HELD`): a
     /// loss of data sent before `ecn_high` is repaired without a second
     /// reduction, one of the segment at `ecn_high` or later is a new
@@ -189,11 +189,11 @@ impl Flags {
     }
 }
 
-/// Send sequence space (RFC 9293 §3.3.1) and loss-recovery state.
+/// Send sequence space (RFC 9293 §3.3.1): the part every segment reads.
+/// What only loss recovery, the handshake, ECN and the path MTU search
+/// read is in [`SendRare`], away from the receive path's cache lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SendState {
-    /// Initial send sequence number.
-    pub(crate) iss: SeqNumber,
     /// Oldest unacknowledged sequence number.
     pub(crate) una: SeqNumber,
     /// Next sequence number to send (rewound on timeout).
@@ -208,17 +208,28 @@ pub(crate) struct SendState {
     pub(crate) wl1: SeqNumber,
     /// Segment acknowledgment number used for the last window update.
     pub(crate) wl2: SeqNumber,
+    /// SND.UNA before the last ACK that advanced it (`prev_highest_ack` of
+    /// the RFC 6582 §4.2 ACK heuristic).
+    pub(crate) prev_una: SeqNumber,
     /// Largest payload per segment (peer MSS, minus our option bytes).
     pub(crate) mss: u16,
     /// Shift applied to the peer's window field.
     pub(crate) wscale: u8,
     /// Consecutive duplicate ACKs.
     pub(crate) dup_acks: u8,
+}
+
+/// The send side's state that a segment on the fast path does not read:
+/// the initial sequence number, loss recovery (RFC 6582, RFC 6675, RFC
+/// 3522), ECN's reduced window (RFC 3168) and the path MTU search (RFC
+/// 4821). Kept apart from [`SendState`] so that it stays out of the
+/// cache lines every segment touches (see `Connection`'s layout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SendRare {
+    /// Initial send sequence number.
+    pub(crate) iss: SeqNumber,
     /// NewReno `recover` (RFC 6582 §3.2).
     pub(crate) recover: SeqNumber,
-    /// SND.UNA before the last ACK that advanced it (`prev_highest_ack` of
-    /// the RFC 6582 §4.2 ACK heuristic).
-    pub(crate) prev_una: SeqNumber,
     /// State for undoing a spurious fast retransmit (RFC 3522 / RFC 4015),
     /// set when fast recovery starts with timestamps on.
     pub(crate) undo: Option<UndoState>,

@@ -92,7 +92,7 @@ impl Connection {
         self.timers.rtt_seq = None;
         self.ts.rtt_floor = self.tsval(ctx.now);
         match self.state {
-            State::SynSent | State::SynReceived => self.snd.nxt = self.snd.iss,
+            State::SynSent | State::SynReceived => self.snd.nxt = self.snd_rare.iss,
             _ => {
                 let flight = self.snd.max - self.snd.una;
                 if self.timers.retransmits == 1 {
@@ -115,7 +115,7 @@ impl Connection {
     /// discarded; blocks arriving from now on still spare the
     /// retransmission what they cover.
     pub(super) fn go_back_n(&mut self) {
-        self.snd.recover = self.snd.max;
+        self.snd_rare.recover = self.snd.max;
         self.flags.set(Flags::RECOVER_HELD);
         // A path MTU probe in flight is resent at the MSS with the rest:
         // its ACK no longer tells anything.
