@@ -207,15 +207,27 @@ impl TcpOptions {
     /// which gives the same result for it.
     #[inline]
     pub fn parse(o: &[u8]) -> Result<TcpOptions> {
+        let mut out = TcpOptions::default();
+        out.parse_into(o)?;
+        Ok(out)
+    }
+
+    /// [`TcpOptions::parse`] into `self`, which must be the default (what a
+    /// header without options has): filled in place, so that the parsed
+    /// header is not copied from one temporary to the next.
+    #[inline]
+    fn parse_into(&mut self, o: &[u8]) -> Result<()> {
         if let [opt::NOP, opt::NOP, opt::TIMESTAMPS, 10, ts @ ..] = o {
-            if ts.len() == 8 {
-                return Ok(TcpOptions {
-                    timestamps: Some((be32(ts, 0), be32(ts, 4))),
-                    ..TcpOptions::default()
-                });
+            if let Ok(ts) = <&[u8; 8]>::try_from(ts) {
+                self.timestamps = Some((be32(ts, 0), be32(ts, 4)));
+                return Ok(());
             }
         }
-        Self::parse_any(o)
+        if o.is_empty() {
+            return Ok(());
+        }
+        *self = Self::parse_any(o)?;
+        Ok(())
     }
 
     /// [`TcpOptions::parse`] for any layout: the loop over the options.
@@ -484,7 +496,15 @@ impl TcpRepr {
     /// Parses the header of a checked view (the checksum is not verified here).
     #[inline]
     pub fn parse<T: AsRef<[u8]>>(p: &TcpPacket<T>) -> Result<TcpRepr> {
-        Ok(TcpRepr {
+        let mut repr = TcpRepr::fixed_header(p);
+        repr.options.parse_into(p.options())?;
+        Ok(repr)
+    }
+
+    /// The fixed header's fields, no options.
+    #[inline(always)]
+    fn fixed_header<T: AsRef<[u8]>>(p: &TcpPacket<T>) -> TcpRepr {
+        TcpRepr {
             src_port: p.src_port(),
             dst_port: p.dst_port(),
             seq: p.seq_number(),
@@ -492,18 +512,20 @@ impl TcpRepr {
             flags: p.flags(),
             window: p.window(),
             urgent: p.urgent(),
-            options: TcpOptions::parse(p.options())?,
-        })
+            options: TcpOptions::default(),
+        }
     }
 
     /// Checks and parses a whole segment (checksum not verified): the header and the
-    /// payload.
+    /// payload. (Built in the value it returns: the header is not copied from a
+    /// temporary, a tenth of a received segment's instructions once.)
     #[inline]
     pub fn parse_segment(segment: &[u8]) -> Result<(TcpRepr, &[u8])> {
         let p = TcpPacket::new_checked(segment)?;
-        let repr = TcpRepr::parse(&p)?;
         let hl = p.header_len();
-        Ok((repr, &segment[hl..]))
+        let mut out = (TcpRepr::fixed_header(&p), &segment[hl..]);
+        out.0.options.parse_into(p.options())?;
+        Ok(out)
     }
 
     /// Header length including options when emitted.
