@@ -258,8 +258,14 @@ fn parse_l4(f: &mut Frame<'_>, addrs: IpPair, policy: ChecksumPolicy) -> Result<
             if policy.verify_l4 {
                 checksum::check(t.verify_checksum(&addrs), Layer::Tcp)?;
             }
-            let tr = Transport::Tcp(TcpRepr::parse(&t)?);
-            (tr, t.header_len(), seg.len())
+            // Built where it stays (the header is most frames' transport,
+            // and moving it through temporaries costs more than parsing it).
+            f.transport = Transport::Tcp(TcpRepr::fixed_header(&t));
+            if let Transport::Tcp(r) = &mut f.transport {
+                r.options.parse_into(t.options())?;
+            }
+            f.payload = f.l4_offset + t.header_len()..f.l4_offset + seg.len();
+            return Ok(());
         }
         Some(IpProtocol::Udp) => {
             let u = UdpPacket::new_checked(seg)?;

@@ -216,7 +216,7 @@ impl TcpOptions {
     /// header without options has): filled in place, so that the parsed
     /// header is not copied from one temporary to the next.
     #[inline]
-    fn parse_into(&mut self, o: &[u8]) -> Result<()> {
+    pub(crate) fn parse_into(&mut self, o: &[u8]) -> Result<()> {
         if let [opt::NOP, opt::NOP, opt::TIMESTAMPS, 10, ts @ ..] = o {
             if let Ok(ts) = <&[u8; 8]>::try_from(ts) {
                 self.timestamps = Some((be32(ts, 0), be32(ts, 4)));
@@ -503,7 +503,7 @@ impl TcpRepr {
 
     /// The fixed header's fields, no options.
     #[inline(always)]
-    fn fixed_header<T: AsRef<[u8]>>(p: &TcpPacket<T>) -> TcpRepr {
+    pub(crate) fn fixed_header<T: AsRef<[u8]>>(p: &TcpPacket<T>) -> TcpRepr {
         TcpRepr {
             src_port: p.src_port(),
             dst_port: p.dst_port(),
