@@ -60,26 +60,31 @@ fn sum_native(data: &[u8]) -> u64 {
         ]))
     };
     let (mut a0, mut a1): (u128, u128) = (0, 0);
-    let mut blocks = data.chunks_exact(32);
+    let mut blocks = data.chunks_exact(64);
     for b in &mut blocks {
         a0 += word(&b[0..8]);
         a1 += word(&b[8..16]);
         a0 += word(&b[16..24]);
         a1 += word(&b[24..32]);
+        a0 += word(&b[32..40]);
+        a1 += word(&b[40..48]);
+        a0 += word(&b[48..56]);
+        a1 += word(&b[56..64]);
     }
     let mut acc = a0 + a1;
     let mut words = blocks.remainder().chunks_exact(8);
     for c in &mut words {
         acc += word(c);
     }
-    let tail = words.remainder();
-    if !tail.is_empty() {
-        // Pad with zeros to a whole word: an odd trailing byte is the high byte of a 16-bit
-        // word whose low byte is zero (RFC 1071 §4.1).
-        let mut w = [0u8; 8];
-        w[..tail.len()].copy_from_slice(tail);
-        acc += u128::from(u64::from_ne_bytes(w));
+    // The last 0 to 7 bytes as a word padded with zeros (an odd trailing byte is the high
+    // byte of a 16-bit word whose low byte is zero, RFC 1071 §4.1), in native order: byte
+    // `i` at bits `8 i` of a little-endian word, swapped on a big-endian machine. Shifted in,
+    // not copied into a buffer: the copy was a `memcpy` call on every segment.
+    let mut t: u64 = 0;
+    for (i, &b) in words.remainder().iter().enumerate() {
+        t |= u64::from(b) << (8 * i);
     }
+    acc += u128::from(u64::from_le(t));
     // Ones'-complement: the carries out of 64 bits go back in at the bottom.
     let (s, carry) = (acc as u64).overflowing_add((acc >> 64) as u64);
     s + u64::from(carry)
