@@ -1873,6 +1873,116 @@ mod tests {
         assert_eq!(h.stack.lent_frames(), 0);
     }
 
+    /// Reads what arrives at once, in place (`peek`/`consume`), as a bulk
+    /// sink does; counts the bytes.
+    #[derive(Default)]
+    struct Sink {
+        bytes: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl ConnHandler for Sink {
+        fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+            while let Ok(b) = net.peek(conn) {
+                if b.is_empty() {
+                    break;
+                }
+                let n = b.len();
+                self.bytes
+                    .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                net.consume(conn, n).unwrap();
+            }
+        }
+    }
+
+    /// One received frame through the data path: classification and
+    /// checksums, the stack, the application's callbacks (what `rx_cost`
+    /// measures).
+    #[inline(never)]
+    fn rx_measured(
+        h: &mut TcpHandler,
+        now: Instant,
+        f: &[u8],
+        id: u32,
+        frames: &TestFrames,
+    ) -> Fate {
+        h.rx_one(now, f, (Some(id), frames))
+    }
+
+    /// The data path's instructions per received frame, for callgrind. A
+    /// measurement, not a check (the tests above cover the same path), so
+    /// ignored:
+    ///
+    /// ```text
+    /// cargo test --release -p flowlane-dataplane --lib --no-run
+    /// valgrind --tool=callgrind --toggle-collect='*rx_measured*' <that test binary> \
+    ///     --ignored --exact tcp_handler::tests::rx_cost --nocapture
+    /// ```
+    ///
+    /// 16 MiB from a peer stack over one connection, every frame lent, the
+    /// sink reading in place as data arrives; divide the instructions by
+    /// the frames it prints.
+    #[test]
+    #[ignore]
+    fn rx_cost() {
+        use std::sync::atomic::Ordering;
+        let ours: IpAddr = "10.99.0.1".parse().unwrap();
+        let peer_ip: IpAddr = "10.99.0.2".parse().unwrap();
+        let sink = Sink::default();
+        let got = sink.bytes.clone();
+        let t0 = Duration::from_millis(1);
+        let (mut h, mut peer, conn) = handler_and_peer(ours, peer_ip, sink, t0);
+        const TOTAL: usize = 16 << 20;
+        let data = vec![0x5a_u8; 65_536];
+        let mut frames = TestFrames::default();
+        let mut free: Vec<u32> = Vec::new();
+        let (mut sent, mut received, mut connected) = (0, 0u64, false);
+        let mut seg = [0u8; 1600];
+        for round in 0..1_000_000u64 {
+            let now = t0 + Duration::from_micros(round * 100);
+            while let Some(t) = peer.poll_transmit(instant(now), &mut seg) {
+                let f = frame(&seg[..t.len], peer_ip, ours);
+                let id = match free.pop() {
+                    Some(id) => {
+                        frames.slots[id as usize] = Some(f);
+                        id
+                    }
+                    None => {
+                        frames.slots.push(Some(f));
+                        (frames.slots.len() - 1) as u32
+                    }
+                };
+                received += 1;
+                let f = frames.slots[id as usize].as_deref().unwrap();
+                if rx_measured(&mut h, instant(now), f, id, &frames) != Fate::Kept {
+                    frames.slots[id as usize] = None;
+                    free.push(id);
+                }
+                while let Some(slot) = h.stack.poll_released_frame() {
+                    frames.slots[slot as usize].take().expect("released once");
+                    free.push(slot);
+                }
+            }
+            for f in poll(&mut h, now) {
+                let parsed = parse_frame(&f).unwrap();
+                peer.handle_segment(instant(now), ours, peer_ip, parsed.l4());
+            }
+            while let Some(ev) = peer.poll_event() {
+                connected |= matches!(ev, Event::Connected(_));
+            }
+            while connected && sent < TOTAL {
+                match peer.send(conn, &data[..(TOTAL - sent).min(data.len())]) {
+                    Ok(n) if n > 0 => sent += n,
+                    _ => break,
+                }
+            }
+            if got.load(Ordering::Relaxed) == TOTAL {
+                break;
+            }
+        }
+        assert_eq!(got.load(Ordering::Relaxed), TOTAL, "every byte read");
+        println!("frames received {received}");
+    }
+
     #[test]
     fn no_neighbor_drops_and_counts() {
         let cfg = TcpConfig::new(Ipv4Addr::new(10, 99, 0, 1), OUR_MAC, [1; 16]);
