@@ -100,7 +100,7 @@ use crate::worker::{
 };
 
 /// How often the worker copies the stack's counters into [`TcpCounters`].
-const PUBLISH_EVERY: Duration = Duration::from_millis(50);
+pub(crate) const PUBLISH_EVERY: Duration = Duration::from_millis(50);
 
 /// Segments of each connection a receive pass aims to hold before the
 /// ACKs go out ([`QueueHandler::rx_budget`]): about what Linux's receiver

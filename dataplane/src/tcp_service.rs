@@ -457,6 +457,36 @@ impl TcpService {
             .collect()
     }
 
+    /// Lets connections finish closing before the service stops, for at
+    /// most `deadline`: until none is in CLOSE-WAIT (its application has
+    /// not closed it yet, or its close request is still on its way from an
+    /// application thread in queue-pair mode), FIN-WAIT-1, CLOSING or
+    /// LAST-ACK (our FIN not acknowledged: only a running worker sends it
+    /// again). A service stopped at once after its application closed a
+    /// connection left the peer waiting for a FIN that never came (the
+    /// queue-pair storm test's sender, in FIN-WAIT-2 until its timeout).
+    /// Returns whether every close finished. Reads the workers' counters,
+    /// so it first waits two of their publishing periods: a close the
+    /// application just made must have reached them.
+    pub fn linger(&self, deadline: std::time::Duration) -> bool {
+        let start = std::time::Instant::now();
+        std::thread::sleep(2 * crate::tcp_handler::PUBLISH_EVERY);
+        loop {
+            let closing: u64 = self
+                .tcp_counters()
+                .iter()
+                .map(|(_, c)| c.in_close_wait + c.in_fin_wait1 + c.in_closing + c.in_last_ack)
+                .sum();
+            if closing == 0 {
+                return true;
+            }
+            if start.elapsed() >= deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
     /// Stops the workers and releases the data path; returns each queue's
     /// final counters (published by each worker as it exits).
     pub fn stop(self) -> FinalCounters {

@@ -502,6 +502,10 @@ fn run_backend(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
 /// handler blocked) before the cores reset its connections.
 const STALL_AFTER: Duration = Duration::from_secs(10);
 
+/// How long a stopping AF_XDP service waits at most for its connections to
+/// finish closing ([`TcpService::linger`]).
+const LINGER: Duration = Duration::from_secs(2);
+
 /// Starts queue-pair mode's application threads, each set up by `setup`.
 fn start_queue_pairs(
     c: &Common,
@@ -729,6 +733,11 @@ fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
     };
     let r = wait(c, &mut running, &results.rx, expect);
     drop(running);
+    // The closes the application made last (in queue-pair mode still on
+    // their way to the cores) get their FINs out and acknowledged first.
+    if !service.linger(LINGER) {
+        tracing::info!("stopping with connections still closing after {LINGER:?}");
+    }
     let workers = c.workers.unwrap_or(queues).max(queues);
     let cpu: Vec<Option<u64>> = (0..workers).map(worker_cpu_ns).collect();
     let app_cpu = app_threads_cpu(qp);
