@@ -43,6 +43,7 @@ pub mod ip;
 pub mod ipv4;
 pub mod ipv6;
 pub mod packet;
+pub mod peek;
 pub mod tcp;
 #[cfg(feature = "icmp")]
 pub mod too_big;

@@ -10,7 +10,19 @@ use std::net::Ipv4Addr;
 /// a frame whose checksums verify must still verify after being turned around.
 pub fn parse_frame_target(data: &[u8]) {
     let verified = wire::parse_frame(data).is_ok();
+    // The prefetch hint never panics, and where the classifier finds a TCP
+    // segment that the hint read too, both name the same endpoints.
+    let peeked = wire::peek::tcp_endpoints(data);
     if let Ok(f) = wire::parse_frame_with(data, ChecksumPolicy::IP_ONLY) {
+        if let (Some(peeked), wire::Transport::Tcp(tcp), Some(ips)) =
+            (peeked, f.transport, f.ip_pair())
+        {
+            let parsed = (
+                std::net::SocketAddr::new(ips.src(), tcp.src_port),
+                std::net::SocketAddr::new(ips.dst(), tcp.dst_port),
+            );
+            assert_eq!(peeked, parsed);
+        }
         assert!(f.l3_end <= data.len());
         assert!(f.payload.start <= f.payload.end && f.payload.end <= f.l3_end);
         let _ = (f.l3(), f.l4(), f.payload());
