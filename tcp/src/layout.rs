@@ -65,7 +65,7 @@ fn sizes_stay_within_budget() {
     assert_eq!(std::mem::size_of::<crate::time::Deadline>(), 8);
     // The hot part: what a steady segment reads comes first, and before
     // `cc`, the first of the fields it does not read.
-    let hot = crate::stack::slot_conn_offset() + std::mem::offset_of!(Connection, cc);
+    let hot = crate::stack::slot_conn_offset() + Connection::HOT_LEN;
     assert!(
         hot <= HOT_BUDGET,
         "the hot part of a slot is {hot} bytes, budget {HOT_BUDGET}"

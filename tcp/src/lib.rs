@@ -62,6 +62,7 @@ mod sack;
 mod seq;
 mod siphash;
 mod stack;
+mod state_hint;
 mod syn_cookie;
 mod table;
 pub mod time;
@@ -78,6 +79,7 @@ pub use ecn::{Ecn, EcnMode};
 pub use lent_frames::{FrameRef, FrameStore, NoFrames};
 pub use mtu_probing::MtuProbing;
 pub use stack::{BucketExport, Delivery, Stack};
+pub use state_hint::StateHint;
 
 use time::Duration;
 

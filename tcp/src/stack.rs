@@ -20,7 +20,7 @@ use crate::time_wait::{self, RecordCtx, TimeWait, TimeWaitTable, Verdict};
 use crate::timer::{TimerWheel, WheelKeys, WheelPos};
 use crate::{
     BucketStats, CloseReason, Config, CongestionAlgorithm, ConnHandle, Error, Event, FourTuple,
-    ListenerId, Snapshot, Stats, SynFilter, Transmit,
+    ListenerId, Snapshot, StateHint, Stats, SynFilter, Transmit,
 };
 use flowlane_wire::tcp::{TcpFlags, TcpOptions, TcpRepr};
 use std::collections::{HashMap, VecDeque};
@@ -356,6 +356,12 @@ pub struct Stack {
     /// batch), and a run after its first segment is found by comparing the
     /// tuple with this slot's instead of hashing and probing the table.
     last_flow: u32,
+    /// The last two slots [`Stack::expect`] named ([`NO_SLOT`]: none yet),
+    /// checked the same way, the older first: a caller names a segment's
+    /// connection one segment ahead, before the segment between.
+    expected: [u32; 2],
+    /// Which of `expected` is the older (the next to be replaced).
+    expected_older: usize,
 }
 
 /// A SYN-ACK carrying a SYN cookie, waiting for [`Stack::poll_transmit`].
@@ -447,6 +453,8 @@ impl Stack {
             sharing: 0,
             now: Instant::ZERO,
             last_flow: NO_SLOT,
+            expected: [NO_SLOT; 2],
+            expected_older: 0,
         }
     }
 
@@ -896,14 +904,31 @@ impl Stack {
     }
 
     /// The last segment's slot if it still holds the connection of
-    /// `tuple` (whatever happened to that slot since: a freed slot holds
-    /// nothing, a reused one another tuple or the same tuple's new
-    /// connection, which is the right one either way).
+    /// `tuple`.
     #[inline]
     fn same_flow(&self, tuple: &FourTuple) -> Option<u32> {
-        let slot = self.slots.get(self.last_flow as usize)?;
-        match &slot.conn {
-            Some(c) if c.tuple == *tuple => Some(self.last_flow),
+        self.flow_at(self.last_flow, tuple)
+    }
+
+    /// The slot of one of the two connections [`Stack::expect`] named
+    /// last if it holds the connection of `tuple` (the older first: the
+    /// newer one's lines may still be on their way).
+    #[inline]
+    fn expected_flow(&self, tuple: &FourTuple) -> Option<u32> {
+        let older = self.expected[self.expected_older];
+        let newer = self.expected[self.expected_older ^ 1];
+        self.flow_at(older, tuple)
+            .or_else(|| self.flow_at(newer, tuple))
+    }
+
+    /// Slot `idx` if it holds the connection of `tuple` (whatever happened
+    /// to that slot since it was named: a freed slot holds nothing, a
+    /// reused one another tuple or the same tuple's new connection, which
+    /// is the right one either way).
+    #[inline]
+    fn flow_at(&self, idx: u32, tuple: &FourTuple) -> Option<u32> {
+        match &self.slots.get(idx as usize)?.conn {
+            Some(c) if c.tuple == *tuple => Some(idx),
             _ => None,
         }
     }
@@ -1334,9 +1359,16 @@ impl Stack {
         let idx = match self.same_flow(&tuple) {
             Some(idx) => idx,
             None => {
-                let hash = self.table.hash(&tuple);
-                let Some(idx) = self.find(hash, &tuple) else {
-                    return self.on_unmatched(hash, tuple, repr, payload, ecn);
+                // A connection `expect` named, or the table's.
+                let idx = match self.expected_flow(&tuple) {
+                    Some(idx) => idx,
+                    None => {
+                        let hash = self.table.hash(&tuple);
+                        let Some(idx) = self.find(hash, &tuple) else {
+                            return self.on_unmatched(hash, tuple, repr, payload, ecn);
+                        };
+                        idx
+                    }
                 };
                 self.last_flow = idx;
                 idx
@@ -1357,6 +1389,32 @@ impl Stack {
             }
         }
         Delivery::Taken
+    }
+
+    /// Tells the stack that the next segment it is handed comes from
+    /// `remote` to `local`, and returns where that segment's connection
+    /// keeps what its processing reads first (its slot's hot part), for a
+    /// caller that prefetches it while it processes the segment before:
+    /// the data path does, one frame ahead. Hashes the tuple and probes
+    /// the table but reads nothing of a slot, so the candidate is
+    /// unverified (a tag collision names another connection's slot: a
+    /// wasted prefetch). The stack remembers the last two it named: a
+    /// segment whose tuple is one of theirs skips the table's lookup.
+    /// `None` when the table has no candidate (a SYN to a listener, a
+    /// stray segment) or the segment is the last one's flow, whose slot
+    /// is already hot.
+    #[inline]
+    pub fn expect(&mut self, local: SocketAddr, remote: SocketAddr) -> Option<StateHint> {
+        let tuple = FourTuple { local, remote };
+        if self.same_flow(&tuple).is_some() {
+            return None;
+        }
+        let idx = self.table.probable(self.table.hash(&tuple))?;
+        let slot = self.slots.get(idx as usize)?;
+        self.expected[self.expected_older] = idx;
+        self.expected_older ^= 1;
+        let hot = std::mem::offset_of!(Slot, conn) + Connection::HOT_LEN;
+        Some(StateHint::new((slot as *const Slot).cast(), hot))
     }
 
     /// An ICMP "packet too big" (RFC 1191, RFC 8201) about a segment this

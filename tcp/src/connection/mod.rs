@@ -284,6 +284,10 @@ pub(crate) fn offered_wscale(cfg: &Config) -> u8 {
 }
 
 impl Connection {
+    /// Bytes of the hot part: every field before `cc`, the first that a
+    /// steady segment does not read (`layout.rs` holds its budget).
+    pub(crate) const HOT_LEN: usize = std::mem::offset_of!(Connection, cc);
+
     fn blank(cfg: &Config, isn: &IsnGenerator, tuple: FourTuple, now: Instant) -> Self {
         let mut out = None;
         Self::blank_in(&mut out, cfg, isn, tuple, now);

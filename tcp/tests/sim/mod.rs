@@ -165,6 +165,11 @@ pub type EmitTap = Box<dyn FnMut(Side, &[u8])>;
 /// A chosen loss: (sending side, segment bytes) -> whether to drop it.
 pub type DropFilter = Box<dyn FnMut(Side, &[u8]) -> bool>;
 
+/// Called before each segment is delivered to B, with B, the segment's
+/// source and destination addresses and its bytes (a caller of
+/// `Stack::expect`, as the data path is).
+pub type BeforeB = Box<dyn FnMut(&mut Stack, IpAddr, IpAddr, &[u8])>;
+
 /// The IP ECN field on the way: (sending side, the codepoint the stack
 /// chose, segment bytes) -> the codepoint delivered (a router marking CE).
 pub type EcnFilter = Box<dyn FnMut(Side, Ecn, &[u8]) -> Ecn>;
@@ -257,6 +262,8 @@ pub struct Sim {
     /// When set, B is lent the buffer of every segment it receives
     /// ([`Stack::handle_tcp_frame`]) and reads through it.
     pub frames_b: Option<SimFrames>,
+    /// When set, called before each delivery to B.
+    pub before_b: Option<BeforeB>,
 }
 
 // Separate, never-inlined entry points per side, so that a profiler can
@@ -437,6 +444,7 @@ impl Sim {
             drop_filter: None,
             ecn_filter: None,
             frames_b: None,
+            before_b: None,
         }
     }
 
@@ -695,6 +703,9 @@ impl Sim {
                     tap.push((if p.to_b { Side::B } else { Side::A }, p.bytes.clone()));
                 }
                 let (now, ecn) = (self.now, Ecn::from_bits(p.ecn));
+                if let Some(before) = self.before_b.as_mut().filter(|_| p.to_b) {
+                    before(&mut self.b, p.src, p.dst, &p.bytes);
+                }
                 if let Some(frames) = self.frames_b.as_mut().filter(|_| p.to_b) {
                     let id = frames.put(p.bytes);
                     let ip = (p.src, p.dst, ecn);
