@@ -7,7 +7,8 @@
 //! [`worker`]) only, each block with a `SAFETY:` comment.
 #![deny(missing_docs)]
 // unsafe_code is denied workspace-wide; xsk, worker (AF_XDP rings and UMEM
-// frames) and sys (the raw system calls) allow it, per module.
+// frames), sys (the raw system calls) and prefetch (the CPU's prefetch
+// intrinsic) allow it, per module.
 
 pub mod affinity;
 pub mod auto_rebalance;
@@ -21,6 +22,7 @@ pub mod iface;
 pub mod kernel_neighbors;
 pub mod neighbor;
 pub mod placement;
+mod prefetch;
 pub mod privileges;
 pub mod runtime;
 #[cfg(feature = "cli")]

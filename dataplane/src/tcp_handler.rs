@@ -109,6 +109,15 @@ pub(crate) const PUBLISH_EVERY: Duration = Duration::from_millis(50);
 /// segments still get an ACK each (RFC 5681 §4.2), sent at the pass's end.
 const SEGMENTS_PER_ACK: usize = 16;
 
+/// Connections on a queue from which the worker prefetches each frame's
+/// connection state one frame ahead ([`QueueHandler::prefetch`]). Below
+/// it, the hot parts of all of them (some 550 bytes each) fit in a core's
+/// L2 cache beside the rest of the data path's working set, and the
+/// prefetch's own cost (reading the next frame's endpoints, the table's
+/// probe: about 85 instructions a frame) buys nothing; above it, each
+/// frame finds its connection cold (BENCHMARKS.md, session 32).
+const PREFETCH_FROM: usize = 512;
+
 /// Connections per part of a bucket's export ([`Stack::export_bucket_part`]):
 /// the new worker imports a part while the old one exports the next, so a
 /// move of n connections takes about the export of n and the import of
@@ -1443,6 +1452,22 @@ impl QueueHandler for TcpHandler {
         RxAction::Drop
     }
 
+    /// The next frame's connection state, prefetched while this one is
+    /// processed (its endpoints read off the frame unverified: a wrong
+    /// guess costs a wasted prefetch and the table's lookup it would have
+    /// saved), once the queue holds enough
+    /// connections for their state to leave the core's caches.
+    fn prefetch(&mut self, frame: &[u8]) {
+        if self.stack.connection_count() < PREFETCH_FROM {
+            return;
+        }
+        if let Some((remote, local)) = flowlane_wire::peek::tcp_endpoints(frame) {
+            if let Some(hint) = self.stack.expect(local, remote) {
+                crate::prefetch::state(hint);
+            }
+        }
+    }
+
     fn on_rx_frame(&mut self, _q: &QueueInfo, now: Duration, mut rx: RxFrame<'_>) -> RxAction {
         let now = instant(now);
         let kept = self.rx_one(now, rx.data(), (rx.slot(), rx.held())) == Fate::Kept;
@@ -1535,6 +1560,10 @@ impl QueueHandler for TcpHandler {
 mod handoff_tests;
 
 #[cfg(test)]
+#[path = "rx_prefetch_bench.rs"]
+mod rx_prefetch_bench;
+
+#[cfg(test)]
 mod tests {
     //! The handler against a second `flowlane_tcp::Stack` acting as the
     //! peer, frames passed by hand (no sockets): checksums, corruption
@@ -1544,7 +1573,7 @@ mod tests {
     use flowlane_tcp::Event;
     use flowlane_wire::packet::parse_frame;
 
-    const OUR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+    pub(super) const OUR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
     const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
 
     fn info() -> QueueInfo {
@@ -1610,7 +1639,7 @@ mod tests {
 
     /// `on_poll` with a scratch frame instead of a UMEM: timers, then
     /// every frame `build_frame` makes.
-    fn poll(h: &mut TcpHandler, now: Duration) -> Vec<Vec<u8>> {
+    pub(super) fn poll(h: &mut TcpHandler, now: Duration) -> Vec<Vec<u8>> {
         let now = instant(now);
         if h.stack.poll_timeout().is_some_and(|t| t <= now) {
             h.stack.handle_timeout(now);

@@ -389,6 +389,11 @@ pub trait QueueHandler: Send {
     /// `len` the received length. Replies may be written in place.
     fn on_rx(&mut self, queue: &QueueInfo, now: Duration, buf: &mut [u8], len: usize) -> RxAction;
 
+    /// The frame after the one [`QueueHandler::on_rx_frame`] is about to
+    /// take, when the batch has one: a chance to prefetch what it will
+    /// need while the current one is processed. The default does nothing.
+    fn prefetch(&mut self, _frame: &[u8]) {}
+
     /// One received frame, which the handler may keep past the call
     /// ([`RxFrame::keep`]). The worker calls this one; the default passes
     /// the frame to [`QueueHandler::on_rx`].
@@ -514,7 +519,16 @@ pub(crate) fn run<H: QueueHandler>(
             // overwrites; the frames they then name belong to this socket's
             // UMEM.
             let n = unsafe { sock.rx.consume(&mut rx_descs) };
-            for desc in rx_descs.iter_mut().take(n) {
+            for i in 0..n {
+                if let Some(next) = rx_descs[..n].get(i + 1) {
+                    // SAFETY: as `RxFrame::data`: a frame the kernel handed
+                    // us on the RX ring, not yet on any other ring, and
+                    // nothing writes it while this borrow lives.
+                    let contents = unsafe { sock.umem.data(next) };
+                    let c = contents.contents();
+                    handler.prefetch(&c[..next.lengths().data().min(c.len())]);
+                }
+                let desc = &mut rx_descs[i];
                 let len = desc.lengths().data();
                 rx_bytes += len as u64;
                 let slot = held.admit(*desc);
