@@ -1368,6 +1368,17 @@ impl Drop for TcpHandler {
 }
 
 impl TcpHandler {
+    /// [`QueueHandler::prefetch`]'s work, out of the worker's loop: the
+    /// frame's endpoints, the stack told, the slot's hot part prefetched.
+    #[inline(never)]
+    fn prefetch_state(&mut self, frame: &[u8]) {
+        if let Some((remote, local)) = flowlane_wire::peek::tcp_endpoints(frame) {
+            if let Some(hint) = self.stack.expect(local, remote) {
+                crate::prefetch::state(hint);
+            }
+        }
+    }
+
     /// One received frame (lent with `slot`, resolved through `frames`):
     /// starts the application on the first, times one in 16.
     fn rx_one(&mut self, now: Instant, frame: &[u8], lend: (Option<u32>, &dyn FrameStore)) -> Fate {
@@ -1457,14 +1468,10 @@ impl QueueHandler for TcpHandler {
     /// guess costs a wasted prefetch and the table's lookup it would have
     /// saved), once the queue holds enough
     /// connections for their state to leave the core's caches.
+    #[inline]
     fn prefetch(&mut self, frame: &[u8]) {
-        if self.stack.connection_count() < PREFETCH_FROM {
-            return;
-        }
-        if let Some((remote, local)) = flowlane_wire::peek::tcp_endpoints(frame) {
-            if let Some(hint) = self.stack.expect(local, remote) {
-                crate::prefetch::state(hint);
-            }
+        if self.stack.connection_count() >= PREFETCH_FROM {
+            self.prefetch_state(frame);
         }
     }
 
