@@ -24,9 +24,9 @@ use flowlane_app::{ConnHandle, ConnHandler, Net, SetupExt};
 use flowlane_tcp::{Config, NoFrames, Stack};
 use flowlane_wire::packet::parse_frame;
 
-use super::tests::{frame, poll, OUR_MAC};
+use super::tests::{frame, info, poll, OUR_MAC};
 use super::{instant, TcpConfig, TcpHandler};
-use crate::worker::{QueueHandler, QueueInfo};
+use crate::worker::QueueHandler;
 
 const OURS: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
 /// Frames a worker takes from its RX ring at a time (`worker::BATCH`).
@@ -47,16 +47,6 @@ impl ConnHandler for Sink {
             }
             net.consume(conn, n).unwrap();
         }
-    }
-}
-
-fn info() -> QueueInfo {
-    QueueInfo {
-        queue: 0,
-        cpu: None,
-        node: 0,
-        zero_copy: false,
-        rx_frames: 32768,
     }
 }
 

@@ -1583,7 +1583,7 @@ mod tests {
     pub(super) const OUR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
     const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
 
-    fn info() -> QueueInfo {
+    pub(super) fn info() -> QueueInfo {
         QueueInfo {
             queue: 0,
             cpu: None,
