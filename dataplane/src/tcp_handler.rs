@@ -109,8 +109,9 @@ pub(crate) const PUBLISH_EVERY: Duration = Duration::from_millis(50);
 /// segments still get an ACK each (RFC 5681 §4.2), sent at the pass's end.
 const SEGMENTS_PER_ACK: usize = 16;
 
-/// Connections on a queue from which the worker prefetches each frame's
-/// connection state one frame ahead ([`QueueHandler::prefetch`]). Below
+/// Connections on a queue (with a slot: compact TIME-WAIT records do not
+/// count) from which the worker prefetches each frame's connection state
+/// one frame ahead ([`QueueHandler::prefetch`]). Below
 /// it, the hot parts of all of them (some 550 bytes each) fit in a core's
 /// L2 cache beside the rest of the data path's working set, and the
 /// prefetch's own cost (reading the next frame's endpoints, the table's
@@ -1470,7 +1471,7 @@ impl QueueHandler for TcpHandler {
     /// connections for their state to leave the core's caches.
     #[inline]
     fn prefetch(&mut self, frame: &[u8]) {
-        if self.stack.connection_count() >= PREFETCH_FROM {
+        if self.stack.connections_in_slots() >= PREFETCH_FROM {
             self.prefetch_state(frame);
         }
     }

@@ -491,6 +491,13 @@ impl Stack {
         self.live + self.time_wait.len()
     }
 
+    /// Connections with a slot: every live one but the compact TIME-WAIT
+    /// records, so the ones whose state a segment reads (a caller that
+    /// prefetches it, [`Stack::expect`], does so once they are many).
+    pub fn connections_in_slots(&self) -> usize {
+        self.live
+    }
+
     /// Live connections in `state` (RFC 9293 §3.3.2), read from counts the
     /// stack keeps as connections change state: no walk. `TimeWait`
     /// counts the compact records ([`Stack::time_wait_count`]) too, so the

@@ -271,6 +271,11 @@ fn closing_a_connection_in_time_wait_compacts_it() {
     );
     assert_eq!(sim.b.state(b), Err(Error::InvalidHandle));
     assert_eq!(sim.b.time_wait_count(), 1);
+    // Counted as a connection, but it holds no slot.
+    assert_eq!(
+        (sim.b.connection_count(), sim.b.connections_in_slots()),
+        (1, 0)
+    );
     // The record still holds the tuple: a new active open from it waits.
     assert_eq!(
         sim.b.connect(sim.now, b_addr(80), a_addr(10_000)),
