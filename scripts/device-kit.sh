@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs what `scripts/device-run.sh` needs on a lent machine that cannot
-# reach a package registry: the release `flowlane` and `flowlane-ttcp`,
-# stripped, and the shared libraries they (and `ip`) load that a bare image
+# reach a package registry: the release `flowlane` and `flowlane-ttcp` and
+# the data path's unit tests (`dataplane-tests`), stripped, and the shared libraries they (and `ip`) load that a bare image
 # may lack, and the tools a test bed runs (`ip`, `ethtool`, `sysctl`; used
 # there only where the image has none). The lent-device tool carries ignored
 # paths of at most 64 MiB in all; the kit is about 20 MiB.
@@ -20,6 +20,16 @@ for b in flowlane flowlane-ttcp; do
   cp "target/release/$b" "$KIT/bin/$b"
   strip "$KIT/bin/$b"
 done
+# The data path's unit tests, for their ignored prefetch measurement
+# (`dataplane/src/rx_prefetch_bench.rs`): no bed, one core.
+tests=$(cargo test --release -q -p flowlane-dataplane --lib --no-run --message-format=json 2>/dev/null |
+  python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "flowlane_dataplane":
+        print(m["executable"])')
+cp "$tests" "$KIT/bin/dataplane-tests"
+strip "$KIT/bin/dataplane-tests"
 # What a bed runs (`ip netns exec`, `ethtool -K`, `sysctl`), in case the
 # image has none.
 for t in ip ethtool sysctl; do

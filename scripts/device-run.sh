@@ -22,10 +22,12 @@
 #      loop's effect on a machine with cores to spare, issue 13);
 #   4. the receive cell at 10 000 connections, the same way;
 #   5. the sender cells at 1 and 1 024 connections, beside the kernel with
-#      TSO/GSO off (the fair baseline) and with its offloads.
+#      TSO/GSO off (the fair baseline) and with its offloads;
+#   6. time left, `rx_prefetch_bench` (the data path's ns per frame with and
+#      without the next frame's state prefetched, 1 to 100 000 connections).
 # Writes under $OUT (default /tmp/flowlane-device-out) at most 8 files (what
-# the device tool brings back): facts.txt, handoff.json, handoff-spin.json and each matrix's
-# results.json (7 files); the matrices' plots stay on the machine. Prints the tables as
+# the device tool brings back): facts.txt, handoff.json, handoff-spin.json, each matrix's
+# results.json and prefetch.txt (8 files); the matrices' plots stay on the machine. Prints the tables as
 # it goes, so that the tool's output tail holds them even if files do not
 # come back. Works here too (about 2 minutes, measuring this VM):
 #   OUT=/tmp/d bash scripts/device-run.sh
@@ -128,4 +130,16 @@ matrix receive-off --backends flowlane --roles receiver --conns 16,256,1024 --la
   --rebalance off
 matrix receive10k --backends kernel,flowlane --roles receiver --conns 10000 --latency-sizes none
 matrix send --backends kernel-wire,kernel,flowlane --roles sender --conns 1,1024 --latency-sizes none
+
+# The prefetch of the next frame's connection state (issue 12, session 32),
+# on a server CPU's caches: no bed, one core, about a minute; skipped when
+# the runs above left less than two minutes of the nine.
+if [ "$SECONDS" -lt 420 ] && [ -x "$KIT/bin/dataplane-tests" ]; then
+  echo "== rx_prefetch_bench (ns per frame, prefetch off / on)"
+  FLOWLANE_BENCH_CONNS=1,1000,10000,50000,100000 timeout 120 "$KIT/bin/dataplane-tests" \
+    --ignored --exact tcp_handler::rx_prefetch_bench::rx_prefetch_time --nocapture \
+    2>&1 | grep -E '^ *(connections|[0-9]+ )' | tee "$OUT/prefetch.txt"
+else
+  echo "== rx_prefetch_bench skipped (${SECONDS} s gone)"
+fi
 exit $status
