@@ -463,6 +463,10 @@ counters! {
         out_of_order,
         /// In-order data segments taken by header prediction.
         predicted,
+        /// Segments whose connection the worker had named one frame ahead
+        /// and prefetched (their table lookup skipped; from
+        /// `PREFETCH_FROM` connections a queue).
+        expected,
         /// SYNs that reopened a connection in TIME-WAIT (RFC 6191).
         time_wait_reopened,
         /// SYNs for a connection in TIME-WAIT dropped as possible old duplicates.
@@ -636,6 +640,7 @@ impl TcpCounters {
         set(&self.rto_timeouts, s.rto_timeouts);
         set(&self.out_of_order, s.out_of_order);
         set(&self.predicted, s.predicted);
+        set(&self.expected, s.expected);
         set(&self.time_wait_reopened, s.time_wait_reopened);
         set(&self.time_wait_syn_dropped, s.time_wait_syn_dropped);
         set(&self.time_wait_evicted, s.time_wait_evicted);

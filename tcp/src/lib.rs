@@ -608,6 +608,9 @@ pub struct Stats {
     /// In-order data segments taken by header prediction (the fast path
     /// that skips the general checks).
     pub predicted: u64,
+    /// Segments whose connection [`Stack::expect`] had named (their table
+    /// lookup skipped): the caller's prefetch at work.
+    pub expected: u64,
     /// Out-of-order segments dropped because the reassembler was full.
     pub ooo_dropped: u64,
     /// FINs received ahead of a hole and forgotten because data then

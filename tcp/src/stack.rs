@@ -1368,7 +1368,10 @@ impl Stack {
             None => {
                 // A connection `expect` named, or the table's.
                 let idx = match self.expected_flow(&tuple) {
-                    Some(idx) => idx,
+                    Some(idx) => {
+                        self.stats.expected += 1;
+                        idx
+                    }
                     None => {
                         let hash = self.table.hash(&tuple);
                         let Some(idx) = self.find(hash, &tuple) else {

@@ -95,6 +95,8 @@ fn run(link: LinkConfig, seed: u64, conns: usize, bytes: u64, expect: bool) -> (
     assert!(done, "transfer did not finish (expect {expect})");
     assert!(bulk.errors.is_empty(), "{:?}", bulk.errors);
     let h = wire.borrow().finish();
+    // Segments found where `expect` named them: some when told, else none.
+    assert_eq!(sim.b.stats().expected > 0, expect);
     (h ^ sim.now.as_nanos(), bulk.delivered())
 }
 
