@@ -1097,8 +1097,13 @@ impl TcpHandler {
                 }
                 Work::Frames(forwarded) => {
                     self.mover = Some(mover);
-                    for (hops, f) in forwarded {
-                        self.receive(now, &f, hops, (None, frames));
+                    // As on the RX ring: each frame's successor's state
+                    // prefetched (a spill worker's whole receive path).
+                    for (i, (hops, f)) in forwarded.iter().enumerate() {
+                        if let Some((_, next)) = forwarded.get(i + 1) {
+                            self.prefetch(next);
+                        }
+                        self.receive(now, f, *hops, (None, frames));
                     }
                     mover = self.mover.take().expect("put back above");
                 }
