@@ -111,12 +111,12 @@ const SEGMENTS_PER_ACK: usize = 16;
 
 /// Connections on a queue (with a slot: compact TIME-WAIT records do not
 /// count) from which the worker prefetches each frame's connection state
-/// one frame ahead ([`QueueHandler::prefetch`]). Below
-/// it, the hot parts of all of them (some 550 bytes each) fit in a core's
-/// L2 cache beside the rest of the data path's working set, and the
-/// prefetch's own cost (reading the next frame's endpoints, the table's
-/// probe: about 85 instructions a frame) buys nothing; above it, each
-/// frame finds its connection cold (BENCHMARKS.md, session 32).
+/// one frame ahead ([`QueueHandler::prefetch`]). Below it, the hot parts
+/// of all of them (some 550 bytes each) fit in a core's L2 cache beside
+/// the rest of the data path's working set, and the prefetch's own cost
+/// (the next frame's endpoints read, the table's probe done a frame
+/// early: about 100 instructions a frame more) buys nothing; above it,
+/// each frame finds its connection cold (BENCHMARKS.md, session 32).
 const PREFETCH_FROM: usize = 512;
 
 /// Connections per part of a bucket's export ([`Stack::export_bucket_part`]):
@@ -1477,8 +1477,8 @@ impl QueueHandler for TcpHandler {
     /// The next frame's connection state, prefetched while this one is
     /// processed (its endpoints read off the frame unverified: a wrong
     /// guess costs a wasted prefetch and the table's lookup it would have
-    /// saved), once the queue holds enough
-    /// connections for their state to leave the core's caches.
+    /// saved), once the queue holds enough connections for their state to
+    /// leave the core's caches.
     #[inline]
     fn prefetch(&mut self, frame: &[u8]) {
         if self.stack.connections_in_slots() >= PREFETCH_FROM {

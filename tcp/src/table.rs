@@ -80,8 +80,6 @@ impl ConnTable {
         self.map.find(hash, |&i| tuple_of(i) == t).copied()
     }
 
-    /// Adds slab index `idx`, whose tuple hashes to `hash` (the caller
-    /// checked that no entry has its tuple).
     /// The entry that probably holds the connection with this hash: the
     /// first whose tag matches, unverified (no connection's tuple is
     /// read). For prefetching: a collision only wastes the prefetch.
@@ -90,6 +88,8 @@ impl ConnTable {
         self.map.find(hash, |_| true).copied()
     }
 
+    /// Adds slab index `idx`, whose tuple hashes to `hash` (the caller
+    /// checked that no entry has its tuple).
     pub(crate) fn insert<'a>(
         &mut self,
         hash: u64,
