@@ -13,6 +13,10 @@
 //! FLOWLANE_BENCH_CONNS=1,1000,10000,50000 (the default) picks the counts
 //! ```
 //!
+//! `FLOWLANE_BENCH_LEND=1` lends each frame to the stack, as the worker
+//! does by default (zero-copy receive: in-order payload stays in its frame
+//! until the sink consumes it); without it every payload is copied.
+//!
 //! `FLOWLANE_BENCH_PREFETCH=always` or `never` makes every round the same,
 //! for instructions per frame under callgrind (collect
 //! `*rx_prefetch_measured*`; divide by all the rounds' frames).
@@ -21,11 +25,11 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use flowlane_app::{ConnHandle, ConnHandler, Net, SetupExt};
-use flowlane_tcp::{Config, NoFrames, Stack};
+use flowlane_tcp::{Config, FrameStore, NoFrames, Stack};
 use flowlane_wire::packet::parse_frame;
 
 use super::tests::{frame, info, poll, OUR_MAC};
-use super::{instant, TcpConfig, TcpHandler};
+use super::{instant, Fate, TcpConfig, TcpHandler};
 use crate::worker::QueueHandler;
 
 const OURS: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
@@ -112,11 +116,40 @@ fn rx_prefetch_measured(
     now: flowlane_tcp::time::Instant,
     f: &[u8],
     next: Option<&[u8]>,
-) {
+    lend: (Option<u32>, &dyn FrameStore),
+) -> Fate {
     if let Some(next) = next {
         h.prefetch(next);
     }
-    h.rx_one(now, f, (None, &NoFrames));
+    h.rx_one(now, f, lend)
+}
+
+/// The frames of the rounds, as a worker's UMEM: buffers reused once the
+/// stack let go of them (lent frames the sink has consumed).
+#[derive(Default)]
+struct Frames {
+    bufs: Vec<Vec<u8>>,
+    free: Vec<u32>,
+}
+
+impl Frames {
+    /// A copy of `f` in a free buffer; its id.
+    fn put(&mut self, f: &[u8]) -> u32 {
+        let id = self.free.pop().unwrap_or_else(|| {
+            self.bufs.push(Vec::with_capacity(2048));
+            (self.bufs.len() - 1) as u32
+        });
+        let buf = &mut self.bufs[id as usize];
+        buf.clear();
+        buf.extend_from_slice(f);
+        id
+    }
+}
+
+impl FrameStore for Frames {
+    fn frame(&self, id: u32) -> &[u8] {
+        &self.bufs[id as usize]
+    }
 }
 
 /// Median ns per frame without and with the prefetch, and frames per round.
@@ -146,7 +179,9 @@ fn run(conns: usize) -> (f64, f64, usize) {
     let (mut off, mut on) = (Vec::new(), Vec::new());
     let mut frames_per_round = 0;
     let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
-    let mut ring: Vec<Vec<u8>> = (0..BATCH).map(|_| Vec::with_capacity(2048)).collect();
+    let mut store = Frames::default();
+    let mut ids = Vec::with_capacity(BATCH);
+    let lend = std::env::var_os("FLOWLANE_BENCH_LEND").is_some();
     let mode = std::env::var("FLOWLANE_BENCH_PREFETCH").unwrap_or_default();
     for round in 0..ROUNDS {
         for &c in &handles {
@@ -173,17 +208,24 @@ fn run(conns: usize) -> (f64, f64, usize) {
         let t = instant(now);
         let mut spent = Duration::ZERO;
         for batch in frames.chunks(BATCH) {
-            // The batch copied into the same buffers each time, untimed:
-            // frames the kernel just wrote into the UMEM are in the cache.
-            for (buf, f) in ring.iter_mut().zip(batch) {
-                buf.clear();
-                buf.extend_from_slice(f);
-            }
-            let batch = &ring[..batch.len()];
+            // The batch copied into free buffers, untimed: frames the
+            // kernel just wrote into the UMEM are in the cache.
+            ids.clear();
+            ids.extend(batch.iter().map(|f| store.put(f)));
             let start = std::time::Instant::now();
-            for (i, f) in batch.iter().enumerate() {
-                let next = batch.get(i + 1).filter(|_| prefetch);
-                rx_prefetch_measured(&mut h, t, f, next.map(Vec::as_slice));
+            for (i, &id) in ids.iter().enumerate() {
+                let next = ids.get(i + 1).filter(|_| prefetch);
+                let f = store.frame(id);
+                let next = next.map(|&n| store.frame(n));
+                let lent = lend.then_some(id);
+                let kept = rx_prefetch_measured(&mut h, t, f, next, (lent, &store)) == Fate::Kept;
+                if !kept {
+                    store.free.push(id);
+                }
+                // As the worker does after each frame.
+                while let Some(done) = h.stack.poll_released_frame() {
+                    store.free.push(done);
+                }
             }
             spent += start.elapsed();
         }
