@@ -23,7 +23,7 @@
 #   4. the receive cell at 10 000 connections, the same way;
 #   5. the sender cells at 1 and 1 024 connections, beside the kernel with
 #      TSO/GSO off (the fair baseline) and with its offloads;
-#   6. time left, `rx_prefetch_bench` (the data path's ns per frame with and
+#   6. time left, `rx_prefetch_bench` (the data path's ns per frame, frames lent, with and
 #      without the next frame's state prefetched, 1 to 100 000 connections).
 # Writes under $OUT (default /tmp/flowlane-device-out) at most 8 files (what
 # the device tool brings back): facts.txt, handoff.json, handoff-spin.json, each matrix's
@@ -136,7 +136,7 @@ matrix send --backends kernel-wire,kernel,flowlane --roles sender --conns 1,1024
 # the runs above left less than two minutes of the nine.
 if [ "$SECONDS" -lt 420 ] && [ -x "$KIT/bin/dataplane-tests" ]; then
   echo "== rx_prefetch_bench (ns per frame, prefetch off / on)"
-  FLOWLANE_BENCH_CONNS=1,1000,10000,50000,100000 timeout 120 "$KIT/bin/dataplane-tests" \
+  FLOWLANE_BENCH_LEND=1 FLOWLANE_BENCH_CONNS=1,1000,10000,50000,100000 timeout 120 "$KIT/bin/dataplane-tests" \
     --ignored --exact tcp_handler::rx_prefetch_bench::rx_prefetch_time --nocapture \
     2>&1 | grep -E '^ *(connections|[0-9]+ )' | tee "$OUT/prefetch.txt"
 else
