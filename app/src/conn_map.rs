@@ -106,6 +106,17 @@ impl<T> ConnMap<T> {
         }
     }
 
+    /// Where the entry for slot `index` (a [`ConnHandle::index`]) lies, for
+    /// a caller that prefetches it before the connection's next event
+    /// (`flowlane_tcp::StateHint::slot` names the slot); `None` past the
+    /// map's end. An address only: nothing is read.
+    #[inline]
+    pub fn entry_address(&self, index: u32) -> Option<*const u8> {
+        self.slots
+            .get(index as usize)
+            .map(|e| (e as *const Option<(ConnHandle, T)>).cast())
+    }
+
     /// The value under `conn`, to change.
     #[inline]
     pub fn get_mut(&mut self, conn: ConnHandle) -> Option<&mut T> {
@@ -162,6 +173,20 @@ mod tests {
 
     fn h(index: u32, generation: u32) -> ConnHandle {
         ConnHandle::from_parts(index, generation)
+    }
+
+    #[test]
+    fn entry_addresses_are_the_entries() {
+        let mut m = ConnMap::new();
+        m.insert(h(2, 1), 7u64);
+        let at = |i| m.entry_address(i).map(|p| p as usize);
+        let value = m.get(h(2, 1)).map(|v| v as *const u64 as usize).unwrap();
+        let entry = at(2).unwrap();
+        // The value lies inside its slot's entry, the entries one after another.
+        let size = std::mem::size_of::<Option<(ConnHandle, u64)>>();
+        assert!(entry <= value && value < entry + size);
+        assert_eq!(at(1).unwrap() + size, entry);
+        assert_eq!(at(3), None, "past the end");
     }
 
     #[test]

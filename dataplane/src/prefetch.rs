@@ -17,9 +17,10 @@ pub(crate) fn state(hint: StateHint) {
     }
 }
 
+/// Prefetches the cache line holding `p`, as [`state`] does.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn line_at(p: *const u8) {
+pub(crate) fn line_at(p: *const u8) {
     use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
     // SAFETY: PREFETCHT0 reads no memory the program can observe and
     // never faults, whatever the address (Intel SDM vol. 2B, PREFETCHh:
@@ -31,4 +32,4 @@ fn line_at(p: *const u8) {
 /// Elsewhere no prefetch (the data path is tuned on x86_64).
 #[cfg(not(target_arch = "x86_64"))]
 #[inline(always)]
-fn line_at(_p: *const u8) {}
+pub(crate) fn line_at(_p: *const u8) {}

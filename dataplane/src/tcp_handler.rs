@@ -1380,12 +1380,17 @@ impl Drop for TcpHandler {
 
 impl TcpHandler {
     /// [`QueueHandler::prefetch`]'s work, out of the worker's loop: the
-    /// frame's endpoints, the stack told, the slot's hot part prefetched.
+    /// frame's endpoints, the stack told, the slot's hot part and the
+    /// connection's owner entry prefetched.
     #[inline(never)]
     fn prefetch_state(&mut self, frame: &[u8]) {
         if let Some((remote, local)) = flowlane_wire::peek::tcp_endpoints(frame) {
             if let Some(hint) = self.stack.expect(local, remote) {
                 crate::prefetch::state(hint);
+                // The dispatcher's owner entry, which its event reads first.
+                if let Some(owner) = self.app.owner_address(hint.slot()) {
+                    crate::prefetch::line_at(owner);
+                }
             }
         }
     }

@@ -1424,7 +1424,7 @@ impl Stack {
         self.expected[self.expected_older] = idx;
         self.expected_older ^= 1;
         let hot = std::mem::offset_of!(Slot, conn) + Connection::HOT_LEN;
-        Some(StateHint::new((slot as *const Slot).cast(), hot))
+        Some(StateHint::new((slot as *const Slot).cast(), hot, idx))
     }
 
     /// An ICMP "packet too big" (RFC 1191, RFC 8201) about a segment this

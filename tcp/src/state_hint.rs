@@ -13,14 +13,23 @@
 pub struct StateHint {
     start: *const u8,
     len: usize,
+    slot: u32,
 }
 
 /// Bytes of a cache line on every CPU the data path runs on.
 const LINE: usize = 64;
 
 impl StateHint {
-    pub(crate) fn new(start: *const u8, len: usize) -> StateHint {
-        StateHint { start, len }
+    pub(crate) fn new(start: *const u8, len: usize, slot: u32) -> StateHint {
+        StateHint { start, len, slot }
+    }
+
+    /// The slot it names, as [`crate::ConnHandle::index`] numbers them: for
+    /// a caller that keeps per-connection state of its own by slot (an
+    /// `app::ConnMap`) and prefetches that too.
+    #[inline]
+    pub fn slot(self) -> u32 {
+        self.slot
     }
 
     /// The address of each cache line the range touches, first to last.
@@ -42,7 +51,7 @@ mod tests {
         let base = buf.as_ptr();
         for start in [0, 1, 63, 64, 100] {
             for len in [1, 63, 64, 65, 300] {
-                let lines: Vec<usize> = StateHint::new(base.wrapping_add(start), len)
+                let lines: Vec<usize> = StateHint::new(base.wrapping_add(start), len, 0)
                     .lines()
                     .map(|p| p as usize)
                     .collect();
