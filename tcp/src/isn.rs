@@ -3,11 +3,10 @@
 //! `M` is a timer ticking every 4 microseconds and `F` a keyed hash
 //! (SipHash-2-4 here, keyed by a caller-supplied secret).
 
+use crate::flow_key::FlowKey;
 use crate::seq::SeqNumber;
 use crate::siphash::SipHasher24;
 use crate::time::Instant;
-use crate::FourTuple;
-use std::net::IpAddr;
 
 /// Generates RFC 6528 initial sequence numbers and RFC 7323 §5.4
 /// per-connection timestamp offsets from a secret.
@@ -25,23 +24,8 @@ impl IsnGenerator {
     /// One SipHash-2-4 tag of the tuple, written as a single message
     /// (addresses and ports, local first: 12 bytes for IPv4, 36 for IPv6)
     /// so that it is compressed a word at a time.
-    fn hash_tuple(&self, t: &FourTuple) -> u64 {
-        let mut msg = [0u8; 36];
-        let mut n = 0;
-        for addr in [t.local, t.remote] {
-            match addr.ip() {
-                IpAddr::V4(a) => {
-                    msg[n..n + 4].copy_from_slice(&a.octets());
-                    n += 4;
-                }
-                IpAddr::V6(a) => {
-                    msg[n..n + 16].copy_from_slice(&a.octets());
-                    n += 16;
-                }
-            }
-            msg[n..n + 2].copy_from_slice(&addr.port().to_be_bytes());
-            n += 2;
-        }
+    fn hash_tuple(&self, t: &FlowKey) -> u64 {
+        let (msg, n) = t.prf_message();
         let mut h = SipHasher24::new(&self.secret);
         h.write(&msg[..n]);
         h.finish()
@@ -52,7 +36,7 @@ impl IsnGenerator {
     /// RFC 7323 §5.4 offset its high half, two independent outputs of the
     /// keyed PRF (one reveals nothing about the other). `M` ticks every
     /// 4 µs.
-    pub(crate) fn isn_and_ts_offset(&self, t: &FourTuple, now: Instant) -> (SeqNumber, u32) {
+    pub(crate) fn isn_and_ts_offset(&self, t: &FlowKey, now: Instant) -> (SeqNumber, u32) {
         let tag = self.hash_tuple(t);
         let m = (now.as_nanos() / 4_000) as u32;
         (SeqNumber(m.wrapping_add(tag as u32)), (tag >> 32) as u32)
@@ -61,7 +45,7 @@ impl IsnGenerator {
     /// A per-connection random offset for TSval (RFC 7323 §5.4, RFC 7323
     /// Appendix: avoids leaking a global clock across connections); the
     /// one [`IsnGenerator::isn_and_ts_offset`] gives.
-    pub(crate) fn ts_offset(&self, t: &FourTuple) -> u32 {
+    pub(crate) fn ts_offset(&self, t: &FlowKey) -> u32 {
         (self.hash_tuple(t) >> 32) as u32
     }
 }
@@ -69,6 +53,7 @@ impl IsnGenerator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::FourTuple;
     use std::net::SocketAddr;
 
     fn key() -> [u8; 16] {
@@ -77,14 +62,15 @@ mod tests {
 
     #[test]
     fn isn_depends_on_tuple_secret_and_time() {
-        let t = FourTuple {
+        let mut t = FourTuple {
             local: "10.0.0.1:80".parse::<SocketAddr>().unwrap(),
             remote: "10.0.0.2:40000".parse::<SocketAddr>().unwrap(),
         };
-        let mut t2 = t;
-        t2.remote.set_port(40001);
+        let k = FlowKey::of(&t);
+        t.remote.set_port(40001);
+        let (t, t2) = (k, FlowKey::of(&t));
         let g = IsnGenerator::new(key());
-        let isn = |g: &IsnGenerator, t: &FourTuple, at| g.isn_and_ts_offset(t, at).0;
+        let isn = |g: &IsnGenerator, t: &FlowKey, at| g.isn_and_ts_offset(t, at).0;
         let a = isn(&g, &t, Instant::ZERO);
         assert_eq!(a, isn(&g, &t, Instant::ZERO), "deterministic");
         assert_ne!(a, isn(&g, &t2, Instant::ZERO));

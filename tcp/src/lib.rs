@@ -50,6 +50,7 @@ mod chunk_pool;
 mod conn_info;
 mod connection;
 mod ecn;
+mod flow_key;
 mod isn;
 #[cfg(test)]
 mod layout;

@@ -9,6 +9,7 @@ use crate::connection::{
     TooBigOutcome,
 };
 use crate::ecn::{Ecn, EcnMode};
+use crate::flow_key::FlowKey;
 use crate::isn::IsnGenerator;
 use crate::lent_frames::{FrameRef, FrameStore, Lend, LentFrames, NoFrames};
 use crate::rack::FlightPool;
@@ -367,7 +368,7 @@ pub struct Stack {
 /// A SYN-ACK carrying a SYN cookie, waiting for [`Stack::poll_transmit`].
 #[derive(Debug)]
 struct CookieSynAck {
-    tuple: FourTuple,
+    tuple: FlowKey,
     iss: SeqNumber,
     ack: SeqNumber,
     /// Our window scale, offered if the client offered one and uses
@@ -384,8 +385,8 @@ struct CookieSynAck {
 impl CookieSynAck {
     fn emit(&self, mss: u16, buf: &mut [u8]) -> Result<usize, flowlane_wire::WireError> {
         TcpRepr {
-            src_port: self.tuple.local.port(),
-            dst_port: self.tuple.remote.port(),
+            src_port: self.tuple.local_port(),
+            dst_port: self.tuple.remote_port(),
             seq: self.iss.0,
             ack: self.ack.0,
             flags: if self.ecn {
@@ -603,10 +604,10 @@ impl Stack {
     }
 
     /// The bucket of a connection with this tuple.
-    fn bucket_for(&self, tuple: &FourTuple) -> u16 {
+    fn bucket_for(&self, tuple: &FlowKey) -> u16 {
         match &self.bucket_of {
             None => 0,
-            Some(f) => (usize::from((f.0)(tuple)) % self.bucket_in.len()) as u16,
+            Some(f) => (usize::from((f.0)(&tuple.tuple())) % self.bucket_in.len()) as u16,
         }
     }
 
@@ -774,12 +775,12 @@ impl Stack {
 
     /// Whether `listener`'s filter, if it has one, takes a connection
     /// with `tuple`; a refusal is counted.
-    fn syn_admitted(&mut self, listener: ListenerId, tuple: &FourTuple) -> bool {
+    fn syn_admitted(&mut self, listener: ListenerId, tuple: &FlowKey) -> bool {
         let taken = match self.listeners[listener.0 as usize]
             .as_ref()
             .and_then(|l| l.filter.as_ref())
         {
-            Some(f) => f(tuple),
+            Some(f) => f(&tuple.tuple()),
             None => true,
         };
         self.stats.syn_refused += u64::from(!taken);
@@ -804,7 +805,7 @@ impl Stack {
         {
             return Err(Error::InvalidAddress);
         }
-        let tuple = FourTuple { local, remote };
+        let tuple = FlowKey::pair(local, remote);
         let hash = self.table.hash(&tuple);
         if self.find(hash, &tuple).is_some() || self.time_wait.find(hash, &tuple).is_some() {
             return Err(Error::AddrInUse);
@@ -894,7 +895,7 @@ impl Stack {
     /// The tuple of the live connection in slot `idx` (every slot the
     /// table names is live).
     #[inline]
-    fn tuple_at(slots: &[Slot], idx: u32) -> &FourTuple {
+    fn tuple_at(slots: &[Slot], idx: u32) -> &FlowKey {
         &slots[idx as usize]
             .conn
             .as_ref()
@@ -905,7 +906,7 @@ impl Stack {
     /// The slot of the connection with this tuple (`hash` is the
     /// table's hash of it).
     #[inline]
-    fn find(&self, hash: u64, tuple: &FourTuple) -> Option<u32> {
+    fn find(&self, hash: u64, tuple: &FlowKey) -> Option<u32> {
         let slots = &self.slots;
         self.table.find(hash, tuple, |i| Self::tuple_at(slots, i))
     }
@@ -913,7 +914,7 @@ impl Stack {
     /// The last segment's slot if it still holds the connection of
     /// `tuple`.
     #[inline]
-    fn same_flow(&self, tuple: &FourTuple) -> Option<u32> {
+    fn same_flow(&self, tuple: &FlowKey) -> Option<u32> {
         self.flow_at(self.last_flow, tuple)
     }
 
@@ -921,7 +922,7 @@ impl Stack {
     /// last if it holds the connection of `tuple` (the older first: the
     /// newer one's lines may still be on their way).
     #[inline]
-    fn expected_flow(&self, tuple: &FourTuple) -> Option<u32> {
+    fn expected_flow(&self, tuple: &FlowKey) -> Option<u32> {
         let older = self.expected[self.expected_older];
         let newer = self.expected[self.expected_older ^ 1];
         self.flow_at(older, tuple)
@@ -933,7 +934,7 @@ impl Stack {
     /// reused one another tuple or the same tuple's new connection, which
     /// is the right one either way).
     #[inline]
-    fn flow_at(&self, idx: u32, tuple: &FourTuple) -> Option<u32> {
+    fn flow_at(&self, idx: u32, tuple: &FlowKey) -> Option<u32> {
         match &self.slots.get(idx as usize)?.conn {
             Some(c) if c.tuple == *tuple => Some(idx),
             _ => None,
@@ -1359,10 +1360,7 @@ impl Stack {
     ) -> Delivery {
         self.tick(now);
         self.stats.segments_in += 1;
-        let tuple = FourTuple {
-            local: SocketAddr::new(dst_ip, repr.dst_port),
-            remote: SocketAddr::new(src_ip, repr.src_port),
-        };
+        let tuple = FlowKey::new(dst_ip, repr.dst_port, src_ip, repr.src_port);
         let idx = match self.same_flow(&tuple) {
             Some(idx) => idx,
             None => {
@@ -1415,7 +1413,7 @@ impl Stack {
     /// is already hot.
     #[inline]
     pub fn expect(&mut self, local: SocketAddr, remote: SocketAddr) -> Option<StateHint> {
-        let tuple = FourTuple { local, remote };
+        let tuple = FlowKey::pair(local, remote);
         if self.same_flow(&tuple).is_some() {
             return None;
         }
@@ -1445,7 +1443,7 @@ impl Stack {
         mtu: u32,
     ) -> Delivery {
         self.tick(now);
-        let tuple = FourTuple { local, remote };
+        let tuple = FlowKey::pair(local, remote);
         let hash = self.table.hash(&tuple);
         let Some(idx) = self.find(hash, &tuple) else {
             if self.away != 0 {
@@ -1471,7 +1469,7 @@ impl Stack {
     fn on_unmatched(
         &mut self,
         hash: u64,
-        tuple: FourTuple,
+        tuple: FlowKey,
         repr: &TcpRepr,
         payload: &[u8],
         ecn: Ecn,
@@ -1511,7 +1509,7 @@ impl Stack {
     // Out of line: `handle_tcp` reaches it for a SYN that reopens a
     // TIME-WAIT connection, and it would otherwise grow the established path.
     #[inline(never)]
-    fn for_listener(&mut self, tuple: FourTuple, repr: &TcpRepr, payload: &[u8], ecn: Ecn) {
+    fn for_listener(&mut self, tuple: FlowKey, repr: &TcpRepr, payload: &[u8], ecn: Ecn) {
         let hash = self.table.hash(&tuple);
         self.for_listener_hashed(hash, tuple, repr, payload, ecn);
     }
@@ -1521,7 +1519,7 @@ impl Stack {
     fn for_listener_hashed(
         &mut self,
         hash: u64,
-        tuple: FourTuple,
+        tuple: FlowKey,
         repr: &TcpRepr,
         payload: &[u8],
         ecn: Ecn,
@@ -1537,17 +1535,17 @@ impl Stack {
 
     /// The listener that takes connections to `tuple.local` (on its port,
     /// for its address or any), if the families match.
-    fn listener_for(&self, tuple: &FourTuple) -> Option<ListenerId> {
-        let dst_ip = tuple.local.ip();
+    fn listener_for(&self, tuple: &FlowKey) -> Option<ListenerId> {
+        let dst_ip = tuple.local_ip();
         self.listener_ports
-            .get(&tuple.local.port())
+            .get(&tuple.local_port())
             .copied()
             .filter(|&l| {
                 self.listeners[l as usize]
                     .as_ref()
                     .is_some_and(|l| l.local.ip().is_unspecified() || l.local.ip() == dst_ip)
             })
-            .filter(|_| tuple.remote.is_ipv4() == dst_ip.is_ipv4())
+            .filter(|_| tuple.is_ipv6() == dst_ip.is_ipv6())
             .map(ListenerId)
     }
 
@@ -1615,7 +1613,7 @@ impl Stack {
         &mut self,
         l: ListenerId,
         hash: u64,
-        tuple: FourTuple,
+        tuple: FlowKey,
         seg: &TcpRepr,
         payload: &[u8],
         ecn: Ecn,
@@ -1673,7 +1671,7 @@ impl Stack {
     /// keeping nothing. Our TSval carries the client's window scale, SACK
     /// permission and whether ECN was agreed (RFC 3168 §6.1.1); a client
     /// without timestamps is offered none of them.
-    fn send_cookie(&mut self, tuple: FourTuple, syn: &TcpRepr) {
+    fn send_cookie(&mut self, tuple: FlowKey, syn: &TcpRepr) {
         if self.cookie_syn_acks.len() >= self.cfg.max_pending_resets {
             self.stats.syn_dropped += 1;
             return;
@@ -1732,7 +1730,7 @@ impl Stack {
         &mut self,
         l: ListenerId,
         hash: u64,
-        tuple: FourTuple,
+        tuple: FlowKey,
         seg: &TcpRepr,
         payload: &[u8],
         ecn: Ecn,
@@ -1788,7 +1786,7 @@ impl Stack {
     }
 
     /// RFC 9293 §3.10.7.1: the reply to a segment for no connection.
-    fn reset_for(&mut self, tuple: FourTuple, seg: &TcpRepr, len: usize) {
+    fn reset_for(&mut self, tuple: FlowKey, seg: &TcpRepr, len: usize) {
         if seg.flags.rst() {
             return;
         }
@@ -1831,8 +1829,8 @@ impl Stack {
         self.tick(now);
         while let Some(rst) = self.replies.rsts.pop_front() {
             let repr = TcpRepr {
-                src_port: rst.tuple.local.port(),
-                dst_port: rst.tuple.remote.port(),
+                src_port: rst.tuple.local_port(),
+                dst_port: rst.tuple.remote_port(),
                 seq: rst.seq.0,
                 ack: rst.ack.unwrap_or_default().0,
                 flags: if rst.ack.is_some() {
@@ -1848,19 +1846,19 @@ impl Stack {
                 self.stats.resets_out += 1;
                 self.stats.segments_out += 1;
                 return Some(Transmit {
-                    src: rst.tuple.local,
-                    dst: rst.tuple.remote,
+                    src: rst.tuple.local(),
+                    dst: rst.tuple.remote(),
                     len,
                     ecn: Ecn::NotEct,
                 });
             }
         }
         while let Some(c) = self.cookie_syn_acks.pop_front() {
-            if let Ok(len) = c.emit(self.cfg.mss_for(c.tuple.remote.ip()), buf) {
+            if let Ok(len) = c.emit(self.cfg.mss_for(c.tuple.remote_ip()), buf) {
                 self.stats.segments_out += 1;
                 return Some(Transmit {
-                    src: c.tuple.local,
-                    dst: c.tuple.remote,
+                    src: c.tuple.local(),
+                    dst: c.tuple.remote(),
                     len,
                     ecn: Ecn::NotEct,
                 });
@@ -1869,8 +1867,8 @@ impl Stack {
         if let Some((tuple, len)) = self.time_wait.poll_ack(self.now, buf) {
             self.stats.segments_out += 1;
             return Some(Transmit {
-                src: tuple.local,
-                dst: tuple.remote,
+                src: tuple.local(),
+                dst: tuple.remote(),
                 len,
                 ecn: Ecn::NotEct,
             });
@@ -1892,8 +1890,8 @@ impl Stack {
             match sent {
                 Some(len) => {
                     let t = Transmit {
-                        src: conn.tuple.local,
-                        dst: conn.tuple.remote,
+                        src: conn.tuple.local(),
+                        dst: conn.tuple.remote(),
                         len,
                         ecn: conn.sent_ecn(),
                     };
@@ -2056,7 +2054,7 @@ impl Stack {
 
     /// The connection's address pair.
     pub fn four_tuple(&self, conn: ConnHandle) -> Result<FourTuple, Error> {
-        Ok(self.live(conn)?.tuple)
+        Ok(self.live(conn)?.tuple.tuple())
     }
 
     /// Stores one word of the application's for the connection (an index
@@ -2197,7 +2195,7 @@ impl Stack {
     /// `bucket`: the bucket the snapshot came out of, where a bucket or a
     /// part of one is imported (None: computed from its tuple).
     fn import_one(&mut self, snap: &Snapshot, bucket: Option<u16>) -> Result<ConnHandle, Error> {
-        let tuple = snap.four_tuple();
+        let tuple = *snap.key();
         let hash = self.table.hash(&tuple);
         if self.find(hash, &tuple).is_some() {
             return Err(Error::AddrInUse);

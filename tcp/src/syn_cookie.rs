@@ -20,11 +20,10 @@
 //! client echoes in every TSecr; a client without timestamps gets a
 //! SYN-ACK that offers none of them.
 
+use crate::flow_key::FlowKey;
 use crate::seq::SeqNumber;
 use crate::siphash::SipHasher24;
 use crate::time::{Duration, Instant};
-use crate::FourTuple;
-use std::net::IpAddr;
 
 /// MSS values a cookie can carry: the largest not above the client's is
 /// chosen (Linux's IPv4 table, with room for jumbo frames).
@@ -83,15 +82,10 @@ impl CookieJar {
         now.as_millis() / 1000 / PERIOD_SECS
     }
 
-    fn mac(&self, tuple: &FourTuple, client_isn: SeqNumber, period: u64, mss_index: u32) -> u32 {
+    fn mac(&self, tuple: &FlowKey, client_isn: SeqNumber, period: u64, mss_index: u32) -> u32 {
         let mut h = SipHasher24::new(&self.key);
-        for addr in [tuple.local, tuple.remote] {
-            match addr.ip() {
-                IpAddr::V4(a) => h.write(&a.octets()),
-                IpAddr::V6(a) => h.write(&a.octets()),
-            }
-            h.write(&addr.port().to_be_bytes());
-        }
+        let (msg, n) = tuple.prf_message();
+        h.write(&msg[..n]);
         h.write(&client_isn.0.to_be_bytes());
         h.write(&period.to_le_bytes());
         h.write(&[mss_index as u8]);
@@ -102,7 +96,7 @@ impl CookieJar {
     /// sequence number `client_isn` and MSS option `client_mss`.
     pub(crate) fn make(
         &self,
-        tuple: &FourTuple,
+        tuple: &FlowKey,
         client_isn: SeqNumber,
         client_mss: u16,
         now: Instant,
@@ -121,7 +115,7 @@ impl CookieJar {
     /// genuine and at most one period old.
     pub(crate) fn check(
         &self,
-        tuple: &FourTuple,
+        tuple: &FlowKey,
         seq: SeqNumber,
         ack: SeqNumber,
         now: Instant,
@@ -178,13 +172,14 @@ pub(crate) fn decode_options(tsecr: Option<u32>, mss: u16) -> CookieOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::FourTuple;
     use std::net::SocketAddr;
 
-    fn tuple(port: u16) -> FourTuple {
-        FourTuple {
+    fn tuple(port: u16) -> FlowKey {
+        FlowKey::of(&FourTuple {
             local: "10.0.0.1:80".parse::<SocketAddr>().unwrap(),
             remote: SocketAddr::new("10.0.0.2".parse().unwrap(), port),
-        }
+        })
     }
 
     #[test]

@@ -16,13 +16,12 @@
 //! (and to rehash when the table grows). An entry costs 5 bytes (index
 //! plus control byte) at up to 7/8 load.
 
+use crate::flow_key::FlowKey;
 use crate::siphash::SipHasher24;
-use crate::FourTuple;
 use foldhash::fast::FoldHasher;
 use foldhash::SharedSeed;
 use hashbrown::HashTable;
 use std::hash::Hasher;
-use std::net::IpAddr;
 
 /// 4-tuple → slab index.
 pub(crate) struct ConnTable {
@@ -65,7 +64,7 @@ impl ConnTable {
 
     /// The keyed hash of a tuple.
     #[inline]
-    pub(crate) fn hash(&self, t: &FourTuple) -> u64 {
+    pub(crate) fn hash(&self, t: &FlowKey) -> u64 {
         hash_tuple(&self.key, t)
     }
 
@@ -74,8 +73,8 @@ impl ConnTable {
     pub(crate) fn find<'a>(
         &self,
         hash: u64,
-        t: &FourTuple,
-        tuple_of: impl Fn(u32) -> &'a FourTuple,
+        t: &FlowKey,
+        tuple_of: impl Fn(u32) -> &'a FlowKey,
     ) -> Option<u32> {
         self.map.find(hash, |&i| tuple_of(i) == t).copied()
     }
@@ -94,7 +93,7 @@ impl ConnTable {
         &mut self,
         hash: u64,
         idx: u32,
-        tuple_of: impl Fn(u32) -> &'a FourTuple,
+        tuple_of: impl Fn(u32) -> &'a FlowKey,
     ) {
         let key = &self.key;
         let rehash = |&i: &u32| hash_tuple(key, tuple_of(i));
@@ -115,38 +114,22 @@ impl ConnTable {
     }
 }
 
-/// The keyed hash of a tuple: the addresses and ports as fixed words, the
-/// family in the last one.
+/// The keyed hash of a tuple ([`FlowKey::hash_into`]: two words for
+/// IPv4, five for IPv6).
 #[inline]
-fn hash_tuple(key: &Key, t: &FourTuple) -> u64 {
+fn hash_tuple(key: &Key, t: &FlowKey) -> u64 {
     let mut h = FoldHasher::with_seed(key.per_hasher, &key.shared);
-    let ports = u64::from(t.local.port()) << 16 | u64::from(t.remote.port());
-    match (t.local.ip(), t.remote.ip()) {
-        (IpAddr::V4(l), IpAddr::V4(r)) => {
-            h.write_u64(u64::from(u32::from(l)) << 32 | u64::from(u32::from(r)));
-            h.write_u64(ports | 4 << 32);
-        }
-        (l, r) => {
-            for ip in [l, r] {
-                let bits = match ip {
-                    IpAddr::V4(a) => u128::from(a.to_ipv6_mapped()),
-                    IpAddr::V6(a) => u128::from(a),
-                };
-                h.write_u64(bits as u64);
-                h.write_u64((bits >> 64) as u64);
-            }
-            h.write_u64(ports | 6 << 32);
-        }
-    }
+    t.hash_into(&mut h);
     h.finish()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::SocketAddr;
+    use crate::FourTuple;
+    use std::net::{IpAddr, SocketAddr};
 
-    fn tuple(i: u32) -> FourTuple {
+    fn tuple(i: u32) -> FlowKey {
         let remote: IpAddr = if i % 3 == 0 {
             "2001:db8::7".parse().unwrap()
         } else {
@@ -157,16 +140,16 @@ mod tests {
         } else {
             "2001:db8::1".parse().unwrap()
         };
-        FourTuple {
+        FlowKey::of(&FourTuple {
             local: SocketAddr::new(local, 80),
             remote: SocketAddr::new(remote, 1024 + (i % 50_000) as u16),
-        }
+        })
     }
 
     #[test]
     fn finds_what_was_inserted_across_growth_and_removal() {
         let mut t = ConnTable::new(&[3; 16]);
-        let tuples: Vec<FourTuple> = (0..20_000).map(tuple).collect();
+        let tuples: Vec<FlowKey> = (0..20_000).map(tuple).collect();
         for (i, tu) in tuples.iter().enumerate() {
             let h = t.hash(tu);
             assert_eq!(t.find(h, tu, |j| &tuples[j as usize]), None);
@@ -187,25 +170,20 @@ mod tests {
         let (a, b) = (ConnTable::new(&[1; 16]), ConnTable::new(&[2; 16]));
         let v4 = tuple(1);
         assert_ne!(a.hash(&v4), b.hash(&v4), "depends on the secret");
-        let mapped = FourTuple {
-            local: SocketAddr::new(
-                IpAddr::V6(match v4.local.ip() {
-                    IpAddr::V4(x) => x.to_ipv6_mapped(),
-                    IpAddr::V6(x) => x,
-                }),
-                v4.local.port(),
-            ),
-            remote: SocketAddr::new(
-                IpAddr::V6(match v4.remote.ip() {
-                    IpAddr::V4(x) => x.to_ipv6_mapped(),
-                    IpAddr::V6(x) => x,
-                }),
-                v4.remote.port(),
-            ),
+        let mapped_of = |s: SocketAddr| match s.ip() {
+            IpAddr::V4(x) => SocketAddr::new(IpAddr::V6(x.to_ipv6_mapped()), s.port()),
+            IpAddr::V6(_) => s,
         };
+        let t = v4.tuple();
+        let mapped = FlowKey::of(&FourTuple {
+            local: mapped_of(t.local),
+            remote: mapped_of(t.remote),
+        });
         assert_ne!(a.hash(&v4), a.hash(&mapped), "IPv4 is not its mapped IPv6");
-        let mut swapped = v4;
-        std::mem::swap(&mut swapped.local, &mut swapped.remote);
+        let swapped = FlowKey::of(&FourTuple {
+            local: t.remote,
+            remote: t.local,
+        });
         assert_ne!(a.hash(&v4), a.hash(&swapped), "direction matters");
     }
 }

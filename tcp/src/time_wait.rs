@@ -18,10 +18,11 @@
 
 use crate::buckets::{BucketLists, Link, NIL};
 use crate::challenge::{ChallengeBudget, OowAckTime};
+use crate::flow_key::FlowKey;
 use crate::seq::SeqNumber;
 use crate::table::ConnTable;
 use crate::time::{Duration, Instant};
-use crate::{Config, FourTuple};
+use crate::Config;
 use flowlane_wire::tcp::{TcpFlags, TcpOptions, TcpRepr};
 use std::collections::VecDeque;
 
@@ -31,7 +32,7 @@ pub(crate) const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
 /// What TIME-WAIT still needs to know of a connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TimeWait {
-    pub(crate) tuple: FourTuple,
+    pub(crate) tuple: FlowKey,
     /// SND.NXT: one past our FIN.
     pub(crate) snd_nxt: SeqNumber,
     /// RCV.NXT: one past the peer's FIN.
@@ -226,8 +227,8 @@ impl TimeWait {
             options.timestamps = Some((tsval, ts.recent));
         }
         let repr = TcpRepr {
-            src_port: self.tuple.local.port(),
-            dst_port: self.tuple.remote.port(),
+            src_port: self.tuple.local_port(),
+            dst_port: self.tuple.remote_port(),
             seq: self.snd_nxt.0,
             ack: self.rcv_nxt.0,
             flags: TcpFlags::ACK,
@@ -331,7 +332,7 @@ impl TimeWaitTable {
         out
     }
 
-    fn tuple_at(slots: &[Slot], idx: u32) -> &FourTuple {
+    fn tuple_at(slots: &[Slot], idx: u32) -> &FlowKey {
         &slots[idx as usize]
             .entry
             .as_ref()
@@ -342,7 +343,7 @@ impl TimeWaitTable {
     /// The record with this tuple; `hash` is the connection table's hash
     /// of it.
     #[inline]
-    pub(crate) fn find(&self, hash: u64, tuple: &FourTuple) -> Option<u32> {
+    pub(crate) fn find(&self, hash: u64, tuple: &FlowKey) -> Option<u32> {
         if self.live == 0 {
             return None;
         }
@@ -452,7 +453,7 @@ impl TimeWaitTable {
     }
 
     /// Writes the next ACK owed into `buf`; returns its tuple and length.
-    pub(crate) fn poll_ack(&mut self, now: Instant, buf: &mut [u8]) -> Option<(FourTuple, usize)> {
+    pub(crate) fn poll_ack(&mut self, now: Instant, buf: &mut [u8]) -> Option<(FlowKey, usize)> {
         while let Some((idx, generation)) = self.acks.pop_front() {
             if !self.is_live(idx, generation) {
                 continue;

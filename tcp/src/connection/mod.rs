@@ -34,6 +34,7 @@ use crate::buffer::ChunkBuffer;
 use crate::cc::{Ack, CongestionControl, Controller};
 use crate::challenge::ChallengeBudget;
 use crate::chunk_pool::ChunkPool;
+use crate::flow_key::FlowKey;
 use crate::isn::IsnGenerator;
 use crate::lent_frames::{FrameStore, LentFrames};
 use crate::rack::FlightPool;
@@ -43,7 +44,7 @@ use crate::sack::{Scoreboard, DUP_THRESH};
 use crate::seq::SeqNumber;
 use crate::time::{Deadline, Duration, Instant};
 use crate::time_wait::{self, TimeWait, Timestamps, PAWS_IDLE};
-use crate::{CloseReason, Config, FourTuple, Stats};
+use crate::{CloseReason, Config, Stats};
 use flowlane_wire::tcp::{TcpFlags, TcpOptions, TcpRepr};
 use std::collections::VecDeque;
 
@@ -62,7 +63,7 @@ pub(crate) mod ev {
 /// An RST to send on behalf of no (or a dying) connection.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PendingRst {
-    pub tuple: FourTuple,
+    pub tuple: FlowKey,
     pub seq: SeqNumber,
     /// `Some` to set ACK with this acknowledgment number.
     pub ack: Option<SeqNumber>,
@@ -241,7 +242,7 @@ const INIT_SEGMENTS: usize = 10;
 pub(crate) struct Connection {
     /// Compared with every segment's tuple after the table lookup, and
     /// read for the ports of every segment sent.
-    pub tuple: FourTuple,
+    pub tuple: FlowKey,
     pub flags: Flags,
     pub snd: SendState,
     pub state: State,
@@ -288,7 +289,7 @@ impl Connection {
     /// steady segment does not read (`layout.rs` holds its budget).
     pub(crate) const HOT_LEN: usize = std::mem::offset_of!(Connection, cc);
 
-    fn blank(cfg: &Config, isn: &IsnGenerator, tuple: FourTuple, now: Instant) -> Self {
+    fn blank(cfg: &Config, isn: &IsnGenerator, tuple: FlowKey, now: Instant) -> Self {
         let mut out = None;
         Self::blank_in(&mut out, cfg, isn, tuple, now);
         out.expect("just built")
@@ -301,7 +302,7 @@ impl Connection {
         out: &'a mut Option<Connection>,
         cfg: &Config,
         isn: &IsnGenerator,
-        tuple: FourTuple,
+        tuple: FlowKey,
         now: Instant,
     ) -> &'a mut Connection {
         let (iss, ts_offset) = isn.isn_and_ts_offset(&tuple, now);
@@ -410,7 +411,7 @@ impl Connection {
     pub(crate) fn new_active(
         cfg: &Config,
         isn: &IsnGenerator,
-        tuple: FourTuple,
+        tuple: FlowKey,
         now: Instant,
     ) -> Self {
         let mut c = Self::blank(cfg, isn, tuple, now);
@@ -434,7 +435,7 @@ impl Connection {
     pub(crate) fn new_passive(
         cfg: &Config,
         isn: &IsnGenerator,
-        tuple: FourTuple,
+        tuple: FlowKey,
         now: Instant,
         syn: &TcpRepr,
         crowded: bool,
@@ -452,7 +453,7 @@ impl Connection {
         out: &'a mut Option<Connection>,
         cfg: &Config,
         isn: &IsnGenerator,
-        tuple: FourTuple,
+        tuple: FlowKey,
         now: Instant,
         syn: &TcpRepr,
         crowded: bool,
@@ -494,7 +495,7 @@ impl Connection {
     pub(crate) fn from_cookie(
         cfg: &Config,
         isn: &IsnGenerator,
-        tuple: FourTuple,
+        tuple: FlowKey,
         now: Instant,
         syn: &TcpRepr,
         iss: SeqNumber,

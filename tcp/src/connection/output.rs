@@ -36,7 +36,7 @@ impl Connection {
         let cfg = ctx.cfg;
         let now = ctx.now;
         let mut options = TcpOptions {
-            mss: Some(cfg.mss_for(self.tuple.remote.ip())),
+            mss: Some(cfg.mss_for(self.tuple.remote_ip())),
             ..TcpOptions::default()
         };
         let offer_ts = if ack {
@@ -62,8 +62,8 @@ impl Connection {
             TcpFlags::SYN
         } | self.ecn_syn_flags(cfg, ack);
         let repr = TcpRepr {
-            src_port: self.tuple.local.port(),
-            dst_port: self.tuple.remote.port(),
+            src_port: self.tuple.local_port(),
+            dst_port: self.tuple.remote_port(),
             seq: self.snd_rare.iss.0,
             ack: if ack { self.rcv.nxt.0 } else { 0 },
             flags,
@@ -387,8 +387,8 @@ impl Connection {
         };
         let window = self.advertise_window(ctx.mem);
         let repr = TcpRepr {
-            src_port: self.tuple.local.port(),
-            dst_port: self.tuple.remote.port(),
+            src_port: self.tuple.local_port(),
+            dst_port: self.tuple.remote_port(),
             seq: seq.0,
             ack: self.rcv.nxt.0,
             flags,

@@ -43,7 +43,7 @@ impl Connection {
     /// family's fixed IP header, the fixed TCP header and the timestamp
     /// option when negotiated (what `SendState::mss` already leaves out).
     pub(super) fn mtu_overhead(&self) -> u16 {
-        let ip = if self.tuple.remote.is_ipv6() { 40 } else { 20 };
+        let ip = if self.tuple.is_ipv6() { 40 } else { 20 };
         let ts = if self.flags.has(Flags::TIMESTAMPS) {
             TS_OPTION_LEN
         } else {
@@ -55,7 +55,7 @@ impl Connection {
     /// The smallest path MTU this connection assumes (552 for IPv4, 1 280
     /// for IPv6).
     pub(super) fn mtu_floor(&self) -> u16 {
-        if self.tuple.remote.is_ipv6() {
+        if self.tuple.is_ipv6() {
             MIN_PMTU_V6
         } else {
             MIN_PMTU_V4
@@ -77,7 +77,7 @@ impl Connection {
     /// RFC 4821 §7.2: the MTU of `Config::mtu_probe_base_mss`, where a
     /// black hole first puts the connection and an `Always` search starts.
     fn base_mtu(&self, cfg: &Config) -> u16 {
-        let ip: u16 = if self.tuple.remote.is_ipv6() { 40 } else { 20 };
+        let ip: u16 = if self.tuple.is_ipv6() { 40 } else { 20 };
         cfg.mtu_probe_base_mss
             .saturating_add(ip + 20)
             .max(self.mtu_floor())
@@ -245,7 +245,7 @@ impl Connection {
         let mss = self.eff_mss();
         // The caller's buffer bounds every segment: a larger MTU cannot be
         // used whatever the path carries.
-        let header = usize::from(over) - if self.tuple.remote.is_ipv6() { 40 } else { 20 };
+        let header = usize::from(over) - if self.tuple.is_ipv6() { 40 } else { 20 };
         if buf.len() < header + len {
             let fits = (buf.len().saturating_sub(header) + usize::from(over)) as u16;
             self.lower_mtu_high(cfg, ctx.now, fits.max(low));

@@ -1,6 +1,7 @@
 //! Moving a connection between stacks: its complete state as an opaque [`Snapshot`].
 
 use super::*;
+use crate::FourTuple;
 
 /// A connection's complete state, for moving it to another core: produced by
 /// [`crate::Stack::export`], consumed by [`crate::Stack::import`]. Opaque: the
@@ -10,7 +11,7 @@ use super::*;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {
     /// Address pair.
-    tuple: FourTuple,
+    tuple: FlowKey,
     /// State.
     state: State,
     /// Flags (see [`Flags`]).
@@ -58,7 +59,12 @@ pub struct Snapshot {
 impl Snapshot {
     /// The connection's address pair.
     pub fn four_tuple(&self) -> FourTuple {
-        self.tuple
+        self.tuple.tuple()
+    }
+
+    /// The connection's address pair as the stack keeps it.
+    pub(crate) fn key(&self) -> &FlowKey {
+        &self.tuple
     }
 
     /// The connection's state when it was exported.

@@ -1,0 +1,282 @@
+//! A connection's address pair as the stack stores, hashes and compares it.
+//!
+//! [`FourTuple`] (two `SocketAddr`s) is the public form: 64 bytes, with an
+//! enum tag, IPv6's flow label and scope in each address, and an equality
+//! that matches on both families. The stack compares a tuple with every
+//! segment it receives (with the connection the last segment was for, then
+//! in the table) and keeps one in every connection and TIME-WAIT record.
+//! [`FlowKey`] is that tuple in five machine words, 40 bytes: each address
+//! as 128 bits (an IPv4 address in the low 32 of the second word), both
+//! ports and both families in the fifth word. Equality is five word
+//! compares folded into one test, without branches; the families are part
+//! of it, so an IPv4 connection never matches an IPv6 segment from the
+//! IPv4-mapped address (RFC 4291 §2.5.5.2) of the same peer.
+
+use crate::FourTuple;
+use std::hash::Hasher;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+/// The fifth word's bit for an IPv6 local address.
+const LOCAL_V6: u64 = 1 << 32;
+/// The fifth word's bit for an IPv6 remote address.
+const REMOTE_V6: u64 = 1 << 33;
+
+/// A connection's 4-tuple in five words (see the module's documentation).
+#[derive(Clone, Copy, Eq)]
+pub(crate) struct FlowKey {
+    /// Our address.
+    local: [u64; 2],
+    /// The peer's address.
+    remote: [u64; 2],
+    /// Our port in bits 16..32, the peer's in 0..16, and the families'
+    /// bits ([`LOCAL_V6`], [`REMOTE_V6`]).
+    ports: u64,
+}
+
+/// An address as two words, and whether it is IPv6.
+#[inline]
+fn words(ip: IpAddr) -> ([u64; 2], bool) {
+    match ip {
+        IpAddr::V4(a) => ([0, u64::from(u32::from(a))], false),
+        IpAddr::V6(a) => {
+            let bits = u128::from(a);
+            ([(bits >> 64) as u64, bits as u64], true)
+        }
+    }
+}
+
+/// The address two words hold.
+#[inline]
+fn address(w: [u64; 2], v6: bool) -> IpAddr {
+    if v6 {
+        IpAddr::V6(Ipv6Addr::from(u128::from(w[0]) << 64 | u128::from(w[1])))
+    } else {
+        IpAddr::V4(Ipv4Addr::from(w[1] as u32))
+    }
+}
+
+impl FlowKey {
+    /// The key of a segment's connection, from its header's fields as seen
+    /// by this stack (our address and port are the segment's destination).
+    #[inline]
+    pub(crate) fn new(local: IpAddr, local_port: u16, remote: IpAddr, remote_port: u16) -> Self {
+        let (local, local_v6) = words(local);
+        let (remote, remote_v6) = words(remote);
+        let ports = u64::from(local_port) << 16
+            | u64::from(remote_port)
+            | if local_v6 { LOCAL_V6 } else { 0 }
+            | if remote_v6 { REMOTE_V6 } else { 0 };
+        FlowKey {
+            local,
+            remote,
+            ports,
+        }
+    }
+
+    /// The key of a tuple.
+    #[cfg(test)]
+    pub(crate) fn of(t: &FourTuple) -> Self {
+        Self::pair(t.local, t.remote)
+    }
+
+    /// The key of the connection between `local` (ours) and `remote`.
+    #[inline]
+    pub(crate) fn pair(local: SocketAddr, remote: SocketAddr) -> Self {
+        Self::new(local.ip(), local.port(), remote.ip(), remote.port())
+    }
+
+    /// The tuple back (IPv6 addresses with no flow label and no scope, as
+    /// a segment's header gives them).
+    #[inline]
+    pub(crate) fn tuple(&self) -> FourTuple {
+        FourTuple {
+            local: self.local(),
+            remote: self.remote(),
+        }
+    }
+
+    /// Our address and port.
+    #[inline]
+    pub(crate) fn local(&self) -> SocketAddr {
+        SocketAddr::new(self.local_ip(), self.local_port())
+    }
+
+    /// The peer's address and port.
+    #[inline]
+    pub(crate) fn remote(&self) -> SocketAddr {
+        SocketAddr::new(self.remote_ip(), self.remote_port())
+    }
+
+    /// Our address.
+    #[inline]
+    pub(crate) fn local_ip(&self) -> IpAddr {
+        address(self.local, self.ports & LOCAL_V6 != 0)
+    }
+
+    /// The peer's address.
+    #[inline]
+    pub(crate) fn remote_ip(&self) -> IpAddr {
+        address(self.remote, self.ports & REMOTE_V6 != 0)
+    }
+
+    /// Whether the peer's address is IPv6 (its headers are IPv6's).
+    #[inline]
+    pub(crate) fn is_ipv6(&self) -> bool {
+        self.ports & REMOTE_V6 != 0
+    }
+
+    /// Our port.
+    #[inline]
+    pub(crate) fn local_port(&self) -> u16 {
+        (self.ports >> 16) as u16
+    }
+
+    /// The peer's port.
+    #[inline]
+    pub(crate) fn remote_port(&self) -> u16 {
+        self.ports as u16
+    }
+
+    /// Feeds the key to a hasher: two words when both addresses are IPv4
+    /// (both in one, the ports and families in the other), five otherwise.
+    #[inline]
+    pub(crate) fn hash_into(&self, h: &mut impl Hasher) {
+        if self.ports & (LOCAL_V6 | REMOTE_V6) == 0 {
+            h.write_u64(self.local[1] << 32 | self.remote[1]);
+        } else {
+            h.write_u64(self.local[0]);
+            h.write_u64(self.local[1]);
+            h.write_u64(self.remote[0]);
+            h.write_u64(self.remote[1]);
+        }
+        h.write_u64(self.ports);
+    }
+
+    /// The bytes the ISN's PRF takes (RFC 6528 §3: the connection's
+    /// addresses and ports): each address in network order (4 or 16
+    /// bytes) followed by its port, ours first. Returns the buffer and the
+    /// length used.
+    #[inline]
+    pub(crate) fn prf_message(&self) -> ([u8; 36], usize) {
+        let mut msg = [0u8; 36];
+        let mut n = 0;
+        for (w, v6, port) in [
+            (self.local, self.ports & LOCAL_V6 != 0, self.local_port()),
+            (self.remote, self.ports & REMOTE_V6 != 0, self.remote_port()),
+        ] {
+            if v6 {
+                msg[n..n + 8].copy_from_slice(&w[0].to_be_bytes());
+                msg[n + 8..n + 16].copy_from_slice(&w[1].to_be_bytes());
+                n += 16;
+            } else {
+                msg[n..n + 4].copy_from_slice(&(w[1] as u32).to_be_bytes());
+                n += 4;
+            }
+            msg[n..n + 2].copy_from_slice(&port.to_be_bytes());
+            n += 2;
+        }
+        (msg, n)
+    }
+}
+
+impl PartialEq for FlowKey {
+    /// All five words at once: a connection's segments match (the common
+    /// case) only after every word is compared anyway, so the compares are
+    /// folded into one test instead of five branches.
+    #[inline]
+    fn eq(&self, o: &Self) -> bool {
+        ((self.local[0] ^ o.local[0])
+            | (self.local[1] ^ o.local[1])
+            | (self.remote[0] ^ o.remote[0])
+            | (self.remote[1] ^ o.remote[1])
+            | (self.ports ^ o.ports))
+            == 0
+    }
+}
+
+impl std::fmt::Debug for FlowKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} <- {}", self.local(), self.remote())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ip() -> impl Strategy<Value = IpAddr> {
+        prop_oneof![
+            any::<u32>().prop_map(|a| IpAddr::V4(a.into())),
+            any::<u128>().prop_map(|a| IpAddr::V6(a.into())),
+            // IPv4-mapped IPv6 addresses, to tell them from IPv4.
+            any::<u32>().prop_map(|a| IpAddr::V6(Ipv4Addr::from(a).to_ipv6_mapped())),
+        ]
+    }
+
+    fn tuple() -> impl Strategy<Value = FourTuple> {
+        (ip(), any::<u16>(), ip(), any::<u16>()).prop_map(|(l, lp, r, rp)| FourTuple {
+            local: SocketAddr::new(l, lp),
+            remote: SocketAddr::new(r, rp),
+        })
+    }
+
+    /// The old message, built from the tuple's `SocketAddr`s.
+    fn prf_message_of(t: &FourTuple) -> Vec<u8> {
+        let mut msg = Vec::new();
+        for a in [t.local, t.remote] {
+            match a.ip() {
+                IpAddr::V4(x) => msg.extend_from_slice(&x.octets()),
+                IpAddr::V6(x) => msg.extend_from_slice(&x.octets()),
+            }
+            msg.extend_from_slice(&a.port().to_be_bytes());
+        }
+        msg
+    }
+
+    proptest! {
+        #[test]
+        fn round_trips_and_compares_as_the_tuple(a in tuple(), b in tuple()) {
+            let (ka, kb) = (FlowKey::of(&a), FlowKey::of(&b));
+            prop_assert_eq!(ka.tuple(), a);
+            prop_assert_eq!(ka.local_port(), a.local.port());
+            prop_assert_eq!(ka.remote_ip(), a.remote.ip());
+            prop_assert_eq!(ka == kb, a == b);
+            prop_assert!(ka == FlowKey::of(&a));
+            let (msg, n) = ka.prf_message();
+            prop_assert_eq!(&msg[..n], &prf_message_of(&a)[..]);
+        }
+
+        #[test]
+        fn one_field_changed_is_another_key(a in tuple(), which in 0..4usize) {
+            let mut b = a;
+            match which {
+                0 => b.local.set_port(a.local.port() ^ 1),
+                1 => b.remote.set_port(a.remote.port() ^ 0x8000),
+                2 => std::mem::swap(&mut b.local, &mut b.remote),
+                _ => b.remote.set_ip(match a.remote.ip() {
+                    IpAddr::V4(x) => IpAddr::V6(x.to_ipv6_mapped()),
+                    IpAddr::V6(x) => match x.to_ipv4_mapped() {
+                        Some(v4) => IpAddr::V4(v4),
+                        None => IpAddr::V6((u128::from(x) ^ 1).into()),
+                    },
+                }),
+            }
+            prop_assert_eq!(FlowKey::of(&a) == FlowKey::of(&b), a == b);
+        }
+    }
+
+    #[test]
+    fn ipv4_is_not_its_mapped_ipv6() {
+        let v4 = FourTuple {
+            local: "10.0.0.1:80".parse().unwrap(),
+            remote: "10.0.0.2:4000".parse().unwrap(),
+        };
+        let mapped = FourTuple {
+            local: "[::ffff:10.0.0.1]:80".parse().unwrap(),
+            remote: "[::ffff:10.0.0.2]:4000".parse().unwrap(),
+        };
+        assert!(FlowKey::of(&v4) != FlowKey::of(&mapped));
+        assert_eq!(std::mem::size_of::<FlowKey>(), 40);
+    }
+}
