@@ -17,6 +17,10 @@
 //! does by default (zero-copy receive: in-order payload stays in its frame
 //! until the sink consumes it); without it every payload is copied.
 //!
+//! `FLOWLANE_BENCH_DEPTH=1` prefetches for the next frame only (its slot
+//! and owner entry), not the table's line for the frame after it as well:
+//! compare the on/off ratios of runs with and without it.
+//!
 //! `FLOWLANE_BENCH_PREFETCH=always` or `never` makes every round the same,
 //! for instructions per frame under callgrind (collect
 //! `*rx_prefetch_measured*`; divide by all the rounds' frames).
@@ -102,9 +106,11 @@ fn shuffle<T>(v: &mut [T], state: &mut u64) {
     }
 }
 
+/// The median; NaN for no rounds (a mode `FLOWLANE_BENCH_PREFETCH` left
+/// out).
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// One frame through the data path, the next one's state prefetched
@@ -115,11 +121,11 @@ fn rx_prefetch_measured(
     h: &mut TcpHandler,
     now: flowlane_tcp::time::Instant,
     f: &[u8],
-    next: Option<&[u8]>,
+    next: Option<(&[u8], Option<&[u8]>)>,
     lend: (Option<u32>, &dyn FrameStore),
 ) -> Fate {
-    if let Some(next) = next {
-        h.prefetch(next);
+    if let Some((next, after)) = next {
+        h.prefetch(next, after);
     }
     h.rx_one(now, f, lend)
 }
@@ -183,6 +189,7 @@ fn run(conns: usize) -> (f64, f64, usize) {
     let mut ids = Vec::with_capacity(BATCH);
     let lend = std::env::var_os("FLOWLANE_BENCH_LEND").is_some();
     let mode = std::env::var("FLOWLANE_BENCH_PREFETCH").unwrap_or_default();
+    let table_ahead = std::env::var("FLOWLANE_BENCH_DEPTH").as_deref() != Ok("1");
     for round in 0..ROUNDS {
         for &c in &handles {
             let _ = peer.send(c, &payload);
@@ -216,7 +223,9 @@ fn run(conns: usize) -> (f64, f64, usize) {
             for (i, &id) in ids.iter().enumerate() {
                 let next = ids.get(i + 1).filter(|_| prefetch);
                 let f = store.frame(id);
-                let next = next.map(|&n| store.frame(n));
+                let after = ids.get(i + 2).filter(|_| table_ahead);
+                let after = after.map(|&n| store.frame(n));
+                let next = next.map(|&n| (store.frame(n), after));
                 let lent = lend.then_some(id);
                 let kept = rx_prefetch_measured(&mut h, t, f, next, (lent, &store)) == Fate::Kept;
                 if !kept {

@@ -1101,7 +1101,8 @@ impl TcpHandler {
                     // prefetched (a spill worker's whole receive path).
                     for (i, (hops, f)) in forwarded.iter().enumerate() {
                         if let Some((_, next)) = forwarded.get(i + 1) {
-                            self.prefetch(next);
+                            let after = forwarded.get(i + 2).map(|(_, f)| &f[..]);
+                            self.prefetch(next, after);
                         }
                         self.receive(now, f, *hops, (None, frames));
                     }
@@ -1381,9 +1382,15 @@ impl Drop for TcpHandler {
 impl TcpHandler {
     /// [`QueueHandler::prefetch`]'s work, out of the worker's loop: the
     /// frame's endpoints, the stack told, the slot's hot part and the
-    /// connection's owner entry prefetched.
+    /// connection's owner entry prefetched; and the table's line that
+    /// `expect` will read for the frame after it.
     #[inline(never)]
-    fn prefetch_state(&mut self, frame: &[u8]) {
+    fn prefetch_state(&mut self, frame: &[u8], after: Option<&[u8]>) {
+        if let Some((remote, local)) = after.and_then(flowlane_wire::peek::tcp_endpoints) {
+            if let Some(hint) = self.stack.lookup_hint(local, remote) {
+                crate::prefetch::line_at(hint.line());
+            }
+        }
         if let Some((remote, local)) = flowlane_wire::peek::tcp_endpoints(frame) {
             if let Some(hint) = self.stack.expect(local, remote) {
                 crate::prefetch::state(hint);
@@ -1482,12 +1489,13 @@ impl QueueHandler for TcpHandler {
     /// The next frame's connection state, prefetched while this one is
     /// processed (its endpoints read off the frame unverified: a wrong
     /// guess costs a wasted prefetch and the table's lookup it would have
-    /// saved), once the queue holds enough connections for their state to
-    /// leave the core's caches.
+    /// saved), and the table's line that finds the connection of the
+    /// frame after it, once the queue holds enough connections for their
+    /// state to leave the core's caches.
     #[inline]
-    fn prefetch(&mut self, frame: &[u8]) {
+    fn prefetch(&mut self, next: &[u8], after: Option<&[u8]>) {
         if self.stack.connections_in_slots() >= PREFETCH_FROM {
-            self.prefetch_state(frame);
+            self.prefetch_state(next, after);
         }
     }
 

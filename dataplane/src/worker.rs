@@ -390,9 +390,11 @@ pub trait QueueHandler: Send {
     fn on_rx(&mut self, queue: &QueueInfo, now: Duration, buf: &mut [u8], len: usize) -> RxAction;
 
     /// The frame after the one [`QueueHandler::on_rx_frame`] is about to
-    /// take, when the batch has one: a chance to prefetch what it will
-    /// need while the current one is processed. The default does nothing.
-    fn prefetch(&mut self, _frame: &[u8]) {}
+    /// take, when the batch has one, and the frame after that, when it has
+    /// one too: a chance to prefetch what they will need while the current
+    /// one is processed (what `next` reads first, and what must be read to
+    /// find that for `after`). The default does nothing.
+    fn prefetch(&mut self, _next: &[u8], _after: Option<&[u8]>) {}
 
     /// One received frame, which the handler may keep past the call
     /// ([`RxFrame::keep`]). The worker calls this one; the default passes
@@ -520,13 +522,19 @@ pub(crate) fn run<H: QueueHandler>(
             // UMEM.
             let n = unsafe { sock.rx.consume(&mut rx_descs) };
             for i in 0..n {
-                if let Some(next) = rx_descs[..n].get(i + 1) {
-                    // SAFETY: as `RxFrame::data`: a frame the kernel handed
-                    // us on the RX ring, not yet on any other ring, and
-                    // nothing writes it while this borrow lives.
-                    let contents = unsafe { sock.umem.data(next) };
-                    let c = contents.contents();
-                    handler.prefetch(&c[..next.lengths().data().min(c.len())]);
+                // The batch's frame `k` places after this one, if any.
+                let ahead = |k: usize| {
+                    rx_descs[..n].get(i + k).map(|d| {
+                        // SAFETY: as `RxFrame::data`: a frame the kernel
+                        // handed us on the RX ring, not yet on any other
+                        // ring, and nothing writes it while this borrow
+                        // lives.
+                        let c = unsafe { sock.umem.data(d) }.contents();
+                        &c[..d.lengths().data().min(c.len())]
+                    })
+                };
+                if let Some(next) = ahead(1) {
+                    handler.prefetch(next, ahead(2));
                 }
                 let desc = &mut rx_descs[i];
                 let len = desc.lengths().data();

@@ -80,7 +80,7 @@ pub use ecn::{Ecn, EcnMode};
 pub use lent_frames::{FrameRef, FrameStore, NoFrames};
 pub use mtu_probing::MtuProbing;
 pub use stack::{BucketExport, Delivery, Stack};
-pub use state_hint::StateHint;
+pub use state_hint::{LookupHint, StateHint};
 
 use time::Duration;
 

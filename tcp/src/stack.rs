@@ -21,7 +21,7 @@ use crate::time_wait::{self, RecordCtx, TimeWait, TimeWaitTable, Verdict};
 use crate::timer::{TimerWheel, WheelKeys, WheelPos};
 use crate::{
     BucketStats, CloseReason, Config, CongestionAlgorithm, ConnHandle, Error, Event, FourTuple,
-    ListenerId, Snapshot, StateHint, Stats, SynFilter, Transmit,
+    ListenerId, LookupHint, Snapshot, StateHint, Stats, SynFilter, Transmit,
 };
 use flowlane_wire::tcp::{TcpFlags, TcpOptions, TcpRepr};
 use std::collections::{HashMap, VecDeque};
@@ -883,8 +883,7 @@ impl Stack {
         self.sharing += usize::from(!conn.in_backlog());
         self.by_state[conn.state.index()] += 1;
         slot.counted = conn.state;
-        let slots = &self.slots;
-        self.table.insert(hash, idx, |i| Self::tuple_at(slots, i));
+        self.table.insert(hash, idx);
         self.live += 1;
         self.flights.set_live(self.live);
         if let Some(Some(l)) = listener.and_then(|l| self.listeners.get_mut(l.0 as usize)) {
@@ -1423,6 +1422,17 @@ impl Stack {
         self.expected_older ^= 1;
         let hot = std::mem::offset_of!(Slot, conn) + Connection::HOT_LEN;
         Some(StateHint::new((slot as *const Slot).cast(), hot, idx))
+    }
+
+    /// Where the lookup of the connection from `remote` to `local` will
+    /// start reading the connection table ([`LookupHint`]): for a caller
+    /// that prefetches it before it calls [`Stack::expect`] for that
+    /// segment. Hashes the tuple and reads nothing else; `None` while the
+    /// table is empty.
+    #[inline]
+    pub fn lookup_hint(&self, local: SocketAddr, remote: SocketAddr) -> Option<LookupHint> {
+        let hash = self.table.hash(&FlowKey::pair(local, remote));
+        self.table.entry_address(hash).map(LookupHint::new)
     }
 
     /// An ICMP "packet too big" (RFC 1191, RFC 8201) about a segment this

@@ -16,6 +16,29 @@ pub struct StateHint {
     slot: u32,
 }
 
+/// Where a lookup of a segment's connection starts reading: the cache
+/// line of the connection table's entries at the tuple's home position
+/// ([`crate::Stack::lookup_hint`]). A caller prefetches it a segment
+/// before it asks [`crate::Stack::expect`] (whose probe then reads a line
+/// already on its way), two before the segment itself. An address only,
+/// stale once the stack changes.
+#[derive(Debug, Clone, Copy)]
+pub struct LookupHint {
+    line: *const u8,
+}
+
+impl LookupHint {
+    pub(crate) fn new(line: *const u8) -> LookupHint {
+        LookupHint { line }
+    }
+
+    /// An address in the line to prefetch.
+    #[inline]
+    pub fn line(self) -> *const u8 {
+        self.line
+    }
+}
+
 /// Bytes of a cache line on every CPU the data path runs on.
 const LINE: usize = 64;
 

@@ -388,8 +388,7 @@ impl TimeWaitTable {
         if ack_owed {
             self.acks.push_back((idx, generation));
         }
-        let slots = &self.slots;
-        self.index.insert(hash, idx, |i| Self::tuple_at(slots, i));
+        self.index.insert(hash, idx);
         self.expiry.push_back((idx, generation, deadline));
         self.live += 1;
         self.trim_expiry();
