@@ -743,6 +743,11 @@ pub struct TcpHandler {
     mover: Option<Mover>,
     /// Made when a handler asks for a waker ([`Net::waker`]).
     wake: Option<Arc<FdWake>>,
+    /// The address of the frame last named to the stack as the one after
+    /// next ([`Stack::lookup_hint`]): when it comes as the next call's
+    /// `next`, its headers need no second read
+    /// ([`QueueHandler::prefetch`]).
+    ahead: usize,
 }
 
 impl std::fmt::Debug for TcpHandler {
@@ -797,6 +802,7 @@ impl TcpHandler {
             },
             last_publish: Duration::ZERO,
             spill_buf: Vec::new(),
+            ahead: 0,
             mover: None,
             wake: None,
         }
@@ -1386,18 +1392,26 @@ impl TcpHandler {
     /// `expect` will read for the frame after it.
     #[inline(never)]
     fn prefetch_state(&mut self, frame: &[u8], after: Option<&[u8]>) {
-        if let Some((remote, local)) = after.and_then(flowlane_wire::peek::tcp_endpoints) {
-            if let Some(hint) = self.stack.lookup_hint(local, remote) {
-                crate::prefetch::line_at(hint.line());
+        let hint = if std::mem::take(&mut self.ahead) == frame.as_ptr() as usize {
+            self.stack.expect_looked_up()
+        } else {
+            flowlane_wire::peek::tcp_endpoints(frame)
+                .and_then(|(remote, local)| self.stack.expect(local, remote))
+        };
+        if let Some(hint) = hint {
+            crate::prefetch::state(hint);
+            // The dispatcher's owner entry, which its event reads first.
+            if let Some(owner) = self.app.owner_address(hint.slot()) {
+                crate::prefetch::line_at(owner);
             }
         }
-        if let Some((remote, local)) = flowlane_wire::peek::tcp_endpoints(frame) {
-            if let Some(hint) = self.stack.expect(local, remote) {
-                crate::prefetch::state(hint);
-                // The dispatcher's owner entry, which its event reads first.
-                if let Some(owner) = self.app.owner_address(hint.slot()) {
-                    crate::prefetch::line_at(owner);
-                }
+        let Some(after) = after else {
+            return;
+        };
+        if let Some((remote, local)) = flowlane_wire::peek::tcp_endpoints(after) {
+            self.ahead = after.as_ptr() as usize;
+            if let Some(line) = self.stack.lookup_hint(local, remote) {
+                crate::prefetch::line_at(line.line());
             }
         }
     }

@@ -363,6 +363,9 @@ pub struct Stack {
     expected: [u32; 2],
     /// Which of `expected` is the older (the next to be replaced).
     expected_older: usize,
+    /// The tuple [`Stack::lookup_hint`] last named and its hash, for
+    /// [`Stack::expect_looked_up`].
+    looked_up: Option<(FlowKey, u64)>,
 }
 
 /// A SYN-ACK carrying a SYN cookie, waiting for [`Stack::poll_transmit`].
@@ -456,6 +459,7 @@ impl Stack {
             last_flow: NO_SLOT,
             expected: [NO_SLOT; 2],
             expected_older: 0,
+            looked_up: None,
         }
     }
 
@@ -1412,11 +1416,28 @@ impl Stack {
     /// is already hot.
     #[inline]
     pub fn expect(&mut self, local: SocketAddr, remote: SocketAddr) -> Option<StateHint> {
-        let tuple = FlowKey::pair(local, remote);
-        if self.same_flow(&tuple).is_some() {
+        self.expect_key(&FlowKey::pair(local, remote), None)
+    }
+
+    /// [`Stack::expect`] for the segment last named to
+    /// [`Stack::lookup_hint`], whose tuple and hash that call kept: for a
+    /// caller that named it there one segment earlier (its headers need no
+    /// second read). `None` as `expect`'s, or when no segment was named
+    /// since the last call.
+    #[inline]
+    pub fn expect_looked_up(&mut self) -> Option<StateHint> {
+        let (key, hash) = self.looked_up.take()?;
+        self.expect_key(&key, Some(hash))
+    }
+
+    /// [`Stack::expect`] for `key`, whose hash is `hash` if known.
+    #[inline]
+    fn expect_key(&mut self, key: &FlowKey, hash: Option<u64>) -> Option<StateHint> {
+        if self.same_flow(key).is_some() {
             return None;
         }
-        let idx = self.table.probable(self.table.hash(&tuple))?;
+        let hash = hash.unwrap_or_else(|| self.table.hash(key));
+        let idx = self.table.probable(hash)?;
         let slot = self.slots.get(idx as usize)?;
         self.expected[self.expected_older] = idx;
         self.expected_older ^= 1;
@@ -1426,12 +1447,15 @@ impl Stack {
 
     /// Where the lookup of the connection from `remote` to `local` will
     /// start reading the connection table ([`LookupHint`]): for a caller
-    /// that prefetches it before it calls [`Stack::expect`] for that
-    /// segment. Hashes the tuple and reads nothing else; `None` while the
-    /// table is empty.
+    /// that prefetches it a segment before it calls
+    /// [`Stack::expect_looked_up`] for that segment (the data path: two
+    /// frames ahead). Hashes the tuple, keeps it and its hash for that
+    /// call, and reads nothing else; `None` while the table is empty.
     #[inline]
-    pub fn lookup_hint(&self, local: SocketAddr, remote: SocketAddr) -> Option<LookupHint> {
-        let hash = self.table.hash(&FlowKey::pair(local, remote));
+    pub fn lookup_hint(&mut self, local: SocketAddr, remote: SocketAddr) -> Option<LookupHint> {
+        let key = FlowKey::pair(local, remote);
+        let hash = self.table.hash(&key);
+        self.looked_up = Some((key, hash));
         self.table.entry_address(hash).map(LookupHint::new)
     }
 
