@@ -1,5 +1,5 @@
-//! `Stack::expect`: what a prefetching caller is told about the next
-//! segment's connection.
+//! `Stack::expect` (and `lookup_hint` with `expect_looked_up`): what a
+//! prefetching caller is told about the next segment's connection.
 
 mod sim;
 
@@ -47,9 +47,15 @@ fn names_each_connections_slot_but_not_the_last_flows() {
     assert!(hint(&mut sim.b, b2).is_none());
     let h1 = hint(&mut sim.b, b1).expect("the other connection's slot");
     // The slot's own fields and the connection's hot part: 8 to 10 lines
-    // (`layout.rs` bounds it at 520 bytes, wherever the slot starts).
+    // (`layout.rs` bounds it at 496 bytes, wherever the slot starts).
     let lines = h1.lines().count();
-    assert!((8..=10).contains(&lines), "{lines} lines");
+    assert!((8..=9).contains(&lines), "{lines} lines");
+
+    // Named a segment ahead: the table's line, then the same slot.
+    let t = sim.b.four_tuple(b1).unwrap();
+    assert!(sim.b.lookup_hint(t.local, t.remote).is_some());
+    assert_eq!(first_line(sim.b.expect_looked_up()), first_line(Some(h1)));
+    assert!(sim.b.expect_looked_up().is_none(), "named once, used once");
 
     // A segment of the first connection makes it the last flow.
     sim.a.send(a1, b"x").unwrap();
@@ -83,7 +89,23 @@ fn run(link: LinkConfig, seed: u64, conns: usize, bytes: u64, expect: bool) -> (
                 2 => previous.unwrap_or(own),
                 _ => (own.0, SocketAddr::new(src, rng.below(65_536) as u16)),
             };
-            b.expect(local, remote);
+            // As the data path calls it: told directly, or named a
+            // segment ahead first (`lookup_hint`, then `expect_looked_up`
+            // for that segment; in a pipeline, `expect_looked_up` goes
+            // with what the call before named, here another flow's guess).
+            match rng.below(3) {
+                0 => {
+                    b.expect(local, remote);
+                }
+                1 => {
+                    b.lookup_hint(local, remote);
+                    b.expect_looked_up();
+                }
+                _ => {
+                    b.expect_looked_up();
+                    b.lookup_hint(local, remote);
+                }
+            }
             previous = Some(own);
         }));
     }
