@@ -111,6 +111,24 @@ impl ConnTable {
         Some((mask, tag_of(hash) as usize & mask))
     }
 
+    /// The first slab index from `hash`'s home position on whose tag
+    /// matches and that `is_it` accepts; `None` at the first empty entry.
+    #[inline]
+    fn probe(&self, hash: u64, is_it: impl Fn(u32) -> bool) -> Option<u32> {
+        let (mask, mut i) = self.home(hash)?;
+        let tag = tag_of(hash);
+        loop {
+            let e = self.entries[i];
+            if e.idx == NONE {
+                return None;
+            }
+            if e.tag == tag && is_it(e.idx) {
+                return Some(e.idx);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
     /// The slab index of the connection with tuple `t` (hash `hash`).
     #[inline]
     pub(crate) fn find<'a>(
@@ -119,18 +137,7 @@ impl ConnTable {
         t: &FlowKey,
         tuple_of: impl Fn(u32) -> &'a FlowKey,
     ) -> Option<u32> {
-        let (mask, mut i) = self.home(hash)?;
-        let tag = tag_of(hash);
-        loop {
-            let e = self.entries[i];
-            if e.idx == NONE {
-                return None;
-            }
-            if e.tag == tag && tuple_of(e.idx) == t {
-                return Some(e.idx);
-            }
-            i = (i + 1) & mask;
-        }
+        self.probe(hash, |idx| tuple_of(idx) == t)
     }
 
     /// The entry that probably holds the connection with this hash: the
@@ -138,18 +145,7 @@ impl ConnTable {
     /// read). For prefetching: a collision only wastes the prefetch.
     #[inline]
     pub(crate) fn probable(&self, hash: u64) -> Option<u32> {
-        let (mask, mut i) = self.home(hash)?;
-        let tag = tag_of(hash);
-        loop {
-            let e = self.entries[i];
-            if e.idx == NONE {
-                return None;
-            }
-            if e.tag == tag {
-                return Some(e.idx);
-            }
-            i = (i + 1) & mask;
-        }
+        self.probe(hash, |_| true)
     }
 
     /// Where a lookup of `hash` starts reading (the entry at its home
