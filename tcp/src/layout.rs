@@ -31,16 +31,19 @@ use std::net::SocketAddr;
 /// `HyStart`, which had one spare byte; the train ends slow start before a
 /// one-BDP queue overflows, where the delay rise alone came a round late).
 /// 688 until the tuple was stored as a `FlowKey` (−24 bytes: five words
-/// instead of two `SocketAddr`s).
-const CONNECTION_BUDGET: usize = 656;
+/// instead of two `SocketAddr`s). 656 until the receive side's rare
+/// fields became `RecvRare` (−8: a FIN ahead and the D-SACK range without
+/// their `Option`s, whose presence is in the flags).
+const CONNECTION_BUDGET: usize = 648;
 /// A slab slot: the connection plus the stack's bookkeeping for it.
 /// 664 until the timer wheel's cancel (8 bytes: the entry's place in the
 /// wheel, so that no stale entry is left behind); 672 until CUBIC (+16,
 /// as the connection); 688 until RACK-TLP (+16, as the connection); 704
 /// until PLPMTUD (+8, as the connection); 712 until zero-copy receive
 /// (+8, as the connection); 720 until HyStart's ACK train (+8, as the
-/// connection); 728 until the `FlowKey` (−24, as the connection).
-const SLOT_BUDGET: usize = 696;
+/// connection); 728 until the `FlowKey` (−24, as the connection); 696
+/// until `RecvRare` (−8, as the connection).
+const SLOT_BUDGET: usize = 688;
 /// A compact TIME-WAIT record (what a closed connection costs for 2 MSL,
 /// index and expiry entry aside). 112 until the `FlowKey` (−24).
 const TIME_WAIT_BUDGET: usize = 88;
@@ -50,8 +53,10 @@ const TIME_WAIT_BUDGET: usize = 88;
 /// `send_buf` (`Connection`'s layout; the cache lines each segment
 /// touches are measured in BENCHMARKS.md, session 31). 520 when the
 /// connection's fields were first put in this order; 496 since the tuple
-/// is a `FlowKey`.
-const HOT_BUDGET: usize = 496;
+/// is a `FlowKey`; 440 since the receive side's IRS, FIN ahead, last
+/// out-of-order start and D-SACK range (`RecvRare`) and the timed
+/// segment of the RTT sample (`Connection::rtt_seq`) left it.
+const HOT_BUDGET: usize = 440;
 
 #[test]
 fn sizes_stay_within_budget() {

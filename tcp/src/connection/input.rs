@@ -106,7 +106,7 @@ impl Connection {
         if !f.syn() {
             return;
         }
-        self.rcv.irs = SeqNumber(seg.seq);
+        self.rcv_rare.irs = SeqNumber(seg.seq);
         self.rcv.nxt = SeqNumber(seg.seq) + 1;
         self.rcv.adv = self.rcv.nxt;
         self.tune.rcv_space_seq = self.rcv.nxt;
@@ -144,7 +144,7 @@ impl Connection {
         // In SYN-RECEIVED, a retransmission of the peer's SYN (or SYN-ACK,
         // simultaneous open): drop the SYN bit and treat the rest normally;
         // it needs our SYN-ACK again. Any other SYN is RFC 5961 §4.2's.
-        if f.syn() && seq == self.rcv.irs && self.state == State::SynReceived {
+        if f.syn() && seq == self.rcv_rare.irs && self.state == State::SynReceived {
             f = TcpFlags(f.0 & !TcpFlags::SYN.0);
             seq += 1;
             self.flags.set(Flags::ACK_NOW);
@@ -208,7 +208,7 @@ impl Connection {
                 // Out of order: taken when the hole fills. The latest FIN
                 // wins over one recorded before (data alone may also end
                 // a record, in `fin_ahead`).
-                self.rcv.fin_seq = Some(fin_at);
+                self.set_peer_fin_ahead(Some(fin_at));
                 self.flags.set(Flags::ACK_NOW);
             }
         }
@@ -289,7 +289,8 @@ impl Connection {
                 self.owe_immediate_ack();
                 if self.flags.has(Flags::SACK) && seq < nxt {
                     let end = (seq + payload.len()).min(nxt);
-                    self.rcv.dsack = Some((seq, end));
+                    self.rcv_rare.dsack = (seq, end);
+                    self.flags.set(Flags::DSACK);
                 }
             }
             // RFC 9293 §3.10.7.4: <SEQ=SND.NXT><ACK=RCV.NXT><CTL=ACK>; data
@@ -689,9 +690,9 @@ impl Connection {
     /// §3), which is what ends a backoff when every echo predates it.
     /// Returns the sample taken, if any (congestion control's, RFC 9406).
     pub(super) fn take_rtt_sample(&mut self, now: Instant, seg: &TcpRepr) -> Option<Duration> {
-        let timed = match self.timers.rtt_seq {
+        let timed = match self.rtt_seq {
             Some((end, sent)) if SeqNumber(seg.ack) >= end => {
-                self.timers.rtt_seq = None;
+                self.rtt_seq = None;
                 Some(now.saturating_since(sent))
             }
             _ => None,
@@ -780,7 +781,7 @@ impl Connection {
         if offset > 0 {
             // RFC 5681 §4.2: out-of-order data is acknowledged immediately.
             ctx.stats.out_of_order += 1;
-            self.rcv.last_ooo = Some(seq);
+            self.rcv_rare.last_ooo = Some(seq);
             self.owe_immediate_ack();
         } else if had_holes {
             // RFC 5681 §4.2: so is data that fills a hole.
@@ -791,7 +792,7 @@ impl Connection {
         } else if self.timers.delayed_ack.is_none() {
             self.timers.delayed_ack = Deadline::at(ctx.now + ctx.cfg.ack_delay);
         }
-        if self.rcv.fin_seq.is_some() {
+        if self.flags.has(Flags::FIN_AHEAD) {
             self.fin_ahead(ctx, seq + data.len());
         }
     }
@@ -804,11 +805,11 @@ impl Connection {
     /// it comes, is taken (a stale record would otherwise shadow it).
     #[cold]
     fn fin_ahead(&mut self, ctx: &mut Ctx<'_>, data_end: SeqNumber) {
-        let Some(fin) = self.rcv.fin_seq else {
+        let Some(fin) = self.peer_fin_ahead() else {
             return;
         };
         if data_end > fin || self.rcv.nxt > fin {
-            self.rcv.fin_seq = None;
+            self.set_peer_fin_ahead(None);
             ctx.stats.fin_overrun += 1;
         } else if fin == self.rcv.nxt {
             self.on_fin(ctx);
@@ -833,7 +834,7 @@ impl Connection {
         if self.flags.has(Flags::PEER_FIN) {
             return;
         }
-        self.rcv.fin_seq = None;
+        self.set_peer_fin_ahead(None);
         self.rcv.nxt += 1;
         self.flags.set(Flags::PEER_FIN | Flags::ACK_NOW);
         self.events |= ev::PEER_CLOSED;

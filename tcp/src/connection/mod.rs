@@ -26,7 +26,8 @@ pub(crate) use pmtu::TooBigOutcome;
 pub use snapshot::Snapshot;
 pub use state::State;
 pub(crate) use state::{
-    Flags, ReceiveState, SendRare, SendState, TimerState, TimestampState, TuningState, UndoState,
+    Flags, ReceiveState, RecvRare, SendRare, SendState, TimerState, TimestampState, TuningState,
+    UndoState,
 };
 
 use crate::assembler::Assembler;
@@ -262,9 +263,15 @@ pub(crate) struct Connection {
     // What a steady segment does not read.
     pub cc: Controller,
     pub rtt: RttEstimator,
+    /// The segment timed for an RTT sample (RFC 6298 §3, one at a time,
+    /// with or without timestamps): its end sequence number and send time.
+    /// Cleared on retransmission (Karn). Beside `rtt`, which a sender's
+    /// ACK reads too; a receiver's segment reads neither.
+    pub rtt_seq: Option<(SeqNumber, Instant)>,
     /// RFC 6675 scoreboard (allocated only while SACK blocks are held).
     pub scoreboard: Scoreboard,
     pub snd_rare: SendRare,
+    pub rcv_rare: RecvRare,
     /// The application's word for this connection ([`crate::Stack::set_user_data`]).
     pub user_data: u64,
 }
@@ -346,16 +353,18 @@ impl Connection {
                 mtu_probe_seq: iss,
             },
             rcv: ReceiveState {
-                irs: SeqNumber(0),
                 nxt: SeqNumber(0),
                 adv: SeqNumber(0),
                 wscale: 0,
                 mss_seen: 0,
                 unacked: 0,
-                fin_seq: None,
                 acks_owed: 0,
+            },
+            rcv_rare: RecvRare {
+                irs: SeqNumber(0),
+                fin_seq: SeqNumber(0),
                 last_ooo: None,
-                dsack: None,
+                dsack: (SeqNumber(0), SeqNumber(0)),
             },
             ts: TimestampState {
                 recent: 0,
@@ -375,12 +384,12 @@ impl Connection {
                 keepalive_probes: 0,
                 loss_probes: 0,
                 invalid_ack: Default::default(),
-                rtt_seq: None,
                 last_recv: now,
                 last_send: now,
                 mtu_settled: 0,
             },
             rtt: RttEstimator::new(cfg.initial_rto, cfg.min_rto, cfg.max_rto),
+            rtt_seq: None,
             cc: Controller::new(cfg.congestion, DEFAULT_MSS as usize),
             tune: TuningState {
                 // Linux tcp_init_buffer_space: min(window, TCP_INIT_CWND *
@@ -470,7 +479,7 @@ impl Connection {
         if buffer < cfg.recv_buffer {
             c.recv_buf = RecvBuffer::new(buffer);
         }
-        c.rcv.irs = SeqNumber(syn.seq);
+        c.rcv_rare.irs = SeqNumber(syn.seq);
         c.rcv.nxt = SeqNumber(syn.seq) + 1;
         c.rcv.adv = c.rcv.nxt;
         c.tune.rcv_space_seq = c.rcv.nxt;
@@ -563,6 +572,25 @@ impl Connection {
     #[inline]
     pub(crate) fn compactable(&self) -> bool {
         self.state == State::TimeWait && self.flags.has(Flags::APP_CLOSED)
+    }
+
+    /// The sequence number of a FIN that arrived ahead of missing data.
+    #[inline]
+    pub(crate) fn peer_fin_ahead(&self) -> Option<SeqNumber> {
+        self.flags
+            .has(Flags::FIN_AHEAD)
+            .then_some(self.rcv_rare.fin_seq)
+    }
+
+    /// Records (or forgets) a FIN that arrived ahead of missing data.
+    pub(crate) fn set_peer_fin_ahead(&mut self, fin: Option<SeqNumber>) {
+        match fin {
+            Some(seq) => {
+                self.rcv_rare.fin_seq = seq;
+                self.flags.set(Flags::FIN_AHEAD);
+            }
+            None => self.flags.clear(Flags::FIN_AHEAD),
+        }
     }
 
     /// Whether an ACK is due (at once or delayed).

@@ -82,7 +82,7 @@ impl Connection {
             ctx.stats.retransmits += 1;
             self.snd_rare.retransmitted = self.snd_rare.retransmitted.saturating_add(1);
         } else if !self.flags.has(Flags::TIMESTAMPS) && !offer_ts {
-            self.timers.rtt_seq = Some((self.snd_rare.iss + 1, now));
+            self.rtt_seq = Some((self.snd_rare.iss + 1, now));
         }
         self.snd.nxt = self.snd_rare.iss + 1;
         self.snd.max = self.snd.max.max(self.snd.nxt);
@@ -314,11 +314,11 @@ impl Connection {
             ctx.stats.retransmits += 1;
             self.snd_rare.retransmitted = self.snd_rare.retransmitted.saturating_add(1);
             // Karn (RFC 6298 §3): no sample from retransmitted data.
-            if self.timers.rtt_seq.is_some_and(|(e, _)| e > seq) {
-                self.timers.rtt_seq = None;
+            if self.rtt_seq.is_some_and(|(e, _)| e > seq) {
+                self.rtt_seq = None;
             }
-        } else if self.timers.rtt_seq.is_none() && end > seq {
-            self.timers.rtt_seq = Some((end, now));
+        } else if end > seq && self.rtt_seq.is_none() {
+            self.rtt_seq = Some((end, now));
         }
         if payload > 0 {
             ctx.stats.data_segments_out += 1;
@@ -429,13 +429,20 @@ impl Connection {
     pub(super) fn sack_blocks(&mut self, o: &mut TcpOptions) {
         let max = if o.timestamps.is_some() { 3 } else { 4 };
         let mut n = 0;
-        if let Some((l, r)) = self.rcv.dsack.take() {
+        if self.flags.has(Flags::DSACK) {
+            self.flags.clear(Flags::DSACK);
+            let (l, r) = self.rcv_rare.dsack;
             o.sack_blocks[n] = (l.0, r.0);
             n += 1;
         }
+        if self.assembler.is_empty() {
+            // No other block (and no reason to read `last_ooo`'s line).
+            o.sack_block_count = n as u8;
+            return;
+        }
         let nxt = self.rcv.nxt;
         let abs = |(s, e): (u32, u32)| (nxt + s as usize, nxt + e as usize);
-        let first = self.rcv.last_ooo.and_then(|l| {
+        let first = self.rcv_rare.last_ooo.and_then(|l| {
             self.assembler
                 .ranges()
                 .map(abs)

@@ -250,7 +250,7 @@ impl Connection {
         if !reduced {
             self.ecn_on_loss_reduction();
         }
-        self.timers.rtt_seq = None;
+        self.rtt_seq = None;
     }
 
     /// Sets the duplicate ACK count at which the retransmission of SND.UNA
@@ -407,7 +407,7 @@ impl Connection {
         } else {
             self.arm_lost_retransmit();
         }
-        self.timers.rtt_seq = None;
+        self.rtt_seq = None;
         self.timers.loss_probes += 1;
         self.arm_rto_or_probe(now);
     }

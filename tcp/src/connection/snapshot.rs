@@ -22,12 +22,16 @@ pub struct Snapshot {
     snd_rare: SendRare,
     /// Receive sequence space.
     rcv: ReceiveState,
+    /// The receive side's IRS, FIN ahead, SACK and D-SACK state.
+    rcv_rare: RecvRare,
     /// Timestamps.
     ts: TimestampState,
     /// Timers.
     timers: TimerState,
     /// RTT estimator.
     rtt: RttEstimator,
+    /// The segment timed for an RTT sample.
+    rtt_seq: Option<(SeqNumber, Instant)>,
     /// Congestion controller.
     cc: Controller,
     /// Buffer auto-tuning.
@@ -91,10 +95,12 @@ impl Connection {
             flags,
             snd: self.snd,
             snd_rare: self.snd_rare,
+            rcv_rare: self.rcv_rare,
             rcv: self.rcv,
             ts: self.ts,
             timers: self.timers,
             rtt: self.rtt,
+            rtt_seq: self.rtt_seq,
             cc: self.cc,
             tuning: self.tune,
             send_capacity: self.send_buf.capacity(),
@@ -168,10 +174,12 @@ impl Connection {
             close_reason: CloseReason::Normal,
             snd: s.snd,
             snd_rare: s.snd_rare,
+            rcv_rare: s.rcv_rare,
             rcv: s.rcv,
             ts: s.ts,
             timers: s.timers,
             rtt: s.rtt,
+            rtt_seq: s.rtt_seq,
             cc: s.cc,
             tune: s.tuning,
             assembler,

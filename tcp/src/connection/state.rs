@@ -174,6 +174,11 @@ impl Flags {
     pub(crate) const ECN_REDUCED: u64 = 1 << 25;
     /// The segment written last goes out ECT(0) (`Connection::sent_ecn`).
     pub(crate) const ECT_SENT: u64 = 1 << 27;
+    /// A FIN arrived ahead of missing data: `RecvRare::fin_seq` holds
+    /// its sequence number.
+    pub(crate) const FIN_AHEAD: u64 = 1 << 36;
+    /// A D-SACK block is owed: `RecvRare::dsack` holds its range.
+    pub(crate) const DSACK: u64 = 1 << 37;
 
     /// Whether any bit of `f` is set.
     pub(crate) fn has(self, f: u64) -> bool {
@@ -301,8 +306,6 @@ impl UndoState {
 /// Receive sequence space (RFC 9293 §3.3.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ReceiveState {
-    /// Initial receive sequence number.
-    pub(crate) irs: SeqNumber,
     /// Next sequence number expected.
     pub(crate) nxt: SeqNumber,
     /// Right edge of the window last advertised (never moved left).
@@ -313,17 +316,31 @@ pub(crate) struct ReceiveState {
     pub(crate) mss_seen: u16,
     /// In-order bytes received since the last ACK we sent.
     pub(crate) unacked: u32,
-    /// Sequence number of a FIN that arrived ahead of missing data.
-    pub(crate) fin_seq: Option<SeqNumber>,
     /// Immediate ACKs owed beyond the one `Flags::ACK_NOW` stands for: one
     /// per out-of-order or duplicate segment (see `owe_immediate_ack`).
     pub(crate) acks_owed: u8,
+}
+
+/// The receive side's state that a segment in sequence does not read: the
+/// IRS, a FIN that arrived ahead of missing data, the start of the latest
+/// out-of-order segment and a D-SACK range to report. Kept apart from
+/// [`ReceiveState`], out of the cache lines every segment touches (see
+/// `Connection`'s layout): whether there is a FIN ahead or a D-SACK block
+/// owed is in [`Flags`] (`FIN_AHEAD`, `DSACK`), and `last_ooo` is read only
+/// while the assembler holds data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RecvRare {
+    /// Initial receive sequence number.
+    pub(crate) irs: SeqNumber,
+    /// With `Flags::FIN_AHEAD`: the sequence number of a FIN that arrived
+    /// ahead of missing data.
+    pub(crate) fin_seq: SeqNumber,
     /// Start of the most recent out-of-order segment: the SACK block that
     /// contains it goes first (RFC 2018 §4).
     pub(crate) last_ooo: Option<SeqNumber>,
-    /// A duplicate segment's range to report once as a D-SACK block (RFC
-    /// 2883 §4).
-    pub(crate) dsack: Option<(SeqNumber, SeqNumber)>,
+    /// With `Flags::DSACK`: a duplicate segment's range to report once as
+    /// a D-SACK block (RFC 2883 §4).
+    pub(crate) dsack: (SeqNumber, SeqNumber),
 }
 
 /// RFC 7323 timestamp state.
@@ -393,9 +410,6 @@ pub(crate) struct TimerState {
     /// When the connection last answered an out-of-window segment
     /// ([`crate::Config::invalid_ack_interval`]).
     pub(crate) invalid_ack: crate::challenge::OowAckTime,
-    /// Segment timed for an RTT sample when timestamps are off: (end
-    /// sequence number, send time). Cleared on retransmission (Karn).
-    pub(crate) rtt_seq: Option<(SeqNumber, Instant)>,
     /// Last time a segment arrived.
     pub(crate) last_recv: Instant,
     /// Last time data was sent.
@@ -449,6 +463,8 @@ mod tests {
             Flags::ECN_HELD,
             Flags::ECN_REDUCED,
             Flags::ECT_SENT,
+            Flags::FIN_AHEAD,
+            Flags::DSACK,
         ];
         let mut seen = 0u64;
         for (i, f) in all.into_iter().enumerate() {

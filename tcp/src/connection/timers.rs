@@ -89,7 +89,7 @@ impl Connection {
         }
         self.timers.retransmits += 1;
         self.rtt.on_timeout();
-        self.timers.rtt_seq = None;
+        self.rtt_seq = None;
         self.ts.rtt_floor = self.tsval(ctx.now);
         match self.state {
             State::SynSent | State::SynReceived => self.snd.nxt = self.snd_rare.iss,
