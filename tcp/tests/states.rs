@@ -123,6 +123,49 @@ fn data_both_ways_and_clean_close() {
     assert_eq!(sim.a.time_wait_count(), 0);
 }
 
+/// RFC 9293 §3.10.7.4 LAST-ACK: only the ACK of our FIN deletes the
+/// connection. An ACK of the data before it (the segment with the FIN was
+/// lost) is processed as any other: the data is freed, the rest sent again,
+/// and the connection stays in LAST-ACK until its FIN is acknowledged.
+#[test]
+fn last_ack_ends_only_with_the_ack_of_the_fin() {
+    let mut sim = Sim::symmetric(3, LinkConfig::default());
+    let (a, b) = sim.establish();
+    // A half-closes: it still reads what B sends.
+    sim.a.shutdown_write(a).unwrap();
+    sim.run_for(Duration::from_millis(100));
+    assert_eq!(sim.b.state(b), Ok(State::CloseWait));
+    // B's first segment with a FIN (and the tail of its data) is lost.
+    let mut fins = 0;
+    sim.drop_filter = Some(Box::new(move |side, bytes| {
+        let (r, _) = TcpRepr::parse_segment(bytes).unwrap();
+        side == Side::B && r.flags.fin() && {
+            fins += 1;
+            fins == 1
+        }
+    }));
+    assert_eq!(sim.b.send(b, &[7; 3000]).unwrap(), 3000);
+    sim.b.close(b).unwrap();
+    assert_eq!(sim.b.state(b), Ok(State::LastAck));
+    run_until(&mut sim, Duration::from_secs(1), |s| {
+        s.b.info(b).is_ok_and(|i| i.unsent + i.unacked < 3000)
+    });
+    let info = sim.b.info(b).expect("still there");
+    assert_eq!(
+        sim.b.state(b),
+        Ok(State::LastAck),
+        "the FIN is not acknowledged"
+    );
+    assert!(info.unacked > 0 && info.unacked < 3000, "{info:?}");
+    run_until(&mut sim, Duration::from_secs(5), |s| s.b.state(b).is_err());
+    assert!(events(&mut sim.b).contains(&Event::Closed {
+        conn: b,
+        reason: CloseReason::Normal
+    }));
+    assert_eq!(read_all(&mut sim.a, a), vec![7; 3000]);
+    assert_eq!(sim.a.recv(a, &mut [0; 8]), Ok(0), "EOF");
+}
+
 /// The states of every connection the stack holds, as
 /// [`Stack::connections_in`] counts them (`Listen` and `Closed` left out:
 /// always zero).

@@ -520,6 +520,17 @@ impl Connection {
             self.challenge_ack(ctx);
             return false;
         }
+        // RFC 9293 §3.10.7.4, LAST-ACK: "The only thing that can arrive in
+        // this state is an acknowledgment of our FIN. If our FIN is now
+        // acknowledged, delete the TCB, enter the CLOSED state, and
+        // return." Such an ACK acknowledges everything sent, so nothing
+        // else it carries (an RTT sample, congestion control's growth,
+        // loss detection, the send window) has a use: the connection's
+        // last segment skips them all.
+        if self.state == State::LastAck && self.fin_seq().is_some_and(|fin| ack > fin) {
+            self.close_now(CloseReason::Normal);
+            return false;
+        }
         let sack_news = self.flags.has(Flags::SACK) && self.update_scoreboard(seg);
         let new_wnd = u32::from(seg.window) << self.snd.wscale;
         let window_update = self.snd.wl1 < seq || (self.snd.wl1 == seq && self.snd.wl2 <= ack);
