@@ -185,7 +185,20 @@ impl Connection {
         if !f.ack() {
             return;
         }
-        if self.state == State::SynReceived && !self.complete_passive_open(ctx, seg, seq) {
+        if self.state == State::SynReceived {
+            if !self.complete_passive_open(ctx, seg, seq) {
+                return;
+            }
+        } else if self.state == State::LastAck && self.acks_everything_with_our_fin(seg) {
+            // LAST-ACK: "The only thing that can arrive in this state is an
+            // acknowledgment of our FIN. If our FIN is now acknowledged,
+            // delete the TCB, enter the CLOSED state, and return." Such an
+            // ACK acknowledges everything sent (SND.MAX, so it passes RFC
+            // 5961 §5.2's test), and nothing else it carries (an RTT
+            // sample, congestion control's growth, loss detection, the
+            // send window) has a use: the connection's last segment skips
+            // them all.
+            self.close_now(CloseReason::Normal);
             return;
         }
         if !self.process_ack(ctx, seg, seq, data.len(), f) {
@@ -520,17 +533,6 @@ impl Connection {
             self.challenge_ack(ctx);
             return false;
         }
-        // RFC 9293 §3.10.7.4, LAST-ACK: "The only thing that can arrive in
-        // this state is an acknowledgment of our FIN. If our FIN is now
-        // acknowledged, delete the TCB, enter the CLOSED state, and
-        // return." Such an ACK acknowledges everything sent, so nothing
-        // else it carries (an RTT sample, congestion control's growth,
-        // loss detection, the send window) has a use: the connection's
-        // last segment skips them all.
-        if self.state == State::LastAck && self.fin_seq().is_some_and(|fin| ack > fin) {
-            self.close_now(CloseReason::Normal);
-            return false;
-        }
         let sack_news = self.flags.has(Flags::SACK) && self.update_scoreboard(seg);
         let new_wnd = u32::from(seg.window) << self.snd.wscale;
         let window_update = self.snd.wl1 < seq || (self.snd.wl1 == seq && self.snd.wl2 <= ack);
@@ -561,6 +563,13 @@ impl Connection {
             self.update_send_window(seq, ack, new_wnd);
         }
         self.on_fin_acked(ctx)
+    }
+
+    /// Whether `seg` acknowledges all we sent, our FIN last.
+    #[inline]
+    fn acks_everything_with_our_fin(&self, seg: &TcpRepr) -> bool {
+        let ack = SeqNumber(seg.ack);
+        ack == self.snd.max && self.fin_seq().is_some_and(|fin| ack > fin)
     }
 
     /// An ACK that advances SND.UNA: frees acknowledged data, takes an RTT
