@@ -31,6 +31,17 @@
 //!     target/release/examples/sim_bulk 10000 2896 lend warm
 //! ```
 //!
+//! The server closing first (`server-closes`, with or without `warm`): A
+//! sends a 100-byte request, B answers with `bytes` and closes as soon as
+//! it has read the request and queued the answer, and A closes at B's
+//! FIN — HTTP's `Connection: close`, where the server goes through
+//! FIN-WAIT and keeps the TIME-WAIT record (instead of the client):
+//!
+//! ```text
+//! valgrind --tool=callgrind --toggle-collect='*sim_deliver_to_b_measured*' \
+//!     target/release/examples/sim_bulk 10000 1000 lend warm server-closes
+//! ```
+//!
 //! Steady state (`steady` as the third argument): every connection is
 //! opened and warmed up first (each has received data, and 16 KiB per
 //! connection have arrived in all), then
@@ -69,6 +80,7 @@ fn main() {
     let modes: Vec<String> = args.collect();
     let has = |m: &str| modes.iter().any(|a| a == m);
     let (fixed, steady, lend, warm) = (has("fixed"), has("steady"), has("lend"), has("warm"));
+    let server_closes = has("server-closes");
     if steady {
         return run_steady(conns, bytes, lend);
     }
@@ -95,7 +107,14 @@ fn main() {
     if lend {
         sim.lend_to_b();
     }
-    let mut bulk = Bulk::start(&mut sim, conns, bytes, 0);
+    // With `server-closes`, A sends a request and B answers `bytes`.
+    let (a_to_b, b_to_a) = if server_closes {
+        (REQUEST, bytes)
+    } else {
+        (bytes, 0)
+    };
+    let mut bulk = Bulk::start(&mut sim, conns, a_to_b, b_to_a);
+    bulk.b_closes_first = server_closes;
     let run = |sim: &mut Sim, bulk: &mut Bulk| {
         let limit = sim.now + Duration::from_secs(3600);
         let done = sim.run_until(limit, |s| {
@@ -116,10 +135,11 @@ fn main() {
         let mut again = Bulk::another(
             &mut sim,
             conns,
-            bytes,
-            0,
+            a_to_b,
+            b_to_a,
             sim::CLIENT_PORT_BASE + conns as u16,
         );
+        again.b_closes_first = server_closes;
         sim.measure = true;
         run(&mut sim, &mut again);
         sim.measure = false;
@@ -129,6 +149,9 @@ fn main() {
     println!("bytes per connection   {bytes}");
     if warm {
         println!("mode                   warm (as many connections served first)");
+    }
+    if server_closes {
+        println!("server closes first    request {REQUEST} bytes, response {bytes}");
     }
     for (label, value) in [
         (
@@ -157,6 +180,9 @@ fn main() {
         rx.frames_kept - rx0.frames_kept
     );
 }
+
+/// The request A sends in the `server-closes` mode (bytes).
+const REQUEST: u64 = 100;
 
 /// The steady-state mode (see the module documentation).
 fn run_steady(conns: usize, measured_bytes: u64, lend: bool) {

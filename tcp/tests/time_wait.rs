@@ -339,3 +339,29 @@ fn a_cap_of_zero_still_acknowledges_the_peers_fin() {
     assert_eq!(sim.b.stats().resets_out, 0);
     assert!(sim.b.time_wait_count() <= 1);
 }
+
+/// Many short exchanges where the server closes first (HTTP's
+/// `Connection: close`), over a lossy link: every byte arrives both ways,
+/// every connection ends normally on both sides, and the TIME-WAIT records
+/// are the server's (B's), one per connection, while the client (A),
+/// the passive closer, keeps none.
+#[test]
+fn servers_that_close_first_keep_the_time_wait_records() {
+    let link = LinkConfig {
+        loss: 0.02,
+        ..LinkConfig::default()
+    };
+    let mut sim = Sim::symmetric(11, link);
+    let mut bulk = sim::Bulk::start(&mut sim, 200, 300, 5_000);
+    bulk.b_closes_first = true;
+    let done = sim.run_until(sim.now + Duration::from_secs(30), |s| {
+        bulk.on_step(s);
+        bulk.finished()
+    });
+    assert!(done, "not finished: {:?}", bulk.errors);
+    assert!(bulk.errors.is_empty(), "{:?}", bulk.errors);
+    assert_eq!(bulk.late_resets, 0);
+    assert_eq!(sim.b.time_wait_count(), 200);
+    assert_eq!(sim.a.time_wait_count(), 0);
+    assert_eq!(sim.b.stats().passive_opens, 200);
+}

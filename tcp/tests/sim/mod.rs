@@ -840,6 +840,10 @@ pub struct Bulk {
     tx: Vec<u8>,
     /// A's first port (connection `i` comes from `port_base + i`).
     port_base: u16,
+    /// B closes first, as a server answering `Connection: close` does:
+    /// once it has read all A sends and queued all it answers. A then
+    /// closes at B's FIN, without half-closing first.
+    pub b_closes_first: bool,
 }
 
 pub const SERVER_PORT: u16 = 80;
@@ -891,6 +895,7 @@ impl Bulk {
             chunk: vec![0; 16384],
             tx: vec![0; 16384],
             port_base,
+            b_closes_first: false,
         }
     }
 
@@ -1042,19 +1047,26 @@ impl Bulk {
             Event::Connected(_) | Event::Writable(_) => {
                 if !p.write_closed
                     && Self::write_more(&mut sim.a, p, stream, self.a_to_b, &mut self.tx)
+                    && !self.b_closes_first
                 {
                     p.write_closed = true;
                     sim.a.shutdown_write(h).expect("shutdown");
                 }
             }
-            Event::Readable(_) | Event::PeerClosed(_) => Self::read_all(
-                (&mut sim.a, &NoFrames),
-                p,
-                stream + 1,
-                self.b_to_a,
-                &mut self.chunk,
-                &mut self.errors,
-            ),
+            Event::Readable(_) | Event::PeerClosed(_) => {
+                Self::read_all(
+                    (&mut sim.a, &NoFrames),
+                    p,
+                    stream + 1,
+                    self.b_to_a,
+                    &mut self.chunk,
+                    &mut self.errors,
+                );
+                if self.b_closes_first && p.eof && !p.write_closed {
+                    p.write_closed = true;
+                    sim.a.close(h).expect("close");
+                }
+            }
             Event::Closed { reason, .. } => {
                 p.closed = Some(reason);
                 self.closed_a += 1;
@@ -1064,6 +1076,10 @@ impl Bulk {
                 if !p.eof || p.received != self.b_to_a {
                     self.errors
                         .push(format!("A conn {i} closed before all data: {}", p.received));
+                }
+                if self.b_closes_first && self.b[i].received != self.a_to_b {
+                    self.errors
+                        .push(format!("A conn {i} closed before B read all it sent"));
                 }
                 p.handle = None;
             }
@@ -1128,17 +1144,19 @@ impl Bulk {
             } else if reason != CloseReason::Normal {
                 self.errors.push(format!("B conn {i} closed: {reason:?}"));
             }
-            if !p.eof || p.received != self.a_to_b {
+            // (B, closing first, never reads an EOF.)
+            if (!p.eof && !self.b_closes_first) || p.received != self.a_to_b {
                 self.errors
                     .push(format!("B conn {i} closed before all data: {}", p.received));
             }
             p.handle = None;
             return;
         }
-        if matches!(e, Event::Accepted { .. } | Event::Writable(_)) || p.eof {
+        let read_all = p.eof || (self.b_closes_first && p.received == self.a_to_b);
+        if matches!(e, Event::Accepted { .. } | Event::Writable(_)) || read_all {
             let all_queued = p.write_closed
                 || Self::write_more(&mut sim.b, p, stream + 1, self.b_to_a, &mut self.tx);
-            if all_queued && p.eof && !p.write_closed {
+            if all_queued && read_all && !p.write_closed {
                 p.write_closed = true;
                 sim.b.close(h).expect("close");
             }
