@@ -83,13 +83,16 @@ impl ChunkPool {
         self.lists.pop().unwrap_or_default()
     }
 
-    /// Takes back a buffer's chunk list once its chunks were given back.
-    /// Up to as many lists as chunks are kept, and only small ones.
+    /// Takes back a buffer's chunk list once its chunks were given back:
+    /// kept if small, whatever the number. Buffers take lists only here
+    /// ([`ChunkPool::take_list`]), so the lists in use and kept together
+    /// are never more than the most buffers ever held one at once (a burst
+    /// of short connections, two each), and the next burst finds them.
     #[inline]
     pub(crate) fn give_list(&mut self, list: ChunkList) {
         debug_assert!(list.is_empty(), "chunks go back one by one first");
         let room = list.capacity();
-        if room > 0 && room <= KEPT_LIST_ROOM && self.lists.len() < self.keep {
+        if room > 0 && room <= KEPT_LIST_ROOM {
             self.lists.push(list);
         }
     }
@@ -138,7 +141,7 @@ mod tests {
     }
 
     #[test]
-    fn keeps_small_empty_lists_up_to_the_bound() {
+    fn keeps_small_empty_lists_whatever_the_chunks_bound() {
         let mut p = ChunkPool::new(2);
         assert_eq!(p.take_list().capacity(), 0, "nothing kept yet");
         let small = ChunkList::with_capacity(4);
@@ -148,8 +151,8 @@ mod tests {
         p.give_list(ChunkList::with_capacity(KEPT_LIST_ROOM * 4)); // too large
         assert_eq!(p.cached_lists(), 1);
         p.give_list(ChunkList::with_capacity(4));
-        p.give_list(ChunkList::with_capacity(4)); // past the bound
-        assert_eq!(p.cached_lists(), 2);
+        p.give_list(ChunkList::with_capacity(4)); // past the chunks' bound of 2
+        assert_eq!(p.cached_lists(), 3);
         assert_eq!(p.take_list().capacity(), room);
     }
 }

@@ -181,17 +181,21 @@ const POOLED_SHORT_RECORDS: usize = 8;
 /// two frees (the box and its deque).
 ///
 /// The pool keeps up to [`POOLED_FLIGHTS`] flights, or one short flight
-/// per live connection when the stack has more (its `bound`): a burst of
-/// thousands of short connections (each a flight for its response and
-/// one for its FIN) then allocates none after the first, and the pool
-/// holds at most what the live connections could all hold at once.
+/// per connection of the most the stack has held at once (its `bound`):
+/// a burst of thousands of short connections (each a flight for its
+/// response and one for its FIN) then allocates none after the first
+/// burst, and the pool holds at most what that many connections held at
+/// once. It does not shrink when the connections go away: bound by the
+/// stack's peak, as the allocator's free lists would be (memory given back
+/// to `free` stays in the process's heap), and the next burst finds its
+/// flights.
 #[derive(Debug, Default)]
 pub(crate) struct FlightPool {
     // Boxes, as connections hold them: unboxing a flight into the pool and
     // boxing it again would allocate once more.
     #[allow(clippy::vec_box)]
     free: Vec<Box<Flight>>,
-    /// The stack's live connections.
+    /// The most connections the stack has held at once.
     bound: usize,
 }
 
@@ -224,17 +228,11 @@ impl FlightPool {
         }
     }
 
-    /// Sets the number of live connections, which bounds the pool past
-    /// [`POOLED_FLIGHTS`]. Once connections went away and the pool holds
-    /// twice its bound, it is cut back to the bound (in one go, not a
-    /// free per closing connection).
+    /// Notes the number of live connections: the most of them bounds the
+    /// pool past [`POOLED_FLIGHTS`].
     #[inline]
-    pub(crate) fn set_live(&mut self, live: usize) {
-        self.bound = live;
-        let keep = live.max(POOLED_FLIGHTS);
-        if self.free.len() > 2 * keep {
-            self.free.truncate(keep);
-        }
+    pub(crate) fn note_live(&mut self, live: usize) {
+        self.bound = self.bound.max(live);
     }
 }
 
@@ -511,35 +509,39 @@ mod tests {
     }
 
     #[test]
-    fn the_pool_keeps_a_short_flight_per_live_connection_past_its_floor() {
+    fn the_pool_keeps_a_short_flight_per_connection_of_the_peak_past_its_floor() {
         let short = |n| {
             let mut f = Box::new(Flight::new(s(0)));
             f.records.reserve_exact(n);
             f
         };
         let mut pool = FlightPool::default();
-        pool.set_live(POOLED_FLIGHTS + 100);
+        pool.note_live(POOLED_FLIGHTS + 100);
         for _ in 0..POOLED_FLIGHTS + 200 {
             pool.give(short(4));
         }
         assert_eq!(
             pool.free.len(),
             POOLED_FLIGHTS + 100,
-            "one per live connection"
+            "one per connection of the peak"
         );
         // Past the floor, a flight with many records is not kept.
-        pool.set_live(POOLED_FLIGHTS + 200);
+        pool.note_live(POOLED_FLIGHTS + 200);
         pool.give(short(POOLED_SHORT_RECORDS * 2));
         assert_eq!(pool.free.len(), POOLED_FLIGHTS + 100);
         pool.give(short(2));
         assert_eq!(pool.free.len(), POOLED_FLIGHTS + 101);
-        // Connections going away shrink it back to the floor once it
-        // holds twice that.
-        pool.set_live(10);
-        assert_eq!(pool.free.len(), POOLED_FLIGHTS + 101, "less than twice 256");
-        pool.free.extend((0..POOLED_FLIGHTS).map(|_| short(2)));
-        pool.set_live(10);
-        assert_eq!(pool.free.len(), POOLED_FLIGHTS);
+        // Connections going away keep the pool (the next burst takes its
+        // flights from it) and its bound.
+        pool.note_live(10);
+        assert_eq!(pool.free.len(), POOLED_FLIGHTS + 101);
+        for _ in 0..200 {
+            pool.give(short(2));
+        }
+        assert_eq!(pool.free.len(), POOLED_FLIGHTS + 200, "the peak's bound");
+        let taken: Vec<_> = (0..POOLED_FLIGHTS + 200).map(|_| pool.take(s(0))).collect();
+        assert!(pool.free.is_empty());
+        assert!(taken.iter().all(|f| f.records.capacity() >= 2));
     }
 
     impl Flight {

@@ -889,7 +889,7 @@ impl Stack {
         slot.counted = conn.state;
         self.table.insert(hash, idx);
         self.live += 1;
-        self.flights.set_live(self.live);
+        self.flights.note_live(self.live);
         if let Some(Some(l)) = listener.and_then(|l| self.listeners.get_mut(l.0 as usize)) {
             l.live += 1;
         }
@@ -1248,7 +1248,6 @@ impl Stack {
         self.buckets.unlink(&mut self.slots, slot_link, idx);
         self.free.push(idx);
         self.live -= 1;
-        self.flights.set_live(self.live);
         self.sharing -= usize::from(!in_backlog);
         self.rcv_committed = self.rcv_committed.saturating_sub(commitment);
         r
