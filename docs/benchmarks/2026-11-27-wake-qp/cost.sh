@@ -1,8 +1,8 @@
 #!/bin/bash
-# As run in session 27: binaries were copied to /work/bench27/bin/flowlane.TAG (base, new, qpmove); run as root.
+# As run in session 27: binaries were copied to /work/bench27/bin/flowlane.TAG (base, new, qpmove; BIN=DIR for another folder, as session 34 did); run as root.
 # cost.sh TAG CLIENTS [close]: flowlane http-server (rtc) CPU per request and syscalls per request.
 set -u
-F=/work/bench27/bin/flowlane.$1
+F=${BIN:-/work/bench27/bin}/flowlane.$1
 BED=cs$$; NS=flowlane-$BED; PNS=flowlane-$BED-peer
 W=$(mktemp -d); $F testbed up --bed $BED --queues 2 >/dev/null
 ADDR=$(ip netns exec $NS ip -4 -o addr show dev xsk0 | awk '{print $4}' | cut -d/ -f1)
