@@ -147,7 +147,16 @@ impl Connection {
         }
         self.tlp_on_ack(ctx, seg, advanced, dsack);
         if updated {
-            self.rack_detect_loss(ctx);
+            // Step 5 scans the segments in flight: with none left (the ACK
+            // took all: a response's, a handshake's), nothing is deemed
+            // lost and no reordering timer is armed (§6.3), which is all
+            // the scan would find.
+            let drained = self.rack.flight.as_deref().is_some_and(|f| f.is_empty());
+            if !drained {
+                self.rack_detect_loss(ctx);
+            } else if let Some(f) = self.rack.flight.as_deref_mut() {
+                f.reo_timer = Deadline::NONE;
+            }
         }
         self.rack_release(ctx);
     }
