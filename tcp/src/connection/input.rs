@@ -880,7 +880,12 @@ impl Connection {
         self.timers.delayed_ack = Deadline::NONE;
         self.timers.close = Deadline::at(ctx.now + ctx.cfg.msl.saturating_mul(2));
         if self.compactable() {
+            // The stack replaces the connection by its compact record as
+            // soon as this segment is processed, and frees all its buffers
+            // then (`Stack::remove`): freeing them here too was twice the
+            // work.
             self.events |= ev::COMPACT;
+            return;
         }
         self.assembler.clear();
         // Nothing more is sent or received: TIME-WAIT holds no buffer
