@@ -166,6 +166,78 @@ fn last_ack_ends_only_with_the_ack_of_the_fin() {
     assert_eq!(sim.a.recv(a, &mut [0; 8]), Ok(0), "EOF");
 }
 
+/// RFC 9293 §3.10.7.4 FIN-WAIT-1, the eighth step: the peer's FIN enters
+/// TIME-WAIT only once our FIN is acknowledged; before, it enters CLOSING,
+/// which waits for the FIN sent again to be acknowledged. B closes first
+/// (its handle closed, as a server's is), A half-closes as soon as data
+/// arrives. With nothing lost, A's FIN acknowledges everything B sent, its
+/// FIN last (the segment whose ACK processing is skipped); with B's first
+/// FIN lost, A's FIN acknowledges only the data before it.
+#[test]
+fn fin_wait_enters_time_wait_only_once_our_fin_is_acknowledged() {
+    for lose_fin in [false, true] {
+        let mut sim = Sim::symmetric(3, LinkConfig::default());
+        let (a, b) = sim.establish();
+        let mut fins = 0;
+        sim.drop_filter = Some(Box::new(move |side, bytes| {
+            let (r, _) = TcpRepr::parse_segment(bytes).unwrap();
+            lose_fin && side == Side::B && r.flags.fin() && {
+                fins += 1;
+                fins == 1
+            }
+        }));
+        assert_eq!(sim.b.send(b, &[7; 3000]).unwrap(), 3000);
+        sim.b.close(b).unwrap();
+        assert_eq!(sim.b.state(b), Ok(State::FinWait1));
+        run_until(&mut sim, Duration::from_secs(1), |s| {
+            s.a.info(a).is_ok_and(|i| i.readable > 0)
+        });
+        sim.a.shutdown_write(a).unwrap();
+        run_until(&mut sim, Duration::from_secs(1), |s| {
+            s.b.state(b) != Ok(State::FinWait1)
+        });
+        if lose_fin {
+            assert_eq!(
+                sim.b.state(b),
+                Ok(State::Closing),
+                "our FIN is unacknowledged"
+            );
+            assert_eq!(sim.b.time_wait_count(), 0);
+        } else {
+            assert_eq!(
+                sim.b.state(b),
+                Err(Error::InvalidHandle),
+                "a compact record now"
+            );
+            assert_eq!(sim.b.time_wait_count(), 1);
+        }
+        // Every byte arrives either way, and B is left in TIME-WAIT, in its
+        // compact record.
+        run_until(&mut sim, Duration::from_secs(5), |s| {
+            s.a.info(a).is_ok_and(|i| i.readable == 3000)
+        });
+        assert_eq!(read_all(&mut sim.a, a), vec![7; 3000]);
+        run_until(&mut sim, Duration::from_secs(5), |s| {
+            s.b.state(b).is_err() && s.a.state(a) != Ok(State::LastAck)
+        });
+        assert_eq!(sim.b.time_wait_count(), 1, "lose_fin {lose_fin}");
+        // Without loss A's LAST-ACK ended; with B's FIN lost, A's FIN
+        // crossed it, and both sides are in TIME-WAIT (RFC 9293 §3.6,
+        // simultaneous close).
+        let a_state = if lose_fin {
+            Ok(State::TimeWait)
+        } else {
+            Err(Error::InvalidHandle)
+        };
+        assert_eq!(sim.a.state(a), a_state, "lose_fin {lose_fin}");
+        assert!(events(&mut sim.b).contains(&Event::Closed {
+            conn: b,
+            reason: CloseReason::Normal
+        }));
+        assert_eq!(sim.a.stats().resets_in, 0);
+    }
+}
+
 /// The states of every connection the stack holds, as
 /// [`Stack::connections_in`] counts them (`Listen` and `Closed` left out:
 /// always zero).
