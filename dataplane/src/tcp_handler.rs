@@ -1395,8 +1395,7 @@ impl TcpHandler {
         let hint = if std::mem::take(&mut self.ahead) == frame.as_ptr() as usize {
             self.stack.expect_looked_up()
         } else {
-            flowlane_wire::peek::tcp_endpoints(frame)
-                .and_then(|(remote, local)| self.stack.expect(local, remote))
+            flowlane_wire::peek::tcp_endpoints(frame).and_then(|seg| self.stack.expect(&seg))
         };
         if let Some(hint) = hint {
             crate::prefetch::state(hint);
@@ -1408,9 +1407,9 @@ impl TcpHandler {
         let Some(after) = after else {
             return;
         };
-        if let Some((remote, local)) = flowlane_wire::peek::tcp_endpoints(after) {
+        if let Some(seg) = flowlane_wire::peek::tcp_endpoints(after) {
             self.ahead = after.as_ptr() as usize;
-            if let Some(line) = self.stack.lookup_hint(local, remote) {
+            if let Some(line) = self.stack.lookup_hint(&seg) {
                 crate::prefetch::line_at(line.line());
             }
         }

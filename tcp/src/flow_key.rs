@@ -13,6 +13,7 @@
 //! IPv4-mapped address (RFC 4291 §2.5.5.2) of the same peer.
 
 use crate::FourTuple;
+use flowlane_wire::peek::Endpoints;
 use std::hash::Hasher;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -70,6 +71,19 @@ impl FlowKey {
             local,
             remote,
             ports,
+        }
+    }
+
+    /// The key of a received segment's connection from its endpoints as
+    /// read off its frame (our address and port are its destination):
+    /// the numbers are the key's words already.
+    #[inline]
+    pub(crate) fn of_segment(e: &Endpoints) -> Self {
+        let families = if e.v6 { LOCAL_V6 | REMOTE_V6 } else { 0 };
+        FlowKey {
+            local: [(e.dst >> 64) as u64, e.dst as u64],
+            remote: [(e.src >> 64) as u64, e.src as u64],
+            ports: u64::from(e.dst_port) << 16 | u64::from(e.src_port) | families,
         }
     }
 
@@ -245,6 +259,16 @@ mod tests {
             prop_assert!(ka == FlowKey::of(&a));
             let (msg, n) = ka.prf_message();
             prop_assert_eq!(&msg[..n], &prf_message_of(&a)[..]);
+        }
+
+        /// A segment's endpoints read off its frame give its connection's
+        /// key, for every tuple whose addresses share a family.
+        #[test]
+        fn a_segments_endpoints_give_its_connections_key(a in tuple()) {
+            match Endpoints::new(a.remote, a.local) {
+                Some(seg) => prop_assert!(FlowKey::of_segment(&seg) == FlowKey::of(&a)),
+                None => prop_assert_ne!(a.local.is_ipv4(), a.remote.is_ipv4()),
+            }
         }
 
         #[test]

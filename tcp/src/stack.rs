@@ -23,6 +23,7 @@ use crate::{
     BucketStats, CloseReason, Config, CongestionAlgorithm, ConnHandle, Error, Event, FourTuple,
     ListenerId, LookupHint, Snapshot, StateHint, Stats, SynFilter, Transmit,
 };
+use flowlane_wire::peek::Endpoints;
 use flowlane_wire::tcp::{TcpFlags, TcpOptions, TcpRepr};
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -1401,8 +1402,9 @@ impl Stack {
         Delivery::Taken
     }
 
-    /// Tells the stack that the next segment it is handed comes from
-    /// `remote` to `local`, and returns where that segment's connection
+    /// Tells the stack that the next segment it is handed has the
+    /// endpoints `seg` (as [`flowlane_wire::peek::tcp_endpoints`] reads
+    /// them off its frame), and returns where that segment's connection
     /// keeps what its processing reads first (its slot's hot part), for a
     /// caller that prefetches it while it processes the segment before:
     /// the data path does, one frame ahead. Hashes the tuple and probes
@@ -1414,8 +1416,8 @@ impl Stack {
     /// stray segment) or the segment is the last one's flow, whose slot
     /// is already hot.
     #[inline]
-    pub fn expect(&mut self, local: SocketAddr, remote: SocketAddr) -> Option<StateHint> {
-        self.expect_key(&FlowKey::pair(local, remote), None)
+    pub fn expect(&mut self, seg: &Endpoints) -> Option<StateHint> {
+        self.expect_key(&FlowKey::of_segment(seg), None)
     }
 
     /// [`Stack::expect`] for the segment last named to
@@ -1444,15 +1446,15 @@ impl Stack {
         Some(StateHint::new((slot as *const Slot).cast(), hot, idx))
     }
 
-    /// Where the lookup of the connection from `remote` to `local` will
-    /// start reading the connection table ([`LookupHint`]): for a caller
+    /// Where the lookup of the connection of a segment with the endpoints
+    /// `seg` will start reading the connection table ([`LookupHint`]): for a caller
     /// that prefetches it a segment before it calls
     /// [`Stack::expect_looked_up`] for that segment (the data path: two
     /// frames ahead). Hashes the tuple, keeps it and its hash for that
     /// call, and reads nothing else; `None` while the table is empty.
     #[inline]
-    pub fn lookup_hint(&mut self, local: SocketAddr, remote: SocketAddr) -> Option<LookupHint> {
-        let key = FlowKey::pair(local, remote);
+    pub fn lookup_hint(&mut self, seg: &Endpoints) -> Option<LookupHint> {
+        let key = FlowKey::of_segment(seg);
         let hash = self.table.hash(&key);
         self.looked_up = Some((key, hash));
         self.table.entry_address(hash).map(LookupHint::new)

@@ -5,6 +5,7 @@ mod sim;
 
 use flowlane_tcp::time::Duration;
 use flowlane_tcp::{Event, Stack, StateHint};
+use flowlane_wire::peek::Endpoints;
 use sim::{Bulk, LinkConfig, Rng, Side, Sim, A_IP, B_IP};
 use std::cell::RefCell;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -14,7 +15,7 @@ use std::rc::Rc;
 /// B's hint for a segment of its connection `conn` (from the peer's side).
 fn hint(b: &mut Stack, conn: flowlane_tcp::ConnHandle) -> Option<StateHint> {
     let t = b.four_tuple(conn).unwrap();
-    b.expect(t.local, t.remote)
+    b.expect(&Endpoints::new(t.remote, t.local).unwrap())
 }
 
 fn first_line(h: Option<StateHint>) -> usize {
@@ -25,7 +26,10 @@ fn first_line(h: Option<StateHint>) -> usize {
 fn names_each_connections_slot_but_not_the_last_flows() {
     let mut fresh = Stack::new(sim::test_config(2));
     let (peer, ours) = (SocketAddr::new(A_IP, 10000), SocketAddr::new(B_IP, 80));
-    assert!(fresh.expect(ours, peer).is_none(), "an empty table");
+    assert!(
+        fresh.expect(&Endpoints::new(peer, ours).unwrap()).is_none(),
+        "an empty table"
+    );
 
     let mut sim = Sim::symmetric(7, LinkConfig::default());
     let (a1, b1) = sim.establish();
@@ -53,7 +57,8 @@ fn names_each_connections_slot_but_not_the_last_flows() {
 
     // Named a segment ahead: the table's line, then the same slot.
     let t = sim.b.four_tuple(b1).unwrap();
-    assert!(sim.b.lookup_hint(t.local, t.remote).is_some());
+    let seg = Endpoints::new(t.remote, t.local).unwrap();
+    assert!(sim.b.lookup_hint(&seg).is_some());
     assert_eq!(first_line(sim.b.expect_looked_up()), first_line(Some(h1)));
     assert!(sim.b.expect_looked_up().is_none(), "named once, used once");
 
@@ -89,21 +94,22 @@ fn run(link: LinkConfig, seed: u64, conns: usize, bytes: u64, expect: bool) -> (
                 2 => previous.unwrap_or(own),
                 _ => (own.0, SocketAddr::new(src, rng.below(65_536) as u16)),
             };
+            let seg = Endpoints::new(remote, local).expect("one family");
             // As the data path calls it: told directly, or named a
             // segment ahead first (`lookup_hint`, then `expect_looked_up`
             // for that segment; in a pipeline, `expect_looked_up` goes
             // with what the call before named, here another flow's guess).
             match rng.below(3) {
                 0 => {
-                    b.expect(local, remote);
+                    b.expect(&seg);
                 }
                 1 => {
-                    b.lookup_hint(local, remote);
+                    b.lookup_hint(&seg);
                     b.expect_looked_up();
                 }
                 _ => {
                     b.expect_looked_up();
-                    b.lookup_hint(local, remote);
+                    b.lookup_hint(&seg);
                 }
             }
             previous = Some(own);

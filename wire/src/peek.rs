@@ -7,47 +7,102 @@
 
 use crate::be16;
 use crate::ethernet::{EtherType, EthernetFrame};
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// IANA protocol number of TCP (RFC 9293 §3.1).
 const TCP: u8 = 6;
 
-/// `(source, destination)` of the TCP segment in an Ethernet frame: up to
-/// two VLAN tags, then IPv4 that is not a later fragment (RFC 791 §3.1:
-/// a non-zero fragment offset carries no TCP header) or IPv6 whose first
-/// next header is TCP (RFC 8200 §3; extension headers give `None`). `None`
-/// for anything else and for a frame too short for the fields read.
+/// A TCP segment's addresses and ports as its headers carry them: each
+/// address as its number (an IPv4 address in the low 32 bits), with the
+/// family they share. Plain numbers, so that a caller can key its lookup
+/// off them without building `SocketAddr`s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Endpoints {
+    /// Whether both addresses are IPv6 (else both are IPv4).
+    pub v6: bool,
+    /// The source address.
+    pub src: u128,
+    /// The destination address.
+    pub dst: u128,
+    /// The source port.
+    pub src_port: u16,
+    /// The destination port.
+    pub dst_port: u16,
+}
+
+impl Endpoints {
+    /// The endpoints of a segment from `src` to `dst`; `None` when their
+    /// families differ (no segment carries such a pair).
+    pub fn new(src: SocketAddr, dst: SocketAddr) -> Option<Self> {
+        let (v6, s, d) = match (src.ip(), dst.ip()) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => (false, u32::from(s).into(), u32::from(d).into()),
+            (IpAddr::V6(s), IpAddr::V6(d)) => (true, u128::from(s), u128::from(d)),
+            _ => return None,
+        };
+        Some(Endpoints {
+            v6,
+            src: s,
+            dst: d,
+            src_port: src.port(),
+            dst_port: dst.port(),
+        })
+    }
+
+    /// `(source, destination)` as socket addresses.
+    pub fn socket_addrs(&self) -> (SocketAddr, SocketAddr) {
+        let ip = |bits: u128| -> IpAddr {
+            if self.v6 {
+                Ipv6Addr::from(bits).into()
+            } else {
+                Ipv4Addr::from(bits as u32).into()
+            }
+        };
+        (
+            SocketAddr::new(ip(self.src), self.src_port),
+            SocketAddr::new(ip(self.dst), self.dst_port),
+        )
+    }
+}
+
+/// The endpoints of the TCP segment in an Ethernet frame: up to two VLAN
+/// tags, then IPv4 that is not a later fragment (RFC 791 §3.1: a non-zero
+/// fragment offset carries no TCP header) or IPv6 whose first next header
+/// is TCP (RFC 8200 §3; extension headers give `None`). `None` for
+/// anything else and for a frame too short for the fields read.
 #[inline]
-pub fn tcp_endpoints(frame: &[u8]) -> Option<(SocketAddr, SocketAddr)> {
+pub fn tcp_endpoints(frame: &[u8]) -> Option<Endpoints> {
     let (_, ethertype, l3) = EthernetFrame::new_checked(frame).ok()?.parse_tags().ok()?;
     let ip = frame.get(l3..)?;
-    let (src, dst, l4) = match ethertype {
+    let (v6, src, dst, l4) = match ethertype {
         EtherType::Ipv4 => {
-            let h = ip.get(..20)?;
+            let h: &[u8; 20] = ip.get(..20)?.try_into().ok()?;
             if h[0] >> 4 != 4 || h[9] != TCP || be16(h, 6) & 0x1fff != 0 {
                 return None;
             }
-            let src: [u8; 4] = h[12..16].try_into().ok()?;
-            let dst: [u8; 4] = h[16..20].try_into().ok()?;
+            let src = u32::from_be_bytes([h[12], h[13], h[14], h[15]]);
+            let dst = u32::from_be_bytes([h[16], h[17], h[18], h[19]]);
             let ihl = usize::from(h[0] & 0x0f) * 4;
-            (Ipv4Addr::from(src).into(), Ipv4Addr::from(dst).into(), ihl)
+            (false, src.into(), dst.into(), ihl)
         }
         EtherType::Ipv6 => {
-            let h = ip.get(..40)?;
+            let h: &[u8; 40] = ip.get(..40)?.try_into().ok()?;
             if h[0] >> 4 != 6 || h[6] != TCP {
                 return None;
             }
-            let src: [u8; 16] = h[8..24].try_into().ok()?;
-            let dst: [u8; 16] = h[24..40].try_into().ok()?;
-            (Ipv6Addr::from(src).into(), Ipv6Addr::from(dst).into(), 40)
+            let src = u128::from_be_bytes(h[8..24].try_into().ok()?);
+            let dst = u128::from_be_bytes(h[24..40].try_into().ok()?);
+            (true, src, dst, 40)
         }
         _ => return None,
     };
     let ports = ip.get(l4..l4 + 4)?;
-    Some((
-        SocketAddr::new(src, be16(ports, 0)),
-        SocketAddr::new(dst, be16(ports, 2)),
-    ))
+    Some(Endpoints {
+        v6,
+        src,
+        dst,
+        src_port: be16(ports, 0),
+        dst_port: be16(ports, 2),
+    })
 }
 
 #[cfg(test)]
@@ -83,7 +138,8 @@ mod tests {
         );
         for tags in 0..=2 {
             for options in [false, true] {
-                assert_eq!(tcp_endpoints(&v4_frame(tags, options)), Some(want));
+                let got = tcp_endpoints(&v4_frame(tags, options)).map(|e| e.socket_addrs());
+                assert_eq!(got, Some(want));
             }
         }
     }
@@ -124,7 +180,11 @@ mod tests {
                 _ => None,
             };
             tcp_frames += usize::from(want.is_some());
-            assert_eq!(tcp_endpoints(&f), want, "{f:02x?}");
+            let got = tcp_endpoints(&f);
+            assert_eq!(got.map(|e| e.socket_addrs()), want, "{f:02x?}");
+            if let Some((src, dst)) = want {
+                assert_eq!(got, Endpoints::new(src, dst), "the numbers, both ways");
+            }
         }
         assert_eq!(tcp_frames, 3);
     }
@@ -145,5 +205,22 @@ mod tests {
         for len in 0..14 + 20 + 4 {
             assert_eq!(tcp_endpoints(&f[..len]), None, "{len} bytes");
         }
+    }
+
+    #[test]
+    fn endpoints_of_socket_addresses_round_trip() {
+        let v4: SocketAddr = "10.0.0.2:40001".parse().unwrap();
+        let v6: SocketAddr = "[2001:db8::1]:443".parse().unwrap();
+        let mapped: SocketAddr = "[::ffff:10.0.0.1]:80".parse().unwrap();
+        for (src, dst) in [(v4, v4), (v6, v6), (v6, mapped)] {
+            let e = Endpoints::new(src, dst).unwrap();
+            assert_eq!(e.socket_addrs(), (src, dst));
+        }
+        let e = Endpoints::new(v4, "10.0.0.1:5001".parse().unwrap()).unwrap();
+        assert_eq!((e.v6, e.src, e.dst), (false, 0x0a00_0002, 0x0a00_0001));
+        // No segment carries addresses of two families (an IPv4-mapped
+        // IPv6 address is IPv6's).
+        assert_eq!(Endpoints::new(v4, v6), None);
+        assert_eq!(Endpoints::new(mapped, v4), None);
     }
 }

@@ -21,7 +21,7 @@ pub fn parse_frame_target(data: &[u8]) {
                 std::net::SocketAddr::new(ips.src(), tcp.src_port),
                 std::net::SocketAddr::new(ips.dst(), tcp.dst_port),
             );
-            assert_eq!(peeked, parsed);
+            assert_eq!(peeked.socket_addrs(), parsed);
         }
         assert!(f.l3_end <= data.len());
         assert!(f.payload.start <= f.payload.end && f.payload.end <= f.l3_end);
