@@ -12,6 +12,7 @@
 //! of it, so an IPv4 connection never matches an IPv6 segment from the
 //! IPv4-mapped address (RFC 4291 §2.5.5.2) of the same peer.
 
+use crate::siphash::SipHasher24;
 use crate::FourTuple;
 use flowlane_wire::peek::Endpoints;
 use std::hash::Hasher;
@@ -166,30 +167,25 @@ impl FlowKey {
         h.write_u64(self.ports);
     }
 
-    /// The bytes the ISN's PRF takes (RFC 6528 §3: the connection's
-    /// addresses and ports): each address in network order (4 or 16
-    /// bytes) followed by its port, ours first. Returns the buffer and the
-    /// length used.
+    /// Feeds the key to a keyed PRF (the ISN's, RFC 6528 §3: the
+    /// connection's addresses and ports; SYN cookies'): when both
+    /// addresses are IPv4, one word of both (ours high) and the ports in
+    /// four bytes, 12 bytes that SipHash takes in two compressions;
+    /// otherwise the four address words and the ports and families in
+    /// five bytes. The two forms differ in length, which SipHash's last
+    /// word carries.
     #[inline]
-    pub(crate) fn prf_message(&self) -> ([u8; 36], usize) {
-        let mut msg = [0u8; 36];
-        let mut n = 0;
-        for (w, v6, port) in [
-            (self.local, self.ports & LOCAL_V6 != 0, self.local_port()),
-            (self.remote, self.ports & REMOTE_V6 != 0, self.remote_port()),
-        ] {
-            if v6 {
-                msg[n..n + 8].copy_from_slice(&w[0].to_be_bytes());
-                msg[n + 8..n + 16].copy_from_slice(&w[1].to_be_bytes());
-                n += 16;
-            } else {
-                msg[n..n + 4].copy_from_slice(&(w[1] as u32).to_be_bytes());
-                n += 4;
-            }
-            msg[n..n + 2].copy_from_slice(&port.to_be_bytes());
-            n += 2;
+    pub(crate) fn prf_into(&self, h: &mut SipHasher24) {
+        if self.ports & (LOCAL_V6 | REMOTE_V6) == 0 {
+            h.write_word(self.local[1] << 32 | self.remote[1]);
+            h.write_partial(self.ports, 4);
+        } else {
+            h.write_word(self.local[0]);
+            h.write_word(self.local[1]);
+            h.write_word(self.remote[0]);
+            h.write_word(self.remote[1]);
+            h.write_partial(self.ports, 5);
         }
-        (msg, n)
     }
 }
 
@@ -235,17 +231,34 @@ mod tests {
         })
     }
 
-    /// The old message, built from the tuple's `SocketAddr`s.
+    /// The PRF's message, built from the tuple's `SocketAddr`s: both
+    /// IPv4, one word of both addresses (ours high) and the ports' four
+    /// bytes; otherwise each address in 16 bytes (as two words, high
+    /// first), then the ports and the families' byte.
     fn prf_message_of(t: &FourTuple) -> Vec<u8> {
-        let mut msg = Vec::new();
-        for a in [t.local, t.remote] {
-            match a.ip() {
-                IpAddr::V4(x) => msg.extend_from_slice(&x.octets()),
-                IpAddr::V6(x) => msg.extend_from_slice(&x.octets()),
+        let port_bits = u64::from(t.local.port()) << 16 | u64::from(t.remote.port());
+        match (t.local.ip(), t.remote.ip()) {
+            (IpAddr::V4(l), IpAddr::V4(r)) => {
+                let both = u64::from(u32::from(l)) << 32 | u64::from(u32::from(r));
+                let mut msg = both.to_le_bytes().to_vec();
+                msg.extend_from_slice(&port_bits.to_le_bytes()[..4]);
+                msg
             }
-            msg.extend_from_slice(&a.port().to_be_bytes());
+            (l, r) => {
+                let mut msg = Vec::new();
+                for ip in [l, r] {
+                    let bits = match ip {
+                        IpAddr::V4(a) => u128::from(u32::from(a)),
+                        IpAddr::V6(a) => u128::from(a),
+                    };
+                    msg.extend_from_slice(&((bits >> 64) as u64).to_le_bytes());
+                    msg.extend_from_slice(&(bits as u64).to_le_bytes());
+                }
+                let families = u64::from(l.is_ipv6()) << 32 | u64::from(r.is_ipv6()) << 33;
+                msg.extend_from_slice(&(port_bits | families).to_le_bytes()[..5]);
+                msg
+            }
         }
-        msg
     }
 
     proptest! {
@@ -257,8 +270,12 @@ mod tests {
             prop_assert_eq!(ka.remote_ip(), a.remote.ip());
             prop_assert_eq!(ka == kb, a == b);
             prop_assert!(ka == FlowKey::of(&a));
-            let (msg, n) = ka.prf_message();
-            prop_assert_eq!(&msg[..n], &prf_message_of(&a)[..]);
+            let key = [7u8; 16];
+            let mut h = SipHasher24::new(&key);
+            ka.prf_into(&mut h);
+            let mut want = SipHasher24::new(&key);
+            want.write(&prf_message_of(&a));
+            prop_assert_eq!(h.finish(), want.finish());
         }
 
         /// A segment's endpoints read off its frame give its connection's

@@ -12,22 +12,23 @@ use crate::time::Instant;
 /// per-connection timestamp offsets from a secret.
 #[derive(Clone)]
 pub(crate) struct IsnGenerator {
-    secret: [u8; 16],
+    /// SipHash-2-4 keyed by the secret, before any message.
+    keyed: SipHasher24,
 }
 
 impl IsnGenerator {
     /// A generator keyed by `secret` (should be random per boot/process).
     pub(crate) fn new(secret: [u8; 16]) -> Self {
-        IsnGenerator { secret }
+        IsnGenerator {
+            keyed: SipHasher24::new(&secret),
+        }
     }
 
-    /// One SipHash-2-4 tag of the tuple, written as a single message
-    /// (addresses and ports, local first: 12 bytes for IPv4, 36 for IPv6)
-    /// so that it is compressed a word at a time.
+    /// One SipHash-2-4 tag of the tuple ([`FlowKey::prf_into`]: 12 bytes
+    /// for IPv4, 37 for IPv6, fed a word at a time).
     fn hash_tuple(&self, t: &FlowKey) -> u64 {
-        let (msg, n) = t.prf_message();
-        let mut h = SipHasher24::new(&self.secret);
-        h.write(&msg[..n]);
+        let mut h = self.keyed.clone();
+        t.prf_into(&mut h);
         h.finish()
     }
 

@@ -78,6 +78,35 @@ impl SipHasher24 {
         self.ntail = rest.len();
     }
 
+    /// Feeds the eight bytes of `m` in little-endian order, as
+    /// `write(&m.to_le_bytes())` would: one compression when no partial
+    /// word is pending.
+    #[inline]
+    pub(crate) fn write_word(&mut self, m: u64) {
+        if self.ntail == 0 {
+            self.len += 8;
+            self.compress(m);
+        } else {
+            self.write(&m.to_le_bytes());
+        }
+    }
+
+    /// Feeds the low `n` (< 8) bytes of `v` in little-endian order, as
+    /// `write(&v.to_le_bytes()[..n])` would; `v`'s other bytes must be
+    /// zero. When no partial word is pending they become it, for
+    /// [`SipHasher24::finish`] to take with the length.
+    #[inline]
+    pub(crate) fn write_partial(&mut self, v: u64, n: usize) {
+        debug_assert!(n < 8 && v >> (8 * n) == 0, "{n} bytes of {v:#x}");
+        if self.ntail == 0 {
+            self.len += n;
+            self.tail = v;
+            self.ntail = n;
+        } else {
+            self.write(&v.to_le_bytes()[..n]);
+        }
+    }
+
     /// Adds one byte to the partial word, compressing it once full.
     #[inline]
     fn push_byte(&mut self, b: u8) {
@@ -169,6 +198,39 @@ mod tests {
                     h.write(&msg[b..n]);
                     assert_eq!(h.finish(), whole, "len {n}, splits at {a} and {b}");
                 }
+            }
+        }
+    }
+
+    /// Words and partial words give the tag of their little-endian bytes,
+    /// whatever was written before them.
+    #[test]
+    fn words_are_their_little_endian_bytes() {
+        let words = [
+            0x0123_4567_89ab_cdef_u64,
+            0xfeed_f00d,
+            0x1122_3344_5566_7788,
+        ];
+        for before in 0..9usize {
+            for n in 0..8usize {
+                let prefix: Vec<u8> = (0..before as u8).collect();
+                let part = words[1] & ((1u64 << (8 * n)) - 1);
+                let mut bytes = prefix.clone();
+                bytes.extend_from_slice(&words[0].to_le_bytes());
+                bytes.extend_from_slice(&words[2].to_le_bytes());
+                bytes.extend_from_slice(&part.to_le_bytes()[..n]);
+                let mut want = SipHasher24::new(&key());
+                want.write(&bytes);
+                let mut h = SipHasher24::new(&key());
+                h.write(&prefix);
+                h.write_word(words[0]);
+                h.write_word(words[2]);
+                h.write_partial(part, n);
+                assert_eq!(
+                    h.finish(),
+                    want.finish(),
+                    "{before} bytes before, {n} after"
+                );
             }
         }
     }

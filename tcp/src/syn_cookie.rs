@@ -84,8 +84,7 @@ impl CookieJar {
 
     fn mac(&self, tuple: &FlowKey, client_isn: SeqNumber, period: u64, mss_index: u32) -> u32 {
         let mut h = SipHasher24::new(&self.key);
-        let (msg, n) = tuple.prf_message();
-        h.write(&msg[..n]);
+        tuple.prf_into(&mut h);
         h.write(&client_isn.0.to_be_bytes());
         h.write(&period.to_le_bytes());
         h.write(&[mss_index as u8]);
