@@ -115,9 +115,12 @@ fn main() {
     };
     let mut bulk = Bulk::start(&mut sim, conns, a_to_b, b_to_a);
     bulk.b_closes_first = server_closes;
-    let run = |sim: &mut Sim, bulk: &mut Bulk| {
+    // The most buffer memory B's connections held at once (chunks).
+    let mut peak_memory = 0;
+    let mut run = |sim: &mut Sim, bulk: &mut Bulk| {
         let limit = sim.now + Duration::from_secs(3600);
         let done = sim.run_until(limit, |s| {
+            peak_memory = peak_memory.max(s.b.buffer_memory());
             bulk.on_step(s);
             bulk.finished()
         });
@@ -171,6 +174,7 @@ fn main() {
     } else {
         println!("virtual time           {:?}", sim.now);
     }
+    println!("buffer memory peak (B) {peak_memory} B");
     println!(
         "buffer auto-tuning     {}",
         if fixed { "off" } else { "on" }

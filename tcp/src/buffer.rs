@@ -11,7 +11,7 @@
 //! (out-of-order reassembly): they keep their offsets from the read position
 //! while the application drains what precedes them.
 
-use crate::chunk_pool::{ChunkList, ChunkPool, CHUNK_SIZE};
+use crate::chunk_pool::{ChunkList, ChunkPool, CHUNK_SIZE, SMALL_CHUNK_SIZE};
 
 /// A byte queue in pooled chunks. "Allocated" bytes are the `len()` queued
 /// bytes starting at the read position; the space after them is
@@ -26,11 +26,17 @@ use crate::chunk_pool::{ChunkList, ChunkPool, CHUNK_SIZE};
 /// (RFC 7323 §2.4) put a little past it.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct ChunkBuffer {
-    /// Chunk `i` holds offsets `[i * CHUNK_SIZE - head, (i + 1) * CHUNK_SIZE
-    /// - head)` from the read position.
+    /// Chunk `i` holds offsets `[i * size - head, (i + 1) * size - head)`
+    /// from the read position, `size` being the chunks' size
+    /// (`1 << shift`).
     chunks: ChunkList,
     /// The read position inside the first chunk.
     head: u32,
+    /// log2 of the size of the chunks held: [`SMALL_CHUNK_SIZE`] when the
+    /// bytes the buffer was first given (since it last held none) fit in
+    /// one, [`CHUNK_SIZE`] otherwise. Chosen whenever the buffer takes its
+    /// first chunk.
+    shift: u8,
     /// Queued bytes.
     len: u32,
     /// One past the furthest offset written (queued or not): chunks up to it
@@ -39,6 +45,12 @@ pub(crate) struct ChunkBuffer {
     capacity: u32,
     headroom: u32,
 }
+
+/// log2 of [`SMALL_CHUNK_SIZE`].
+const SMALL_SHIFT: u8 = SMALL_CHUNK_SIZE.trailing_zeros() as u8;
+/// log2 of [`CHUNK_SIZE`].
+const LARGE_SHIFT: u8 = CHUNK_SIZE.trailing_zeros() as u8;
+const _: () = assert!(SMALL_CHUNK_SIZE.is_power_of_two() && CHUNK_SIZE.is_power_of_two());
 
 /// Buffer sizes are bounded by the window field (2^30 with the largest
 /// shift), so `u32` holds every offset.
@@ -53,6 +65,12 @@ impl ChunkBuffer {
             capacity: to_u32(capacity),
             ..ChunkBuffer::default()
         }
+    }
+
+    /// The size of the chunks held (`1 << shift`).
+    #[inline]
+    fn chunk_size(&self) -> usize {
+        1 << self.shift
     }
 
     /// Capacity in bytes, headroom excluded.
@@ -92,6 +110,12 @@ impl ChunkBuffer {
         self.chunks.len()
     }
 
+    /// Bytes of the chunks held.
+    #[cfg(test)]
+    pub(crate) fn held_bytes(&self) -> usize {
+        self.chunks.iter().map(|c| c.len()).sum()
+    }
+
     /// Free space after the queued bytes, up to the capacity.
     #[inline]
     pub(crate) fn window(&self) -> usize {
@@ -107,12 +131,44 @@ impl ChunkBuffer {
     /// held.
     #[inline]
     fn hold(&mut self, pool: &mut ChunkPool, end: usize) {
-        let need = (self.head as usize + end).div_ceil(CHUNK_SIZE);
-        if self.chunks.capacity() == 0 && need > 0 {
-            self.chunks = pool.take_list();
+        if self.chunks.is_empty() {
+            // Nothing held (so the read position is 0): the chunks' size
+            // is chosen for these bytes.
+            let small = end <= SMALL_CHUNK_SIZE;
+            self.shift = if small { SMALL_SHIFT } else { LARGE_SHIFT };
+            if self.chunks.capacity() == 0 && end > 0 {
+                self.chunks = pool.take_list();
+            }
         }
+        let end = self.head as usize + end;
+        if end > SMALL_CHUNK_SIZE && self.shift == SMALL_SHIFT {
+            self.outgrow_small(pool);
+        }
+        let need = (end + self.chunk_size() - 1) >> self.shift;
+        let small = self.shift == SMALL_SHIFT;
         while self.chunks.len() < need {
-            self.chunks.push_back(pool.take());
+            self.chunks.push_back(pool.take(small));
+        }
+    }
+
+    /// The bytes outgrew one small chunk: the small chunk (the only one a
+    /// buffer of small chunks ever holds) is replaced by a chunk of
+    /// [`CHUNK_SIZE`] with the same bytes at the same offsets, and the
+    /// buffer takes chunks of that size from then on (until it holds none
+    /// again). One copy of at most [`SMALL_CHUNK_SIZE`] bytes, so that a
+    /// stream that started with a short segment is not carried in small
+    /// chunks.
+    #[cold]
+    #[inline(never)]
+    fn outgrow_small(&mut self, pool: &mut ChunkPool) {
+        self.shift = LARGE_SHIFT;
+        if let Some(small) = self.chunks.pop_front() {
+            debug_assert!(self.chunks.is_empty(), "one small chunk at most");
+            let mut large = pool.take(false);
+            let (from, to) = (self.head as usize, (self.head + self.written) as usize);
+            large[from..to].copy_from_slice(&small[from..to]);
+            pool.give(small);
+            self.chunks.push_back(large);
         }
     }
 
@@ -120,9 +176,10 @@ impl ChunkBuffer {
     #[inline]
     fn copy_in(&mut self, at: usize, mut data: &[u8]) {
         let mut pos = self.head as usize + at;
+        let size = self.chunk_size();
         while !data.is_empty() {
-            let (i, o) = (pos / CHUNK_SIZE, pos % CHUNK_SIZE);
-            let n = data.len().min(CHUNK_SIZE - o);
+            let (i, o) = (pos >> self.shift, pos & (size - 1));
+            let n = data.len().min(size - o);
             self.chunks[i][o..o + n].copy_from_slice(&data[..n]);
             data = &data[n..];
             pos += n;
@@ -134,9 +191,10 @@ impl ChunkBuffer {
     #[inline]
     fn copy_out(&self, at: usize, mut out: &mut [u8]) {
         let mut pos = self.head as usize + at;
+        let size = self.chunk_size();
         while !out.is_empty() {
-            let (i, o) = (pos / CHUNK_SIZE, pos % CHUNK_SIZE);
-            let n = out.len().min(CHUNK_SIZE - o);
+            let (i, o) = (pos >> self.shift, pos & (size - 1));
+            let n = out.len().min(size - o);
             let (dst, rest) = out.split_at_mut(n);
             dst.copy_from_slice(&self.chunks[i][o..o + n]);
             out = rest;
@@ -194,11 +252,12 @@ impl ChunkBuffer {
             return n;
         }
         let mut head = self.head as usize + n;
-        while head >= CHUNK_SIZE {
+        let size = self.chunk_size();
+        while head >= size {
             if let Some(c) = self.chunks.pop_front() {
                 pool.give(c);
             }
-            head -= CHUNK_SIZE;
+            head -= size;
         }
         self.head = head as u32;
         n
@@ -211,7 +270,7 @@ impl ChunkBuffer {
         match self.chunks.front() {
             Some(c) if self.len > 0 => {
                 let h = self.head as usize;
-                &c[h..(h + self.len()).min(CHUNK_SIZE)]
+                &c[h..(h + self.len()).min(c.len())]
             }
             _ => &[],
         }
@@ -289,7 +348,7 @@ impl ChunkBuffer {
             return;
         }
         self.written = self.len;
-        let need = (self.head as usize + self.len()).div_ceil(CHUNK_SIZE);
+        let need = (self.head as usize + self.len() + self.chunk_size() - 1) >> self.shift;
         while self.chunks.len() > need {
             if let Some(c) = self.chunks.pop_back() {
                 pool.give(c);
@@ -298,6 +357,7 @@ impl ChunkBuffer {
     }
 
     /// Drops every byte, queued or not, and gives all chunks back.
+    #[inline]
     fn give_back(&mut self, pool: &mut ChunkPool) {
         // Popped one by one: a `drain(..)` costs some 60 instructions even
         // when there is nothing to give (a connection that held no chunk,
@@ -338,7 +398,7 @@ mod tests {
 
     #[test]
     fn queues_across_chunks_and_gives_them_back() {
-        let mut p = ChunkPool::new(64);
+        let mut p = ChunkPool::new(64 * CHUNK_SIZE);
         let mut r = ChunkBuffer::new(3 * CHUNK_SIZE);
         assert_eq!(r.window(), 3 * CHUNK_SIZE);
         let a = bytes(CHUNK_SIZE + 10, 1);
@@ -373,7 +433,7 @@ mod tests {
 
     #[test]
     fn unallocated_writes() {
-        let mut p = ChunkPool::new(8);
+        let mut p = ChunkPool::new(8 * CHUNK_SIZE);
         let mut r = ChunkBuffer::new(8);
         r.enqueue_slice(&mut p, b"xyz");
         r.dequeue_allocated(&mut p, 2);
@@ -392,7 +452,7 @@ mod tests {
     fn out_of_order_data_survives_draining() {
         // Out-of-order data written past the end keeps its chunks and its
         // offset while the application drains the in-order bytes.
-        let mut p = ChunkPool::new(8);
+        let mut p = ChunkPool::new(8 * CHUNK_SIZE);
         let mut r = ChunkBuffer::new(4 * CHUNK_SIZE);
         r.enqueue_slice(&mut p, &bytes(CHUNK_SIZE - 1, 3));
         let far = bytes(20, 9);
@@ -411,7 +471,7 @@ mod tests {
 
     #[test]
     fn headroom_takes_unallocated_writes_only() {
-        let mut p = ChunkPool::new(8);
+        let mut p = ChunkPool::new(8 * CHUNK_SIZE);
         let mut r = ChunkBuffer::new(8);
         r.resize(8, 4);
         assert_eq!((r.capacity(), r.headroom(), r.window()), (8, 4, 8));
@@ -429,7 +489,7 @@ mod tests {
 
     #[test]
     fn growing_takes_no_memory() {
-        let mut p = ChunkPool::new(8);
+        let mut p = ChunkPool::new(8 * CHUNK_SIZE);
         let mut r = ChunkBuffer::new(64 * 1024);
         r.grow(1 << 20);
         assert_eq!(r.capacity(), 1 << 20);
@@ -477,7 +537,7 @@ mod tests {
             initial in 1usize..200,
             ops in proptest::collection::vec(op(), 0..120),
         ) {
-            let mut p = ChunkPool::new(4);
+            let mut p = ChunkPool::new(4 * CHUNK_SIZE);
             let mut r = ChunkBuffer::new(initial);
             let mut committed = std::collections::VecDeque::new();
             // Uncommitted bytes by offset after the committed ones.
@@ -546,7 +606,7 @@ mod tests {
                 }
                 proptest::prop_assert_eq!(p.in_use(), r.chunks());
                 let span = committed.len() + ooo.len();
-                proptest::prop_assert!(r.chunks() <= span.div_ceil(CHUNK_SIZE) + 1);
+                proptest::prop_assert!(r.chunks() <= span.div_ceil(r.chunk_size()) + 1);
                 if span == 0 {
                     proptest::prop_assert_eq!(r.chunks(), 0);
                 }

@@ -10,8 +10,7 @@
 //! connections.
 
 /// Bytes per chunk: a few segments, so that taking and returning chunks is
-/// rare next to the per-segment work, and small enough that a connection
-/// with little data pending holds little.
+/// rare next to the per-segment work.
 #[cfg(not(test))]
 pub(crate) const CHUNK_SIZE: usize = 8192;
 /// Unit tests use small chunks so that every buffer operation crosses
@@ -19,61 +18,94 @@ pub(crate) const CHUNK_SIZE: usize = 8192;
 #[cfg(test)]
 pub(crate) const CHUNK_SIZE: usize = 64;
 
+/// Bytes per small chunk: what a buffer takes when the bytes it is first
+/// given fit in one (a request, an answer, a short message), so that a
+/// connection holding a few hundred bytes holds a quarter of a chunk, not
+/// a whole one. One UMEM frame's size.
+#[cfg(not(test))]
+pub(crate) const SMALL_CHUNK_SIZE: usize = 2048;
+/// Unit tests' small chunks.
+#[cfg(test)]
+pub(crate) const SMALL_CHUNK_SIZE: usize = 16;
+
 use std::collections::VecDeque;
 
-/// One chunk of buffer memory.
-pub(crate) type Chunk = Box<[u8; CHUNK_SIZE]>;
+/// One chunk of buffer memory: [`CHUNK_SIZE`] or [`SMALL_CHUNK_SIZE`]
+/// bytes.
+pub(crate) type Chunk = Box<[u8]>;
 
-/// The chunks one buffer holds, in offset order.
+/// The chunks one buffer holds, in offset order (all of one size).
 pub(crate) type ChunkList = VecDeque<Chunk>;
 
 /// The largest list kept for reuse, in chunks it has room for: a list that
 /// grew for a window of megabytes goes back to the allocator instead.
 const KEPT_LIST_ROOM: usize = 8;
 
-/// Free chunks and the count of chunks handed out; empty chunk lists kept
+/// Free chunks of both sizes and what is handed out; empty chunk lists kept
 /// for the next connection's first bytes.
 #[derive(Debug, Default)]
 pub(crate) struct ChunkPool {
+    /// Free chunks of [`CHUNK_SIZE`].
     free: Vec<Chunk>,
+    /// Free chunks of [`SMALL_CHUNK_SIZE`].
+    free_small: Vec<Chunk>,
     /// Empty lists with room, from buffers released by closing
     /// connections: a new connection's buffer takes one instead of
     /// allocating its list (and the closing one frees none).
     lists: Vec<ChunkList>,
     /// Chunks handed out and not yet given back.
     in_use: usize,
-    /// Most free chunks kept for reuse; beyond that, returned chunks go
-    /// back to the allocator.
+    /// Their bytes.
+    in_use_bytes: usize,
+    /// Most free chunks of [`CHUNK_SIZE`] kept for reuse; beyond that,
+    /// returned chunks go back to the allocator.
     keep: usize,
+    /// Most free chunks of [`SMALL_CHUNK_SIZE`] kept.
+    keep_small: usize,
 }
 
 impl ChunkPool {
-    /// An empty pool that keeps up to `keep` free chunks for reuse.
+    /// An empty pool that keeps free chunks for reuse up to `keep` bytes
+    /// of each size.
     pub(crate) fn new(keep: usize) -> Self {
         ChunkPool {
-            free: Vec::new(),
-            lists: Vec::new(),
-            in_use: 0,
-            keep,
+            keep: keep / CHUNK_SIZE,
+            keep_small: keep / SMALL_CHUNK_SIZE,
+            ..ChunkPool::default()
         }
     }
 
-    /// A chunk (contents unspecified: buffers read only what they wrote).
+    /// A chunk of [`SMALL_CHUNK_SIZE`] bytes if `small`, else of
+    /// [`CHUNK_SIZE`] (contents unspecified: buffers read only what they
+    /// wrote).
     #[inline]
-    pub(crate) fn take(&mut self) -> Chunk {
+    pub(crate) fn take(&mut self, small: bool) -> Chunk {
+        let (free, size) = if small {
+            (&mut self.free_small, SMALL_CHUNK_SIZE)
+        } else {
+            (&mut self.free, CHUNK_SIZE)
+        };
         self.in_use += 1;
-        match self.free.pop() {
+        self.in_use_bytes += size;
+        match free.pop() {
             Some(c) => c,
-            None => new_chunk(),
+            None => vec![0u8; size].into_boxed_slice(),
         }
     }
 
     /// Gives a chunk back.
     #[inline]
     pub(crate) fn give(&mut self, chunk: Chunk) {
+        let size = chunk.len();
         self.in_use = self.in_use.saturating_sub(1);
-        if self.free.len() < self.keep {
-            self.free.push(chunk);
+        self.in_use_bytes = self.in_use_bytes.saturating_sub(size);
+        let (free, keep) = if size == SMALL_CHUNK_SIZE {
+            (&mut self.free_small, self.keep_small)
+        } else {
+            (&mut self.free, self.keep)
+        };
+        if free.len() < keep {
+            free.push(chunk);
         }
     }
 
@@ -98,14 +130,20 @@ impl ChunkPool {
     }
 
     /// Chunks held by buffers.
+    #[cfg(test)]
     pub(crate) fn in_use(&self) -> usize {
         self.in_use
+    }
+
+    /// Bytes of the chunks held by buffers.
+    pub(crate) fn in_use_bytes(&self) -> usize {
+        self.in_use_bytes
     }
 
     /// Free chunks kept for reuse.
     #[cfg(test)]
     pub(crate) fn cached(&self) -> usize {
-        self.free.len()
+        self.free.len() + self.free_small.len()
     }
 
     /// Empty chunk lists kept for reuse.
@@ -115,34 +153,60 @@ impl ChunkPool {
     }
 }
 
-fn new_chunk() -> Chunk {
-    vec![0u8; CHUNK_SIZE]
-        .into_boxed_slice()
-        .try_into()
-        .expect("CHUNK_SIZE bytes")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn reuses_last_returned_and_bounds_the_cache() {
-        let mut p = ChunkPool::new(1);
-        let mut a = p.take();
+        let mut p = ChunkPool::new(CHUNK_SIZE);
+        let mut a = p.take(false);
         a[0] = 7;
-        let b = p.take();
-        assert_eq!(p.in_use(), 2);
+        let b = p.take(false);
+        assert_eq!((p.in_use(), p.in_use_bytes()), (2, 2 * CHUNK_SIZE));
         p.give(a);
         p.give(b);
         assert_eq!((p.in_use(), p.cached()), (0, 1));
         // The kept one is the first returned (the second found the cache full).
-        assert_eq!(p.take()[0], 7);
+        assert_eq!(p.take(false)[0], 7);
+    }
+
+    #[test]
+    fn small_chunks_are_their_own_size_and_count_by_bytes() {
+        let mut p = ChunkPool::new(CHUNK_SIZE + 2 * SMALL_CHUNK_SIZE);
+        let (mut s, l) = (p.take(true), p.take(false));
+        assert_eq!((s.len(), l.len()), (SMALL_CHUNK_SIZE, CHUNK_SIZE));
+        assert_eq!(p.in_use_bytes(), SMALL_CHUNK_SIZE + CHUNK_SIZE);
+        s[0] = 9;
+        p.give(s);
+        p.give(l);
+        assert_eq!((p.in_use(), p.in_use_bytes(), p.cached()), (0, 0, 2));
+        assert_eq!(
+            p.take(true)[0],
+            9,
+            "a small chunk comes back as a small one"
+        );
+        assert_eq!(p.take(false).len(), CHUNK_SIZE);
+        // The bound is in bytes of each size: one large, and small ones
+        // up to the same bytes.
+        let bound = (CHUNK_SIZE + 2 * SMALL_CHUNK_SIZE) / SMALL_CHUNK_SIZE;
+        let small: Vec<Chunk> = (0..bound + 3).map(|_| p.take(true)).collect();
+        let (d, e) = (p.take(false), p.take(false));
+        p.give(d);
+        p.give(e);
+        for x in small {
+            p.give(x);
+        }
+        assert_eq!(
+            p.cached(),
+            1 + bound,
+            "one large one and {bound} small ones"
+        );
     }
 
     #[test]
     fn keeps_small_empty_lists_whatever_the_chunks_bound() {
-        let mut p = ChunkPool::new(2);
+        let mut p = ChunkPool::new(2 * CHUNK_SIZE);
         assert_eq!(p.take_list().capacity(), 0, "nothing kept yet");
         let small = ChunkList::with_capacity(4);
         let room = small.capacity();

@@ -303,8 +303,9 @@ pub struct Config {
     /// its share and buffers stop growing. A data path sets it to what its
     /// receive frames can hold, so that no frame is ever dropped below TCP
     /// for want of room. Buffer memory is taken from a per-stack pool of
-    /// chunks as data arrives and given back as it is read; the pool keeps
-    /// up to this much free memory for reuse.
+    /// chunks as data arrives and given back as it is read (8 KiB chunks,
+    /// or 2 KiB ones for a buffer whose bytes fit in one); the pool keeps
+    /// up to this much free memory in chunks of each size for reuse.
     pub recv_memory: usize,
     /// The least payload a receive queue keeps in the frame it arrived in
     /// when the caller lends frames ([`Stack::handle_tcp_frame`]); smaller

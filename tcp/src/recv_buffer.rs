@@ -69,6 +69,12 @@ impl RecvBuffer {
         self.chunks.chunks()
     }
 
+    /// Bytes of the chunks held.
+    #[cfg(test)]
+    pub(crate) fn held_bytes(&self) -> usize {
+        self.chunks.held_bytes()
+    }
+
     /// The piece list and the bytes the chunks queue (`check_layout`).
     #[cfg(test)]
     pub(crate) fn pieces(&self) -> (&PieceList, usize) {

@@ -3,7 +3,7 @@
 
 use crate::buckets::{BucketLists, Link, NIL};
 use crate::challenge::ChallengeBudget;
-use crate::chunk_pool::{ChunkPool, CHUNK_SIZE};
+use crate::chunk_pool::ChunkPool;
 use crate::connection::{
     ev, offered_wscale, Connection, Ctx, Flags, PendingRst, RecvMemory, Replies, State,
     TooBigOutcome,
@@ -433,7 +433,7 @@ impl Stack {
             bucket_of: None,
             away: 0,
             wheel: TimerWheel::new(cfg.timer_tick),
-            pool: ChunkPool::new(cfg.recv_memory.div_ceil(CHUNK_SIZE)),
+            pool: ChunkPool::new(cfg.recv_memory),
             lent: LentFrames::default(),
             flights: FlightPool::default(),
             replies: Replies {
@@ -478,7 +478,7 @@ impl Stack {
     /// queued, unacknowledged or out-of-order bytes); free chunks the pool
     /// keeps for reuse are not counted.
     pub fn buffer_memory(&self) -> usize {
-        self.pool.in_use() * CHUNK_SIZE
+        self.pool.in_use_bytes()
     }
 
     /// Receive memory committed now: what all connections hold in their
@@ -2317,6 +2317,7 @@ impl Stack {
     pub(crate) fn check_layout(&self) -> Result<(), String> {
         let floor = usize::from(self.cfg.mss);
         let (mut live, mut committed, mut chunks, mut sharing) = (0, 0, 0, 0);
+        let mut chunk_bytes = 0;
         for (i, slot) in self.slots.iter().enumerate() {
             let idx = i as u32;
             let Some(c) = slot.conn.as_ref() else {
@@ -2345,6 +2346,7 @@ impl Stack {
             committed += c.rcv_commitment(floor);
             sharing += usize::from(!c.in_backlog());
             chunks += c.send_buf.chunks() + c.recv_buf.chunks();
+            chunk_bytes += c.send_buf.held_bytes() + c.recv_buf.held_bytes();
             if c.send_buf.is_empty() && c.send_buf.chunks() != 0 {
                 return Err(format!("slot {i}: empty send buffer holds chunks"));
             }
@@ -2421,10 +2423,11 @@ impl Stack {
                 self.rcv_committed
             ));
         }
-        if chunks != self.pool.in_use() {
+        if (chunks, chunk_bytes) != (self.pool.in_use(), self.pool.in_use_bytes()) {
             return Err(format!(
-                "pool says {} chunks in use, buffers hold {chunks}",
-                self.pool.in_use()
+                "pool says {} chunks ({} bytes) in use, buffers hold {chunks} ({chunk_bytes})",
+                self.pool.in_use(),
+                self.pool.in_use_bytes()
             ));
         }
         Ok(())

@@ -179,6 +179,55 @@ fn idle_connections_hold_no_buffer_memory() {
     }
 }
 
+/// A short message left unread holds one small chunk (2 KiB), not a whole
+/// one (8 KiB): a server with many connections each holding a request
+/// holds a quarter of the memory. Once a connection's bytes outgrow the
+/// small chunk, its buffer moves to whole chunks (one copy of the small
+/// chunk's bytes), and every byte reads back in order.
+#[test]
+fn short_unread_messages_hold_small_chunks() {
+    const CONNS: usize = 300;
+    let mut sim = Sim::symmetric(5, link());
+    sim.b.listen(SocketAddr::new(B_IP, PORT)).expect("listen");
+    let mut ours = Vec::new();
+    for i in 0..CONNS {
+        let local = SocketAddr::new(A_IP, 10_000 + i as u16);
+        let h = sim
+            .a
+            .connect(sim.now, local, SocketAddr::new(B_IP, PORT))
+            .expect("connect");
+        ours.push(h);
+    }
+    sim.run_for(Duration::from_millis(50));
+    let theirs: Vec<ConnHandle> = std::iter::from_fn(|| sim.b.poll_event())
+        .filter_map(|e| match e {
+            Event::Accepted { conn, .. } => Some(conn),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(theirs.len(), CONNS);
+    let message: Vec<u8> = (0..100).map(|i| pattern(7, i)).collect();
+    for &h in &ours {
+        assert_eq!(sim.a.send(h, &message), Ok(100));
+    }
+    sim.run_for(Duration::from_millis(50));
+    assert_eq!(sim.b.buffer_memory(), CONNS * 2048, "one small chunk each");
+    // A longer stream on every connection: whole chunks from then on.
+    let more: Vec<u8> = (100..5100).map(|i| pattern(7, i)).collect();
+    for &h in &ours {
+        assert_eq!(sim.a.send(h, &more), Ok(5000));
+    }
+    sim.run_for(Duration::from_millis(200));
+    assert_eq!(sim.b.buffer_memory(), CONNS * 8192, "one whole chunk each");
+    for &h in &theirs {
+        let mut got = vec![0u8; 5100];
+        assert_eq!(sim.b.recv(h, &mut got), Ok(5100));
+        assert_eq!(&got[..100], &message[..]);
+        assert_eq!(&got[100..], &more[..]);
+    }
+    assert_eq!(sim.b.buffer_memory(), 0);
+}
+
 /// After connections close (TIME-WAIT included), nothing is held or
 /// committed.
 #[test]
