@@ -2356,6 +2356,12 @@ impl Stack {
             if c.state == State::TimeWait && c.send_buf.chunks() != 0 {
                 return Err(format!("slot {i}: TIME-WAIT holds send chunks"));
             }
+            if !c.flags.has(Flags::SEND_QUEUED) && !c.send_buf.is_empty() {
+                return Err(format!("slot {i}: bytes queued to send, SEND_QUEUED clear"));
+            }
+            if c.flags.has(Flags::HOLES) == c.assembler.is_empty() {
+                return Err(format!("slot {i}: HOLES disagrees with the assembler"));
+            }
             if let Some(d) = c.next_deadline() {
                 if slot.wheel_deadline.get().is_none_or(|w| w > d) {
                     return Err(format!("slot {i}: deadline {d:?} not on the wheel"));

@@ -138,6 +138,9 @@ impl Connection {
     pub(crate) fn send(&mut self, ctx: &mut Ctx<'_>, data: &[u8]) -> Result<usize, crate::Error> {
         self.check_writable()?;
         let n = self.send_buf.enqueue_slice(ctx.pool, data);
+        if n > 0 {
+            self.flags.set(Flags::SEND_QUEUED);
+        }
         if n < data.len() {
             self.flags.set(Flags::WRITABLE_WANTED);
         }

@@ -625,6 +625,9 @@ impl Connection {
         let data_acked = acked - usize::from(fin_acked_now);
         let flight_before = self.snd.max - self.snd.una;
         self.send_buf.dequeue_allocated(ctx.pool, data_acked);
+        if self.send_buf.len() == 0 {
+            self.flags.clear(Flags::SEND_QUEUED);
+        }
         if fin_acked_now {
             self.flags.set(Flags::FIN_ACKED);
         }
@@ -786,7 +789,7 @@ impl Connection {
         tsecr: Option<u32>,
     ) {
         let offset = seq - self.rcv.nxt;
-        let had_holes = !self.assembler.is_empty();
+        let had_holes = self.flags.has(Flags::HOLES);
         let ring = self.recv_buf.capacity() + self.recv_buf.headroom();
         if self.recv_buf.len() + offset + data.len() > ring {
             self.cover_advertised_window();
@@ -808,12 +811,7 @@ impl Connection {
             ctx.stats.frames_kept += 1;
             Ok(data.len() as u32)
         } else {
-            let written = self.recv_buf.write_unallocated(ctx.pool, offset, data);
-            if written < data.len() {
-                // Past the buffer (window rounding): the peer resends the rest.
-                self.flags.set(Flags::ACK_NOW);
-            }
-            self.assembler.add(offset as u32, written as u32)
+            self.receive_copied(ctx, offset, data)
         };
         match front {
             Ok(front) => {
@@ -853,6 +851,31 @@ impl Connection {
         if self.flags.has(Flags::FIN_AHEAD) {
             self.fin_ahead(ctx, seq + data.len());
         }
+    }
+
+    /// [`Connection::receive_data`] for bytes copied into the receive
+    /// buffer's chunks at `offset` from RCV.NXT (not kept in their frame):
+    /// returns how many bytes are now in order at the front. Out of line,
+    /// so that the kept frames' path keeps its registers.
+    #[inline(never)]
+    fn receive_copied(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<u32, crate::assembler::TooManyRanges> {
+        let written = self.recv_buf.write_unallocated(ctx.pool, offset, data);
+        if written < data.len() {
+            // Past the buffer (window rounding): the peer resends the rest.
+            self.flags.set(Flags::ACK_NOW);
+        }
+        let front = self.assembler.add(offset as u32, written as u32);
+        if self.assembler.is_empty() {
+            self.flags.clear(Flags::HOLES);
+        } else {
+            self.flags.set(Flags::HOLES);
+        }
+        front
     }
 
     /// A FIN that arrived ahead of a hole, after data at `data_end` was
@@ -929,6 +952,7 @@ impl Connection {
         // Nothing more is sent or received: TIME-WAIT holds no buffer
         // memory beyond what the application has yet to read.
         self.send_buf.release(ctx.pool);
+        self.flags.clear(Flags::HOLES | Flags::SEND_QUEUED);
         self.recv_buf.forget_unqueued(ctx.pool);
     }
 

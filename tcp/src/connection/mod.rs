@@ -651,6 +651,7 @@ impl Connection {
     pub(crate) fn release_buffers(&mut self, memory: Memory<'_>) {
         let (pool, lent, flights) = memory;
         self.send_buf.release(pool);
+        self.flags.clear(Flags::SEND_QUEUED);
         self.recv_buf.release(pool, lent);
         if let Some(f) = self.rack.flight.take() {
             flights.give(f);

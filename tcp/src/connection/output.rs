@@ -100,7 +100,7 @@ impl Connection {
     ) -> Option<usize> {
         if self.state.can_send() {
             let start = self.data_start();
-            let buffered = self.send_buf.len();
+            let buffered = self.queued_bytes();
             if let Break(r) = self.poll_tlp(ctx, buf) {
                 return r;
             }
@@ -435,8 +435,9 @@ impl Connection {
             o.sack_blocks[n] = (l.0, r.0);
             n += 1;
         }
-        if self.assembler.is_empty() {
-            // No other block (and no reason to read `last_ooo`'s line).
+        if !self.flags.has(Flags::HOLES) {
+            // No other block (and no reason to read the assembler's line,
+            // or `last_ooo`'s).
             o.sack_block_count = n as u8;
             return;
         }

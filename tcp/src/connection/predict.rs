@@ -35,7 +35,7 @@ impl Connection {
             && u32::from(seg.window) << self.snd.wscale == self.snd.wnd
             && !self.flags.has(NOT_PREDICTED)
             && seg.options.sack_block_count == 0
-            && self.assembler.is_empty()
+            && !self.flags.has(Flags::HOLES)
             && !payload.is_empty()
             && payload.len() <= self.rcv_wnd()
             // RFC 7323 §5.3 R1: a timestamp that is not older than

@@ -165,10 +165,19 @@ impl Connection {
             return Err(crate::Error::InvalidSnapshot);
         }
         let compactable = s.state == State::TimeWait && s.flags.has(Flags::APP_CLOSED);
+        // What the buffers hold, not what the exporter's bits said.
+        let mut flags = s.flags;
+        flags.clear(Flags::SEND_QUEUED | Flags::HOLES);
+        if send_buf.len() > 0 {
+            flags.set(Flags::SEND_QUEUED);
+        }
+        if !assembler.is_empty() {
+            flags.set(Flags::HOLES);
+        }
         *out = Some(Connection {
             tuple: s.tuple,
             state: s.state,
-            flags: s.flags,
+            flags,
             // A closed connection in TIME-WAIT becomes a compact record.
             events: if compactable { ev::COMPACT } else { 0 },
             close_reason: CloseReason::Normal,

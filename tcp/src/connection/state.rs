@@ -179,6 +179,15 @@ impl Flags {
     pub(crate) const FIN_AHEAD: u64 = 1 << 36;
     /// A D-SACK block is owed: `RecvRare::dsack` holds its range.
     pub(crate) const DSACK: u64 = 1 << 37;
+    /// The send buffer may hold bytes: set whenever bytes are queued,
+    /// cleared when it is seen empty. Clear means empty, so that a
+    /// receiver's segments and ACKs never read the send buffer (a cache
+    /// line of its own).
+    pub(crate) const SEND_QUEUED: u64 = 1 << 38;
+    /// The assembler holds out-of-order ranges (exactly when it does), so
+    /// that in-order data kept in its frame never reads the assembler (a
+    /// cache line of its own).
+    pub(crate) const HOLES: u64 = 1 << 39;
 
     /// Whether any bit of `f` is set.
     pub(crate) fn has(self, f: u64) -> bool {

@@ -145,6 +145,17 @@ impl Connection {
 
     pub(super) fn unsent_bytes(&self) -> usize {
         let sent = self.snd.nxt.saturating_sub(self.data_start());
-        self.send_buf.len().saturating_sub(sent)
+        self.queued_bytes().saturating_sub(sent)
+    }
+
+    /// The send buffer's bytes, read only when [`Flags::SEND_QUEUED`] says
+    /// there may be some: a receiver's segments leave its line alone.
+    #[inline]
+    pub(super) fn queued_bytes(&self) -> usize {
+        if self.flags.has(Flags::SEND_QUEUED) {
+            self.send_buf.len()
+        } else {
+            0
+        }
     }
 }
