@@ -92,7 +92,7 @@ impl ChunkBuffer {
     }
 
     /// Whether no bytes are queued.
-    #[cfg(test)]
+    #[inline]
     pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }

@@ -625,7 +625,7 @@ impl Connection {
         let data_acked = acked - usize::from(fin_acked_now);
         let flight_before = self.snd.max - self.snd.una;
         self.send_buf.dequeue_allocated(ctx.pool, data_acked);
-        if self.send_buf.len() == 0 {
+        if self.send_buf.is_empty() {
             self.flags.clear(Flags::SEND_QUEUED);
         }
         if fin_acked_now {

@@ -168,7 +168,7 @@ impl Connection {
         // What the buffers hold, not what the exporter's bits said.
         let mut flags = s.flags;
         flags.clear(Flags::SEND_QUEUED | Flags::HOLES);
-        if send_buf.len() > 0 {
+        if !send_buf.is_empty() {
             flags.set(Flags::SEND_QUEUED);
         }
         if !assembler.is_empty() {
