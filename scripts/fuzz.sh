@@ -84,7 +84,8 @@ for t in "${targets[@]}"; do
   corpus=$target_dir/fuzz-corpus/$t
   artifacts=$target_dir/fuzz-artifacts/$t
   mkdir -p "$corpus" "$artifacts"
-  log=$target_dir/fuzz-$t.log
+  # One log per campaign: two campaigns of one target at once must not share it.
+  log=$target_dir/fuzz-$t.$$.log
   echo "== $t: $runs runs (crate $crate/fuzz, corpus $corpus, log $log)"
   marker=$(mktemp)
   started=$(date +%s)
