@@ -24,6 +24,18 @@ fn link() -> LinkConfig {
     }
 }
 
+/// `conns` connections from A (ports 10 000 on) to B's port, in order.
+fn connect_from_a(sim: &mut Sim, conns: usize) -> Vec<ConnHandle> {
+    (0..conns)
+        .map(|i| {
+            let local = SocketAddr::new(A_IP, 10_000 + i as u16);
+            sim.a
+                .connect(sim.now, local, SocketAddr::new(B_IP, PORT))
+                .expect("connect")
+        })
+        .collect()
+}
+
 #[derive(Default)]
 struct Stream {
     sent: u64,
@@ -42,15 +54,11 @@ fn slow_readers(conns: usize, bytes: u64, budget: usize, read_per_tick: usize) -
     b_cfg.recv_memory = budget;
     let mut sim = Sim::new(7, link(), link(), a_cfg, b_cfg);
     sim.b.listen(SocketAddr::new(B_IP, PORT)).expect("listen");
-    let mut a: HashMap<ConnHandle, (u64, Stream)> = HashMap::new();
-    for i in 0..conns {
-        let local = SocketAddr::new(A_IP, 10_000 + i as u16);
-        let h = sim
-            .a
-            .connect(sim.now, local, SocketAddr::new(B_IP, PORT))
-            .expect("connect");
-        a.insert(h, (i as u64, Stream::default()));
-    }
+    let mut a: HashMap<ConnHandle, (u64, Stream)> = connect_from_a(&mut sim, conns)
+        .into_iter()
+        .enumerate()
+        .map(|(i, h)| (h, (i as u64, Stream::default())))
+        .collect();
     // B's streams by the client port (the stream number).
     let mut b: HashMap<ConnHandle, (u64, Stream)> = HashMap::new();
     let mut buf = vec![0u8; 16 * 1024];
@@ -189,15 +197,7 @@ fn short_unread_messages_hold_small_chunks() {
     const CONNS: usize = 300;
     let mut sim = Sim::symmetric(5, link());
     sim.b.listen(SocketAddr::new(B_IP, PORT)).expect("listen");
-    let mut ours = Vec::new();
-    for i in 0..CONNS {
-        let local = SocketAddr::new(A_IP, 10_000 + i as u16);
-        let h = sim
-            .a
-            .connect(sim.now, local, SocketAddr::new(B_IP, PORT))
-            .expect("connect");
-        ours.push(h);
-    }
+    let ours = connect_from_a(&mut sim, CONNS);
     sim.run_for(Duration::from_millis(50));
     let theirs: Vec<ConnHandle> = std::iter::from_fn(|| sim.b.poll_event())
         .filter_map(|e| match e {
@@ -322,15 +322,11 @@ fn a_read_wakes_only_the_waiters_its_memory_can_feed() {
     b_cfg.recv_memory = BUDGET;
     let mut sim = Sim::new(11, link(), link(), sim::test_config(1), b_cfg);
     sim.b.listen(SocketAddr::new(B_IP, PORT)).expect("listen");
-    let mut ours = HashMap::new();
-    for i in 0..CONNS {
-        let local = SocketAddr::new(A_IP, 10_000 + i as u16);
-        let h = sim
-            .a
-            .connect(sim.now, local, SocketAddr::new(B_IP, PORT))
-            .expect("connect");
-        ours.insert(h, (i as u64, Stream::default()));
-    }
+    let mut ours: HashMap<ConnHandle, (u64, Stream)> = connect_from_a(&mut sim, CONNS)
+        .into_iter()
+        .enumerate()
+        .map(|(i, h)| (h, (i as u64, Stream::default())))
+        .collect();
     let mut theirs = Vec::new();
     let mut buf = vec![0u8; 16 * 1024];
     let limit = sim.now + Duration::from_secs(5);

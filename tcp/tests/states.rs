@@ -123,6 +123,18 @@ fn data_both_ways_and_clean_close() {
     assert_eq!(sim.a.time_wait_count(), 0);
 }
 
+/// Drops the first segment B sends with a FIN.
+fn lose_bs_first_fin(sim: &mut Sim) {
+    let mut fins = 0;
+    sim.drop_filter = Some(Box::new(move |side, bytes| {
+        let (r, _) = TcpRepr::parse_segment(bytes).unwrap();
+        side == Side::B && r.flags.fin() && {
+            fins += 1;
+            fins == 1
+        }
+    }));
+}
+
 /// RFC 9293 §3.10.7.4 LAST-ACK: only the ACK of our FIN deletes the
 /// connection. An ACK of the data before it (the segment with the FIN was
 /// lost) is processed as any other: the data is freed, the rest sent again,
@@ -136,14 +148,7 @@ fn last_ack_ends_only_with_the_ack_of_the_fin() {
     sim.run_for(Duration::from_millis(100));
     assert_eq!(sim.b.state(b), Ok(State::CloseWait));
     // B's first segment with a FIN (and the tail of its data) is lost.
-    let mut fins = 0;
-    sim.drop_filter = Some(Box::new(move |side, bytes| {
-        let (r, _) = TcpRepr::parse_segment(bytes).unwrap();
-        side == Side::B && r.flags.fin() && {
-            fins += 1;
-            fins == 1
-        }
-    }));
+    lose_bs_first_fin(&mut sim);
     assert_eq!(sim.b.send(b, &[7; 3000]).unwrap(), 3000);
     sim.b.close(b).unwrap();
     assert_eq!(sim.b.state(b), Ok(State::LastAck));
@@ -178,14 +183,9 @@ fn fin_wait_enters_time_wait_only_once_our_fin_is_acknowledged() {
     for lose_fin in [false, true] {
         let mut sim = Sim::symmetric(3, LinkConfig::default());
         let (a, b) = sim.establish();
-        let mut fins = 0;
-        sim.drop_filter = Some(Box::new(move |side, bytes| {
-            let (r, _) = TcpRepr::parse_segment(bytes).unwrap();
-            lose_fin && side == Side::B && r.flags.fin() && {
-                fins += 1;
-                fins == 1
-            }
-        }));
+        if lose_fin {
+            lose_bs_first_fin(&mut sim);
+        }
         assert_eq!(sim.b.send(b, &[7; 3000]).unwrap(), 3000);
         sim.b.close(b).unwrap();
         assert_eq!(sim.b.state(b), Ok(State::FinWait1));
