@@ -33,7 +33,11 @@ use std::net::SocketAddr;
 /// 688 until the tuple was stored as a `FlowKey` (−24 bytes: five words
 /// instead of two `SocketAddr`s). 656 until the receive side's rare
 /// fields became `RecvRare` (−8: a FIN ahead and the D-SACK range without
-/// their `Option`s, whose presence is in the flags).
+/// their `Option`s, whose presence is in the flags). Unchanged by the
+/// timers' split into a hot and a cold part (+8 bytes: the earliest
+/// deadline armed, which spares a segment the other deadlines; −8: the RTT
+/// sample's timed segment as a `TimedSegment`, 16 bytes instead of an
+/// `Option`'s 24, and the keepalive probe count in a byte of padding).
 const CONNECTION_BUDGET: usize = 648;
 /// A slab slot: the connection plus the stack's bookkeeping for it.
 /// 664 until the timer wheel's cancel (8 bytes: the entry's place in the
@@ -55,8 +59,11 @@ const TIME_WAIT_BUDGET: usize = 88;
 /// connection's fields were first put in this order; 496 since the tuple
 /// is a `FlowKey`; 440 since the receive side's IRS, FIN ahead, last
 /// out-of-order start and D-SACK range (`RecvRare`) and the timed
-/// segment of the RTT sample (`Connection::rtt_seq`) left it.
-const HOT_BUDGET: usize = 440;
+/// segment of the RTT sample (`Connection::rtt_seq`) left it; 400 since
+/// the retransmission, persist, keepalive and close deadlines and the
+/// timers' counters (`TimerRare`) left it, the stack reading only the
+/// earliest deadline armed after each segment.
+const HOT_BUDGET: usize = 400;
 
 #[test]
 fn sizes_stay_within_budget() {
@@ -644,6 +651,79 @@ fn keepalive_leaves_no_stale_wheel_entries() {
     }
     assert!(p.a.stats().keepalive_probes >= 1);
     assert_eq!(p.a.connection_count(), 1);
+}
+
+/// A zero window arms the persist timer (`Flags::PERSISTING` set, its
+/// deadline filed on the wheel), probes back off while the window stays
+/// shut, and the window's opening clears all of it: the flag that spares
+/// every in-order segment a read of the persist timer is never clear while
+/// the timer or its backoff is set (`check_layout`).
+#[test]
+fn the_persist_timer_is_flagged_from_a_zero_window_to_its_opening() {
+    use crate::connection::Flags;
+    let mut p = Pair::new();
+    p.apply(&Op::Connect(0));
+    p.apply(&Op::Deliver(0));
+    p.apply(&Op::Deliver(0));
+    let (a, b) = (p.a_conns[0], p.b_conns[0]);
+    // B does not read, and its buffer is set small (the pair's memory
+    // budget always leaves a connection one segment): its window closes
+    // with A's data still queued.
+    p.b.set_recv_buffer(b, 8 * 1024).expect("live");
+    let (mut queued, data) = (0, vec![5; 20_000]);
+    while queued < 120_000 {
+        match p.a.send(a, &data) {
+            Ok(n) => queued += n,
+            Err(_) => break,
+        }
+        p.apply(&Op::Deliver(0));
+        p.apply(&Op::Wait(1));
+        p.apply(&Op::Deliver(0));
+    }
+    for _ in 0..4 {
+        p.apply(&Op::Wait(50));
+        p.apply(&Op::Deliver(0));
+    }
+    let persisting = |p: &mut Pair| {
+        let c = p.a.connection_mut(a);
+        (
+            c.snd.wnd,
+            c.flags.has(Flags::PERSISTING),
+            c.timers_rare.persist.is_some(),
+            c.timers_rare.persist_backoff,
+        )
+    };
+    let (wnd, flagged, armed, _) = persisting(&mut p);
+    let mss = u32::from(p.a.connection_mut(a).snd.mss);
+    assert!(queued > 8 * 1024, "A queued more than B's buffer");
+    assert!(wnd < mss, "B's window is shut, or too small to send into");
+    assert!(flagged && armed, "the persist timer runs, flagged");
+    p.a.check_layout().unwrap();
+    // Probes go out and back off while the window stays shut.
+    let probes = p.a.stats().segments_out;
+    for _ in 0..3 {
+        p.apply(&Op::Wait(3_000));
+        p.apply(&Op::Deliver(0));
+        p.a.check_layout().unwrap();
+    }
+    let (wnd, flagged, _, backoff) = persisting(&mut p);
+    assert!(p.a.stats().segments_out > probes, "window probes went out");
+    assert!(
+        wnd == 0 && flagged && backoff > 0,
+        "backed off, still flagged"
+    );
+    // B reads: the window opens, and the timer, its backoff and the flag
+    // are cleared.
+    let mut buf = vec![0; 65_536];
+    while matches!(p.recv(false, b, &mut buf), Ok(n) if n > 0) {}
+    for _ in 0..4 {
+        p.apply(&Op::Deliver(0));
+        p.apply(&Op::Wait(300));
+    }
+    let (wnd, flagged, armed, backoff) = persisting(&mut p);
+    assert!(wnd > 0, "B's window opened");
+    assert!(!flagged && !armed && backoff == 0, "persist cleared");
+    p.a.check_layout().unwrap();
 }
 
 proptest! {

@@ -1192,22 +1192,36 @@ impl Stack {
     /// restarted by an ACK, the delayed ACK pushed on by the next segment)
     /// keeps the earlier entry, which fires early and is set again then: no
     /// wheel work per segment. One that moved earlier replaces the entry
-    /// (O(1)), so no stale entry is left behind.
+    /// (O(1)), so no stale entry is left behind. A deadline can only move
+    /// before the entry by being armed, so after a segment or a call only
+    /// the earliest deadline armed meanwhile is read
+    /// ([`Connection::take_armed`]), not each of the connection's timers
+    /// (a cache line the receive path does not otherwise touch).
     // Always inlined: once the connection grew (CUBIC), LLVM stopped
     // inlining it into `after` on its own, which cost 9 instructions per
     // segment (callgrind, BENCHMARKS.md "TCP hardening", step 5).
     #[inline(always)]
     fn schedule(&mut self, idx: u32) {
         let slot = &mut self.slots[idx as usize];
-        let Some(conn) = slot.conn.as_ref() else {
+        let Some(conn) = slot.conn.as_mut() else {
             return;
         };
-        if let Some(d) = conn.next_deadline() {
-            if slot.wheel_deadline.get().is_none_or(|w| d < w) {
-                slot.wheel_deadline = Deadline::at(d);
-                self.wheel.set(&mut self.slots, self.now, idx, d);
-            }
-        }
+        let armed = conn.take_armed();
+        let d = match slot.wheel_deadline.get() {
+            // Every deadline not armed since the entry was filed is at or
+            // after it: only one armed since can come first.
+            Some(w) => match armed {
+                Some(d) if d < w => d,
+                _ => return,
+            },
+            // The entry fired, or there was none: every deadline is read.
+            None => match conn.next_deadline() {
+                Some(d) => d,
+                None => return,
+            },
+        };
+        slot.wheel_deadline = Deadline::at(d);
+        self.wheel.set(&mut self.slots, self.now, idx, d);
     }
 
     /// Frees slot `idx`: runs `last` on its connection, gives the
@@ -2358,6 +2372,11 @@ impl Stack {
             }
             if !c.flags.has(Flags::SEND_QUEUED) && !c.send_buf.is_empty() {
                 return Err(format!("slot {i}: bytes queued to send, SEND_QUEUED clear"));
+            }
+            if !c.flags.has(Flags::PERSISTING)
+                && (c.timers_rare.persist.is_some() || c.timers_rare.persist_backoff != 0)
+            {
+                return Err(format!("slot {i}: persist timer set, PERSISTING clear"));
             }
             if c.flags.has(Flags::HOLES) == c.assembler.is_empty() {
                 return Err(format!("slot {i}: HOLES disagrees with the assembler"));

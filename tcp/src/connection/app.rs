@@ -49,8 +49,8 @@ impl Connection {
         self.shutdown_write();
         // Orphaned in FIN-WAIT-2: wait 2 MSL for the peer's FIN, counted
         // from the first close (calling it again must not push it back).
-        if self.state == State::FinWait2 && self.timers.close.is_none() {
-            self.timers.close = Deadline::at(ctx.now + ctx.cfg.msl.saturating_mul(2));
+        if self.state == State::FinWait2 && self.timers_rare.close.is_none() {
+            self.timers_rare.close = self.timers.arm(ctx.now + ctx.cfg.msl.saturating_mul(2));
         }
     }
 
@@ -73,14 +73,14 @@ impl Connection {
         if on {
             self.flags.clear(Flags::KEEPALIVE_OFF);
             self.flags.set(Flags::KEEPALIVE_ON);
-            if self.timers.keepalive == Deadline::NONE {
+            if self.timers_rare.keepalive == Deadline::NONE {
                 self.arm_keepalive(ctx);
             }
         } else {
             self.flags.clear(Flags::KEEPALIVE_ON);
             self.flags.set(Flags::KEEPALIVE_OFF);
-            self.timers.keepalive = Deadline::NONE;
-            self.timers.keepalive_probes = 0;
+            self.timers_rare.keepalive = Deadline::NONE;
+            self.keepalive_probes = 0;
         }
     }
 

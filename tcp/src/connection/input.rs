@@ -184,7 +184,7 @@ impl Connection {
         // Liveness for keepalive, which reads it when its timer fires
         // (nothing is re-armed per segment).
         self.timers.last_recv = now;
-        self.timers.keepalive_probes = 0;
+        self.keepalive_probes = 0;
 
         // Fifth: the ACK field.
         if !f.ack() {
@@ -334,7 +334,7 @@ impl Connection {
             // RFC 9293 §3.10.7.4 TIME-WAIT: a retransmitted FIN restarts
             // the 2 MSL timeout.
             if self.state == State::TimeWait && f.fin() {
-                self.timers.close = Deadline::at(ctx.now + ctx.cfg.msl.saturating_mul(2));
+                self.timers_rare.close = self.timers.arm(ctx.now + ctx.cfg.msl.saturating_mul(2));
             }
             return None;
         }
@@ -398,7 +398,7 @@ impl Connection {
     /// second (RFC 5961 §7) allow one.
     fn challenge_ack(&mut self, ctx: &mut Ctx<'_>) {
         let interval = ctx.cfg.invalid_ack_interval;
-        if !self.timers.invalid_ack.take(ctx.now, interval) {
+        if !self.timers_rare.invalid_ack.take(ctx.now, interval) {
             ctx.stats.invalid_acks_limited += 1;
         } else if !ctx.replies.challenges.take(ctx.now) {
             ctx.stats.challenge_acks_limited += 1;
@@ -415,7 +415,7 @@ impl Connection {
     fn ack_invalid(&mut self, ctx: &mut Ctx<'_>, always: bool) {
         if always
             || self
-                .timers
+                .timers_rare
                 .invalid_ack
                 .take(ctx.now, ctx.cfg.invalid_ack_interval)
         {
@@ -489,9 +489,9 @@ impl Connection {
     /// lost"; Linux cuts only after two). A SYN-ACK repeated because the
     /// client's SYN came again, before our timer, counts for neither.
     fn handshake_acked(&mut self, ctx: &Ctx<'_>, seg: &TcpRepr) {
-        let retransmitted = self.timers.retransmits > 0;
-        self.timers.rto = Deadline::NONE;
-        self.timers.retransmits = 0;
+        let retransmitted = self.timers_rare.retransmits > 0;
+        self.timers_rare.rto = Deadline::NONE;
+        self.timers_rare.retransmits = 0;
         self.take_rtt_sample(ctx.now, seg);
         if retransmitted {
             self.rtt.on_handshake_retransmitted();
@@ -572,7 +572,7 @@ impl Connection {
             self.on_dup_ack(ctx, ack);
         } else if ack == self.snd.una && self.snd.wnd == 0 {
             // The peer answers our probes: it is alive (RFC 1122 §4.2.2.17).
-            self.timers.retransmits = 0;
+            self.timers_rare.retransmits = 0;
         }
         if self.rack_active() {
             self.rack_on_ack(ctx, seg, advanced);
@@ -641,7 +641,7 @@ impl Connection {
             self.snd.nxt = ack;
         }
         let rtt = self.take_rtt_sample(now, seg);
-        self.timers.retransmits = 0;
+        self.timers_rare.retransmits = 0;
         let undone = self
             .snd_rare
             .undo
@@ -689,7 +689,7 @@ impl Connection {
         self.snd.dup_acks = 0;
         // RFC 6298 §5.2 / §5.3 (RFC 6582 §3.2 step 3: a partial ACK
         // restarts the timer too), with a loss probe first.
-        self.timers.loss_probes = 0;
+        self.timers_rare.loss_probes = 0;
         self.arm_rto_or_probe(now);
         if self.flags.has(Flags::WRITABLE_WANTED) {
             self.sndbuf_expand(ctx.cfg);
@@ -709,15 +709,16 @@ impl Connection {
             // zero window was not accepted, so send it again right away
             // instead of waiting for a backed-off RTO.
             self.snd.nxt = ack;
-            self.timers.rto = Deadline::NONE;
+            self.timers_rare.rto = Deadline::NONE;
         }
         self.snd.wnd = new_wnd;
         self.snd.max_wnd = self.snd.max_wnd.max(new_wnd);
         self.snd.wl1 = seq;
         self.snd.wl2 = ack;
-        if new_wnd > 0 {
-            self.timers.persist = Deadline::NONE;
-            self.timers.persist_backoff = 0;
+        if new_wnd > 0 && self.flags.has(Flags::PERSISTING) {
+            self.flags.clear(Flags::PERSISTING);
+            self.timers_rare.persist = Deadline::NONE;
+            self.timers_rare.persist_backoff = 0;
         }
     }
 
@@ -732,7 +733,8 @@ impl Connection {
                     self.state = State::FinWait2;
                     if self.flags.has(Flags::APP_CLOSED) {
                         // Orphaned: do not wait for the peer's FIN forever.
-                        self.timers.close = Deadline::at(ctx.now + ctx.cfg.msl.saturating_mul(2));
+                        self.timers_rare.close =
+                            self.timers.arm(ctx.now + ctx.cfg.msl.saturating_mul(2));
                     }
                 }
                 State::Closing => self.enter_time_wait(ctx),
@@ -751,9 +753,9 @@ impl Connection {
     /// §3), which is what ends a backoff when every echo predates it.
     /// Returns the sample taken, if any (congestion control's, RFC 9406).
     pub(super) fn take_rtt_sample(&mut self, now: Instant, seg: &TcpRepr) -> Option<Duration> {
-        let timed = match self.rtt_seq {
+        let timed = match self.rtt_seq.get() {
             Some((end, sent)) if SeqNumber(seg.ack) >= end => {
-                self.rtt_seq = None;
+                self.rtt_seq = TimedSegment::NONE;
                 Some(now.saturating_since(sent))
             }
             _ => None,
@@ -846,7 +848,7 @@ impl Connection {
             // RFC 5681 §4.2: ACK at least every second full-sized segment.
             self.flags.set(Flags::ACK_NOW);
         } else if self.timers.delayed_ack.is_none() {
-            self.timers.delayed_ack = Deadline::at(ctx.now + ctx.cfg.ack_delay);
+            self.timers.delayed_ack = self.timers.arm(ctx.now + ctx.cfg.ack_delay);
         }
         if self.flags.has(Flags::FIN_AHEAD) {
             self.fin_ahead(ctx, seq + data.len());
@@ -935,11 +937,11 @@ impl Connection {
 
     pub(super) fn enter_time_wait(&mut self, ctx: &mut Ctx<'_>) {
         self.state = State::TimeWait;
-        self.timers.rto = Deadline::NONE;
-        self.timers.persist = Deadline::NONE;
-        self.timers.keepalive = Deadline::NONE;
+        self.timers_rare.rto = Deadline::NONE;
+        self.timers_rare.persist = Deadline::NONE;
+        self.timers_rare.keepalive = Deadline::NONE;
         self.timers.delayed_ack = Deadline::NONE;
-        self.timers.close = Deadline::at(ctx.now + ctx.cfg.msl.saturating_mul(2));
+        self.timers_rare.close = self.timers.arm(ctx.now + ctx.cfg.msl.saturating_mul(2));
         if self.compactable() {
             // The stack replaces the connection by its compact record as
             // soon as this segment is processed, and frees all its buffers
@@ -964,7 +966,7 @@ impl Connection {
     pub(super) fn arm_keepalive(&mut self, ctx: &mut Ctx<'_>) {
         if let Some(ka) = self.keepalive(ctx.cfg) {
             if self.state.is_synchronized() && self.state != State::TimeWait {
-                self.timers.keepalive = Deadline::at(ctx.now + ka.idle);
+                self.timers_rare.keepalive = self.timers.arm(ctx.now + ka.idle);
             }
         }
     }

@@ -26,8 +26,8 @@ pub(crate) use pmtu::TooBigOutcome;
 pub use snapshot::Snapshot;
 pub use state::State;
 pub(crate) use state::{
-    Flags, ReceiveState, RecvRare, SendRare, SendState, TimerState, TimestampState, TuningState,
-    UndoState,
+    Flags, ReceiveState, RecvRare, SendRare, SendState, TimedSegment, TimerRare, TimerState,
+    TimestampState, TuningState, UndoState,
 };
 
 use crate::assembler::Assembler;
@@ -250,6 +250,10 @@ pub(crate) struct Connection {
     /// Pending `ev::*` bits.
     pub events: u8,
     pub close_reason: CloseReason,
+    /// Unanswered keepalive probes (RFC 1122 §4.2.3.6), reset by every
+    /// segment: here, in what would be padding before `rcv`, rather than
+    /// in the timers' cold part.
+    pub keepalive_probes: u8,
     pub rcv: ReceiveState,
     pub ts: TimestampState,
     pub tune: TuningState,
@@ -267,7 +271,10 @@ pub(crate) struct Connection {
     /// with or without timestamps): its end sequence number and send time.
     /// Cleared on retransmission (Karn). Beside `rtt`, which a sender's
     /// ACK reads too; a receiver's segment reads neither.
-    pub rtt_seq: Option<(SeqNumber, Instant)>,
+    pub rtt_seq: TimedSegment,
+    /// The deadlines and counters a steady segment does not touch; a
+    /// sender's ACK restarts `rto` here, beside `rtt`.
+    pub timers_rare: TimerRare,
     /// RFC 6675 scoreboard (allocated only while SACK blocks are held).
     pub scoreboard: Scoreboard,
     pub snd_rare: SendRare,
@@ -323,6 +330,7 @@ impl Connection {
             flags,
             events: 0,
             close_reason: CloseReason::Normal,
+            keepalive_probes: 0,
             user_data: 0,
             snd: SendState {
                 una: iss,
@@ -374,22 +382,24 @@ impl Connection {
                 rtt_floor: 0,
             },
             timers: TimerState {
-                rto: Deadline::NONE,
                 delayed_ack: Deadline::NONE,
+                armed: Deadline::NONE,
+                last_recv: now,
+            },
+            timers_rare: TimerRare {
+                rto: Deadline::NONE,
                 persist: Deadline::NONE,
                 keepalive: Deadline::NONE,
                 close: Deadline::NONE,
                 retransmits: 0,
                 persist_backoff: 0,
-                keepalive_probes: 0,
                 loss_probes: 0,
                 invalid_ack: Default::default(),
-                last_recv: now,
                 last_send: now,
                 mtu_settled: 0,
             },
             rtt: RttEstimator::new(cfg.initial_rto, cfg.min_rto, cfg.max_rto),
-            rtt_seq: None,
+            rtt_seq: TimedSegment::NONE,
             cc: Controller::new(cfg.congestion, DEFAULT_MSS as usize),
             tune: TuningState {
                 // Linux tcp_init_buffer_space: min(window, TCP_INIT_CWND *
@@ -606,13 +616,17 @@ impl Connection {
             rcv_nxt: self.rcv.nxt,
             rcv_wnd: self.rcv.adv.saturating_sub(self.rcv.nxt) as u32,
             rcv_wscale: self.rcv.wscale,
-            invalid_ack: self.timers.invalid_ack,
+            invalid_ack: self.timers_rare.invalid_ack,
             ts: self.flags.has(Flags::TIMESTAMPS).then_some(Timestamps {
                 recent: self.ts.recent,
                 recent_age: self.ts.recent_age,
                 offset: self.ts.offset,
             }),
-            expires: self.timers.close.get().unwrap_or(self.timers.last_recv),
+            expires: self
+                .timers_rare
+                .close
+                .get()
+                .unwrap_or(self.timers.last_recv),
         }
     }
 

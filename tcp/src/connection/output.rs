@@ -82,13 +82,13 @@ impl Connection {
             ctx.stats.retransmits += 1;
             self.snd_rare.retransmitted = self.snd_rare.retransmitted.saturating_add(1);
         } else if !self.flags.has(Flags::TIMESTAMPS) && !offer_ts {
-            self.rtt_seq = Some((self.snd_rare.iss + 1, now));
+            self.rtt_seq = TimedSegment::new(self.snd_rare.iss + 1, now);
         }
         self.snd.nxt = self.snd_rare.iss + 1;
         self.snd.max = self.snd.max.max(self.snd.nxt);
-        if self.timers.rto.is_none() {
+        if self.timers_rare.rto.is_none() {
             self.flags.clear(Flags::PROBE_ARMED);
-            self.timers.rto = Deadline::at(now + self.rtt.rto());
+            self.timers_rare.rto = self.timers.arm(now + self.rtt.rto());
         }
         Some(len)
     }
@@ -314,21 +314,21 @@ impl Connection {
             ctx.stats.retransmits += 1;
             self.snd_rare.retransmitted = self.snd_rare.retransmitted.saturating_add(1);
             // Karn (RFC 6298 §3): no sample from retransmitted data.
-            if self.rtt_seq.is_some_and(|(e, _)| e > seq) {
-                self.rtt_seq = None;
+            if self.rtt_seq.get().is_some_and(|(e, _)| e > seq) {
+                self.rtt_seq = TimedSegment::NONE;
             }
         } else if end > seq && self.rtt_seq.is_none() {
-            self.rtt_seq = Some((end, now));
+            self.rtt_seq = TimedSegment::new(end, now);
         }
         if payload > 0 {
             ctx.stats.data_segments_out += 1;
             ctx.stats.bytes_out += payload as u64;
             // RFC 5681 §4.1: restart from IW after an idle period.
-            let idle = now.saturating_since(self.timers.last_send);
+            let idle = now.saturating_since(self.timers_rare.last_send);
             if self.snd.una == self.snd.max && idle > self.rtt.rto() {
                 self.cc.on_idle_restart(idle, self.initial_window(ctx.cfg));
             }
-            self.timers.last_send = now;
+            self.timers_rare.last_send = now;
         }
         if end > seq {
             self.rack_on_transmit(ctx, seq, end);
@@ -337,10 +337,11 @@ impl Connection {
             self.snd.nxt = end;
         }
         self.snd.max = self.snd.max.max(self.snd.nxt);
-        // RFC 6298 §5.1.
-        if self.timers.rto.is_none() && self.snd.una != self.snd.max {
+        // RFC 6298 §5.1 (SND.MAX first: a receiver's ACKs read no
+        // retransmission timer).
+        if self.snd.una != self.snd.max && self.timers_rare.rto.is_none() {
             self.flags.clear(Flags::PROBE_ARMED);
-            self.timers.rto = Deadline::at(now + self.rtt.rto());
+            self.timers_rare.rto = self.timers.arm(now + self.rtt.rto());
         }
         if !is_retransmit && payload > 0 {
             self.rearm_probe(now);

@@ -108,7 +108,7 @@ impl Connection {
     /// Notes when the search finished, for the re-search interval.
     fn mtu_settle_if_done(&mut self, cfg: &Config, now: Instant) {
         if self.mtu_search_done(cfg) {
-            self.timers.mtu_settled = secs16(now);
+            self.timers_rare.mtu_settled = secs16(now);
         }
     }
 
@@ -135,7 +135,8 @@ impl Connection {
             self.flags.clear(Flags::MTU_PROBE_OUT);
             self.snd_rare.mtu_probe = 0;
         }
-        if ctx.cfg.mtu_probing == MtuProbing::Off || self.timers.retransmits <= BLACK_HOLE_TIMEOUTS
+        if ctx.cfg.mtu_probing == MtuProbing::Off
+            || self.timers_rare.retransmits <= BLACK_HOLE_TIMEOUTS
         {
             return;
         }
@@ -228,13 +229,13 @@ impl Connection {
         let cfg = ctx.cfg;
         let low = self.current_mtu();
         if self.mtu_search_done(cfg) {
-            let rested = secs16(ctx.now).wrapping_sub(self.timers.mtu_settled);
+            let rested = secs16(ctx.now).wrapping_sub(self.timers_rare.mtu_settled);
             let interval = (cfg.mtu_probe_interval.as_millis() / 1000).min(u64::from(u16::MAX));
             if u64::from(rested) < interval {
                 return Continue(());
             }
             self.snd_rare.mtu_high = self.snd_rare.mtu_max;
-            self.timers.mtu_settled = secs16(ctx.now);
+            self.timers_rare.mtu_settled = secs16(ctx.now);
             if self.mtu_search_done(cfg) {
                 return Continue(());
             }

@@ -54,7 +54,7 @@ impl Connection {
         // 9293 §3.10.7.4 fifth; SND.WND itself is unchanged), the text.
         self.update_ts_recent(ctx.now, seg, seq);
         self.timers.last_recv = ctx.now;
-        self.timers.keepalive_probes = 0;
+        self.keepalive_probes = 0;
         if self.snd.wl1 < seq || (self.snd.wl1 == seq && self.snd.wl2 <= self.snd.una) {
             self.update_send_window(seq, self.snd.una, self.snd.wnd);
         }

@@ -205,7 +205,9 @@ impl Connection {
         let thresh = f.rtt_us.saturating_add(reo_wnd);
         let scan = f.detect_loss(una, rack::stamp(ctx.now), thresh);
         f.reo_timer = match scan.wait_us {
-            Some(us) => Deadline::at(ctx.now + Duration::from_micros(u64::from(us).max(1))),
+            Some(us) => self
+                .timers
+                .arm(ctx.now + Duration::from_micros(u64::from(us).max(1))),
             None => Deadline::NONE,
         };
         if scan.lost == 0 {
@@ -323,9 +325,9 @@ impl Connection {
         let rto = self.rtt.rto();
         if let Some(pto) = self.tlp_pto().filter(|&p| p < rto && self.tlp_allowed()) {
             self.flags.set(Flags::PROBE_ARMED);
-            self.timers.rto = Deadline::at(now + pto);
+            self.timers_rare.rto = self.timers.arm(now + pto);
         } else {
-            self.timers.rto = Deadline::at(now + rto);
+            self.timers_rare.rto = self.timers.arm(now + rto);
         }
     }
 
@@ -345,7 +347,7 @@ impl Connection {
     /// probe, and the RTO (not another probe) guards it.
     pub(super) fn on_tlp_timeout(&mut self, ctx: &mut Ctx<'_>) {
         self.flags.clear(Flags::PROBE_ARMED);
-        self.timers.rto = Deadline::at(ctx.now + self.rtt.rto());
+        self.timers_rare.rto = self.timers.arm(ctx.now + self.rtt.rto());
         if self.tlp_allowed() {
             self.rack.bits |= Rack::TLP_NOW;
         }

@@ -250,7 +250,7 @@ impl Connection {
         if !reduced {
             self.ecn_on_loss_reduction();
         }
-        self.rtt_seq = None;
+        self.rtt_seq = TimedSegment::NONE;
     }
 
     /// Sets the duplicate ACK count at which the retransmission of SND.UNA
@@ -289,7 +289,7 @@ impl Connection {
     pub(super) fn arm_rto_or_probe(&mut self, now: Instant) {
         self.flags.clear(Flags::PROBE_ARMED);
         if self.snd.una == self.snd.max {
-            self.timers.rto = Deadline::NONE;
+            self.timers_rare.rto = Deadline::NONE;
             return;
         }
         if self.tlp_armable() {
@@ -301,14 +301,14 @@ impl Connection {
         if let Some(pto) = self.pto() {
             if self.probe_worthwhile(flight)
                 && pto < rto
-                && self.timers.loss_probes < MAX_LOSS_PROBES
+                && self.timers_rare.loss_probes < MAX_LOSS_PROBES
             {
                 self.flags.set(Flags::PROBE_ARMED);
-                self.timers.rto = Deadline::at(now + pto);
+                self.timers_rare.rto = self.timers.arm(now + pto);
                 return;
             }
         }
-        self.timers.rto = Deadline::at(now + rto);
+        self.timers_rare.rto = self.timers.arm(now + rto);
     }
 
     /// RFC 8985 §7.2: (re)start the loss probe timer after sending new
@@ -322,7 +322,7 @@ impl Connection {
             return;
         }
         let flight = self.snd.max - self.snd.una;
-        if self.timers.loss_probes >= MAX_LOSS_PROBES || !self.probe_worthwhile(flight) {
+        if self.timers_rare.loss_probes >= MAX_LOSS_PROBES || !self.probe_worthwhile(flight) {
             return;
         }
         let Some(pto) = self.pto() else {
@@ -334,13 +334,13 @@ impl Connection {
     /// Arms the probe timer (the loss probe, or RACK's TLP) for `at`,
     /// unless a retransmission timeout is due no later.
     pub(super) fn arm_probe_at(&mut self, at: Instant) {
-        if let Some(d) = self.timers.rto.get() {
+        if let Some(d) = self.timers_rare.rto.get() {
             if !self.flags.has(Flags::PROBE_ARMED) && d <= at {
                 return;
             }
         }
         self.flags.set(Flags::PROBE_ARMED);
-        self.timers.rto = Deadline::at(at);
+        self.timers_rare.rto = self.timers.arm(at);
     }
 
     /// RFC 8985 §7.2 gives a lone segment in flight the worst-case delayed
@@ -364,7 +364,7 @@ impl Connection {
     pub(super) fn pto(&self) -> Option<Duration> {
         Some(
             self.base_pto()?
-                .saturating_mul(1 << self.timers.loss_probes.min(8)),
+                .saturating_mul(1 << self.timers_rare.loss_probes.min(8)),
         )
     }
 
@@ -407,8 +407,8 @@ impl Connection {
         } else {
             self.arm_lost_retransmit();
         }
-        self.rtt_seq = None;
-        self.timers.loss_probes += 1;
+        self.rtt_seq = TimedSegment::NONE;
+        self.timers_rare.loss_probes += 1;
         self.arm_rto_or_probe(now);
     }
 

@@ -26,12 +26,16 @@ pub struct Snapshot {
     rcv_rare: RecvRare,
     /// Timestamps.
     ts: TimestampState,
-    /// Timers.
+    /// The delayed ACK and liveness.
     timers: TimerState,
+    /// The other timers and their counters.
+    timers_rare: TimerRare,
+    /// Unanswered keepalive probes.
+    keepalive_probes: u8,
     /// RTT estimator.
     rtt: RttEstimator,
     /// The segment timed for an RTT sample.
-    rtt_seq: Option<(SeqNumber, Instant)>,
+    rtt_seq: TimedSegment,
     /// Congestion controller.
     cc: Controller,
     /// Buffer auto-tuning.
@@ -99,6 +103,8 @@ impl Connection {
             rcv: self.rcv,
             ts: self.ts,
             timers: self.timers,
+            timers_rare: self.timers_rare,
+            keepalive_probes: self.keepalive_probes,
             rtt: self.rtt,
             rtt_seq: self.rtt_seq,
             cc: self.cc,
@@ -187,6 +193,8 @@ impl Connection {
             rcv: s.rcv,
             ts: s.ts,
             timers: s.timers,
+            timers_rare: s.timers_rare,
+            keepalive_probes: s.keepalive_probes,
             rtt: s.rtt,
             rtt_seq: s.rtt_seq,
             cc: s.cc,

@@ -188,6 +188,11 @@ impl Flags {
     /// that in-order data kept in its frame never reads the assembler (a
     /// cache line of its own).
     pub(crate) const HOLES: u64 = 1 << 39;
+    /// The persist timer may be armed or backed off: clear means
+    /// `TimerRare::persist` is unset and its backoff 0, so that a window
+    /// update (every segment in order) reads neither (a cache line of
+    /// their own).
+    pub(crate) const PERSISTING: u64 = 1 << 40;
 
     /// Whether any bit of `f` is set.
     pub(crate) fn has(self, f: u64) -> bool {
@@ -395,14 +400,86 @@ pub(crate) struct TuningState {
     pub(crate) rcv_rtt_tsecr: u32,
 }
 
-/// Timer deadlines and counters.
+/// The timers a segment of a steady transfer reads or writes: the delayed
+/// ACK, the liveness keepalive reads, and the earliest deadline armed since
+/// the stack last filed the connection on its timer wheel (the count of
+/// unanswered keepalive probes, which every segment resets, is
+/// `Connection::keepalive_probes`, in a byte of padding). The other
+/// deadlines and the counters are in [`TimerRare`], out of the cache lines
+/// every segment touches (see `Connection`'s layout).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TimerState {
+    /// Delayed ACK timer (RFC 5681 §4.2).
+    pub(crate) delayed_ack: Deadline,
+    /// The earliest deadline armed ([`TimerState::arm`]) since the stack
+    /// last filed the connection on its wheel. A wheel entry is kept at or
+    /// before the connection's next deadline, and a deadline can only come
+    /// before the entry by being armed, so the stack compares this one
+    /// value after each segment instead of every deadline
+    /// ([`super::Connection::next_deadline`], read only when the entry
+    /// fired or there is none).
+    pub(crate) armed: Deadline,
+    /// Last time a segment arrived.
+    pub(crate) last_recv: Instant,
+}
+
+impl TimerState {
+    /// A deadline at `at`, noted as armed: every deadline a connection
+    /// sets goes through here (a missed one leaves the wheel late, which
+    /// `Stack::check_layout` reports).
+    #[inline]
+    pub(crate) fn arm(&mut self, at: Instant) -> Deadline {
+        let d = Deadline::at(at);
+        self.armed = self.armed.min(d);
+        d
+    }
+}
+
+/// The segment timed for an RTT sample (RFC 6298 §3, one at a time): its
+/// end sequence number and send time. 16 bytes where an
+/// `Option<(SeqNumber, Instant)>` takes 24: an unset send time is none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TimedSegment {
+    end: SeqNumber,
+    sent: Deadline,
+}
+
+impl TimedSegment {
+    /// No segment timed.
+    pub(crate) const NONE: TimedSegment = TimedSegment {
+        end: SeqNumber(0),
+        sent: Deadline::NONE,
+    };
+
+    /// The segment ending at `end`, sent at `sent`.
+    pub(crate) const fn new(end: SeqNumber, sent: Instant) -> Self {
+        TimedSegment {
+            end,
+            sent: Deadline::at(sent),
+        }
+    }
+
+    /// Its end and send time, if a segment is timed.
+    #[inline]
+    pub(crate) fn get(self) -> Option<(SeqNumber, Instant)> {
+        Some((self.end, self.sent.get()?))
+    }
+
+    /// Whether no segment is timed.
+    #[inline]
+    pub(crate) fn is_none(self) -> bool {
+        self.sent.is_none()
+    }
+}
+
+/// The timers a steady segment neither reads nor writes: retransmission,
+/// persist, keepalive and close deadlines, and the counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TimerRare {
     /// Retransmission timer (RFC 6298 §5).
     pub(crate) rto: Deadline,
-    /// Delayed ACK timer.
-    pub(crate) delayed_ack: Deadline,
-    /// Persist (zero window / SWS override) timer.
+    /// Persist (zero window / SWS override) timer, while
+    /// `Flags::PERSISTING` is set.
     pub(crate) persist: Deadline,
     /// Keepalive timer.
     pub(crate) keepalive: Deadline,
@@ -410,17 +487,13 @@ pub(crate) struct TimerState {
     pub(crate) close: Deadline,
     /// Consecutive retransmission timeouts.
     pub(crate) retransmits: u8,
-    /// Persist backoff exponent.
+    /// Persist backoff exponent (non-zero only while `Flags::PERSISTING`).
     pub(crate) persist_backoff: u8,
-    /// Unanswered keepalive probes.
-    pub(crate) keepalive_probes: u8,
     /// Loss probes sent since SND.UNA last advanced.
     pub(crate) loss_probes: u8,
     /// When the connection last answered an out-of-window segment
     /// ([`crate::Config::invalid_ack_interval`]).
     pub(crate) invalid_ack: crate::challenge::OowAckTime,
-    /// Last time a segment arrived.
-    pub(crate) last_recv: Instant,
     /// Last time data was sent.
     pub(crate) last_send: Instant,
     /// When the path MTU search last finished, in seconds (wrapping; see
@@ -474,6 +547,9 @@ mod tests {
             Flags::ECT_SENT,
             Flags::FIN_AHEAD,
             Flags::DSACK,
+            Flags::SEND_QUEUED,
+            Flags::HOLES,
+            Flags::PERSISTING,
         ];
         let mut seen = 0u64;
         for (i, f) in all.into_iter().enumerate() {

@@ -4,13 +4,14 @@
 use super::*;
 
 impl Connection {
-    /// The earliest pending deadline.
-    #[inline]
+    /// The earliest pending deadline: every deadline read, for a
+    /// connection whose wheel entry fired or that has none (after a
+    /// segment or a call, the stack reads [`Connection::take_armed`]).
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        let t = &self.timers;
+        let t = &self.timers_rare;
         // Branch-free: an unset timer reads as the end of time.
         t.rto
-            .min(t.delayed_ack)
+            .min(self.timers.delayed_ack)
             .min(t.persist)
             .min(t.keepalive)
             .min(t.close)
@@ -18,12 +19,22 @@ impl Connection {
             .get()
     }
 
+    /// The earliest deadline armed since the last call (or since the
+    /// connection was made), which the stack files on its wheel when it
+    /// comes before the connection's entry; `None` if none was armed.
+    /// Deadlines cleared or moved later leave the entry early, to be filed
+    /// again when it fires.
+    #[inline]
+    pub(crate) fn take_armed(&mut self) -> Option<Instant> {
+        std::mem::replace(&mut self.timers.armed, Deadline::NONE).get()
+    }
+
     /// Handles every timer due at `ctx.now`.
     pub(crate) fn on_timeout(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now;
         let due = |d: Deadline| d.due(now);
-        if due(self.timers.close) {
-            self.timers.close = Deadline::NONE;
+        if due(self.timers_rare.close) {
+            self.timers_rare.close = Deadline::NONE;
             let reason = if self.state == State::TimeWait {
                 CloseReason::Normal
             } else {
@@ -35,38 +46,40 @@ impl Connection {
         if due(self.rack_reo_deadline()) {
             self.on_reorder_timeout(ctx);
         }
-        if due(self.timers.rto) && self.flags.has(Flags::PROBE_ARMED) {
+        if due(self.timers_rare.rto) && self.flags.has(Flags::PROBE_ARMED) {
             self.on_probe_timeout(ctx);
-        } else if due(self.timers.rto) {
-            self.timers.rto = Deadline::NONE;
+        } else if due(self.timers_rare.rto) {
+            self.timers_rare.rto = Deadline::NONE;
             self.on_retransmit_timeout(ctx);
             if self.state == State::Closed {
                 return;
             }
         }
-        if due(self.timers.persist) {
-            self.timers.persist = Deadline::NONE;
-            self.timers.persist_backoff = self.timers.persist_backoff.saturating_add(1);
+        if due(self.timers_rare.persist) {
+            // PERSISTING stays set: the backoff grows until the window
+            // opens (`update_send_window`).
+            self.timers_rare.persist = Deadline::NONE;
+            self.timers_rare.persist_backoff = self.timers_rare.persist_backoff.saturating_add(1);
             self.flags.set(Flags::PROBE_NOW);
         }
         if due(self.timers.delayed_ack) {
             self.timers.delayed_ack = Deadline::NONE;
             self.flags.set(Flags::ACK_NOW);
         }
-        if due(self.timers.keepalive) {
-            self.timers.keepalive = Deadline::NONE;
+        if due(self.timers_rare.keepalive) {
+            self.timers_rare.keepalive = Deadline::NONE;
             if let Some(ka) = self.keepalive(ctx.cfg) {
                 // Lazy: segments since the timer was armed (any segment,
                 // including the answer to a probe) restart the idle time.
                 let idle_end = self.timers.last_recv + ka.idle;
-                if self.timers.keepalive_probes == 0 && now < idle_end {
-                    self.timers.keepalive = Deadline::at(idle_end);
-                } else if self.timers.keepalive_probes >= ka.probes {
+                if self.keepalive_probes == 0 && now < idle_end {
+                    self.timers_rare.keepalive = self.timers.arm(idle_end);
+                } else if self.keepalive_probes >= ka.probes {
                     self.close_now(CloseReason::Timeout);
                 } else {
-                    self.timers.keepalive_probes += 1;
+                    self.keepalive_probes += 1;
                     self.flags.set(Flags::KEEPALIVE_NOW);
-                    self.timers.keepalive = Deadline::at(now + ka.interval);
+                    self.timers_rare.keepalive = self.timers.arm(now + ka.interval);
                 }
             }
         }
@@ -80,22 +93,22 @@ impl Connection {
             State::SynReceived => ctx.cfg.max_synack_retransmits,
             _ => ctx.cfg.max_retransmits,
         };
-        if self.timers.retransmits >= limit {
+        if self.timers_rare.retransmits >= limit {
             if self.state.is_synchronized() {
                 self.send_rst(ctx);
             }
             self.close_now(CloseReason::Timeout);
             return;
         }
-        self.timers.retransmits += 1;
+        self.timers_rare.retransmits += 1;
         self.rtt.on_timeout();
-        self.rtt_seq = None;
+        self.rtt_seq = TimedSegment::NONE;
         self.ts.rtt_floor = self.tsval(ctx.now);
         match self.state {
             State::SynSent | State::SynReceived => self.snd.nxt = self.snd_rare.iss,
             _ => {
                 let flight = self.snd.max - self.snd.una;
-                if self.timers.retransmits == 1 {
+                if self.timers_rare.retransmits == 1 {
                     self.cc.on_retransmit_timeout(flight);
                     self.ecn_on_loss_reduction();
                 }
@@ -131,15 +144,20 @@ impl Connection {
     /// nothing in flight, the window (or SWS avoidance) holds it back, so
     /// run the persist timer (RFC 9293 §3.8.6.1).
     pub(crate) fn on_output_idle(&mut self, now: Instant) {
-        if !self.state.can_send() || self.timers.persist.is_some() {
+        // The buffer's flag first: a receiver's ACKs read no send timer.
+        if !self.flags.has(Flags::SEND_QUEUED)
+            || !self.state.can_send()
+            || self.timers_rare.persist.is_some()
+        {
             return;
         }
         let unsent = self.unsent_bytes();
         if unsent > 0 && self.snd.nxt == self.snd.una && self.snd.una == self.snd.max {
             let base = self.rtt.rto();
-            let d = base.saturating_mul(1u64 << self.timers.persist_backoff.min(16));
+            let d = base.saturating_mul(1u64 << self.timers_rare.persist_backoff.min(16));
             let max = Duration::from_secs(60).max(base);
-            self.timers.persist = Deadline::at(now + d.min(max));
+            self.flags.set(Flags::PERSISTING);
+            self.timers_rare.persist = self.timers.arm(now + d.min(max));
         }
     }
 
