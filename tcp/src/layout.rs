@@ -46,8 +46,11 @@ const CONNECTION_BUDGET: usize = 648;
 /// until PLPMTUD (+8, as the connection); 712 until zero-copy receive
 /// (+8, as the connection); 720 until HyStart's ACK train (+8, as the
 /// connection); 728 until the `FlowKey` (−24, as the connection); 696
-/// until `RecvRare` (−8, as the connection).
-const SLOT_BUDGET: usize = 688;
+/// until `RecvRare` (−8, as the connection). 704 since slots are aligned
+/// to a cache line (+16 of padding: a slot's hot part spans the fewest
+/// lines and shares none with its neighbour; −7.5 % last-level misses at
+/// 10 000 connections, BENCHMARKS.md session 36).
+const SLOT_BUDGET: usize = 704;
 /// A compact TIME-WAIT record (what a closed connection costs for 2 MSL,
 /// index and expiry entry aside). 112 until the `FlowKey` (−24).
 const TIME_WAIT_BUDGET: usize = 88;
