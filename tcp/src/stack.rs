@@ -2395,6 +2395,12 @@ impl Stack {
             {
                 return Err(format!("slot {i}: persist timer set, PERSISTING clear"));
             }
+            if c.flags.has(Flags::SACKED) == c.scoreboard.is_empty() {
+                return Err(format!("slot {i}: SACKED disagrees with the scoreboard"));
+            }
+            if !c.flags.has(Flags::UNDO) && c.snd_rare.undo.is_some() {
+                return Err(format!("slot {i}: undo state set, UNDO clear"));
+            }
             if c.flags.has(Flags::HOLES) == c.assembler.is_empty() {
                 return Err(format!("slot {i}: HOLES disagrees with the assembler"));
             }

@@ -554,7 +554,11 @@ impl Connection {
             self.challenge_ack(ctx);
             return false;
         }
-        let sack_news = self.flags.has(Flags::SACK) && self.update_scoreboard(seg);
+        // Without blocks, only a scoreboard that holds ranges has anything
+        // to prune.
+        let sack_news = self.flags.has(Flags::SACK)
+            && (seg.options.sack_block_count > 0 || self.flags.has(Flags::SACKED))
+            && self.update_scoreboard(seg);
         let new_wnd = u32::from(seg.window) << self.snd.wscale;
         let window_update = self.snd.wl1 < seq || (self.snd.wl1 == seq && self.snd.wl2 <= ack);
         let advanced = ack > self.snd.una;
@@ -642,11 +646,13 @@ impl Connection {
         }
         let rtt = self.take_rtt_sample(now, seg);
         self.timers_rare.retransmits = 0;
-        let undone = self
-            .snd_rare
-            .undo
-            .take()
-            .is_some_and(|undo| self.eifel_undo(ctx.stats, undo, seg, data_acked));
+        let undone = self.flags.has(Flags::UNDO) && {
+            self.flags.clear(Flags::UNDO);
+            self.snd_rare
+                .undo
+                .take()
+                .is_some_and(|undo| self.eifel_undo(ctx.stats, undo, seg, data_acked))
+        };
         if undone {
             // The window was set by the RFC 4015 response.
         } else if self.flags.has(Flags::IN_RECOVERY) {

@@ -30,6 +30,11 @@ impl Connection {
             news |= self.scoreboard.add(l.max(ack), r);
         }
         self.scoreboard.prune(ack);
+        if self.scoreboard.is_empty() {
+            self.flags.clear(Flags::SACKED);
+        } else {
+            self.flags.set(Flags::SACKED);
+        }
         news
     }
 
@@ -46,7 +51,7 @@ impl Connection {
     /// SND.UNA and `NextSeg()` resends them (same episode, no further
     /// window reduction).
     pub(super) fn sack_loss_detection(&mut self, ctx: &mut Ctx<'_>) {
-        if self.scoreboard.is_empty() || !self.state.is_synchronized() {
+        if !self.flags.has(Flags::SACKED) || !self.state.is_synchronized() {
             return;
         }
         let mss = self.eff_mss();
@@ -220,6 +225,7 @@ impl Connection {
                 self.tsval(now),
                 flight.max(self.cc.ssthresh()),
             ));
+            self.flags.set(Flags::UNDO);
         }
         self.flags.set(Flags::IN_RECOVERY | Flags::RECOVER_HELD);
         if !resent_above {

@@ -173,12 +173,22 @@ impl Connection {
         let compactable = s.state == State::TimeWait && s.flags.has(Flags::APP_CLOSED);
         // What the buffers hold, not what the exporter's bits said.
         let mut flags = s.flags;
-        flags.clear(Flags::SEND_QUEUED | Flags::HOLES);
-        if !send_buf.is_empty() {
-            flags.set(Flags::SEND_QUEUED);
-        }
-        if !assembler.is_empty() {
-            flags.set(Flags::HOLES);
+        let derived =
+            Flags::SEND_QUEUED | Flags::HOLES | Flags::SACKED | Flags::UNDO | Flags::PERSISTING;
+        flags.clear(derived);
+        for (bit, holds) in [
+            (Flags::SEND_QUEUED, !send_buf.is_empty()),
+            (Flags::HOLES, !assembler.is_empty()),
+            (Flags::SACKED, !scoreboard.is_empty()),
+            (Flags::UNDO, s.snd_rare.undo.is_some()),
+            (
+                Flags::PERSISTING,
+                s.timers_rare.persist.is_some() || s.timers_rare.persist_backoff != 0,
+            ),
+        ] {
+            if holds {
+                flags.set(bit);
+            }
         }
         *out = Some(Connection {
             tuple: s.tuple,

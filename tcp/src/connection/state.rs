@@ -193,6 +193,13 @@ impl Flags {
     /// update (every segment in order) reads neither (a cache line of
     /// their own).
     pub(crate) const PERSISTING: u64 = 1 << 40;
+    /// The scoreboard holds SACKed ranges (exactly when it does), so that
+    /// a sender's ACKs without SACK blocks read neither the scoreboard nor
+    /// its line.
+    pub(crate) const SACKED: u64 = 1 << 41;
+    /// `SendRare::undo` may be set (clear means it is not), so that each
+    /// advancing ACK need not read it to take it.
+    pub(crate) const UNDO: u64 = 1 << 42;
 
     /// Whether any bit of `f` is set.
     pub(crate) fn has(self, f: u64) -> bool {
@@ -550,6 +557,8 @@ mod tests {
             Flags::SEND_QUEUED,
             Flags::HOLES,
             Flags::PERSISTING,
+            Flags::SACKED,
+            Flags::UNDO,
         ];
         let mut seen = 0u64;
         for (i, f) in all.into_iter().enumerate() {

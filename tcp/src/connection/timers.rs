@@ -135,6 +135,7 @@ impl Connection {
         self.flags
             .clear(Flags::IN_RECOVERY | Flags::SACK_RECOVERY | Flags::MTU_PROBE_OUT);
         self.scoreboard.clear();
+        self.flags.clear(Flags::SACKED);
         self.rack_on_rto();
         self.snd.dup_acks = 0;
         self.snd.nxt = self.snd.una;
