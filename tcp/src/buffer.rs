@@ -24,12 +24,21 @@ use crate::chunk_pool::{ChunkList, ChunkPool, CHUNK_SIZE, SMALL_CHUNK_SIZE};
 /// headroom. A receiver that advertises its window from the capacity can so
 /// still accept everything up to a right edge that window-scale rounding
 /// (RFC 7323 §2.4) put a little past it.
+///
+/// The counts come first and the chunk list last (`repr(C)`): a receive
+/// queue whose bytes stay in lent frames reads only the counts, so the
+/// list's words stay out of the cache lines a receiver's segment touches
+/// (see `Connection`'s layout).
 #[derive(Debug, Default, PartialEq, Eq)]
+#[repr(C)]
 pub(crate) struct ChunkBuffer {
-    /// Chunk `i` holds offsets `[i * size - head, (i + 1) * size - head)`
-    /// from the read position, `size` being the chunks' size
-    /// (`1 << shift`).
-    chunks: ChunkList,
+    /// Queued bytes.
+    len: u32,
+    capacity: u32,
+    headroom: u32,
+    /// One past the furthest offset written (queued or not): chunks up to it
+    /// are kept while the queued bytes drain.
+    written: u32,
     /// The read position inside the first chunk.
     head: u32,
     /// log2 of the size of the chunks held: [`SMALL_CHUNK_SIZE`] when the
@@ -37,13 +46,10 @@ pub(crate) struct ChunkBuffer {
     /// one, [`CHUNK_SIZE`] otherwise. Chosen whenever the buffer takes its
     /// first chunk.
     shift: u8,
-    /// Queued bytes.
-    len: u32,
-    /// One past the furthest offset written (queued or not): chunks up to it
-    /// are kept while the queued bytes drain.
-    written: u32,
-    capacity: u32,
-    headroom: u32,
+    /// Chunk `i` holds offsets `[i * size - head, (i + 1) * size - head)`
+    /// from the read position, `size` being the chunks' size
+    /// (`1 << shift`).
+    chunks: ChunkList,
 }
 
 /// log2 of [`SMALL_CHUNK_SIZE`].

@@ -87,7 +87,7 @@ pub(crate) struct Rack {
     pub(crate) reo_wnd_mult: u8,
     /// `RACK.reo_wnd_persist`.
     pub(crate) reo_wnd_persist: u8,
-    /// [`Rack::REORDERING_SEEN`], [`Rack::RECOVERING`], [`Rack::TLP_NOW`].
+    /// [`Rack::REORDERING_SEEN`], [`Rack::RECOVERING`].
     pub(crate) bits: u8,
 }
 
@@ -109,8 +109,6 @@ impl Rack {
     /// The connection was in fast or RTO recovery at the last ACK (to see
     /// it end, RFC 8985 §6.2 step 4).
     pub(crate) const RECOVERING: u8 = 2;
-    /// The probe timeout fired: the next segment out is the probe (§7.3).
-    pub(crate) const TLP_NOW: u8 = 4;
 
     /// Whether a bit of `b` is set.
     #[inline]

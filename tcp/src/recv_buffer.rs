@@ -17,8 +17,10 @@ use crate::buffer::ChunkBuffer;
 use crate::chunk_pool::ChunkPool;
 use crate::lent_frames::{FrameStore, Front, LentFrames, PieceList};
 
-/// See the module documentation.
+/// See the module documentation. The piece list first, then the chunks'
+/// counts, their list last (`repr(C)`; see [`ChunkBuffer`]).
 #[derive(Debug, Default, PartialEq, Eq)]
+#[repr(C)]
 pub(crate) struct RecvBuffer {
     pieces: PieceList,
     chunks: ChunkBuffer,
@@ -186,6 +188,11 @@ impl RecvBuffer {
         lent: &mut LentFrames,
         n: usize,
     ) -> usize {
+        // A read that found nothing (an application reads until it would
+        // block) leaves the chunk list's line alone.
+        if n == 0 {
+            return 0;
+        }
         if self.pieces.is_empty() {
             return self.chunks.dequeue_allocated(pool, n);
         }

@@ -45,7 +45,9 @@ impl Instant {
 
 /// An optional deadline in 8 bytes (`Option<Instant>` takes 16): nanoseconds,
 /// with `u64::MAX` for none. Connection timers use it, so that a
-/// connection's deadlines fit in fewer cache lines.
+/// connection's deadlines fit in fewer cache lines, and so do the optional
+/// instants a connection keeps (the timed segment's send time, the start
+/// of a receive-RTT measurement).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Deadline(u64);
 

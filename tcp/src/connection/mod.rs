@@ -235,9 +235,12 @@ const INIT_SEGMENTS: usize = 10;
 /// `send_buf` and nothing after them, so that at 10 000 connections, when
 /// each segment finds its connection out of the cache, it pulls in as few
 /// lines as possible (issue 12's hot part; `layout.rs` keeps the order and
-/// BENCHMARKS.md, session 31, has the lines each segment touches). What
-/// only the handshake, loss recovery, congestion control and the
-/// application's rarer calls read comes after `send_buf`.
+/// BENCHMARKS.md, session 31, has the lines each segment touches). A
+/// receiver's segment reads no further than `recv_buf`'s counts (the
+/// first four lines of a slot, session 36); a sender's ACK reads on to
+/// `send_buf`, and of what follows, `cc`, `rtt`, `rtt_seq` and
+/// `timers_rare`. What only the handshake, loss recovery and the
+/// application's rarer calls read comes after those.
 #[derive(Debug)]
 #[repr(C)]
 pub(crate) struct Connection {
@@ -257,8 +260,10 @@ pub(crate) struct Connection {
     pub rcv: ReceiveState,
     pub ts: TimestampState,
     pub tune: TuningState,
-    pub recv_buf: RecvBuffer,
     pub timers: TimerState,
+    /// Last of what a receiver's segment reads: the piece list and the
+    /// chunks' counts (a queue of lent frames reads no further).
+    pub recv_buf: RecvBuffer,
     /// RACK-TLP state (RFC 8985; the segments in flight allocated only
     /// while there are some): its reordering deadline is one of the timers.
     pub rack: crate::rack::Rack,
@@ -373,6 +378,8 @@ impl Connection {
                 fin_seq: SeqNumber(0),
                 last_ooo: None,
                 dsack: (SeqNumber(0), SeqNumber(0)),
+                rcv_rtt_seq: SeqNumber(0),
+                rcv_rtt_time: Deadline::NONE,
             },
             ts: TimestampState {
                 recent: 0,
@@ -383,7 +390,7 @@ impl Connection {
             },
             timers: TimerState {
                 delayed_ack: Deadline::NONE,
-                armed: Deadline::NONE,
+                armed: None,
                 last_recv: now,
             },
             timers_rare: TimerRare {
@@ -411,8 +418,6 @@ impl Connection {
                 rcv_space_seq: SeqNumber(0),
                 rcv_space_time: now,
                 rcv_rtt_us: 0,
-                rcv_rtt_seq: SeqNumber(0),
-                rcv_rtt_time: None,
                 rcv_rtt_tsecr: 0,
             },
             assembler: Assembler::new(),

@@ -277,7 +277,7 @@ impl Connection {
             f.forget_sacks(una);
             f.tlp_end = None;
         }
-        self.rack.bits &= !Rack::TLP_NOW;
+        self.flags.clear(Flags::TLP_NOW);
     }
 
     /// Whether the probe timer is RFC 8985 §7's: RACK-TLP runs, outside
@@ -349,7 +349,7 @@ impl Connection {
         self.flags.clear(Flags::PROBE_ARMED);
         self.timers_rare.rto = self.timers.arm(ctx.now + self.rtt.rto());
         if self.tlp_allowed() {
-            self.rack.bits |= Rack::TLP_NOW;
+            self.flags.set(Flags::TLP_NOW);
         }
     }
 
@@ -364,10 +364,12 @@ impl Connection {
         ctx: &mut Ctx<'_>,
         buf: &mut [u8],
     ) -> ControlFlow<Option<usize>> {
-        if !self.rack.has(Rack::TLP_NOW) {
+        // In the flags, which every poll reads anyway: `rack` is a line a
+        // receiver's ACKs do not otherwise touch.
+        if !self.flags.has(Flags::TLP_NOW) {
             return Continue(());
         }
-        self.rack.bits &= !Rack::TLP_NOW;
+        self.flags.clear(Flags::TLP_NOW);
         let Some(last) = self.rack.flight.as_deref().and_then(Flight::last_start) else {
             return Continue(());
         };

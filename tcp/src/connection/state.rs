@@ -200,6 +200,9 @@ impl Flags {
     /// `SendRare::undo` may be set (clear means it is not), so that each
     /// advancing ACK need not read it to take it.
     pub(crate) const UNDO: u64 = 1 << 42;
+    /// RACK-TLP's probe timeout fired: the next segment out is the probe
+    /// (RFC 8985 §7.3).
+    pub(crate) const TLP_NOW: u64 = 1 << 43;
 
     /// Whether any bit of `f` is set.
     pub(crate) fn has(self, f: u64) -> bool {
@@ -344,7 +347,8 @@ pub(crate) struct ReceiveState {
 
 /// The receive side's state that a segment in sequence does not read: the
 /// IRS, a FIN that arrived ahead of missing data, the start of the latest
-/// out-of-order segment and a D-SACK range to report. Kept apart from
+/// out-of-order segment, a D-SACK range to report, and the receiver's RTT
+/// measurement without timestamps. Kept apart from
 /// [`ReceiveState`], out of the cache lines every segment touches (see
 /// `Connection`'s layout): whether there is a FIN ahead or a D-SACK block
 /// owed is in [`Flags`] (`FIN_AHEAD`, `DSACK`), and `last_ooo` is read only
@@ -362,6 +366,14 @@ pub(crate) struct RecvRare {
     /// With `Flags::DSACK`: a duplicate segment's range to report once as
     /// a D-SACK block (RFC 2883 §4).
     pub(crate) dsack: (SeqNumber, SeqNumber),
+    /// The receiver's RTT measured without timestamps (`TuningState`'s
+    /// estimate; with timestamps, which nearly every peer offers, a
+    /// segment never reads these): RCV.NXT that ends the current
+    /// one-window measurement.
+    pub(crate) rcv_rtt_seq: SeqNumber,
+    /// Without timestamps: when the current one-window measurement began
+    /// (an optional instant in 8 bytes).
+    pub(crate) rcv_rtt_time: Deadline,
 }
 
 /// RFC 7323 timestamp state.
@@ -397,11 +409,6 @@ pub(crate) struct TuningState {
     /// timestamp echoes (RFC 7323 §4) if negotiated, else the time one
     /// advertised window takes to arrive (the DRS paper's §3.2 bound).
     pub(crate) rcv_rtt_us: u32,
-    /// Without timestamps: RCV.NXT that ends the current one-window
-    /// measurement.
-    pub(crate) rcv_rtt_seq: SeqNumber,
-    /// Without timestamps: when the current one-window measurement began.
-    pub(crate) rcv_rtt_time: Option<Instant>,
     /// With timestamps: the TSecr of the last sample (later segments echoing
     /// the same TSval were sent later and would read long).
     pub(crate) rcv_rtt_tsecr: u32,
@@ -425,7 +432,13 @@ pub(crate) struct TimerState {
     /// value after each segment instead of every deadline
     /// ([`super::Connection::next_deadline`], read only when the entry
     /// fired or there is none).
-    pub(crate) armed: Deadline,
+    ///
+    /// An `Option<Instant>`, not a `Deadline`, on purpose: its 8-byte tag
+    /// is the largest niche in a connection and the first, so it is where
+    /// `Option<Connection>` keeps whether a slot is live, and every check of
+    /// a slot reads this line, which a segment reads anyway (the niche was
+    /// in `RecvRare`, a cold line, for a while: lackey, session 36).
+    pub(crate) armed: Option<Instant>,
     /// Last time a segment arrived.
     pub(crate) last_recv: Instant,
 }
@@ -436,9 +449,8 @@ impl TimerState {
     /// `Stack::check_layout` reports).
     #[inline]
     pub(crate) fn arm(&mut self, at: Instant) -> Deadline {
-        let d = Deadline::at(at);
-        self.armed = self.armed.min(d);
-        d
+        self.armed = Some(self.armed.map_or(at, |a| a.min(at)));
+        Deadline::at(at)
     }
 }
 
@@ -559,6 +571,7 @@ mod tests {
             Flags::PERSISTING,
             Flags::SACKED,
             Flags::UNDO,
+            Flags::TLP_NOW,
         ];
         let mut seen = 0u64;
         for (i, f) in all.into_iter().enumerate() {

@@ -26,7 +26,7 @@ impl Connection {
     /// again when it fires.
     #[inline]
     pub(crate) fn take_armed(&mut self) -> Option<Instant> {
-        std::mem::replace(&mut self.timers.armed, Deadline::NONE).get()
+        self.timers.armed.take()
     }
 
     /// Handles every timer due at `ctx.now`.

@@ -103,16 +103,24 @@ impl Connection {
             }
             return;
         }
-        if let Some(start) = self.tune.rcv_rtt_time {
-            if self.rcv.nxt < self.tune.rcv_rtt_seq {
+        self.rcv_rtt_measure_window(now);
+    }
+
+    /// [`Self::rcv_rtt_measure`] without timestamps. Out of line: its
+    /// fields are in `RecvRare`, a line a segment with timestamps does not
+    /// otherwise read.
+    #[inline(never)]
+    fn rcv_rtt_measure_window(&mut self, now: Instant) {
+        if let Some(start) = self.rcv_rare.rcv_rtt_time.get() {
+            if self.rcv.nxt < self.rcv_rare.rcv_rtt_seq {
                 return;
             }
             let us = now.saturating_since(start).as_nanos() / 1000;
             self.rcv_rtt_update(us.clamp(1, u64::from(u32::MAX)) as u32, true);
         }
         // The right edge advertised so far (RFC 9293 §3.8.6: never left).
-        self.tune.rcv_rtt_seq = self.rcv.adv;
-        self.tune.rcv_rtt_time = Some(now);
+        self.rcv_rare.rcv_rtt_seq = self.rcv.adv;
+        self.rcv_rare.rcv_rtt_time = Deadline::at(now);
     }
 
     /// Linux `tcp_rcv_rtt_update`: a window-based sample is an upper bound,
