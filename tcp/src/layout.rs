@@ -200,6 +200,15 @@ struct Pair {
 }
 
 impl Pair {
+    /// A pair with one connection from A to B through its handshake.
+    fn connected() -> Self {
+        let mut p = Pair::new();
+        p.apply(&Op::Connect(0));
+        p.apply(&Op::Deliver(0));
+        p.apply(&Op::Deliver(0));
+        p
+    }
+
     fn new() -> Self {
         let mut cfg_a = Config::new([1; 16]);
         let mut cfg_b = Config::new([2; 16]);
@@ -463,10 +472,7 @@ impl Pair {
 /// of a 40 000-byte stream; B must read the stream exactly.
 #[test]
 fn the_send_stream_survives_snd_una_wrapping_onto_the_iss() {
-    let mut p = Pair::new();
-    p.apply(&Op::Connect(0));
-    p.apply(&Op::Deliver(0));
-    p.apply(&Op::Deliver(0));
+    let mut p = Pair::connected();
     p.events();
     assert_eq!((p.a_conns.len(), p.b_conns.len()), (1, 1));
     let (a, b) = (p.a_conns[0], p.b_conns[0]);
@@ -536,10 +542,7 @@ fn one_way(p: &mut Pair, from_a: bool, lose: bool) {
 /// first segment of a burst is lost.
 #[test]
 fn fast_retransmit_does_not_wait_for_a_stale_recover() {
-    let mut p = Pair::new();
-    p.apply(&Op::Connect(0));
-    p.apply(&Op::Deliver(0));
-    p.apply(&Op::Deliver(0));
+    let mut p = Pair::connected();
     p.events();
     let a = p.a_conns[0];
     // Enough data first that the congestion window has room for a burst
@@ -586,10 +589,7 @@ fn fast_retransmit_does_not_wait_for_a_stale_recover() {
 /// below B's window, and B would never learn of the abort.
 #[test]
 fn an_abort_resets_the_peer_even_after_a_timeout_rewound_snd_nxt() {
-    let mut p = Pair::new();
-    p.apply(&Op::Connect(0));
-    p.apply(&Op::Deliver(0));
-    p.apply(&Op::Deliver(0));
+    let mut p = Pair::connected();
     p.events();
     let (a, b) = (p.a_conns[0], p.b_conns[0]);
     // Within the initial window and without Nagle, so that all of it is
@@ -629,10 +629,7 @@ fn an_abort_resets_the_peer_even_after_a_timeout_rewound_snd_nxt() {
 /// entry behind. Now a connection has at most one entry.
 #[test]
 fn keepalive_leaves_no_stale_wheel_entries() {
-    let mut p = Pair::new();
-    p.apply(&Op::Connect(0));
-    p.apply(&Op::Deliver(0));
-    p.apply(&Op::Deliver(0));
+    let mut p = Pair::connected();
     assert_eq!((p.a_conns.len(), p.b_conns.len()), (1, 1));
     for round in 0..2_000u32 {
         // Active: data both ways, its ACKs, retransmission and delayed-ACK
@@ -668,10 +665,7 @@ fn keepalive_leaves_no_stale_wheel_entries() {
 #[test]
 fn the_persist_timer_is_flagged_from_a_zero_window_to_its_opening() {
     use crate::connection::Flags;
-    let mut p = Pair::new();
-    p.apply(&Op::Connect(0));
-    p.apply(&Op::Deliver(0));
-    p.apply(&Op::Deliver(0));
+    let mut p = Pair::connected();
     let (a, b) = (p.a_conns[0], p.b_conns[0]);
     // B does not read, and its buffer is set small (the pair's memory
     // budget always leaves a connection one segment): its window closes
