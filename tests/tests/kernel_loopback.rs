@@ -395,6 +395,12 @@ impl ConnHandler for Blast {
         }
         let mut seed = [0u8; 1];
         if net.recv(conn, &mut seed) == Ok(1) {
+            // A small kernel send buffer, fixed: auto-tuned (up to
+            // `tcp_wmem`'s 4 MiB) it could take a whole payload while the
+            // peer does not read, and whether the send memory ever filled
+            // then depended on how fast the kernel grew it (the test
+            // failed about one run in two on a fresh VM).
+            net.set_send_buffer(conn, 16 << 10).expect("live");
             let data = payload(u64::from(seed[0]), self.total);
             self.conns.push((conn, data, 0));
             self.push(net, conn);
