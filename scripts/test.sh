@@ -33,23 +33,19 @@ summary=()
 failures=()
 total_passed=0 total_failed=0 total_ignored=0
 
-# run_suite NAME CMD...: runs one suite, output shown and kept; adds its
-# counts to the totals and its line to the summary.
-run_suite() {
-  local name=$1 log rc=0
-  shift
-  log="$logs/$(echo "$name" | tr -c 'A-Za-z0-9_.-' _).log"
-  echo
-  echo "== suite $name ($*)"
-  "$@" 2>&1 | tee "$log" || rc=${PIPESTATUS[0]}
-  # Per test binary (cargo's "Running X (...)" / "Doc-tests X" lines), its
-  # `test result:` line; the shell suite ends with "N passed, N failed".
-  local counts
-  counts=$(awk '
-    BEGIN { bin = "(unnamed)" }
-    /^ *Running / { bin = $2 }
-    /^ *Doc-tests / { bin = "doc-tests " $2 }
+# suite_counts LOG: "passed failed ignored [failed binaries...]" of one
+# suite's output: per test binary (cargo's "Running X (...)" / "Doc-tests X"
+# lines) its `test result:` line; the shell suite ends with "N passed, N failed".
+suite_counts() {
+  awk '
+    # A binary that printed no `test result:` line crashed (a signal, an
+    # abort): it counts as one failure.
+    function ended() { if (bin != "" && !result) { f++; bad = bad " " bin "(crashed)" } }
+    /^ *Running / { ended(); bin = ($2 == "unittests") ? $2 " " $3 : $2; result = 0 }
+    /^ *Doc-tests / { ended(); bin = "doc-tests " $2; result = 0 }
     /^test result: / {
+      result = 1
+      if (bin == "") bin = "(unnamed)"
       for (i = 1; i <= NF; i++) {
         if ($i ~ /^passed;?$/) p += $(i - 1)
         if ($i ~ /^failed;?$/) f += $(i - 1)
@@ -58,15 +54,21 @@ run_suite() {
       if ($3 == "FAILED.") bad = bad " " bin
     }
     /: [0-9]+ passed, [0-9]+ failed$/ { p += $(NF - 3); f += $(NF - 1) }
-    END { printf "%d %d %d%s\n", p, f, g, bad }
-  ' "$log")
-  local passed failed ignored bad
-  read -r passed failed ignored bad <<<"$counts"
+    END { ended(); printf "%d %d %d%s\n", p, f, g, bad }
+  ' "$1"
+}
+
+# add_suite NAME RC LOG: adds one suite's counts to the totals and its line
+# to the summary. RC is the exit status of what ran it ("-" when one command
+# ran several suites: a failure is then known only from the counts).
+add_suite() {
+  local name=$1 rc=$2 log=$3 passed failed ignored bad
+  read -r passed failed ignored bad <<<"$(suite_counts "$log")"
   total_passed=$((total_passed + passed))
   total_failed=$((total_failed + failed))
   total_ignored=$((total_ignored + ignored))
   local status=ok
-  if [ "$rc" -ne 0 ] || [ "$failed" -ne 0 ]; then
+  if { [ "$rc" != - ] && [ "$rc" -ne 0 ]; } || [ "$failed" -ne 0 ]; then
     status=FAILED
     if [ -n "$bad" ]; then
       failures+=("$name:$(printf ' %s' $bad)")
@@ -79,18 +81,76 @@ run_suite() {
   summary+=("$(printf '  %-34s %-6s %5d passed, %d failed, %d ignored' "$name" "$status" "$passed" "$failed" "$ignored")")
 }
 
+# run_suite NAME CMD...: runs one suite, output shown and kept.
+run_suite() {
+  local name=$1 log rc=0
+  shift
+  log="$logs/$(echo "$name" | tr -c 'A-Za-z0-9_.-' _).log"
+  echo
+  echo "== suite $name ($*)"
+  "$@" 2>&1 | tee "$log" || rc=${PIPESTATUS[0]}
+  add_suite "$name" "$rc" "$log"
+}
+
 run_suite "setup.sh toolchain logic" bash scripts/setup-test.sh
+
+# Every crate's tests, from one build of the workspace. `cargo test -p X`
+# for one crate at a time unified the dependencies' features per crate, so
+# that libbpf-sys, libbpf-cargo, bindgen, hwlocality-sys and the crates
+# after them were compiled up to four times over: minutes of a CI run. The
+# features here are those of the binaries (`cargo build --workspace` above);
+# flowlane-wire's own default (no ARP, no ICMP) is tested alone below.
+echo
+echo "== cargo test --workspace --no-run (every test binary, built once)"
+build_rc=0
+cargo test --workspace --no-run -q --message-format=json-render-diagnostics \
+  >"$logs/test-build.json" || build_rc=$?
+# Which crate each test binary belongs to (cargo prints its path relative to
+# the workspace root in its "Running" line), so that each crate's binaries
+# are a suite with its own header and counts.
+python3 - "$logs/test-build.json" "$PWD" >"$logs/test-bins.tsv" <<'PY'
+import json, os, sys
+for line in open(sys.argv[1]):
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        name = m["package_id"].split("#")[-1].split("@")[0].split("/")[-1]
+        print(os.path.relpath(m["executable"], sys.argv[2]) + "\t" + name)
+PY
+ws_rc=0
 # Test beds are uniquely named per test; two threads keep the 2-vCPU machine
-# responsive for the kernel peers.
-for crate in $(cargo metadata --no-deps --format-version 1 |
-  python3 -c 'import json, sys; print("\n".join(p["name"] for p in json.load(sys.stdin)["packages"]))'); do
-  run_suite "$crate" cargo test -p "$crate" --no-fail-fast -- --test-threads=2
-done
-# ARP/ICMP/NDP are optional features of the codec.
-run_suite "flowlane-wire --all-features" cargo test -p flowlane-wire --all-features --no-fail-fast -- --test-threads=2
-# The shared command-line flags' parsers sit behind the data path's `cli`
-# feature (the binaries turn it on; a plain `cargo test -p` does not).
-run_suite "flowlane-dataplane --features cli (service_args)" cargo test -p flowlane-dataplane --features cli --lib --no-fail-fast -- --test-threads=2 service_args::
+# responsive for the kernel peers. Cargo runs the binaries crate by crate
+# (sorted by name), doc tests last.
+cargo test --workspace --no-fail-fast -- --test-threads=2 2>&1 |
+  awk -v map="$logs/test-bins.tsv" -v dir="$logs" '
+    BEGIN { FS = "\t"; while ((getline l < map) > 0) { split(l, a, "\t"); crate[a[1]] = a[2] }; FS = " " }
+    /^ *Running / { s = $0; sub(/.*\(/, "", s); sub(/\).*/, "", s); c = (s in crate) ? crate[s] : "(unknown crate)" }
+    /^ *Doc-tests / { c = "doc tests (every crate)" }
+    /^ *(Running|Doc-tests) / && c != cur {
+      cur = c; out = dir "/ws-" (++n) ".log"
+      print cur "\t" out > (dir "/ws-suites.tsv")
+      printf "\n== suite %s (cargo test --workspace)\n", cur
+    }
+    { print; fflush(); if (out != "") print > out }
+  ' || ws_rc=${PIPESTATUS[0]}
+ws_rc=$((build_rc | ws_rc))
+ws_counted=0
+if [ -f "$logs/ws-suites.tsv" ]; then
+  while IFS=$'\t' read -r name log; do
+    add_suite "$name" - "$log"
+    ws_counted=$((ws_counted + 1))
+  done <"$logs/ws-suites.tsv"
+fi
+if [ "$ws_rc" -ne 0 ] && [ "$total_failed" -eq 0 ]; then
+  # Nothing failed by name: the build failed or a binary crashed.
+  echo "cargo test --workspace: exit status $ws_rc" >"$logs/ws-status.log"
+  add_suite "cargo test --workspace" "$ws_rc" "$logs/ws-status.log"
+fi
+echo "($ws_counted crates' suites from the workspace run)"
+
+# ARP/ICMP/NDP are optional features of the codec: the workspace turns them
+# on (the data path and the fuzz targets use them); without them it must
+# still build and pass.
+run_suite "flowlane-wire (default features)" cargo test -p flowlane-wire --no-fail-fast -- --test-threads=2
 # More than 4 GiB on one connection through the simulator (issue 11): seconds
 # in a release build, far too long in a debug one.
 run_suite "flowlane-tcp long_transfer (release, > 4 GiB)" cargo test --release -p flowlane-tcp --test long_transfer --no-fail-fast -- --ignored
