@@ -59,7 +59,7 @@ impl ConnHandler for Sink {
 }
 
 /// The peer's address and port for connection `i` (50 000 per address).
-fn peer_addr(i: usize) -> SocketAddr {
+pub(super) fn peer_addr(i: usize) -> SocketAddr {
     let ip = Ipv4Addr::new(10, 99, 1 + (i / 50_000) as u8, 2);
     SocketAddr::new(IpAddr::V4(ip), 10_000 + (i % 50_000) as u16)
 }
@@ -73,7 +73,7 @@ fn conn_index(a: SocketAddr) -> usize {
 }
 
 /// Passes frames both ways until neither side has anything to send.
-fn exchange(h: &mut TcpHandler, peer: &mut Stack, now: Duration) {
+pub(super) fn exchange(h: &mut TcpHandler, peer: &mut Stack, now: Duration) {
     let mut seg = vec![0u8; 2048];
     loop {
         let mut moved = 0;
@@ -108,7 +108,7 @@ fn shuffle<T>(v: &mut [T], state: &mut u64) {
 
 /// The median; NaN for no rounds (a mode `FLOWLANE_BENCH_PREFETCH` left
 /// out).
-fn median(v: &mut [f64]) -> f64 {
+pub(super) fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }

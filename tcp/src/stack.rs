@@ -1477,6 +1477,27 @@ impl Stack {
         Some(StateHint::new((slot as *const Slot).cast(), hot, idx))
     }
 
+    /// Where connection `conn`'s slot lies, all of it ([`StateHint`]):
+    /// what exporting it reads ([`Stack::export_bucket_part`] takes every
+    /// field). For a caller that moves a bucket and prefetches the
+    /// connections ahead of the one it exports (their slots lie scattered
+    /// over the slab, each cold on a busy core). Reads only the slot's
+    /// first line, for the handle's generation (a listing of the bucket,
+    /// [`Stack::bucket_connections`], has just read it); `None` for a
+    /// handle of another generation.
+    #[inline]
+    pub fn slot_hint(&self, conn: ConnHandle) -> Option<StateHint> {
+        let slot = self
+            .slots
+            .get(conn.index as usize)
+            .filter(|s| s.generation == conn.generation)?;
+        Some(StateHint::new(
+            (slot as *const Slot).cast(),
+            std::mem::size_of::<Slot>(),
+            conn.index,
+        ))
+    }
+
     /// Where the lookup of the connection of a segment with the endpoints
     /// `seg` will start reading the connection table ([`LookupHint`]): for a caller
     /// that prefetches it a segment before it calls
