@@ -126,9 +126,11 @@ const PREFETCH_FROM: usize = 512;
 /// sleeping worker, a wake-up).
 const EXPORT_PART: usize = 32;
 /// How many connections ahead of the one whose application side it
-/// exports a worker prefetches a moving bucket's slots and application
-/// entries ([`TcpHandler::export_bucket`]): each slot is eleven lines,
-/// which a few connections' worth of prefetches in flight cover.
+/// exports a worker prefetches what a moving bucket's connections' export
+/// reads beyond the slot ([`TcpHandler::export_bucket`]: the table's and
+/// the timer wheel's entries, whose addresses are in the slot), and twice
+/// as many ahead the slot itself (eleven lines) and the application
+/// entry: a few connections' worth of prefetches in flight.
 const MOVE_AHEAD: usize = 4;
 /// The frame a worker without a queue builds a segment in: what a UMEM
 /// frame holds after its headroom (2 048 - 256 bytes).
@@ -1151,13 +1153,21 @@ impl TcpHandler {
         // Its slot is then in this core's caches when the stack exports it
         // below (a bucket of 100 connections' slots is 70 KiB).
         if self.move_prefetch {
-            for &c in conns.iter().take(MOVE_AHEAD) {
+            for &c in conns.iter().take(2 * MOVE_AHEAD) {
                 self.prefetch_moving(c);
+            }
+            for &c in conns.iter().take(MOVE_AHEAD) {
+                self.prefetch_removal(c);
             }
         }
         for (i, &c) in conns.iter().enumerate() {
-            if let Some(&ahead) = conns.get(i + MOVE_AHEAD).filter(|_| self.move_prefetch) {
-                self.prefetch_moving(ahead);
+            if self.move_prefetch {
+                if let Some(&far) = conns.get(i + 2 * MOVE_AHEAD) {
+                    self.prefetch_moving(far);
+                }
+                if let Some(&near) = conns.get(i + MOVE_AHEAD) {
+                    self.prefetch_removal(near);
+                }
             }
             let (mut net, app) = self.net(now, frames);
             apps.push((c, app.export_conn(c, &mut net)));
@@ -1225,6 +1235,14 @@ impl TcpHandler {
             if let Some(owner) = self.app.owner_address(hint.slot()) {
                 crate::prefetch::line_at(owner);
             }
+        }
+    }
+
+    /// Prefetches what taking `conn` out of the stack reads beyond its
+    /// slot (which must be in the cache by now: [`Stack::removal_lines`]).
+    fn prefetch_removal(&self, conn: ConnHandle) {
+        for line in self.stack.removal_lines(conn) {
+            crate::prefetch::line_at(line);
         }
     }
 

@@ -646,13 +646,8 @@ impl Stack {
     /// [`Stack::export_bucket`] would take them (for the application to
     /// hand over its own state first).
     pub fn bucket_connections(&self, bucket: u16) -> Vec<ConnHandle> {
-        let mut out = Vec::with_capacity(self.buckets.len(bucket) as usize);
-        let mut idx = self.buckets.head(bucket);
-        while idx != NIL {
-            out.push(self.handle(idx));
-            idx = self.slots[idx as usize].link.next;
-        }
-        out
+        let entries = self.buckets.entries(bucket);
+        entries.iter().rev().map(|&idx| self.handle(idx)).collect()
     }
 
     /// Takes every connection and TIME-WAIT record of `bucket` out of the
@@ -692,7 +687,7 @@ impl Stack {
         let max = max.max(1);
         let mut connections = Vec::with_capacity((self.buckets.len(bucket) as usize).min(max));
         while connections.len() < max {
-            let idx = self.buckets.head(bucket);
+            let idx = self.buckets.first(bucket);
             if idx == NIL {
                 break;
             }
@@ -703,7 +698,7 @@ impl Stack {
                 connections.push((handle, c.export(lent, frames)));
             });
         }
-        let complete = self.buckets.head(bucket) == NIL;
+        let complete = self.buckets.first(bucket) == NIL;
         BucketExport {
             bucket,
             connections,
@@ -1498,7 +1493,26 @@ impl Stack {
         ))
     }
 
-    /// Where the lookup of the connection of a segment with the endpoints
+    /// Where taking `conn` out of the stack reads beyond its slot (an
+    /// export, [`Stack::export_bucket_part`]): the connection table's
+    /// entry at its tuple's home position, and its timer-wheel entry with
+    /// the one that takes that entry's place. Reads the slot's tuple and
+    /// wheel position and hashes the tuple, so a caller that prefetches
+    /// these asks once the slot is in its cache ([`Stack::slot_hint`] a
+    /// few connections earlier). Nothing for a handle of another
+    /// generation.
+    pub fn removal_lines(&self, conn: ConnHandle) -> impl Iterator<Item = *const u8> {
+        let slot = self
+            .slots
+            .get(conn.index as usize)
+            .filter(|s| s.generation == conn.generation);
+        let table = slot
+            .and_then(|s| s.conn.as_ref())
+            .and_then(|c| self.table.entry_address(self.table.hash(&c.tuple)));
+        let [entry, last] = slot.map_or([None, None], |s| self.wheel.entry_addresses(s.wheel_pos));
+        [table, entry, last].into_iter().flatten()
+    }
+
     /// `seg` will start reading the connection table ([`LookupHint`]): for a caller
     /// that prefetches it a segment before it calls
     /// [`Stack::expect_looked_up`] for that segment (the data path: two

@@ -323,7 +323,7 @@ impl TimeWaitTable {
     pub(crate) fn export_bucket(&mut self, b: u16) -> Vec<TimeWait> {
         let mut out = Vec::with_capacity(self.buckets.len(b) as usize);
         loop {
-            let idx = self.buckets.head(b);
+            let idx = self.buckets.first(b);
             if idx == NIL {
                 break;
             }

@@ -154,6 +154,21 @@ impl TimerWheel {
         }
     }
 
+    /// Where cancelling the entry at `pos` reads and writes: the entry
+    /// and its list's last one (which takes its place), for a caller that
+    /// prefetches them. Reads the level's list header only.
+    pub(crate) fn entry_addresses(&self, pos: WheelPos) -> [Option<*const u8>; 2] {
+        let Some(list) = self
+            .levels
+            .get(usize::from(pos.level))
+            .and_then(|l| l.slots.get(usize::from(pos.slot)))
+        else {
+            return [None, None];
+        };
+        let at = |e: &Entry| (e as *const Entry).cast::<u8>();
+        [list.get(pos.index as usize).map(at), list.last().map(at)]
+    }
+
     /// Files `key` under `tick` (not before the current tick).
     fn place(&mut self, keys: &mut impl WheelKeys, key: u32, tick: u64) {
         debug_assert!(tick >= self.elapsed);
