@@ -80,9 +80,10 @@ fn evict(buf: &mut [u8], round: u8) {
     std::hint::black_box(&buf);
 }
 
-/// Median ns per connection exported without and with the prefetch, and
-/// connections per bucket on average.
-fn run(conns: usize, cold: bool, mode: &str) -> (f64, f64, f64) {
+/// Median ns per connection exported without and with the prefetch,
+/// connections per bucket on average, and median ns per connection
+/// imported (after the same eviction: the new core's slots are cold).
+fn run(conns: usize, cold: bool, mode: &str) -> (f64, f64, f64, f64) {
     let table: Vec<u32> = (0..u32::from(BUCKETS)).map(|b| b % 2).collect();
     let rss = rss_state(RssKey::microsoft_default().as_bytes(), &table, 2).unwrap();
     let mut cfg = TcpConfig::new(OURS, OUR_MAC, [1; 16]);
@@ -116,7 +117,7 @@ fn run(conns: usize, cold: bool, mode: &str) -> (f64, f64, f64) {
         "every connection set up"
     );
     let mut cache = if cold { vec![0u8; EVICT] } else { Vec::new() };
-    let (mut off, mut on) = (Vec::new(), Vec::new());
+    let (mut off, mut on, mut imports) = (Vec::new(), Vec::new(), Vec::new());
     let mut moved = 0;
     for round in 0..ROUNDS {
         let (from, to) = if round % 2 == 0 { (0, 1) } else { (1, 0) };
@@ -132,12 +133,16 @@ fn run(conns: usize, cold: bool, mode: &str) -> (f64, f64, f64) {
             let parts = export_measured(&mut hs[from], b);
             let spent = start.elapsed();
             let n: usize = parts.iter().map(|p| p.export.connections().len()).sum();
+            evict(&mut cache, round as u8 ^ b as u8 ^ 0x55);
+            let start = std::time::Instant::now();
             for p in parts {
                 assert_eq!(hs[to].import_bucket(instant(now), p, &NoFrames), 0);
             }
+            let import_spent = start.elapsed();
             if n > 0 {
                 let ns = spent.as_nanos() as f64 / n as f64;
                 if prefetch { &mut on } else { &mut off }.push(ns);
+                imports.push(import_spent.as_nanos() as f64 / n as f64);
             }
             moved += n;
         }
@@ -148,7 +153,12 @@ fn run(conns: usize, cold: bool, mode: &str) -> (f64, f64, f64) {
         );
     }
     let per_bucket = moved as f64 / (ROUNDS * usize::from(BUCKETS)) as f64;
-    (median(&mut off), median(&mut on), per_bucket)
+    (
+        median(&mut off),
+        median(&mut on),
+        per_bucket,
+        median(&mut imports),
+    )
 }
 
 #[test]
@@ -158,16 +168,16 @@ fn move_prefetch_time() {
     let cold = std::env::var("FLOWLANE_BENCH_CACHE").as_deref() != Ok("warm");
     let mode = std::env::var("FLOWLANE_BENCH_PREFETCH").unwrap_or_default();
     println!(
-        "cache {}; connections  per bucket  ns/conn off  ns/conn on  on/off",
+        "cache {}; connections  per bucket  ns/conn off  ns/conn on  on/off  import ns/conn",
         if cold { "cold" } else { "warm" }
     );
     for n in counts
         .split(',')
         .map(|s| s.trim().parse::<usize>().unwrap())
     {
-        let (off, on, per_bucket) = run(n, cold, &mode);
+        let (off, on, per_bucket, import) = run(n, cold, &mode);
         println!(
-            "{n:>11}  {per_bucket:>10.1}  {off:>11.1}  {on:>10.1}  {:>6.3}",
+            "{n:>11}  {per_bucket:>10.1}  {off:>11.1}  {on:>10.1}  {:>6.3}  {import:>14.1}",
             on / off
         );
     }

@@ -1258,10 +1258,19 @@ impl TcpHandler {
         for k in neighbors {
             self.neighbors.adopt(now, k);
         }
-        let handles = self.stack.import_bucket(now, export);
+        let handles =
+            self.stack
+                .import_bucket_prefetching(now, export, &mut crate::prefetch::state);
         let mut failed = 0;
-        for (h, app_side) in handles.into_iter().zip(apps) {
-            match (h, app_side) {
+        for (i, (h, app_side)) in handles.iter().zip(apps).enumerate() {
+            // The dispatcher's entry for the connection a few ahead, which
+            // its import writes.
+            if let Some(Ok(ahead)) = handles.get(i + MOVE_AHEAD) {
+                if let Some(owner) = self.app.owner_address(ahead.index()) {
+                    crate::prefetch::line_at(owner);
+                }
+            }
+            match (*h, app_side) {
                 (Ok(h), Some(a)) => {
                     let (mut net, app) = self.net(now, frames);
                     app.import_conn(h, a, &mut net);

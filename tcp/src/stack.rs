@@ -92,6 +92,12 @@ type FxBuild = BuildHasherDefault<FxHasher>;
 /// Most slots [`Stack::new`] reserves (about 700 MB of address space).
 const MAX_SLOTS_RESERVED: usize = 1 << 20;
 
+/// How many connections ahead of the one it imports
+/// [`Stack::import_bucket_prefetching`] names the lines of: each slot is
+/// eleven lines, which a few connections' worth of prefetches in flight
+/// cover.
+const IMPORT_AHEAD: usize = 4;
+
 /// A slab entry. Connections live inline in one `Vec`, so per-connection
 /// state is contiguous and lookups are an index. In a fixed order
 /// (`repr(C)`): what every segment reads of the slot first, then the
@@ -724,13 +730,64 @@ impl Stack {
         now: Instant,
         bucket: BucketExport,
     ) -> Vec<Result<ConnHandle, Error>> {
+        self.import_bucket_with(now, bucket, None)
+    }
+
+    /// [`Stack::import_bucket`] for a caller that prefetches: before it
+    /// imports each connection, `prefetch` is handed what importing the
+    /// one four places later will write or read first — the slab slot it
+    /// will take, all of it, and the line of the connection table (and of
+    /// the TIME-WAIT records' index, when it holds any) at its tuple's
+    /// home, each as a one-byte hint naming no slot (`u32::MAX`) — so
+    /// that their misses overlap the work on those before it (on the core
+    /// taking a bucket over, free slots and the tables' lines are cold).
+    pub fn import_bucket_prefetching(
+        &mut self,
+        now: Instant,
+        bucket: BucketExport,
+        prefetch: &mut dyn FnMut(StateHint),
+    ) -> Vec<Result<ConnHandle, Error>> {
+        self.import_bucket_with(now, bucket, Some(prefetch))
+    }
+
+    fn import_bucket_with(
+        &mut self,
+        now: Instant,
+        bucket: BucketExport,
+        mut prefetch: Option<&mut dyn FnMut(StateHint)>,
+    ) -> Vec<Result<ConnHandle, Error>> {
         self.tick(now);
         self.set_bucket_away(bucket.bucket, false);
-        let handles = bucket
-            .connections
-            .iter()
-            .map(|(_, snap)| self.import_one(snap, Some(bucket.bucket)))
-            .collect();
+        // Each tuple hashed once: ahead of its import when prefetching.
+        let hashes: Vec<u64> = match prefetch.as_deref_mut() {
+            None => Vec::new(),
+            Some(p) => {
+                let hashes: Vec<u64> = bucket
+                    .connections
+                    .iter()
+                    .map(|(_, snap)| self.table.hash(snap.key()))
+                    .collect();
+                for (k, &hash) in hashes.iter().enumerate().take(IMPORT_AHEAD) {
+                    self.prefetch_import(k, hash, p);
+                }
+                hashes
+            }
+        };
+        let mut handles = Vec::with_capacity(bucket.connections.len());
+        for (i, (_, snap)) in bucket.connections.iter().enumerate() {
+            if let (Some(p), Some(&ahead)) = (prefetch.as_deref_mut(), hashes.get(i + IMPORT_AHEAD))
+            {
+                // The one `IMPORT_AHEAD` later is the `IMPORT_AHEAD`th
+                // import from now (a refused import takes no slot: then a
+                // prefetch is wasted).
+                self.prefetch_import(IMPORT_AHEAD, ahead, p);
+            }
+            let hash = match hashes.get(i) {
+                Some(&h) => h,
+                None => self.table.hash(snap.key()),
+            };
+            handles.push(self.import_one(snap, hash, Some(bucket.bucket)));
+        }
         for record in bucket.time_wait {
             let hash = self.table.hash(&record.tuple);
             if self.find(hash, &record.tuple).is_some()
@@ -743,6 +800,39 @@ impl Stack {
             self.stats.time_wait_evicted += evicted as u64;
         }
         handles
+    }
+
+    /// Hands `prefetch` what the `k`th import from now (0: the next) of a
+    /// connection whose tuple hashes to `hash` writes or reads first: the
+    /// slot [`Stack::alloc_slot`] will give it (the free list's, from its
+    /// top, then new ones past the slab's end, within its capacity) and
+    /// the tables' lines at the tuple's home.
+    fn prefetch_import(&self, k: usize, hash: u64, prefetch: &mut dyn FnMut(StateHint)) {
+        let idx = match self.free.len().checked_sub(k + 1) {
+            Some(i) => Some(self.free[i] as usize),
+            None => {
+                Some(self.slots.len() + k - self.free.len()).filter(|&i| i < self.slots.capacity())
+            }
+        };
+        if let Some(idx) = idx {
+            // Within the slab's allocation (its length or its capacity):
+            // an address, never read here.
+            let slot = self.slots.as_ptr().wrapping_add(idx).cast::<u8>();
+            prefetch(StateHint::new(
+                slot,
+                std::mem::size_of::<Slot>(),
+                idx as u32,
+            ));
+        }
+        for line in [
+            self.table.entry_address(hash),
+            self.time_wait.entry_address(hash),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            prefetch(StateHint::new(line, 1, NO_SLOT));
+        }
     }
 
     // ---------------------------------------------------------------
@@ -2290,14 +2380,20 @@ impl Stack {
     /// with no such listener, it is reported `Connected`.
     pub fn import(&mut self, now: Instant, snap: Snapshot) -> Result<ConnHandle, Error> {
         self.tick(now);
-        self.import_one(&snap, None)
+        let hash = self.table.hash(snap.key());
+        self.import_one(&snap, hash, None)
     }
 
     /// `bucket`: the bucket the snapshot came out of, where a bucket or a
     /// part of one is imported (None: computed from its tuple).
-    fn import_one(&mut self, snap: &Snapshot, bucket: Option<u16>) -> Result<ConnHandle, Error> {
+    fn import_one(
+        &mut self,
+        snap: &Snapshot,
+        hash: u64,
+        bucket: Option<u16>,
+    ) -> Result<ConnHandle, Error> {
         let tuple = *snap.key();
-        let hash = self.table.hash(&tuple);
+        debug_assert_eq!(hash, self.table.hash(&tuple));
         if self.find(hash, &tuple).is_some() {
             return Err(Error::AddrInUse);
         }

@@ -343,6 +343,16 @@ impl TimeWaitTable {
     /// The record with this tuple; `hash` is the connection table's hash
     /// of it.
     #[inline]
+    /// Where a lookup of `hash` starts reading the records' index, for a
+    /// caller that prefetches it; `None` while no record is kept (a
+    /// lookup then reads nothing).
+    pub(crate) fn entry_address(&self, hash: u64) -> Option<*const u8> {
+        if self.live == 0 {
+            return None;
+        }
+        self.index.entry_address(hash)
+    }
+
     pub(crate) fn find(&self, hash: u64, tuple: &FlowKey) -> Option<u32> {
         if self.live == 0 {
             return None;
