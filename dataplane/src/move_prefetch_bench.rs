@@ -17,7 +17,10 @@
 //!
 //! `FLOWLANE_BENCH_PREFETCH=always` or `never` makes every export the
 //! same, for instructions per connection under callgrind (collect
-//! `*export_measured*`; divide by the connections exported).
+//! `*export_measured*`; divide by the connections exported). The import
+//! (timed too, after the same eviction) prefetches in both modes, as the
+//! data path does from `PREFETCH_FROM` connections on; with fewer
+//! connections nothing is prefetched at all.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -134,6 +137,7 @@ fn run(conns: usize, cold: bool, mode: &str) -> (f64, f64, f64, f64) {
             let spent = start.elapsed();
             let n: usize = parts.iter().map(|p| p.export.connections().len()).sum();
             evict(&mut cache, round as u8 ^ b as u8 ^ 0x55);
+            hs[to].move_prefetch = true;
             let start = std::time::Instant::now();
             for p in parts {
                 assert_eq!(hs[to].import_bucket(instant(now), p, &NoFrames), 0);

@@ -755,8 +755,11 @@ pub struct TcpHandler {
     /// `next`, its headers need no second read
     /// ([`QueueHandler::prefetch`]).
     ahead: usize,
-    /// Whether a bucket's export prefetches the connections ahead
-    /// ([`MOVE_AHEAD`]); off only to measure what it saves.
+    /// Whether a bucket's export and import prefetch the connections
+    /// ahead ([`MOVE_AHEAD`]) once the stack holds [`PREFETCH_FROM`]
+    /// connections (below, their slots are in the core's caches and the
+    /// prefetch's own instructions would be all it adds); off only to
+    /// measure what it saves.
     move_prefetch: bool,
 }
 
@@ -1152,7 +1155,8 @@ impl TcpHandler {
         // ahead, so that its misses overlap the work on those before it.
         // Its slot is then in this core's caches when the stack exports it
         // below (a bucket of 100 connections' slots is 70 KiB).
-        if self.move_prefetch {
+        let prefetch = self.moves_prefetch();
+        if prefetch {
             for &c in conns.iter().take(2 * MOVE_AHEAD) {
                 self.prefetch_moving(c);
             }
@@ -1161,7 +1165,7 @@ impl TcpHandler {
             }
         }
         for (i, &c) in conns.iter().enumerate() {
-            if self.move_prefetch {
+            if prefetch {
                 if let Some(&far) = conns.get(i + 2 * MOVE_AHEAD) {
                     self.prefetch_moving(far);
                 }
@@ -1227,6 +1231,11 @@ impl TcpHandler {
         }
     }
 
+    /// Whether a move prefetches the connections ahead ([`TcpHandler::move_prefetch`]).
+    fn moves_prefetch(&self) -> bool {
+        self.move_prefetch && self.stack.connections_in_slots() >= PREFETCH_FROM
+    }
+
     /// Prefetches what exporting `conn` reads: its whole slot and its
     /// application entry.
     fn prefetch_moving(&self, conn: ConnHandle) {
@@ -1258,14 +1267,18 @@ impl TcpHandler {
         for k in neighbors {
             self.neighbors.adopt(now, k);
         }
-        let handles =
+        let prefetch = self.moves_prefetch();
+        let handles = if prefetch {
             self.stack
-                .import_bucket_prefetching(now, export, &mut crate::prefetch::state);
+                .import_bucket_prefetching(now, export, &mut crate::prefetch::state)
+        } else {
+            self.stack.import_bucket(now, export)
+        };
         let mut failed = 0;
         for (i, (h, app_side)) in handles.iter().zip(apps).enumerate() {
             // The dispatcher's entry for the connection a few ahead, which
             // its import writes.
-            if let Some(Ok(ahead)) = handles.get(i + MOVE_AHEAD) {
+            if let Some(Ok(ahead)) = handles.get(i + MOVE_AHEAD).filter(|_| prefetch) {
                 if let Some(owner) = self.app.owner_address(ahead.index()) {
                     crate::prefetch::line_at(owner);
                 }
