@@ -21,7 +21,7 @@ for b in flowlane flowlane-ttcp; do
   strip "$KIT/bin/$b"
 done
 # The data path's unit tests, for their ignored prefetch measurement
-# (`dataplane/src/rx_prefetch_bench.rs`): no bed, one core.
+# (`dataplane/src/rx_prefetch_bench.rs`, `move_prefetch_bench.rs`): no bed, one core.
 tests=$(cargo test --release -q -p flowlane-dataplane --lib --no-run --message-format=json 2>/dev/null |
   python3 -c 'import json, sys
 for line in sys.stdin:

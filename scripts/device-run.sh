@@ -23,8 +23,11 @@
 #   4. the receive cell at 10 000 connections, the same way;
 #   5. the sender cells at 1 and 1 024 connections, beside the kernel with
 #      TSO/GSO off (the fair baseline) and with its offloads;
-#   6. time left, `rx_prefetch_bench` (the data path's ns per frame, frames lent, with and
-#      without the next frame's state prefetched, 1 to 100 000 connections).
+#   6. after the handoff runs, `move_prefetch_bench` (a move's export and
+#      import per connection from a cold cache, with and without the
+#      prefetch); time left, `rx_prefetch_bench` (the data path's ns per
+#      frame, frames lent, with and without the next frame's state
+#      prefetched, 1 to 100 000 connections); both into prefetch.txt.
 # Writes under $OUT (default /tmp/flowlane-device-out) at most 8 files (what
 # the device tool brings back): facts.txt, handoff.json, handoff-spin.json, each matrix's
 # results.json and prefetch.txt (8 files); the matrices' plots stay on the machine. Prints the tables as
@@ -106,6 +109,17 @@ PY
 handoff handoff --idle 0,100 --busy 0,4
 handoff handoff-spin --idle 0,100 --busy 0,4 --busy-poll
 
+# A move's export and import from a cold cache, with and without the
+# prefetch of the connections ahead (session 37): no bed, one core, some
+# ten seconds; into prefetch.txt, which the receive path's bench below
+# appends to.
+if [ -x "$KIT/bin/dataplane-tests" ]; then
+  echo "== move_prefetch_bench (ns per connection exported, prefetch off / on; imported)"
+  timeout 90 "$KIT/bin/dataplane-tests" \
+    --ignored --exact tcp_handler::move_prefetch_bench::move_prefetch_time --nocapture \
+    2>&1 | grep -E '^ *(cache|[0-9]+ )' | tee "$OUT/prefetch.txt"
+fi
+
 # One matrix run: NAME, then its flags. Plots and logs stay in a scratch
 # folder; results.json comes back as $OUT/NAME.json.
 matrix() {
@@ -138,7 +152,7 @@ if [ "$SECONDS" -lt 420 ] && [ -x "$KIT/bin/dataplane-tests" ]; then
   echo "== rx_prefetch_bench (ns per frame, prefetch off / on)"
   FLOWLANE_BENCH_LEND=1 FLOWLANE_BENCH_CONNS=1,1000,10000,50000,100000 timeout 120 "$KIT/bin/dataplane-tests" \
     --ignored --exact tcp_handler::rx_prefetch_bench::rx_prefetch_time --nocapture \
-    2>&1 | grep -E '^ *(connections|[0-9]+ )' | tee "$OUT/prefetch.txt"
+    2>&1 | grep -E '^ *(connections|[0-9]+ )' | tee -a "$OUT/prefetch.txt"
 else
   echo "== rx_prefetch_bench skipped (${SECONDS} s gone)"
 fi
