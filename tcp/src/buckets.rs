@@ -70,6 +70,14 @@ impl BucketLists {
             .unwrap_or(NIL)
     }
 
+    /// Room in bucket `b`'s list for `additional` more entries (a bucket
+    /// arriving whole: one allocation, not a doubling per power of two).
+    pub(crate) fn reserve(&mut self, b: u16, additional: usize) {
+        if let Some(m) = self.members.get_mut(usize::from(b)) {
+            m.reserve(additional);
+        }
+    }
+
     /// Puts entry `idx` of `slab` (whose link `link` reaches) in bucket
     /// `b`'s list.
     pub(crate) fn push<T>(

@@ -379,13 +379,34 @@ impl ChunkBuffer {
     /// Drops every byte, gives all chunks back and the chunk list itself:
     /// the buffer then holds no memory at all (closing and TIME-WAIT
     /// connections).
+    #[inline]
     pub(crate) fn release(&mut self, pool: &mut ChunkPool) {
+        if self.chunks.capacity() == 0 {
+            // No list, so no chunk: the buffer of an idle connection (or
+            // one that never held data) closing or moving, the common case.
+            self.head = 0;
+            self.len = 0;
+            self.written = 0;
+            return;
+        }
+        self.release_list(pool);
+    }
+
+    /// [`ChunkBuffer::release`] with a list: out of line, so that the
+    /// check above is all that callers inline (inlined whole, it tipped
+    /// the stack's per-segment `with_conn` out of line: +28 instructions a
+    /// frame in `rx_cost`).
+    #[inline(never)]
+    fn release_list(&mut self, pool: &mut ChunkPool) {
         self.give_back(pool);
         pool.give_list(std::mem::take(&mut self.chunks));
     }
 
     /// Copies all queued bytes into a new vector.
     pub(crate) fn to_vec(&self) -> Vec<u8> {
+        if self.len == 0 {
+            return Vec::new();
+        }
         let mut v = vec![0; self.len()];
         self.read_allocated(0, &mut v);
         v

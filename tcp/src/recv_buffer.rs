@@ -260,6 +260,9 @@ impl RecvBuffer {
 
     /// All readable bytes, copied.
     pub(crate) fn to_vec(&self, lent: &LentFrames, store: &dyn FrameStore) -> Vec<u8> {
+        if self.is_empty() {
+            return Vec::new();
+        }
         let mut v = vec![0; self.len()];
         let n = self.read(lent, store, &mut v);
         debug_assert_eq!(n, v.len(), "a kept payload the store does not hold");
