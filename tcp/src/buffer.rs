@@ -393,9 +393,7 @@ impl ChunkBuffer {
     }
 
     /// [`ChunkBuffer::release`] with a list: out of line, so that the
-    /// check above is all that callers inline (inlined whole, it tipped
-    /// the stack's per-segment `with_conn` out of line: +28 instructions a
-    /// frame in `rx_cost`).
+    /// check above is all that the closing and exporting paths inline.
     #[inline(never)]
     fn release_list(&mut self, pool: &mut ChunkPool) {
         self.give_back(pool);

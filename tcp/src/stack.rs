@@ -1610,6 +1610,7 @@ impl Stack {
         [table, entry, last].into_iter().flatten()
     }
 
+    /// Where the lookup of the connection of a segment with the endpoints
     /// `seg` will start reading the connection table ([`LookupHint`]): for a caller
     /// that prefetches it a segment before it calls
     /// [`Stack::expect_looked_up`] for that segment (the data path: two
