@@ -340,9 +340,6 @@ impl TimeWaitTable {
             .tuple
     }
 
-    /// The record with this tuple; `hash` is the connection table's hash
-    /// of it.
-    #[inline]
     /// Where a lookup of `hash` starts reading the records' index, for a
     /// caller that prefetches it; `None` while no record is kept (a
     /// lookup then reads nothing).
@@ -353,6 +350,9 @@ impl TimeWaitTable {
         self.index.entry_address(hash)
     }
 
+    /// The record with this tuple; `hash` is the connection table's hash
+    /// of it.
+    #[inline]
     pub(crate) fn find(&self, hash: u64, tuple: &FlowKey) -> Option<u32> {
         if self.live == 0 {
             return None;
