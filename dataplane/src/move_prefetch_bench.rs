@@ -13,14 +13,14 @@
 //! cargo test --release -p flowlane-dataplane --lib -- --ignored --exact \
 //!     tcp_handler::move_prefetch_bench::move_prefetch_time --nocapture
 //! FLOWLANE_BENCH_CONNS=12800,51200 (the default) picks the counts
+//! FLOWLANE_BENCH_BUCKETS=128 (the default) the buckets they are spread over
 //! ```
 //!
 //! `FLOWLANE_BENCH_PREFETCH=always` or `never` makes every export the
 //! same, for instructions per connection under callgrind (collect
 //! `*export_measured*`; divide by the connections exported). The import
 //! (timed too, after the same eviction) prefetches in both modes, as the
-//! data path does from `PREFETCH_FROM` connections on; with fewer
-//! connections nothing is prefetched at all.
+//! data path does.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -37,10 +37,12 @@ use crate::ephemeral::rss_state;
 use crate::handoff::Arrival;
 
 const OURS: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
-/// RSS buckets (the indirection table's entries), as on a NIC.
+/// RSS buckets (the indirection table's entries), as on a NIC; fewer
+/// (`FLOWLANE_BENCH_BUCKETS`) put more connections in each bucket of a
+/// small stack.
 const BUCKETS: u16 = 128;
-/// Rounds: each moves every bucket from one handler to the other.
-const ROUNDS: usize = 4;
+/// Exports measured at least (rounds of every bucket's move).
+const MOVES: usize = 512;
 /// What a cold export finds in the caches: nothing of this size or less.
 const EVICT: usize = 64 << 20;
 
@@ -86,8 +88,9 @@ fn evict(buf: &mut [u8], round: u8) {
 /// Median ns per connection exported without and with the prefetch,
 /// connections per bucket on average, and median ns per connection
 /// imported (after the same eviction: the new core's slots are cold).
-fn run(conns: usize, cold: bool, mode: &str) -> (f64, f64, f64, f64) {
-    let table: Vec<u32> = (0..u32::from(BUCKETS)).map(|b| b % 2).collect();
+fn run(conns: usize, buckets: u16, cold: bool, mode: &str) -> (f64, f64, f64, f64) {
+    let rounds = MOVES.div_ceil(usize::from(buckets)).max(4);
+    let table: Vec<u32> = (0..u32::from(buckets)).map(|b| b % 2).collect();
     let rss = rss_state(RssKey::microsoft_default().as_bytes(), &table, 2).unwrap();
     let mut cfg = TcpConfig::new(OURS, OUR_MAC, [1; 16]);
     cfg.rss = Some(rss);
@@ -122,9 +125,9 @@ fn run(conns: usize, cold: bool, mode: &str) -> (f64, f64, f64, f64) {
     let mut cache = if cold { vec![0u8; EVICT] } else { Vec::new() };
     let (mut off, mut on, mut imports) = (Vec::new(), Vec::new(), Vec::new());
     let mut moved = 0;
-    for round in 0..ROUNDS {
+    for round in 0..rounds {
         let (from, to) = if round % 2 == 0 { (0, 1) } else { (1, 0) };
-        for b in 0..BUCKETS {
+        for b in 0..buckets {
             let prefetch = match mode {
                 "always" => true,
                 "never" => false,
@@ -156,7 +159,7 @@ fn run(conns: usize, cold: bool, mode: &str) -> (f64, f64, f64, f64) {
             "every connection moved"
         );
     }
-    let per_bucket = moved as f64 / (ROUNDS * usize::from(BUCKETS)) as f64;
+    let per_bucket = moved as f64 / (rounds * usize::from(buckets)) as f64;
     (
         median(&mut off),
         median(&mut on),
@@ -171,6 +174,7 @@ fn move_prefetch_time() {
     let counts = std::env::var("FLOWLANE_BENCH_CONNS").unwrap_or("12800,51200".into());
     let cold = std::env::var("FLOWLANE_BENCH_CACHE").as_deref() != Ok("warm");
     let mode = std::env::var("FLOWLANE_BENCH_PREFETCH").unwrap_or_default();
+    let buckets = std::env::var("FLOWLANE_BENCH_BUCKETS").map_or(BUCKETS, |b| b.parse().unwrap());
     println!(
         "cache {}; connections  per bucket  ns/conn off  ns/conn on  on/off  import ns/conn",
         if cold { "cold" } else { "warm" }
@@ -179,7 +183,7 @@ fn move_prefetch_time() {
         .split(',')
         .map(|s| s.trim().parse::<usize>().unwrap())
     {
-        let (off, on, per_bucket, import) = run(n, cold, &mode);
+        let (off, on, per_bucket, import) = run(n, buckets, cold, &mode);
         println!(
             "{n:>11}  {per_bucket:>10.1}  {off:>11.1}  {on:>10.1}  {:>6.3}  {import:>14.1}",
             on / off

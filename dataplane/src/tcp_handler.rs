@@ -756,10 +756,11 @@ pub struct TcpHandler {
     /// ([`QueueHandler::prefetch`]).
     ahead: usize,
     /// Whether a bucket's export and import prefetch the connections
-    /// ahead ([`MOVE_AHEAD`]) once the stack holds [`PREFETCH_FROM`]
-    /// connections (below, their slots are in the core's caches and the
-    /// prefetch's own instructions would be all it adds); off only to
-    /// measure what it saves.
+    /// ahead ([`MOVE_AHEAD`]), however few the stack holds (unlike the
+    /// receive path's [`PREFETCH_FROM`]: that threshold assumes that the
+    /// traffic keeps touching the connections, where a moved bucket's are
+    /// mostly idle, and the core's traffic sweeps them out of its caches
+    /// whatever their number); off only to measure what it saves.
     move_prefetch: bool,
 }
 
@@ -1233,7 +1234,7 @@ impl TcpHandler {
 
     /// Whether a move prefetches the connections ahead ([`TcpHandler::move_prefetch`]).
     fn moves_prefetch(&self) -> bool {
-        self.move_prefetch && self.stack.connections_in_slots() >= PREFETCH_FROM
+        self.move_prefetch
     }
 
     /// Prefetches what exporting `conn` reads: its whole slot and its
