@@ -110,6 +110,16 @@ impl Sink {
         }
     }
 
+    /// Live connections on all queues.
+    pub fn total_connections(&self) -> Result<u64> {
+        let s = self.status()?;
+        Ok(s.queues
+            .iter()
+            .flat_map(|q| q.buckets.iter())
+            .map(|b| b.connections)
+            .sum())
+    }
+
     /// Live connections of `bucket` on any queue.
     pub fn connections(&self, bucket: u16) -> Result<u64> {
         let s = self.status()?;

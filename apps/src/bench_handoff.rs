@@ -6,7 +6,12 @@
 //! deployed, `--no-hash`); in the peer namespace, kernel TCP connections
 //! from source ports that the emulated NIC's Toeplitz hash puts in one
 //! bucket: `idle` of them open and silent, `busy` of them streaming as fast
-//! as the kernel sends. The bucket is then moved back and forth between
+//! as the kernel sends; and, with `--background`, streaming connections in
+//! other buckets of both queues, so that the workers are loaded and the
+//! moved bucket's connection state is out of their caches when a move
+//! comes, as when a rebalancer moves a bucket off a busy core (without
+//! them both workers are idle and a bucket's state stays in their caches
+//! between moves). The bucket is then moved back and forth between
 //! the two queues through the sink's control socket
 //! (`flowlane rebalance move` does the same), one move every interval; the
 //! sink measures each move (`MoveReport`: from the request to the new
@@ -19,7 +24,9 @@ use flowlane_dataplane::MoveReport;
 use flowlane_testbed::{netns, BedSpec, BedState};
 use serde::Serialize;
 
-use crate::bench_bed::{ports_in_bucket, quantile, socket_path, with_bed, Peer, Sink};
+use crate::bench_bed::{
+    ports_in_bucket, ports_in_distinct_buckets, quantile, socket_path, with_bed, Peer, Sink,
+};
 
 /// Flags of `flowlane bench handoff`.
 #[derive(clap::Args, Debug, Clone)]
@@ -34,6 +41,11 @@ pub struct Args {
     /// (combined with every `--idle` value).
     #[arg(long, value_delimiter = ',', default_values_t = [0usize, 4])]
     pub busy: Vec<usize>,
+    /// Streaming connections in other buckets (spread over both queues'
+    /// buckets), one case per value (combined with the others): they load
+    /// both workers and push the moved bucket's state out of their caches.
+    #[arg(long, value_delimiter = ',', default_values_t = [0usize])]
+    pub background: Vec<usize>,
     /// Moves per case.
     #[arg(long, default_value_t = 200)]
     pub moves: usize,
@@ -59,6 +71,8 @@ pub struct HandoffFigure {
     pub idle: usize,
     /// Streaming connections in the bucket.
     pub busy: usize,
+    /// Streaming connections in other buckets.
+    pub background: usize,
     /// Moves measured.
     pub moves: usize,
     /// Connections carried per move (mean).
@@ -82,16 +96,28 @@ pub struct HandoffFigure {
 
 const PORT: u16 = 5009;
 
+/// The connections of one case.
+#[derive(Debug, Clone, Copy)]
+struct Load {
+    idle: usize,
+    busy: usize,
+    background: usize,
+}
+
 /// One case: `idle` + `busy` connections in one bucket, moved `moves`
-/// times.
+/// times, with `background` connections streaming in other buckets.
 fn case(
     bed: &BedState,
     sink: &Sink,
     ports_from: &mut u16,
-    idle: usize,
-    busy: usize,
+    load: Load,
     args: &Args,
 ) -> Result<HandoffFigure> {
+    let Load {
+        idle,
+        busy,
+        background,
+    } = load;
     let status = sink.status()?;
     // A bucket on queue 0 (the table of a fresh bed spreads them).
     let bucket = status
@@ -102,12 +128,25 @@ fn case(
     let ports = ports_in_bucket(bed, PORT, bucket, idle + busy, *ports_from)?;
     // Fresh ports for the next case (no TIME-WAIT clash).
     *ports_from = ports.last().map_or(*ports_from, |&p| p.saturating_add(1));
-    let peer = Peer::open(bed, PORT, &ports[..idle], &ports[idle..])?;
+    let others = background_ports(bed, bucket, background, *ports_from)?;
+    *ports_from = others
+        .iter()
+        .max()
+        .map_or(*ports_from, |&p| p.saturating_add(1));
     let b = bucket as u16;
+    // The background first: the moved bucket's connections are then
+    // served by workers that are already loaded.
+    let _background = Peer::open(bed, PORT, &[], &others)?;
+    let peer = Peer::open(bed, PORT, &ports[..idle], &ports[idle..])?;
     let deadline = Instant::now() + Duration::from_secs(10);
-    while sink.connections(b)? < (idle + busy) as u64 {
+    while sink.connections(b)? < (idle + busy) as u64
+        || sink.total_connections()? < (idle + busy + background) as u64
+    {
         if Instant::now() > deadline {
-            bail!("the sink does not serve all {} connections", idle + busy);
+            bail!(
+                "the sink does not serve all {} connections",
+                idle + busy + background
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -119,11 +158,32 @@ fn case(
         reports.push(sink.move_bucket(b, at)?);
     }
     drop(peer);
-    Ok(figure(idle, busy, args.busy_poll, &reports))
+    Ok(figure(load, args.busy_poll, &reports))
+}
+
+/// `n` source ports from `from` up whose flows fall in buckets other than
+/// `moved`, spread over the buckets (so over both queues).
+fn background_ports(bed: &BedState, moved: usize, n: usize, from: u16) -> Result<Vec<u16>> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    // One bucket in a table's worth is the moved one: ask for enough that
+    // the others still give `n`.
+    let mut ports = ports_in_distinct_buckets(bed, PORT, 2 * n + 2, from)?;
+    let of_moved = ports_in_bucket(bed, PORT, moved, 2 * n + 2, from)?;
+    ports.retain(|p| !of_moved.contains(p));
+    if ports.len() < n {
+        bail!(
+            "only {} ports outside bucket {moved} for {n} flows",
+            ports.len()
+        );
+    }
+    ports.truncate(n);
+    Ok(ports)
 }
 
 /// The figures of one case's moves.
-fn figure(idle: usize, busy: usize, busy_poll: bool, reports: &[MoveReport]) -> HandoffFigure {
+fn figure(load: Load, busy_poll: bool, reports: &[MoveReport]) -> HandoffFigure {
     let sorted = |f: fn(&MoveReport) -> f64| {
         let mut v: Vec<f64> = reports.iter().map(f).collect();
         v.sort_by(f64::total_cmp);
@@ -143,8 +203,9 @@ fn figure(idle: usize, busy: usize, busy_poll: bool, reports: &[MoveReport]) -> 
     let dr = sorted(|r| r.drain_us);
     HandoffFigure {
         busy_poll,
-        idle,
-        busy,
+        idle: load.idle,
+        busy: load.busy,
+        background: load.background,
         moves: reports.len(),
         connections: reports.iter().map(|r| r.connections as f64).sum::<f64>() / n,
         duration_us: [
@@ -185,9 +246,16 @@ pub fn run(args: Args) -> Result<()> {
         let sink = Sink::start(bed, &socket, PORT, extra)?;
         let mut ports_from = 20_000;
         let mut out = Vec::new();
-        for &busy in &args.busy {
-            for &idle in &args.idle {
-                out.push(case(bed, &sink, &mut ports_from, idle, busy, &args)?);
+        for &background in &args.background {
+            for &busy in &args.busy {
+                for &idle in &args.idle {
+                    let load = Load {
+                        idle,
+                        busy,
+                        background,
+                    };
+                    out.push(case(bed, &sink, &mut ports_from, load, &args)?);
+                }
             }
         }
         Ok(out)
@@ -203,12 +271,13 @@ pub fn run(args: Args) -> Result<()> {
                 "sleep in poll(2) when idle"
             }
         );
-        outln!("idle  busy  moves  conns/move  move_us p50/p99/max    export_us p50/p99  nic_write_us p50/p99  drain_us p50/p99  fwd/move mean,max  held/move mean,max  hold_timeouts");
+        outln!("idle  busy  bgnd  moves  conns/move  move_us p50/p99/max    export_us p50/p99  nic_write_us p50/p99  drain_us p50/p99  fwd/move mean,max  held/move mean,max  hold_timeouts");
         for f in &figures {
             outln!(
-                "{:>4}  {:>4}  {:>5}  {:>10.1}  {:>7.0} /{:>6.0} /{:>6.0}  {:>8.1} /{:>6.1}  {:>9.1} /{:>6.1}  {:>7.0} /{:>6.0}  {:>8.1}, {:>6.0}  {:>8.1}, {:>6.0}  {:>13}",
+                "{:>4}  {:>4}  {:>4}  {:>5}  {:>10.1}  {:>7.0} /{:>6.0} /{:>6.0}  {:>8.1} /{:>6.1}  {:>9.1} /{:>6.1}  {:>7.0} /{:>6.0}  {:>8.1}, {:>6.0}  {:>8.1}, {:>6.0}  {:>13}",
                 f.idle,
                 f.busy,
+                f.background,
                 f.moves,
                 f.connections,
                 f.duration_us[0],
@@ -244,12 +313,12 @@ mod tests {
             frames_held: held,
             ..MoveReport::default()
         };
-        let f = figure(
-            100,
-            0,
-            false,
-            &[r(30.0, 0, 0), r(10.0, 4, 1), r(20.0, 2, 0)],
-        );
+        let load = Load {
+            idle: 100,
+            busy: 0,
+            background: 0,
+        };
+        let f = figure(load, false, &[r(30.0, 0, 0), r(10.0, 4, 1), r(20.0, 2, 0)]);
         assert_eq!(f.duration_us, [20.0, 30.0, 30.0]);
         assert_eq!(f.frames_forwarded, [2.0, 4.0]);
         assert_eq!(f.frames_held, [1.0 / 3.0, 1.0]);
