@@ -14,7 +14,9 @@
 #   2. `flowlane bench handoff --moves 300 --idle 0,100 --busy 0,4`: the move
 #      time per RSS bucket (issue 13's goal: p99 <= 100 us for a bucket of
 #      100 idle connections), JSON and table; then the same with the sink's
-#      workers spinning when idle (`--busy-poll`);
+#      workers spinning when idle (`--busy-poll`), each case also with 8
+#      connections streaming in other buckets (`--background 0,8`: loaded
+#      workers, the moved bucket's state out of their caches);
 #   3. the receive cells of the scale matrix at 1, 16, 256 and 1 024
 #      connections (issue 12), flowlane beside kernel TCP in the same run, and
 #      its 64-byte ping-pong latency cells; then flowlane's cells at 16, 256
@@ -94,11 +96,11 @@ handoff() {
     >"$OUT/$name.json" 2>"/tmp/flowlane-$name.err"; then
     python3 - "$OUT/$name.json" <<'PY' 2>/dev/null || cat "$OUT/$name.json"
 import json, sys
-print("idle busy moves | move us p50 p99 max | export us p50 p99 | drain us p50 p99 | fwd mean max | held mean max | timeouts")
+print("idle busy bgnd moves | move us p50 p99 max | export us p50 p99 | drain us p50 p99 | fwd mean max | held mean max | timeouts")
 for c in json.load(open(sys.argv[1])):
     d, e, f, h = c["duration_us"], c["export_us"], c["frames_forwarded"], c["frames_held"]
     r = c.get("drain_us", [0, 0])
-    print(f"{c['idle']:4} {c['busy']:4} {c['moves']:5} | {d[0]:8.0f} {d[1]:8.0f} {d[2]:8.0f} | "
+    print(f"{c['idle']:4} {c['busy']:4} {c.get('background', 0):4} {c['moves']:5} | {d[0]:8.0f} {d[1]:8.0f} {d[2]:8.0f} | "
           f"{e[0]:7.0f} {e[1]:7.0f} | {r[0]:7.0f} {r[1]:7.0f} | {f[0]:6.0f} {f[1]:5.0f} | {h[0]:6.0f} {h[1]:5.0f} | {c['hold_timeouts']}")
 PY
   else
@@ -107,7 +109,7 @@ PY
   fi
 }
 handoff handoff --idle 0,100 --busy 0,4
-handoff handoff-spin --idle 0,100 --busy 0,4 --busy-poll
+handoff handoff-spin --idle 0,100 --busy 0,4 --background 0,8 --busy-poll
 
 # A move's export and import from a cold cache, with and without the
 # prefetch of the connections ahead (session 37): no bed, one core, some
