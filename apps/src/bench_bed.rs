@@ -218,6 +218,28 @@ pub fn ports_in_distinct_buckets(
     Ok(ports)
 }
 
+/// `n` source ports (from `from` up) whose flows to `port` fall in buckets
+/// other than `bucket`, spread over those buckets as
+/// [`ports_in_distinct_buckets`] spreads them.
+pub fn ports_outside_bucket(
+    bed: &BedState,
+    port: u16,
+    bucket: usize,
+    n: usize,
+    from: u16,
+) -> Result<Vec<u16>> {
+    let of = BucketOf::new(bed, port)?;
+    let others = (from..=u16::MAX).filter(|&p| of.bucket(p) != bucket);
+    let ports = spread_over_buckets(others, |p| of.bucket(p), of.table_size(), n);
+    if ports.len() < n {
+        bail!(
+            "only {} ports from {from} are free for {n} flows outside bucket {bucket}",
+            ports.len()
+        );
+    }
+    Ok(ports)
+}
+
 /// The first `n` of `ports` such that no bucket (`bucket_of`, among
 /// `buckets`) gets a second port before every bucket has one, and so on.
 fn spread_over_buckets(

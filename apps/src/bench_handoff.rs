@@ -25,7 +25,7 @@ use flowlane_testbed::{netns, BedSpec, BedState};
 use serde::Serialize;
 
 use crate::bench_bed::{
-    ports_in_bucket, ports_in_distinct_buckets, quantile, socket_path, with_bed, Peer, Sink,
+    ports_in_bucket, ports_outside_bucket, quantile, socket_path, with_bed, Peer, Sink,
 };
 
 /// Flags of `flowlane bench handoff`.
@@ -128,7 +128,7 @@ fn case(
     let ports = ports_in_bucket(bed, PORT, bucket, idle + busy, *ports_from)?;
     // Fresh ports for the next case (no TIME-WAIT clash).
     *ports_from = ports.last().map_or(*ports_from, |&p| p.saturating_add(1));
-    let others = background_ports(bed, bucket, background, *ports_from)?;
+    let others = ports_outside_bucket(bed, PORT, bucket, background, *ports_from)?;
     *ports_from = others
         .iter()
         .max()
@@ -159,27 +159,6 @@ fn case(
     }
     drop(peer);
     Ok(figure(load, args.busy_poll, &reports))
-}
-
-/// `n` source ports from `from` up whose flows fall in buckets other than
-/// `moved`, spread over the buckets (so over both queues).
-fn background_ports(bed: &BedState, moved: usize, n: usize, from: u16) -> Result<Vec<u16>> {
-    if n == 0 {
-        return Ok(Vec::new());
-    }
-    // One bucket in a table's worth is the moved one: ask for enough that
-    // the others still give `n`.
-    let mut ports = ports_in_distinct_buckets(bed, PORT, 2 * n + 2, from)?;
-    let of_moved = ports_in_bucket(bed, PORT, moved, 2 * n + 2, from)?;
-    ports.retain(|p| !of_moved.contains(p));
-    if ports.len() < n {
-        bail!(
-            "only {} ports outside bucket {moved} for {n} flows",
-            ports.len()
-        );
-    }
-    ports.truncate(n);
-    Ok(ports)
 }
 
 /// The figures of one case's moves.
