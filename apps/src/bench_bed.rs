@@ -230,7 +230,12 @@ pub fn ports_outside_bucket(
 ) -> Result<Vec<u16>> {
     let of = BucketOf::new(bed, port)?;
     let others = (from..=u16::MAX).filter(|&p| of.bucket(p) != bucket);
-    let ports = spread_over_buckets(others, |p| of.bucket(p), of.table_size(), n);
+    // The other buckets, numbered without a gap at `bucket`.
+    let rank = |p| {
+        let b = of.bucket(p);
+        b - usize::from(b > bucket)
+    };
+    let ports = spread_over_buckets(others, rank, of.table_size() - 1, n);
     if ports.len() < n {
         bail!(
             "only {} ports from {from} are free for {n} flows outside bucket {bucket}",
