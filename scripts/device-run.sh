@@ -14,9 +14,10 @@
 #   2. `flowlane bench handoff --moves 300 --idle 0,100 --busy 0,4`: the move
 #      time per RSS bucket (issue 13's goal: p99 <= 100 us for a bucket of
 #      100 idle connections), JSON and table; then the same with the sink's
-#      workers spinning when idle (`--busy-poll`), each case also with 8
-#      connections streaming in other buckets (`--background 0,8`: loaded
-#      workers, the moved bucket's state out of their caches);
+#      workers spinning when idle (`--busy-poll`), each case also with 256
+#      connections streaming in other buckets (`--background 0,256`: loaded
+#      workers whose receive passes run to 2 048 frames, the moved bucket's
+#      state out of their caches);
 #   3. the receive cells of the scale matrix at 1, 16, 256 and 1 024
 #      connections (issue 12), flowlane beside kernel TCP in the same run, and
 #      its 64-byte ping-pong latency cells; then flowlane's cells at 16, 256
@@ -109,7 +110,7 @@ PY
   fi
 }
 handoff handoff --idle 0,100 --busy 0,4
-handoff handoff-spin --idle 0,100 --busy 0,4 --background 0,8 --busy-poll
+handoff handoff-spin --idle 0,100 --busy 0,4 --background 0,256 --busy-poll
 
 # A move's export and import from a cold cache, with and without the
 # prefetch of the connections ahead (session 37): no bed, one core, some

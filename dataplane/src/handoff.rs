@@ -30,6 +30,7 @@
 
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -192,6 +193,13 @@ struct Inbox {
     tx: Sender<Message>,
     rx: Receiver<Message>,
     wake: Arc<FdWake>,
+    /// Set with each message of a move's sequence (everything but
+    /// forwarded frames and frames to send), cleared when the worker takes
+    /// its messages: a loaded worker then ends its receive pass after the
+    /// batch at hand ([`Mover::urgent`]) instead of up to
+    /// `RX_BUDGET_MAX` frames later, so a move off a busy core does not
+    /// wait for a whole pass at each of its steps.
+    urgent: AtomicBool,
 }
 
 /// Every queue's inbox, by queue number.
@@ -217,6 +225,7 @@ impl Mesh {
                     tx,
                     rx,
                     wake: FdWake::new()?,
+                    urgent: AtomicBool::new(false),
                 })
             })
             .collect::<std::io::Result<_>>()?;
@@ -232,9 +241,16 @@ impl Mesh {
     /// inbox is full (or `to` is no queue of the mesh).
     fn push(&self, to: u32, m: Message) -> Result<(), Message> {
         match self.inboxes.get(to as usize) {
-            Some(i) => i.tx.try_send(m).map_err(|e| match e {
-                TrySendError::Full(m) | TrySendError::Disconnected(m) => m,
-            }),
+            Some(i) => {
+                let urgent = !matches!(m, Message::Frame(_) | Message::Transmit(_));
+                i.tx.try_send(m).map_err(|e| match e {
+                    TrySendError::Full(m) | TrySendError::Disconnected(m) => m,
+                })?;
+                if urgent {
+                    i.urgent.store(true, Ordering::Release);
+                }
+                Ok(())
+            }
             None => Err(m),
         }
     }
@@ -446,6 +462,15 @@ impl Mover {
         let _ = self.rss.set_table(table);
     }
 
+    /// Whether a message of a move waits in this worker's inbox (the
+    /// worker should end its receive pass and take it).
+    #[inline]
+    pub(crate) fn urgent(&self) -> bool {
+        self.mesh.inboxes[self.me as usize]
+            .urgent
+            .load(Ordering::Relaxed)
+    }
+
     /// Whether frames must be checked against buckets being taken over.
     #[inline]
     pub(crate) fn holding(&self) -> bool {
@@ -625,7 +650,9 @@ impl Mover {
         rx_end: &mut dyn FnMut() -> u64,
     ) -> Vec<Work> {
         self.now = now;
-        self.mesh.inboxes[self.me as usize].wake.clear();
+        let inbox = &self.mesh.inboxes[self.me as usize];
+        inbox.wake.clear();
+        inbox.urgent.store(false, Ordering::Release);
         let mut work = Vec::new();
         let mut frames: Vec<(u8, Box<[u8]>)> = Vec::new();
         for _ in 0..MESSAGES_PER_PASS {

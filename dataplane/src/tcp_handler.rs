@@ -1603,8 +1603,12 @@ impl QueueHandler for TcpHandler {
     /// acknowledge every few segments (each ACK a transmitted frame here
     /// and work at the sender). A queue with few connections keeps the
     /// short pass: its flows already fill a pass, and a longer one would
-    /// only release larger bursts per ACK.
+    /// only release larger bursts per ACK. A message of a move waiting in
+    /// the worker's inbox ends the pass after the batch at hand.
     fn rx_budget(&self) -> usize {
+        if self.mover.as_ref().is_some_and(Mover::urgent) {
+            return 0;
+        }
         (SEGMENTS_PER_ACK * self.stack.output_pending()).max(RX_BUDGET)
     }
 
