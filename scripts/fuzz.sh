@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzz campaigns (issue 11): libFuzzer through cargo-fuzz on a nightly toolchain, for every
-# target of wire/fuzz and tcp/fuzz or the one named, 10^7 executions each by default. Not
+# target of wire/fuzz, tcp/fuzz and dataplane/fuzz or the one named, 10^7 executions each by default. Not
 # part of CI: CI's smoke run is each fuzz crate's `cargo test` (scripts/test.sh).
 # Installs what is missing: the nightly toolchain (rustup) and cargo-fuzz (cargo install
 # --locked).
@@ -25,7 +25,7 @@ usage() {
 
 # Every target: fuzz_targets/NAME.rs of each fuzz crate (NAME, its crate directory).
 declare -A crate_of=()
-for f in wire/fuzz/fuzz_targets/*.rs tcp/fuzz/fuzz_targets/*.rs; do
+for f in wire/fuzz/fuzz_targets/*.rs tcp/fuzz/fuzz_targets/*.rs dataplane/fuzz/fuzz_targets/*.rs; do
   crate_of[$(basename "$f" .rs)]=$(dirname "$(dirname "$(dirname "$f")")")
 done
 all=$(printf '%s\n' "${!crate_of[@]}" | sort)

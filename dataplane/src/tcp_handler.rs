@@ -1689,6 +1689,14 @@ mod rx_prefetch_bench;
 #[path = "move_prefetch_bench.rs"]
 mod move_prefetch_bench;
 
+#[cfg(any(test, feature = "fuzzing"))]
+#[path = "frame_harness.rs"]
+mod frame_harness;
+
+#[cfg(any(test, feature = "fuzzing"))]
+#[path = "fuzz_rx.rs"]
+pub mod fuzz_rx;
+
 #[cfg(test)]
 mod tests {
     //! The handler against a second `flowlane_tcp::Stack` acting as the
@@ -1699,18 +1707,7 @@ mod tests {
     use flowlane_tcp::Event;
     use flowlane_wire::packet::parse_frame;
 
-    pub(super) const OUR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
-    const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
-
-    pub(super) fn info() -> QueueInfo {
-        QueueInfo {
-            queue: 0,
-            cpu: None,
-            node: 0,
-            zero_copy: false,
-            rx_frames: 32768,
-        }
-    }
+    pub(super) use super::frame_harness::{frame, info, poll, OUR_MAC, PEER_MAC};
 
     /// Echo handler that also records its callbacks.
     #[derive(Default)]
@@ -1734,53 +1731,6 @@ mod tests {
         fn on_closed(&mut self, _net: &mut dyn Net, _conn: ConnHandle, r: CloseReason) {
             self.log.lock().unwrap().push(format!("closed {r:?}"));
         }
-    }
-
-    /// Wraps a peer segment into an Ethernet/IPv4 or IPv6 frame.
-    pub(super) fn frame(seg: &[u8], src: impl Into<IpAddr>, dst: impl Into<IpAddr>) -> Vec<u8> {
-        let mut buf = vec![0u8; ETH_IPV6_TCP_OFFSET + seg.len()];
-        let mut eth = EthernetRepr {
-            dst_addr: EthernetAddress(OUR_MAC),
-            src_addr: EthernetAddress(PEER_MAC),
-            vlan: VlanTags::NONE,
-            ethertype: EtherType::Ipv4,
-        };
-        let n = match (src.into(), dst.into()) {
-            (IpAddr::V4(src), IpAddr::V4(dst)) => {
-                buf[ETH_IPV4_TCP_OFFSET..][..seg.len()].copy_from_slice(seg);
-                let ip = Ipv4Repr::new(src, dst, IpProtocol::Tcp, seg.len());
-                emit_eth_ipv4_tcp_headers(&mut buf, &eth, &ip, seg.len()).unwrap()
-            }
-            (IpAddr::V6(src), IpAddr::V6(dst)) => {
-                buf[ETH_IPV6_TCP_OFFSET..].copy_from_slice(seg);
-                eth.ethertype = EtherType::Ipv6;
-                let ip = Ipv6Repr::new(src, dst, IpProtocol::Tcp, seg.len());
-                emit_eth_ipv6_tcp_headers(&mut buf, &eth, &ip, seg.len()).unwrap()
-            }
-            _ => panic!("mixed families"),
-        };
-        buf.truncate(n);
-        buf
-    }
-
-    /// `on_poll` with a scratch frame instead of a UMEM: timers, then
-    /// every frame `build_frame` makes.
-    pub(super) fn poll(h: &mut TcpHandler, now: Duration) -> Vec<Vec<u8>> {
-        let now = instant(now);
-        if h.stack.poll_timeout().is_some_and(|t| t <= now) {
-            h.stack.handle_timeout(now);
-            h.dispatch(now, &NoFrames);
-        }
-        let mut out = Vec::new();
-        let mut buf = vec![0u8; 2048];
-        loop {
-            match h.build_frame(now, &mut buf) {
-                (true, Some(n)) => out.push(buf[..n].to_vec()),
-                (true, None) => {}
-                (false, _) => break,
-            }
-        }
-        out
     }
 
     #[test]

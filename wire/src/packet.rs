@@ -327,9 +327,9 @@ fn room(buf: &[u8], needed: usize) -> Result<()> {
 }
 
 /// Writes Ethernet + IPv4 headers for an upper-layer segment of `l4_len` bytes; returns
-/// `(l4_offset, frame_len)`.
+/// `(l4_offset, frame_len)`. The IPv4 checksum is filled; the upper layer's is the caller's.
 #[inline]
-fn emit_eth_ipv4(
+pub fn emit_eth_ipv4(
     buf: &mut [u8],
     eth: &EthernetRepr,
     ip: &Ipv4Repr,
@@ -355,9 +355,9 @@ fn emit_eth_ipv4(
 }
 
 /// Writes Ethernet + IPv6 headers for an upper-layer segment of `l4_len` bytes; returns
-/// `(l4_offset, frame_len)`.
+/// `(l4_offset, frame_len)`. The upper layer's checksum is the caller's.
 #[inline]
-fn emit_eth_ipv6(
+pub fn emit_eth_ipv6(
     buf: &mut [u8],
     eth: &EthernetRepr,
     ip: &Ipv6Repr,

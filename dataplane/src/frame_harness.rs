@@ -1,0 +1,78 @@
+//! What the handler's tests, benchmarks and fuzz target share: a queue's
+//! description, the peer's Ethernet frames around its segments, and the
+//! handler's output polled into plain buffers (no sockets, no UMEM).
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use flowlane_tcp::NoFrames;
+use flowlane_wire::packet::{
+    emit_eth_ipv4_tcp_headers, emit_eth_ipv6_tcp_headers, ETH_IPV4_TCP_OFFSET, ETH_IPV6_TCP_OFFSET,
+};
+use flowlane_wire::{
+    EtherType, EthernetAddress, EthernetRepr, IpProtocol, Ipv4Repr, Ipv6Repr, VlanTags,
+};
+
+use super::{instant, TcpHandler};
+use crate::worker::QueueInfo;
+
+pub(super) const OUR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+pub(super) const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
+
+/// Queue 0, on no particular CPU, with the default frames.
+pub(super) fn info() -> QueueInfo {
+    QueueInfo {
+        queue: 0,
+        cpu: None,
+        node: 0,
+        zero_copy: false,
+        rx_frames: 32768,
+    }
+}
+
+/// Wraps a peer segment into an Ethernet/IPv4 or IPv6 frame.
+pub(super) fn frame(seg: &[u8], src: impl Into<IpAddr>, dst: impl Into<IpAddr>) -> Vec<u8> {
+    let mut buf = vec![0u8; ETH_IPV6_TCP_OFFSET + seg.len()];
+    let mut eth = EthernetRepr {
+        dst_addr: EthernetAddress(OUR_MAC),
+        src_addr: EthernetAddress(PEER_MAC),
+        vlan: VlanTags::NONE,
+        ethertype: EtherType::Ipv4,
+    };
+    let n = match (src.into(), dst.into()) {
+        (IpAddr::V4(src), IpAddr::V4(dst)) => {
+            buf[ETH_IPV4_TCP_OFFSET..][..seg.len()].copy_from_slice(seg);
+            let ip = Ipv4Repr::new(src, dst, IpProtocol::Tcp, seg.len());
+            emit_eth_ipv4_tcp_headers(&mut buf, &eth, &ip, seg.len()).unwrap()
+        }
+        (IpAddr::V6(src), IpAddr::V6(dst)) => {
+            buf[ETH_IPV6_TCP_OFFSET..].copy_from_slice(seg);
+            eth.ethertype = EtherType::Ipv6;
+            let ip = Ipv6Repr::new(src, dst, IpProtocol::Tcp, seg.len());
+            emit_eth_ipv6_tcp_headers(&mut buf, &eth, &ip, seg.len()).unwrap()
+        }
+        _ => panic!("mixed families"),
+    };
+    buf.truncate(n);
+    buf
+}
+
+/// `on_poll` with a scratch frame instead of a UMEM: timers, then
+/// every frame `build_frame` makes.
+pub(super) fn poll(h: &mut TcpHandler, now: Duration) -> Vec<Vec<u8>> {
+    let now = instant(now);
+    if h.stack.poll_timeout().is_some_and(|t| t <= now) {
+        h.stack.handle_timeout(now);
+        h.dispatch(now, &NoFrames);
+    }
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 2048];
+    loop {
+        match h.build_frame(now, &mut buf) {
+            (true, Some(n)) => out.push(buf[..n].to_vec()),
+            (true, None) => {}
+            (false, _) => break,
+        }
+    }
+    out
+}
