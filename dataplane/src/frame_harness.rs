@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use flowlane_tcp::NoFrames;
+use flowlane_tcp::{FrameStore, NoFrames};
 use flowlane_wire::packet::{
     emit_eth_ipv4_tcp_headers, emit_eth_ipv6_tcp_headers, ETH_IPV4_TCP_OFFSET, ETH_IPV6_TCP_OFFSET,
 };
@@ -60,10 +60,16 @@ pub(super) fn frame(seg: &[u8], src: impl Into<IpAddr>, dst: impl Into<IpAddr>) 
 /// `on_poll` with a scratch frame instead of a UMEM: timers, then
 /// every frame `build_frame` makes.
 pub(super) fn poll(h: &mut TcpHandler, now: Duration) -> Vec<Vec<u8>> {
+    poll_in(h, now, &NoFrames)
+}
+
+/// [`poll`] for a handler lent frames out of `frames`, which its
+/// application's reads in the timers' callbacks go through.
+pub(super) fn poll_in(h: &mut TcpHandler, now: Duration, frames: &dyn FrameStore) -> Vec<Vec<u8>> {
     let now = instant(now);
     if h.stack.poll_timeout().is_some_and(|t| t <= now) {
         h.stack.handle_timeout(now);
-        h.dispatch(now, &NoFrames);
+        h.dispatch(now, frames);
     }
     let mut out = Vec::new();
     let mut buf = vec![0u8; 2048];

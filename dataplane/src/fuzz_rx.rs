@@ -7,7 +7,8 @@
 //! 10.99.0.1 and fd99::1, an RSS table of 8 buckets over them) and a peer
 //! stack at 10.99.0.2 and fd99::2 with up to 16 connections, its frames
 //! routed by the table as a NIC routes them. The input decodes into steps:
-//! the peer's connections opened, written, read, closed or aborted; the
+//! the peer's connections opened, written, read, shut down, closed or
+//! aborted; the
 //! frames exchanged; time passing; a connection's bucket moved to the other
 //! queue (the export and import of a move);
 //! and what the network adds: raw bytes; a copy of the peer's last frame
@@ -17,15 +18,21 @@
 //! too big" (v4 and v6) quoting a live connection with any MTU and
 //! sequence number. Each frame goes through the next-frame prefetch first
 //! (which reads a frame's endpoints unverified), with the following
-//! frame as the one after it.
+//! frame as the one after it, and is lent to the endpoint's stack as a
+//! worker lends its UMEM frames (zero-copy receive: in-order payload
+//! stays in the frame until the application reads it), up to
+//! [`LEND_MAX`] frames an endpoint, then handed over unlent.
 //!
 //! Checked after every step: no panic; every frame an endpoint emits
 //! parses with its checksums; every byte the peer reads back is the byte
 //! it wrote at that offset on that connection (the echo never carries
 //! anything a forgery or a damaged frame put in); a connection ends only
-//! after the peer closed or aborted it; no frame is held by a stack (none
-//! is lent here). At the end, with the network quiet again, every
-//! connection that is still open gets all it wrote echoed back.
+//! after the peer closed or aborted it, or shut it down and read its
+//! whole echo; a stack gives back only frames it
+//! was lent and still holds, each once, and holds exactly those it has
+//! not given back. At the end, with the network quiet again, every
+//! connection the peer did not close or abort (a shut-down one included)
+//! gets all it wrote echoed back.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
@@ -33,14 +40,15 @@ use std::time::Duration;
 use flowlane_app::{ConnHandle, ConnHandler, Net, SetupExt};
 use flowlane_numa_sched::toeplitz::RssKey;
 use flowlane_numa_sched::RssState;
-use flowlane_tcp::{Config, ConnHandle as PeerConn, FourTuple, NoFrames, Stack};
+use flowlane_tcp::{Config, ConnHandle as PeerConn, FourTuple, FrameStore, NoFrames, Stack};
 use flowlane_wire::checksum;
 use flowlane_wire::packet::{emit_eth_ipv4, emit_eth_ipv6, parse_frame};
 use flowlane_wire::{
     EtherType, EthernetAddress, EthernetRepr, IpProtocol, Ipv4Repr, Ipv6Repr, VlanTags,
 };
 
-use super::frame_harness::{frame, info, poll, OUR_MAC, PEER_MAC};
+use super::frame_harness::{frame, info, poll_in, OUR_MAC, PEER_MAC};
+use super::Fate;
 use super::{instant, TcpConfig, TcpHandler};
 use crate::bucket_counters::rss_bucket;
 use crate::ephemeral::rss_state;
@@ -58,6 +66,9 @@ const PEER_PORT: u16 = 40_000;
 const BUCKETS: u32 = 8;
 /// Bytes the peer writes at most per step.
 const WRITE_MAX: usize = 20_000;
+/// Frames an endpoint's stack may hold lent at once (a worker's
+/// `held_frames`); past it, frames are handed over unlent.
+pub const LEND_MAX: usize = 64;
 /// Rounds of the final exchange before an unfinished echo is a failure
 /// (10 ms of virtual time each: 60 s).
 const SETTLE_ROUNDS: usize = 6_000;
@@ -110,6 +121,50 @@ impl Cursor<'_> {
     }
 }
 
+/// An endpoint's frames, as its UMEM: a frame lent to the stack stays
+/// until the stack gives it back.
+#[derive(Default)]
+struct Store {
+    slots: Vec<Option<Vec<u8>>>,
+    free: Vec<u32>,
+    lent: usize,
+}
+
+impl FrameStore for Store {
+    fn frame(&self, id: u32) -> &[u8] {
+        self.slots[id as usize]
+            .as_deref()
+            .expect("the stack reads only frames it holds")
+    }
+}
+
+impl Store {
+    /// Stores `f`, if there is room, for lending.
+    fn put(&mut self, f: &[u8]) -> Option<u32> {
+        if self.lent >= LEND_MAX {
+            return None;
+        }
+        self.lent += 1;
+        let id = self.free.pop().unwrap_or_else(|| {
+            self.slots.push(None);
+            (self.slots.len() - 1) as u32
+        });
+        self.slots[id as usize] = Some(f.to_vec());
+        Some(id)
+    }
+
+    /// Takes frame `id` back.
+    fn release(&mut self, id: u32) {
+        let slot = self.slots.get_mut(id as usize);
+        assert!(
+            slot.is_some_and(|s| s.take().is_some()),
+            "frame {id} given back, but not lent or given back before"
+        );
+        self.lent -= 1;
+        self.free.push(id);
+    }
+}
+
 /// Echoes what it reads, as far as its send buffer takes it.
 #[derive(Default)]
 struct Echo;
@@ -128,6 +183,11 @@ impl ConnHandler for Echo {
                 Ok(n) if n > 0 => {
                     assert_eq!(net.send(conn, &buf[..n]), Ok(n), "room to echo");
                 }
+                Ok(_) if net.is_eof(conn) => {
+                    // Everything read and echoed: our FIN after the echo.
+                    let _ = net.close(conn);
+                    return;
+                }
                 _ => return,
             }
         }
@@ -145,7 +205,10 @@ struct PeerSide {
     /// Bytes the peer's stack took to send, and bytes read back.
     sent: u64,
     got: u64,
-    /// Closed or aborted by the peer.
+    /// The peer shut down its sending side (it still reads the echo).
+    shut: bool,
+    /// Closed (both ways: data arriving later resets it) or aborted by
+    /// the peer.
     done: bool,
 }
 
@@ -153,12 +216,16 @@ struct Harness {
     now: Duration,
     rss: RssState,
     eps: [TcpHandler; 2],
+    /// Each endpoint's frames.
+    stores: [Store; 2],
     /// Which endpoint serves each bucket (the emulated NIC's table).
     owner: Vec<usize>,
     peer: Stack,
     conns: Vec<PeerSide>,
     /// The peer's last frame, for damaged copies.
     last: Vec<u8>,
+    /// Frames a stack kept (lent, payload left in them).
+    kept: u64,
     scratch: Vec<u8>,
 }
 
@@ -181,10 +248,12 @@ impl Harness {
             now: Duration::from_millis(1),
             owner: table.iter().map(|&q| q as usize).collect(),
             eps: [ep(0), ep(1)],
+            stores: Default::default(),
             rss,
             peer: Stack::new(Config::new([9; 16])),
             conns: Vec::new(),
             last: Vec::new(),
+            kept: 0,
             scratch: vec![0; 65_536],
         }
     }
@@ -223,17 +292,45 @@ impl Harness {
     /// frame after it (as the worker does), then checks what it emits.
     fn deliver(&mut self, to: usize, f: &[u8], after: Option<&[u8]>) {
         let now = instant(self.now);
-        let ep = &mut self.eps[to];
+        let (ep, store) = (&mut self.eps[to], &mut self.stores[to]);
         ep.prefetch_state(f, after);
-        ep.rx_one(now, f, (None, &NoFrames));
-        assert_eq!(ep.stack.lent_frames(), 0, "no frame is lent here");
+        match store.put(f) {
+            Some(id) => {
+                let frame = store.frame(id).to_vec();
+                if ep.rx_one(now, &frame, (Some(id), &*store)) == Fate::Kept {
+                    self.kept += 1;
+                } else {
+                    store.release(id);
+                }
+            }
+            None => {
+                ep.rx_one(now, f, (None, &NoFrames));
+            }
+        }
+        self.take_back(to);
+    }
+
+    /// The frames endpoint `to`'s stack gives back; checks that it holds
+    /// the others.
+    fn take_back(&mut self, to: usize) {
+        let (ep, store) = (&mut self.eps[to], &mut self.stores[to]);
+        while let Some(id) = ep.stack.poll_released_frame() {
+            store.release(id);
+        }
+        assert_eq!(
+            ep.stack.lent_frames(),
+            store.lent,
+            "frames endpoint {to} holds"
+        );
     }
 
     /// Everything the endpoints emit goes to the peer.
     fn endpoints_to_peer(&mut self) -> usize {
         let mut moved = 0;
         for i in 0..2 {
-            for f in poll(&mut self.eps[i], self.now) {
+            let out = poll_in(&mut self.eps[i], self.now, &self.stores[i]);
+            self.take_back(i);
+            for f in out {
                 let p = parse_frame(&f).expect("the endpoint emits valid frames");
                 assert_eq!(p.ethernet.src_addr, EthernetAddress(OUR_MAC));
                 let ips = p.ip_pair().expect("an IP frame");
@@ -270,10 +367,10 @@ impl Harness {
     fn exchange(&mut self) {
         for _ in 0..64 {
             let moved = self.peer_to_endpoints() + self.endpoints_to_peer();
-            self.peer_events();
             for k in 0..self.conns.len() {
                 self.read(k);
             }
+            self.peer_events();
             if moved == 0 {
                 return;
             }
@@ -281,7 +378,8 @@ impl Harness {
     }
 
     /// The peer's events: a connection ends only after the peer closed or
-    /// aborted it (nothing the network adds may end one).
+    /// aborted it, or shut it down and read its whole echo (nothing the
+    /// network adds may end one).
     fn peer_events(&mut self) {
         while let Some(ev) = self.peer.poll_event() {
             if let flowlane_tcp::Event::Closed { conn, reason } = ev {
@@ -292,8 +390,11 @@ impl Harness {
                     .find(|(_, c)| c.handle == conn)
                 {
                     assert!(
-                        c.done,
-                        "connection {k} ended ({reason:?}) while the peer kept it open"
+                        c.done || (c.shut && c.got == c.sent),
+                        "connection {k} ended ({reason:?}) while the peer kept it open \
+                         or before its echo ({} of {} bytes)",
+                        c.got,
+                        c.sent
                     );
                 }
             }
@@ -344,13 +445,14 @@ impl Harness {
                 port,
                 sent: 0,
                 got: 0,
+                shut: false,
                 done: false,
             });
         }
     }
 
     fn write(&mut self, k: usize, len: usize) {
-        let Some(c) = self.conns.get_mut(k).filter(|c| !c.done) else {
+        let Some(c) = self.conns.get_mut(k).filter(|c| !c.shut && !c.done) else {
             return;
         };
         let data: Vec<u8> = (0..len as u64).map(|i| pattern(k, c.sent + i)).collect();
@@ -359,16 +461,26 @@ impl Harness {
         }
     }
 
-    fn close(&mut self, k: usize, abort: bool) {
+    /// The peer ends connection `k`: `how` 0 shuts its sending side down
+    /// (half close), 1 closes it, 2 aborts it.
+    fn close(&mut self, k: usize, how: u8) {
         let Some(c) = self.conns.get_mut(k).filter(|c| !c.done) else {
             return;
         };
-        let _ = if abort {
-            self.peer.abort(c.handle)
-        } else {
-            self.peer.close(c.handle)
-        };
-        c.done = true;
+        match how % 3 {
+            0 => {
+                let _ = self.peer.shutdown_write(c.handle);
+                c.shut = true;
+            }
+            1 => {
+                let _ = self.peer.close(c.handle);
+                c.done = true;
+            }
+            _ => {
+                let _ = self.peer.abort(c.handle);
+                c.done = true;
+            }
+        }
     }
 
     fn wait(&mut self, ms: u64) {
@@ -530,15 +642,17 @@ impl Harness {
         let now = instant(self.now);
         let mut parts = Vec::new();
         let (last, _) =
-            self.eps[from].export_bucket(now, bucket, &NoFrames, &mut |p| parts.push(*p));
+            self.eps[from].export_bucket(now, bucket, &self.stores[from], &mut |p| parts.push(*p));
         parts.push(*last);
+        self.take_back(from);
         for p in parts {
             assert_eq!(
-                self.eps[to].import_bucket(now, p, &NoFrames),
+                self.eps[to].import_bucket(now, p, &self.stores[to]),
                 0,
                 "every connection imported"
             );
         }
+        self.take_back(to);
         self.owner[usize::from(bucket)] = to;
     }
 
@@ -559,8 +673,8 @@ impl Harness {
                 self.read(k);
             }
             5 => {
-                let (k, abort) = (k(c), c.u8() & 1 == 1);
-                self.close(k, abort);
+                let (k, how) = (k(c), c.u8());
+                self.close(k, how);
             }
             6 => {
                 let ms = u64::from(c.u16() % 4_000);
@@ -650,6 +764,7 @@ mod tests {
         assert_eq!(h.conns[0].sent, 10_000 + 4_095, "what A wrote");
         assert_eq!(h.conns[0].got, h.conns[0].sent, "echoed");
         assert_eq!(h.conns[1].got, 10_000);
+        assert!(h.kept > 5, "payload kept in lent frames: {}", h.kept);
         let moved: u64 = h
             .eps
             .iter()
