@@ -59,6 +59,7 @@ pub(super) fn frame(seg: &[u8], src: impl Into<IpAddr>, dst: impl Into<IpAddr>) 
 
 /// `on_poll` with a scratch frame instead of a UMEM: timers, then
 /// every frame `build_frame` makes.
+#[cfg(test)]
 pub(super) fn poll(h: &mut TcpHandler, now: Duration) -> Vec<Vec<u8>> {
     poll_in(h, now, &NoFrames)
 }
