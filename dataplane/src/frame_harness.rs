@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use flowlane_tcp::{FrameStore, NoFrames};
+use flowlane_tcp::FrameStore;
 use flowlane_wire::packet::{
     emit_eth_ipv4_tcp_headers, emit_eth_ipv6_tcp_headers, ETH_IPV4_TCP_OFFSET, ETH_IPV6_TCP_OFFSET,
 };
@@ -61,7 +61,7 @@ pub(super) fn frame(seg: &[u8], src: impl Into<IpAddr>, dst: impl Into<IpAddr>) 
 /// every frame `build_frame` makes.
 #[cfg(test)]
 pub(super) fn poll(h: &mut TcpHandler, now: Duration) -> Vec<Vec<u8>> {
-    poll_in(h, now, &NoFrames)
+    poll_in(h, now, &flowlane_tcp::NoFrames)
 }
 
 /// [`poll`] for a handler lent frames out of `frames`, which its
