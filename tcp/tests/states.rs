@@ -346,6 +346,54 @@ fn simultaneous_open_and_close() {
     });
 }
 
+/// RFC 9293 §3.10.4: a shutdown in SYN-SENT deletes the connection when
+/// nothing is queued to send. With data queued (a client that writes its
+/// request and shuts down before the SYN-ACK, found by the `rx_frames`
+/// fuzz target) the data and then the FIN follow the handshake, and the
+/// response can still be read (the connection used to end at once,
+/// `Normal`, its data dropped).
+#[test]
+fn a_shutdown_in_syn_sent_sends_the_queued_data_and_fin_after_the_handshake() {
+    let mut sim = Sim::symmetric(4, LinkConfig::default());
+    sim.b.listen(b_addr(80)).unwrap();
+    // Nothing queued: the connection is gone at once.
+    let idle = sim.a.connect(sim.now, a_addr(7000), b_addr(80)).unwrap();
+    sim.a.shutdown_write(idle).unwrap();
+    assert_eq!(sim.a.state(idle), Err(Error::InvalidHandle));
+    assert!(events(&mut sim.a).contains(&Event::Closed {
+        conn: idle,
+        reason: CloseReason::Normal
+    }));
+    // A request queued in SYN-SENT, then the shutdown.
+    let a = sim.a.connect(sim.now, a_addr(7001), b_addr(80)).unwrap();
+    let request: Vec<u8> = (0..3000).map(|i| pattern(1, i)).collect();
+    assert_eq!(sim.a.send(a, &request).unwrap(), request.len());
+    sim.a.shutdown_write(a).unwrap();
+    assert_eq!(sim.a.state(a), Ok(State::SynSent));
+    let mut b = None;
+    run_until(&mut sim, Duration::from_secs(5), |s| {
+        while let Some(e) = s.b.poll_event() {
+            if let Event::Accepted { conn, .. } = e {
+                b = Some(conn);
+            }
+        }
+        b.is_some_and(|b| s.b.state(b) == Ok(State::CloseWait))
+    });
+    let b = b.expect("accepted");
+    assert_same(&read_all(&mut sim.b, b), &request);
+    assert_eq!(sim.b.recv(b, &mut [0; 8]), Ok(0), "the FIN after the data");
+    // A still reads B's answer, then both close.
+    sim.b.send(b, b"answer").unwrap();
+    sim.b.close(b).unwrap();
+    sim.run_for(Duration::from_millis(100));
+    assert_eq!(read_all(&mut sim.a, a), b"answer");
+    let a_events = events(&mut sim.a);
+    assert!(a_events.contains(&Event::Connected(a)), "{a_events:?}");
+    assert!(!a_events
+        .iter()
+        .any(|e| matches!(e, Event::Closed { reason, .. } if *reason != CloseReason::Normal)));
+}
+
 #[test]
 fn rst_for_closed_port() {
     let mut sim = Sim::symmetric(4, LinkConfig::default());

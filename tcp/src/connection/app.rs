@@ -18,11 +18,15 @@ impl Connection {
             return;
         }
         match self.state {
-            // RFC 9293 §3.10.4: SYN-SENT: delete the TCB.
-            State::SynSent => self.close_now(CloseReason::Normal),
+            // RFC 9293 §3.10.4: SYN-SENT: delete the TCB, when nothing is
+            // queued to send. With data queued the RFC would fail those
+            // sends; the application asked for its data and then a FIN, so
+            // both follow the handshake, as in SYN-RECEIVED (a client that
+            // writes its request and shuts down before the SYN-ACK).
+            State::SynSent if self.send_buf.is_empty() => self.close_now(CloseReason::Normal),
             // RFC 9293 §3.10.4: SYN-RECEIVED: the FIN follows once
             // ESTABLISHED would have been reached.
-            State::SynReceived => self.flags.set(Flags::FIN_QUEUED),
+            State::SynSent | State::SynReceived => self.flags.set(Flags::FIN_QUEUED),
             State::Established => {
                 self.flags.set(Flags::FIN_QUEUED);
                 self.state = State::FinWait1;

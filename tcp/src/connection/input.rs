@@ -123,7 +123,13 @@ impl Connection {
             self.snd.nxt = self.snd.nxt.max(self.snd.una);
             self.ecn_negotiate_active(ctx.cfg, seg);
             self.handshake_acked(ctx, seg);
-            self.state = State::Established;
+            // A shutdown while the SYN was out queued the FIN behind the
+            // data (`Connection::shutdown_write`).
+            self.state = if self.flags.has(Flags::FIN_QUEUED) {
+                State::FinWait1
+            } else {
+                State::Established
+            };
             self.events |= ev::ESTABLISHED;
             self.flags.set(Flags::ACK_NOW);
             self.arm_keepalive(ctx);
