@@ -226,6 +226,9 @@ struct Harness {
     last: Vec<u8>,
     /// Frames a stack kept (lent, payload left in them).
     kept: u64,
+    /// Print every step (environment `FLOWLANE_FUZZ_TRACE` set), to read a
+    /// finding.
+    trace: bool,
     scratch: Vec<u8>,
 }
 
@@ -254,6 +257,7 @@ impl Harness {
             conns: Vec::new(),
             last: Vec::new(),
             kept: 0,
+            trace: std::env::var_os("FLOWLANE_FUZZ_TRACE").is_some(),
             scratch: vec![0; 65_536],
         }
     }
@@ -382,6 +386,9 @@ impl Harness {
     /// network adds may end one).
     fn peer_events(&mut self) {
         while let Some(ev) = self.peer.poll_event() {
+            if self.trace {
+                eprintln!("  peer event {ev:?}");
+            }
             if let flowlane_tcp::Event::Closed { conn, reason } = ev {
                 if let Some((k, c)) = self
                     .conns
@@ -658,7 +665,12 @@ impl Harness {
 
     fn step(&mut self, c: &mut Cursor<'_>) {
         let k = |c: &mut Cursor<'_>| usize::from(c.u8()) % MAX_CONNS;
-        match c.u8() % 12 {
+        let op = c.u8() % 12;
+        if self.trace {
+            let peek = &c.data[..c.data.len().min(12)];
+            eprintln!("t={:?} op {op} {peek:?}", self.now);
+        }
+        match op {
             0 | 1 => self.exchange(),
             2 => {
                 let v6 = c.u8() & 1 == 1;

@@ -22,10 +22,15 @@ fn rx_frames_seeds() {
 }
 
 /// Replays one input (a finding of a campaign): `FLOWLANE_FUZZ_INPUT=FILE cargo test -p
-/// flowlane-dataplane-fuzz --test seeds replay`; nothing without the variable.
+/// flowlane-dataplane-fuzz --test seeds replay` (FILE absolute or from the workspace's
+/// root; `FLOWLANE_FUZZ_TRACE=1` prints every step); nothing without the variable.
 #[test]
 fn replay() {
     if let Some(path) = std::env::var_os("FLOWLANE_FUZZ_INPUT") {
+        // A relative path from the workspace's root, where scripts/fuzz.sh runs.
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(path);
         let data = std::fs::read(&path).expect("input readable");
         flowlane_dataplane_fuzz::rx_frames_target(&data);
     }
