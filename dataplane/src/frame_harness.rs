@@ -13,6 +13,8 @@ use flowlane_wire::{
     EtherType, EthernetAddress, EthernetRepr, IpProtocol, Ipv4Repr, Ipv6Repr, VlanTags,
 };
 
+use flowlane_app::{ConnHandle, Net};
+
 use super::{instant, TcpHandler};
 use crate::worker::QueueInfo;
 
@@ -82,4 +84,27 @@ pub(super) fn poll_in(h: &mut TcpHandler, now: Duration, frames: &dyn FrameStore
         }
     }
     out
+}
+
+/// Echoes what `conn` has to read, as far as its send buffer takes it
+/// (asking to hear when more fits); the bytes echoed, and whether
+/// everything up to the peer's FIN was read.
+pub(super) fn echo(net: &mut dyn Net, conn: ConnHandle) -> (u64, bool) {
+    let mut buf = [0u8; 4096];
+    let mut echoed = 0;
+    loop {
+        let room = net.send_space(conn).unwrap_or(0).min(buf.len());
+        if room == 0 {
+            net.want_writable(conn);
+            return (echoed, false);
+        }
+        match net.recv(conn, &mut buf[..room]) {
+            Ok(n) if n > 0 => {
+                assert_eq!(net.send(conn, &buf[..n]), Ok(n), "room to echo");
+                echoed += n as u64;
+            }
+            Ok(_) => return (echoed, net.is_eof(conn)),
+            Err(_) => return (echoed, false),
+        }
+    }
 }

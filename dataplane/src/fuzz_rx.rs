@@ -47,7 +47,7 @@ use flowlane_wire::{
     EtherType, EthernetAddress, EthernetRepr, IpProtocol, Ipv4Repr, Ipv6Repr, VlanTags,
 };
 
-use super::frame_harness::{frame, info, poll_in, OUR_MAC, PEER_MAC};
+use super::frame_harness::{echo, frame, info, poll_in, OUR_MAC, PEER_MAC};
 use super::Fate;
 use super::{instant, TcpConfig, TcpHandler};
 use crate::bucket_counters::rss_bucket;
@@ -172,24 +172,9 @@ struct Echo;
 impl ConnHandler for Echo {
     fn on_accept(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
     fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        let mut buf = [0u8; 4096];
-        loop {
-            let room = net.send_space(conn).unwrap_or(0).min(buf.len());
-            if room == 0 {
-                net.want_writable(conn);
-                return;
-            }
-            match net.recv(conn, &mut buf[..room]) {
-                Ok(n) if n > 0 => {
-                    assert_eq!(net.send(conn, &buf[..n]), Ok(n), "room to echo");
-                }
-                Ok(_) if net.is_eof(conn) => {
-                    // Everything read and echoed: our FIN after the echo.
-                    let _ = net.close(conn);
-                    return;
-                }
-                _ => return,
-            }
+        if echo(net, conn).1 {
+            // Everything read and echoed: our FIN after the echo.
+            let _ = net.close(conn);
         }
     }
     fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
@@ -210,6 +195,21 @@ struct PeerSide {
     /// Closed (both ways: data arriving later resets it) or aborted by
     /// the peer.
     done: bool,
+}
+
+impl PeerSide {
+    /// The connection's tuple on our side.
+    fn tuple(&self) -> FourTuple {
+        let (ours, peer): (IpAddr, IpAddr) = if self.v6 {
+            (ours_v6().into(), peer_v6().into())
+        } else {
+            (OURS_V4.into(), PEER_V4.into())
+        };
+        FourTuple {
+            local: SocketAddr::new(ours, PORT),
+            remote: SocketAddr::new(peer, self.port),
+        }
+    }
 }
 
 struct Harness {
@@ -563,14 +563,8 @@ impl Harness {
         let Some(c) = self.conns.get(k) else {
             return;
         };
-        let (ours, peer) = (
-            Self::ours(c.v6),
-            if c.v6 {
-                IpAddr::from(peer_v6())
-            } else {
-                PEER_V4.into()
-            },
-        );
+        let t = c.tuple();
+        let (ours, peer) = (t.local.ip(), t.remote.ip());
         // The quote: our segment to the peer's port (first 8 TCP bytes).
         let mut tcp8 = Vec::with_capacity(8);
         tcp8.extend_from_slice(&PORT.to_be_bytes());
@@ -631,19 +625,7 @@ impl Harness {
         let Some(c) = self.conns.get(k) else {
             return;
         };
-        let (ours, peer) = (
-            Self::ours(c.v6),
-            if c.v6 {
-                IpAddr::from(peer_v6())
-            } else {
-                PEER_V4.into()
-            },
-        );
-        let tuple = FourTuple {
-            local: SocketAddr::new(ours, PORT),
-            remote: SocketAddr::new(peer, c.port),
-        };
-        let bucket = rss_bucket(&self.rss, &tuple);
+        let bucket = rss_bucket(&self.rss, &c.tuple());
         let from = self.owner[usize::from(bucket)];
         let to = 1 - from;
         let now = instant(self.now);

@@ -50,21 +50,8 @@ impl ConnHandler for Counting {
         self.seen.insert(conn, 0);
     }
     fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        let mut buf = [0u8; 4096];
-        loop {
-            let room = net.send_space(conn).unwrap_or(0).min(buf.len());
-            if room == 0 {
-                net.want_writable(conn);
-                break;
-            }
-            match net.recv(conn, &mut buf[..room]) {
-                Ok(n) if n > 0 => {
-                    *self.seen.get_mut(&conn).expect("known connection") += n as u64;
-                    assert_eq!(net.send(conn, &buf[..n]), Ok(n), "room to echo");
-                }
-                _ => break,
-            }
-        }
+        let (echoed, _) = super::frame_harness::echo(net, conn);
+        *self.seen.get_mut(&conn).expect("known connection") += echoed;
     }
     fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         self.on_data(net, conn);
