@@ -293,7 +293,8 @@ impl Harness {
     }
 
     /// Hands `f` to endpoint `to`, prefetching it first with `after` as the
-    /// frame after it (as the worker does), then checks what it emits.
+    /// frame after it (as the worker does) and lending it while there is
+    /// room, then takes back the frames its stack gave up.
     fn deliver(&mut self, to: usize, f: &[u8], after: Option<&[u8]>) {
         let now = instant(self.now);
         let (ep, store) = (&mut self.eps[to], &mut self.stores[to]);
