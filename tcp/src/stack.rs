@@ -2275,6 +2275,9 @@ impl Stack {
     }
 
     /// Sends FIN after the queued data; reading continues (half close).
+    /// Before the handshake completes the FIN waits for it, behind any
+    /// queued data; with nothing queued and the SYN unanswered, the
+    /// connection ends at once (RFC 9293 §3.10.4), as it does on `close`.
     pub fn shutdown_write(&mut self, conn: ConnHandle) -> Result<(), Error> {
         let idx = self.lookup(conn)?;
         self.with_conn(idx, |c, _| c.shutdown_write());
