@@ -8,10 +8,9 @@
 //! stack at 10.99.0.2 and fd99::2 with up to 16 connections, its frames
 //! routed by the table as a NIC routes them. The input decodes into steps:
 //! the peer's connections opened, written, read, shut down, closed or
-//! aborted; the
-//! frames exchanged; time passing; a connection's bucket moved to the other
-//! queue (the export and import of a move);
-//! and what the network adds: raw bytes; a copy of the peer's last frame
+//! aborted; the frames exchanged; time passing; a connection's bucket
+//! moved to the other queue (the export and import of a move); and what
+//! the network adds: raw bytes; a copy of the peer's last frame
 //! with a byte changed, a bit flipped or cut short; forged TCP segments
 //! with valid checksums, any flags, sequence numbers, window, options and
 //! payload, from tuples the peer's connections do not use; ICMP "packet
@@ -28,9 +27,8 @@
 //! it wrote at that offset on that connection (the echo never carries
 //! anything a forgery or a damaged frame put in); a connection ends only
 //! after the peer closed or aborted it, or shut it down and read its
-//! whole echo; a stack gives back only frames it
-//! was lent and still holds, each once, and holds exactly those it has
-//! not given back. At the end, with the network quiet again, every
+//! whole echo; a stack gives back only frames it was lent and still holds,
+//! each once, and holds exactly those it has not given back. At the end, with the network quiet again, every
 //! connection the peer did not close or abort (a shut-down one included)
 //! gets all it wrote echoed back.
 
@@ -559,9 +557,10 @@ impl Harness {
         self.deliver(to, &f, None);
     }
 
-    /// An ICMP "packet too big" (fragmentation needed, v4) quoting
-    /// connection `k`'s segment at `seq` (or a sequence number near its
-    /// last one), sent to the queue `to` names.
+    /// An ICMP "packet too big" (ICMPv4 fragmentation needed, or ICMPv6
+    /// packet too big, by the connection's family) with MTU `mtu`, quoting
+    /// connection `k`'s segment at sequence number `seq`, sent to the
+    /// queue `to` names (not always the one that serves the connection).
     fn too_big(&mut self, k: usize, mtu: u16, seq: u32, to: u8) {
         let Some(c) = self.conns.get(k) else {
             return;
