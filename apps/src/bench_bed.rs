@@ -5,6 +5,7 @@
 //! kernel TCP connections from the peer namespace, from source ports the
 //! bed's emulated NIC hashes into chosen RSS buckets, idle or streaming.
 
+use std::collections::HashSet;
 use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddrV4, TcpStream};
 use std::path::{Path, PathBuf};
@@ -175,18 +176,18 @@ impl BucketOf {
     }
 }
 
-/// `n` source ports (from `from` up) whose flows to `port` fall in
-/// `bucket` of the bed's emulated NIC.
+/// `n` source ports (from `from` up, none of `taken`) whose flows to
+/// `port` fall in `bucket` of the bed's emulated NIC.
 pub fn ports_in_bucket(
     bed: &BedState,
     port: u16,
     bucket: usize,
     n: usize,
-    from: u16,
+    (from, taken): (u16, &HashSet<u16>),
 ) -> Result<Vec<u16>> {
     let of = BucketOf::new(bed, port)?;
     let ports: Vec<u16> = (from..=u16::MAX)
-        .filter(|&p| of.bucket(p) == bucket)
+        .filter(|&p| of.bucket(p) == bucket && !taken.contains(&p))
         .take(n)
         .collect();
     if ports.len() < n {
@@ -218,18 +219,18 @@ pub fn ports_in_distinct_buckets(
     Ok(ports)
 }
 
-/// `n` source ports (from `from` up) whose flows to `port` fall in buckets
-/// other than `bucket`, spread over those buckets as
-/// [`ports_in_distinct_buckets`] spreads them.
+/// `n` source ports (from `from` up, none of `taken`) whose flows to
+/// `port` fall in buckets other than `bucket`, spread over those buckets
+/// as [`ports_in_distinct_buckets`] spreads them.
 pub fn ports_outside_bucket(
     bed: &BedState,
     port: u16,
     bucket: usize,
     n: usize,
-    from: u16,
+    (from, taken): (u16, &HashSet<u16>),
 ) -> Result<Vec<u16>> {
     let of = BucketOf::new(bed, port)?;
-    let others = (from..=u16::MAX).filter(|&p| of.bucket(p) != bucket);
+    let others = (from..=u16::MAX).filter(|&p| of.bucket(p) != bucket && !taken.contains(&p));
     // The other buckets, numbered without a gap at `bucket`.
     let rank = |p| {
         let b = of.bucket(p);

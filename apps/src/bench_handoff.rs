@@ -17,6 +17,7 @@
 //! sink measures each move (`MoveReport`: from the request to the new
 //! queue serving the bucket, export and NIC write included).
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -90,6 +91,9 @@ pub struct HandoffFigure {
     pub frames_forwarded: [f64; 2],
     /// Frames the new queue held per move: mean, max.
     pub frames_held: [f64; 2],
+    /// Frames the old queue looked at on its RX ring ahead of handing
+    /// them on, from the rewrite to its marker, per move: mean, max.
+    pub frames_scanned: [f64; 2],
     /// Moves that ended on the hold timeout instead of the drain marker.
     pub hold_timeouts: usize,
 }
@@ -104,12 +108,19 @@ struct Load {
     background: usize,
 }
 
-/// One case: `idle` + `busy` connections in one bucket, moved `moves`
-/// times, with `background` connections streaming in other buckets.
+/// Source ports of the first case; each case takes ports no case took
+/// before (its connections leave TIME-WAIT behind).
+const PORTS_FROM: u16 = 20_000;
+
+/// One case, the `n`th: `idle` + `busy` connections in one bucket, moved
+/// `moves` times, with `background` connections streaming in other
+/// buckets. Each case moves another bucket, so that its ports are not
+/// thinned out by those the cases before took (100 ports of one bucket of
+/// 128 span 12 800 ports).
 fn case(
     bed: &BedState,
     sink: &Sink,
-    ports_from: &mut u16,
+    (n, taken): (usize, &mut HashSet<u16>),
     load: Load,
     args: &Args,
 ) -> Result<HandoffFigure> {
@@ -119,20 +130,18 @@ fn case(
         background,
     } = load;
     let status = sink.status()?;
-    // A bucket on queue 0 (the table of a fresh bed spreads them).
-    let bucket = status
-        .table
-        .iter()
-        .position(|&q| q == 0)
+    // A bucket on queue 0 (the table of a fresh bed spreads them), the
+    // `n`th.
+    let on_0: Vec<usize> = (0..status.table.len())
+        .filter(|&b| status.table[b] == 0)
+        .collect();
+    let bucket = *on_0
+        .get(n % on_0.len().max(1))
         .context("no bucket on queue 0")?;
-    let ports = ports_in_bucket(bed, PORT, bucket, idle + busy, *ports_from)?;
-    // Fresh ports for the next case (no TIME-WAIT clash).
-    *ports_from = ports.last().map_or(*ports_from, |&p| p.saturating_add(1));
-    let others = ports_outside_bucket(bed, PORT, bucket, background, *ports_from)?;
-    *ports_from = others
-        .iter()
-        .max()
-        .map_or(*ports_from, |&p| p.saturating_add(1));
+    let ports = ports_in_bucket(bed, PORT, bucket, idle + busy, (PORTS_FROM, taken))?;
+    taken.extend(&ports);
+    let others = ports_outside_bucket(bed, PORT, bucket, background, (PORTS_FROM, taken))?;
+    taken.extend(&others);
     let b = bucket as u16;
     // The background first: the moved bucket's connections are then
     // served by workers that are already loaded.
@@ -197,6 +206,7 @@ fn figure(load: Load, busy_poll: bool, reports: &[MoveReport]) -> HandoffFigure 
         drain_us: [quantile(&dr, 0.5), quantile(&dr, 0.99)],
         frames_forwarded: mean_max(|r| r.frames_forwarded),
         frames_held: mean_max(|r| r.frames_held),
+        frames_scanned: mean_max(|r| r.frames_scanned),
         hold_timeouts: reports.iter().filter(|r| r.hold_timed_out).count(),
     }
 }
@@ -223,7 +233,7 @@ pub fn run(args: Args) -> Result<()> {
             &["--rebalance", "off"]
         };
         let sink = Sink::start(bed, &socket, PORT, extra)?;
-        let mut ports_from = 20_000;
+        let mut taken = HashSet::new();
         let mut out = Vec::new();
         for &background in &args.background {
             for &busy in &args.busy {
@@ -233,7 +243,8 @@ pub fn run(args: Args) -> Result<()> {
                         busy,
                         background,
                     };
-                    out.push(case(bed, &sink, &mut ports_from, load, &args)?);
+                    let n = out.len();
+                    out.push(case(bed, &sink, (n, &mut taken), load, &args)?);
                 }
             }
         }
@@ -250,10 +261,10 @@ pub fn run(args: Args) -> Result<()> {
                 "sleep in poll(2) when idle"
             }
         );
-        outln!("idle  busy  bgnd  moves  conns/move  move_us p50/p99/max    export_us p50/p99  nic_write_us p50/p99  drain_us p50/p99  fwd/move mean,max  held/move mean,max  hold_timeouts");
+        outln!("idle  busy  bgnd  moves  conns/move  move_us p50/p99/max    export_us p50/p99  nic_write_us p50/p99  drain_us p50/p99  fwd/move mean,max  held/move mean,max  scanned/move mean,max  hold_timeouts");
         for f in &figures {
             outln!(
-                "{:>4}  {:>4}  {:>4}  {:>5}  {:>10.1}  {:>7.0} /{:>6.0} /{:>6.0}  {:>8.1} /{:>6.1}  {:>9.1} /{:>6.1}  {:>7.0} /{:>6.0}  {:>8.1}, {:>6.0}  {:>8.1}, {:>6.0}  {:>13}",
+                "{:>4}  {:>4}  {:>4}  {:>5}  {:>10.1}  {:>7.0} /{:>6.0} /{:>6.0}  {:>8.1} /{:>6.1}  {:>9.1} /{:>6.1}  {:>7.0} /{:>6.0}  {:>8.1}, {:>6.0}  {:>8.1}, {:>6.0}  {:>11.1}, {:>7.0}  {:>13}",
                 f.idle,
                 f.busy,
                 f.background,
@@ -272,6 +283,8 @@ pub fn run(args: Args) -> Result<()> {
                 f.frames_forwarded[1],
                 f.frames_held[0],
                 f.frames_held[1],
+                f.frames_scanned[0],
+                f.frames_scanned[1],
                 f.hold_timeouts
             );
         }

@@ -8,14 +8,19 @@
 //!  Export ───────────> export b (TCP state, app state),
 //!                      forward b's frames to B ────────> Import, then forwarded frames
 //!  write the NIC entry b → B                               in A's order
-//!  Rewritten ────────> after one more RX pass that
-//!                      emptied the ring: Drained ──────> held frames, in order; done
+//!  Rewritten ────────> takes its RX ring's frames off
+//!                      it, forwards b's at once
+//!                      (the others wait): Drained ─────> held frames, in order; done
 //! ```
 //!
 //! Frames of b that reach A after the export (in A's ring, or from an
 //! established flow the NIC still steers there) match nothing in A's
 //! stack, which hands them back ([`flowlane_tcp::Delivery::Away`]); A
-//! copies them into B's inbox in arrival order. B holds the frames of b
+//! copies them into B's inbox in arrival order. From the rewrite on, A
+//! does not wait to hand on everything its ring held then (on a loaded
+//! queue, milliseconds of other buckets' frames): it looks at the frames'
+//! headers ahead of the pass and forwards b's at once
+//! ([`Mover::take_ahead`]), the others keeping their place. B holds the frames of b
 //! that the NIC gives it from the rewrite on until A's `Drained` says
 //! nothing older can follow, so B's stack sees b's segments in the order
 //! they reached the NIC. A timeout ([`HOLD_TIMEOUT`]) releases held frames
@@ -39,6 +44,7 @@ use flowlane_app::ConnExport;
 use flowlane_app::Wake;
 use flowlane_numa_sched::RssState;
 use flowlane_tcp::{BucketExport, FourTuple};
+use flowlane_wire::peek::tcp_endpoints;
 use serde::{Deserialize, Serialize};
 
 use crate::bucket_counters::rss_bucket;
@@ -70,15 +76,20 @@ const MESSAGES_PER_PASS: usize = 4096;
 /// abandoned does not keep an idle worker spinning.
 const SPIN_FOR: Duration = Duration::from_millis(20);
 /// How long the old worker of a bucket that still received frames of it
-/// during the move waits, once it has passed its RX ring's producer index
-/// read at the rewrite, for a further frame of the bucket before it sends
-/// the drain marker (each such frame starts the wait again). Frames the
-/// NIC steered by the old entry can reach the AF_XDP ring after that read:
-/// between the NIC (or the test bed's emulated one) and the ring sit the
-/// driver's ring and a NAPI poll that publishes at its end, and under
-/// load that poll waits for ksoftirqd. The bed measured such frames 3.5 ms
-/// after the marker on a loaded two-vCPU VM, before this wait. A bucket
-/// that received nothing during the move pays nothing.
+/// during the move waits, once it has passed (or looked at) what its RX
+/// ring held at the rewrite, for a further frame of the bucket before it
+/// sends the drain marker; the wait runs from the rewrite or the bucket's
+/// last frame, whichever came later (each such frame starts it again).
+/// Frames the NIC steered by the old entry can reach the AF_XDP ring after
+/// the rewrite: between the NIC (or the test bed's emulated one) and the
+/// ring sit the driver's ring and a NAPI poll that publishes at its end,
+/// and under load that poll waits for ksoftirqd. The bed measured such
+/// frames 3.5 ms after the marker on a loaded two-vCPU VM, before this
+/// wait; and when the worker stopped handing on its whole ring before the
+/// marker (a look at its headers instead), frames of a bucket whose last
+/// one came before the rewrite reached it after the marker, until the
+/// wait ran from the rewrite. A bucket that received nothing during the
+/// move pays nothing.
 pub(crate) const SETTLE: Duration = Duration::from_millis(2);
 /// The longest the old worker waits for a quiet bucket after passing the
 /// producer index: frames that keep coming (a NIC that did not apply the
@@ -115,6 +126,7 @@ pub(crate) enum Message {
     Drained {
         bucket: u16,
         forwarded: u64,
+        scanned: u64,
         reply: Sender<Reply>,
     },
 }
@@ -149,6 +161,7 @@ pub(crate) enum Reply {
     Done {
         forwarded: u64,
         held: u64,
+        scanned: u64,
         timed_out: bool,
     },
     Refused(String),
@@ -172,6 +185,11 @@ pub struct MoveReport {
     pub frames_forwarded: u64,
     /// Frames the new queue held until the marker.
     pub frames_held: u64,
+    /// Frames the old queue's RX ring held at the rewrite or brought
+    /// until the marker, which it looked at ahead of handing them on
+    /// (their order kept) to forward the bucket's at once.
+    #[serde(default)]
+    pub frames_scanned: u64,
     /// Microseconds from the request to the new queue serving the bucket.
     pub duration_us: f64,
     /// Of which: taking the bucket out of the old queue's stack.
@@ -291,7 +309,8 @@ struct Outgoing {
     bucket: u16,
     to: u32,
     forwarded: u64,
-    /// When the worker forwarded the bucket's last frame.
+    /// When the worker forwarded the bucket's last frame, or learnt of the
+    /// rewrite if that came later ([`SETTLE`] runs from here).
     last_forward: Duration,
     /// Set when the NIC entry was rewritten: the marker goes once the
     /// worker has taken this many frames off its RX ring (every frame the
@@ -300,6 +319,9 @@ struct Outgoing {
     rewritten: Option<(u64, Sender<Reply>)>,
     /// When the worker found it had passed the index of `rewritten`.
     passed: Option<Duration>,
+    /// Frames of the RX ring looked at ahead since the rewrite
+    /// ([`Mover::take_ahead`]).
+    scanned: u64,
     /// The worker spins until then ([`SPIN_FOR`]).
     spin_until: Duration,
 }
@@ -352,6 +374,10 @@ pub(crate) struct Mover {
     to_send: Vec<Box<[u8]>>,
     /// Workers from this index on have no queue (software spill).
     nic_queues: u32,
+    /// A rewrite was taken since the last look ahead: the next look must
+    /// include the frames an earlier one left waiting, which it showed
+    /// for other buckets ([`Mover::take_new_drain`]).
+    new_drain: bool,
 }
 
 impl std::fmt::Debug for Mover {
@@ -398,6 +424,7 @@ impl Mover {
             carrier: None,
             to_send: Vec::new(),
             nic_queues: queues as u32,
+            new_drain: false,
         }
     }
 
@@ -598,14 +625,15 @@ impl Mover {
         self.incoming.iter().map(|i| i.deadline).min()
     }
 
-    /// Markers whose time has come: once the worker has taken off its RX
-    /// ring every frame the ring held when it learnt that a bucket's NIC
-    /// entry was rewritten (RSS++'s completion rule: the ring's producer
-    /// index at the rewrite passed) and, for a bucket it forwarded frames
-    /// of, no further one came for [`SETTLE`] (or [`SETTLE_MAX`] passed),
-    /// that bucket's marker goes to its new worker. `consumed`: frames taken off the ring so far;
-    /// `now`: the worker's clock. Call at the start of the worker's poll,
-    /// before [`Mover::take_work`].
+    /// Markers whose time has come: once the worker has handed on or
+    /// looked at ([`Mover::take_ahead`]) every frame its RX ring held when
+    /// it learnt that a bucket's NIC entry was rewritten (RSS++'s
+    /// completion rule: the ring's producer index at the rewrite passed)
+    /// and, for a bucket it forwarded frames of, no further one came for
+    /// [`SETTLE`] (or [`SETTLE_MAX`] passed), that bucket's marker goes to
+    /// its new worker. `consumed`: frames received so far and handed on or
+    /// looked at; `now`: the worker's clock. Call at the start of the
+    /// worker's poll, before [`Mover::take_work`], and after a scan.
     pub(crate) fn send_markers(&mut self, now: Duration, consumed: u64) {
         let mut i = 0;
         while i < self.outgoing.len() {
@@ -627,6 +655,7 @@ impl Mover {
                     Message::Drained {
                         bucket: o.bucket,
                         forwarded: o.forwarded,
+                        scanned: o.scanned,
                         reply,
                     },
                 );
@@ -634,6 +663,58 @@ impl Mover {
                 i += 1;
             }
         }
+    }
+
+    /// Whether a bucket this worker gave away waits for its drain marker
+    /// since its NIC entry was rewritten: the worker then looks at what
+    /// its RX ring holds ahead of handing it on
+    /// ([`RxProgress::scan_ahead`](crate::RxProgress::scan_ahead) with
+    /// [`Mover::take_ahead`]), then calls [`Mover::send_markers`] with
+    /// what the scan covered.
+    pub(crate) fn draining(&self) -> bool {
+        self.outgoing.iter().any(|o| o.rewritten.is_some())
+    }
+
+    /// Whether a bucket started draining since the last call: the look
+    /// ahead must then include the frames an earlier look (for another
+    /// bucket) left waiting, or the new bucket's among them would be
+    /// handed on after its marker.
+    pub(crate) fn take_new_drain(&mut self) -> bool {
+        std::mem::take(&mut self.new_drain)
+    }
+
+    /// A frame still on the RX ring, ahead of the frames before it: if it
+    /// is a TCP segment of a bucket that drains (its NIC entry rewritten),
+    /// it is forwarded now and true returned. The frames it overtakes are
+    /// other buckets': the bucket's own keep their order, so its marker
+    /// need not wait for the worker to hand on everything its ring held at
+    /// the rewrite (the drain of an idle bucket off a loaded queue then
+    /// takes a scan of the ring's headers, not the ring's processing).
+    /// What the endpoints cannot be read from is left to the pass (it
+    /// matches no drained connection, or is forwarded then, late).
+    pub(crate) fn take_ahead(&mut self, now: Duration, frame: &[u8]) -> bool {
+        let mut draining = false;
+        for o in self.outgoing.iter_mut().filter(|o| o.rewritten.is_some()) {
+            o.scanned += 1;
+            draining = true;
+        }
+        if !draining {
+            return false;
+        }
+        let Some(e) = tcp_endpoints(frame) else {
+            return false;
+        };
+        let (remote, local) = e.socket_addrs();
+        let bucket = rss_bucket(&self.rss, &FourTuple { local, remote });
+        if !self
+            .outgoing
+            .iter()
+            .any(|o| o.bucket == bucket && o.rewritten.is_some())
+        {
+            return false;
+        }
+        self.forward(now, bucket, 0, frame);
+        true
     }
 
     /// Reads this worker's inbox: answers what needs no stack, and returns
@@ -709,7 +790,13 @@ impl Mover {
                 }
                 Message::Rewritten { bucket, reply } => {
                     match self.outgoing.iter_mut().find(|o| o.bucket == bucket) {
-                        Some(o) => o.rewritten = Some((rx_end(), reply)),
+                        Some(o) => {
+                            o.rewritten = Some((rx_end(), reply));
+                            self.new_drain = true;
+                            // The wait for a quiet bucket runs from here
+                            // at the earliest ([`SETTLE`]).
+                            o.last_forward = o.last_forward.max(now);
+                        }
                         None => {
                             let _ = reply.send(Reply::Refused(format!(
                                 "queue {} has no move of bucket {bucket} under way",
@@ -733,6 +820,7 @@ impl Mover {
                 Message::Drained {
                     bucket,
                     forwarded,
+                    scanned,
                     reply,
                 } => {
                     let (held, timed_out) =
@@ -750,6 +838,7 @@ impl Mover {
                     let _ = reply.send(Reply::Done {
                         forwarded,
                         held,
+                        scanned,
                         timed_out,
                     });
                 }
@@ -784,6 +873,7 @@ impl Mover {
             last_forward: self.now,
             rewritten: None,
             passed: None,
+            scanned: 0,
             spin_until: self.now + SPIN_FOR,
         });
         self.queue_message(to, Message::Import(arrival));
@@ -965,13 +1055,14 @@ pub(crate) fn move_bucket(
     let drain_start = std::time::Instant::now();
     mesh.send(from, Message::Rewritten { bucket, reply: tx })
         .map_err(moved)?;
-    let (frames_forwarded, frames_held, hold_timed_out) =
+    let (frames_forwarded, frames_held, frames_scanned, hold_timed_out) =
         match wait(&rx, to, "the end of the move").map_err(moved)? {
             Reply::Done {
                 forwarded,
                 held,
+                scanned,
                 timed_out,
-            } => (forwarded, held, timed_out),
+            } => (forwarded, held, scanned, timed_out),
             Reply::Refused(e) => return Err(moved(e)),
             other => {
                 return Err(moved(format!(
@@ -1001,6 +1092,7 @@ pub(crate) fn move_bucket(
         time_wait,
         frames_forwarded,
         frames_held,
+        frames_scanned,
         duration_us: micros(started.elapsed()),
         export_us,
         nic_write_us,

@@ -19,9 +19,9 @@ use super::{instant, TcpConfig, TcpHandler, EXPORT_PART};
 use crate::bucket_counters::rss_bucket;
 use crate::ephemeral::rss_state;
 use crate::handoff::{
-    self, Arrival, Mesh, Message, MoveError, Mover, Reply, RssTableWriter, SETTLE, SETTLE_MAX,
+    self, Arrival, Mesh, Message, MoveError, Mover, Reply, RssTableWriter, Work, SETTLE, SETTLE_MAX,
 };
-use crate::worker::{QueueHandler, QueueInfo};
+use crate::worker::{NoRing, QueueHandler, QueueInfo};
 
 const OURS: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
 const PEER: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
@@ -217,7 +217,7 @@ fn move_under_load(conns: usize, case: Case) {
                 h.stack.handle_timeout(now_i);
                 h.dispatch(now_i, &NoFrames);
             }
-            h.serve_moves(now_i, now, (0, &mut || 0), &NoFrames);
+            h.serve_moves(now_i, now, &mut NoRing, &NoFrames);
             h.dispatch(now_i, &NoFrames);
             let mut buf = vec![0u8; 2048];
             while let (true, out) = h.build_frame(now_i, &mut buf) {
@@ -356,7 +356,7 @@ fn move_under_load(conns: usize, case: Case) {
             let now_i = instant(now);
             h.stack.handle_timeout(now_i);
             h.dispatch(now_i, &NoFrames);
-            h.serve_moves(now_i, now, (0, &mut || 0), &NoFrames);
+            h.serve_moves(now_i, now, &mut NoRing, &NoFrames);
             let mut buf = vec![0u8; 2048];
             while let (true, out) = h.build_frame(now_i, &mut buf) {
                 if let Some(n) = out {
@@ -475,6 +475,107 @@ fn a_bucket_that_never_goes_quiet_is_drained_after_the_longest_wait() {
     }
     m.0.forward(now, 0, 0, &[0u8; 60]);
     assert!(marker_sent(&mut m, now, 10));
+}
+
+/// From the rewrite on, the old queue looks at the frames its RX ring
+/// holds ahead of handing them on: the drained bucket's are forwarded at
+/// once, in ring order and ahead of the marker; the others (and what has
+/// no TCP endpoints) are left to the pass. A bucket that had no frame on
+/// the ring drains as soon as the scan covered it. (On the bed, the
+/// rebalancing storms of `tests/tests/rebalance.rs` run it against real
+/// rings: without the first look at the frames left waiting, their
+/// senders saw reordering.)
+#[test]
+fn the_old_queue_forwards_the_bucket_s_frames_off_its_ring_ahead_of_the_pass() {
+    let t = Duration::from_millis(5);
+    let table = vec![0u32, 1, 0, 1];
+    let rss = rss_state(RssKey::microsoft_default().as_bytes(), &table, 2).unwrap();
+    let of = |port: u16| {
+        let remote = SocketAddr::new(PEER.into(), port);
+        let local = SocketAddr::new(OURS.into(), 80);
+        rss_bucket(&rss, &FourTuple { local, remote })
+    };
+    let segment_from = |port: u16| {
+        let mut seg = vec![0u8; 20];
+        seg[..2].copy_from_slice(&port.to_be_bytes());
+        seg[2..4].copy_from_slice(&80u16.to_be_bytes());
+        seg[12] = 5 << 4;
+        super::frame_harness::frame(&seg, PEER, OURS)
+    };
+    for forwards in [false, true] {
+        let mesh = Arc::new(Mesh::new(2).unwrap());
+        let (mut a, mut b) = (
+            Mover::new(0, mesh.clone(), rss.clone()),
+            Mover::new(1, mesh.clone(), rss.clone()),
+        );
+        let bucket = 0u16;
+        let mine = segment_from((1024..).find(|&p| of(p) == bucket).unwrap());
+        let other = segment_from((1024..).find(|&p| of(p) != bucket).unwrap());
+        let export = Stack::new(Config::new([1; 16])).export_bucket(bucket);
+        a.exported(
+            bucket,
+            1,
+            Box::new(Arrival {
+                bucket,
+                export,
+                apps: Vec::new(),
+                neighbors: Vec::new(),
+            }),
+        );
+        assert!(!a.draining());
+        assert!(
+            !a.take_ahead(t, &mine),
+            "before the rewrite, the pass forwards"
+        );
+        let (reply, done) = crossbeam_channel::unbounded();
+        mesh.send(0, Message::Rewritten { bucket, reply }).unwrap();
+        a.take_work(t, &mut || 3);
+        assert!(a.draining());
+        // A new drain: the first look includes what earlier looks (for
+        // other buckets) left waiting.
+        assert!(a.take_new_drain());
+        assert!(!a.take_new_drain());
+        // The ring: another bucket's frame, a runt, and the bucket's own
+        // frame if it has one.
+        assert!(!a.take_ahead(t, &other));
+        assert!(!a.take_ahead(t, &mine[..30]));
+        if forwards {
+            assert!(a.take_ahead(t, &mine));
+        }
+        a.send_markers(t, 3);
+        a.flush();
+        let drained = |b: &mut Mover, now| {
+            let work = b.take_work(now, &mut || unreachable!("no rewrite for queue 1"));
+            (work, done.try_recv().ok())
+        };
+        let (work, end) = drained(&mut b, t);
+        if forwards {
+            // Forwarded at once; the marker waits for the bucket to be quiet.
+            assert!(end.is_none());
+            assert!(
+                matches!(&work[..], [Work::Import(_), Work::Frames(f)]
+                    if f.len() == 1 && f[0].1[..] == mine[..]),
+                "the connections, then the bucket's frame forwarded off the ring"
+            );
+            a.send_markers(t + SETTLE, 3);
+            a.flush();
+        }
+        let (_, end) = if forwards {
+            drained(&mut b, t + SETTLE)
+        } else {
+            (work, end)
+        };
+        match end {
+            Some(Reply::Done {
+                forwarded, scanned, ..
+            }) => {
+                assert_eq!(forwarded, u64::from(forwards));
+                assert_eq!(scanned, 2 + u64::from(forwards));
+            }
+            other => panic!("no end of the move: {other:?}"),
+        }
+        assert!(!a.draining());
+    }
 }
 
 /// Tags each connection's state with its peer port; on the first export,

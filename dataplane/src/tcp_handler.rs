@@ -96,7 +96,8 @@ use crate::handoff::{Arrival, Mesh, Mover, Reply, Work};
 use crate::neighbor::Neighbors;
 use crate::wake::FdWake;
 use crate::worker::{
-    HeldFrames, QueueHandler, QueueInfo, RxAction, RxFrame, SpillPass, TxBatch, RX_BUDGET,
+    HeldFrames, NoRing, QueueHandler, QueueInfo, RingAhead, RxAction, RxFrame, SpillPass, TxBatch,
+    RX_BUDGET,
 };
 
 /// How often the worker copies the stack's counters into [`TcpCounters`].
@@ -1081,22 +1082,22 @@ impl TcpHandler {
 
     /// Serves the moves of RSS buckets (the worker's poll, once per pass):
     /// markers due, then the inbox in order (exports, imports, forwarded
-    /// and released frames), then everything queued for other workers.
-    /// `rx`: frames taken off the RX ring so far, and a live read of what
-    /// that number reaches once the ring's frames at the read are taken.
+    /// and released frames), then, while a bucket given away drains, a
+    /// look at the RX ring's frames for its own and the markers that
+    /// allows, then everything queued for other workers. `rx`: the
+    /// worker's RX ring.
     fn serve_moves(
         &mut self,
         now: Instant,
         now_d: Duration,
-        rx: (u64, &mut dyn FnMut() -> u64),
+        rx: &mut dyn RingAhead,
         frames: &dyn FrameStore,
     ) {
         let Some(mut mover) = self.mover.take() else {
             return;
         };
-        let (consumed, rx_end) = rx;
-        mover.send_markers(now_d, consumed);
-        for work in mover.take_work(now_d, rx_end) {
+        mover.send_markers(now_d, rx.consumed());
+        for work in mover.take_work(now_d, &mut || rx.end_now()) {
             match work {
                 Work::Export { bucket, to, reply } => {
                     let (arrival, reply_msg) =
@@ -1130,6 +1131,11 @@ impl TcpHandler {
                     mover = self.mover.take().expect("put back above");
                 }
             }
+        }
+        if mover.draining() {
+            let waiting_too = mover.take_new_drain();
+            let covered = rx.scan_ahead(waiting_too, &mut |frame| mover.take_ahead(now_d, frame));
+            mover.send_markers(now_d, covered);
         }
         mover.flush();
         self.mover = Some(mover);
@@ -1329,14 +1335,14 @@ impl TcpHandler {
 
     /// One pass up to the output: the application's start, timers, the
     /// inbox (moves, forwarded frames), the application's tick, events.
-    /// `frames`: where kept received frames are; `rx`: frames taken off
-    /// the RX ring so far, and a live read of what that reaches.
+    /// `frames`: where kept received frames are; `rx`: the worker's RX
+    /// ring.
     fn pass(
         &mut self,
         now: Instant,
         now_d: Duration,
         frames: &dyn FrameStore,
-        rx: (u64, &mut dyn FnMut() -> u64),
+        rx: &mut dyn RingAhead,
     ) {
         if !self.app.started() {
             self.start(now, frames);
@@ -1616,8 +1622,7 @@ impl QueueHandler for TcpHandler {
         let now = instant(now_d);
         {
             let (mut rx, held) = tx.rx_progress();
-            let consumed = rx.consumed();
-            self.pass(now, now_d, held, (consumed, &mut || rx.end_now()));
+            self.pass(now, now_d, held, &mut rx);
         }
         if self.mover.is_some() {
             self.send_for_others(tx);
@@ -1630,7 +1635,7 @@ impl QueueHandler for TcpHandler {
     fn on_spill_poll(&mut self, _q: &QueueInfo, now_d: Duration) -> SpillPass {
         let now = instant(now_d);
         let before = self.mover.as_ref().map(|m| m.stats);
-        self.pass(now, now_d, &NoFrames, (0, &mut || 0));
+        self.pass(now, now_d, &NoFrames, &mut NoRing);
         let mut pass = SpillPass::default();
         let mut buf = std::mem::take(&mut self.spill_buf);
         buf.resize(SPILL_FRAME, 0);

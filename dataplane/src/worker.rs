@@ -16,6 +16,7 @@
 // This module touches the kernel directly: ring descriptors and UMEM frame memory, and the TX kick (sendto).
 #![allow(unsafe_code)]
 
+use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
@@ -59,17 +60,26 @@ pub struct TxBatch<'a> {
     umem: &'a Umem,
     free: &'a mut Vec<FrameDesc>,
     pending: &'a mut Vec<FrameDesc>,
-    rx_consumed: u64,
+    rx_consumed: &'a mut u64,
     rx: &'a mut RxQueue,
+    backlog: &'a mut VecDeque<FrameDesc>,
+    counters: &'a QueueCounters,
     held: &'a mut HeldFrames,
 }
 
-/// How far the worker is through its RX ring, read live (a bucket move's
-/// drain rule, RSS++'s: the old queue's marker goes once it has handed on
-/// every frame its ring held when it learnt of the NIC's rewrite).
+/// How far the worker is through its RX ring, read live, and a look at
+/// what the ring holds ahead of it (a bucket move's drain: RSS++'s rule
+/// that the old queue's marker goes once it has handed on every frame its
+/// ring held when it learnt of the NIC's rewrite, met for the moved
+/// bucket by [`scan_ahead`](Self::scan_ahead) without waiting for the
+/// frames of the others).
 pub struct RxProgress<'a> {
-    consumed: u64,
+    consumed: &'a mut u64,
     ring: &'a mut RxQueue,
+    umem: &'a Umem,
+    backlog: &'a mut VecDeque<FrameDesc>,
+    free: &'a mut Vec<FrameDesc>,
+    counters: &'a QueueCounters,
 }
 
 impl std::fmt::Debug for RxProgress<'_> {
@@ -81,19 +91,125 @@ impl std::fmt::Debug for RxProgress<'_> {
 }
 
 impl RxProgress<'_> {
-    /// Frames taken off the RX ring since the worker started (all handed
-    /// to `on_rx`).
+    /// Frames received since the worker started and handed on: to
+    /// `on_rx`, or taken by [`scan_ahead`](Self::scan_ahead).
     pub fn consumed(&self) -> u64 {
-        self.consumed
+        *self.consumed
     }
 
     /// The number [`consumed`](Self::consumed) reaches once every frame
-    /// the ring holds at this call has been handed to `on_rx`. The ring's
-    /// producer is read by this call, not before: a frame the kernel
-    /// published before it counts.
+    /// the ring holds at this call (and every frame a scan left waiting)
+    /// has been handed on. The ring's producer is read by this call, not
+    /// before: a frame the kernel published before it counts.
     pub fn end_now(&mut self) -> u64 {
-        self.consumed + u64::from(self.ring.nb_avail_exact())
+        *self.consumed + self.backlog.len() as u64 + u64::from(self.ring.nb_avail_exact())
     }
+
+    /// Takes every frame the RX ring holds at this call off it and shows
+    /// each to `take`, in ring order, after the frames an earlier scan
+    /// left waiting if `waiting_too` (a scan for something new). A frame
+    /// `take` answers true for has been dealt with (copied elsewhere): it
+    /// goes back to the fill ring and counts as handed on. The others
+    /// wait, in order, and the next passes hand them to `on_rx_frame`
+    /// before any frame still on the ring. Returns the number up to which
+    /// every frame received has been handed on or shown to a scan:
+    /// [`consumed`](Self::consumed) plus the frames waiting.
+    ///
+    /// The cost is a look at each frame's headers (by `take`), where
+    /// handing the ring's frames on may take milliseconds on a loaded
+    /// queue; a queue scans only while a bucket it gave away drains.
+    pub fn scan_ahead(&mut self, waiting_too: bool, take: &mut dyn FnMut(&[u8]) -> bool) -> u64 {
+        let (mut taken, mut bytes) = (0u64, 0u64);
+        let (umem, free) = (self.umem, &mut *self.free);
+        let mut look = |d: &FrameDesc| {
+            let len = d.lengths().data();
+            // SAFETY: a frame the kernel handed us on the RX ring and not
+            // yet on any other ring (waiting, or just taken off the RX
+            // ring): nothing writes it while this borrow lives.
+            let c = unsafe { umem.data(d) }.contents();
+            let took = take(&c[..len.min(c.len())]);
+            if took {
+                taken += 1;
+                bytes += len as u64;
+                free.push(*d);
+            }
+            took
+        };
+        if waiting_too {
+            self.backlog.retain(|d| !look(d));
+        }
+        let mut descs = [FrameDesc::default(); BATCH];
+        let mut left = self.ring.nb_avail_exact() as usize;
+        while left > 0 {
+            let want = left.min(BATCH);
+            // SAFETY: `descs` are scratch descriptors that `consume`
+            // overwrites; the frames they then name belong to this
+            // socket's UMEM.
+            let n = unsafe { self.ring.consume(&mut descs[..want]) };
+            if n == 0 {
+                break;
+            }
+            left -= n;
+            for d in &descs[..n] {
+                if !look(d) {
+                    self.backlog.push_back(*d);
+                }
+            }
+        }
+        *self.consumed += taken;
+        counters::add(&self.counters.rx_packets, taken);
+        counters::add(&self.counters.rx_bytes, bytes);
+        *self.consumed + self.backlog.len() as u64
+    }
+}
+
+/// A worker's RX ring as a move's drain reads it: [`RxProgress`], or
+/// [`NoRing`] for a worker without a queue (and tests).
+pub(crate) trait RingAhead {
+    /// [`RxProgress::consumed`].
+    fn consumed(&self) -> u64;
+    /// [`RxProgress::end_now`].
+    fn end_now(&mut self) -> u64;
+    /// [`RxProgress::scan_ahead`].
+    fn scan_ahead(&mut self, waiting_too: bool, take: &mut dyn FnMut(&[u8]) -> bool) -> u64;
+}
+
+impl RingAhead for RxProgress<'_> {
+    fn consumed(&self) -> u64 {
+        RxProgress::consumed(self)
+    }
+    fn end_now(&mut self) -> u64 {
+        RxProgress::end_now(self)
+    }
+    fn scan_ahead(&mut self, waiting_too: bool, take: &mut dyn FnMut(&[u8]) -> bool) -> u64 {
+        RxProgress::scan_ahead(self, waiting_too, take)
+    }
+}
+
+/// No RX ring: nothing received, nothing ahead.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct NoRing;
+
+impl RingAhead for NoRing {
+    fn consumed(&self) -> u64 {
+        0
+    }
+    fn end_now(&mut self) -> u64 {
+        0
+    }
+    fn scan_ahead(&mut self, _waiting_too: bool, _take: &mut dyn FnMut(&[u8]) -> bool) -> u64 {
+        0
+    }
+}
+
+/// Moves up to `descs.len()` frames that a scan left waiting into `descs`,
+/// oldest first; returns how many.
+fn take_backlog(backlog: &mut VecDeque<FrameDesc>, descs: &mut [FrameDesc]) -> usize {
+    let n = backlog.len().min(descs.len());
+    for (d, b) in descs.iter_mut().zip(backlog.drain(..n)) {
+        *d = b;
+    }
+    n
 }
 
 impl std::fmt::Debug for TxBatch<'_> {
@@ -141,8 +257,12 @@ impl TxBatch<'_> {
     pub fn rx_progress(&mut self) -> (RxProgress<'_>, &HeldFrames) {
         (
             RxProgress {
-                consumed: self.rx_consumed,
-                ring: self.rx,
+                consumed: &mut *self.rx_consumed,
+                ring: &mut *self.rx,
+                umem: self.umem,
+                backlog: &mut *self.backlog,
+                free: &mut *self.free,
+                counters: self.counters,
             },
             self.held,
         )
@@ -504,6 +624,9 @@ pub(crate) fn run<H: QueueHandler>(
     };
     let mut idle_rounds: u32 = 0;
     let mut rx_consumed: u64 = 0;
+    // Frames a scan took off the RX ring ahead of the pass
+    // (`RxProgress::scan_ahead`), handed on before the ring's next ones.
+    let mut backlog: VecDeque<FrameDesc> = VecDeque::new();
     let mut iterations: u64 = 0;
     let mut held = HeldFrames::new(&sock.umem, cfg.held_frames);
     let c = &*counters;
@@ -517,10 +640,15 @@ pub(crate) fn run<H: QueueHandler>(
         // each batch's frames go back to the fill ring at once.
         let (mut received, mut rx_bytes, mut dropped) = (0usize, 0u64, 0u64);
         while received < handler.rx_budget().clamp(BATCH, RX_BUDGET_MAX) {
-            // SAFETY: `rx_descs` are scratch descriptors that `consume`
-            // overwrites; the frames they then name belong to this socket's
-            // UMEM.
-            let n = unsafe { sock.rx.consume(&mut rx_descs) };
+            let from_ring = backlog.is_empty();
+            let n = if from_ring {
+                // SAFETY: `rx_descs` are scratch descriptors that `consume`
+                // overwrites; the frames they then name belong to this
+                // socket's UMEM.
+                unsafe { sock.rx.consume(&mut rx_descs) }
+            } else {
+                take_backlog(&mut backlog, &mut rx_descs)
+            };
             for i in 0..n {
                 // The batch's frame `k` places after this one, if any.
                 let ahead = |k: usize| {
@@ -575,7 +703,7 @@ pub(crate) fn run<H: QueueHandler>(
             received += n;
             held.take_released(&mut free);
             refill(&mut sock, &mut free, cfg.tx_reserve, false);
-            if n < BATCH {
+            if from_ring && n < BATCH {
                 break;
             }
         }
@@ -588,8 +716,10 @@ pub(crate) fn run<H: QueueHandler>(
             umem: &sock.umem,
             free: &mut free,
             pending: &mut pending,
-            rx_consumed,
+            rx_consumed: &mut rx_consumed,
             rx: &mut sock.rx,
+            backlog: &mut backlog,
+            counters: c,
             held: &mut held,
         };
         handler.on_poll(&info, now, &mut batch);
@@ -607,7 +737,8 @@ pub(crate) fn run<H: QueueHandler>(
         if iterations % 1024 == 0 {
             publish_kernel_stats(&sock, c);
         }
-        if received == 0 && done == 0 && pending.is_empty() && sent == 0 {
+        // Frames a scan left waiting are on no ring that poll(2) watches.
+        if received == 0 && backlog.is_empty() && done == 0 && pending.is_empty() && sent == 0 {
             idle_rounds += 1;
             counters::add(&c.idle_polls, 1);
             if !cfg.busy_poll && idle_rounds > 16 {

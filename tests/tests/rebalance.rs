@@ -405,7 +405,13 @@ fn stormed_cleanly(moves: &[Value], lines: &[Value], min_moves: usize, max_reset
         .iter()
         .map(|q| q["tcp"]["frames_forwarded_late"].as_u64().unwrap_or(0))
         .sum();
-    eprintln!("{} moves, {late} frames forwarded late", ok.len());
+    let total = |field: &str| -> u64 { ok.iter().map(|m| m[field].as_u64().unwrap_or(0)).sum() };
+    eprintln!(
+        "{} moves, {} frames looked at ahead on the old queues' rings, {} forwarded ({late} late)",
+        ok.len(),
+        total("frames_scanned"),
+        total("frames_forwarded")
+    );
 }
 
 #[test]
