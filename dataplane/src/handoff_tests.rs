@@ -2,7 +2,7 @@
 //! a peer stack plays the remote host, a shared table plays the NIC, and
 //! the controller runs on its own thread as in a service.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,7 +21,7 @@ use crate::ephemeral::rss_state;
 use crate::handoff::{
     self, Arrival, Mesh, Message, MoveError, Mover, Reply, RssTableWriter, Work, SETTLE, SETTLE_MAX,
 };
-use crate::worker::{NoRing, QueueHandler, QueueInfo};
+use crate::worker::{NoRing, QueueHandler, QueueInfo, RingAhead};
 
 const OURS: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
 const PEER: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
@@ -142,6 +142,76 @@ enum Case {
     Stray,
     /// The NIC's entry cannot be written: the move is undone.
     NicFails,
+    /// The old queue is loaded: it takes few frames off its ring per
+    /// pass, among frames of other buckets, so that its ring holds a
+    /// backlog when the rewrite comes (the drain looks ahead on it).
+    Backlogged,
+}
+
+/// A worker's RX ring as these tests play it: frames the NIC put on it,
+/// and those a look ahead took off it and left waiting (the worker's
+/// backlog), handed on first.
+#[derive(Default)]
+struct FakeRing {
+    ring: VecDeque<Vec<u8>>,
+    waiting: VecDeque<Vec<u8>>,
+    consumed: u64,
+}
+
+impl FakeRing {
+    /// The next frame the worker's receive loop takes.
+    fn next(&mut self) -> Option<Vec<u8>> {
+        let f = self.waiting.pop_front().or_else(|| self.ring.pop_front())?;
+        self.consumed += 1;
+        Some(f)
+    }
+}
+
+impl RingAhead for FakeRing {
+    fn consumed(&self) -> u64 {
+        self.consumed
+    }
+    fn end_now(&mut self) -> u64 {
+        self.consumed + (self.waiting.len() + self.ring.len()) as u64
+    }
+    fn scan_ahead(&mut self, waiting_too: bool, take: &mut dyn FnMut(&[u8]) -> bool) -> u64 {
+        let mut taken = 0;
+        if waiting_too {
+            self.waiting.retain(|f| {
+                let t = take(f);
+                taken += u64::from(t);
+                !t
+            });
+        }
+        while let Some(f) = self.ring.pop_front() {
+            if take(&f) {
+                taken += 1;
+            } else {
+                self.waiting.push_back(f);
+            }
+        }
+        self.consumed += taken;
+        self.consumed + self.waiting.len() as u64
+    }
+}
+
+/// A frame of no connection of ours, in some other bucket than `b` (for
+/// a backlog of other buckets' frames): the handler drops it.
+fn other_bucket_frame(rss: &RssState, b: u16, n: u32) -> Vec<u8> {
+    let ip = Ipv4Addr::from(u32::from(OURS) + 1 + n % 200);
+    let port = (1024u16..)
+        .find(|&p| {
+            let local = SocketAddr::new(IpAddr::V4(ip), 7);
+            let remote = SocketAddr::new(IpAddr::V4(PEER), p);
+            rss_bucket(rss, &FourTuple { local, remote }) != b
+        })
+        .unwrap();
+    let mut seg = [0u8; 20];
+    seg[..2].copy_from_slice(&port.to_be_bytes());
+    seg[2..4].copy_from_slice(&7u16.to_be_bytes());
+    seg[12] = 5 << 4;
+    seg[13] = 0x10;
+    super::tests::frame(&seg, PEER, ip)
 }
 
 /// Two queues, a peer with `conns` connections in one bucket of queue 0,
@@ -198,26 +268,43 @@ fn move_under_load(conns: usize, case: Case) {
     let mut seg = [0u8; 2048];
     let mut strayed = false;
     let phase = Arc::new(AtomicU32::new(0));
+    let mut rings = [FakeRing::default(), FakeRing::default()];
+    // Frames each queue takes off its ring per pass.
+    let budget = |q: usize| match case {
+        Case::Backlogged if q == 0 => 6,
+        _ => usize::MAX,
+    };
     for round in 0..20_000u32 {
         now += Duration::from_micros(200);
         // The peer's frames go where the NIC's table says.
         while let Some(t) = peer.poll_transmit(instant(now), &mut seg) {
-            let mut f = frame(&seg[..t.len]);
+            let f = frame(&seg[..t.len]);
             let mut q = nic_table.lock().unwrap()[usize::from(b)] as usize;
             if stray && !strayed && report.is_some() {
                 strayed = true;
                 q = 0;
             }
-            let len = f.len();
-            hs[q].on_rx(&info(q as u32), now, &mut f, len);
+            rings[q].ring.push_back(f);
         }
-        for h in hs.iter_mut() {
+        if case == Case::Backlogged {
+            for n in 0..3 {
+                rings[0]
+                    .ring
+                    .push_back(other_bucket_frame(&rss, b, round * 3 + n));
+            }
+        }
+        for (q, (h, ring)) in hs.iter_mut().zip(&mut rings).enumerate() {
+            for _ in 0..budget(q) {
+                let Some(mut f) = ring.next() else { break };
+                let len = f.len();
+                h.on_rx(&info(q as u32), now, &mut f, len);
+            }
             let now_i = instant(now);
             if h.stack.poll_timeout().is_some_and(|t| t <= now_i) {
                 h.stack.handle_timeout(now_i);
                 h.dispatch(now_i, &NoFrames);
             }
-            h.serve_moves(now_i, now, &mut NoRing, &NoFrames);
+            h.serve_moves(now_i, now, ring, &NoFrames);
             h.dispatch(now_i, &NoFrames);
             let mut buf = vec![0u8; 2048];
             while let (true, out) = h.build_frame(now_i, &mut buf) {
@@ -340,6 +427,11 @@ fn move_under_load(conns: usize, case: Case) {
         assert!(strayed);
         assert!(hs[0].mover.as_ref().unwrap().stats.frames_forwarded >= 1);
     }
+    if case == Case::Backlogged {
+        // The old queue looked ahead on its ring, and sent nothing late.
+        assert!(report.frames_scanned > 0, "{report:?}");
+        assert_eq!(hs[0].mover.as_ref().unwrap().stats.frames_forwarded_late, 0);
+    }
     // The per-connection state moved: closing reports every byte.
     for &c in &handles {
         peer.close(c).unwrap();
@@ -347,16 +439,19 @@ fn move_under_load(conns: usize, case: Case) {
     for _ in 0..400 {
         now += Duration::from_millis(5);
         while let Some(t) = peer.poll_transmit(instant(now), &mut seg) {
-            let mut f = frame(&seg[..t.len]);
-            let len = f.len();
+            let f = frame(&seg[..t.len]);
             let q = nic_table.lock().unwrap()[usize::from(b)] as usize;
-            hs[q].on_rx(&info(q as u32), now, &mut f, len);
+            rings[q].ring.push_back(f);
         }
-        for h in hs.iter_mut() {
+        for (q, (h, ring)) in hs.iter_mut().zip(&mut rings).enumerate() {
+            while let Some(mut f) = ring.next() {
+                let len = f.len();
+                h.on_rx(&info(q as u32), now, &mut f, len);
+            }
             let now_i = instant(now);
             h.stack.handle_timeout(now_i);
             h.dispatch(now_i, &NoFrames);
-            h.serve_moves(now_i, now, &mut NoRing, &NoFrames);
+            h.serve_moves(now_i, now, ring, &NoFrames);
             let mut buf = vec![0u8; 2048];
             while let (true, out) = h.build_frame(now_i, &mut buf) {
                 if let Some(n) = out {
@@ -386,6 +481,93 @@ fn a_frame_that_reaches_the_old_queue_after_the_move_is_forwarded() {
 #[test]
 fn a_move_whose_nic_write_fails_is_undone() {
     move_under_load(4, Case::NicFails);
+}
+
+#[test]
+fn a_bucket_moves_off_a_queue_with_a_backlog_in_order() {
+    move_under_load(3, Case::Backlogged);
+}
+
+/// A frame of the bucket that an earlier look ahead (for another bucket)
+/// left waiting on the old queue is forwarded by the drain's first look,
+/// ahead of the marker: the bed's rebalancing storms saw reordering when
+/// the drain looked at the ring's new frames only.
+#[test]
+fn a_drain_forwards_the_bucket_s_frames_an_earlier_look_left_waiting() {
+    let table = vec![0u32, 1, 0, 1];
+    let rss = rss_state(RssKey::microsoft_default().as_bytes(), &table, 2).unwrap();
+    let mesh = Arc::new(Mesh::new(2).unwrap());
+    let mut cfg = TcpConfig::new(OURS, [2, 0, 0, 0, 0, 1], [1; 16]);
+    cfg.rss = Some(rss.clone());
+    let mut hs: Vec<TcpHandler> = (0..2)
+        .map(|q| TcpHandler::with_mover(&info(q), cfg.clone(), mesh.clone()))
+        .collect();
+    let (b, ports) = ports_in_one_bucket(&rss, 1);
+    let mut seg = [0u8; 20];
+    seg[..2].copy_from_slice(&ports[0].to_be_bytes());
+    seg[2..4].copy_from_slice(&7u16.to_be_bytes());
+    seg[12] = 5 << 4;
+    seg[13] = 0x10;
+    let mine = frame(&seg);
+    let now = Duration::from_millis(1);
+    let step = |hs: &mut [TcpHandler], q: usize, now: Duration, ring: &mut dyn RingAhead| {
+        hs[q].serve_moves(instant(now), now, ring, &NoFrames);
+    };
+    let (tx, replies) = crossbeam_channel::unbounded();
+    mesh.send(
+        1,
+        Message::Prepare {
+            bucket: b,
+            reply: tx.clone(),
+        },
+    )
+    .unwrap();
+    mesh.send(
+        0,
+        Message::Export {
+            bucket: b,
+            to: 1,
+            reply: tx.clone(),
+        },
+    )
+    .unwrap();
+    let mut ring = FakeRing::default();
+    step(&mut hs, 1, now, &mut NoRing);
+    step(&mut hs, 0, now, &mut ring);
+    // An earlier look (for another bucket) left this frame of b waiting,
+    // behind another bucket's.
+    ring.waiting.push_back(other_bucket_frame(&rss, b, 0));
+    ring.waiting.push_back(mine.clone());
+    mesh.send(
+        0,
+        Message::Rewritten {
+            bucket: b,
+            reply: tx,
+        },
+    )
+    .unwrap();
+    step(&mut hs, 0, now, &mut ring);
+    assert_eq!(ring.waiting.len(), 1, "b's frame taken, the other left");
+    assert_eq!(ring.consumed, 1);
+    let stats = |h: &TcpHandler| h.mover.as_ref().unwrap().stats;
+    assert_eq!(stats(&hs[0]).frames_forwarded, 1);
+    // The marker after the quiet wait; queue 1 takes the frame first.
+    step(&mut hs, 0, now + SETTLE, &mut ring);
+    step(&mut hs, 1, now + SETTLE, &mut NoRing);
+    assert_eq!(stats(&hs[1]).frames_forwarded_in, 1);
+    let answers: Vec<Reply> = replies.try_iter().collect();
+    assert!(
+        answers.iter().any(|r| matches!(
+            r,
+            Reply::Done {
+                forwarded: 1,
+                scanned: 2,
+                timed_out: false,
+                ..
+            }
+        )),
+        "{answers:?}"
+    );
 }
 
 /// Queue 0 gave `bucket` to queue 1, has forwarded one frame of it at
