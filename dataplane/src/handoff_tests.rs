@@ -537,7 +537,7 @@ fn a_drain_forwards_the_bucket_s_frames_an_earlier_look_left_waiting() {
     // An earlier look (for another bucket) left this frame of b waiting,
     // behind another bucket's.
     ring.waiting.push_back(other_bucket_frame(&rss, b, 0));
-    ring.waiting.push_back(mine.clone());
+    ring.waiting.push_back(mine);
     mesh.send(
         0,
         Message::Rewritten {
