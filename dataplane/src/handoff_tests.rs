@@ -206,12 +206,33 @@ fn other_bucket_frame(rss: &RssState, b: u16, n: u32) -> Vec<u8> {
             rss_bucket(rss, &FourTuple { local, remote }) != b
         })
         .unwrap();
+    super::tests::frame(&bare_ack(port, 7), PEER, ip)
+}
+
+/// A bare ACK's TCP header from port `from` to port `to` (checksum left
+/// out: what reads it here reads its ports).
+fn bare_ack(from: u16, to: u16) -> [u8; 20] {
     let mut seg = [0u8; 20];
-    seg[..2].copy_from_slice(&port.to_be_bytes());
-    seg[2..4].copy_from_slice(&7u16.to_be_bytes());
+    seg[..2].copy_from_slice(&from.to_be_bytes());
+    seg[2..4].copy_from_slice(&to.to_be_bytes());
     seg[12] = 5 << 4;
     seg[13] = 0x10;
-    super::tests::frame(&seg, PEER, ip)
+    seg
+}
+
+/// `a` (queue 0) gave `bucket`, with no connection in it, to queue 1.
+fn exported_empty(a: &mut Mover, bucket: u16) {
+    let export = Stack::new(Config::new([1; 16])).export_bucket(bucket);
+    a.exported(
+        bucket,
+        1,
+        Box::new(Arrival {
+            bucket,
+            export,
+            apps: Vec::new(),
+            neighbors: Vec::new(),
+        }),
+    );
 }
 
 /// Two queues, a peer with `conns` connections in one bucket of queue 0,
@@ -503,12 +524,7 @@ fn a_drain_forwards_the_bucket_s_frames_an_earlier_look_left_waiting() {
         .map(|q| TcpHandler::with_mover(&info(q), cfg.clone(), mesh.clone()))
         .collect();
     let (b, ports) = ports_in_one_bucket(&rss, 1);
-    let mut seg = [0u8; 20];
-    seg[..2].copy_from_slice(&ports[0].to_be_bytes());
-    seg[2..4].copy_from_slice(&7u16.to_be_bytes());
-    seg[12] = 5 << 4;
-    seg[13] = 0x10;
-    let mine = frame(&seg);
+    let mine = frame(&bare_ack(ports[0], 7));
     let now = Duration::from_millis(1);
     let step = |hs: &mut [TcpHandler], q: usize, now: Duration, ring: &mut dyn RingAhead| {
         hs[q].serve_moves(instant(now), now, ring, &NoFrames);
@@ -585,17 +601,7 @@ fn rewritten_after_a_forward(
         Mover::new(0, mesh.clone(), rss.clone()),
         Mover::new(1, mesh.clone(), rss),
     );
-    let export = Stack::new(Config::new([1; 16])).export_bucket(bucket);
-    a.exported(
-        bucket,
-        1,
-        Box::new(Arrival {
-            bucket,
-            export,
-            apps: Vec::new(),
-            neighbors: Vec::new(),
-        }),
-    );
+    exported_empty(&mut a, bucket);
     a.forward(t, bucket, 0, &[0u8; 60]);
     let (reply, done) = crossbeam_channel::unbounded();
     mesh.send(0, Message::Rewritten { bucket, reply }).unwrap();
@@ -677,13 +683,7 @@ fn the_old_queue_forwards_the_bucket_s_frames_off_its_ring_ahead_of_the_pass() {
         let local = SocketAddr::new(OURS.into(), 80);
         rss_bucket(&rss, &FourTuple { local, remote })
     };
-    let segment_from = |port: u16| {
-        let mut seg = vec![0u8; 20];
-        seg[..2].copy_from_slice(&port.to_be_bytes());
-        seg[2..4].copy_from_slice(&80u16.to_be_bytes());
-        seg[12] = 5 << 4;
-        super::frame_harness::frame(&seg, PEER, OURS)
-    };
+    let segment_from = |port: u16| frame(&bare_ack(port, 80));
     for forwards in [false, true] {
         let mesh = Arc::new(Mesh::new(2).unwrap());
         let (mut a, mut b) = (
@@ -693,17 +693,7 @@ fn the_old_queue_forwards_the_bucket_s_frames_off_its_ring_ahead_of_the_pass() {
         let bucket = 0u16;
         let mine = segment_from((1024..).find(|&p| of(p) == bucket).unwrap());
         let other = segment_from((1024..).find(|&p| of(p) != bucket).unwrap());
-        let export = Stack::new(Config::new([1; 16])).export_bucket(bucket);
-        a.exported(
-            bucket,
-            1,
-            Box::new(Arrival {
-                bucket,
-                export,
-                apps: Vec::new(),
-                neighbors: Vec::new(),
-            }),
-        );
+        exported_empty(&mut a, bucket);
         assert!(!a.draining());
         assert!(
             !a.take_ahead(t, &mine),
