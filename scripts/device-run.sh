@@ -97,12 +97,12 @@ handoff() {
     >"$OUT/$name.json" 2>"/tmp/flowlane-$name.err"; then
     python3 - "$OUT/$name.json" <<'PY' 2>/dev/null || cat "$OUT/$name.json"
 import json, sys
-print("idle busy bgnd moves | move us p50 p99 max | export us p50 p99 | drain us p50 p99 | fwd mean max | held mean max | timeouts")
+print("idle busy bgnd moves | move us p50 p99 max | export us p50 p99 | drain us p50 p99 | fwd mean max | held mean max | scanned mean max | timeouts")
 for c in json.load(open(sys.argv[1])):
     d, e, f, h = c["duration_us"], c["export_us"], c["frames_forwarded"], c["frames_held"]
-    r = c.get("drain_us", [0, 0])
+    r, s = c.get("drain_us", [0, 0]), c.get("frames_scanned", [0, 0])
     print(f"{c['idle']:4} {c['busy']:4} {c.get('background', 0):4} {c['moves']:5} | {d[0]:8.0f} {d[1]:8.0f} {d[2]:8.0f} | "
-          f"{e[0]:7.0f} {e[1]:7.0f} | {r[0]:7.0f} {r[1]:7.0f} | {f[0]:6.0f} {f[1]:5.0f} | {h[0]:6.0f} {h[1]:5.0f} | {c['hold_timeouts']}")
+          f"{e[0]:7.0f} {e[1]:7.0f} | {r[0]:7.0f} {r[1]:7.0f} | {f[0]:6.0f} {f[1]:5.0f} | {h[0]:6.0f} {h[1]:5.0f} | {s[0]:7.0f} {s[1]:6.0f} | {c['hold_timeouts']}")
 PY
   else
     status=1
