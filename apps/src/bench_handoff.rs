@@ -80,12 +80,14 @@ pub struct HandoffFigure {
     pub connections: f64,
     /// Time per move, µs: p50, p99, max.
     pub duration_us: [f64; 3],
-    /// Of which, exporting from the old queue's stack, µs: p50, p99.
+    /// Of which, from the request to the old queue's answer that the
+    /// bucket is out of its stack, µs: p50, p99.
     pub export_us: [f64; 2],
-    /// Of which, writing the NIC's entry, µs: p50, p99.
+    /// Writing the NIC's entry (while the old queue exports), µs: p50, p99.
     pub nic_write_us: [f64; 2],
-    /// Of which, from the rewrite to the new queue serving the bucket
-    /// (the old queue's drain), µs: p50, p99.
+    /// Of which, from the end of the export (the entry written by then) to
+    /// the new queue serving the bucket (the old queue's drain), µs: p50,
+    /// p99.
     pub drain_us: [f64; 2],
     /// Frames the old queue forwarded per move: mean, max.
     pub frames_forwarded: [f64; 2],

@@ -7,9 +7,11 @@
 //!  Prepare ────────────────────────────────────────────> hold B's own frames of b
 //!  Export ───────────> export b (TCP state, app state),
 //!                      forward b's frames to B ────────> Import, then forwarded frames
-//!  write the NIC entry b → B                               in A's order
-//!  Rewritten ────────> takes its RX ring's frames off
-//!                      it, forwards b's at once
+//!  (B prepared:)                                           in A's order
+//!  write the NIC entry b → B
+//!  Rewritten ────────> (behind the export) takes its
+//!                      RX ring's frames off it,
+//!                      forwards b's at once
 //!                      (the others wait): Drained ─────> held frames, in order; done
 //! ```
 //!
@@ -192,13 +194,14 @@ pub struct MoveReport {
     pub frames_scanned: u64,
     /// Microseconds from the request to the new queue serving the bucket.
     pub duration_us: f64,
-    /// Of which: taking the bucket out of the old queue's stack.
+    /// Of which: from the request to the old queue's answer that the
+    /// bucket is out of its stack (the NIC's write runs meanwhile).
     pub export_us: f64,
-    /// Of which: writing the NIC's table entry.
+    /// Writing the NIC's table entry, while the old queue exports.
     pub nic_write_us: f64,
-    /// Of which: from the rewrite to the new queue serving the bucket (the
-    /// old queue passing what its ring held, its drain marker, the new
-    /// queue's held frames).
+    /// Of which: from the end of the export (the entry written by then) to
+    /// the new queue serving the bucket (the old queue's look at what its
+    /// ring held, its drain marker, the new queue's held frames).
     #[serde(default)]
     pub drain_us: f64,
     /// Whether the new queue stopped holding on its timeout instead of the
@@ -404,6 +407,10 @@ pub(crate) enum Work {
     /// Process these frames, in order (forwarded ones, then released
     /// held ones); `hops` is how often they were forwarded.
     Frames(Vec<(u8, Box<[u8]>)>),
+    /// The NIC's entry for `bucket` was rewritten: call
+    /// [`Mover::rewritten`] with the RX ring read now (after the work
+    /// before it: an export of the bucket in the same batch comes first).
+    Rewritten { bucket: u16, reply: Sender<Reply> },
 }
 
 impl Mover {
@@ -718,18 +725,8 @@ impl Mover {
     }
 
     /// Reads this worker's inbox: answers what needs no stack, and returns
-    /// in order what does. `now` is the worker's clock; `rx_end` reads
-    /// the number of frames taken off the RX ring once every frame on it
-    /// at the call is taken. It is called for a `Rewritten` only, after
-    /// the message was taken off the inbox: a frame the NIC steered here
-    /// by the old entry and published before that read is counted, where
-    /// a read taken before the message (earlier in the pass) would miss
-    /// what arrived between the two and send the marker ahead of it.
-    pub(crate) fn take_work(
-        &mut self,
-        now: Duration,
-        rx_end: &mut dyn FnMut() -> u64,
-    ) -> Vec<Work> {
+    /// in order what does. `now` is the worker's clock.
+    pub(crate) fn take_work(&mut self, now: Duration) -> Vec<Work> {
         self.now = now;
         let inbox = &self.mesh.inboxes[self.me as usize];
         inbox.wake.clear();
@@ -789,21 +786,7 @@ impl Mover {
                     }
                 }
                 Message::Rewritten { bucket, reply } => {
-                    match self.outgoing.iter_mut().find(|o| o.bucket == bucket) {
-                        Some(o) => {
-                            o.rewritten = Some((rx_end(), reply));
-                            self.new_drain = true;
-                            // The wait for a quiet bucket runs from here
-                            // at the earliest ([`SETTLE`]).
-                            o.last_forward = o.last_forward.max(now);
-                        }
-                        None => {
-                            let _ = reply.send(Reply::Refused(format!(
-                                "queue {} has no move of bucket {bucket} under way",
-                                self.me
-                            )));
-                        }
-                    }
+                    work.push(Work::Rewritten { bucket, reply });
                 }
                 Message::Cancel { bucket } => {
                     if let Some(pos) = self.incoming.iter().position(|i| i.bucket == bucket) {
@@ -859,6 +842,34 @@ impl Mover {
             }
         }
         work
+    }
+
+    /// The NIC's entry for `bucket` names its new worker now: the drain
+    /// begins. `rx_end` is the number of frames received and handed on
+    /// once every frame on the RX ring now is ([`RxProgress::end_now`],
+    /// read after the message was taken off the inbox: a frame the NIC
+    /// steered here by the old entry and published before that read is
+    /// counted, where a read taken earlier in the pass would miss what
+    /// arrived in between and send the marker ahead of it).
+    ///
+    /// [`RxProgress::end_now`]: crate::RxProgress::end_now
+    pub(crate) fn rewritten(&mut self, bucket: u16, reply: Sender<Reply>, rx_end: u64) {
+        let now = self.now;
+        match self.outgoing.iter_mut().find(|o| o.bucket == bucket) {
+            Some(o) => {
+                o.rewritten = Some((rx_end, reply));
+                self.new_drain = true;
+                // The wait for a quiet bucket runs from here at the
+                // earliest ([`SETTLE`]).
+                o.last_forward = o.last_forward.max(now);
+            }
+            None => {
+                let _ = reply.send(Reply::Refused(format!(
+                    "queue {} has no move of bucket {bucket} under way",
+                    self.me
+                )));
+            }
+        }
     }
 
     /// The bucket left this worker: frames of it now go to `to`.
@@ -981,6 +992,12 @@ impl RssTableWriter for Unchanged {
 /// way, the NIC's entry untouched): the old queue serves the bucket again
 /// and the error says so; only if the undo fails too does the new queue
 /// keep it, the old one forwarding its frames ([`MoveError::Moved`]).
+///
+/// The NIC's entry is written as soon as the new queue holds the bucket's
+/// frames, while the old queue exports (a NIC whose table write is slow
+/// costs the move the longer of the two, not their sum), and the old queue
+/// learns of the rewrite right behind the export, often in the same pass.
+/// An export refused after the write points the entry back.
 pub(crate) fn move_bucket(
     mesh: &Mesh,
     nic: &dyn RssTableWriter,
@@ -1013,6 +1030,18 @@ pub(crate) fn move_bucket(
         },
     );
     let prepared = wait(&prepared_rx, to, "the announcement of the bucket");
+    // The new queue holds the bucket's frames from here on: the entry is
+    // written while the old queue exports, and the rewrite queued behind
+    // the export.
+    let (mut written, mut nic_write_us, mut rewritten_sent) = (None, 0.0, false);
+    if matches!(prepared, Ok(Reply::Prepared)) && export_sent.is_ok() {
+        let nic_start = std::time::Instant::now();
+        written = Some(nic.set_entry(bucket, to));
+        nic_write_us = micros(nic_start.elapsed());
+        rewritten_sent = mesh
+            .send(from, Message::Rewritten { bucket, reply: tx })
+            .is_ok();
+    }
     let exported = export_sent.and_then(|()| wait(&rx, from, "the export"));
     let refusal = |r: Result<Reply, String>, step: &str, who: u32| match r {
         Ok(Reply::Refused(e)) | Err(e) => e,
@@ -1026,8 +1055,9 @@ pub(crate) fn move_bucket(
                 time_wait,
             }),
         ) => (connections, time_wait),
-        // Exported to a queue that does not hold the bucket's frames: bring
-        // the connections back before anything else reaches them.
+        // Exported to a queue that does not hold the bucket's frames (the
+        // NIC's entry untouched): bring the connections back before
+        // anything else reaches them.
         (prepared, Ok(Reply::Exported { .. })) => {
             let why = refusal(prepared, "the announcement", to);
             return Err(match move_bucket(mesh, &Unchanged, bucket, to, from) {
@@ -1039,22 +1069,34 @@ pub(crate) fn move_bucket(
             });
         }
         (prepared, exported) => {
-            if matches!(prepared, Ok(Reply::Prepared)) {
-                let _ = mesh.send(to, Message::Cancel { bucket });
-                return Err(stayed(refusal(exported, "the export", from)));
+            if !matches!(prepared, Ok(Reply::Prepared)) {
+                return Err(stayed(refusal(prepared, "the announcement", to)));
             }
-            return Err(stayed(refusal(prepared, "the announcement", to)));
+            // The old queue kept the bucket: the entry goes back to it, and
+            // the new queue hands on what it held (its stack sends the
+            // frames back to the old queue).
+            let why = refusal(exported, "the export", from);
+            let back = match written {
+                Some(Ok(())) => nic.set_entry(bucket, from).err(),
+                _ => None,
+            };
+            let _ = mesh.send(to, Message::Cancel { bucket });
+            return Err(stayed(match back {
+                None => why,
+                Some(e) => format!(
+                    "{why}; the NIC's entry for bucket {bucket} could not be pointed back at \
+                     queue {from} ({e}): queue {to} forwards its frames there"
+                ),
+            }));
         }
     };
     // From here on the new queue has the connections.
     let moved = MoveError::Moved;
     let export_us = micros(export_start.elapsed());
-    let nic_start = std::time::Instant::now();
-    let written = nic.set_entry(bucket, to);
-    let nic_write_us = micros(nic_start.elapsed());
+    if !rewritten_sent {
+        return Err(moved(format!("queue {from}'s inbox is full or gone")));
+    }
     let drain_start = std::time::Instant::now();
-    mesh.send(from, Message::Rewritten { bucket, reply: tx })
-        .map_err(moved)?;
     let (frames_forwarded, frames_held, frames_scanned, hold_timed_out) =
         match wait(&rx, to, "the end of the move").map_err(moved)? {
             Reply::Done {
@@ -1071,7 +1113,7 @@ pub(crate) fn move_bucket(
             }
         };
     let drain_us = micros(drain_start.elapsed());
-    if let Err(e) = written {
+    if let Some(Err(e)) = written {
         return Err(match move_bucket(mesh, &Unchanged, bucket, to, from) {
             Ok(_) => stayed(format!(
                 "the NIC's entry for bucket {bucket} could not be written ({e}): the bucket \

@@ -605,13 +605,24 @@ fn rewritten_after_a_forward(
     a.forward(t, bucket, 0, &[0u8; 60]);
     let (reply, done) = crossbeam_channel::unbounded();
     mesh.send(0, Message::Rewritten { bucket, reply }).unwrap();
-    let mut reads = 0;
-    a.take_work(t, &mut || {
-        reads += 1;
-        10
-    });
-    assert_eq!(reads, 1, "the ring is read for the rewrite");
+    take_rewrite(&mut a, t, 10);
     (a, b, done)
+}
+
+/// Queue `a` takes its inbox, which holds a rewrite: its ring would be
+/// passed at `rx_end` frames.
+fn take_rewrite(a: &mut Mover, t: Duration, rx_end: u64) {
+    let mut rewrites = 0;
+    for w in a.take_work(t) {
+        if let Work::Rewritten { bucket, reply } = w {
+            rewrites += 1;
+            a.rewritten(bucket, reply, rx_end);
+        }
+    }
+    assert_eq!(
+        rewrites, 1,
+        "the rewrite is work: the ring is read after the work before it"
+    );
 }
 
 /// Queue 0's pass at `now` with `consumed` frames taken off its ring, then
@@ -623,7 +634,7 @@ fn marker_sent(
 ) -> bool {
     a.send_markers(now, consumed);
     a.flush();
-    b.take_work(now, &mut || unreachable!("no rewrite for queue 1"));
+    b.take_work(now);
     match done.try_recv() {
         Ok(Reply::Done { .. }) => true,
         Ok(other) => panic!("{other:?}"),
@@ -701,7 +712,7 @@ fn the_old_queue_forwards_the_bucket_s_frames_off_its_ring_ahead_of_the_pass() {
         );
         let (reply, done) = crossbeam_channel::unbounded();
         mesh.send(0, Message::Rewritten { bucket, reply }).unwrap();
-        a.take_work(t, &mut || 3);
+        take_rewrite(&mut a, t, 3);
         assert!(a.draining());
         // A new drain: the first look includes what earlier looks (for
         // other buckets) left waiting.
@@ -717,7 +728,7 @@ fn the_old_queue_forwards_the_bucket_s_frames_off_its_ring_ahead_of_the_pass() {
         a.send_markers(t, 3);
         a.flush();
         let drained = |b: &mut Mover, now| {
-            let work = b.take_work(now, &mut || unreachable!("no rewrite for queue 1"));
+            let work = b.take_work(now);
             (work, done.try_recv().ok())
         };
         let (work, end) = drained(&mut b, t);
@@ -748,6 +759,62 @@ fn the_old_queue_forwards_the_bucket_s_frames_off_its_ring_ahead_of_the_pass() {
         }
         assert!(!a.draining());
     }
+}
+
+/// The NIC's entry is written as soon as the new queue holds the
+/// bucket's frames, while the old queue exports: an export refused after
+/// that (here the old queue's view of the table says the bucket is another
+/// queue's) points the entry back, and the new queue stops holding.
+#[test]
+fn an_export_refused_after_the_nic_write_points_the_entry_back() {
+    /// A NIC that records its writes.
+    #[derive(Default)]
+    struct Recording(Mutex<Vec<(u16, u32)>>);
+    impl RssTableWriter for Recording {
+        fn set_entry(&self, bucket: u16, queue: u32) -> Result<(), String> {
+            self.0.lock().unwrap().push((bucket, queue));
+            Ok(())
+        }
+    }
+    let table = vec![0u32, 1, 2, 0];
+    let rss = rss_state(RssKey::microsoft_default().as_bytes(), &table, 3).unwrap();
+    let mesh = Arc::new(Mesh::new(3).unwrap());
+    let (mut a, mut c) = (
+        Mover::new(0, mesh.clone(), rss.clone()),
+        Mover::new(2, mesh.clone(), rss),
+    );
+    let nic = Arc::new(Recording::default());
+    // The controller believes bucket 1 is queue 0's.
+    let controller = {
+        let nic = nic.clone();
+        std::thread::spawn(move || handoff::move_bucket(&mesh, nic.as_ref(), 1, 0, 2))
+    };
+    let mut now = Duration::from_millis(1);
+    while !controller.is_finished() {
+        now += Duration::from_micros(10);
+        for m in [&mut a, &mut c] {
+            for w in m.take_work(now) {
+                if let Work::Rewritten { bucket, reply } = w {
+                    m.rewritten(bucket, reply, 0);
+                }
+            }
+            m.flush();
+        }
+        std::thread::yield_now();
+    }
+    let result = controller.join().unwrap();
+    assert!(
+        matches!(&result, Err(MoveError::Stayed(e)) if e.contains("served by queue 1")),
+        "{result:?}"
+    );
+    assert_eq!(
+        *nic.0.lock().unwrap(),
+        vec![(1, 2), (1, 0)],
+        "written, then back"
+    );
+    // The cancel reached the new queue, which no longer holds the bucket.
+    c.take_work(now);
+    assert!(!c.holding());
 }
 
 /// Tags each connection's state with its peer port; on the first export,

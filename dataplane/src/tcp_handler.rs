@@ -1097,7 +1097,7 @@ impl TcpHandler {
             return;
         };
         mover.send_markers(now_d, rx.consumed());
-        for work in mover.take_work(now_d, &mut || rx.end_now()) {
+        for work in mover.take_work(now_d) {
             match work {
                 Work::Export { bucket, to, reply } => {
                     let (arrival, reply_msg) =
@@ -1117,6 +1117,7 @@ impl TcpHandler {
                         self.ports.set_rss(mover.rss().clone());
                     }
                 }
+                Work::Rewritten { bucket, reply } => mover.rewritten(bucket, reply, rx.end_now()),
                 Work::Frames(forwarded) => {
                     self.mover = Some(mover);
                     // As on the RX ring: each frame's successor's state
