@@ -4,7 +4,9 @@
 //! Loop: RX batches (up to [`QueueHandler::rx_budget`] frames, each
 //! batch's frames back on the fill ring at once) → handler poll → TX
 //! (kicked until the ring is drained, completions taken back) → fill-ring
-//! refill. No locks, no allocation after start-up. When idle the worker
+//! refill. No locks, no allocation after start-up but the queue of
+//! descriptors a move's look ahead on the RX ring leaves waiting
+//! ([`RxProgress::scan_ahead`]), which keeps what it grew to. When idle the worker
 //! blocks in `poll(2)` on its socket (with need_wakeup) instead of spinning, unless
 //! busy polling is asked for.
 //!
