@@ -22,7 +22,7 @@
 //! does not wait to hand on everything its ring held then (on a loaded
 //! queue, milliseconds of other buckets' frames): it looks at the frames'
 //! headers ahead of the pass and forwards b's at once
-//! ([`Mover::take_ahead`]), the others keeping their place. B holds the frames of b
+//! (`Mover::take_ahead`), the others keeping their place. B holds the frames of b
 //! that the NIC gives it from the rewrite on until A's `Drained` says
 //! nothing older can follow, so B's stack sees b's segments in the order
 //! they reached the NIC. A timeout ([`HOLD_TIMEOUT`]) releases held frames
