@@ -545,8 +545,9 @@ impl Net for KernelNet {
     fn shutdown_write(&mut self, h: ConnHandle) -> Result<(), Error> {
         let conn = self.conns.get_mut(h)?;
         conn.shut_pending = true;
-        if let Io::Failed(r) = conn.flush(&mut self.tx_pool) {
-            self.end(h.index(), r, false);
+        match conn.flush(&mut self.tx_pool) {
+            Io::Failed(r) => self.end(h.index(), r, false),
+            Io::Ok(sent) => self.stats.bytes_out += sent as u64,
         }
         Ok(())
     }
@@ -565,12 +566,19 @@ impl Net for KernelNet {
         conn.shut_pending = true;
         match conn.flush(&mut self.tx_pool) {
             Io::Failed(r) => self.end(h.index(), r, false),
-            Io::Ok(_) if conn.close_finished(Instant::now()) => {
-                self.end(h.index(), CloseReason::Normal, false)
+            Io::Ok(sent) => {
+                // What this flush wrote counts as sent, as in `write_ready`
+                // (uncounted, a close that flushed the last bytes left
+                // `bytes_out` short of what the peer read).
+                self.stats.bytes_out += sent as u64;
+                if conn.close_finished(Instant::now()) {
+                    self.end(h.index(), CloseReason::Normal, false);
+                } else {
+                    // The rest and FIN go out as the socket takes them
+                    // (`write_ready`); the end comes with the peer's FIN.
+                    self.closing_conns.push(h.index());
+                }
             }
-            // The rest and FIN go out as the socket takes them
-            // (`write_ready`); the end comes with the peer's FIN.
-            Io::Ok(_) => self.closing_conns.push(h.index()),
         }
         Ok(())
     }
