@@ -37,7 +37,7 @@
 
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,13 +50,23 @@ use flowlane_wire::peek::tcp_endpoints;
 use serde::{Deserialize, Serialize};
 
 use crate::bucket_counters::rss_bucket;
+use crate::frame_batch::{FrameBatch, BATCH_FRAMES};
 use crate::wake::FdWake;
 
 /// Messages one inbox holds.
 const INBOX: usize = 16_384;
-/// Messages a worker keeps for a full inbox before it drops frames (the
-/// TCP sender retransmits them).
-const STALLED_MAX: usize = 4_096;
+/// Bytes of frame batches one inbox holds (their allocations, about
+/// 16 000 full-sized frames); a batch beyond it waits with its sender
+/// ([`STALLED_BYTES`]).
+const INBOX_BYTES: usize = 24 << 20;
+/// Bytes of frame batches a worker keeps for full inboxes before it drops
+/// batches (the TCP senders retransmit their frames); other messages are
+/// always kept.
+const STALLED_BYTES: usize = 6 << 20;
+/// Frames a carrier keeps to send for workers without a queue while its
+/// TX ring has no room; beyond it they are dropped (their TCP retransmits).
+const TO_SEND_MAX: usize = 4_096;
+
 /// How long a worker holds the frames of a bucket it is taking over after
 /// the bucket's connections arrived, if the old worker's drain marker does
 /// not come: the last resort, never the mechanism.
@@ -70,7 +80,8 @@ const HELD_MAX: usize = 32_768;
 /// Times a frame may be forwarded (a frame forwarded more often than a
 /// bucket can move meanwhile is dropped and counted).
 const MAX_HOPS: u8 = 4;
-/// Inbox messages a worker takes per loop pass.
+/// Inbox messages a worker takes per loop pass, and frames: it stops
+/// after the message that passes this many.
 const MESSAGES_PER_PASS: usize = 4096;
 /// How long a worker taking part in a move keeps running its loop instead
 /// of sleeping in poll(2) (yielding its CPU each idle pass): the messages
@@ -118,11 +129,12 @@ pub(crate) enum Message {
     Cancel { bucket: u16 },
     /// From the old owner: the bucket's connections.
     Import(Box<Arrival>),
-    /// From the old owner: a frame of a bucket that left it.
-    Frame(Forwarded),
-    /// From a worker without a queue (software spill): a whole Ethernet
-    /// frame for this worker to put on its queue's TX ring.
-    Transmit(Box<[u8]>),
+    /// From the old owner: frames of buckets that left it (or that a
+    /// worker without a queue serves), in arrival order.
+    Frames(FrameBatch),
+    /// From a worker without a queue (software spill): whole Ethernet
+    /// frames for this worker to put on its queue's TX ring, in order.
+    Transmits(FrameBatch),
     /// From the old owner: nothing of the bucket older than what the NIC
     /// now gives you will follow.
     Drained {
@@ -144,12 +156,6 @@ pub(crate) struct Arrival {
     /// What the old worker knew of the connections' peers' Ethernet
     /// addresses.
     pub(crate) neighbors: Vec<crate::neighbor::Known>,
-}
-
-/// A frame forwarded to the worker that serves its bucket.
-pub(crate) struct Forwarded {
-    pub(crate) hops: u8,
-    pub(crate) frame: Box<[u8]>,
 }
 
 /// A worker's answer to the controller.
@@ -221,6 +227,18 @@ struct Inbox {
     /// `RX_BUDGET_MAX` frames later, so a move off a busy core does not
     /// wait for a whole pass at each of its steps.
     urgent: AtomicBool,
+    /// Bytes of the frame batches in the inbox ([`INBOX_BYTES`]).
+    batch_bytes: AtomicUsize,
+}
+
+impl Message {
+    /// The frames a message carries, if it carries frames.
+    fn batch(&self) -> Option<&FrameBatch> {
+        match self {
+            Message::Frames(b) | Message::Transmits(b) => Some(b),
+            _ => None,
+        }
+    }
 }
 
 /// Every queue's inbox, by queue number.
@@ -247,6 +265,7 @@ impl Mesh {
                     rx,
                     wake: FdWake::new()?,
                     urgent: AtomicBool::new(false),
+                    batch_bytes: AtomicUsize::new(0),
                 })
             })
             .collect::<std::io::Result<_>>()?;
@@ -263,9 +282,19 @@ impl Mesh {
     fn push(&self, to: u32, m: Message) -> Result<(), Message> {
         match self.inboxes.get(to as usize) {
             Some(i) => {
-                let urgent = !matches!(m, Message::Frame(_) | Message::Transmit(_));
-                i.tx.try_send(m).map_err(|e| match e {
-                    TrySendError::Full(m) | TrySendError::Disconnected(m) => m,
+                let urgent = m.batch().is_none();
+                let bytes = m.batch().map_or(0, FrameBatch::allocated);
+                // Counted before it can be taken (and its bytes given
+                // back); several senders may each pass the bound by a batch.
+                if bytes > 0 && i.batch_bytes.fetch_add(bytes, Ordering::Relaxed) >= INBOX_BYTES {
+                    i.batch_bytes.fetch_sub(bytes, Ordering::Relaxed);
+                    return Err(m);
+                }
+                i.tx.try_send(m).map_err(|e| {
+                    i.batch_bytes.fetch_sub(bytes, Ordering::Relaxed);
+                    match e {
+                        TrySendError::Full(m) | TrySendError::Disconnected(m) => m,
+                    }
                 })?;
                 if urgent {
                     i.urgent.store(true, Ordering::Release);
@@ -301,7 +330,7 @@ impl Mesh {
 struct Incoming {
     bucket: u16,
     /// This worker's own frames of the bucket, in arrival order.
-    held: Vec<Box<[u8]>>,
+    held: FrameBatch,
     deadline: Duration,
     /// The worker spins until then ([`SPIN_FOR`]).
     spin_until: Duration,
@@ -363,6 +392,11 @@ pub(crate) struct Mover {
     outgoing: Vec<Outgoing>,
     /// Messages for full inboxes, in order, by destination.
     stalled: VecDeque<(u32, Message)>,
+    /// Bytes of the frame batches among them ([`STALLED_BYTES`]).
+    stalled_bytes: usize,
+    /// Frames for each destination not sent yet, in order: those it
+    /// serves, those it is to send (a worker without a queue's carrier).
+    batches: Vec<(FrameBatch, FrameBatch)>,
     /// Destinations to wake at the end of the pass.
     to_wake: Vec<bool>,
     /// The worker's clock at its last [`Mover::take_work`].
@@ -373,8 +407,13 @@ pub(crate) struct Mover {
     /// For a worker without a queue (software spill): the worker whose
     /// queue sends its frames.
     carrier: Option<u32>,
-    /// Frames workers without a queue asked this one to send.
-    to_send: Vec<Box<[u8]>>,
+    /// Frames workers without a queue asked this one to send, in order
+    /// ([`Mover::send_transmits`]): the front batch's first `to_send_next`
+    /// are sent.
+    to_send: VecDeque<FrameBatch>,
+    to_send_next: usize,
+    /// Frames of `to_send` not sent yet ([`TO_SEND_MAX`]).
+    to_send_frames: usize,
     /// Workers from this index on have no queue (software spill).
     nic_queues: u32,
     /// A rewrite was taken since the last look ahead: the next look must
@@ -405,8 +444,8 @@ pub(crate) enum Work {
     /// Import these connections.
     Import(Box<Arrival>),
     /// Process these frames, in order (forwarded ones, then released
-    /// held ones); `hops` is how often they were forwarded.
-    Frames(Vec<(u8, Box<[u8]>)>),
+    /// held ones), with how often each was forwarded.
+    Frames(Vec<FrameBatch>),
     /// The NIC's entry for `bucket` was rewritten: call
     /// [`Mover::rewritten`] with the RX ring read now (after the work
     /// before it: an export of the bucket in the same batch comes first).
@@ -424,12 +463,16 @@ impl Mover {
             incoming: Vec::new(),
             outgoing: Vec::new(),
             stalled: VecDeque::new(),
+            stalled_bytes: 0,
+            batches: (0..queues).map(|_| Default::default()).collect(),
             to_wake: vec![false; queues],
             now: Duration::ZERO,
             hold_timeout: HOLD_TIMEOUT,
             stats: MoverStats::default(),
             carrier: None,
-            to_send: Vec::new(),
+            to_send: VecDeque::new(),
+            to_send_next: 0,
+            to_send_frames: 0,
             nic_queues: queues as u32,
             new_drain: false,
         }
@@ -447,27 +490,34 @@ impl Mover {
     }
 
     /// Hands a whole frame to the carrier to send (a worker without a
-    /// queue); it goes with the pass's [`flush`](Self::flush).
-    pub(crate) fn transmit_via_carrier(&mut self, frame: Box<[u8]>) {
+    /// queue); it goes in a batch, at the latest with the pass's
+    /// [`flush`](Self::flush).
+    pub(crate) fn transmit_via_carrier(&mut self, frame: &[u8]) {
         let Some(to) = self.carrier else {
             self.stats.forward_dropped += 1;
             return;
         };
         self.stats.spill_tx_out += 1;
-        self.queue_message(to, Message::Transmit(frame));
+        self.batch(to, true, 0, frame);
     }
 
-    /// The frames workers without a queue asked this one to send, in
-    /// order.
-    pub(crate) fn take_transmits(&mut self) -> Vec<Box<[u8]>> {
-        std::mem::take(&mut self.to_send)
-    }
-
-    /// Puts back frames that found no free TX frame this pass, ahead of
-    /// newer ones.
-    pub(crate) fn keep_transmits(&mut self, mut left: Vec<Box<[u8]>>) {
-        left.append(&mut self.to_send);
-        self.to_send = left;
+    /// Hands `send` the frames workers without a queue asked this one to
+    /// send, in order, until it has no room (`None`: the rest wait for the
+    /// next pass, ahead of newer ones). A frame it cannot send
+    /// (`Some(false)`: longer than a TX frame) is dropped and counted.
+    pub(crate) fn send_transmits(&mut self, mut send: impl FnMut(&[u8]) -> Option<bool>) {
+        while let Some(b) = self.to_send.front() {
+            while let Some((_, f)) = b.get(self.to_send_next) {
+                let Some(sent) = send(f) else { return };
+                if !sent {
+                    self.stats.forward_dropped += 1;
+                }
+                self.to_send_next += 1;
+                self.to_send_frames -= 1;
+            }
+            self.to_send.pop_front();
+            self.to_send_next = 0;
+        }
     }
 
     /// The queue that serves `bucket`, as this worker knows it.
@@ -525,7 +575,7 @@ impl Mover {
                 self.stats.forward_dropped += 1;
                 return;
             }
-            i.held.push(frame.into());
+            i.held.push(0, frame);
             self.stats.frames_held += 1;
         }
     }
@@ -551,17 +601,57 @@ impl Mover {
                 self.stats.frames_forwarded += 1;
             }
         }
-        self.queue_message(
-            to,
-            Message::Frame(Forwarded {
-                hops: hops + 1,
-                frame: frame.into(),
-            }),
-        );
+        self.batch(to, false, hops + 1, frame);
+    }
+
+    /// Adds `frame` to what goes to `to` (a frame it serves, or with
+    /// `transmit` one it is to send); a full batch goes at once.
+    fn batch(&mut self, to: u32, transmit: bool, hops: u8, frame: &[u8]) {
+        let Some((serve, send)) = self.batches.get_mut(to as usize) else {
+            self.stats.forward_dropped += 1;
+            return;
+        };
+        let b = if transmit { send } else { serve };
+        b.push(hops, frame);
+        // A full batch goes at once; the others before any other message
+        // to `to` and at the end of the pass.
+        if b.len() >= BATCH_FRAMES {
+            let b = std::mem::take(b);
+            self.enqueue(
+                to,
+                if transmit {
+                    Message::Transmits(b)
+                } else {
+                    Message::Frames(b)
+                },
+            );
+        }
+    }
+
+    /// Sends the frames batched for `to` (those it serves first: a move's
+    /// next message to `to` must follow them).
+    fn release(&mut self, to: u32) {
+        let Some((serve, send)) = self.batches.get_mut(to as usize) else {
+            return;
+        };
+        let (serve, send) = (std::mem::take(serve), std::mem::take(send));
+        if !serve.is_empty() {
+            self.enqueue(to, Message::Frames(serve));
+        }
+        if !send.is_empty() {
+            self.enqueue(to, Message::Transmits(send));
+        }
+    }
+
+    /// Sends `m` to `to` in order behind the frames batched for it and
+    /// anything stalled for it.
+    fn queue_message(&mut self, to: u32, m: Message) {
+        self.release(to);
+        self.enqueue(to, m);
     }
 
     /// Sends `m` to `to` in order behind anything stalled for it.
-    fn queue_message(&mut self, to: u32, m: Message) {
+    fn enqueue(&mut self, to: u32, m: Message) {
         if self.stalled.iter().any(|(d, _)| *d == to) {
             self.stall(to, m);
             return;
@@ -577,16 +667,22 @@ impl Mover {
     }
 
     fn stall(&mut self, to: u32, m: Message) {
-        if self.stalled.len() >= STALLED_MAX && matches!(m, Message::Frame(_)) {
-            self.stats.forward_dropped += 1;
-            return;
+        if let Some(b) = m.batch() {
+            if self.stalled_bytes + b.allocated() > STALLED_BYTES {
+                self.stats.forward_dropped += b.len() as u64;
+                return;
+            }
+            self.stalled_bytes += b.allocated();
         }
         self.stalled.push_back((to, m));
     }
 
-    /// End of a pass: retries stalled messages in order and wakes every
-    /// worker that got something.
+    /// End of a pass: sends the frames batched, retries stalled messages
+    /// in order and wakes every worker that got something.
     pub(crate) fn flush(&mut self) {
+        for to in 0..self.batches.len() as u32 {
+            self.release(to);
+        }
         let mut blocked: Vec<u32> = Vec::new();
         let mut keep = VecDeque::new();
         while let Some((to, m)) = self.stalled.pop_front() {
@@ -594,8 +690,10 @@ impl Mover {
                 keep.push_back((to, m));
                 continue;
             }
+            let bytes = m.batch().map_or(0, FrameBatch::allocated);
             match self.mesh.push(to, m) {
                 Ok(()) => {
+                    self.stalled_bytes -= bytes;
                     if let Some(w) = self.to_wake.get_mut(to as usize) {
                         *w = true;
                     }
@@ -732,30 +830,41 @@ impl Mover {
         inbox.wake.clear();
         inbox.urgent.store(false, Ordering::Release);
         let mut work = Vec::new();
-        let mut frames: Vec<(u8, Box<[u8]>)> = Vec::new();
+        let mut frames: Vec<FrameBatch> = Vec::new();
+        let mut taken = 0;
         for _ in 0..MESSAGES_PER_PASS {
-            let Ok(m) = self.mesh.inboxes[self.me as usize].rx.try_recv() else {
+            if taken >= MESSAGES_PER_PASS {
+                break;
+            }
+            let Ok(m) = inbox.rx.try_recv() else {
                 break;
             };
+            if let Some(b) = m.batch() {
+                inbox
+                    .batch_bytes
+                    .fetch_sub(b.allocated(), Ordering::Relaxed);
+                taken += b.len();
+            }
             // Frames to send keep the forwarded frames' batch together:
             // they are not part of any bucket's order.
-            if !matches!(m, Message::Frame(_) | Message::Transmit(_)) && !frames.is_empty() {
+            if m.batch().is_none() && !frames.is_empty() {
                 work.push(Work::Frames(std::mem::take(&mut frames)));
             }
             match m {
-                Message::Frame(f) => {
-                    self.stats.frames_forwarded_in += 1;
-                    self.stats.bytes_forwarded_in += f.frame.len() as u64;
-                    frames.push((f.hops, f.frame));
+                Message::Frames(b) => {
+                    self.stats.frames_forwarded_in += b.len() as u64;
+                    self.stats.bytes_forwarded_in += b.bytes_len() as u64;
+                    frames.push(b);
                 }
-                Message::Transmit(frame) => {
+                Message::Transmits(b) => {
                     // A carrier whose TX ring is starved drops beyond a
                     // bound; the spill worker's TCP retransmits.
-                    if self.to_send.len() >= STALLED_MAX {
-                        self.stats.forward_dropped += 1;
+                    if self.to_send_frames + b.len() > TO_SEND_MAX {
+                        self.stats.forward_dropped += b.len() as u64;
                     } else {
-                        self.stats.spill_tx_in += 1;
-                        self.to_send.push(frame);
+                        self.stats.spill_tx_in += b.len() as u64;
+                        self.to_send_frames += b.len();
+                        self.to_send.push_back(b);
                     }
                 }
                 Message::Prepare { bucket, reply } => {
@@ -766,7 +875,7 @@ impl Mover {
                     } else {
                         self.incoming.push(Incoming {
                             bucket,
-                            held: Vec::new(),
+                            held: FrameBatch::default(),
                             deadline: now + PREPARE_TIMEOUT,
                             spin_until: now + SPIN_FOR,
                         });
@@ -791,7 +900,7 @@ impl Mover {
                 Message::Cancel { bucket } => {
                     if let Some(pos) = self.incoming.iter().position(|i| i.bucket == bucket) {
                         let i = self.incoming.swap_remove(pos);
-                        work.push(Work::Frames(i.held.into_iter().map(|f| (0, f)).collect()));
+                        work.push(Work::Frames(vec![i.held]));
                     }
                 }
                 Message::Import(a) => {
@@ -811,9 +920,7 @@ impl Mover {
                             Some(pos) => {
                                 let i = self.incoming.swap_remove(pos);
                                 let n = i.held.len() as u64;
-                                work.push(Work::Frames(
-                                    i.held.into_iter().map(|f| (0, f)).collect(),
-                                ));
+                                work.push(Work::Frames(vec![i.held]));
                                 (n, false)
                             }
                             None => (0, true),
@@ -836,7 +943,7 @@ impl Mover {
             if self.incoming[k].deadline <= now {
                 let i = self.incoming.swap_remove(k);
                 self.stats.hold_timeouts += 1;
-                work.push(Work::Frames(i.held.into_iter().map(|f| (0, f)).collect()));
+                work.push(Work::Frames(vec![i.held]));
             } else {
                 k += 1;
             }
@@ -1146,3 +1253,11 @@ pub(crate) fn move_bucket(
 fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
+
+#[cfg(test)]
+#[path = "forward_bench.rs"]
+mod forward_bench;
+
+#[cfg(test)]
+#[path = "mesh_tests.rs"]
+mod mesh_tests;

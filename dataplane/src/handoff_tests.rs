@@ -737,7 +737,7 @@ fn the_old_queue_forwards_the_bucket_s_frames_off_its_ring_ahead_of_the_pass() {
             assert!(end.is_none());
             assert!(
                 matches!(&work[..], [Work::Import(_), Work::Frames(f)]
-                    if f.len() == 1 && f[0].1[..] == mine[..]),
+                    if f.len() == 1 && f[0].len() == 1 && f[0].get(0) == Some((1, &mine[..]))),
                 "the connections, then the bucket's frame forwarded off the ring"
             );
             a.send_markers(t + SETTLE, 3);

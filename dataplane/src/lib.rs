@@ -17,6 +17,7 @@ pub mod control_socket;
 pub mod counters;
 pub mod cpu_time;
 pub mod ephemeral;
+mod frame_batch;
 pub mod handoff;
 pub mod iface;
 pub mod kernel_neighbors;

@@ -92,6 +92,7 @@ use flowlane_wire::{
 use crate::bucket_counters::{rss_bucket, BucketCounters, BusySampler};
 use crate::counters::{self, counters};
 use crate::ephemeral::{EphemeralPorts, EPHEMERAL};
+use crate::frame_batch::FrameBatch;
 use crate::handoff::{Arrival, Mesh, Mover, Reply, Work};
 use crate::neighbor::Neighbors;
 use crate::wake::FdWake;
@@ -1118,16 +1119,18 @@ impl TcpHandler {
                     }
                 }
                 Work::Rewritten { bucket, reply } => mover.rewritten(bucket, reply, rx.end_now()),
-                Work::Frames(forwarded) => {
+                Work::Frames(batches) => {
                     self.mover = Some(mover);
+                    let forwarded: Vec<(u8, &[u8])> =
+                        batches.iter().flat_map(FrameBatch::iter).collect();
                     // As on the RX ring: each frame's successor's state
                     // prefetched (a spill worker's whole receive path).
-                    for (i, (hops, f)) in forwarded.iter().enumerate() {
-                        if let Some((_, next)) = forwarded.get(i + 1) {
-                            let after = forwarded.get(i + 2).map(|(_, f)| &f[..]);
+                    for (i, &(hops, f)) in forwarded.iter().enumerate() {
+                        if let Some(&(_, next)) = forwarded.get(i + 1) {
+                            let after = forwarded.get(i + 2).map(|&(_, f)| f);
                             self.prefetch(next, after);
                         }
-                        self.receive(now, f, *hops, (None, frames));
+                        self.receive(now, f, hops, (None, frames));
                     }
                     mover = self.mover.take().expect("put back above");
                 }
@@ -1368,28 +1371,17 @@ impl TcpHandler {
     /// the next pass.
     fn send_for_others(&mut self, tx: &mut TxBatch<'_>) {
         let Some(m) = self.mover.as_mut() else { return };
-        let frames = m.take_transmits();
-        if frames.is_empty() {
-            return;
-        }
-        let mut left = frames.into_iter();
-        while let Some(f) = left.next() {
+        m.send_transmits(|f| {
             if tx.available() == 0 {
-                let mut rest = vec![f];
-                rest.extend(left);
-                m.keep_transmits(rest);
-                return;
+                return None;
             }
-            let sent = tx.send_with(|buf| {
+            // Longer than a frame: not sent (no pass would send it).
+            Some(tx.send_with(|buf| {
                 let out = buf.get_mut(..f.len())?;
-                out.copy_from_slice(&f);
+                out.copy_from_slice(f);
                 Some(f.len())
-            });
-            if !sent {
-                // Longer than a frame: no pass would send it.
-                m.stats.forward_dropped += 1;
-            }
-        }
+            }))
+        });
     }
 
     /// Publishes the counters if [`PUBLISH_EVERY`] has passed.
@@ -1646,7 +1638,7 @@ impl QueueHandler for TcpHandler {
                     pass.sent += 1;
                     pass.sent_bytes += n as u64;
                     if let Some(m) = self.mover.as_mut() {
-                        m.transmit_via_carrier(buf[..n].into());
+                        m.transmit_via_carrier(&buf[..n]);
                     }
                 }
                 (true, None) => {}
