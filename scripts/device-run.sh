@@ -28,7 +28,8 @@
 #      TSO/GSO off (the fair baseline) and with its offloads;
 #   6. after the handoff runs, `move_prefetch_bench` (a move's export and
 #      import per connection from a cold cache, with and without the
-#      prefetch); time left, `rx_prefetch_bench` (the data path's ns per
+#      prefetch) and `forward_bench` (ns per frame one worker hands
+#      another through the mesh, two threads); time left, `rx_prefetch_bench` (the data path's ns per
 #      frame, frames lent, with and without the next frame's state
 #      prefetched, 1 to 100 000 connections); both into prefetch.txt.
 # Writes under $OUT (default /tmp/flowlane-device-out) at most 8 files (what
@@ -121,6 +122,14 @@ if [ -x "$KIT/bin/dataplane-tests" ]; then
   timeout 90 "$KIT/bin/dataplane-tests" \
     --ignored --exact tcp_handler::move_prefetch_bench::move_prefetch_time --nocapture \
     2>&1 | grep -E '^ *(cache|[0-9]+ )' | tee "$OUT/prefetch.txt"
+fi
+# The mesh's cost per frame between two workers on cores of their own
+# (session 40: frames in batches), some ten seconds; appended to prefetch.txt.
+if [ -x "$KIT/bin/dataplane-tests" ]; then
+  echo "== forward_bench (ns per frame one worker hands another)"
+  timeout 60 "$KIT/bin/dataplane-tests" \
+    --ignored --exact handoff::forward_bench::forward_time --nocapture \
+    2>&1 | grep -E 'a frame' | tee -a "$OUT/prefetch.txt"
 fi
 
 # One matrix run: NAME, then its flags. Plots and logs stay in a scratch
