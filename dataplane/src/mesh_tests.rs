@@ -353,8 +353,8 @@ proptest::proptest! {
             }
         }
         for _ in 0..4 {
-            for who in 0..3 {
-                w[who].flush();
+            for m in w.iter_mut() {
+                m.flush();
             }
             for who in 0..3 {
                 take(&mut w[who], usize::MAX, &mut seen[who], &mut sent[who]);
