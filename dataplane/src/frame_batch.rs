@@ -32,9 +32,12 @@ impl FrameBatch {
     /// Appends `frame`, forwarded `hops` times.
     pub(crate) fn push(&mut self, hops: u8, frame: &[u8]) {
         if self.bytes.capacity() == 0 {
-            // Room for a whole batch of full-sized frames at once: growing
-            // would copy the frames already in.
-            self.bytes.reserve(BATCH_FRAMES * frame.len().max(1_514));
+            // Room for a whole batch of frames the size of the first (a
+            // pass's frames for one destination are mostly alike: full
+            // data segments, or bare ACKs), so that a batch of data frames
+            // never grows (which copies the frames already in) and one of
+            // ACKs takes a few KiB, not a batch of full frames.
+            self.bytes.reserve(BATCH_FRAMES * frame.len().max(128));
             self.ends.reserve(BATCH_FRAMES);
         }
         self.bytes.extend_from_slice(frame);
