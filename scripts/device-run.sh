@@ -29,9 +29,10 @@
 #   6. after the handoff runs, `move_prefetch_bench` (a move's export and
 #      import per connection from a cold cache, with and without the
 #      prefetch) and `forward_bench` (ns per frame one worker hands
-#      another through the mesh, two threads); time left, `rx_prefetch_bench` (the data path's ns per
-#      frame, frames lent, with and without the next frame's state
-#      prefetched, 1 to 100 000 connections); both into prefetch.txt.
+#      another through the mesh, two threads); time left,
+#      `rx_prefetch_bench` (the data path's ns per frame, frames lent, with
+#      and without the next frame's state prefetched, 1 to 100 000
+#      connections); all three into prefetch.txt.
 # Writes under $OUT (default /tmp/flowlane-device-out) at most 8 files (what
 # the device tool brings back): facts.txt, handoff.json, handoff-spin.json, each matrix's
 # results.json and prefetch.txt (8 files); the matrices' plots stay on the machine. Prints the tables as

@@ -2,12 +2,12 @@
 //! order: what one worker hands another through the mesh (frames of a
 //! bucket that moved away, frames a worker without a queue gives its
 //! carrier to send) and what a worker taking a bucket over holds. One
-//! allocation and one inbox message carry a pass's frames for one
-//! destination, where each frame used to be its own allocation and
-//! message.
+//! allocation and one inbox message carry up to [`BATCH_FRAMES`] of a
+//! pass's frames for one destination, where each frame used to be its own
+//! allocation and message.
 
-/// Frames a batch makes room for at its first frame (a pass's frames for
-/// one destination, at most, when they go through the mesh).
+/// Frames a batch makes room for at its first frame: the most one inbox
+/// message carries.
 pub(crate) const BATCH_FRAMES: usize = 32;
 
 /// Frames in order, each with how often it was forwarded.
@@ -57,6 +57,14 @@ impl FrameBatch {
     /// Bytes of its frames together.
     pub(crate) fn bytes_len(&self) -> usize {
         self.bytes.len()
+    }
+
+    /// Gives back the room reserved beyond its frames (a batch that goes
+    /// before it is full: bounds on memory count what it holds, not what
+    /// a full batch would).
+    pub(crate) fn shrink(&mut self) {
+        self.bytes.shrink_to_fit();
+        self.ends.shrink_to_fit();
     }
 
     /// Bytes its allocations take (what bounds on memory count).

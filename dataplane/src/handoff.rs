@@ -55,9 +55,9 @@ use crate::wake::FdWake;
 
 /// Messages one inbox holds.
 const INBOX: usize = 16_384;
-/// Bytes of frame batches one inbox holds (their allocations, about
-/// 16 000 full-sized frames); a batch beyond it waits with its sender
-/// ([`STALLED_BYTES`]).
+/// Bytes of frame batches one inbox holds (their allocations: about
+/// 16 000 full-sized frames; each sender may pass it by one batch); a
+/// batch beyond it waits with its sender ([`STALLED_BYTES`]).
 const INBOX_BYTES: usize = 24 << 20;
 /// Bytes of frame batches a worker keeps for full inboxes before it drops
 /// batches (the TCP senders retransmit their frames); other messages are
@@ -81,7 +81,7 @@ const HELD_MAX: usize = 32_768;
 /// bucket can move meanwhile is dropped and counted).
 const MAX_HOPS: u8 = 4;
 /// Inbox messages a worker takes per loop pass, and frames: it stops
-/// after the message that passes this many.
+/// once the frames it took reach this many.
 const MESSAGES_PER_PASS: usize = 4096;
 /// How long a worker taking part in a move keeps running its loop instead
 /// of sleeping in poll(2) (yielding its CPU each idle pass): the messages
@@ -629,12 +629,16 @@ impl Mover {
     }
 
     /// Sends the frames batched for `to` (those it serves first: a move's
-    /// next message to `to` must follow them).
+    /// next message to `to` must follow them), each batch shrunk to its
+    /// frames: a batch of one frame is charged (and holds) one frame's
+    /// bytes, not a full batch's room.
     fn release(&mut self, to: u32) {
         let Some((serve, send)) = self.batches.get_mut(to as usize) else {
             return;
         };
-        let (serve, send) = (std::mem::take(serve), std::mem::take(send));
+        let (mut serve, mut send) = (std::mem::take(serve), std::mem::take(send));
+        serve.shrink();
+        send.shrink();
         if !serve.is_empty() {
             self.enqueue(to, Message::Frames(serve));
         }

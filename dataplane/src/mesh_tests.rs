@@ -137,6 +137,25 @@ fn a_full_inbox_keeps_batches_in_order_and_drops_past_its_bound() {
 }
 
 #[test]
+fn a_batch_that_goes_before_it_is_full_is_charged_its_frames() {
+    let (mut a, mut b) = pair();
+    // A pass that forwards one frame, many times over, the receiver away:
+    // each batch is charged (and holds) its one frame, not a full batch's
+    // room, so 16 000 of them fit as 16 000 single messages did.
+    for k in 0..16_000 {
+        a.forward(Duration::ZERO, 0, 0, &numbered(k));
+        a.flush();
+    }
+    assert_eq!(a.stats.forward_dropped, 0);
+    assert!(a.stalled.is_empty());
+    let charged = b.mesh.inboxes[1]
+        .batch_bytes
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(charged <= 16_000 * (1514 + 64), "{charged} bytes charged");
+    assert_eq!(forwarded_in(&mut b), (0..16_000).collect::<Vec<_>>());
+}
+
+#[test]
 fn frames_to_send_wait_in_order_for_room_on_the_tx_ring() {
     let (mut a, mut b) = pair();
     for k in 0..50 {

@@ -1121,16 +1121,17 @@ impl TcpHandler {
                 Work::Rewritten { bucket, reply } => mover.rewritten(bucket, reply, rx.end_now()),
                 Work::Frames(batches) => {
                     self.mover = Some(mover);
-                    let forwarded: Vec<(u8, &[u8])> =
-                        batches.iter().flat_map(FrameBatch::iter).collect();
                     // As on the RX ring: each frame's successor's state
                     // prefetched (a spill worker's whole receive path).
-                    for (i, &(hops, f)) in forwarded.iter().enumerate() {
-                        if let Some(&(_, next)) = forwarded.get(i + 1) {
-                            let after = forwarded.get(i + 2).map(|&(_, f)| f);
-                            self.prefetch(next, after);
+                    let mut ahead = batches.iter().flat_map(FrameBatch::iter);
+                    let (mut this, mut next, mut after) =
+                        (ahead.next(), ahead.next(), ahead.next());
+                    while let Some((hops, f)) = this {
+                        if let Some((_, n)) = next {
+                            self.prefetch(n, after.map(|(_, a)| a));
                         }
                         self.receive(now, f, hops, (None, frames));
+                        (this, next, after) = (next, after, ahead.next());
                     }
                     mover = self.mover.take().expect("put back above");
                 }
