@@ -108,6 +108,8 @@ pub(crate) const SETTLE: Duration = Duration::from_millis(2);
 /// producer index: frames that keep coming (a NIC that did not apply the
 /// rewrite) do not hold the move up for longer.
 pub(crate) const SETTLE_MAX: Duration = Duration::from_millis(20);
+/// Drain markers a worker remembers, to tell how late a late frame came.
+const RECENT_MARKERS: usize = 64;
 /// How long the controller checks for a worker's answer (yielding its CPU
 /// in between) before it sleeps on it.
 const REPLY_SPIN: Duration = Duration::from_millis(2);
@@ -367,6 +369,10 @@ pub(crate) struct MoverStats {
     /// Of those, frames that reached this worker after it had sent the
     /// bucket's drain marker (the new worker gets them out of order).
     pub(crate) frames_forwarded_late: u64,
+    /// The longest such a frame came after its bucket's marker, in µs (of
+    /// the buckets of the last [`RECENT_MARKERS`] markers): how much
+    /// longer [`SETTLE`] would have had to be.
+    pub(crate) late_max_us: u64,
     pub(crate) frames_forwarded_in: u64,
     /// Bytes of those frames.
     pub(crate) bytes_forwarded_in: u64,
@@ -416,6 +422,9 @@ pub(crate) struct Mover {
     to_send_frames: usize,
     /// Workers from this index on have no queue (software spill).
     nic_queues: u32,
+    /// The buckets of the last [`RECENT_MARKERS`] drain markers, with when
+    /// each went (a late frame's lateness, [`MoverStats::late_max_us`]).
+    markers_sent: VecDeque<(u16, Duration)>,
     /// A rewrite was taken since the last look ahead: the next look must
     /// include the frames an earlier one left waiting, which it showed
     /// for other buckets ([`Mover::take_new_drain`]).
@@ -473,6 +482,7 @@ impl Mover {
             to_send: VecDeque::new(),
             to_send_next: 0,
             to_send_frames: 0,
+            markers_sent: VecDeque::new(),
             nic_queues: queues as u32,
             new_drain: false,
         }
@@ -599,6 +609,10 @@ impl Mover {
             None => {
                 self.stats.frames_forwarded_late += 1;
                 self.stats.frames_forwarded += 1;
+                if let Some(&(_, at)) = self.markers_sent.iter().rev().find(|(b, _)| *b == bucket) {
+                    let late = now.saturating_sub(at).as_micros() as u64;
+                    self.stats.late_max_us = self.stats.late_max_us.max(late);
+                }
             }
         }
         self.batch(to, false, hops + 1, frame);
@@ -759,6 +773,10 @@ impl Mover {
             }) {
                 let o = self.outgoing.swap_remove(i);
                 let (_, reply) = o.rewritten.expect("checked");
+                if self.markers_sent.len() >= RECENT_MARKERS {
+                    self.markers_sent.pop_front();
+                }
+                self.markers_sent.push_back((o.bucket, now));
                 self.queue_message(
                     o.to,
                     Message::Drained {

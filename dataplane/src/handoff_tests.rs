@@ -654,9 +654,10 @@ fn the_drain_marker_waits_for_the_ring_read_at_the_rewrite_and_a_quiet_bucket() 
     assert!(!marker_sent(&mut m, t + SETTLE, 9));
     assert!(!marker_sent(&mut m, t + SETTLE / 2, 10));
     assert!(marker_sent(&mut m, t + SETTLE, 10));
-    // A frame after the marker is late.
-    m.0.forward(t + SETTLE, 0, 0, &[0u8; 60]);
+    // A frame after the marker is late, by how long after it came.
+    m.0.forward(t + SETTLE + Duration::from_micros(1_500), 0, 0, &[0u8; 60]);
     assert_eq!(m.0.stats.frames_forwarded_late, 1);
+    assert_eq!(m.0.stats.late_max_us, 1_500);
 }
 
 /// Frames of the bucket that keep reaching the old queue (a NIC that did

@@ -569,6 +569,9 @@ counters! {
         /// Of those, frames that reached this queue after it had told the new
         /// queue that it was drained (they arrive there out of order).
         frames_forwarded_late,
+        /// The longest a frame forwarded late came after its bucket's drain
+        /// marker, µs (a gauge, since the service started).
+        frames_late_max_us,
         /// Frames forwarded here by other queues.
         frames_forwarded_in,
         /// Frames of buckets being taken over, held until the old queue drained.
@@ -703,6 +706,7 @@ impl TcpCounters {
         set(&self.buckets_in, s.buckets_in);
         set(&self.frames_forwarded, s.frames_forwarded);
         set(&self.frames_forwarded_late, s.frames_forwarded_late);
+        set(&self.frames_late_max_us, s.late_max_us);
         set(&self.frames_forwarded_in, s.frames_forwarded_in);
         set(&self.frames_held, s.frames_held);
         set(&self.hold_timeouts, s.hold_timeouts);

@@ -405,9 +405,15 @@ fn stormed_cleanly(moves: &[Value], lines: &[Value], min_moves: usize, max_reset
         .iter()
         .map(|q| q["tcp"]["frames_forwarded_late"].as_u64().unwrap_or(0))
         .sum();
+    let late_by = queues(lines)
+        .iter()
+        .map(|q| q["tcp"]["frames_late_max_us"].as_u64().unwrap_or(0))
+        .max()
+        .unwrap_or(0);
     let total = |field: &str| -> u64 { ok.iter().map(|m| m[field].as_u64().unwrap_or(0)).sum() };
     eprintln!(
-        "{} moves, {} frames looked at ahead on the old queues' rings, {} forwarded ({late} late)",
+        "{} moves, {} frames looked at ahead on the old queues' rings, {} forwarded ({late} late, \
+         at most {late_by} µs after their marker)",
         ok.len(),
         total("frames_scanned"),
         total("frames_forwarded")
