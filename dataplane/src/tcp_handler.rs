@@ -590,7 +590,9 @@ counters! {
         spill_forwarded,
         /// Frames a worker without a queue handed to its carrier to send.
         spill_handed,
-        /// Frames this queue sent for workers without a queue.
+        /// Frames this queue took from workers without a queue to send
+        /// (they go out as its TX ring has room, in order; past 4 096
+        /// waiting they are dropped and counted in `forward_dropped`).
         spill_transmitted,
         /// Bytes of buffer memory the connections hold now (a gauge).
         buffer_memory,
