@@ -162,7 +162,13 @@ const QUEUE_ROWS: &[QueueRow] = &[
     row!("flowlane_tcp_syn_cookies_sent", "SYN-ACKs that carried a SYN cookie (listener under a SYN flood).", C, [], |q| q.tcp.syn_cookies_sent),
     row!("flowlane_tcp_syn_cookies_accepted", "Connections opened from a returned SYN cookie.", C, [], |q| q.tcp.syn_cookies_accepted),
     row!("flowlane_tcp_resets_received", "Resets received.", C, [], |q| q.tcp.resets_in),
-    row!("flowlane_tcp_resets_sent", "Resets sent.", C, [], |q| q.tcp.resets_out),
+    row!("flowlane_tcp_resets_sent", "Resets sent, by reason: a segment for no connection and no listener, an ACK a listener took for no connection of its own (a peer still sending on one this queue does not have), an ACK that did not acknowledge our SYN, a SYN the SYN filter refused, data after the application closed, the application's abort, retransmissions run out.", C, ["reason" = "no_connection"], |q| q.tcp.resets_no_connection),
+    row!("flowlane_tcp_resets_sent", "", C, ["reason" = "listener_ack"], |q| q.tcp.resets_listener_ack),
+    row!("flowlane_tcp_resets_sent", "", C, ["reason" = "handshake_ack"], |q| q.tcp.resets_handshake_ack),
+    row!("flowlane_tcp_resets_sent", "", C, ["reason" = "refused"], |q| q.tcp.resets_refused),
+    row!("flowlane_tcp_resets_sent", "", C, ["reason" = "data_after_close"], |q| q.tcp.resets_data_after_close),
+    row!("flowlane_tcp_resets_sent", "", C, ["reason" = "aborted"], |q| q.tcp.resets_aborted),
+    row!("flowlane_tcp_resets_sent", "", C, ["reason" = "timed_out"], |q| q.tcp.resets_timed_out),
     row!("flowlane_tcp_ecn_ce_received", "Segments received with an ECN Congestion Experienced mark.", C, [], |q| q.tcp.ce_received),
     row!("flowlane_tcp_buffer_memory_bytes", "Buffer memory the queue's connections hold now.", G, [], |q| q.tcp.buffer_memory),
     row!("flowlane_tcp_receive_memory_committed_bytes", "Receive memory committed now, of the stack's budget.", G, [], |q| q.tcp.recv_memory_committed),
@@ -263,8 +269,11 @@ fn kernel_knows(row: &QueueRow) -> bool {
         | "flowlane_tcp_received_bytes"
         | "flowlane_tcp_sent_bytes"
         | "flowlane_tcp_resets_received"
-        | "flowlane_tcp_resets_sent"
         | "flowlane_tcp_buffer_memory_bytes" => true,
+        "flowlane_tcp_resets_sent" => matches!(
+            row.extra,
+            [("reason", "data_after_close" | "aborted" | "refused")]
+        ),
         "flowlane_tcp_connections"
         | "flowlane_tcp_memory_peak_bytes"
         | "flowlane_tcp_memory_waits" => kernel_only(row),

@@ -526,8 +526,23 @@ counters! {
         tcp_malformed,
         /// RSTs received and acted upon.
         resets_in,
-        /// RSTs sent.
+        /// RSTs sent: the sum of the seven `resets_*` reasons below.
         resets_out,
+        /// RSTs sent to segments for no connection and no listener.
+        resets_no_connection,
+        /// RSTs sent to ACKs a listener took for no connection of its own
+        /// (a peer still sending on a connection this queue does not have).
+        resets_listener_ack,
+        /// RSTs sent to ACKs that did not acknowledge our SYN (SYN-SENT, SYN-RECEIVED).
+        resets_handshake_ack,
+        /// RSTs sent to SYNs (and returned cookies) a SYN filter refused.
+        resets_refused,
+        /// RSTs sent to data for connections their application had closed (RFC 2525).
+        resets_data_after_close,
+        /// RSTs sent for connections the application aborted.
+        resets_aborted,
+        /// RSTs sent for connections whose retransmissions ran out.
+        resets_timed_out,
         /// In-window RSTs not at RCV.NXT, challenged (RFC 5961 §3.2).
         rst_challenged,
         /// RSTs outside the window, dropped (RFC 5961 §3.2).
@@ -680,6 +695,13 @@ impl TcpCounters {
         set(&self.tcp_malformed, s.malformed);
         set(&self.resets_in, s.resets_in);
         set(&self.resets_out, s.resets_out);
+        set(&self.resets_no_connection, s.resets_no_connection);
+        set(&self.resets_listener_ack, s.resets_listener_ack);
+        set(&self.resets_handshake_ack, s.resets_handshake_ack);
+        set(&self.resets_refused, s.resets_refused);
+        set(&self.resets_data_after_close, s.resets_data_after_close);
+        set(&self.resets_aborted, s.resets_aborted);
+        set(&self.resets_timed_out, s.resets_timed_out);
         set(&self.rst_challenged, s.rst_challenged);
         set(&self.rst_out_of_window, s.rst_out_of_window);
         set(&self.rst_in_time_wait, s.rst_in_time_wait);

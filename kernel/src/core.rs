@@ -218,8 +218,15 @@ impl KernelNet {
         if reset {
             reset_on_close(&conn.stream);
             self.stats.resets_out += 1;
+            if reason == CloseReason::Reset {
+                // Data after `close` (`read_ready`).
+                self.stats.resets_data_after_close += 1;
+            } else {
+                self.stats.resets_aborted += 1;
+            }
         }
-        if reason == CloseReason::Reset {
+        if reason == CloseReason::Reset && !reset {
+            // The peer's (the data-after-close reset above is ours).
             self.stats.resets_in += 1;
         }
         let _ = self.poll.registry().deregister(&mut conn.stream);
@@ -331,6 +338,8 @@ impl KernelNet {
             if !self.filters.take(li, &FourTuple { local, remote }) {
                 reset_on_close(&stream);
                 self.stats.syn_refused += 1;
+                self.stats.resets_out += 1;
+                self.stats.resets_refused += 1;
                 continue;
             }
             if !self.conns.has_room() {

@@ -649,8 +649,30 @@ pub struct Stats {
     /// not sent because the connection answered one less than
     /// [`Config::invalid_ack_interval`] ago.
     pub invalid_acks_limited: u64,
-    /// RSTs sent.
+    /// RSTs sent: the sum of the `resets_*` counters below, which say why.
     pub resets_out: u64,
+    /// RSTs sent to a segment for no connection and no listener (RFC 9293
+    /// §3.10.7.1; each also counted in `no_connection`).
+    pub resets_no_connection: u64,
+    /// RSTs sent to an ACK that reached a listener and opened nothing: no
+    /// SYN cookie sent lately, or one that did not check (RFC 9293
+    /// §3.10.7.2). A peer still sending on a connection this stack no
+    /// longer has (closed, or never here) lands here.
+    pub resets_listener_ack: u64,
+    /// RSTs sent to an ACK that did not acknowledge our SYN, in SYN-SENT or
+    /// SYN-RECEIVED (RFC 9293 §3.10.7.3, §3.10.7.4).
+    pub resets_handshake_ack: u64,
+    /// RSTs sent to SYNs (and returned cookies) the listener's
+    /// [`SynFilter`] refused (also counted in `syn_refused`).
+    pub resets_refused: u64,
+    /// RSTs sent to data for a connection the application had closed
+    /// (RFC 2525 §2.17): the connection ended.
+    pub resets_data_after_close: u64,
+    /// RSTs sent for connections the application aborted (RFC 9293
+    /// §3.10.5).
+    pub resets_aborted: u64,
+    /// RSTs sent for connections whose retransmissions ran out.
+    pub resets_timed_out: u64,
     /// RSTs not sent because the queue was full.
     pub resets_dropped: u64,
     /// Segments to no connection and no listener.

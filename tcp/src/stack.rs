@@ -5,8 +5,8 @@ use crate::buckets::{BucketLists, Link, NIL};
 use crate::challenge::ChallengeBudget;
 use crate::chunk_pool::ChunkPool;
 use crate::connection::{
-    ev, offered_wscale, Connection, Ctx, Flags, PendingRst, RecvMemory, Replies, State,
-    TooBigOutcome,
+    ev, offered_wscale, Connection, Ctx, Flags, PendingRst, RecvMemory, Replies, ResetReason,
+    State, TooBigOutcome,
 };
 use crate::ecn::{Ecn, EcnMode};
 use crate::flow_key::FlowKey;
@@ -1727,7 +1727,7 @@ impl Stack {
             Some(l) => self.on_listen_segment(l, hash, tuple, repr, payload, ecn),
             _ => {
                 self.stats.no_connection += 1;
-                self.reset_for(tuple, repr, payload.len());
+                self.reset_for(tuple, repr, payload.len(), ResetReason::NoConnection);
             }
         }
     }
@@ -1822,8 +1822,8 @@ impl Stack {
             return;
         }
         if f.ack() {
-            if !self.accept_cookie(l, hash, tuple, seg, payload, ecn) {
-                self.reset_for(tuple, seg, payload.len());
+            if let Err(why) = self.accept_cookie(l, hash, tuple, seg, payload, ecn) {
+                self.reset_for(tuple, seg, payload.len(), why);
             }
             return;
         }
@@ -1831,7 +1831,7 @@ impl Stack {
             return;
         }
         if !self.syn_admitted(l, &tuple) {
-            self.reset_for(tuple, seg, payload.len());
+            self.reset_for(tuple, seg, payload.len(), ResetReason::Refused);
             return;
         }
         if self.at_connection_limit(l) {
@@ -1924,7 +1924,7 @@ impl Stack {
     /// from it, as if its SYN-ACK had been sent from SYN-RECEIVED, and
     /// the ACK (and any data on it, with its IP codepoint `ecn`: a CE
     /// mark on it is echoed as on any other segment) processed there.
-    /// Returns whether it did.
+    /// `Err`: the RST the caller answers with, and why.
     fn accept_cookie(
         &mut self,
         l: ListenerId,
@@ -1933,27 +1933,27 @@ impl Stack {
         seg: &TcpRepr,
         payload: &[u8],
         ecn: Ecn,
-    ) -> bool {
+    ) -> Result<(), ResetReason> {
         let recent = self.listeners[l.0 as usize]
             .as_ref()
             .is_some_and(|l| self.now < l.cookies_until);
         if !recent || seg.flags.syn() {
-            return false;
+            return Err(ResetReason::ListenerAck);
         }
         let (seq, ack) = (SeqNumber(seg.seq), SeqNumber(seg.ack));
         let Some(mss) = self.cookies.check(&tuple, seq, ack, self.now) else {
             self.stats.syn_cookies_failed += 1;
-            return false;
+            return Err(ResetReason::ListenerAck);
         };
         // A filter that changed its mind since the SYN (a budget spent)
         // refuses here too: the caller answers with an RST.
         if !self.syn_admitted(l, &tuple) {
-            return false;
+            return Err(ResetReason::Refused);
         }
         if self.at_connection_limit(l) {
             // Dropped, not reset: the client's next segment carries the
             // cookie again.
-            return true;
+            return Ok(());
         }
         let o = syn_cookie::decode_options(seg.options.timestamps.map(|(_, ecr)| ecr), mss);
         let syn = TcpRepr {
@@ -1981,11 +1981,11 @@ impl Stack {
         self.stats.syn_cookies_accepted += 1;
         let idx = self.insert(conn, Some(l), hash);
         self.with_conn(idx, |c, ctx| c.on_segment(ctx, seg, payload, ecn));
-        true
+        Ok(())
     }
 
     /// RFC 9293 §3.10.7.1: the reply to a segment for no connection.
-    fn reset_for(&mut self, tuple: FlowKey, seg: &TcpRepr, len: usize) {
+    fn reset_for(&mut self, tuple: FlowKey, seg: &TcpRepr, len: usize, why: ResetReason) {
         if seg.flags.rst() {
             return;
         }
@@ -1994,6 +1994,7 @@ impl Stack {
                 tuple,
                 seq: SeqNumber(seg.ack),
                 ack: None,
+                why,
             }
         } else {
             let seg_len = len + usize::from(seg.flags.syn()) + usize::from(seg.flags.fin());
@@ -2001,6 +2002,7 @@ impl Stack {
                 tuple,
                 seq: SeqNumber(0),
                 ack: Some(SeqNumber(seg.seq) + seg_len),
+                why,
             }
         };
         let Stack {
@@ -2042,7 +2044,7 @@ impl Stack {
                 options: TcpOptions::default(),
             };
             if let Ok(len) = repr.emit(buf) {
-                self.stats.resets_out += 1;
+                self.stats.count_reset(rst.why);
                 self.stats.segments_out += 1;
                 return Some(Transmit {
                     src: rst.tuple.local(),

@@ -259,6 +259,11 @@ fn old_tuple_never_reaches_the_connection_that_took_its_slot() {
     sim.inject(Side::B, A_IP, B_IP, &stale);
     sim.run_for(Duration::from_millis(100));
     assert_eq!(sim.b.stats().resets_out, resets + 1, "answered with an RST");
+    assert_eq!(
+        sim.b.stats().resets_listener_ack,
+        1,
+        "an ACK the listener took for no connection of its own"
+    );
     assert!(sim::read_all(&mut sim.b, b2).is_empty());
     // The new connection carries on.
     sim.a.send(a2, b"second").expect("send");

@@ -408,6 +408,11 @@ fn rst_for_closed_port() {
     );
     assert_eq!(sim.b.stats().resets_out, 1);
     assert_eq!(sim.b.stats().no_connection, 1);
+    assert_eq!(
+        sim.b.stats().resets_no_connection,
+        1,
+        "counted by its reason"
+    );
 }
 
 #[test]
@@ -427,6 +432,10 @@ fn abort_resets_peer_and_handles_are_not_reused() {
         conn: b,
         reason: CloseReason::Reset
     }));
+    assert_eq!(
+        (sim.a.stats().resets_out, sim.a.stats().resets_aborted),
+        (1, 1)
+    );
     // A new connection reuses the slab slot but not the handle.
     let a2 = sim.a.connect(sim.now, a_addr(10001), b_addr(80)).unwrap();
     assert_eq!(a2.index(), a.index());
@@ -494,8 +503,14 @@ fn retransmission_timeout_gives_up() {
         conn: a,
         reason: CloseReason::Timeout
     }));
+    sim.step();
     let s = sim.a.stats();
     assert_eq!(s.rto_timeouts, 16, "15 retransmissions, then give up");
+    assert_eq!(
+        (s.resets_out, s.resets_timed_out),
+        (1, 1),
+        "the RST at the end"
+    );
     // Backoff: 200 ms doubling to the 60 s cap (RFC 6298 §5.5).
     let took = sim.now - start;
     assert!(
@@ -882,4 +897,23 @@ fn a_lost_syn_starts_data_with_a_three_second_rto() {
         rto >= Duration::from_secs(3) && rto <= Duration::from_millis(3_002),
         "{rto:?}"
     );
+}
+
+/// Data for a connection its application closed has no reader: the
+/// stack resets it (RFC 2525 §2.17) and names why.
+#[test]
+fn data_after_the_application_closed_draws_a_named_reset() {
+    let mut sim = Sim::symmetric(8, LinkConfig::default());
+    let (a, b) = sim.establish();
+    sim.b.close(b).unwrap();
+    sim.run_for(Duration::from_millis(50));
+    assert_eq!(sim.a.state(a), Ok(State::CloseWait), "B's FIN arrived");
+    sim.a.send(a, b"nobody reads this").unwrap();
+    run_until(&mut sim, Duration::from_secs(1), |s| s.a.state(a).is_err());
+    assert!(events(&mut sim.a).contains(&Event::Closed {
+        conn: a,
+        reason: CloseReason::Reset
+    }));
+    let s = sim.b.stats();
+    assert_eq!((s.resets_out, s.resets_data_after_close), (1, 1), "{s:?}");
 }

@@ -247,6 +247,8 @@ fn forged_acks_open_nothing() {
     }
     let s = *b.stats();
     assert_eq!(s.syn_cookies_failed, 20_000);
+    // And the one before the flood, when no cookie had gone out.
+    assert_eq!((s.resets_out, s.resets_listener_ack), (20_001, 20_001));
     assert_eq!(s.syn_cookies_accepted, 0);
     assert_eq!(b.connection_count(), BACKLOG);
     assert!(b.poll_event().is_none(), "nothing accepted");
@@ -355,6 +357,56 @@ fn a_spoofed_syn_holds_its_place_for_seconds_and_draws_three_syn_acks() {
         "1 + Config::max_synack_retransmits each"
     );
     assert_eq!(b.connection_count(), 0, "all gone after 1 + 2 + 4 s");
+}
+
+/// In SYN-RECEIVED, an ACK that does not acknowledge our SYN-ACK is
+/// answered with an RST at its acknowledgment number (RFC 9293
+/// §3.10.7.4), counted as the handshake's; the half-open connection
+/// stays, and the real client's handshake still completes.
+#[test]
+fn a_wrong_ack_in_syn_received_draws_a_named_reset_and_keeps_the_connection() {
+    let mut b = server(false);
+    let mut a = Stack::new(test_config(1));
+    let now = Instant::from_millis(1_000);
+    let ca = client_connect(&mut a, now, 40_000, 80);
+    deliver(&mut a, &mut b, now, |_, _| false);
+    let syn_ack = drain(&mut b, now);
+    assert_eq!(syn_ack.len(), 1, "the SYN-ACK");
+    let (sa, _) = TcpRepr::parse_segment(&syn_ack[0].1).unwrap();
+    let wrong = TcpRepr {
+        src_port: 40_000,
+        dst_port: 80,
+        seq: sa.ack,
+        ack: sa.seq.wrapping_add(1_000),
+        flags: TcpFlags::ACK,
+        window: 1_000,
+        urgent: 0,
+        // Timestamps were agreed: a segment without them is not taken.
+        options: TcpOptions {
+            timestamps: sa.options.timestamps.map(|(ours, theirs)| (theirs, ours)),
+            ..TcpOptions::default()
+        },
+    };
+    b.handle_segment(now, A_IP, B_IP, &emit(&wrong, &[]));
+    let out = drain(&mut b, now);
+    assert_eq!(out.len(), 1, "one answer: {:?}", b.stats());
+    let (rst, _) = TcpRepr::parse_segment(&out[0].1).unwrap();
+    assert!(rst.flags.rst() && !rst.flags.ack(), "{rst:?}");
+    assert_eq!(rst.seq, wrong.ack, "at the ACK's number");
+    let s = *b.stats();
+    assert_eq!((s.resets_out, s.resets_handshake_ack), (1, 1), "{s:?}");
+    assert_eq!(b.connection_count(), 1, "the half-open connection stays");
+    // The SYN-ACK reaches A after all; A's ACK completes the handshake.
+    for (t, bytes) in syn_ack {
+        a.handle_segment(now, t.src.ip(), t.dst.ip(), &bytes);
+    }
+    deliver(&mut a, &mut b, now, |_, _| false);
+    let mut events = Vec::new();
+    while let Some(e) = b.poll_event() {
+        events.push(e);
+    }
+    assert_eq!(accepted(&events).len(), 1, "accepted: {events:?}");
+    assert_eq!(a.state(ca), Ok(flowlane_tcp::State::Established));
 }
 
 /// A client of `b` on port `port`, connecting from A's port `from`.
@@ -600,6 +652,7 @@ fn a_syn_filter_refuses_at_the_syn_with_a_reset_and_keeps_nothing() {
     assert!(rst.flags.rst() && !rst.flags.syn(), "{rst:?}");
     assert_eq!(b.connection_count(), 0, "nothing kept");
     assert_eq!((b.stats().syn_refused, b.stats().passive_opens), (1, 0));
+    assert_eq!(b.stats().resets_refused, 1);
     for (t, bytes) in out {
         a.handle_segment(now, t.src.ip(), t.dst.ip(), &bytes);
     }
@@ -668,4 +721,9 @@ fn a_syn_filter_also_refuses_a_returned_syn_cookie() {
     assert_eq!(b.connection_count(), before, "opened nothing");
     assert_eq!(b.stats().syn_cookies_accepted, 0);
     assert_eq!(b.stats().syn_refused, 1);
+    assert_eq!(
+        b.stats().resets_refused,
+        1,
+        "the RST counted as the filter's"
+    );
 }

@@ -271,6 +271,11 @@ fn regression_reset_on_a_corrupting_link() {
         Some("A conn 1 closed: Reset")
     );
     assert_eq!(sim.b.stats().resets_out, 1);
+    assert_eq!(
+        sim.b.stats().resets_listener_ack,
+        1,
+        "A's data found no connection"
+    );
 }
 
 #[test]

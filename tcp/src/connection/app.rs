@@ -7,7 +7,7 @@ impl Connection {
     /// The application aborted: RST if synchronized (RFC 9293 §3.10.5).
     pub(crate) fn abort(&mut self, ctx: &mut Ctx<'_>) {
         if self.state.is_synchronized() || self.state == State::SynReceived {
-            self.send_rst(ctx);
+            self.send_rst(ctx, ResetReason::Aborted);
         }
         self.close_now(CloseReason::Aborted);
     }

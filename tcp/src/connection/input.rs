@@ -89,6 +89,7 @@ impl Connection {
                     tuple: self.tuple,
                     seq: SeqNumber(seg.ack),
                     ack: None,
+                    why: ResetReason::HandshakeAck,
                 });
             }
             return;
@@ -481,6 +482,7 @@ impl Connection {
                 tuple: self.tuple,
                 seq: SeqNumber(seg.ack),
                 ack: None,
+                why: ResetReason::HandshakeAck,
             });
             false
         }
@@ -529,7 +531,7 @@ impl Connection {
             // already; ignore the text.
         } else if self.flags.has(Flags::APP_CLOSED) {
             // Nobody will read this: reset (RFC 2525 §2.17).
-            self.send_rst(ctx);
+            self.send_rst(ctx, ResetReason::DataAfterClose);
             self.close_now(CloseReason::Reset);
             return false;
         } else {

@@ -68,6 +68,47 @@ pub(crate) struct PendingRst {
     pub seq: SeqNumber,
     /// `Some` to set ACK with this acknowledgment number.
     pub ack: Option<SeqNumber>,
+    /// Why it is sent: counted under that name once it goes out.
+    pub why: ResetReason,
+}
+
+/// Why the stack sends an RST, each counted in [`crate::Stats`] when the
+/// RST goes out (their sum is [`crate::Stats::resets_out`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ResetReason {
+    /// A segment for no connection and no listener (RFC 9293 §3.10.7.1).
+    NoConnection,
+    /// An ACK to a listener that opened nothing: no cookie of ours, or one
+    /// that did not check (RFC 9293 §3.10.7.2).
+    ListenerAck,
+    /// An ACK that did not acknowledge our SYN, in SYN-SENT or
+    /// SYN-RECEIVED (RFC 9293 §3.10.7.3, §3.10.7.4).
+    HandshakeAck,
+    /// A SYN (or returned cookie) the listener's SYN filter refused.
+    Refused,
+    /// Data for a connection the application had closed (RFC 2525 §2.17).
+    DataAfterClose,
+    /// The application aborted the connection (RFC 9293 §3.10.5).
+    Aborted,
+    /// Retransmissions ran out (RFC 1122 §4.2.3.5).
+    TimedOut,
+}
+
+impl Stats {
+    /// Counts an RST sent, under its reason.
+    #[inline(never)]
+    pub(crate) fn count_reset(&mut self, why: ResetReason) {
+        self.resets_out += 1;
+        *match why {
+            ResetReason::NoConnection => &mut self.resets_no_connection,
+            ResetReason::ListenerAck => &mut self.resets_listener_ack,
+            ResetReason::HandshakeAck => &mut self.resets_handshake_ack,
+            ResetReason::Refused => &mut self.resets_refused,
+            ResetReason::DataAfterClose => &mut self.resets_data_after_close,
+            ResetReason::Aborted => &mut self.resets_aborted,
+            ResetReason::TimedOut => &mut self.resets_timed_out,
+        } += 1;
+    }
 }
 
 /// What the stack owes segments it refuses: the RSTs to send, and the
@@ -649,11 +690,12 @@ impl Connection {
     /// may have been rewound by a timeout, and an RST below the peer's
     /// RCV.NXT is out of its window; RFC 5961 §3.2 peers then want it
     /// exact).
-    fn send_rst(&self, ctx: &mut Ctx<'_>) {
+    fn send_rst(&self, ctx: &mut Ctx<'_>, why: ResetReason) {
         ctx.queue_rst(PendingRst {
             tuple: self.tuple,
             seq: self.snd.max,
             ack: Some(self.rcv.nxt),
+            why,
         });
     }
 

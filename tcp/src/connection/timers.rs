@@ -95,7 +95,7 @@ impl Connection {
         };
         if self.timers_rare.retransmits >= limit {
             if self.state.is_synchronized() {
-                self.send_rst(ctx);
+                self.send_rst(ctx, ResetReason::TimedOut);
             }
             self.close_now(CloseReason::Timeout);
             return;
