@@ -2,6 +2,7 @@
 //! description, the peer's Ethernet frames around its segments, and the
 //! handler's output polled into plain buffers (no sockets, no UMEM).
 
+use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -16,7 +17,7 @@ use flowlane_wire::{
 use flowlane_app::{ConnHandle, Net};
 
 use super::{instant, TcpHandler};
-use crate::worker::QueueInfo;
+use crate::worker::{QueueInfo, RingAhead};
 
 pub(super) const OUR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
 pub(super) const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
@@ -106,5 +107,52 @@ pub(super) fn echo(net: &mut dyn Net, conn: ConnHandle) -> (u64, bool) {
             Ok(_) => return (echoed, net.is_eof(conn)),
             Err(_) => return (echoed, false),
         }
+    }
+}
+
+/// A worker's RX ring as the tests and the fuzz target play it: frames the
+/// NIC put on it, and those a look ahead took off it and left waiting (the
+/// worker's backlog), handed on first.
+#[derive(Default)]
+pub(super) struct FakeRing {
+    pub(super) ring: VecDeque<Vec<u8>>,
+    pub(super) waiting: VecDeque<Vec<u8>>,
+    pub(super) consumed: u64,
+}
+
+impl FakeRing {
+    /// The next frame the worker's receive loop takes.
+    pub(super) fn next(&mut self) -> Option<Vec<u8>> {
+        let f = self.waiting.pop_front().or_else(|| self.ring.pop_front())?;
+        self.consumed += 1;
+        Some(f)
+    }
+}
+
+impl RingAhead for FakeRing {
+    fn consumed(&self) -> u64 {
+        self.consumed
+    }
+    fn end_now(&mut self) -> u64 {
+        self.consumed + (self.waiting.len() + self.ring.len()) as u64
+    }
+    fn scan_ahead(&mut self, waiting_too: bool, take: &mut dyn FnMut(&[u8]) -> bool) -> u64 {
+        let mut taken = 0;
+        if waiting_too {
+            self.waiting.retain(|f| {
+                let t = take(f);
+                taken += u64::from(t);
+                !t
+            });
+        }
+        while let Some(f) = self.ring.pop_front() {
+            if take(&f) {
+                taken += 1;
+            } else {
+                self.waiting.push_back(f);
+            }
+        }
+        self.consumed += taken;
+        self.consumed + self.waiting.len() as u64
     }
 }

@@ -8,19 +8,34 @@
 //! stack at 10.99.0.2 and fd99::2 with up to 16 connections, its frames
 //! routed by the table as a NIC routes them. The input decodes into steps:
 //! the peer's connections opened, written, read, shut down, closed or
-//! aborted; the frames exchanged; time passing; a connection's bucket
-//! moved to the other queue (the export and import of a move); and what
-//! the network adds: raw bytes; a copy of the peer's last frame
+//! aborted; the frames exchanged; time passing; one endpoint's pass alone
+//! (its RX ring's next frames, then its inbox, as a worker's loop); a
+//! connection's bucket moved to the other queue; the NIC's entry written
+//! at a step of the input's choosing; and what the network adds: raw bytes; a copy of the peer's last frame
 //! with a byte changed, a bit flipped or cut short; forged TCP segments
 //! with valid checksums, any flags, sequence numbers, window, options and
 //! payload, from tuples the peer's connections do not use; ICMP "packet
 //! too big" (v4 and v6) quoting a live connection with any MTU and
-//! sequence number. Each frame goes through the next-frame prefetch first
-//! (which reads a frame's endpoints unverified), with the following
-//! frame as the one after it, and is lent to the endpoint's stack as a
-//! worker lends its UMEM frames (zero-copy receive: in-order payload
-//! stays in the frame until the application reads it), up to
-//! [`LEND_MAX`] frames an endpoint, then handed over unlent.
+//! sequence number. Frames wait on the RX ring of the endpoint the
+//! emulated NIC's table names until that endpoint's next pass. Each goes
+//! through the next-frame prefetch first (which reads a frame's endpoints
+//! unverified), with the following frame as the one after it, and is lent
+//! to the endpoint's stack as a worker lends its UMEM frames (zero-copy
+//! receive: in-order payload stays in the frame until the application
+//! reads it), up to [`LEND_MAX`] frames an endpoint, then handed over
+//! unlent.
+//!
+//! A move is the service's own: the controller
+//! ([`move_bucket`](crate::handoff::move_bucket)) runs on a thread of its
+//! own and the endpoints exchange `Prepare`, the export's parts, the
+//! rewrite, forwarded and held frames and the drain marker through their
+//! [`Mesh`] inboxes, while the harness steps both endpoints on its
+//! thread. The controller's NIC write waits until the input performs it,
+//! and the harness waits at each of the controller's sends, so that a run
+//! is the input's alone and replays exactly. A move still under way after
+//! [`MOVE_STEPS_MAX`] steps (or at a new move, or at the end) is brought
+//! to its end: the entry written, passes until the new endpoint answers
+//! the controller. A move that fails is a finding.
 //!
 //! Checked after every step: no panic; every frame an endpoint emits
 //! parses with its checksums; every byte the peer reads back is the byte
@@ -33,6 +48,9 @@
 //! gets all it wrote echoed back.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use flowlane_app::{ConnHandle, ConnHandler, Net, SetupExt};
@@ -45,11 +63,12 @@ use flowlane_wire::{
     EtherType, EthernetAddress, EthernetRepr, IpProtocol, Ipv4Repr, Ipv6Repr, VlanTags,
 };
 
-use super::frame_harness::{echo, frame, info, poll_in, OUR_MAC, PEER_MAC};
+use super::frame_harness::{echo, frame, info, poll_in, FakeRing, OUR_MAC, PEER_MAC};
 use super::Fate;
 use super::{instant, TcpConfig, TcpHandler};
 use crate::bucket_counters::rss_bucket;
 use crate::ephemeral::rss_state;
+use crate::handoff::{move_bucket, Mesh, MoveError, MoveReport, RssTableWriter};
 
 const OURS_V4: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
 const PEER_V4: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
@@ -70,6 +89,14 @@ pub const LEND_MAX: usize = 64;
 /// Rounds of the final exchange before an unfinished echo is a failure
 /// (10 ms of virtual time each: 60 s).
 const SETTLE_ROUNDS: usize = 6_000;
+/// Steps a move may stay under way before the harness brings it to its
+/// end (the controller's replies wait 2 s of real time).
+const MOVE_STEPS_MAX: usize = 64;
+/// Rounds of 1 ms in which a move brought to its end must end (the old
+/// endpoint's marker waits at most 20 ms, a hold 200 ms).
+const MOVE_ROUNDS: usize = 2_000;
+/// Real time the harness and the controller wait for each other at most.
+const SPIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(20);
 
 fn ours_v6() -> Ipv6Addr {
     Ipv6Addr::new(0xfd99, 0, 0, 0, 0, 0, 0, 1)
@@ -180,6 +207,64 @@ impl ConnHandler for Echo {
     }
 }
 
+/// Waits (spinning) until `done`; a harness stuck for [`SPIN_LIMIT`] is a
+/// failure, naming `what` it waited for.
+fn spin_until(mut done: impl FnMut() -> bool, what: &str) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(start.elapsed() < SPIN_LIMIT, "stuck waiting for {what}");
+        std::thread::yield_now();
+    }
+}
+
+/// The emulated NIC as a move's controller sees it: the write waits until
+/// the harness performs it (it rewrites its own table first), at a step
+/// of the input's choosing.
+#[derive(Default)]
+struct StagedNic {
+    asked: AtomicBool,
+    written: AtomicBool,
+}
+
+impl RssTableWriter for StagedNic {
+    fn set_entry(&self, _bucket: u16, _queue: u32) -> Result<(), String> {
+        self.asked.store(true, Ordering::Release);
+        spin_until(
+            || self.written.load(Ordering::Acquire),
+            "the harness's NIC write",
+        );
+        Ok(())
+    }
+}
+
+/// Where a move under way is, as the harness steps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// `Prepare` and `Export` sent; the new endpoint has not taken the
+    /// `Prepare` yet.
+    Announced,
+    /// The new endpoint holds the bucket's frames; the controller waits
+    /// for the NIC's entry to be written.
+    Asked,
+    /// The entry names the new endpoint; `Rewritten` is in the old one's
+    /// inbox.
+    Written,
+    /// The old endpoint sent its drain marker: the new one's next pass
+    /// answers the controller.
+    Marked,
+}
+
+/// A move under way: its controller's thread, its NIC write, its stage.
+struct InFlight {
+    bucket: u16,
+    from: usize,
+    to: usize,
+    nic: Arc<StagedNic>,
+    controller: JoinHandle<Result<MoveReport, MoveError>>,
+    stage: Stage,
+    steps: usize,
+}
+
 /// One of the peer's connections.
 struct PeerSide {
     handle: PeerConn,
@@ -216,7 +301,17 @@ struct Harness {
     eps: [TcpHandler; 2],
     /// Each endpoint's frames.
     stores: [Store; 2],
-    /// Which endpoint serves each bucket (the emulated NIC's table).
+    /// Each endpoint's RX ring: frames the NIC steered there, waiting for
+    /// its next pass.
+    rings: [FakeRing; 2],
+    /// The endpoints' inboxes.
+    mesh: Arc<Mesh>,
+    /// The move under way.
+    moving: Option<InFlight>,
+    /// Moves done.
+    moves: u64,
+    /// Which endpoint each bucket's frames reach (the emulated NIC's
+    /// table; a move rewrites it when its controller writes the entry).
     owner: Vec<usize>,
     peer: Stack,
     conns: Vec<PeerSide>,
@@ -235,13 +330,14 @@ impl Harness {
         let table: Vec<u32> = (0..BUCKETS).map(|b| b % 2).collect();
         let rss =
             rss_state(RssKey::microsoft_default().as_bytes(), &table, 2).expect("a valid table");
+        let mesh = Arc::new(Mesh::new(2).expect("the endpoints' inboxes"));
         let ep = |queue: u32| {
             let mut cfg = TcpConfig::new(OURS_V4, OUR_MAC, [1; 16]);
             cfg.local_ip6 = Some(ours_v6());
             cfg.rss = Some(rss.clone());
             let mut i = info();
             i.queue = queue;
-            let mut h = TcpHandler::new(&i, cfg);
+            let mut h = TcpHandler::with_mover(&i, cfg, mesh.clone());
             h.listen(PORT, Echo).expect("listen");
             h
         };
@@ -250,6 +346,10 @@ impl Harness {
             owner: table.iter().map(|&q| q as usize).collect(),
             eps: [ep(0), ep(1)],
             stores: Default::default(),
+            rings: Default::default(),
+            mesh,
+            moving: None,
+            moves: 0,
             rss,
             peer: Stack::new(Config::new([9; 16])),
             conns: Vec::new(),
@@ -290,10 +390,35 @@ impl Harness {
         }
     }
 
+    /// Puts `f` on endpoint `to`'s RX ring, for its next pass.
+    fn deliver(&mut self, to: usize, f: Vec<u8>) {
+        self.rings[to].ring.push_back(f);
+    }
+
+    /// One pass of endpoint `i`, as its worker's loop makes it: up to
+    /// `budget` frames off its RX ring, then its inbox and moves
+    /// ([`TcpHandler::pass`], which may look ahead on the ring); then
+    /// whatever the move under way waits for from it. Returns the frames
+    /// it took off the ring.
+    fn pass_of(&mut self, i: usize, budget: usize) -> usize {
+        let batch: Vec<Vec<u8>> = std::iter::from_fn(|| self.rings[i].next())
+            .take(budget)
+            .collect();
+        for (k, f) in batch.iter().enumerate() {
+            self.take_in(i, f, batch.get(k + 1).map(Vec::as_slice));
+        }
+        let now = instant(self.now);
+        let (ep, store, ring) = (&mut self.eps[i], &self.stores[i], &mut self.rings[i]);
+        ep.pass(now, self.now, store, ring);
+        self.take_back(i);
+        self.after_pass(i);
+        batch.len()
+    }
+
     /// Hands `f` to endpoint `to`, prefetching it first with `after` as the
     /// frame after it (as the worker does) and lending it while there is
     /// room, then takes back the frames its stack gave up.
-    fn deliver(&mut self, to: usize, f: &[u8], after: Option<&[u8]>) {
+    fn take_in(&mut self, to: usize, f: &[u8], after: Option<&[u8]>) {
         let now = instant(self.now);
         let (ep, store) = (&mut self.eps[to], &mut self.stores[to]);
         ep.prefetch_state(f, after);
@@ -357,21 +482,26 @@ impl Harness {
         {
             out.push(frame(&self.scratch[..t.len], t.src.ip(), t.dst.ip()));
         }
-        for i in 0..out.len() {
-            let to = self.route_frame(&out[i], 0);
-            self.deliver(to, &out[i], out.get(i + 1).map(Vec::as_slice));
+        let n = out.len();
+        if let Some(f) = out.last() {
+            self.last = f.clone();
         }
-        if let Some(f) = out.pop() {
-            self.last = f;
+        for f in out {
+            let to = self.route_frame(&f, 0);
+            self.deliver(to, f);
         }
-        out.len()
+        n
     }
 
-    /// Moves frames both ways until quiet (bounded), reading what the
-    /// peer's connections have.
+    /// Moves frames both ways until quiet (bounded), each endpoint making
+    /// a pass in between, reading what the peer's connections have.
     fn exchange(&mut self) {
         for _ in 0..64 {
-            let moved = self.peer_to_endpoints() + self.endpoints_to_peer();
+            let mut moved = self.peer_to_endpoints();
+            for i in 0..2 {
+                moved += self.pass_of(i, usize::MAX);
+            }
+            moved += self.endpoints_to_peer() + self.mesh.pending(0) + self.mesh.pending(1);
             for k in 0..self.conns.len() {
                 self.read(k);
             }
@@ -514,9 +644,7 @@ impl Harness {
             _ => f.truncate(i),
         }
         let to = self.route_frame(&self.last, how);
-        let last = std::mem::take(&mut self.last);
-        self.deliver(to, &f, Some(&last));
-        self.last = last;
+        self.deliver(to, f);
     }
 
     /// A TCP segment with valid checksums from a tuple no live connection
@@ -554,7 +682,7 @@ impl Harness {
         seg.extend_from_slice(&payload);
         let f = frame(&seg, src, dst);
         let to = self.route(SocketAddr::new(dst, PORT), SocketAddr::new(src, src_port));
-        self.deliver(to, &f, None);
+        self.deliver(to, f);
     }
 
     /// An ICMP "packet too big" (ICMPv4 fragmentation needed, or ICMPv6
@@ -618,38 +746,154 @@ impl Harness {
             _ => unreachable!("one family per connection"),
         };
         buf.truncate(n);
-        self.deliver(usize::from(to & 1), &buf, None);
+        self.deliver(usize::from(to & 1), buf);
     }
 
-    /// Moves the bucket of connection `k` to the other queue's endpoint,
-    /// with its connections.
-    fn move_bucket(&mut self, k: usize) {
+    /// Starts moving the bucket of connection `k` to the other endpoint
+    /// (after the move under way, brought to its end first): the
+    /// controller on its thread, the harness waiting until its `Prepare`
+    /// and `Export` are in the endpoints' inboxes.
+    fn start_move(&mut self, k: usize) {
+        self.complete_move();
         let Some(c) = self.conns.get(k) else {
             return;
         };
         let bucket = rss_bucket(&self.rss, &c.tuple());
-        let from = self.owner[usize::from(bucket)];
+        let view = |e: &TcpHandler| e.mover.as_ref().expect("a mover").owner(bucket) as usize;
+        let from = view(&self.eps[0]);
+        assert_eq!(
+            from,
+            view(&self.eps[1]),
+            "the endpoints agree on bucket {bucket}"
+        );
+        assert_eq!(
+            from,
+            self.owner[usize::from(bucket)],
+            "the NIC agrees on bucket {bucket}"
+        );
         let to = 1 - from;
-        let now = instant(self.now);
-        let mut parts = Vec::new();
-        let (last, _) =
-            self.eps[from].export_bucket(now, bucket, &self.stores[from], &mut |p| parts.push(*p));
-        parts.push(*last);
-        self.take_back(from);
-        for p in parts {
-            assert_eq!(
-                self.eps[to].import_bucket(now, p, &self.stores[to]),
-                0,
-                "every connection imported"
-            );
+        let before = (self.mesh.pending(to as u32), self.mesh.pending(from as u32));
+        let nic = Arc::new(StagedNic::default());
+        let (mesh, writer) = (self.mesh.clone(), nic.clone());
+        let controller = std::thread::spawn(move || {
+            move_bucket(&mesh, &*writer, bucket, from as u32, to as u32)
+        });
+        spin_until(
+            || {
+                controller.is_finished()
+                    || (self.mesh.pending(to as u32) > before.0
+                        && self.mesh.pending(from as u32) > before.1)
+            },
+            "the move's announcement and export",
+        );
+        if self.trace {
+            eprintln!("  move of bucket {bucket}: {from} -> {to}");
         }
-        self.take_back(to);
-        self.owner[usize::from(bucket)] = to;
+        self.moving = Some(InFlight {
+            bucket,
+            from,
+            to,
+            nic,
+            controller,
+            stage: Stage::Announced,
+            steps: 0,
+        });
+    }
+
+    /// What the move under way waits for after endpoint `i`'s pass: the
+    /// new endpoint took `Prepare` (the controller then asks for the NIC
+    /// write), the old one sent its drain marker, the new one answered the
+    /// controller.
+    fn after_pass(&mut self, i: usize) {
+        let Some(m) = self.moving.as_mut() else {
+            return;
+        };
+        let mover = self.eps[i].mover.as_ref().expect("a mover");
+        match m.stage {
+            Stage::Announced if i == m.to && mover.expecting(m.bucket) => {
+                let nic = &m.nic;
+                spin_until(
+                    || nic.asked.load(Ordering::Acquire),
+                    "the controller's NIC write",
+                );
+                m.stage = Stage::Asked;
+            }
+            Stage::Written
+                if i == m.from
+                    && mover.owner(m.bucket) as usize == m.to
+                    && !mover.draining_bucket(m.bucket) =>
+            {
+                m.stage = Stage::Marked;
+            }
+            Stage::Marked if i == m.to => self.end_move(),
+            _ => {}
+        }
+    }
+
+    /// Writes the NIC's entry of the move waiting for it: frames of the
+    /// bucket reach the new endpoint from here on; the harness waits until
+    /// the controller's `Rewritten` is in the old endpoint's inbox.
+    fn write_entry(&mut self) {
+        let Some(m) = self.moving.as_mut().filter(|m| m.stage == Stage::Asked) else {
+            return;
+        };
+        self.owner[usize::from(m.bucket)] = m.to;
+        let from = m.from as u32;
+        let before = self.mesh.pending(from);
+        m.nic.written.store(true, Ordering::Release);
+        let (mesh, controller) = (&self.mesh, &m.controller);
+        spin_until(
+            || controller.is_finished() || mesh.pending(from) > before,
+            "the controller's rewrite message",
+        );
+        m.stage = Stage::Written;
+        if self.trace {
+            eprintln!("  bucket {}: the NIC's entry names {}", m.bucket, m.to);
+        }
+    }
+
+    /// Brings the move under way to its end: the entry written, rounds of
+    /// 1 ms with both endpoints' passes until the new endpoint answers the
+    /// controller.
+    fn complete_move(&mut self) {
+        for _ in 0..MOVE_ROUNDS {
+            if self.moving.is_none() {
+                return;
+            }
+            self.write_entry();
+            self.wait(1);
+        }
+        panic!("a move did not end within {MOVE_ROUNDS} ms");
+    }
+
+    /// The controller's end: its report, or its error (a finding).
+    fn end_move(&mut self) {
+        let m = self.moving.take().expect("a move under way");
+        spin_until(|| m.controller.is_finished(), "the controller's end");
+        match m.controller.join() {
+            Ok(Ok(report)) => {
+                self.moves += 1;
+                if self.trace {
+                    eprintln!("  moved: {report:?}");
+                }
+            }
+            Ok(Err(e)) => panic!("the move of bucket {} failed: {e:?}", m.bucket),
+            Err(_) => panic!("the move of bucket {}: its controller panicked", m.bucket),
+        }
     }
 
     fn step(&mut self, c: &mut Cursor<'_>) {
+        if let Some(m) = self.moving.as_mut() {
+            m.steps += 1;
+            // A controller that gave up early (its error is a finding).
+            if m.stage == Stage::Announced && m.controller.is_finished() {
+                self.end_move();
+            } else if m.steps > MOVE_STEPS_MAX {
+                self.complete_move();
+            }
+        }
         let k = |c: &mut Cursor<'_>| usize::from(c.u8()) % MAX_CONNS;
-        let op = c.u8() % 12;
+        let op = c.u8() % 15;
         if self.trace {
             let peek = &c.data[..c.data.len().min(12)];
             eprintln!("t={:?} op {op} {peek:?}", self.now);
@@ -680,9 +924,7 @@ impl Harness {
                 let to = c.u8();
                 let len = usize::from(c.u8());
                 let raw = c.bytes(len).to_vec();
-                let last = std::mem::take(&mut self.last);
-                self.deliver(usize::from(to & 1), &raw, Some(&last));
-                self.last = last;
+                self.deliver(usize::from(to & 1), raw);
             }
             8 => {
                 let (how, at, val) = (c.u8(), c.u16(), c.u8());
@@ -693,9 +935,21 @@ impl Harness {
                 let (k, mtu, seq, to) = (k(c), c.u16(), c.u32(), c.u8());
                 self.too_big(k, mtu, seq, to);
             }
-            _ => {
+            11 => {
                 let k = k(c);
-                self.move_bucket(k);
+                self.start_move(k);
+            }
+            12 => self.write_entry(),
+            13 => {
+                // One endpoint's pass alone, taking few frames off its
+                // ring (a loaded worker: the rest wait, for a drain's look
+                // ahead).
+                let (i, budget) = (usize::from(c.u8() & 1), usize::from(c.u8() % 8));
+                self.pass_of(i, budget);
+            }
+            _ => {
+                // The peer's frames onto the rings, no pass.
+                self.peer_to_endpoints();
             }
         }
         self.peer_events();
@@ -703,6 +957,7 @@ impl Harness {
 
     /// The network is quiet again: every open connection's bytes come back.
     fn finish(&mut self) {
+        self.complete_move();
         for _ in 0..SETTLE_ROUNDS {
             self.wait(10);
             if self.conns.iter().all(|c| c.done || c.got == c.sent) {
@@ -760,6 +1015,7 @@ mod tests {
         assert_eq!(h.conns[0].sent, 10_000 + 4_095, "what A wrote");
         assert_eq!(h.conns[0].got, h.conns[0].sent, "echoed");
         assert_eq!(h.conns[1].got, 10_000);
+        assert_eq!(h.moves, 2, "both buckets moved through the mesh");
         assert!(h.kept > 5, "payload kept in lent frames: {}", h.kept);
         let moved: u64 = h
             .eps
@@ -767,6 +1023,21 @@ mod tests {
             .map(|e| e.counters.snapshot().segments_in)
             .sum();
         assert!(moved > 20, "{moved} segments in");
+        // A move stepped by hand while connection 0 streams: its frames on
+        // the rings, the move started, passes of a few frames each, the
+        // NIC's entry written late, more frames, then time.
+        let h = run(&[
+            3, 0, 0x10, 0x27, 14, 11, 0, 14, 13, 0, 2, 13, 1, 2, 3, 0, 0x10, 0x27, 14, 13, 0, 1,
+            13, 1, 1, 12, 14, 13, 0, 3, 13, 1, 3, 14, 13, 0, 7, 13, 1, 7, 0, 6, 0x10, 0,
+        ]);
+        let stats = |i: usize| h.eps[i].mover.as_ref().expect("a mover").stats;
+        let (s0, s1) = (stats(0), stats(1));
+        assert_eq!(h.moves, 1);
+        assert!(
+            s0.frames_forwarded + s1.frames_forwarded > 0 && s0.frames_held + s1.frames_held > 0,
+            "frames forwarded and held: {s0:?} {s1:?}"
+        );
+        assert_eq!(h.conns[0].got, 20_000, "every byte echoed");
         // Damaged copies of every kind, a forgery, a too-big.
         rx_frames_target(&[
             3, 0, 0, 8, 0, 8, 1, 20, 0, 5, 8, 2, 40, 0, 0, 9, 0, 0, 5, 0, 2, 1, 0, 0, 0, 0, 0, 0,

@@ -326,6 +326,13 @@ impl Mesh {
     pub(crate) fn wake_fd(&self, queue: u32) -> Option<RawFd> {
         self.inboxes.get(queue as usize).map(|i| i.wake.raw_fd())
     }
+
+    /// Messages waiting in `queue`'s inbox (for a harness that steps the
+    /// workers itself and must know when the controller has sent).
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn pending(&self, queue: u32) -> usize {
+        self.inboxes.get(queue as usize).map_or(0, |i| i.rx.len())
+    }
 }
 
 /// A bucket this worker is taking over.
@@ -531,6 +538,20 @@ impl Mover {
     }
 
     /// The queue that serves `bucket`, as this worker knows it.
+    /// This worker took `bucket`'s `Prepare` and holds its frames (for a
+    /// harness that steps the workers itself).
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn expecting(&self, bucket: u16) -> bool {
+        self.incoming.iter().any(|i| i.bucket == bucket)
+    }
+
+    /// This worker gave `bucket` away and has not sent its drain marker
+    /// yet (for a harness that steps the workers itself).
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn draining_bucket(&self, bucket: u16) -> bool {
+        self.outgoing.iter().any(|o| o.bucket == bucket)
+    }
+
     pub(crate) fn owner(&self, bucket: u16) -> u32 {
         self.rss
             .table()

@@ -2,7 +2,7 @@
 //! a peer stack plays the remote host, a shared table plays the NIC, and
 //! the controller runs on its own thread as in a service.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,6 +15,7 @@ use flowlane_numa_sched::RssState;
 use flowlane_tcp::{Config, FourTuple, NoFrames, Stack};
 use flowlane_wire::packet::parse_frame;
 
+use super::frame_harness::FakeRing;
 use super::{instant, TcpConfig, TcpHandler, EXPORT_PART};
 use crate::bucket_counters::rss_bucket;
 use crate::ephemeral::rss_state;
@@ -146,53 +147,6 @@ enum Case {
     /// pass, among frames of other buckets, so that its ring holds a
     /// backlog when the rewrite comes (the drain looks ahead on it).
     Backlogged,
-}
-
-/// A worker's RX ring as these tests play it: frames the NIC put on it,
-/// and those a look ahead took off it and left waiting (the worker's
-/// backlog), handed on first.
-#[derive(Default)]
-struct FakeRing {
-    ring: VecDeque<Vec<u8>>,
-    waiting: VecDeque<Vec<u8>>,
-    consumed: u64,
-}
-
-impl FakeRing {
-    /// The next frame the worker's receive loop takes.
-    fn next(&mut self) -> Option<Vec<u8>> {
-        let f = self.waiting.pop_front().or_else(|| self.ring.pop_front())?;
-        self.consumed += 1;
-        Some(f)
-    }
-}
-
-impl RingAhead for FakeRing {
-    fn consumed(&self) -> u64 {
-        self.consumed
-    }
-    fn end_now(&mut self) -> u64 {
-        self.consumed + (self.waiting.len() + self.ring.len()) as u64
-    }
-    fn scan_ahead(&mut self, waiting_too: bool, take: &mut dyn FnMut(&[u8]) -> bool) -> u64 {
-        let mut taken = 0;
-        if waiting_too {
-            self.waiting.retain(|f| {
-                let t = take(f);
-                taken += u64::from(t);
-                !t
-            });
-        }
-        while let Some(f) = self.ring.pop_front() {
-            if take(&f) {
-                taken += 1;
-            } else {
-                self.waiting.push_back(f);
-            }
-        }
-        self.consumed += taken;
-        self.consumed + self.waiting.len() as u64
-    }
 }
 
 /// A frame of no connection of ours, in some other bucket than `b` (for

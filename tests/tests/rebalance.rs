@@ -405,7 +405,9 @@ fn stormed_cleanly(moves: &[Value], lines: &[Value], min_moves: usize, max_reset
         .map(|q| {
             let tcp = q["tcp"].as_object().expect("tcp counters");
             tcp.iter()
-                .filter(|(k, v)| k.starts_with("resets_") && k.as_str() != "resets_in" && v != &&0)
+                .filter(|(k, v)| {
+                    k.starts_with("resets_") && k.as_str() != "resets_in" && v.as_u64() != Some(0)
+                })
                 .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
                 .collect()
         })
