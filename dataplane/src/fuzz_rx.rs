@@ -43,7 +43,8 @@
 //! anything a forgery or a damaged frame put in); a connection ends only
 //! after the peer closed or aborted it, or shut it down and read its
 //! whole echo; a stack gives back only frames it was lent and still holds,
-//! each once, and holds exactly those it has not given back. At the end, with the network quiet again, every
+//! each once, and holds exactly those it has not given back; no connection
+//! is live on both endpoints. At the end, with the network quiet again, every
 //! connection the peer did not close or abort (a shut-down one included)
 //! gets all it wrote echoed back.
 
@@ -866,6 +867,25 @@ impl Harness {
         panic!("a move did not end within {MOVE_ROUNDS} ms");
     }
 
+    /// A connection lives on one endpoint: no tuple is live on both (a
+    /// move hands each connection over; a copy left behind would answer
+    /// the peer's segments on its own).
+    fn check_one_home(&self) {
+        for b in 0..BUCKETS as u16 {
+            let tuples = |e: &TcpHandler| -> Vec<FourTuple> {
+                e.stack
+                    .bucket_connections(b)
+                    .into_iter()
+                    .filter_map(|c| e.stack.four_tuple(c).ok())
+                    .collect()
+            };
+            let (t0, t1) = (tuples(&self.eps[0]), tuples(&self.eps[1]));
+            if let Some(t) = t0.iter().find(|t| t1.contains(t)) {
+                panic!("bucket {b}: connection {t:?} is live on both endpoints");
+            }
+        }
+    }
+
     /// The controller's end: its report, or its error (a finding).
     fn end_move(&mut self) {
         let m = self.moving.take().expect("a move under way");
@@ -992,8 +1012,10 @@ fn run(data: &[u8]) -> Harness {
     h.exchange();
     while !c.done() {
         h.step(&mut c);
+        h.check_one_home();
     }
     h.finish();
+    h.check_one_home();
     h
 }
 
