@@ -162,7 +162,7 @@ const QUEUE_ROWS: &[QueueRow] = &[
     row!("flowlane_tcp_syn_cookies_sent", "SYN-ACKs that carried a SYN cookie (listener under a SYN flood).", C, [], |q| q.tcp.syn_cookies_sent),
     row!("flowlane_tcp_syn_cookies_accepted", "Connections opened from a returned SYN cookie.", C, [], |q| q.tcp.syn_cookies_accepted),
     row!("flowlane_tcp_resets_received", "Resets received.", C, [], |q| q.tcp.resets_in),
-    row!("flowlane_tcp_resets_sent", "Resets sent, by reason: a segment for no connection and no listener, an ACK a listener took for no connection of its own (a peer still sending on one this queue does not have), an ACK that did not acknowledge our SYN, a SYN the SYN filter refused, data after the application closed, the application's abort, retransmissions run out.", C, ["reason" = "no_connection"], |q| q.tcp.resets_no_connection),
+    row!("flowlane_tcp_resets_sent", "Resets sent, by reason: a segment for no connection and no listener, an ACK a listener took for no connection of its own (a peer still sending on one this queue does not have), an ACK that did not acknowledge our SYN, a SYN the SYN filter refused, data after the application closed, the application's abort (or its close with data unread), retransmissions run out.", C, ["reason" = "no_connection"], |q| q.tcp.resets_no_connection),
     row!("flowlane_tcp_resets_sent", "", C, ["reason" = "listener_ack"], |q| q.tcp.resets_listener_ack),
     row!("flowlane_tcp_resets_sent", "", C, ["reason" = "handshake_ack"], |q| q.tcp.resets_handshake_ack),
     row!("flowlane_tcp_resets_sent", "", C, ["reason" = "refused"], |q| q.tcp.resets_refused),

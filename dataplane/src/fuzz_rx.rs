@@ -11,7 +11,8 @@
 //! aborted; the frames exchanged; time passing; one endpoint's pass alone
 //! (its RX ring's next frames, then its inbox, as a worker's loop); a
 //! connection's bucket moved to the other queue; the NIC's entry written
-//! at a step of the input's choosing; and what the network adds: raw bytes; a copy of the peer's last frame
+//! at a step of the input's choosing; and what the network adds: raw
+//! bytes; a copy of the peer's last frame
 //! with a byte changed, a bit flipped or cut short; forged TCP segments
 //! with valid checksums, any flags, sequence numbers, window, options and
 //! payload, from tuples the peer's connections do not use; ICMP "packet
@@ -25,17 +26,16 @@
 //! reads it), up to [`LEND_MAX`] frames an endpoint, then handed over
 //! unlent.
 //!
-//! A move is the service's own: the controller
-//! ([`move_bucket`](crate::handoff::move_bucket)) runs on a thread of its
-//! own and the endpoints exchange `Prepare`, the export's parts, the
-//! rewrite, forwarded and held frames and the drain marker through their
-//! [`Mesh`] inboxes, while the harness steps both endpoints on its
-//! thread. The controller's NIC write waits until the input performs it,
-//! and the harness waits at each of the controller's sends, so that a run
-//! is the input's alone and replays exactly. A move still under way after
-//! [`MOVE_STEPS_MAX`] steps (or at a new move, or at the end) is brought
-//! to its end: the entry written, passes until the new endpoint answers
-//! the controller. A move that fails is a finding.
+//! A move is the service's own: the controller (`handoff::move_bucket`)
+//! runs on a thread of its own and the endpoints exchange `Prepare`, the
+//! export's parts, the rewrite, forwarded and held frames and the drain
+//! marker through their `Mesh` inboxes, while the harness steps both
+//! endpoints on its thread. The controller's NIC write waits until the
+//! input performs it, and the harness waits at each of the controller's
+//! sends, so that a run is the input's alone and replays exactly. A move
+//! still under way after `MOVE_STEPS_MAX` steps (or at a new move, or at
+//! the end) is brought to its end: the entry written, passes until the new
+//! endpoint answers the controller. A move that fails is a finding.
 //!
 //! Checked after every step: no panic; every frame an endpoint emits
 //! parses with its checksums; every byte the peer reads back is the byte
@@ -44,9 +44,9 @@
 //! after the peer closed or aborted it, or shut it down and read its
 //! whole echo; a stack gives back only frames it was lent and still holds,
 //! each once, and holds exactly those it has not given back; no connection
-//! is live on both endpoints. At the end, with the network quiet again, every
-//! connection the peer did not close or abort (a shut-down one included)
-//! gets all it wrote echoed back.
+//! is live on both endpoints. At the end, with the network quiet again,
+//! every connection the peer did not close or abort (a shut-down one
+//! included) gets all it wrote echoed back.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};

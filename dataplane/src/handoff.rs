@@ -537,7 +537,6 @@ impl Mover {
         }
     }
 
-    /// The queue that serves `bucket`, as this worker knows it.
     /// This worker took `bucket`'s `Prepare` and holds its frames (for a
     /// harness that steps the workers itself).
     #[cfg(any(test, feature = "fuzzing"))]
@@ -552,6 +551,7 @@ impl Mover {
         self.outgoing.iter().any(|o| o.bucket == bucket)
     }
 
+    /// The queue that serves `bucket`, as this worker knows it.
     pub(crate) fn owner(&self, bucket: u16) -> u32 {
         self.rss
             .table()

@@ -539,7 +539,7 @@ counters! {
         resets_refused,
         /// RSTs sent to data for connections their application had closed (RFC 2525).
         resets_data_after_close,
-        /// RSTs sent for connections the application aborted.
+        /// RSTs sent for connections the application aborted or closed with data unread.
         resets_aborted,
         /// RSTs sent for connections whose retransmissions ran out.
         resets_timed_out,

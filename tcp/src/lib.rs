@@ -668,8 +668,9 @@ pub struct Stats {
     /// RSTs sent to data for a connection the application had closed
     /// (RFC 2525 §2.17): the connection ended.
     pub resets_data_after_close: u64,
-    /// RSTs sent for connections the application aborted (RFC 9293
-    /// §3.10.5).
+    /// RSTs sent for connections the application aborted or closed with
+    /// data unread (RFC 9293 §3.10.5, RFC 2525 §2.17), or whose listener
+    /// went away before their handshake completed.
     pub resets_aborted: u64,
     /// RSTs sent for connections whose retransmissions ran out.
     pub resets_timed_out: u64,

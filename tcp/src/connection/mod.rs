@@ -88,7 +88,9 @@ pub(crate) enum ResetReason {
     Refused,
     /// Data for a connection the application had closed (RFC 2525 §2.17).
     DataAfterClose,
-    /// The application aborted the connection (RFC 9293 §3.10.5).
+    /// The application aborted the connection, or closed it with data
+    /// unread (RFC 9293 §3.10.5, RFC 2525 §2.17); or its listener went
+    /// away before the handshake completed.
     Aborted,
     /// Retransmissions ran out (RFC 1122 §4.2.3.5).
     TimedOut,
