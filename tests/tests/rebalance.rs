@@ -564,6 +564,90 @@ fn echoes_survive_a_rebalancing_storm_in_queue_pair_mode() {
     queue_pair_moved(&lines);
 }
 
+/// `argv[1]` host, `argv[2]` port, `argv[3]` segments per second, `argv[4]`
+/// seconds: spoofed SYNs and stray ACKs (random sequence and
+/// acknowledgment numbers), alternately, from forged on-link sources
+/// 10.99.0.100-250 and random ports, as raw IPv4. Prints JSON: what it sent.
+const SPOOFED: &str = r#"
+import json, random, socket, struct, sys, time
+host, port, rate, secs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+dst = socket.inet_aton(host)
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+r = random.Random(41)
+def csum(b):
+    if len(b) % 2: b += b'\0'
+    v = sum(struct.unpack('!%dH' % (len(b) // 2), b))
+    while v >> 16: v = (v & 0xffff) + (v >> 16)
+    return (~v) & 0xffff
+def seg(flags):
+    src = socket.inet_aton('10.99.0.%d' % r.randrange(100, 251))
+    ack = r.randrange(1 << 32) if flags & 0x10 else 0
+    tcp = struct.pack('!HHIIBBHHH', r.randrange(1024, 65536), port, r.randrange(1 << 32), ack,
+                      5 << 4, flags, 64240, 0, 0)
+    tcp = tcp[:16] + struct.pack('!H', csum(src + dst + struct.pack('!BBH', 0, 6, len(tcp)) + tcp)) + tcp[18:]
+    return struct.pack('!BBHHHBBH4s4s', 0x45, 0, 20 + len(tcp), r.randrange(65536), 0, 64, 6, 0, src, dst) + tcp
+sent = {'syn': 0, 'ack': 0}
+end = time.time() + secs
+while time.time() < end:
+    t0 = time.time()
+    for i in range(rate // 100):
+        syn = i % 2 == 0
+        s.sendto(seg(0x02 if syn else 0x10), (host, 0))
+        sent['syn' if syn else 'ack'] += 1
+    time.sleep(max(0.0, 0.01 - (time.time() - t0)))
+print(json.dumps(sent))
+"#;
+
+/// A storm while the peer's namespace sprays the sink's port with spoofed
+/// SYNs and stray ACKs (hostile segments in every bucket, the moving ones
+/// included: half-open connections move with their buckets, stray ACKs
+/// meet a listener on whichever queue has the bucket): every transfer
+/// arrives whole, the senders see no reordering, and every RST the queues
+/// send answers an ACK that found no connection of its own.
+#[test]
+fn a_rebalancing_storm_under_a_spoofed_flood_loses_nothing() {
+    if !require_root("a_rebalancing_storm_under_a_spoofed_flood_loses_nothing") {
+        return;
+    }
+    let bed = Bed::up("rbfl", 2);
+    let mut sprayed = String::new();
+    let r = run_during(
+        &bed,
+        8,
+        Load::Seconds(3),
+        &["--rebalance-storm-ms", "10"],
+        |_| sprayed = peer_py(&bed, 60, SPOOFED, &["10.99.0.1", "5004", "4000", "2"]),
+    );
+    let sprayed: Value = serde_json::from_str(sprayed.trim()).expect("the spray's counts");
+    eprintln!("sprayed {sprayed}");
+    stormed_cleanly(&r.moves, &r.lines, 10, u64::MAX);
+    no_reordering_seen(&r);
+    let total = |k: &str| -> u64 {
+        queues(&r.lines)
+            .iter()
+            .map(|q| q["tcp"][k].as_u64().unwrap_or(0))
+            .sum()
+    };
+    eprintln!(
+        "answered: {} RSTs to stray ACKs, {} passive opens, {} SYN cookies, {} unsent for want \
+         of a neighbour",
+        total("resets_listener_ack"),
+        total("passive_opens"),
+        total("syn_cookies_sent"),
+        total("no_neighbor")
+    );
+    assert!(
+        total("resets_listener_ack") > 0,
+        "the stray ACKs were answered: {:?}",
+        queues(&r.lines)
+    );
+    assert!(
+        total("passive_opens") > 8,
+        "spoofed SYNs opened half-open connections: {:?}",
+        queues(&r.lines)
+    );
+}
+
 /// The issue's soak: a minute of moves every 10 ms under load (about
 /// 6 000 moves). `cargo test -p flowlane-tests --test rebalance -- --ignored`.
 #[test]
