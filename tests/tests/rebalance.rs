@@ -609,15 +609,29 @@ fn a_rebalancing_storm_under_a_spoofed_flood_loses_nothing() {
     if !require_root("a_rebalancing_storm_under_a_spoofed_flood_loses_nothing") {
         return;
     }
-    let bed = Bed::up("rbfl", 2);
+    sprayed_storm("rbfl", &[]);
+}
+
+/// The same in queue-pair mode (the sink's handlers on application
+/// threads).
+#[test]
+fn a_rebalancing_storm_under_a_spoofed_flood_in_queue_pair_mode_loses_nothing() {
+    if !require_root("a_rebalancing_storm_under_a_spoofed_flood_in_queue_pair_mode_loses_nothing") {
+        return;
+    }
+    let r = sprayed_storm("rbfq", &["--mode", "queue-pair"]);
+    queue_pair_moved(&r.lines);
+}
+
+/// A storm with the sink started with `flags` while the peer sprays it
+/// ([`SPOOFED`]); the checks of [`a_rebalancing_storm_under_a_spoofed_flood_loses_nothing`].
+fn sprayed_storm(tag: &str, flags: &[&str]) -> Run {
+    let bed = Bed::up(tag, 2);
+    let flags = [&["--rebalance-storm-ms", "10"], flags].concat();
     let mut sprayed = String::new();
-    let r = run_during(
-        &bed,
-        8,
-        Load::Seconds(3),
-        &["--rebalance-storm-ms", "10"],
-        |_| sprayed = peer_py(&bed, 60, SPOOFED, &["10.99.0.1", "5004", "4000", "2"]),
-    );
+    let r = run_during(&bed, 8, Load::Seconds(3), &flags, |_| {
+        sprayed = peer_py(&bed, 60, SPOOFED, &["10.99.0.1", "5004", "4000", "2"])
+    });
     let sprayed: Value = serde_json::from_str(sprayed.trim()).expect("the spray's counts");
     eprintln!("sprayed {sprayed}");
     stormed_cleanly(&r.moves, &r.lines, 10, u64::MAX);
@@ -646,6 +660,7 @@ fn a_rebalancing_storm_under_a_spoofed_flood_loses_nothing() {
         "spoofed SYNs opened half-open connections: {:?}",
         queues(&r.lines)
     );
+    r
 }
 
 /// The soak: a minute of moves every 10 ms under load (about
