@@ -568,17 +568,13 @@ fn echoes_survive_a_rebalancing_storm_in_queue_pair_mode() {
 /// seconds: spoofed SYNs and stray ACKs (random sequence and
 /// acknowledgment numbers), alternately, from forged on-link sources
 /// 10.99.0.100-250 and random ports, as raw IPv4. Prints JSON: what it sent.
+/// Run [`with_csum`].
 const SPOOFED: &str = r#"
 import json, random, socket, struct, sys, time
 host, port, rate, secs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 dst = socket.inet_aton(host)
 s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
 r = random.Random(41)
-def csum(b):
-    if len(b) % 2: b += b'\0'
-    v = sum(struct.unpack('!%dH' % (len(b) // 2), b))
-    while v >> 16: v = (v & 0xffff) + (v >> 16)
-    return (~v) & 0xffff
 def seg(flags):
     src = socket.inet_aton('10.99.0.%d' % r.randrange(100, 251))
     ack = r.randrange(1 << 32) if flags & 0x10 else 0
@@ -630,7 +626,12 @@ fn sprayed_storm(tag: &str, flags: &[&str]) -> Run {
     let flags = [&["--rebalance-storm-ms", "10"], flags].concat();
     let mut sprayed = String::new();
     let r = run_during(&bed, 8, Load::Seconds(3), &flags, |_| {
-        sprayed = peer_py(&bed, 60, SPOOFED, &["10.99.0.1", "5004", "4000", "2"])
+        sprayed = peer_py(
+            &bed,
+            60,
+            &with_csum(SPOOFED),
+            &["10.99.0.1", "5004", "4000", "2"],
+        )
     });
     let sprayed: Value = serde_json::from_str(sprayed.trim()).expect("the spray's counts");
     eprintln!("sprayed {sprayed}");

@@ -22,7 +22,7 @@ use tcp_common::*;
 /// connection's sequence numbers and timestamps; forges through a raw
 /// socket whose IP TTL (33) tells its own segments apart in the capture.
 /// Prints one JSON object: per attack, the challenge ACKs seen and whether
-/// the connection still echoes.
+/// the connection still echoes. Run [`with_csum`].
 const ATTACK: &str = r#"
 import json, select, socket, struct, sys, time
 host, port = sys.argv[1], int(sys.argv[2])
@@ -35,11 +35,6 @@ raw.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, TTL)
 c = socket.create_connection((host, port), timeout=5)
 lport = c.getsockname()[1]
 st = {'rcv_nxt': None, 'snd_nxt': None, 'ts': None}
-def csum(b):
-    if len(b) % 2: b += b'\0'
-    s = sum(struct.unpack('!%dH' % (len(b) // 2), b))
-    while s >> 16: s = (s & 0xffff) + (s >> 16)
-    return (~s) & 0xffff
 def parse(f):
     if len(f) < 54 or f[12:14] != b'\x08\x00' or f[23] != 6: return None
     ihl = (f[14] & 15) * 4
@@ -155,8 +150,13 @@ fn rfc5961_attacks_fail_against_flowlane_as_against_linux() {
     let parse = |s: String| -> Value {
         serde_json::from_str(s.trim()).unwrap_or_else(|e| panic!("attack output {s:?}: {e}"))
     };
-    let on_flowlane = parse(peer_py(&bed, 60, ATTACK, &["10.99.0.1", "7"]));
-    let on_linux = parse(peer_py(&bed, 60, ATTACK, &["10.99.0.1", "8007"]));
+    let on_flowlane = parse(peer_py(&bed, 60, &with_csum(ATTACK), &["10.99.0.1", "7"]));
+    let on_linux = parse(peer_py(
+        &bed,
+        60,
+        &with_csum(ATTACK),
+        &["10.99.0.1", "8007"],
+    ));
     eprintln!("flowlane: {on_flowlane}\nlinux:    {on_linux}");
     kill_and_reap(&mut kernel);
     check("linux", &on_linux);

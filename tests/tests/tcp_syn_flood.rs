@@ -20,7 +20,8 @@ use tcp_common::*;
 /// 10.200.0.0/16, each SYN from a new address; random ports. Meanwhile a
 /// client connects at 0.5, 1.0 … 2.5 s (from `argv[6]`, an address the
 /// script adds to peer0, if given), echoes a byte and closes. Prints
-/// JSON: SYNs sent, each connect's time in ms (null: failed).
+/// JSON: SYNs sent, each connect's time in ms (null: failed). Run
+/// [`with_csum`].
 const FLOOD: &str = r#"
 import json, random, socket, struct, subprocess, sys, threading, time
 host, port, rate, secs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
@@ -31,11 +32,6 @@ if cli:
 dst = socket.inet_aton(host)
 s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
 r = random.Random(11)
-def csum(b):
-    if len(b) % 2: b += b'\0'
-    v = sum(struct.unpack('!%dH' % (len(b) // 2), b))
-    while v >> 16: v = (v & 0xffff) + (v >> 16)
-    return (~v) & 0xffff
 n_syn = [0]
 def syn():
     n_syn[0] += 1
@@ -93,11 +89,16 @@ fn legitimate_clients_connect_during_a_spoofed_syn_flood() {
     let parse = |s: String| -> Value {
         serde_json::from_str(s.trim()).unwrap_or_else(|e| panic!("flood output {s:?}: {e}"))
     };
-    let on_flowlane = parse(peer_py(&bed, 60, FLOOD, &["10.99.0.1", "7", "10000", "3"]));
+    let on_flowlane = parse(peer_py(
+        &bed,
+        60,
+        &with_csum(FLOOD),
+        &["10.99.0.1", "7", "10000", "3"],
+    ));
     let on_linux = parse(peer_py(
         &bed,
         60,
-        FLOOD,
+        &with_csum(FLOOD),
         &["10.99.0.1", "8007", "10000", "3"],
     ));
     eprintln!("flowlane: {on_flowlane}\nlinux:    {on_linux}");
@@ -130,7 +131,7 @@ fn a_flood_from_many_addresses_leaves_the_neighbour_table_bounded() {
     let bed = Bed::up("tsn", 1);
     let app = start(&bed, &["echo-server", "--port", "7"], 120);
     let args = ["10.99.0.1", "7", "10000", "3", "many", "10.99.0.3"];
-    let out = peer_py(&bed, 60, FLOOD, &args);
+    let out = peer_py(&bed, 60, &with_csum(FLOOD), &args);
     let r: Value =
         serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("flood output {out:?}: {e}"));
     std::thread::sleep(Duration::from_millis(200));

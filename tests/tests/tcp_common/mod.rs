@@ -15,6 +15,22 @@ use flowlane_tests::{
 };
 use serde_json::Value;
 
+/// The Internet checksum (RFC 1071) in Python, `csum(bytes)`, for the
+/// scripts that build raw segments: [`with_csum`] puts it in front of one.
+const PY_CSUM: &str = r#"
+import struct
+def csum(b):
+    if len(b) % 2: b += b'\0'
+    s = sum(struct.unpack('!%dH' % (len(b) // 2), b))
+    while s >> 16: s = (s & 0xffff) + (s >> 16)
+    return (~s) & 0xffff
+"#;
+
+/// `script` with [`PY_CSUM`] in front of it.
+pub(crate) fn with_csum(script: &str) -> String {
+    format!("{PY_CSUM}{script}")
+}
+
 /// Kernel clients' `local_port sha256` lines as sha256 by peer address
 /// (`10.99.0.2:PORT`, as the sink reports its peers).
 pub(crate) fn sent_by_peer(sent: &str) -> std::collections::HashMap<String, String> {
