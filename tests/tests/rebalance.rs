@@ -567,7 +567,9 @@ fn echoes_survive_a_rebalancing_storm_in_queue_pair_mode() {
 /// `argv[1]` host, `argv[2]` port, `argv[3]` segments per second, `argv[4]`
 /// seconds: spoofed SYNs and stray ACKs (random sequence and
 /// acknowledgment numbers), alternately, from forged on-link sources
-/// 10.99.0.100-250 and random ports, as raw IPv4. Prints JSON: what it sent.
+/// 10.99.0.100-250 and random ports (even for SYNs, odd for ACKs: no ACK
+/// meets a half-open connection of the spray), as raw IPv4. Prints JSON:
+/// what it sent.
 /// Run [`with_csum`].
 const SPOOFED: &str = r#"
 import json, random, socket, struct, sys, time
@@ -578,8 +580,8 @@ r = random.Random(41)
 def seg(flags):
     src = socket.inet_aton('10.99.0.%d' % r.randrange(100, 251))
     ack = r.randrange(1 << 32) if flags & 0x10 else 0
-    tcp = struct.pack('!HHIIBBHHH', r.randrange(1024, 65536), port, r.randrange(1 << 32), ack,
-                      5 << 4, flags, 64240, 0, 0)
+    sport = r.randrange(512, 32768) * 2 + (1 if flags & 0x10 else 0)
+    tcp = struct.pack('!HHIIBBHHH', sport, port, r.randrange(1 << 32), ack, 5 << 4, flags, 64240, 0, 0)
     tcp = tcp[:16] + struct.pack('!H', csum(src + dst + struct.pack('!BBH', 0, 6, len(tcp)) + tcp)) + tcp[18:]
     return struct.pack('!BBHHHBBH4s4s', 0x45, 0, 20 + len(tcp), r.randrange(65536), 0, 64, 6, 0, src, dst) + tcp
 sent = {'syn': 0, 'ack': 0}
