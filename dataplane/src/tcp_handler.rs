@@ -2115,6 +2115,130 @@ mod tests {
         println!("frames received {received}");
     }
 
+    /// Sends a fixed number of bytes on each connection it accepts, as
+    /// fast as its send buffer takes them.
+    struct Source {
+        left: usize,
+        data: Vec<u8>,
+    }
+
+    impl Source {
+        fn fill(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+            while self.left > 0 {
+                match net.send(conn, &self.data[..self.left.min(self.data.len())]) {
+                    Ok(n) if n > 0 => self.left -= n,
+                    _ => {
+                        net.want_writable(conn);
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    impl ConnHandler for Source {
+        fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+            self.fill(net, conn);
+        }
+        fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+            self.fill(net, conn);
+        }
+        fn on_data(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
+    }
+
+    /// One received ACK through the data path on the sender's side (what
+    /// `tx_cost` measures with [`tx_build_measured`]).
+    #[inline(never)]
+    fn tx_ack_measured(h: &mut TcpHandler, now: Instant, f: &[u8]) -> Fate {
+        h.rx_one(now, f, (None, &NoFrames))
+    }
+
+    /// One frame built for the TX ring: the stack's segment, the
+    /// application's writes it makes room for, the headers and checksums.
+    #[inline(never)]
+    fn tx_build_measured(h: &mut TcpHandler, now: Instant, buf: &mut [u8]) -> (bool, Option<usize>) {
+        h.build_frame(now, buf)
+    }
+
+    /// The data path's instructions per frame sent, for callgrind: the
+    /// sender's twin of `rx_cost`. A measurement, not a check, so ignored:
+    ///
+    /// ```text
+    /// cargo test --release -p flowlane-dataplane --lib --no-run
+    /// valgrind --tool=callgrind --toggle-collect='*tx_*_measured*' <that test binary> \
+    ///     --ignored --exact tcp_handler::tests::tx_cost --nocapture
+    /// ```
+    ///
+    /// Our service sends 16 MiB over one connection to a peer stack that
+    /// reads as data arrives; the measured part is every frame our handler
+    /// builds (segments, their headers and checksums, and the
+    /// application's writes that ACKs make room for) and every ACK it
+    /// takes in. Divide the instructions by the data frames it prints.
+    #[test]
+    #[ignore]
+    fn tx_cost() {
+        const TOTAL: usize = 16 << 20;
+        let ours: IpAddr = "10.99.0.1".parse().unwrap();
+        let peer_ip: IpAddr = "10.99.0.2".parse().unwrap();
+        let source = Source {
+            left: TOTAL,
+            data: vec![0x5a_u8; 65_536],
+        };
+        let t0 = Duration::from_millis(1);
+        let (mut h, mut peer, conn) = handler_and_peer(ours, peer_ip, source, t0);
+        let mut seg = [0u8; 1600];
+        let mut buf = vec![0u8; 2048];
+        let mut rbuf = vec![0u8; 1 << 20];
+        let (mut got, mut data_frames, mut acks) = (0usize, 0u64, 0u64);
+        for round in 0..1_000_000u64 {
+            let now = t0 + Duration::from_micros(round * 100);
+            while let Some(t) = peer.poll_transmit(instant(now), &mut seg) {
+                let f = frame(&seg[..t.len], peer_ip, ours);
+                acks += 1;
+                tx_ack_measured(&mut h, instant(now), &f);
+            }
+            if h.stack.poll_timeout().is_some_and(|t| t <= instant(now)) {
+                h.stack.handle_timeout(instant(now));
+                h.dispatch(instant(now), &NoFrames);
+            }
+            loop {
+                match tx_build_measured(&mut h, instant(now), &mut buf) {
+                    (true, Some(n)) => {
+                        let parsed = parse_frame(&buf[..n]).unwrap();
+                        let l4 = parsed.l4();
+                        data_frames += u64::from(l4.len() > 32);
+                        peer.handle_segment(instant(now), ours, peer_ip, l4);
+                        // The peer answers as a kernel would, an ACK for
+                        // every second full segment, before ours sends on.
+                        while let Some(t) = peer.poll_transmit(instant(now), &mut seg) {
+                            let f = frame(&seg[..t.len], peer_ip, ours);
+                            acks += 1;
+                            tx_ack_measured(&mut h, instant(now), &f);
+                        }
+                    }
+                    (true, None) => {}
+                    (false, _) => break,
+                }
+            }
+            while peer.poll_event().is_some() {}
+            while let Ok(n) = peer.recv(conn, &mut rbuf) {
+                if n == 0 {
+                    break;
+                }
+                got += n;
+            }
+            if got == TOTAL {
+                break;
+            }
+        }
+        assert_eq!(got, TOTAL, "every byte read");
+        let s = h.stack.stats();
+        println!(
+            "frames with data sent {data_frames} (stack: {} data segments, {} retransmitted), ACKs received {acks}",
+            s.data_segments_out, s.retransmits
+        );
+    }
+
     #[test]
     fn no_neighbor_drops_and_counts() {
         let cfg = TcpConfig::new(Ipv4Addr::new(10, 99, 0, 1), OUR_MAC, [1; 16]);
