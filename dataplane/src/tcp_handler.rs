@@ -2156,7 +2156,11 @@ mod tests {
     /// One frame built for the TX ring: the stack's segment, the
     /// application's writes it makes room for, the headers and checksums.
     #[inline(never)]
-    fn tx_build_measured(h: &mut TcpHandler, now: Instant, buf: &mut [u8]) -> (bool, Option<usize>) {
+    fn tx_build_measured(
+        h: &mut TcpHandler,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> (bool, Option<usize>) {
         h.build_frame(now, buf)
     }
 

@@ -181,7 +181,10 @@ pub enum Event {
     /// application has called [`Stack::recv`] (or consumed data).
     Readable(ConnHandle),
     /// Send buffer space was freed after a [`Stack::send`] that could not
-    /// queue everything, or is free after [`Stack::want_writable`].
+    /// queue everything, or is free after [`Stack::want_writable`]: at
+    /// least half as much as is still queued (a third of a full buffer,
+    /// Linux's rule for `POLLOUT`), so that a writer kept waiting queues
+    /// a block per event, not a segment.
     Writable(ConnHandle),
     /// The peer sent FIN: after the buffered data, reads return end of
     /// stream.

@@ -2166,8 +2166,9 @@ impl Stack {
 
     /// Asks for an [`Event::Writable`] for `conn` when send buffer space
     /// frees up, without queueing any data (instead of a zero-length or
-    /// one-byte [`Stack::send`]). If there is space already, the event is
-    /// queued at once; otherwise it follows the ACK that frees space, and
+    /// one-byte [`Stack::send`]). If there is room enough already (see
+    /// [`Event::Writable`]), the event is queued at once; otherwise it
+    /// follows the ACK that frees enough, and
     /// until then the send buffer may grow (see [`Config::send_buffer_max`])
     /// as it does after a `send` that could not queue everything.
     /// `Err(InvalidState)` once writing was shut down or the connection

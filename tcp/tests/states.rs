@@ -861,6 +861,41 @@ fn want_writable_without_sending() {
     assert_eq!(sim.a.want_writable(a), Err(Error::InvalidState));
 }
 
+/// A writer kept waiting is woken once the free space is at least half of
+/// what is still queued (a third of a full buffer; Linux's
+/// `sk_stream_is_writeable`), not by the first ACK that frees a segment or
+/// two: a bulk writer then queues a block per wake-up.
+#[test]
+fn a_waiting_writer_is_woken_once_a_third_of_the_buffer_is_free() {
+    let mut sim = Sim::symmetric(22, LinkConfig::default());
+    let (a, b) = sim.establish();
+    let chunk = vec![7u8; 16 * 1024];
+    while sim.a.send(a, &chunk).is_ok() {}
+    assert_eq!(sim.a.send_space(a), Ok(0));
+    events(&mut sim.a);
+    // (free, queued) when the event came, and how often space freed before.
+    let mut woken = None;
+    let mut freed_before = 0;
+    run_until(&mut sim, Duration::from_secs(10), |s| {
+        read_all(&mut s.b, b);
+        let free = s.a.send_space(a).unwrap();
+        let info = s.a.info(a).unwrap();
+        while let Some(e) = s.a.poll_event() {
+            if e == Event::Writable(a) {
+                woken = Some((free, info.unsent + info.unacked));
+            }
+        }
+        freed_before += usize::from(woken.is_none() && free > 0);
+        woken.is_some()
+    });
+    let (free, queued) = woken.unwrap();
+    assert!(
+        free >= queued / 2,
+        "woken with {free} B free, {queued} B queued"
+    );
+    assert!(freed_before > 0, "ACKs freed space before the wake-up");
+}
+
 /// RFC 6298 §5.7: when the SYN had to be sent again and the handshake
 /// gave no RTT sample (no timestamps: Karn's rule discards it), the first
 /// data segment is retransmitted after 3 s, not after the handshake's

@@ -98,7 +98,7 @@ impl Connection {
         let bytes = bytes.clamp(self.eff_mss().max(1), max.max(1));
         self.flags.set(Flags::SNDBUF_LOCK);
         self.send_buf.set_capacity(bytes);
-        if self.send_buf.window() > 0 && self.flags.has(Flags::WRITABLE_WANTED) {
+        if self.room_to_wake_writer() && self.flags.has(Flags::WRITABLE_WANTED) {
             self.flags.clear(Flags::WRITABLE_WANTED);
             self.events |= ev::WRITABLE;
         }
@@ -169,14 +169,26 @@ impl Connection {
         Ok(())
     }
 
+    /// Whether the send buffer has room enough to wake a writer that
+    /// waits for it: free space at least half of what is still queued (a
+    /// third of the buffer when it was full; Linux's
+    /// `sk_stream_is_writeable`, what `poll` reports as `POLLOUT`). Woken
+    /// as soon as a byte is free, a bulk writer would queue a segment or
+    /// two per ACK and pay a call's fixed cost for each.
+    #[inline]
+    pub(super) fn room_to_wake_writer(&self) -> bool {
+        let free = self.send_buf.window();
+        free > 0 && free >= self.send_buf.len() / 2
+    }
+
     /// The application wants a `Writable` event once send space frees,
     /// without queueing bytes: the wish a [`Self::send`] that could not
     /// queue everything records (with it, the send buffer grows with the
-    /// window while the application keeps it full). With space free now,
-    /// the event is raised at once.
+    /// window while the application keeps it full). With room enough now
+    /// ([`Self::room_to_wake_writer`]), the event is raised at once.
     pub(crate) fn want_writable(&mut self) -> Result<(), crate::Error> {
         self.check_writable()?;
-        if self.send_buf.window() > 0 {
+        if self.room_to_wake_writer() {
             self.events |= ev::WRITABLE;
         } else {
             self.flags.set(Flags::WRITABLE_WANTED);

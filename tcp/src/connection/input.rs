@@ -708,7 +708,7 @@ impl Connection {
         if self.flags.has(Flags::WRITABLE_WANTED) {
             self.sndbuf_expand(ctx.cfg);
         }
-        if self.flags.has(Flags::WRITABLE_WANTED) && self.send_buf.window() > 0 {
+        if self.flags.has(Flags::WRITABLE_WANTED) && self.room_to_wake_writer() {
             self.flags.clear(Flags::WRITABLE_WANTED);
             self.events |= ev::WRITABLE;
         }
