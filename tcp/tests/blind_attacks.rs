@@ -328,3 +328,64 @@ fn a_forged_fin_ahead_of_the_data_does_not_hide_the_real_one() {
     assert_eq!(got, want);
     assert_eq!(sim.b.stats().fin_overrun, 1);
 }
+
+/// A forgery towards B at B's RCV.NXT - `back` with `flags`, its ACK A's
+/// plus `ack_off`, a TSval far ahead of A's (0x7000_0000 later), and
+/// `payload`: a segment that overlaps RCV.NXT passes the window check
+/// (trimmed to RCV.NXT) and is then dropped by a later one.
+fn forge_tsval_ahead(sim: &mut Sim, back: u32, flags: TcpFlags, ack_off: u32, payload: &[u8]) {
+    let (last, rcv_nxt) = last_from_a(sim, PORT);
+    let (tsval, tsecr) = last.options.timestamps.expect("timestamps negotiated");
+    let mut r = forge(sim, PORT, rcv_nxt.wrapping_sub(back), flags);
+    r.ack = last.ack.wrapping_add(ack_off);
+    r.options.timestamps = Some((tsval.wrapping_add(0x7000_0000), tsecr));
+    inject(sim, &r, payload);
+}
+
+/// After a forgery B dropped, A's next bytes still reach B's application.
+fn genuine_data_still_flows(mut sim: Sim, a: ConnHandle, b: ConnHandle, what: &str) {
+    sim.run_for(Duration::from_millis(20));
+    sim.a.send(a, b"after the forgery").unwrap();
+    sim.run_for(Duration::from_secs(5));
+    let s = *sim.b.stats();
+    assert_eq!(
+        read_all(&mut sim.b, b),
+        b"after the forgery",
+        "{what}: genuine data refused after a dropped forgery (B: paws_rejected {}, \
+         ack_unacceptable {}, state {:?})",
+        s.paws_rejected,
+        s.ack_unacceptable,
+        sim.b.state(b)
+    );
+}
+
+/// RFC 7323 §4.3 with RFC 9293 §3.10.7.4's fifth check ("if the ACK bit is
+/// off drop the segment"): a segment without ACK that overlaps RCV.NXT,
+/// carrying a TSval far ahead, must not become TS.Recent. If it did,
+/// PAWS (§5.3 R1) would drop every genuine segment after it, and the
+/// connection would be dead to a blind attacker who guessed the sequence
+/// number to within a payload and no ACK at all.
+#[test]
+fn a_segment_without_ack_does_not_move_ts_recent() {
+    let (mut sim, a, b) = established(60);
+    // 100 bytes from 60 before RCV.NXT: trimmed to RCV.NXT, then dropped.
+    forge_tsval_ahead(&mut sim, 60, TcpFlags(0), 0, &[9; 100]);
+    genuine_data_still_flows(sim, a, b, "no ACK bit");
+}
+
+/// The same with an ACK out of RFC 5961 §5.2's range (dropped with a
+/// challenge ACK).
+#[test]
+fn a_segment_with_an_unacceptable_ack_does_not_move_ts_recent() {
+    let (mut sim, a, b) = established(61);
+    forge_tsval_ahead(&mut sim, 60, TcpFlags::ACK, 1 << 30, &[9; 100]);
+    genuine_data_still_flows(sim, a, b, "ACK far beyond SND.NXT");
+}
+
+/// The same with the SYN bit (RFC 5961 §4.2: challenged, dropped).
+#[test]
+fn a_challenged_syn_does_not_move_ts_recent() {
+    let (mut sim, a, b) = established(64);
+    forge_tsval_ahead(&mut sim, 60, TcpFlags::SYN, 0, &[9; 100]);
+    genuine_data_still_flows(sim, a, b, "SYN");
+}

@@ -169,7 +169,6 @@ impl Connection {
         let Some((seq, data, f)) = self.check_sequence(ctx, seq, payload, f) else {
             return;
         };
-        self.update_ts_recent(now, seg, seq);
 
         // Second: the RST bit.
         if f.rst() {
@@ -201,7 +200,21 @@ impl Connection {
             if !self.complete_passive_open(ctx, seg, seq) {
                 return;
             }
-        } else if matches!(
+        } else if !self.ack_acceptable(ctx, SeqNumber(seg.ack)) {
+            return;
+        }
+        // RFC 7323 §4.3: TS.Recent, from a segment known to be acceptable
+        // whole: past the window, RST, SYN and ACK checks. Taken at the
+        // window check alone (RFC 7323 §5.3's order, which predates RFC
+        // 5961), a blind segment that is then dropped (no ACK bit, an ACK
+        // out of range, a SYN) would set it from a forged TSval far ahead,
+        // and PAWS would drop every genuine segment after it: the
+        // connection would be dead to an attacker who guessed the
+        // sequence number only to within a payload (Linux moved the
+        // update into `tcp_ack` for this, "tcp: tcp_replace_ts_recent()
+        // should not be called from tcp_validate_incoming()", 2013).
+        self.update_ts_recent(now, seg, seq);
+        if matches!(
             self.state,
             State::LastAck | State::FinWait1 | State::FinWait2
         ) && self.acks_everything_with_our_fin(seg)
@@ -541,8 +554,25 @@ impl Connection {
         true
     }
 
-    /// RFC 9293 §3.10.7.4 fifth step for synchronized states. Returns false
-    /// if the segment must be dropped.
+    /// RFC 5961 §5.2: an ACK is acceptable in a synchronized state if
+    /// (SND.UNA - MAX.SND.WND) <= SEG.ACK <= SND.NXT (here SND.MAX, the
+    /// highest sent); anything else, one acknowledging data not yet sent
+    /// (RFC 9293 §3.10.7.4) or a blind injection guessing at an old one,
+    /// is dropped with a challenge ACK. Returns whether it is acceptable.
+    #[inline]
+    fn ack_acceptable(&mut self, ctx: &mut Ctx<'_>, ack: SeqNumber) -> bool {
+        if ack > self.snd.max || ack < self.snd.una - self.snd.max_wnd as usize {
+            ctx.stats.ack_unacceptable += 1;
+            self.challenge_ack(ctx);
+            return false;
+        }
+        true
+    }
+
+    /// RFC 9293 §3.10.7.4 fifth step for synchronized states, for an ACK
+    /// already found acceptable ([`Self::ack_acceptable`], or the
+    /// handshake's in SYN-RECEIVED). Returns false if the segment must be
+    /// dropped.
     pub(super) fn process_ack(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -552,16 +582,6 @@ impl Connection {
         f: TcpFlags,
     ) -> bool {
         let ack = SeqNumber(seg.ack);
-        // RFC 5961 §5.2: acceptable is (SND.UNA - MAX.SND.WND) <= SEG.ACK
-        // <= SND.NXT (here SND.MAX, the highest sent); anything else, one
-        // acknowledging data not yet sent (RFC 9293 §3.10.7.4) or a blind
-        // injection guessing at an old one, is dropped with a challenge
-        // ACK.
-        if ack > self.snd.max || ack < self.snd.una - self.snd.max_wnd as usize {
-            ctx.stats.ack_unacceptable += 1;
-            self.challenge_ack(ctx);
-            return false;
-        }
         // Without blocks, only a scoreboard that holds ranges has anything
         // to prune.
         let sack_news = self.flags.has(Flags::SACK)
