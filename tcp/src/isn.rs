@@ -7,6 +7,7 @@ use crate::flow_key::FlowKey;
 use crate::seq::SeqNumber;
 use crate::siphash::SipHasher24;
 use crate::time::Instant;
+use std::cell::Cell;
 
 /// Generates RFC 6528 initial sequence numbers and RFC 7323 §5.4
 /// per-connection timestamp offsets from a secret.
@@ -14,6 +15,9 @@ use crate::time::Instant;
 pub(crate) struct IsnGenerator {
     /// SipHash-2-4 keyed by the secret, before any message.
     keyed: SipHasher24,
+    /// The last `M` handed out: each ISN takes a later one, even within
+    /// one 4 µs tick (see [`IsnGenerator::isn_and_ts_offset`]).
+    last_m: Cell<u32>,
 }
 
 impl IsnGenerator {
@@ -21,6 +25,7 @@ impl IsnGenerator {
     pub(crate) fn new(secret: [u8; 16]) -> Self {
         IsnGenerator {
             keyed: SipHasher24::new(&secret),
+            last_m: Cell::new(0),
         }
     }
 
@@ -36,10 +41,25 @@ impl IsnGenerator {
     /// Both come from one tag: `F` of RFC 6528 §3 is its low half and the
     /// RFC 7323 §5.4 offset its high half, two independent outputs of the
     /// keyed PRF (one reveals nothing about the other). `M` ticks every
-    /// 4 µs.
+    /// 4 µs, and moves on by one at least from one ISN to the next: a
+    /// connection opened again on the same tuple in the same tick (an
+    /// application that aborts and reconnects from the same port in one
+    /// pass, its RST lost) must not reuse the old ISS. With the same one,
+    /// the peer's old connection answers the SYN with a challenge ACK
+    /// (RFC 5961 §4.2) that acknowledges exactly ISS + 1, which SYN-SENT
+    /// takes as acceptable and drops (RFC 9293 §3.10.7.3), instead of
+    /// resetting the old connection with it: neither side moves until
+    /// one of them times out.
     pub(crate) fn isn_and_ts_offset(&self, t: &FlowKey, now: Instant) -> (SeqNumber, u32) {
         let tag = self.hash_tuple(t);
-        let m = (now.as_nanos() / 4_000) as u32;
+        let clock = (now.as_nanos() / 4_000) as u32;
+        let last = self.last_m.get();
+        let m = if (clock.wrapping_sub(last) as i32) > 0 {
+            clock
+        } else {
+            last.wrapping_add(1)
+        };
+        self.last_m.set(m);
         (SeqNumber(m.wrapping_add(tag as u32)), (tag >> 32) as u32)
     }
 
@@ -72,12 +92,16 @@ mod tests {
         let (t, t2) = (k, FlowKey::of(&t));
         let g = IsnGenerator::new(key());
         let isn = |g: &IsnGenerator, t: &FlowKey, at| g.isn_and_ts_offset(t, at).0;
-        let a = isn(&g, &t, Instant::ZERO);
-        assert_eq!(a, isn(&g, &t, Instant::ZERO), "deterministic");
-        assert_ne!(a, isn(&g, &t2, Instant::ZERO));
-        assert_ne!(a, isn(&IsnGenerator::new([7; 16]), &t, Instant::ZERO));
+        let at = Instant::from_millis(5);
+        let a = isn(&g, &t, at);
+        assert_eq!(a, isn(&IsnGenerator::new(key()), &t, at), "deterministic");
+        assert_ne!(a, isn(&g, &t2, at));
+        assert_ne!(a, isn(&IsnGenerator::new([7; 16]), &t, at));
         // 4 µs clock: 1 ms later the ISN moved forward by 250.
-        assert_eq!(isn(&g, &t, Instant::from_millis(1)) - a, 250);
+        assert_eq!(isn(&g, &t, Instant::from_millis(6)) - a, 250);
+        // Within one tick, the same tuple never gets the same ISN twice.
+        let again = isn(&g, &t, Instant::from_millis(6));
+        assert_eq!(again - a, 251, "one tick on at least");
         assert_ne!(g.ts_offset(&t), g.ts_offset(&t2));
         assert_eq!(
             g.ts_offset(&t),

@@ -389,3 +389,51 @@ fn a_challenged_syn_does_not_move_ts_recent() {
     forge_tsval_ahead(&mut sim, 60, TcpFlags::SYN, 0, &[9; 100]);
     genuine_data_still_flows(sim, a, b, "SYN");
 }
+
+/// Moves every segment `from` has to send into `to`, at `now`; how many.
+fn pump(from: &mut Stack, to: &mut Stack, now: flowlane_tcp::time::Instant) -> usize {
+    let mut buf = [0u8; 2048];
+    let mut n = 0;
+    while let Some(t) = from.poll_transmit(now, &mut buf) {
+        to.handle_segment(now, t.src.ip(), t.dst.ip(), &buf[..t.len]);
+        n += 1;
+    }
+    n
+}
+
+/// An application that aborts and at once opens the same tuple again (its
+/// RST lost, so the peer still holds the old connection), all within one
+/// tick of the ISN clock (a caller's coarse clock): the new SYN must not
+/// carry the old ISS. With it, the old connection's challenge ACK (RFC
+/// 5961 §4.2) acknowledges exactly the new ISS + 1, which SYN-SENT takes
+/// as acceptable and drops (RFC 9293 §3.10.7.3), and neither side moves
+/// until one times out. With another ISS, the challenge ACK draws an RST
+/// that ends the old connection, and the next SYN opens the new one.
+#[test]
+fn a_tuple_opened_again_in_the_same_tick_after_a_lost_rst_connects() {
+    let now = flowlane_tcp::time::Instant::from_millis(1);
+    let (mut a, mut b) = (Stack::new(test_config(1)), Stack::new(test_config(2)));
+    b.listen(SocketAddr::new(B_IP, 80)).unwrap();
+    let (local, remote) = (SocketAddr::new(A_IP, 10_000), SocketAddr::new(B_IP, 80));
+    let old = a.connect(now, local, remote).unwrap();
+    while pump(&mut a, &mut b, now) + pump(&mut b, &mut a, now) > 0 {}
+    assert_eq!(a.state(old), Ok(State::Established));
+    events(&mut b);
+    a.abort(old).unwrap();
+    let mut lost = [0u8; 2048];
+    while a.poll_transmit(now, &mut lost).is_some() {}
+    let new = a.connect(now, local, remote).unwrap();
+    // The SYN, the challenge ACK, A's RST for it; then A's SYN again.
+    for _ in 0..4 {
+        while pump(&mut a, &mut b, now) + pump(&mut b, &mut a, now) > 0 {}
+        if let Some(t) = a.poll_timeout() {
+            a.handle_timeout(t);
+        }
+    }
+    assert_eq!(
+        a.state(new),
+        Ok(State::Established),
+        "B: {:?}",
+        events(&mut b)
+    );
+}
