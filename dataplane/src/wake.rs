@@ -34,10 +34,15 @@ impl FdWake {
     }
 
     /// The worker's pass saw the wake: the eventfd is read empty (only if
-    /// a wake came, so that a pass without one costs no syscall).
+    /// a wake came, so that a pass without one costs no syscall). A read
+    /// that finds nothing met a waker between its flag and its write: the
+    /// flag is set again, so that the pass after that write lands reads
+    /// it. Cleared anyway, the write would land on a disarmed eventfd that
+    /// no pass reads again: readable for good, every idle `poll` of the
+    /// worker would return at once, a core spinning until the next wake.
     pub(crate) fn clear(&self) {
-        if self.armed.swap(false, Ordering::AcqRel) {
-            let _ = self.fd.read();
+        if self.armed.swap(false, Ordering::AcqRel) && self.fd.read().is_err() {
+            self.armed.store(true, Ordering::Release);
         }
     }
 }
@@ -61,13 +66,33 @@ mod tests {
         w.wake();
         w.wake();
         assert_eq!(w.fd.read().unwrap(), 1);
+        w.fd.write(1).unwrap();
         // Still armed: a wake before the worker's pass writes nothing.
         w.wake();
-        assert!(w.fd.read().is_err(), "nothing written");
-        // The worker's pass: disarmed (its read finds nothing left).
+        // The worker's pass: the one write read, disarmed.
         w.clear();
         assert!(!w.armed.load(Ordering::Relaxed));
+        assert!(w.fd.read().is_err(), "nothing left to read");
         w.wake();
         assert_eq!(w.fd.read().unwrap(), 1);
+    }
+
+    /// A waker that set the flag but has not written yet when the worker
+    /// clears: the clear's read finds nothing, then the write lands. The
+    /// next pass must read it, or the eventfd stays readable and the idle
+    /// worker's `poll` never sleeps again.
+    #[test]
+    fn a_wake_racing_a_clear_is_read_by_the_next_pass() {
+        let w = FdWake::new().unwrap();
+        // The waker's first half: the flag.
+        assert!(!w.armed.swap(true, Ordering::AcqRel));
+        // The worker's pass: its read finds the counter at 0.
+        w.clear();
+        // The waker's second half: the write.
+        w.fd.write(1).unwrap();
+        // The worker's next pass (its poll found the eventfd readable).
+        w.clear();
+        assert!(w.fd.read().is_err(), "the eventfd was read empty");
+        assert!(!w.armed.load(Ordering::Relaxed));
     }
 }
