@@ -142,8 +142,14 @@ impl Connection {
     }
 
     /// Called when `poll_transmit` produced nothing: if data waits with
-    /// nothing in flight, the window (or SWS avoidance) holds it back, so
-    /// run the persist timer (RFC 9293 §3.8.6.1).
+    /// nothing being sent from SND.NXT on and no retransmission timer to
+    /// send it, the window (or SWS avoidance) holds it back, so run the
+    /// persist timer (RFC 9293 §3.8.6.1; its probe sends what the window
+    /// takes, the override timeout of §3.8.6.2.1). Not only when nothing
+    /// was ever sent past SND.UNA: a zero window that reopens below one
+    /// segment rewinds SND.NXT over the probe (SND.MAX stays past it) and
+    /// stops the retransmission timer, and SWS avoidance then holds the
+    /// bytes; with no timer left the connection would wait for good.
     pub(crate) fn on_output_idle(&mut self, now: Instant) {
         // The buffer's flag first: a receiver's ACKs read no send timer.
         if !self.flags.has(Flags::SEND_QUEUED)
@@ -153,7 +159,7 @@ impl Connection {
             return;
         }
         let unsent = self.unsent_bytes();
-        if unsent > 0 && self.snd.nxt == self.snd.una && self.snd.una == self.snd.max {
+        if unsent > 0 && self.snd.nxt == self.snd.una && self.timers_rare.rto.is_none() {
             let base = self.rtt.rto();
             let d = base.saturating_mul(1u64 << self.timers_rare.persist_backoff.min(16));
             let max = Duration::from_secs(60).max(base);

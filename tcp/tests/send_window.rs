@@ -1,0 +1,186 @@
+//! The sender against a peer played by hand: its segments written one by
+//! one, so that windows a simulated stack would never offer (reopened
+//! below one segment after a zero window) can be tried.
+
+mod sim;
+
+use flowlane_tcp::time::{Duration, Instant};
+use flowlane_tcp::{ConnHandle, Stack, State};
+use flowlane_wire::tcp::{TcpFlags, TcpOptions};
+use flowlane_wire::TcpRepr;
+use sim::{test_config, A_IP, B_IP};
+use std::net::SocketAddr;
+
+/// Our stack (A) and a peer (B) played by hand: no timestamps, no SACK, no
+/// window scaling, so that B's segments are simple to write.
+struct Peer {
+    a: Stack,
+    conn: ConnHandle,
+    now: Instant,
+    /// B's SND.NXT (A's RCV.NXT).
+    b_nxt: u32,
+    /// What B has received in order (its RCV.NXT).
+    b_rcv: u32,
+    /// Every segment A sent: (repr, payload length).
+    sent: Vec<(TcpRepr, usize)>,
+}
+
+impl Peer {
+    fn new(b_window: u16) -> Peer {
+        let mut a = Stack::new(test_config(1));
+        let now = Instant::from_millis(1_000);
+        let conn = a
+            .connect(
+                now,
+                SocketAddr::new(A_IP, 10_000),
+                SocketAddr::new(B_IP, 80),
+            )
+            .unwrap();
+        let mut p = Peer {
+            a,
+            conn,
+            now,
+            b_nxt: 50_000,
+            b_rcv: 0,
+            sent: Vec::new(),
+        };
+        let syn = p.poll().pop().expect("SYN").0;
+        assert!(syn.flags.syn());
+        p.b_rcv = syn.seq.wrapping_add(1);
+        let options = TcpOptions {
+            mss: Some(1460),
+            ..TcpOptions::default()
+        };
+        p.deliver(TcpFlags::SYN | TcpFlags::ACK, b_window, options);
+        p.b_nxt = p.b_nxt.wrapping_add(1);
+        assert_eq!(p.a.state(p.conn), Ok(State::Established));
+        p.poll();
+        p
+    }
+
+    /// Feeds A one segment from B at B's SND.NXT, acknowledging `b_rcv`.
+    fn deliver(&mut self, flags: TcpFlags, window: u16, options: TcpOptions) {
+        let repr = TcpRepr {
+            src_port: 80,
+            dst_port: 10_000,
+            seq: self.b_nxt,
+            ack: self.b_rcv,
+            flags,
+            window,
+            urgent: 0,
+            options,
+        };
+        let mut bytes = vec![0u8; 60];
+        let n = repr.emit(&mut bytes).unwrap();
+        bytes.truncate(n);
+        self.a.handle_segment(self.now, B_IP, A_IP, &bytes);
+    }
+
+    /// B acknowledges what it holds, offering `window`.
+    fn ack(&mut self, window: u16) {
+        self.deliver(TcpFlags::ACK, window, TcpOptions::default());
+    }
+
+    /// Everything A sends now.
+    fn poll(&mut self) -> Vec<(TcpRepr, usize)> {
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 2048];
+        while let Some(t) = self.a.poll_transmit(self.now, &mut buf) {
+            let (repr, payload) = TcpRepr::parse_segment(&buf[..t.len]).unwrap();
+            out.push((repr, payload.len()));
+        }
+        self.sent.extend(out.iter().cloned());
+        out
+    }
+
+    /// Runs A's timers up to `until`, collecting what it sends.
+    fn run_until(&mut self, until: Instant) -> Vec<(TcpRepr, usize)> {
+        let mut out = Vec::new();
+        while let Some(t) = self.a.poll_timeout() {
+            if t > until {
+                break;
+            }
+            self.now = self.now.max(t);
+            self.a.handle_timeout(self.now);
+            out.extend(self.poll());
+        }
+        self.now = self.now.max(until);
+        out
+    }
+
+    /// B takes in order whatever of `segs` starts at its RCV.NXT and fits
+    /// `room` bytes; returns how much it took.
+    fn take(&mut self, segs: &[(TcpRepr, usize)], mut room: usize) -> usize {
+        let mut took = 0;
+        for (r, len) in segs {
+            if r.seq == self.b_rcv && *len > 0 && *len <= room {
+                self.b_rcv = self.b_rcv.wrapping_add(*len as u32);
+                room -= len;
+                took += len;
+            }
+        }
+        took
+    }
+}
+
+/// RFC 9293 §3.8.6.1 (zero-window probing) and §3.8.6.2.1 (the sender's
+/// SWS override timeout): data that waits on the send window must always
+/// have a timer behind it. When the peer reopens a zero window to less
+/// than an MSS and less than half its largest window (a receiver without
+/// SWS avoidance, or one under memory pressure), `update_send_window`
+/// rewinds SND.NXT and clears the retransmission timer, the SWS rule then
+/// holds the bytes back, and the persist timer is not armed because
+/// SND.MAX is still past SND.UNA (the probe byte): no timer is left, and
+/// the connection stalls for good.
+#[test]
+fn a_window_reopened_below_one_segment_does_not_stall_the_sender() {
+    let mut p = Peer::new(60_000);
+    let conn = p.conn;
+    let queued = p.a.send(conn, &vec![7u8; 100_000]).unwrap();
+    assert!(queued > 20_000, "{queued}");
+    // B takes the first flight and closes its window.
+    let first = p.poll();
+    let took = p.take(&first, usize::MAX);
+    assert!(took > 0);
+    p.ack(0);
+    // A probes the zero window (persist, then the retransmission timer);
+    // B drops each probe and answers it with the window still zero.
+    let limit = p.now + Duration::from_secs(30);
+    let mut probes = Vec::new();
+    while let Some(t) = p.a.poll_timeout() {
+        if t > limit {
+            break;
+        }
+        p.now = t;
+        p.a.handle_timeout(t);
+        let sent = p.poll();
+        if !sent.is_empty() {
+            p.ack(0);
+            p.poll();
+        }
+        probes.extend(sent);
+    }
+    assert!(!probes.is_empty(), "A probed the zero window");
+    eprintln!(
+        "B at {}; probes (seq, len): {:?}",
+        p.b_rcv,
+        probes.iter().map(|(r, l)| (r.seq, *l)).collect::<Vec<_>>()
+    );
+    // B's application reads a little: B reopens the window to 500 bytes.
+    p.ack(500);
+    let mut after = p.poll();
+    let end = p.now + Duration::from_secs(600);
+    after.extend(p.run_until(end));
+    let data: usize = after.iter().map(|(_, len)| *len).sum();
+    assert!(
+        data > 0,
+        "ten minutes after the window reopened to 500 bytes A sent no data \
+         (segments: {:?}); next timer: {:?}, state {:?}",
+        after
+            .iter()
+            .map(|(r, l)| (r.seq, *l, r.flags))
+            .collect::<Vec<_>>(),
+        p.a.poll_timeout(),
+        p.a.state(conn)
+    );
+}
