@@ -345,6 +345,17 @@ pub struct Config {
     pub max_rto: Duration,
     /// Consecutive data retransmission timeouts before giving up.
     pub max_retransmits: u8,
+    /// Retransmission timeouts and window probes a connection the
+    /// application closed (an orphan, its data or FIN not yet
+    /// acknowledged) sends before it is reset (Linux's
+    /// `tcp_orphan_retries`, 8 in effect there). Unlike a live
+    /// connection's, its probes count even while the peer answers them
+    /// with a zero window: RFC 1122 §4.2.2.17 keeps such a connection
+    /// open, but RFC 6429 lets a sender end one for its resources, and an
+    /// orphan has nobody left to wait for it; a peer that asks for data
+    /// and never reads (sockstress) would hold it, its slot and its send
+    /// buffer for good. 8 by default.
+    pub orphan_retries: u8,
     /// SYN retransmissions of an active open before giving up.
     pub max_syn_retransmits: u8,
     /// SYN-ACK retransmissions of a half-open connection before it is
@@ -497,6 +508,7 @@ impl Config {
             min_rto: Duration::from_millis(200),
             max_rto: Duration::from_secs(60),
             max_retransmits: 15,
+            orphan_retries: 8,
             max_syn_retransmits: 6,
             max_synack_retransmits: 2,
             msl: Duration::from_secs(30),

@@ -835,6 +835,45 @@ fn paws_drops_old_timestamps() {
     let _ = Instant::ZERO;
 }
 
+/// An orphan (closed by its application, data still queued) whose peer
+/// asked for data and never reads, answering every probe with a zero
+/// window (sockstress): it is probed `Config::orphan_retries` times and
+/// then reset, where a live connection in the same state is kept (above,
+/// RFC 1122 §4.2.2.17; RFC 6429 lets a sender end an orphan).
+#[test]
+fn an_orphan_in_the_persist_condition_is_reset_after_its_probes() {
+    let mut b_cfg = sim::test_config(2);
+    b_cfg.recv_buffer = 4096;
+    let mut sim = Sim::new(
+        6,
+        LinkConfig::default(),
+        LinkConfig::default(),
+        sim::test_config(1),
+        b_cfg,
+    );
+    let (a, b) = sim.establish();
+    assert_eq!(sim.a.send(a, &vec![5; 20_000]).unwrap(), 20_000);
+    sim.run_for(Duration::from_secs(10));
+    // A (the server) gives up on its client and closes; B never reads.
+    sim.a.close(a).unwrap();
+    assert_eq!(sim.a.state(a), Ok(State::FinWait1));
+    run_until(&mut sim, Duration::from_secs(3600), |s| {
+        s.a.connection_count() == 0
+    });
+    // About 7 minutes: the retransmission timer's backoff, 8 times.
+    assert!(sim.now < Instant::from_millis(600_000), "{:?}", sim.now);
+    sim.run_for(Duration::from_secs(1));
+    let s = *sim.a.stats();
+    assert_eq!(s.resets_timed_out, 1, "{s:?}");
+    let closed = events(&mut sim.b);
+    assert!(
+        closed
+            .iter()
+            .any(|e| matches!(e, Event::Closed { conn, reason: CloseReason::Reset } if *conn == b)),
+        "B heard the reset: {closed:?}"
+    );
+}
+
 /// `want_writable` asks for `Writable` without queueing bytes: at once while
 /// there is send space, after the ACK that frees space once the buffer is
 /// full; refused after `shutdown_write`.

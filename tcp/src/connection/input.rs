@@ -602,8 +602,10 @@ impl Connection {
         {
             // RFC 5681 §2: a duplicate acknowledgment.
             self.on_dup_ack(ctx, ack);
-        } else if ack == self.snd.una && self.snd.wnd == 0 {
-            // The peer answers our probes: it is alive (RFC 1122 §4.2.2.17).
+        } else if ack == self.snd.una && self.snd.wnd == 0 && !self.flags.has(Flags::APP_CLOSED) {
+            // The peer answers our probes: it is alive (RFC 1122
+            // §4.2.2.17). Not for an orphan, whose probes are numbered
+            // (`Config::orphan_retries`).
             self.timers_rare.retransmits = 0;
         }
         if self.rack_active() {

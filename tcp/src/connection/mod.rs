@@ -691,11 +691,20 @@ impl Connection {
     /// at SND.MAX, the peer's RCV.NXT once everything sent arrived (SND.NXT
     /// may have been rewound by a timeout, and an RST below the peer's
     /// RCV.NXT is out of its window; RFC 5961 §3.2 peers then want it
-    /// exact).
+    /// exact). Past the peer's window (bytes sent into a window that then
+    /// shut), at its right edge instead: an RST beyond the window is
+    /// dropped unseen (RFC 9293 §3.10.7.4), and with a zero window the
+    /// edge is SND.UNA, the peer's RCV.NXT, the one sequence number it
+    /// takes then (Linux's `tcp_acceptable_seq`).
     fn send_rst(&self, ctx: &mut Ctx<'_>, why: ResetReason) {
+        let edge = self.snd.una + self.snd.wnd as usize;
         ctx.queue_rst(PendingRst {
             tuple: self.tuple,
-            seq: self.snd.max,
+            seq: if self.snd.max > edge {
+                edge
+            } else {
+                self.snd.max
+            },
             ack: Some(self.rcv.nxt),
             why,
         });

@@ -59,6 +59,15 @@ impl Connection {
             // PERSISTING stays set: the backoff grows until the window
             // opens (`update_send_window`).
             self.timers_rare.persist = Deadline::NONE;
+            if self.flags.has(Flags::APP_CLOSED)
+                && self.timers_rare.persist_backoff >= ctx.cfg.orphan_retries
+            {
+                // An orphan whose peer keeps its window shut
+                // (`Config::orphan_retries`).
+                self.send_rst(ctx, ResetReason::TimedOut);
+                self.close_now(CloseReason::Timeout);
+                return;
+            }
             self.timers_rare.persist_backoff = self.timers_rare.persist_backoff.saturating_add(1);
             self.flags.set(Flags::PROBE_NOW);
         }
@@ -91,6 +100,9 @@ impl Connection {
         let limit = match self.state {
             State::SynSent => ctx.cfg.max_syn_retransmits,
             State::SynReceived => ctx.cfg.max_synack_retransmits,
+            _ if self.flags.has(Flags::APP_CLOSED) => {
+                ctx.cfg.max_retransmits.min(ctx.cfg.orphan_retries)
+            }
             _ => ctx.cfg.max_retransmits,
         };
         if self.timers_rare.retransmits >= limit {
