@@ -390,6 +390,34 @@ fn a_challenged_syn_does_not_move_ts_recent() {
     genuine_data_still_flows(sim, a, b, "SYN");
 }
 
+/// Once the peer's FIN is in (CLOSE-WAIT here), an RST at RCV.NXT - 1,
+/// the FIN's own sequence number (a peer that resets from it; Linux
+/// `tcp_reset_check` takes it), ends the connection, although the window
+/// check alone would drop a zero-length segment below RCV.NXT.
+#[test]
+fn close_wait_takes_an_rst_at_the_peers_fin() {
+    let (mut sim, a, b) = established(63);
+    sim.a.shutdown_write(a).unwrap();
+    sim.run_for(Duration::from_millis(100));
+    assert_eq!(sim.b.state(b), Ok(State::CloseWait));
+    let (last, rcv_nxt) = last_from_a(&sim, PORT);
+    assert!(last.flags.fin(), "{last:?}");
+    let mut rst = forge(&sim, PORT, rcv_nxt.wrapping_sub(1), TcpFlags::RST);
+    rst.options.timestamps = None;
+    inject(&mut sim, &rst, &[]);
+    sim.run_for(Duration::from_millis(20));
+    let s = *sim.b.stats();
+    assert!(
+        sim.b.state(b).is_err(),
+        "still {:?}: resets_in {}, rst_out_of_window {}, rst_challenged {}",
+        sim.b.state(b),
+        s.resets_in,
+        s.rst_out_of_window,
+        s.rst_challenged
+    );
+    assert_eq!(s.resets_in, 1);
+}
+
 /// Moves every segment `from` has to send into `to`, at `now`; how many.
 fn pump(from: &mut Stack, to: &mut Stack, now: flowlane_tcp::time::Instant) -> usize {
     let mut buf = [0u8; 2048];

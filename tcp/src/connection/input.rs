@@ -324,6 +324,10 @@ impl Connection {
         if !acceptable && !zero_window_probe {
             ctx.stats.unacceptable += 1;
             if f.rst() {
+                if self.rst_at_peer_fin(seq) {
+                    // `on_rst` takes it (Linux `tcp_reset_check`).
+                    return Some((seq, &[], f));
+                }
                 // RFC 5961 §3.2: an RST outside the window is dropped
                 // silently.
                 ctx.stats.rst_out_of_window += 1;
@@ -383,6 +387,20 @@ impl Connection {
         Some((seq, data, f))
     }
 
+    /// An RST at the sequence number of the peer's FIN, once the FIN is in
+    /// (CLOSE-WAIT, LAST-ACK, CLOSING): RCV.NXT - 1, which the window check
+    /// (zero-length segments need RCV.NXT <= SEG.SEQ) would drop, sent by
+    /// a peer that resets from its FIN's sequence number. Taken as exact,
+    /// as Linux's `tcp_reset_check` does, so that such a peer ends the
+    /// connection instead of leaving it to its timers.
+    #[inline]
+    fn rst_at_peer_fin(&self, seq: SeqNumber) -> bool {
+        matches!(
+            self.state,
+            State::CloseWait | State::LastAck | State::Closing
+        ) && seq + 1 == self.rcv.nxt
+    }
+
     /// RFC 9293 §3.10.7.4 second check, with RFC 5961 §3.2 and RFC 1337:
     /// an RST that passed the window test resets the connection only if
     /// its sequence number is exactly RCV.NXT (or RCV.NXT − 1 once the
@@ -396,11 +414,7 @@ impl Connection {
             ctx.stats.rst_in_time_wait += 1;
             return;
         }
-        let after_peer_fin = matches!(
-            self.state,
-            State::CloseWait | State::LastAck | State::Closing
-        );
-        if seq == self.rcv.nxt || (after_peer_fin && seq + 1 == self.rcv.nxt) {
+        if seq == self.rcv.nxt || self.rst_at_peer_fin(seq) {
             ctx.stats.resets_in += 1;
             // RFC 9293 §3.10.7.4: SYN-RECEIVED from a passive open returns
             // to LISTEN (the listener is still there; this half-open
