@@ -37,7 +37,7 @@
 
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -114,16 +114,60 @@ const RECENT_MARKERS: usize = 64;
 /// in between) before it sleeps on it.
 const REPLY_SPIN: Duration = Duration::from_millis(2);
 
+/// Who decides an export: the old worker takes it when it takes the
+/// message off its inbox, or the controller calls it off when it gives up
+/// waiting for the answer ([`STEP_TIMEOUT`]), whichever comes first. An
+/// export the controller gave up on is then never carried out behind its
+/// back (the bucket would end up on the new worker while the NIC's entry
+/// and the service's table name the old one, every later move of it
+/// refused), and one the worker took is waited for.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ExportClaim(Arc<AtomicU8>);
+
+impl ExportClaim {
+    const PENDING: u8 = 0;
+    const TAKEN: u8 = 1;
+    const CALLED_OFF: u8 = 2;
+
+    /// The old worker's side: whether the export is still wanted (it is
+    /// taken then, and the controller waits for its answer).
+    pub(crate) fn take(&self) -> bool {
+        self.0
+            .compare_exchange(
+                Self::PENDING,
+                Self::TAKEN,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+    }
+
+    /// The controller's side: whether the export was called off before
+    /// the worker took it (it never will then).
+    fn call_off(&self) -> bool {
+        self.0
+            .compare_exchange(
+                Self::PENDING,
+                Self::CALLED_OFF,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+    }
+}
+
 /// What the controller and the workers tell each other.
 pub(crate) enum Message {
     /// To the new owner: bucket `bucket` is coming; hold the frames of it
     /// that reach you.
     Prepare { bucket: u16, reply: Sender<Reply> },
-    /// To the old owner: hand the bucket to `to`.
+    /// To the old owner: hand the bucket to `to`, if the controller still
+    /// wants it when the message is taken ([`ExportClaim`]).
     Export {
         bucket: u16,
         to: u32,
         reply: Sender<Reply>,
+        claim: ExportClaim,
     },
     /// To the old owner: the NIC's entry now names the new owner.
     Rewritten { bucket: u16, reply: Sender<Reply> },
@@ -926,11 +970,22 @@ impl Mover {
                     };
                     let _ = reply.send(answer);
                 }
-                Message::Export { bucket, to, reply } => {
+                Message::Export {
+                    bucket,
+                    to,
+                    reply,
+                    claim,
+                } => {
                     if self.owner(bucket) != self.me {
                         let _ = reply.send(Reply::Refused(format!(
                             "bucket {bucket} is served by queue {}, not {}",
                             self.owner(bucket),
+                            self.me
+                        )));
+                    } else if !claim.take() {
+                        let _ = reply.send(Reply::Refused(format!(
+                            "the export of bucket {bucket} was called off before queue {} \
+                             took it",
                             self.me
                         )));
                     } else {
@@ -1100,6 +1155,9 @@ impl std::fmt::Debug for NicWriter {
 
 /// Longest the controller waits for one worker's answer.
 const STEP_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest it waits on for an export the old worker took before
+/// [`STEP_TIMEOUT`] ran out ([`ExportClaim`]): the export is under way.
+const TAKEN_EXPORT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A worker's answer: checked for, yielding the CPU in between, for
 /// [`REPLY_SPIN`] (the workers taking part spin too, so an answer usually
@@ -1171,12 +1229,14 @@ pub(crate) fn move_bucket(
     )
     .map_err(stayed)?;
     let export_start = std::time::Instant::now();
+    let claim = ExportClaim::default();
     let export_sent = mesh.send(
         from,
         Message::Export {
             bucket,
             to,
             reply: tx.clone(),
+            claim: claim.clone(),
         },
     );
     let prepared = wait(&prepared_rx, to, "the announcement of the bucket");
@@ -1192,7 +1252,23 @@ pub(crate) fn move_bucket(
             .send(from, Message::Rewritten { bucket, reply: tx })
             .is_ok();
     }
-    let exported = export_sent.and_then(|()| wait(&rx, from, "the export"));
+    let mut exported = export_sent.and_then(|()| wait(&rx, from, "the export"));
+    if exported.is_err() && !claim.call_off() {
+        // The old worker took the export before the wait ran out: it is
+        // under way, and its answer decides where the bucket is.
+        exported = rx.recv_timeout(TAKEN_EXPORT_TIMEOUT).map_err(|_| {
+            format!(
+                "queue {from} took the export but did not answer within {TAKEN_EXPORT_TIMEOUT:?}"
+            )
+        });
+        if let Err(e) = exported {
+            // Still exporting, or wedged: the bucket is on its way to the
+            // new worker, which holds its frames; the NIC names it already.
+            return Err(MoveError::Moved(format!(
+                "{e}: bucket {bucket} is taken to be on queue {to}"
+            )));
+        }
+    }
     let refusal = |r: Result<Reply, String>, step: &str, who: u32| match r {
         Ok(Reply::Refused(e)) | Err(e) => e,
         Ok(other) => format!("queue {who} answered {other:?} to {step}"),

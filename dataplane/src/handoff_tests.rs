@@ -20,7 +20,8 @@ use super::{instant, TcpConfig, TcpHandler, EXPORT_PART};
 use crate::bucket_counters::rss_bucket;
 use crate::ephemeral::rss_state;
 use crate::handoff::{
-    self, Arrival, Mesh, Message, MoveError, Mover, Reply, RssTableWriter, Work, SETTLE, SETTLE_MAX,
+    self, Arrival, ExportClaim, Mesh, Message, MoveError, Mover, Reply, RssTableWriter, Work,
+    SETTLE, SETTLE_MAX,
 };
 use crate::worker::{NoRing, QueueHandler, QueueInfo, RingAhead};
 
@@ -498,6 +499,7 @@ fn a_drain_forwards_the_bucket_s_frames_an_earlier_look_left_waiting() {
             bucket: b,
             to: 1,
             reply: tx.clone(),
+            claim: ExportClaim::default(),
         },
     )
     .unwrap();
@@ -901,4 +903,157 @@ fn a_large_bucket_moves_in_parts_with_each_connections_state() {
     for (port, tag) in got {
         assert_eq!(port, tag, "each connection arrived with its own state");
     }
+}
+
+/// The NIC's entry writes of a move, in order.
+#[derive(Default)]
+struct RecordingNic(Mutex<Vec<(u16, u32)>>);
+
+impl RssTableWriter for RecordingNic {
+    fn set_entry(&self, bucket: u16, queue: u32) -> Result<(), String> {
+        self.0.lock().unwrap().push((bucket, queue));
+        Ok(())
+    }
+}
+
+/// The old queue takes its inbox only after the controller gave up
+/// waiting for the export (a worker stalled for the step's timeout): the
+/// controller points the NIC's entry back and reports the bucket stayed,
+/// and the `Export` still in the old queue's inbox is refused, not carried
+/// out behind its back (the bucket would end up served by the new queue
+/// while the NIC's entry and the service's table name the old one).
+#[test]
+fn an_export_the_controller_gave_up_on_is_not_carried_out() {
+    let table = vec![0u32, 1, 0, 1];
+    let rss = rss_state(RssKey::microsoft_default().as_bytes(), &table, 2).unwrap();
+    let mesh = Arc::new(Mesh::new(2).unwrap());
+    let (mut a, mut b) = (
+        Mover::new(0, mesh.clone(), rss.clone()),
+        Mover::new(1, mesh.clone(), rss),
+    );
+    let nic = Arc::new(RecordingNic::default());
+    let controller = {
+        let nic = nic.clone();
+        std::thread::spawn(move || handoff::move_bucket(&mesh, nic.as_ref(), 0, 0, 1))
+    };
+    // Queue 1 answers; queue 0 is stalled until the controller gives up.
+    let mut now = Duration::from_millis(1);
+    while !controller.is_finished() {
+        now += Duration::from_micros(10);
+        let _ = b.take_work(now);
+        b.flush();
+        std::thread::yield_now();
+    }
+    let result = controller.join().unwrap();
+    assert!(matches!(&result, Err(MoveError::Stayed(_))), "{result:?}");
+    assert_eq!(
+        *nic.0.lock().unwrap(),
+        vec![(0, 1), (0, 0)],
+        "written, then back"
+    );
+    // Queue 0 comes back and takes its inbox: the export, then the rewrite.
+    now += Duration::from_millis(5);
+    for w in a.take_work(now) {
+        match w {
+            Work::Export { .. } => panic!("an export called off was carried out"),
+            Work::Rewritten { bucket, reply } => a.rewritten(bucket, reply, 0),
+            _ => {}
+        }
+    }
+    a.flush();
+    for _ in 0..3 {
+        now += Duration::from_millis(5);
+        let _ = b.take_work(now);
+        b.flush();
+    }
+    assert_eq!(
+        (a.owner(0), b.owner(0)),
+        (0, 0),
+        "bucket 0 stayed on queue 0"
+    );
+}
+
+/// The old queue took the export before the controller's wait ran out but
+/// answers after it: the export is under way, so the controller waits on
+/// for its answer and the move completes.
+#[test]
+fn an_export_taken_before_the_wait_ran_out_is_waited_for() {
+    let table = vec![0u32, 1, 0, 1];
+    let rss = rss_state(RssKey::microsoft_default().as_bytes(), &table, 2).unwrap();
+    let mesh = Arc::new(Mesh::new(2).unwrap());
+    let (mut a, mut b) = (
+        Mover::new(0, mesh.clone(), rss.clone()),
+        Mover::new(1, mesh.clone(), rss),
+    );
+    let nic = Arc::new(RecordingNic::default());
+    let controller = {
+        let nic = nic.clone();
+        std::thread::spawn(move || handoff::move_bucket(&mesh, nic.as_ref(), 0, 0, 1))
+    };
+    let mut now = Duration::from_millis(1);
+    let mut export = None;
+    let mut rewritten = None;
+    // Queue 0 takes the export at once, then stalls past the step's
+    // timeout before it exports.
+    while export.is_none() {
+        now += Duration::from_micros(10);
+        let _ = b.take_work(now);
+        b.flush();
+        for w in a.take_work(now) {
+            match w {
+                Work::Export { bucket, to, reply } => export = Some((bucket, to, reply)),
+                Work::Rewritten { bucket, reply } => rewritten = Some((bucket, reply)),
+                _ => {}
+            }
+        }
+        std::thread::yield_now();
+    }
+    let stalled = std::time::Instant::now();
+    while stalled.elapsed() < Duration::from_millis(2_500) {
+        now += Duration::from_micros(10);
+        let _ = b.take_work(now);
+        b.flush();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (bucket, to, reply) = export.unwrap();
+    let _ = reply.send(Reply::Exported {
+        connections: 0,
+        time_wait: 0,
+    });
+    let part = Stack::new(Config::new([1; 16])).export_bucket(bucket);
+    a.exported(
+        bucket,
+        to,
+        Box::new(Arrival {
+            bucket,
+            export: part,
+            apps: Vec::new(),
+            neighbors: Vec::new(),
+        }),
+    );
+    // Then the rest of the move, both queues stepping.
+    while !controller.is_finished() {
+        now += Duration::from_millis(1);
+        for w in a.take_work(now) {
+            if let Work::Rewritten { bucket, reply } = w {
+                rewritten = Some((bucket, reply));
+            }
+        }
+        if let Some((bucket, reply)) = rewritten.take() {
+            a.rewritten(bucket, reply, 0);
+        }
+        a.send_markers(now, 0);
+        a.flush();
+        for w in b.take_work(now) {
+            if let Work::Import(arrival) = w {
+                b.imported(arrival.bucket, 0, arrival.export.complete());
+            }
+        }
+        b.flush();
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let result = controller.join().unwrap();
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(*nic.0.lock().unwrap(), vec![(0, 1)], "written once");
+    assert_eq!((a.owner(0), b.owner(0)), (1, 1), "bucket 0 on queue 1");
 }
