@@ -272,7 +272,10 @@ fn kernel_knows(row: &QueueRow) -> bool {
         | "flowlane_tcp_buffer_memory_bytes" => true,
         "flowlane_tcp_resets_sent" => matches!(
             row.extra,
-            [("reason", "data_after_close" | "aborted" | "refused")]
+            [(
+                "reason",
+                "data_after_close" | "aborted" | "refused" | "timed_out"
+            )]
         ),
         "flowlane_tcp_connections"
         | "flowlane_tcp_memory_peak_bytes"

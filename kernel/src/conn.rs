@@ -50,6 +50,8 @@ pub(crate) struct Conn {
     pub(crate) peer_closed_dispatched: bool,
     /// When our FIN went out after `close`.
     pub(crate) fin_sent_at: Option<Instant>,
+    /// When the application called `close`.
+    pub(crate) closed_at: Option<Instant>,
     pub(crate) user_data: u64,
 }
 
@@ -101,6 +103,7 @@ impl Conn {
             closing: false,
             peer_closed_dispatched: false,
             fin_sent_at: None,
+            closed_at: None,
             user_data: 0,
         }
     }
@@ -167,6 +170,16 @@ impl Conn {
             && self.write_shut
             && ((self.peer_eof && self.peer_closed_dispatched)
                 || self.fin_sent_at.is_some_and(|t| now >= t + FIN_WAIT))
+    }
+
+    /// Whether a closed connection's send buffer has not drained into the
+    /// socket within [`FIN_WAIT`] of the close: its peer stopped reading
+    /// (a zero window answered to every probe, which the kernel keeps
+    /// open for good), so its FIN never went. It is reset instead of being
+    /// kept, with the core's send memory it holds, for as long as the peer
+    /// likes (what Linux's orphan limit does to such a socket).
+    pub(crate) fn close_stuck(&self, now: Instant) -> bool {
+        self.closing && !self.write_shut && self.closed_at.is_some_and(|t| now >= t + FIN_WAIT)
     }
 
     /// Takes `data` for sending: straight to the socket, and what it did

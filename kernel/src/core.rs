@@ -218,11 +218,12 @@ impl KernelNet {
         if reset {
             reset_on_close(&conn.stream);
             self.stats.resets_out += 1;
-            if reason == CloseReason::Reset {
+            match reason {
                 // Data after `close` (`read_ready`).
-                self.stats.resets_data_after_close += 1;
-            } else {
-                self.stats.resets_aborted += 1;
+                CloseReason::Reset => self.stats.resets_data_after_close += 1,
+                // A close whose bytes the peer never read (`sweep_closing`).
+                CloseReason::Timeout => self.stats.resets_timed_out += 1,
+                _ => self.stats.resets_aborted += 1,
             }
         }
         if reason == CloseReason::Reset && !reset {
@@ -405,12 +406,18 @@ impl KernelNet {
     }
 
     /// Ends the closed connections whose peer's FIN did not come within
-    /// [`FIN_WAIT`](crate::conn::FIN_WAIT) (the kernel finishes them).
+    /// [`FIN_WAIT`](crate::conn::FIN_WAIT) (the kernel finishes them), and
+    /// resets those whose own FIN could not go within it because their
+    /// peer reads nothing ([`Conn::close_stuck`](crate::conn::Conn::close_stuck)).
     fn sweep_closing(&mut self, now: Instant) {
         let mut i = 0;
         while i < self.closing_conns.len() {
             let index = self.closing_conns[i];
             match self.conns.at_mut(index).map(|c| &*c) {
+                Some(c) if c.close_stuck(now) => {
+                    self.closing_conns.swap_remove(i);
+                    self.end(index, CloseReason::Timeout, true);
+                }
                 Some(c) if c.closing && !c.close_finished(now) => i += 1,
                 Some(c) if c.closing => {
                     self.closing_conns.swap_remove(i);
@@ -572,6 +579,7 @@ impl Net for KernelNet {
             return Ok(());
         }
         conn.closing = true;
+        conn.closed_at = Some(Instant::now());
         conn.shut_pending = true;
         match conn.flush(&mut self.tx_pool) {
             Io::Failed(r) => self.end(h.index(), r, false),
@@ -917,4 +925,56 @@ fn kernel_info(k: &KernelView, c: &Conn) -> Option<ConnInfo> {
         send_capacity: c.tx.capacity(),
         recv_capacity: c.rx.capacity(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connection closed with bytes its peer never reads (a zero window
+    /// the peer's kernel answers to every probe): its FIN can never go, so
+    /// it is reset once `FIN_WAIT` has passed since the close, not kept
+    /// with its send memory for good.
+    #[test]
+    fn a_close_behind_a_peer_that_never_reads_is_reset_in_time() {
+        let placement = Placement {
+            queue: 0,
+            cpu: None,
+            node: 0,
+        };
+        let mut net = KernelNet::new(placement, vec![], Limits::default()).unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        nix::sys::socket::setsockopt(&client, nix::sys::socket::sockopt::RcvBuf, &4096usize)
+            .unwrap();
+        let (server, remote) = listener.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        let local = server.local_addr().unwrap();
+        let conn = Conn::new(
+            TcpStream::from_std(server),
+            local,
+            remote,
+            64 << 10,
+            256 << 10,
+        );
+        let h = net.insert(conn).unwrap();
+        let chunk = vec![7u8; 64 << 10];
+        for _ in 0..1000 {
+            match net.send(h, &chunk) {
+                Ok(_) => {}
+                Err(Error::WouldBlock) => break,
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        assert_eq!(net.send_space(h), Ok(0), "the send buffer holds bytes");
+        net.close(h).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        net.write_ready(h.index());
+        net.sweep_closing(Instant::now());
+        assert_eq!(net.open_connections(), 1, "within FIN_WAIT: kept");
+        net.sweep_closing(Instant::now() + crate::conn::FIN_WAIT);
+        assert_eq!(net.open_connections(), 0, "reset once FIN_WAIT passed");
+        assert_eq!((net.stats.resets_out, net.stats.resets_timed_out), (1, 1));
+        drop(client);
+    }
 }

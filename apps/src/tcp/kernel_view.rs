@@ -34,6 +34,7 @@ fn tcp_counters(c: &CoreCounters) -> TcpCountersSnapshot {
         resets_out: s.resets_out,
         resets_aborted: s.resets_aborted,
         resets_data_after_close: s.resets_data_after_close,
+        resets_timed_out: s.resets_timed_out,
         resets_refused: s.resets_refused,
         connection_limit_refused: s.connection_limit_refused,
         application_refused: c.application_refused,
