@@ -514,9 +514,16 @@ impl ControlSocket {
         let now = Instant::now();
         self.clients.retain_mut(|c| {
             let mut chunk = [0u8; 512];
+            // The client shut down its side (a request written and then
+            // a half-close, as `nc -N` or `socat` do): what came before
+            // still gets its answer.
+            let mut eof = false;
             loop {
                 match c.stream.read(&mut chunk) {
-                    Ok(0) => return false,
+                    Ok(0) => {
+                        eof = true;
+                        break;
+                    }
                     Ok(n) => c.buf.extend_from_slice(&chunk[..n]),
                     Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -536,7 +543,7 @@ impl ControlSocket {
                 _ if c.buf.len() > MAX_REQUEST => Response::Error {
                     message: format!("request longer than {MAX_REQUEST} bytes"),
                 },
-                _ => return now.duration_since(c.since) < CLIENT_DEADLINE,
+                _ => return !eof && now.duration_since(c.since) < CLIENT_DEADLINE,
             };
             send(&mut c.stream, &response);
             false
@@ -772,6 +779,27 @@ mod tests {
         drop(sock);
         assert!(!path.exists());
         assert!(request(&path, &Request::Status, Duration::from_secs(1)).is_err());
+    }
+
+    /// A client that writes its request and then shuts down its side (`nc
+    /// -N`, `socat`, `printf ... | ...`) still gets the answer.
+    #[test]
+    fn a_request_followed_by_a_half_close_is_answered() {
+        let path = temp_path("halfclose");
+        let mut sock = ControlSocket::bind(&path).unwrap();
+        let client = || {
+            let mut s = UnixStream::connect(&path).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            s.write_all(b"{\"op\":\"status\"}\n").unwrap();
+            s.shutdown(std::net::Shutdown::Write).unwrap();
+            let mut out = String::new();
+            let _ = s.read_to_string(&mut out);
+            out
+        };
+        let out = serve_until(&mut sock, client, |_| Response::Error {
+            message: "answered".into(),
+        });
+        assert!(out.contains("answered"), "no answer: {out:?}");
     }
 
     #[test]
