@@ -289,11 +289,19 @@ impl Dataplane {
                         }
                         None => worker::run_spill(info, handler, loop_cfg, ctl, counters2, epoch),
                     }
-                })
-                .map_err(|e| Error::Io {
-                    what: "spawning a worker".into(),
-                    source: e,
-                })?;
+                });
+            let thread = match thread {
+                Ok(t) => t,
+                Err(source) => {
+                    // The workers already running stop before the error
+                    // goes back: none is left behind, polling its socket.
+                    stop_workers(&stop, &mut workers);
+                    return Err(Error::Io {
+                        what: "spawning a worker".into(),
+                        source,
+                    });
+                }
+            };
             workers.push(WorkerHandle {
                 info,
                 counters,
@@ -428,12 +436,17 @@ impl Dataplane {
     }
 
     fn shutdown(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for w in &mut self.workers {
-            if let Some(t) = w.thread.take() {
-                if t.join().is_err() {
-                    tracing::error!(queue = w.info.queue, "worker panicked");
-                }
+        stop_workers(&self.stop, &mut self.workers);
+    }
+}
+
+/// Tells the workers to stop and waits for each.
+fn stop_workers(stop: &AtomicBool, workers: &mut [WorkerHandle]) {
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        if let Some(t) = w.thread.take() {
+            if t.join().is_err() {
+                tracing::error!(queue = w.info.queue, "worker panicked");
             }
         }
     }
