@@ -474,8 +474,10 @@ impl Connection {
 
     /// RFC 9293 §3.10.7.4 fifth check in SYN-RECEIVED: an ACK of our SYN
     /// completes the handshake; any other ACK is answered with a reset.
-    /// Returns whether to go on processing the segment.
-    #[inline]
+    /// Returns whether to go on processing the segment. Once per
+    /// connection: out of line, so that `on_segment_other`'s every-segment
+    /// path keeps `process_ack` inlined.
+    #[inline(never)]
     fn complete_passive_open(&mut self, ctx: &mut Ctx<'_>, seg: &TcpRepr, seq: SeqNumber) -> bool {
         if SeqNumber(seg.ack) > self.snd.una && SeqNumber(seg.ack) <= self.snd.max {
             self.state = if self.flags.has(Flags::FIN_QUEUED) {
@@ -587,6 +589,7 @@ impl Connection {
     /// already found acceptable ([`Self::ack_acceptable`], or the
     /// handshake's in SYN-RECEIVED). Returns false if the segment must be
     /// dropped.
+    #[inline(always)]
     pub(super) fn process_ack(
         &mut self,
         ctx: &mut Ctx<'_>,
