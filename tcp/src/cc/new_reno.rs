@@ -71,6 +71,15 @@ impl CongestionControl for NewReno {
     }
 
     fn on_ack(&mut self, ack: &Ack) {
+        // RFC 7661 §4.3 (as CUBIC, RFC 9438 §5.8): a window the sender
+        // does not use (the application, the send buffer or the peer's
+        // window limits it) does not grow; in use is pipeACK >= cwnd / 2,
+        // the flight before this ACK as pipeACK. Grown anyway, an
+        // application-limited connection's window reaches megabytes it
+        // never validated and may send in one burst later.
+        if ack.flight.saturating_mul(2) < self.cwnd {
+            return;
+        }
         let mut rest = ack.bytes_acked;
         if self.cwnd < self.ssthresh {
             // RFC 5681 §3.1 slow start with byte counting (RFC 3465 §2.2):
@@ -169,6 +178,23 @@ mod tests {
     use crate::time::Instant;
 
     const MSS: usize = 1000;
+
+    #[test]
+    fn application_limited_window_does_not_grow() {
+        let mut c = NewReno::new(MSS);
+        let mut ack = test_ack(Instant::ZERO, MSS);
+        // Two segments in flight of a ten-segment window, ACK after ACK:
+        // the window is not in use.
+        ack.flight = 2 * MSS;
+        for _ in 0..100 {
+            c.on_ack(&ack);
+        }
+        assert_eq!(c.window(), 10 * MSS);
+        // Half of it in use: it grows.
+        ack.flight = 5 * MSS;
+        c.on_ack(&ack);
+        assert_eq!(c.window(), 11 * MSS);
+    }
 
     #[test]
     fn slow_start_then_avoidance() {
