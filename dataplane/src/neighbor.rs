@@ -6,8 +6,10 @@
 //! never sends requests; a missing entry makes the caller drop the segment
 //! and TCP retransmit it. Entries come from:
 //!
-//! - configuration (`--neighbor`, the kernel's neighbour table read once
-//!   at start): pinned, never evicted;
+//! - configuration (`--neighbor`): pinned, never evicted or outranked;
+//! - the kernel's neighbour table, read once at start: as if confirmed
+//!   then (below), so that an entry the kernel held stale, or a peer whose
+//!   MAC changed since, gives way like a learned one;
 //! - *confirmed* learning: the source MAC of a frame that the TCP stack
 //!   took for an established connection (the handshake's last segment, or
 //!   data it delivered). Only a peer that holds a connection's sequence

@@ -541,9 +541,10 @@ fn software_rss(table_size: usize) -> Result<RssState> {
 }
 
 /// Neighbours for a service: static `IP=MAC` specs, then the kernel's table
-/// for `iface` (both families). With `prime`, the kernel is first made to
-/// resolve that address (ARP and neighbour discovery stay with the kernel:
-/// a datagram to its discard port makes it ask).
+/// for `iface` (both families, [`add_kernel_entries`]). With `prime`, the
+/// kernel is first made to resolve that address (ARP and neighbour
+/// discovery stay with the kernel: a datagram to its discard port makes it
+/// ask).
 pub fn neighbors(specs: &[String], iface: &str, prime: Option<IpAddr>) -> Result<Neighbors> {
     let mut n = Neighbors::new();
     for e in specs {
@@ -562,11 +563,7 @@ pub fn neighbors(specs: &[String], iface: &str, prime: Option<IpAddr>) -> Result
     }
     if let Some(index) = current_ifindex(iface) {
         match kernel_neighbors(index) {
-            Ok(entries) => {
-                for (ip, mac) in entries {
-                    n.insert(ip, mac);
-                }
-            }
+            Ok(entries) => add_kernel_entries(&mut n, entries),
             // Not fatal: peers are learned as they connect.
             Err(e) => tracing::warn!("reading the kernel's neighbour table: {e}"),
         }
@@ -574,10 +571,49 @@ pub fn neighbors(specs: &[String], iface: &str, prime: Option<IpAddr>) -> Result
     Ok(n)
 }
 
+/// The kernel's neighbour entries, read at start, as if learned then
+/// ([`Neighbors::confirm`]): an operator's `--neighbor` (pinned: its
+/// defence against spoofing) is never replaced by them, and one of them
+/// gives way to a newer sighting after the peer fell silent (a failover
+/// that changed its MAC, or an entry the kernel held stale), where pinned
+/// it would have been used for good.
+fn add_kernel_entries(n: &mut Neighbors, entries: Vec<(IpAddr, flowlane_wire::EthernetAddress)>) {
+    for (ip, mac) in entries {
+        n.confirm(flowlane_tcp::time::Instant::ZERO, ip, mac);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use flowlane_numa_sched::toeplitz::RssKey;
+
+    /// An operator's `--neighbor` outranks what the kernel's table says of
+    /// the same address (a stale entry, or one an on-link spoofer planted
+    /// before the service started); the kernel's other entries are taken.
+    #[test]
+    fn a_static_neighbour_outranks_the_kernels_entry() {
+        let mac = |s| crate::neighbor::parse_mac(s).unwrap();
+        let mut n = Neighbors::new();
+        n.insert_spec("10.0.0.1=02:00:00:00:00:99").unwrap();
+        add_kernel_entries(
+            &mut n,
+            vec![
+                ("10.0.0.1".parse().unwrap(), mac("02:fc:00:00:00:05")),
+                ("10.0.0.2".parse().unwrap(), mac("02:fc:00:00:00:06")),
+            ],
+        );
+        let now = flowlane_tcp::time::Instant::ZERO;
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(
+            n.lookup(now, ip("10.0.0.1")),
+            Some(mac("02:00:00:00:00:99"))
+        );
+        assert_eq!(
+            n.lookup(now, ip("10.0.0.2")),
+            Some(mac("02:fc:00:00:00:06"))
+        );
+    }
 
     #[test]
     fn static_neighbours_parse_and_bad_ones_are_refused() {
