@@ -152,6 +152,7 @@ const QUEUE_ROWS: &[QueueRow] = &[
     row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "bad_tcp_checksum"], |q| q.tcp.bad_tcp_checksum),
     row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "malformed"], |q| q.tcp.malformed + q.tcp.tcp_malformed),
     row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "not_ours"], |q| q.tcp.not_ours),
+    row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "martian_source"], |q| q.tcp.martian_source),
     row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "unacceptable"], |q| q.tcp.unacceptable),
     row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "paws"], |q| q.tcp.paws_rejected),
     row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "out_of_order_no_room"], |q| q.tcp.ooo_dropped),

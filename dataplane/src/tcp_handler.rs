@@ -85,8 +85,8 @@ use flowlane_wire::packet::{
 };
 use flowlane_wire::too_big::too_big;
 use flowlane_wire::{
-    parse_frame_with, EtherType, EthernetAddress, EthernetRepr, Frame, IpProtocol, Ipv4Repr,
-    Ipv6Repr, Layer, Network, TcpRepr, Transport, VlanTags, WireError,
+    is_martian_source, parse_frame_with, EtherType, EthernetAddress, EthernetRepr, Frame,
+    IpProtocol, Ipv4Repr, Ipv6Repr, Layer, Network, TcpRepr, Transport, VlanTags, WireError,
 };
 
 use crate::bucket_counters::{rss_bucket, BucketCounters, BusySampler};
@@ -420,6 +420,11 @@ counters! {
         malformed,
         /// Parsed frames that are not TCP (or a path MTU signal) to our address.
         not_ours,
+        /// TCP segments from a source no datagram may have (broadcast,
+        /// multicast, 0/8, loopback, or one of our own addresses: RFC 1122
+        /// §3.2.1.3), dropped before the stack: a SYN from one would hold a
+        /// half-open slot and draw a SYN-ACK to that address.
+        martian_source,
         /// Segments not sent because no MAC was known for the peer.
         no_neighbor,
         /// Neighbour entries, configured and confirmed (a gauge; sightings not included).
@@ -1018,6 +1023,10 @@ impl TcpHandler {
         };
         if !self.local.is_ours(dst) || f.ethernet.vlan.count() != 0 {
             counters::bump(&c.not_ours);
+            return Fate::Passed;
+        }
+        if is_martian_source(src) || self.local.is_ours(src) {
+            counters::bump(&c.martian_source);
             return Fate::Passed;
         }
         if let Some(m) = self.mover.as_mut().filter(|m| hops == 0 && m.holding()) {
@@ -2241,6 +2250,45 @@ mod tests {
             "frames with data sent {data_frames} (stack: {} data segments, {} retransmitted), ACKs received {acks}",
             s.data_segments_out, s.retransmits
         );
+    }
+
+    /// RFC 1122 §3.2.1.3: a SYN from a broadcast, multicast, "this
+    /// network", loopback or our own address is dropped before the stack
+    /// (no half-open connection, no SYN-ACK to that address) and counted.
+    #[test]
+    fn a_syn_from_a_martian_source_is_dropped_and_counted() {
+        // SYN from port 1 to port 7, seq 1, window 65535.
+        let syn = [
+            0, 1, 0, 7, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0,
+        ];
+        let ours = Ipv4Addr::new(10, 99, 0, 1);
+        let sources = [
+            "255.255.255.255",
+            "224.0.0.1",
+            "10.99.0.1",
+            "0.0.0.0",
+            "127.0.0.1",
+        ];
+        let cfg = TcpConfig::new(ours, OUR_MAC, [1; 16]);
+        let mut h = TcpHandler::new(&info(), cfg);
+        h.listen(7, Echo::default()).unwrap();
+        for src in sources {
+            let src: Ipv4Addr = src.parse().unwrap();
+            let f = frame(&syn, src, ours);
+            h.rx_one(Instant::from_millis(1), &f, (None, &NoFrames));
+            assert!(
+                poll(&mut h, Duration::from_millis(1)).is_empty(),
+                "answered {src}"
+            );
+        }
+        assert_eq!(h.stack.connection_count(), 0);
+        assert_eq!(h.counters().snapshot().martian_source, sources.len() as u64);
+        // A real peer's SYN is still answered.
+        let f = frame(&syn, Ipv4Addr::new(10, 99, 0, 2), ours);
+        h.neighbors
+            .insert(Ipv4Addr::new(10, 99, 0, 2), EthernetAddress(PEER_MAC));
+        h.rx_one(Instant::from_millis(1), &f, (None, &NoFrames));
+        assert_eq!(poll(&mut h, Duration::from_millis(1)).len(), 1, "SYN-ACK");
     }
 
     #[test]

@@ -162,6 +162,23 @@ impl FragmentInfo {
     }
 }
 
+/// Whether `src` cannot be a datagram's source (RFC 1122 §3.2.1.3: a host
+/// MUST silently discard a datagram whose source is a broadcast or
+/// multicast address; "this network" (0/8) and loopback (127/8) are not
+/// valid sources on a wire either; RFC 4291 §2.7 and §2.5.2-3 for IPv6's
+/// multicast, unspecified and loopback). Linux drops the same as martian
+/// sources (`ip_route_input_slow`); 240/4 is not among them, as there.
+#[inline]
+pub fn is_martian_source(src: IpAddr) -> bool {
+    match src {
+        IpAddr::V4(a) => {
+            let first = a.octets()[0];
+            first == 0 || first == 127 || (224..240).contains(&first) || a.is_broadcast()
+        }
+        IpAddr::V6(a) => a.is_multicast() || a.is_unspecified() || a.is_loopback(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,5 +201,32 @@ mod tests {
         };
         assert_eq!(p.reversed().src(), IpAddr::V4(Ipv4Addr::new(5, 6, 7, 8)));
         assert_eq!(p.reversed().reversed(), p);
+    }
+
+    #[test]
+    fn broadcast_multicast_zero_and_loopback_sources_are_martian() {
+        for bad in [
+            "255.255.255.255",
+            "224.0.0.1",
+            "239.255.255.250",
+            "0.0.0.0",
+            "0.1.2.3",
+            "127.0.0.1",
+            "ff02::1",
+            "::",
+            "::1",
+        ] {
+            assert!(is_martian_source(bad.parse().unwrap()), "{bad}");
+        }
+        for good in [
+            "10.0.0.1",
+            "192.0.2.7",
+            "223.255.255.255",
+            "240.0.0.1",
+            "fd00::1",
+            "2001:db8::1",
+        ] {
+            assert!(!is_martian_source(good.parse().unwrap()), "{good}");
+        }
     }
 }

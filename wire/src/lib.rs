@@ -61,7 +61,7 @@ pub use icmp::{
     Icmpv4Message, Icmpv4Packet, Icmpv4Repr, Icmpv6Message, Icmpv6Packet, Icmpv6Repr, NdpAdvert,
     NeighborFlags,
 };
-pub use ip::{FragmentInfo, IpPair, IpProtocol};
+pub use ip::{is_martian_source, FragmentInfo, IpPair, IpProtocol};
 pub use ipv4::{Ipv4Packet, Ipv4Repr};
 pub use ipv6::{Ipv6ExtHeader, Ipv6FragmentHeader, Ipv6Packet, Ipv6Repr, Ipv6Upper};
 pub use packet::{parse_frame, parse_frame_with, Frame, Network, Transport};
