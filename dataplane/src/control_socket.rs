@@ -12,7 +12,7 @@
 //! stuck or hostile local client cannot stall the service.
 
 use std::io::{ErrorKind, Read, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -454,10 +454,12 @@ fn io(what: String) -> impl FnOnce(std::io::Error) -> Error {
 
 impl ControlSocket {
     /// Listens at `path` (its directory is created; only root may connect).
-    /// A socket left there by a service that is gone is replaced.
+    /// A socket left there by a service that is gone is replaced; any other
+    /// file there is left alone and refused.
     ///
     /// # Errors
-    /// [`Error::Setup`] when a running service answers at `path`;
+    /// [`Error::Setup`] when a running service answers at `path`, or a file
+    /// that is not a socket is there;
     /// [`Error::Io`] when the directory or socket cannot be made.
     pub fn bind(path: &Path) -> Result<ControlSocket> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -466,7 +468,15 @@ impl ControlSocket {
                 dir.display()
             )))?;
         }
-        if path.exists() {
+        if let Ok(meta) = std::fs::symlink_metadata(path) {
+            // Only a socket is taken for a stale one: a mistyped path must
+            // not cost whatever file is there.
+            if !meta.file_type().is_socket() {
+                return Err(Error::Setup(format!(
+                    "{} exists and is not a socket: give --control-socket a path of its own",
+                    path.display()
+                )));
+            }
             if UnixStream::connect(path).is_ok() {
                 return Err(Error::Setup(format!(
                     "control socket {} is in use by a running service (give another --control-socket)",
@@ -779,6 +789,20 @@ mod tests {
         drop(sock);
         assert!(!path.exists());
         assert!(request(&path, &Request::Status, Duration::from_secs(1)).is_err());
+    }
+
+    /// A path that holds some other file (a mistyped `--control-socket`)
+    /// is refused, and the file kept.
+    #[test]
+    fn a_file_that_is_not_a_socket_is_neither_taken_nor_removed() {
+        let path = temp_path("notasocket");
+        std::fs::write(&path, b"precious").unwrap();
+        let Err(err) = ControlSocket::bind(&path) else {
+            panic!("a file that is not a socket was taken");
+        };
+        assert!(err.to_string().contains("is not a socket"), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), b"precious");
+        std::fs::remove_file(&path).unwrap();
     }
 
     /// A client that writes its request and then shuts down its side (`nc
