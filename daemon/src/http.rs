@@ -1,21 +1,27 @@
 //! The metrics endpoint: `GET /metrics` over HTTP/1.1 (hyper, on a
 //! current-thread tokio runtime in a thread of its own). Each request is a
 //! scrape: the services are asked on a blocking thread, so a slow one does
-//! not hold up other connections.
+//! not hold up other connections. Any local user can reach the port, so
+//! what one can hold is bounded: [`MAX_CONNECTIONS`] connections at once
+//! (more are closed as they come), each for [`CONNECTION_LIFETIME`] at
+//! most, its request headers within [`HEADER_TIMEOUT`]; and one scrape of
+//! the services at a time, whose page every request that waited for it
+//! shares (a flood of requests asks the services no more often than one
+//! client would).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{ACCEPT, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 
 use crate::metrics::{render, Format};
 use crate::registry::Services;
@@ -23,6 +29,16 @@ use crate::Error;
 
 /// How often the accept loop looks at the stop flag.
 const STOP_CHECK: Duration = Duration::from_millis(100);
+/// Connections served at once.
+const MAX_CONNECTIONS: usize = 64;
+/// How long one connection may stay (a scraper reconnects).
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+/// How long a request's headers may take to arrive.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The last page made, per format, and when its scrape began: a request
+/// that arrived before then takes it instead of scraping again.
+type Pages = Mutex<Vec<(Format, Instant, String)>>;
 
 /// A running metrics endpoint; stops when dropped.
 #[derive(Debug)]
@@ -88,6 +104,8 @@ async fn accept_loop(
             return;
         }
     };
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let pages: Arc<Pages> = Arc::default();
     while !stop.load(Ordering::Relaxed) {
         let Ok(accepted) = tokio::time::timeout(STOP_CHECK, listener.accept()).await else {
             continue;
@@ -100,14 +118,24 @@ async fn accept_loop(
                 continue;
             }
         };
-        let services = services.clone();
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::debug!("metrics endpoint: {MAX_CONNECTIONS} connections open, one closed");
+            drop(stream);
+            continue;
+        };
+        let (services, pages) = (services.clone(), pages.clone());
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| answer(req, services.clone()));
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
-                tracing::debug!("metrics endpoint: connection: {e}");
+            let _slot = slot;
+            let service =
+                hyper::service::service_fn(move |req| answer(req, services.clone(), pages.clone()));
+            let serve = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service);
+            match tokio::time::timeout(CONNECTION_LIFETIME, serve).await {
+                Ok(Err(e)) => tracing::debug!("metrics endpoint: connection: {e}"),
+                Err(_) => tracing::debug!("metrics endpoint: connection closed after its lifetime"),
+                Ok(Ok(())) => {}
             }
         });
     }
@@ -118,6 +146,7 @@ async fn accept_loop(
 async fn answer(
     req: Request<Incoming>,
     services: Arc<Services>,
+    pages: Arc<Pages>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let plain = |status, text: &'static str| {
         let mut r = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
@@ -143,7 +172,8 @@ async fn answer(
         }
     }
     let format = Format::from_accept(req.headers().get(ACCEPT).and_then(|v| v.to_str().ok()));
-    let page = tokio::task::spawn_blocking(move || render(&services.scrape(), format))
+    let arrived = Instant::now();
+    let page = tokio::task::spawn_blocking(move || page(&services, &pages, format, arrived))
         .await
         .unwrap_or_default();
     let mut r = Response::new(Full::new(Bytes::from(page)));
@@ -152,4 +182,22 @@ async fn answer(
         hyper::header::HeaderValue::from_static(format.content_type()),
     );
     Ok(r)
+}
+
+/// The page in `format` for a request that arrived at `arrived`: one scrape
+/// at a time; a scrape that began after the request arrived (another
+/// request's, while this one waited) is as fresh as its own would be.
+fn page(services: &Services, pages: &Pages, format: Format, arrived: Instant) -> String {
+    let mut pages = pages.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, _, page)) = pages
+        .iter()
+        .find(|(f, began, _)| *f == format && *began >= arrived)
+    {
+        return page.clone();
+    }
+    let began = Instant::now();
+    let page = render(&services.scrape(), format);
+    pages.retain(|(f, _, _)| *f != format);
+    pages.push((format, began, page.clone()));
+    page
 }
