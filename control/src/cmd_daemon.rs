@@ -92,7 +92,8 @@ pub(crate) fn run(args: Args) -> Result<()> {
     let mut daemon = match Daemon::start(&config) {
         Ok(d) => d,
         Err(e) => {
-            restore(owned, &config);
+            let in_use = services_on(&control_socket::live_sockets(&config.run_dir));
+            restore(owned, &config, &in_use);
             return Err(e.into());
         }
     };
@@ -125,12 +126,15 @@ pub(crate) fn run(args: Args) -> Result<()> {
         daemon.poll();
         if std::time::Instant::now() >= next_look {
             next_look = std::time::Instant::now() + LOOK_AGAIN;
-            look_again(&mut owned, &daemon, &config.run_dir);
+            look_again(&mut owned, &daemon);
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+    // Which NICs running services use, asked while the daemon still knows
+    // the services registered from elsewhere than the run directory.
+    let in_use = services_on(&daemon.service_sockets());
     drop(daemon);
-    restore(owned, &config);
+    restore(owned, &config, &in_use);
     Ok(())
 }
 
@@ -140,7 +144,7 @@ const LOOK_AGAIN: Duration = Duration::from_secs(1);
 /// Looks at each owned NIC again and plans again for those that changed
 /// (interrupts to pin now that a service gave a veth NAPI, channels set,
 /// IRQs made anew, a NIC back), and says so (a JSON line each).
-fn look_again(owned: &mut [Owned], daemon: &Daemon, run_dir: &std::path::Path) {
+fn look_again(owned: &mut [Owned], daemon: &Daemon) {
     if owned.is_empty() {
         return;
     }
@@ -152,7 +156,7 @@ fn look_again(owned: &mut [Owned], daemon: &Daemon, run_dir: &std::path::Path) {
     for o in owned.iter_mut() {
         let before = o.report.changes.len();
         let iface = o.report.caps.iface.clone();
-        let in_use = || services_on(run_dir).contains(&iface);
+        let in_use = || services_on(&daemon.service_sockets()).contains(&iface);
         match o.look_again(&roots, &topo, Some(&budget), in_use) {
             Ok(true) => {
                 changed = true;
@@ -183,6 +187,9 @@ fn own_nics(config: &DaemonConfig) -> Result<Vec<Owned>> {
     let roots = Roots::default();
     let topo = TopologyArgs::default().load()?;
     let budget = allowed_cpus();
+    // Before the daemon runs, only the run directory's services are known
+    // (one elsewhere registers within 5 s of the daemon's start).
+    let in_use = services_on(&control_socket::live_sockets(&config.run_dir));
     let mut owned = Vec::new();
     for iface in &config.ifaces {
         match host_plan::own(
@@ -192,10 +199,11 @@ fn own_nics(config: &DaemonConfig) -> Result<Vec<Owned>> {
             Some(&budget),
             config.dry_run,
             config.restore_on_exit,
+            in_use.contains(iface),
         ) {
             Ok(o) => owned.push(o),
             Err(e) => {
-                restore(owned, config);
+                restore(owned, config, &in_use);
                 return Err(e);
             }
         }
@@ -203,9 +211,9 @@ fn own_nics(config: &DaemonConfig) -> Result<Vec<Owned>> {
     Ok(owned)
 }
 
-/// The interfaces the services in `run_dir` serve.
-fn services_on(run_dir: &std::path::Path) -> Vec<String> {
-    control_socket::live_sockets(run_dir)
+/// The interfaces the services at `sockets` serve.
+fn services_on(sockets: &[std::path::PathBuf]) -> Vec<String> {
+    sockets
         .iter()
         .filter_map(|p| crate::cmd_rebalance::status(p).ok())
         .map(|s| s.iface)
@@ -213,12 +221,12 @@ fn services_on(run_dir: &std::path::Path) -> Vec<String> {
 }
 
 /// Puts back what the daemon changed on its NICs, if so configured, and
-/// says what it did (a JSON line per NIC).
-fn restore(owned: Vec<Owned>, config: &DaemonConfig) {
+/// says what it did (a JSON line per NIC); `in_use`: the interfaces running
+/// services serve (their RSS tables stay).
+fn restore(owned: Vec<Owned>, config: &DaemonConfig, in_use: &[String]) {
     if !config.restore_on_exit || config.dry_run {
         return;
     }
-    let in_use = services_on(&config.run_dir);
     for o in owned {
         let iface = o.report.caps.iface.clone();
         let busy = in_use.contains(&iface);

@@ -84,7 +84,9 @@ struct Undo {
 
 /// Reads `iface`, plans for one worker per receive queue on `topo` (within
 /// `budget` CPUs) and applies the plan, or with `dry_run` only says what it
-/// would change.
+/// would change. With `in_use` (a running service serves the NIC), its RSS
+/// table is left as it is: the service's buckets are its own (it may have
+/// moved some), as when the plan is made again.
 ///
 /// # Errors
 /// The NIC cannot be read, or a change failed (the IRQ writes are rolled
@@ -96,6 +98,7 @@ pub(crate) fn own(
     budget: Option<&[u32]>,
     dry_run: bool,
     restore_on_exit: bool,
+    in_use: bool,
 ) -> Result<Owned> {
     let caps = crate::nic::caps::read(roots, iface)?;
     let workers = caps.rx_queues.max(1);
@@ -120,7 +123,12 @@ pub(crate) fn own(
         pin_interrupts(roots, iface, topo, budget, dry_run, &mut changes, &mut undo)?;
     }
 
-    if caps.rss.as_ref().is_some_and(|r| r.table_size > 0) && caps.rx_queues > 1 {
+    let has_table = caps.rss.as_ref().is_some_and(|r| r.table_size > 0) && caps.rx_queues > 1;
+    if has_table && in_use {
+        changes.push(format!(
+            "left {iface}'s RSS table as it is: a running service uses the NIC"
+        ));
+    } else if has_table {
         let nic = EthtoolNic::new(iface);
         if let Err(e) = spread_rss(&nic, caps.rx_queues, dry_run, &mut changes, &mut undo) {
             // What this NIC got so far goes back before the error does.
@@ -326,6 +334,16 @@ impl Owned {
             Ok(())
         };
         // The interrupts pinned stay to be put back, whatever the table did.
+        // IRQs that are no longer the NIC's (made anew under other numbers)
+        // are forgotten: the driver freed them, and their numbers may be
+        // another device's by now.
+        if let Some(irqs) = roots.iface(&iface)?.msi_irqs {
+            self.undo.irq_affinity.retain(|(rel, _)| {
+                irqs.iter().any(|i| {
+                    rel.as_path() == std::path::Path::new(&format!("irq/{i}/smp_affinity_list"))
+                })
+            });
+        }
         if !dry_run {
             self.undo.merge(undo);
         }
@@ -380,12 +398,28 @@ impl Undo {
     fn put_back(self, roots: &Roots, iface: &str, in_use: bool) -> Vec<String> {
         let mut said = Vec::new();
         if !self.irq_affinity.is_empty() {
-            said.push(
-                match irq_apply::write_all(&roots.procfs_root, &self.irq_affinity, &[]) {
-                    Ok(()) => format!("put back {} IRQ affinities", self.irq_affinity.len()),
-                    Err(e) => format!("IRQ affinities not put back: {e:#}"),
-                },
-            );
+            // One at a time: an IRQ the driver freed since (a reset, a
+            // reload, `ethtool -L`) must not keep the others from going back.
+            let (mut back, mut gone) = (0, 0);
+            for (rel, was) in &self.irq_affinity {
+                if !roots.procfs_root.join(rel).is_file() {
+                    gone += 1;
+                    continue;
+                }
+                match irq_apply::write_all(&roots.procfs_root, &[(rel.clone(), was.clone())], &[]) {
+                    Ok(()) => back += 1,
+                    Err(e) => said.push(format!("{} not put back: {e:#}", rel.display())),
+                }
+            }
+            said.push(format!(
+                "put back {back} IRQ affinit{}{}",
+                if back == 1 { "y" } else { "ies" },
+                if gone > 0 {
+                    format!(" ({gone} IRQs gone since)")
+                } else {
+                    String::new()
+                }
+            ));
         }
         if self.threaded_on {
             let rel = PathBuf::from(format!("class/net/{iface}/threaded"));
@@ -549,6 +583,32 @@ mod tests {
             ]
         );
         assert_eq!(undo.napi_threads, [(7, vec![0, 1]), (9, vec![0, 1])]);
+    }
+
+    /// One IRQ freed by the driver since the daemon pinned it (a reset, a
+    /// reload): the others still go back.
+    #[test]
+    fn an_irq_gone_since_does_not_keep_the_others_from_going_back() {
+        let dir = std::env::temp_dir().join(format!("flowlane-putback-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let roots = Roots {
+            sysfs_root: dir.join("sys"),
+            procfs_root: dir.join("proc"),
+        };
+        std::fs::create_dir_all(roots.procfs_root.join("irq/41")).unwrap();
+        let live = roots.procfs_root.join("irq/41/smp_affinity_list");
+        std::fs::write(&live, "1\n").unwrap();
+        let undo = Undo {
+            irq_affinity: vec![
+                ("irq/40/smp_affinity_list".into(), "0-3".into()),
+                ("irq/41/smp_affinity_list".into(), "0-3".into()),
+            ],
+            ..Undo::default()
+        };
+        let said = undo.put_back(&roots, "eth0", false);
+        assert_eq!(std::fs::read_to_string(&live).unwrap().trim(), "0-3");
+        assert_eq!(said, ["put back 1 IRQ affinity (1 IRQs gone since)"]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -258,11 +258,29 @@ pub(crate) fn apply(
                     }
                 }
             }
-            for t in threads.iter().filter(|t| t.changes()) {
+            for (i, t) in threads.iter().enumerate().filter(|(_, t)| t.changes()) {
                 done.pinned.push((t.pid, t.planned));
                 if !dry_run {
-                    set_affinity(t.pid, &[t.planned])
-                        .with_context(|| format!("pinning {} (pid {})", t.name, t.pid))?;
+                    if let Err(e) = set_affinity(t.pid, &[t.planned]) {
+                        // Nothing is left half done (the caller records
+                        // nothing to put back of a failed apply): the threads
+                        // pinned so far go back, and threaded NAPI off again
+                        // if this switched it on.
+                        for u in threads[..i].iter().filter(|u| u.changes()) {
+                            let _ = set_affinity(u.pid, &u.current);
+                        }
+                        if done.enabled_threaded {
+                            let _ = write_all(
+                                &roots.sysfs_root,
+                                &[(done.writes[0].0.clone(), "0".into())],
+                                &[],
+                            );
+                        }
+                        return Err(e.context(format!(
+                            "pinning {} (pid {}); the earlier pins were put back",
+                            t.name, t.pid
+                        )));
+                    }
                 }
             }
         }

@@ -412,3 +412,31 @@ fn virtio_net_irqs_come_from_the_pci_parent() {
     assert_eq!(plan.entries.len(), 1);
     assert_eq!((plan.entries[0].queue, plan.entries[0].irq), (0, 38));
 }
+
+/// A NAPI thread that cannot be pinned (gone meanwhile, or no
+/// CAP_SYS_NICE): the threads pinned before it go back to where they ran,
+/// since the caller records nothing to put back of a failed apply.
+#[test]
+fn a_failed_napi_pin_puts_back_the_earlier_ones() {
+    let b = FakeBox::new("napifail");
+    b.iface("xsk0", 4, -1, None);
+    b.interrupts(2, &[(0, "timer", "0-1")]);
+    b.task(500, "napi/xsk0-8195", "0-1");
+    b.task(501, "napi/xsk0-8193", "0-1");
+    b.task(502, "napi/xsk0-8194", "1");
+    b.task(503, "napi/xsk0-8196", "0-1");
+    std::fs::write(b.roots.sysfs_root.join("class/net/xsk0/threaded"), "1\n").unwrap();
+    let topo = Topology::from_synthetic_description("package:1 core:2 pu:1").unwrap();
+    let mut set = Vec::new();
+    let mut rec = |pid: u32, cpus: &[u32]| {
+        set.push((pid, cpus.to_vec()));
+        if pid == 500 {
+            anyhow::bail!("no such process");
+        }
+        Ok(())
+    };
+    let e = apply(&b.roots, "xsk0", &topo, None, None, false, &mut rec).unwrap_err();
+    assert!(format!("{e:#}").contains("put back"), "{e:#}");
+    // 501 pinned to CPU 0, 500 failed, 501 back on 0-1.
+    assert_eq!(set, vec![(501, vec![0]), (500, vec![0]), (501, vec![0, 1])]);
+}

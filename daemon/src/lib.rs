@@ -207,6 +207,12 @@ impl Daemon {
         self.services.set_nic_stats(reader);
     }
 
+    /// The running services' control sockets: those in the run directory
+    /// and those registered on the daemon's socket from elsewhere.
+    pub fn service_sockets(&self) -> Vec<std::path::PathBuf> {
+        self.services.sockets()
+    }
+
     /// Where the daemon's socket is, if it has one.
     pub fn socket_path(&self) -> Option<&std::path::Path> {
         self.socket.as_ref().map(|s| s.path())
