@@ -257,9 +257,28 @@ fn snapshot(generation: u64, dp: &Dataplane, tables: &[(u32, Arc<Published>)]) -
     }
 }
 
+/// The data path's flags that only TCP services use: given to `udp-echo`,
+/// one line and exit 1 rather than being ignored.
+fn refuse_tcp_flags(d: &DataPathArgs) -> Result<()> {
+    use flowlane_dataplane::service_args::{CongestionChoice, EcnChoice};
+    let given = [
+        (d.copy_receive, "--copy-receive"),
+        (d.congestion != CongestionChoice::default(), "--congestion"),
+        (d.ecn != EcnChoice::default(), "--ecn"),
+    ];
+    if let Some((_, flag)) = given.iter().find(|(set, _)| *set) {
+        anyhow::bail!("{flag} is a TCP service's flag; udp-echo has no TCP (leave it out)");
+    }
+    Ok(())
+}
+
 /// Runs the service until SIGTERM/SIGINT.
 pub fn run(args: Args) -> Result<()> {
+    refuse_tcp_flags(&args.data_path)?;
     bed_entry::enter("flowlane udp-echo", &args.data_path, &[args.port])?;
+    // Before the data path starts: a SIGTERM during the set-up ends the
+    // service through its clean-up, not by the default action.
+    let signals = ServiceSignals::install()?;
     let info = flowlane_dataplane::InterfaceInfo::read(std::path::Path::new("/sys"), &args.iface)?;
     let queues = args.data_path.queues.unwrap_or(info.rx_queues);
     info.check_queues(queues)?;
@@ -297,8 +316,6 @@ pub fn run(args: Args) -> Result<()> {
         })
     })?;
     let tables = registry.lock().expect("registry lock").clone();
-
-    let signals = ServiceSignals::install()?;
 
     let mut generation = 0;
     if let Some(p) = &args.report {

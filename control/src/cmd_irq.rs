@@ -52,6 +52,20 @@ pub(crate) fn show(args: Args) -> Result<()> {
 /// `flowlane irq apply [--dry-run]`.
 pub(crate) fn apply(args: Args, dry_run: bool) -> Result<()> {
     let topo = args.topology.load()?;
+    // NAPI threads are pinned through the live kernel whatever the roots
+    // say: against a copied or made-up procfs their pids are not these
+    // threads, and pinning them would move whatever processes hold them.
+    let live_procfs = args.roots.procfs_root == std::path::Path::new("/proc");
+    let mut pin = |pid: u32, cpus: &[u32]| {
+        if live_procfs {
+            irq_apply::set_task_affinity(pid, cpus)
+        } else {
+            anyhow::bail!(
+                "not pinning pid {pid}: --procfs-root is not /proc, so its pids are not this \
+                 machine's threads (use --dry-run)"
+            )
+        }
+    };
     let (view, done) = irq_apply::apply(
         &args.roots,
         &args.iface,
@@ -59,7 +73,7 @@ pub(crate) fn apply(args: Args, dry_run: bool) -> Result<()> {
         args.queues,
         budget(&args).as_deref(),
         dry_run,
-        &mut irq_apply::set_task_affinity,
+        &mut pin,
     )?;
     if args.json {
         outln!(

@@ -81,7 +81,13 @@ fn nic_json(n: &NicReport) -> Value {
 
 /// Runs `flowlane status`.
 pub(crate) fn run(args: Args) -> Result<()> {
-    let daemon = UnixStream::connect(&args.daemon_socket).is_ok();
+    // A daemon whose socket refuses this user is running all the same: say
+    // so (below, with the services' sockets that refuse it) rather than
+    // "not running".
+    let (daemon, daemon_refused) = match UnixStream::connect(&args.daemon_socket) {
+        Ok(_) => (true, false),
+        Err(e) => (false, e.kind() == std::io::ErrorKind::PermissionDenied),
+    };
     let host = match daemon.then(|| {
         control_socket::request(
             &args.daemon_socket,
@@ -95,7 +101,10 @@ pub(crate) fn run(args: Args) -> Result<()> {
     let nics: Vec<Value> = host.nics.iter().map(nic_json).collect();
     // The run directory's services, and those registered with the daemon
     // elsewhere.
-    let scan = control_socket::scan_sockets(&args.run_dir);
+    let mut scan = control_socket::scan_sockets(&args.run_dir);
+    if daemon_refused && !scan.refused.contains(&args.daemon_socket) {
+        scan.refused.insert(0, args.daemon_socket.clone());
+    }
     let refused = control_socket::refused_line(&scan.refused);
     let mut sockets = scan.live;
     for s in host.services {
@@ -127,6 +136,11 @@ pub(crate) fn run(args: Args) -> Result<()> {
     }
     if daemon {
         outln!("daemon    running, socket {}", args.daemon_socket.display());
+    } else if daemon_refused {
+        outln!(
+            "daemon    running, its socket {} refuses this user",
+            args.daemon_socket.display()
+        );
     } else {
         outln!(
             "daemon    not running (no answer on {}; `flowlane daemon` starts it)",

@@ -77,18 +77,38 @@ impl Steering {
         let cfg = handle(&skel.maps.fl_cfg, "fl_cfg")?;
         let ports = handle(&skel.maps.fl_ports, "fl_ports")?;
         let stats = handle(&skel.maps.fl_stats, "fl_stats")?;
-        let link = skel.progs.flowlane_steer.attach_xdp(ifindex as i32).map_err(|source| {
-            let hint = match source.kind() {
-                libbpf_rs::ErrorKind::AlreadyExists => {
-                    "another XDP program is attached; remove it (ip link set dev IF xdp off) and retry"
+        let link = skel
+            .progs
+            .flowlane_steer
+            .attach_xdp(ifindex as i32)
+            .map_err(|source| {
+                // A link over a program attached some other way (netlink: `ip
+                // link set dev IF xdp obj ...`, or a pinned link) fails with
+                // EBUSY, which libbpf-rs does not name: ask the device.
+                let attached = libbpf_rs::Xdp::new(skel.progs.flowlane_steer.as_fd())
+                    .query_id(ifindex as i32, libbpf_rs::XdpFlags::NONE)
+                    .unwrap_or(0);
+                let hint = match source.kind() {
+                    _ if attached != 0 => format!(
+                    "another XDP program (id {attached}) is attached; remove it (ip link set dev \
+                     IF xdp off, or delete its pinned link) and retry"
+                ),
+                    libbpf_rs::ErrorKind::AlreadyExists => {
+                        "another XDP program is attached; remove it \
+                     (ip link set dev IF xdp off) and retry"
+                            .into()
+                    }
+                    libbpf_rs::ErrorKind::Unsupported => {
+                        "the interface has no native XDP support; use the kernel-socket backend"
+                            .into()
+                    }
+                    _ => "attaching XDP in native mode failed".into(),
+                };
+                Error::Bpf {
+                    what: format!("attaching XDP to ifindex {ifindex}: {hint}"),
+                    source,
                 }
-                libbpf_rs::ErrorKind::Unsupported => {
-                    "the interface has no native XDP support; use the kernel-socket backend"
-                }
-                _ => "attaching XDP in native mode failed",
-            };
-            Error::Bpf { what: format!("attaching XDP to ifindex {ifindex}: {hint}"), source }
-        })?;
+            })?;
         // A link attached without mode flags falls back to generic (skb)
         // XDP on devices without a driver hook; flowlane wants the driver
         // path, so check what the kernel chose and refuse generic mode.

@@ -115,9 +115,13 @@ fn baseline(a: &HyperArgs, body: Bytes) -> Result<()> {
         write_report(p, &ready)?;
     }
     let start = Instant::now();
+    let mut timed_out = false;
     while !signals.stop_requested() {
         std::thread::sleep(Duration::from_millis(20));
         if c.timeout > 0 && start.elapsed() > Duration::from_secs(c.timeout) {
+            // `--timeout`: give up, exit 1 (as the flowlane path does), after
+            // the summary.
+            timed_out = true;
             break;
         }
     }
@@ -127,6 +131,9 @@ fn baseline(a: &HyperArgs, body: Bytes) -> Result<()> {
     outln!("{summary}");
     if let Some(p) = &c.report {
         write_report(p, &summary)?;
+    }
+    if timed_out {
+        bail!("timed out after {} s", c.timeout);
     }
     Ok(())
 }

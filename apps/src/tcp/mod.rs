@@ -642,6 +642,10 @@ impl Running for XdpRunning<'_> {
 
 /// Starts the data path with a `TcpHandler` per queue, set up by `setup`.
 fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
+    // First: a SIGTERM during the set-up (the control socket bound, the
+    // daemon told) ends the service through its summary and clean-up,
+    // not by the default action.
+    let signals = ServiceSignals::install()?;
     let Run {
         name,
         c,
@@ -731,7 +735,7 @@ fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
         qp,
         dead_reported: Vec::new(),
     };
-    let r = wait(c, &mut running, &results.rx, expect);
+    let r = wait(c, &signals, &mut running, &results.rx, expect);
     drop(running);
     // The closes the application made last (in queue-pair mode still on
     // their way to the cores) get their FINs out and acknowledged first.
@@ -775,6 +779,8 @@ fn refuse_what_kernel_sockets_lack(c: &Common) -> Result<()> {
 /// Runs `setup`'s handlers on kernel sockets: one pinned loop per core,
 /// each with its own `SO_REUSEPORT` listeners.
 fn serve_kernel(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
+    // First, as in `serve_xdp`.
+    let signals = ServiceSignals::install()?;
     let Run {
         name,
         c,
@@ -819,7 +825,7 @@ fn serve_kernel(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
         qp,
         dead_reported: Vec::new(),
     };
-    let r = wait(c, &mut running, &results.rx, expect);
+    let r = wait(c, &signals, &mut running, &results.rx, expect);
     drop(running);
     let cpu: Vec<Option<u64>> = (0..n).map(worker_cpu_ns).collect();
     let app_cpu = app_threads_cpu(qp);
@@ -933,11 +939,11 @@ fn kernel_counters_json(per_core: &[(u32, CoreCounters)]) -> Value {
 
 fn wait(
     c: &Common,
+    signals: &ServiceSignals,
     service: &mut dyn Running,
     done: &Receiver<Value>,
     expect: usize,
 ) -> Result<()> {
-    let signals = ServiceSignals::install()?;
     let report = |service: &dyn Running, ready: bool| -> Result<()> {
         if let Some(p) = &c.report {
             write_report(
