@@ -916,18 +916,19 @@ impl RssTableWriter for RecordingNic {
     }
 }
 
-/// The old queue takes its inbox only after the controller gave up
-/// waiting for the export (a worker stalled for the step's timeout): the
-/// controller points the NIC's entry back and reports the bucket stayed,
-/// and the `Export` still in the old queue's inbox is refused, not carried
-/// out behind its back (the bucket would end up served by the new queue
-/// while the NIC's entry and the service's table name the old one).
-#[test]
-fn an_export_the_controller_gave_up_on_is_not_carried_out() {
+/// Two queues' movers over a 4-entry table, and a controller thread
+/// moving bucket 0 from queue 0 to queue 1 through a NIC that records its
+/// writes.
+fn moving_bucket_0() -> (
+    Mover,
+    Mover,
+    Arc<RecordingNic>,
+    std::thread::JoinHandle<Result<handoff::MoveReport, MoveError>>,
+) {
     let table = vec![0u32, 1, 0, 1];
     let rss = rss_state(RssKey::microsoft_default().as_bytes(), &table, 2).unwrap();
     let mesh = Arc::new(Mesh::new(2).unwrap());
-    let (mut a, mut b) = (
+    let (a, b) = (
         Mover::new(0, mesh.clone(), rss.clone()),
         Mover::new(1, mesh.clone(), rss),
     );
@@ -936,6 +937,18 @@ fn an_export_the_controller_gave_up_on_is_not_carried_out() {
         let nic = nic.clone();
         std::thread::spawn(move || handoff::move_bucket(&mesh, nic.as_ref(), 0, 0, 1))
     };
+    (a, b, nic, controller)
+}
+
+/// The old queue takes its inbox only after the controller gave up
+/// waiting for the export (a worker stalled for the step's timeout): the
+/// controller points the NIC's entry back and reports the bucket stayed,
+/// and the `Export` still in the old queue's inbox is refused, not carried
+/// out behind its back (the bucket would end up served by the new queue
+/// while the NIC's entry and the service's table name the old one).
+#[test]
+fn an_export_the_controller_gave_up_on_is_not_carried_out() {
+    let (mut a, mut b, nic, controller) = moving_bucket_0();
     // Queue 1 answers; queue 0 is stalled until the controller gives up.
     let mut now = Duration::from_millis(1);
     while !controller.is_finished() {
@@ -978,18 +991,7 @@ fn an_export_the_controller_gave_up_on_is_not_carried_out() {
 /// for its answer and the move completes.
 #[test]
 fn an_export_taken_before_the_wait_ran_out_is_waited_for() {
-    let table = vec![0u32, 1, 0, 1];
-    let rss = rss_state(RssKey::microsoft_default().as_bytes(), &table, 2).unwrap();
-    let mesh = Arc::new(Mesh::new(2).unwrap());
-    let (mut a, mut b) = (
-        Mover::new(0, mesh.clone(), rss.clone()),
-        Mover::new(1, mesh.clone(), rss),
-    );
-    let nic = Arc::new(RecordingNic::default());
-    let controller = {
-        let nic = nic.clone();
-        std::thread::spawn(move || handoff::move_bucket(&mesh, nic.as_ref(), 0, 0, 1))
-    };
+    let (mut a, mut b, nic, controller) = moving_bucket_0();
     let mut now = Duration::from_millis(1);
     let mut export = None;
     let mut rewritten = None;

@@ -444,8 +444,8 @@ fn abort_resets_peer_and_handles_are_not_reused() {
     assert_eq!(sim.a.state(a2), Ok(State::SynSent));
 }
 
-#[test]
-fn zero_window_and_persist() {
+/// A connection whose receiver (B) has a 4 KiB buffer.
+fn small_receiver() -> (Sim, flowlane_tcp::ConnHandle, flowlane_tcp::ConnHandle) {
     let mut b_cfg = sim::test_config(2);
     b_cfg.recv_buffer = 4096;
     let mut sim = Sim::new(
@@ -456,6 +456,12 @@ fn zero_window_and_persist() {
         b_cfg,
     );
     let (a, b) = sim.establish();
+    (sim, a, b)
+}
+
+#[test]
+fn zero_window_and_persist() {
+    let (mut sim, a, b) = small_receiver();
     let data: Vec<u8> = (0..20_000u64).map(|i| pattern(9, i)).collect();
     let n = sim.a.send(a, &data).unwrap();
     assert_eq!(n, 20_000);
@@ -842,16 +848,7 @@ fn paws_drops_old_timestamps() {
 /// RFC 1122 §4.2.2.17; RFC 6429 lets a sender end an orphan).
 #[test]
 fn an_orphan_in_the_persist_condition_is_reset_after_its_probes() {
-    let mut b_cfg = sim::test_config(2);
-    b_cfg.recv_buffer = 4096;
-    let mut sim = Sim::new(
-        6,
-        LinkConfig::default(),
-        LinkConfig::default(),
-        sim::test_config(1),
-        b_cfg,
-    );
-    let (a, b) = sim.establish();
+    let (mut sim, a, b) = small_receiver();
     assert_eq!(sim.a.send(a, &vec![5; 20_000]).unwrap(), 20_000);
     sim.run_for(Duration::from_secs(10));
     // A (the server) gives up on its client and closes; B never reads.
