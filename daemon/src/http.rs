@@ -2,9 +2,9 @@
 //! current-thread tokio runtime in a thread of its own). Each request is a
 //! scrape: the services are asked on a blocking thread, so a slow one does
 //! not hold up other connections. Any local user can reach the port, so
-//! what one can hold is bounded: [`MAX_CONNECTIONS`] connections at once
-//! (more are closed as they come), each for [`CONNECTION_LIFETIME`] at
-//! most, its request headers within [`HEADER_TIMEOUT`]; and one scrape of
+//! what one can hold is bounded: 64 connections at once (more are closed
+//! as they come), each for 60 s at most, its request headers within 5 s;
+//! and one scrape of
 //! the services at a time, whose page every request that waited for it
 //! shares (a flood of requests asks the services no more often than one
 //! client would).
