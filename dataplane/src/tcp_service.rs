@@ -541,7 +541,7 @@ fn software_rss(table_size: usize) -> Result<RssState> {
 }
 
 /// Neighbours for a service: static `IP=MAC` specs, then the kernel's table
-/// for `iface` (both families, [`add_kernel_entries`]). With `prime`, the
+/// for `iface` (both families, as if learned at start). With `prime`, the
 /// kernel is first made to resolve that address (ARP and neighbour
 /// discovery stay with the kernel: a datagram to its discard port makes it
 /// ask).
