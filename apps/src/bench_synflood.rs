@@ -469,7 +469,7 @@ fn figures(p: Phase, a: &Snapshot, b: &Snapshot, connects_ms: Vec<Option<f64>>) 
     let syns = b.sent.saturating_sub(a.sent).max(1) as f64;
     let cpu = b.cpu.since(&a.cpu);
     let per_syn = |ns: u64| ns as f64 / syns;
-    let used = (cpu.busy() - cpu.steal) * proc_stat::ns_per_tick();
+    let used = cpu.work() * proc_stat::ns_per_tick();
     let generator = b.generator_ns.saturating_sub(a.generator_ns);
     let kernel_threads = b.kernel_threads_ns.saturating_sub(a.kernel_threads_ns);
     let fl_cpu = b.flowlane_ns.saturating_sub(a.flowlane_ns);

@@ -42,7 +42,8 @@ pub struct CpuSystem {
     pub idle_pct: f64,
     /// 100 - idle.
     pub busy_pct: f64,
-    /// Busy CPU-seconds per second (1.0 = one whole CPU).
+    /// CPU-seconds of work per second (1.0 = one whole CPU): busy, less
+    /// the time the hypervisor stole.
     pub busy_cpus: f64,
 }
 
@@ -194,7 +195,8 @@ pub struct Report {
     pub tsc_hz: Option<f64>,
     /// Where the TSC rate came from (or why it is missing).
     pub tsc_source: String,
-    /// System-wide busy cycles per payload byte.
+    /// System-wide cycles of work per payload byte (busy CPU time less
+    /// the hypervisor's steal, × the TSC rate).
     pub cycles_per_byte_system: Option<f64>,
     /// This process's cycles per payload byte.
     pub cycles_per_byte_process: Option<f64>,
@@ -288,7 +290,8 @@ pub fn build(i: Inputs<'_>) -> Report {
     let irqs = b.interrupts.saturating_sub(a.interrupts);
     let total = d_cpu.total() as f64;
     let pct = |t: u64| ratio(t as f64 * 100.0, total);
-    let busy_s = d_cpu.busy() as f64 / i.user_hz as f64;
+    // CPU-seconds of work: steal out (see `CpuTimes::work`).
+    let busy_s = d_cpu.work() as f64 / i.user_hz as f64;
     let cpu_system = CpuSystem {
         ncpus: b.ncpus,
         user_pct: pct(d_cpu.user + d_cpu.nice),
@@ -690,12 +693,14 @@ mod tests {
             5,
             (0, 0),
         );
-        // 2 s, 2 CPUs at USER_HZ 100: 400 ticks, 300 busy.
+        // 2 s, 2 CPUs at USER_HZ 100: 400 ticks, 300 of work and 40 the
+        // hypervisor stole (busy, but no work of ours: out of the costs).
         let cpu = CpuTimes {
             user: 50,
             system: 100,
             softirq: 150,
-            idle: 100,
+            steal: 40,
+            idle: 60,
             ..CpuTimes::default()
         };
         let ifc = IfCounters {
@@ -748,7 +753,8 @@ mod tests {
         assert_eq!(r.interrupts, 20_000);
         assert_eq!(r.interrupts_per_s, 10_000.0);
         assert_eq!(r.packets_per_interrupt, 50.0);
-        assert_eq!(r.cpu_system.busy_pct, 75.0);
+        assert_eq!(r.cpu_system.busy_pct, 85.0);
+        assert_eq!(r.cpu_system.steal_pct, 10.0);
         assert_eq!(r.cpu_system.softirq_pct, 37.5);
         assert_eq!(r.cpu_system.busy_cpus, 1.5);
         // 3 busy CPU-seconds × 2e9 / 1e9 bytes.
