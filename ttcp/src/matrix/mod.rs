@@ -362,11 +362,17 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
     }
     println!("results: {}", out.join("results.json").display());
     let failed = cells.iter().filter(|c| c.error.is_some()).count();
+    // A latency cell that failed fails the run too (its row says why).
+    let latency_failed = latency.iter().filter(|r| r.get("error").is_some()).count();
     if stop.load(Ordering::Relaxed) {
         bail!("interrupted after {} of {total} cells", cells.len());
     }
-    if failed > 0 {
-        bail!("{failed} of {total} cells failed (see results.json)");
+    if failed > 0 || latency_failed > 0 {
+        bail!(
+            "{failed} of {total} cells and {latency_failed} of {} latency cells failed (see \
+             results.json)",
+            latency.len()
+        );
     }
     Ok(())
 }

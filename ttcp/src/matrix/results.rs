@@ -36,8 +36,11 @@ pub struct Cell {
     pub cycles_per_byte_sender_threads: Option<f64>,
     /// System % of one CPU per Gbit/s.
     pub pct_one_cpu_per_gbit_system: Option<f64>,
-    /// Segments the sender retransmitted: its namespace's counter for
-    /// kernel TCP, flowlane's own counters for flowlane.
+    /// Segments the sender retransmitted: for kernel TCP its namespace's
+    /// counter over the measured window; for a flowlane sender flowlane's
+    /// own counters over the whole run (set-up, warm-up and close too: its
+    /// stacks' counters are read when it stops), so not to be set beside
+    /// the kernel's figure of the same cell as like for like.
     pub retrans_sender: Option<u64>,
     /// Error, when the cell failed.
     pub error: Option<String>,

@@ -38,6 +38,15 @@ pub fn table(cells: &[Cell]) -> String {
                 .unwrap_or_else(|| "—".into()),
         ));
     }
+    if cells
+        .iter()
+        .any(|c| c.backend == "flowlane" && c.role == "sender")
+    {
+        s.push_str(
+            "\nretrans (sender): a kernel sender's over the measured window; a flowlane \
+             sender's over its whole run (set-up, warm-up and close too).\n",
+        );
+    }
     s
 }
 
