@@ -465,7 +465,8 @@ impl Rebalancer {
     }
 
     /// RSS++'s adaptive period: the minimum above the urgent imbalance, halved above the
-    /// fast one, doubled while nothing can move, back to the base once moves are made.
+    /// fast one, doubled while nothing can move, and once moves are made no longer than the
+    /// base (a shorter period, an urgent round's, stays while moves go on).
     fn next_period(&self, outcome: RoundOutcome, imbalance: f64) -> Duration {
         let c = &self.config;
         match outcome {
