@@ -152,8 +152,17 @@ impl AsyncRead for TcpStream {
             return Poll::Ready(Ok(()));
         }
         match p.closed {
-            // Closed after both FINs: end of stream.
-            Some(CloseReason::Normal) => return Poll::Ready(Ok(())),
+            // Closed after both FINs, yet not every byte before the peer's
+            // FIN reached the pipe (`eof` is set once they have): the rest
+            // went with the connection (this side shut down writing and the
+            // close completed before the reader caught up). An error, not a
+            // clean end of stream that would pass a truncated one for whole.
+            Some(CloseReason::Normal) => {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the connection closed before everything the peer sent was read",
+                )))
+            }
             Some(r) => return Poll::Ready(Err(gone(r))),
             None => {}
         }
