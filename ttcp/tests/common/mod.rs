@@ -93,7 +93,8 @@ pub(crate) fn pair(
     (rxo, txo)
 }
 
-/// Reads the aggregate busy and total jiffies of /proc/stat.
+/// Reads the aggregate jiffies of work (busy less the hypervisor's steal,
+/// what the cost figures count) and the total of /proc/stat.
 pub(crate) fn proc_stat_busy_total() -> (u64, u64) {
     let s = std::fs::read_to_string("/proc/stat").unwrap();
     let v: Vec<u64> = s
@@ -104,9 +105,9 @@ pub(crate) fn proc_stat_busy_total() -> (u64, u64) {
         .skip(1)
         .map(|x| x.parse().unwrap())
         .collect();
-    let idle = v[3] + v[4];
+    let (idle, steal) = (v[3] + v[4], v[7]);
     let total: u64 = v.iter().take(8).sum();
-    (total - idle, total)
+    (total - idle - steal, total)
 }
 
 /// /proc/stat (busy, total) readings taken at marked stderr lines.
