@@ -15,7 +15,7 @@ use flowlane_app::{
 };
 use flowlane_tcp::Event;
 
-use crate::message::{ToApp, ToCore, TX_CREDIT};
+use crate::message::{ToApp, ToCore, BUF, SMALL_DATA, TX_CREDIT};
 use crate::relay::WakeSlot;
 
 /// A network core as an application thread sees it.
@@ -195,7 +195,7 @@ impl QpNet {
             self.by_core[m.from as usize].remove(&m.old);
         }
         for buf in c.rx {
-            self.pending[c.core as usize].push(ToCore::Recycle(buf));
+            recycle(&mut self.pending[c.core as usize], buf);
         }
         self.stats.closed += 1;
         self.events.push_back(Event::Closed { conn: h, reason });
@@ -253,14 +253,14 @@ impl QpNet {
                     self.events.push_back(Event::Writable(h));
                 }
             }
-            ToApp::ConnectFailed { token } => {
+            ToApp::ConnectFailed { token, reason } => {
                 if let Some(index) = self.connecting.remove(&token) {
-                    self.end(index, CloseReason::Reset);
+                    self.end(index, reason);
                 }
             }
             ToApp::Data { conn, bytes } => {
                 let Some(index) = ours(self, &conn) else {
-                    self.pending[core as usize].push(ToCore::Recycle(bytes));
+                    recycle(&mut self.pending[core as usize], bytes);
                     return;
                 };
                 let h = self.handle(index);
@@ -268,7 +268,16 @@ impl QpNet {
                 self.stats.bytes_in += n as u64;
                 let c = self.conns.at_mut(index).expect("mapped");
                 c.rx_len += n;
-                c.rx.push_back(bytes);
+                match c.rx.back_mut() {
+                    // A small one joins the buffer held before it (see
+                    // `SMALL_DATA`); its own goes back to its core if it is
+                    // one of the pool's.
+                    Some(last) if n < SMALL_DATA => {
+                        last.extend_from_slice(&bytes);
+                        recycle(&mut self.pending[core as usize], bytes);
+                    }
+                    _ => c.rx.push_back(bytes),
+                }
                 if !c.readable_told {
                     c.readable_told = true;
                     self.events.push_back(Event::Readable(h));
@@ -416,6 +425,15 @@ impl QpNet {
     }
 }
 
+/// Gives a receive buffer back to its core's pool if it is one of the
+/// pool's (64 KiB); one sized to a small message, or grown by the small ones
+/// appended to it, is dropped here instead of travelling to be refused.
+fn recycle(pending: &mut Vec<ToCore>, buf: Vec<u8>) {
+    if buf.capacity() == BUF {
+        pending.push(ToCore::Recycle(buf));
+    }
+}
+
 impl Net for QpNet {
     fn now(&self) -> Duration {
         self.epoch.elapsed()
@@ -516,7 +534,7 @@ impl Net for QpNet {
             c.readable_told = false;
         }
         for buf in emptied {
-            self.pending[core as usize].push(ToCore::Recycle(buf));
+            recycle(&mut self.pending[core as usize], buf);
         }
         self.consumed(h, done);
         Ok(done)
@@ -707,6 +725,55 @@ mod tests {
             Some(Event::Accepted { conn, .. }) => conn,
             e => panic!("{e:?}"),
         }
+    }
+
+    /// A peer's one-byte segments, each its own message (right-sized by
+    /// the core), join the buffer the thread holds: memory follows the
+    /// bytes, not a buffer a message; the stream reads whole and in order.
+    #[test]
+    fn small_messages_join_the_buffer_held_before_them() {
+        let (mut net, _rx) = net(1);
+        let old = ConnHandle::from_parts(3, 1);
+        let h = accepted(&mut net, old);
+        let mut first = Vec::with_capacity(BUF);
+        first.extend_from_slice(b"head:");
+        net.take(
+            0,
+            ToApp::Data {
+                conn: old,
+                bytes: first,
+            },
+        );
+        for b in b"0123456789" {
+            net.take(
+                0,
+                ToApp::Data {
+                    conn: old,
+                    bytes: vec![*b],
+                },
+            );
+        }
+        let c = net.conn(h).unwrap();
+        assert_eq!((c.rx.len(), c.rx_len), (1, 15), "one buffer holds them all");
+        let mut got = vec![0u8; 32];
+        let n = net.recv(h, &mut got).unwrap();
+        assert_eq!(&got[..n], b"head:0123456789");
+        // A large one (a full segment's worth and more) keeps its own.
+        net.take(
+            0,
+            ToApp::Data {
+                conn: old,
+                bytes: vec![7u8; SMALL_DATA],
+            },
+        );
+        net.take(
+            0,
+            ToApp::Data {
+                conn: old,
+                bytes: vec![8u8; 1],
+            },
+        );
+        assert_eq!(net.conn(h).unwrap().rx.len(), 1, "the small one joined it");
     }
 
     #[test]

@@ -13,6 +13,11 @@ pub(crate) const RX_CREDIT: usize = 256 << 10;
 pub(crate) const TX_CREDIT: usize = 256 << 10;
 /// Bytes of one receive buffer handed to the application.
 pub(crate) const BUF: usize = 64 << 10;
+/// Data messages with fewer bytes than this travel in a buffer of their own
+/// size, and the thread appends them to the last buffer it holds of their
+/// connection: a peer's one-byte segments then cost memory for their bytes,
+/// not a 64 KiB buffer each.
+pub(crate) const SMALL_DATA: usize = BUF / 16;
 
 /// From a network core to an application thread; connections are named
 /// by the core's handles.
@@ -29,8 +34,12 @@ pub(crate) enum ToApp {
         conn: ConnHandle,
         tuple: FourTuple,
     },
+    /// An active open that did not complete, and why (`Timeout` for SYNs
+    /// unanswered, `Reset` for a refusal, `Aborted` when the core gave it
+    /// up: its thread died, or the connect itself failed).
     ConnectFailed {
         token: u64,
+        reason: CloseReason,
     },
     /// Received bytes, in a buffer the application gives back.
     Data {

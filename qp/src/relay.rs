@@ -12,7 +12,7 @@ use flowlane_app::{
     CloseReason, ConnHandle, ConnHandler, ConnMap, ConnState, Error, Net, SynFilter, Wake,
 };
 
-use crate::message::{ToApp, ToCore, BUF, RX_CREDIT};
+use crate::message::{ToApp, ToCore, BUF, RX_CREDIT, SMALL_DATA};
 
 /// Requests a core takes per pass (the rest wait for the next).
 const REQUESTS_PER_PASS: usize = 1024;
@@ -170,6 +170,23 @@ impl Relay {
         self.threads.tell(self.core, thread, m);
     }
 
+    /// Sends a message of data to `thread`; one of under [`SMALL_DATA`]
+    /// bytes goes in a buffer of its own size, and the pool keeps the 64
+    /// KiB one: memory follows the bytes the credit bounds, not the
+    /// number of messages.
+    fn deliver(&mut self, thread: u32, conn: ConnHandle, bytes: Vec<u8>) {
+        let bytes = if bytes.len() < SMALL_DATA {
+            let exact = bytes.as_slice().to_vec();
+            if self.pool.len() < POOL {
+                self.pool.push(bytes);
+            }
+            exact
+        } else {
+            bytes
+        };
+        self.tell(thread, ToApp::Data { conn, bytes });
+    }
+
     fn insert(&mut self, conn: ConnHandle, thread: u32) {
         self.conns.insert(
             conn,
@@ -192,7 +209,11 @@ impl Relay {
     /// Data moves only when the credit is at least [`PULL_MIN`]:
     /// reads returned a few bytes at a time must not turn into messages of
     /// a few bytes each (the receive side's silly-window syndrome, RFC
-    /// 9293 §3.8.6.2.2, between a core and its thread).
+    /// 9293 §3.8.6.2.2, between a core and its thread). A peer that sends
+    /// one-byte segments, each its own event, still makes a message each:
+    /// [`Relay::deliver`] sizes their buffers to their bytes, and the thread
+    /// appends them to the buffer it holds (`QpNet`), so that memory follows
+    /// the bytes the credit bounds, not the number of messages.
     fn pull(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         let Some(r) = self.conns.get_mut(conn) else {
             return;
@@ -222,9 +243,11 @@ impl Relay {
             }
         }
         if let Some(bytes) = buf {
-            self.threads
-                .tell(self.core, thread, ToApp::Data { conn, bytes });
+            self.deliver(thread, conn, bytes);
         }
+        let Some(r) = self.conns.get_mut(conn) else {
+            return;
+        };
         // Everything before the peer's FIN went (a connection this core
         // closed already reads as gone, not as at end of stream).
         if r.peer_closed && !r.peer_closed_sent && net.peek(conn).map_or(true, <[u8]>::is_empty) {
@@ -294,7 +317,13 @@ impl Relay {
                 continue;
             }
             self.dead[t] = true;
-            self.moved.retain(|_, thread| *thread as usize != t);
+            // A thread that died will never settle its moves; one that only
+            // stalled may still send to the old names, and its `Settle`
+            // clears them (forgotten now, a request of it to an old name
+            // would be dropped, not bounced).
+            if !alive {
+                self.moved.retain(|_, thread| *thread as usize != t);
+            }
             let conns: Vec<ConnHandle> = self
                 .conns
                 .iter()
@@ -324,7 +353,13 @@ impl Relay {
                 self.connecting.remove(c);
                 self.counts.orphaned.fetch_add(1, Ordering::Relaxed);
                 let _ = net.abort(c);
-                self.tell(t as u32, ToApp::ConnectFailed { token });
+                self.tell(
+                    t as u32,
+                    ToApp::ConnectFailed {
+                        token,
+                        reason: CloseReason::Aborted,
+                    },
+                );
             }
         }
     }
@@ -343,6 +378,18 @@ impl Relay {
             }
         }
         match m {
+            // A thread this core found dead (or stalled) gets no new
+            // connection: nobody would serve it.
+            ToCore::Connect { thread, token, .. } if self.dead[thread as usize] => {
+                self.counts.orphaned.fetch_add(1, Ordering::Relaxed);
+                self.tell(
+                    thread,
+                    ToApp::ConnectFailed {
+                        token,
+                        reason: CloseReason::Aborted,
+                    },
+                );
+            }
             ToCore::Connect {
                 thread,
                 token,
@@ -351,7 +398,13 @@ impl Relay {
                 Ok(conn) => {
                     self.connecting.insert(conn, (thread, token));
                 }
-                Err(_) => self.tell(thread, ToApp::ConnectFailed { token }),
+                Err(_) => self.tell(
+                    thread,
+                    ToApp::ConnectFailed {
+                        token,
+                        reason: CloseReason::Aborted,
+                    },
+                ),
             },
             ToCore::Send { conn, bytes } => {
                 if let Some(r) = self.conns.get_mut(conn) {
@@ -402,7 +455,9 @@ impl Relay {
                 }
             }
             ToCore::Recycle(buf) => {
-                if self.pool.len() < POOL && buf.capacity() <= BUF {
+                // Only the pool's own size: a right-sized one (`deliver`)
+                // would grow at its next use.
+                if self.pool.len() < POOL && buf.capacity() == BUF {
                     self.pool.push(buf);
                 }
             }
@@ -454,6 +509,14 @@ impl ConnHandler for Relay {
         let Ok(tuple) = net.four_tuple(conn) else {
             return;
         };
+        if self.dead[thread as usize] {
+            // Its thread died (or stalled) while the SYN was out.
+            self.counts.orphaned.fetch_add(1, Ordering::Relaxed);
+            let _ = net.abort(conn);
+            let reason = CloseReason::Aborted;
+            self.tell(thread, ToApp::ConnectFailed { token, reason });
+            return;
+        }
         self.insert(conn, thread);
         self.tell(thread, ToApp::Connected { token, conn, tuple });
     }
@@ -477,7 +540,7 @@ impl ConnHandler for Relay {
 
     fn on_closed(&mut self, _net: &mut dyn Net, conn: ConnHandle, reason: CloseReason) {
         if let Some((thread, token)) = self.connecting.remove(conn) {
-            self.tell(thread, ToApp::ConnectFailed { token });
+            self.tell(thread, ToApp::ConnectFailed { token, reason });
             return;
         }
         if let Some(r) = self.conns.remove(conn) {
@@ -512,6 +575,12 @@ impl ConnHandler for Relay {
             return;
         };
         match *exported {
+            Exported::Opening { thread, token } if self.dead[thread as usize] => {
+                self.counts.orphaned.fetch_add(1, Ordering::Relaxed);
+                let _ = net.abort(conn);
+                let reason = CloseReason::Aborted;
+                self.tell(thread, ToApp::ConnectFailed { token, reason });
+            }
             Exported::Opening { thread, token } => {
                 self.connecting.insert(conn, (thread, token));
             }
