@@ -170,6 +170,24 @@ impl Relay {
         self.threads.tell(self.core, thread, m);
     }
 
+    /// An active open of a thread this core found dead (or stalled):
+    /// aborted if it exists (`conn`), counted, and told as failed (a thread
+    /// back from a stall hears of it).
+    fn refuse_opening(
+        &mut self,
+        net: &mut dyn Net,
+        conn: Option<ConnHandle>,
+        thread: u32,
+        token: u64,
+    ) {
+        self.counts.orphaned.fetch_add(1, Ordering::Relaxed);
+        if let Some(c) = conn {
+            let _ = net.abort(c);
+        }
+        let reason = CloseReason::Aborted;
+        self.tell(thread, ToApp::ConnectFailed { token, reason });
+    }
+
     /// Sends a message of data to `thread`; one of under [`SMALL_DATA`]
     /// bytes goes in a buffer of its own size, and the pool keeps the 64
     /// KiB one: memory follows the bytes the credit bounds, not the
@@ -381,14 +399,7 @@ impl Relay {
             // A thread this core found dead (or stalled) gets no new
             // connection: nobody would serve it.
             ToCore::Connect { thread, token, .. } if self.dead[thread as usize] => {
-                self.counts.orphaned.fetch_add(1, Ordering::Relaxed);
-                self.tell(
-                    thread,
-                    ToApp::ConnectFailed {
-                        token,
-                        reason: CloseReason::Aborted,
-                    },
-                );
+                self.refuse_opening(net, None, thread, token);
             }
             ToCore::Connect {
                 thread,
@@ -511,10 +522,7 @@ impl ConnHandler for Relay {
         };
         if self.dead[thread as usize] {
             // Its thread died (or stalled) while the SYN was out.
-            self.counts.orphaned.fetch_add(1, Ordering::Relaxed);
-            let _ = net.abort(conn);
-            let reason = CloseReason::Aborted;
-            self.tell(thread, ToApp::ConnectFailed { token, reason });
+            self.refuse_opening(net, Some(conn), thread, token);
             return;
         }
         self.insert(conn, thread);
@@ -576,10 +584,7 @@ impl ConnHandler for Relay {
         };
         match *exported {
             Exported::Opening { thread, token } if self.dead[thread as usize] => {
-                self.counts.orphaned.fetch_add(1, Ordering::Relaxed);
-                let _ = net.abort(conn);
-                let reason = CloseReason::Aborted;
-                self.tell(thread, ToApp::ConnectFailed { token, reason });
+                self.refuse_opening(net, Some(conn), thread, token);
             }
             Exported::Opening { thread, token } => {
                 self.connecting.insert(conn, (thread, token));
