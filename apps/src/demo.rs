@@ -98,6 +98,10 @@ impl BedGuard {
                 if remove {
                     let _ = testbed::down(&name);
                 }
+                // The echo child's report, which its drop would remove: last,
+                // once the bed's removal stopped the child too (a signal that
+                // came before its pid was noted leaves it to the bed's users).
+                let _ = std::fs::remove_file(crate::echo_process::report_path(&name));
                 std::process::exit(128 + sig);
             }
         });
@@ -132,7 +136,13 @@ fn stop_child(pid: i32) {
     while Instant::now() < deadline {
         match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::StillAlive) => std::thread::sleep(Duration::from_millis(20)),
-            _ => return,
+            // Reaped here: it has exited (its last report written).
+            Ok(_) => return,
+            // Reaped by the main thread, which waits on it too: gone once
+            // signal 0 finds no such process (until then it may still be
+            // writing its last report, which the caller removes next).
+            Err(_) if kill(pid, None).is_err() => return,
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
     }
     let _ = kill(pid, Signal::SIGKILL);

@@ -19,15 +19,17 @@ pub struct EchoProcess {
     report: PathBuf,
 }
 
+/// Where this process's echo child on bed `bed` writes its report (a
+/// signal handler that ends the process without the drop removes it too).
+pub fn report_path(bed: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("flowlane-demo-{bed}-{}.json", std::process::id()))
+}
+
 impl EchoProcess {
     /// Starts it with `extra` flags and waits for its first report.
     pub fn start(bed: &BedState, port: u16, extra: &[&str]) -> Result<EchoProcess> {
         let exe = std::env::current_exe().context("finding the flowlane binary")?;
-        let report = std::env::temp_dir().join(format!(
-            "flowlane-demo-{}-{}.json",
-            bed.name,
-            std::process::id()
-        ));
+        let report = report_path(&bed.name);
         let _ = std::fs::remove_file(&report);
         let child = Command::new("ip")
             .args(["netns", "exec", &bed.netns])
