@@ -587,8 +587,9 @@ impl Connection {
 
     /// RFC 9293 §3.10.7.4 fifth step for synchronized states, for an ACK
     /// already found acceptable ([`Self::ack_acceptable`], or the
-    /// handshake's in SYN-RECEIVED). Returns false if the segment must be
-    /// dropped.
+    /// handshake's in SYN-RECEIVED). Returns false once the connection
+    /// closed (our FIN acknowledged where that ends it): the segment's
+    /// text and FIN are then not looked at.
     #[inline(always)]
     pub(super) fn process_ack(
         &mut self,
