@@ -309,8 +309,9 @@ pub enum MoveCause {
     /// The rebalancing loop (`--rebalance auto`), to a core of the
     /// bucket's own NUMA node.
     BalanceSameNode,
-    /// The rebalancing loop, to another NUMA node: every other core of
-    /// the bucket's node was at or above the target load.
+    /// The rebalancing loop, to another NUMA node: no other core of the
+    /// bucket's node would have taken one of the source's buckets with a
+    /// gain.
     BalanceOtherNode,
     /// Asked by hand (`flowlane rebalance move`, the control socket's
     /// `move`).

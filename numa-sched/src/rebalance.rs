@@ -17,8 +17,10 @@
 //!   a bucket bigger than the gap it would close stays put;
 //! - a bucket moved is held where it is for [`RebalanceConfig::hold_down`] (no ping-pong);
 //! - destinations on the source's NUMA node come first; another node (nearest first, by the
-//!   [`Topology`]'s distances) only when every other core of the source's node is at or above
-//!   the target;
+//!   [`Topology`]'s distances) only when the source's node is saturated: no other core of it
+//!   below the mean would take any of the source's buckets with a gain (a core there that
+//!   will once this round's skipped receivers and held buckets are free makes the source
+//!   wait instead);
 //! - at most [`RebalanceConfig::max_moves`] moves per round.
 //!
 //! Everything here is pure: the caller measures (busy time, packets per bucket), passes the
@@ -191,16 +193,18 @@ pub struct LoadSnapshot<'a> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MoveReason {
-    /// To a core below the target on the source's own NUMA node.
+    /// To a core below the mean on the source's own NUMA node.
     SameNode {
         /// The node of both cores.
         node: u32,
     },
-    /// To another node: every other core of the source's node was at or above the target.
+    /// To another node: no other core of the source's node would take any of its buckets
+    /// with a gain.
     NodeSaturated {
         /// The source's node.
         from_node: u32,
-        /// The destination's node (the nearest one with a core below the target).
+        /// The destination's node (the nearest one with a core below the mean that takes
+        /// the bucket with a gain).
         to_node: u32,
     },
 }
@@ -669,10 +673,10 @@ impl Model {
         })
     }
 
-    /// The best move out of `source`: destinations on its node while any other core there
-    /// is below the mean, else the nearest node with a usable core below the mean; the
-    /// least loaded destination of that tier; the largest bucket that keeps it at or below
-    /// the mean and gains more than it costs, else the bucket with the largest net gain.
+    /// The best move out of `source`: to its own node when a core there takes one of its
+    /// buckets with a gain; to another node (nearest first) only when none there would, even
+    /// without the round's skipped destinations and held buckets (those make the source
+    /// wait, not cross).
     fn best_move(
         &self,
         source: usize,
@@ -680,58 +684,65 @@ impl Model {
         config: &RebalanceConfig,
         filter: Option<&Filter<'_>>,
     ) -> Option<Choice> {
-        let src = &self.cores[source];
-        let below = |c: &CoreState| c.load < mean - EPSILON;
-        let usable = |i: usize| {
-            let c = &self.cores[i];
-            i != source && below(c) && filter.is_none_or(|f| !f.skip.contains(&c.queue))
-        };
-        let least = |node: u32| {
-            (0..self.cores.len())
-                .filter(|&i| self.cores[i].node == node && usable(i))
-                .min_by(|&a, &b| {
-                    self.cores[a]
-                        .load
-                        .total_cmp(&self.cores[b].load)
-                        .then(a.cmp(&b))
-                })
-        };
-        let node_has_room = self
-            .cores
-            .iter()
-            .enumerate()
-            .any(|(i, c)| i != source && c.node == src.node && below(c));
-        let tiers: Vec<u32> = if node_has_room {
-            vec![src.node]
-        } else {
-            self.remote_order
-                .get(&src.node)
-                .cloned()
-                .unwrap_or_default()
-        };
-        for node in tiers {
-            let Some(dest) = least(node) else { continue };
-            if let Some((position, gain, cost)) =
-                self.pick_bucket(source, dest, mean, config, filter)
-            {
-                let reason = if node == src.node {
-                    MoveReason::SameNode { node }
-                } else {
-                    MoveReason::NodeSaturated {
-                        from_node: src.node,
-                        to_node: node,
-                    }
-                };
-                return Some(Choice {
-                    dest,
-                    position,
-                    reason,
-                    gain,
-                    cost,
-                });
-            }
+        let node = self.cores[source].node;
+        if let Some(choice) = self.move_to_node(source, node, mean, config, filter) {
+            return Some(choice);
         }
-        None
+        if filter.is_some()
+            && self
+                .move_to_node(source, node, mean, config, None)
+                .is_some()
+        {
+            return None;
+        }
+        self.remote_order
+            .get(&node)?
+            .iter()
+            .find_map(|&to| self.move_to_node(source, to, mean, config, filter))
+    }
+
+    /// The move of a bucket of `source` to the least loaded usable core of `node` below the
+    /// mean: the largest bucket that keeps it at or below the mean and gains more than it
+    /// costs, else the bucket with the largest net gain.
+    fn move_to_node(
+        &self,
+        source: usize,
+        node: u32,
+        mean: f64,
+        config: &RebalanceConfig,
+        filter: Option<&Filter<'_>>,
+    ) -> Option<Choice> {
+        let dest = (0..self.cores.len())
+            .filter(|&i| {
+                let c = &self.cores[i];
+                i != source
+                    && c.node == node
+                    && c.load < mean - EPSILON
+                    && filter.is_none_or(|f| !f.skip.contains(&c.queue))
+            })
+            .min_by(|&a, &b| {
+                self.cores[a]
+                    .load
+                    .total_cmp(&self.cores[b].load)
+                    .then(a.cmp(&b))
+            })?;
+        let (position, gain, cost) = self.pick_bucket(source, dest, mean, config, filter)?;
+        let from_node = self.cores[source].node;
+        let reason = if node == from_node {
+            MoveReason::SameNode { node }
+        } else {
+            MoveReason::NodeSaturated {
+                from_node,
+                to_node: node,
+            }
+        };
+        Some(Choice {
+            dest,
+            position,
+            reason,
+            gain,
+            cost,
+        })
     }
 
     /// The bucket of `source` to give `dest`, with its gain and cost.

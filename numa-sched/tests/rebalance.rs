@@ -382,7 +382,9 @@ fn adversarial_loads_never_ping_pong_and_moves_stay_bounded() {
 }
 
 /// Replays a plan's moves over the snapshot's loads and checks the NUMA rule: a move to
-/// another node only when every other core of the source's node is at or above the mean.
+/// another node only when the source's node is saturated, so that no other core of it below
+/// the mean would have taken the moved bucket with a gain above the move's cost (a gain is
+/// `min(load, gap − load)`).
 fn check_numa_rule(sim_loads: &[f64], nodes: &[u32], plan: &RebalancePlan) {
     let mut loads: Vec<f64> = sim_loads.iter().map(|l| l.min(1.0)).collect();
     let mean = loads.iter().sum::<f64>() / loads.len() as f64;
@@ -396,8 +398,12 @@ fn check_numa_rule(sim_loads: &[f64], nodes: &[u32], plan: &RebalancePlan) {
                 assert_eq!((nodes[f], nodes[t]), (from_node, to_node));
                 assert_ne!(from_node, to_node);
                 for (q, &l) in loads.iter().enumerate() {
-                    if q != f && nodes[q] == from_node {
-                        assert!(l >= mean - 1e-9, "{m:?} while queue {q} had {l} < {mean}");
+                    if q != f && nodes[q] == from_node && l < mean - 1e-9 {
+                        let gain = m.load.min(loads[f] - l - m.load);
+                        assert!(
+                            gain <= m.cost + 1e-9,
+                            "{m:?} while queue {q} at {l} < {mean} would gain {gain}"
+                        );
                     }
                 }
             }
@@ -575,22 +581,19 @@ fn a_core_that_received_waits_a_round() {
 }
 
 #[test]
-fn room_on_the_own_node_blocks_crossing_even_when_only_a_remote_move_helps() {
+fn a_node_where_no_core_gains_is_saturated_and_the_bucket_crosses() {
     // Node 0: queue 0 at 0.5 (one bucket of 0.3, 0.2 of its own), queue 1 at 0.29; node 1:
-    // queue 2 idle, queue 3 at 0.5 in one bucket. Mean 0.3225. The bucket would gain 0.2
-    // on queue 2 but nothing on queue 1, which is below the mean: it stays.
+    // queue 2 idle, queue 3 at 0.5 in one bucket. Mean 0.3225. Queue 1 is below the mean
+    // but the bucket would gain nothing there (gap 0.21 < 2 × 0.3); on queue 2 it gains 0.2.
     let topo = Topology::synthetic(2, 1, 2, 1).unwrap();
+    let nodes = [0, 0, 1, 1];
     let table = IndirectionTable::new(vec![0, 1, 3, 1]).unwrap();
     let mut sim = Sim::new(topo, vec![0, 1, 2, 3], table, vec![0.3, 0.145, 0.5, 0.145]);
     sim.residual[0] = 0.2;
     sim.explicit_cycles = true;
+    let loads = sim.queue_loads();
     let plan = sim.round(&mut rebalancer());
-    assert!(plan.moves.is_empty(), "{plan:?}");
-    assert_eq!(plan.outcome, RoundOutcome::NoHelpfulMove);
-    // Once queue 1 is at the mean, the node is saturated and the bucket crosses.
-    sim.load[1] = 0.2;
-    sim.load[3] = 0.2;
-    let plan = sim.round(&mut rebalancer());
+    check_numa_rule(&loads, &nodes, &plan);
     assert_eq!(plan.moves.len(), 1, "{plan:?}");
     assert_eq!((plan.moves[0].bucket, plan.moves[0].to), (0, 2));
     assert_eq!(
@@ -600,6 +603,56 @@ fn room_on_the_own_node_blocks_crossing_even_when_only_a_remote_move_helps() {
             to_node: 1
         }
     );
+
+    // Two nodes of two queues: queue 0 at 0.9 in two buckets of 0.45, queue 1 at 0.46 just
+    // below the mean (0.49) but too close to queue 0 for either bucket; on node 1 queue 2
+    // idle and queue 3 at 0.6 in one bucket. One bucket crosses to queue 2; nothing else
+    // helps (queue 3's single bucket is larger than any gap it could close).
+    let topo = Topology::synthetic(1, 2, 2, 1).unwrap();
+    let table = IndirectionTable::new(vec![0, 0, 1, 3]).unwrap();
+    let mut sim = Sim::new(topo, vec![0, 1, 2, 3], table, vec![0.45, 0.45, 0.46, 0.6]);
+    let mut r = rebalancer();
+    let loads = sim.queue_loads();
+    let plan = sim.round(&mut r);
+    check_numa_rule(&loads, &nodes, &plan);
+    assert_eq!(plan.moves.len(), 1, "{plan:?}");
+    assert_eq!((plan.moves[0].from, plan.moves[0].to), (0, 2));
+    assert!(matches!(
+        plan.moves[0].reason,
+        MoveReason::NodeSaturated { .. }
+    ));
+    assert_eq!(sim.queue_loads(), vec![0.45, 0.46, 0.45, 0.6]);
+    for _ in 0..5 {
+        assert!(sim.round(&mut r).moves.is_empty());
+    }
+}
+
+#[test]
+fn a_skipped_receiver_on_the_own_node_makes_the_source_wait_not_cross() {
+    // Node 0: queues 0 and 1; node 1: queues 2 and 3 at 0.2 each. 62 equal buckets on
+    // queue 0, four moves per round: the first round fills queue 1 a little; in the next
+    // queue 1 is skipped (its load does not show its new buckets yet) and would still take
+    // one: queue 0 waits instead of sending a bucket to the other node.
+    let topo = Topology::synthetic(1, 2, 2, 1).unwrap();
+    let nodes = [0, 0, 1, 1];
+    let mut entries = vec![0u16; 62];
+    entries.extend([2, 3]);
+    let table = IndirectionTable::new(entries).unwrap();
+    let mut load = vec![0.9 / 62.0; 62];
+    load.extend([0.2, 0.2]);
+    let mut sim = Sim::new(topo, vec![0, 1, 2, 3], table, load);
+    let mut r = Rebalancer::new(RebalanceConfig {
+        max_moves: 4,
+        ..RebalanceConfig::default()
+    })
+    .unwrap();
+    let loads = sim.queue_loads();
+    let plan = sim.round(&mut r);
+    check_numa_rule(&loads, &nodes, &plan);
+    assert_eq!(plan.moves.len(), 4);
+    assert!(plan.moves.iter().all(|m| m.to == 1), "{plan:?}");
+    let plan = sim.round(&mut r);
+    assert_eq!((plan.outcome, plan.moves.len()), (RoundOutcome::Waiting, 0));
 }
 
 proptest! {
