@@ -49,6 +49,11 @@ struct Conn {
     core_info: Option<ConnInfo>,
     /// The connection is moving to another core (its RSS bucket moved).
     moving: Option<Box<Moving>>,
+    /// The core's connection closed normally (both FINs) with bytes
+    /// delivered here still unread: they stay readable, and the
+    /// connection ends once they are read ([`QpNet::end_drained`]) or
+    /// the application closes or aborts it.
+    ended: bool,
 }
 
 /// A connection between its old core and its new one, on the thread: the
@@ -97,6 +102,7 @@ impl Conn {
             user_data: 0,
             core_info: None,
             moving: None,
+            ended: false,
         }
     }
 
@@ -142,6 +148,9 @@ pub(crate) struct QpNet {
     /// Connections whose info was read since the last flush: the cores are
     /// asked for fresh figures.
     info_wanted: RefCell<Vec<ConnHandle>>,
+    /// Ended connections whose last delivered bytes were read: their
+    /// `Closed` follows ([`QpNet::end_drained`]).
+    drained: Vec<ConnHandle>,
 }
 
 impl QpNet {
@@ -167,6 +176,7 @@ impl QpNet {
             events: VecDeque::new(),
             stats: Stats::default(),
             info_wanted: RefCell::new(Vec::new()),
+            drained: Vec::new(),
         }
     }
 
@@ -185,20 +195,46 @@ impl QpNet {
     /// Ends our connection `index`: `Closed` is queued; the slot waits for
     /// it to be dispatched ([`QpNet::release`]).
     fn end(&mut self, index: u32, reason: CloseReason) {
-        let Some((h, c)) = self.conns.end(index) else {
+        let Some((h, mut c)) = self.conns.end(index) else {
             return;
         };
-        if let Some(r) = c.remote_handle {
-            self.by_core[c.core as usize].remove(&r);
-        }
-        if let Some(m) = c.moving {
-            self.by_core[m.from as usize].remove(&m.old);
-        }
+        forget_remote(&mut self.by_core, &mut c);
         for buf in c.rx {
             recycle(&mut self.pending[c.core as usize], buf);
         }
         self.stats.closed += 1;
         self.events.push_back(Event::Closed { conn: h, reason });
+    }
+
+    /// The core's connection `index` closed: a normal close (both FINs
+    /// exchanged) with delivered bytes unread keeps them readable, as a
+    /// kernel socket's queue stays readable after its close completed;
+    /// any other ends it now (a reset's or a timeout's bytes go with it,
+    /// and so do those of a connection the application closed).
+    fn core_closed(&mut self, index: u32, reason: CloseReason) {
+        let Some(c) = self.conns.at_mut(index) else {
+            return;
+        };
+        if reason == CloseReason::Normal && c.rx_len > 0 && !c.closing {
+            forget_remote(&mut self.by_core, c);
+            c.ended = true;
+            return;
+        }
+        self.end(index, reason);
+    }
+
+    /// Ends the held connections whose bytes were all read (after a pass's
+    /// reads, so that a reader saw their end of stream first); returns
+    /// whether any ended.
+    pub(crate) fn end_drained(&mut self) -> bool {
+        let drained = std::mem::take(&mut self.drained);
+        let any = !drained.is_empty();
+        for h in drained {
+            if self.conns.get(h).is_ok_and(|c| c.ended) {
+                self.end(h.index(), CloseReason::Normal);
+            }
+        }
+        any
     }
 
     /// `h`'s `Closed` was dispatched: its slot is free.
@@ -313,7 +349,7 @@ impl QpNet {
             }
             ToApp::Closed { conn, reason } => {
                 if let Some(index) = ours(self, &conn) {
-                    self.end(index, reason);
+                    self.core_closed(index, reason);
                 }
             }
             ToApp::Moved { from, old, conn } => {
@@ -425,6 +461,17 @@ impl QpNet {
     }
 }
 
+/// Takes `c` out of the cores' maps of their handles to ours: nothing
+/// from them names it again.
+fn forget_remote(by_core: &mut [HashMap<ConnHandle, u32>], c: &mut Conn) {
+    if let Some(r) = c.remote_handle.take() {
+        by_core[c.core as usize].remove(&r);
+    }
+    if let Some(m) = c.moving.take() {
+        by_core[m.from as usize].remove(&m.old);
+    }
+}
+
 /// Gives a receive buffer back to its core's pool if it is one of the
 /// pool's (64 KiB); one sized to a small message, or grown by the small ones
 /// appended to it, is dropped here instead of travelling to be refused.
@@ -471,7 +518,7 @@ impl Net for QpNet {
 
     fn send(&mut self, h: ConnHandle, data: &[u8]) -> Result<usize, Error> {
         let c = self.conn_mut(h)?;
-        if c.closing || c.shut {
+        if c.closing || c.shut || c.ended {
             return Err(Error::InvalidState);
         }
         let n = c.send_space().min(data.len());
@@ -532,6 +579,9 @@ impl Net for QpNet {
             }
             c.rx_len -= done;
             c.readable_told = false;
+            if c.ended && c.rx_len == 0 && done > 0 {
+                self.drained.push(h);
+            }
         }
         for buf in emptied {
             recycle(&mut self.pending[core as usize], buf);
@@ -550,7 +600,7 @@ impl Net for QpNet {
 
     fn want_writable(&mut self, h: ConnHandle) -> bool {
         match self.conn_mut(h) {
-            Ok(c) if c.send_space() == 0 => {
+            Ok(c) if c.send_space() == 0 && !c.ended => {
                 c.want_writable = true;
                 true
             }
@@ -566,6 +616,11 @@ impl Net for QpNet {
 
     fn close(&mut self, h: ConnHandle) -> Result<(), Error> {
         let c = self.conn(h)?;
+        if c.ended {
+            // Bytes left unread: aborted, as a close with unread bytes is.
+            self.end(h.index(), CloseReason::Aborted);
+            return Ok(());
+        }
         if c.closing {
             return Ok(());
         }
@@ -582,6 +637,10 @@ impl Net for QpNet {
     }
 
     fn abort(&mut self, h: ConnHandle) -> Result<(), Error> {
+        if self.conn(h)?.ended {
+            self.end(h.index(), CloseReason::Aborted);
+            return Ok(());
+        }
         self.request(h, |conn| ToCore::Abort { conn })
     }
 
@@ -774,6 +833,112 @@ mod tests {
             },
         );
         assert_eq!(net.conn(h).unwrap().rx.len(), 1, "the small one joined it");
+    }
+
+    /// The core's connection closes normally (both FINs) while bytes it
+    /// delivered wait here unread: they stay readable, end of stream
+    /// follows them, and `Closed` only once they are read; what the core
+    /// no longer has cannot be asked of it (a send fails, no writer waits).
+    /// A reset instead ends the connection at once.
+    #[test]
+    fn bytes_delivered_before_a_normal_close_stay_readable() {
+        let (mut net, rx) = net(1);
+        let old = ConnHandle::from_parts(3, 1);
+        let h = accepted(&mut net, old);
+        net.take(
+            0,
+            ToApp::Data {
+                conn: old,
+                bytes: b"last words".to_vec(),
+            },
+        );
+        net.take(0, ToApp::PeerClosed { conn: old });
+        net.take(
+            0,
+            ToApp::Closed {
+                conn: old,
+                reason: CloseReason::Normal,
+            },
+        );
+        assert!(!net.events.iter().any(|e| matches!(e, Event::Closed { .. })));
+        assert_eq!(net.send(h, b"x"), Err(Error::InvalidState));
+        assert!(!net.want_writable(h));
+        let mut got = [0u8; 4];
+        assert_eq!(net.recv(h, &mut got), Ok(4));
+        assert!(!net.end_drained(), "bytes left");
+        let mut rest = [0u8; 16];
+        assert_eq!(net.recv(h, &mut rest), Ok(6));
+        assert_eq!(&rest[..6], b" words");
+        assert!(net.is_eof(h), "end of stream before the handle goes");
+        assert_eq!(net.recv(h, &mut rest), Ok(0));
+        // Nothing went to the core for a connection it no longer has.
+        net.flush();
+        assert!(rx[0]
+            .try_iter()
+            .flatten()
+            .all(|m| !matches!(m, ToCore::Consumed { .. } | ToCore::Send { .. })));
+        assert!(net.end_drained());
+        assert!(matches!(
+            net.events.back(),
+            Some(Event::Closed { conn, reason: CloseReason::Normal }) if *conn == h
+        ));
+        assert_eq!(net.recv(h, &mut rest), Err(Error::InvalidHandle));
+
+        // A reset's bytes go with it.
+        net.events.clear();
+        let old = ConnHandle::from_parts(4, 1);
+        let h = accepted(&mut net, old);
+        net.take(
+            0,
+            ToApp::Data {
+                conn: old,
+                bytes: b"gone".to_vec(),
+            },
+        );
+        net.take(
+            0,
+            ToApp::Closed {
+                conn: old,
+                reason: CloseReason::Reset,
+            },
+        );
+        assert!(matches!(
+            net.events.back(),
+            Some(Event::Closed { conn, reason: CloseReason::Reset }) if *conn == h
+        ));
+    }
+
+    /// A held connection closed by the application with bytes unread is
+    /// aborted here, at once: the core has nothing left to tell.
+    #[test]
+    fn closing_a_held_connection_ends_it_here() {
+        let (mut net, rx) = net(1);
+        let old = ConnHandle::from_parts(3, 1);
+        let h = accepted(&mut net, old);
+        net.take(
+            0,
+            ToApp::Data {
+                conn: old,
+                bytes: b"unread".to_vec(),
+            },
+        );
+        net.take(
+            0,
+            ToApp::Closed {
+                conn: old,
+                reason: CloseReason::Normal,
+            },
+        );
+        net.close(h).unwrap();
+        assert!(matches!(
+            net.events.back(),
+            Some(Event::Closed { conn, reason: CloseReason::Aborted }) if *conn == h
+        ));
+        net.flush();
+        assert!(rx[0]
+            .try_iter()
+            .flatten()
+            .all(|m| !matches!(m, ToCore::Abort { .. } | ToCore::Close { .. })));
     }
 
     #[test]

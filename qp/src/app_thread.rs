@@ -89,11 +89,18 @@ impl AppThread {
         }
     }
 
+    /// Dispatches the queued events, then the `Closed` of connections
+    /// whose last held bytes they read.
     fn dispatch(&mut self) {
-        while let Some(e) = self.net.events.pop_front() {
-            self.app.dispatch(e, &mut self.net);
-            if let Event::Closed { conn, .. } = e {
-                self.net.release(conn);
+        loop {
+            while let Some(e) = self.net.events.pop_front() {
+                self.app.dispatch(e, &mut self.net);
+                if let Event::Closed { conn, .. } = e {
+                    self.net.release(conn);
+                }
+            }
+            if !self.net.end_drained() {
+                break;
             }
         }
     }

@@ -419,6 +419,7 @@ fn rst_for_closed_port() {
 fn abort_resets_peer_and_handles_are_not_reused() {
     let mut sim = Sim::symmetric(5, LinkConfig::default());
     let (a, b) = sim.establish();
+    sim.tap = Some(Vec::new());
     sim.a.abort(a).unwrap();
     assert_eq!(
         events(&mut sim.a),
@@ -987,4 +988,94 @@ fn data_after_the_application_closed_draws_a_named_reset() {
     }));
     let s = sim.b.stats();
     assert_eq!((s.resets_out, s.resets_data_after_close), (1, 1), "{s:?}");
+}
+
+/// B's peer sends more than B reads, then its FIN; B shuts down its
+/// writing half before reading it all and A acknowledges B's FIN: the
+/// exchange is over (RFC 9293 would delete the TCB) but the bytes B has not
+/// read stay readable, as a kernel socket's do, and the connection goes
+/// (Closed, Normal) once they are read. No RST reaches A: it is done.
+#[test]
+fn bytes_unread_at_the_end_of_last_ack_stay_readable() {
+    let mut sim = Sim::symmetric(4, LinkConfig::default());
+    let (a, b) = sim.establish();
+    sim.tap = Some(Vec::new());
+    let data: Vec<u8> = (0..40_000u32).map(|i| (i % 251) as u8).collect();
+    assert_eq!(sim.a.send(a, &data).unwrap(), data.len());
+    sim.a.close(a).unwrap();
+    sim.run_for(Duration::from_millis(200));
+    assert_eq!(sim.b.state(b), Ok(State::CloseWait));
+    let mut got = vec![0; 1000];
+    assert_eq!(sim.b.recv(b, &mut got), Ok(1000));
+    sim.b.shutdown_write(b).unwrap();
+    sim.run_for(Duration::from_millis(200));
+    assert_eq!(sim.b.state(b), Ok(State::LastAck), "held for its bytes");
+    let info = sim.b.info(b).unwrap();
+    assert_eq!(info.unacked, 0, "{info:?}");
+    assert!(!events(&mut sim.b)
+        .iter()
+        .any(|e| matches!(e, Event::Closed { .. })));
+    // A minute later (no timer runs, nothing is sent) the bytes are there.
+    let tapped = sim.tapped_to(Side::A).len();
+    sim.run_for(Duration::from_secs(60));
+    assert_eq!(sim.tapped_to(Side::A).len(), tapped);
+    got.truncate(1000);
+    got.extend(read_all(&mut sim.b, b));
+    assert_eq!(got, data);
+    assert_eq!(sim.b.state(b), Err(Error::InvalidHandle));
+    assert!(events(&mut sim.b).contains(&Event::Closed {
+        conn: b,
+        reason: CloseReason::Normal
+    }));
+}
+
+/// The same held connection closed by the application before it read
+/// everything: it goes at once (Aborted, as any close with unread bytes)
+/// and sends nothing.
+#[test]
+fn closing_a_connection_held_for_unread_bytes_sends_no_reset() {
+    let mut sim = Sim::symmetric(5, LinkConfig::default());
+    let (a, b) = sim.establish();
+    sim.tap = Some(Vec::new());
+    assert_eq!(sim.a.send(a, &[9; 5000]).unwrap(), 5000);
+    sim.a.close(a).unwrap();
+    sim.run_for(Duration::from_millis(200));
+    sim.b.shutdown_write(b).unwrap();
+    sim.run_for(Duration::from_millis(200));
+    assert_eq!(sim.b.state(b), Ok(State::LastAck));
+    let tapped = sim.tapped_to(Side::A).len();
+    sim.b.close(b).unwrap();
+    sim.run_for(Duration::from_millis(200));
+    assert_eq!(sim.b.state(b), Err(Error::InvalidHandle));
+    assert!(events(&mut sim.b).contains(&Event::Closed {
+        conn: b,
+        reason: CloseReason::Aborted
+    }));
+    assert_eq!(sim.tapped_to(Side::A).len(), tapped, "nothing sent");
+}
+
+/// The active closer's side: B shuts down first, A sends and closes; B,
+/// not reading, goes through TIME-WAIT, whose end keeps the bytes B has
+/// not read, as LAST-ACK's does.
+#[test]
+fn bytes_unread_at_the_end_of_time_wait_stay_readable() {
+    let mut sim = Sim::symmetric(6, LinkConfig::default());
+    let (a, b) = sim.establish();
+    sim.b.shutdown_write(b).unwrap();
+    sim.run_for(Duration::from_millis(200));
+    assert_eq!(sim.a.send(a, &[3; 7000]).unwrap(), 7000);
+    sim.a.close(a).unwrap();
+    sim.run_for(Duration::from_millis(200));
+    assert_eq!(sim.b.state(b), Ok(State::TimeWait));
+    sim.run_for(Duration::from_secs(120));
+    assert_eq!(sim.b.state(b), Ok(State::TimeWait), "held for its bytes");
+    assert!(!events(&mut sim.b)
+        .iter()
+        .any(|e| matches!(e, Event::Closed { .. })));
+    assert_eq!(read_all(&mut sim.b, b), vec![3; 7000]);
+    assert_eq!(sim.b.state(b), Err(Error::InvalidHandle));
+    assert!(events(&mut sim.b).contains(&Event::Closed {
+        conn: b,
+        reason: CloseReason::Normal
+    }));
 }

@@ -329,3 +329,47 @@ fn a_tokio_client_connects_through_flowlane_and_reads_its_figures() {
     kernel.stop();
     assert_eq!(qp.stop(), None);
 }
+
+#[test]
+fn bytes_received_before_both_fins_stay_readable_after_the_close() {
+    // The client sends 200 KiB and its FIN; the server's stream reads
+    // nothing until it has shut down its own side and both FINs were
+    // acknowledged. Every byte is still read, then a clean end of stream.
+    // (Kernel sockets keep the connection until the stream closes; on
+    // flowlane's stack it ends with the FINs and the bytes wait on the
+    // stack and the thread: `tcp/tests/states.rs` and qp's `app_net`
+    // tests hold those.)
+    let port = free_port();
+    let (tx, rx) = std::sync::mpsc::channel::<Result<Vec<u8>, String>>();
+    let tx = std::sync::Mutex::new(Some(tx));
+    let (qp, _c, kernel) = start(1, port, 64, move |mut local| {
+        let tx = tx.lock().unwrap().take();
+        async move {
+            let Some(tx) = tx else { return };
+            let listener = local.listener(port).unwrap();
+            let (mut s, _) = listener.accept().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            s.shutdown().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let mut got = Vec::new();
+            let r = s.read_to_end(&mut got).await.map(|_| got);
+            let _ = tx.send(r.map_err(|e| e.to_string()));
+        }
+    });
+    let data = payload(9, 200 << 10);
+    let mut c = TcpStream::connect((LOOPBACK, port)).unwrap();
+    c.write_all(&data).unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut rest = Vec::new();
+    c.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty());
+    let got = rx.recv_timeout(Duration::from_secs(30)).unwrap().unwrap();
+    assert!(
+        got == data,
+        "{} of {} bytes, equal: false",
+        got.len(),
+        data.len()
+    );
+    kernel.stop();
+    assert_eq!(qp.stop(), None);
+}

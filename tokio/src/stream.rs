@@ -153,10 +153,12 @@ impl AsyncRead for TcpStream {
         }
         match p.closed {
             // Closed after both FINs, yet not every byte before the peer's
-            // FIN reached the pipe (`eof` is set once they have): the rest
-            // went with the connection (this side shut down writing and the
-            // close completed before the reader caught up). An error, not a
-            // clean end of stream that would pass a truncated one for whole.
+            // FIN reached the pipe (`eof` is set once they have). A close
+            // completed before the reader caught up keeps the bytes (the
+            // stack holds them, then the thread: the connection ends once
+            // they are read), so this is a connection that ended with bytes
+            // missing: an error, not a clean end of stream that would pass
+            // a truncated one for whole.
             Some(CloseReason::Normal) => {
                 return Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,

@@ -5,8 +5,12 @@ use crate::KeepaliveConfig;
 
 impl Connection {
     /// The application aborted: RST if synchronized (RFC 9293 §3.10.5).
+    /// A connection held only for its unread bytes sends none: the peer
+    /// is done with it.
     pub(crate) fn abort(&mut self, ctx: &mut Ctx<'_>) {
-        if self.state.is_synchronized() || self.state == State::SynReceived {
+        if (self.state.is_synchronized() || self.state == State::SynReceived)
+            && !self.flags.has(Flags::HELD_FOR_READ)
+        {
             self.send_rst(ctx, ResetReason::Aborted);
         }
         self.close_now(CloseReason::Aborted);
@@ -234,8 +238,13 @@ impl Connection {
     /// Window update after the application freed receive space: send one if
     /// the right edge can move by a useful amount (RFC 9293 §3.8.6.2.2,
     /// receiver-side SWS avoidance) and the peer may be running short.
+    /// A connection held only for its unread bytes (in a state that
+    /// receives nothing) goes once they are read.
     pub(super) fn after_read(&mut self, ctx: &mut Ctx<'_>) {
         if !self.state.can_receive() {
+            if self.flags.has(Flags::HELD_FOR_READ) && self.recv_buf.is_empty() {
+                self.close_now(CloseReason::Normal);
+            }
             return;
         }
         self.rcv_space_adjust(ctx);

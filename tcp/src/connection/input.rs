@@ -229,8 +229,8 @@ impl Connection {
                 // LAST-ACK: "The only thing that can arrive in this state
                 // is an acknowledgment of our FIN. If our FIN is now
                 // acknowledged, delete the TCB, enter the CLOSED state,
-                // and return."
-                self.close_now(CloseReason::Normal);
+                // and return." (Bytes not read yet keep it: `exchange_over`.)
+                self.exchange_over(ctx);
                 return;
             }
             if f.fin()
@@ -588,8 +588,9 @@ impl Connection {
     /// RFC 9293 §3.10.7.4 fifth step for synchronized states, for an ACK
     /// already found acceptable ([`Self::ack_acceptable`], or the
     /// handshake's in SYN-RECEIVED). Returns false once the connection
-    /// closed (our FIN acknowledged where that ends it): the segment's
-    /// text and FIN are then not looked at.
+    /// closed (our FIN acknowledged where that ends it, or leaves it held
+    /// only for bytes not read yet): the segment's text and FIN are then
+    /// not looked at.
     #[inline(always)]
     pub(super) fn process_ack(
         &mut self,
@@ -778,7 +779,7 @@ impl Connection {
 
     /// State transitions on our FIN being acknowledged (RFC 9293
     /// §3.10.7.4 fifth step, FIN-WAIT-1, CLOSING, LAST-ACK). Returns false
-    /// once the connection closed.
+    /// once the connection closed, or is held only for unread bytes.
     #[inline]
     fn on_fin_acked(&mut self, ctx: &mut Ctx<'_>) -> bool {
         if self.fin_acked() {
@@ -793,8 +794,8 @@ impl Connection {
                 }
                 State::Closing => self.enter_time_wait(ctx),
                 State::LastAck => {
-                    self.close_now(CloseReason::Normal);
-                    return false;
+                    self.exchange_over(ctx);
+                    return !self.flags.has(Flags::HELD_FOR_READ);
                 }
                 _ => {}
             }

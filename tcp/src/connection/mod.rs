@@ -678,6 +678,57 @@ impl Connection {
         }
     }
 
+    /// The exchange is over: our FIN was acknowledged in LAST-ACK, or
+    /// TIME-WAIT's 2 MSL ran out. RFC 9293 §3.10.7.4 deletes the TCB then,
+    /// and so does this, unless the receive buffer holds bytes the
+    /// application has not read and it has not closed: those stay
+    /// readable, as a kernel socket's queue does once its close completed
+    /// (the socket in CLOSE, `recv` still reading), and the connection goes
+    /// once they are read ([`Connection::after_read`]) or the application
+    /// closes or aborts it (no RST then: the peer is done). Until then no
+    /// timer runs, nothing is held but those bytes, and only the ACKs that
+    /// stray segments ask for are sent.
+    #[inline]
+    pub(crate) fn exchange_over(&mut self, ctx: &mut Ctx<'_>) {
+        // The flag first: a server's connections are closed by then, and
+        // the receive buffer's line is not read.
+        if self.flags.has(Flags::APP_CLOSED) || self.recv_buf.is_empty() {
+            self.close_now(CloseReason::Normal);
+        } else {
+            self.hold_for_read(ctx);
+        }
+    }
+
+    /// [`Connection::exchange_over`] with bytes unread: out of line.
+    #[inline(never)]
+    fn hold_for_read(&mut self, ctx: &mut Ctx<'_>) {
+        self.flags.set(Flags::HELD_FOR_READ | Flags::FIN_ACKED);
+        self.snd.una = self.snd.max;
+        self.snd.nxt = self.snd.max;
+        self.timers_rare.rto = Deadline::NONE;
+        self.timers_rare.persist = Deadline::NONE;
+        self.timers_rare.persist_backoff = 0;
+        self.timers_rare.keepalive = Deadline::NONE;
+        self.timers_rare.close = Deadline::NONE;
+        self.timers.delayed_ack = Deadline::NONE;
+        self.flags.clear(
+            Flags::PERSISTING
+                | Flags::PROBE_ARMED
+                | Flags::HOLES
+                | Flags::SACKED
+                | Flags::RETRANSMIT_ONE
+                | Flags::TLP_NOW,
+        );
+        self.assembler.clear();
+        self.scoreboard.clear();
+        self.send_buf.release(ctx.pool);
+        self.flags.clear(Flags::SEND_QUEUED);
+        self.recv_buf.forget_unqueued(ctx.pool);
+        if let Some(f) = self.rack.flight.take() {
+            ctx.flights.give(f);
+        }
+    }
+
     /// Ends the connection at once (no segment is sent); the stack frees it.
     pub(crate) fn close_now(&mut self, reason: CloseReason) {
         if self.state != State::Closed {

@@ -203,6 +203,10 @@ impl Flags {
     /// RACK-TLP's probe timeout fired: the next segment out is the probe
     /// (RFC 8985 §7.3).
     pub(crate) const TLP_NOW: u64 = 1 << 43;
+    /// The exchange is over (LAST-ACK's FIN acknowledged, or TIME-WAIT ran
+    /// out) and the connection stays only for received bytes the
+    /// application has not read yet (`Connection::exchange_over`).
+    pub(crate) const HELD_FOR_READ: u64 = 1 << 44;
 
     /// Whether any bit of `f` is set.
     pub(crate) fn has(self, f: u64) -> bool {
@@ -570,6 +574,7 @@ mod tests {
             Flags::HOLES,
             Flags::PERSISTING,
             Flags::SACKED,
+            Flags::HELD_FOR_READ,
             Flags::UNDO,
             Flags::TLP_NOW,
         ];

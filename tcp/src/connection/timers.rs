@@ -35,12 +35,11 @@ impl Connection {
         let due = |d: Deadline| d.due(now);
         if due(self.timers_rare.close) {
             self.timers_rare.close = Deadline::NONE;
-            let reason = if self.state == State::TimeWait {
-                CloseReason::Normal
+            if self.state == State::TimeWait {
+                self.exchange_over(ctx);
             } else {
-                CloseReason::Timeout
-            };
-            self.close_now(reason);
+                self.close_now(CloseReason::Timeout);
+            }
             return;
         }
         if due(self.rack_reo_deadline()) {
