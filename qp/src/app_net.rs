@@ -49,6 +49,9 @@ struct Conn {
     core_info: Option<ConnInfo>,
     /// The connection is moving to another core (its RSS bucket moved).
     moving: Option<Box<Moving>>,
+    /// An active open under way: its token, and the requests made before
+    /// the core named the connection (sent once it has, in order).
+    opening: Option<Box<Opening>>,
     /// The core's connection closed normally (both FINs) with bytes
     /// delivered here still unread: they stay readable, and the
     /// connection ends once they are read ([`QpNet::end_drained`]) or
@@ -69,6 +72,13 @@ struct Moving {
     told: bool,
     bounced: Vec<ToCore>,
     held: Vec<ToCore>,
+}
+
+/// An active open on the thread, until the core answers.
+#[derive(Debug)]
+struct Opening {
+    token: u64,
+    early: Vec<ToCore>,
 }
 
 impl Moving {
@@ -102,6 +112,7 @@ impl Conn {
             user_data: 0,
             core_info: None,
             moving: None,
+            opening: None,
             ended: false,
         }
     }
@@ -223,6 +234,16 @@ impl QpNet {
         self.end(index, reason);
     }
 
+    /// Ends `h`, an active open the core has not answered yet: its
+    /// `Closed` comes now, and the core's answer finds no connection here
+    /// (an opened one is reset then).
+    fn abandon(&mut self, h: ConnHandle, reason: CloseReason) {
+        if let Some(o) = self.conns.get(h).ok().and_then(|c| c.opening.as_ref()) {
+            self.connecting.remove(&o.token);
+        }
+        self.end(h.index(), reason);
+    }
+
     /// Ends the held connections whose bytes were all read (after a pass's
     /// reads, so that a reader saw their end of stream first); returns
     /// whether any ended.
@@ -248,8 +269,12 @@ impl QpNet {
         f: impl FnOnce(ConnHandle) -> ToCore,
     ) -> Result<(), Error> {
         let c = self.conns.get_mut(h)?;
-        let remote = c.remote_handle.ok_or(Error::InvalidState)?;
-        c.route(&mut self.pending).push(f(remote));
+        match (c.remote_handle, &mut c.opening) {
+            (Some(remote), _) => c.route(&mut self.pending).push(f(remote)),
+            // Named once the core has (`ToApp::Connected`).
+            (None, Some(o)) => o.early.push(f(ConnHandle::from_parts(u32::MAX, 0))),
+            (None, None) => return Err(Error::InvalidState),
+        }
         Ok(())
     }
 
@@ -272,6 +297,9 @@ impl QpNet {
             }
             ToApp::Connected { token, conn, tuple } => {
                 let Some(index) = self.connecting.remove(&token) else {
+                    // Closed or aborted while it opened: nobody here wants
+                    // it (the core resets it).
+                    self.pending[core as usize].push(ToCore::Abort { conn });
                     return;
                 };
                 let h = self.handle(index);
@@ -281,6 +309,14 @@ impl QpNet {
                 c.remote_handle = Some(conn);
                 c.core = core;
                 c.tuple = tuple;
+                if let Some(o) = c.opening.take() {
+                    for mut r in o.early {
+                        if let Some(named) = r.conn_mut() {
+                            *named = conn;
+                        }
+                        self.pending[core as usize].push(r);
+                    }
+                }
                 let writable = std::mem::take(&mut c.want_writable);
                 self.by_core[core as usize].insert(conn, index);
                 self.stats.active_opens += 1;
@@ -424,7 +460,10 @@ impl QpNet {
         wanted.sort_unstable_by_key(|h| (h.index(), h.generation()));
         wanted.dedup();
         for h in wanted {
-            let _ = self.request(h, |conn| ToCore::Info { conn });
+            // None for a connection still opening: it has no figures yet.
+            if self.conn(h).is_ok_and(|c| c.remote_handle.is_some()) {
+                let _ = self.request(h, |conn| ToCore::Info { conn });
+            }
         }
         for (core, pending) in self.pending.iter_mut().enumerate() {
             if pending.is_empty() {
@@ -495,17 +534,22 @@ impl Net for QpNet {
             return Err(Error::InvalidState);
         }
         let core = self.served[self.next_core % self.served.len()];
-        self.next_core += 1;
         let unspecified = SocketAddr::new(IpAddr::from([0, 0, 0, 0]), 0);
-        let h = self.conns.insert(Conn::new(
+        let token = self.next_token;
+        let mut c = Conn::new(
             core,
             None,
             FourTuple {
                 local: unspecified,
                 remote,
             },
-        ))?;
-        let token = self.next_token;
+        );
+        c.opening = Some(Box::new(Opening {
+            token,
+            early: Vec::new(),
+        }));
+        let h = self.conns.insert(c)?;
+        self.next_core += 1;
         self.next_token += 1;
         self.connecting.insert(token, h.index());
         self.pending[core as usize].push(ToCore::Connect {
@@ -621,6 +665,11 @@ impl Net for QpNet {
             self.end(h.index(), CloseReason::Aborted);
             return Ok(());
         }
+        if c.opening.is_some() {
+            // As a stack's close in SYN-SENT: gone now.
+            self.abandon(h, CloseReason::Normal);
+            return Ok(());
+        }
         if c.closing {
             return Ok(());
         }
@@ -637,8 +686,13 @@ impl Net for QpNet {
     }
 
     fn abort(&mut self, h: ConnHandle) -> Result<(), Error> {
-        if self.conn(h)?.ended {
+        let c = self.conn(h)?;
+        if c.ended {
             self.end(h.index(), CloseReason::Aborted);
+            return Ok(());
+        }
+        if c.opening.is_some() {
+            self.abandon(h, CloseReason::Aborted);
             return Ok(());
         }
         self.request(h, |conn| ToCore::Abort { conn })
@@ -939,6 +993,80 @@ mod tests {
             .try_iter()
             .flatten()
             .all(|m| !matches!(m, ToCore::Abort { .. } | ToCore::Close { .. })));
+    }
+
+    /// Every request the core takes (not only sends), with the handle it
+    /// names: `(index, what)`.
+    fn requests(net: &mut QpNet, rx: &Receiver<Vec<ToCore>>) -> Vec<(u32, &'static str)> {
+        net.flush();
+        rx.try_iter()
+            .flatten()
+            .filter_map(|mut m| {
+                let what = match &m {
+                    ToCore::ShutdownWrite { .. } => "shutdown",
+                    ToCore::SetNodelay { .. } => "nodelay",
+                    ToCore::Close { .. } => "close",
+                    ToCore::Abort { .. } => "abort",
+                    ToCore::Send { .. } => "send",
+                    _ => return None,
+                };
+                Some((m.conn_mut()?.index(), what))
+            })
+            .collect()
+    }
+
+    fn connected(net: &mut QpNet, token: u64, conn: ConnHandle) {
+        net.take(
+            0,
+            ToApp::Connected {
+                token,
+                conn,
+                tuple: tuple(),
+            },
+        );
+    }
+
+    /// Requests made while an active open is under way wait for the core
+    /// to name the connection, then go in order; a close or an abort then
+    /// ends it at once (as the stack's in SYN-SENT), and a connection the
+    /// core opens after all is reset.
+    #[test]
+    fn requests_while_opening_wait_and_a_close_ends_the_open() {
+        let (mut net, rx) = net(1);
+        let h = net.connect("10.0.0.2:80".parse().unwrap()).unwrap();
+        net.set_nodelay(h, true).unwrap();
+        net.shutdown_write(h).unwrap();
+        assert_eq!(requests(&mut net, &rx[0]), []);
+        let conn = ConnHandle::from_parts(5, 1);
+        connected(&mut net, 0, conn);
+        assert_eq!(
+            requests(&mut net, &rx[0]),
+            [(5, "nodelay"), (5, "shutdown")]
+        );
+        assert!(matches!(net.events.pop_front(), Some(Event::Connected(c)) if c == h));
+
+        for (token, abort) in [(1, false), (2, true)] {
+            let h = net.connect("10.0.0.2:80".parse().unwrap()).unwrap();
+            if abort {
+                net.abort(h).unwrap();
+            } else {
+                net.close(h).unwrap();
+            }
+            let want = if abort {
+                CloseReason::Aborted
+            } else {
+                CloseReason::Normal
+            };
+            assert!(matches!(
+                net.events.pop_front(),
+                Some(Event::Closed { conn, reason }) if conn == h && reason == want
+            ));
+            net.release(h);
+            let conn = ConnHandle::from_parts(6 + token as u32, 1);
+            connected(&mut net, token, conn);
+            assert_eq!(requests(&mut net, &rx[0]), [(conn.index(), "abort")]);
+            assert!(net.events.is_empty());
+        }
     }
 
     #[test]
