@@ -373,3 +373,44 @@ fn bytes_received_before_both_fins_stay_readable_after_the_close() {
     kernel.stop();
     assert_eq!(qp.stop(), None);
 }
+
+#[test]
+fn tasks_sharing_a_listener_are_each_woken() {
+    // Two tasks wait in `accept` on one listener, each for one
+    // connection; two connections arrive: both tasks get one (a listener
+    // that kept only the last waiter's waker left the first asleep with a
+    // connection in its backlog).
+    let port = free_port();
+    let (tx, rx) = std::sync::mpsc::channel::<&'static str>();
+    let tx = std::sync::Mutex::new(Some(tx));
+    let (qp, _c, kernel) = start(1, port, 64, move |mut local| {
+        let tx = tx.lock().unwrap().take();
+        async move {
+            let Some(tx) = tx else { return };
+            let listener = Arc::new(local.listener(port).unwrap());
+            let one = |l: Arc<flowlane_tokio::TcpListener>| async move {
+                let (s, _) = l.accept().await.unwrap();
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                drop(s);
+            };
+            let a = tokio::spawn(one(listener.clone()));
+            tokio::task::yield_now().await;
+            let b = tokio::spawn(one(listener.clone()));
+            tokio::task::yield_now().await;
+            tx.send("waiting").unwrap();
+            let (ra, rb) = tokio::join!(a, b);
+            ra.unwrap();
+            rb.unwrap();
+            tx.send("both accepted").unwrap();
+        }
+    });
+    assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok("waiting"));
+    let _c1 = TcpStream::connect((LOOPBACK, port)).unwrap();
+    let _c2 = TcpStream::connect((LOOPBACK, port)).unwrap();
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(10)),
+        Ok("both accepted")
+    );
+    kernel.stop();
+    assert_eq!(qp.stop(), None);
+}

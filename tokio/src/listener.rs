@@ -14,7 +14,10 @@ use crate::stream::TcpStream;
 #[derive(Debug)]
 struct Backlog {
     ready: VecDeque<TcpStream>,
-    waker: Option<Waker>,
+    /// Every task waiting in `accept` (several may share a listener), each
+    /// once; all are woken by the next connection (one of them takes it,
+    /// the others wait again: a waiter that gave up loses no wake-up).
+    wakers: Vec<Waker>,
     /// The listener is gone: the bridge refuses new connections.
     closed: bool,
 }
@@ -31,7 +34,7 @@ impl AcceptQueue {
         AcceptQueue {
             inner: Mutex::new(Backlog {
                 ready: VecDeque::new(),
-                waker: None,
+                wakers: Vec::new(),
                 closed: false,
             }),
             limit,
@@ -50,9 +53,9 @@ impl AcceptQueue {
             return Err(s);
         }
         b.ready.push_back(s);
-        let w = b.waker.take();
+        let wakers = std::mem::take(&mut b.wakers);
         drop(b);
-        if let Some(w) = w {
+        for w in wakers {
             w.wake();
         }
         Ok(())
@@ -85,7 +88,8 @@ impl TcpListener {
         poll_fn(|cx| self.poll_accept(cx)).await
     }
 
-    /// Polls for the next connection (for code that polls by hand).
+    /// Polls for the next connection (for code that polls by hand). Every
+    /// task that polls and waits is woken by the next connection.
     pub fn poll_accept(&self, cx: &mut Context<'_>) -> Poll<io::Result<(TcpStream, SocketAddr)>> {
         let mut b = self.queue.lock();
         match b.ready.pop_front() {
@@ -94,7 +98,9 @@ impl TcpListener {
                 Poll::Ready(Ok((s, peer)))
             }
             None => {
-                b.waker = Some(cx.waker().clone());
+                if !b.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                    b.wakers.push(cx.waker().clone());
+                }
                 Poll::Pending
             }
         }
