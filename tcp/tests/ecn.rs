@@ -621,3 +621,54 @@ fn a_ce_mark_on_data_riding_the_cookie_ack_is_echoed() {
     let (ack, _) = TcpRepr::parse_segment(&buf[..t.len]).unwrap();
     assert!(ack.flags.contains(TcpFlags::ECE), "{:?}", ack.flags);
 }
+
+/// Where a segment's TSval lies in its bytes (the timestamp option).
+fn tsval_at(bytes: &[u8]) -> usize {
+    let end = usize::from(bytes[12] >> 4) * 4;
+    let mut i = 20;
+    while i < end {
+        match bytes[i] {
+            0 => break,
+            1 => i += 1,
+            8 => return i + 2,
+            _ => i += usize::from(bytes[i + 1]).max(2),
+        }
+    }
+    panic!("no timestamp option");
+}
+
+#[test]
+fn an_echo_on_a_segment_paws_drops_reduces_nothing() {
+    // RFC 7323 §5.3 R1: a segment with a TSval older than TS.Recent is an
+    // old duplicate and is dropped; its ECE is not the peer's echo of
+    // anything A sent now. B's ACK of A's data arrives twice: first a
+    // stale copy carrying ECE (dropped, counted), then the real one.
+    let (mut a, mut b, ha, _hb) = lockstep_pair(EcnMode::On);
+    let now = flowlane_tcp::time::Instant::from_millis(5);
+    let mut buf = vec![0u8; 2000];
+    a.send(ha, &[1; 3000]).unwrap();
+    while let Some(t) = a.poll_transmit(now, &mut buf) {
+        b.handle_segment_ecn(now, t.src.ip(), t.dst.ip(), t.ecn, &buf[..t.len]);
+    }
+    let t = b.poll_transmit(now, &mut buf).expect("B's ACK");
+    let ack = buf[..t.len].to_vec();
+    let mut stale = ack.clone();
+    stale[13] |= TcpFlags::ECE.0;
+    let at = tsval_at(&stale);
+    let tsval = u32::from_be_bytes(stale[at..at + 4].try_into().unwrap());
+    stale[at..at + 4].copy_from_slice(&tsval.wrapping_sub(1000).to_be_bytes());
+    a.handle_segment(now, t.src.ip(), t.dst.ip(), &stale);
+    assert_eq!(a.stats().paws_rejected, 1);
+    a.handle_segment(now, t.src.ip(), t.dst.ip(), &ack);
+    assert_eq!(a.stats().ecn_cwnd_reductions, 0, "{:?}", a.stats());
+    // The same ECE on a fresh segment is an echo.
+    let (mut a, mut b, ha, _hb) = lockstep_pair(EcnMode::On);
+    a.send(ha, &[1; 3000]).unwrap();
+    while let Some(t) = a.poll_transmit(now, &mut buf) {
+        b.handle_segment_ecn(now, t.src.ip(), t.dst.ip(), t.ecn, &buf[..t.len]);
+    }
+    let t = b.poll_transmit(now, &mut buf).expect("B's ACK");
+    buf[13] |= TcpFlags::ECE.0;
+    a.handle_segment(now, t.src.ip(), t.dst.ip(), &buf[..t.len]);
+    assert_eq!(a.stats().ecn_cwnd_reductions, 1);
+}

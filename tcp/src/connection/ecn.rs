@@ -112,9 +112,14 @@ impl Connection {
     ) {
         let f = seg.flags;
         let seg_len = payload.len() + usize::from(f.fin());
+        // As the segment's processing will find it (before it moves
+        // RCV.NXT or TS.Recent): a segment PAWS drops carries no mark or
+        // echo of this connection's (an old duplicate's ECE reduced the
+        // window).
         let in_window = !f.syn()
             && !f.rst()
-            && SeqNumber(seg.seq).acceptable(seg_len, self.rcv.nxt, self.rcv_wnd());
+            && SeqNumber(seg.seq).acceptable(seg_len, self.rcv.nxt, self.rcv_wnd())
+            && self.timestamp_drop(ctx.now, seg, f).is_none();
         let una = self.snd.una;
         let flight = self.snd.max - una;
         self.on_segment_plain(ctx, seg, payload);

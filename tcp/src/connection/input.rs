@@ -4,6 +4,15 @@
 
 use super::*;
 
+/// Why the timestamp checks drop a segment (RFC 7323 §3.2, §5.3 R1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum TimestampDrop {
+    /// Timestamps were negotiated and the segment (not an RST) has none.
+    Missing,
+    /// PAWS: its TSval is older than TS.Recent, which is still valid.
+    Stale,
+}
+
 impl Connection {
     /// Applies the options of the peer's SYN (or SYN-ACK): MSS (RFC 9293
     /// §3.7.1), window scale (RFC 7323 §2.2) and timestamps (RFC 7323 §3.2).
@@ -279,15 +288,13 @@ impl Connection {
         f: TcpFlags,
         data_len: usize,
     ) -> bool {
-        let ts_on = self.flags.has(Flags::TIMESTAMPS);
-        if ts_on && seg.options.timestamps.is_none() && !f.rst() {
-            ctx.stats.unacceptable += 1;
-            return false;
-        }
-        if let (true, Some((tsval, _))) = (ts_on, seg.options.timestamps) {
-            let stale = (tsval.wrapping_sub(self.ts.recent) as i32) < 0;
-            let recent_valid = ctx.now.saturating_since(self.ts.recent_age) < PAWS_IDLE;
-            if stale && recent_valid && !f.rst() {
+        match self.timestamp_drop(ctx.now, seg, f) {
+            None => true,
+            Some(TimestampDrop::Missing) => {
+                ctx.stats.unacceptable += 1;
+                false
+            }
+            Some(TimestampDrop::Stale) => {
                 ctx.stats.paws_rejected += 1;
                 if f.syn() {
                     ctx.stats.syn_challenged += 1;
@@ -295,10 +302,29 @@ impl Connection {
                 } else {
                     self.ack_invalid(ctx, data_len > 0 || f.fin());
                 }
-                return false;
+                false
             }
         }
-        true
+    }
+
+    /// Why [`Connection::timestamps_acceptable`] drops `seg` (with flags
+    /// `f`), if it does; no effect.
+    #[inline]
+    pub(super) fn timestamp_drop(
+        &self,
+        now: Instant,
+        seg: &TcpRepr,
+        f: TcpFlags,
+    ) -> Option<TimestampDrop> {
+        if !self.flags.has(Flags::TIMESTAMPS) || f.rst() {
+            return None;
+        }
+        let Some((tsval, _)) = seg.options.timestamps else {
+            return Some(TimestampDrop::Missing);
+        };
+        let stale = (tsval.wrapping_sub(self.ts.recent) as i32) < 0;
+        let recent_valid = now.saturating_since(self.ts.recent_age) < PAWS_IDLE;
+        (stale && recent_valid).then_some(TimestampDrop::Stale)
     }
 
     /// RFC 9293 §3.10.7.4 first check: sequence number acceptability. Drops
