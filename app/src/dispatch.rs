@@ -307,6 +307,22 @@ impl Dispatcher {
         };
         handler.on_import(&mut scoped, conn, export.state);
     }
+
+    /// A connection whose application side is `export` could not be
+    /// imported here: its owner's [`ConnHandler::on_import_failed`] hears
+    /// of it (nothing, if no handler is registered in its place).
+    pub fn import_failed<N: Net + ?Sized>(&mut self, export: ConnExport, net: &mut N) {
+        let h = export.handler;
+        let Some(handler) = self.handlers.get_mut(h.0 as usize) else {
+            return;
+        };
+        let mut scoped = Scoped {
+            inner: net,
+            owners: &mut self.owners,
+            me: h,
+        };
+        handler.on_import_failed(&mut scoped, export.state);
+    }
 }
 
 /// Connection → owning handler.

@@ -89,6 +89,15 @@ pub trait ConnHandler: Send {
     /// tells of the move: events continue as if it had not happened.
     fn on_import(&mut self, _net: &mut dyn Net, _conn: ConnHandle, _state: Option<ConnState>) {}
 
+    /// A connection moving here could not be taken in (the new core's
+    /// stack refused its state: counted by the backend; not expected of a
+    /// stack's own export): it is gone, the peer's next segment draws a
+    /// reset, and no other callback comes for it. `state` is what
+    /// [`ConnHandler::on_export`] returned for it on the old core. The
+    /// default drops it; a handler that told someone else of the
+    /// connection tells them it ended.
+    fn on_import_failed(&mut self, _net: &mut dyn Net, _state: Option<ConnState>) {}
+
     /// Called on every pass of the owning core's loop (at least every 10 ms,
     /// more often under load), for time-driven work such as starting to send
     /// at an agreed instant. Keep it cheap.

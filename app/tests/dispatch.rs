@@ -292,3 +292,82 @@ fn a_handler_refuses_a_connection_before_it_is_accepted() {
     assert!(b.state(refused).is_err(), "{:?}", b.state(refused));
     assert!(b.state(taken).is_ok());
 }
+
+/// Keeps a tag per connection, which moves with it (`on_export`), and logs
+/// what it hears of a move that failed; tells the handle it accepted.
+struct Tagged(Rec, Arc<Mutex<Option<ConnHandle>>>);
+
+impl ConnHandler for Tagged {
+    fn on_accept(&mut self, net: &mut dyn Net, c: ConnHandle) {
+        *self.1.lock().unwrap() = Some(c);
+        self.0.on_accept(net, c);
+    }
+    fn on_data(&mut self, net: &mut dyn Net, c: ConnHandle) {
+        self.0.on_data(net, c);
+    }
+    fn on_export(&mut self, _net: &mut dyn Net, c: ConnHandle) -> Option<flowlane_app::ConnState> {
+        Some(Box::new(format!("tag of {}", c.index())))
+    }
+    fn on_import_failed(&mut self, _net: &mut dyn Net, state: Option<flowlane_app::ConnState>) {
+        let tag = state.and_then(|s| s.downcast::<String>().ok());
+        self.0
+            .log
+            .lock()
+            .unwrap()
+            .push(format!("{} import failed: {tag:?}", self.0.name));
+    }
+}
+
+#[test]
+fn a_failed_import_reaches_the_handler_registered_in_the_owner_s_place() {
+    let log: Log = Arc::default();
+    let mut a = Stack::new(Config::new([1; 16]));
+    let mut b = Stack::new(Config::new([2; 16]));
+    let handlers = |log: &Log| {
+        let mut app = Dispatcher::new();
+        app.add(Rec {
+            name: "other",
+            log: log.clone(),
+            open: vec![],
+        });
+        let accepted = Arc::new(Mutex::new(None));
+        let srv = app.add(Tagged(
+            Rec {
+                name: "srv",
+                log: log.clone(),
+                open: vec![],
+            },
+            accepted.clone(),
+        ));
+        (app, srv, accepted)
+    };
+    let (mut app, srv, accepted) = handlers(&log);
+    let l = a.listen("10.0.0.1:80".parse().unwrap()).unwrap();
+    app.bind_listener(l, srv);
+    let mut port = 40000;
+    b.connect(
+        Instant::ZERO,
+        "10.0.0.2:5000".parse().unwrap(),
+        "10.0.0.1:80".parse().unwrap(),
+    )
+    .unwrap();
+    settle(&mut a, &mut app, &mut b, &mut port);
+    let conn = accepted.lock().unwrap().expect("accepted");
+    let mut net = Direct {
+        stack: &mut a,
+        local: "10.0.0.1".parse().unwrap(),
+        next_port: &mut port,
+    };
+    let export = app.export_conn(conn, &mut net).expect("owned by srv");
+    // The other core's dispatcher, set up the same way, cannot take it.
+    let (mut other_core, _, _) = handlers(&log);
+    other_core.import_failed(export, &mut net);
+    let log = log.lock().unwrap().clone();
+    assert_eq!(
+        log,
+        [
+            "srv accept".to_string(),
+            format!("srv import failed: Some(\"tag of {}\")", conn.index())
+        ]
+    );
+}

@@ -777,12 +777,14 @@ fn an_export_refused_after_the_nic_write_points_the_entry_back() {
 /// Tags each connection's state with its peer port; on the first export,
 /// aborts the connection the test names (a handler that still uses its
 /// connections in `on_export`, which the API allows); on import, records
-/// which port's state each connection arrived with.
-#[derive(Default)]
+/// which port's state each connection arrived with, and the tags of those
+/// that could not be imported.
+#[derive(Default, Clone)]
 struct Tagging {
     tags: ConnMap<u16>,
     victim: Arc<Mutex<Option<ConnHandle>>>,
     arrived: Arc<Mutex<Vec<(u16, u16)>>>,
+    refused: Arc<Mutex<Vec<u16>>>,
 }
 
 impl ConnHandler for Tagging {
@@ -804,32 +806,27 @@ impl ConnHandler for Tagging {
             .map_or(0, |t| *t);
         self.arrived.lock().unwrap().push((port, tag));
     }
+    fn on_import_failed(&mut self, _net: &mut dyn Net, state: Option<ConnState>) {
+        let tag = state
+            .and_then(|s| s.downcast::<u16>().ok())
+            .map_or(0, |t| *t);
+        self.refused.lock().unwrap().push(tag);
+    }
 }
 
-/// `conns` connections in one bucket of queue 0, exported (the handler
-/// closing the `victim`-th listed one during the export, if any) and
-/// imported on queue 1 part by part, in order. Returns the parts' sizes
-/// and, per connection imported, (its peer port, the tag its state had).
-fn move_tagged(conns: usize, victim: Option<usize>) -> (Vec<usize>, Vec<(u16, u16)>) {
+/// Handlers for queues 0 and 1 (each with a clone of `tagging`), and
+/// `conns` connections from the peer accepted in one bucket of queue 0;
+/// returns the handlers, the bucket and the peer ports.
+fn tagged_bucket(conns: usize, tagging: &Tagging) -> (Vec<TcpHandler>, u16, Vec<u16>) {
     let table = vec![0u32, 1, 0, 1];
     let rss = rss_state(RssKey::microsoft_default().as_bytes(), &table, 2).unwrap();
     let mesh = Arc::new(Mesh::new(2).unwrap());
     let mut cfg = TcpConfig::new(OURS, [2, 0, 0, 0, 0, 1], [1; 16]);
     cfg.rss = Some(rss.clone());
-    let victim_conn = Arc::new(Mutex::new(None));
-    let arrived = Arc::new(Mutex::new(Vec::new()));
     let mut hs: Vec<TcpHandler> = (0..2)
         .map(|q| {
             let mut h = TcpHandler::with_mover(&info(q), cfg.clone(), mesh.clone());
-            h.listen(
-                7,
-                Tagging {
-                    victim: victim_conn.clone(),
-                    arrived: arrived.clone(),
-                    ..Tagging::default()
-                },
-            )
-            .unwrap();
+            h.listen(7, tagging.clone()).unwrap();
             h
         })
         .collect();
@@ -863,20 +860,63 @@ fn move_tagged(conns: usize, victim: Option<usize>) -> (Vec<usize>, Vec<(u16, u1
             }
         }
     }
-    let listed = hs[0].stack.bucket_connections(b);
-    assert_eq!(listed.len(), conns, "the connections in the bucket");
-    *victim_conn.lock().unwrap() = victim.map(|v| listed[v]);
-    let now_i = instant(t0 + Duration::from_millis(10));
+    assert_eq!(hs[0].stack.bucket_connections(b).len(), conns);
+    (hs, b, ports)
+}
+
+/// Exports bucket `b` of `from` (all its parts); imports them into `to`;
+/// returns the parts' sizes and how many connections `to` refused.
+fn carry(from: &mut TcpHandler, to: &mut TcpHandler, b: u16) -> (Vec<usize>, usize) {
+    let now_i = instant(Duration::from_millis(11));
     let mut parts = Vec::new();
-    let (last, _) = hs[0].export_bucket(now_i, b, &NoFrames, &mut |p| parts.push(p));
+    let (last, _) = from.export_bucket(now_i, b, &NoFrames, &mut |p| parts.push(p));
     assert!(last.export.complete());
     parts.push(last);
     let sizes = parts.iter().map(|p| p.export.connections().len()).collect();
-    for p in parts {
-        assert_eq!(hs[1].import_bucket(now_i, *p, &NoFrames), 0);
-    }
-    let got = arrived.lock().unwrap().clone();
+    let refused = parts
+        .into_iter()
+        .map(|p| to.import_bucket(now_i, *p, &NoFrames))
+        .sum();
+    (sizes, refused)
+}
+
+/// `conns` connections in one bucket of queue 0, exported (the handler
+/// closing the `victim`-th listed one during the export, if any) and
+/// imported on queue 1 part by part, in order. Returns the parts' sizes
+/// and, per connection imported, (its peer port, the tag its state had).
+fn move_tagged(conns: usize, victim: Option<usize>) -> (Vec<usize>, Vec<(u16, u16)>) {
+    let tagging = Tagging::default();
+    let (mut hs, b, _) = tagged_bucket(conns, &tagging);
+    let listed = hs[0].stack.bucket_connections(b);
+    *tagging.victim.lock().unwrap() = victim.map(|v| listed[v]);
+    let (from, to) = hs.split_at_mut(1);
+    let (sizes, refused) = carry(&mut from[0], &mut to[0], b);
+    assert_eq!(refused, 0);
+    let got = tagging.arrived.lock().unwrap().clone();
     (sizes, got)
+}
+
+/// Connections the new queue's stack cannot take (it holds connections
+/// of the same addresses: here the same peer's, moved there before from
+/// another service's queue 0) are gone, and their application state goes
+/// to the handler's `on_import_failed` rather than nowhere.
+#[test]
+fn connections_the_new_queue_refuses_are_told_to_their_handler() {
+    let tagging = Tagging::default();
+    let (mut hs, b, ports) = tagged_bucket(3, &tagging);
+    let (from, to) = hs.split_at_mut(1);
+    assert_eq!(carry(&mut from[0], &mut to[0], b).1, 0);
+    let again = Tagging::default();
+    let (mut other, b2, _) = tagged_bucket(3, &again);
+    assert_eq!(b2, b);
+    assert_eq!(carry(&mut other[0], &mut hs[1], b).1, 3);
+    // Told on the new queue, to its handler in the owner's place.
+    let mut refused = tagging.refused.lock().unwrap().clone();
+    refused.sort_unstable();
+    let mut want = ports;
+    want.sort_unstable();
+    assert_eq!(refused, want, "each refused connection's own state");
+    assert!(again.refused.lock().unwrap().is_empty());
 }
 
 #[test]

@@ -1338,7 +1338,13 @@ impl TcpHandler {
                     app.import_conn(h, a, &mut net);
                 }
                 (Ok(_), None) => {}
-                (Err(_), _) => failed += 1,
+                (Err(_), side) => {
+                    failed += 1;
+                    if let Some(a) = side {
+                        let (mut net, app) = self.net(now, frames);
+                        app.import_failed(a, &mut net);
+                    }
+                }
             }
         }
         self.dispatch(now, frames);

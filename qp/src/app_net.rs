@@ -412,6 +412,17 @@ impl QpNet {
                     conn: old,
                 });
             }
+            ToApp::MoveFailed { from, old } => {
+                let Some(&index) = self.by_core[from as usize].get(&old) else {
+                    return;
+                };
+                // The old core keeps bouncing for it until settled.
+                self.pending[from as usize].push(ToCore::Settle {
+                    thread: self.thread,
+                    conn: old,
+                });
+                self.end(index, CloseReason::Aborted);
+            }
             ToApp::Bounced { conn, request } => {
                 let Some(c) = ours(self, &conn).and_then(|i| self.conns.at_mut(i)) else {
                     return;
@@ -1067,6 +1078,38 @@ mod tests {
             assert_eq!(requests(&mut net, &rx[0]), [(conn.index(), "abort")]);
             assert!(net.events.is_empty());
         }
+    }
+
+    /// The new core could not take the connection in: the thread ends it
+    /// (its requests bounced meanwhile go nowhere) and settles with the
+    /// old core, which forgets it.
+    #[test]
+    fn a_move_the_new_core_could_not_take_ends_the_connection() {
+        let (mut net, rx) = net(2);
+        let old = ConnHandle::from_parts(3, 1);
+        let h = accepted(&mut net, old);
+        net.send(h, b"a").unwrap();
+        assert_eq!(sent(&mut net, &rx[0]), [(3, "a".into())]);
+        net.take(
+            0,
+            ToApp::Bounced {
+                conn: old,
+                request: ToCore::Send {
+                    conn: old,
+                    bytes: b"a".to_vec(),
+                },
+            },
+        );
+        net.take(1, ToApp::MoveFailed { from: 0, old });
+        assert!(matches!(
+            net.events.back(),
+            Some(Event::Closed { conn, reason: CloseReason::Aborted }) if *conn == h
+        ));
+        assert_eq!(sent(&mut net, &rx[0]), [(3, "settle".into())]);
+        assert_eq!(sent(&mut net, &rx[1]), []);
+        // The old core's answer finds nothing left.
+        net.take(0, ToApp::Settled { conn: old });
+        assert_eq!(net.open(), 0);
     }
 
     #[test]

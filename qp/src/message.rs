@@ -83,6 +83,13 @@ pub(crate) enum ToApp {
     Settled {
         conn: ConnHandle,
     },
+    /// The connection `old` of core `from` was to move here with its RSS
+    /// bucket, and this core's stack could not take it: it is gone. The
+    /// thread ends it and settles with `from`.
+    MoveFailed {
+        from: u32,
+        old: ConnHandle,
+    },
 }
 
 /// From an application thread to a network core.

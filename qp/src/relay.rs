@@ -610,6 +610,23 @@ impl ConnHandler for Relay {
         }
     }
 
+    /// A connection that was to move here is gone: its thread hears so
+    /// (an open under way as a failed connect).
+    fn on_import_failed(&mut self, _net: &mut dyn Net, state: Option<ConnState>) {
+        let Some(exported) = state.and_then(|s| s.downcast::<Exported>().ok()) else {
+            return;
+        };
+        match *exported {
+            Exported::Opening { thread, token } => {
+                let reason = CloseReason::Aborted;
+                self.tell(thread, ToApp::ConnectFailed { token, reason });
+            }
+            Exported::Open { from, old, relayed } => {
+                self.tell(relayed.thread, ToApp::MoveFailed { from, old });
+            }
+        }
+    }
+
     /// The application threads' requests, in the order each sent them.
     fn on_tick(&mut self, net: &mut dyn Net) {
         self.bury(net);
