@@ -116,6 +116,52 @@ pub struct Report {
     /// ([`MAX_FLOWS`]): echoed, not listed.
     #[serde(default)]
     pub untracked: u64,
+    /// Datagrams parsed and verified but not echoed, by reason.
+    #[serde(default)]
+    pub refused: Refused,
+}
+
+/// Datagrams `udp-echo` does not answer, by reason.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Refused {
+    /// Sent to a broadcast or multicast address (a reply would come from
+    /// the group).
+    pub group_destination: u64,
+    /// From a source no reply can go to (unspecified, loopback,
+    /// broadcast, multicast, IPv4-mapped IPv6).
+    pub martian_source: u64,
+    /// From source port 0 (RFC 768: no reply expected).
+    pub source_port_zero: u64,
+    /// IP fragments, and IPv6 packets with a Routing header.
+    pub unsupported: u64,
+}
+
+impl Refused {
+    /// Counts one of `turn_around_udp`'s refusals (the datagram parsed
+    /// and verified before it).
+    fn count(&mut self, e: &flowlane_wire::WireError) {
+        use flowlane_wire::{NoAnswer, WireError};
+        let c = match e {
+            WireError::NotAnswered {
+                why: NoAnswer::GroupDestination,
+                ..
+            } => &mut self.group_destination,
+            WireError::NotAnswered {
+                why: NoAnswer::MartianSource,
+                ..
+            } => &mut self.martian_source,
+            WireError::Malformed { .. } => &mut self.source_port_zero,
+            _ => &mut self.unsupported,
+        };
+        *c += 1;
+    }
+
+    fn add(&mut self, o: &Refused) {
+        self.group_destination += o.group_destination;
+        self.martian_source += o.martian_source;
+        self.source_port_zero += o.source_port_zero;
+        self.unsupported += o.unsupported;
+    }
 }
 
 /// Most flows each queue lists in its report (the table is keyed by
@@ -132,6 +178,7 @@ struct QueueFlows {
     flows: HashMap<FlowKey, u64>,
     malformed: u64,
     untracked: u64,
+    refused: Refused,
 }
 
 /// A queue's flow table as its worker last published it. The worker owns
@@ -199,7 +246,10 @@ impl QueueHandler for Echo {
                 }
                 RxAction::Transmit(out)
             }
-            Err(_) => RxAction::Drop,
+            Err(e) => {
+                self.flows.refused.count(&e);
+                RxAction::Drop
+            }
         }
     }
 
@@ -216,7 +266,7 @@ impl QueueHandler for Echo {
 fn snapshot(generation: u64, dp: &Dataplane, tables: &[(u32, Arc<Published>)]) -> Report {
     let counters: Vec<(QueueInfo, QueueCountersSnapshot)> = dp.counters();
     let mut flows = Vec::new();
-    let (mut malformed, mut untracked) = (0, 0);
+    let (mut malformed, mut untracked, mut refused) = (0, 0, Refused::default());
     for (queue, p) in tables {
         if !p.refresh() {
             tracing::warn!(queue, "the worker did not publish its flows within 1 s");
@@ -224,6 +274,7 @@ fn snapshot(generation: u64, dp: &Dataplane, tables: &[(u32, Arc<Published>)]) -
         let t = p.copy.lock().unwrap_or_else(|e| e.into_inner());
         malformed += t.malformed;
         untracked += t.untracked;
+        refused.add(&t.refused);
         for (&(src, src_port, dst, dst_port), &packets) in &t.flows {
             flows.push(FlowRecord {
                 queue: *queue,
@@ -254,6 +305,7 @@ fn snapshot(generation: u64, dp: &Dataplane, tables: &[(u32, Arc<Published>)]) -
         flows,
         malformed,
         untracked,
+        refused,
     }
 }
 

@@ -172,13 +172,17 @@ impl VlanTag {
 }
 
 /// Up to two VLAN tags. A single-tagged frame has only `outer`; a QinQ frame has both (`outer`
-/// is the 802.1ad S-tag, `inner` the 802.1Q C-tag).
+/// the service tag, `inner` the 802.1Q C-tag).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct VlanTags {
     /// First tag after the source MAC.
     pub outer: Option<VlanTag>,
     /// Second tag, only when `outer` is present.
     pub inner: Option<VlanTag>,
+    /// The outer tag's TPID is 802.1ad's 0x88a8 (else 802.1Q's 0x8100): as received, and as
+    /// emitted, so that a reply carries the tags its request came with (double 802.1Q tags
+    /// and a single S-tag both occur).
+    pub s_tag: bool,
 }
 
 impl VlanTags {
@@ -186,6 +190,7 @@ impl VlanTags {
     pub const NONE: VlanTags = VlanTags {
         outer: None,
         inner: None,
+        s_tag: false,
     };
 
     /// Number of tags (0, 1 or 2).
@@ -262,6 +267,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
         let mut off = HEADER_LEN;
         if matches!(ty, EtherType::Vlan | EtherType::QinQ) {
             need(Layer::Vlan, off + VLAN_TAG_LEN, b.len())?;
+            tags.s_tag = ty == EtherType::QinQ;
             tags.outer = Some(VlanTag::from_tci(be16(b, off)));
             ty = EtherType::from(be16(b, off + 2));
             off += VLAN_TAG_LEN;
@@ -354,7 +360,8 @@ impl EthernetRepr {
         HEADER_LEN + VLAN_TAG_LEN * self.vlan.count()
     }
 
-    /// Writes the header (TPID 0x8100 for a single tag; 0x88a8 + 0x8100 for two).
+    /// Writes the header (the outer tag's TPID 0x88a8 for an S-tag, else 0x8100; the inner
+    /// tag's 0x8100).
     /// Panics if the buffer is shorter than [`header_len`](Self::header_len).
     #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, frame: &mut EthernetFrame<T>) {
@@ -363,7 +370,7 @@ impl EthernetRepr {
         let b = frame.buffer.as_mut();
         let mut off = 12;
         if let Some(outer) = self.vlan.outer {
-            let tpid = if self.vlan.inner.is_some() {
+            let tpid = if self.vlan.s_tag {
                 EtherType::QinQ
             } else {
                 EtherType::Vlan
@@ -463,6 +470,23 @@ mod tests {
                 matches!(res, Err(WireError::Truncated { .. })),
                 "{n}: {res:?}"
             );
+        }
+    }
+
+    #[test]
+    fn tags_emit_with_the_tpids_they_came_with() {
+        // Double 802.1Q (0x8100 twice), and a single S-tag (0x88a8): each round-trips.
+        for tags in [
+            &[0x81, 0x00, 0x00, 0x0a, 0x81, 0x00, 0x00, 0x14, 0x08, 0x06][..],
+            &[0x88, 0xa8, 0x00, 0x0a, 0x08, 0x00][..],
+            &[0x81, 0x00, 0x00, 0x0a, 0x08, 0x00][..],
+        ] {
+            let mut b = UNTAGGED[..12].to_vec();
+            b.extend_from_slice(tags);
+            let r = EthernetRepr::parse(&EthernetFrame::new_checked(&b[..]).unwrap()).unwrap();
+            let mut out = vec![0u8; b.len()];
+            r.emit(&mut EthernetFrame::new_unchecked(&mut out[..]));
+            assert_eq!(out, b);
         }
     }
 

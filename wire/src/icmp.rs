@@ -814,12 +814,22 @@ pub struct NdpAdvert {
     pub flags: NeighborFlags,
 }
 
+/// The solicited-node multicast address of `a` (RFC 4291 §2.7.1: `ff02::1:ff00:0/104` and
+/// the low 24 bits of `a`).
+pub fn solicited_node(a: &Ipv6Addr) -> Ipv6Addr {
+    let o = a.octets();
+    Ipv6Addr::from([
+        0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, o[13], o[14], o[15],
+    ])
+}
+
 impl NdpAdvert {
-    /// Decides the answer to a parsed Neighbor Solicitation (`ns`, received from `ip_src`
-    /// with hop limit `hop_limit`, in an Ethernet frame from `eth_src`), when `is_ours` says
-    /// the target is one of our unicast addresses. `None` when it is not a valid NS for us
-    /// (RFC 4861 §7.1.1: hop limit must be 255; `::` source only towards a solicited-node
-    /// address, which the caller's address filter checked).
+    /// Decides the answer to a parsed Neighbor Solicitation (`ns`, received from `ip_src` to
+    /// `ip_dst` with hop limit `hop_limit`, in an Ethernet frame from `eth_src`), when
+    /// `is_ours` says the target is one of our unicast addresses. `None` when it is not a
+    /// valid NS for us (RFC 4861 §7.1.1: hop limit 255; a `::` source only towards the
+    /// target's solicited-node address and without a source link-layer address option; a
+    /// multicast source is no solicitor).
     ///
     /// Per §7.2.4: to a solicitor with an address, unicast with S=1; to `::` (Duplicate
     /// Address Detection), multicast to all-nodes with S=0. O=1 and the Target Link-Layer
@@ -827,6 +837,7 @@ impl NdpAdvert {
     pub fn for_solicit(
         ns: &Icmpv6Repr<'_>,
         ip_src: &Ipv6Addr,
+        ip_dst: &Ipv6Addr,
         hop_limit: u8,
         eth_src: EthernetAddress,
         our_mac: EthernetAddress,
@@ -839,10 +850,14 @@ impl NdpAdvert {
         else {
             return None;
         };
-        if hop_limit != 255 || !is_ours(&target_addr) {
+        let dad = ip_src.is_unspecified();
+        if hop_limit != 255
+            || ip_src.is_multicast()
+            || (dad && (source_lladdr.is_some() || *ip_dst != solicited_node(&target_addr)))
+            || !is_ours(&target_addr)
+        {
             return None;
         }
-        let dad = ip_src.is_unspecified();
         Some(NdpAdvert {
             dst_mac: if dad {
                 EthernetAddress::ipv6_multicast(&ALL_NODES)
@@ -997,23 +1012,40 @@ mod tests {
         assert_eq!(out, b);
 
         let ours = EthernetAddress([0x02, 0, 0, 0, 0, 2]);
-        let na = NdpAdvert::for_solicit(&r, &ns_src(), 255, mac, ours, |a| *a == target()).unwrap();
+        let na =
+            NdpAdvert::for_solicit(&r, &ns_src(), &ns_dst(), 255, mac, ours, |a| *a == target())
+                .unwrap();
         assert_eq!(na.dst_mac, mac);
         assert_eq!(na.dst_addr, ns_src());
         assert_eq!(na.src_addr, target());
         assert!(na.flags.solicited && na.flags.override_ && !na.flags.router);
-        assert!(NdpAdvert::for_solicit(&r, &ns_src(), 64, mac, ours, |_| true).is_none());
-        assert!(NdpAdvert::for_solicit(&r, &ns_src(), 255, mac, ours, |_| false).is_none());
+        assert!(
+            NdpAdvert::for_solicit(&r, &ns_src(), &ns_dst(), 64, mac, ours, |_| true).is_none()
+        );
+        assert!(
+            NdpAdvert::for_solicit(&r, &ns_src(), &ns_dst(), 255, mac, ours, |_| false).is_none()
+        );
         // DAD: from ::, answered to all-nodes without S.
         let dad = Icmpv6Repr::NeighborSolicit {
             target_addr: target(),
             source_lladdr: None,
         };
+        let unspec = Ipv6Addr::UNSPECIFIED;
         let na2 =
-            NdpAdvert::for_solicit(&dad, &Ipv6Addr::UNSPECIFIED, 255, mac, ours, |_| true).unwrap();
+            NdpAdvert::for_solicit(&dad, &unspec, &ns_dst(), 255, mac, ours, |_| true).unwrap();
         assert_eq!(na2.dst_addr, ALL_NODES);
         assert_eq!(na2.dst_mac.to_string(), "33:33:00:00:00:01");
         assert!(!na2.flags.solicited);
+        // RFC 4861 §7.1.1: a DAD solicitation only to the target's solicited-node address and
+        // without a source link-layer address; no multicast solicitor.
+        assert_eq!(solicited_node(&target()), ns_dst());
+        let unicast = target();
+        assert!(
+            NdpAdvert::for_solicit(&dad, &unspec, &unicast, 255, mac, ours, |_| true).is_none()
+        );
+        assert!(NdpAdvert::for_solicit(&r, &unspec, &ns_dst(), 255, mac, ours, |_| true).is_none());
+        let group = ALL_NODES;
+        assert!(NdpAdvert::for_solicit(&r, &group, &ns_dst(), 255, mac, ours, |_| true).is_none());
 
         // The advertisement round-trips.
         let adv = na.icmp_repr();

@@ -167,7 +167,9 @@ impl FragmentInfo {
 /// multicast address; "this network" (0/8) and loopback (127/8) are not
 /// valid sources on a wire either; RFC 4291 §2.7 and §2.5.2-3 for IPv6's
 /// multicast, unspecified and loopback). Linux drops the same as martian
-/// sources (`ip_route_input_slow`); 240/4 is not among them, as there.
+/// sources (`ip_route_input_slow`); 240/4 is not among them, as there. An
+/// IPv4-mapped IPv6 source (`::ffff:0:0/96`) never appears on a wire (RFC
+/// 4291 §2.5.5.2; Linux's `ip6_rcv_core` drops it).
 #[inline]
 pub fn is_martian_source(src: IpAddr) -> bool {
     match src {
@@ -175,13 +177,44 @@ pub fn is_martian_source(src: IpAddr) -> bool {
             let first = a.octets()[0];
             first == 0 || first == 127 || (224..240).contains(&first) || a.is_broadcast()
         }
-        IpAddr::V6(a) => a.is_multicast() || a.is_unspecified() || a.is_loopback(),
+        IpAddr::V6(a) => {
+            a.is_multicast()
+                || a.is_unspecified()
+                || a.is_loopback()
+                || a.to_ipv4_mapped().is_some()
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn martian_sources() {
+        for a in [
+            "0.1.2.3",
+            "127.0.0.1",
+            "224.0.0.1",
+            "239.255.255.255",
+            "255.255.255.255",
+            "ff02::1",
+            "::",
+            "::1",
+            "::ffff:10.0.0.1",
+        ] {
+            assert!(is_martian_source(a.parse().unwrap()), "{a}");
+        }
+        for a in [
+            "10.0.0.1",
+            "240.0.0.1",
+            "fe80::1",
+            "2001:db8::1",
+            "::10.0.0.1",
+        ] {
+            assert!(!is_martian_source(a.parse().unwrap()), "{a}");
+        }
+    }
 
     #[test]
     fn protocol_round_trip() {

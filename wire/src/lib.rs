@@ -185,6 +185,14 @@ pub enum WireError {
         /// Which rule is broken.
         what: &'static str,
     },
+    /// A valid packet that a reply-in-place helper does not answer (see [`NoAnswer`]).
+    #[error("{layer}: not answered: {why}")]
+    NotAnswered {
+        /// Layer of the reply that would have been written.
+        layer: Layer,
+        /// Why not.
+        why: NoAnswer,
+    },
     /// An output buffer is too small for what a builder was asked to write.
     #[error("buffer too small: needed {needed} bytes, got {got}")]
     BufferTooSmall {
@@ -193,6 +201,27 @@ pub enum WireError {
         /// Bytes in the buffer.
         got: usize,
     },
+}
+
+/// Why a turn-around helper ([`packet::turn_around_udp`], `answer_icmp_echo`) leaves a valid
+/// packet unanswered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoAnswer {
+    /// Sent to a broadcast or multicast address (MAC or IP): the reply would come from the
+    /// group, and any host on the segment could aim replies at a victim (RFC 1122 §3.2.2.6,
+    /// RFC 4443 §4.2).
+    GroupDestination,
+    /// From a source no reply can go to ([`ip::is_martian_source`]).
+    MartianSource,
+}
+
+impl fmt::Display for NoAnswer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            NoAnswer::GroupDestination => "sent to a broadcast or multicast address",
+            NoAnswer::MartianSource => "from a source no reply can go to",
+        })
+    }
 }
 
 /// `Result` with [`WireError`].

@@ -25,7 +25,7 @@ use super::tcp::{TcpPacket, TcpRepr};
 use super::udp::{self, UdpPacket, UdpRepr};
 #[cfg(feature = "icmp")]
 use super::{be16, put16};
-use super::{Layer, Result, WireError};
+use super::{Layer, NoAnswer, Result, WireError};
 use core::ops::Range;
 #[cfg(feature = "arp")]
 use std::net::Ipv4Addr;
@@ -533,6 +533,7 @@ pub fn ndp_advert_for(
     Ok(NdpAdvert::for_solicit(
         &ns,
         &ip.src_addr,
+        &ip.dst_addr,
         ip.hop_limit,
         frame.ethernet.src_addr,
         our_mac,
@@ -625,9 +626,31 @@ pub fn turn_around_udp(frame: &mut [u8]) -> Result<usize> {
     Ok(t.end)
 }
 
-/// Checks that a parsed frame is an IP packet a turn-around helper may answer.
+/// Checks that a parsed frame is an IP packet a turn-around helper may answer: not a
+/// fragment, not sent to a group (a broadcast or multicast MAC or IP destination: the reply's
+/// source would be the group, and every host on the segment could aim the echo's replies at a
+/// victim; RFC 1122 §3.2.2.6 and RFC 4443 §4.2 leave group echoes unanswered or answered from a
+/// unicast address), and from a source a reply can go to.
 #[inline]
 fn ip_turn(f: &Frame<'_>, layer: Layer) -> Result<()> {
+    let group_ip = f.ip_pair().is_some_and(|ips| match ips.dst() {
+        std::net::IpAddr::V4(a) => a.is_multicast() || a.is_broadcast(),
+        std::net::IpAddr::V6(a) => a.is_multicast(),
+    });
+    if f.ethernet.dst_addr.is_multicast() || group_ip {
+        return Err(WireError::NotAnswered {
+            layer,
+            why: NoAnswer::GroupDestination,
+        });
+    }
+    if f.ip_pair()
+        .is_some_and(|ips| super::ip::is_martian_source(ips.src()))
+    {
+        return Err(WireError::NotAnswered {
+            layer,
+            why: NoAnswer::MartianSource,
+        });
+    }
     if let Some(_frag) = f.fragment {
         return Err(WireError::Fragment {
             layer: if matches!(f.network, Network::Ipv6(_)) {
@@ -1226,6 +1249,7 @@ mod tests {
                     dei: false,
                     vid: 8,
                 }),
+                s_tag: true,
             },
             ethertype: EtherType::Ipv4,
         };
@@ -1383,6 +1407,51 @@ mod tests {
         assert_eq!(f.network, Network::Arp(req));
     }
 
+    /// A datagram or echo request to a group (broadcast or multicast MAC or IP), or from a
+    /// source no reply can go to, is not turned around: its reply would come from the group.
+    #[test]
+    fn group_destinations_and_martian_sources_are_not_echoed() {
+        let udp4 = hex(testutil::UDP4);
+        let f = parse_frame(&udp4).unwrap();
+        let (l3, l4, v4_src) = (f.l3_offset, f.l4_offset, 12);
+        // Rewrites one IPv4 address (at `off` in the IP header) and refills both checksums.
+        let with_v4 = |at: usize, addr: [u8; 4], mac: Option<[u8; 6]>| {
+            let mut b = udp4.clone();
+            b[l3 + at..l3 + at + 4].copy_from_slice(&addr);
+            if let Some(m) = mac {
+                b[0..6].copy_from_slice(&m);
+            }
+            let mut ip = Ipv4Packet::new_unchecked(&mut b[l3..]);
+            ip.fill_checksum();
+            let (src, dst) = (ip.src_addr(), ip.dst_addr());
+            let end = l3 + ip.total_len();
+            let mut u = UdpPacket::new_unchecked(&mut b[l4..end]);
+            u.fill_checksum(&IpPair::V4 { src, dst });
+            b
+        };
+        let bcast = Some([0xff; 6]);
+        for b in [
+            with_v4(16, [255, 255, 255, 255], bcast),
+            with_v4(16, [224, 0, 0, 1], Some([0x01, 0, 0x5e, 0, 0, 1])),
+            with_v4(16, [255, 255, 255, 255], None),
+            udp4.iter()
+                .enumerate()
+                .map(|(i, &x)| if i == 0 { x | 1 } else { x })
+                .collect(),
+            with_v4(v4_src, [0, 0, 0, 0], None),
+            with_v4(v4_src, [127, 0, 0, 1], None),
+        ] {
+            assert!(parse_frame(&b).is_ok());
+            let mut c = b.clone();
+            let e = turn_around_udp(&mut c).unwrap_err();
+            assert!(matches!(e, WireError::NotAnswered { .. }), "{e:?}");
+            assert_eq!(c, b, "nothing written");
+        }
+        // The untouched datagram is answered.
+        let mut c = udp4.clone();
+        assert!(turn_around_udp(&mut c).is_ok());
+    }
+
     #[test]
     fn ndp_answered() {
         let b = hex(testutil::NDP_NS);
@@ -1498,9 +1567,19 @@ mod tests {
             prop_assert_eq!(f.payload(), &payload[..]);
             prop_assert_eq!(f.ports(), Some((sp, dp)));
             let mut b = buf[..n].to_vec();
-            let m = turn_around_udp(&mut b).unwrap();
-            let g = parse_frame(&b[..m]).unwrap();
-            prop_assert_eq!(g.ports(), Some((dp, sp)));
+            let ips = f.ip_pair().unwrap();
+            let unanswerable = crate::ip::is_martian_source(ips.src()) || match ips.dst() {
+                std::net::IpAddr::V4(a) => a.is_multicast() || a.is_broadcast(),
+                std::net::IpAddr::V6(a) => a.is_multicast(),
+            };
+            match turn_around_udp(&mut b) {
+                Ok(m) => {
+                    prop_assert!(!unanswerable);
+                    let g = parse_frame(&b[..m]).unwrap();
+                    prop_assert_eq!(g.ports(), Some((dp, sp)));
+                }
+                Err(e) => prop_assert!(unanswerable, "{:?}", e),
+            }
         }
     }
 }
