@@ -58,8 +58,9 @@ pub trait Net {
     /// this core. Owned by the calling handler; `on_connected` follows.
     fn connect(&mut self, remote: SocketAddr) -> Result<ConnHandle, Error>;
 
-    /// Queues data; returns how much fit (`Err(WouldBlock)` if none did;
-    /// `on_writable` follows when space frees up).
+    /// Queues data; returns how much fit (`Err(WouldBlock)` if none did).
+    /// Whenever less than all of `data` fit, `on_writable` follows once
+    /// space frees up (every backend keeps this contract).
     fn send(&mut self, conn: ConnHandle, data: &[u8]) -> Result<usize, Error>;
 
     /// Reads in-order data: `Ok(0)` is end of stream, `Err(WouldBlock)`
@@ -176,6 +177,9 @@ pub trait Net {
     /// buffer, as far as that buffer takes, through `scratch`; asks for
     /// `on_writable` when the send buffer is full, and closes once the peer
     /// has closed and everything was echoed. Returns the bytes echoed.
+    /// A byte is consumed only once the send buffer took it: a send that
+    /// takes less than `send_space` promised (a backend out of send memory)
+    /// leaves the rest to read again at `on_writable`.
     fn echo(&mut self, conn: ConnHandle, scratch: &mut [u8]) -> usize {
         let mut echoed = 0;
         loop {
@@ -184,15 +188,28 @@ pub trait Net {
                 self.want_writable(conn);
                 return echoed;
             }
-            match self.recv(conn, &mut scratch[..space]) {
-                Ok(0) => {
+            let k = match self.peek(conn) {
+                Ok(d) if !d.is_empty() => {
+                    let k = d.len().min(space);
+                    scratch[..k].copy_from_slice(&d[..k]);
+                    k
+                }
+                Ok(_) if self.is_eof(conn) => {
                     let _ = self.close(conn);
                     return echoed;
                 }
+                _ => return echoed,
+            };
+            match self.send(conn, &scratch[..k]) {
                 Ok(n) => {
-                    let _ = self.send(conn, &scratch[..n]);
+                    let _ = self.consume(conn, n);
                     echoed += n;
+                    if n < k {
+                        // `on_writable` follows (the send's contract).
+                        return echoed;
+                    }
                 }
+                // `on_writable` follows; other errors end the connection.
                 Err(_) => return echoed,
             }
         }

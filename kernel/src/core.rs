@@ -497,8 +497,12 @@ impl Net for KernelNet {
                 if no_memory && taken < data.len() {
                     self.send_memory_waits += 1;
                 }
-                if taken == 0 && !data.is_empty() {
+                // Short: the socket is full (it took what it could), so
+                // its next room is an edge that tells `Writable`.
+                if taken < data.len() {
                     conn.want_writable = true;
+                }
+                if taken == 0 && !data.is_empty() {
                     return Err(Error::WouldBlock);
                 }
                 Ok(taken)

@@ -577,8 +577,11 @@ impl Net for QpNet {
             return Err(Error::InvalidState);
         }
         let n = c.send_space().min(data.len());
-        if n == 0 {
+        if n < data.len() {
+            // The credit's renewal (`Sent`) tells `Writable`.
             c.want_writable = true;
+        }
+        if n == 0 {
             return Err(Error::WouldBlock);
         }
         c.requested += n as u64;
@@ -1110,6 +1113,26 @@ mod tests {
         // The old core's answer finds nothing left.
         net.take(0, ToApp::Settled { conn: old });
         assert_eq!(net.open(), 0);
+    }
+
+    /// A send the credit takes only part of asks for `Writable` (the
+    /// `Net::send` contract): the handler holding the rest is woken when
+    /// the core's completions renew the credit.
+    #[test]
+    fn a_short_send_is_followed_by_writable() {
+        let (mut net, _rx) = net(1);
+        let old = ConnHandle::from_parts(3, 1);
+        let h = accepted(&mut net, old);
+        let big = vec![1u8; TX_CREDIT + 10];
+        assert_eq!(net.send(h, &big), Ok(TX_CREDIT));
+        net.take(
+            0,
+            ToApp::Sent {
+                conn: old,
+                total: 4096,
+            },
+        );
+        assert!(matches!(net.events.pop_front(), Some(Event::Writable(c)) if c == h));
     }
 
     #[test]

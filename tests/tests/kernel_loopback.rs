@@ -462,3 +462,57 @@ fn writes_to_peers_that_do_not_read_share_a_bounded_send_memory() {
     assert!(c.tx_memory_waits > 0, "writes waited: {c:?}");
     assert_eq!(c.buffer_memory, 0, "all given back: {c:?}");
 }
+
+#[test]
+fn an_echo_out_of_send_memory_loses_no_byte() {
+    // One 32 KiB send buffer for the core: a peer that sends and never
+    // reads takes it; another peer's echo then meets a full socket with no
+    // buffer to hold the rest of a write. What the send did not take must
+    // stay unread, not vanish.
+    let port = free_port();
+    let limits = Limits {
+        tx_buffer: 32 << 10,
+        tx_memory: 32 << 10,
+        ..Limits::default()
+    };
+    let service = KernelService::start(config(1, limits), move |core| {
+        core.listen(port, Echo::new(16 << 10))
+            .map(|_| ())
+            .map_err(|e| format!("{e:?}"))
+    })
+    .unwrap();
+    let hog = TcpStream::connect((LOOPBACK, port)).unwrap();
+    let mut w = hog.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let _ = w.write_all(&payload(7, 32 << 20));
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let data = payload(8, 16 << 20);
+    let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let sent = data.clone();
+    let writer = std::thread::spawn(move || {
+        w.write_all(&sent).unwrap();
+        w.shutdown(std::net::Shutdown::Write).unwrap();
+    });
+    // Read late: the server's socket towards us fills first.
+    std::thread::sleep(Duration::from_millis(500));
+    let mut back = Vec::new();
+    s.read_to_end(&mut back).unwrap();
+    writer.join().unwrap();
+    assert!(
+        back == data,
+        "{} of {} bytes back, equal: false",
+        back.len(),
+        data.len()
+    );
+    drop(hog);
+    let (counters, err) = service.stop();
+    assert_eq!(err, None);
+    assert!(
+        counters[0].1.tx_memory_waits > 0,
+        "the case arose: {:?}",
+        counters[0].1
+    );
+}
