@@ -269,6 +269,56 @@ for name, version, hdrs in [
     sock.close()
 "#;
 
+/// One connection, every request pipelined in one write: a HEAD (no body
+/// back), a chunked POST, a 20 KB PUT that asks for `100 Continue`, a GET
+/// that closes. Prints each status line and whether a body followed, then
+/// whether the server closed.
+const HTTP_FRAMING: &str = r#"
+import socket, sys
+port = int(sys.argv[1])
+s = socket.create_connection(('10.99.0.1', port), timeout=10)
+reqs = (b'HEAD / HTTP/1.1\r\nHost: a\r\n\r\n'
+        b'POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n'
+        b'PUT / HTTP/1.1\r\nHost: a\r\nContent-Length: 20000\r\nExpect: 100-continue\r\n\r\n' + b'x' * 20000 +
+        b'GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n')
+s.sendall(reqs)
+data = b''
+while True:
+    d = s.recv(65536)
+    if not d:
+        break
+    data += d
+while data:
+    head, _, data = data.partition(b'\r\n\r\n')
+    status = head.split(b'\r\n')[0].decode()
+    length = 0
+    for line in head.split(b'\r\n')[1:]:
+        k, _, v = line.partition(b':')
+        if k.strip().lower() == b'content-length':
+            length = int(v)
+    head_only = status.startswith('HTTP/1.1 200') and data[:length] != b'hi\n'
+    if status.startswith('HTTP/1.1 200') and not head_only:
+        data = data[length:]
+    print(status, 'no-body' if head_only else 'body')
+print('closed')
+"#;
+
+/// Three pipelined GETs of a 100 KB response in one write (more than a
+/// queue pair's send credit): all three arrive.
+const HTTP_BIG_PIPELINE: &str = r#"
+import socket, sys
+port, size = int(sys.argv[1]), int(sys.argv[2])
+s = socket.create_connection(('10.99.0.1', port), timeout=20)
+s.sendall(b'GET / HTTP/1.1\r\n\r\n' * 2 + b'GET / HTTP/1.1\r\nConnection: close\r\n\r\n')
+data = b''
+while True:
+    d = s.recv(1 << 20)
+    if not d:
+        break
+    data += d
+print(data.count(b'HTTP/1.1 200 OK'), data.count(b'y' * size))
+"#;
+
 #[test]
 fn http_server_says_connection_close_when_it_closes() {
     if !require_root("http_server_says_connection_close_when_it_closes") {
@@ -318,8 +368,34 @@ fn connection_close(bed: &Bed, model: &[&str]) {
         ],
         "{backend}: {out}"
     );
+    let out = peer_py(bed, 60, HTTP_FRAMING, &["8082"]);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "HTTP/1.1 200 OK no-body",
+            "HTTP/1.1 200 OK body",
+            "HTTP/1.1 100 Continue body",
+            "HTTP/1.1 200 OK body",
+            "HTTP/1.1 200 OK body",
+            "closed",
+        ],
+        "{backend}: {out}"
+    );
     let t = totals(&app.stop());
-    assert_eq!(t["passive_opens"], 8, "{backend}: {t}");
+    assert_eq!(t["passive_opens"], 9, "{backend}: {t}");
+
+    // Responses larger than what a send takes at once (a queue pair's
+    // credit, a kernel socket's buffer): the rest goes at `on_writable`.
+    let size = 100_000;
+    let body = "y".repeat(size);
+    let app = start(
+        bed,
+        &in_model(&["http-server", "--port", "8084", "--body", &body], model),
+        120,
+    );
+    let out = peer_py(bed, 60, HTTP_BIG_PIPELINE, &["8084", &size.to_string()]);
+    assert_eq!(out.trim(), "3 3", "{backend}: {out}");
+    app.stop();
 }
 
 const MANY_CLIENTS: &str = r#"

@@ -9,70 +9,53 @@
 //! `Connection: keep-alive` (RFC 9112 §C.2.2) so that the client knows it
 //! was granted.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
 use flowlane_app::conn_state::{export_entry, import_entry};
 use flowlane_app::{CloseReason, ConnHandle, ConnHandler, ConnMap, ConnState, Net, SynFilter};
+use serde::Serialize;
 
+use super::http_framing::{parse_head, BodySkip, Head, Persistence, Refusal, MAX_HEAD};
 use super::AllowFrom;
 
-/// Requests larger than this (headers) reset the connection.
-const MAX_REQUEST: usize = 16 * 1024;
+/// Responses queued on a connection before its requests are read further:
+/// a peer that sends requests and reads no response holds at most this
+/// much here (then its requests wait in the stack, whose window closes).
+const OUTPUT_BATCH: usize = 64 * 1024;
 
-/// What happens to the connection after the response to one request
-/// (RFC 9112 §9.3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Persistence {
-    /// HTTP/1.1 default: stays open, nothing said.
-    KeepAlive,
-    /// HTTP/1.0 with `Connection: keep-alive`: stays open, granted with
-    /// `Connection: keep-alive`.
-    KeepAliveHttp10,
-    /// The server closes after the response, which says `Connection: close`.
-    Close,
+/// Bytes read from the connection at a time.
+const READ: usize = 4096;
+
+/// How often idle connections are looked for.
+const SWEEP: Duration = Duration::from_secs(1);
+
+/// What the HTTP server refused or timed out, over all its cores (the
+/// service's summary: `application`).
+#[derive(Debug, Default, Serialize)]
+pub(super) struct HttpCounters {
+    /// Requests answered (`100 Continue` not counted).
+    pub(super) requests: AtomicU64,
+    /// Requests answered `400 Bad Request` (a request line or body framing
+    /// that cannot be read), the connection then closed.
+    pub(super) bad_request: AtomicU64,
+    /// Heads longer than 16 KiB, answered `431`, the connection then closed.
+    pub(super) head_too_large: AtomicU64,
+    /// Connections closed after `--idle-timeout` without a byte either way:
+    /// between requests (a FIN), or in the middle of one (a reset).
+    pub(super) idle_closed: AtomicU64,
+    /// Of those, the ones in the middle of a request.
+    pub(super) idle_reset: AtomicU64,
 }
 
-/// Whether the comma-separated `Connection` field `value` lists `option`
-/// (RFC 9110 §7.6.1: a list of case-insensitive tokens).
-fn lists_option(value: &[u8], option: &str) -> bool {
-    value
-        .split(|&b| b == b',')
-        .any(|t| t.trim_ascii().eq_ignore_ascii_case(option.as_bytes()))
-}
-
-/// The persistence a request head (request line and header fields, without
-/// the blank line) asks for (RFC 9112 §9.3). Field names match
-/// case-insensitively; several `Connection` fields combine; `close` wins.
-fn persistence(head: &[u8]) -> Persistence {
-    let mut lines = head.split(|&b| b == b'\n').map(|l| l.trim_ascii_end());
-    let request_line = lines.next().unwrap_or_default();
-    let http10 = request_line
-        .rsplit(|&b| b == b' ')
-        .next()
-        .is_some_and(|v| v.eq_ignore_ascii_case(b"HTTP/1.0"));
-    let (mut close, mut keep_alive) = (false, false);
-    for line in lines {
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
-            continue;
-        };
-        if !line[..colon].eq_ignore_ascii_case(b"connection") {
-            continue;
-        }
-        let value = &line[colon + 1..];
-        close |= lists_option(value, "close");
-        keep_alive |= lists_option(value, "keep-alive");
-    }
-    match (close, http10, keep_alive) {
-        (true, _, _) => Persistence::Close,
-        (false, false, _) => Persistence::KeepAlive,
-        (false, true, true) => Persistence::KeepAliveHttp10,
-        (false, true, false) => Persistence::Close,
-    }
-}
-
-/// The three responses, one per [`Persistence`], built once.
+/// The responses, one per [`Persistence`], built once; a `HEAD` request's
+/// is the same without its body.
 struct Responses {
     keep_alive: Vec<u8>,
     keep_alive_http10: Vec<u8>,
     close: Vec<u8>,
+    body_len: usize,
 }
 
 impl Responses {
@@ -88,29 +71,155 @@ impl Responses {
             keep_alive: build(""),
             keep_alive_http10: build("Connection: keep-alive\r\n"),
             close: build("Connection: close\r\n"),
+            body_len: body.len(),
         }
     }
 
-    fn for_request(&self, p: Persistence) -> &[u8] {
-        match p {
+    fn for_request(&self, p: Persistence, head_only: bool) -> &[u8] {
+        let full = match p {
             Persistence::KeepAlive => &self.keep_alive,
             Persistence::KeepAliveHttp10 => &self.keep_alive_http10,
             Persistence::Close => &self.close,
+        };
+        if head_only {
+            &full[..full.len() - self.body_len]
+        } else {
+            full
         }
     }
 }
 
-/// The end of the first complete request head in `input` (the index of its
-/// blank line's `\r\n\r\n`).
-fn head_end(input: &[u8]) -> Option<usize> {
-    input.windows(4).position(|w| w == b"\r\n\r\n")
+/// An error response, after which the connection closes.
+fn refusal_response(r: Refusal) -> &'static [u8] {
+    match r {
+        Refusal::BadRequest => {
+            b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nServer: flowlane\r\nConnection: close\r\n\r\n"
+        }
+        Refusal::HeadTooLarge => {
+            b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nServer: flowlane\r\nConnection: close\r\n\r\n"
+        }
+    }
 }
 
+/// The answer owed to a request whose body is being skipped.
+#[derive(Debug, Clone, Copy)]
+struct Owed {
+    persistence: Persistence,
+    head_only: bool,
+}
+
+/// One connection's state.
 #[derive(Default)]
 struct HttpConn {
+    /// Received bytes not yet taken by a request (from `pos` on).
     input: Vec<u8>,
+    pos: usize,
+    /// Responses not yet taken by the send buffer.
     output: Vec<u8>,
+    /// The body being skipped, and the answer owed once it ends.
+    body: Option<(BodySkip, Owed)>,
+    /// Close once `output` went.
     close_after: bool,
+    /// When a byte last moved either way.
+    active: Duration,
+}
+
+/// What answering the requests held came to.
+enum Step {
+    /// More input is needed.
+    Read,
+    /// `OUTPUT_BATCH` is reached: send first.
+    Send,
+    /// The connection closes once `output` went.
+    Close,
+}
+
+impl HttpConn {
+    /// Answers the requests the input holds while the output has room.
+    /// `peer_done`: the peer closed and everything it sent was read (the
+    /// last request's response then says `Connection: close`).
+    fn answer(&mut self, r: &Responses, peer_done: bool, counters: &HttpCounters) -> Step {
+        loop {
+            if self.close_after {
+                return Step::Close;
+            }
+            if self.output.len() >= OUTPUT_BATCH {
+                return Step::Send;
+            }
+            let rest = &self.input[self.pos..];
+            if let Some((skip, owed)) = &mut self.body {
+                match skip.skip(rest) {
+                    Ok((n, false)) => {
+                        self.pos += n;
+                        return Step::Read;
+                    }
+                    Ok((n, true)) => {
+                        let owed = *owed;
+                        self.pos += n;
+                        self.body = None;
+                        self.respond(r, owed, peer_done, counters);
+                    }
+                    Err(e) => self.refuse(e, counters),
+                }
+                continue;
+            }
+            match parse_head(rest) {
+                Ok(None) => return Step::Read,
+                Ok(Some((head, n))) => {
+                    self.pos += n;
+                    self.take(r, head, peer_done, counters);
+                }
+                Err(e) => self.refuse(e, counters),
+            }
+        }
+    }
+
+    /// A request's head was read: its response now, or once its body went.
+    fn take(&mut self, r: &Responses, head: Head, peer_done: bool, counters: &HttpCounters) {
+        let owed = Owed {
+            persistence: head.persistence,
+            head_only: head.head_only,
+        };
+        match BodySkip::new(head.body) {
+            None => self.respond(r, owed, peer_done, counters),
+            Some(skip) => {
+                if head.expect_continue {
+                    self.output
+                        .extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+                }
+                self.body = Some((skip, owed));
+            }
+        }
+    }
+
+    fn respond(&mut self, r: &Responses, owed: Owed, peer_done: bool, counters: &HttpCounters) {
+        let mut p = owed.persistence;
+        // The peer has finished sending and no other request follows: this
+        // response is the last on the connection (RFC 9112 §9.6).
+        if peer_done && matches!(parse_head(&self.input[self.pos..]), Ok(None) | Err(_)) {
+            p = Persistence::Close;
+        }
+        self.close_after = p == Persistence::Close;
+        self.output
+            .extend_from_slice(r.for_request(p, owed.head_only));
+        counters.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn refuse(&mut self, e: Refusal, counters: &HttpCounters) {
+        let c = match e {
+            Refusal::BadRequest => &counters.bad_request,
+            Refusal::HeadTooLarge => &counters.head_too_large,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+        self.output.extend_from_slice(refusal_response(e));
+        self.body = None;
+        self.close_after = true;
+    }
+
+    /// Nothing owed either way: between requests.
+    fn between_requests(&self) -> bool {
+        self.output.is_empty() && self.body.is_none() && self.pos == self.input.len()
+    }
 }
 
 /// A fixed-response HTTP/1.1 server with keep-alive.
@@ -118,61 +227,116 @@ pub(super) struct Http {
     responses: Responses,
     conns: ConnMap<HttpConn>,
     allow: AllowFrom,
+    idle_timeout: Option<Duration>,
+    last_sweep: Duration,
+    counters: Arc<HttpCounters>,
 }
 
 impl Http {
     /// A handler answering every request with `200 OK` and `body`, to
-    /// the peers `allow` names.
-    pub(super) fn new(body: &str, allow: AllowFrom) -> Http {
+    /// the peers `allow` names; closing connections idle for
+    /// `idle_timeout`; counting into `counters` (shared by the cores).
+    pub(super) fn new(
+        body: &str,
+        allow: AllowFrom,
+        idle_timeout: Option<Duration>,
+        counters: Arc<HttpCounters>,
+    ) -> Http {
         Http {
             responses: Responses::new(body),
             conns: ConnMap::new(),
             allow,
+            idle_timeout,
+            last_sweep: Duration::ZERO,
+            counters,
         }
     }
 
+    /// Answers what `conn` asked, as far as its send buffer takes it; reads
+    /// its requests only while fewer than `OUTPUT_BATCH` bytes of responses
+    /// wait (a peer that does not read its responses is held by its own
+    /// window, not by this server's memory).
     fn drive(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        let st = self.conns.get_or_insert_with(conn, HttpConn::default);
-        let mut buf = [0u8; 4096];
-        let mut eof = false;
+        let now = net.now();
+        let st = self.conns.get_or_insert_with(conn, || HttpConn {
+            active: now,
+            ..HttpConn::default()
+        });
+        let mut buf = [0u8; READ];
         loop {
-            match net.recv(conn, &mut buf) {
-                Ok(0) => {
-                    eof = true;
-                    break;
+            if st.pos > 0 && (st.pos == st.input.len() || st.pos >= READ) {
+                st.input.drain(..st.pos);
+                st.pos = 0;
+            }
+            let step = st.answer(&self.responses, net.is_eof(conn), &self.counters);
+            if !st.output.is_empty() {
+                match net.send(conn, &st.output) {
+                    Ok(n) => {
+                        st.output.drain(..n);
+                        st.active = now;
+                    }
+                    Err(flowlane_app::Error::WouldBlock) => {}
+                    Err(_) => return,
                 }
-                Ok(n) => st.input.extend_from_slice(&buf[..n]),
-                Err(_) => break,
+                if !st.output.is_empty() {
+                    // `on_writable` follows (`Net::send`'s contract).
+                    return;
+                }
+            }
+            match step {
+                Step::Close => {
+                    let _ = net.close(conn);
+                    return;
+                }
+                Step::Send => {}
+                Step::Read => {
+                    // A head is bounded by `parse_head`; read no further
+                    // than one past it.
+                    let room = (MAX_HEAD + 1 + st.pos)
+                        .saturating_sub(st.input.len())
+                        .clamp(1, READ);
+                    match net.recv(conn, &mut buf[..room]) {
+                        Ok(0) => {
+                            // The peer closed with a request unfinished:
+                            // nothing can complete it.
+                            st.close_after = true;
+                        }
+                        Ok(n) => {
+                            st.input.extend_from_slice(&buf[..n]);
+                            st.active = now;
+                        }
+                        Err(_) => return,
+                    }
+                }
             }
         }
-        while !st.close_after {
-            let Some(end) = head_end(&st.input) else {
-                break;
-            };
-            let mut p = persistence(&st.input[..end]);
-            // The peer has finished sending: the last complete request's
-            // response is the last on this connection (RFC 9112 §9.6).
-            if eof && head_end(&st.input[end + 4..]).is_none() {
-                p = Persistence::Close;
-            }
-            st.close_after = p == Persistence::Close;
-            st.output.extend_from_slice(self.responses.for_request(p));
-            st.input.drain(..end + 4);
-        }
-        if st.input.len() > MAX_REQUEST {
-            let _ = net.abort(conn);
+    }
+
+    /// Closes the connections idle for longer than the timeout: with a
+    /// FIN between requests, with a reset in the middle of one.
+    fn sweep(&mut self, net: &mut dyn Net) {
+        let (Some(limit), now) = (self.idle_timeout, net.now()) else {
+            return;
+        };
+        if now.saturating_sub(self.last_sweep) < SWEEP {
             return;
         }
-        if eof {
-            st.close_after = true;
-        }
-        if !st.output.is_empty() {
-            if let Ok(n) = net.send(conn, &st.output) {
-                st.output.drain(..n);
+        self.last_sweep = now;
+        let mut idle = Vec::new();
+        for (conn, st) in self.conns.iter() {
+            if now.saturating_sub(st.active) > limit {
+                idle.push((conn, st.between_requests()));
             }
         }
-        if st.output.is_empty() && st.close_after {
-            let _ = net.close(conn);
+        for (conn, between) in idle {
+            self.counters.idle_closed.fetch_add(1, Ordering::Relaxed);
+            if between {
+                let _ = net.close(conn);
+            } else {
+                self.counters.idle_reset.fetch_add(1, Ordering::Relaxed);
+                let _ = net.abort(conn);
+            }
+            self.conns.remove(conn);
         }
     }
 }
@@ -183,7 +347,13 @@ impl ConnHandler for Http {
     }
     fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         let _ = net.set_nodelay(conn, true);
-        self.conns.insert(conn, HttpConn::default());
+        self.conns.insert(
+            conn,
+            HttpConn {
+                active: net.now(),
+                ..HttpConn::default()
+            },
+        );
     }
     fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         self.drive(net, conn);
@@ -203,85 +373,172 @@ impl ConnHandler for Http {
     fn on_closed(&mut self, _net: &mut dyn Net, conn: ConnHandle, _r: CloseReason) {
         self.conns.remove(conn);
     }
+    fn on_tick(&mut self, net: &mut dyn Net) {
+        self.sweep(net);
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    //! The server against one fake connection: what the peer sent is
+    //! readable, sends go to `sent` (as far as `send_room` takes them).
     use super::*;
+    use flowlane_app::{CongestionAlgorithm, ConnInfo, Error, FourTuple, Placement, State, Stats};
+    use std::net::SocketAddr;
 
-    fn p(head: &str) -> Persistence {
-        persistence(head.as_bytes())
+    struct Fake {
+        now: Duration,
+        inbox: Vec<u8>,
+        peer_fin: bool,
+        sent: Vec<u8>,
+        /// Bytes the next sends take in all (None: unbounded).
+        send_room: Option<usize>,
+        closed: bool,
+        aborted: bool,
+        stats: Stats,
+    }
+
+    impl Fake {
+        fn new() -> Fake {
+            Fake {
+                now: Duration::from_secs(1),
+                inbox: Vec::new(),
+                peer_fin: false,
+                sent: Vec::new(),
+                send_room: None,
+                closed: false,
+                aborted: false,
+                stats: Stats::default(),
+            }
+        }
+        fn sent_text(&self) -> String {
+            String::from_utf8_lossy(&self.sent).into_owned()
+        }
+    }
+
+    impl Net for Fake {
+        fn now(&self) -> Duration {
+            self.now
+        }
+        fn placement(&self) -> Placement {
+            Placement {
+                queue: 0,
+                cpu: None,
+                node: 0,
+            }
+        }
+        fn connect(&mut self, _r: SocketAddr) -> Result<ConnHandle, Error> {
+            Err(Error::InvalidState)
+        }
+        fn send(&mut self, _c: ConnHandle, data: &[u8]) -> Result<usize, Error> {
+            let n = self.send_room.map_or(data.len(), |r| r.min(data.len()));
+            if n == 0 && !data.is_empty() {
+                return Err(Error::WouldBlock);
+            }
+            if let Some(r) = &mut self.send_room {
+                *r -= n;
+            }
+            self.sent.extend_from_slice(&data[..n]);
+            Ok(n)
+        }
+        fn recv(&mut self, c: ConnHandle, buf: &mut [u8]) -> Result<usize, Error> {
+            if self.inbox.is_empty() {
+                return if self.peer_fin {
+                    Ok(0)
+                } else {
+                    Err(Error::WouldBlock)
+                };
+            }
+            let n = buf.len().min(self.inbox.len());
+            buf[..n].copy_from_slice(&self.inbox[..n]);
+            self.consume(c, n)
+        }
+        fn peek(&self, _c: ConnHandle) -> Result<&[u8], Error> {
+            Ok(&self.inbox)
+        }
+        fn consume(&mut self, _c: ConnHandle, n: usize) -> Result<usize, Error> {
+            self.inbox.drain(..n);
+            Ok(n)
+        }
+        fn is_eof(&self, _c: ConnHandle) -> bool {
+            self.peer_fin && self.inbox.is_empty()
+        }
+        fn send_space(&self, _c: ConnHandle) -> Result<usize, Error> {
+            Ok(self.send_room.unwrap_or(usize::MAX))
+        }
+        fn want_writable(&mut self, _c: ConnHandle) -> bool {
+            true
+        }
+        fn shutdown_write(&mut self, _c: ConnHandle) -> Result<(), Error> {
+            Ok(())
+        }
+        fn close(&mut self, _c: ConnHandle) -> Result<(), Error> {
+            self.closed = true;
+            Ok(())
+        }
+        fn abort(&mut self, _c: ConnHandle) -> Result<(), Error> {
+            self.aborted = true;
+            Ok(())
+        }
+        fn set_nodelay(&mut self, _c: ConnHandle, _on: bool) -> Result<(), Error> {
+            Ok(())
+        }
+        fn set_keepalive(&mut self, _c: ConnHandle, _on: bool) -> Result<(), Error> {
+            Ok(())
+        }
+        fn set_send_buffer(&mut self, _c: ConnHandle, _b: usize) -> Result<(), Error> {
+            Ok(())
+        }
+        fn set_recv_buffer(&mut self, _c: ConnHandle, _b: usize) -> Result<(), Error> {
+            Ok(())
+        }
+        fn set_congestion(&mut self, _c: ConnHandle, _a: CongestionAlgorithm) -> Result<(), Error> {
+            Ok(())
+        }
+        fn info(&self, _c: ConnHandle) -> Result<ConnInfo, Error> {
+            Err(Error::InvalidState)
+        }
+        fn four_tuple(&self, _c: ConnHandle) -> Result<FourTuple, Error> {
+            Err(Error::InvalidState)
+        }
+        fn state(&self, _c: ConnHandle) -> Result<State, Error> {
+            Ok(State::Established)
+        }
+        fn set_user_data(&mut self, _c: ConnHandle, _d: u64) -> Result<(), Error> {
+            Ok(())
+        }
+        fn user_data(&self, _c: ConnHandle) -> Result<u64, Error> {
+            Ok(0)
+        }
+        fn stats(&self) -> &Stats {
+            &self.stats
+        }
+    }
+
+    fn c() -> ConnHandle {
+        ConnHandle::from_parts(0, 0)
+    }
+
+    fn server(idle: Option<Duration>) -> (Http, Arc<HttpCounters>) {
+        let counters = Arc::new(HttpCounters::default());
+        let allow = AllowFrom::default();
+        (Http::new("hi", allow, idle, counters.clone()), counters)
+    }
+
+    fn answered(counters: &HttpCounters) -> u64 {
+        counters.requests.load(Ordering::Relaxed)
     }
 
     #[test]
-    fn http11_keeps_alive_unless_close_is_listed() {
-        assert_eq!(p("GET / HTTP/1.1\r\nHost: a"), Persistence::KeepAlive);
-        assert_eq!(
-            p("GET / HTTP/1.1\r\nHost: a\r\nConnection: close"),
-            Persistence::Close
-        );
-        assert_eq!(
-            p("GET / HTTP/1.1\r\ncOnNeCtIoN:   CLOSE  "),
-            Persistence::Close
-        );
-        assert_eq!(
-            p("GET / HTTP/1.1\r\nConnection: foo, close"),
-            Persistence::Close
-        );
-        assert_eq!(
-            p("GET / HTTP/1.1\r\nConnection: keep-alive\r\nConnection: Upgrade,close"),
-            Persistence::Close
-        );
-        assert_eq!(
-            p("GET / HTTP/1.1\r\nConnection: keep-alive"),
-            Persistence::KeepAlive
-        );
-    }
-
-    #[test]
-    fn http11_close_is_a_whole_token() {
-        assert_eq!(
-            p("GET / HTTP/1.1\r\nConnection: closed, foo"),
-            Persistence::KeepAlive
-        );
-        assert_eq!(
-            p("GET / HTTP/1.1\r\nX-Connection: close"),
-            Persistence::KeepAlive
-        );
-        assert_eq!(
-            p("GET /Connection:close HTTP/1.1\r\nHost: a"),
-            Persistence::KeepAlive
-        );
-    }
-
-    #[test]
-    fn http10_closes_unless_keep_alive_is_listed() {
-        assert_eq!(p("GET / HTTP/1.0\r\nHost: a"), Persistence::Close);
-        assert_eq!(p("GET / HTTP/1.0"), Persistence::Close);
-        assert_eq!(
-            p("GET / HTTP/1.0\r\nConnection: Keep-Alive"),
-            Persistence::KeepAliveHttp10
-        );
-        assert_eq!(
-            p("GET / http/1.0\r\nconnection: foo ,keep-alive"),
-            Persistence::KeepAliveHttp10
-        );
-        assert_eq!(
-            p("GET / HTTP/1.0\r\nConnection: keep-alive, close"),
-            Persistence::Close
-        );
-    }
-
-    #[test]
-    fn responses_say_connection_only_when_needed() {
+    fn responses_say_connection_only_when_needed_and_head_has_no_body() {
         let r = Responses::new("hi");
-        let text = |p| String::from_utf8(r.for_request(p).to_vec()).unwrap();
-        let ka = text(Persistence::KeepAlive);
+        let text = |p, head| String::from_utf8(r.for_request(p, head).to_vec()).unwrap();
+        let ka = text(Persistence::KeepAlive, false);
         assert!(!ka.to_ascii_lowercase().contains("connection:"), "{ka}");
         assert!(ka.ends_with("Server: flowlane\r\n\r\nhi"), "{ka}");
-        let close = text(Persistence::Close);
+        let close = text(Persistence::Close, false);
         assert!(close.contains("\r\nConnection: close\r\n\r\nhi"), "{close}");
-        let ka10 = text(Persistence::KeepAliveHttp10);
+        let ka10 = text(Persistence::KeepAliveHttp10, false);
         assert!(
             ka10.contains("\r\nConnection: keep-alive\r\n\r\nhi"),
             "{ka10}"
@@ -290,11 +547,195 @@ mod tests {
             assert!(t.starts_with("HTTP/1.1 200 OK\r\n"));
             assert!(t.contains("\r\nContent-Length: 2\r\n"));
         }
+        let head = text(Persistence::KeepAlive, true);
+        assert!(head.ends_with("Server: flowlane\r\n\r\n"), "{head}");
+        assert!(head.contains("\r\nContent-Length: 2\r\n"));
     }
 
     #[test]
-    fn head_end_finds_the_blank_line() {
-        assert_eq!(head_end(b"GET / HTTP/1.1\r\n\r\nGET"), Some(14));
-        assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: a\r\n"), None);
+    fn a_peer_that_reads_no_response_holds_a_bounded_output_and_its_requests_wait() {
+        // Requests (empty heads are no requests) pipelined without end; no
+        // response is ever read.
+        let (mut h, counters) = server(None);
+        let mut net = Fake::new();
+        net.send_room = Some(0);
+        net.inbox = b"GET / HTTP/1.1\r\n\r\n\r\n\r\n".repeat(40_000);
+        let total = net.inbox.len();
+        for _ in 0..100 {
+            h.on_data(&mut net, c());
+        }
+        let st = h.conns.get(c()).unwrap();
+        let held = st.output.len() + st.input.len();
+        assert!(held < 2 * OUTPUT_BATCH, "{held} bytes held");
+        assert!(net.inbox.len() > total / 2, "the rest waits in the stack");
+        let before = answered(&counters);
+        // The peer reads: everything is answered, in batches.
+        net.send_room = None;
+        for _ in 0..1000 {
+            h.on_writable(&mut net, c());
+            if net.inbox.is_empty() {
+                break;
+            }
+        }
+        assert!(net.inbox.is_empty());
+        assert!(answered(&counters) > before);
+        assert_eq!(answered(&counters), 40_000);
+        assert_eq!(net.sent_text().matches("HTTP/1.1 200 OK").count(), 40_000);
+    }
+
+    #[test]
+    fn head_chunked_and_sized_bodies_and_100_continue_are_framed() {
+        let (mut h, counters) = server(None);
+        let mut net = Fake::new();
+        let body = vec![b'x'; 20_000];
+        let mut req = Vec::new();
+        req.extend_from_slice(b"HEAD / HTTP/1.1\r\n\r\n");
+        req.extend_from_slice(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
+        req.extend_from_slice(b"5\r\nhello\r\n0\r\n\r\n");
+        req.extend_from_slice(
+            b"PUT / HTTP/1.1\r\nContent-Length: 20000\r\nExpect: 100-continue\r\n\r\n",
+        );
+        req.extend_from_slice(&body);
+        req.extend_from_slice(b"GET / HTTP/1.1\r\n\r\n");
+        // In pieces, as a network delivers them.
+        for piece in req.chunks(1000) {
+            net.inbox.extend_from_slice(piece);
+            h.on_data(&mut net, c());
+        }
+        let text = net.sent_text();
+        let full = "Content-Length: 2\r\nServer: flowlane\r\n\r\nhi";
+        let expected = [
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nServer: flowlane\r\n\r\n",
+            "HTTP/1.1 200 OK",
+            full,
+            "HTTP/1.1 100 Continue\r\n\r\n",
+            "HTTP/1.1 200 OK",
+            full,
+            "HTTP/1.1 200 OK",
+            full,
+        ];
+        let mut at = 0;
+        for e in expected {
+            let i = text[at..]
+                .find(e)
+                .unwrap_or_else(|| panic!("{e:?} after {at} in {text:?}"));
+            at += i + e.len();
+        }
+        assert_eq!(at, text.len(), "{text:?}");
+        assert!(
+            !text.starts_with(&format!("{}hi", expected[0])),
+            "HEAD without body"
+        );
+        assert_eq!(answered(&counters), 4);
+        assert!(!net.closed && !net.aborted);
+    }
+
+    #[test]
+    fn unreadable_requests_are_answered_400_or_431_and_closed() {
+        for (req, want, too_large) in [
+            (b"GET /\r\n\r\n".to_vec(), "HTTP/1.1 400 Bad Request", false),
+            (
+                b"POST / HTTP/1.1\r\nContent-Length: 1, 2\r\n\r\n".to_vec(),
+                "HTTP/1.1 400",
+                false,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n".to_vec(),
+                "HTTP/1.1 400",
+                false,
+            ),
+            (
+                [&b"GET / HTTP/1.1\r\nX: "[..], &vec![b'a'; MAX_HEAD]].concat(),
+                "HTTP/1.1 431",
+                true,
+            ),
+        ] {
+            let (mut h, counters) = server(None);
+            let mut net = Fake::new();
+            net.inbox = req;
+            h.on_data(&mut net, c());
+            assert!(net.sent_text().starts_with(want), "{}", net.sent_text());
+            assert!(net.closed, "closed after the answer");
+            let (bad, large) = (
+                counters.bad_request.load(Ordering::Relaxed),
+                counters.head_too_large.load(Ordering::Relaxed),
+            );
+            assert_eq!((bad, large), if too_large { (0, 1) } else { (1, 0) });
+        }
+    }
+
+    #[test]
+    fn a_partial_send_finishes_at_on_writable() {
+        let (mut h, _) = server(None);
+        let mut net = Fake::new();
+        net.send_room = Some(10);
+        net.inbox = b"GET / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\nConnection: close\r\n\r\n".to_vec();
+        h.on_data(&mut net, c());
+        assert_eq!(net.sent.len(), 10);
+        net.send_room = None;
+        h.on_writable(&mut net, c());
+        let text = net.sent_text();
+        assert_eq!(text.matches("HTTP/1.1 200 OK").count(), 2, "{text}");
+        assert!(text.ends_with("Connection: close\r\n\r\nhi"));
+        assert!(net.closed);
+    }
+
+    #[test]
+    fn the_peer_s_fin_makes_the_last_response_say_close() {
+        let (mut h, _) = server(None);
+        let mut net = Fake::new();
+        net.inbox = b"GET / HTTP/1.1\r\n\r\n".to_vec();
+        net.peer_fin = true;
+        h.on_peer_closed(&mut net, c());
+        assert!(net.sent_text().contains("Connection: close\r\n"));
+        assert!(net.closed);
+        // A request cut short by the FIN: closed, nothing answered.
+        let (mut h, counters) = server(None);
+        let mut net = Fake::new();
+        net.inbox = b"GET / HTT".to_vec();
+        net.peer_fin = true;
+        h.on_peer_closed(&mut net, c());
+        assert!(net.sent.is_empty() && net.closed);
+        assert_eq!(answered(&counters), 0);
+    }
+
+    #[test]
+    fn idle_connections_are_closed_and_counted() {
+        let idle = Duration::from_secs(60);
+        // Between requests: a FIN.
+        let (mut h, counters) = server(Some(idle));
+        let mut net = Fake::new();
+        h.on_accept(&mut net, c());
+        net.inbox = b"GET / HTTP/1.1\r\n\r\n".to_vec();
+        h.on_data(&mut net, c());
+        net.now += Duration::from_secs(59);
+        h.on_tick(&mut net);
+        assert!(!net.closed);
+        net.now += Duration::from_secs(2);
+        h.on_tick(&mut net);
+        assert!(net.closed && !net.aborted);
+        // In the middle of a request (a slow client's head): a reset.
+        let (mut h, counters2) = server(Some(idle));
+        let mut net = Fake::new();
+        h.on_accept(&mut net, c());
+        net.inbox = b"GET / HTTP/1.1\r\nHost:".to_vec();
+        h.on_data(&mut net, c());
+        net.now += Duration::from_secs(61);
+        h.on_tick(&mut net);
+        assert!(net.aborted);
+        let load = |c: &HttpCounters| {
+            (
+                c.idle_closed.load(Ordering::Relaxed),
+                c.idle_reset.load(Ordering::Relaxed),
+            )
+        };
+        assert_eq!((load(&counters), load(&counters2)), ((1, 0), (1, 1)));
+        // No timeout: never.
+        let (mut h, _) = server(None);
+        let mut net = Fake::new();
+        h.on_accept(&mut net, c());
+        net.now += Duration::from_secs(3600);
+        h.on_tick(&mut net);
+        assert!(!net.closed && !net.aborted);
     }
 }

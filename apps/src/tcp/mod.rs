@@ -14,7 +14,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -42,13 +42,14 @@ mod allow;
 mod bulk;
 mod echo;
 mod http;
+mod http_framing;
 mod hyper_server;
 mod kernel_view;
 
 use allow::{AllowArgs, AllowFrom};
 use bulk::{Sink, Source};
 use echo::Echo;
-use http::Http;
+use http::{Http, HttpCounters};
 use kernel_view::KernelView;
 
 /// The TCP example commands (flattened into `flowlane`'s command list).
@@ -146,6 +147,11 @@ pub struct HttpArgs {
     /// Body of the fixed response.
     #[arg(long, default_value = "hello from flowlane\n")]
     body: String,
+    /// Seconds a connection may go without a byte either way before it is
+    /// closed (a FIN between requests, a reset in the middle of one:
+    /// slow or stalled clients do not hold connection slots); 0: never.
+    #[arg(long, default_value_t = 60)]
+    idle_timeout: u64,
     #[command(flatten)]
     allow: AllowArgs,
 }
@@ -254,6 +260,10 @@ pub fn run(cmd: TcpCmd, nic: NicAccess) -> Result<()> {
             let port = a.port;
             let body = a.body;
             let allow = a.allow.peers();
+            let idle = (a.idle_timeout > 0).then(|| Duration::from_secs(a.idle_timeout));
+            let counters = Arc::new(HttpCounters::default());
+            let c = counters.clone();
+            let _ = APPLICATION.set(Box::new(move || json!(&*c)));
             serve(
                 "http-server",
                 &a.common,
@@ -262,7 +272,10 @@ pub fn run(cmd: TcpCmd, nic: NicAccess) -> Result<()> {
                 None,
                 0,
                 move |h, _tx| {
-                    h.listen(port, Http::new(&body, allow.clone()))?;
+                    h.listen(
+                        port,
+                        Http::new(&body, allow.clone(), idle, counters.clone()),
+                    )?;
                     Ok(())
                 },
             )
@@ -441,6 +454,15 @@ fn serve_with(
         qp: None,
         results: &results,
     })
+}
+
+/// The service's own counters (the HTTP server's refusals and timeouts),
+/// where it keeps any: the summary's `application`. One service runs per
+/// process.
+static APPLICATION: OnceLock<Box<dyn Fn() -> Value + Send + Sync>> = OnceLock::new();
+
+fn application_json() -> Value {
+    APPLICATION.get().map_or(Value::Null, |f| f())
 }
 
 /// Runs the backend with queue-pair mode's relays on its cores (the
@@ -751,7 +773,8 @@ fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
                          "counters": counters_json(&counters.tcp, &counters.buckets),
                          "worker_cpu_ns": cpu,
                          "app_thread_cpu_ns": app_cpu,
-                         "queue_pair": qp_summary});
+                         "queue_pair": qp_summary,
+                         "application": application_json()});
     outln!("{summary}");
     if let Some(p) = &c.report {
         write_report(p, &summary)?;
@@ -835,7 +858,8 @@ fn serve_kernel(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
                          "counters": kernel_counters_json(&counters),
                          "worker_cpu_ns": cpu,
                          "app_thread_cpu_ns": app_cpu,
-                         "queue_pair": qp_summary});
+                         "queue_pair": qp_summary,
+                         "application": application_json()});
     outln!("{summary}");
     if let Some(p) = &c.report {
         write_report(p, &summary)?;
