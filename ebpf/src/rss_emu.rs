@@ -158,6 +158,17 @@ impl RssEmuMaps {
             .map_err(Error::bpf("writing the RSS configuration"))
     }
 
+    /// Programs key and hash fields only (the table's size in `c` must be
+    /// the live one): the table's entries are left as they are, as a NIC
+    /// leaves them when only its key changes, and a bucket a service moves
+    /// meanwhile stays moved.
+    pub fn write_config(&self, c: &RssEmuConfig) -> Result<()> {
+        c.validate()?;
+        self.cfg
+            .update(&0u32.to_ne_bytes(), &encode_cfg(c), MapFlags::ANY)
+            .map_err(Error::bpf("writing the RSS configuration"))
+    }
+
     /// Reads the configuration back.
     pub fn read(&self) -> Result<RssEmuConfig> {
         let raw = self

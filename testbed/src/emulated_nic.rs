@@ -91,10 +91,15 @@ impl RssNic for EmulatedNic {
         if let Some(k) = key {
             c.key = k.to_vec();
         }
-        if let Some(t) = table {
-            c.table = t.to_vec();
+        match table {
+            Some(t) => {
+                c.table = t.to_vec();
+                maps.write(&c)?;
+            }
+            // The entries read a moment ago may be stale (a service moves
+            // buckets through the same map): only the key is written.
+            None => maps.write_config(&c)?,
         }
-        maps.write(&c)?;
         Ok(())
     }
 }

@@ -18,11 +18,15 @@ pub fn run(cmd: &str, args: &[&str]) -> Result<String> {
         format!("running {cmd}: is it installed? (scripts/setup.sh installs flowlane's system dependencies)")
     })?;
     if !out.status.success() {
-        bail!(
-            "`{cmd} {}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        // A tool run through `ip netns exec` (ethtool, tc, sysctl) that is
+        // not installed shows as ip failing.
+        let hint = if err.contains("No such file or directory") && err.contains("exec") {
+            " (is the tool installed? scripts/setup.sh installs flowlane's system dependencies)"
+        } else {
+            ""
+        };
+        bail!("`{cmd} {}` failed: {}{hint}", args.join(" "), err.trim());
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -50,3 +54,33 @@ pub fn in_netns<T: Send + 'static>(
 }
 
 pub use flowlane_dataplane::privileges::require_root;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_tool_behind_ip_netns_exec_says_what_to_do() {
+        // What `ip netns exec NS ethtool …` prints when ethtool is missing.
+        let e = run(
+            "sh",
+            &[
+                "-c",
+                "echo 'exec of \"ethtool\" failed: No such file or directory' >&2; exit 1",
+            ],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("ethtool") && e.contains("scripts/setup.sh"),
+            "{e}"
+        );
+        let e = run(
+            "sh",
+            &["-c", "echo 'RTNETLINK answers: File exists' >&2; exit 2"],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(!e.contains("setup.sh"), "{e}");
+    }
+}

@@ -54,7 +54,9 @@ pub struct BedState {
     pub pin_dir: PathBuf,
 }
 
-/// Checks a bed name: 1-24 letters, digits, '-' or '_'.
+/// Checks a bed name: 1-24 letters, digits, '-' or '_', not ending in
+/// `-peer` (bed `x`'s far side is namespace `flowlane-x-peer`, which bed
+/// `x-peer`'s own side would be: one bed could remove another's).
 pub fn validate_name(name: &str) -> Result<()> {
     // Namespace names become paths and interface-independent; keep them short
     // and plain.
@@ -65,6 +67,12 @@ pub fn validate_name(name: &str) -> Result<()> {
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
     {
         bail!("test bed name {name:?} must be 1-24 characters of letters, digits, '-' or '_'");
+    }
+    if let Some(other) = name.strip_suffix("-peer") {
+        bail!(
+            "test bed name {name:?} must not end in \"-peer\": bed {other:?}'s far side has that \
+             namespace; choose another name"
+        );
     }
     Ok(())
 }
@@ -144,6 +152,37 @@ mod tests {
         assert!(validate_name("").is_err());
         assert!(validate_name("a/b").is_err());
         assert!(validate_name(&"x".repeat(25)).is_err());
+        assert!(validate_name("fl0-peer").is_err());
+        assert!(validate_name("fl0-peers").is_ok());
+    }
+
+    /// Every valid name's namespaces are its own: no other valid name's
+    /// (a bed `x-peer` took bed `x`'s far side).
+    #[test]
+    fn valid_names_never_share_a_namespace() {
+        let names = [
+            "x",
+            "x-peer",
+            "x-peer-peer",
+            "peer",
+            "x-",
+            "x_peer",
+            "a-b",
+            "a",
+        ];
+        let valid: Vec<&str> = names
+            .into_iter()
+            .filter(|n| validate_name(n).is_ok())
+            .collect();
+        let mut seen = std::collections::BTreeMap::new();
+        for n in valid {
+            let (a, b) = namespaces(n);
+            for ns in [a, b] {
+                if let Some(other) = seen.insert(ns.clone(), n) {
+                    panic!("{ns} is both {other}'s and {n}'s");
+                }
+            }
+        }
     }
 
     #[test]

@@ -13,12 +13,75 @@ static SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// A unique test bed name for this process and call.
 pub fn unique_name(tag: &str) -> String {
-    format!(
-        "t{}{}{}",
-        tag,
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    )
+    name_of(tag, std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed))
+}
+
+/// `tag`, the process and the call, separated (pid 1234's 10th name and pid
+/// 12341's first are not one; [`owner_pid`] reads the pid back).
+fn name_of(tag: &str, pid: u32, seq: u32) -> String {
+    format!("t{tag}-{pid}-{seq}")
+}
+
+/// The test process a bed name of [`name_of`]'s shape was made by.
+fn owner_pid(name: &str) -> Option<u32> {
+    let mut parts = name.rsplitn(3, '-');
+    let (seq, pid, tag) = (parts.next()?, parts.next()?, parts.next()?);
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (tag.starts_with('t') && tag.len() > 1 && digits(seq) && digits(pid))
+        .then(|| pid.parse().ok())
+        .flatten()
+}
+
+static SWEPT: std::sync::Once = std::sync::Once::new();
+
+/// Takes down, once per test process and before its first bed, the beds
+/// that test processes no longer running left behind (killed by a signal or
+/// a CI timeout: their `Drop` never ran), found by the pid in their names.
+fn sweep_orphaned_beds() {
+    SWEPT.call_once(|| {
+        let Ok(dir) = std::fs::read_dir(flowlane_testbed::state::state_dir()) else {
+            return;
+        };
+        for entry in dir.flatten() {
+            let path = entry.path();
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            let Some(name) = path.file_stem().and_then(|s| s.to_str()) else {
+                continue;
+            };
+            let Some(pid) = owner_pid(name) else { continue };
+            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                eprintln!("taking down bed {name}, left by test process {pid} (gone)");
+                let _ = flowlane(&["testbed", "down", "--bed", name]);
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn names_of_two_processes_never_meet() {
+        assert_ne!(
+            super::name_of("ping", 1234, 10),
+            super::name_of("ping", 12341, 0)
+        );
+        assert_eq!(
+            super::owner_pid(&super::name_of("spill1q", 77, 3)),
+            Some(77)
+        );
+        assert_eq!(
+            super::owner_pid(&super::name_of("caps-rec", 78, 0)),
+            Some(78)
+        );
+        for other in ["fl0", "t-1", "x-1-2", "tabc-12-x", "tabc--1"] {
+            assert_eq!(super::owner_pid(other), None, "{other}");
+        }
+        // Linux's largest pid (pid_max 2^22), a long tag, many beds.
+        let n = super::name_of("spillact", 4_194_304, 99_999);
+        assert!(flowlane_testbed::state::validate_name(&n).is_ok(), "{n}");
+    }
 }
 
 /// A test bed that is removed when dropped.
@@ -35,6 +98,7 @@ pub struct Bed {
 impl Bed {
     /// Brings up a uniquely named bed with `queues` queues.
     pub fn up(tag: &str, queues: u32) -> Bed {
+        sweep_orphaned_beds();
         let name = unique_name(tag);
         let o = flowlane(&[
             "testbed",
@@ -71,6 +135,7 @@ pub struct ToolBed(pub String);
 impl ToolBed {
     /// A unique name (see [`unique_name`]).
     pub fn new(tag: &str) -> ToolBed {
+        sweep_orphaned_beds();
         ToolBed(unique_name(tag))
     }
 
