@@ -65,8 +65,9 @@ pub(crate) const FIN_WAIT: Duration = Duration::from_secs(60);
 pub(crate) enum Io {
     /// Progress (bytes moved), or nothing to do now.
     Ok(usize),
-    /// The connection failed: it ends for this reason.
-    Failed(CloseReason),
+    /// The connection failed: it ends for this reason (after `moved`
+    /// bytes went in this call).
+    Failed(CloseReason, usize),
 }
 
 /// Why a socket error ends a connection.
@@ -138,7 +139,8 @@ impl Conn {
                     return Io::Ok(got);
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Io::Failed(close_reason(&e)),
+                // Linux gives what it queued before the error: counted.
+                Err(e) => return Io::Failed(close_reason(&e), got),
             }
         }
     }
@@ -149,11 +151,13 @@ impl Conn {
     pub(crate) fn flush(&mut self, pool: &mut BufferPool) -> Io {
         let sent = match write_now(&mut self.stream, self.tx.filled()) {
             Ok(n) => n,
-            Err(r) => return Io::Failed(r),
+            Err(r) => return Io::Failed(r, 0),
         };
         self.tx.consume(sent);
         self.tx.detach(pool);
-        if self.tx.is_empty() && self.shut_pending && !self.write_shut {
+        // Not in SYN-SENT: Linux aborts a connect shut down (a reset the
+        // peer never sent); the FIN goes once connected.
+        if self.tx.is_empty() && self.shut_pending && !self.write_shut && !self.connecting {
             self.write_shut = true;
             let _ = self.stream.shutdown(std::net::Shutdown::Write);
             if self.closing {

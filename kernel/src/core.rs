@@ -90,6 +90,12 @@ pub struct KernelNet {
     memory_waiters: VecDeque<u32>,
     /// Times a connection waited for one.
     memory_waits: u64,
+    /// Per listener: an accept failed (out of descriptors, of memory) and
+    /// is tried again each pass until the queue is drained: the listener
+    /// is edge-triggered, and a full accept queue wakes it no more.
+    accept_retry: Vec<bool>,
+    /// Accepts that failed so.
+    accept_failed: u64,
     /// Writes left (in part) to the application for want of send memory.
     send_memory_waits: u64,
     /// Connections closed by the application and not yet ended.
@@ -164,6 +170,8 @@ impl KernelNet {
             rereads: Vec::new(),
             memory_waiters: VecDeque::new(),
             memory_waits: 0,
+            accept_retry: Vec::new(),
+            accept_failed: 0,
             send_memory_waits: 0,
             closing_conns: Vec::new(),
             limits,
@@ -231,6 +239,11 @@ impl KernelNet {
             self.stats.resets_in += 1;
         }
         let _ = self.poll.registry().deregister(&mut conn.stream);
+        if conn.waits_for_memory {
+            // Not left for a later connection in its slot to jump the
+            // queue with, nor to grow it with churn.
+            self.memory_waiters.retain(|&i| i != index);
+        }
         // Its memory back to the budget (a waiter may take it).
         conn.rx.discard(&mut self.rx_pool);
         conn.tx.discard(&mut self.tx_pool);
@@ -266,7 +279,10 @@ impl KernelNet {
             return;
         }
         match conn.fill(&mut self.rx_pool) {
-            Io::Failed(r) => self.end(index, r, false),
+            Io::Failed(r, got) => {
+                self.stats.bytes_in += got as u64;
+                self.end(index, r, false);
+            }
             Io::Ok(got) if got > 0 && conn.closing => {
                 // Data after `close` (RFC 9293 §3.10.7.4 for a closed
                 // receive side): a reset, as flowlane's TCP sends.
@@ -310,7 +326,7 @@ impl KernelNet {
             }
         }
         match conn.flush(&mut self.tx_pool) {
-            Io::Failed(r) => self.end(index, r, false),
+            Io::Failed(r, _) => self.end(index, r, false),
             Io::Ok(sent) => {
                 self.stats.bytes_out += sent as u64;
                 if conn.close_finished(Instant::now()) {
@@ -323,15 +339,28 @@ impl KernelNet {
         }
     }
 
-    /// Takes every connection waiting on listener `li`.
+    /// Takes every connection waiting on listener `li`. A failure other
+    /// than an empty queue (out of descriptors: EMFILE, ENFILE; of memory)
+    /// is counted and the listener tried again each pass
+    /// ([`KernelNet::retry_accepts`]) until its queue is drained.
     fn accept(&mut self, li: usize) {
         loop {
             let (stream, remote) = match self.listeners[li].accept() {
                 Ok(s) => s,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    self.accept_retry[li] = false;
+                    return;
+                }
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    tracing::warn!("queue {}: accept: {e}", self.placement.queue);
+                    self.accept_failed += 1;
+                    if !std::mem::replace(&mut self.accept_retry[li], true) {
+                        tracing::warn!(
+                            "queue {}: accept: {e} (tried again each pass; raise the \
+                             descriptor limit, `ulimit -n`, if it lasts)",
+                            self.placement.queue
+                        );
+                    }
                     return;
                 }
             };
@@ -389,6 +418,7 @@ impl KernelNet {
                 .register(&mut l, Token(LISTENER_TOKENS + li), Interest::READABLE)
                 .map_err(|_| Error::InvalidAddress)?;
             self.listeners.push(l);
+            self.accept_retry.push(false);
             ids.push(ListenerId::from_index(li as u32));
         }
         Ok(ids)
@@ -426,6 +456,15 @@ impl KernelNet {
                 _ => {
                     self.closing_conns.swap_remove(i);
                 }
+            }
+        }
+    }
+
+    /// Accepts again on the listeners whose last accept failed.
+    fn retry_accepts(&mut self) {
+        for li in 0..self.listeners.len() {
+            if self.accept_retry[li] {
+                self.accept(li);
             }
         }
     }
@@ -566,7 +605,7 @@ impl Net for KernelNet {
         let conn = self.conns.get_mut(h)?;
         conn.shut_pending = true;
         match conn.flush(&mut self.tx_pool) {
-            Io::Failed(r) => self.end(h.index(), r, false),
+            Io::Failed(r, _) => self.end(h.index(), r, false),
             Io::Ok(sent) => self.stats.bytes_out += sent as u64,
         }
         Ok(())
@@ -582,11 +621,23 @@ impl Net for KernelNet {
         if conn.closing {
             return Ok(());
         }
+        if conn.connecting && conn.tx.is_empty() {
+            // As flowlane's stack in SYN-SENT (RFC 9293 §3.10.4): gone now,
+            // nothing sent.
+            self.end(h.index(), CloseReason::Normal, false);
+            return Ok(());
+        }
         conn.closing = true;
-        conn.closed_at = Some(Instant::now());
+        let now = Instant::now();
+        conn.closed_at = Some(now);
+        if conn.write_shut && conn.fin_sent_at.is_none() {
+            // Its FIN went at an earlier `shutdown_write`: the wait for the
+            // peer's runs from now.
+            conn.fin_sent_at = Some(now);
+        }
         conn.shut_pending = true;
         match conn.flush(&mut self.tx_pool) {
-            Io::Failed(r) => self.end(h.index(), r, false),
+            Io::Failed(r, _) => self.end(h.index(), r, false),
             Io::Ok(sent) => {
                 // What this flush wrote counts as sent, as in `write_ready`
                 // (uncounted, a close that flushed the last bytes left
@@ -770,6 +821,12 @@ impl KernelCore {
         )
     }
 
+    /// Accepts that failed (out of descriptors or memory) and were tried
+    /// again.
+    pub fn accept_failed(&self) -> u64 {
+        self.net.accept_failed
+    }
+
     /// Send memory: the most bytes of send buffers held at once so far
     /// (never above [`Limits::tx_memory`], but for one buffer), and the
     /// writes left in part to the application for want of a buffer.
@@ -819,6 +876,7 @@ impl KernelCore {
                 self.dispatch();
             }
             self.app.tick(&mut self.net);
+            self.net.retry_accepts();
             self.net.sweep_closing(Instant::now());
             self.dispatch();
             publish(self);
@@ -934,6 +992,7 @@ fn kernel_info(k: &KernelView, c: &Conn) -> Option<ConnInfo> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     /// A connection closed with bytes its peer never reads (a zero window
     /// the peer's kernel answers to every probe): its FIN can never go, so
@@ -980,5 +1039,121 @@ mod tests {
         assert_eq!(net.open_connections(), 0, "reset once FIN_WAIT passed");
         assert_eq!((net.stats.resets_out, net.stats.resets_timed_out), (1, 1));
         drop(client);
+    }
+
+    fn placed_net(limits: Limits) -> KernelNet {
+        let placement = Placement {
+            queue: 0,
+            cpu: None,
+            node: 0,
+        };
+        KernelNet::new(placement, vec![], limits).unwrap()
+    }
+
+    /// An accepted connection in `net`, and its peer.
+    fn accepted(net: &mut KernelNet) -> (ConnHandle, std::net::TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, remote) = listener.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        let local = server.local_addr().unwrap();
+        let (rx, tx) = (net.limits.rx_buffer, net.limits.tx_buffer);
+        let conn = Conn::new(TcpStream::from_std(server), local, remote, rx, tx);
+        (net.insert(conn).unwrap(), client)
+    }
+
+    /// A connection shut down for writing, then closed, behind a peer that
+    /// never sends its FIN: it ends once `FIN_WAIT` passed since the close
+    /// (its FIN went before: the wait was never started, and it was kept
+    /// for good, `Closed` never told).
+    #[test]
+    fn a_close_after_a_shutdown_ends_without_the_peer_s_fin() {
+        let mut net = placed_net(Limits::default());
+        let (h, client) = accepted(&mut net);
+        net.shutdown_write(h).unwrap();
+        net.close(h).unwrap();
+        net.sweep_closing(Instant::now());
+        assert_eq!(net.open_connections(), 1, "within FIN_WAIT: kept");
+        net.sweep_closing(Instant::now() + crate::conn::FIN_WAIT + Duration::from_secs(1));
+        assert_eq!(net.open_connections(), 0);
+        assert!(net.events.iter().any(
+            |e| matches!(e, Event::Closed { conn, reason: CloseReason::Normal } if *conn == h)
+        ));
+        drop(client);
+    }
+
+    /// An active open closed before its handshake completed goes at once,
+    /// a normal close (as flowlane's stack in SYN-SENT), not a reset the
+    /// peer never sent (a shutdown in SYN-SENT aborts Linux's connect).
+    #[test]
+    fn a_close_while_connecting_is_a_normal_close_at_once() {
+        use nix::sys::socket::{
+            bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType, SockaddrIn,
+        };
+        // A listener whose queue is full: a connect to it stays in SYN-SENT.
+        let fd = socket(
+            AddressFamily::Inet,
+            SockType::Stream,
+            SockFlag::empty(),
+            None,
+        )
+        .unwrap();
+        bind(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            &SockaddrIn::new(127, 0, 0, 1, 0),
+        )
+        .unwrap();
+        listen(&fd, Backlog::new(0).unwrap()).unwrap();
+        let listener = std::net::TcpListener::from(fd);
+        let addr = listener.local_addr().unwrap();
+        let _queued: Vec<_> = (0..2)
+            .filter_map(|_| {
+                std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()
+            })
+            .collect();
+        let mut net = placed_net(Limits::default());
+        let h = net.connect(addr).unwrap();
+        assert_eq!(net.state(h), Ok(flowlane_app::State::SynSent));
+        net.close(h).unwrap();
+        assert!(net.events.iter().any(
+            |e| matches!(e, Event::Closed { conn, reason: CloseReason::Normal } if *conn == h)
+        ));
+        assert_eq!(net.stats.resets_in, 0);
+        assert_eq!(net.open_connections(), 0);
+    }
+
+    /// A connection that waited for receive memory and ended leaves the
+    /// waiters' queue: churn under an exhausted budget does not grow it.
+    #[test]
+    fn ended_memory_waiters_leave_the_queue() {
+        let mut net = placed_net(Limits {
+            rx_buffer: 4096,
+            rx_memory: 4096,
+            ..Limits::default()
+        });
+        // One connection holds the only buffer.
+        let (holder, mut hc) = accepted(&mut net);
+        hc.write_all(b"held").unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        net.read_ready(holder.index());
+        assert_eq!(net.peek(holder).map(<[u8]>::len), Ok(4));
+        for _ in 0..50 {
+            let (h, mut c) = accepted(&mut net);
+            c.write_all(b"x").unwrap();
+            std::thread::sleep(Duration::from_millis(2));
+            net.read_ready(h.index());
+            net.abort(h).unwrap();
+            while let Some(e) = net.events.pop_front() {
+                if let Event::Closed { conn, .. } = e {
+                    net.release(conn);
+                }
+            }
+            assert!(
+                net.memory_waiters.len() <= 1,
+                "{}",
+                net.memory_waiters.len()
+            );
+        }
+        drop(hc);
     }
 }

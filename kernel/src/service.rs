@@ -27,6 +27,21 @@ pub struct KernelConfig {
     pub limits: Limits,
 }
 
+/// Raises the process's soft limit on open descriptors to its hard limit,
+/// as servers do (nginx's `worker_rlimit_nofile`, systemd's
+/// `LimitNOFILE`): every connection is a descriptor, and the usual soft
+/// limit (1024) is far below [`Limits::max_connections`]. Where even the
+/// hard limit runs out, accepts fail, are counted (`accept_failed`) and are
+/// tried again until descriptors free up.
+fn raise_descriptor_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+            tracing::debug!(from = soft, to = hard, "raised the open-descriptor limit");
+        }
+    }
+}
+
 /// A core's counters as last published.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CoreCounters {
@@ -49,6 +64,9 @@ pub struct CoreCounters {
     pub tx_memory_peak: usize,
     /// Writes left in part to the application for want of send memory.
     pub tx_memory_waits: u64,
+    /// Accepts that failed (out of descriptors or memory) and were tried
+    /// again each pass.
+    pub accept_failed: u64,
 }
 
 /// A question to a core: does it hold the connection between `local` and
@@ -80,6 +98,7 @@ impl KernelService {
     where
         S: Fn(&mut dyn Setup) -> Result<(), String> + Send + Sync + 'static,
     {
+        raise_descriptor_limit();
         let setup = Arc::new(setup);
         let stop = Arc::new(AtomicBool::new(false));
         let mut service = KernelService {
@@ -134,6 +153,7 @@ impl KernelService {
                                 rx_memory_waits,
                                 tx_memory_peak,
                                 tx_memory_waits,
+                                accept_failed: core.accept_failed(),
                             };
                         }
                     };

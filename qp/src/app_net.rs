@@ -340,11 +340,21 @@ impl QpNet {
                 self.stats.bytes_in += n as u64;
                 let c = self.conns.at_mut(index).expect("mapped");
                 c.rx_len += n;
+                let alone = c.rx.len() == 1;
                 match c.rx.back_mut() {
                     // A small one joins the buffer held before it (see
-                    // `SMALL_DATA`); its own goes back to its core if it is
-                    // one of the pool's.
-                    Some(last) if n < SMALL_DATA => {
+                    // `SMALL_DATA`) while that stays within a pool buffer's
+                    // size; its own goes back to its core if it is one of
+                    // the pool's. (The front buffer goes only once read to
+                    // its end: appended to without a bound, one the
+                    // application never reads to the end, a parser holding
+                    // a partial frame, would keep every byte ever appended.)
+                    Some(last) if n < SMALL_DATA && last.len() + n <= BUF => {
+                        if alone && c.rx_off >= BUF / 2 {
+                            // Read past its middle: the read bytes go first.
+                            last.drain(..c.rx_off);
+                            c.rx_off = 0;
+                        }
                         last.extend_from_slice(&bytes);
                         recycle(&mut self.pending[core as usize], bytes);
                     }
@@ -675,8 +685,14 @@ impl Net for QpNet {
     fn close(&mut self, h: ConnHandle) -> Result<(), Error> {
         let c = self.conn(h)?;
         if c.ended {
-            // Bytes left unread: aborted, as a close with unread bytes is.
-            self.end(h.index(), CloseReason::Aborted);
+            // With bytes left unread: aborted, as a close with unread bytes
+            // is; else the normal close it was.
+            let reason = if c.rx_len > 0 {
+                CloseReason::Aborted
+            } else {
+                CloseReason::Normal
+            };
+            self.end(h.index(), reason);
             return Ok(());
         }
         if c.opening.is_some() {
@@ -764,8 +780,12 @@ impl Net for QpNet {
 
     fn state(&self, h: ConnHandle) -> Result<State, Error> {
         let c = self.conn(h)?;
+        if c.ended {
+            // Both FINs exchanged; only bytes to read are left.
+            return Ok(State::Closed);
+        }
         Ok(seen_state(
-            c.remote_handle.is_none(),
+            c.opening.is_some(),
             c.peer_closed,
             c.closing || c.shut,
         ))
@@ -1133,6 +1153,83 @@ mod tests {
             },
         );
         assert!(matches!(net.events.pop_front(), Some(Event::Writable(c)) if c == h));
+    }
+
+    /// A reader that always leaves a few bytes (a parser holding a partial
+    /// frame) behind small messages: what the thread holds stays within
+    /// what is unread plus a pool buffer, however many bytes went through.
+    #[test]
+    fn small_messages_behind_a_reader_that_never_empties_stay_bounded() {
+        let (mut net, _rx) = net(1);
+        let old = ConnHandle::from_parts(3, 1);
+        let h = accepted(&mut net, old);
+        net.take(
+            0,
+            ToApp::Data {
+                conn: old,
+                bytes: b"xyz".to_vec(),
+            },
+        );
+        for _ in 0..20_000 {
+            net.take(
+                0,
+                ToApp::Data {
+                    conn: old,
+                    bytes: vec![b'y'; 100],
+                },
+            );
+            let c = net.conn(h).unwrap();
+            let whole = (c.rx_len / 4) * 4;
+            net.consume(h, whole).unwrap();
+            let c = net.conn(h).unwrap();
+            let held: usize = c.rx.iter().map(Vec::len).sum();
+            assert!(
+                held <= BUF + c.rx_len,
+                "{held} held for {} unread",
+                c.rx_len
+            );
+        }
+    }
+
+    /// A connection the core closed normally with bytes the thread then
+    /// read to the end, closed by its handler: a normal close (with bytes
+    /// left, an abort); and its state meanwhile is no opening's.
+    #[test]
+    fn a_held_connection_read_to_the_end_closes_normally() {
+        for read_all in [true, false] {
+            let (mut net, _rx) = net(1);
+            let old = ConnHandle::from_parts(3, 1);
+            let h = accepted(&mut net, old);
+            net.take(
+                0,
+                ToApp::Data {
+                    conn: old,
+                    bytes: b"abc".to_vec(),
+                },
+            );
+            net.take(0, ToApp::PeerClosed { conn: old });
+            net.take(
+                0,
+                ToApp::Closed {
+                    conn: old,
+                    reason: CloseReason::Normal,
+                },
+            );
+            assert_eq!(net.state(h), Ok(State::Closed));
+            if read_all {
+                assert_eq!(net.recv(h, &mut [0u8; 8]), Ok(3));
+            }
+            net.close(h).unwrap();
+            let want = if read_all {
+                CloseReason::Normal
+            } else {
+                CloseReason::Aborted
+            };
+            assert!(matches!(
+                net.events.back(),
+                Some(Event::Closed { conn, reason }) if *conn == h && *reason == want
+            ));
+        }
     }
 
     #[test]

@@ -516,3 +516,90 @@ fn an_echo_out_of_send_memory_loses_no_byte() {
         counters[0].1
     );
 }
+
+/// Set in the child of
+/// [`a_listener_out_of_descriptors_accepts_again_once_some_are_free`]: the
+/// port it serves on.
+const EMFILE_CHILD: &str = "FLOWLANE_TEST_EMFILE_CHILD";
+
+#[test]
+fn a_listener_out_of_descriptors_accepts_again_once_some_are_free() {
+    if let Ok(port) = std::env::var(EMFILE_CHILD) {
+        // The child: an echo service under a descriptor limit it cannot
+        // raise (soft and hard), until the parent kills it.
+        let port: u16 = port.parse().unwrap();
+        let _service = KernelService::start(config(1, Limits::default()), move |core| {
+            core.listen(port, Echo::new(4096))
+                .map(|_| ())
+                .map_err(|e| format!("{e:?}"))
+        })
+        .unwrap();
+        std::thread::sleep(Duration::from_secs(60));
+        return;
+    }
+    let port = free_port();
+    let exe = std::env::current_exe().unwrap();
+    let name = "a_listener_out_of_descriptors_accepts_again_once_some_are_free";
+    let mut child = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "ulimit -n 32 && exec \"$0\" --exact \"$1\" --nocapture",
+        ])
+        .arg(&exe)
+        .arg(name)
+        .env(EMFILE_CHILD, port.to_string())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect((LOOPBACK, port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the child never listened"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // More clients than the child has descriptors: some are served, the
+    // rest wait in the accept queue while accepts fail (EMFILE).
+    let clients: Vec<TcpStream> = (0..48)
+        .map(|_| {
+            let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
+            s.write_all(b"ping").unwrap();
+            s
+        })
+        .collect();
+    let echoed = |s: &mut TcpStream, wait: Duration| {
+        s.set_read_timeout(Some(wait)).unwrap();
+        let mut b = [0u8; 4];
+        s.read_exact(&mut b).is_ok() && &b == b"ping"
+    };
+    let (mut served, mut waiting) = (Vec::new(), Vec::new());
+    for mut s in clients {
+        if echoed(&mut s, Duration::from_millis(300)) {
+            served.push(s);
+        } else {
+            waiting.push(s);
+        }
+    }
+    assert!(
+        !served.is_empty() && !waiting.is_empty(),
+        "{} served",
+        served.len()
+    );
+    // The served ones leave: their descriptors free up, and nothing new
+    // arrives to wake the listener.
+    drop(served);
+    // Each served one leaves in turn, freeing a descriptor for the next.
+    let late = waiting
+        .into_iter()
+        .filter(|s| {
+            let mut s = s.try_clone().unwrap();
+            !echoed(&mut s, Duration::from_secs(5))
+        })
+        .count();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(
+        late, 0,
+        "clients left in the accept queue after descriptors freed"
+    );
+}

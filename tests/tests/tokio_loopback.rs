@@ -414,3 +414,40 @@ fn tasks_sharing_a_listener_are_each_woken() {
     kernel.stop();
     assert_eq!(qp.stop(), None);
 }
+
+#[test]
+fn a_connector_and_a_stream_hear_that_their_thread_stopped() {
+    // A connector and an accepted stream leave their application thread
+    // for another runtime; the queue pairs stop. An open and a read there
+    // fail at once instead of waiting forever.
+    type Out = (flowlane_tokio::Connector, flowlane_tokio::TcpStream);
+    let port = free_port();
+    let (tx, rx) = std::sync::mpsc::channel::<Out>();
+    let tx = std::sync::Mutex::new(Some(tx));
+    let (qp, _c, kernel) = start(1, port, 64, move |mut local| {
+        let tx = tx.lock().unwrap().take();
+        async move {
+            let Some(tx) = tx else { return };
+            let listener = local.listener(port).unwrap();
+            let (s, _) = listener.accept().await.unwrap();
+            tx.send((local.connector(), s)).unwrap();
+            std::future::pending::<()>().await;
+        }
+    });
+    let _client = TcpStream::connect((LOOPBACK, port)).unwrap();
+    let (connector, mut stream) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    kernel.stop();
+    assert_eq!(qp.stop(), None);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let addr = std::net::SocketAddr::new(LOOPBACK, port);
+        let open = tokio::time::timeout(Duration::from_secs(2), connector.connect(addr)).await;
+        assert!(matches!(open, Ok(Err(_))), "{open:?}");
+        let mut b = [0u8; 8];
+        let read = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut b)).await;
+        assert!(matches!(read, Ok(Err(_))), "{read:?}");
+    });
+}

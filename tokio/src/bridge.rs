@@ -153,6 +153,24 @@ impl Bridge {
     }
 }
 
+/// The thread's loop ended (stopped, or a panic): its streams' connections
+/// are gone with it (the cores reset them), and a task waiting on one,
+/// wherever it runs, hears so; opens under way fail (their senders go).
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        for pipe in self.conns.values() {
+            let (reader, writer) = {
+                let mut p = lock(pipe);
+                p.closed.get_or_insert(CloseReason::Aborted);
+                (p.reader.take(), p.writer.take())
+            };
+            for w in [reader, writer].into_iter().flatten() {
+                w.wake();
+            }
+        }
+    }
+}
+
 impl ConnHandler for Bridge {
     fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         let Ok(tuple) = net.four_tuple(conn) else {

@@ -60,7 +60,7 @@ pub(crate) fn lock(p: &Mutex<Pipe>) -> MutexGuard<'_, Pipe> {
 }
 
 /// What the streams of one application thread share with its bridge.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct ThreadShared {
     /// Wakes the thread's loop: called by the cores after queueing events
     /// and by streams after asking the bridge for something.
@@ -68,12 +68,23 @@ pub(crate) struct ThreadShared {
     /// Connections whose stream asked for something since the bridge last
     /// looked.
     pub(crate) dirty: Mutex<Vec<ConnHandle>>,
-    /// Connections to open, and where each stream goes once it is.
-    pub(crate) connects: Mutex<Vec<(SocketAddr, Opened)>>,
+    /// Connections to open, and where each stream goes once it is; `None`
+    /// once the thread's loop ended (a connect then fails at once).
+    pub(crate) connects: Mutex<Option<Vec<(SocketAddr, Opened)>>>,
 }
 
 /// Where an opened connection's stream (or why it failed) goes.
 pub(crate) type Opened = oneshot::Sender<io::Result<TcpStream>>;
+
+impl Default for ThreadShared {
+    fn default() -> ThreadShared {
+        ThreadShared {
+            notify: Notify::new(),
+            dirty: Mutex::new(Vec::new()),
+            connects: Mutex::new(Some(Vec::new())),
+        }
+    }
+}
 
 impl ThreadShared {
     /// Puts `conn` on the bridge's list (once until it looked) and wakes
@@ -95,18 +106,39 @@ impl ThreadShared {
         std::mem::take(&mut *self.dirty.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// Asks the bridge to open a connection to `remote`.
+    /// Asks the bridge to open a connection to `remote` (dropped, which
+    /// fails the open, if the thread's loop ended).
     pub(crate) fn connect(&self, remote: SocketAddr, opened: Opened) {
-        self.connects
+        if let Some(list) = self
+            .connects
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push((remote, opened));
+            .as_mut()
+        {
+            list.push((remote, opened));
+        }
         self.notify.notify_one();
     }
 
     /// Takes the connections to open.
     pub(crate) fn take_connects(&self) -> Vec<(SocketAddr, Opened)> {
-        std::mem::take(&mut *self.connects.lock().unwrap_or_else(|e| e.into_inner()))
+        self.connects
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// The thread's loop ended (stopped, or a panic): the opens asked and
+    /// not taken fail, and so does every later one.
+    pub(crate) fn stopped(&self) {
+        let left = self
+            .connects
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        drop(left);
     }
 }
 

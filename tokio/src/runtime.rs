@@ -130,6 +130,15 @@ where
         listeners: p.listeners,
         thread: p.shared.clone(),
     };
+    // However the loop ends (stopped, or a panic unwinding): the opens not
+    // taken fail, as do later ones.
+    struct Stopped(Arc<ThreadShared>);
+    impl Drop for Stopped {
+        fn drop(&mut self) {
+            self.0.stopped();
+        }
+    }
+    let _stopped = Stopped(p.shared.clone());
     let tasks = LocalSet::new();
     tasks.spawn_local(app(local));
     let shared = p.shared;

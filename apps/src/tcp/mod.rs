@@ -916,6 +916,7 @@ fn kernel_counters_json(per_core: &[(u32, CoreCounters)]) -> Value {
         json!({
             "rx_memory_waits": c.rx_memory_waits,
             "tx_memory_waits": c.tx_memory_waits,
+            "accept_failed": c.accept_failed,
             "connections": c.connections,
             "passive_opens": s.passive_opens,
             "active_opens": s.active_opens,
@@ -945,6 +946,7 @@ fn kernel_counters_json(per_core: &[(u32, CoreCounters)]) -> Value {
         total.application_refused += c.application_refused;
         total.rx_memory_waits += c.rx_memory_waits;
         total.tx_memory_waits += c.tx_memory_waits;
+        total.accept_failed += c.accept_failed;
     }
     json!({
         "total": one(&total),
