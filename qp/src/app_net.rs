@@ -874,6 +874,22 @@ mod tests {
         }
     }
 
+    /// Core 0 delivers `bytes` for its connection `old`.
+    fn data(net: &mut QpNet, old: ConnHandle, bytes: &[u8]) {
+        net.take(
+            0,
+            ToApp::Data {
+                conn: old,
+                bytes: bytes.to_vec(),
+            },
+        );
+    }
+
+    /// Core 0's connection `old` closed, for `reason`.
+    fn closed(net: &mut QpNet, old: ConnHandle, reason: CloseReason) {
+        net.take(0, ToApp::Closed { conn: old, reason });
+    }
+
     /// A peer's one-byte segments, each its own message (right-sized by
     /// the core), join the buffer the thread holds: memory follows the
     /// bytes, not a buffer a message; the stream reads whole and in order.
@@ -933,21 +949,9 @@ mod tests {
         let (mut net, rx) = net(1);
         let old = ConnHandle::from_parts(3, 1);
         let h = accepted(&mut net, old);
-        net.take(
-            0,
-            ToApp::Data {
-                conn: old,
-                bytes: b"last words".to_vec(),
-            },
-        );
+        data(&mut net, old, b"last words");
         net.take(0, ToApp::PeerClosed { conn: old });
-        net.take(
-            0,
-            ToApp::Closed {
-                conn: old,
-                reason: CloseReason::Normal,
-            },
-        );
+        closed(&mut net, old, CloseReason::Normal);
         assert!(!net.events.iter().any(|e| matches!(e, Event::Closed { .. })));
         assert_eq!(net.send(h, b"x"), Err(Error::InvalidState));
         assert!(!net.want_writable(h));
@@ -976,20 +980,8 @@ mod tests {
         net.events.clear();
         let old = ConnHandle::from_parts(4, 1);
         let h = accepted(&mut net, old);
-        net.take(
-            0,
-            ToApp::Data {
-                conn: old,
-                bytes: b"gone".to_vec(),
-            },
-        );
-        net.take(
-            0,
-            ToApp::Closed {
-                conn: old,
-                reason: CloseReason::Reset,
-            },
-        );
+        data(&mut net, old, b"gone");
+        closed(&mut net, old, CloseReason::Reset);
         assert!(matches!(
             net.events.back(),
             Some(Event::Closed { conn, reason: CloseReason::Reset }) if *conn == h
@@ -1003,20 +995,8 @@ mod tests {
         let (mut net, rx) = net(1);
         let old = ConnHandle::from_parts(3, 1);
         let h = accepted(&mut net, old);
-        net.take(
-            0,
-            ToApp::Data {
-                conn: old,
-                bytes: b"unread".to_vec(),
-            },
-        );
-        net.take(
-            0,
-            ToApp::Closed {
-                conn: old,
-                reason: CloseReason::Normal,
-            },
-        );
+        data(&mut net, old, b"unread");
+        closed(&mut net, old, CloseReason::Normal);
         net.close(h).unwrap();
         assert!(matches!(
             net.events.back(),
@@ -1163,13 +1143,7 @@ mod tests {
         let (mut net, _rx) = net(1);
         let old = ConnHandle::from_parts(3, 1);
         let h = accepted(&mut net, old);
-        net.take(
-            0,
-            ToApp::Data {
-                conn: old,
-                bytes: b"xyz".to_vec(),
-            },
-        );
+        data(&mut net, old, b"xyz");
         for _ in 0..20_000 {
             net.take(
                 0,
@@ -1200,21 +1174,9 @@ mod tests {
             let (mut net, _rx) = net(1);
             let old = ConnHandle::from_parts(3, 1);
             let h = accepted(&mut net, old);
-            net.take(
-                0,
-                ToApp::Data {
-                    conn: old,
-                    bytes: b"abc".to_vec(),
-                },
-            );
+            data(&mut net, old, b"abc");
             net.take(0, ToApp::PeerClosed { conn: old });
-            net.take(
-                0,
-                ToApp::Closed {
-                    conn: old,
-                    reason: CloseReason::Normal,
-                },
-            );
+            closed(&mut net, old, CloseReason::Normal);
             assert_eq!(net.state(h), Ok(State::Closed));
             if read_all {
                 assert_eq!(net.recv(h, &mut [0u8; 8]), Ok(3));
@@ -1269,13 +1231,7 @@ mod tests {
         // From now on straight to core 1, and core 0's name is forgotten.
         net.send(h, b"d").unwrap();
         assert_eq!(sent(&mut net, &rx[1]), [(7, "d".into())]);
-        net.take(
-            0,
-            ToApp::Closed {
-                conn: old,
-                reason: CloseReason::Normal,
-            },
-        );
+        closed(&mut net, old, CloseReason::Normal);
         assert!(net.events.is_empty(), "{:?}", net.events);
         net.take(
             1,
@@ -1362,13 +1318,7 @@ mod tests {
         let (mut net, rx) = net(2);
         let (old, new) = (ConnHandle::from_parts(1, 1), ConnHandle::from_parts(2, 1));
         let h = accepted(&mut net, old);
-        net.take(
-            0,
-            ToApp::Closed {
-                conn: old,
-                reason: CloseReason::Reset,
-            },
-        );
+        closed(&mut net, old, CloseReason::Reset);
         net.release(h);
         net.take(
             1,
