@@ -1,5 +1,5 @@
-//! What every long-running `flowlane` service shares: SIGTERM/SIGINT stop
-//! it, SIGUSR1 asks it for a report, reports are written atomically, and a
+//! What every long-running `flowlane` service shares: SIGTERM, SIGINT,
+//! SIGHUP (its terminal gone) and SIGQUIT stop it, through its clean-up, SIGUSR1 asks it for a report, reports are written atomically, and a
 //! [`Watchdog`] stops it when its interface, namespace, XDP program or a
 //! socket goes away.
 
@@ -25,7 +25,11 @@ impl ServiceSignals {
             Arc::new(AtomicBool::new(false)),
             Arc::new(AtomicBool::new(false)),
         );
-        for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
+        // A hang-up (an ssh session gone) or a quit must not end a service
+        // by the default action, past its clean-up (XDP programs, the
+        // host's IRQ affinities and RSS table the daemon puts back).
+        for sig in [SIGTERM, SIGINT, SIGHUP, SIGQUIT] {
             signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
         }
         signal_hook::flag::register(signal_hook::consts::SIGUSR1, report.clone())
@@ -33,7 +37,7 @@ impl ServiceSignals {
         Ok(ServiceSignals { stop, report })
     }
 
-    /// Whether SIGTERM or SIGINT arrived.
+    /// Whether SIGTERM, SIGINT, SIGHUP or SIGQUIT arrived.
     pub fn stop_requested(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
     }

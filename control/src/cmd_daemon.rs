@@ -1,7 +1,7 @@
 //! `flowlane daemon`: owns the NICs it is given (reads what each can do,
 //! applies the IRQ/NAPI and RSS plan, puts things back on exit), serves the
 //! running flowlane services' counters and its NICs as Prometheus metrics,
-//! and answers flow hints and host questions until SIGTERM or SIGINT.
+//! and answers flow hints and host questions until SIGTERM, SIGINT, SIGHUP or SIGQUIT.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -106,7 +106,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
                 .flatten()
         }));
     }
-    println!(
+    flowlane_apps::outln!(
         "{}",
         serde_json::json!({
             "event": "ready",
@@ -160,7 +160,7 @@ fn look_again(owned: &mut [Owned], daemon: &Daemon) {
         match o.look_again(&roots, &topo, Some(&budget), in_use) {
             Ok(true) => {
                 changed = true;
-                println!(
+                flowlane_apps::outln!(
                     "{}",
                     serde_json::json!({
                         "event": "planned",
@@ -232,7 +232,7 @@ fn restore(owned: Vec<Owned>, config: &DaemonConfig, in_use: &[String]) {
         let busy = in_use.contains(&iface);
         let said = o.restore(&Roots::default(), busy);
         if !said.is_empty() {
-            println!(
+            flowlane_apps::outln!(
                 "{}",
                 serde_json::json!({"event": "restored", "iface": iface, "done": said})
             );

@@ -248,6 +248,36 @@ fn the_daemon_applies_the_plan_to_the_veth_and_puts_it_back() {
     assert_eq!(after[0]["done"][0], "switched threaded NAPI off on xsk0");
     assert_eq!(threaded(&bed), "0");
 
+    // Its terminal gone: stdout closed (`| head -1`, an ssh session's
+    // end) and SIGHUP. It still puts everything back and exits 0 (a print
+    // to the closed pipe panicked, and SIGHUP's default action ended it
+    // past its clean-up).
+    let mut hup = Command::new("ip")
+        .args(["netns", "exec", &bed.ns])
+        .arg(flowlane_bin())
+        .args(["daemon", "--iface", "xsk0", "--metrics", "127.0.0.1:0"])
+        .arg("--socket")
+        .arg(dir.join("daemon.sock"))
+        .args(["--run-dir", dir.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("flowlane daemon");
+    let mut line = String::new();
+    BufReader::new(hup.stdout.take().unwrap())
+        .read_line(&mut line)
+        .expect("ready line");
+    assert!(line.contains("\"ready\""), "{line}");
+    assert_eq!(threaded(&bed), "1");
+    let _ = Command::new("kill")
+        .args(["-HUP", &hup.id().to_string()])
+        .status();
+    let st = wait_within(&mut hup, Duration::from_secs(20)).expect("daemon stops");
+    let mut err = String::new();
+    let _ = hup.stderr.take().unwrap().read_to_string(&mut err);
+    assert!(st.success(), "daemon exited with {st}: {err}");
+    assert_eq!(threaded(&bed), "0", "put back");
+
     // --keep-on-exit: the plan stays in force.
     let keep = Daemon::start(
         &bed,
