@@ -110,8 +110,10 @@ impl EthtoolCmd {
     /// ethtool.h; net/ethtool/ioctl.c): `struct ethtool_rxnfc` is 192 bytes;
     /// `ethtool_rxfh_indir` is 8 + 4 per entry; `ethtool_rxfh` is 24, then
     /// the table, then the key. `None` when `data` is too short to say, or
-    /// for an `ETHTOOL_SRSSH` that sends a key without a table (kernels
-    /// before 6.11 read the key after a table-sized gap even then).
+    /// for an `ETHTOOL_SRSSH` that resets the table (size 0) and sends a
+    /// key: kernels before 6.11 read that key after a table-sized gap. With
+    /// `ETH_RXFH_INDIR_NO_CHANGE` every kernel reads the key right after
+    /// the header.
     fn extent(self, data: &[u8]) -> Option<usize> {
         let word = |at: usize| -> Option<u32> {
             Some(u32::from_ne_bytes(data.get(at..at + 4)?.try_into().ok()?))
@@ -125,7 +127,8 @@ impl EthtoolCmd {
             EthtoolCmd::GetRssh | EthtoolCmd::SetRssh => {
                 let (indir, key) = (word(8)?, word(12)? as usize);
                 let indir = match indir {
-                    ETH_RXFH_INDIR_NO_CHANGE | 0 if self == EthtoolCmd::SetRssh => {
+                    ETH_RXFH_INDIR_NO_CHANGE if self == EthtoolCmd::SetRssh => 0,
+                    0 if self == EthtoolCmd::SetRssh => {
                         if key != 0 {
                             return None;
                         }
@@ -220,12 +223,18 @@ mod ethtool_tests {
         b[8..12].copy_from_slice(&2u32.to_ne_bytes());
         b[12..16].copy_from_slice(&4u32.to_ne_bytes());
         assert!(refused("lo", &mut b));
-        // A key without a table: read at different offsets by old and new kernels.
+        // A key with a table reset (size 0): read at different offsets by
+        // old and new kernels.
         let mut b = vec![0u8; 64];
+        b[..4].copy_from_slice(&cmd(EthtoolCmd::SetRssh));
+        b[12..16].copy_from_slice(&4u32.to_ne_bytes());
+        assert!(refused("lo", &mut b));
+        // A key with the table unchanged: right after the header.
+        let mut b = vec![0u8; 28];
         b[..4].copy_from_slice(&cmd(EthtoolCmd::SetRssh));
         b[8..12].copy_from_slice(&ETH_RXFH_INDIR_NO_CHANGE.to_ne_bytes());
         b[12..16].copy_from_slice(&4u32.to_ne_bytes());
-        assert!(refused("lo", &mut b));
+        assert_eq!(EthtoolCmd::SetRssh.extent(&b), Some(28));
         // Sizes that overflow, unknown commands, bad names.
         let mut b = vec![0u8; 64];
         b[..4].copy_from_slice(&cmd(EthtoolCmd::GetRssh));

@@ -132,17 +132,10 @@ impl EthtoolNic {
                 Err(e) => return Err(self.err(Op::Write, e).into()),
             }
         }
-        // The ioctl always carries the whole table (see
-        // `ioctl_layout::rssh_set_request`): the new one or the current one.
-        let (now_table, _, header) =
-            ioctl::get_rss(&self.ifname).map_err(|e| self.err(Op::Read, e))?;
-        ioctl::set_rss(
-            &self.ifname,
-            table.unwrap_or(&now_table),
-            key,
-            header.input_xfrm,
-        )
-        .map_err(|e| self.err(Op::Write, with_detail(e, netlink_said)))?;
+        // The header read for its `input_xfrm`, written back unchanged.
+        let (_, _, header) = ioctl::get_rss(&self.ifname).map_err(|e| self.err(Op::Read, e))?;
+        ioctl::set_rss(&self.ifname, table, key, header.input_xfrm)
+            .map_err(|e| self.err(Op::Write, with_detail(e, netlink_said)))?;
         Ok(Mechanism::Ioctl)
     }
 

@@ -74,24 +74,28 @@ pub(crate) fn get_rss(ifname: &str) -> Result<(Vec<u32>, Vec<u8>, RxfhHeader), C
     }
 }
 
-/// Writes `table` (the whole table; the caller passes the current one when
-/// only the key changes) and `key` if given: `ETHTOOL_SRSSH`, or
+/// Writes `table` (the whole table) and `key`, each if given (the table
+/// left as it is when only the key changes): `ETHTOOL_SRSSH`, or
 /// `ETHTOOL_SRXFHINDIR` for a table alone where `SRSSH` is unknown.
 /// `input_xfrm` is the value read, so that it does not change.
 pub(crate) fn set_rss(
     ifname: &str,
-    table: &[u32],
+    table: Option<&[u32]>,
     key: Option<&[u8]>,
     input_xfrm: u8,
 ) -> Result<(), Cause> {
-    match call(ifname, layout::rssh_set_request(table, key, input_xfrm)) {
-        Err(Cause::Os {
-            errno: Errno::EOPNOTSUPP,
-            ..
-        }) if key.is_none() => {
+    let r = call(ifname, layout::rssh_set_request(table, key, input_xfrm));
+    match (r, table) {
+        (
+            Err(Cause::Os {
+                errno: Errno::EOPNOTSUPP,
+                ..
+            }),
+            Some(table),
+        ) if key.is_none() => {
             call(ifname, layout::rxfh_indir_set_request(table))?;
             Ok(())
         }
-        r => r.map(|_| ()),
+        (r, _) => r.map(|_| ()),
     }
 }

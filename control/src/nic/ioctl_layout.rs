@@ -218,15 +218,33 @@ pub(crate) fn rssh_get_reply(
     Ok((table, buf[table_end..need].to_vec()))
 }
 
-/// `ETHTOOL_SRSSH` writing `table` (the whole table: every kernel then
-/// reads the key right after it; before Linux 6.11 a key sent without a
-/// table was still read after a table-sized gap) and `key` if given;
+/// `ETH_RXFH_INDIR_NO_CHANGE` (include/uapi/linux/ethtool.h): an
+/// `ETHTOOL_SRSSH` that leaves the table as it is.
+const ETH_RXFH_INDIR_NO_CHANGE: u32 = 0xffff_ffff;
+
+/// `ETHTOOL_SRSSH` writing `table` if given (the whole table) and `key` if
+/// given, right after the table or, with no table, right after the header:
+/// `indir_size` is then `ETH_RXFH_INDIR_NO_CHANGE`, for which every kernel
+/// reads the key there (net/ethtool/ioctl.c counts the table's bytes only
+/// for a size other than that; the gap kernels before 6.11 left was for
+/// size 0, a reset, which this never sends). The table is left as it is:
+/// not rewritten from a read that a bucket move may have made stale, and
+/// not marked configured by the user (`IFF_RXFH_CONFIGURED`, which then
+/// refuses fewer channels and stops a driver re-spreading for more).
 /// `hfunc` 0 (no change) and `input_xfrm` as read, so neither changes.
-pub(crate) fn rssh_set_request(table: &[u32], key: Option<&[u8]>, input_xfrm: u8) -> Vec<u8> {
+pub(crate) fn rssh_set_request(
+    table: Option<&[u32]>,
+    key: Option<&[u8]>,
+    input_xfrm: u8,
+) -> Vec<u8> {
     let key = key.unwrap_or(&[]);
+    let (size, table) = match table {
+        Some(t) => (t.len() as u32, t),
+        None => (ETH_RXFH_INDIR_NO_CHANGE, &[][..]),
+    };
     let mut b = vec![0; RXFH_LEN + 4 * table.len() + key.len()];
     put_u32(&mut b, 0, EthtoolCmd::SetRssh as u32);
-    put_u32(&mut b, 8, table.len() as u32);
+    put_u32(&mut b, 8, size);
     put_u32(&mut b, 12, key.len() as u32);
     b[17] = input_xfrm;
     for (i, &q) in table.iter().enumerate() {
@@ -389,7 +407,7 @@ mod tests {
 
     #[test]
     fn rssh_set_layout() {
-        let req = rssh_set_request(&[3, 2, 1, 0], Some(&[0xaa, 0xbb]), 0);
+        let req = rssh_set_request(Some(&[3, 2, 1, 0]), Some(&[0xaa, 0xbb]), 0);
         assert_eq!(
             req,
             [
@@ -403,12 +421,25 @@ mod tests {
                 0xaa, 0xbb, // key
             ]
         );
-        let req = rssh_set_request(&[1, 1], None, 1);
+        let req = rssh_set_request(Some(&[1, 1]), None, 1);
         assert_eq!(
             req,
             [
                 0x47, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0,
                 0, 1, 0, 0, 0
+            ]
+        );
+        // A key alone: the table unchanged, the key right after the header.
+        let req = rssh_set_request(None, Some(&[0xaa, 0xbb, 0xcc]), 0);
+        assert_eq!(
+            req,
+            [
+                0x47, 0, 0, 0, // cmd ETHTOOL_SRSSH
+                0, 0, 0, 0, // rss_context 0
+                0xff, 0xff, 0xff, 0xff, // indir_size ETH_RXFH_INDIR_NO_CHANGE
+                3, 0, 0, 0, // key_size
+                0, 0, 0, 0, 0, 0, 0, 0, // hfunc, input_xfrm, rsvd
+                0xaa, 0xbb, 0xcc, // key
             ]
         );
     }
