@@ -125,8 +125,24 @@ fn msi_plan(
     let names = parse_proc_interrupts(&roots.interrupts()?);
     let matched = match_queue_irqs(ifname, msi, &names);
     if matched.is_empty() {
+        // Named, they are there (the interface is up) in a form not known;
+        // unnamed, the driver requests them when the interface comes up.
+        let seen: Vec<&str> = names
+            .iter()
+            .filter(|(irq, _)| msi.contains(irq))
+            .map(|(_, n)| n.as_str())
+            .take(3)
+            .collect();
+        let hint = if seen.is_empty() {
+            "is the interface up?".to_string()
+        } else {
+            format!(
+                "they are named {} (not a form flowlane knows: report it, with the driver's name)",
+                seen.join(", ")
+            )
+        };
         bail!(
-            "none of {ifname}'s {} MSI IRQs is named like a receive queue in {} (is the interface up?)",
+            "none of {ifname}'s {} MSI IRQs is named like a receive queue in {} ({hint})",
             msi.len(),
             roots.procfs_root.join("interrupts").display()
         );

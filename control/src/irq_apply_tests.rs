@@ -440,3 +440,38 @@ fn a_failed_napi_pin_puts_back_the_earlier_ones() {
     // 501 pinned to CPU 0, 500 failed, 501 back on 0-1.
     assert_eq!(set, vec![(501, vec![0]), (500, vec![0]), (501, vec![0, 1])]);
 }
+
+/// An ENA NIC (AWS: `<if>-Tx-Rx-<n>`) is planned; a driver whose IRQ
+/// names flowlane does not know is named in the error, not blamed on the
+/// link.
+#[test]
+fn ena_queue_irqs_are_found_and_unknown_names_are_shown() {
+    let b = FakeBox::new("ena");
+    b.iface("eth0", 2, 0, Some(&[39, 40, 41]));
+    b.interrupts(
+        8,
+        &[
+            (39, "ena-mgmnt@pci:0000:00:05.0", "0-7"),
+            (40, "eth0-Tx-Rx-0", "0-7"),
+            (41, "eth0-Tx-Rx-1", "0-7"),
+        ],
+    );
+    let topo = two_node_topology();
+    let v = inspect(&b.roots, "eth0", &topo, None, None).unwrap();
+    let QueueIrqs::Msi { plan } = &v.irqs else {
+        panic!("expected MSI IRQs")
+    };
+    let irqs: Vec<(u16, u32)> = plan.entries.iter().map(|e| (e.queue, e.irq)).collect();
+    assert_eq!(irqs, vec![(0, 40), (1, 41)]);
+
+    let odd = FakeBox::new("odd");
+    odd.iface("eth0", 2, 0, Some(&[50, 51]));
+    odd.interrupts(8, &[(50, "foo-q0", "0-7"), (51, "foo-q1", "0-7")]);
+    let e = inspect(&odd.roots, "eth0", &topo, None, None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("foo-q0") && !e.contains("is the interface up"),
+        "{e}"
+    );
+}

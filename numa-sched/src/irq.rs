@@ -165,12 +165,14 @@ pub fn format_cpu_list(cpus: &[u32]) -> String {
 ///
 /// Recognized names (driver in parentheses):
 /// - `<if>-TxRx-<n>`, also with a driver prefix, `i40e-<if>-TxRx-<n>` (ixgbe, igb, i40e,
-///   ice, bnxt, hns3);
+///   ice, bnxt);
+/// - `<if>-Tx-Rx-<n>` (ena, AWS);
 /// - `<if>-rx-<n>` (drivers with separate RX and TX vectors; `<if>-tx-<n>` is not a queue
 ///   IRQ for RSS);
 /// - `<if>-<n>` (sfc and others);
-/// - `mlx5_comp<n>@pci:<bdf>` (mlx5) and `virtio<k>-input.<n>` (virtio-net), which do not
-///   name the interface: recognized only for IRQs in `msi_irqs`
+/// - `mlx5_comp<n>@pci:<bdf>` (mlx5), `hns3-<bdf>-TxRx-<n>` (hns3) and
+///   `virtio<k>-input.<n>` (virtio-net), which do not name the interface: recognized only for
+///   IRQs in `msi_irqs`
 ///   (`/sys/class/net/<if>/device/msi_irqs/`).
 ///
 /// When `msi_irqs` is not empty, only those IRQs are considered. When a queue matches
@@ -210,6 +212,10 @@ fn queue_of_action(ifname: &str, action: &str, of_device: bool) -> Option<u16> {
             let (_dev, n) = rest.split_once("-input.")?;
             return parse_queue(n);
         }
+        if let Some(rest) = action.strip_prefix("hns3-") {
+            let (_pci, n) = rest.rsplit_once("-TxRx-")?;
+            return parse_queue(n);
+        }
     }
     let (head, n) = action.rsplit_once('-')?;
     let queue = parse_queue(n)?;
@@ -217,7 +223,7 @@ fn queue_of_action(ifname: &str, action: &str, of_device: bool) -> Option<u16> {
         let full = format!("{ifname}{suffix}");
         head == full || head.ends_with(&format!("-{full}"))
     };
-    (head == ifname || named("-TxRx") || named("-rx")).then_some(queue)
+    (head == ifname || named("-TxRx") || named("-Tx-Rx") || named("-rx")).then_some(queue)
 }
 
 fn parse_queue(digits: &str) -> Option<u16> {
@@ -536,6 +542,26 @@ garbage line without colon\n\
         assert_eq!(match_queue_irqs("veth0", &[], &names), vec![(7, 43)]);
         let dup = vec![(90, "eth9-TxRx-0".to_owned()), (80, "eth9-rx-0".to_owned())];
         assert_eq!(match_queue_irqs("eth9", &[], &dup), vec![(0, 80)]);
+        // ena names the interface with `-Tx-Rx-`; hns3 names the PCI device only.
+        let ena = vec![
+            (40, "eth0-Tx-Rx-0".to_owned()),
+            (41, "eth0-Tx-Rx-1".to_owned()),
+            (39, "ena-mgmnt@pci:0000:00:05.0".to_owned()),
+        ];
+        assert_eq!(
+            match_queue_irqs("eth0", &[39, 40, 41], &ena),
+            vec![(0, 40), (1, 41)]
+        );
+        let hns3 = vec![
+            (70, "hns3-0000:7d:00.0-TxRx-0".to_owned()),
+            (71, "hns3-0000:7d:00.0-TxRx-1".to_owned()),
+            (72, "hns3-0000:7d:00.1-TxRx-0".to_owned()),
+        ];
+        assert_eq!(
+            match_queue_irqs("eno1", &[70, 71], &hns3),
+            vec![(0, 70), (1, 71)]
+        );
+        assert_eq!(match_queue_irqs("eno1", &[], &hns3), vec![]);
     }
 
     #[test]
