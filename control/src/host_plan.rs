@@ -307,8 +307,10 @@ impl Owned {
         let dry_run = self.report.dry_run;
         let mut undo = Undo::default();
         let before = self.report.changes.len();
-        let msi = roots.iface(&iface)?.msi_irqs.is_some();
-        if msi || !caps.napis.is_empty() {
+        // Read once, before any change: nothing between the changes and
+        // the merge of their undo below may fail.
+        let msi_irqs = roots.iface(&iface)?.msi_irqs;
+        let pinned = if msi_irqs.is_some() || !caps.napis.is_empty() {
             pin_interrupts(
                 roots,
                 &iface,
@@ -317,9 +319,12 @@ impl Owned {
                 dry_run,
                 &mut self.report.changes,
                 &mut undo,
-            )?;
-        }
-        let spread = if caps.rss.as_ref().is_some_and(|r| r.table_size > 0)
+            )
+        } else {
+            Ok(())
+        };
+        let spread = if pinned.is_ok()
+            && caps.rss.as_ref().is_some_and(|r| r.table_size > 0)
             && caps.rx_queues > 1
             && !in_use()
         {
@@ -337,7 +342,7 @@ impl Owned {
         // IRQs that are no longer the NIC's (made anew under other numbers)
         // are forgotten: the driver freed them, and their numbers may be
         // another device's by now.
-        if let Some(irqs) = roots.iface(&iface)?.msi_irqs {
+        if let Some(irqs) = msi_irqs {
             self.undo.irq_affinity.retain(|(rel, _)| {
                 irqs.iter().any(|i| {
                     rel.as_path() == std::path::Path::new(&format!("irq/{i}/smp_affinity_list"))
@@ -347,6 +352,7 @@ impl Owned {
         if !dry_run {
             self.undo.merge(undo);
         }
+        pinned?;
         spread?;
         let done = self.report.changes.len() - before;
         self.report.changes.push(format!(
@@ -431,6 +437,14 @@ impl Undo {
             );
         } else {
             for (pid, cpus) in &self.napi_threads {
+                // A thread ended since (a service restarted on the NIC made
+                // new ones) may have left its pid to an unrelated task.
+                let comm = std::fs::read_to_string(roots.procfs_root.join(format!("{pid}/comm")))
+                    .unwrap_or_default();
+                if !comm.trim_end().starts_with(&format!("napi/{iface}-")) {
+                    said.push(format!("NAPI thread pid {pid} gone since: left alone"));
+                    continue;
+                }
                 said.push(match irq_apply::set_task_affinity(*pid, cpus) {
                     Ok(()) => format!(
                         "put NAPI thread pid {pid} back on CPUs {}",
@@ -583,6 +597,35 @@ mod tests {
             ]
         );
         assert_eq!(undo.napi_threads, [(7, vec![0, 1]), (9, vec![0, 1])]);
+    }
+
+    /// A NAPI thread the daemon pinned that ended since (its pid now a
+    /// task of another name, or none) is left alone, not re-pinned.
+    #[test]
+    fn a_napi_thread_gone_since_is_left_alone() {
+        let dir = std::env::temp_dir().join(format!("flowlane-napigone-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let roots = Roots {
+            sysfs_root: dir.join("sys"),
+            procfs_root: dir.join("proc"),
+        };
+        // Pids no process has (above pid_max): an attempt would say ESRCH.
+        let (reused, gone) = (4_194_401u32, 4_194_402u32);
+        std::fs::create_dir_all(roots.procfs_root.join(reused.to_string())).unwrap();
+        std::fs::write(roots.procfs_root.join(format!("{reused}/comm")), "bash\n").unwrap();
+        let undo = Undo {
+            napi_threads: vec![(reused, vec![0]), (gone, vec![1])],
+            ..Undo::default()
+        };
+        let said = undo.put_back(&roots, "eth0", false);
+        assert_eq!(
+            said,
+            [
+                format!("NAPI thread pid {reused} gone since: left alone"),
+                format!("NAPI thread pid {gone} gone since: left alone"),
+            ]
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// One IRQ freed by the driver since the daemon pinned it (a reset, a
