@@ -53,8 +53,10 @@ pub fn ready_within(
     Ok(())
 }
 
-/// Kills `child` (if it still runs) and reaps it.
+/// Stops `child` (if it still runs) and reaps it: SIGTERM first, SIGKILL
+/// after 3 s. Many peers run under `timeout`, which passes SIGTERM on to the
+/// program it runs; SIGKILL would kill `timeout` alone and leave that
+/// program running, without its time limit, after the test.
 pub fn kill_and_reap(child: &mut Child) {
-    let _ = child.kill();
-    let _ = child.wait();
+    let _ = stop(child, Duration::from_secs(3));
 }
