@@ -21,6 +21,32 @@ use crate::{Error, Result};
 /// kernel's own (`ip_local_reserved_ports`).
 pub const EPHEMERAL: (u16, u16) = (40000, 44999);
 
+/// Whether the kernel's reserved ports (`net.ipv4.ip_local_reserved_ports`:
+/// `a,b-c,…`) hold every port of `lo..=hi`.
+pub fn reserved_covers(reserved: &str, lo: u16, hi: u16) -> bool {
+    let mut ranges: Vec<(u32, u32)> = reserved
+        .trim()
+        .split(',')
+        .filter_map(|part| {
+            let part = part.trim();
+            let (a, b) = part.split_once('-').unwrap_or((part, part));
+            Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
+        })
+        .collect();
+    ranges.sort_unstable();
+    let mut next = u32::from(lo);
+    for (a, b) in ranges {
+        if a > next {
+            break;
+        }
+        next = next.max(b + 1);
+        if next > u32::from(hi) {
+            return true;
+        }
+    }
+    next > u32::from(hi)
+}
+
 /// Chooses local ports from flowlane's ephemeral range for one queue.
 #[derive(Debug, Clone)]
 pub struct EphemeralPorts {
@@ -112,6 +138,20 @@ mod tests {
     use super::*;
     use flowlane_numa_sched::toeplitz::{FlowTuple, RssKey};
     use flowlane_numa_sched::IndirectionTable;
+
+    #[test]
+    fn the_reserved_ports_must_hold_the_whole_range() {
+        assert!(reserved_covers("40000-44999\n", 40000, 44999));
+        assert!(reserved_covers("80,40000-42000,42001-44999", 40000, 44999));
+        assert!(reserved_covers("30000-50000", 40000, 44999));
+        assert!(!reserved_covers("", 40000, 44999));
+        assert!(!reserved_covers("\n", 40000, 44999));
+        assert!(!reserved_covers("40000-44998", 40000, 44999));
+        assert!(!reserved_covers("40000-41000,41002-44999", 40000, 44999));
+        assert!(!reserved_covers("40001-44999", 40000, 44999));
+        assert!(reserved_covers("40000,40001-44999", 40000, 44999));
+        assert!(reserved_covers("65535", 65535, 65535));
+    }
 
     fn rss(queues: u16) -> RssState {
         let table = IndirectionTable::even(128, &(0..queues).collect::<Vec<_>>()).unwrap();

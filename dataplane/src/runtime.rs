@@ -51,8 +51,15 @@ pub struct DataplaneConfig {
     pub node_cpus: BTreeMap<u32, Vec<u32>>,
     /// Ports flowlane owns (listening ports).
     pub ports: Vec<(Proto, u16)>,
-    /// flowlane's ephemeral port range (inclusive), if any.
+    /// flowlane's ephemeral port range (inclusive), if any: the kernel
+    /// must have it reserved (`net.ipv4.ip_local_reserved_ports`), or the
+    /// start is refused.
     pub ephemeral: Option<(u16, u16)>,
+    /// flowlane's own addresses: only frames to them are steered to it
+    /// (`None`: any address of that family).
+    pub local_v4: Option<std::net::Ipv4Addr>,
+    /// See `local_v4`.
+    pub local_v6: Option<std::net::Ipv6Addr>,
     /// Ring and pool sizes.
     pub rings: RingSizes,
     /// Copy or zero-copy.
@@ -83,6 +90,8 @@ impl DataplaneConfig {
             node_cpus: BTreeMap::new(),
             ports: Vec::new(),
             ephemeral: None,
+            local_v4: None,
+            local_v6: None,
             rings: RingSizes::default(),
             bind_mode: BindMode::Auto,
             busy_poll: false,
@@ -180,7 +189,26 @@ impl Dataplane {
                     source,
                 })?;
         }
+        steering
+            .set_local_addresses(config.local_v4, config.local_v6)
+            .map_err(|source| Error::Steering {
+                what: "steering only flowlane's addresses to it".into(),
+                source,
+            })?;
         if let Some((lo, hi)) = config.ephemeral {
+            // Replies to a port the kernel chose for its own connection
+            // would reach flowlane, which knows no such connection and
+            // resets it.
+            let reserved = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_reserved_ports")
+                .unwrap_or_default();
+            if !crate::ephemeral::reserved_covers(&reserved, lo, hi) {
+                return Err(Error::Setup(format!(
+                    "flowlane's own connections use local ports {lo}-{hi}, which the kernel \
+                     may also pick for its own (their replies would reach flowlane, which \
+                     would reset them): add {lo}-{hi} to net.ipv4.ip_local_reserved_ports \
+                     (sysctl) in this network namespace and start again (the test bed does)"
+                )));
+            }
             steering
                 .set_ephemeral_range(lo, hi)
                 .map_err(|source| Error::Steering {

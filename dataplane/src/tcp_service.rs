@@ -239,6 +239,10 @@ impl TcpService {
         dp.ephemeral = config.active.then_some(EPHEMERAL);
         let mut tcp = TcpConfig::new(local_ipv4(&config.iface)?, info.mac, isn_secret());
         tcp.local_ip6 = local_ipv6(&config.iface)?;
+        // The steering program takes only these addresses' frames: the
+        // interface's others (secondary, link-local) stay the kernel's.
+        dp.local_v4 = Some(tcp.local_ip);
+        dp.local_v6 = tcp.local_ip6;
         if let Some(msl) = config.msl {
             tcp.tcp.msl = msl;
         }

@@ -7,6 +7,7 @@
 //! on the interface.
 
 use std::mem::MaybeUninit;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
@@ -46,6 +47,13 @@ pub struct SteerStats {
 }
 
 const STAT_KINDS: u32 = 3;
+
+/// `struct fl_cfg`'s size: ephemeral range (4), flags (4), IPv4 (4), IPv6
+/// (16).
+const CFG_LEN: usize = 28;
+/// `FL_DST_V4` and `FL_DST_V6` of `struct fl_cfg`'s flags.
+const DST_V4: u32 = 1;
+const DST_V6: u32 = 2;
 
 /// The steering program, attached to one interface.
 #[derive(Debug)]
@@ -162,12 +170,48 @@ impl Steering {
                 "ephemeral range {lo}-{hi} is empty"
             )));
         }
-        let mut v = [0u8; 8];
-        v[0..2].copy_from_slice(&lo.to_ne_bytes());
-        v[2..4].copy_from_slice(&hi.to_ne_bytes());
+        self.update_cfg("setting the ephemeral port range", |v| {
+            v[0..2].copy_from_slice(&lo.to_ne_bytes());
+            v[2..4].copy_from_slice(&hi.to_ne_bytes());
+        })
+    }
+
+    /// Claims flowlane's ports on these addresses only (`None`: on any
+    /// address of that family): frames to the interface's other addresses
+    /// (secondary, link-local, another VLAN's the NIC untagged) are the
+    /// kernel's.
+    pub fn set_local_addresses(&self, v4: Option<Ipv4Addr>, v6: Option<Ipv6Addr>) -> Result<()> {
+        self.update_cfg("setting flowlane's addresses", |v| {
+            let mut flags = 0u32;
+            if let Some(a) = v4 {
+                flags |= DST_V4;
+                v[8..12].copy_from_slice(&a.octets());
+            }
+            if let Some(a) = v6 {
+                flags |= DST_V6;
+                v[12..28].copy_from_slice(&a.octets());
+            }
+            v[4..8].copy_from_slice(&flags.to_ne_bytes());
+        })
+    }
+
+    /// Reads `fl_cfg`, lets `edit` change it, writes it back (set-up only:
+    /// nothing else writes it).
+    fn update_cfg(&self, what: &'static str, edit: impl FnOnce(&mut [u8; CFG_LEN])) -> Result<()> {
+        let key = 0u32.to_ne_bytes();
+        let mut v = [0u8; CFG_LEN];
+        if let Some(now) = self
+            .cfg
+            .lookup(&key, MapFlags::ANY)
+            .map_err(Error::bpf(what))?
+        {
+            let n = now.len().min(CFG_LEN);
+            v[..n].copy_from_slice(&now[..n]);
+        }
+        edit(&mut v);
         self.cfg
-            .update(&0u32.to_ne_bytes(), &v, MapFlags::ANY)
-            .map_err(Error::bpf("setting the ephemeral port range"))
+            .update(&key, &v, MapFlags::ANY)
+            .map_err(Error::bpf(what))
     }
 
     /// Counters of `queue`, summed over CPUs.

@@ -407,6 +407,35 @@ fn unknown_interface_too_many_queues_and_no_native_xdp() {
 }
 
 #[test]
+fn an_active_service_without_its_ports_reserved_is_refused() {
+    if !require_root("an_active_service_without_its_ports_reserved_is_refused") {
+        return;
+    }
+    // The bed reserves flowlane's outgoing range; a host that does not is
+    // told to, before anything is attached.
+    let bed = Bed::up("rsv", 1);
+    let o = in_ns(
+        &bed.ns,
+        &["sysctl", "-qw", "net.ipv4.ip_local_reserved_ports="],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let bin = flowlane_bin();
+    let o = in_ns(
+        &bed.ns,
+        &[
+            bin.to_str().unwrap(),
+            "bulk-source",
+            "--iface",
+            "xsk0",
+            "--connect",
+            "10.99.0.2:9",
+        ],
+    );
+    one_line_error(&o, "net.ipv4.ip_local_reserved_ports");
+    assert!(!xdp_attached(&bed.ns, "xsk0"), "nothing left attached");
+}
+
+#[test]
 fn delay_line_misuse() {
     let o = flowlane(&["testbed", "delay", "--bed", "x", "--ms", "soon"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));

@@ -14,7 +14,7 @@ mod tcp_common;
 
 use std::process::Command;
 
-use flowlane_tests::{require_root, text, Bed};
+use flowlane_tests::{in_ns, require_root, text, Bed};
 use tcp_common::*;
 
 const ECHO_CLIENT: &str = r#"
@@ -507,4 +507,75 @@ fn time_wait_entries_expire() {
     assert_eq!(t["passive_opens"], n, "{t}");
     assert_eq!(t["closed"], n, "{t}");
     assert_eq!(t["connections"], 0, "TIME-WAIT entries expired: {t}");
+}
+
+/// A kernel server on the interface's secondary address, on a port
+/// flowlane serves on its own address: its client reaches it (the steering
+/// program took every frame to that port, whatever the address, and
+/// flowlane dropped them as not its own).
+const KERNEL_ON_SECONDARY: &str = r#"
+import socket, sys, threading
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind((sys.argv[1], 7))
+l.listen()
+print('ready', flush=True)
+c, _ = l.accept()
+c.sendall(b'kernel:' + c.recv(100))
+c.close()
+"#;
+
+const CLIENT_OF: &str = r#"
+import socket, sys
+s = socket.create_connection((sys.argv[1], 7), timeout=5)
+s.sendall(b'hi')
+s.shutdown(socket.SHUT_WR)
+got = b''
+while True:
+    d = s.recv(100)
+    if not d:
+        break
+    got += d
+print(got.decode())
+"#;
+
+#[test]
+fn the_kernel_keeps_the_interface_s_other_addresses() {
+    if !require_root("the_kernel_keeps_the_interface_s_other_addresses") {
+        return;
+    }
+    let bed = Bed::up("tsec", 1);
+    let add = in_ns(
+        &bed.ns,
+        &["ip", "addr", "add", "10.99.0.11/24", "dev", "xsk0"],
+    );
+    assert!(add.status.success(), "{}", text(&add));
+    let app = start(&bed, &["echo-server", "--port", "7"], 120);
+    let kernel = std::process::Command::new("ip")
+        .args(["netns", "exec", &bed.ns, "timeout", "60", "python3", "-c"])
+        .args([KERNEL_ON_SECONDARY, "10.99.0.11"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    /// Stopped however the test ends.
+    struct Reaped(std::process::Child);
+    impl Drop for Reaped {
+        fn drop(&mut self) {
+            flowlane_tests::kill_and_reap(&mut self.0);
+        }
+    }
+    let mut kernel = Reaped(kernel);
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(kernel.0.stdout.as_mut().unwrap()),
+        &mut ready,
+    )
+    .unwrap();
+    assert_eq!(ready.trim(), "ready");
+    let out = peer_py(&bed, 30, CLIENT_OF, &["10.99.0.11"]);
+    assert_eq!(out.trim(), "kernel:hi", "the kernel's server answers");
+    let out = peer_py(&bed, 30, CLIENT_OF, &["10.99.0.1"]);
+    assert_eq!(out.trim(), "hi", "flowlane's echo answers");
+    drop(kernel);
+    app.stop();
 }

@@ -2,15 +2,18 @@
 /*
  * flowlane's XDP steering program.
  *
- * flowlane shares its interface and IP addresses with the kernel and owns only
- * its ports: the listening ports in `fl_ports` and the ephemeral range in
- * `fl_cfg` (the kernel is told to leave that range alone through
- * net.ipv4.ip_local_reserved_ports). Frames addressed to those ports go to the
- * AF_XDP socket of the receive queue they arrived on (XSKMAP indexed by
- * rx_queue_index), and so do the path MTU signals about flowlane's TCP
- * segments (ICMPv4 fragmentation needed, ICMPv6 packet too big, quoting a
- * segment from one of those ports); everything else (ARP, NDP, other ICMP,
- * other ports, IP fragments) is passed to the kernel unchanged.
+ * flowlane shares its interface with the kernel and owns only its ports on its
+ * addresses: the listening ports in `fl_ports` and the ephemeral range in
+ * `fl_cfg` (the kernel must leave that range alone: the data path refuses to
+ * start unless net.ipv4.ip_local_reserved_ports holds it), on the IPv4 and
+ * IPv6 addresses in `fl_cfg` where they are set (frames to the interface's
+ * other addresses, secondary or link-local, are the kernel's). Frames
+ * addressed to those ports go to the AF_XDP socket of the receive queue they
+ * arrived on (XSKMAP indexed by rx_queue_index), and so do the path MTU
+ * signals about flowlane's TCP segments (ICMPv4 fragmentation needed in IPv4,
+ * ICMPv6 packet too big in IPv6, quoting a segment from one of those ports);
+ * everything else (ARP, NDP, other ICMP, other ports and addresses, IP
+ * fragments, queues beyond the XSKMAP) is passed to the kernel unchanged.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -27,8 +30,14 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 struct fl_cfg {
 	__u16 eph_lo;   /* first port of flowlane's ephemeral range, 0 = none */
 	__u16 eph_hi;   /* last port (inclusive) */
-	__u32 flags;
+	__u32 flags;    /* FL_DST_V4, FL_DST_V6 */
+	__be32 v4;      /* flowlane's IPv4 address, with FL_DST_V4 */
+	__u8 v6[16];    /* flowlane's IPv6 address, with FL_DST_V6 */
 };
+
+/* Only frames to `v4` (`v6`) are flowlane's; without the flag, any address. */
+#define FL_DST_V4 1
+#define FL_DST_V6 2
 
 struct fl_port_key {
 	__u8 proto;     /* IPPROTO_TCP or IPPROTO_UDP */
@@ -81,15 +90,30 @@ static __always_inline void count(__u32 queue, __u32 stat)
 		*v += 1;
 }
 
-static __always_inline int is_ours(__u8 proto, __u16 port)
+static __always_inline struct fl_cfg *config(void)
 {
 	__u32 zero = 0;
-	struct fl_cfg *cfg = bpf_map_lookup_elem(&fl_cfg, &zero);
+
+	return bpf_map_lookup_elem(&fl_cfg, &zero);
+}
+
+static __always_inline int is_ours(struct fl_cfg *cfg, __u8 proto, __u16 port)
+{
 	struct fl_port_key key = { .proto = proto, .pad = 0, .port = port };
 
 	if (cfg && cfg->eph_lo != 0 && port >= cfg->eph_lo && port <= cfg->eph_hi)
 		return 1;
 	return bpf_map_lookup_elem(&fl_ports, &key) != 0;
+}
+
+/* Whether the IPv6 address at `a` (in the packet) is `b` (four words: no
+ * memcmp call in BPF). */
+static __always_inline int same_v6(const void *a, const __u8 *b)
+{
+	const __u32 *x = a;
+	const __u32 *y = (const __u32 *)b;
+
+	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2] && x[3] == y[3];
 }
 
 /*
@@ -99,7 +123,7 @@ static __always_inline int is_ours(__u8 proto, __u16 port)
  * whose source port is ours. The quote is validated against the connection
  * by flowlane (RFC 5927), not here.
  */
-static __always_inline int quotes_our_tcp(void *icmp, void *data_end, int v6)
+static __always_inline int quotes_our_tcp(struct fl_cfg *cfg, void *icmp, void *data_end, int v6)
 {
 	__u8 *h = icmp;
 	void *quote = icmp + 8;
@@ -129,7 +153,7 @@ static __always_inline int quotes_our_tcp(void *icmp, void *data_end, int v6)
 	}
 	if (proto != IPPROTO_TCP || tcp + 8 > data_end)
 		return 0;
-	return is_ours(IPPROTO_TCP, bpf_ntohs(*(__u16 *)tcp));
+	return is_ours(cfg, IPPROTO_TCP, bpf_ntohs(*(__u16 *)tcp));
 }
 
 SEC("xdp")
@@ -142,6 +166,12 @@ int flowlane_steer(struct xdp_md *ctx)
 	__u8 proto;
 	void *l4;
 
+	struct fl_cfg *cfg = config();
+	int v6;
+
+	/* No XSKMAP slot (nor counter) for such a queue: the kernel's. */
+	if (queue >= FL_MAX_QUEUES)
+		return XDP_PASS;
 	if ((void *)(eth + 1) > data_end)
 		goto pass;
 
@@ -150,6 +180,8 @@ int flowlane_steer(struct xdp_md *ctx)
 		__u32 ihl;
 
 		if ((void *)(ip + 1) > data_end)
+			goto pass;
+		if (cfg && (cfg->flags & FL_DST_V4) && ip->daddr != cfg->v4)
 			goto pass;
 		ihl = ip->ihl * 4;
 		if (ihl < sizeof(*ip))
@@ -160,20 +192,26 @@ int flowlane_steer(struct xdp_md *ctx)
 			goto pass;
 		proto = ip->protocol;
 		l4 = (void *)ip + ihl;
+		v6 = 0;
 	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr *ip6 = (void *)(eth + 1);
 
 		if ((void *)(ip6 + 1) > data_end)
 			goto pass;
+		if (cfg && (cfg->flags & FL_DST_V6) && !same_v6(&ip6->daddr, cfg->v6))
+			goto pass;
 		/* Extension headers are left to the kernel. */
 		proto = ip6->nexthdr;
 		l4 = ip6 + 1;
+		v6 = 1;
 	} else {
 		goto pass;
 	}
 
-	if (proto == IPPROTO_ICMP || proto == IPPROTO_ICMPV6) {
-		if (quotes_our_tcp(l4, data_end, proto == IPPROTO_ICMPV6))
+	/* ICMP of the packet's own IP version only (ICMPv6 in IPv4, or ICMPv4
+	 * in IPv6, is no path MTU signal: the kernel's). */
+	if (proto == (v6 ? IPPROTO_ICMPV6 : IPPROTO_ICMP)) {
+		if (quotes_our_tcp(cfg, l4, data_end, v6))
 			goto redirect;
 		goto pass;
 	}
@@ -182,7 +220,7 @@ int flowlane_steer(struct xdp_md *ctx)
 	/* Both TCP and UDP carry the destination port at offset 2. */
 	if (l4 + 4 > data_end)
 		goto pass;
-	if (!is_ours(proto, bpf_ntohs(*(__u16 *)(l4 + 2))))
+	if (!is_ours(cfg, proto, bpf_ntohs(*(__u16 *)(l4 + 2))))
 		goto pass;
 
 redirect:
