@@ -130,27 +130,41 @@ impl DelayHooks {
         };
         // Heartbeat 0: a line that never beats never redirects.
         hooks.write_cfg(0, stale)?;
-        hooks.hooks.push(attach(
-            skel.progs.flowlane_delay_return.as_fd(),
-            return_ifindex,
-            TC_INGRESS,
-            "return",
-            true,
-        )?);
-        hooks.hooks.push(attach(
-            skel.progs.flowlane_delay_egress.as_fd(),
-            peer_ifindex,
-            TC_EGRESS,
-            "egress",
-            false,
-        )?);
-        hooks.hooks.push(attach(
-            skel.progs.flowlane_delay_ingress.as_fd(),
-            peer_ifindex,
-            TC_INGRESS,
-            "ingress",
-            false,
-        )?);
+        let progs = [
+            (
+                skel.progs.flowlane_delay_return.as_fd(),
+                return_ifindex,
+                TC_INGRESS,
+                "return",
+                true,
+            ),
+            (
+                skel.progs.flowlane_delay_egress.as_fd(),
+                peer_ifindex,
+                TC_EGRESS,
+                "egress",
+                false,
+            ),
+            (
+                skel.progs.flowlane_delay_ingress.as_fd(),
+                peer_ifindex,
+                TC_INGRESS,
+                "ingress",
+                false,
+            ),
+        ];
+        for (prog, ifindex, point, what, create) in progs {
+            match attach(prog, ifindex, point, what, create) {
+                Ok(h) => hooks.hooks.push(h),
+                Err(e) => {
+                    // None of this line's hooks stays behind.
+                    for mut h in hooks.hooks.drain(..) {
+                        let _ = h.detach();
+                    }
+                    return Err(e);
+                }
+            }
+        }
         Ok(hooks)
     }
 
@@ -191,8 +205,8 @@ impl DelayHooks {
 
     /// Detaches every hook (the clsact qdiscs stay for the other filters).
     pub fn remove(mut self) -> Result<()> {
-        self.pause()?;
-        let mut first_err = None;
+        // Detached whatever the pause said (its error is the one returned).
+        let mut first_err = self.pause().err();
         for mut h in self.hooks.drain(..) {
             if let Err(e) = h.detach() {
                 first_err.get_or_insert(Error::Bpf {

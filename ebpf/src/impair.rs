@@ -160,6 +160,7 @@ pub fn install(ifindex: u32, pin_dir: &Path) -> Result<ImpairMaps> {
     let skel = open
         .load()
         .map_err(Error::bpf("loading the impairment programs"))?;
+    let mut attached: Vec<libbpf_rs::TcHook> = Vec::new();
     for (prog, point, what) in [
         (&skel.progs.flowlane_impair_egress, TC_EGRESS, "egress"),
         (&skel.progs.flowlane_impair_ingress, TC_INGRESS, "ingress"),
@@ -172,14 +173,22 @@ pub fn install(ifindex: u32, pin_dir: &Path) -> Result<ImpairMaps> {
             .hook(point);
         // The RSS emulator made the clsact qdisc already; create it only when
         // attaching finds none.
-        if hook.attach().is_err() {
-            hook.create().map_err(Error::bpf(format!(
-                "creating the clsact qdisc on ifindex {ifindex}"
-            )))?;
-            hook.attach().map_err(Error::bpf(format!(
-                "attaching the impairment at tc {what} of ifindex {ifindex}"
-            )))?;
+        let done = hook.attach().is_ok() || (hook.create().is_ok() && hook.attach().is_ok());
+        if !done {
+            // Nothing half-installed stays: pins that a later `install`
+            // would take for a working impairment, or the other hook.
+            for mut h in attached {
+                let _ = h.detach();
+            }
+            for name in [PIN_CFG, PIN_STATS] {
+                let _ = std::fs::remove_file(pin_dir.join(name));
+            }
+            return Err(Error::Invalid(format!(
+                "attaching the impairment at tc {what} of ifindex {ifindex} failed (is the \
+                 interface there, with a clsact qdisc or room for one?)"
+            )));
         }
+        attached.push(hook);
     }
     ImpairMaps::open(pin_dir)
         .ok_or_else(|| Error::Invalid("the impairment maps were not pinned".into()))

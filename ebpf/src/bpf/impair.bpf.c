@@ -24,6 +24,7 @@
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/ip.h>
+#include <linux/ipv6.h>
 #include <linux/in.h>
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
@@ -89,7 +90,7 @@ static __always_inline __u32 fold(__u32 sum)
  * completes it after this hook (skb_checksum_help) — over the corrupted
  * bytes, which would hide the corruption. netem completes the checksum
  * before corrupting; BPF cannot, so when the field equals the pseudo-header
- * sum (IPv4), the flip is compensated in that field so that the completed
+ * sum (TCP over IPv4 or IPv6), the flip is compensated in that field so that the completed
  * checksum is the one of the original bytes, as a corrupting wire would
  * deliver it. The test bed caps gso_max_segs at 1 while impairing, so the
  * skb here is one wire packet. Sums are over 16-bit words as loaded from the packet, which
@@ -106,30 +107,56 @@ static __always_inline int corrupt(struct __sk_buff *skb, __u32 l3, __u32 dir)
 	if (bpf_skb_store_bytes(skb, off, &new, 1, 0))
 		return -1;
 
-	if (skb->protocol == bpf_htons(ETH_P_IP)) {
-		struct iphdr ip;
+	/* Only the kernel's TCP at the peer's egress hands tc a
+	 * CHECKSUM_PARTIAL skb (tcp_v4_send_check and tcp_v6_send_check
+	 * always do; UDP completes its checksum in software on a device
+	 * without TX checksumming, and frames arriving at ingress are
+	 * complete). Deciding by the field's value alone would, once in 65536
+	 * complete checksums, "compensate" one and hide the flip. */
+	if (dir != DIR_EGRESS)
+		return 0;
+	{
 		__u32 l4, csum_off, sum;
 		__u16 field, l4_len;
 
-		if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip, sizeof(ip)))
+		if (skb->protocol == bpf_htons(ETH_P_IP)) {
+			struct iphdr ip;
+
+			if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip, sizeof(ip)))
+				return 0;
+			if (ip.protocol != IPPROTO_TCP)
+				return 0;
+			l4 = ETH_HLEN + ip.ihl * 4;
+			l4_len = bpf_ntohs(ip.tot_len) - ip.ihl * 4;
+			sum = (ip.saddr & 0xffff) + (ip.saddr >> 16) + (ip.daddr & 0xffff) +
+			      (ip.daddr >> 16);
+		} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+			struct ipv6hdr ip6;
+			int i;
+
+			if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip6, sizeof(ip6)))
+				return 0;
+			/* Extension headers: not corrupted in step with a checksum. */
+			if (ip6.nexthdr != IPPROTO_TCP)
+				return 0;
+			l4 = ETH_HLEN + sizeof(ip6);
+			l4_len = bpf_ntohs(ip6.payload_len);
+			sum = 0;
+#pragma unroll
+			for (i = 0; i < 8; i++)
+				sum += ip6.saddr.in6_u.u6_addr16[i] + ip6.daddr.in6_u.u6_addr16[i];
+		} else {
 			return 0;
-		l4 = ETH_HLEN + ip.ihl * 4;
-		/* Only the kernel's TCP at the peer's egress hands tc a
-		 * CHECKSUM_PARTIAL skb (tcp_v4_send_check always does; UDP
-		 * completes its checksum in software on a device without TX
-		 * checksumming, and frames arriving at ingress are complete).
-		 * Deciding by the field's value alone would, once in 65536
-		 * complete checksums, "compensate" one and hide the flip. */
-		if (dir != DIR_EGRESS || ip.protocol != IPPROTO_TCP)
-			return 0;
+		}
+		/* The pseudo-header's protocol and length words (RFC 9293 §3.1:
+		 * IPv4; RFC 8200 §8.1: IPv6, the same sum for a length under
+		 * 65536). */
+		sum += bpf_htons((__u16)IPPROTO_TCP) + bpf_htons(l4_len);
 		csum_off = l4 + 16;
 		if (off < l4 || off == csum_off || off == csum_off + 1)
 			return 0;
 		if (bpf_skb_load_bytes(skb, csum_off, &field, 2))
 			return 0;
-		l4_len = bpf_ntohs(ip.tot_len) - ip.ihl * 4;
-		sum = (ip.saddr & 0xffff) + (ip.saddr >> 16) + (ip.daddr & 0xffff) +
-		      (ip.daddr >> 16) + bpf_htons((__u16)ip.protocol) + bpf_htons(l4_len);
 		if (field != (__u16)fold(sum))
 			return 0; /* not the pseudo-header sum: already complete */
 		{
