@@ -246,10 +246,17 @@ pub fn parse_interrupts_for(text: &str, dev: &str) -> Result<u64> {
             continue; // ERR:, MIS: and friends have one count and no description
         }
         let desc = fields[ncpu..].join(" ");
-        if desc
-            .split(|c: char| c.is_whitespace())
-            .any(|w| w.contains(dev))
-        {
+        // The device's own name as a word or a dash-separated part of one
+        // (`eth1`, `eth1-TxRx-0`, `i40e-eth1-TxRx-0`), or a PCI address at
+        // a word's end (`mlx5_comp0@pci:0000:3b:00.0`); not a longer name
+        // that starts like it (`eth10-TxRx-0`).
+        let names_dev = |w: &str| {
+            w == dev
+                || w.split('-').any(|part| part == dev)
+                || w.ends_with(&format!(":{dev}"))
+                || w.ends_with(&format!("@{dev}"))
+        };
+        if desc.split(|c: char| c.is_whitespace()).any(names_dev) {
             for f in &fields[..ncpu] {
                 sum += num(f, "/proc/interrupts")?;
             }
@@ -276,9 +283,14 @@ pub fn parse_snmp_tcp(text: &str) -> Result<TcpSnmp> {
 }
 
 /// The TSC rate from `/proc/cpuinfo`: `cpu MHz` of the first processor, accepted
-/// only when its flags include `tsc` and `constant_tsc`.
+/// only when its flags include `tsc` and `constant_tsc` and not `aperfmperf`
+/// (where the CPU has APERF/MPERF, Linux 4.13 on prints the effective
+/// frequency of the moment there, turbo or idle, not the TSC's). There, the
+/// nominal frequency of the model name (`… @ 2.10GHz`, Intel's, which its
+/// invariant TSC runs at) is taken; without one, the rate is unknown.
 pub fn parse_cpuinfo_tsc(text: &str) -> Result<TscRate> {
     let mut mhz = None;
+    let mut model = None;
     let mut flags: Option<Vec<&str>> = None;
     for line in text.lines() {
         let Some((k, v)) = line.split_once(':') else {
@@ -286,10 +298,11 @@ pub fn parse_cpuinfo_tsc(text: &str) -> Result<TscRate> {
         };
         match k.trim() {
             "cpu MHz" if mhz.is_none() => mhz = v.trim().parse::<f64>().ok(),
+            "model name" if model.is_none() => model = Some(v.trim()),
             "flags" if flags.is_none() => flags = Some(v.split_whitespace().collect()),
             _ => {}
         }
-        if mhz.is_some() && flags.is_some() {
+        if mhz.is_some() && flags.is_some() && model.is_some() {
             break;
         }
     }
@@ -300,6 +313,24 @@ pub fn parse_cpuinfo_tsc(text: &str) -> Result<TscRate> {
     }
     if !has("constant_tsc") {
         bail!("/proc/cpuinfo: TSC not constant (no constant_tsc), cpu MHz is not its rate");
+    }
+    if has("aperfmperf") {
+        let nominal = model.and_then(|m| {
+            let ghz = m.rsplit_once('@')?.1.trim().strip_suffix("GHz")?;
+            ghz.trim().parse::<f64>().ok().filter(|g| *g > 0.0)
+        });
+        return match nominal {
+            Some(ghz) => Ok(TscRate {
+                hz: ghz * 1e9,
+                source: "/proc/cpuinfo model name's nominal frequency (aperfmperf: cpu MHz is \
+                         the effective one)"
+                    .into(),
+            }),
+            None => bail!(
+                "/proc/cpuinfo: cpu MHz is the effective frequency here (aperfmperf) and the \
+                 model name gives no nominal one: the TSC rate is unknown, cycles/byte unavailable"
+            ),
+        };
     }
     let mhz = mhz.ok_or_else(|| anyhow!("/proc/cpuinfo: no cpu MHz"))?;
     let known = if has("tsc_known_freq") {
@@ -393,6 +424,10 @@ Udp: InDatagrams\nUdp: 5\n";
         assert_eq!(parse_interrupts_for(INTERRUPTS, "eth1").unwrap(), 10);
         assert_eq!(parse_interrupts_for(INTERRUPTS, "0000:3b:00.0").unwrap(), 7);
         assert_eq!(parse_interrupts_for(INTERRUPTS, "eth9").unwrap(), 0);
+        // A longer name that starts like it is another device.
+        let more =
+            format!("{INTERRUPTS} 28:        500        500   PCI-MSI 1-edge      eth10-TxRx-0\n");
+        assert_eq!(parse_interrupts_for(&more, "eth1").unwrap(), 10);
     }
 
     #[test]
@@ -414,6 +449,15 @@ processor\t: 1\ncpu MHz\t\t: 1999.000\nflags\t\t: fpu tsc constant_tsc\n";
         let e = parse_cpuinfo_tsc("cpu MHz : 1000\nflags : fpu tsc\n").unwrap_err();
         assert!(e.to_string().contains("constant_tsc"));
         assert!(parse_cpuinfo_tsc("cpu MHz : 1000\nflags : fpu\n").is_err());
+        // With APERF/MPERF, cpu MHz is the effective frequency (here turbo):
+        // the model name's nominal one is the TSC's.
+        let turbo =
+            "model name\t: Intel(R) Xeon(R) Gold 6130 CPU @ 2.10GHz\ncpu MHz\t\t: 3400.000\n\
+flags\t\t: fpu tsc constant_tsc aperfmperf tsc_known_freq\n";
+        assert_eq!(parse_cpuinfo_tsc(turbo).unwrap().hz, 2.1e9);
+        let amd = "model name\t: AMD EPYC 7763 64-Core Processor\ncpu MHz\t\t: 3400.000\n\
+flags\t\t: fpu tsc constant_tsc aperfmperf\n";
+        assert!(parse_cpuinfo_tsc(amd).is_err());
     }
 
     fn fake_root(tag: &str) -> PathBuf {

@@ -100,9 +100,16 @@ fn flowlane_retransmits(report: &serde_json::Value) -> u64 {
         .unwrap_or(0)
 }
 
+/// The sender's threads and connections per thread for `conns`
+/// connections: two threads where they split evenly, else one, so that
+/// exactly `conns` are opened (the cell is labelled with that count).
+fn split(conns: usize) -> (usize, usize) {
+    let threads = if conns >= 2 && conns % 2 == 0 { 2 } else { 1 };
+    (threads, conns / threads)
+}
+
 fn run_cell(c: &CellSpec<'_>) -> Result<CellRun> {
-    let threads = c.conns.min(2);
-    let per = c.conns.div_ceil(threads);
+    let (threads, per) = split(c.conns);
     let (rx_ns, tx_ns, addr) = if c.sends {
         (c.peer_ns, c.ns, "10.99.0.2")
     } else {
@@ -249,5 +256,19 @@ pub(super) fn run_delayed(
     match line.stop() {
         Ok(report) => (r, Some(report)),
         Err(e) => (Err(e), None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cell_opens_exactly_the_connections_it_is_labelled_with() {
+        for c in [1, 2, 3, 5, 16, 10_001] {
+            let (threads, per) = split(c);
+            assert_eq!(threads * per, c, "{c}");
+        }
+        assert_eq!(split(16), (2, 8));
     }
 }

@@ -114,6 +114,9 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
         }),
         "conns",
     )?;
+    if conns.contains(&0) {
+        bail!("--conns: 0 connections is no cell (give counts of 1 or more)");
+    }
     let bufs = sizes(
         a.sizes
             .as_deref()
