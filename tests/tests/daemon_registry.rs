@@ -126,7 +126,7 @@ fn services_register_and_leave_the_registry_when_stopped_or_killed() {
     assert!(one[0].starts_with("bulk-sink/"));
 
     // Killed: its socket file stays, nothing answers on it.
-    drop(sink); // SIGKILL and reap (tcp_common's App)
+    sink.kill();
     assert!(
         dir.join("bulk-sink.sock").exists(),
         "a killed service leaves its socket"

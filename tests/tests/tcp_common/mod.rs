@@ -199,6 +199,14 @@ impl App {
         self.wait_with_stderr(Duration::from_secs(20))
     }
 
+    /// SIGKILL, as a crash: nothing of the service's clean-up runs.
+    pub(crate) fn kill(mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
     fn lines(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.stdout)
             .unwrap_or_default()
