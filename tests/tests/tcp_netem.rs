@@ -149,3 +149,27 @@ fn corrupted_and_hostile_segments_are_dropped_and_counted() {
     assert!(bad + malformed >= 200, "{t}");
     assert!(t["passive_opens"].as_u64().unwrap() >= 1, "{t}");
 }
+
+/// Corruption over IPv6 (the impairment at the peer's egress flips a byte of
+/// the kernel's TCP segments, whose checksums the kernel completes after
+/// it): flowlane's checksum catches every flip, and the transfer arrives
+/// whole (over IPv4 alone, a flip went unseen over IPv6, its checksum
+/// computed over the flipped byte).
+#[test]
+fn ipv6_corruption_is_caught_by_the_checksum() {
+    if !require_root("ipv6_corruption_is_caught_by_the_checksum") {
+        return;
+    }
+    let bed = Bed::up("tc6", 1);
+    let o = flowlane_tests::flowlane(&["testbed", "impair", "--bed", &bed.name, "--corrupt", "2"]);
+    assert!(o.status.success(), "testbed impair: {}", text(&o));
+    let (r, lines) = kernel_to_flowlane_over(&bed, Family::V6, 4 << 20, 150, MODELS[0]);
+    let t = totals(&lines);
+    eprintln!("kernel -> flowlane over IPv6, corrupt 2 %: {r}\ncounters: {t}");
+    assert!(t["bad_tcp_checksum"].as_u64().unwrap() > 0, "{t}");
+    let imp = impair_counters(&bed);
+    assert!(
+        imp["to_flowlane"]["corrupted"].as_u64().unwrap_or(0) > 0,
+        "{imp}"
+    );
+}
