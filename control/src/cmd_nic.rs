@@ -56,9 +56,10 @@ pub(crate) enum NicCmd {
     },
     /// Write the key and/or the indirection table: spread evenly
     /// (`--equal N`), explicit (`--table`), and/or single entries
-    /// (`--entry`, applied last, on the current table if nothing else).
+    /// (`--entry`, applied last, on the current table if nothing else);
+    /// or give the table back to the driver (`--default`).
     #[command(group(clap::ArgGroup::new("change").required(true).multiple(true)
-        .args(["key", "equal", "table", "entry"])))]
+        .args(["key", "equal", "table", "entry", "default"])))]
     SetRss {
         /// Interface name.
         #[arg(long)]
@@ -80,6 +81,11 @@ pub(crate) enum NicCmd {
         /// Put bucket BUCKET on queue QUEUE (repeatable).
         #[arg(long, value_name = "BUCKET=QUEUE", value_parser = bucket_entry)]
         entry: Vec<(usize, u32)>,
+        /// Give the table back to the driver (as `ethtool -X IF default`):
+        /// its default spread over all the rings, no longer marked set by
+        /// hand, so that `ethtool -L` may change the channels again.
+        #[arg(long, conflicts_with_all = ["equal", "table", "entry"])]
+        default: bool,
     },
 }
 
@@ -167,8 +173,20 @@ pub(crate) fn run(cmd: NicCmd) -> Result<()> {
             equal,
             table,
             entry,
+            default,
         } => {
             let nic = EthtoolNic::new(&iface);
+            if default {
+                if let Some(k) = &key {
+                    nic.write(Some(k.as_bytes()), None)?;
+                }
+                let how = nic.reset_table()?;
+                outln!(
+                    "RSS table of {} given back to the driver (through {how})",
+                    nic.name()
+                );
+                return Ok(());
+            }
             let current = if equal.is_some() || !entry.is_empty() {
                 Some(nic.read_for_write()?)
             } else {

@@ -79,7 +79,17 @@ struct Undo {
     /// NAPI threads pinned, with their CPUs before.
     napi_threads: Vec<(u32, Vec<u32>)>,
     /// The RSS table before the even spread.
-    rss_table: Option<Vec<u32>>,
+    rss_table: Option<TableBefore>,
+}
+
+/// An RSS table as it was before the daemon spread it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum TableBefore {
+    /// The driver's default: given back as that, over the rings there are
+    /// by then, not as a table set by hand.
+    Default,
+    /// A table someone set: written back as it was.
+    Set(Vec<u32>),
 }
 
 /// Reads `iface`, plans for one worker per receive queue on `topo` (within
@@ -178,20 +188,40 @@ fn spread_rss(
         even.len()
     ));
     if !dry_run {
-        nic.set_rss(None, Some(&even))?;
-        undo.rss_table = Some(now.table);
+        // The even spread over all the rings is the driver's default: given
+        // back as that, the table stays the driver's (`ethtool -L` may still
+        // change the channels, and the plan is made again).
+        let default = nic.caps()?.default_table();
+        if default == even {
+            nic.reset_table()?;
+        } else {
+            nic.set_rss(None, Some(&even))?;
+        }
+        undo.rss_table = Some(if now.table == default {
+            TableBefore::Default
+        } else {
+            TableBefore::Set(now.table)
+        });
     }
     Ok(())
 }
 
-/// Writes `table` back to `nic`, unless a running service uses it
+/// Puts `before` back on `nic`, unless a running service uses it
 /// (`in_use`: it may have moved buckets since); one line saying which.
-fn put_back_rss(nic: &impl RssNic<Error = anyhow::Error>, table: &[u32], in_use: bool) -> String {
+fn put_back_rss(
+    nic: &impl RssNic<Error = anyhow::Error>,
+    before: &TableBefore,
+    in_use: bool,
+) -> String {
     let iface = nic.name();
     if in_use {
         return format!("left {iface}'s RSS table as it is: a running service uses {iface}");
     }
-    match nic.set_rss(None, Some(table)) {
+    let put = match before {
+        TableBefore::Default => nic.reset_table(),
+        TableBefore::Set(table) => nic.set_rss(None, Some(table)),
+    };
+    match put {
         Ok(()) => format!("put {iface}'s RSS table back"),
         Err(e) => format!("{iface}'s RSS table not put back: {e:#}"),
     }
@@ -454,8 +484,8 @@ impl Undo {
                 });
             }
         }
-        if let Some(table) = self.rss_table {
-            said.push(put_back_rss(&EthtoolNic::new(iface), &table, in_use));
+        if let Some(before) = self.rss_table {
+            said.push(put_back_rss(&EthtoolNic::new(iface), &before, in_use));
         }
         said
     }
@@ -465,21 +495,27 @@ impl Undo {
 mod tests {
     use super::*;
     use flowlane_numa_sched::{RssCaps, RssSettings};
-    use std::cell::RefCell;
+    use std::cell::{Cell, RefCell};
 
-    /// A NIC's RSS in memory: its table, the tables written to it, and
-    /// whether writes fail (a driver that refuses).
+    /// A NIC's RSS in memory: its rings, its table, the tables written to
+    /// it, whether the table is marked set by hand (Linux's
+    /// `IFF_RXFH_CONFIGURED`), and whether writes fail (a driver that
+    /// refuses).
     struct MemoryNic {
+        rings: Cell<u32>,
         table: RefCell<Vec<u32>>,
         writes: RefCell<Vec<Vec<u32>>>,
+        configured: Cell<bool>,
         refuse: bool,
     }
 
     impl MemoryNic {
         fn new(table: Vec<u32>) -> Self {
             MemoryNic {
+                rings: Cell::new(4),
                 table: RefCell::new(table),
                 writes: RefCell::new(Vec::new()),
+                configured: Cell::new(false),
                 refuse: false,
             }
         }
@@ -492,7 +528,7 @@ mod tests {
         }
         fn caps(&self) -> Result<RssCaps> {
             Ok(RssCaps {
-                queues: 4,
+                queues: self.rings.get(),
                 key_len: 40,
                 table_size: self.table.borrow().len(),
             })
@@ -507,8 +543,19 @@ mod tests {
             assert!(key.is_none(), "the plan writes no key");
             anyhow::ensure!(!self.refuse, "Operation not supported");
             let table = table.expect("a table");
+            anyhow::ensure!(
+                table.iter().all(|&q| q < self.rings.get()),
+                "Invalid argument"
+            );
             self.writes.borrow_mut().push(table.to_vec());
             *self.table.borrow_mut() = table.to_vec();
+            self.configured.set(true);
+            Ok(())
+        }
+        fn reset_table(&self) -> Result<()> {
+            anyhow::ensure!(!self.refuse, "Operation not supported");
+            *self.table.borrow_mut() = self.caps()?.default_table();
+            self.configured.set(false);
             Ok(())
         }
     }
@@ -518,24 +565,51 @@ mod tests {
         // Every bucket on queue 0 (what `ethtool -X eth0 equal 1` leaves).
         let before = vec![0u32; 16];
         let nic = MemoryNic::new(before.clone());
+        nic.configured.set(true);
         let (mut changes, mut undo) = (Vec::new(), Undo::default());
         spread_rss(&nic, 4, false, &mut changes, &mut undo).unwrap();
         let even: Vec<u32> = (0..16).map(|b| b % 4).collect();
         assert_eq!(*nic.table.borrow(), even);
+        assert!(
+            nic.writes.borrow().is_empty() && !nic.configured.get(),
+            "the even spread over all the rings is the driver's default: a reset"
+        );
         assert_eq!(
             changes,
             ["spread the RSS table evenly over 4 queues (12 of 16 entries)"]
         );
-        assert_eq!(undo.rss_table.as_deref(), Some(&before[..]));
+        assert_eq!(undo.rss_table, Some(TableBefore::Set(before.clone())));
         // On exit, with no service on the NIC: the table as it was.
         let line = put_back_rss(&nic, undo.rss_table.as_ref().unwrap(), false);
         assert_eq!(line, "put mem0's RSS table back");
         assert_eq!(*nic.table.borrow(), before);
+        assert!(
+            nic.configured.get(),
+            "set by hand before, set by hand again"
+        );
         // With one: left as the service has it (buckets may have moved).
         spread_rss(&nic, 4, false, &mut Vec::new(), &mut Undo::default()).unwrap();
-        let line = put_back_rss(&nic, &before, true);
+        let line = put_back_rss(&nic, &TableBefore::Set(before), true);
         assert!(line.starts_with("left mem0's RSS table as it is"), "{line}");
         assert_eq!(*nic.table.borrow(), even);
+    }
+
+    #[test]
+    fn a_default_table_goes_back_as_the_default_over_the_rings_there_are_then() {
+        // Four rings and their default table; the plan wants two queues.
+        let nic = MemoryNic::new((0..8).map(|b| b % 4).collect());
+        let (mut changes, mut undo) = (Vec::new(), Undo::default());
+        spread_rss(&nic, 2, false, &mut changes, &mut undo).unwrap();
+        assert_eq!(*nic.table.borrow(), [0, 1, 0, 1, 0, 1, 0, 1]);
+        assert!(nic.configured.get(), "not the default: written");
+        assert_eq!(undo.rss_table, Some(TableBefore::Default));
+        // The channels went down to two meanwhile: the old table would
+        // name rings that are gone; the default is over the two.
+        nic.rings.set(2);
+        let line = put_back_rss(&nic, undo.rss_table.as_ref().unwrap(), false);
+        assert_eq!(line, "put mem0's RSS table back");
+        assert_eq!(*nic.table.borrow(), [0, 1, 0, 1, 0, 1, 0, 1]);
+        assert!(!nic.configured.get(), "the driver's own again");
     }
 
     #[test]
@@ -566,7 +640,7 @@ mod tests {
         assert!(format!("{e:#}").contains("not supported"), "{e:#}");
         assert!(undo.rss_table.is_none());
         assert_eq!(*nic.table.borrow(), vec![0; 8]);
-        let line = put_back_rss(&nic, &[1; 8], false);
+        let line = put_back_rss(&nic, &TableBefore::Set(vec![1; 8]), false);
         assert!(
             line.starts_with("mem0's RSS table not put back: "),
             "{line}"

@@ -61,6 +61,15 @@ pub enum RssSettingsError {
 }
 
 impl RssCaps {
+    /// The table a driver starts with: entry `i` on queue `i % queues`
+    /// (Linux's `ethtool_rxfh_indir_default`), what
+    /// [`RssNic::reset_table`] puts back.
+    #[must_use]
+    pub fn default_table(&self) -> Vec<u32> {
+        let queues = self.queues.max(1);
+        (0..self.table_size).map(|i| i as u32 % queues).collect()
+    }
+
     /// Checks a key and/or table against these capabilities (each `None`
     /// is left as it is and not checked).
     ///
@@ -122,6 +131,21 @@ pub trait RssNic {
     /// When a setting does not fit the NIC, or the NIC refuses it.
     fn set_rss(&self, key: Option<&[u8]>, table: Option<&[u32]>) -> Result<(), Self::Error>;
 
+    /// Gives the table back to the driver: its default, entry `i` on
+    /// queue `i % queues` (Linux's `ethtool_rxfh_indir_default`). The
+    /// default writes that table; a NIC that tells a table set by hand from
+    /// its default (Linux's `IFF_RXFH_CONFIGURED`: fewer channels than the
+    /// table uses are then refused, and the driver no longer spreads the
+    /// table over new ones) overrides it to reset, so that the NIC is as if
+    /// no one had set its table.
+    ///
+    /// # Errors
+    /// As [`RssNic::caps`] and [`RssNic::set_rss`].
+    fn reset_table(&self) -> Result<(), Self::Error> {
+        let table = self.caps()?.default_table();
+        self.set_rss(None, Some(&table))
+    }
+
     /// Points single entries of the indirection table at new queues, as
     /// `(bucket, queue)` pairs (a rebalancer's moves); entries beyond the
     /// table are ignored. The default reads the table and writes it whole;
@@ -149,6 +173,13 @@ mod tests {
         key_len: 40,
         table_size: 8,
     };
+
+    #[test]
+    fn the_default_table_is_round_robin_over_the_queues() {
+        assert_eq!(CAPS.default_table(), [0, 1, 2, 3, 0, 1, 2, 3]);
+        let none = RssCaps { queues: 0, ..CAPS };
+        assert_eq!(none.default_table(), [0; 8], "no queue: all on queue 0");
+    }
 
     #[test]
     fn fitting_settings_pass() {

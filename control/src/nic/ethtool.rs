@@ -121,6 +121,26 @@ impl EthtoolNic {
                 self.ifname
             );
         }
+        self.send(table, key)
+    }
+
+    /// Gives the table back to the driver (`ethtool -X IF default`): the
+    /// default spread over the NIC's rings, no longer marked set by the
+    /// user (`IFF_RXFH_CONFIGURED`, which refuses fewer channels than the
+    /// table uses and stops a driver re-spreading it for more). An empty
+    /// `ETHTOOL_A_RSS_INDIR` on netlink (net/ethtool/rss.c,
+    /// `rss_set_prep_indir`), `indir_size` 0 on the ioctls.
+    ///
+    /// # Errors
+    /// The NIC has no RSS table, or the kernel refused.
+    pub(crate) fn reset_table(&self) -> anyhow::Result<Mechanism> {
+        self.read_for_write()?;
+        self.send(Some(&[]), None)
+    }
+
+    /// Sends `table` and/or `key` as they are: `RSS_SET` where the family
+    /// has it, the ioctls where it does not or refuses in a way they may not.
+    fn send(&self, table: Option<&[u32]>, key: Option<&[u8]>) -> anyhow::Result<Mechanism> {
         let genl = self.genl();
         let mut netlink_said = None;
         if let (Some(g), Mechanism::Netlink) =
@@ -185,6 +205,10 @@ impl RssNic for EthtoolNic {
 
     fn set_rss(&self, key: Option<&[u8]>, table: Option<&[u32]>) -> anyhow::Result<()> {
         self.write(key, table).map(|_| ())
+    }
+
+    fn reset_table(&self) -> anyhow::Result<()> {
+        EthtoolNic::reset_table(self).map(|_| ())
     }
 }
 

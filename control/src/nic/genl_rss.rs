@@ -349,6 +349,11 @@ mod tests {
         );
         assert_eq!(key_only.len(), 16 + 4 + 16 + 8);
         assert_eq!(&key_only[36..40], &[0x08, 0, 0x05, 0]);
+        // An empty table: an INDIR attribute with no entries, the reset to
+        // the driver's default.
+        let reset = bytes(RssMessage::set("eth0", Some(&[]), None), 10, NLM_F_REQUEST);
+        assert_eq!(reset.len(), 16 + 4 + 16 + 4);
+        assert_eq!(&reset[36..40], &[0x04, 0, 0x04, 0]);
     }
 
     /// An `RSS_GET_REPLY` as the kernel writes it: a header with the

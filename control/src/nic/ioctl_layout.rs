@@ -227,7 +227,8 @@ const ETH_RXFH_INDIR_NO_CHANGE: u32 = 0xffff_ffff;
 /// `indir_size` is then `ETH_RXFH_INDIR_NO_CHANGE`, for which every kernel
 /// reads the key there (net/ethtool/ioctl.c counts the table's bytes only
 /// for a size other than that; the gap kernels before 6.11 left was for
-/// size 0, a reset, which this never sends). The table is left as it is:
+/// size 0 with a key, which this never sends: an empty table, size 0, is
+/// the reset to the driver's default, sent alone). The table is left as it is:
 /// not rewritten from a read that a bucket move may have made stale, and
 /// not marked configured by the user (`IFF_RXFH_CONFIGURED`, which then
 /// refuses fewer channels and stops a driver re-spreading for more).
@@ -442,6 +443,10 @@ mod tests {
                 0xaa, 0xbb, 0xcc, // key
             ]
         );
+        // An empty table: size 0, the reset to the driver's default.
+        let req = rssh_set_request(Some(&[]), None, 0);
+        assert_eq!(req.len(), RXFH_LEN);
+        assert_eq!(&req[8..16], [0; 8], "indir_size 0, key_size 0");
     }
 
     #[test]
