@@ -362,7 +362,10 @@ impl HeldFrames {
 
     /// Gives the frame in `slot` back (its last byte was read, or its
     /// connection went): the worker refills the fill ring with it. A slot
-    /// that holds nothing is ignored.
+    /// that holds no kept frame is ignored: a vacant one, one released
+    /// already, and the frame being handed to `on_rx_frame` if it was not
+    /// kept (the worker frees that one after the call whatever is said
+    /// here).
     pub fn release(&mut self, slot: u32) {
         let Some(s) = self.slots.get_mut(slot as usize) else {
             return;
