@@ -509,6 +509,118 @@ fn time_wait_entries_expire() {
     assert_eq!(t["connections"], 0, "TIME-WAIT entries expired: {t}");
 }
 
+/// Two connections to `argv[1]:argv[2]`: one that sends `argv[3]` (`-`:
+/// nothing) and then nothing more, one that sends a byte every 0.4 s for 5 s
+/// (and reads its echo where there is one, `argv[4]`). Prints how the quiet
+/// one ended, and after how many seconds, and `busy ok` if the busy one was
+/// never closed.
+const IDLE_CLIENT: &str = r#"
+import socket, sys, time
+addr = (sys.argv[1], int(sys.argv[2]))
+quiet = socket.create_connection(addr, timeout=20)
+if sys.argv[3] != '-':
+    quiet.sendall(sys.argv[3].encode())
+t = time.monotonic()
+busy = socket.create_connection(addr, timeout=5)
+echo = sys.argv[4] == 'echo'
+for _ in range(13):
+    busy.sendall(b'x')
+    if echo:
+        assert busy.recv(10) == b'x'
+    time.sleep(0.4)
+busy.close()
+print('busy ok')
+try:
+    while True:
+        d = quiet.recv(100)
+        if not d:
+            print('fin', round(time.monotonic() - t))
+            break
+except ConnectionResetError:
+    print('rst', round(time.monotonic() - t))
+"#;
+
+/// `--idle-timeout 2`: a connection that moves no byte for 2 s is closed
+/// by each server (echo: FIN, in every execution model; HTTP in the middle
+/// of a request and the bulk sink in the middle of a transfer: a reset),
+/// one that keeps moving bytes is not, and the summary counts the closes.
+#[test]
+fn idle_connections_are_closed_and_busy_ones_are_not() {
+    if !require_root("idle_connections_are_closed_and_busy_ones_are_not") {
+        return;
+    }
+    let bed = Bed::up("tid", 2);
+    type Case<'a> = (
+        &'a [&'a str],
+        &'a str,
+        &'a str,
+        &'a str,
+        &'a [&'a [&'a str]],
+    );
+    let cases: Vec<Case<'_>> = vec![
+        (
+            &["echo-server", "--port", "7"],
+            "7",
+            "hi",
+            "fin",
+            &MODELS[..],
+        ),
+        (
+            &["http-server", "--port", "80"],
+            "80",
+            "GET / HTTP/1.1\r\n",
+            "rst",
+            &MODELS[..1],
+        ),
+        (
+            &["bulk-sink", "--port", "5001"],
+            "5001",
+            "bytes",
+            "rst",
+            &MODELS[..1],
+        ),
+    ];
+    for (args, port, send, end, models) in cases {
+        for model in models {
+            let what = format!("{} {}", args[0], model.join(" "));
+            let args = [args, &["--idle-timeout", "2"][..]].concat();
+            let app = start(&bed, &in_model(&args, model), 60);
+            let kind = if args[0] == "echo-server" {
+                "echo"
+            } else {
+                "-"
+            };
+            let out = peer_py(&bed, 40, IDLE_CLIENT, &["10.99.0.1", port, send, kind]);
+            let lines: Vec<&str> = out.lines().collect();
+            assert_eq!(lines[0], "busy ok", "{what}: {out}");
+            let (how, secs) = lines[1].split_once(' ').unwrap();
+            assert_eq!(how, end, "{what}: {out}");
+            // Idle from about when the busy connection opened; its 5 s
+            // include the 2 s and the once-a-second look.
+            let secs: u64 = secs.parse().unwrap();
+            assert!((2..=6).contains(&secs), "{what}: {out}");
+            // The sink exits 1 when a transfer failed: the idle one did.
+            let all = if args[0] == "bulk-sink" {
+                app.stop_failed()
+            } else {
+                app.stop()
+            };
+            let summary = all.iter().find(|v| v["event"] == "summary").unwrap();
+            assert_eq!(
+                summary["application"]["idle_closed"], 1,
+                "{what}: {summary}"
+            );
+            if args[0] == "bulk-sink" {
+                let reported = all
+                    .iter()
+                    .find(|v| v["event"] == "sink" && v["close"] == "IdleTimeout")
+                    .unwrap_or_else(|| panic!("no idle transfer in {all:?}"));
+                assert_eq!(reported["bytes"], 5, "{reported}");
+            }
+        }
+    }
+}
+
 /// A kernel server on the interface's secondary address, on a port
 /// flowlane serves on its own address: its client reaches it (the steering
 /// program took every frame to that port, whatever the address, and

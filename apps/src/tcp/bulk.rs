@@ -2,7 +2,9 @@
 //! finished transfer.
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::Sender;
+use std::sync::Arc;
 use std::time::Duration;
 
 use flowlane_app::conn_state::{export_entry, import_entry};
@@ -13,6 +15,7 @@ use flowlane_dataplane::cpu_time::thread_cpu_ns;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+use super::idle::{IdleCounters, IdleSweep};
 use super::AllowFrom;
 
 struct Transfer {
@@ -21,6 +24,8 @@ struct Transfer {
     bytes: u64,
     hasher: Option<Sha256>,
     start: Duration,
+    /// When the last byte came (or the connection opened).
+    active: Duration,
     cpu_start: u64,
     /// The connection's TCP figures when the last byte was handed to the
     /// stack: what the result says if none can be had at the end (a kernel
@@ -35,6 +40,7 @@ impl Transfer {
             bytes: 0,
             hasher: hash.then(Sha256::new),
             start: net.now(),
+            active: net.now(),
             cpu_start: thread_cpu_ns(),
             last_info: None,
         }
@@ -70,23 +76,36 @@ impl Transfer {
     }
 }
 
-/// Reads everything, hashing it; reports each transfer at end of stream.
+/// Reads everything, hashing it; reports each transfer at end of stream,
+/// or when it went `--idle-timeout` without a byte (reset, not `ok`).
 pub(super) struct Sink {
     hash: bool,
     conns: ConnMap<Transfer>,
     done: Sender<Value>,
     allow: AllowFrom,
+    idle: IdleSweep,
+    counters: Arc<IdleCounters>,
 }
 
 impl Sink {
     /// Reports each finished transfer on `done`; hashes the bytes if
-    /// `hash`; takes connections from the peers `allow` names.
-    pub(super) fn new(hash: bool, done: Sender<Value>, allow: AllowFrom) -> Sink {
+    /// `hash`; takes connections from the peers `allow` names; resets
+    /// those idle for `idle_timeout` (counted in `counters`, shared by the
+    /// cores).
+    pub(super) fn new(
+        hash: bool,
+        done: Sender<Value>,
+        allow: AllowFrom,
+        idle_timeout: Option<Duration>,
+        counters: Arc<IdleCounters>,
+    ) -> Sink {
         Sink {
             hash,
             conns: ConnMap::new(),
             done,
             allow,
+            idle: IdleSweep::new(idle_timeout),
+            counters,
         }
     }
 }
@@ -117,6 +136,7 @@ impl ConnHandler for Sink {
                 _ => break,
             };
             t.bytes += n as u64;
+            t.active = net.now();
             let _ = net.consume(conn, n);
         }
         if net.is_eof(conn) {
@@ -145,6 +165,21 @@ impl ConnHandler for Sink {
                 json!({"ok": false, "close": format!("{reason:?}")}),
             );
             let _ = self.done.send(v);
+        }
+    }
+    fn on_tick(&mut self, net: &mut dyn Net) {
+        for conn in self.idle.due(net.now(), &self.conns, |t| t.active) {
+            self.counters.idle_closed.fetch_add(1, Ordering::Relaxed);
+            let _ = net.abort(conn);
+            if let Some(t) = self.conns.remove(conn) {
+                let v = t.result(
+                    net,
+                    "sink",
+                    conn,
+                    json!({"ok": false, "close": "IdleTimeout"}),
+                );
+                let _ = self.done.send(v);
+            }
         }
     }
 }

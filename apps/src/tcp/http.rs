@@ -18,6 +18,7 @@ use flowlane_app::{CloseReason, ConnHandle, ConnHandler, ConnMap, ConnState, Net
 use serde::Serialize;
 
 use super::http_framing::{parse_head, BodySkip, Head, Persistence, Refusal, MAX_HEAD};
+use super::idle::IdleSweep;
 use super::AllowFrom;
 
 /// Responses queued on a connection before its requests are read further:
@@ -27,9 +28,6 @@ const OUTPUT_BATCH: usize = 64 * 1024;
 
 /// Bytes read from the connection at a time.
 const READ: usize = 4096;
-
-/// How often idle connections are looked for.
-const SWEEP: Duration = Duration::from_secs(1);
 
 /// What the HTTP server refused or timed out, over all its cores (the
 /// service's summary: `application`).
@@ -227,8 +225,7 @@ pub(super) struct Http {
     responses: Responses,
     conns: ConnMap<HttpConn>,
     allow: AllowFrom,
-    idle_timeout: Option<Duration>,
-    last_sweep: Duration,
+    idle: IdleSweep,
     counters: Arc<HttpCounters>,
 }
 
@@ -246,8 +243,7 @@ impl Http {
             responses: Responses::new(body),
             conns: ConnMap::new(),
             allow,
-            idle_timeout,
-            last_sweep: Duration::ZERO,
+            idle: IdleSweep::new(idle_timeout),
             counters,
         }
     }
@@ -315,20 +311,8 @@ impl Http {
     /// Closes the connections idle for longer than the timeout: with a
     /// FIN between requests, with a reset in the middle of one.
     fn sweep(&mut self, net: &mut dyn Net) {
-        let (Some(limit), now) = (self.idle_timeout, net.now()) else {
-            return;
-        };
-        if now.saturating_sub(self.last_sweep) < SWEEP {
-            return;
-        }
-        self.last_sweep = now;
-        let mut idle = Vec::new();
-        for (conn, st) in self.conns.iter() {
-            if now.saturating_sub(st.active) > limit {
-                idle.push((conn, st.between_requests()));
-            }
-        }
-        for (conn, between) in idle {
+        for conn in self.idle.due(net.now(), &self.conns, |st| st.active) {
+            let between = self.conns.get(conn).is_some_and(HttpConn::between_requests);
             self.counters.idle_closed.fetch_add(1, Ordering::Relaxed);
             if between {
                 let _ = net.close(conn);

@@ -44,12 +44,14 @@ mod echo;
 mod http;
 mod http_framing;
 mod hyper_server;
+mod idle;
 mod kernel_view;
 
 use allow::{AllowArgs, AllowFrom};
 use bulk::{Sink, Source};
 use echo::Echo;
 use http::{Http, HttpCounters};
+use idle::IdleCounters;
 use kernel_view::KernelView;
 
 /// The TCP example commands (flattened into `flowlane`'s command list).
@@ -132,6 +134,11 @@ pub struct EchoArgs {
     /// TCP port.
     #[arg(long, default_value_t = 7, value_parser = listen_port)]
     port: u16,
+    /// Seconds a connection may go without a byte echoed before it is
+    /// closed (idle or stalled peers do not hold connection slots); 0:
+    /// never.
+    #[arg(long, default_value_t = 0)]
+    idle_timeout: u64,
     #[command(flatten)]
     allow: AllowArgs,
 }
@@ -188,6 +195,10 @@ pub struct SinkArgs {
     /// Count bytes only (no sha256): for throughput measurements.
     #[arg(long)]
     no_hash: bool,
+    /// Seconds a transfer may go without a byte before it is reset and
+    /// reported (`ok: false`, `IdleTimeout`); 0: never.
+    #[arg(long, default_value_t = 0)]
+    idle_timeout: u64,
     #[command(flatten)]
     allow: AllowArgs,
 }
@@ -243,6 +254,10 @@ pub fn run(cmd: TcpCmd, nic: NicAccess) -> Result<()> {
         TcpCmd::EchoServer(a) => {
             let port = a.port;
             let allow = a.allow.peers();
+            let idle = idle::limit(a.idle_timeout);
+            let counters = Arc::new(IdleCounters::default());
+            let c = counters.clone();
+            let _ = APPLICATION.set(Box::new(move || json!(&*c)));
             serve(
                 "echo-server",
                 &a.common,
@@ -251,7 +266,7 @@ pub fn run(cmd: TcpCmd, nic: NicAccess) -> Result<()> {
                 None,
                 0,
                 move |h, _tx| {
-                    h.listen(port, Echo::new(allow.clone()))?;
+                    h.listen(port, Echo::new(allow.clone(), idle, counters.clone()))?;
                     Ok(())
                 },
             )
@@ -260,7 +275,7 @@ pub fn run(cmd: TcpCmd, nic: NicAccess) -> Result<()> {
             let port = a.port;
             let body = a.body;
             let allow = a.allow.peers();
-            let idle = (a.idle_timeout > 0).then(|| Duration::from_secs(a.idle_timeout));
+            let idle = idle::limit(a.idle_timeout);
             let counters = Arc::new(HttpCounters::default());
             let c = counters.clone();
             let _ = APPLICATION.set(Box::new(move || json!(&*c)));
@@ -283,6 +298,10 @@ pub fn run(cmd: TcpCmd, nic: NicAccess) -> Result<()> {
         TcpCmd::BulkSink(a) => {
             let (port, hash) = (a.port, !a.no_hash);
             let allow = a.allow.peers();
+            let idle = idle::limit(a.idle_timeout);
+            let counters = Arc::new(IdleCounters::default());
+            let c = counters.clone();
+            let _ = APPLICATION.set(Box::new(move || json!(&*c)));
             serve(
                 "bulk-sink",
                 &a.common,
@@ -291,7 +310,10 @@ pub fn run(cmd: TcpCmd, nic: NicAccess) -> Result<()> {
                 None,
                 a.count,
                 move |h, tx| {
-                    h.listen(port, Sink::new(hash, tx, allow.clone()))?;
+                    h.listen(
+                        port,
+                        Sink::new(hash, tx, allow.clone(), idle, counters.clone()),
+                    )?;
                     Ok(())
                 },
             )
@@ -456,7 +478,8 @@ fn serve_with(
     })
 }
 
-/// The service's own counters (the HTTP server's refusals and timeouts),
+/// The service's own counters (the HTTP server's refusals and timeouts,
+/// the others' idle closes),
 /// where it keeps any: the summary's `application`. One service runs per
 /// process.
 static APPLICATION: OnceLock<Box<dyn Fn() -> Value + Send + Sync>> = OnceLock::new();

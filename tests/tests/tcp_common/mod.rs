@@ -152,6 +152,12 @@ impl App {
     }
 
     fn finish(&mut self, limit: Duration) -> Vec<Value> {
+        self.finish_expecting(limit, true)
+    }
+
+    /// Waits (at most `limit`) for the exit; asserts it succeeded, or with
+    /// `!success` that it failed; returns the JSON lines.
+    fn finish_expecting(&mut self, limit: Duration, success: bool) -> Vec<Value> {
         let mut child = self.child.take().unwrap();
         let Some(st) = wait_within(&mut child, limit) else {
             kill_and_reap(&mut child);
@@ -162,8 +168,9 @@ impl App {
             );
         };
         let lines = self.lines();
-        assert!(
+        assert_eq!(
             st.success(),
+            success,
             "flowlane exited with {st}: {}\n{lines:?}",
             self.stderr_text()
         );
@@ -191,6 +198,13 @@ impl App {
     pub(crate) fn stop(self) -> Vec<Value> {
         terminate(self.child.as_ref().unwrap());
         self.wait(Duration::from_secs(20))
+    }
+
+    /// SIGTERM, then its JSON lines; asserts that it exits non-zero (a
+    /// bulk sink some transfer of which failed).
+    pub(crate) fn stop_failed(mut self) -> Vec<Value> {
+        terminate(self.child.as_ref().unwrap());
+        self.finish_expecting(Duration::from_secs(20), false)
     }
 
     /// As [`App::stop`], with what it wrote on stderr.
