@@ -239,6 +239,8 @@ impl FlightPool {
 pub(crate) struct Scan {
     /// Records newly deemed lost.
     pub(crate) lost: u32,
+    /// Start of the first of them.
+    pub(crate) first_lost: Option<SeqNumber>,
     /// Start of the first of them that was a retransmission.
     pub(crate) lost_retransmission: Option<SeqNumber>,
     /// Microseconds until the oldest segment not yet deemed lost would be
@@ -442,6 +444,9 @@ impl Flight {
                     break;
                 }
                 scan.lost += 1;
+                if scan.first_lost.is_none() {
+                    scan.first_lost = Some(self.start(i));
+                }
                 if r.has(Record::RETRANSMITTED) && scan.lost_retransmission.is_none() {
                     scan.lost_retransmission = Some(self.start(i));
                 }

@@ -25,6 +25,8 @@ struct Wire {
     /// Relative sequence numbers to hold back once (first transmission).
     hold: Vec<u32>,
     held: Vec<Vec<u8>>,
+    /// Every data segment of A is lost until then.
+    blackout_until: Option<Instant>,
     /// One past the highest byte A sent (absolute).
     max_end: u32,
 }
@@ -67,6 +69,9 @@ fn new_bed(rack: bool) -> Bed {
         let rel = r.seq.wrapping_sub(base);
         let now = *c.borrow();
         w.sent.push((now, rel, payload.len()));
+        if w.blackout_until.is_some_and(|t| now < t) {
+            return true;
+        }
         if let Some(i) = w.lose.iter().position(|&s| s == rel) {
             w.lose.remove(i);
             return true;
@@ -312,4 +317,66 @@ fn the_snapshot_keeps_rack_state() {
     assert_eq!(s.rack_lost, before.rack_lost + 1, "{s:?}");
     assert_eq!(s.rto_timeouts, before.rto_timeouts);
     assert_eq!(bed.resent(2).len(), 1);
+}
+
+/// A whole window, its probe and the first retransmission timeouts are
+/// lost (a 1.5 s blackout of A's data). Once the path is back, the
+/// timeout's retransmission is acknowledged, and RACK finds the segments
+/// sent before the timeout lost: the timeout's own loss episode, already
+/// answered by a window of one segment (RFC 5681 §3.1), which grows by
+/// slow start. They are not a new fast recovery whose window is half of
+/// what was in flight before the timeout (a burst of half the old window
+/// one RTT after the strongest congestion signal).
+#[test]
+fn after_a_timeout_the_window_grows_from_one_segment() {
+    for rack in [true, false] {
+        let mut bed = new_bed(rack);
+        let before = bed.stats();
+        let back = bed.sim.now + Duration::from_millis(1500);
+        bed.wire.borrow_mut().blackout_until = Some(back);
+        bed.burst(40, &[], &[]);
+        // The first transmission of SND.UNA's segment once the path is back.
+        bed.step_until(Duration::from_secs(10), |b| {
+            b.wire
+                .borrow()
+                .sent
+                .iter()
+                .any(|&(t, s, _)| s == 0 && t >= back)
+        });
+        let t_rtx = bed
+            .wire
+            .borrow()
+            .sent
+            .iter()
+            .find(|&&(t, s, _)| s == 0 && t >= back)
+            .map(|&(t, _, _)| t)
+            .expect("a retransmission after the blackout");
+        assert!(bed.stats().rto_timeouts > before.rto_timeouts);
+        // Its ACK, about one RTT later, and a millisecond past it.
+        let unacked = bed.sim.a.info(bed.a).expect("live").unacked;
+        bed.step_until(Duration::from_millis(100), |b| {
+            b.sim.a.info(b.a).expect("live").unacked < unacked
+        });
+        let t_ack = bed.sim.now;
+        assert!(t_ack > t_rtx, "rack {rack}: acknowledged");
+        bed.step_until(Duration::from_millis(1), |b| {
+            b.sim.now >= t_ack + Duration::from_millis(1)
+        });
+        let info = bed.sim.a.info(bed.a).expect("live");
+        let sent_on_ack = bed
+            .wire
+            .borrow()
+            .sent
+            .iter()
+            .filter(|&&(t, _, _)| t >= t_ack)
+            .count();
+        assert!(
+            info.cwnd <= 2 * MSS && sent_on_ack <= 2,
+            "rack {rack}: cwnd {} ssthresh {}, {sent_on_ack} segments sent on the first ACK",
+            info.cwnd,
+            info.ssthresh
+        );
+        bed.step_until(Duration::from_secs(10), |b| b.idle());
+        assert!(bed.idle(), "rack {rack}: everything delivered");
+    }
 }

@@ -215,8 +215,16 @@ impl Connection {
         }
         ctx.stats.rack_lost += u64::from(scan.lost);
         if !self.flags.has(Flags::IN_RECOVERY) {
-            let heuristic =
-                self.cc.window() > self.eff_mss() && una - self.snd.prev_una <= 4 * self.eff_mss();
+            // In a timeout's go-back-N (SND.NXT rewound below SND.MAX), the
+            // segments from SND.NXT on that RACK finds lost were sent before
+            // the timeout: its loss episode, answered by its window of one
+            // segment (RFC 5681 §3.1) and resent in order as that window
+            // grows. Only a segment resent since, lost again, is a new loss
+            // (what the RFC 6582 §4.2 heuristic tells from duplicate ACKs).
+            let resent_lost = scan.first_lost.is_some_and(|s| s < self.snd.nxt);
+            let heuristic = resent_lost
+                && self.cc.window() > self.eff_mss()
+                && una - self.snd.prev_una <= 4 * self.eff_mss();
             if self.new_loss_episode(una) || heuristic {
                 self.enter_recovery(ctx);
                 ctx.stats.fast_retransmits += 1;

@@ -196,7 +196,11 @@ impl Connection {
     /// either.
     pub(super) fn enter_recovery(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now;
-        let flight = self.snd.max - self.snd.una;
+        // RFC 5681 FlightSize: sent and not acknowledged. In a timeout's
+        // go-back-N, what lies past SND.NXT was given up as lost at the
+        // timeout and is not in flight: a new loss there halves what was
+        // resent since, not the flight before the timeout.
+        let flight = self.snd.nxt - self.snd.una;
         let probe_lost = self.flags.has(Flags::MTU_PROBE_OUT) && self.mtu_probe_at_loss(ctx);
         let echo_reduced =
             self.flags.has(Flags::ECN_REDUCED) && self.snd.una < self.snd_rare.ecn_high;
