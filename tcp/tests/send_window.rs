@@ -184,3 +184,64 @@ fn a_window_reopened_below_one_segment_does_not_stall_the_sender() {
         p.a.state(conn)
     );
 }
+
+/// Zero-window probing is flow control, not loss (RFC 9293 §3.8.6.1, RFC
+/// 1122 §4.2.2.17): a peer that keeps its window shut for half a minute,
+/// answering every probe, costs the sender neither its congestion window
+/// nor its slow-start threshold, and no retransmission timeout runs; the
+/// probes come from the persist timer, backed off, each the first byte
+/// outside the window again.
+#[test]
+fn probing_a_zero_window_leaves_the_congestion_window_alone() {
+    let mut p = Peer::new(60_000);
+    let conn = p.conn;
+    p.a.send(conn, &vec![7u8; 100_000]).unwrap();
+    let first = p.poll();
+    assert!(p.take(&first, usize::MAX) > 0);
+    p.ack(0);
+    p.poll();
+    let before = p.a.info(conn).unwrap();
+    let rto_before = p.a.stats().rto_timeouts;
+    let limit = p.now + Duration::from_secs(30);
+    let mut probes = Vec::new();
+    while let Some(t) = p.a.poll_timeout() {
+        if t > limit {
+            break;
+        }
+        p.now = t;
+        p.a.handle_timeout(t);
+        let sent = p.poll();
+        for (r, len) in &sent {
+            probes.push((p.now, r.seq, *len));
+        }
+        if !sent.is_empty() {
+            p.ack(0);
+            p.poll();
+        }
+    }
+    assert!(probes.len() >= 3, "{probes:?}");
+    assert!(
+        probes
+            .iter()
+            .all(|&(_, seq, len)| seq == p.b_rcv && len == 1),
+        "each probe is the first byte outside the window: {probes:?}"
+    );
+    let gaps: Vec<_> = probes.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    assert!(
+        gaps.windows(2).all(|g| g[1] >= g[0]),
+        "backed off: {gaps:?}"
+    );
+    let s = p.a.stats();
+    assert_eq!(s.rto_timeouts, rto_before, "no retransmission timeout");
+    // The window reopens: A sends as much as before the pause.
+    p.ack(60_000);
+    let info = p.a.info(conn).unwrap();
+    assert_eq!(info.ssthresh, before.ssthresh, "{info:?}");
+    assert!(info.cwnd >= before.cwnd, "{before:?} -> {info:?}");
+    let after = p.poll();
+    let data: usize = after.iter().map(|(_, l)| *l).sum();
+    assert!(
+        data >= before.cwnd.min(60_000) - 1460,
+        "{data} after reopening"
+    );
+}

@@ -169,16 +169,35 @@ impl Connection {
     ) -> ControlFlow<Option<usize>> {
         if self.flags.has(Flags::PROBE_NOW) {
             self.flags.clear(Flags::PROBE_NOW);
+            let zero = self.snd.wnd == 0;
+            if zero && self.timers_rare.rto.is_none() {
+                // Each probe of a zero window is its first byte outside
+                // it again (a byte probed before was not taken).
+                self.snd.nxt = self.snd.una;
+            }
             let off = self.snd.nxt.saturating_sub(start);
             if off < buffered {
-                let len = if self.snd.wnd == 0 {
+                let len = if zero {
                     1
                 } else {
                     (self.snd.wnd as usize).min(self.eff_mss())
                 }
                 .min(buffered - off);
                 ctx.stats.window_probes += 1;
-                return Break(self.emit_segment(ctx, buf, self.snd.nxt, len, false));
+                let rto_armed = self.timers_rare.rto.is_some();
+                let sent = self.emit_segment(ctx, buf, self.snd.nxt, len, false);
+                if zero && !rto_armed {
+                    // Probing a zero window is flow control, not loss (RFC
+                    // 9293 §3.8.6.1, RFC 1122 §4.2.2.17): the persist timer,
+                    // backed off, sends the next probe whether this one is
+                    // answered or not, and no retransmission timer runs for
+                    // the byte, whose timeout would read as congestion (RFC
+                    // 5681 §3.1) and take the window down to one segment.
+                    self.timers_rare.rto = Deadline::NONE;
+                    self.flags.clear(Flags::PROBE_ARMED);
+                    self.arm_persist(ctx.now);
+                }
+                return Break(sent);
             }
         }
         Continue(())
@@ -311,8 +330,12 @@ impl Connection {
         let end = seq + payload + usize::from(fin);
         let is_retransmit = seq < self.snd.max;
         if is_retransmit {
-            ctx.stats.retransmits += 1;
-            self.snd_rare.retransmitted = self.snd_rare.retransmitted.saturating_add(1);
+            // A zero window's probe, sent again, is counted as a probe
+            // (`window_probes`), not as a retransmission.
+            if self.snd.wnd != 0 {
+                ctx.stats.retransmits += 1;
+                self.snd_rare.retransmitted = self.snd_rare.retransmitted.saturating_add(1);
+            }
             // Karn (RFC 6298 §3): no sample from retransmitted data.
             if self.rtt_seq.get().is_some_and(|(e, _)| e > seq) {
                 self.rtt_seq = TimedSegment::NONE;

@@ -171,12 +171,18 @@ impl Connection {
         }
         let unsent = self.unsent_bytes();
         if unsent > 0 && self.snd.nxt == self.snd.una && self.timers_rare.rto.is_none() {
-            let base = self.rtt.rto();
-            let d = base.saturating_mul(1u64 << self.timers_rare.persist_backoff.min(16));
-            let max = Duration::from_secs(60).max(base);
-            self.flags.set(Flags::PERSISTING);
-            self.timers_rare.persist = self.timers.arm(now + d.min(max));
+            self.arm_persist(now);
         }
+    }
+
+    /// Arms the persist timer for the next window probe: the RTO, doubled
+    /// for every probe so far, at most 60 s.
+    pub(super) fn arm_persist(&mut self, now: Instant) {
+        let base = self.rtt.rto();
+        let d = base.saturating_mul(1u64 << self.timers_rare.persist_backoff.min(16));
+        let max = Duration::from_secs(60).max(base);
+        self.flags.set(Flags::PERSISTING);
+        self.timers_rare.persist = self.timers.arm(now + d.min(max));
     }
 
     pub(super) fn unsent_bytes(&self) -> usize {
