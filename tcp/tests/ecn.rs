@@ -672,3 +672,73 @@ fn an_echo_on_a_segment_paws_drops_reduces_nothing() {
     a.handle_segment(now, t.src.ip(), t.dst.ip(), &buf[..t.len]);
     assert_eq!(a.stats().ecn_cwnd_reductions, 1);
 }
+
+/// A segment is held back and its retransmission goes out; the original
+/// then arrives, marked CE. Its ACK echoes the original's timestamp, which
+/// Eifel reads as a spurious retransmission, and carries ECE: the network
+/// marked that window, so the reduction the retransmission made stands
+/// (RFC 3168 §6.1.2: once per window of data; Linux likewise forbids the
+/// undo after an ECE) and is not undone.
+#[test]
+fn an_echo_on_the_ack_eifel_would_undo_keeps_the_reduction() {
+    let (mut sim, log) = sim_with(config(1, EcnMode::On), config(2, EcnMode::Accept), |_| {
+        false
+    });
+    // The 200th data segment of A: held at its first transmission, and
+    // released (marked CE) once its retransmission has gone out.
+    let held: Rc<RefCell<(usize, Option<(u32, Vec<u8>)>, bool)>> = Rc::default();
+    let h = held.clone();
+    sim.drop_filter = Some(Box::new(move |side, bytes| {
+        let (r, payload) = TcpRepr::parse_segment(bytes).expect("our own segment");
+        if side != Side::A || payload.is_empty() {
+            return false;
+        }
+        let mut h = h.borrow_mut();
+        h.0 += 1;
+        if h.0 == 200 {
+            h.1 = Some((r.seq, bytes.to_vec()));
+            return true;
+        }
+        if h.1.as_ref().is_some_and(|(seq, _)| *seq == r.seq) {
+            h.2 = true; // its retransmission: the original may go now
+        }
+        false
+    }));
+    let (a, b) = sim.establish();
+    let data: Vec<u8> = (0..3_000_000).map(|i| sim::pattern(0, i as u64)).collect();
+    let (mut sent, mut got) = (0, Vec::new());
+    let mut reduced_to = None;
+    let limit = sim.now + Duration::from_secs(60);
+    let done = sim.run_until(limit, |s| {
+        if sent < data.len() {
+            sent += s.a.send(a, &data[sent..]).unwrap_or(0);
+        }
+        let release = {
+            let mut h = held.borrow_mut();
+            if h.2 {
+                h.2 = false;
+                h.1.take().map(|(_, bytes)| bytes)
+            } else {
+                None
+            }
+        };
+        if let Some(bytes) = release {
+            reduced_to = Some(s.a.info(a).expect("live").ssthresh);
+            s.inject_ecn(Side::B, A_IP, B_IP, Ecn::Ce, &bytes);
+        }
+        got.extend(sim::read_all(&mut s.b, b));
+        got.len() == data.len()
+    });
+    assert!(done && got == data, "{} bytes arrived", got.len());
+    let stats = *sim.a.stats();
+    assert!(
+        reduced_to.is_some(),
+        "the segment was retransmitted: {stats:?}"
+    );
+    let echoed = log
+        .borrow()
+        .iter()
+        .any(|s| s.side == Side::B && s.has(TcpFlags::ECE));
+    assert!(echoed, "B echoed the mark");
+    assert_eq!(stats.spurious_recoveries, 0, "not undone: {stats:?}");
+}

@@ -184,6 +184,12 @@ impl Connection {
     /// data segment carries CWR, so that the peer stops echoing.
     fn on_ecn_echo(&mut self, ctx: &mut Ctx<'_>, flight: usize) {
         if self.flags.has(Flags::ECN_HELD) {
+            // A loss's reduction already covers this window, and the echo
+            // says the network marked it too: that reduction stands,
+            // whatever Eifel later finds of the retransmission (Linux
+            // likewise forbids the undo after an ECE).
+            self.flags.clear(Flags::UNDO);
+            self.snd_rare.undo = None;
             return;
         }
         self.flags.set(Flags::ECN_HELD | Flags::ECN_CWR);

@@ -723,10 +723,12 @@ impl Connection {
         self.timers_rare.retransmits = 0;
         let undone = self.flags.has(Flags::UNDO) && {
             self.flags.clear(Flags::UNDO);
-            self.snd_rare
-                .undo
-                .take()
-                .is_some_and(|undo| self.eifel_undo(ctx.stats, undo, seg, data_acked))
+            // An ACK that echoes a CE mark says the network congested this
+            // window whatever became of the retransmission: the reduction
+            // stands (RFC 3168 §6.1.2; `on_ecn_echo` for earlier echoes).
+            let undo = self.snd_rare.undo.take();
+            !self.ecn_holds_cwnd(seg)
+                && undo.is_some_and(|undo| self.eifel_undo(ctx.stats, undo, seg, data_acked))
         };
         if undone {
             // The window was set by the RFC 4015 response.

@@ -496,6 +496,12 @@ impl Sim {
     /// Puts a raw segment on the wire towards `to` (for hostile tests),
     /// with a valid checksum so that it reaches the stack.
     pub fn inject(&mut self, to: Side, src: IpAddr, dst: IpAddr, seg: &[u8]) {
+        self.inject_ecn(to, src, dst, Ecn::NotEct, seg);
+    }
+
+    /// As [`Sim::inject`], with `ecn` in the IP header (a segment a router
+    /// marked).
+    pub fn inject_ecn(&mut self, to: Side, src: IpAddr, dst: IpAddr, ecn: Ecn, seg: &[u8]) {
         let mut bytes = self.pool.pop().unwrap_or_default();
         bytes.clear();
         bytes.extend_from_slice(seg);
@@ -521,7 +527,7 @@ impl Sim {
             to_b: to == Side::B,
             src,
             dst,
-            ecn: Ecn::NotEct.bits(),
+            ecn: ecn.bits(),
             bytes,
         }));
     }
