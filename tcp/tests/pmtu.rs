@@ -135,3 +135,64 @@ fn reports_below_the_floor_are_raised_to_it() {
     );
     assert_eq!(sim.a.stats().pmtu_lowered, 1);
 }
+
+/// Without SACK, fast recovery inflates the window by a segment per
+/// duplicate ACK (RFC 5681 §3.2 step 4). A believed "packet too big" in
+/// the middle of it ends the recovery (everything in flight goes again at
+/// the new size): the window is deflated to the slow-start threshold as
+/// when a recovery ends (RFC 6582 §3.2 step 4), not left inflated.
+#[test]
+fn a_too_big_during_newreno_recovery_deflates_the_window() {
+    let mut cfg = sim::test_config(1);
+    cfg.sack = false;
+    cfg.rack = false;
+    let link = LinkConfig {
+        bandwidth_bps: 100_000_000,
+        ..LinkConfig::default()
+    };
+    let mut sim = Sim::new(5, link, link, cfg, sim::test_config(2));
+    // A's 150th data segment is lost; every data segment's sequence
+    // number is noted (the latest is in flight).
+    let seqs: Rc<RefCell<Vec<u32>>> = Rc::default();
+    let s2 = seqs.clone();
+    sim.drop_filter = Some(Box::new(move |side, bytes| {
+        let (r, payload) = TcpRepr::parse_segment(bytes).unwrap();
+        if side != Side::A || payload.is_empty() {
+            return false;
+        }
+        let mut s = s2.borrow_mut();
+        s.push(r.seq);
+        s.len() == 150
+    }));
+    let (a, b) = sim.establish();
+    let (local, remote) = (a_addr(sim::CLIENT_PORT_BASE), b_addr(sim::SERVER_PORT));
+    let data = vec![7u8; 2_000_000];
+    let (mut sent, mut got) = (0, 0);
+    let mut dups_at_recovery = None;
+    let mut after = None;
+    run_until(&mut sim, Duration::from_secs(20), |s| {
+        if sent < data.len() {
+            sent += s.a.send(a, &data[sent..]).unwrap_or(0);
+        }
+        let st = *s.a.stats();
+        if st.fast_retransmits > 0 && after.is_none() {
+            let at = *dups_at_recovery.get_or_insert(st.dup_acks);
+            if st.dup_acks >= at + 10 {
+                let inflated = s.a.info(a).unwrap();
+                let seq = *seqs.borrow().last().unwrap();
+                let now = s.now;
+                assert_eq!(
+                    s.a.handle_too_big(now, local, remote, seq, 1280),
+                    Delivery::Taken
+                );
+                after = Some((inflated, s.a.info(a).unwrap()));
+            }
+        }
+        got += read_all(&mut s.b, b).len();
+        got == data.len()
+    });
+    assert_eq!(got, data.len());
+    let (inflated, after) = after.expect("a recovery with ten duplicate ACKs");
+    assert!(inflated.cwnd > inflated.ssthresh, "inflated: {inflated:?}");
+    assert!(after.cwnd <= after.ssthresh, "deflated: {after:?}");
+}

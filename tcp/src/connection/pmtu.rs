@@ -2,7 +2,8 @@
 //! IPv6): a "packet too big" about one of our segments lowers the
 //! connection's MSS, once the message is believed (RFC 5927 §4.1).
 
-use super::{Connection, Ctx};
+use super::{Connection, Ctx, Flags};
+use crate::cc::CongestionControl;
 use crate::seq::SeqNumber;
 
 /// What a "packet too big" did to a connection.
@@ -46,7 +47,15 @@ impl Connection {
         // RFC 1191 §6.5 / RFC 8201 §5.2: the segments in flight were too
         // big and are lost; they go again at the new size. A smaller path
         // is no sign of congestion, so the window stays (as Linux's
-        // tcp_simple_retransmit does).
+        // tcp_simple_retransmit does); but a NewReno recovery this ends
+        // ends as recoveries do, its window deflated to the slow-start
+        // threshold (RFC 6582 §3.2 step 4), not left inflated by its
+        // duplicate ACKs.
+        if self.flags.has(Flags::IN_RECOVERY)
+            && !self.flags.has(Flags::SACK_RECOVERY | Flags::MTU_PROBE_OUT)
+        {
+            self.cc.on_recovery_exit(self.snd.max - self.snd.una);
+        }
         self.go_back_n();
         TooBigOutcome::Lowered
     }
