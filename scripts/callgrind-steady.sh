@@ -33,9 +33,11 @@ if [[ -z "$bin" ]]; then
 fi
 work=$(mktemp -d /tmp/flowlane-cgsteady.XXXXXX)
 pid=""
+# Every step runs whatever failed before it (errexit off in the handler).
 cleanup() {
-    exec 3>&- 2>/dev/null || true
-    [[ -n "$pid" ]] && kill "$pid" 2>/dev/null || true
+    set +e
+    exec 3>&-
+    [[ -n "$pid" ]] && kill "$pid" 2>/dev/null
     rm -rf "$work"
 }
 trap cleanup EXIT

@@ -19,11 +19,13 @@
 # queues and server workers, default 2), FLOWLANE (a flowlane binary to
 # use instead of building target/release/flowlane, e.g. to compare builds),
 # FL_MSL_MS (flowlane's MSL in ms; default the stack's 30 s). Needs root; installs wrk and
-# nginx-light with apt when they are missing. Prints, per server and client count:
+# nginx-light (nginx where the distribution has no nginx-light) with apt when they are
+# missing. Prints, per server and client count:
 # connections/s (wrk's requests/s: one request per connection), errors
 # wrk saw, and connections per CPU-second of the whole machine (from
 # /proc/stat, over the measured seconds; wrk's own CPU is in it for both
-# servers alike).
+# servers alike). A server that does not answer has the end of its log
+# printed before the script exits.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${SECS:-5}
@@ -31,10 +33,24 @@ QUEUES=${QUEUES:-2}
 CLIENTS=("$@")
 ((${#CLIENTS[@]})) || CLIENTS=(50 500)
 [ "$(id -u)" = 0 ] || { echo "conn-rate: needs root (network namespaces, XDP): run with sudo" >&2; exit 1; }
+# apt_candidate PKG: whether apt has an installable version of PKG.
+apt_candidate() {
+  local c
+  c=$(apt-cache policy "$1" 2>/dev/null | awk '/Candidate:/ {print $2}')
+  [ -n "$c" ] && [ "$c" != "(none)" ]
+}
 missing=()
 command -v wrk >/dev/null || missing+=(wrk)
 command -v nginx >/dev/null || missing+=(nginx-light)
 if ((${#missing[@]})); then
+  echo "conn-rate: apt-get update" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get update -q >&2
+  for i in "${!missing[@]}"; do
+    # Newer Debian and Ubuntu releases dropped nginx-light: nginx then.
+    if [ "${missing[i]}" = nginx-light ] && ! apt_candidate nginx-light; then
+      missing[i]=nginx
+    fi
+  done
   echo "conn-rate: apt-get install ${missing[*]}" >&2
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
 fi
@@ -51,12 +67,16 @@ FL_PID=
 FL_MODE=
 FK_PID=
 FT_PID=
+# Every step runs whatever failed before it (errexit off here: a `wait` on
+# a killed server returns 143, which would end the handler early).
 cleanup() {
-  [ -n "$FL_PID" ] && kill "$FL_PID" 2>/dev/null && wait "$FL_PID" 2>/dev/null
-  [ -n "$FK_PID" ] && kill "$FK_PID" 2>/dev/null && wait "$FK_PID" 2>/dev/null
-  [ -n "$FT_PID" ] && kill "$FT_PID" 2>/dev/null && wait "$FT_PID" 2>/dev/null
+  set +e
+  local p
+  for p in "$FL_PID" "$FK_PID" "$FT_PID"; do
+    [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null
+  done
   [ -f "$WORK/nginx.pid" ] && kill "$(cat "$WORK/nginx.pid")" 2>/dev/null
-  "$F" testbed down --bed "$BED" >/dev/null 2>&1 || true
+  "$F" testbed down --bed "$BED" >/dev/null 2>&1
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -115,12 +135,22 @@ http {
 EOF
 ip netns exec "$NS" nginx -c "$WORK/nginx.conf" -g 'daemon on;'
 
+# wait_port PORT: until a server answers there; if none does, the end of
+# that server's log on stderr (the trap removes $WORK), and exit 1.
 wait_port() {
+  local log
   for _ in $(seq 100); do
     ip netns exec "$PNS" curl -s -o /dev/null -m 1 "http://$ADDR:$1/" && return 0
     sleep 0.1
   done
-  echo "conn-rate: nothing answers on $ADDR:$1 (see $WORK)" >&2
+  case $1 in
+    80) log=$WORK/flowlane-$FL_MODE.log ;;
+    8081) log=$WORK/flowlane-kernel.log ;;
+    8082) log=$WORK/hyper-tokio.log ;;
+    8080) log=$WORK/nginx-error.log ;;
+  esac
+  echo "conn-rate: nothing answers on $ADDR:$1; the end of ${log##*/}:" >&2
+  tail -n 30 "$log" >&2 2>/dev/null || echo "  (no log)" >&2
   exit 1
 }
 wait_port 8081
@@ -133,7 +163,10 @@ if [ "${KEEPALIVE:-0}" = 1 ]; then
   WHAT="requests/s"
 fi
 
-busy_jiffies() { awk '/^cpu / {print $2+$3+$4+$6+$7+$8}' /proc/stat; }
+# The machine's work in ticks, as testbed/src/proc_stat.rs's CpuTimes::work
+# counts it: user + nice + system + irq + softirq (fields 2, 3, 4, 7, 8 of
+# the `cpu` line); idle ($5), iowait ($6) and steal ($9) left out.
+busy_jiffies() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
 
 printf '| server | clients | %s | errors | %s per CPU-second |\n' "$WHAT" "${WHAT%/s}"
 printf '| --- | --- | --- | --- | --- |\n'

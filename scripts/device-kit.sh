@@ -22,12 +22,25 @@ for b in flowlane flowlane-ttcp; do
 done
 # The data path's unit tests, for their ignored prefetch measurement
 # (`dataplane/src/rx_prefetch_bench.rs`, `move_prefetch_bench.rs`): no bed, one core.
-tests=$(cargo test --release -q -p flowlane-dataplane --lib --no-run --message-format=json 2>/dev/null |
+# Cargo's diagnostics go rendered to the log (json-render-diagnostics), its
+# JSON to the filter; a failure prints the log's end.
+log=target/device-kit-test-build.log
+if ! tests=$(cargo test --release -q -p flowlane-dataplane --lib --no-run \
+  --message-format=json-render-diagnostics 2>"$log" |
   python3 -c 'import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "flowlane_dataplane":
-        print(m["executable"])')
+        print(m["executable"])'); then
+  echo "device-kit: building the data path's unit tests failed" \
+    "(cargo test --release -p flowlane-dataplane --lib --no-run); the end of $log:" >&2
+  tail -n 40 "$log" >&2
+  exit 1
+fi
+if [ -z "$tests" ]; then
+  echo "device-kit: cargo built no flowlane_dataplane test binary (see $log)" >&2
+  exit 1
+fi
 cp "$tests" "$KIT/bin/dataplane-tests"
 strip "$KIT/bin/dataplane-tests"
 # What a bed runs (`ip netns exec`, `ethtool -K`, `sysctl`), in case the

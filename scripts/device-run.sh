@@ -9,7 +9,10 @@
 #   device tool: carry ["target/device-kit"], timeout_s 540,
 #                command "bash scripts/device-run.sh"
 #
-# Runs, each bounded so the whole stays under 9 minutes:
+# Runs, within a budget of BUDGET seconds (default 510, under the tool's 540 s
+# limit): each step's timeout is its own bound or what is left of the budget,
+# whichever is less, and a step with less than its minimum left is skipped,
+# saying so. A step that fails or times out makes the script exit 1.
 #   1. machine facts (CPUs, kernel, root) into $OUT/facts.txt;
 #   2. `flowlane bench handoff --moves 300 --idle 0,100 --busy 0,4`: the move
 #      time per RSS bucket (issue 13's goal: p99 <= 100 us for a bucket of
@@ -88,15 +91,41 @@ if ! "$F" --version >"$LIBS/version.txt" 2>&1; then
 fi
 
 status=0
+BUDGET=${BUDGET:-510}
+skipped=()
+# budget NAME BOUND MIN: sets STEP_T to BOUND or the seconds left of the
+# budget, whichever is less; if that is under MIN, says the step is skipped
+# and returns 1.
+budget() {
+  local left=$((BUDGET - SECONDS))
+  STEP_T=$((left < $2 ? left : $2))
+  if [ "$STEP_T" -lt "$3" ]; then
+    echo "== $1 skipped: $((left > 0 ? left : 0)) s left of the ${BUDGET} s budget (it needs at least $3 s)"
+    skipped+=("$1")
+    return 1
+  fi
+}
+# failed NAME RC LOG: the step failed (RC 124: its timeout ran out); the end
+# of its log, and the script's status 1.
+failed() {
+  status=1
+  if [ "$2" -eq 124 ]; then
+    echo "device-run: $1 timed out after its ${STEP_T} s: $(tail -c 400 "$3")"
+  else
+    echo "device-run: $1 failed (exit status $2): $(tail -c 400 "$3")"
+  fi
+}
 # The handoff bench, once with workers that sleep when idle and once with
 # workers that spin (--busy-poll): each move of an idle bucket first wakes
 # two sleeping workers, and on a VM that wake-up is the tail.
 handoff() {
-  local name=$1
+  local name=$1 rc=0
   shift
-  echo "== handoff $name: $*"
-  if timeout 150 "$F" bench handoff --moves 300 --json "$@" \
-    >"$OUT/$name.json" 2>"/tmp/flowlane-$name.err"; then
+  budget "handoff $name" 150 40 || return 0
+  echo "== handoff $name (at most ${STEP_T} s): $*"
+  timeout "$STEP_T" "$F" bench handoff --moves 300 --json "$@" \
+    >"$OUT/$name.json" 2>"/tmp/flowlane-$name.err" || rc=$?
+  if [ "$rc" -eq 0 ]; then
     python3 - "$OUT/$name.json" <<'PY' 2>/dev/null || cat "$OUT/$name.json"
 import json, sys
 print("idle busy bgnd moves | move us p50 p99 max | export us p50 p99 | drain us p50 p99 | fwd mean max | held mean max | scanned mean max | timeouts")
@@ -107,46 +136,58 @@ for c in json.load(open(sys.argv[1])):
           f"{e[0]:7.0f} {e[1]:7.0f} | {r[0]:7.0f} {r[1]:7.0f} | {f[0]:6.0f} {f[1]:5.0f} | {h[0]:6.0f} {h[1]:5.0f} | {s[0]:7.0f} {s[1]:6.0f} | {c['hold_timeouts']}")
 PY
   else
-    status=1
-    echo "device-run: bench handoff $name failed: $(tail -c 400 "/tmp/flowlane-$name.err")"
+    failed "bench handoff $name" "$rc" "/tmp/flowlane-$name.err"
   fi
 }
 handoff handoff --idle 0,100 --busy 0,4
 handoff handoff-spin --idle 0,100 --busy 0,4 --background 0,256 --busy-poll
 
+# unit_bench NAME BOUND MIN TITLE PATTERN TEST [VAR=VALUE...]: one ignored
+# measurement of the data path's unit tests (no bed, one core): its figure
+# lines (PATTERN) printed as they come and appended to prefetch.txt.
+rm -f "$OUT/prefetch.txt"
+unit_bench() {
+  local name=$1 bound=$2 min=$3 title=$4 pattern=$5 test=$6 log rcs
+  shift 6
+  [ -x "$KIT/bin/dataplane-tests" ] || return 0
+  budget "$name" "$bound" "$min" || return 0
+  echo "== $name ($title; at most ${STEP_T} s)"
+  log=/tmp/flowlane-$name.log
+  env "$@" timeout "$STEP_T" "$KIT/bin/dataplane-tests" --ignored --exact "$test" --nocapture \
+    2>&1 | tee "$log" | grep -E "$pattern" | tee -a "$OUT/prefetch.txt"
+  rcs=("${PIPESTATUS[@]}")
+  if [ "${rcs[0]}" -ne 0 ]; then
+    failed "$name" "${rcs[0]}" "$log"
+  elif [ "${rcs[2]}" -ne 0 ]; then
+    status=1
+    echo "device-run: $name printed no figures: $(tail -c 400 "$log")"
+  fi
+}
 # A move's export and import from a cold cache, with and without the
-# prefetch of the connections ahead (session 37): no bed, one core, some
-# ten seconds; into prefetch.txt, which the receive path's bench below
-# appends to.
-if [ -x "$KIT/bin/dataplane-tests" ]; then
-  echo "== move_prefetch_bench (ns per connection exported, prefetch off / on; imported)"
-  timeout 90 "$KIT/bin/dataplane-tests" \
-    --ignored --exact tcp_handler::move_prefetch_bench::move_prefetch_time --nocapture \
-    2>&1 | grep -E '^ *(cache|[0-9]+ )' | tee "$OUT/prefetch.txt"
-fi
+# prefetch of the connections ahead (session 37): some ten seconds.
+unit_bench move_prefetch_bench 90 20 "ns per connection exported, prefetch off / on; imported" \
+  '^ *(cache|[0-9]+ )' \
+  tcp_handler::move_prefetch_bench::move_prefetch_time
 # The mesh's cost per frame between two workers on cores of their own
-# (session 40: frames in batches), some ten seconds; appended to prefetch.txt.
-if [ -x "$KIT/bin/dataplane-tests" ]; then
-  echo "== forward_bench (ns per frame one worker hands another)"
-  timeout 60 "$KIT/bin/dataplane-tests" \
-    --ignored --exact handoff::forward_bench::forward_time --nocapture \
-    2>&1 | grep -E 'a frame' | tee -a "$OUT/prefetch.txt"
-fi
+# (session 40: frames in batches), some ten seconds.
+unit_bench forward_bench 60 20 "ns per frame one worker hands another" \
+  'a frame' handoff::forward_bench::forward_time
 
 # One matrix run: NAME, then its flags. Plots and logs stay in a scratch
 # folder; results.json comes back as $OUT/NAME.json.
 matrix() {
-  local name=$1
+  local name=$1 rc=0
   shift
   local dir
+  budget "matrix $name" 200 45 || return 0
   dir=$(mktemp -d "/tmp/flowlane-matrix-$name.XXXXXX")
-  echo "== matrix $name: $*"
-  if timeout 200 "$T" matrix --flowlane "$F" --sizes 64k --delays 0 --seconds 3 \
-    --out "$dir" "$@" >"$dir/log" 2>&1; then
+  echo "== matrix $name (at most ${STEP_T} s): $*"
+  timeout "$STEP_T" "$T" matrix --flowlane "$F" --sizes 64k --delays 0 --seconds 3 \
+    --out "$dir" "$@" >"$dir/log" 2>&1 || rc=$?
+  if [ "$rc" -eq 0 ]; then
     grep '^|' "$dir/log"
   else
-    status=1
-    echo "device-run: the matrix $name failed: $(tail -c 600 "$dir/log")"
+    failed "the matrix $name" "$rc" "$dir/log"
   fi
   cp "$dir/results.json" "$OUT/$name.json" 2>/dev/null || true
 }
@@ -159,14 +200,11 @@ matrix receive10k --backends kernel,flowlane --roles receiver --conns 10000 --la
 matrix send --backends kernel-wire,kernel,flowlane --roles sender --conns 1,1024 --latency-sizes none
 
 # The prefetch of the next frame's connection state (issue 12, session 32),
-# on a server CPU's caches: no bed, one core, about a minute; skipped when
-# the runs above left less than two minutes of the nine.
-if [ "$SECONDS" -lt 420 ] && [ -x "$KIT/bin/dataplane-tests" ]; then
-  echo "== rx_prefetch_bench (ns per frame, prefetch off / on)"
-  FLOWLANE_BENCH_LEND=1 FLOWLANE_BENCH_CONNS=1,1000,10000,50000,100000 timeout 120 "$KIT/bin/dataplane-tests" \
-    --ignored --exact tcp_handler::rx_prefetch_bench::rx_prefetch_time --nocapture \
-    2>&1 | grep -E '^ *(connections|[0-9]+ )' | tee -a "$OUT/prefetch.txt"
-else
-  echo "== rx_prefetch_bench skipped (${SECONDS} s gone)"
-fi
+# on a server CPU's caches: about a minute; last, with what the budget has
+# left (skipped under 90 s).
+unit_bench rx_prefetch_bench 120 90 "ns per frame, prefetch off / on" \
+  '^ *(connections|[0-9]+ )' \
+  tcp_handler::rx_prefetch_bench::rx_prefetch_time \
+  FLOWLANE_BENCH_LEND=1 FLOWLANE_BENCH_CONNS=1,1000,10000,50000,100000
+echo "== device-run: ${SECONDS} s of the ${BUDGET} s budget used${skipped[*]:+; skipped: ${skipped[*]}}"
 exit $status

@@ -3,7 +3,7 @@
 # target of wire/fuzz, tcp/fuzz and dataplane/fuzz or the one named, 10^7 executions each by default. Not
 # part of CI: CI's smoke run is each fuzz crate's `cargo test` (scripts/test.sh).
 # Installs what is missing: the nightly toolchain (rustup) and cargo-fuzz (cargo install
-# --locked).
+# --locked). Needs rustup: without it, it says so and exits 1.
 #
 #   scripts/fuzz.sh [TARGET] [--runs N] [-- LIBFUZZER_ARGS...]
 #
@@ -66,6 +66,10 @@ while (($#)); do
 done
 ((${#targets[@]})) || mapfile -t targets <<<"$all"
 
+if ! command -v rustup >/dev/null; then
+  echo "fuzz.sh: no rustup: cargo-fuzz runs on a nightly toolchain through rustup (cargo +nightly); install rustup (https://rustup.rs: curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh) and run this again, which then installs nightly and cargo-fuzz" >&2
+  exit 1
+fi
 if ! rustup toolchain list | grep -q '^nightly'; then
   echo "== installing the nightly toolchain (cargo-fuzz needs its sanitizer-coverage flags)"
   rustup toolchain install nightly --profile minimal

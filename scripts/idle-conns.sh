@@ -11,7 +11,8 @@
 # Environment: QUEUES (bed queues and flowlane workers, default 2),
 # FLOWLANE (a flowlane binary to use instead of building
 # target/release/flowlane), OUT (a directory for the raw samples: every
-# /proc reading, flowlane's reports, the client's log), SETTLE (seconds
+# /proc reading, flowlane's reports, the client's log; without it they are
+# kept in a temporary folder when the run fails, removed when it succeeds), SETTLE (seconds
 # to wait after each step before reading, default 3), HOLD (seconds the
 # connections stay idle before the final check, default 30). Needs root;
 # installs python3 and iproute2 with apt when they are missing.
@@ -49,7 +50,8 @@ missing=()
 command -v python3 >/dev/null || missing+=(python3)
 command -v ss >/dev/null || missing+=(iproute2)
 if ((${#missing[@]})); then
-  echo "idle-conns: apt-get install ${missing[*]}" >&2
+  echo "idle-conns: apt-get update; apt-get install ${missing[*]}" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get update -q >&2
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
 fi
 
@@ -69,13 +71,22 @@ mkdir -p "$RAW"
 FL_PID=
 ACC_PID=
 CL_PID=
+# Every step runs whatever failed before it (errexit off in the handler).
+# On a failure the raw samples and logs stay (the messages point at them)
+# when they are under $WORK, and the script says where.
 cleanup() {
-  exec 3>&- || true
+  local rc=$? p
+  set +e
+  exec 3>&- 4<&-
   for p in $CL_PID $ACC_PID $FL_PID; do
-    { kill "$p" && wait "$p"; } 2>/dev/null || true
+    { kill "$p" && wait "$p"; } 2>/dev/null
   done
-  "$F" testbed down --bed "$BED" >/dev/null 2>&1 || true
-  rm -rf "$WORK"
+  "$F" testbed down --bed "$BED" >/dev/null 2>&1
+  if [ "$rc" -ne 0 ] && [ -z "${OUT:-}" ]; then
+    echo "idle-conns: kept $RAW (samples, the servers' and the client's logs); rm -rf $WORK when done" >&2
+  else
+    rm -rf "$WORK"
+  fi
 }
 trap cleanup EXIT
 

@@ -16,7 +16,7 @@ PKGS=(
   libhwloc-dev hwloc libudev-dev               # numa-sched topology (hwlocality; its static link flags name -ludev)
   linux-libc-dev libc6-dev                     # UAPI headers for the BPF programs
   iproute2 ethtool iperf3 netcat-openbsd curl iputils-ping procps  # test bed and kernel peers
-  bpftool xdp-tools                            # inspection; xdp-trafficgen for the RX ceiling benchmark
+  bpftool xdp-tools                            # inspection only (xdp-loader status, xdpdump); `bench rx` has its own generator
   python3 valgrind
   prometheus                                   # promtool and a real Prometheus for the daemon's metrics tests
 )

@@ -5,7 +5,9 @@
 #
 # Tests run one crate at a time (`cargo test -p <crate>`), each under a
 # `== suite <crate>` header, with cargo's `Running <file>` line naming each
-# test binary; a failing suite does not stop the others. The run ends with a
+# test binary; a failing suite does not stop the others, nor does a failing
+# check before them (fmt, clippy, doc, the build of the binaries: each one
+# line of the summary, counted as a failure). The run ends with a
 # summary: per suite its counts, the failed test binaries by name, and one
 # cargo-style `test result:` line summing them. Exits non-zero if any failed.
 set -euo pipefail
@@ -17,15 +19,6 @@ export CARGO_TERM_COLOR=never
 if [ "${CI:-}" = true ]; then
   export CARGO_INCREMENTAL=0
 fi
-echo "== cargo fmt --check"
-cargo fmt --all -- --check
-echo "== cargo clippy -D warnings"
-cargo clippy --workspace --all-targets -q -- -D warnings
-echo "== cargo doc (warnings are errors)"
-RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
-echo "== cargo build (binaries used by the integration tests)"
-cargo build --workspace --bins -q
-
 logs=$(mktemp -d /tmp/flowlane-test.XXXXXX)
 trap 'rm -rf "$logs"' EXIT
 start=$(date +%s.%N)
@@ -92,6 +85,27 @@ run_suite() {
   add_suite "$name" "$rc" "$log"
 }
 
+# run_check NAME CMD...: one check that has no test counts (formatting,
+# lints, docs, the build): a failure is a failed suite in the summary, and
+# the run goes on.
+run_check() {
+  local name=$1 rc=0
+  shift
+  echo "== $name"
+  "$@" || rc=$?
+  if [ "$rc" -eq 0 ]; then
+    summary+=("$(printf '  %-34s %-6s (a check: no tests)' "$name" ok)")
+  else
+    summary+=("$(printf '  %-34s %-6s (a check: exit status %d)' "$name" FAILED "$rc")")
+    failures+=("$name: exit status $rc (see its output above)")
+    total_failed=$((total_failed + 1))
+  fi
+}
+run_check "cargo fmt --check" cargo fmt --all -- --check
+run_check "cargo clippy -D warnings" cargo clippy --workspace --all-targets -q -- -D warnings
+run_check "cargo doc (warnings are errors)" env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
+run_check "cargo build --workspace --bins" cargo build --workspace --bins -q
+
 run_suite "setup.sh toolchain logic" bash scripts/setup-test.sh
 
 # Every crate's tests, from one build of the workspace. `cargo test -p X`
@@ -133,6 +147,7 @@ cargo test --workspace --no-fail-fast -- --test-threads=2 2>&1 |
     { print; fflush(); if (out != "") print > out }
   ' || ws_rc=${PIPESTATUS[0]}
 ws_rc=$((build_rc | ws_rc))
+failed_before_ws=$total_failed
 ws_counted=0
 if [ -f "$logs/ws-suites.tsv" ]; then
   while IFS=$'\t' read -r name log; do
@@ -140,7 +155,7 @@ if [ -f "$logs/ws-suites.tsv" ]; then
     ws_counted=$((ws_counted + 1))
   done <"$logs/ws-suites.tsv"
 fi
-if [ "$ws_rc" -ne 0 ] && [ "$total_failed" -eq 0 ]; then
+if [ "$ws_rc" -ne 0 ] && [ "$total_failed" -eq "$failed_before_ws" ]; then
   # Nothing failed by name: the build failed or a binary crashed.
   echo "cargo test --workspace: exit status $ws_rc" >"$logs/ws-status.log"
   add_suite "cargo test --workspace" "$ws_rc" "$logs/ws-status.log"
