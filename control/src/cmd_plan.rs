@@ -98,15 +98,18 @@ pub(crate) fn run(args: Args) -> Result<()> {
         .as_deref()
         .map(|i| args.roots.iface(i))
         .transpose()?;
-    let nic_node = args.nic_node.or(iface.as_ref().and_then(|i| i.numa_node));
-    if let Some(n) = nic_node {
+    // A node given by hand must be one of the topology's; the interface's
+    // own may be one the topology leaves out (outside a restricted
+    // cpuset.mems): the plan then treats it as unknown and says so.
+    if let Some(n) = args.nic_node {
         if topo.node(n).is_none() {
             bail!(
-                "NUMA node {n} is not in the topology (nodes: {:?})",
+                "--nic-node {n} is not in the topology (nodes: {:?})",
                 topo.node_ids()
             );
         }
     }
+    let nic_node = args.nic_node.or(iface.as_ref().and_then(|i| i.numa_node));
     let queues = match (args.queues, &iface) {
         (Some(q), Some(i)) if q > i.rx_queues => bail!(
             "{} has {} receive queues; asked for {q} (use --queues 1..={})",

@@ -5,8 +5,10 @@
 //! pointed at its queue's CPU through `<procfs>/irq/<n>/smp_affinity_list`.
 //! A veth (no `msi_irqs`) has no queue IRQs: its analogue is threaded NAPI
 //! (`<sysfs>/class/net/<if>/threaded`), one `napi/<if>-<id>` kthread per
-//! queue, found by name in `<procfs>/<pid>/comm` and pinned with
-//! `sched_setaffinity`.
+//! queue, pinned with `sched_setaffinity`. Its pid comes from netdev
+//! `napi-get` (Linux 6.8+) when the roots are this machine's; otherwise the
+//! thread is found by name in `<procfs>/<pid>/comm`, which kernels before
+//! 5.17 cut to 15 bytes.
 //!
 //! Everything is validated before anything is written: every target opened
 //! for writing first (no permission → one error, nothing written); a write
@@ -18,9 +20,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use flowlane_numa_sched::{
-    format_cpu_list, match_queue_irqs, napi_ids_in_queue_order, parse_napi_thread_name,
-    parse_proc_interrupts, plan_irq_affinity, plan_napi_threads, IrqInfo, IrqPlan, PlacementPlan,
-    Topology,
+    format_cpu_list, match_queue_irqs, napi_threads_by_name, parse_proc_interrupts,
+    plan_irq_affinity, plan_napi_threads, IrqInfo, IrqPlan, NicCaps, PlacementPlan, Topology,
 };
 use serde::Serialize;
 
@@ -82,6 +83,24 @@ pub(crate) struct IrqView {
     pub irqs: QueueIrqs,
 }
 
+/// Reads what the kernel's netdev family says of an interface (its NAPI
+/// instances and their threads); `None` where it cannot be asked. The real
+/// one is [`live_netdev`]; tests give their own.
+pub(crate) type NetdevReader<'a> = &'a dyn Fn(&Roots, &str) -> Option<NicCaps>;
+
+/// The interface's capabilities from the running kernel, when `roots` are
+/// this machine's own `/sys` and `/proc` (against other trees the kernel's
+/// answers, and its pids, would not be theirs); `None` otherwise or when
+/// they cannot be read, and the NAPI threads are then found by name.
+pub(crate) fn live_netdev(roots: &Roots, name: &str) -> Option<NicCaps> {
+    if roots.sysfs_root != Path::new("/sys") || roots.procfs_root != Path::new("/proc") {
+        return None;
+    }
+    crate::nic::caps::read(roots, name)
+        .map_err(|e| tracing::debug!("{name}: netdev facts not read ({e:#}): NAPI threads by name"))
+        .ok()
+}
+
 /// Reads the interface's queue interrupts (or NAPI threads) and plans them
 /// onto the placement of `queues` queues (default: all of the device's) on
 /// `topo`, within `budget` CPUs if given.
@@ -91,6 +110,19 @@ pub(crate) fn inspect(
     topo: &Topology,
     queues: Option<u32>,
     budget: Option<&[u32]>,
+) -> Result<IrqView> {
+    inspect_with(roots, ifname, topo, queues, budget, &live_netdev)
+}
+
+/// [`inspect`], with the NAPI threads' pids from `netdev` where it names
+/// them.
+pub(crate) fn inspect_with(
+    roots: &Roots,
+    ifname: &str,
+    topo: &Topology,
+    queues: Option<u32>,
+    budget: Option<&[u32]>,
+    netdev: NetdevReader<'_>,
 ) -> Result<IrqView> {
     let iface = roots.iface(ifname)?;
     let queues = match queues {
@@ -106,7 +138,7 @@ pub(crate) fn inspect(
     let placed = place_queues(topo, iface.numa_node, queues as usize, budget)?;
     let irqs = match &iface.msi_irqs {
         Some(msi) => msi_plan(roots, ifname, msi, &placed.plan)?,
-        None => napi_plan(roots, &iface, &placed.plan)?,
+        None => napi_plan(roots, &iface, &placed.plan, netdev)?,
     };
     Ok(IrqView {
         iface,
@@ -168,27 +200,24 @@ fn msi_plan(
     })
 }
 
-fn napi_plan(roots: &Roots, iface: &Iface, placement: &PlacementPlan) -> Result<QueueIrqs> {
+fn napi_plan(
+    roots: &Roots,
+    iface: &Iface,
+    placement: &PlacementPlan,
+    netdev: NetdevReader<'_>,
+) -> Result<QueueIrqs> {
     let threaded = roots.napi_threaded(&iface.name)?;
-    let comms = roots.comms()?;
-    let ours: Vec<&(u32, String)> = comms
-        .iter()
-        .filter(|(_, c)| parse_napi_thread_name(&iface.name, c).is_some())
-        .collect();
-    if ours.len() > iface.rx_queues as usize {
-        bail!(
-            "found {} napi/{}-* threads for a device with {} queues: interfaces of this name in other network namespaces have threaded NAPI too, and their threads cannot be told apart by name",
-            ours.len(),
-            iface.name,
-            iface.rx_queues
-        );
-    }
-    let names: Vec<&str> = ours.iter().map(|(_, c)| c.as_str()).collect();
-    let ids = napi_ids_in_queue_order(&iface.name, &names);
+    // `(queue, napi_id, pid)`: napi-get names each thread exactly; names are
+    // the fallback.
+    let found = match netdev(roots, &iface.name).map(|c| c.rx_napi_threads()) {
+        Some(t) if !t.is_empty() => t,
+        _ => napi_threads_in_procfs(roots, iface)?,
+    };
+    let ids: Vec<(u16, u32)> = found.iter().map(|&(q, id, _)| (q, id)).collect();
     let plan = plan_napi_threads(&iface.name, &ids, placement);
     let mut threads = Vec::new();
     for e in plan.entries {
-        let Some(&&(pid, _)) = ours.iter().find(|(_, c)| e.matches_comm(c)) else {
+        let Some(&(_, _, pid)) = found.iter().find(|f| f.0 == e.queue) else {
             continue;
         };
         threads.push(NapiThread {
@@ -201,6 +230,37 @@ fn napi_plan(roots: &Roots, iface: &Iface, placement: &PlacementPlan) -> Result<
         });
     }
     Ok(QueueIrqs::Napi { threaded, threads })
+}
+
+/// `(queue, napi_id, pid)` of the interface's NAPI threads, found by name in
+/// `<procfs>/<pid>/comm`.
+fn napi_threads_in_procfs(roots: &Roots, iface: &Iface) -> Result<Vec<(u16, u32, u32)>> {
+    let comms = roots.comms()?;
+    let names: Vec<&str> = comms.iter().map(|(_, c)| c.as_str()).collect();
+    let found = napi_threads_by_name(&iface.name, &names).map_err(|cut| {
+        let what = if cut.tasks > 1 {
+            format!("{} threads show as `{}`", cut.tasks, cut.comm)
+        } else {
+            format!("a thread shows as `{}`, its NAPI id cut off,", cut.comm)
+        };
+        anyhow::anyhow!(
+            "{what} in {}/<pid>/comm: kernels before 5.17 cut thread names to 15 bytes, so the NAPI threads of {} cannot be told apart by name (and netdev napi-get, Linux 6.8+, named none); rename the interface so that `napi/<name>-<NAPI id>` fits in 15 bytes, or pin its NAPI threads by hand (taskset -pc CPU PID)",
+            roots.procfs_root.display(),
+            iface.name
+        )
+    })?;
+    if found.len() > iface.rx_queues as usize {
+        bail!(
+            "found {} napi/{}-* threads for a device with {} queues: interfaces of this name in other network namespaces have threaded NAPI too, and their threads cannot be told apart by name",
+            found.len(),
+            iface.name,
+            iface.rx_queues
+        );
+    }
+    Ok(found
+        .into_iter()
+        .map(|(queue, id, i)| (queue, id, comms[i].0))
+        .collect())
 }
 
 /// What `apply` did (or, dry, would do).

@@ -381,6 +381,116 @@ fn napi_threads_of_same_named_interfaces_elsewhere_are_refused() {
     assert!(format!("{e:#}").contains("cannot be told apart"));
 }
 
+/// Kernels before 5.17 show `napi/veth-fl0-8193` and `napi/veth-fl0-8194`
+/// both as `napi/veth-fl0-8`: without napi-get, one line saying so.
+#[test]
+fn napi_threads_with_one_cut_name_are_refused() {
+    let b = FakeBox::new("napicut");
+    b.iface("veth-fl0", 2, -1, None);
+    std::fs::write(
+        b.roots.sysfs_root.join("class/net/veth-fl0/threaded"),
+        "1\n",
+    )
+    .unwrap();
+    b.task(20, "napi/veth-fl0-8", "0-1");
+    b.task(21, "napi/veth-fl0-8", "0-1");
+    let topo = Topology::from_synthetic_description("package:1 core:2 pu:1").unwrap();
+    let e = format!(
+        "{:#}",
+        inspect(&b.roots, "veth-fl0", &topo, None, None).unwrap_err()
+    );
+    assert!(!e.contains('\n'), "{e}");
+    assert!(
+        e.contains("2 threads show as `napi/veth-fl0-8`")
+            && e.contains("cut thread names to 15 bytes"),
+        "{e}"
+    );
+    assert!(e.contains("rename the interface"), "{e}");
+}
+
+/// napi-get names each NAPI's thread: cut names do not matter then.
+#[test]
+fn napi_get_pids_come_before_names() {
+    use flowlane_numa_sched::nic_caps::NapiFacts;
+    let b = FakeBox::new("napiget");
+    b.iface("veth-fl0", 2, -1, None);
+    std::fs::write(
+        b.roots.sysfs_root.join("class/net/veth-fl0/threaded"),
+        "1\n",
+    )
+    .unwrap();
+    b.task(20, "napi/veth-fl0-8", "1");
+    b.task(21, "napi/veth-fl0-8", "0-1");
+    let topo = Topology::from_synthetic_description("package:1 core:2 pu:1").unwrap();
+    let netdev = |_: &Roots, name: &str| {
+        Some(NicCaps {
+            iface: name.into(),
+            rx_queues: 2,
+            napis: vec![
+                NapiFacts {
+                    id: 8194,
+                    irq: None,
+                    pid: Some(20),
+                },
+                NapiFacts {
+                    id: 8193,
+                    irq: None,
+                    pid: Some(21),
+                },
+            ],
+            ..NicCaps::default()
+        })
+    };
+    let v = inspect_with(&b.roots, "veth-fl0", &topo, None, None, &netdev).unwrap();
+    let QueueIrqs::Napi { threads, .. } = &v.irqs else {
+        panic!("expected NAPI threads")
+    };
+    let found: Vec<(u16, u32, u32, &str, Vec<u32>)> = threads
+        .iter()
+        .map(|t| {
+            (
+                t.queue,
+                t.napi_id,
+                t.pid,
+                t.name.as_str(),
+                t.current.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            (0, 8193, 21, "napi/veth-fl0-8193", vec![0, 1]),
+            (1, 8194, 20, "napi/veth-fl0-8194", vec![1]),
+        ]
+    );
+    // A kernel without napi-get threads: by name, which here cannot tell them.
+    let none = |_: &Roots, _: &str| None;
+    assert!(inspect_with(&b.roots, "veth-fl0", &topo, None, None, &none).is_err());
+}
+
+/// A name of exactly 15 bytes that one thread shows is that thread's (a
+/// kernel since 5.17 shows it whole; an older one cut no digit that tells
+/// the threads apart).
+#[test]
+fn napi_threads_named_in_15_bytes_are_found() {
+    let b = FakeBox::new("napi15");
+    b.iface("veth0", 2, -1, None);
+    std::fs::write(b.roots.sysfs_root.join("class/net/veth0/threaded"), "1\n").unwrap();
+    b.task(30, "napi/veth0-8194", "0-1");
+    b.task(31, "napi/veth0-8193", "0-1");
+    let topo = Topology::from_synthetic_description("package:1 core:2 pu:1").unwrap();
+    let v = inspect(&b.roots, "veth0", &topo, None, None).unwrap();
+    let QueueIrqs::Napi { threads, .. } = &v.irqs else {
+        panic!("expected NAPI threads")
+    };
+    let found: Vec<(u16, u32, u32)> = threads
+        .iter()
+        .map(|t| (t.queue, t.napi_id, t.pid))
+        .collect();
+    assert_eq!(found, vec![(0, 8193, 31), (1, 8194, 30)]);
+}
+
 #[test]
 fn virtio_net_irqs_come_from_the_pci_parent() {
     let b = FakeBox::new("virtio");

@@ -54,12 +54,16 @@ pub fn place_queues(
     budget: Option<&[u32]>,
 ) -> Result<Placed> {
     // Budget CPUs the topology does not know (offline, or another machine's
-    // topology) are dropped rather than refused.
+    // topology) are dropped rather than refused; a CPU named twice counts once.
     let budget: Option<Vec<u32>> = budget.map(|b| {
-        b.iter()
+        let mut b: Vec<u32> = b
+            .iter()
             .copied()
             .filter(|&c| topo.cpu(c).is_some())
-            .collect()
+            .collect();
+        b.sort_unstable();
+        b.dedup();
+        b
     });
     let allowed = match &budget {
         Some(b) => b.len(),
@@ -85,12 +89,19 @@ pub fn place_queues(
             node_cpus,
         });
     }
+    if queues > usize::from(u16::MAX) + 1 {
+        return Err(Error::Placement(
+            flowlane_numa_sched::Error::TooManyQueues { queues },
+        ));
+    }
     let base = plan_placement(topo, nic_node, allowed, budget.as_deref(), &[])
         .map_err(Error::Placement)?;
     let mut plan = base.clone();
-    plan.queues = (0..queues)
-        .map(|i| QueuePlacement {
-            queue: i as u16,
+    plan.queues = (0..=u16::MAX)
+        .take(queues)
+        .enumerate()
+        .map(|(i, queue)| QueuePlacement {
+            queue,
             ..base.queues[i % allowed]
         })
         .collect();
@@ -171,6 +182,39 @@ mod tests {
             (0..6).collect::<Vec<_>>()
         );
         assert!(p.shared.unwrap().contains("6 queues on 2 CPU(s)"));
+    }
+
+    #[test]
+    fn a_nic_node_the_topology_does_not_list_is_not_an_error() {
+        // A container whose cpuset.mems leaves out the NIC's node: hwloc does not list it.
+        let t = Topology::synthetic(1, 1, 2, 1).unwrap();
+        let p = place_queues(&t, Some(1), 2, None).unwrap();
+        assert_eq!(p.plan.cpus(), vec![0, 1]);
+        assert!(p.shared.is_none());
+    }
+
+    #[test]
+    fn duplicate_budget_cpus_count_once() {
+        let t = two_nodes();
+        let p = place_queues(&t, Some(0), 2, Some(&[2, 2])).unwrap();
+        assert_eq!(p.plan.cpus(), vec![2, 2]);
+        assert!(p.shared.unwrap().contains("2 queues on 1 CPU(s)"));
+        assert_eq!(p.node_cpus, BTreeMap::from([(1, vec![2])]));
+    }
+
+    #[test]
+    fn sharing_refuses_more_queues_than_16_bits_name() {
+        let t = two_nodes();
+        let e = place_queues(&t, Some(0), 65537, Some(&[0])).unwrap_err();
+        assert!(e.to_string().contains("65537 queues"), "{e}");
+        assert_eq!(
+            place_queues(&t, Some(0), 65536, Some(&[0]))
+                .unwrap()
+                .plan
+                .queues
+                .len(),
+            65536
+        );
     }
 
     #[test]

@@ -80,15 +80,26 @@ impl IndirectionTable {
 
     /// Spreads the buckets of this NIC table (over queues `0..queues`)
     /// over `workers` workers, for more workers than the NIC has queues
-    /// (software spill): every worker ends with `size / workers` buckets
-    /// or one more. Workers `0..queues` keep buckets of their own queue;
-    /// each extra worker takes its share from the queues with the most
-    /// buckets over their share, one bucket at a time, so that a queue's
-    /// buckets stay interleaved. The worker of a bucket's queue forwards
-    /// its frames to the extra worker that took it; each extra worker sends
-    /// through its carrier, the queue it took most buckets from. Returns
-    /// the worker table (a worker per bucket) and each extra worker's
-    /// carrier. The NIC's own table does not change.
+    /// (software spill). A worker's share is `size / workers` buckets, one
+    /// more for each of the first `size % workers` workers.
+    ///
+    /// Every extra worker (`queues..workers`) gets exactly its share, taken
+    /// one bucket at a time from the queue most over its own share, so that
+    /// a queue's buckets stay interleaved; workers `0..queues` keep the rest
+    /// of their own queue's buckets and never get another queue's. So a
+    /// queue's worker ends with its share when its queue had at least that
+    /// many buckets, and on a NIC table where every queue has (the even
+    /// fill, Linux's default) every worker ends with its share. On a skewed
+    /// table a queue with fewer buckets than its share keeps all of them
+    /// and gives none, and what the extra workers' shares leave over stays
+    /// on the queues most over theirs, evened out: a queue that gave is at
+    /// most one bucket less over its share than any other queue.
+    ///
+    /// The worker of a bucket's queue forwards its frames to the extra
+    /// worker that took it; each extra worker sends through its carrier,
+    /// the queue it took most buckets from. Returns the worker table (a
+    /// worker per bucket) and each extra worker's carrier. The NIC's own
+    /// table does not change.
     ///
     /// # Errors
     /// [`Error::NoQueues`] when `queues` is 0 or `workers < queues`;
@@ -399,6 +410,47 @@ mod tests {
                 }
             }
             proptest::prop_assert_eq!(counts.values().sum::<usize>(), size);
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn spill_keeps_the_documented_bounds(
+            size_log in 3u32..10,
+            queues in 1u16..6,
+            extra in 0u16..9,
+            weights in proptest::collection::vec(0u32..9, 6),
+        ) {
+            let size = 1usize << size_log;
+            // Queue 0 has a nonzero weight; the others may have no bucket at all.
+            let ws: Vec<(u16, u32)> = (0..queues)
+                .map(|q| (q, weights[usize::from(q)].max(u32::from(q == 0))))
+                .collect();
+            let nic = IndirectionTable::weighted(size, &ws).unwrap();
+            let workers = queues + extra;
+            let (w, _) = nic.spill(queues, workers).unwrap();
+            let (n, q) = (usize::from(workers), usize::from(queues));
+            let share = |w: usize| size / n + usize::from(w < size % n);
+            let had: Vec<usize> = (0..q).map(|c| nic.counts().get(&(c as u16)).copied().unwrap_or(0)).collect();
+            let have: Vec<usize> = (0..n).map(|x| w.counts().get(&(x as u16)).copied().unwrap_or(0)).collect();
+            for (x, &got) in have.iter().enumerate().skip(q) {
+                proptest::prop_assert_eq!(got, share(x), "extra worker {}", x);
+            }
+            let over = |c: usize| have[c] as isize - share(c) as isize;
+            let most = (0..q).map(over).max().unwrap();
+            for c in 0..q {
+                proptest::prop_assert!(have[c] <= had[c]);
+                proptest::prop_assert!(have[c] >= had[c].min(share(c)), "queue {} kept {} of {}", c, have[c], had[c]);
+                if had[c] <= share(c) {
+                    proptest::prop_assert_eq!(have[c], had[c], "a queue short of its share gives none");
+                }
+                if have[c] < had[c] {
+                    proptest::prop_assert!(over(c) >= most - 1, "queue {} gave but is {} over, another {}", c, over(c), most);
+                }
+            }
+            if (0..q).all(|c| had[c] >= share(c)) {
+                proptest::prop_assert!((0..n).all(|x| have[x] == share(x)), "{:?}", have);
+            }
         }
     }
 

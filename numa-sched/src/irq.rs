@@ -350,9 +350,16 @@ pub fn napi_thread_name(ifname: &str, napi_id: u32) -> String {
     format!("napi/{ifname}-{napi_id}")
 }
 
-/// The NAPI id in a threaded-NAPI kthread name of `ifname`, if `comm` is one (in full).
+/// The NAPI id in a threaded-NAPI kthread name of `ifname`, if `comm` is one in full.
+///
+/// A `comm` of exactly [`TASK_COMM_MAX`] bytes is `None`: kernels before 5.17 cut longer
+/// names there (`napi/veth-fl0-8197` shows as `napi/veth-fl0-8`), so its digits may be only
+/// the start of the id ([`napi_thread_name_cut`] tells such names).
 #[must_use]
 pub fn parse_napi_thread_name(ifname: &str, comm: &str) -> Option<u32> {
+    if comm.len() == TASK_COMM_MAX {
+        return None;
+    }
     let id = comm
         .strip_prefix("napi/")?
         .strip_prefix(ifname)?
@@ -363,10 +370,27 @@ pub fn parse_napi_thread_name(ifname: &str, comm: &str) -> Option<u32> {
     id.parse().ok()
 }
 
+/// Whether `comm` may be the name of a threaded-NAPI kthread of `ifname` cut to
+/// [`TASK_COMM_MAX`] bytes, as kernels before 5.17 show it: exactly that long, and the start
+/// of `napi/<if>-<digits>` (cut within the name, or within the id).
+#[must_use]
+pub fn napi_thread_name_cut(ifname: &str, comm: &str) -> bool {
+    if comm.len() != TASK_COMM_MAX {
+        return false;
+    }
+    let prefix = format!("napi/{ifname}-");
+    match comm.strip_prefix(prefix.as_str()) {
+        Some(digits) => digits.bytes().all(|b| b.is_ascii_digit()),
+        None => prefix.starts_with(comm),
+    }
+}
+
 /// `(queue, napi_id)` from the NAPI kthread names of `ifname`, assuming NAPI ids grow with
 /// the queue index: true for veth, which registers one NAPI per receive queue in queue order
 /// (`veth_napi_add_range`), but only a heuristic elsewhere. The exact mapping is in the
-/// netdev netlink family (`queue-get`: `napi-id` per RX queue, Linux 6.8+).
+/// netdev netlink family (`queue-get`: `napi-id` per RX queue, Linux 6.8+). Names that may
+/// be cut ([`parse_napi_thread_name`]) are left out; [`napi_threads_by_name`] tells apart
+/// those it can.
 #[must_use]
 pub fn napi_ids_in_queue_order(ifname: &str, comms: &[&str]) -> Vec<(u16, u32)> {
     let ids: BTreeSet<u32> = comms
@@ -374,6 +398,62 @@ pub fn napi_ids_in_queue_order(ifname: &str, comms: &[&str]) -> Vec<(u16, u32)> 
         .filter_map(|c| parse_napi_thread_name(ifname, c))
         .collect();
     (0..=u16::MAX).zip(ids).collect()
+}
+
+/// NAPI kthread names of an interface that cannot be told apart: several tasks show the same
+/// name cut to [`TASK_COMM_MAX`] bytes, or a cut name keeps no digit of the NAPI id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CutNapiNames {
+    /// The name as `/proc/<pid>/comm` shows it.
+    pub comm: String,
+    /// How many tasks show it.
+    pub tasks: usize,
+}
+
+/// `(queue, napi_id, i)` for each threaded-NAPI kthread of `ifname` among `comms` (the
+/// `/proc/<pid>/comm` of every task; `i` is the thread's index there), queues given in the
+/// order of NAPI ids as in [`napi_ids_in_queue_order`]. A name of [`TASK_COMM_MAX`] bytes
+/// that no other task shows still names one thread: its digits are taken for its NAPI id
+/// (the id itself when the name was not cut, as on kernels since 5.17; the order of the ids
+/// is kept while they have as many digits).
+///
+/// # Errors
+/// [`CutNapiNames`] when several tasks show one cut name, or a cut name keeps no digit of
+/// the id: which queue each thread serves cannot be told by name then.
+pub fn napi_threads_by_name(
+    ifname: &str,
+    comms: &[&str],
+) -> Result<Vec<(u16, u32, usize)>, CutNapiNames> {
+    let prefix = format!("napi/{ifname}-");
+    let mut found: Vec<(u32, usize)> = Vec::new();
+    for (i, comm) in comms.iter().enumerate() {
+        let comm = comm.trim_end_matches('\n');
+        if let Some(id) = parse_napi_thread_name(ifname, comm) {
+            found.push((id, i));
+            continue;
+        }
+        if !napi_thread_name_cut(ifname, comm) {
+            continue;
+        }
+        let tasks = comms
+            .iter()
+            .filter(|c| c.trim_end_matches('\n') == comm)
+            .count();
+        match comm.strip_prefix(prefix.as_str()).map(str::parse) {
+            Some(Ok(id)) if tasks == 1 => found.push((id, i)),
+            _ => {
+                return Err(CutNapiNames {
+                    comm: comm.to_string(),
+                    tasks,
+                })
+            }
+        }
+    }
+    found.sort_unstable();
+    Ok((0..=u16::MAX)
+        .zip(found)
+        .map(|(queue, (id, i))| (queue, id, i))
+        .collect())
 }
 
 /// Where one NAPI kthread should run.
@@ -668,6 +748,64 @@ garbage line without colon\n\
         assert!(!e.matches_comm("napi/veth"));
         assert_eq!(plan.unplaced, vec![(1, 8199)]);
         assert!(plan.to_string().contains("napi/veth-fl0-8197"));
+    }
+
+    #[test]
+    fn napi_names_cut_to_15_bytes_are_ambiguous() {
+        // Before Linux 5.17, `napi/veth-fl0-8197` shows as `napi/veth-fl0-8`.
+        assert_eq!(parse_napi_thread_name("veth-fl0", "napi/veth-fl0-8"), None);
+        assert_eq!(
+            parse_napi_thread_name("veth0", "napi/veth0-8193"),
+            None,
+            "15 bytes: the id may have more digits"
+        );
+        assert_eq!(parse_napi_thread_name("veth0", "napi/veth0-819"), Some(819));
+        assert_eq!(
+            parse_napi_thread_name("veth-fl0", "napi/veth-fl0-8197"),
+            Some(8197),
+            "later kernels show the name in full"
+        );
+        assert!(napi_thread_name_cut("veth-fl0", "napi/veth-fl0-8"));
+        assert!(napi_thread_name_cut("veth0", "napi/veth0-8193"));
+        assert!(napi_thread_name_cut("enp1s0f0np0", "napi/enp1s0f0np"));
+        assert!(!napi_thread_name_cut("veth-fl0", "napi/veth-fl0-8197"));
+        assert!(!napi_thread_name_cut("veth-fl", "napi/veth-fl0-8"));
+        assert!(!napi_thread_name_cut("veth0", "napi/veth0-81x3"));
+        assert!(!napi_thread_name_cut("veth0", "kworker/u16:2-ev"));
+        // Threads showing one cut name: no id, and no order, for any of them.
+        let cut = ["napi/veth-fl0-8", "systemd", "napi/veth-fl0-8"];
+        assert_eq!(napi_ids_in_queue_order("veth-fl0", &cut), vec![]);
+        assert_eq!(
+            napi_threads_by_name("veth-fl0", &cut),
+            Err(CutNapiNames {
+                comm: "napi/veth-fl0-8".into(),
+                tasks: 2
+            })
+        );
+        // A cut name that keeps no digit of the id.
+        assert_eq!(
+            napi_threads_by_name("enp1s0f0np0", &["napi/enp1s0f0np"]),
+            Err(CutNapiNames {
+                comm: "napi/enp1s0f0np".into(),
+                tasks: 1
+            })
+        );
+        // One task per name of 15 bytes: each names one thread, in the order of its digits.
+        let comms = [
+            "napi/veth0-8194",
+            "kworker/0:1",
+            "napi/veth0-8193",
+            "napi/veth0-819",
+            "napi/veth01-8192",
+        ];
+        assert_eq!(
+            napi_threads_by_name("veth0", &comms),
+            Ok(vec![(0, 819, 3), (1, 8193, 2), (2, 8194, 0)])
+        );
+        assert_eq!(
+            napi_threads_by_name("veth-fl0", &["napi/veth-fl0-8199\n", "napi/veth-fl0-8197"]),
+            Ok(vec![(0, 8197, 1), (1, 8199, 0)])
+        );
     }
 
     proptest! {

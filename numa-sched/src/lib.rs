@@ -44,9 +44,10 @@ pub use error::{Error, Result};
 pub use hints::{FlowHint, RssState};
 pub use indirection::{EntryChange, IndirectionTable};
 pub use irq::{
-    format_cpu_list, match_queue_irqs, napi_ids_in_queue_order, napi_thread_name, parse_cpu_list,
-    parse_napi_thread_name, parse_proc_interrupts, plan_irq_affinity, plan_napi_threads,
-    IrqAffinityChange, IrqInfo, IrqPlan, NapiPlan, NapiThreadAffinity,
+    format_cpu_list, match_queue_irqs, napi_ids_in_queue_order, napi_thread_name,
+    napi_thread_name_cut, napi_threads_by_name, parse_cpu_list, parse_napi_thread_name,
+    parse_proc_interrupts, plan_irq_affinity, plan_napi_threads, CutNapiNames, IrqAffinityChange,
+    IrqInfo, IrqPlan, NapiPlan, NapiThreadAffinity,
 };
 pub use nic::{RssCaps, RssNic, RssSettings, RssSettingsError};
 pub use nic_caps::NicCaps;

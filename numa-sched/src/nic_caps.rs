@@ -307,6 +307,40 @@ impl NicCaps {
         self.napis.iter().find(|n| n.id == id)
     }
 
+    /// `(queue, napi_id, pid)` of each receive queue `0..rx_queues` whose
+    /// NAPI instance has a kernel thread (threaded NAPI; netdev `napi-get`
+    /// names its pid): the queue's NAPI from `queue-get` where it says;
+    /// where it names no queue's NAPI (veth), the threaded instances in
+    /// increasing id order, one per queue, as veth registers them. Empty
+    /// when the kernel named no thread.
+    #[must_use]
+    pub fn rx_napi_threads(&self) -> Vec<(u16, u32, u32)> {
+        let pid = |id: u32| self.napis.iter().find(|n| n.id == id)?.pid;
+        let queues = (0..=u16::MAX).take(self.rx_queues as usize);
+        let by_queue = self
+            .queues
+            .iter()
+            .any(|f| f.kind == QueueKind::Rx && f.napi.is_some());
+        if by_queue {
+            return queues
+                .filter_map(|q| {
+                    let id = self.rx_napi(u32::from(q))?.id;
+                    Some((q, id, pid(id)?))
+                })
+                .collect();
+        }
+        let mut threaded: Vec<(u32, u32)> = self
+            .napis
+            .iter()
+            .filter_map(|n| Some((n.id, n.pid?)))
+            .collect();
+        threaded.sort_unstable();
+        queues
+            .zip(threaded)
+            .map(|(q, (id, pid))| (q, id, pid))
+            .collect()
+    }
+
     /// The IRQ of each receive queue `0..rx_queues` that has one: its
     /// NAPI instance's, else the one matched by name.
     #[must_use]
@@ -455,6 +489,36 @@ mod tests {
             ],
             ..NicCaps::default()
         }
+    }
+
+    #[test]
+    fn napi_threads_by_queue() {
+        let mut n = nic();
+        assert_eq!(
+            n.rx_napi_threads(),
+            [(1, 8194, 77)],
+            "queue 0's NAPI has no thread"
+        );
+        // veth: napi-get gives the threads, queue-get no NAPI of a queue: NAPI ids in
+        // queue order, as veth registers them.
+        n.queues.clear();
+        n.napis = vec![
+            NapiFacts {
+                id: 8200,
+                irq: None,
+                pid: Some(12),
+            },
+            NapiFacts {
+                id: 8199,
+                irq: None,
+                pid: Some(11),
+            },
+        ];
+        assert_eq!(n.rx_napi_threads(), [(0, 8199, 11), (1, 8200, 12)]);
+        n.rx_queues = 1;
+        assert_eq!(n.rx_napi_threads(), [(0, 8199, 11)]);
+        n.napis.iter_mut().for_each(|x| x.pid = None);
+        assert!(n.rx_napi_threads().is_empty(), "threaded NAPI off");
     }
 
     #[test]

@@ -9,9 +9,10 @@
 //!    CPU left, nearest first (by the distance matrix if the snapshot has one, else by
 //!    index). Each queue placed off the NIC's node is reported ([`PlacementNote::RemoteNode`]).
 //! 2. Within a node, one thread of every physical core before any second thread (SMT
-//!    siblings share execution units and L1/L2), and successive cores taken round-robin
-//!    over the node's L3 caches when the snapshot knows them (nodes with several L3s, such
-//!    as AMD CCDs).
+//!    siblings share execution units and L1/L2), counting only allowed threads (a core
+//!    whose first thread is reserved or outside the budget is idle, and its next thread
+//!    comes in the first round), and successive cores taken round-robin over the node's L3
+//!    caches when the snapshot knows them (nodes with several L3s, such as AMD CCDs).
 //! 3. Never the same logical CPU twice; never a CPU outside the budget or reserved.
 //! 4. Packet memory on the node of the queue's CPU.
 
@@ -63,6 +64,13 @@ pub enum PlacementNote {
     /// The NIC's NUMA node is unknown (sysfs `numa_node` is -1) on a multi-node machine:
     /// nodes were filled in index order, and locality is a matter of luck.
     NicNodeUnknown,
+    /// The NIC's NUMA node is not in the topology (hwloc leaves out the nodes outside the
+    /// process's `cpuset.mems`, while sysfs still names the device's): the node was treated
+    /// as unknown, nodes were filled in index order, and locality is a matter of luck.
+    NicNodeNotInTopology {
+        /// The node the NIC reports.
+        node: u32,
+    },
 }
 
 impl fmt::Display for PlacementNote {
@@ -89,6 +97,11 @@ impl fmt::Display for PlacementNote {
             Self::NicNodeUnknown => write!(
                 f,
                 "the NIC's NUMA node is unknown: nodes filled in index order, locality not guaranteed"
+            ),
+            Self::NicNodeNotInTopology { node } => write!(
+                f,
+                "the NIC's NUMA node {node} is not in the topology (outside cpuset.mems?): \
+                 treated as unknown, nodes filled in index order, locality not guaranteed"
             ),
         }
     }
@@ -162,13 +175,15 @@ impl fmt::Display for PlacementPlan {
 /// Places `queues` receive queues on CPUs of `topo` (rules in the module documentation).
 ///
 /// `nic_node` is the NIC's NUMA node (`/sys/class/net/<if>/device/numa_node`, `None` for
-/// -1); `core_budget` restricts the CPUs that may be used (`None`: all); `reserved` CPUs are
-/// never used (housekeeping, the control plane).
+/// -1); a node the topology does not list (left out of a restricted `cpuset.mems`) is
+/// treated as unknown, with a [`PlacementNote::NicNodeNotInTopology`]. `core_budget`
+/// restricts the CPUs that may be used (`None`: all); `reserved` CPUs are never used
+/// (housekeeping, the control plane).
 ///
 /// # Errors
-/// [`Error::UnknownNode`] / [`Error::UnknownCpu`] if `nic_node` or a budget CPU is not in the
-/// topology, [`Error::NotEnoughCpus`] if fewer CPUs are allowed than there are queues,
-/// [`Error::TooManyQueues`] beyond 65536 queues.
+/// [`Error::UnknownCpu`] if a budget CPU is not in the topology, [`Error::NotEnoughCpus`]
+/// if fewer CPUs are allowed than there are queues, [`Error::TooManyQueues`] beyond 65536
+/// queues.
 pub fn plan_placement(
     topo: &Topology,
     nic_node: Option<u32>,
@@ -179,14 +194,8 @@ pub fn plan_placement(
     if queues > usize::from(u16::MAX) + 1 {
         return Err(Error::TooManyQueues { queues });
     }
-    if let Some(node) = nic_node {
-        if topo.node(node).is_none() {
-            return Err(Error::UnknownNode {
-                node,
-                known: topo.node_ids(),
-            });
-        }
-    }
+    let unlisted = nic_node.filter(|&n| topo.node(n).is_none());
+    let nic_node = nic_node.filter(|&n| topo.node(n).is_some());
     let mut allowed: BTreeSet<u32> = match core_budget {
         Some(budget) => {
             if let Some(&cpu) = budget.iter().find(|&&c| topo.cpu(c).is_none()) {
@@ -217,8 +226,14 @@ pub fn plan_placement(
         queues: Vec::with_capacity(queues),
         notes: Vec::new(),
     };
-    if nic_node.is_none() && topo.nodes.len() > 1 && queues > 0 {
-        plan.notes.push(PlacementNote::NicNodeUnknown);
+    match unlisted {
+        Some(node) if queues > 0 => plan
+            .notes
+            .push(PlacementNote::NicNodeNotInTopology { node }),
+        None if nic_node.is_none() && topo.nodes.len() > 1 && queues > 0 => {
+            plan.notes.push(PlacementNote::NicNodeUnknown);
+        }
+        _ => {}
     }
     let mut used_cores = BTreeSet::new();
     for (queue, cpu) in (0..queues).zip(order) {
@@ -250,8 +265,11 @@ pub fn plan_placement(
     Ok(plan)
 }
 
-/// The allowed CPUs of `node` in placement order: by SMT rank (all first threads, then all
-/// second threads, ...), and within a rank round-robin over L3 caches, by core within one.
+/// The allowed CPUs of `node` in placement order: by ordinal among the allowed threads of
+/// their core (one allowed thread of every core, then a second one of the cores that have
+/// two, ...; a core whose first thread is reserved or outside the budget takes part in the
+/// first round with its next one), and within an ordinal round-robin over L3 caches, by
+/// core within one.
 fn node_cpu_order(topo: &Topology, node: u32, allowed: &BTreeSet<u32>) -> Vec<u32> {
     let l3_of = |cpu: u32| {
         topo.caches
@@ -259,18 +277,29 @@ fn node_cpu_order(topo: &Topology, node: u32, allowed: &BTreeSet<u32>) -> Vec<u3
             .position(|c| c.level == 3 && c.cpus.contains(&cpu))
             .unwrap_or(usize::MAX)
     };
-    // rank → L3 → CPUs ordered by core.
-    let mut levels: BTreeMap<u32, BTreeMap<usize, Vec<(u32, u32)>>> = BTreeMap::new();
+    // core → its allowed threads, by SMT rank.
+    let mut threads: BTreeMap<u32, Vec<(u32, u32)>> = BTreeMap::new();
     for core in topo
         .cpus_on_node(node)
         .filter(|c| allowed.contains(&c.os_index))
     {
-        levels
-            .entry(core.smt_sibling_rank)
+        threads
+            .entry(core.core_id)
             .or_default()
-            .entry(l3_of(core.os_index))
-            .or_default()
-            .push((core.core_id, core.os_index));
+            .push((core.smt_sibling_rank, core.os_index));
+    }
+    // ordinal → L3 → CPUs ordered by core.
+    let mut levels: BTreeMap<usize, BTreeMap<usize, Vec<(u32, u32)>>> = BTreeMap::new();
+    for (core_id, mut cpus) in threads {
+        cpus.sort_unstable();
+        for (ordinal, (_, cpu)) in cpus.into_iter().enumerate() {
+            levels
+                .entry(ordinal)
+                .or_default()
+                .entry(l3_of(cpu))
+                .or_default()
+                .push((core_id, cpu));
+        }
     }
     let mut order = Vec::new();
     for groups in levels.into_values() {
@@ -484,13 +513,6 @@ mod tests {
             plan_placement(&t, Some(0), 1, Some(&[1, 8]), &[]),
             Err(Error::UnknownCpu { cpu: 8 })
         );
-        assert_eq!(
-            plan_placement(&t, Some(3), 1, None, &[]),
-            Err(Error::UnknownNode {
-                node: 3,
-                known: vec![0, 1]
-            })
-        );
         let none = plan_placement(&t, None, 3, None, &[0]).unwrap();
         assert_eq!(none.cpus(), vec![1, 2, 3]);
         assert_eq!(none.notes, vec![PlacementNote::NicNodeUnknown]);
@@ -498,6 +520,68 @@ mod tests {
             .unwrap()
             .queues
             .is_empty());
+    }
+
+    #[test]
+    fn a_nic_node_the_topology_does_not_list_is_treated_as_unknown() {
+        // hwloc leaves out the nodes outside cpuset.mems while sysfs still gives the
+        // NIC's own.
+        let t = Topology::synthetic(1, 1, 2, 1).unwrap();
+        let plan = plan_placement(&t, Some(1), 2, None, &[]).unwrap();
+        assert_eq!(plan.cpus(), vec![0, 1]);
+        assert_eq!(plan.nic_node, None);
+        assert_eq!(
+            plan.notes,
+            vec![PlacementNote::NicNodeNotInTopology { node: 1 }]
+        );
+        let text = plan.to_string();
+        assert!(
+            text.contains("note: the NIC's NUMA node 1 is not in the topology"),
+            "{text}"
+        );
+        // Several nodes: filled in index order, as for an unknown node.
+        let t = Topology::synthetic(1, 2, 4, 1).unwrap(); // node 0: 0-3, node 1: 4-7
+        let plan = plan_placement(&t, Some(3), 5, None, &[]).unwrap();
+        assert_eq!(plan.cpus(), vec![0, 1, 2, 3, 4]);
+        assert_eq!(
+            plan.notes,
+            vec![PlacementNote::NicNodeNotInTopology { node: 3 }]
+        );
+        assert!(plan_placement(&t, Some(3), 0, None, &[])
+            .unwrap()
+            .notes
+            .is_empty());
+    }
+
+    #[test]
+    fn a_core_whose_first_thread_is_taken_still_counts_as_idle() {
+        // 4 cores × 2 threads (core c: CPUs 2c, 2c+1); core 2's first thread reserved.
+        let t = Topology::synthetic(1, 1, 4, 2).unwrap();
+        let plan = plan_placement(&t, Some(0), 4, None, &[4]).unwrap();
+        assert_eq!(
+            plan.cpus(),
+            vec![0, 2, 5, 6],
+            "CPU 5 before a busy core's sibling"
+        );
+        assert!(plan.notes.is_empty(), "{:?}", plan.notes);
+        // Out of the budget likewise; siblings only once every core has a queue.
+        let plan = plan_placement(&t, Some(0), 6, Some(&[0, 1, 2, 3, 5, 7]), &[]).unwrap();
+        assert_eq!(plan.cpus(), vec![0, 2, 5, 7, 1, 3]);
+        assert_eq!(
+            plan.notes,
+            vec![
+                PlacementNote::SharedCore {
+                    queue: 4,
+                    cpu: 1,
+                    core_id: 0
+                },
+                PlacementNote::SharedCore {
+                    queue: 5,
+                    cpu: 3,
+                    core_id: 1
+                },
+            ]
+        );
     }
 
     #[test]
@@ -526,7 +610,8 @@ mod tests {
             let nodes = p * n;
             (
                 Just(topo),
-                proptest::option::weighted(0.8, 0..nodes),
+                // Node `nodes` is one the topology does not list.
+                proptest::option::weighted(0.8, 0..=nodes),
                 proptest::collection::vec(proptest::bool::weighted(0.8), cpus),
                 proptest::collection::vec(proptest::bool::weighted(0.15), cpus),
             )
@@ -555,7 +640,8 @@ mod tests {
             }
             // Nodes are entered in order, and a node is left only when its allowed CPUs are
             // all used.
-            let order = nic.map_or_else(|| topo.node_ids(), |n| topo.nodes_by_distance(n));
+            let known_nic = nic.filter(|&n| topo.node(n).is_some());
+            let order = known_nic.map_or_else(|| topo.node_ids(), |n| topo.nodes_by_distance(n));
             let pos = |node: u32| order.iter().position(|&n| n == node).unwrap();
             for w in plan.queues.windows(2) {
                 prop_assert!(pos(w[0].node) <= pos(w[1].node));
@@ -566,19 +652,38 @@ mod tests {
                     }
                 }
             }
-            // Within a node, a rank-r thread is used only when every allowed thread of lower
-            // rank on that node is.
-            for p in &plan.queues {
-                let rank = topo.cpu(p.cpu).unwrap().smt_sibling_rank;
+            // Within a node, cores are filled round by round: a queue's CPU is on a core with
+            // no more used threads than the core of any allowed CPU of that node still free
+            // (so an allowed CPU whose core has no used thread is used before any CPU whose
+            // core already has one), and a queue shares a core exactly when the note says so.
+            let busy = |before: &[QueuePlacement], cpu: u32| {
+                let core = topo.cpu(cpu).unwrap().core_id;
+                before.iter().filter(|q| q.core_id == core).count()
+            };
+            for (i, p) in plan.queues.iter().enumerate() {
+                let before = &plan.queues[..i];
+                let k = busy(before, p.cpu);
                 for c in topo.cpus_on_node(p.node) {
-                    if allowed.contains(&c.os_index) && c.smt_sibling_rank < rank {
-                        prop_assert!(used.contains(&c.os_index));
+                    let free = allowed.contains(&c.os_index) && before.iter().all(|q| q.cpu != c.os_index);
+                    if free {
+                        prop_assert!(
+                            k <= busy(before, c.os_index),
+                            "queue {} on CPU {} (core with {} used) while CPU {} is free", i, p.cpu, k, c.os_index
+                        );
                     }
                 }
+                let shared = plan.notes.iter().any(|n| matches!(n, PlacementNote::SharedCore { queue, .. } if usize::from(*queue) == i));
+                prop_assert_eq!(shared, k > 0);
             }
-            let remote = plan.queues.iter().filter(|p| nic.is_some_and(|n| n != p.node)).count();
+            let remote = plan.queues.iter().filter(|p| known_nic.is_some_and(|n| n != p.node)).count();
             let remote_notes = plan.notes.iter().filter(|n| matches!(n, PlacementNote::RemoteNode { .. })).count();
             prop_assert_eq!(remote, remote_notes);
+            // A NIC node the topology does not list is treated as unknown, and said.
+            let unlisted = nic.filter(|_| known_nic.is_none() && queues > 0);
+            prop_assert_eq!(
+                plan.notes.iter().find(|n| matches!(n, PlacementNote::NicNodeNotInTopology { .. })).copied(),
+                unlisted.map(|node| PlacementNote::NicNodeNotInTopology { node })
+            );
             // One more queue than allowed CPUs is refused.
             prop_assert_eq!(
                 plan_placement(&topo, nic, allowed.len() + 1, Some(&budget), &reserved),

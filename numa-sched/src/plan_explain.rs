@@ -224,10 +224,11 @@ fn queues(caps: &NicCaps, wanted: Wanted) -> PlanPart {
                     "{} workers on {max} receive queue(s): {extra} without a queue (software spill)",
                     wanted.workers
                 ),
-                "each extra worker takes an even share of one queue's RSS buckets; that \
-                 queue's worker forwards it their frames through an inter-worker ring and \
-                 sends its segments (a copy and a cross-core hand-off per frame each way); \
-                 buckets do not move between workers then",
+                "each extra worker takes an even share of the RSS buckets from the queues \
+                 with the most; their workers forward it those frames through an \
+                 inter-worker ring and one of them sends its segments (a copy and a \
+                 cross-core hand-off per frame each way); buckets do not move between \
+                 workers then",
                 None,
             );
         }
@@ -241,7 +242,12 @@ fn queues(caps: &NicCaps, wanted: Wanted) -> PlanPart {
                     "{} workers on one receive queue: {extra} without a queue (software steering)",
                     wanted.workers
                 ),
-                "the NIC has no RSS flowlane can read, and one queue: queue 0's worker hashes                  each frame (Toeplitz, with a secret key of flowlane's own, so that peers                  cannot choose their worker) into a table of its own spreading the buckets                  evenly, and forwards the others' frames through an inter-worker ring; they                  send through it (a copy and a cross-core hand-off per frame each way);                  buckets do not move between workers then",
+                "the NIC has no RSS flowlane can read, and one queue: queue 0's worker hashes \
+                 each frame (Toeplitz, with a secret key of flowlane's own, so that peers \
+                 cannot choose their worker) into a table of its own spreading the buckets \
+                 evenly, and forwards the others' frames through an inter-worker ring; they \
+                 send through it (a copy and a cross-core hand-off per frame each way); \
+                 buckets do not move between workers then",
                 None,
             );
         }
@@ -451,7 +457,8 @@ fn numa(caps: &NicCaps) -> PlanPart {
         None => part(
             "numa",
             DoneBy::Flowlane,
-            "the NIC names no NUMA node: workers are spread over all nodes",
+            "the NIC names no NUMA node: workers fill the nodes in index order, the lowest \
+             node's CPUs first",
             "a virtual device or a one-node machine (device/numa_node is -1 or absent)",
             None,
         ),
@@ -539,6 +546,110 @@ mod tests {
             q.what.contains("1 without a queue (software spill)"),
             "{q:?}"
         );
+    }
+
+    #[test]
+    fn no_explanation_has_a_run_of_spaces() {
+        // Every branch's text, over NICs that reach them: a `\` line continuation lost in
+        // a string leaves the next line's indentation in the output.
+        let plain = NicCaps {
+            iface: "eth0".into(),
+            rx_queues: 1,
+            tx_queues: 1,
+            ..NicCaps::default()
+        };
+        let veth = NicCaps {
+            driver: Some("veth".into()),
+            threaded_napi: Some(true),
+            ..plain.clone()
+        };
+        let rss = |tcp4: &str, func: &str| NicCaps {
+            rx_queues: 4,
+            numa_node: Some(1),
+            rss: Some(RssFacts {
+                key_len: 40,
+                table_size: 128,
+                hash_function: Some(func.into()),
+                flow_hash: FlowHash {
+                    tcp4: Some(tcp4.into()),
+                    ..FlowHash::default()
+                },
+            }),
+            ntuple: Some(Toggle {
+                available: true,
+                on: true,
+            }),
+            xdp: Some(XdpFacts {
+                features: xdp_features(0x07),
+                ..XdpFacts::default()
+            }),
+            ..plain.clone()
+        };
+        let no_ntuple = NicCaps {
+            ntuple: Some(Toggle::default()),
+            xdp: Some(XdpFacts::default()),
+            ..plain.clone()
+        };
+        let four = NicCaps {
+            rx_queues: 4,
+            queue_irqs: vec![crate::nic_caps::QueueIrq { queue: 0, irq: 40 }],
+            ..plain.clone()
+        };
+        let softirq = NicCaps {
+            queues: vec![crate::nic_caps::QueueFacts {
+                id: 0,
+                kind: crate::nic_caps::QueueKind::Rx,
+                napi: None,
+            }],
+            ..plain.clone()
+        };
+        let nics = [
+            plain.clone(),
+            veth,
+            rss("sdfn", "toeplitz"),
+            rss("sd", "toeplitz"),
+            rss("sdt", "toeplitz"),
+            rss("sdfn", "xor"),
+            no_ntuple,
+            four,
+            softirq,
+        ];
+        for caps in &nics {
+            for workers in [1, 2, 4, 9] {
+                let wanted = Wanted {
+                    workers,
+                    table_size: 128,
+                };
+                for p in explain(caps, wanted) {
+                    for text in [&p.what, &p.why].into_iter().chain(p.action.as_ref()) {
+                        assert!(!text.contains("  "), "{}: {text:?}", p.part);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_nic_without_a_node_says_how_nodes_are_filled() {
+        let caps = NicCaps {
+            iface: "x".into(),
+            rx_queues: 1,
+            tx_queues: 1,
+            ..NicCaps::default()
+        };
+        let p = find(
+            &explain(
+                &caps,
+                Wanted {
+                    workers: 1,
+                    table_size: 128,
+                },
+            ),
+            "numa",
+        )
+        .clone();
+        assert!(!p.what.contains("spread"), "{p:?}");
+        assert!(p.what.contains("in index order"), "{p:?}");
     }
 
     #[test]
