@@ -721,15 +721,7 @@ impl Connection {
         }
         let rtt = self.take_rtt_sample(now, seg);
         self.timers_rare.retransmits = 0;
-        let undone = self.flags.has(Flags::UNDO) && {
-            self.flags.clear(Flags::UNDO);
-            // An ACK that echoes a CE mark says the network congested this
-            // window whatever became of the retransmission: the reduction
-            // stands (RFC 3168 §6.1.2; `on_ecn_echo` for earlier echoes).
-            let undo = self.snd_rare.undo.take();
-            !self.ecn_holds_cwnd(seg)
-                && undo.is_some_and(|undo| self.eifel_undo(ctx.stats, undo, seg, data_acked))
-        };
+        let undone = self.flags.has(Flags::UNDO) && self.try_undo(ctx, seg, data_acked);
         if undone {
             // The window was set by the RFC 4015 response.
         } else if self.flags.has(Flags::IN_RECOVERY) {

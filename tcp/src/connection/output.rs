@@ -169,38 +169,54 @@ impl Connection {
     ) -> ControlFlow<Option<usize>> {
         if self.flags.has(Flags::PROBE_NOW) {
             self.flags.clear(Flags::PROBE_NOW);
-            let zero = self.snd.wnd == 0;
-            if zero && self.timers_rare.rto.is_none() {
-                // Each probe of a zero window is its first byte outside
-                // it again (a byte probed before was not taken).
-                self.snd.nxt = self.snd.una;
-            }
-            let off = self.snd.nxt.saturating_sub(start);
-            if off < buffered {
-                let len = if zero {
-                    1
-                } else {
-                    (self.snd.wnd as usize).min(self.eff_mss())
-                }
-                .min(buffered - off);
-                ctx.stats.window_probes += 1;
-                let rto_armed = self.timers_rare.rto.is_some();
-                let sent = self.emit_segment(ctx, buf, self.snd.nxt, len, false);
-                if zero && !rto_armed {
-                    // Probing a zero window is flow control, not loss (RFC
-                    // 9293 §3.8.6.1, RFC 1122 §4.2.2.17): the persist timer,
-                    // backed off, sends the next probe whether this one is
-                    // answered or not, and no retransmission timer runs for
-                    // the byte, whose timeout would read as congestion (RFC
-                    // 5681 §3.1) and take the window down to one segment.
-                    self.timers_rare.rto = Deadline::NONE;
-                    self.flags.clear(Flags::PROBE_ARMED);
-                    self.arm_persist(ctx.now);
-                }
+            if let Some(sent) = self.send_window_probe(ctx, buf, start, buffered) {
                 return Break(sent);
             }
         }
         Continue(())
+    }
+
+    /// The probe itself, out of the poll's line (a timer's work, rare):
+    /// `None` if there is nothing to probe with.
+    #[inline(never)]
+    fn send_window_probe(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        buf: &mut [u8],
+        start: SeqNumber,
+        buffered: usize,
+    ) -> Option<Option<usize>> {
+        let zero = self.snd.wnd == 0;
+        if zero && self.timers_rare.rto.is_none() {
+            // Each probe of a zero window is its first byte outside
+            // it again (a byte probed before was not taken).
+            self.snd.nxt = self.snd.una;
+        }
+        let off = self.snd.nxt.saturating_sub(start);
+        if off >= buffered {
+            return None;
+        }
+        let len = if zero {
+            1
+        } else {
+            (self.snd.wnd as usize).min(self.eff_mss())
+        }
+        .min(buffered - off);
+        ctx.stats.window_probes += 1;
+        let rto_armed = self.timers_rare.rto.is_some();
+        let sent = self.emit_segment(ctx, buf, self.snd.nxt, len, false);
+        if zero && !rto_armed {
+            // Probing a zero window is flow control, not loss (RFC 9293
+            // §3.8.6.1, RFC 1122 §4.2.2.17): the persist timer, backed
+            // off, sends the next probe whether this one is answered or
+            // not, and no retransmission timer runs for the byte, whose
+            // timeout would read as congestion (RFC 5681 §3.1) and take
+            // the window down to one segment.
+            self.timers_rare.rto = Deadline::NONE;
+            self.flags.clear(Flags::PROBE_ARMED);
+            self.arm_persist(ctx.now);
+        }
+        Some(sent)
     }
 
     /// RFC 6675 §5 step (C): in SACK recovery, send while cwnd - pipe >= 1

@@ -138,6 +138,25 @@ impl Connection {
         r
     }
 
+    /// The first ACK that advances SND.UNA after a fast retransmit with
+    /// Eifel state: the state is used up, and the reduction undone if
+    /// [`Connection::eifel_undo`] finds the retransmission spurious. Not on
+    /// an ACK that echoes a CE mark: the network congested this window
+    /// whatever became of the retransmission, so the reduction stands (RFC
+    /// 3168 §6.1.2; `on_ecn_echo` for earlier echoes).
+    #[inline(never)]
+    pub(super) fn try_undo(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        seg: &TcpRepr,
+        bytes_acked: usize,
+    ) -> bool {
+        self.flags.clear(Flags::UNDO);
+        let undo = self.snd_rare.undo.take();
+        !self.ecn_holds_cwnd(seg)
+            && undo.is_some_and(|undo| self.eifel_undo(ctx.stats, undo, seg, bytes_acked))
+    }
+
     /// The Eifel detection algorithm (RFC 3522 §3.2) on the first ACK that
     /// advances SND.UNA after a fast retransmit: if it echoes a TSval older
     /// than the retransmission's, the original arrived (late, reordered) and
