@@ -78,7 +78,9 @@ pub struct RunArgs {
     /// Sender: connections per thread.
     #[arg(short = 'l', default_value_t = 1)]
     pub conns_per_thread: usize,
-    /// Buffer size per read/write (k/m suffixes: 64k).
+    /// Buffer size per read/write (k/m suffixes: 64k): the sender's writes,
+    /// and the kernel backend's reads; flowlane's receiver reads in place
+    /// (zero-copy: whatever arrived, however much).
     #[arg(short = 'b', default_value = "64k", value_parser = parse_size)]
     pub buffer: usize,
     /// Warm-up seconds (not counted).
@@ -112,7 +114,8 @@ pub struct RunArgs {
     /// the cores feed through per-core queues.
     #[arg(long = "mode", value_enum, default_value_t = ExecMode::Rtc)]
     pub exec: ExecMode,
-    /// Latency mode: ping-pong of --msg-size messages (the receiver echoes).
+    /// Latency mode: ping-pong of --msg-size messages (the receiver echoes);
+    /// each end counts a round trip's bytes both ways (2 × the size).
     #[arg(long, conflicts_with = "overlap_us")]
     pub latency: bool,
     /// Overlap mode: ping-pong with this many microseconds of computation between

@@ -451,11 +451,13 @@ impl Rx {
         }
     }
 
-    /// Latency/overlap modes: echo what arrived, as much as the send buffer takes.
+    /// Latency/overlap modes: echo what arrived, as much as the send buffer
+    /// takes; counted as the sender counts a round trip, the bytes in and
+    /// the bytes out (`2 * n`), so that both ends report the same bytes.
     fn pump(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         let n = net.echo(conn, &mut self.buf);
         if n > 0 {
-            self.w.add(self.shared.phase_at(Instant::now()), n);
+            self.w.add(self.shared.phase_at(Instant::now()), 2 * n);
         }
     }
 

@@ -112,9 +112,15 @@ fn latency_and_overlap_modes() {
         "",
     );
     let s = json(&so);
-    json(&ro);
+    let r = json(&ro);
     let l = &s["latency"];
     assert!(l["round_trips"].as_u64().unwrap() > 50, "{l}");
+    // Both ends count a round trip's bytes both ways.
+    let (got, sent) = (f(&r, "/bytes/measured"), f(&s, "/bytes/measured"));
+    assert!(
+        sent > 0.0 && (got - sent).abs() / sent < 0.1,
+        "receiver {got} vs sender {sent}"
+    );
     let p = |k: &str| l[k].as_f64().unwrap();
     assert!(p("rtt_p50_us") <= p("rtt_p90_us"));
     assert!(p("rtt_p90_us") <= p("rtt_p99_us"));
