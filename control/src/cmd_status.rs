@@ -4,7 +4,6 @@
 //! (CPU, node, connections, indirection-table entries), rebalancing mode
 //! and moves.
 
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
 use anyhow::Result;
@@ -75,6 +74,7 @@ fn nic_json(n: &NicReport) -> Value {
         "unknown": by(DoneBy::Unknown),
         "dry_run": n.dry_run,
         "changes": n.changes,
+        "notes": n.notes,
         "restore_on_exit": n.restore_on_exit,
     })
 }
@@ -84,8 +84,8 @@ pub(crate) fn run(args: Args) -> Result<()> {
     // A daemon whose socket refuses this user is running all the same: say
     // so (below, with the services' sockets that refuse it) rather than
     // "not running".
-    let (daemon, daemon_refused) = match UnixStream::connect(&args.daemon_socket) {
-        Ok(_) => (true, false),
+    let (daemon, daemon_refused) = match control_socket::answers_connect(&args.daemon_socket) {
+        Ok(()) => (true, false),
         Err(e) => (false, e.kind() == std::io::ErrorKind::PermissionDenied),
     };
     let host = match daemon.then(|| {
@@ -148,16 +148,15 @@ pub(crate) fn run(args: Args) -> Result<()> {
         );
     }
     for n in &nics {
-        let list = |k: &str| {
+        // The strings of the NIC's list `k`.
+        let lines = |k: &str| -> Vec<&str> {
             n[k].as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|v| v.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                })
-                .unwrap_or_default()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str())
+                .collect()
         };
+        let list = |k: &str| lines(k).join(", ");
         outln!(
             "nic       {} ({}): {} of {} rx queues, node {}",
             n["iface"].as_str().unwrap_or_default(),
@@ -174,12 +173,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
                 outln!("          {who:<9} {parts}");
             }
         }
-        let changes: Vec<&str> = n["changes"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|v| v.as_str())
-            .collect();
+        let (changes, notes) = (lines("changes"), lines("notes"));
         let when = if n["dry_run"] == true {
             " (dry run: nothing changed)"
         } else if n["restore_on_exit"] == true {
@@ -187,10 +181,15 @@ pub(crate) fn run(args: Args) -> Result<()> {
         } else {
             " (kept when the daemon stops)"
         };
-        if changes.is_empty() {
+        if !changes.is_empty() {
+            outln!("          changes   {}{when}", changes.join("; "));
+        } else if notes.is_empty() {
             outln!("          changes   none: the NIC was as planned");
         } else {
-            outln!("          changes   {}{when}", changes.join("; "));
+            outln!("          changes   none");
+        }
+        if !notes.is_empty() {
+            outln!("          notes     {}", notes.join("; "));
         }
     }
     outln!(

@@ -27,8 +27,32 @@ pub(crate) struct Owned {
     undo: Undo,
     /// What of the NIC the plan in force was made for.
     shape: Shape,
+    /// The IRQ affinities the plan in force set (none dry, or on a NIC
+    /// without IRQs): looked at again each time, as irqbalance or a
+    /// driver reset that keeps the IRQ numbers may move them.
+    pinned: Vec<(u32, Vec<u32>)>,
     /// The NIC could not be read at the last look (gone, or renamed).
     gone: bool,
+}
+
+/// Lines of the report kept at most, each of changes and notes: a NIC
+/// planned again often (a service restarted in a loop, irqbalance moving
+/// the IRQs back) keeps its last ones.
+const KEEP_LINES: usize = 64;
+
+/// What one look at an owned NIC added to its report.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Looked {
+    /// Changes made (or, dry, that would be).
+    pub(crate) changes: Vec<String>,
+    /// What was noticed or left alone.
+    pub(crate) notes: Vec<String>,
+}
+
+/// Drops the oldest of `lines` past [`KEEP_LINES`].
+fn keep_last(lines: &mut Vec<String>) {
+    let over = lines.len().saturating_sub(KEEP_LINES);
+    lines.drain(..over);
 }
 
 /// What of a NIC a plan depends on: its receive queues, their IRQs and
@@ -72,8 +96,8 @@ impl Shape {
 /// What the daemon changed, as the values to write back.
 #[derive(Debug, Default)]
 struct Undo {
-    /// procfs IRQ affinity files and their values before.
-    irq_affinity: Vec<(PathBuf, String)>,
+    /// IRQs and their affinities (`smp_affinity_list`) before.
+    irq_affinity: Vec<(u32, String)>,
     /// The daemon switched threaded NAPI on (off again ends its threads).
     threaded_on: bool,
     /// NAPI threads pinned, with their CPUs before.
@@ -94,9 +118,9 @@ enum TableBefore {
 
 /// Reads `iface`, plans for one worker per receive queue on `topo` (within
 /// `budget` CPUs) and applies the plan, or with `dry_run` only says what it
-/// would change. With `in_use` (a running service serves the NIC), its RSS
-/// table is left as it is: the service's buckets are its own (it may have
-/// moved some), as when the plan is made again.
+/// would change. With `keep_table` (why: a running service serves the NIC,
+/// or may), its RSS table is left as it is: the service's buckets are its
+/// own (it may have moved some), as when the plan is made again.
 ///
 /// # Errors
 /// The NIC cannot be read, or a change failed (the IRQ writes are rolled
@@ -108,7 +132,7 @@ pub(crate) fn own(
     budget: Option<&[u32]>,
     dry_run: bool,
     restore_on_exit: bool,
-    in_use: bool,
+    keep_table: Option<&str>,
 ) -> Result<Owned> {
     let caps = crate::nic::caps::read(roots, iface)?;
     let workers = caps.rx_queues.max(1);
@@ -121,28 +145,27 @@ pub(crate) fn own(
         },
     );
     let mut undo = Undo::default();
-    let mut changes = Vec::new();
+    let (mut changes, mut notes) = (Vec::new(), Vec::new());
 
     let msi = roots.iface(iface)?.msi_irqs.is_some();
+    let mut pinned = Vec::new();
     if !msi && caps.napis.is_empty() {
-        changes.push(format!(
+        notes.push(format!(
             "left {iface}'s interrupts for now: no IRQs and no NAPI instances yet (a veth has \
              NAPI only while an XDP program is attached: pinned once a service starts)"
         ));
     } else {
-        pin_interrupts(roots, iface, topo, budget, dry_run, &mut changes, &mut undo)?;
+        pinned = pin_interrupts(roots, iface, topo, budget, dry_run, &mut changes, &mut undo)?;
     }
 
     let has_table = caps.rss.as_ref().is_some_and(|r| r.table_size > 0) && caps.rx_queues > 1;
-    if has_table && in_use {
-        changes.push(format!(
-            "left {iface}'s RSS table as it is: a running service uses the NIC"
-        ));
+    if let (true, Some(why)) = (has_table, keep_table) {
+        notes.push(format!("left {iface}'s RSS table as it is: {why}"));
     } else if has_table {
         let nic = EthtoolNic::new(iface);
         if let Err(e) = spread_rss(&nic, caps.rx_queues, dry_run, &mut changes, &mut undo) {
             // What this NIC got so far goes back before the error does.
-            for line in undo.put_back(roots, iface, true) {
+            for line in undo.put_back(roots, iface, None) {
                 tracing::warn!("{iface}: {line}");
             }
             return Err(e);
@@ -150,9 +173,11 @@ pub(crate) fn own(
     }
     if dry_run {
         undo = Undo::default();
+        pinned.clear();
     }
     Ok(Owned {
         shape: Shape::of(&caps),
+        pinned,
         gone: false,
         report: NicReport {
             caps,
@@ -160,6 +185,7 @@ pub(crate) fn own(
             plan,
             dry_run,
             changes,
+            notes,
             restore_on_exit,
         },
         undo,
@@ -167,7 +193,7 @@ pub(crate) fn own(
 }
 
 /// Spreads `nic`'s RSS table evenly over the `queues` receive queues where
-/// it is not, noting the change and the table to put back.
+/// it is not, noting the change (once made) and the table to put back.
 fn spread_rss(
     nic: &impl RssNic<Error = anyhow::Error>,
     queues: u32,
@@ -182,11 +208,6 @@ fn spread_rss(
     if moved == 0 {
         return Ok(());
     }
-    changes.push(format!(
-        "{} the RSS table evenly over {queues} queues ({moved} of {} entries)",
-        if dry_run { "would spread" } else { "spread" },
-        even.len()
-    ));
     if !dry_run {
         // The even spread over all the rings is the driver's default: given
         // back as that, the table stays the driver's (`ethtool -L` may still
@@ -203,19 +224,25 @@ fn spread_rss(
             TableBefore::Set(now.table)
         });
     }
+    changes.push(format!(
+        "{} the RSS table evenly over {queues} queues ({moved} of {} entries)",
+        if dry_run { "would spread" } else { "spread" },
+        even.len()
+    ));
     Ok(())
 }
 
-/// Puts `before` back on `nic`, unless a running service uses it
-/// (`in_use`: it may have moved buckets since); one line saying which.
+/// Puts `before` back on `nic`, unless told why not (`keep`: a running
+/// service uses it, or may: it may have moved buckets since); one line
+/// saying which.
 fn put_back_rss(
     nic: &impl RssNic<Error = anyhow::Error>,
     before: &TableBefore,
-    in_use: bool,
+    keep: Option<&str>,
 ) -> String {
     let iface = nic.name();
-    if in_use {
-        return format!("left {iface}'s RSS table as it is: a running service uses {iface}");
+    if let Some(why) = keep {
+        return format!("left {iface}'s RSS table as it is: {why}");
     }
     let put = match before {
         TableBefore::Default => nic.reset_table(),
@@ -228,7 +255,8 @@ fn put_back_rss(
 }
 
 /// Applies the IRQ (or NAPI-thread) part of the plan, noting each change
-/// and how to undo it.
+/// and how to undo it. Returns the affinity the plan gives each IRQ (none
+/// on a NIC without IRQs).
 fn pin_interrupts(
     roots: &Roots,
     iface: &str,
@@ -237,7 +265,7 @@ fn pin_interrupts(
     dry_run: bool,
     changes: &mut Vec<String>,
     undo: &mut Undo,
-) -> Result<()> {
+) -> Result<Vec<(u32, Vec<u32>)>> {
     let would = if dry_run { "would pin" } else { "pinned" };
     let (view, done) = irq_apply::apply(
         roots,
@@ -249,8 +277,14 @@ fn pin_interrupts(
         &mut irq_apply::set_task_affinity,
     )
     .with_context(|| format!("applying {iface}'s IRQ/NAPI plan"))?;
+    let mut planned = Vec::new();
     match &view.irqs {
         QueueIrqs::Msi { plan } => {
+            planned = plan
+                .entries
+                .iter()
+                .map(|e| (e.irq, e.planned.clone()))
+                .collect();
             for e in plan.entries.iter().filter(|e| e.changes()) {
                 changes.push(format!(
                     "{would} IRQ {} (queue {}) to CPU {} (was {})",
@@ -259,10 +293,7 @@ fn pin_interrupts(
                     format_cpu_list(&e.planned),
                     format_cpu_list(&e.current)
                 ));
-                undo.irq_affinity.push((
-                    PathBuf::from(format!("irq/{}/smp_affinity_list", e.irq)),
-                    format_cpu_list(&e.current),
-                ));
+                undo.irq_affinity.push((e.irq, format_cpu_list(&e.current)));
             }
         }
         QueueIrqs::Napi { threads, .. } => {
@@ -282,18 +313,42 @@ fn pin_interrupts(
         }
     }
 
-    Ok(())
+    Ok(planned)
+}
+
+/// The IRQs of `pinned` whose affinity is no longer the planned one, in
+/// words (`IRQ 120 on CPUs 0-7, planned 5`); None when all are as planned
+/// (an IRQ whose affinity cannot be read is left to the next change of
+/// the NIC's shape).
+fn drifted(roots: &Roots, pinned: &[(u32, Vec<u32>)]) -> Option<String> {
+    let moved: Vec<String> = pinned
+        .iter()
+        .filter_map(|(irq, planned)| {
+            let now = roots.irq_affinity(*irq).ok()?;
+            (now != *planned).then(|| {
+                format!(
+                    "IRQ {irq} on CPUs {}, planned {}",
+                    format_cpu_list(&now),
+                    format_cpu_list(planned)
+                )
+            })
+        })
+        .collect();
+    (!moved.is_empty()).then(|| moved.join(", "))
 }
 
 impl Owned {
     /// Looks at the NIC again and, if it changed since the plan in force
-    /// was made (its receive queues, their IRQs or NAPI instances; or it
-    /// was gone and is back), plans for it as it is now and applies that:
-    /// interrupts pinned for the new queues, the RSS table spread over
-    /// them unless a running service uses the NIC (`in_use`, asked only
-    /// then: the service's buckets are its own). The changes are noted
-    /// in the report, last a line saying what changed. Returns whether
-    /// the report changed.
+    /// was made (its receive queues, their IRQs or NAPI instances; it was
+    /// gone and is back; or an IRQ the plan pinned was moved since, by
+    /// irqbalance or a driver reset that kept its number), plans for it as
+    /// it is now and applies that: interrupts pinned for the new queues,
+    /// the RSS table spread over them unless a running service uses the
+    /// NIC, or may (`keep_table` says why, asked only then: the service's
+    /// buckets are its own).
+    /// The changes and a note saying why are added to the report (its last
+    /// [`KEEP_LINES`] of each kept) and returned; None when nothing was
+    /// added.
     ///
     /// # Errors
     /// A change failed (its IRQ writes rolled back; not tried again until
@@ -305,38 +360,44 @@ impl Owned {
         roots: &Roots,
         topo: &Topology,
         budget: Option<&[u32]>,
-        in_use: impl FnOnce() -> bool,
-    ) -> Result<bool> {
+        keep_table: impl FnOnce() -> Option<String>,
+    ) -> Result<Option<Looked>> {
         let iface = self.report.caps.iface.clone();
         let caps = match crate::nic::caps::read(roots, &iface) {
             Ok(c) => c,
             Err(e) => {
                 if self.gone {
-                    return Ok(false);
+                    return Ok(None);
                 }
                 self.gone = true;
-                self.report.changes.push(format!(
-                    "{iface} cannot be read ({e:#}): planned again when it can"
-                ));
-                return Ok(true);
+                let looked = Looked {
+                    notes: vec![format!(
+                        "{iface} cannot be read ({e:#}): planned again when it can"
+                    )],
+                    ..Looked::default()
+                };
+                self.add(&looked);
+                return Ok(Some(looked));
             }
         };
         let now = Shape::of(&caps);
         let back = std::mem::take(&mut self.gone);
-        if now == self.shape && !back {
-            return Ok(false);
-        }
         let what = if back {
             format!("{iface} is back")
-        } else {
+        } else if now != self.shape {
             format!("{iface} changed: {}", self.shape.change(&now))
+        } else if let Some(moved) = drifted(roots, &self.pinned) {
+            format!("{iface}'s IRQs moved off the plan: {moved}")
+        } else {
+            return Ok(None);
         };
         // A plan that fails is not tried again each second: the failure is
         // said once, and the next change of the NIC plans again.
         self.shape = now;
+        self.pinned.clear();
         let dry_run = self.report.dry_run;
         let mut undo = Undo::default();
-        let before = self.report.changes.len();
+        let mut looked = Looked::default();
         // Read once, before any change: nothing between the changes and
         // the merge of their undo below may fail.
         let msi_irqs = roots.iface(&iface)?.msi_irqs;
@@ -347,48 +408,58 @@ impl Owned {
                 topo,
                 budget,
                 dry_run,
-                &mut self.report.changes,
+                &mut looked.changes,
                 &mut undo,
             )
         } else {
-            Ok(())
+            Ok(Vec::new())
         };
-        let spread = if pinned.is_ok()
-            && caps.rss.as_ref().is_some_and(|r| r.table_size > 0)
-            && caps.rx_queues > 1
-            && !in_use()
-        {
-            spread_rss(
+        let has_table = caps.rss.as_ref().is_some_and(|r| r.table_size > 0) && caps.rx_queues > 1;
+        let spread = match (pinned.is_ok() && has_table).then(keep_table) {
+            None => Ok(()),
+            Some(Some(why)) => {
+                looked
+                    .notes
+                    .push(format!("left {iface}'s RSS table as it is: {why}"));
+                Ok(())
+            }
+            Some(None) => spread_rss(
                 &EthtoolNic::new(&iface),
                 caps.rx_queues,
                 dry_run,
-                &mut self.report.changes,
+                &mut looked.changes,
                 &mut undo,
-            )
-        } else {
-            Ok(())
+            ),
         };
         // The interrupts pinned stay to be put back, whatever the table did.
         // IRQs that are no longer the NIC's (made anew under other numbers)
         // are forgotten: the driver freed them, and their numbers may be
         // another device's by now.
         if let Some(irqs) = msi_irqs {
-            self.undo.irq_affinity.retain(|(rel, _)| {
-                irqs.iter().any(|i| {
-                    rel.as_path() == std::path::Path::new(&format!("irq/{i}/smp_affinity_list"))
-                })
-            });
+            self.undo.irq_affinity.retain(|(irq, _)| irqs.contains(irq));
         }
         if !dry_run {
             self.undo.merge(undo);
         }
-        pinned?;
+        let failed = pinned.is_err() || spread.is_err();
+        if failed {
+            // What was done before the failure was done all the same.
+            self.add(&looked);
+        }
+        let pinned = pinned?;
+        if !dry_run {
+            self.pinned = pinned;
+        }
         spread?;
-        let done = self.report.changes.len() - before;
-        self.report.changes.push(format!(
+        looked.notes.push(format!(
             "planned again ({what}){}",
-            if done == 0 { ": nothing to change" } else { "" }
+            if looked.changes.is_empty() {
+                ": nothing to change"
+            } else {
+                ""
+            }
         ));
+        self.add(&looked);
         self.report.workers = caps.rx_queues.max(1);
         self.report.plan = explain(
             &caps,
@@ -398,15 +469,26 @@ impl Owned {
             },
         );
         self.report.caps = caps;
-        Ok(true)
+        Ok(Some(looked))
     }
 
-    /// Puts back what [`own`] changed. The RSS table stays when a running
-    /// service uses the NIC (`in_use`): it may have moved buckets since.
-    /// Returns a line per thing put back or left, errors included (the
-    /// daemon is stopping: nothing is left to retry).
-    pub(crate) fn restore(self, roots: &Roots, in_use: bool) -> Vec<String> {
-        self.undo.put_back(roots, &self.report.caps.iface, in_use)
+    /// Adds `looked`'s lines to the report, its last [`KEEP_LINES`] of each
+    /// kept.
+    fn add(&mut self, looked: &Looked) {
+        let r = &mut self.report;
+        r.changes.extend(looked.changes.iter().cloned());
+        r.notes.extend(looked.notes.iter().cloned());
+        keep_last(&mut r.changes);
+        keep_last(&mut r.notes);
+    }
+
+    /// Puts back what [`own`] changed. The RSS table stays when told why
+    /// (`keep_table`: a running service uses the NIC, or may: it may have
+    /// moved buckets since). Returns a line per thing put back or left,
+    /// errors included (the daemon is stopping: nothing is left to retry).
+    pub(crate) fn restore(self, roots: &Roots, keep_table: Option<&str>) -> Vec<String> {
+        self.undo
+            .put_back(roots, &self.report.caps.iface, keep_table)
     }
 }
 
@@ -414,9 +496,9 @@ impl Undo {
     /// Adds what `later` changed (a plan made again). What was already
     /// changed keeps its first value: the one from before the daemon.
     fn merge(&mut self, later: Undo) {
-        for (path, was) in later.irq_affinity {
-            if !self.irq_affinity.iter().any(|(p, _)| *p == path) {
-                self.irq_affinity.push((path, was));
+        for (irq, was) in later.irq_affinity {
+            if !self.irq_affinity.iter().any(|(i, _)| *i == irq) {
+                self.irq_affinity.push((irq, was));
             }
         }
         self.threaded_on |= later.threaded_on;
@@ -431,31 +513,22 @@ impl Undo {
     }
 
     /// Writes back what it holds for `iface`; see [`Owned::restore`].
-    fn put_back(self, roots: &Roots, iface: &str, in_use: bool) -> Vec<String> {
+    fn put_back(self, roots: &Roots, iface: &str, keep_table: Option<&str>) -> Vec<String> {
         let mut said = Vec::new();
         if !self.irq_affinity.is_empty() {
-            // One at a time: an IRQ the driver freed since (a reset, a
-            // reload, `ethtool -L`) must not keep the others from going back.
-            let (mut back, mut gone) = (0, 0);
-            for (rel, was) in &self.irq_affinity {
-                if !roots.procfs_root.join(rel).is_file() {
-                    gone += 1;
-                    continue;
-                }
-                match irq_apply::write_all(&roots.procfs_root, &[(rel.clone(), was.clone())], &[]) {
-                    Ok(()) => back += 1,
-                    Err(e) => said.push(format!("{} not put back: {e:#}", rel.display())),
-                }
+            // Only IRQs still the NIC's: one the driver freed since (a
+            // reset, a reload, `ethtool -L`) may be another device's now.
+            match roots.iface(iface).map(|i| i.msi_irqs) {
+                Ok(Some(irqs)) => said.extend(put_back_irqs(roots, &self.irq_affinity, &irqs)),
+                Ok(None) => said.push(format!(
+                    "{iface} lists no IRQs now: its {} IRQ affinities left as they are",
+                    self.irq_affinity.len()
+                )),
+                Err(e) => said.push(format!(
+                    "{iface} cannot be read ({e:#}): its {} IRQ affinities left as they are",
+                    self.irq_affinity.len()
+                )),
             }
-            said.push(format!(
-                "put back {back} IRQ affinit{}{}",
-                if back == 1 { "y" } else { "ies" },
-                if gone > 0 {
-                    format!(" ({gone} IRQs gone since)")
-                } else {
-                    String::new()
-                }
-            ));
         }
         if self.threaded_on {
             let rel = PathBuf::from(format!("class/net/{iface}/threaded"));
@@ -485,10 +558,39 @@ impl Undo {
             }
         }
         if let Some(before) = self.rss_table {
-            said.push(put_back_rss(&EthtoolNic::new(iface), &before, in_use));
+            said.push(put_back_rss(&EthtoolNic::new(iface), &before, keep_table));
         }
         said
     }
+}
+
+/// Writes back each of `saved` (IRQ, affinity before) whose IRQ is still
+/// one of the NIC's (`irqs`), one at a time: one that fails does not keep
+/// the others from going back. A line for each failure, then one for all.
+fn put_back_irqs(roots: &Roots, saved: &[(u32, String)], irqs: &[u32]) -> Vec<String> {
+    let mut said = Vec::new();
+    let (mut back, mut gone) = (0, 0);
+    for (irq, was) in saved {
+        let rel = Roots::irq_affinity_path(*irq);
+        if !irqs.contains(irq) || !roots.procfs_root.join(&rel).is_file() {
+            gone += 1;
+            continue;
+        }
+        match irq_apply::write_all(&roots.procfs_root, &[(rel.clone(), was.clone())], &[]) {
+            Ok(()) => back += 1,
+            Err(e) => said.push(format!("{} not put back: {e:#}", rel.display())),
+        }
+    }
+    said.push(format!(
+        "put back {back} IRQ affinit{}{}",
+        if back == 1 { "y" } else { "ies" },
+        if gone > 0 {
+            format!(" ({gone} IRQs no longer the NIC's since: left alone)")
+        } else {
+            String::new()
+        }
+    ));
+    said
 }
 
 #[cfg(test)]
@@ -580,7 +682,7 @@ mod tests {
         );
         assert_eq!(undo.rss_table, Some(TableBefore::Set(before.clone())));
         // On exit, with no service on the NIC: the table as it was.
-        let line = put_back_rss(&nic, undo.rss_table.as_ref().unwrap(), false);
+        let line = put_back_rss(&nic, undo.rss_table.as_ref().unwrap(), None);
         assert_eq!(line, "put mem0's RSS table back");
         assert_eq!(*nic.table.borrow(), before);
         assert!(
@@ -589,7 +691,11 @@ mod tests {
         );
         // With one: left as the service has it (buckets may have moved).
         spread_rss(&nic, 4, false, &mut Vec::new(), &mut Undo::default()).unwrap();
-        let line = put_back_rss(&nic, &TableBefore::Set(before), true);
+        let line = put_back_rss(
+            &nic,
+            &TableBefore::Set(before),
+            Some("a running service uses mem0"),
+        );
         assert!(line.starts_with("left mem0's RSS table as it is"), "{line}");
         assert_eq!(*nic.table.borrow(), even);
     }
@@ -606,7 +712,7 @@ mod tests {
         // The channels went down to two meanwhile: the old table would
         // name rings that are gone; the default is over the two.
         nic.rings.set(2);
-        let line = put_back_rss(&nic, undo.rss_table.as_ref().unwrap(), false);
+        let line = put_back_rss(&nic, undo.rss_table.as_ref().unwrap(), None);
         assert_eq!(line, "put mem0's RSS table back");
         assert_eq!(*nic.table.borrow(), [0, 1, 0, 1, 0, 1, 0, 1]);
         assert!(!nic.configured.get(), "the driver's own again");
@@ -638,9 +744,13 @@ mod tests {
         let (mut changes, mut undo) = (Vec::new(), Undo::default());
         let e = spread_rss(&nic, 2, false, &mut changes, &mut undo).unwrap_err();
         assert!(format!("{e:#}").contains("not supported"), "{e:#}");
+        assert!(
+            changes.is_empty(),
+            "no line for a change not made: {changes:?}"
+        );
         assert!(undo.rss_table.is_none());
         assert_eq!(*nic.table.borrow(), vec![0; 8]);
-        let line = put_back_rss(&nic, &TableBefore::Set(vec![1; 8]), false);
+        let line = put_back_rss(&nic, &TableBefore::Set(vec![1; 8]), None);
         assert!(
             line.starts_with("mem0's RSS table not put back: "),
             "{line}"
@@ -650,25 +760,19 @@ mod tests {
     #[test]
     fn a_plan_made_again_puts_back_what_was_there_before_the_daemon() {
         let mut undo = Undo {
-            irq_affinity: vec![("irq/40/smp_affinity_list".into(), "0-3".into())],
+            irq_affinity: vec![(40, "0-3".into())],
             napi_threads: vec![(7, vec![0, 1])],
             ..Undo::default()
         };
         // The second plan saw the daemon's own pins as "before".
         undo.merge(Undo {
-            irq_affinity: vec![
-                ("irq/40/smp_affinity_list".into(), "1".into()),
-                ("irq/41/smp_affinity_list".into(), "0-3".into()),
-            ],
+            irq_affinity: vec![(40, "1".into()), (41, "0-3".into())],
             napi_threads: vec![(7, vec![1]), (9, vec![0, 1])],
             ..Undo::default()
         });
         assert_eq!(
             undo.irq_affinity,
-            [
-                (PathBuf::from("irq/40/smp_affinity_list"), "0-3".to_string()),
-                (PathBuf::from("irq/41/smp_affinity_list"), "0-3".to_string())
-            ]
+            [(40, "0-3".to_string()), (41, "0-3".to_string())]
         );
         assert_eq!(undo.napi_threads, [(7, vec![0, 1]), (9, vec![0, 1])]);
     }
@@ -691,7 +795,7 @@ mod tests {
             napi_threads: vec![(reused, vec![0]), (gone, vec![1])],
             ..Undo::default()
         };
-        let said = undo.put_back(&roots, "eth0", false);
+        let said = undo.put_back(&roots, "eth0", None);
         assert_eq!(
             said,
             [
@@ -702,30 +806,164 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// One IRQ freed by the driver since the daemon pinned it (a reset, a
-    /// reload): the others still go back.
+    /// A fake `/sys` and `/proc` with one PCI NIC, `name`, of two receive
+    /// queues on IRQs 120 and 121 (affinity 0-3), and IRQ 40 of another
+    /// device; removed on drop.
+    struct FakeHost {
+        dir: PathBuf,
+        roots: Roots,
+    }
+
+    impl FakeHost {
+        fn new(tag: &str, name: &str) -> FakeHost {
+            let dir = std::env::temp_dir().join(format!("flowlane-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let roots = Roots {
+                sysfs_root: dir.join("sys"),
+                procfs_root: dir.join("proc"),
+            };
+            let nic = roots.sysfs_root.join("class/net").join(name);
+            let file = |p: PathBuf, text: &str| {
+                std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+                std::fs::write(p, text).unwrap();
+            };
+            for q in 0..2 {
+                std::fs::create_dir_all(nic.join(format!("queues/rx-{q}"))).unwrap();
+                std::fs::create_dir_all(nic.join(format!("queues/tx-{q}"))).unwrap();
+            }
+            // What netlink is asked (channels, features, RSS, queues) goes
+            // to the real kernel: `lo`, whose answers are "none" to most.
+            file(nic.join("ifindex"), "1\n");
+            file(nic.join("mtu"), "1500\n");
+            file(nic.join("address"), "02:00:00:00:00:01\n");
+            file(nic.join("threaded"), "0\n");
+            file(nic.join("device/numa_node"), "0\n");
+            std::os::unix::fs::symlink("../../bus/pci/drivers/fake", nic.join("device/driver"))
+                .unwrap();
+            let mut interrupts = String::from("       CPU0       CPU1       CPU2       CPU3\n");
+            for (irq, owner) in [
+                (40, "nvme0q1".to_string()),
+                (120, format!("{name}-TxRx-0")),
+                (121, format!("{name}-TxRx-1")),
+            ] {
+                if irq != 40 {
+                    file(nic.join(format!("device/msi_irqs/{irq}")), "msix\n");
+                }
+                interrupts.push_str(&format!(
+                    "{irq:>4}:          7          7          7          7  IR-PCI-MSI 524288-edge      {owner}\n"
+                ));
+                file(
+                    roots
+                        .procfs_root
+                        .join(format!("irq/{irq}/smp_affinity_list")),
+                    "0-3\n",
+                );
+            }
+            file(roots.procfs_root.join("interrupts"), &interrupts);
+            FakeHost { dir, roots }
+        }
+
+        fn affinity(&self, irq: u32) -> String {
+            let p = self
+                .roots
+                .procfs_root
+                .join(format!("irq/{irq}/smp_affinity_list"));
+            std::fs::read_to_string(p).unwrap().trim().to_string()
+        }
+
+        fn set_affinity(&self, irq: u32, cpus: &str) {
+            let p = self
+                .roots
+                .procfs_root
+                .join(format!("irq/{irq}/smp_affinity_list"));
+            std::fs::write(p, format!("{cpus}\n")).unwrap();
+        }
+    }
+
+    impl Drop for FakeHost {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn four_cpus() -> Topology {
+        Topology::from_synthetic_description("package:1 numa:1 core:4 pu:1").unwrap()
+    }
+
+    /// irqbalance (or a driver reset that kept the IRQ numbers) moves an
+    /// IRQ the plan pinned: the next look pins it again, says why, and the
+    /// daemon still puts back what was there before it.
     #[test]
-    fn an_irq_gone_since_does_not_keep_the_others_from_going_back() {
-        let dir = std::env::temp_dir().join(format!("flowlane-putback-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let roots = Roots {
-            sysfs_root: dir.join("sys"),
-            procfs_root: dir.join("proc"),
-        };
-        std::fs::create_dir_all(roots.procfs_root.join("irq/41")).unwrap();
-        let live = roots.procfs_root.join("irq/41/smp_affinity_list");
-        std::fs::write(&live, "1\n").unwrap();
-        let undo = Undo {
+    fn an_irq_moved_off_the_plan_is_pinned_again() {
+        let host = FakeHost::new("drift", "lo");
+        let (roots, topo) = (&host.roots, four_cpus());
+        let mut o = own(roots, "lo", &topo, None, false, true, None).unwrap();
+        assert_eq!(o.report.changes.len(), 2, "{:?}", o.report.changes);
+        let planned = host.affinity(120);
+        assert_ne!(planned, "0-3");
+        let unasked = || -> Option<String> { panic!("no RSS table here") };
+        assert_eq!(o.look_again(roots, &topo, None, unasked).unwrap(), None);
+        host.set_affinity(120, "0-3");
+        let looked = o
+            .look_again(roots, &topo, None, unasked)
+            .unwrap()
+            .expect("planned again");
+        assert_eq!(host.affinity(120), planned, "pinned again");
+        assert_eq!(
+            looked.changes,
+            [format!(
+                "pinned IRQ 120 (queue 0) to CPU {planned} (was 0-3)"
+            )]
+        );
+        assert_eq!(
+            looked.notes,
+            [format!(
+                "planned again (lo's IRQs moved off the plan: IRQ 120 on CPUs 0-3, planned {planned})"
+            )]
+        );
+        assert_eq!(o.report.changes.len(), 3);
+        assert_eq!(o.look_again(roots, &topo, None, unasked).unwrap(), None);
+        let said = o.restore(roots, None);
+        assert_eq!(said, ["put back 2 IRQ affinities"]);
+        assert_eq!(
+            (host.affinity(120), host.affinity(121)),
+            ("0-3".into(), "0-3".into())
+        );
+    }
+
+    /// On exit, only IRQs the NIC still has go back: one freed since (a
+    /// reset, a reload) may be another device's by now; nothing when the
+    /// NIC cannot be read.
+    #[test]
+    fn only_irqs_still_the_nic_s_are_put_back() {
+        let host = FakeHost::new("putback", "flback0");
+        let undo = || Undo {
             irq_affinity: vec![
-                ("irq/40/smp_affinity_list".into(), "0-3".into()),
-                ("irq/41/smp_affinity_list".into(), "0-3".into()),
+                (40, "1".into()),  // the NIC's once, an NVMe queue's now
+                (120, "2".into()), // still the NIC's
+                (122, "3".into()), // freed since: no file
             ],
             ..Undo::default()
         };
-        let said = undo.put_back(&roots, "eth0", false);
-        assert_eq!(std::fs::read_to_string(&live).unwrap().trim(), "0-3");
-        assert_eq!(said, ["put back 1 IRQ affinity (1 IRQs gone since)"]);
-        let _ = std::fs::remove_dir_all(&dir);
+        let said = undo().put_back(&host.roots, "flback0", None);
+        assert_eq!(
+            said,
+            ["put back 1 IRQ affinity (2 IRQs no longer the NIC's since: left alone)"]
+        );
+        assert_eq!(host.affinity(120), "2");
+        assert_eq!(host.affinity(40), "0-3", "another device's: untouched");
+        host.set_affinity(120, "0-3");
+        let said = undo().put_back(&host.roots, "gone0", None);
+        assert_eq!(said.len(), 1);
+        assert!(
+            said[0].starts_with("gone0 cannot be read (")
+                && said[0].ends_with("its 3 IRQ affinities left as they are"),
+            "{said:?}"
+        );
+        assert_eq!(
+            (host.affinity(40), host.affinity(120)),
+            ("0-3".into(), "0-3".into())
+        );
     }
 
     #[test]

@@ -35,6 +35,10 @@ const MAX_CONNECTIONS: usize = 64;
 const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
 /// How long a request's headers may take to arrive.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a stopping endpoint waits for a scrape under way (its
+/// services are asked under the scrape timeout; a thread still blocked
+/// after this is left to end with the process).
+const SHUTDOWN_WAIT: Duration = Duration::from_millis(500);
 
 /// The last page made, per format, and when its scrape began: a request
 /// that arrived before then takes it instead of scraping again.
@@ -68,7 +72,11 @@ impl MetricsServer {
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("flowlane-metrics".into())
-            .spawn(move || runtime.block_on(accept_loop(listener, services, flag)))
+            .spawn(move || {
+                runtime.block_on(accept_loop(listener, services, flag));
+                // Dropping the runtime would wait for every blocking task.
+                runtime.shutdown_timeout(SHUTDOWN_WAIT);
+            })
             .map_err(Error::Io)?;
         Ok(MetricsServer {
             addr,
@@ -173,9 +181,18 @@ async fn answer(
     }
     let format = Format::from_accept(req.headers().get(ACCEPT).and_then(|v| v.to_str().ok()));
     let arrived = Instant::now();
-    let page = tokio::task::spawn_blocking(move || page(&services, &pages, format, arrived))
-        .await
-        .unwrap_or_default();
+    let page =
+        match tokio::task::spawn_blocking(move || page(&services, &pages, format, arrived)).await {
+            Ok(page) => page,
+            Err(e) => {
+                // A bug: the scraper sees the page is missing, not empty.
+                tracing::error!("metrics endpoint: making the page failed: {e}");
+                return Ok(plain(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the metrics page could not be made; see the daemon's log\n",
+                ));
+            }
+        };
     let mut r = Response::new(Full::new(Bytes::from(page)));
     r.headers_mut().insert(
         CONTENT_TYPE,
@@ -200,4 +217,53 @@ fn page(services: &Services, pages: &Pages, format: Format, arrived: Instant) ->
     pages.retain(|(f, _, _)| *f != format);
     pages.push((format, began, page.clone()));
     page
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// The status line of `GET path` on `addr`.
+    fn get(addr: SocketAddr, path: &str) -> String {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out.lines().next().unwrap_or_default().to_string()
+    }
+
+    /// A panic while making the page (a bug) is a 500, not an empty page
+    /// that reads as "no services"; the next scrape works.
+    #[test]
+    fn a_page_that_panics_is_a_server_error() {
+        let dir = std::env::temp_dir().join(format!("fl-http-panic-{}", std::process::id()));
+        let services = Arc::new(Services::new(dir, Duration::from_millis(100)));
+        let server = MetricsServer::start(([127, 0, 0, 1], 0).into(), services.clone()).unwrap();
+        assert_eq!(get(server.local_addr(), "/metrics"), "HTTP/1.1 200 OK");
+        services.set_nics(vec![flowlane_dataplane::control_socket::NicReport {
+            caps: flowlane_numa_sched::nic_caps::NicCaps {
+                iface: "eth9".into(),
+                ..Default::default()
+            },
+            workers: 1,
+            plan: Vec::new(),
+            dry_run: false,
+            changes: Vec::new(),
+            notes: Vec::new(),
+            restore_on_exit: true,
+        }]);
+        services.set_nic_stats(Box::new(|_| panic!("a bug in the reader")));
+        assert_eq!(
+            get(server.local_addr(), "/metrics"),
+            "HTTP/1.1 500 Internal Server Error"
+        );
+        services.set_nic_stats(Box::new(|_| None));
+        assert_eq!(get(server.local_addr(), "/metrics"), "HTTP/1.1 200 OK");
+    }
 }

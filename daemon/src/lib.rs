@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod ask;
 pub mod http;
 pub mod metrics;
 pub mod registry;
@@ -60,8 +61,9 @@ pub struct DaemonConfig {
     pub metrics: SocketAddr,
     /// Where the services' control sockets are.
     pub run_dir: PathBuf,
-    /// How long a service may take to answer a scrape (`scrape_timeout_ms`
-    /// in the file).
+    /// How long the services may take to answer a scrape, all asked at
+    /// once (`scrape_timeout_ms` in the file: 1 to
+    /// [`SCRAPE_TIMEOUT_MAX_MS`]).
     #[serde(rename = "scrape_timeout_ms", deserialize_with = "millis")]
     pub scrape_timeout: Duration,
     /// The daemon's own Unix socket (hints); None: none (`"none"` in the
@@ -79,11 +81,16 @@ pub struct DaemonConfig {
     pub restore_on_exit: bool,
 }
 
+/// The longest `scrape_timeout_ms`: well within Prometheus' default
+/// scrape timeout (10 s), so that a scrape that waited for services that
+/// do not answer still reaches the scraper.
+pub const SCRAPE_TIMEOUT_MAX_MS: u64 = 5_000;
+
 fn millis<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let ms = <u64 as serde::Deserialize>::deserialize(d)?;
-    if !(1..=10_000).contains(&ms) {
+    if !(1..=SCRAPE_TIMEOUT_MAX_MS).contains(&ms) {
         return Err(serde::de::Error::custom(format!(
-            "scrape_timeout_ms is 1 to 10000, not {ms}"
+            "scrape_timeout_ms is 1 to {SCRAPE_TIMEOUT_MAX_MS}, not {ms}"
         )));
     }
     Ok(Duration::from_millis(ms))
@@ -180,8 +187,14 @@ impl Daemon {
                     service,
                     pid,
                 } => match services.register(&socket) {
-                    Ok(()) => {
-                        tracing::info!(%service, pid, socket = %socket.display(), "registered");
+                    Ok(new) => {
+                        // Services announce themselves again every 5 s:
+                        // said once.
+                        if new {
+                            tracing::info!(%service, pid, socket = %socket.display(), "registered");
+                        } else {
+                            tracing::debug!(%service, pid, socket = %socket.display(), "registered again");
+                        }
                         Response::Registered
                     }
                     Err(message) => Response::Error { message },
@@ -263,7 +276,11 @@ mod tests {
         for (text, says) in [
             ("metric = \"1.2.3.4:5\"\n", "unknown field `metric`"),
             ("metrics = \"localhost\"\n", "invalid socket address"),
-            ("scrape_timeout_ms = 0\n", "scrape_timeout_ms is 1 to 10000"),
+            ("scrape_timeout_ms = 0\n", "scrape_timeout_ms is 1 to 5000"),
+            (
+                "scrape_timeout_ms = 10000\n",
+                "scrape_timeout_ms is 1 to 5000",
+            ),
             ("run_dir = \n", ""),
         ] {
             let p = file("bad.toml", text);

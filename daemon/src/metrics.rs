@@ -349,6 +349,10 @@ fn queue_labels(s: &ServiceCounters, q: &QueueCounterSet) -> Labels {
 
 /// The metric families of one scrape, in page order.
 fn families(scrape: &Scrape) -> Vec<Family> {
+    let scrape = &Scrape {
+        services: one_per_labels(&scrape.services),
+        ..scrape.clone()
+    };
     let mut out = vec![
         Family {
             name: "flowlane_build",
@@ -567,7 +571,7 @@ fn owned_nics(nics: &[NicReport]) -> Vec<Family> {
         ),
         per_nic(
             "flowlane_nic_plan_changes",
-            "Changes the daemon made to the NIC when it started (IRQ and NAPI affinities, threaded NAPI, the RSS table); 0 with --dry-run.",
+            "Changes the daemon made to the NIC (IRQ and NAPI affinities, threaded NAPI, the RSS table), when it started and when it planned again (the last 64); 0 with --dry-run.",
             G,
             &|n| Sample::Int(if n.dry_run { 0 } else { n.changes.len() as u64 }),
         ),
@@ -594,21 +598,41 @@ fn owned_nics(nics: &[NicReport]) -> Vec<Family> {
 }
 
 /// A service's move durations as a histogram in seconds (the encoder
-/// wants each bucket's own count and sums them up itself).
+/// wants each bucket's own count and sums them up itself). What a service
+/// of another version sends is taken as sound as it can be: bounds it
+/// lacks count nothing more (their moves in `+Inf`), a cumulative count
+/// never decreases, and the count is at least the buckets'.
 fn move_histogram(m: &MoveHistory) -> Sample {
-    let le = |i: usize| m.duration_le.get(i).copied().unwrap_or(0);
+    let mut below = 0;
     let mut buckets: Vec<(f64, u64)> = MoveHistory::DURATION_BOUNDS_US
         .iter()
         .enumerate()
-        .map(|(i, us)| (us / 1e6, le(i) - if i == 0 { 0 } else { le(i - 1) }))
+        .map(|(i, us)| {
+            let le = m.duration_le.get(i).copied().unwrap_or(below).max(below);
+            let own = le - below;
+            below = le;
+            (us / 1e6, own)
+        })
         .collect();
-    let last = le(MoveHistory::DURATION_BOUNDS_US.len() - 1);
-    buckets.push((f64::INFINITY, m.done.saturating_sub(last)));
+    let count = m.done.max(below);
+    buckets.push((f64::INFINITY, count - below));
     Sample::Histogram {
         buckets,
         sum: m.duration_sum_us / 1e6,
-        count: m.done,
+        count,
     }
+}
+
+/// The services of a scrape, each label set once: the first of those
+/// that would make the same series (one socket found twice, or two
+/// services the daemon cannot tell apart) is kept.
+fn one_per_labels(services: &[ServiceCounters]) -> Vec<ServiceCounters> {
+    let mut seen = std::collections::HashSet::new();
+    services
+        .iter()
+        .filter(|s| seen.insert(service_labels(s)))
+        .cloned()
+        .collect()
 }
 
 /// The families of one scrape, for the encoder.
@@ -815,6 +839,7 @@ mod tests {
             plan,
             dry_run: false,
             changes: vec!["pinned IRQ 96 (queue 0) to CPU 8 (was 0-15)".into()],
+            notes: vec!["planned again (eth1 changed: its queues' IRQs)".into()],
             restore_on_exit: true,
         }
     }
@@ -1069,6 +1094,63 @@ mod tests {
             );
             assert!(line(&page, &series).ends_with(&format!(" {n}")), "{series}");
         }
+    }
+
+    /// What a service of another version may send: fewer bounds, counts
+    /// that go down, a count below the buckets'. The page is made all
+    /// the same, its buckets never decreasing.
+    #[test]
+    fn a_histogram_from_another_version_is_made_sound() {
+        for (le, done) in [
+            (vec![2u64], 4u64),
+            (vec![3, 1, 2], 5),
+            (vec![1, 2, 9], 3),
+            (Vec::new(), 2),
+        ] {
+            let mut s = scrape();
+            s.services[0].moves.duration_le = le.clone();
+            s.services[0].moves.done = done;
+            let page = render(&s, Format::Text);
+            let buckets: Vec<u64> = page
+                .lines()
+                .filter(|l| {
+                    l.starts_with(
+                        r#"flowlane_rebalance_move_duration_seconds_bucket{service="bulk-sink""#,
+                    )
+                })
+                .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+                .collect();
+            assert_eq!(buckets.len(), MoveHistory::DURATION_BOUNDS_US.len() + 1);
+            assert!(
+                buckets.windows(2).all(|w| w[0] <= w[1]),
+                "{le:?}: {buckets:?}"
+            );
+            let count = line(
+                &page,
+                r#"flowlane_rebalance_move_duration_seconds_count{service="bulk-sink""#,
+            );
+            assert!(
+                count.ends_with(&format!(" {}", buckets.last().unwrap())),
+                "{le:?}: {count} {buckets:?}"
+            );
+        }
+    }
+
+    /// Two services with the same labels (one socket asked twice): the
+    /// first is shown, once.
+    #[test]
+    fn services_with_the_same_labels_are_shown_once() {
+        let mut s = scrape();
+        let mut twin = s.services[0].clone();
+        twin.imbalance = 9.0;
+        s.services.push(twin);
+        let page = render(&s, Format::Text);
+        assert!(line(&page, "flowlane_daemon_services ").ends_with(" 2"));
+        assert!(line(
+            &page,
+            r#"flowlane_rebalance_imbalance_ratio{service="bulk-sink""#
+        )
+        .ends_with(" 1.25"));
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! telemetry socket), and wherever a service that registered keeps its own
 //! (`Request::Register` on the daemon's socket). A service that exits takes
 //! its socket with it; one killed leaves the file, and a registered socket
-//! nothing answers on is forgotten. Each scrape asks every live socket for
-//! the service's counters.
+//! nothing listens on is forgotten. Each scrape asks every live socket for
+//! the service's counters, all at once under the scrape timeout
+//! ([`crate::ask`]): one that does not answer is left out and counted.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,9 +16,11 @@ use flowlane_dataplane::control_socket::{
     self, FlowQuery, NicQueueStats, NicReport, Request, Response,
 };
 
+use crate::ask::ask_all;
 use crate::metrics::Scrape;
 
-/// Where services are found, and how long each may take to answer.
+/// Where services are found, and how long they may take to answer (all
+/// asked at once).
 #[derive(Debug)]
 pub struct Services {
     run_dir: PathBuf,
@@ -73,11 +76,12 @@ impl Services {
     }
 
     /// Takes a service's announcement of its control socket: an absolute
-    /// path to a Unix socket that answers.
+    /// path to a Unix socket that answers. Returns whether it is new (a
+    /// service announces itself again every 5 s).
     ///
     /// # Errors
     /// One line saying why the path is not taken.
-    pub fn register(&self, socket: &std::path::Path) -> Result<(), String> {
+    pub fn register(&self, socket: &std::path::Path) -> Result<bool, String> {
         use std::os::unix::fs::FileTypeExt;
         if !socket.is_absolute() {
             return Err(format!("{} is not an absolute path", socket.display()));
@@ -87,15 +91,16 @@ impl Services {
             _ => return Err(format!("{} is not a Unix socket", socket.display())),
         }
         let mut r = self.registered.lock().unwrap_or_else(|e| e.into_inner());
-        if !r.iter().any(|p| p == socket) {
-            if r.len() >= REGISTERED_MAX {
-                return Err(format!(
-                    "the daemon keeps at most {REGISTERED_MAX} registrations"
-                ));
-            }
-            r.push(socket.to_path_buf());
+        if r.iter().any(|p| p == socket) {
+            return Ok(false);
         }
-        Ok(())
+        if r.len() >= REGISTERED_MAX {
+            return Err(format!(
+                "the daemon keeps at most {REGISTERED_MAX} registrations"
+            ));
+        }
+        r.push(socket.to_path_buf());
+        Ok(true)
     }
 
     /// How each scrape reads the owned NICs' per-queue counters.
@@ -132,23 +137,38 @@ impl Services {
     }
 
     /// The live services' sockets: those in the run directory and those
-    /// registered (a registered one nothing answers on any more is
-    /// forgotten).
+    /// registered (a registered one nothing listens on any more is
+    /// forgotten), each socket once whatever the paths it was found by (a
+    /// symlinked directory, two registrations): by device and inode, the
+    /// first path kept. Never waits for a service (see
+    /// [`control_socket::answers_connect`]).
     pub fn sockets(&self) -> Vec<PathBuf> {
+        use std::os::unix::fs::MetadataExt;
         let scan = control_socket::scan_sockets(&self.run_dir);
         self.say_refused(&scan.refused);
         let mut found = scan.live;
         {
             let mut r = self.registered.lock().unwrap_or_else(|e| e.into_inner());
-            r.retain(|p| std::os::unix::net::UnixStream::connect(p).is_ok());
-            found.extend(
-                r.iter()
-                    .filter(|p| !found.contains(p))
-                    .cloned()
-                    .collect::<Vec<_>>(),
-            );
+            r.retain(|p| control_socket::answers_connect(p).is_ok());
+            found.extend(r.iter().cloned());
         }
-        found.retain(|p| Some(p) != self.own.as_ref());
+        let own = self
+            .own
+            .as_ref()
+            .and_then(|p| std::fs::metadata(p).ok())
+            .map(|m| (m.dev(), m.ino()));
+        let mut seen = Vec::with_capacity(found.len());
+        found.retain(|p| {
+            let Ok(m) = std::fs::metadata(p) else {
+                return false;
+            };
+            let id = (m.dev(), m.ino());
+            if Some(id) == own || seen.contains(&id) {
+                return false;
+            }
+            seen.push(id);
+            true
+        });
         found
     }
 
@@ -171,20 +191,22 @@ impl Services {
     }
 
     /// Which service processes `flow` now, and where: the first service
-    /// that serves it answers (each knows its NIC's RSS and its own moves).
+    /// (in the order of [`Services::sockets`]) that serves it answers (each
+    /// knows its NIC's RSS and its own moves); all are asked at once.
     /// Otherwise why none could, one line.
     pub fn hint(&self, flow: &FlowQuery) -> Response {
         let mut why = Vec::new();
-        for path in self.sockets() {
-            match control_socket::request(
-                &path,
-                &Request::Hint { flow: flow.clone() },
-                self.timeout,
-            ) {
+        let sockets = self.sockets();
+        let request = Request::Hint { flow: flow.clone() };
+        for (path, answer) in sockets
+            .iter()
+            .zip(ask_all(&sockets, &request, self.timeout))
+        {
+            match answer.map(|a| a.response) {
                 Ok(r @ Response::Hint(_)) => return r,
                 Ok(Response::Error { message }) => why.push(message),
                 Ok(other) => why.push(format!("{}: unexpected answer {other:?}", path.display())),
-                Err(e) => why.push(e.to_string()),
+                Err(e) => why.push(e),
             }
         }
         Response::Error {
@@ -199,9 +221,12 @@ impl Services {
         }
     }
 
-    /// Asks every live service for its counters. A service that does not
-    /// answer in time, or answers with anything else, is left out of this
-    /// scrape and counted.
+    /// Asks every live service for its counters, all at once, within the
+    /// timeout. A service that does not answer in time, or answers with
+    /// anything else, is left out of this scrape and counted. Each
+    /// service's `pid` is the process that listens on its socket as the
+    /// daemon sees it, where it can tell (a service in a container calls
+    /// itself by its namespace's pid).
     pub fn scrape(&self) -> Scrape {
         let mut scrape = Scrape {
             now_unix_s: SystemTime::now()
@@ -211,9 +236,17 @@ impl Services {
             ..Scrape::default()
         };
         scrape.nic_queues = self.nic_queues(&scrape.nics);
-        for path in self.sockets() {
-            match control_socket::request(&path, &Request::Counters, self.timeout) {
-                Ok(Response::Counters(c)) => scrape.services.push(c),
+        let sockets = self.sockets();
+        let answers = ask_all(&sockets, &Request::Counters, self.timeout);
+        for (path, answer) in sockets.iter().zip(answers) {
+            match answer {
+                Ok(crate::ask::Answer {
+                    response: Response::Counters(mut c),
+                    pid,
+                }) => {
+                    c.pid = pid.unwrap_or(c.pid);
+                    scrape.services.push(c);
+                }
                 other => {
                     tracing::debug!(socket = %path.display(), answer = ?other, "no counters");
                     scrape.unanswered += 1;
@@ -229,8 +262,134 @@ impl Services {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A listener at `dir/NAME.sock` whose backlog is full (listen(2)'s
+    /// backlog 0, filled): what a stopped service that stopped accepting
+    /// looks like; a blocking connect to it waits forever. Keep the
+    /// listener and the connections held.
+    pub(crate) fn full_backlog(
+        dir: &std::path::Path,
+        name: &str,
+    ) -> (PathBuf, std::os::fd::OwnedFd, Vec<UnixStream>) {
+        use nix::sys::socket::{bind, listen, socket, AddressFamily, Backlog};
+        use nix::sys::socket::{SockFlag, SockType, UnixAddr};
+        use std::os::fd::AsRawFd;
+        let path = dir.join(format!("{name}.sock"));
+        let _ = std::fs::remove_file(&path);
+        let fd = socket(
+            AddressFamily::Unix,
+            SockType::Stream,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .unwrap();
+        bind(fd.as_raw_fd(), &UnixAddr::new(&path).unwrap()).unwrap();
+        listen(&fd, Backlog::new(0).unwrap()).unwrap();
+        let mut held = Vec::new();
+        loop {
+            match control_socket::connect_within(&path, Duration::ZERO) {
+                Ok(s) => held.push(s),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("{e}"),
+            }
+            assert!(held.len() < 64, "the backlog does not fill");
+        }
+        (path, fd, held)
+    }
+
+    /// A run directory of its own for a test.
+    fn run_dir(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("fl-reg-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// A service that never answers (it takes connections and reads
+    /// nothing) and one stopped with its backlog full: the scrape ends
+    /// within about its timeout, both left out and counted; a registered
+    /// socket whose backlog is full is not forgotten.
+    #[test]
+    fn a_scrape_of_services_that_never_answer_ends_within_its_timeout() {
+        let dir = run_dir("stuck");
+        let _silent = UnixListener::bind(dir.join("silent.1.sock")).unwrap();
+        let (_full, _l, _held) = full_backlog(&dir, "stopped.2");
+        let elsewhere = run_dir("stuck-elsewhere");
+        let (registered, _l2, _held2) = full_backlog(&elsewhere, "registered.3");
+        let services = std::sync::Arc::new(Services::new(dir.clone(), Duration::from_millis(200)));
+        assert_eq!(services.register(&registered), Ok(true));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let s = services.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(s.scrape());
+        });
+        let scrape = rx
+            .recv_timeout(Duration::from_secs(2))
+            .expect("the scrape ends within its timeout");
+        assert!(scrape.services.is_empty());
+        assert_eq!(scrape.unanswered, 3);
+        assert!(services.sockets().contains(&registered), "busy, not gone");
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(&elsewhere).unwrap();
+    }
+
+    /// One socket found by two paths (a symlinked run directory and a
+    /// registration) is asked once.
+    #[test]
+    fn one_socket_by_two_paths_is_one_service() {
+        let dir = run_dir("twopaths");
+        let link = dir.with_extension("link");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        let t = fake_service_for(&dir, "bulk-sink", COUNTERS, usize::MAX);
+        let services = Services::new(link.clone(), Duration::from_millis(500));
+        let real = dir.join(format!("bulk-sink.{}.sock", std::process::id()));
+        assert_eq!(services.register(&real), Ok(true));
+        assert_eq!(services.register(&real), Ok(false), "not new");
+        assert_eq!(services.sockets().len(), 1, "{:?}", services.sockets());
+        let s = services.scrape();
+        assert_eq!((s.services.len(), s.unanswered), (1, 0));
+        assert_eq!(
+            s.services[0].pid,
+            std::process::id(),
+            "the pid of the process listening, not the one it says (7)"
+        );
+        drop(t);
+        std::fs::remove_file(&link).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Two sockets of one process answering the same counters: one
+    /// service on the page, no series twice.
+    #[test]
+    fn two_sockets_with_the_same_counters_make_no_duplicate_series() {
+        let dir = run_dir("twins");
+        let _a = fake_service_for(&dir, "bulk-sink-a", COUNTERS, usize::MAX);
+        let _b = fake_service_for(&dir, "bulk-sink-b", COUNTERS, usize::MAX);
+        let services = Services::new(dir.clone(), Duration::from_millis(500));
+        let s = services.scrape();
+        assert_eq!(s.unanswered, 0);
+        let page = crate::render(&s, crate::Format::Text);
+        let mut seen = std::collections::HashSet::new();
+        for l in page.lines().filter(|l| !l.starts_with('#')) {
+            let series = l.rsplit_once(' ').unwrap().0;
+            assert!(
+                seen.insert(series.to_string()),
+                "duplicate {series}\n{page}"
+            );
+        }
+        assert!(page.contains("flowlane_daemon_services 1\n"), "{page}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A service's counters (one queue, pid 7 as a container would say).
+    const COUNTERS: &str = concat!(
+        r#"{"result":"counters","service":"bulk-sink","pid":7,"uptime_ns":1,"iface":"fl0","#,
+        r#""rebalance":"off","queues":[],"moves":{"done":0,"failed":0,"recent":[]}}"#,
+        "\n"
+    );
 
     #[test]
     fn a_registration_must_name_an_absolute_socket() {
@@ -249,8 +408,8 @@ mod tests {
         let _ = std::fs::remove_file(&sock);
         let listener = UnixListener::bind(&sock).unwrap();
         assert!(s.sockets().is_empty(), "not in the run directory");
-        s.register(&sock).unwrap();
-        s.register(&sock).unwrap();
+        assert_eq!(s.register(&sock), Ok(true));
+        assert_eq!(s.register(&sock), Ok(false), "an announcement again");
         assert_eq!(
             s.sockets().iter().filter(|p| **p == sock).count(),
             1,
@@ -266,20 +425,31 @@ mod tests {
         std::fs::remove_dir_all(&run).unwrap();
     }
     use std::io::{Read, Write};
-    use std::os::unix::net::UnixListener;
+    use std::os::unix::net::{UnixListener, UnixStream};
 
-    /// A socket that answers one request with `answer`, as a service would.
+    /// A socket that answers one request with `answer`, as a service would
+    /// (two connections: a probe, then the request).
     fn fake_service(
         dir: &std::path::Path,
         name: &str,
         answer: &'static str,
+    ) -> std::thread::JoinHandle<()> {
+        fake_service_for(dir, name, answer, 2)
+    }
+
+    /// The same, for `connections` connections.
+    fn fake_service_for(
+        dir: &std::path::Path,
+        name: &str,
+        answer: &'static str,
+        connections: usize,
     ) -> std::thread::JoinHandle<()> {
         let path = dir.join(format!("{name}.{}.sock", std::process::id()));
         let listener = UnixListener::bind(&path).unwrap();
         std::thread::spawn(move || {
             // live_sockets probes with a connect first; answer every
             // connection that sends a request line.
-            for stream in listener.incoming().take(2) {
+            for stream in listener.incoming().take(connections) {
                 let mut s = stream.unwrap();
                 let mut buf = [0u8; 512];
                 if let Ok(n) = s.read(&mut buf) {

@@ -123,8 +123,13 @@ pub struct NicReport {
     pub plan: Vec<flowlane_numa_sched::PlanPart>,
     /// Whether the daemon only reported (`--dry-run`).
     pub dry_run: bool,
-    /// What the daemon changed (or, dry, would change), a line each.
+    /// What the daemon changed (or, dry, would change), a line each: only
+    /// effects (the last ones, when planned again often).
     pub changes: Vec<String>,
+    /// What the daemon noticed or left alone, a line each (the NIC planned
+    /// again and why, left as it is and why, unreadable for a while).
+    #[serde(default)]
+    pub notes: Vec<String>,
     /// Whether the changes are undone when the daemon stops.
     pub restore_on_exit: bool,
 }
@@ -587,12 +592,26 @@ impl Drop for ControlSocket {
 /// [`Error::Setup`] when nothing listens there, or the answer is not a
 /// response; [`Error::Io`] when the exchange fails.
 pub fn request(path: &Path, request: &Request, timeout: Duration) -> Result<Response> {
-    let mut stream = UnixStream::connect(path).map_err(|e| {
+    let stream = connect_within(path, timeout).map_err(|e| {
         Error::Setup(format!(
             "no flowlane service answers on {}: {e} (is it running? `flowlane rebalance status` lists the sockets in {RUN_DIR})",
             path.display()
         ))
     })?;
+    request_on(stream, path, request, timeout)
+}
+
+/// [`request`] on a stream already connected to `path` (with
+/// [`connect_within`]; the caller may first ask who listens there).
+///
+/// # Errors
+/// As [`request`].
+pub fn request_on(
+    mut stream: UnixStream,
+    path: &Path,
+    request: &Request,
+    timeout: Duration,
+) -> Result<Response> {
     let what = || format!("talking to the service on {}", path.display());
     stream
         .set_read_timeout(Some(timeout))
@@ -609,6 +628,58 @@ pub fn request(path: &Path, request: &Request, timeout: Duration) -> Result<Resp
             path.display()
         ))
     })
+}
+
+/// Connects to the Unix socket at `path`, waiting at most `wait` for room
+/// in its listener's backlog (a blocking connect(2) waits for as long as
+/// the listener accepts nothing: a service stopped or stuck), not at all
+/// for a zero `wait`. The stream is blocking, with `wait` as its write
+/// timeout.
+///
+/// # Errors
+/// connect(2)'s: `WouldBlock` when the backlog stayed full, as for
+/// [`answers_connect`].
+pub fn connect_within(path: &Path, wait: Duration) -> std::io::Result<UnixStream> {
+    use nix::sys::socket::{self, sockopt, AddressFamily, SockFlag, SockType, UnixAddr};
+    use std::os::fd::AsRawFd;
+    let flags = if wait.is_zero() {
+        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK
+    } else {
+        SockFlag::SOCK_CLOEXEC
+    };
+    let fd = socket::socket(AddressFamily::Unix, SockType::Stream, flags, None)?;
+    if !wait.is_zero() {
+        // SO_SNDTIMEO bounds a Unix connect's wait for the backlog (zero
+        // would mean no bound: at least a microsecond).
+        let micros = wait.as_micros().clamp(1, i64::MAX as u128) as i64;
+        let tv = nix::sys::time::TimeVal::new((micros / 1_000_000) as _, (micros % 1_000_000) as _);
+        socket::setsockopt(&fd, sockopt::SendTimeout, &tv)?;
+    }
+    let addr = UnixAddr::new(path)?;
+    while let Err(e) = socket::connect(fd.as_raw_fd(), &addr) {
+        if e != nix::errno::Errno::EINTR {
+            return Err(e.into());
+        }
+    }
+    let stream = UnixStream::from(fd);
+    stream.set_nonblocking(false)?;
+    Ok(stream)
+}
+
+/// Whether a listener is at `path`, without waiting for it: connected, or
+/// its backlog full (a service that stopped accepting is still there, and
+/// a request to it times out and is counted). Errors are connect(2)'s:
+/// `ConnectionRefused` or `NotFound` where nothing listens,
+/// `PermissionDenied` where this process may not connect.
+///
+/// # Errors
+/// As above.
+pub fn answers_connect(path: &Path) -> std::io::Result<()> {
+    match connect_within(path, Duration::ZERO) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Removes the sockets in `dir` that services which are gone left behind
@@ -688,8 +759,10 @@ pub struct SocketScan {
     pub refused: Vec<PathBuf>,
 }
 
-/// Looks at every `*.sock` in `dir`: which answer, and which refuse this
-/// process for want of permission (the rest are gone services' leftovers).
+/// Looks at every `*.sock` in `dir`: which answer (or have a listener
+/// whose backlog is full, [`answers_connect`]: never waiting for one), and
+/// which refuse this process for want of permission (the rest are gone
+/// services' leftovers).
 pub fn scan_sockets(dir: &Path) -> SocketScan {
     let mut scan = SocketScan::default();
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -699,8 +772,8 @@ pub fn scan_sockets(dir: &Path) -> SocketScan {
         if p.extension().is_none_or(|x| x != "sock") {
             continue;
         }
-        match UnixStream::connect(&p) {
-            Ok(_) => scan.live.push(p),
+        match answers_connect(&p) {
+            Ok(()) => scan.live.push(p),
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => scan.refused.push(p),
             Err(_) => {}
         }
