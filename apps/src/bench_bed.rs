@@ -1,6 +1,8 @@
-//! What the test-bed benchmarks of live rebalancing share (`flowlane bench
-//! handoff`, `flowlane bench skew`): a bed brought up for one run and torn
-//! down after it, error or not; `flowlane bulk-sink` in the bed (its own
+//! What the test-bed benchmarks share (`flowlane bench handoff`, `flowlane
+//! bench skew`, and the bed of `bench rx` and `bench synflood`): a bed
+//! brought up for one run and removed after it on every way out (error,
+//! panic, SIGINT/SIGTERM/SIGHUP: [`crate::bed_guard`]); for the benchmarks
+//! of live rebalancing, `flowlane bulk-sink` in the bed (its own
 //! process, as deployed) with a control socket the benchmark talks to;
 //! kernel TCP connections from the peer namespace, from source ports the
 //! bed's emulated NIC hashes into chosen RSS buckets, idle or streaming.
@@ -18,7 +20,9 @@ use anyhow::{bail, Context, Result};
 use flowlane_dataplane::control_socket::{self, Request, Response, ServiceStatus};
 use flowlane_dataplane::MoveReport;
 use flowlane_numa_sched::{FlowTuple, Protocol, RssState};
-use flowlane_testbed::{self as testbed, netns, BedSpec, BedState};
+use flowlane_testbed::{netns, BedSpec, BedState};
+
+use crate::bed_guard::{self, Afterwards, BedGuard};
 
 /// The `q` quantile of sorted `v` (nearest rank).
 pub fn quantile(v: &[f64], q: f64) -> f64 {
@@ -29,14 +33,35 @@ pub fn quantile(v: &[f64], q: f64) -> f64 {
     v[i]
 }
 
-/// Brings up the bed `spec` describes, runs `f` on it and takes the bed
-/// down again, whether `f` succeeded or not (a failure to take it down
-/// comes first: a bed left behind is what the user must see).
-pub fn with_bed<T>(spec: &BedSpec, f: impl FnOnce(&BedState) -> Result<T>) -> Result<T> {
-    let bed = testbed::up(spec)?;
+/// Brings up the bed `spec` describes for benchmark `what` (`bench rx`),
+/// runs `f` on it and removes the bed again, whether `f` succeeded, failed
+/// or panicked, or a signal ended the run (a failure to remove it comes
+/// first: a bed left behind is what the user must see).
+pub fn with_bed<T>(
+    what: &'static str,
+    spec: &BedSpec,
+    f: impl FnOnce(&BedState) -> Result<T>,
+) -> Result<T> {
+    let (guard, bed) = BedGuard::up(what, spec, Afterwards::Remove)?;
     let out = f(&bed);
-    testbed::down(&spec.name)?;
+    guard.release()?;
     out
+}
+
+/// The last lines of a child's log (at most 5, blank ones left out), on one
+/// line, for the error that says it failed.
+pub fn log_tail(log: &Path) -> String {
+    let said = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = said
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let tail = &lines[lines.len().saturating_sub(5)..];
+    if tail.is_empty() {
+        return "its log is empty".into();
+    }
+    tail.join(" | ")
 }
 
 /// A control socket path of this process for benchmark `tag`.
@@ -59,15 +84,17 @@ impl Sink {
     pub fn start(bed: &BedState, socket: &Path, port: u16, extra: &[&str]) -> Result<Sink> {
         let exe = std::env::current_exe().context("finding the flowlane binary")?;
         let log = socket.with_extension("log");
-        let child = Command::new(exe)
-            .args(["bulk-sink", "--no-hash", "--port", &port.to_string()])
-            .args(["--bed", &bed.name, "--control-socket"])
-            .arg(socket)
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).context("creating the sink's log")?)
-            .spawn()
-            .context("starting flowlane bulk-sink in the test bed")?;
+        bed_guard::remove_on_signal(log.clone());
+        let child = bed_guard::spawn_child(
+            Command::new(exe)
+                .args(["bulk-sink", "--no-hash", "--port", &port.to_string()])
+                .args(["--bed", &bed.name, "--control-socket"])
+                .arg(socket)
+                .args(extra)
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log).context("creating the sink's log")?),
+        )
+        .context("starting flowlane bulk-sink in the test bed")?;
         let mut sink = Sink {
             child,
             socket: socket.to_path_buf(),
@@ -75,11 +102,14 @@ impl Sink {
         let deadline = Instant::now() + Duration::from_secs(30);
         while sink.status().is_err() {
             if let Some(st) = sink.child.try_wait()? {
-                let said = std::fs::read_to_string(&log).unwrap_or_default();
-                bail!("flowlane bulk-sink exited early ({st}): {}", said.trim());
+                bail!("flowlane bulk-sink exited early ({st}): {}", log_tail(&log));
             }
             if Instant::now() > deadline {
-                bail!("flowlane bulk-sink did not answer on {}", socket.display());
+                bail!(
+                    "flowlane bulk-sink did not answer on {} within 30 s: {}",
+                    socket.display(),
+                    log_tail(&log)
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -135,7 +165,7 @@ impl Sink {
 
 impl Drop for Sink {
     fn drop(&mut self) {
-        flowlane_testbed::child::stop(&mut self.child, Duration::from_secs(5));
+        bed_guard::stop_child(&mut self.child);
         let _ = std::fs::remove_file(self.socket.with_extension("log"));
     }
 }
@@ -371,6 +401,19 @@ mod tests {
         assert_eq!(quantile(&v, 0.99), 99.0);
         assert_eq!(quantile(&v[..1], 0.99), 1.0);
         assert_eq!(quantile(&[], 0.5), 0.0);
+    }
+
+    #[test]
+    fn a_log_tail_is_its_last_lines_on_one_line() {
+        let log = std::env::temp_dir().join(format!(
+            "flowlane-bench-bed-log-tail-{}.log",
+            std::process::id()
+        ));
+        std::fs::write(&log, "a\n\nb\nc\nd\ne\nf: it failed\n\n").unwrap();
+        assert_eq!(log_tail(&log), "b | c | d | e | f: it failed");
+        std::fs::write(&log, "").unwrap();
+        assert_eq!(log_tail(&log), "its log is empty");
+        std::fs::remove_file(&log).unwrap();
     }
 
     #[test]

@@ -227,7 +227,7 @@ pub fn run(args: Args) -> Result<()> {
         table: (0..128).map(|i| i % 2).collect(),
     };
     let socket = socket_path("handoff");
-    let figures = with_bed(&spec, |bed| {
+    let figures = with_bed("bench handoff", &spec, |bed| {
         // Only the bench's own moves: no rebalancing loop beside them.
         let extra: &[&str] = if args.busy_poll {
             &["--rebalance", "off", "--busy-poll"]

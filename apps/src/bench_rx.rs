@@ -19,6 +19,7 @@ use flowlane_wire::packet::emit_eth_ipv4_udp;
 use flowlane_wire::{EtherType, EthernetAddress, EthernetRepr, IpProtocol, Ipv4Repr, UdpRepr};
 use serde::Serialize;
 
+use crate::bench_bed::with_bed;
 use crate::echo_process::EchoProcess;
 use crate::udp_echo;
 use flowlane_testbed::netns;
@@ -31,11 +32,12 @@ pub struct Args {
     /// Test bed name (a one-queue bed; created and removed by the run).
     #[arg(long, default_value = "benchrx")]
     pub bed: String,
-    /// Ethernet frame lengths to measure, without FCS (60 = a 64-byte frame
-    /// on the wire, 1514 = 1518).
+    /// Ethernet frame lengths to measure, without FCS, 60 to 1514 (60 = a
+    /// 64-byte frame on the wire, 1514 = 1518, the most the bed's MTU of
+    /// 1500 carries).
     #[arg(long, value_delimiter = ',', default_values_t = [60usize, 1514])]
     pub frame_len: Vec<usize>,
-    /// Measured seconds per size (after one second of warm-up).
+    /// Measured seconds per size, at least 1 (after one second of warm-up).
     #[arg(long, default_value_t = 5)]
     pub seconds: u64,
     /// Print the result as JSON.
@@ -62,16 +64,40 @@ pub struct RxFigure {
 
 const PORT: u16 = 7777;
 
+/// The shortest frame without FCS (64 bytes on the wire).
+const MIN_FRAME_LEN: usize = 60;
+/// The longest frame the bed carries: its veths' MTU (1500, the kernel's
+/// default, which `testbed up` keeps) and the Ethernet header.
+const MAX_FRAME_LEN: usize = 1500 + 14;
+
+/// The flags' values a run cannot work with, refused before any bed is made.
+fn check(args: &Args) -> Result<()> {
+    if args.seconds == 0 {
+        bail!("--seconds must be at least 1");
+    }
+    if args.frame_len.is_empty() {
+        bail!("--frame-len needs at least one length ({MIN_FRAME_LEN} to {MAX_FRAME_LEN})");
+    }
+    if let Some(bad) = args
+        .frame_len
+        .iter()
+        .find(|l| !(MIN_FRAME_LEN..=MAX_FRAME_LEN).contains(*l))
+    {
+        bail!(
+            "--frame-len {bad}: frames must be {MIN_FRAME_LEN} to {MAX_FRAME_LEN} bytes (without FCS; the bed's MTU is 1500)"
+        );
+    }
+    Ok(())
+}
+
 fn frame(bed: &BedState, len: usize) -> Result<Vec<u8>> {
     let mac = |s: &str| {
         parse_mac(s)
             .map(EthernetAddress)
             .with_context(|| format!("bad MAC {s}"))
     };
-    let payload = len
-        .checked_sub(42)
-        .filter(|_| len >= 60)
-        .context("--frame-len must be at least 60")?;
+    // Headers: Ethernet 14, IPv4 20, UDP 8 (`check` keeps `len` above them).
+    let payload = len - 42;
     let mut buf = vec![0u8; len];
     let eth = EthernetRepr {
         dst_addr: mac(&bed.local_mac)?,
@@ -93,45 +119,82 @@ fn frame(bed: &BedState, len: usize) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// The generator's thread, sending `frame` from the peer's namespace until
+/// stopped: by [`Flooding::stop`], or by the drop on any other way out, so
+/// that it never floods past the measurement.
+struct Flooding {
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicU64>,
+    thread: Option<std::thread::JoinHandle<Result<()>>>,
+}
+
+impl Flooding {
+    /// Starts sending `frame` on the peer's interface of `bed`, from a
+    /// thread pinned to `cpu`.
+    fn start(bed: &BedState, frame: Vec<u8>, cpu: u32) -> Flooding {
+        let stop = Arc::new(AtomicBool::new(false));
+        let sent = Arc::new(AtomicU64::new(0));
+        let (stop2, sent2, peer_ns) = (stop.clone(), sent.clone(), bed.peer_netns.clone());
+        let thread = std::thread::spawn(move || {
+            netns::in_netns(&peer_ns, move || {
+                flowlane_dataplane::affinity::pin_current_thread(&[cpu])?;
+                let ifindex = nix::net::if_::if_nametoindex(testbed::PEER_IF)?;
+                let g = flowlane_testbed::trafficgen::Generator::new(ifindex)?;
+                const BURST: u32 = 1 << 14;
+                while !stop2.load(Ordering::Relaxed) {
+                    g.send(&frame, BURST)?;
+                    sent2.fetch_add(BURST as u64, Ordering::Relaxed);
+                }
+                Ok(())
+            })
+        });
+        Flooding {
+            stop,
+            sent,
+            thread: Some(thread),
+        }
+    }
+
+    /// Frames sent so far.
+    fn sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
+    }
+
+    /// Stops the thread; its error, if it failed.
+    fn stop(mut self) -> Result<()> {
+        self.halt()
+    }
+
+    fn halt(&mut self) -> Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.thread.take().map(std::thread::JoinHandle::join) {
+            None => Ok(()),
+            Some(Ok(r)) => r,
+            Some(Err(_)) => bail!("the generator thread panicked"),
+        }
+    }
+}
+
+impl Drop for Flooding {
+    fn drop(&mut self) {
+        let _ = self.halt();
+    }
+}
+
 fn measure(bed: &BedState, len: usize, seconds: u64) -> Result<RxFigure> {
     let frame = frame(bed, len)?;
     let mut echo = EchoProcess::start(bed, PORT, &["--sink", "--queues", "1"])?;
     let pid = echo.child.id();
-    let stop = Arc::new(AtomicBool::new(false));
-    let sent = Arc::new(AtomicU64::new(0));
     let cpus = flowlane_dataplane::affinity::allowed_cpus();
     let gen_cpu = *cpus.last().context("no CPU")?;
-    let (stop2, sent2, peer_ns) = (stop.clone(), sent.clone(), bed.peer_netns.clone());
-    let gen = std::thread::spawn(move || {
-        netns::in_netns(&peer_ns, move || {
-            flowlane_dataplane::affinity::pin_current_thread(&[gen_cpu])?;
-            let ifindex = nix::net::if_::if_nametoindex(testbed::PEER_IF)?;
-            let g = flowlane_testbed::trafficgen::Generator::new(ifindex)?;
-            const BURST: u32 = 1 << 14;
-            while !stop2.load(Ordering::Relaxed) {
-                g.send(&frame, BURST)?;
-                sent2.fetch_add(BURST as u64, Ordering::Relaxed);
-            }
-            Ok(())
-        })
-    });
+    let gen = Flooding::start(bed, frame, gen_cpu);
     std::thread::sleep(Duration::from_secs(1));
     let r0 = echo.snapshot(1)?;
-    let (t0, s0, c0) = (
-        Instant::now(),
-        sent.load(Ordering::Relaxed),
-        process_cpu_ns(pid)?,
-    );
+    let (t0, s0, c0) = (Instant::now(), gen.sent(), process_cpu_ns(pid)?);
     std::thread::sleep(Duration::from_secs(seconds));
     let r1 = echo.snapshot(2)?;
-    let (dt, s1, c1) = (
-        t0.elapsed().as_secs_f64(),
-        sent.load(Ordering::Relaxed),
-        process_cpu_ns(pid)?,
-    );
-    stop.store(true, Ordering::Relaxed);
-    gen.join()
-        .map_err(|_| anyhow::anyhow!("the generator thread panicked"))??;
+    let (dt, s1, c1) = (t0.elapsed().as_secs_f64(), gen.sent(), process_cpu_ns(pid)?);
+    gen.stop()?;
     let q = |r: &udp_echo::Report| {
         r.queues
             .first()
@@ -155,6 +218,7 @@ fn measure(bed: &BedState, len: usize, seconds: u64) -> Result<RxFigure> {
 /// Runs the benchmark.
 pub fn run(args: Args) -> Result<()> {
     netns::require_root("flowlane bench rx")?;
+    check(&args)?;
     let key = flowlane_numa_sched::toeplitz::RssKey::microsoft_default();
     let spec = BedSpec {
         name: args.bed.clone(),
@@ -162,14 +226,12 @@ pub fn run(args: Args) -> Result<()> {
         key: key.as_bytes().to_vec(),
         table: vec![0; 128],
     };
-    let bed = testbed::up(&spec)?;
-    let figures: Result<Vec<RxFigure>> = args
-        .frame_len
-        .iter()
-        .map(|&len| measure(&bed, len, args.seconds))
-        .collect();
-    testbed::down(&args.bed)?;
-    let figures = figures?;
+    let figures: Vec<RxFigure> = with_bed("bench rx", &spec, |bed| {
+        args.frame_len
+            .iter()
+            .map(|&len| measure(bed, len, args.seconds))
+            .collect()
+    })?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&figures)?);
     } else {
@@ -187,4 +249,26 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_that_cannot_measure_is_refused_before_the_bed() {
+        let args = |frame_len: Vec<usize>, seconds| Args {
+            bed: "b".into(),
+            frame_len,
+            seconds,
+            json: false,
+        };
+        assert!(check(&args(vec![60, 1514], 1)).is_ok());
+        let said = |a| check(&a).unwrap_err().to_string();
+        assert_eq!(said(args(vec![60], 0)), "--seconds must be at least 1");
+        assert!(said(args(vec![60, 1515], 5))
+            .starts_with("--frame-len 1515: frames must be 60 to 1514 bytes"));
+        assert!(said(args(vec![59], 5)).starts_with("--frame-len 59: "));
+        assert!(said(args(vec![], 5)).starts_with("--frame-len needs at least one length"));
+    }
 }

@@ -330,7 +330,7 @@ fn run_one(args: &Args, mode: RebalanceMode, round: usize) -> Result<SkewRun> {
         table: vec![0; 128],
     };
     let mode = mode_name(mode);
-    with_bed(&spec, |bed| {
+    with_bed("bench skew", &spec, |bed| {
         let sink = Sink::start(bed, &socket_path("skew"), PORT, &["--rebalance", &mode])?;
         let ports = ports_in_distinct_buckets(bed, PORT, args.senders, 20_000)?;
         let before = net_counters::read_in(&bed.peer_netns)?;

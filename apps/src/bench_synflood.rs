@@ -47,7 +47,8 @@ use flowlane_testbed::{netns, BedSpec, BedState};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::bench_bed::{quantile, with_bed};
+use crate::bed_guard;
+use crate::bench_bed::{log_tail, with_bed};
 use crate::syn_flood_bed::{Client, Flood, KernelEcho, Rate, Sources};
 
 /// Flags of `flowlane bench synflood`.
@@ -293,23 +294,31 @@ impl FlowlaneEcho {
             dir.join(format!("{tag}.log")),
         );
         let _ = std::fs::remove_file(&report);
-        let child = Command::new(exe)
-            .args(["echo-server", "--bed", &bed.name, "--queues", "1"])
-            .args(["--port", &FLOWLANE_PORT.to_string(), "--report"])
-            .arg(&report)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).context("creating the echo server's log")?)
-            .spawn()
-            .context("starting flowlane echo-server in the test bed")?;
+        bed_guard::remove_on_signal(report.clone());
+        bed_guard::remove_on_signal(log.clone());
+        let child = bed_guard::spawn_child(
+            Command::new(exe)
+                .args(["echo-server", "--bed", &bed.name, "--queues", "1"])
+                .args(["--port", &FLOWLANE_PORT.to_string(), "--report"])
+                .arg(&report)
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log).context("creating the echo server's log")?),
+        )
+        .context("starting flowlane echo-server in the test bed")?;
         let mut e = FlowlaneEcho { child, report, log };
         let deadline = Instant::now() + Duration::from_secs(30);
         while !e.report.exists() {
             if let Some(st) = e.child.try_wait()? {
-                let said = std::fs::read_to_string(&e.log).unwrap_or_default();
-                bail!("flowlane echo-server exited early ({st}): {}", said.trim());
+                bail!(
+                    "flowlane echo-server exited early ({st}): {}",
+                    log_tail(&e.log)
+                );
             }
             if Instant::now() > deadline {
-                bail!("flowlane echo-server did not come up within 30 s");
+                bail!(
+                    "flowlane echo-server did not come up within 30 s: {}",
+                    log_tail(&e.log)
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -360,7 +369,7 @@ impl FlowlaneEcho {
 
 impl Drop for FlowlaneEcho {
     fn drop(&mut self) {
-        flowlane_testbed::child::stop(&mut self.child, Duration::from_secs(5));
+        bed_guard::stop_child(&mut self.child);
         let _ = std::fs::remove_file(&self.report);
         let _ = std::fs::remove_file(&self.log);
     }
@@ -549,9 +558,16 @@ fn above_nobody(runs: &mut [Run]) {
     }
 }
 
+/// The median of `v`: its middle value, or the mean of its two middle
+/// values for an even count (with two rounds, their mean); 0 for none.
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    quantile(&v, 0.5)
+    let n = v.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => v[n / 2],
+        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }
 
 fn median_of(v: Vec<Option<f64>>) -> Option<f64> {
@@ -653,15 +669,15 @@ fn measure(bed: &BedState, args: &Args, gen_cpu: u32) -> Result<(Vec<Run>, Strin
             "permanent",
         ])?;
     }
+    // `replace`: a bed an earlier run left may have it already.
     netns::ip(&[
         "-n",
         &bed.peer_netns,
         "addr",
-        "add",
+        "replace",
         &format!("{CLIENT}/24"),
         "dev",
         &bed.peer_if,
-        "nodad",
     ])?;
     let local: Ipv4Addr = bed.local_v4.parse()?;
     let _kernel = KernelEcho::start(&bed.netns, SocketAddrV4::new(local, KERNEL_PORT))?;
@@ -707,7 +723,8 @@ pub fn run(args: Args) -> Result<()> {
         key: RssKey::microsoft_default().as_bytes().to_vec(),
         table: vec![0; 128],
     };
-    let (mut runs, worker_cpus) = with_bed(&spec, |bed| measure(bed, &args, gen_cpu))?;
+    let (mut runs, worker_cpus) =
+        with_bed("bench synflood", &spec, |bed| measure(bed, &args, gen_cpu))?;
     above_nobody(&mut runs);
     let report = Report {
         sources: format!("{}-{}", args.sources.first, args.sources.last),
@@ -895,6 +912,18 @@ mod tests {
         assert_eq!((m[0].connects, m[0].connects_failed), (6, 3));
         assert_eq!(m[0].connect_ms_median, Some(1.0));
         assert_eq!(m[1].syns_per_s, 9.0);
+    }
+
+    #[test]
+    fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        assert_eq!(median(vec![]), 0.0);
+        assert_eq!(median(vec![7.0]), 7.0);
+        // Two rounds: not the smaller one.
+        assert_eq!(median(vec![30.0, 10.0]), 20.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(vec![5.0, 1.0, 3.0]), 3.0);
+        assert_eq!(median_of(vec![Some(2.0), None, Some(4.0)]), Some(3.0));
+        assert_eq!(median_of(vec![None]), None);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `flowlane demo`: the foundation demo on the test bed.
 //!
-//! 1. bring the test bed up (or reuse it);
+//! 1. bring the test bed up (or use the one `--bed` names as it is);
 //! 2. start `flowlane udp-echo` inside flowlane's namespace, on all queues;
 //! 3. from the far side, with kernel UDP sockets, send flows to it and check
 //!    that every datagram comes back byte-exact;
@@ -11,24 +11,26 @@
 //!
 //! The bed is the demo's own (`demo-<pid>` unless `--bed` names one) and is
 //! removed on every way out: success, error, panic, and SIGINT/SIGTERM/SIGHUP
-//! (a signal thread stops the echo child and removes the bed before exiting).
-//! With `--out DIR` the result is kept in `DIR/udp-rss.json`.
+//! ([`crate::bed_guard`]: a signal thread stops the echo child and removes
+//! the bed before exiting). A bed `--bed` names that exists already is used
+//! with its own queues, key and table and left as it was: its key and table
+//! are put back on the same ways out. With `--out DIR` the result is kept in
+//! `DIR/udp-rss.json`.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use flowlane_numa_sched::indirection::IndirectionTable;
 use flowlane_numa_sched::toeplitz::{FlowTuple, Protocol, RssKey, Toeplitz};
 use serde::Serialize;
 
+use crate::bed_guard::{Afterwards, BedGuard};
 use crate::echo_process::EchoProcess;
 use crate::udp_echo::Report;
-use flowlane_numa_sched::nic::RssNic;
+use flowlane_numa_sched::nic::{RssNic, RssSettings};
 use flowlane_testbed::netns;
 use flowlane_testbed::{self as testbed, BedSpec, BedState};
 
@@ -36,17 +38,20 @@ use flowlane_testbed::{self as testbed, BedSpec, BedState};
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// Test bed to use (default: the demo's own, `demo-<pid>`; a named bed
-    /// is created if missing and removed afterwards unless it existed).
+    /// is created if missing and removed afterwards unless it existed; one
+    /// that existed is used with its queues, key and table, which are put
+    /// back afterwards).
     #[arg(long)]
     pub bed: Option<String>,
-    /// Queues of the test bed.
-    #[arg(long, default_value_t = 4, value_parser = flowlane_dataplane::service_args::queue_count::<u32>)]
-    pub queues: u32,
-    /// Number of UDP flows.
-    #[arg(long, default_value_t = 64)]
+    /// Queues of a test bed the demo makes (default 4); with an existing
+    /// `--bed`, if given, its queue count.
+    #[arg(long, value_parser = flowlane_dataplane::service_args::queue_count::<u32>)]
+    pub queues: Option<u32>,
+    /// Number of UDP flows (at least 1).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
     pub flows: u16,
-    /// Datagrams per flow per phase.
-    #[arg(long, default_value_t = 4)]
+    /// Datagrams per flow per phase (at least 1).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     pub packets: u32,
     /// UDP port of the echo service.
     #[arg(long, default_value_t = 7777, value_parser = flowlane_dataplane::service_args::listen_port)]
@@ -65,88 +70,67 @@ fn bed_name(arg: Option<&str>, pid: u32) -> String {
     arg.map_or_else(|| format!("demo-{pid}"), str::to_string)
 }
 
+/// Queues of a bed the demo makes when `--queues` is not given.
+const DEFAULT_QUEUES: u32 = 4;
+
+/// The bed the demo brings up as `name`, and what becomes of it afterwards:
+/// with no bed of that name (`existing` is `None`), a new one of `queues`
+/// (default 4) with the Microsoft key and an even table, removed afterwards;
+/// with one (its queue count and RSS settings), that bed as it is, its key
+/// and table put back afterwards (`queues`, if given, must be its count).
+fn demo_bed(
+    name: &str,
+    queues: Option<u32>,
+    existing: Option<(u32, RssSettings)>,
+) -> Result<(BedSpec, Afterwards)> {
+    let Some((has, rss)) = existing else {
+        let queues = queues.unwrap_or(DEFAULT_QUEUES);
+        let all: Vec<u16> = (0..queues)
+            .map(u16::try_from)
+            .collect::<Result<_, _>>()
+            .context("--queues is too large")?;
+        let spec = BedSpec {
+            name: name.to_string(),
+            queues,
+            key: RssKey::microsoft_default().as_bytes().to_vec(),
+            table: IndirectionTable::even(128, &all)?.to_queue_list(),
+        };
+        return Ok((spec, Afterwards::Remove));
+    };
+    if let Some(q) = queues.filter(|&q| q != has) {
+        bail!(
+            "--queues {q}: test bed {name} exists with {has} queues (leave --queues out to use them, or name another bed)"
+        );
+    }
+    let spec = BedSpec {
+        name: name.to_string(),
+        queues: has,
+        key: rss.key.clone(),
+        table: rss.table.clone(),
+    };
+    let afterwards = Afterwards::Restore {
+        key: rss.key,
+        table: rss.table,
+    };
+    Ok((spec, afterwards))
+}
+
+/// The queue count and RSS settings of bed `name`, if it exists.
+fn existing_bed(name: &str) -> Result<Option<(u32, RssSettings)>> {
+    let Ok(bed) = testbed::load(name) else {
+        return Ok(None);
+    };
+    let rss = bed.nic().rss().with_context(|| {
+        format!(
+            "test bed {name} exists but its emulated NIC cannot be read: remove it (`flowlane testbed down --bed {name}`) or name another bed"
+        )
+    })?;
+    Ok(Some((bed.queues, rss)))
+}
+
 /// Where `--out DIR` keeps the result.
 fn result_path(dir: &Path) -> PathBuf {
     dir.join("udp-rss.json")
-}
-
-/// The demo's bed, removed when dropped (unless it existed before) and,
-/// through [`BedGuard::remove_on_signals`], when a signal ends the demo.
-struct BedGuard {
-    name: String,
-    remove: bool,
-    /// The echo child's pid (0: none), for the signal thread to stop first.
-    echo_pid: Arc<AtomicI32>,
-}
-
-impl BedGuard {
-    /// Installs a thread that, on SIGINT, SIGTERM or SIGHUP, stops the echo
-    /// child, removes the bed (if ours) and exits with 128 + the signal.
-    fn remove_on_signals(&self) -> Result<()> {
-        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
-            .context("installing signal handlers")?;
-        let (name, remove, echo_pid) = (self.name.clone(), self.remove, self.echo_pid.clone());
-        std::thread::spawn(move || {
-            if let Some(sig) = signals.forever().next() {
-                // From here on this thread owns the ending: the main thread,
-                // which sees its echo child stop, neither removes the bed
-                // nor exits (see `run`).
-                INTERRUPTED.store(true, Ordering::SeqCst);
-                eprintln!("demo: interrupted; removing test bed {name}");
-                stop_child(echo_pid.load(Ordering::SeqCst));
-                if remove {
-                    let _ = testbed::down(&name);
-                }
-                // The echo child's report, which its drop would remove: last,
-                // once the bed's removal stopped the child too (a signal that
-                // came before its pid was noted leaves it to the bed's users).
-                let _ = std::fs::remove_file(crate::echo_process::report_path(&name));
-                std::process::exit(128 + sig);
-            }
-        });
-        Ok(())
-    }
-}
-
-/// Set by the signal thread when a signal ends the demo.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-impl Drop for BedGuard {
-    fn drop(&mut self) {
-        if self.remove && !INTERRUPTED.load(Ordering::SeqCst) {
-            if let Err(e) = testbed::down(&self.name) {
-                eprintln!("demo: removing test bed {}: {e:#}", self.name);
-            }
-        }
-    }
-}
-
-/// SIGTERM to `pid` (0: none), SIGKILL if it has not exited within 5 s.
-fn stop_child(pid: i32) {
-    use nix::sys::signal::{kill, Signal};
-    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-    use nix::unistd::Pid;
-    if pid <= 0 {
-        return;
-    }
-    let pid = Pid::from_raw(pid);
-    let _ = kill(pid, Signal::SIGTERM);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::StillAlive) => std::thread::sleep(Duration::from_millis(20)),
-            // Reaped here: it has exited (its last report written).
-            Ok(_) => return,
-            // Reaped by the main thread, which waits on it too: gone once
-            // signal 0 finds no such process (until then it may still be
-            // writing its last report, which the caller removes next).
-            Err(_) if kill(pid, None).is_err() => return,
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
-    let _ = kill(pid, Signal::SIGKILL);
-    let _ = waitpid(pid, None);
 }
 
 /// One flow's outcome in one phase.
@@ -278,37 +262,17 @@ pub fn run(args: Args) -> Result<()> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("--out {}: cannot create the folder", dir.display()))?;
     }
-    let guard = BedGuard {
-        remove: testbed::load(&name).is_err(),
-        name: name.clone(),
-        echo_pid: Arc::new(AtomicI32::new(0)),
-    };
-    guard.remove_on_signals()?;
-    let all: Vec<u16> = (0..args.queues as u16).collect();
-    let key = RssKey::microsoft_default();
-    let spec = BedSpec {
-        name,
-        queues: args.queues,
-        key: key.as_bytes().to_vec(),
-        table: flowlane_numa_sched::IndirectionTable::even(128, &all)?.to_queue_list(),
-    };
-    let bed = testbed::up(&spec)?;
-    let result = run_on(&args, &bed, &key, &guard.echo_pid);
-    // The echo child has been reaped: its pid may be reused.
-    guard.echo_pid.store(0, Ordering::SeqCst);
-    drop(guard);
-    if result.is_err() && INTERRUPTED.load(Ordering::SeqCst) {
-        // The failure is the signal's doing (the echo child was stopped):
-        // the signal thread removes the bed and exits with 128 + signal.
-        loop {
-            std::thread::park();
-        }
-    }
+    let (spec, afterwards) = demo_bed(&name, args.queues, existing_bed(&name)?)?;
+    let key = RssKey::new(spec.key.clone())?;
+    let (guard, bed) = BedGuard::up("demo", &spec, afterwards)?;
+    let result = run_on(&args, &bed, &key);
+    // A bed left behind, or left changed, is what the user must see first.
+    guard.release()?;
     let result = result?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&result)?);
     } else {
-        print_table(&result, args.queues);
+        print_table(&result, bed.queues);
     }
     if let Some(dir) = &args.out {
         let path = result_path(dir);
@@ -328,10 +292,9 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-fn run_on(args: &Args, bed: &BedState, key: &RssKey, echo_pid: &AtomicI32) -> Result<DemoResult> {
+fn run_on(args: &Args, bed: &BedState, key: &RssKey) -> Result<DemoResult> {
     let nic = bed.nic();
     let mut echo = EchoProcess::start(bed, args.port, &[])?;
-    echo_pid.store(echo.child.id() as i32, Ordering::SeqCst);
     let local: IpAddr = bed.local_v4.parse()?;
     let peer: IpAddr = bed.peer_v4.parse()?;
     let mut phases = Vec::new();
@@ -341,7 +304,7 @@ fn run_on(args: &Args, bed: &BedState, key: &RssKey, echo_pid: &AtomicI32) -> Re
         if phase == 1 {
             // Rotate every bucket to the next queue: every flow must move.
             let t = nic.rss()?.table;
-            let q = args.queues;
+            let q = bed.queues;
             let rotated: Vec<u32> = t.iter().map(|&x| (x + 1) % q).collect();
             IndirectionTable::new(rotated.iter().map(|&x| x as u16).collect())?;
             nic.set_rss(None, Some(&rotated))?;
@@ -385,7 +348,7 @@ fn print_table(r: &DemoResult, queues: u32) {
             "phase {}: {}",
             i + 1,
             if i == 0 {
-                "even indirection table"
+                "the bed's indirection table (even on a bed the demo made)"
             } else {
                 "table rotated by one queue (every bucket moves)"
             }
@@ -440,6 +403,56 @@ mod tests {
         assert_eq!(bed_name(None, 4242), "demo-4242");
         assert_eq!(bed_name(Some("nc1"), 4242), "nc1");
         flowlane_testbed::state::validate_name(&bed_name(None, u32::MAX)).unwrap();
+    }
+
+    #[test]
+    fn a_new_bed_is_made_and_removed_an_existing_one_used_and_restored() {
+        let (spec, after) = demo_bed("d", None, None).unwrap();
+        assert_eq!((spec.queues, after), (DEFAULT_QUEUES, Afterwards::Remove));
+        assert_eq!(spec.key, RssKey::microsoft_default().as_bytes());
+        assert_eq!(spec.table.len(), 128);
+        assert_eq!(&spec.table[..5], &[0, 1, 2, 3, 0]);
+        let (spec, _) = demo_bed("d", Some(2), None).unwrap();
+        assert_eq!((spec.queues, &spec.table[..3]), (2, &[0, 1, 0][..]));
+
+        let theirs = RssSettings {
+            key: vec![7; 40],
+            table: vec![1; 64],
+        };
+        let restore = Afterwards::Restore {
+            key: theirs.key.clone(),
+            table: theirs.table.clone(),
+        };
+        // Its own queue count, key and table, put back afterwards.
+        for queues in [None, Some(2)] {
+            let (spec, after) = demo_bed("nc1", queues, Some((2, theirs.clone()))).unwrap();
+            assert_eq!(spec.queues, 2);
+            assert_eq!((&spec.key, &spec.table), (&theirs.key, &theirs.table));
+            assert_eq!(after, restore);
+        }
+        // Another queue count is refused, not made.
+        let e = demo_bed("nc1", Some(4), Some((2, theirs))).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--queues 4: test bed nc1 exists with 2 queues (leave --queues out to use them, or name another bed)"
+        );
+    }
+
+    #[test]
+    fn a_demo_that_would_test_nothing_is_refused() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let parse = |a: &[&str]| Cli::try_parse_from([&["demo"][..], a].concat());
+        for bad in [&["--flows", "0"], &["--packets", "0"]] {
+            let e = parse(bad).err().expect("refused");
+            assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation, "{e}");
+        }
+        let ok = parse(&["--flows", "1", "--packets", "1"]).unwrap().args;
+        assert_eq!((ok.flows, ok.packets, ok.queues), (1, 1, None));
     }
 
     #[test]

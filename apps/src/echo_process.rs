@@ -1,6 +1,7 @@
 //! A `flowlane udp-echo` child process run inside a test bed, with its
 //! report file, for the demo and the benchmarks. Dropping it stops the child
-//! (SIGTERM, then SIGKILL after 5 s).
+//! (SIGTERM, then SIGKILL after 5 s); so does a signal that ends the run
+//! ([`crate::bed_guard`]), which removes the report too.
 
 use std::path::PathBuf;
 use std::process::{Child, Command};
@@ -8,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+use crate::bed_guard;
 use crate::udp_echo::Report;
 use flowlane_testbed::BedState;
 
@@ -19,9 +21,8 @@ pub struct EchoProcess {
     report: PathBuf,
 }
 
-/// Where this process's echo child on bed `bed` writes its report (a
-/// signal handler that ends the process without the drop removes it too).
-pub fn report_path(bed: &str) -> PathBuf {
+/// Where this process's echo child on bed `bed` writes its report.
+fn report_path(bed: &str) -> PathBuf {
     std::env::temp_dir().join(format!("flowlane-demo-{bed}-{}.json", std::process::id()))
 }
 
@@ -31,21 +32,23 @@ impl EchoProcess {
         let exe = std::env::current_exe().context("finding the flowlane binary")?;
         let report = report_path(&bed.name);
         let _ = std::fs::remove_file(&report);
-        let child = Command::new("ip")
-            .args(["netns", "exec", &bed.netns])
-            .arg(exe)
-            .args([
-                "udp-echo",
-                "--iface",
-                &bed.local_if,
-                "--port",
-                &port.to_string(),
-                "--report",
-            ])
-            .arg(&report)
-            .args(extra)
-            .spawn()
-            .context("starting flowlane udp-echo in the test bed")?;
+        bed_guard::remove_on_signal(report.clone());
+        let child = bed_guard::spawn_child(
+            Command::new("ip")
+                .args(["netns", "exec", &bed.netns])
+                .arg(exe)
+                .args([
+                    "udp-echo",
+                    "--iface",
+                    &bed.local_if,
+                    "--port",
+                    &port.to_string(),
+                    "--report",
+                ])
+                .arg(&report)
+                .args(extra),
+        )
+        .context("starting flowlane udp-echo in the test bed")?;
         let mut p = EchoProcess { child, report };
         p.wait_generation(0)?;
         Ok(p)
@@ -85,7 +88,7 @@ impl EchoProcess {
 
 impl Drop for EchoProcess {
     fn drop(&mut self) {
-        flowlane_testbed::child::stop(&mut self.child, Duration::from_secs(5));
+        bed_guard::stop_child(&mut self.child);
         let _ = std::fs::remove_file(&self.report);
     }
 }

@@ -14,8 +14,10 @@
 //!
 //! [`service`] holds what every long-running service shares (signals,
 //! reports), [`bed_entry`] how each starts (privileges, `--bed`), [`output`] standard output that a closed pipe cannot crash,
-//! [`flow_rss`] the RSS state flows are predicted with, [`bench_bed`] what
-//! the rebalancing benchmarks share (the bed, the sink, the kernel peer),
+//! [`flow_rss`] the RSS state flows are predicted with, [`bed_guard`] the
+//! bed of a demo or benchmark run, released on every way out (signals
+//! included), [`bench_bed`] what the benchmarks share (the bed; for the
+//! rebalancing ones the sink and the kernel peer),
 //! [`syn_flood_bed`] what the SYN-flood benchmark runs beside flowlane (the
 //! flood, the kernel echo server, the legitimate client).
 #![forbid(unsafe_code)]
@@ -24,6 +26,7 @@
 pub mod output;
 
 pub mod bed_entry;
+pub mod bed_guard;
 pub mod bench_bed;
 pub mod bench_handoff;
 pub mod bench_rx;

@@ -3,7 +3,11 @@
 //! (`RssState::choose_source_port`) so that the reply hashes back to Q, sends
 //! one UDP datagram from its own AF_XDP socket (`TxBatch::send_with` in
 //! `on_poll`), and every queue's worker watches for the reply; the command
-//! reports the queue the reply arrived on.
+//! reports the queue the reply arrived on. The datagram is sent again every
+//! 500 ms until a reply comes, each with its sequence number in its payload,
+//! so that the round trip is the answered datagram's. A reply on another
+//! queue than the sender's, or with a payload that is none of the
+//! datagrams', fails the command.
 //!
 //! With `--bed NAME` it reads the bed (key, table, addresses, MACs) and
 //! re-runs itself inside the bed's namespace with those spelled out.
@@ -67,8 +71,8 @@ pub struct Args {
     /// The queue (worker) to send from and to receive the reply on.
     #[arg(long)]
     pub queue: u16,
-    /// The UDP echo server to send to (default port 7).
-    #[arg(long)]
+    /// The UDP echo server to send to: `ADDR:PORT`, or `ADDR` for port 7.
+    #[arg(long, value_name = "ADDR[:PORT]", value_parser = echo_server)]
     pub dst: SocketAddr,
     /// Give up after this many milliseconds.
     #[arg(long, default_value_t = 3000)]
@@ -91,10 +95,71 @@ pub struct PingResult {
     pub predicted_queue: u16,
     /// Where it did land.
     pub reply_queue: u32,
-    /// The reply carried the datagram's payload back unchanged.
+    /// The reply carried one of the datagrams' payloads back unchanged.
     pub payload_ok: bool,
-    /// Round trip, microseconds.
+    /// Round trip of the datagram the reply carried back, microseconds (0
+    /// when its payload came back changed).
     pub rtt_us: u64,
+}
+
+/// The echo port `--dst` means when it names none.
+const ECHO_PORT: u16 = 7;
+
+/// `--dst`: `ADDR:PORT` (`[V6]:PORT`), or `ADDR` (`[V6]`) for port 7.
+fn echo_server(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    let ip = s
+        .strip_prefix('[')
+        .and_then(|v6| v6.strip_suffix(']'))
+        .unwrap_or(s);
+    ip.parse::<IpAddr>()
+        .map(|ip| SocketAddr::new(ip, ECHO_PORT))
+        .map_err(|_| {
+            format!("{s} is not an address: write ADDR or ADDR:PORT, e.g. 10.99.0.2 (port {ECHO_PORT}) or 10.99.0.2:7777")
+        })
+}
+
+/// Digits of the sequence number that ends each datagram's payload.
+const SEQ_DIGITS: usize = 10;
+
+/// The payload of datagram `seq`: `prefix`, then `seq` in [`SEQ_DIGITS`]
+/// digits (every datagram as long as the first).
+fn payload(prefix: &[u8], seq: usize) -> Vec<u8> {
+    let mut p = prefix.to_vec();
+    p.extend_from_slice(format!("{seq:0width$}", width = SEQ_DIGITS).as_bytes());
+    p
+}
+
+/// Which of the `sent` datagrams `reply` carries back unchanged (`None`:
+/// none of them, a changed payload).
+fn answered(prefix: &[u8], sent: usize, reply: &[u8]) -> Option<usize> {
+    let digits = reply.strip_prefix(prefix)?;
+    if digits.len() != SEQ_DIGITS || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let seq: usize = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    (seq < sent).then_some(seq)
+}
+
+/// Whether the ping succeeded: the reply carried a datagram back unchanged,
+/// on the sending queue.
+fn verdict(r: &PingResult, dst: SocketAddr) -> Result<()> {
+    if !r.payload_ok {
+        bail!(
+            "the reply from {dst} to port {} came back with a changed payload (CORRUPT): check the echo server and the link",
+            r.sport
+        );
+    }
+    if r.reply_queue != u32::from(r.queue) {
+        bail!(
+            "the reply arrived on queue {}, not on the sending queue {}",
+            r.reply_queue,
+            r.queue
+        );
+    }
+    Ok(())
 }
 
 /// Runs `flowlane udp-ping`.
@@ -164,8 +229,11 @@ fn neighbour_mac(dev: &str, ip: IpAddr) -> Result<[u8; 6]> {
 /// Shared between the workers and the main thread.
 #[derive(Default)]
 struct Outcome {
-    sent_at: Option<Duration>,
-    reply: Option<(u32, Duration, bool)>,
+    /// When each datagram went, by sequence number.
+    sent_at: Vec<Duration>,
+    /// The first reply: its queue, when it came, and which datagram it
+    /// carried back unchanged (`None`: a changed payload).
+    reply: Option<(u32, Duration, Option<usize>)>,
 }
 
 struct Pinger {
@@ -173,7 +241,8 @@ struct Pinger {
     eth: EthernetRepr,
     ip: Ipv4Repr,
     udp: UdpRepr,
-    payload: Vec<u8>,
+    /// The payloads' common start ([`payload`]).
+    prefix: Vec<u8>,
     outcome: Arc<Mutex<Outcome>>,
 }
 
@@ -185,9 +254,11 @@ impl QueueHandler for Pinger {
                     && src_port == self.udp.dst_port
                     && dst_port == self.udp.src_port;
                 if from_peer {
-                    let ok = f.payload() == self.payload.as_slice();
                     let mut o = self.outcome.lock().expect("outcome lock");
-                    o.reply.get_or_insert((q.queue, now, ok));
+                    if o.reply.is_none() {
+                        let seq = answered(&self.prefix, o.sent_at.len(), f.payload());
+                        o.reply = Some((q.queue, now, seq));
+                    }
                 }
             }
         }
@@ -198,25 +269,27 @@ impl QueueHandler for Pinger {
         if !self.sender {
             return;
         }
-        {
-            let o = self.outcome.lock().expect("outcome lock");
-            // One datagram, resent every 500 ms until a reply comes.
-            let due = o
-                .sent_at
-                .is_none_or(|t| now > t + Duration::from_millis(500));
-            if o.reply.is_some() || !due {
-                return;
-            }
+        // Held while the datagram is written: a reply never finds its
+        // datagram's send time missing.
+        let mut o = self.outcome.lock().expect("outcome lock");
+        // A datagram every 500 ms until a reply comes, each its own.
+        let due = o
+            .sent_at
+            .last()
+            .is_none_or(|&t| now > t + Duration::from_millis(500));
+        if o.reply.is_some() || !due {
+            return;
         }
-        let (eth, ip, udp, payload) = (&self.eth, &self.ip, &self.udp, &self.payload);
+        let payload = payload(&self.prefix, o.sent_at.len());
+        let (eth, ip, udp) = (&self.eth, &self.ip, &self.udp);
         let sent = tx.send_with(|buf| {
             let end = ETH_IPV4_UDP_PAYLOAD_OFFSET + payload.len();
             buf.get_mut(ETH_IPV4_UDP_PAYLOAD_OFFSET..end)?
-                .copy_from_slice(payload);
+                .copy_from_slice(&payload);
             emit_eth_ipv4_udp(buf, eth, ip, udp, payload.len()).ok()
         });
         if sent {
-            self.outcome.lock().expect("outcome lock").sent_at = Some(now);
+            o.sent_at.push(now);
         }
     }
 }
@@ -294,14 +367,15 @@ fn run_here(args: &Args) -> Result<()> {
     }
     config.node_cpus = placed.node_cpus.clone();
     config.ephemeral = Some(EPHEMERAL);
-    let payload = format!("flowlane udp-ping q{} p{sport}", args.queue).into_bytes();
+    let prefix = format!("flowlane udp-ping q{} p{sport} #", args.queue).into_bytes();
+    let payload_len = prefix.len() + SEQ_DIGITS;
     let eth = EthernetRepr {
         dst_addr: EthernetAddress(peer_mac),
         src_addr: EthernetAddress(info.mac),
         vlan: Default::default(),
         ethertype: EtherType::Ipv4,
     };
-    let ip = Ipv4Repr::new(src, dst_ip, IpProtocol::Udp, 8 + payload.len());
+    let ip = Ipv4Repr::new(src, dst_ip, IpProtocol::Udp, 8 + payload_len);
     let udp = UdpRepr {
         src_port: sport,
         dst_port: args.dst.port(),
@@ -314,7 +388,7 @@ fn run_here(args: &Args) -> Result<()> {
             eth,
             ip,
             udp,
-            payload: payload.clone(),
+            prefix: prefix.clone(),
             outcome: o2.clone(),
         })
     })?;
@@ -330,9 +404,9 @@ fn run_here(args: &Args) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(2));
     };
-    let sent_at = outcome.lock().expect("outcome lock").sent_at;
+    let sent_at = outcome.lock().expect("outcome lock").sent_at.clone();
     dp.stop();
-    let Some((reply_queue, at, payload_ok)) = reply else {
+    let Some((reply_queue, at, seq)) = reply else {
         bail!(
             "no reply from {} to port {sport} within {} ms (is a UDP echo server listening there?)",
             args.dst,
@@ -345,8 +419,10 @@ fn run_here(args: &Args) -> Result<()> {
         sport,
         predicted_queue: predicted.queue,
         reply_queue,
-        payload_ok,
-        rtt_us: sent_at.map_or(0, |s| at.saturating_sub(s).as_micros() as u64),
+        payload_ok: seq.is_some(),
+        rtt_us: seq
+            .and_then(|k| sent_at.get(k))
+            .map_or(0, |&s| at.saturating_sub(s).as_micros() as u64),
     };
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&r)?);
@@ -364,12 +440,66 @@ fn run_here(args: &Args) -> Result<()> {
             if r.payload_ok { "intact" } else { "CORRUPT" }
         );
     }
-    if r.reply_queue != u32::from(r.queue) {
-        bail!(
-            "the reply arrived on queue {}, not on the sending queue {}",
-            r.reply_queue,
-            r.queue
+    verdict(&r, args.dst)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dst_takes_an_address_with_or_without_its_port() {
+        let a = |s: &str| echo_server(s).unwrap().to_string();
+        assert_eq!(a("10.99.0.2"), "10.99.0.2:7");
+        assert_eq!(a("10.99.0.2:7777"), "10.99.0.2:7777");
+        assert_eq!(a("fd99::2"), "[fd99::2]:7");
+        assert_eq!(a("[fd99::2]"), "[fd99::2]:7");
+        assert_eq!(a("[fd99::2]:9"), "[fd99::2]:9");
+        let e = echo_server("10.99.0.2:x").unwrap_err();
+        assert!(e.starts_with("10.99.0.2:x is not an address"), "{e}");
+    }
+
+    #[test]
+    fn a_reply_names_the_datagram_it_answers() {
+        let prefix = b"flowlane udp-ping q0 p40000 #";
+        let p3 = payload(prefix, 3);
+        assert_eq!(p3, b"flowlane udp-ping q0 p40000 #0000000003");
+        assert_eq!(payload(prefix, 12).len(), p3.len());
+        // A late reply to the first datagram is the first's, not the last's.
+        assert_eq!(answered(prefix, 4, &payload(prefix, 0)), Some(0));
+        assert_eq!(answered(prefix, 4, &p3), Some(3));
+        // Not sent (yet), changed, cut or lengthened: none.
+        assert_eq!(answered(prefix, 3, &p3), None);
+        let mut changed = p3.clone();
+        changed[5] ^= 1;
+        assert_eq!(answered(prefix, 4, &changed), None);
+        assert_eq!(answered(prefix, 4, &p3[..p3.len() - 1]), None);
+        assert_eq!(answered(prefix, 4, &[&p3[..], b"0"].concat()), None);
+        assert_eq!(
+            answered(prefix, 4, b"flowlane udp-ping q0 p40000 #00000000x3"),
+            None
         );
     }
-    Ok(())
+
+    #[test]
+    fn a_changed_payload_or_another_queue_fails_the_ping() {
+        let dst: SocketAddr = "10.99.0.2:7".parse().unwrap();
+        let r = |reply_queue, payload_ok| PingResult {
+            queue: 1,
+            cpu: 0,
+            sport: 40000,
+            predicted_queue: 1,
+            reply_queue,
+            payload_ok,
+            rtt_us: 10,
+        };
+        assert!(verdict(&r(1, true), dst).is_ok());
+        let e = verdict(&r(1, false), dst).unwrap_err().to_string();
+        assert!(e.contains("changed payload (CORRUPT)"), "{e}");
+        let e = verdict(&r(0, true), dst).unwrap_err().to_string();
+        assert!(
+            e.contains("arrived on queue 0, not on the sending queue 1"),
+            "{e}"
+        );
+    }
 }
