@@ -108,6 +108,28 @@ impl Peer {
         out
     }
 
+    /// Runs A's timers for `span` with B's window shut: B drops whatever A
+    /// sends and answers it with the window still zero. Returns A's
+    /// segments, each with the time it went.
+    fn probe_shut_window(&mut self, span: Duration) -> Vec<(Instant, TcpRepr, usize)> {
+        let limit = self.now + span;
+        let mut sent_all = Vec::new();
+        while let Some(t) = self.a.poll_timeout() {
+            if t > limit {
+                break;
+            }
+            self.now = t;
+            self.a.handle_timeout(t);
+            let sent = self.poll();
+            if !sent.is_empty() {
+                self.ack(0);
+                self.poll();
+            }
+            sent_all.extend(sent.into_iter().map(|(r, len)| (t, r, len)));
+        }
+        sent_all
+    }
+
     /// B takes in order whatever of `segs` starts at its RCV.NXT and fits
     /// `room` bytes; returns how much it took.
     fn take(&mut self, segs: &[(TcpRepr, usize)], mut room: usize) -> usize {
@@ -143,23 +165,13 @@ fn a_window_reopened_below_one_segment_does_not_stall_the_sender() {
     let took = p.take(&first, usize::MAX);
     assert!(took > 0);
     p.ack(0);
-    // A probes the zero window (persist, then the retransmission timer);
-    // B drops each probe and answers it with the window still zero.
-    let limit = p.now + Duration::from_secs(30);
-    let mut probes = Vec::new();
-    while let Some(t) = p.a.poll_timeout() {
-        if t > limit {
-            break;
-        }
-        p.now = t;
-        p.a.handle_timeout(t);
-        let sent = p.poll();
-        if !sent.is_empty() {
-            p.ack(0);
-            p.poll();
-        }
-        probes.extend(sent);
-    }
+    // A probes the zero window; B drops each probe and answers it with the
+    // window still zero.
+    let probes: Vec<_> = p
+        .probe_shut_window(Duration::from_secs(30))
+        .into_iter()
+        .map(|(_, r, len)| (r, len))
+        .collect();
     assert!(!probes.is_empty(), "A probed the zero window");
     eprintln!(
         "B at {}; probes (seq, len): {:?}",
@@ -202,23 +214,11 @@ fn probing_a_zero_window_leaves_the_congestion_window_alone() {
     p.poll();
     let before = p.a.info(conn).unwrap();
     let rto_before = p.a.stats().rto_timeouts;
-    let limit = p.now + Duration::from_secs(30);
-    let mut probes = Vec::new();
-    while let Some(t) = p.a.poll_timeout() {
-        if t > limit {
-            break;
-        }
-        p.now = t;
-        p.a.handle_timeout(t);
-        let sent = p.poll();
-        for (r, len) in &sent {
-            probes.push((p.now, r.seq, *len));
-        }
-        if !sent.is_empty() {
-            p.ack(0);
-            p.poll();
-        }
-    }
+    let probes: Vec<_> = p
+        .probe_shut_window(Duration::from_secs(30))
+        .into_iter()
+        .map(|(t, r, len)| (t, r.seq, len))
+        .collect();
     assert!(probes.len() >= 3, "{probes:?}");
     assert!(
         probes
