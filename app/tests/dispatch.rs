@@ -371,3 +371,74 @@ fn a_failed_import_reaches_the_handler_registered_in_the_owner_s_place() {
         ]
     );
 }
+
+/// Aborts its first connection as soon as it is connected and opens
+/// another in the same callback; records the handles it sees.
+struct Reopen {
+    log: Log,
+    to: SocketAddr,
+    first: Option<ConnHandle>,
+}
+
+impl ConnHandler for Reopen {
+    fn on_start(&mut self, net: &mut dyn Net) {
+        self.first = Some(net.connect(self.to).unwrap());
+    }
+    fn on_connected(&mut self, net: &mut dyn Net, c: ConnHandle) {
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("connected {}", c.index()));
+        if Some(c) == self.first {
+            net.abort(c).unwrap();
+            let again = net.connect(self.to).unwrap();
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("opened {}", again.index()));
+        }
+    }
+    fn on_data(&mut self, _net: &mut dyn Net, _c: ConnHandle) {}
+    fn on_closed(&mut self, _net: &mut dyn Net, c: ConnHandle, r: CloseReason) {
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("closed {} {r:?}", c.index()));
+    }
+}
+
+/// A connection aborted and another opened in one callback: the closed
+/// one's `on_closed` still comes (its slot is not given to the new one
+/// before the application heard of the close: the handler's state for it,
+/// and the dispatcher's owner entry, are keyed by the slot).
+#[test]
+fn a_connection_opened_right_after_an_abort_does_not_take_the_closed_one_s_on_closed() {
+    let log: Log = Arc::default();
+    let mut a = Stack::new(Config::new([1; 16]));
+    let mut b = Stack::new(Config::new([2; 16]));
+    let mut app = Dispatcher::new();
+    let mut port = 40000;
+    b.listen("10.0.0.2:90".parse().unwrap()).unwrap();
+    app.add(Reopen {
+        log: log.clone(),
+        to: "10.0.0.2:90".parse().unwrap(),
+        first: None,
+    });
+    {
+        let mut net = Direct {
+            stack: &mut a,
+            local: "10.0.0.1".parse().unwrap(),
+            next_port: &mut port,
+        };
+        app.start(&mut net);
+    }
+    settle(&mut a, &mut app, &mut b, &mut port);
+    let log = log.lock().unwrap().clone();
+    assert_eq!(log[0], "connected 0", "{log:?}");
+    assert!(log.contains(&"closed 0 Aborted".to_string()), "{log:?}");
+    assert!(
+        log.iter()
+            .any(|l| l.starts_with("connected ") && l != "connected 0"),
+        "{log:?}"
+    );
+}

@@ -700,7 +700,7 @@ impl Stack {
             let handle = self.handle(idx);
             // Pushed from inside: returned through `remove`, each snapshot
             // (some 630 bytes) was copied twice more.
-            self.remove(idx, |c, lent| {
+            self.remove(idx, true, |c, lent| {
                 connections.push((handle, c.export(lent, frames)));
             });
         }
@@ -1271,7 +1271,9 @@ impl Stack {
                     },
                 });
             }
-            let record = self.remove(idx, |c, _| {
+            // Its slot goes back to the free list when the application
+            // takes the `Closed` (`poll_event`), not now.
+            let record = self.remove(idx, !announced, |c, _| {
                 compact.then(|| (c.time_wait_record(), c.owes_ack()))
             });
             self.stats.closed += 1;
@@ -1336,11 +1338,20 @@ impl Stack {
     /// Frees slot `idx`: runs `last` on its connection, gives the
     /// connection's buffers back and empties the slot in place (moving a
     /// connection of some 650 bytes out of its slot cost two copies per
-    /// closed connection), then undoes the slot's bookkeeping.
+    /// closed connection), then undoes the slot's bookkeeping. With
+    /// `reuse`, the slot is free at once; without, it is free once the
+    /// application took the connection's `Closed` ([`Stack::poll_event`]):
+    /// a connection opened before then cannot take its slot, and with the
+    /// slot whatever the application keeps by it for the closed one.
     // Out of line: once per connection, and the established path that
     // can reach it (`after`) stays short.
     #[inline(never)]
-    fn remove<R>(&mut self, idx: u32, last: impl FnOnce(&Connection, &LentFrames) -> R) -> R {
+    fn remove<R>(
+        &mut self,
+        idx: u32,
+        reuse: bool,
+        last: impl FnOnce(&Connection, &LentFrames) -> R,
+    ) -> R {
         let slot = &mut self.slots[idx as usize];
         let conn = slot.conn.as_mut().expect("live slot");
         let in_backlog = conn.in_backlog();
@@ -1370,7 +1381,9 @@ impl Stack {
         slot.mem_waiting = false;
         self.table.remove(hash, idx);
         self.buckets.unlink(&mut self.slots, slot_link, idx);
-        self.free.push(idx);
+        if reuse {
+            self.free.push(idx);
+        }
         self.live -= 1;
         self.sharing -= usize::from(!in_backlog);
         self.rcv_committed = self.rcv_committed.saturating_sub(commitment);
@@ -2148,9 +2161,17 @@ impl Stack {
 
     /// The next application event, oldest first; `None` when all were
     /// taken. Call until `None` after each input, timer or application call.
+    /// A closed connection's slot (its handle's index) is given to no other
+    /// connection before its `Closed` was taken here, so that an application
+    /// may key its own state by the index until it hears of the close.
     #[must_use]
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
+        let event = self.events.pop_front()?;
+        if let Event::Closed { conn, .. } = event {
+            // The closed connection's slot, held until now (`remove`).
+            self.free.push(conn.index);
+        }
+        Some(event)
     }
 
     // ---------------------------------------------------------------
@@ -2384,7 +2405,7 @@ impl Stack {
 
     /// Takes the connection in slot `idx` out of the stack, complete.
     fn export_slot(&mut self, idx: u32, frames: &dyn FrameStore) -> Snapshot {
-        self.remove(idx, |c, lent| c.export(lent, frames))
+        self.remove(idx, true, |c, lent| c.export(lent, frames))
     }
 
     /// Adds a connection exported from another stack. A connection from a
@@ -2497,8 +2518,17 @@ impl Stack {
         for (i, slot) in self.slots.iter().enumerate() {
             let idx = i as u32;
             let Some(c) = slot.conn.as_ref() else {
-                if self.free.iter().filter(|&&f| f == idx).count() != 1 {
-                    return Err(format!("empty slot {i} not once in the free list"));
+                // Free, or held for its `Closed` still queued: one or the other.
+                let free = self.free.iter().filter(|&&f| f == idx).count();
+                let held = self
+                    .events
+                    .iter()
+                    .filter(|e| matches!(e, Event::Closed { conn, .. } if conn.index == idx))
+                    .count();
+                if free + held != 1 {
+                    return Err(format!(
+                        "empty slot {i} {free} times in the free list, held for {held} Closed events"
+                    ));
                 }
                 continue;
             };

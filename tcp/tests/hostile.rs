@@ -223,7 +223,11 @@ fn old_tuple_never_reaches_the_connection_that_took_its_slot() {
     sim.a.abort(a).expect("abort");
     sim.run_for(Duration::from_millis(100));
     assert_eq!(sim.b.connection_count(), 0);
-    // The next connection takes the slot (the free list is LIFO).
+    // The application takes the `Closed` (until then the slot is held for
+    // it); the next connection takes the slot (the free list is LIFO).
+    assert!(sim::events(&mut sim.b)
+        .iter()
+        .any(|e| matches!(e, Event::Closed { conn, .. } if *conn == b)));
     sim.tap = Some(Vec::new());
     let a2 = sim
         .a
