@@ -1522,7 +1522,7 @@ impl Stack {
             }
         };
         self.count_bucket_segment(self.slots[idx as usize].link.bucket, payload.len());
-        match self.time_wait_syn(idx, repr) {
+        match self.time_wait_syn(idx, &tuple, repr) {
             // (Every segment of a live connection passes here; only a bare
             // SYN goes further than a look at its flags.)
             TimeWaitSyn::NotOne => {
@@ -1696,11 +1696,14 @@ impl Stack {
         }
         if let Some(tw) = self.time_wait.find(hash, &tuple) {
             self.count_bucket_segment(self.time_wait.bucket_of(tw), len);
+            let listening =
+                time_wait::is_bare_syn(repr.flags) && self.listener_for(&tuple).is_some();
             let mut ctx = RecordCtx {
                 cfg: &self.cfg,
                 now: self.now,
                 stats: &mut self.stats,
                 challenges: &mut self.replies.challenges,
+                listening,
             };
             let verdict = self.time_wait.on_segment(tw, &mut ctx, repr, len);
             match verdict {
@@ -1765,17 +1768,21 @@ impl Stack {
     /// incarnation (the old one is closed here, and the caller hands the
     /// SYN to the listener) or is dropped as a possible old duplicate. A
     /// client that reuses its port quickly (every load generator, every
-    /// proxy) would otherwise wait out the whole TIME-WAIT.
+    /// proxy) would otherwise wait out the whole TIME-WAIT. Reuse is for a
+    /// connection request: with no listener for the tuple the SYN is the
+    /// connection's like any other (challenged). Nor does a SYN end a
+    /// connection whose application has bytes still to read: it is
+    /// dropped (the peer tries again), and the bytes stay readable.
     #[inline]
-    fn time_wait_syn(&mut self, idx: u32, seg: &TcpRepr) -> TimeWaitSyn {
+    fn time_wait_syn(&mut self, idx: u32, tuple: &FlowKey, seg: &TcpRepr) -> TimeWaitSyn {
         if !time_wait::is_bare_syn(seg.flags) {
             return TimeWaitSyn::NotOne;
         }
         let conn = self.slots[idx as usize].conn.as_ref().expect("live slot");
-        if conn.state != State::TimeWait {
+        if conn.state != State::TimeWait || self.listener_for(tuple).is_none() {
             return TimeWaitSyn::NotOne;
         }
-        if !conn.accepts_new_incarnation(&self.cfg, seg) {
+        if !conn.accepts_new_incarnation(&self.cfg, seg) || conn.holds_unread() {
             return TimeWaitSyn::Drop;
         }
         self.with_conn(idx, |c, _| c.close_now(CloseReason::Normal));

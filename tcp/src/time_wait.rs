@@ -71,6 +71,10 @@ pub(crate) struct RecordCtx<'a> {
     pub(crate) stats: &'a mut crate::Stats,
     /// The stack's budget of challenge ACKs (RFC 5961 §7).
     pub(crate) challenges: &'a mut ChallengeBudget,
+    /// Whether a listener would take a SYN for the record's tuple: RFC
+    /// 6191 reuse is for a connection request, and without a listener a
+    /// SYN is one like any other (challenged, the record kept).
+    pub(crate) listening: bool,
 }
 
 /// What a segment for a TIME-WAIT record asks of the stack.
@@ -135,7 +139,7 @@ impl TimeWait {
         let (cfg, now) = (ctx.cfg, ctx.now);
         let stats = &mut *ctx.stats;
         let f = seg.flags;
-        if is_bare_syn(f) {
+        if is_bare_syn(f) && ctx.listening {
             let recent = self.ts.map(|t| t.recent);
             return if accepts_new_incarnation(cfg, recent, self.rcv_nxt, seg) {
                 Verdict::Reopen

@@ -365,3 +365,98 @@ fn servers_that_close_first_keep_the_time_wait_records() {
     assert_eq!(sim.a.time_wait_count(), 0);
     assert_eq!(sim.b.stats().passive_opens, 200);
 }
+
+/// A SYN to `to` from `from`'s port `from_port`, with timestamp `tsval`.
+fn bare_syn(from_port: u16, to_port: u16, tsval: u32) -> Vec<u8> {
+    emit(&TcpRepr {
+        src_port: from_port,
+        dst_port: to_port,
+        seq: 7,
+        ack: 0,
+        flags: TcpFlags::SYN,
+        window: 65_535,
+        urgent: 0,
+        options: TcpOptions {
+            mss: Some(1460),
+            timestamps: Some((tsval, 0)),
+            ..Default::default()
+        },
+    })
+}
+
+/// The last timestamp the tap saw going to `side`.
+fn last_tsval(sim: &Sim, side: Side) -> u32 {
+    to(sim, side)
+        .iter()
+        .filter_map(|r| r.options.timestamps)
+        .map(|(tsval, _)| tsval)
+        .next_back()
+        .expect("timestamps")
+}
+
+/// B shut down writing and A sent "resp" and closed: B is in TIME-WAIT
+/// with "resp" unread. A newer SYN for the tuple (anyone's who knows it)
+/// would open a new incarnation, but not by throwing those bytes away and
+/// reporting a normal close: it is dropped, and B's application reads all.
+#[test]
+fn a_syn_in_time_wait_never_takes_unread_bytes_with_it() {
+    let mut sim = Sim::symmetric(21, LinkConfig::default());
+    sim.tap = Some(Vec::new());
+    let (a, b) = sim.establish();
+    sim.b.shutdown_write(b).unwrap();
+    sim.run_for(Duration::from_millis(50));
+    sim.a.send(a, b"resp").unwrap();
+    sim.a.close(a).unwrap();
+    sim.run_for(Duration::from_millis(50));
+    assert_eq!(sim.b.state(b), Ok(State::TimeWait));
+    events(&mut sim.b);
+    let syn = bare_syn(
+        sim::CLIENT_PORT_BASE,
+        80,
+        last_tsval(&sim, Side::B).wrapping_add(1),
+    );
+    sim.inject(Side::B, A_IP, B_IP, &syn);
+    sim.run_for(Duration::from_millis(50));
+    assert!(
+        !events(&mut sim.b)
+            .iter()
+            .any(|e| matches!(e, Event::Closed { conn, .. } if *conn == b)),
+        "the connection stays"
+    );
+    assert_eq!(read_all(&mut sim.b, b), b"resp");
+    assert_eq!(sim.b.stats().time_wait_reopened, 0);
+    assert_eq!(sim.b.stats().time_wait_syn_dropped, 1);
+}
+
+/// A's connection (the client's, no listener on its port) is in TIME-WAIT.
+/// A SYN to it there is no connection request: RFC 6191 reuse needs a
+/// listener. The record stays (its 2 MSL guard old duplicates from the next
+/// connection on the tuple, RFC 1337), and no RST goes to the server.
+#[test]
+fn a_syn_to_a_client_s_time_wait_keeps_the_record() {
+    let mut sim = Sim::symmetric(22, LinkConfig::default());
+    sim.tap = Some(Vec::new());
+    let (a, b) = sim.establish();
+    sim.a.close(a).unwrap();
+    sim.run_for(Duration::from_millis(50));
+    sim.b.close(b).unwrap();
+    sim.run_for(Duration::from_millis(50));
+    assert_eq!(sim.a.time_wait_count(), 1);
+    events(&mut sim.a);
+    // A newer timestamp than A saw last: with a listener, a reuse.
+    let syn = bare_syn(
+        80,
+        sim::CLIENT_PORT_BASE,
+        last_tsval(&sim, Side::A).wrapping_add(1),
+    );
+    sim.tap = Some(Vec::new());
+    sim.inject(Side::A, B_IP, A_IP, &syn);
+    sim.run_for(Duration::from_millis(50));
+    assert_eq!(sim.a.time_wait_count(), 1, "the record stays");
+    assert_eq!(sim.a.stats().time_wait_reopened, 0);
+    assert_eq!(sim.a.stats().resets_no_connection, 0);
+    assert!(
+        to(&sim, Side::B).iter().all(|r| !r.flags.rst()),
+        "no RST to the server"
+    );
+}

@@ -625,6 +625,13 @@ impl Connection {
         time_wait::accepts_new_incarnation(cfg, recent, self.rcv.nxt, syn)
     }
 
+    /// Whether the application may still read bytes from it (it has not
+    /// closed it, and some wait).
+    #[inline]
+    pub(crate) fn holds_unread(&self) -> bool {
+        !self.flags.has(Flags::APP_CLOSED) && !self.recv_buf.is_empty()
+    }
+
     /// Whether the stack may replace this connection by a compact
     /// TIME-WAIT record: it is in TIME-WAIT and the application closed it.
     #[inline]
