@@ -255,11 +255,16 @@ fn regression_reset_on_a_corrupting_link() {
     run_bulk(&mut sim, 2, 20273, 8689, Duration::from_secs(1800));
     assert_eq!(sim.b.stats().bytes_in, 2 * 20273);
     assert_eq!(sim.a.stats().bytes_in, 2 * 8689);
-    // With flowlane's default SYN-ACK budget the same run resets that
-    // connection: B dropped it half-open 7 s before A's first data came.
+    // With flowlane's default SYN-ACK budget a run on this link can reset
+    // a connection: B dropped it half-open before A's first data came. (The
+    // seed is one where it does, found again whenever the stack's segments
+    // change the run; session 22's seed did until session 44.)
+    let seed = 252;
     let mut a = sim::test_config(1);
     a.nagle = false;
-    let mut sim = Sim::new(1553371668298651610, link, link, a, sim::test_config(2));
+    let mut sim = Sim::new(seed, link, link, a.clone(), hostile_link_server());
+    run_bulk(&mut sim, 2, 20273, 8689, Duration::from_secs(1800));
+    let mut sim = Sim::new(seed, link, link, a, sim::test_config(2));
     let mut bulk = Bulk::start(&mut sim, 2, 20273, 8689);
     let deadline = sim.now + Duration::from_secs(1800);
     sim.run_until(deadline, |s| {
@@ -268,7 +273,7 @@ fn regression_reset_on_a_corrupting_link() {
     });
     assert_eq!(
         bulk.errors.first().map(String::as_str),
-        Some("A conn 1 closed: Reset")
+        Some("A conn 0 closed: Reset")
     );
     assert_eq!(sim.b.stats().resets_out, 1);
     assert_eq!(
