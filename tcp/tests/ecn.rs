@@ -686,7 +686,15 @@ fn an_echo_on_the_ack_eifel_would_undo_keeps_the_reduction() {
     });
     // The 200th data segment of A: held at its first transmission, and
     // released (marked CE) once its retransmission has gone out.
-    let held: Rc<RefCell<(usize, Option<(u32, Vec<u8>)>, bool)>> = Rc::default();
+    /// A's data segments so far, the one held (its sequence number and
+    /// bytes), and whether its retransmission went out.
+    #[derive(Default)]
+    struct Held {
+        seen: usize,
+        segment: Option<(u32, Vec<u8>)>,
+        resent: bool,
+    }
+    let held: Rc<RefCell<Held>> = Rc::default();
     let h = held.clone();
     sim.drop_filter = Some(Box::new(move |side, bytes| {
         let (r, payload) = TcpRepr::parse_segment(bytes).expect("our own segment");
@@ -694,13 +702,13 @@ fn an_echo_on_the_ack_eifel_would_undo_keeps_the_reduction() {
             return false;
         }
         let mut h = h.borrow_mut();
-        h.0 += 1;
-        if h.0 == 200 {
-            h.1 = Some((r.seq, bytes.to_vec()));
+        h.seen += 1;
+        if h.seen == 200 {
+            h.segment = Some((r.seq, bytes.to_vec()));
             return true;
         }
-        if h.1.as_ref().is_some_and(|(seq, _)| *seq == r.seq) {
-            h.2 = true; // its retransmission: the original may go now
+        if h.segment.as_ref().is_some_and(|(seq, _)| *seq == r.seq) {
+            h.resent = true; // its retransmission: the original may go now
         }
         false
     }));
@@ -715,9 +723,9 @@ fn an_echo_on_the_ack_eifel_would_undo_keeps_the_reduction() {
         }
         let release = {
             let mut h = held.borrow_mut();
-            if h.2 {
-                h.2 = false;
-                h.1.take().map(|(_, bytes)| bytes)
+            if h.resent {
+                h.resent = false;
+                h.segment.take().map(|(_, bytes)| bytes)
             } else {
                 None
             }

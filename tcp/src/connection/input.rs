@@ -405,8 +405,12 @@ impl Connection {
             seq = nxt;
             self.flags.set(Flags::ACK_NOW);
         }
-        if data.len() > wnd {
-            data = &data[..wnd];
+        // What lies past the window's right edge goes, FIN included: the
+        // edge is RCV.NXT + RCV.WND, wherever in the window the segment
+        // begins (an out-of-order one too).
+        let room = wnd.saturating_sub(seq - nxt);
+        if data.len() > room {
+            data = &data[..room];
             f = TcpFlags(f.0 & !TcpFlags::FIN.0);
             self.flags.set(Flags::ACK_NOW);
         }
