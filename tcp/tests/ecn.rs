@@ -750,3 +750,31 @@ fn an_echo_on_the_ack_eifel_would_undo_keeps_the_reduction() {
     assert!(echoed, "B echoed the mark");
     assert_eq!(stats.spurious_recoveries, 0, "not undone: {stats:?}");
 }
+
+/// RFC 5961 §5: data without a valid ACK changes nothing, its CE mark
+/// included. A blind attacker's in-window segment without the ACK bit,
+/// marked CE, must not make B echo ECE (which would halve A's window once
+/// per window, for as long as the attack lasts); the same segment with
+/// its ACK is a mark B echoes.
+#[test]
+fn a_ce_mark_on_a_segment_dropped_for_its_ack_is_not_echoed() {
+    let now = flowlane_tcp::time::Instant::from_millis(5);
+    for with_ack in [false, true] {
+        let (mut a, mut b, ha, _hb) = lockstep_pair(EcnMode::On);
+        let mut buf = vec![0u8; 2000];
+        a.send(ha, &[1; 1000]).unwrap();
+        let t = a.poll_transmit(now, &mut buf).expect("A's data");
+        let mut seg = buf[..t.len].to_vec();
+        if !with_ack {
+            seg[13] &= !TcpFlags::ACK.0;
+        }
+        b.handle_segment_ecn(now, t.src.ip(), t.dst.ip(), Ecn::Ce, &seg);
+        let mut echoed = false;
+        while let Some(t) = b.poll_transmit(now, &mut buf) {
+            let (r, _) = TcpRepr::parse_segment(&buf[..t.len]).unwrap();
+            echoed |= r.flags.contains(TcpFlags::ECE);
+        }
+        assert_eq!(b.stats().ce_received, u64::from(with_ack), "ack {with_ack}");
+        assert_eq!(echoed, with_ack, "ack {with_ack}");
+    }
+}

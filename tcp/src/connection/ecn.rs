@@ -116,8 +116,13 @@ impl Connection {
         // RCV.NXT or TS.Recent): a segment PAWS drops carries no mark or
         // echo of this connection's (an old duplicate's ECE reduced the
         // window).
+        // Nor one whose text is dropped for its ACK (none, or out of range:
+        // RFC 5961 §5, a blind injection's mark must not reduce the peer's
+        // window through our echo).
         let in_window = !f.syn()
             && !f.rst()
+            && f.ack()
+            && self.ack_in_range(SeqNumber(seg.ack))
             && SeqNumber(seg.seq).acceptable(seg_len, self.rcv.nxt, self.rcv_wnd())
             && self.timestamp_drop(ctx.now, seg, f).is_none();
         let una = self.snd.una;

@@ -607,12 +607,20 @@ impl Connection {
     /// is dropped with a challenge ACK. Returns whether it is acceptable.
     #[inline]
     fn ack_acceptable(&mut self, ctx: &mut Ctx<'_>, ack: SeqNumber) -> bool {
-        if ack > self.snd.max || ack < self.snd.una - self.snd.max_wnd as usize {
+        if !self.ack_in_range(ack) {
             ctx.stats.ack_unacceptable += 1;
             self.challenge_ack(ctx);
             return false;
         }
         true
+    }
+
+    /// RFC 5961 §5.2: whether `ack` lies in the range an ACK may
+    /// acknowledge: no more than was sent, no less than SND.UNA minus the
+    /// largest window the peer offered.
+    #[inline]
+    pub(super) fn ack_in_range(&self, ack: SeqNumber) -> bool {
+        ack <= self.snd.max && ack >= self.snd.una - self.snd.max_wnd as usize
     }
 
     /// RFC 9293 §3.10.7.4 fifth step for synchronized states, for an ACK
