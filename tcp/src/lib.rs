@@ -461,7 +461,11 @@ pub struct Config {
     /// Each second's budget is drawn at random from half to one and a
     /// half times this (as Linux does since CVE-2016-5696), so that
     /// counting challenge ACKs tells an off-path attacker nothing about
-    /// other connections. `u32::MAX`: no limit.
+    /// other connections. `u32::MAX` (the default, as in Linux since 6.0):
+    /// no stack-wide limit, each connection held to one challenge per
+    /// [`Config::invalid_ack_interval`]; a shared budget is a resource any
+    /// peer may spend, leaving none for a peer that needs its challenge to
+    /// recover a connection it lost (RFC 5961 §4).
     pub challenge_ack_limit: u32,
     /// Least time between two ACKs a connection sends to out-of-window
     /// segments without data, challenge ACKs included (Linux
@@ -530,7 +534,7 @@ impl Config {
             max_pending_resets: 1024,
             time_wait_max: 262_144,
             header_prediction: true,
-            challenge_ack_limit: 1000,
+            challenge_ack_limit: u32::MAX,
             invalid_ack_interval: Duration::from_millis(500),
         }
     }

@@ -203,10 +203,8 @@ fn data_with_an_acknowledgment_out_of_range_is_dropped() {
     assert_eq!(read_all(&mut sim.b, b), b"genuine!");
 }
 
-#[test]
-fn challenge_acks_are_held_to_a_randomized_budget_per_second() {
-    let mut cfg_b = test_config(2);
-    cfg_b.challenge_ack_limit = 20;
+/// `n` connections from A (ports PORT..) to B, configured `cfg_b`, tap on.
+fn connections(cfg_b: flowlane_tcp::Config, n: u16) -> Sim {
     let mut sim = Sim::new(
         54,
         LinkConfig::default(),
@@ -216,8 +214,7 @@ fn challenge_acks_are_held_to_a_randomized_budget_per_second() {
     );
     sim.tap = Some(Vec::new());
     sim.b.listen(SocketAddr::new(B_IP, 80)).unwrap();
-    const N: u16 = 60;
-    for i in 0..N {
+    for i in 0..n {
         sim.a
             .connect(
                 sim.now,
@@ -231,20 +228,36 @@ fn challenge_acks_are_held_to_a_randomized_budget_per_second() {
         .iter()
         .filter(|e| matches!(e, Event::Accepted { .. }))
         .count();
-    assert_eq!(accepted, N as usize);
+    assert_eq!(accepted, n as usize);
+    sim
+}
+
+/// One in-window RST on each of the `n` connections, all in one second of
+/// B's clock: the challenge ACKs B sent for them, and those it held back.
+fn challenge_all(sim: &mut Sim, n: u16) -> (u64, u64) {
+    let before = *sim.b.stats();
+    for i in 0..n {
+        let (_, rcv_nxt) = last_from_a(sim, PORT + i);
+        let rst = forge(sim, PORT + i, rcv_nxt.wrapping_add(1), TcpFlags::RST);
+        inject(sim, &rst, &[]);
+    }
+    sim.run_for(Duration::from_millis(10));
+    let s = *sim.b.stats();
+    (
+        s.challenge_acks - before.challenge_acks,
+        s.challenge_acks_limited - before.challenge_acks_limited,
+    )
+}
+
+#[test]
+fn challenge_acks_are_held_to_a_randomized_budget_per_second() {
+    let mut cfg_b = test_config(2);
+    cfg_b.challenge_ack_limit = 20;
+    const N: u16 = 60;
+    let mut sim = connections(cfg_b, N);
     let mut budgets = Vec::new();
     for round in 0..3 {
-        let before = *sim.b.stats();
-        // One in-window RST per connection, all in one second of B's clock.
-        for i in 0..N {
-            let (_, rcv_nxt) = last_from_a(&sim, PORT + i);
-            let rst = forge(&sim, PORT + i, rcv_nxt.wrapping_add(1), TcpFlags::RST);
-            inject(&mut sim, &rst, &[]);
-        }
-        sim.run_for(Duration::from_millis(10));
-        let s = *sim.b.stats();
-        let sent = s.challenge_acks - before.challenge_acks;
-        let limited = s.challenge_acks_limited - before.challenge_acks_limited;
+        let (sent, limited) = challenge_all(&mut sim, N);
         assert_eq!(sent + limited, u64::from(N), "round {round}");
         assert!((10..30).contains(&sent), "round {round}: {sent} sent");
         budgets.push(sent);
@@ -252,6 +265,23 @@ fn challenge_acks_are_held_to_a_randomized_budget_per_second() {
     }
     eprintln!("challenge ACKs per second, limit 20: {budgets:?}");
     assert_eq!(sim.b.connection_count(), usize::from(N), "none reset");
+}
+
+/// By default there is no stack-wide budget (as in Linux since 6.0): it is
+/// a resource every connection shares and anyone may spend (a challenge a
+/// connection every 500 ms across a few thousand connections would leave
+/// none for a peer that restarted and needs its challenge to recover,
+/// RFC 5961 §4). Each connection's own interval bounds what it sends.
+#[test]
+fn by_default_challenges_on_many_connections_are_not_held_back() {
+    const N: u16 = 2000;
+    let mut sim = connections(test_config(2), N);
+    let (sent, limited) = challenge_all(&mut sim, N);
+    assert_eq!((sent, limited), (u64::from(N), 0));
+    // The connections' own interval still holds: a second round at once
+    // is not answered.
+    let (sent, _) = challenge_all(&mut sim, N);
+    assert_eq!(sent, 0);
 }
 
 #[test]
