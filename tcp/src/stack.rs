@@ -198,6 +198,11 @@ pub struct BucketExport {
     connections: Vec<(ConnHandle, Snapshot)>,
     time_wait: Vec<TimeWait>,
     complete: bool,
+    /// The exporting stack's listeners that answer with SYN cookies, and
+    /// until when their cookies may come back: a handshake the move
+    /// overtook completes on the stack that takes the bucket (the stacks
+    /// of one service share the key that checks them).
+    cookies_until: Vec<(SocketAddr, Instant)>,
 }
 
 impl BucketExport {
@@ -705,6 +710,14 @@ impl Stack {
             });
         }
         let complete = self.buckets.first(bucket) == NIL;
+        let now = self.now;
+        let cookies_until = self
+            .listeners
+            .iter()
+            .flatten()
+            .filter(|l| now < l.cookies_until)
+            .map(|l| (l.local, l.cookies_until))
+            .collect();
         BucketExport {
             bucket,
             connections,
@@ -714,6 +727,7 @@ impl Stack {
                 Vec::new()
             },
             complete,
+            cookies_until,
         }
     }
 
@@ -758,6 +772,16 @@ impl Stack {
     ) -> Vec<Result<ConnHandle, Error>> {
         self.tick(now);
         self.set_bucket_away(bucket.bucket, false);
+        for &(local, until) in &bucket.cookies_until {
+            if let Some(l) = self
+                .listeners
+                .iter_mut()
+                .flatten()
+                .find(|l| l.local == local)
+            {
+                l.cookies_until = l.cookies_until.max(until);
+            }
+        }
         // Each tuple hashed once: ahead of its import when prefetching.
         let hashes: Vec<u64> = match prefetch.as_deref_mut() {
             None => Vec::new(),

@@ -370,3 +370,53 @@ fn a_half_open_connection_counts_against_the_backlog_where_it_moved() {
     assert_eq!(s2.stats().syn_dropped, 1, "{:?}", s2.stats());
     assert_eq!(s2.connection_count(), 2);
 }
+
+/// A handshake answered with a SYN cookie whose bucket moves before the
+/// client's ACK comes: the stack that took the bucket over checks the
+/// cookie (the stacks of one service share their key, and the export
+/// carries the listener's cookie period) and accepts the connection; no
+/// reset for a handshake the move overtook.
+#[test]
+fn a_syn_cookie_handshake_completes_on_the_stack_that_took_its_bucket() {
+    use flowlane_tcp::time::Instant;
+    use flowlane_tcp::Event;
+    let cookie_server = || {
+        let mut cfg = test_config(2);
+        cfg.listen_backlog = 0; // every SYN answered with a cookie
+        let mut b = Stack::new(cfg);
+        b.set_buckets(BUCKETS, by_port).unwrap();
+        b.listen(SocketAddr::new(B_IP, 80)).unwrap();
+        b
+    };
+    let (mut b1, mut b2) = (cookie_server(), cookie_server());
+    let mut a = Stack::new(test_config(1));
+    let now = Instant::from_millis(10);
+    let mut buf = vec![0u8; 2000];
+    let client = SocketAddr::new(A_IP, 10_000);
+    let conn = a.connect(now, client, SocketAddr::new(B_IP, 80)).unwrap();
+    let t = a.poll_transmit(now, &mut buf).expect("SYN");
+    b1.handle_segment(now, t.src.ip(), t.dst.ip(), &buf[..t.len]);
+    let t = b1.poll_transmit(now, &mut buf).expect("SYN-ACK");
+    a.handle_segment(now, t.src.ip(), t.dst.ip(), &buf[..t.len]);
+    assert_eq!(b1.stats().syn_cookies_sent, 1);
+    assert!(events(&mut a).contains(&Event::Connected(conn)));
+    let t = a.poll_transmit(now, &mut buf).expect("ACK");
+    let ack = buf[..t.len].to_vec();
+    // The bucket moves to b2 before the ACK arrives.
+    let bucket = by_port(&FourTuple {
+        local: SocketAddr::new(B_IP, 80),
+        remote: client,
+    });
+    let export = b1.export_bucket(bucket);
+    b2.import_bucket(now, export);
+    b2.handle_segment(now, t.src.ip(), t.dst.ip(), &ack);
+    assert!(
+        events(&mut b2)
+            .iter()
+            .any(|e| matches!(e, Event::Accepted { .. })),
+        "accepted on b2: {:?}",
+        b2.stats()
+    );
+    assert_eq!(b2.stats().syn_cookies_accepted, 1);
+    assert_eq!(b2.stats().resets_out, 0);
+}
