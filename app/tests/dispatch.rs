@@ -442,3 +442,48 @@ fn a_connection_opened_right_after_an_abort_does_not_take_the_closed_one_s_on_cl
         "{log:?}"
     );
 }
+
+/// Aborts every connection it hears data on; records its callbacks.
+struct AbortOnData(Log);
+
+impl ConnHandler for AbortOnData {
+    fn on_data(&mut self, net: &mut dyn Net, c: ConnHandle) {
+        self.0.lock().unwrap().push("data".into());
+        net.abort(c).unwrap();
+    }
+    fn on_peer_closed(&mut self, _net: &mut dyn Net, _c: ConnHandle) {
+        self.0.lock().unwrap().push("peer closed".into());
+    }
+    fn on_closed(&mut self, _net: &mut dyn Net, _c: ConnHandle, r: CloseReason) {
+        self.0.lock().unwrap().push(format!("closed {r:?}"));
+    }
+}
+
+/// Data and the peer's FIN arrive together: both events are queued; the
+/// handler aborts at the first. Nothing but its `on_closed` follows (the
+/// contract on every backend): no `on_peer_closed` for a connection it
+/// already ended.
+#[test]
+fn nothing_but_on_closed_follows_an_abort() {
+    let log: Log = Arc::default();
+    let mut a = Stack::new(Config::new([1; 16]));
+    let mut b = Stack::new(Config::new([2; 16]));
+    let mut app = Dispatcher::new();
+    let mut port = 40000;
+    let l = a.listen("10.0.0.1:80".parse().unwrap()).unwrap();
+    let h = app.add(AbortOnData(log.clone()));
+    app.bind_listener(l, h);
+    let c = b
+        .connect(
+            Instant::ZERO,
+            "10.0.0.2:5000".parse().unwrap(),
+            "10.0.0.1:80".parse().unwrap(),
+        )
+        .unwrap();
+    settle(&mut a, &mut app, &mut b, &mut port);
+    b.send(c, b"bye").unwrap();
+    b.close(c).unwrap();
+    settle(&mut a, &mut app, &mut b, &mut port);
+    let log = log.lock().unwrap().clone();
+    assert_eq!(log, ["data", "closed Aborted"], "{log:?}");
+}

@@ -2194,15 +2194,32 @@ impl Stack {
     /// taken. Call until `None` after each input, timer or application call.
     /// A closed connection's slot (its handle's index) is given to no other
     /// connection before its `Closed` was taken here, so that an application
-    /// may key its own state by the index until it hears of the close.
+    /// may key its own state by the index until it hears of the close; and
+    /// of a connection gone meanwhile (the application aborted it), the
+    /// events queued before are dropped: only its `Closed` comes.
     #[must_use]
     pub fn poll_event(&mut self) -> Option<Event> {
-        let event = self.events.pop_front()?;
-        if let Event::Closed { conn, .. } = event {
-            // The closed connection's slot, held until now (`remove`).
-            self.free.push(conn.index);
+        loop {
+            let event = self.events.pop_front()?;
+            let conn = match event {
+                Event::Closed { conn, .. } => {
+                    // The closed connection's slot, held until now (`remove`).
+                    self.free.push(conn.index);
+                    return Some(event);
+                }
+                Event::Accepted { conn, .. }
+                | Event::Connected(conn)
+                | Event::Readable(conn)
+                | Event::Writable(conn)
+                | Event::PeerClosed(conn) => conn,
+            };
+            // Queued before the application ended the connection (an abort
+            // in the callback of an earlier event): of a connection it
+            // ended, only the `Closed` is told.
+            if self.lookup(conn).is_ok() {
+                return Some(event);
+            }
         }
-        Some(event)
     }
 
     // ---------------------------------------------------------------
@@ -2231,7 +2248,8 @@ impl Stack {
     }
 
     /// Reads in-order data. `Ok(0)` means end of stream (the peer closed and
-    /// everything was read); `Err(WouldBlock)` means nothing yet.
+    /// everything was read); `Err(WouldBlock)` means nothing yet, or an
+    /// empty `buf` before the end of the stream.
     pub fn recv(&mut self, conn: ConnHandle, buf: &mut [u8]) -> Result<usize, Error> {
         self.recv_in(conn, buf, &NoFrames)
     }

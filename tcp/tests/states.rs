@@ -1150,3 +1150,24 @@ fn an_out_of_order_segment_is_trimmed_at_the_right_edge() {
         end.wrapping_sub(edge) as i32
     );
 }
+
+/// `recv` with an empty buffer: `Ok(0)` is the end of the stream only
+/// (`Net::recv`'s contract on every backend); with bytes waiting it is
+/// `WouldBlock`, and the bytes stay.
+#[test]
+fn an_empty_read_is_end_of_stream_only_at_the_end() {
+    let mut sim = Sim::symmetric(41, LinkConfig::default());
+    let (a, b) = sim.establish();
+    sim.a.send(a, b"waiting").unwrap();
+    sim.run_for(Duration::from_millis(50));
+    assert_eq!(sim.b.recv(b, &mut []), Err(Error::WouldBlock));
+    sim.a.close(a).unwrap();
+    sim.run_for(Duration::from_millis(50));
+    assert_eq!(
+        sim.b.recv(b, &mut []),
+        Err(Error::WouldBlock),
+        "bytes unread"
+    );
+    assert_eq!(read_all(&mut sim.b, b), b"waiting");
+    assert_eq!(sim.b.recv(b, &mut []), Ok(0), "the end");
+}

@@ -200,7 +200,9 @@ impl Connection {
         Ok(())
     }
 
-    /// Reads in-order data.
+    /// Reads in-order data. `Ok(0)` only at the end of the stream: an
+    /// empty `out` with bytes waiting (or none yet) is `WouldBlock`
+    /// (`Net::recv`'s contract, the same on every backend).
     pub(crate) fn recv(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -209,8 +211,8 @@ impl Connection {
     ) -> Result<usize, crate::Error> {
         self.flags.clear(Flags::READABLE_NOTIFIED);
         let n = self.recv_buf.dequeue_slice(ctx.pool, ctx.lent, frames, out);
-        if n == 0 && !out.is_empty() {
-            return if self.flags.has(Flags::PEER_FIN) {
+        if n == 0 {
+            return if self.at_eof() {
                 Ok(0)
             } else {
                 Err(crate::Error::WouldBlock)
