@@ -4,7 +4,7 @@
 //! that is gone never reaches the next one in its slot, and a slot kept
 //! until the connection's `Closed` event reached its handler.
 
-use flowlane_tcp::{ConnHandle, Error, State};
+use flowlane_tcp::{ConnHandle, Error, Event, State};
 
 /// The TCP state a backend reports for a connection whose state machine it
 /// does not see (a kernel socket, a connection on another thread): from
@@ -64,9 +64,11 @@ impl<T> Handles<T> {
         !self.free.is_empty() || self.slots.len() < self.limit
     }
 
-    /// The handle of slot `index` now.
-    pub fn handle(&self, index: u32) -> ConnHandle {
-        ConnHandle::from_parts(index, self.slots[index as usize].generation)
+    /// The handle of slot `index` now (None for a slot the table never
+    /// had).
+    pub fn handle(&self, index: u32) -> Option<ConnHandle> {
+        let s = self.slots.get(index as usize)?;
+        Some(ConnHandle::from_parts(index, s.generation))
     }
 
     /// The connection `h` names (`InvalidHandle` if it is gone).
@@ -86,6 +88,21 @@ impl<T> Handles<T> {
                 s.value.as_mut().ok_or(Error::InvalidHandle)
             }
             _ => Err(Error::InvalidHandle),
+        }
+    }
+
+    /// Whether `event`, queued earlier for a connection of this table, is
+    /// still to be dispatched: a connection that ended since (a handler
+    /// aborted it in an earlier callback) hears nothing more but its
+    /// `Closed`.
+    pub fn due(&self, event: &Event) -> bool {
+        match *event {
+            Event::Closed { .. } => true,
+            Event::Accepted { conn, .. }
+            | Event::Connected(conn)
+            | Event::Readable(conn)
+            | Event::Writable(conn)
+            | Event::PeerClosed(conn) => self.get(conn).is_ok(),
         }
     }
 
@@ -118,18 +135,19 @@ impl<T> Handles<T> {
         s.value = Some(value);
         s.ending = false;
         self.open += 1;
-        Ok(self.handle(index))
+        Ok(ConnHandle::from_parts(index, s.generation))
     }
 
     /// Takes the connection out of slot `index` (it ended), with its
     /// handle; the slot waits for [`Handles::release`].
+    /// None for a slot that holds no connection (or that the table never
+    /// had).
     pub fn end(&mut self, index: u32) -> Option<(ConnHandle, T)> {
-        let h = self.handle(index);
         let s = self.slots.get_mut(index as usize)?;
         let value = s.value.take()?;
         s.ending = true;
         self.open -= 1;
-        Some((h, value))
+        Some((ConnHandle::from_parts(index, s.generation), value))
     }
 
     /// `h`'s `Closed` event was dispatched: its slot is free.
@@ -177,5 +195,30 @@ mod tests {
         assert_eq!(t.undo_insert(b), Some("b"));
         assert_eq!(t.len(), 1);
         assert!(t.has_room());
+    }
+
+    /// Events queued for a connection that ended since are not due, but
+    /// its `Closed` is.
+    #[test]
+    fn only_the_closed_of_an_ended_connection_is_due() {
+        let mut t: Handles<()> = Handles::new(2);
+        let a = t.insert(()).unwrap();
+        assert!(t.due(&Event::Readable(a)));
+        t.end(a.index());
+        assert!(!t.due(&Event::Readable(a)));
+        assert!(!t.due(&Event::PeerClosed(a)));
+        let reason = flowlane_tcp::CloseReason::Aborted;
+        assert!(t.due(&Event::Closed { conn: a, reason }));
+    }
+
+    /// A slot the table never had names no connection: no panic.
+    #[test]
+    fn an_index_past_the_table_is_none() {
+        let mut t = Handles::<u8>::new(1);
+        assert_eq!(t.end(5), None);
+        assert_eq!(t.handle(5), None);
+        let h = t.insert(1).unwrap();
+        assert_eq!(t.handle(h.index()), Some(h));
+        assert_eq!(t.end(1), None);
     }
 }

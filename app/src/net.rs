@@ -19,6 +19,9 @@ pub struct Placement {
     pub node: u32,
 }
 
+/// Bytes of the scratch [`Net::echo`] uses when it is given an empty one.
+const ECHO_SCRATCH: usize = 4096;
+
 /// Wakes a core's loop from another thread ([`Net::waker`]). Cheap to
 /// call often: wakes that come before the loop ran collapse into one.
 pub trait Wake: Send + Sync {
@@ -63,8 +66,10 @@ pub trait Net {
     /// space frees up (every backend keeps this contract).
     fn send(&mut self, conn: ConnHandle, data: &[u8]) -> Result<usize, Error>;
 
-    /// Reads in-order data: `Ok(0)` is end of stream, `Err(WouldBlock)`
-    /// nothing yet.
+    /// Reads in-order data: `Ok(0)` is end of stream (the peer closed and
+    /// everything was read), and nothing else; `Err(WouldBlock)` nothing
+    /// yet. An empty `buf` reads nothing: `Ok(0)` at end of stream, else
+    /// `Err(WouldBlock)`, even with bytes waiting (see [`Net::peek`]).
     fn recv(&mut self, conn: ConnHandle, buf: &mut [u8]) -> Result<usize, Error>;
 
     /// Zero-copy read of the next contiguous readable bytes; follow with
@@ -91,10 +96,13 @@ pub trait Net {
     fn shutdown_write(&mut self, conn: ConnHandle) -> Result<(), Error>;
 
     /// Closes both directions (FIN after queued data; a reset if unread data
-    /// remains). `on_closed` follows.
+    /// remains, as [`Net::abort`], or arrives after it).
+    /// `on_closed` follows.
     fn close(&mut self, conn: ConnHandle) -> Result<(), Error>;
 
-    /// Resets the connection.
+    /// Resets the connection, at once: later calls on it fail, and the
+    /// only callback still to come for it is `on_closed` (`Aborted`),
+    /// after the current one; data and events on their way are dropped.
     fn abort(&mut self, conn: ConnHandle) -> Result<(), Error>;
 
     /// Disables (`true`) or enables Nagle's algorithm.
@@ -179,8 +187,14 @@ pub trait Net {
     /// has closed and everything was echoed. Returns the bytes echoed.
     /// A byte is consumed only once the send buffer took it: a send that
     /// takes less than `send_space` promised (a backend out of send memory)
-    /// leaves the rest to read again at `on_writable`.
+    /// leaves the rest to read again at `on_writable`. An empty `scratch`
+    /// is replaced by one of 4 KiB on the stack (with
+    /// none, nothing could move, and no `on_writable` would come while the
+    /// send buffer has room).
     fn echo(&mut self, conn: ConnHandle, scratch: &mut [u8]) -> usize {
+        if scratch.is_empty() {
+            return self.echo(conn, &mut [0u8; ECHO_SCRATCH]);
+        }
         let mut echoed = 0;
         loop {
             let space = self.send_space(conn).unwrap_or(0).min(scratch.len());
@@ -213,5 +227,128 @@ pub trait Net {
                 Err(_) => return echoed,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One connection's buffers, no stack: what `echo` reads, what it
+    /// sent, whether it closed.
+    #[derive(Default)]
+    struct Fake {
+        rx: Vec<u8>,
+        tx: Vec<u8>,
+        peer_closed: bool,
+        closed: bool,
+        stats: Stats,
+    }
+
+    impl Net for Fake {
+        fn now(&self) -> Duration {
+            Duration::ZERO
+        }
+        fn placement(&self) -> Placement {
+            Placement {
+                queue: 0,
+                cpu: None,
+                node: 0,
+            }
+        }
+        fn connect(&mut self, _remote: SocketAddr) -> Result<ConnHandle, Error> {
+            Err(Error::InvalidState)
+        }
+        fn send(&mut self, _conn: ConnHandle, data: &[u8]) -> Result<usize, Error> {
+            self.tx.extend_from_slice(data);
+            Ok(data.len())
+        }
+        fn recv(&mut self, conn: ConnHandle, buf: &mut [u8]) -> Result<usize, Error> {
+            let n = buf.len().min(self.rx.len());
+            buf[..n].copy_from_slice(&self.rx[..n]);
+            self.consume(conn, n)
+        }
+        fn peek(&self, _conn: ConnHandle) -> Result<&[u8], Error> {
+            Ok(&self.rx)
+        }
+        fn consume(&mut self, _conn: ConnHandle, n: usize) -> Result<usize, Error> {
+            let n = n.min(self.rx.len());
+            self.rx.drain(..n);
+            Ok(n)
+        }
+        fn is_eof(&self, _conn: ConnHandle) -> bool {
+            self.peer_closed && self.rx.is_empty()
+        }
+        fn send_space(&self, _conn: ConnHandle) -> Result<usize, Error> {
+            Ok(1 << 20)
+        }
+        fn want_writable(&mut self, _conn: ConnHandle) -> bool {
+            false
+        }
+        fn shutdown_write(&mut self, _conn: ConnHandle) -> Result<(), Error> {
+            Ok(())
+        }
+        fn close(&mut self, _conn: ConnHandle) -> Result<(), Error> {
+            self.closed = true;
+            Ok(())
+        }
+        fn abort(&mut self, _conn: ConnHandle) -> Result<(), Error> {
+            self.closed = true;
+            Ok(())
+        }
+        fn set_nodelay(&mut self, _conn: ConnHandle, _nodelay: bool) -> Result<(), Error> {
+            Ok(())
+        }
+        fn set_keepalive(&mut self, _conn: ConnHandle, _on: bool) -> Result<(), Error> {
+            Ok(())
+        }
+        fn set_send_buffer(&mut self, _conn: ConnHandle, _bytes: usize) -> Result<(), Error> {
+            Ok(())
+        }
+        fn set_recv_buffer(&mut self, _conn: ConnHandle, _bytes: usize) -> Result<(), Error> {
+            Ok(())
+        }
+        fn set_congestion(
+            &mut self,
+            _conn: ConnHandle,
+            _alg: CongestionAlgorithm,
+        ) -> Result<(), Error> {
+            Ok(())
+        }
+        fn info(&self, _conn: ConnHandle) -> Result<ConnInfo, Error> {
+            Err(Error::WouldBlock)
+        }
+        fn four_tuple(&self, _conn: ConnHandle) -> Result<FourTuple, Error> {
+            Err(Error::InvalidState)
+        }
+        fn state(&self, _conn: ConnHandle) -> Result<State, Error> {
+            Ok(State::Established)
+        }
+        fn set_user_data(&mut self, _conn: ConnHandle, _data: u64) -> Result<(), Error> {
+            Ok(())
+        }
+        fn user_data(&self, _conn: ConnHandle) -> Result<u64, Error> {
+            Ok(0)
+        }
+        fn stats(&self) -> &Stats {
+            &self.stats
+        }
+    }
+
+    /// An empty scratch still echoes everything and closes after the
+    /// peer's close (it never waited for an `on_writable` that could not
+    /// come: the send buffer had room).
+    #[test]
+    fn echo_with_an_empty_scratch_echoes_and_closes() {
+        let conn = ConnHandle::from_parts(0, 1);
+        let data: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        let mut net = Fake {
+            rx: data.clone(),
+            peer_closed: true,
+            ..Fake::default()
+        };
+        assert_eq!(net.echo(conn, &mut []), data.len());
+        assert_eq!(net.tx, data);
+        assert!(net.closed, "closed once the peer had closed");
     }
 }

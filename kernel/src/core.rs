@@ -260,7 +260,9 @@ impl KernelNet {
     /// Reads connection `index`'s socket and queues what the handler must
     /// hear of it.
     fn read_ready(&mut self, index: u32) {
-        let h = self.conns.handle(index);
+        let Some(h) = self.conns.handle(index) else {
+            return;
+        };
         if self.conns.at_mut(index).is_some_and(|c| c.connecting) {
             // `Connected` goes before any `Readable`.
             self.write_ready(index);
@@ -306,7 +308,9 @@ impl KernelNet {
     /// Writes connection `index`'s send buffer, completes an active open,
     /// finishes a close, and queues `Writable` where it was asked for.
     fn write_ready(&mut self, index: u32) {
-        let h = self.conns.handle(index);
+        let Some(h) = self.conns.handle(index) else {
+            return;
+        };
         let Some(conn) = self.conns.at_mut(index) else {
             return;
         };
@@ -555,8 +559,10 @@ impl Net for KernelNet {
 
     fn recv(&mut self, h: ConnHandle, buf: &mut [u8]) -> Result<usize, Error> {
         let conn = self.conn_mut(h)?;
-        if conn.rx.is_empty() {
-            return if conn.peer_eof {
+        if conn.rx.is_empty() || buf.is_empty() {
+            // `Ok(0)` is end of stream only (an empty `buf` with bytes
+            // waiting reads nothing: `WouldBlock`).
+            return if self.is_eof(h) {
                 Ok(0)
             } else {
                 Err(Error::WouldBlock)
@@ -885,10 +891,15 @@ impl KernelCore {
     }
 
     /// Delivers every queued event, reading again what the handlers made
-    /// room for, until nothing is left.
+    /// room for, until nothing is left. Those of a connection a handler
+    /// ended since they were queued (an abort) are dropped, but its
+    /// `Closed`.
     fn dispatch(&mut self) {
         loop {
             while let Some(e) = self.net.events.pop_front() {
+                if !self.net.conns.due(&e) {
+                    continue;
+                }
                 self.app.dispatch(e, &mut self.net);
                 match e {
                     Event::Closed { conn, .. } => self.net.release(conn),
@@ -1120,6 +1131,66 @@ mod tests {
         ));
         assert_eq!(net.stats.resets_in, 0);
         assert_eq!(net.open_connections(), 0);
+    }
+
+    /// A read into an empty buffer reads nothing: `Ok(0)` only at end of
+    /// stream (the contract's one meaning of it), `WouldBlock` while bytes
+    /// wait.
+    #[test]
+    fn a_read_into_an_empty_buffer_is_end_of_stream_only_at_the_end() {
+        let mut net = placed_net(Limits::default());
+        let (h, mut client) = accepted(&mut net);
+        client.write_all(b"abc").unwrap();
+        client.shutdown(std::net::Shutdown::Write).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        net.read_ready(h.index());
+        assert_eq!(net.peek(h).map(<[u8]>::len), Ok(3));
+        assert_eq!(net.recv(h, &mut []), Err(Error::WouldBlock));
+        assert_eq!(net.recv(h, &mut [0u8; 8]), Ok(3));
+        assert_eq!(net.recv(h, &mut []), Ok(0));
+    }
+
+    /// Aborts each connection at its first data; records every callback.
+    struct AbortAtData(Arc<std::sync::Mutex<Vec<String>>>);
+
+    impl ConnHandler for AbortAtData {
+        fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+            self.0.lock().unwrap().push("data".into());
+            net.abort(conn).unwrap();
+        }
+        fn on_peer_closed(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {
+            self.0.lock().unwrap().push("peer closed".into());
+        }
+        fn on_closed(&mut self, _net: &mut dyn Net, _conn: ConnHandle, reason: CloseReason) {
+            self.0.lock().unwrap().push(format!("closed {reason:?}"));
+        }
+    }
+
+    /// The peer's close, read with its data and queued behind it, is not
+    /// dispatched once the handler aborted the connection at the data:
+    /// `on_closed` is the only callback that follows an abort.
+    #[test]
+    fn nothing_but_on_closed_follows_an_abort() {
+        let placement = Placement {
+            queue: 0,
+            cpu: None,
+            node: 0,
+        };
+        let mut core = KernelCore::new(placement, vec![], Limits::default()).unwrap();
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let handler = core.app.add(AbortAtData(log.clone()));
+        let listener = ListenerId::from_index(0);
+        core.app.bind_listener(listener, handler);
+        let (h, mut client) = accepted(&mut core.net);
+        core.net
+            .events
+            .push_back(Event::Accepted { conn: h, listener });
+        client.write_all(b"x").unwrap();
+        client.shutdown(std::net::Shutdown::Write).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        core.net.read_ready(h.index());
+        core.dispatch();
+        assert_eq!(*log.lock().unwrap(), ["data", "closed Aborted"]);
     }
 
     /// A connection that waited for receive memory and ended leaves the

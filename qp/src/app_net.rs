@@ -191,10 +191,6 @@ impl QpNet {
         }
     }
 
-    fn handle(&self, index: u32) -> ConnHandle {
-        self.conns.handle(index)
-    }
-
     fn conn(&self, h: ConnHandle) -> Result<&Conn, Error> {
         self.conns.get(h)
     }
@@ -280,7 +276,11 @@ impl QpNet {
 
     /// Takes one message of core `core`.
     pub(crate) fn take(&mut self, core: u32, m: ToApp) {
-        let ours = |net: &QpNet, conn: &ConnHandle| net.by_core[core as usize].get(conn).copied();
+        // Our slot of the core's connection, and its handle.
+        let ours = |net: &QpNet, conn: &ConnHandle| {
+            let &index = net.by_core[core as usize].get(conn)?;
+            Some((index, net.conns.handle(index)?))
+        };
         match m {
             ToApp::Accepted { conn, port, tuple } => {
                 let Ok(h) = self.conns.insert(Conn::new(core, Some(conn), tuple)) else {
@@ -302,8 +302,8 @@ impl QpNet {
                     self.pending[core as usize].push(ToCore::Abort { conn });
                     return;
                 };
-                let h = self.handle(index);
-                let Some(c) = self.conns.at_mut(index) else {
+                let (Some(h), Some(c)) = (self.conns.handle(index), self.conns.at_mut(index))
+                else {
                     return;
                 };
                 c.remote_handle = Some(conn);
@@ -331,14 +331,20 @@ impl QpNet {
                 }
             }
             ToApp::Data { conn, bytes } => {
-                let Some(index) = ours(self, &conn) else {
+                let Some((index, h)) = ours(self, &conn) else {
                     recycle(&mut self.pending[core as usize], bytes);
                     return;
                 };
-                let h = self.handle(index);
                 let n = bytes.len();
                 self.stats.bytes_in += n as u64;
                 let c = self.conns.at_mut(index).expect("mapped");
+                if c.closing {
+                    // On their way when the handler closed: the core, whose
+                    // credit shows them unread, resets the connection (data
+                    // after a close is a reset's, not the handler's).
+                    recycle(&mut self.pending[core as usize], bytes);
+                    return;
+                }
                 c.rx_len += n;
                 let alone = c.rx.len() == 1;
                 match c.rx.back_mut() {
@@ -366,10 +372,9 @@ impl QpNet {
                 }
             }
             ToApp::Sent { conn, total } => {
-                let Some(index) = ours(self, &conn) else {
+                let Some((index, h)) = ours(self, &conn) else {
                     return;
                 };
-                let h = self.handle(index);
                 let c = self.conns.at_mut(index).expect("mapped");
                 c.completed = c.completed.max(total);
                 if c.want_writable && c.send_space() > 0 {
@@ -378,15 +383,14 @@ impl QpNet {
                 }
             }
             ToApp::Info { conn, info } => {
-                if let Some(index) = ours(self, &conn) {
+                if let Some((index, _)) = ours(self, &conn) {
                     if let Some(c) = self.conns.at_mut(index) {
                         c.core_info = Some(info);
                     }
                 }
             }
             ToApp::PeerClosed { conn } => {
-                if let Some(index) = ours(self, &conn) {
-                    let h = self.handle(index);
+                if let Some((index, h)) = ours(self, &conn) {
                     if let Some(c) = self.conns.at_mut(index) {
                         c.peer_closed = true;
                     }
@@ -394,7 +398,7 @@ impl QpNet {
                 }
             }
             ToApp::Closed { conn, reason } => {
-                if let Some(index) = ours(self, &conn) {
+                if let Some((index, _)) = ours(self, &conn) {
                     self.core_closed(index, reason);
                 }
             }
@@ -434,7 +438,7 @@ impl QpNet {
                 self.end(index, CloseReason::Aborted);
             }
             ToApp::Bounced { conn, request } => {
-                let Some(c) = ours(self, &conn).and_then(|i| self.conns.at_mut(i)) else {
+                let Some(c) = ours(self, &conn).and_then(|(i, _)| self.conns.at_mut(i)) else {
                     return;
                 };
                 c.moving
@@ -497,6 +501,12 @@ impl QpNet {
                 }
             }
         }
+    }
+
+    /// Whether a queued event is still to be dispatched
+    /// ([`Handles::due`]).
+    pub(crate) fn due(&self, e: &Event) -> bool {
+        self.conns.due(e)
     }
 
     /// Connections open on this thread.
@@ -602,6 +612,7 @@ impl Net for QpNet {
     }
 
     fn recv(&mut self, h: ConnHandle, buf: &mut [u8]) -> Result<usize, Error> {
+        self.conn(h)?;
         let mut n = 0;
         while n < buf.len() {
             let chunk = self.peek(h)?;
@@ -668,7 +679,9 @@ impl Net for QpNet {
 
     fn want_writable(&mut self, h: ConnHandle) -> bool {
         match self.conn_mut(h) {
-            Ok(c) if c.send_space() == 0 && !c.ended => {
+            // After a close or a shutdown no space frees up for the
+            // application (and an ended one has no core): none is promised.
+            Ok(c) if c.send_space() == 0 && !c.ended && !c.closing && !c.shut => {
                 c.want_writable = true;
                 true
             }
@@ -682,17 +695,21 @@ impl Net for QpNet {
         Ok(())
     }
 
+    /// Bytes delivered to the thread but still on their way here (in the
+    /// event queue) are unread too: the relay resets the connection then
+    /// (`Relay::request`, `ToCore::Close`), as the core knows them unread
+    /// from the connection's credit.
     fn close(&mut self, h: ConnHandle) -> Result<(), Error> {
         let c = self.conn(h)?;
+        if c.rx_len > 0 {
+            // Unread data, here rather than in the core's stack: a reset,
+            // as run to completion sends (an ended connection's unread
+            // bytes too).
+            return self.abort(h);
+        }
         if c.ended {
-            // With bytes left unread: aborted, as a close with unread bytes
-            // is; else the normal close it was.
-            let reason = if c.rx_len > 0 {
-                CloseReason::Aborted
-            } else {
-                CloseReason::Normal
-            };
-            self.end(h.index(), reason);
+            // Read to the end: the normal close it was.
+            self.end(h.index(), CloseReason::Normal);
             return Ok(());
         }
         if c.opening.is_some() {
@@ -703,29 +720,30 @@ impl Net for QpNet {
         if c.closing {
             return Ok(());
         }
-        if c.rx_len > 0 {
-            // Unread data, here rather than in the core's stack: a reset,
-            // as run to completion sends.
-            self.request(h, |conn| ToCore::Abort { conn })?;
-            self.conn_mut(h)?.closing = true;
-            return Ok(());
-        }
         self.request(h, |conn| ToCore::Close { conn })?;
         self.conn_mut(h)?.closing = true;
         Ok(())
     }
 
+    /// Ends the connection here at once (its `Closed`, `Aborted`, is
+    /// queued now; what the core still sends of it is dropped) and has its
+    /// core reset it.
     fn abort(&mut self, h: ConnHandle) -> Result<(), Error> {
         let c = self.conn(h)?;
-        if c.ended {
-            self.end(h.index(), CloseReason::Aborted);
-            return Ok(());
-        }
         if c.opening.is_some() {
             self.abandon(h, CloseReason::Aborted);
             return Ok(());
         }
-        self.request(h, |conn| ToCore::Abort { conn })
+        if let (Some(conn), core) = (c.remote_handle, c.core) {
+            // Straight to the core that has it now, even while a move is
+            // held: the requests held or bounced go with the connection.
+            // (Told of no move yet, the old core bounces it, and the new
+            // core's `Moved` finds the connection gone: reset there.)
+            self.pending[core as usize].push(ToCore::Abort { conn });
+        }
+        // An ended connection has no core left to tell.
+        self.end(h.index(), CloseReason::Aborted);
+        Ok(())
     }
 
     fn set_nodelay(&mut self, h: ConnHandle, on: bool) -> Result<(), Error> {
@@ -1007,6 +1025,138 @@ mod tests {
             .try_iter()
             .flatten()
             .all(|m| !matches!(m, ToCore::Abort { .. } | ToCore::Close { .. })));
+    }
+
+    /// An abort ends the connection here at once, as on the other
+    /// backends: later calls find no connection, its `Closed` (`Aborted`)
+    /// is queued now, the core is told to reset it, and what the core
+    /// still sends of it (data, its peer's close, completions, its own
+    /// `Closed`) is dropped.
+    #[test]
+    fn an_abort_ends_the_connection_here_at_once() {
+        let (mut net, rx) = net(1);
+        let old = ConnHandle::from_parts(3, 1);
+        let h = accepted(&mut net, old);
+        data(&mut net, old, b"abc");
+        net.abort(h).unwrap();
+        assert_eq!(net.send(h, b"x"), Err(Error::InvalidHandle));
+        assert_eq!(net.state(h), Err(Error::InvalidHandle));
+        assert_eq!(net.recv(h, &mut [0u8; 4]), Err(Error::InvalidHandle));
+        assert_eq!(net.abort(h), Err(Error::InvalidHandle));
+        assert!(matches!(
+            net.events.back(),
+            Some(Event::Closed { conn, reason: CloseReason::Aborted }) if *conn == h
+        ));
+        assert_eq!(requests(&mut net, &rx[0]), [(3, "abort")]);
+        net.events.clear();
+        data(&mut net, old, b"late");
+        net.take(0, ToApp::PeerClosed { conn: old });
+        net.take(
+            0,
+            ToApp::Sent {
+                conn: old,
+                total: 1,
+            },
+        );
+        closed(&mut net, old, CloseReason::Aborted);
+        assert!(net.events.is_empty(), "{:?}", net.events);
+        assert_eq!(net.open(), 0);
+    }
+
+    /// A read into an empty buffer reads nothing: `Ok(0)` only at end of
+    /// stream, `WouldBlock` while bytes wait, `InvalidHandle` for a
+    /// connection that is gone.
+    #[test]
+    fn a_read_into_an_empty_buffer_is_end_of_stream_only_at_the_end() {
+        let (mut net, _rx) = net(1);
+        let old = ConnHandle::from_parts(3, 1);
+        let h = accepted(&mut net, old);
+        data(&mut net, old, b"abc");
+        net.take(0, ToApp::PeerClosed { conn: old });
+        assert_eq!(net.recv(h, &mut []), Err(Error::WouldBlock));
+        assert_eq!(net.recv(h, &mut [0u8; 8]), Ok(3));
+        assert_eq!(net.recv(h, &mut []), Ok(0));
+        net.abort(h).unwrap();
+        assert_eq!(net.recv(h, &mut []), Err(Error::InvalidHandle));
+    }
+
+    /// A close with bytes unread here is an abort (the reset a close with
+    /// unread data is): the connection ends at once.
+    #[test]
+    fn a_close_with_unread_bytes_is_an_abort() {
+        let (mut net, rx) = net(1);
+        let old = ConnHandle::from_parts(3, 1);
+        let h = accepted(&mut net, old);
+        data(&mut net, old, b"unread");
+        net.close(h).unwrap();
+        assert_eq!(net.state(h), Err(Error::InvalidHandle));
+        assert!(matches!(
+            net.events.back(),
+            Some(Event::Closed { conn, reason: CloseReason::Aborted }) if *conn == h
+        ));
+        assert_eq!(requests(&mut net, &rx[0]), [(3, "abort")]);
+    }
+
+    /// Bytes that reach the thread after its handler closed the
+    /// connection (on their way when it closed) are not handed to it: the
+    /// core, whose credit shows them unread, resets the connection.
+    #[test]
+    fn bytes_after_a_close_are_not_handed_to_the_handler() {
+        let (mut net, rx) = net(1);
+        let old = ConnHandle::from_parts(3, 1);
+        let h = accepted(&mut net, old);
+        net.close(h).unwrap();
+        assert_eq!(requests(&mut net, &rx[0]), [(3, "close")]);
+        data(&mut net, old, b"late");
+        assert!(net.events.is_empty(), "{:?}", net.events);
+        assert_eq!(net.peek(h), Ok(&[][..]));
+        closed(&mut net, old, CloseReason::Aborted);
+        assert!(matches!(
+            net.events.back(),
+            Some(Event::Closed { conn, reason: CloseReason::Aborted }) if *conn == h
+        ));
+    }
+
+    /// An abort while a move is held goes to the core that has the
+    /// connection now, not behind the move's settling (the connection is
+    /// gone here, and nothing would send it on).
+    #[test]
+    fn an_abort_during_a_move_reaches_the_new_core() {
+        let (mut net, rx) = net(2);
+        let (old, new) = (ConnHandle::from_parts(3, 1), ConnHandle::from_parts(7, 1));
+        let h = accepted(&mut net, old);
+        net.take(
+            1,
+            ToApp::Moved {
+                from: 0,
+                old,
+                conn: new,
+            },
+        );
+        net.abort(h).unwrap();
+        assert_eq!(requests(&mut net, &rx[1]), [(7, "abort")]);
+        // The old core's answer finds nothing left to send on.
+        net.take(0, ToApp::Settled { conn: old });
+        assert_eq!(requests(&mut net, &rx[1]), []);
+        assert_eq!(net.open(), 0);
+    }
+
+    /// After `close` or `shutdown_write` no `Writable` can come: a handler
+    /// asking for one is told so (false), as on the other backends.
+    #[test]
+    fn no_writable_is_promised_after_a_close_or_a_shutdown() {
+        let (mut net, _rx) = net(1);
+        for (i, close) in [(3, true), (4, false)] {
+            let old = ConnHandle::from_parts(i, 1);
+            let h = accepted(&mut net, old);
+            if close {
+                net.close(h).unwrap();
+            } else {
+                net.shutdown_write(h).unwrap();
+            }
+            assert_eq!(net.send_space(h), Ok(0));
+            assert!(!net.want_writable(h));
+        }
     }
 
     /// Every request the core takes (not only sends), with the handle it

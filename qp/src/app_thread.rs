@@ -90,10 +90,15 @@ impl AppThread {
     }
 
     /// Dispatches the queued events, then the `Closed` of connections
-    /// whose last held bytes they read.
+    /// whose last held bytes they read. Those of a connection a handler
+    /// ended since they were queued (an abort) are dropped, but its
+    /// `Closed`.
     fn dispatch(&mut self) {
         loop {
             while let Some(e) = self.net.events.pop_front() {
+                if !self.net.due(&e) {
+                    continue;
+                }
                 self.app.dispatch(e, &mut self.net);
                 if let Event::Closed { conn, .. } = e {
                     self.net.release(conn);
@@ -210,5 +215,87 @@ impl AppPort {
                 break;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app_net::CoreLink;
+    use crossbeam_channel::unbounded;
+    use flowlane_app::{CloseReason, ConnHandle, FourTuple};
+    use std::sync::Mutex;
+
+    /// Aborts each connection at its first data; records every callback.
+    struct AbortAtData(Arc<Mutex<Vec<String>>>);
+
+    impl ConnHandler for AbortAtData {
+        fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+            self.0.lock().unwrap().push("data".into());
+            net.abort(conn).unwrap();
+        }
+        fn on_peer_closed(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {
+            self.0.lock().unwrap().push("peer closed".into());
+        }
+        fn on_closed(&mut self, _net: &mut dyn Net, _conn: ConnHandle, reason: CloseReason) {
+            self.0.lock().unwrap().push(format!("closed {reason:?}"));
+        }
+    }
+
+    /// Events the core sent before the handler aborted, queued in the same
+    /// pass (the peer's close behind its data), are not dispatched after
+    /// the abort: `on_closed` is the only callback that follows.
+    #[test]
+    fn nothing_but_on_closed_follows_an_abort() {
+        let (tx, _rx) = unbounded();
+        let placement = Placement {
+            queue: 0,
+            cpu: None,
+            node: 0,
+        };
+        let link = CoreLink {
+            requests: tx,
+            wake: WakeSlot::default(),
+            placement,
+        };
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut at = AppThread {
+            net: QpNet::new(0, placement, vec![link], vec![0]),
+            app: Dispatcher::new(),
+            ports: Vec::new(),
+            filters: Vec::new(),
+            index: 0,
+            refused: Arc::new(AtomicU64::new(0)),
+            refused_added: 0,
+        };
+        at.listen_boxed(80, Box::new(AbortAtData(log.clone())))
+            .unwrap();
+        let conn = ConnHandle::from_parts(3, 1);
+        let tuple = FourTuple {
+            local: "10.0.0.1:80".parse().unwrap(),
+            remote: "10.0.0.2:4000".parse().unwrap(),
+        };
+        at.net.take(
+            0,
+            ToApp::Accepted {
+                conn,
+                port: 0,
+                tuple,
+            },
+        );
+        at.net.take(
+            0,
+            ToApp::Data {
+                conn,
+                bytes: b"x".to_vec(),
+            },
+        );
+        at.net.take(0, ToApp::PeerClosed { conn });
+        at.pass();
+        // The core's own `Closed` for the reset it made.
+        let reason = CloseReason::Aborted;
+        at.net.take(0, ToApp::Closed { conn, reason });
+        at.pass();
+        assert_eq!(*log.lock().unwrap(), ["data", "closed Aborted"]);
     }
 }

@@ -231,7 +231,10 @@ impl Relay {
     /// one-byte segments, each its own event, still makes a message each:
     /// [`Relay::deliver`] sizes their buffers to their bytes, and the thread
     /// appends them to the buffer it holds (`QpNet`), so that memory follows
-    /// the bytes the credit bounds, not the number of messages.
+    /// the bytes the credit bounds, not the number of messages. Nothing
+    /// moves once the thread closed the connection: bytes after its close
+    /// stay in the stack, whose close then finds them unread and resets
+    /// (the close waits for the thread's last sends, [`Relay::push`]).
     fn pull(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         let Some(r) = self.conns.get_mut(conn) else {
             return;
@@ -240,7 +243,7 @@ impl Relay {
         // One buffer gathers as many contiguous pieces as fit (on AF_XDP a
         // piece is often one segment's payload, kept in its frame).
         let mut buf: Option<Vec<u8>> = None;
-        while r.credit >= PULL_MIN || (buf.is_some() && r.credit > 0) {
+        while !r.close_after && (r.credit >= PULL_MIN || (buf.is_some() && r.credit > 0)) {
             let Ok(data) = net.peek(conn) else { break };
             if data.is_empty() {
                 break;
@@ -436,10 +439,19 @@ impl Relay {
                 }
             }
             ToCore::Close { conn } => {
-                if let Some(r) = self.conns.get_mut(conn) {
-                    r.close_after = true;
-                    self.push(net, conn);
+                let Some(r) = self.conns.get_mut(conn) else {
+                    return;
+                };
+                if r.credit < RX_CREDIT {
+                    // Bytes delivered to the thread and not consumed (its
+                    // `Consumed` come before its `Close`): on their way to
+                    // it when it closed. Unread data: a reset, as the
+                    // stack's close sends (the stack no longer has them).
+                    let _ = net.abort(conn);
+                    return;
                 }
+                r.close_after = true;
+                self.push(net, conn);
             }
             ToCore::Abort { conn } => {
                 let _ = net.abort(conn);
@@ -638,5 +650,216 @@ impl ConnHandler for Relay {
                 self.request(net, m);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! A relay over a fake core (one connection's buffers, no stack),
+    //! its thread played by hand through the queues.
+    use super::*;
+    use crossbeam_channel::unbounded;
+    use flowlane_app::{CongestionAlgorithm, ConnInfo, FourTuple, Placement, State, Stats};
+    use std::net::SocketAddr;
+
+    /// The core's one connection: bytes to read, how much a send takes,
+    /// what the relay did to it (`"close"`, `"close, unread"`, `"abort"`).
+    #[derive(Default)]
+    struct Core {
+        rx: Vec<u8>,
+        room: usize,
+        sent: usize,
+        did: Vec<&'static str>,
+        stats: Stats,
+    }
+
+    impl Net for Core {
+        fn now(&self) -> Duration {
+            Duration::ZERO
+        }
+        fn placement(&self) -> Placement {
+            Placement {
+                queue: 0,
+                cpu: None,
+                node: 0,
+            }
+        }
+        fn connect(&mut self, _remote: SocketAddr) -> Result<ConnHandle, Error> {
+            Err(Error::InvalidState)
+        }
+        fn send(&mut self, _conn: ConnHandle, data: &[u8]) -> Result<usize, Error> {
+            let n = data.len().min(self.room);
+            self.room -= n;
+            self.sent += n;
+            if n == 0 {
+                return Err(Error::WouldBlock);
+            }
+            Ok(n)
+        }
+        fn recv(&mut self, _conn: ConnHandle, _buf: &mut [u8]) -> Result<usize, Error> {
+            Err(Error::InvalidState)
+        }
+        fn peek(&self, _conn: ConnHandle) -> Result<&[u8], Error> {
+            Ok(&self.rx)
+        }
+        fn consume(&mut self, _conn: ConnHandle, n: usize) -> Result<usize, Error> {
+            let n = n.min(self.rx.len());
+            self.rx.drain(..n);
+            Ok(n)
+        }
+        fn is_eof(&self, _conn: ConnHandle) -> bool {
+            false
+        }
+        fn send_space(&self, _conn: ConnHandle) -> Result<usize, Error> {
+            Ok(self.room)
+        }
+        fn want_writable(&mut self, _conn: ConnHandle) -> bool {
+            true
+        }
+        fn shutdown_write(&mut self, _conn: ConnHandle) -> Result<(), Error> {
+            Ok(())
+        }
+        fn close(&mut self, _conn: ConnHandle) -> Result<(), Error> {
+            // A stack resets a close with unread bytes.
+            self.did.push(if self.rx.is_empty() {
+                "close"
+            } else {
+                "close, unread"
+            });
+            Ok(())
+        }
+        fn abort(&mut self, _conn: ConnHandle) -> Result<(), Error> {
+            self.did.push("abort");
+            Ok(())
+        }
+        fn set_nodelay(&mut self, _conn: ConnHandle, _on: bool) -> Result<(), Error> {
+            Ok(())
+        }
+        fn set_keepalive(&mut self, _conn: ConnHandle, _on: bool) -> Result<(), Error> {
+            Ok(())
+        }
+        fn set_send_buffer(&mut self, _conn: ConnHandle, _bytes: usize) -> Result<(), Error> {
+            Ok(())
+        }
+        fn set_recv_buffer(&mut self, _conn: ConnHandle, _bytes: usize) -> Result<(), Error> {
+            Ok(())
+        }
+        fn set_congestion(
+            &mut self,
+            _conn: ConnHandle,
+            _alg: CongestionAlgorithm,
+        ) -> Result<(), Error> {
+            Ok(())
+        }
+        fn info(&self, _conn: ConnHandle) -> Result<ConnInfo, Error> {
+            Err(Error::WouldBlock)
+        }
+        fn four_tuple(&self, _conn: ConnHandle) -> Result<FourTuple, Error> {
+            Ok(FourTuple {
+                local: "10.0.0.1:80".parse().unwrap(),
+                remote: "10.0.0.2:4000".parse().unwrap(),
+            })
+        }
+        fn state(&self, _conn: ConnHandle) -> Result<State, Error> {
+            Ok(State::Established)
+        }
+        fn set_user_data(&mut self, _conn: ConnHandle, _data: u64) -> Result<(), Error> {
+            Ok(())
+        }
+        fn user_data(&self, _conn: ConnHandle) -> Result<u64, Error> {
+            Ok(0)
+        }
+        fn stats(&self) -> &Stats {
+            &self.stats
+        }
+    }
+
+    /// A relay on core 0 for port 80, its thread's event queue, and its
+    /// connection `conn`, accepted.
+    fn relay(core: &mut Core) -> (Relay, Receiver<(u32, ToApp)>, ConnHandle) {
+        let (events, from_core) = unbounded();
+        let (_requests_tx, requests) = unbounded();
+        let threads = Threads {
+            mailboxes: Mailboxes {
+                events: vec![events],
+                notify: vec![WakeSlot::default()],
+            },
+            alive: vec![Arc::new(AtomicBool::new(true))],
+            beats: vec![Arc::new(AtomicU64::new(0))],
+            epoch: Instant::now(),
+            stall_after: Duration::from_secs(10),
+            counts: Arc::default(),
+        };
+        let mut r = Relay::new(
+            0,
+            0,
+            Arc::new(vec![80]),
+            vec![None],
+            threads,
+            requests,
+            WakeSlot::default(),
+        );
+        let conn = ConnHandle::from_parts(1, 1);
+        r.on_accept(core, conn);
+        assert!(matches!(
+            from_core.try_recv(),
+            Ok((0, ToApp::Accepted { .. }))
+        ));
+        (r, from_core, conn)
+    }
+
+    /// Data bytes the thread was sent.
+    fn delivered(from_core: &Receiver<(u32, ToApp)>) -> usize {
+        from_core
+            .try_iter()
+            .map(|(_, m)| match m {
+                ToApp::Data { bytes, .. } => bytes.len(),
+                _ => 0,
+            })
+            .sum()
+    }
+
+    /// The thread read everything it had and closed, while bytes the
+    /// relay sent it were still on their way (its credit shows them
+    /// unread): a reset, not a FIN that would drop bytes the peer saw
+    /// acknowledged. Once it consumed them all, a close is a close.
+    #[test]
+    fn a_close_with_delivered_bytes_unconsumed_resets() {
+        for consumed in [4, 10] {
+            let mut core = Core {
+                rx: b"0123456789".to_vec(),
+                ..Core::default()
+            };
+            let (mut r, from_core, conn) = relay(&mut core);
+            r.on_data(&mut core, conn);
+            assert_eq!(delivered(&from_core), 10);
+            let bytes = consumed;
+            r.request(&mut core, ToCore::Consumed { conn, bytes });
+            r.request(&mut core, ToCore::Close { conn });
+            let want = if consumed == 10 { "close" } else { "abort" };
+            assert_eq!(core.did, [want], "{consumed} of 10 consumed");
+        }
+    }
+
+    /// Bytes that arrive after the thread's close, while its last sends
+    /// wait for room in the stack, stay in the stack: the close, once
+    /// they went, finds them unread there and resets (the contract's
+    /// "data after close"), instead of handing them to a thread that
+    /// closed.
+    #[test]
+    fn bytes_after_a_close_stay_in_the_stack() {
+        let mut core = Core::default();
+        let (mut r, from_core, conn) = relay(&mut core);
+        let bytes = b"last words".to_vec();
+        r.request(&mut core, ToCore::Send { conn, bytes });
+        r.request(&mut core, ToCore::Close { conn });
+        assert!(core.did.is_empty(), "the close waits for the send");
+        core.rx.extend_from_slice(b"late");
+        r.on_data(&mut core, conn);
+        assert_eq!(delivered(&from_core), 0);
+        core.room = 1 << 20;
+        r.on_writable(&mut core, conn);
+        assert_eq!(core.sent, 10);
+        assert_eq!(core.did, ["close, unread"]);
     }
 }

@@ -603,3 +603,17 @@ fn a_listener_out_of_descriptors_accepts_again_once_some_are_free() {
         "clients left in the accept queue after descriptors freed"
     );
 }
+
+#[test]
+fn a_handler_s_empty_read_is_end_of_stream_only_at_the_end() {
+    let port = free_port();
+    let seen = EmptyReadsSeen::default();
+    let service = KernelService::start(
+        config(1, Limits::default()),
+        listen_empty_reads(port, &seen),
+    )
+    .unwrap();
+    empty_reads_are_end_of_stream_only_at_the_end(port, &seen);
+    let (_, err) = service.stop();
+    assert_eq!(err, None);
+}

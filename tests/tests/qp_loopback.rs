@@ -322,3 +322,48 @@ fn an_application_thread_refuses_a_connection_before_taking_it() {
     assert_eq!(qp.stop(), None);
     assert_eq!(qp.application_refused(), 1, "counted for the summary");
 }
+
+/// Reads what it has at its first data, then, 300 ms later (more has
+/// come meanwhile), closes.
+struct ReadsThenCloses;
+
+impl ConnHandler for ReadsThenCloses {
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        net.discard(conn);
+        std::thread::sleep(Duration::from_millis(300));
+        net.close(conn).unwrap();
+    }
+}
+
+/// A close while bytes the core already took from the stack are on their
+/// way to the application thread (it read all it had seen) resets the
+/// connection, as a close with unread data does: a FIN would tell the
+/// peer that bytes its stack saw acknowledged were read.
+#[test]
+fn closing_with_data_on_its_way_to_the_thread_resets() {
+    let port = free_port();
+    let (_qp, kernel) = start(1, move |t| {
+        t.listen(port, ReadsThenCloses)
+            .map(|_| ())
+            .map_err(|e| format!("{e:?}"))
+    });
+    let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"first").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    s.write_all(b"second").unwrap();
+    let mut b = [0u8; 8];
+    let got = s.read(&mut b).map_err(|e| e.kind());
+    assert_eq!(got, Err(std::io::ErrorKind::ConnectionReset));
+    kernel.stop();
+}
+
+#[test]
+fn an_application_thread_s_empty_read_is_end_of_stream_only_at_the_end() {
+    let port = free_port();
+    let seen = EmptyReadsSeen::default();
+    let (qp, kernel) = start(1, listen_empty_reads(port, &seen));
+    empty_reads_are_end_of_stream_only_at_the_end(port, &seen);
+    kernel.stop();
+    assert_eq!(qp.stop(), None);
+}

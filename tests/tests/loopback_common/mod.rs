@@ -285,3 +285,62 @@ pub(crate) fn listen_every_other(
         .map_err(|e| format!("{e:?}"))
     }
 }
+
+/// What [`EmptyReads`] saw, shared with the test.
+pub(crate) type EmptyReadsSeen =
+    std::sync::Arc<std::sync::Mutex<Vec<Result<usize, flowlane_app::Error>>>>;
+
+/// Records what a read into an empty buffer returns at each data and at
+/// the peer's close (reading all between), then closes.
+pub(crate) struct EmptyReads {
+    pub(crate) seen: EmptyReadsSeen,
+}
+
+impl ConnHandler for EmptyReads {
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        let r = net.recv(conn, &mut []);
+        self.seen.lock().unwrap().push(r);
+        net.discard(conn);
+    }
+    fn on_peer_closed(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        let r = net.recv(conn, &mut []);
+        self.seen.lock().unwrap().push(r);
+        let _ = net.close(conn);
+    }
+}
+
+/// A set-up that listens on `port` with an [`EmptyReads`] handler.
+pub(crate) fn listen_empty_reads(
+    port: u16,
+    seen: &EmptyReadsSeen,
+) -> impl Fn(&mut dyn flowlane_app::Setup) -> Result<(), String> + Send + Sync + 'static {
+    let seen = seen.clone();
+    move |s| {
+        use flowlane_app::SetupExt;
+        s.listen(port, EmptyReads { seen: seen.clone() })
+            .map(|_| ())
+            .map_err(|e| format!("{e:?}"))
+    }
+}
+
+/// Sends a few bytes and closes to an [`EmptyReads`] handler on `port`:
+/// while bytes wait a read into an empty buffer is `WouldBlock`, and
+/// `Ok(0)` (end of stream) only once the peer closed and all was read.
+pub(crate) fn empty_reads_are_end_of_stream_only_at_the_end(port: u16, seen: &EmptyReadsSeen) {
+    let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"abc").unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut back = Vec::new();
+    s.read_to_end(&mut back).unwrap();
+    let seen = seen.lock().unwrap();
+    let (last, at_data) = seen.split_last().expect("the handler ran");
+    assert!(!at_data.is_empty(), "{seen:?}");
+    assert!(
+        at_data
+            .iter()
+            .all(|r| *r == Err(flowlane_app::Error::WouldBlock)),
+        "{seen:?}"
+    );
+    assert_eq!(*last, Ok(0), "{seen:?}");
+}
