@@ -23,6 +23,23 @@
 /// Maximum number of disjoint out-of-order ranges kept per connection.
 pub(crate) const MAX_RANGES: usize = 1024;
 
+/// Bytes of receive buffer per range a connection may hold (at least
+/// [`MIN_RANGES`], at most [`MAX_RANGES`]): a sender of full segments
+/// leaves a hole per two segments at worst, some 2,900 bytes a range, so
+/// this bounds only a peer that sends slivers to pin range memory (8 bytes
+/// a range, not counted with the buffer's) out of proportion to its window.
+pub(crate) const BYTES_PER_RANGE: usize = 64;
+
+/// Ranges every connection may hold, however small its buffer.
+pub(crate) const MIN_RANGES: usize = 16;
+
+/// The ranges a connection with a receive buffer of `capacity` bytes may
+/// hold.
+#[inline]
+pub(crate) fn max_ranges(capacity: usize) -> usize {
+    (capacity / BYTES_PER_RANGE).clamp(MIN_RANGES, MAX_RANGES)
+}
+
 /// The set of filled ranges, relative to `RCV.NXT`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct Assembler {
@@ -33,7 +50,7 @@ pub(crate) struct Assembler {
     base: u32,
 }
 
-/// The segment would need more than [`MAX_RANGES`] ranges.
+/// The segment would need more ranges than the connection may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TooManyRanges;
 
@@ -64,10 +81,11 @@ impl Assembler {
             .map(move |&(s, e)| (s.wrapping_sub(b), e.wrapping_sub(b)))
     }
 
-    /// Records `[offset, offset + len)` as filled. Returns how many bytes
-    /// are now contiguous from offset 0; those are removed (the caller
-    /// advances `RCV.NXT` by that much). Offsets must stay below 2^31.
-    pub(crate) fn add(&mut self, offset: u32, len: u32) -> Result<u32, TooManyRanges> {
+    /// Records `[offset, offset + len)` as filled, holding at most `max`
+    /// ranges (at most [`MAX_RANGES`]). Returns how many bytes are now
+    /// contiguous from offset 0; those are removed (the caller advances
+    /// `RCV.NXT` by that much). Offsets must stay below 2^31.
+    pub(crate) fn add(&mut self, offset: u32, len: u32, max: usize) -> Result<u32, TooManyRanges> {
         if len == 0 {
             return Ok(0);
         }
@@ -105,7 +123,7 @@ impl Assembler {
         }
         let new = (b.wrapping_add(s), b.wrapping_add(e));
         if lo == hi {
-            if self.ranges.len() >= MAX_RANGES {
+            if self.ranges.len() >= max.min(MAX_RANGES) {
                 return Err(TooManyRanges);
             }
             self.ranges.insert(lo, new);
@@ -129,19 +147,19 @@ mod tests {
     #[test]
     fn in_order_passes_through() {
         let mut a = Assembler::new();
-        assert_eq!(a.add(0, 10), Ok(10));
+        assert_eq!(a.add(0, 10, MAX_RANGES), Ok(10));
         assert!(a.is_empty());
     }
 
     #[test]
     fn fills_holes() {
         let mut a = Assembler::new();
-        assert_eq!(a.add(10, 5), Ok(0));
-        assert_eq!(a.add(20, 5), Ok(0));
+        assert_eq!(a.add(10, 5, MAX_RANGES), Ok(0));
+        assert_eq!(a.add(20, 5, MAX_RANGES), Ok(0));
         assert!(a.ranges().eq([(10, 15), (20, 25)]));
-        assert_eq!(a.add(15, 5), Ok(0));
+        assert_eq!(a.add(15, 5, MAX_RANGES), Ok(0));
         assert!(a.ranges().eq([(10, 25)]));
-        assert_eq!(a.add(0, 12), Ok(25));
+        assert_eq!(a.add(0, 12, MAX_RANGES), Ok(25));
         assert!(a.is_empty());
     }
 
@@ -149,15 +167,18 @@ mod tests {
     fn bounded() {
         let mut a = Assembler::new();
         for i in 0..MAX_RANGES as u32 {
-            assert_eq!(a.add(10 + 10 * i, 1), Ok(0));
+            assert_eq!(a.add(10 + 10 * i, 1, MAX_RANGES), Ok(0));
         }
         let before = a.clone();
-        assert_eq!(a.add(10 + 10 * MAX_RANGES as u32, 1), Err(TooManyRanges));
+        assert_eq!(
+            a.add(10 + 10 * MAX_RANGES as u32, 1, MAX_RANGES),
+            Err(TooManyRanges)
+        );
         assert_eq!(a, before);
         // Merging into an existing range is fine, and so is filling the
         // front even though that momentarily makes MAX_RANGES + 1 ranges.
-        assert_eq!(a.add(11, 2), Ok(0));
-        assert_eq!(a.add(0, 10), Ok(13));
+        assert_eq!(a.add(11, 2, MAX_RANGES), Ok(0));
+        assert_eq!(a.add(0, 10, MAX_RANGES), Ok(13));
         assert_eq!(a.ranges().len(), MAX_RANGES - 1);
         assert_eq!(a.ranges().next(), Some((7, 8)));
     }
@@ -166,13 +187,13 @@ mod tests {
     fn positions_wrap() {
         let mut a = Assembler::new();
         // Move the base close to the end of the 32-bit position space.
-        assert_eq!(a.add(0, u32::MAX - 5), Ok(u32::MAX - 5));
-        assert_eq!(a.add(10, 5), Ok(0));
-        assert_eq!(a.add(20, 5), Ok(0));
+        assert_eq!(a.add(0, u32::MAX - 5, MAX_RANGES), Ok(u32::MAX - 5));
+        assert_eq!(a.add(10, 5, MAX_RANGES), Ok(0));
+        assert_eq!(a.add(20, 5, MAX_RANGES), Ok(0));
         assert!(a.ranges().eq([(10, 15), (20, 25)]));
-        assert_eq!(a.add(12, 10), Ok(0));
+        assert_eq!(a.add(12, 10, MAX_RANGES), Ok(0));
         assert!(a.ranges().eq([(10, 25)]));
-        assert_eq!(a.add(0, 10), Ok(25));
+        assert_eq!(a.add(0, 10, MAX_RANGES), Ok(25));
         assert!(a.is_empty());
     }
 
@@ -182,14 +203,14 @@ mod tests {
     fn many_holes() {
         let mut a = Assembler::new();
         for i in 0..MAX_RANGES as u32 {
-            assert_eq!(a.add(2000 * i + 1000, 1000), Ok(0));
+            assert_eq!(a.add(2000 * i + 1000, 1000, MAX_RANGES), Ok(0));
         }
         assert_eq!(a.len(), MAX_RANGES);
         for i in (1..MAX_RANGES as u32).rev() {
-            assert_eq!(a.add(2000 * i, 1000), Ok(0));
+            assert_eq!(a.add(2000 * i, 1000, MAX_RANGES), Ok(0));
         }
         assert_eq!(a.len(), 1);
-        assert_eq!(a.add(0, 1000), Ok(2000 * MAX_RANGES as u32));
+        assert_eq!(a.add(0, 1000, MAX_RANGES), Ok(2000 * MAX_RANGES as u32));
         assert!(a.is_empty());
     }
 
@@ -204,7 +225,7 @@ mod tests {
                 if abs + len > 8192 {
                     continue;
                 }
-                if let Ok(front) = a.add(off, len) {
+                if let Ok(front) = a.add(off, len, MAX_RANGES) {
                     for b in abs..abs + len {
                         model[b as usize] = true;
                     }
@@ -244,7 +265,7 @@ mod tests {
             for (off, len) in segs {
                 // Offsets are relative to what has been delivered so far.
                 let abs = delivered + off;
-                if let Ok(front) = a.add(off, len) {
+                if let Ok(front) = a.add(off, len, MAX_RANGES) {
                     for b in abs..abs + len {
                         if (b as usize) < model.len() {
                             model[b as usize] = true;
@@ -269,5 +290,20 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_small_buffer_holds_fewer_ranges() {
+        assert_eq!(max_ranges(4096), 64);
+        assert_eq!(max_ranges(0), MIN_RANGES);
+        assert_eq!(max_ranges(usize::MAX), MAX_RANGES);
+        let mut a = Assembler::new();
+        for i in 0..64u32 {
+            assert_eq!(a.add(2 + 2 * i, 1, 64), Ok(0));
+        }
+        assert_eq!(a.add(1000, 1, 64), Err(TooManyRanges));
+        // Growing a range held already needs none more.
+        assert_eq!(a.add(3, 1, 64), Ok(0));
+        assert_eq!(a.len(), 63);
     }
 }

@@ -958,7 +958,8 @@ impl Connection {
             // Past the buffer (window rounding): the peer resends the rest.
             self.flags.set(Flags::ACK_NOW);
         }
-        let front = self.assembler.add(offset as u32, written as u32);
+        let max = crate::assembler::max_ranges(self.recv_buf.capacity());
+        let front = self.assembler.add(offset as u32, written as u32, max);
         if self.assembler.is_empty() {
             self.flags.clear(Flags::HOLES);
         } else {

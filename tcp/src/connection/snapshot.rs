@@ -159,7 +159,10 @@ impl Connection {
             recv_buf.enqueue_unallocated(&mut LentFrames::default(), s.recv_data.len());
             for (off, bytes) in &s.out_of_order {
                 let n = recv_buf.write_unallocated(pool, *off as usize, bytes);
-                if n != bytes.len() || *off == 0 || assembler.add(*off, n as u32) != Ok(0) {
+                if n != bytes.len()
+                    || *off == 0
+                    || assembler.add(*off, n as u32, crate::assembler::MAX_RANGES) != Ok(0)
+                {
                     valid = false;
                     break;
                 }
