@@ -639,6 +639,11 @@ pub struct Stats {
     pub fin_overrun: u64,
     /// Segments failing the sequence acceptability test.
     pub unacceptable: u64,
+    /// Segments dropped for their flags (RFC 9293 §3.10.7): without ACK in
+    /// a synchronized state; at a listener an RST, or neither SYN nor ACK,
+    /// or a SYN with FIN; in SYN-SENT anything but a SYN or an RST with
+    /// ACK.
+    pub bad_flags: u64,
     /// Segments dropped by PAWS (RFC 7323 §5).
     pub paws_rejected: u64,
     /// RSTs received that were acted upon.

@@ -1863,6 +1863,8 @@ impl Stack {
     ) {
         let f = seg.flags;
         if f.rst() {
+            // RFC 9293 §3.10.7.2: ignored.
+            self.stats.bad_flags += 1;
             return;
         }
         if f.ack() {
@@ -1872,6 +1874,7 @@ impl Stack {
             return;
         }
         if !f.syn() || f.fin() {
+            self.stats.bad_flags += 1;
             return;
         }
         if !self.syn_admitted(l, &tuple) {

@@ -775,6 +775,7 @@ fn a_ce_mark_on_a_segment_dropped_for_its_ack_is_not_echoed() {
             echoed |= r.flags.contains(TcpFlags::ECE);
         }
         assert_eq!(b.stats().ce_received, u64::from(with_ack), "ack {with_ack}");
+        assert_eq!(b.stats().bad_flags, u64::from(!with_ack), "counted");
         assert_eq!(echoed, with_ack, "ack {with_ack}");
     }
 }

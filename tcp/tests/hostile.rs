@@ -274,3 +274,23 @@ fn old_tuple_never_reaches_the_connection_that_took_its_slot() {
     sim.run_for(Duration::from_millis(100));
     assert_eq!(sim::read_all(&mut sim.b, b2), b"second");
 }
+
+/// What a listener drops for its flags is counted (`bad_flags`): an RST
+/// (ignored, RFC 9293 §3.10.7.2), a segment with neither SYN nor ACK, a
+/// SYN with FIN; nothing is sent back and no connection is made.
+#[test]
+fn a_listener_counts_what_it_drops_for_its_flags() {
+    let mut sim = Sim::symmetric(42, LinkConfig::default());
+    sim.establish(); // (B's listener on port 80)
+    sim.tap = Some(Vec::new());
+    for (i, flags) in [0x04u8, 0x01, 0x03, 0x10 | 0x04].into_iter().enumerate() {
+        let mut s = raw_segment(20_000 + i as u16, 80, 1000, 0, b"");
+        s[13] = flags; // RST; FIN; SYN|FIN; ACK|RST
+        sim.inject(Side::B, A_IP, B_IP, &s);
+    }
+    sim.run_for(Duration::from_millis(10));
+    let st = sim.b.stats();
+    assert_eq!(st.bad_flags, 4, "{st:?}");
+    assert_eq!(sim.b.connection_count(), 1, "only the one established");
+    assert!(sim.tapped_to(Side::A).is_empty(), "nothing answered");
+}

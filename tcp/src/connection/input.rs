@@ -108,12 +108,15 @@ impl Connection {
             if f.ack() {
                 ctx.stats.resets_in += 1;
                 self.close_now(CloseReason::Reset);
+            } else {
+                ctx.stats.bad_flags += 1;
             }
             return;
         }
         // Fourth: the SYN bit. (Data on the SYN is not queued: it is not
         // acknowledged, so the peer sends it again.)
         if !f.syn() {
+            ctx.stats.bad_flags += 1;
             return;
         }
         self.rcv_rare.irs = SeqNumber(seg.seq);
@@ -203,6 +206,7 @@ impl Connection {
 
         // Fifth: the ACK field.
         if !f.ack() {
+            ctx.stats.bad_flags += 1;
             return;
         }
         if self.state == State::SynReceived {
