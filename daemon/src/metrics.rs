@@ -154,6 +154,7 @@ const QUEUE_ROWS: &[QueueRow] = &[
     row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "not_ours"], |q| q.tcp.not_ours),
     row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "martian_source"], |q| q.tcp.martian_source),
     row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "unacceptable"], |q| q.tcp.unacceptable),
+    row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "bad_flags"], |q| q.tcp.bad_flags),
     row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "paws"], |q| q.tcp.paws_rejected),
     row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "out_of_order_no_room"], |q| q.tcp.ooo_dropped),
     row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "no_connection"], |q| q.tcp.no_connection),
@@ -180,7 +181,7 @@ const QUEUE_ROWS: &[QueueRow] = &[
     row!("flowlane_rebalance_buckets_moved", "RSS buckets moved off (out) or onto (in) the queue, with their connections.", C, ["direction" = "out"], |q| q.tcp.buckets_out),
     row!("flowlane_rebalance_buckets_moved", "", C, ["direction" = "in"], |q| q.tcp.buckets_in),
     row!("flowlane_rebalance_frames_forwarded", "Frames of a moving bucket the queue forwarded to the bucket's new queue.", C, [], |q| q.tcp.frames_forwarded),
-    row!("flowlane_rebalance_frames_forwarded_late", "Of the frames forwarded, those that reached the old queue after it had sent the bucket's drain marker (the new queue got them out of order).", C, [], |q| q.tcp.frames_forwarded_late),
+    row!("flowlane_rebalance_frames_forwarded_late", "Of the frames forwarded, the TCP segments that reached the old queue after it had sent the bucket's drain marker, its NIC entry rewritten (the new queue got them out of order).", C, [], |q| q.tcp.frames_forwarded_late),
     QueueRow {
         name: "flowlane_rebalance_late_frame_max_seconds",
         help: "The longest a frame forwarded late came after its bucket's drain marker, since the service started: how much longer the old queue's quiet wait would have had to be.",

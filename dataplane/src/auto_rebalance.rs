@@ -12,12 +12,13 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use flowlane_numa_sched::{
-    BucketLoad, CoreLoad, IndirectionTable, LoadSnapshot, MoveReason, RebalanceConfig, Rebalancer,
-    Topology,
+    BucketLoad, BucketMove, CoreLoad, IndirectionTable, LoadSnapshot, MoveReason, RebalanceConfig,
+    Rebalancer, Topology,
 };
 
 use crate::control_socket::MoveCause;
 use crate::handoff::MoveReport;
+use crate::service_control::move_and_see;
 use crate::tcp_service::TcpService;
 use crate::{Error, Result};
 
@@ -93,6 +94,20 @@ impl Wish {
     }
 }
 
+/// A move the loop made or tried.
+#[derive(Debug)]
+pub struct Tried {
+    /// Why it was made.
+    pub cause: MoveCause,
+    /// What the service answered.
+    pub outcome: Result<MoveReport>,
+    /// Whether the bucket is on the queue the move was for afterwards: the
+    /// move succeeded, or it failed once the bucket had moved (the NIC's
+    /// entry not written and the way back failed, or the new queue's last
+    /// answer missing: [`TcpService::move_bucket`]).
+    pub landed: bool,
+}
+
 /// One service's rebalancing loop.
 #[derive(Debug)]
 pub struct AutoRebalance {
@@ -120,14 +135,21 @@ impl AutoRebalance {
         if let Some(why) = service.why_buckets_cannot_move() {
             return Err(Error::Move(format!("--rebalance: {why}")));
         }
+        let mut me = AutoRebalance::on(Topology::from_system().map_err(Error::Placement)?, mode)?;
+        me.sample(service);
+        me.next = me.epoch + me.period();
+        Ok(me)
+    }
+
+    /// The loop on a machine of `topology`, before its first sample.
+    fn on(topology: Topology, mode: Mode) -> Result<AutoRebalance> {
         let config = RebalanceConfig {
             min_period: MIN_PERIOD,
             ..RebalanceConfig::default()
         };
         let rebalancer = Rebalancer::new(config).map_err(Error::Placement)?;
-        let topology = Topology::from_system().map_err(Error::Placement)?;
         let now = Instant::now();
-        let mut me = AutoRebalance {
+        Ok(AutoRebalance {
             mode,
             rebalancer,
             topology,
@@ -137,15 +159,45 @@ impl AutoRebalance {
             last_busy: HashMap::new(),
             last_buckets: HashMap::new(),
             rng: 0x2545_f491_4f6c_dd1d ^ u64::from(std::process::id()),
-        };
-        me.sample(service);
-        me.next = now + me.period();
-        Ok(me)
+        })
+    }
+
+    /// A loop with no service behind it, on a two-core machine (tests of
+    /// what it remembers).
+    #[cfg(test)]
+    pub(crate) fn bare() -> AutoRebalance {
+        let topology = Topology::synthetic(1, 1, 2, 1).expect("a small machine");
+        AutoRebalance::on(topology, Mode::Auto).expect("the default policy")
+    }
+
+    /// Whether the policy holds `bucket` where it is now.
+    #[cfg(test)]
+    pub(crate) fn is_held(&self, bucket: u16) -> bool {
+        self.rebalancer
+            .is_held(usize::from(bucket), self.clock(Instant::now()))
     }
 
     /// What the loop does.
     pub fn mode(&self) -> Mode {
         self.mode
+    }
+
+    /// Records a move the loop did not make (by hand, `flowlane rebalance
+    /// move`) that took `bucket` to queue `to`: the bucket is held where
+    /// it is for the policy's hold-down, and `to` takes no bucket in the
+    /// next round ([`Rebalancer::note_move`]), so that the loop does not
+    /// move it straight back.
+    pub fn note_move(&mut self, bucket: u16, to: u32) {
+        let now = self.clock(Instant::now());
+        self.rebalancer
+            .note_move(usize::from(bucket), to as u16, now);
+    }
+
+    /// The policy's clock at `at`: the time since the loop started, plus
+    /// one hold-down, so that a hold can always be lifted by noting a move
+    /// one hold-down before now ([`AutoRebalance::carry_out`]).
+    fn clock(&self, at: Instant) -> Duration {
+        self.rebalancer.config().hold_down + at.saturating_duration_since(self.epoch)
     }
 
     fn period(&self) -> Duration {
@@ -155,20 +207,15 @@ impl AutoRebalance {
         }
     }
 
-    /// Runs a round if one is due; returns why each move was made and
-    /// what it did.
-    pub fn poll(&mut self, service: &TcpService) -> Vec<(MoveCause, Result<MoveReport>)> {
+    /// Runs a round if one is due; returns each move made or tried.
+    pub fn poll(&mut self, service: &TcpService) -> Vec<Tried> {
         let now = Instant::now();
         if now < self.next {
             return Vec::new();
         }
         let out = match self.mode {
             Mode::Auto => self.round(service, now),
-            Mode::Storm { .. } => self
-                .storm(service)
-                .map(|m| (MoveCause::Storm, m))
-                .into_iter()
-                .collect(),
+            Mode::Storm { .. } => self.storm(service).into_iter().collect(),
         };
         self.next = Instant::now() + self.period();
         out
@@ -230,11 +277,7 @@ impl AutoRebalance {
     }
 
     /// One round of the policy.
-    fn round(
-        &mut self,
-        service: &TcpService,
-        now: Instant,
-    ) -> Vec<(MoveCause, Result<MoveReport>)> {
+    fn round(&mut self, service: &TcpService, now: Instant) -> Vec<Tried> {
         let (cores, all) = self.sample(service);
         let Some(table) = service.rss_table() else {
             return Vec::new();
@@ -248,8 +291,9 @@ impl AutoRebalance {
             .into_iter()
             .filter(|b| table.entries().get(b.bucket) == Some(&b.queue))
             .collect();
+        let now = self.clock(now);
         let snapshot = LoadSnapshot {
-            now: now.duration_since(self.epoch),
+            now,
             table: &table,
             topology: &self.topology,
             cores: &cores,
@@ -262,28 +306,55 @@ impl AutoRebalance {
                 return Vec::new();
             }
         };
-        // In the plan's order, up to the first that fails: the later moves
-        // were planned on the loads the earlier ones make, and a NIC that
-        // refused one table write would refuse the rest (each refusal costs
-        // two handoffs: the move and its undo).
+        self.carry_out(now, &plan.moves, |bucket, to| {
+            move_and_see(service, bucket, to)
+        })
+    }
+
+    /// Carries out a plan's `moves` through `try_move` (its outcome, and
+    /// whether the bucket landed: [`Tried::landed`]) in the plan's order,
+    /// up to the first that fails: the later moves were planned on the
+    /// loads the earlier ones make, and a NIC that refused one table write
+    /// would refuse the rest (each refusal costs two handoffs: the move
+    /// and its undo). The policy remembered every move of its plan as made
+    /// at `now` ([`Rebalancer::decide`]): the hold-down of each bucket that
+    /// did not land (the move failed with the bucket where it was, or it
+    /// was never tried) is lifted, by noting its move one hold-down before
+    /// `now` ([`AutoRebalance::clock`]).
+    fn carry_out(
+        &mut self,
+        now: Duration,
+        moves: &[BucketMove],
+        mut try_move: impl FnMut(u16, u32) -> (Result<MoveReport>, bool),
+    ) -> Vec<Tried> {
         let mut out = Vec::new();
-        for m in &plan.moves {
-            let cause = match m.reason {
-                MoveReason::SameNode { .. } => MoveCause::BalanceSameNode,
-                MoveReason::NodeSaturated { .. } => MoveCause::BalanceOtherNode,
+        let mut failed = false;
+        for m in moves {
+            let landed = !failed && {
+                let cause = match m.reason {
+                    MoveReason::SameNode { .. } => MoveCause::BalanceSameNode,
+                    MoveReason::NodeSaturated { .. } => MoveCause::BalanceOtherNode,
+                };
+                let (outcome, landed) = try_move(m.bucket as u16, u32::from(m.to));
+                failed = outcome.is_err();
+                out.push(Tried {
+                    cause,
+                    outcome,
+                    landed,
+                });
+                landed
             };
-            let moved = service.move_bucket(m.bucket as u16, u32::from(m.to));
-            let failed = moved.is_err();
-            out.push((cause, moved));
-            if failed {
-                break;
+            if !landed {
+                let hold = self.rebalancer.config().hold_down;
+                self.rebalancer
+                    .note_move(m.bucket, m.to, now.saturating_sub(hold));
             }
         }
         out
     }
 
     /// A move of a random bucket in use to another random queue.
-    fn storm(&mut self, service: &TcpService) -> Option<Result<MoveReport>> {
+    fn storm(&mut self, service: &TcpService) -> Option<Tried> {
         let table = service.rss_table()?;
         let queues = service.dataplane().queues().len() as u64;
         let mut in_use: Vec<u16> = Vec::new();
@@ -300,7 +371,12 @@ impl AutoRebalance {
         let bucket = in_use[(self.random() % in_use.len() as u64) as usize];
         let from = u64::from(table[usize::from(bucket)]);
         let to = (from + 1 + self.random() % (queues - 1)) % queues;
-        Some(service.move_bucket(bucket, to as u32))
+        let (outcome, landed) = move_and_see(service, bucket, to as u32);
+        Some(Tried {
+            cause: MoveCause::Storm,
+            outcome,
+            landed,
+        })
     }
 
     /// xorshift64.
@@ -358,6 +434,62 @@ mod tests {
                 e.contains("one queue") && e.contains("--rebalance off"),
                 "{e}"
             );
+        }
+    }
+
+    /// A plan's move to `to` of `bucket`.
+    fn planned(bucket: usize, to: u16) -> BucketMove {
+        BucketMove {
+            bucket,
+            from: 1 - to,
+            to,
+            reason: MoveReason::SameNode { node: 0 },
+            load: 0.1,
+            from_load: 0.9,
+            to_load: 0.1,
+            gain: 0.1,
+            cost: 0.0,
+            connections: 0,
+            packets: 0,
+            bytes: 0,
+        }
+    }
+
+    /// The policy remembers its plan's moves as made; the loop keeps the
+    /// hold-down of those whose bucket landed (a move that failed once the
+    /// bucket had moved included), and lifts that of the others: the move
+    /// that failed with its bucket where it was, and those after it, never
+    /// tried.
+    #[test]
+    fn only_the_buckets_that_moved_are_held_down() {
+        /// (failed, landed) of each move tried.
+        type Tries = &'static [(bool, bool)];
+        let cases: [(Tries, [bool; 3]); 2] = [
+            // The moves tried; the buckets held afterwards.
+            (&[(false, true), (true, true)], [true, true, false]),
+            (&[(true, false)], [false, false, false]),
+        ];
+        for (tried, held) in cases {
+            let mut a = AutoRebalance::bare();
+            let now = a.clock(Instant::now());
+            let plan = [planned(3, 1), planned(4, 0), planned(5, 1)];
+            // What `Rebalancer::decide` remembers of its plan.
+            for m in &plan {
+                a.rebalancer.note_move(m.bucket, m.to, now);
+            }
+            let mut outcomes = tried.iter();
+            let out = a.carry_out(now, &plan, |_, _| {
+                let &(failed, landed) = outcomes.next().expect("no move after a failure");
+                let outcome = if failed {
+                    Err(Error::Move("the NIC refused".into()))
+                } else {
+                    Ok(MoveReport::default())
+                };
+                (outcome, landed)
+            });
+            assert_eq!(out.len(), tried.len());
+            let now_held = [3, 4, 5].map(|b| a.is_held(b));
+            assert_eq!(now_held, held, "{tried:?}");
         }
     }
 

@@ -10,9 +10,10 @@
 //!  (B prepared:)                                           in A's order
 //!  write the NIC entry b → B
 //!  Rewritten ────────> (behind the export) takes its
-//!                      RX ring's frames off it,
-//!                      forwards b's at once
+//!                      RX ring's frames off it: ──────> (Draining) the hold's timeout
+//!                      forwards b's at once               runs from here
 //!                      (the others wait): Drained ─────> held frames, in order; done
+//!  Owner ──────────> every other worker: b is on B
 //! ```
 //!
 //! Frames of b that reach A after the export (in A's ring, or from an
@@ -25,8 +26,9 @@
 //! (`Mover::take_ahead`), the others keeping their place. B holds the frames of b
 //! that the NIC gives it from the rewrite on until A's `Drained` says
 //! nothing older can follow, so B's stack sees b's segments in the order
-//! they reached the NIC. A timeout ([`HOLD_TIMEOUT`]) releases held frames
-//! only if the marker never comes.
+//! they reached the NIC. A timeout ([`HOLD_TIMEOUT`], from when A took the
+//! rewrite and told B so: before, nothing could drain) releases held
+//! frames only if the marker never comes.
 //!
 //! Each worker has an inbox (a bounded lock-free channel) and an eventfd
 //! that wakes it from its idle poll, written once per wake-up and read only
@@ -67,12 +69,19 @@ const STALLED_BYTES: usize = 6 << 20;
 /// TX ring has no room; beyond it they are dropped (their TCP retransmits).
 const TO_SEND_MAX: usize = 4_096;
 
-/// How long a worker holds the frames of a bucket it is taking over after
-/// the bucket's connections arrived, if the old worker's drain marker does
-/// not come: the last resort, never the mechanism.
+/// How long a worker holds the frames of a bucket it is taking over once
+/// the old worker can drain (it learnt of the NIC's rewrite and said so,
+/// [`Message::Draining`]), if the old worker's drain marker does not come:
+/// the last resort, never the mechanism. Before that the old worker may
+/// still be exporting, or the NIC's write still running (an ethtool write
+/// on a real NIC), and nothing could drain yet: the hold's bound is then
+/// [`PREPARE_TIMEOUT`] from the announcement or from the last part of the
+/// bucket that arrived.
 pub const HOLD_TIMEOUT: Duration = Duration::from_millis(200);
-/// How long a worker that was told a bucket is coming waits for it.
-const PREPARE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a worker that was told a bucket is coming waits for it (for
+/// the next part of it, once parts arrive), before the NIC's rewrite: the
+/// controller's own bound on each step ([`STEP_TIMEOUT`]).
+const PREPARE_TIMEOUT: Duration = STEP_TIMEOUT;
 /// Frames one takeover holds at most (a peer spraying a held bucket's
 /// tuples must not grow it without bound); beyond it they are dropped
 /// and counted, and the sender retransmits.
@@ -108,7 +117,8 @@ pub(crate) const SETTLE: Duration = Duration::from_millis(2);
 /// producer index: frames that keep coming (a NIC that did not apply the
 /// rewrite) do not hold the move up for longer.
 pub(crate) const SETTLE_MAX: Duration = Duration::from_millis(20);
-/// Drain markers a worker remembers, to tell how late a late frame came.
+/// Drain markers a worker remembers, to tell a late frame (one of a
+/// bucket whose marker went) and how late it came.
 const RECENT_MARKERS: usize = 64;
 /// How long the controller checks for a worker's answer (yielding its CPU
 /// in between) before it sleeps on it.
@@ -169,10 +179,29 @@ pub(crate) enum Message {
         reply: Sender<Reply>,
         claim: ExportClaim,
     },
-    /// To the old owner: the NIC's entry now names the new owner.
-    Rewritten { bucket: u16, reply: Sender<Reply> },
-    /// To the new owner: the move was called off before the export.
+    /// To the old owner: the NIC's entry now names the new owner
+    /// (`written`), or the write failed and it names the old owner still
+    /// (the move is undone next): either way the old owner drains, and
+    /// with `written` false the frames of the bucket that keep reaching it
+    /// are forwarded as a matter of course, not late.
+    Rewritten {
+        bucket: u16,
+        reply: Sender<Reply>,
+        written: bool,
+    },
+    /// To the new owner: the move was called off (before the export, or
+    /// after an export to a new owner that did not answer its
+    /// announcement): it stops holding the bucket's frames.
     Cancel { bucket: u16 },
+    /// From the old owner to the new: it learnt of the rewrite, and the
+    /// drain began; the marker follows. The new owner's hold runs on its
+    /// last-resort timeout ([`HOLD_TIMEOUT`]) from here.
+    Draining { bucket: u16 },
+    /// From the controller to a worker that took no part in a move:
+    /// `queue` serves `bucket` now (so that a frame this worker forwards,
+    /// an ICMP error about a connection of the bucket, goes there at once
+    /// rather than along the bucket's earlier owners).
+    Owner { bucket: u16, queue: u32 },
     /// From the old owner: the bucket's connections.
     Import(Box<Arrival>),
     /// From the old owner: frames of buckets that left it (or that a
@@ -285,6 +314,13 @@ impl Message {
             _ => None,
         }
     }
+
+    /// Whether the message is a step of a move, which its worker should
+    /// take soon ([`Inbox::urgent`]): not frames, and not news of a move
+    /// that is over.
+    fn urgent(&self) -> bool {
+        self.batch().is_none() && !matches!(self, Message::Owner { .. })
+    }
 }
 
 /// Every queue's inbox, by queue number.
@@ -328,7 +364,7 @@ impl Mesh {
     fn push(&self, to: u32, m: Message) -> Result<(), Message> {
         match self.inboxes.get(to as usize) {
             Some(i) => {
-                let urgent = m.batch().is_none();
+                let urgent = m.urgent();
                 let bytes = m.batch().map_or(0, FrameBatch::allocated);
                 // Counted before it can be taken (and its bytes given
                 // back); several senders may each pass the bound by a batch.
@@ -402,6 +438,9 @@ struct Outgoing {
     /// ring held when it learnt of the rewrite) and, if it forwarded any
     /// frame of the bucket, none came for [`SETTLE`].
     rewritten: Option<(u64, Sender<Reply>)>,
+    /// Whether the NIC's entry names the new worker now (false: the write
+    /// failed, [`Message::Rewritten`]).
+    written: bool,
     /// When the worker found it had passed the index of `rewritten`.
     passed: Option<Duration>,
     /// Frames of the RX ring looked at ahead since the rewrite
@@ -417,8 +456,13 @@ pub(crate) struct MoverStats {
     pub(crate) buckets_out: u64,
     pub(crate) buckets_in: u64,
     pub(crate) frames_forwarded: u64,
-    /// Of those, frames that reached this worker after it had sent the
-    /// bucket's drain marker (the new worker gets them out of order).
+    /// Of those, TCP segments of a bucket whose drain marker this worker
+    /// had sent (one of its last [`RECENT_MARKERS`]) after a rewrite of
+    /// the NIC's entry: the new worker gets them out of order. Not ICMP
+    /// errors, not the frames of a bucket whose entry could not be
+    /// written (they keep coming here and are forwarded in order), not
+    /// frames of buckets this worker never gave away (a takeover's held
+    /// frames that its cancel handed back to their owner).
     pub(crate) frames_forwarded_late: u64,
     /// The longest such a frame came after its bucket's marker, in µs (of
     /// the buckets of the last [`RECENT_MARKERS`] markers): how much
@@ -428,6 +472,8 @@ pub(crate) struct MoverStats {
     /// Bytes of those frames.
     pub(crate) bytes_forwarded_in: u64,
     pub(crate) frames_held: u64,
+    /// Takeovers whose hold ended on its timeout, not on the old worker's
+    /// marker nor on the controller's cancel.
     pub(crate) hold_timeouts: u64,
     pub(crate) forward_dropped: u64,
     pub(crate) import_failed: u64,
@@ -480,6 +526,10 @@ pub(crate) struct Mover {
     /// include the frames an earlier one left waiting, which it showed
     /// for other buckets ([`Mover::take_new_drain`]).
     new_drain: bool,
+    /// Buckets this worker gave away whose NIC entry could not be written
+    /// (it still names this worker): their frames are forwarded as a
+    /// matter of course, not late, until the bucket comes back.
+    unwritten: Vec<u16>,
 }
 
 impl std::fmt::Debug for Mover {
@@ -506,10 +556,15 @@ pub(crate) enum Work {
     /// Process these frames, in order (forwarded ones, then released
     /// held ones), with how often each was forwarded.
     Frames(Vec<FrameBatch>),
-    /// The NIC's entry for `bucket` was rewritten: call
-    /// [`Mover::rewritten`] with the RX ring read now (after the work
-    /// before it: an export of the bucket in the same batch comes first).
-    Rewritten { bucket: u16, reply: Sender<Reply> },
+    /// The NIC's entry for `bucket` was rewritten (or, `written` false,
+    /// its write failed): call [`Mover::rewritten`] with the RX ring read
+    /// now (after the work before it: an export of the bucket in the same
+    /// batch comes first).
+    Rewritten {
+        bucket: u16,
+        reply: Sender<Reply>,
+        written: bool,
+    },
 }
 
 impl Mover {
@@ -536,6 +591,7 @@ impl Mover {
             markers_sent: VecDeque::new(),
             nic_queues: queues as u32,
             new_drain: false,
+            unwritten: Vec::new(),
         }
     }
 
@@ -593,6 +649,13 @@ impl Mover {
     #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn draining_bucket(&self, bucket: u16) -> bool {
         self.outgoing.iter().any(|o| o.bucket == bucket)
+    }
+
+    /// The queue this worker serves (for a harness that steps the workers
+    /// itself).
+    #[cfg(test)]
+    pub(crate) fn me(&self) -> u32 {
+        self.me
     }
 
     /// The queue that serves `bucket`, as this worker knows it.
@@ -655,9 +718,21 @@ impl Mover {
         }
     }
 
-    /// Sends a frame the stack handed back to the worker that serves its
-    /// bucket; `now`: the worker's clock.
+    /// Sends a TCP segment the stack handed back to the worker that serves
+    /// its bucket; `now`: the worker's clock.
     pub(crate) fn forward(&mut self, now: Duration, bucket: u16, hops: u8, frame: &[u8]) {
+        self.forward_as(now, bucket, hops, frame, true);
+    }
+
+    /// Sends an ICMP error about a connection of `bucket` to the worker
+    /// that serves the bucket: in order with its segments, but no segment
+    /// of the bucket's (it says nothing of a move's drain).
+    pub(crate) fn forward_icmp(&mut self, now: Duration, bucket: u16, hops: u8, frame: &[u8]) {
+        self.forward_as(now, bucket, hops, frame, false);
+    }
+
+    /// [`Mover::forward`] (`segment`) or [`Mover::forward_icmp`].
+    fn forward_as(&mut self, now: Duration, bucket: u16, hops: u8, frame: &[u8], segment: bool) {
         let to = self.owner(bucket);
         if to == self.me || hops >= MAX_HOPS {
             self.stats.forward_dropped += 1;
@@ -665,16 +740,24 @@ impl Mover {
         }
         match self.outgoing.iter_mut().find(|o| o.bucket == bucket) {
             Some(o) => {
-                o.forwarded += 1;
-                o.last_forward = now;
+                if segment {
+                    o.forwarded += 1;
+                    o.last_forward = now;
+                }
                 self.stats.frames_forwarded += 1;
             }
             // A bucket of a worker without a queue: carried, for good.
             None if to >= self.nic_queues => self.stats.spill_forwarded += 1,
             None => {
-                self.stats.frames_forwarded_late += 1;
                 self.stats.frames_forwarded += 1;
-                if let Some(&(_, at)) = self.markers_sent.iter().rev().find(|(b, _)| *b == bucket) {
+                // Late: a segment of a bucket whose marker went, the NIC's
+                // entry rewritten (the new worker may have processed newer
+                // ones the NIC gave it directly).
+                let marker = self.markers_sent.iter().rev().find(|(b, _)| *b == bucket);
+                if let Some(&(_, at)) =
+                    marker.filter(|_| segment && !self.unwritten.contains(&bucket))
+                {
+                    self.stats.frames_forwarded_late += 1;
                     let late = now.saturating_sub(at).as_micros() as u64;
                     self.stats.late_max_us = self.stats.late_max_us.max(late);
                 }
@@ -842,6 +925,9 @@ impl Mover {
                     self.markers_sent.pop_front();
                 }
                 self.markers_sent.push_back((o.bucket, now));
+                if !o.written && !self.unwritten.contains(&o.bucket) {
+                    self.unwritten.push(o.bucket);
+                }
                 self.queue_message(
                     o.to,
                     Message::Drained {
@@ -918,6 +1004,11 @@ impl Mover {
         inbox.urgent.store(false, Ordering::Release);
         let mut work = Vec::new();
         let mut frames: Vec<FrameBatch> = Vec::new();
+        let mut owners: Vec<(u16, u32)> = Vec::new();
+        // Buckets whose last part this pass took: the import is work, done
+        // after the pass's messages, but a message behind the part (a way
+        // back's `Export`) must find the bucket here.
+        let mut arriving: Vec<u16> = Vec::new();
         let mut taken = 0;
         for _ in 0..MESSAGES_PER_PASS {
             if taken >= MESSAGES_PER_PASS {
@@ -955,7 +1046,7 @@ impl Mover {
                     }
                 }
                 Message::Prepare { bucket, reply } => {
-                    let answer = if self.owner(bucket) == self.me {
+                    let answer = if self.owner(bucket) == self.me || arriving.contains(&bucket) {
                         Reply::Refused(format!("bucket {bucket} is already on queue {}", self.me))
                     } else if self.incoming.iter().any(|i| i.bucket == bucket) {
                         Reply::Refused(format!("bucket {bucket} is already moving"))
@@ -976,7 +1067,7 @@ impl Mover {
                     reply,
                     claim,
                 } => {
-                    if self.owner(bucket) != self.me {
+                    if self.owner(bucket) != self.me && !arriving.contains(&bucket) {
                         let _ = reply.send(Reply::Refused(format!(
                             "bucket {bucket} is served by queue {}, not {}",
                             self.owner(bucket),
@@ -992,8 +1083,16 @@ impl Mover {
                         work.push(Work::Export { bucket, to, reply });
                     }
                 }
-                Message::Rewritten { bucket, reply } => {
-                    work.push(Work::Rewritten { bucket, reply });
+                Message::Rewritten {
+                    bucket,
+                    reply,
+                    written,
+                } => {
+                    work.push(Work::Rewritten {
+                        bucket,
+                        reply,
+                        written,
+                    });
                 }
                 Message::Cancel { bucket } => {
                     if let Some(pos) = self.incoming.iter().position(|i| i.bucket == bucket) {
@@ -1002,11 +1101,23 @@ impl Mover {
                     }
                 }
                 Message::Import(a) => {
+                    // The export goes on: nothing can drain before the
+                    // rewrite, which follows the export and the NIC's write
+                    // (`Draining` starts the last-resort timeout).
                     if let Some(i) = self.incoming.iter_mut().find(|i| i.bucket == a.bucket) {
-                        i.deadline = now + self.hold_timeout;
+                        i.deadline = i.deadline.max(now + PREPARE_TIMEOUT);
+                    }
+                    if a.export.complete() {
+                        arriving.push(a.bucket);
                     }
                     work.push(Work::Import(a));
                 }
+                Message::Draining { bucket } => {
+                    if let Some(i) = self.incoming.iter_mut().find(|i| i.bucket == bucket) {
+                        i.deadline = now + self.hold_timeout;
+                    }
+                }
+                Message::Owner { bucket, queue } => owners.push((bucket, queue)),
                 Message::Drained {
                     bucket,
                     forwarded,
@@ -1035,6 +1146,15 @@ impl Mover {
         if !frames.is_empty() {
             work.push(Work::Frames(frames));
         }
+        for (bucket, queue) in owners {
+            // A worker that takes part in a move of the bucket learns where
+            // it goes from the move itself.
+            let involved = self.incoming.iter().any(|i| i.bucket == bucket)
+                || self.outgoing.iter().any(|o| o.bucket == bucket);
+            if queue != self.me && !involved && self.owner(bucket) != self.me {
+                self.set_owner(bucket, queue);
+            }
+        }
         // The last resort: a marker that never came.
         let mut k = 0;
         while k < self.incoming.len() {
@@ -1058,15 +1178,27 @@ impl Mover {
     /// arrived in between and send the marker ahead of it).
     ///
     /// [`RxProgress::end_now`]: crate::RxProgress::end_now
-    pub(crate) fn rewritten(&mut self, bucket: u16, reply: Sender<Reply>, rx_end: u64) {
+    /// `written`: whether the write succeeded ([`Message::Rewritten`]).
+    pub(crate) fn rewritten(
+        &mut self,
+        bucket: u16,
+        reply: Sender<Reply>,
+        written: bool,
+        rx_end: u64,
+    ) {
         let now = self.now;
         match self.outgoing.iter_mut().find(|o| o.bucket == bucket) {
             Some(o) => {
                 o.rewritten = Some((rx_end, reply));
+                o.written = written;
                 self.new_drain = true;
                 // The wait for a quiet bucket runs from here at the
                 // earliest ([`SETTLE`]).
                 o.last_forward = o.last_forward.max(now);
+                // The new worker's hold may time out from here on, no
+                // earlier: before, nothing could drain.
+                let to = o.to;
+                self.queue_message(to, Message::Draining { bucket });
             }
             None => {
                 let _ = reply.send(Reply::Refused(format!(
@@ -1075,6 +1207,15 @@ impl Mover {
                 )));
             }
         }
+    }
+
+    /// `bucket` is about to leave for `to` (its export begins): this
+    /// worker's view of the table ([`Mover::rss`], which the ports of the
+    /// connections its handlers open follow) gives it to `to` already, so
+    /// that a connection a handler opens during the export lands in a
+    /// bucket that stays.
+    pub(crate) fn leaving(&mut self, bucket: u16, to: u32) {
+        self.set_owner(bucket, to);
     }
 
     /// The bucket left this worker: frames of it now go to `to`.
@@ -1088,6 +1229,7 @@ impl Mover {
             forwarded: 0,
             last_forward: self.now,
             rewritten: None,
+            written: false,
             passed: None,
             scanned: 0,
             spin_until: self.now + SPIN_FOR,
@@ -1111,6 +1253,7 @@ impl Mover {
         if complete {
             self.set_owner(bucket, self.me);
             self.outgoing.retain(|o| o.bucket != bucket);
+            self.unwritten.retain(|&b| b != bucket);
             self.stats.buckets_in += 1;
         }
     }
@@ -1206,7 +1349,53 @@ impl RssTableWriter for Unchanged {
 /// costs the move the longer of the two, not their sum), and the old queue
 /// learns of the rewrite right behind the export, often in the same pass.
 /// An export refused after the write points the entry back.
+///
+/// Once the bucket is on the new queue, every other queue's worker is told
+/// ([`Message::Owner`]): a frame one of them forwards (an ICMP error that
+/// the NIC hashed to it) goes there at once, not along the bucket's
+/// earlier owners (a chain longer than a frame's hops would drop it).
 pub(crate) fn move_bucket(
+    mesh: &Mesh,
+    nic: &dyn RssTableWriter,
+    bucket: u16,
+    from: u32,
+    to: u32,
+) -> Result<MoveReport, MoveError> {
+    let result = handoff(mesh, nic, bucket, from, to);
+    if matches!(result, Ok(_) | Err(MoveError::Moved(_))) {
+        for q in (0..mesh.queues()).filter(|&q| q != from && q != to) {
+            // A full inbox keeps the worker's older view: its frames of the
+            // bucket then reach the new queue through the old one.
+            let _ = mesh.send(q, Message::Owner { bucket, queue: to });
+        }
+    }
+    result
+}
+
+/// Moves `bucket` back to `from` after it went to `to` in a move that
+/// failed (`why`): the same handoff the other way, the NIC's entry
+/// untouched (it still names `from`). The bucket is then back
+/// ([`MoveError::Stayed`]), or, if the way back failed before the bucket
+/// left `to`, still on `to`, `from` forwarding its frames
+/// ([`MoveError::Moved`]). The way back's own errors say where the bucket
+/// is from its side: its `Moved` (the bucket reached its destination,
+/// `from`, but a later step failed) is this move's `Stayed`, and its
+/// `Stayed` (the bucket stayed on `to`) this move's `Moved`.
+fn undo(mesh: &Mesh, bucket: u16, from: u32, to: u32, why: &str) -> MoveError {
+    match handoff(mesh, &Unchanged, bucket, to, from) {
+        Ok(_) => MoveError::Stayed(format!("{why}: bucket {bucket} stays on queue {from}")),
+        Err(MoveError::Moved(back)) => MoveError::Stayed(format!(
+            "{why}: bucket {bucket} stays on queue {from} (moving it back: {back})"
+        )),
+        Err(MoveError::Stayed(back)) => MoveError::Moved(format!(
+            "{why}, and moving bucket {bucket} back failed ({back}): it stays on queue {to}, \
+             queue {from} forwarding its frames"
+        )),
+    }
+}
+
+/// [`move_bucket`] without telling the other workers.
+fn handoff(
     mesh: &Mesh,
     nic: &dyn RssTableWriter,
     bucket: u16,
@@ -1246,11 +1435,25 @@ pub(crate) fn move_bucket(
     let (mut written, mut nic_write_us, mut rewritten_sent) = (None, 0.0, false);
     if matches!(prepared, Ok(Reply::Prepared)) && export_sent.is_ok() {
         let nic_start = std::time::Instant::now();
-        written = Some(nic.set_entry(bucket, to));
+        let write = nic.set_entry(bucket, to);
         nic_write_us = micros(nic_start.elapsed());
         rewritten_sent = mesh
-            .send(from, Message::Rewritten { bucket, reply: tx })
+            .send(
+                from,
+                Message::Rewritten {
+                    bucket,
+                    reply: tx,
+                    written: write.is_ok(),
+                },
+            )
             .is_ok();
+        written = Some(write);
+    }
+    // A new queue that did not answer its announcement may take it yet,
+    // and would hold the bucket's frames until its timeout: it is told
+    // the move is off (before anything else the controller sends it).
+    if prepared.is_err() {
+        let _ = mesh.send(to, Message::Cancel { bucket });
     }
     let mut exported = export_sent.and_then(|()| wait(&rx, from, "the export"));
     if exported.is_err() && !claim.call_off() {
@@ -1286,13 +1489,13 @@ pub(crate) fn move_bucket(
         // anything else reaches them.
         (prepared, Ok(Reply::Exported { .. })) => {
             let why = refusal(prepared, "the announcement", to);
-            return Err(match move_bucket(mesh, &Unchanged, bucket, to, from) {
-                Ok(_) => stayed(why),
-                Err(MoveError::Stayed(undo) | MoveError::Moved(undo)) => MoveError::Moved(format!(
-                    "{why}; bucket {bucket} went to queue {to} all the same and moving it back \
-                     failed ({undo})"
-                )),
-            });
+            return Err(undo(
+                mesh,
+                bucket,
+                from,
+                to,
+                &format!("{why}; queue {from} exported bucket {bucket} to queue {to} all the same"),
+            ));
         }
         (prepared, exported) => {
             if !matches!(prepared, Ok(Reply::Prepared)) {
@@ -1317,41 +1520,37 @@ pub(crate) fn move_bucket(
         }
     };
     // From here on the new queue has the connections.
-    let moved = MoveError::Moved;
     let export_us = micros(export_start.elapsed());
-    if !rewritten_sent {
-        return Err(moved(format!("queue {from}'s inbox is full or gone")));
-    }
     let drain_start = std::time::Instant::now();
-    let (frames_forwarded, frames_held, frames_scanned, hold_timed_out) =
-        match wait(&rx, to, "the end of the move").map_err(moved)? {
-            Reply::Done {
+    let drained = if rewritten_sent {
+        match wait(&rx, to, "the end of the move") {
+            Ok(Reply::Done {
                 forwarded,
                 held,
                 scanned,
                 timed_out,
-            } => (forwarded, held, scanned, timed_out),
-            Reply::Refused(e) => return Err(moved(e)),
-            other => {
-                return Err(moved(format!(
-                    "queue {to} answered {other:?} at the end of the move"
-                )))
-            }
-        };
+            }) => Ok((forwarded, held, scanned, timed_out)),
+            Ok(Reply::Refused(e)) | Err(e) => Err(e),
+            Ok(other) => Err(format!(
+                "queue {to} answered {other:?} at the end of the move"
+            )),
+        }
+    } else {
+        Err(format!("queue {from}'s inbox is full or gone"))
+    };
     let drain_us = micros(drain_start.elapsed());
     if let Some(Err(e)) = written {
-        return Err(match move_bucket(mesh, &Unchanged, bucket, to, from) {
-            Ok(_) => stayed(format!(
-                "the NIC's entry for bucket {bucket} could not be written ({e}): the bucket \
-                 stays on queue {from}"
-            )),
-            Err(MoveError::Stayed(undo) | MoveError::Moved(undo)) => moved(format!(
-                "bucket {bucket} moved to queue {to}, but the NIC's entry could not be written \
-                 ({e}) and moving it back failed ({undo}): queue {from} forwards the bucket's \
-                 frames"
-            )),
-        });
+        // The entry still names the old queue: the bucket goes back there,
+        // however its drain went.
+        let why = format!("the NIC's entry for bucket {bucket} could not be written ({e})");
+        let why = match &drained {
+            Ok(_) => why,
+            Err(d) => format!("{why}, and {d}"),
+        };
+        return Err(undo(mesh, bucket, from, to, &why));
     }
+    let (frames_forwarded, frames_held, frames_scanned, hold_timed_out) =
+        drained.map_err(MoveError::Moved)?;
     Ok(MoveReport {
         bucket,
         from,

@@ -515,6 +515,7 @@ fn a_drain_forwards_the_bucket_s_frames_an_earlier_look_left_waiting() {
         Message::Rewritten {
             bucket: b,
             reply: tx,
+            written: true,
         },
     )
     .unwrap();
@@ -543,12 +544,13 @@ fn a_drain_forwards_the_bucket_s_frames_an_earlier_look_left_waiting() {
 }
 
 /// Queue 0 gave `bucket` to queue 1, has forwarded one frame of it at
-/// `t` and has been told of the rewrite, when its RX ring would be passed
-/// at 10 frames. Returns both movers and where queue 1 answers the end of
-/// the move.
+/// `t` and has been told of the rewrite (`written`: the NIC's write
+/// succeeded), when its RX ring would be passed at 10 frames. Returns both
+/// movers and where queue 1 answers the end of the move.
 fn rewritten_after_a_forward(
     bucket: u16,
     t: Duration,
+    written: bool,
 ) -> (Mover, Mover, crossbeam_channel::Receiver<Reply>) {
     let table = vec![0u32, 1, 0, 1];
     let rss = rss_state(RssKey::microsoft_default().as_bytes(), &table, 2).unwrap();
@@ -560,7 +562,15 @@ fn rewritten_after_a_forward(
     exported_empty(&mut a, bucket);
     a.forward(t, bucket, 0, &[0u8; 60]);
     let (reply, done) = crossbeam_channel::unbounded();
-    mesh.send(0, Message::Rewritten { bucket, reply }).unwrap();
+    mesh.send(
+        0,
+        Message::Rewritten {
+            bucket,
+            reply,
+            written,
+        },
+    )
+    .unwrap();
     take_rewrite(&mut a, t, 10);
     (a, b, done)
 }
@@ -570,9 +580,14 @@ fn rewritten_after_a_forward(
 fn take_rewrite(a: &mut Mover, t: Duration, rx_end: u64) {
     let mut rewrites = 0;
     for w in a.take_work(t) {
-        if let Work::Rewritten { bucket, reply } = w {
+        if let Work::Rewritten {
+            bucket,
+            reply,
+            written,
+        } = w
+        {
             rewrites += 1;
-            a.rewritten(bucket, reply, rx_end);
+            a.rewritten(bucket, reply, written, rx_end);
         }
     }
     assert_eq!(
@@ -605,7 +620,7 @@ fn marker_sent(
 #[test]
 fn the_drain_marker_waits_for_the_ring_read_at_the_rewrite_and_a_quiet_bucket() {
     let t = Duration::from_millis(5);
-    let mut m = rewritten_after_a_forward(0, t);
+    let mut m = rewritten_after_a_forward(0, t, true);
     // Ring not passed; then passed, but a frame was forwarded too recently.
     assert!(!marker_sent(&mut m, t + SETTLE, 9));
     assert!(!marker_sent(&mut m, t + SETTLE / 2, 10));
@@ -621,7 +636,7 @@ fn the_drain_marker_waits_for_the_ring_read_at_the_rewrite_and_a_quiet_bucket() 
 #[test]
 fn a_bucket_that_never_goes_quiet_is_drained_after_the_longest_wait() {
     let t = Duration::from_millis(5);
-    let mut m = rewritten_after_a_forward(0, t);
+    let mut m = rewritten_after_a_forward(0, t, true);
     assert!(!marker_sent(&mut m, t, 10));
     let mut now = t;
     while now < t + SETTLE_MAX {
@@ -668,7 +683,15 @@ fn the_old_queue_forwards_the_bucket_s_frames_off_its_ring_ahead_of_the_pass() {
             "before the rewrite, the pass forwards"
         );
         let (reply, done) = crossbeam_channel::unbounded();
-        mesh.send(0, Message::Rewritten { bucket, reply }).unwrap();
+        mesh.send(
+            0,
+            Message::Rewritten {
+                bucket,
+                reply,
+                written: true,
+            },
+        )
+        .unwrap();
         take_rewrite(&mut a, t, 3);
         assert!(a.draining());
         // A new drain: the first look includes what earlier looks (for
@@ -751,8 +774,13 @@ fn an_export_refused_after_the_nic_write_points_the_entry_back() {
         now += Duration::from_micros(10);
         for m in [&mut a, &mut c] {
             for w in m.take_work(now) {
-                if let Work::Rewritten { bucket, reply } = w {
-                    m.rewritten(bucket, reply, 0);
+                if let Work::Rewritten {
+                    bucket,
+                    reply,
+                    written,
+                } = w
+                {
+                    m.rewritten(bucket, reply, written, 0);
                 }
             }
             m.flush();
@@ -774,17 +802,24 @@ fn an_export_refused_after_the_nic_write_points_the_entry_back() {
     assert!(!c.holding());
 }
 
-/// Tags each connection's state with its peer port; on the first export,
-/// aborts the connection the test names (a handler that still uses its
-/// connections in `on_export`, which the API allows); on import, records
-/// which port's state each connection arrived with, and the tags of those
-/// that could not be imported.
+/// Tags each connection's state with its peer port; in an export, aborts
+/// the connection the test names (a handler that still uses its
+/// connections in `on_export`, which the API allows) and opens the
+/// connections it asks for; on import, records which port's state each
+/// connection arrived with, and the tags of those that could not be
+/// imported; records the tags of the connections it heard close.
 #[derive(Default, Clone)]
 struct Tagging {
     tags: ConnMap<u16>,
-    victim: Arc<Mutex<Option<ConnHandle>>>,
+    /// The connection to abort, in the `on_export` after this many others.
+    victim: Arc<Mutex<Option<(usize, ConnHandle)>>>,
     arrived: Arc<Mutex<Vec<(u16, u16)>>>,
     refused: Arc<Mutex<Vec<u16>>>,
+    closed: Arc<Mutex<Vec<u16>>>,
+    /// Connections to open to the peer in the first `on_export`, and those
+    /// opened.
+    to_open: Arc<Mutex<usize>>,
+    opened: Arc<Mutex<Vec<ConnHandle>>>,
 }
 
 impl ConnHandler for Tagging {
@@ -794,10 +829,35 @@ impl ConnHandler for Tagging {
     }
     fn on_data(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
     fn on_export(&mut self, net: &mut dyn Net, conn: ConnHandle) -> Option<ConnState> {
-        if let Some(v) = self.victim.lock().unwrap().take() {
-            let _ = net.abort(v);
+        let victim = {
+            let mut v = self.victim.lock().unwrap();
+            match v.as_mut() {
+                Some((0, c)) => {
+                    let c = *c;
+                    *v = None;
+                    Some(c)
+                }
+                Some((n, _)) => {
+                    *n -= 1;
+                    None
+                }
+                None => None,
+            }
+        };
+        if let Some(c) = victim {
+            let _ = net.abort(c);
+        }
+        let n = std::mem::take(&mut *self.to_open.lock().unwrap());
+        for _ in 0..n {
+            let c = net.connect(SocketAddr::new(IpAddr::V4(PEER), 9)).unwrap();
+            self.opened.lock().unwrap().push(c);
         }
         export_entry(&mut self.tags, conn)
+    }
+    fn on_closed(&mut self, _net: &mut dyn Net, conn: ConnHandle, _r: flowlane_app::CloseReason) {
+        if let Some(tag) = self.tags.remove(conn) {
+            self.closed.lock().unwrap().push(tag);
+        }
     }
     fn on_import(&mut self, net: &mut dyn Net, conn: ConnHandle, state: Option<ConnState>) {
         let port = net.four_tuple(conn).unwrap().remote.port();
@@ -816,8 +876,8 @@ impl ConnHandler for Tagging {
 
 /// Handlers for queues 0 and 1 (each with a clone of `tagging`), and
 /// `conns` connections from the peer accepted in one bucket of queue 0;
-/// returns the handlers, the bucket and the peer ports.
-fn tagged_bucket(conns: usize, tagging: &Tagging) -> (Vec<TcpHandler>, u16, Vec<u16>) {
+/// returns the handlers, the bucket, the peer ports and the queues' mesh.
+fn tagged_bucket(conns: usize, tagging: &Tagging) -> (Vec<TcpHandler>, u16, Vec<u16>, Arc<Mesh>) {
     let table = vec![0u32, 1, 0, 1];
     let rss = rss_state(RssKey::microsoft_default().as_bytes(), &table, 2).unwrap();
     let mesh = Arc::new(Mesh::new(2).unwrap());
@@ -861,7 +921,7 @@ fn tagged_bucket(conns: usize, tagging: &Tagging) -> (Vec<TcpHandler>, u16, Vec<
         }
     }
     assert_eq!(hs[0].stack.bucket_connections(b).len(), conns);
-    (hs, b, ports)
+    (hs, b, ports, mesh)
 }
 
 /// Exports bucket `b` of `from` (all its parts); imports them into `to`;
@@ -886,9 +946,9 @@ fn carry(from: &mut TcpHandler, to: &mut TcpHandler, b: u16) -> (Vec<usize>, usi
 /// and, per connection imported, (its peer port, the tag its state had).
 fn move_tagged(conns: usize, victim: Option<usize>) -> (Vec<usize>, Vec<(u16, u16)>) {
     let tagging = Tagging::default();
-    let (mut hs, b, _) = tagged_bucket(conns, &tagging);
+    let (mut hs, b, _, _) = tagged_bucket(conns, &tagging);
     let listed = hs[0].stack.bucket_connections(b);
-    *tagging.victim.lock().unwrap() = victim.map(|v| listed[v]);
+    *tagging.victim.lock().unwrap() = victim.map(|v| (0, listed[v]));
     let (from, to) = hs.split_at_mut(1);
     let (sizes, refused) = carry(&mut from[0], &mut to[0], b);
     assert_eq!(refused, 0);
@@ -903,11 +963,11 @@ fn move_tagged(conns: usize, victim: Option<usize>) -> (Vec<usize>, Vec<(u16, u1
 #[test]
 fn connections_the_new_queue_refuses_are_told_to_their_handler() {
     let tagging = Tagging::default();
-    let (mut hs, b, ports) = tagged_bucket(3, &tagging);
+    let (mut hs, b, ports, _) = tagged_bucket(3, &tagging);
     let (from, to) = hs.split_at_mut(1);
     assert_eq!(carry(&mut from[0], &mut to[0], b).1, 0);
     let again = Tagging::default();
-    let (mut other, b2, _) = tagged_bucket(3, &again);
+    let (mut other, b2, _, _) = tagged_bucket(3, &again);
     assert_eq!(b2, b);
     assert_eq!(carry(&mut other[0], &mut hs[1], b).1, 3);
     // Told on the new queue, to its handler in the owner's place.
@@ -1009,7 +1069,11 @@ fn an_export_the_controller_gave_up_on_is_not_carried_out() {
     for w in a.take_work(now) {
         match w {
             Work::Export { .. } => panic!("an export called off was carried out"),
-            Work::Rewritten { bucket, reply } => a.rewritten(bucket, reply, 0),
+            Work::Rewritten {
+                bucket,
+                reply,
+                written,
+            } => a.rewritten(bucket, reply, written, 0),
             _ => {}
         }
     }
@@ -1044,7 +1108,11 @@ fn an_export_taken_before_the_wait_ran_out_is_waited_for() {
         for w in a.take_work(now) {
             match w {
                 Work::Export { bucket, to, reply } => export = Some((bucket, to, reply)),
-                Work::Rewritten { bucket, reply } => rewritten = Some((bucket, reply)),
+                Work::Rewritten {
+                    bucket,
+                    reply,
+                    written,
+                } => rewritten = Some((bucket, reply, written)),
                 _ => {}
             }
         }
@@ -1077,12 +1145,17 @@ fn an_export_taken_before_the_wait_ran_out_is_waited_for() {
     while !controller.is_finished() {
         now += Duration::from_millis(1);
         for w in a.take_work(now) {
-            if let Work::Rewritten { bucket, reply } = w {
-                rewritten = Some((bucket, reply));
+            if let Work::Rewritten {
+                bucket,
+                reply,
+                written,
+            } = w
+            {
+                rewritten = Some((bucket, reply, written));
             }
         }
-        if let Some((bucket, reply)) = rewritten.take() {
-            a.rewritten(bucket, reply, 0);
+        if let Some((bucket, reply, written)) = rewritten.take() {
+            a.rewritten(bucket, reply, written, 0);
         }
         a.send_markers(now, 0);
         a.flush();
@@ -1098,4 +1171,325 @@ fn an_export_taken_before_the_wait_ran_out_is_waited_for() {
     assert!(result.is_ok(), "{result:?}");
     assert_eq!(*nic.0.lock().unwrap(), vec![(0, 1)], "written once");
     assert_eq!((a.owner(0), b.owner(0)), (1, 1), "bucket 0 on queue 1");
+}
+
+/// One pass of worker `m` at `now` as its loop makes it, the buckets it
+/// exports empty (no connection) and its RX ring always passed: markers
+/// due, its inbox (an export carried out and answered, parts imported,
+/// rewrites taken, forwarded frames handed to `frames` with how often each
+/// was forwarded), markers again and its sends. Returns how many exports
+/// it carried out.
+fn pass(m: &mut Mover, now: Duration, frames: &mut dyn FnMut(&mut Mover, u8, &[u8])) -> usize {
+    let mut exports = 0;
+    m.send_markers(now, 0);
+    for w in m.take_work(now) {
+        match w {
+            Work::Export { bucket, to, reply } => {
+                m.leaving(bucket, to);
+                let export = Stack::new(Config::new([1; 16])).export_bucket(bucket);
+                m.exported(
+                    bucket,
+                    to,
+                    Box::new(Arrival {
+                        bucket,
+                        export,
+                        apps: Vec::new(),
+                        neighbors: Vec::new(),
+                    }),
+                );
+                let _ = reply.send(Reply::Exported {
+                    connections: 0,
+                    time_wait: 0,
+                });
+                exports += 1;
+            }
+            Work::Import(a) => m.imported(a.bucket, 0, a.export.complete()),
+            Work::Rewritten {
+                bucket,
+                reply,
+                written,
+            } => m.rewritten(bucket, reply, written, 0),
+            Work::Frames(batches) => {
+                for (hops, f) in batches.iter().flat_map(|b| b.iter()) {
+                    frames(m, hops, f);
+                }
+            }
+        }
+    }
+    m.send_markers(now, 0);
+    m.flush();
+    exports
+}
+
+/// Frames a pass hands on: none are expected.
+fn no_frames(_: &mut Mover, _: u8, _: &[u8]) {
+    panic!("no frame was sent");
+}
+
+/// A NIC whose table cannot be written.
+struct RefusingNic;
+
+impl RssTableWriter for RefusingNic {
+    fn set_entry(&self, _bucket: u16, _queue: u32) -> Result<(), String> {
+        Err("the NIC refused".into())
+    }
+}
+
+/// The NIC's write fails, so the move is undone; the way back takes the
+/// bucket to the old queue but its last answer never comes (the old queue
+/// stalls once the new one's export of the way back was answered): the
+/// way back's "moved" is the move's "stayed", and the service, which
+/// follows the error, keeps naming the old queue, which serves the bucket.
+#[test]
+fn a_way_back_whose_last_answer_is_missing_leaves_the_bucket_on_the_old_queue() {
+    let table = vec![0u32, 1, 0, 1];
+    let rss = rss_state(RssKey::microsoft_default().as_bytes(), &table, 2).unwrap();
+    let mesh = Arc::new(Mesh::new(2).unwrap());
+    let (mut a, mut b) = (
+        Mover::new(0, mesh.clone(), rss.clone()),
+        Mover::new(1, mesh.clone(), rss),
+    );
+    let controller = std::thread::spawn(move || handoff::move_bucket(&mesh, &RefusingNic, 0, 0, 1));
+    let mut now = Duration::from_millis(1);
+    let (mut stalled, mut back) = (false, 0);
+    while !controller.is_finished() {
+        now += Duration::from_micros(10);
+        if !stalled {
+            pass(&mut a, now, &mut no_frames);
+        }
+        back += pass(&mut b, now, &mut no_frames);
+        // Queue 1 exported the bucket back and queue 0 took the way back's
+        // announcement: queue 0 stalls.
+        stalled |= back > 0 && a.expecting(0);
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    let result = controller.join().unwrap();
+    assert!(
+        matches!(&result, Err(MoveError::Stayed(e)) if e.contains("stays on queue 0")),
+        "{result:?}"
+    );
+    for _ in 0..3 {
+        now += Duration::from_millis(1);
+        pass(&mut a, now, &mut no_frames);
+        pass(&mut b, now, &mut no_frames);
+    }
+    assert_eq!((a.owner(0), b.owner(0)), (0, 0), "bucket 0 on queue 0");
+    assert_eq!(a.stats.buckets_in, 1);
+}
+
+/// The new queue answers its announcement only after the controller gave
+/// up waiting for it, while the old queue exported: the controller takes
+/// the bucket back and tells the new queue that the move is off, so that
+/// its hold ends on that cancel rather than on its timeout (which would
+/// count it among the holds whose marker never came).
+#[test]
+fn a_hold_announced_too_late_ends_on_a_cancel() {
+    let (mut a, mut b, nic, controller) = moving_bucket_0();
+    let started = std::time::Instant::now();
+    let mut now = Duration::from_millis(1);
+    while !controller.is_finished() {
+        now += Duration::from_micros(10);
+        pass(&mut a, now, &mut no_frames);
+        if started.elapsed() > Duration::from_millis(2_200) {
+            pass(&mut b, now, &mut no_frames);
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let result = controller.join().unwrap();
+    assert!(matches!(&result, Err(MoveError::Stayed(_))), "{result:?}");
+    assert!(nic.0.lock().unwrap().is_empty(), "the entry never written");
+    for _ in 0..3 {
+        now += Duration::from_secs(5);
+        pass(&mut a, now, &mut no_frames);
+        pass(&mut b, now, &mut no_frames);
+    }
+    assert!(!b.holding());
+    assert_eq!((a.stats.hold_timeouts, b.stats.hold_timeouts), (0, 0));
+    assert_eq!((a.owner(0), b.owner(0)), (0, 0), "bucket 0 on queue 0");
+}
+
+/// After a move, the workers that took no part in it learn where the
+/// bucket went: a frame one of them forwards (an ICMP error the NIC hashed
+/// to it) goes there at once, however many moves the bucket made (along
+/// its earlier owners, four forwards at most, it was dropped).
+#[test]
+fn a_frame_reaches_a_bucket_that_moved_more_often_than_a_frame_may_be_forwarded() {
+    let table = vec![1u32, 0, 2, 3, 4, 5, 0, 0];
+    let rss = rss_state(RssKey::microsoft_default().as_bytes(), &table, 6).unwrap();
+    let mesh = Arc::new(Mesh::new(6).unwrap());
+    let mut movers: Vec<Mover> = (0..6)
+        .map(|q| Mover::new(q, mesh.clone(), rss.clone()))
+        .collect();
+    let nic = Arc::new(RecordingNic::default());
+    let delivered = Arc::new(Mutex::new(Vec::new()));
+    let mut now = Duration::from_millis(1);
+    let mut frames = |m: &mut Mover, hops: u8, f: &[u8]| {
+        if m.owner(0) == m.me() {
+            delivered.lock().unwrap().push((m.me(), f.to_vec()));
+        } else {
+            m.forward_icmp(Duration::ZERO, 0, hops, f);
+        }
+    };
+    for (from, to) in [(1, 2), (2, 3), (3, 4), (4, 5)] {
+        let controller = {
+            let (mesh, nic) = (mesh.clone(), nic.clone());
+            std::thread::spawn(move || handoff::move_bucket(&mesh, nic.as_ref(), 0, from, to))
+        };
+        while !controller.is_finished() {
+            now += Duration::from_micros(10);
+            for m in movers.iter_mut() {
+                pass(m, now, &mut frames);
+            }
+            std::thread::yield_now();
+        }
+        assert!(controller.join().unwrap().is_ok());
+        for m in movers.iter_mut() {
+            pass(m, now, &mut frames);
+        }
+    }
+    movers[0].forward_icmp(now, 0, 0, b"too big");
+    movers[0].flush();
+    for _ in 0..6 {
+        for m in movers.iter_mut() {
+            pass(m, now, &mut frames);
+        }
+    }
+    assert_eq!(*delivered.lock().unwrap(), vec![(5, b"too big".to_vec())]);
+    assert!(movers.iter().all(|m| m.stats.forward_dropped == 0));
+}
+
+/// A frame counts as forwarded late only as a TCP segment of a bucket
+/// whose drain marker this worker sent after the NIC's entry was
+/// rewritten: not an ICMP error, not the segments of a bucket whose entry
+/// could not be written (the NIC keeps sending them here, in order), not
+/// frames of a bucket this worker never gave away (what a cancelled
+/// takeover held, handed back to the bucket's owner).
+#[test]
+fn only_a_move_s_segments_after_its_marker_are_late() {
+    let t = Duration::from_millis(5);
+    let after = t + SETTLE + Duration::from_micros(700);
+    let mut m = rewritten_after_a_forward(0, t, true);
+    assert!(marker_sent(&mut m, t + SETTLE, 10));
+    m.0.forward_icmp(after, 0, 0, &[0u8; 60]);
+    assert_eq!(m.0.stats.frames_forwarded_late, 0, "an ICMP error");
+    m.0.forward(after, 0, 0, &[0u8; 60]);
+    assert_eq!(m.0.stats.frames_forwarded_late, 1, "a segment");
+    assert_eq!(m.0.stats.late_max_us, 700);
+    // The entry could not be written.
+    let mut m = rewritten_after_a_forward(0, t, false);
+    assert!(marker_sent(&mut m, t + SETTLE, 10));
+    m.0.forward(after, 0, 0, &[0u8; 60]);
+    assert_eq!(m.0.stats.frames_forwarded_late, 0, "the entry not written");
+    assert_eq!(m.0.stats.frames_forwarded, 2);
+    // Queue 1 hands a frame of bucket 0 (queue 0's) back to it.
+    m.1.forward(after, 0, 0, &[0u8; 60]);
+    assert_eq!(m.1.stats.frames_forwarded_late, 0, "never given away");
+}
+
+/// A handler's `on_export` may close a connection of the bucket. One whose
+/// application side is out already (listed before, or the one exported)
+/// leaves the stack without being exported: its handler gets its state
+/// back through `on_import_failed` (before, it heard of it nowhere: its
+/// owner entry gone, its `Closed` reached nobody). One whose turn has not
+/// come stays with its handler, which hears it close.
+#[test]
+fn a_connection_a_handler_closes_during_the_export_is_told_to_it() {
+    // (on_export calls before the abort, the victim's place in the listing)
+    for (at, victim) in [(1, 0), (0, 0), (0, 1)] {
+        let tagging = Tagging::default();
+        let (mut hs, b, _, _) = tagged_bucket(3, &tagging);
+        let listed = hs[0].stack.bucket_connections(b);
+        let port = hs[0]
+            .stack
+            .four_tuple(listed[victim])
+            .unwrap()
+            .remote
+            .port();
+        *tagging.victim.lock().unwrap() = Some((at, listed[victim]));
+        let (from, to) = hs.split_at_mut(1);
+        assert_eq!(carry(&mut from[0], &mut to[0], b), (vec![2], 0));
+        from[0].dispatch(instant(Duration::from_millis(12)), &NoFrames);
+        let told = (
+            tagging.refused.lock().unwrap().clone(),
+            tagging.closed.lock().unwrap().clone(),
+        );
+        if victim <= at {
+            assert_eq!(told, (vec![port], vec![]), "({at}, {victim})");
+        } else {
+            assert_eq!(told, (vec![], vec![port]), "({at}, {victim})");
+        }
+        let arrived = tagging.arrived.lock().unwrap().clone();
+        assert_eq!(arrived.len(), 2);
+        assert!(arrived.iter().all(|(p, tag)| p == tag && *p != port));
+    }
+}
+
+/// A connection a handler opens in `on_export` takes a port of a bucket
+/// that stays: before, it could land in the bucket leaving, and go with it
+/// without its owner (its owner entry left behind).
+#[test]
+fn a_connection_a_handler_opens_during_the_export_stays() {
+    let tagging = Tagging::default();
+    let (mut hs, b, _, mesh) = tagged_bucket(1, &tagging);
+    *tagging.to_open.lock().unwrap() = 8;
+    let (reply, answer) = crossbeam_channel::unbounded();
+    mesh.send(
+        0,
+        Message::Export {
+            bucket: b,
+            to: 1,
+            reply,
+            claim: ExportClaim::default(),
+        },
+    )
+    .unwrap();
+    let now = Duration::from_millis(11);
+    hs[0].serve_moves(instant(now), now, &mut NoRing, &NoFrames);
+    let r = answer.try_recv();
+    assert!(
+        matches!(r, Ok(Reply::Exported { connections: 1, .. })),
+        "{r:?}"
+    );
+    let rss = hs[0].mover.as_ref().unwrap().rss().clone();
+    let opened = tagging.opened.lock().unwrap().clone();
+    assert_eq!(opened.len(), 8);
+    for c in opened {
+        let t = hs[0].stack.four_tuple(c).expect("still on queue 0");
+        assert_ne!(rss_bucket(&rss, &t), b);
+    }
+}
+
+/// The old queue puts the bucket's last part in the new queue's inbox
+/// before it tells the controller the export is done: what the controller
+/// sends the new queue next (an undo's `Export`, when the new queue did
+/// not answer its announcement) comes behind the part. (The answer goes
+/// through a rendezvous channel: the test's thread reads the new queue's
+/// inbox the moment it takes the answer.)
+#[test]
+fn the_last_part_is_on_its_way_before_the_export_is_answered() {
+    let (mut hs, b, _, mesh) = tagged_bucket(2, &Tagging::default());
+    let (reply, answer) = crossbeam_channel::bounded(0);
+    mesh.send(
+        0,
+        Message::Export {
+            bucket: b,
+            to: 1,
+            reply,
+            claim: ExportClaim::default(),
+        },
+    )
+    .unwrap();
+    // The handler keeps the mesh through its mover.
+    let watcher = std::thread::spawn(move || loop {
+        match answer.try_recv() {
+            Ok(r) => return (r, mesh.pending(1)),
+            Err(crossbeam_channel::TryRecvError::Empty) => std::thread::yield_now(),
+            Err(e) => panic!("{e}"),
+        }
+    });
+    let now = Duration::from_millis(11);
+    hs[0].serve_moves(instant(now), now, &mut NoRing, &NoFrames);
+    let (r, pending) = watcher.join().unwrap();
+    assert!(matches!(r, Reply::Exported { connections: 2, .. }), "{r:?}");
+    assert_eq!(pending, 1, "the part was in queue 1's inbox");
 }

@@ -399,3 +399,75 @@ proptest::proptest! {
         }
     }
 }
+
+/// The new worker holds its own frames of a bucket it takes over with the
+/// step's long bound while the old one exports and the NIC's entry is
+/// written (an ethtool write on a real NIC takes its time), and on its
+/// last-resort timeout only from when the old worker can drain: it took
+/// the rewrite and said so. Before, the first part of the bucket started
+/// the timeout, and a slow write made the new worker process its own
+/// frames ahead of the old worker's older ones.
+#[test]
+fn a_takeover_s_hold_times_out_only_once_the_old_worker_can_drain() {
+    let mesh = Arc::new(Mesh::new(2).expect("eventfds"));
+    let rss = rss_state(&[0x6d; 40], &[0, 1, 0, 1], 2).expect("valid RSS");
+    let (mut a, mut b) = (
+        Mover::new(0, mesh.clone(), rss.clone()),
+        Mover::new(1, mesh.clone(), rss),
+    );
+    let ms = Duration::from_millis;
+    let (reply, _answers) = crossbeam_channel::unbounded();
+    mesh.send(
+        1,
+        Message::Prepare {
+            bucket: 0,
+            reply: reply.clone(),
+        },
+    )
+    .unwrap();
+    assert!(b.take_work(ms(0)).is_empty());
+    let part = || {
+        Box::new(super::Arrival {
+            bucket: 0,
+            export: flowlane_tcp::Stack::new(flowlane_tcp::Config::new([1; 16])).export_bucket(0),
+            apps: Vec::new(),
+            neighbors: Vec::new(),
+        })
+    };
+    a.export_part(1, part());
+    a.flush();
+    assert_eq!(b.take_work(ms(1)).len(), 1, "the part");
+    // No rewrite yet, long past the hold's timeout.
+    assert!(b.take_work(ms(250)).is_empty());
+    assert_eq!(b.stats.hold_timeouts, 0);
+    assert!(b.holding());
+    // The last part, then the rewrite: the old worker drains.
+    a.exported(0, 1, part());
+    mesh.send(
+        0,
+        Message::Rewritten {
+            bucket: 0,
+            reply,
+            written: true,
+        },
+    )
+    .unwrap();
+    for w in a.take_work(ms(300)) {
+        if let Work::Rewritten {
+            bucket,
+            reply,
+            written,
+        } = w
+        {
+            a.rewritten(bucket, reply, written, 1);
+        }
+    }
+    a.flush();
+    b.take_work(ms(300));
+    let timeout = b.hold_timeout;
+    b.take_work(ms(300) + timeout - Duration::from_micros(1));
+    assert_eq!(b.stats.hold_timeouts, 0);
+    b.take_work(ms(300) + timeout);
+    assert_eq!(b.stats.hold_timeouts, 1, "the marker never came");
+    assert!(!b.holding());
+}

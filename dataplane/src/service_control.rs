@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::auto_rebalance::{AutoRebalance, Mode, Wish};
+use crate::auto_rebalance::{AutoRebalance, Mode, Tried, Wish};
 use crate::bucket_counters::BucketSnapshot;
 use crate::control_socket::{
     self, ControlSocket, FlowAnswer, FlowQuery, MoveCause, MoveHistory, QueueCounterSet,
@@ -115,6 +115,22 @@ impl ServiceView for TcpService {
     }
 }
 
+/// Moves `bucket` to `to` through `view`, and says whether the bucket is
+/// there afterwards: the move succeeded, or it failed once the bucket had
+/// moved (the table the service keeps, which names the queue that serves
+/// each bucket, names `to` now and did not before).
+pub(crate) fn move_and_see(
+    view: &dyn ServiceView,
+    bucket: u16,
+    to: u32,
+) -> (Result<MoveReport>, bool) {
+    let at = |table: Vec<u32>| table.get(usize::from(bucket)).copied();
+    let before = at(view.table());
+    let outcome = view.move_bucket(bucket, to);
+    let landed = outcome.is_ok() || (before != Some(to) && at(view.table()) == Some(to));
+    (outcome, landed)
+}
+
 /// Where the control socket goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SocketChoice {
@@ -143,7 +159,8 @@ pub struct ServiceControl {
     by_default: bool,
     /// Why the loop is off although no flag said so.
     off_because: Option<String>,
-    /// The loop's moves that failed since its last one that did not.
+    /// The loop's moves that failed, the bucket where it was, since its
+    /// last one that took its bucket where it was to go.
     failed_in_a_row: u32,
 }
 
@@ -312,16 +329,11 @@ impl ServiceControl {
         let mut out = Vec::new();
         if let Some(a) = self.auto.as_mut() {
             let mut last_error = None;
-            for (cause, m) in a.poll(tcp) {
-                self.history.record(cause, &m);
-                match &m {
-                    Ok(_) => self.failed_in_a_row = 0,
-                    Err(e) => {
-                        self.failed_in_a_row += 1;
-                        last_error = Some(e.to_string());
-                    }
+            for t in a.poll(tcp) {
+                if let Some(e) = self.tally(&t) {
+                    last_error = Some(e);
                 }
-                out.push(m);
+                out.push(t.outcome);
             }
             if self.by_default && self.failed_in_a_row >= DEFAULT_LOOP_FAILURES {
                 tracing::warn!(
@@ -368,8 +380,7 @@ impl ServiceControl {
                     message: "a service owns no NIC and takes no registration; ask `flowlane daemon`'s socket".into(),
                 },
                 Request::Move { bucket, to_queue } => {
-                    let m = view.move_bucket(bucket, to_queue);
-                    self.history.record(MoveCause::Manual, &m);
+                    let m = self.move_by_hand(view, bucket, to_queue);
                     let response = match &m {
                         Ok(r) => Response::Moved(r.clone()),
                         Err(e) => Response::Error {
@@ -383,6 +394,38 @@ impl ServiceControl {
             self.socket = Some(socket);
         }
         out
+    }
+
+    /// Records a move of the loop; returns its error if it failed with
+    /// its bucket where it was. Only those count towards stopping a
+    /// default loop: a move that failed once its bucket had moved is no
+    /// refused table write (its error is logged all the same).
+    fn tally(&mut self, t: &Tried) -> Option<String> {
+        self.history.record(t.cause, &t.outcome);
+        match &t.outcome {
+            _ if t.landed => {
+                self.failed_in_a_row = 0;
+                None
+            }
+            Ok(_) => None,
+            Err(e) => {
+                self.failed_in_a_row += 1;
+                Some(e.to_string())
+            }
+        }
+    }
+
+    /// A move asked for through the control socket: recorded in the
+    /// history and, if the bucket landed, told to the rebalancing loop,
+    /// which then holds it there for its hold-down rather than moving it
+    /// straight back.
+    fn move_by_hand(&mut self, view: &dyn ServiceView, bucket: u16, to: u32) -> Result<MoveReport> {
+        let (m, landed) = move_and_see(view, bucket, to);
+        self.history.record(MoveCause::Manual, &m);
+        if let (true, Some(a)) = (landed, self.auto.as_mut()) {
+            a.note_move(bucket, to);
+        }
+        m
     }
 
     /// Every counter of the service now.
@@ -487,6 +530,84 @@ pub fn move_line(outcome: &Result<MoveReport>) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A service whose moves do what the test says: each takes its bucket
+    /// (or not) and answers (or fails).
+    struct Scripted {
+        table: std::cell::RefCell<Vec<u32>>,
+        /// (takes the bucket, answers Ok) of the next move.
+        next: std::cell::Cell<(bool, bool)>,
+    }
+
+    impl ServiceView for Scripted {
+        fn backend(&self) -> &'static str {
+            "xdp"
+        }
+        fn iface(&self) -> String {
+            "test0".into()
+        }
+        fn queue_counters(&self) -> Vec<QueueCounterSet> {
+            Vec::new()
+        }
+        fn table(&self) -> Vec<u32> {
+            self.table.borrow().clone()
+        }
+        fn hint(
+            &self,
+            _flow: &flowlane_numa_sched::FlowTuple,
+        ) -> std::result::Result<ServiceHint, String> {
+            Err("does not say".into())
+        }
+        fn move_bucket(&self, bucket: u16, to_queue: u32) -> Result<MoveReport> {
+            let (takes, answers) = self.next.get();
+            if takes {
+                self.table.borrow_mut()[usize::from(bucket)] = to_queue;
+            }
+            match answers {
+                true => Ok(MoveReport::default()),
+                false => Err(Error::Move("a worker did not answer".into())),
+            }
+        }
+    }
+
+    /// Only the loop's moves that failed with their bucket where it was
+    /// count towards stopping a default loop.
+    #[test]
+    fn a_move_that_failed_after_its_bucket_moved_is_no_failure_in_a_row() {
+        let mut control = ServiceControl::without_rebalancing("test", SocketChoice::Off).unwrap();
+        let failed = |landed| Tried {
+            cause: MoveCause::BalanceSameNode,
+            outcome: Err(Error::Move("a worker did not answer".into())),
+            landed,
+        };
+        assert!(control.tally(&failed(false)).is_some());
+        assert!(control.tally(&failed(false)).is_some());
+        assert_eq!(control.failed_in_a_row, 2);
+        assert!(control.tally(&failed(true)).is_none());
+        assert_eq!(control.failed_in_a_row, 0);
+        assert_eq!(control.history.failed, 3, "the history counts every error");
+    }
+
+    /// A move made by hand that took its bucket (whether or not it failed
+    /// afterwards) is told to the rebalancing loop, which then holds the
+    /// bucket there rather than moving it straight back; one that left the
+    /// bucket where it was is not.
+    #[test]
+    fn a_move_made_by_hand_holds_its_bucket_down() {
+        for (takes, answers) in [(true, true), (true, false), (false, false)] {
+            let view = Scripted {
+                table: std::cell::RefCell::new(vec![0, 1, 0, 1]),
+                next: std::cell::Cell::new((takes, answers)),
+            };
+            let mut control =
+                ServiceControl::without_rebalancing("test", SocketChoice::Off).unwrap();
+            control.auto = Some(AutoRebalance::bare());
+            let m = control.move_by_hand(&view, 2, 1);
+            assert_eq!(m.is_ok(), answers);
+            let held = control.auto.as_ref().unwrap().is_held(2);
+            assert_eq!(held, takes, "({takes}, {answers})");
+        }
+    }
 
     #[test]
     fn the_imbalance_is_measured_over_whole_seconds() {

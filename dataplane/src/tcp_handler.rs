@@ -489,6 +489,9 @@ counters! {
         time_wait_evicted,
         /// Segments failing the sequence test.
         unacceptable,
+        /// Segments dropped for their flags (no ACK where one is needed, an
+        /// RST or a SYN with FIN at a listener, no SYN-ACK in SYN-SENT).
+        bad_flags,
         /// Out-of-order segments dropped: the reassembler had no room for another hole.
         ooo_dropped,
         /// FINs received ahead of a hole and forgotten: data then arrived past them.
@@ -586,8 +589,10 @@ counters! {
         buckets_in,
         /// Frames of buckets that left this queue, forwarded to their new queue.
         frames_forwarded,
-        /// Of those, frames that reached this queue after it had told the new
-        /// queue that it was drained (they arrive there out of order).
+        /// Of those, TCP segments that reached this queue after it had told
+        /// the new queue that it was drained, the NIC's entry rewritten (they
+        /// arrive there out of order); not ICMP errors, nor the frames of a
+        /// bucket whose entry could not be written.
         frames_forwarded_late,
         /// The longest a frame forwarded late came after its bucket's drain
         /// marker, µs (a gauge, since the service started).
@@ -596,7 +601,8 @@ counters! {
         frames_forwarded_in,
         /// Frames of buckets being taken over, held until the old queue drained.
         frames_held,
-        /// Takeovers that stopped holding on the timeout, not the old queue's marker.
+        /// Takeovers that stopped holding on the timeout, not the old queue's
+        /// marker (nor the controller's cancel).
         hold_timeouts,
         /// Frames not forwarded or held (no queue to forward to, forwarded
         /// too often, the new queue's inbox full for too long, or more held
@@ -679,6 +685,7 @@ impl TcpCounters {
         set(&self.time_wait_syn_dropped, s.time_wait_syn_dropped);
         set(&self.time_wait_evicted, s.time_wait_evicted);
         set(&self.unacceptable, s.unacceptable);
+        set(&self.bad_flags, s.bad_flags);
         set(&self.ooo_dropped, s.ooo_dropped);
         set(&self.fin_overrun, s.fin_overrun);
         set(&self.no_connection, s.no_connection);
@@ -814,11 +821,12 @@ impl TcpHandler {
     /// The endpoint of `queue` (call from the `Dataplane::start` factory,
     /// which runs on the queue's core).
     pub fn new(queue: &QueueInfo, cfg: TcpConfig) -> TcpHandler {
+        // The workers of one service share the stack's key: a bucket's
+        // connections move between them, and with them the handshakes its
+        // SYN cookies answered (checked by that key wherever the ACK lands)
+        // and the tuples whose next incarnations' ISNs and timestamp
+        // offsets must follow the last ones' (RFC 6528, RFC 6191).
         let mut tcp = cfg.tcp;
-        // Each worker's ISN generator gets its own key.
-        for (i, b) in queue.queue.to_le_bytes().iter().enumerate() {
-            tcp.isn_secret[12 + i] ^= b;
-        }
         tcp.recv_memory = tcp
             .recv_memory
             .min(recv_memory_for(queue.rx_frames, tcp.mss));
@@ -1090,7 +1098,7 @@ impl TcpHandler {
             .handle_too_big(now, t.local, t.remote, t.seq, t.mtu)
         {
             match self.mover.as_mut() {
-                Some(m) => m.forward(duration(now), bucket, hops, f.bytes),
+                Some(m) => m.forward_icmp(duration(now), bucket, hops, f.bytes),
                 None => counters::bump(&self.counters.forward_dropped),
             }
         }
@@ -1138,13 +1146,20 @@ impl TcpHandler {
         for work in mover.take_work(now_d) {
             match work {
                 Work::Export { bucket, to, reply } => {
+                    // A connection a handler opens during the export takes
+                    // a port of a bucket that stays.
+                    mover.leaving(bucket, to);
+                    self.ports.set_rss(mover.rss().clone());
                     let (arrival, reply_msg) =
                         self.export_bucket(now, bucket, frames, &mut |part| {
                             mover.export_part(to, part);
                         });
-                    let _ = reply.send(reply_msg);
+                    // The last part goes into the new queue's inbox before
+                    // the controller hears that the export is done: what
+                    // it sends the new queue next (an undo's `Export`)
+                    // comes behind it.
                     mover.exported(bucket, to, arrival);
-                    self.ports.set_rss(mover.rss().clone());
+                    let _ = reply.send(reply_msg);
                 }
                 Work::Import(arrival) => {
                     let bucket = arrival.bucket;
@@ -1155,7 +1170,11 @@ impl TcpHandler {
                         self.ports.set_rss(mover.rss().clone());
                     }
                 }
-                Work::Rewritten { bucket, reply } => mover.rewritten(bucket, reply, rx.end_now()),
+                Work::Rewritten {
+                    bucket,
+                    reply,
+                    written,
+                } => mover.rewritten(bucket, reply, written, rx.end_now()),
                 Work::Frames(batches) => {
                     self.mover = Some(mover);
                     // As on the RX ring: each frame's successor's state
@@ -1190,6 +1209,15 @@ impl TcpHandler {
     /// one exports the next; the last is returned with the controller's
     /// answer. Kept payload is copied into the export out of `frames`
     /// (whose frames the stack then releases).
+    ///
+    /// A handler's `on_export` may close connections of the bucket: one
+    /// whose turn has not come stays with its handler, which hears its
+    /// `on_closed`; one whose application side is out already (listed
+    /// earlier, or the one being exported) leaves the stack without being
+    /// exported, and its handler gets its state back through
+    /// `on_import_failed` (its owner entry is gone: its `Closed` reaches
+    /// nobody). A connection opened meanwhile lands in a bucket that stays
+    /// (the ports follow [`Mover::leaving`]).
     fn export_bucket(
         &mut self,
         now: Instant,
@@ -1222,6 +1250,11 @@ impl TcpHandler {
                     self.prefetch_removal(near);
                 }
             }
+            // Closed by an earlier `on_export`: its handler keeps it and
+            // hears of its end.
+            if self.stack.state(c).is_err() {
+                continue;
+            }
             let (mut net, app) = self.net(now, frames);
             apps.push((c, app.export_conn(c, &mut net)));
         }
@@ -1242,7 +1275,7 @@ impl TcpHandler {
                 .and_then(|(_, a)| a.take()),
         };
         let (mut connections, mut time_wait) = (0, 0);
-        loop {
+        let last = loop {
             let export = self.stack.export_bucket_part(bucket, EXPORT_PART, frames);
             connections += export.connections().len();
             time_wait += export.time_wait_count();
@@ -1270,14 +1303,21 @@ impl TcpHandler {
                 neighbors,
             });
             if complete {
-                let reply = Reply::Exported {
-                    connections,
-                    time_wait,
-                };
-                return (arrival, reply);
+                break arrival;
             }
             send(arrival);
+        };
+        // Application sides no exported connection took: their connections
+        // were closed in an `on_export` from their own on.
+        for a in apps.into_iter().filter_map(|(_, a)| a) {
+            let (mut net, app) = self.net(now, frames);
+            app.import_failed(a, &mut net);
         }
+        let reply = Reply::Exported {
+            connections,
+            time_wait,
+        };
+        (last, reply)
     }
 
     /// Whether a move prefetches the connections ahead ([`TcpHandler::move_prefetch`]).
