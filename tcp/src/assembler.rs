@@ -81,11 +81,17 @@ impl Assembler {
             .map(move |&(s, e)| (s.wrapping_sub(b), e.wrapping_sub(b)))
     }
 
-    /// Records `[offset, offset + len)` as filled, holding at most `max`
-    /// ranges (at most [`MAX_RANGES`]). Returns how many bytes are now
-    /// contiguous from offset 0; those are removed (the caller advances
-    /// `RCV.NXT` by that much). Offsets must stay below 2^31.
-    pub(crate) fn add(&mut self, offset: u32, len: u32, max: usize) -> Result<u32, TooManyRanges> {
+    /// Records `[offset, offset + len)` as filled, holding at most
+    /// [`max_ranges`]`(capacity)` ranges, `capacity` being the receive
+    /// buffer's. Returns how many bytes are now contiguous from offset 0;
+    /// those are removed (the caller advances `RCV.NXT` by that much).
+    /// Offsets must stay below 2^31.
+    pub(crate) fn add(
+        &mut self,
+        offset: u32,
+        len: u32,
+        capacity: usize,
+    ) -> Result<u32, TooManyRanges> {
         if len == 0 {
             return Ok(0);
         }
@@ -123,7 +129,7 @@ impl Assembler {
         }
         let new = (b.wrapping_add(s), b.wrapping_add(e));
         if lo == hi {
-            if self.ranges.len() >= max.min(MAX_RANGES) {
+            if self.ranges.len() >= max_ranges(capacity) {
                 return Err(TooManyRanges);
             }
             self.ranges.insert(lo, new);
@@ -147,19 +153,19 @@ mod tests {
     #[test]
     fn in_order_passes_through() {
         let mut a = Assembler::new();
-        assert_eq!(a.add(0, 10, MAX_RANGES), Ok(10));
+        assert_eq!(a.add(0, 10, usize::MAX), Ok(10));
         assert!(a.is_empty());
     }
 
     #[test]
     fn fills_holes() {
         let mut a = Assembler::new();
-        assert_eq!(a.add(10, 5, MAX_RANGES), Ok(0));
-        assert_eq!(a.add(20, 5, MAX_RANGES), Ok(0));
+        assert_eq!(a.add(10, 5, usize::MAX), Ok(0));
+        assert_eq!(a.add(20, 5, usize::MAX), Ok(0));
         assert!(a.ranges().eq([(10, 15), (20, 25)]));
-        assert_eq!(a.add(15, 5, MAX_RANGES), Ok(0));
+        assert_eq!(a.add(15, 5, usize::MAX), Ok(0));
         assert!(a.ranges().eq([(10, 25)]));
-        assert_eq!(a.add(0, 12, MAX_RANGES), Ok(25));
+        assert_eq!(a.add(0, 12, usize::MAX), Ok(25));
         assert!(a.is_empty());
     }
 
@@ -167,18 +173,18 @@ mod tests {
     fn bounded() {
         let mut a = Assembler::new();
         for i in 0..MAX_RANGES as u32 {
-            assert_eq!(a.add(10 + 10 * i, 1, MAX_RANGES), Ok(0));
+            assert_eq!(a.add(10 + 10 * i, 1, usize::MAX), Ok(0));
         }
         let before = a.clone();
         assert_eq!(
-            a.add(10 + 10 * MAX_RANGES as u32, 1, MAX_RANGES),
+            a.add(10 + 10 * MAX_RANGES as u32, 1, usize::MAX),
             Err(TooManyRanges)
         );
         assert_eq!(a, before);
         // Merging into an existing range is fine, and so is filling the
         // front even though that momentarily makes MAX_RANGES + 1 ranges.
-        assert_eq!(a.add(11, 2, MAX_RANGES), Ok(0));
-        assert_eq!(a.add(0, 10, MAX_RANGES), Ok(13));
+        assert_eq!(a.add(11, 2, usize::MAX), Ok(0));
+        assert_eq!(a.add(0, 10, usize::MAX), Ok(13));
         assert_eq!(a.ranges().len(), MAX_RANGES - 1);
         assert_eq!(a.ranges().next(), Some((7, 8)));
     }
@@ -187,13 +193,13 @@ mod tests {
     fn positions_wrap() {
         let mut a = Assembler::new();
         // Move the base close to the end of the 32-bit position space.
-        assert_eq!(a.add(0, u32::MAX - 5, MAX_RANGES), Ok(u32::MAX - 5));
-        assert_eq!(a.add(10, 5, MAX_RANGES), Ok(0));
-        assert_eq!(a.add(20, 5, MAX_RANGES), Ok(0));
+        assert_eq!(a.add(0, u32::MAX - 5, usize::MAX), Ok(u32::MAX - 5));
+        assert_eq!(a.add(10, 5, usize::MAX), Ok(0));
+        assert_eq!(a.add(20, 5, usize::MAX), Ok(0));
         assert!(a.ranges().eq([(10, 15), (20, 25)]));
-        assert_eq!(a.add(12, 10, MAX_RANGES), Ok(0));
+        assert_eq!(a.add(12, 10, usize::MAX), Ok(0));
         assert!(a.ranges().eq([(10, 25)]));
-        assert_eq!(a.add(0, 10, MAX_RANGES), Ok(25));
+        assert_eq!(a.add(0, 10, usize::MAX), Ok(25));
         assert!(a.is_empty());
     }
 
@@ -203,14 +209,14 @@ mod tests {
     fn many_holes() {
         let mut a = Assembler::new();
         for i in 0..MAX_RANGES as u32 {
-            assert_eq!(a.add(2000 * i + 1000, 1000, MAX_RANGES), Ok(0));
+            assert_eq!(a.add(2000 * i + 1000, 1000, usize::MAX), Ok(0));
         }
         assert_eq!(a.len(), MAX_RANGES);
         for i in (1..MAX_RANGES as u32).rev() {
-            assert_eq!(a.add(2000 * i, 1000, MAX_RANGES), Ok(0));
+            assert_eq!(a.add(2000 * i, 1000, usize::MAX), Ok(0));
         }
         assert_eq!(a.len(), 1);
-        assert_eq!(a.add(0, 1000, MAX_RANGES), Ok(2000 * MAX_RANGES as u32));
+        assert_eq!(a.add(0, 1000, usize::MAX), Ok(2000 * MAX_RANGES as u32));
         assert!(a.is_empty());
     }
 
@@ -225,7 +231,7 @@ mod tests {
                 if abs + len > 8192 {
                     continue;
                 }
-                if let Ok(front) = a.add(off, len, MAX_RANGES) {
+                if let Ok(front) = a.add(off, len, usize::MAX) {
                     for b in abs..abs + len {
                         model[b as usize] = true;
                     }
@@ -265,7 +271,7 @@ mod tests {
             for (off, len) in segs {
                 // Offsets are relative to what has been delivered so far.
                 let abs = delivered + off;
-                if let Ok(front) = a.add(off, len, MAX_RANGES) {
+                if let Ok(front) = a.add(off, len, usize::MAX) {
                     for b in abs..abs + len {
                         if (b as usize) < model.len() {
                             model[b as usize] = true;
@@ -299,11 +305,11 @@ mod tests {
         assert_eq!(max_ranges(usize::MAX), MAX_RANGES);
         let mut a = Assembler::new();
         for i in 0..64u32 {
-            assert_eq!(a.add(2 + 2 * i, 1, 64), Ok(0));
+            assert_eq!(a.add(2 + 2 * i, 1, 4096), Ok(0));
         }
-        assert_eq!(a.add(1000, 1, 64), Err(TooManyRanges));
+        assert_eq!(a.add(1000, 1, 4096), Err(TooManyRanges));
         // Growing a range held already needs none more.
-        assert_eq!(a.add(3, 1, 64), Ok(0));
+        assert_eq!(a.add(3, 1, 4096), Ok(0));
         assert_eq!(a.len(), 63);
     }
 }

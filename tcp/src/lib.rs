@@ -198,6 +198,21 @@ pub enum Event {
     },
 }
 
+impl Event {
+    /// Whether the event is about `conn`.
+    fn is_of(&self, conn: ConnHandle) -> bool {
+        let c = match *self {
+            Event::Accepted { conn, .. }
+            | Event::Connected(conn)
+            | Event::Readable(conn)
+            | Event::Writable(conn)
+            | Event::PeerClosed(conn)
+            | Event::Closed { conn, .. } => conn,
+        };
+        c == conn
+    }
+}
+
 /// What one RSS bucket of a stack holds now and has received
 /// ([`Stack::bucket_stats`]): the figures a rebalancer weighs buckets by.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

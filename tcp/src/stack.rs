@@ -255,8 +255,8 @@ enum TimeWaitSyn {
     NotOne,
     /// A possible old duplicate: drop it.
     Drop,
-    /// The old incarnation was closed; the SYN goes to the listener.
-    Reopen,
+    /// The old incarnation was closed; the SYN goes to this listener.
+    Reopen(ListenerId),
 }
 
 struct Listener {
@@ -1554,9 +1554,9 @@ impl Stack {
             }
             TimeWaitSyn::Drop => self.stats.time_wait_syn_dropped += 1,
             // The old incarnation is gone: the listener takes the SYN.
-            TimeWaitSyn::Reopen => {
+            TimeWaitSyn::Reopen(l) => {
                 self.stats.time_wait_reopened += 1;
-                self.for_listener(tuple, repr, payload, ecn);
+                self.for_listener(l, tuple, repr, payload, ecn);
             }
         }
         Delivery::Taken
@@ -1720,23 +1720,32 @@ impl Stack {
         }
         if let Some(tw) = self.time_wait.find(hash, &tuple) {
             self.count_bucket_segment(self.time_wait.bucket_of(tw), len);
-            let listening =
-                time_wait::is_bare_syn(repr.flags) && self.listener_for(&tuple).is_some();
+            // Looked up once: the listener a reopening SYN goes to.
+            let listener = if time_wait::is_bare_syn(repr.flags) {
+                self.listener_for(&tuple)
+            } else {
+                None
+            };
             let mut ctx = RecordCtx {
                 cfg: &self.cfg,
                 now: self.now,
                 stats: &mut self.stats,
                 challenges: &mut self.replies.challenges,
-                listening,
+                listening: listener.is_some(),
             };
             let verdict = self.time_wait.on_segment(tw, &mut ctx, repr, len);
-            match verdict {
-                Verdict::Reopen => self.stats.time_wait_reopened += 1,
-                Verdict::DropSyn => {
+            match (verdict, listener) {
+                (Verdict::Reopen, Some(l)) => {
+                    self.stats.time_wait_reopened += 1;
+                    self.on_listen_segment(l, hash, tuple, repr, payload, ecn);
+                    return Delivery::Taken;
+                }
+                (Verdict::Reopen, None) => self.stats.time_wait_reopened += 1,
+                (Verdict::DropSyn, _) => {
                     self.stats.time_wait_syn_dropped += 1;
                     return Delivery::Taken;
                 }
-                Verdict::Done | Verdict::Ack => return Delivery::Taken,
+                (Verdict::Done | Verdict::Ack, _) => return Delivery::Taken,
             }
         }
         self.for_listener_hashed(hash, tuple, repr, payload, ecn);
@@ -1748,9 +1757,16 @@ impl Stack {
     // Out of line: `handle_tcp` reaches it for a SYN that reopens a
     // TIME-WAIT connection, and it would otherwise grow the established path.
     #[inline(never)]
-    fn for_listener(&mut self, tuple: FlowKey, repr: &TcpRepr, payload: &[u8], ecn: Ecn) {
+    fn for_listener(
+        &mut self,
+        l: ListenerId,
+        tuple: FlowKey,
+        repr: &TcpRepr,
+        payload: &[u8],
+        ecn: Ecn,
+    ) {
         let hash = self.table.hash(&tuple);
-        self.for_listener_hashed(hash, tuple, repr, payload, ecn);
+        self.on_listen_segment(l, hash, tuple, repr, payload, ecn);
     }
 
     /// [`Stack::for_listener`] for a tuple whose hash the caller computed
@@ -1802,15 +1818,25 @@ impl Stack {
         if !time_wait::is_bare_syn(seg.flags) {
             return TimeWaitSyn::NotOne;
         }
+        self.time_wait_bare_syn(idx, tuple, seg)
+    }
+
+    /// [`Stack::time_wait_syn`] for a bare SYN: out of the established
+    /// path's line.
+    #[inline(never)]
+    fn time_wait_bare_syn(&mut self, idx: u32, tuple: &FlowKey, seg: &TcpRepr) -> TimeWaitSyn {
         let conn = self.slots[idx as usize].conn.as_ref().expect("live slot");
-        if conn.state != State::TimeWait || self.listener_for(tuple).is_none() {
+        if conn.state != State::TimeWait {
             return TimeWaitSyn::NotOne;
         }
+        let Some(l) = self.listener_for(tuple) else {
+            return TimeWaitSyn::NotOne;
+        };
         if !conn.accepts_new_incarnation(&self.cfg, seg) || conn.holds_unread() {
             return TimeWaitSyn::Drop;
         }
         self.with_conn(idx, |c, _| c.close_now(CloseReason::Normal));
-        TimeWaitSyn::Reopen
+        TimeWaitSyn::Reopen(l)
     }
 
     /// Convenience over [`Stack::handle_tcp`] for a segment in bytes (TCP
@@ -2198,31 +2224,17 @@ impl Stack {
     /// A closed connection's slot (its handle's index) is given to no other
     /// connection before its `Closed` was taken here, so that an application
     /// may key its own state by the index until it hears of the close; and
-    /// of a connection gone meanwhile (the application aborted it), the
-    /// events queued before are dropped: only its `Closed` comes.
+    /// of a connection gone before its events were taken (the application
+    /// aborted it in the callback of an earlier event), only its `Closed`
+    /// comes.
     #[must_use]
     pub fn poll_event(&mut self) -> Option<Event> {
-        loop {
-            let event = self.events.pop_front()?;
-            let conn = match event {
-                Event::Closed { conn, .. } => {
-                    // The closed connection's slot, held until now (`remove`).
-                    self.free.push(conn.index);
-                    return Some(event);
-                }
-                Event::Accepted { conn, .. }
-                | Event::Connected(conn)
-                | Event::Readable(conn)
-                | Event::Writable(conn)
-                | Event::PeerClosed(conn) => conn,
-            };
-            // Queued before the application ended the connection (an abort
-            // in the callback of an earlier event): of a connection it
-            // ended, only the `Closed` is told.
-            if self.lookup(conn).is_ok() {
-                return Some(event);
-            }
+        let event = self.events.pop_front()?;
+        if let Event::Closed { conn, .. } = event {
+            // The closed connection's slot, held until now (`remove`).
+            self.free.push(conn.index);
         }
+        Some(event)
     }
 
     // ---------------------------------------------------------------
@@ -2366,6 +2378,7 @@ impl Stack {
     pub fn close(&mut self, conn: ConnHandle) -> Result<(), Error> {
         let idx = self.lookup(conn)?;
         self.with_conn(idx, |c, ctx| c.close(ctx));
+        self.forget_events_if_gone(conn);
         Ok(())
     }
 
@@ -2374,7 +2387,19 @@ impl Stack {
     pub fn abort(&mut self, conn: ConnHandle) -> Result<(), Error> {
         let idx = self.lookup(conn)?;
         self.with_conn(idx, |c, ctx| c.abort(ctx));
+        self.forget_events_if_gone(conn);
         Ok(())
+    }
+
+    /// After an application call that may have ended `conn` (an abort, a
+    /// close with bytes unread or in SYN-SENT): if it did, the events
+    /// queued for it before (those of the batch whose callback made the
+    /// call) are dropped; only its `Closed` comes.
+    fn forget_events_if_gone(&mut self, conn: ConnHandle) {
+        if self.lookup(conn).is_err() && self.events.len() > 1 {
+            self.events
+                .retain(|e| !e.is_of(conn) || matches!(e, Event::Closed { .. }));
+        }
     }
 
     /// Turns keepalive on or off for one connection (Linux's

@@ -962,8 +962,8 @@ impl Connection {
             // Past the buffer (window rounding): the peer resends the rest.
             self.flags.set(Flags::ACK_NOW);
         }
-        let max = crate::assembler::max_ranges(self.recv_buf.capacity());
-        let front = self.assembler.add(offset as u32, written as u32, max);
+        let capacity = self.recv_buf.capacity();
+        let front = self.assembler.add(offset as u32, written as u32, capacity);
         if self.assembler.is_empty() {
             self.flags.clear(Flags::HOLES);
         } else {

@@ -161,7 +161,7 @@ impl Connection {
                 let n = recv_buf.write_unallocated(pool, *off as usize, bytes);
                 if n != bytes.len()
                     || *off == 0
-                    || assembler.add(*off, n as u32, crate::assembler::MAX_RANGES) != Ok(0)
+                    || assembler.add(*off, n as u32, usize::MAX) != Ok(0)
                 {
                     valid = false;
                     break;
