@@ -411,12 +411,15 @@ impl Connection {
         }
         // What lies past the window's right edge goes, FIN included: the
         // edge is RCV.NXT + RCV.WND, wherever in the window the segment
-        // begins (an out-of-order one too).
-        let room = wnd.saturating_sub(seq - nxt);
-        if data.len() > room {
-            data = &data[..room];
-            f = TcpFlags(f.0 & !TcpFlags::FIN.0);
-            self.flags.set(Flags::ACK_NOW);
+        // begins (an out-of-order one too). (A bare ACK or FIN passed the
+        // acceptability test: it lies within the window.)
+        if !data.is_empty() {
+            let room = wnd.saturating_sub(seq - nxt);
+            if data.len() > room {
+                data = &data[..room];
+                f = TcpFlags(f.0 & !TcpFlags::FIN.0);
+                self.flags.set(Flags::ACK_NOW);
+            }
         }
         Some((seq, data, f))
     }

@@ -98,17 +98,6 @@ impl Connection {
         ctx: &mut Ctx<'_>,
         buf: &mut [u8],
     ) -> Option<usize> {
-        if self.flags.has(Flags::HOLES | Flags::DSACK)
-            && self.flags.has(Flags::ACK_NOW)
-            && self.flags.has(Flags::SACK)
-        {
-            // An ACK owed for out-of-order or duplicate data goes out pure,
-            // with its SACK blocks (RFC 2018 §4: in every ACK that does not
-            // acknowledge the highest sequence number; RFC 2883), ahead of
-            // any data segment, which has no room for them and is no
-            // duplicate ACK (RFC 5681 §2).
-            return self.emit_raw(ctx, buf, self.snd.max, TcpFlags::ACK, 0);
-        }
         if self.state.can_send() {
             let start = self.data_start();
             let buffered = self.queued_bytes();
@@ -120,6 +109,17 @@ impl Connection {
             }
             if let Break(r) = self.poll_window_probe(ctx, buf, start, buffered) {
                 return r;
+            }
+            if self.flags.has(Flags::ACK_NOW)
+                && self.flags.has(Flags::HOLES | Flags::DSACK)
+                && self.flags.has(Flags::SACK)
+            {
+                // An ACK owed for out-of-order or duplicate data goes out
+                // pure, with its SACK blocks (RFC 2018 §4: in every ACK
+                // that does not acknowledge the highest sequence number;
+                // RFC 2883), ahead of any data segment, which has no room
+                // for them and is no duplicate ACK (RFC 5681 §2).
+                return self.emit_raw(ctx, buf, self.snd.max, TcpFlags::ACK, 0);
             }
             if let Break(r) = self.poll_data(ctx, buf, start, buffered) {
                 return r;
