@@ -71,12 +71,12 @@ const TO_SEND_MAX: usize = 4_096;
 
 /// How long a worker holds the frames of a bucket it is taking over once
 /// the old worker can drain (it learnt of the NIC's rewrite and said so,
-/// [`Message::Draining`]), if the old worker's drain marker does not come:
+/// `Message::Draining`), if the old worker's drain marker does not come:
 /// the last resort, never the mechanism. Before that the old worker may
 /// still be exporting, or the NIC's write still running (an ethtool write
 /// on a real NIC), and nothing could drain yet: the hold's bound is then
-/// [`PREPARE_TIMEOUT`] from the announcement or from the last part of the
-/// bucket that arrived.
+/// the controller's step timeout from the announcement or from the last
+/// part of the bucket that arrived.
 pub const HOLD_TIMEOUT: Duration = Duration::from_millis(200);
 /// How long a worker that was told a bucket is coming waits for it (for
 /// the next part of it, once parts arrive), before the NIC's rewrite: the
