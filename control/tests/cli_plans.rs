@@ -181,7 +181,7 @@ fn bad_input_is_one_line_and_nonzero() {
     );
     one_line_error(
         &flowlane(&["plan", "--synthetic", TWO_NODES, "--nic-node", "5"]),
-        "NUMA node 5 is not in the topology",
+        "--nic-node 5 is not in the topology",
     );
     one_line_error(
         &flowlane(&[

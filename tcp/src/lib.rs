@@ -199,17 +199,16 @@ pub enum Event {
 }
 
 impl Event {
-    /// Whether the event is about `conn`.
-    fn is_of(&self, conn: ConnHandle) -> bool {
-        let c = match *self {
+    /// The connection the event is about.
+    pub fn conn(&self) -> ConnHandle {
+        match *self {
             Event::Accepted { conn, .. }
             | Event::Connected(conn)
             | Event::Readable(conn)
             | Event::Writable(conn)
             | Event::PeerClosed(conn)
             | Event::Closed { conn, .. } => conn,
-        };
-        c == conn
+        }
     }
 }
 

@@ -344,6 +344,10 @@ pub struct Stack {
     expired: Vec<u32>,
     dirty: VecDeque<(u32, u32)>,
     events: VecDeque<Event>,
+    /// An application call ended a connection while events were queued:
+    /// until the queue empties, `poll_event` drops those of connections
+    /// that are gone (only their `Closed` is told).
+    events_stale: bool,
     /// RSTs to send, and challenge ACKs left this second (RFC 5961 §7).
     replies: Replies,
     /// SYN cookies: their key, and the cookie SYN-ACKs to send.
@@ -478,6 +482,7 @@ impl Stack {
             expired: Vec::new(),
             dirty: VecDeque::new(),
             events: VecDeque::new(),
+            events_stale: false,
             rcv_committed: 0,
             mem_waiting: VecDeque::new(),
             stats: Stats::default(),
@@ -2233,8 +2238,34 @@ impl Stack {
         if let Event::Closed { conn, .. } = event {
             // The closed connection's slot, held until now (`remove`).
             self.free.push(conn.index);
+            return Some(event);
+        }
+        if self.events_stale {
+            return self.poll_event_stale(event);
         }
         Some(event)
+    }
+
+    /// [`Stack::poll_event`] while events of connections an application
+    /// call ended may be queued (`events_stale`): `event` and those after
+    /// it, the stale ones dropped. One look at each event's slot, and
+    /// only until the queue empties.
+    #[inline(never)]
+    fn poll_event_stale(&mut self, mut event: Event) -> Option<Event> {
+        loop {
+            if self.events.is_empty() {
+                self.events_stale = false;
+            }
+            match event {
+                Event::Closed { conn, .. } => {
+                    self.free.push(conn.index);
+                    return Some(event);
+                }
+                _ if self.lookup(event.conn()).is_ok() => return Some(event),
+                _ => {}
+            }
+            event = self.events.pop_front()?;
+        }
     }
 
     // ---------------------------------------------------------------
@@ -2394,11 +2425,13 @@ impl Stack {
     /// After an application call that may have ended `conn` (an abort, a
     /// close with bytes unread or in SYN-SENT): if it did, the events
     /// queued for it before (those of the batch whose callback made the
-    /// call) are dropped; only its `Closed` comes.
+    /// call) are dropped as they come out (`events_stale`); only its
+    /// `Closed` is told. (Not by a scan of the queue here: a sweep that
+    /// aborts every idle connection of a full stack would make it
+    /// quadratic.)
     fn forget_events_if_gone(&mut self, conn: ConnHandle) {
-        if self.lookup(conn).is_err() && self.events.len() > 1 {
-            self.events
-                .retain(|e| !e.is_of(conn) || matches!(e, Event::Closed { .. }));
+        if self.events.len() > 1 && self.lookup(conn).is_err() {
+            self.events_stale = true;
         }
     }
 

@@ -245,3 +245,39 @@ fn probing_a_zero_window_leaves_the_congestion_window_alone() {
         "{data} after reopening"
     );
 }
+
+/// A peer that closed its window and then went silent (crashed, its route
+/// gone): the probes go unanswered, and after `Config::max_retransmits`
+/// of them the connection ends (reset, `Timeout`), as one whose
+/// retransmissions go unanswered does; the application still holds it.
+/// A peer that answers its probes is probed for good (the test above).
+#[test]
+fn a_peer_silent_behind_a_zero_window_is_given_up() {
+    let mut p = Peer::new(60_000);
+    let conn = p.conn;
+    p.a.send(conn, &vec![7u8; 100_000]).unwrap();
+    let first = p.poll();
+    assert!(p.take(&first, usize::MAX) > 0);
+    p.ack(0);
+    p.poll();
+    // B answers nothing from now on.
+    let limit = p.now + Duration::from_secs(3600);
+    let mut probes = 0;
+    while let Some(t) = p.a.poll_timeout() {
+        if t > limit || p.a.state(conn).is_err() {
+            break;
+        }
+        p.now = t;
+        p.a.handle_timeout(t);
+        probes += p
+            .poll()
+            .iter()
+            .filter(|(r, len)| *len > 0 && !r.flags.rst())
+            .count();
+    }
+    assert!(p.a.state(conn).is_err(), "given up after {probes} probes");
+    assert_eq!(probes, 15, "Config::max_retransmits probes");
+    let closed = std::iter::from_fn(|| p.a.poll_event())
+        .any(|e| matches!(e, flowlane_tcp::Event::Closed { conn: c, reason: flowlane_tcp::CloseReason::Timeout } if c == conn));
+    assert!(closed, "told as a timeout");
+}

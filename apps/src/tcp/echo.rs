@@ -42,10 +42,10 @@ impl Echo {
 
     fn pump(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         let moved = net.echo(conn, &mut self.buf);
-        let now = net.now();
-        let active = self.active.get_or_insert_with(conn, || now);
-        if moved > 0 {
-            *active = now;
+        // Only connections still watched (not closed for idleness already:
+        // their last callbacks may still come) are marked active.
+        if let (true, Some(active)) = (moved > 0, self.active.get_mut(conn)) {
+            *active = net.now();
         }
     }
 }
@@ -70,8 +70,10 @@ impl ConnHandler for Echo {
     fn on_export(&mut self, _net: &mut dyn Net, conn: ConnHandle) -> Option<ConnState> {
         export_entry(&mut self.active, conn)
     }
-    fn on_import(&mut self, _net: &mut dyn Net, conn: ConnHandle, state: Option<ConnState>) {
-        import_entry(&mut self.active, conn, state);
+    fn on_import(&mut self, net: &mut dyn Net, conn: ConnHandle, state: Option<ConnState>) {
+        if !import_entry(&mut self.active, conn, state) {
+            self.active.insert(conn, net.now());
+        }
     }
     fn on_closed(&mut self, _net: &mut dyn Net, conn: ConnHandle, _r: CloseReason) {
         self.active.remove(conn);

@@ -801,9 +801,11 @@ impl Connection {
         if self.snd.wnd == 0 && new_wnd > 0 && ack == self.snd.una && self.snd.nxt > ack {
             // The window reopened: whatever went out as a probe into the
             // zero window was not accepted, so send it again right away
-            // instead of waiting for a backed-off RTO.
+            // instead of waiting for a backed-off RTO; the probes are no
+            // retransmissions to time the connection out by.
             self.snd.nxt = ack;
             self.timers_rare.rto = Deadline::NONE;
+            self.timers_rare.retransmits = 0;
         }
         self.snd.wnd = new_wnd;
         self.snd.max_wnd = self.snd.max_wnd.max(new_wnd);

@@ -226,6 +226,8 @@ impl Connection {
             self.timers_rare.rto = Deadline::NONE;
             self.flags.clear(Flags::PROBE_ARMED);
             self.arm_persist(ctx.now);
+            // Unanswered so far: the peer's answer resets the count.
+            self.timers_rare.retransmits = self.timers_rare.retransmits.saturating_add(1);
         }
         Some(sent)
     }
@@ -359,7 +361,7 @@ impl Connection {
         if is_retransmit {
             // A zero window's probe, sent again, is counted as a probe
             // (`window_probes`), not as a retransmission.
-            if self.snd.wnd != 0 {
+            if !(self.snd.wnd == 0 && self.flags.has(Flags::PERSISTING)) {
                 ctx.stats.retransmits += 1;
                 self.snd_rare.retransmitted = self.snd_rare.retransmitted.saturating_add(1);
             }

@@ -67,6 +67,16 @@ impl Connection {
                 self.close_now(CloseReason::Timeout);
                 return;
             }
+            if self.timers_rare.retransmits >= ctx.cfg.max_retransmits {
+                // A peer that answered none of the last probes is gone (its
+                // window shut, then crashed or its route lost), as one that
+                // answers no retransmission is: reset and given up (Linux
+                // counts unanswered probes against `tcp_retries2`). A probe
+                // answered resets the count (`input.rs`).
+                self.send_rst(ctx, ResetReason::TimedOut);
+                self.close_now(CloseReason::Timeout);
+                return;
+            }
             self.timers_rare.persist_backoff = self.timers_rare.persist_backoff.saturating_add(1);
             self.flags.set(Flags::PROBE_NOW);
         }
