@@ -27,6 +27,9 @@ struct Slot<T> {
     /// The connection ended; the slot is reused once its `Closed` event
     /// was dispatched ([`Handles::release`]).
     ending: bool,
+    /// It was ended by its handler (an abort): of the events queued before,
+    /// only its `Closed` is still told ([`Handles::due`]).
+    by_handler: bool,
 }
 
 /// Connections by [`ConnHandle`], at most `limit` slots.
@@ -92,17 +95,19 @@ impl<T> Handles<T> {
     }
 
     /// Whether `event`, queued earlier for a connection of this table, is
-    /// still to be dispatched: a connection that ended since (a handler
-    /// aborted it in an earlier callback) hears nothing more but its
-    /// `Closed`.
+    /// still to be dispatched: a connection its handler ended since (an
+    /// abort in an earlier callback, [`Handles::end_by_handler`]) hears
+    /// nothing more but its `Closed`. One the peer or the core ended is
+    /// told what came before its end (its peer's FIN ahead of its
+    /// `Closed`), as on the other backends.
     pub fn due(&self, event: &Event) -> bool {
-        match *event {
-            Event::Closed { .. } => true,
-            Event::Accepted { conn, .. }
-            | Event::Connected(conn)
-            | Event::Readable(conn)
-            | Event::Writable(conn)
-            | Event::PeerClosed(conn) => self.get(conn).is_ok(),
+        if let Event::Closed { .. } = event {
+            return true;
+        }
+        let conn = event.conn();
+        match self.slots.get(conn.index() as usize) {
+            Some(s) if s.generation == conn.generation() => s.value.is_some() || !s.by_handler,
+            _ => false,
         }
     }
 
@@ -125,6 +130,7 @@ impl<T> Handles<T> {
                     generation: 0,
                     value: None,
                     ending: false,
+                    by_handler: false,
                 });
                 (self.slots.len() - 1) as u32
             }
@@ -134,6 +140,7 @@ impl<T> Handles<T> {
         s.generation = s.generation.wrapping_add(1);
         s.value = Some(value);
         s.ending = false;
+        s.by_handler = false;
         self.open += 1;
         Ok(ConnHandle::from_parts(index, s.generation))
     }
@@ -148,6 +155,14 @@ impl<T> Handles<T> {
         s.ending = true;
         self.open -= 1;
         Some((ConnHandle::from_parts(index, s.generation), value))
+    }
+
+    /// [`Handles::end`] for a connection its handler ended (an abort): the
+    /// events queued for it before are no longer due ([`Handles::due`]).
+    pub fn end_by_handler(&mut self, index: u32) -> Option<(ConnHandle, T)> {
+        let ended = self.end(index)?;
+        self.slots[index as usize].by_handler = true;
+        Some(ended)
     }
 
     /// `h`'s `Closed` event was dispatched: its slot is free.
@@ -197,18 +212,22 @@ mod tests {
         assert!(t.has_room());
     }
 
-    /// Events queued for a connection that ended since are not due, but
-    /// its `Closed` is.
+    /// Events queued for a connection its handler ended since are not due,
+    /// but its `Closed` is; those of one the peer ended are (its FIN
+    /// before its `Closed`, as on the other backends).
     #[test]
-    fn only_the_closed_of_an_ended_connection_is_due() {
+    fn only_the_closed_of_a_connection_its_handler_ended_is_due() {
         let mut t: Handles<()> = Handles::new(2);
         let a = t.insert(()).unwrap();
         assert!(t.due(&Event::Readable(a)));
-        t.end(a.index());
+        t.end_by_handler(a.index());
         assert!(!t.due(&Event::Readable(a)));
         assert!(!t.due(&Event::PeerClosed(a)));
         let reason = flowlane_tcp::CloseReason::Aborted;
         assert!(t.due(&Event::Closed { conn: a, reason }));
+        let b = t.insert(()).unwrap();
+        t.end(b.index());
+        assert!(t.due(&Event::PeerClosed(b)), "the peer's end");
     }
 
     /// A slot the table never had names no connection: no panic.

@@ -220,7 +220,14 @@ impl KernelNet {
     /// Ends connection `index`: its socket goes (reset first when
     /// `reset`), `Closed` is queued, and the slot waits for that event.
     fn end(&mut self, index: u32, reason: CloseReason, reset: bool) {
-        let Some((h, mut conn)) = self.conns.end(index) else {
+        // The handler's abort: its connection hears nothing more but its
+        // `Closed` (`Handles::due`).
+        let ended = if reason == CloseReason::Aborted {
+            self.conns.end_by_handler(index)
+        } else {
+            self.conns.end(index)
+        };
+        let Some((h, mut conn)) = ended else {
             return;
         };
         if reset {

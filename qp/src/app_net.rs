@@ -202,7 +202,18 @@ impl QpNet {
     /// Ends our connection `index`: `Closed` is queued; the slot waits for
     /// it to be dispatched ([`QpNet::release`]).
     fn end(&mut self, index: u32, reason: CloseReason) {
-        let Some((h, mut c)) = self.conns.end(index) else {
+        self.end_as(index, reason, false);
+    }
+
+    /// [`QpNet::end`], by the handler itself (`by_handler`: an abort, whose
+    /// connection hears nothing more but its `Closed`).
+    fn end_as(&mut self, index: u32, reason: CloseReason, by_handler: bool) {
+        let ended = if by_handler {
+            self.conns.end_by_handler(index)
+        } else {
+            self.conns.end(index)
+        };
+        let Some((h, mut c)) = ended else {
             return;
         };
         forget_remote(&mut self.by_core, &mut c);
@@ -742,7 +753,7 @@ impl Net for QpNet {
             self.pending[core as usize].push(ToCore::Abort { conn });
         }
         // An ended connection has no core left to tell.
-        self.end(h.index(), CloseReason::Aborted);
+        self.end_as(h.index(), CloseReason::Aborted, true);
         Ok(())
     }
 
