@@ -108,6 +108,18 @@ impl Peer {
         out
     }
 
+    /// A with 100 kB queued; B takes its first flight and shuts its
+    /// window.
+    fn shut_after_first_flight() -> Peer {
+        let mut p = Peer::new(60_000);
+        p.a.send(p.conn, &vec![7u8; 100_000]).unwrap();
+        let first = p.poll();
+        assert!(p.take(&first, usize::MAX) > 0);
+        p.ack(0);
+        p.poll();
+        p
+    }
+
     /// Runs A's timers for `span` with B's window shut: B drops whatever A
     /// sends and answers it with the window still zero. Returns A's
     /// segments, each with the time it went.
@@ -205,13 +217,8 @@ fn a_window_reopened_below_one_segment_does_not_stall_the_sender() {
 /// outside the window again.
 #[test]
 fn probing_a_zero_window_leaves_the_congestion_window_alone() {
-    let mut p = Peer::new(60_000);
+    let mut p = Peer::shut_after_first_flight();
     let conn = p.conn;
-    p.a.send(conn, &vec![7u8; 100_000]).unwrap();
-    let first = p.poll();
-    assert!(p.take(&first, usize::MAX) > 0);
-    p.ack(0);
-    p.poll();
     let before = p.a.info(conn).unwrap();
     let rto_before = p.a.stats().rto_timeouts;
     let probes: Vec<_> = p
@@ -253,13 +260,8 @@ fn probing_a_zero_window_leaves_the_congestion_window_alone() {
 /// A peer that answers its probes is probed for good (the test above).
 #[test]
 fn a_peer_silent_behind_a_zero_window_is_given_up() {
-    let mut p = Peer::new(60_000);
+    let mut p = Peer::shut_after_first_flight();
     let conn = p.conn;
-    p.a.send(conn, &vec![7u8; 100_000]).unwrap();
-    let first = p.poll();
-    assert!(p.take(&first, usize::MAX) > 0);
-    p.ack(0);
-    p.poll();
     // B answers nothing from now on.
     let limit = p.now + Duration::from_secs(3600);
     let mut probes = 0;
