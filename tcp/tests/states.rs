@@ -1171,3 +1171,57 @@ fn an_empty_read_is_end_of_stream_only_at_the_end() {
     assert_eq!(read_all(&mut sim.b, b), b"waiting");
     assert_eq!(sim.b.recv(b, &mut []), Ok(0), "the end");
 }
+
+/// RFC 5681 §4.2: an ACK for at least every second full-sized segment, the
+/// full size being the peer's current one: after a "packet too big" A's
+/// segments shrink, and B acknowledges every second of the smaller ones
+/// (it went on waiting for two of the old size, every third segment).
+#[test]
+fn delayed_ack_follows_the_peers_segments_when_they_shrink() {
+    let mut sim = Sim::symmetric(9, LinkConfig::default());
+    let (a, b) = sim.establish();
+    sim.a.set_nodelay(a, true).unwrap();
+    let flight = |sim: &mut Sim, bytes: usize| {
+        let mut buf = [0u8; 1500];
+        sim.a.send(a, &vec![b'f'; bytes]).unwrap();
+        let now = sim.now;
+        let mut segs = Vec::new();
+        while let Some(t) = sim.a.poll_transmit(now, &mut buf) {
+            segs.push(buf[..t.len].to_vec());
+        }
+        // B's answer to each segment in turn: whether it acknowledged.
+        let acks: Vec<bool> = segs
+            .iter()
+            .map(|s| {
+                sim.b.handle_segment(now, A_IP, B_IP, s);
+                let mut ack = [0u8; 1500];
+                let mut any = false;
+                while let Some(t) = sim.b.poll_transmit(now, &mut ack) {
+                    any = true;
+                    sim.a.handle_segment(now, B_IP, A_IP, &ack[..t.len]);
+                }
+                any
+            })
+            .collect();
+        sim.run_for(Duration::from_millis(100));
+        assert_eq!(read_all(&mut sim.b, b).len(), bytes);
+        acks
+    };
+    assert_eq!(flight(&mut sim, 2 * 1448), [false, true]);
+    // A segment of the old size meets a 1280-byte link: the router's
+    // message lowers A's MSS, and A sends those bytes again, smaller.
+    sim.a.send(a, &[b'g'; 1448]).unwrap();
+    let now = sim.now;
+    let mut buf = [0u8; 1500];
+    let t = sim.a.poll_transmit(now, &mut buf).expect("the segment");
+    let (lost, _) = TcpRepr::parse_segment(&buf[..t.len]).unwrap();
+    let four = sim.a.four_tuple(a).unwrap();
+    let told = sim
+        .a
+        .handle_too_big(now, four.local, four.remote, lost.seq, 1280);
+    assert_eq!(told, flowlane_tcp::Delivery::Taken);
+    sim.run_for(Duration::from_millis(100));
+    assert_eq!(read_all(&mut sim.b, b), vec![b'g'; 1448]);
+    // 1228-byte segments now (1280 - 40 - 12): every second acknowledged.
+    assert_eq!(flight(&mut sim, 4 * 1228), [false, true, false, true]);
+}
