@@ -81,6 +81,23 @@ impl Assembler {
             .map(move |&(s, e)| (s.wrapping_sub(b), e.wrapping_sub(b)))
     }
 
+    /// The first part of `[offset, offset + len)` already held (relative
+    /// to `RCV.NXT`), if any: what a duplicate segment brought again.
+    pub(crate) fn held_part(&self, offset: u32, len: u32) -> Option<(u32, u32)> {
+        let end = offset.saturating_add(len);
+        let b = self.base;
+        let rel = |p: u32| p.wrapping_sub(b);
+        let i = self.ranges.partition_point(|&(_, e)| rel(e) <= offset);
+        let &(s, e) = self.ranges.get(i)?;
+        let (s, e) = (rel(s).max(offset), rel(e).min(end));
+        (s < e).then_some((s, e))
+    }
+
+    /// The held range (relative to `RCV.NXT`) that contains `offset`.
+    pub(crate) fn range_with(&self, offset: u32) -> Option<(u32, u32)> {
+        self.ranges().find(|&(s, e)| s <= offset && offset < e)
+    }
+
     /// Records `[offset, offset + len)` as filled, holding at most
     /// [`max_ranges`]`(capacity)` ranges, `capacity` being the receive
     /// buffer's. Returns how many bytes are now contiguous from offset 0;

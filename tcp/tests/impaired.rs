@@ -134,12 +134,14 @@ fn testbed_impairment_seeds() {
 /// handled before the stack is polled still yields one duplicate ACK per
 /// segment (a non-SACK sender such as a kernel peer counts them), and a
 /// duplicated segment gets its own duplicate ACK too. With SACK negotiated
-/// (RFC 2018), the ACKs carry the out-of-order block, and a duplicate below
-/// RCV.NXT is reported as a D-SACK block (RFC 2883).
-#[test]
-fn batched_out_of_order_segments_each_get_an_ack() {
+/// (RFC 2018), the ACKs carry the out-of-order block, and a duplicate, below
+/// RCV.NXT or of held out-of-order data, is reported as a D-SACK block (RFC
+/// 2883).
+/// A connection from a client stack to a server stack, established, and
+/// the client's first flight of `bytes` (sent with nodelay), not delivered:
+/// the server and the flight's segments.
+fn flight_to_server(bytes: usize) -> (flowlane_tcp::Stack, Vec<(flowlane_tcp::Transmit, Vec<u8>)>) {
     use flowlane_tcp::{Event, Stack};
-    use flowlane_wire::TcpRepr;
     let now = flowlane_tcp::time::Instant::ZERO;
     let mut server = Stack::new(sim::test_config(1));
     let mut client = Stack::new(sim::test_config(2));
@@ -162,11 +164,80 @@ fn batched_out_of_order_segments_each_get_an_ack() {
     }
     assert_eq!(client.poll_event(), Some(Event::Connected(conn)));
     client.set_nodelay(conn, true).unwrap();
-    client.send(conn, &[7u8; 6000]).unwrap();
+    client.send(conn, &vec![7u8; bytes]).unwrap();
     let mut segs = Vec::new();
     while let Some(t) = client.poll_transmit(now, &mut buf) {
         segs.push((t, buf[..t.len].to_vec()));
     }
+    (server, segs)
+}
+
+/// RFC 2018 §4: the first SACK block holds the segment that triggered the
+/// ACK, and the blocks after it repeat the most recently reported ones (not
+/// the highest), so that a sender that lost an ACK still learns of each
+/// block; and RFC 2883 §4: a segment partly below RCV.NXT is reported by a
+/// D-SACK block of its duplicate part.
+#[test]
+fn sack_blocks_most_recent_first_and_partial_duplicates_reported() {
+    use flowlane_wire::TcpRepr;
+    let now = flowlane_tcp::time::Instant::ZERO;
+    let (mut server, segs) = flight_to_server(10 * 1448);
+    assert!(segs.len() >= 9, "{} segments", segs.len());
+    let mut buf = [0u8; 1500];
+    let range = |i: usize| {
+        let (r, p) = TcpRepr::parse_segment(&segs[i].1).unwrap();
+        (r.seq, r.seq.wrapping_add(p.len() as u32))
+    };
+    let mut deliver = |server: &mut flowlane_tcp::Stack, i: usize| {
+        let (t, s) = &segs[i];
+        server.handle_segment(now, t.src.ip(), t.dst.ip(), s);
+        let mut last = Vec::new();
+        while let Some(t) = server.poll_transmit(now, &mut buf) {
+            let (r, _) = TcpRepr::parse_segment(&buf[..t.len]).unwrap();
+            last = r.options.sack_blocks[..usize::from(r.options.sack_block_count)].to_vec();
+        }
+        last
+    };
+    // Segments 0, 2, 4, 6 lost: blocks at 7, then 1, then 5, then 3.
+    assert_eq!(deliver(&mut server, 7), [range(7)]);
+    assert_eq!(deliver(&mut server, 1), [range(1), range(7)]);
+    assert_eq!(deliver(&mut server, 5), [range(5), range(1), range(7)]);
+    // Three blocks fit beside the timestamps: the oldest reported (7)
+    // gives its place, though it is the highest.
+    assert_eq!(deliver(&mut server, 3), [range(3), range(5), range(1)]);
+    // 8 joins 7's block: that block first, the most recent others after.
+    let (s7, _) = range(7);
+    let (_, e8) = range(8);
+    assert_eq!(deliver(&mut server, 8), [(s7, e8), range(3), range(5)]);
+    // Segment 0 fills the first hole; then a resend of 0 and 1 together
+    // (as after a timeout, repacketized) is half duplicate: a D-SACK block
+    // of the bytes received before, then the blocks.
+    assert_eq!(deliver(&mut server, 0), [(s7, e8), range(3), range(5)]);
+    let (s0, _) = range(0);
+    let (_, e1) = range(1);
+    let mut joined = TcpRepr::parse_segment(&segs[0].1).unwrap().0;
+    joined.seq = s0;
+    let payload = vec![7u8; (e1.wrapping_sub(s0)) as usize + 100];
+    let (t, _) = &segs[0];
+    let mut frame = vec![0u8; 60];
+    let hl = joined.emit(&mut frame).expect("room");
+    frame.truncate(hl);
+    frame.extend_from_slice(&payload);
+    let ck = sim::tcp_checksum(t.src.ip(), t.dst.ip(), &frame);
+    frame[16..18].copy_from_slice(&ck.to_be_bytes());
+    server.handle_segment(now, t.src.ip(), t.dst.ip(), &frame);
+    let t2 = server.poll_transmit(now, &mut buf).expect("an ACK");
+    let (ack, _) = TcpRepr::parse_segment(&buf[..t2.len]).unwrap();
+    let blocks = &ack.options.sack_blocks[..usize::from(ack.options.sack_block_count)];
+    assert_eq!(blocks[0], (s0, e1), "{blocks:?}");
+}
+
+#[test]
+fn batched_out_of_order_segments_each_get_an_ack() {
+    use flowlane_wire::TcpRepr;
+    let now = flowlane_tcp::time::Instant::ZERO;
+    let (mut server, segs) = flight_to_server(6000);
+    let mut buf = [0u8; 1500];
     assert!(segs.len() >= 3, "{} segments", segs.len());
     // The first segment is lost; the rest arrive in one batch, the last one
     // twice.
@@ -181,13 +252,20 @@ fn batched_out_of_order_segments_each_get_an_ack() {
         r.seq.wrapping_add(p.len() as u32)
     };
     let second_seq = TcpRepr::parse_segment(&segs[1].1).unwrap().0.seq;
+    let last_seq = TcpRepr::parse_segment(&last).unwrap().0.seq;
     let mut acks = Vec::new();
     while let Some(t) = server.poll_transmit(now, &mut buf) {
         let (repr, payload) = TcpRepr::parse_segment(&buf[..t.len]).unwrap();
         assert!(payload.is_empty());
         let o = &repr.options;
-        assert_eq!(o.sack_block_count, 1, "{o:?}");
-        assert_eq!(o.sack_blocks[0], (second_seq, last_end));
+        let blocks = &o.sack_blocks[..usize::from(o.sack_block_count)];
+        if acks.is_empty() {
+            // The last segment's second copy, above RCV.NXT: a D-SACK
+            // block, then the block that holds it (RFC 2883 §4).
+            assert_eq!(blocks, [(last_seq, last_end), (second_seq, last_end)]);
+        } else {
+            assert_eq!(blocks, [(second_seq, last_end)], "{o:?}");
+        }
         acks.push(repr.ack);
     }
     assert_eq!(acks[0], first_seq);

@@ -400,6 +400,12 @@ impl Connection {
         // Trim the front (already received) and the tail (beyond window).
         if seq < nxt {
             let dup = nxt - seq;
+            if !data.is_empty() && self.flags.has(Flags::SACK) {
+                // RFC 2883 §4: the part already received, reported as a
+                // D-SACK block, as a wholly duplicate segment's is.
+                self.rcv_rare.dsack = (seq, seq + dup.min(data.len()));
+                self.flags.set(Flags::DSACK);
+            }
             if dup > data.len() {
                 // Only a FIN remains, and it is in sequence at RCV.NXT.
                 data = &[];
@@ -939,7 +945,7 @@ impl Connection {
         if offset > 0 {
             // RFC 5681 §4.2: out-of-order data is acknowledged immediately.
             ctx.stats.out_of_order += 1;
-            self.rcv_rare.last_ooo = Some(seq);
+            self.note_sacked(seq);
             self.owe_immediate_ack();
         } else if had_holes {
             // RFC 5681 §4.2: so is data that fills a hole.
@@ -988,6 +994,9 @@ impl Connection {
         offset: usize,
         data: &[u8],
     ) -> Result<u32, crate::assembler::TooManyRanges> {
+        if offset > 0 && self.flags.has(Flags::HOLES | Flags::SACK) {
+            self.dsack_held(offset, data.len());
+        }
         let written = self.recv_buf.write_unallocated(ctx.pool, offset, data);
         if written < data.len() {
             // Past the buffer (window rounding): the peer resends the rest.
@@ -1001,6 +1010,46 @@ impl Connection {
             self.flags.set(Flags::HOLES);
         }
         front
+    }
+
+    /// RFC 2883 §4: an out-of-order segment that brings again bytes the
+    /// assembler holds is reported by a D-SACK block of those bytes (the
+    /// block that holds them follows it: `note_sacked`).
+    #[cold]
+    #[inline(never)]
+    fn dsack_held(&mut self, offset: usize, len: usize) {
+        if !self.flags.has(Flags::HOLES) || !self.flags.has(Flags::SACK) {
+            return;
+        }
+        if let Some((s, e)) = self.assembler.held_part(offset as u32, len as u32) {
+            let nxt = self.rcv.nxt;
+            self.rcv_rare.dsack = (nxt + s as usize, nxt + e as usize);
+            self.flags.set(Flags::DSACK);
+        }
+    }
+
+    /// An out-of-order segment starting at `seq` was placed: its block is
+    /// the first of the next SACK option, and the blocks of the earlier
+    /// ones follow, most recent first (RFC 2018 §4). An earlier start in
+    /// the same block (the segments of one run) gives its place up, so that
+    /// the list names three distinct blocks.
+    #[cold]
+    #[inline(never)]
+    fn note_sacked(&mut self, seq: SeqNumber) {
+        let nxt = self.rcv.nxt;
+        let list = &mut self.rcv_rare.sacked;
+        let block = self.assembler.range_with((seq - nxt) as u32);
+        let same = |s: SeqNumber| {
+            s >= nxt
+                && block.is_some_and(|(b, e)| {
+                    let off = s - nxt;
+                    (b as usize) <= off && off < e as usize
+                })
+        };
+        // The entry to drop: the first in the same block, or the oldest.
+        let drop = list.iter().position(|&s| same(s)).unwrap_or(list.len() - 1);
+        list.copy_within(..drop, 1);
+        list[0] = seq;
     }
 
     /// A FIN that arrived ahead of a hole, after data at `data_end` was

@@ -419,7 +419,7 @@ impl Connection {
             rcv_rare: RecvRare {
                 irs: SeqNumber(0),
                 fin_seq: SeqNumber(0),
-                last_ooo: None,
+                sacked: [SeqNumber(0); 3],
                 dsack: (SeqNumber(0), SeqNumber(0)),
                 rcv_rtt_seq: SeqNumber(0),
                 rcv_rtt_time: Deadline::NONE,

@@ -477,8 +477,10 @@ impl Connection {
 
     /// Fills in SACK blocks (RFC 2018 §4): a pending D-SACK block first
     /// (RFC 2883 §4), then the block holding the most recent out-of-order
-    /// segment, then the others, highest first; as many as fit next to the
-    /// timestamp option (3 with it, 4 without).
+    /// segment, then those of the segments before it that went first in
+    /// earlier options (most recent first: `RecvRare::sacked`), then the
+    /// others, highest first; as many as fit next to the timestamp option
+    /// (3 with it, 4 without).
     pub(super) fn sack_blocks(&mut self, o: &mut TcpOptions) {
         let max = if o.timestamps.is_some() { 3 } else { 4 };
         let mut n = 0;
@@ -490,30 +492,25 @@ impl Connection {
         }
         if !self.flags.has(Flags::HOLES) {
             // No other block (and no reason to read the assembler's line,
-            // or `last_ooo`'s).
+            // or `sacked`'s).
             o.sack_block_count = n as u8;
             return;
         }
         let nxt = self.rcv.nxt;
-        let abs = |(s, e): (u32, u32)| (nxt + s as usize, nxt + e as usize);
-        let first = self.rcv_rare.last_ooo.and_then(|l| {
-            self.assembler
-                .ranges()
-                .map(abs)
-                .find(|&(s, e)| s <= l && l < e)
-        });
-        if let Some(b) = first {
-            if n < max {
-                o.sack_blocks[n] = (b.0 .0, b.1 .0);
-                n += 1;
-            }
-        }
-        for b in self.assembler.ranges().rev().map(abs) {
+        let abs = |(s, e): (u32, u32)| ((nxt + s as usize).0, (nxt + e as usize).0);
+        let first = n;
+        let recent = self
+            .rcv_rare
+            .sacked
+            .into_iter()
+            .filter(|&s| s > nxt)
+            .filter_map(|s| self.assembler.range_with((s - nxt) as u32));
+        for b in recent.chain(self.assembler.ranges().rev()).map(abs) {
             if n >= max {
                 break;
             }
-            if Some(b) != first {
-                o.sack_blocks[n] = (b.0 .0, b.1 .0);
+            if !o.sack_blocks[first..n].contains(&b) {
+                o.sack_blocks[n] = b;
                 n += 1;
             }
         }

@@ -355,7 +355,7 @@ pub(crate) struct ReceiveState {
 /// measurement without timestamps. Kept apart from
 /// [`ReceiveState`], out of the cache lines every segment touches (see
 /// `Connection`'s layout): whether there is a FIN ahead or a D-SACK block
-/// owed is in [`Flags`] (`FIN_AHEAD`, `DSACK`), and `last_ooo` is read only
+/// owed is in [`Flags`] (`FIN_AHEAD`, `DSACK`), and `sacked` is read only
 /// while the assembler holds data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RecvRare {
@@ -364,9 +364,13 @@ pub(crate) struct RecvRare {
     /// With `Flags::FIN_AHEAD`: the sequence number of a FIN that arrived
     /// ahead of missing data.
     pub(crate) fin_seq: SeqNumber,
-    /// Start of the most recent out-of-order segment: the SACK block that
-    /// contains it goes first (RFC 2018 §4).
-    pub(crate) last_ooo: Option<SeqNumber>,
+    /// Starts of the latest out-of-order segments of distinct blocks, most
+    /// recent first: the SACK block that contains the first goes first in
+    /// the options, and those of the others follow (RFC 2018 §4: the most
+    /// recently reported blocks repeated). A start that no held block
+    /// contains any more (filled, or from before the assembler last
+    /// emptied) is skipped.
+    pub(crate) sacked: [SeqNumber; 3],
     /// With `Flags::DSACK`: a duplicate segment's range to report once as
     /// a D-SACK block (RFC 2883 §4).
     pub(crate) dsack: (SeqNumber, SeqNumber),
