@@ -608,7 +608,7 @@ impl Connection {
             return false;
         } else {
             let tsecr = seg.options.timestamps.map(|(_, ecr)| ecr);
-            self.receive_data(ctx, seq, data, tsecr, seg.flags);
+            self.receive_data(ctx, seq, data, tsecr);
         }
         true
     }
@@ -891,7 +891,6 @@ impl Connection {
         seq: SeqNumber,
         data: &[u8],
         tsecr: Option<u32>,
-        flags: TcpFlags,
     ) {
         let offset = seq - self.rcv.nxt;
         let had_holes = self.flags.has(Flags::HOLES);
@@ -899,9 +898,19 @@ impl Connection {
         if self.recv_buf.len() + offset + data.len() > ring {
             self.cover_advertised_window();
         }
+        // The peer's full-sized segment, for the delayed ACK (RFC 5681
+        // §4.2: "at least every second full-sized segment") and the receive
+        // RTT's samples: the largest seen, or any of at least 512 bytes (a
+        // peer's MSS falls after a "packet too big" or a probe, rarely
+        // below 536 less options: RFC 9293 §3.7.1). Growing only, a peer
+        // whose segments shrank was acknowledged every third segment or
+        // later, and its RTT no longer sampled. (Linux's
+        // `tcp_measure_rcv_mss` lowers its estimate at the second such
+        // segment in a row, or at smaller ones without PSH; one test here,
+        // no branch.)
         let len = data.len().min(0xffff) as u16;
-        if len != self.rcv.mss_seen {
-            self.measure_rcv_mss(len, flags);
+        if len >= MSS_LOWERS || len > self.rcv.mss_seen {
+            self.rcv.mss_seen = len;
         }
         // Zero-copy receive: the next in-order bytes stay in the frame they
         // came in, when the caller lent it and the queue can take them so.
@@ -958,28 +967,6 @@ impl Connection {
         }
         if self.flags.has(Flags::FIN_AHEAD) {
             self.fin_ahead(ctx, seq + data.len());
-        }
-    }
-
-    /// The peer's full-sized segment, for the delayed ACK (RFC 5681 §4.2:
-    /// "at least every second full-sized segment") and the receive RTT's
-    /// samples: the largest seen, or a smaller one that cannot be the tail
-    /// of a write (no PSH or FIN: the peer's MSS fell, its path MTU after a
-    /// "packet too big" or a probe), or one of at least 536 bytes, the MSS
-    /// every host accepts (RFC 9293 §3.7.1). Linux's `tcp_measure_rcv_mss`
-    /// estimates alike (lowering only at the second such segment in a row;
-    /// here one lowers it, and the next full one raises it again). Growing
-    /// only, a peer whose segments shrank was
-    /// acknowledged every third segment or later, and its RTT no longer
-    /// sampled.
-    #[cold]
-    #[inline(never)]
-    fn measure_rcv_mss(&mut self, len: u16, flags: TcpFlags) {
-        const DEFAULT_MSS: u16 = 536;
-        const MIN_MSS: u16 = 88;
-        let tail = flags.contains(TcpFlags::PSH) || flags.contains(TcpFlags::FIN);
-        if len > self.rcv.mss_seen || len >= DEFAULT_MSS || (len >= MIN_MSS && !tail) {
-            self.rcv.mss_seen = len;
         }
     }
 

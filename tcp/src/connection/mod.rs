@@ -255,6 +255,10 @@ impl<'a> Ctx<'a> {
 const DEFAULT_MSS: u16 = 536;
 /// RFC 7323 §2.3: the largest window shift.
 const MAX_WSCALE: u8 = 14;
+/// A received segment at least this long is the peer's full size now
+/// (`ReceiveState::mss_seen`), even if smaller than the largest seen: the
+/// default MSS less the timestamp option, rounded down.
+const MSS_LOWERS: u16 = 512;
 /// Option bytes a timestamp option adds to every segment (NOP NOP + 10).
 const TS_OPTION_LEN: u16 = 12;
 /// Added to twice the SRTT in the loss probe timeout (RFC 8985 §7.2 adds

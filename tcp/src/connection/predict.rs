@@ -59,7 +59,7 @@ impl Connection {
             self.update_send_window(seq, self.snd.una, self.snd.wnd);
         }
         let tsecr = seg.options.timestamps.map(|(_, ecr)| ecr);
-        self.receive_data(ctx, seq, payload, tsecr, seg.flags);
+        self.receive_data(ctx, seq, payload, tsecr);
         ctx.stats.predicted += 1;
         true
     }
