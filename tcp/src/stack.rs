@@ -366,6 +366,11 @@ pub struct Stack {
     mem_waiting: VecDeque<(u32, u32)>,
     stats: Stats,
     live: usize,
+    /// Slots of closed connections held until their `Closed` is taken
+    /// (`poll_event`): not free, so counted with `live` against
+    /// [`Config::max_connections`] (or a connect or SYN in the callback of
+    /// an earlier event grew the slab past its reservation).
+    held: usize,
     /// Live connections by state ([`State::index`]), kept where a
     /// connection is placed, freed, or changes state in a call: what
     /// [`Stack::connections_in`] reads without walking the slots.
@@ -487,6 +492,7 @@ impl Stack {
             mem_waiting: VecDeque::new(),
             stats: Stats::default(),
             live: 0,
+            held: 0,
             by_state: [0; State::COUNT],
             sharing: 0,
             now: Instant::ZERO,
@@ -948,7 +954,7 @@ impl Stack {
         if self.find(hash, &tuple).is_some() || self.time_wait.find(hash, &tuple).is_some() {
             return Err(Error::AddrInUse);
         }
-        if self.live >= self.cfg.max_connections {
+        if self.live + self.held >= self.cfg.max_connections {
             return Err(Error::ConnectionLimit);
         }
         let mut conn = Connection::new_active(&self.cfg, &self.isn, tuple, now);
@@ -1412,6 +1418,8 @@ impl Stack {
         self.buckets.unlink(&mut self.slots, slot_link, idx);
         if reuse {
             self.free.push(idx);
+        } else {
+            self.held += 1;
         }
         self.live -= 1;
         self.sharing -= usize::from(!in_backlog);
@@ -1989,7 +1997,7 @@ impl Stack {
     /// [`Config::listener_max_connections`]); counts the refusal if so.
     fn at_connection_limit(&mut self, l: ListenerId) -> bool {
         let listener_live = self.listeners[l.0 as usize].as_ref().map_or(0, |l| l.live);
-        let full = self.live >= self.cfg.max_connections
+        let full = self.live + self.held >= self.cfg.max_connections
             || listener_live >= self.cfg.listener_max_connections;
         if full {
             self.stats.connection_limit_refused += 1;
@@ -2237,13 +2245,20 @@ impl Stack {
         let event = self.events.pop_front()?;
         if let Event::Closed { conn, .. } = event {
             // The closed connection's slot, held until now (`remove`).
-            self.free.push(conn.index);
+            self.release_held(conn.index);
             return Some(event);
         }
         if self.events_stale {
             return self.poll_event_stale(event);
         }
         Some(event)
+    }
+
+    /// A slot held for its `Closed` (`remove` without reuse), free now.
+    #[inline]
+    fn release_held(&mut self, idx: u32) {
+        self.free.push(idx);
+        self.held -= 1;
     }
 
     /// [`Stack::poll_event`] while events of connections an application
@@ -2258,7 +2273,7 @@ impl Stack {
             }
             match event {
                 Event::Closed { conn, .. } => {
-                    self.free.push(conn.index);
+                    self.release_held(conn.index);
                     return Some(event);
                 }
                 _ if self.lookup(event.conn()).is_ok() => return Some(event),
@@ -2624,7 +2639,7 @@ impl Stack {
     pub(crate) fn check_layout(&self) -> Result<(), String> {
         let floor = usize::from(self.cfg.mss);
         let (mut live, mut committed, mut chunks, mut sharing) = (0, 0, 0, 0);
-        let mut chunk_bytes = 0;
+        let (mut chunk_bytes, mut held_slots) = (0, 0);
         for (i, slot) in self.slots.iter().enumerate() {
             let idx = i as u32;
             let Some(c) = slot.conn.as_ref() else {
@@ -2640,6 +2655,7 @@ impl Stack {
                         "empty slot {i} {free} times in the free list, held for {held} Closed events"
                     ));
                 }
+                held_slots += held;
                 continue;
             };
             live += 1;
@@ -2703,6 +2719,12 @@ impl Stack {
             return Err(format!(
                 "connections by state {by_state:?}, counted {:?}",
                 self.by_state
+            ));
+        }
+        if held_slots != self.held {
+            return Err(format!(
+                "{held_slots} slots held for their Closed, count {}",
+                self.held
             ));
         }
         if live != self.live || self.table.len() != live {

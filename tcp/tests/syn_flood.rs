@@ -727,3 +727,35 @@ fn a_syn_filter_also_refuses_a_returned_syn_cookie() {
         "the RST counted as the filter's"
     );
 }
+
+/// A closed connection's slot is held until its `Closed` is taken (so that
+/// the application may key its state by the handle's index until then): it
+/// counts against the cap like a live one, or a connect made before the
+/// `Closed` is taken (in the callback of an earlier event) would grow the
+/// slab past its reservation, one copy of the whole slab.
+#[test]
+fn a_slot_held_for_its_closed_counts_against_the_cap() {
+    let mut cfg = test_config(1);
+    cfg.max_connections = 1;
+    let mut a = Stack::new(cfg);
+    let now = Instant::from_millis(1_000);
+    let first = client_connect(&mut a, now, 40_000, 80);
+    a.abort(first).unwrap();
+    let connect = |a: &mut Stack| {
+        a.connect(
+            now,
+            SocketAddr::new(A_IP, 40_001),
+            SocketAddr::new(B_IP, 80),
+        )
+    };
+    assert_eq!(connect(&mut a), Err(flowlane_tcp::Error::ConnectionLimit));
+    while let Some(e) = a.poll_event() {
+        if matches!(e, flowlane_tcp::Event::Closed { .. }) {
+            break;
+        }
+    }
+    assert!(
+        connect(&mut a).is_ok(),
+        "the slot is free once its Closed was taken"
+    );
+}
