@@ -115,8 +115,8 @@ impl AppThread {
 /// and the cores' event queue. [`AppPort::run`] is the built-in loop (it
 /// blocks on the queue); a loop of the application's own (an async
 /// runtime's, see `flowlane-tokio`) calls [`AppPort::poll`] whenever the
-/// waker it gave [`AppPort::set_notify`] was called, and at least every
-/// 10 ms.
+/// waker it gave [`AppPort::set_notify`] was called, at once again while
+/// [`AppPort::pending`], and at least every 10 ms.
 pub struct AppPort {
     pub(crate) at: AppThread,
     pub(crate) events: Receiver<(u32, ToApp)>,
@@ -164,7 +164,8 @@ impl AppPort {
         TICK
     }
 
-    /// One pass: takes every event the cores queued, runs the handlers,
+    /// One pass: takes the events the cores queued (at most 4096 messages;
+    /// [`AppPort::pending`] says whether it left some), runs the handlers,
     /// sends their requests. Returns false once the service stops (or
     /// every core is gone): the loop ends then.
     pub fn poll(&mut self) -> bool {
@@ -188,6 +189,13 @@ impl AppPort {
         }
         self.end_pass();
         live
+    }
+
+    /// Whether messages wait that no pass took yet (a pass takes at most
+    /// 4096): a loop that waits for its waker should pass again at once
+    /// instead, since the cores' wakes for a backlog collapse into one.
+    pub fn pending(&self) -> bool {
+        !self.events.is_empty()
     }
 
     fn end_pass(&mut self) {
@@ -222,6 +230,7 @@ impl AppPort {
 mod tests {
     use super::*;
     use crate::app_net::CoreLink;
+    use crate::message::ToCore;
     use crossbeam_channel::unbounded;
     use flowlane_app::{CloseReason, ConnHandle, FourTuple};
     use std::sync::Mutex;
@@ -242,12 +251,10 @@ mod tests {
         }
     }
 
-    /// Events the core sent before the handler aborted, queued in the same
-    /// pass (the peer's close behind its data), are not dispatched after
-    /// the abort: `on_closed` is the only callback that follows.
-    #[test]
-    fn nothing_but_on_closed_follows_an_abort() {
-        let (tx, _rx) = unbounded();
+    /// Thread 0 with no handler yet, served by one core, and where its
+    /// requests to the core go.
+    fn thread() -> (AppThread, Receiver<Vec<ToCore>>) {
+        let (tx, requests) = unbounded();
         let placement = Placement {
             queue: 0,
             cpu: None,
@@ -258,8 +265,7 @@ mod tests {
             wake: WakeSlot::default(),
             placement,
         };
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let mut at = AppThread {
+        let at = AppThread {
             net: QpNet::new(0, placement, vec![link], vec![0]),
             app: Dispatcher::new(),
             ports: Vec::new(),
@@ -268,6 +274,16 @@ mod tests {
             refused: Arc::new(AtomicU64::new(0)),
             refused_added: 0,
         };
+        (at, requests)
+    }
+
+    /// Events the core sent before the handler aborted, queued in the same
+    /// pass (the peer's close behind its data), are not dispatched after
+    /// the abort: `on_closed` is the only callback that follows.
+    #[test]
+    fn nothing_but_on_closed_follows_an_abort() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (mut at, _requests) = thread();
         at.listen_boxed(80, Box::new(AbortAtData(log.clone())))
             .unwrap();
         let conn = ConnHandle::from_parts(3, 1);
@@ -297,5 +313,39 @@ mod tests {
         at.net.take(0, ToApp::Closed { conn, reason });
         at.pass();
         assert_eq!(*log.lock().unwrap(), ["data", "closed Aborted"]);
+    }
+
+    /// A backlog larger than a pass takes is reported, so that a loop
+    /// waiting on its waker (whose wakes for the backlog collapsed into
+    /// one) passes again at once; the passes then take it all.
+    #[test]
+    fn a_pass_reports_the_messages_it_left() {
+        let (at, _requests) = thread();
+        let (tx, rx) = unbounded();
+        let mut port = AppPort {
+            at,
+            events: rx,
+            stop: Arc::new(AtomicBool::new(false)),
+            open: Arc::new(AtomicU64::new(0)),
+            beat: Arc::new(AtomicU64::new(0)),
+            epoch: Instant::now(),
+            notify: WakeSlot::default(),
+            started: false,
+        };
+        // Completions for a connection the thread does not know: ignored.
+        let conn = ConnHandle::from_parts(3, 1);
+        for total in 0..2 * MESSAGES_PER_PASS as u64 + 1 {
+            tx.send((0, ToApp::Sent { conn, total })).unwrap();
+        }
+        let mut passes = 0;
+        loop {
+            assert!(port.poll());
+            passes += 1;
+            if !port.pending() {
+                break;
+            }
+        }
+        assert_eq!(passes, 3);
+        assert!(port.events.is_empty());
     }
 }

@@ -1,21 +1,26 @@
 //! tokio on flowlane (`flowlane-tokio`) over the kernel-socket backend on
 //! loopback, kernel TCP as the peer: streams that echo, hyper serving
 //! hyper's client, back-pressure from a stream nobody reads, a full
-//! backlog, and a task that blocks its thread.
+//! backlog, a task that blocks its thread; the application's function
+//! spawning before its future runs, a shutdown done once its bytes and FIN
+//! went, a listener and a stream polled elsewhere told that their thread
+//! stopped.
 
 mod loopback_common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use flowlane_kernel::KernelService;
 use flowlane_qp::{QueuePairConfig, QueuePairs};
 use flowlane_tokio::{AsyncConfig, Counters, Local};
 use loopback_common::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// tokio on `threads` application threads over a two-core kernel-socket
 /// backend, listening on `port`; `app` runs on each thread.
@@ -450,4 +455,119 @@ fn a_connector_and_a_stream_hear_that_their_thread_stopped() {
         let read = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut b)).await;
         assert!(matches!(read, Ok(Err(_))), "{read:?}");
     });
+}
+
+/// Everything the server sends on a connection to `port`, until it
+/// closes.
+fn read_from(port: u16) -> Vec<u8> {
+    let mut c = TcpStream::connect((LOOPBACK, port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut got = Vec::new();
+    c.read_to_end(&mut got).unwrap();
+    got
+}
+
+#[test]
+fn the_application_s_function_may_spawn_before_its_future_runs() {
+    let port = free_port();
+    let (qp, _c, kernel) = start(1, port, 64, move |mut local| {
+        let listener = local.listener(port).unwrap();
+        // Called by the function itself, not from its future.
+        let served = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            s.write_all(b"spawned").await.unwrap();
+            s.shutdown().await.unwrap();
+        });
+        async move { served.await.unwrap() }
+    });
+    assert_eq!(read_from(port), b"spawned");
+    kernel.stop();
+    assert_eq!(qp.stop(), None);
+}
+
+#[test]
+fn a_shutdown_is_done_once_the_bytes_written_and_the_fin_went() {
+    // The server queues as much as its stream takes (nothing goes before
+    // its task yields), then shuts down: not done at once, done once the
+    // bridge sent the bytes and the FIN; the client reads them all, then
+    // the end of stream.
+    let port = free_port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx = Mutex::new(Some(tx));
+    let (qp, _c, kernel) = start(1, port, 64, move |mut local| {
+        let tx = tx.lock().unwrap().take();
+        async move {
+            let Some(tx) = tx else { return };
+            let listener = local.listener(port).unwrap();
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut cx = Context::from_waker(Waker::noop());
+            let mut queued = 0;
+            while let Poll::Ready(r) = Pin::new(&mut s).poll_write(&mut cx, &[9; 4096]) {
+                queued += r.unwrap();
+            }
+            let at_once = Pin::new(&mut s).poll_shutdown(&mut cx).is_ready();
+            let done = s.shutdown().await.map_err(|e| e.kind());
+            tx.send((queued, at_once, done)).unwrap();
+        }
+    });
+    let got = read_from(port);
+    let (queued, at_once, done) = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert!(queued > 0);
+    assert!(!at_once, "done with {queued} bytes queued");
+    assert_eq!(done, Ok(()));
+    assert_eq!(got.len(), queued);
+    kernel.stop();
+    assert_eq!(qp.stop(), None);
+}
+
+/// Counts its wakes.
+struct Counting(AtomicUsize);
+
+impl Wake for Counting {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn a_listener_and_a_stream_polled_elsewhere_hear_that_their_thread_stopped() {
+    // A listener and an accepted stream leave their application thread;
+    // the queue pairs stop. The task waiting in `accept` is woken and
+    // told `ConnectionAborted` instead of waiting forever; the stream's
+    // shutdown fails.
+    type Out = (flowlane_tokio::TcpListener, flowlane_tokio::TcpStream);
+    let port = free_port();
+    let (tx, rx) = std::sync::mpsc::channel::<Out>();
+    let tx = Mutex::new(Some(tx));
+    let (qp, _c, kernel) = start(1, port, 64, move |mut local| {
+        let tx = tx.lock().unwrap().take();
+        async move {
+            let Some(tx) = tx else { return };
+            let listener = local.listener(port).unwrap();
+            let (s, _) = listener.accept().await.unwrap();
+            tx.send((listener, s)).unwrap();
+            std::future::pending::<()>().await;
+        }
+    });
+    let _client = TcpStream::connect((LOOPBACK, port)).unwrap();
+    let (listener, mut stream) = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    let counting = Arc::new(Counting(AtomicUsize::new(0)));
+    let waker = Waker::from(counting.clone());
+    let mut cx = Context::from_waker(&waker);
+    assert!(listener.poll_accept(&mut cx).is_pending());
+    kernel.stop();
+    assert_eq!(qp.stop(), None);
+    // The thread is joined: its bridge is gone.
+    assert_eq!(counting.0.load(Ordering::Relaxed), 1);
+    let aborted = Some(std::io::ErrorKind::ConnectionAborted);
+    let accept = listener.poll_accept(&mut cx);
+    assert!(
+        matches!(&accept, Poll::Ready(Err(e)) if Some(e.kind()) == aborted),
+        "{accept:?}"
+    );
+    let shutdown = Pin::new(&mut stream).poll_shutdown(&mut cx);
+    assert!(
+        matches!(&shutdown, Poll::Ready(Err(e)) if Some(e.kind()) == aborted),
+        "{shutdown:?}"
+    );
 }

@@ -12,7 +12,7 @@ use bytes::Buf;
 use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net};
 
 use crate::listener::AcceptQueue;
-use crate::pipe::{lock, Opened, Pipe, PipeRef, ThreadShared, RX_LIMIT};
+use crate::pipe::{lock, release_if_empty, Opened, Pipe, PipeRef, ThreadShared, RX_LIMIT};
 use crate::stream::TcpStream;
 
 /// What the adapter counts, over all application threads.
@@ -93,6 +93,7 @@ impl Bridge {
                 Err(_) => break,
             }
         }
+        release_if_empty(&mut p.tx);
         if p.tx.is_empty() {
             if p.dropped {
                 // Unread bytes: a reset, as a kernel socket closed with
@@ -155,9 +156,13 @@ impl Bridge {
 
 /// The thread's loop ended (stopped, or a panic): its streams' connections
 /// are gone with it (the cores reset them), and a task waiting on one,
-/// wherever it runs, hears so; opens under way fail (their senders go).
+/// wherever it runs, hears so, as does one waiting in `accept`; opens
+/// under way fail (their senders go).
 impl Drop for Bridge {
     fn drop(&mut self) {
+        for (_, queue) in &self.listeners {
+            queue.stop();
+        }
         for pipe in self.conns.values() {
             let (reader, writer) = {
                 let mut p = lock(pipe);
@@ -235,6 +240,8 @@ impl ConnHandler for Bridge {
 
     fn on_closed(&mut self, _net: &mut dyn Net, conn: ConnHandle, reason: CloseReason) {
         if let Some(opened) = self.opening.remove(&conn) {
+            // `Aborted` is also how a core tells a connect its backend
+            // failed at once: the kernel-socket backend's refusals come so.
             let e = match reason {
                 CloseReason::Timeout => io::ErrorKind::TimedOut,
                 _ => io::ErrorKind::ConnectionRefused,

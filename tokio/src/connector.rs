@@ -25,8 +25,9 @@ impl Connector {
     }
 
     /// Opens a connection to `remote`; done once the handshake completed
-    /// (`ConnectionRefused` for a reset, `TimedOut` when the SYNs went
-    /// unanswered).
+    /// (`ConnectionRefused` for a reset or an open the network core gave
+    /// up, as the kernel-socket backend's cores give up a refused one;
+    /// `TimedOut` when the SYNs went unanswered).
     pub async fn connect(&self, remote: SocketAddr) -> io::Result<TcpStream> {
         let (tx, rx) = oneshot::channel();
         self.thread.connect(remote, tx);

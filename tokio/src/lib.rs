@@ -26,9 +26,11 @@
 //!
 //! Between a thread's streams and its network cores sits a bridge, one of
 //! the thread's queue-pair handlers: it moves received bytes into the
-//! streams (at most 64 KiB each ahead of the reader; the rest stays in
+//! streams (at most 64 KiB each in the stream and 256 KiB, the queue
+//! pair's credit, on the thread ahead of the reader; the rest stays in
 //! the core's stack, whose window closes: back-pressure), and hands the
-//! streams' writes to the cores (at most 64 KiB each ahead of the stack).
+//! streams' writes to the cores (at most 64 KiB each in the stream and
+//! 256 KiB in the queue pair ahead of the stack).
 //! A handler that blocks the thread stalls it: after the queue pairs'
 //! `stall_after`, the cores reset its connections, counted.
 #![forbid(unsafe_code)]

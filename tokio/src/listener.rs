@@ -20,6 +20,9 @@ struct Backlog {
     wakers: Vec<Waker>,
     /// The listener is gone: the bridge refuses new connections.
     closed: bool,
+    /// The thread's loop ended (stopped, or a panic): no connection comes
+    /// any more.
+    stopped: bool,
 }
 
 /// What a listener shares with its thread's bridge.
@@ -36,6 +39,7 @@ impl AcceptQueue {
                 ready: VecDeque::new(),
                 wakers: Vec::new(),
                 closed: false,
+                stopped: false,
             }),
             limit,
         }
@@ -60,6 +64,19 @@ impl AcceptQueue {
         }
         Ok(())
     }
+
+    /// The thread's loop ended: `accept`, wherever it waits, fails once
+    /// the connections already queued are taken.
+    pub(crate) fn stop(&self) {
+        let wakers = {
+            let mut b = self.lock();
+            b.stopped = true;
+            std::mem::take(&mut b.wakers)
+        };
+        for w in wakers {
+            w.wake();
+        }
+    }
 }
 
 /// A port flowlane listens on, as one application thread's tokio code
@@ -83,7 +100,9 @@ impl TcpListener {
         self.port
     }
 
-    /// The next connection, and its peer's address.
+    /// The next connection, and its peer's address; `ConnectionAborted`
+    /// once the thread's loop ended and the connections it queued were
+    /// taken.
     pub async fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
         poll_fn(|cx| self.poll_accept(cx)).await
     }
@@ -97,6 +116,7 @@ impl TcpListener {
                 let peer = s.peer_addr();
                 Poll::Ready(Ok((s, peer)))
             }
+            None if b.stopped => Poll::Ready(Err(io::ErrorKind::ConnectionAborted.into())),
             None => {
                 if !b.wakers.iter().any(|w| w.will_wake(cx.waker())) {
                     b.wakers.push(cx.waker().clone());

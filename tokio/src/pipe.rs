@@ -16,9 +16,22 @@ use crate::stream::TcpStream;
 /// queue pair (whose credit then runs out, and the stack's window closes:
 /// back-pressure, not drops).
 pub(crate) const RX_LIMIT: usize = 64 << 10;
-/// Bytes a stream's writes may queue before they wait for the stack to
-/// take them.
+/// Bytes a stream's writes may queue before they wait for the bridge to
+/// hand them to the queue pair (whose credit, 256 KiB, bounds those the
+/// stack has not taken yet).
 pub(crate) const TX_LIMIT: usize = 64 << 10;
+/// The most memory a side of a pipe keeps once it is empty: past it (a
+/// burst's), it is freed, so that an idle connection holds little.
+pub(crate) const KEEP: usize = 8 << 10;
+
+/// Frees `b`'s memory if it is empty and holds more than [`KEEP`].
+pub(crate) fn release_if_empty(b: &mut BytesMut) {
+    // On an empty buffer, a reclaim for more than `KEEP` succeeds exactly
+    // when its allocation exceeds it (whatever was advanced past).
+    if b.is_empty() && b.try_reclaim(KEEP + 1) {
+        *b = BytesMut::new();
+    }
+}
 
 /// One connection's shared state.
 #[derive(Debug, Default)]

@@ -5,10 +5,12 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use flowlane_app::{Placement, Setup};
 use flowlane_qp::{AppPort, QueuePairConfig, QueuePairs};
 use tokio::runtime::Runtime;
+use tokio::sync::Notify;
 use tokio::task::LocalSet;
 
 use crate::bridge::{Bridge, Counters};
@@ -74,7 +76,8 @@ struct Prepared {
 
 /// Starts queue-pair mode with a tokio runtime on each application
 /// thread, running `app(local)` there as a local task (`tokio::spawn` in
-/// it spawns on the same thread). Start the network backend next, calling
+/// it spawns on the same thread; `app` itself is called inside the
+/// runtime, so it may spawn too). Start the network backend next, calling
 /// [`QueuePairs::setup_core`] in its per-core set-up; stop it first, then
 /// [`QueuePairs::stop`], which ends the runtimes (their tasks are
 /// dropped).
@@ -140,14 +143,93 @@ where
     }
     let _stopped = Stopped(p.shared.clone());
     let tasks = LocalSet::new();
-    tasks.spawn_local(app(local));
     let shared = p.shared;
     tasks.block_on(&p.runtime, async move {
-        while port.poll() {
-            // The tasks the pass woke run before the loop waits (a
-            // notification already stored would not yield).
-            tokio::task::yield_now().await;
-            let _ = tokio::time::timeout(tick, shared.notify.notified()).await;
-        }
+        // Called in the runtime and the local set: the function may spawn
+        // (`tokio::spawn`, `spawn_local`) before its future first runs.
+        tokio::task::spawn_local(app(local));
+        passes(&mut port, &shared.notify, tick).await;
     });
+}
+
+/// What the loop passes: the thread's queue pairs.
+trait Passes {
+    /// One pass; false once the loop must end.
+    fn pass(&mut self) -> bool;
+    /// Messages wait that the last pass left.
+    fn pending(&self) -> bool;
+}
+
+impl Passes for AppPort {
+    fn pass(&mut self) -> bool {
+        self.poll()
+    }
+
+    fn pending(&self) -> bool {
+        AppPort::pending(self)
+    }
+}
+
+/// Passes `port` until it ends: again at once while it left messages
+/// (the cores' wakes for them collapsed into the one `notify` stored),
+/// else once `notify` wakes the loop or `tick` passed; the tasks a pass
+/// woke run before the next.
+async fn passes(port: &mut impl Passes, notify: &Notify, tick: Duration) {
+    while port.pass() {
+        // The tasks the pass woke run before the loop waits or passes
+        // again (a notification already stored would not yield).
+        tokio::task::yield_now().await;
+        if !port.pending() {
+            let _ = tokio::time::timeout(tick, notify.notified()).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+
+    /// A port with `left` passes' worth of messages queued, counting its
+    /// passes.
+    struct Backlog {
+        left: u32,
+        passes: u32,
+    }
+
+    impl Passes for Backlog {
+        fn pass(&mut self) -> bool {
+            self.passes += 1;
+            self.left = self.left.saturating_sub(1);
+            true
+        }
+        fn pending(&self) -> bool {
+            self.left > 0
+        }
+    }
+
+    /// While the port reports messages left, each time the loop runs it
+    /// passes again without waiting for a wake (none comes here) or the
+    /// tick (an hour); once it has none left, it waits.
+    #[test]
+    fn the_loop_passes_again_at_once_while_messages_wait() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let _in = rt.enter();
+        let notify = Notify::new();
+        let mut port = Backlog { left: 3, passes: 0 };
+        {
+            let mut run = pin!(passes(&mut port, &notify, Duration::from_secs(3600)));
+            let mut cx = Context::from_waker(Waker::noop());
+            // Each poll: a pass, then the yield to the tasks.
+            for _ in 0..10 {
+                assert_eq!(run.as_mut().poll(&mut cx), Poll::Pending);
+            }
+        }
+        // Three passes took the backlog; the loop then waits on `notify`.
+        assert_eq!(port.passes, 3);
+    }
 }

@@ -11,11 +11,12 @@ use bytes::Buf;
 use flowlane_app::{CloseReason, ConnHandle, ConnInfo, Placement};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::pipe::{lock, Pipe, PipeRef, ThreadShared, RX_LIMIT, TX_LIMIT};
+use crate::pipe::{lock, release_if_empty, Pipe, PipeRef, ThreadShared, RX_LIMIT, TX_LIMIT};
 
 /// A TCP connection served by flowlane, for tokio: reads take what the
-/// network core received, writes queue bytes for it (at most 64 KiB
-/// ahead of the stack; then they wait). `Send`: the stream may move to
+/// network core received, writes queue bytes for it (at most 64 KiB in
+/// the stream, then they wait, and up to 256 KiB more, the queue pair's
+/// credit, on their way to the stack). `Send`: the stream may move to
 /// another runtime, though it is cheapest on the application thread that
 /// accepted it, next to its network core. Dropping it closes the
 /// connection once its writes went (a reset if received bytes were left
@@ -145,6 +146,7 @@ impl AsyncRead for TcpStream {
             let n = buf.remaining().min(p.rx.len());
             buf.put_slice(&p.rx[..n]);
             p.rx.advance(n);
+            release_if_empty(&mut p.rx);
             self.read_more(&mut p);
             return Poll::Ready(Ok(()));
         }
@@ -195,7 +197,9 @@ impl AsyncWrite for TcpStream {
         true
     }
 
-    /// Ready once the stack has taken every byte written.
+    /// Ready once every byte written went to the queue pair: the network
+    /// core's stack may not have taken them yet (up to the queue pair's
+    /// 256 KiB credit is on its way).
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let mut p = lock(&self.pipe);
         if p.tx.is_empty() {
@@ -208,14 +212,28 @@ impl AsyncWrite for TcpStream {
         Poll::Pending
     }
 
-    /// Sends FIN after what was written; reading goes on.
-    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    /// Sends FIN after what was written; reading goes on. Ready once
+    /// every byte written and the shutdown went to the network core
+    /// (writes fail from the first call on); an error if the connection
+    /// was reset or aborted before.
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let mut p = lock(&self.pipe);
-        if p.closed.is_none() && !p.shutdown {
+        if p.shutdown_sent {
+            return Poll::Ready(Ok(()));
+        }
+        match p.closed {
+            // Both FINs went: ours too.
+            Some(CloseReason::Normal) => return Poll::Ready(Ok(())),
+            Some(r) => return Poll::Ready(Err(gone(r))),
+            None => {}
+        }
+        if !p.shutdown {
             p.shutdown = true;
             self.thread.kick(self.conn, &mut p);
         }
-        Poll::Ready(Ok(()))
+        // The bridge wakes the writer once it sent the shutdown.
+        p.writer = Some(cx.waker().clone());
+        Poll::Pending
     }
 }
 
@@ -228,5 +246,100 @@ impl Drop for TcpStream {
         if p.closed.is_none() {
             self.thread.kick(self.conn, &mut p);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipe::KEEP;
+    use std::task::Waker;
+
+    /// A stream with no bridge behind it: the test plays the bridge on
+    /// its pipe.
+    fn stream() -> (TcpStream, PipeRef, Arc<ThreadShared>) {
+        let pipe = PipeRef::default();
+        let thread = Arc::new(ThreadShared::default());
+        let addr: SocketAddr = "10.0.0.1:80".parse().unwrap();
+        let placement = Placement {
+            queue: 0,
+            cpu: None,
+            node: 0,
+        };
+        let conn = ConnHandle::from_parts(1, 1);
+        let s = TcpStream::new(conn, pipe.clone(), thread.clone(), (addr, addr), placement);
+        (s, pipe, thread)
+    }
+
+    /// Reads `rx` to its end, `chunk` bytes a read.
+    fn read_all(s: &mut TcpStream, chunk: usize) -> usize {
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut buf = vec![0u8; chunk];
+        let mut total = 0;
+        loop {
+            let mut rb = ReadBuf::new(&mut buf);
+            match Pin::new(&mut *s).poll_read(&mut cx, &mut rb) {
+                Poll::Ready(Ok(())) => total += rb.filled().len(),
+                other => {
+                    assert!(other.is_pending(), "{other:?}");
+                    return total;
+                }
+            }
+        }
+    }
+
+    /// A burst read to its end leaves the pipe holding no memory for it;
+    /// a small message's buffer is kept for the next.
+    #[test]
+    fn a_pipe_read_empty_frees_a_burst_s_memory() {
+        let (mut s, pipe, _thread) = stream();
+        lock(&pipe).rx.extend_from_slice(&vec![7; RX_LIMIT]);
+        // Partial reads first: the bytes read are advanced past.
+        assert_eq!(read_all(&mut s, 16 << 10), RX_LIMIT);
+        let mut p = lock(&pipe);
+        assert!(p.rx.is_empty());
+        assert!(!p.rx.try_reclaim(1), "{} bytes kept", p.rx.capacity());
+        p.rx.extend_from_slice(&[7; 100]);
+        drop(p);
+        assert_eq!(read_all(&mut s, 16 << 10), 100);
+        let mut p = lock(&pipe);
+        assert!(p.rx.try_reclaim(100) && p.rx.capacity() <= KEEP);
+    }
+
+    /// A shutdown waits for the bytes written and for the bridge to send
+    /// it (writes fail meanwhile); one after a reset fails.
+    #[test]
+    fn a_shutdown_is_done_once_it_went_to_the_core() {
+        let mut cx = Context::from_waker(Waker::noop());
+        let (mut s, pipe, thread) = stream();
+        assert!(matches!(
+            Pin::new(&mut s).poll_write(&mut cx, b"abc"),
+            Poll::Ready(Ok(3))
+        ));
+        assert!(Pin::new(&mut s).poll_shutdown(&mut cx).is_pending());
+        assert!(matches!(
+            Pin::new(&mut s).poll_write(&mut cx, b"d"),
+            Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::BrokenPipe
+        ));
+        assert_eq!(thread.take_dirty(), [s.conn]);
+        {
+            let p = lock(&pipe);
+            assert!(p.shutdown && p.writer.is_some());
+        }
+        // The bridge took the bytes, not yet the shutdown.
+        lock(&pipe).tx.clear();
+        assert!(Pin::new(&mut s).poll_shutdown(&mut cx).is_pending());
+        lock(&pipe).shutdown_sent = true;
+        assert!(matches!(
+            Pin::new(&mut s).poll_shutdown(&mut cx),
+            Poll::Ready(Ok(()))
+        ));
+
+        let (mut s, pipe, _thread) = stream();
+        lock(&pipe).closed = Some(CloseReason::Reset);
+        assert!(matches!(
+            Pin::new(&mut s).poll_shutdown(&mut cx),
+            Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::ConnectionReset
+        ));
     }
 }
