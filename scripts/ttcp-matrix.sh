@@ -18,4 +18,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -q -p flowlane-ttcp -p flowlane-control
-exec target/release/flowlane-ttcp matrix --flowlane target/release/flowlane "$@"
+# Where cargo put them: $CARGO_TARGET_DIR when set, as for every cargo call.
+target_dir=$(realpath -m "${CARGO_TARGET_DIR:-target}")
+exec "$target_dir/release/flowlane-ttcp" matrix --flowlane "$target_dir/release/flowlane" "$@"

@@ -129,9 +129,11 @@ pub struct RunArgs {
     /// one holding the local address of the traffic).
     #[arg(long)]
     pub nic: Option<String>,
-    /// Receiver: seconds to wait for a sender before giving up.
-    #[arg(long, default_value_t = 60.0)]
-    pub wait: f64,
+    /// Seconds to wait for the other side before giving up. Receiver: for
+    /// a sender (default 60). Sender: for the receiver's control port,
+    /// trying again while it refuses (default 0: one try).
+    #[arg(long, value_name = "SECONDS")]
+    pub wait: Option<f64>,
     /// flowlane backend: the data path's flags.
     #[command(flatten)]
     pub data_path: DataPathArgs,
@@ -196,7 +198,9 @@ pub struct MatrixArgs {
     /// The `flowlane` binary (test bed); default: beside this binary.
     #[arg(long)]
     pub flowlane: Option<PathBuf>,
-    /// Test bed name.
+    /// Test bed name (default `ttm<pid>`). A bed that is up already is used
+    /// and left up (one in use is refused); one the matrix makes is
+    /// removed at its end.
     #[arg(long)]
     pub bed: Option<String>,
     /// flowlane's UMEM frames per queue (its `--frames-per-queue`; default
@@ -273,6 +277,11 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
 }
 
 impl RunArgs {
+    /// `--wait` in seconds, or the role's default.
+    pub fn wait_s(&self) -> f64 {
+        self.wait.unwrap_or(if self.receiver { 60.0 } else { 0.0 })
+    }
+
     /// The mode the flags select.
     pub fn mode(&self) -> Mode {
         if self.overlap_us.is_some() {
@@ -340,6 +349,7 @@ impl RunArgs {
             ("-W", self.warmup),
             ("-t", self.duration),
             ("-C", self.cooldown),
+            ("--wait", self.wait_s()),
         ] {
             if !(v.is_finite() && v >= 0.0) || v > 86_400.0 {
                 bail!("{f} {v}: seconds must be between 0 and 86400");
@@ -503,6 +513,10 @@ mod tests {
             (&["-s", "-m", "1,*,127.0.0.1", "-P", "0"], "-P 0"),
             (&["-s", "-m", "1,*,127.0.0.1", "-t", "0"], "-t 0"),
             (&["-s", "-m", "1,*,127.0.0.1", "-W=-1"], "-W -1"),
+            (
+                &["-r", "-m", "1,*,127.0.0.1", "--wait", "nan"],
+                "--wait NaN",
+            ),
             (
                 &["-s", "-m", "1,*,127.0.0.1", "--control-port", "5001"],
                 "inside the data ports",

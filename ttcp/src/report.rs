@@ -209,10 +209,11 @@ pub struct Report {
     pub cpu_system: CpuSystem,
     /// This process's CPU.
     pub cpu_process: CpuProcess,
-    /// System busy CPUs × 100 / Gbit/s.
-    pub pct_one_cpu_per_gbit_system: f64,
-    /// Process CPU × 100 / Gbit/s.
-    pub pct_one_cpu_per_gbit_process: f64,
+    /// System busy CPUs × 100 / Gbit/s; `None` (not available) when no
+    /// payload byte was measured.
+    pub pct_one_cpu_per_gbit_system: Option<f64>,
+    /// Process CPU × 100 / Gbit/s; `None` when no payload byte was measured.
+    pub pct_one_cpu_per_gbit_process: Option<f64>,
     /// `RetransSegs` in the window, network-namespace wide.
     pub tcp_retrans_segs_netns: u64,
     /// `OutSegs` in the window, network-namespace wide.
@@ -329,6 +330,8 @@ pub fn build(i: Inputs<'_>) -> Report {
         _ => None,
     };
     let gbit = ratio(bytes as f64 * 8.0, window) / 1e9;
+    // Per Gbit/s of nothing is no figure (not 0).
+    let per_gbit = |pct: f64| (gbit > 0.0).then(|| pct / gbit);
     let receiver = i.role == "receiver";
     let data_packets = if receiver {
         d_if.rx_packets
@@ -378,8 +381,8 @@ pub fn build(i: Inputs<'_>) -> Report {
             .as_ref()
             .and_then(|d| cpb(d.user_s + d.system_s)),
         cpu_data_threads,
-        pct_one_cpu_per_gbit_system: ratio(cpu_system.busy_cpus * 100.0, gbit),
-        pct_one_cpu_per_gbit_process: ratio(cpu_process.pct_of_one_cpu, gbit),
+        pct_one_cpu_per_gbit_system: per_gbit(cpu_system.busy_cpus * 100.0),
+        pct_one_cpu_per_gbit_process: per_gbit(cpu_process.pct_of_one_cpu),
         cpu_system,
         cpu_process,
         tcp_retrans_segs_netns: d_tcp.retrans_segs,
@@ -524,11 +527,11 @@ impl Report {
         );
         row(
             "% of one CPU per Gbit/s (system)",
-            group(self.pct_one_cpu_per_gbit_system, 2),
+            opt(self.pct_one_cpu_per_gbit_system, 2),
         );
         row(
             "% of one CPU per Gbit/s (this process)",
-            group(self.pct_one_cpu_per_gbit_process, 2),
+            opt(self.pct_one_cpu_per_gbit_process, 2),
         );
         row(
             "TCP retransmits (netns-wide, /proc/net/snmp)",
@@ -670,9 +673,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn table1_arithmetic() {
-        let params = Params {
+    fn params() -> Params {
+        Params {
             proto: PROTO,
             backend: "kernel".into(),
             mode: Mode::Throughput,
@@ -683,7 +685,12 @@ mod tests {
             cooldown_s: 1.0,
             msg_size: 64,
             buffer: 65536,
-        };
+        }
+    }
+
+    #[test]
+    fn table1_arithmetic() {
+        let params = params();
         let t = Instant::now();
         let a = snap(
             t,
@@ -763,8 +770,8 @@ mod tests {
         assert!((r.cycles_per_byte_process.unwrap() - 2.4).abs() < 1e-9);
         assert!((r.cpu_process.pct_of_one_cpu - 60.0).abs() < 1e-9);
         // 150 % of one CPU at 4 Gbit/s.
-        assert!((r.pct_one_cpu_per_gbit_system - 37.5).abs() < 1e-9);
-        assert!((r.pct_one_cpu_per_gbit_process - 15.0).abs() < 1e-9);
+        assert!((r.pct_one_cpu_per_gbit_system.unwrap() - 37.5).abs() < 1e-9);
+        assert!((r.pct_one_cpu_per_gbit_process.unwrap() - 15.0).abs() < 1e-9);
         assert_eq!(r.tcp_retrans_segs_netns, 2);
         let text = r.text();
         assert!(text.contains("Throughput(Mbit/s)"), "{text}");
@@ -773,6 +780,60 @@ mod tests {
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["bytes"]["measured"], 1_000_000_000u64);
         assert_eq!(json["interrupt_source"], "net_rx_softirqs");
+    }
+
+    /// A window that measured no payload byte has no cost per Gbit/s (it
+    /// is not 0 % of a CPU), nor per byte.
+    #[test]
+    fn nothing_measured_is_not_available_not_zero() {
+        let params = params();
+        let t = Instant::now();
+        let cpu = CpuTimes {
+            user: 50,
+            idle: 350,
+            ..CpuTimes::default()
+        };
+        let a = snap(t, CpuTimes::default(), 0, IfCounters::default(), 0, (0, 0));
+        let b = snap(
+            t + Duration::from_secs(2),
+            cpu,
+            0,
+            IfCounters::default(),
+            0,
+            (100, 0),
+        );
+        let r = build(Inputs {
+            role: "receiver",
+            params: &params,
+            thread_cpus: vec![None],
+            connections: 1,
+            address: "10.99.0.1".into(),
+            iface: "xsk0".into(),
+            irq: IrqSource::NetRxSoftirqs,
+            start: &a,
+            end: &b,
+            bytes: [0, 10, 0, 0, 0],
+            tsc: Ok(TscRate {
+                hz: 2e9,
+                source: "test".into(),
+            }),
+            user_hz: 100,
+            latency: None,
+            overlap: None,
+            data_threads: None,
+        });
+        assert_eq!(r.throughput_mbit_s, 0.0);
+        assert_eq!(r.pct_one_cpu_per_gbit_system, None);
+        assert_eq!(r.pct_one_cpu_per_gbit_process, None);
+        assert_eq!(r.cycles_per_byte_system, None);
+        let json = serde_json::to_value(&r).unwrap();
+        assert!(json["pct_one_cpu_per_gbit_system"].is_null(), "{json}");
+        let text = r.text();
+        let row = text
+            .lines()
+            .find(|l| l.starts_with("% of one CPU per Gbit/s (system)"))
+            .unwrap();
+        assert!(row.ends_with("n/a"), "{row}");
     }
 
     #[test]

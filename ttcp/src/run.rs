@@ -26,6 +26,10 @@ use crate::sync::{mismatch, Ctl, Mode, Msg, CONNECT_TIMEOUT, CONTROL_TIMEOUT};
 /// whose clock started half an RTT later, finishes without errors.
 const GRACE: Duration = Duration::from_millis(250);
 
+/// How long a sender whose run failed waits for the receiver's reason
+/// (`Abort`) before it reports its own.
+const PEER_REASON_WAIT: Duration = Duration::from_millis(500);
+
 /// Runs `-r` or `-s`; prints the report; errors are one line.
 pub fn run(args: &RunArgs) -> Result<Report> {
     let plan = args.plan()?;
@@ -221,17 +225,20 @@ fn receiver(
             args.control_port
         )
     });
-    let wait = Duration::from_secs_f64(args.wait);
+    let wait = Duration::from_secs_f64(args.wait_s());
     let busy_done = Arc::new(AtomicBool::new(false));
-    let result = (|| -> Result<((Snapshot, Snapshot), Probe, Option<Ctl>)> {
-        let mut ctl = None;
+    // The control channel once the test is agreed: every failure after
+    // that is sent to the sender (`Abort`), so that its error names the
+    // receiver's cause rather than a closed channel.
+    let mut ctl: Option<Ctl> = None;
+    let result = (|| -> Result<((Snapshot, Snapshot), Probe)> {
         match &ctl_listener {
             None => {
                 // -N: t0 is the first accepted connection.
                 let deadline = Instant::now() + wait;
                 while shared.accepted.load(Ordering::Relaxed) == 0 {
                     if Instant::now() > deadline {
-                        bail!("no sender connected within {} s", args.wait);
+                        bail!("no sender connected within {} s", wait.as_secs_f64());
                     }
                     sleep_until(shared, Instant::now() + Duration::from_millis(5))?;
                 }
@@ -256,14 +263,18 @@ fn receiver(
         let probe = probe(args, fs, shared, plan, be.data_threads())?;
         let snaps = measure(shared, &probe, args)?;
         sleep_until(shared, shared.end().expect("started") + GRACE)?;
-        Ok((snaps, probe, ctl))
+        Ok((snaps, probe))
     })();
+    // Told before the data connections close, so that the sender, whose
+    // data threads see them close, finds the cause waiting.
+    if let Err(e) = &result {
+        abort(&mut ctl, e);
+    }
     let joined = stop_and_join(shared, workers);
-    let r = (|| {
-        let (snaps, probe, ctl) = result?;
-        let stats = joined?;
+    let r = result.and_then(|(snaps, probe)| {
+        let stats = joined.inspect_err(|e| abort(&mut ctl, e))?;
         let mut rep = finish("receiver", plan, &probe, fs, snaps, stats);
-        if let Some(mut c) = ctl {
+        if let Some(c) = &mut ctl {
             if let Msg::Done { report, .. } = c.recv(CONTROL_TIMEOUT, "the sender's summary")? {
                 rep.peer = Some(report);
             }
@@ -274,9 +285,19 @@ fn receiver(
             })?;
         }
         Ok(rep)
-    })();
+    });
     busy_done.store(true, Ordering::Relaxed);
     r
+}
+
+/// Tells the peer on the control channel, when there is one, why this side
+/// gives up.
+fn abort(ctl: &mut Option<Ctl>, why: &anyhow::Error) {
+    if let Some(c) = ctl {
+        let _ = c.send(&Msg::Abort {
+            reason: format!("{why:#}"),
+        });
+    }
 }
 
 /// Waits up to `wait` for the sender's control connection; gives up early
@@ -377,12 +398,17 @@ fn sender(
     let mut ctl = if args.no_sync {
         None
     } else {
-        let mut c = Ctl::connect(SocketAddr::new(plan.addr, args.control_port))?;
+        let mut c = Ctl::connect_within(
+            SocketAddr::new(plan.addr, args.control_port),
+            Duration::from_secs_f64(args.wait_s()),
+        )?;
         c.send(&Msg::Hello {
             params: plan.params.clone(),
             connections: plan.connections(),
         })?;
-        match c.recv(CONTROL_TIMEOUT, "an answer to hello")? {
+        // A receiver accepts the control connection once its backend has
+        // started (flowlane: UMEM, XDP attach), which may take a while.
+        match c.recv(CONNECT_TIMEOUT, "an answer to hello")? {
             Msg::Accept => {}
             Msg::Reject { reason } => bail!("receiver {} refused the test: {reason}", plan.addr),
             Msg::Busy { reason } => bail!("{reason}"),
@@ -426,11 +452,21 @@ fn sender(
         sleep_until(shared, shared.end().expect("started"))?;
         Ok((a, b, probe))
     })();
-    if let (Err(e), Some(c)) = (&result, &mut ctl) {
-        let _ = c.send(&Msg::Abort {
-            reason: format!("{e:#}"),
-        });
-    }
+    let result = match (result, &mut ctl) {
+        (Err(e), Some(c)) => {
+            // The receiver's failure closes the data connections: when it
+            // said why, that is the cause.
+            let e = match c.peer_gave_up(PEER_REASON_WAIT) {
+                Some(why) => anyhow!("receiver {} gave up: {why} (here: {e:#})", plan.addr),
+                None => e,
+            };
+            let _ = c.send(&Msg::Abort {
+                reason: format!("{e:#}"),
+            });
+            Err(e)
+        }
+        (r, _) => r,
+    };
     let joined = stop_and_join(shared, workers);
     let (a, b, probe) = result?;
     let stats = joined?;

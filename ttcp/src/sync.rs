@@ -163,6 +163,26 @@ pub fn mismatch(recv: &Params, send: &Params) -> Option<String> {
     }
 }
 
+/// Why connecting to `addr` failed, in one line (`wait`: how long it was
+/// tried while refused).
+fn connect_error(addr: SocketAddr, e: &std::io::Error, wait: Duration) -> anyhow::Error {
+    use std::io::ErrorKind::*;
+    match e.kind() {
+        ConnectionRefused if wait.is_zero() => anyhow!(
+            "no receiver at {addr}: connection refused (start `flowlane-ttcp -r` there first, or check -m/--control-port)"
+        ),
+        ConnectionRefused => anyhow!(
+            "no receiver at {addr}: connection refused for {} s (start `flowlane-ttcp -r` there first, or check -m/--control-port)",
+            wait.as_secs_f64()
+        ),
+        TimedOut | WouldBlock => anyhow!(
+            "receiver {addr} unreachable: no answer within {} s",
+            CONTROL_TIMEOUT.as_secs()
+        ),
+        _ => anyhow!("receiver {addr} unreachable: {e}"),
+    }
+}
+
 /// One end of the control channel.
 #[derive(Debug)]
 pub struct Ctl {
@@ -186,19 +206,26 @@ impl Ctl {
     /// Connects to a receiver's control port within [`CONTROL_TIMEOUT`], with an
     /// error that names the cause.
     pub fn connect(addr: SocketAddr) -> Result<Ctl> {
-        let s = TcpStream::connect_timeout(&addr, CONTROL_TIMEOUT).map_err(|e| {
-            use std::io::ErrorKind::*;
-            match e.kind() {
-                ConnectionRefused => anyhow!(
-                    "no receiver at {addr}: connection refused (start `flowlane-ttcp -r` there first, or check -m/--control-port)"
-                ),
-                TimedOut | WouldBlock => anyhow!(
-                    "receiver {addr} unreachable: no answer within {} s",
-                    CONTROL_TIMEOUT.as_secs()
-                ),
-                _ => anyhow!("receiver {addr} unreachable: {e}"),
+        Ctl::connect_within(addr, Duration::ZERO)
+    }
+
+    /// [`Ctl::connect`], trying again while the port refuses until `wait`
+    /// has passed: a receiver that is still starting (re-executing in a
+    /// bed, binding its port) is not yet there.
+    pub fn connect_within(addr: SocketAddr, wait: Duration) -> Result<Ctl> {
+        let deadline = Instant::now() + wait;
+        let s = loop {
+            match TcpStream::connect_timeout(&addr, CONTROL_TIMEOUT) {
+                Ok(s) => break s,
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::ConnectionRefused
+                        && Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => return Err(connect_error(addr, &e, wait)),
             }
-        })?;
+        };
         Ctl::new(s)
     }
 
@@ -217,8 +244,27 @@ impl Ctl {
     }
 
     /// Receives one message within `timeout`; `what` names what was awaited in
-    /// the error.
+    /// the error. The peer's `Abort` is an error naming its reason.
     pub fn recv(&mut self, timeout: Duration, what: &str) -> Result<Msg> {
+        let m = self.recv_msg(timeout, what)?;
+        if let Msg::Abort { reason } = &m {
+            bail!("peer {} gave up: {reason}", self.peer);
+        }
+        Ok(m)
+    }
+
+    /// The reason of the peer's `Abort`, when one arrives within `within`
+    /// (or has arrived): asked by a side whose own run failed, since the
+    /// peer's failure may be the cause (its data connections closed).
+    pub fn peer_gave_up(&mut self, within: Duration) -> Option<String> {
+        match self.recv_msg(within, "abort") {
+            Ok(Msg::Abort { reason }) => Some(reason),
+            _ => None,
+        }
+    }
+
+    /// [`Ctl::recv`] with the peer's `Abort` returned as a message.
+    fn recv_msg(&mut self, timeout: Duration, what: &str) -> Result<Msg> {
         let deadline = Instant::now() + timeout;
         let mut line = String::new();
         loop {
@@ -256,9 +302,6 @@ impl Ctl {
                 self.peer
             )
         })?;
-        if let Msg::Abort { reason } = &m {
-            bail!("peer {} gave up: {reason}", self.peer);
-        }
         Ok(m)
     }
 }
@@ -402,6 +445,18 @@ mod tests {
         .unwrap();
         let e = s.recv(Duration::from_secs(2), "start").unwrap_err();
         assert!(e.to_string().contains("gave up: only 3 of 4"), "{e}");
+        // A side whose own run failed asks for the peer's reason.
+        r.send(&Msg::Abort {
+            reason: "interface xsk0 vanished".into(),
+        })
+        .unwrap();
+        assert_eq!(
+            s.peer_gave_up(Duration::from_secs(2)).as_deref(),
+            Some("interface xsk0 vanished")
+        );
+        r.send(&Msg::Start).unwrap();
+        assert_eq!(s.peer_gave_up(Duration::from_millis(100)), None);
+        assert_eq!(s.peer_gave_up(Duration::from_millis(100)), None);
 
         let (mut s, r) = pair();
         (&r.wr).write_all(b"HTTP/1.1 400 Bad Request\r\n").unwrap();
@@ -422,5 +477,41 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(e.contains("connection refused"), "{e}");
+    }
+
+    #[test]
+    fn connect_waits_for_a_receiver_that_is_still_starting() {
+        let addr = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        // The receiver binds its control port 300 ms after the sender tries.
+        let late = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            let l = TcpListener::bind(addr).unwrap();
+            let (s, _) = l.accept().unwrap();
+            let mut c = Ctl::new(s).unwrap();
+            c.send(&Msg::Accept).unwrap();
+        });
+        let t = Instant::now();
+        let mut c = Ctl::connect_within(addr, Duration::from_secs(10)).unwrap();
+        assert!(
+            t.elapsed() >= Duration::from_millis(250),
+            "{:?}",
+            t.elapsed()
+        );
+        assert_eq!(
+            c.recv(Duration::from_secs(5), "accept").unwrap(),
+            Msg::Accept
+        );
+        late.join().unwrap();
+        // Refused past the wait: the error says for how long it was tried.
+        let t = Instant::now();
+        let e = Ctl::connect_within(addr, Duration::from_millis(200))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("connection refused for 0.2 s"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
     }
 }

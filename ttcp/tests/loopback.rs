@@ -180,6 +180,23 @@ fn queue_pair_mode_runs_the_same_handlers_on_application_threads() {
     assert!(l["round_trips"].as_u64().unwrap() > 50, "{l}");
 }
 
+/// A receiver that fails after the test was agreed tells the sender why
+/// (`Abort`): the sender's error names the receiver's cause, not a closed
+/// control channel.
+#[test]
+fn a_receiver_failing_mid_test_tells_the_sender_why() {
+    let (ro, so) = pair(
+        None,
+        None,
+        "-m 1,*,127.0.0.1 -W 0 -t 1 -C 0",
+        "--nic nosuch0",
+        "",
+    );
+    assert_fails(&ro, "nosuch0");
+    assert_fails(&so, "gave up");
+    assert!(err_line(&so).contains("nosuch0"), "{}", err_line(&so));
+}
+
 #[test]
 fn misuse_is_one_line_nonzero_and_bounded() {
     let lim = Duration::from_secs(15);

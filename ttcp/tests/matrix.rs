@@ -8,7 +8,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::*;
-use flowlane_tests::{flowlane_bin, require_root, text, unique_name};
+use flowlane_tests::{
+    flowlane_bin, kill_and_reap, require_root, start_udp_echo, text, unique_name, Bed,
+};
 
 #[test]
 fn both_backends_both_roles_with_and_without_delay() {
@@ -129,6 +131,71 @@ fn kernel_wire_sends_wire_size_frames_and_gives_the_offloads_back() {
         "after kernel-wire, kernel sent {gso} bytes per packet (offloads not restored?)"
     );
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// `--bed NAME` of a bed that was up before the matrix: one in use is
+/// refused and left as it was, its user still running (`testbed down`
+/// would have stopped it and removed the bed); one free to use is used and
+/// left up.
+#[test]
+fn a_bed_that_was_up_before_is_left_up() {
+    if !require_root("a_bed_that_was_up_before_is_left_up") {
+        return;
+    }
+    let bed = Bed::up("tmxb", 2);
+    let out = std::env::temp_dir().join(unique_name("ttcp-matrix-bed"));
+    let (mut echo, _) = start_udp_echo(&bed, 7777);
+    let child = Command::new(bin())
+        .arg("matrix")
+        .arg("--flowlane")
+        .arg(flowlane_bin())
+        .args(["--bed", &bed.name, "--out"])
+        .arg(&out)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("flowlane-ttcp matrix");
+    let (o, _) = wait_bounded(child, Duration::from_secs(60), "matrix on a bed in use");
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("in use"), "{}", text(&o));
+    assert!(
+        echo.try_wait().unwrap().is_none(),
+        "the bed's user was stopped"
+    );
+    assert!(bed_is_up(&bed.name), "the bed in use was removed");
+    kill_and_reap(&mut echo);
+
+    let v = matrix(
+        &bed.name,
+        &out,
+        &[
+            "--backends",
+            "kernel",
+            "--roles",
+            "receiver",
+            "--conns",
+            "1",
+            "--latency-sizes",
+            "none",
+            "--delays",
+            "0",
+        ],
+        120,
+    );
+    let cells = v["cells"].as_array().unwrap();
+    assert!(cells.len() == 1 && cells[0]["error"].is_null(), "{v}");
+    assert!(
+        bed_is_up(&bed.name),
+        "the bed that was up before was removed"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Whether bed `name`'s namespaces are there.
+fn bed_is_up(name: &str) -> bool {
+    let ns = std::path::Path::new("/run/netns");
+    ns.join(format!("flowlane-{name}")).exists()
+        && ns.join(format!("flowlane-{name}-peer")).exists()
 }
 
 /// Runs a small matrix (64 KiB buffers, 0.3 s warm-up, 0.7 s cells) on bed

@@ -3,21 +3,15 @@
 //! peer's), through a delay line when the cell has a delay.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
 use super::delay_line::DelayLine;
-use flowlane_testbed::child::output_within;
-use flowlane_testbed::offloads::{self, Frames};
-
-/// The backend name of kernel TCP sending wire-size frames: the bed's
-/// kernels with TSO and GSO off for the cell, so that they segment in
-/// software before the device, as for a NIC without TSO
-/// ([`Frames::Segmented`]; flowlane sends wire-size frames always). The
-/// fair baseline for the sender; `kernel` is the kernel with its offloads.
-pub(super) const KERNEL_WIRE: &str = "kernel-wire";
+use super::failures::{both, cell_error};
+use super::wire_frames::{WireSizeFrames, KERNEL_WIRE};
+use flowlane_testbed::child::{output_within, stop};
 
 /// The `--backend` flowlane-ttcp runs for a matrix backend.
 fn ttcp_backend(matrix_backend: &str) -> &str {
@@ -28,21 +22,27 @@ fn ttcp_backend(matrix_backend: &str) -> &str {
     }
 }
 
-/// The bed's kernels segmenting in software while it lives; their
-/// offloads restored when it is dropped (every exit path of the cell).
-struct WireSizeFrames<'a>(&'a flowlane_testbed::BedState);
+/// How long a child left running on an error path gets after SIGTERM.
+const STOP_GRACE: Duration = Duration::from_secs(5);
 
-impl<'a> WireSizeFrames<'a> {
-    fn on(bed: &'a flowlane_testbed::BedState) -> Result<Self> {
-        let guard = WireSizeFrames(bed);
-        offloads::set(bed, Frames::Segmented).context("turning the bed's offloads off")?;
-        Ok(guard)
+/// One end of a cell: stopped (SIGTERM, then SIGKILL) and reaped when
+/// dropped before its output was collected, so that an error path (the
+/// other end failing to start, no result in time) leaves no receiver
+/// holding the control port for the next cell.
+struct End(Option<Child>);
+
+impl End {
+    /// Waits at most `limit` for the end to exit; its output.
+    fn output_within(mut self, limit: Duration) -> Result<Output> {
+        output_within(self.0.take().expect("collected once"), limit)
     }
 }
 
-impl Drop for WireSizeFrames<'_> {
+impl Drop for End {
     fn drop(&mut self) {
-        let _ = offloads::set(self.0, Frames::Gso);
+        if let Some(c) = &mut self.0 {
+            stop(c, STOP_GRACE);
+        }
     }
 }
 
@@ -174,6 +174,7 @@ fn run_cell(c: &CellSpec<'_>) -> Result<CellRun> {
     } else {
         String::new()
     };
+    let limit = Duration::from_secs_f64(c.warm + c.secs + 0.5 + 90.0);
     let (rx, settle) = if c.sends {
         (spawn(rx_ns, args("-r", "--backend kernel"))?, 300)
     } else {
@@ -182,22 +183,17 @@ fn run_cell(c: &CellSpec<'_>) -> Result<CellRun> {
             if c.backend == "flowlane" { 800 } else { 300 },
         )
     };
+    let rx = End(Some(rx));
     std::thread::sleep(Duration::from_millis(settle));
-    let tx = if c.sends {
+    let tx = End(Some(if c.sends {
         tested("-s", &tx_extra)?
     } else {
         spawn(tx_ns, args("-s", &format!("--backend kernel {tx_extra}")))?
-    };
-    let limit = Duration::from_secs_f64(c.warm + c.secs + 0.5 + 90.0);
-    let txo = output_within(tx, limit)?;
-    let rxo = output_within(rx, limit)?;
-    for (o, who) in [(&txo, "sender"), (&rxo, "receiver")] {
-        if !o.status.success() {
-            bail!(
-                "{who}: {}",
-                String::from_utf8_lossy(&o.stderr).trim().replace('\n', " ")
-            );
-        }
+    }));
+    let txo = tx.output_within(limit)?;
+    let rxo = rx.output_within(limit)?;
+    if let Some(e) = cell_error(&txo, &rxo) {
+        bail!(e);
     }
     let mut tx: serde_json::Value = serde_json::from_slice(&txo.stdout).context("sender JSON")?;
     let mut rx: serde_json::Value = serde_json::from_slice(&rxo.stdout).context("receiver JSON")?;
@@ -223,28 +219,66 @@ fn run_cell(c: &CellSpec<'_>) -> Result<CellRun> {
     })
 }
 
+/// What running a cell gave.
+pub(super) struct Outcome {
+    /// The two ends' reports, or why the cell failed.
+    pub(super) run: Result<CellRun>,
+    /// The delay line's report, when the cell had a line and it reported.
+    pub(super) line_report: Option<serde_json::Value>,
+    /// The bed's offloads could not be given back after a `kernel-wire`
+    /// cell: the cells after it would run without them.
+    pub(super) offloads_lost: bool,
+}
+
 /// Runs a cell, through a delay line of `delay_ms` each way when it is not
-/// 0; returns the cell's result and the line's report. A line that fails
-/// fails the cell.
+/// 0, with the bed's offloads off for a `kernel-wire` cell. A line that
+/// fails, or offloads not given back, fail the cell too (beside its own
+/// error, when it has one).
 pub(super) fn run_delayed(
     flowlane: &Path,
     bed: &str,
     delay_ms: f64,
     spec: &CellSpec<'_>,
-) -> (Result<CellRun>, Option<serde_json::Value>) {
-    let bed_state;
-    let _wire = if spec.backend == KERNEL_WIRE {
-        bed_state = match flowlane_testbed::load(bed) {
-            Ok(s) => s,
-            Err(e) => return (Err(e), None),
+) -> Outcome {
+    if spec.backend != KERNEL_WIRE {
+        let (run, line_report) = run_with_line(flowlane, bed, delay_ms, spec);
+        return Outcome {
+            run,
+            line_report,
+            offloads_lost: false,
         };
-        match WireSizeFrames::on(&bed_state) {
-            Ok(g) => Some(g),
-            Err(e) => return (Err(e), None),
+    }
+    let state = match flowlane_testbed::load(bed) {
+        Ok(s) => s,
+        Err(e) => {
+            return Outcome {
+                run: Err(e),
+                line_report: None,
+                offloads_lost: false,
+            }
         }
-    } else {
-        None
     };
+    let (wire, off) = WireSizeFrames::off(&state);
+    let (run, line_report) = match off {
+        Ok(()) => run_with_line(flowlane, bed, delay_ms, spec),
+        Err(e) => (Err(e), None),
+    };
+    let given_back = wire.give_back();
+    Outcome {
+        offloads_lost: given_back.is_err(),
+        run: both(run, given_back),
+        line_report,
+    }
+}
+
+/// Runs a cell, through a delay line when `delay_ms` is not 0; the cell's
+/// result and the line's report (kept whenever it parsed).
+fn run_with_line(
+    flowlane: &Path,
+    bed: &str,
+    delay_ms: f64,
+    spec: &CellSpec<'_>,
+) -> (Result<CellRun>, Option<serde_json::Value>) {
     if delay_ms <= 0.0 {
         return (run_cell(spec), None);
     }
@@ -253,10 +287,8 @@ pub(super) fn run_delayed(
         Err(e) => return (Err(e), None),
     };
     let r = run_cell(spec);
-    match line.stop() {
-        Ok(report) => (r, Some(report)),
-        Err(e) => (Err(e), None),
-    }
+    let stopped = line.stop();
+    (both(r, stopped.error), stopped.report)
 }
 
 #[cfg(test)]
@@ -270,5 +302,15 @@ mod tests {
             assert_eq!(threads * per, c, "{c}");
         }
         assert_eq!(split(16), (2, 8));
+    }
+
+    #[test]
+    fn an_end_dropped_on_an_error_path_is_stopped_and_reaped() {
+        let c = Command::new("sleep").arg("30").spawn().unwrap();
+        let proc_dir = std::path::PathBuf::from(format!("/proc/{}", c.id()));
+        let t = std::time::Instant::now();
+        drop(End(Some(c)));
+        assert!(!proc_dir.exists(), "the child still runs (or is unreaped)");
+        assert!(t.elapsed() < STOP_GRACE, "{:?}", t.elapsed());
     }
 }

@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 
 use flowlane_testbed::child::{terminate, wait_within};
 
@@ -55,24 +55,45 @@ impl DelayLine {
         }
     }
 
-    /// Stops the line (it releases what it holds first) and returns its
-    /// JSON report.
-    pub fn stop(mut self) -> Result<serde_json::Value> {
+    /// Stops the line (it releases what it holds first): its JSON report
+    /// and how the stop went.
+    pub fn stop(mut self) -> Stopped {
         terminate(&self.child);
-        let Some(st) = wait_within(&mut self.child, Duration::from_secs(30))? else {
-            let _ = self.child.kill();
-            bail!("the delay line did not stop within 30 s");
-        };
-        if !st.success() {
-            bail!(
+        let error = match wait_within(&mut self.child, Duration::from_secs(30)) {
+            Ok(Some(st)) if st.success() => Ok(()),
+            Ok(Some(st)) => Err(anyhow!(
                 "the delay line failed ({st}): {}",
                 self.child.wait_with_output_stderr()
-            );
-        }
-        // The reader thread ends with the child's stdout.
+            )),
+            Ok(None) => Err(anyhow!("the delay line did not stop within 30 s")),
+            Err(e) => Err(anyhow!("waiting for the delay line: {e}")),
+        };
+        // Gone for certain, so that its stdout (and the reader) ends.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
         let json: Vec<String> = self.lines.iter().collect();
-        serde_json::from_str(&json.join("\n")).context("the delay line's report")
+        match serde_json::from_str(&json.join("\n")) {
+            Ok(report) => Stopped {
+                report: Some(report),
+                error,
+            },
+            // A line that failed printed no report: its own error says why.
+            Err(e) => Stopped {
+                report: None,
+                error: error.and(Err::<(), _>(e).context("the delay line's report")),
+            },
+        }
     }
+}
+
+/// What a stopped [`DelayLine`] left.
+#[derive(Debug)]
+pub struct Stopped {
+    /// Its JSON report (frames, drops, lateness), when it printed one
+    /// that parsed, also when it then failed.
+    pub report: Option<serde_json::Value>,
+    /// Whether it stopped cleanly (and its report parsed).
+    pub error: Result<()>,
 }
 
 trait StderrText {
@@ -97,5 +118,53 @@ impl Drop for DelayLine {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A stand-in for `flowlane` whose delay line reports on SIGTERM and
+    /// then fails.
+    const FAILS_AFTER_ITS_REPORT: &str = r#"#!/bin/sh
+trap 'echo "{\"mean_late_us\": 3}"; echo "lost its hooks" >&2; exit 1' TERM
+echo "test bed x: delaying both directions by 1 ms"
+while :; do sleep 0.05; done
+"#;
+
+    #[test]
+    fn a_line_that_fails_after_its_report_keeps_the_report() {
+        let dir = std::env::temp_dir().join(format!("ttcp-delay-line-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fake = dir.join("flowlane");
+        std::fs::write(&fake, FAILS_AFTER_ITS_REPORT).unwrap();
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // Another test's fork may hold the just-written file open for a
+        // moment (ETXTBSY): try again.
+        let line = (0..50)
+            .find_map(|_| match DelayLine::start(&fake, "x", 1.0) {
+                Ok(l) => Some(l),
+                Err(e) if format!("{e:#}").contains("busy") => {
+                    std::thread::sleep(Duration::from_millis(20));
+                    None
+                }
+                Err(e) => panic!("{e:#}"),
+            })
+            .expect("the fake line started");
+        let stopped = line.stop();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(
+            stopped.report,
+            Some(serde_json::json!({"mean_late_us": 3})),
+            "{:?}",
+            stopped.error
+        );
+        let e = stopped.error.unwrap_err().to_string();
+        assert!(
+            e.contains("the delay line failed") && e.contains("lost its hooks"),
+            "{e}"
+        );
     }
 }

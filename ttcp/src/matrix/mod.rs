@@ -6,22 +6,28 @@
 //! sender in the peer namespace (10.99.0.2). Delay D is `flowlane testbed
 //! delay --ms D` ([`delay_line`]): a delay line on the peer device that
 //! delays both directions by D (so the RTT grows by 2·D, as with the RDMA
-//! paper's delay router), for both backends alike. The test bed is removed on
-//! every path (including Ctrl-C: SIGINT/SIGTERM stop the matrix between cells).
+//! paper's delay router), for both backends alike. A test bed the matrix
+//! made is removed on every path (including Ctrl-C: SIGINT/SIGTERM stop the
+//! matrix between cells); one that was up before is left up.
 
 //!
-//! Files: this one runs the matrix (flags, the bed, the loop over cells,
-//! the outputs); `cell` runs one cell, [`delay_line`] its delay; the
-//! results are [`results::Cell`]s, shown by [`tables`] and [`plots`](mod@plots).
+//! Files: this one runs the matrix (flags, the loop over cells, the
+//! outputs); `bed` brings the bed up (and down, when the matrix made it),
+//! `cell` runs one cell, [`delay_line`] its delay, `wire_frames` the
+//! `kernel-wire` backend's offloads, and `failures` says why a cell failed;
+//! the results are [`results::Cell`]s, shown by [`tables`] and
+//! [`plots`](mod@plots).
 
+mod bed;
 mod cell;
 pub mod delay_line;
+mod failures;
 pub mod plots;
 pub mod results;
 pub mod tables;
+mod wire_frames;
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -29,7 +35,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::cli::{parse_size, MatrixArgs};
-use cell::{run_delayed, CellSpec};
+use bed::MatrixBed;
+use cell::{run_delayed, CellSpec, Outcome};
+use failures::{no_round_trip, nothing_measured};
 use flowlane_dataplane::service_args::RebalanceMode;
 use flowlane_dataplane::umem::RingSizes;
 use plots::plots;
@@ -66,19 +74,48 @@ pub fn utc_date(unix_secs: u64) -> String {
     format!("{y:04}-{m:02}-{d:02}")
 }
 
-struct BedGuard {
-    flowlane: PathBuf,
-    name: String,
+/// The longest a matrix time may be (seconds), as for a run's -W/-t.
+const MAX_SECONDS: f64 = 86_400.0;
+
+/// Checks the matrix's times before anything starts: `--seconds` (above
+/// 0), `--warmup` (0 or more) and `--delays` (milliseconds, 0 or more), all
+/// finite and at most a day.
+fn check_times(seconds: f64, warmup: Option<f64>, delays_ms: &[f64]) -> Result<()> {
+    if !(seconds.is_finite() && seconds > 0.0 && seconds <= MAX_SECONDS) {
+        bail!("--seconds {seconds}: give the measured seconds per cell, above 0 and at most {MAX_SECONDS}");
+    }
+    if let Some(w) = warmup {
+        if !(w.is_finite() && (0.0..=MAX_SECONDS).contains(&w)) {
+            bail!("--warmup {w}: give the warm-up seconds per cell, from 0 to {MAX_SECONDS}");
+        }
+    }
+    if let Some(d) = delays_ms
+        .iter()
+        .find(|d| !(d.is_finite() && (0.0..=MAX_SECONDS * 1000.0).contains(*d)))
+    {
+        bail!("--delays: {d} is not a one-way delay in milliseconds (0 or more)");
+    }
+    Ok(())
 }
 
-impl Drop for BedGuard {
-    fn drop(&mut self) {
-        let _ = Command::new(&self.flowlane)
-            .args(["testbed", "down", "--bed", &self.name])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-    }
+/// The failures of a finished matrix as one line (`None` when every cell
+/// succeeded): throughput and latency cells counted apart, each against
+/// its own number.
+fn failures_line(
+    cells: &[Cell],
+    cells_planned: usize,
+    latency: &[serde_json::Value],
+    latency_planned: usize,
+) -> Option<String> {
+    let failed = cells.iter().filter(|c| c.error.is_some()).count();
+    // A latency cell that failed fails the run too (its row says why).
+    let latency_failed = latency.iter().filter(|r| r.get("error").is_some()).count();
+    (failed > 0 || latency_failed > 0).then(|| {
+        format!(
+            "{failed} of {cells_planned} cells and {latency_failed} of {latency_planned} latency \
+             cells failed (see results.json)"
+        )
+    })
 }
 
 /// Runs the matrix.
@@ -101,7 +138,7 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
         .collect();
     for b in &backends {
         match b.as_str() {
-            "kernel" | "flowlane" | cell::KERNEL_WIRE => {}
+            "kernel" | "flowlane" | wire_frames::KERNEL_WIRE => {}
             _ => bail!("--backends: unknown backend {b:?} (kernel, kernel-wire, flowlane)"),
         }
     }
@@ -154,6 +191,7 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
         "delays",
     )?;
     let secs = a.seconds.unwrap_or(if q { 2.0 } else { 3.0 });
+    check_times(secs, a.warmup, &delays)?;
     let mut flowlane_flags = a
         .frames_per_queue
         .map(|n| format!("--frames-per-queue {n}"))
@@ -185,24 +223,16 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
         .bed
         .clone()
         .unwrap_or_else(|| format!("ttm{}", std::process::id()));
-    let o = Command::new(&flowlane)
-        .args(["testbed", "up", "--bed", &name, "--queues", "2"])
-        .output()?;
-    let _bed = BedGuard {
-        flowlane: flowlane.clone(),
-        name: name.clone(),
-    };
-    if !o.status.success() {
-        bail!("testbed up: {}", String::from_utf8_lossy(&o.stderr).trim());
-    }
+    let _bed = MatrixBed::up(&flowlane, &name)?;
     let ns = format!("flowlane-{name}");
     let peer_ns = format!("flowlane-{name}-peer");
-    if let Some(d) = delays.iter().find(|&&d| d < 0.0) {
-        bail!("--delays: {d} is negative");
-    }
 
-    let total =
-        (roles.len() * conns.len() * bufs.len() + lat_sizes.len()) * backends.len() * delays.len();
+    let cells_planned = roles.len() * conns.len() * bufs.len() * backends.len() * delays.len();
+    let latency_planned = lat_sizes.len() * backends.len() * delays.len();
+    let total = cells_planned + latency_planned;
+    // Set when the bed's offloads could not be given back: the cells after
+    // would run without them, labelled as with them, so none runs.
+    let mut offloads_lost = false;
     let mut latency: Vec<serde_json::Value> = Vec::new();
     let pb = ProgressBar::new(total as u64);
     pb.set_style(
@@ -238,7 +268,12 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
                             flowlane_flags: &flowlane_flags,
                             flowlane_rx_flags: &flowlane_rx_flags,
                         };
-                        let (r, line_report) = run_delayed(&flowlane, &name, d, &spec);
+                        let Outcome {
+                            run: r,
+                            line_report,
+                            offloads_lost: lost,
+                        } = run_delayed(&flowlane, &name, d, &spec);
+                        offloads_lost |= lost;
                         let rtt_added_ms = line_report.as_ref().and_then(|l| {
                             Some(2.0 * (d + l.get("mean_late_us")?.as_f64()? / 1000.0))
                         });
@@ -279,6 +314,12 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
                                 cell.pct_one_cpu_per_gbit_system =
                                     g(&rx, "pct_one_cpu_per_gbit_system");
                                 cell.retrans_sender = run.sender_retrans;
+                                if let Some(e) = nothing_measured(&rx) {
+                                    pb.println(format!(
+                                        "{b} {role} conns={c} buf={buf} delay={d}ms: {e}"
+                                    ));
+                                    cell.error = Some(e);
+                                }
                                 cell.receiver = Some(rx);
                                 cell.sender = Some(tx);
                             }
@@ -291,6 +332,10 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
                         }
                         cells.push(cell);
                         pb.inc(1);
+                        if offloads_lost {
+                            pb.abandon_with_message("stopped: the bed's offloads are off");
+                            break 'all;
+                        }
                     }
                 }
             }
@@ -317,23 +362,34 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
                     flowlane_flags: &flowlane_flags,
                     flowlane_rx_flags: &flowlane_rx_flags,
                 };
-                let (r, _) = run_delayed(&flowlane, &name, d, &spec);
+                let outcome = run_delayed(&flowlane, &name, d, &spec);
+                offloads_lost |= outcome.offloads_lost;
                 let mut row = serde_json::json!({
                     "backend": b, "role": "receiver (echo)", "msg_size": size, "delay_ms": d,
                 });
-                match r {
-                    Ok(run) => row["latency"] = run.tx["latency"].clone(),
-                    Err(e) => {
-                        pb.println(format!("{b} latency msg={size} delay={d}ms: {e:#}"));
-                        row["error"] = serde_json::json!(format!("{e:#}"));
+                let error = match outcome.run {
+                    Ok(run) => {
+                        row["latency"] = run.tx["latency"].clone();
+                        no_round_trip(&row["latency"])
                     }
+                    Err(e) => Some(format!("{e:#}")),
+                };
+                if let Some(e) = error {
+                    pb.println(format!("{b} latency msg={size} delay={d}ms: {e}"));
+                    row["error"] = serde_json::json!(e);
                 }
                 latency.push(row);
                 pb.inc(1);
+                if offloads_lost {
+                    pb.abandon_with_message("stopped: the bed's offloads are off");
+                    break 'all;
+                }
             }
         }
     }
-    pb.finish_with_message("done");
+    if !pb.is_finished() {
+        pb.finish_with_message("done");
+    }
     let params = serde_json::json!({
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "quick": q, "backends": backends, "connections": conns, "buffers": bufs,
@@ -364,18 +420,18 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
         Err(e) => println!("plots skipped: {e:#}"),
     }
     println!("results: {}", out.join("results.json").display());
-    let failed = cells.iter().filter(|c| c.error.is_some()).count();
-    // A latency cell that failed fails the run too (its row says why).
-    let latency_failed = latency.iter().filter(|r| r.get("error").is_some()).count();
-    if stop.load(Ordering::Relaxed) {
-        bail!("interrupted after {} of {total} cells", cells.len());
-    }
-    if failed > 0 || latency_failed > 0 {
+    let ran = cells.len() + latency.len();
+    if offloads_lost {
         bail!(
-            "{failed} of {total} cells and {latency_failed} of {} latency cells failed (see \
-             results.json)",
-            latency.len()
+            "stopped after {ran} of {total} cells: the bed's offloads could not be given back \
+             after a kernel-wire cell (see its error in results.json)"
         );
+    }
+    if stop.load(Ordering::Relaxed) {
+        bail!("interrupted after {ran} of {total} cells");
+    }
+    if let Some(f) = failures_line(&cells, cells_planned, &latency, latency_planned) {
+        bail!(f);
     }
     Ok(())
 }
@@ -389,5 +445,48 @@ mod tests {
         assert_eq!(utc_date(0), "1970-01-01");
         assert_eq!(utc_date(951_782_400), "2000-02-29");
         assert_eq!(utc_date(1_767_225_599), "2025-12-31");
+    }
+
+    #[test]
+    fn times_are_checked_before_anything_starts() {
+        check_times(2.0, None, &[0.0, 1.5]).unwrap();
+        check_times(2.0, Some(0.0), &[]).unwrap();
+        for (secs, warm, delays, want) in [
+            (f64::NAN, None, vec![], "--seconds NaN"),
+            (-1.0, None, vec![], "--seconds -1"),
+            (0.0, None, vec![], "--seconds 0"),
+            (f64::INFINITY, None, vec![], "--seconds inf"),
+            (2.0, Some(-0.5), vec![], "--warmup -0.5"),
+            (2.0, Some(f64::NAN), vec![], "--warmup NaN"),
+            (2.0, Some(1e300), vec![], "--warmup 1"),
+            (2.0, None, vec![0.0, -1.0], "--delays: -1"),
+            (2.0, None, vec![f64::NAN], "--delays: NaN"),
+        ] {
+            let e = check_times(secs, warm, &delays).unwrap_err().to_string();
+            assert!(e.starts_with(want), "{want}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn failures_count_cells_and_latency_cells_apart() {
+        let ok = results::test_cell(1, 0.0, 100.0);
+        let mut failed = ok.clone();
+        failed.error = Some("receiver: gave up".into());
+        let lat_ok = serde_json::json!({"latency": {"round_trips": 3}});
+        let lat_failed = serde_json::json!({"error": "no round trip finished"});
+        assert_eq!(
+            failures_line(
+                std::slice::from_ref(&ok),
+                1,
+                std::slice::from_ref(&lat_ok),
+                1
+            ),
+            None
+        );
+        assert_eq!(
+            failures_line(&[ok, failed], 2, &[lat_ok, lat_failed], 2).as_deref(),
+            Some("1 of 2 cells and 1 of 2 latency cells failed (see results.json)")
+        );
     }
 }

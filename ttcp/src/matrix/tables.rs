@@ -7,6 +7,17 @@ fn fmt(v: Option<f64>, d: usize) -> String {
     v.map(|x| format!("{x:.d$}")).unwrap_or_else(|| "—".into())
 }
 
+/// An error as the text of one table cell: its lines joined, its `|`
+/// escaped, so that the row stays one markdown row.
+fn cell_text(e: &str) -> String {
+    e.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace('|', "\\|")
+}
+
 /// The side-by-side table (one row per cell; backends side by side once there are two).
 pub fn table(cells: &[Cell]) -> String {
     let mut s = String::from(
@@ -25,7 +36,7 @@ pub fn table(cells: &[Cell]) -> String {
                 .unwrap_or_else(|| "—".into()),
             c.error
                 .as_ref()
-                .map(|e| format!("failed: {e}"))
+                .map(|e| format!("failed: {}", cell_text(e)))
                 .unwrap_or_else(|| fmt(c.mbit_s, 0)),
             fmt(c.cycles_per_byte_system, 2),
             fmt(c.cycles_per_byte_receiver, 2),
@@ -110,10 +121,11 @@ pub fn latency_table(rows: &[serde_json::Value]) -> String {
         let f = |k: &str, d: usize| fmt(l.get(k).and_then(|x| x.as_f64()), d);
         if let Some(e) = r["error"].as_str() {
             s.push_str(&format!(
-                "| {} | {} | {} ms | failed: {e} | | | | |\n",
+                "| {} | {} | {} ms | failed: {} | | | | |\n",
                 r["backend"].as_str().unwrap_or("?"),
                 r["msg_size"],
-                r["delay_ms"]
+                r["delay_ms"],
+                cell_text(e)
             ));
             continue;
         }
@@ -164,5 +176,24 @@ mod tests {
             sbs.contains("| 1 | 65536 | 0 ms | 5000 | 3.00 | 0.50 | — | — | — |"),
             "{sbs}"
         );
+    }
+
+    #[test]
+    fn an_error_of_several_lines_stays_one_row() {
+        let mut c = cell(1, 0.0, 0.0);
+        c.error = Some("sender: gave up\nreceiver: a | b\n".into());
+        let t = table(&[c]);
+        assert_eq!(t.lines().count(), 3, "{t}");
+        assert!(
+            t.contains("failed: sender: gave up receiver: a \\| b |"),
+            "{t}"
+        );
+        let rows = [serde_json::json!({
+            "backend": "kernel", "msg_size": 64, "delay_ms": 0.0,
+            "error": "no round trip\nfinished",
+        })];
+        let t = latency_table(&rows);
+        assert_eq!(t.lines().count(), 3, "{t}");
+        assert!(t.contains("failed: no round trip finished |"), "{t}");
     }
 }
