@@ -95,7 +95,11 @@ impl Assembler {
 
     /// The held range (relative to `RCV.NXT`) that contains `offset`.
     pub(crate) fn range_with(&self, offset: u32) -> Option<(u32, u32)> {
-        self.ranges().find(|&(s, e)| s <= offset && offset < e)
+        let b = self.base;
+        let rel = |p: u32| p.wrapping_sub(b);
+        let i = self.ranges.partition_point(|&(_, e)| rel(e) <= offset);
+        let &(s, e) = self.ranges.get(i)?;
+        (rel(s) <= offset).then(|| (rel(s), rel(e)))
     }
 
     /// Records `[offset, offset + len)` as filled, holding at most
@@ -328,5 +332,28 @@ mod tests {
         // Growing a range held already needs none more.
         assert_eq!(a.add(3, 1, 4096), Ok(0));
         assert_eq!(a.len(), 63);
+    }
+
+    /// What a duplicate brings again, and which range holds an offset,
+    /// relative to RCV.NXT after the base moved (a range handed on).
+    #[test]
+    fn held_parts_and_the_range_holding_an_offset() {
+        let mut a = Assembler::new();
+        assert_eq!(a.held_part(0, 100), None);
+        assert_eq!(a.range_with(5), None);
+        assert_eq!(a.add(0, 5, usize::MAX), Ok(5)); // the base moves by 5
+        assert_eq!(a.add(10, 10, usize::MAX), Ok(0)); // [10, 20)
+        assert_eq!(a.add(30, 5, usize::MAX), Ok(0)); // [30, 35)
+        assert_eq!(a.held_part(0, 10), None);
+        assert_eq!(a.held_part(0, 12), Some((10, 12)));
+        assert_eq!(a.held_part(15, 100), Some((15, 20)), "the first part only");
+        assert_eq!(a.held_part(20, 10), None);
+        assert_eq!(a.held_part(32, 1), Some((32, 33)));
+        assert_eq!(a.range_with(9), None);
+        assert_eq!(a.range_with(10), Some((10, 20)));
+        assert_eq!(a.range_with(19), Some((10, 20)));
+        assert_eq!(a.range_with(20), None);
+        assert_eq!(a.range_with(34), Some((30, 35)));
+        assert_eq!(a.range_with(35), None);
     }
 }

@@ -495,7 +495,10 @@ pub struct Config {
     /// Linux drops them likewise when its accept queue is full), and
     /// [`Stack::connect`] fails with [`Error::ConnectionLimit`].
     /// Connections imported from another stack are taken even past the
-    /// cap: a move adds no connection to the system.
+    /// cap: a move adds no connection to the system. A closed
+    /// connection's slot counts until its `Closed` event is taken
+    /// ([`Stack::poll_event`]), though [`Stack::connection_count`] no
+    /// longer does.
     pub max_connections: usize,
     /// Most connections one listener holds, half-open ones included, so
     /// that a flood of connections to one service cannot take every slot

@@ -215,21 +215,122 @@ fn sack_blocks_most_recent_first_and_partial_duplicates_reported() {
     assert_eq!(deliver(&mut server, 0), [(s7, e8), range(3), range(5)]);
     let (s0, _) = range(0);
     let (_, e1) = range(1);
-    let mut joined = TcpRepr::parse_segment(&segs[0].1).unwrap().0;
-    joined.seq = s0;
-    let payload = vec![7u8; (e1.wrapping_sub(s0)) as usize + 100];
     let (t, _) = &segs[0];
-    let mut frame = vec![0u8; 60];
-    let hl = joined.emit(&mut frame).expect("room");
-    frame.truncate(hl);
-    frame.extend_from_slice(&payload);
-    let ck = sim::tcp_checksum(t.src.ip(), t.dst.ip(), &frame);
-    frame[16..18].copy_from_slice(&ck.to_be_bytes());
-    server.handle_segment(now, t.src.ip(), t.dst.ip(), &frame);
+    let joined = forge(
+        &segs[0].1,
+        (t.src.ip(), t.dst.ip()),
+        s0,
+        e1.wrapping_sub(s0) as usize + 100,
+        0,
+    );
+    server.handle_segment(now, t.src.ip(), t.dst.ip(), &joined);
     let t2 = server.poll_transmit(now, &mut buf).expect("an ACK");
     let (ack, _) = TcpRepr::parse_segment(&buf[..t2.len]).unwrap();
     let blocks = &ack.options.sack_blocks[..usize::from(ack.options.sack_block_count)];
     assert_eq!(blocks[0], (s0, e1), "{blocks:?}");
+}
+
+/// A copy of segment `template` (between `ips`) starting at `seq` with
+/// `len` bytes of payload, its ACK field moved by `ack_off`, its checksum
+/// set.
+fn forge(
+    template: &[u8],
+    ips: (std::net::IpAddr, std::net::IpAddr),
+    seq: u32,
+    len: usize,
+    ack_off: u32,
+) -> Vec<u8> {
+    use flowlane_wire::TcpRepr;
+    let mut r = TcpRepr::parse_segment(template).unwrap().0;
+    r.seq = seq;
+    r.ack = r.ack.wrapping_add(ack_off);
+    let mut frame = vec![0u8; 60];
+    let hl = r.emit(&mut frame).expect("room");
+    frame.truncate(hl);
+    frame.resize(hl + len, 7);
+    let ck = sim::tcp_checksum(ips.0, ips.1, &frame);
+    frame[16..18].copy_from_slice(&ck.to_be_bytes());
+    frame
+}
+
+/// RFC 2883 §4, the cases beside a wholly duplicate segment: a D-SACK
+/// block of held data is followed by the block that holds it, even when
+/// another out-of-order segment came after it in the same batch; a
+/// segment that fills the hole and reaches into held data reports the part
+/// held; and a partly duplicate segment dropped for its ACK (RFC 5961
+/// §5.2) reports nothing: it was not taken.
+#[test]
+fn d_sacks_of_held_data_and_of_dropped_segments() {
+    use flowlane_wire::TcpRepr;
+    let now = flowlane_tcp::time::Instant::ZERO;
+    let (mut server, segs) = flight_to_server(10 * 1448);
+    let mut buf = [0u8; 1500];
+    let range = |i: usize| {
+        let (r, p) = TcpRepr::parse_segment(&segs[i].1).unwrap();
+        (r.seq, r.seq.wrapping_add(p.len() as u32))
+    };
+    let (t, _) = &segs[0];
+    let ips = (t.src.ip(), t.dst.ip());
+    let mut acks = |server: &mut flowlane_tcp::Stack| {
+        let mut all = Vec::new();
+        while let Some(t) = server.poll_transmit(now, &mut buf) {
+            let (r, _) = TcpRepr::parse_segment(&buf[..t.len]).unwrap();
+            all.push(r.options.sack_blocks[..usize::from(r.options.sack_block_count)].to_vec());
+        }
+        all
+    };
+    for i in [2, 4] {
+        server.handle_segment(now, ips.0, ips.1, &segs[i].1);
+    }
+    let _ = acks(&mut server);
+    // One batch: segment 2 again, then segment 6 (new).
+    server.handle_segment(now, ips.0, ips.1, &segs[2].1);
+    server.handle_segment(now, ips.0, ips.1, &segs[6].1);
+    let all = acks(&mut server);
+    assert_eq!(all[0][..2], [range(2), range(2)], "{all:?}");
+    assert_eq!(all[0][2], range(6), "{all:?}");
+    // Segment 0 with 100 bytes of segment 1 behind it, which is missing:
+    // nothing held is brought again, no D-SACK.
+    let (s0, e0) = range(0);
+    let len0 = e0.wrapping_sub(s0) as usize;
+    server.handle_segment(
+        now,
+        ips.0,
+        ips.1,
+        &forge(&segs[0].1, ips, s0, len0 + 100, 0),
+    );
+    let all = acks(&mut server);
+    assert!(all.iter().all(|b| !b.contains(&(s0, e0 + 100))), "{all:?}");
+    // Segment 1 resent with 100 bytes of segment 2, which is held: the
+    // hole closes, and the part held is the D-SACK block (one per ACK: the
+    // front's 100 bytes, duplicates too, go unreported).
+    let (s1, e1) = range(1);
+    let (s2, _) = range(2);
+    let len1 = e1.wrapping_sub(s1) as usize;
+    server.handle_segment(
+        now,
+        ips.0,
+        ips.1,
+        &forge(&segs[1].1, ips, s1, len1 + 100, 0),
+    );
+    let all = acks(&mut server);
+    assert_eq!(all[0][0], (s2, s2 + 100), "{all:?}");
+    // A segment from inside segment 2 (received) into segment 3 (missing),
+    // partly duplicate, with an ACK beyond what was sent: dropped, and its
+    // challenge ACK reports nothing of it.
+    let (_, e2) = range(2);
+    let bad = forge(&segs[3].1, ips, e2 - 100, 200, 1 << 20);
+    server.handle_segment(now, ips.0, ips.1, &bad);
+    let all = acks(&mut server);
+    assert!(
+        all.iter().all(|b| b.first() != Some(&(e2 - 100, e2))),
+        "a dropped segment reported: {all:?}"
+    );
+    // The same with its ACK right: taken, the duplicate part reported.
+    let good = forge(&segs[3].1, ips, e2 - 100, 200, 0);
+    server.handle_segment(now, ips.0, ips.1, &good);
+    let all = acks(&mut server);
+    assert_eq!(all[0][0], (e2 - 100, e2), "{all:?}");
 }
 
 #[test]

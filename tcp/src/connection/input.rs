@@ -400,12 +400,6 @@ impl Connection {
         // Trim the front (already received) and the tail (beyond window).
         if seq < nxt {
             let dup = nxt - seq;
-            if !data.is_empty() && self.flags.has(Flags::SACK) {
-                // RFC 2883 §4: the part already received, reported as a
-                // D-SACK block, as a wholly duplicate segment's is.
-                self.rcv_rare.dsack = (seq, seq + dup.min(data.len()));
-                self.flags.set(Flags::DSACK);
-            }
             if dup > data.len() {
                 // Only a FIN remains, and it is in sequence at RCV.NXT.
                 data = &[];
@@ -607,10 +601,27 @@ impl Connection {
             self.close_now(CloseReason::Reset);
             return false;
         } else {
+            if seq != SeqNumber(seg.seq) {
+                self.dsack_front(seg, seq);
+            }
             let tsecr = seg.options.timestamps.map(|(_, ecr)| ecr);
             self.receive_data(ctx, seq, data, tsecr);
         }
         true
+    }
+
+    /// RFC 2883 §4: a segment whose front was trimmed as already received
+    /// (from SEG.SEQ up to `seq`, RCV.NXT then), its text accepted: that
+    /// part is reported as a D-SACK block, as a wholly duplicate segment's
+    /// is. Here, after the segment passed every check (a segment dropped
+    /// for its ACK, or a SYN challenged, reports nothing).
+    #[cold]
+    #[inline(never)]
+    fn dsack_front(&mut self, seg: &TcpRepr, seq: SeqNumber) {
+        if self.flags.has(Flags::SACK) && !seg.flags.syn() {
+            self.rcv_rare.dsack = (SeqNumber(seg.seq), seq);
+            self.flags.set(Flags::DSACK);
+        }
     }
 
     /// RFC 5961 §5.2: an ACK is acceptable in a synchronized state if
@@ -954,7 +965,7 @@ impl Connection {
         if offset > 0 {
             // RFC 5681 §4.2: out-of-order data is acknowledged immediately.
             ctx.stats.out_of_order += 1;
-            self.note_sacked(seq);
+            self.note_sacked(seq, !had_holes);
             self.owe_immediate_ack();
         } else if had_holes {
             // RFC 5681 §4.2: so is data that fills a hole.
@@ -981,7 +992,7 @@ impl Connection {
         offset: usize,
         data: &[u8],
     ) -> Result<u32, crate::assembler::TooManyRanges> {
-        if offset > 0 && self.flags.has(Flags::HOLES | Flags::SACK) {
+        if self.flags.has(Flags::HOLES) && self.flags.has(Flags::SACK) {
             self.dsack_held(offset, data.len());
         }
         let written = self.recv_buf.write_unallocated(ctx.pool, offset, data);
@@ -999,15 +1010,13 @@ impl Connection {
         front
     }
 
-    /// RFC 2883 §4: an out-of-order segment that brings again bytes the
-    /// assembler holds is reported by a D-SACK block of those bytes (the
-    /// block that holds them follows it: `note_sacked`).
+    /// RFC 2883 §4: a segment that brings again bytes the assembler holds
+    /// (out of order, or one filling a hole and reaching into held data) is
+    /// reported by a D-SACK block of those bytes (the block that holds
+    /// them follows it: `sack_blocks`).
     #[cold]
     #[inline(never)]
     fn dsack_held(&mut self, offset: usize, len: usize) {
-        if !self.flags.has(Flags::HOLES) || !self.flags.has(Flags::SACK) {
-            return;
-        }
         if let Some((s, e)) = self.assembler.held_part(offset as u32, len as u32) {
             let nxt = self.rcv.nxt;
             self.rcv_rare.dsack = (nxt + s as usize, nxt + e as usize);
@@ -1022,10 +1031,19 @@ impl Connection {
     /// the list names three distinct blocks.
     #[cold]
     #[inline(never)]
-    fn note_sacked(&mut self, seq: SeqNumber) {
+    fn note_sacked(&mut self, seq: SeqNumber, first: bool) {
         let nxt = self.rcv.nxt;
         let list = &mut self.rcv_rare.sacked;
+        if first {
+            // The assembler held nothing before: older starts are stale.
+            *list = [seq; 3];
+            return;
+        }
         let block = self.assembler.range_with((seq - nxt) as u32);
+        if block.is_none() {
+            // Not placed (no room, or past the buffer): nothing to report.
+            return;
+        }
         let same = |s: SeqNumber| {
             s >= nxt
                 && block.is_some_and(|(b, e)| {

@@ -484,11 +484,13 @@ impl Connection {
     pub(super) fn sack_blocks(&mut self, o: &mut TcpOptions) {
         let max = if o.timestamps.is_some() { 3 } else { 4 };
         let mut n = 0;
+        let mut dsack_above = None;
         if self.flags.has(Flags::DSACK) {
             self.flags.clear(Flags::DSACK);
             let (l, r) = self.rcv_rare.dsack;
             o.sack_blocks[n] = (l.0, r.0);
             n += 1;
+            dsack_above = Some(l);
         }
         if !self.flags.has(Flags::HOLES) {
             // No other block (and no reason to read the assembler's line,
@@ -499,10 +501,13 @@ impl Connection {
         let nxt = self.rcv.nxt;
         let abs = |(s, e): (u32, u32)| ((nxt + s as usize).0, (nxt + e as usize).0);
         let first = n;
-        let recent = self
-            .rcv_rare
-            .sacked
+        // A D-SACK block of held data is followed by the block holding it
+        // (RFC 2883 §4), whatever arrived after it in the same batch; one
+        // below RCV.NXT by none in particular.
+        let holding = dsack_above.filter(|&l| l > nxt);
+        let recent = holding
             .into_iter()
+            .chain(self.rcv_rare.sacked)
             .filter(|&s| s > nxt)
             .filter_map(|s| self.assembler.range_with((s - nxt) as u32));
         for b in recent.chain(self.assembler.ranges().rev()).map(abs) {
