@@ -109,10 +109,15 @@ impl ChunkPool {
         }
     }
 
-    /// An empty chunk list, with room when a released one was kept.
+    /// An empty chunk list with room: a released one kept, or a new one
+    /// for [`KEPT_LIST_ROOM`]` / 2` chunks (made empty, it grew on the
+    /// first chunk: a reallocation through `VecDeque::grow`, some 260
+    /// instructions per new connection in a burst).
     #[inline]
     pub(crate) fn take_list(&mut self) -> ChunkList {
-        self.lists.pop().unwrap_or_default()
+        self.lists
+            .pop()
+            .unwrap_or_else(|| ChunkList::with_capacity(KEPT_LIST_ROOM / 2))
     }
 
     /// Takes back a buffer's chunk list once its chunks were given back:
@@ -207,7 +212,11 @@ mod tests {
     #[test]
     fn keeps_small_empty_lists_whatever_the_chunks_bound() {
         let mut p = ChunkPool::new(2 * CHUNK_SIZE);
-        assert_eq!(p.take_list().capacity(), 0, "nothing kept yet");
+        assert_eq!(
+            p.take_list().capacity(),
+            KEPT_LIST_ROOM / 2,
+            "nothing kept yet: a new one"
+        );
         let small = ChunkList::with_capacity(4);
         let room = small.capacity();
         p.give_list(small);
