@@ -963,10 +963,7 @@ impl Connection {
         }
         self.rcv_rtt_measure(ctx.now, tsecr, data.len());
         if offset > 0 {
-            // RFC 5681 §4.2: out-of-order data is acknowledged immediately.
-            ctx.stats.out_of_order += 1;
-            self.note_sacked(seq, !had_holes);
-            self.owe_immediate_ack();
+            self.received_out_of_order(ctx, seq, had_holes);
         } else if had_holes {
             // RFC 5681 §4.2: so is data that fills a hole.
             self.flags.set(Flags::ACK_NOW);
@@ -1024,13 +1021,22 @@ impl Connection {
         }
     }
 
+    /// RFC 5681 §4.2: out-of-order data (starting at `seq`) is acknowledged
+    /// immediately, its block first in the SACK option. Out of line: the
+    /// in-order path inlines `receive_data`.
+    #[cold]
+    #[inline(never)]
+    fn received_out_of_order(&mut self, ctx: &mut Ctx<'_>, seq: SeqNumber, had_holes: bool) {
+        ctx.stats.out_of_order += 1;
+        self.note_sacked(seq, !had_holes);
+        self.owe_immediate_ack();
+    }
+
     /// An out-of-order segment starting at `seq` was placed: its block is
     /// the first of the next SACK option, and the blocks of the earlier
     /// ones follow, most recent first (RFC 2018 §4). An earlier start in
     /// the same block (the segments of one run) gives its place up, so that
     /// the list names three distinct blocks.
-    #[cold]
-    #[inline(never)]
     fn note_sacked(&mut self, seq: SeqNumber, first: bool) {
         let nxt = self.rcv.nxt;
         let list = &mut self.rcv_rare.sacked;
