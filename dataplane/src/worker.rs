@@ -53,7 +53,10 @@ pub struct QueueInfo {
 pub enum RxAction {
     /// Give the frame back to the fill ring.
     Drop,
-    /// Send the frame (modified in place) with this length: no copy.
+    /// Send the frame (modified in place) with this length: no copy. A
+    /// length of 0 sends nothing (the frame is dropped). Ignored for a frame
+    /// the handler kept ([`RxFrame::keep`]) and still holds when
+    /// `on_rx_frame` returns: that frame stays held and is not sent.
     Transmit(usize),
 }
 
@@ -225,8 +228,10 @@ impl std::fmt::Debug for TxBatch<'_> {
 
 impl TxBatch<'_> {
     /// Builds one frame in a free UMEM frame: `build` gets the frame's
-    /// buffer and returns the frame length, or `None` to give it back.
-    /// Returns false when no frame is free (the caller retries later).
+    /// buffer and returns the frame length, or `None` to give it back (as
+    /// is a length of 0 or one beyond the buffer: nothing is sent).
+    /// Returns whether a frame was queued: false when no frame is free (the
+    /// caller retries later) or `build` gave it back.
     pub fn send_with(&mut self, build: impl FnOnce(&mut [u8]) -> Option<usize>) -> bool {
         let Some(mut desc) = self.free.pop() else {
             return false;
@@ -237,13 +242,13 @@ impl TxBatch<'_> {
         let mut cursor = data.cursor();
         let cap = cursor.buf_len();
         cursor.set_pos(cap);
-        match build(data.contents_mut()) {
-            Some(len) if len <= cap => {
+        match tx_len(build(data.contents_mut()), cap) {
+            Some(len) => {
                 data.cursor().set_pos(len);
                 self.pending.push(desc);
                 true
             }
-            _ => {
+            None => {
                 self.free.push(desc);
                 false
             }
@@ -281,6 +286,16 @@ impl TxBatch<'_> {
     }
 }
 
+/// The length a frame built by [`TxBatch::send_with`] goes on the TX ring
+/// with: what `build` returned (`built`) if it is not 0 and fits the
+/// frame's `cap` bytes, else `None` (the frame goes back to the free list).
+/// The kernel takes a zero-length descriptor off the TX ring as invalid and
+/// never completes it: its frame would be lost, and the TX side would wait
+/// for it for good.
+fn tx_len(built: Option<usize>, cap: usize) -> Option<usize> {
+    built.filter(|&len| len > 0 && len <= cap)
+}
+
 /// The frames a queue's handler keeps past [`QueueHandler::on_rx_frame`]
 /// (zero-copy receive: the TCP stack leaves received payload in them until
 /// the application has read it), by slot. A frame is kept by
@@ -290,21 +305,99 @@ impl TxBatch<'_> {
 /// `None` and the handler must copy what it keeps.
 pub struct HeldFrames {
     umem: Umem,
-    slots: Vec<HeldSlot>,
+    slots: SlotTable<FrameDesc>,
+}
+
+impl std::fmt::Debug for HeldFrames {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeldFrames")
+            .field("capacity", &self.capacity())
+            .field("held", &self.held())
+            .finish()
+    }
+}
+
+impl HeldFrames {
+    fn new(umem: &Umem, capacity: usize) -> HeldFrames {
+        HeldFrames {
+            umem: umem.clone(),
+            slots: SlotTable::new(capacity),
+        }
+    }
+
+    /// The received bytes of the frame in `slot`, if the slot holds one
+    /// (kept, or the one being handed to `on_rx_frame`); empty otherwise.
+    pub fn frame(&self, slot: u32) -> &[u8] {
+        match self.slots.occupant(slot) {
+            Some(desc) => {
+                // SAFETY: a non-vacant slot's frame is off every ring: it
+                // came off the RX ring and goes back to the fill ring only
+                // once released (`take_released`), so the kernel does not
+                // write it; and no `&mut` to it exists while `&self` is
+                // borrowed (`RxFrame::with_buffer_mut` borrows the `RxFrame`,
+                // and with it this table, mutably).
+                unsafe { self.umem.data(desc) }.contents()
+            }
+            None => &[],
+        }
+    }
+
+    /// Gives the frame in `slot` back (its last byte was read, or its
+    /// connection went): the worker refills the fill ring with it. A slot
+    /// that holds no kept frame is ignored: a vacant one, one released
+    /// already, and the frame being handed to `on_rx_frame` if it was not
+    /// kept (the worker frees that one after the call whatever is said
+    /// here).
+    pub fn release(&mut self, slot: u32) {
+        self.slots.release(slot);
+    }
+
+    /// Frames held now.
+    pub fn held(&self) -> usize {
+        self.slots.held
+    }
+
+    /// The most frames held at once.
+    pub fn capacity(&self) -> usize {
+        self.slots.slots.len()
+    }
+
+    /// Registers the frame about to be handed to `on_rx_frame`: its slot,
+    /// if one is vacant.
+    fn admit(&mut self, desc: FrameDesc) -> Option<u32> {
+        self.slots.admit(desc)
+    }
+
+    /// After `on_rx_frame`: whether the frame in `slot` stays held (kept
+    /// and not already released). A frame not kept leaves its slot.
+    fn settle(&mut self, slot: u32) -> bool {
+        self.slots.settle(slot)
+    }
+
+    /// Moves the released frames to `free`.
+    fn take_released(&mut self, free: &mut Vec<FrameDesc>) {
+        self.slots.take_released(free);
+    }
+}
+
+/// The slots of [`HeldFrames`] and their states, over any descriptor: a
+/// [`FrameDesc`] in the worker, a plain number in the tests.
+struct SlotTable<D> {
+    slots: Vec<HeldSlot<D>>,
     vacant: Vec<u32>,
-    released: Vec<FrameDesc>,
+    released: Vec<D>,
     held: usize,
     /// The slot of the frame being handed to `on_rx_frame`.
     current: Option<u32>,
 }
 
 #[derive(Clone, Copy)]
-struct HeldSlot {
-    desc: FrameDesc,
+struct HeldSlot<D> {
+    desc: D,
     state: SlotState,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SlotState {
     Vacant,
     /// The frame being handed to `on_rx_frame` now.
@@ -316,22 +409,12 @@ enum SlotState {
     Released,
 }
 
-impl std::fmt::Debug for HeldFrames {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HeldFrames")
-            .field("capacity", &self.slots.len())
-            .field("held", &self.held)
-            .finish()
-    }
-}
-
-impl HeldFrames {
-    fn new(umem: &Umem, capacity: usize) -> HeldFrames {
-        HeldFrames {
-            umem: umem.clone(),
+impl<D: Copy + Default> SlotTable<D> {
+    fn new(capacity: usize) -> SlotTable<D> {
+        SlotTable {
             slots: vec![
                 HeldSlot {
-                    desc: FrameDesc::default(),
+                    desc: D::default(),
                     state: SlotState::Vacant,
                 };
                 capacity
@@ -343,30 +426,17 @@ impl HeldFrames {
         }
     }
 
-    /// The received bytes of the frame in `slot`, if the slot holds one
-    /// (kept, or the one being handed to `on_rx_frame`); empty otherwise.
-    pub fn frame(&self, slot: u32) -> &[u8] {
+    /// The descriptor in `slot` if it is kept or being handed to
+    /// `on_rx_frame` ([`HeldFrames::frame`]).
+    fn occupant(&self, slot: u32) -> Option<&D> {
         match self.slots.get(slot as usize) {
-            Some(s) if matches!(s.state, SlotState::Current | SlotState::Held) => {
-                // SAFETY: a non-vacant slot's frame is off every ring: it
-                // came off the RX ring and goes back to the fill ring only
-                // once released (`take_released`), so the kernel does not
-                // write it; and no `&mut` to it exists while `&self` is
-                // borrowed (`RxFrame::with_buffer_mut` borrows the `RxFrame`,
-                // and with it this table, mutably).
-                unsafe { self.umem.data(&s.desc) }.contents()
-            }
-            _ => &[],
+            Some(s) if matches!(s.state, SlotState::Current | SlotState::Held) => Some(&s.desc),
+            _ => None,
         }
     }
 
-    /// Gives the frame in `slot` back (its last byte was read, or its
-    /// connection went): the worker refills the fill ring with it. A slot
-    /// that holds no kept frame is ignored: a vacant one, one released
-    /// already, and the frame being handed to `on_rx_frame` if it was not
-    /// kept (the worker frees that one after the call whatever is said
-    /// here).
-    pub fn release(&mut self, slot: u32) {
+    /// [`HeldFrames::release`].
+    fn release(&mut self, slot: u32) {
         let Some(s) = self.slots.get_mut(slot as usize) else {
             return;
         };
@@ -385,19 +455,18 @@ impl HeldFrames {
         }
     }
 
-    /// Frames held now.
-    pub fn held(&self) -> usize {
-        self.held
+    /// [`RxFrame::keep`] of the frame in `slot` (the one being handed to
+    /// `on_rx_frame`; a second keep is a no-op).
+    fn keep(&mut self, slot: u32) {
+        let s = &mut self.slots[slot as usize];
+        if s.state == SlotState::Current {
+            s.state = SlotState::Held;
+            self.held += 1;
+        }
     }
 
-    /// The most frames held at once.
-    pub fn capacity(&self) -> usize {
-        self.slots.len()
-    }
-
-    /// Registers the frame about to be handed to `on_rx_frame`: its slot,
-    /// if one is vacant.
-    fn admit(&mut self, desc: FrameDesc) -> Option<u32> {
+    /// [`HeldFrames::admit`].
+    fn admit(&mut self, desc: D) -> Option<u32> {
         let slot = self.vacant.pop()?;
         self.slots[slot as usize] = HeldSlot {
             desc,
@@ -407,8 +476,7 @@ impl HeldFrames {
         Some(slot)
     }
 
-    /// After `on_rx_frame`: whether the frame in `slot` stays held (kept
-    /// and not already released). A frame not kept leaves its slot.
+    /// [`HeldFrames::settle`].
     fn settle(&mut self, slot: u32) -> bool {
         self.current = None;
         let s = &mut self.slots[slot as usize];
@@ -420,8 +488,8 @@ impl HeldFrames {
         false
     }
 
-    /// Moves the released frames to `free`.
-    fn take_released(&mut self, free: &mut Vec<FrameDesc>) {
+    /// [`HeldFrames::take_released`].
+    fn take_released(&mut self, free: &mut Vec<D>) {
         free.append(&mut self.released);
     }
 }
@@ -486,14 +554,12 @@ impl RxFrame<'_> {
     }
 
     /// Keeps the frame past this call, in its slot, until
-    /// [`HeldFrames::release`] (no-op without a slot).
+    /// [`HeldFrames::release`] (no-op without a slot). A kept frame is not
+    /// sent: if it is still held when `on_rx_frame` returns, the
+    /// [`RxAction`] returned is ignored ([`RxAction::Transmit`] included).
     pub fn keep(&mut self) {
         if let Some(slot) = self.slot {
-            let s = &mut self.held.slots[slot as usize];
-            if s.state == SlotState::Current {
-                s.state = SlotState::Held;
-                self.held.held += 1;
-            }
+            self.held.slots.keep(slot);
         }
     }
 
@@ -682,7 +748,11 @@ pub(crate) fn run<H: QueueHandler>(
                 };
                 let action = handler.on_rx_frame(&info, now, rx);
                 if slot.is_some_and(|s| held.settle(s)) {
-                    // Kept: it goes back once released.
+                    // Kept: it goes back once released, and is not sent.
+                    debug_assert!(
+                        !matches!(action, RxAction::Transmit(n) if n > 0),
+                        "on_rx_frame kept its frame and asked to transmit it"
+                    );
                     continue;
                 }
                 match action {
@@ -756,7 +826,7 @@ pub(crate) fn run<H: QueueHandler>(
                     std::thread::yield_now();
                     Ok(())
                 } else if wakes.is_empty() {
-                    sock.rx.poll(timeout.as_millis() as i32).map(|_| ())
+                    sock.rx.poll(poll_ms(timeout)).map(|_| ())
                 } else {
                     poll_fds(sock.rx.fd().as_raw_fd(), wakes, timeout)
                 };
@@ -853,10 +923,9 @@ fn poll_fds(sock: RawFd, wakes: &[RawFd], timeout: Duration) -> std::io::Result<
     for (slot, &fd) in fds[1..].iter_mut().zip(wakes) {
         *slot = entry(fd);
     }
-    let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
     // SAFETY: `fds` is a live array of initialised pollfd structs and `n`
     // is at most its length; poll(2) writes only their `revents`.
-    let rc = unsafe { libc::poll(fds.as_mut_ptr(), n as libc::nfds_t, ms) };
+    let rc = unsafe { libc::poll(fds.as_mut_ptr(), n as libc::nfds_t, poll_ms(timeout)) };
     if rc < 0 {
         let e = std::io::Error::last_os_error();
         if e.kind() != std::io::ErrorKind::Interrupted {
@@ -864,6 +933,13 @@ fn poll_fds(sock: RawFd, wakes: &[RawFd], timeout: Duration) -> std::io::Result<
         }
     }
     Ok(())
+}
+
+/// `timeout` as poll(2)'s milliseconds, rounded up: a wait shorter than a
+/// millisecond still sleeps (poll(0) would return at once, and the idle
+/// worker would spin until its timer is due).
+fn poll_ms(timeout: Duration) -> i32 {
+    timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32
 }
 
 /// Records why the worker gives its socket up and says so once.
@@ -988,25 +1064,68 @@ fn produce_tx(sock: &mut QueueSocket, pending: &mut Vec<FrameDesc>, c: &QueueCou
     sent
 }
 
+/// What [`refill`] needs of a fill ring (a queue's socket; a fake in the
+/// tests).
+trait FillRing {
+    /// Free slots on the ring, at least `want` if it has them (the ring's
+    /// cached count: `nb_free`).
+    fn room(&mut self, want: u32) -> u32;
+    /// Puts `descs` on the ring, all of them or none; returns how many.
+    ///
+    /// # Safety
+    ///
+    /// Every frame of `descs` is free (owned by no ring, not borrowed) and
+    /// belongs to the ring's UMEM.
+    unsafe fn produce(&mut self, descs: &[FrameDesc]) -> usize;
+    /// Whether the kernel asks to be woken to take frames from the ring
+    /// (the ring's need_wakeup flag: a load, no syscall).
+    fn needs_wakeup(&self) -> bool;
+    /// Wakes the kernel (a syscall).
+    fn wakeup(&mut self);
+}
+
+impl FillRing for QueueSocket {
+    fn room(&mut self, want: u32) -> u32 {
+        self.fill.nb_free(want)
+    }
+
+    unsafe fn produce(&mut self, descs: &[FrameDesc]) -> usize {
+        // SAFETY: the caller guarantees this method's contract, which is
+        // `FillQueue::produce`'s: the frames are free and of this UMEM.
+        unsafe { self.fill.produce(descs) }
+    }
+
+    fn needs_wakeup(&self) -> bool {
+        self.fill.needs_wakeup()
+    }
+
+    fn wakeup(&mut self) {
+        let _ = self.fill.wakeup(self.rx.fd_mut(), 0);
+    }
+}
+
 /// Puts free frames beyond the TX reserve on the fill ring; `wake`: also
-/// wake the kernel if it asks for it (a syscall: once per loop pass).
-fn refill(sock: &mut QueueSocket, free: &mut Vec<FrameDesc>, reserve: usize, wake: bool) {
-    if free.len() <= reserve {
-        return;
+/// wake the kernel if it asks for it (a syscall: once per loop pass). The
+/// flag is read whether or not this call put frames on the ring: the
+/// pass's RX batches refill without waking, so the pass's last call
+/// often has nothing left to put there, and a driver that ran dry and
+/// asked to be woken meanwhile would wait for good under busy polling
+/// (no poll(2) to wake it).
+fn refill(ring: &mut impl FillRing, free: &mut Vec<FrameDesc>, reserve: usize, wake: bool) {
+    let want = free.len().saturating_sub(reserve);
+    if want > 0 {
+        let room = ring.room(want as u32) as usize;
+        let k = want.min(room);
+        if k > 0 {
+            let start = free.len() - k;
+            // SAFETY: the frames are free (owned by no ring) and belong to
+            // this socket's UMEM.
+            let produced = unsafe { ring.produce(&free[start..]) };
+            free.truncate(free.len() - produced);
+        }
     }
-    let want = free.len() - reserve;
-    let room = sock.fill.nb_free(want as u32) as usize;
-    let k = want.min(room);
-    if k == 0 {
-        return;
-    }
-    let start = free.len() - k;
-    // SAFETY: the frames are free (owned by no ring) and belong to this
-    // socket's UMEM.
-    let produced = unsafe { sock.fill.produce(&free[start..]) };
-    free.truncate(free.len() - produced);
-    if wake && sock.fill.needs_wakeup() {
-        let _ = sock.fill.wakeup(sock.rx.fd_mut(), 0);
+    if wake && ring.needs_wakeup() {
+        ring.wakeup();
     }
 }
 
@@ -1019,5 +1138,234 @@ fn publish_kernel_stats(sock: &QueueSocket, c: &QueueCounters) {
             &c.invalid_descs,
             s.rx_invalid_descs() + s.tx_invalid_descs(),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fill ring that counts: `room` free slots, the need_wakeup flag as
+    /// set, and the frames put on it and the wake-ups asked for.
+    #[derive(Default)]
+    struct FakeFill {
+        room: u32,
+        need_wakeup: bool,
+        produced: usize,
+        wakeups: usize,
+    }
+
+    impl FillRing for FakeFill {
+        fn room(&mut self, _want: u32) -> u32 {
+            self.room
+        }
+
+        unsafe fn produce(&mut self, descs: &[FrameDesc]) -> usize {
+            let n = descs.len();
+            if n > self.room as usize {
+                return 0;
+            }
+            self.room -= n as u32;
+            self.produced += n;
+            n
+        }
+
+        fn needs_wakeup(&self) -> bool {
+            self.need_wakeup
+        }
+
+        fn wakeup(&mut self) {
+            self.wakeups += 1;
+        }
+    }
+
+    fn frames(n: usize) -> Vec<FrameDesc> {
+        vec![FrameDesc::default(); n]
+    }
+
+    #[test]
+    fn refill_puts_frames_beyond_the_reserve_and_wakes_when_asked() {
+        let mut ring = FakeFill {
+            room: 100,
+            need_wakeup: true,
+            ..FakeFill::default()
+        };
+        let mut free = frames(10);
+        refill(&mut ring, &mut free, 4, true);
+        assert_eq!((ring.produced, free.len(), ring.wakeups), (6, 4, 1));
+    }
+
+    #[test]
+    fn refill_wakes_a_ring_asking_for_it_with_nothing_to_put() {
+        // The pass's RX batches refilled the ring already (without waking):
+        // only the reserve is left free.
+        let mut ring = FakeFill {
+            room: 100,
+            need_wakeup: true,
+            ..FakeFill::default()
+        };
+        let mut free = frames(4);
+        refill(&mut ring, &mut free, 4, true);
+        assert_eq!((ring.produced, free.len(), ring.wakeups), (0, 4, 1));
+        // Fewer free frames than the reserve.
+        refill(&mut ring, &mut frames(1), 4, true);
+        assert_eq!(ring.wakeups, 2);
+    }
+
+    #[test]
+    fn refill_wakes_a_full_ring_asking_for_it() {
+        let mut ring = FakeFill {
+            room: 0,
+            need_wakeup: true,
+            ..FakeFill::default()
+        };
+        let mut free = frames(8);
+        refill(&mut ring, &mut free, 4, true);
+        assert_eq!((ring.produced, free.len(), ring.wakeups), (0, 8, 1));
+    }
+
+    #[test]
+    fn refill_wakes_only_when_told_and_asked() {
+        for (wake, need_wakeup) in [(false, true), (true, false), (false, false)] {
+            for n in [2, 4, 10] {
+                let mut ring = FakeFill {
+                    room: 100,
+                    need_wakeup,
+                    ..FakeFill::default()
+                };
+                refill(&mut ring, &mut frames(n), 4, wake);
+                assert_eq!(
+                    ring.wakeups, 0,
+                    "wake {wake}, need_wakeup {need_wakeup}, {n} free"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn tx_len_refuses_empty_and_oversized_frames() {
+        assert_eq!(tx_len(Some(60), 2048), Some(60));
+        assert_eq!(tx_len(Some(2048), 2048), Some(2048));
+        assert_eq!(tx_len(Some(0), 2048), None);
+        assert_eq!(tx_len(Some(2049), 2048), None);
+        assert_eq!(tx_len(None, 2048), None);
+    }
+
+    #[test]
+    fn poll_ms_rounds_up() {
+        assert_eq!(poll_ms(Duration::ZERO), 0);
+        assert_eq!(poll_ms(Duration::from_micros(300)), 1);
+        assert_eq!(poll_ms(Duration::from_millis(1)), 1);
+        assert_eq!(poll_ms(Duration::from_nanos(1_000_001)), 2);
+        assert_eq!(poll_ms(Duration::from_millis(10)), 10);
+        assert_eq!(poll_ms(Duration::MAX), i32::MAX);
+    }
+
+    fn state(t: &SlotTable<u32>, slot: u32) -> SlotState {
+        t.slots[slot as usize].state
+    }
+
+    #[test]
+    fn slots_keep_then_release_after_the_call() {
+        let mut t = SlotTable::<u32>::new(4);
+        let slot = t.admit(7).unwrap();
+        assert_eq!(
+            (state(&t, slot), t.occupant(slot)),
+            (SlotState::Current, Some(&7))
+        );
+        t.keep(slot);
+        t.keep(slot); // a second keep counts once
+        assert_eq!(t.held, 1);
+        assert!(t.settle(slot));
+        assert_eq!(
+            (state(&t, slot), t.occupant(slot)),
+            (SlotState::Held, Some(&7))
+        );
+        assert_eq!(t.current, None);
+
+        t.release(slot);
+        assert_eq!(
+            (state(&t, slot), t.occupant(slot), t.held),
+            (SlotState::Vacant, None, 0)
+        );
+        let mut free = Vec::new();
+        t.take_released(&mut free);
+        assert_eq!(free, [7]);
+        assert!(t.released.is_empty());
+    }
+
+    #[test]
+    fn slots_not_kept_are_vacant_after_the_call() {
+        let mut t = SlotTable::<u32>::new(1);
+        let slot = t.admit(7).unwrap();
+        // Releasing the frame being handed on, not kept: ignored (the worker
+        // frees it itself).
+        t.release(slot);
+        assert_eq!(state(&t, slot), SlotState::Current);
+        assert!(!t.settle(slot));
+        assert_eq!(
+            (state(&t, slot), t.held, t.vacant.len()),
+            (SlotState::Vacant, 0, 1)
+        );
+        assert!(t.released.is_empty());
+    }
+
+    #[test]
+    fn slots_released_during_the_call_are_freed_by_the_worker() {
+        let mut t = SlotTable::<u32>::new(2);
+        let slot = t.admit(7).unwrap();
+        t.keep(slot);
+        t.release(slot);
+        assert_eq!((state(&t, slot), t.held), (SlotState::Released, 0));
+        assert_eq!(t.occupant(slot), None);
+        // Not on the released list: the worker treats it as a frame
+        // nobody kept (dropped or transmitted), so it is not freed twice.
+        assert!(t.released.is_empty());
+        assert!(!t.settle(slot));
+        assert_eq!((state(&t, slot), t.vacant.len()), (SlotState::Vacant, 2));
+        // A release after the call is ignored.
+        t.release(slot);
+        assert_eq!(t.held, 0);
+        assert!(t.released.is_empty());
+    }
+
+    #[test]
+    fn slots_released_twice_count_once() {
+        let mut t = SlotTable::<u32>::new(2);
+        let slot = t.admit(7).unwrap();
+        t.keep(slot);
+        assert!(t.settle(slot));
+        t.release(slot);
+        t.release(slot);
+        t.release(99); // no such slot
+        assert_eq!(
+            (t.held, t.released.as_slice(), t.vacant.len()),
+            (0, &[7][..], 2)
+        );
+    }
+
+    #[test]
+    fn slots_run_out_and_are_reused() {
+        let mut t = SlotTable::<u32>::new(2);
+        let mut kept = Vec::new();
+        for d in [1, 2] {
+            let slot = t.admit(d).unwrap();
+            t.keep(slot);
+            assert!(t.settle(slot));
+            kept.push(slot);
+        }
+        assert_ne!(kept[0], kept[1]);
+        assert_eq!((t.admit(3), t.held), (None, 2));
+
+        t.release(kept[0]);
+        let slot = t.admit(4).unwrap();
+        assert_eq!((slot, t.occupant(slot)), (kept[0], Some(&4)));
+        assert_eq!(t.occupant(kept[1]), Some(&2));
+        assert!(!t.settle(slot));
+        let mut free = Vec::new();
+        t.take_released(&mut free);
+        assert_eq!(free, [1]);
+
+        assert_eq!(SlotTable::<u32>::new(0).admit(1), None);
     }
 }
