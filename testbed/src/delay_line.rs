@@ -4,7 +4,8 @@
 //!
 //! A veth pair `fll0`/`fll1` is made in the peer namespace. tc programs on
 //! the peer device (`flowlane_ebpf::delay_line`) redirect every unicast frame
-//! of both directions into `fll0`; this process reads them from `fll1` with
+//! of both directions (from flowlane's side, those for the peer's MAC) into
+//! `fll0`; this process reads them from `fll1` with
 //! an `AF_PACKET` socket (virtio-net headers, so GSO super-frames pass whole),
 //! holds each for the delay in a [`DelayQueue`], and writes it back into
 //! `fll1`; a tc program at `fll0`'s ingress sends it on, towards flowlane or
@@ -20,18 +21,20 @@
 //! 1.5 KB frames with room to spare.
 //!
 //! The line runs until its caller asks it to stop (`flowlane testbed delay`:
-//! SIGTERM/SIGINT), then stops redirecting, releases
-//! what it holds at its due time, and removes the hooks and the veth pair.
+//! SIGTERM/SIGINT) or one of its lanes fails, then stops redirecting, releases
+//! what it holds at its due time, and removes the hooks and the veth pair
+//! (and returns the lane's error, if one failed).
 //! If it is killed instead, the hooks fail open within a second (stale
 //! heartbeat) and the bed works undelayed; `testbed down` removes the rest.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
 use flowlane_ebpf::delay_line::{DelayHookStats, DelayHooks};
 use serde::Serialize;
 
-use crate::delay_queue::{Bottleneck, DelayQueue, DelayQueueStats, Direction};
+use crate::delay_queue::{Bottleneck, ByteBudget, DelayQueue, DelayQueueStats, Direction};
 use crate::netns::{self, ip};
 use crate::packet_socket::{
     vnet_hdr_linear, vnet_wire_len, PacketSocket, PacketSocketOptions, RecvMeta, MAX_FRAME,
@@ -55,8 +58,9 @@ pub struct DelayConfig {
     /// One-way delay in milliseconds, added in each direction (the round
     /// trip grows by twice this); fractions are allowed.
     pub ms: f64,
-    /// Most bytes held in the line at once (both directions together, MiB);
-    /// frames beyond are dropped, like a full link buffer (netem's `limit`).
+    /// Most bytes held in the line at once (both directions and all lanes
+    /// together, MiB); frames beyond are dropped, like a full link buffer
+    /// (netem's `limit`).
     pub limit_mb: usize,
     /// Receive buffer of each lane's socket (MiB): frames waiting for the
     /// line beyond it are dropped, as by a router whose queue is full.
@@ -115,12 +119,16 @@ pub fn delay_from_ms(ms: f64) -> Result<Duration> {
     Ok(Duration::from_secs_f64(ms / 1000.0))
 }
 
-/// The smallest default queue: a GSO super-frame fits.
-const MIN_DEFAULT_QUEUE: usize = 64 << 10;
+/// The smallest default queue: room for the largest GSO super-frame's wire
+/// bytes (64 KiB of TCP payload cut at a 1448-byte MSS is 45 segments, each
+/// with its own 66 bytes of headers: 68,130 bytes), with some to spare.
+/// (Any frame enters an empty queue; this keeps a burst of super-frames from
+/// being cut to one.)
+const MIN_DEFAULT_QUEUE: usize = 96 << 10;
 
 /// The bottleneck `--rate-mbit` and `--queue-kb` ask for, with a one-way
 /// `delay`. The queue defaults to one bandwidth-delay product (the rate
-/// times the round trip the line makes, 2 × delay), at least 64 KiB.
+/// times the round trip the line makes, 2 × delay), at least 96 KiB.
 pub fn bottleneck(
     rate_mbit: Option<f64>,
     queue_kb: Option<usize>,
@@ -168,13 +176,18 @@ fn ifindex(dev: &str) -> Result<u32> {
     nix::net::if_::if_nametoindex(dev).with_context(|| format!("no device {dev}"))
 }
 
-/// Makes the line's veth pair in the peer namespace, replacing a stale one.
-fn make_devices(bed: &BedState) -> Result<()> {
+/// Makes the line's veth pair in the peer namespace, replacing a stale one;
+/// the guard returned removes it. If a step after the pair exists fails, the
+/// pair is removed before the error returns.
+fn make_devices(bed: &BedState) -> Result<LineDevices> {
     let ns = bed.peer_netns.as_str();
     let _ = ip(&["-n", ns, "link", "del", LINE_IN]);
     ip(&[
         "-n", ns, "link", "add", LINE_IN, "type", "veth", "peer", "name", LINE_OUT,
     ])?;
+    let devices = LineDevices {
+        peer_ns: bed.peer_netns.clone(),
+    };
     let mtu = netns::run(
         "ip",
         &["-n", ns, "-o", "link", "show", bed.peer_if.as_str()],
@@ -196,7 +209,7 @@ fn make_devices(bed: &BedState) -> Result<()> {
         )?;
         ip(&["-n", ns, "link", "set", "dev", dev, "up"])?;
     }
-    Ok(())
+    Ok(devices)
 }
 
 /// Takes the bed's delay-line lock: one line per bed (a second would
@@ -278,10 +291,7 @@ pub fn run(
     let peer_mac = flowlane_dataplane::iface::parse_mac(&bed.peer_mac)
         .with_context(|| format!("bad peer MAC {:?} in the bed's state", bed.peer_mac))?;
     let _lock = lock(bed)?;
-    make_devices(bed)?;
-    let _devices = LineDevices {
-        peer_ns: bed.peer_netns.clone(),
-    };
+    let _devices = make_devices(bed)?;
     let peer_if = bed.peer_if.clone();
     let mut report = DelayReport {
         bed: bed.name.clone(),
@@ -315,37 +325,24 @@ pub fn run(
             .collect::<std::result::Result<Vec<_>, _>>()?;
         let hooks = DelayHooks::install(peer, peer_mac, line_in, line_in, STALE_AFTER)?;
         let started = Instant::now();
-        let lane_limit = (limit / lanes).max(MAX_FRAME);
-        let new_queue = move || {
-            let q = DelayQueue::new(delay, lane_limit);
-            match bottleneck {
-                Some(b) => q.with_bottleneck(b),
-                None => q,
-            }
-        };
-        let results: Vec<Result<LaneReport>> = std::thread::scope(|scope| {
-            let (hooks, stop) = (&hooks, &stop_requested);
-            let others: Vec<_> = socks[1..]
-                .iter()
-                .map(|sock| {
-                    scope.spawn(move || forward(sock, None, new_queue(), peer_mac, delay, stop))
-                })
-                .collect();
-            let lead = forward(
-                &socks[0],
-                Some((hooks, Box::new(ready))),
-                new_queue(),
-                peer_mac,
-                delay,
-                stop,
-            );
-            std::iter::once(lead)
-                .chain(others.into_iter().map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(anyhow::anyhow!("a delay-line lane panicked")))
-                }))
-                .collect()
-        });
+        let mut queues = lane_queues(delay, limit, lanes, bottleneck).into_iter();
+        let lead_queue = queues.next().expect("at least one lane");
+        let others: Vec<_> = socks[1..].iter().zip(queues).collect();
+        let results = run_lanes(
+            &stop_requested,
+            |stop| {
+                forward(
+                    &socks[0],
+                    Some((&hooks, Box::new(ready))),
+                    lead_queue,
+                    peer_mac,
+                    delay,
+                    stop,
+                )
+            },
+            others,
+            |(sock, queue), stop| forward(sock, None, queue, peer_mac, delay, stop),
+        );
         // Stop redirecting before the line stops reading, whatever happened,
         // and detach here: tc hooks are addressed by ifindex in this
         // namespace.
@@ -364,6 +361,82 @@ pub fn run(
         report.hooks = stats?;
         removed?;
         Ok(report)
+    })
+}
+
+/// Each lane's queue, all sharing one budget of `limit` bytes: fanout keeps
+/// a flow in one lane, and that flow may fill the whole line.
+fn lane_queues(
+    delay: Duration,
+    limit: usize,
+    lanes: usize,
+    bottleneck: Option<Bottleneck>,
+) -> Vec<DelayQueue> {
+    let budget = ByteBudget::new(limit.max(MAX_FRAME));
+    (0..lanes)
+        .map(|_| {
+            let q = DelayQueue::sharing(delay, budget.clone());
+            match bottleneck {
+                Some(b) => q.with_bottleneck(b),
+                None => q,
+            }
+        })
+        .collect()
+}
+
+/// A lane's stop check.
+type Stop<'a> = &'a (dyn Fn() -> bool + Sync);
+
+/// Sets a shared failure flag when the lane it watches panics.
+struct PanicWatch<'a>(&'a AtomicBool);
+
+impl Drop for PanicWatch<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Runs `lane`, setting `failed` if it fails or panics.
+fn watched<R>(failed: &AtomicBool, lane: impl FnOnce() -> Result<R>) -> Result<R> {
+    let _watch = PanicWatch(failed);
+    let result = lane();
+    if result.is_err() {
+        failed.store(true, Ordering::Relaxed);
+    }
+    result
+}
+
+/// Runs the line's lanes: `leader` on the calling thread, `lane` on a
+/// thread of its own for each of `others`. Each lane's stop check is true
+/// once `stop_requested` is or once any lane has failed (an error or a
+/// panic), so that the line ends with the failure instead of running on
+/// without a lane (whose flows would be redirected into a socket nobody
+/// reads). Returns their results, the leader's first; a panic of the leader
+/// goes on to the caller once the others have stopped.
+fn run_lanes<T: Send, R: Send>(
+    stop_requested: Stop<'_>,
+    leader: impl FnOnce(Stop<'_>) -> Result<R>,
+    others: Vec<T>,
+    lane: impl Fn(T, Stop<'_>) -> Result<R> + Sync,
+) -> Vec<Result<R>> {
+    // A flag polled in a loop, guarding no other memory: relaxed is enough.
+    let failed = AtomicBool::new(false);
+    let stop = || failed.load(Ordering::Relaxed) || stop_requested();
+    std::thread::scope(|scope| {
+        let (lane, stop, failed) = (&lane, &stop, &failed);
+        let handles: Vec<_> = others
+            .into_iter()
+            .map(|item| scope.spawn(move || watched(failed, || lane(item, stop))))
+            .collect();
+        let lead = watched(failed, || leader(stop));
+        std::iter::once(lead)
+            .chain(handles.into_iter().map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a delay-line lane panicked")))
+            }))
+            .collect()
     })
 }
 
@@ -515,7 +588,7 @@ mod tests {
         assert_eq!(b.queue_bytes, 250_000);
         // A small product gets the floor; a given queue is taken as it is.
         let b = bottleneck(Some(1.0), None, d).unwrap().unwrap();
-        assert_eq!(b.queue_bytes, 64 << 10);
+        assert_eq!(b.queue_bytes, 96 << 10);
         let b = bottleneck(Some(1.0), Some(8), d).unwrap().unwrap();
         assert_eq!(b.queue_bytes, 8 << 10);
     }
@@ -529,5 +602,208 @@ mod tests {
         f[VNET_HDR_LEN] = 4;
         assert_eq!(direction(&f, &peer), Direction::FromPeer);
         assert_eq!(direction(&f[..4], &peer), Direction::FromPeer);
+    }
+
+    /// A full-size TSO super-frame read with its virtio-net header: 64 KiB
+    /// of payload cut at a 1448-byte MSS (45 segments) behind 66 bytes of
+    /// Ethernet, IPv4 and TCP (with timestamps) headers.
+    fn largest_gso_frame() -> Vec<u8> {
+        let mut f = vec![0u8; VNET_HDR_LEN + 66 + 45 * 1448];
+        f[1] = 1; // VIRTIO_NET_HDR_GSO_TCPV4
+        f[2..4].copy_from_slice(&66u16.to_le_bytes());
+        f[4..6].copy_from_slice(&1448u16.to_le_bytes());
+        f
+    }
+
+    #[test]
+    fn the_default_queue_holds_the_largest_gso_frame() {
+        let f = largest_gso_frame();
+        assert_eq!(vnet_wire_len(&f), 65_226 + 44 * 66);
+        let b = bottleneck(Some(1.0), None, Duration::from_millis(1))
+            .unwrap()
+            .unwrap();
+        assert!(b.queue_bytes >= vnet_wire_len(&f), "{}", b.queue_bytes);
+        // Into an empty queue, whatever its size, a super-frame passes.
+        let mut q = DelayQueue::new(Duration::from_millis(1), 1 << 20).with_bottleneck(b);
+        let t0 = Instant::now();
+        assert!(q.push_sized(t0, Direction::ToPeer, &f, vnet_wire_len(&f)));
+        let tiny = bottleneck(Some(1.0), Some(8), Duration::from_millis(1))
+            .unwrap()
+            .unwrap();
+        let mut q = DelayQueue::new(Duration::from_millis(1), 1 << 20).with_bottleneck(tiny);
+        assert!(q.push_sized(t0, Direction::ToPeer, &f, vnet_wire_len(&f)));
+        assert!(
+            !q.push_sized(t0, Direction::ToPeer, &f, vnet_wire_len(&f)),
+            "behind it, the queue is full"
+        );
+    }
+
+    #[test]
+    fn one_lane_may_hold_more_than_its_share_of_the_limit() {
+        // fanout pins a flow to one lane: that flow gets the whole limit.
+        let limit = 4 << 20;
+        let mut queues = lane_queues(Duration::from_millis(1), limit, 4, None);
+        let t0 = Instant::now();
+        let frame = vec![0u8; 60_000];
+        let mut held = 0;
+        while queues[0].push(t0, Direction::ToPeer, &frame) {
+            held += frame.len();
+        }
+        assert!(held > limit / 2, "one lane held {held} of {limit} bytes");
+        assert!(held <= limit);
+        // The others share what is left.
+        assert!(!queues[1].push(t0, Direction::FromPeer, &frame));
+        let mut out = Vec::new();
+        queues[0].pop_due(t0 + Duration::from_millis(1), 1, &mut out);
+        assert!(queues[1].push(t0, Direction::FromPeer, &frame));
+        // A lane that goes away gives its bytes back.
+        drop(queues.remove(0));
+        assert!(queues[2].push(t0, Direction::FromPeer, &frame));
+    }
+
+    /// Waits for `stop` (bounded, so that a stop that never comes fails a
+    /// test instead of hanging it); returns whether it came.
+    fn wait_for_stop(stop: Stop<'_>) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !stop() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        stop()
+    }
+
+    #[test]
+    fn a_failed_lane_stops_the_line() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let never = || false;
+        for panics in [false, true] {
+            // Lane 1 fails at once; the others wait to be stopped.
+            let results = run_lanes(
+                &never,
+                |stop| Ok(wait_for_stop(stop)),
+                vec![1, 2],
+                |i, stop| {
+                    if i == 1 {
+                        if panics {
+                            panic!("lane 1 panics (expected by this test)");
+                        }
+                        bail!("lane 1 failed");
+                    }
+                    Ok(wait_for_stop(stop))
+                },
+            );
+            assert_eq!(results.len(), 3);
+            assert!(results[0].as_ref().is_ok_and(|s| *s), "the leader stopped");
+            assert!(results[1].is_err());
+            assert!(results[2].as_ref().is_ok_and(|s| *s), "lane 2 stopped");
+        }
+        // A leader that panics stops the other lanes too (and the panic
+        // goes on to the caller).
+        let stopped = AtomicBool::new(false);
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_lanes(
+                &never,
+                |_| -> Result<()> { panic!("the leader panics (expected by this test)") },
+                vec![()],
+                |(), stop| {
+                    stopped.store(wait_for_stop(stop), Ordering::Relaxed);
+                    Ok(())
+                },
+            )
+        }));
+        assert!(caught.is_err());
+        assert!(stopped.load(Ordering::Relaxed), "the other lane stopped");
+        // Without a failure, only the caller stops the line.
+        let asked = AtomicBool::new(false);
+        let stop = || asked.load(Ordering::Relaxed);
+        let results = run_lanes(
+            &stop,
+            |stop| {
+                assert!(!stop());
+                asked.store(true, Ordering::Relaxed);
+                Ok(())
+            },
+            vec![()],
+            |(), stop| {
+                assert!(wait_for_stop(stop));
+                Ok(())
+            },
+        );
+        assert!(results.iter().all(Result::is_ok));
+    }
+
+    #[test]
+    fn failing_to_make_the_devices_leaves_none() {
+        use crate::netns::scratch::{root_or_skip, ScratchNs};
+        if !root_or_skip("failing_to_make_the_devices_leaves_none") {
+            return;
+        }
+        let ns = ScratchNs::new("dl");
+        // No such peer device: reading its MTU fails after the pair exists.
+        let bed = BedState {
+            name: "flt-devices".into(),
+            netns: ns.name.clone(),
+            peer_netns: ns.name.clone(),
+            local_if: "nosuch0".into(),
+            peer_if: "nosuch1".into(),
+            queues: 1,
+            local_v4: String::new(),
+            peer_v4: String::new(),
+            local_mac: String::new(),
+            peer_mac: String::new(),
+            pin_dir: std::path::PathBuf::new(),
+        };
+        let made = make_devices(&bed);
+        assert!(made.is_err());
+        drop(made);
+        let links = ns.ip(&["-o", "link", "show"]);
+        assert!(!links.contains(LINE_IN), "{links}");
+    }
+
+    #[test]
+    fn only_frames_for_the_peer_enter_the_line_from_flowlane() {
+        use crate::netns::scratch::{pin_to_one_cpu, root_or_skip, ScratchNs};
+        use crate::packet_socket::testing::{recv_frames, test_frame};
+        if !root_or_skip("only_frames_for_the_peer_enter_the_line_from_flowlane") {
+            return;
+        }
+        let ns = ScratchNs::new("dh");
+        // local0 plays flowlane's side, peer0 the peer device.
+        ns.veth("local0", "peer0");
+        ns.veth(LINE_IN, LINE_OUT);
+        let peer_mac = ns.mac("peer0");
+        let stranger = [2, 0, 0, 0, 0x5e, 0x99];
+        let seen = netns::in_netns(&ns.name, move || {
+            // One CPU: frames are handled in the order they are sent.
+            pin_to_one_cpu()?;
+            let opts = PacketSocketOptions::default();
+            let tx = PacketSocket::open(ifindex("local0")?, opts)?;
+            let line = PacketSocket::open(ifindex(LINE_OUT)?, opts)?;
+            let hooks = DelayHooks::install(
+                ifindex("peer0")?,
+                peer_mac,
+                ifindex(LINE_IN)?,
+                ifindex(LINE_IN)?,
+                Duration::from_secs(3600),
+            )?;
+            hooks.heartbeat(Duration::from_secs(3600))?;
+            // To a MAC that is not the peer's, then to the peer's.
+            let (wrong, right) = (test_frame(stranger, 1), test_frame(peer_mac, 2));
+            tx.send_batch(&[&wrong[..], &right[..]])?;
+            // The frame for the peer marks the end: anything redirected
+            // before it has reached the line by then.
+            let seen = recv_frames(&line, |f| f[..6] == peer_mac)?;
+            let stats = hooks.stats()?;
+            hooks.remove()?;
+            Ok((seen, stats))
+        })
+        .unwrap();
+        let (frames, stats) = seen;
+        let dests: Vec<&[u8]> = frames.iter().map(|f| &f[..6]).collect();
+        assert_eq!(
+            dests,
+            [&peer_mac[..]],
+            "only the peer's frame enters the line"
+        );
+        assert_eq!(stats.to_line_ingress, 1);
     }
 }

@@ -16,12 +16,17 @@
 //! ```
 //!
 //! which keeps departures at least one transmission time apart, so the
-//! direction never carries more than the rate. A frame that finds more than
-//! the queue's bytes still waiting to be sent (the backlog, `(previous end of
-//! transmission − arrival) × rate`) is dropped at the tail. The two
-//! directions share nothing but the line's byte limit.
+//! direction never carries more than the rate. A frame that would take the
+//! bytes still waiting to be sent (the backlog, `(previous end of
+//! transmission − arrival) × rate`) beyond the queue's bytes is dropped at the
+//! tail; one that finds the queue empty is always taken, however large (a
+//! GSO super-frame bigger than the queue: its first segment would start
+//! sending at once). The two directions share nothing but the line's byte
+//! limit, a [`ByteBudget`] that several queues (the line's lanes) may share.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Which way a frame crosses the line.
@@ -72,6 +77,45 @@ pub struct BottleneckStats {
     pub dropped: u64,
     /// Largest backlog an arriving frame found (bytes).
     pub peak_queue_bytes: u64,
+}
+
+/// The most bytes held at once by the queues that share it (the delay
+/// line's lanes: one flow stays in one lane, and may use the whole line's
+/// limit). Each frame holds its bytes from push to pop.
+#[derive(Debug)]
+pub struct ByteBudget {
+    limit: usize,
+    used: AtomicUsize,
+}
+
+impl ByteBudget {
+    /// A budget of `limit` bytes, none of them used.
+    pub fn new(limit: usize) -> Arc<ByteBudget> {
+        Arc::new(ByteBudget {
+            limit,
+            used: AtomicUsize::new(0),
+        })
+    }
+
+    /// Bytes held now by the queues sharing it.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Takes `n` bytes if they fit.
+    fn reserve(&self, n: usize) -> bool {
+        // A counter, guarding no other memory: relaxed is enough.
+        self.used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                u.checked_add(n).filter(|&t| t <= self.limit)
+            })
+            .is_ok()
+    }
+
+    /// Gives back `n` bytes taken by [`reserve`](Self::reserve).
+    fn release(&self, n: usize) {
+        self.used.fetch_sub(n, Ordering::Relaxed);
+    }
 }
 
 /// A frame waiting in the line.
@@ -138,8 +182,9 @@ struct Lane {
 #[derive(Debug)]
 pub struct DelayQueue {
     delay: Duration,
-    limit_bytes: usize,
+    budget: Arc<ByteBudget>,
     bottleneck: Option<Bottleneck>,
+    /// Bytes this queue holds (its share of the budget).
     bytes: usize,
     dirs: [Lane; 2],
     stats: DelayQueueStats,
@@ -149,9 +194,15 @@ impl DelayQueue {
     /// A queue delaying every frame by `delay`, holding at most
     /// `limit_bytes` (frames beyond are dropped, as a full link buffer would).
     pub fn new(delay: Duration, limit_bytes: usize) -> DelayQueue {
+        DelayQueue::sharing(delay, ByteBudget::new(limit_bytes))
+    }
+
+    /// A queue delaying every frame by `delay` whose frames count against
+    /// `budget`, which other queues may share: frames beyond it are dropped.
+    pub fn sharing(delay: Duration, budget: Arc<ByteBudget>) -> DelayQueue {
         DelayQueue {
             delay,
-            limit_bytes,
+            budget,
             bottleneck: None,
             bytes: 0,
             dirs: [Lane::default(), Lane::default()],
@@ -184,7 +235,7 @@ impl DelayQueue {
         frame: &[u8],
         wire_bytes: usize,
     ) -> bool {
-        if self.bytes + frame.len() > self.limit_bytes {
+        if !self.budget.reserve(frame.len()) {
             self.stats.dropped_full += 1;
             return false;
         }
@@ -195,8 +246,9 @@ impl DelayQueue {
             let backlog = b.bytes_in(start - arrived);
             let st = self.stats.bottleneck(dir);
             st.peak_queue_bytes = st.peak_queue_bytes.max(backlog);
-            if backlog + wire_bytes as u64 > b.queue_bytes as u64 {
+            if backlog > 0 && backlog + wire_bytes as u64 > b.queue_bytes as u64 {
                 st.dropped += 1;
+                self.budget.release(frame.len());
                 return false;
             }
             let sent = start + b.transmission(wire_bytes);
@@ -244,6 +296,7 @@ impl DelayQueue {
                 Some(h) if h.due <= now => {
                     let h = held.pop_front().expect("front exists");
                     self.bytes -= h.frame.len();
+                    self.budget.release(h.frame.len());
                     self.stats.frames_out += 1;
                     out.push((h.frame, now - h.due));
                 }
@@ -260,6 +313,13 @@ impl DelayQueue {
     /// Counters.
     pub fn stats(&self) -> DelayQueueStats {
         self.stats
+    }
+}
+
+impl Drop for DelayQueue {
+    /// Gives what the queue still holds back to the budget it shares.
+    fn drop(&mut self) {
+        self.budget.release(self.bytes);
     }
 }
 
@@ -364,6 +424,25 @@ mod tests {
         let out = drain(&mut q, t0 + 100 * MS);
         let firsts: Vec<u8> = out.iter().map(|(b, _)| *b).collect();
         assert_eq!(firsts, [0, 1, 2, 3, 4, 10]);
+    }
+
+    #[test]
+    fn an_empty_bottleneck_queue_takes_a_frame_larger_than_itself() {
+        let t0 = Instant::now();
+        let budget = ByteBudget::new(1 << 30);
+        let mut q = DelayQueue::sharing(MS, budget.clone()).with_bottleneck(slow(5_000));
+        // A GSO super-frame of 8,000 wire bytes: its first segment would
+        // start sending at once.
+        assert!(q.push_sized(t0, ToPeer, &[1; 100], 8_000));
+        assert!(!q.push_sized(t0, ToPeer, &[2; 100], 8_000), "not behind it");
+        assert!(!q.push(t0, ToPeer, &[3; 1000]), "nor anything else");
+        // Once it has been sent (8 ms), the queue is empty again.
+        assert!(q.push_sized(t0 + 8 * MS, ToPeer, &[4; 100], 8_000));
+        let st = q.stats().bottleneck_to_peer;
+        assert_eq!((st.dropped, st.peak_queue_bytes), (2, 8_000));
+        assert_eq!(budget.used(), 200, "dropped frames hold no bytes");
+        drop(q);
+        assert_eq!(budget.used(), 0, "a queue gone holds none");
     }
 
     #[test]

@@ -55,6 +55,82 @@ pub fn in_netns<T: Send + 'static>(
 
 pub use flowlane_dataplane::privileges::require_root;
 
+/// Scratch namespaces for this crate's root tests.
+#[cfg(test)]
+pub(crate) mod scratch {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// Whether the test runs as root; prints why it is skipped when not.
+    pub(crate) fn root_or_skip(test: &str) -> bool {
+        let root = nix::unistd::geteuid().is_root();
+        if !root {
+            eprintln!("skipping {test}: needs root (network namespaces, packet sockets, BPF)");
+        }
+        root
+    }
+
+    /// Keeps the calling thread on the CPU it runs on, so that frames it
+    /// sends are handled in order (one CPU's backlog).
+    pub(crate) fn pin_to_one_cpu() -> anyhow::Result<()> {
+        let cpu = nix::sched::sched_getcpu()?;
+        let mut set = nix::sched::CpuSet::new();
+        set.set(cpu)?;
+        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)?;
+        Ok(())
+    }
+
+    /// A uniquely named network namespace, deleted (with its devices) on
+    /// drop, whatever the test did.
+    pub(crate) struct ScratchNs {
+        pub(crate) name: String,
+    }
+
+    impl ScratchNs {
+        /// Makes `flt-<tag>-<pid>-<n>`.
+        pub(crate) fn new(tag: &str) -> ScratchNs {
+            static NEXT: AtomicU32 = AtomicU32::new(0);
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let name = format!("flt-{tag}-{}-{n}", std::process::id());
+            super::ip(&["netns", "add", &name]).expect("ip netns add");
+            ScratchNs { name }
+        }
+
+        /// Runs `ip -n NS <args>`, panicking on failure.
+        pub(crate) fn ip(&self, args: &[&str]) -> String {
+            let mut all = vec!["-n", self.name.as_str()];
+            all.extend_from_slice(args);
+            super::ip(&all).expect("ip in the scratch namespace")
+        }
+
+        /// Makes a veth pair `a`/`b`, both up, without IPv6 addresses (so
+        /// the kernel sends nothing on them).
+        pub(crate) fn veth(&self, a: &str, b: &str) {
+            self.ip(&["link", "add", a, "type", "veth", "peer", "name", b]);
+            for dev in [a, b] {
+                self.ip(&["link", "set", "dev", dev, "addrgenmode", "none"]);
+                self.ip(&["link", "set", "dev", dev, "up"]);
+            }
+        }
+
+        /// A device's MAC address.
+        pub(crate) fn mac(&self, dev: &str) -> [u8; 6] {
+            let out = self.ip(&["-o", "link", "show", dev]);
+            let mac = out
+                .split_whitespace()
+                .skip_while(|w| *w != "link/ether")
+                .nth(1)
+                .expect("a MAC address");
+            flowlane_dataplane::iface::parse_mac(mac).expect("a valid MAC address")
+        }
+    }
+
+    impl Drop for ScratchNs {
+        fn drop(&mut self) {
+            let _ = super::ip(&["netns", "del", &self.name]);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -90,7 +90,9 @@ pub struct PacketSocketOptions {
     pub rcvbuf: usize,
     /// Send buffer in bytes (`SO_SNDBUFFORCE`).
     pub sndbuf: usize,
-    /// Do not receive the frames this host sends on the interface.
+    /// Do not receive the frames this host sends on the interface (in a
+    /// fanout group: from Linux 6.2, see `PACKET_FANOUT_FLAG_IGNORE_OUTGOING`;
+    /// before, the group still sees what other sockets send).
     pub ignore_outgoing: bool,
     /// Report when the kernel received each frame (`SO_TIMESTAMPNS`), so
     /// that time a frame waited in the receive buffer is not lost.
@@ -135,6 +137,9 @@ pub struct RecvMeta {
     pub kernel_time: Option<std::time::SystemTime>,
 }
 
+/// `PACKET_FANOUT_FLAG_IGNORE_OUTGOING` (`include/uapi/linux/if_packet.h`).
+const PACKET_FANOUT_FLAG_IGNORE_OUTGOING: i32 = 0x4000;
+
 /// Room for one `SCM_TIMESTAMPNS` control message (cmsghdr + timespec,
 /// aligned), in u64 words so that the buffer is aligned for cmsghdr.
 const CMSG_WORDS: usize = 8;
@@ -177,19 +182,22 @@ impl PacketSocket {
     /// Opens a socket receiving every protocol on `ifindex` (calling thread's
     /// network namespace) and sending there.
     pub fn open(ifindex: u32, opts: PacketSocketOptions) -> Result<PacketSocket> {
-        let proto = (libc::ETH_P_ALL as u16).to_be();
+        Self::unbound(opts)?.bind(ifindex, opts)
+    }
+
+    /// The socket with its options set, not yet bound to a device. It is
+    /// opened for no protocol, so that it receives nothing until
+    /// [`UnboundSocket::bind`] names the protocols and the device (as libpcap
+    /// does): opened for every protocol, it would queue every device's
+    /// frames until then, and read them later as if they came from its own.
+    fn unbound(opts: PacketSocketOptions) -> Result<UnboundSocket> {
         // SAFETY: plain system call with constant arguments; the result is
         // checked before use.
-        let raw = check(unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                i32::from(proto),
-            )
-        })
-        .map_err(io_err(
-            "opening an AF_PACKET socket (needs root or CAP_NET_RAW)",
-        ))?;
+        let raw =
+            check(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })
+                .map_err(io_err(
+                    "opening an AF_PACKET socket (needs root or CAP_NET_RAW)",
+                ))?;
         // SAFETY: `raw` is a fresh descriptor owned by nothing else.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let b = fd.as_fd();
@@ -220,28 +228,7 @@ impl PacketSocket {
             setsockopt_int(b, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)
                 .map_err(io_err("setting SO_TIMESTAMPNS"))?;
         }
-        // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
-        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = proto;
-        sll.sll_ifindex = ifindex as i32;
-        // SAFETY: `sll` is a live sockaddr_ll and its size is passed.
-        check(unsafe {
-            libc::bind(
-                b.as_raw_fd(),
-                (&sll as *const libc::sockaddr_ll).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        })
-        .map_err(io_err(format!(
-            "binding the packet socket to ifindex {ifindex}"
-        )))?;
-        if let Some(group) = opts.fanout {
-            let arg = i32::from(group) | ((libc::PACKET_FANOUT_HASH as i32) << 16);
-            setsockopt_int(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_FANOUT, arg)
-                .map_err(io_err(format!("joining packet fanout group {group}")))?;
-        }
-        Ok(PacketSocket { fd })
+        Ok(UnboundSocket { fd })
     }
 
     /// Waits up to `timeout` (nanosecond resolution, `ppoll`) for a frame to
@@ -406,6 +393,62 @@ impl PacketSocket {
     }
 }
 
+/// A packet socket before [`UnboundSocket::bind`]: options set, bound to
+/// nothing.
+#[derive(Debug)]
+struct UnboundSocket {
+    fd: OwnedFd,
+}
+
+impl UnboundSocket {
+    /// Binds the socket to `ifindex` for every protocol, then joins the
+    /// fanout group of `opts`, if any. A group with
+    /// [`PacketSocketOptions::ignore_outgoing`] ignores outgoing frames too
+    /// (`PACKET_FANOUT_FLAG_IGNORE_OUTGOING`, Linux 6.2; the group's own
+    /// hook would otherwise see what other sockets send on the device); an
+    /// older kernel refuses the flag and the group is joined without it.
+    fn bind(self, ifindex: u32, opts: PacketSocketOptions) -> Result<PacketSocket> {
+        let fd = self.fd;
+        // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+        sll.sll_ifindex = ifindex as i32;
+        // SAFETY: `sll` is a live sockaddr_ll and its size is passed.
+        check(unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&sll as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        })
+        .map_err(io_err(format!(
+            "binding the packet socket to ifindex {ifindex}"
+        )))?;
+        if let Some(group) = opts.fanout {
+            let arg = i32::from(group) | ((libc::PACKET_FANOUT_HASH as i32) << 16);
+            let join = |flags: i32| {
+                setsockopt_int(
+                    fd.as_fd(),
+                    libc::SOL_PACKET,
+                    libc::PACKET_FANOUT,
+                    arg | (flags << 16),
+                )
+            };
+            let joined = if opts.ignore_outgoing {
+                match join(PACKET_FANOUT_FLAG_IGNORE_OUTGOING) {
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => join(0),
+                    other => other,
+                }
+            } else {
+                join(0)
+            };
+            joined.map_err(io_err(format!("joining packet fanout group {group}")))?;
+        }
+        Ok(PacketSocket { fd })
+    }
+}
+
 /// The `SCM_TIMESTAMPNS` control message of a received message, if any.
 fn kernel_time(hdr: &libc::msghdr) -> Option<std::time::SystemTime> {
     if hdr.msg_controllen == 0 || hdr.msg_flags & libc::MSG_CTRUNC != 0 {
@@ -440,6 +483,61 @@ impl AsFd for PacketSocket {
     }
 }
 
+/// Frames for this crate's root tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// A minimum-size frame to `dst` of a local experimental EtherType
+    /// (0x88b5), nothing any stack answers; `tag` is its first payload byte.
+    pub(crate) fn test_frame(dst: [u8; 6], tag: u8) -> Vec<u8> {
+        let mut f = vec![0u8; 60];
+        f[..6].copy_from_slice(&dst);
+        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0x5e, 0x01]);
+        f[12..14].copy_from_slice(&[0x88, 0xb5]);
+        f[14] = tag;
+        f
+    }
+
+    /// Reads frames (without virtio-net headers) until one for which `last`
+    /// holds; returns them all. Gives up after a generous bound, so that a
+    /// frame that never comes fails the test instead of hanging it.
+    pub(crate) fn recv_frames(
+        sock: &PacketSocket,
+        last: impl Fn(&[u8]) -> bool,
+    ) -> anyhow::Result<Vec<Vec<u8>>> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut bufs = vec![vec![0u8; 2048]; 16];
+        let mut meta = vec![RecvMeta::default(); 16];
+        let mut seen = Vec::new();
+        while std::time::Instant::now() < deadline {
+            sock.wait_readable(Duration::from_millis(100))?;
+            let n = sock.recv_batch(&mut bufs, &mut meta)?;
+            for (b, m) in bufs.iter().zip(&meta).take(n) {
+                seen.push(b[..m.len].to_vec());
+                if last(&b[..m.len]) {
+                    return Ok(seen);
+                }
+            }
+        }
+        anyhow::bail!("the awaited frame never came (got {} others)", seen.len())
+    }
+
+    /// Frames waiting on `sock` now.
+    pub(crate) fn waiting(sock: &PacketSocket) -> Result<usize> {
+        let mut bufs = vec![vec![0u8; 2048]; 16];
+        let mut meta = vec![RecvMeta::default(); 16];
+        let mut total = 0;
+        loop {
+            let n = sock.recv_batch(&mut bufs, &mut meta)?;
+            if n == 0 {
+                return Ok(total);
+            }
+            total += n;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -468,5 +566,79 @@ mod tests {
         g[4..6].copy_from_slice(&1448u16.to_le_bytes());
         assert_eq!(vnet_wire_len(&g), 3 * 66 + 4000);
         assert_eq!(vnet_wire_len(&[0u8; 4]), 0);
+    }
+
+    #[test]
+    fn frames_before_bind_are_not_queued() {
+        use crate::netns::scratch::{pin_to_one_cpu, root_or_skip, ScratchNs};
+        use testing::{recv_frames, test_frame, waiting};
+        if !root_or_skip("frames_before_bind_are_not_queued") {
+            return;
+        }
+        let ns = ScratchNs::new("ps");
+        ns.veth("busy0", "busy1");
+        ns.veth("quiet0", "quiet1");
+        let queued = crate::netns::in_netns(&ns.name, || {
+            pin_to_one_cpu()?;
+            let idx = |d: &str| nix::net::if_::if_nametoindex(d).map_err(anyhow::Error::from);
+            let opts = PacketSocketOptions::default();
+            let tx = PacketSocket::open(idx("busy0")?, opts)?;
+            let witness = PacketSocket::open(idx("busy1")?, opts)?;
+            let target = PacketSocket::unbound(opts)?;
+            let frames: Vec<Vec<u8>> = (0..8).map(|i| test_frame([2, 0, 0, 0, 0, 9], i)).collect();
+            let refs: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
+            tx.send_batch(&refs)?;
+            // Every listener on busy1 has them once the witness has the last.
+            recv_frames(&witness, |f| f[14] == 7)?;
+            let target = target.bind(idx("quiet0")?, opts)?;
+            Ok(waiting(&target)?)
+        })
+        .unwrap();
+        assert_eq!(queued, 0, "frames of another device waited on the socket");
+    }
+
+    #[test]
+    fn a_fanout_group_ignores_outgoing_frames() {
+        use crate::netns::scratch::{pin_to_one_cpu, root_or_skip, ScratchNs};
+        use testing::{recv_frames, test_frame, waiting};
+        if !root_or_skip("a_fanout_group_ignores_outgoing_frames") {
+            return;
+        }
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let mut v = release
+            .split(['.', '-'])
+            .map(|n| n.parse::<u32>().unwrap_or(0));
+        if (v.next().unwrap_or(0), v.next().unwrap_or(0)) < (6, 2) {
+            eprintln!(
+                "skipping a_fanout_group_ignores_outgoing_frames: kernel {} has no \
+                 PACKET_FANOUT_FLAG_IGNORE_OUTGOING (6.2)",
+                release.trim()
+            );
+            return;
+        }
+        let ns = ScratchNs::new("pf");
+        ns.veth("line0", "line1");
+        let queued = crate::netns::in_netns(&ns.name, || {
+            pin_to_one_cpu()?;
+            let idx = |d: &str| nix::net::if_::if_nametoindex(d).map_err(anyhow::Error::from);
+            let group = PacketSocketOptions {
+                fanout: Some((std::process::id() & 0xffff) as u16),
+                ..PacketSocketOptions::default()
+            };
+            let lanes = [
+                PacketSocket::open(idx("line1")?, group)?,
+                PacketSocket::open(idx("line1")?, group)?,
+            ];
+            // Another socket sends on the group's device.
+            let tx = PacketSocket::open(idx("line1")?, PacketSocketOptions::default())?;
+            let witness = PacketSocket::open(idx("line0")?, PacketSocketOptions::default())?;
+            let frames: Vec<Vec<u8>> = (0..8).map(|i| test_frame([2, 0, 0, 0, 0, 9], i)).collect();
+            let refs: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
+            tx.send_batch(&refs)?;
+            recv_frames(&witness, |f| f[14] == 7)?;
+            Ok(waiting(&lanes[0])? + waiting(&lanes[1])?)
+        })
+        .unwrap();
+        assert_eq!(queued, 0, "the group read frames sent on its device");
     }
 }

@@ -9,7 +9,8 @@
  * whose line1 end the delay line reads and writes with an AF_PACKET socket:
  *
  *   peer0 tc egress  (kernel -> flowlane) --redirect--> line0 -> line1 -> delay line
- *   peer0 tc ingress (flowlane -> kernel) --redirect--> line0 -> line1 -> delay line
+ *   peer0 tc ingress (flowlane -> kernel, destination MAC == peer0's)
+ *                                         --redirect--> line0 -> line1 -> delay line
  *   delay line -> line1 -> line0 tc ingress: mark, then
  *       destination MAC == peer0's  -> peer0 ingress (as if just received)
  *       otherwise                   -> peer0 egress  (on to flowlane)
@@ -23,7 +24,9 @@
  * bpf_ktime_get_ns) every few milliseconds; when it is older than
  * stale_after_ns (the delay line was killed), frames pass undelayed instead
  * of being redirected into a line nobody reads. Multicast and broadcast
- * frames (ARP requests, neighbour discovery) always pass.
+ * frames (ARP requests, neighbour discovery) always pass, and so do frames
+ * arriving at peer0 for another MAC: the return program would take them for
+ * frames towards flowlane and send them back where they came from.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -84,19 +87,27 @@ static __always_inline struct delay_cfg *config(void)
 	return bpf_map_lookup_elem(&delay_cfg, &zero);
 }
 
-/* Whether the frame's destination MAC is a group (multicast/broadcast) one. */
-static __always_inline int group_dest(struct __sk_buff *skb)
+/* Whether the destination MAC `dst` is peer0's. */
+static __always_inline int for_peer(const __u8 *dst, const struct delay_cfg *cfg)
 {
-	__u8 first;
+	int same = 1;
 
-	if (bpf_skb_load_bytes(skb, 0, &first, 1))
-		return 1;
-	return first & 1;
+#pragma unroll
+	for (int i = 0; i < 6; i++)
+		if (dst[i] != cfg->peer_mac[i])
+			same = 0;
+	return same;
 }
 
-static __always_inline int into_line(struct __sk_buff *skb, __u32 st)
+/*
+ * Redirects the frame into the line, unless it is for a group
+ * (multicast/broadcast) MAC or, with only_for_peer, for a MAC other than
+ * peer0's.
+ */
+static __always_inline int into_line(struct __sk_buff *skb, __u32 st, int only_for_peer)
 {
 	struct delay_cfg *cfg;
+	__u8 dst[6];
 
 	if ((skb->mark & FL_MARK_MASK) == FL_MARK_BASE) {
 		if (skb->mark == FL_DELAY_MARK)
@@ -104,7 +115,11 @@ static __always_inline int into_line(struct __sk_buff *skb, __u32 st)
 		return TC_ACT_UNSPEC;
 	}
 	cfg = config();
-	if (!cfg || !cfg->line_ifindex || group_dest(skb))
+	if (!cfg || !cfg->line_ifindex)
+		return TC_ACT_UNSPEC;
+	if (bpf_skb_load_bytes(skb, 0, dst, sizeof(dst)) || (dst[0] & 1))
+		return TC_ACT_UNSPEC;
+	if (only_for_peer && !for_peer(dst, cfg))
 		return TC_ACT_UNSPEC;
 	if (bpf_ktime_get_ns() - cfg->heartbeat_ns > cfg->stale_after_ns) {
 		count(ST_STALE);
@@ -117,13 +132,13 @@ static __always_inline int into_line(struct __sk_buff *skb, __u32 st)
 SEC("tc")
 int flowlane_delay_egress(struct __sk_buff *skb)
 {
-	return into_line(skb, ST_TO_LINE_EGRESS);
+	return into_line(skb, ST_TO_LINE_EGRESS, 0);
 }
 
 SEC("tc")
 int flowlane_delay_ingress(struct __sk_buff *skb)
 {
-	return into_line(skb, ST_TO_LINE_INGRESS);
+	return into_line(skb, ST_TO_LINE_INGRESS, 1);
 }
 
 /* At line0's tc ingress: frames the delay line releases. */
@@ -132,18 +147,13 @@ int flowlane_delay_return(struct __sk_buff *skb)
 {
 	struct delay_cfg *cfg = config();
 	__u8 dst[6];
-	int to_peer = 1;
 
 	if (!cfg || !cfg->peer_ifindex)
 		return TC_ACT_SHOT;
 	if (bpf_skb_load_bytes(skb, 0, dst, sizeof(dst)))
 		return TC_ACT_SHOT;
-#pragma unroll
-	for (int i = 0; i < 6; i++)
-		if (dst[i] != cfg->peer_mac[i])
-			to_peer = 0;
 	skb->mark = FL_DELAY_MARK;
-	if (to_peer) {
+	if (for_peer(dst, cfg)) {
 		count(ST_BACK_INGRESS);
 		return bpf_redirect(cfg->peer_ifindex, BPF_F_INGRESS);
 	}
