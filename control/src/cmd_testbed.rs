@@ -147,8 +147,9 @@ pub(crate) struct DelayArgs {
     /// trip grows by twice this). Fractions are allowed (0.5).
     #[arg(long, allow_negative_numbers = true)]
     ms: f64,
-    /// Most bytes held in the line at once (both directions together);
-    /// frames beyond are dropped, like a full link buffer (netem's `limit`).
+    /// Most bytes held in the line at once (both directions and all lanes
+    /// together); frames beyond are dropped, like a full link buffer
+    /// (netem's `limit`).
     #[arg(long, default_value_t = 256)]
     limit_mb: usize,
     /// Receive buffer of each lane's socket (MiB): frames waiting for the
@@ -168,7 +169,8 @@ pub(crate) struct DelayArgs {
     #[arg(long)]
     rate_mbit: Option<f64>,
     /// Drop-tail queue of each direction's bottleneck (KiB); default: one
-    /// bandwidth-delay product (rate × 2·ms), at least 64 KiB.
+    /// bandwidth-delay product (rate × 2·ms), at least 96 KiB (a full GSO
+    /// frame).
     #[arg(long, requires = "rate_mbit")]
     queue_kb: Option<usize>,
     /// Print the final report as JSON.
