@@ -7,7 +7,10 @@
 //! (clients such as wrk count a close without it as a read error), and an
 //! HTTP/1.0 request that asked for keep-alive is answered with
 //! `Connection: keep-alive` (RFC 9112 §C.2.2) so that the client knows it
-//! was granted.
+//! was granted. After its last response (a refusal's too) the server
+//! half-closes and lingers (§9.6): it drops what the peer still sends until
+//! the peer's FIN, [`LINGER`] at most, and closes then, so that no reset for
+//! unread bytes destroys that response.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,7 +20,7 @@ use flowlane_app::conn_state::{export_entry, import_entry};
 use flowlane_app::{CloseReason, ConnHandle, ConnHandler, ConnMap, ConnState, Net, SynFilter};
 use serde::Serialize;
 
-use super::http_framing::{parse_head, BodySkip, Head, Persistence, Refusal, MAX_HEAD};
+use super::http_framing::{parse_head, BodySkip, Head, HeadScan, Persistence, Refusal, MAX_HEAD};
 use super::idle::IdleSweep;
 use super::AllowFrom;
 
@@ -28,6 +31,11 @@ const OUTPUT_BATCH: usize = 64 * 1024;
 
 /// Bytes read from the connection at a time.
 const READ: usize = 4096;
+
+/// How long a connection the server is closing reads what its peer still
+/// sends before it is closed anyway (RFC 9112 §9.6's lingering close;
+/// ends up to a second later: it is looked for once a second).
+const LINGER: Duration = Duration::from_secs(2);
 
 /// What the HTTP server refused or timed out, over all its cores (the
 /// service's summary: `application`).
@@ -106,6 +114,23 @@ struct Owed {
     head_only: bool,
 }
 
+/// Where a connection is in its life.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Phase {
+    /// Requests are read and answered.
+    #[default]
+    Open,
+    /// The last response went, with the server's FIN after it, at the time
+    /// held; what the peer still sends is read and dropped until its FIN
+    /// (or [`LINGER`]), then the connection is closed. RFC 9112 §9.6: a
+    /// close with unread bytes would be a reset, and a reset can destroy
+    /// the response before the peer reads it (a 431 almost always: the
+    /// rest of the head it answers is unread).
+    Lingering(Duration),
+    /// Closed: only `on_closed` is to come.
+    Closed,
+}
+
 /// One connection's state.
 #[derive(Default)]
 struct HttpConn {
@@ -120,6 +145,10 @@ struct HttpConn {
     close_after: bool,
     /// When a byte last moved either way.
     active: Duration,
+    /// Where the search for the end of the head that `input[pos..]`
+    /// starts with stands.
+    scan: HeadScan,
+    phase: Phase,
 }
 
 /// What answering the requests held came to.
@@ -154,6 +183,7 @@ impl HttpConn {
                     Ok((n, true)) => {
                         let owed = *owed;
                         self.pos += n;
+                        self.scan = HeadScan::default();
                         self.body = None;
                         self.respond(r, owed, peer_done, counters);
                     }
@@ -161,7 +191,7 @@ impl HttpConn {
                 }
                 continue;
             }
-            match parse_head(rest) {
+            match self.scan.parse(rest) {
                 Ok(None) => return Step::Read,
                 Ok(Some((head, n))) => {
                     self.pos += n;
@@ -218,6 +248,51 @@ impl HttpConn {
     fn between_requests(&self) -> bool {
         self.output.is_empty() && self.body.is_none() && self.pos == self.input.len()
     }
+
+    /// The last response is in the send buffer: the server's FIN after
+    /// it, then lingering (RFC 9112 §9.6: half close first, read on
+    /// until the peer closes). Nothing more is kept of the connection.
+    fn start_linger(&mut self, net: &mut dyn Net, conn: ConnHandle, now: Duration) {
+        self.input = Vec::new();
+        self.output = Vec::new();
+        self.pos = 0;
+        self.body = None;
+        self.scan = HeadScan::default();
+        if net.shutdown_write(conn).is_err() {
+            // Gone already.
+            self.phase = Phase::Closed;
+            return;
+        }
+        self.phase = Phase::Lingering(now);
+        self.linger(net, conn);
+    }
+
+    /// Lingering: drops what the peer sent; closes once it closed and
+    /// everything was read (a close then resets nothing).
+    fn linger(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        net.discard(conn);
+        if net.is_eof(conn) {
+            let _ = net.close(conn);
+            self.phase = Phase::Closed;
+        }
+    }
+
+    /// The time the idle sweep counts from: none after the last response
+    /// (the linger's own deadline bounds a closing connection).
+    fn idle_since(&self) -> Duration {
+        match self.phase {
+            Phase::Open => self.active,
+            Phase::Lingering(_) | Phase::Closed => Duration::MAX,
+        }
+    }
+
+    /// The time the linger sweep counts from: lingering connections only.
+    fn lingering_since(&self) -> Duration {
+        match self.phase {
+            Phase::Lingering(since) => since,
+            Phase::Open | Phase::Closed => Duration::MAX,
+        }
+    }
 }
 
 /// A fixed-response HTTP/1.1 server with keep-alive.
@@ -226,6 +301,8 @@ pub(super) struct Http {
     conns: ConnMap<HttpConn>,
     allow: AllowFrom,
     idle: IdleSweep,
+    /// Finds the connections that lingered [`LINGER`].
+    linger: IdleSweep,
     counters: Arc<HttpCounters>,
 }
 
@@ -244,6 +321,7 @@ impl Http {
             conns: ConnMap::new(),
             allow,
             idle: IdleSweep::new(idle_timeout),
+            linger: IdleSweep::new(Some(LINGER)),
             counters,
         }
     }
@@ -258,6 +336,11 @@ impl Http {
             active: now,
             ..HttpConn::default()
         });
+        match st.phase {
+            Phase::Open => {}
+            Phase::Lingering(_) => return st.linger(net, conn),
+            Phase::Closed => return,
+        }
         let mut buf = [0u8; READ];
         loop {
             if st.pos > 0 && (st.pos == st.input.len() || st.pos >= READ) {
@@ -281,7 +364,7 @@ impl Http {
             }
             match step {
                 Step::Close => {
-                    let _ = net.close(conn);
+                    st.start_linger(net, conn, now);
                     return;
                 }
                 Step::Send => {}
@@ -309,9 +392,19 @@ impl Http {
     }
 
     /// Closes the connections idle for longer than the timeout: with a
-    /// FIN between requests, with a reset in the middle of one.
+    /// FIN between requests, with a reset in the middle of one; and those
+    /// that lingered [`LINGER`] after their last response, dropping what
+    /// their peer sent (a reset follows only if it sends more).
     fn sweep(&mut self, net: &mut dyn Net) {
-        for conn in self.idle.due(net.now(), &self.conns, |st| st.active) {
+        let now = net.now();
+        for conn in self.linger.due(now, &self.conns, HttpConn::lingering_since) {
+            net.discard(conn);
+            let _ = net.close(conn);
+            if let Some(st) = self.conns.get_mut(conn) {
+                st.phase = Phase::Closed;
+            }
+        }
+        for conn in self.idle.due(now, &self.conns, HttpConn::idle_since) {
             let between = self.conns.get(conn).is_some_and(HttpConn::between_requests);
             self.counters.idle_closed.fetch_add(1, Ordering::Relaxed);
             if between {
@@ -377,7 +470,11 @@ mod tests {
         sent: Vec<u8>,
         /// Bytes the next sends take in all (None: unbounded).
         send_room: Option<usize>,
+        /// `shutdown_write` was called.
+        shut: bool,
         closed: bool,
+        /// `abort` was called, or `close` with bytes unread (a reset, as
+        /// the stack's close is then).
         aborted: bool,
         stats: Stats,
     }
@@ -390,6 +487,7 @@ mod tests {
                 peer_fin: false,
                 sent: Vec::new(),
                 send_room: None,
+                shut: false,
                 closed: false,
                 aborted: false,
                 stats: Stats::default(),
@@ -454,10 +552,15 @@ mod tests {
             true
         }
         fn shutdown_write(&mut self, _c: ConnHandle) -> Result<(), Error> {
+            self.shut = true;
             Ok(())
         }
         fn close(&mut self, _c: ConnHandle) -> Result<(), Error> {
-            self.closed = true;
+            if self.inbox.is_empty() {
+                self.closed = true;
+            } else {
+                self.aborted = true;
+            }
             Ok(())
         }
         fn abort(&mut self, _c: ConnHandle) -> Result<(), Error> {
@@ -639,7 +742,10 @@ mod tests {
             net.inbox = req;
             h.on_data(&mut net, c());
             assert!(net.sent_text().starts_with(want), "{}", net.sent_text());
-            assert!(net.closed, "closed after the answer");
+            assert!(net.shut && !net.closed, "a FIN after the answer");
+            net.peer_fin = true;
+            h.on_peer_closed(&mut net, c());
+            assert!(net.closed && !net.aborted, "closed once the peer did");
             let (bad, large) = (
                 counters.bad_request.load(Ordering::Relaxed),
                 counters.head_too_large.load(Ordering::Relaxed),
@@ -661,7 +767,10 @@ mod tests {
         let text = net.sent_text();
         assert_eq!(text.matches("HTTP/1.1 200 OK").count(), 2, "{text}");
         assert!(text.ends_with("Connection: close\r\n\r\nhi"));
-        assert!(net.closed);
+        assert!(net.shut);
+        net.peer_fin = true;
+        h.on_peer_closed(&mut net, c());
+        assert!(net.closed && !net.aborted);
     }
 
     #[test]
@@ -721,5 +830,100 @@ mod tests {
         net.now += Duration::from_secs(3600);
         h.on_tick(&mut net);
         assert!(!net.closed && !net.aborted);
+    }
+
+    #[test]
+    fn a_peer_sending_empty_lines_forever_is_refused_431() {
+        let (mut h, counters) = server(None);
+        let mut net = Fake::new();
+        net.inbox = b"\r\n".repeat(12_000);
+        h.on_data(&mut net, c());
+        let st = h.conns.get(c()).unwrap();
+        assert!(
+            st.input.len() <= MAX_HEAD + 1,
+            "{} bytes held",
+            st.input.len()
+        );
+        assert!(
+            net.sent_text().starts_with("HTTP/1.1 431"),
+            "{}",
+            net.sent_text()
+        );
+        assert_eq!(counters.head_too_large.load(Ordering::Relaxed), 1);
+        assert!(net.shut && !net.aborted);
+    }
+
+    #[test]
+    fn a_refusal_lingers_so_that_no_reset_destroys_it() {
+        // A 20,000-byte head: the server reads MAX_HEAD + 1 bytes of it,
+        // answers 431, and must not close with the rest unread (a reset).
+        let (mut h, counters) = server(None);
+        let mut net = Fake::new();
+        net.inbox = [
+            &b"GET / HTTP/1.1\r\nX: "[..],
+            &vec![b'a'; 20_000],
+            b"\r\n\r\n",
+        ]
+        .concat();
+        h.on_data(&mut net, c());
+        assert!(
+            net.sent_text().starts_with("HTTP/1.1 431"),
+            "{}",
+            net.sent_text()
+        );
+        assert!(net.shut && !net.closed && !net.aborted);
+        assert_eq!(counters.head_too_large.load(Ordering::Relaxed), 1);
+        // What the peer still sends is dropped, nothing answered.
+        let sent = net.sent.len();
+        net.inbox = b"GET / HTTP/1.1\r\n\r\n".to_vec();
+        h.on_data(&mut net, c());
+        assert!(net.inbox.is_empty() && !net.closed && !net.aborted);
+        assert_eq!(net.sent.len(), sent);
+        assert_eq!(answered(&counters), 0);
+        // The peer's FIN: closed, without a reset.
+        net.peer_fin = true;
+        h.on_peer_closed(&mut net, c());
+        assert!(net.closed && !net.aborted);
+    }
+
+    #[test]
+    fn a_linger_ends_after_two_seconds_and_is_not_idle() {
+        let (mut h, counters) = server(Some(Duration::from_secs(1)));
+        let mut net = Fake::new();
+        h.on_accept(&mut net, c());
+        net.inbox = b"GET /\r\n\r\n".to_vec();
+        h.on_data(&mut net, c());
+        assert!(net.shut && !net.closed);
+        assert_eq!(counters.bad_request.load(Ordering::Relaxed), 1);
+        net.now += Duration::from_millis(1500);
+        h.on_tick(&mut net);
+        assert!(!net.closed && !net.aborted, "still lingering");
+        // Bytes come, but no FIN: closed at the deadline, what came dropped
+        // first (no reset for it).
+        net.inbox = b"more".to_vec();
+        net.now += Duration::from_millis(1500);
+        h.on_tick(&mut net);
+        assert!(net.closed && !net.aborted);
+        assert!(net.inbox.is_empty());
+        assert_eq!(counters.idle_closed.load(Ordering::Relaxed), 0);
+        // Nothing more is done for it.
+        net.now += Duration::from_secs(10);
+        h.on_tick(&mut net);
+        h.on_data(&mut net, c());
+        assert_eq!(counters.idle_closed.load(Ordering::Relaxed), 0);
+        assert!(!net.aborted);
+    }
+
+    #[test]
+    fn requests_fed_a_byte_at_a_time_are_answered() {
+        let (mut h, counters) = server(None);
+        let mut net = Fake::new();
+        let req = b"\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\nPOST / HTTP/1.1\r\nContent-Length: 2\r\n\r\nabGET / HTTP/1.1\r\n\r\n";
+        for &b in req {
+            net.inbox.push(b);
+            h.on_data(&mut net, c());
+        }
+        assert_eq!(answered(&counters), 3);
+        assert_eq!(net.sent_text().matches("HTTP/1.1 200 OK").count(), 3);
     }
 }

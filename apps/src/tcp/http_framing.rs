@@ -3,7 +3,9 @@
 //! and how long its body is (§6.3). A body is skipped as it arrives (the
 //! fixed response does not read it), never held whole.
 
-/// Longest request head (request line and fields): past it, 431.
+/// Longest request head: its request line, its fields, the blank line that
+/// ends it and any empty lines before it (RFC 9112 §2.2) together; past it,
+/// 431.
 pub(super) const MAX_HEAD: usize = 16 * 1024;
 
 /// Longest chunk extension, and longest trailer section, of a chunked body.
@@ -49,38 +51,138 @@ pub(super) enum BodyLength {
 pub(super) enum Refusal {
     /// The head is longer than [`MAX_HEAD`]: 431.
     HeadTooLarge,
-    /// A request line or framing that cannot be read (an invalid or
-    /// conflicting `Content-Length`, a transfer coding other than chunked
-    /// last, a malformed chunk): 400, as §6.3 asks.
+    /// A request line, field line or framing that cannot be read (a line
+    /// not ended by CRLF, a folded line, a field name with whitespace
+    /// before its colon, an invalid or conflicting `Content-Length`, a
+    /// transfer coding other than chunked last, a malformed chunk): 400,
+    /// as §5.1, §5.2 and §6.3 ask.
     BadRequest,
 }
 
 /// The head at the start of `input`, with the bytes it takes (empty lines
-/// before it included: §2.2); `Ok(None)` while it is incomplete.
+/// before it included: §2.2); `Ok(None)` while it is incomplete. Scans all
+/// of `input`: a head arriving in pieces is better read by a [`HeadScan`].
 pub(super) fn parse_head(input: &[u8]) -> Result<Option<(Head, usize)>, Refusal> {
-    let skip = input
-        .iter()
-        .position(|&b| b != b'\r' && b != b'\n')
-        .unwrap_or(input.len());
-    let rest = &input[skip..];
-    let Some(end) = rest.windows(4).position(|w| w == b"\r\n\r\n") else {
-        return if rest.len() > MAX_HEAD {
-            Err(Refusal::HeadTooLarge)
-        } else {
-            Ok(None)
-        };
-    };
-    if end > MAX_HEAD {
-        return Err(Refusal::HeadTooLarge);
+    HeadScan::default().parse(input)
+}
+
+/// The search for the end of a head that arrives in pieces: each call
+/// looks only at the bytes that came since the last (a head fed one byte at
+/// a time costs its length, not its length squared).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct HeadScan {
+    /// Where the head starts, past the empty lines before it, once a byte
+    /// other than CR or LF came.
+    start: Option<usize>,
+    /// Bytes looked at: before `start` is known, all CR or LF; after, no
+    /// CRLFCRLF begins before `from`.
+    from: usize,
+}
+
+impl HeadScan {
+    /// [`parse_head`] of `input`, which must be the input of the previous
+    /// call with bytes appended (a shorter one starts over). Once it
+    /// returns a head or a refusal the scan starts over, for the next head.
+    pub(super) fn parse(&mut self, input: &[u8]) -> Result<Option<(Head, usize)>, Refusal> {
+        if self.from > input.len() {
+            *self = HeadScan::default();
+        }
+        let done = self.scan(input);
+        if !matches!(done, Ok(None)) {
+            *self = HeadScan::default();
+        }
+        done
     }
-    let head = read_head(&rest[..end])?;
-    Ok(Some((head, skip + end + 4)))
+
+    fn scan(&mut self, input: &[u8]) -> Result<Option<(Head, usize)>, Refusal> {
+        // RFC 9112 §2.2: empty lines before the request line are ignored,
+        // but they count against the limit (else a peer sending CRLF
+        // forever would be read forever).
+        let incomplete = || {
+            if input.len() > MAX_HEAD {
+                Err(Refusal::HeadTooLarge)
+            } else {
+                Ok(None)
+            }
+        };
+        let start = match self.start {
+            Some(s) => s,
+            None => {
+                let p = input[self.from..]
+                    .iter()
+                    .position(|&b| b != b'\r' && b != b'\n');
+                let Some(p) = p else {
+                    self.from = input.len();
+                    return incomplete();
+                };
+                self.start = Some(self.from + p);
+                self.from + p
+            }
+        };
+        let at = self.from.max(start);
+        let Some(p) = input[at..].windows(4).position(|w| w == b"\r\n\r\n") else {
+            // A CRLFCRLF may still begin in the last 3 bytes.
+            self.from = input.len().saturating_sub(3).max(at);
+            return incomplete();
+        };
+        let end = at + p;
+        if end + 4 > MAX_HEAD {
+            return Err(Refusal::HeadTooLarge);
+        }
+        let head = read_head(&input[start..end])?;
+        Ok(Some((head, end + 4)))
+    }
+}
+
+/// The lines of a head (without its blank line), split at CRLF only: a CR
+/// or LF left in a line is a bare one.
+fn crlf_lines(head: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = Some(head);
+    std::iter::from_fn(move || {
+        let r = rest?;
+        match r.windows(2).position(|w| w == b"\r\n") {
+            Some(i) => {
+                rest = Some(&r[i + 2..]);
+                Some(&r[..i])
+            }
+            None => {
+                rest = None;
+                Some(r)
+            }
+        }
+    })
+}
+
+/// `tchar` (RFC 9110 §5.6.2): what a token, a field name, is made of.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// `v` without the optional whitespace (SP, HTAB: RFC 9110 §5.6.3) around
+/// it.
+fn trim_ows(v: &[u8]) -> &[u8] {
+    let ows = |b: &u8| *b == b' ' || *b == b'\t';
+    let Some(first) = v.iter().position(|b| !ows(b)) else {
+        return &[];
+    };
+    let last = v.iter().rposition(|b| !ows(b)).unwrap_or(first);
+    &v[first..=last]
 }
 
 /// Reads a complete head (without its blank line).
 fn read_head(head: &[u8]) -> Result<Head, Refusal> {
-    let mut lines = head.split(|&b| b == b'\n').map(|l| l.trim_ascii_end());
+    let mut lines = crlf_lines(head);
     let request_line = lines.next().unwrap_or_default();
+    // RFC 9112 §2.2: the line terminator is CRLF; a bare CR is invalid and
+    // a bare LF (which some recipients take as a line end) is refused too,
+    // since this head's end is found at CRLFCRLF only: one framing, no
+    // room for another reading of the same bytes.
+    let bare = |l: &[u8]| l.iter().any(|&b| b == b'\r' || b == b'\n');
+    if bare(request_line) {
+        return Err(Refusal::BadRequest);
+    }
+    // Trailing whitespace is forgiven, as before.
+    let request_line = request_line.trim_ascii_end();
     let mut parts = request_line.split(|&b| b == b' ');
     let (Some(method), Some(target), Some(version), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
@@ -98,17 +200,31 @@ fn read_head(head: &[u8]) -> Result<Head, Refusal> {
     let mut length: Option<u64> = None;
     let mut coding: Option<bool> = None;
     for line in lines {
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
-            continue;
-        };
-        let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
+        // §5.2: a line folded onto the previous one (obs-fold) is refused
+        // (400), as is whitespace before the first field (§2.2).
+        if bare(line) || line.first().is_some_and(|&b| b == b' ' || b == b'\t') {
+            return Err(Refusal::BadRequest);
+        }
+        // §5: field-line = field-name ":" OWS field-value OWS.
+        let colon = line
+            .iter()
+            .position(|&b| b == b':')
+            .ok_or(Refusal::BadRequest)?;
+        let (name, value) = (&line[..colon], trim_ows(&line[colon + 1..]));
+        // §5.1: a field name is a token, and whitespace between it and
+        // the colon MUST be answered 400 (it would otherwise drop, or
+        // rename, a field such as `Transfer-Encoding : chunked`).
+        // RFC 9110 §5.5: a NUL in a value is invalid.
+        if name.is_empty() || !name.iter().all(|&b| is_tchar(b)) || value.contains(&0) {
+            return Err(Refusal::BadRequest);
+        }
         if name.eq_ignore_ascii_case(b"connection") {
             close |= lists(value, "close");
             keep_alive |= lists(value, "keep-alive");
         } else if name.eq_ignore_ascii_case(b"content-length") {
             // A list of identical values is one value (§6.3 item 5).
             for v in value.split(|&b| b == b',') {
-                let n = decimal(v.trim_ascii()).ok_or(Refusal::BadRequest)?;
+                let n = decimal(trim_ows(v)).ok_or(Refusal::BadRequest)?;
                 if length.is_some_and(|l| l != n) {
                     return Err(Refusal::BadRequest);
                 }
@@ -117,7 +233,7 @@ fn read_head(head: &[u8]) -> Result<Head, Refusal> {
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
             // Only the last coding of all the fields counts: chunked or not.
             let last = value.rsplit(|&b| b == b',').next().unwrap_or_default();
-            coding = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+            coding = Some(trim_ows(last).eq_ignore_ascii_case(b"chunked"));
         } else if name.eq_ignore_ascii_case(b"expect") {
             continue_ = value.eq_ignore_ascii_case(b"100-continue");
         }
@@ -152,7 +268,7 @@ fn read_head(head: &[u8]) -> Result<Head, Refusal> {
 fn lists(value: &[u8], option: &str) -> bool {
     value
         .split(|&b| b == b',')
-        .any(|t| t.trim_ascii().eq_ignore_ascii_case(option.as_bytes()))
+        .any(|t| trim_ows(t).eq_ignore_ascii_case(option.as_bytes()))
 }
 
 /// A `Content-Length` value: decimal digits only (§8.6), within u64.
@@ -174,11 +290,14 @@ pub(super) enum BodySkip {
     Chunked(Chunk),
 }
 
-/// A chunked body's reading position.
+/// A chunked body's reading position (RFC 9112 §7.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Chunk {
-    /// In a chunk-size line: the size so far and its digits.
-    Size { size: u64, digits: u8 },
+    /// In a chunk-size line: the size so far, and whether a digit came.
+    Size { size: u64, digits: bool },
+    /// Whitespace after the size (BWS): a `;` must follow (§7.1.1);
+    /// `len` bytes of extension so far.
+    ExtSpace { size: u64, len: usize },
     /// In a chunk extension (skipped), `len` bytes of it so far.
     Ext { size: u64, len: usize },
     /// The size line's CR seen; its LF next.
@@ -190,6 +309,9 @@ pub(super) enum Chunk {
     /// In the trailer section after the last chunk: bytes of it so far,
     /// and of its current line.
     Trailer { len: usize, line: usize },
+    /// A trailer line's CR seen, its LF next (`last`: the line was empty,
+    /// the one that ends the body).
+    TrailerLf { len: usize, last: bool },
 }
 
 impl BodySkip {
@@ -198,7 +320,10 @@ impl BodySkip {
         match length {
             BodyLength::Bytes(0) => None,
             BodyLength::Bytes(n) => Some(BodySkip::Bytes(n)),
-            BodyLength::Chunked => Some(BodySkip::Chunked(Chunk::Size { size: 0, digits: 0 })),
+            BodyLength::Chunked => Some(BodySkip::Chunked(Chunk::Size {
+                size: 0,
+                digits: false,
+            })),
         }
     }
 
@@ -239,19 +364,39 @@ impl Chunk {
     /// One byte outside chunk data; true once the body ended.
     fn byte(&mut self, b: u8) -> Result<bool, Refusal> {
         let bad = Err(Refusal::BadRequest);
+        let space = b == b' ' || b == b'\t';
         *self = match *self {
+            // §7.1: chunk-size = 1*HEXDIG. At most 15 significant digits
+            // (the size stays below 2^60); leading zeros are free.
             Chunk::Size { size, digits } => match b {
-                b'0'..=b'9' | b'a'..=b'f' | b'A'..=b'F' if digits < 15 => Chunk::Size {
+                b'0'..=b'9' | b'a'..=b'f' | b'A'..=b'F' if size < 1 << 56 => Chunk::Size {
                     size: size * 16 + u64::from((b as char).to_digit(16).unwrap_or(0)),
-                    digits: digits + 1,
+                    digits: true,
                 },
-                b';' | b' ' | b'\t' if digits > 0 => Chunk::Ext { size, len: 0 },
-                b'\r' if digits > 0 => Chunk::SizeLf { size },
+                b';' if digits => Chunk::Ext { size, len: 1 },
+                _ if space && digits => Chunk::ExtSpace { size, len: 1 },
+                b'\r' if digits => Chunk::SizeLf { size },
                 _ => return bad,
             },
+            // §7.1.1: chunk-ext = *( BWS ";" BWS chunk-ext-name
+            // [ BWS "=" BWS chunk-ext-val ] ): whitespace after the size
+            // leads to a `;`, nothing else.
+            Chunk::ExtSpace { len, .. } if len >= MAX_CHUNK_META => return bad,
+            Chunk::ExtSpace { size, len } => match b {
+                b';' => Chunk::Ext { size, len: len + 1 },
+                _ if space => Chunk::ExtSpace { size, len: len + 1 },
+                _ => return bad,
+            },
+            // Names, values and quoted strings are skipped unread, but
+            // none of them holds a control byte other than HTAB (§7.1.1,
+            // RFC 9110 §5.6.4): a bare LF here would end the line for a
+            // reader that takes LF alone (§2.2), and frame the body
+            // otherwise than this one does.
             Chunk::Ext { size, len } => match b {
                 b'\r' => Chunk::SizeLf { size },
-                _ if len < MAX_CHUNK_META => Chunk::Ext { size, len: len + 1 },
+                b'\t' | 0x20..=0x7e | 0x80..=0xff if len < MAX_CHUNK_META => {
+                    Chunk::Ext { size, len: len + 1 }
+                }
                 _ => return bad,
             },
             Chunk::SizeLf { size } => match b {
@@ -259,23 +404,37 @@ impl Chunk {
                 b'\n' => Chunk::Data(size),
                 _ => return bad,
             },
-            Chunk::Data(_) => unreachable!("data is skipped in bulk"),
+            // Data is skipped in bulk (`BodySkip::skip`); a byte here
+            // would be a bug, refused rather than a panic.
+            Chunk::Data(_) => return bad,
             Chunk::DataEnd { lf: false } if b == b'\r' => Chunk::DataEnd { lf: true },
-            Chunk::DataEnd { lf: true } if b == b'\n' => Chunk::Size { size: 0, digits: 0 },
+            Chunk::DataEnd { lf: true } if b == b'\n' => Chunk::Size {
+                size: 0,
+                digits: false,
+            },
             Chunk::DataEnd { .. } => return bad,
+            // §7.1.2: trailer lines end in CRLF, as a head's do (§2.2);
+            // a bare LF or CR is refused.
             Chunk::Trailer { len, .. } if len >= MAX_CHUNK_META => return bad,
             Chunk::Trailer { len, line } => match b {
-                // An empty line ends the trailer section, and the body.
-                b'\n' if line == 0 => return Ok(true),
-                b'\n' => Chunk::Trailer {
+                b'\r' => Chunk::TrailerLf {
                     len: len + 1,
-                    line: 0,
+                    last: line == 0,
                 },
-                b'\r' => Chunk::Trailer { len: len + 1, line },
+                b'\n' => return bad,
                 _ => Chunk::Trailer {
                     len: len + 1,
                     line: line + 1,
                 },
+            },
+            Chunk::TrailerLf { len, last } => match b {
+                // An empty line ends the trailer section, and the body.
+                b'\n' if last => return Ok(true),
+                b'\n' => Chunk::Trailer {
+                    len: len + 1,
+                    line: 0,
+                },
+                _ => return bad,
             },
         };
         Ok(false)
@@ -440,6 +599,113 @@ mod tests {
         );
     }
 
+    #[test]
+    fn empty_lines_before_a_head_count_against_its_limit() {
+        // A peer sending CRLF forever is refused, not read forever.
+        assert_eq!(
+            parse_head(&b"\r\n".repeat(MAX_HEAD)),
+            Err(Refusal::HeadTooLarge)
+        );
+        assert_eq!(parse_head(&b"\r\n".repeat(MAX_HEAD / 2)), Ok(None));
+        assert_eq!(
+            parse_head(&b"\r\n".repeat(MAX_HEAD / 2 + 1)),
+            Err(Refusal::HeadTooLarge)
+        );
+        // Empty lines, head and blank line: MAX_HEAD bytes at most.
+        let with = |total: usize| {
+            let (pre, line, end) = (&b"\r\n\r\n"[..], &b"GET / HTTP/1.1\r\nX: "[..], b"\r\n\r\n");
+            let pad = vec![b'a'; total - pre.len() - line.len() - end.len()];
+            [pre, line, &pad, end].concat()
+        };
+        let at_limit = with(MAX_HEAD);
+        assert_eq!(
+            parse_head(&at_limit).map(|h| h.map(|(_, n)| n)),
+            Ok(Some(MAX_HEAD))
+        );
+        assert_eq!(parse_head(&with(MAX_HEAD + 1)), Err(Refusal::HeadTooLarge));
+    }
+
+    #[test]
+    fn whitespace_before_a_field_s_colon_is_refused() {
+        for bad in [
+            "POST / HTTP/1.1\r\nTransfer-Encoding : chunked",
+            "POST / HTTP/1.1\r\nTransfer-Encoding\t: chunked",
+            "POST / HTTP/1.1\r\nContent-Length : 5",
+            "GET / HTTP/1.1\r\n: empty name",
+            "GET / HTTP/1.1\r\nX Y: z",
+            "GET / HTTP/1.1\r\nX@: z",
+            "GET / HTTP/1.1\r\nX: a\0b",
+        ] {
+            assert_eq!(head(bad), Err(Refusal::BadRequest), "{bad:?}");
+        }
+        // Whitespace after the colon, and around the value, is fine.
+        assert_eq!(
+            head("POST / HTTP/1.1\r\nTransfer-Encoding:\tchunked \t").map(|h| h.body),
+            Ok(BodyLength::Chunked)
+        );
+        assert_eq!(
+            head("GET / HTTP/1.1\r\nX-!#$%&'*+-.^_`|~09: v").map(|h| h.body),
+            Ok(BodyLength::Bytes(0))
+        );
+    }
+
+    #[test]
+    fn lines_end_in_crlf_and_are_neither_folded_nor_without_colon() {
+        for bad in [
+            // Bare LF, bare CR (RFC 9112 §2.2).
+            "GET / HTTP/1.1\nHost: a",
+            "GET / HTTP/1.1\r\nHost: a\nContent-Length: 5",
+            "GET / HTTP/1.1\rHost: a",
+            "GET / HTTP/1.1\r\nHost: a\rb",
+            // obs-fold (§5.2), whitespace before the first field (§2.2).
+            "GET / HTTP/1.1\r\nContent-Length: 5\r\n 6",
+            "GET / HTTP/1.1\r\nX: a\r\n\tb",
+            "GET / HTTP/1.1\r\n Host: a",
+            // A field line without a colon (§5).
+            "GET / HTTP/1.1\r\nHost a",
+            "GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding chunked",
+        ] {
+            assert_eq!(head(bad), Err(Refusal::BadRequest), "{bad:?}");
+        }
+        assert!(head("GET / HTTP/1.1\r\nHost: a\r\nX:").is_ok());
+    }
+
+    #[test]
+    fn a_head_fed_in_pieces_is_scanned_once() {
+        let req = b"\r\nGET / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc";
+        let whole = parse_head(req);
+        let mut scan = HeadScan::default();
+        let mut got = Ok(None);
+        for end in 1..=req.len() {
+            got = scan.parse(&req[..end]);
+            if got != Ok(None) {
+                break;
+            }
+            // Nothing before the last 3 bytes is looked at again.
+            assert!(scan.from + 3 >= end, "{end}: {scan:?}");
+        }
+        assert_eq!(got, whole);
+        assert_eq!(scan, HeadScan::default(), "starts over for the next head");
+        // Bytes looked at are not looked at again: a blank line put behind
+        // the scan's back, where it looked already, goes unseen.
+        let mut scan = HeadScan::default();
+        assert_eq!(scan.parse(b"GET / HTTP/1.1\r\nX: abcdef"), Ok(None));
+        assert_eq!(scan.parse(b"GET / HTTP/1.1\r\n\r\n: abcdefg"), Ok(None));
+        assert!(parse_head(b"GET / HTTP/1.1\r\n\r\n: abcdefg").is_ok_and(|h| h.is_some()));
+        // Refused in pieces as whole.
+        let mut scan = HeadScan::default();
+        let crlf = b"\r\n".repeat(MAX_HEAD);
+        let mut refused = None;
+        for end in (1..=crlf.len()).step_by(7) {
+            if let Err(e) = scan.parse(&crlf[..end]) {
+                refused = Some((e, end));
+                break;
+            }
+        }
+        assert_eq!(refused.map(|(e, _)| e), Some(Refusal::HeadTooLarge));
+        assert!(refused.is_some_and(|(_, end)| end <= MAX_HEAD + 7));
+    }
+
     /// Skips `body` fed in pieces of `step` bytes; returns what was left
     /// after the body's end.
     fn skip_all(length: BodyLength, body: &[u8], step: usize) -> Result<Vec<u8>, Refusal> {
@@ -476,6 +742,33 @@ mod tests {
             skip_all(BodyLength::Chunked, b"0\r\n\r\nX", 1).unwrap(),
             b"X"
         );
+        // Whitespace and extensions after the size; quoted values; leading
+        // zeros do not count against the 15 digits (§7.1: 1*HEXDIG).
+        for ok in [
+            &b"5 ;a\r\nhello\r\n0\r\n\r\nX"[..],
+            b"5\t \t;a=\"q \\\" ;\"\t;b\r\nhello\r\n0\r\n\r\nX",
+            b"00000000000000005\r\nhello\r\n0\r\n\r\nX",
+            b"0000000000000000000000\r\n\r\nX",
+            b"00fffffffffffffff;x\r\n0\r\n\r\nX",
+        ] {
+            // The last one's chunk never ends: its 2^60 - 1 bytes are
+            // not there; it must get past its size line.
+            let mut s = BodySkip::new(BodyLength::Chunked).unwrap();
+            let r = s.skip(ok);
+            if ok.starts_with(b"00f") {
+                assert_eq!(r, Ok((ok.len(), false)));
+                assert_eq!(
+                    s,
+                    BodySkip::Chunked(Chunk::Data((1 << 60) - 1 - b"0\r\n\r\nX".len() as u64))
+                );
+            } else {
+                assert_eq!(
+                    skip_all(BodyLength::Chunked, ok, 1).unwrap(),
+                    b"X",
+                    "{ok:?}"
+                );
+            }
+        }
         assert_eq!(BodySkip::new(BodyLength::Bytes(0)), None);
     }
 
@@ -493,6 +786,32 @@ mod tests {
                 Err(Refusal::BadRequest),
                 "{:?}",
                 String::from_utf8_lossy(bad)
+            );
+        }
+        // Chunk extensions: BWS then `;` after the size, no control bytes
+        // but HTAB (RFC 9112 §7.1.1); trailer lines end in CRLF (§7.1.2).
+        for bad in [
+            &b"2;\nxx\r\n45\r\n"[..],
+            b"5 6\r\nhello\r\n",
+            b"5 \r\nhello\r\n",
+            b"5\t=\r\nhello\r\n",
+            b"5;a=\x01\r\nhello\r\n",
+            b"5;a=\x7f\r\nhello\r\n",
+            b"5;a\rb\r\nhello\r\n",
+        ] {
+            assert_eq!(
+                skip_all(BodyLength::Chunked, &[bad, &b"0\r\n\r\n"[..]].concat(), 1),
+                Err(Refusal::BadRequest),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        for bad_trailer in [&b"0\r\nX: 1\n\r\n"[..], b"0\r\n\n", b"0\r\nX: 1\r\r\n\r\n"] {
+            assert_eq!(
+                skip_all(BodyLength::Chunked, bad_trailer, 1),
+                Err(Refusal::BadRequest),
+                "{:?}",
+                String::from_utf8_lossy(bad_trailer)
             );
         }
         let long_ext = [
