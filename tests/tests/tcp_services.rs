@@ -309,7 +309,7 @@ const HTTP_BIG_PIPELINE: &str = r#"
 import socket, sys
 port, size = int(sys.argv[1]), int(sys.argv[2])
 s = socket.create_connection(('10.99.0.1', port), timeout=20)
-s.sendall(b'GET / HTTP/1.1\r\n\r\n' * 2 + b'GET / HTTP/1.1\r\nConnection: close\r\n\r\n')
+s.sendall(b'GET / HTTP/1.1\r\nHost: a\r\n\r\n' * 2 + b'GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n')
 data = b''
 while True:
     d = s.recv(1 << 20)

@@ -646,7 +646,7 @@ mod tests {
         let (mut h, counters) = server(None);
         let mut net = Fake::new();
         net.send_room = Some(0);
-        net.inbox = b"GET / HTTP/1.1\r\n\r\n\r\n\r\n".repeat(40_000);
+        net.inbox = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n\r\n\r\n".repeat(40_000);
         let total = net.inbox.len();
         for _ in 0..100 {
             h.on_data(&mut net, c());
@@ -676,14 +676,14 @@ mod tests {
         let mut net = Fake::new();
         let body = vec![b'x'; 20_000];
         let mut req = Vec::new();
-        req.extend_from_slice(b"HEAD / HTTP/1.1\r\n\r\n");
-        req.extend_from_slice(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
+        req.extend_from_slice(b"HEAD / HTTP/1.1\r\nHost: a\r\n\r\n");
+        req.extend_from_slice(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n");
         req.extend_from_slice(b"5\r\nhello\r\n0\r\n\r\n");
         req.extend_from_slice(
-            b"PUT / HTTP/1.1\r\nContent-Length: 20000\r\nExpect: 100-continue\r\n\r\n",
+            b"PUT / HTTP/1.1\r\nHost: a\r\nContent-Length: 20000\r\nExpect: 100-continue\r\n\r\n",
         );
         req.extend_from_slice(&body);
-        req.extend_from_slice(b"GET / HTTP/1.1\r\n\r\n");
+        req.extend_from_slice(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
         // In pieces, as a network delivers them.
         for piece in req.chunks(1000) {
             net.inbox.extend_from_slice(piece);
@@ -722,17 +722,21 @@ mod tests {
         for (req, want, too_large) in [
             (b"GET /\r\n\r\n".to_vec(), "HTTP/1.1 400 Bad Request", false),
             (
-                b"POST / HTTP/1.1\r\nContent-Length: 1, 2\r\n\r\n".to_vec(),
+                b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1, 2\r\n\r\n".to_vec(),
                 "HTTP/1.1 400",
                 false,
             ),
             (
-                b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n".to_vec(),
+                b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n".to_vec(),
                 "HTTP/1.1 400",
                 false,
             ),
             (
-                [&b"GET / HTTP/1.1\r\nX: "[..], &vec![b'a'; MAX_HEAD]].concat(),
+                [
+                    &b"GET / HTTP/1.1\r\nHost: a\r\nX: "[..],
+                    &vec![b'a'; MAX_HEAD],
+                ]
+                .concat(),
                 "HTTP/1.1 431",
                 true,
             ),
@@ -759,7 +763,7 @@ mod tests {
         let (mut h, _) = server(None);
         let mut net = Fake::new();
         net.send_room = Some(10);
-        net.inbox = b"GET / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\nConnection: close\r\n\r\n".to_vec();
+        net.inbox = b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n".to_vec();
         h.on_data(&mut net, c());
         assert_eq!(net.sent.len(), 10);
         net.send_room = None;
@@ -777,7 +781,7 @@ mod tests {
     fn the_peer_s_fin_makes_the_last_response_say_close() {
         let (mut h, _) = server(None);
         let mut net = Fake::new();
-        net.inbox = b"GET / HTTP/1.1\r\n\r\n".to_vec();
+        net.inbox = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n".to_vec();
         net.peer_fin = true;
         h.on_peer_closed(&mut net, c());
         assert!(net.sent_text().contains("Connection: close\r\n"));
@@ -799,7 +803,7 @@ mod tests {
         let (mut h, counters) = server(Some(idle));
         let mut net = Fake::new();
         h.on_accept(&mut net, c());
-        net.inbox = b"GET / HTTP/1.1\r\n\r\n".to_vec();
+        net.inbox = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n".to_vec();
         h.on_data(&mut net, c());
         net.now += Duration::from_secs(59);
         h.on_tick(&mut net);
@@ -860,7 +864,7 @@ mod tests {
         let (mut h, counters) = server(None);
         let mut net = Fake::new();
         net.inbox = [
-            &b"GET / HTTP/1.1\r\nX: "[..],
+            &b"GET / HTTP/1.1\r\nHost: a\r\nX: "[..],
             &vec![b'a'; 20_000],
             b"\r\n\r\n",
         ]
@@ -875,7 +879,7 @@ mod tests {
         assert_eq!(counters.head_too_large.load(Ordering::Relaxed), 1);
         // What the peer still sends is dropped, nothing answered.
         let sent = net.sent.len();
-        net.inbox = b"GET / HTTP/1.1\r\n\r\n".to_vec();
+        net.inbox = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n".to_vec();
         h.on_data(&mut net, c());
         assert!(net.inbox.is_empty() && !net.closed && !net.aborted);
         assert_eq!(net.sent.len(), sent);
@@ -918,7 +922,7 @@ mod tests {
     fn requests_fed_a_byte_at_a_time_are_answered() {
         let (mut h, counters) = server(None);
         let mut net = Fake::new();
-        let req = b"\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\nPOST / HTTP/1.1\r\nContent-Length: 2\r\n\r\nabGET / HTTP/1.1\r\n\r\n";
+        let req = b"\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\nPOST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nabGET / HTTP/1.1\r\nHost: a\r\n\r\n";
         for &b in req {
             net.inbox.push(b);
             h.on_data(&mut net, c());

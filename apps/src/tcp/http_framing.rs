@@ -199,6 +199,7 @@ fn read_head(head: &[u8]) -> Result<Head, Refusal> {
     let (mut close, mut keep_alive, mut continue_) = (false, false, false);
     let mut length: Option<u64> = None;
     let mut coding: Option<bool> = None;
+    let mut hosts = 0u32;
     for line in lines {
         // §5.2: a line folded onto the previous one (obs-fold) is refused
         // (400), as is whitespace before the first field (§2.2).
@@ -236,7 +237,19 @@ fn read_head(head: &[u8]) -> Result<Head, Refusal> {
             coding = Some(trim_ows(last).eq_ignore_ascii_case(b"chunked"));
         } else if name.eq_ignore_ascii_case(b"expect") {
             continue_ = value.eq_ignore_ascii_case(b"100-continue");
+        } else if name.eq_ignore_ascii_case(b"host") {
+            if !valid_host(value) {
+                return Err(Refusal::BadRequest);
+            }
+            hosts += 1;
         }
+    }
+    // §3.2: "A server MUST respond with a 400 (Bad Request) status code to
+    // any HTTP/1.1 request message that lacks a Host header field and to
+    // any request message that contains more than one Host header field
+    // line or a Host header field with an invalid field value."
+    if hosts > 1 || (hosts == 0 && !http10) {
+        return Err(Refusal::BadRequest);
     }
     let body = match coding {
         // §6.1: an HTTP/1.0 message with Transfer-Encoding has faulty
@@ -261,6 +274,51 @@ fn read_head(head: &[u8]) -> Result<Head, Refusal> {
         expect_continue: continue_ && !http10 && body != BodyLength::Bytes(0),
         body,
     })
+}
+
+/// Whether `value` can be a Host field's: `uri-host [ ":" port ]` (RFC
+/// 9112 §3.2, RFC 3986 §3.2.2): empty (a target without an authority), or
+/// a registered name or IPv4 address (unreserved, percent-encoded and
+/// sub-delims characters) or an IP literal in brackets, then digits after
+/// a colon. Anything else (spaces, a second colon outside brackets, a
+/// userinfo `@`, control bytes) is invalid.
+fn valid_host(value: &[u8]) -> bool {
+    let (host, port) = match value.first() {
+        Some(b'[') => match value.iter().position(|&b| b == b']') {
+            Some(end) => {
+                let literal = &value[1..end];
+                // IPv6 or IPvFuture, a zone ID (RFC 6874: `%25` and
+                // unreserved characters) included.
+                let ok = !literal.is_empty()
+                    && literal.iter().all(|&b| {
+                        b.is_ascii_alphanumeric() || b":.%-_~".contains(&b) || is_sub_delim(b)
+                    });
+                if !ok {
+                    return false;
+                }
+                (&value[..0], &value[end + 1..])
+            }
+            None => return false,
+        },
+        _ => match value.iter().position(|&b| b == b':') {
+            Some(c) => (&value[..c], &value[c..]),
+            None => (value, &value[value.len()..]),
+        },
+    };
+    let reg_name = host
+        .iter()
+        .all(|&b| b.is_ascii_alphanumeric() || b"-._~%".contains(&b) || is_sub_delim(b));
+    let port_ok = match port.split_first() {
+        None => true,
+        Some((b':', digits)) => digits.iter().all(u8::is_ascii_digit),
+        Some(_) => false,
+    };
+    reg_name && port_ok
+}
+
+/// RFC 3986 §2.2 sub-delims.
+fn is_sub_delim(b: u8) -> bool {
+    b"!$&'()*+,;=".contains(&b)
 }
 
 /// Whether the comma-separated field value lists `option` (RFC 9110
@@ -445,8 +503,15 @@ impl Chunk {
 mod tests {
     use super::*;
 
+    /// The head of `text` with its blank line; a `Host` field added to a
+    /// request line alone (RFC 9112 §3.2: HTTP/1.1 requests carry one).
     fn head(text: &str) -> Result<Head, Refusal> {
-        let with_end = format!("{text}\r\n\r\n");
+        let host = if text.contains("\r\n") || !text.ends_with("HTTP/1.1") {
+            ""
+        } else {
+            "\r\nHost: a"
+        };
+        let with_end = format!("{text}{host}\r\n\r\n");
         parse_head(with_end.as_bytes()).map(|h| h.expect("complete").0)
     }
 
@@ -462,19 +527,19 @@ mod tests {
             Persistence::Close
         );
         assert_eq!(
-            p("GET / HTTP/1.1\r\ncOnNeCtIoN:   CLOSE  "),
+            p("GET / HTTP/1.1\r\nHost: a\r\ncOnNeCtIoN:   CLOSE  "),
             Persistence::Close
         );
         assert_eq!(
-            p("GET / HTTP/1.1\r\nConnection: foo, close"),
+            p("GET / HTTP/1.1\r\nHost: a\r\nConnection: foo, close"),
             Persistence::Close
         );
         assert_eq!(
-            p("GET / HTTP/1.1\r\nConnection: keep-alive\r\nConnection: Upgrade,close"),
+            p("GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\nConnection: Upgrade,close"),
             Persistence::Close
         );
         assert_eq!(
-            p("GET / HTTP/1.1\r\nConnection: keep-alive"),
+            p("GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive"),
             Persistence::KeepAlive
         );
     }
@@ -482,11 +547,11 @@ mod tests {
     #[test]
     fn http11_close_is_a_whole_token() {
         assert_eq!(
-            p("GET / HTTP/1.1\r\nConnection: closed, foo"),
+            p("GET / HTTP/1.1\r\nHost: a\r\nConnection: closed, foo"),
             Persistence::KeepAlive
         );
         assert_eq!(
-            p("GET / HTTP/1.1\r\nX-Connection: close"),
+            p("GET / HTTP/1.1\r\nHost: a\r\nX-Connection: close"),
             Persistence::KeepAlive
         );
         assert_eq!(
@@ -516,10 +581,10 @@ mod tests {
     #[test]
     fn heads_are_found_after_empty_lines_and_bounded() {
         assert_eq!(parse_head(b"GET / HTTP/1.1\r\nHost: a\r\n"), Ok(None));
-        let (h, n) = parse_head(b"\r\n\r\nGET / HTTP/1.1\r\n\r\nGET")
+        let (h, n) = parse_head(b"\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\nGET")
             .unwrap()
             .unwrap();
-        assert_eq!((h.head_only, h.body, n), (false, BodyLength::Bytes(0), 22));
+        assert_eq!((h.head_only, h.body, n), (false, BodyLength::Bytes(0), 31));
         // Empty lines alone are no request.
         assert_eq!(parse_head(b"\r\n\r\n\r\n\r\n"), Ok(None));
         let long = vec![b'a'; MAX_HEAD + 1];
@@ -530,14 +595,65 @@ mod tests {
         assert_eq!(head("GET / SPDY/3"), Err(Refusal::BadRequest));
     }
 
+    /// RFC 9112 §3.2: an HTTP/1.1 request without a Host field, any
+    /// request with two, or a Host field whose value is no `uri-host [":"
+    /// port]`, is answered 400; HTTP/1.0 may go without.
+    #[test]
+    fn host_fields_are_required_and_checked() {
+        let h = |fields: &str| parse_head(format!("GET / HTTP/1.1{fields}\r\n\r\n").as_bytes());
+        assert!(matches!(h(""), Err(Refusal::BadRequest)));
+        assert!(matches!(
+            h("\r\nHost: a\r\nHost: a"),
+            Err(Refusal::BadRequest)
+        ));
+        for good in [
+            "",
+            "example.com",
+            "example.com:8080",
+            "10.0.0.1:80",
+            "[::1]:80",
+            "[fe80::1%25eth0]",
+            "a-b_c~d.%41",
+            "x:",
+        ] {
+            assert!(
+                matches!(h(&format!("\r\nHost: {good}")), Ok(Some(_))),
+                "{good:?}"
+            );
+        }
+        for bad in [
+            "a b",
+            "a:b",
+            "a:80:80",
+            "user@host",
+            "[::1",
+            "[]",
+            "[::1]x",
+            "a/b",
+            "a\x01",
+        ] {
+            assert!(
+                matches!(h(&format!("\r\nHost: {bad}")), Err(Refusal::BadRequest)),
+                "{bad:?}"
+            );
+        }
+        let old = |fields: &str| parse_head(format!("GET / HTTP/1.0{fields}\r\n\r\n").as_bytes());
+        assert!(matches!(old(""), Ok(Some(_))));
+        assert!(matches!(
+            old("\r\nHost: a\r\nHost: b"),
+            Err(Refusal::BadRequest)
+        ));
+    }
+
     #[test]
     fn head_requests_and_100_continue() {
         assert!(head("HEAD / HTTP/1.1").unwrap().head_only);
         assert!(!head("GET / HTTP/1.1").unwrap().head_only);
-        let h = head("PUT / HTTP/1.1\r\nContent-Length: 5\r\nExpect: 100-Continue").unwrap();
+        let h =
+            head("PUT / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nExpect: 100-Continue").unwrap();
         assert!(h.expect_continue);
         assert!(
-            !head("PUT / HTTP/1.1\r\nExpect: 100-continue")
+            !head("PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue")
                 .unwrap()
                 .expect_continue
         );
@@ -552,39 +668,39 @@ mod tests {
     fn body_length_follows_rfc_9112_section_6_3() {
         let b = |t: &str| head(t).map(|h| h.body);
         assert_eq!(
-            b("POST / HTTP/1.1\r\nContent-Length: 12"),
+            b("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 12"),
             Ok(BodyLength::Bytes(12))
         );
         assert_eq!(
-            b("POST / HTTP/1.1\r\nContent-Length: 3, 3"),
+            b("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3, 3"),
             Ok(BodyLength::Bytes(3))
         );
         assert_eq!(
-            b("POST / HTTP/1.1\r\nContent-Length: 3, 4"),
+            b("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3, 4"),
             Err(Refusal::BadRequest)
         );
         assert_eq!(
-            b("POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4"),
+            b("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 4"),
             Err(Refusal::BadRequest)
         );
         assert_eq!(
-            b("POST / HTTP/1.1\r\nContent-Length: -1"),
+            b("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: -1"),
             Err(Refusal::BadRequest)
         );
         assert_eq!(
-            b("POST / HTTP/1.1\r\nContent-Length: +1"),
+            b("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +1"),
             Err(Refusal::BadRequest)
         );
         assert_eq!(
-            b("POST / HTTP/1.1\r\nContent-Length: 99999999999999999999"),
+            b("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999"),
             Err(Refusal::BadRequest)
         );
         assert_eq!(
-            b("POST / HTTP/1.1\r\nTransfer-Encoding: gzip, Chunked"),
+            b("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, Chunked"),
             Ok(BodyLength::Chunked)
         );
         assert_eq!(
-            b("POST / HTTP/1.1\r\nTransfer-Encoding: chunked, gzip"),
+            b("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip"),
             Err(Refusal::BadRequest)
         );
         assert_eq!(
@@ -592,7 +708,9 @@ mod tests {
             Err(Refusal::BadRequest)
         );
         // Both: chunked wins, and the connection closes after the response.
-        let h = head("POST / HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked").unwrap();
+        let h =
+            head("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked")
+                .unwrap();
         assert_eq!(
             (h.body, h.persistence),
             (BodyLength::Chunked, Persistence::Close)
@@ -613,7 +731,11 @@ mod tests {
         );
         // Empty lines, head and blank line: MAX_HEAD bytes at most.
         let with = |total: usize| {
-            let (pre, line, end) = (&b"\r\n\r\n"[..], &b"GET / HTTP/1.1\r\nX: "[..], b"\r\n\r\n");
+            let (pre, line, end) = (
+                &b"\r\n\r\n"[..],
+                &b"GET / HTTP/1.1\r\nHost: a\r\nX: "[..],
+                b"\r\n\r\n",
+            );
             let pad = vec![b'a'; total - pre.len() - line.len() - end.len()];
             [pre, line, &pad, end].concat()
         };
@@ -628,23 +750,23 @@ mod tests {
     #[test]
     fn whitespace_before_a_field_s_colon_is_refused() {
         for bad in [
-            "POST / HTTP/1.1\r\nTransfer-Encoding : chunked",
-            "POST / HTTP/1.1\r\nTransfer-Encoding\t: chunked",
-            "POST / HTTP/1.1\r\nContent-Length : 5",
-            "GET / HTTP/1.1\r\n: empty name",
-            "GET / HTTP/1.1\r\nX Y: z",
-            "GET / HTTP/1.1\r\nX@: z",
-            "GET / HTTP/1.1\r\nX: a\0b",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding : chunked",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding\t: chunked",
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length : 5",
+            "GET / HTTP/1.1\r\nHost: a\r\n: empty name",
+            "GET / HTTP/1.1\r\nHost: a\r\nX Y: z",
+            "GET / HTTP/1.1\r\nHost: a\r\nX@: z",
+            "GET / HTTP/1.1\r\nHost: a\r\nX: a\0b",
         ] {
             assert_eq!(head(bad), Err(Refusal::BadRequest), "{bad:?}");
         }
         // Whitespace after the colon, and around the value, is fine.
         assert_eq!(
-            head("POST / HTTP/1.1\r\nTransfer-Encoding:\tchunked \t").map(|h| h.body),
+            head("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\tchunked \t").map(|h| h.body),
             Ok(BodyLength::Chunked)
         );
         assert_eq!(
-            head("GET / HTTP/1.1\r\nX-!#$%&'*+-.^_`|~09: v").map(|h| h.body),
+            head("GET / HTTP/1.1\r\nHost: a\r\nX-!#$%&'*+-.^_`|~09: v").map(|h| h.body),
             Ok(BodyLength::Bytes(0))
         );
     }
@@ -658,8 +780,8 @@ mod tests {
             "GET / HTTP/1.1\rHost: a",
             "GET / HTTP/1.1\r\nHost: a\rb",
             // obs-fold (§5.2), whitespace before the first field (§2.2).
-            "GET / HTTP/1.1\r\nContent-Length: 5\r\n 6",
-            "GET / HTTP/1.1\r\nX: a\r\n\tb",
+            "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n 6",
+            "GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n\tb",
             "GET / HTTP/1.1\r\n Host: a",
             // A field line without a colon (§5).
             "GET / HTTP/1.1\r\nHost a",
@@ -689,9 +811,17 @@ mod tests {
         // Bytes looked at are not looked at again: a blank line put behind
         // the scan's back, where it looked already, goes unseen.
         let mut scan = HeadScan::default();
-        assert_eq!(scan.parse(b"GET / HTTP/1.1\r\nX: abcdef"), Ok(None));
-        assert_eq!(scan.parse(b"GET / HTTP/1.1\r\n\r\n: abcdefg"), Ok(None));
-        assert!(parse_head(b"GET / HTTP/1.1\r\n\r\n: abcdefg").is_ok_and(|h| h.is_some()));
+        assert_eq!(
+            scan.parse(b"GET / HTTP/1.1\r\nHost: a\r\nX: abcdef"),
+            Ok(None)
+        );
+        assert_eq!(
+            scan.parse(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n: abcdefg"),
+            Ok(None)
+        );
+        assert!(
+            parse_head(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n: abcdefg").is_ok_and(|h| h.is_some())
+        );
         // Refused in pieces as whole.
         let mut scan = HeadScan::default();
         let crlf = b"\r\n".repeat(MAX_HEAD);
