@@ -603,7 +603,8 @@ impl Stack {
     /// record here is not answered (no RST, no SYN-ACK): [`Stack::handle_tcp`]
     /// returns [`Delivery::Away`] and the caller forwards it to the stack
     /// that serves the bucket. [`Stack::export_bucket`] marks the bucket
-    /// away, [`Stack::import_bucket`] marks it served here; every bucket is
+    /// away, [`Stack::import_bucket`] of its last part marks it served
+    /// here; every bucket is
     /// served here after [`Stack::set_buckets`]. Out-of-range buckets are
     /// ignored.
     pub fn set_bucket_away(&mut self, bucket: u16, away: bool) {
@@ -747,7 +748,10 @@ impl Stack {
     /// imported) are returned in the order of
     /// [`BucketExport::connections`], and its TIME-WAIT records (a record
     /// whose tuple is live here is dropped). The bucket is marked served
-    /// here ([`Stack::set_bucket_away`]). The connections go into the
+    /// here ([`Stack::set_bucket_away`]) by the part that completes it
+    /// ([`BucketExport::complete`]); until then a segment that matches
+    /// none of its connections here is [`Delivery::Away`], as before the
+    /// import. The connections go into the
     /// bucket the export names, unhashed: this stack must map their tuples
     /// to it, as the stacks of one service (one bucket function) do.
     pub fn import_bucket(
@@ -782,7 +786,12 @@ impl Stack {
         mut prefetch: Option<&mut dyn FnMut(StateHint)>,
     ) -> Vec<Result<ConnHandle, Error>> {
         self.tick(now);
-        self.set_bucket_away(bucket.bucket, false);
+        if bucket.complete {
+            // Served here from the part that completes it: until then, a
+            // segment of a connection still to come is handed back
+            // (`Delivery::Away`) for the caller to forward, not reset.
+            self.set_bucket_away(bucket.bucket, false);
+        }
         for &(local, until) in &bucket.cookies_until {
             if let Some(l) = self
                 .listeners

@@ -420,3 +420,52 @@ fn a_syn_cookie_handshake_completes_on_the_stack_that_took_its_bucket() {
     assert_eq!(b2.stats().syn_cookies_accepted, 1);
     assert_eq!(b2.stats().resets_out, 0);
 }
+
+/// A bucket imported in parts is served by the importing stack only from
+/// the part that completes it: until then, a segment of a connection still
+/// to come is handed back (`Delivery::Away`, for the caller to forward),
+/// not reset as a segment of no connection; the connections of the parts
+/// already in are served.
+#[test]
+fn a_bucket_is_served_from_its_last_part_only() {
+    use flowlane_tcp::Delivery;
+    let mut sim = server_with_time_wait(36);
+    let mut conns = Vec::new();
+    for port in [10_004, 10_008] {
+        let c = sim
+            .a
+            .connect(
+                sim.now,
+                SocketAddr::new(A_IP, port),
+                SocketAddr::new(B_IP, 80),
+            )
+            .unwrap();
+        conns.push(c);
+    }
+    sim.run_for(Duration::from_millis(50));
+    events(&mut sim.b);
+    let first = sim.b.export_bucket_part(0, 1, &NoFrames);
+    let last = sim.b.export_bucket_part(0, 1, &NoFrames);
+    assert!(!first.complete() && last.complete());
+    let mut b2 = server();
+    b2.set_bucket_away(0, true);
+    assert!(b2.import_bucket(sim.now, first).iter().all(|h| h.is_ok()));
+    assert!(b2.bucket_is_away(0), "served before its last part");
+    // Both of A's connections send; B2 holds only the first part's.
+    for &c in &conns {
+        sim.a.send(c, b"x").unwrap();
+    }
+    let now = sim.now;
+    let mut buf = [0u8; 2048];
+    let mut got = Vec::new();
+    while let Some(t) = sim.a.poll_transmit(now, &mut buf) {
+        got.push(b2.handle_segment(now, A_IP, B_IP, &buf[..t.len]));
+    }
+    assert_eq!(got.len(), 2);
+    assert!(got.contains(&Delivery::Taken), "{got:?}");
+    assert!(got.contains(&Delivery::Away { bucket: 0 }), "{got:?}");
+    assert_eq!(b2.stats().resets_out, 0, "{:?}", b2.stats());
+    assert!(b2.import_bucket(sim.now, last).iter().all(|h| h.is_ok()));
+    assert!(!b2.bucket_is_away(0));
+    assert_eq!(b2.bucket_stats(0).connections, 2);
+}
