@@ -145,6 +145,12 @@ struct HttpConn {
     close_after: bool,
     /// When a byte last moved either way.
     active: Duration,
+    /// When the first bytes of the head being read came (none between
+    /// requests or in a body): a head must be complete within the idle
+    /// timeout of its start, however its bytes trickle in (slowloris: a
+    /// byte a minute would otherwise hold the connection for good;
+    /// nginx's `client_header_timeout` alike).
+    head_began: Option<Duration>,
     /// Where the search for the end of the head that `input[pos..]`
     /// starts with stands.
     scan: HeadScan,
@@ -195,6 +201,7 @@ impl HttpConn {
                 Ok(None) => return Step::Read,
                 Ok(Some((head, n))) => {
                     self.pos += n;
+                    self.head_began = None;
                     self.take(r, head, peer_done, counters);
                 }
                 Err(e) => self.refuse(e, counters),
@@ -281,7 +288,7 @@ impl HttpConn {
     /// (the linger's own deadline bounds a closing connection).
     fn idle_since(&self) -> Duration {
         match self.phase {
-            Phase::Open => self.active,
+            Phase::Open => self.head_began.map_or(self.active, |t| t.min(self.active)),
             Phase::Lingering(_) | Phase::Closed => Duration::MAX,
         }
     }
@@ -383,6 +390,9 @@ impl Http {
                         Ok(n) => {
                             st.input.extend_from_slice(&buf[..n]);
                             st.active = now;
+                            if st.body.is_none() {
+                                st.head_began.get_or_insert(now);
+                            }
                         }
                         Err(_) => return,
                     }
@@ -827,6 +837,22 @@ mod tests {
             )
         };
         assert_eq!((load(&counters), load(&counters2)), ((1, 0), (1, 1)));
+        // A head trickling in, a byte every 30 s: reset once its start is
+        // older than the timeout, though a byte came 30 s ago.
+        let (mut h, _) = server(Some(idle));
+        let mut net = Fake::new();
+        h.on_accept(&mut net, c());
+        for &b in b"GET / HTTP/1.1\r\nHost: a\r\nX: " {
+            net.inbox = vec![b];
+            h.on_data(&mut net, c());
+            h.on_tick(&mut net);
+            if net.aborted {
+                break;
+            }
+            net.now += Duration::from_secs(30);
+        }
+        assert!(net.aborted, "a head may not take longer than the timeout");
+        assert!(net.now <= Duration::from_secs(100), "{:?}", net.now);
         // No timeout: never.
         let (mut h, _) = server(None);
         let mut net = Fake::new();
