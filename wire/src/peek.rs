@@ -82,11 +82,17 @@ pub fn tcp_endpoints(frame: &[u8]) -> Option<Endpoints> {
             let src = u32::from_be_bytes([h[12], h[13], h[14], h[15]]);
             let dst = u32::from_be_bytes([h[16], h[17], h[18], h[19]]);
             let ihl = usize::from(h[0] & 0x0f) * 4;
+            // RFC 791 §3.1: a header of at least five words, and ports
+            // within the datagram (not in the frame's padding).
+            if ihl < 20 || usize::from(be16(h, 2)) < ihl + 4 {
+                return None;
+            }
             (false, src.into(), dst.into(), ihl)
         }
         EtherType::Ipv6 => {
             let h: &[u8; 40] = ip.get(..40)?.try_into().ok()?;
-            if h[0] >> 4 != 6 || h[6] != TCP {
+            // RFC 8200 §3: the payload (its length) holds the ports.
+            if h[0] >> 4 != 6 || h[6] != TCP || be16(h, 4) < 4 {
                 return None;
             }
             let src = u128::from_be_bytes(h[8..24].try_into().ok()?);
@@ -142,6 +148,28 @@ mod tests {
                 assert_eq!(got, Some(want));
             }
         }
+    }
+
+    /// A header length under five words, or a total length that puts the
+    /// ports past the datagram (in the frame's padding): frames the
+    /// classifier refuses give no endpoints (they read ports out of the
+    /// IP header or the padding).
+    #[test]
+    fn malformed_ipv4_lengths_give_none() {
+        for ihl in 0..5u8 {
+            let mut f = v4_frame(0, false);
+            f[14] = 0x40 | ihl;
+            assert!(parse_frame(&f).is_err());
+            assert_eq!(tcp_endpoints(&f), None, "IHL {ihl}");
+        }
+        let mut f = v4_frame(0, false);
+        f[14 + 3] = 20; // the TCP header is padding now
+        f.resize(60, 0);
+        assert!(!matches!(
+            parse_frame(&f).map(|p| p.transport),
+            Ok(Transport::Tcp { .. })
+        ));
+        assert_eq!(tcp_endpoints(&f), None);
     }
 
     /// Against the classifier, on the known-good frames of every kind

@@ -71,6 +71,10 @@ fn quoted_v4(q: &[u8]) -> Option<(IpAddr, IpAddr, &[u8])> {
     if q[0] >> 4 != 4 || ihl < 20 || *q.get(9)? != u8::from(IpProtocol::Tcp) {
         return None;
     }
+    // A later fragment (RFC 791 §3.1: offset not 0) quotes no TCP header.
+    if be16(q, 6)? & 0x1fff != 0 {
+        return None;
+    }
     let src = Ipv4Addr::from(<[u8; 4]>::try_from(q.get(12..16)?).ok()?);
     let dst = Ipv4Addr::from(<[u8; 4]>::try_from(q.get(16..20)?).ok()?);
     Some((src.into(), dst.into(), q.get(ihl..)?))
@@ -188,6 +192,16 @@ mod tests {
         let f = icmp_frame(true, 1, 0, 1280u32.to_be_bytes(), &quote_v6());
         assert_eq!(too_big(&parse_frame(&f).unwrap()), None);
         let f = icmp_frame(true, 2, 0, 1280u32.to_be_bytes(), &q);
+        assert_eq!(too_big(&parse_frame(&f).unwrap()), None);
+    }
+
+    /// A quoted later fragment (offset not 0) carries no TCP header: the
+    /// bytes after its IP header are no ports or sequence number.
+    #[test]
+    fn a_quoted_later_fragment_is_not_a_signal() {
+        let mut q = quote_v4();
+        q[6..8].copy_from_slice(&[0x00, 0xb9]);
+        let f = icmp_frame(false, 3, 4, [0, 0, 5, 0x78], &q);
         assert_eq!(too_big(&parse_frame(&f).unwrap()), None);
     }
 }
