@@ -209,7 +209,15 @@ fn render(before: Option<&ServiceStatus>, now: &ServiceStatus) -> String {
         );
     }
     let m = &now.moves;
-    let _ = writeln!(s, "moves: {} done, {} failed", m.done, m.failed);
+    let _ = write!(s, "moves: {} done, {} failed", m.done, m.failed);
+    if m.landed_with_error > 0 {
+        let _ = write!(
+            s,
+            ", {} moved their bucket but reported an error",
+            m.landed_with_error
+        );
+    }
+    let _ = writeln!(s);
     for r in m.recent.iter().rev().take(5) {
         let _ = writeln!(s, "  {}", move_summary(r));
     }
@@ -320,6 +328,7 @@ mod tests {
                 duration_us: 250.0,
                 ..MoveReport::default()
             }),
+            true,
         );
         let now = status(
             12,

@@ -42,6 +42,7 @@ fn service_json(s: &ServiceStatus) -> Value {
         "connections": s.queues.iter().map(|q| q.connections).sum::<u64>(),
         "moves_done": s.moves.done,
         "moves_failed": s.moves.failed,
+        "moves_landed_with_error": s.moves.landed_with_error,
         "queues": s.queues.iter().map(|q| json!({
             "queue": q.queue,
             "cpu": q.cpu,

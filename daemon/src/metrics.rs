@@ -407,7 +407,7 @@ fn families(scrape: &Scrape) -> Vec<Family> {
     ));
     let mut moves = Family {
         name: "flowlane_rebalance_moves",
-        help: "RSS bucket moves the service made, by reason (its rebalancing loop to a core of the bucket's node or of another node, by hand, the test storm) and result.",
+        help: "RSS bucket moves the service made, by reason (its rebalancing loop to a core of the bucket's node or of another node, by hand, the test storm) and result (done; failed, the bucket where it was; landed_with_error, the bucket moved but the move reported an error).",
         kind: C,
         series: Vec::new(),
     };
@@ -417,6 +417,10 @@ fn families(scrape: &Scrape) -> Vec<Family> {
             for (result, n) in [
                 ("done", count.map_or(0, |c| c.done)),
                 ("failed", count.map_or(0, |c| c.failed)),
+                (
+                    "landed_with_error",
+                    count.map_or(0, |c| c.landed_with_error),
+                ),
             ] {
                 let mut labels = service_labels(s);
                 labels.push(("reason", cause.name().into()));
@@ -752,11 +756,18 @@ mod tests {
                     duration_us: us,
                     ..Default::default()
                 }),
+                true,
             );
         }
         moves.record(
             MoveCause::Storm,
             &Err(flowlane_dataplane::Error::Move("refused".into())),
+            false,
+        );
+        moves.record(
+            MoveCause::Manual,
+            &Err(flowlane_dataplane::Error::Move("drain timed out".into())),
+            true,
         );
         ServiceCounters {
             service: name.into(),
@@ -1089,6 +1100,8 @@ mod tests {
             ("storm", "done", 0),
             ("storm", "failed", 1),
             ("manual", "failed", 0),
+            ("manual", "landed_with_error", 1),
+            ("storm", "landed_with_error", 0),
         ] {
             let series = format!(
                 r#"flowlane_rebalance_moves_total{{service="bulk-sink",pid="41",reason="{reason}",result="{result}"}}"#

@@ -352,8 +352,12 @@ pub struct CauseCount {
     pub cause: MoveCause,
     /// Moves done.
     pub done: u64,
-    /// Moves that failed.
+    /// Moves that failed, their bucket where it was.
     pub failed: u64,
+    /// Moves that failed once their bucket had moved: it is served where
+    /// it was sent, the move's error notwithstanding.
+    #[serde(default)]
+    pub landed_with_error: u64,
 }
 
 /// The moves a service made (by hand, or by its rebalancing loop).
@@ -361,10 +365,16 @@ pub struct CauseCount {
 pub struct MoveHistory {
     /// Moves done.
     pub done: u64,
-    /// Moves that failed.
+    /// Moves that failed, their bucket where it was.
     pub failed: u64,
-    /// Moves done and failed by cause, one entry per [`MoveCause::ALL`]
-    /// once any was recorded; they add up to `done` and `failed`.
+    /// Moves that failed once their bucket had moved (it is served where
+    /// it was sent; the error is the move's own, after the NIC's entry was
+    /// written).
+    #[serde(default)]
+    pub landed_with_error: u64,
+    /// Moves by cause and result, one entry per [`MoveCause::ALL`] once
+    /// any was recorded; they add up to `done`, `failed` and
+    /// `landed_with_error`.
     #[serde(default)]
     pub by_cause: Vec<CauseCount>,
     /// The last [`MoveHistory::KEEP`] moves done, oldest first.
@@ -390,21 +400,24 @@ impl MoveHistory {
         50.0, 100.0, 250.0, 500.0, 1_000.0, 2_500.0, 5_000.0, 10_000.0, 25_000.0, 100_000.0,
     ];
 
-    /// Counts one outcome of a move made for `cause` and keeps it if it
-    /// is a move done.
-    pub fn record(&mut self, cause: MoveCause, outcome: &Result<MoveReport>) {
+    /// Counts one outcome of a move made for `cause` (`landed`: its
+    /// bucket is where it was sent, which a move that failed may have
+    /// left it) and keeps it if it is a move done.
+    pub fn record(&mut self, cause: MoveCause, outcome: &Result<MoveReport>, landed: bool) {
         if self.by_cause.is_empty() {
             self.by_cause = MoveCause::ALL
                 .map(|cause| CauseCount {
                     cause,
                     done: 0,
                     failed: 0,
+                    landed_with_error: 0,
                 })
                 .to_vec();
         }
         if let Some(c) = self.by_cause.iter_mut().find(|c| c.cause == cause) {
             match outcome {
                 Ok(_) => c.done += 1,
+                Err(_) if landed => c.landed_with_error += 1,
                 Err(_) => c.failed += 1,
             }
         }
@@ -421,6 +434,7 @@ impl MoveHistory {
                 }
                 self.recent.push(r.clone());
             }
+            Err(_) if landed => self.landed_with_error += 1,
             Err(_) => self.failed += 1,
         }
     }
@@ -993,10 +1007,17 @@ mod tests {
                     bucket: b,
                     ..MoveReport::default()
                 }),
+                true,
             );
         }
-        h.record(MoveCause::Manual, &Err(Error::Move("no".into())));
-        assert_eq!((h.done, h.failed), (MoveHistory::KEEP as u64 + 5, 1));
+        h.record(MoveCause::Manual, &Err(Error::Move("no".into())), false);
+        h.record(MoveCause::Storm, &Err(Error::Move("late".into())), true);
+        assert_eq!(
+            (h.done, h.failed, h.landed_with_error),
+            (MoveHistory::KEEP as u64 + 5, 1, 1)
+        );
+        let storm = h.by_cause.iter().find(|c| c.cause == MoveCause::Storm);
+        assert_eq!(storm.map(|c| (c.done, c.failed, c.landed_with_error)), Some((0, 0, 1)));
         assert_eq!(h.recent.len(), MoveHistory::KEEP);
         assert_eq!(h.recent[0].bucket, 5);
     }

@@ -401,7 +401,7 @@ impl ServiceControl {
     /// default loop: a move that failed once its bucket had moved is no
     /// refused table write (its error is logged all the same).
     fn tally(&mut self, t: &Tried) -> Option<String> {
-        self.history.record(t.cause, &t.outcome);
+        self.history.record(t.cause, &t.outcome, t.landed);
         match &t.outcome {
             _ if t.landed => {
                 self.failed_in_a_row = 0;
@@ -421,7 +421,7 @@ impl ServiceControl {
     /// straight back.
     fn move_by_hand(&mut self, view: &dyn ServiceView, bucket: u16, to: u32) -> Result<MoveReport> {
         let (m, landed) = move_and_see(view, bucket, to);
-        self.history.record(MoveCause::Manual, &m);
+        self.history.record(MoveCause::Manual, &m, landed);
         if let (true, Some(a)) = (landed, self.auto.as_mut()) {
             a.note_move(bucket, to);
         }
@@ -585,7 +585,12 @@ mod tests {
         assert_eq!(control.failed_in_a_row, 2);
         assert!(control.tally(&failed(true)).is_none());
         assert_eq!(control.failed_in_a_row, 0);
-        assert_eq!(control.history.failed, 3, "the history counts every error");
+        let h = &control.history;
+        assert_eq!(
+            (h.failed, h.landed_with_error),
+            (2, 1),
+            "the history counts every error, apart from those that moved the bucket"
+        );
     }
 
     /// A move made by hand that took its bucket (whether or not it failed
