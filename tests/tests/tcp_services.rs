@@ -522,11 +522,24 @@ if sys.argv[3] != '-':
     quiet.sendall(sys.argv[3].encode())
 t = time.monotonic()
 busy = socket.create_connection(addr, timeout=5)
-echo = sys.argv[4] == 'echo'
+kind = sys.argv[4]
 for _ in range(13):
-    busy.sendall(b'x')
-    if echo:
-        assert busy.recv(10) == b'x'
+    if kind == 'http':
+        # Whole requests: a head trickling in is itself closed once
+        # older than the timeout (slowloris).
+        busy.sendall(b'GET / HTTP/1.1\r\nHost: a\r\n\r\n')
+        got = b''
+        while b'\r\n\r\n' not in got:
+            got += busy.recv(1000)
+        assert got.startswith(b'HTTP/1.1 200'), got
+        head, body = got.split(b'\r\n\r\n', 1)
+        length = int(head.lower().split(b'content-length:')[1].split(b'\r\n')[0])
+        while len(body) < length:
+            body += busy.recv(1000)
+    else:
+        busy.sendall(b'x')
+        if kind == 'echo':
+            assert busy.recv(10) == b'x'
     time.sleep(0.4)
 busy.close()
 print('busy ok')
@@ -585,10 +598,10 @@ fn idle_connections_are_closed_and_busy_ones_are_not() {
             let what = format!("{} {}", args[0], model.join(" "));
             let args = [args, &["--idle-timeout", "2"][..]].concat();
             let app = start(&bed, &in_model(&args, model), 60);
-            let kind = if args[0] == "echo-server" {
-                "echo"
-            } else {
-                "-"
+            let kind = match args[0] {
+                "echo-server" => "echo",
+                "http-server" => "http",
+                _ => "-",
             };
             let out = peer_py(&bed, 40, IDLE_CLIENT, &["10.99.0.1", port, send, kind]);
             let lines: Vec<&str> = out.lines().collect();
