@@ -7,7 +7,7 @@
 //! releasing the XDP program and sockets.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use flowlane_dataplane::placement::machine_placement;
+use flowlane_dataplane::runtime::LocalAddress;
 use flowlane_dataplane::{
     BindMode, Dataplane, DataplaneConfig, Proto, QueueCountersSnapshot, QueueHandler, QueueInfo,
     RxAction, TxBatch,
@@ -36,8 +37,11 @@ pub struct Args {
     /// UDP port to echo on.
     #[arg(long, default_value_t = 7777, value_parser = listen_port)]
     pub port: u16,
-    /// The data path's flags: `--bed`, `--queues`, `--busy-poll` (the RSS
-    /// and neighbour flags that `--bed` passes on are not needed by an echo).
+    /// The data path's flags: `--bed`, `--queues`, `--busy-poll`,
+    /// `--rss-table` (the NIC's table: needed with fewer `--queues` than
+    /// the NIC has, to check that it sends nothing to the others; `--bed`
+    /// passes it on, with the key and neighbours, which an echo does not
+    /// need).
     #[command(flatten)]
     pub data_path: DataPathArgs,
     /// Write a JSON report here (on start, on SIGUSR1 and on exit).
@@ -324,6 +328,16 @@ fn refuse_tcp_flags(d: &DataPathArgs) -> Result<()> {
     Ok(())
 }
 
+/// The interface's first IPv4 address, if it has one (the TCP services
+/// take the same, see `flowlane_dataplane::iface::local_ipv4`).
+fn first_ipv4(iface: &str) -> Result<Option<Ipv4Addr>> {
+    let addrs = nix::ifaddrs::getifaddrs()
+        .map_err(|e| anyhow::anyhow!("listing the addresses of {iface}: {e}"))?;
+    Ok(addrs
+        .filter(|a| a.interface_name == iface)
+        .find_map(|a| a.address.as_ref()?.as_sockaddr_in().map(|s| s.ip())))
+}
+
 /// Runs the service until SIGTERM/SIGINT.
 pub fn run(args: Args) -> Result<()> {
     refuse_tcp_flags(&args.data_path)?;
@@ -342,6 +356,24 @@ pub fn run(args: Args) -> Result<()> {
     }
     let mut config = DataplaneConfig::new(&args.iface, &(0..queues).collect::<Vec<_>>());
     config.apply_placement(&placed);
+    // The port is claimed on the interface's address of each family (its
+    // first IPv4 one, its first IPv6 one not link-local, as the TCP
+    // services'): its other addresses, and a family it has no address of,
+    // stay the kernel's.
+    let v4 = first_ipv4(&args.iface)?;
+    let v6 = flowlane_dataplane::iface::local_ipv6(&args.iface)?;
+    if v4.is_none() && v6.is_none() {
+        anyhow::bail!(
+            "{0} has no address to echo on: add one (ip addr add A/N dev {0})",
+            args.iface
+        );
+    }
+    config.local_v4 = LocalAddress::from_option(v4);
+    config.local_v6 = LocalAddress::from_option(v6);
+    // The NIC's table as --rss-table (or --bed) gives it: with fewer
+    // queues than the NIC's, the data path starts only if it names served
+    // queues only.
+    config.nic_table = args.data_path.rss_table.clone();
     config.ports = vec![(Proto::Udp, args.port)];
     config.busy_poll = args.data_path.busy_poll;
     if let Some(frames) = args.data_path.frames_per_queue {

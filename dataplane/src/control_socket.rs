@@ -1017,7 +1017,10 @@ mod tests {
             (MoveHistory::KEEP as u64 + 5, 1, 1)
         );
         let storm = h.by_cause.iter().find(|c| c.cause == MoveCause::Storm);
-        assert_eq!(storm.map(|c| (c.done, c.failed, c.landed_with_error)), Some((0, 0, 1)));
+        assert_eq!(
+            storm.map(|c| (c.done, c.failed, c.landed_with_error)),
+            Some((0, 0, 1))
+        );
         assert_eq!(h.recent.len(), MoveHistory::KEEP);
         assert_eq!(h.recent[0].bucket, 5);
     }

@@ -2,13 +2,15 @@
 //! per-queue sockets and pinned workers; and [`Dataplane::check`], which
 //! tells a running service that what it attached to went away.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+pub use flowlane_ebpf::steer::LocalAddress;
 use flowlane_ebpf::steer::{Proto, SteerStats, Steering};
 
 use crate::counters::{QueueCounters, QueueCountersSnapshot};
@@ -55,11 +57,20 @@ pub struct DataplaneConfig {
     /// must have it reserved (`net.ipv4.ip_local_reserved_ports`), or the
     /// start is refused.
     pub ephemeral: Option<(u16, u16)>,
-    /// flowlane's own addresses: only frames to them are steered to it
-    /// (`None`: any address of that family).
-    pub local_v4: Option<std::net::Ipv4Addr>,
-    /// See `local_v4`.
-    pub local_v6: Option<std::net::Ipv6Addr>,
+    /// flowlane's own IPv4 address: only frames to it are steered to
+    /// flowlane ([`LocalAddress::Only`]); [`LocalAddress::Unclaimed`]: it
+    /// has none, all IPv4 is the kernel's; [`LocalAddress::Any`] (the
+    /// default): every IPv4 address.
+    pub local_v4: LocalAddress<Ipv4Addr>,
+    /// The same for IPv6.
+    pub local_v6: LocalAddress<Ipv6Addr>,
+    /// The NIC's RSS indirection table (a queue per bucket), when known.
+    /// Where the queues served leave some of the device's receive queues
+    /// out, the start is refused unless this is known and every entry
+    /// names a served queue: flowlane's frames hashed to another queue
+    /// would be lost (dropped without a socket, or passed to the kernel,
+    /// which resets the connection).
+    pub nic_table: Option<Vec<u32>>,
     /// Ring and pool sizes.
     pub rings: RingSizes,
     /// Copy or zero-copy.
@@ -90,8 +101,9 @@ impl DataplaneConfig {
             node_cpus: BTreeMap::new(),
             ports: Vec::new(),
             ephemeral: None,
-            local_v4: None,
-            local_v6: None,
+            local_v4: LocalAddress::Any,
+            local_v6: LocalAddress::Any,
+            nic_table: None,
             rings: RingSizes::default(),
             bind_mode: BindMode::Auto,
             busy_poll: false,
@@ -152,13 +164,19 @@ impl Dataplane {
         if config.queues.is_empty() {
             return Err(Error::Setup("no queues to serve".into()));
         }
-        let mut seen = std::collections::BTreeSet::new();
+        let mut seen = BTreeSet::new();
         for q in &config.queues {
             iface.check_queues(q.queue + 1)?;
             if !seen.insert(q.queue) {
                 return Err(Error::Setup(format!("queue {} is listed twice", q.queue)));
             }
         }
+        check_unserved_queues(
+            &iface.name,
+            iface.rx_queues,
+            &seen,
+            config.nic_table.as_deref(),
+        )?;
         for w in &config.spill {
             if !seen.insert(w.queue) {
                 return Err(Error::Setup(format!(
@@ -181,14 +199,9 @@ impl Dataplane {
                 },
             }
         })?;
-        for &(proto, port) in &config.ports {
-            steering
-                .add_port(proto, port)
-                .map_err(|source| Error::Steering {
-                    what: format!("steering {proto:?} port {port} to flowlane"),
-                    source,
-                })?;
-        }
+        // The addresses and the ephemeral range before the listening
+        // ports: a port claimed first would, for a moment, be claimed on
+        // every address.
         steering
             .set_local_addresses(config.local_v4, config.local_v6)
             .map_err(|source| Error::Steering {
@@ -213,6 +226,14 @@ impl Dataplane {
                 .set_ephemeral_range(lo, hi)
                 .map_err(|source| Error::Steering {
                     what: format!("steering the ephemeral ports {lo}-{hi} to flowlane"),
+                    source,
+                })?;
+        }
+        for &(proto, port) in &config.ports {
+            steering
+                .add_port(proto, port)
+                .map_err(|source| Error::Steering {
+                    what: format!("steering {proto:?} port {port} to flowlane"),
                     source,
                 })?;
         }
@@ -480,6 +501,51 @@ fn stop_workers(stop: &AtomicBool, workers: &mut [WorkerHandle]) {
     }
 }
 
+/// Refuses to serve only some of `ifname`'s `rx_queues` receive queues
+/// (those in `served`) unless the NIC's indirection `table` is known and
+/// names served queues only: the XDP program drops flowlane's frames that
+/// reach a queue without a socket (and passes to the kernel, which resets
+/// the connection, those on a queue past the XSKMAP).
+fn check_unserved_queues(
+    ifname: &str,
+    rx_queues: u32,
+    served: &BTreeSet<u32>,
+    table: Option<&[u32]>,
+) -> Result<()> {
+    if (0..rx_queues).all(|q| served.contains(&q)) {
+        return Ok(());
+    }
+    let why = match table {
+        None => {
+            "its RSS indirection table is unknown (not read from the NIC, nor given by --rss-table)"
+                .to_string()
+        }
+        Some(t) => match t.iter().enumerate().find(|(_, q)| !served.contains(q)) {
+            None => return Ok(()),
+            Some((bucket, q)) => format!("its RSS table sends bucket {bucket} to queue {q}"),
+        },
+    };
+    let n = served.len();
+    // The served queues as `--queues N` makes them: 0..N.
+    let first_n = served.iter().copied().eq(0..n as u32);
+    let point = if first_n {
+        let list: Vec<String> = (0..n).map(|q| q.to_string()).collect();
+        format!(
+            "reduce its channels to {n} (ethtool -L {ifname} combined {n}), or point its table \
+             at queues {} only (flowlane nic set-rss --iface {ifname} --equal {n}; on a test \
+             bed: flowlane testbed set-rss --bed NAME --spread {})",
+            list.join(","),
+            list.join(",")
+        )
+    } else {
+        "or point its table at the served queues only (flowlane nic set-rss)".to_string()
+    };
+    Err(Error::Setup(format!(
+        "serving {n} of {ifname}'s {rx_queues} receive queues, but {why}: flowlane's frames \
+         on the others would be lost; use --queues {rx_queues}, {point}"
+    )))
+}
+
 /// The error for an interface whose XDP hook `holder` holds.
 fn busy(ifname: &str, holder: &iface::Process) -> Error {
     Error::Setup(format!(
@@ -492,5 +558,51 @@ fn busy(ifname: &str, holder: &iface::Process) -> Error {
 impl Drop for Dataplane {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn served(n: u32) -> BTreeSet<u32> {
+        (0..n).collect()
+    }
+
+    #[test]
+    fn every_queue_served_needs_no_table() {
+        assert!(check_unserved_queues("xsk0", 4, &served(4), None).is_ok());
+        assert!(check_unserved_queues("xsk0", 4, &served(4), Some(&[0, 1, 2, 3])).is_ok());
+    }
+
+    #[test]
+    fn fewer_queues_need_the_table_on_them() {
+        // A table over the served queues only: the NIC sends nothing
+        // elsewhere.
+        assert!(check_unserved_queues("xsk0", 4, &served(2), Some(&[0, 1, 1, 0])).is_ok());
+        let e = check_unserved_queues("xsk0", 4, &served(2), None)
+            .unwrap_err()
+            .to_string();
+        for needle in [
+            "serving 2 of xsk0's 4 receive queues",
+            "unknown",
+            "--queues 4",
+            "ethtool -L xsk0 combined 2",
+            "flowlane nic set-rss --iface xsk0 --equal 2",
+            "--spread 0,1",
+        ] {
+            assert!(e.contains(needle), "{needle:?} in {e}");
+        }
+        assert_eq!(e.lines().count(), 1, "{e}");
+        let e = check_unserved_queues("xsk0", 4, &served(2), Some(&[0, 1, 2, 3]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bucket 2 to queue 2"), "{e}");
+        // Other queues than the first ones.
+        let e = check_unserved_queues("xsk0", 4, &[1, 3].into(), Some(&[1, 3, 0]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bucket 2 to queue 0"), "{e}");
+        assert!(e.contains("point its table at the served queues"), "{e}");
     }
 }

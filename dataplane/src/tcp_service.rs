@@ -21,7 +21,7 @@ use crate::iface::{current_ifindex, local_ipv4, local_ipv6, InterfaceInfo};
 use crate::kernel_neighbors::kernel_neighbors;
 use crate::neighbor::Neighbors;
 use crate::placement::machine_placement;
-use crate::runtime::{Dataplane, DataplaneConfig};
+use crate::runtime::{Dataplane, DataplaneConfig, LocalAddress};
 use crate::tcp_handler::{TcpConfig, TcpCounters, TcpCountersSnapshot, TcpHandler};
 use crate::umem::RingSizes;
 use crate::worker::QueueInfo;
@@ -181,6 +181,10 @@ impl TcpService {
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let (info, queues) = config.interface()?;
+        // The NIC's own table (before software spill makes a table of the
+        // workers'): with queues left unserved, the data path starts only
+        // if it sends nothing to them.
+        let nic_table = config.rss.as_ref().map(|r| r.table().to_queue_list());
         let workers = config.workers.unwrap_or(queues);
         if workers < queues || workers > u32::from(u16::MAX) {
             return Err(Error::Setup(format!(
@@ -229,6 +233,7 @@ impl TcpService {
                 .collect();
         }
         dp.sysfs = config.sysfs.clone();
+        dp.nic_table = nic_table;
         dp.ports = config.listen.iter().map(|&p| (Proto::Tcp, p)).collect();
         dp.busy_poll = config.busy_poll;
         dp.zero_copy_receive = config.zero_copy_receive;
@@ -240,9 +245,10 @@ impl TcpService {
         let mut tcp = TcpConfig::new(local_ipv4(&config.iface)?, info.mac, isn_secret());
         tcp.local_ip6 = local_ipv6(&config.iface)?;
         // The steering program takes only these addresses' frames: the
-        // interface's others (secondary, link-local) stay the kernel's.
-        dp.local_v4 = Some(tcp.local_ip);
-        dp.local_v6 = tcp.local_ip6;
+        // interface's others (secondary, link-local) stay the kernel's, and
+        // so does all of IPv6 where the interface has no global address.
+        dp.local_v4 = LocalAddress::Only(tcp.local_ip);
+        dp.local_v6 = LocalAddress::from_option(tcp.local_ip6);
         if let Some(msl) = config.msl {
             tcp.tcp.msl = msl;
         }

@@ -14,7 +14,7 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle};
 
 use crate::limits::MAX_QUEUES;
-use crate::skel::xdp_steer::XdpSteerSkelBuilder;
+use crate::skel::xdp_steer::{XdpSteerSkel, XdpSteerSkelBuilder};
 use crate::{Error, Result};
 
 /// Transport protocol of a port that flowlane owns.
@@ -44,25 +44,82 @@ pub struct SteerStats {
     pub passed: u64,
     /// flowlane's frames dropped because the queue had no socket.
     pub no_socket: u64,
+    /// First fragments of TCP or UDP datagrams to flowlane's ports,
+    /// dropped: flowlane does not reassemble, and the kernel would answer
+    /// the reassembled datagram with a RST (or ICMP port unreachable). The
+    /// later fragments go to the kernel, whose reassembly expires them
+    /// silently.
+    pub fragment_dropped: u64,
 }
 
-const STAT_KINDS: u32 = 3;
+const STAT_KINDS: u32 = 4;
 
 /// `struct fl_cfg`'s size: ephemeral range (4), flags (4), IPv4 (4), IPv6
 /// (16).
 const CFG_LEN: usize = 28;
-/// `FL_DST_V4` and `FL_DST_V6` of `struct fl_cfg`'s flags.
+/// `FL_DST_V4`, `FL_DST_V6`, `FL_NO_V4` and `FL_NO_V6` of `struct
+/// fl_cfg`'s flags.
 const DST_V4: u32 = 1;
 const DST_V6: u32 = 2;
+const NO_V4: u32 = 4;
+const NO_V6: u32 = 8;
+
+/// Which addresses of one IP family flowlane's ports are claimed on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalAddress<A> {
+    /// Every address of the family (a program that does not know its own).
+    Any,
+    /// This one only: frames to the interface's other addresses of the
+    /// family (secondary, link-local, another VLAN's the NIC untagged) are
+    /// the kernel's.
+    Only(A),
+    /// None: flowlane has no address of the family, whose frames are all
+    /// the kernel's.
+    Unclaimed,
+}
+
+impl<A> LocalAddress<A> {
+    /// `Only(a)` for `Some(a)`, `Unclaimed` for `None`: the claim of a
+    /// program that knows its addresses.
+    pub fn from_option(a: Option<A>) -> LocalAddress<A> {
+        a.map_or(LocalAddress::Unclaimed, LocalAddress::Only)
+    }
+}
 
 /// The steering program, attached to one interface.
 #[derive(Debug)]
 pub struct Steering {
     _link: Link,
+    maps: Maps,
+}
+
+/// Handles on the program's maps, which outlive its skeleton.
+#[derive(Debug)]
+struct Maps {
     xsks: MapHandle,
     cfg: MapHandle,
     ports: MapHandle,
     stats: MapHandle,
+}
+
+/// Opens and loads the program (not attached), with handles on its maps.
+fn load(storage: &mut MaybeUninit<libbpf_rs::OpenObject>) -> Result<(XdpSteerSkel<'_>, Maps)> {
+    let open = XdpSteerSkelBuilder::default()
+        .open(storage)
+        .map_err(Error::bpf("opening the XDP steering program"))?;
+    let skel = open.load().map_err(Error::bpf(
+        "loading the XDP steering program (is this root, on a kernel with BPF?)",
+    ))?;
+    let handle = |m: &libbpf_rs::MapMut<'_>, name: &str| {
+        MapHandle::try_from(m).map_err(Error::bpf(format!("duplicating map {name}")))
+    };
+    let maps = Maps {
+        xsks: handle(&skel.maps.fl_xsks, "fl_xsks")?,
+        cfg: handle(&skel.maps.fl_cfg, "fl_cfg")?,
+        ports: handle(&skel.maps.fl_ports, "fl_ports")?,
+        stats: handle(&skel.maps.fl_stats, "fl_stats")?,
+    };
+    Ok((skel, maps))
 }
 
 impl Steering {
@@ -72,19 +129,7 @@ impl Steering {
     /// native XDP support or an XDP program is already attached.
     pub fn attach(ifindex: u32) -> Result<Steering> {
         let mut storage = MaybeUninit::uninit();
-        let open = XdpSteerSkelBuilder::default()
-            .open(&mut storage)
-            .map_err(Error::bpf("opening the XDP steering program"))?;
-        let skel = open.load().map_err(Error::bpf(
-            "loading the XDP steering program (is this root, on a kernel with BPF?)",
-        ))?;
-        let handle = |m: &libbpf_rs::MapMut<'_>, name: &str| {
-            MapHandle::try_from(m).map_err(Error::bpf(format!("duplicating map {name}")))
-        };
-        let xsks = handle(&skel.maps.fl_xsks, "fl_xsks")?;
-        let cfg = handle(&skel.maps.fl_cfg, "fl_cfg")?;
-        let ports = handle(&skel.maps.fl_ports, "fl_ports")?;
-        let stats = handle(&skel.maps.fl_stats, "fl_stats")?;
+        let (skel, maps) = load(&mut storage)?;
         let link = skel
             .progs
             .flowlane_steer
@@ -135,17 +180,44 @@ impl Steering {
         }
         // The skeleton (and its object) drop here: the link and the map
         // handles hold their own references.
-        Ok(Steering {
-            _link: link,
-            xsks,
-            cfg,
-            ports,
-            stats,
-        })
+        Ok(Steering { _link: link, maps })
     }
 
     /// Routes `queue`'s frames to the AF_XDP socket `xsk`.
     pub fn set_socket(&self, queue: u32, xsk: BorrowedFd<'_>) -> Result<()> {
+        self.maps.set_socket(queue, xsk)
+    }
+
+    /// Claims `port` for flowlane (a listening port).
+    pub fn add_port(&self, proto: Proto, port: u16) -> Result<()> {
+        self.maps.add_port(proto, port)
+    }
+
+    /// Claims the inclusive range `lo..=hi` (both protocols) as flowlane's
+    /// ephemeral ports. `lo == 0` clears it.
+    pub fn set_ephemeral_range(&self, lo: u16, hi: u16) -> Result<()> {
+        self.maps.set_ephemeral_range(lo, hi)
+    }
+
+    /// Claims flowlane's ports on these addresses, per family (see
+    /// [`LocalAddress`]). Set them before claiming ports: until then the
+    /// ports are claimed on every address.
+    pub fn set_local_addresses(
+        &self,
+        v4: LocalAddress<Ipv4Addr>,
+        v6: LocalAddress<Ipv6Addr>,
+    ) -> Result<()> {
+        self.maps.set_local_addresses(v4, v6)
+    }
+
+    /// Counters of `queue`, summed over CPUs.
+    pub fn stats(&self, queue: u32) -> Result<SteerStats> {
+        self.maps.stats(queue)
+    }
+}
+
+impl Maps {
+    fn set_socket(&self, queue: u32, xsk: BorrowedFd<'_>) -> Result<()> {
         check_queue(queue)?;
         let fd = xsk.as_raw_fd() as u32;
         self.xsks
@@ -155,16 +227,13 @@ impl Steering {
             )))
     }
 
-    /// Claims `port` for flowlane (a listening port).
-    pub fn add_port(&self, proto: Proto, port: u16) -> Result<()> {
+    fn add_port(&self, proto: Proto, port: u16) -> Result<()> {
         self.ports
             .update(&port_key(proto, port), &[1u8], MapFlags::ANY)
             .map_err(Error::bpf(format!("claiming {proto:?} port {port}")))
     }
 
-    /// Claims the inclusive range `lo..=hi` (both protocols) as flowlane's
-    /// ephemeral ports. `lo == 0` clears it.
-    pub fn set_ephemeral_range(&self, lo: u16, hi: u16) -> Result<()> {
+    fn set_ephemeral_range(&self, lo: u16, hi: u16) -> Result<()> {
         if lo != 0 && lo > hi {
             return Err(Error::Invalid(format!(
                 "ephemeral range {lo}-{hi} is empty"
@@ -176,20 +245,28 @@ impl Steering {
         })
     }
 
-    /// Claims flowlane's ports on these addresses only (`None`: on any
-    /// address of that family): frames to the interface's other addresses
-    /// (secondary, link-local, another VLAN's the NIC untagged) are the
-    /// kernel's.
-    pub fn set_local_addresses(&self, v4: Option<Ipv4Addr>, v6: Option<Ipv6Addr>) -> Result<()> {
+    fn set_local_addresses(
+        &self,
+        v4: LocalAddress<Ipv4Addr>,
+        v6: LocalAddress<Ipv6Addr>,
+    ) -> Result<()> {
         self.update_cfg("setting flowlane's addresses", |v| {
             let mut flags = 0u32;
-            if let Some(a) = v4 {
-                flags |= DST_V4;
-                v[8..12].copy_from_slice(&a.octets());
+            match v4 {
+                LocalAddress::Any => {}
+                LocalAddress::Only(a) => {
+                    flags |= DST_V4;
+                    v[8..12].copy_from_slice(&a.octets());
+                }
+                LocalAddress::Unclaimed => flags |= NO_V4,
             }
-            if let Some(a) = v6 {
-                flags |= DST_V6;
-                v[12..28].copy_from_slice(&a.octets());
+            match v6 {
+                LocalAddress::Any => {}
+                LocalAddress::Only(a) => {
+                    flags |= DST_V6;
+                    v[12..28].copy_from_slice(&a.octets());
+                }
+                LocalAddress::Unclaimed => flags |= NO_V6,
             }
             v[4..8].copy_from_slice(&flags.to_ne_bytes());
         })
@@ -214,8 +291,7 @@ impl Steering {
             .map_err(Error::bpf(what))
     }
 
-    /// Counters of `queue`, summed over CPUs.
-    pub fn stats(&self, queue: u32) -> Result<SteerStats> {
+    fn stats(&self, queue: u32) -> Result<SteerStats> {
         check_queue(queue)?;
         let mut out = [0u64; STAT_KINDS as usize];
         for (i, slot) in out.iter_mut().enumerate() {
@@ -226,6 +302,7 @@ impl Steering {
             redirected: out[0],
             passed: out[1],
             no_socket: out[2],
+            fragment_dropped: out[3],
         })
     }
 }
@@ -242,4 +319,231 @@ fn check_queue(queue: u32) -> Result<()> {
 fn port_key(proto: Proto, port: u16) -> [u8; 4] {
     let p = port.to_ne_bytes();
     [proto.ip_proto(), 0, p[0], p[1]]
+}
+
+/// The program run on crafted frames (`BPF_PROG_TEST_RUN`) with an empty
+/// XSKMAP: a frame the program takes for flowlane's is redirected to queue
+/// 0's missing socket and comes back as `XDP_DROP` (counted `no_socket`),
+/// a first fragment it drops as `XDP_DROP` (counted `fragment_dropped`),
+/// the kernel's as `XDP_PASS`.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use libbpf_rs::ProgramInput;
+
+    const XDP_DROP: u32 = 1;
+    const XDP_PASS: u32 = 2;
+    /// Claimed for TCP and UDP.
+    const PORT: u16 = 7777;
+    const UNCLAIMED: u16 = 7778;
+    const OURS_V4: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
+    const OTHER_V4: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 9);
+    const OURS_V6: Ipv6Addr = Ipv6Addr::new(0xfd99, 0, 0, 0, 0, 0, 0, 1);
+    const LINK_LOCAL: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1);
+    const TCP: u8 = 6;
+    const UDP: u8 = 17;
+    /// IPv4 "more fragments".
+    const MF: u16 = 0x2000;
+
+    struct Loaded {
+        skel: XdpSteerSkel<'static>,
+        maps: Maps,
+    }
+
+    /// The program loaded, `PORT` claimed (TCP and UDP) on `v4` and `v6`,
+    /// as the data path sets it up; None (the test skips) when not root.
+    fn loaded(
+        test: &str,
+        v4: LocalAddress<Ipv4Addr>,
+        v6: LocalAddress<Ipv6Addr>,
+    ) -> Option<Loaded> {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipping {test}: loading a BPF program needs root");
+            return None;
+        }
+        // The skeleton borrows its object storage: leaked, once per test.
+        let storage = Box::leak(Box::new(MaybeUninit::uninit()));
+        let (skel, maps) = load(storage).expect("loading the steering program");
+        maps.set_local_addresses(v4, v6).unwrap();
+        maps.add_port(Proto::Tcp, PORT).unwrap();
+        maps.add_port(Proto::Udp, PORT).unwrap();
+        Some(Loaded { skel, maps })
+    }
+
+    impl Loaded {
+        /// The program's verdict on `frame` (it arrives on queue 0).
+        fn run(&self, frame: &[u8]) -> u32 {
+            let input = ProgramInput {
+                data_in: Some(frame),
+                ..ProgramInput::default()
+            };
+            self.skel
+                .progs
+                .flowlane_steer
+                .test_run(input)
+                .expect("running the steering program")
+                .return_value
+        }
+
+        fn stats(&self) -> SteerStats {
+            self.maps.stats(0).unwrap()
+        }
+    }
+
+    fn ethernet(ethertype: u16) -> Vec<u8> {
+        let mut f = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2];
+        f.extend_from_slice(&ethertype.to_be_bytes());
+        f
+    }
+
+    /// A TCP SYN's header (or a UDP header and payload) to `dport`.
+    fn transport(proto: u8, dport: u16) -> Vec<u8> {
+        let mut l4 = Vec::new();
+        l4.extend_from_slice(&40000u16.to_be_bytes());
+        l4.extend_from_slice(&dport.to_be_bytes());
+        if proto == TCP {
+            l4.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0]);
+        } else {
+            l4.extend_from_slice(&[0, 16, 0, 0]);
+        }
+        l4.extend_from_slice(&[0xab; 8]);
+        l4
+    }
+
+    /// Ethernet + IPv4 (no options, `frag_off` as on the wire: flags and
+    /// offset) + `proto` to `dst`:`dport`.
+    fn v4(dst: Ipv4Addr, proto: u8, frag_off: u16, dport: u16) -> Vec<u8> {
+        let l4 = transport(proto, dport);
+        let mut f = ethernet(0x0800);
+        f.extend_from_slice(&[0x45, 0]);
+        f.extend_from_slice(&(20 + l4.len() as u16).to_be_bytes());
+        f.extend_from_slice(&[0x12, 0x34]);
+        f.extend_from_slice(&frag_off.to_be_bytes());
+        f.extend_from_slice(&[64, proto, 0, 0, 10, 99, 0, 2]);
+        f.extend_from_slice(&dst.octets());
+        f.extend_from_slice(&l4);
+        f
+    }
+
+    /// Ethernet + IPv6 (+ a Fragment header whose offset-and-M field is
+    /// `frag`) + `proto` to `dst`:`dport`.
+    fn v6(dst: Ipv6Addr, frag: Option<u16>, proto: u8, dport: u16) -> Vec<u8> {
+        let mut payload = Vec::new();
+        if let Some(off) = frag {
+            payload.extend_from_slice(&[proto, 0]);
+            payload.extend_from_slice(&off.to_be_bytes());
+            payload.extend_from_slice(&[0, 0, 0x56, 0x78]);
+        }
+        payload.extend_from_slice(&transport(proto, dport));
+        let mut f = ethernet(0x86dd);
+        f.extend_from_slice(&[0x60, 0, 0, 0]);
+        f.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+        f.push(if frag.is_some() { 44 } else { proto });
+        f.push(64);
+        f.extend_from_slice(&Ipv6Addr::new(0xfd99, 0, 0, 0, 0, 0, 0, 2).octets());
+        f.extend_from_slice(&dst.octets());
+        f.extend_from_slice(&payload);
+        f
+    }
+
+    #[test]
+    fn first_fragments_to_flowlanes_ports_are_dropped_and_counted() {
+        let test = "first_fragments_to_flowlanes_ports_are_dropped_and_counted";
+        let Some(p) = loaded(
+            test,
+            LocalAddress::Only(OURS_V4),
+            LocalAddress::Only(OURS_V6),
+        ) else {
+            return;
+        };
+        // A fragmented SYN, in either family, and a fragmented datagram:
+        // the kernel would reassemble them and answer for flowlane.
+        assert_eq!(p.run(&v4(OURS_V4, TCP, MF, PORT)), XDP_DROP);
+        assert_eq!(p.run(&v6(OURS_V6, Some(1), TCP, PORT)), XDP_DROP);
+        assert_eq!(p.run(&v4(OURS_V4, UDP, MF, PORT)), XDP_DROP);
+        assert_eq!(p.run(&v6(OURS_V6, Some(1), UDP, PORT)), XDP_DROP);
+        let s = p.stats();
+        assert_eq!(s.fragment_dropped, 4, "{s:?}");
+        assert_eq!((s.no_socket, s.redirected, s.passed), (0, 0, 0), "{s:?}");
+    }
+
+    #[test]
+    fn other_fragments_are_the_kernels() {
+        let test = "other_fragments_are_the_kernels";
+        let Some(p) = loaded(
+            test,
+            LocalAddress::Only(OURS_V4),
+            LocalAddress::Only(OURS_V6),
+        ) else {
+            return;
+        };
+        let kernels = [
+            // First fragments to a port flowlane does not own.
+            v4(OURS_V4, TCP, MF, UNCLAIMED),
+            v6(OURS_V6, Some(1), TCP, UNCLAIMED),
+            v4(OURS_V4, UDP, MF, UNCLAIMED),
+            // ... or to another of the interface's addresses.
+            v4(OTHER_V4, TCP, MF, PORT),
+            v6(LINK_LOCAL, Some(1), TCP, PORT),
+            // Later fragments (what looks like ports is payload): to the
+            // kernel's reassembly, which expires them without their first.
+            v4(OURS_V4, TCP, MF | 3, PORT),
+            v4(OURS_V4, TCP, 3, PORT),
+            v6(OURS_V6, Some(3 << 3 | 1), TCP, PORT),
+            v6(OURS_V6, Some(3 << 3), TCP, PORT),
+        ];
+        for (i, f) in kernels.iter().enumerate() {
+            assert_eq!(p.run(f), XDP_PASS, "frame {i}");
+        }
+        let s = p.stats();
+        assert_eq!(s.fragment_dropped, 0, "{s:?}");
+        assert_eq!(s.passed, kernels.len() as u64, "{s:?}");
+    }
+
+    #[test]
+    fn whole_frames_go_by_port_and_address() {
+        let Some(p) = loaded(
+            "whole_frames_go_by_port_and_address",
+            LocalAddress::Only(OURS_V4),
+            LocalAddress::Only(OURS_V6),
+        ) else {
+            return;
+        };
+        // flowlane's: redirected to queue 0, which has no socket here.
+        assert_eq!(p.run(&v4(OURS_V4, TCP, 0, PORT)), XDP_DROP);
+        assert_eq!(p.run(&v4(OURS_V4, TCP, 0x4000, PORT)), XDP_DROP, "DF");
+        assert_eq!(p.run(&v6(OURS_V6, None, UDP, PORT)), XDP_DROP);
+        assert_eq!(p.run(&v4(OURS_V4, TCP, 0, UNCLAIMED)), XDP_PASS);
+        assert_eq!(p.run(&v4(OTHER_V4, TCP, 0, PORT)), XDP_PASS);
+        assert_eq!(p.run(&v6(LINK_LOCAL, None, TCP, PORT)), XDP_PASS);
+        let s = p.stats();
+        assert_eq!((s.no_socket, s.passed, s.fragment_dropped), (3, 3, 0));
+    }
+
+    #[test]
+    fn a_family_without_an_address_is_the_kernels() {
+        // Only an IPv4 address: IPv6 to a claimed port, link-local or
+        // not, is the kernel's.
+        let test = "a_family_without_an_address_is_the_kernels";
+        let Some(p) = loaded(test, LocalAddress::Only(OURS_V4), LocalAddress::Unclaimed) else {
+            return;
+        };
+        assert_eq!(p.run(&v6(LINK_LOCAL, None, TCP, PORT)), XDP_PASS);
+        assert_eq!(p.run(&v6(OURS_V6, None, TCP, PORT)), XDP_PASS);
+        assert_eq!(p.run(&v6(LINK_LOCAL, Some(1), TCP, PORT)), XDP_PASS);
+        assert_eq!(p.run(&v4(OURS_V4, TCP, 0, PORT)), XDP_DROP, "flowlane's");
+        // Only an IPv6 address: the same for IPv4.
+        let Some(p) = loaded(test, LocalAddress::Unclaimed, LocalAddress::Only(OURS_V6)) else {
+            return;
+        };
+        assert_eq!(p.run(&v4(OURS_V4, TCP, 0, PORT)), XDP_PASS);
+        assert_eq!(p.run(&v4(OURS_V4, UDP, MF, PORT)), XDP_PASS);
+        assert_eq!(p.run(&v6(OURS_V6, None, TCP, PORT)), XDP_DROP, "flowlane's");
+        // A program that does not know its addresses claims them all.
+        let Some(p) = loaded(test, LocalAddress::Any, LocalAddress::Any) else {
+            return;
+        };
+        assert_eq!(p.run(&v6(LINK_LOCAL, None, TCP, PORT)), XDP_DROP);
+        assert_eq!(p.run(&v4(OTHER_V4, TCP, 0, PORT)), XDP_DROP);
+    }
 }

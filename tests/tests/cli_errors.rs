@@ -407,6 +407,55 @@ fn unknown_interface_too_many_queues_and_no_native_xdp() {
 }
 
 #[test]
+fn fewer_queues_than_the_nic_are_refused_unless_its_table_is_on_them() {
+    let test = "fewer_queues_than_the_nic_are_refused_unless_its_table_is_on_them";
+    if !require_root(test) {
+        return;
+    }
+    // The bed's table spreads over both queues: a service on queue 0 alone
+    // would lose flowlane's frames the NIC hashes to queue 1.
+    let bed = Bed::up("fq", 2);
+    for cmd in ["udp-echo", "echo-server"] {
+        // Bounded: a service that (wrongly) starts is killed, not waited
+        // for.
+        let child = Command::new(flowlane_bin())
+            .args([cmd, "--bed", &bed.name, "--queues", "1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting a service with --queues 1");
+        let (o, _) = wait_bounded(child, Duration::from_secs(30), cmd);
+        one_line_error(&o, "serving 1 of xsk0's 2 receive queues");
+        let err = String::from_utf8_lossy(&o.stderr);
+        for what in ["to queue 1", "--queues 2", "ethtool -L", "set-rss"] {
+            assert!(err.contains(what), "{cmd}: {what:?} in {err}");
+        }
+        assert!(!xdp_attached(&bed.ns, "xsk0"), "{cmd} left its program");
+    }
+    // The table on queue 0 alone: queue 1 gets nothing of flowlane's.
+    let o = flowlane(&["testbed", "set-rss", "--bed", &bed.name, "--spread", "0"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let report = std::env::temp_dir().join(format!("{}-report.json", bed.name));
+    let _ = std::fs::remove_file(&report);
+    let mut child = Command::new(flowlane_bin())
+        .args(["udp-echo", "--bed", &bed.name, "--queues", "1", "--report"])
+        .arg(&report)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting udp-echo --bed --queues 1");
+    if ready_within(&mut child, Duration::from_secs(30), || report.exists()).is_err() {
+        kill_and_reap(&mut child);
+        let _ = std::fs::remove_file(&report);
+        panic!("udp-echo --queues 1 did not come up with the table on queue 0");
+    }
+    terminate(&child);
+    let (o, _) = wait_bounded(child, Duration::from_secs(10), "udp-echo --queues 1");
+    let _ = std::fs::remove_file(&report);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+#[test]
 fn an_active_service_without_its_ports_reserved_is_refused() {
     if !require_root("an_active_service_without_its_ports_reserved_is_refused") {
         return;

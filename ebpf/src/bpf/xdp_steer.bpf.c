@@ -7,13 +7,21 @@
  * `fl_cfg` (the kernel must leave that range alone: the data path refuses to
  * start unless net.ipv4.ip_local_reserved_ports holds it), on the IPv4 and
  * IPv6 addresses in `fl_cfg` where they are set (frames to the interface's
- * other addresses, secondary or link-local, are the kernel's). Frames
- * addressed to those ports go to the AF_XDP socket of the receive queue they
- * arrived on (XSKMAP indexed by rx_queue_index), and so do the path MTU
- * signals about flowlane's TCP segments (ICMPv4 fragmentation needed in IPv4,
- * ICMPv6 packet too big in IPv6, quoting a segment from one of those ports);
- * everything else (ARP, NDP, other ICMP, other ports and addresses, IP
- * fragments, queues beyond the XSKMAP) is passed to the kernel unchanged.
+ * other addresses, secondary or link-local, are the kernel's; a family in
+ * which flowlane has no address, FL_NO_V4 / FL_NO_V6, is the kernel's
+ * whole). Frames addressed to those ports go to the AF_XDP socket of the
+ * receive queue they arrived on (XSKMAP indexed by rx_queue_index), and so do
+ * the path MTU signals about flowlane's TCP segments (ICMPv4 fragmentation
+ * needed in IPv4, ICMPv6 packet too big in IPv6, quoting a segment from one
+ * of those ports). flowlane does not reassemble: the first fragment of a
+ * TCP or UDP datagram to its ports (IPv4 offset 0 with MF; an IPv6 Fragment
+ * header right after the fixed header, offset 0) is dropped and counted,
+ * since the kernel would reassemble it, find no socket and answer with a
+ * RST (or ICMP port unreachable) that kills flowlane's connection; the later
+ * fragments go to the kernel, whose reassembly expires them silently
+ * (without a first fragment it sends no ICMP time exceeded). Everything else
+ * (ARP, NDP, other ICMP, other ports and addresses, other fragments, queues
+ * beyond the XSKMAP) is passed to the kernel unchanged.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -30,7 +38,7 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 struct fl_cfg {
 	__u16 eph_lo;   /* first port of flowlane's ephemeral range, 0 = none */
 	__u16 eph_hi;   /* last port (inclusive) */
-	__u32 flags;    /* FL_DST_V4, FL_DST_V6 */
+	__u32 flags;    /* FL_DST_V4, FL_DST_V6, FL_NO_V4, FL_NO_V6 */
 	__be32 v4;      /* flowlane's IPv4 address, with FL_DST_V4 */
 	__u8 v6[16];    /* flowlane's IPv6 address, with FL_DST_V6 */
 };
@@ -38,6 +46,18 @@ struct fl_cfg {
 /* Only frames to `v4` (`v6`) are flowlane's; without the flag, any address. */
 #define FL_DST_V4 1
 #define FL_DST_V6 2
+/* flowlane has no address of the family: all of its frames are the kernel's. */
+#define FL_NO_V4 4
+#define FL_NO_V6 8
+
+/* IPv6 Fragment header (RFC 8200 §4.5): next header 44. */
+#define FL_IPPROTO_FRAGMENT 44
+struct fl_frag_hdr {
+	__u8 nexthdr;
+	__u8 reserved;
+	__be16 frag_off; /* offset (13 bits, 8-byte units), 2 reserved, M */
+	__be32 identification;
+};
 
 struct fl_port_key {
 	__u8 proto;     /* IPPROTO_TCP or IPPROTO_UDP */
@@ -49,7 +69,8 @@ enum fl_stat {
 	FL_STAT_REDIRECTED = 0, /* handed to an XSK */
 	FL_STAT_PASSED = 1,     /* left to the kernel */
 	FL_STAT_NO_SOCKET = 2,  /* ours, but no XSK on this queue: dropped */
-	FL_STAT_MAX = 3,
+	FL_STAT_FRAGMENT_DROPPED = 3, /* first fragment to our port: dropped */
+	FL_STAT_MAX = 4,
 };
 
 struct {
@@ -167,6 +188,7 @@ int flowlane_steer(struct xdp_md *ctx)
 	void *l4;
 
 	struct fl_cfg *cfg = config();
+	int fragment = 0;
 	int v6;
 
 	/* No XSKMAP slot (nor counter) for such a queue: the kernel's. */
@@ -181,15 +203,20 @@ int flowlane_steer(struct xdp_md *ctx)
 
 		if ((void *)(ip + 1) > data_end)
 			goto pass;
+		if (cfg && (cfg->flags & FL_NO_V4))
+			goto pass;
 		if (cfg && (cfg->flags & FL_DST_V4) && ip->daddr != cfg->v4)
 			goto pass;
 		ihl = ip->ihl * 4;
 		if (ihl < sizeof(*ip))
 			goto pass;
-		/* Fragments (MF set or offset non-zero) belong to the kernel's
-		 * reassembly (RFC 791 §3.2). */
-		if (ip->frag_off & bpf_htons(0x3fff))
+		/* A fragment (MF set or offset non-zero, RFC 791 §3.2): the
+		 * later ones go to the kernel's reassembly, the first (offset
+		 * 0, MF set) is looked at below. */
+		if (ip->frag_off & bpf_htons(0x1fff))
 			goto pass;
+		if (ip->frag_off & bpf_htons(0x2000))
+			fragment = 1;
 		proto = ip->protocol;
 		l4 = (void *)ip + ihl;
 		v6 = 0;
@@ -198,13 +225,41 @@ int flowlane_steer(struct xdp_md *ctx)
 
 		if ((void *)(ip6 + 1) > data_end)
 			goto pass;
+		if (cfg && (cfg->flags & FL_NO_V6))
+			goto pass;
 		if (cfg && (cfg->flags & FL_DST_V6) && !same_v6(&ip6->daddr, cfg->v6))
 			goto pass;
-		/* Extension headers are left to the kernel. */
+		/* Extension headers are left to the kernel, but for a Fragment
+		 * header right after the fixed header: a later fragment
+		 * (offset non-zero) goes to the kernel's reassembly, the first
+		 * (offset 0) is looked at below. */
 		proto = ip6->nexthdr;
 		l4 = ip6 + 1;
+		if (proto == FL_IPPROTO_FRAGMENT) {
+			struct fl_frag_hdr *fh = l4;
+
+			if ((void *)(fh + 1) > data_end)
+				goto pass;
+			if (fh->frag_off & bpf_htons(0xfff8))
+				goto pass;
+			fragment = 1;
+			proto = fh->nexthdr;
+			l4 = fh + 1;
+		}
 		v6 = 1;
 	} else {
+		goto pass;
+	}
+
+	/* The first fragment of a datagram to one of flowlane's ports: the
+	 * kernel must not reassemble it (it has no socket there and would
+	 * reset flowlane's connection), and flowlane does not: dropped. */
+	if (fragment) {
+		if ((proto == IPPROTO_TCP || proto == IPPROTO_UDP) && l4 + 4 <= data_end &&
+		    is_ours(cfg, proto, bpf_ntohs(*(__u16 *)(l4 + 2)))) {
+			count(queue, FL_STAT_FRAGMENT_DROPPED);
+			return XDP_DROP;
+		}
 		goto pass;
 	}
 
