@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use flowlane_dataplane::iface::parse_mac;
+use flowlane_dataplane::runtime::LocalAddress;
 use flowlane_dataplane::{
     Dataplane, DataplaneConfig, InterfaceInfo, QueueAssignment, QueueHandler, QueueInfo, RxAction,
     TxBatch,
@@ -367,6 +368,10 @@ fn run_here(args: &Args) -> Result<()> {
     }
     config.node_cpus = placed.node_cpus.clone();
     config.ephemeral = Some(EPHEMERAL);
+    // The replies come to `--src` only: the interface's other addresses,
+    // and IPv6, stay the kernel's.
+    config.local_v4 = LocalAddress::Only(src);
+    config.local_v6 = LocalAddress::Unclaimed;
     let prefix = format!("flowlane udp-ping q{} p{sport} #", args.queue).into_bytes();
     let payload_len = prefix.len() + SEQ_DIGITS;
     let eth = EthernetRepr {

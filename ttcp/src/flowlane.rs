@@ -282,6 +282,7 @@ fn dataplane_summary(service: &TcpService) -> serde_json::Value {
                     "redirected": s.redirected,
                     "passed": s.passed,
                     "no_socket": s.no_socket,
+                    "fragment_dropped": s.fragment_dropped,
                 })
             });
             serde_json::json!({"queue": q.queue, "xsk": xsk, "tcp": null, "steer": steer})
