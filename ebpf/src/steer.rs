@@ -428,17 +428,45 @@ mod tests {
     /// Ethernet + IPv6 (+ a Fragment header whose offset-and-M field is
     /// `frag`) + `proto` to `dst`:`dport`.
     fn v6(dst: Ipv6Addr, frag: Option<u16>, proto: u8, dport: u16) -> Vec<u8> {
+        let chain: Vec<Ext> = frag.into_iter().map(fragment).collect();
+        v6_chain(dst, &chain, proto, dport)
+    }
+
+    /// An IPv6 extension header: its Next Header value and its bytes (the
+    /// first, its own Next Header field, is set by [`v6_chain`]).
+    type Ext = (u8, Vec<u8>);
+
+    /// A Fragment header whose offset-and-M field is `off_m`.
+    fn fragment(off_m: u16) -> Ext {
+        let o = off_m.to_be_bytes();
+        (44, vec![0, 0, o[0], o[1], 0, 0, 0x56, 0x78])
+    }
+
+    /// An 8-byte options header (Hop-by-Hop 0, Destination Options 60):
+    /// one PadN option of four bytes.
+    fn options(kind: u8) -> Ext {
+        (kind, vec![0, 0, 1, 4, 0, 0, 0, 0])
+    }
+
+    /// A Routing header (type 4) with `segments_left`.
+    fn routing(segments_left: u8) -> Ext {
+        (43, vec![0, 0, 4, segments_left, 0, 0, 0, 0])
+    }
+
+    /// Ethernet + IPv6 + the extension headers of `chain`, in order, +
+    /// `proto` to `dst`:`dport`.
+    fn v6_chain(dst: Ipv6Addr, chain: &[Ext], proto: u8, dport: u16) -> Vec<u8> {
         let mut payload = Vec::new();
-        if let Some(off) = frag {
-            payload.extend_from_slice(&[proto, 0]);
-            payload.extend_from_slice(&off.to_be_bytes());
-            payload.extend_from_slice(&[0, 0, 0x56, 0x78]);
+        for (i, (_, bytes)) in chain.iter().enumerate() {
+            let next = chain.get(i + 1).map_or(proto, |e| e.0);
+            payload.push(next);
+            payload.extend_from_slice(&bytes[1..]);
         }
         payload.extend_from_slice(&transport(proto, dport));
         let mut f = ethernet(0x86dd);
         f.extend_from_slice(&[0x60, 0, 0, 0]);
         f.extend_from_slice(&(payload.len() as u16).to_be_bytes());
-        f.push(if frag.is_some() { 44 } else { proto });
+        f.push(chain.first().map_or(proto, |e| e.0));
         f.push(64);
         f.extend_from_slice(&Ipv6Addr::new(0xfd99, 0, 0, 0, 0, 0, 0, 2).octets());
         f.extend_from_slice(&dst.octets());
@@ -498,6 +526,69 @@ mod tests {
         let s = p.stats();
         assert_eq!(s.fragment_dropped, 0, "{s:?}");
         assert_eq!(s.passed, kernels.len() as u64, "{s:?}");
+    }
+
+    #[test]
+    fn ipv6_extension_headers_are_walked_to_the_port() {
+        let test = "ipv6_extension_headers_are_walked_to_the_port";
+        let Some(p) = loaded(
+            test,
+            LocalAddress::Only(OURS_V4),
+            LocalAddress::Only(OURS_V6),
+        ) else {
+            return;
+        };
+        let (hbh, dst_opts) = (options(0), options(60));
+        // flowlane's (the kernel would reset its connection): redirected
+        // to queue 0, which has no socket here.
+        let ours = [
+            v6_chain(OURS_V6, &[dst_opts.clone()], TCP, PORT),
+            v6_chain(OURS_V6, &[hbh.clone(), dst_opts.clone()], UDP, PORT),
+            v6_chain(OURS_V6, &[routing(0), dst_opts.clone()], TCP, PORT),
+            // An atomic fragment is a whole packet (RFC 6946).
+            v6_chain(OURS_V6, &[fragment(0)], TCP, PORT),
+            v6_chain(OURS_V6, &vec![dst_opts.clone(); 6], TCP, PORT),
+        ];
+        for (i, f) in ours.iter().enumerate() {
+            assert_eq!(p.run(f), XDP_DROP, "frame {i}");
+        }
+        let s = p.stats();
+        assert_eq!(
+            (s.no_socket, s.fragment_dropped, s.passed),
+            (5, 0, 0),
+            "{s:?}"
+        );
+        // A first fragment behind other headers: dropped as such.
+        let first = v6_chain(OURS_V6, &[hbh.clone(), fragment(1)], TCP, PORT);
+        assert_eq!(p.run(&first), XDP_DROP);
+        assert_eq!(p.stats().fragment_dropped, 1);
+        let mut truncated = v6_chain(OURS_V6, &[dst_opts.clone()], TCP, PORT);
+        truncated[14 + 40 + 1] = 200; // a header running past the frame
+        let kernels = [
+            v6_chain(OURS_V6, &[dst_opts.clone()], TCP, UNCLAIMED),
+            // Not the final destination (RFC 8200 §4.4).
+            v6_chain(OURS_V6, &[routing(1)], TCP, PORT),
+            // Hop-by-Hop not first is malformed (§4.1).
+            v6_chain(OURS_V6, &[dst_opts.clone(), hbh.clone()], TCP, PORT),
+            // Longer than the walk.
+            v6_chain(OURS_V6, &vec![dst_opts.clone(); 7], TCP, PORT),
+            // A later fragment behind other headers.
+            v6_chain(OURS_V6, &[hbh.clone(), fragment(3 << 3 | 1)], TCP, PORT),
+            // AH: flowlane has no IPsec.
+            v6_chain(
+                OURS_V6,
+                &[(51, vec![0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1])],
+                TCP,
+                PORT,
+            ),
+            truncated,
+        ];
+        for (i, f) in kernels.iter().enumerate() {
+            assert_eq!(p.run(f), XDP_PASS, "frame {i}");
+        }
+        let s = p.stats();
+        assert_eq!(s.passed, kernels.len() as u64, "{s:?}");
+        assert_eq!((s.no_socket, s.fragment_dropped), (5, 1), "{s:?}");
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! connection), `Connection: close` and HTTP/1.0 answered per RFC 9112 §9.6
 //! (curl and python's http.client), and 1000 concurrent connections doing
 //! request/response, all served and closed; curl over IPv6 and IPv4 to
-//! the same server; and
+//! the same server, and an IPv6 client whose segments carry extension
+//! headers; and
 //! TIME-WAIT entries of connections flowlane closed expire after 2 MSL;
 //! and a slow-reading echo client, whose unread payload stays in the
 //! frames it arrived in (zero-copy receive). The tests of the services'
@@ -181,6 +182,54 @@ fn curl_keep_alive(bed: &Bed, model: &[&str]) {
         "{backend}: one connection for both requests: {t}"
     );
     assert_eq!(t["connections"], 0, "{backend}: {t}");
+}
+
+/// An IPv6 echo client whose segments carry extension headers (argv: the
+/// server's address, then `dst` for a Destination Options header or
+/// `hbh+dst` for Hop-by-Hop Options too; both sticky options the kernel
+/// puts on every segment of the connection, each one PadN of four bytes).
+const EXT_HEADER_CLIENT: &str = r#"
+import os, socket, sys
+pad = bytes([0, 0, 1, 4, 0, 0, 0, 0])
+s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+s.settimeout(10)
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_DSTOPTS, pad)
+if sys.argv[2] == 'hbh+dst':
+    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_HOPOPTS, pad)
+s.connect((sys.argv[1], 7))
+msg = os.urandom(300000)
+s.sendall(msg)
+s.shutdown(socket.SHUT_WR)
+got = b''
+while True:
+    d = s.recv(65536)
+    if not d:
+        break
+    got += d
+s.close()
+assert got == msg, (len(got), len(msg))
+print('ok')
+"#;
+
+/// Segments to flowlane's port behind IPv6 extension headers are
+/// flowlane's: the XDP program walks the headers to the port (the kernel,
+/// handed them, finds no socket and resets the connection).
+#[test]
+fn ipv6_segments_behind_extension_headers_reach_flowlane() {
+    let test = "ipv6_segments_behind_extension_headers_reach_flowlane";
+    if !require_root(test) {
+        return;
+    }
+    let bed = Bed::up("tx6", 2);
+    let app = start(&bed, &["echo-server", "--port", "7"], 120);
+    for headers in ["dst", "hbh+dst"] {
+        let out = peer_py(&bed, 60, EXT_HEADER_CLIENT, &["fd99::1", headers]);
+        assert_eq!(out.trim(), "ok", "{headers}");
+    }
+    let t = totals(&app.stop());
+    assert_eq!(t["passive_opens"], 2, "{t}");
+    assert_eq!(t["connections"], 0, "{t}");
+    assert_eq!(t["bad_tcp_checksum"], 0, "{t}");
 }
 
 #[test]

@@ -15,13 +15,16 @@
  * needed in IPv4, ICMPv6 packet too big in IPv6, quoting a segment from one
  * of those ports). flowlane does not reassemble: the first fragment of a
  * TCP or UDP datagram to its ports (IPv4 offset 0 with MF; an IPv6 Fragment
- * header right after the fixed header, offset 0) is dropped and counted,
+ * header with offset 0 and M set) is dropped and counted,
  * since the kernel would reassemble it, find no socket and answer with a
  * RST (or ICMP port unreachable) that kills flowlane's connection; the later
  * fragments go to the kernel, whose reassembly expires them silently
  * (without a first fragment it sends no ICMP time exceeded). Everything else
  * (ARP, NDP, other ICMP, other ports and addresses, other fragments, queues
- * beyond the XSKMAP) is passed to the kernel unchanged.
+ * beyond the XSKMAP, IPv6 extension-header chains longer than FL_V6_EXT_MAX
+ * or holding AH, ESP or a Routing header with segments left) is passed to
+ * the kernel unchanged. IPv6 extension headers before the upper layer are
+ * walked: flowlane's codec walks them too.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -50,8 +53,14 @@ struct fl_cfg {
 #define FL_NO_V4 4
 #define FL_NO_V6 8
 
-/* IPv6 Fragment header (RFC 8200 §4.5): next header 44. */
+/* IPv6 extension headers walked to the upper layer (RFC 8200 §4): Hop-by-Hop
+ * Options, Routing, Fragment and Destination Options, at most FL_V6_EXT_MAX
+ * of them (a longer chain is the kernel's). */
+#define FL_IPPROTO_HOPOPTS 0
+#define FL_IPPROTO_ROUTING 43
 #define FL_IPPROTO_FRAGMENT 44
+#define FL_IPPROTO_DSTOPTS 60
+#define FL_V6_EXT_MAX 6
 struct fl_frag_hdr {
 	__u8 nexthdr;
 	__u8 reserved;
@@ -229,23 +238,53 @@ int flowlane_steer(struct xdp_md *ctx)
 			goto pass;
 		if (cfg && (cfg->flags & FL_DST_V6) && !same_v6(&ip6->daddr, cfg->v6))
 			goto pass;
-		/* Extension headers are left to the kernel, but for a Fragment
-		 * header right after the fixed header: a later fragment
-		 * (offset non-zero) goes to the kernel's reassembly, the first
-		 * (offset 0) is looked at below. */
 		proto = ip6->nexthdr;
 		l4 = ip6 + 1;
-		if (proto == FL_IPPROTO_FRAGMENT) {
-			struct fl_frag_hdr *fh = l4;
+		/* The extension headers (RFC 8200 §4), walked to the upper
+		 * layer: the kernel, handed a segment to flowlane's port
+		 * behind Destination Options, would find no socket and reset
+		 * flowlane's connection. A later fragment (offset non-zero)
+		 * goes to the kernel's reassembly; a first fragment (offset
+		 * 0, M set) is walked on and looked at below; an atomic
+		 * fragment (offset 0, M clear) is a whole packet (RFC 6946).
+		 * A Routing header with segments left names a later
+		 * destination, not this host (§4.4): the kernel's. AH and ESP
+		 * end the walk (flowlane has no IPsec; the kernel, without a
+		 * security association, drops them). */
+#pragma unroll
+		for (int i = 0; i < FL_V6_EXT_MAX; i++) {
+			__u8 *h = l4;
+			__u32 len;
 
-			if ((void *)(fh + 1) > data_end)
+			if (proto != FL_IPPROTO_HOPOPTS && proto != FL_IPPROTO_ROUTING &&
+			    proto != FL_IPPROTO_FRAGMENT && proto != FL_IPPROTO_DSTOPTS)
+				break;
+			/* Every one of these headers is at least 8 bytes. */
+			if ((void *)(h + 8) > data_end)
 				goto pass;
-			if (fh->frag_off & bpf_htons(0xfff8))
-				goto pass;
-			fragment = 1;
-			proto = fh->nexthdr;
-			l4 = fh + 1;
+			if (proto == FL_IPPROTO_FRAGMENT) {
+				struct fl_frag_hdr *fh = l4;
+
+				if (fh->frag_off & bpf_htons(0xfff8))
+					goto pass;
+				if (fh->frag_off & bpf_htons(1))
+					fragment = 1;
+				len = sizeof(*fh);
+			} else {
+				/* Hop-by-Hop anywhere but first is malformed
+				 * (§4.1): the kernel's to answer. */
+				if (proto == FL_IPPROTO_HOPOPTS && i != 0)
+					goto pass;
+				if (proto == FL_IPPROTO_ROUTING && h[3] != 0)
+					goto pass;
+				len = ((__u32)h[1] + 1) * 8;
+			}
+			proto = h[0];
+			l4 = (void *)h + len;
 		}
+		if (proto == FL_IPPROTO_HOPOPTS || proto == FL_IPPROTO_ROUTING ||
+		    proto == FL_IPPROTO_FRAGMENT || proto == FL_IPPROTO_DSTOPTS)
+			goto pass;
 		v6 = 1;
 	} else {
 		goto pass;
