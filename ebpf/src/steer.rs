@@ -10,7 +10,7 @@ use std::mem::MaybeUninit;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle};
 
 use crate::limits::MAX_QUEUES;
@@ -110,15 +110,7 @@ fn load(storage: &mut MaybeUninit<libbpf_rs::OpenObject>) -> Result<(XdpSteerSke
     let skel = open.load().map_err(Error::bpf(
         "loading the XDP steering program (is this root, on a kernel with BPF?)",
     ))?;
-    let handle = |m: &libbpf_rs::MapMut<'_>, name: &str| {
-        MapHandle::try_from(m).map_err(Error::bpf(format!("duplicating map {name}")))
-    };
-    let maps = Maps {
-        xsks: handle(&skel.maps.fl_xsks, "fl_xsks")?,
-        cfg: handle(&skel.maps.fl_cfg, "fl_cfg")?,
-        ports: handle(&skel.maps.fl_ports, "fl_ports")?,
-        stats: handle(&skel.maps.fl_stats, "fl_stats")?,
-    };
+    let maps = Maps::of(skel.object())?;
     Ok((skel, maps))
 }
 
@@ -217,6 +209,24 @@ impl Steering {
 }
 
 impl Maps {
+    /// Handles on the maps of `obj`, a loaded steering program (this
+    /// build's, or another revision's in the cost measurement).
+    fn of(obj: &libbpf_rs::Object) -> Result<Maps> {
+        let handle = |name: &str| {
+            let map = obj
+                .maps()
+                .find(|m| m.name() == name)
+                .ok_or_else(|| Error::Invalid(format!("the steering program has no map {name}")))?;
+            MapHandle::try_from(&map).map_err(Error::bpf(format!("duplicating map {name}")))
+        };
+        Ok(Maps {
+            xsks: handle("fl_xsks")?,
+            cfg: handle("fl_cfg")?,
+            ports: handle("fl_ports")?,
+            stats: handle("fl_stats")?,
+        })
+    }
+
     fn set_socket(&self, queue: u32, xsk: BorrowedFd<'_>) -> Result<()> {
         check_queue(queue)?;
         let fd = xsk.as_raw_fd() as u32;
@@ -321,320 +331,9 @@ fn port_key(proto: Proto, port: u16) -> [u8; 4] {
     [proto.ip_proto(), 0, p[0], p[1]]
 }
 
-/// The program run on crafted frames (`BPF_PROG_TEST_RUN`) with an empty
-/// XSKMAP: a frame the program takes for flowlane's is redirected to queue
-/// 0's missing socket and comes back as `XDP_DROP` (counted `no_socket`),
-/// a first fragment it drops as `XDP_DROP` (counted `fragment_dropped`),
-/// the kernel's as `XDP_PASS`.
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use libbpf_rs::ProgramInput;
-
-    const XDP_DROP: u32 = 1;
-    const XDP_PASS: u32 = 2;
-    /// Claimed for TCP and UDP.
-    const PORT: u16 = 7777;
-    const UNCLAIMED: u16 = 7778;
-    const OURS_V4: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
-    const OTHER_V4: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 9);
-    const OURS_V6: Ipv6Addr = Ipv6Addr::new(0xfd99, 0, 0, 0, 0, 0, 0, 1);
-    const LINK_LOCAL: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1);
-    const TCP: u8 = 6;
-    const UDP: u8 = 17;
-    /// IPv4 "more fragments".
-    const MF: u16 = 0x2000;
-
-    struct Loaded {
-        skel: XdpSteerSkel<'static>,
-        maps: Maps,
-    }
-
-    /// The program loaded, `PORT` claimed (TCP and UDP) on `v4` and `v6`,
-    /// as the data path sets it up; None (the test skips) when not root.
-    fn loaded(
-        test: &str,
-        v4: LocalAddress<Ipv4Addr>,
-        v6: LocalAddress<Ipv6Addr>,
-    ) -> Option<Loaded> {
-        if !nix::unistd::geteuid().is_root() {
-            eprintln!("skipping {test}: loading a BPF program needs root");
-            return None;
-        }
-        // The skeleton borrows its object storage: leaked, once per test.
-        let storage = Box::leak(Box::new(MaybeUninit::uninit()));
-        let (skel, maps) = load(storage).expect("loading the steering program");
-        maps.set_local_addresses(v4, v6).unwrap();
-        maps.add_port(Proto::Tcp, PORT).unwrap();
-        maps.add_port(Proto::Udp, PORT).unwrap();
-        Some(Loaded { skel, maps })
-    }
-
-    impl Loaded {
-        /// The program's verdict on `frame` (it arrives on queue 0).
-        fn run(&self, frame: &[u8]) -> u32 {
-            let input = ProgramInput {
-                data_in: Some(frame),
-                ..ProgramInput::default()
-            };
-            self.skel
-                .progs
-                .flowlane_steer
-                .test_run(input)
-                .expect("running the steering program")
-                .return_value
-        }
-
-        fn stats(&self) -> SteerStats {
-            self.maps.stats(0).unwrap()
-        }
-    }
-
-    fn ethernet(ethertype: u16) -> Vec<u8> {
-        let mut f = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2];
-        f.extend_from_slice(&ethertype.to_be_bytes());
-        f
-    }
-
-    /// A TCP SYN's header (or a UDP header and payload) to `dport`.
-    fn transport(proto: u8, dport: u16) -> Vec<u8> {
-        let mut l4 = Vec::new();
-        l4.extend_from_slice(&40000u16.to_be_bytes());
-        l4.extend_from_slice(&dport.to_be_bytes());
-        if proto == TCP {
-            l4.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0]);
-        } else {
-            l4.extend_from_slice(&[0, 16, 0, 0]);
-        }
-        l4.extend_from_slice(&[0xab; 8]);
-        l4
-    }
-
-    /// Ethernet + IPv4 (no options, `frag_off` as on the wire: flags and
-    /// offset) + `proto` to `dst`:`dport`.
-    fn v4(dst: Ipv4Addr, proto: u8, frag_off: u16, dport: u16) -> Vec<u8> {
-        let l4 = transport(proto, dport);
-        let mut f = ethernet(0x0800);
-        f.extend_from_slice(&[0x45, 0]);
-        f.extend_from_slice(&(20 + l4.len() as u16).to_be_bytes());
-        f.extend_from_slice(&[0x12, 0x34]);
-        f.extend_from_slice(&frag_off.to_be_bytes());
-        f.extend_from_slice(&[64, proto, 0, 0, 10, 99, 0, 2]);
-        f.extend_from_slice(&dst.octets());
-        f.extend_from_slice(&l4);
-        f
-    }
-
-    /// Ethernet + IPv6 (+ a Fragment header whose offset-and-M field is
-    /// `frag`) + `proto` to `dst`:`dport`.
-    fn v6(dst: Ipv6Addr, frag: Option<u16>, proto: u8, dport: u16) -> Vec<u8> {
-        let chain: Vec<Ext> = frag.into_iter().map(fragment).collect();
-        v6_chain(dst, &chain, proto, dport)
-    }
-
-    /// An IPv6 extension header: its Next Header value and its bytes (the
-    /// first, its own Next Header field, is set by [`v6_chain`]).
-    type Ext = (u8, Vec<u8>);
-
-    /// A Fragment header whose offset-and-M field is `off_m`.
-    fn fragment(off_m: u16) -> Ext {
-        let o = off_m.to_be_bytes();
-        (44, vec![0, 0, o[0], o[1], 0, 0, 0x56, 0x78])
-    }
-
-    /// An 8-byte options header (Hop-by-Hop 0, Destination Options 60):
-    /// one PadN option of four bytes.
-    fn options(kind: u8) -> Ext {
-        (kind, vec![0, 0, 1, 4, 0, 0, 0, 0])
-    }
-
-    /// A Routing header (type 4) with `segments_left`.
-    fn routing(segments_left: u8) -> Ext {
-        (43, vec![0, 0, 4, segments_left, 0, 0, 0, 0])
-    }
-
-    /// Ethernet + IPv6 + the extension headers of `chain`, in order, +
-    /// `proto` to `dst`:`dport`.
-    fn v6_chain(dst: Ipv6Addr, chain: &[Ext], proto: u8, dport: u16) -> Vec<u8> {
-        let mut payload = Vec::new();
-        for (i, (_, bytes)) in chain.iter().enumerate() {
-            let next = chain.get(i + 1).map_or(proto, |e| e.0);
-            payload.push(next);
-            payload.extend_from_slice(&bytes[1..]);
-        }
-        payload.extend_from_slice(&transport(proto, dport));
-        let mut f = ethernet(0x86dd);
-        f.extend_from_slice(&[0x60, 0, 0, 0]);
-        f.extend_from_slice(&(payload.len() as u16).to_be_bytes());
-        f.push(chain.first().map_or(proto, |e| e.0));
-        f.push(64);
-        f.extend_from_slice(&Ipv6Addr::new(0xfd99, 0, 0, 0, 0, 0, 0, 2).octets());
-        f.extend_from_slice(&dst.octets());
-        f.extend_from_slice(&payload);
-        f
-    }
-
-    #[test]
-    fn first_fragments_to_flowlanes_ports_are_dropped_and_counted() {
-        let test = "first_fragments_to_flowlanes_ports_are_dropped_and_counted";
-        let Some(p) = loaded(
-            test,
-            LocalAddress::Only(OURS_V4),
-            LocalAddress::Only(OURS_V6),
-        ) else {
-            return;
-        };
-        // A fragmented SYN, in either family, and a fragmented datagram:
-        // the kernel would reassemble them and answer for flowlane.
-        assert_eq!(p.run(&v4(OURS_V4, TCP, MF, PORT)), XDP_DROP);
-        assert_eq!(p.run(&v6(OURS_V6, Some(1), TCP, PORT)), XDP_DROP);
-        assert_eq!(p.run(&v4(OURS_V4, UDP, MF, PORT)), XDP_DROP);
-        assert_eq!(p.run(&v6(OURS_V6, Some(1), UDP, PORT)), XDP_DROP);
-        let s = p.stats();
-        assert_eq!(s.fragment_dropped, 4, "{s:?}");
-        assert_eq!((s.no_socket, s.redirected, s.passed), (0, 0, 0), "{s:?}");
-    }
-
-    #[test]
-    fn other_fragments_are_the_kernels() {
-        let test = "other_fragments_are_the_kernels";
-        let Some(p) = loaded(
-            test,
-            LocalAddress::Only(OURS_V4),
-            LocalAddress::Only(OURS_V6),
-        ) else {
-            return;
-        };
-        let kernels = [
-            // First fragments to a port flowlane does not own.
-            v4(OURS_V4, TCP, MF, UNCLAIMED),
-            v6(OURS_V6, Some(1), TCP, UNCLAIMED),
-            v4(OURS_V4, UDP, MF, UNCLAIMED),
-            // ... or to another of the interface's addresses.
-            v4(OTHER_V4, TCP, MF, PORT),
-            v6(LINK_LOCAL, Some(1), TCP, PORT),
-            // Later fragments (what looks like ports is payload): to the
-            // kernel's reassembly, which expires them without their first.
-            v4(OURS_V4, TCP, MF | 3, PORT),
-            v4(OURS_V4, TCP, 3, PORT),
-            v6(OURS_V6, Some(3 << 3 | 1), TCP, PORT),
-            v6(OURS_V6, Some(3 << 3), TCP, PORT),
-        ];
-        for (i, f) in kernels.iter().enumerate() {
-            assert_eq!(p.run(f), XDP_PASS, "frame {i}");
-        }
-        let s = p.stats();
-        assert_eq!(s.fragment_dropped, 0, "{s:?}");
-        assert_eq!(s.passed, kernels.len() as u64, "{s:?}");
-    }
-
-    #[test]
-    fn ipv6_extension_headers_are_walked_to_the_port() {
-        let test = "ipv6_extension_headers_are_walked_to_the_port";
-        let Some(p) = loaded(
-            test,
-            LocalAddress::Only(OURS_V4),
-            LocalAddress::Only(OURS_V6),
-        ) else {
-            return;
-        };
-        let (hbh, dst_opts) = (options(0), options(60));
-        // flowlane's (the kernel would reset its connection): redirected
-        // to queue 0, which has no socket here.
-        let ours = [
-            v6_chain(OURS_V6, &[dst_opts.clone()], TCP, PORT),
-            v6_chain(OURS_V6, &[hbh.clone(), dst_opts.clone()], UDP, PORT),
-            v6_chain(OURS_V6, &[routing(0), dst_opts.clone()], TCP, PORT),
-            // An atomic fragment is a whole packet (RFC 6946).
-            v6_chain(OURS_V6, &[fragment(0)], TCP, PORT),
-            v6_chain(OURS_V6, &vec![dst_opts.clone(); 6], TCP, PORT),
-        ];
-        for (i, f) in ours.iter().enumerate() {
-            assert_eq!(p.run(f), XDP_DROP, "frame {i}");
-        }
-        let s = p.stats();
-        assert_eq!(
-            (s.no_socket, s.fragment_dropped, s.passed),
-            (5, 0, 0),
-            "{s:?}"
-        );
-        // A first fragment behind other headers: dropped as such.
-        let first = v6_chain(OURS_V6, &[hbh.clone(), fragment(1)], TCP, PORT);
-        assert_eq!(p.run(&first), XDP_DROP);
-        assert_eq!(p.stats().fragment_dropped, 1);
-        let mut truncated = v6_chain(OURS_V6, &[dst_opts.clone()], TCP, PORT);
-        truncated[14 + 40 + 1] = 200; // a header running past the frame
-        let kernels = [
-            v6_chain(OURS_V6, &[dst_opts.clone()], TCP, UNCLAIMED),
-            // Not the final destination (RFC 8200 §4.4).
-            v6_chain(OURS_V6, &[routing(1)], TCP, PORT),
-            // Hop-by-Hop not first is malformed (§4.1).
-            v6_chain(OURS_V6, &[dst_opts.clone(), hbh.clone()], TCP, PORT),
-            // Longer than the walk.
-            v6_chain(OURS_V6, &vec![dst_opts.clone(); 7], TCP, PORT),
-            // A later fragment behind other headers.
-            v6_chain(OURS_V6, &[hbh.clone(), fragment(3 << 3 | 1)], TCP, PORT),
-            // AH: flowlane has no IPsec.
-            v6_chain(
-                OURS_V6,
-                &[(51, vec![0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1])],
-                TCP,
-                PORT,
-            ),
-            truncated,
-        ];
-        for (i, f) in kernels.iter().enumerate() {
-            assert_eq!(p.run(f), XDP_PASS, "frame {i}");
-        }
-        let s = p.stats();
-        assert_eq!(s.passed, kernels.len() as u64, "{s:?}");
-        assert_eq!((s.no_socket, s.fragment_dropped), (5, 1), "{s:?}");
-    }
-
-    #[test]
-    fn whole_frames_go_by_port_and_address() {
-        let Some(p) = loaded(
-            "whole_frames_go_by_port_and_address",
-            LocalAddress::Only(OURS_V4),
-            LocalAddress::Only(OURS_V6),
-        ) else {
-            return;
-        };
-        // flowlane's: redirected to queue 0, which has no socket here.
-        assert_eq!(p.run(&v4(OURS_V4, TCP, 0, PORT)), XDP_DROP);
-        assert_eq!(p.run(&v4(OURS_V4, TCP, 0x4000, PORT)), XDP_DROP, "DF");
-        assert_eq!(p.run(&v6(OURS_V6, None, UDP, PORT)), XDP_DROP);
-        assert_eq!(p.run(&v4(OURS_V4, TCP, 0, UNCLAIMED)), XDP_PASS);
-        assert_eq!(p.run(&v4(OTHER_V4, TCP, 0, PORT)), XDP_PASS);
-        assert_eq!(p.run(&v6(LINK_LOCAL, None, TCP, PORT)), XDP_PASS);
-        let s = p.stats();
-        assert_eq!((s.no_socket, s.passed, s.fragment_dropped), (3, 3, 0));
-    }
-
-    #[test]
-    fn a_family_without_an_address_is_the_kernels() {
-        // Only an IPv4 address: IPv6 to a claimed port, link-local or
-        // not, is the kernel's.
-        let test = "a_family_without_an_address_is_the_kernels";
-        let Some(p) = loaded(test, LocalAddress::Only(OURS_V4), LocalAddress::Unclaimed) else {
-            return;
-        };
-        assert_eq!(p.run(&v6(LINK_LOCAL, None, TCP, PORT)), XDP_PASS);
-        assert_eq!(p.run(&v6(OURS_V6, None, TCP, PORT)), XDP_PASS);
-        assert_eq!(p.run(&v6(LINK_LOCAL, Some(1), TCP, PORT)), XDP_PASS);
-        assert_eq!(p.run(&v4(OURS_V4, TCP, 0, PORT)), XDP_DROP, "flowlane's");
-        // Only an IPv6 address: the same for IPv4.
-        let Some(p) = loaded(test, LocalAddress::Unclaimed, LocalAddress::Only(OURS_V6)) else {
-            return;
-        };
-        assert_eq!(p.run(&v4(OURS_V4, TCP, 0, PORT)), XDP_PASS);
-        assert_eq!(p.run(&v4(OURS_V4, UDP, MF, PORT)), XDP_PASS);
-        assert_eq!(p.run(&v6(OURS_V6, None, TCP, PORT)), XDP_DROP, "flowlane's");
-        // A program that does not know its addresses claims them all.
-        let Some(p) = loaded(test, LocalAddress::Any, LocalAddress::Any) else {
-            return;
-        };
-        assert_eq!(p.run(&v6(LINK_LOCAL, None, TCP, PORT)), XDP_DROP);
-        assert_eq!(p.run(&v4(OTHER_V4, TCP, 0, PORT)), XDP_DROP);
-    }
-}
+mod cost;
+#[cfg(test)]
+mod frames;
+#[cfg(test)]
+mod tests;

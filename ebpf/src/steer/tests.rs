@@ -1,0 +1,217 @@
+//! The program run on crafted frames (`BPF_PROG_TEST_RUN`) with an empty
+//! XSKMAP: a frame the program takes for flowlane's is redirected to queue
+//! 0's missing socket and comes back as `XDP_DROP` (counted `no_socket`), a
+//! first fragment it drops as `XDP_DROP` (counted `fragment_dropped`), the
+//! kernel's as `XDP_PASS`.
+
+use std::mem::MaybeUninit;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use libbpf_rs::ProgramInput;
+
+use super::frames::*;
+use super::{load, LocalAddress, Maps, SteerStats};
+use crate::skel::xdp_steer::XdpSteerSkel;
+
+struct Loaded {
+    skel: XdpSteerSkel<'static>,
+    maps: Maps,
+}
+
+/// The program loaded, `PORT` claimed (TCP and UDP) on `v4` and `v6`,
+/// as the data path sets it up; None (the test skips) when not root.
+fn loaded(test: &str, v4: LocalAddress<Ipv4Addr>, v6: LocalAddress<Ipv6Addr>) -> Option<Loaded> {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipping {test}: loading a BPF program needs root");
+        return None;
+    }
+    // The skeleton borrows its object storage: leaked, once per test.
+    let storage = Box::leak(Box::new(MaybeUninit::uninit()));
+    let (skel, maps) = load(storage).expect("loading the steering program");
+    claim_port(&maps, v4, v6);
+    Some(Loaded { skel, maps })
+}
+
+impl Loaded {
+    /// The program's verdict on `frame` (it arrives on queue 0).
+    fn run(&self, frame: &[u8]) -> u32 {
+        let input = ProgramInput {
+            data_in: Some(frame),
+            ..ProgramInput::default()
+        };
+        self.skel
+            .progs
+            .flowlane_steer
+            .test_run(input)
+            .expect("running the steering program")
+            .return_value
+    }
+
+    fn stats(&self) -> SteerStats {
+        self.maps.stats(0).unwrap()
+    }
+}
+
+#[test]
+fn first_fragments_to_flowlanes_ports_are_dropped_and_counted() {
+    let test = "first_fragments_to_flowlanes_ports_are_dropped_and_counted";
+    let Some(p) = loaded(
+        test,
+        LocalAddress::Only(OURS_V4),
+        LocalAddress::Only(OURS_V6),
+    ) else {
+        return;
+    };
+    // A fragmented SYN, in either family, and a fragmented datagram:
+    // the kernel would reassemble them and answer for flowlane.
+    assert_eq!(p.run(&v4(OURS_V4, TCP, MF, PORT)), XDP_DROP);
+    assert_eq!(p.run(&v6(OURS_V6, Some(1), TCP, PORT)), XDP_DROP);
+    assert_eq!(p.run(&v4(OURS_V4, UDP, MF, PORT)), XDP_DROP);
+    assert_eq!(p.run(&v6(OURS_V6, Some(1), UDP, PORT)), XDP_DROP);
+    let s = p.stats();
+    assert_eq!(s.fragment_dropped, 4, "{s:?}");
+    assert_eq!((s.no_socket, s.redirected, s.passed), (0, 0, 0), "{s:?}");
+}
+
+#[test]
+fn other_fragments_are_the_kernels() {
+    let test = "other_fragments_are_the_kernels";
+    let Some(p) = loaded(
+        test,
+        LocalAddress::Only(OURS_V4),
+        LocalAddress::Only(OURS_V6),
+    ) else {
+        return;
+    };
+    let kernels = [
+        // First fragments to a port flowlane does not own.
+        v4(OURS_V4, TCP, MF, UNCLAIMED),
+        v6(OURS_V6, Some(1), TCP, UNCLAIMED),
+        v4(OURS_V4, UDP, MF, UNCLAIMED),
+        // ... or to another of the interface's addresses.
+        v4(OTHER_V4, TCP, MF, PORT),
+        v6(LINK_LOCAL, Some(1), TCP, PORT),
+        // Later fragments (what looks like ports is payload): to the
+        // kernel's reassembly, which expires them without their first.
+        v4(OURS_V4, TCP, MF | 3, PORT),
+        v4(OURS_V4, TCP, 3, PORT),
+        v6(OURS_V6, Some(3 << 3 | 1), TCP, PORT),
+        v6(OURS_V6, Some(3 << 3), TCP, PORT),
+    ];
+    for (i, f) in kernels.iter().enumerate() {
+        assert_eq!(p.run(f), XDP_PASS, "frame {i}");
+    }
+    let s = p.stats();
+    assert_eq!(s.fragment_dropped, 0, "{s:?}");
+    assert_eq!(s.passed, kernels.len() as u64, "{s:?}");
+}
+
+#[test]
+fn ipv6_extension_headers_are_walked_to_the_port() {
+    let test = "ipv6_extension_headers_are_walked_to_the_port";
+    let Some(p) = loaded(
+        test,
+        LocalAddress::Only(OURS_V4),
+        LocalAddress::Only(OURS_V6),
+    ) else {
+        return;
+    };
+    let (hbh, dst_opts) = (options(0), options(60));
+    // flowlane's (the kernel would reset its connection): redirected
+    // to queue 0, which has no socket here.
+    let ours = [
+        v6_chain(OURS_V6, &[dst_opts.clone()], TCP, PORT),
+        v6_chain(OURS_V6, &[hbh.clone(), dst_opts.clone()], UDP, PORT),
+        v6_chain(OURS_V6, &[routing(0), dst_opts.clone()], TCP, PORT),
+        // An atomic fragment is a whole packet (RFC 6946).
+        v6_chain(OURS_V6, &[fragment(0)], TCP, PORT),
+        v6_chain(OURS_V6, &vec![dst_opts.clone(); 6], TCP, PORT),
+    ];
+    for (i, f) in ours.iter().enumerate() {
+        assert_eq!(p.run(f), XDP_DROP, "frame {i}");
+    }
+    let s = p.stats();
+    assert_eq!(
+        (s.no_socket, s.fragment_dropped, s.passed),
+        (5, 0, 0),
+        "{s:?}"
+    );
+    // A first fragment behind other headers: dropped as such.
+    let first = v6_chain(OURS_V6, &[hbh.clone(), fragment(1)], TCP, PORT);
+    assert_eq!(p.run(&first), XDP_DROP);
+    assert_eq!(p.stats().fragment_dropped, 1);
+    let mut truncated = v6_chain(OURS_V6, &[dst_opts.clone()], TCP, PORT);
+    truncated[14 + 40 + 1] = 200; // a header running past the frame
+    let kernels = [
+        v6_chain(OURS_V6, &[dst_opts.clone()], TCP, UNCLAIMED),
+        // Not the final destination (RFC 8200 §4.4).
+        v6_chain(OURS_V6, &[routing(1)], TCP, PORT),
+        // Hop-by-Hop not first is malformed (§4.1).
+        v6_chain(OURS_V6, &[dst_opts.clone(), hbh.clone()], TCP, PORT),
+        // Longer than the walk.
+        v6_chain(OURS_V6, &vec![dst_opts.clone(); 7], TCP, PORT),
+        // A later fragment behind other headers.
+        v6_chain(OURS_V6, &[hbh.clone(), fragment(3 << 3 | 1)], TCP, PORT),
+        // AH: flowlane has no IPsec.
+        v6_chain(
+            OURS_V6,
+            &[(51, vec![0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1])],
+            TCP,
+            PORT,
+        ),
+        truncated,
+    ];
+    for (i, f) in kernels.iter().enumerate() {
+        assert_eq!(p.run(f), XDP_PASS, "frame {i}");
+    }
+    let s = p.stats();
+    assert_eq!(s.passed, kernels.len() as u64, "{s:?}");
+    assert_eq!((s.no_socket, s.fragment_dropped), (5, 1), "{s:?}");
+}
+
+#[test]
+fn whole_frames_go_by_port_and_address() {
+    let Some(p) = loaded(
+        "whole_frames_go_by_port_and_address",
+        LocalAddress::Only(OURS_V4),
+        LocalAddress::Only(OURS_V6),
+    ) else {
+        return;
+    };
+    // flowlane's: redirected to queue 0, which has no socket here.
+    assert_eq!(p.run(&v4(OURS_V4, TCP, 0, PORT)), XDP_DROP);
+    assert_eq!(p.run(&v4(OURS_V4, TCP, 0x4000, PORT)), XDP_DROP, "DF");
+    assert_eq!(p.run(&v6(OURS_V6, None, UDP, PORT)), XDP_DROP);
+    assert_eq!(p.run(&v4(OURS_V4, TCP, 0, UNCLAIMED)), XDP_PASS);
+    assert_eq!(p.run(&v4(OTHER_V4, TCP, 0, PORT)), XDP_PASS);
+    assert_eq!(p.run(&v6(LINK_LOCAL, None, TCP, PORT)), XDP_PASS);
+    let s = p.stats();
+    assert_eq!((s.no_socket, s.passed, s.fragment_dropped), (3, 3, 0));
+}
+
+#[test]
+fn a_family_without_an_address_is_the_kernels() {
+    // Only an IPv4 address: IPv6 to a claimed port, link-local or
+    // not, is the kernel's.
+    let test = "a_family_without_an_address_is_the_kernels";
+    let Some(p) = loaded(test, LocalAddress::Only(OURS_V4), LocalAddress::Unclaimed) else {
+        return;
+    };
+    assert_eq!(p.run(&v6(LINK_LOCAL, None, TCP, PORT)), XDP_PASS);
+    assert_eq!(p.run(&v6(OURS_V6, None, TCP, PORT)), XDP_PASS);
+    assert_eq!(p.run(&v6(LINK_LOCAL, Some(1), TCP, PORT)), XDP_PASS);
+    assert_eq!(p.run(&v4(OURS_V4, TCP, 0, PORT)), XDP_DROP, "flowlane's");
+    // Only an IPv6 address: the same for IPv4.
+    let Some(p) = loaded(test, LocalAddress::Unclaimed, LocalAddress::Only(OURS_V6)) else {
+        return;
+    };
+    assert_eq!(p.run(&v4(OURS_V4, TCP, 0, PORT)), XDP_PASS);
+    assert_eq!(p.run(&v4(OURS_V4, UDP, MF, PORT)), XDP_PASS);
+    assert_eq!(p.run(&v6(OURS_V6, None, TCP, PORT)), XDP_DROP, "flowlane's");
+    // A program that does not know its addresses claims them all.
+    let Some(p) = loaded(test, LocalAddress::Any, LocalAddress::Any) else {
+        return;
+    };
+    assert_eq!(p.run(&v6(LINK_LOCAL, None, TCP, PORT)), XDP_DROP);
+    assert_eq!(p.run(&v4(OTHER_V4, TCP, 0, PORT)), XDP_DROP);
+}
