@@ -23,7 +23,7 @@ const ROUNDS: usize = 5;
 
 /// The program measured: this build's, or one loaded from a file.
 enum Measured {
-    Built(XdpSteerSkel<'static>),
+    Built(Box<XdpSteerSkel<'static>>),
     File(Object),
 }
 
@@ -76,7 +76,9 @@ fn steering_cost_per_frame() {
         }
         None => {
             let storage = Box::leak(Box::new(MaybeUninit::uninit()));
-            Measured::Built(load(storage).expect("loading the steering program").0)
+            Measured::Built(Box::new(
+                load(storage).expect("loading the steering program").0,
+            ))
         }
     };
     let maps = Maps::of(measured.object()).expect("the program's maps");

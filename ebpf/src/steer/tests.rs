@@ -116,16 +116,15 @@ fn ipv6_extension_headers_are_walked_to_the_port() {
     ) else {
         return;
     };
-    let (hbh, dst_opts) = (options(0), options(60));
     // flowlane's (the kernel would reset its connection): redirected
     // to queue 0, which has no socket here.
     let ours = [
-        v6_chain(OURS_V6, &[dst_opts.clone()], TCP, PORT),
-        v6_chain(OURS_V6, &[hbh.clone(), dst_opts.clone()], UDP, PORT),
-        v6_chain(OURS_V6, &[routing(0), dst_opts.clone()], TCP, PORT),
+        v6_chain(OURS_V6, &[options(60)], TCP, PORT),
+        v6_chain(OURS_V6, &[options(0), options(60)], UDP, PORT),
+        v6_chain(OURS_V6, &[routing(0), options(60)], TCP, PORT),
         // An atomic fragment is a whole packet (RFC 6946).
         v6_chain(OURS_V6, &[fragment(0)], TCP, PORT),
-        v6_chain(OURS_V6, &vec![dst_opts.clone(); 6], TCP, PORT),
+        v6_chain(OURS_V6, &vec![options(60); 6], TCP, PORT),
     ];
     for (i, f) in ours.iter().enumerate() {
         assert_eq!(p.run(f), XDP_DROP, "frame {i}");
@@ -137,21 +136,21 @@ fn ipv6_extension_headers_are_walked_to_the_port() {
         "{s:?}"
     );
     // A first fragment behind other headers: dropped as such.
-    let first = v6_chain(OURS_V6, &[hbh.clone(), fragment(1)], TCP, PORT);
+    let first = v6_chain(OURS_V6, &[options(0), fragment(1)], TCP, PORT);
     assert_eq!(p.run(&first), XDP_DROP);
     assert_eq!(p.stats().fragment_dropped, 1);
-    let mut truncated = v6_chain(OURS_V6, &[dst_opts.clone()], TCP, PORT);
+    let mut truncated = v6_chain(OURS_V6, &[options(60)], TCP, PORT);
     truncated[14 + 40 + 1] = 200; // a header running past the frame
     let kernels = [
-        v6_chain(OURS_V6, &[dst_opts.clone()], TCP, UNCLAIMED),
+        v6_chain(OURS_V6, &[options(60)], TCP, UNCLAIMED),
         // Not the final destination (RFC 8200 §4.4).
         v6_chain(OURS_V6, &[routing(1)], TCP, PORT),
         // Hop-by-Hop not first is malformed (§4.1).
-        v6_chain(OURS_V6, &[dst_opts.clone(), hbh.clone()], TCP, PORT),
+        v6_chain(OURS_V6, &[options(60), options(0)], TCP, PORT),
         // Longer than the walk.
-        v6_chain(OURS_V6, &vec![dst_opts.clone(); 7], TCP, PORT),
+        v6_chain(OURS_V6, &vec![options(60); 7], TCP, PORT),
         // A later fragment behind other headers.
-        v6_chain(OURS_V6, &[hbh.clone(), fragment(3 << 3 | 1)], TCP, PORT),
+        v6_chain(OURS_V6, &[options(0), fragment(3 << 3 | 1)], TCP, PORT),
         // AH: flowlane has no IPsec.
         v6_chain(
             OURS_V6,
