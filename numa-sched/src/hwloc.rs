@@ -2,11 +2,15 @@
 //!
 //! This is the one place in the crate that looks at the outside world, and only when asked
 //! through these explicit constructors: [`Topology::from_system`] probes the machine
-//! (sysfs/procfs, via hwloc), [`Topology::from_xml_file`] reads an `lstopo --of xml` export.
-//! Everything else in the crate works on the resulting snapshot.
+//! (sysfs/procfs, via hwloc, and Linux's NUMA node lists: `linux_nodes`),
+//! [`Topology::from_xml_file`] reads an `lstopo --of xml` export. Everything else in the
+//! crate works on the resulting snapshot. Which node each CPU is on: `pu_node`.
 //!
 //! hwlocality is built with feature `hwloc-2_8_0`: the API level of the oldest hwloc it must
 //! run against (Debian 12 ships 2.9.0).
+
+mod linux_nodes;
+mod pu_node;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -21,12 +25,19 @@ use crate::topology::{Cache, Core, NodeDistances, NumaNode, Topology};
 impl Topology {
     /// Probes this machine with hwloc.
     ///
+    /// Each CPU's NUMA node is the one Linux lists it under
+    /// (`/sys/devices/system/node/node<N>/cpulist`, read under the filesystem root hwloc
+    /// read: `HWLOC_FSROOT` when set, else `/`) wherever those lists agree with hwloc's
+    /// answer; hwloc alone cannot always tell a node with CPUs from a memory-only node
+    /// (CXL, HBM) attached beside it. Otherwise as [`Topology::from_hwloc`].
+    ///
     /// # Errors
     /// [`Error::Hwloc`] if hwloc fails, [`Error::InconsistentTopology`] if its answer does
     /// not fit the snapshot model.
     pub fn from_system() -> Result<Self> {
         let topology = hwlocality::Topology::new().map_err(|e| Error::Hwloc(e.to_string()))?;
-        Self::from_hwloc(&topology)
+        let linux = linux_nodes::cpu_nodes(&linux_nodes::fs_root());
+        Self::convert(&topology, linux.as_ref())
     }
 
     /// Loads an hwloc XML export (`lstopo --of xml machine.xml`), e.g. of a machine other
@@ -66,14 +77,28 @@ impl Topology {
     ///
     /// Logical CPUs are hwloc PUs; `core_id` is the logical index of the PU's Core ancestor
     /// (a PU without one, as in a `package:1 pu:4` description, is a core of its own);
-    /// `smt_sibling_rank` is the PU's position within its core's cpuset; the NUMA node is the
-    /// first node whose cpuset holds the PU. Distances come from the first node-to-node
+    /// `smt_sibling_rank` is the PU's position within its core's cpuset; the NUMA node is,
+    /// among the nodes whose cpuset holds the PU, the one with the smallest cpuset, then one
+    /// hwloc does not mark as memory other than DRAM (HBM, NVM, CXL, a kmem DAX device),
+    /// then the lowest OS index: a memory-only node carries the cpuset of the CPUs nearest
+    /// to it, and where it carries exactly that of one node hwloc cannot tell them apart
+    /// (rules and limits in `hwloc/pu_node.rs`; [`Topology::from_system`] asks Linux). A PU
+    /// no node holds goes to the first node. Distances come from the first node-to-node
     /// matrix hwloc has (on Linux, the ACPI SLIT's `NUMALatency`).
     ///
     /// # Errors
     /// [`Error::Hwloc`] if a PU or node has no OS index, [`Error::InconsistentTopology`] as
     /// for [`Topology::new`].
     pub fn from_hwloc(topology: &hwlocality::Topology) -> Result<Self> {
+        Self::convert(topology, None)
+    }
+
+    /// [`Topology::from_hwloc`], each CPU's node taken from `linux` (CPU → node, Linux's
+    /// node lists) where those agree with hwloc.
+    fn convert(
+        topology: &hwlocality::Topology,
+        linux: Option<&BTreeMap<u32, u32>>,
+    ) -> Result<Self> {
         let os_index = |obj: &TopologyObject| {
             obj.os_index()
                 .and_then(|i| u32::try_from(i).ok())
@@ -92,6 +117,23 @@ impl Topology {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        let views = numa
+            .iter()
+            .zip(&nodes)
+            .map(|(n, node)| pu_node::NodeView {
+                os_index: node.os_index,
+                cpus: n
+                    .cpuset()
+                    .map(|set| set.iter_set().map(|i| usize::from(i) as u32).collect())
+                    .unwrap_or_default(),
+                other_memory: other_memory(n),
+            })
+            .collect::<Vec<_>>();
+        let pus = topology
+            .objects_with_type(ObjectType::PU)
+            .map(os_index)
+            .collect::<Result<Vec<u32>>>()?;
+        let pu_nodes = pu_node::pu_nodes(&pus, &views, linux);
         let core_count = topology.objects_with_type(ObjectType::Core).count();
         let mut coreless = 0;
         let mut cores = Vec::new();
@@ -113,11 +155,8 @@ impl Topology {
             let package = pu
                 .first_ancestor_with_type(ObjectType::Package)
                 .map_or(0, |p| p.os_index().unwrap_or(p.logical_index()));
-            let numa_node = match numa
-                .iter()
-                .find(|n| n.cpuset().is_some_and(|set| set.is_set(cpu as usize)))
-            {
-                Some(n) => os_index(n)?,
+            let numa_node = match pu_nodes.get(&cpu) {
+                Some(&n) => n,
                 None => nodes.first().map_or(0, |n| n.os_index),
             };
             cores.push(Core {
@@ -144,6 +183,15 @@ impl Topology {
             .collect();
         Self::new(cores, nodes, caches, node_distances(topology))
     }
+}
+
+/// Whether hwloc marks `node` as memory other than DRAM: a subtype other than `DRAM`
+/// (hwloc 2.10+ memory tiers: `HBM`, `NVM`, `SPM`, `CXL-DRAM`, `CXL-NVM`, `GPUMemory`; KNL's
+/// `MCDRAM`; <https://www.open-mpi.org/projects/hwloc/doc/v2.13.0/attributes.html>), or a
+/// `DAXDevice` info (hwloc's Linux backend, for a node made of a device-DAX region the
+/// kmem driver onlined: persistent memory, CXL, soft-reserved HBM).
+fn other_memory(node: &TopologyObject) -> bool {
+    node.info("DAXDevice").is_some() || node.subtype().is_some_and(|s| s.to_bytes() != b"DRAM")
 }
 
 fn to_u32(n: usize) -> Result<u32> {

@@ -7,7 +7,8 @@
 //! ([`IndirectionTable`]), which buckets move when the load is skewed ([`Rebalancer`]), and
 //! where any flow lands ([`RssState::hint`]) — computing the NIC's
 //! Toeplitz hash bit for bit ([`Toeplitz`]). It reads no file and makes no syscall; the one
-//! exception is the explicit hwloc loader (`Topology::from_system`, `from_xml_file`,
+//! exception is the explicit hwloc loader (`Topology::from_system`, which also reads Linux's
+//! NUMA node CPU lists to tell a node's CPUs from a memory-only node's, `from_xml_file`,
 //! `from_synthetic_description`, cargo feature `hwloc`, on by default). The `control` crate
 //! applies the plans.
 //!
@@ -22,7 +23,7 @@
 //! | [`hints`] | flow → (hash, bucket, queue, CPU, node); source-port choice |
 //! | [`nic`] | the RSS-NIC interface (key, table, capabilities) that real and emulated NICs implement |
 //! | [`nic_caps`] | what a NIC can do (channels, RSS, XDP, queues, NAPI, IRQs): the capability snapshot |
-//! | [`plan_explain`] | which part of a plan the NIC, the kernel or flowlane carries out, and why |
+//! | [`plan_explain`] | which part of a plan the NIC, the kernel or flowlane carries out, and why ([`explain_on`]: with where placement puts the workers) |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -54,7 +55,7 @@ pub use nic_caps::NicCaps;
 pub use placement::{
     cpus_near, plan_placement, Near, PlacementNote, PlacementPlan, QueuePlacement,
 };
-pub use plan_explain::{explain, DoneBy, PlanPart, Wanted};
+pub use plan_explain::{explain, explain_on, DoneBy, PlanPart, Wanted};
 pub use rebalance::{
     max_over_mean, BucketLoad, BucketMove, CoreLoad, LoadSnapshot, MoveReason, RebalanceConfig,
     RebalancePlan, Rebalancer, RoundOutcome,

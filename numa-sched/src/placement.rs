@@ -330,7 +330,9 @@ pub enum Near {
 /// the flow's worker (on `worker_cpu`, node `node`) as `near` asks, never
 /// on a CPU of `avoid` (the workers') while another qualifies, widening to
 /// the node, then to the worker's own CPU, then to every CPU when nothing
-/// narrower exists. Sorted, never empty for a topology with CPUs.
+/// narrower exists. A node of the topology without CPUs (memory only: CXL,
+/// HBM) stands for the nearest node with CPUs, as in [`plan_placement`].
+/// Sorted, never empty for a topology with CPUs.
 #[must_use]
 pub fn cpus_near(
     topo: &Topology,
@@ -367,6 +369,14 @@ pub fn cpus_near(
             }
         }
     }
+    let node = match topo.node(node) {
+        Some(n) if n.cpus.is_empty() => topo
+            .nodes_by_distance(node)
+            .into_iter()
+            .find(|&m| topo.cpus_on_node(m).next().is_some())
+            .unwrap_or(node),
+        _ => node,
+    };
     let on_node: Vec<u32> = topo.cpus_on_node(node).map(|c| c.os_index).collect();
     let wanted: Vec<u32> = on_node.iter().copied().filter(|&c| free(c)).collect();
     if !wanted.is_empty() {
@@ -414,6 +424,22 @@ mod tests {
             8,
             "unknown node: anywhere"
         );
+        // A memory-only node: the nearest node with CPUs.
+        let mut with_memory_only = t.nodes.clone();
+        with_memory_only.push(crate::topology::NumaNode {
+            os_index: 2,
+            cpus: Vec::new(),
+            memory_bytes: None,
+        });
+        #[rustfmt::skip]
+        let d = NodeDistances::new(vec![0, 1, 2], vec![
+            10, 20, 30,
+            20, 10, 12,
+            30, 12, 10,
+        ]).unwrap();
+        let m = Topology::new(t.cores, with_memory_only, Vec::new(), Some(d)).unwrap();
+        assert_eq!(cpus_near(&m, None, 2, Near::Node, &[]), [4, 5, 6, 7]);
+        assert_eq!(cpus_near(&m, None, 2, Near::Node, &[4, 5]), [6, 7]);
         // One core per node, no SMT: the node's others.
         let flat = Topology::synthetic(1, 1, 2, 1).unwrap();
         assert_eq!(cpus_near(&flat, Some(0), 0, Near::Core, &[]), [1]);

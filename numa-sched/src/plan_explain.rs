@@ -1,12 +1,15 @@
 //! `flowlane plan --explain`: for each part of a plan, whether the NIC does
 //! it in hardware, the kernel in its software path, or flowlane itself, and
 //! why (Dragonet's "what runs in hardware, what is spilled to software").
-//! Pure: a [`NicCaps`] snapshot and what the plan wants in, the parts out.
+//! Pure: a [`NicCaps`] snapshot and what the plan wants in (with [`explain_on`], the
+//! machine's [`Topology`] too, for where the workers run), the parts out.
 
 use serde::{Deserialize, Serialize};
 
 use crate::nic_caps::{NicCaps, XdpFeature, XskFeature, XskMode};
+use crate::placement::plan_placement;
 use crate::toeplitz::HashFields;
+use crate::topology::Topology;
 
 /// Who carries out a part of the plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,8 +66,26 @@ pub struct Wanted {
 }
 
 /// Explains, part by part, how `wanted` would run on the NIC `caps`.
+///
+/// Without the machine's topology the `numa` part cannot say which node the workers get
+/// (the NIC's own, or the nearest with CPUs where it has too few or none): prefer
+/// [`explain_on`].
 #[must_use]
 pub fn explain(caps: &NicCaps, wanted: Wanted) -> Vec<PlanPart> {
+    parts(caps, wanted, numa(caps))
+}
+
+/// Explains, part by part, how `wanted` would run on the NIC `caps` in the machine `topo`:
+/// as [`explain`], the `numa` part saying where the workers, their UMEM and their IRQs go
+/// as [`plan_placement`] places them (no CPU budget, nothing reserved): the NIC's node
+/// while it has CPUs, then the nearest nodes with CPUs (a memory-only node has none), the
+/// nodes in index order when the NIC names no node or one the topology does not list.
+#[must_use]
+pub fn explain_on(caps: &NicCaps, wanted: Wanted, topo: &Topology) -> Vec<PlanPart> {
+    parts(caps, wanted, numa_on(caps, wanted, topo))
+}
+
+fn parts(caps: &NicCaps, wanted: Wanted, numa: PlanPart) -> Vec<PlanPart> {
     vec![
         rss_hash(caps),
         indirection(caps, wanted),
@@ -74,7 +95,7 @@ pub fn explain(caps: &NicCaps, wanted: Wanted) -> Vec<PlanPart> {
         tx_checksum(caps),
         interrupts(caps, wanted),
         ntuple(caps),
-        numa(caps),
+        numa,
     ]
 }
 
@@ -445,21 +466,116 @@ fn ntuple(caps: &NicCaps) -> PlanPart {
     }
 }
 
+/// The `numa` part without the topology: what placement does, not which node it gets.
 fn numa(caps: &NicCaps) -> PlanPart {
     match caps.numa_node {
         Some(n) => part(
             "numa",
             DoneBy::Hardware,
-            format!("the NIC is on node {n}: its workers, UMEM and IRQs go there"),
+            format!(
+                "the NIC is on node {n}: its workers, UMEM and IRQs go to node {n}'s CPUs, \
+                 to the nearest nodes with CPUs where it has too few or none"
+            ),
+            "frames are DMA'd into the memory of the worker's node and read by its cores; \
+             which nodes have CPUs is the machine's topology, not given here",
+            None,
+        ),
+        None => numa_unknown(),
+    }
+}
+
+fn numa_unknown() -> PlanPart {
+    part(
+        "numa",
+        DoneBy::Flowlane,
+        "the NIC names no NUMA node: workers fill the nodes in index order, the lowest \
+         node's CPUs first",
+        "a virtual device or a one-node machine (device/numa_node is -1 or absent)",
+        None,
+    )
+}
+
+/// The `numa` part from the placement `topo` gives the workers.
+fn numa_on(caps: &NicCaps, wanted: Wanted, topo: &Topology) -> PlanPart {
+    let Some(n) = caps.numa_node else {
+        return numa_unknown();
+    };
+    let Some(local) = topo.node(n).map(|node| node.cpus.len()) else {
+        return part(
+            "numa",
+            DoneBy::Flowlane,
+            format!(
+                "the NIC is on node {n}, which is not in the topology: workers fill the nodes \
+                 in index order, the lowest node's CPUs first"
+            ),
+            "hwloc leaves out the nodes outside the process's cpuset.mems while sysfs names \
+             the device's: locality is a matter of luck",
+            None,
+        );
+    };
+    let workers = usize::try_from(wanted.workers.max(1)).unwrap_or(usize::MAX);
+    let placed = workers.min(topo.cores.len());
+    // Nodes in placement order, with how many workers each takes.
+    let mut nodes: Vec<(u32, usize)> = Vec::new();
+    if let Ok(plan) = plan_placement(topo, Some(n), placed, None, &[]) {
+        for q in &plan.queues {
+            match nodes.last_mut() {
+                Some((node, count)) if *node == q.node => *count += 1,
+                _ => nodes.push((q.node, 1)),
+            }
+        }
+    }
+    let list = |nodes: &[(u32, usize)]| {
+        let names: Vec<String> = nodes
+            .iter()
+            .map(|&(node, count)| match topo.distance(n, node) {
+                Some(d) => format!("node {node} ({count} worker(s), distance {d})"),
+                None => format!("node {node} ({count} worker(s); no distances known: by index)"),
+            })
+            .collect();
+        names.join(", ")
+    };
+    match nodes.split_first() {
+        None => part(
+            "numa",
+            DoneBy::Refused,
+            format!("the NIC is on node {n}, and the topology has no CPU for its workers"),
+            "workers need CPUs",
+            None,
+        ),
+        Some((&(first, count), [])) if first == n => part(
+            "numa",
+            DoneBy::Hardware,
+            format!("the NIC is on node {n}: its {count} worker(s), their UMEM and IRQs go there"),
             "frames are DMA'd into node-local memory and read by node-local cores",
             None,
         ),
-        None => part(
+        Some((&(first, count), rest)) if first == n => part(
+            "numa",
+            DoneBy::Hardware,
+            format!(
+                "the NIC is on node {n}: {count} of its {placed} workers, their UMEM and IRQs \
+                 go there; the others to the nearest nodes with CPUs: {}",
+                list(rest)
+            ),
+            format!(
+                "node {n} has {local} CPU(s): the workers beyond them read frames the NIC \
+                 DMA'd across the interconnect"
+            ),
+            Some(format!("run {local} worker(s) (--queues {local})")),
+        ),
+        Some(_) => part(
             "numa",
             DoneBy::Flowlane,
-            "the NIC names no NUMA node: workers fill the nodes in index order, the lowest \
-             node's CPUs first",
-            "a virtual device or a one-node machine (device/numa_node is -1 or absent)",
+            format!(
+                "the NIC is on node {n}, which has no CPUs (memory only): its workers, their \
+                 UMEM and IRQs go to the nearest nodes with CPUs: {}",
+                list(&nodes)
+            ),
+            format!(
+                "no worker can run on node {n}: the NIC DMAs every frame across the \
+                 interconnect into the memory of the workers' node"
+            ),
             None,
         ),
     }
@@ -620,7 +736,21 @@ mod tests {
                     workers,
                     table_size: 128,
                 };
-                for p in explain(caps, wanted) {
+                let topo = with_a_memory_only_node();
+                let on = [None, Some(0), Some(1), Some(2), Some(7)].map(|node| {
+                    explain_on(
+                        &NicCaps {
+                            numa_node: node,
+                            ..caps.clone()
+                        },
+                        wanted,
+                        &topo,
+                    )
+                });
+                for p in explain(caps, wanted)
+                    .into_iter()
+                    .chain(on.into_iter().flatten())
+                {
                     for text in [&p.what, &p.why].into_iter().chain(p.action.as_ref()) {
                         assert!(!text.contains("  "), "{}: {text:?}", p.part);
                     }
@@ -650,6 +780,104 @@ mod tests {
         .clone();
         assert!(!p.what.contains("spread"), "{p:?}");
         assert!(p.what.contains("in index order"), "{p:?}");
+    }
+
+    /// Node 0: CPUs 0-3; node 1: memory only (CXL, HBM), nearest to node 2; node 2: CPUs
+    /// 4-5.
+    fn with_a_memory_only_node() -> Topology {
+        use crate::topology::{Core, NodeDistances, NumaNode};
+        let cores = (0..6)
+            .map(|cpu| Core {
+                os_index: cpu,
+                core_id: cpu,
+                package: u32::from(cpu >= 4),
+                numa_node: if cpu < 4 { 0 } else { 2 },
+                smt_sibling_rank: 0,
+            })
+            .collect();
+        let memory_only = NumaNode {
+            os_index: 1,
+            cpus: Vec::new(),
+            memory_bytes: Some(1 << 30),
+        };
+        #[rustfmt::skip]
+        let d = NodeDistances::new(vec![0, 1, 2], vec![
+            10, 30, 21,
+            30, 10, 14,
+            21, 14, 10,
+        ]).unwrap();
+        Topology::new(cores, vec![memory_only], Vec::new(), Some(d)).unwrap()
+    }
+
+    fn numa_part(node: Option<u32>, workers: u32, topo: Option<&Topology>) -> PlanPart {
+        let caps = NicCaps {
+            iface: "eth0".into(),
+            rx_queues: workers,
+            tx_queues: workers,
+            numa_node: node,
+            ..NicCaps::default()
+        };
+        let wanted = Wanted {
+            workers,
+            table_size: 128,
+        };
+        let parts = match topo {
+            Some(t) => explain_on(&caps, wanted, t),
+            None => explain(&caps, wanted),
+        };
+        assert_eq!(parts.len(), 9);
+        find(&parts, "numa").clone()
+    }
+
+    #[test]
+    fn a_nic_on_a_node_without_cpus_names_where_its_workers_go() {
+        let t = with_a_memory_only_node();
+        let p = numa_part(Some(1), 2, Some(&t));
+        assert_eq!(p.done_by, DoneBy::Flowlane, "{p:?}");
+        assert!(p.what.contains("node 1, which has no CPUs"), "{p:?}");
+        assert!(
+            p.what.contains("node 2 (2 worker(s), distance 14)"),
+            "{p:?}"
+        );
+        assert!(!p.what.contains("go there"), "{p:?}");
+        // More workers than the nearest node has CPUs: the next nearest too, as placed.
+        let p = numa_part(Some(1), 4, Some(&t));
+        assert!(
+            p.what
+                .contains("node 2 (2 worker(s), distance 14), node 0 (2 worker(s), distance 30)"),
+            "{p:?}"
+        );
+        // Without the topology nothing is promised that placement may not keep.
+        let p = numa_part(Some(1), 2, None);
+        assert!(!p.what.contains("go there"), "{p:?}");
+        assert!(p.what.contains("nearest nodes with CPUs"), "{p:?}");
+    }
+
+    #[test]
+    fn a_nic_on_a_node_with_cpus_keeps_its_workers_while_they_last() {
+        let t = with_a_memory_only_node();
+        let p = numa_part(Some(0), 4, Some(&t));
+        assert_eq!(p.done_by, DoneBy::Hardware);
+        assert_eq!(
+            p.what,
+            "the NIC is on node 0: its 4 worker(s), their UMEM and IRQs go there"
+        );
+        let p = numa_part(Some(2), 3, Some(&t));
+        assert_eq!(p.done_by, DoneBy::Hardware);
+        assert!(p.what.contains("2 of its 3 workers"), "{p:?}");
+        assert!(
+            p.what.contains("node 0 (1 worker(s), distance 21)"),
+            "{p:?}"
+        );
+        assert_eq!(p.action.as_deref(), Some("run 2 worker(s) (--queues 2)"));
+        // A node the topology does not list, or none: index order, as placement does.
+        let p = numa_part(Some(7), 1, Some(&t));
+        assert_eq!(p.done_by, DoneBy::Flowlane);
+        assert!(
+            p.what.contains("node 7, which is not in the topology"),
+            "{p:?}"
+        );
+        assert_eq!(numa_part(None, 1, Some(&t)), numa_part(None, 1, None));
     }
 
     #[test]
