@@ -5,7 +5,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use flowlane_app::seen_state;
+use flowlane_app::{seen_state, Error};
 use flowlane_tcp::{CloseReason, State};
 use mio::net::TcpStream;
 
@@ -65,16 +65,74 @@ pub(crate) const FIN_WAIT: Duration = Duration::from_secs(60);
 pub(crate) enum Io {
     /// Progress (bytes moved), or nothing to do now.
     Ok(usize),
-    /// The connection failed: it ends for this reason (after `moved`
-    /// bytes went in this call).
-    Failed(CloseReason, usize),
+    /// The connection failed: it ends so (after `moved` bytes went in
+    /// this call).
+    Failed(Failure, usize),
 }
 
-/// Why a socket error ends a connection.
-pub(crate) fn close_reason(e: &std::io::Error) -> CloseReason {
-    match e.kind() {
-        ErrorKind::TimedOut => CloseReason::Timeout,
-        _ => CloseReason::Reset,
+/// How a socket error ends a connection: the reason flowlane's stack
+/// gives for the same event, and whether it was the peer's reset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Failure {
+    /// What the handler's `on_closed` hears.
+    pub(crate) reason: CloseReason,
+    /// An RST came from the peer (counted in `resets_in`).
+    pub(crate) peer_reset: bool,
+}
+
+impl Failure {
+    /// The failure a socket error (a read's, a write's, or the pending
+    /// one `SO_ERROR` gives) reports.
+    ///
+    /// An RST is `ECONNRESET`, `ECONNREFUSED` in SYN-SENT and `EPIPE` in
+    /// CLOSE-WAIT (tcp(7) ERRORS: "EPIPE The other end closed the socket
+    /// unexpectedly"; Linux's `tcp_reset`): `Reset`, as the stack reports
+    /// an RST in any state. Retransmissions or keepalive probes that ran
+    /// out give `ETIMEDOUT` (tcp(7)), or the error saved while they went
+    /// unanswered (Linux's `tcp_write_err` reports the ICMP or neighbour
+    /// error it kept, if any; tcp(7): "Any errors defined for ip(7) ...
+    /// may also be returned for TCP", ip(7): "EHOSTUNREACH ... can be
+    /// caused by an ICMP message from a remote router"): `EHOSTUNREACH`,
+    /// `ENETUNREACH`, `EHOSTDOWN`, `ENETDOWN` (an open to a local host
+    /// that answers no ARP). The stack, which does not end connections on
+    /// those, times out there: `Timeout`. Anything else ends the
+    /// connection as a reset that is not counted as the peer's.
+    pub(crate) fn of(e: &std::io::Error) -> Failure {
+        use nix::errno::Errno;
+        let errno = e.raw_os_error().map(Errno::from_raw);
+        let (reason, peer_reset) = match errno {
+            Some(Errno::ECONNRESET | Errno::ECONNREFUSED | Errno::EPIPE) => {
+                (CloseReason::Reset, true)
+            }
+            Some(
+                Errno::ETIMEDOUT
+                | Errno::EHOSTUNREACH
+                | Errno::ENETUNREACH
+                | Errno::EHOSTDOWN
+                | Errno::ENETDOWN,
+            ) => (CloseReason::Timeout, false),
+            _ => (CloseReason::Reset, false),
+        };
+        Failure { reason, peer_reset }
+    }
+}
+
+/// The error an active open's connect(2) (or the socket(2) before it)
+/// gives the application, as flowlane's TCP gives it for the same cause:
+/// `AddrInUse` when no local port is free (connect(2), EADDRNOTAVAIL:
+/// "all port numbers in the ephemeral port range are currently in use";
+/// the AF_XDP backend's `connect` when its ports ran out),
+/// `ConnectionLimit` when descriptors or memory ran out (socket(2):
+/// EMFILE, ENFILE, ENOBUFS, ENOMEM), `InvalidAddress` otherwise (an
+/// address of no family here, no route to it).
+pub(crate) fn connect_error(e: &std::io::Error) -> Error {
+    use nix::errno::Errno;
+    match e.raw_os_error().map(Errno::from_raw) {
+        Some(Errno::EADDRNOTAVAIL | Errno::EADDRINUSE) => Error::AddrInUse,
+        Some(Errno::EMFILE | Errno::ENFILE | Errno::ENOBUFS | Errno::ENOMEM) => {
+            Error::ConnectionLimit
+        }
+        _ => Error::InvalidAddress,
     }
 }
 
@@ -140,7 +198,7 @@ impl Conn {
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 // Linux gives what it queued before the error: counted.
-                Err(e) => return Io::Failed(close_reason(&e), got),
+                Err(e) => return Io::Failed(Failure::of(&e), got),
             }
         }
     }
@@ -167,13 +225,42 @@ impl Conn {
         Io::Ok(sent)
     }
 
-    /// Whether a closed connection is done: both FINs sent and the
-    /// handler told of the peer's, or the peer's FIN did not come in time.
-    pub(crate) fn close_finished(&self, now: Instant) -> bool {
-        self.closing
-            && self.write_shut
-            && ((self.peer_eof && self.peer_closed_dispatched)
-                || self.fin_sent_at.is_some_and(|t| now >= t + FIN_WAIT))
+    /// How a closed connection is done, if it is: `Normal` once both FINs
+    /// went and the handler was told of the peer's; `Timeout` when the
+    /// peer's FIN did not come within [`FIN_WAIT`] of ours (the stack's
+    /// FIN-WAIT-2 timer, which `CloseReason::Timeout` names).
+    pub(crate) fn close_finished(&self, now: Instant) -> Option<CloseReason> {
+        if !self.closing || !self.write_shut {
+            None
+        } else if self.peer_eof && self.peer_closed_dispatched {
+            Some(CloseReason::Normal)
+        } else if self.fin_sent_at.is_some_and(|t| now >= t + FIN_WAIT) {
+            Some(CloseReason::Timeout)
+        } else {
+            None
+        }
+    }
+
+    /// Whether a stopping core should keep running for this connection,
+    /// within its bound: a FIN asked for that has not gone to the kernel
+    /// yet (bytes still in the send buffer, or the handshake not done),
+    /// or the peer's FIN came and the application has not closed yet (its
+    /// close may be on its way, from an application thread in queue-pair
+    /// mode). What the AF_XDP service's linger waits for (FIN-WAIT-1,
+    /// CLOSE-WAIT, ...) but what the kernel finishes itself once it has
+    /// our FIN.
+    pub(crate) fn close_pending(&self) -> bool {
+        (self.shut_pending && !self.write_shut) || (self.peer_eof && !self.shut_pending)
+    }
+
+    /// Whether the kernel may finish this connection when its socket is
+    /// dropped: the application's FIN went to the socket after all its
+    /// bytes, and nothing received waits unread here. Dropping any other
+    /// would send a FIN the application never asked for, after a stream
+    /// cut short (close(2) of a socket with unread bytes in the kernel
+    /// resets it by itself, tcp(7)/RFC 2525 §2.17).
+    pub(crate) fn may_end_quietly(&self) -> bool {
+        self.write_shut && self.tx.is_empty() && self.rx.is_empty()
     }
 
     /// Whether a closed connection's send buffer has not drained into the
@@ -196,7 +283,7 @@ impl Conn {
         &mut self,
         data: &[u8],
         pool: &mut BufferPool,
-    ) -> Result<(usize, usize), CloseReason> {
+    ) -> Result<(usize, usize), Failure> {
         let mut written = 0;
         if !self.tx.is_empty() && !self.connecting {
             written = write_now(&mut self.stream, self.tx.filled())?;
@@ -243,7 +330,7 @@ impl Conn {
 }
 
 /// Writes `data` to `stream`, as much as it takes now.
-fn write_now(stream: &mut TcpStream, data: &[u8]) -> Result<usize, CloseReason> {
+fn write_now(stream: &mut TcpStream, data: &[u8]) -> Result<usize, Failure> {
     let mut sent = 0;
     while sent < data.len() {
         match stream.write(&data[sent..]) {
@@ -251,8 +338,59 @@ fn write_now(stream: &mut TcpStream, data: &[u8]) -> Result<usize, CloseReason> 
             Ok(n) => sent += n,
             Err(e) if e.kind() == ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(close_reason(&e)),
+            Err(e) => return Err(Failure::of(&e)),
         }
     }
     Ok(sent)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::errno::Errno;
+
+    fn err(e: Errno) -> std::io::Error {
+        std::io::Error::from_raw_os_error(e as i32)
+    }
+
+    /// An RST is the peer's reset in every state it comes in; an open or
+    /// retransmissions that found no host are a timeout, as on flowlane's
+    /// stack, and no reset came.
+    #[test]
+    fn socket_errors_end_connections_as_the_stack_does() {
+        for e in [Errno::ECONNRESET, Errno::ECONNREFUSED, Errno::EPIPE] {
+            let f = Failure::of(&err(e));
+            assert_eq!((f.reason, f.peer_reset), (CloseReason::Reset, true), "{e}");
+        }
+        for e in [
+            Errno::ETIMEDOUT,
+            Errno::EHOSTUNREACH,
+            Errno::ENETUNREACH,
+            Errno::EHOSTDOWN,
+            Errno::ENETDOWN,
+        ] {
+            let f = Failure::of(&err(e));
+            assert_eq!(
+                (f.reason, f.peer_reset),
+                (CloseReason::Timeout, false),
+                "{e}"
+            );
+        }
+        let f = Failure::of(&err(Errno::EPROTO));
+        assert!(!f.peer_reset, "not counted as the peer's");
+    }
+
+    /// Ports exhausted is the AF_XDP backend's `AddrInUse`; out of
+    /// descriptors or memory, `ConnectionLimit`.
+    #[test]
+    fn connect_errors_are_the_stack_s() {
+        assert_eq!(connect_error(&err(Errno::EADDRNOTAVAIL)), Error::AddrInUse);
+        for e in [Errno::EMFILE, Errno::ENFILE, Errno::ENOBUFS, Errno::ENOMEM] {
+            assert_eq!(connect_error(&err(e)), Error::ConnectionLimit, "{e}");
+        }
+        assert_eq!(
+            connect_error(&err(Errno::EAFNOSUPPORT)),
+            Error::InvalidAddress
+        );
+    }
 }

@@ -18,8 +18,8 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 
 use crate::buffer::BufferPool;
-use crate::conn::{close_reason, Conn, Io};
-use crate::listener::reuseport_listener;
+use crate::conn::{connect_error, Conn, Failure, Io};
+use crate::listener::{retry_accept_at_once, Claims};
 use crate::tcp_info::{Diag, KernelView};
 
 /// Tokens at and above this name listeners; below it, connection slots.
@@ -31,6 +31,12 @@ const WAKE_TOKEN: Token = Token(usize::MAX);
 const TICK: Duration = Duration::from_millis(10);
 /// Readiness events taken per poll.
 const EVENTS: usize = 1024;
+/// How long a stopping core goes on at most for its connections' closes
+/// to finish (the bytes a closed connection still holds here sent, then
+/// its FIN; a close still to come where the peer closed): the bound the
+/// services give the AF_XDP backend's `TcpService::linger`. What is left
+/// then is reset, not cut short with a FIN.
+pub const STOP_LINGER: Duration = Duration::from_secs(2);
 
 /// Sizes and bounds of one core.
 #[derive(Debug, Clone)]
@@ -78,6 +84,8 @@ pub struct KernelNet {
     epoch: Instant,
     poll: Poll,
     listen_on: Vec<IpAddr>,
+    /// The addresses the service's cores listen on (shared by them).
+    claims: Claims,
     listeners: Vec<TcpListener>,
     /// Each listener's SYN filter, asked at accept (the kernel completed
     /// the handshake): a refused connection is reset before any callback.
@@ -96,6 +104,10 @@ pub struct KernelNet {
     accept_retry: Vec<bool>,
     /// Accepts that failed so.
     accept_failed: u64,
+    /// Accepts that failed for the one connection they would have
+    /// returned (reset or lost before it was taken), the next one taken
+    /// at once.
+    accept_aborted: u64,
     /// Writes left (in part) to the application for want of send memory.
     send_memory_waits: u64,
     /// Connections closed by the application and not yet ended.
@@ -110,6 +122,14 @@ pub struct KernelNet {
     rx_pool: BufferPool,
     /// Memory of the send buffers that hold bytes.
     tx_pool: BufferPool,
+}
+
+/// Whatever ends the loop (a stop, a poll error, a handler's panic
+/// unwinding its thread), no connection is cut short with a FIN.
+impl Drop for KernelNet {
+    fn drop(&mut self) {
+        self.let_go();
+    }
 }
 
 /// The listeners' SYN filters, by listener index.
@@ -155,7 +175,12 @@ impl Wake for MioWake {
 }
 
 impl KernelNet {
-    fn new(placement: Placement, listen_on: Vec<IpAddr>, limits: Limits) -> std::io::Result<Self> {
+    fn new(
+        placement: Placement,
+        listen_on: Vec<IpAddr>,
+        limits: Limits,
+        claims: Claims,
+    ) -> std::io::Result<Self> {
         let (rx_buffer, tx_buffer) = (limits.rx_buffer, limits.tx_buffer);
         let (rx_memory, tx_memory) = (limits.rx_memory, limits.tx_memory);
         Ok(KernelNet {
@@ -163,6 +188,7 @@ impl KernelNet {
             epoch: Instant::now(),
             poll: Poll::new()?,
             listen_on,
+            claims,
             listeners: Vec::new(),
             filters: Filters::default(),
             conns: Handles::new(limits.max_connections),
@@ -172,6 +198,7 @@ impl KernelNet {
             memory_waits: 0,
             accept_retry: Vec::new(),
             accept_failed: 0,
+            accept_aborted: 0,
             send_memory_waits: 0,
             closing_conns: Vec::new(),
             limits,
@@ -196,7 +223,9 @@ impl KernelNet {
         self.conns.get_mut(h)
     }
 
-    /// Puts `conn` in a free slot and registers it.
+    /// Puts `conn` in a free slot and registers it; one that cannot be
+    /// registered is reset (an accepted one would otherwise see a FIN)
+    /// and counted by the caller.
     fn insert(&mut self, conn: Conn) -> Result<ConnHandle, Error> {
         let h = self.conns.insert(conn)?;
         let token = Token(h.index() as usize);
@@ -211,10 +240,28 @@ impl KernelNet {
             )
             .is_err()
         {
-            self.conns.undo_insert(h);
+            if let Some(c) = self.conns.undo_insert(h) {
+                reset_on_close(&c.stream);
+            }
             return Err(Error::ConnectionLimit);
         }
         Ok(h)
+    }
+
+    /// Counts an RST sent for `reason` (`resets_out` is the sum of the
+    /// reasons' counters).
+    fn count_reset(&mut self, reason: CloseReason) {
+        self.stats.resets_out += 1;
+        match reason {
+            // Data after `close` (`read_ready`).
+            CloseReason::Reset => self.stats.resets_data_after_close += 1,
+            // A close whose bytes the peer never read (`sweep_closing`).
+            CloseReason::Timeout => self.stats.resets_timed_out += 1,
+            // The application's abort or close with data unread, its
+            // `admit`'s refusal, a connection past the core's bound, or
+            // one a stop could not finish.
+            _ => self.stats.resets_aborted += 1,
+        }
     }
 
     /// Ends connection `index`: its socket goes (reset first when
@@ -232,18 +279,11 @@ impl KernelNet {
         };
         if reset {
             reset_on_close(&conn.stream);
-            self.stats.resets_out += 1;
-            match reason {
-                // Data after `close` (`read_ready`).
-                CloseReason::Reset => self.stats.resets_data_after_close += 1,
-                // A close whose bytes the peer never read (`sweep_closing`).
-                CloseReason::Timeout => self.stats.resets_timed_out += 1,
-                _ => self.stats.resets_aborted += 1,
+            // Not in SYN-SENT: closing a connect under way sends nothing
+            // (Linux's `tcp_disconnect` resets only synchronized states).
+            if !conn.connecting {
+                self.count_reset(reason);
             }
-        }
-        if reason == CloseReason::Reset && !reset {
-            // The peer's (the data-after-close reset above is ours).
-            self.stats.resets_in += 1;
         }
         let _ = self.poll.registry().deregister(&mut conn.stream);
         if conn.waits_for_memory {
@@ -257,6 +297,30 @@ impl KernelNet {
         drop(conn);
         self.stats.closed += 1;
         self.events.push_back(Event::Closed { conn: h, reason });
+    }
+
+    /// Ends connection `index` for a socket error.
+    fn fail(&mut self, index: u32, f: Failure) {
+        if f.peer_reset {
+            self.stats.resets_in += 1;
+        }
+        self.end(index, f.reason, false);
+    }
+
+    /// Ends connection `index` if its socket holds an error (epoll told
+    /// one, `EPOLLERR`): an RST, or retransmissions or keepalive probes
+    /// that ran out, after the peer's FIN. No read reports it then (the
+    /// receive side is at its end, and is not read again), nor a write
+    /// while nothing is left to send, nor a read that waits for memory:
+    /// `SO_ERROR` does (socket(7)).
+    fn error_ready(&mut self, index: u32) {
+        let Some(conn) = self.conns.at_mut(index) else {
+            return;
+        };
+        match conn.stream.take_error() {
+            Ok(Some(e)) | Err(e) => self.fail(index, Failure::of(&e)),
+            Ok(None) => {}
+        }
     }
 
     /// The `Closed` event of `h` was dispatched: its slot is free.
@@ -288,9 +352,9 @@ impl KernelNet {
             return;
         }
         match conn.fill(&mut self.rx_pool) {
-            Io::Failed(r, got) => {
+            Io::Failed(f, got) => {
                 self.stats.bytes_in += got as u64;
-                self.end(index, r, false);
+                self.fail(index, f);
             }
             Io::Ok(got) if got > 0 && conn.closing => {
                 // Data after `close` (RFC 9293 §3.10.7.4 for a closed
@@ -323,7 +387,7 @@ impl KernelNet {
         };
         if conn.connecting {
             match conn.stream.take_error() {
-                Ok(Some(e)) | Err(e) => return self.end(index, close_reason(&e), false),
+                Ok(Some(e)) | Err(e) => return self.fail(index, Failure::of(&e)),
                 Ok(None) => {}
             }
             match conn.stream.peer_addr() {
@@ -333,15 +397,15 @@ impl KernelNet {
                     self.events.push_back(Event::Connected(h));
                 }
                 Err(e) if e.kind() == ErrorKind::NotConnected => return,
-                Err(e) => return self.end(index, close_reason(&e), false),
+                Err(e) => return self.fail(index, Failure::of(&e)),
             }
         }
         match conn.flush(&mut self.tx_pool) {
-            Io::Failed(r, _) => self.end(index, r, false),
+            Io::Failed(f, _) => self.fail(index, f),
             Io::Ok(sent) => {
                 self.stats.bytes_out += sent as u64;
-                if conn.close_finished(Instant::now()) {
-                    self.end(index, CloseReason::Normal, false);
+                if let Some(reason) = conn.close_finished(Instant::now()) {
+                    self.end(index, reason, false);
                 } else if conn.want_writable && conn.send_space() > 0 && !conn.connecting {
                     conn.want_writable = false;
                     self.events.push_back(Event::Writable(h));
@@ -350,9 +414,12 @@ impl KernelNet {
         }
     }
 
-    /// Takes every connection waiting on listener `li`. A failure other
-    /// than an empty queue (out of descriptors: EMFILE, ENFILE; of memory)
-    /// is counted and the listener tried again each pass
+    /// Takes every connection waiting on listener `li`. An error of the
+    /// one connection an accept would have returned
+    /// ([`retry_accept_at_once`]) is counted (`accept_aborted`) and the
+    /// next taken at once; any other failure than an empty queue (out of
+    /// descriptors: EMFILE, ENFILE; of memory) is counted
+    /// (`accept_failed`) and the listener tried again each pass
     /// ([`KernelNet::retry_accepts`]) until its queue is drained.
     fn accept(&mut self, li: usize) {
         loop {
@@ -363,6 +430,10 @@ impl KernelNet {
                     return;
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) if retry_accept_at_once(&e) => {
+                    self.accept_aborted += 1;
+                    continue;
+                }
                 Err(e) => {
                     self.accept_failed += 1;
                     if !std::mem::replace(&mut self.accept_retry[li], true) {
@@ -386,6 +457,7 @@ impl KernelNet {
             if !self.conns.has_room() {
                 reset_on_close(&stream);
                 self.stats.connection_limit_refused += 1;
+                self.count_reset(CloseReason::Aborted);
                 continue;
             }
             let conn = Conn::new(
@@ -403,7 +475,11 @@ impl KernelNet {
                         listener: ListenerId::from_index(li as u32),
                     });
                 }
-                Err(_) => self.stats.connection_limit_refused += 1,
+                Err(_) => {
+                    // Reset by `insert`.
+                    self.stats.connection_limit_refused += 1;
+                    self.count_reset(CloseReason::Aborted);
+                }
             }
         }
     }
@@ -413,7 +489,7 @@ impl KernelNet {
         let mut ids = Vec::new();
         for &ip in &self.listen_on.clone() {
             let addr = SocketAddr::new(ip, port);
-            let mut l = reuseport_listener(addr).map_err(|e| {
+            let mut l = self.claims.listener(addr).map_err(|e| {
                 tracing::warn!(
                     "queue {}: cannot listen on {addr}: {e}",
                     self.placement.queue
@@ -440,16 +516,17 @@ impl KernelNet {
     fn peer_closed_dispatched(&mut self, h: ConnHandle) {
         if let Ok(c) = self.conn_mut(h) {
             c.peer_closed_dispatched = true;
-            if c.close_finished(Instant::now()) {
-                self.end(h.index(), CloseReason::Normal, false);
+            if let Some(reason) = c.close_finished(Instant::now()) {
+                self.end(h.index(), reason, false);
             }
         }
     }
 
     /// Ends the closed connections whose peer's FIN did not come within
-    /// [`FIN_WAIT`](crate::conn::FIN_WAIT) (the kernel finishes them), and
-    /// resets those whose own FIN could not go within it because their
-    /// peer reads nothing ([`Conn::close_stuck`](crate::conn::Conn::close_stuck)).
+    /// [`FIN_WAIT`](crate::conn::FIN_WAIT) (`Timeout`, as the stack's
+    /// FIN-WAIT-2 timer; the kernel finishes them), and resets those whose
+    /// own FIN could not go within it because their peer reads nothing
+    /// ([`Conn::close_stuck`](crate::conn::Conn::close_stuck)).
     fn sweep_closing(&mut self, now: Instant) {
         let mut i = 0;
         while i < self.closing_conns.len() {
@@ -459,15 +536,47 @@ impl KernelNet {
                     self.closing_conns.swap_remove(i);
                     self.end(index, CloseReason::Timeout, true);
                 }
-                Some(c) if c.closing && !c.close_finished(now) => i += 1,
-                Some(c) if c.closing => {
-                    self.closing_conns.swap_remove(i);
-                    self.end(index, CloseReason::Normal, false);
-                }
+                Some(c) if c.closing => match c.close_finished(now) {
+                    None => i += 1,
+                    Some(reason) => {
+                        self.closing_conns.swap_remove(i);
+                        self.end(index, reason, false);
+                    }
+                },
                 _ => {
                     self.closing_conns.swap_remove(i);
                 }
             }
+        }
+    }
+
+    /// Whether a connection's close is still under way in a way that only
+    /// this loop can finish ([`Conn::close_pending`]).
+    fn closes_pending(&self) -> bool {
+        self.conns.iter().any(Conn::close_pending)
+    }
+
+    /// Lets go of every connection at a stop: the kernel finishes those
+    /// whose FIN the application asked for and that went to the socket
+    /// after all their bytes ([`Conn::may_end_quietly`]); every other one
+    /// is reset (`SO_LINGER` of zero, socket(7)), so that its peer never
+    /// takes a stream cut short for a complete one (the kernel would send
+    /// what it holds, then a FIN). Handlers hear nothing more.
+    fn let_go(&mut self) {
+        let mut index = 0;
+        while self.conns.handle(index).is_some() {
+            if let Some((_, mut conn)) = self.conns.end(index) {
+                if !conn.may_end_quietly() {
+                    reset_on_close(&conn.stream);
+                    if !conn.connecting {
+                        self.count_reset(CloseReason::Aborted);
+                    }
+                }
+                let _ = self.poll.registry().deregister(&mut conn.stream);
+                conn.rx.discard(&mut self.rx_pool);
+                conn.tx.discard(&mut self.tx_pool);
+            }
+            index += 1;
         }
     }
 
@@ -516,10 +625,18 @@ impl Net for KernelNet {
         self.placement
     }
 
+    /// A non-blocking connect(2); no SYN goes out for a connection the
+    /// table has no slot for (`ConnectionLimit`). No free local port is
+    /// `AddrInUse`, no descriptor or memory left `ConnectionLimit`, as on
+    /// flowlane's TCP; a refusal (an RST to the SYN) and an open that
+    /// times out come later, as `on_closed` (`Reset`, `Timeout`).
     fn connect(&mut self, remote: SocketAddr) -> Result<ConnHandle, Error> {
+        if !self.conns.has_room() {
+            return Err(Error::ConnectionLimit);
+        }
         let stream = TcpStream::connect(remote).map_err(|e| {
             tracing::debug!("connect to {remote}: {e}");
-            Error::InvalidAddress
+            connect_error(&e)
         })?;
         let local = stream
             .local_addr()
@@ -557,8 +674,8 @@ impl Net for KernelNet {
                 }
                 Ok(taken)
             }
-            Err(r) => {
-                self.end(h.index(), r, false);
+            Err(f) => {
+                self.fail(h.index(), f);
                 Err(Error::InvalidHandle)
             }
         }
@@ -618,7 +735,7 @@ impl Net for KernelNet {
         let conn = self.conns.get_mut(h)?;
         conn.shut_pending = true;
         match conn.flush(&mut self.tx_pool) {
-            Io::Failed(r, _) => self.end(h.index(), r, false),
+            Io::Failed(f, _) => self.fail(h.index(), f),
             Io::Ok(sent) => self.stats.bytes_out += sent as u64,
         }
         Ok(())
@@ -650,14 +767,14 @@ impl Net for KernelNet {
         }
         conn.shut_pending = true;
         match conn.flush(&mut self.tx_pool) {
-            Io::Failed(r, _) => self.end(h.index(), r, false),
+            Io::Failed(f, _) => self.fail(h.index(), f),
             Io::Ok(sent) => {
                 // What this flush wrote counts as sent, as in `write_ready`
                 // (uncounted, a close that flushed the last bytes left
                 // `bytes_out` short of what the peer read).
                 self.stats.bytes_out += sent as u64;
-                if conn.close_finished(Instant::now()) {
-                    self.end(h.index(), CloseReason::Normal, false);
+                if let Some(reason) = conn.close_finished(Instant::now()) {
+                    self.end(h.index(), reason, false);
                 } else {
                     // The rest and FIN go out as the socket takes them
                     // (`write_ready`); the end comes with the peer's FIN.
@@ -781,14 +898,26 @@ pub struct KernelCore {
 
 impl KernelCore {
     /// A core at `placement` whose listeners bind `listen_on` (one per
-    /// address, each port).
+    /// address, each port), alone on its ports: a port another socket
+    /// holds, even with `SO_REUSEPORT`, is refused (`AddrInUse`).
     pub fn new(
         placement: Placement,
         listen_on: Vec<IpAddr>,
         limits: Limits,
     ) -> std::io::Result<KernelCore> {
+        Self::sharing(placement, listen_on, limits, Claims::default())
+    }
+
+    /// [`KernelCore::new`] for one of a service's cores, which share
+    /// their ports (`claims`) and nobody else's.
+    pub(crate) fn sharing(
+        placement: Placement,
+        listen_on: Vec<IpAddr>,
+        limits: Limits,
+        claims: Claims,
+    ) -> std::io::Result<KernelCore> {
         Ok(KernelCore {
-            net: KernelNet::new(placement, listen_on, limits)?,
+            net: KernelNet::new(placement, listen_on, limits, claims)?,
             app: Dispatcher::new(),
         })
     }
@@ -840,6 +969,13 @@ impl KernelCore {
         self.net.accept_failed
     }
 
+    /// Accepts that failed for the one connection they would have
+    /// returned (accept(2)'s network errors, an abort before the accept),
+    /// the next one taken at once.
+    pub fn accept_aborted(&self) -> u64 {
+        self.net.accept_aborted
+    }
+
     /// Send memory: the most bytes of send buffers held at once so far
     /// (never above [`Limits::tx_memory`], but for one buffer), and the
     /// writes left in part to the application for want of a buffer.
@@ -851,7 +987,12 @@ impl KernelCore {
     }
 
     /// Runs the loop until `stop` is set, calling `publish` after each
-    /// pass. Returns when stopped, or on a poll error.
+    /// pass. Once stopped, it goes on while closes are under way that
+    /// only it can finish, [`STOP_LINGER`] at most, then lets go of every
+    /// connection: the kernel finishes those whose FIN the application
+    /// asked for and that hold no bytes here, the others are reset (as
+    /// when the core is dropped). Returns then, or on a poll error (after
+    /// letting go likewise).
     pub fn run(
         &mut self,
         stop: &AtomicBool,
@@ -860,40 +1001,64 @@ impl KernelCore {
         let mut events = Events::with_capacity(EVENTS);
         self.app.start(&mut self.net);
         self.dispatch();
-        while !stop.load(Ordering::Relaxed) {
-            match self.net.poll.poll(&mut events, Some(TICK)) {
-                Ok(()) => {}
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+        let mut linger_until = None;
+        let r = loop {
+            if let Err(e) = self.pass(&mut events) {
+                break Err(e);
             }
-            for ev in events.iter() {
-                if ev.token() == WAKE_TOKEN {
-                    // The pass itself is what the waker asked for.
-                    continue;
-                }
-                let t = ev.token().0;
-                if t >= LISTENER_TOKENS {
-                    self.net.accept(t - LISTENER_TOKENS);
-                    continue;
-                }
-                let index = t as u32;
-                if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                    self.net.read_ready(index);
-                }
-                if ev.is_writable() || ev.is_error() {
-                    self.net.write_ready(index);
-                }
-                // The handler reads now, while what the socket gave is in
-                // the cache and before the next connection's read: a
-                // buffer it empties goes back to the pool for that one.
-                self.dispatch();
-            }
-            self.app.tick(&mut self.net);
-            self.net.retry_accepts();
-            self.net.sweep_closing(Instant::now());
-            self.dispatch();
             publish(self);
+            // Checked after a pass: the closes asked for before the stop
+            // (a queue-pair relay's, on their way) were carried out.
+            if stop.load(Ordering::Relaxed) {
+                let now = Instant::now();
+                let until = *linger_until.get_or_insert(now + STOP_LINGER);
+                if now >= until || !self.net.closes_pending() {
+                    break Ok(());
+                }
+            }
+        };
+        self.net.let_go();
+        r
+    }
+
+    /// One pass of the loop: readiness (a tick at most), the handlers'
+    /// events and tick, accepts retried, closes swept.
+    fn pass(&mut self, events: &mut Events) -> std::io::Result<()> {
+        match self.net.poll.poll(events, Some(TICK)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
+        for ev in events.iter() {
+            if ev.token() == WAKE_TOKEN {
+                // The pass itself is what the waker asked for.
+                continue;
+            }
+            let t = ev.token().0;
+            if t >= LISTENER_TOKENS {
+                self.net.accept(t - LISTENER_TOKENS);
+                continue;
+            }
+            let index = t as u32;
+            if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                self.net.read_ready(index);
+            }
+            if ev.is_writable() || ev.is_error() {
+                self.net.write_ready(index);
+            }
+            if ev.is_error() {
+                // After what the socket still gave.
+                self.net.error_ready(index);
+            }
+            // The handler reads now, while what the socket gave is in
+            // the cache and before the next connection's read: a
+            // buffer it empties goes back to the pool for that one.
+            self.dispatch();
+        }
+        self.app.tick(&mut self.net);
+        self.net.retry_accepts();
+        self.net.sweep_closing(Instant::now());
+        self.dispatch();
         Ok(())
     }
 
@@ -964,7 +1129,10 @@ impl KernelCore {
     }
 }
 
-/// Makes closing `stream` send a reset (`SO_LINGER` of zero).
+/// Makes closing `stream` send a reset: `SO_LINGER` on with a zero
+/// linger time (socket(7)), with which Linux's close(2) aborts the
+/// connection (`tcp_disconnect`: an RST in a synchronized state, nothing
+/// in SYN-SENT) instead of sending what is queued and a FIN.
 fn reset_on_close(stream: &TcpStream) {
     let _ = nix::sys::socket::setsockopt(
         stream,
@@ -1023,7 +1191,8 @@ mod tests {
             cpu: None,
             node: 0,
         };
-        let mut net = KernelNet::new(placement, vec![], Limits::default()).unwrap();
+        let mut net =
+            KernelNet::new(placement, vec![], Limits::default(), Claims::default()).unwrap();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         nix::sys::socket::setsockopt(&client, nix::sys::socket::sockopt::RcvBuf, &4096usize)
@@ -1065,7 +1234,7 @@ mod tests {
             cpu: None,
             node: 0,
         };
-        KernelNet::new(placement, vec![], limits).unwrap()
+        KernelNet::new(placement, vec![], limits, Claims::default()).unwrap()
     }
 
     /// An accepted connection in `net`, and its peer.
@@ -1083,7 +1252,8 @@ mod tests {
     /// A connection shut down for writing, then closed, behind a peer that
     /// never sends its FIN: it ends once `FIN_WAIT` passed since the close
     /// (its FIN went before: the wait was never started, and it was kept
-    /// for good, `Closed` never told).
+    /// for good, `Closed` never told), a `Timeout` as the stack's
+    /// FIN-WAIT-2 timer ends one (not `Normal`: the peer never closed).
     #[test]
     fn a_close_after_a_shutdown_ends_without_the_peer_s_fin() {
         let mut net = placed_net(Limits::default());
@@ -1094,21 +1264,25 @@ mod tests {
         assert_eq!(net.open_connections(), 1, "within FIN_WAIT: kept");
         net.sweep_closing(Instant::now() + crate::conn::FIN_WAIT + Duration::from_secs(1));
         assert_eq!(net.open_connections(), 0);
-        assert!(net.events.iter().any(
-            |e| matches!(e, Event::Closed { conn, reason: CloseReason::Normal } if *conn == h)
-        ));
+        let closed: Vec<_> = net
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Closed { conn, reason } if *conn == h => Some(*reason),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(closed, [CloseReason::Timeout]);
+        assert_eq!(net.stats.resets_out, 0, "the kernel finishes it");
         drop(client);
     }
 
-    /// An active open closed before its handshake completed goes at once,
-    /// a normal close (as flowlane's stack in SYN-SENT), not a reset the
-    /// peer never sent (a shutdown in SYN-SENT aborts Linux's connect).
-    #[test]
-    fn a_close_while_connecting_is_a_normal_close_at_once() {
+    /// A listener whose accept queue is full, so that a connect to it
+    /// stays in SYN-SENT, and the connections that fill it.
+    fn full_listener() -> (std::net::TcpListener, Vec<std::net::TcpStream>) {
         use nix::sys::socket::{
             bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType, SockaddrIn,
         };
-        // A listener whose queue is full: a connect to it stays in SYN-SENT.
         let fd = socket(
             AddressFamily::Inet,
             SockType::Stream,
@@ -1124,11 +1298,21 @@ mod tests {
         listen(&fd, Backlog::new(0).unwrap()).unwrap();
         let listener = std::net::TcpListener::from(fd);
         let addr = listener.local_addr().unwrap();
-        let _queued: Vec<_> = (0..2)
+        let queued: Vec<_> = (0..2)
             .filter_map(|_| {
                 std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()
             })
             .collect();
+        (listener, queued)
+    }
+
+    /// An active open closed before its handshake completed goes at once,
+    /// a normal close (as flowlane's stack in SYN-SENT), not a reset the
+    /// peer never sent (a shutdown in SYN-SENT aborts Linux's connect).
+    #[test]
+    fn a_close_while_connecting_is_a_normal_close_at_once() {
+        let (listener, _queued) = full_listener();
+        let addr = listener.local_addr().unwrap();
         let mut net = placed_net(Limits::default());
         let h = net.connect(addr).unwrap();
         assert_eq!(net.state(h), Ok(flowlane_app::State::SynSent));
@@ -1138,6 +1322,43 @@ mod tests {
         ));
         assert_eq!(net.stats.resets_in, 0);
         assert_eq!(net.open_connections(), 0);
+    }
+
+    /// An abort in SYN-SENT sends no RST (Linux's close of a connect under
+    /// way only forgets it, `tcp_disconnect`; flowlane's stack resets only
+    /// a synchronized connection): none is counted.
+    #[test]
+    fn an_abort_while_connecting_counts_no_reset() {
+        let (listener, _queued) = full_listener();
+        let mut net = placed_net(Limits::default());
+        let h = net.connect(listener.local_addr().unwrap()).unwrap();
+        assert_eq!(net.state(h), Ok(flowlane_app::State::SynSent));
+        net.abort(h).unwrap();
+        assert!(net.events.iter().any(
+            |e| matches!(e, Event::Closed { conn, reason: CloseReason::Aborted } if *conn == h)
+        ));
+        assert_eq!((net.stats.resets_out, net.stats.resets_aborted), (0, 0));
+    }
+
+    /// A connect the table has no slot for fails before its SYN goes: the
+    /// peer never sees a connection that nobody holds.
+    #[test]
+    fn a_connect_past_the_bound_sends_no_syn() {
+        let mut net = placed_net(Limits {
+            max_connections: 1,
+            ..Limits::default()
+        });
+        let (_held, _client) = accepted(&mut net);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let to = listener.local_addr().unwrap();
+        assert_eq!(net.connect(to), Err(Error::ConnectionLimit));
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(
+            listener.accept().map(drop).map_err(|e| e.kind()),
+            Err(ErrorKind::WouldBlock),
+            "a handshake reached the listener"
+        );
     }
 
     /// A read into an empty buffer reads nothing: `Ok(0)` only at end of

@@ -24,6 +24,6 @@ mod listener;
 mod service;
 mod tcp_info;
 
-pub use crate::core::{KernelCore, KernelNet, Limits};
+pub use crate::core::{KernelCore, KernelNet, Limits, STOP_LINGER};
 pub use listener::{pin_to, reuseport_listener};
 pub use service::{CoreCounters, KernelConfig, KernelService};

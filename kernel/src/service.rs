@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use flowlane_app::{Placement, Setup, Stats};
 
 use crate::core::{KernelCore, Limits};
-use crate::listener::pin_to;
+use crate::listener::{pin_to, Claims};
 
 /// How often a core publishes its counters.
 const PUBLISH_EVERY: Duration = Duration::from_millis(100);
@@ -67,6 +67,10 @@ pub struct CoreCounters {
     /// Accepts that failed (out of descriptors or memory) and were tried
     /// again each pass.
     pub accept_failed: u64,
+    /// Accepts that failed for the one connection they would have
+    /// returned (accept(2)'s network errors to retry at once, a connection
+    /// aborted before it was taken); the next was taken at once.
+    pub accept_aborted: u64,
 }
 
 /// A question to a core: does it hold the connection between `local` and
@@ -92,8 +96,10 @@ pub struct KernelService {
 impl KernelService {
     /// Starts one thread per core. `setup` runs on each core's thread
     /// before its loop (register listeners and handlers there); an error
-    /// from any core stops them all and is returned, as is a thread that
-    /// cannot be pinned.
+    /// from any core stops them all and is returned, as is a set-up that
+    /// panicked and a thread that cannot be pinned. The cores share their
+    /// ports and nobody else's: a port another socket holds, even one
+    /// bound with `SO_REUSEPORT`, is a set-up error (`AddrInUse`).
     pub fn start<S>(config: KernelConfig, setup: S) -> Result<KernelService, String>
     where
         S: Fn(&mut dyn Setup) -> Result<(), String> + Send + Sync + 'static,
@@ -109,6 +115,7 @@ impl KernelService {
             questions: Vec::new(),
         };
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+        let claims = Claims::default();
         for p in config.cores.iter().copied() {
             let counters = Arc::new(Mutex::new(CoreCounters::default()));
             service.counters.push((p.queue, counters.clone()));
@@ -116,6 +123,7 @@ impl KernelService {
             service.questions.push(ask);
             let (setup, stop, ready) = (setup.clone(), stop.clone(), ready_tx.clone());
             let (listen_on, limits) = (config.listen_on.clone(), config.limits.clone());
+            let claims = claims.clone();
             let t = std::thread::Builder::new()
                 .name(format!("flowlane-q{}", p.queue))
                 .spawn(move || {
@@ -123,21 +131,27 @@ impl KernelService {
                         if let Some(cpu) = p.cpu {
                             pin_to(cpu).map_err(|e| format!("cannot pin to CPU {cpu}: {e}"))?;
                         }
-                        let mut core = KernelCore::new(p, listen_on, limits)
+                        let mut core = KernelCore::sharing(p, listen_on, limits, claims)
                             .map_err(|e| format!("queue {}: {e}", p.queue))?;
                         setup(&mut core)?;
                         Ok(core)
                     };
-                    let mut core = match start() {
-                        Ok(c) => {
-                            let _ = ready.send(Ok(()));
-                            c
-                        }
-                        Err(e) => {
-                            let _ = ready.send(Err(e.clone()));
-                            return Err(e);
-                        }
-                    };
+                    // A set-up that panics is this core's set-up error;
+                    // its core, half set up, is dropped.
+                    let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(start))
+                        .unwrap_or_else(|panic| {
+                            Err(format!(
+                                "queue {}: the set-up panicked: {}",
+                                p.queue,
+                                panic_message(panic.as_ref())
+                            ))
+                        });
+                    // Told, then gone: once every core's sender is, a
+                    // thread that ended without telling is seen
+                    // (`start`'s `Err(_)` arm), not waited for.
+                    let _ = ready.send(started.as_ref().map(drop).map_err(Clone::clone));
+                    drop(ready);
+                    let mut core = started?;
                     let mut last = Instant::now();
                     let publish = |core: &KernelCore, force: bool, last: &mut Instant| {
                         if force || last.elapsed() >= PUBLISH_EVERY {
@@ -154,6 +168,7 @@ impl KernelService {
                                 tx_memory_peak,
                                 tx_memory_waits,
                                 accept_failed: core.accept_failed(),
+                                accept_aborted: core.accept_aborted(),
                             };
                         }
                     };
@@ -238,7 +253,15 @@ impl KernelService {
     }
 
     /// Stops every core and returns their final counters, and the first
-    /// error a core ended with.
+    /// error a core ended with. Each core first lets the closes under way
+    /// finish, [`STOP_LINGER`](crate::STOP_LINGER) at most (the bound the
+    /// AF_XDP backend's services give `TcpService::linger`): the bytes its
+    /// handlers' closes still hold go out, then their FIN, and a close
+    /// still to come for a connection whose peer closed may arrive. Then
+    /// the kernel finishes the connections whose FIN the application asked
+    /// for and that hold no bytes here; every other one is reset, never
+    /// ended with a FIN that would make a stream cut short look complete
+    /// to its peer. Handlers hear nothing of this.
     pub fn stop(mut self) -> (Vec<(u32, CoreCounters)>, Option<String>) {
         self.stop.store(true, Ordering::Relaxed);
         let mut first = None;
@@ -252,6 +275,15 @@ impl KernelService {
         }
         (self.counters(), first)
     }
+}
+
+/// What a panic's payload says (`panic!`'s message, or a placeholder).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }
 
 /// Answers the questions waiting for `core`.

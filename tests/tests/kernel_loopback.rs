@@ -6,8 +6,9 @@ mod loopback_common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net, SetupExt};
 use flowlane_kernel::{KernelConfig, KernelService, Limits};
@@ -96,8 +97,16 @@ fn connections_past_the_bound_are_reset_and_counted() {
         "write {wrote:?}, read {read:?}"
     );
     let (counters, _) = service.stop();
-    assert_eq!(counters[0].1.stats.connection_limit_refused, 1);
-    assert_eq!(counters[0].1.stats.passive_opens, 2);
+    let stats = counters[0].1.stats;
+    assert_eq!(stats.connection_limit_refused, 1);
+    assert_eq!(stats.passive_opens, 2);
+    // The refusal's RST is one sent (`resets_out` sums the reasons); the
+    // two kept connections, open at the stop, are reset there.
+    assert_eq!(
+        (stats.resets_out, stats.resets_aborted),
+        (3, 3),
+        "{stats:?}"
+    );
 }
 
 /// Opens one connection from `on_start`, sends a request, reads the
@@ -158,6 +167,69 @@ fn a_handler_opens_a_connection_and_hears_it_close() {
     let (counters, _) = service.stop();
     assert_eq!(counters[0].1.stats.active_opens, 1);
     assert_eq!(counters[0].1.connections, 0);
+}
+
+#[test]
+fn a_refused_open_is_told_as_a_reset_as_on_flowlane_s_stack() {
+    // Nobody listens there: the kernel answers the SYN with an RST, which
+    // flowlane's stack reports as `Closed { Reset }`, counted in
+    // `resets_in` (and tokio's connector as `ConnectionRefused`).
+    let to = SocketAddr::from((LOOPBACK, free_port()));
+    let (tx, rx) = mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let service = KernelService::start(config(1, Limits::default()), move |core| {
+        let done = tx.lock().unwrap().clone();
+        core.add(Client {
+            to,
+            got: Vec::new(),
+            done,
+        });
+        Ok(())
+    })
+    .unwrap();
+    let (_, reason) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(reason, CloseReason::Reset);
+    let (counters, _) = service.stop();
+    let stats = counters[0].1.stats;
+    assert_eq!((stats.resets_in, stats.resets_out), (1, 0), "{stats:?}");
+}
+
+#[test]
+fn a_set_up_that_panics_on_one_of_two_cores_is_a_set_up_error() {
+    let (tx, rx) = mpsc::channel();
+    // On a thread of its own: a `start` that hangs fails the test, not
+    // the run.
+    std::thread::spawn(move || {
+        let r = KernelService::start(config(2, Limits::default()), |core| {
+            if core.queue() == 1 {
+                panic!("a set-up bug on core 1");
+            }
+            Ok(())
+        });
+        let _ = tx.send(r.map(drop));
+    });
+    let r = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("`start` returned");
+    let e = r.expect_err("core 1's set-up failed");
+    assert!(e.contains("a set-up bug on core 1"), "{e}");
+}
+
+#[test]
+fn a_port_held_by_another_reuseport_socket_is_a_set_up_error() {
+    // Another service (or process of the same user) that listens with
+    // `SO_REUSEPORT` would otherwise share the port silently, taking a
+    // part of the connections.
+    let port = free_port();
+    let holder = flowlane_kernel::reuseport_listener(SocketAddr::from((LOOPBACK, port))).unwrap();
+    let e = KernelService::start(config(2, Limits::default()), move |core| {
+        core.listen(port, Echo::new(0))
+            .map(|_| ())
+            .map_err(|e| format!("{e:?}"))
+    })
+    .expect_err("the port is held");
+    assert!(e.contains("AddrInUse"), "{e}");
+    drop(holder);
 }
 
 #[test]
@@ -616,4 +688,226 @@ fn a_handler_s_empty_read_is_end_of_stream_only_at_the_end() {
     empty_reads_are_end_of_stream_only_at_the_end(port, &seen);
     let (_, err) = service.stop();
     assert_eq!(err, None);
+}
+
+/// Sends `data` on the connection it accepts (its kernel send buffer
+/// small, fixed), as fast as `send` takes it, counting what `send` took in
+/// `taken`; closes once `send` took it all, when `close`.
+struct Bulk {
+    data: Vec<u8>,
+    close: bool,
+    conn: Option<(ConnHandle, usize)>,
+    taken: std::sync::Arc<AtomicUsize>,
+}
+
+impl Bulk {
+    fn new(data: Vec<u8>, close: bool, taken: &std::sync::Arc<AtomicUsize>) -> Bulk {
+        Bulk {
+            data,
+            close,
+            conn: None,
+            taken: taken.clone(),
+        }
+    }
+
+    fn push(&mut self, net: &mut dyn Net) {
+        let Some((conn, sent)) = &mut self.conn else {
+            return;
+        };
+        while *sent < self.data.len() {
+            match net.send(*conn, &self.data[*sent..]) {
+                Ok(n) => {
+                    *sent += n;
+                    self.taken.store(*sent, Ordering::Relaxed);
+                }
+                Err(_) => return,
+            }
+        }
+        if self.close {
+            net.close(*conn).unwrap();
+            self.conn = None;
+        }
+    }
+}
+
+impl ConnHandler for Bulk {
+    fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        net.set_send_buffer(conn, 16 << 10).unwrap();
+        self.conn = Some((conn, 0));
+        self.push(net);
+    }
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        net.discard(conn);
+    }
+    fn on_writable(&mut self, net: &mut dyn Net, _conn: ConnHandle) {
+        self.push(net);
+    }
+}
+
+/// A service on one core whose [`Bulk`] handler sends `data`, with
+/// `tx_buffer` bytes of send buffer per connection.
+fn bulk_service(
+    port: u16,
+    data: Vec<u8>,
+    close: bool,
+    tx_buffer: usize,
+    taken: &std::sync::Arc<AtomicUsize>,
+) -> KernelService {
+    let limits = Limits {
+        tx_buffer,
+        ..Limits::default()
+    };
+    let taken = taken.clone();
+    KernelService::start(config(1, limits), move |core| {
+        core.listen(port, Bulk::new(data.clone(), close, &taken))
+            .map(|_| ())
+            .map_err(|e| format!("{e:?}"))
+    })
+    .unwrap()
+}
+
+/// Reads `s` until end of stream or an error: the bytes and how it ended.
+fn read_until_the_end(s: &mut TcpStream) -> (Vec<u8>, Result<(), std::io::ErrorKind>) {
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return (got, Ok(())),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return (got, Err(e.kind())),
+        }
+    }
+}
+
+/// Waits (10 s at most) until `taken` reached `n`.
+fn wait_taken(taken: &AtomicUsize, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while taken.load(Ordering::Relaxed) < n {
+        assert!(Instant::now() < deadline, "`send` took {taken:?} of {n}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_stop_resets_a_connection_whose_bytes_did_not_all_go() {
+    // More than the kernel's buffers and ours hold, to a peer that reads
+    // nothing until the service stopped: the bytes `send` took and the
+    // socket did not cannot reach it, so the stop must not look like the
+    // end of the stream (a FIN): a truncated body taken as complete.
+    let port = free_port();
+    let taken = std::sync::Arc::new(AtomicUsize::new(0));
+    let data = payload(21, 32 << 20);
+    let service = bulk_service(port, data.clone(), false, 256 << 10, &taken);
+    let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let (counters, err) = service.stop();
+    assert_eq!(err, None);
+    let taken = taken.load(Ordering::Relaxed);
+    assert!(taken > 0 && taken < data.len(), "{taken}");
+    let (got, end) = read_until_the_end(&mut s);
+    assert!(got == data[..got.len()], "the bytes read are the data's");
+    assert!(
+        end == Err(std::io::ErrorKind::ConnectionReset) || (end.is_ok() && got.len() == taken),
+        "read {} of the {taken} bytes `send` took, then {end:?}",
+        got.len()
+    );
+    assert_eq!(counters[0].1.stats.resets_out, 1, "{:?}", counters[0].1);
+}
+
+#[test]
+fn a_stop_lets_a_close_send_what_it_holds_first() {
+    // The handler closed after `send` took it all, most of it still in
+    // the loop's own send buffer (the peer had not read yet); the peer
+    // reads from just after the stop began: every byte, then the FIN.
+    let port = free_port();
+    let taken = std::sync::Arc::new(AtomicUsize::new(0));
+    let data = payload(22, 2 << 20);
+    let service = bulk_service(port, data.clone(), true, 4 << 20, &taken);
+    let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
+    wait_taken(&taken, data.len());
+    let stopping = std::thread::spawn(move || service.stop());
+    std::thread::sleep(Duration::from_millis(200));
+    let (got, end) = read_until_the_end(&mut s);
+    assert_eq!(end, Ok(()));
+    assert!(got == data, "{} of {} bytes", got.len(), data.len());
+    let (counters, err) = stopping.join().unwrap();
+    assert_eq!(err, None);
+    assert_eq!(counters[0].1.stats.resets_out, 0, "{:?}", counters[0].1);
+}
+
+#[test]
+fn a_stop_resets_a_close_whose_peer_does_not_read_in_time() {
+    // As above, but the peer reads only once the service stopped: the
+    // close could not finish within the stop's bound, and is reset.
+    let port = free_port();
+    let taken = std::sync::Arc::new(AtomicUsize::new(0));
+    let data = payload(23, 2 << 20);
+    let service = bulk_service(port, data.clone(), true, 4 << 20, &taken);
+    let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
+    wait_taken(&taken, data.len());
+    let started = Instant::now();
+    let (counters, err) = service.stop();
+    assert!(started.elapsed() < Duration::from_secs(5), "bounded");
+    assert_eq!(err, None);
+    let (got, end) = read_until_the_end(&mut s);
+    assert!(got.len() < data.len() && got == data[..got.len()]);
+    assert_eq!(end, Err(std::io::ErrorKind::ConnectionReset));
+    assert_eq!(counters[0].1.stats.resets_out, 1, "{:?}", counters[0].1);
+}
+
+/// Reads what comes and keeps each connection open, whatever the peer
+/// does (a reply being prepared elsewhere); reports every callback.
+struct Keeper {
+    heard: mpsc::Sender<String>,
+}
+
+impl ConnHandler for Keeper {
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        let n = net.discard(conn);
+        let _ = self.heard.send(format!("data {n}"));
+    }
+    fn on_peer_closed(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {
+        let _ = self.heard.send("peer closed".into());
+    }
+    fn on_closed(&mut self, _net: &mut dyn Net, _conn: ConnHandle, reason: CloseReason) {
+        let _ = self.heard.send(format!("closed {reason:?}"));
+    }
+}
+
+#[test]
+fn a_reset_after_the_peer_s_fin_ends_the_connection() {
+    // An RST in CLOSE-WAIT: flowlane's stack reports `Closed { Reset }`.
+    let port = free_port();
+    let (tx, rx) = mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let service = KernelService::start(config(1, Limits::default()), move |core| {
+        let heard = tx.lock().unwrap().clone();
+        core.listen(port, Keeper { heard })
+            .map(|_| ())
+            .map_err(|e| format!("{e:?}"))
+    })
+    .unwrap();
+    let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
+    s.write_all(b"request").unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let heard: Vec<String> = (0..2)
+        .map(|_| rx.recv_timeout(Duration::from_secs(5)).unwrap())
+        .collect();
+    assert_eq!(heard, ["data 7", "peer closed"]);
+    reset(s);
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(1)).as_deref(),
+        Ok("closed Reset")
+    );
+    // Counters are published every 100 ms.
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while service.counters()[0].1.connections > 0 {
+        assert!(Instant::now() < deadline, "the connection stayed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (counters, err) = service.stop();
+    assert_eq!(err, None);
+    assert_eq!(counters[0].1.stats.resets_in, 1);
 }

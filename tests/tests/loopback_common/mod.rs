@@ -344,3 +344,13 @@ pub(crate) fn empty_reads_are_end_of_stream_only_at_the_end(port: u16, seen: &Em
     );
     assert_eq!(*last, Ok(0), "{seen:?}");
 }
+
+/// Closes `s` with a reset instead of a FIN: `SO_LINGER` on with a zero
+/// linger time (socket(7)), which makes Linux's close(2) abort the
+/// connection (an RST, whatever is queued dropped). tokio's `TcpSocket`
+/// sets the option without a runtime (std's is unstable).
+pub(crate) fn reset(s: TcpStream) {
+    let s = tokio::net::TcpSocket::from_std_stream(s);
+    s.set_zero_linger().unwrap();
+    drop(s);
+}
