@@ -321,6 +321,13 @@ fn a_tokio_client_connects_through_flowlane_and_reads_its_figures() {
                     Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
                     other => return Err(format!("connect to a closed port: {other:?}")),
                 }
+                // An address the core's connect(2) fails at once (TCP to
+                // broadcast: ENETUNREACH): no refusal.
+                let broadcast = std::net::SocketAddr::from(([255, 255, 255, 255], 9));
+                match local.connector().connect(broadcast).await {
+                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionAborted => {}
+                    other => return Err(format!("connect to broadcast: {other:?}")),
+                }
                 Ok((s.placement().queue, back.len(), info.mss))
             }
             .await;

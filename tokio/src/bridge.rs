@@ -240,13 +240,20 @@ impl ConnHandler for Bridge {
 
     fn on_closed(&mut self, _net: &mut dyn Net, conn: ConnHandle, reason: CloseReason) {
         if let Some(opened) = self.opening.remove(&conn) {
-            // `Aborted` is also how a core tells a connect its backend
-            // failed at once: the kernel-socket backend's refusals come so.
+            // A refusal (an RST to the SYN) is `Reset` on both backends;
+            // `Aborted` is a connect the network core could not start
+            // (its backend failed it at once) or gave up (its thread
+            // stopped): no refusal.
             let e = match reason {
-                CloseReason::Timeout => io::ErrorKind::TimedOut,
-                _ => io::ErrorKind::ConnectionRefused,
+                CloseReason::Timeout => io::ErrorKind::TimedOut.into(),
+                CloseReason::Reset => io::ErrorKind::ConnectionRefused.into(),
+                _ => io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    "the network core could not open the connection (no local port or \
+                     connection slot left, an address it cannot reach, or it stopped)",
+                ),
             };
-            let _ = opened.send(Err(e.into()));
+            let _ = opened.send(Err(e));
             return;
         }
         let Some(pipe) = self.conns.remove(&conn) else {

@@ -25,9 +25,11 @@ impl Connector {
     }
 
     /// Opens a connection to `remote`; done once the handshake completed
-    /// (`ConnectionRefused` for a reset or an open the network core gave
-    /// up, as the kernel-socket backend's cores give up a refused one;
-    /// `TimedOut` when the SYNs went unanswered).
+    /// (`ConnectionRefused` when the peer refused it with a reset,
+    /// `TimedOut` when the SYNs went unanswered, `ConnectionAborted` when
+    /// the network core could not start it or gave it up: no local port or
+    /// connection slot left, an address it cannot reach, its thread
+    /// stopped).
     pub async fn connect(&self, remote: SocketAddr) -> io::Result<TcpStream> {
         let (tx, rx) = oneshot::channel();
         self.thread.connect(remote, tx);
