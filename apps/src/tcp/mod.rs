@@ -940,6 +940,7 @@ fn kernel_counters_json(per_core: &[(u32, CoreCounters)]) -> Value {
             "rx_memory_waits": c.rx_memory_waits,
             "tx_memory_waits": c.tx_memory_waits,
             "accept_failed": c.accept_failed,
+            "accept_aborted": c.accept_aborted,
             "connections": c.connections,
             "passive_opens": s.passive_opens,
             "active_opens": s.active_opens,
@@ -970,6 +971,7 @@ fn kernel_counters_json(per_core: &[(u32, CoreCounters)]) -> Value {
         total.rx_memory_waits += c.rx_memory_waits;
         total.tx_memory_waits += c.tx_memory_waits;
         total.accept_failed += c.accept_failed;
+        total.accept_aborted += c.accept_aborted;
     }
     json!({
         "total": one(&total),
