@@ -7,6 +7,8 @@
 
 use crate::be16;
 use crate::ethernet::{EtherType, EthernetFrame};
+use crate::ip::IpProtocol;
+use crate::ipv6::walk_extension_headers;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// IANA protocol number of TCP (RFC 9293 §3.1).
@@ -66,8 +68,8 @@ impl Endpoints {
 
 /// The endpoints of the TCP segment in an Ethernet frame: up to two VLAN
 /// tags, then IPv4 that is not a later fragment (RFC 791 §3.1: a non-zero
-/// fragment offset carries no TCP header) or IPv6 whose first next header
-/// is TCP (RFC 8200 §3; extension headers give `None`). `None` for
+/// fragment offset carries no TCP header) or IPv6 with TCP next, or behind
+/// extension headers that are not a fragment's (RFC 8200 §4). `None` for
 /// anything else and for a frame too short for the fields read.
 #[inline]
 pub fn tcp_endpoints(frame: &[u8]) -> Option<Endpoints> {
@@ -91,13 +93,22 @@ pub fn tcp_endpoints(frame: &[u8]) -> Option<Endpoints> {
         }
         EtherType::Ipv6 => {
             let h: &[u8; 40] = ip.get(..40)?.try_into().ok()?;
+            if h[0] >> 4 != 6 {
+                return None;
+            }
+            let payload_len = usize::from(be16(h, 4));
+            let l4 = if h[6] == TCP {
+                40
+            } else {
+                40 + tcp_behind_extension_headers(h[6], ip, payload_len)?
+            };
             // RFC 8200 §3: the payload (its length) holds the ports.
-            if h[0] >> 4 != 6 || h[6] != TCP || be16(h, 4) < 4 {
+            if payload_len + 40 < l4 + 4 {
                 return None;
             }
             let src = u128::from_be_bytes(h[8..24].try_into().ok()?);
             let dst = u128::from_be_bytes(h[24..40].try_into().ok()?);
-            (true, src, dst, 40)
+            (true, src, dst, l4)
         }
         _ => return None,
     };
@@ -109,6 +120,19 @@ pub fn tcp_endpoints(frame: &[u8]) -> Option<Endpoints> {
         src_port: be16(ports, 0),
         dst_port: be16(ports, 2),
     })
+}
+
+/// Where the TCP header starts in the IPv6 payload of `ip` (`payload_len`
+/// bytes by its header) behind extension headers beginning with `first`,
+/// walked as the classifier walks them ([`walk_extension_headers`]); `None`
+/// for another upper layer or a fragment. Rare (flowlane's XDP program
+/// passes such segments too), so out of line.
+#[cold]
+fn tcp_behind_extension_headers(first: u8, ip: &[u8], payload_len: usize) -> Option<usize> {
+    let payload = ip.get(40..)?;
+    let payload = &payload[..payload.len().min(payload_len)];
+    let up = walk_extension_headers(IpProtocol::from(first), payload).ok()?;
+    (up.protocol == IpProtocol::Tcp && up.fragment.is_none()).then_some(up.offset)
 }
 
 #[cfg(test)]
@@ -192,6 +216,7 @@ mod tests {
             UDP6,
             UDP6_EXT,
             TCP6,
+            TCP6_EXT,
             ICMP6_ECHO,
             NDP_NS,
             IPV4_FRAG_FIRST,
@@ -214,7 +239,7 @@ mod tests {
                 assert_eq!(got, Endpoints::new(src, dst), "the numbers, both ways");
             }
         }
-        assert_eq!(tcp_frames, 3);
+        assert_eq!(tcp_frames, 4);
     }
 
     #[test]
@@ -233,6 +258,12 @@ mod tests {
         for len in 0..14 + 20 + 4 {
             assert_eq!(tcp_endpoints(&f[..len]), None, "{len} bytes");
         }
+        // Behind an extension header too.
+        let f = crate::testutil::hex(crate::testutil::TCP6_EXT);
+        for len in 0..14 + 40 + 8 + 4 {
+            assert_eq!(tcp_endpoints(&f[..len]), None, "{len} bytes");
+        }
+        assert!(tcp_endpoints(&f[..14 + 40 + 8 + 4]).is_some());
     }
 
     #[test]
