@@ -51,6 +51,7 @@ mod conn_info;
 mod connection;
 mod ecn;
 mod flow_key;
+mod flow_label;
 mod isn;
 #[cfg(test)]
 mod layout;

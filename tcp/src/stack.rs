@@ -10,6 +10,7 @@ use crate::connection::{
 };
 use crate::ecn::{Ecn, EcnMode};
 use crate::flow_key::FlowKey;
+use crate::flow_label::FlowLabels;
 use crate::isn::IsnGenerator;
 use crate::lent_frames::{FrameRef, FrameStore, Lend, LentFrames, NoFrames};
 use crate::rack::FlightPool;
@@ -196,7 +197,9 @@ impl std::fmt::Debug for BucketFn {
 pub struct BucketExport {
     bucket: u16,
     connections: Vec<(ConnHandle, Snapshot)>,
-    time_wait: Vec<TimeWait>,
+    /// The bucket's TIME-WAIT records, each with whether it owes the ACK
+    /// of the peer's FIN.
+    time_wait: Vec<(TimeWait, bool)>,
     complete: bool,
     /// The exporting stack's listeners that answer with SYN cookies, and
     /// until when their cookies may come back: a handshake the move
@@ -352,6 +355,8 @@ pub struct Stack {
     replies: Replies,
     /// SYN cookies: their key, and the cookie SYN-ACKs to send.
     cookies: CookieJar,
+    /// IPv6 flow labels ([`Stack::flow_label`]).
+    flow_labels: FlowLabels,
     cookie_syn_acks: VecDeque<CookieSynAck>,
     pool: ChunkPool,
     /// Received payload kept in the caller's frames (zero-copy receive).
@@ -478,6 +483,7 @@ impl Stack {
                 challenges: ChallengeBudget::new(&cfg.isn_secret, cfg.challenge_ack_limit),
             },
             cookies: CookieJar::new(&cfg.isn_secret),
+            flow_labels: FlowLabels::new(&cfg.isn_secret),
             cookie_syn_acks: VecDeque::new(),
             cfg,
             slots,
@@ -834,7 +840,7 @@ impl Stack {
             };
             handles.push(self.import_one(snap, hash, Some(bucket.bucket)));
         }
-        for record in bucket.time_wait {
+        for (record, owes_ack) in bucket.time_wait {
             let hash = self.table.hash(&record.tuple);
             if self.find(hash, &record.tuple).is_some()
                 || self.time_wait.find(hash, &record.tuple).is_some()
@@ -842,7 +848,7 @@ impl Stack {
                 continue;
             }
             let b = self.bucket_for(&record.tuple);
-            let evicted = self.time_wait.insert(hash, record, b, false);
+            let evicted = self.time_wait.insert(hash, record, b, owes_ack);
             self.stats.time_wait_evicted += evicted as u64;
         }
         handles
@@ -1439,6 +1445,15 @@ impl Stack {
     // ---------------------------------------------------------------
     // Input
     // ---------------------------------------------------------------
+
+    /// The IPv6 flow label of the connection between `local` and `remote`
+    /// (RFC 6437 §3): a keyed hash of the two, 20 bits, never 0, the same
+    /// for every segment, and the same on every stack keyed by the same
+    /// [`Config::isn_secret`] (the stacks of one service), so that a
+    /// connection keeps its label when its bucket moves.
+    pub fn flow_label(&self, local: SocketAddr, remote: SocketAddr) -> u32 {
+        self.flow_labels.label(&FlowKey::pair(local, remote))
+    }
 
     /// Connections queued for output since [`Stack::poll_transmit`] last
     /// drained them: each one a segment or a call touched (and that may

@@ -323,15 +323,18 @@ impl TimeWaitTable {
         self.slots[idx as usize].link.bucket
     }
 
-    /// Takes every record of bucket `b` out of the table.
-    pub(crate) fn export_bucket(&mut self, b: u16) -> Vec<TimeWait> {
+    /// Takes every record of bucket `b` out of the table, each with whether
+    /// it still owes the ACK of the peer's FIN (queued, not yet sent: the
+    /// stack that takes the record sends it).
+    pub(crate) fn export_bucket(&mut self, b: u16) -> Vec<(TimeWait, bool)> {
         let mut out = Vec::with_capacity(self.buckets.len(b) as usize);
         loop {
             let idx = self.buckets.first(b);
             if idx == NIL {
                 break;
             }
-            out.push(self.remove(idx));
+            let owes_ack = self.slots[idx as usize].ack_queued;
+            out.push((self.remove(idx), owes_ack));
         }
         out
     }

@@ -180,6 +180,34 @@ fn time_wait_records_move_with_their_bucket() {
     assert_eq!(b2.time_wait_count(), 0);
 }
 
+/// A record that owes the ACK of the peer's FIN when its bucket moves (the
+/// FIN came in the batch before the export, before any output) owes it on
+/// the stack that takes it: the ACK goes out from there, and the peer
+/// does not wait in LAST-ACK for a retransmission of its FIN.
+#[test]
+fn a_time_wait_record_owing_its_ack_moves_owing_it() {
+    let mut sim = Sim::symmetric(34, LinkConfig::default());
+    sim.b = server();
+    let (a, b) = sim.establish();
+    sim.b.close(b).unwrap();
+    sim.run_for(Duration::from_millis(50));
+    sim.a.close(a).unwrap();
+    let mut buf = vec![0u8; 2048];
+    let fin = sim.a.poll_transmit(sim.now, &mut buf).expect("A's FIN");
+    let (seg, _) = flowlane_wire::TcpRepr::parse_segment(&buf[..fin.len]).unwrap();
+    assert!(seg.flags.fin());
+    sim.b.handle_segment(sim.now, A_IP, B_IP, &buf[..fin.len]);
+    assert_eq!(sim.b.bucket_stats(0).time_wait, 1);
+    let export = sim.b.export_bucket(0);
+    let mut b2 = server();
+    assert!(b2.import_bucket(sim.now, export).is_empty());
+    let ack = b2.poll_transmit(sim.now, &mut buf).expect("the ACK owed");
+    let (r, _) = flowlane_wire::TcpRepr::parse_segment(&buf[..ack.len]).unwrap();
+    assert!(r.flags.ack() && !r.flags.fin(), "{r:?}");
+    assert_eq!(r.ack, seg.seq + 1, "the FIN acknowledged");
+    assert!(b2.poll_transmit(sim.now, &mut buf).is_none(), "once");
+}
+
 /// A bucket exported in parts: its TIME-WAIT records go with the part that
 /// empties it, and only that part is complete.
 #[test]
