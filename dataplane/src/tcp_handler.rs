@@ -67,7 +67,6 @@
 //! });
 //! ```
 
-use std::hash::{BuildHasher, RandomState};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -775,8 +774,6 @@ pub struct TcpHandler {
     /// The sender (IP, MAC) of the frame the stack is taking now: the
     /// events it causes confirm it as a neighbour.
     rx_sender: Option<(IpAddr, EthernetAddress)>,
-    /// Keys the IPv6 flow label of each connection (RFC 6437 §3).
-    flow_label_key: RandomState,
     ports: EphemeralPorts,
     app: Dispatcher,
     counters: Arc<TcpCounters>,
@@ -848,7 +845,6 @@ impl TcpHandler {
             local_mac: cfg.local_mac,
             neighbors: cfg.neighbors,
             rx_sender: None,
-            flow_label_key: RandomState::new(),
             ports: EphemeralPorts::new(cfg.ephemeral.0, cfg.ephemeral.1, queue.queue, cfg.rss),
             app: Dispatcher::new(),
             counters: Arc::new(TcpCounters::default()),
@@ -1526,12 +1522,11 @@ impl TcpHandler {
         (true, sent.ok())
     }
 
-    /// The flow label of `t`'s connection (RFC 6437 §3): a keyed hash of
-    /// its addresses and ports, the same for every segment, 20 bits, not 0
-    /// (which would say "no label"), and not guessable from outside.
+    /// The flow label of `t`'s connection (RFC 6437 §3): the stack's, a
+    /// keyed hash of its addresses and ports under the service's secret,
+    /// the same for every segment and on every queue.
     fn flow_label(&self, t: &flowlane_tcp::Transmit) -> u32 {
-        let h = self.flow_label_key.hash_one((t.src, t.dst)) as u32 & 0x000f_ffff;
-        h.max(1)
+        self.stack.flow_label(t.src, t.dst)
     }
 }
 
@@ -1823,6 +1818,31 @@ mod tests {
     #[test]
     fn echoes_through_ipv6_frames_and_counts_corruption() {
         echoes_through_frames_and_counts_corruption("fd99::1", "fd99::2");
+    }
+
+    /// The handlers of one service (one secret) give a connection the
+    /// same flow label (RFC 6437 §3: one label for the connection's every
+    /// segment), so that it keeps its label when its bucket moves to
+    /// another queue (RFC 6438: ECMP hashing on the label would reroute
+    /// it).
+    #[test]
+    fn a_connection_s_flow_label_is_the_service_s_not_the_queue_s() {
+        let cfg = || {
+            let mut cfg = TcpConfig::new(Ipv4Addr::new(10, 99, 0, 1), OUR_MAC, [1; 16]);
+            cfg.local_ip6 = Some("fd99::1".parse().unwrap());
+            cfg
+        };
+        let (a, b) = (
+            TcpHandler::new(&info(), cfg()),
+            TcpHandler::new(&info(), cfg()),
+        );
+        let t = flowlane_tcp::Transmit {
+            src: "[fd99::1]:7".parse().unwrap(),
+            dst: "[fd99::2]:40001".parse().unwrap(),
+            len: 20,
+            ecn: flowlane_tcp::Ecn::NotEct,
+        };
+        assert_eq!(a.flow_label(&t), b.flow_label(&t));
     }
 
     /// Our handler at `ours` (IPv4 10.99.0.1, IPv6 fd99::1) serving
