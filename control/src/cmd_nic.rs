@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Result};
 use clap::Subcommand;
-use flowlane_numa_sched::IndirectionTable;
+use flowlane_numa_sched::nic::{even_table, point_entries};
 
 use crate::nic::error::Mechanism;
 use crate::nic::ethtool::EthtoolNic;
@@ -99,19 +99,9 @@ fn bucket_entry(text: &str) -> std::result::Result<(usize, u32), String> {
     })
 }
 
-/// Applies `--entry` changes to `table`.
+/// Applies `--entry` changes to `table` (all checked first).
 fn apply_entries(table: &mut [u32], entries: &[(usize, u32)]) -> Result<()> {
-    for &(bucket, queue) in entries {
-        let Some(slot) = table.get_mut(bucket) else {
-            bail!(
-                "--entry {bucket}={queue}: the indirection table has {} buckets (0..={})",
-                table.len(),
-                table.len().saturating_sub(1)
-            );
-        };
-        *slot = queue;
-    }
-    Ok(())
+    point_entries(table, None, entries).map_err(|e| anyhow::anyhow!("--entry: {e}"))
 }
 
 /// Runs a `flowlane nic` command.
@@ -177,10 +167,7 @@ pub(crate) fn run(cmd: NicCmd) -> Result<()> {
         } => {
             let nic = EthtoolNic::new(&iface);
             if default {
-                if let Some(k) = &key {
-                    nic.write(Some(k.as_bytes()), None)?;
-                }
-                let how = nic.reset_table()?;
+                let how = nic.reset_table_with_key(key.as_ref().map(|k| k.as_bytes()))?;
                 outln!(
                     "RSS table of {} given back to the driver (through {how})",
                     nic.name()
@@ -192,11 +179,9 @@ pub(crate) fn run(cmd: NicCmd) -> Result<()> {
             } else {
                 None
             };
+            // Any size: an even spread needs no power of two.
             let mut table = match (equal, table, &current) {
-                (Some(n), _, Some(cur)) => Some(
-                    IndirectionTable::even(cur.table.len(), &(0..n).collect::<Vec<_>>())?
-                        .to_queue_list(),
-                ),
+                (Some(n), _, Some(cur)) => Some(even_table(cur.table.len(), u32::from(n))),
                 (_, t, _) => t,
             };
             if let (false, Some(cur)) = (entry.is_empty(), current) {
@@ -261,10 +246,14 @@ mod tests {
         let mut t = vec![0, 1, 0, 1];
         apply_entries(&mut t, &[(0, 3), (3, 2), (0, 1)]).unwrap();
         assert_eq!(t, [1, 1, 0, 2], "later entries win");
-        let e = apply_entries(&mut t, &[(4, 0)]).unwrap_err().to_string();
+        let e = apply_entries(&mut t, &[(0, 0), (4, 0)])
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             e,
-            "--entry 4=0: the indirection table has 4 buckets (0..=3)"
+            "--entry: bucket 4 is outside the NIC's indirection table of 4 entries (0..=3): \
+             nothing written"
         );
+        assert_eq!(t, [1, 1, 0, 2], "nothing applied");
     }
 }

@@ -4,9 +4,10 @@
 
 use anyhow::{bail, Result};
 use flowlane_numa_sched::plan_explain::{self, Wanted};
-use flowlane_numa_sched::{IndirectionTable, Topology};
+use flowlane_numa_sched::Topology;
 use serde::Serialize;
 
+use crate::cmd_rss::even_spread;
 use crate::irq_apply::{self, QueueIrqs};
 use crate::sysroot::Roots;
 use crate::topology_args::TopologyArgs;
@@ -84,6 +85,8 @@ pub(crate) struct Plan {
     pub buckets_per_queue: Vec<(u16, usize)>,
     /// IRQ (or NAPI) plan, with --iface.
     pub irqs: Option<QueueIrqs>,
+    /// What the plan took that was not asked for, or differs from sysfs.
+    pub notes: Vec<String>,
 }
 
 /// Runs `flowlane plan`.
@@ -109,28 +112,41 @@ pub(crate) fn run(args: Args) -> Result<()> {
             );
         }
     }
+    let mut notes = Vec::new();
     let nic_node = args.nic_node.or(iface.as_ref().and_then(|i| i.numa_node));
-    let queues = match (args.queues, &iface) {
-        (Some(q), Some(i)) if q > i.rx_queues => bail!(
-            "{} has {} receive queues; asked for {q} (use --queues 1..={})",
-            i.name,
-            i.rx_queues,
-            i.rx_queues
-        ),
-        (Some(q), _) => q,
-        (None, Some(i)) => i.rx_queues,
-        (None, None) => default_queues(&topo, nic_node, budget.as_deref()),
+    if let (Some(given), Some(i)) = (args.nic_node, &iface) {
+        if i.numa_node != Some(given) {
+            notes.push(format!(
+                "--nic-node {given}, though sysfs puts {} on {}: placement and IRQs are \
+                 planned for node {given} (`flowlane irq apply` plans by sysfs's)",
+                i.name,
+                i.numa_node
+                    .map_or_else(|| "no node".to_string(), |n| format!("node {n}"))
+            ));
+        }
+    }
+    let queues = match (&iface, args.queues) {
+        (Some(i), asked) => i.queues_to_plan(asked)?,
+        (None, Some(q)) => q,
+        (None, None) => {
+            let (n, note) = default_queues(&topo, nic_node, budget.as_deref());
+            notes.extend(note);
+            n
+        }
     };
-    if queues == 0 || queues > u32::from(u16::MAX) {
+    if queues > u32::from(u16::MAX) {
         bail!("--queues must be 1..=65535");
     }
+    let table = even_spread(args.table_size, queues as u16)?;
     let placed = place_queues(&topo, nic_node, queues as usize, budget.as_deref())?;
-    let all: Vec<u16> = (0..queues as u16).collect();
-    let table = IndirectionTable::even(args.table_size, &all)?;
-    let irqs = match &args.iface {
-        Some(i) => {
-            Some(irq_apply::inspect(&args.roots, i, &topo, Some(queues), budget.as_deref())?.irqs)
-        }
+    // The IRQs follow the placement printed above them, --nic-node's.
+    let irqs = match &iface {
+        Some(i) => Some(irq_apply::queue_irqs(
+            &args.roots,
+            i,
+            &placed.plan,
+            &irq_apply::live_netdev,
+        )?),
         None => None,
     };
     let plan = Plan {
@@ -148,6 +164,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
         buckets_per_queue: table.counts().into_iter().collect(),
         indirection: table.entries().to_vec(),
         irqs,
+        notes,
     };
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&plan)?);
@@ -165,6 +182,9 @@ pub(crate) fn run(args: Args) -> Result<()> {
             "  node {n}: CPUs {}",
             flowlane_numa_sched::format_cpu_list(cpus)
         );
+    }
+    for n in &plan.notes {
+        outln!("note: {n}");
     }
     outln!();
     out!("{}", plan.placement);
@@ -255,11 +275,36 @@ fn explain(args: &Args) -> Result<()> {
     Ok(())
 }
 
-fn default_queues(topo: &Topology, nic_node: Option<u32>, budget: Option<&[u32]>) -> u32 {
+/// Queues when none are asked for and no NIC says: one per allowed CPU of
+/// the NIC's node; a node with none (memory only, or its CPUs all outside
+/// the budget) takes the nearest node that has some, as the placement
+/// does, and says so; with no node known, one per allowed CPU.
+fn default_queues(
+    topo: &Topology,
+    nic_node: Option<u32>,
+    budget: Option<&[u32]>,
+) -> (u32, Option<String>) {
     let allowed = |c: u32| budget.is_none_or(|b| b.contains(&c));
-    let n = match nic_node {
-        Some(n) => topo.cpus_on_node(n).filter(|c| allowed(c.os_index)).count(),
-        None => topo.cores.iter().filter(|c| allowed(c.os_index)).count(),
+    let on = |n: u32| topo.cpus_on_node(n).filter(|c| allowed(c.os_index)).count();
+    let everywhere = || topo.cores.iter().filter(|c| allowed(c.os_index)).count();
+    let (n, note) = match nic_node.filter(|&n| topo.node(n).is_some()) {
+        Some(n) => match topo
+            .nodes_by_distance(n)
+            .into_iter()
+            .map(|m| (m, on(m)))
+            .find(|&(_, c)| c > 0)
+        {
+            Some((m, c)) if m == n => (c, None),
+            Some((m, c)) => (
+                c,
+                Some(format!(
+                    "node {n} has no CPU the workers may use: {c} queue(s), one per CPU of node \
+                     {m}, the nearest that has some (--queues to choose)"
+                )),
+            ),
+            None => (everywhere(), None),
+        },
+        None => (everywhere(), None),
     };
-    n.max(1) as u32
+    (n.max(1) as u32, note)
 }

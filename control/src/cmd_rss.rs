@@ -90,6 +90,27 @@ pub(crate) struct HashResult {
     pub queue: u16,
 }
 
+/// `table_size` buckets spread evenly over `queues` queues (`--table-size`,
+/// `--queues`).
+///
+/// # Errors
+/// More queues than buckets (the queues past the table's size would get
+/// no bucket, and so no flow), or a size the table refuses.
+pub(crate) fn even_spread(table_size: usize, queues: u16) -> Result<IndirectionTable> {
+    if usize::from(queues) > table_size {
+        bail!(
+            "{queues} queues and a {table_size}-entry table: queues {table_size}..={} would get \
+             no bucket; use --table-size {} or at most {table_size} queues",
+            queues - 1,
+            usize::from(queues).next_power_of_two()
+        );
+    }
+    Ok(IndirectionTable::even(
+        table_size,
+        &(0..queues).collect::<Vec<_>>(),
+    )?)
+}
+
 /// Runs `flowlane rss hash`.
 pub(crate) fn hash(args: HashArgs) -> Result<()> {
     if args.src.is_ipv4() != args.dst.is_ipv4() {
@@ -104,8 +125,7 @@ pub(crate) fn hash(args: HashArgs) -> Result<()> {
         }
         None => {
             let key = args.key.clone().unwrap_or_else(RssKey::microsoft_default);
-            let queues: Vec<u16> = (0..args.queues).collect();
-            (key, IndirectionTable::even(args.table_size, &queues)?)
+            (key, even_spread(args.table_size, args.queues)?)
         }
     };
     let flow = FlowTuple {
@@ -157,4 +177,21 @@ pub(crate) fn hash(args: HashArgs) -> Result<()> {
         outln!("queue     {}", r.queue);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn more_queues_than_buckets_are_refused() {
+        let e = even_spread(128, 200).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "200 queues and a 128-entry table: queues 128..=199 would get no bucket; use \
+             --table-size 256 or at most 128 queues"
+        );
+        let t = even_spread(4, 4).unwrap();
+        assert_eq!(t.entries(), [0, 1, 2, 3]);
+    }
 }

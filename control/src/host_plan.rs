@@ -12,6 +12,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use flowlane_dataplane::control_socket::NicReport;
+use flowlane_numa_sched::nic::even_table;
 use flowlane_numa_sched::plan_explain::{explain, Wanted};
 use flowlane_numa_sched::{format_cpu_list, IndirectionTable, NicCaps, RssNic, Topology};
 
@@ -155,10 +156,14 @@ pub(crate) fn own(
              NAPI only while an XDP program is attached: pinned once a service starts)"
         ));
     } else {
-        pinned = pin_interrupts(roots, iface, topo, budget, dry_run, &mut changes, &mut undo)?;
+        let mut lines = Looked::default();
+        pinned = pin_unless_down(roots, iface, topo, budget, dry_run, &mut lines, &mut undo)?;
+        changes.append(&mut lines.changes);
+        notes.append(&mut lines.notes);
     }
 
     let has_table = caps.rss.as_ref().is_some_and(|r| r.table_size > 0) && caps.rx_queues > 1;
+    notes.extend(unmodelled(&caps));
     if let (true, Some(why)) = (has_table, keep_table) {
         notes.push(format!("left {iface}'s RSS table as it is: {why}"));
     } else if has_table {
@@ -192,8 +197,28 @@ pub(crate) fn own(
     })
 }
 
+/// A note when `caps`' RSS table is one flowlane cannot model (its size
+/// is no power of two: which entry a hash selects is the driver's own
+/// business then), naming the NIC and what to do. The table is spread all
+/// the same: writing it needs no model.
+fn unmodelled(caps: &NicCaps) -> Option<String> {
+    let size = caps.rss.as_ref().filter(|r| r.table_size > 0)?.table_size as usize;
+    let iface = &caps.iface;
+    // The model's own check: what a service on the NIC would refuse.
+    IndirectionTable::new(vec![0; size]).err().map(|_| {
+        format!(
+            "{iface}'s RSS table has {size} entries, not a power of two: flowlane spreads it \
+             but cannot model which entry a flow hashes to, so services on {iface} cannot keep \
+             connections per bucket or move buckets; for a power-of-two table change its \
+             channels (`ethtool -L {iface} combined N`, on drivers that size the table by them) \
+             and check with `ethtool -x {iface}`"
+        )
+    })
+}
+
 /// Spreads `nic`'s RSS table evenly over the `queues` receive queues where
-/// it is not, noting the change (once made) and the table to put back.
+/// it is not (entry `i` on queue `i % queues`, whatever the table's size),
+/// noting the change (once made) and the table to put back.
 fn spread_rss(
     nic: &impl RssNic<Error = anyhow::Error>,
     queues: u32,
@@ -202,8 +227,7 @@ fn spread_rss(
     undo: &mut Undo,
 ) -> Result<()> {
     let now = nic.rss()?;
-    let all: Vec<u16> = (0..queues as u16).collect();
-    let even = IndirectionTable::even(now.table.len(), &all)?.to_queue_list();
+    let even = even_table(now.table.len(), queues);
     let moved = now.table.iter().zip(&even).filter(|(a, b)| a != b).count();
     if moved == 0 {
         return Ok(());
@@ -251,6 +275,42 @@ fn put_back_rss(
     match put {
         Ok(()) => format!("put {iface}'s RSS table back"),
         Err(e) => format!("{iface}'s RSS table not put back: {e:#}"),
+    }
+}
+
+/// [`pin_interrupts`], except that an interface that is down and whose
+/// driver has not requested its queue IRQs yet (i40e, ice: only its misc
+/// IRQ is there) is noted, not a failure: they appear when it comes up,
+/// which changes the NIC's shape, and the look after that pins them.
+fn pin_unless_down(
+    roots: &Roots,
+    iface: &str,
+    topo: &Topology,
+    budget: Option<&[u32]>,
+    dry_run: bool,
+    lines: &mut Looked,
+    undo: &mut Undo,
+) -> Result<Vec<(u32, Vec<u32>)>> {
+    match pin_interrupts(
+        roots,
+        iface,
+        topo,
+        budget,
+        dry_run,
+        &mut lines.changes,
+        undo,
+    ) {
+        Err(e) => match e.downcast_ref::<irq_apply::QueueIrqsDown>() {
+            Some(down) => {
+                lines.notes.push(format!(
+                    "left {iface}'s interrupts for now: {}: pinned once they appear",
+                    down.reason()
+                ));
+                Ok(Vec::new())
+            }
+            None => Err(e),
+        },
+        pinned => pinned,
     }
 }
 
@@ -402,19 +462,15 @@ impl Owned {
         // the merge of their undo below may fail.
         let msi_irqs = roots.iface(&iface)?.msi_irqs;
         let pinned = if msi_irqs.is_some() || !caps.napis.is_empty() {
-            pin_interrupts(
-                roots,
-                &iface,
-                topo,
-                budget,
-                dry_run,
-                &mut looked.changes,
-                &mut undo,
-            )
+            pin_unless_down(roots, &iface, topo, budget, dry_run, &mut looked, &mut undo)
         } else {
             Ok(Vec::new())
         };
         let has_table = caps.rss.as_ref().is_some_and(|r| r.table_size > 0) && caps.rx_queues > 1;
+        let size = |c: &NicCaps| c.rss.as_ref().map(|r| r.table_size);
+        if size(&caps) != size(&self.report.caps) {
+            looked.notes.extend(unmodelled(&caps));
+        }
         let spread = match (pinned.is_ok() && has_table).then(keep_table) {
             None => Ok(()),
             Some(Some(why)) => {
@@ -700,6 +756,51 @@ mod tests {
         assert_eq!(*nic.table.borrow(), even);
     }
 
+    /// A table of 192 entries (a driver that sizes it by its rings, not to
+    /// a power of two): the even spread is entry `i` on queue `i % 4`, no
+    /// model needed; the daemon says, naming the NIC, that services cannot
+    /// model it and what to do.
+    #[test]
+    fn a_table_of_any_size_is_spread_and_one_not_modelled_is_named() {
+        let nic = MemoryNic::new(vec![0; 192]);
+        nic.configured.set(true);
+        let (mut changes, mut undo) = (Vec::new(), Undo::default());
+        spread_rss(&nic, 4, false, &mut changes, &mut undo).unwrap();
+        let table = nic.table.borrow();
+        assert_eq!(table.len(), 192);
+        assert!(table.iter().enumerate().all(|(i, &q)| q == i as u32 % 4));
+        assert_eq!(
+            changes,
+            ["spread the RSS table evenly over 4 queues (144 of 192 entries)"]
+        );
+        let caps = |size| NicCaps {
+            iface: "eth3".into(),
+            rss: Some(flowlane_numa_sched::nic_caps::RssFacts {
+                key_len: 40,
+                table_size: size,
+                hash_function: None,
+                flow_hash: Default::default(),
+            }),
+            ..NicCaps::default()
+        };
+        assert_eq!(
+            unmodelled(&caps(192)).as_deref(),
+            Some(
+                "eth3's RSS table has 192 entries, not a power of two: flowlane spreads it but \
+                 cannot model which entry a flow hashes to, so services on eth3 cannot keep \
+                 connections per bucket or move buckets; for a power-of-two table change its \
+                 channels (`ethtool -L eth3 combined N`, on drivers that size the table by \
+                 them) and check with `ethtool -x eth3`"
+            )
+        );
+        assert_eq!(unmodelled(&caps(256)), None);
+        assert_eq!(
+            unmodelled(&NicCaps::default()),
+            None,
+            "no RSS: nothing to say"
+        );
+    }
+
     #[test]
     fn a_default_table_goes_back_as_the_default_over_the_rings_there_are_then() {
         // Four rings and their default table; the plan wants two queues.
@@ -884,6 +985,92 @@ mod tests {
         fn drop(&mut self) {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+    }
+
+    /// An i40e-like NIC `lo` of two receive queues that is down: MSI IRQs
+    /// 50-52, of which only the misc one is requested (the driver requests
+    /// the queues' when the interface comes up).
+    fn down_i40e(tag: &str) -> FakeHost {
+        let host = FakeHost::new(tag, "lo");
+        let nic = host.roots.sysfs_root.join("class/net/lo");
+        let msi = nic.join("device/msi_irqs");
+        std::fs::remove_dir_all(&msi).unwrap();
+        std::fs::create_dir_all(&msi).unwrap();
+        for irq in [50, 51, 52] {
+            std::fs::write(msi.join(irq.to_string()), "msix\n").unwrap();
+            let dir = host.roots.procfs_root.join(format!("irq/{irq}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("smp_affinity_list"), "0-3\n").unwrap();
+        }
+        std::fs::write(nic.join("operstate"), "down\n").unwrap();
+        host.interrupts(&[(50, "i40e-0000:3b:00.0:misc")]);
+        host
+    }
+
+    impl FakeHost {
+        /// `/proc/interrupts` naming `irqs`.
+        fn interrupts(&self, irqs: &[(u32, &str)]) {
+            let mut text = String::from("       CPU0       CPU1       CPU2       CPU3\n");
+            for (irq, name) in irqs {
+                text.push_str(&format!(
+                    "{irq:>4}:          7          7          7          7  IR-PCI-MSI 524288-edge      {name}\n"
+                ));
+            }
+            std::fs::write(self.roots.procfs_root.join("interrupts"), text).unwrap();
+        }
+    }
+
+    /// An owned NIC that is down at start (i40e, ice: the queue IRQs are
+    /// requested when it comes up) is owned all the same, with a note
+    /// saying why its interrupts wait; once it is up, the next look pins
+    /// them.
+    #[test]
+    fn a_nic_down_at_start_is_pinned_once_it_is_up() {
+        let host = down_i40e("down");
+        let (roots, topo) = (&host.roots, four_cpus());
+        let mut o = own(roots, "lo", &topo, None, false, true, None).unwrap();
+        assert!(o.report.changes.is_empty(), "{:?}", o.report.changes);
+        assert_eq!(
+            o.report.notes,
+            [
+                "left lo's interrupts for now: lo is down, and its driver requests its queue IRQs \
+              only when it is up (of its 3 MSI IRQs only i40e-0000:3b:00.0:misc is requested \
+              now): pinned once they appear"
+            ]
+        );
+        let unasked = || -> Option<String> { panic!("no RSS table here") };
+        assert_eq!(o.look_again(roots, &topo, None, unasked).unwrap(), None);
+        // Up: the driver requested the queues' IRQs.
+        std::fs::write(roots.sysfs_root.join("class/net/lo/operstate"), "up\n").unwrap();
+        host.interrupts(&[
+            (50, "i40e-0000:3b:00.0:misc"),
+            (51, "i40e-lo-TxRx-0"),
+            (52, "i40e-lo-TxRx-1"),
+        ]);
+        let looked = o
+            .look_again(roots, &topo, None, unasked)
+            .unwrap()
+            .expect("planned again");
+        assert_eq!(looked.changes.len(), 2, "{looked:?}");
+        assert!(looked.notes[0].starts_with("planned again (lo changed: its queues' IRQs)"));
+        assert_ne!(host.affinity(51), "0-3");
+        let said = o.restore(roots, None);
+        assert_eq!(said, ["put back 2 IRQ affinities"]);
+        assert_eq!(host.affinity(51), "0-3");
+    }
+
+    /// `irq show` on the same NIC: one line saying it is down, not "a
+    /// form flowlane knows".
+    #[test]
+    fn irqs_of_a_nic_that_is_down_are_said_missing_for_that() {
+        let host = down_i40e("downshow");
+        let e = irq_apply::inspect(&host.roots, "lo", &four_cpus(), None, None).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "lo is down, and its driver requests its queue IRQs only when it is up (of its 3 MSI \
+             IRQs only i40e-0000:3b:00.0:misc is requested now); bring it up \
+             (`ip link set lo up`) to plan them"
+        );
     }
 
     fn four_cpus() -> Topology {

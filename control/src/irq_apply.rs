@@ -125,27 +125,60 @@ pub(crate) fn inspect_with(
     netdev: NetdevReader<'_>,
 ) -> Result<IrqView> {
     let iface = roots.iface(ifname)?;
-    let queues = match queues {
-        Some(n) if n == 0 || n > iface.rx_queues => bail!(
-            "{ifname} has {} receive queues; asked for {n} (use --queues 1..={})",
-            iface.rx_queues,
-            iface.rx_queues
-        ),
-        Some(n) => n,
-        None if iface.rx_queues == 0 => bail!("{ifname} has no receive queues"),
-        None => iface.rx_queues,
-    };
+    let queues = iface.queues_to_plan(queues)?;
     let placed = place_queues(topo, iface.numa_node, queues as usize, budget)?;
-    let irqs = match &iface.msi_irqs {
-        Some(msi) => msi_plan(roots, ifname, msi, &placed.plan)?,
-        None => napi_plan(roots, &iface, &placed.plan, netdev)?,
-    };
+    let irqs = queue_irqs(roots, &iface, &placed.plan, netdev)?;
     Ok(IrqView {
         iface,
         placement: placed.plan,
         shared: placed.shared,
         irqs,
     })
+}
+
+/// The queue interrupts (or NAPI threads) of `iface`, planned onto
+/// `placement`: the placement the caller made (`flowlane plan` with
+/// `--nic-node`), not one made again here.
+pub(crate) fn queue_irqs(
+    roots: &Roots,
+    iface: &Iface,
+    placement: &PlacementPlan,
+    netdev: NetdevReader<'_>,
+) -> Result<QueueIrqs> {
+    match &iface.msi_irqs {
+        Some(msi) => msi_plan(roots, &iface.name, msi, placement),
+        None => napi_plan(roots, iface, placement, netdev),
+    }
+}
+
+/// An interface that is down, whose driver requests its queue IRQs only
+/// when it comes up (i40e, ice: only `<driver>-<bdf>:misc` is there
+/// before): nothing to plan yet, and nothing wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}; bring it up (`ip link set {iface} up`) to plan them", self.reason())]
+pub(crate) struct QueueIrqsDown {
+    /// The interface.
+    pub iface: String,
+    /// Its MSI IRQs.
+    pub msi: usize,
+    /// The names of those requested (its misc IRQ), at most three.
+    pub named: Vec<String>,
+}
+
+impl QueueIrqsDown {
+    /// Why there is no IRQ plan, without what to do.
+    pub(crate) fn reason(&self) -> String {
+        let now = if self.named.is_empty() {
+            "none is requested now".to_string()
+        } else {
+            format!("only {} is requested now", self.named.join(", "))
+        };
+        format!(
+            "{} is down, and its driver requests its queue IRQs only when it is up (of its {} MSI \
+             IRQs {now})",
+            self.iface, self.msi
+        )
+    }
 }
 
 fn msi_plan(
@@ -165,6 +198,14 @@ fn msi_plan(
             .map(|(_, n)| n.as_str())
             .take(3)
             .collect();
+        if roots.is_down(ifname) {
+            return Err(QueueIrqsDown {
+                iface: ifname.to_string(),
+                msi: msi.len(),
+                named: seen.iter().map(|s| s.to_string()).collect(),
+            }
+            .into());
+        }
         let hint = if seen.is_empty() {
             "is the interface up?".to_string()
         } else {

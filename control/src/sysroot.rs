@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use flowlane_dataplane::iface;
 use flowlane_numa_sched::parse_cpu_list;
 
@@ -42,7 +42,38 @@ pub(crate) struct Iface {
     pub msi_irqs: Option<Vec<u32>>,
 }
 
+impl Iface {
+    /// The receive queues to plan for: `asked` (1 to all of the device's)
+    /// or, not asked, all of them.
+    ///
+    /// # Errors
+    /// The device has no receive queues, or fewer than asked.
+    pub(crate) fn queues_to_plan(&self, asked: Option<u32>) -> Result<u32> {
+        let have = self.rx_queues;
+        match asked {
+            _ if have == 0 => bail!(
+                "{} has no receive queues (sysfs lists no queues/rx-*): nothing to plan",
+                self.name
+            ),
+            Some(n) if n == 0 || n > have => bail!(
+                "{} has {have} receive queues; asked for {n} (use --queues 1..={have})",
+                self.name
+            ),
+            Some(n) => Ok(n),
+            None => Ok(have),
+        }
+    }
+}
+
 impl Roots {
+    /// Whether `<sysfs>/class/net/<name>/operstate` says `down` (RFC 2863's
+    /// operational state: down by hand, or no link); false when it says
+    /// otherwise or cannot be read.
+    pub(crate) fn is_down(&self, name: &str) -> bool {
+        std::fs::read_to_string(self.iface_dir(name).join("operstate"))
+            .is_ok_and(|s| s.trim() == "down")
+    }
+
     /// `<sysfs>/class/net/<name>`.
     pub(crate) fn iface_dir(&self, name: &str) -> PathBuf {
         self.sysfs_root.join("class/net").join(name)

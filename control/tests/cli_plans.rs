@@ -275,3 +275,118 @@ fn make_traversable(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
 }
+
+/// `--nic-node` other than sysfs's: the IRQs follow the placement printed
+/// (the node given), and the plan says that sysfs differs.
+#[test]
+fn plan_with_nic_node_plans_the_irqs_for_that_node() {
+    let b = FakeBox::new("nicnode");
+    let o = run(&with(
+        &[
+            "plan",
+            "--synthetic",
+            TWO_NODES,
+            "--iface",
+            "eth0",
+            "--nic-node",
+            "0",
+            "--json",
+        ],
+        &b.roots(),
+    ));
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let cpu_of = |queue: &serde_json::Value| {
+        v["placement"]["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|q| &q["queue"] == queue)
+            .map(|q| q["cpu"].clone())
+            .unwrap()
+    };
+    let entries = v["irqs"]["plan"]["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 4);
+    for e in entries {
+        assert_eq!(
+            e["planned"],
+            serde_json::json!([cpu_of(&e["queue"])]),
+            "{e}"
+        );
+        assert!(e["planned"][0].as_u64().unwrap() < 4, "node 0's CPUs: {e}");
+    }
+    assert_eq!(
+        v["notes"],
+        serde_json::json!([
+            "--nic-node 0, though sysfs puts eth0 on node 1: placement and IRQs are planned for \
+             node 0 (`flowlane irq apply` plans by sysfs's)"
+        ])
+    );
+}
+
+/// A NIC node without CPUs (memory only): one queue per CPU of the nearest
+/// node that has some, as the placement puts them, and said.
+#[test]
+fn plan_for_a_memory_only_nic_node_takes_the_nearest_nodes_cpus() {
+    let o = flowlane(&[
+        "plan",
+        "--synthetic",
+        "pack:2 [numa] [numa] core:2 pu:1",
+        "--nic-node",
+        "1",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let queues = v["placement"]["queues"].as_array().unwrap();
+    assert_eq!(queues.len(), 2, "node 0's two CPUs, not one queue");
+    assert!(queues.iter().all(|q| q["node"] == 0), "{queues:?}");
+    let notes = v["notes"].as_array().unwrap();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].as_str().unwrap().starts_with(
+            "node 1 has no CPU the workers may use: 2 queue(s), one per CPU of node 0"
+        ),
+        "{notes:?}"
+    );
+}
+
+/// More queues than table entries leave queues without a bucket: refused.
+#[test]
+fn more_queues_than_buckets_is_one_line() {
+    one_line_error(
+        &flowlane(&[
+            "plan",
+            "--synthetic",
+            TWO_NODES,
+            "--queues",
+            "4",
+            "--table-size",
+            "2",
+        ]),
+        "4 queues and a 2-entry table: queues 2..=3 would get no bucket; use --table-size 4",
+    );
+    one_line_error(
+        &flowlane(&[
+            "rss", "hash", "--src", "1.2.3.4", "--dst", "1.2.3.5", "--queues", "200",
+        ]),
+        "200 queues and a 128-entry table: queues 128..=199 would get no bucket",
+    );
+}
+
+/// A NIC with no receive queues, no --queues given: said so, not a
+/// complaint about a flag nobody gave.
+#[test]
+fn plan_on_a_nic_without_receive_queues_says_so() {
+    let b = FakeBox::new("noqueues");
+    let dir = b.0.join("sys/class/net/eth1");
+    std::fs::create_dir_all(dir.join("queues")).unwrap();
+    std::fs::create_dir_all(dir.join("device")).unwrap();
+    std::fs::write(dir.join("device/numa_node"), "0\n").unwrap();
+    let o = run(&with(
+        &["plan", "--synthetic", TWO_NODES, "--iface", "eth1"],
+        &b.roots(),
+    ));
+    one_line_error(&o, "eth1 has no receive queues");
+    assert!(!text(&o).contains("--queues"), "{}", text(&o));
+}

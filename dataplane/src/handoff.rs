@@ -1275,14 +1275,111 @@ pub trait RssTableWriter: Send + Sync {
     fn set_entry(&self, bucket: u16, queue: u32) -> Result<(), String>;
 }
 
+/// A bucket outside the NIC's table, or (through
+/// [`ServiceTable`](flowlane_numa_sched::nic::ServiceTable)) a NIC table no
+/// longer the size of the service's, is refused with both sizes and
+/// nothing written ([`RssNic::set_entries`](flowlane_numa_sched::nic::RssNic::set_entries)):
+/// the move is then undone, not reported done with the NIC still sending
+/// the bucket's frames to the old queue.
 impl<N> RssTableWriter for N
 where
     N: flowlane_numa_sched::nic::RssNic + Send + Sync,
-    N::Error: std::fmt::Display,
+    N::Error: std::fmt::Display + From<flowlane_numa_sched::nic::RssSettingsError>,
 {
     fn set_entry(&self, bucket: u16, queue: u32) -> Result<(), String> {
         self.set_entries(&[(usize::from(bucket), queue)])
             .map_err(|e| format!("{e:#}"))
+    }
+}
+
+#[cfg(test)]
+mod table_writer_tests {
+    //! The writer every `RssNic` is, on a NIC whose table changed size
+    //! under the service (`ethtool -L`).
+    use super::RssTableWriter;
+    use flowlane_numa_sched::nic::{RssCaps, RssNic, RssSettings, RssSettingsError, ServiceTable};
+    use std::sync::Mutex;
+
+    /// What the NIC said, as its words.
+    #[derive(Debug)]
+    struct Said(String);
+
+    impl std::fmt::Display for Said {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+
+    impl From<RssSettingsError> for Said {
+        fn from(e: RssSettingsError) -> Said {
+            Said(e.to_string())
+        }
+    }
+
+    /// A NIC's table in memory, and how many times it was written.
+    struct Table(Mutex<(Vec<u32>, usize)>);
+
+    impl Table {
+        fn new(size: usize) -> Table {
+            Table(Mutex::new((vec![0; size], 0)))
+        }
+        fn writes(&self) -> usize {
+            self.0.lock().unwrap().1
+        }
+    }
+
+    impl RssNic for Table {
+        type Error = Said;
+        fn name(&self) -> &str {
+            "tbl0"
+        }
+        fn caps(&self) -> Result<RssCaps, Said> {
+            Ok(RssCaps {
+                queues: 4,
+                key_len: 40,
+                table_size: self.0.lock().unwrap().0.len(),
+            })
+        }
+        fn rss(&self) -> Result<RssSettings, Said> {
+            Ok(RssSettings {
+                key: vec![0; 40],
+                table: self.0.lock().unwrap().0.clone(),
+            })
+        }
+        fn set_rss(&self, _key: Option<&[u8]>, table: Option<&[u32]>) -> Result<(), Said> {
+            let mut t = self.0.lock().unwrap();
+            t.0 = table.expect("a table").to_vec();
+            t.1 += 1;
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_bucket_past_a_table_that_shrank_is_refused() {
+        let nic = Table::new(64);
+        let e = nic.set_entry(100, 1).unwrap_err();
+        assert!(
+            e.starts_with("bucket 100 is outside the NIC's indirection table of 64 entries"),
+            "{e}"
+        );
+        assert_eq!(nic.writes(), 0, "nothing written");
+        nic.set_entry(63, 1).unwrap();
+        assert_eq!((nic.writes(), nic.rss().unwrap().table[63]), (1, 1));
+    }
+
+    #[test]
+    fn a_table_that_grew_under_the_service_is_refused() {
+        // The service read 128 entries; the NIC has 256 now.
+        let nic = ServiceTable::new(Table::new(256), 128);
+        let e = nic.set_entry(5, 1).unwrap_err();
+        assert!(
+            e.starts_with("the NIC's indirection table has 256 entries now, but the service's RSS has 128 buckets"),
+            "{e}"
+        );
+        assert!(
+            nic.rss().unwrap().table.iter().all(|&q| q == 0),
+            "nothing written"
+        );
     }
 }
 

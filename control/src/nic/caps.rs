@@ -131,9 +131,11 @@ fn read_ethtool(g: &Genl, caps: &mut NicCaps) -> anyhow::Result<()> {
 /// (GRXFH).
 fn read_rss(caps: &mut NicCaps) -> anyhow::Result<()> {
     let name = caps.iface.clone();
+    // No table (the driver answers, the device has no RSS) is no RSS, as
+    // for a driver without the operation.
     let (rss, hfunc) = match EthtoolNic::new(&name).read_with_hfunc() {
-        Ok((s, h, _)) if !s.table.is_empty() || !s.key.is_empty() => (s, h),
-        Ok(_) | Err(NicError::NoRss { .. }) => return Ok(()),
+        Ok((s, h, _)) => (s, h),
+        Err(NicError::NoRss { .. } | NicError::NoTable { .. }) => return Ok(()),
         Err(e) => return Err(e.into()),
     };
     let mut flow_hash = FlowHash::default();

@@ -65,6 +65,11 @@ pub(crate) enum Cause {
     },
     /// A reply that does not decode.
     Malformed(String),
+    /// The request was not made: the system-call wrapper refused its
+    /// arguments before the kernel saw it (an `io::Error` without an error
+    /// number: `ethtool_ioctl`'s `InvalidInput` for an interface name that
+    /// does not fit `IFNAMSIZ`).
+    NotMade(String),
 }
 
 impl std::fmt::Display for Cause {
@@ -79,6 +84,7 @@ impl std::fmt::Display for Cause {
                 detail: None,
             } => f.write_str(errno.desc()),
             Cause::Malformed(d) => write!(f, "malformed reply from the kernel ({d})"),
+            Cause::NotMade(d) => write!(f, "request not made ({d})"),
         }
     }
 }
@@ -90,7 +96,7 @@ impl From<std::io::Error> for Cause {
                 errno: Errno::from_raw(n),
                 detail: None,
             },
-            None => Cause::Malformed(e.to_string()),
+            None => Cause::NotMade(e.to_string()),
         }
     }
 }
@@ -119,6 +125,20 @@ pub(crate) enum NicError {
         /// The interface.
         iface: String,
     },
+    /// The read answered, with no indirection table: the driver has the
+    /// operation but the device offers no RSS (the kernel leaves
+    /// `ETHTOOL_A_RSS_INDIR` out of `RSS_GET_REPLY` when `indir_size` is 0,
+    /// Documentation/networking/ethtool-netlink.rst, "RSS_GET"; the ioctl
+    /// says size 0). A virtio-net device without `VIRTIO_NET_F_RSS` is one.
+    #[error(
+        "{iface} reports no RSS indirection table (its driver can be asked, but the device \
+         offers no RSS: a virtio-net device without the RSS feature, for one); nothing to read \
+         or change"
+    )]
+    NoTable {
+        /// The interface.
+        iface: String,
+    },
     /// A write answered `EOPNOTSUPP`.
     #[error("{iface} does not support changing RSS (driver has no set_rxfh)")]
     CannotSet {
@@ -134,6 +154,19 @@ pub(crate) enum NicError {
         what: &'static str,
         /// The kernel's words, or the error's.
         detail: String,
+    },
+    /// A request the kernel never saw (`Cause::NotMade`), its words and
+    /// what to do.
+    #[error("{what} of {iface}: request not made ({detail}){hint}")]
+    NotMade {
+        /// The interface.
+        iface: String,
+        /// "reading RSS" or "changing RSS".
+        what: &'static str,
+        /// Why not.
+        detail: String,
+        /// What to do, where known (empty otherwise).
+        hint: String,
     },
     /// A reply that does not decode.
     #[error("{what} of {iface}: malformed reply from the kernel ({detail})")]
@@ -161,6 +194,12 @@ impl NicError {
                 what,
                 detail,
             },
+            Cause::NotMade(detail) => NicError::NotMade {
+                hint: not_made_hint(&iface),
+                iface,
+                what,
+                detail,
+            },
             Cause::Os { errno, detail } => match errno {
                 Errno::ENODEV => NicError::NoInterface { iface },
                 Errno::EPERM | Errno::EACCES => NicError::NotPermitted { iface, what },
@@ -174,6 +213,25 @@ impl NicError {
             },
         }
     }
+}
+
+/// The longest interface name the ioctls take: `IFNAMSIZ` (16,
+/// include/uapi/linux/if.h) with its NUL. Netlink takes longer ones (an
+/// altname: `ETHTOOL_A_HEADER_DEV_NAME` resolves them too).
+const IFNAME_MAX: usize = 15;
+
+/// What to do about a request not made for `iface`: a name too long for
+/// the ioctls is given as the kernel name.
+fn not_made_hint(iface: &str) -> String {
+    if iface.len() <= IFNAME_MAX {
+        return String::new();
+    }
+    format!(
+        ": the ethtool ioctls take interface names of at most {IFNAME_MAX} characters, and \
+         {iface} has {}; give the interface's kernel name instead (`ip -br link show {iface}` \
+         prints it first)",
+        iface.len()
+    )
 }
 
 #[cfg(test)]
@@ -254,6 +312,43 @@ mod tests {
         let c = Cause::from(std::io::Error::from_raw_os_error(Errno::EOPNOTSUPP as i32));
         assert_eq!(c, os(Errno::EOPNOTSUPP));
         let c = Cause::from(std::io::Error::other("guard"));
-        assert_eq!(c, Cause::Malformed("guard".into()));
+        assert_eq!(c, Cause::NotMade("guard".into()));
+    }
+
+    /// An altname longer than `IFNAMSIZ` allows: netlink resolves it, the
+    /// ioctls (the ring count, the fallback) are refused before the kernel
+    /// sees them. Not a malformed reply: a request not made, and the
+    /// kernel name to give instead.
+    #[test]
+    fn a_name_too_long_for_the_ioctls_says_to_give_the_kernel_name() {
+        let alt = "enp59s0f0np0-uplink1"; // 20 characters
+        let io = std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "interface name does not fit IFNAMSIZ",
+        );
+        let e = NicError::new(Op::Read, alt, Cause::from(io)).to_string();
+        assert_eq!(
+            e,
+            "reading RSS of enp59s0f0np0-uplink1: request not made (interface name does not fit \
+             IFNAMSIZ): the ethtool ioctls take interface names of at most 15 characters, and \
+             enp59s0f0np0-uplink1 has 20; give the interface's kernel name instead \
+             (`ip -br link show enp59s0f0np0-uplink1` prints it first)"
+        );
+        assert!(!e.contains("malformed"), "{e}");
+        let short = NicError::new(Op::Write, "eth0", Cause::NotMade("x".into())).to_string();
+        assert_eq!(short, "changing RSS of eth0: request not made (x)");
+    }
+
+    #[test]
+    fn no_table_is_not_blamed_on_a_missing_get_rxfh() {
+        let e = NicError::NoTable {
+            iface: "eth0".into(),
+        }
+        .to_string();
+        assert!(
+            e.starts_with("eth0 reports no RSS indirection table"),
+            "{e}"
+        );
+        assert!(!e.contains("get_rxfh"), "{e}");
     }
 }

@@ -7,7 +7,7 @@
 
 use std::sync::OnceLock;
 
-use flowlane_numa_sched::nic::{RssCaps, RssNic, RssSettings};
+use flowlane_numa_sched::nic::{RssCaps, RssNic, RssSettings, ServiceTable};
 
 use super::error::{falls_back, first_choice, Cause, Mechanism, NicError, Op};
 use super::genl_rss::{RssMessage, FAMILY_NAME, MSG_RSS_GET, MSG_RSS_SET};
@@ -70,11 +70,8 @@ impl EthtoolNic {
         {
             match g.request(RssMessage::get(&self.ifname), false) {
                 Ok(Some(reply)) => {
-                    let hfunc = reply.hfunc();
-                    let (table, key) = reply
-                        .into_table_and_key()
-                        .map_err(|e| self.err(Op::Read, Cause::Malformed(e.to_string())))?;
-                    return Ok((RssSettings { key, table }, hfunc, Mechanism::Netlink));
+                    let (s, hfunc) = self.settings_of_reply(reply)?;
+                    return Ok((s, hfunc, Mechanism::Netlink));
                 }
                 Ok(None) => {
                     return Err(self.err(Op::Read, Cause::Malformed("no RSS_GET reply".into())))
@@ -86,7 +83,29 @@ impl EthtoolNic {
         let (table, key, h) = ioctl::get_rss(&self.ifname)
             .map_err(|e| self.err(Op::Read, with_detail(e, netlink_said)))?;
         let hfunc = (h.hfunc != 0).then_some(u32::from(h.hfunc));
-        Ok((RssSettings { key, table }, hfunc, Mechanism::Ioctl))
+        Ok((self.settings(table, key)?, hfunc, Mechanism::Ioctl))
+    }
+
+    /// The settings and hash function of an `RSS_GET_REPLY`.
+    fn settings_of_reply(&self, reply: RssMessage) -> Result<(RssSettings, Option<u32>), NicError> {
+        let hfunc = reply.hfunc();
+        let (table, key) = reply
+            .into_table_and_key()
+            .map_err(|e| self.err(Op::Read, Cause::Malformed(e.to_string())))?;
+        Ok((self.settings(table, key)?, hfunc))
+    }
+
+    /// The settings read, or [`NicError::NoTable`] when there is no table:
+    /// a driver that answers but whose device has no RSS (`indir_size` 0:
+    /// no `ETHTOOL_A_RSS_INDIR` in the reply, an empty table from the
+    /// ioctl) has no RSS to read, model or change, whatever else it says.
+    fn settings(&self, table: Vec<u32>, key: Vec<u8>) -> Result<RssSettings, NicError> {
+        if table.is_empty() {
+            return Err(NicError::NoTable {
+                iface: self.ifname.clone(),
+            });
+        }
+        Ok(RssSettings { key, table })
     }
 
     /// The key and table in force, read before a write: a NIC whose RSS
@@ -134,8 +153,33 @@ impl EthtoolNic {
     /// # Errors
     /// The NIC has no RSS table, or the kernel refused.
     pub(crate) fn reset_table(&self) -> anyhow::Result<Mechanism> {
-        self.read_for_write()?;
-        self.send(Some(&[]), None)
+        self.reset_table_with_key(None)
+    }
+
+    /// [`reset_table`](Self::reset_table), with `key` written too
+    /// (`ethtool -X IF default hkey K`). Where the family has `RSS_SET`,
+    /// one request carries both (an empty `ETHTOOL_A_RSS_INDIR` and
+    /// `ETHTOOL_A_RSS_HKEY`), so that they are taken or refused together.
+    /// The ioctls get two ([`key_then_reset`]): kernels before 6.11 misread
+    /// a key sent with `indir_size` 0 (see `ioctl_layout::rssh_set_request`).
+    ///
+    /// # Errors
+    /// As [`write`](Self::write) and [`reset_table`](Self::reset_table);
+    /// on the ioctls, a refused reset after the key was taken says so.
+    pub(crate) fn reset_table_with_key(&self, key: Option<&[u8]>) -> anyhow::Result<Mechanism> {
+        let current = self.read_for_write()?;
+        let Some(key) = key else {
+            return self.send(Some(&[]), None);
+        };
+        self.caps_of(&current)?.validate(Some(key), None)?;
+        let genl = self.genl();
+        if first_choice(genl.map(Genl::ops), MSG_RSS_SET) == Mechanism::Netlink {
+            // Should the family refuse it and `send` fall back, the kernel
+            // (6.17+, for RSS_SET) takes both in one `SRSSH` too.
+            return self.send(Some(&[]), Some(key));
+        }
+        key_then_reset(self, key)?;
+        Ok(Mechanism::Ioctl)
     }
 
     /// Sends `table` and/or `key` as they are: `RSS_SET` where the family
@@ -163,7 +207,7 @@ impl EthtoolNic {
     /// (`ETHTOOL_GRXRINGS`), key and table sizes.
     pub(crate) fn caps_of(&self, s: &RssSettings) -> Result<RssCaps, NicError> {
         if s.table.is_empty() {
-            return Err(NicError::NoRss {
+            return Err(NicError::NoTable {
                 iface: self.ifname.clone(),
             });
         }
@@ -174,6 +218,27 @@ impl EthtoolNic {
             table_size: s.table.len(),
         })
     }
+}
+
+/// Writes `key`, then gives `nic`'s table back to the driver: two writes,
+/// for a NIC that cannot take both in one. A reset refused after the key
+/// was taken does not read as nothing done: the error says the key is in
+/// force.
+///
+/// # Errors
+/// The key's write (nothing changed), or the reset's (the key changed).
+pub(crate) fn key_then_reset(
+    nic: &impl RssNic<Error = anyhow::Error>,
+    key: &[u8],
+) -> anyhow::Result<()> {
+    nic.set_rss(Some(key), None)?;
+    nic.reset_table().map_err(|e| {
+        e.context(format!(
+            "{}: the new RSS key was applied, but the table was not given back to the driver \
+             (it is as it was)",
+            nic.name()
+        ))
+    })
 }
 
 /// The ioctl's failure, with netlink's words where the ioctl has none.
@@ -212,21 +277,162 @@ impl RssNic for EthtoolNic {
     }
 }
 
-/// The RSS settings of `iface`, if they can be read (for the TCP services'
-/// active opens, which pick ports by the NIC's RSS).
+/// The RSS settings of `iface`, if they can be read and modelled (for the
+/// TCP services: active opens pick ports by the NIC's RSS, and every
+/// service keeps its connections per bucket): `None`, RSS unknown, for a
+/// NIC without RSS, without a table ([`NicError::NoTable`]) or without a
+/// key (the Toeplitz model needs it).
 pub(crate) fn read_rss(iface: &str) -> Option<RssSettings> {
-    EthtoolNic::new(iface).read().ok().map(|(s, _)| s)
+    modelled(EthtoolNic::new(iface).read().map(|(s, _)| s))
 }
 
-/// `iface`'s table as the writer a TCP service moves buckets through.
+/// What [`read_rss`] makes of a read.
+fn modelled(read: Result<RssSettings, NicError>) -> Option<RssSettings> {
+    read.ok()
+        .filter(|s| !s.table.is_empty() && !s.key.is_empty())
+}
+
+/// `iface`'s table as the writer a TCP service moves buckets through: as
+/// big as it is now (the service read it a moment ago), a move's write is
+/// refused once `ethtool -L` resized it ([`ServiceTable`]).
 pub(crate) fn writer(iface: &str) -> flowlane_dataplane::NicWriter {
-    flowlane_dataplane::NicWriter(std::sync::Arc::new(EthtoolNic::new(iface)))
+    let nic = EthtoolNic::new(iface);
+    match nic.read() {
+        Ok((s, _)) => {
+            let buckets = s.table.len();
+            flowlane_dataplane::NicWriter(std::sync::Arc::new(ServiceTable::new(nic, buckets)))
+        }
+        // Each write reads the NIC again, and says why it cannot.
+        Err(_) => flowlane_dataplane::NicWriter(std::sync::Arc::new(nic)),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use nix::errno::Errno;
+
+    /// This KVM guest's virtio-net (no `VIRTIO_NET_F_RSS`) answering
+    /// `RSS_GET` on Linux 6.18 (`strace -x -s 65535 -e trace=recvfrom
+    /// flowlane nic rss --iface eth0`: the generic-netlink payload): the
+    /// header, `HFUNC` (Toeplitz), the `FLOW_HASH` nest, and neither
+    /// `INDIR` nor `HKEY` (`indir_size` and `key_size` 0).
+    fn virtio_rss_reply() -> RssMessage {
+        use netlink_packet_core::ParseableParametrized;
+        use netlink_packet_generic::GenlHeader;
+        let b = crate::nic::recorded_messages(include_str!("testdata/virtio-rss.hex")).remove(0);
+        let header = GenlHeader {
+            cmd: b[0],
+            version: b[1],
+        };
+        RssMessage::parse_with_param(&b[4..], header).unwrap()
+    }
+
+    /// A driver that answers with no table has no RSS: read as such (the
+    /// services' "RSS unknown", `nic caps`' none), not as settings with an
+    /// empty table, and not blamed on a missing `get_rxfh`.
+    #[test]
+    fn a_reply_without_a_table_is_no_rss() {
+        let nic = EthtoolNic::new("eth0");
+        let reply = virtio_rss_reply();
+        assert_eq!(
+            reply.hfunc(),
+            Some(1),
+            "the reply names Toeplitz all the same"
+        );
+        let e = nic.settings_of_reply(reply).unwrap_err();
+        assert_eq!(
+            e,
+            NicError::NoTable {
+                iface: "eth0".into()
+            }
+        );
+        assert_eq!(modelled(Err(e)), None, "the services' RSS unknown");
+        let e = nic
+            .caps_of(&RssSettings {
+                key: vec![0; 40],
+                table: Vec::new(),
+            })
+            .unwrap_err();
+        assert!(matches!(e, NicError::NoTable { .. }), "{e}");
+    }
+
+    /// A table without a key (the `GRXFHINDIR` fallback reads none) cannot
+    /// be modelled either: the services' Toeplitz needs the key.
+    #[test]
+    fn the_services_get_settings_only_with_a_table_and_a_key() {
+        let s = |key: Vec<u8>| RssSettings {
+            key,
+            table: vec![0, 1, 0, 1],
+        };
+        assert_eq!(modelled(Ok(s(vec![0x6d; 40]))), Some(s(vec![0x6d; 40])));
+        assert_eq!(modelled(Ok(s(Vec::new()))), None);
+    }
+
+    /// An RSS NIC in memory whose reset the driver refuses.
+    struct RefusesReset {
+        key: std::cell::RefCell<Vec<u8>>,
+        refuse_key: bool,
+    }
+
+    impl RssNic for RefusesReset {
+        type Error = anyhow::Error;
+        fn name(&self) -> &str {
+            "mem0"
+        }
+        fn caps(&self) -> anyhow::Result<RssCaps> {
+            Ok(RssCaps {
+                queues: 2,
+                key_len: 4,
+                table_size: 4,
+            })
+        }
+        fn rss(&self) -> anyhow::Result<RssSettings> {
+            Ok(RssSettings {
+                key: self.key.borrow().clone(),
+                table: vec![0; 4],
+            })
+        }
+        fn set_rss(&self, key: Option<&[u8]>, _table: Option<&[u32]>) -> anyhow::Result<()> {
+            anyhow::ensure!(
+                !self.refuse_key,
+                "mem0 refused changing RSS: Invalid argument"
+            );
+            *self.key.borrow_mut() = key.expect("a key").to_vec();
+            Ok(())
+        }
+        fn reset_table(&self) -> anyhow::Result<()> {
+            anyhow::bail!("mem0 refused changing RSS: Device or resource busy")
+        }
+    }
+
+    /// `nic set-rss --default --key K` on the ioctls: the key went, the
+    /// reset did not. Not a failure as if nothing changed: the key is in
+    /// force, and the error says so.
+    #[test]
+    fn a_refused_reset_after_the_key_says_the_key_was_applied() {
+        let nic = RefusesReset {
+            key: std::cell::RefCell::new(vec![0; 4]),
+            refuse_key: false,
+        };
+        let e = key_then_reset(&nic, &[1, 2, 3, 4]).unwrap_err();
+        assert_eq!(
+            format!("{e:#}"),
+            "mem0: the new RSS key was applied, but the table was not given back to the driver \
+             (it is as it was): mem0 refused changing RSS: Device or resource busy"
+        );
+        assert_eq!(*nic.key.borrow(), [1, 2, 3, 4]);
+        let nic = RefusesReset {
+            key: std::cell::RefCell::new(vec![0; 4]),
+            refuse_key: true,
+        };
+        let e = key_then_reset(&nic, &[1, 2, 3, 4]).unwrap_err();
+        assert_eq!(
+            format!("{e:#}"),
+            "mem0 refused changing RSS: Invalid argument",
+            "the key refused: nothing changed, nothing to say of it"
+        );
+    }
 
     #[test]
     fn the_ioctls_words_first_then_netlinks() {

@@ -56,11 +56,13 @@ pub(crate) const MSG_CHANNELS_GET: u8 = 17;
 const MSG_CHANNELS_GET_REPLY: u8 = 18;
 /// `ETHTOOL_A_*_HEADER`: attribute 1 of every ethtool request.
 const A_HEADER: u16 = 1;
-/// `ETHTOOL_A_FEATURES_HW` (what the user may toggle), `..._ACTIVE`,
-/// `..._NOCHANGE` (fixed).
+/// `ETHTOOL_A_FEATURES_HW` (the features the user may toggle: the
+/// device's `hw_features`) and `..._ACTIVE` (those on). `..._NOCHANGE` (5)
+/// is not the device's fixed features but the constant
+/// `NETIF_F_NEVER_CHANGE` set (Documentation/networking/ethtool-netlink.rst,
+/// "FEATURES_GET"); a feature outside `HW` is fixed, on if `ACTIVE`.
 const A_FEATURES_HW: u16 = 2;
 const A_FEATURES_ACTIVE: u16 = 4;
-const A_FEATURES_NOCHANGE: u16 = 5;
 /// `ETHTOOL_A_BITSET_NOMASK` (flag: the listed bits are the set ones),
 /// `..._BITS` (nest of `..._BITS_BIT`), `ETHTOOL_A_BITSET_BITS_BIT`, and a
 /// bit's `..._BIT_NAME` (string) and `..._BIT_VALUE` (flag).
@@ -356,16 +358,16 @@ fn bitset_names(set: &RawAttr) -> Result<Vec<String>, DecodeError> {
 }
 
 /// The ntuple and receive-hashing toggles of a `FEATURES_GET_REPLY`: a
-/// feature is available when the user may toggle it (`HW`) or it is fixed
-/// on (`ACTIVE` and `NOCHANGE`).
+/// feature is on when `ACTIVE` has it, and available when the user may
+/// toggle it (`HW`) or it is fixed on (on, and not in `HW`: `ethtool -k`'s
+/// "on [fixed]", ntuple filters on mvpp2 and fbnic).
 pub(crate) fn features(reply: &AttrMessage<Ethtool>) -> Result<(Toggle, Toggle), DecodeError> {
     reply.expect(MSG_FEATURES_GET_REPLY, "FEATURES_GET")?;
-    let (mut hw, mut active, mut fixed) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut hw, mut active) = (Vec::new(), Vec::new());
     for a in &reply.attrs {
         match a.kind {
             A_FEATURES_HW => hw = bitset_names(a)?,
             A_FEATURES_ACTIVE => active = bitset_names(a)?,
-            A_FEATURES_NOCHANGE => fixed = bitset_names(a)?,
             _ => {}
         }
     }
@@ -373,7 +375,7 @@ pub(crate) fn features(reply: &AttrMessage<Ethtool>) -> Result<(Toggle, Toggle),
         let has = |l: &[String]| l.iter().any(|n| n == name);
         let on = has(&active);
         Toggle {
-            available: has(&hw) || (on && has(&fixed)),
+            available: has(&hw) || on,
             on,
         }
     };
@@ -455,14 +457,9 @@ mod tests {
     use flowlane_numa_sched::nic_caps::{XdpFeature, XskFeature};
 
     fn messages<F>(hex: &str) -> Vec<AttrMessage<F>> {
-        hex.split("\n\n")
-            .map(|m| m.split_whitespace().collect::<String>())
-            .filter(|m| !m.is_empty())
-            .map(|m| {
-                let b: Vec<u8> = (0..m.len())
-                    .step_by(2)
-                    .map(|i| u8::from_str_radix(&m[i..i + 2], 16).unwrap())
-                    .collect();
+        crate::nic::recorded_messages(hex)
+            .into_iter()
+            .map(|b| {
                 let header = GenlHeader {
                     cmd: b[0],
                     version: b[1],
@@ -510,6 +507,79 @@ mod tests {
         assert_eq!(q.len(), 8);
         assert_eq!(q.iter().filter(|q| q.kind == QueueKind::Rx).count(), 4);
         assert!(q.iter().all(|q| q.napi.is_none()), "no NAPI without XDP");
+    }
+
+    /// `attrs` nested in an attribute of `kind`.
+    fn nest(kind: u16, attrs: &[RawAttr]) -> RawAttr {
+        let mut value = vec![0; attrs.buffer_len()];
+        attrs.emit(&mut value);
+        RawAttr {
+            kind: kind | NLA_F_NESTED,
+            value,
+        }
+    }
+
+    /// A verbose bit set of `kind` listing `names` as the set bits
+    /// (`ETHTOOL_A_BITSET_NOMASK`).
+    fn names(kind: u16, names: &[&str]) -> RawAttr {
+        let bits: Vec<RawAttr> = names
+            .iter()
+            .map(|n| {
+                let name = RawAttr {
+                    kind: A_BITSET_BIT_NAME,
+                    value: [n.as_bytes(), &[0]].concat(),
+                };
+                nest(A_BITSET_BITS_BIT, &[name])
+            })
+            .collect();
+        let nomask = RawAttr {
+            kind: A_BITSET_NOMASK,
+            value: Vec::new(),
+        };
+        nest(kind, &[nomask, nest(A_BITSET_BITS, &bits)])
+    }
+
+    /// ntuple filters on and not changeable (`ethtool -k`: "ntuple-filters:
+    /// on [fixed]", as on mvpp2 and fbnic): in `ACTIVE`, not in `HW`, and
+    /// not in `NOCHANGE` either (that is `NETIF_F_NEVER_CHANGE`, the same
+    /// three features on every device). Available, and on.
+    #[test]
+    fn a_feature_on_but_not_changeable_is_fixed_on() {
+        let built = AttrMessage::<Ethtool>::new(
+            MSG_FEATURES_GET_REPLY,
+            vec![
+                RawAttr::ethtool_header("eth0"),
+                names(A_FEATURES_HW, &["rx-checksum", "rx-hashing"]),
+                names(A_FEATURES_ACTIVE, &["rx-checksum", "rx-ntuple-filter"]),
+                // ETHTOOL_A_FEATURES_NOCHANGE: NETIF_F_NEVER_CHANGE.
+                names(5, &["vlan-challenged", "netns-local", "fcoe-mtu"]),
+            ],
+        );
+        // Through bytes, as the kernel's reply comes.
+        let mut b = vec![0; built.buffer_len()];
+        built.emit(&mut b);
+        let header = GenlHeader {
+            cmd: MSG_FEATURES_GET_REPLY,
+            version: 1,
+        };
+        let reply = AttrMessage::<Ethtool>::parse_with_param(&b, header).unwrap();
+        let (ntuple, rxhash) = features(&reply).unwrap();
+        assert_eq!(
+            ntuple,
+            Toggle {
+                available: true,
+                on: true
+            },
+            "fixed on"
+        );
+        assert_eq!(
+            rxhash,
+            Toggle {
+                available: true,
+                on: false
+            },
+            "changeable, off"
+        );
     }
 
     #[test]

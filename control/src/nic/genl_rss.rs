@@ -354,6 +354,18 @@ mod tests {
         let reset = bytes(RssMessage::set("eth0", Some(&[]), None), 10, NLM_F_REQUEST);
         assert_eq!(reset.len(), 16 + 4 + 16 + 4);
         assert_eq!(&reset[36..40], &[0x04, 0, 0x04, 0]);
+        // The reset and a key in one request (`nic set-rss --default
+        // --key`): taken or refused together.
+        let both = bytes(
+            RssMessage::set("eth0", Some(&[]), Some(&[1, 2, 3, 4])),
+            11,
+            NLM_F_REQUEST | NLM_F_ACK,
+        );
+        assert_eq!(both.len(), 16 + 4 + 16 + 4 + 8);
+        assert_eq!(
+            &both[36..48],
+            &[0x04, 0, 0x04, 0, 0x08, 0, 0x05, 0, 1, 2, 3, 4]
+        );
     }
 
     /// An `RSS_GET_REPLY` as the kernel writes it: a header with the

@@ -20,3 +20,20 @@ mod ioctl;
 mod ioctl_layout;
 mod netlink;
 pub(crate) mod recording;
+
+/// The messages of a reply recorded in `testdata/` (each message's
+/// generic-netlink payload, header and attributes, in hex; a blank line
+/// between messages), as bytes.
+#[cfg(test)]
+pub(crate) fn recorded_messages(hex: &str) -> Vec<Vec<u8>> {
+    hex.split("\n\n")
+        .map(|m| m.split_whitespace().collect::<String>())
+        .filter(|m| !m.is_empty())
+        .map(|m| {
+            (0..m.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&m[i..i + 2], 16).expect("hex"))
+                .collect()
+        })
+        .collect()
+}
