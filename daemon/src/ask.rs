@@ -1,17 +1,27 @@
-//! Asking several services at once: each socket on a thread, all of them
-//! under one deadline, so that services that do not answer (stopped, stuck,
-//! their backlog full) cost a scrape, a hint or the daemon's stop that
-//! deadline once, not each.
+//! Asking several services at once: every socket connected, written to and
+//! read without blocking, on one poll loop (mio) in the calling thread, all
+//! under one deadline. Services that do not answer (stopped, stuck, their
+//! backlog full, trickling an answer that never ends) cost a scrape, a hint
+//! or the daemon's stop that deadline once, however many they are, and
+//! never keep the others from being asked; an answer is read up to
+//! [`control_socket::MAX_ANSWER`] bytes (a service that streams without end
+//! is cut there); and once [`ask_all`] returns nothing of it is left (no
+//! thread, every connection closed).
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use std::io::{ErrorKind, Write};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use flowlane_dataplane::control_socket::{self, Request, Response};
+use flowlane_dataplane::control_socket::{self, AnswerReader, Request, Response};
+use mio::net::UnixStream;
+use mio::{Events, Interest, Poll, Token};
 
-/// Threads asking at once, at most (more sockets wait for a free one).
-const ASKING_MAX: usize = 64;
+/// How soon a socket that could not be connected to for now (its backlog
+/// full, or no file descriptor free here) is tried again.
+const RETRY: Duration = Duration::from_millis(10);
+
+/// Readiness events taken per wake-up (more wait for the next).
+const EVENTS: usize = 256;
 
 /// One service's answer, and the process that gave it.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,89 +35,210 @@ pub struct Answer {
     pub pid: Option<u32>,
 }
 
+/// Where one exchange is.
+enum Stage {
+    /// Not connected yet, and why: tried again every [`RETRY`].
+    Waiting(&'static str),
+    /// Connected: the request being written, then the answer read.
+    Talking {
+        stream: UnixStream,
+        written: usize,
+        answer: AnswerReader,
+        pid: Option<u32>,
+    },
+    /// Answered, or failed (boxed: an answer is large).
+    Done(Box<Result<Answer, String>>),
+}
+
 /// Asks each of `sockets` `request`, all at once, and waits at most
 /// `within` for the answers: one per socket, in their order. A socket that
-/// did not answer by then is an error saying so; its thread ends on its
-/// own (its connect, write and read each bounded by `within`).
+/// did not answer by then is an error saying so; its connection is closed
+/// when this returns.
 pub fn ask_all(
     sockets: &[PathBuf],
     request: &Request,
     within: Duration,
 ) -> Vec<Result<Answer, String>> {
     let deadline = Instant::now() + within;
-    let mut got: Vec<Option<Result<Answer, String>>> = vec![None; sockets.len()];
-    let work = Arc::new((sockets.to_vec(), request.clone(), AtomicUsize::new(0)));
-    let (tx, rx) = mpsc::channel();
-    for _ in 0..sockets.len().min(ASKING_MAX) {
-        let (work, tx) = (work.clone(), tx.clone());
-        let asker = move || {
-            let (paths, request, next) = &*work;
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(path) = paths.get(i) else { return };
-                if Instant::now() >= deadline || tx.send((i, ask(path, request, within))).is_err() {
-                    return;
-                }
+    let setup = control_socket::request_line(request)
+        .map_err(|e| e.to_string())
+        .and_then(|line| Ok((line, Poll::new().map_err(|e| format!("epoll: {e}"))?)));
+    let (line, mut poll) = match setup {
+        Ok(s) => s,
+        Err(e) => {
+            return sockets
+                .iter()
+                .map(|p| Err(format!("cannot ask {}: {e}", p.display())))
+                .collect()
+        }
+    };
+    let mut stages: Vec<Stage> = sockets.iter().map(|_| Stage::Waiting("")).collect();
+    let mut events = Events::with_capacity(EVENTS);
+    loop {
+        let mut waiting = false;
+        for (i, (stage, path)) in stages.iter_mut().zip(sockets).enumerate() {
+            if let Stage::Waiting(_) = stage {
+                *stage = connect(&poll, Token(i), path);
+                waiting |= matches!(stage, Stage::Waiting(_));
             }
-        };
-        // Fewer threads than asked for (a limit reached): those started
-        // take the rest, or the deadline counts them unanswered.
-        if std::thread::Builder::new()
-            .name("flowlane-ask".into())
-            .spawn(asker)
-            .is_err()
-        {
+        }
+        if stages.iter().all(|s| matches!(s, Stage::Done(_))) {
             break;
         }
-    }
-    drop(tx);
-    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-        match rx.recv_timeout(left) {
-            Ok((i, answer)) => got[i] = Some(answer),
-            // The deadline, or every thread done.
-            Err(_) => break,
+        let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+            break;
+        };
+        let wait = if waiting { left.min(RETRY) } else { left };
+        if let Err(e) = poll.poll(&mut events, Some(wait)) {
+            if e.kind() != ErrorKind::Interrupted {
+                tracing::warn!("asking the services: epoll: {e}");
+                break;
+            }
+        }
+        for event in &events {
+            let i = event.token().0;
+            if let (Some(stage), Some(path)) = (stages.get_mut(i), sockets.get(i)) {
+                go_on(stage, &line, path);
+            }
         }
     }
-    got.into_iter()
+    stages
+        .into_iter()
         .zip(sockets)
-        .map(|(answer, path)| {
-            answer.unwrap_or_else(|| {
-                Err(format!(
-                    "no answer on {} within {} ms",
-                    path.display(),
-                    within.as_millis()
-                ))
-            })
+        .map(|(stage, path)| match stage {
+            Stage::Done(answer) => *answer,
+            Stage::Waiting(why) => Err(format!(
+                "no answer on {} within {} ms ({why})",
+                path.display(),
+                within.as_millis()
+            )),
+            Stage::Talking { .. } => Err(format!(
+                "no answer on {} within {} ms",
+                path.display(),
+                within.as_millis()
+            )),
         })
         .collect()
 }
 
-/// Asks the service at `path`, and who it is.
-fn ask(path: &std::path::Path, request: &Request, within: Duration) -> Result<Answer, String> {
-    let stream = control_socket::connect_within(path, within)
-        .map_err(|e| format!("no answer on {}: {e}", path.display()))?;
+/// Connects to `path` without waiting, and registers the connection with
+/// `poll` as `token`; a full backlog or want of file descriptors waits to
+/// be tried again.
+fn connect(poll: &Poll, token: Token, path: &Path) -> Stage {
+    let mut stream = match UnixStream::connect(path) {
+        Ok(s) => s,
+        Err(e) if e.kind() == ErrorKind::WouldBlock => return Stage::Waiting("its backlog full"),
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(nix::libc::EMFILE | nix::libc::ENFILE)
+            ) =>
+        {
+            return Stage::Waiting("no file descriptor free")
+        }
+        Err(e) => {
+            return Stage::Done(Box::new(Err(format!(
+                "no answer on {}: {e}",
+                path.display()
+            ))))
+        }
+    };
     let pid = nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
         .ok()
         .and_then(|c| u32::try_from(c.pid()).ok())
         .filter(|&p| p > 0);
-    let response =
-        control_socket::request_on(stream, path, request, within).map_err(|e| e.to_string())?;
-    Ok(Answer { response, pid })
+    if let Err(e) =
+        poll.registry()
+            .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
+    {
+        return Stage::Done(Box::new(Err(format!(
+            "asking {}: epoll: {e}",
+            path.display()
+        ))));
+    }
+    Stage::Talking {
+        stream,
+        written: 0,
+        answer: AnswerReader::default(),
+        pid,
+    }
+}
+
+/// Takes an exchange as far as it goes without waiting: the rest of the
+/// request written, what came of the answer read (readiness is reported
+/// on changes only: both are taken until they would block).
+fn go_on(stage: &mut Stage, line: &[u8], path: &Path) {
+    let Stage::Talking {
+        stream,
+        written,
+        answer,
+        pid,
+    } = stage
+    else {
+        return;
+    };
+    let failed = |e: std::io::Error| {
+        Some(Err(format!(
+            "talking to the service on {}: {e}",
+            path.display()
+        )))
+    };
+    let outcome = 'go: {
+        while *written < line.len() {
+            match stream.write(&line[*written..]) {
+                Ok(0) => break 'go failed(ErrorKind::WriteZero.into()),
+                Ok(n) => *written += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break 'go None,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => break 'go failed(e),
+            }
+        }
+        loop {
+            match answer.read_once(stream) {
+                Ok(true) => {
+                    break 'go Some(
+                        answer
+                            .response(path)
+                            .map(|response| Answer {
+                                response,
+                                pid: *pid,
+                            })
+                            .map_err(|e| e.to_string()),
+                    )
+                }
+                Ok(false) => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break 'go None,
+                Err(e) => break 'go failed(e),
+            }
+        }
+    };
+    if let Some(done) = outcome {
+        // The connection closed here (its registration goes with it).
+        *stage = Stage::Done(Box::new(done));
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::net::UnixListener;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// A directory of its own for a test.
+    fn dir(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("fl-ask-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
 
     /// Sockets that take connections and never answer, and one whose
     /// backlog is full (a stopped service): all asked at once, the whole
     /// in about one deadline, each said.
     #[test]
     fn services_that_do_not_answer_cost_one_deadline_together() {
-        let dir = std::env::temp_dir().join(format!("fl-ask-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = dir("silent");
         let silent: Vec<(PathBuf, UnixListener)> = (0..3)
             .map(|i| {
                 let p = dir.join(format!("silent{i}.sock"));
@@ -128,6 +259,94 @@ mod tests {
             let e = a.as_ref().unwrap_err();
             assert!(e.contains(&p.display().to_string()), "{e}");
         }
+        assert!(answers[3].as_ref().unwrap_err().contains("backlog full"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// What a service that answers without end writes, again and again.
+    const CHUNK: &[u8] = &[b' '; 64 * 1024];
+
+    /// A service at `path` that writes with `talk` on every connection
+    /// until the asker goes (its writes fail), each on a thread of its
+    /// own; counts the connections it still holds and the bytes it got
+    /// out.
+    fn bad_service(
+        path: &Path,
+        talk: fn(&mut std::os::unix::net::UnixStream) -> std::io::Result<usize>,
+    ) -> (Arc<AtomicUsize>, Arc<AtomicUsize>) {
+        let listener = UnixListener::bind(path).unwrap();
+        let (open, sent) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (o, s) = (open.clone(), sent.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let (o, s) = (o.clone(), s.clone());
+                o.fetch_add(1, Ordering::SeqCst);
+                std::thread::spawn(move || {
+                    while let Ok(n) = talk(&mut stream) {
+                        s.fetch_add(n, Ordering::SeqCst);
+                    }
+                    o.fetch_sub(1, Ordering::SeqCst);
+                });
+            }
+        });
+        (open, sent)
+    }
+
+    /// Waits (at most 5 s) until `count` is `want`, and says what it is.
+    fn settles_at(count: &AtomicUsize, want: usize) -> usize {
+        let began = Instant::now();
+        while count.load(Ordering::SeqCst) != want && began.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        count.load(Ordering::SeqCst)
+    }
+
+    /// A service that answers without end: the answer is cut at its bound,
+    /// well within the deadline, and the connection closed (the service
+    /// sends no more).
+    #[test]
+    fn an_endless_answer_is_cut_and_closed() {
+        let dir = dir("endless");
+        let path = dir.join("endless.sock");
+        let (open, sent) = bad_service(&path, |s| s.write_all(CHUNK).map(|()| CHUNK.len()));
+        let within = Duration::from_secs(10);
+        let began = Instant::now();
+        let answers = ask_all(std::slice::from_ref(&path), &Request::Counters, within);
+        assert!(began.elapsed() < within, "{:?}", began.elapsed());
+        let e = answers[0].as_ref().unwrap_err();
+        assert!(e.contains("longer than"), "{e}");
+        assert_eq!(settles_at(&open, 0), 0, "the connection is closed");
+        let stopped_at = sent.load(Ordering::SeqCst);
+        // What was read, and what the sockets' buffers held.
+        assert!(
+            stopped_at <= control_socket::MAX_ANSWER + (8 << 20),
+            "{stopped_at}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(sent.load(Ordering::SeqCst), stopped_at, "nothing more read");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A service that trickles an answer a byte at a time, never ending
+    /// it: each ask ends at its deadline, and leaves nothing behind (no
+    /// connection held open by a thread still reading).
+    #[test]
+    fn a_trickled_answer_leaves_nothing_behind() {
+        let dir = dir("trickle");
+        let path = dir.join("trickle.sock");
+        let (open, _) = bad_service(&path, |s| {
+            std::thread::sleep(Duration::from_millis(20));
+            s.write_all(b" ").map(|()| 1)
+        });
+        let within = Duration::from_millis(150);
+        for _ in 0..5 {
+            let began = Instant::now();
+            let answers = ask_all(std::slice::from_ref(&path), &Request::Counters, within);
+            assert!(began.elapsed() < within * 2, "{:?}", began.elapsed());
+            assert!(answers[0].as_ref().unwrap_err().contains("no answer"));
+        }
+        assert_eq!(settles_at(&open, 0), 0, "connections left open");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -14,14 +14,18 @@
 pub mod ask;
 pub mod http;
 pub mod metrics;
+mod pages;
 pub mod registry;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use flowlane_dataplane::control_socket::{ControlSocket, HostStatus, NicReport, Request, Response};
+use flowlane_dataplane::control_socket::{
+    ControlSocket, FlowQuery, HostStatus, NicReport, Reply, Request, Response,
+};
 pub use http::MetricsServer;
 pub use metrics::{render, Format, Scrape};
 pub use registry::{NicStatsReader, Services};
@@ -139,12 +143,40 @@ impl Default for DaemonConfig {
     }
 }
 
+/// Hints answered at once, at most: each asks every service, under the
+/// scrape timeout, on a thread of its own (off the daemon's loop, which
+/// must stay free for signals); more are told to ask again.
+pub const HINTS_AT_ONCE: usize = 8;
+
 /// A running daemon; stops when dropped (its socket removed).
 #[derive(Debug)]
 pub struct Daemon {
     metrics: MetricsServer,
     services: Arc<Services>,
     socket: Option<ControlSocket>,
+    /// Hints being answered now.
+    hints: Arc<AtomicUsize>,
+}
+
+/// One of [`HINTS_AT_ONCE`] places, freed when dropped.
+struct HintPlace(Arc<AtomicUsize>);
+
+impl HintPlace {
+    /// A place, if one is free.
+    fn take(taken: &Arc<AtomicUsize>) -> Option<HintPlace> {
+        taken
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < HINTS_AT_ONCE).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| HintPlace(taken.clone()))
+    }
+}
+
+impl Drop for HintPlace {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Daemon {
@@ -168,42 +200,21 @@ impl Daemon {
             metrics: MetricsServer::start(cfg.metrics, services.clone())?,
             services,
             socket,
+            hints: Arc::new(AtomicUsize::new(0)),
         })
     }
 
-    /// Answers what waits on the daemon's socket (without blocking when
-    /// nothing does): hints, asked of the services, and the NICs it owns.
+    /// Answers what waits on the daemon's socket, never blocking: the NICs
+    /// it owns and registrations at once; hints, which ask the services,
+    /// each on a thread of its own ([`HINTS_AT_ONCE`] at most), so that
+    /// services that do not answer never hold up the caller's loop (its
+    /// signals: the NICs put back before systemd's stop timeout).
     pub fn poll(&mut self) {
-        let services = &self.services;
+        let (services, hints) = (&self.services, &self.hints);
         if let Some(s) = self.socket.as_mut() {
-            s.poll(|req| match req {
-                Request::Hint { flow } => services.hint(&flow),
-                Request::Host => Response::Host(HostStatus {
-                    nics: services.nics(),
-                    services: services.sockets(),
-                }),
-                Request::Register {
-                    socket,
-                    service,
-                    pid,
-                } => match services.register(&socket) {
-                    Ok(new) => {
-                        // Services announce themselves again every 5 s:
-                        // said once.
-                        if new {
-                            tracing::info!(%service, pid, socket = %socket.display(), "registered");
-                        } else {
-                            tracing::debug!(%service, pid, socket = %socket.display(), "registered again");
-                        }
-                        Response::Registered
-                    }
-                    Err(message) => Response::Error { message },
-                },
-                other => Response::Error {
-                    message: format!(
-                        "the daemon answers hints and host questions; ask the service's own socket for {other:?}"
-                    ),
-                },
+            s.poll_deferring(|req, reply| match req {
+                Request::Hint { flow } => hint_aside(services, hints, flow, reply),
+                other => reply.send(&answer(services, other)),
             });
         }
     }
@@ -237,9 +248,127 @@ impl Daemon {
     }
 }
 
+/// Answers a hint on a thread of its own, if a place is free; otherwise
+/// says to ask again.
+fn hint_aside(services: &Arc<Services>, hints: &Arc<AtomicUsize>, flow: FlowQuery, reply: Reply) {
+    let Some(place) = HintPlace::take(hints) else {
+        reply.send(&Response::Error {
+            message: format!("the daemon is answering {HINTS_AT_ONCE} hints already: ask again"),
+        });
+        return;
+    };
+    let services = services.clone();
+    let asked = std::thread::Builder::new()
+        .name("flowlane-hint".into())
+        .spawn(move || {
+            let _place = place;
+            reply.send(&services.hint(&flow));
+        });
+    if let Err(e) = asked {
+        // The hint (and its connection) dropped: closed unanswered.
+        tracing::warn!("a hint left unanswered: no thread for it: {e}");
+    }
+}
+
+/// The answer to what is not a hint: the NICs the daemon owns, a
+/// registration.
+fn answer(services: &Services, request: Request) -> Response {
+    match request {
+        Request::Host => Response::Host(HostStatus {
+            nics: services.nics(),
+            services: services.sockets(),
+        }),
+        Request::Register {
+            socket,
+            service,
+            pid,
+        } => match services.register(&socket) {
+            Ok(new) => {
+                // Services announce themselves again every 5 s: said once.
+                if new {
+                    tracing::info!(%service, pid, socket = %socket.display(), "registered");
+                } else {
+                    tracing::debug!(%service, pid, socket = %socket.display(), "registered again");
+                }
+                Response::Registered
+            }
+            Err(message) => Response::Error { message },
+        },
+        other => Response::Error {
+            message: format!(
+                "the daemon answers hints and host questions; ask the service's own socket for {other:?}"
+            ),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
+    use std::os::unix::net::{UnixListener, UnixStream};
+    use std::time::Instant;
+
+    /// Hints asked of a service that never answers, as many as are
+    /// answered at once, all waiting when the daemon's loop looks: one
+    /// poll does not wait for them (its loop stays free for signals); each
+    /// is answered within about the scrape timeout; one more meanwhile is
+    /// told to ask again.
+    #[test]
+    fn hints_do_not_hold_up_the_daemon_s_loop() {
+        let dir = std::env::temp_dir().join(format!("fl-daemon-hints-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let run = dir.join("run");
+        std::fs::create_dir_all(&run).unwrap();
+        let _silent = UnixListener::bind(run.join("silent.1.sock")).unwrap();
+        let timeout = Duration::from_millis(300);
+        let cfg = DaemonConfig {
+            metrics: SocketAddr::from(([127, 0, 0, 1], 0)),
+            run_dir: run,
+            scrape_timeout: timeout,
+            socket: Some(dir.join("daemon.sock")),
+            ..DaemonConfig::default()
+        };
+        let mut daemon = Daemon::start(&cfg).unwrap();
+        let line = flowlane_dataplane::control_socket::request_line(&Request::Hint {
+            flow: FlowQuery {
+                src: [10, 0, 0, 1].into(),
+                sport: 1,
+                dst: [10, 0, 0, 2].into(),
+                dport: 2,
+                proto: "tcp".into(),
+            },
+        })
+        .unwrap();
+        let ask = || {
+            let mut c = UnixStream::connect(dir.join("daemon.sock")).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            c.write_all(&line).unwrap();
+            c
+        };
+        let answer_of = |mut c: UnixStream| {
+            let mut out = String::new();
+            let _ = c.read_to_string(&mut out);
+            out
+        };
+        let clients: Vec<UnixStream> = (0..HINTS_AT_ONCE).map(|_| ask()).collect();
+        let began = Instant::now();
+        daemon.poll();
+        let took = began.elapsed();
+        assert!(took < timeout * 3 / 2, "one poll took {took:?}");
+        // One more while they are under way: told at once.
+        let more = ask();
+        daemon.poll();
+        let told = answer_of(more);
+        assert!(told.contains("ask again"), "{told}");
+        let answers: Vec<String> = clients.into_iter().map(answer_of).collect();
+        assert!(began.elapsed() < timeout * 3, "{:?}", began.elapsed());
+        for a in answers {
+            assert!(a.contains("no answer on"), "{a}");
+        }
+        drop(daemon);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     fn file(name: &str, text: &str) -> PathBuf {
         let p = std::env::temp_dir().join(format!("fl-daemon-cfg-{}-{name}", std::process::id()));

@@ -331,9 +331,15 @@ fn push_rows<'a, T: 'a>(
     }
 }
 
-/// The series labels of one service.
+/// The series labels of one service: its name and pid, and where it was
+/// found if the daemon cannot tell its process (the pid is then the
+/// service's own word, which replicas in containers share).
 fn service_labels(s: &ServiceCounters) -> Labels {
-    vec![("service", s.service.clone()), ("pid", s.pid.to_string())]
+    let mut l = vec![("service", s.service.clone()), ("pid", s.pid.to_string())];
+    if let Some(socket) = &s.socket {
+        l.push(("socket", socket.display().to_string()));
+    }
+    l
 }
 
 /// The series labels of one queue of a service.
@@ -779,6 +785,7 @@ mod tests {
             queues: vec![queue(0), queue(1)],
             moves,
             imbalance: 1.25,
+            socket: None,
             nic: Some(InterfaceStats {
                 rx_packets: 5000,
                 tx_dropped: 2,
@@ -1165,6 +1172,32 @@ mod tests {
             r#"flowlane_rebalance_imbalance_ratio{service="bulk-sink""#
         )
         .ends_with(" 1.25"));
+    }
+
+    /// Two replicas in containers whose processes the daemon cannot tell
+    /// (both call themselves pid 1), found at two sockets: both shown,
+    /// told apart by where they were found.
+    #[test]
+    fn replicas_the_daemon_cannot_tell_apart_by_pid_are_both_shown() {
+        let mut s = scrape();
+        s.services.truncate(1);
+        s.services[0].pid = 1;
+        s.services[0].socket = Some("/run/a/bulk-sink.1.sock".into());
+        let mut other = s.services[0].clone();
+        other.socket = Some("/run/b/bulk-sink.1.sock".into());
+        other.imbalance = 3.0;
+        s.services.push(other);
+        let page = render(&s, Format::Text);
+        assert!(line(&page, "flowlane_daemon_services ").ends_with(" 2"));
+        for (dir, imbalance) in [("a", " 1.25"), ("b", " 3.0")] {
+            assert!(line(
+                &page,
+                &format!(
+                    r#"flowlane_rebalance_imbalance_ratio{{service="bulk-sink",pid="1",socket="/run/{dir}/bulk-sink.1.sock"}}"#
+                )
+            )
+            .ends_with(imbalance));
+        }
     }
 
     #[test]

@@ -45,6 +45,13 @@ pub struct Services {
 /// the bound is against mistakes, not attacks).
 const REGISTERED_MAX: usize = 1024;
 
+/// Forgets the registered sockets nothing listens on any more, asked
+/// without waiting ([`control_socket::answers_connect`]: a full backlog is
+/// a service still there).
+fn forget_gone(registered: &mut Vec<PathBuf>) {
+    registered.retain(|p| control_socket::answers_connect(p).is_ok());
+}
+
 /// A [`NicStatsReader`] in a field of a `Debug` struct.
 struct Reader(NicStatsReader);
 
@@ -93,6 +100,11 @@ impl Services {
         let mut r = self.registered.lock().unwrap_or_else(|e| e.into_inner());
         if r.iter().any(|p| p == socket) {
             return Ok(false);
+        }
+        if r.len() >= REGISTERED_MAX {
+            // Full: those whose services are gone make room (otherwise
+            // only a scrape would forget them).
+            forget_gone(&mut r);
         }
         if r.len() >= REGISTERED_MAX {
             return Err(format!(
@@ -149,7 +161,7 @@ impl Services {
         let mut found = scan.live;
         {
             let mut r = self.registered.lock().unwrap_or_else(|e| e.into_inner());
-            r.retain(|p| control_socket::answers_connect(p).is_ok());
+            forget_gone(&mut r);
             found.extend(r.iter().cloned());
         }
         let own = self
@@ -244,6 +256,9 @@ impl Services {
                     response: Response::Counters(mut c),
                     pid,
                 }) => {
+                    // A process the daemon cannot tell: where it was found
+                    // tells it from others that call themselves the same.
+                    c.socket = pid.is_none().then(|| path.clone());
                     c.pid = pid.unwrap_or(c.pid);
                     scrape.services.push(c);
                 }
@@ -333,6 +348,49 @@ pub(crate) mod tests {
         assert!(services.sockets().contains(&registered), "busy, not gone");
         std::fs::remove_dir_all(&dir).unwrap();
         std::fs::remove_dir_all(&elsewhere).unwrap();
+    }
+
+    /// More services that never answer (frozen: the kernel still queues
+    /// their connections) than could ever be asked one per thread, listed
+    /// before a healthy one: the healthy one is on the page, and the scrape
+    /// still ends within about its timeout.
+    #[test]
+    fn services_that_never_answer_do_not_hide_a_healthy_one() {
+        let dir = run_dir("many-stuck");
+        let _stuck: Vec<UnixListener> = (0..80)
+            .map(|i| UnixListener::bind(dir.join(format!("a-stuck.{i}.sock"))).unwrap())
+            .collect();
+        let _healthy = fake_service_for(&dir, "z-healthy", COUNTERS, usize::MAX);
+        let timeout = Duration::from_millis(300);
+        let services = Services::new(dir.clone(), timeout);
+        let began = std::time::Instant::now();
+        let s = services.scrape();
+        assert!(began.elapsed() < timeout * 3, "{:?}", began.elapsed());
+        assert_eq!(s.services.len(), 1, "the healthy one answered");
+        assert_eq!(s.services[0].service, "bulk-sink");
+        assert_eq!(s.unanswered, 80);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Registrations of services that are gone (nothing listens on their
+    /// sockets any more) do not fill the registry while nobody scrapes: a
+    /// new one is taken.
+    #[test]
+    fn registrations_of_services_gone_make_room_for_new_ones() {
+        let dir = run_dir("full-registry");
+        let run = run_dir("full-registry-run");
+        let services = Services::new(run.clone(), Duration::from_millis(100));
+        for i in 0..REGISTERED_MAX {
+            let p = dir.join(format!("gone.{i}.sock"));
+            drop(UnixListener::bind(&p).unwrap());
+            assert_eq!(services.register(&p), Ok(true));
+        }
+        let live = dir.join("live.sock");
+        let _l = UnixListener::bind(&live).unwrap();
+        assert_eq!(services.register(&live), Ok(true));
+        assert_eq!(services.sockets(), vec![live]);
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(&run).unwrap();
     }
 
     /// One socket found by two paths (a symlinked run directory and a

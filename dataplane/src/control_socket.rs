@@ -9,7 +9,17 @@
 //! blocking on a client): at most [`MAX_CLIENTS`] connections wait at
 //! once, a request longer than [`MAX_REQUEST`] bytes is refused, and a
 //! client that sends nothing for [`CLIENT_DEADLINE`] is dropped, so a
-//! stuck or hostile local client cannot stall the service.
+//! stuck or hostile local client cannot stall the service. The client side
+//! ([`request`], and the daemon asking many at once with [`AnswerReader`])
+//! is bounded the same way against a stuck or hostile service: the whole
+//! exchange within its deadline, an answer of at most [`MAX_ANSWER`] bytes.
+//!
+//! Who may connect: the socket's owner (the user the service runs as) and
+//! root, its mode 0600 from its bind(2) on ([`ControlSocket::bind`]); the
+//! directories made for it are 0755, so that only their owner may put or
+//! remove a socket there, and anyone may see which services run (a reader
+//! without their privileges is told why it cannot connect,
+//! [`refused_line`]).
 
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -41,6 +51,13 @@ pub const MAX_REQUEST: usize = 4096;
 
 /// A client that has not sent a whole request by then is dropped.
 pub const CLIENT_DEADLINE: Duration = Duration::from_secs(1);
+
+/// The longest answer a client reads, in bytes; a service that sends more
+/// is not answering. The largest answer measured, a `status` of 1,024
+/// queues sharing a 65,536-entry table (the largest RSS table,
+/// `IndirectionTable::MAX_SIZE`) with 64 moves kept and every figure at
+/// its longest, is 14.6 MB; a `counters` of 1,024 queues is 4.6 MB.
+pub const MAX_ANSWER: usize = 32 << 20;
 
 /// What a client asks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -263,6 +280,13 @@ pub struct ServiceCounters {
     /// over the last full second (1: balanced, or idle).
     #[serde(default = "one")]
     pub imbalance: f64,
+    /// Where a reader found the service when it cannot tell which process
+    /// listens there (one outside its pid namespace: `pid` is then what
+    /// the service calls itself, which replicas in containers share, all
+    /// pid 1); None from the service itself. `flowlane daemon` serves it
+    /// as a `socket` label, so that such replicas are not one series.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<PathBuf>,
 }
 
 fn xdp() -> String {
@@ -472,21 +496,53 @@ fn io(what: String) -> impl FnOnce(std::io::Error) -> Error {
     move |source| Error::Io { what, source }
 }
 
+/// The mode of the directories [`ControlSocket::bind`] makes: only their
+/// owner may put or remove a socket there; anyone may look.
+const DIR_MODE: u32 = 0o755;
+
+/// The mode of a control socket: its owner's alone.
+const SOCKET_MODE: u32 = 0o600;
+
+/// A request taken off a [`ControlSocket`] to be answered later, from any
+/// thread ([`ControlSocket::poll_deferring`]): the client's connection,
+/// closed unanswered if this is dropped.
+#[derive(Debug)]
+pub struct Reply {
+    stream: UnixStream,
+}
+
+impl Reply {
+    /// Sends the answer (a client that does not take it within 100 ms
+    /// loses it) and closes the connection.
+    pub fn send(mut self, response: &Response) {
+        send(&mut self.stream, response);
+    }
+}
+
 impl ControlSocket {
-    /// Listens at `path` (its directory is created; only root may connect).
-    /// A socket left there by a service that is gone is replaced; any other
-    /// file there is left alone and refused.
+    /// Listens at `path`, its owner's alone (mode 0600 from its bind(2) on,
+    /// whatever the umask; the directories made for it are 0755). A socket
+    /// left there by a service that is gone (nothing listens on it) is
+    /// replaced; any other file there is left alone and refused. Never
+    /// waits for whoever listens there (a stopped service's full backlog
+    /// counts as in use).
     ///
     /// # Errors
     /// [`Error::Setup`] when a running service answers at `path`, or a file
     /// that is not a socket is there;
-    /// [`Error::Io`] when the directory or socket cannot be made.
+    /// [`Error::Io`] when the directory or socket cannot be made, or
+    /// whether the socket there is in use cannot be told.
     pub fn bind(path: &Path) -> Result<ControlSocket> {
+        use std::os::unix::fs::DirBuilderExt;
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(io(format!(
-                "creating {} for the control socket",
-                dir.display()
-            )))?;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(DIR_MODE)
+                .create(dir)
+                .map_err(io(format!(
+                    "creating {} for the control socket",
+                    dir.display()
+                )))?;
         }
         if let Ok(meta) = std::fs::symlink_metadata(path) {
             // Only a socket is taken for a stale one: a mistyped path must
@@ -497,16 +553,33 @@ impl ControlSocket {
                     path.display()
                 )));
             }
-            if UnixStream::connect(path).is_ok() {
-                return Err(Error::Setup(format!(
-                    "control socket {} is in use by a running service (give another --control-socket)",
-                    path.display()
-                )));
+            match answers_connect(path) {
+                Ok(()) => {
+                    return Err(Error::Setup(format!(
+                        "control socket {} is in use by a running service (give another --control-socket)",
+                        path.display()
+                    )))
+                }
+                Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
+                    // Nothing listens ([`nothing_listens`]): a service that
+                    // is gone left it.
+                    std::fs::remove_file(path)
+                        .or_else(|e| match e.kind() {
+                            ErrorKind::NotFound => Ok(()),
+                            _ => Err(e),
+                        })
+                        .map_err(io(format!("removing the stale socket {}", path.display())))?;
+                }
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(io(format!(
+                        "telling whether the socket at {} is in use",
+                        path.display()
+                    ))(e))
+                }
             }
-            std::fs::remove_file(path)
-                .map_err(io(format!("removing the stale socket {}", path.display())))?;
         }
-        let listener = UnixListener::bind(path).map_err(io(format!(
+        let listener = listen_owner_only(path).map_err(io(format!(
             "listening on the control socket {}",
             path.display()
         )))?;
@@ -515,11 +588,9 @@ impl ControlSocket {
             path: path.to_path_buf(),
             clients: Vec::new(),
         };
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        // Already so on Linux; elsewhere, the socket's mode was the umask's.
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE))
             .map_err(io(format!("restricting {} to its owner", path.display())))?;
-        me.listener
-            .set_nonblocking(true)
-            .map_err(io("making the control socket non-blocking".into()))?;
         Ok(me)
     }
 
@@ -531,6 +602,14 @@ impl ControlSocket {
     /// Accepts waiting clients and answers every complete request with
     /// `answer`'s response; never blocks on a client.
     pub fn poll(&mut self, mut answer: impl FnMut(Request) -> Response) {
+        self.poll_deferring(|request, reply| reply.send(&answer(request)));
+    }
+
+    /// Accepts waiting clients and hands every complete request to `take`
+    /// with its [`Reply`], to be answered now or later (off the calling
+    /// thread: an answer that waits for others); never blocks on a client.
+    /// A request taken no longer counts among the [`MAX_CLIENTS`] waiting.
+    pub fn poll_deferring(&mut self, mut take: impl FnMut(Request, Reply)) {
         while let Ok((stream, _)) = self.listener.accept() {
             if self.clients.len() >= MAX_CLIENTS || stream.set_nonblocking(true).is_err() {
                 continue; // dropped: closed unanswered
@@ -542,7 +621,7 @@ impl ControlSocket {
             });
         }
         let now = Instant::now();
-        self.clients.retain_mut(|c| {
+        'clients: for mut c in std::mem::take(&mut self.clients) {
             let mut chunk = [0u8; 512];
             // The client shut down its side (a request written and then
             // a half-close, as `nc -N` or `socat` do): what came before
@@ -557,28 +636,59 @@ impl ControlSocket {
                     Ok(n) => c.buf.extend_from_slice(&chunk[..n]),
                     Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    Err(_) => return false,
+                    // Gone: closed unanswered.
+                    Err(_) => continue 'clients,
                 }
                 if c.buf.len() > MAX_REQUEST {
                     break;
                 }
             }
-            let response = match c.buf.iter().position(|&b| b == b'\n') {
+            let reply = Reply { stream: c.stream };
+            match c.buf.iter().position(|&b| b == b'\n') {
                 Some(end) if end <= MAX_REQUEST => match serde_json::from_slice(&c.buf[..end]) {
-                    Ok(req) => answer(req),
-                    Err(e) => Response::Error {
+                    Ok(req) => take(req, reply),
+                    Err(e) => reply.send(&Response::Error {
                         message: format!("bad request: {e}"),
-                    },
+                    }),
                 },
-                _ if c.buf.len() > MAX_REQUEST => Response::Error {
+                _ if c.buf.len() > MAX_REQUEST => reply.send(&Response::Error {
                     message: format!("request longer than {MAX_REQUEST} bytes"),
-                },
-                _ => return !eof && now.duration_since(c.since) < CLIENT_DEADLINE,
-            };
-            send(&mut c.stream, &response);
-            false
-        });
+                }),
+                _ if !eof && now.duration_since(c.since) < CLIENT_DEADLINE => {
+                    self.clients.push(Client {
+                        stream: reply.stream,
+                        buf: c.buf,
+                        since: c.since,
+                    });
+                }
+                // Gone, or too slow: closed unanswered.
+                _ => {}
+            }
+        }
     }
+}
+
+/// A listening Unix socket at `path`, non-blocking, whose file is its
+/// owner's alone from the start: Linux makes the file with the mode of the
+/// socket's own inode (less the umask), set here before bind(2), so that
+/// no one else can connect in the moment before a chmod.
+fn listen_owner_only(path: &Path) -> std::io::Result<UnixListener> {
+    use nix::sys::socket::{self, AddressFamily, Backlog, SockFlag, SockType, UnixAddr};
+    use std::os::fd::AsRawFd;
+    let fd = socket::socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+        None,
+    )?;
+    nix::sys::stat::fchmod(
+        fd.as_raw_fd(),
+        nix::sys::stat::Mode::from_bits_truncate(SOCKET_MODE),
+    )?;
+    socket::bind(fd.as_raw_fd(), &UnixAddr::new(path)?)?;
+    // The backlog std gives a listener: the system's largest.
+    socket::listen(&fd, Backlog::MAXALLOWABLE)?;
+    Ok(UnixListener::from(fd))
 }
 
 /// Writes one response line; a client that does not take it within
@@ -600,23 +710,28 @@ impl Drop for ControlSocket {
 }
 
 /// Sends `request` to the service listening at `path` and returns its
-/// response (waiting at most `timeout` for it).
+/// response: the whole exchange (the connect, the request, the answer of
+/// at most [`MAX_ANSWER`] bytes) within `timeout`.
 ///
 /// # Errors
 /// [`Error::Setup`] when nothing listens there, or the answer is not a
-/// response; [`Error::Io`] when the exchange fails.
+/// response; [`Error::Io`] when the exchange fails or does not end in
+/// time.
 pub fn request(path: &Path, request: &Request, timeout: Duration) -> Result<Response> {
+    let deadline = Instant::now() + timeout;
     let stream = connect_within(path, timeout).map_err(|e| {
         Error::Setup(format!(
             "no flowlane service answers on {}: {e} (is it running? `flowlane rebalance status` lists the sockets in {RUN_DIR})",
             path.display()
         ))
     })?;
-    request_on(stream, path, request, timeout)
+    let left = deadline.saturating_duration_since(Instant::now());
+    request_on(stream, path, request, left)
 }
 
 /// [`request`] on a stream already connected to `path` (with
-/// [`connect_within`]; the caller may first ask who listens there).
+/// [`connect_within`]; the caller may first ask who listens there): the
+/// request sent and the whole answer read within `timeout`.
 ///
 /// # Errors
 /// As [`request`].
@@ -627,21 +742,106 @@ pub fn request_on(
     timeout: Duration,
 ) -> Result<Response> {
     let what = || format!("talking to the service on {}", path.display());
+    let deadline = Instant::now() + timeout;
+    // What is left of the deadline: a socket timeout of zero would be none.
+    let left = || {
+        deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| {
+                std::io::Error::new(
+                    ErrorKind::TimedOut,
+                    format!("no whole answer within {} ms", timeout.as_millis()),
+                )
+            })
+    };
+    let line = request_line(request)?;
     stream
-        .set_read_timeout(Some(timeout))
-        .and_then(|()| stream.set_write_timeout(Some(timeout)))
+        .set_write_timeout(Some(left().map_err(io(what()))?))
+        .and_then(|()| stream.write_all(&line))
         .map_err(io(what()))?;
+    let mut answer = AnswerReader::default();
+    loop {
+        stream
+            .set_read_timeout(Some(left().map_err(io(what()))?))
+            .map_err(io(what()))?;
+        match answer.read_once(&mut stream) {
+            Ok(true) => return answer.response(path),
+            Ok(false) => {}
+            // The read timed out: the deadline says whether to go on.
+            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::TimedOut => {}
+            Err(e) => return Err(io(what())(e)),
+        }
+    }
+}
+
+/// A request as sent: one JSON line.
+///
+/// # Errors
+/// [`Error::Setup`] if it cannot be encoded (never, for these types).
+pub fn request_line(request: &Request) -> Result<Vec<u8>> {
     let mut line = serde_json::to_vec(request).map_err(|e| Error::Setup(e.to_string()))?;
     line.push(b'\n');
-    stream.write_all(&line).map_err(io(what()))?;
-    let mut answer = Vec::new();
-    stream.read_to_end(&mut answer).map_err(io(what()))?;
-    serde_json::from_slice(answer.trim_ascii_end()).map_err(|e| {
-        Error::Setup(format!(
-            "the service on {} gave no valid answer: {e}",
-            path.display()
-        ))
-    })
+    Ok(line)
+}
+
+/// A service's answer as it is read: the bytes so far, at most
+/// [`MAX_ANSWER`]; whole once the service closes the connection. Read by
+/// [`request_on`] on a blocking stream, and by a caller asking many
+/// services at once on non-blocking ones.
+#[derive(Debug, Default)]
+pub struct AnswerReader {
+    buf: Vec<u8>,
+}
+
+impl AnswerReader {
+    /// Reads once from `stream` (retrying an interrupted read): true once
+    /// the service has closed the connection (the answer is whole), false
+    /// when more came.
+    ///
+    /// # Errors
+    /// The read's (`WouldBlock` when nothing is there yet, on a
+    /// non-blocking stream or one whose read timeout passed), or
+    /// `InvalidData` once the answer would be longer than [`MAX_ANSWER`].
+    pub fn read_once(&mut self, stream: &mut impl Read) -> std::io::Result<bool> {
+        let mut chunk = [0u8; 16 * 1024];
+        let n = loop {
+            match stream.read(&mut chunk) {
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                other => break other?,
+            }
+        };
+        if n == 0 {
+            return Ok(true);
+        }
+        let len = self.buf.len() + n;
+        if len > MAX_ANSWER {
+            return Err(std::io::Error::new(
+                ErrorKind::InvalidData,
+                format!("an answer longer than {MAX_ANSWER} bytes"),
+            ));
+        }
+        if len > self.buf.capacity() {
+            // Doubling, but never past the bound.
+            let to = (self.buf.capacity() * 2).clamp(len, MAX_ANSWER);
+            self.buf.reserve_exact(to - self.buf.len());
+        }
+        self.buf.extend_from_slice(&chunk[..n]);
+        Ok(false)
+    }
+
+    /// The whole answer, from the service on `path`.
+    ///
+    /// # Errors
+    /// [`Error::Setup`] when it is not a response.
+    pub fn response(&self, path: &Path) -> Result<Response> {
+        serde_json::from_slice(self.buf.trim_ascii_end()).map_err(|e| {
+            Error::Setup(format!(
+                "the service on {} gave no valid answer: {e}",
+                path.display()
+            ))
+        })
+    }
 }
 
 /// Connects to the Unix socket at `path`, waiting at most `wait` for room
@@ -698,9 +898,13 @@ pub fn answers_connect(path: &Path) -> std::io::Result<()> {
 
 /// Removes the sockets in `dir` that services which are gone left behind
 /// (killed before they could remove their own): files named
-/// `SERVICE.PID.sock` ([`default_path`]) whose process no longer exists.
-/// A socket whose process lives is kept even if it does not answer yet (it
-/// may be between bind(2) and listen(2)). Returns how many were removed.
+/// `SERVICE.PID.sock` ([`default_path`]) whose process no longer exists
+/// and on which nothing listens. A socket whose process lives is kept even
+/// if it does not answer yet (it may be between bind(2) and listen(2)); so
+/// is one that answers whatever its name says (a service in another pid
+/// namespace sharing the directory, a container's: its pid is not this
+/// one's), asked without waiting ([`answers_connect`]). Returns how many
+/// were removed.
 pub fn sweep_stale(dir: &Path) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
@@ -708,8 +912,15 @@ pub fn sweep_stale(dir: &Path) -> usize {
     entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| owner_pid(p).is_some_and(|pid| !process_exists(pid)))
+        .filter(|p| nothing_listens(p))
         .filter(|p| std::fs::remove_file(p).is_ok())
         .count()
+}
+
+/// Whether nothing listens at `path` (a connect is refused), asked without
+/// waiting: a socket left by a service that is gone, or not a socket.
+fn nothing_listens(path: &Path) -> bool {
+    matches!(answers_connect(path), Err(e) if e.kind() == ErrorKind::ConnectionRefused)
 }
 
 /// The process id in a default socket's name (`SERVICE.PID.sock`).
@@ -965,6 +1176,212 @@ mod tests {
         let sock = ControlSocket::bind(&path).unwrap();
         drop(sock);
         assert!(!path.exists());
+    }
+
+    /// A service at `path` that answers each connection with what `talk`
+    /// writes until the client goes (its writes fail); counts the bytes
+    /// it got out. Ends after one connection.
+    fn bad_service(
+        path: &Path,
+        talk: fn(&mut UnixStream) -> std::io::Result<usize>,
+    ) -> (
+        std::thread::JoinHandle<()>,
+        std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    ) {
+        let listener = UnixListener::bind(path).unwrap();
+        let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = sent.clone();
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            while let Ok(n) = talk(&mut s) {
+                counted.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        (t, sent)
+    }
+
+    /// What a service that answers without end writes, again and again.
+    const CHUNK: &[u8] = &[b' '; 64 * 1024];
+
+    /// Answers without end, as fast as the client reads.
+    fn stream_endlessly(s: &mut UnixStream) -> std::io::Result<usize> {
+        s.write_all(CHUNK).map(|()| CHUNK.len())
+    }
+
+    /// Answers a byte every 20 ms, never the end.
+    fn trickle(s: &mut UnixStream) -> std::io::Result<usize> {
+        std::thread::sleep(Duration::from_millis(20));
+        s.write_all(b" ").map(|()| 1)
+    }
+
+    /// `f` on a thread, given `within` to end: None if it did not.
+    fn ends_within<T: Send + 'static>(
+        within: Duration,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(within).ok()
+    }
+
+    /// A service that answers without end: the client stops reading at
+    /// [`MAX_ANSWER`], well before its deadline, and closes (the service's
+    /// writes fail); its memory is bounded by that.
+    #[test]
+    fn an_endless_answer_is_cut_at_its_bound() {
+        let path = temp_path("endless");
+        let (t, sent) = bad_service(&path, stream_endlessly);
+        let p = path.clone();
+        let got = ends_within(Duration::from_secs(20), move || {
+            request(&p, &Request::Counters, Duration::from_secs(10))
+        })
+        .expect("the exchange ends");
+        let e = got.unwrap_err().to_string();
+        assert!(e.contains("longer than"), "{e}");
+        assert!(
+            ends_within(Duration::from_secs(5), move || t.join()).is_some(),
+            "the client closed: the service's writes fail"
+        );
+        let sent = sent.load(std::sync::atomic::Ordering::Relaxed);
+        // What was read, and what the socket's buffers held.
+        assert!(sent <= MAX_ANSWER + (8 << 20), "{sent}");
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// A service that trickles its answer a byte at a time never ends it:
+    /// the whole exchange ends at the deadline, not at the first read that
+    /// waits longer than it.
+    #[test]
+    fn a_trickled_answer_ends_at_the_deadline() {
+        let path = temp_path("trickle");
+        let (t, _) = bad_service(&path, trickle);
+        let p = path.clone();
+        let began = Instant::now();
+        let got = ends_within(Duration::from_secs(5), move || {
+            request(&p, &Request::Counters, Duration::from_millis(300))
+        })
+        .expect("the exchange ends");
+        let took = began.elapsed();
+        assert!(took < Duration::from_millis(600), "{took:?}");
+        let e = got.unwrap_err().to_string();
+        assert!(e.contains("no whole answer within"), "{e}");
+        assert!(ends_within(Duration::from_secs(5), move || t.join()).is_some());
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// A request taken off the socket is answered later, from another
+    /// thread, and no longer holds one of the waiting clients' places.
+    #[test]
+    fn a_deferred_request_is_answered_from_another_thread() {
+        let path = temp_path("deferred");
+        let mut sock = ControlSocket::bind(&path).unwrap();
+        let mut replies = Vec::new();
+        let client =
+            std::thread::spawn(move || request(&path, &Request::Status, Duration::from_secs(5)));
+        let began = Instant::now();
+        while replies.is_empty() && began.elapsed() < Duration::from_secs(5) {
+            sock.poll_deferring(|req, reply| replies.push((req, reply)));
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let (req, reply) = replies.pop().expect("the request was taken");
+        assert_eq!(req, Request::Status);
+        assert_eq!(sock.clients.len(), 0);
+        std::thread::spawn(move || {
+            reply.send(&Response::Error {
+                message: "later".into(),
+            })
+        })
+        .join()
+        .unwrap();
+        assert_eq!(
+            client.join().unwrap().unwrap(),
+            Response::Error {
+                message: "later".into()
+            }
+        );
+    }
+
+    /// The socket's file is its owner's alone from its bind on, whatever
+    /// the umask (the test runs with the usual 022, which would give 0755),
+    /// not only after a chmod.
+    #[test]
+    fn the_socket_is_made_owner_only() {
+        let path = temp_path("mode");
+        let l = listen_owner_only(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        drop(l);
+        std::fs::remove_file(&path).unwrap();
+        // The directories made for a socket are 0755, whatever the umask
+        // allows more.
+        let dir = temp_path("dirmode").with_extension("d");
+        let sock = ControlSocket::bind(&dir.join("a/s.sock")).unwrap();
+        for d in [dir.join("a"), dir.clone()] {
+            let mode = std::fs::metadata(&d).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode & !0o755, 0, "{}: {mode:o}", d.display());
+        }
+        drop(sock);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A listener whose backlog is full (a stopped service): a new service
+    /// at its path is refused at once, not hung in a blocking connect.
+    #[test]
+    fn a_socket_whose_backlog_is_full_is_in_use() {
+        use nix::sys::socket::{bind, listen, socket, AddressFamily, Backlog};
+        use nix::sys::socket::{SockFlag, SockType, UnixAddr};
+        use std::os::fd::AsRawFd;
+        let path = temp_path("fullbacklog");
+        let fd = socket(
+            AddressFamily::Unix,
+            SockType::Stream,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .unwrap();
+        bind(fd.as_raw_fd(), &UnixAddr::new(&path).unwrap()).unwrap();
+        listen(&fd, Backlog::new(0).unwrap()).unwrap();
+        let mut held = Vec::new();
+        while let Ok(s) = connect_within(&path, Duration::ZERO) {
+            held.push(s);
+            assert!(held.len() < 64, "the backlog does not fill");
+        }
+        let p = path.clone();
+        let got = ends_within(Duration::from_secs(5), move || {
+            ControlSocket::bind(&p).map(drop).map_err(|e| e.to_string())
+        })
+        .expect("bind does not wait for the stopped service");
+        assert!(got.unwrap_err().contains("in use"));
+        assert!(path.exists(), "its socket kept");
+        drop(fd);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// A socket whose name's pid is no process here but which answers (a
+    /// service in another pid namespace sharing the run directory) is not
+    /// swept.
+    #[test]
+    fn a_socket_that_answers_is_not_swept_whatever_its_pid() {
+        let dir = std::env::temp_dir().join(format!(
+            "flowlane-sweep-live-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id();
+        child.wait().unwrap();
+        let live = dir.join(format!("svc.{gone}.sock"));
+        let _listener = UnixListener::bind(&live).unwrap();
+        let dead = dir.join(format!("old.{gone}.sock"));
+        drop(UnixListener::bind(&dead).unwrap());
+        assert_eq!(sweep_stale(&dir), 1);
+        assert!(live.exists(), "a live service's socket kept");
+        assert!(!dead.exists(), "a dead one's swept");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

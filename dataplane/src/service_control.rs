@@ -441,6 +441,7 @@ impl ServiceControl {
             moves: self.history.clone(),
             nic: view.nic(),
             imbalance: self.load.imbalance,
+            socket: None,
         }
     }
 
