@@ -239,7 +239,8 @@ fn explain(args: &Args) -> Result<()> {
             .max(1),
         table_size: args.table_size as u32,
     };
-    let parts = plan_explain::explain(&caps, wanted);
+    let topo = args.topology.load()?;
+    let parts = plan_explain::explain_on(&caps, wanted, &topo);
     if args.json {
         outln!(
             "{}",

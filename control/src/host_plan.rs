@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use flowlane_dataplane::control_socket::NicReport;
 use flowlane_numa_sched::nic::even_table;
-use flowlane_numa_sched::plan_explain::{explain, Wanted};
+use flowlane_numa_sched::plan_explain::{explain_on, Wanted};
 use flowlane_numa_sched::{format_cpu_list, IndirectionTable, NicCaps, RssNic, Topology};
 
 use crate::irq_apply::{self, QueueIrqs};
@@ -138,12 +138,13 @@ pub(crate) fn own(
     let caps = crate::nic::caps::read(roots, iface)?;
     let workers = caps.rx_queues.max(1);
     let table_size = caps.rss.as_ref().map_or(128, |r| r.table_size.max(1));
-    let plan = explain(
+    let plan = explain_on(
         &caps,
         Wanted {
             workers,
             table_size,
         },
+        topo,
     );
     let mut undo = Undo::default();
     let (mut changes, mut notes) = (Vec::new(), Vec::new());
@@ -517,12 +518,13 @@ impl Owned {
         ));
         self.add(&looked);
         self.report.workers = caps.rx_queues.max(1);
-        self.report.plan = explain(
+        self.report.plan = explain_on(
             &caps,
             Wanted {
                 workers: self.report.workers,
                 table_size: caps.rss.as_ref().map_or(128, |r| r.table_size.max(1)),
             },
+            topo,
         );
         self.report.caps = caps;
         Ok(Some(looked))

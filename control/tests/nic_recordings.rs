@@ -31,7 +31,7 @@ fn explain(name: &str, workers: u32) -> Vec<(String, String, String, Option<Stri
         "--queues",
         &workers.to_string(),
         "--synthetic",
-        "pack:2 core:8 pu:1",
+        "pack:2 [numa] core:8 pu:1",
     ]);
     assert!(o.status.success(), "{}", text(&o));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
