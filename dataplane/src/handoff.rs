@@ -13,7 +13,7 @@
 //!                      RX ring's frames off it: ──────> (Draining) the hold's timeout
 //!                      forwards b's at once               runs from here
 //!                      (the others wait): Drained ─────> held frames, in order; done
-//!  Owner ──────────> every other worker: b is on B
+//!  (news) ─────────> every other worker: b is on B
 //! ```
 //!
 //! Frames of b that reach A after the export (in A's ring, or from an
@@ -30,22 +30,26 @@
 //! rewrite and told B so: before, nothing could drain) releases held
 //! frames only if the marker never comes.
 //!
-//! Each worker has an inbox (a bounded lock-free channel) and an eventfd
-//! that wakes it from its idle poll, written once per wake-up and read only
-//! when written (`wake::FdWake`), so a pass costs no syscall. Nothing here is on the per-frame fast
-//! path unless a move is under way: a worker checks each frame's bucket
-//! only while it holds one (`Mover::holding`), and forwards only what its
-//! stack hands back.
+//! Each worker has an inbox (a bounded lock-free channel, `mesh.rs`) and
+//! an eventfd that wakes it from its idle poll, written once per wake-up
+//! and read only when written (`wake::FdWake`), so a pass costs no
+//! syscall. The controller's messages have places of their own in every
+//! inbox, which the workers' frames cannot fill, and the news of a
+//! finished move goes beside the channel: no step of a move is dropped for
+//! a full inbox. An old worker whose rewrite never comes (the controller
+//! gave up on the move) stops waiting for it after [`REWRITE_TIMEOUT`],
+//! counted. Nothing here is on the per-frame fast path unless a move is
+//! under way: a worker checks each frame's bucket only while it holds one
+//! (`Mover::holding`), and forwards only what its stack hands back.
 
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender, TrySendError};
+use crossbeam_channel::{Receiver, Sender};
 use flowlane_app::ConnExport;
-use flowlane_app::Wake;
 use flowlane_numa_sched::RssState;
 use flowlane_tcp::{BucketExport, FourTuple};
 use flowlane_wire::peek::tcp_endpoints;
@@ -53,14 +57,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::bucket_counters::rss_bucket;
 use crate::frame_batch::{FrameBatch, BATCH_FRAMES};
-use crate::wake::FdWake;
 
-/// Messages one inbox holds.
-const INBOX: usize = 16_384;
-/// Bytes of frame batches one inbox holds (their allocations: about
-/// 16 000 full-sized frames; each sender may pass it by one batch); a
-/// batch beyond it waits with its sender ([`STALLED_BYTES`]).
-const INBOX_BYTES: usize = 24 << 20;
+#[path = "mesh.rs"]
+mod mesh;
+pub(crate) use mesh::Mesh;
+#[cfg(test)]
+use mesh::{CONTROL_ROOM, INBOX, INBOX_BYTES};
+
 /// Bytes of frame batches a worker keeps for full inboxes before it drops
 /// batches (the TCP senders retransmit their frames); other messages are
 /// always kept.
@@ -82,6 +85,16 @@ pub const HOLD_TIMEOUT: Duration = Duration::from_millis(200);
 /// the next part of it, once parts arrive), before the NIC's rewrite: the
 /// controller's own bound on each step ([`STEP_TIMEOUT`]).
 const PREPARE_TIMEOUT: Duration = STEP_TIMEOUT;
+/// How long a worker that exported a bucket waits for the controller's
+/// word of the NIC's rewrite (`Message::Rewritten`) before it stops
+/// waiting, counted ([`MoverStats::rewrite_timeouts`]): it keeps
+/// forwarding the bucket's frames to the new worker, and hears of the
+/// bucket's later moves again. The word follows the export by the new
+/// worker's answer to its announcement (at most [`STEP_TIMEOUT`]) and the
+/// NIC's write; it does not come when the controller gave up on the move
+/// after the export (the new worker did not answer, and the way back
+/// failed too), or could not send it (a worker stuck for good).
+pub(crate) const REWRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Frames one takeover holds at most (a peer spraying a held bucket's
 /// tuples must not grow it without bound); beyond it they are dropped
 /// and counted, and the sender retransmits.
@@ -197,11 +210,6 @@ pub(crate) enum Message {
     /// drain began; the marker follows. The new owner's hold runs on its
     /// last-resort timeout ([`HOLD_TIMEOUT`]) from here.
     Draining { bucket: u16 },
-    /// From the controller to a worker that took no part in a move:
-    /// `queue` serves `bucket` now (so that a frame this worker forwards,
-    /// an ICMP error about a connection of the bucket, goes there at once
-    /// rather than along the bucket's earlier owners).
-    Owner { bucket: u16, queue: u32 },
     /// From the old owner: the bucket's connections.
     Import(Box<Arrival>),
     /// From the old owner: frames of buckets that left it (or that a
@@ -290,22 +298,6 @@ pub struct MoveReport {
     pub hold_timed_out: bool,
 }
 
-/// A worker's inbox.
-struct Inbox {
-    tx: Sender<Message>,
-    rx: Receiver<Message>,
-    wake: Arc<FdWake>,
-    /// Set with each message of a move's sequence (everything but
-    /// forwarded frames and frames to send), cleared when the worker takes
-    /// its messages: a loaded worker then ends its receive pass after the
-    /// batch at hand ([`Mover::urgent`]) instead of up to
-    /// `RX_BUDGET_MAX` frames later, so a move off a busy core does not
-    /// wait for a whole pass at each of its steps.
-    urgent: AtomicBool,
-    /// Bytes of the frame batches in the inbox ([`INBOX_BYTES`]).
-    batch_bytes: AtomicUsize,
-}
-
 impl Message {
     /// The frames a message carries, if it carries frames.
     fn batch(&self) -> Option<&FrameBatch> {
@@ -316,102 +308,9 @@ impl Message {
     }
 
     /// Whether the message is a step of a move, which its worker should
-    /// take soon ([`Inbox::urgent`]): not frames, and not news of a move
-    /// that is over.
+    /// take soon ([`Mover::urgent`]): not frames.
     fn urgent(&self) -> bool {
-        self.batch().is_none() && !matches!(self, Message::Owner { .. })
-    }
-}
-
-/// Every queue's inbox, by queue number.
-pub(crate) struct Mesh {
-    inboxes: Vec<Inbox>,
-}
-
-impl std::fmt::Debug for Mesh {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Mesh")
-            .field("queues", &self.inboxes.len())
-            .finish()
-    }
-}
-
-impl Mesh {
-    /// Inboxes for queues `0..queues`.
-    pub(crate) fn new(queues: u32) -> std::io::Result<Mesh> {
-        let inboxes = (0..queues)
-            .map(|_| {
-                let (tx, rx) = crossbeam_channel::bounded(INBOX);
-                Ok(Inbox {
-                    tx,
-                    rx,
-                    wake: FdWake::new()?,
-                    urgent: AtomicBool::new(false),
-                    batch_bytes: AtomicUsize::new(0),
-                })
-            })
-            .collect::<std::io::Result<_>>()?;
-        Ok(Mesh { inboxes })
-    }
-
-    /// Queues in the mesh.
-    pub(crate) fn queues(&self) -> u32 {
-        self.inboxes.len() as u32
-    }
-
-    /// Puts `m` in `to`'s inbox without waking it; gives it back if the
-    /// inbox is full (or `to` is no queue of the mesh).
-    fn push(&self, to: u32, m: Message) -> Result<(), Message> {
-        match self.inboxes.get(to as usize) {
-            Some(i) => {
-                let urgent = m.urgent();
-                let bytes = m.batch().map_or(0, FrameBatch::allocated);
-                // Counted before it can be taken (and its bytes given
-                // back); several senders may each pass the bound by a batch.
-                if bytes > 0 && i.batch_bytes.fetch_add(bytes, Ordering::Relaxed) >= INBOX_BYTES {
-                    i.batch_bytes.fetch_sub(bytes, Ordering::Relaxed);
-                    return Err(m);
-                }
-                i.tx.try_send(m).map_err(|e| {
-                    i.batch_bytes.fetch_sub(bytes, Ordering::Relaxed);
-                    match e {
-                        TrySendError::Full(m) | TrySendError::Disconnected(m) => m,
-                    }
-                })?;
-                if urgent {
-                    i.urgent.store(true, Ordering::Release);
-                }
-                Ok(())
-            }
-            None => Err(m),
-        }
-    }
-
-    /// Wakes `to` from its idle poll.
-    fn wake(&self, to: u32) {
-        if let Some(i) = self.inboxes.get(to as usize) {
-            i.wake.wake();
-        }
-    }
-
-    /// Puts `m` in `to`'s inbox and wakes it (the controller's way).
-    pub(crate) fn send(&self, to: u32, m: Message) -> Result<(), String> {
-        self.push(to, m)
-            .map_err(|_| format!("queue {to}'s inbox is full or gone"))?;
-        self.wake(to);
-        Ok(())
-    }
-
-    /// The eventfd that wakes `queue`'s worker.
-    pub(crate) fn wake_fd(&self, queue: u32) -> Option<RawFd> {
-        self.inboxes.get(queue as usize).map(|i| i.wake.raw_fd())
-    }
-
-    /// Messages waiting in `queue`'s inbox (for a harness that steps the
-    /// workers itself and must know when the controller has sent).
-    #[cfg(any(test, feature = "fuzzing"))]
-    pub(crate) fn pending(&self, queue: u32) -> usize {
-        self.inboxes.get(queue as usize).map_or(0, |i| i.rx.len())
+        self.batch().is_none()
     }
 }
 
@@ -429,6 +328,8 @@ struct Incoming {
 struct Outgoing {
     bucket: u16,
     to: u32,
+    /// When the export ended ([`REWRITE_TIMEOUT`] runs from here).
+    exported_at: Duration,
     forwarded: u64,
     /// When the worker forwarded the bucket's last frame, or learnt of the
     /// rewrite if that came later ([`SETTLE`] runs from here).
@@ -475,6 +376,10 @@ pub(crate) struct MoverStats {
     /// Takeovers whose hold ended on its timeout, not on the old worker's
     /// marker nor on the controller's cancel.
     pub(crate) hold_timeouts: u64,
+    /// Buckets this worker exported whose rewrite did not come within
+    /// [`REWRITE_TIMEOUT`]: it stopped waiting for it (the new worker's
+    /// hold ended on its own timeout, counted in `hold_timeouts` there).
+    pub(crate) rewrite_timeouts: u64,
     pub(crate) forward_dropped: u64,
     pub(crate) import_failed: u64,
     /// Frames carried for a worker without a queue, forwarded to it.
@@ -1005,6 +910,8 @@ impl Mover {
         let mut work = Vec::new();
         let mut frames: Vec<FrameBatch> = Vec::new();
         let mut owners: Vec<(u16, u32)> = Vec::new();
+        // Rewrites taken in this pass: their exports wait no longer.
+        let mut rewrites: Vec<u16> = Vec::new();
         // Buckets whose last part this pass took: the import is work, done
         // after the pass's messages, but a message behind the part (a way
         // back's `Export`) must find the bucket here.
@@ -1088,6 +995,7 @@ impl Mover {
                     reply,
                     written,
                 } => {
+                    rewrites.push(bucket);
                     work.push(Work::Rewritten {
                         bucket,
                         reply,
@@ -1117,7 +1025,6 @@ impl Mover {
                         i.deadline = now + self.hold_timeout;
                     }
                 }
-                Message::Owner { bucket, queue } => owners.push((bucket, queue)),
                 Message::Drained {
                     bucket,
                     forwarded,
@@ -1146,6 +1053,16 @@ impl Mover {
         if !frames.is_empty() {
             work.push(Work::Frames(frames));
         }
+        // An export whose rewrite never came: the controller gave up on
+        // the move, or could not tell this worker.
+        let before = self.outgoing.len();
+        self.outgoing.retain(|o| {
+            o.rewritten.is_some()
+                || rewrites.contains(&o.bucket)
+                || now < o.exported_at + REWRITE_TIMEOUT
+        });
+        self.stats.rewrite_timeouts += (before - self.outgoing.len()) as u64;
+        self.mesh.take_owners(self.me, &mut owners);
         for (bucket, queue) in owners {
             // A worker that takes part in a move of the bucket learns where
             // it goes from the move itself.
@@ -1226,6 +1143,7 @@ impl Mover {
         self.outgoing.push(Outgoing {
             bucket,
             to,
+            exported_at: self.now,
             forwarded: 0,
             last_forward: self.now,
             rewritten: None,
@@ -1448,7 +1366,7 @@ impl RssTableWriter for Unchanged {
 /// An export refused after the write points the entry back.
 ///
 /// Once the bucket is on the new queue, every other queue's worker is told
-/// ([`Message::Owner`]): a frame one of them forwards (an ICMP error that
+/// ([`Mesh::tell_owner`]): a frame one of them forwards (an ICMP error that
 /// the NIC hashed to it) goes there at once, not along the bucket's
 /// earlier owners (a chain longer than a frame's hops would drop it).
 pub(crate) fn move_bucket(
@@ -1461,9 +1379,7 @@ pub(crate) fn move_bucket(
     let result = handoff(mesh, nic, bucket, from, to);
     if matches!(result, Ok(_) | Err(MoveError::Moved(_))) {
         for q in (0..mesh.queues()).filter(|&q| q != from && q != to) {
-            // A full inbox keeps the worker's older view: its frames of the
-            // bucket then reach the new queue through the old one.
-            let _ = mesh.send(q, Message::Owner { bucket, queue: to });
+            mesh.tell_owner(q, bucket, to);
         }
     }
     result
@@ -1529,29 +1445,30 @@ fn handoff(
     // The new queue holds the bucket's frames from here on: the entry is
     // written while the old queue exports, and the rewrite queued behind
     // the export.
-    let (mut written, mut nic_write_us, mut rewritten_sent) = (None, 0.0, false);
+    let (mut written, mut nic_write_us) = (None, 0.0);
+    let mut rewritten_sent = Err(String::new());
     if matches!(prepared, Ok(Reply::Prepared)) && export_sent.is_ok() {
         let nic_start = std::time::Instant::now();
         let write = nic.set_entry(bucket, to);
         nic_write_us = micros(nic_start.elapsed());
-        rewritten_sent = mesh
-            .send(
-                from,
-                Message::Rewritten {
-                    bucket,
-                    reply: tx,
-                    written: write.is_ok(),
-                },
-            )
-            .is_ok();
+        rewritten_sent = mesh.send(
+            from,
+            Message::Rewritten {
+                bucket,
+                reply: tx,
+                written: write.is_ok(),
+            },
+        );
         written = Some(write);
     }
     // A new queue that did not answer its announcement may take it yet,
     // and would hold the bucket's frames until its timeout: it is told
     // the move is off (before anything else the controller sends it).
-    if prepared.is_err() {
-        let _ = mesh.send(to, Message::Cancel { bucket });
-    }
+    let not_told = if prepared.is_err() {
+        cancel(mesh, to, bucket)
+    } else {
+        String::new()
+    };
     let mut exported = export_sent.and_then(|()| wait(&rx, from, "the export"));
     if exported.is_err() && !claim.call_off() {
         // The old worker took the export before the wait ran out: it is
@@ -1591,12 +1508,16 @@ fn handoff(
                 bucket,
                 from,
                 to,
-                &format!("{why}; queue {from} exported bucket {bucket} to queue {to} all the same"),
+                &format!(
+                    "{why}{not_told}; queue {from} exported bucket {bucket} to queue {to} all \
+                     the same"
+                ),
             ));
         }
         (prepared, exported) => {
             if !matches!(prepared, Ok(Reply::Prepared)) {
-                return Err(stayed(refusal(prepared, "the announcement", to)));
+                let why = refusal(prepared, "the announcement", to);
+                return Err(stayed(format!("{why}{not_told}")));
             }
             // The old queue kept the bucket: the entry goes back to it, and
             // the new queue hands on what it held (its stack sends the
@@ -1606,12 +1527,12 @@ fn handoff(
                 Some(Ok(())) => nic.set_entry(bucket, from).err(),
                 _ => None,
             };
-            let _ = mesh.send(to, Message::Cancel { bucket });
+            let not_told = cancel(mesh, to, bucket);
             return Err(stayed(match back {
-                None => why,
+                None => format!("{why}{not_told}"),
                 Some(e) => format!(
                     "{why}; the NIC's entry for bucket {bucket} could not be pointed back at \
-                     queue {from} ({e}): queue {to} forwards its frames there"
+                     queue {from} ({e}): queue {to} forwards its frames there{not_told}"
                 ),
             }));
         }
@@ -1619,8 +1540,8 @@ fn handoff(
     // From here on the new queue has the connections.
     let export_us = micros(export_start.elapsed());
     let drain_start = std::time::Instant::now();
-    let drained = if rewritten_sent {
-        match wait(&rx, to, "the end of the move") {
+    let drained = match rewritten_sent {
+        Ok(()) => match wait(&rx, to, "the end of the move") {
             Ok(Reply::Done {
                 forwarded,
                 held,
@@ -1631,9 +1552,10 @@ fn handoff(
             Ok(other) => Err(format!(
                 "queue {to} answered {other:?} at the end of the move"
             )),
-        }
-    } else {
-        Err(format!("queue {from}'s inbox is full or gone"))
+        },
+        // Queue `from` stops waiting for it after `REWRITE_TIMEOUT`, and
+        // `to` holds the bucket's frames until its own timeout.
+        Err(e) => Err(format!("the NIC's rewrite could not be told: {e}")),
     };
     let drain_us = micros(drain_start.elapsed());
     if let Some(Err(e)) = written {
@@ -1665,6 +1587,20 @@ fn handoff(
     })
 }
 
+/// Tells `to` that the move of `bucket` is off: it stops holding the
+/// bucket's frames. Returns what the move's error adds when `to` could
+/// not be told (a worker stuck for good: its hold ends on its timeout,
+/// counted in its `hold_timeouts`), else nothing.
+fn cancel(mesh: &Mesh, to: u32, bucket: u16) -> String {
+    match mesh.send(to, Message::Cancel { bucket }) {
+        Ok(()) => String::new(),
+        Err(e) => format!(
+            "; queue {to} was not told that the move is off ({e}): it holds bucket {bucket}'s \
+             frames until its timeout"
+        ),
+    }
+}
+
 fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
@@ -1675,4 +1611,4 @@ mod forward_bench;
 
 #[cfg(test)]
 #[path = "mesh_tests.rs"]
-mod mesh_tests;
+pub(crate) mod mesh_tests;

@@ -19,6 +19,7 @@ use super::frame_harness::FakeRing;
 use super::{instant, TcpConfig, TcpHandler, EXPORT_PART};
 use crate::bucket_counters::rss_bucket;
 use crate::ephemeral::rss_state;
+use crate::handoff::mesh_tests::{pass, RecordingNic};
 use crate::handoff::{
     self, Arrival, ExportClaim, Mesh, Message, MoveError, Mover, Reply, RssTableWriter, Work,
     SETTLE, SETTLE_MAX,
@@ -1005,17 +1006,6 @@ fn a_large_bucket_moves_in_parts_with_each_connections_state() {
     }
 }
 
-/// The NIC's entry writes of a move, in order.
-#[derive(Default)]
-struct RecordingNic(Mutex<Vec<(u16, u32)>>);
-
-impl RssTableWriter for RecordingNic {
-    fn set_entry(&self, bucket: u16, queue: u32) -> Result<(), String> {
-        self.0.lock().unwrap().push((bucket, queue));
-        Ok(())
-    }
-}
-
 /// Two queues' movers over a 4-entry table, and a controller thread
 /// moving bucket 0 from queue 0 to queue 1 through a NIC that records its
 /// writes.
@@ -1171,54 +1161,6 @@ fn an_export_taken_before_the_wait_ran_out_is_waited_for() {
     assert!(result.is_ok(), "{result:?}");
     assert_eq!(*nic.0.lock().unwrap(), vec![(0, 1)], "written once");
     assert_eq!((a.owner(0), b.owner(0)), (1, 1), "bucket 0 on queue 1");
-}
-
-/// One pass of worker `m` at `now` as its loop makes it, the buckets it
-/// exports empty (no connection) and its RX ring always passed: markers
-/// due, its inbox (an export carried out and answered, parts imported,
-/// rewrites taken, forwarded frames handed to `frames` with how often each
-/// was forwarded), markers again and its sends. Returns how many exports
-/// it carried out.
-fn pass(m: &mut Mover, now: Duration, frames: &mut dyn FnMut(&mut Mover, u8, &[u8])) -> usize {
-    let mut exports = 0;
-    m.send_markers(now, 0);
-    for w in m.take_work(now) {
-        match w {
-            Work::Export { bucket, to, reply } => {
-                m.leaving(bucket, to);
-                let export = Stack::new(Config::new([1; 16])).export_bucket(bucket);
-                m.exported(
-                    bucket,
-                    to,
-                    Box::new(Arrival {
-                        bucket,
-                        export,
-                        apps: Vec::new(),
-                        neighbors: Vec::new(),
-                    }),
-                );
-                let _ = reply.send(Reply::Exported {
-                    connections: 0,
-                    time_wait: 0,
-                });
-                exports += 1;
-            }
-            Work::Import(a) => m.imported(a.bucket, 0, a.export.complete()),
-            Work::Rewritten {
-                bucket,
-                reply,
-                written,
-            } => m.rewritten(bucket, reply, written, 0),
-            Work::Frames(batches) => {
-                for (hops, f) in batches.iter().flat_map(|b| b.iter()) {
-                    frames(m, hops, f);
-                }
-            }
-        }
-    }
-    m.send_markers(now, 0);
-    m.flush();
-    exports
 }
 
 /// Frames a pass hands on: none are expected.

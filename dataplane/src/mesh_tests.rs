@@ -1,13 +1,18 @@
 //! The mesh between workers: frames go in batches, in order, ahead of the
 //! next message to their destination; full inboxes and a carrier's full
 //! TX ring keep them in order within their bounds and drop (counted)
-//! beyond.
+//! beyond. An inbox the workers' frames filled still takes the
+//! controller's messages of a move, and the news of a finished one; an
+//! old worker whose rewrite never comes stops waiting for it. A worker's
+//! pass as its loop makes it (`pass`) and the NIC that records a move's
+//! writes are shared with `tcp_handler`'s handoff tests.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    Mesh, Message, Mover, Work, INBOX_BYTES, MESSAGES_PER_PASS, STALLED_BYTES, TO_SEND_MAX,
+    Mesh, Message, Mover, Work, CONTROL_ROOM, INBOX_BYTES, MESSAGES_PER_PASS, REWRITE_TIMEOUT,
+    STALLED_BYTES, TO_SEND_MAX,
 };
 use crate::ephemeral::rss_state;
 use crate::frame_batch::BATCH_FRAMES;
@@ -470,4 +475,298 @@ fn a_takeover_s_hold_times_out_only_once_the_old_worker_can_drain() {
     b.take_work(ms(300) + timeout);
     assert_eq!(b.stats.hold_timeouts, 1, "the marker never came");
     assert!(!b.holding());
+}
+
+/// The NIC's entry writes of a move, in order.
+#[derive(Default)]
+pub(crate) struct RecordingNic(pub(crate) std::sync::Mutex<Vec<(u16, u32)>>);
+
+impl super::RssTableWriter for RecordingNic {
+    fn set_entry(&self, bucket: u16, queue: u32) -> Result<(), String> {
+        self.0.lock().unwrap().push((bucket, queue));
+        Ok(())
+    }
+}
+
+/// Three workers over a four-entry table: buckets 0 and 2 on queue 0,
+/// bucket 1 on queue 1, bucket 3 on queue 2; `view_of_0`: the table as
+/// queue 0 sees it.
+fn three_queues(view_of_0: &[u32]) -> (Arc<Mesh>, Vec<Mover>) {
+    let mesh = Arc::new(Mesh::new(3).expect("eventfds"));
+    let table = [0, 1, 0, 2];
+    let movers = (0..3)
+        .map(|q| {
+            let t: &[u32] = if q == 0 { view_of_0 } else { &table };
+            Mover::new(q, mesh.clone(), rss_state(&[0x6d; 40], t, 3).unwrap())
+        })
+        .collect();
+    (mesh, movers)
+}
+
+/// `from` forwards frames of `bucket` (another queue's), one message
+/// each, until that queue's inbox takes no more of them; returns how many
+/// went in.
+fn fill_inbox(from: &mut Mover, bucket: u16) -> usize {
+    let mut n = 0;
+    while from.stalled.is_empty() {
+        from.forward(Duration::ZERO, bucket, 0, &[0u8; 60]);
+        from.flush();
+        n += 1;
+        assert!(n <= 2 * super::INBOX, "the inbox never filled");
+    }
+    n - 1
+}
+
+/// One pass of worker `m` at `now` as its loop makes it, the buckets it
+/// exports empty (no connection) and its RX ring always passed: markers
+/// due, its inbox (an export carried out and answered, parts imported,
+/// rewrites taken, forwarded frames handed to `frames` with how often each
+/// was forwarded), markers again and its sends. Returns how many exports
+/// it carried out.
+pub(crate) fn pass(
+    m: &mut Mover,
+    now: Duration,
+    frames: &mut dyn FnMut(&mut Mover, u8, &[u8]),
+) -> usize {
+    let mut exports = 0;
+    m.send_markers(now, 0);
+    for w in m.take_work(now) {
+        match w {
+            Work::Export { bucket, to, reply } => {
+                m.leaving(bucket, to);
+                let export = flowlane_tcp::Stack::new(flowlane_tcp::Config::new([1; 16]))
+                    .export_bucket(bucket);
+                m.exported(
+                    bucket,
+                    to,
+                    Box::new(super::Arrival {
+                        bucket,
+                        export,
+                        apps: Vec::new(),
+                        neighbors: Vec::new(),
+                    }),
+                );
+                let _ = reply.send(super::Reply::Exported {
+                    connections: 0,
+                    time_wait: 0,
+                });
+                exports += 1;
+            }
+            Work::Import(a) => m.imported(a.bucket, 0, a.export.complete()),
+            Work::Rewritten {
+                bucket,
+                reply,
+                written,
+            } => m.rewritten(bucket, reply, written, 0),
+            Work::Frames(batches) => {
+                for (hops, f) in batches.iter().flat_map(|b| b.iter()) {
+                    frames(m, hops, f);
+                }
+            }
+        }
+    }
+    m.send_markers(now, 0);
+    m.flush();
+    exports
+}
+
+/// Frames a pass hands on: dropped (the tests look at the moves).
+fn dropped(_: &mut Mover, _: u8, _: &[u8]) {}
+
+/// Waits (10 s at most) until `done`.
+fn spin_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(start.elapsed() < Duration::from_secs(10), "{what}");
+        std::thread::yield_now();
+    }
+}
+
+/// Moves bucket 0 from queue 0 to queue 1 on its own thread, as the
+/// service's controller does.
+fn move_bucket_0(
+    mesh: &Arc<Mesh>,
+    nic: &Arc<RecordingNic>,
+) -> std::thread::JoinHandle<Result<super::MoveReport, super::MoveError>> {
+    let (mesh, nic) = (mesh.clone(), nic.clone());
+    std::thread::spawn(move || super::move_bucket(&mesh, nic.as_ref(), 0, 0, 1))
+}
+
+/// Every worker of `w` makes passes, `now` 10 µs on each round, until the
+/// controller is done; its result.
+fn step_all(
+    w: &mut [Mover],
+    now: &mut Duration,
+    controller: std::thread::JoinHandle<Result<super::MoveReport, super::MoveError>>,
+) -> Result<super::MoveReport, super::MoveError> {
+    let start = std::time::Instant::now();
+    while !controller.is_finished() {
+        assert!(start.elapsed() < Duration::from_secs(10), "the move hung");
+        *now += Duration::from_micros(10);
+        for m in w.iter_mut() {
+            pass(m, *now, &mut dropped);
+        }
+        std::thread::yield_now();
+    }
+    controller.join().unwrap()
+}
+
+/// The old queue's inbox fills with forwarded frames while the controller
+/// waits for the new queue's answer: the rewrite the controller sends on
+/// that answer still reaches it (before, it was dropped: the old queue
+/// never drained, its move stayed open for good, and the new queue held
+/// the bucket's frames until its timeout).
+#[test]
+fn a_move_s_rewrite_reaches_an_old_queue_whose_inbox_frames_filled() {
+    let (mesh, mut w) = three_queues(&[0, 1, 0, 2]);
+    let nic = Arc::new(RecordingNic::default());
+    let controller = move_bucket_0(&mesh, &nic);
+    spin_until("the announcement and the export", || {
+        mesh.pending(0) == 1 && mesh.pending(1) == 1
+    });
+    assert!(fill_inbox(&mut w[2], 2) > 1_000);
+    // Queue 1 answers; the controller writes the entry and sends the
+    // rewrite to queue 0, whose inbox is full.
+    let before = mesh.pending(0);
+    let mut now = Duration::from_millis(1);
+    pass(&mut w[1], now, &mut dropped);
+    spin_until("the NIC's write", || nic.0.lock().unwrap().len() == 1);
+    let written = std::time::Instant::now();
+    while mesh.pending(0) == before && written.elapsed() < Duration::from_millis(100) {
+        std::thread::yield_now();
+    }
+    let result = step_all(&mut w, &mut now, controller);
+    assert!(result.is_ok(), "{result:?}");
+    for _ in 0..8 {
+        now += Duration::from_micros(10);
+        for m in w.iter_mut() {
+            pass(m, now, &mut dropped);
+        }
+    }
+    assert!(!w[0].draining_bucket(0), "the old queue drained");
+    assert!(!w[1].holding(), "the new queue holds nothing");
+    assert_eq!(w[1].stats.hold_timeouts, 0);
+    assert_eq!([w[0].owner(0), w[1].owner(0), w[2].owner(0)], [1, 1, 1]);
+}
+
+/// The new queue's inbox fills with forwarded frames after it took the
+/// move's announcement, and the old queue refuses the export: the
+/// controller's cancel still reaches the new queue, which stops holding
+/// the bucket's frames at once (before, the cancel was dropped and it held
+/// them until its timeout, counted as a drain marker that never came).
+#[test]
+fn a_move_s_cancel_reaches_a_new_queue_whose_inbox_frames_filled() {
+    // Queue 0 believes bucket 0 is queue 2's: it refuses the export.
+    let (mesh, mut w) = three_queues(&[2, 1, 0, 2]);
+    let controller = move_bucket_0(&mesh, &Arc::new(RecordingNic::default()));
+    spin_until("the announcement and the export", || {
+        mesh.pending(0) == 1 && mesh.pending(1) == 1
+    });
+    let mut now = Duration::from_millis(1);
+    pass(&mut w[1], now, &mut dropped);
+    assert!(w[1].expecting(0), "the announcement taken");
+    assert!(fill_inbox(&mut w[2], 1) > 1_000);
+    let start = std::time::Instant::now();
+    while !controller.is_finished() {
+        assert!(start.elapsed() < Duration::from_secs(10), "the move hung");
+        now += Duration::from_micros(10);
+        pass(&mut w[0], now, &mut dropped);
+        std::thread::yield_now();
+    }
+    let result = controller.join().unwrap();
+    assert!(
+        matches!(&result, Err(super::MoveError::Stayed(e)) if e.contains("served by queue 2")),
+        "{result:?}"
+    );
+    // Queue 1 takes its inbox, well within its hold's timeout.
+    while mesh.pending(1) > 0 {
+        now += Duration::from_micros(10);
+        pass(&mut w[1], now, &mut dropped);
+        pass(&mut w[2], now, &mut dropped);
+    }
+    assert!(!w[1].expecting(0), "the cancel reached queue 1");
+    assert_eq!(w[1].stats.hold_timeouts, 0);
+}
+
+/// A queue that took no part in a move learns where the bucket went even
+/// when forwarded frames filled its inbox (before, the news was dropped
+/// and the frames it forwarded of the bucket went along the old owners).
+#[test]
+fn the_news_of_a_move_reaches_a_queue_whose_inbox_frames_filled() {
+    let (mesh, mut w) = three_queues(&[0, 1, 0, 2]);
+    assert!(fill_inbox(&mut w[1], 3) > 1_000);
+    let mut now = Duration::from_millis(1);
+    let controller = move_bucket_0(&mesh, &Arc::new(RecordingNic::default()));
+    let result = step_all(&mut w[..2], &mut now, controller);
+    assert!(result.is_ok(), "{result:?}");
+    while mesh.pending(2) > 0 {
+        now += Duration::from_micros(10);
+        for m in w.iter_mut() {
+            pass(m, now, &mut dropped);
+        }
+    }
+    assert_eq!(w[2].owner(0), 1, "queue 2 heard bucket 0 is on queue 1");
+}
+
+/// An old queue whose rewrite never comes (the controller gave up, or
+/// could not tell it) stops waiting for it after its bound, counted: its
+/// move no longer stays open for good, and it hears of the bucket's later
+/// moves again (before, it skipped them as a queue taking part).
+#[test]
+fn an_old_queue_whose_rewrite_never_comes_stops_waiting_for_it() {
+    let (mesh, mut w) = three_queues(&[0, 1, 0, 2]);
+    let a = &mut w[0];
+    let t = Duration::from_millis(1);
+    a.take_work(t);
+    let export = flowlane_tcp::Stack::new(flowlane_tcp::Config::new([1; 16])).export_bucket(0);
+    a.exported(
+        0,
+        1,
+        Box::new(super::Arrival {
+            bucket: 0,
+            export,
+            apps: Vec::new(),
+            neighbors: Vec::new(),
+        }),
+    );
+    a.take_work(t + REWRITE_TIMEOUT - Duration::from_micros(1));
+    assert!(a.draining_bucket(0), "within its bound, it waits");
+    assert_eq!(a.stats.rewrite_timeouts, 0);
+    // Later, the bucket moves on from queue 1 to queue 2.
+    mesh.tell_owner(0, 0, 2);
+    a.take_work(t + REWRITE_TIMEOUT);
+    assert!(!a.draining_bucket(0), "it stopped waiting");
+    assert_eq!(a.stats.rewrite_timeouts, 1, "counted");
+    assert_eq!(a.owner(0), 2, "and heard of the later move");
+}
+
+/// Forwarded frames fill an inbox to the workers' share and no further:
+/// the controller's messages still find their places behind them, in
+/// order; only past its own room (a worker that stopped taking its
+/// inbox) is one refused, in one line.
+#[test]
+fn the_controller_s_messages_have_room_the_workers_frames_cannot_fill() {
+    let (mesh, mut w) = three_queues(&[0, 1, 0, 2]);
+    assert_eq!(fill_inbox(&mut w[2], 2), super::INBOX);
+    // Its room, and the places the other workers may each pass their
+    // share by.
+    let room = CONTROL_ROOM + 3;
+    for k in 0..room {
+        mesh.send(0, Message::Cancel { bucket: k as u16 }).unwrap();
+    }
+    let e = mesh.send(0, Message::Cancel { bucket: 0 }).unwrap_err();
+    assert_eq!(
+        e,
+        "queue 0's inbox is full to the controller's own 256 places: its worker has stopped \
+         taking its messages"
+    );
+    let e = mesh.send(3, Message::Cancel { bucket: 0 }).unwrap_err();
+    assert_eq!(e, "queue 3 is not one of the service's 3 queues");
+    // The worker takes the frames, then the controller's messages.
+    let mut frames = 0;
+    while mesh.pending(0) > room {
+        pass(&mut w[0], Duration::ZERO, &mut |_, _, _| frames += 1);
+    }
+    assert_eq!(frames, super::INBOX);
+    assert_eq!(mesh.pending(0), room);
 }

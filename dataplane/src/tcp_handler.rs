@@ -580,6 +580,10 @@ counters! {
         syn_refused,
         /// SYNs and cookie ACKs dropped: the queue's stack or the listener held its most connections.
         connection_limit_refused,
+        /// Connections of buckets moved here taken while the stack held its most connections (within an eighth past it).
+        imports_past_cap,
+        /// Connections of buckets moved here refused: the stack held its most connections and the eighth past it.
+        imports_refused_at_cap,
         /// Connections a handler's `admit` refused (reset before `on_accept`).
         application_refused,
         /// RSS buckets this queue gave to another (rebalancing).
@@ -603,6 +607,9 @@ counters! {
         /// Takeovers that stopped holding on the timeout, not the old queue's
         /// marker (nor the controller's cancel).
         hold_timeouts,
+        /// Exports whose bucket's rewrite never came (the controller gave
+        /// the move up unheard): the old queue stopped waiting after its bound.
+        rewrite_timeouts,
         /// Frames not forwarded or held (no queue to forward to, forwarded
         /// too often, the new queue's inbox full for too long, or more held
         /// than a takeover keeps).
@@ -728,6 +735,8 @@ impl TcpCounters {
         set(&self.syn_cookies_failed, s.syn_cookies_failed);
         set(&self.syn_refused, s.syn_refused);
         set(&self.connection_limit_refused, s.connection_limit_refused);
+        set(&self.imports_past_cap, s.imports_past_cap);
+        set(&self.imports_refused_at_cap, s.imports_refused_at_cap);
         set(&self.segments_out, s.segments_out);
     }
 
@@ -745,6 +754,7 @@ impl TcpCounters {
         set(&self.frames_forwarded_in, s.frames_forwarded_in);
         set(&self.frames_held, s.frames_held);
         set(&self.hold_timeouts, s.hold_timeouts);
+        set(&self.rewrite_timeouts, s.rewrite_timeouts);
         set(&self.forward_dropped, s.forward_dropped);
         set(&self.import_failed, s.import_failed);
         set(&self.spill_forwarded, s.spill_forwarded);

@@ -495,8 +495,10 @@ pub struct Config {
     /// client tries again later ([`Stats::connection_limit_refused`];
     /// Linux drops them likewise when its accept queue is full), and
     /// [`Stack::connect`] fails with [`Error::ConnectionLimit`].
-    /// Connections imported from another stack are taken even past the
-    /// cap: a move adds no connection to the system. A closed
+    /// Connections imported from another stack are taken past the cap by
+    /// at most an eighth of it (a move adds no connection to the system,
+    /// and one refused at import is lost), refused beyond
+    /// ([`Stats::imports_past_cap`], [`Stats::imports_refused_at_cap`]). A closed
     /// connection's slot counts until its `Closed` event is taken
     /// ([`Stack::poll_event`]), though [`Stack::connection_count`] no
     /// longer does.
@@ -759,6 +761,13 @@ pub struct Stats {
     /// its most connections ([`Config::max_connections`],
     /// [`Config::listener_max_connections`]).
     pub connection_limit_refused: u64,
+    /// Connections imported from another stack (a bucket move) while this
+    /// one held [`Config::max_connections`] or more: the headroom past the
+    /// cap a move may take (an eighth of it; [`Stack::import_bucket`]).
+    pub imports_past_cap: u64,
+    /// Connections refused at import ([`Error::ConnectionLimit`]): the stack
+    /// held its cap and the headroom past it.
+    pub imports_refused_at_cap: u64,
     /// SYNs that reopened a connection in TIME-WAIT (RFC 6191: newer
     /// timestamp or sequence number than its last incarnation's).
     pub time_wait_reopened: u64,

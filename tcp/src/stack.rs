@@ -93,6 +93,18 @@ type FxBuild = BuildHasherDefault<FxHasher>;
 /// Most slots [`Stack::new`] reserves (about 700 MB of address space).
 const MAX_SLOTS_RESERVED: usize = 1 << 20;
 
+/// How far past [`Config::max_connections`] connections imported from
+/// another stack may take this one ([`Stack::import_bucket`],
+/// [`Stack::import`]): an eighth of the cap, at least one. A move adds no
+/// connection to the system, and one refused at import is lost (its
+/// handler is told, its peer reset), so a stack at its cap still takes a
+/// moved bucket within this headroom; beyond it the cap is a bound on
+/// memory again, and imports are refused. Reserved with the slab, so that
+/// the headroom never grows it by copying.
+fn import_headroom(max_connections: usize) -> usize {
+    max_connections.div_ceil(8).max(1)
+}
+
 /// How many connections ahead of the one it imports
 /// [`Stack::import_bucket_prefetching`] names the lines of: each slot is
 /// eleven lines, which a few connections' worth of prefetches in flight
@@ -108,8 +120,9 @@ const IMPORT_AHEAD: usize = 4;
 /// no line is shared with the neighbouring slot, whose segments would
 /// write it from the other end (16 bytes of padding a slot; BENCHMARKS.md,
 /// session 36: −7.5 % last-level misses at 10 000 connections). The slab
-/// is reserved for [`Config::max_connections`] up front
-/// ([`Stack::new`]), since an over-aligned `Vec` grows by copying.
+/// is reserved for [`Config::max_connections`] and the imports' headroom
+/// past it up front ([`Stack::new`]), since an over-aligned `Vec` grows
+/// by copying.
 #[derive(Debug)]
 #[repr(C, align(64))]
 struct Slot {
@@ -457,15 +470,19 @@ impl std::fmt::Debug for IsnGenerator {
 
 impl Stack {
     /// A stack with no connections. Its slab of connection slots is
-    /// reserved for [`Config::max_connections`] (up to a million; address
-    /// space, which pages in as connections come), so that it does not grow
-    /// by copying while connections arrive; where that much address space
-    /// is refused, it grows as needed instead.
+    /// reserved for [`Config::max_connections`] and the imports' headroom
+    /// past it (an eighth more; up to a million; address space, which
+    /// pages in as connections come), so that it does not grow by copying
+    /// while connections arrive; where that much address space is
+    /// refused, it grows as needed instead.
     pub fn new(cfg: Config) -> Self {
         let mut slots = Vec::new();
         // Refused only by a strict overcommit policy or a small address
         // space limit: then the slab grows as connections come.
-        let _ = slots.try_reserve_exact(cfg.max_connections.min(MAX_SLOTS_RESERVED));
+        let reserved = cfg
+            .max_connections
+            .saturating_add(import_headroom(cfg.max_connections));
+        let _ = slots.try_reserve_exact(reserved.min(MAX_SLOTS_RESERVED));
         Stack {
             isn: IsnGenerator::new(cfg.isn_secret),
             table: ConnTable::new(&cfg.isn_secret),
@@ -760,6 +777,14 @@ impl Stack {
     /// import. The connections go into the
     /// bucket the export names, unhashed: this stack must map their tuples
     /// to it, as the stacks of one service (one bucket function) do.
+    ///
+    /// Connections are taken past [`Config::max_connections`] by at most
+    /// an eighth of it ([`Stats::imports_past_cap`]): refusing a live
+    /// connection loses it, where the overshoot lasts until connections
+    /// close (new SYNs are dropped meanwhile, counted in
+    /// [`Stats::connection_limit_refused`]). Past that headroom a
+    /// connection is refused with [`Error::ConnectionLimit`]
+    /// ([`Stats::imports_refused_at_cap`]).
     pub fn import_bucket(
         &mut self,
         now: Instant,
@@ -2561,7 +2586,10 @@ impl Stack {
     /// passive open that the application had not been told of yet (still
     /// half-open) joins this stack's listener for its address, counts
     /// against its backlog and is reported `Accepted` when it completes;
-    /// with no such listener, it is reported `Connected`.
+    /// with no such listener, it is reported `Connected`. Taken past
+    /// [`Config::max_connections`] within the headroom
+    /// [`Stack::import_bucket`] describes, refused
+    /// ([`Error::ConnectionLimit`]) beyond.
     pub fn import(&mut self, now: Instant, snap: Snapshot) -> Result<ConnHandle, Error> {
         self.tick(now);
         let hash = self.table.hash(snap.key());
@@ -2580,6 +2608,12 @@ impl Stack {
         debug_assert_eq!(hash, self.table.hash(&tuple));
         if self.find(hash, &tuple).is_some() {
             return Err(Error::AddrInUse);
+        }
+        let cap = self.cfg.max_connections;
+        let past_cap = self.live + self.held >= cap;
+        if past_cap && self.live + self.held >= cap.saturating_add(import_headroom(cap)) {
+            self.stats.imports_refused_at_cap += 1;
+            return Err(Error::ConnectionLimit);
         }
         // Built in its slot: a connection is some 680 bytes, and moving it
         // there through a `Result` cost two copies per connection.
@@ -2622,6 +2656,7 @@ impl Stack {
         }
         self.place(idx, listener, hash, bucket);
         self.after(idx);
+        self.stats.imports_past_cap += u64::from(past_cap);
         Ok(self.handle(idx))
     }
 }

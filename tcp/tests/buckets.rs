@@ -497,3 +497,76 @@ fn a_bucket_is_served_from_its_last_part_only() {
     assert!(!b2.bucket_is_away(0));
     assert_eq!(b2.bucket_stats(0).connections, 2);
 }
+
+/// A stack at its connection cap takes a moved bucket's connections past
+/// it by at most an eighth of the cap (a move adds no connection to the
+/// system, and a connection refused at import is lost), counted; beyond
+/// that headroom it refuses them (`Error::ConnectionLimit`), counted. Over
+/// its cap it drops new SYNs, counted as `connection_limit_refused` (what
+/// it says of why it does not accept), and takes them again once closes
+/// bring it below the cap.
+#[test]
+fn an_import_passes_the_connection_cap_by_a_bounded_headroom_counted() {
+    use flowlane_tcp::time::Instant;
+    let now = Instant::ZERO;
+    let mut s1 = server();
+    s1.listen(SocketAddr::new(B_IP, 80)).unwrap();
+    let mut client = Stack::new(test_config(5));
+    // Twelve connections in bucket 1 (ports 10001, 10005, …), established.
+    for k in 0..12 {
+        client
+            .connect(
+                now,
+                SocketAddr::new(A_IP, 10_001 + 4 * k),
+                SocketAddr::new(B_IP, 80),
+            )
+            .unwrap();
+    }
+    for _ in 0..3 {
+        pass(&mut client, &mut s1, now, A_IP, B_IP);
+        pass(&mut s1, &mut client, now, B_IP, A_IP);
+    }
+    events(&mut s1);
+    assert_eq!(s1.bucket_stats(1).connections, 12);
+    // The stack taking the bucket over holds at most 8 (a headroom of 1).
+    let mut cfg = test_config(2);
+    cfg.max_connections = 8;
+    let mut s2 = Stack::new(cfg);
+    s2.set_buckets(BUCKETS, by_port).unwrap();
+    s2.listen(SocketAddr::new(B_IP, 80)).unwrap();
+    let imported = s2.import_bucket(now, s1.export_bucket(1));
+    let taken: Vec<ConnHandle> = imported.iter().filter_map(|r| r.ok()).collect();
+    assert_eq!(taken.len(), 9, "the cap and its headroom");
+    assert!(imported[9..]
+        .iter()
+        .all(|r| *r == Err(Error::ConnectionLimit)));
+    assert_eq!(s2.connection_count(), 9);
+    assert_eq!(
+        (
+            s2.stats().imports_past_cap,
+            s2.stats().imports_refused_at_cap
+        ),
+        (1, 3)
+    );
+    // Over its cap, it drops a new SYN, and says so.
+    let mut late = Stack::new(test_config(6));
+    late.connect(
+        now,
+        SocketAddr::new(A_IP, 20_000),
+        SocketAddr::new(B_IP, 80),
+    )
+    .unwrap();
+    pass(&mut late, &mut s2, now, A_IP, B_IP);
+    assert_eq!(s2.stats().connection_limit_refused, 1);
+    assert_eq!(s2.connection_count(), 9);
+    // Two connections end: below its cap, it takes the SYN again.
+    for &c in &taken[..2] {
+        s2.abort(c).unwrap();
+    }
+    events(&mut s2);
+    let later = now + Duration::from_secs(3);
+    late.handle_timeout(later);
+    pass(&mut late, &mut s2, later, A_IP, B_IP);
+    assert_eq!(s2.connection_count(), 8, "{:?}", s2.stats());
+    assert_eq!(s2.stats().connection_limit_refused, 1);
+}

@@ -24,14 +24,12 @@ use flowlane_dataplane::service_args::{
     listen_port, queue_count, Backend, DataPathArgs, ExecMode, RebalanceArgs,
 };
 use flowlane_dataplane::service_control::{move_line, ServiceControl};
-use flowlane_dataplane::tcp_service::{self, rss_state};
+use flowlane_dataplane::tcp_service;
 use flowlane_dataplane::{
-    app_thread_cpu_ns, worker_cpu_ns, BucketSnapshot, NicWriter, TcpCountersSnapshot, TcpService,
+    app_thread_cpu_ns, worker_cpu_ns, BucketSnapshot, TcpCountersSnapshot, TcpService,
     TcpServiceConfig,
 };
 use flowlane_kernel::{CoreCounters, KernelConfig, KernelService, Limits};
-use flowlane_numa_sched::nic::RssSettings;
-use flowlane_numa_sched::RssState;
 use flowlane_qp::{QueuePairConfig, QueuePairs};
 use serde_json::{json, Value};
 
@@ -46,6 +44,7 @@ mod http_framing;
 mod hyper_server;
 mod idle;
 mod kernel_view;
+mod rss;
 
 use allow::{AllowArgs, AllowFrom};
 use bulk::{Sink, Source};
@@ -53,6 +52,7 @@ use echo::Echo;
 use http::{Http, HttpCounters};
 use idle::IdleCounters;
 use kernel_view::KernelView;
+pub use rss::NicAccess;
 
 /// The TCP example commands (flattened into `flowlane`'s command list).
 #[derive(clap::Subcommand, Debug)]
@@ -224,19 +224,6 @@ pub struct SourceArgs {
     seed: u64,
 }
 
-/// Reads a NIC's RSS (key and table) by interface name, where the caller
-/// knows how (the `flowlane` binary: ethtool).
-/// How the TCP examples reach a real NIC's RSS (`flowlane-control`'s ethtool
-/// module): reading it when no flags give it, and the writer `--rebalance`
-/// moves buckets through.
-#[derive(Debug, Clone, Copy)]
-pub struct NicAccess {
-    /// The NIC's key and table, if it can be read.
-    pub read: fn(&str) -> Option<RssSettings>,
-    /// The NIC's table writer.
-    pub writer: fn(&str) -> NicWriter,
-}
-
 /// Runs one of the TCP examples. `nic` reads the NIC's RSS when no
 /// `--rss-key/--rss-table` (or `--bed`) is given, and writes it when
 /// buckets move.
@@ -374,15 +361,6 @@ fn app_threads(c: &Common) -> Result<u32> {
         Some(n) => Ok(n),
         None => cores(c),
     }
-}
-
-/// The NIC's RSS as an `RssState` for `queues` queues (flags, else
-/// ethtool).
-fn rss(c: &Common, queues: u32, nic: NicAccess) -> Result<Option<RssState>> {
-    let settings = c.data_path.rss_settings()?.or_else(|| (nic.read)(&c.iface));
-    Ok(settings
-        .map(|s| rss_state(&s.key, &s.table, queues))
-        .transpose()?)
 }
 
 /// The counters of a report or summary: totals, then per queue its TCP
@@ -723,22 +701,16 @@ fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
     // connections per RSS bucket with it. A passive service on a NIC whose
     // RSS flowlane cannot model (read from the NIC, not given by flags)
     // serves without buckets rather than not at all.
-    config.rss = match rss(c, queues, nic) {
+    config.rss = match rss::rss(c, queues, nic) {
         Ok(r) => r,
         Err(e) if !config.active && matches!(c.data_path.rss_settings(), Ok(None)) => {
-            tracing::warn!(
-                "the RSS of {} cannot be modelled ({e:#}): connections are not kept per RSS bucket",
-                c.iface
-            );
+            tracing::warn!("{e:#}; meanwhile connections are not kept per RSS bucket");
             None
         }
         Err(e) => return Err(e),
     };
     config.neighbors = tcp_service::neighbors(&c.data_path.neighbor, &c.iface, connect_to)?;
-    config.nic = Some(match c.data_path.rss_table_map {
-        Some(id) => flowlane_testbed::table_writer::table_writer(id)?,
-        None => (nic.writer)(&c.iface),
-    });
+    config.nic = Some(rss::writer(c, config.rss.as_ref(), nic)?);
 
     let done_tx = Mutex::new(results.sender());
     let service = TcpService::start(config, move |h| {

@@ -292,18 +292,20 @@ fn modelled(read: Result<RssSettings, NicError>) -> Option<RssSettings> {
         .filter(|s| !s.table.is_empty() && !s.key.is_empty())
 }
 
-/// `iface`'s table as the writer a TCP service moves buckets through: as
-/// big as it is now (the service read it a moment ago), a move's write is
-/// refused once `ethtool -L` resized it ([`ServiceTable`]).
-pub(crate) fn writer(iface: &str) -> flowlane_dataplane::NicWriter {
+/// `iface`'s table as the writer a TCP service moves buckets through,
+/// for the service's model of it (`buckets`, the bucket count of the table
+/// the service serves, from the NIC or `--rss-table`): a move's write is
+/// refused, nothing written, when the NIC's table is not that size (its
+/// channels changed under the service, `ethtool -L`, or the flags named
+/// another size; [`ServiceTable`]). Without a model (None) each write
+/// reads the NIC again, and says why it cannot.
+pub(crate) fn writer(iface: &str, buckets: Option<usize>) -> flowlane_dataplane::NicWriter {
     let nic = EthtoolNic::new(iface);
-    match nic.read() {
-        Ok((s, _)) => {
-            let buckets = s.table.len();
+    match buckets {
+        Some(buckets) => {
             flowlane_dataplane::NicWriter(std::sync::Arc::new(ServiceTable::new(nic, buckets)))
         }
-        // Each write reads the NIC again, and says why it cannot.
-        Err(_) => flowlane_dataplane::NicWriter(std::sync::Arc::new(nic)),
+        None => flowlane_dataplane::NicWriter(std::sync::Arc::new(nic)),
     }
 }
 
