@@ -64,9 +64,21 @@ impl RttEstimator {
             self.sampled = true;
         }
         let srtt = self.srtt;
-        let k_rttvar = self.rttvar.saturating_mul(4).max(GRANULARITY);
-        // RFC 6298 §2.4 (minimum) and §2.5 (maximum).
-        self.base_rto = (srtt + k_rttvar).max(self.min_rto).min(self.max_rto);
+        // RFC 6298 §2.3's K*RTTVAR, at least `G` and at least the minimum
+        // RTO: the floor of §2.4 on the variance term, as Linux puts it
+        // (`tcp_rto_min` bounds its `rttvar`), not on the sum. Sampled on
+        // every ACK (RFC 7323 §4.2 warns of it), RTTVAR decays to nothing
+        // on a steady path, where a bulk transfer's ACKs come promptly
+        // (every second segment, RFC 5681 §4.2): the sum would then be
+        // SRTT + 1 ms, and a lone segment's delayed ACK, RTT plus up to
+        // 500 ms later, would time out and collapse the window.
+        let k_rttvar = self
+            .rttvar
+            .saturating_mul(4)
+            .max(GRANULARITY)
+            .max(self.min_rto);
+        // RFC 6298 §2.5 (maximum).
+        self.base_rto = (srtt + k_rttvar).min(self.max_rto);
         self.backoff = 0;
     }
 
@@ -139,7 +151,7 @@ mod tests {
         e.on_timeout();
         e.on_sample(Duration::from_millis(10));
         e.on_handshake_retransmitted();
-        assert_eq!(e.rto(), Duration::from_millis(200));
+        assert_eq!(e.rto(), Duration::from_millis(210));
     }
 
     fn est() -> RttEstimator {
@@ -170,17 +182,34 @@ mod tests {
     fn min_max_and_backoff() {
         let mut e = est();
         e.on_sample(Duration::from_millis(1));
-        assert_eq!(e.rto(), Duration::from_millis(200), "clamped to min");
+        assert_eq!(e.rto(), Duration::from_millis(201), "SRTT + the minimum");
         e.on_timeout();
-        assert_eq!(e.rto(), Duration::from_millis(400));
+        assert_eq!(e.rto(), Duration::from_millis(402));
         e.on_timeout();
-        assert_eq!(e.rto(), Duration::from_millis(800));
+        assert_eq!(e.rto(), Duration::from_millis(804));
         for _ in 0..100 {
             e.on_timeout();
         }
         assert_eq!(e.rto(), Duration::from_secs(60), "clamped to max");
         e.on_sample(Duration::from_millis(1));
         assert_eq!(e.backoff(), 0);
-        assert_eq!(e.rto(), Duration::from_millis(200));
+        assert_eq!(e.rto(), Duration::from_millis(201));
+    }
+
+    /// The minimum bounds the variance term, not the sum: on a long steady
+    /// path RTTVAR decays to nothing, and the RTO must still leave room
+    /// for a delayed ACK beyond SRTT.
+    #[test]
+    fn the_minimum_bounds_the_variance_term() {
+        let mut e = est();
+        for _ in 0..200 {
+            e.on_sample(Duration::from_millis(250));
+        }
+        assert!(e.rttvar() < Duration::from_millis(1));
+        assert_eq!(e.rto(), Duration::from_millis(450));
+        // A variance above the minimum rules.
+        let mut e = est();
+        e.on_sample(Duration::from_millis(100));
+        assert_eq!(e.rto(), Duration::from_millis(300));
     }
 }

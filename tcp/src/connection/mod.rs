@@ -442,6 +442,7 @@ impl Connection {
             },
             timers_rare: TimerRare {
                 rto: Deadline::NONE,
+                rto_due: now,
                 persist: Deadline::NONE,
                 keepalive: Deadline::NONE,
                 close: Deadline::NONE,

@@ -87,8 +87,7 @@ impl Connection {
         self.snd.nxt = self.snd_rare.iss + 1;
         self.snd.max = self.snd.max.max(self.snd.nxt);
         if self.timers_rare.rto.is_none() {
-            self.flags.clear(Flags::PROBE_ARMED);
-            self.timers_rare.rto = self.timers.arm(now + self.rtt.rto());
+            self.arm_rto_at(now + self.rtt.rto());
         }
         Some(len)
     }
@@ -392,8 +391,7 @@ impl Connection {
         // RFC 6298 §5.1 (SND.MAX first: a receiver's ACKs read no
         // retransmission timer).
         if self.snd.una != self.snd.max && self.timers_rare.rto.is_none() {
-            self.flags.clear(Flags::PROBE_ARMED);
-            self.timers_rare.rto = self.timers.arm(now + self.rtt.rto());
+            self.arm_rto_at(now + self.rtt.rto());
         }
         if !is_retransmit && payload > 0 {
             self.rearm_probe(now);

@@ -333,9 +333,10 @@ impl Connection {
         let rto = self.rtt.rto();
         if let Some(pto) = self.tlp_pto().filter(|&p| p < rto && self.tlp_allowed()) {
             self.flags.set(Flags::PROBE_ARMED);
+            self.timers_rare.rto_due = now + rto;
             self.timers_rare.rto = self.timers.arm(now + pto);
         } else {
-            self.timers_rare.rto = self.timers.arm(now + rto);
+            self.arm_rto_at(now + rto);
         }
     }
 
@@ -354,8 +355,7 @@ impl Connection {
     /// RFC 8985 §7.3: the probe timeout fired; the next segment out is the
     /// probe, and the RTO (not another probe) guards it.
     pub(super) fn on_tlp_timeout(&mut self, ctx: &mut Ctx<'_>) {
-        self.flags.clear(Flags::PROBE_ARMED);
-        self.timers_rare.rto = self.timers.arm(ctx.now + self.rtt.rto());
+        self.arm_rto_at(ctx.now + self.rtt.rto());
         if self.tlp_allowed() {
             self.flags.set(Flags::TLP_NOW);
         }

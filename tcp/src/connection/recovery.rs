@@ -333,11 +333,20 @@ impl Connection {
                 && self.timers_rare.loss_probes < MAX_LOSS_PROBES
             {
                 self.flags.set(Flags::PROBE_ARMED);
+                self.timers_rare.rto_due = now + rto;
                 self.timers_rare.rto = self.timers.arm(now + pto);
                 return;
             }
         }
-        self.timers_rare.rto = self.timers.arm(now + rto);
+        self.arm_rto_at(now + rto);
+    }
+
+    /// Starts (or restarts) the retransmission timer to expire at `at`
+    /// (RFC 6298 §5.1, §5.3), in the slot a probe held.
+    pub(super) fn arm_rto_at(&mut self, at: Instant) {
+        self.flags.clear(Flags::PROBE_ARMED);
+        self.timers_rare.rto_due = at;
+        self.timers_rare.rto = self.timers.arm(at);
     }
 
     /// RFC 8985 §7.2: (re)start the loss probe timer after sending new
@@ -361,12 +370,17 @@ impl Connection {
     }
 
     /// Arms the probe timer (the loss probe, or RACK's TLP) for `at`,
-    /// unless a retransmission timeout is due no later.
+    /// unless a retransmission timeout is due no later; never past the
+    /// retransmission timer's expiry (RFC 8985 §7.2 `TLP_calc_PTO`): new
+    /// data sent every PTO would otherwise put both off for as long as
+    /// the windows take it, on a path gone dark.
     pub(super) fn arm_probe_at(&mut self, at: Instant) {
+        let mut at = at;
         if let Some(d) = self.timers_rare.rto.get() {
             if !self.flags.has(Flags::PROBE_ARMED) && d <= at {
                 return;
             }
+            at = at.min(self.timers_rare.rto_due);
         }
         self.flags.set(Flags::PROBE_ARMED);
         self.timers_rare.rto = self.timers.arm(at);

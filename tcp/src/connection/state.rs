@@ -503,8 +503,16 @@ impl TimedSegment {
 /// persist, keepalive and close deadlines, and the counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TimerRare {
-    /// Retransmission timer (RFC 6298 §5).
+    /// Retransmission timer (RFC 6298 §5), or the loss probe's that
+    /// stands in its place (`Flags::PROBE_ARMED`).
     pub(crate) rto: Deadline,
+    /// When the retransmission timer expires, kept while a probe stands
+    /// in its slot: new data may restart the probe (RFC 8985 §7.2), never
+    /// past this (`TLP_calc_PTO`; RFC 6298 §5.1: data sent does not
+    /// restart a running retransmission timer). Set wherever the timer is
+    /// started or restarted (§5.1, §5.3), meaningless while `rto` is not
+    /// armed.
+    pub(crate) rto_due: Instant,
     /// Persist (zero window / SWS override) timer, while
     /// `Flags::PERSISTING` is set.
     pub(crate) persist: Deadline,
