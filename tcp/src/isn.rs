@@ -15,9 +15,10 @@ use std::cell::Cell;
 pub(crate) struct IsnGenerator {
     /// SipHash-2-4 keyed by the secret, before any message.
     keyed: SipHasher24,
-    /// The last `M` handed out: each ISN takes a later one, even within
-    /// one 4 µs tick (see [`IsnGenerator::isn_and_ts_offset`]).
-    last_m: Cell<u32>,
+    /// The last `M` handed out, in 4 µs ticks (64 bits: compared as
+    /// numbers, it never wraps): each ISN takes a later one, even within
+    /// one tick (see [`IsnGenerator::isn_and_ts_offset`]).
+    last_m: Cell<u64>,
 }
 
 impl IsnGenerator {
@@ -50,17 +51,20 @@ impl IsnGenerator {
     /// takes as acceptable and drops (RFC 9293 §3.10.7.3), instead of
     /// resetting the old connection with it: neither side moves until
     /// one of them times out.
+    /// `M` is kept in 64 bits and only its low 32 go into the ISN: a
+    /// 32-bit comparison with the last one took a clock 2^31 ticks (2.4
+    /// hours) ahead of it for one behind, after a stack had opened nothing
+    /// that long, and `M` then crept by one an ISN for hours instead of
+    /// following the clock (RFC 6528 §3, RFC 9293 §3.4.1).
     pub(crate) fn isn_and_ts_offset(&self, t: &FlowKey, now: Instant) -> (SeqNumber, u32) {
         let tag = self.hash_tuple(t);
-        let clock = (now.as_nanos() / 4_000) as u32;
-        let last = self.last_m.get();
-        let m = if (clock.wrapping_sub(last) as i32) > 0 {
-            clock
-        } else {
-            last.wrapping_add(1)
-        };
+        let clock = now.as_nanos() / 4_000;
+        let m = clock.max(self.last_m.get() + 1);
         self.last_m.set(m);
-        (SeqNumber(m.wrapping_add(tag as u32)), (tag >> 32) as u32)
+        (
+            SeqNumber((m as u32).wrapping_add(tag as u32)),
+            (tag >> 32) as u32,
+        )
     }
 
     /// A per-connection random offset for TSval (RFC 7323 §5.4, RFC 7323
@@ -107,6 +111,23 @@ mod tests {
             g.ts_offset(&t),
             g.isn_and_ts_offset(&t, Instant::from_millis(9)).1,
             "the timestamp offset does not move with time"
+        );
+        // After a long time with no ISN (2^31 ticks and more: 2.4 hours),
+        // the clock still rules: 30 minutes later, 30 minutes' ticks on.
+        let g = IsnGenerator::new(key());
+        let first = isn(&g, &t, Instant::from_millis(5));
+        let hours = |h: u64| Instant::from_millis(5 + h * 3_600_000 / 2);
+        let later = isn(&g, &t, hours(5));
+        let half_hour_on = isn(&g, &t, hours(6));
+        assert_eq!(
+            half_hour_on - later,
+            450_000_000,
+            "a half hour of 4 µs ticks"
+        );
+        assert_eq!(
+            later.0.wrapping_sub(first.0),
+            2_250_000_000,
+            "2.5 hours of ticks"
         );
         // The two halves of one tag are not the same value.
         assert_ne!(g.ts_offset(&t), g.isn_and_ts_offset(&t, Instant::ZERO).0 .0);

@@ -5,8 +5,8 @@ use crate::buckets::{BucketLists, Link, NIL};
 use crate::challenge::ChallengeBudget;
 use crate::chunk_pool::ChunkPool;
 use crate::connection::{
-    ev, offered_wscale, Connection, Ctx, Flags, PendingRst, RecvMemory, Replies, ResetReason,
-    State, TooBigOutcome,
+    ev, offered_wscale, reopened_iss, Connection, Ctx, Flags, PendingRst, RecvMemory, Replies,
+    ResetReason, State, TooBigOutcome,
 };
 use crate::ecn::{Ecn, EcnMode};
 use crate::flow_key::FlowKey;
@@ -370,6 +370,10 @@ pub struct Stack {
     cookies: CookieJar,
     /// IPv6 flow labels ([`Stack::flow_label`]).
     flow_labels: FlowLabels,
+    /// The ISS of the passive open a SYN reopening TIME-WAIT makes
+    /// ([`crate::connection::reopened_iss`]): set by the reopening path for
+    /// the listener's call that follows, taken by it.
+    reopen_iss: Option<SeqNumber>,
     cookie_syn_acks: VecDeque<CookieSynAck>,
     pool: ChunkPool,
     /// Received payload kept in the caller's frames (zero-copy receive).
@@ -501,6 +505,7 @@ impl Stack {
             },
             cookies: CookieJar::new(&cfg.isn_secret),
             flow_labels: FlowLabels::new(&cfg.isn_secret),
+            reopen_iss: None,
             cookie_syn_acks: VecDeque::new(),
             cfg,
             slots,
@@ -1788,6 +1793,9 @@ impl Stack {
             } else {
                 None
             };
+            // What the old incarnation sent, for a reopening SYN's ISS
+            // (the record is gone once it reopens).
+            let old_snd_nxt = listener.map(|_| self.time_wait.snd_nxt(tw));
             let mut ctx = RecordCtx {
                 cfg: &self.cfg,
                 now: self.now,
@@ -1799,6 +1807,7 @@ impl Stack {
             match (verdict, listener) {
                 (Verdict::Reopen, Some(l)) => {
                     self.stats.time_wait_reopened += 1;
+                    self.reopen_iss = old_snd_nxt.map(reopened_iss);
                     self.on_listen_segment(l, hash, tuple, repr, payload, ecn);
                     return Delivery::Taken;
                 }
@@ -1897,6 +1906,7 @@ impl Stack {
         if !conn.accepts_new_incarnation(&self.cfg, seg) || conn.holds_unread() {
             return TimeWaitSyn::Drop;
         }
+        self.reopen_iss = Some(reopened_iss(conn.snd.max));
         self.with_conn(idx, |c, _| c.close_now(CloseReason::Normal));
         TimeWaitSyn::Reopen(l)
     }
@@ -1949,6 +1959,8 @@ impl Stack {
         payload: &[u8],
         ecn: Ecn,
     ) {
+        // Only the call right after a reopening SYN's path set it.
+        let reopen_iss = self.reopen_iss.take();
         let f = seg.flags;
         if f.rst() {
             // RFC 9293 §3.10.7.2: ignored.
@@ -1988,8 +2000,9 @@ impl Stack {
         listener.half_open += 1;
         let idx = self.alloc_slot();
         let slot = &mut self.slots[idx as usize].conn;
-        let conn =
-            Connection::new_passive_in(slot, &self.cfg, &self.isn, tuple, self.now, seg, crowded);
+        let conn = Connection::new_passive_in(
+            slot, &self.cfg, &self.isn, tuple, self.now, seg, crowded, reopen_iss,
+        );
         conn.set_in_backlog(true);
         self.stats.passive_opens += 1;
         self.place(idx, Some(l), hash, None);

@@ -26,8 +26,12 @@ use crate::siphash::SipHasher24;
 use crate::time::{Duration, Instant};
 
 /// MSS values a cookie can carry: the largest not above the client's is
-/// chosen (Linux's IPv4 table, with room for jumbo frames).
-const MSS_TABLE: [u16; 8] = [536, 1200, 1300, 1400, 1440, 1452, 1460, 8960];
+/// chosen (Linux's IPv4 table, with room for jumbo frames). The first is
+/// the least MSS the stack takes from any SYN (64): a client announcing
+/// less than 536 must never get larger segments than it said (RFC 9293
+/// §3.7.1), so it gets that while the listener answers with cookies (a
+/// client of 1452, PPPoE, gets 1440).
+const MSS_TABLE: [u16; 8] = [64, 536, 1200, 1300, 1400, 1440, 1460, 8960];
 /// Seconds per period of the cookie's counter.
 const PERIOD_SECS: u64 = 64;
 /// How long after sending a cookie a listener checks ACKs for one: the
@@ -221,10 +225,13 @@ mod tests {
         let at = Instant::from_millis(5);
         for (offered, carried) in [
             (1460, 1460),
-            (1459, 1452),
+            (1459, 1440),
             (9000, 8960),
-            (100, 536),
+            // Never more than the client said (RFC 9293 §3.7.1).
+            (100, 64),
+            (535, 64),
             (536, 536),
+            (64, 64),
         ] {
             let c = jar.make(&t, SeqNumber(7), offered, at);
             assert_eq!(

@@ -317,6 +317,16 @@ impl TimeWaitTable {
         self.buckets.len(b)
     }
 
+    /// SND.NXT of record `idx` (one past its FIN: the last sequence number
+    /// its incarnation used).
+    pub(crate) fn snd_nxt(&self, idx: u32) -> SeqNumber {
+        self.slots[idx as usize]
+            .entry
+            .as_ref()
+            .expect("live record")
+            .snd_nxt
+    }
+
     /// The bucket of record `idx`.
     #[inline]
     pub(crate) fn bucket_of(&self, idx: u32) -> u16 {

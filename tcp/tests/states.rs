@@ -346,6 +346,88 @@ fn simultaneous_open_and_close() {
     });
 }
 
+/// RFC 7323 §2.2: in a simultaneous open, the segment that completes
+/// SYN-RECEIVED is the peer's SYN-ACK, whose window is not scaled. Read as
+/// scaled, B's 4 KiB became 512 KiB, and A's first flight overran it.
+#[test]
+fn a_simultaneous_open_reads_the_syn_ack_s_window_unscaled() {
+    let (a_cfg, mut b_cfg) = (sim::test_config(1), sim::test_config(2));
+    b_cfg.recv_buffer = 4096;
+    let link = LinkConfig::default();
+    let mut sim = Sim::new(4, link, link, a_cfg, b_cfg);
+    let a = sim.a.connect(sim.now, a_addr(6000), b_addr(5000)).unwrap();
+    let b = sim.b.connect(sim.now, b_addr(5000), a_addr(6000)).unwrap();
+    sim.tap = Some(Vec::new());
+    run_until(&mut sim, Duration::from_secs(5), |s| {
+        s.a.state(a) == Ok(State::Established) && s.b.state(b) == Ok(State::Established)
+    });
+    sim.a.send(a, &vec![7u8; 60_000]).unwrap();
+    sim.run_for(Duration::from_millis(100));
+    // A's data delivered before B's first acknowledgement of data: A's
+    // first flight, all within the window B offered.
+    let mut first_flight = 0;
+    let mut data_start = None;
+    for (side, bytes) in sim.tap.as_ref().unwrap() {
+        let (r, payload) = TcpRepr::parse_segment(bytes).unwrap();
+        match side {
+            Side::B if !payload.is_empty() => {
+                data_start.get_or_insert(r.seq);
+                first_flight += payload.len();
+            }
+            Side::A if data_start.is_some_and(|s| r.ack.wrapping_sub(s) as i32 > 0) => break,
+            _ => {}
+        }
+    }
+    assert!(first_flight > 0);
+    assert!(
+        first_flight <= 4096,
+        "A sent {first_flight} bytes into B's 4 KiB window"
+    );
+}
+
+/// Karn (RFC 6298 §3): the server's SYN-ACK lost, the client's SYN sent
+/// again (its timer shorter than the server's) has the server send its
+/// SYN-ACK again; the ACK of that copy gives no RTT sample (timed from the
+/// first copy it measured the whole wait: an SRTT of some 900 ms on a
+/// 10 ms path, without timestamps).
+#[test]
+fn a_syn_ack_sent_again_gives_no_rtt_sample() {
+    let (mut a_cfg, b_cfg) = (sim::test_config(1), sim::test_config(2));
+    a_cfg.timestamps = false;
+    a_cfg.initial_rto = Duration::from_millis(900);
+    let link = LinkConfig::default();
+    let mut sim = Sim::new(5, link, link, a_cfg, b_cfg);
+    let mut dropped = false;
+    sim.drop_filter = Some(Box::new(move |side, bytes| {
+        let (r, _) = TcpRepr::parse_segment(bytes).unwrap();
+        let first_syn_ack = side == Side::B && r.flags.syn() && r.flags.ack() && !dropped;
+        dropped |= first_syn_ack;
+        first_syn_ack
+    }));
+    sim.b.listen(b_addr(80)).unwrap();
+    let a = sim.a.connect(sim.now, a_addr(10_000), b_addr(80)).unwrap();
+    let mut b = None;
+    run_until(&mut sim, Duration::from_secs(10), |s| {
+        for e in events(&mut s.b) {
+            if let Event::Accepted { conn, .. } = e {
+                b = Some(conn);
+            }
+        }
+        b.is_some()
+    });
+    let b = b.expect("accepted");
+    for _ in 0..3 {
+        sim.b.send(b, &[0u8; 100]).unwrap();
+        sim.run_for(Duration::from_millis(50));
+        read_all(&mut sim.a, a);
+    }
+    let srtt = sim.b.info(b).unwrap().srtt.expect("sampled since");
+    assert!(
+        srtt < Duration::from_millis(100),
+        "SRTT {srtt:?} on a 20 ms round trip"
+    );
+}
+
 /// RFC 9293 §3.10.4: a shutdown in SYN-SENT deletes the connection when
 /// nothing is queued to send. With data queued (a client that writes its
 /// request and shuts down before the SYN-ACK, found by the `rx_frames`

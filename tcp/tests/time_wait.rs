@@ -116,6 +116,62 @@ fn syn_with_newer_timestamp_reopens_time_wait() {
     }
 }
 
+/// RFC 9293 §3.6.1 (MAY-2; RFC 1122 §4.2.2.13): a SYN reopens TIME-WAIT
+/// only if the new incarnation's ISS lies past every sequence number the
+/// old one used (Linux: its SND.NXT + 65537). Without timestamps PAWS
+/// cannot tell the old incarnation's delayed segments from the new one's,
+/// so an ISS from the clock, a few thousand past the old ISS after 2 MB
+/// sent, would put the old data in the new connection's window.
+#[test]
+fn a_reopened_time_wait_starts_past_the_old_sequence_space() {
+    for ending in [Ending::Closed, Ending::ShutDown] {
+        let (mut a_cfg, b_cfg) = (test_config(1), test_config(2));
+        a_cfg.timestamps = false;
+        let link = LinkConfig::default();
+        let mut sim = Sim::new(16, link, link, a_cfg, b_cfg);
+        sim.tap = Some(Vec::new());
+        let (a, b) = sim.establish();
+        let data = vec![0xaa; 2_000_000];
+        let (mut sent, mut got) = (0, 0);
+        run_until(&mut sim, Duration::from_secs(20), |s| {
+            sent += s.b.send(b, &data[sent..]).unwrap_or(0);
+            got += read_all(&mut s.a, a).len();
+            got == data.len()
+        });
+        let old_snd_max = to(&sim, Side::A)
+            .iter()
+            .map(|r| r.seq)
+            .max_by_key(|&seq| seq.wrapping_sub(to(&sim, Side::A)[0].seq))
+            .unwrap();
+        match ending {
+            Ending::Closed => sim.b.close(b).unwrap(),
+            Ending::ShutDown => sim.b.shutdown_write(b).unwrap(),
+        }
+        sim.run_for(Duration::from_millis(20));
+        sim.a.close(a).unwrap();
+        sim.run_for(Duration::from_millis(30));
+        events(&mut sim.a);
+        events(&mut sim.b);
+        sim.tap = Some(Vec::new());
+        let a = sim.a.connect(sim.now, a_addr(10_000), b_addr(80)).unwrap();
+        run_until(&mut sim, Duration::from_secs(5), |s| {
+            events(&mut s.a).contains(&Event::Connected(a))
+        });
+        assert_eq!(sim.b.stats().time_wait_reopened, 1, "{ending:?}");
+        let syn_ack = to(&sim, Side::A)
+            .into_iter()
+            .find(|r| r.flags.syn())
+            .expect("B's SYN-ACK");
+        let past = syn_ack.seq.wrapping_sub(old_snd_max) as i32;
+        assert!(
+            past > 65_535,
+            "{ending:?}: new ISS {} is {past} from the old incarnation's last segment {}",
+            syn_ack.seq,
+            old_snd_max
+        );
+    }
+}
+
 #[test]
 fn syn_with_old_timestamp_is_dropped_in_time_wait() {
     for ending in [Ending::Closed, Ending::ShutDown] {

@@ -530,8 +530,11 @@ impl Connection {
             if !self.flags.has(Flags::RCVBUF_LOCK) {
                 self.recv_buf.grow(ctx.cfg.recv_buffer);
             }
-            // The SYN-ACK's window was unscaled; from now on it is.
-            self.snd.wnd = u32::from(seg.window) << self.snd.wscale;
+            // The ACK's window is scaled, unless the segment is the peer's
+            // SYN-ACK of a simultaneous open (its SYN bit dropped above):
+            // RFC 7323 §2.2, a SYN's window never is.
+            let wscale = if seg.flags.syn() { 0 } else { self.snd.wscale };
+            self.snd.wnd = u32::from(seg.window) << wscale;
             self.snd.max_wnd = self.snd.max_wnd.max(self.snd.wnd);
             self.snd.wl1 = seq;
             self.snd.wl2 = SeqNumber(seg.ack);
@@ -668,7 +671,11 @@ impl Connection {
         let sack_news = self.flags.has(Flags::SACK)
             && (seg.options.sack_block_count > 0 || self.flags.has(Flags::SACKED))
             && self.update_scoreboard(seg);
-        let new_wnd = u32::from(seg.window) << self.snd.wscale;
+        // RFC 7323 §2.2: a SYN's window is never scaled (the peer's
+        // SYN-ACK of a simultaneous open arrives here, its SYN bit only
+        // dropped from `f`).
+        let wscale = if seg.flags.syn() { 0 } else { self.snd.wscale };
+        let new_wnd = u32::from(seg.window) << wscale;
         let window_update = self.snd.wl1 < seq || (self.snd.wl1 == seq && self.snd.wl2 <= ack);
         let advanced = ack > self.snd.una;
         if advanced {

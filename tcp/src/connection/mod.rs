@@ -346,6 +346,16 @@ fn wscale_for(capacity: usize) -> u8 {
 /// The window scale we offer: for the largest receive buffer auto-tuning may
 /// reach, not the initial one, since the shift is fixed at the handshake
 /// (RFC 7323 §2.2) and the window can only grow up to 2^16 - 1 units of it.
+/// The ISS of a connection a SYN reopens from TIME-WAIT whose old
+/// incarnation sent up to `old_snd_max`: past every sequence number the old
+/// one used, and its largest unscaled window besides (RFC 9293 §3.6.1
+/// MAY-2, RFC 1122 §4.2.2.13; Linux's `tw_snd_nxt + 65535 + 2`), so that
+/// none of its delayed segments falls in the new one's window, which PAWS
+/// cannot tell without timestamps.
+pub(crate) fn reopened_iss(old_snd_max: SeqNumber) -> SeqNumber {
+    old_snd_max + 65_537
+}
+
 pub(crate) fn offered_wscale(cfg: &Config) -> u8 {
     wscale_for(cfg.recv_buffer.max(cfg.recv_buffer_max))
 }
@@ -357,12 +367,13 @@ impl Connection {
 
     fn blank(cfg: &Config, isn: &IsnGenerator, tuple: FlowKey, now: Instant) -> Self {
         let mut out = None;
-        Self::blank_in(&mut out, cfg, isn, tuple, now);
+        Self::blank_in(&mut out, cfg, isn, tuple, now, None);
         out.expect("just built")
     }
 
     /// [`Connection::blank`] written into `out` (see
-    /// [`Connection::new_passive_in`]).
+    /// [`Connection::new_passive_in`]), its ISS `iss` where given (a
+    /// reopened TIME-WAIT), else the generator's.
     #[inline]
     fn blank_in<'a>(
         out: &'a mut Option<Connection>,
@@ -370,8 +381,10 @@ impl Connection {
         isn: &IsnGenerator,
         tuple: FlowKey,
         now: Instant,
+        iss: Option<SeqNumber>,
     ) -> &'a mut Connection {
-        let (iss, ts_offset) = isn.isn_and_ts_offset(&tuple, now);
+        let (generated, ts_offset) = isn.isn_and_ts_offset(&tuple, now);
+        let iss = iss.unwrap_or(generated);
         let mut flags = Flags::default();
         if !cfg.nagle {
             flags.set(Flags::NODELAY);
@@ -513,14 +526,17 @@ impl Connection {
         crowded: bool,
     ) -> Self {
         let mut out = None;
-        Self::new_passive_in(&mut out, cfg, isn, tuple, now, syn, crowded);
+        Self::new_passive_in(&mut out, cfg, isn, tuple, now, syn, crowded, None);
         out.expect("just built")
     }
 
     /// [`Connection::new_passive`] built in `out` (a free slot): a
     /// connection is some 680 bytes, and built on the stack and moved into
-    /// its slot it was copied twice more per passive open.
+    /// its slot it was copied twice more per passive open. `iss`: the ISS
+    /// of a SYN that reopens TIME-WAIT ([`reopened_iss`]), else the
+    /// generator's.
     #[inline]
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new_passive_in<'a>(
         out: &'a mut Option<Connection>,
         cfg: &Config,
@@ -529,8 +545,9 @@ impl Connection {
         now: Instant,
         syn: &TcpRepr,
         crowded: bool,
+        iss: Option<SeqNumber>,
     ) -> &'a mut Connection {
-        let c = Self::blank_in(out, cfg, isn, tuple, now);
+        let c = Self::blank_in(out, cfg, isn, tuple, now, iss);
         c.state = State::SynReceived;
         c.flags.set(Flags::PASSIVE);
         let half_open = if crowded {

@@ -81,6 +81,11 @@ impl Connection {
         if self.snd.max > self.snd_rare.iss {
             ctx.stats.retransmits += 1;
             self.snd_rare.retransmitted = self.snd_rare.retransmitted.saturating_add(1);
+            // Karn (RFC 6298 §3): a SYN-ACK sent again (a retransmitted
+            // SYN asked for it before our timer fired) leaves no sample;
+            // its ACK timed from the first copy gave an SRTT of the whole
+            // wait.
+            self.rtt_seq = TimedSegment::NONE;
         } else if !self.flags.has(Flags::TIMESTAMPS) && !offer_ts {
             self.rtt_seq = TimedSegment::new(self.snd_rare.iss + 1, now);
         }
