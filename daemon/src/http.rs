@@ -1,6 +1,6 @@
 //! The metrics endpoint: `GET /metrics` over HTTP/1.1 (hyper, on a
 //! current-thread tokio runtime in a thread of its own). Each request
-//! takes the page of the scrape under way, or begins one ((`pages.rs`:
+//! takes the page of the scrape under way, or begins one (`pages.rs`:
 //! one at a time, on a blocking thread, so a slow service does not hold up
 //! other connections, and a flood of requests asks the services no more
 //! often than one client would). Any local user can reach the port, so

@@ -37,7 +37,7 @@
 //! inbox, which the workers' frames cannot fill, and the news of a
 //! finished move goes beside the channel: no step of a move is dropped for
 //! a full inbox. An old worker whose rewrite never comes (the controller
-//! gave up on the move) stops waiting for it after [`REWRITE_TIMEOUT`],
+//! gave up on the move) stops waiting for it after `REWRITE_TIMEOUT` (10 s),
 //! counted. Nothing here is on the per-frame fast path unless a move is
 //! under way: a worker checks each frame's bucket only while it holds one
 //! (`Mover::holding`), and forwards only what its stack hands back.
