@@ -15,7 +15,7 @@ use flowlane_app::{
 };
 use flowlane_tcp::Event;
 
-use crate::message::{ToApp, ToCore, BUF, SMALL_DATA, TX_CREDIT};
+use crate::message::{message_cost, ToApp, ToCore, BUF, SMALL_DATA, TX_CREDIT};
 use crate::relay::WakeSlot;
 
 /// A network core as an application thread sees it.
@@ -381,6 +381,9 @@ impl QpNet {
                     c.readable_told = true;
                     self.events.push_back(Event::Readable(h));
                 }
+                // Its place in the queue is free now: the credit the core
+                // charged for it goes back (none for a large one).
+                self.consumed(h, message_cost(n));
             }
             ToApp::Sent { conn, total } => {
                 let Some((index, h)) = ours(self, &conn) else {
@@ -421,10 +424,7 @@ impl QpNet {
                     // Ended here meanwhile: nobody serves it, and the old
                     // core may forget it.
                     self.pending[core as usize].push(ToCore::Abort { conn });
-                    self.pending[from as usize].push(ToCore::Settle {
-                        thread: self.thread,
-                        conn: old,
-                    });
+                    self.settle(from, old);
                     return;
                 };
                 c.core = core;
@@ -432,21 +432,16 @@ impl QpNet {
                 c.moving.get_or_insert_with(|| Moving::new(from, old)).told = true;
                 let index = self.by_core[from as usize][&old];
                 self.by_core[core as usize].insert(conn, index);
-                self.pending[from as usize].push(ToCore::Settle {
-                    thread: self.thread,
-                    conn: old,
-                });
+                self.settle(from, old);
             }
             ToApp::MoveFailed { from, old } => {
-                let Some(&index) = self.by_core[from as usize].get(&old) else {
-                    return;
-                };
-                // The old core keeps bouncing for it until settled.
-                self.pending[from as usize].push(ToCore::Settle {
-                    thread: self.thread,
-                    conn: old,
-                });
-                self.end(index, CloseReason::Aborted);
+                // The old core keeps bouncing for it until settled, even
+                // if it ended here meanwhile (an abort while the move
+                // failed): nothing else would ever settle it.
+                self.settle(from, old);
+                if let Some(&index) = self.by_core[from as usize].get(&old) {
+                    self.end(index, CloseReason::Aborted);
+                }
             }
             ToApp::Bounced { conn, request } => {
                 let Some(c) = ours(self, &conn).and_then(|(i, _)| self.conns.at_mut(i)) else {
@@ -490,6 +485,16 @@ impl QpNet {
         }
     }
 
+    /// Tells core `from` that the thread sends its connection `old`
+    /// nothing more (the connection moved on, or is gone): the core
+    /// forgets it once it bounced every earlier request.
+    fn settle(&mut self, from: u32, old: ConnHandle) {
+        self.pending[from as usize].push(ToCore::Settle {
+            thread: self.thread,
+            conn: old,
+        });
+    }
+
     /// Sends this pass's requests and wakes the cores they went to.
     pub(crate) fn flush(&mut self) {
         let mut wanted = self.info_wanted.take();
@@ -525,7 +530,8 @@ impl QpNet {
         self.conns.len()
     }
 
-    /// Bytes given back to the core for `conn` after a read.
+    /// Credit given back to the core for `conn`: bytes read, and the cost
+    /// of small messages taken ([`message_cost`]).
     fn consumed(&mut self, h: ConnHandle, n: usize) {
         if n == 0 {
             return;
@@ -980,6 +986,9 @@ mod tests {
         let h = accepted(&mut net, old);
         data(&mut net, old, b"last words");
         net.take(0, ToApp::PeerClosed { conn: old });
+        // What went while the core had it (the message's cost back).
+        net.flush();
+        rx[0].try_iter().for_each(drop);
         closed(&mut net, old, CloseReason::Normal);
         assert!(!net.events.iter().any(|e| matches!(e, Event::Closed { .. })));
         assert_eq!(net.send(h, b"x"), Err(Error::InvalidState));
@@ -1497,5 +1506,53 @@ mod tests {
         );
         // And the old core hears it may forget the connection.
         assert_eq!(sent(&mut net, &rx[0]), [(1, "settle".into())]);
+    }
+
+    /// A move the new core could not take, told after the handler ended
+    /// the connection (an abort while the move failed): the thread still
+    /// settles with the old core, which would otherwise keep the old name
+    /// and bounce requests naming it forever.
+    #[test]
+    fn a_failed_move_of_a_connection_ended_meanwhile_still_settles() {
+        let (mut net, rx) = net(2);
+        let old = ConnHandle::from_parts(3, 1);
+        let h = accepted(&mut net, old);
+        net.abort(h).unwrap();
+        net.take(1, ToApp::MoveFailed { from: 0, old });
+        assert_eq!(sent(&mut net, &rx[0]), [(3, "settle".into())]);
+        assert_eq!(sent(&mut net, &rx[1]), []);
+        net.take(0, ToApp::Settled { conn: old });
+        assert_eq!(net.open(), 0);
+    }
+
+    /// Taking a small data message gives the credit the core charged for
+    /// its place in the queue back at once, read or not (reads give back
+    /// bytes); a large one costs nothing, and nothing goes back for it
+    /// until it is read.
+    #[test]
+    fn a_small_message_s_cost_goes_back_as_it_is_taken() {
+        let (mut net, rx) = net(1);
+        let old = ConnHandle::from_parts(3, 1);
+        let _h = accepted(&mut net, old);
+        data(&mut net, old, b"x");
+        data(&mut net, old, b"y");
+        net.take(
+            0,
+            ToApp::Data {
+                conn: old,
+                bytes: vec![0; SMALL_DATA],
+            },
+        );
+        net.flush();
+        let back: Vec<usize> = rx[0]
+            .try_iter()
+            .flatten()
+            .filter_map(|m| match m {
+                ToCore::Consumed { bytes, .. } => Some(bytes),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(back, [2 * message_cost(1)]);
+        assert_eq!(message_cost(SMALL_DATA), 0);
     }
 }

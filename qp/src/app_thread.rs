@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
 use flowlane_app::{
@@ -13,6 +13,7 @@ use flowlane_app::{
 use flowlane_tcp::Event;
 
 use crate::app_net::QpNet;
+use crate::heartbeat::Heartbeat;
 use crate::message::ToApp;
 use crate::relay::WakeSlot;
 
@@ -37,6 +38,10 @@ pub(crate) struct AppThread {
     /// and this thread's part of it already added there.
     pub(crate) refused: Arc<AtomicU64>,
     pub(crate) refused_added: u64,
+    /// Beats as each handler's call begins and each pass ends: the cores
+    /// take a thread stuck in one call for stalled, not one busy with
+    /// many.
+    pub(crate) beat: Heartbeat,
 }
 
 impl Setup for AppThread {
@@ -78,6 +83,7 @@ impl AppThread {
     /// Delivers what came, ticks the handlers, sends what they asked.
     fn pass(&mut self) {
         self.dispatch();
+        self.beat.beat();
         self.app.tick(&mut self.net);
         self.dispatch();
         self.net.flush();
@@ -99,6 +105,7 @@ impl AppThread {
                 if !self.net.due(&e) {
                     continue;
                 }
+                self.beat.beat();
                 self.app.dispatch(e, &mut self.net);
                 if let Event::Closed { conn, .. } = e {
                     self.net.release(conn);
@@ -123,10 +130,6 @@ pub struct AppPort {
     pub(crate) stop: Arc<AtomicBool>,
     /// The thread's open connections, after each pass.
     pub(crate) open: Arc<AtomicU64>,
-    /// When the last pass ended (ns since `epoch`): the cores watch it for
-    /// stalls.
-    pub(crate) beat: Arc<AtomicU64>,
-    pub(crate) epoch: Instant,
     pub(crate) notify: WakeSlot,
     pub(crate) started: bool,
 }
@@ -200,8 +203,7 @@ impl AppPort {
 
     fn end_pass(&mut self) {
         self.at.pass();
-        self.beat
-            .store(self.epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.at.beat.beat();
         self.open
             .store(self.at.net.open() as u64, Ordering::Relaxed);
     }
@@ -273,6 +275,7 @@ mod tests {
             index: 0,
             refused: Arc::new(AtomicU64::new(0)),
             refused_added: 0,
+            beat: Heartbeat::new(),
         };
         (at, requests)
     }
@@ -327,8 +330,6 @@ mod tests {
             events: rx,
             stop: Arc::new(AtomicBool::new(false)),
             open: Arc::new(AtomicU64::new(0)),
-            beat: Arc::new(AtomicU64::new(0)),
-            epoch: Instant::now(),
             notify: WakeSlot::default(),
             started: false,
         };

@@ -20,6 +20,7 @@
 
 mod app_net;
 mod app_thread;
+mod heartbeat;
 mod message;
 mod relay;
 mod service;

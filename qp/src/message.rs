@@ -5,7 +5,8 @@ use std::net::SocketAddr;
 use flowlane_tcp::{CloseReason, CongestionAlgorithm, ConnHandle, ConnInfo, FourTuple};
 
 /// Bytes of received data a connection may have on its way to, or
-/// unread on, its application thread; past it the core leaves data in the
+/// unread on, its application thread, with the cost of its small messages
+/// not taken yet ([`message_cost`]); past it the core leaves data in the
 /// stack, whose window then closes (back-pressure, not drops).
 pub(crate) const RX_CREDIT: usize = 256 << 10;
 /// Bytes an application thread may have asked a connection to send that
@@ -18,6 +19,24 @@ pub(crate) const BUF: usize = 64 << 10;
 /// connection: a peer's one-byte segments then cost memory for their bytes,
 /// not a 64 KiB buffer each.
 pub(crate) const SMALL_DATA: usize = BUF / 16;
+/// What a data message of under [`SMALL_DATA`] bytes costs its
+/// connection's credit beyond its bytes: its place in the thread's queue
+/// and its own allocation, rounded up. A peer's one-byte segments, each
+/// its own message, then queue a few hundred messages while the thread
+/// takes none, not one a byte of the credit.
+pub(crate) const SMALL_MESSAGE_COST: usize = 256;
+
+/// The credit a data message of `len` bytes takes beyond its bytes,
+/// given back by the thread as it takes the message (not as it reads it:
+/// the queue's place is free then). A large one's place is within its
+/// bytes: the bulk path pays nothing.
+pub(crate) fn message_cost(len: usize) -> usize {
+    if len < SMALL_DATA {
+        SMALL_MESSAGE_COST
+    } else {
+        0
+    }
+}
 
 /// From a network core to an application thread; connections are named
 /// by the core's handles.

@@ -5,14 +5,15 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 use flowlane_app::{
     CloseReason, ConnHandle, ConnHandler, ConnMap, ConnState, Error, Net, SynFilter, Wake,
 };
 
-use crate::message::{ToApp, ToCore, BUF, RX_CREDIT, SMALL_DATA};
+use crate::heartbeat::{coarse_now, Heartbeat};
+use crate::message::{message_cost, ToApp, ToCore, BUF, RX_CREDIT, SMALL_DATA};
 
 /// Requests a core takes per pass (the rest wait for the next).
 const REQUESTS_PER_PASS: usize = 1024;
@@ -29,7 +30,8 @@ pub(crate) type WakeSlot = Arc<OnceLock<Arc<dyn Wake>>>;
 #[derive(Debug)]
 struct Relayed {
     thread: u32,
-    /// Bytes the application thread can take now.
+    /// Bytes the application thread can take now (less the cost of the
+    /// small messages it has not taken yet, [`message_cost`]).
     credit: usize,
     /// Bytes to send, in order; `tx_off` into the first.
     tx: VecDeque<Vec<u8>>,
@@ -101,11 +103,13 @@ pub(crate) struct Relay {
     pool: Vec<Vec<u8>>,
     /// Per application thread: cleared when it ends (a panic included).
     alive: Vec<Arc<AtomicBool>>,
-    beats: Vec<Arc<AtomicU64>>,
-    epoch: Instant,
+    beats: Vec<Heartbeat>,
     stall_after: Duration,
     /// The threads this relay found dead (their connections are gone).
     dead: Vec<bool>,
+    /// The threads this relay found ended for good (not only stalled):
+    /// they will never settle their moves, which are forgotten then.
+    ended: Vec<bool>,
     counts: Arc<RelayCounts>,
 }
 
@@ -127,9 +131,9 @@ pub(crate) struct RelayCounts {
 pub(crate) struct Threads {
     pub(crate) mailboxes: Mailboxes,
     pub(crate) alive: Vec<Arc<AtomicBool>>,
-    /// Per thread: when its last pass ended (ns since `epoch`).
-    pub(crate) beats: Vec<Arc<AtomicU64>>,
-    pub(crate) epoch: Instant,
+    /// Per thread: when it last showed progress (a pass ended, or a
+    /// handler's call began).
+    pub(crate) beats: Vec<Heartbeat>,
     pub(crate) stall_after: Duration,
     pub(crate) counts: Arc<RelayCounts>,
 }
@@ -151,9 +155,9 @@ impl Relay {
             threads: threads.mailboxes,
             alive: threads.alive,
             beats: threads.beats,
-            epoch: threads.epoch,
             stall_after: threads.stall_after,
             dead: vec![false; n],
+            ended: vec![false; n],
             counts: threads.counts,
             core,
             owner,
@@ -190,8 +194,9 @@ impl Relay {
 
     /// Sends a message of data to `thread`; one of under [`SMALL_DATA`]
     /// bytes goes in a buffer of its own size, and the pool keeps the 64
-    /// KiB one: memory follows the bytes the credit bounds, not the
-    /// number of messages.
+    /// KiB one: memory follows the bytes the credit bounds (and the
+    /// message's cost, which [`Relay::pull`] charged), not the number of
+    /// messages.
     fn deliver(&mut self, thread: u32, conn: ConnHandle, bytes: Vec<u8>) {
         let bytes = if bytes.len() < SMALL_DATA {
             let exact = bytes.as_slice().to_vec();
@@ -229,9 +234,13 @@ impl Relay {
     /// a few bytes each (the receive side's silly-window syndrome, RFC
     /// 9293 §3.8.6.2.2, between a core and its thread). A peer that sends
     /// one-byte segments, each its own event, still makes a message each:
-    /// [`Relay::deliver`] sizes their buffers to their bytes, and the thread
-    /// appends them to the buffer it holds (`QpNet`), so that memory follows
-    /// the bytes the credit bounds, not the number of messages. Nothing
+    /// [`Relay::deliver`] sizes their buffers to their bytes, the thread
+    /// appends them to the buffer it holds (`QpNet`), and each costs the
+    /// credit its place in the queue too ([`message_cost`], given back as
+    /// the thread takes it), so that what waits in the queue for one
+    /// connection is bounded in messages as well as bytes: while its
+    /// thread takes none, a few hundred, and the bytes behind them stay in
+    /// the stack, to go together in the next message. Nothing
     /// moves once the thread closed the connection: bytes after its close
     /// stay in the stack, whose close then finds them unread and resets
     /// (the close waits for the thread's last sends, [`Relay::push`]).
@@ -264,6 +273,11 @@ impl Relay {
             }
         }
         if let Some(bytes) = buf {
+            // A buffer begins with `PULL_MIN` of credit at least, so a
+            // small one leaves far more than its cost.
+            let cost = message_cost(bytes.len());
+            debug_assert!(r.credit >= cost);
+            r.credit = r.credit.saturating_sub(cost);
             self.deliver(thread, conn, bytes);
         }
         let Some(r) = self.conns.get_mut(conn) else {
@@ -319,16 +333,26 @@ impl Relay {
     }
 
     /// Resets the connections of application threads that died (or
-    /// stalled: no pass ended for `stall_after`) since the last pass,
-    /// counted: nobody serves them, and the core goes on with the other
-    /// threads' connections. A stalled thread that passes again gets new
-    /// connections again (and hears that its old ones closed).
+    /// stalled: no pass ended and no handler's call began for
+    /// `stall_after`: one stuck in a call, not one busy with many) since
+    /// the last pass, counted: nobody serves them, and the core goes on
+    /// with the other threads' connections. A stalled thread that passes
+    /// again gets new connections again (and hears that its old ones
+    /// closed).
     fn bury(&mut self, net: &mut dyn Net) {
-        let now = self.epoch.elapsed().as_nanos() as u64;
-        let stall = self.stall_after.as_nanos() as u64;
+        let now = coarse_now();
         for t in 0..self.dead.len() {
             let alive = self.alive[t].load(Ordering::Relaxed);
-            let fresh = now.saturating_sub(self.beats[t].load(Ordering::Relaxed)) <= stall;
+            let fresh = self.beats[t].fresh(now, self.stall_after);
+            if !alive && !self.ended[t] {
+                // A thread that died will never settle its moves, whether
+                // it was live or stalled until now; one that only stalled
+                // may still send to the old names, and its `Settle` clears
+                // them (forgotten then, a request of it to an old name
+                // would be dropped, not bounced).
+                self.ended[t] = true;
+                self.moved.retain(|_, thread| *thread as usize != t);
+            }
             if self.dead[t] {
                 // Back from a stall.
                 self.dead[t] = !(alive && fresh);
@@ -338,13 +362,6 @@ impl Relay {
                 continue;
             }
             self.dead[t] = true;
-            // A thread that died will never settle its moves; one that only
-            // stalled may still send to the old names, and its `Settle`
-            // clears them (forgotten now, a request of it to an old name
-            // would be dropped, not bounced).
-            if !alive {
-                self.moved.retain(|_, thread| *thread as usize != t);
-            }
             let conns: Vec<ConnHandle> = self
                 .conns
                 .iter()
@@ -658,6 +675,7 @@ mod tests {
     //! A relay over a fake core (one connection's buffers, no stack),
     //! its thread played by hand through the queues.
     use super::*;
+    use crate::message::SMALL_MESSAGE_COST;
     use crossbeam_channel::unbounded;
     use flowlane_app::{CongestionAlgorithm, ConnInfo, FourTuple, Placement, State, Stats};
     use std::net::SocketAddr;
@@ -785,8 +803,7 @@ mod tests {
                 notify: vec![WakeSlot::default()],
             },
             alive: vec![Arc::new(AtomicBool::new(true))],
-            beats: vec![Arc::new(AtomicU64::new(0))],
-            epoch: Instant::now(),
+            beats: vec![Heartbeat::new()],
             stall_after: Duration::from_secs(10),
             counts: Arc::default(),
         };
@@ -833,7 +850,8 @@ mod tests {
             let (mut r, from_core, conn) = relay(&mut core);
             r.on_data(&mut core, conn);
             assert_eq!(delivered(&from_core), 10);
-            let bytes = consumed;
+            // The thread took the message (its cost back) and read some.
+            let bytes = consumed + message_cost(10);
             r.request(&mut core, ToCore::Consumed { conn, bytes });
             r.request(&mut core, ToCore::Close { conn });
             let want = if consumed == 10 { "close" } else { "abort" };
@@ -861,5 +879,68 @@ mod tests {
         r.on_writable(&mut core, conn);
         assert_eq!(core.sent, 10);
         assert_eq!(core.did, ["close, unread"]);
+    }
+
+    /// A thread first found stalled, then dead, never settles its moves:
+    /// the old core forgets them once it died, as it does those of a
+    /// thread found dead at once (a stalled one may still settle them).
+    #[test]
+    fn a_stalled_thread_that_dies_has_its_moves_forgotten() {
+        let mut core = Core::default();
+        let (mut r, _from_core, conn) = relay(&mut core);
+        assert!(r.on_export(&mut core, conn).is_some());
+        assert_eq!(r.moved.len(), 1);
+        r.stall_after = Duration::ZERO;
+        std::thread::sleep(Duration::from_millis(30));
+        r.on_tick(&mut core);
+        assert!(r.dead[0], "stalled");
+        assert_eq!(r.moved.len(), 1, "a stalled thread may still settle");
+        r.alive[0].store(false, Ordering::Relaxed);
+        r.on_tick(&mut core);
+        assert!(r.moved.is_empty(), "{:?}", r.moved);
+    }
+
+    /// A peer's one-byte segments while the thread takes nothing (a long
+    /// pass): each small message costs the credit its place in the queue
+    /// too, so what waits there for the connection stays a few hundred
+    /// messages, not one a byte of the credit, and the rest waits in the
+    /// stack. Once the thread takes them and gives the credit back, every
+    /// byte follows, in order, in a few large messages.
+    #[test]
+    fn one_byte_segments_queue_few_messages_while_the_thread_takes_none() {
+        let mut core = Core::default();
+        let (mut r, from_core, conn) = relay(&mut core);
+        let stream: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        for &b in &stream {
+            core.rx.push(b);
+            r.on_data(&mut core, conn);
+        }
+        let bound = (RX_CREDIT - PULL_MIN) / SMALL_MESSAGE_COST + 1;
+        let queued = from_core.len();
+        assert!(
+            queued <= bound,
+            "{queued} messages queued for one connection"
+        );
+        let mut got = Vec::new();
+        let mut messages = 0;
+        while got.len() < stream.len() {
+            let taken: Vec<Vec<u8>> = from_core
+                .try_iter()
+                .filter_map(|(_, m)| match m {
+                    ToApp::Data { bytes, .. } => Some(bytes),
+                    _ => None,
+                })
+                .collect();
+            assert!(!taken.is_empty(), "stuck at byte {}", got.len());
+            let mut bytes = 0;
+            for b in taken {
+                bytes += b.len() + message_cost(b.len());
+                got.extend_from_slice(&b);
+                messages += 1;
+            }
+            r.request(&mut core, ToCore::Consumed { conn, bytes });
+        }
+        assert!(got == stream, "the stream arrived out of order");
+        assert!(messages < queued + 8, "{messages} messages in all");
     }
 }

@@ -11,6 +11,7 @@ use flowlane_app::{Dispatcher, Error, Placement, Setup, SynFilter};
 
 use crate::app_net::{CoreLink, QpNet};
 use crate::app_thread::{AppPort, AppThread};
+use crate::heartbeat::Heartbeat;
 use crate::relay::{Mailboxes, Relay, RelayCounts, Threads, WakeSlot};
 
 /// Clears a thread's flag when the thread ends, by returning or by a panic.
@@ -31,11 +32,20 @@ pub struct QueuePairConfig {
     pub app_threads: Vec<Placement>,
     /// Pins the calling thread to a CPU (the backend's way).
     pub pin: fn(u32) -> std::io::Result<()>,
-    /// An application thread that has not finished a pass for this long
-    /// is stalled (a handler blocked): the cores reset its connections,
-    /// counted, and give it new ones again once it passes again.
+    /// An application thread that has not finished a pass nor begun a
+    /// handler's call for this long is stalled (a handler blocked): the
+    /// cores reset its connections, counted, and give it new ones again
+    /// once it passes again. [`QueuePairs::stop`] waits this long (1 s at
+    /// least) for the threads to end, and leaves running those that did
+    /// not.
     pub stall_after: Duration,
 }
+
+/// The least [`QueuePairs::stop`] waits for the threads to end (they see
+/// the stop within a pass, 10 ms when idle).
+const STOP_WAIT_MIN: Duration = Duration::from_secs(1);
+/// How often [`QueuePairs::stop`] looks whether a thread ended.
+const STOP_POLL: Duration = Duration::from_millis(1);
 
 /// The application thread that serves network core `core`: one on the
 /// core's NUMA node where there is one (the cores of a node spread over
@@ -60,6 +70,10 @@ pub struct QueuePairs {
     counts: Arc<RelayCounts>,
     refused: Arc<AtomicU64>,
     threads: Mutex<Vec<(u32, JoinHandle<()>)>>,
+    /// How long `stop` waits for the threads to end, in all.
+    stop_wait: Duration,
+    /// Threads that `stop` left running (not ended within `stop_wait`).
+    left_running: AtomicU64,
     relays: Mutex<Vec<Option<Relay>>>,
     ports: Arc<Vec<u16>>,
     open: Vec<Arc<AtomicU64>>,
@@ -130,9 +144,7 @@ impl QueuePairs {
             .collect();
         let counts = Arc::new(RelayCounts::default());
         let refused = Arc::new(AtomicU64::new(0));
-        let epoch = Instant::now();
-        let beats: Vec<Arc<AtomicU64>> =
-            (0..nthreads).map(|_| Arc::new(AtomicU64::new(0))).collect();
+        let beats: Vec<Heartbeat> = (0..nthreads).map(|_| Heartbeat::new()).collect();
         for (t, p) in config.app_threads.iter().copied().enumerate() {
             let t = t as u32;
             let links: Vec<CoreLink> = (0..ncores)
@@ -179,6 +191,7 @@ impl QueuePairs {
                         index: t,
                         refused,
                         refused_added: 0,
+                        beat,
                     };
                     let state = match setup(&mut at) {
                         Ok(state) => {
@@ -197,8 +210,6 @@ impl QueuePairs {
                         events: rx,
                         stop,
                         open: count,
-                        beat,
-                        epoch,
                         notify: note,
                         started: false,
                     };
@@ -240,7 +251,6 @@ impl QueuePairs {
             },
             alive: alive.clone(),
             beats,
-            epoch,
             stall_after: config.stall_after,
             counts: counts.clone(),
         };
@@ -265,6 +275,8 @@ impl QueuePairs {
             counts,
             refused,
             threads: Mutex::new(threads),
+            stop_wait: config.stall_after.max(STOP_WAIT_MIN),
+            left_running: AtomicU64::new(0),
             relays: Mutex::new(relays),
             ports,
             open,
@@ -342,23 +354,113 @@ impl QueuePairs {
         self.counts.bounced.load(Ordering::Relaxed)
     }
 
-    /// Stops the application threads (stop the network backend first);
-    /// returns what went wrong, if a thread panicked.
+    /// Application threads that [`QueuePairs::stop`] left running: they
+    /// had not ended within the stall limit (a handler blocked for good).
+    pub fn threads_left_running(&self) -> u64 {
+        self.left_running.load(Ordering::Relaxed)
+    }
+
+    /// Stops the application threads (stop the network backend first).
+    /// Waits for them the stall limit at most in all
+    /// ([`QueuePairConfig::stall_after`], 1 s at least), then leaves those
+    /// not ended running, counted ([`QueuePairs::threads_left_running`]),
+    /// rather than hang on a handler blocked for good. Returns what went
+    /// wrong: a thread that panicked, threads left running.
     pub fn stop(&self) -> Option<String> {
         self.stop.store(true, Ordering::Relaxed);
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
-        let mut first = None;
+        let deadline = Instant::now() + self.stop_wait;
+        let mut panicked = None;
+        let mut left = Vec::new();
         for (t, h) in threads {
+            while !h.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(STOP_POLL);
+            }
+            if !h.is_finished() {
+                // Dropped, the handle detaches the thread.
+                left.push(t);
+                continue;
+            }
             if h.join().is_err() {
-                first.get_or_insert(format!("application thread {t} panicked"));
+                panicked.get_or_insert(format!("application thread {t} panicked"));
             }
         }
-        first
+        if left.is_empty() {
+            return panicked;
+        }
+        self.left_running
+            .fetch_add(left.len() as u64, Ordering::Relaxed);
+        let report = format!(
+            "application threads {left:?} did not stop within {:?} (a handler blocked): left running",
+            self.stop_wait
+        );
+        Some(match panicked {
+            Some(p) => format!("{p}; {report}"),
+            None => report,
+        })
     }
 }
 
 impl Drop for QueuePairs {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    /// `n` unpinned cores (or threads) on node 0.
+    fn places(n: u32) -> Vec<Placement> {
+        (0..n)
+            .map(|queue| Placement {
+                queue,
+                cpu: None,
+                node: 0,
+            })
+            .collect()
+    }
+
+    /// A thread blocked for good in the application's code (its loop here,
+    /// as a handler's call would be) does not hold `stop` up: after the
+    /// stall limit it is left running, counted and reported, and the other
+    /// thread is stopped. (A watchdog fails the test instead of hanging.)
+    #[test]
+    fn stop_leaves_a_blocked_thread_running_instead_of_hanging() {
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let release = Mutex::new(release_rx);
+        let qp = QueuePairs::start_with(
+            QueuePairConfig {
+                cores: places(1),
+                app_threads: places(2),
+                pin: |_| Ok(()),
+                stall_after: Duration::from_millis(200),
+            },
+            |_| Ok(()),
+            move |port, ()| {
+                if port.index() == 1 {
+                    let _ = release.lock().unwrap().recv();
+                }
+                port.run();
+            },
+        )
+        .unwrap();
+        let qp = Arc::new(qp);
+        let (done_tx, done_rx) = mpsc::channel();
+        let q = qp.clone();
+        std::thread::spawn(move || {
+            let _ = done_tx.send(q.stop());
+        });
+        let stopped = done_rx.recv_timeout(Duration::from_secs(10));
+        let _ = release_tx.send(());
+        let report = stopped
+            .expect("stop() hung on a blocked thread")
+            .expect("the blocked thread is reported");
+        assert!(report.contains("[1]"), "{report}");
+        assert_eq!(qp.threads_left_running(), 1);
+        assert!(!qp.alive[0].load(Ordering::Relaxed), "thread 0 stopped");
+        assert_eq!(qp.stop(), None, "nothing left to stop");
     }
 }

@@ -367,3 +367,117 @@ fn an_application_thread_s_empty_read_is_end_of_stream_only_at_the_end() {
     kernel.stop();
     assert_eq!(qp.stop(), None);
 }
+
+/// Works `each` on every connection it accepts (slept here: to the cores a
+/// thread working and one sleeping look alike), then echoes.
+struct Laborious {
+    each: Duration,
+    echo: Echo,
+}
+
+impl ConnHandler for Laborious {
+    fn on_accept(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {
+        std::thread::sleep(self.each);
+    }
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        self.echo.on_data(net, conn);
+    }
+    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        self.echo.on_writable(net, conn);
+    }
+}
+
+/// A thread busy past the stall limit on many events, none of them near
+/// it (a burst of accepts taken in one pass), is working, not stalled:
+/// none of its connections is reset, every one is served.
+#[test]
+fn a_thread_busy_on_many_short_events_is_not_stalled() {
+    let port = free_port();
+    let (qp, kernel) = start(1, move |t| {
+        t.listen(
+            port,
+            Laborious {
+                each: STALL_AFTER / 5,
+                echo: Echo::new(4096),
+            },
+        )
+        .map(|_| ())
+        .map_err(|e| format!("{e:?}"))
+    });
+    // Their accepts wait for the thread together: about 2.4 stall limits
+    // of work, in one or two passes.
+    let conns: Vec<TcpStream> = (0..12)
+        .map(|_| TcpStream::connect((LOOPBACK, port)).unwrap())
+        .collect();
+    for (i, mut c) in conns.into_iter().enumerate() {
+        let data = payload(i as u64 + 500, 3_000);
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.write_all(&data).unwrap();
+        c.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut back = Vec::new();
+        c.read_to_end(&mut back)
+            .unwrap_or_else(|e| panic!("connection {i}: {e}"));
+        assert!(back == data, "connection {i}: {} bytes back", back.len());
+    }
+    assert_eq!(qp.orphaned(), 0, "a working thread was taken for stalled");
+    kernel.stop();
+    assert_eq!(qp.stop(), None);
+}
+
+/// Sleeps 300 ms at its first data (a long pass: the core's messages wait
+/// in the queue meanwhile), then echoes.
+struct Dozy {
+    slept: bool,
+    echo: Echo,
+}
+
+impl ConnHandler for Dozy {
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        if !std::mem::replace(&mut self.slept, true) {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        self.echo.on_data(net, conn);
+    }
+    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        self.echo.on_writable(net, conn);
+    }
+}
+
+/// A peer's one-byte segments, many more than the credit has room for at
+/// a small message's cost, some while the thread is in a long pass: the
+/// thread gives each message's cost back as it takes it, so the credit
+/// never runs out, and the stream comes back whole and in order.
+#[test]
+fn one_byte_segments_come_back_whole_and_in_order() {
+    let port = free_port();
+    let (qp, kernel) = start(1, move |t| {
+        t.listen(
+            port,
+            Dozy {
+                slept: false,
+                echo: Echo::new(4096),
+            },
+        )
+        .map(|_| ())
+        .map_err(|e| format!("{e:?}"))
+    });
+    let data = payload(77, 3_000);
+    let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
+    s.set_nodelay(true).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut r = s.try_clone().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut back = Vec::new();
+        r.read_to_end(&mut back).map(|_| back)
+    });
+    for b in &data {
+        s.write_all(std::slice::from_ref(b)).unwrap();
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let back = reader.join().unwrap().expect("the echo");
+    assert!(back == data, "{} of {} bytes back", back.len(), data.len());
+    assert_eq!(qp.orphaned(), 0);
+    kernel.stop();
+    assert_eq!(qp.stop(), None);
+}
