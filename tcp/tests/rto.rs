@@ -1,13 +1,18 @@
 //! The retransmission timer (RFC 6298) against the loss probe sharing its
 //! slot (RFC 8985 §7.2), in the simulator: a lone segment after a bulk
 //! transfer, whose receiver delays its ACK, times nothing out; and new
-//! data sent on a path gone dark never puts the timer off for good.
+//! data sent on a path gone dark never puts the timer off for good; and a
+//! second timeout after partial progress reduces the window from what was
+//! resent since the first.
 
 mod sim;
 
 use flowlane_tcp::time::Duration;
-use flowlane_tcp::{ConnHandle, Stats};
-use sim::{read_all, test_config, LinkConfig, Sim};
+use flowlane_tcp::{CongestionAlgorithm, ConnHandle, Stats};
+use flowlane_wire::TcpRepr;
+use sim::{read_all, test_config, LinkConfig, Side, Sim};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 
 /// A connection whose sender, A, has sent `bulk` bytes over a path of
 /// `one_way` each way (the receiver delaying its ACKs by `ack_delay`),
@@ -138,5 +143,120 @@ fn new_data_on_a_dark_path_does_not_put_the_timer_off() {
              (srtt {:?})",
             sim.a.info(a).unwrap().srtt
         );
+    }
+}
+
+/// RFC 5681 §3.1 equation (4), and RFC 9438 §4.8 for CUBIC (β_cubic of
+/// it): a timeout sets ssthresh from FlightSize. After a first timeout's
+/// go-back-N and partial progress (the ACKs of some retransmissions reset
+/// the timer's count, so the next timeout reduces again), a second
+/// timeout's FlightSize is what was resent since: the rest of the flight
+/// before the first timeout, past SND.NXT, was given up as lost then and
+/// is not resent yet. Reducing from SND.MAX − SND.UNA instead would leave
+/// ssthresh near the first timeout's.
+#[test]
+fn a_second_timeout_after_partial_progress_reduces_from_what_was_resent() {
+    for (algo, beta) in [
+        (CongestionAlgorithm::Cubic, 0.7),
+        (CongestionAlgorithm::NewReno, 0.5),
+    ] {
+        let link = LinkConfig {
+            delay: Duration::from_millis(10),
+            ..LinkConfig::default()
+        };
+        let mut a_cfg = test_config(1);
+        a_cfg.congestion = algo;
+        let mut sim = Sim::new(43, link, link, a_cfg, test_config(2));
+        let (a, b) = sim.establish();
+        // A blackout of A's segments (B's ACKs of what arrived before it
+        // still come back), and what the wire saw: the end of every
+        // segment A sent, B's highest ACK.
+        let dark = Rc::new(Cell::new(false));
+        let d = dark.clone();
+        sim.drop_filter = Some(Box::new(move |from, _| from == Side::A && d.get()));
+        let seen = Rc::new(RefCell::new((Vec::<u32>::new(), 0u32)));
+        let w = seen.clone();
+        sim.emit_tap = Some(Box::new(move |from, bytes| {
+            let (seg, payload) = TcpRepr::parse_segment(bytes).unwrap();
+            let mut w = w.borrow_mut();
+            match from {
+                Side::A => w.0.push(seg.seq.wrapping_add(payload.len() as u32)),
+                Side::B if (seg.ack.wrapping_sub(w.1) as i32) > 0 || w.1 == 0 => w.1 = seg.ack,
+                Side::B => {}
+            }
+        }));
+        let chunk = vec![1u8; 64 << 10];
+        // Steps A's bulk transfer (B reads everything) until `done`, or
+        // for 20 s.
+        let pump = |sim: &mut Sim, done: &mut dyn FnMut(&mut Sim) -> bool| {
+            let end = sim.now + Duration::from_secs(20);
+            while !done(sim) {
+                assert!(sim.now < end, "{algo:?}: not reached");
+                let _ = sim.a.send(a, &chunk);
+                if !sim.step() {
+                    sim.now += Duration::from_millis(1);
+                }
+                read_all(&mut sim.b, b);
+            }
+        };
+        let rtos = |sim: &Sim| sim.a.stats().rto_timeouts;
+        // A flight of 64 segments or more.
+        pump(&mut sim, &mut |s| {
+            let i = s.a.info(a).unwrap();
+            i.unacked >= 64 * usize::from(i.mss)
+        });
+        let mss = usize::from(sim.a.info(a).unwrap().mss);
+        // The first timeout; the path is back for its retransmission.
+        dark.set(true);
+        let before = rtos(&sim);
+        pump(&mut sim, &mut |s| rtos(s) > before);
+        dark.set(false);
+        let first = sim.a.info(a).unwrap();
+        seen.borrow_mut().0.clear();
+        // Partial progress: slow start from one segment, with most of the
+        // flight before the timeout still to resend.
+        pump(&mut sim, &mut |s| s.a.info(a).unwrap().cwnd >= 8 * mss);
+        // The second timeout.
+        dark.set(true);
+        let before = rtos(&sim);
+        let mut last = sim.a.info(a).unwrap();
+        pump(&mut sim, &mut |s| {
+            if rtos(s) > before {
+                return true;
+            }
+            last = s.a.info(a).unwrap();
+            false
+        });
+        dark.set(false);
+        let second = sim.a.info(a).unwrap();
+        // FlightSize at the second timeout, SND.NXT − SND.UNA: the end of
+        // what A sent since the first timeout (all of it resent) less
+        // what B acknowledged.
+        let flight = {
+            let w = seen.borrow();
+            let una = w.1;
+            w.0.iter()
+                .map(|&end| end.wrapping_sub(una) as i32)
+                .max()
+                .unwrap()
+                .max(0) as usize
+        };
+        let case = format!(
+            "{algo:?}: ssthresh {} after the first timeout, {} after the second; \
+             {flight} B resent since and unacknowledged, {} unacknowledged",
+            first.ssthresh, second.ssthresh, last.unacked
+        );
+        assert!(flight >= 4 * mss, "{case}");
+        // Most of the flight before the first timeout is still to resend:
+        // reducing from it would leave ssthresh several times higher.
+        assert!(last.unacked >= 3 * flight, "{case}");
+        let want = ((flight as f64 * beta) as usize).max(2 * mss);
+        assert!(
+            second.ssthresh.abs_diff(want) <= mss,
+            "{case}: want about {want}"
+        );
+        assert_eq!(second.cwnd, mss, "{case}");
+        // And the transfer goes on.
+        pump(&mut sim, &mut |s| s.a.info(a).unwrap().cwnd >= 8 * mss);
     }
 }

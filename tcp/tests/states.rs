@@ -924,6 +924,117 @@ fn paws_drops_old_timestamps() {
     let _ = Instant::ZERO;
 }
 
+/// `seg` with its TSval replaced by `tsval` (the checksum is
+/// `Sim::inject`'s).
+fn with_tsval(seg: &[u8], tsval: u32) -> Vec<u8> {
+    let (mut r, payload) = TcpRepr::parse_segment(seg).unwrap();
+    let (_, ecr) = r.options.timestamps.expect("timestamps negotiated");
+    r.options.timestamps = Some((tsval, ecr));
+    let mut out = vec![0; r.header_len() + payload.len()];
+    let hl = r.emit(&mut out).unwrap();
+    out[hl..].copy_from_slice(payload);
+    out
+}
+
+/// RFC 7323 §5.5: after an idle longer than 2^31 ms (24.9 days; here
+/// 30), the peer's TSval looks older than TS.Recent. The 24-day rule lets
+/// its segment past PAWS, and that segment refreshes TS.Recent (as Linux's
+/// `tcp_paws_check` with `TCP_PAWS_24DAYS`): the ACK echoes its TSval,
+/// and PAWS guards the connection again at once. Kept, the old TS.Recent
+/// would be echoed, and PAWS be off, for up to 24.9 days more.
+#[test]
+fn a_segment_after_a_long_idle_refreshes_ts_recent() {
+    let mut sim = Sim::symmetric(14, LinkConfig::default());
+    let (a, b) = sim.establish();
+    sim.a.send(a, b"before").unwrap();
+    sim.run_for(Duration::from_secs(1));
+    assert_eq!(read_all(&mut sim.b, b), b"before");
+    sim.now += Duration::from_secs(30 * 24 * 3600);
+    sim.tap = Some(Vec::new());
+    sim.a.send(a, b"after").unwrap();
+    sim.run_for(Duration::from_secs(1));
+    assert_eq!(read_all(&mut sim.b, b), b"after");
+    let tap = sim.tap.take().unwrap();
+    let after = tap
+        .iter()
+        .find(|(to, s)| *to == Side::B && TcpRepr::parse_segment(s).unwrap().1 == b"after")
+        .unwrap()
+        .1
+        .clone();
+    let (seg, _) = TcpRepr::parse_segment(&after).unwrap();
+    let (tsval, _) = seg.options.timestamps.unwrap();
+    // B's ACK of it echoes its TSval, not the one from before the idle.
+    let ack = tap
+        .iter()
+        .map(|(to, s)| (*to, TcpRepr::parse_segment(s).unwrap().0))
+        .rfind(|(to, r)| *to == Side::A && r.ack == seg.seq.wrapping_add(5))
+        .expect("B's ACK")
+        .1;
+    assert_eq!(ack.options.timestamps.map(|(_, ecr)| ecr), Some(tsval));
+    // PAWS is on again: the same segment with a TSval a second older
+    // is dropped by it.
+    let before = sim.b.stats().paws_rejected;
+    sim.inject(
+        Side::B,
+        A_IP,
+        B_IP,
+        &with_tsval(&after, tsval.wrapping_sub(1000)),
+    );
+    sim.run_for(Duration::from_millis(10));
+    assert_eq!(sim.b.stats().paws_rejected, before + 1);
+    // And the connection goes on both ways.
+    sim.b.send(b, b"reply").unwrap();
+    sim.run_for(Duration::from_secs(1));
+    assert_eq!(read_all(&mut sim.a, a), b"reply");
+}
+
+/// RTT samples from timestamp echoes (RFC 7323 §4) go on past 24.9 days
+/// (2^31 ms) without a timeout: the floor that keeps echoes of copies sent
+/// before the last timeout out (set at the connection's creation here)
+/// would otherwise compare as after every echo (RFC 7323 §5.2's modular
+/// comparison), and the estimate fall back to one timed segment a round
+/// trip, too few to follow a path whose delay changed. A connection that
+/// exchanges a little every 12 hours for 26 days, then one window of data
+/// over a path ten times as long: SRTT follows it.
+#[test]
+fn rtt_samples_from_echoes_go_on_past_24_days() {
+    let link = LinkConfig {
+        bandwidth_bps: 20_000_000,
+        ..LinkConfig::default()
+    };
+    let mut sim = Sim::symmetric(15, link);
+    let (a, b) = sim.establish();
+    // Two full-sized segments at a time: each acknowledged at once.
+    let pair = 2 * usize::from(sim.a.info(a).unwrap().mss);
+    let start = sim.now;
+    while sim.now < start + Duration::from_secs(26 * 24 * 3600) {
+        sim.a.send(a, &vec![3; pair]).unwrap();
+        sim.run_for(Duration::from_secs(1));
+        assert_eq!(read_all(&mut sim.b, b).len(), pair);
+        sim.now += Duration::from_secs(12 * 3600);
+    }
+    let srtt = sim.a.info(a).unwrap().srtt.unwrap();
+    assert!(srtt < Duration::from_millis(15), "{srtt:?}");
+    // 150 ms: longer than ten times the old, shorter than the RTO (200
+    // ms at least past SRTT), so that no timeout moves the floor.
+    for side in [Side::A, Side::B] {
+        sim.link_mut(side).delay = Duration::from_millis(75);
+    }
+    let rtos = sim.a.stats().rto_timeouts;
+    sim.a.send(a, &vec![4; 14 * pair]).unwrap();
+    let mut got = 0;
+    run_until(&mut sim, Duration::from_secs(5), |s| {
+        got += read_all(&mut s.b, b).len();
+        got == 14 * pair && s.a.info(a).unwrap().unacked == 0
+    });
+    assert_eq!(sim.a.stats().rto_timeouts, rtos);
+    let srtt = sim.a.info(a).unwrap().srtt.unwrap();
+    assert!(
+        srtt > Duration::from_millis(110),
+        "SRTT {srtt:?} on a 150 ms path"
+    );
+}
+
 /// An orphan (closed by its application, data still queued) whose peer
 /// asked for data and never reads, answering every probe with a zero
 /// window (sockstress): it is probed `Config::orphan_retries` times and

@@ -4,6 +4,12 @@
 
 use super::*;
 
+/// The oldest echo an RTT sample is taken from, in milliseconds of our
+/// TSval clock (2^30, 12.4 days): an older TSecr is no round trip, and
+/// within 2^31 of now (RFC 7323 §5.2) it still compares correctly with the
+/// floor of `Connection::take_rtt_sample`.
+const RTT_ECHO_MAX_MS: u32 = 1 << 30;
+
 /// Why the timestamp checks drop a segment (RFC 7323 §3.2, §5.3 R1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum TimestampDrop {
@@ -327,8 +333,16 @@ impl Connection {
             return Some(TimestampDrop::Missing);
         };
         let stale = (tsval.wrapping_sub(self.ts.recent) as i32) < 0;
-        let recent_valid = now.saturating_since(self.ts.recent_age) < PAWS_IDLE;
-        (stale && recent_valid).then_some(TimestampDrop::Stale)
+        (stale && self.ts_recent_valid(now)).then_some(TimestampDrop::Stale)
+    }
+
+    /// RFC 7323 §5.5: whether TS.Recent is still trusted at `now` (last
+    /// updated less than 24 days ago, [`PAWS_IDLE`]). PAWS applies only
+    /// then; past it, the peer's TSval may have wrapped half its space and
+    /// look older than TS.Recent without being so.
+    #[inline]
+    fn ts_recent_valid(&self, now: Instant) -> bool {
+        now.saturating_since(self.ts.recent_age) < PAWS_IDLE
     }
 
     /// RFC 9293 §3.10.7.4 first check: sequence number acceptability. Drops
@@ -496,17 +510,37 @@ impl Connection {
         }
     }
 
-    /// RFC 7323 §4.3: updates TS.Recent from an acceptable segment.
-    #[inline]
+    /// RFC 7323 §4.3: updates TS.Recent from an acceptable segment: one
+    /// whose TSval is not older than TS.Recent, or any once TS.Recent has
+    /// lapsed ([`Connection::ts_recent_lapsed`]). Always inlined: every
+    /// segment goes through it, the predicted one included, whose own test
+    /// of the TSval then decides this one's (out of line: +10 instructions
+    /// a predicted segment in `sim_bulk`).
+    #[inline(always)]
     pub(super) fn update_ts_recent(&mut self, now: Instant, seg: &TcpRepr, seq: SeqNumber) {
         if let (true, Some((tsval, _))) =
             (self.flags.has(Flags::TIMESTAMPS), seg.options.timestamps)
         {
-            if (tsval.wrapping_sub(self.ts.recent) as i32) >= 0 && seq <= self.ts.last_ack_sent {
+            let newer = (tsval.wrapping_sub(self.ts.recent) as i32) >= 0;
+            if (newer || self.ts_recent_lapsed(now)) && seq <= self.ts.last_ack_sent {
                 self.ts.recent = tsval;
                 self.ts.recent_age = now;
             }
         }
+    }
+
+    /// RFC 7323 §5.5: an acceptable segment whose TSval looks older than
+    /// TS.Recent got past PAWS only because TS.Recent is more than 24 days
+    /// old; it then replaces TS.Recent (and its age), as Linux's
+    /// `tcp_paws_check` lets it with `TCP_PAWS_24DAYS`. Kept instead, a
+    /// TS.Recent left behind by an idle longer than 2^31 ms (24.9 days)
+    /// would make every TSval of the peer look older for up to 24.9 days
+    /// more: PAWS off, and every echo stale. Out of line and cold: the
+    /// ordinary segment's TSval is not older, and never calls it.
+    #[cold]
+    #[inline(never)]
+    fn ts_recent_lapsed(&self, now: Instant) -> bool {
+        !self.ts_recent_valid(now)
     }
 
     /// RFC 9293 §3.10.7.4 fifth check in SYN-RECEIVED: an ACK of our SYN
@@ -889,7 +923,7 @@ impl Connection {
                 // the whole backoff; ignore echoes from before the timeout.
                 let ms = self.tsval(now).wrapping_sub(tsecr);
                 let before_timeout = (tsecr.wrapping_sub(self.ts.rtt_floor) as i32) < 0;
-                if ms < (1 << 30) && !before_timeout {
+                if ms < RTT_ECHO_MAX_MS && (!before_timeout || self.rtt_floor_lapsed(now)) {
                     let r = Duration::from_millis(u64::from(ms));
                     self.rtt.on_sample(r);
                     return Some(r);
@@ -900,6 +934,32 @@ impl Connection {
             self.rtt.on_sample(r);
         }
         timed
+    }
+
+    /// Whether the floor on echoes ([`TimestampState::rtt_floor`], our
+    /// TSval at the last timeout, or at the connection's creation) lies
+    /// 2^31 ms (24.9 days) or more in the past, where 32-bit timestamp
+    /// comparison (RFC 7323 §5.2: modular, valid within 2^31) reads it as
+    /// after every echo: a healthy connection that long without a timeout
+    /// would take no sample from echoes for 24.9 days. If so, no timeout
+    /// happened since (each sets the floor), and the floor moves up to the
+    /// oldest echo a sample is taken from ([`RTT_ECHO_MAX_MS`] before
+    /// now), which keeps out nothing it should not; the echo is taken. (A
+    /// floor left 2^32 ms or more behind by a long idle reads as recent
+    /// again, and keeps out at most the echoes of one round trip.) Called
+    /// only for an echo that looks older than the floor (otherwise only
+    /// after a timeout, a duplicate's echo of an earlier copy): out of
+    /// line and cold.
+    #[cold]
+    #[inline(never)]
+    fn rtt_floor_lapsed(&mut self, now: Instant) -> bool {
+        let tsval = self.tsval(now);
+        if (tsval.wrapping_sub(self.ts.rtt_floor) as i32) >= 0 {
+            // A timeout less than 2^31 ms ago: the echo predates it.
+            return false;
+        }
+        self.ts.rtt_floor = tsval.wrapping_sub(RTT_ECHO_MAX_MS);
+        true
     }
 
     /// RFC 9293 §3.10.7.4 seventh: place text in the receive buffer.

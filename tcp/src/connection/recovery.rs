@@ -199,6 +199,19 @@ impl Connection {
         !self.flags.has(Flags::RECOVER_HELD) || ack >= self.snd_rare.recover
     }
 
+    /// RFC 5681 §3.1 equation (4)'s FlightSize, which a loss reduces the
+    /// window from (fast recovery here, a timeout in
+    /// `on_retransmit_timeout`): sent and not acknowledged. After a
+    /// timeout's go-back-N, what lies past SND.NXT was given up as lost at
+    /// that timeout and is not in flight: a new loss there, or a second
+    /// timeout after partial progress (which reset the timer's count),
+    /// reduces from what was resent since, not from the flight before the
+    /// first timeout.
+    #[inline]
+    pub(super) fn loss_flight_size(&self) -> usize {
+        self.snd.nxt - self.snd.una
+    }
+
     /// RFC 6582 §3.2 step 2 / RFC 5681 §3.2 steps 2-3: enter fast recovery
     /// and retransmit SND.UNA. When SND.UNA is a path MTU probe, its loss
     /// is no sign of congestion (RFC 4821 §7.6.2): the recovery repairs it
@@ -215,11 +228,7 @@ impl Connection {
     /// either.
     pub(super) fn enter_recovery(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now;
-        // RFC 5681 FlightSize: sent and not acknowledged. In a timeout's
-        // go-back-N, what lies past SND.NXT was given up as lost at the
-        // timeout and is not in flight: a new loss there halves what was
-        // resent since, not the flight before the timeout.
-        let flight = self.snd.nxt - self.snd.una;
+        let flight = self.loss_flight_size();
         let probe_lost = self.flags.has(Flags::MTU_PROBE_OUT) && self.mtu_probe_at_loss(ctx);
         let echo_reduced =
             self.flags.has(Flags::ECN_REDUCED) && self.snd.una < self.snd_rare.ecn_high;

@@ -397,6 +397,7 @@ pub(crate) struct TimestampState {
     pub(crate) last_ack_sent: SeqNumber,
     /// Our TSval when the retransmission timer last fired: echoes older
     /// than this are not used for RTT samples (see `take_rtt_sample`).
+    /// Moved up once it falls 2^31 ms behind (`rtt_floor_lapsed`).
     pub(crate) rtt_floor: u32,
 }
 

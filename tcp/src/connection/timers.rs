@@ -128,9 +128,12 @@ impl Connection {
         match self.state {
             State::SynSent | State::SynReceived => self.snd.nxt = self.snd_rare.iss,
             _ => {
-                let flight = self.snd.max - self.snd.una;
                 if self.timers_rare.retransmits == 1 {
-                    self.cc.on_retransmit_timeout(flight);
+                    // RFC 5681 §3.1 equation (4) (RFC 9438 §4.8: CUBIC's
+                    // β_cubic of it): FlightSize, which after an earlier
+                    // timeout's go-back-N is what was resent since, not
+                    // SND.MAX − SND.UNA.
+                    self.cc.on_retransmit_timeout(self.loss_flight_size());
                     self.ecn_on_loss_reduction();
                 }
                 self.mtu_on_retransmit_timeout(ctx);

@@ -486,6 +486,16 @@ impl Sim {
         }
     }
 
+    /// The link `from` sends on, to change between steps (a route that
+    /// changed: another delay, another rate); packets already on their
+    /// way keep the times they were given.
+    pub fn link_mut(&mut self, from: Side) -> &mut LinkConfig {
+        match from {
+            Side::A => &mut self.ab.cfg,
+            Side::B => &mut self.ba.cfg,
+        }
+    }
+
     pub fn stack(&mut self, side: Side) -> &mut Stack {
         match side {
             Side::A => &mut self.a,
