@@ -354,7 +354,10 @@ pub struct Config {
     pub rack: bool,
     /// RTO before any RTT sample (RFC 6298 §2.1: 1 s).
     pub initial_rto: Duration,
-    /// Lower bound on the RTO (RFC 6298 says 1 s; 200 ms is common practice).
+    /// Lower bound on the RTO's variance term (RFC 6298 §2.4 says 1 s on
+    /// the RTO; 200 ms is common practice): the RTO is at least SRTT +
+    /// `min_rto`, as Linux bounds it, so that a delayed ACK fits on any
+    /// path length once RTTVAR has decayed.
     pub min_rto: Duration,
     /// Upper bound on the RTO (RFC 6298 §2.5: at least 60 s).
     pub max_rto: Duration,
