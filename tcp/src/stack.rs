@@ -1788,10 +1788,16 @@ impl Stack {
         if let Some(tw) = self.time_wait.find(hash, &tuple) {
             self.count_bucket_segment(self.time_wait.bucket_of(tw), len);
             // Looked up once: the listener a reopening SYN goes to.
+            // One that cannot take a SYN now leaves the record as it is
+            // (`takes_reopening_syn`).
             let listener = if time_wait::is_bare_syn(repr.flags) {
                 self.listener_for(&tuple)
             } else {
                 None
+            };
+            let listener = match listener {
+                Some(l) if self.takes_reopening_syn(l) => Some(l),
+                _ => None,
             };
             // What the old incarnation sent, for a reopening SYN's ISS
             // (the record is gone once it reopens).
@@ -1906,9 +1912,38 @@ impl Stack {
         if !conn.accepts_new_incarnation(&self.cfg, seg) || conn.holds_unread() {
             return TimeWaitSyn::Drop;
         }
-        self.reopen_iss = Some(reopened_iss(conn.snd.max));
+        let old_snd_max = conn.snd.max;
+        if !self.takes_reopening_syn(l) {
+            // Handled by the connection, as where nothing listens.
+            return TimeWaitSyn::NotOne;
+        }
+        self.reopen_iss = Some(reopened_iss(old_snd_max));
         self.with_conn(idx, |c, _| c.close_now(CloseReason::Normal));
         TimeWaitSyn::Reopen(l)
+    }
+
+    /// Whether listener `l` makes a connection of a SYN now: not at a
+    /// connection cap (counted, [`Stats::connection_limit_refused`]), nor
+    /// with its backlog full and no SYN cookies (counted,
+    /// [`Stats::syn_dropped`]). Asked before a SYN reopens TIME-WAIT: one
+    /// it would drop leaves TIME-WAIT as it is, the SYN handled as where
+    /// nothing listens (challenged, RFC 5961 §4.2), so that the old
+    /// incarnation's sequence space is not forgotten for a SYN then
+    /// dropped; the client's next SYN reopens it, its ISS past that space
+    /// ([`reopened_iss`]). (With cookies a full backlog answers with one,
+    /// and the cookie is the ISS.)
+    fn takes_reopening_syn(&mut self, l: ListenerId) -> bool {
+        if self.at_connection_limit(l) {
+            return false;
+        }
+        let backlog_full = self.listeners[l.0 as usize]
+            .as_ref()
+            .is_some_and(|x| x.half_open >= self.cfg.listen_backlog);
+        if backlog_full && !self.cfg.syn_cookies {
+            self.stats.syn_dropped += 1;
+            return false;
+        }
+        true
     }
 
     /// Convenience over [`Stack::handle_tcp`] for a segment in bytes (TCP

@@ -172,6 +172,82 @@ fn a_reopened_time_wait_starts_past_the_old_sequence_space() {
     }
 }
 
+/// A SYN that would reopen TIME-WAIT while the listener cannot take it
+/// (the stack at its connection cap) leaves TIME-WAIT as it is (the SYN is
+/// challenged, as where nothing listens): dropped after the old
+/// incarnation was forgotten, the client's next SYN would open a
+/// connection whose ISS nothing keeps out of the old sequence space. Once
+/// there is room, the client's next SYN reopens it past that space.
+#[test]
+fn a_syn_the_listener_cannot_take_keeps_time_wait() {
+    for ending in [Ending::Closed, Ending::ShutDown] {
+        let (a_cfg, mut b_cfg) = (test_config(1), test_config(2));
+        // The TIME-WAIT connection itself counts while it is whole.
+        b_cfg.max_connections = if ending == Ending::Closed { 1 } else { 2 };
+        let link = LinkConfig::default();
+        let mut sim = Sim::new(17, link, link, a_cfg, b_cfg);
+        sim.tap = Some(Vec::new());
+        let (a, b) = sim.establish();
+        match ending {
+            Ending::Closed => sim.b.close(b).unwrap(),
+            Ending::ShutDown => sim.b.shutdown_write(b).unwrap(),
+        }
+        sim.run_for(Duration::from_millis(20));
+        sim.a.close(a).unwrap();
+        sim.run_for(Duration::from_millis(30));
+        events(&mut sim.a);
+        events(&mut sim.b);
+        let old_snd_max = to(&sim, Side::A)
+            .iter()
+            .map(|r| r.seq)
+            .max_by_key(|&seq| seq.wrapping_sub(to(&sim, Side::A)[0].seq))
+            .unwrap();
+        // Another client takes the stack's last slot.
+        let other = sim.a.connect(sim.now, a_addr(10_001), b_addr(80)).unwrap();
+        run_until(&mut sim, Duration::from_secs(5), |s| {
+            events(&mut s.a).contains(&Event::Connected(other))
+        });
+        sim.run_for(Duration::from_millis(20));
+        let b_other = events(&mut sim.b)
+            .into_iter()
+            .find_map(|e| match e {
+                Event::Accepted { conn, .. } => Some(conn),
+                _ => None,
+            })
+            .expect("the other client was accepted");
+        let refused = sim.b.stats().connection_limit_refused;
+        sim.tap = Some(Vec::new());
+        let a = sim.a.connect(sim.now, a_addr(10_000), b_addr(80)).unwrap();
+        sim.run_for(Duration::from_millis(100));
+        assert!(
+            sim.b.stats().connection_limit_refused > refused,
+            "{ending:?}"
+        );
+        assert_eq!(sim.b.stats().time_wait_reopened, 0, "{ending:?}");
+        match ending {
+            Ending::Closed => assert_eq!(sim.b.time_wait_count(), 1, "{ending:?}: kept"),
+            Ending::ShutDown => assert_eq!(sim.b.connection_count(), 2, "{ending:?}: kept"),
+        }
+        // Room again: the client's next SYN reopens it, past the old space.
+        sim.b.abort(b_other).unwrap();
+        run_until(&mut sim, Duration::from_secs(10), |s| {
+            // (A slot counts until its `Closed` is taken.)
+            events(&mut s.b);
+            events(&mut s.a).contains(&Event::Connected(a))
+        });
+        assert_eq!(sim.b.stats().time_wait_reopened, 1, "{ending:?}");
+        let syn_ack = to(&sim, Side::A)
+            .into_iter()
+            .find(|r| r.flags.syn() && r.flags.ack())
+            .expect("B's SYN-ACK");
+        let past = syn_ack.seq.wrapping_sub(old_snd_max) as i32;
+        assert!(
+            past > 65_535,
+            "{ending:?}: new ISS {past} from the old space's end"
+        );
+    }
+}
+
 #[test]
 fn syn_with_old_timestamp_is_dropped_in_time_wait() {
     for ending in [Ending::Closed, Ending::ShutDown] {
