@@ -22,11 +22,17 @@ impl TestDaemon {
     /// Starts `flowlane daemon --metrics 127.0.0.1:0 --run-dir RUN_DIR
     /// --socket SOCKET` and waits for its ready line.
     pub fn start(run_dir: &Path, socket: &Path) -> TestDaemon {
+        TestDaemon::start_with(run_dir, socket, &[])
+    }
+
+    /// [`TestDaemon::start`] with more flags (`--scrape-timeout-ms N`...).
+    pub fn start_with(run_dir: &Path, socket: &Path, flags: &[&str]) -> TestDaemon {
         let mut child = Command::new(flowlane_bin())
             .args(["daemon", "--metrics", "127.0.0.1:0", "--run-dir"])
             .arg(run_dir)
             .arg("--socket")
             .arg(socket)
+            .args(flags)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -47,13 +53,26 @@ impl TestDaemon {
     }
 
     /// SIGTERM; asserts that it exits cleanly within 20 s.
-    pub fn stop(mut self) {
+    pub fn stop(self) {
+        self.stop_within(Duration::from_secs(20));
+    }
+
+    /// SIGTERM; asserts that it exits cleanly within `limit`; returns how
+    /// long it took.
+    pub fn stop_within(mut self, limit: Duration) -> Duration {
+        let began = std::time::Instant::now();
         terminate(&self.child);
-        let st = wait_within(&mut self.child, Duration::from_secs(20));
+        let st = wait_within(&mut self.child, limit);
         assert!(
             st.is_some_and(|s| s.success()),
             "the daemon stopped cleanly: {st:?}"
         );
+        began.elapsed()
+    }
+
+    /// Its threads now (`/proc/PID/task`).
+    pub fn threads(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/task", self.child.id())).map_or(0, |d| d.count())
     }
 }
 

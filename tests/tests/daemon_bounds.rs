@@ -5,13 +5,13 @@
 //! service do not hold up its stop (the NICs must be put back before
 //! systemd's TimeoutStopSec). No root needed: the daemon owns no NIC here.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use flowlane_tests::{flowlane_bin, kill_and_reap, terminate, unique_name, wait_within};
+use flowlane_tests::daemon::TestDaemon;
+use flowlane_tests::unique_name;
 
 /// A directory of the test's own, with a service socket that never
 /// answers; removed when dropped.
@@ -40,44 +40,13 @@ impl Drop for Run {
 
 /// `flowlane daemon` reading `run`, its socket `socket`, each scrape and
 /// hint given `timeout_ms`; killed when dropped.
-struct Daemon {
-    child: Child,
-    metrics: String,
-}
-
-impl Daemon {
-    fn start(run: &Run, socket: &str, timeout_ms: u64) -> Daemon {
-        let mut child = Command::new(flowlane_bin())
-            .args(["daemon", "--metrics", "127.0.0.1:0", "--run-dir"])
-            .arg(run.dir.join("run"))
-            .args(["--socket", socket, "--scrape-timeout-ms"])
-            .arg(timeout_ms.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("flowlane daemon");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("piped"))
-            .read_line(&mut line)
-            .expect("the daemon's ready line");
-        let ready: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| {
-            kill_and_reap(&mut child);
-            panic!("{e}: {line:?}")
-        });
-        let metrics = ready["metrics"].as_str().expect("metrics").to_string();
-        Daemon { child, metrics }
-    }
-
-    /// Its threads now.
-    fn threads(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/task", self.child.id())).map_or(0, |d| d.count())
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        kill_and_reap(&mut self.child);
-    }
+fn daemon(run: &Run, socket: &Path, timeout_ms: u64) -> TestDaemon {
+    let timeout = timeout_ms.to_string();
+    TestDaemon::start_with(
+        &run.dir.join("run"),
+        socket,
+        &["--scrape-timeout-ms", &timeout],
+    )
 }
 
 /// Requests for the page that go away as soon as they are sent, hundreds
@@ -87,7 +56,7 @@ impl Drop for Daemon {
 #[test]
 fn requests_that_go_away_leave_no_threads_behind() {
     let run = Run::new("fl-daemon-gone");
-    let daemon = Daemon::start(&run, "none", 3000);
+    let daemon = daemon(&run, Path::new("none"), 3000);
     let before = daemon.threads();
     for _ in 0..300 {
         let Ok(mut c) = std::net::TcpStream::connect(&daemon.metrics) else {
@@ -130,14 +99,10 @@ fn hint(socket: &Path) -> UnixStream {
 fn hints_waiting_on_a_frozen_service_do_not_hold_up_the_stop() {
     let run = Run::new("fl-daemon-hints");
     let socket = run.dir.join("daemon.sock");
-    let mut daemon = Daemon::start(&run, socket.to_str().unwrap(), 5000);
+    let daemon = daemon(&run, &socket, 5000);
     let _hints: Vec<UnixStream> = (0..8).map(|_| hint(&socket)).collect();
     // Taken off the socket.
     std::thread::sleep(Duration::from_millis(300));
-    let began = Instant::now();
-    terminate(&daemon.child);
-    let st = wait_within(&mut daemon.child, Duration::from_secs(30));
-    let took = began.elapsed();
-    assert!(st.is_some_and(|s| s.success()), "{st:?}");
+    let took = daemon.stop_within(Duration::from_secs(30));
     assert!(took < Duration::from_secs(4), "stopped after {took:?}");
 }
