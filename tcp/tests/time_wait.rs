@@ -35,13 +35,7 @@ fn server_in_time_wait(seed: u64, ending: Ending) -> (Sim, ConnHandle) {
     let mut sim = Sim::symmetric(seed, LinkConfig::default());
     sim.tap = Some(Vec::new());
     let (a, b) = sim.establish();
-    match ending {
-        Ending::Closed => sim.b.close(b).unwrap(),
-        Ending::ShutDown => sim.b.shutdown_write(b).unwrap(),
-    }
-    sim.run_for(Duration::from_millis(50));
-    sim.a.close(a).unwrap();
-    sim.run_for(Duration::from_millis(50));
+    b_closes_first(&mut sim, a, b, ending);
     assert_eq!(sim.a.connection_count(), 0, "A's side is gone");
     assert_eq!(sim.b.connection_count(), 1, "B is in TIME-WAIT");
     match ending {
@@ -57,6 +51,40 @@ fn server_in_time_wait(seed: u64, ending: Ending) -> (Sim, ConnHandle) {
     events(&mut sim.a);
     events(&mut sim.b);
     (sim, b)
+}
+
+/// B ends its side first (`ending`), then A closes: B holds TIME-WAIT.
+/// Every event is taken.
+fn b_closes_first(sim: &mut Sim, a: ConnHandle, b: ConnHandle, ending: Ending) {
+    match ending {
+        Ending::Closed => sim.b.close(b).unwrap(),
+        Ending::ShutDown => sim.b.shutdown_write(b).unwrap(),
+    }
+    sim.run_for(Duration::from_millis(50));
+    sim.a.close(a).unwrap();
+    sim.run_for(Duration::from_millis(50));
+    events(&mut sim.a);
+    events(&mut sim.b);
+}
+
+/// The highest sequence number of B's segments the tap saw (B's last).
+fn b_last_seq(sim: &Sim) -> u32 {
+    let seen = to(sim, Side::A);
+    let first = seen[0].seq;
+    seen.iter()
+        .map(|r| r.seq)
+        .max_by_key(|&seq| seq.wrapping_sub(first))
+        .unwrap()
+}
+
+/// How far past `old_last` B's SYN-ACK (the first the tap saw since it
+/// was reset) starts.
+fn syn_ack_past(sim: &Sim, old_last: u32) -> i32 {
+    let syn_ack = to(sim, Side::A)
+        .into_iter()
+        .find(|r| r.flags.syn() && r.flags.ack())
+        .expect("B's SYN-ACK");
+    syn_ack.seq.wrapping_sub(old_last) as i32
 }
 
 /// The segments the tap saw going to `side`.
@@ -138,36 +166,18 @@ fn a_reopened_time_wait_starts_past_the_old_sequence_space() {
             got += read_all(&mut s.a, a).len();
             got == data.len()
         });
-        let old_snd_max = to(&sim, Side::A)
-            .iter()
-            .map(|r| r.seq)
-            .max_by_key(|&seq| seq.wrapping_sub(to(&sim, Side::A)[0].seq))
-            .unwrap();
-        match ending {
-            Ending::Closed => sim.b.close(b).unwrap(),
-            Ending::ShutDown => sim.b.shutdown_write(b).unwrap(),
-        }
-        sim.run_for(Duration::from_millis(20));
-        sim.a.close(a).unwrap();
-        sim.run_for(Duration::from_millis(30));
-        events(&mut sim.a);
-        events(&mut sim.b);
+        let old_last = b_last_seq(&sim);
+        b_closes_first(&mut sim, a, b, ending);
         sim.tap = Some(Vec::new());
         let a = sim.a.connect(sim.now, a_addr(10_000), b_addr(80)).unwrap();
         run_until(&mut sim, Duration::from_secs(5), |s| {
             events(&mut s.a).contains(&Event::Connected(a))
         });
         assert_eq!(sim.b.stats().time_wait_reopened, 1, "{ending:?}");
-        let syn_ack = to(&sim, Side::A)
-            .into_iter()
-            .find(|r| r.flags.syn())
-            .expect("B's SYN-ACK");
-        let past = syn_ack.seq.wrapping_sub(old_snd_max) as i32;
+        let past = syn_ack_past(&sim, old_last);
         assert!(
             past > 65_535,
-            "{ending:?}: new ISS {} is {past} from the old incarnation's last segment {}",
-            syn_ack.seq,
-            old_snd_max
+            "{ending:?}: the new ISS is {past} from the old space's end"
         );
     }
 }
@@ -188,20 +198,8 @@ fn a_syn_the_listener_cannot_take_keeps_time_wait() {
         let mut sim = Sim::new(17, link, link, a_cfg, b_cfg);
         sim.tap = Some(Vec::new());
         let (a, b) = sim.establish();
-        match ending {
-            Ending::Closed => sim.b.close(b).unwrap(),
-            Ending::ShutDown => sim.b.shutdown_write(b).unwrap(),
-        }
-        sim.run_for(Duration::from_millis(20));
-        sim.a.close(a).unwrap();
-        sim.run_for(Duration::from_millis(30));
-        events(&mut sim.a);
-        events(&mut sim.b);
-        let old_snd_max = to(&sim, Side::A)
-            .iter()
-            .map(|r| r.seq)
-            .max_by_key(|&seq| seq.wrapping_sub(to(&sim, Side::A)[0].seq))
-            .unwrap();
+        b_closes_first(&mut sim, a, b, ending);
+        let old_last = b_last_seq(&sim);
         // Another client takes the stack's last slot.
         let other = sim.a.connect(sim.now, a_addr(10_001), b_addr(80)).unwrap();
         run_until(&mut sim, Duration::from_secs(5), |s| {
@@ -236,14 +234,10 @@ fn a_syn_the_listener_cannot_take_keeps_time_wait() {
             events(&mut s.a).contains(&Event::Connected(a))
         });
         assert_eq!(sim.b.stats().time_wait_reopened, 1, "{ending:?}");
-        let syn_ack = to(&sim, Side::A)
-            .into_iter()
-            .find(|r| r.flags.syn() && r.flags.ack())
-            .expect("B's SYN-ACK");
-        let past = syn_ack.seq.wrapping_sub(old_snd_max) as i32;
+        let past = syn_ack_past(&sim, old_last);
         assert!(
             past > 65_535,
-            "{ending:?}: new ISS {past} from the old space's end"
+            "{ending:?}: the new ISS is {past} from the old space's end"
         );
     }
 }
