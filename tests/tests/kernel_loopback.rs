@@ -22,6 +22,42 @@ fn config(cores: u32, limits: Limits) -> KernelConfig {
     }
 }
 
+/// One core whose handler opens a connection to `to` ([`Client`]); what
+/// the connection received and how it ended come on the receiver.
+fn one_core_client(to: SocketAddr) -> (KernelService, mpsc::Receiver<(Vec<u8>, CloseReason)>) {
+    let (tx, rx) = mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let service = KernelService::start(config(1, Limits::default()), move |core| {
+        let done = tx.lock().unwrap().clone();
+        core.add(Client {
+            to,
+            got: Vec::new(),
+            done,
+        });
+        Ok(())
+    })
+    .unwrap();
+    (service, rx)
+}
+
+/// One core listening on `port` with the handler `handler` makes of the
+/// sender whose receiver it returns (what the handler heard).
+fn one_core_listening<H: ConnHandler + 'static>(
+    port: u16,
+    handler: fn(mpsc::Sender<String>) -> H,
+) -> (KernelService, mpsc::Receiver<String>) {
+    let (tx, rx) = mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let service = KernelService::start(config(1, Limits::default()), move |core| {
+        let heard = tx.lock().unwrap().clone();
+        core.listen(port, handler(heard))
+            .map(|_| ())
+            .map_err(|e| format!("{e:?}"))
+    })
+    .unwrap();
+    (service, rx)
+}
+
 #[test]
 fn every_byte_comes_back_from_the_echo_handler_on_two_cores() {
     let port = free_port();
@@ -143,18 +179,7 @@ impl ConnHandler for Client {
 fn a_handler_opens_a_connection_and_hears_it_close() {
     let server = TcpListener::bind((LOOPBACK, 0)).unwrap();
     let to = server.local_addr().unwrap();
-    let (tx, rx) = mpsc::channel();
-    let tx = std::sync::Mutex::new(tx);
-    let service = KernelService::start(config(1, Limits::default()), move |core| {
-        let done = tx.lock().unwrap().clone();
-        core.add(Client {
-            to,
-            got: Vec::new(),
-            done,
-        });
-        Ok(())
-    })
-    .unwrap();
+    let (service, rx) = one_core_client(to);
     let (mut s, _) = server.accept().unwrap();
     let mut req = [0u8; 6];
     s.read_exact(&mut req).unwrap();
@@ -175,18 +200,7 @@ fn a_refused_open_is_told_as_a_reset_as_on_flowlane_s_stack() {
     // flowlane's stack reports as `Closed { Reset }`, counted in
     // `resets_in` (and tokio's connector as `ConnectionRefused`).
     let to = SocketAddr::from((LOOPBACK, free_port()));
-    let (tx, rx) = mpsc::channel();
-    let tx = std::sync::Mutex::new(tx);
-    let service = KernelService::start(config(1, Limits::default()), move |core| {
-        let done = tx.lock().unwrap().clone();
-        core.add(Client {
-            to,
-            got: Vec::new(),
-            done,
-        });
-        Ok(())
-    })
-    .unwrap();
+    let (service, rx) = one_core_client(to);
     let (_, reason) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
     assert_eq!(reason, CloseReason::Reset);
     let (counters, _) = service.stop();
@@ -274,15 +288,7 @@ impl ConnHandler for Greeter {
 #[test]
 fn a_connection_closed_first_ends_with_the_peers_fin() {
     let port = free_port();
-    let (tx, rx) = mpsc::channel();
-    let tx = std::sync::Mutex::new(tx);
-    let service = KernelService::start(config(1, Limits::default()), move |core| {
-        let heard = tx.lock().unwrap().clone();
-        core.listen(port, Greeter { heard })
-            .map(|_| ())
-            .map_err(|e| format!("{e:?}"))
-    })
-    .unwrap();
+    let (service, rx) = one_core_listening(port, |heard| Greeter { heard });
     let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     s.write_all(b"hi").unwrap();
@@ -880,15 +886,7 @@ impl ConnHandler for Keeper {
 fn a_reset_after_the_peer_s_fin_ends_the_connection() {
     // An RST in CLOSE-WAIT: flowlane's stack reports `Closed { Reset }`.
     let port = free_port();
-    let (tx, rx) = mpsc::channel();
-    let tx = std::sync::Mutex::new(tx);
-    let service = KernelService::start(config(1, Limits::default()), move |core| {
-        let heard = tx.lock().unwrap().clone();
-        core.listen(port, Keeper { heard })
-            .map(|_| ())
-            .map_err(|e| format!("{e:?}"))
-    })
-    .unwrap();
+    let (service, rx) = one_core_listening(port, |heard| Keeper { heard });
     let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
     s.write_all(b"request").unwrap();
     s.shutdown(std::net::Shutdown::Write).unwrap();
