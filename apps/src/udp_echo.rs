@@ -21,6 +21,7 @@ use flowlane_dataplane::{
     RxAction, TxBatch,
 };
 use flowlane_wire::packet::{parse_frame, turn_around_udp, Transport};
+use flowlane_wire::{IpProtocol, NoAnswer, WireError};
 use serde::{Deserialize, Serialize};
 
 use crate::bed_entry;
@@ -132,30 +133,70 @@ pub struct Refused {
     /// the group).
     pub group_destination: u64,
     /// From a source no reply can go to (unspecified, loopback,
-    /// broadcast, multicast, IPv4-mapped IPv6).
+    /// broadcast, multicast, IPv4-mapped IPv6, a group source MAC), or
+    /// from one of the interface's own addresses (a reply would go to the
+    /// service itself; Linux drops such a source as martian unless
+    /// `accept_local` is set) or its IPv4 subnets' broadcast addresses
+    /// (RFC 1122 §3.2.1.3 (d): never a source).
     pub martian_source: u64,
     /// From source port 0 (RFC 768: no reply expected).
     pub source_port_zero: u64,
-    /// IP fragments, and IPv6 packets with a Routing header.
+    /// From the service's own port or a port below 1024: another echo
+    /// service, or a well-known reflector (echo 7, daytime 13, qotd 17,
+    /// chargen 19, time 37, RFC 862-868), would answer the echo and the
+    /// two would pass one datagram back and forth without end (a spoofed
+    /// `B:7777 -> A:7777` between two echo services). inetd's `check_loop`
+    /// guards its internal services the same way; clients send from
+    /// ephemeral ports (RFC 6335 §6).
+    #[serde(default)]
+    pub loop_source: u64,
+    /// IP fragments of UDP datagrams (flowlane does not reassemble),
+    /// IPv4 packets with options other than EOL/NOP, and IPv6 packets
+    /// with a Routing header.
     pub unsupported: u64,
 }
 
-impl Refused {
-    /// Counts one of `turn_around_udp`'s refusals (the datagram parsed
-    /// and verified before it).
-    fn count(&mut self, e: &flowlane_wire::WireError) {
-        use flowlane_wire::{NoAnswer, WireError};
-        let c = match e {
+/// One reason of [`Refused`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    GroupDestination,
+    MartianSource,
+    SourcePortZero,
+    LoopSource,
+    Unsupported,
+}
+
+impl Refusal {
+    /// The reason of one of `turn_around_udp`'s refusals; `None` for an
+    /// error that is no refusal (a datagram that does not parse or
+    /// verify, counted as malformed).
+    fn of(e: &WireError) -> Option<Refusal> {
+        match e {
             WireError::NotAnswered {
                 why: NoAnswer::GroupDestination,
                 ..
-            } => &mut self.group_destination,
+            } => Some(Refusal::GroupDestination),
             WireError::NotAnswered {
                 why: NoAnswer::MartianSource,
                 ..
-            } => &mut self.martian_source,
-            WireError::Malformed { .. } => &mut self.source_port_zero,
-            _ => &mut self.unsupported,
+            } => Some(Refusal::MartianSource),
+            WireError::Fragment { .. } | WireError::Unsupported { .. } => {
+                Some(Refusal::Unsupported)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Refused {
+    /// Counts one refusal.
+    fn count(&mut self, r: Refusal) {
+        let c = match r {
+            Refusal::GroupDestination => &mut self.group_destination,
+            Refusal::MartianSource => &mut self.martian_source,
+            Refusal::SourcePortZero => &mut self.source_port_zero,
+            Refusal::LoopSource => &mut self.loop_source,
+            Refusal::Unsupported => &mut self.unsupported,
         };
         *c += 1;
     }
@@ -164,7 +205,27 @@ impl Refused {
         self.group_destination += o.group_destination;
         self.martian_source += o.martian_source;
         self.source_port_zero += o.source_port_zero;
+        self.loop_source += o.loop_source;
         self.unsupported += o.unsupported;
+    }
+}
+
+/// Source ports below this are the well-known ones (RFC 6335 §6): no
+/// client of an echo sends from one, and the services there may answer.
+const FIRST_UNPRIVILEGED_PORT: u16 = 1024;
+
+/// The service's own policy on a datagram that parsed and verified, before
+/// `turn_around_udp`'s checks (which every echo shares): which sources it
+/// does not answer.
+fn policy(own: &[IpAddr], port: u16, src: IpAddr, src_port: u16) -> Option<Refusal> {
+    if own.contains(&src) {
+        Some(Refusal::MartianSource)
+    } else if src_port == 0 {
+        Some(Refusal::SourcePortZero)
+    } else if src_port == port || src_port < FIRST_UNPRIVILEGED_PORT {
+        Some(Refusal::LoopSource)
+    } else {
+        None
     }
 }
 
@@ -215,6 +276,8 @@ impl Published {
 struct Echo {
     port: u16,
     sink: bool,
+    /// Sources refused as the service's own ([`own_addresses`]).
+    own: Arc<[IpAddr]>,
     flows: QueueFlows,
     published: Arc<Published>,
 }
@@ -227,6 +290,13 @@ impl QueueHandler for Echo {
                 (Transport::Udp { src_port, dst_port }, Some(ips)) if dst_port == self.port => {
                     (ips.src(), src_port, ips.dst(), dst_port)
                 }
+                // A fragment has no parsed transport (not reassembled): the
+                // XDP program drops a first fragment to the port before it
+                // gets here, but one that comes (another steering) is counted.
+                _ if f.is_fragment() && f.protocol == Some(IpProtocol::Udp) && !self.sink => {
+                    self.flows.refused.count(Refusal::Unsupported);
+                    return RxAction::Drop;
+                }
                 _ => return RxAction::Drop,
             },
             Err(_) if self.sink => return RxAction::Drop,
@@ -236,6 +306,10 @@ impl QueueHandler for Echo {
             }
         };
         if self.sink {
+            return RxAction::Drop;
+        }
+        if let Some(r) = policy(&self.own, self.port, key.0, key.1) {
+            self.flows.refused.count(r);
             return RxAction::Drop;
         }
         match turn_around_udp(&mut buf[..len]) {
@@ -251,7 +325,10 @@ impl QueueHandler for Echo {
                 RxAction::Transmit(out)
             }
             Err(e) => {
-                self.flows.refused.count(&e);
+                match Refusal::of(&e) {
+                    Some(r) => self.flows.refused.count(r),
+                    None => self.flows.malformed += 1,
+                }
                 RxAction::Drop
             }
         }
@@ -338,6 +415,40 @@ fn first_ipv4(iface: &str) -> Result<Option<Ipv4Addr>> {
         .find_map(|a| a.address.as_ref()?.as_sockaddr_in().map(|s| s.ip())))
 }
 
+/// The addresses no datagram to the service may come from: every address
+/// of `iface` (a reply would go to the service itself) and the broadcast
+/// address of each of its IPv4 subnets (RFC 1122 §3.2.1.3 (d); none for
+/// /31 and /32, RFC 3021).
+fn own_addresses(iface: &str) -> Result<Vec<IpAddr>> {
+    let addrs = nix::ifaddrs::getifaddrs()
+        .map_err(|e| anyhow::anyhow!("listing the addresses of {iface}: {e}"))?;
+    let mut own = Vec::new();
+    for a in addrs.filter(|a| a.interface_name == iface) {
+        let Some(addr) = a.address.as_ref() else {
+            continue;
+        };
+        if let Some(v4) = addr.as_sockaddr_in() {
+            own.push(IpAddr::V4(v4.ip()));
+            let mask = a.netmask.as_ref().and_then(|m| m.as_sockaddr_in());
+            if let Some(b) = mask.and_then(|m| subnet_broadcast(v4.ip(), m.ip())) {
+                own.push(IpAddr::V4(b));
+            }
+        } else if let Some(v6) = addr.as_sockaddr_in6() {
+            own.push(IpAddr::V6(v6.ip()));
+        }
+    }
+    own.sort_unstable();
+    own.dedup();
+    Ok(own)
+}
+
+/// The broadcast address of `addr`'s subnet under `mask`: all host bits
+/// set (RFC 919, RFC 922); `None` for a /31 or /32, which have none.
+fn subnet_broadcast(addr: Ipv4Addr, mask: Ipv4Addr) -> Option<Ipv4Addr> {
+    let m = u32::from(mask);
+    (m.count_ones() <= 30).then(|| Ipv4Addr::from(u32::from(addr) | !m))
+}
+
 /// Runs the service until SIGTERM/SIGINT.
 pub fn run(args: Args) -> Result<()> {
     refuse_tcp_flags(&args.data_path)?;
@@ -370,6 +481,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     config.local_v4 = LocalAddress::from_option(v4);
     config.local_v6 = LocalAddress::from_option(v6);
+    let own: Arc<[IpAddr]> = own_addresses(&args.iface)?.into();
     // The NIC's table as --rss-table (or --bed) gives it: with fewer
     // queues than the NIC's, the data path starts only if it names served
     // queues only.
@@ -395,6 +507,7 @@ pub fn run(args: Args) -> Result<()> {
         Ok::<_, std::convert::Infallible>(Echo {
             port,
             sink,
+            own: own.clone(),
             flows: QueueFlows::default(),
             published,
         })
@@ -429,4 +542,198 @@ pub fn run(args: Args) -> Result<()> {
         write_report(p, &last)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flowlane_wire::packet::{emit_eth_ipv4_udp, ETH_IPV4_UDP_PAYLOAD_OFFSET};
+    use flowlane_wire::{EtherType, EthernetAddress, EthernetRepr, Ipv4Packet, Ipv4Repr, UdpRepr};
+
+    const PORT: u16 = 7777;
+    const US: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
+    const PEER: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
+    const US_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 1];
+    const PEER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 2];
+
+    fn own() -> Vec<IpAddr> {
+        vec![
+            IpAddr::V4(US),
+            IpAddr::V4(Ipv4Addr::new(10, 99, 0, 255)),
+            "fd99::1".parse().unwrap(),
+        ]
+    }
+
+    fn echo() -> Echo {
+        Echo {
+            port: PORT,
+            sink: false,
+            own: own().into(),
+            flows: QueueFlows::default(),
+            published: Arc::default(),
+        }
+    }
+
+    /// An Ethernet + IPv4 + UDP frame from `src:sport` (MAC `src_mac`) to
+    /// the service, checksums filled.
+    fn datagram(src_mac: [u8; 6], src: Ipv4Addr, sport: u16) -> Vec<u8> {
+        let payload = b"hello";
+        let mut b = vec![0u8; 128];
+        b[ETH_IPV4_UDP_PAYLOAD_OFFSET..][..payload.len()].copy_from_slice(payload);
+        let eth = EthernetRepr {
+            dst_addr: EthernetAddress(US_MAC),
+            src_addr: EthernetAddress(src_mac),
+            vlan: Default::default(),
+            ethertype: EtherType::Ipv4,
+        };
+        let ip = Ipv4Repr::new(src, US, IpProtocol::Udp, 8 + payload.len());
+        let udp = UdpRepr {
+            src_port: sport,
+            dst_port: PORT,
+        };
+        let n = emit_eth_ipv4_udp(&mut b, &eth, &ip, &udp, payload.len()).unwrap();
+        b.truncate(n);
+        b
+    }
+
+    fn rx(e: &mut Echo, frame: &[u8]) -> RxAction {
+        let q = QueueInfo {
+            queue: 0,
+            cpu: None,
+            node: 0,
+            zero_copy: false,
+            rx_frames: 0,
+        };
+        let mut b = frame.to_vec();
+        let len = b.len();
+        e.on_rx(&q, Duration::ZERO, &mut b, len)
+    }
+
+    #[test]
+    fn own_sources_port_zero_and_loop_ports_are_refused_by_name() {
+        let own = own();
+        let p = |src: &str, sport| policy(&own, PORT, src.parse().unwrap(), sport);
+        assert_eq!(p("10.99.0.2", 40000), None);
+        assert_eq!(p("10.99.0.2", 1024), None);
+        assert_eq!(p("fd99::2", 40000), None);
+        // The service's own addresses and its subnet's broadcast address.
+        assert_eq!(p("10.99.0.1", 40000), Some(Refusal::MartianSource));
+        assert_eq!(p("10.99.0.255", 40000), Some(Refusal::MartianSource));
+        assert_eq!(p("fd99::1", 40000), Some(Refusal::MartianSource));
+        assert_eq!(p("10.99.0.2", 0), Some(Refusal::SourcePortZero));
+        // Its own port (another echo service) and the well-known
+        // reflectors: echo, daytime, qotd, chargen, time; any port below 1024.
+        for sport in [PORT, 7, 13, 17, 19, 37, 1, 1023] {
+            assert_eq!(p("10.99.0.2", sport), Some(Refusal::LoopSource), "{sport}");
+            assert_eq!(p("fd99::2", sport), Some(Refusal::LoopSource), "{sport}");
+        }
+    }
+
+    #[test]
+    fn every_wire_error_maps_to_its_own_reason() {
+        let layer = flowlane_wire::Layer::Udp;
+        let of = |e| Refusal::of(&e);
+        assert_eq!(
+            of(WireError::NotAnswered {
+                layer,
+                why: NoAnswer::GroupDestination
+            }),
+            Some(Refusal::GroupDestination)
+        );
+        assert_eq!(
+            of(WireError::NotAnswered {
+                layer,
+                why: NoAnswer::MartianSource
+            }),
+            Some(Refusal::MartianSource)
+        );
+        assert_eq!(
+            of(WireError::Fragment {
+                layer: flowlane_wire::Layer::Ipv4
+            }),
+            Some(Refusal::Unsupported)
+        );
+        assert_eq!(
+            of(WireError::Unsupported {
+                layer: flowlane_wire::Layer::Ipv4,
+                what: "IPv4 options other than EOL and NOP"
+            }),
+            Some(Refusal::Unsupported)
+        );
+        // A datagram that does not parse or verify is malformed, not a
+        // refusal: not "source port 0" for every Malformed.
+        assert_eq!(
+            of(WireError::Malformed {
+                layer,
+                what: "destination port 0"
+            }),
+            None
+        );
+        assert_eq!(of(WireError::BadChecksum { layer }), None);
+    }
+
+    #[test]
+    fn the_handler_echoes_a_client_and_counts_each_refusal() {
+        let mut e = echo();
+        let ok = datagram(PEER_MAC, PEER, 40000);
+        assert!(matches!(rx(&mut e, &ok), RxAction::Transmit(_)));
+        let expect = |e: &Echo, want: Refused, malformed: u64| {
+            assert_eq!(e.flows.refused, want);
+            assert_eq!(e.flows.malformed, malformed);
+        };
+        let mut want = Refused::default();
+        // One spoofed datagram from another echo service's port (B:7777 ->
+        // A:7777), and one from a reflector's (chargen).
+        for sport in [PORT, 19] {
+            assert_eq!(rx(&mut e, &datagram(PEER_MAC, PEER, sport)), RxAction::Drop);
+            want.loop_source += 1;
+            expect(&e, want, 0);
+        }
+        for src in [US, Ipv4Addr::new(10, 99, 0, 255), Ipv4Addr::LOCALHOST] {
+            assert_eq!(rx(&mut e, &datagram(PEER_MAC, src, 40000)), RxAction::Drop);
+            want.martian_source += 1;
+            expect(&e, want, 0);
+        }
+        let mut group = PEER_MAC;
+        group[0] |= 1;
+        assert_eq!(rx(&mut e, &datagram(group, PEER, 40000)), RxAction::Drop);
+        want.martian_source += 1;
+        expect(&e, want, 0);
+        assert_eq!(rx(&mut e, &datagram(PEER_MAC, PEER, 0)), RxAction::Drop);
+        want.source_port_zero += 1;
+        expect(&e, want, 0);
+        // A first fragment (More Fragments set): no transport parsed, but
+        // counted.
+        let mut frag = ok.clone();
+        frag[20] |= 0x20;
+        Ipv4Packet::new_unchecked(&mut frag[14..]).fill_checksum();
+        assert!(parse_frame(&frag).unwrap().is_fragment());
+        assert_eq!(rx(&mut e, &frag), RxAction::Drop);
+        want.unsupported += 1;
+        expect(&e, want, 0);
+        // A corrupted datagram: malformed, no refusal.
+        let mut bad = ok.clone();
+        *bad.last_mut().unwrap() ^= 1;
+        assert_eq!(rx(&mut e, &bad), RxAction::Drop);
+        expect(&e, want, 1);
+        // The client was echoed once, and is still.
+        assert!(matches!(rx(&mut e, &ok), RxAction::Transmit(_)));
+        let key = (IpAddr::V4(PEER), 40000, IpAddr::V4(US), PORT);
+        assert_eq!(e.flows.flows.get(&key), Some(&2));
+    }
+
+    #[test]
+    fn subnet_broadcast_of_an_address() {
+        let b = |a: &str, m: &str| subnet_broadcast(a.parse().unwrap(), m.parse().unwrap());
+        assert_eq!(
+            b("10.99.0.1", "255.255.255.0"),
+            Some(Ipv4Addr::new(10, 99, 0, 255))
+        );
+        assert_eq!(
+            b("10.99.0.1", "255.255.255.252"),
+            Some(Ipv4Addr::new(10, 99, 0, 3))
+        );
+        assert_eq!(b("10.99.0.1", "255.255.255.254"), None);
+        assert_eq!(b("10.99.0.1", "255.255.255.255"), None);
+    }
 }

@@ -5,9 +5,12 @@
 //! `on_poll`), and every queue's worker watches for the reply; the command
 //! reports the queue the reply arrived on. The datagram is sent again every
 //! 500 ms until a reply comes, each with its sequence number in its payload,
-//! so that the round trip is the answered datagram's. A reply on another
-//! queue than the sender's, or with a payload that is none of the
-//! datagrams', fails the command.
+//! so that the round trip is the answered datagram's. Every payload starts
+//! with a random nonce of the run: a datagram from the server that lacks it
+//! (a late reply to an earlier run from the same queue and port) is ignored
+//! and counted, not taken for this run's reply. A reply on another queue
+//! than the sender's, or one that carries the nonce but none of the
+//! datagrams' payloads, fails the command.
 //!
 //! With `--bed NAME` it reads the bed (key, table, addresses, MACs) and
 //! re-runs itself inside the bed's namespace with those spelled out.
@@ -101,14 +104,24 @@ pub struct PingResult {
     /// Round trip of the datagram the reply carried back, microseconds (0
     /// when its payload came back changed).
     pub rtt_us: u64,
+    /// Datagrams from the server's address and port, before the reply,
+    /// without this run's nonce (late replies to an earlier run, or ones
+    /// corrupted in the nonce): ignored.
+    pub stray: u64,
 }
 
 /// The echo port `--dst` means when it names none.
 const ECHO_PORT: u16 = 7;
 
 /// `--dst`: `ADDR:PORT` (`[V6]:PORT`), or `ADDR` (`[V6]`) for port 7.
+/// Port 0 is refused: RFC 768 reserves it, no server listens there.
 fn echo_server(s: &str) -> Result<SocketAddr, String> {
     if let Ok(a) = s.parse::<SocketAddr>() {
+        if a.port() == 0 {
+            return Err(format!(
+                "{s}: a port must be 1-65535 (write ADDR for port {ECHO_PORT})"
+            ));
+        }
         return Ok(a);
     }
     let ip = s
@@ -133,15 +146,51 @@ fn payload(prefix: &[u8], seq: usize) -> Vec<u8> {
     p
 }
 
-/// Which of the `sent` datagrams `reply` carries back unchanged (`None`:
-/// none of them, a changed payload).
-fn answered(prefix: &[u8], sent: usize, reply: &[u8]) -> Option<usize> {
-    let digits = reply.strip_prefix(prefix)?;
+/// The payloads' common start for a run from `queue` and source port
+/// `sport`: the run's `nonce` tells its replies from an earlier run's.
+fn run_prefix(queue: u16, sport: u16, nonce: u64) -> Vec<u8> {
+    format!("flowlane udp-ping q{queue} p{sport} n{nonce:016x} #").into_bytes()
+}
+
+/// A nonce for one run: std's `RandomState`, whose keys come from the
+/// operating system's randomness, hashing the process id and the time (no
+/// other source of randomness needed; this one need only differ between
+/// runs, not be secret).
+fn run_nonce() -> u64 {
+    use std::hash::BuildHasher;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    std::collections::hash_map::RandomState::new().hash_one((std::process::id(), now))
+}
+
+/// What a datagram from the echo server is to this run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reply {
+    /// Datagram `seq` of the `sent`, carried back unchanged.
+    Echo(usize),
+    /// This run's prefix (its nonce), the rest changed: corrupted.
+    Changed,
+    /// Without this run's prefix: an earlier run's late reply (or one
+    /// corrupted in its prefix), not this run's.
+    Stray,
+}
+
+/// Which of the `sent` datagrams `reply` carries back unchanged.
+fn answered(prefix: &[u8], sent: usize, reply: &[u8]) -> Reply {
+    let Some(digits) = reply.strip_prefix(prefix) else {
+        return Reply::Stray;
+    };
     if digits.len() != SEQ_DIGITS || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
+        return Reply::Changed;
     }
-    let seq: usize = std::str::from_utf8(digits).ok()?.parse().ok()?;
-    (seq < sent).then_some(seq)
+    let seq = std::str::from_utf8(digits)
+        .ok()
+        .and_then(|d| d.parse::<usize>().ok());
+    match seq {
+        Some(seq) if seq < sent => Reply::Echo(seq),
+        _ => Reply::Changed,
+    }
 }
 
 /// Whether the ping succeeded: the reply carried a datagram back unchanged,
@@ -235,6 +284,9 @@ struct Outcome {
     /// The first reply: its queue, when it came, and which datagram it
     /// carried back unchanged (`None`: a changed payload).
     reply: Option<(u32, Duration, Option<usize>)>,
+    /// Datagrams from the server before the reply that were not this
+    /// run's ([`Reply::Stray`]): ignored.
+    stray: u64,
 }
 
 struct Pinger {
@@ -257,8 +309,11 @@ impl QueueHandler for Pinger {
                 if from_peer {
                     let mut o = self.outcome.lock().expect("outcome lock");
                     if o.reply.is_none() {
-                        let seq = answered(&self.prefix, o.sent_at.len(), f.payload());
-                        o.reply = Some((q.queue, now, seq));
+                        match answered(&self.prefix, o.sent_at.len(), f.payload()) {
+                            Reply::Echo(seq) => o.reply = Some((q.queue, now, Some(seq))),
+                            Reply::Changed => o.reply = Some((q.queue, now, None)),
+                            Reply::Stray => o.stray += 1,
+                        }
                     }
                 }
             }
@@ -372,7 +427,7 @@ fn run_here(args: &Args) -> Result<()> {
     // and IPv6, stay the kernel's.
     config.local_v4 = LocalAddress::Only(src);
     config.local_v6 = LocalAddress::Unclaimed;
-    let prefix = format!("flowlane udp-ping q{} p{sport} #", args.queue).into_bytes();
+    let prefix = run_prefix(args.queue, sport, run_nonce());
     let payload_len = prefix.len() + SEQ_DIGITS;
     let eth = EthernetRepr {
         dst_addr: EthernetAddress(peer_mac),
@@ -409,9 +464,19 @@ fn run_here(args: &Args) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(2));
     };
-    let sent_at = outcome.lock().expect("outcome lock").sent_at.clone();
+    let (sent_at, stray) = {
+        let o = outcome.lock().expect("outcome lock");
+        (o.sent_at.clone(), o.stray)
+    };
     dp.stop();
     let Some((reply_queue, at, seq)) = reply else {
+        if stray > 0 {
+            bail!(
+                "no reply from {} to port {sport} within {} ms; {stray} datagrams from it carried none of this run's payloads (late replies to an earlier run, or CORRUPT)",
+                args.dst,
+                args.timeout_ms
+            );
+        }
         bail!(
             "no reply from {} to port {sport} within {} ms (is a UDP echo server listening there?)",
             args.dst,
@@ -428,6 +493,7 @@ fn run_here(args: &Args) -> Result<()> {
         rtt_us: seq
             .and_then(|k| sent_at.get(k))
             .map_or(0, |&s| at.saturating_sub(s).as_micros() as u64),
+        stray,
     };
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&r)?);
@@ -465,25 +531,128 @@ mod tests {
     }
 
     #[test]
+    fn dst_port_zero_is_refused() {
+        for s in ["10.99.0.2:0", "[fd99::2]:0"] {
+            let e = echo_server(s).unwrap_err();
+            assert_eq!(
+                e,
+                format!("{s}: a port must be 1-65535 (write ADDR for port 7)")
+            );
+        }
+    }
+
+    #[test]
     fn a_reply_names_the_datagram_it_answers() {
-        let prefix = b"flowlane udp-ping q0 p40000 #";
+        let prefix = &run_prefix(0, 40000, 0xfeed);
+        assert_eq!(prefix, b"flowlane udp-ping q0 p40000 n000000000000feed #");
         let p3 = payload(prefix, 3);
-        assert_eq!(p3, b"flowlane udp-ping q0 p40000 #0000000003");
+        assert_eq!(
+            p3,
+            b"flowlane udp-ping q0 p40000 n000000000000feed #0000000003"
+        );
         assert_eq!(payload(prefix, 12).len(), p3.len());
         // A late reply to the first datagram is the first's, not the last's.
-        assert_eq!(answered(prefix, 4, &payload(prefix, 0)), Some(0));
-        assert_eq!(answered(prefix, 4, &p3), Some(3));
-        // Not sent (yet), changed, cut or lengthened: none.
-        assert_eq!(answered(prefix, 3, &p3), None);
+        assert_eq!(answered(prefix, 4, &payload(prefix, 0)), Reply::Echo(0));
+        assert_eq!(answered(prefix, 4, &p3), Reply::Echo(3));
+        // Not sent (yet), changed, cut or lengthened after the prefix: changed.
+        assert_eq!(answered(prefix, 3, &p3), Reply::Changed);
         let mut changed = p3.clone();
-        changed[5] ^= 1;
-        assert_eq!(answered(prefix, 4, &changed), None);
-        assert_eq!(answered(prefix, 4, &p3[..p3.len() - 1]), None);
-        assert_eq!(answered(prefix, 4, &[&p3[..], b"0"].concat()), None);
+        *changed.last_mut().unwrap() = b'x';
+        assert_eq!(answered(prefix, 4, &changed), Reply::Changed);
+        assert_eq!(answered(prefix, 4, &p3[..p3.len() - 1]), Reply::Changed);
         assert_eq!(
-            answered(prefix, 4, b"flowlane udp-ping q0 p40000 #00000000x3"),
-            None
+            answered(prefix, 4, &[&p3[..], b"0"].concat()),
+            Reply::Changed
         );
+    }
+
+    /// A late reply to an earlier run from the same queue and source port
+    /// (another nonce) is not this run's reply, intact or CORRUPT: ignored.
+    #[test]
+    fn an_earlier_runs_reply_is_a_stray() {
+        let (earlier, now) = (run_nonce(), run_nonce());
+        assert_ne!(earlier, now, "each run draws its own nonce");
+        let this = run_prefix(0, 40000, now);
+        let old = run_prefix(0, 40000, earlier);
+        assert_eq!(answered(&this, 4, &payload(&old, 0)), Reply::Stray);
+        // The old format, without a nonce, and a prefix changed in transit.
+        assert_eq!(
+            answered(&this, 4, b"flowlane udp-ping q0 p40000 #0000000000"),
+            Reply::Stray
+        );
+        let mut changed = payload(&this, 0);
+        changed[5] ^= 1;
+        assert_eq!(answered(&this, 4, &changed), Reply::Stray);
+    }
+
+    /// The workers' side: a stray is counted and the run waits on; this
+    /// run's reply is taken.
+    #[test]
+    fn a_worker_ignores_strays_and_takes_this_runs_reply() {
+        let (us, server) = (Ipv4Addr::new(10, 99, 0, 1), Ipv4Addr::new(10, 99, 0, 2));
+        let (us_mac, server_mac) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+        let prefix = run_prefix(0, 40000, 0xfeed);
+        let outcome = Arc::new(Mutex::new(Outcome {
+            sent_at: vec![Duration::ZERO],
+            ..Outcome::default()
+        }));
+        let mut pinger = Pinger {
+            sender: false,
+            eth: EthernetRepr {
+                dst_addr: EthernetAddress(server_mac),
+                src_addr: EthernetAddress(us_mac),
+                vlan: Default::default(),
+                ethertype: EtherType::Ipv4,
+            },
+            ip: Ipv4Repr::new(us, server, IpProtocol::Udp, 0),
+            udp: UdpRepr {
+                src_port: 40000,
+                dst_port: 7777,
+            },
+            prefix: prefix.clone(),
+            outcome: outcome.clone(),
+        };
+        let q = QueueInfo {
+            queue: 0,
+            cpu: None,
+            node: 0,
+            zero_copy: false,
+            rx_frames: 0,
+        };
+        // The server's datagram to us carrying `payload`.
+        let from_server = |payload: &[u8]| {
+            let mut b = vec![0u8; 256];
+            b[ETH_IPV4_UDP_PAYLOAD_OFFSET..][..payload.len()].copy_from_slice(payload);
+            let eth = EthernetRepr {
+                dst_addr: EthernetAddress(us_mac),
+                src_addr: EthernetAddress(server_mac),
+                vlan: Default::default(),
+                ethertype: EtherType::Ipv4,
+            };
+            let ip = Ipv4Repr::new(server, us, IpProtocol::Udp, 8 + payload.len());
+            let udp = UdpRepr {
+                src_port: 7777,
+                dst_port: 40000,
+            };
+            let n = emit_eth_ipv4_udp(&mut b, &eth, &ip, &udp, payload.len()).unwrap();
+            b.truncate(n);
+            b
+        };
+        let mut rx = |frame: Vec<u8>, at: u64| {
+            let mut frame = frame;
+            let n = frame.len();
+            pinger.on_rx(&q, Duration::from_millis(at), &mut frame, n)
+        };
+        // An earlier run's late reply (same queue and port, another nonce).
+        rx(from_server(&payload(&run_prefix(0, 40000, 0xbeef), 0)), 1);
+        {
+            let o = outcome.lock().unwrap();
+            assert_eq!((o.reply, o.stray), (None, 1));
+        }
+        rx(from_server(&payload(&prefix, 0)), 2);
+        let o = outcome.lock().unwrap();
+        assert_eq!(o.reply, Some((0, Duration::from_millis(2), Some(0))));
+        assert_eq!(o.stray, 1);
     }
 
     #[test]
@@ -497,6 +666,7 @@ mod tests {
             reply_queue,
             payload_ok,
             rtt_us: 10,
+            stray: 0,
         };
         assert!(verdict(&r(1, true), dst).is_ok());
         let e = verdict(&r(1, false), dst).unwrap_err().to_string();

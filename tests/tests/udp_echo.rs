@@ -1,8 +1,9 @@
 //! The AF_XDP data path on the test bed, with the Linux kernel as the peer:
 //! UDP flows echoed byte-exact, each on the queue the software Toeplitz hash
 //! predicts, flows that move when the indirection table changes, the kernel
-//! exception path (ping) while flowlane runs, and no XDP program left behind
-//! after SIGKILL.
+//! exception path (ping) while flowlane runs, no echo loop from a datagram
+//! sent from the service's own port, and no XDP program left behind after
+//! SIGKILL.
 
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -115,6 +116,42 @@ fn kernel_keeps_ping_and_other_ports_while_flowlane_runs() {
         kernel_udp(&bed.peer_ns, 7777, "bytes(range(256))*4", "r==m"),
         "True"
     );
+    // One datagram from the service's own port, as another echo service
+    // would send (or a spoofed `B:7777 -> A:7777` make it send): answered,
+    // the two would pass it back and forth without end. No echo, and the
+    // report names the reason.
+    let o = in_ns(
+        &bed.peer_ns,
+        &[
+            "python3",
+            "-c",
+            "import socket\n\
+             s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+             s.bind(('10.99.0.2',7777))\n\
+             s.settimeout(1)\n\
+             s.sendto(b'loop',('10.99.0.1',7777))\n\
+             try:\n    s.recv(100);print('echoed')\n\
+             except socket.timeout:\n    print('none')",
+        ],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "none",
+        "a datagram from port 7777: {}",
+        text(&o)
+    );
+    let refused = refused_after_report(&child, &report);
+    assert_eq!(
+        refused,
+        serde_json::json!({
+            "group_destination": 0,
+            "martian_source": 0,
+            "source_port_zero": 0,
+            "loop_source": 1,
+            "unsupported": 0
+        }),
+        "the report's refusals"
+    );
     signal(&child, "-TERM");
     let st = child.wait().unwrap();
     assert!(st.success(), "udp-echo exit on SIGTERM: {st}");
@@ -139,6 +176,27 @@ fn kernel_udp(ns: &str, port: u16, send: &str, show: &str) -> String {
         eprintln!("kernel UDP client: {}", text(&o));
     }
     out
+}
+
+/// Asks `child` (udp-echo) for a report (SIGUSR1) and returns its
+/// `refused` counters once a report newer than the first is there.
+fn refused_after_report(child: &Child, report: &std::path::Path) -> serde_json::Value {
+    signal(child, "-USR1");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let v: Option<serde_json::Value> = std::fs::read(report)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        if let Some(v) = v.filter(|v| v["generation"].as_u64() >= Some(1)) {
+            return v["refused"].clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no report 5 s after SIGUSR1 ({})",
+            report.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 fn signal(child: &Child, sig: &str) {

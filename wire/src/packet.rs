@@ -10,6 +10,7 @@
 
 #[cfg(feature = "arp")]
 use super::arp::{self, ArpOperation, ArpPacket, ArpRepr};
+use super::be16;
 use super::checksum::{self, ChecksumPolicy};
 use super::ethernet::{EtherType, EthernetFrame, EthernetRepr};
 #[cfg(any(feature = "arp", feature = "icmp"))]
@@ -21,10 +22,10 @@ use super::icmp::{
 use super::ip::{FragmentInfo, IpPair, IpProtocol};
 use super::ipv4::{self, Ipv4Packet, Ipv4Repr};
 use super::ipv6::{self, walk_extension_headers, Ipv6Packet, Ipv6Repr};
+#[cfg(feature = "icmp")]
+use super::put16;
 use super::tcp::{TcpPacket, TcpRepr};
 use super::udp::{self, UdpPacket, UdpRepr};
-#[cfg(feature = "icmp")]
-use super::{be16, put16};
 use super::{Layer, NoAnswer, Result, WireError};
 use core::ops::Range;
 #[cfg(feature = "arp")]
@@ -574,7 +575,12 @@ struct Turn {
     v6: bool,
 }
 
-/// Swaps MACs and IP addresses and resets TTL / hop limit of a parsed IP frame, in place.
+/// Swaps MACs and IP addresses, resets TTL / hop limit and clears the ECN field of a parsed
+/// IP frame, in place. The reply is a packet of its own, from a sender with no ECN-capable
+/// transport: it goes as Not-ECT (RFC 3168 §5), not with the request's codepoint (a CE mark
+/// reflected would be a congestion signal the path back never gave). The IPv4 header checksum
+/// is updated incrementally for both changes (RFC 1624); IPv6 has none, and the UDP and ICMPv6
+/// pseudo-headers do not cover the traffic class (RFC 8200 §8.1).
 #[inline]
 fn turn_ip(frame: &mut [u8], t: &Turn) {
     EthernetFrame::new_unchecked(&mut *frame).swap_addrs();
@@ -582,22 +588,35 @@ fn turn_ip(frame: &mut [u8], t: &Turn) {
         let mut ip = Ipv6Packet::new_unchecked(&mut frame[t.l3..t.end]);
         ip.swap_addrs();
         ip.set_hop_limit(REPLY_TTL);
+        let (tc, flow) = (ip.traffic_class(), ip.flow_label());
+        ip.set_version_tc_flow(tc & !ECN_MASK, flow);
     } else {
         let mut ip = Ipv4Packet::new_unchecked(&mut frame[t.l3..t.end]);
         ip.swap_addrs();
         ip.set_ttl_update_checksum(REPLY_TTL);
+        let old = be16(ip.header(), 0);
+        ip.set_dscp_ecn(ip.dscp(), 0);
+        let new = be16(ip.header(), 0);
+        ip.set_checksum(checksum::update16(ip.checksum(), old, new));
     }
 }
 
+/// The ECN field (RFC 3168 §5): the low two bits of the IPv4 TOS octet and of the IPv6 traffic
+/// class; `00` is Not-ECT.
+const ECN_MASK: u8 = 0x03;
+
 /// Turns a received UDP-over-IPv4/IPv6 frame around in place for an echo service: swaps MAC
-/// addresses, IP addresses and ports, resets the TTL/hop limit to 64 (IPv4 header checksum
-/// updated incrementally, RFC 1624). The UDP checksum is left as is: the pseudo-header and
+/// addresses, IP addresses and ports, resets the TTL/hop limit to 64 and the ECN field to
+/// Not-ECT (IPv4 header checksum updated incrementally, RFC 1624). The UDP checksum is left as is: the pseudo-header and
 /// header sums do not depend on which address/port is source and which destination, so a
 /// valid checksum stays valid (and a corrupt one stays detectably corrupt, which is why only
 /// the IP header is verified here). Returns the length to transmit (Ethernet padding dropped).
 ///
-/// Fragments are `Fragment`; non-UDP frames and IPv6 packets with a Routing header are
-/// `Unsupported`; a datagram from source port 0 (RFC 768: no reply expected) is `Malformed`.
+/// Fragments are `Fragment`; non-UDP frames, IPv4 packets with options other than EOL/NOP and
+/// IPv6 packets with a Routing header are `Unsupported`; a datagram to a group or from a martian
+/// source (a group source MAC included) is `NotAnswered`; a datagram from source port 0
+/// (RFC 768: no reply expected) is `Malformed`. Which source ports an echo service answers
+/// beyond that (its own, the well-known reflectors') is the service's policy, not checked here.
 pub fn turn_around_udp(frame: &mut [u8]) -> Result<usize> {
     let t = {
         let f = parse_frame_with(frame, ChecksumPolicy::IP_ONLY)?;
@@ -630,7 +649,12 @@ pub fn turn_around_udp(frame: &mut [u8]) -> Result<usize> {
 /// fragment, not sent to a group (a broadcast or multicast MAC or IP destination: the reply's
 /// source would be the group, and every host on the segment could aim the echo's replies at a
 /// victim; RFC 1122 §3.2.2.6 and RFC 4443 §4.2 leave group echoes unanswered or answered from a
-/// unicast address), and from a source a reply can go to.
+/// unicast address), from a source a reply can go to (a group source MAC is one no station
+/// sends from, IEEE Std 802's individual/group bit: the reply, whose destination MAC is the
+/// request's source, would go to the whole segment), and with no IPv4 options but EOL and NOP
+/// (RFC 791 §3.1: a source route or a record route would have to be reversed or copied into the
+/// reply, RFC 1122 §3.2.1.8 and §3.2.2.6, which these in-place helpers do not do; reflected
+/// as they are, a source route would steer the reply along the sender's choice of path).
 #[inline]
 fn ip_turn(f: &Frame<'_>, layer: Layer) -> Result<()> {
     let group_ip = f.ip_pair().is_some_and(|ips| match ips.dst() {
@@ -643,8 +667,9 @@ fn ip_turn(f: &Frame<'_>, layer: Layer) -> Result<()> {
             why: NoAnswer::GroupDestination,
         });
     }
-    if f.ip_pair()
-        .is_some_and(|ips| super::ip::is_martian_source(ips.src()))
+    if f.ethernet.src_addr.is_multicast()
+        || f.ip_pair()
+            .is_some_and(|ips| super::ip::is_martian_source(ips.src()))
     {
         return Err(WireError::NotAnswered {
             layer,
@@ -660,6 +685,15 @@ fn ip_turn(f: &Frame<'_>, layer: Layer) -> Result<()> {
             },
         });
     }
+    if let Network::Ipv4(r) = &f.network {
+        let options = &f.l3()[ipv4::MIN_HEADER_LEN..][..usize::from(r.options_len)];
+        if !only_eol_nop(options) {
+            return Err(WireError::Unsupported {
+                layer: Layer::Ipv4,
+                what: "IPv4 options other than EOL and NOP",
+            });
+        }
+    }
     if let Network::Ipv6(_) = &f.network {
         // A Routing header (even with no segments left) means the source chose a path; an
         // echo would have to reverse it. Not supported.
@@ -671,6 +705,19 @@ fn ip_turn(f: &Frame<'_>, layer: Layer) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether an IPv4 options field holds nothing but No Operation (1) up to End of Option List
+/// (0) or its end (RFC 791 §3.1; what follows End of Option List is padding).
+fn only_eol_nop(options: &[u8]) -> bool {
+    for &kind in options {
+        match kind {
+            0 => return true,
+            1 => {}
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// Whether the IPv6 extension headers of a parsed frame include a Routing header.
@@ -1272,36 +1319,101 @@ mod tests {
         assert_eq!(f.ports(), Some((1, 2)));
     }
 
+    /// `b` with TTL / hop limit `ttl` and ECN field `ecn` (the IPv4 header checksum refilled;
+    /// no transport checksum covers either).
+    fn with_ttl_ecn(b: &[u8], ttl: u8, ecn: u8) -> Vec<u8> {
+        let mut b = b.to_vec();
+        let f = parse_frame(&b).unwrap();
+        let (l3, v6) = (f.l3_offset, matches!(f.network, Network::Ipv6(_)));
+        if v6 {
+            let mut ip = Ipv6Packet::new_unchecked(&mut b[l3..]);
+            ip.set_hop_limit(ttl);
+            let (tc, flow) = (ip.traffic_class(), ip.flow_label());
+            ip.set_version_tc_flow((tc & !ECN_MASK) | ecn, flow);
+        } else {
+            let mut ip = Ipv4Packet::new_unchecked(&mut b[l3..]);
+            ip.set_ttl(ttl);
+            ip.set_dscp_ecn(ip.dscp(), ecn);
+            ip.fill_checksum();
+        }
+        b
+    }
+
+    /// TTL / hop limit, DSCP and ECN field of a parsed IP frame.
+    fn ttl_dscp_ecn(f: &Frame<'_>) -> (u8, u8, u8) {
+        match f.network {
+            Network::Ipv4(r) => (r.ttl, r.dscp, r.ecn),
+            Network::Ipv6(r) => (
+                r.hop_limit,
+                r.traffic_class >> 2,
+                r.traffic_class & ECN_MASK,
+            ),
+            _ => panic!("not IP: {:?}", f.network),
+        }
+    }
+
     #[test]
     fn turn_around_udp_v4_v6_vlan() {
-        for name in [
-            "UDP4",
-            "UDP4_VLAN",
-            "UDP4_OPTS",
-            "UDP6",
-            "UDP6_EXT",
-            "UDP4_PADDED",
-        ] {
-            let orig = all_frames()
+        for name in ["UDP4", "UDP4_VLAN", "UDP6", "UDP6_EXT", "UDP4_PADDED"] {
+            let fixture = all_frames()
                 .into_iter()
                 .find(|(n, _)| *n == name)
                 .unwrap()
                 .1;
-            let mut b = orig.clone();
-            let n = turn_around_udp(&mut b).unwrap();
-            let before = parse_frame(&orig).unwrap();
-            let after = parse_frame(&b[..n]).unwrap(); // verifies all checksums
-            assert_eq!(after.ethernet.src_addr, before.ethernet.dst_addr, "{name}");
-            assert_eq!(after.ethernet.dst_addr, before.ethernet.src_addr, "{name}");
+            // Every fixture comes with TTL / hop limit 64 (REPLY_TTL) and Not-ECT: a copy with
+            // TTL 7 and CE (RFC 3168 §5) shows that both are rewritten, not left as they were.
+            for orig in [fixture.clone(), with_ttl_ecn(&fixture, 7, 3)] {
+                let mut b = orig.clone();
+                let n = turn_around_udp(&mut b).unwrap();
+                let before = parse_frame(&orig).unwrap();
+                let after = parse_frame(&b[..n]).unwrap(); // verifies all checksums
+                assert_eq!(after.ethernet.src_addr, before.ethernet.dst_addr, "{name}");
+                assert_eq!(after.ethernet.dst_addr, before.ethernet.src_addr, "{name}");
+                assert_eq!(
+                    after.ip_pair(),
+                    before.ip_pair().map(|p| p.reversed()),
+                    "{name}"
+                );
+                let (s, d) = before.ports().unwrap();
+                assert_eq!(after.ports(), Some((d, s)), "{name}");
+                assert_eq!(after.payload(), before.payload(), "{name}");
+                assert_eq!(n, before.l3_end);
+                // TTL / hop limit 64, DSCP kept, Not-ECT.
+                let dscp = ttl_dscp_ecn(&before).1;
+                assert_eq!(ttl_dscp_ecn(&after), (REPLY_TTL, dscp, 0), "{name}");
+            }
+        }
+        // IPv4 options (RFC 791 §3.1): UDP4_OPTS carries a Router Alert (RFC 2113), refused
+        // like a loose or strict source route and a record route; the same datagram with only
+        // NOPs and End of Option List in their place is answered.
+        let opts = hex(testutil::UDP4_OPTS);
+        let with_opts = |o: [u8; 8]| {
+            let mut b = opts.clone();
+            b[34..42].copy_from_slice(&o);
+            Ipv4Packet::new_unchecked(&mut b[14..]).fill_checksum();
+            assert!(parse_frame(&b).is_ok());
+            b
+        };
+        for b in [
+            opts.clone(),
+            with_opts([0x83, 7, 4, 10, 0, 0, 1, 0]), // LSRR
+            with_opts([0x89, 7, 4, 10, 0, 0, 1, 0]), // SSRR
+            with_opts([1, 7, 3, 4, 0, 0, 0, 0]),     // NOP, then Record Route
+        ] {
+            let mut c = b.clone();
             assert_eq!(
-                after.ip_pair(),
-                before.ip_pair().map(|p| p.reversed()),
-                "{name}"
+                turn_around_udp(&mut c),
+                Err(WireError::Unsupported {
+                    layer: Layer::Ipv4,
+                    what: "IPv4 options other than EOL and NOP"
+                })
             );
-            let (s, d) = before.ports().unwrap();
-            assert_eq!(after.ports(), Some((d, s)), "{name}");
-            assert_eq!(after.payload(), before.payload(), "{name}");
-            assert_eq!(n, before.l3_end);
+            assert_eq!(c, b, "nothing written");
+        }
+        for o in [[1, 1, 1, 1, 1, 1, 1, 1], [1, 0, 0, 0, 0, 0, 0, 0]] {
+            let mut b = with_opts(o);
+            let n = turn_around_udp(&mut b).unwrap();
+            assert_eq!(parse_frame(&b[..n]).unwrap().ports(), Some((53, 54321)));
         }
         let mut b = hex(testutil::TCP4_SYN);
         assert!(matches!(
@@ -1374,6 +1486,11 @@ mod tests {
             ));
             assert_eq!(f.ip_pair(), before.ip_pair().map(|p| p.reversed()));
             assert_eq!(f.payload(), before.payload());
+            // A request with TTL 7 and CE: the reply has TTL 64 and is Not-ECT.
+            let mut b = with_ttl_ecn(&orig, 7, 3);
+            let n = answer_icmp_echo(&mut b).unwrap();
+            let f = parse_frame(&b[..n]).unwrap();
+            assert_eq!(ttl_dscp_ecn(&f), (REPLY_TTL, 0, 0), "{name}");
         }
         let mut b = hex(testutil::UDP4);
         assert!(answer_icmp_echo(&mut b).is_err());
@@ -1429,27 +1546,124 @@ mod tests {
             u.fill_checksum(&IpPair::V4 { src, dst });
             b
         };
+        let udp6 = hex(testutil::UDP6);
+        let f = parse_frame(&udp6).unwrap();
+        let (l3_6, l4_6, v6_src, v6_dst) = (f.l3_offset, f.l4_offset, 8, 24);
+        // Rewrites one IPv6 address (at `at` in the IP header) and refills the UDP checksum.
+        let with_v6 = |at: usize, addr: &str, mac: Option<[u8; 6]>| {
+            let mut b = udp6.clone();
+            let a: Ipv6Addr = addr.parse().unwrap();
+            b[l3_6 + at..l3_6 + at + 16].copy_from_slice(&a.octets());
+            if let Some(m) = mac {
+                b[0..6].copy_from_slice(&m);
+            }
+            let ip = Ipv6Packet::new_unchecked(&b[l3_6..]);
+            let (src, dst) = (ip.src_addr(), ip.dst_addr());
+            let mut u = UdpPacket::new_unchecked(&mut b[l4_6..]);
+            u.fill_checksum(&IpPair::V6 { src, dst });
+            b
+        };
+        // Sets the group bit of the MAC address at `at` (0: destination, 6: source).
+        let group_mac = |b: &[u8], at: usize| -> Vec<u8> {
+            let mut b = b.to_vec();
+            b[at] |= 1;
+            b
+        };
         let bcast = Some([0xff; 6]);
-        for b in [
-            with_v4(16, [255, 255, 255, 255], bcast),
-            with_v4(16, [224, 0, 0, 1], Some([0x01, 0, 0x5e, 0, 0, 1])),
-            with_v4(16, [255, 255, 255, 255], None),
-            udp4.iter()
-                .enumerate()
-                .map(|(i, &x)| if i == 0 { x | 1 } else { x })
-                .collect(),
-            with_v4(v4_src, [0, 0, 0, 0], None),
-            with_v4(v4_src, [127, 0, 0, 1], None),
+        let (why_group, why_martian) = (NoAnswer::GroupDestination, NoAnswer::MartianSource);
+        for (case, b, why) in [
+            (
+                "v4 broadcast",
+                with_v4(16, [255, 255, 255, 255], bcast),
+                why_group,
+            ),
+            (
+                "v4 multicast",
+                with_v4(16, [224, 0, 0, 1], Some([0x01, 0, 0x5e, 0, 0, 1])),
+                why_group,
+            ),
+            (
+                "v4 broadcast IP, unicast MAC",
+                with_v4(16, [255, 255, 255, 255], None),
+                why_group,
+            ),
+            ("v4 group dst MAC", group_mac(&udp4, 0), why_group),
+            (
+                "v4 source 0",
+                with_v4(v4_src, [0, 0, 0, 0], None),
+                why_martian,
+            ),
+            (
+                "v4 source loopback",
+                with_v4(v4_src, [127, 0, 0, 1], None),
+                why_martian,
+            ),
+            ("v4 group source MAC", group_mac(&udp4, 6), why_martian),
+            (
+                "v4 broadcast source MAC",
+                {
+                    let mut b = udp4.clone();
+                    b[6..12].copy_from_slice(&[0xff; 6]);
+                    b
+                },
+                why_martian,
+            ),
+            (
+                "v6 multicast",
+                with_v6(v6_dst, "ff02::1", Some([0x33, 0x33, 0, 0, 0, 1])),
+                why_group,
+            ),
+            (
+                "v6 multicast IP, unicast MAC",
+                with_v6(v6_dst, "ff0e::1", None),
+                why_group,
+            ),
+            ("v6 group dst MAC", group_mac(&udp6, 0), why_group),
+            ("v6 source ::", with_v6(v6_src, "::", None), why_martian),
+            ("v6 source ::1", with_v6(v6_src, "::1", None), why_martian),
+            (
+                "v6 multicast source",
+                with_v6(v6_src, "ff02::1", None),
+                why_martian,
+            ),
+            (
+                "v6 IPv4-mapped source",
+                with_v6(v6_src, "::ffff:10.0.0.1", None),
+                why_martian,
+            ),
+            ("v6 group source MAC", group_mac(&udp6, 6), why_martian),
         ] {
-            assert!(parse_frame(&b).is_ok());
+            assert!(parse_frame(&b).is_ok(), "{case}");
             let mut c = b.clone();
             let e = turn_around_udp(&mut c).unwrap_err();
-            assert!(matches!(e, WireError::NotAnswered { .. }), "{e:?}");
+            assert_eq!(
+                e,
+                WireError::NotAnswered {
+                    layer: Layer::Udp,
+                    why
+                },
+                "{case}"
+            );
+            assert_eq!(c, b, "{case}: nothing written");
+        }
+        // The untouched datagrams are answered.
+        for b in [&udp4, &udp6] {
+            let mut c = b.clone();
+            assert!(turn_around_udp(&mut c).is_ok());
+        }
+        // The ICMP echo shares the check: a request from a group source MAC is not answered.
+        for b in [hex(testutil::ICMP_ECHO), hex(testutil::ICMP6_ECHO)] {
+            let b = group_mac(&b, 6);
+            let mut c = b.clone();
+            assert!(matches!(
+                answer_icmp_echo(&mut c),
+                Err(WireError::NotAnswered {
+                    why: NoAnswer::MartianSource,
+                    ..
+                })
+            ));
             assert_eq!(c, b, "nothing written");
         }
-        // The untouched datagram is answered.
-        let mut c = udp4.clone();
-        assert!(turn_around_udp(&mut c).is_ok());
     }
 
     #[test]
