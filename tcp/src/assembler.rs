@@ -65,6 +65,14 @@ impl Assembler {
         self.ranges.is_empty()
     }
 
+    /// Where the highest held range ends, relative to `RCV.NXT` (0 when
+    /// nothing is held).
+    pub(crate) fn held_end(&self) -> u32 {
+        self.ranges
+            .last()
+            .map_or(0, |&(_, e)| e.wrapping_sub(self.base))
+    }
+
     /// Number of held ranges.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {

@@ -349,12 +349,20 @@ impl ChunkBuffer {
     /// will never be committed) and gives back the chunks only they used;
     /// with nothing queued, the buffer then holds no memory at all.
     pub(crate) fn forget_unqueued(&mut self, pool: &mut ChunkPool) {
-        if self.len == 0 {
+        self.forget_unqueued_past(pool, 0);
+    }
+
+    /// Forgets bytes written more than `keep` bytes past the queued ones
+    /// (those of an out-of-order segment that was refused after it was
+    /// written) and gives back the chunks only they used.
+    pub(crate) fn forget_unqueued_past(&mut self, pool: &mut ChunkPool, keep: usize) {
+        if self.len == 0 && keep == 0 {
             self.release(pool);
             return;
         }
-        self.written = self.len;
-        let need = (self.head as usize + self.len() + self.chunk_size() - 1) >> self.shift;
+        self.written = self.written.min(self.len + to_u32(keep));
+        let need =
+            (self.head as usize + self.written as usize + self.chunk_size() - 1) >> self.shift;
         while self.chunks.len() > need {
             if let Some(c) = self.chunks.pop_back() {
                 pool.give(c);

@@ -163,6 +163,12 @@ impl RecvBuffer {
         self.chunks.forget_unqueued(pool);
     }
 
+    /// Forgets out-of-order bytes more than `keep` bytes past the queued
+    /// ones (see [`ChunkBuffer::forget_unqueued_past`]).
+    pub(crate) fn forget_unqueued_past(&mut self, pool: &mut ChunkPool, keep: usize) {
+        self.chunks.forget_unqueued_past(pool, keep);
+    }
+
     /// The next contiguous readable bytes: a kept payload (resolved
     /// through `store`), or a run of the chunks.
     #[inline]

@@ -75,6 +75,23 @@ impl Scoreboard {
         true
     }
 
+    /// Whether [`Scoreboard::add`] would record `[l, r)`: there is room for
+    /// another range, or the block touches one held. A block it would
+    /// refuse is not looked at by RACK either (`update_scoreboard`): never
+    /// recorded, it would look new on every ACK, and a receiver that fills
+    /// the scoreboard and then repeats blocks inside a large hole would
+    /// make each ACK walk thousands of send-time records again (the
+    /// CPU-exhaustion pattern of CVE-2019-11478).
+    #[inline]
+    pub(crate) fn takes(&self, l: SeqNumber, r: SeqNumber) -> bool {
+        if self.ranges.len() < MAX_SACKED_RANGES {
+            return true;
+        }
+        let lo = self.ranges.partition_point(|&(_, e)| e < l);
+        let hi = self.ranges.partition_point(|&(s, _)| s <= r);
+        lo < hi
+    }
+
     /// Drops what SND.UNA = `una` now acknowledges cumulatively.
     pub(crate) fn prune(&mut self, una: SeqNumber) {
         let n = self.ranges.partition_point(|&(_, e)| e <= una);
@@ -184,5 +201,29 @@ mod tests {
         assert!(!b.add(s(1_000_000), s(1_000_001)));
         assert!(b.add(s(5), s(7)));
         assert_eq!(b.ranges().len(), MAX_SACKED_RANGES);
+    }
+
+    /// `takes` says what `add` would record: anything while there is room;
+    /// when full, only a block touching a held range (which merges).
+    #[test]
+    fn takes_what_add_records() {
+        let mut b = Scoreboard::new();
+        assert!(b.takes(s(0), s(1)));
+        for i in 0..MAX_SACKED_RANGES as u32 {
+            assert!(b.takes(s(10 * i + 5), s(10 * i + 6)));
+            assert!(b.add(s(10 * i + 5), s(10 * i + 6)));
+        }
+        for (l, r, touches) in [
+            (1_000_000, 1_000_001, false),
+            (7, 9, false),
+            (6, 9, true),
+            (2, 5, true),
+            (0, 100, true),
+        ] {
+            assert_eq!(b.takes(s(l), s(r)), touches, "[{l}, {r})");
+            let before = b.ranges().to_vec();
+            b.add(s(l), s(r));
+            assert_eq!(b.ranges() != before.as_slice(), touches, "[{l}, {r})");
+        }
     }
 }

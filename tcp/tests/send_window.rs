@@ -4,158 +4,11 @@
 
 mod sim;
 
-use flowlane_tcp::time::{Duration, Instant};
-use flowlane_tcp::{ConnHandle, Stack, State};
-use flowlane_wire::tcp::{TcpFlags, TcpOptions};
-use flowlane_wire::TcpRepr;
-use sim::{test_config, A_IP, B_IP};
-use std::net::SocketAddr;
-
-/// Our stack (A) and a peer (B) played by hand: no timestamps, no SACK, no
-/// window scaling, so that B's segments are simple to write.
-struct Peer {
-    a: Stack,
-    conn: ConnHandle,
-    now: Instant,
-    /// B's SND.NXT (A's RCV.NXT).
-    b_nxt: u32,
-    /// What B has received in order (its RCV.NXT).
-    b_rcv: u32,
-    /// Every segment A sent: (repr, payload length).
-    sent: Vec<(TcpRepr, usize)>,
-}
-
-impl Peer {
-    fn new(b_window: u16) -> Peer {
-        let mut a = Stack::new(test_config(1));
-        let now = Instant::from_millis(1_000);
-        let conn = a
-            .connect(
-                now,
-                SocketAddr::new(A_IP, 10_000),
-                SocketAddr::new(B_IP, 80),
-            )
-            .unwrap();
-        let mut p = Peer {
-            a,
-            conn,
-            now,
-            b_nxt: 50_000,
-            b_rcv: 0,
-            sent: Vec::new(),
-        };
-        let syn = p.poll().pop().expect("SYN").0;
-        assert!(syn.flags.syn());
-        p.b_rcv = syn.seq.wrapping_add(1);
-        let options = TcpOptions {
-            mss: Some(1460),
-            ..TcpOptions::default()
-        };
-        p.deliver(TcpFlags::SYN | TcpFlags::ACK, b_window, options);
-        p.b_nxt = p.b_nxt.wrapping_add(1);
-        assert_eq!(p.a.state(p.conn), Ok(State::Established));
-        p.poll();
-        p
-    }
-
-    /// Feeds A one segment from B at B's SND.NXT, acknowledging `b_rcv`.
-    fn deliver(&mut self, flags: TcpFlags, window: u16, options: TcpOptions) {
-        let repr = TcpRepr {
-            src_port: 80,
-            dst_port: 10_000,
-            seq: self.b_nxt,
-            ack: self.b_rcv,
-            flags,
-            window,
-            urgent: 0,
-            options,
-        };
-        let mut bytes = vec![0u8; 60];
-        let n = repr.emit(&mut bytes).unwrap();
-        bytes.truncate(n);
-        self.a.handle_segment(self.now, B_IP, A_IP, &bytes);
-    }
-
-    /// B acknowledges what it holds, offering `window`.
-    fn ack(&mut self, window: u16) {
-        self.deliver(TcpFlags::ACK, window, TcpOptions::default());
-    }
-
-    /// Everything A sends now.
-    fn poll(&mut self) -> Vec<(TcpRepr, usize)> {
-        let mut out = Vec::new();
-        let mut buf = vec![0u8; 2048];
-        while let Some(t) = self.a.poll_transmit(self.now, &mut buf) {
-            let (repr, payload) = TcpRepr::parse_segment(&buf[..t.len]).unwrap();
-            out.push((repr, payload.len()));
-        }
-        self.sent.extend(out.iter().cloned());
-        out
-    }
-
-    /// Runs A's timers up to `until`, collecting what it sends.
-    fn run_until(&mut self, until: Instant) -> Vec<(TcpRepr, usize)> {
-        let mut out = Vec::new();
-        while let Some(t) = self.a.poll_timeout() {
-            if t > until {
-                break;
-            }
-            self.now = self.now.max(t);
-            self.a.handle_timeout(self.now);
-            out.extend(self.poll());
-        }
-        self.now = self.now.max(until);
-        out
-    }
-
-    /// A with 100 kB queued; B takes its first flight and shuts its
-    /// window.
-    fn shut_after_first_flight() -> Peer {
-        let mut p = Peer::new(60_000);
-        p.a.send(p.conn, &vec![7u8; 100_000]).unwrap();
-        let first = p.poll();
-        assert!(p.take(&first, usize::MAX) > 0);
-        p.ack(0);
-        p.poll();
-        p
-    }
-
-    /// Runs A's timers for `span` with B's window shut: B drops whatever A
-    /// sends and answers it with the window still zero. Returns A's
-    /// segments, each with the time it went.
-    fn probe_shut_window(&mut self, span: Duration) -> Vec<(Instant, TcpRepr, usize)> {
-        let limit = self.now + span;
-        let mut sent_all = Vec::new();
-        while let Some(t) = self.a.poll_timeout() {
-            if t > limit {
-                break;
-            }
-            self.now = t;
-            self.a.handle_timeout(t);
-            let sent = self.poll();
-            if !sent.is_empty() {
-                self.ack(0);
-                self.poll();
-            }
-            sent_all.extend(sent.into_iter().map(|(r, len)| (t, r, len)));
-        }
-        sent_all
-    }
-
-    /// B takes in order whatever of `segs` starts at its RCV.NXT and fits
-    /// `room` bytes; returns how much it took.
-    fn take(&mut self, segs: &[(TcpRepr, usize)], mut room: usize) -> usize {
-        let mut took = 0;
-        for (r, len) in segs {
-            if r.seq == self.b_rcv && *len > 0 && *len <= room {
-                self.b_rcv = self.b_rcv.wrapping_add(*len as u32);
-                room -= len;
-                took += len;
-            }
-        }
-        took
-    }
-}
+use flowlane_tcp::time::Duration;
+use flowlane_tcp::CongestionAlgorithm;
+use flowlane_wire::tcp::TcpOptions;
+use sim::peer::Peer;
+use sim::test_config;
 
 /// RFC 9293 §3.8.6.1 (zero-window probing) and §3.8.6.2.1 (the sender's
 /// SWS override timeout): data that waits on the send window must always
@@ -282,4 +135,72 @@ fn a_peer_silent_behind_a_zero_window_is_given_up() {
     let closed = std::iter::from_fn(|| p.a.poll_event())
         .any(|e| matches!(e, flowlane_tcp::Event::Closed { conn: c, reason: flowlane_tcp::CloseReason::Timeout } if c == conn));
     assert!(closed, "told as a timeout");
+}
+
+/// A receiver alternating a zero and an open window in pure ACKs that
+/// acknowledge nothing: the data in flight when it shut its window is not
+/// sent again with each pair (the rewind after a reopened window is for
+/// the persist timer's probes only). Before, 2,000 such ACKs drew the
+/// initial flight a thousand times over (14.6 MB for 108 kB of ACKs),
+/// with no retransmission timeout, no congestion response and the
+/// retransmission count cleared each time.
+#[test]
+fn a_window_shut_and_reopened_in_pure_acks_draws_no_flight_again() {
+    let mut p = Peer::new(60_000);
+    p.a.send(p.conn, &vec![7u8; 100_000]).unwrap();
+    let first: usize = p.poll().iter().filter(|(_, len)| *len > 0).count();
+    assert!(first >= 10, "the initial window went out: {first}");
+    let mut again = 0;
+    for _ in 0..1_000 {
+        p.ack(0);
+        p.poll();
+        p.ack(60_000);
+        again += p.poll().iter().filter(|(_, len)| *len > 0).count();
+    }
+    assert!(
+        again <= first,
+        "{again} segments sent again for 2,000 ACKs that acknowledged nothing \
+         (first flight {first})"
+    );
+}
+
+/// RFC 5681 §3.2's note on duplicate-ACK spoofing (Savage et al. 1999): a
+/// receiver without SACK that repeats its duplicate ACK cannot inflate the
+/// window in fast recovery past what was outstanding when recovery began.
+/// Before, 2,000 forged duplicates grew it by 2,000 segments with 41
+/// outstanding, for both congestion controllers.
+#[test]
+fn forged_duplicate_acks_inflate_the_window_no_further_than_the_flight() {
+    for cc in [CongestionAlgorithm::NewReno, CongestionAlgorithm::Cubic] {
+        let mut cfg = test_config(1);
+        cfg.congestion = cc;
+        let options = TcpOptions {
+            mss: Some(1460),
+            ..TcpOptions::default()
+        };
+        let mut p = Peer::with_config(cfg, 60_000, options);
+        p.a.send(p.conn, &vec![7u8; 1 << 20]).unwrap();
+        p.poll();
+        for _ in 0..3 {
+            p.ack(60_000);
+        }
+        p.poll();
+        let entry = p.a.info(p.conn).unwrap();
+        assert!(
+            entry.ssthresh < usize::MAX / 2,
+            "{cc:?}: in recovery {entry:?}"
+        );
+        for _ in 0..2_000 {
+            p.ack(60_000);
+            p.poll();
+        }
+        let info = p.a.info(p.conn).unwrap();
+        assert!(
+            info.cwnd <= entry.ssthresh + 3 * 1460 + entry.unacked,
+            "{cc:?}: the window grew to {} with {} outstanding at recovery (ssthresh {})",
+            info.cwnd,
+            entry.unacked,
+            entry.ssthresh
+        );
+    }
 }

@@ -261,7 +261,9 @@ impl Connection {
                 return;
             }
         }
-        if !self.process_ack(ctx, seg, seq, data.len(), f) {
+        // The length as received: a zero-window probe trimmed to nothing
+        // still carried data, and is no duplicate ACK (RFC 5681 §2 (b)).
+        if !self.process_ack(ctx, seg, seq, payload.len(), f) {
             return;
         }
 
@@ -856,11 +858,21 @@ impl Connection {
     /// (SND.WL1 / SND.WL2 guard against old segments).
     #[inline]
     pub(super) fn update_send_window(&mut self, seq: SeqNumber, ack: SeqNumber, new_wnd: u32) {
-        if self.snd.wnd == 0 && new_wnd > 0 && ack == self.snd.una && self.snd.nxt > ack {
+        if self.snd.wnd == 0
+            && new_wnd > 0
+            && ack == self.snd.una
+            && self.snd.nxt > ack
+            && self.flags.has(Flags::PERSISTING)
+        {
             // The window reopened: whatever went out as a probe into the
             // zero window was not accepted, so send it again right away
             // instead of waiting for a backed-off RTO; the probes are no
-            // retransmissions to time the connection out by.
+            // retransmissions to time the connection out by. Only probes
+            // of the persist timer: data in flight when the peer shut its
+            // window is left to the retransmission timer (and congestion
+            // control), or a peer alternating a zero and an open window
+            // in pure ACKs would draw the whole flight again with each
+            // pair, the timer and its count cleared every time.
             self.snd.nxt = ack;
             self.timers_rare.rto = Deadline::NONE;
             self.timers_rare.retransmits = 0;
@@ -1066,12 +1078,27 @@ impl Connection {
         }
         let capacity = self.recv_buf.capacity();
         let front = self.assembler.add(offset as u32, written as u32, capacity);
+        if front.is_err() {
+            self.forget_refused(ctx);
+        }
         if self.assembler.is_empty() {
             self.flags.clear(Flags::HOLES);
         } else {
             self.flags.set(Flags::HOLES);
         }
         front
+    }
+
+    /// An out-of-order segment's bytes were written before the assembler
+    /// refused them (too many ranges): the buffer forgets what lies past
+    /// the held ranges and gives back the chunks only they took, or an
+    /// idle connection would keep them (and refuse zero-copy receive) for
+    /// bytes that are never delivered.
+    #[cold]
+    #[inline(never)]
+    fn forget_refused(&mut self, ctx: &mut Ctx<'_>) {
+        let keep = self.assembler.held_end() as usize;
+        self.recv_buf.forget_unqueued_past(ctx.pool, keep);
     }
 
     /// RFC 2883 §4: a segment that brings again bytes the assembler holds
@@ -1168,6 +1195,9 @@ impl Connection {
             return;
         }
         self.set_peer_fin_ahead(None);
+        if self.flags.has(Flags::HOLES) {
+            self.drop_past_fin(ctx);
+        }
         self.rcv.nxt += 1;
         self.flags.set(Flags::PEER_FIN | Flags::ACK_NOW);
         self.events |= ev::PEER_CLOSED;
@@ -1183,6 +1213,20 @@ impl Connection {
             State::FinWait2 => self.enter_time_wait(ctx),
             _ => {}
         }
+    }
+
+    /// A FIN in sequence while out-of-order data beyond it is held: the
+    /// stream ends before those bytes, which can never be delivered (as
+    /// Linux's `tcp_fin` purges its out-of-order queue). They and their
+    /// chunks are dropped, and no SACK block reports them; counted as a
+    /// FIN overrun, as data past a FIN is ([`Connection::fin_ahead`]).
+    #[cold]
+    #[inline(never)]
+    fn drop_past_fin(&mut self, ctx: &mut Ctx<'_>) {
+        ctx.stats.fin_overrun += 1;
+        self.assembler.clear();
+        self.recv_buf.forget_unqueued(ctx.pool);
+        self.flags.clear(Flags::HOLES);
     }
 
     pub(super) fn enter_time_wait(&mut self, ctx: &mut Ctx<'_>) {

@@ -23,7 +23,12 @@ impl Connection {
             if dsack {
                 self.rack_on_dsack(l, r);
             }
-            if dsack || r <= ack || r > self.snd.max || l >= r {
+            if dsack
+                || r <= ack
+                || r > self.snd.max
+                || l >= r
+                || !self.scoreboard.takes(l.max(ack), r)
+            {
                 continue;
             }
             self.rack_on_sack_block(l.max(ack), r);
@@ -464,6 +469,22 @@ impl Connection {
         self.arm_rto_or_probe(now);
     }
 
+    /// RFC 5681 §3.2 (its note on duplicate-ACK spoofing, Savage et al.
+    /// 1999: "limit the number of inflations to the number of outstanding
+    /// segments"): each duplicate ACK stands for a segment that left the
+    /// network, and no more can leave than were outstanding when recovery
+    /// began, so the window inflated from ssthresh + 3*SMSS (RFC 5681 §3.2
+    /// step 3) grows by no more than what is still outstanding of them
+    /// (`recover` - SND.UNA: partial ACKs deflate the window by what they
+    /// acknowledge, RFC 6582 §3.2 step 5). A peer that forges duplicate
+    /// ACKs cannot make the sender send past that.
+    fn inflation_allowed(&self) -> bool {
+        let mss = self.eff_mss();
+        let (recover, una) = (self.snd_rare.recover, self.snd.una);
+        let outstanding = if recover > una { recover - una } else { 0 };
+        self.cc.window() < self.cc.ssthresh() + 3 * mss + outstanding
+    }
+
     /// RFC 5681 §2 duplicate ACK: counts it and, outside recovery, starts
     /// fast retransmit / recovery on the third (RFC 5681 §3.2, RFC 6582
     /// §3.2 step 2 with the §4.2 ACK heuristic); in NewReno recovery it
@@ -476,7 +497,7 @@ impl Connection {
             // RFC 6675 §5: no window inflation; the pipe estimate
             // already counts what the duplicate ACK SACKed.
         } else if self.flags.has(Flags::IN_RECOVERY) {
-            if !self.flags.has(Flags::MTU_PROBE_OUT) {
+            if !self.flags.has(Flags::MTU_PROBE_OUT) && self.inflation_allowed() {
                 // (Not while repairing a lost path MTU probe: that
                 // recovery leaves the window as it was.)
                 self.cc.on_recovery_dup_ack();

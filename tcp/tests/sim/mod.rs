@@ -7,6 +7,8 @@
 // Each includer uses a different part, and `pub` marks what the includers share.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod peer;
+
 use flowlane_tcp::time::{Duration, Instant};
 use flowlane_tcp::{
     CloseReason, Config, ConnHandle, Delivery, Ecn, Error, Event, FrameRef, FrameStore, NoFrames,
