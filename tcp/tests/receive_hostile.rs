@@ -62,7 +62,7 @@ fn a_refused_out_of_order_segment_leaves_no_memory_behind() {
 #[test]
 fn close_wait_commits_no_receive_window() {
     let mut p = Peer::new(60_000);
-    p.data(0, TcpFlags::empty(), &[3u8; 30_000]);
+    p.data(0, TcpFlags::empty(), &vec![3u8; 30_000]);
     let mut buf = vec![0u8; 1 << 16];
     assert_eq!(p.a.recv(p.conn, &mut buf), Ok(30_000));
     p.data(0, TcpFlags::FIN, &[]);
@@ -124,7 +124,7 @@ fn zero_window_probes_are_no_duplicate_acks() {
     }
     let later = p.now + Duration::from_secs(1);
     p.run_until(later);
-    let (last, _) = p.sent.last().expect("A acknowledged").clone();
+    let (last, _) = *p.sent.last().expect("A acknowledged");
     p.b_nxt = last.ack;
     assert_eq!(last.window, 0, "A's window is shut");
     // A has data in flight that B does not acknowledge.
