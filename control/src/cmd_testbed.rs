@@ -1,7 +1,7 @@
 //! `flowlane testbed ...`: the veth test bed's commands over
 //! `flowlane-testbed` (up, down, status, impair, delay, set-rss).
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use clap::Subcommand;
 use flowlane_numa_sched::nic::RssNic;
 use flowlane_testbed::delay_line::{self, DelayConfig};
@@ -53,10 +53,17 @@ pub(crate) enum TestbedCmd {
         force: bool,
     },
     /// Remove the test bed and everything `up` made; services using it are
-    /// named and stopped first (SIGTERM, then SIGKILL after 5 s).
+    /// named and stopped first (SIGTERM, then SIGKILL after 5 s). Refuses a
+    /// bed whose namespaces exist but that this run directory
+    /// (FLOWLANE_RUN_DIR) has no state file for, unless --force.
     Down {
         #[command(flatten)]
         bed: BedName,
+        /// Remove the bed's namespaces and pins even when this run
+        /// directory has no state file for it (another FLOWLANE_RUN_DIR's
+        /// bed, or one a crash left half-made).
+        #[arg(long)]
+        force: bool,
     },
     /// Show the test bed and its emulated NIC.
     Status {
@@ -73,7 +80,8 @@ pub(crate) enum TestbedCmd {
     /// sch_netem). Runs until SIGTERM/SIGINT, then removes itself.
     Delay(DelayArgs),
     /// Program the emulated NIC's RSS, through the same interface as a
-    /// real NIC's.
+    /// real NIC's. Refuses a bed that flowlane services use (naming them)
+    /// unless --force.
     SetRss {
         #[command(flatten)]
         bed: BedName,
@@ -90,6 +98,10 @@ pub(crate) enum TestbedCmd {
         /// `--queues` is a count everywhere else.
         #[arg(long, hide = true, value_parser = queues_became_spread)]
         queues: Option<String>,
+        /// Reprogram a bed that flowlane services use: their model of the
+        /// NIC (key, table) no longer matches it.
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -264,7 +276,17 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
                 );
             }
         }
-        TestbedCmd::Down { bed } => {
+        TestbedCmd::Down { bed, force } => {
+            // Before anything is stopped.
+            if !force && testbed::bed::unrecorded(&bed.name)? {
+                bail!(
+                    "test bed {0} has namespaces but no state file in {1}: it may be another \
+                     FLOWLANE_RUN_DIR's bed or a half-made one; set FLOWLANE_RUN_DIR to its run \
+                     directory, or pass --force to `flowlane testbed down` to remove it anyway",
+                    bed.name,
+                    testbed::state::state_dir().display()
+                );
+            }
             report_stopped(&bed.name, "flowlane testbed down", false)?;
             if testbed::down(&bed.name)? {
                 outln!("test bed {} removed", bed.name);
@@ -384,8 +406,21 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
             spread,
             table,
             queues: _,
+            force,
         } => {
             let s = testbed::load(&bed.name)?;
+            let using = testbed::users(&s.name)?;
+            if !force && !using.is_empty() {
+                bail!(
+                    "test bed {} is in use by {}: reprogramming its RSS would leave {} with a \
+                     model of the NIC that no longer matches; stop {} first, or pass --force to \
+                     `flowlane testbed set-rss` to reprogram it anyway",
+                    s.name,
+                    testbed::users::list(&using),
+                    if using.len() == 1 { "it" } else { "them" },
+                    if using.len() == 1 { "it" } else { "them" },
+                );
+            }
             let nic = s.nic();
             let caps = nic.caps()?;
             let table = match (spread, table) {

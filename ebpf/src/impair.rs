@@ -172,9 +172,17 @@ pub fn install(ifindex: u32, pin_dir: &Path) -> Result<ImpairMaps> {
             .priority(2)
             .hook(point);
         // The RSS emulator made the clsact qdisc already; create it only when
-        // attaching finds none.
-        let done = hook.attach().is_ok() || (hook.create().is_ok() && hook.attach().is_ok());
-        if !done {
+        // attaching finds none. The last of libbpf's errors is the one told.
+        let done = hook.attach().map(drop).or_else(|_| {
+            hook.create()
+                .map(drop)
+                .or_else(|e| match e.kind() {
+                    libbpf_rs::ErrorKind::AlreadyExists => Ok(()),
+                    _ => Err(e),
+                })
+                .and_then(|()| hook.attach().map(drop))
+        });
+        if let Err(source) = done {
             // Nothing half-installed stays: pins that a later `install`
             // would take for a working impairment, or the other hook.
             for mut h in attached {
@@ -183,13 +191,46 @@ pub fn install(ifindex: u32, pin_dir: &Path) -> Result<ImpairMaps> {
             for name in [PIN_CFG, PIN_STATS] {
                 let _ = std::fs::remove_file(pin_dir.join(name));
             }
-            return Err(Error::Invalid(format!(
-                "attaching the impairment at tc {what} of ifindex {ifindex} failed (is the \
-                 interface there, with a clsact qdisc or room for one?)"
-            )));
+            return Err(Error::Bpf {
+                what: format!(
+                    "attaching the impairment at tc {what} of ifindex {ifindex} (is the \
+                     interface there, with a clsact qdisc or room for one?)"
+                ),
+                source,
+            });
         }
         attached.push(hook);
     }
     ImpairMaps::open(pin_dir)
         .ok_or_else(|| Error::Invalid("the impairment maps were not pinned".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An interface that is not there: the error says what failed and
+    /// keeps libbpf's (the kernel's) reason as its source.
+    #[test]
+    fn a_failed_attach_keeps_libbpfs_error() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipping a_failed_attach_keeps_libbpfs_error: loading BPF needs root");
+            return;
+        }
+        let pins =
+            Path::new("/sys/fs/bpf").join(format!("flowlane-impair-test-{}", std::process::id()));
+        let e = install(0x7fff_fff0, &pins).unwrap_err();
+        let left: Vec<_> = std::fs::read_dir(&pins).map_or(Vec::new(), |d| d.flatten().collect());
+        let _ = std::fs::remove_dir_all(&pins);
+        assert!(left.is_empty(), "pins left behind: {left:?}");
+        let text = e.to_string();
+        let source = std::error::Error::source(&e).map(ToString::to_string);
+        assert!(
+            matches!(e, Error::Bpf { .. }) && source.is_some(),
+            "{text}: no source"
+        );
+        assert!(text.contains("ifindex 2147483632"), "{text}");
+        assert!(text.ends_with(&source.unwrap()), "{text}");
+        assert_eq!(text.lines().count(), 1, "{text}");
+    }
 }

@@ -10,11 +10,17 @@
 //! [`install`] loads the program, pins its maps under a bpffs directory and
 //! attaches it; the pinned maps outlive the process so that later commands
 //! ([`RssEmuMaps::open`]) read and program the emulated NIC.
+//!
+//! The configuration (key, table size, hash fields, queue count) has two
+//! slots and a 32-bit index naming the one in force: a write fills the idle
+//! slot and then flips the index, so that the program never reads a key
+//! half-written.
 
 use std::mem::MaybeUninit;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
+use libbpf_rs::query::{ProgInfoIter, ProgInfoQueryOptions};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, TcHookBuilder, TC_EGRESS};
 
@@ -73,10 +79,16 @@ pub struct RssEmuConfig {
     pub table: Vec<u32>,
     /// Hash inputs per protocol.
     pub hash_fields: HashFields,
+    /// The NIC's queue count (the veth pair's): the table names queues
+    /// below it.
+    pub queues: u32,
 }
 
 impl RssEmuConfig {
-    fn validate(&self) -> Result<()> {
+    /// Checks the configuration against the emulator's limits and its own
+    /// queue count: the key's length, the table's size (a power of two up
+    /// to [`MAX_TABLE`]) and the queues its entries name.
+    pub fn validate(&self) -> Result<()> {
         if self.key.len() < 4 || self.key.len() > MAX_KEY {
             return Err(Error::Invalid(format!(
                 "RSS key is {} bytes; the emulated NIC takes 4 to {MAX_KEY}",
@@ -89,16 +101,28 @@ impl RssEmuConfig {
                 "indirection table has {n} entries; it must be a power of two up to {MAX_TABLE}"
             )));
         }
-        if let Some(q) = self.table.iter().find(|&&q| q >= MAX_QUEUES) {
+        if self.queues == 0 || self.queues > MAX_QUEUES {
             return Err(Error::Invalid(format!(
-                "indirection table names queue {q}, beyond {MAX_QUEUES}"
+                "the emulated NIC has {} queues; it takes 1 to {MAX_QUEUES}",
+                self.queues
+            )));
+        }
+        if let Some(q) = self.table.iter().find(|&&q| q >= self.queues) {
+            return Err(Error::Invalid(format!(
+                "indirection table names queue {q}, but the NIC has queues 0 to {}: name one \
+                 of those",
+                self.queues - 1
             )));
         }
         Ok(())
     }
 }
 
-const CFG_LEN: usize = 16 + MAX_KEY;
+/// Bytes of `struct rss_cfg` (`src/bpf/rss_emu.bpf.c`): five `u32`s, then
+/// the key.
+pub(crate) const CFG_LEN: usize = 20 + MAX_KEY;
+/// Configuration slots (`FL_CFG_SLOTS`).
+pub(crate) const CFG_SLOTS: u32 = 2;
 
 fn encode_cfg(c: &RssEmuConfig) -> [u8; CFG_LEN] {
     let mut v = [0u8; CFG_LEN];
@@ -106,7 +130,8 @@ fn encode_cfg(c: &RssEmuConfig) -> [u8; CFG_LEN] {
     v[4..8].copy_from_slice(&(c.key.len() as u32).to_ne_bytes());
     v[8..12].copy_from_slice(&(c.table.len() as u32).to_ne_bytes());
     v[12..16].copy_from_slice(&c.hash_fields.bits().to_ne_bytes());
-    v[16..16 + c.key.len()].copy_from_slice(&c.key);
+    v[16..20].copy_from_slice(&c.queues.to_ne_bytes());
+    v[20..20 + c.key.len()].copy_from_slice(&c.key);
     v
 }
 
@@ -114,15 +139,39 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
+/// The configuration slot in force and its raw bytes.
+fn live_cfg(cfg: &MapHandle, active: &MapHandle) -> Result<(u32, Vec<u8>)> {
+    let slot = active
+        .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+        .map_err(Error::bpf("reading the RSS configuration's slot in force"))?
+        .filter(|v| v.len() >= 4)
+        .map_or(0, |v| u32_at(&v, 0))
+        % CFG_SLOTS;
+    let raw = cfg
+        .lookup(&slot.to_ne_bytes(), MapFlags::ANY)
+        .map_err(Error::bpf("reading the RSS configuration"))?
+        .ok_or_else(|| Error::Invalid("RSS configuration entry missing".into()))?;
+    if raw.len() < CFG_LEN {
+        return Err(Error::Invalid(format!(
+            "RSS configuration entry is {} bytes, not {CFG_LEN}: the emulated NIC is of \
+             another flowlane; take the bed down and up again",
+            raw.len()
+        )));
+    }
+    Ok((slot, raw))
+}
+
 /// Handles on the pinned maps of an installed emulated NIC.
 #[derive(Debug)]
 pub struct RssEmuMaps {
     cfg: MapHandle,
+    active: MapHandle,
     table: MapHandle,
     packets: MapHandle,
 }
 
 const PIN_CFG: &str = "rss_cfg";
+const PIN_ACTIVE: &str = "rss_active";
 const PIN_TABLE: &str = "rss_table";
 const PIN_PACKETS: &str = "rss_queue_packets";
 
@@ -138,14 +187,15 @@ impl RssEmuMaps {
         };
         Ok(RssEmuMaps {
             cfg: open(PIN_CFG)?,
+            active: open(PIN_ACTIVE)?,
             table: open(PIN_TABLE)?,
             packets: open(PIN_PACKETS)?,
         })
     }
 
-    /// Programs key, table and hash fields. The table is written before the
-    /// configuration that makes it live, so no packet sees a half-written
-    /// table of a new size.
+    /// Programs key, table, hash fields and queue count. The table is
+    /// written before the configuration that makes it live, so no packet
+    /// sees a half-written table of a new size.
     pub fn write(&self, c: &RssEmuConfig) -> Result<()> {
         c.validate()?;
         for (i, q) in c.table.iter().enumerate() {
@@ -153,35 +203,34 @@ impl RssEmuMaps {
                 .update(&(i as u32).to_ne_bytes(), &q.to_ne_bytes(), MapFlags::ANY)
                 .map_err(Error::bpf("writing the indirection table"))?;
         }
-        self.cfg
-            .update(&0u32.to_ne_bytes(), &encode_cfg(c), MapFlags::ANY)
-            .map_err(Error::bpf("writing the RSS configuration"))
+        self.publish(c)
     }
 
-    /// Programs key and hash fields only (the table's size in `c` must be
-    /// the live one): the table's entries are left as they are, as a NIC
-    /// leaves them when only its key changes, and a bucket a service moves
-    /// meanwhile stays moved.
+    /// Programs key, hash fields and queue count only (the table's size in
+    /// `c` must be the live one): the table's entries are left as they are,
+    /// as a NIC leaves them when only its key changes, and a bucket a
+    /// service moves meanwhile stays moved.
     pub fn write_config(&self, c: &RssEmuConfig) -> Result<()> {
         c.validate()?;
-        self.cfg
-            .update(&0u32.to_ne_bytes(), &encode_cfg(c), MapFlags::ANY)
-            .map_err(Error::bpf("writing the RSS configuration"))
+        self.publish(c)
     }
 
-    /// Reads the configuration back.
+    /// Writes `c` into the idle configuration slot, then makes that slot
+    /// the one in force (one 32-bit store the program reads whole).
+    fn publish(&self, c: &RssEmuConfig) -> Result<()> {
+        let (live, _) = live_cfg(&self.cfg, &self.active)?;
+        let idle = (live + 1) % CFG_SLOTS;
+        self.cfg
+            .update(&idle.to_ne_bytes(), &encode_cfg(c), MapFlags::ANY)
+            .map_err(Error::bpf("writing the RSS configuration"))?;
+        self.active
+            .update(&0u32.to_ne_bytes(), &idle.to_ne_bytes(), MapFlags::ANY)
+            .map_err(Error::bpf("switching to the new RSS configuration"))
+    }
+
+    /// Reads the configuration in force back.
     pub fn read(&self) -> Result<RssEmuConfig> {
-        let raw = self
-            .cfg
-            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
-            .map_err(Error::bpf("reading the RSS configuration"))?
-            .ok_or_else(|| Error::Invalid("RSS configuration entry missing".into()))?;
-        if raw.len() < CFG_LEN {
-            return Err(Error::Invalid(format!(
-                "RSS configuration entry is {} bytes",
-                raw.len()
-            )));
-        }
+        let (_, raw) = live_cfg(&self.cfg, &self.active)?;
         let key_len = (u32_at(&raw, 4) as usize).min(MAX_KEY);
         let size = (u32_at(&raw, 8)).min(MAX_TABLE);
         let mut table = Vec::with_capacity(size as usize);
@@ -195,9 +244,10 @@ impl RssEmuMaps {
         }
         Ok(RssEmuConfig {
             enabled: u32_at(&raw, 0) != 0,
-            key: raw[16..16 + key_len].to_vec(),
+            key: raw[20..20 + key_len].to_vec(),
             table,
             hash_fields: HashFields::from_bits(u32_at(&raw, 12)),
+            queues: u32_at(&raw, 16),
         })
     }
 
@@ -222,26 +272,75 @@ impl RssEmuMaps {
 /// The emulated NIC's indirection table opened by map id (from inside the
 /// bed's namespace): what a service moving RSS buckets writes.
 #[derive(Debug)]
-pub struct RssTableMap(MapHandle);
+pub struct RssTableMap {
+    table: MapHandle,
+    /// The configuration's slots and the index of the one in force, found
+    /// through the program that uses the table (the pins are not visible
+    /// inside the bed).
+    cfg: MapHandle,
+    active: MapHandle,
+}
+
+/// The emulator's program name (`flowlane_rss`, as the kernel keeps it).
+const PROG_NAME: &str = "flowlane_rss";
 
 impl RssTableMap {
-    /// Opens the table map whose id [`RssEmuMaps::table_map_id`] gave.
+    /// Opens the table map whose id [`RssEmuMaps::table_map_id`] gave, with
+    /// the configuration maps of the emulator that uses it.
     pub fn open_by_id(id: u32) -> Result<RssTableMap> {
-        let map = MapHandle::from_map_id(id).map_err(Error::bpf(format!(
+        let table = MapHandle::from_map_id(id).map_err(Error::bpf(format!(
             "opening the emulated NIC's table (map id {id}; is the test bed still up?)"
         )))?;
-        Ok(RssTableMap(map))
+        let progs =
+            ProgInfoIter::with_query_opts(ProgInfoQueryOptions::default().include_map_ids(true));
+        let maps = progs
+            .filter(|p| p.name.to_bytes() == PROG_NAME.as_bytes() && p.map_ids.contains(&id))
+            .find_map(|p| {
+                let (mut cfg, mut active) = (None, None);
+                for m in p
+                    .map_ids
+                    .iter()
+                    .filter_map(|&m| MapHandle::from_map_id(m).ok())
+                {
+                    match m.name().to_str() {
+                        Some(PIN_CFG) => cfg = Some(m),
+                        Some(PIN_ACTIVE) => active = Some(m),
+                        _ => {}
+                    }
+                }
+                Some((cfg?, active?))
+            });
+        let Some((cfg, active)) = maps else {
+            return Err(Error::Invalid(format!(
+                "map id {id} is no emulated NIC's table (no {PROG_NAME} program uses it with its \
+                 configuration); is the test bed still up?"
+            )));
+        };
+        Ok(RssTableMap { table, cfg, active })
     }
 
     /// Points entry `bucket` at `queue`: the next packet of the bucket goes
-    /// there.
+    /// there. Refuses an entry beyond the table in force or a queue the NIC
+    /// does not have.
     pub fn set(&self, bucket: u32, queue: u32) -> Result<()> {
-        if bucket >= MAX_TABLE || queue >= MAX_QUEUES {
+        let (_, raw) = live_cfg(&self.cfg, &self.active)?;
+        let (size, queues) = (
+            u32_at(&raw, 8).min(MAX_TABLE),
+            u32_at(&raw, 16).min(MAX_QUEUES),
+        );
+        if bucket >= size {
             return Err(Error::Invalid(format!(
-                "entry {bucket} -> queue {queue} is out of the emulator's range"
+                "indirection table entry {bucket} is beyond the emulated NIC's table of {size} \
+                 entries: name one below {size}"
             )));
         }
-        self.0
+        if queue >= queues {
+            return Err(Error::Invalid(format!(
+                "queue {queue} is beyond the emulated NIC's {queues} queues: name one below \
+                 {queues}"
+            )));
+        }
+        self.table
             .update(&bucket.to_ne_bytes(), &queue.to_ne_bytes(), MapFlags::ANY)
             .map_err(Error::bpf("writing an indirection table entry"))
     }
@@ -259,15 +358,18 @@ pub fn install(ifindex: u32, pin_dir: &Path, config: &RssEmuConfig) -> Result<Rs
             pin_dir.display()
         ))
     })?;
-    for name in [PIN_CFG, PIN_TABLE, PIN_PACKETS] {
+    for name in [PIN_CFG, PIN_ACTIVE, PIN_TABLE, PIN_PACKETS] {
         let _ = std::fs::remove_file(pin_dir.join(name));
     }
     let mut storage = MaybeUninit::uninit();
     let mut open = RssEmuSkelBuilder::default()
         .open(&mut storage)
         .map_err(Error::bpf("opening the RSS emulator"))?;
+    // The hash alone, for the tests' BPF_PROG_TEST_RUN: never attached.
+    open.progs.flowlane_rss_hash.set_autoload(false);
     for (map, name) in [
         (&mut open.maps.rss_cfg, PIN_CFG),
+        (&mut open.maps.rss_active, PIN_ACTIVE),
         (&mut open.maps.rss_table, PIN_TABLE),
         (&mut open.maps.rss_queue_packets, PIN_PACKETS),
     ] {
@@ -312,3 +414,7 @@ pub fn remove_pins(pin_dir: &Path) {
 pub fn pin_dir_for(bed: &str) -> PathBuf {
     PathBuf::from("/sys/fs/bpf/flowlane").join(bed)
 }
+
+#[cfg(test)]
+#[path = "rss_emu_tests.rs"]
+mod tests;

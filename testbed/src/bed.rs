@@ -19,14 +19,17 @@
 //!
 //! `up` is idempotent, `down` removes exactly what `up` made (the two
 //! namespaces, which take the veth pair and the tc program with them, the
-//! pinned maps and the state file, and the shared directories of those when
-//! no other bed is left in them), and a half-made bed left by a crash is
-//! removed before a new one is made.
+//! pinned maps and the state file; the shared directories that hold those,
+//! `/sys/fs/bpf/flowlane` and the state directory, stay, empty or not), and
+//! a half-made bed left by a crash is removed before a new one is made.
 //!
 //! A bed in use (see [`users`](mod@crate::users)) is neither rebuilt nor
 //! re-programmed under its services: `up` refuses it (the caller may stop
 //! them first with [`crate::users::stop_users`]: `testbed up
-//! --force`), and `down` stops them cleanly before it removes anything.
+//! --force`), `testbed set-rss` refuses it unless `--force` (the check is
+//! the command's: [`crate::EmulatedNic`]'s `set_rss` does not make it, as
+//! the demo rotates the table under its own echo service on purpose), and
+//! `down` stops them cleanly before it removes anything.
 
 use anyhow::{bail, Context, Result};
 use flowlane_ebpf::rss_emu::{self, HashFields, RssEmuConfig, RssEmuMaps};
@@ -67,6 +70,10 @@ pub fn up(spec: &BedSpec) -> Result<BedState> {
     if spec.queues == 0 || spec.queues > flowlane_ebpf::limits::MAX_QUEUES {
         bail!("--queues must be 1..={}", flowlane_ebpf::limits::MAX_QUEUES);
     }
+    // The key and table, before anything is made or stopped.
+    if let Err(e) = emu_config(spec).validate() {
+        bail!("test bed {}: {e}", spec.name);
+    }
     let using = users::users(&spec.name)?;
     if !using.is_empty() {
         bail!(
@@ -101,6 +108,7 @@ fn emu_config(spec: &BedSpec) -> RssEmuConfig {
         key: spec.key.clone(),
         table: spec.table.clone(),
         hash_fields: HashFields::ALL_PORTS,
+        queues: spec.queues,
     }
 }
 
@@ -218,12 +226,21 @@ fn link_mac(ns: &str, dev: &str) -> Result<String> {
         .with_context(|| format!("no MAC address on {dev}"))
 }
 
+/// The directory whose lock makes [`ensure_bpffs`]'s look and mount one
+/// step: the bpffs mount is the host's, whatever `FLOWLANE_RUN_DIR` a bed
+/// uses, and this directory (the mount point's parent) stays the same
+/// inode when bpffs is mounted below it.
+const BPFFS_LOCK_DIR: &str = "/sys/fs";
+
 fn ensure_bpffs() -> Result<()> {
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
-    if mounts
-        .lines()
-        .any(|l| l.split_whitespace().nth(1) == Some("/sys/fs/bpf"))
-    {
+    // Two beds coming up at once would otherwise both see no bpffs and
+    // both mount one, the second hiding the first's pins.
+    let dir = std::fs::File::open(BPFFS_LOCK_DIR)
+        .with_context(|| format!("opening {BPFFS_LOCK_DIR} to lock the bpffs mount"))?;
+    let _lock = nix::fcntl::Flock::lock(dir, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .with_context(|| format!("locking {BPFFS_LOCK_DIR} around the bpffs mount"))?;
+    if bpffs_mounted() {
         return Ok(());
     }
     std::fs::create_dir_all("/sys/fs/bpf").ok();
@@ -232,12 +249,29 @@ fn ensure_bpffs() -> Result<()> {
         .context("mounting bpffs on /sys/fs/bpf")
 }
 
+fn bpffs_mounted() -> bool {
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    mounts
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some("/sys/fs/bpf"))
+}
+
+/// Whether bed `name`'s namespaces exist while this run directory
+/// (`FLOWLANE_RUN_DIR`) has no state file for it: a bed that another run
+/// directory recorded, or one a crash left half-made. `testbed down`
+/// refuses such a bed unless forced.
+pub fn unrecorded(name: &str) -> Result<bool> {
+    validate_name(name)?;
+    let (ns, peer_ns) = namespaces(name);
+    Ok(!state::state_path(name).exists() && (netns::exists(&ns) || netns::exists(&peer_ns)))
+}
+
 /// Removes a bed: stops the flowlane services that use it (SIGTERM, then
 /// SIGKILL after [`STOP_GRACE`]; call [`stop_users`] first to learn which),
 /// then removes its namespaces (with the veth pair and tc program in them),
-/// pinned maps and state file, and `/sys/fs/bpf/flowlane` and the state
-/// directory if no other bed is left in them. Removing nothing is not an
-/// error.
+/// pinned maps and state file. The shared directories that hold those
+/// (`/sys/fs/bpf/flowlane`, the state directory) stay. Removing nothing is
+/// not an error.
 pub fn down(name: &str) -> Result<bool> {
     validate_name(name)?;
     netns::require_root("flowlane testbed down")?;

@@ -1,12 +1,41 @@
 //! The veth test bed: up is idempotent, down removes exactly what up made,
-//! a half-made bed does not block the next up, and the emulated NIC is
-//! programmable.
+//! a half-made bed does not block the next up, the emulated NIC is
+//! programmable (and not under the services that use it), and `down`
+//! leaves another run directory's bed alone.
 
-use flowlane_tests::{flowlane, require_root, text, unique_name, Bed};
-use std::process::Command;
+use flowlane_numa_sched::nic::RssNic;
+use flowlane_numa_sched::IndirectionTable;
+use flowlane_tests::{
+    flowlane, flowlane_bin, kill_and_reap, require_root, start_udp_echo, text, unique_name, Bed,
+};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::{Command, Output};
 
 fn ns_exists(ns: &str) -> bool {
     std::path::Path::new("/run/netns").join(ns).exists()
+}
+
+/// The inode of a namespace's `/run/netns` entry: a bed made anew has
+/// another.
+fn ns_inode(ns: &str) -> u64 {
+    std::fs::metadata(Path::new("/run/netns").join(ns))
+        .unwrap_or_else(|e| panic!("{ns}: {e}"))
+        .ino()
+}
+
+/// The emulated NIC's key and table as they are in its maps.
+fn nic_rss(bed: &str) -> (Vec<u8>, Vec<u32>) {
+    let s = flowlane_testbed::load(bed).unwrap().nic().rss().unwrap();
+    (s.key, s.table)
+}
+
+/// The one line of a failed command's stderr.
+fn one_line_failure(o: &Output) -> String {
+    assert!(!o.status.success(), "{}", text(o));
+    let err = String::from_utf8_lossy(&o.stderr).trim_end().to_string();
+    assert_eq!(err.lines().count(), 1, "{}", text(o));
+    err
 }
 
 #[test]
@@ -16,8 +45,15 @@ fn up_is_idempotent_and_down_removes_everything() {
     }
     let bed = Bed::up("idem", 4);
     assert!(ns_exists(&bed.ns) && ns_exists(&bed.peer_ns));
+    let inodes = (ns_inode(&bed.ns), ns_inode(&bed.peer_ns));
     let o = flowlane(&["testbed", "up", "--bed", &bed.name, "--queues", "4"]);
     assert!(o.status.success(), "second up: {}", text(&o));
+    // The same namespaces: the second `up` did not rebuild the bed.
+    assert_eq!(
+        (ns_inode(&bed.ns), ns_inode(&bed.peer_ns)),
+        inodes,
+        "the second up made the bed anew"
+    );
     let st = flowlane(&["testbed", "status", "--bed", &bed.name, "--json"]);
     assert!(st.status.success(), "{}", text(&st));
     let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
@@ -77,12 +113,52 @@ fn set_rss_programs_the_emulated_nic() {
         return;
     }
     let bed = Bed::up("rss", 4);
+    let (key, table) = nic_rss(&bed.name);
+    assert_eq!(
+        table,
+        IndirectionTable::even(128, &[0, 1, 2, 3])
+            .unwrap()
+            .to_queue_list()
+    );
     let o = flowlane(&["testbed", "set-rss", "--bed", &bed.name, "--spread", "1,3"]);
     assert!(o.status.success(), "{}", text(&o));
+    let spread = IndirectionTable::even(128, &[1, 3])
+        .unwrap()
+        .to_queue_list();
+    assert_eq!(nic_rss(&bed.name), (key, spread.clone()));
+    // A key alone leaves the table as it is.
+    let new_key: Vec<u8> = (1..=40).collect();
+    let hex: Vec<String> = new_key.iter().map(|b| format!("{b:02x}")).collect();
+    let o = flowlane(&[
+        "testbed",
+        "set-rss",
+        "--bed",
+        &bed.name,
+        "--key",
+        &hex.join(":"),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(nic_rss(&bed.name), (new_key.clone(), spread));
+    let st = flowlane(&["testbed", "status", "--bed", &bed.name, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    assert_eq!(v["key"], hex.join(":"), "{}", text(&st));
+    // An explicit table (of the NIC's size: RssCaps refuses another).
+    let explicit: Vec<u32> = (0..128).map(|b| [3, 2, 0, 1, 1][b % 5]).collect();
+    let list: Vec<String> = explicit.iter().map(u32::to_string).collect();
+    let o = flowlane(&[
+        "testbed",
+        "set-rss",
+        "--bed",
+        &bed.name,
+        "--table",
+        &list.join(","),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(nic_rss(&bed.name), (new_key.clone(), explicit.to_vec()));
+
     let o = flowlane(&["testbed", "set-rss", "--bed", &bed.name, "--key", "6d:5a"]);
-    assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("key") && err.lines().count() == 1, "{err}");
+    let err = one_line_failure(&o);
+    assert!(err.contains("key"), "{err}");
     let o = flowlane(&["testbed", "set-rss", "--bed", &bed.name, "--spread", "0,9"]);
     assert!(!o.status.success());
     assert!(
@@ -90,4 +166,119 @@ fn set_rss_programs_the_emulated_nic() {
         "{}",
         text(&o)
     );
+    // Nothing refused was written.
+    assert_eq!(nic_rss(&bed.name), (new_key, explicit.to_vec()));
+}
+
+#[test]
+fn set_rss_refuses_a_bed_in_use_unless_forced() {
+    if !require_root("set_rss_refuses_a_bed_in_use_unless_forced") {
+        return;
+    }
+    let bed = Bed::up("rssuse", 2);
+    let before = nic_rss(&bed.name);
+    let (mut echo, report) = start_udp_echo(&bed, 7790);
+    // Everything asked while the service runs, checked once it is stopped
+    // (the bed's `down` would stop it too, but leave its report).
+    let plain = flowlane(&["testbed", "set-rss", "--bed", &bed.name, "--spread", "1"]);
+    let after_refusal = nic_rss(&bed.name);
+    let o = flowlane(&[
+        "testbed", "set-rss", "--bed", &bed.name, "--spread", "1", "--force",
+    ]);
+    let forced = (o.status.success(), text(&o), nic_rss(&bed.name));
+    let still_running = echo.try_wait().unwrap().is_none();
+    kill_and_reap(&mut echo);
+    let _ = std::fs::remove_file(&report);
+    let refused = one_line_failure(&plain);
+    assert!(
+        refused.contains("in use by") && refused.contains(&format!("pid {}", echo.id())),
+        "{refused}"
+    );
+    assert!(refused.contains("--force"), "{refused}");
+    assert_eq!(after_refusal, before, "the refused set-rss wrote the NIC");
+    assert!(forced.0, "{}", forced.1);
+    assert_eq!(forced.2 .1, vec![1; 128]);
+    assert!(still_running, "set-rss --force stopped the service");
+}
+
+#[test]
+fn up_refuses_a_table_naming_queues_the_bed_lacks() {
+    if !require_root("up_refuses_a_table_naming_queues_the_bed_lacks") {
+        return;
+    }
+    let name = unique_name("badtable");
+    let spec = flowlane_testbed::BedSpec {
+        name: name.clone(),
+        queues: 2,
+        key: (1..=40).collect(),
+        table: vec![0, 1, 2, 1],
+    };
+    let r = flowlane_testbed::up(&spec);
+    let made = ns_exists(&format!("flowlane-{name}"));
+    if r.is_ok() || made {
+        let _ = flowlane_testbed::down(&name);
+    }
+    let e = format!("{:#}", r.expect_err("a table naming queue 2 of 2"));
+    assert!(e.contains("queue 2") && e.contains(&name), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(!made, "the refused bed was made");
+}
+
+/// `flowlane testbed <args>` with the beds' state in `run_dir`.
+fn testbed_in(run_dir: &Path, args: &[&str]) -> Output {
+    Command::new(flowlane_bin())
+        .arg("testbed")
+        .args(args)
+        .env("FLOWLANE_RUN_DIR", run_dir)
+        .output()
+        .unwrap()
+}
+
+/// Takes the bed down from its own run directory and removes both run
+/// directories, whatever the test's outcome.
+struct TwoRunDirs {
+    bed: String,
+    own: std::path::PathBuf,
+    other: std::path::PathBuf,
+}
+
+impl Drop for TwoRunDirs {
+    fn drop(&mut self) {
+        let _ = testbed_in(&self.own, &["down", "--bed", &self.bed]);
+        let _ = testbed_in(&self.other, &["down", "--bed", &self.bed, "--force"]);
+        let _ = std::fs::remove_dir_all(&self.own);
+        let _ = std::fs::remove_dir_all(&self.other);
+    }
+}
+
+#[test]
+fn down_leaves_another_run_directorys_bed_unless_forced() {
+    if !require_root("down_leaves_another_run_directorys_bed_unless_forced") {
+        return;
+    }
+    let dirs = TwoRunDirs {
+        bed: unique_name("rundown"),
+        own: std::env::temp_dir().join(unique_name("runown")),
+        other: std::env::temp_dir().join(unique_name("runother")),
+    };
+    let (name, ns) = (&dirs.bed, format!("flowlane-{}", dirs.bed));
+    let o = testbed_in(&dirs.own, &["up", "--bed", name, "--queues", "1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = testbed_in(&dirs.other, &["down", "--bed", name]);
+    let err = one_line_failure(&o);
+    assert!(
+        err.contains("no state file") && err.contains("--force") && err.contains(name),
+        "{err}"
+    );
+    assert!(ns_exists(&ns), "the refused down removed the bed");
+    let o = testbed_in(&dirs.own, &["status", "--bed", name, "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = testbed_in(&dirs.other, &["down", "--bed", name, "--force"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!ns_exists(&ns));
+    // Its own run directory's state file is what is left: `down` there
+    // removes it.
+    let o = testbed_in(&dirs.own, &["down", "--bed", name]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!dirs.own.join(format!("testbed/{name}.json")).exists());
 }

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: (MIT OR Apache-2.0) */
 /* Shared constants between flowlane's BPF programs and their Rust loaders
- * (ebpf/src/*.rs mirror these; a test checks the skeletons' map sizes). */
+ * (ebpf/src/lib.rs's `limits` mirrors these; skeleton_maps_match_the_loaders
+ * in ebpf/src/rss_emu_tests.rs checks the skeletons' map sizes and value
+ * layouts against them and the loaders' encodings). */
 #ifndef FLOWLANE_COMMON_H
 #define FLOWLANE_COMMON_H
 
