@@ -11,6 +11,7 @@ use anyhow::{anyhow, Result};
 use hdrhistogram::Histogram;
 
 use crate::plan::Plan;
+use crate::procfs::TcpSnmp;
 
 /// Test phases relative to t0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -210,10 +211,15 @@ pub fn rtt_histogram() -> Histogram<u64> {
 /// per-worker counters here).
 pub type Finish = Box<dyn FnOnce() -> Result<ThreadStats>>;
 
+/// Reads a data path's own TCP counters now (summed over its queues), in
+/// the form of `/proc/net/snmp`'s; `None` once the data path is gone.
+pub type TcpReader = Arc<dyn Fn() -> Option<TcpSnmp> + Send + Sync>;
+
 /// A running set of data threads.
 pub struct Workers {
     handles: Vec<JoinHandle<Result<ThreadStats>>>,
     finish: Option<Finish>,
+    tcp: Option<TcpReader>,
 }
 
 impl std::fmt::Debug for Workers {
@@ -221,6 +227,7 @@ impl std::fmt::Debug for Workers {
         f.debug_struct("Workers")
             .field("threads", &self.handles.len())
             .field("finish", &self.finish.is_some())
+            .field("tcp", &self.tcp.is_some())
             .finish()
     }
 }
@@ -231,6 +238,7 @@ impl Workers {
         Workers {
             handles,
             finish: None,
+            tcp: None,
         }
     }
 
@@ -240,7 +248,20 @@ impl Workers {
         Workers {
             handles: Vec::new(),
             finish: Some(finish),
+            tcp: None,
         }
+    }
+
+    /// The data path counts its TCP segments itself (flowlane's TCP, which
+    /// `/proc/net/snmp` never sees): `tcp` reads them.
+    pub fn with_tcp(mut self, tcp: TcpReader) -> Workers {
+        self.tcp = Some(tcp);
+        self
+    }
+
+    /// The data path's own TCP counters, where it has them.
+    pub fn tcp(&self) -> Option<TcpReader> {
+        self.tcp.clone()
     }
 
     /// Waits for every thread and merges their counts; the first error wins.

@@ -119,7 +119,9 @@ pub struct RunArgs {
     #[arg(long, conflicts_with = "overlap_us")]
     pub latency: bool,
     /// Overlap mode: ping-pong with this many microseconds of computation between
-    /// send and receive on the sender (the receiver echoes).
+    /// send and receive on the sender (the receiver echoes). The sender needs
+    /// `--mode queue-pair` (run to completion computes on the loop that would
+    /// receive the reply: nothing could overlap); shorter than `-t`.
     #[arg(long, value_name = "MICROSECONDS")]
     pub overlap_us: Option<u64>,
     /// Message size in latency/overlap mode (k/m suffixes).
@@ -258,7 +260,11 @@ pub fn parse_mapping(s: &str) -> Result<Mapping> {
     })
 }
 
-/// Parses `65536`, `64k`, `1m` (binary units).
+/// The largest size [`parse_size`] takes: 1 GiB (a buffer is allocated
+/// whole, per connection or core).
+pub const MAX_SIZE: usize = 1 << 30;
+
+/// Parses `65536`, `64k`, `1m` (binary units), at most [`MAX_SIZE`].
 pub fn parse_size(s: &str) -> Result<usize, String> {
     let t = s.trim();
     let (n, mul) = match t.chars().last() {
@@ -269,12 +275,17 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
     let v = n
         .parse::<usize>()
         .map_err(|_| format!("{s:?} is not a size (e.g. 65536, 64k, 1m)"))?
-        * mul;
+        .checked_mul(mul)
+        .filter(|&v| v <= MAX_SIZE)
+        .ok_or_else(|| format!("{s:?}: sizes go up to 1024m"))?;
     if v == 0 {
         return Err("size must be positive".into());
     }
     Ok(v)
 }
+
+/// The most threads a run takes (all `-m` mappings together).
+pub const MAX_THREADS: usize = 4096;
 
 impl RunArgs {
     /// `--wait` in seconds, or the role's default.
@@ -315,9 +326,11 @@ impl RunArgs {
         }
         let mut threads = Vec::new();
         for m in &maps {
-            for _ in 0..self.threads.unwrap_or(m.sessions) {
-                threads.push(m.cpu);
+            let n = self.threads.unwrap_or(m.sessions);
+            if n > MAX_THREADS - threads.len() {
+                bail!("-m/-n: more than {MAX_THREADS} threads");
             }
+            threads.extend(std::iter::repeat_n(m.cpu, n));
         }
         if threads.is_empty() {
             bail!("-n 0: at least one thread is needed");
@@ -332,9 +345,9 @@ impl RunArgs {
                 self.ports
             );
         }
-        if (self.base_port..self.base_port.saturating_add(self.ports)).contains(&self.control_port)
-            && !self.no_sync
-        {
+        let data_ports =
+            u32::from(self.base_port)..u32::from(self.base_port) + u32::from(self.ports);
+        if data_ports.contains(&u32::from(self.control_port)) && !self.no_sync {
             bail!(
                 "--control-port {} lies inside the data ports -p {} -P {}",
                 self.control_port,
@@ -344,6 +357,14 @@ impl RunArgs {
         }
         if self.conns_per_thread == 0 {
             bail!("-l 0: at least one connection per thread is needed");
+        }
+        if threads.len().checked_mul(self.conns_per_thread).is_none() {
+            bail!(
+                "-l {}: {} threads × {} connections is more than can be counted",
+                self.conns_per_thread,
+                threads.len(),
+                self.conns_per_thread
+            );
         }
         for (f, v) in [
             ("-W", self.warmup),
@@ -364,6 +385,19 @@ impl RunArgs {
         let mode = self.mode();
         if mode != Mode::Throughput && self.conns_per_thread != 1 {
             bail!("latency and overlap modes use one connection per thread: drop -l");
+        }
+        if let Some(us) = self.overlap_us {
+            if us as f64 / 1e6 >= self.duration {
+                bail!(
+                    "--overlap-us {us}: the computation must be shorter than the measured window (-t {})",
+                    self.duration
+                );
+            }
+            if self.sender && self.exec == ExecMode::Rtc {
+                bail!(
+                    "--overlap-us needs --mode queue-pair on the sender: run to completion computes on the very loop that would receive the reply, so no overlap can be seen"
+                );
+            }
         }
         if self.backend == BackendKind::Flowlane {
             if !addr.is_ipv4() {
@@ -472,6 +506,13 @@ mod tests {
         assert_eq!(parse_size("1M").unwrap(), 1 << 20);
         assert!(parse_size("0").is_err());
         assert!(parse_size("lots").is_err());
+        assert_eq!(parse_size("1024m").unwrap(), MAX_SIZE);
+        // Products past usize (debug: a panic; release: wrapped to 1024)
+        // and sizes past the bound are one-line errors.
+        for big in ["18014398509481985k", "18446744073709551615m", "1025m"] {
+            let e = parse_size(big).unwrap_err();
+            assert!(e.contains("sizes go up to 1024m"), "{big}: {e}");
+        }
     }
 
     #[test]
@@ -499,6 +540,24 @@ mod tests {
             .unwrap();
         assert_eq!(p.params.mode, Mode::Overlap);
         assert_eq!(p.overlap_us, 100);
+        // The overlap sender computes on application threads.
+        let p = args(&[
+            "-s",
+            "-m",
+            "1,*,127.0.0.1",
+            "--overlap-us",
+            "100",
+            "--mode",
+            "queue-pair",
+        ])
+        .plan()
+        .unwrap();
+        assert_eq!(p.params.mode, Mode::Overlap);
+        // The last port: its range ends at 65535 (no u16 overflow).
+        let p = args(&["-r", "-m", "1,*,127.0.0.1", "-p", "65535"])
+            .plan()
+            .unwrap();
+        assert_eq!((p.params.base_port, p.params.ports), (65535, 1));
     }
 
     #[test]
@@ -560,6 +619,72 @@ mod tests {
             (
                 &["-r", "-m", "1,*,10.0.0.1", "--bed", "x"],
                 "--bed goes with",
+            ),
+            (
+                &["-s", "-m", "1,*,127.0.0.1", "--overlap-us", "100"],
+                "--overlap-us needs --mode queue-pair on the sender",
+            ),
+            (
+                &[
+                    "-s",
+                    "-m",
+                    "1,*,127.0.0.1",
+                    "--overlap-us",
+                    "100",
+                    "--mode",
+                    "rtc",
+                ],
+                "no overlap can be seen",
+            ),
+            (
+                &[
+                    "-s",
+                    "-m",
+                    "1,*,127.0.0.1",
+                    "--mode",
+                    "queue-pair",
+                    "-t",
+                    "1",
+                    "--overlap-us",
+                    "1000000",
+                ],
+                "shorter than the measured window (-t 1)",
+            ),
+            (
+                &[
+                    "-r",
+                    "-m",
+                    "1,*,127.0.0.1",
+                    "-t",
+                    "0.5",
+                    "--overlap-us",
+                    "18446744073709551615",
+                ],
+                "shorter than the measured window",
+            ),
+            (
+                &["-s", "-m", "2,*,127.0.0.1", "-l", "18446744073709551615"],
+                "more than can be counted",
+            ),
+            (
+                &["-s", "-m", "1,*,127.0.0.1", "-n", "18446744073709551615"],
+                "more than 4096 threads",
+            ),
+            (
+                &["-s", "-m", "4000,*,127.0.0.1", "-m", "4000,*,127.0.0.1"],
+                "more than 4096 threads",
+            ),
+            (
+                &[
+                    "-r",
+                    "-m",
+                    "1,*,127.0.0.1",
+                    "-p",
+                    "65535",
+                    "--control-port",
+                    "65535",
+                ],
+                "inside the data ports -p 65535 -P 1",
             ),
         ];
         for (a, want) in cases {

@@ -25,11 +25,12 @@ use flowlane_dataplane::service_control::{move_line, ServiceControl};
 use flowlane_dataplane::tcp_service::{self, rss_state};
 use flowlane_dataplane::{TcpCountersSnapshot, TcpService, TcpServiceConfig};
 
-use crate::backend::{Backend, DataThreads, Shared, Workers};
+use crate::backend::{Backend, DataThreads, Shared, TcpReader, Workers};
 use crate::cores::Placed;
 use crate::handlers::{self, HandlerSetup};
 use crate::iface::iface_for;
 use crate::plan::Plan;
+use crate::procfs::TcpSnmp;
 
 /// flowlane's TCP on the AF_XDP data path, the handlers run to completion
 /// or in queue-pair mode.
@@ -185,8 +186,13 @@ fn start(
         Some(control)
     };
     let service = Arc::new(service);
+    // The report's retransmits at the window edges: flowlane's own counters
+    // (the kernel's /proc/net/snmp never sees its segments). A weak
+    // reference: the snapshots end before the run stops the service.
+    let weak = Arc::downgrade(&service);
+    let tcp: TcpReader = Arc::new(move || weak.upgrade().map(|s| tcp_snmp(&s.tcp_counters())));
     let watch = Watch::start(service.clone(), watched, control)?;
-    Ok(Workers::custom(Box::new(move || {
+    let workers = Workers::custom(Box::new(move || {
         let rebalance = watch.stop();
         let service = Arc::into_inner(service).expect("the watch thread has ended");
         let mut summary = dataplane_summary(&service);
@@ -199,7 +205,21 @@ fn start(
         set_tcp(&mut summary, &last.tcp);
         eprintln!("{summary}");
         placed.finish()
-    })))
+    }));
+    Ok(workers.with_tcp(tcp))
+}
+
+/// flowlane's TCP counters summed over the queues, as `/proc/net/snmp`'s
+/// (its `segments_out` counts retransmitted segments too). The stack
+/// publishes them every 50 ms: a read is that recent.
+fn tcp_snmp(queues: &[(u32, TcpCountersSnapshot)]) -> TcpSnmp {
+    let mut t = TcpSnmp::default();
+    for (_, c) in queues {
+        t.in_segs += c.segments_in;
+        t.out_segs += c.segments_out;
+        t.retrans_segs += c.retransmits;
+    }
+    t
 }
 
 /// A thread that checks, every [`WATCH_PERIOD`], that the data path's

@@ -133,9 +133,12 @@ pub fn sender(plan: &Plan, cores: u32) -> impl HandlerSetup {
                 closed: false,
                 buf: vec![0x5a; buffer],
                 ping: ping.clone(),
+                pings: Vec::new(),
                 ready: VecDeque::new(),
                 queued: HashSet::new(),
                 wake: None,
+                ticks: 0,
+                in_tick: false,
             });
         }
         Ok(())
@@ -157,10 +160,29 @@ pub fn compute_for(d: Duration) -> Duration {
     s.elapsed()
 }
 
-/// Latency and overlap modes: one message at a time on the core's first
-/// connection; the receiver echoes it. An iteration's round trip runs
-/// from its send to the last byte of the echo; in overlap mode the
-/// sender computes for `compute` once the message is out.
+/// Latency and overlap modes: one message at a time on each of the
+/// core's connections (one `PingPong` each); the receiver echoes it. An
+/// iteration's round trip runs from its send to the last byte of the
+/// echo.
+///
+/// In overlap mode the sender computes for `compute` once the message is
+/// out: once the data path took all of it (the connection's send space
+/// is back to what it was before the send). In queue-pair mode that is
+/// when the core reports it took the bytes (`Sent`), which comes after
+/// the pass that queued the send handed it over: the compute runs on a
+/// later pass (its `on_tick`, or the echo's `on_data`), never in the
+/// callback that sent, where the message would still wait in the
+/// thread's queue. (Run to completion is refused for overlap senders,
+/// `RunArgs::plan`: the compute would hold the very loop that receives.)
+///
+/// The reply counts as complete when the compute ended if the thread
+/// has all of it by its first pass after the compute: an application
+/// thread sees what its core delivered only between passes, so a reply
+/// that arrived during the compute waits in its queue until then. So
+/// that this pass comes at once rather than when the reply does, the
+/// thread asks its core for the connection's figures (`Net::info`) at
+/// the compute's end: the core's answer, queued behind whatever it
+/// delivered before, wakes the thread.
 #[derive(Debug, Clone)]
 struct PingPong {
     msg: Vec<u8>,
@@ -170,9 +192,15 @@ struct PingPong {
     busy: bool,
     sent: usize,
     got: usize,
+    /// The connection's send space before the iteration's send: the
+    /// message is out once it is back.
+    space0: usize,
     t_send: Instant,
     phase: Phase,
     computed: bool,
+    /// The reply counts as complete at the compute's end while fewer
+    /// than this many `on_tick`s ran (the first pass after the compute).
+    tick_limit: u64,
     compute_ns: u64,
     t_after_compute: Instant,
     done_at_compute_end: bool,
@@ -188,9 +216,11 @@ impl Default for PingPong {
             busy: false,
             sent: 0,
             got: 0,
+            space0: 0,
             t_send: now,
             phase: Phase::Pre,
             computed: false,
+            tick_limit: 0,
             compute_ns: 0,
             t_after_compute: now,
             done_at_compute_end: false,
@@ -199,7 +229,7 @@ impl Default for PingPong {
 }
 
 /// A core's sender handler: opens its connections, then from t0 sends
-/// bulk data on all of them (throughput) or plays ping-pong on the first
+/// bulk data on all of them (throughput) or plays ping-pong on each
 /// (latency, overlap), until the end of the cool-down.
 struct Tx {
     shared: Arc<Shared>,
@@ -209,13 +239,20 @@ struct Tx {
     sending: bool,
     closed: bool,
     buf: Vec<u8>,
+    /// Latency and overlap modes: the template of each connection's
+    /// ping-pong (`None`: throughput mode).
     ping: Option<PingPong>,
+    /// Each connected connection's ping-pong.
+    pings: Vec<PingPong>,
     /// Throughput mode: connections that can take more, served one
     /// buffer each in turn (as a socket loop writes its ready sockets).
     ready: VecDeque<ConnHandle>,
     queued: HashSet<ConnHandle>,
     /// Makes the core pass again while connections are ready.
     wake: Option<Arc<dyn Wake>>,
+    /// `on_tick`s so far (one a pass), and whether one runs now.
+    ticks: u64,
+    in_tick: bool,
 }
 
 impl Tx {
@@ -263,13 +300,23 @@ impl Tx {
         }
     }
 
-    /// Ping-pong: starts the next iteration, unless the run is over.
-    fn ping(&mut self, net: &mut dyn Net) {
-        let Some(p) = self.ping.as_mut() else { return };
+    /// Ping-pong: starts an iteration on every idle connection.
+    fn ping_all(&mut self, net: &mut dyn Net) {
+        for i in 0..self.pings.len() {
+            self.ping(net, i);
+        }
+    }
+
+    /// Ping-pong: starts the next iteration on connection `i`, unless the
+    /// run is over.
+    fn ping(&mut self, net: &mut dyn Net, i: usize) {
+        let Some(p) = self.pings.get_mut(i) else {
+            return;
+        };
         if !self.sending || self.closed || p.busy {
             return;
         }
-        let Some(_) = p.conn else { return };
+        let Some(conn) = p.conn else { return };
         let now = Instant::now();
         let phase = self.shared.phase_at(now);
         if phase == Phase::Post || self.shared.stopping() {
@@ -278,19 +325,22 @@ impl Tx {
         p.busy = true;
         p.sent = 0;
         p.got = 0;
+        p.space0 = net.send_space(conn).unwrap_or(0);
         p.t_send = now;
         p.phase = phase;
         p.computed = false;
         p.compute_ns = 0;
         p.done_at_compute_end = false;
-        self.pong(net);
+        self.pong(net, i);
     }
 
-    /// Ping-pong: sends what is left of the message, computes once it is
-    /// out (overlap), reads the echo, and ends the iteration once all of it
-    /// came.
-    fn pong(&mut self, net: &mut dyn Net) {
-        let Some(p) = self.ping.as_mut() else { return };
+    /// Ping-pong on connection `i`: sends what is left of the message,
+    /// computes once the data path took all of it (overlap), reads the
+    /// echo, and ends the iteration once all of it came.
+    fn pong(&mut self, net: &mut dyn Net, i: usize) {
+        let Some(p) = self.pings.get_mut(i) else {
+            return;
+        };
         let Some(conn) = p.conn.filter(|_| p.busy) else {
             return;
         };
@@ -313,36 +363,89 @@ impl Tx {
                 p.got += net.consume(conn, n).unwrap_or(0);
             }
         };
-        if p.sent == m && !p.computed {
-            p.computed = true;
-            if let Some(d) = p.compute {
-                p.compute_ns = compute_for(d).as_nanos() as u64;
-                p.t_after_compute = Instant::now();
-                read(net, p);
-                p.done_at_compute_end = p.got == m;
-            }
-        }
         read(net, p);
-        if p.sent < m || p.got < m {
+        if let Some(d) = p.compute.filter(|_| p.sent == m && !p.computed) {
+            // Out once the data path took it all (an echo complete
+            // already says so too).
+            let out = p.got == m || net.send_space(conn).unwrap_or(0) >= p.space0;
+            if !out {
+                return;
+            }
+            p.computed = true;
+            p.compute_ns = compute_for(d).as_nanos() as u64;
+            p.t_after_compute = Instant::now();
+            // This pass's tick is still to come when the compute ran
+            // outside it: the first pass after is the one after that.
+            p.tick_limit = self.ticks + if self.in_tick { 1 } else { 2 };
+            // Wakes the thread soon (queue-pair mode: the core answers).
+            let _ = net.info(conn);
+            read(net, p);
+        }
+        if p.sent < m || p.got < m || (p.compute.is_some() && !p.computed) {
             return;
         }
+        p.done_at_compute_end = p.compute.is_some() && self.ticks < p.tick_limit;
         let t_done = Instant::now();
         p.busy = false;
         self.w.add(p.phase, 2 * m);
         if p.phase == Phase::Measured {
             let rtt = (t_done - p.t_send).as_nanos() as u64;
-            let mut h = self.w.rtt.lock().unwrap_or_else(|e| e.into_inner());
-            let _ = h.get_or_insert_with(rtt_histogram).record(rtt.max(1));
             if p.compute.is_some() {
+                // Overlap mode: the iteration holds the compute, so it is
+                // no round-trip time; its figures are the overlap's.
                 let mut o = self.w.overlap.lock().unwrap_or_else(|e| e.into_inner());
                 o.iterations += 1;
                 o.compute_ns += p.compute_ns;
                 o.total_ns += rtt;
                 o.wait_ns += (t_done - p.t_after_compute).as_nanos() as u64;
                 o.reply_done_at_compute_end += u64::from(p.done_at_compute_end);
+            } else {
+                let mut h = self.w.rtt.lock().unwrap_or_else(|e| e.into_inner());
+                let _ = h.get_or_insert_with(rtt_histogram).record(rtt.max(1));
             }
         }
-        self.ping(net);
+        self.ping(net, i);
+    }
+
+    /// `on_tick`'s work.
+    fn tick(&mut self, net: &mut dyn Net) {
+        if self.closed {
+            return;
+        }
+        let ph = self.shared.phase_at(Instant::now());
+        if ph == Phase::Post || self.shared.stopping() {
+            self.closed = true;
+            for &c in &self.conns {
+                let _ = net.close(c);
+            }
+            return;
+        }
+        if !self.sending && ph != Phase::Pre {
+            self.sending = true;
+            if self.ping.is_some() {
+                self.ping_all(net);
+            } else {
+                for c in self.conns.clone() {
+                    self.fill(net, c);
+                }
+            }
+        } else if self.ping.is_none() {
+            self.pump(net);
+        } else {
+            // Overlap: a message the data path took since the pass that
+            // sent it gets its compute now.
+            for i in 0..self.pings.len() {
+                let p = &self.pings[i];
+                if p.compute.is_some() && p.busy && !p.computed {
+                    self.pong(net, i);
+                }
+            }
+        }
+    }
+
+    /// The ping-pong of `conn`, by index.
+    fn ping_of(&self, conn: ConnHandle) -> Option<usize> {
+        self.pings.iter().position(|p| p.conn == Some(conn))
     }
 }
 
@@ -364,24 +467,33 @@ impl ConnHandler for Tx {
             let _ = self.shared.local.set(t.local);
         }
         self.shared.connected.fetch_add(1, Ordering::Relaxed);
-        if let Some(p) = self.ping.as_mut() {
+        if let Some(p) = &self.ping {
             let _ = net.set_nodelay(conn, true);
-            p.conn.get_or_insert(conn);
+            if self.ping_of(conn).is_none() {
+                self.pings.push(PingPong {
+                    conn: Some(conn),
+                    ..p.clone()
+                });
+                let i = self.pings.len() - 1;
+                self.ping(net, i);
+            }
         }
         self.fill(net, conn);
     }
     fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         if self.ping.is_some() {
-            self.pong(net);
+            if let Some(i) = self.ping_of(conn) {
+                self.pong(net, i);
+            }
         } else {
             self.fill(net, conn);
         }
     }
     fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        match &self.ping {
-            Some(p) if p.conn == Some(conn) => self.pong(net),
+        match self.ping_of(conn) {
+            Some(i) => self.pong(net, i),
             // The receiver does not answer in throughput mode: discard.
-            _ => {
+            None => {
                 net.discard(conn);
             }
         }
@@ -396,29 +508,10 @@ impl ConnHandler for Tx {
         }
     }
     fn on_tick(&mut self, net: &mut dyn Net) {
-        if self.closed {
-            return;
-        }
-        let ph = self.shared.phase_at(Instant::now());
-        if ph == Phase::Post || self.shared.stopping() {
-            self.closed = true;
-            for &c in &self.conns {
-                let _ = net.close(c);
-            }
-            return;
-        }
-        if !self.sending && ph != Phase::Pre {
-            self.sending = true;
-            if self.ping.is_some() {
-                self.ping(net);
-            } else {
-                for c in self.conns.clone() {
-                    self.fill(net, c);
-                }
-            }
-        } else if self.ping.is_none() {
-            self.pump(net);
-        }
+        self.ticks += 1;
+        self.in_tick = true;
+        self.tick(net);
+        self.in_tick = false;
     }
 }
 
@@ -495,6 +588,14 @@ impl ConnHandler for Rx {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::Schedule;
+    use clap::Parser;
+    use flowlane_app::{
+        CongestionAlgorithm, ConnInfo, Dispatcher, Error, FourTuple, HandlerId, Placement, State,
+        Stats,
+    };
+    use flowlane_tcp::Event;
+    use std::collections::HashMap;
 
     #[test]
     fn worker_counters_by_phase() {
@@ -508,5 +609,216 @@ mod tests {
         assert_eq!(s.connections, 2);
         assert!(s.rtt_ns.is_none());
         assert_eq!(std::mem::align_of::<WorkerCounters>(), 64);
+    }
+
+    /// A data path without a stack: each connection's bytes sent and not
+    /// yet taken (`queued`: they hold send space, as an application
+    /// thread's requests do until its core took them), taken, and
+    /// echoed back (`rx`).
+    #[derive(Default)]
+    struct FakeNet {
+        conns: HashMap<ConnHandle, FakeConn>,
+        next: u32,
+        stats: Stats,
+    }
+
+    #[derive(Default)]
+    struct FakeConn {
+        queued: usize,
+        taken: usize,
+        rx: Vec<u8>,
+    }
+
+    const SPACE: usize = 1 << 16;
+
+    impl FakeNet {
+        /// The data path takes what was queued and the peer echoes it.
+        fn take_and_echo(&mut self) {
+            for c in self.conns.values_mut() {
+                c.rx.extend(std::iter::repeat_n(0x11, c.queued));
+                c.taken += c.queued;
+                c.queued = 0;
+            }
+        }
+    }
+
+    /// One core's set-up: its handlers go to the dispatcher.
+    struct FakeSetup(Dispatcher);
+
+    impl Setup for FakeSetup {
+        fn queue(&self) -> u32 {
+            0
+        }
+        fn listen_boxed(
+            &mut self,
+            _port: u16,
+            handler: Box<dyn ConnHandler>,
+        ) -> Result<HandlerId, Error> {
+            Ok(self.0.add_boxed(handler))
+        }
+        fn add_boxed(&mut self, handler: Box<dyn ConnHandler>) -> HandlerId {
+            self.0.add_boxed(handler)
+        }
+        fn listen_with(&mut self, _port: u16, _handler: HandlerId) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+
+    impl Net for FakeNet {
+        fn now(&self) -> Duration {
+            Duration::ZERO
+        }
+        fn placement(&self) -> Placement {
+            Placement {
+                queue: 0,
+                cpu: None,
+                node: 0,
+            }
+        }
+        fn connect(&mut self, _remote: SocketAddr) -> Result<ConnHandle, Error> {
+            self.next += 1;
+            let h = ConnHandle::from_parts(self.next, 1);
+            self.conns.insert(h, FakeConn::default());
+            Ok(h)
+        }
+        fn send(&mut self, conn: ConnHandle, data: &[u8]) -> Result<usize, Error> {
+            let c = self.conns.get_mut(&conn).ok_or(Error::InvalidState)?;
+            let n = data.len().min(SPACE - c.queued);
+            c.queued += n;
+            Ok(n)
+        }
+        fn recv(&mut self, _conn: ConnHandle, _buf: &mut [u8]) -> Result<usize, Error> {
+            Err(Error::WouldBlock)
+        }
+        fn peek(&self, conn: ConnHandle) -> Result<&[u8], Error> {
+            Ok(&self.conns.get(&conn).ok_or(Error::InvalidState)?.rx)
+        }
+        fn consume(&mut self, conn: ConnHandle, n: usize) -> Result<usize, Error> {
+            let c = self.conns.get_mut(&conn).ok_or(Error::InvalidState)?;
+            let n = n.min(c.rx.len());
+            c.rx.drain(..n);
+            Ok(n)
+        }
+        fn is_eof(&self, _conn: ConnHandle) -> bool {
+            false
+        }
+        fn send_space(&self, conn: ConnHandle) -> Result<usize, Error> {
+            Ok(SPACE - self.conns.get(&conn).ok_or(Error::InvalidState)?.queued)
+        }
+        fn want_writable(&mut self, _conn: ConnHandle) -> bool {
+            false
+        }
+        fn shutdown_write(&mut self, _conn: ConnHandle) -> Result<(), Error> {
+            Ok(())
+        }
+        fn close(&mut self, _conn: ConnHandle) -> Result<(), Error> {
+            Ok(())
+        }
+        fn abort(&mut self, _conn: ConnHandle) -> Result<(), Error> {
+            Ok(())
+        }
+        fn set_nodelay(&mut self, _conn: ConnHandle, _on: bool) -> Result<(), Error> {
+            Ok(())
+        }
+        fn set_keepalive(&mut self, _conn: ConnHandle, _on: bool) -> Result<(), Error> {
+            Ok(())
+        }
+        fn set_send_buffer(&mut self, _conn: ConnHandle, _bytes: usize) -> Result<(), Error> {
+            Ok(())
+        }
+        fn set_recv_buffer(&mut self, _conn: ConnHandle, _bytes: usize) -> Result<(), Error> {
+            Ok(())
+        }
+        fn set_congestion(
+            &mut self,
+            _conn: ConnHandle,
+            _alg: CongestionAlgorithm,
+        ) -> Result<(), Error> {
+            Ok(())
+        }
+        fn info(&self, _conn: ConnHandle) -> Result<ConnInfo, Error> {
+            Err(Error::WouldBlock)
+        }
+        fn four_tuple(&self, _conn: ConnHandle) -> Result<FourTuple, Error> {
+            Err(Error::InvalidState)
+        }
+        fn state(&self, _conn: ConnHandle) -> Result<State, Error> {
+            Ok(State::Established)
+        }
+        fn set_user_data(&mut self, _conn: ConnHandle, _data: u64) -> Result<(), Error> {
+            Ok(())
+        }
+        fn user_data(&self, _conn: ConnHandle) -> Result<u64, Error> {
+            Ok(0)
+        }
+        fn stats(&self) -> &Stats {
+            &self.stats
+        }
+    }
+
+    /// A sender of `flags` on one core: its handlers, connected, in the
+    /// measured window, and the core's counters.
+    fn one_core_sender(flags: &str) -> (Dispatcher, FakeNet, Arc<WorkerCounters>) {
+        let mut argv = vec!["flowlane-ttcp", "-s", "-W", "0", "-t", "60", "-C", "0"];
+        argv.extend(flags.split_whitespace());
+        let plan = crate::cli::Cli::try_parse_from(argv)
+            .unwrap()
+            .run
+            .plan()
+            .unwrap();
+        let shared = Arc::new(Shared::new(Schedule::from_secs(0.0, 60.0, 0.0)));
+        let w = Arc::new(WorkerCounters::default());
+        let mut setup = FakeSetup(Dispatcher::new());
+        sender(&plan, 1)(&mut setup, &w, &shared).unwrap();
+        let mut d = setup.0;
+        let mut net = FakeNet::default();
+        d.start(&mut net);
+        let conns: Vec<ConnHandle> = net.conns.keys().copied().collect();
+        for c in conns {
+            d.dispatch(Event::Connected(c), &mut net);
+        }
+        shared.start(Instant::now());
+        (d, net, w)
+    }
+
+    /// Latency mode with more connections than cores (a flowlane sender
+    /// on fewer queues than -m threads): every connection plays
+    /// ping-pong, not only the core's first.
+    #[test]
+    fn latency_pings_on_every_connection_of_a_core() {
+        let (mut d, mut net, _w) = one_core_sender("-m 3,*,127.0.0.1 --latency --msg-size 100");
+        assert_eq!(net.conns.len(), 3);
+        d.tick(&mut net);
+        for (h, c) in &net.conns {
+            assert_eq!(c.queued, 100, "{h:?} sent nothing");
+        }
+    }
+
+    /// Overlap: the compute waits until the data path took the message
+    /// (never in the callback that queued it); a reply that came during
+    /// the compute counts as complete when it ended.
+    #[test]
+    fn overlap_computes_once_the_message_is_out() {
+        let (mut d, mut net, w) =
+            one_core_sender("-m 1,*,127.0.0.1 --overlap-us 1000 --msg-size 100 --mode queue-pair");
+        let conn = *net.conns.keys().next().unwrap();
+        let t = Instant::now();
+        d.tick(&mut net);
+        assert_eq!(net.conns[&conn].queued, 100);
+        assert!(
+            t.elapsed() < Duration::from_micros(1000),
+            "computed at the send"
+        );
+        // The core takes it; the echo is back by the next pass.
+        net.take_and_echo();
+        d.tick(&mut net);
+        assert_eq!(net.conns[&conn].taken, 100);
+        let o = w.stats().overlap;
+        assert_eq!(o.iterations, 1, "{o:?}");
+        assert!(o.compute_ns >= 1_000_000, "{o:?}");
+        assert_eq!(o.reply_done_at_compute_end, 1, "{o:?}");
+        // The next iteration went out; no round-trip time in overlap mode.
+        assert_eq!(net.conns[&conn].queued, 100);
+        assert!(w.stats().rtt_ns.is_none());
     }
 }

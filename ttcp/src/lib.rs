@@ -16,13 +16,13 @@
 //! ```text
 //! sync, procfs, iface                 (leaves)
 //! plan        -> sync
-//! backend     -> plan
+//! backend     -> plan, procfs
 //! handlers    -> backend, plan, sync
 //! cores       -> backend, handlers
 //! snapshot    -> procfs, backend
 //! report      -> snapshot, procfs, backend, sync
 //! kernel      -> backend, cores, handlers, plan
-//! flowlane    -> backend, cores, handlers, plan, iface
+//! flowlane    -> backend, cores, handlers, plan, iface, procfs
 //! cli         -> plan, sync
 //! run         -> cli, plan, backend, kernel, flowlane, iface, procfs,
 //!                snapshot, report, sync

@@ -25,9 +25,10 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Sender connections in all.
+    /// Sender connections in all (`RunArgs::plan` checks that the
+    /// product fits; saturated otherwise).
     pub fn connections(&self) -> usize {
-        self.threads.len() * self.conns_per_thread
+        self.threads.len().saturating_mul(self.conns_per_thread)
     }
 }
 

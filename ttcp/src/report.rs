@@ -14,14 +14,21 @@
 //!   this process's user + system time from `getrusage`.
 //! - % of one CPU per Gbit/s: CPU-seconds per second × 100 / Gbit/s.
 //! - TCP retransmits: `RetransSegs` of `/proc/net/snmp`, which counts the whole
-//!   network namespace (per-process retransmits would need `TCP_INFO`, not read here).
+//!   network namespace (per-process retransmits would need `TCP_INFO`, not read here);
+//!   for the flowlane backend, whose segments the kernel never sees, flowlane's
+//!   own TCP counters (all queues) instead.
+//! - latency mode: round-trip times of the iterations sent in the window;
+//!   overlap mode: no round-trip times (an iteration holds the compute), the
+//!   overlap figures instead. A window with no payload byte, round trip or
+//!   overlap iteration has no figures (n/a), and the run fails
+//!   ([`Report::nothing_measured`]).
 
 use serde::Serialize;
 
 use crate::backend::{DataThreads, OverlapSums};
 use crate::procfs::{CpuTimes, IfCounters, IrqSource, TcpSnmp, TscRate};
 use crate::snapshot::Snapshot;
-use crate::sync::Params;
+use crate::sync::{Mode, Params};
 
 /// System-wide CPU split over the window, percent of all CPUs.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -118,21 +125,25 @@ pub struct Latency {
     pub one_way_mean_us: f64,
 }
 
-/// Overlap-mode figures (the RDMA paper's overlap test, Fig. 4a).
+/// Overlap-mode figures (the RDMA paper's overlap test, Fig. 4a); `None`
+/// (n/a) when no iteration was measured.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Overlap {
     /// Requested computation per iteration.
     pub compute_target_us: u64,
+    /// Iterations sent in the window (and completed).
+    pub iterations: u64,
     /// Measured computation per iteration.
-    pub compute_mean_us: f64,
-    /// Send start to complete reply, per iteration.
-    pub total_mean_us: f64,
+    pub compute_mean_us: Option<f64>,
+    /// Send start to complete reply, per iteration (the computation
+    /// included: no round-trip time).
+    pub total_mean_us: Option<f64>,
     /// computation / total: 1 = communication fully hidden behind computation.
-    pub overlap_ratio: f64,
+    pub overlap_ratio: Option<f64>,
     /// Waiting for the reply after the computation, per iteration.
-    pub wait_after_compute_mean_us: f64,
+    pub wait_after_compute_mean_us: Option<f64>,
     /// Iterations whose whole reply had arrived when the computation ended (%).
-    pub reply_complete_at_compute_end_pct: f64,
+    pub reply_complete_at_compute_end_pct: Option<f64>,
 }
 
 /// Bytes by phase.
@@ -218,6 +229,13 @@ pub struct Report {
     pub tcp_retrans_segs_netns: u64,
     /// `OutSegs` in the window, network-namespace wide.
     pub tcp_out_segs_netns: u64,
+    /// Segments the data path's own TCP retransmitted in the window
+    /// (flowlane's, all queues); `None` where the data path is the
+    /// kernel's or its counters could not be read.
+    pub tcp_retrans_segs_data_path: Option<u64>,
+    /// Segments the data path's own TCP sent in the window (retransmitted
+    /// ones included).
+    pub tcp_out_segs_data_path: Option<u64>,
     /// Raw differences.
     pub raw: Raw,
     /// Latency mode.
@@ -287,6 +305,13 @@ pub fn build(i: Inputs<'_>) -> Report {
         in_segs: b.tcp.in_segs.saturating_sub(a.tcp.in_segs),
         out_segs: b.tcp.out_segs.saturating_sub(a.tcp.out_segs),
         retrans_segs: b.tcp.retrans_segs.saturating_sub(a.tcp.retrans_segs),
+    };
+    let d_data_path = match (a.data_path_tcp, b.data_path_tcp) {
+        (Some(x), Some(y)) => Some((
+            y.retrans_segs.saturating_sub(x.retrans_segs),
+            y.out_segs.saturating_sub(x.out_segs),
+        )),
+        _ => None,
     };
     let irqs = b.interrupts.saturating_sub(a.interrupts);
     let total = d_cpu.total() as f64;
@@ -387,6 +412,8 @@ pub fn build(i: Inputs<'_>) -> Report {
         cpu_process,
         tcp_retrans_segs_netns: d_tcp.retrans_segs,
         tcp_out_segs_netns: d_tcp.out_segs,
+        tcp_retrans_segs_data_path: d_data_path.map(|d| d.0),
+        tcp_out_segs_data_path: d_data_path.map(|d| d.1),
         raw: Raw {
             user_hz: i.user_hz,
             stat: d_cpu,
@@ -425,6 +452,29 @@ fn opt(v: Option<f64>, d: usize) -> String {
 }
 
 impl Report {
+    /// Why this side's measured window has no figures, in one line: no
+    /// payload byte counted, or (a sender's) no round trip or overlap
+    /// iteration finished; `None` when it measured something.
+    pub fn nothing_measured(&self) -> Option<String> {
+        let p = &self.params;
+        let window = format!("the measured window (-t {} s)", p.duration_s);
+        if self.bytes.measured == 0 {
+            return Some(format!("{window} counted no payload byte"));
+        }
+        if self.role != "sender" {
+            return None;
+        }
+        match p.mode {
+            Mode::Latency if self.latency.as_ref().is_none_or(|l| l.round_trips == 0) => {
+                Some(format!("no round trip sent in {window} finished"))
+            }
+            Mode::Overlap if self.overlap.as_ref().is_none_or(|o| o.iterations == 0) => {
+                Some(format!("no overlap iteration sent in {window} finished"))
+            }
+            _ => None,
+        }
+    }
+
     /// The NTttcp-style text table.
     pub fn text(&self) -> String {
         let p = &self.params;
@@ -533,13 +583,30 @@ impl Report {
             "% of one CPU per Gbit/s (this process)",
             opt(self.pct_one_cpu_per_gbit_process, 2),
         );
-        row(
-            "TCP retransmits (netns-wide, /proc/net/snmp)",
-            format!(
-                "{} of {} segments sent",
-                self.tcp_retrans_segs_netns, self.tcp_out_segs_netns
-            ),
-        );
+        if p.backend == "flowlane" {
+            // The kernel's counters never see flowlane's segments.
+            row(
+                "TCP retransmits (flowlane's TCP, all queues)",
+                match (self.tcp_retrans_segs_data_path, self.tcp_out_segs_data_path) {
+                    (Some(r), Some(s)) => format!("{r} of {s} segments sent"),
+                    _ => "n/a".into(),
+                },
+            );
+        } else {
+            row(
+                "TCP retransmits (netns-wide, /proc/net/snmp)",
+                format!(
+                    "{} of {} segments sent",
+                    self.tcp_retrans_segs_netns, self.tcp_out_segs_netns
+                ),
+            );
+        }
+        if self.latency.is_none() && p.mode == Mode::Latency && self.role == "sender" {
+            row(
+                &format!("Round trips ({} B messages)", p.msg_size),
+                "0   (RTT n/a)".into(),
+            );
+        }
         if let Some(l) = &self.latency {
             row(
                 &format!("Round trips ({} B messages)", l.msg_size),
@@ -558,21 +625,26 @@ impl Report {
             );
         }
         if let Some(ov) = &self.overlap {
+            row("Overlap iterations", group(ov.iterations as f64, 0));
             row(
                 "Overlap: compute / total per iteration µs",
-                format!("{:.1} / {:.1}", ov.compute_mean_us, ov.total_mean_us),
+                format!(
+                    "{} / {}",
+                    opt(ov.compute_mean_us, 1),
+                    opt(ov.total_mean_us, 1)
+                ),
             );
-            row(
-                "Overlap ratio (compute / total)",
-                format!("{:.3}", ov.overlap_ratio),
-            );
+            row("Overlap ratio (compute / total)", opt(ov.overlap_ratio, 3));
             row(
                 "Wait for reply after compute µs",
-                format!("{:.1}", ov.wait_after_compute_mean_us),
+                opt(ov.wait_after_compute_mean_us, 1),
             );
             row(
                 "Reply complete when compute ended",
-                format!("{:.1}% of iterations", ov.reply_complete_at_compute_end_pct),
+                match ov.reply_complete_at_compute_end_pct {
+                    Some(v) => format!("{v:.1}% of iterations"),
+                    None => "n/a".into(),
+                },
             );
         }
         if let Some(peer) = &self.peer {
@@ -618,16 +690,19 @@ pub fn latency_from(h: &hdrhistogram::Histogram<u64>, msg_size: usize, window_s:
     }
 }
 
-/// Overlap figures from the sums.
+/// Overlap figures from the sums (`None` without an iteration).
 pub fn overlap_from(o: &OverlapSums, target_us: u64) -> Overlap {
     let n = o.iterations as f64;
+    let per = |v: f64| (o.iterations > 0).then(|| v / n);
     Overlap {
         compute_target_us: target_us,
-        compute_mean_us: ratio(o.compute_ns as f64, n) / 1e3,
-        total_mean_us: ratio(o.total_ns as f64, n) / 1e3,
-        overlap_ratio: ratio(o.compute_ns as f64, o.total_ns as f64),
-        wait_after_compute_mean_us: ratio(o.wait_ns as f64, n) / 1e3,
-        reply_complete_at_compute_end_pct: ratio(o.reply_done_at_compute_end as f64 * 100.0, n),
+        iterations: o.iterations,
+        compute_mean_us: per(o.compute_ns as f64 / 1e3),
+        total_mean_us: per(o.total_ns as f64 / 1e3),
+        overlap_ratio: (o.iterations > 0 && o.total_ns > 0)
+            .then(|| o.compute_ns as f64 / o.total_ns as f64),
+        wait_after_compute_mean_us: per(o.wait_ns as f64 / 1e3),
+        reply_complete_at_compute_end_pct: per(o.reply_done_at_compute_end as f64 * 100.0),
     }
 }
 
@@ -659,6 +734,7 @@ mod tests {
                 out_segs: 1000,
                 retrans_segs: retrans,
             },
+            data_path_tcp: None,
             proc_stat: ProcCpu::default(),
             rusage: Rusage {
                 user: Duration::from_millis(ru.0),
@@ -836,6 +912,147 @@ mod tests {
         assert!(row.ends_with("n/a"), "{row}");
     }
 
+    /// A report of `role` over a 2 s window for `params`, `measured`
+    /// bytes, the data path's TCP counters at the edges as given.
+    fn report_of(
+        params: &Params,
+        role: &'static str,
+        measured: u64,
+        data_path_tcp: [Option<TcpSnmp>; 2],
+        latency: Option<Latency>,
+        overlap: Option<Overlap>,
+    ) -> Report {
+        let t = Instant::now();
+        let mut a = snap(t, CpuTimes::default(), 0, IfCounters::default(), 1, (0, 0));
+        let mut b = snap(
+            t + Duration::from_secs(2),
+            CpuTimes::default(),
+            0,
+            IfCounters::default(),
+            4,
+            (0, 0),
+        );
+        a.data_path_tcp = data_path_tcp[0];
+        b.data_path_tcp = data_path_tcp[1];
+        build(Inputs {
+            role,
+            params,
+            thread_cpus: vec![None],
+            connections: 1,
+            address: "10.99.0.1".into(),
+            iface: "xsk0".into(),
+            irq: IrqSource::NetRxSoftirqs,
+            start: &a,
+            end: &b,
+            bytes: [0, 0, measured, 0, 0],
+            tsc: Err("none".into()),
+            user_hz: 100,
+            latency,
+            overlap,
+            data_threads: None,
+        })
+    }
+
+    fn row<'a>(text: &'a str, name: &str) -> &'a str {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name:?} row in {text}"))
+    }
+
+    /// Overlap iterations none: every figure n/a (not 0.000), and the run
+    /// has nothing to report.
+    #[test]
+    fn overlap_without_iterations_is_not_available() {
+        let o = overlap_from(&OverlapSums::default(), 500);
+        assert_eq!(o.iterations, 0);
+        assert_eq!(o.overlap_ratio, None);
+        assert_eq!(o.reply_complete_at_compute_end_pct, None);
+        let params = Params {
+            mode: Mode::Overlap,
+            ..params()
+        };
+        let r = report_of(&params, "sender", 4096, [None; 2], None, Some(o));
+        let text = r.text();
+        for name in [
+            "Overlap ratio",
+            "Reply complete when compute ended",
+            "Wait for reply after compute",
+        ] {
+            assert!(row(&text, name).ends_with("n/a"), "{text}");
+        }
+        assert!(row(&text, "Overlap: compute / total").ends_with("n/a / n/a"));
+        let json = serde_json::to_value(&r).unwrap();
+        assert!(json["overlap"]["overlap_ratio"].is_null(), "{json}");
+        let why = r.nothing_measured().unwrap();
+        assert!(why.contains("no overlap iteration"), "{why}");
+    }
+
+    /// A window without a payload byte, or a sender's without a round
+    /// trip, has nothing to report: the run fails on it.
+    #[test]
+    fn nothing_measured_names_what_is_missing() {
+        let tp = params();
+        let r = report_of(&tp, "receiver", 0, [None; 2], None, None);
+        let why = r.nothing_measured().unwrap();
+        assert_eq!(why, "the measured window (-t 2 s) counted no payload byte");
+        assert_eq!(
+            report_of(&tp, "receiver", 1, [None; 2], None, None).nothing_measured(),
+            None
+        );
+        let lat = Params {
+            mode: Mode::Latency,
+            ..params()
+        };
+        let r = report_of(&lat, "sender", 128, [None; 2], None, None);
+        assert!(r.nothing_measured().unwrap().contains("no round trip"));
+        assert!(row(&r.text(), "Round trips (64 B messages)").ends_with("0   (RTT n/a)"));
+        let mut h = rtt_histogram();
+        h.record(20_000).unwrap();
+        let l = latency_from(&h, 64, 2.0);
+        let r = report_of(&lat, "sender", 128, [None; 2], Some(l), None);
+        assert_eq!(r.nothing_measured(), None);
+        // The receiver echoes: it has no round trips of its own.
+        let r = report_of(&lat, "receiver", 128, [None; 2], None, None);
+        assert_eq!(r.nothing_measured(), None);
+    }
+
+    /// flowlane's segments never reach /proc/net/snmp: its retransmit row
+    /// is its own TCP's over the window, n/a without them.
+    #[test]
+    fn flowlane_retransmits_come_from_its_own_counters() {
+        let fl = Params {
+            backend: "flowlane".into(),
+            ..params()
+        };
+        let tcp = |retrans_segs, out_segs| {
+            Some(TcpSnmp {
+                in_segs: 0,
+                out_segs,
+                retrans_segs,
+            })
+        };
+        let r = report_of(&fl, "sender", 1, [tcp(2, 100), tcp(5, 600)], None, None);
+        assert_eq!(r.tcp_retrans_segs_data_path, Some(3));
+        assert_eq!(r.tcp_out_segs_data_path, Some(500));
+        let text = r.text();
+        assert_eq!(
+            row(&text, "TCP retransmits"),
+            format!(
+                "{:<42} 3 of 500 segments sent",
+                "TCP retransmits (flowlane's TCP, all queues)"
+            )
+        );
+        assert!(!text.contains("/proc/net/snmp"), "{text}");
+        let r = report_of(&fl, "sender", 1, [None, tcp(5, 600)], None, None);
+        assert!(row(&r.text(), "TCP retransmits (flowlane").ends_with("n/a"));
+        // The kernel backend's stays the namespace's.
+        let r = report_of(&params(), "sender", 1, [None; 2], None, None);
+        assert!(
+            row(&r.text(), "TCP retransmits (netns-wide, /proc/net/snmp)")
+                .ends_with("3 of 0 segments sent")
+        );
+    }
+
     #[test]
     fn grouping() {
         assert_eq!(group(16475.553, 3), "16,475.553");
@@ -868,9 +1085,10 @@ mod tests {
             reply_done_at_compute_end: 4,
         };
         let r = overlap_from(&o, 100);
-        assert_eq!(r.overlap_ratio, 0.8);
-        assert_eq!(r.compute_mean_us, 100.0);
-        assert_eq!(r.wait_after_compute_mean_us, 25.0);
-        assert_eq!(r.reply_complete_at_compute_end_pct, 40.0);
+        assert_eq!(r.iterations, 10);
+        assert_eq!(r.overlap_ratio, Some(0.8));
+        assert_eq!(r.compute_mean_us, Some(100.0));
+        assert_eq!(r.wait_after_compute_mean_us, Some(25.0));
+        assert_eq!(r.reply_complete_at_compute_end_pct, Some(40.0));
     }
 }

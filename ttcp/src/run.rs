@@ -11,7 +11,7 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use flowlane_dataplane::service_args::ExecMode;
 
-use crate::backend::{Backend, DataThreads, Schedule, Shared, ThreadStats, Workers};
+use crate::backend::{Backend, DataThreads, Schedule, Shared, TcpReader, ThreadStats, Workers};
 use crate::cli::{BackendKind, RunArgs};
 use crate::flowlane::Flowlane;
 use crate::iface::iface_for;
@@ -30,7 +30,9 @@ const GRACE: Duration = Duration::from_millis(250);
 /// (`Abort`) before it reports its own.
 const PEER_REASON_WAIT: Duration = Duration::from_millis(500);
 
-/// Runs `-r` or `-s`; prints the report; errors are one line.
+/// Runs `-r` or `-s`; prints the report; errors are one line. A run whose
+/// measured window measured nothing ([`Report::nothing_measured`]) prints
+/// its report (n/a figures) and fails.
 pub fn run(args: &RunArgs) -> Result<Report> {
     let plan = args.plan()?;
     if let Some(bed) = &args.data_path.bed {
@@ -39,7 +41,7 @@ pub fn run(args: &RunArgs) -> Result<Report> {
         // Read the bed here (root namespace), run inside it (same pid).
         return Err(flowlane_testbed::reexec_in_bed(bed));
     }
-    raise_nofile(plan.connections() + 256)?;
+    raise_nofile(plan.connections().saturating_add(256))?;
     let backend = for_kind(args.backend, args.exec)?;
     let shared = Arc::new(Shared::new(Schedule::from_secs(
         plan.params.warmup_s,
@@ -58,6 +60,9 @@ pub fn run(args: &RunArgs) -> Result<Report> {
         print!("{}", report.text());
     }
     report.peer.take();
+    if let Some(why) = report.nothing_measured() {
+        bail!("{why}: no figures");
+    }
     Ok(report)
 }
 
@@ -109,6 +114,7 @@ fn probe(
     shared: &Shared,
     plan: &Plan,
     data_threads: DataThreads,
+    data_path_tcp: Option<TcpReader>,
 ) -> Result<Probe> {
     let iface = match &args.nic {
         Some(n) => n.clone(),
@@ -130,6 +136,7 @@ fn probe(
         iface,
         fs: fs.clone(),
         data_threads,
+        data_path_tcp,
     })
 }
 
@@ -164,9 +171,12 @@ fn finish(
     stats: ThreadStats,
 ) -> Report {
     let window = (b.at - a.at).as_secs_f64();
+    // Overlap mode records no round-trip times (its iterations hold the
+    // compute): its figures are the overlap's.
     let latency = stats
         .rtt_ns
         .as_ref()
+        .filter(|_| plan.params.mode == Mode::Latency)
         .map(|h| report::latency_from(h, plan.params.msg_size, window));
     let overlap = (plan.params.mode == Mode::Overlap && role == "sender")
         .then(|| report::overlap_from(&stats.overlap, plan.overlap_us));
@@ -220,7 +230,7 @@ fn receiver(
             "receiver on {}:{}..{} ({} threads), control port {}",
             plan.addr,
             plan.params.base_port,
-            plan.params.base_port + plan.params.ports - 1,
+            u32::from(plan.params.base_port) + u32::from(plan.params.ports) - 1,
             plan.threads.len(),
             args.control_port
         )
@@ -260,7 +270,7 @@ fn receiver(
                 ctl = Some(c);
             }
         }
-        let probe = probe(args, fs, shared, plan, be.data_threads())?;
+        let probe = probe(args, fs, shared, plan, be.data_threads(), workers.tcp())?;
         let snaps = measure(shared, &probe, args)?;
         sleep_until(shared, shared.end().expect("started") + GRACE)?;
         Ok((snaps, probe))
@@ -447,7 +457,7 @@ fn sender(
                 }
             }
         }
-        let probe = probe(args, fs, shared, plan, be.data_threads())?;
+        let probe = probe(args, fs, shared, plan, be.data_threads(), workers.tcp())?;
         let (a, b) = measure(shared, &probe, args)?;
         sleep_until(shared, shared.end().expect("started"))?;
         Ok((a, b, probe))

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use crate::backend::DataThreads;
+use crate::backend::{DataThreads, TcpReader};
 use crate::procfs::{CpuTimes, IfCounters, IrqSource, ProcCpu, ProcFs, TcpSnmp, ThreadsCpu};
 
 /// Process CPU time from `getrusage(RUSAGE_SELF)`.
@@ -47,6 +47,8 @@ pub struct Snapshot {
     pub ifc: IfCounters,
     /// TCP counters (network namespace).
     pub tcp: TcpSnmp,
+    /// The data path's own TCP counters (flowlane's TCP), where it has them.
+    pub data_path_tcp: Option<TcpSnmp>,
     /// `/proc/self/stat`.
     pub proc_stat: ProcCpu,
     /// `getrusage`.
@@ -56,7 +58,7 @@ pub struct Snapshot {
 }
 
 /// The interface and the interrupt source a run reports on.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Probe {
     /// The counters' tree.
     pub fs: ProcFs,
@@ -66,6 +68,20 @@ pub struct Probe {
     pub irq: IrqSource,
     /// The backend's data threads, whose CPU is reported apart.
     pub data_threads: Option<DataThreads>,
+    /// The data path's own TCP counters (flowlane's TCP), where it has them.
+    pub data_path_tcp: Option<TcpReader>,
+}
+
+impl std::fmt::Debug for Probe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Probe")
+            .field("fs", &self.fs)
+            .field("iface", &self.iface)
+            .field("irq", &self.irq)
+            .field("data_threads", &self.data_threads)
+            .field("data_path_tcp", &self.data_path_tcp.is_some())
+            .finish()
+    }
 }
 
 impl Probe {
@@ -81,6 +97,7 @@ impl Probe {
             interrupts: self.fs.interrupts(&self.iface, self.irq)?,
             ifc: self.fs.if_counters(&self.iface)?,
             tcp: self.fs.tcp_snmp()?,
+            data_path_tcp: self.data_path_tcp.as_ref().and_then(|r| r()),
             proc_stat: self.fs.self_cpu()?,
             rusage,
             data_threads: match self.data_threads {

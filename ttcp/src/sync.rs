@@ -354,6 +354,39 @@ mod tests {
         assert!(!m.contains("--backend"), "{m}");
         assert!(!m.contains("-W"), "{m}");
         assert!(!m.contains('\n'));
+        // Each agreed flag alone, named with both sides' values.
+        let one = |s: Params, want: &str| {
+            let m = mismatch(&params(), &s).unwrap();
+            assert_eq!(m, format!("mismatched flags: {want}"));
+        };
+        one(
+            Params {
+                warmup_s: 2.5,
+                ..params()
+            },
+            "-W (receiver 1, sender 2.5)",
+        );
+        one(
+            Params {
+                cooldown_s: 0.0,
+                ..params()
+            },
+            "-C (receiver 1, sender 0)",
+        );
+        one(
+            Params {
+                base_port: 6001,
+                ..params()
+            },
+            "-p (receiver 5001, sender 6001)",
+        );
+        one(
+            Params {
+                proto: PROTO + 1,
+                ..params()
+            },
+            &format!("protocol (receiver {PROTO}, sender {})", PROTO + 1),
+        );
         let lat = Params {
             mode: Mode::Latency,
             ..params()

@@ -2,7 +2,7 @@
 //! over AF_XDP (2 queues, started from the root namespace with `--bed`) against
 //! a kernel-backend sender in the peer namespace, for 2 s after a 1 s warm-up;
 //! then the other way round (flowlane sender, kernel receiver), 1 s, in
-//! throughput and latency modes.
+//! throughput, latency and overlap modes.
 
 mod common;
 
@@ -117,6 +117,37 @@ fn flowlane_receiver_counts_only_the_window() {
     let l = &s["latency"];
     assert!(l["round_trips"].as_u64().unwrap() > 50, "{l}");
     assert!(l["rtt_p50_us"].as_f64().unwrap() > 0.0, "{l}");
+    // flowlane's retransmits are its own TCP's (the kernel never sees its
+    // segments).
+    assert!(s["tcp_retrans_segs_data_path"].is_u64(), "{s}");
+    assert!(s["tcp_out_segs_data_path"].as_u64().unwrap() > 50, "{s}");
+
+    // Four threads on two queues: two ping-pongs per worker.
+    let (r, s) = flowlane_sends_to_kernel(
+        &bed,
+        &format!(
+            "-m 4,*,10.99.0.2 -W 0.5 -t 1 -C 0.3 -j --control-port {ctl} -p {data} --latency --msg-size 512"
+        ),
+    );
+    assert_eq!(s["connections"], 4);
+    assert!(s["latency"]["round_trips"].as_u64().unwrap() > 50, "{s}");
+    assert!(f(&r, "/bytes/measured") > 0.0);
+
+    // Overlap on application threads (both ends in queue-pair mode: the
+    // flags are shared): the reply comes during a compute far longer than
+    // the round trip.
+    let (_, s) = flowlane_sends_to_kernel(
+        &bed,
+        &format!(
+            "-m 2,*,10.99.0.2 -W 0.5 -t 1 -C 0.3 -j --control-port {ctl} -p {data} --overlap-us 2000 --msg-size 1k --mode queue-pair"
+        ),
+    );
+    let o = &s["overlap"];
+    assert!(o["iterations"].as_u64().unwrap() > 50, "{o}");
+    assert!(
+        o["reply_complete_at_compute_end_pct"].as_f64().unwrap() > 50.0,
+        "{o}"
+    );
 }
 
 #[test]

@@ -127,20 +127,74 @@ fn latency_and_overlap_modes() {
     assert!(p("rtt_p99_us") <= p("rtt_p999_us"));
     assert!(p("rtt_p50_us") > 0.0);
 
+    // Overlap: the sender computes on an application thread (queue-pair
+    // mode; run to completion would compute on the loop that receives),
+    // for much longer than a loopback round trip: the reply comes during
+    // the compute, and the thread has it when the compute ends.
     let (ro, so) = pair(
         None,
         None,
-        "-m 1,*,127.0.0.1 -W 0.3 -t 1 -C 0.2 -j --overlap-us 500 --msg-size 1k",
+        "-m 1,*,127.0.0.1 -W 0.3 -t 1 -C 0.2 -j --overlap-us 2000 --msg-size 1k",
         "",
-        "",
+        "--mode queue-pair",
     );
     json(&ro);
     let s = json(&so);
     let o = &s["overlap"];
-    let g = |k: &str| o[k].as_f64().unwrap();
-    assert!(g("compute_mean_us") >= 500.0, "{o}");
+    let g = |k: &str| o[k].as_f64().unwrap_or_else(|| panic!("no {k} in {o}"));
+    assert!(g("iterations") > 50.0, "{o}");
+    assert!(g("compute_mean_us") >= 2000.0, "{o}");
     assert!(g("total_mean_us") >= g("compute_mean_us"), "{o}");
     assert!(g("overlap_ratio") > 0.0 && g("overlap_ratio") <= 1.0, "{o}");
+    assert!(g("reply_complete_at_compute_end_pct") > 50.0, "{o}");
+    assert!(g("wait_after_compute_mean_us") < 1000.0, "{o}");
+    // Its iterations hold the compute: no round-trip times.
+    assert!(s["latency"].is_null(), "{}", s["latency"]);
+}
+
+/// A run whose measured window measured nothing (here a latency sender
+/// whose receiver, unsynced, does not echo) prints its report and fails
+/// in one line, on both ends.
+#[test]
+fn a_window_that_measured_nothing_fails() {
+    let (ro, so) = pair(
+        None,
+        None,
+        "-m 1,*,127.0.0.1 -W 0.2 -t 0.3 -C 0.1 -N",
+        "",
+        "--latency",
+    );
+    assert_fails(&so, "counted no payload byte: no figures");
+    assert_fails(&ro, "counted no payload byte: no figures");
+    let out = String::from_utf8_lossy(&so.stdout);
+    assert!(out.contains("Round trips (64 B messages)"), "{out}");
+}
+
+/// The last data port (65535) is a range of one, not an overflow (the
+/// verbose line named the range with a u16 sum).
+#[test]
+fn the_last_port_is_a_data_port() {
+    let (ctl, _) = ports();
+    let (o, _) = wait_bounded(
+        cmd(
+            None,
+            &a(&format!(
+                "-r -m 1,*,127.0.0.1 -p 65535 -P 1 -V --wait 0.3 --control-port {ctl}"
+            )),
+        )
+        .spawn()
+        .unwrap(),
+        Duration::from_secs(15),
+        "receiver",
+    );
+    let e = err_line(&o);
+    assert!(!o.status.success(), "{e}");
+    assert!(e.contains("127.0.0.1:65535..65535"), "{e}");
+    assert!(
+        e.ends_with("no sender connected to the control port within 0.3 s"),
+        "{e}"
+    );
+    assert!(!e.contains("panicked"), "{e}");
 }
 
 #[test]
@@ -272,6 +326,14 @@ fn misuse_is_one_line_nonzero_and_bounded() {
         ("-s -m 1,x,127.0.0.1", "cpu must be a number"),
         ("-s -m 1,*,127.0.0.1 -P 0", "-P 0"),
         ("-s -m 1,64000,127.0.0.1 -N -p 1", "cannot pin to CPU 64000"),
+        (
+            "-s -m 1,*,127.0.0.1 --overlap-us 500",
+            "--overlap-us needs --mode queue-pair",
+        ),
+        (
+            "-s -m 1,*,127.0.0.1 -l 18446744073709551615 -n 2",
+            "more than can be counted",
+        ),
     ] {
         let (o, _) = wait_bounded(cmd(None, &a(flags)).spawn().unwrap(), lim, flags);
         assert_fails(&o, want);
