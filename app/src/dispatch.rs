@@ -87,9 +87,25 @@ impl Dispatcher {
         HandlerId(u32::try_from(self.handlers.len() - 1).expect("fewer than 2^32 handlers"))
     }
 
-    /// Connections accepted on `listener` go to `handler`.
-    pub fn bind_listener(&mut self, listener: ListenerId, handler: HandlerId) {
+    /// `Err(InvalidHandle)` for a [`HandlerId`] this dispatcher did not
+    /// issue (another core's or another dispatcher's, registered past
+    /// this one's handlers): what a backend's `listen_with` answers, before
+    /// it opens anything.
+    pub fn check_handler(&self, handler: HandlerId) -> Result<(), Error> {
+        if (handler.0 as usize) < self.handlers.len() {
+            Ok(())
+        } else {
+            Err(Error::InvalidHandle)
+        }
+    }
+
+    /// Connections accepted on `listener` go to `handler`; `Err(InvalidHandle)`,
+    /// and nothing bound, for a handler this dispatcher did not issue
+    /// ([`Dispatcher::check_handler`]).
+    pub fn bind_listener(&mut self, listener: ListenerId, handler: HandlerId) -> Result<(), Error> {
+        self.check_handler(handler)?;
         self.listeners.push((listener, handler));
+        Ok(())
     }
 
     /// `handler`'s SYN filter for its listener on `port`
@@ -97,12 +113,13 @@ impl Dispatcher {
     /// backend to apply (at the SYN, or at accept where the kernel
     /// completes handshakes); the dispatcher does not apply it again.
     pub fn syn_filter(&mut self, handler: HandlerId, port: u16) -> Option<SynFilter> {
+        self.check_handler(handler).ok()?;
         let i = handler.0 as usize;
         if self.filters.len() <= i {
             self.filters.resize_with(i + 1, FilterAt::default);
         }
         self.filters[i] = FilterAt::Backend;
-        self.handlers.get(i)?.syn_filter(port)
+        self.handlers[i].syn_filter(port)
     }
 
     /// Whether `h`'s SYN filter, where this dispatcher applies it (the
@@ -191,7 +208,7 @@ impl Dispatcher {
             Event::Accepted { conn, listener } => {
                 match self.listeners.iter().find(|(l, _)| *l == listener) {
                     Some(&(_, h)) => {
-                        self.owners.insert(conn, h);
+                        self.owners.insert(conn, Owner::new(h));
                     }
                     None => {
                         let _ = net.abort(conn);
@@ -206,9 +223,18 @@ impl Dispatcher {
             | Event::PeerClosed(c) => c,
             Event::Closed { conn, .. } => conn,
         };
-        let Some(&h) = self.owners.get(conn) else {
+        let Some(&Owner {
+            handler: h,
+            write_shut,
+        }) = self.owners.get(conn)
+        else {
             return;
         };
+        if write_shut && matches!(event, Event::Writable(_)) {
+            // Queued before its handler closed it or shut its writing down:
+            // nothing can be written now (`Net::want_writable`).
+            return;
+        }
         if matches!(event, Event::Accepted { .. }) && !self.filter_takes(h, conn, net) {
             let _ = net.abort(conn);
             self.owners.remove(conn);
@@ -272,7 +298,7 @@ impl Dispatcher {
         conn: ConnHandle,
         net: &mut N,
     ) -> Option<ConnExport> {
-        let h = *self.owners.get(conn)?;
+        let h = self.owners.get(conn)?.handler;
         let mut scoped = Scoped {
             inner: net,
             owners: &mut self.owners,
@@ -299,7 +325,7 @@ impl Dispatcher {
             let _ = net.abort(conn);
             return;
         };
-        self.owners.insert(conn, h);
+        self.owners.insert(conn, Owner::new(h));
         let mut scoped = Scoped {
             inner: net,
             owners: &mut self.owners,
@@ -326,7 +352,25 @@ impl Dispatcher {
 }
 
 /// Connection → owning handler.
-type Owners = ConnMap<HandlerId>;
+type Owners = ConnMap<Owner>;
+
+/// A connection's owning handler, and whether writing on it is over.
+#[derive(Debug, Clone, Copy)]
+struct Owner {
+    handler: HandlerId,
+    /// Its handler closed it or shut its writing down (through
+    /// [`Scoped`]): a `Writable` queued before is not delivered.
+    write_shut: bool,
+}
+
+impl Owner {
+    fn new(handler: HandlerId) -> Owner {
+        Owner {
+            handler,
+            write_shut: false,
+        }
+    }
+}
 
 /// The [`Net`] a handler sees: the backend's, plus recording the caller as
 /// the owner of the connections it opens.
@@ -334,6 +378,15 @@ struct Scoped<'a, N: Net + ?Sized> {
     inner: &'a mut N,
     owners: &'a mut Owners,
     me: HandlerId,
+}
+
+impl<N: Net + ?Sized> Scoped<'_, N> {
+    /// `conn`'s writing is over: no `Writable` queued for it is delivered.
+    fn write_shut(&mut self, conn: ConnHandle) {
+        if let Some(o) = self.owners.get_mut(conn) {
+            o.write_shut = true;
+        }
+    }
 }
 
 impl<N: Net + ?Sized> Net for Scoped<'_, N> {
@@ -345,7 +398,7 @@ impl<N: Net + ?Sized> Net for Scoped<'_, N> {
     }
     fn connect(&mut self, remote: SocketAddr) -> Result<ConnHandle, Error> {
         let c = self.inner.connect(remote)?;
-        self.owners.insert(c, self.me);
+        self.owners.insert(c, Owner::new(self.me));
         Ok(c)
     }
     fn send(&mut self, conn: ConnHandle, data: &[u8]) -> Result<usize, Error> {
@@ -370,10 +423,14 @@ impl<N: Net + ?Sized> Net for Scoped<'_, N> {
         self.inner.want_writable(conn)
     }
     fn shutdown_write(&mut self, conn: ConnHandle) -> Result<(), Error> {
-        self.inner.shutdown_write(conn)
+        self.inner.shutdown_write(conn)?;
+        self.write_shut(conn);
+        Ok(())
     }
     fn close(&mut self, conn: ConnHandle) -> Result<(), Error> {
-        self.inner.close(conn)
+        self.inner.close(conn)?;
+        self.write_shut(conn);
+        Ok(())
     }
     fn abort(&mut self, conn: ConnHandle) -> Result<(), Error> {
         self.inner.abort(conn)

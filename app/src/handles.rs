@@ -39,16 +39,23 @@ pub struct Handles<T> {
     free: Vec<u32>,
     limit: usize,
     open: usize,
+    /// The generation new slots start at (from the table's tag).
+    first_generation: u32,
 }
 
 impl<T> Handles<T> {
-    /// An empty table of at most `limit` slots.
-    pub fn new(limit: usize) -> Handles<T> {
+    /// An empty table of at most `limit` slots, whose handles are told
+    /// from those of the tables of other tags (the core's or thread's
+    /// index: a handle taken to another core is `InvalidHandle` there) as
+    /// a stack's are by its [`Config::handle_tag`](flowlane_tcp::Config::handle_tag)
+    /// (the same generations, and the same bound on aliasing).
+    pub fn new(limit: usize, tag: u32) -> Handles<T> {
         Handles {
             slots: Vec::new(),
             free: Vec::new(),
             limit,
             open: 0,
+            first_generation: flowlane_tcp::Config::first_generation(tag),
         }
     }
 
@@ -127,7 +134,7 @@ impl<T> Handles<T> {
             Some(i) => i,
             None if self.slots.len() < self.limit => {
                 self.slots.push(Slot {
-                    generation: 0,
+                    generation: self.first_generation,
                     value: None,
                     ending: false,
                     by_handler: false,
@@ -190,7 +197,7 @@ mod tests {
 
     #[test]
     fn a_handle_outlives_its_connection_harmlessly() {
-        let mut t: Handles<&str> = Handles::new(2);
+        let mut t: Handles<&str> = Handles::new(2, 0);
         let a = t.insert("a").unwrap();
         let b = t.insert("b").unwrap();
         assert_eq!(t.insert("c"), Err(Error::ConnectionLimit));
@@ -217,7 +224,7 @@ mod tests {
     /// before its `Closed`, as on the other backends).
     #[test]
     fn only_the_closed_of_a_connection_its_handler_ended_is_due() {
-        let mut t: Handles<()> = Handles::new(2);
+        let mut t: Handles<()> = Handles::new(2, 0);
         let a = t.insert(()).unwrap();
         assert!(t.due(&Event::Readable(a)));
         t.end_by_handler(a.index());
@@ -230,10 +237,27 @@ mod tests {
         assert!(t.due(&Event::PeerClosed(b)), "the peer's end");
     }
 
+    /// Two tables of different tags (two cores) refuse each other's
+    /// handles, though their first connections take the same slot.
+    #[test]
+    fn tables_of_different_tags_refuse_each_other_s_handles() {
+        let mut core0: Handles<&str> = Handles::new(4, 0);
+        let mut core1: Handles<&str> = Handles::new(4, 1);
+        let h0 = core0.insert("core 0's").unwrap();
+        let h1 = core1.insert("core 1's").unwrap();
+        assert_eq!(h0.index(), h1.index());
+        assert_ne!(h0, h1);
+        assert_eq!(core1.get(h0), Err(Error::InvalidHandle));
+        assert_eq!(core0.get_mut(h1), Err(Error::InvalidHandle));
+        assert!(!core1.due(&Event::Readable(h0)));
+        assert_eq!(core0.get(h0), Ok(&"core 0's"));
+        assert_eq!(core1.get(h1), Ok(&"core 1's"));
+    }
+
     /// A slot the table never had names no connection: no panic.
     #[test]
     fn an_index_past_the_table_is_none() {
-        let mut t = Handles::<u8>::new(1);
+        let mut t = Handles::<u8>::new(1, 0);
         assert_eq!(t.end(5), None);
         assert_eq!(t.handle(5), None);
         let h = t.insert(1).unwrap();

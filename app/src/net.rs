@@ -63,7 +63,8 @@ pub trait Net {
 
     /// Queues data; returns how much fit (`Err(WouldBlock)` if none did).
     /// Whenever less than all of `data` fit, `on_writable` follows once
-    /// space frees up (every backend keeps this contract).
+    /// space frees up (every backend keeps this contract), unless writing
+    /// is over first ([`Net::want_writable`]).
     fn send(&mut self, conn: ConnHandle, data: &[u8]) -> Result<usize, Error>;
 
     /// Reads in-order data: `Ok(0)` is end of stream (the peer closed and
@@ -89,7 +90,10 @@ pub trait Net {
 
     /// Asks for `on_writable` once send-buffer space frees up, for a handler
     /// that sized its writes with [`Net::send_space`] and found it zero.
-    /// Returns false (and asks for nothing) if there is space now.
+    /// Returns false (and asks for nothing) if there is space now, or once
+    /// writing is over: after [`Net::close`] or [`Net::shutdown_write`], no
+    /// `on_writable` comes for the connection on any backend, not even one
+    /// a short [`Net::send`] asked for before.
     fn want_writable(&mut self, conn: ConnHandle) -> bool;
 
     /// Sends FIN after the queued data; reading goes on.

@@ -4,15 +4,16 @@
 //! connection's slot no longer routes events.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use flowlane_app::{
     CloseReason, ConnHandle, ConnHandler, Dispatcher, Error, FourTuple, Net, Placement, State,
-    Stats,
+    Stats, SynFilter,
 };
 use flowlane_tcp::time::Instant;
-use flowlane_tcp::{Config, Stack};
+use flowlane_tcp::{Config, Event, Stack};
 
 /// `Net` straight over a stack, as a backend would implement it.
 struct Direct<'a> {
@@ -150,6 +151,16 @@ impl ConnHandler for Rec {
     }
 }
 
+/// Counts its `on_start` calls.
+struct CountStarts(Arc<AtomicUsize>);
+
+impl ConnHandler for CountStarts {
+    fn on_start(&mut self, _net: &mut dyn Net) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+    fn on_data(&mut self, _net: &mut dyn Net, _c: ConnHandle) {}
+}
+
 /// Moves every segment between the two stacks until both are quiet,
 /// dispatching `a`'s events after each exchange.
 fn settle(a: &mut Stack, app: &mut Dispatcher, b: &mut Stack, port: &mut u16) {
@@ -187,12 +198,14 @@ fn events_reach_the_owning_handler() {
         log: log.clone(),
         open: vec![],
     });
-    app.bind_listener(l, srv);
+    app.bind_listener(l, srv).unwrap();
     app.add(Rec {
         name: "cli",
         log: log.clone(),
         open: vec!["10.0.0.2:90".parse().unwrap()],
     });
+    let starts = Arc::new(AtomicUsize::new(0));
+    app.add(CountStarts(starts.clone()));
     // An unbound listener: its connections are reset.
     a.listen("10.0.0.1:81".parse().unwrap()).unwrap();
     b.listen("10.0.0.2:90".parse().unwrap()).unwrap();
@@ -205,6 +218,7 @@ fn events_reach_the_owning_handler() {
         app.start(&mut net);
         app.start(&mut net); // once only
     }
+    assert_eq!(starts.load(Ordering::SeqCst), 1, "on_start once only");
     let to_srv = b
         .connect(
             Instant::ZERO,
@@ -270,7 +284,7 @@ fn a_handler_refuses_a_connection_before_it_is_accepted() {
         log: log.clone(),
         open: vec![],
     }));
-    app.bind_listener(l, h);
+    app.bind_listener(l, h).unwrap();
     let connect = |b: &mut Stack, from: &str| {
         b.connect(
             Instant::ZERO,
@@ -343,7 +357,7 @@ fn a_failed_import_reaches_the_handler_registered_in_the_owner_s_place() {
     };
     let (mut app, srv, accepted) = handlers(&log);
     let l = a.listen("10.0.0.1:80".parse().unwrap()).unwrap();
-    app.bind_listener(l, srv);
+    app.bind_listener(l, srv).unwrap();
     let mut port = 40000;
     b.connect(
         Instant::ZERO,
@@ -472,7 +486,7 @@ fn nothing_but_on_closed_follows_an_abort() {
     let mut port = 40000;
     let l = a.listen("10.0.0.1:80".parse().unwrap()).unwrap();
     let h = app.add(AbortOnData(log.clone()));
-    app.bind_listener(l, h);
+    app.bind_listener(l, h).unwrap();
     let c = b
         .connect(
             Instant::ZERO,
@@ -486,4 +500,279 @@ fn nothing_but_on_closed_follows_an_abort() {
     settle(&mut a, &mut app, &mut b, &mut port);
     let log = log.lock().unwrap().clone();
     assert_eq!(log, ["data", "closed Aborted"], "{log:?}");
+}
+
+/// A `Net` over stack `a` (local address 10.0.0.1), as `settle` makes.
+fn direct<'a>(a: &'a mut Stack, port: &'a mut u16) -> Direct<'a> {
+    Direct {
+        stack: a,
+        local: "10.0.0.1".parse().unwrap(),
+        next_port: port,
+    }
+}
+
+/// A `HandlerId` of another dispatcher, past this one's handlers (another
+/// core's, set up differently), is refused at bind: no panic at the
+/// listener's first accept, whose connection is reset as an unbound
+/// listener's is.
+#[test]
+fn a_handler_id_the_dispatcher_never_issued_is_refused() {
+    let log: Log = Arc::default();
+    let rec = |name| Rec {
+        name,
+        log: log.clone(),
+        open: vec![],
+    };
+    let mut other = Dispatcher::new();
+    other.add(rec("other 0"));
+    let foreign = other.add(rec("other 1"));
+    let mut a = Stack::new(Config::new([1; 16]));
+    let mut b = Stack::new(Config::new([2; 16]));
+    let mut app = Dispatcher::new();
+    let mine = app.add(rec("srv"));
+    let mut port = 40000;
+    let l = a.listen("10.0.0.1:80".parse().unwrap()).unwrap();
+    assert_eq!(app.check_handler(mine), Ok(()));
+    assert_eq!(app.check_handler(foreign), Err(Error::InvalidHandle));
+    assert!(app.syn_filter(foreign, 80).is_none());
+    assert_eq!(app.bind_listener(l, foreign), Err(Error::InvalidHandle));
+    let c = b
+        .connect(
+            Instant::ZERO,
+            "10.0.0.2:5000".parse().unwrap(),
+            "10.0.0.1:80".parse().unwrap(),
+        )
+        .unwrap();
+    settle(&mut a, &mut app, &mut b, &mut port);
+    assert!(b.state(c).is_err(), "reset: {:?}", b.state(c));
+    assert!(log.lock().unwrap().is_empty(), "{:?}", log.lock().unwrap());
+}
+
+/// Records like [`Rec`]; its SYN filter (which this backend leaves to the
+/// dispatcher: it never asks `Dispatcher::syn_filter`) takes only peers on
+/// port 5000.
+struct Filtered(Rec);
+
+impl ConnHandler for Filtered {
+    fn syn_filter(&self, port: u16) -> Option<SynFilter> {
+        assert_eq!(port, 80);
+        Some(Arc::new(|t: &FourTuple| t.remote.port() == 5000))
+    }
+    fn on_accept(&mut self, net: &mut dyn Net, c: ConnHandle) {
+        self.0.on_accept(net, c);
+    }
+    fn on_data(&mut self, net: &mut dyn Net, c: ConnHandle) {
+        self.0.on_data(net, c);
+    }
+    fn on_closed(&mut self, net: &mut dyn Net, c: ConnHandle, r: CloseReason) {
+        self.0.on_closed(net, c, r);
+    }
+}
+
+/// A handler's SYN filter that the backend did not take is applied by
+/// the dispatcher at accept: a connection it refuses is reset before any
+/// callback, and counted.
+#[test]
+fn the_dispatcher_applies_a_syn_filter_the_backend_left_to_it() {
+    let log: Log = Arc::default();
+    let mut a = Stack::new(Config::new([1; 16]));
+    let mut b = Stack::new(Config::new([2; 16]));
+    let mut app = Dispatcher::new();
+    let mut port = 40000;
+    let l = a.listen("10.0.0.1:80".parse().unwrap()).unwrap();
+    let h = app.add(Filtered(Rec {
+        name: "srv",
+        log: log.clone(),
+        open: vec![],
+    }));
+    app.bind_listener(l, h).unwrap();
+    let connect = |b: &mut Stack, from: &str| {
+        b.connect(
+            Instant::ZERO,
+            from.parse().unwrap(),
+            "10.0.0.1:80".parse().unwrap(),
+        )
+        .unwrap()
+    };
+    let taken = connect(&mut b, "10.0.0.2:5000");
+    let refused = connect(&mut b, "10.0.0.2:5001");
+    settle(&mut a, &mut app, &mut b, &mut port);
+    b.send(taken, b"hi").unwrap();
+    settle(&mut a, &mut app, &mut b, &mut port);
+    let log = log.lock().unwrap().clone();
+    assert_eq!(log, ["srv accept", "srv data 2"], "{log:?}");
+    assert_eq!(app.refused(), 1);
+    assert!(b.state(refused).is_err(), "{:?}", b.state(refused));
+    assert!(b.state(taken).is_ok());
+}
+
+/// A connection's slot reused by the next connection after its `Closed`:
+/// events and calls under the old handle reach neither the old handler
+/// nor the new connection's.
+#[test]
+fn the_old_handle_of_a_reused_slot_reaches_nothing() {
+    let log: Log = Arc::default();
+    let mut a = Stack::new(Config::new([1; 16]));
+    let mut b = Stack::new(Config::new([2; 16]));
+    let mut app = Dispatcher::new();
+    let mut port = 40000;
+    let rec = |name| Rec {
+        name,
+        log: log.clone(),
+        open: vec![],
+    };
+    let old_srv = app.add(rec("old"));
+    let new_srv = app.add(rec("new"));
+    let l80 = a.listen("10.0.0.1:80".parse().unwrap()).unwrap();
+    let l81 = a.listen("10.0.0.1:81".parse().unwrap()).unwrap();
+    app.bind_listener(l80, old_srv).unwrap();
+    app.bind_listener(l81, new_srv).unwrap();
+    let accept = |a: &mut Stack, app: &mut Dispatcher, b: &mut Stack, port: &mut u16, to| {
+        let c = b
+            .connect(
+                Instant::ZERO,
+                "10.0.0.2:5000".parse().unwrap(),
+                SocketAddr::from(([10, 0, 0, 1], to)),
+            )
+            .unwrap();
+        settle(a, app, b, port);
+        c
+    };
+    let peer_old = accept(&mut a, &mut app, &mut b, &mut port, 80);
+    let old = a.bucket_connections(0)[0];
+    b.abort(peer_old).unwrap();
+    settle(&mut a, &mut app, &mut b, &mut port);
+    let peer_new = accept(&mut a, &mut app, &mut b, &mut port, 81);
+    let new = a.bucket_connections(0)[0];
+    assert_eq!(new.index(), old.index(), "the slot is reused");
+    assert_ne!(new, old);
+    log.lock().unwrap().clear();
+    b.send(peer_new, b"abc").unwrap();
+    {
+        let mut net = direct(&mut a, &mut port);
+        // Stale events of the old connection (a backend's queue that kept
+        // them): dropped.
+        app.dispatch(Event::Readable(old), &mut net);
+        app.dispatch(
+            Event::Closed {
+                conn: old,
+                reason: CloseReason::Normal,
+            },
+            &mut net,
+        );
+        assert_eq!(net.send(old, b"x"), Err(Error::InvalidHandle));
+        assert_eq!(net.abort(old), Err(Error::InvalidHandle));
+    }
+    settle(&mut a, &mut app, &mut b, &mut port);
+    let log = log.lock().unwrap().clone();
+    assert_eq!(log, ["new data 3"], "{log:?}");
+    assert!(b.state(peer_new).is_ok());
+}
+
+/// Aborts its connection once connected; opens another from the closed
+/// one's `on_closed`, and logs both handles there.
+struct Again {
+    log: Log,
+    to: SocketAddr,
+    opened: u32,
+}
+
+impl ConnHandler for Again {
+    fn on_start(&mut self, net: &mut dyn Net) {
+        net.connect(self.to).unwrap();
+    }
+    fn on_connected(&mut self, net: &mut dyn Net, c: ConnHandle) {
+        if self.opened == 0 {
+            net.abort(c).unwrap();
+        }
+    }
+    fn on_data(&mut self, _net: &mut dyn Net, _c: ConnHandle) {}
+    fn on_closed(&mut self, net: &mut dyn Net, c: ConnHandle, _r: CloseReason) {
+        self.opened += 1;
+        let new = net.connect(self.to).unwrap();
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("closed {}, opened {}", c.index(), new.index()));
+    }
+}
+
+/// A connection opened inside another's `on_closed` does not take the
+/// closed one's slot (as on the backends that keep their own tables): a
+/// handler that keys its state by the index clears the closed one's
+/// after opening, and would clear the new one's.
+#[test]
+fn a_connection_opened_in_on_closed_takes_another_slot() {
+    let log: Log = Arc::default();
+    let mut a = Stack::new(Config::new([1; 16]));
+    let mut b = Stack::new(Config::new([2; 16]));
+    b.listen("10.0.0.2:90".parse().unwrap()).unwrap();
+    let mut app = Dispatcher::new();
+    let mut port = 40000;
+    app.add(Again {
+        log: log.clone(),
+        to: "10.0.0.2:90".parse().unwrap(),
+        opened: 0,
+    });
+    app.start(&mut direct(&mut a, &mut port));
+    settle(&mut a, &mut app, &mut b, &mut port);
+    let log = log.lock().unwrap().clone();
+    assert_eq!(log, ["closed 0, opened 1"], "{log:?}");
+}
+
+/// Closes or shuts down writing at its first data; logs its callbacks.
+struct EndWriting {
+    log: Log,
+    close: bool,
+}
+
+impl ConnHandler for EndWriting {
+    fn on_data(&mut self, net: &mut dyn Net, c: ConnHandle) {
+        self.log.lock().unwrap().push("data".into());
+        net.discard(c);
+        if self.close {
+            net.close(c).unwrap();
+        } else {
+            net.shutdown_write(c).unwrap();
+        }
+    }
+    fn on_writable(&mut self, _net: &mut dyn Net, _c: ConnHandle) {
+        self.log.lock().unwrap().push("writable".into());
+    }
+}
+
+/// A `Writable` queued before its handler closed the connection (or shut
+/// its writing down) in the callback of an earlier event of the same
+/// batch is not delivered: no `on_writable` after either.
+#[test]
+fn a_writable_queued_before_a_close_is_not_delivered() {
+    for close in [true, false] {
+        let log: Log = Arc::default();
+        let mut a = Stack::new(Config::new([1; 16]));
+        let mut b = Stack::new(Config::new([2; 16]));
+        let mut app = Dispatcher::new();
+        let mut port = 40000;
+        let l = a.listen("10.0.0.1:80".parse().unwrap()).unwrap();
+        let h = app.add(EndWriting {
+            log: log.clone(),
+            close,
+        });
+        app.bind_listener(l, h).unwrap();
+        b.connect(
+            Instant::ZERO,
+            "10.0.0.2:5000".parse().unwrap(),
+            "10.0.0.1:80".parse().unwrap(),
+        )
+        .unwrap();
+        settle(&mut a, &mut app, &mut b, &mut port);
+        let conn = a.bucket_connections(0)[0];
+        // The batch a segment with data and an ACK freeing send space
+        // makes: `Readable`, then `Writable`.
+        let mut net = direct(&mut a, &mut port);
+        net.send(conn, b"reply").unwrap();
+        app.dispatch(Event::Readable(conn), &mut net);
+        app.dispatch(Event::Writable(conn), &mut net);
+        let log = log.lock().unwrap().clone();
+        assert_eq!(log, ["data"], "close {close}: {log:?}");
+    }
 }

@@ -1628,6 +1628,9 @@ impl Setup for TcpHandler {
     }
 
     fn listen_with(&mut self, port: u16, handler: HandlerId) -> Result<(), Error> {
+        // Before the listener opens: nothing is left listening for a
+        // handler this core does not have.
+        self.app.check_handler(handler)?;
         let l = self.stack.listen(self.local.listen_addr(port))?;
         self.bind_listener(l, handler, port)
     }
@@ -1644,8 +1647,7 @@ impl TcpHandler {
     ) -> Result<(), Error> {
         self.stack
             .set_syn_filter(l, self.app.syn_filter(handler, port))?;
-        self.app.bind_listener(l, handler);
-        Ok(())
+        self.app.bind_listener(l, handler)
     }
 }
 

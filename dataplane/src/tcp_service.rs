@@ -285,9 +285,13 @@ impl TcpService {
         let reg = registry.clone();
         let spill_carriers = carriers.clone();
         let dataplane = Dataplane::start(dp, move |q: &QueueInfo| {
+            // Each queue's stack tags its handles with the queue's index:
+            // a handle taken to another queue's handler is refused there.
+            let mut tcp = tcp.clone();
+            tcp.tcp.handle_tag = q.queue;
             let mut h = match &mesh {
-                Some(mesh) => TcpHandler::with_mover(q, tcp.clone(), mesh.clone()),
-                None => TcpHandler::new(q, tcp.clone()),
+                Some(mesh) => TcpHandler::with_mover(q, tcp, mesh.clone()),
+                None => TcpHandler::new(q, tcp),
             };
             if let Some(&c) = q
                 .queue

@@ -191,7 +191,9 @@ impl KernelNet {
             claims,
             listeners: Vec::new(),
             filters: Filters::default(),
-            conns: Handles::new(limits.max_connections),
+            // Tagged with the core's index: another core's handles are
+            // refused here.
+            conns: Handles::new(limits.max_connections, placement.queue),
             events: VecDeque::new(),
             rereads: Vec::new(),
             memory_waiters: VecDeque::new(),
@@ -484,8 +486,19 @@ impl KernelNet {
         }
     }
 
-    /// Opens the listeners of `port`, one per address.
+    /// Opens the listeners of `port`, one per address: `AddrInUse` for a
+    /// port this core listens on already (as the stack refuses a second
+    /// listener: the kernel would split the port's connections between
+    /// the two sockets, and so between two handlers).
     fn listen(&mut self, port: u16) -> Result<Vec<ListenerId>, Error> {
+        if port != 0
+            && self
+                .listeners
+                .iter()
+                .any(|l| l.local_addr().is_ok_and(|a| a.port() == port))
+        {
+            return Err(Error::AddrInUse);
+        }
         let mut ids = Vec::new();
         for &ip in &self.listen_on.clone() {
             let addr = SocketAddr::new(ip, port);
@@ -723,7 +736,8 @@ impl Net for KernelNet {
 
     fn want_writable(&mut self, h: ConnHandle) -> bool {
         match self.conn_mut(h) {
-            Ok(c) if c.send_space() == 0 => {
+            // Nothing can be written after a close or a shutdown.
+            Ok(c) if c.send_space() == 0 && !c.closing && !c.shut_pending => {
                 c.want_writable = true;
                 true
             }
@@ -734,6 +748,8 @@ impl Net for KernelNet {
     fn shutdown_write(&mut self, h: ConnHandle) -> Result<(), Error> {
         let conn = self.conns.get_mut(h)?;
         conn.shut_pending = true;
+        // No `Writable` after it, even one a short send asked for.
+        conn.want_writable = false;
         match conn.flush(&mut self.tx_pool) {
             Io::Failed(f, _) => self.fail(h.index(), f),
             Io::Ok(sent) => self.stats.bytes_out += sent as u64,
@@ -766,6 +782,7 @@ impl Net for KernelNet {
             conn.fin_sent_at = Some(now);
         }
         conn.shut_pending = true;
+        conn.want_writable = false;
         match conn.flush(&mut self.tx_pool) {
             Io::Failed(f, _) => self.fail(h.index(), f),
             Io::Ok(sent) => {
@@ -1101,7 +1118,7 @@ impl Setup for KernelCore {
         let ids = self.net.listen(port)?;
         let h = self.app.add_boxed(handler);
         for l in ids {
-            self.bind_listener(l, h, port);
+            self.bind_listener(l, h, port)?;
         }
         Ok(h)
     }
@@ -1111,8 +1128,9 @@ impl Setup for KernelCore {
     }
 
     fn listen_with(&mut self, port: u16, handler: HandlerId) -> Result<(), Error> {
+        self.app.check_handler(handler)?;
         for l in self.net.listen(port)? {
-            self.bind_listener(l, handler, port);
+            self.bind_listener(l, handler, port)?;
         }
         Ok(())
     }
@@ -1121,11 +1139,11 @@ impl Setup for KernelCore {
 impl KernelCore {
     /// Connections accepted on `l` (a listener on `port`) go to
     /// `handler`, whose SYN filter is asked at each accept on it.
-    fn bind_listener(&mut self, l: ListenerId, handler: HandlerId, port: u16) {
+    fn bind_listener(&mut self, l: ListenerId, handler: HandlerId, port: u16) -> Result<(), Error> {
         self.net
             .filters
             .set(l.index() as usize, self.app.syn_filter(handler, port));
-        self.app.bind_listener(l, handler);
+        self.app.bind_listener(l, handler)
     }
 }
 
@@ -1229,12 +1247,127 @@ mod tests {
     }
 
     fn placed_net(limits: Limits) -> KernelNet {
+        net_of_core(0, limits)
+    }
+
+    /// The net of core `queue`.
+    fn net_of_core(queue: u32, limits: Limits) -> KernelNet {
+        let placement = Placement {
+            queue,
+            cpu: None,
+            node: 0,
+        };
+        KernelNet::new(placement, vec![], limits, Claims::default()).unwrap()
+    }
+
+    /// The first connection of each of two cores takes the same slot; the
+    /// cores' indices keep their handles apart: neither acts on the
+    /// other's handle (the bytes would have gone to its own peer).
+    #[test]
+    fn a_core_refuses_another_core_s_handle() {
+        let (mut core0, mut core1) = (
+            net_of_core(0, Limits::default()),
+            net_of_core(1, Limits::default()),
+        );
+        let (h0, _c0) = accepted(&mut core0);
+        let (h1, _c1) = accepted(&mut core1);
+        assert_eq!(h0.index(), h1.index());
+        assert_ne!(h0, h1);
+        assert_eq!(core1.send(h0, b"x"), Err(Error::InvalidHandle));
+        assert_eq!(core0.abort(h1), Err(Error::InvalidHandle));
+        assert_eq!(core0.send(h0, b"x"), Ok(1));
+    }
+
+    /// A core and a free port on the loopback address.
+    fn loopback_core() -> (KernelCore, u16) {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let placement = Placement {
             queue: 0,
             cpu: None,
             node: 0,
         };
-        KernelNet::new(placement, vec![], limits, Claims::default()).unwrap()
+        let ip = IpAddr::from([127, 0, 0, 1]);
+        (
+            KernelCore::new(placement, vec![ip], Limits::default()).unwrap(),
+            port,
+        )
+    }
+
+    /// Takes nothing but its connections.
+    struct Nop;
+
+    impl ConnHandler for Nop {
+        fn on_data(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
+    }
+
+    /// A core listens on a port once: a second listener there would be a
+    /// second `SO_REUSEPORT` socket, and the kernel would split the port's
+    /// connections between the two handlers (the stack and queue-pair
+    /// mode refuse it likewise).
+    #[test]
+    fn a_core_listens_on_a_port_once() {
+        use flowlane_app::SetupExt;
+        let (mut core, port) = loopback_core();
+        let h = core.listen(port, Nop).unwrap();
+        assert_eq!(core.listen(port, Nop).map(drop), Err(Error::AddrInUse));
+        assert_eq!(core.listen_with(port, h), Err(Error::AddrInUse));
+        assert_eq!(core.net.listeners.len(), 1);
+    }
+
+    /// A handler id the core's dispatcher never issued (another core's) is
+    /// refused before anything listens: no listener whose first accept
+    /// would find no handler.
+    #[test]
+    fn listening_for_another_core_s_handler_is_refused() {
+        let (mut core, port) = loopback_core();
+        let mut other = Dispatcher::new();
+        other.add(Nop);
+        let foreign = other.add(Nop);
+        core.app.add(Nop);
+        assert_eq!(core.listen_with(port, foreign), Err(Error::InvalidHandle));
+        assert!(core.net.listeners.is_empty());
+    }
+
+    /// After a close or a shutdown, nothing can be written: no `Writable`
+    /// is promised or queued, not even the one the last (short) send asked
+    /// for, once the peer read everything and the socket has room again.
+    #[test]
+    fn no_writable_after_a_close_or_a_shutdown() {
+        use std::io::Read;
+        for close in [true, false] {
+            let mut net = placed_net(Limits::default());
+            let (h, mut client) = accepted(&mut net);
+            let chunk = vec![7u8; 64 << 10];
+            while net.send(h, &chunk) == Ok(chunk.len()) {}
+            assert_eq!(net.send_space(h), Ok(0));
+            if close {
+                net.close(h).unwrap();
+            } else {
+                net.shutdown_write(h).unwrap();
+            }
+            assert!(!net.want_writable(h), "close {close}");
+            client
+                .set_read_timeout(Some(Duration::from_millis(20)))
+                .unwrap();
+            let mut buf = vec![0u8; 1 << 16];
+            for _ in 0..1000 {
+                net.write_ready(h.index());
+                if matches!(client.read(&mut buf), Ok(0)) {
+                    break;
+                }
+            }
+            net.write_ready(h.index());
+            assert_eq!(net.send_space(h).map(|n| n > 0), Ok(true), "drained");
+            assert!(
+                !net.events.iter().any(|e| matches!(e, Event::Writable(_))),
+                "close {close}: {:?}",
+                net.events
+            );
+        }
     }
 
     /// An accepted connection in `net`, and its peer.
@@ -1408,7 +1541,7 @@ mod tests {
         let log = Arc::new(std::sync::Mutex::new(Vec::new()));
         let handler = core.app.add(AbortAtData(log.clone()));
         let listener = ListenerId::from_index(0);
-        core.app.bind_listener(listener, handler);
+        core.app.bind_listener(listener, handler).unwrap();
         let (h, mut client) = accepted(&mut core.net);
         core.net
             .events

@@ -176,7 +176,9 @@ impl QpNet {
             thread,
             placement,
             epoch: Instant::now(),
-            conns: Handles::new(MAX_CONNECTIONS),
+            // Tagged with the thread's index: another thread's handles
+            // are refused here.
+            conns: Handles::new(MAX_CONNECTIONS, thread),
             by_core: (0..n).map(|_| HashMap::new()).collect(),
             cores,
             served,
@@ -708,7 +710,11 @@ impl Net for QpNet {
 
     fn shutdown_write(&mut self, h: ConnHandle) -> Result<(), Error> {
         self.request(h, |conn| ToCore::ShutdownWrite { conn })?;
-        self.conn_mut(h)?.shut = true;
+        let c = self.conn_mut(h)?;
+        c.shut = true;
+        // No `Writable` after it (not even at the `Connected` of an open
+        // under way), one a short send asked for included.
+        c.want_writable = false;
         Ok(())
     }
 
@@ -848,6 +854,12 @@ mod tests {
     use crossbeam_channel::{unbounded, Receiver};
 
     fn net(cores: u32) -> (QpNet, Vec<Receiver<Vec<ToCore>>>) {
+        net_of_thread(0, cores)
+    }
+
+    /// The net of application thread `thread`, served by core 0 of
+    /// `cores`.
+    fn net_of_thread(thread: u32, cores: u32) -> (QpNet, Vec<Receiver<Vec<ToCore>>>) {
         let (links, rxs) = (0..cores)
             .map(|q| {
                 let (tx, rx) = unbounded();
@@ -868,7 +880,39 @@ mod tests {
             cpu: None,
             node: 0,
         };
-        (QpNet::new(0, placement, links, vec![0]), rxs)
+        (QpNet::new(thread, placement, links, vec![0]), rxs)
+    }
+
+    /// The first connection of each of two threads takes the same slot;
+    /// the threads' indices keep their handles apart: neither acts on the
+    /// other's handle.
+    #[test]
+    fn a_thread_refuses_another_thread_s_handle() {
+        let ((mut t0, _rx0), (mut t1, _rx1)) = (net_of_thread(0, 1), net_of_thread(1, 1));
+        let h0 = accepted(&mut t0, ConnHandle::from_parts(3, 1));
+        let h1 = accepted(&mut t1, ConnHandle::from_parts(3, 1));
+        assert_eq!(h0.index(), h1.index());
+        assert_ne!(h0, h1);
+        assert_eq!(t1.send(h0, b"x"), Err(Error::InvalidHandle));
+        assert_eq!(t0.abort(h1), Err(Error::InvalidHandle));
+        assert_eq!(t0.send(h0, b"x"), Ok(1));
+    }
+
+    /// A send while an open is under way (no credit yet) asks for
+    /// `Writable`; a shutdown after it takes the wish back: the open's
+    /// completion brings none.
+    #[test]
+    fn a_shutdown_takes_back_the_writable_a_short_send_asked_for() {
+        let (mut net, _rx) = net(1);
+        let h = net.connect("10.0.0.2:80".parse().unwrap()).unwrap();
+        assert_eq!(net.send(h, b"early"), Err(Error::WouldBlock));
+        net.shutdown_write(h).unwrap();
+        connected(&mut net, 0, ConnHandle::from_parts(5, 1));
+        assert!(
+            !net.events.iter().any(|e| matches!(e, Event::Writable(_))),
+            "{:?}",
+            net.events
+        );
     }
 
     fn tuple() -> FourTuple {
@@ -1162,7 +1206,8 @@ mod tests {
     }
 
     /// After `close` or `shutdown_write` no `Writable` can come: a handler
-    /// asking for one is told so (false), as on the other backends.
+    /// asking for one is told so (false), as on every backend
+    /// (`Net::want_writable`).
     #[test]
     fn no_writable_is_promised_after_a_close_or_a_shutdown() {
         let (mut net, _rx) = net(1);

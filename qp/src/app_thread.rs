@@ -69,13 +69,15 @@ impl Setup for AppThread {
         if self.ports.contains(&port) {
             return Err(Error::AddrInUse);
         }
+        // Before the port is taken: nothing is left listening for a
+        // handler this thread does not have.
+        self.app.check_handler(handler)?;
         self.ports.push(port);
         self.filters.push(self.app.syn_filter(handler, port));
         self.app.bind_listener(
             ListenerId::from_index((self.ports.len() - 1) as u32),
             handler,
-        );
-        Ok(())
+        )
     }
 }
 

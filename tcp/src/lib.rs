@@ -513,6 +513,17 @@ pub struct Config {
     /// against it (the stack's cap still bounds them). The default is no
     /// more than the stack's cap.
     pub listener_max_connections: usize,
+    /// Tells this stack's connection handles from those of the other
+    /// stacks of one service (each queue's stack gets its own: the data
+    /// path gives it the queue's index), so that a handle taken to the
+    /// wrong core is refused there (`InvalidHandle`) instead of naming the
+    /// connection that happens to hold its slot. A slot's generation
+    /// starts at [`Config::first_generation`] of the tag and counts up by
+    /// one per connection it held. Two tables with tags below `n` (up to
+    /// 65 536) can confuse a handle only once one of them gave its slot
+    /// more than 2^32 / (3n) connections more than the other gave the
+    /// same slot (1.4 million for 1 024 tags). Default 0.
+    pub handle_tag: u32,
 }
 
 impl Config {
@@ -559,7 +570,19 @@ impl Config {
             header_prediction: true,
             challenge_ack_limit: u32::MAX,
             invalid_ack_interval: Duration::from_millis(500),
+            handle_tag: 0,
         }
+    }
+
+    /// The generation at which a connection table tagged `handle_tag`
+    /// starts its slots ([`Config::handle_tag`]; the same for every
+    /// backend's table): the tag times 2^32 / φ (Fibonacci hashing), so
+    /// that the tags of a service's cores, however few, land far apart in
+    /// the generations' space. Distinct tags start at distinct
+    /// generations; tag 0 at 0.
+    #[inline]
+    pub fn first_generation(handle_tag: u32) -> u32 {
+        handle_tag.wrapping_mul(0x9E37_79B9)
     }
 
     /// The MSS we advertise and send at most on a connection whose peer is

@@ -393,6 +393,11 @@ pub struct Stack {
     /// [`Config::max_connections`] (or a connect or SYN in the callback of
     /// an earlier event grew the slab past its reservation).
     held: usize,
+    /// The slot of the last `Closed` taken ([`NO_SLOT`]: none), counted
+    /// no more but kept off the free list until the next
+    /// [`Stack::poll_event`] call: a connection opened while the
+    /// application handles that `Closed` gets another slot.
+    closed_slot: u32,
     /// Live connections by state ([`State::index`]), kept where a
     /// connection is placed, freed, or changes state in a call: what
     /// [`Stack::connections_in`] reads without walking the slots.
@@ -521,6 +526,7 @@ impl Stack {
             stats: Stats::default(),
             live: 0,
             held: 0,
+            closed_slot: NO_SLOT,
             by_state: [0; State::COUNT],
             sharing: 0,
             now: Instant::ZERO,
@@ -1017,15 +1023,16 @@ impl Stack {
         idx
     }
 
-    /// A free slot's index (the slab grows if none is free); the caller
-    /// puts a connection in it and calls [`Stack::place`], or gives it
-    /// back to `free`.
+    /// A free slot's index (the slab grows if none is free: a new slot's
+    /// generation starts at the stack's [`Config::handle_tag`]'s
+    /// [`Config::first_generation`]); the caller puts a connection in it
+    /// and calls [`Stack::place`], or gives it back to `free`.
     fn alloc_slot(&mut self) -> u32 {
         match self.free.pop() {
             Some(i) => i,
             None => {
                 self.slots.push(Slot {
-                    generation: 0,
+                    generation: Config::first_generation(self.cfg.handle_tag),
                     in_dirty: false,
                     mem_waiting: false,
                     counted: State::Closed,
@@ -2332,13 +2339,20 @@ impl Stack {
     /// The next application event, oldest first; `None` when all were
     /// taken. Call until `None` after each input, timer or application call.
     /// A closed connection's slot (its handle's index) is given to no other
-    /// connection before its `Closed` was taken here, so that an application
-    /// may key its own state by the index until it hears of the close; and
-    /// of a connection gone before its events were taken (the application
+    /// connection before the call to `poll_event` after the one that
+    /// returned its `Closed`, so that an application may key its own state
+    /// by the index until it has handled the close (a connection it opens
+    /// meanwhile, in its `on_closed`, gets another index); and of a
+    /// connection gone before its events were taken (the application
     /// aborted it in the callback of an earlier event), only its `Closed`
     /// comes.
     #[must_use]
     pub fn poll_event(&mut self) -> Option<Event> {
+        if self.closed_slot != NO_SLOT {
+            // The previous `Closed`'s slot: its application handled it.
+            self.free
+                .push(std::mem::replace(&mut self.closed_slot, NO_SLOT));
+        }
         let event = self.events.pop_front()?;
         if let Event::Closed { conn, .. } = event {
             // The closed connection's slot, held until now (`remove`).
@@ -2351,10 +2365,14 @@ impl Stack {
         Some(event)
     }
 
-    /// A slot held for its `Closed` (`remove` without reuse), free now.
+    /// A slot held for its `Closed` (`remove` without reuse), whose
+    /// `Closed` is taken now: it counts no more against
+    /// [`Config::max_connections`], and is free at the next
+    /// [`Stack::poll_event`] call (`closed_slot`).
     #[inline]
     fn release_held(&mut self, idx: u32) {
-        self.free.push(idx);
+        debug_assert_eq!(self.closed_slot, NO_SLOT, "freed by this poll_event");
+        self.closed_slot = idx;
         self.held -= 1;
     }
 
@@ -2509,18 +2527,27 @@ impl Stack {
     /// Before the handshake completes the FIN waits for it, behind any
     /// queued data; with nothing queued and the SYN unanswered, the
     /// connection ends at once (RFC 9293 §3.10.4), as it does on `close`.
+    /// No [`Event::Writable`] comes after it, even one a short
+    /// [`Stack::send`] asked for: nothing can be written any more.
     pub fn shutdown_write(&mut self, conn: ConnHandle) -> Result<(), Error> {
         let idx = self.lookup(conn)?;
-        self.with_conn(idx, |c, _| c.shutdown_write());
+        self.with_conn(idx, |c, _| {
+            c.shutdown_write();
+            c.flags.clear(Flags::WRITABLE_WANTED);
+        });
         Ok(())
     }
 
     /// Closes both directions: FIN after the queued data, and any data that
     /// arrives later resets the connection. With unread data it aborts. The
-    /// handle stays valid until the `Closed` event.
+    /// handle stays valid until the `Closed` event; no [`Event::Writable`]
+    /// comes after it (as after [`Stack::shutdown_write`]).
     pub fn close(&mut self, conn: ConnHandle) -> Result<(), Error> {
         let idx = self.lookup(conn)?;
-        self.with_conn(idx, |c, ctx| c.close(ctx));
+        self.with_conn(idx, |c, ctx| {
+            c.close(ctx);
+            c.flags.clear(Flags::WRITABLE_WANTED);
+        });
         self.forget_events_if_gone(conn);
         Ok(())
     }
@@ -2750,23 +2777,26 @@ impl Stack {
         for (i, slot) in self.slots.iter().enumerate() {
             let idx = i as u32;
             let Some(c) = slot.conn.as_ref() else {
-                // Free, or held for its `Closed` still queued: one or the other.
+                // Free, held for its `Closed` still queued, or for the
+                // `Closed` taken last: one of them.
                 let free = self.free.iter().filter(|&&f| f == idx).count();
                 let held = self
                     .events
                     .iter()
                     .filter(|e| matches!(e, Event::Closed { conn, .. } if conn.index == idx))
                     .count();
-                if free + held != 1 {
+                let last_closed = usize::from(self.closed_slot == idx);
+                if free + held + last_closed != 1 {
                     return Err(format!(
-                        "empty slot {i} {free} times in the free list, held for {held} Closed events"
+                        "empty slot {i} {free} times in the free list, held for {held} Closed \
+                         events, {last_closed} for the last taken"
                     ));
                 }
                 held_slots += held;
                 continue;
             };
             live += 1;
-            if self.free.contains(&idx) {
+            if self.free.contains(&idx) || self.closed_slot == idx {
                 return Err(format!("live slot {i} in the free list"));
             }
             let hash = self.table.hash(&c.tuple);
