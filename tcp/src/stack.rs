@@ -2347,11 +2347,10 @@ impl Stack {
     /// aborted it in the callback of an earlier event), only its `Closed`
     /// comes.
     #[must_use]
+    #[inline]
     pub fn poll_event(&mut self) -> Option<Event> {
         if self.closed_slot != NO_SLOT {
-            // The previous `Closed`'s slot: its application handled it.
-            self.free
-                .push(std::mem::replace(&mut self.closed_slot, NO_SLOT));
+            self.free_closed_slot();
         }
         let event = self.events.pop_front()?;
         if let Event::Closed { conn, .. } = event {
@@ -2363,6 +2362,16 @@ impl Stack {
             return self.poll_event_stale(event);
         }
         Some(event)
+    }
+
+    /// The slot of the previous `Closed`, whose application handled it:
+    /// free now. Out of line: [`Stack::poll_event`] runs for every event,
+    /// this once per closed connection.
+    #[cold]
+    #[inline(never)]
+    fn free_closed_slot(&mut self) {
+        self.free
+            .push(std::mem::replace(&mut self.closed_slot, NO_SLOT));
     }
 
     /// A slot held for its `Closed` (`remove` without reuse), whose
