@@ -129,10 +129,10 @@ fn main() {
     };
     run(&mut sim, &mut bulk);
     // The measured transfer's figures: the second's when warm.
-    let (rx0, tx0, t0) = if warm {
-        (*sim.b.stats(), *sim.a.stats(), sim.now)
+    let (rx0, tx0, t0, link0) = if warm {
+        (*sim.b.stats(), *sim.a.stats(), sim.now, sim.stats)
     } else {
-        (Default::default(), Default::default(), sim.now)
+        (Default::default(), Default::default(), sim.now, Default::default())
     };
     if warm {
         let mut again = Bulk::another(
@@ -166,6 +166,9 @@ fn main() {
         ("retransmits", tx.retransmits - tx0.retransmits),
         ("out of order (B)", rx.out_of_order - rx0.out_of_order),
         ("predicted (B)", rx.predicted - rx0.predicted),
+        // Dropped by the simulated link's queue (10 ms at 10 Gbit/s): the
+        // retransmissions' cause when the senders' bursts overflow it.
+        ("link queue drops", sim.stats.queue_drops - link0.queue_drops),
     ] {
         println!("{label:<22} {value}");
     }
