@@ -271,15 +271,18 @@ impl ConnHandler for Picky {
     }
 }
 
-#[test]
-fn a_handler_refuses_a_connection_before_it_is_accepted() {
+/// Two connections to a listener whose handler (`wrap` of a logging
+/// `Rec`) admits the one from port 5000 and refuses the one from 5001:
+/// only the admitted one reaches the handler, the refused one is reset
+/// (gone at the peer too), and the dispatcher counts it.
+fn one_taken_one_refused<H: ConnHandler + 'static>(wrap: impl FnOnce(Rec) -> H) {
     let log: Log = Arc::default();
     let mut a = Stack::new(Config::new([1; 16]));
     let mut b = Stack::new(Config::new([2; 16]));
     let mut app = Dispatcher::new();
     let mut port = 40000;
     let l = a.listen("10.0.0.1:80".parse().unwrap()).unwrap();
-    let h = app.add(Picky(Rec {
+    let h = app.add(wrap(Rec {
         name: "srv",
         log: log.clone(),
         open: vec![],
@@ -299,12 +302,15 @@ fn a_handler_refuses_a_connection_before_it_is_accepted() {
     b.send(taken, b"hi").unwrap();
     settle(&mut a, &mut app, &mut b, &mut port);
     let log = log.lock().unwrap().clone();
-    // Only the admitted connection reached the handler.
     assert_eq!(log, ["srv accept", "srv data 2"], "{log:?}");
     assert_eq!(app.refused(), 1);
-    // The refused one was reset: gone at the peer too.
     assert!(b.state(refused).is_err(), "{:?}", b.state(refused));
     assert!(b.state(taken).is_ok());
+}
+
+#[test]
+fn a_handler_refuses_a_connection_before_it_is_accepted() {
+    one_taken_one_refused(Picky);
 }
 
 /// Keeps a tag per connection, which moves with it (`on_export`), and logs
@@ -574,36 +580,7 @@ impl ConnHandler for Filtered {
 /// callback, and counted.
 #[test]
 fn the_dispatcher_applies_a_syn_filter_the_backend_left_to_it() {
-    let log: Log = Arc::default();
-    let mut a = Stack::new(Config::new([1; 16]));
-    let mut b = Stack::new(Config::new([2; 16]));
-    let mut app = Dispatcher::new();
-    let mut port = 40000;
-    let l = a.listen("10.0.0.1:80".parse().unwrap()).unwrap();
-    let h = app.add(Filtered(Rec {
-        name: "srv",
-        log: log.clone(),
-        open: vec![],
-    }));
-    app.bind_listener(l, h).unwrap();
-    let connect = |b: &mut Stack, from: &str| {
-        b.connect(
-            Instant::ZERO,
-            from.parse().unwrap(),
-            "10.0.0.1:80".parse().unwrap(),
-        )
-        .unwrap()
-    };
-    let taken = connect(&mut b, "10.0.0.2:5000");
-    let refused = connect(&mut b, "10.0.0.2:5001");
-    settle(&mut a, &mut app, &mut b, &mut port);
-    b.send(taken, b"hi").unwrap();
-    settle(&mut a, &mut app, &mut b, &mut port);
-    let log = log.lock().unwrap().clone();
-    assert_eq!(log, ["srv accept", "srv data 2"], "{log:?}");
-    assert_eq!(app.refused(), 1);
-    assert!(b.state(refused).is_err(), "{:?}", b.state(refused));
-    assert!(b.state(taken).is_ok());
+    one_taken_one_refused(Filtered);
 }
 
 /// A connection's slot reused by the next connection after its `Closed`:
