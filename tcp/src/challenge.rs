@@ -19,7 +19,6 @@ use crate::siphash::SipHasher24;
 use crate::time::{Duration, Instant};
 
 /// The stack-wide budget of challenge ACKs (RFC 5961 §7).
-#[derive(Debug)]
 pub(crate) struct ChallengeBudget {
     key: [u8; 16],
     /// Average challenge ACKs per second; `u32::MAX`: no limit.
@@ -30,21 +29,25 @@ pub(crate) struct ChallengeBudget {
     left: u32,
 }
 
+/// The key stays out of debug output: the budgets it draws are what an
+/// off-path attacker must not predict.
+impl std::fmt::Debug for ChallengeBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChallengeBudget")
+            .field("key", &"<redacted>")
+            .field("limit", &self.limit)
+            .field("second", &self.second)
+            .field("left", &self.left)
+            .finish()
+    }
+}
+
 impl ChallengeBudget {
     /// A budget of `limit` challenge ACKs per second on average, drawn with
     /// a key derived from the stack's `secret`.
     pub(crate) fn new(secret: &[u8; 16], limit: u32) -> Self {
-        let mut h = SipHasher24::new(secret);
-        h.write(b"flowlane rfc5961 challenge budget");
-        let a = h.finish();
-        let mut h = SipHasher24::new(secret);
-        h.write(&a.to_le_bytes());
-        let b = h.finish();
-        let mut key = [0; 16];
-        key[..8].copy_from_slice(&a.to_le_bytes());
-        key[8..].copy_from_slice(&b.to_le_bytes());
         ChallengeBudget {
-            key,
+            key: crate::isn::derive_key(secret, b"flowlane rfc5961 challenge budget"),
             limit,
             second: u64::MAX,
             left: 0,

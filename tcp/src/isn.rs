@@ -2,12 +2,48 @@
 //! `ISN = M + F(localip, localport, remoteip, remoteport, secretkey)`, where
 //! `M` is a timer ticking every 4 microseconds and `F` a keyed hash
 //! (SipHash-2-4 here, keyed by a caller-supplied secret).
+//!
+//! The same secret keys the stack's other hashes, each under a key of its
+//! own ([`derive_key`]): SYN cookies, and the keyed hash of a destination
+//! that active opens pick their local port by ([`port_hash`], RFC 6056).
 
 use crate::flow_key::FlowKey;
 use crate::seq::SeqNumber;
 use crate::siphash::SipHasher24;
 use crate::time::Instant;
 use std::cell::Cell;
+use std::net::{IpAddr, SocketAddr};
+
+/// The label [`port_hash`]'s key is derived under.
+const PORT_KEY_LABEL: &[u8] = b"flowlane rfc6056 port key";
+
+/// A 16-byte key for one purpose, derived from the stack's `secret` under
+/// `label`: two SipHash-2-4 tags keyed by the secret, of the label and a
+/// byte (0, then 1). SipHash is a PRF, so a derived key tells nothing of
+/// the secret, of the ISNs, or of the key of another label.
+pub(crate) fn derive_key(secret: &[u8; 16], label: &[u8]) -> [u8; 16] {
+    let mut key = [0; 16];
+    for (i, half) in key.chunks_mut(8).enumerate() {
+        let mut h = SipHasher24::new(secret);
+        h.write(label);
+        h.write(&[i as u8]);
+        half.copy_from_slice(&h.finish().to_le_bytes());
+    }
+    key
+}
+
+/// The keyed hash of a destination that an active open picks its local
+/// port by: RFC 6056 §3.3.4's `F(local_addr, remote_addr, remote_port,
+/// secret_key)`, SipHash-2-4 under a key derived from `secret`
+/// ([`derive_key`]), over the tuple with our port 0. Not guessable without
+/// the secret, so that an off-path attacker cannot predict the ports of a
+/// host's connections (RFC 6056 §1, §3.3.4), and new with every secret, so
+/// that a restarted service does not reuse the last run's 4-tuples.
+pub(crate) fn port_hash(secret: &[u8; 16], local: IpAddr, remote: SocketAddr) -> u64 {
+    let mut h = SipHasher24::new(&derive_key(secret, PORT_KEY_LABEL));
+    FlowKey::new(local, 0, remote.ip(), remote.port()).prf_into(&mut h);
+    h.finish()
+}
 
 /// Generates RFC 6528 initial sequence numbers and RFC 7323 §5.4
 /// per-connection timestamp offsets from a secret.
@@ -129,7 +165,62 @@ mod tests {
             2_250_000_000,
             "2.5 hours of ticks"
         );
-        // The two halves of one tag are not the same value.
-        assert_ne!(g.ts_offset(&t), g.isn_and_ts_offset(&t, Instant::ZERO).0 .0);
+    }
+
+    /// RFC 7323 §5.4: the timestamp offset must not reveal the ISN's
+    /// hash (nor the other way round), or a peer that reads one connection's
+    /// TSval learns `F` of RFC 6528 §3 and with it the clock `M`: the offset
+    /// is not `F`, for several tuples of both families.
+    #[test]
+    fn the_timestamp_offset_is_not_the_isn_hash() {
+        let g = IsnGenerator::new(key());
+        for (local, remote) in [
+            ("10.0.0.1:80", "10.0.0.2:40000"),
+            ("10.0.0.1:80", "10.0.0.2:40001"),
+            ("10.0.0.1:443", "10.0.0.3:5000"),
+            ("192.0.2.1:1", "198.51.100.7:65535"),
+            ("[fd00::1]:80", "[fd00::2]:40000"),
+            ("[fd00::1]:8080", "[2001:db8::9]:1234"),
+        ] {
+            let t = FlowKey::of(&FourTuple {
+                local: local.parse().unwrap(),
+                remote: remote.parse().unwrap(),
+            });
+            // A fresh generator's first ISN at time zero takes M = 1 (one
+            // tick past the "last" 0): ISN - 1 is F.
+            let (isn, offset) = IsnGenerator::new(key()).isn_and_ts_offset(&t, Instant::ZERO);
+            let f = isn.0.wrapping_sub(1);
+            assert_ne!(offset, f, "{local} {remote}");
+            assert_ne!(g.ts_offset(&t), f, "{local} {remote}");
+        }
+    }
+
+    #[test]
+    fn derived_keys_differ_by_label_and_secret() {
+        let a = derive_key(&key(), b"one");
+        assert_eq!(a, derive_key(&key(), b"one"), "deterministic");
+        assert_ne!(a, derive_key(&key(), b"two"));
+        assert_ne!(a, derive_key(&[7; 16], b"one"));
+        assert_ne!(a, key(), "not the secret");
+    }
+
+    /// RFC 6056 §3.3.4's F: a function of the destination and the secret
+    /// only (our port is not an input), new with another secret.
+    #[test]
+    fn port_hash_depends_on_destination_and_secret() {
+        let local: IpAddr = "10.0.0.1".parse().unwrap();
+        let remote: SocketAddr = "10.0.0.2:443".parse().unwrap();
+        let h = port_hash(&key(), local, remote);
+        assert_eq!(h, port_hash(&key(), local, remote));
+        assert_ne!(h, port_hash(&[7; 16], local, remote));
+        assert_ne!(h, port_hash(&key(), local, "10.0.0.2:444".parse().unwrap()));
+        assert_ne!(h, port_hash(&key(), local, "10.0.0.3:443".parse().unwrap()));
+        assert_ne!(h, port_hash(&key(), "10.0.0.9".parse().unwrap(), remote));
+        let v6 = port_hash(
+            &key(),
+            "fd00::1".parse().unwrap(),
+            "[fd00::2]:443".parse().unwrap(),
+        );
+        assert_ne!(h, v6);
     }
 }

@@ -288,7 +288,7 @@ impl Default for KeepaliveConfig {
 }
 
 /// Stack configuration.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Config {
     /// Secret keying the RFC 6528 ISN hash; should be random per process.
     pub isn_secret: [u8; 16],
@@ -524,6 +524,101 @@ pub struct Config {
     /// more than 2^32 / (3n) connections more than the other gave the
     /// same slot (1.4 million for 1 024 tags). Default 0.
     pub handle_tag: u32,
+}
+
+/// Every field but the secret: whoever reads `isn_secret` predicts the
+/// stack's ISNs (RFC 6528 §3), forges its SYN cookies and its ports, so it
+/// stays out of debug output (a log line, a panic message). Destructured,
+/// so that a new field cannot be left out unnoticed.
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Config {
+            isn_secret: _,
+            mss,
+            send_buffer,
+            send_buffer_max,
+            recv_buffer,
+            recv_buffer_max,
+            recv_memory,
+            zero_copy_min,
+            window_scaling,
+            timestamps,
+            sack,
+            rack,
+            initial_rto,
+            min_rto,
+            max_rto,
+            max_retransmits,
+            orphan_retries,
+            max_syn_retransmits,
+            max_synack_retransmits,
+            msl,
+            ack_delay,
+            nagle,
+            keepalive,
+            congestion,
+            initial_window,
+            ecn,
+            mtu_probing,
+            mtu_probe_base_mss,
+            mtu_probe_interval,
+            mtu_probe_threshold,
+            listen_backlog,
+            syn_cookies,
+            timer_tick,
+            max_pending_resets,
+            time_wait_max,
+            header_prediction,
+            challenge_ack_limit,
+            invalid_ack_interval,
+            max_connections,
+            listener_max_connections,
+            handle_tag,
+        } = self;
+        f.debug_struct("Config")
+            .field("isn_secret", &format_args!("<redacted>"))
+            .field("mss", mss)
+            .field("send_buffer", send_buffer)
+            .field("send_buffer_max", send_buffer_max)
+            .field("recv_buffer", recv_buffer)
+            .field("recv_buffer_max", recv_buffer_max)
+            .field("recv_memory", recv_memory)
+            .field("zero_copy_min", zero_copy_min)
+            .field("window_scaling", window_scaling)
+            .field("timestamps", timestamps)
+            .field("sack", sack)
+            .field("rack", rack)
+            .field("initial_rto", initial_rto)
+            .field("min_rto", min_rto)
+            .field("max_rto", max_rto)
+            .field("max_retransmits", max_retransmits)
+            .field("orphan_retries", orphan_retries)
+            .field("max_syn_retransmits", max_syn_retransmits)
+            .field("max_synack_retransmits", max_synack_retransmits)
+            .field("msl", msl)
+            .field("ack_delay", ack_delay)
+            .field("nagle", nagle)
+            .field("keepalive", keepalive)
+            .field("congestion", congestion)
+            .field("initial_window", initial_window)
+            .field("ecn", ecn)
+            .field("mtu_probing", mtu_probing)
+            .field("mtu_probe_base_mss", mtu_probe_base_mss)
+            .field("mtu_probe_interval", mtu_probe_interval)
+            .field("mtu_probe_threshold", mtu_probe_threshold)
+            .field("listen_backlog", listen_backlog)
+            .field("syn_cookies", syn_cookies)
+            .field("timer_tick", timer_tick)
+            .field("max_pending_resets", max_pending_resets)
+            .field("time_wait_max", time_wait_max)
+            .field("header_prediction", header_prediction)
+            .field("challenge_ack_limit", challenge_ack_limit)
+            .field("invalid_ack_interval", invalid_ack_interval)
+            .field("max_connections", max_connections)
+            .field("listener_max_connections", listener_max_connections)
+            .field("handle_tag", handle_tag)
+            .finish()
+    }
 }
 
 impl Config {
@@ -821,4 +916,39 @@ pub struct Stats {
     /// Congestion window reductions in answer to ECE (RFC 3168 §6.1.2: at
     /// most one per window of data).
     pub ecn_cwnd_reductions: u64,
+}
+
+#[cfg(test)]
+mod debug_tests {
+    use super::*;
+
+    /// `bytes` as `{:?}` prints an array's first three elements.
+    fn printed(bytes: &[u8]) -> String {
+        format!("{}, {}, {}", bytes[0], bytes[1], bytes[2])
+    }
+
+    /// The secret (and the SYN cookie key derived from it) stays out of a
+    /// configuration's and a stack's debug output; the rest is shown.
+    #[test]
+    fn debug_output_redacts_the_secret_and_the_cookie_key() {
+        let secret = [0xAB; 16];
+        let cfg = Config::new(secret);
+        let s = format!("{cfg:?}");
+        assert!(!s.contains(&printed(&secret)), "{s}");
+        assert!(s.contains("isn_secret: <redacted>"), "{s}");
+        assert!(
+            s.contains("mss: 1460") && s.contains("handle_tag: 0"),
+            "{s}"
+        );
+        let stack = Stack::new(cfg);
+        let d = format!("{stack:?}");
+        assert!(!d.contains(&printed(&secret)), "the secret in {d}");
+        let cookie_key = isn::derive_key(&secret, b"flowlane syn cookie key");
+        assert!(!d.contains(&printed(&cookie_key)), "the cookie key in {d}");
+        let challenge_key = isn::derive_key(&secret, b"flowlane rfc5961 challenge budget");
+        assert!(
+            !d.contains(&printed(&challenge_key)),
+            "the challenge key in {d}"
+        );
+    }
 }

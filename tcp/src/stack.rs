@@ -1002,7 +1002,7 @@ impl Stack {
         }
         let tuple = FlowKey::pair(local, remote);
         let hash = self.table.hash(&tuple);
-        if self.find(hash, &tuple).is_some() || self.time_wait.find(hash, &tuple).is_some() {
+        if self.tuple_taken(hash, &tuple) {
             return Err(Error::AddrInUse);
         }
         if self.live + self.held >= self.cfg.max_connections {
@@ -1014,6 +1014,33 @@ impl Stack {
         let idx = self.insert(conn, None, hash);
         self.after(idx);
         Ok(self.handle(idx))
+    }
+
+    /// Whether [`Stack::connect`] from `local` to `remote` would find its
+    /// tuple free: no connection and no TIME-WAIT record holds it (else
+    /// it fails with [`Error::AddrInUse`]). What a caller choosing the
+    /// local port asks of each candidate (RFC 6056 §3.3.4's
+    /// `check_suitable_port`), so that it reports the range exhausted only
+    /// when it is.
+    pub fn tuple_free(&self, local: SocketAddr, remote: SocketAddr) -> bool {
+        let tuple = FlowKey::pair(local, remote);
+        !self.tuple_taken(self.table.hash(&tuple), &tuple)
+    }
+
+    /// Whether a connection or a TIME-WAIT record holds `tuple` (of table
+    /// hash `hash`).
+    fn tuple_taken(&self, hash: u64, tuple: &FlowKey) -> bool {
+        self.find(hash, tuple).is_some() || self.time_wait.find(hash, tuple).is_some()
+    }
+
+    /// The keyed hash of the destination `remote` from our address `local`
+    /// that an active open picks its local port by: RFC 6056 §3.3.4's `F`,
+    /// under a key of its own derived from [`Config::isn_secret`], so that
+    /// the ports are not guessable off path and change with the secret
+    /// (every run). The same for every stack of one secret (the queues of
+    /// one service).
+    pub fn port_hash(&self, local: IpAddr, remote: SocketAddr) -> u64 {
+        crate::isn::port_hash(&self.cfg.isn_secret, local, remote)
     }
 
     fn insert(&mut self, conn: Connection, listener: Option<ListenerId>, hash: u64) -> u32 {

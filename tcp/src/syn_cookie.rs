@@ -21,6 +21,7 @@
 //! SYN-ACK that offers none of them.
 
 use crate::flow_key::FlowKey;
+use crate::isn::derive_key;
 use crate::seq::SeqNumber;
 use crate::siphash::SipHasher24;
 use crate::time::{Duration, Instant};
@@ -50,9 +51,15 @@ const SACK_BIT: u32 = 1 << 4;
 const ECN_BIT: u32 = 1 << 5;
 
 /// Makes and checks a stack's SYN cookies.
-#[derive(Debug)]
 pub(crate) struct CookieJar {
     key: [u8; 16],
+}
+
+/// The key stays out of debug output (whoever knows it forges cookies).
+impl std::fmt::Debug for CookieJar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CookieJar").finish_non_exhaustive()
+    }
 }
 
 /// The options a cookie ACK brings back.
@@ -72,14 +79,9 @@ pub(crate) struct CookieOptions {
 impl CookieJar {
     /// A jar keyed by a key derived from the stack's `secret`.
     pub(crate) fn new(secret: &[u8; 16]) -> Self {
-        let mut key = [0; 16];
-        for (i, half) in key.chunks_mut(8).enumerate() {
-            let mut h = SipHasher24::new(secret);
-            h.write(b"flowlane syn cookie key");
-            h.write(&[i as u8]);
-            half.copy_from_slice(&h.finish().to_le_bytes());
+        CookieJar {
+            key: derive_key(secret, b"flowlane syn cookie key"),
         }
-        CookieJar { key }
     }
 
     fn period(now: Instant) -> u64 {
@@ -183,6 +185,17 @@ mod tests {
             local: "10.0.0.1:80".parse::<SocketAddr>().unwrap(),
             remote: SocketAddr::new("10.0.0.2".parse().unwrap(), port),
         })
+    }
+
+    /// Whoever reads the key forges cookies: a stack's debug output (a
+    /// log line, a panic message) must not carry it.
+    #[test]
+    fn the_key_stays_out_of_debug_output() {
+        let jar = CookieJar::new(&[3; 16]);
+        let s = format!("{jar:?}");
+        let k = jar.key;
+        assert!(!s.contains(&format!("{}, {}, {}", k[0], k[1], k[2])), "{s}");
+        assert!(!s.contains("key"), "{s}");
     }
 
     #[test]
