@@ -132,7 +132,12 @@ fn main() {
     let (rx0, tx0, t0, link0) = if warm {
         (*sim.b.stats(), *sim.a.stats(), sim.now, sim.stats)
     } else {
-        (Default::default(), Default::default(), sim.now, Default::default())
+        (
+            Default::default(),
+            Default::default(),
+            sim.now,
+            Default::default(),
+        )
     };
     if warm {
         let mut again = Bulk::another(
@@ -168,7 +173,10 @@ fn main() {
         ("predicted (B)", rx.predicted - rx0.predicted),
         // Dropped by the simulated link's queue (10 ms at 10 Gbit/s): the
         // retransmissions' cause when the senders' bursts overflow it.
-        ("link queue drops", sim.stats.queue_drops - link0.queue_drops),
+        (
+            "link queue drops",
+            sim.stats.queue_drops - link0.queue_drops,
+        ),
     ] {
         println!("{label:<22} {value}");
     }
