@@ -1,6 +1,7 @@
 //! A TCP service's rebalancing loop (`--rebalance auto`): every period,
 //! the queues' load over the period (each worker's busy time, each RSS
-//! bucket's segments and bytes) as a numa-sched [`LoadSnapshot`], and the
+//! bucket's segments, bytes and sampled busy time, as the worker
+//! published them together) as a numa-sched [`LoadSnapshot`], and the
 //! [`Rebalancer`]'s plan carried out bucket by bucket through
 //! [`TcpService::move_bucket`]. Also the test mode that moves a random
 //! bucket in use every few milliseconds whatever the load (a storm).
@@ -9,6 +10,7 @@
 //! reads per period, and the moves themselves.
 
 use std::collections::HashMap;
+use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
 
 use flowlane_numa_sched::{
@@ -16,14 +18,28 @@ use flowlane_numa_sched::{
     Rebalancer, Topology,
 };
 
+use crate::bucket_counters::BucketSnapshot;
 use crate::control_socket::MoveCause;
 use crate::handoff::MoveReport;
 use crate::service_control::move_and_see;
+use crate::tcp_handler::PUBLISH_EVERY;
 use crate::tcp_service::TcpService;
 use crate::{Error, Result};
 
 /// The bucket counters are published every 50 ms: no shorter period.
-const MIN_PERIOD: Duration = Duration::from_millis(50);
+const MIN_PERIOD: Duration = PUBLISH_EVERY;
+
+/// A round that finds a queue which has not published since the last
+/// one is tried again this much later.
+const RETRY: Duration = Duration::from_millis(10);
+
+/// Reads of the counters that met a publication, before the round gives
+/// up until [`RETRY`].
+const READ_TRIES: usize = 4;
+
+/// The longest wait after rounds whose moves failed (the wait doubles
+/// from the policy's base period with each such round in a row).
+const MAX_BACKOFF: Duration = Duration::from_secs(32);
 
 /// What the loop does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +124,67 @@ pub struct Tried {
     pub landed: bool,
 }
 
+/// One queue's figures as its worker last published them together
+/// ([`crate::TcpCounters`]'s `buckets_published_*`, and its buckets').
+#[derive(Debug, Clone, Default)]
+struct Reading {
+    queue: u32,
+    cpu: u32,
+    node: u32,
+    /// The worker's clock at the publication (ns).
+    at_ns: u64,
+    /// The worker's busy time up to then (ns).
+    busy_ns: u64,
+    /// Its stack's `max_connections` (0: not published yet).
+    connection_limit: u64,
+    buckets: Vec<BucketSnapshot>,
+}
+
+/// Every queue's last publication, read whole: the TCP counters before
+/// and after the buckets' show the same even publication count
+/// (`buckets_published_seq`). None when a publication got in the way
+/// [`READ_TRIES`] times.
+fn read(service: &TcpService) -> Option<Vec<Reading>> {
+    let places: HashMap<u32, (u32, u32)> = service
+        .dataplane()
+        .queues()
+        .iter()
+        .map(|q| (q.queue, (q.cpu.unwrap_or(q.queue), q.node)))
+        .collect();
+    let seqs = |v: &[(u32, crate::TcpCountersSnapshot)]| -> Vec<u64> {
+        v.iter().map(|(_, c)| c.buckets_published_seq).collect()
+    };
+    for _ in 0..READ_TRIES {
+        let before = service.tcp_counters();
+        fence(Ordering::Acquire);
+        let buckets = service.bucket_counters();
+        fence(Ordering::Acquire);
+        let after = service.tcp_counters();
+        if seqs(&before) != seqs(&after) || seqs(&after).iter().any(|s| s % 2 == 1) {
+            continue;
+        }
+        let mut lists: HashMap<u32, Vec<BucketSnapshot>> = buckets.into_iter().collect();
+        return Some(
+            after
+                .iter()
+                .filter_map(|(queue, c)| {
+                    let &(cpu, node) = places.get(queue)?;
+                    Some(Reading {
+                        queue: *queue,
+                        cpu,
+                        node,
+                        at_ns: c.buckets_published_ns,
+                        busy_ns: c.buckets_busy_ns,
+                        connection_limit: c.connection_limit,
+                        buckets: lists.remove(queue).unwrap_or_default(),
+                    })
+                })
+                .collect(),
+        );
+    }
+    None
+}
+
 /// One service's rebalancing loop.
 #[derive(Debug)]
 pub struct AutoRebalance {
@@ -116,11 +193,16 @@ pub struct AutoRebalance {
     topology: Topology,
     epoch: Instant,
     next: Instant,
-    last_at: Instant,
-    /// Each queue's busy nanoseconds at the last round.
-    last_busy: HashMap<u32, u64>,
+    /// Each queue's publication time and busy time (ns) at the last round.
+    last_queue: HashMap<u32, (u64, u64)>,
     /// Each (queue, bucket)'s segments, bytes and busy ns at the last round.
     last_buckets: HashMap<(u32, u16), (u64, u64, u64)>,
+    /// Rounds in a row with a move that failed with its bucket where it
+    /// was (the loop waits longer after each).
+    failed_rounds: u32,
+    /// The last round found a queue that had not published since the one
+    /// before: the next comes after [`RETRY`].
+    retry: bool,
     rng: u64,
 }
 
@@ -136,7 +218,9 @@ impl AutoRebalance {
             return Err(Error::Move(format!("--rebalance: {why}")));
         }
         let mut me = AutoRebalance::on(Topology::from_system().map_err(Error::Placement)?, mode)?;
-        me.sample(service);
+        if let Some(readings) = read(service) {
+            me.sample(&readings);
+        }
         me.next = me.epoch + me.period();
         Ok(me)
     }
@@ -155,9 +239,10 @@ impl AutoRebalance {
             topology,
             epoch: now,
             next: now,
-            last_at: now,
-            last_busy: HashMap::new(),
+            last_queue: HashMap::new(),
             last_buckets: HashMap::new(),
+            failed_rounds: 0,
+            retry: false,
             rng: 0x2545_f491_4f6c_dd1d ^ u64::from(std::process::id()),
         })
     }
@@ -184,20 +269,18 @@ impl AutoRebalance {
 
     /// Records a move the loop did not make (by hand, `flowlane rebalance
     /// move`) that took `bucket` to queue `to`: the bucket is held where
-    /// it is for the policy's hold-down, and `to` takes no bucket in the
-    /// next round ([`Rebalancer::note_move`]), so that the loop does not
-    /// move it straight back.
+    /// it is for the policy's hold-down, and `to` takes part in no move of
+    /// the next round ([`Rebalancer::note_move`]), so that the loop does
+    /// not move it straight back.
     pub fn note_move(&mut self, bucket: u16, to: u32) {
         let now = self.clock(Instant::now());
         self.rebalancer
             .note_move(usize::from(bucket), to as u16, now);
     }
 
-    /// The policy's clock at `at`: the time since the loop started, plus
-    /// one hold-down, so that a hold can always be lifted by noting a move
-    /// one hold-down before now ([`AutoRebalance::carry_out`]).
+    /// The policy's clock at `at`: the time since the loop started.
     fn clock(&self, at: Instant) -> Duration {
-        self.rebalancer.config().hold_down + at.saturating_duration_since(self.epoch)
+        at.saturating_duration_since(self.epoch)
     }
 
     fn period(&self) -> Duration {
@@ -205,6 +288,28 @@ impl AutoRebalance {
             Mode::Auto => self.rebalancer.period().max(MIN_PERIOD),
             Mode::Storm { interval } => interval,
         }
+    }
+
+    /// The time to the next round: [`RETRY`] after a round that found a
+    /// queue without a new publication; the period, or longer after
+    /// rounds whose moves failed with their bucket where it was (a NIC
+    /// refusing table writes refuses every bucket's): the policy's base
+    /// period, doubled for each such round in a row, up to
+    /// [`MAX_BACKOFF`].
+    fn wait(&mut self) -> Duration {
+        if std::mem::take(&mut self.retry) {
+            return RETRY;
+        }
+        let backoff = match self.failed_rounds {
+            0 => Duration::ZERO,
+            n => self
+                .rebalancer
+                .config()
+                .base_period
+                .saturating_mul(1 << (n - 1).min(16))
+                .min(MAX_BACKOFF),
+        };
+        self.period().max(backoff)
     }
 
     /// Runs a round if one is due; returns each move made or tried.
@@ -217,81 +322,136 @@ impl AutoRebalance {
             Mode::Auto => self.round(service, now),
             Mode::Storm { .. } => self.storm(service).into_iter().collect(),
         };
-        self.next = Instant::now() + self.period();
+        self.next = Instant::now() + self.wait();
         out
     }
 
-    /// The load since the last sample: each queue's busy time and the
-    /// period's length (ns), each bucket's segments, bytes and busy time.
-    /// A bucket's busy time is its share of what the worker timed on its
-    /// buckets' frames, times the worker's busy time (RSS++'s load, with
-    /// the share measured in time rather than packets: transmission and
-    /// timers cost in proportion).
-    fn sample(&mut self, service: &TcpService) -> (Vec<CoreLoad>, Vec<BucketLoad>) {
-        let now = Instant::now();
-        let total = now.duration_since(self.last_at).as_nanos() as u64;
-        self.last_at = now;
-        let mut cores = Vec::new();
-        for (info, c) in service.dataplane().counters() {
-            let before = self
-                .last_busy
-                .insert(info.queue, c.busy_ns)
-                .unwrap_or(c.busy_ns);
-            cores.push(CoreLoad {
-                queue: info.queue as u16,
-                cpu: info.cpu.unwrap_or(info.queue),
-                node: info.node,
-                busy_cycles: c.busy_ns.saturating_sub(before).min(total),
-                total_cycles: total.max(1),
-            });
+    /// The load since the last round, from each queue's publication: its
+    /// busy time and the time between its two publications (ns), each
+    /// bucket's segments, bytes, connections and busy time. A bucket's
+    /// busy time is its share of what the worker timed on its buckets'
+    /// frames, times the worker's busy time (RSS++'s load, with the share
+    /// measured in time rather than packets: transmission and timers cost
+    /// in proportion). None, with nothing recorded but the first reading
+    /// of a queue (or of a worker whose clock went back), when a queue has
+    /// not published since the last round: its window would be empty.
+    fn sample(&mut self, readings: &[Reading]) -> Option<(Vec<CoreLoad>, Vec<BucketLoad>)> {
+        let advanced = |r: &Reading, last: &HashMap<u32, (u64, u64)>| {
+            last.get(&r.queue).map(|&(at, _)| r.at_ns > at)
+        };
+        if readings
+            .iter()
+            .any(|r| advanced(r, &self.last_queue) != Some(true))
+        {
+            for r in readings {
+                let restart = match self.last_queue.get(&r.queue) {
+                    None => true,
+                    Some(&(at, _)) => r.at_ns < at,
+                };
+                if restart {
+                    self.last_queue.insert(r.queue, (r.at_ns, r.busy_ns));
+                    self.last_buckets.retain(|&(q, _), _| q != r.queue);
+                    for b in &r.buckets {
+                        self.last_buckets
+                            .insert((r.queue, b.bucket), (b.segments_in, b.bytes_in, b.busy_ns));
+                    }
+                }
+            }
+            return None;
         }
+        let count = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        let mut cores = Vec::with_capacity(readings.len());
         let mut buckets = Vec::new();
-        for (queue, list) in service.bucket_counters() {
+        for r in readings {
+            let (at, busy_before) = self
+                .last_queue
+                .insert(r.queue, (r.at_ns, r.busy_ns))
+                .unwrap_or((r.at_ns, r.busy_ns));
+            let total = r.at_ns.saturating_sub(at);
+            let busy = r.busy_ns.saturating_sub(busy_before).min(total);
             let first = buckets.len();
-            let mut timed = Vec::with_capacity(list.len());
-            for b in list {
+            let mut timed = Vec::with_capacity(r.buckets.len());
+            let mut connections = 0;
+            for b in &r.buckets {
                 let was = self
                     .last_buckets
-                    .insert((queue, b.bucket), (b.segments_in, b.bytes_in, b.busy_ns))
+                    .insert((r.queue, b.bucket), (b.segments_in, b.bytes_in, b.busy_ns))
                     .unwrap_or_default();
                 timed.push(b.busy_ns.saturating_sub(was.2));
+                connections += b.connections;
                 buckets.push(BucketLoad {
                     bucket: usize::from(b.bucket),
-                    queue: queue as u16,
+                    queue: r.queue as u16,
                     packets: b.segments_in.saturating_sub(was.0),
                     bytes: b.bytes_in.saturating_sub(was.1),
                     busy_cycles: None,
-                    connections: b.connections as u32,
+                    connections: count(b.connections),
                 });
             }
-            let core_busy = cores
-                .iter()
-                .find(|c| u32::from(c.queue) == queue)
-                .map_or(0, |c| c.busy_cycles);
-            let shares = busy_shares(core_busy, &timed);
-            for (b, share) in buckets[first..].iter_mut().zip(shares) {
+            for (b, share) in buckets[first..].iter_mut().zip(busy_shares(busy, &timed)) {
                 b.busy_cycles = share;
             }
+            cores.push(CoreLoad {
+                queue: r.queue as u16,
+                cpu: r.cpu,
+                node: r.node,
+                busy_cycles: busy,
+                total_cycles: total.max(1),
+                connections: count(connections),
+                connection_limit: (r.connection_limit > 0).then(|| count(r.connection_limit)),
+            });
         }
-        (cores, buckets)
+        Some((cores, buckets))
+    }
+
+    /// The snapshot's parts for the table in force (`table`: queue per
+    /// bucket) from `readings`: only what each bucket's current queue
+    /// counted (a bucket that moved during the period left its earlier
+    /// figures on its old queue). None: no round now.
+    fn loads(
+        &mut self,
+        table: &[u32],
+        readings: &[Reading],
+    ) -> Option<(IndirectionTable, Vec<CoreLoad>, Vec<BucketLoad>)> {
+        let Some((cores, all)) = self.sample(readings) else {
+            self.retry = true;
+            return None;
+        };
+        let table = IndirectionTable::new(table.iter().map(|&q| q as u16).collect()).ok()?;
+        let buckets = all
+            .into_iter()
+            .filter(|b| table.entries().get(b.bucket) == Some(&b.queue))
+            .collect();
+        Some((table, cores, buckets))
     }
 
     /// One round of the policy.
     fn round(&mut self, service: &TcpService, now: Instant) -> Vec<Tried> {
-        let (cores, all) = self.sample(service);
         let Some(table) = service.rss_table() else {
             return Vec::new();
         };
-        let Ok(table) = IndirectionTable::new(table.iter().map(|&q| q as u16).collect()) else {
+        let Some(readings) = read(service) else {
+            self.retry = true;
             return Vec::new();
         };
-        // Only what each bucket's current queue counted: a bucket that
-        // moved during the period left its earlier figures on its old queue.
-        let buckets: Vec<BucketLoad> = all
-            .into_iter()
-            .filter(|b| table.entries().get(b.bucket) == Some(&b.queue))
-            .collect();
-        let now = self.clock(now);
+        self.round_on(now, &table, &readings, |bucket, to| {
+            move_and_see(service, bucket, to)
+        })
+    }
+
+    /// [`AutoRebalance::round`] on `readings`, with `table` in force at
+    /// `at`, moving through `try_move`.
+    fn round_on(
+        &mut self,
+        at: Instant,
+        table: &[u32],
+        readings: &[Reading],
+        try_move: impl FnMut(u16, u32) -> (Result<MoveReport>, bool),
+    ) -> Vec<Tried> {
+        let Some((table, cores, buckets)) = self.loads(table, readings) else {
+            return Vec::new();
+        };
+        let now = self.clock(at);
         let snapshot = LoadSnapshot {
             now,
             table: &table,
@@ -306,9 +466,7 @@ impl AutoRebalance {
                 return Vec::new();
             }
         };
-        self.carry_out(now, &plan.moves, |bucket, to| {
-            move_and_see(service, bucket, to)
-        })
+        self.carry_out(now, &plan.moves, try_move)
     }
 
     /// Carries out a plan's `moves` through `try_move` (its outcome, and
@@ -317,10 +475,14 @@ impl AutoRebalance {
     /// loads the earlier ones make, and a NIC that refused one table write
     /// would refuse the rest (each refusal costs two handoffs: the move
     /// and its undo). The policy remembered every move of its plan as made
-    /// at `now` ([`Rebalancer::decide`]): the hold-down of each bucket that
-    /// did not land (the move failed with the bucket where it was, or it
-    /// was never tried) is lifted, by noting its move one hold-down before
-    /// `now` ([`AutoRebalance::clock`]).
+    /// at `now` ([`Rebalancer::decide`]); it is told of each that was not:
+    /// the move that failed with its bucket where it was
+    /// ([`Rebalancer::move_failed`]: that bucket does not go to that queue
+    /// again for a while, doubled at each failure) and those never tried
+    /// ([`Rebalancer::move_not_made`]: free again). A move that failed once
+    /// its bucket had moved stands. A round with a move that failed with
+    /// its bucket where it was makes the loop wait longer
+    /// ([`AutoRebalance::wait`]); one whose moves all landed ends that.
     fn carry_out(
         &mut self,
         now: Duration,
@@ -330,25 +492,29 @@ impl AutoRebalance {
         let mut out = Vec::new();
         let mut failed = false;
         for m in moves {
-            let landed = !failed && {
-                let cause = match m.reason {
-                    MoveReason::SameNode { .. } => MoveCause::BalanceSameNode,
-                    MoveReason::NodeSaturated { .. } => MoveCause::BalanceOtherNode,
-                };
-                let (outcome, landed) = try_move(m.bucket as u16, u32::from(m.to));
-                failed = outcome.is_err();
-                out.push(Tried {
-                    cause,
-                    outcome,
-                    landed,
-                });
-                landed
-            };
-            if !landed {
-                let hold = self.rebalancer.config().hold_down;
-                self.rebalancer
-                    .note_move(m.bucket, m.to, now.saturating_sub(hold));
+            if failed {
+                self.rebalancer.move_not_made(m);
+                continue;
             }
+            let cause = match m.reason {
+                MoveReason::SameNode { .. } => MoveCause::BalanceSameNode,
+                MoveReason::NodeSaturated { .. } => MoveCause::BalanceOtherNode,
+            };
+            let (outcome, landed) = try_move(m.bucket as u16, u32::from(m.to));
+            failed = outcome.is_err();
+            if !landed {
+                self.rebalancer.move_failed(m, now);
+            }
+            out.push(Tried {
+                cause,
+                outcome,
+                landed,
+            });
+        }
+        if out.iter().any(|t| !t.landed) {
+            self.failed_rounds = self.failed_rounds.saturating_add(1);
+        } else if !out.is_empty() {
+            self.failed_rounds = 0;
         }
         out
     }
@@ -437,48 +603,194 @@ mod tests {
         }
     }
 
-    /// A plan's move to `to` of `bucket`.
-    fn planned(bucket: usize, to: u16) -> BucketMove {
-        BucketMove {
-            bucket,
-            from: 1 - to,
-            to,
-            reason: MoveReason::SameNode { node: 0 },
-            load: 0.1,
-            from_load: 0.9,
-            to_load: 0.1,
-            gain: 0.1,
-            cost: 0.0,
-            connections: 0,
-            packets: 0,
-            bytes: 0,
+    const MS: u64 = 1_000_000;
+
+    /// A bucket's figures: (bucket, segments, busy ns, connections).
+    fn bucket(b: (u16, u64, u64, u64)) -> BucketSnapshot {
+        BucketSnapshot {
+            bucket: b.0,
+            connections: b.3,
+            segments_in: b.1,
+            bytes_in: 1_000 * b.1,
+            busy_ns: b.2,
+            ..BucketSnapshot::default()
         }
+    }
+
+    /// Queue `queue` (on CPU `queue`) as published at `at_ms` with
+    /// `busy_ms` of busy time and `buckets`.
+    fn reading(queue: u32, at_ms: u64, busy_ms: u64, buckets: &[(u16, u64, u64, u64)]) -> Reading {
+        Reading {
+            queue,
+            cpu: queue,
+            node: 0,
+            at_ns: at_ms * MS,
+            busy_ns: busy_ms * MS,
+            connection_limit: 1_000,
+            buckets: buckets.iter().copied().map(bucket).collect(),
+        }
+    }
+
+    /// The loop on two queues after a first publication of each at 100 ms:
+    /// queue 0 holds buckets 0 to 5, queue 1 buckets 6 and 7, nothing
+    /// counted yet.
+    fn started() -> AutoRebalance {
+        let mut a = AutoRebalance::bare();
+        let first = [
+            reading(0, 100, 0, &[(0, 0, 0, 0), (3, 0, 0, 0)]),
+            reading(1, 100, 0, &[]),
+        ];
+        assert!(a.sample(&first).is_none(), "a first reading is no window");
+        a
+    }
+
+    const TABLE: [u32; 8] = [0, 0, 0, 0, 0, 0, 1, 1];
+
+    #[test]
+    fn the_sample_is_the_window_between_two_publications() {
+        let mut a = started();
+        // Queue 1 has not published since: no window yet, and nothing
+        // recorded of queue 0's new figures.
+        let stale = [
+            reading(0, 150, 30, &[(0, 5, 1_000, 2)]),
+            reading(1, 100, 0, &[]),
+        ];
+        assert!(a.sample(&stale).is_none());
+        // Both have: 100 ms for queue 0, of which 60 ms busy, shared by the
+        // time sampled on each bucket's frames (3 : 1; bucket 3 new).
+        let fresh = [
+            reading(0, 200, 60, &[(0, 60, 3_000, 7), (3, 30, 1_000, 3)]),
+            reading(1, 180, 8, &[(6, 4, 0, 1)]),
+        ];
+        let (cores, buckets) = a.sample(&fresh).expect("a window");
+        let c0 = cores[0];
+        assert_eq!((c0.busy_cycles, c0.total_cycles), (60 * MS, 100 * MS));
+        assert_eq!((c0.connections, c0.connection_limit), (10, Some(1_000)));
+        assert_eq!(
+            (cores[1].busy_cycles, cores[1].total_cycles),
+            (8 * MS, 80 * MS)
+        );
+        let b: Vec<(usize, u64, Option<u64>, u32)> = buckets
+            .iter()
+            .map(|b| (b.bucket, b.packets, b.busy_cycles, b.connections))
+            .collect();
+        assert_eq!(
+            b,
+            [
+                (0, 60, Some(45 * MS), 7),
+                (3, 30, Some(15 * MS), 3),
+                // Nothing timed on queue 1: the policy shares by packets.
+                (6, 4, None, 1),
+            ]
+        );
+        // The next window starts where this one ended.
+        let next = [
+            reading(0, 300, 70, &[(0, 70, 3_500, 7), (3, 30, 1_000, 3)]),
+            reading(1, 280, 9, &[(6, 4, 0, 1)]),
+        ];
+        let (cores, buckets) = a.sample(&next).expect("a window");
+        assert_eq!(
+            (cores[0].busy_cycles, cores[0].total_cycles),
+            (10 * MS, 100 * MS)
+        );
+        assert_eq!(
+            (buckets[0].packets, buckets[0].busy_cycles),
+            (10, Some(10 * MS))
+        );
+        assert_eq!((buckets[1].packets, buckets[1].busy_cycles), (0, Some(0)));
+    }
+
+    #[test]
+    fn a_bucket_counts_on_its_current_queue_only() {
+        let mut a = started();
+        // Bucket 3 moved to queue 1 during the period: queue 0 still lists
+        // what it counted of it before; queue 1 counts it from its arrival.
+        let readings = [
+            reading(0, 200, 50, &[(0, 40, 5_000, 1), (3, 50, 5_000, 0)]),
+            reading(1, 200, 20, &[(3, 10, 1_000, 4)]),
+        ];
+        let mut table = TABLE;
+        table[3] = 1;
+        let (_, cores, buckets) = a.loads(&table, &readings).expect("a round");
+        let b: Vec<(usize, u16, u64)> = buckets
+            .iter()
+            .map(|b| (b.bucket, b.queue, b.packets))
+            .collect();
+        assert_eq!(b, [(0, 0, 40), (3, 1, 10)]);
+        // Queue 0's busy time stays whole; its share of bucket 0 is what
+        // the bucket's frames cost of it (the rest left with bucket 3).
+        assert_eq!(cores[0].busy_cycles, 50 * MS);
+        assert_eq!(buckets[0].busy_cycles, Some(25 * MS));
+    }
+
+    #[test]
+    fn the_policy_moves_the_bucket_that_costs_the_time() {
+        // Queue 0 busy 90 % of a window: bucket 3's frames took twice the
+        // time of bucket 5's, though bucket 5 had twice the segments. By
+        // time, bucket 5 (0.3) fits under the mean on queue 1 and moves; by
+        // packets it would have been bucket 3.
+        let mut a = AutoRebalance::bare();
+        let first = [
+            reading(0, 100, 0, &[(3, 0, 0, 1), (5, 0, 0, 1)]),
+            reading(1, 100, 0, &[(6, 0, 0, 1)]),
+        ];
+        assert!(a.sample(&first).is_none());
+        let readings = [
+            reading(0, 200, 90, &[(3, 100, 2_000, 1), (5, 200, 1_000, 1)]),
+            reading(1, 200, 10, &[(6, 10, 500, 1)]),
+        ];
+        let mut moved = Vec::new();
+        let table = [0, 0, 0, 0, 0, 0, 1, 1];
+        let out = a.round_on(Instant::now(), &table, &readings, |bucket, to| {
+            moved.push((bucket, to));
+            (Ok(MoveReport::default()), true)
+        });
+        assert_eq!(moved, [(5, 1)]);
+        assert!(out.iter().all(|t| t.landed));
+        assert!(a.is_held(5));
+    }
+
+    /// Queue 0 at 90 % in six buckets of 15 %, queue 1 at 10 %, from
+    /// `at_ms` (a window of 100 ms after the last).
+    fn skewed(at_ms: u64, round: u64) -> [Reading; 2] {
+        let n = round + 1;
+        let six: Vec<(u16, u64, u64, u64)> = (0..6).map(|b| (b, 10 * n, 1_000 * n, 1)).collect();
+        [
+            reading(0, at_ms, 90 * n, &six),
+            reading(1, at_ms, 10 * n, &[(6, n, 500 * n, 1), (7, n, 500 * n, 1)]),
+        ]
     }
 
     /// The policy remembers its plan's moves as made; the loop keeps the
     /// hold-down of those whose bucket landed (a move that failed once the
-    /// bucket had moved included), and lifts that of the others: the move
-    /// that failed with its bucket where it was, and those after it, never
-    /// tried.
+    /// bucket had moved included), and frees the others: the move that
+    /// failed with its bucket where it was (which backs off from that
+    /// queue) and those after it, never tried.
     #[test]
     fn only_the_buckets_that_moved_are_held_down() {
         /// (failed, landed) of each move tried.
         type Tries = &'static [(bool, bool)];
-        let cases: [(Tries, [bool; 3]); 2] = [
-            // The moves tried; the buckets held afterwards.
-            (&[(false, true), (true, true)], [true, true, false]),
-            (&[(true, false)], [false, false, false]),
+        let cases: [(Tries, [bool; 3], [bool; 3]); 2] = [
+            // The moves tried; the buckets held afterwards; backing off.
+            (
+                &[(false, true), (true, true)],
+                [true, true, false],
+                [false, false, false],
+            ),
+            (
+                &[(true, false)],
+                [false, false, false],
+                [true, false, false],
+            ),
         ];
-        for (tried, held) in cases {
+        for (tried, held, backing_off) in cases {
             let mut a = AutoRebalance::bare();
-            let now = a.clock(Instant::now());
-            let plan = [planned(3, 1), planned(4, 0), planned(5, 1)];
-            // What `Rebalancer::decide` remembers of its plan.
-            for m in &plan {
-                a.rebalancer.note_move(m.bucket, m.to, now);
-            }
+            let t0 = a.epoch;
+            assert!(a.sample(&skewed(100, 0)).is_none());
             let mut outcomes = tried.iter();
-            let out = a.carry_out(now, &plan, |_, _| {
+            let mut planned = Vec::new();
+            let out = a.round_on(t0, &TABLE, &skewed(200, 1), |bucket, to| {
+                planned.push((bucket, to));
                 let &(failed, landed) = outcomes.next().expect("no move after a failure");
                 let outcome = if failed {
                     Err(Error::Move("the NIC refused".into()))
@@ -488,9 +800,60 @@ mod tests {
                 (outcome, landed)
             });
             assert_eq!(out.len(), tried.len());
-            let now_held = [3, 4, 5].map(|b| a.is_held(b));
+            // The plan: three of queue 0's buckets to queue 1.
+            let plan: [usize; 3] = [0, 1, 2];
+            assert!(
+                planned
+                    .iter()
+                    .all(|&(b, to)| plan.contains(&usize::from(b)) && to == 1),
+                "{planned:?}"
+            );
+            let now = a.clock(t0);
+            let now_held = plan.map(|b| a.rebalancer.is_held(b, now));
             assert_eq!(now_held, held, "{tried:?}");
+            let now_backing_off = plan.map(|b| a.rebalancer.is_backing_off(b, 1, now));
+            assert_eq!(now_backing_off, backing_off, "{tried:?}");
         }
+    }
+
+    /// A NIC refusing every table write: each round's first move fails
+    /// and the loop waits twice as long as after the last; the same
+    /// bucket is tried on the same queue again only after the policy's
+    /// hold-down, doubled for each failure of that move.
+    /// Once a move lands, the wait is the policy's period again.
+    #[test]
+    fn a_refusing_nic_slows_the_loop_down() {
+        let mut a = AutoRebalance::bare();
+        let t0 = a.epoch;
+        assert!(a.sample(&skewed(100, 0)).is_none());
+        let config = *a.rebalancer.config();
+        let mut at = t0;
+        let mut waits = Vec::new();
+        let mut tried: HashMap<(u16, u32), Vec<Instant>> = HashMap::new();
+        for round in 1..=6 {
+            let mut pairs = Vec::new();
+            let out = a.round_on(at, &TABLE, &skewed(100 + 100 * round, round), |b, to| {
+                pairs.push((b, to));
+                (Err(Error::Move("the NIC refused".into())), false)
+            });
+            assert_eq!(out.len(), 1, "one move tried a round");
+            tried.entry(pairs[0]).or_default().push(at);
+            let wait = a.wait();
+            waits.push(wait);
+            at += wait;
+        }
+        let base = config.base_period;
+        assert_eq!(waits, (0..6).map(|k| base * (1 << k)).collect::<Vec<_>>());
+        for times in tried.values() {
+            for (k, t) in times.windows(2).enumerate() {
+                assert!(t[1] - t[0] >= config.hold_down * (1 << k), "{tried:?}");
+            }
+        }
+        // A move that lands: the loop's own period again.
+        a.round_on(at, &TABLE, &skewed(700, 6), |_, _| {
+            (Ok(MoveReport::default()), true)
+        });
+        assert!(a.wait() <= a.period());
     }
 
     #[test]

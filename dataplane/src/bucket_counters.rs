@@ -11,7 +11,10 @@
 //! frame in [`SAMPLE_EVERY`] itself (from the frame's parse to the last
 //! application callback it caused) and charges that bucket
 //! (`BusySampler`), so a bucket's busy time is an unbiased estimate at
-//! the cost of two clock reads per [`SAMPLE_EVERY`] frames.
+//! the cost of two clock reads per [`SAMPLE_EVERY`] frames. With them the
+//! worker publishes its busy time up to the same moment (`PassClock`,
+//! in its TCP counters): the rebalancer shares out one window's busy time
+//! by one window's bucket figures.
 
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
@@ -162,6 +165,46 @@ impl BusySampler {
     }
 }
 
+/// A worker's busy time as its handler sees it, for the rebalancer: the
+/// time from the start of each pass that did work (received or sent a
+/// frame, or took part in a move) to the start of the next. A pass that
+/// found work is followed at once by the next (the worker sleeps only
+/// after idle passes), so this is its loop's own measure (the queue's
+/// `busy_ns`) less the passes that only reaped completions; unlike that
+/// counter it is known to the handler, which publishes it at the moment
+/// it publishes the bucket counters: both cover the same time.
+#[derive(Debug, Default)]
+pub(crate) struct PassClock {
+    /// The current pass's start (the worker's clock).
+    start: Duration,
+    /// Whether it did work so far.
+    worked: bool,
+    /// Busy time of the passes before it.
+    busy: Duration,
+}
+
+impl PassClock {
+    /// Notes that the pass starting at `now` (the worker's clock: the
+    /// same for every call of one pass) runs, and did work if `worked`.
+    #[inline]
+    pub(crate) fn note(&mut self, now: Duration, worked: bool) {
+        if now != self.start {
+            if self.worked {
+                self.busy += now.saturating_sub(self.start);
+            }
+            self.start = now;
+            self.worked = false;
+        }
+        self.worked |= worked;
+    }
+
+    /// The busy time of the passes before the current one, and the
+    /// current one's start: the busy time up to that moment.
+    pub(crate) fn busy_until_now(&self) -> (Duration, Duration) {
+        (self.busy, self.start)
+    }
+}
+
 /// The NIC's RSS bucket of a connection: its packets as they arrive (the
 /// peer's address and port as source) through the Toeplitz hash and the
 /// table's size.
@@ -226,6 +269,25 @@ mod tests {
         // A stack without buckets is never timed.
         let mut one = BusySampler::new(1);
         assert!((0..10 * SAMPLE_EVERY).all(|_| one.start().is_none()));
+    }
+
+    #[test]
+    fn the_pass_clock_counts_passes_that_worked_to_the_next_start() {
+        let ms = Duration::from_millis;
+        let mut c = PassClock::default();
+        // Pass at 10 ms: idle at first, a frame later in the pass.
+        c.note(ms(10), false);
+        c.note(ms(10), true);
+        // Pass at 13 ms: idle; the 3 ms before it were busy.
+        c.note(ms(13), false);
+        assert_eq!(c.busy_until_now(), (ms(3), ms(13)));
+        // The worker slept; an idle pass costs nothing, however long the
+        // sleep after it.
+        c.note(ms(40), true);
+        assert_eq!(c.busy_until_now(), (ms(3), ms(40)));
+        c.note(ms(41), false);
+        c.note(ms(41), false);
+        assert_eq!(c.busy_until_now(), (ms(4), ms(41)));
     }
 
     #[test]

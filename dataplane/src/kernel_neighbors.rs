@@ -3,11 +3,17 @@
 //!
 //! flowlane leaves address resolution to the kernel: the XDP program passes
 //! ARP and ICMPv6 to it. A service reads the kernel's resolved entries for
-//! its interface once at start, so that its first active opens need no frame
-//! from the peer ([`crate::neighbor::Neighbors`] learns the rest).
+//! its interface at start, so that its first active opens need no frame
+//! from the peer ([`crate::neighbor::Neighbors`] learns the rest), and
+//! again for the peers its workers find nothing recent for
+//! ([`Refresher`]): a server whose MAC changed (a failover, which the
+//! kernel learnt from its gratuitous ARP or unsolicited advertisement) is
+//! reached again.
 
 use std::io;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use netlink_packet_core::{
     NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST,
@@ -19,6 +25,12 @@ use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
 use flowlane_wire::EthernetAddress;
+
+use crate::neighbor::NeighborRefresh;
+
+/// How long the kernel gets to resolve a primed address before its table
+/// is read (an ARP or neighbour solicitation round trip on the link).
+pub const PRIME_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// The kernel's usable neighbour entries on the interface with index
 /// `ifindex`, both address families: (IP, Ethernet address) of every entry
@@ -102,6 +114,101 @@ fn usable(n: &NeighbourMessage) -> Option<(IpAddr, EthernetAddress)> {
     Some((ip?, mac.filter(EthernetAddress::is_unicast)?))
 }
 
+/// Makes the kernel resolve `ip` (or confirm a stale entry of it): an
+/// empty datagram to its discard port (9, RFC 863), which the kernel can
+/// send only once it has the peer's link-layer address. Errors are
+/// ignored: the kernel's table tells what came of it.
+pub fn prime(ip: IpAddr) {
+    let any: IpAddr = match ip {
+        IpAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
+        IpAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
+    };
+    if let Ok(sock) = std::net::UdpSocket::bind((any, 0)) {
+        let _ = sock.send_to(b"", (ip, 9));
+    }
+}
+
+/// A service's thread that answers its workers' asks
+/// ([`NeighborRefresh`]): primes the kernel for each address asked, waits
+/// [`PRIME_WAIT`], reads the kernel's table for the interface and hands
+/// the entries of the asked addresses to the workers. One round at a
+/// time, at most [`crate::neighbor::MAX_ASKED`] addresses each; the
+/// workers ask each address once a second at most. Dropping it stops the
+/// thread.
+#[derive(Debug)]
+pub struct Refresher {
+    shared: Arc<NeighborRefresh>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Refresher {
+    /// Starts the thread for the interface with index `ifindex`.
+    ///
+    /// # Errors
+    /// When the thread cannot be spawned.
+    pub fn start(ifindex: u32) -> io::Result<Refresher> {
+        let shared = Arc::new(NeighborRefresh::new());
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("flowlane-neigh".into())
+            .spawn(move || {
+                let mut warned = false;
+                while let Some(asked) = s.wait_asked(std::time::Duration::from_secs(1)) {
+                    let read = || kernel_neighbors(ifindex);
+                    if let Err(e) = refresh_round(&s, &asked, prime, || s.pause(PRIME_WAIT), read) {
+                        if !std::mem::replace(&mut warned, true) {
+                            tracing::warn!("re-reading the kernel's neighbour table: {e}");
+                        }
+                    }
+                }
+            })?;
+        Ok(Refresher {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// What the workers' tables ask through
+    /// ([`crate::neighbor::Neighbors::refresh_through`]).
+    pub fn shared(&self) -> Arc<NeighborRefresh> {
+        self.shared.clone()
+    }
+}
+
+impl Drop for Refresher {
+    fn drop(&mut self) {
+        self.shared.stop();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One round for the addresses `asked`: `prime` each, `settle` (false:
+/// stopped, nothing more is done), `read` the kernel's table and answer
+/// with the entries of the asked addresses. The effects come in as
+/// functions, so that the round is tested without a kernel.
+fn refresh_round(
+    shared: &NeighborRefresh,
+    asked: &[IpAddr],
+    mut prime: impl FnMut(IpAddr),
+    settle: impl FnOnce() -> bool,
+    read: impl FnOnce() -> io::Result<Vec<(IpAddr, EthernetAddress)>>,
+) -> io::Result<()> {
+    if asked.is_empty() {
+        return Ok(());
+    }
+    for &ip in asked {
+        prime(ip);
+    }
+    if !settle() {
+        return Ok(());
+    }
+    let entries = read()?;
+    shared.answer(entries.into_iter().filter(|(ip, _)| asked.contains(ip)));
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,6 +220,51 @@ mod tests {
         let lo = nix::net::if_::if_nametoindex("lo").expect("lo exists");
         let got = kernel_neighbors(lo).expect("rtnetlink dump");
         assert!(got.is_empty(), "{got:?}");
+    }
+
+    /// A round primes every asked address, then hands the workers the
+    /// kernel's entries of those (and no others); the table that asked
+    /// uses them at its next lookup.
+    #[test]
+    fn a_round_answers_the_asked_addresses_from_the_kernels_table() {
+        use crate::neighbor::Neighbors;
+        use flowlane_tcp::time::Instant;
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let (mac_a, mac_c) = (
+            EthernetAddress([2, 0, 0, 0, 0, 0xa]),
+            EthernetAddress([2, 0, 0, 0, 0, 0xc]),
+        );
+        let shared = Arc::new(NeighborRefresh::new());
+        let mut n = Neighbors::new();
+        n.refresh_through(shared.clone());
+        assert_eq!(n.lookup(Instant::ZERO, ip("10.0.0.1")), None);
+        assert_eq!(n.lookup(Instant::ZERO, ip("fd00::2")), None);
+        let asked = shared.wait_asked(std::time::Duration::ZERO).unwrap();
+        assert_eq!(asked, [ip("10.0.0.1"), ip("fd00::2")]);
+        let mut primed = Vec::new();
+        let kernel = vec![(ip("10.0.0.1"), mac_a), (ip("10.0.0.3"), mac_c)];
+        refresh_round(&shared, &asked, |a| primed.push(a), || true, || Ok(kernel)).unwrap();
+        assert_eq!(primed, asked);
+        assert_eq!(n.lookup(Instant::ZERO, ip("10.0.0.1")), Some(mac_a));
+        assert_eq!(n.lookup(Instant::ZERO, ip("10.0.0.3")), None);
+        // Stopped while it waited: nothing read; a failed read is the
+        // round's error.
+        let unread = || -> io::Result<Vec<(IpAddr, EthernetAddress)>> { panic!("read") };
+        refresh_round(&shared, &asked, |_| {}, || false, unread).unwrap();
+        let failed = || Err(io::Error::other("no netlink"));
+        assert!(refresh_round(&shared, &asked, |_| {}, || true, failed).is_err());
+    }
+
+    /// The thread starts, waits for asks, and stops when dropped (at
+    /// once, not at its next timeout).
+    #[test]
+    fn the_refresher_stops_when_dropped() {
+        let lo = nix::net::if_::if_nametoindex("lo").expect("lo exists");
+        let r = Refresher::start(lo).expect("a thread");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let t = std::time::Instant::now();
+        drop(r);
+        assert!(t.elapsed() < std::time::Duration::from_millis(500));
     }
 
     #[test]

@@ -68,6 +68,7 @@
 //! ```
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -88,12 +89,12 @@ use flowlane_wire::{
     IpProtocol, Ipv4Repr, Ipv6Repr, Layer, Network, TcpRepr, Transport, VlanTags, WireError,
 };
 
-use crate::bucket_counters::{rss_bucket, BucketCounters, BusySampler};
+use crate::bucket_counters::{rss_bucket, BucketCounters, BusySampler, PassClock};
 use crate::counters::{self, counters};
 use crate::ephemeral::{EphemeralPorts, EPHEMERAL};
 use crate::frame_batch::FrameBatch;
 use crate::handoff::{Arrival, Mesh, Mover, Reply, Work};
-use crate::neighbor::Neighbors;
+use crate::neighbor::{Confirmation, Neighbors};
 use crate::wake::FdWake;
 use crate::worker::{
     HeldFrames, NoRing, QueueHandler, QueueInfo, RingAhead, RxAction, RxFrame, SpillPass, TxBatch,
@@ -286,22 +287,24 @@ impl Net for StackNet<'_> {
         self.placement
     }
 
-    /// A port of the ephemeral range whose replies RSS steers to this queue.
+    /// A port of the ephemeral range whose replies RSS steers to this queue,
+    /// drawn from the destination's keyed hash (RFC 6056 §3.3.4) among
+    /// those whose tuple is free: [`Error::AddrInUse`] only when none is.
     fn connect(&mut self, remote: SocketAddr) -> Result<ConnHandle, Error> {
         // Our address of the peer's family.
         let local_ip = self
             .local
             .of_family(remote.ip())
             .ok_or(Error::InvalidAddress)?;
-        for _ in 0..64 {
-            let port = self.ports.next(local_ip, remote).ok_or(Error::AddrInUse)?;
-            let local = SocketAddr::new(local_ip, port);
-            match self.stack.connect(self.now, local, remote) {
-                Err(Error::AddrInUse) => continue,
-                r => return r,
-            }
-        }
-        Err(Error::AddrInUse)
+        let stack = &*self.stack;
+        let port = self
+            .ports
+            .next(local_ip, remote, stack.port_hash(local_ip, remote), |p| {
+                stack.tuple_free(SocketAddr::new(local_ip, p), remote)
+            })
+            .ok_or(Error::AddrInUse)?;
+        self.stack
+            .connect(self.now, SocketAddr::new(local_ip, port), remote)
     }
 
     fn send(&mut self, conn: ConnHandle, data: &[u8]) -> Result<usize, Error> {
@@ -417,7 +420,9 @@ counters! {
         bad_tcp_checksum,
         /// Frames that failed to parse (truncated, bad lengths …).
         malformed,
-        /// Parsed frames that are not TCP (or a path MTU signal) to our address.
+        /// Parsed frames that are not TCP (or a path MTU signal) to our
+        /// address, or not sent to our MAC (a broadcast, multicast or
+        /// another host's frame).
         not_ours,
         /// TCP segments from a source no datagram may have (broadcast,
         /// multicast, 0/8, loopback, or one of our own addresses: RFC 1122
@@ -432,6 +437,10 @@ counters! {
         neighbor_evicted,
         /// Frames whose source MAC was not their address's confirmed one (not learned).
         neighbor_mismatched,
+        /// Frames a connection took from an address whose fresh confirmed
+        /// entry has another MAC: not confirmed (one peer's connection does
+        /// not take another's address over while that one talks).
+        neighbor_confirm_refused,
         /// Live connections (any state but CLOSED, TIME-WAIT included).
         connections,
         /// Of those, closed connections held as compact TIME-WAIT records (a gauge).
@@ -626,6 +635,23 @@ counters! {
         /// (they go out as its TX ring has room, in order; past 4 096
         /// waiting they are dropped and counted in `forward_dropped`).
         spill_transmitted,
+        /// The most live connections the stack takes (its `max_connections`;
+        /// imports of moved buckets may go an eighth past it, no further):
+        /// the rebalancer moves no bucket that would take the queue past it.
+        connection_limit,
+        /// Publications of the per-bucket counters ([`BucketCounters`]),
+        /// twice each: odd while the worker writes them, even once they,
+        /// `buckets_published_ns` and `buckets_busy_ns` agree (the
+        /// rebalancer reads until it sees the same even count before and
+        /// after them).
+        buckets_published_seq,
+        /// The worker's clock (ns since the data path started) at the last
+        /// publication of the per-bucket counters.
+        buckets_published_ns,
+        /// The worker's busy time (ns) up to that moment, as its passes that
+        /// did work measure it (`PassClock`): what the rebalancer divides
+        /// between the buckets published with it.
+        buckets_busy_ns,
         /// Bytes of buffer memory the connections hold now (a gauge).
         buffer_memory,
         /// Receive memory committed now, of the stack's budget (a gauge).
@@ -790,6 +816,8 @@ pub struct TcpHandler {
     buckets: Arc<BucketCounters>,
     /// Each bucket's share of the worker's time, sampled.
     busy: BusySampler,
+    /// The worker's busy time, published with the buckets' figures.
+    passes: PassClock,
     placement: Placement,
     last_publish: Duration,
     /// Where a worker without a queue builds its frames (software spill).
@@ -847,6 +875,7 @@ impl TcpHandler {
             buckets: Arc::new(BucketCounters::new(stack.bucket_count())),
             // Timed only where buckets can move ([`TcpHandler::with_mover`]).
             busy: BusySampler::new(1),
+            passes: PassClock::default(),
             stack,
             local: LocalAddrs {
                 v4: cfg.local_ip,
@@ -961,7 +990,10 @@ impl TcpHandler {
     /// Confirms the sender of the frame being taken as the neighbour of
     /// its IP when the frame completed a handshake or delivered data: an
     /// established connection took it, so it came from the peer that holds
-    /// the sequence numbers (issue 11: never from a spoofed SYN).
+    /// the sequence numbers (issue 11: never from a spoofed SYN). The
+    /// table is per address, a connection is one peer's: a sender with
+    /// another MAC than the address's fresh entry is refused and counted
+    /// (`neighbor_confirm_refused`).
     fn confirm_sender(&mut self, now: Instant, ev: &Event, (ip, mac): (IpAddr, EthernetAddress)) {
         let (Event::Accepted { conn, .. } | Event::Connected(conn) | Event::Readable(conn)) = *ev
         else {
@@ -972,8 +1004,9 @@ impl TcpHandler {
                 .stack
                 .four_tuple(conn)
                 .is_ok_and(|t| t.remote.ip() == ip)
+            && self.neighbors.confirm(now, ip, mac) == Confirmation::Refused
         {
-            self.neighbors.confirm(now, ip, mac);
+            counters::bump(&self.counters.neighbor_confirm_refused);
         }
     }
 
@@ -1031,6 +1064,16 @@ impl TcpHandler {
                 return Fate::Passed;
             }
         };
+        // Only frames sent to this interface's MAC (XDP steers by IP
+        // alone): RFC 1122 §3.3.6, a host SHOULD silently discard a
+        // datagram received via a link-layer broadcast that is not to an
+        // IP broadcast or multicast address; Linux takes no frame that is
+        // not PACKET_HOST (`ip_rcv_core` drops another host's,
+        // `tcp_v4_rcv` and `tcp_v6_rcv` a group's).
+        if f.ethernet.dst_addr != self.local_mac {
+            counters::bump(&c.not_ours);
+            return Fate::Passed;
+        }
         let Some(Segment { src, dst, ecn, tcp }) = tcp_segment(&f) else {
             self.icmp_input(now, &f, hops);
             return Fate::Passed;
@@ -1398,7 +1441,10 @@ impl TcpHandler {
     }
 
     /// Copies the stack's, the moves', the neighbour table's and the
-    /// buckets' figures to the shared counters.
+    /// buckets' figures to the shared counters; the buckets' with the
+    /// worker's busy time up to the same moment, between two steps of
+    /// `buckets_published_seq` (a reader that sees the same even count
+    /// before and after reading them saw one publication).
     fn publish(&self) {
         self.counters.publish(&self.stack);
         counters::set(&self.counters.application_refused, self.app.refused());
@@ -1407,7 +1453,20 @@ impl TcpHandler {
         counters::set(&self.counters.neighbor_entries, self.neighbors.len() as u64);
         counters::set(&self.counters.neighbor_evicted, n.evicted);
         counters::set(&self.counters.neighbor_mismatched, n.mismatched);
+        let c = &*self.counters;
+        counters::set(
+            &c.connection_limit,
+            self.stack.config().max_connections as u64,
+        );
+        let seq = c.buckets_published_seq.load(Ordering::Relaxed);
+        counters::set(&c.buckets_published_seq, seq.wrapping_add(1));
+        fence(Ordering::Release);
         self.buckets.publish(&self.stack, &self.busy);
+        let (busy, at) = self.passes.busy_until_now();
+        counters::set(&c.buckets_busy_ns, busy.as_nanos() as u64);
+        counters::set(&c.buckets_published_ns, at.as_nanos() as u64);
+        c.buckets_published_seq
+            .store(seq.wrapping_add(2), Ordering::Release);
     }
 
     /// Writes every segment the stack has to send into free frames.
@@ -1655,6 +1714,7 @@ impl QueueHandler for TcpHandler {
     /// A frame handed in without a slot (tests): the stack copies what it
     /// keeps.
     fn on_rx(&mut self, _q: &QueueInfo, now: Duration, buf: &mut [u8], len: usize) -> RxAction {
+        self.passes.note(now, true);
         let now = instant(now);
         let Some(frame) = buf.get(..len) else {
             return RxAction::Drop;
@@ -1677,6 +1737,7 @@ impl QueueHandler for TcpHandler {
     }
 
     fn on_rx_frame(&mut self, _q: &QueueInfo, now: Duration, mut rx: RxFrame<'_>) -> RxAction {
+        self.passes.note(now, true);
         let now = instant(now);
         let kept = self.rx_one(now, rx.data(), (rx.slot(), rx.held())) == Fate::Kept;
         if kept {
@@ -1704,14 +1765,17 @@ impl QueueHandler for TcpHandler {
 
     fn on_poll(&mut self, _q: &QueueInfo, now_d: Duration, tx: &mut TxBatch<'_>) {
         let now = instant(now_d);
+        self.passes.note(now_d, false);
         {
             let (mut rx, held) = tx.rx_progress();
             self.pass(now, now_d, held, &mut rx);
         }
+        let free = tx.available();
         if self.mover.is_some() {
             self.send_for_others(tx);
         }
         self.output(now, tx);
+        self.passes.note(now_d, tx.available() < free);
         self.release_frames(tx.held_mut());
         self.publish_due(now_d);
     }
@@ -1744,6 +1808,7 @@ impl QueueHandler for TcpHandler {
             pass.received = m.stats.frames_forwarded_in - b.frames_forwarded_in;
             pass.received_bytes = m.stats.bytes_forwarded_in - b.bytes_forwarded_in;
         }
+        self.passes.note(now_d, pass.received > 0 || pass.sent > 0);
         self.publish_due(now_d);
         pass
     }
@@ -2394,5 +2459,149 @@ mod tests {
         assert_eq!(frames.len(), 1);
         let f = parse_frame(&frames[0]).unwrap();
         assert_eq!(f.ethernet.dst_addr, EthernetAddress(PEER_MAC));
+    }
+
+    /// A peer stack on the link, sending from `mac`.
+    struct LinkPeer {
+        stack: Stack,
+        mac: EthernetAddress,
+        conn: ConnHandle,
+    }
+
+    impl LinkPeer {
+        /// A connection from `ip`:`port` to port 7 of `ours`.
+        fn connect(now: Duration, mac: [u8; 6], ip: IpAddr, port: u16, ours: IpAddr) -> Self {
+            let mut stack = Stack::new(Config::new([mac[5]; 16]));
+            let conn = stack
+                .connect(
+                    instant(now),
+                    SocketAddr::new(ip, port),
+                    SocketAddr::new(ours, 7),
+                )
+                .unwrap();
+            LinkPeer {
+                stack,
+                mac: EthernetAddress(mac),
+                conn,
+            }
+        }
+
+        /// What the peer has to send, into the handler.
+        fn send_to(&mut self, h: &mut TcpHandler, now: Duration, (ip, ours): (IpAddr, IpAddr)) {
+            let mut seg = [0u8; 1600];
+            while let Some(t) = self.stack.poll_transmit(instant(now), &mut seg) {
+                let mut f = frame(&seg[..t.len], ip, ours);
+                f[6..12].copy_from_slice(&self.mac.0);
+                h.rx_one(instant(now), &f, (None, &NoFrames));
+            }
+        }
+    }
+
+    /// The handler's frames, each to the peers whose MAC it is sent to;
+    /// returns (destination MAC, payload length) of each.
+    fn exchange(
+        h: &mut TcpHandler,
+        peers: &mut [&mut LinkPeer],
+        now: Duration,
+        (ip, ours): (IpAddr, IpAddr),
+    ) -> Vec<(EthernetAddress, usize)> {
+        let mut out = Vec::new();
+        for f in poll(h, now) {
+            let parsed = parse_frame(&f).unwrap();
+            let dst = parsed.ethernet.dst_addr;
+            out.push((dst, parsed.payload().len()));
+            for p in peers.iter_mut().filter(|p| p.mac == dst) {
+                p.stack.handle_segment(instant(now), ours, ip, parsed.l4());
+            }
+        }
+        for p in peers.iter_mut() {
+            while p.stack.poll_event().is_some() {}
+        }
+        out
+    }
+
+    /// The neighbour table is per address, connections are per peer: a
+    /// second station that once got a connection from a peer's address
+    /// (while the peer's entry was stale: the documented window) does not
+    /// take the address back while the peer talks. Its data is taken, its
+    /// MAC not confirmed (counted), and the peer's echo goes to the peer.
+    #[test]
+    fn another_stations_connection_does_not_take_over_a_fresh_entry() {
+        let ours: IpAddr = "10.99.0.1".parse().unwrap();
+        let ip: IpAddr = "10.99.0.2".parse().unwrap();
+        let mac_x = [2, 0, 0, 0, 0, 0x66];
+        let cfg = TcpConfig::new(Ipv4Addr::new(10, 99, 0, 1), OUR_MAC, [1; 16]);
+        let mut h = TcpHandler::new(&info(), cfg);
+        h.listen(7, Echo::default()).unwrap();
+        let t0 = Duration::from_millis(1);
+        let mut p = LinkPeer::connect(t0, PEER_MAC, ip, 40001, ours);
+        for i in 0..5 {
+            let now = t0 + Duration::from_millis(i);
+            p.send_to(&mut h, now, (ip, ours));
+            exchange(&mut h, &mut [&mut p], now, (ip, ours));
+        }
+        assert!(h.neighbors.contains(ip));
+        // The peer silent for 31 s: X connects from its address.
+        let t1 = Duration::from_secs(32);
+        let mut x = LinkPeer::connect(t1, mac_x, ip, 40002, ours);
+        for i in 0..5 {
+            let now = t1 + Duration::from_millis(i);
+            x.send_to(&mut h, now, (ip, ours));
+            exchange(&mut h, &mut [&mut p, &mut x], now, (ip, ours));
+        }
+        assert_eq!(x.stack.state(x.conn).unwrap(), State::Established);
+        // X silent for 31 s; the peer talks (its entry again), and X sends
+        // one byte in the same pass.
+        let t2 = Duration::from_secs(63);
+        p.stack.send(p.conn, b"ping").unwrap();
+        p.send_to(&mut h, t2, (ip, ours));
+        x.stack.send(x.conn, b"!").unwrap();
+        x.send_to(&mut h, t2, (ip, ours));
+        let out = exchange(&mut h, &mut [&mut p, &mut x], t2, (ip, ours));
+        assert!(
+            out.contains(&(EthernetAddress(PEER_MAC), 4)),
+            "the peer's echo to the peer: {out:?}"
+        );
+        assert!(
+            out.iter().all(|&(mac, _)| mac == EthernetAddress(PEER_MAC)),
+            "{out:?}"
+        );
+        assert_eq!(h.counters().snapshot().neighbor_confirm_refused, 1);
+    }
+
+    /// A TCP frame not sent to the interface's MAC (a broadcast, a
+    /// multicast, another host's) is not taken, however its IP header
+    /// reads: counted as not ours, no SYN-ACK, no half-open connection.
+    #[test]
+    fn frames_not_sent_to_our_mac_are_dropped_and_counted() {
+        let ours: IpAddr = "10.99.0.1".parse().unwrap();
+        let ip: IpAddr = "10.99.0.2".parse().unwrap();
+        let cfg = TcpConfig::new(Ipv4Addr::new(10, 99, 0, 1), OUR_MAC, [1; 16]);
+        let mut h = TcpHandler::new(&info(), cfg);
+        h.listen(7, Echo::default()).unwrap();
+        let now = Duration::from_millis(1);
+        let mut p = Stack::new(Config::new([9; 16]));
+        p.connect(
+            instant(now),
+            SocketAddr::new(ip, 40001),
+            SocketAddr::new(ours, 7),
+        )
+        .unwrap();
+        let mut seg = [0u8; 1600];
+        let t = p.poll_transmit(instant(now), &mut seg).unwrap();
+        let syn = frame(&seg[..t.len], ip, ours);
+        let others: [[u8; 6]; 3] = [[0xff; 6], [0x01, 0, 0x5e, 0, 0, 1], [2, 0, 0, 0, 0, 0x99]];
+        for dst in others {
+            let mut f = syn.clone();
+            f[0..6].copy_from_slice(&dst);
+            assert_eq!(h.rx_one(instant(now), &f, (None, &NoFrames)), Fate::Passed);
+            assert!(poll(&mut h, now).is_empty(), "answered a SYN to {dst:x?}");
+        }
+        let c = h.counters().snapshot();
+        assert_eq!((c.not_ours, c.segments_in), (others.len() as u64, 0));
+        assert_eq!(h.stack.connection_count(), 0);
+        // To our MAC, it is answered.
+        h.rx_one(instant(now), &syn, (None, &NoFrames));
+        assert_eq!(poll(&mut h, now).len(), 1, "SYN-ACK");
     }
 }

@@ -6,7 +6,7 @@
 //! application register its handlers on it (a failure of any queue stops
 //! everything and is returned), and keeps each queue's counters.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -18,7 +18,7 @@ pub use crate::ephemeral::rss_state;
 use crate::ephemeral::EPHEMERAL;
 use crate::handoff::{self, Mesh, MoveError, MoveReport, NicWriter};
 use crate::iface::{current_ifindex, local_ipv4, local_ipv6, InterfaceInfo};
-use crate::kernel_neighbors::kernel_neighbors;
+use crate::kernel_neighbors::{kernel_neighbors, prime, Refresher, PRIME_WAIT};
 use crate::neighbor::Neighbors;
 use crate::placement::machine_placement;
 use crate::runtime::{Dataplane, DataplaneConfig, LocalAddress};
@@ -49,7 +49,9 @@ pub struct TcpServiceConfig {
     /// queues, and to keep connections per RSS bucket.
     pub rss: Option<RssState>,
     /// Neighbours known up front (static `--neighbor IP=MAC`, the kernel's
-    /// table); more are learned from received frames.
+    /// table); more are learned from received frames, and the kernel's
+    /// table is read again for peers the workers know nothing recent of
+    /// ([`Refresher`]).
     pub neighbors: Neighbors,
     /// Spin when idle instead of sleeping in poll(2).
     pub busy_poll: bool,
@@ -169,6 +171,9 @@ pub struct TcpService {
     local: Vec<std::net::IpAddr>,
     /// The carrier queue of each worker past the queues (software spill).
     carriers: Vec<u16>,
+    /// Re-reads the kernel's neighbour table for the workers (None: the
+    /// interface's index or the thread could not be had).
+    _refresher: Option<Refresher>,
 }
 
 impl TcpService {
@@ -242,7 +247,7 @@ impl TcpService {
         }
         dp.bind_mode = BindMode::Auto;
         dp.ephemeral = config.active.then_some(EPHEMERAL);
-        let mut tcp = TcpConfig::new(local_ipv4(&config.iface)?, info.mac, isn_secret());
+        let mut tcp = TcpConfig::new(local_ipv4(&config.iface)?, info.mac, isn_secret()?);
         tcp.local_ip6 = local_ipv6(&config.iface)?;
         // The steering program takes only these addresses' frames: the
         // interface's others (secondary, link-local) stay the kernel's, and
@@ -279,6 +284,20 @@ impl TcpService {
             .chain(tcp.local_ip6.map(Into::into))
             .collect();
         tcp.rss = config.rss;
+        // The workers ask the kernel again about peers they know nothing
+        // recent of (a stale entry, or none).
+        let refresher = current_ifindex(&config.iface).and_then(|ifindex| {
+            Refresher::start(ifindex)
+                .map_err(|e| {
+                    tracing::warn!(
+                        "neighbour refresh thread: {e}; the kernel's table is read at start only"
+                    )
+                })
+                .ok()
+        });
+        if let Some(r) = &refresher {
+            config.neighbors.refresh_through(r.shared());
+        }
         tcp.neighbors = config.neighbors;
 
         let registry: Arc<Mutex<PerQueue>> = Arc::default();
@@ -323,6 +342,7 @@ impl TcpService {
             rss,
             local,
             carriers,
+            _refresher: refresher,
         })
     }
 
@@ -517,32 +537,34 @@ impl TcpService {
     }
 }
 
-/// A per-run secret for TCP initial sequence numbers (kernel randomness
-/// mixed with the clock).
-pub fn isn_secret() -> [u8; 16] {
+/// A per-run secret for TCP initial sequence numbers, and the keys the
+/// stack derives from it (SYN cookies, ephemeral ports): 128 bits from the
+/// kernel's random number generator (getrandom(2)). An error (one line) if
+/// the kernel gives none: a service keyed by a guessable secret must not
+/// start.
+pub fn isn_secret() -> Result<[u8; 16]> {
     secret()
 }
 
-/// `N` secret bytes: kernel randomness (a fresh random UUID, 122 bits,
-/// per 16 bytes), mixed with the clock.
-fn secret<const N: usize>() -> [u8; N] {
+/// `N` secret bytes, every one of them from the kernel's random number
+/// generator (getrandom(2), which waits only for the generator's seeding
+/// at boot): nothing of the clock, and no fallback on error.
+fn secret<const N: usize>() -> Result<[u8; N]> {
+    secret_from(getrandom::fill)
+}
+
+/// `N` secret bytes as `fill` (the kernel's generator; a test's stand-in)
+/// gives them, or the error that stops the start.
+fn secret_from<const N: usize>(
+    fill: impl FnOnce(&mut [u8]) -> std::result::Result<(), getrandom::Error>,
+) -> Result<[u8; N]> {
     let mut s = [0u8; N];
-    for chunk in s.chunks_mut(16) {
-        if let Ok(b) = std::fs::read("/proc/sys/kernel/random/uuid") {
-            let n = chunk.len();
-            for (i, x) in b.iter().enumerate() {
-                chunk[i % n] ^= x.wrapping_mul(i as u8 | 1);
-            }
-        }
-    }
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    for (i, b) in t.to_le_bytes().iter().enumerate() {
-        s[i % N] ^= b;
-    }
-    s
+    fill(&mut s).map_err(|e| {
+        Error::Setup(format!(
+            "no secret: the kernel's random number generator (getrandom) failed: {e}"
+        ))
+    })?;
+    Ok(s)
 }
 
 /// The RSS flowlane steers by in software on a NIC with one receive queue
@@ -551,29 +573,23 @@ fn secret<const N: usize>() -> [u8; N] {
 /// Toeplitz keys), so that peers cannot pick the worker that serves them,
 /// and a table of `table_size` entries, all queue 0, as the NIC delivers.
 fn software_rss(table_size: usize) -> Result<RssState> {
-    rss_state(&secret::<40>(), &vec![0; table_size], 1)
+    rss_state(&secret::<40>()?, &vec![0; table_size], 1)
 }
 
 /// Neighbours for a service: static `IP=MAC` specs, then the kernel's table
-/// for `iface` (both families, as if learned at start). With `prime`, the
-/// kernel is first made to resolve that address (ARP and neighbour
-/// discovery stay with the kernel: a datagram to its discard port makes it
-/// ask).
-pub fn neighbors(specs: &[String], iface: &str, prime: Option<IpAddr>) -> Result<Neighbors> {
+/// for `iface` (both families, as if learned at start). With `connect_to`,
+/// the kernel is first made to resolve that address
+/// ([`crate::kernel_neighbors::prime`]: ARP and neighbour discovery stay
+/// with the kernel).
+pub fn neighbors(specs: &[String], iface: &str, connect_to: Option<IpAddr>) -> Result<Neighbors> {
     let mut n = Neighbors::new();
     for e in specs {
         n.insert_spec(e)
             .map_err(|e| Error::Setup(format!("bad --neighbor: {e}")))?;
     }
-    if let Some(ip) = prime.filter(|&ip| !n.contains(ip)) {
-        let any: IpAddr = match ip {
-            IpAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
-            IpAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
-        };
-        if let Ok(sock) = std::net::UdpSocket::bind((any, 0)) {
-            let _ = sock.send_to(b"", (ip, 9));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(200));
+    if let Some(ip) = connect_to.filter(|&ip| !n.contains(ip)) {
+        prime(ip);
+        std::thread::sleep(PRIME_WAIT);
     }
     if let Some(index) = current_ifindex(iface) {
         match kernel_neighbors(index) {
@@ -590,10 +606,12 @@ pub fn neighbors(specs: &[String], iface: &str, prime: Option<IpAddr>) -> Result
 /// defence against spoofing) is never replaced by them, and one of them
 /// gives way to a newer sighting after the peer fell silent (a failover
 /// that changed its MAC, or an entry the kernel held stale), where pinned
-/// it would have been used for good.
+/// it would have been used for good; once stale, the workers ask the
+/// kernel again while they send to it.
 fn add_kernel_entries(n: &mut Neighbors, entries: Vec<(IpAddr, flowlane_wire::EthernetAddress)>) {
     for (ip, mac) in entries {
-        n.confirm(flowlane_tcp::time::Instant::ZERO, ip, mac);
+        // Only a configured entry is kept (no entry is fresh yet).
+        let _ = n.confirm(flowlane_tcp::time::Instant::ZERO, ip, mac);
     }
 }
 
@@ -601,6 +619,7 @@ fn add_kernel_entries(n: &mut Neighbors, entries: Vec<(IpAddr, flowlane_wire::Et
 mod tests {
     use super::*;
     use flowlane_numa_sched::toeplitz::RssKey;
+    use std::net::Ipv4Addr;
 
     /// An operator's `--neighbor` outranks what the kernel's table says of
     /// the same address (a stale entry, or one an on-link spoofer planted
@@ -645,6 +664,28 @@ mod tests {
         assert_eq!(a.key().as_bytes().len(), 40);
         assert_ne!(a.key(), b.key(), "a secret per run");
         assert_ne!(a.key(), &RssKey::microsoft_default(), "not a known key");
+    }
+
+    /// A secret is the kernel's random bytes and nothing else (no clock
+    /// mixed in, which a source that gives zeros would show), and a start
+    /// without them fails, in one line, instead of falling back on the
+    /// clock.
+    #[test]
+    fn the_secret_is_the_kernels_randomness_or_the_start_fails() {
+        let zeros: [u8; 40] = secret_from(|b| {
+            b.fill(0);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(zeros, [0; 40], "nothing but the generator's bytes");
+        let e = secret_from::<16>(|_| Err(getrandom::Error::UNSUPPORTED)).unwrap_err();
+        let m = e.to_string();
+        assert!(
+            m.contains("random number generator") && !m.contains('\n'),
+            "{m}"
+        );
+        // The kernel's: two draws differ (2^-128 by chance).
+        assert_ne!(isn_secret().unwrap(), isn_secret().unwrap());
     }
 
     #[test]

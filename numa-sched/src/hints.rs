@@ -147,11 +147,12 @@ impl RssState {
     /// Picks a local port for an outgoing connection so that its replies — the tuple
     /// `(src = remote_ip:remote_port, dst = local_ip:port)` — land on `desired_queue`.
     ///
-    /// Ports of `port_range` are tried in order from a pseudo-random starting point derived
-    /// from `seed` (so that successive connections spread over the range), wrapping around;
-    /// the first that hashes to a bucket of `desired_queue` and that `is_free` accepts wins.
-    /// `None` if no port qualifies: the queue has no bucket, the range is exhausted, or the
-    /// protocol is hashed without ports and the addresses alone map elsewhere.
+    /// The port is drawn by [`pick_port`] from `seed`: uniformly among the ports of
+    /// `port_range` that hash to a bucket of `desired_queue` and that `is_free` accepts,
+    /// and found whenever one exists. `None` if no port qualifies: the queue has no bucket,
+    /// the range is exhausted, or the protocol is hashed without ports and the addresses
+    /// alone map elsewhere. The ports are only as unpredictable as `seed`: a secret keyed
+    /// hash of the destination and a counter (RFC 6056 §3.3.4), not a public value.
     ///
     /// With the port as the only unknown, the hash is `H(tuple with port 0) ^ H(port bytes)`
     /// (Toeplitz is linear), so each candidate costs two table lookups.
@@ -178,9 +179,6 @@ impl RssState {
             dst_port: 0,
             protocol,
         };
-        let len = u32::from(last - first) + 1;
-        let offset = (splitmix64(seed) % u64::from(len)) as u32;
-        let candidates = (0..len).map(|i| first + ((offset + i) % len) as u16);
         let input = reply.hash_input_for(&self.hash_config);
         let base = self.toeplitz.hash(input.as_bytes());
         let with_ports = self
@@ -189,13 +187,12 @@ impl RssState {
             .with_ports();
         if !with_ports {
             return (self.table.queue_for_hash(base) == desired_queue)
-                .then(|| candidates.into_iter().find(|&p| is_free(p)))
+                .then(|| pick_port(port_range, seed, is_free))
                 .flatten();
         }
         // The destination port is the input's last two bytes.
         let pos = input.as_bytes().len() - 2;
-        let mut candidates = candidates;
-        candidates.find(|&port| {
+        pick_port(port_range, seed, |port| {
             let [hi, lo] = port.to_be_bytes();
             let hash = base
                 ^ self.toeplitz.byte_contribution(pos, hi)
@@ -205,10 +202,60 @@ impl RssState {
     }
 }
 
-/// SplitMix64 finalizer (Steele, Lea, Flood, "Fast splittable pseudorandom number
-/// generators", OOPSLA 2014): turns a seed into a well-mixed starting offset.
-fn splitmix64(seed: u64) -> u64 {
-    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+/// Random probes [`pick_port`] makes before it scans the range: a queue among `q` owns
+/// about one port in `q`, so with up to 64 queues and the range at most half taken, the
+/// probes miss (and the scan runs) once in about 3 000 picks.
+pub const PORT_PROBES: u32 = 1024;
+
+/// A port of `range` that `qualifies` (steers replies to the right queue, is free):
+/// uniformly among those that do, and `None` only when none does.
+///
+/// [`PORT_PROBES`] probes at ports drawn from `seed` (the outputs of a SplitMix64
+/// generator seeded with it, mapped onto the range by multiply-shift, a bias below
+/// `len / 2^32`) take the first that qualifies: rejection sampling, so each qualifying
+/// port is as likely as another, whatever the gaps between them. Should every probe
+/// miss (a range nearly exhausted), every port is tried once, from a point the same
+/// generator draws, so that a free port is found while one is left (RFC 6056 §3.3.4
+/// tries the whole range before giving up).
+///
+/// The choice is only as unpredictable as `seed`: RFC 6056 §3.3.4 makes it a keyed hash
+/// of the destination (secret, new with every secret) plus a counter per destination, so
+/// that no one off path predicts a port, and successive connections to one destination
+/// take different ports.
+pub fn pick_port(
+    range: RangeInclusive<u16>,
+    seed: u64,
+    qualifies: impl Fn(u16) -> bool,
+) -> Option<u16> {
+    let (first, last) = (*range.start(), *range.end());
+    if first > last {
+        return None;
+    }
+    let len = u64::from(last - first) + 1;
+    let mut state = seed;
+    let mut draw = || {
+        state = state.wrapping_add(GOLDEN_GAMMA);
+        // The high 32 bits times the length, over 2^32: an offset below `len`.
+        (((mix64(state) >> 32) * len) >> 32) as u16
+    };
+    for _ in 0..PORT_PROBES {
+        let port = first + draw();
+        if qualifies(port) {
+            return Some(port);
+        }
+    }
+    let start = u64::from(draw());
+    (0..len)
+        .map(|i| first + ((start + i) % len) as u16)
+        .find(|&port| qualifies(port))
+}
+
+/// SplitMix64's increment (Steele, Lea, Flood, "Fast splittable pseudorandom number
+/// generators", OOPSLA 2014): 2^64 over the golden ratio, odd.
+const GOLDEN_GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// SplitMix64's output function (the same paper): a bijective mix of the generator's state.
+fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
@@ -348,6 +395,127 @@ mod tests {
                     true
                 });
             assert_eq!(got.is_some(), q == queue, "queue {q}");
+        }
+    }
+
+    /// Pearson's chi-square of `counts` against a uniform spread of their sum.
+    fn chi_square(counts: &[u64]) -> f64 {
+        let expected = counts.iter().sum::<u64>() as f64 / counts.len() as f64;
+        counts
+            .iter()
+            .map(|&c| (c as f64 - expected).powi(2) / expected)
+            .sum()
+    }
+
+    /// A bound a uniform spread over `cells` stays under: the chi-square
+    /// distribution's mean (its degrees of freedom) plus six standard deviations.
+    fn uniform_bound(cells: usize) -> f64 {
+        let dof = cells as f64 - 1.0;
+        dof + 6.0 * (2.0 * dof).sqrt()
+    }
+
+    /// Each port of the queue is as likely as another: not the port after a random
+    /// point, which favours the ports that follow a long run of other queues' ports
+    /// (with 4 queues some gaps are 1 port long, some 15).
+    #[test]
+    fn chosen_ports_are_uniform_among_the_queues_ports() {
+        let s = state(RssHashConfig::default());
+        let local = IpAddr::V4(Ipv4Addr::new(10, 99, 0, 1));
+        let remote = IpAddr::V4(Ipv4Addr::new(10, 99, 0, 2));
+        let (first, last) = (40000u16, 40999u16);
+        for queue in 0..4u16 {
+            let reaches = |p: u16| {
+                let reply = FlowTuple {
+                    src: remote,
+                    dst: local,
+                    src_port: 443,
+                    dst_port: p,
+                    protocol: Protocol::Tcp,
+                };
+                s.hint(&reply).queue == queue
+            };
+            let mine: Vec<u16> = (first..=last).filter(|&p| reaches(p)).collect();
+            let mut counts = vec![0u64; mine.len()];
+            // Fixed seeds: the test is deterministic.
+            for seed in 0..200 * mine.len() as u64 {
+                let p = s
+                    .choose_source_port(
+                        local,
+                        remote,
+                        443,
+                        Protocol::Tcp,
+                        queue,
+                        first..=last,
+                        seed.wrapping_mul(0x2545_f491_4f6c_dd1d),
+                        |_| true,
+                    )
+                    .unwrap();
+                counts[mine.binary_search(&p).unwrap()] += 1;
+            }
+            let chi = chi_square(&counts);
+            assert!(
+                chi < uniform_bound(mine.len()),
+                "queue {queue}: chi-square {chi:.0} over {} ports",
+                mine.len()
+            );
+        }
+    }
+
+    /// Without steering (every port reaches the queue) the choice is uniform over the
+    /// range, and successive seeds do not give successive ports.
+    #[test]
+    fn picked_ports_are_uniform_and_not_sequential() {
+        let range = 40000u16..=40099;
+        let mut counts = vec![0u64; 100];
+        let mut steps_of_one = 0;
+        let mut last = None;
+        for seed in 0..100_000u64 {
+            let p = pick_port(range.clone(), seed, |_| true).unwrap();
+            counts[usize::from(p - 40000)] += 1;
+            steps_of_one += u32::from(last.map(|l: u16| l.wrapping_add(1)) == Some(p));
+            last = Some(p);
+        }
+        assert!(chi_square(&counts) < uniform_bound(100), "{counts:?}");
+        // About one in 100 by chance.
+        assert!(steps_of_one < 2_000, "{steps_of_one} steps of one");
+    }
+
+    /// A free port is found while one is left, however few: the last free port of a
+    /// range, and of the ports that reach the queue.
+    #[test]
+    fn the_last_free_port_is_found() {
+        let s = state(RssHashConfig::default());
+        let local = IpAddr::V4(Ipv4Addr::new(10, 99, 0, 1));
+        let remote = IpAddr::V4(Ipv4Addr::new(10, 99, 0, 2));
+        for seed in 0..50u64 {
+            let only = 40000 + (seed as u16 * 97) % 5000;
+            assert_eq!(pick_port(40000..=44999, seed, |p| p == only), Some(only));
+            assert_eq!(pick_port(40000..=44999, seed, |_| false), None);
+            let queue = (seed % 4) as u16;
+            let reaches: Vec<u16> = (40000..=44999u16)
+                .filter(|&p| {
+                    let reply = FlowTuple {
+                        src: remote,
+                        dst: local,
+                        src_port: 443,
+                        dst_port: p,
+                        protocol: Protocol::Tcp,
+                    };
+                    s.hint(&reply).queue == queue
+                })
+                .collect();
+            let only = reaches[(seed as usize * 31) % reaches.len()];
+            let got = s.choose_source_port(
+                local,
+                remote,
+                443,
+                Protocol::Tcp,
+                queue,
+                40000..=44999,
+                seed,
+                |p| p == only,
+            );
+            assert_eq!(got, Some(only));
         }
     }
 

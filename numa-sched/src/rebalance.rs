@@ -5,28 +5,48 @@
 //! "RSS++: load and state-aware receive side scaling", CoNEXT 2019, §3): a bucket's load is
 //! its core's busy time times the bucket's share of the core's packets (or the busy time the
 //! worker attributed to the bucket itself, when it measured that); the target of every core
-//! is the mean load; when the most loaded core is more than a threshold above the mean,
-//! buckets are moved greedily, the largest bucket that fits first, from the most loaded core
-//! to the least loaded one; a core that has just received buckets is left alone for a round
-//! (its measurement does not show them yet); the period adapts to the imbalance. flowlane
-//! adds what moving live TCP connections needs:
+//! is the mean load; when a core is more than a threshold above the mean, buckets are moved
+//! greedily, the largest bucket that fits first, from the most loaded such core to the least
+//! loaded one; a core that has just received buckets is left alone for a round (its
+//! measurement does not show them yet); the period adapts to the imbalance. flowlane adds
+//! what moving live TCP connections, and measuring on a live machine, need:
 //!
+//! - the policy acts on exponentially weighted averages over rounds
+//!   ([`RebalanceConfig::smoothing`]) of each bucket's load and of each queue's load outside
+//!   its buckets, not on one period's sample: a flow that switches on and off faster than
+//!   that is seen at its mean, and moves no bucket back and forth;
+//! - the unit is the CPU: queues that share one (more queues than CPUs) add up, and a bucket
+//!   never moves between two queues of one CPU (that would change no CPU's load);
+//! - only a core itself above `mean × (1 + threshold)` gives buckets (down to
+//!   `mean × (1 + target)`): one hot core that no move can help does not make the others
+//!   move on their noise;
 //! - a move must lower the larger load of the two cores it touches by more than it costs
-//!   ([`RebalanceConfig::move_cost`] plus [`RebalanceConfig::connection_cost`] per connection:
-//!   the handoff exports, forwards and imports them), so no move raises the maximum load, and
+//!   ([`RebalanceConfig::move_cost`] plus [`RebalanceConfig::connection_cost`] per connection,
+//!   spread over [`RebalanceConfig::cost_horizon`]), so no move raises the maximum load, and
 //!   a bucket bigger than the gap it would close stays put;
-//! - a bucket moved is held where it is for [`RebalanceConfig::hold_down`] (no ping-pong);
+//! - a move never takes a queue past its [`CoreLoad::connection_limit`] (its stack would
+//!   reset the connections it cannot import): [`RoundOutcome::ConnectionLimit`] when that is
+//!   all that keeps the load skewed;
+//! - a bucket moved is held where it is for [`RebalanceConfig::hold_down`], doubled each time
+//!   it goes back to the queue it last left (no ping-pong); a core that gave buckets takes
+//!   none (and one that took gives none) for a hold-down, doubled each time it switches, so
+//!   that a load swinging more slowly than the averages follow moves few buckets; a move
+//!   that failed is not tried again for the same bucket and queue for a hold-down, doubled
+//!   at each failure ([`Rebalancer::move_failed`]);
+//! - at most [`RebalanceConfig::max_moves`] moves per round, and
+//!   [`RebalanceConfig::move_rate`] per second over the long run
+//!   ([`RebalanceConfig::move_burst`] at once);
 //! - destinations on the source's NUMA node come first; another node (nearest first, by the
 //!   [`Topology`]'s distances) only when the source's node is saturated: no other core of it
 //!   below the mean would take any of the source's buckets with a gain (a core there that
 //!   will once this round's skipped receivers and held buckets are free makes the source
-//!   wait instead);
-//! - at most [`RebalanceConfig::max_moves`] moves per round.
+//!   wait instead).
 //!
 //! Everything here is pure: the caller measures (busy time, packets per bucket), passes the
 //! time in the snapshot ([`LoadSnapshot::now`]), applies the plan ([`RebalancePlan::apply`]
-//! gives the new table and the entries to write through [`crate::nic::RssNic`]) and calls
-//! [`Rebalancer::decide`] again after [`RebalancePlan::next_period`].
+//! gives the new table and the entries to write through [`crate::nic::RssNic`]), says which
+//! moves it could not make ([`Rebalancer::move_failed`], [`Rebalancer::move_not_made`]) and
+//! calls [`Rebalancer::decide`] again after [`RebalancePlan::next_period`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -40,17 +60,32 @@ use crate::topology::Topology;
 /// Slack for comparisons of loads computed in floating point.
 const EPSILON: f64 = 1e-12;
 
+/// A hold-down (of a bucket that keeps going back, or of a move that keeps failing) doubles
+/// at most this many times: 128 hold-downs, 64 s by the defaults.
+const MAX_DOUBLINGS: u32 = 7;
+
+/// A bucket's last move (and a failed move) is remembered for this many times the hold-down
+/// it set: a bucket that goes back to the queue it left within that time is held twice as
+/// long as the last time.
+const MEMORY: u32 = 32;
+
+/// Averages below this are dropped (the bucket carries no load).
+const NEGLIGIBLE: f64 = 1e-9;
+
 /// The policy's settings. [`RebalanceConfig::default`] documents each default.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct RebalanceConfig {
-    /// Act only when the most loaded core is above `mean × (1 + threshold)`. Default 0.10:
-    /// measured loads jitter by a few percent, and the goal is max/mean ≤ 1.2.
+    /// Act only when the most loaded core is above `mean × (1 + threshold)`, and take
+    /// buckets only from cores above it. Default 0.10: measured loads jitter by a few
+    /// percent, and the goal is max/mean ≤ 1.2.
     pub threshold: f64,
-    /// Once acting, move buckets until no core is above `mean × (1 + target)` (or no move
-    /// helps). At most `threshold`. Default 0.02 (RSS++'s imbalance threshold).
+    /// Once acting, a core above the threshold gives buckets until it is no longer above
+    /// `mean × (1 + target)` (or no move helps). At most `threshold`. Default 0.02 (RSS++'s
+    /// imbalance threshold).
     pub target: f64,
-    /// Do nothing while the most loaded core is busy less than this fraction of its time:
-    /// an idle machine's relative imbalance is noise, and moves cost. Default 0.05.
+    /// Do nothing while the most loaded core is busy less than this fraction of its time
+    /// (in this period's sample, or on average): an idle machine's relative imbalance is
+    /// noise, and moves cost. Default 0.05.
     pub min_load: f64,
     /// The period at start, and the longest one while moves are still being made. Default
     /// 100 ms (RSS++).
@@ -65,8 +100,11 @@ pub struct RebalanceConfig {
     /// Above this imbalance the period drops to [`RebalanceConfig::min_period`]. Default
     /// 0.4 (RSS++).
     pub urgent_imbalance: f64,
-    /// A bucket moved is not moved again before this much time has passed. Default 500 ms:
-    /// five base periods, and short enough that a new skew is met within the 1 s.
+    /// A bucket moved is not moved again before this much time has passed; twice as long
+    /// each time it goes back to the queue it last left (up to 128 times). A core that gave
+    /// buckets takes none before this much time has passed, nor gives any after taking;
+    /// twice as long each time it switches. Default 500 ms: five base periods, and short
+    /// enough that a new skew is met within the 1 s.
     pub hold_down: Duration,
     /// At most this many moves per round. Default 32 (a quarter of a 128-entry table; at
     /// the handoff's target of 100 µs per bucket of 100 connections, 3.2 ms of work).
@@ -78,6 +116,25 @@ pub struct RebalanceConfig {
     /// The cost of moving one connection, same unit. Default 2 000 (2 µs, the design's p50
     /// target per connection).
     pub connection_cost: u64,
+    /// What a move's cost is weighed against, same unit: a move is made only if the load
+    /// it takes off the busier of its two cores, kept this long, is worth more than the
+    /// move costs. Fixed (not the measured period, so that a quiet period does not make
+    /// moves cheap). Default 500 000 000 (500 ms: the hold-down, the least a moved bucket
+    /// stays). Must not be zero.
+    pub cost_horizon: u64,
+    /// Time constant of the averages the policy acts on: each bucket's load and each
+    /// queue's load outside its buckets, over rounds, a sample weighing `1 − e^(−Δt / τ)`
+    /// (Δt: the time since the last round). A flow switching on and off much faster than
+    /// this counts at its mean load. Zero: each round acts on its sample alone. Default
+    /// 500 ms.
+    pub smoothing: Duration,
+    /// Moves per second over the long run, all buckets together: a token bucket of
+    /// [`RebalanceConfig::move_burst`] moves refilled at this rate bounds the churn whatever
+    /// the load does. Default 8 (8 buckets of 100 connections: 0.1 % of a core).
+    pub move_rate: f64,
+    /// The moves allowed at once after a quiet spell (the token bucket's size). Default 128:
+    /// a 128-entry table that starts on one queue is spread in one go.
+    pub move_burst: u32,
 }
 
 impl Default for RebalanceConfig {
@@ -95,6 +152,10 @@ impl Default for RebalanceConfig {
             max_moves: 32,
             move_cost: 20_000,
             connection_cost: 2_000,
+            cost_horizon: 500_000_000,
+            smoothing: Duration::from_millis(500),
+            move_rate: 8.0,
+            move_burst: 128,
         }
     }
 }
@@ -134,7 +195,25 @@ impl RebalanceConfig {
                 "must lie between `min_period` and `max_period` (e.g. 10 ms ≤ 100 ms ≤ 1 s)",
             );
         }
+        if self.cost_horizon == 0 {
+            return bad(
+                "cost_horizon",
+                "must be longer than zero (e.g. 500 000 000 ns)",
+            );
+        }
+        if !fraction(self.move_rate) {
+            return bad(
+                "move_rate",
+                "must be a finite number of moves per second ≥ 0 (e.g. 8)",
+            );
+        }
         Ok(())
+    }
+
+    /// The hold-down after `doublings` doublings.
+    fn hold(&self, doublings: u32) -> Duration {
+        self.hold_down
+            .saturating_mul(1 << doublings.min(MAX_DOUBLINGS))
     }
 }
 
@@ -143,7 +222,7 @@ impl RebalanceConfig {
 pub struct CoreLoad {
     /// The receive queue the worker serves.
     pub queue: u16,
-    /// The logical CPU the worker runs on.
+    /// The logical CPU the worker runs on. Queues on one CPU share it: their loads add up.
     pub cpu: u32,
     /// The NUMA node of `cpu`.
     pub node: u32,
@@ -153,6 +232,12 @@ pub struct CoreLoad {
     /// Length of the period in the same unit (`busy_cycles / total_cycles` is the busy
     /// fraction; a worker that reports a fraction passes e.g. `total_cycles = 1_000_000`).
     pub total_cycles: u64,
+    /// Live connections on the queue now (at least the sum of its buckets'
+    /// [`BucketLoad::connections`] is assumed).
+    pub connections: u32,
+    /// The most live connections the queue takes (its stack's cap): no move takes it past
+    /// this. None: no limit.
+    pub connection_limit: Option<u32>,
 }
 
 /// One RSS bucket's traffic over the last period.
@@ -216,21 +301,22 @@ pub struct BucketMove {
     pub bucket: usize,
     /// The queue it leaves (its entry in the table the snapshot came with).
     pub from: u16,
-    /// The queue it goes to.
+    /// The queue it goes to (on another CPU).
     pub to: u16,
     /// Why there.
     pub reason: MoveReason,
-    /// The bucket's load, as a fraction of one core.
+    /// The bucket's load (averaged: [`RebalanceConfig::smoothing`]), as a fraction of one
+    /// core.
     pub load: f64,
-    /// Load of `from` just before this move, in the plan's model (earlier moves of the
-    /// round applied).
+    /// Load of the CPU serving `from` just before this move, in the plan's model (the
+    /// averaged loads, earlier moves of the round applied).
     pub from_load: f64,
-    /// Load of `to` just before this move, in the same model.
+    /// Load of the CPU serving `to` just before this move, in the same model.
     pub to_load: f64,
     /// How much the move lowers the larger load of the two cores, in the model:
     /// `min(load, from_load − to_load − load)`. Always more than `cost`.
     pub gain: f64,
-    /// The move's cost as a fraction of one period of the source core.
+    /// The move's cost as a fraction of one core over [`RebalanceConfig::cost_horizon`].
     pub cost: f64,
     /// Live connections of the bucket (for the move log; they set the cost).
     pub connections: u32,
@@ -244,15 +330,21 @@ pub struct BucketMove {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RoundOutcome {
-    /// The most loaded core is below [`RebalanceConfig::min_load`]: nothing worth moving.
+    /// The most loaded core is below [`RebalanceConfig::min_load`] (measured, or on
+    /// average): nothing worth moving.
     Idle,
     /// The imbalance is within [`RebalanceConfig::threshold`].
     Balanced,
     /// The plan has moves.
     Moved,
-    /// Above the threshold, but every helpful move waits: its bucket is held down, or its
-    /// destination received buckets last round, or the round's move budget is zero.
+    /// Above the threshold, but every helpful move waits: its bucket is held down, or the
+    /// same move failed lately, or its source or destination received buckets last round
+    /// or would switch between giving and taking too soon, or the round's move budget (per
+    /// round or per second) is spent.
     Waiting,
+    /// Above the threshold, and the only moves that would help would take their destination
+    /// past its [`CoreLoad::connection_limit`].
+    ConnectionLimit,
     /// Above the threshold, and no move would gain more than it costs (e.g. one bucket
     /// carries more than the mean on its own: buckets cannot be split).
     NoHelpfulMove,
@@ -267,13 +359,15 @@ pub struct RebalancePlan {
     pub outcome: RoundOutcome,
     /// When to call [`Rebalancer::decide`] again.
     pub next_period: Duration,
-    /// Mean core load measured (fraction of a core).
+    /// Mean CPU load the policy acted on (averaged over rounds: fraction of a core).
     pub mean_load: f64,
-    /// Largest core load measured.
+    /// Largest CPU load the policy acted on.
     pub max_load: f64,
-    /// `max_load / mean_load` measured (1 when idle): the imbalance the goal
-    /// (≤ 1.2) is about.
+    /// `max_load / mean_load` (1 when idle): the imbalance the policy acted on.
     pub max_over_mean: f64,
+    /// `max / mean` of the CPU loads measured in this period alone (1 when idle): the
+    /// imbalance the goal (≤ 1.2) is about.
+    pub measured_max_over_mean: f64,
     /// `max / mean` of the model once the moves are applied.
     pub predicted_max_over_mean: f64,
 }
@@ -322,19 +416,95 @@ impl RebalancePlan {
     }
 }
 
-/// The policy with its memory between rounds: buckets held down after a move, the cores
-/// that received buckets in the last round, and the adaptive period.
+/// A bucket's last move.
+#[derive(Clone, Copy, Debug)]
+struct MoveRecord {
+    at: Duration,
+    /// Held until then.
+    until: Duration,
+    /// The queue it left (None: a move noted by hand).
+    from: Option<u16>,
+    /// How often its hold-down has doubled: moves back to the queue it had just left.
+    returns: u32,
+}
+
+impl MoveRecord {
+    fn forgotten(&self, now: Duration) -> bool {
+        let hold = self.until.saturating_sub(self.at);
+        now >= self.at.saturating_add(hold.saturating_mul(MEMORY))
+    }
+}
+
+/// A move (bucket, destination) that failed lately.
+#[derive(Clone, Copy, Debug)]
+struct Failure {
+    at: Duration,
+    /// Not tried again before then.
+    until: Duration,
+    /// Failures in a row.
+    count: u32,
+}
+
+/// A move of the last round, and the bucket's record before it (restored if the move
+/// was not made).
+#[derive(Clone, Copy, Debug)]
+struct Planned {
+    bucket: usize,
+    from: u16,
+    to: u16,
+    prior: Option<MoveRecord>,
+    /// The CPUs of `from` and `to`.
+    cpus: [u32; 2],
+}
+
+/// A CPU's last part in moves: it gave buckets, or took them.
+#[derive(Clone, Copy, Debug)]
+struct Role {
+    gave: bool,
+    at: Duration,
+    /// How often it switched between giving and taking lately: it does not switch again
+    /// before `hold_down × 2^flips` has passed.
+    flips: u32,
+}
+
+impl Role {
+    /// Until when it keeps its part.
+    fn until(&self, config: &RebalanceConfig) -> Duration {
+        self.at.saturating_add(config.hold(self.flips))
+    }
+}
+
+/// The policy with its memory between rounds: the averaged loads, buckets held down after
+/// a move, failed moves backing off, the cores that took part in the last round's moves and
+/// each core's last part (giving or taking), the move budget and the adaptive period.
 ///
 /// Call [`Rebalancer::decide`] with a fresh snapshot every [`RebalancePlan::next_period`];
-/// the rebalancer assumes its plans are carried out (tell it about moves made by hand with
-/// [`Rebalancer::note_move`]).
+/// the rebalancer assumes its plans are carried out (tell it about moves that were not
+/// with [`Rebalancer::move_failed`] and [`Rebalancer::move_not_made`], and about moves made
+/// by hand with [`Rebalancer::note_move`]).
 #[derive(Clone, Debug)]
 pub struct Rebalancer {
     config: RebalanceConfig,
-    /// Bucket → when it last moved.
-    moved_at: BTreeMap<usize, Duration>,
-    /// Queues that received buckets in the last round: not destinations in this one.
-    receivers: BTreeSet<u16>,
+    /// Bucket → its last move.
+    moved: BTreeMap<usize, MoveRecord>,
+    /// (bucket, destination) → its last failure.
+    failed: BTreeMap<(usize, u16), Failure>,
+    /// The last round's moves.
+    last_round: Vec<Planned>,
+    /// Moves noted by hand since the last round: (bucket, destination).
+    noted: Vec<(usize, u16)>,
+    /// CPU → its last part in moves.
+    roles: BTreeMap<u32, Role>,
+    /// CPU → its part before the last round, for those that took part in it.
+    prior_roles: BTreeMap<u32, Option<Role>>,
+    /// Bucket → its averaged load.
+    bucket_avg: BTreeMap<usize, f64>,
+    /// Queue → its averaged load outside its buckets.
+    residual_avg: BTreeMap<u16, f64>,
+    /// The last round's time.
+    last_now: Option<Duration>,
+    /// Moves the rate allows now.
+    tokens: f64,
     period: Duration,
 }
 
@@ -347,8 +517,16 @@ impl Rebalancer {
         config.validate()?;
         Ok(Self {
             config,
-            moved_at: BTreeMap::new(),
-            receivers: BTreeSet::new(),
+            moved: BTreeMap::new(),
+            failed: BTreeMap::new(),
+            last_round: Vec::new(),
+            noted: Vec::new(),
+            roles: BTreeMap::new(),
+            prior_roles: BTreeMap::new(),
+            bucket_avg: BTreeMap::new(),
+            residual_avg: BTreeMap::new(),
+            last_now: None,
+            tokens: f64::from(config.move_burst),
             period: config.base_period,
         })
     }
@@ -365,23 +543,103 @@ impl Rebalancer {
         self.period
     }
 
-    /// Whether `bucket` is held where it is at time `now` (it moved less than
-    /// [`RebalanceConfig::hold_down`] before).
+    /// Whether `bucket` is held where it is at time `now` (it moved less than its
+    /// hold-down before: [`RebalanceConfig::hold_down`], doubled for each time it went back
+    /// to the queue it had just left).
     #[must_use]
     pub fn is_held(&self, bucket: usize, now: Duration) -> bool {
-        self.moved_at
-            .get(&bucket)
-            .is_some_and(|&t| now < t.saturating_add(self.config.hold_down))
+        self.held_until(bucket).is_some_and(|t| now < t)
+    }
+
+    /// Until when `bucket` is held by its last move, if the rebalancer remembers one.
+    #[must_use]
+    pub fn held_until(&self, bucket: usize) -> Option<Duration> {
+        self.moved.get(&bucket).map(|r| r.until)
+    }
+
+    /// Whether moving `bucket` to `to` waits at time `now` after failing lately
+    /// ([`Rebalancer::move_failed`]).
+    #[must_use]
+    pub fn is_backing_off(&self, bucket: usize, to: u16, now: Duration) -> bool {
+        self.failed
+            .get(&(bucket, to))
+            .is_some_and(|f| now < f.until)
     }
 
     /// Records a move the rebalancer did not plan (an operator's `rebalance move`): the
-    /// bucket is held down from `now`, and `to` is not a destination in the next round.
+    /// bucket is held down from `now`, and `to` takes part in no move of the next round.
     pub fn note_move(&mut self, bucket: usize, to: u16, now: Duration) {
-        self.moved_at.insert(bucket, now);
-        self.receivers.insert(to);
+        let returns = self.moved.get(&bucket).map_or(0, |r| r.returns);
+        self.moved.insert(
+            bucket,
+            MoveRecord {
+                at: now,
+                until: now.saturating_add(self.config.hold_down),
+                from: None,
+                returns,
+            },
+        );
+        self.noted.push((bucket, to));
     }
 
-    /// One round: validates the snapshot, measures the imbalance, plans the moves (module
+    /// Says that a move of the last plan was not tried (e.g. an earlier one failed): the
+    /// bucket is as free as before the plan, its destination no receiver, and the move's
+    /// share of the rate given back.
+    pub fn move_not_made(&mut self, m: &BucketMove) {
+        if self.unplan(m) {
+            self.tokens = (self.tokens + 1.0).min(f64::from(self.config.move_burst));
+        }
+    }
+
+    /// Says that a move of the last plan failed with the bucket where it was (e.g. the NIC
+    /// refused the table write): the bucket is as free as before the plan, but this bucket
+    /// does not go to this queue again before [`RebalanceConfig::hold_down`] has passed,
+    /// doubled for each failure in a row of the same move (time `now`).
+    pub fn move_failed(&mut self, m: &BucketMove, now: Duration) {
+        self.unplan(m);
+        let count = self
+            .failed
+            .get(&(m.bucket, m.to))
+            .map_or(1, |f| f.count.saturating_add(1));
+        let until = now.saturating_add(self.config.hold(count - 1));
+        self.failed.insert(
+            (m.bucket, m.to),
+            Failure {
+                at: now,
+                until,
+                count,
+            },
+        );
+    }
+
+    /// Takes `m` out of the last round's moves, restoring its bucket's record; whether it
+    /// was there.
+    fn unplan(&mut self, m: &BucketMove) -> bool {
+        let Some(i) = self
+            .last_round
+            .iter()
+            .position(|p| p.bucket == m.bucket && p.to == m.to)
+        else {
+            return false;
+        };
+        let p = self.last_round.remove(i);
+        match p.prior {
+            Some(r) => self.moved.insert(p.bucket, r),
+            None => self.moved.remove(&p.bucket),
+        };
+        // A CPU that took part in no other move of the round gets its part back.
+        for cpu in p.cpus {
+            if self.last_round.iter().all(|q| !q.cpus.contains(&cpu)) {
+                match self.prior_roles.get(&cpu).copied().flatten() {
+                    Some(r) => self.roles.insert(cpu, r),
+                    None => self.roles.remove(&cpu),
+                };
+            }
+        }
+        true
+    }
+
+    /// One round: validates the snapshot, updates the averages, plans the moves (module
     /// documentation) and the next period, and remembers the moves as if carried out.
     ///
     /// # Errors
@@ -392,33 +650,144 @@ impl Rebalancer {
     /// [`Error::DuplicateBucket`], [`Error::BucketOwnerMismatch`] (a bucket load whose queue
     /// is not the table's). Nothing is remembered from a snapshot that fails.
     pub fn decide(&mut self, snapshot: &LoadSnapshot<'_>) -> Result<RebalancePlan> {
-        let mut model = Model::build(snapshot)?;
+        let sample = Sample::build(snapshot)?;
         let now = snapshot.now;
-        let hold = self.config.hold_down;
-        self.moved_at.retain(|_, t| now < t.saturating_add(hold));
-        let skip = std::mem::take(&mut self.receivers);
+        let config = self.config;
+        self.moved.retain(|_, r| !r.forgotten(now));
+        self.roles.retain(|_, r| {
+            now < r
+                .at
+                .saturating_add(config.hold(r.flips).saturating_mul(MEMORY))
+        });
+        self.failed.retain(|_, f| {
+            let span = f.until.saturating_sub(f.at);
+            now < f.at.saturating_add(span.saturating_mul(MEMORY))
+        });
+        // The last round's moves were made: their failures are over.
+        let last = std::mem::take(&mut self.last_round);
+        let noted = std::mem::take(&mut self.noted);
+        for p in &last {
+            self.failed.remove(&(p.bucket, p.to));
+        }
+        let receivers: BTreeSet<u16> = last
+            .iter()
+            .map(|p| p.to)
+            .chain(noted.iter().map(|&(_, to)| to))
+            .collect();
+        let touched: BTreeSet<u16> = receivers
+            .iter()
+            .copied()
+            .chain(last.iter().map(|p| p.from))
+            .collect();
+        let fresh: BTreeSet<usize> = last
+            .iter()
+            .map(|p| p.bucket)
+            .chain(noted.iter().map(|&(b, _)| b))
+            .collect();
 
+        let elapsed = self.last_now.map(|t| now.saturating_sub(t));
+        self.last_now = Some(now);
+        self.smooth(&sample, elapsed, &touched, &fresh);
+        if let Some(dt) = elapsed {
+            self.tokens = (self.tokens + dt.as_secs_f64() * config.move_rate)
+                .min(f64::from(config.move_burst));
+        }
+
+        let mut model = Model::build(&sample, &self.bucket_avg, &self.residual_avg);
         let (mean, max) = model.mean_max();
         let max_over_mean = if mean > EPSILON { max / mean } else { 1.0 };
+        let trigger = mean * (1.0 + config.threshold) + EPSILON;
+        let eligible: Vec<bool> = model.cpus.iter().map(|c| c.load > trigger).collect();
+        // A CPU that received last round neither gives nor takes; one that gave (took)
+        // lately takes (gives) only once its part's hold has passed.
+        let role = |c: &CpuState, gave: bool| {
+            self.roles
+                .get(&c.cpu)
+                .is_some_and(|r| r.gave == gave && now < r.until(&config))
+        };
+        let received = |c: &CpuState| c.queues.iter().any(|q| receivers.contains(&q.queue));
+        let no_source: Vec<bool> = model
+            .cpus
+            .iter()
+            .map(|c| received(c) || role(c, false))
+            .collect();
+        let no_dest: Vec<bool> = model
+            .cpus
+            .iter()
+            .map(|c| received(c) || role(c, true))
+            .collect();
+        let budget = config.max_moves.min(self.tokens.max(0.0).floor() as usize);
         let mut moves = Vec::new();
-        let outcome = if max < self.config.min_load || mean <= EPSILON {
+        let measured = sample.mean_max();
+        let outcome = if max.min(measured.1) < config.min_load || mean <= EPSILON {
             RoundOutcome::Idle
-        } else if max_over_mean <= 1.0 + self.config.threshold + EPSILON {
+        } else if max_over_mean <= 1.0 + config.threshold + EPSILON {
             RoundOutcome::Balanced
         } else {
-            self.greedy(&mut model, mean, &skip, now, &mut moves);
+            let held = |b| self.is_held(b, now);
+            let blocked = |b, q| self.is_backing_off(b, q, now);
+            let filter = Filter {
+                no_source: &no_source,
+                no_dest: &no_dest,
+                is_held: &held,
+                blocked: &blocked,
+            };
+            self.greedy(&mut model, mean, &eligible, &filter, budget, &mut moves);
             if !moves.is_empty() {
                 RoundOutcome::Moved
-            } else if self.config.max_moves == 0 || model.any_move(mean, &self.config, None) {
+            } else if budget == 0 || model.any_move(mean, &eligible, &config, None, true) {
                 RoundOutcome::Waiting
+            } else if model.any_move(mean, &eligible, &config, None, false) {
+                RoundOutcome::ConnectionLimit
             } else {
                 RoundOutcome::NoHelpfulMove
             }
         };
+        let cpu_of: BTreeMap<u16, u32> = sample.queues.iter().map(|q| (q.queue, q.cpu)).collect();
+        self.prior_roles.clear();
         for m in &moves {
-            self.moved_at.insert(m.bucket, now);
-            self.receivers.insert(m.to);
+            for (queue, gave) in [(m.from, true), (m.to, false)] {
+                let cpu = cpu_of[&queue];
+                let prior = self.roles.get(&cpu).copied();
+                self.prior_roles.entry(cpu).or_insert(prior);
+                let flips = match self.roles.get(&cpu) {
+                    Some(r) if r.gave != gave && r.at != now => r.flips.saturating_add(1),
+                    Some(r) => r.flips,
+                    None => 0,
+                };
+                self.roles.insert(
+                    cpu,
+                    Role {
+                        gave,
+                        at: now,
+                        flips,
+                    },
+                );
+            }
+            let prior = self.moved.get(&m.bucket).copied();
+            let returns = match prior {
+                Some(r) if r.from == Some(m.to) => r.returns.saturating_add(1),
+                Some(r) => r.returns,
+                None => 0,
+            };
+            self.moved.insert(
+                m.bucket,
+                MoveRecord {
+                    at: now,
+                    until: now.saturating_add(config.hold(returns)),
+                    from: Some(m.from),
+                    returns,
+                },
+            );
+            self.last_round.push(Planned {
+                bucket: m.bucket,
+                from: m.from,
+                to: m.to,
+                prior,
+                cpus: [cpu_of[&m.from], cpu_of[&m.to]],
+            });
         }
+        self.tokens -= moves.len() as f64;
         let (_, predicted_max) = model.mean_max();
         self.period = self.next_period(outcome, max_over_mean - 1.0);
         Ok(RebalancePlan {
@@ -428,6 +797,11 @@ impl Rebalancer {
             mean_load: mean,
             max_load: max,
             max_over_mean,
+            measured_max_over_mean: if measured.0 > EPSILON {
+                measured.1 / measured.0
+            } else {
+                1.0
+            },
             predicted_max_over_mean: if mean > EPSILON {
                 predicted_max / mean
             } else {
@@ -436,32 +810,88 @@ impl Rebalancer {
         })
     }
 
-    /// The greedy loop: the most loaded core above the stop level gives its best bucket to
-    /// the best destination; a core with no helpful move is passed over for the rest of the
-    /// round.
+    /// Folds the sample into the averages: a weight of `1 − e^(−elapsed / smoothing)` (all
+    /// of it at the first round, and without smoothing). With smoothing, the buckets moved
+    /// in the last round and the queues that gave or took them keep their averages for this
+    /// round: the period's sample splits a moved bucket's load between its two queues.
+    fn smooth(
+        &mut self,
+        sample: &Sample,
+        elapsed: Option<Duration>,
+        touched: &BTreeSet<u16>,
+        fresh: &BTreeSet<usize>,
+    ) {
+        let tau = self.config.smoothing;
+        let empty = (BTreeSet::new(), BTreeSet::new());
+        let (weight, touched, fresh) = match elapsed {
+            Some(dt) if !tau.is_zero() => (
+                1.0 - (-dt.as_secs_f64() / tau.as_secs_f64()).exp(),
+                touched,
+                fresh,
+            ),
+            _ => (1.0, &empty.0, &empty.1),
+        };
+        let mix = |old: f64, new: f64| old + weight * (new - old);
+        let measured: BTreeMap<usize, f64> =
+            sample.buckets.iter().map(|b| (b.bucket, b.load)).collect();
+        let keys: BTreeSet<usize> = measured
+            .keys()
+            .chain(self.bucket_avg.keys())
+            .copied()
+            .filter(|&b| b < sample.entries.len())
+            .collect();
+        let mut buckets = BTreeMap::new();
+        for b in keys {
+            let old = self.bucket_avg.get(&b).copied();
+            let avg = match old {
+                Some(old) if fresh.contains(&b) => old,
+                _ => mix(old.unwrap_or(0.0), measured.get(&b).copied().unwrap_or(0.0)),
+            };
+            if avg > NEGLIGIBLE {
+                buckets.insert(b, avg);
+            }
+        }
+        self.bucket_avg = buckets;
+        let mut residuals = BTreeMap::new();
+        for q in &sample.queues {
+            let avg = match self.residual_avg.get(&q.queue).copied() {
+                Some(old) if touched.contains(&q.queue) => old,
+                Some(old) => mix(old, q.residual),
+                None => q.residual,
+            };
+            residuals.insert(q.queue, avg);
+        }
+        self.residual_avg = residuals;
+    }
+
+    /// The greedy loop: the most loaded core still above the stop level, among those that
+    /// were above the threshold at the start, gives its best bucket to the best destination;
+    /// a core with no helpful move is passed over for the rest of the round.
     fn greedy(
         &self,
         model: &mut Model,
         mean: f64,
-        skip: &BTreeSet<u16>,
-        now: Duration,
+        eligible: &[bool],
+        filter: &Filter<'_>,
+        budget: usize,
         moves: &mut Vec<BucketMove>,
     ) {
         let stop = mean * (1.0 + self.config.target);
-        let mut exhausted = vec![false; model.cores.len()];
-        let filter = Filter {
-            skip,
-            is_held: &|b| self.is_held(b, now),
-        };
-        while moves.len() < self.config.max_moves {
-            let source = (0..model.cores.len())
-                .filter(|&c| !exhausted[c] && model.cores[c].load > stop + EPSILON)
+        let mut exhausted = vec![false; model.cpus.len()];
+        while moves.len() < budget {
+            let source = (0..model.cpus.len())
+                .filter(|&c| {
+                    eligible[c]
+                        && !filter.no_source[c]
+                        && !exhausted[c]
+                        && model.cpus[c].load > stop + EPSILON
+                })
                 .max_by(|&a, &b| {
-                    let (la, lb) = (model.cores[a].load, model.cores[b].load);
+                    let (la, lb) = (model.cpus[a].load, model.cpus[b].load);
                     la.total_cmp(&lb).then(b.cmp(&a))
                 });
             let Some(source) = source else { break };
-            match model.best_move(source, mean, &self.config, Some(&filter)) {
+            match model.best_move(source, mean, &self.config, Some(filter), true) {
                 Some(choice) => moves.push(model.apply(source, choice)),
                 None => exhausted[source] = true,
             }
@@ -474,9 +904,10 @@ impl Rebalancer {
     fn next_period(&self, outcome: RoundOutcome, imbalance: f64) -> Duration {
         let c = &self.config;
         match outcome {
-            RoundOutcome::Idle | RoundOutcome::Balanced | RoundOutcome::NoHelpfulMove => {
-                self.period.saturating_mul(2).min(c.max_period)
-            }
+            RoundOutcome::Idle
+            | RoundOutcome::Balanced
+            | RoundOutcome::NoHelpfulMove
+            | RoundOutcome::ConnectionLimit => self.period.saturating_mul(2).min(c.max_period),
             RoundOutcome::Moved | RoundOutcome::Waiting => {
                 if imbalance > c.urgent_imbalance {
                     c.min_period
@@ -490,27 +921,37 @@ impl Rebalancer {
     }
 }
 
-/// Which destinations and buckets a round may not use.
+/// Which cores, buckets and moves a round may not use.
 struct Filter<'a> {
-    /// Queues that received buckets last round.
-    skip: &'a BTreeSet<u16>,
+    /// By CPU (model index): not a source (it received buckets last round, or took some
+    /// lately).
+    no_source: &'a [bool],
+    /// By CPU: not a destination (it received buckets last round, or gave some lately).
+    no_dest: &'a [bool],
     /// Buckets held down.
     is_held: &'a dyn Fn(usize) -> bool,
+    /// (bucket, destination queue) backing off after a failure.
+    blocked: &'a dyn Fn(usize, u16) -> bool,
 }
 
-/// A core in the round's model.
+/// One queue's figures in the period's sample.
 #[derive(Debug)]
-struct CoreState {
+struct QueueSample {
     queue: u16,
+    cpu: u32,
     node: u32,
+    /// Its load (busy fraction; scaled down with its CPU's other queues' when they add up
+    /// to more than the CPU).
     load: f64,
-    total: u64,
-    /// Its buckets with load, largest first; moved buckets are taken out.
-    buckets: Vec<BucketState>,
+    /// The part of `load` in none of its buckets.
+    residual: f64,
+    connections: u64,
+    limit: Option<u64>,
 }
 
+/// One bucket's figures in the period's sample.
 #[derive(Clone, Copy, Debug)]
-struct BucketState {
+struct BucketSample {
     bucket: usize,
     load: f64,
     connections: u32,
@@ -518,31 +959,23 @@ struct BucketState {
     bytes: u64,
 }
 
-/// A chosen move: destination core index, bucket position in the source's list, reason,
-/// gain and cost.
-struct Choice {
-    dest: usize,
-    position: usize,
-    reason: MoveReason,
-    gain: f64,
-    cost: f64,
-}
-
-/// The snapshot as loads: a core's load is its busy fraction, and a bucket's load moves
-/// with it.
+/// The snapshot checked, as loads.
 #[derive(Debug)]
-struct Model {
-    cores: Vec<CoreState>,
+struct Sample {
+    entries: Vec<u16>,
+    queues: Vec<QueueSample>,
+    buckets: Vec<BucketSample>,
     /// Node order from each node, nearest first (itself excluded).
     remote_order: BTreeMap<u32, Vec<u32>>,
 }
 
-impl Model {
+impl Sample {
     fn build(snapshot: &LoadSnapshot<'_>) -> Result<Self> {
         let topo = snapshot.topology;
         let table = snapshot.table;
         let mut index: BTreeMap<u16, usize> = BTreeMap::new();
-        let mut cores = Vec::with_capacity(snapshot.cores.len());
+        let mut queues = Vec::with_capacity(snapshot.cores.len());
+        let mut totals = Vec::with_capacity(snapshot.cores.len());
         for (i, c) in snapshot.cores.iter().enumerate() {
             if index.insert(c.queue, i).is_some() {
                 return Err(Error::DuplicateQueue { queue: c.queue });
@@ -565,20 +998,24 @@ impl Model {
             } else {
                 (c.busy_cycles as f64 / c.total_cycles as f64).min(1.0)
             };
-            cores.push(CoreState {
+            queues.push(QueueSample {
                 queue: c.queue,
+                cpu: c.cpu,
                 node: c.node,
                 load,
-                total: c.total_cycles,
-                buckets: Vec::new(),
+                residual: load,
+                connections: u64::from(c.connections),
+                limit: c.connection_limit.map(u64::from),
             });
+            totals.push(c.total_cycles);
         }
         if let Some(&queue) = table.entries().iter().find(|q| !index.contains_key(q)) {
             return Err(Error::QueueWithoutLoad { queue });
         }
         let mut seen = vec![false; table.size()];
-        let mut explicit: Vec<Vec<(BucketLoad, f64)>> = vec![Vec::new(); cores.len()];
-        let mut shared: Vec<Vec<BucketLoad>> = vec![Vec::new(); cores.len()];
+        let mut explicit: Vec<Vec<(BucketLoad, f64)>> = vec![Vec::new(); queues.len()];
+        let mut shared: Vec<Vec<BucketLoad>> = vec![Vec::new(); queues.len()];
+        let mut in_buckets = vec![0u64; queues.len()];
         for b in snapshot.buckets {
             let owner = *table
                 .entries()
@@ -597,47 +1034,69 @@ impl Model {
                     table: owner,
                 });
             }
-            let c = index[&owner];
+            let q = index[&owner];
+            in_buckets[q] += u64::from(b.connections);
             match b.busy_cycles {
-                Some(cycles) if cores[c].total > 0 => {
-                    explicit[c].push((*b, cycles as f64 / cores[c].total as f64));
+                Some(cycles) if totals[q] > 0 => {
+                    explicit[q].push((*b, cycles as f64 / totals[q] as f64));
                 }
-                Some(_) => explicit[c].push((*b, 0.0)),
-                None => shared[c].push(*b),
+                Some(_) => explicit[q].push((*b, 0.0)),
+                None => shared[q].push(*b),
             }
         }
-        for (c, core) in cores.iter_mut().enumerate() {
+        let mut buckets = Vec::new();
+        for (q, queue) in queues.iter_mut().enumerate() {
+            queue.connections = queue.connections.max(in_buckets[q]);
             // Attributed time beyond the core's own busy time (counters read at slightly
             // different moments) is scaled down to it.
-            let attributed: f64 = explicit[c].iter().map(|&(_, l)| l).sum();
-            let scale = if attributed > core.load && attributed > 0.0 {
-                core.load / attributed
+            let attributed: f64 = explicit[q].iter().map(|&(_, l)| l).sum();
+            let scale = if attributed > queue.load && attributed > 0.0 {
+                queue.load / attributed
             } else {
                 1.0
             };
-            let remainder = (core.load - attributed * scale).max(0.0);
-            let packets: u64 = shared[c].iter().map(|b| b.packets).sum();
-            let state = |b: &BucketLoad, load: f64| BucketState {
+            let remainder = (queue.load - attributed * scale).max(0.0);
+            let packets: u64 = shared[q].iter().map(|b| b.packets).sum();
+            let state = |b: &BucketLoad, load: f64| BucketSample {
                 bucket: b.bucket,
                 load,
                 connections: b.connections,
                 packets: b.packets,
                 bytes: b.bytes,
             };
-            core.buckets
-                .extend(explicit[c].iter().map(|(b, l)| state(b, l * scale)));
+            let first = buckets.len();
+            buckets.extend(explicit[q].iter().map(|(b, l)| state(b, l * scale)));
             if packets > 0 {
-                core.buckets.extend(
-                    shared[c]
+                buckets.extend(
+                    shared[q]
                         .iter()
                         .map(|b| state(b, remainder * b.packets as f64 / packets as f64)),
                 );
+            } else {
+                buckets.extend(shared[q].iter().map(|b| state(b, 0.0)));
             }
-            core.buckets.retain(|b| b.load > 0.0);
-            core.buckets
-                .sort_by(|a, b| b.load.total_cmp(&a.load).then(a.bucket.cmp(&b.bucket)));
+            let in_queue: f64 = buckets[first..].iter().map(|b| b.load).sum();
+            queue.residual = (queue.load - in_queue).max(0.0);
         }
-        let nodes: BTreeSet<u32> = cores.iter().map(|c| c.node).collect();
+        // Queues sharing a CPU: their busy times (wall-clock) add up to more than the CPU
+        // when they preempt each other; scaled down to one CPU's worth.
+        let mut per_cpu: BTreeMap<u32, f64> = BTreeMap::new();
+        for q in &queues {
+            *per_cpu.entry(q.cpu).or_default() += q.load;
+        }
+        let mut factor = vec![1.0; queues.len()];
+        for (i, q) in queues.iter_mut().enumerate() {
+            let sum = per_cpu[&q.cpu];
+            if sum > 1.0 {
+                factor[i] = 1.0 / sum;
+                q.load *= factor[i];
+                q.residual *= factor[i];
+            }
+        }
+        for b in &mut buckets {
+            b.load *= factor[index[&table.entries()[b.bucket]]];
+        }
+        let nodes: BTreeSet<u32> = queues.iter().map(|q| q.node).collect();
         let remote_order = nodes
             .iter()
             .map(|&n| {
@@ -650,47 +1109,190 @@ impl Model {
             })
             .collect();
         Ok(Self {
-            cores,
+            entries: table.entries().to_vec(),
+            queues,
+            buckets,
             remote_order,
         })
     }
 
+    /// The mean and the largest of the CPUs' sampled loads.
     fn mean_max(&self) -> (f64, f64) {
-        if self.cores.is_empty() {
+        let mut per_cpu: BTreeMap<u32, f64> = BTreeMap::new();
+        for q in &self.queues {
+            *per_cpu.entry(q.cpu).or_default() += q.load;
+        }
+        if per_cpu.is_empty() {
             return (0.0, 0.0);
         }
-        let sum: f64 = self.cores.iter().map(|c| c.load).sum();
-        let max = self.cores.iter().map(|c| c.load).fold(0.0, f64::max);
-        (sum / self.cores.len() as f64, max)
+        let sum: f64 = per_cpu.values().sum();
+        let max = per_cpu.values().copied().fold(0.0, f64::max);
+        (sum / per_cpu.len() as f64, max)
+    }
+}
+
+/// A CPU in the round's model.
+#[derive(Debug)]
+struct CpuState {
+    cpu: u32,
+    node: u32,
+    load: f64,
+    /// The queues it serves.
+    queues: Vec<QueueState>,
+    /// The buckets of its queues with load, largest first; moved buckets are taken out.
+    buckets: Vec<BucketState>,
+}
+
+#[derive(Debug)]
+struct QueueState {
+    queue: u16,
+    connections: u64,
+    limit: Option<u64>,
+}
+
+impl QueueState {
+    /// Whether `connections` more keep it within its limit.
+    fn has_room(&self, connections: u32) -> bool {
+        self.limit
+            .is_none_or(|l| self.connections + u64::from(connections) <= l)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct BucketState {
+    bucket: usize,
+    /// Its queue now.
+    queue: u16,
+    load: f64,
+    connections: u32,
+    packets: u64,
+    bytes: u64,
+}
+
+/// A chosen move: destination CPU (model index) and queue, bucket position in the source's
+/// list, reason, gain and cost.
+struct Choice {
+    dest: usize,
+    queue: u16,
+    position: usize,
+    reason: MoveReason,
+    gain: f64,
+    cost: f64,
+}
+
+/// The averaged loads by CPU: a CPU's load is the sum of its queues' loads outside their
+/// buckets and of their buckets' loads, and a bucket's load moves with it.
+#[derive(Debug)]
+struct Model {
+    cpus: Vec<CpuState>,
+    /// Node order from each node, nearest first (itself excluded).
+    remote_order: BTreeMap<u32, Vec<u32>>,
+}
+
+impl Model {
+    fn build(
+        sample: &Sample,
+        bucket_avg: &BTreeMap<usize, f64>,
+        residual_avg: &BTreeMap<u16, f64>,
+    ) -> Self {
+        let mut cpus: Vec<CpuState> = Vec::new();
+        let mut cpu_index: BTreeMap<u32, usize> = BTreeMap::new();
+        let mut queue_cpu: BTreeMap<u16, usize> = BTreeMap::new();
+        for q in &sample.queues {
+            let c = *cpu_index.entry(q.cpu).or_insert_with(|| {
+                cpus.push(CpuState {
+                    cpu: q.cpu,
+                    node: q.node,
+                    load: 0.0,
+                    queues: Vec::new(),
+                    buckets: Vec::new(),
+                });
+                cpus.len() - 1
+            });
+            queue_cpu.insert(q.queue, c);
+            cpus[c].load += residual_avg.get(&q.queue).copied().unwrap_or(0.0);
+            cpus[c].queues.push(QueueState {
+                queue: q.queue,
+                connections: q.connections,
+                limit: q.limit,
+            });
+        }
+        let measured: BTreeMap<usize, &BucketSample> =
+            sample.buckets.iter().map(|b| (b.bucket, b)).collect();
+        for (&bucket, &load) in bucket_avg {
+            let Some(&queue) = sample.entries.get(bucket) else {
+                continue;
+            };
+            let c = queue_cpu[&queue];
+            let m = measured.get(&bucket);
+            cpus[c].load += load;
+            cpus[c].buckets.push(BucketState {
+                bucket,
+                queue,
+                load,
+                connections: m.map_or(0, |b| b.connections),
+                packets: m.map_or(0, |b| b.packets),
+                bytes: m.map_or(0, |b| b.bytes),
+            });
+        }
+        for c in &mut cpus {
+            c.buckets
+                .sort_by(|a, b| b.load.total_cmp(&a.load).then(a.bucket.cmp(&b.bucket)));
+        }
+        Self {
+            cpus,
+            remote_order: sample.remote_order.clone(),
+        }
     }
 
-    /// Whether any core above the stop level has a helpful move when nothing is held or
-    /// skipped (tells [`RoundOutcome::Waiting`] from [`RoundOutcome::NoHelpfulMove`]).
-    fn any_move(&self, mean: f64, config: &RebalanceConfig, filter: Option<&Filter<'_>>) -> bool {
+    fn mean_max(&self) -> (f64, f64) {
+        if self.cpus.is_empty() {
+            return (0.0, 0.0);
+        }
+        let sum: f64 = self.cpus.iter().map(|c| c.load).sum();
+        let max = self.cpus.iter().map(|c| c.load).fold(0.0, f64::max);
+        (sum / self.cpus.len() as f64, max)
+    }
+
+    /// Whether any eligible core above the stop level has a helpful move with `filter`
+    /// (None: nothing held or skipped), within the connection limits if `limits` (tells
+    /// [`RoundOutcome::Waiting`], [`RoundOutcome::ConnectionLimit`] and
+    /// [`RoundOutcome::NoHelpfulMove`] apart).
+    fn any_move(
+        &self,
+        mean: f64,
+        eligible: &[bool],
+        config: &RebalanceConfig,
+        filter: Option<&Filter<'_>>,
+        limits: bool,
+    ) -> bool {
         let stop = mean * (1.0 + config.target);
-        (0..self.cores.len()).any(|c| {
-            self.cores[c].load > stop + EPSILON && self.best_move(c, mean, config, filter).is_some()
+        (0..self.cpus.len()).any(|c| {
+            eligible[c]
+                && self.cpus[c].load > stop + EPSILON
+                && self.best_move(c, mean, config, filter, limits).is_some()
         })
     }
 
     /// The best move out of `source`: to its own node when a core there takes one of its
     /// buckets with a gain; to another node (nearest first) only when none there would, even
-    /// without the round's skipped destinations and held buckets (those make the source
-    /// wait, not cross).
+    /// without the round's skipped cores, held buckets and failed moves (those make the
+    /// source wait, not cross).
     fn best_move(
         &self,
         source: usize,
         mean: f64,
         config: &RebalanceConfig,
         filter: Option<&Filter<'_>>,
+        limits: bool,
     ) -> Option<Choice> {
-        let node = self.cores[source].node;
-        if let Some(choice) = self.move_to_node(source, node, mean, config, filter) {
+        let node = self.cpus[source].node;
+        if let Some(choice) = self.move_to_node(source, node, mean, config, filter, limits) {
             return Some(choice);
         }
         if filter.is_some()
             && self
-                .move_to_node(source, node, mean, config, None)
+                .move_to_node(source, node, mean, config, None, limits)
                 .is_some()
         {
             return None;
@@ -698,12 +1300,12 @@ impl Model {
         self.remote_order
             .get(&node)?
             .iter()
-            .find_map(|&to| self.move_to_node(source, to, mean, config, filter))
+            .find_map(|&to| self.move_to_node(source, to, mean, config, filter, limits))
     }
 
-    /// The move of a bucket of `source` to the least loaded usable core of `node` below the
-    /// mean: the largest bucket that keeps it at or below the mean and gains more than it
-    /// costs, else the bucket with the largest net gain.
+    /// The move of a bucket of `source` to a usable core of `node` below the mean, the
+    /// least loaded first: the largest bucket that keeps it at or below the mean and gains
+    /// more than it costs, else the bucket with the largest net gain.
     fn move_to_node(
         &self,
         source: usize,
@@ -711,23 +1313,24 @@ impl Model {
         mean: f64,
         config: &RebalanceConfig,
         filter: Option<&Filter<'_>>,
+        limits: bool,
     ) -> Option<Choice> {
-        let dest = (0..self.cores.len())
+        let mut dests: Vec<usize> = (0..self.cpus.len())
             .filter(|&i| {
-                let c = &self.cores[i];
+                let c = &self.cpus[i];
                 i != source
                     && c.node == node
                     && c.load < mean - EPSILON
-                    && filter.is_none_or(|f| !f.skip.contains(&c.queue))
+                    && filter.is_none_or(|f| !f.no_dest[i])
             })
-            .min_by(|&a, &b| {
-                self.cores[a]
-                    .load
-                    .total_cmp(&self.cores[b].load)
-                    .then(a.cmp(&b))
-            })?;
-        let (position, gain, cost) = self.pick_bucket(source, dest, mean, config, filter)?;
-        let from_node = self.cores[source].node;
+            .collect();
+        dests.sort_by(|&a, &b| {
+            self.cpus[a]
+                .load
+                .total_cmp(&self.cpus[b].load)
+                .then(a.cmp(&b))
+        });
+        let from_node = self.cpus[source].node;
         let reason = if node == from_node {
             MoveReason::SameNode { node }
         } else {
@@ -736,16 +1339,22 @@ impl Model {
                 to_node: node,
             }
         };
-        Some(Choice {
-            dest,
-            position,
-            reason,
-            gain,
-            cost,
+        dests.into_iter().find_map(|dest| {
+            let (position, queue, gain, cost) =
+                self.pick_bucket(source, dest, mean, config, filter, limits)?;
+            Some(Choice {
+                dest,
+                queue,
+                position,
+                reason,
+                gain,
+                cost,
+            })
         })
     }
 
-    /// The bucket of `source` to give `dest`, with its gain and cost.
+    /// The bucket of `source` to give `dest`, the queue of `dest` to give it to, the gain
+    /// and the cost.
     fn pick_bucket(
         &self,
         source: usize,
@@ -753,46 +1362,70 @@ impl Model {
         mean: f64,
         config: &RebalanceConfig,
         filter: Option<&Filter<'_>>,
-    ) -> Option<(usize, f64, f64)> {
-        let src = &self.cores[source];
-        let dst = &self.cores[dest];
+        limits: bool,
+    ) -> Option<(usize, u16, f64, f64)> {
+        let src = &self.cpus[source];
+        let dst = &self.cpus[dest];
         let gap = src.load - dst.load;
         let room = mean - dst.load;
-        let mut best: Option<(usize, f64, f64)> = None;
+        let mut best: Option<(usize, u16, f64, f64)> = None;
         for (i, b) in src.buckets.iter().enumerate() {
             if filter.is_some_and(|f| (f.is_held)(b.bucket)) {
                 continue;
             }
             let gain = b.load.min(gap - b.load);
-            let cost = if src.total == 0 {
-                f64::INFINITY
-            } else {
-                (config.move_cost as f64 + f64::from(b.connections) * config.connection_cost as f64)
-                    / src.total as f64
-            };
+            let cost = (config.move_cost as f64
+                + f64::from(b.connections) * config.connection_cost as f64)
+                / config.cost_horizon as f64;
             if gain <= cost + EPSILON {
                 continue;
             }
+            // The queue of `dest` with the fewest connections that takes the bucket.
+            let Some(queue) = dst
+                .queues
+                .iter()
+                .filter(|q| !limits || q.has_room(b.connections))
+                .filter(|q| filter.is_none_or(|f| !(f.blocked)(b.bucket, q.queue)))
+                .min_by_key(|q| q.connections)
+                .map(|q| q.queue)
+            else {
+                continue;
+            };
             // Largest first: the first bucket that fits is the largest one that does.
             if b.load <= room + EPSILON {
-                return Some((i, gain, cost));
+                return Some((i, queue, gain, cost));
             }
-            if best.is_none_or(|(_, g, c)| gain - cost > g - c + EPSILON) {
-                best = Some((i, gain, cost));
+            if best.is_none_or(|(_, _, g, c)| gain - cost > g - c + EPSILON) {
+                best = Some((i, queue, gain, cost));
             }
         }
         best
     }
 
     fn apply(&mut self, source: usize, choice: Choice) -> BucketMove {
-        let b = self.cores[source].buckets.remove(choice.position);
-        let (from_load, to_load) = (self.cores[source].load, self.cores[choice.dest].load);
-        self.cores[source].load -= b.load;
-        self.cores[choice.dest].load += b.load;
+        let b = self.cpus[source].buckets.remove(choice.position);
+        let (from_load, to_load) = (self.cpus[source].load, self.cpus[choice.dest].load);
+        self.cpus[source].load -= b.load;
+        self.cpus[choice.dest].load += b.load;
+        let conns = u64::from(b.connections);
+        if let Some(q) = self.cpus[source]
+            .queues
+            .iter_mut()
+            .find(|q| q.queue == b.queue)
+        {
+            q.connections = q.connections.saturating_sub(conns);
+        }
+        if let Some(q) = self.cpus[choice.dest]
+            .queues
+            .iter_mut()
+            .find(|q| q.queue == choice.queue)
+        {
+            q.connections += conns;
+        }
         BucketMove {
             bucket: b.bucket,
-            from: self.cores[source].queue,
-            to: self.cores[choice.dest].queue,
+            from: b.queue,
+            to: choice.queue,
             reason: choice.reason,
             load: b.load,
             from_load,
@@ -844,6 +1477,8 @@ mod tests {
             node: 0,
             busy_cycles: (busy * 1e6) as u64,
             total_cycles: 1_000_000,
+            connections: 0,
+            connection_limit: None,
         }
     }
 
@@ -858,11 +1493,13 @@ mod tests {
         }
     }
 
-    /// Rebalancer without move costs.
+    /// Rebalancer without move costs, acting on each round's sample alone (these tests are
+    /// about one round's decisions; the averages have tests of their own).
     fn free() -> Rebalancer {
         Rebalancer::new(RebalanceConfig {
             move_cost: 0,
             connection_cost: 0,
+            smoothing: Duration::ZERO,
             ..RebalanceConfig::default()
         })
         .unwrap()
@@ -1064,7 +1701,7 @@ mod tests {
         let topology = Topology::synthetic(1, 1, 2, 1).unwrap();
         // Queue 0's bucket loads, rounded, as the model sees them.
         let loads_of = |b: &[BucketLoad]| -> Vec<(usize, f64)> {
-            let model = Model::build(&LoadSnapshot {
+            let sample = Sample::build(&LoadSnapshot {
                 now: MS,
                 table: &table,
                 topology: &topology,
@@ -1072,9 +1709,15 @@ mod tests {
                 buckets: b,
             })
             .unwrap();
-            model.cores[0]
+            let model = Model::build(
+                &sample,
+                &sample.buckets.iter().map(|b| (b.bucket, b.load)).collect(),
+                &BTreeMap::new(),
+            );
+            model.cpus[0]
                 .buckets
                 .iter()
+                .filter(|b| b.load > 0.0)
                 .map(|b| (b.bucket, (b.load * 1e6).round() / 1e6))
                 .collect()
         };
@@ -1110,40 +1753,40 @@ mod tests {
         let table = IndirectionTable::new(vec![0, 0, 1, 1]).unwrap();
         let t0 = Duration::from_secs(10);
         // Queue 0 at 0.6, queue 1 at 0.1: neither hot bucket fits under the mean (0.35);
-        // bucket 0 gains most (0.2); then queue 1 (0.4) is the hot one and gives bucket 2.
+        // bucket 0 gains most (0.2). Queue 1 then carries 0.4, 14 % above the mean, but it
+        // was not above the threshold when the round began: it gives nothing back.
         let (c, b) = four(&table, [30_000, 30_000, 5_000, 5_000]);
         let plan = decide(&mut r, t0, &table, &c, &b).unwrap();
         assert_eq!(
             plan.changes(),
-            vec![
-                EntryChange {
-                    bucket: 0,
-                    from: 0,
-                    to: 1
-                },
-                EntryChange {
-                    bucket: 2,
-                    from: 1,
-                    to: 0
-                }
-            ]
+            vec![EntryChange {
+                bucket: 0,
+                from: 0,
+                to: 1
+            }]
         );
         assert!(r.is_held(0, t0 + 499 * MS) && !r.is_held(0, t0 + 500 * MS));
-        assert!(r.is_held(2, t0) && !r.is_held(1, t0));
-        // Both queues received: the next round waits, however skewed.
+        assert!(!r.is_held(1, t0) && !r.is_held(2, t0));
+        // Queue 1 received: the next round neither gives it buckets nor takes any from it
+        // (its measurement does not show the new bucket's load yet), however skewed.
         let table = plan.apply(&table).unwrap().0;
-        let (c, b) = four(&table, [5_000, 20_000, 20_000, 5_000]);
+        // Queue 0 at 0.05, queue 1 at 0.35.
+        let (c, b) = four(&table, [20_000, 5_000, 10_000, 5_000]);
         let plan = decide(&mut r, t0 + 10 * MS, &table, &c, &b).unwrap();
-        assert_eq!(plan.outcome, RoundOutcome::Waiting);
-        // The round after, bucket 1 (not held; bucket 2 is) moves, and bucket 3 evens out.
+        assert_eq!((plan.outcome, plan.moves.len()), (RoundOutcome::Waiting, 0));
+        // The round after, queue 1 is no longer a receiver of the last round, but it took
+        // buckets and queue 0 gave: neither switches part before a hold-down has passed.
         let plan = decide(&mut r, t0 + 20 * MS, &table, &c, &b).unwrap();
+        assert_eq!((plan.outcome, plan.moves.len()), (RoundOutcome::Waiting, 0));
+        // Then bucket 2 moves (bucket 0 would not fit under the mean), and bucket 3 evens out.
+        let plan = decide(&mut r, t0 + 500 * MS, &table, &c, &b).unwrap();
         assert_eq!(
             plan.changes(),
             vec![
                 EntryChange {
-                    bucket: 1,
-                    from: 0,
-                    to: 1
+                    bucket: 2,
+                    from: 1,
+                    to: 0
                 },
                 EntryChange {
                     bucket: 3,

@@ -8,6 +8,7 @@
 //! ```
 
 use super::ethernet::{EtherType, EthernetAddress};
+use super::ip::is_martian_source;
 use super::{be16, need, put16, Layer, Result, WireError};
 use std::net::Ipv4Addr;
 
@@ -244,12 +245,20 @@ impl ArpRepr {
     /// else), the reply to send (RFC 826 "Packet Reception": swap sender/target, fill in our
     /// hardware address, opcode reply). The reply goes to the requester's MAC, which is
     /// `reply.target_hardware_addr`.
+    ///
+    /// Not answered: a group sender MAC (IEEE Std 802's individual/group bit: the reply would
+    /// go to the whole segment), and a sender IP no station has ([`is_martian_source`]:
+    /// broadcast, multicast, loopback, "this network"; Linux's `arp_process` refuses them
+    /// through its route lookup). An ARP Probe's `0.0.0.0` is answered (RFC 5227 §2.1.1: the
+    /// prober learns that the address is in use; Linux answers it too).
     #[inline]
     pub fn reply_to(&self, our_mac: EthernetAddress, our_ip: Ipv4Addr) -> Option<ArpRepr> {
+        let sender = self.source_protocol_addr;
         if self.operation != ArpOperation::Request
             || self.target_protocol_addr != our_ip
-            || self.source_protocol_addr == our_ip
+            || sender == our_ip
             || self.source_hardware_addr.is_multicast()
+            || (!sender.is_unspecified() && is_martian_source(sender.into()))
         {
             return None;
         }
@@ -320,6 +329,44 @@ mod tests {
         assert_eq!(reply.reply_to(mac, Ipv4Addr::new(24, 166, 172, 1)), None);
         let grat = ArpRepr::request(mac, Ipv4Addr::new(1, 2, 3, 4), Ipv4Addr::new(1, 2, 3, 4));
         assert_eq!(grat.reply_to(mac, Ipv4Addr::new(1, 2, 3, 4)), None);
+    }
+
+    /// No reply to a sender IP no station has, nor to a group sender MAC; an ARP Probe's
+    /// `0.0.0.0` is answered, to the prober's MAC (RFC 5227 §2.1.1).
+    #[test]
+    fn no_reply_to_a_martian_sender() {
+        let ours = Ipv4Addr::new(10, 0, 0, 1);
+        let me = EthernetAddress([2, 0, 0, 0, 0, 1]);
+        let them = EthernetAddress([2, 0, 0, 0, 0, 9]);
+        let asked_by = |sender: Ipv4Addr, sha| ArpRepr {
+            source_hardware_addr: sha,
+            ..ArpRepr::request(sha, sender, ours)
+        };
+        for martian in [
+            "127.0.0.1",
+            "224.0.0.1",
+            "239.255.255.250",
+            "255.255.255.255",
+            "0.1.2.3",
+        ] {
+            let sender = martian.parse().unwrap();
+            assert_eq!(asked_by(sender, them).reply_to(me, ours), None, "{martian}");
+        }
+        let group = EthernetAddress([0x01, 0, 0x5e, 0, 0, 1]);
+        let peer = Ipv4Addr::new(10, 0, 0, 2);
+        assert_eq!(asked_by(peer, group).reply_to(me, ours), None);
+        assert_eq!(
+            asked_by(peer, EthernetAddress::BROADCAST).reply_to(me, ours),
+            None
+        );
+        let probe = asked_by(Ipv4Addr::UNSPECIFIED, them)
+            .reply_to(me, ours)
+            .unwrap();
+        assert_eq!(
+            (probe.target_hardware_addr, probe.target_protocol_addr),
+            (them, Ipv4Addr::UNSPECIFIED)
+        );
+        assert!(asked_by(peer, them).reply_to(me, ours).is_some());
     }
 
     #[test]

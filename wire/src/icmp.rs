@@ -829,7 +829,11 @@ impl NdpAdvert {
     /// `is_ours` says the target is one of our unicast addresses. `None` when it is not a
     /// valid NS for us (RFC 4861 §7.1.1: hop limit 255; a `::` source only towards the
     /// target's solicited-node address and without a source link-layer address option; a
-    /// multicast source is no solicitor).
+    /// multicast source is no solicitor), when its source is no station's (loopback or
+    /// IPv4-mapped, RFC 4291 §2.5.3 and §2.5.5.2: [`crate::ip::is_martian_source`], `::` aside),
+    /// and when the frame's source or the solicitor's link-layer address is a group's (IEEE
+    /// Std 802's individual/group bit: no station sends from one, and the unicast answer would
+    /// go to the whole segment).
     ///
     /// Per §7.2.4: to a solicitor with an address, unicast with S=1; to `::` (Duplicate
     /// Address Detection), multicast to all-nodes with S=0. O=1 and the Target Link-Layer
@@ -851,19 +855,22 @@ impl NdpAdvert {
             return None;
         };
         let dad = ip_src.is_unspecified();
+        let dst_mac = if dad {
+            EthernetAddress::ipv6_multicast(&ALL_NODES)
+        } else {
+            source_lladdr.unwrap_or(eth_src)
+        };
         if hop_limit != 255
-            || ip_src.is_multicast()
+            || (!dad && crate::ip::is_martian_source((*ip_src).into()))
             || (dad && (source_lladdr.is_some() || *ip_dst != solicited_node(&target_addr)))
+            || eth_src.is_multicast()
+            || (!dad && dst_mac.is_multicast())
             || !is_ours(&target_addr)
         {
             return None;
         }
         Some(NdpAdvert {
-            dst_mac: if dad {
-                EthernetAddress::ipv6_multicast(&ALL_NODES)
-            } else {
-                source_lladdr.unwrap_or(eth_src)
-            },
+            dst_mac,
             our_mac,
             src_addr: target_addr,
             dst_addr: if dad { ALL_NODES } else { *ip_src },
@@ -1064,6 +1071,53 @@ mod tests {
             Icmpv6Repr::parse(&na.src_addr, &na.dst_addr, &p).unwrap(),
             adv
         );
+    }
+
+    /// No advertisement to a group link-layer address (in the SLLAO or as the frame's
+    /// source), nor to a loopback or IPv4-mapped solicitor; DAD's all-nodes answer stays.
+    #[test]
+    fn ndp_no_advert_to_a_group_mac_or_a_martian_solicitor() {
+        let ours = EthernetAddress([0x02, 0, 0, 0, 0, 2]);
+        let peer = EthernetAddress([0x52, 0x54, 0, 0x12, 0x34, 0x56]);
+        let ns = |source_lladdr| Icmpv6Repr::NeighborSolicit {
+            target_addr: target(),
+            source_lladdr,
+        };
+        let advert = |ns: &Icmpv6Repr<'_>, src: &Ipv6Addr, dst: &Ipv6Addr, eth_src| {
+            NdpAdvert::for_solicit(ns, src, dst, 255, eth_src, ours, |a| *a == target())
+        };
+        let groups = [
+            EthernetAddress::BROADCAST,
+            EthernetAddress([0x33, 0x33, 0, 0, 0, 1]),
+            EthernetAddress([0x01, 0, 0x5e, 0, 0, 1]),
+        ];
+        for g in groups {
+            assert_eq!(
+                advert(&ns(Some(g)), &ns_src(), &ns_dst(), peer),
+                None,
+                "{g}"
+            );
+            assert_eq!(advert(&ns(None), &ns_src(), &ns_dst(), g), None, "{g}");
+            assert_eq!(
+                advert(&ns(Some(peer)), &ns_src(), &ns_dst(), g),
+                None,
+                "{g}"
+            );
+        }
+        for martian in ["::1", "::ffff:10.0.0.1"] {
+            let src: Ipv6Addr = martian.parse().unwrap();
+            assert_eq!(
+                advert(&ns(Some(peer)), &src, &ns_dst(), peer),
+                None,
+                "{martian}"
+            );
+        }
+        assert_eq!(
+            advert(&ns(None), &ns_src(), &ns_dst(), peer).map(|a| a.dst_mac),
+            Some(peer)
+        );
+        let dad = advert(&ns(None), &Ipv6Addr::UNSPECIFIED, &ns_dst(), peer).unwrap();
+        assert_eq!(dad.dst_mac, EthernetAddress::ipv6_multicast(&ALL_NODES));
     }
 
     #[test]
