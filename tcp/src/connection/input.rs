@@ -1199,15 +1199,6 @@ impl Connection {
             self.drop_past_fin(ctx);
         }
         self.rcv.nxt += 1;
-        // Nothing can arrive after the FIN (RFC 9293 §3.10.7.4 eighth): the
-        // window promised is taken back, so that the stack's receive memory
-        // no longer counts it (`rcv_commitment`; a half-closed connection
-        // answering its peer kept up to its auto-tuned buffer charged for
-        // good), and it is not offered again (`advertise_window`). A
-        // segment past RCV.NXT is then outside the window: the only RST
-        // that ends the connection is one at RCV.NXT (or RCV.NXT - 1,
-        // `rst_at_peer_fin`), any other is dropped (RFC 5961 §3.2).
-        self.rcv.adv = self.rcv.nxt;
         self.flags.set(Flags::PEER_FIN | Flags::ACK_NOW);
         self.events |= ev::PEER_CLOSED;
         match self.state {

@@ -237,13 +237,6 @@ impl Connection {
             field += 1;
         }
         let field = field.min(0xffff);
-        if self.flags.has(Flags::PEER_FIN) {
-            // After the peer's FIN (`Connection::on_fin`) the header's
-            // window promises nothing: the right edge stays at RCV.NXT,
-            // and no window update is owed for memory.
-            self.flags.clear(Flags::MEM_LIMITED);
-            return field as u16;
-        }
         let edge = self.rcv.nxt + (field << shift);
         self.rcv.adv = self.rcv.adv.max(edge);
         // Only a window under one full segment can stall the peer: a
