@@ -793,19 +793,12 @@ impl Connection {
     /// Receive memory this connection holds or has promised beyond the
     /// `floor` (see [`RecvMemory`]): its queued bytes plus the window the
     /// peer may still fill (out-of-order bytes lie inside that window).
-    /// After the peer's FIN nothing more can arrive (RFC 9293 §3.10.7.4
-    /// eighth): the window it was offered, and still is (as Linux keeps
-    /// offering it, for the acceptability tests), is no longer counted, or
-    /// a half-closed connection answering its peer would keep up to its
-    /// auto-tuned buffer charged for good.
+    /// After the peer's FIN the window stays counted, though nothing more
+    /// can arrive: a known over-commitment (`receive_hostile.rs`'s ignored
+    /// `close_wait_commits_no_receive_window` says what a fix must keep).
     #[inline]
     pub(crate) fn rcv_commitment(&self, floor: usize) -> usize {
-        let window = if self.flags.has(Flags::PEER_FIN) {
-            0
-        } else {
-            self.rcv_wnd()
-        };
-        (self.recv_buf.len() + window).saturating_sub(floor)
+        (self.recv_buf.len() + self.rcv_wnd()).saturating_sub(floor)
     }
 
     /// Gives both buffers' memory back, the frames the receive queue kept
