@@ -139,8 +139,10 @@ impl<'a> Frame<'a> {
         &self.bytes[self.l4_offset..self.l3_end]
     }
 
-    /// The application payload.
-    #[inline]
+    /// The application payload. Always inlined: a bounds-checked slice,
+    /// on every received segment's path (the data path's receive had it
+    /// out of line, +11 instructions a frame).
+    #[inline(always)]
     pub fn payload(&self) -> &'a [u8] {
         &self.bytes[self.payload.clone()]
     }
