@@ -375,10 +375,9 @@ fn run_here(args: &Args) -> Result<()> {
         info.rx_queues as u16,
         info.numa_node,
     )?;
-    let seed = u64::from(std::process::id())
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
+    // Drawn as the run's nonce is (OS-seeded): the pid and the clock made
+    // the port predictable.
+    let seed = run_nonce();
     let (lo, hi) = EPHEMERAL;
     let sport = state
         .choose_source_port(
