@@ -96,6 +96,14 @@ const MOVE_STEPS_MAX: usize = 64;
 /// Rounds of 1 ms in which a move brought to its end must end (the old
 /// endpoint's marker waits at most 20 ms, a hold 200 ms).
 const MOVE_ROUNDS: usize = 2_000;
+/// Virtual time a NIC write the input leaves pending may take before the
+/// harness makes it: a real NIC's ends within this (control's ethtool
+/// netlink requests wait 2 s at most for their answer, and a write is a
+/// read of the table and the write), well inside the 10 s the old worker
+/// waits for the rewrite (`handoff::REWRITE_TIMEOUT`). A write left
+/// pending past that would stand for a writer that blocks for good, which
+/// none of the service's writers can.
+const NIC_WRITE_BOUND: Duration = Duration::from_secs(4);
 /// Real time the harness and the controller wait for each other at most.
 const SPIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(20);
 
@@ -264,6 +272,8 @@ struct InFlight {
     controller: JoinHandle<Result<MoveReport, MoveError>>,
     stage: Stage,
     steps: usize,
+    /// When the controller asked for the NIC write (virtual time).
+    asked_at: Duration,
 }
 
 /// One of the peer's connections.
@@ -798,6 +808,7 @@ impl Harness {
             controller,
             stage: Stage::Announced,
             steps: 0,
+            asked_at: Duration::ZERO,
         });
     }
 
@@ -818,6 +829,7 @@ impl Harness {
                     "the controller's NIC write",
                 );
                 m.stage = Stage::Asked;
+                m.asked_at = self.now;
             }
             Stage::Written
                 if i == m.from
@@ -938,6 +950,14 @@ impl Harness {
             }
             6 => {
                 let ms = u64::from(c.u16() % 4_000);
+                // A pending NIC write ends within its bound first.
+                let overdue = self.moving.as_ref().is_some_and(|m| {
+                    m.stage == Stage::Asked
+                        && self.now + Duration::from_millis(ms) > m.asked_at + NIC_WRITE_BOUND
+                });
+                if overdue {
+                    self.write_entry();
+                }
                 self.wait(ms);
             }
             7 => {
