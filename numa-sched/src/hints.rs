@@ -407,6 +407,28 @@ mod tests {
             .sum()
     }
 
+    /// The local ports of `range` whose replies from `remote:443` to `local` reach `queue`.
+    fn ports_reaching(
+        s: &RssState,
+        local: IpAddr,
+        remote: IpAddr,
+        queue: u16,
+        range: RangeInclusive<u16>,
+    ) -> Vec<u16> {
+        range
+            .filter(|&p| {
+                let reply = FlowTuple {
+                    src: remote,
+                    dst: local,
+                    src_port: 443,
+                    dst_port: p,
+                    protocol: Protocol::Tcp,
+                };
+                s.hint(&reply).queue == queue
+            })
+            .collect()
+    }
+
     /// A bound a uniform spread over `cells` stays under: the chi-square
     /// distribution's mean (its degrees of freedom) plus six standard deviations.
     fn uniform_bound(cells: usize) -> f64 {
@@ -424,17 +446,7 @@ mod tests {
         let remote = IpAddr::V4(Ipv4Addr::new(10, 99, 0, 2));
         let (first, last) = (40000u16, 40999u16);
         for queue in 0..4u16 {
-            let reaches = |p: u16| {
-                let reply = FlowTuple {
-                    src: remote,
-                    dst: local,
-                    src_port: 443,
-                    dst_port: p,
-                    protocol: Protocol::Tcp,
-                };
-                s.hint(&reply).queue == queue
-            };
-            let mine: Vec<u16> = (first..=last).filter(|&p| reaches(p)).collect();
+            let mine = ports_reaching(&s, local, remote, queue, first..=last);
             let mut counts = vec![0u64; mine.len()];
             // Fixed seeds: the test is deterministic.
             for seed in 0..200 * mine.len() as u64 {
@@ -492,18 +504,7 @@ mod tests {
             assert_eq!(pick_port(40000..=44999, seed, |p| p == only), Some(only));
             assert_eq!(pick_port(40000..=44999, seed, |_| false), None);
             let queue = (seed % 4) as u16;
-            let reaches: Vec<u16> = (40000..=44999u16)
-                .filter(|&p| {
-                    let reply = FlowTuple {
-                        src: remote,
-                        dst: local,
-                        src_port: 443,
-                        dst_port: p,
-                        protocol: Protocol::Tcp,
-                    };
-                    s.hint(&reply).queue == queue
-                })
-                .collect();
+            let reaches = ports_reaching(&s, local, remote, queue, 40000..=44999);
             let only = reaches[(seed as usize * 31) % reaches.len()];
             let got = s.choose_source_port(
                 local,
