@@ -37,8 +37,10 @@ pub(crate) struct TimeWait {
     pub(crate) snd_nxt: SeqNumber,
     /// RCV.NXT: one past the peer's FIN.
     pub(crate) rcv_nxt: SeqNumber,
-    /// The receive window last offered, in bytes (segments are checked
-    /// against it as in any synchronized state).
+    /// The receive window the ACKs offer, in bytes (the edge offered when
+    /// the peer's FIN arrived). Segments are checked against an empty
+    /// window at RCV.NXT, as the connection checks them after that FIN:
+    /// nothing can follow it (RFC 9293 §3.10.7.4 eighth).
     pub(crate) rcv_wnd: u32,
     /// Shift of the window field we send (RFC 7323 §2.3).
     pub(crate) rcv_wscale: u8,
@@ -149,7 +151,7 @@ impl TimeWait {
         }
         let seg_len = len + usize::from(f.syn()) + usize::from(f.fin());
         let seq = SeqNumber(seg.seq);
-        let in_window = seq.acceptable(seg_len, self.rcv_nxt, self.rcv_wnd as usize);
+        let in_window = seq.acceptable(seg_len, self.rcv_nxt, 0);
         if f.rst() {
             if in_window {
                 stats.rst_in_time_wait += 1;

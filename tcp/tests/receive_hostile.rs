@@ -8,7 +8,7 @@ mod sim;
 
 use flowlane_tcp::time::Duration;
 use flowlane_tcp::State;
-use flowlane_wire::tcp::{TcpFlags, TcpOptions};
+use flowlane_wire::tcp::{TcpFlags, TcpOptions, TcpRepr};
 use sim::peer::Peer;
 
 /// A segment the assembler refuses (every range it may hold is taken) was
@@ -54,27 +54,78 @@ fn a_refused_out_of_order_segment_leaves_no_memory_behind() {
     );
 }
 
-/// After the peer's FIN nothing more can arrive (RFC 9293 §3.10.7.4
-/// eighth): the window A offered should no longer count against the
-/// stack's receive memory, nor a reply sent from CLOSE-WAIT charge it
-/// again. Today a half-closed connection answering its peer keeps its
-/// whole window (up to the auto-tuned buffer) charged.
-#[test]
-#[ignore = "known, not fixed (session 47): zeroing the window at the FIN moves the advertised \
-            right edge left (the fuzzer's invariant), and a flag test in every commitment \
-            costs ~20 instructions a segment; a second edge, kept apart from the advertised \
-            one, is the way"]
-fn close_wait_commits_no_receive_window() {
+/// The right edge an ACK of A's offers.
+fn offered_edge(r: &TcpRepr) -> u32 {
+    r.ack.wrapping_add(u32::from(r.window))
+}
+
+/// A's connection after B sent 30,000 bytes that A's application read,
+/// and the edge A's window update offered then.
+fn read_30k() -> (Peer, u32) {
     let mut p = Peer::new(60_000);
     p.data(0, TcpFlags::empty(), &vec![3u8; 30_000]);
     let mut buf = vec![0u8; 1 << 16];
     assert_eq!(p.a.recv(p.conn, &mut buf), Ok(30_000));
+    p.poll();
+    let later = p.now + Duration::from_millis(500);
+    p.run_until(later);
+    let edge = offered_edge(&p.sent.last().expect("an ACK of the data").0);
+    assert!(p.a.recv_memory_committed() > 0);
+    (p, edge)
+}
+
+/// No answer offers an edge left of `before` (RFC 9293 §3.8.6).
+fn assert_edge_kept(before: u32, answers: &[(TcpRepr, usize)]) {
+    assert!(!answers.is_empty());
+    for (r, _) in answers {
+        assert!(
+            offered_edge(r).wrapping_sub(before) as i32 >= 0,
+            "the edge moved left: {before} before the FIN, {} after",
+            offered_edge(r)
+        );
+    }
+}
+
+/// After the peer's FIN nothing more can arrive (RFC 9293 §3.10.7.4
+/// eighth): the window A offered no longer counts against the stack's
+/// receive memory, nor does a reply sent from CLOSE-WAIT charge it again.
+/// Before, a half-closed connection answering its peer kept its whole
+/// window (up to the auto-tuned buffer) charged. The ACKs still offer the
+/// edge advertised before the FIN (it never moves left), in CLOSE-WAIT
+/// and LAST-ACK.
+#[test]
+fn close_wait_commits_no_receive_window() {
+    let (mut p, before) = read_30k();
     p.data(0, TcpFlags::FIN, &[]);
     assert_eq!(p.a.state(p.conn), Ok(State::CloseWait));
-    p.poll();
+    let mut answers = p.poll();
     p.a.send(p.conn, &[5u8; 100]).unwrap();
-    p.poll();
+    answers.extend(p.poll());
     assert_eq!(p.a.recv_memory_committed(), 0);
+    p.a.close(p.conn).unwrap();
+    answers.extend(p.poll());
+    assert_eq!(p.a.state(p.conn), Ok(State::LastAck));
+    assert_edge_kept(before, &answers);
+    assert_eq!(p.a.recv_memory_committed(), 0);
+}
+
+/// TIME-WAIT's record answers a retransmitted FIN with the edge offered
+/// before the FIN, too (its window is the one the connection offered).
+#[test]
+fn time_wait_answers_keep_the_offered_edge() {
+    let (mut p, before) = read_30k();
+    p.a.close(p.conn).unwrap();
+    let fin = p.poll().pop().expect("A's FIN").0;
+    assert!(fin.flags.fin());
+    p.b_rcv = fin.seq.wrapping_add(1);
+    p.data(0, TcpFlags::FIN, &[]);
+    let mut answers = p.poll();
+    assert_eq!(p.a.recv_memory_committed(), 0);
+    // B's FIN again: the TIME-WAIT record acknowledges it.
+    p.data(0, TcpFlags::FIN, &[]);
+    answers.extend(p.poll());
+    assert!(answers.len() >= 2, "{answers:?}");
+    assert_edge_kept(before, &answers);
 }
 
 /// A FIN in sequence while out-of-order data beyond it is held: the

@@ -279,10 +279,12 @@ impl Connection {
             let fin_at = seq + data.len();
             if fin_at == self.rcv.nxt {
                 self.on_fin(ctx);
-            } else if fin_at > self.rcv.nxt {
+            } else if fin_at > self.rcv.nxt && !self.flags.has(Flags::PEER_FIN) {
                 // Out of order: taken when the hole fills. The latest FIN
                 // wins over one recorded before (data alone may also end
-                // a record, in `fin_ahead`).
+                // a record, in `fin_ahead`). None is ahead of the FIN
+                // taken in sequence (its window is closed, and `fin_mark`
+                // holds the edge then).
                 self.set_peer_fin_ahead(Some(fin_at));
                 self.flags.set(Flags::ACK_NOW);
             }
@@ -1199,6 +1201,10 @@ impl Connection {
             self.drop_past_fin(ctx);
         }
         self.rcv.nxt += 1;
+        // The window offered stays offered in the ACKs, but commits no
+        // memory now (`RecvRare::fin_mark`).
+        self.rcv_rare.fin_mark = self.rcv.adv.max(self.rcv.nxt);
+        self.rcv.adv = self.rcv.nxt;
         self.flags.set(Flags::PEER_FIN | Flags::ACK_NOW);
         self.events |= ev::PEER_CLOSED;
         match self.state {

@@ -435,7 +435,7 @@ impl Connection {
             },
             rcv_rare: RecvRare {
                 irs: SeqNumber(0),
-                fin_seq: SeqNumber(0),
+                fin_mark: SeqNumber(0),
                 sacked: [SeqNumber(0); 3],
                 dsack: (SeqNumber(0), SeqNumber(0)),
                 rcv_rtt_seq: SeqNumber(0),
@@ -666,14 +666,14 @@ impl Connection {
     pub(crate) fn peer_fin_ahead(&self) -> Option<SeqNumber> {
         self.flags
             .has(Flags::FIN_AHEAD)
-            .then_some(self.rcv_rare.fin_seq)
+            .then_some(self.rcv_rare.fin_mark)
     }
 
     /// Records (or forgets) a FIN that arrived ahead of missing data.
     pub(crate) fn set_peer_fin_ahead(&mut self, fin: Option<SeqNumber>) {
         match fin {
             Some(seq) => {
-                self.rcv_rare.fin_seq = seq;
+                self.rcv_rare.fin_mark = seq;
                 self.flags.set(Flags::FIN_AHEAD);
             }
             None => self.flags.clear(Flags::FIN_AHEAD),
@@ -685,13 +685,26 @@ impl Connection {
         self.flags.has(Flags::ACK_NOW) || self.timers.delayed_ack.is_some()
     }
 
+    /// The right edge the ACKs offer: the last advertised, or after the
+    /// peer's FIN the one advertised when it arrived
+    /// (`RecvRare::fin_mark`).
+    fn offered_edge(&self) -> SeqNumber {
+        if self.flags.has(Flags::PEER_FIN) {
+            self.rcv_rare.fin_mark
+        } else {
+            self.rcv.adv
+        }
+    }
+
     /// The compact record of this connection in TIME-WAIT.
     pub(crate) fn time_wait_record(&self) -> TimeWait {
         TimeWait {
             tuple: self.tuple,
             snd_nxt: self.snd.nxt,
             rcv_nxt: self.rcv.nxt,
-            rcv_wnd: self.rcv.adv.saturating_sub(self.rcv.nxt) as u32,
+            // The window the ACKs offered: TIME-WAIT's answers keep the
+            // edge where it was (it follows the peer's FIN).
+            rcv_wnd: self.offered_edge().saturating_sub(self.rcv.nxt) as u32,
             rcv_wscale: self.rcv.wscale,
             invalid_ack: self.timers_rare.invalid_ack,
             ts: self.flags.has(Flags::TIMESTAMPS).then_some(Timestamps {
@@ -793,9 +806,7 @@ impl Connection {
     /// Receive memory this connection holds or has promised beyond the
     /// `floor` (see [`RecvMemory`]): its queued bytes plus the window the
     /// peer may still fill (out-of-order bytes lie inside that window).
-    /// After the peer's FIN the window stays counted, though nothing more
-    /// can arrive: a known over-commitment (`receive_hostile.rs`'s ignored
-    /// `close_wait_commits_no_receive_window` says what a fix must keep).
+    /// After the peer's FIN that window is empty (`RecvRare::fin_mark`).
     #[inline]
     pub(crate) fn rcv_commitment(&self, floor: usize) -> usize {
         (self.recv_buf.len() + self.rcv_wnd()).saturating_sub(floor)

@@ -174,7 +174,7 @@ impl Flags {
     pub(crate) const ECN_REDUCED: u64 = 1 << 25;
     /// The segment written last goes out ECT(0) (`Connection::sent_ecn`).
     pub(crate) const ECT_SENT: u64 = 1 << 27;
-    /// A FIN arrived ahead of missing data: `RecvRare::fin_seq` holds
+    /// A FIN arrived ahead of missing data: `RecvRare::fin_mark` holds
     /// its sequence number.
     pub(crate) const FIN_AHEAD: u64 = 1 << 36;
     /// A D-SACK block is owed: `RecvRare::dsack` holds its range.
@@ -362,8 +362,14 @@ pub(crate) struct RecvRare {
     /// Initial receive sequence number.
     pub(crate) irs: SeqNumber,
     /// With `Flags::FIN_AHEAD`: the sequence number of a FIN that arrived
-    /// ahead of missing data.
-    pub(crate) fin_seq: SeqNumber,
+    /// ahead of missing data. With `Flags::PEER_FIN` (the FIN taken in
+    /// sequence, and none ahead after it): the right edge advertised when
+    /// it arrived. Nothing more can arrive then (RFC 9293 §3.10.7.4
+    /// eighth), so `ReceiveState::adv` stands at RCV.NXT from that moment
+    /// and the window commits no receive memory, while the ACKs still
+    /// offer this edge (an advertised edge never moves left, RFC 9293
+    /// §3.8.6). One field for both: the flags say which it holds.
+    pub(crate) fin_mark: SeqNumber,
     /// Starts of the latest out-of-order segments of distinct blocks, most
     /// recent first: the SACK block that contains the first goes first in
     /// the options, and those of the others follow (RFC 2018 §4: the most

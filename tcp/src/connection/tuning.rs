@@ -213,6 +213,9 @@ impl Connection {
     /// the window back (the stack sends it a window update once memory
     /// frees).
     pub(super) fn advertise_window(&mut self, mem: RecvMemory) -> u16 {
+        if self.flags.has(Flags::PEER_FIN) {
+            return self.closed_window();
+        }
         let cap = self.recv_buf.capacity();
         let free = self.offerable(mem);
         let current = self.rcv.adv.saturating_sub(self.rcv.nxt);
@@ -254,7 +257,20 @@ impl Connection {
         field as u16
     }
 
-    /// Current receive window: what we advertised beyond RCV.NXT.
+    /// After the peer's FIN: the window field that keeps offering the
+    /// edge advertised when it arrived (`RecvRare::fin_mark`), rounded
+    /// up as `advertise_window` rounds. It neither grows (nothing more can
+    /// arrive) nor commits memory, so no connection waits for memory then.
+    #[cold]
+    fn closed_window(&mut self) -> u16 {
+        self.flags.clear(Flags::MEM_LIMITED);
+        let shift = self.rcv.wscale;
+        let wnd = self.rcv_rare.fin_mark.saturating_sub(self.rcv.nxt);
+        wnd.div_ceil(1 << shift).min(0xffff) as u16
+    }
+
+    /// Current receive window: what we advertised beyond RCV.NXT (nothing
+    /// once the peer's FIN arrived: see `RecvRare::fin_mark`).
     pub(super) fn rcv_wnd(&self) -> usize {
         self.rcv.adv.saturating_sub(self.rcv.nxt)
     }
