@@ -304,6 +304,41 @@ fn closing_under_memory_pressure_sends_no_window_update_storm() {
     );
 }
 
+/// A window of one segment as the scaled field carries it (1,460 bytes at
+/// a shift of 7 go out as 1,408) is the floor every connection may have,
+/// not a window held back for memory. Clients under memory pressure send
+/// 400 bytes and their FIN, the server answers with its FIN: each client
+/// sends its SYN, its data with the FIN and its last ACK, and nothing else.
+/// (Before the fix, the clients whose windows sat at the floor were
+/// flagged as waiting for memory, and each drew a window update, one more
+/// segment, when memory freed: 1,718 segments instead of 1,500 here.)
+#[test]
+fn a_window_at_the_floor_waits_for_no_memory() {
+    const CONNS: usize = 500;
+    let mut a_cfg = sim::test_config(1);
+    let mut b_cfg = sim::test_config(2);
+    for c in [&mut a_cfg, &mut b_cfg] {
+        c.send_buffer = 32 * 1024;
+        c.recv_buffer = 32 * 1024;
+    }
+    a_cfg.recv_memory = 2 * 1024 * 1024;
+    let mut sim = Sim::new(13, link(), link(), a_cfg, b_cfg);
+    let mut bulk = Bulk::start(&mut sim, CONNS, 400, 0);
+    // (Done once A's TIME-WAIT, 2 MSL, is over.)
+    let limit = sim.now + Duration::from_secs(120);
+    assert!(sim.run_until(limit, |s| {
+        bulk.on_step(s);
+        bulk.finished()
+    }));
+    assert!(bulk.errors.is_empty(), "{:?}", bulk.errors);
+    let sent = sim.a.stats().segments_out;
+    assert_eq!(
+        sent,
+        3 * CONNS as u64,
+        "A's segments for {CONNS} connections"
+    );
+}
+
 /// Memory freed by a read wakes only as many waiting connections as it can
 /// give a window to. Forty connections fill B's 256 KiB budget: the first
 /// ones took whole windows before the budget came under pressure, the rest
