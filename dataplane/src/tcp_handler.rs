@@ -522,6 +522,8 @@ counters! {
         mtu_probe_failed,
         /// Segments RACK deemed lost (RFC 8985 §6.2).
         rack_lost,
+        /// D-SACK blocks beyond what the connection retransmitted (ignored).
+        dsack_unexpected,
         /// RACK reordering timer expirations (RFC 8985 §6.3).
         rack_reo_timeouts,
         /// Tail loss probes sent (RFC 8985 §7).
@@ -728,6 +730,7 @@ impl TcpCounters {
         set(&self.mtu_probe_succeeded, s.mtu_probe_succeeded);
         set(&self.mtu_probe_failed, s.mtu_probe_failed);
         set(&self.rack_lost, s.rack_lost);
+        set(&self.dsack_unexpected, s.dsack_unexpected);
         set(&self.rack_reo_timeouts, s.rack_reo_timeouts);
         set(&self.tlp_probes, s.tlp_probes);
         set(&self.tlp_recoveries, s.tlp_recoveries);

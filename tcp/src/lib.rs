@@ -758,6 +758,11 @@ pub struct Stats {
     /// Losses repaired by a tail loss probe (RFC 8985 §7.4: its ACK came
     /// without a D-SACK; the congestion window was reduced).
     pub tlp_recoveries: u64,
+    /// D-SACK blocks (RFC 2883) beyond what the connection retransmitted:
+    /// a duplicate the network made, or a forged one (§5). Ignored by
+    /// RACK: they grow no reordering window (Linux's `tcp_check_dsack`
+    /// likewise takes no more D-SACKed segments than were retransmitted).
+    pub dsack_unexpected: u64,
     /// Fast recoveries found spurious and undone: the first ACK of the
     /// retransmission echoed an older timestamp, so the original had
     /// arrived (Eifel detection, RFC 3522), and the window went back to

@@ -89,6 +89,10 @@ pub(crate) struct Rack {
     pub(crate) reo_wnd_persist: u8,
     /// [`Rack::REORDERING_SEEN`], [`Rack::RECOVERING`].
     pub(crate) bits: u8,
+    /// Retransmissions not yet reported by a D-SACK (at most 255): a
+    /// D-SACK beyond them reports no retransmission of ours and grows no
+    /// reordering window (`Stats::dsack_unexpected`).
+    pub(crate) dsack_credit: u8,
 }
 
 impl Default for Rack {
@@ -99,6 +103,7 @@ impl Default for Rack {
             reo_wnd_mult: 1,
             reo_wnd_persist: 0,
             bits: 0,
+            dsack_credit: 0,
         }
     }
 }

@@ -204,3 +204,73 @@ fn forged_duplicate_acks_inflate_the_window_no_further_than_the_flight() {
         );
     }
 }
+
+/// RFC 2883 §5 / RFC 8985 §6.2 step 4: a D-SACK reports a retransmission
+/// that was not needed, and grows RACK's reordering window. A receiver
+/// repeating a D-SACK block for data never retransmitted, on ACKs while
+/// nothing is in flight, grew the window by one step per ACK (each ACK a
+/// new D-SACK round), slowing the detection of the next real loss to a
+/// whole SRTT. Such D-SACKs are counted and ignored (as Linux takes no
+/// more D-SACKed segments than it retransmitted): the next flight's loss
+/// is found a quarter of min_RTT past the RTT, as without them.
+#[test]
+fn d_sacks_of_nothing_retransmitted_grow_no_reordering_window() {
+    let options = TcpOptions {
+        mss: Some(1460),
+        sack_permitted: true,
+        ..TcpOptions::default()
+    };
+    let rtt = Duration::from_millis(10);
+    let mut p = Peer::with_options(60_000, options);
+    let conn = p.conn;
+    p.a.set_nodelay(conn, true).unwrap();
+    // One round trip of 10 ms: min_RTT and SRTT.
+    p.a.send(conn, &[1u8; 1460]).unwrap();
+    let first = p.poll();
+    assert_eq!(first.len(), 1);
+    p.now += rtt;
+    p.b_rcv = first[0].0.seq.wrapping_add(1460);
+    p.ack(60_000);
+    let acked = p.b_rcv;
+    // Fifty ACKs, nothing in flight, each with a D-SACK block below the
+    // cumulative ACK for bytes sent once.
+    let forged = TcpOptions {
+        sack_blocks: [(acked.wrapping_sub(1460), acked), (0, 0), (0, 0), (0, 0)],
+        sack_block_count: 1,
+        ..TcpOptions::default()
+    };
+    let before = p.a.stats().dsack_unexpected;
+    for _ in 0..50 {
+        p.deliver(flowlane_wire::tcp::TcpFlags::ACK, 60_000, forged);
+    }
+    assert_eq!(p.a.stats().dsack_unexpected, before + 50);
+    // A flight of three segments; the second and third are SACKed one RTT
+    // later, the first is lost.
+    p.a.send(conn, &[2u8; 3 * 1460]).unwrap();
+    let flight = p.poll();
+    assert_eq!(flight.len(), 3);
+    let sent_at = p.now;
+    p.now += rtt;
+    let start = flight[1].0.seq;
+    let sacked = TcpOptions {
+        sack_blocks: [
+            (start, start.wrapping_add(2 * 1460)),
+            (0, 0),
+            (0, 0),
+            (0, 0),
+        ],
+        sack_block_count: 1,
+        ..TcpOptions::default()
+    };
+    p.deliver(flowlane_wire::tcp::TcpFlags::ACK, 60_000, sacked);
+    p.poll();
+    // RTT + min_RTT / 4 after it was sent (with a few ms to spare), the
+    // first segment went again; a grown window would wait a whole SRTT.
+    let resent = p.run_until(sent_at + rtt + Duration::from_millis(5));
+    assert!(
+        resent
+            .iter()
+            .any(|(r, len)| r.seq == flight[0].0.seq && *len == 1460),
+        "the first segment not sent again 15 ms after it was sent: {resent:?}"
+    );
+}

@@ -708,7 +708,7 @@ impl Connection {
         // to prune.
         let sack_news = self.flags.has(Flags::SACK)
             && (seg.options.sack_block_count > 0 || self.flags.has(Flags::SACKED))
-            && self.update_scoreboard(seg);
+            && self.update_scoreboard(ctx, seg);
         // RFC 7323 §2.2: a SYN's window is never scaled (the peer's
         // SYN-ACK of a simultaneous open arrives here, its SYN bit only
         // dropped from `f`).

@@ -368,6 +368,7 @@ impl Connection {
             if !(self.snd.wnd == 0 && self.flags.has(Flags::PERSISTING)) {
                 ctx.stats.retransmits += 1;
                 self.snd_rare.retransmitted = self.snd_rare.retransmitted.saturating_add(1);
+                self.rack.dsack_credit = self.rack.dsack_credit.saturating_add(1);
             }
             // Karn (RFC 6298 §3): no sample from retransmitted data.
             if self.rtt_seq.get().is_some_and(|(e, _)| e > seq) {

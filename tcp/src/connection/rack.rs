@@ -58,8 +58,16 @@ impl Connection {
 
     /// A D-SACK block (RFC 2883) on the arriving ACK. Once nothing is in
     /// flight any more, `RACK.dsack_round` has ended (SND.UNA reached it),
-    /// so the reordering window grows at once (§6.2 step 4).
-    pub(super) fn rack_on_dsack(&mut self, l: SeqNumber, r: SeqNumber) {
+    /// so the reordering window grows at once (§6.2 step 4). Only as many
+    /// D-SACKs as there were retransmissions count (`Rack::dsack_credit`):
+    /// a receiver repeating one D-SACK on every ACK otherwise grew the
+    /// window with each while nothing was in flight.
+    pub(super) fn rack_on_dsack(&mut self, ctx: &mut Ctx<'_>, l: SeqNumber, r: SeqNumber) {
+        if self.rack.dsack_credit == 0 {
+            ctx.stats.dsack_unexpected += 1;
+            return;
+        }
+        self.rack.dsack_credit -= 1;
         if let Some(f) = self.rack.flight.as_deref_mut() {
             f.dsack = Some((l, r));
         } else {

@@ -10,7 +10,7 @@ impl Connection {
     /// covers. A first block below the cumulative ACK or inside the second
     /// block is a D-SACK (RFC 2883 §4) and reports nothing held. Blocks
     /// beyond SND.MAX are ignored. Returns whether anything new was SACKed.
-    pub(super) fn update_scoreboard(&mut self, seg: &TcpRepr) -> bool {
+    pub(super) fn update_scoreboard(&mut self, ctx: &mut Ctx<'_>, seg: &TcpRepr) -> bool {
         let o = &seg.options;
         let n = usize::from(o.sack_block_count).min(o.sack_blocks.len());
         let ack = SeqNumber(seg.ack).max(self.snd.una);
@@ -21,7 +21,7 @@ impl Connection {
             let dsack = i == 0
                 && (r <= SeqNumber(seg.ack) || (n > 1 && l >= block(1).0 && r <= block(1).1));
             if dsack {
-                self.rack_on_dsack(l, r);
+                self.rack_on_dsack(ctx, l, r);
             }
             if dsack
                 || r <= ack
