@@ -150,10 +150,12 @@ impl std::fmt::Debug for Dataplane {
 
 impl Dataplane {
     /// Attaches to the interface and starts one worker per queue. `factory`
-    /// builds each queue's handler on the queue's own core; if it fails for
-    /// any queue, everything started is stopped and released and that error
-    /// is returned ([`Error::Handler`]). Returns once every worker has
-    /// filled its rings and is polling.
+    /// builds each queue's handler on the queue's own core; if it fails (or
+    /// panics) for any queue, everything started is stopped and released
+    /// (workers joined, sockets closed, the XDP program detached) and that
+    /// error is returned ([`Error::Handler`]). Returns once every worker has
+    /// filled its rings and is polling; the listening ports
+    /// ([`DataplaneConfig::ports`]) are claimed then, last.
     pub fn start<H, E, F>(config: DataplaneConfig, factory: F) -> Result<Dataplane>
     where
         H: QueueHandler + 'static,
@@ -229,14 +231,10 @@ impl Dataplane {
                     source,
                 })?;
         }
-        for &(proto, port) in &config.ports {
-            steering
-                .add_port(proto, port)
-                .map_err(|source| Error::Steering {
-                    what: format!("steering {proto:?} port {port} to flowlane"),
-                    source,
-                })?;
-        }
+        // The listening ports are claimed last, once every worker is ready
+        // (below): until then their frames are the kernel's, as before the
+        // service ran, instead of dropped for want of a socket or of fill
+        // buffers while the UMEM is made and the sockets bound.
 
         // One UMEM per node, shared by that node's queues.
         let mut by_node: BTreeMap<u32, Vec<QueueAssignment>> = BTreeMap::new();
@@ -252,6 +250,7 @@ impl Dataplane {
                     &config.ifname,
                     assignment.queue,
                     &mem.umem,
+                    mem.len,
                     frames,
                     config.rings,
                     config.bind_mode,
@@ -317,26 +316,45 @@ impl Dataplane {
                             return;
                         }
                     }
-                    let handler = match factory2(&info) {
-                        Ok(h) => h,
-                        Err(e) => {
+                    // A set-up that panics fails the start as one that
+                    // returns an error does (the other workers would wait
+                    // for this one's word for good otherwise).
+                    let made =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| factory2(&info)));
+                    let handler = match made {
+                        Ok(Ok(h)) => h,
+                        Ok(Err(e)) => {
                             let _ = ready.send(Err(Error::Handler {
                                 queue: info.queue,
                                 source: e.into(),
                             }));
                             return;
                         }
+                        Err(panic) => {
+                            let _ = ready.send(Err(Error::Handler {
+                                queue: info.queue,
+                                source: panicked(panic.as_ref()).into(),
+                            }));
+                            return;
+                        }
                     };
-                    let _ = ready.send(Ok(()));
                     let ctl = worker::Control {
                         stop: stop2,
                         failed: failed2,
                     };
+                    // Said once the rings are filled; the sender goes with
+                    // it, so a worker that dies before has none left and
+                    // the start hears of it (a closed channel).
+                    let ready = move || {
+                        let _ = ready.send(Ok(()));
+                    };
                     match sock {
                         Some(sock) => {
-                            worker::run(sock, info, handler, loop_cfg, ctl, counters2, epoch)
+                            worker::run(sock, info, handler, loop_cfg, ctl, counters2, epoch, ready)
                         }
-                        None => worker::run_spill(info, handler, loop_cfg, ctl, counters2, epoch),
+                        None => {
+                            worker::run_spill(info, handler, loop_cfg, ctl, counters2, epoch, ready)
+                        }
                     }
                 });
             let thread = match thread {
@@ -367,12 +385,28 @@ impl Dataplane {
             stop,
             steering,
         };
+        // Returning an error drops `dp`: the workers stop and are joined,
+        // the sockets closed and the XDP program detached.
         for _ in 0..dp.workers.len() {
             match ready_rx.recv() {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => return Err(e),
-                Err(_) => return Err(Error::Setup("a worker died while starting".into())),
+                Err(_) => {
+                    return Err(Error::Setup(
+                        "a worker thread died while starting (see the panic message above); \
+                         the data path was stopped and released"
+                            .into(),
+                    ))
+                }
             }
+        }
+        for &(proto, port) in &config.ports {
+            dp.steering
+                .add_port(proto, port)
+                .map_err(|source| Error::Steering {
+                    what: format!("steering {proto:?} port {port} to flowlane"),
+                    source,
+                })?;
         }
         Ok(dp)
     }
@@ -487,6 +521,21 @@ impl Dataplane {
     fn shutdown(&mut self) {
         stop_workers(&self.stop, &mut self.workers);
     }
+}
+
+/// The error of a queue's set-up that panicked with `payload`: its
+/// message's first line.
+fn panicked(payload: &(dyn std::any::Any + Send)) -> String {
+    let msg = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("no message");
+    format!(
+        "the handler's set-up panicked ({}); nothing was left running: fix the set-up \
+         (the panic message above says where)",
+        msg.lines().next().unwrap_or_default()
+    )
 }
 
 /// Tells the workers to stop and waits for each.

@@ -61,6 +61,55 @@ pub(crate) fn bound_zero_copy(fd: std::os::fd::RawFd) -> std::io::Result<bool> {
     Ok(opts & XDP_OPTIONS_ZEROCOPY != 0)
 }
 
+/// The errno behind an AF_XDP set-up error (xsk-rs's `SocketCreateError`
+/// and `UmemCreateError` print only a fixed reason; the system call's
+/// error is their `source`), and its text.
+pub(crate) fn setup_errno(e: &(dyn std::error::Error + 'static)) -> (Option<i32>, Option<String>) {
+    match e.source() {
+        Some(s) => (
+            s.downcast_ref::<std::io::Error>()
+                .and_then(std::io::Error::raw_os_error),
+            Some(s.to_string()),
+        ),
+        None => (None, None),
+    }
+}
+
+/// What an errno of the AF_XDP set-up (a UMEM's registration, a socket's
+/// creation and bind) most likely means, and what to do about it.
+pub(crate) fn xsk_setup_hint(errno: Option<i32>) -> &'static str {
+    match errno {
+        Some(libc::EOPNOTSUPP) => {
+            "the driver has no AF_XDP zero-copy support: bind in copy mode (--bind-mode copy, \
+             or auto)"
+        }
+        Some(libc::EBUSY) => {
+            "another AF_XDP socket or XDP program holds that queue: stop it (flowlane status; \
+             bpftool net) or serve another queue"
+        }
+        Some(libc::EINVAL) => {
+            "the device has no such queue (ethtool -l shows its channels) or refused the ring \
+             sizes: serve fewer queues or other ring sizes (--frames-per-queue)"
+        }
+        Some(libc::ENOMEM | libc::ENOBUFS) => {
+            "not enough lockable memory for the frames: raise the locked-memory limit (ulimit -l; \
+             LimitMEMLOCK= under systemd) or use fewer frames per queue (--frames-per-queue)"
+        }
+        Some(libc::EPERM | libc::EACCES) => {
+            "not privileged enough: run as root, or with CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF \
+             and CAP_IPC_LOCK"
+        }
+        Some(libc::ENODEV | libc::ENXIO) => "the interface is gone: check its name (ip link)",
+        Some(libc::EAFNOSUPPORT) => {
+            "this kernel has no AF_XDP sockets (CONFIG_XDP_SOCKETS): run on a kernel with them"
+        }
+        _ => {
+            "check the interface and its queues (ethtool -l) and the privileges (root, or \
+             CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF and CAP_IPC_LOCK)"
+        }
+    }
+}
+
 /// `SIOCETHTOOL`: include/uapi/linux/sockios.h.
 const SIOCETHTOOL: libc::c_ulong = 0x8946;
 /// `ETH_RXFH_INDIR_NO_CHANGE`: include/uapi/linux/ethtool.h.
@@ -260,5 +309,73 @@ mod ethtool_tests {
         assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP), "{e}");
         assert_eq!(EthtoolCmd::from_u32(0x47), Some(EthtoolCmd::SetRssh));
         assert_eq!(EthtoolCmd::from_u32(0x48), None);
+    }
+}
+
+#[cfg(test)]
+mod hint_tests {
+    use super::*;
+
+    #[test]
+    fn each_errno_gets_its_own_hint() {
+        let hint = |e: i32| xsk_setup_hint(Some(e));
+        // The review's case: zero-copy on veth is EOPNOTSUPP, not a queue
+        // or a socket in the way.
+        assert!(hint(libc::EOPNOTSUPP).contains("no AF_XDP zero-copy support"));
+        assert!(hint(libc::EOPNOTSUPP).contains("--bind-mode copy"));
+        assert!(!hint(libc::EOPNOTSUPP).contains("queue"));
+        assert!(hint(libc::EBUSY).contains("holds that queue"));
+        assert!(hint(libc::EINVAL).contains("no such queue"));
+        assert!(hint(libc::EINVAL).contains("ring sizes"));
+        for e in [libc::ENOMEM, libc::ENOBUFS] {
+            assert!(hint(e).contains("locked-memory limit"), "{e}");
+        }
+        for e in [libc::EPERM, libc::EACCES] {
+            assert!(hint(e).contains("privileged"), "{e}");
+        }
+        assert!(hint(libc::ENODEV).contains("interface is gone"));
+        assert!(hint(libc::EAFNOSUPPORT).contains("CONFIG_XDP_SOCKETS"));
+        // No errno, or one not listed: what to check.
+        assert!(xsk_setup_hint(None).starts_with("check"));
+        assert!(hint(libc::EIO).starts_with("check"));
+        let all = [
+            libc::EOPNOTSUPP,
+            libc::EBUSY,
+            libc::EINVAL,
+            libc::ENOMEM,
+            libc::EPERM,
+            libc::ENODEV,
+            libc::EAFNOSUPPORT,
+            libc::EIO,
+        ];
+        for e in all {
+            assert_eq!(hint(e).lines().count(), 1, "{e}");
+        }
+        let distinct: std::collections::BTreeSet<_> = all.iter().map(|&e| hint(e)).collect();
+        assert_eq!(distinct.len(), all.len());
+    }
+
+    #[derive(Debug)]
+    struct Wrapped(Option<std::io::Error>);
+
+    impl std::fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a fixed reason")
+        }
+    }
+
+    impl std::error::Error for Wrapped {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.0.as_ref().map(|e| e as _)
+        }
+    }
+
+    #[test]
+    fn the_errno_comes_from_the_source() {
+        let e = Wrapped(Some(std::io::Error::from_raw_os_error(libc::EOPNOTSUPP)));
+        let (errno, text) = setup_errno(&e);
+        assert_eq!(errno, Some(libc::EOPNOTSUPP));
+        assert!(text.unwrap().contains("os error 95"));
+        assert_eq!(setup_errno(&Wrapped(None)), (None, None));
     }
 }

@@ -1713,6 +1713,11 @@ impl TcpHandler {
     }
 }
 
+/// Every received frame is [`RxAction::Consumed`]: taken by the stack, or
+/// dropped and counted under the reason's own name in [`TcpCounters`]
+/// (`bad_ip_checksum`, `bad_tcp_checksum`, `malformed`, `not_ours`,
+/// `martian_source`, `forward_dropped`), so the worker's `dropped` counts
+/// none of them twice, and none taken.
 impl QueueHandler for TcpHandler {
     /// A frame handed in without a slot (tests): the stack copies what it
     /// keeps.
@@ -1720,10 +1725,11 @@ impl QueueHandler for TcpHandler {
         self.passes.note(now, true);
         let now = instant(now);
         let Some(frame) = buf.get(..len) else {
+            // A length past the buffer: counted by the worker.
             return RxAction::Drop;
         };
         self.rx_one(now, frame, (None, &NoFrames));
-        RxAction::Drop
+        RxAction::Consumed
     }
 
     /// The next frame's connection state, prefetched while this one is
@@ -1747,7 +1753,7 @@ impl QueueHandler for TcpHandler {
             rx.keep();
         }
         self.release_frames(rx.held_mut());
-        RxAction::Drop
+        RxAction::Consumed
     }
 
     /// Long enough for about `SEGMENTS_PER_ACK` (16) segments of each
@@ -1900,6 +1906,75 @@ mod tests {
         echoes_through_frames_and_counts_corruption("fd99::1", "fd99::2");
     }
 
+    /// The worker's `dropped` counts only frames nobody counted: an echo
+    /// exchange (handshake, data, FINs) leaves it at 0, and so do frames
+    /// the stack drops, each counted under its reason's name; a length
+    /// past the buffer, which nothing else counts, is the worker's drop.
+    #[test]
+    fn frames_processed_normally_are_no_worker_drop() {
+        use crate::worker::{rx_verdict, RxVerdict};
+        let (ours, peer_ip): (IpAddr, IpAddr) =
+            ("10.99.0.1".parse().unwrap(), "10.99.0.2".parse().unwrap());
+        let t0 = Duration::from_millis(1);
+        let (mut h, mut peer, conn) = handler_and_peer(ours, peer_ip, Echo::default(), t0);
+        let (mut seg, mut buf) = ([0u8; 1600], [0u8; 100]);
+        let (frames, worker_drops) = (std::cell::Cell::new(0u64), std::cell::Cell::new(0u64));
+        let (mut echoed, mut last) = (Vec::new(), Vec::new());
+        // One frame as the worker takes it: whether it counts it dropped.
+        let rx = |h: &mut TcpHandler, now, f: &mut Vec<u8>| {
+            let len = f.len();
+            frames.set(frames.get() + 1);
+            if rx_verdict(h.on_rx(&info(), now, f, len)) == RxVerdict::Drop {
+                worker_drops.set(worker_drops.get() + 1);
+            }
+        };
+        for round in 0..200u64 {
+            let now = t0 + Duration::from_millis(round);
+            while let Some(t) = peer.poll_transmit(instant(now), &mut seg) {
+                let mut f = frame(&seg[..t.len], peer_ip, ours);
+                last = f.clone();
+                rx(&mut h, now, &mut f);
+            }
+            for f in poll(&mut h, now) {
+                let parsed = parse_frame(&f).unwrap();
+                peer.handle_segment(instant(now), ours, peer_ip, parsed.l4());
+            }
+            while let Some(ev) = peer.poll_event() {
+                if let Event::Connected(_) = ev {
+                    peer.send(conn, b"hello flowlane").unwrap();
+                }
+            }
+            if let Ok(n) = peer.recv(conn, &mut buf) {
+                echoed.extend_from_slice(&buf[..n]);
+                if echoed.len() == 14 {
+                    peer.close(conn).unwrap();
+                }
+            }
+        }
+        assert_eq!(echoed, b"hello flowlane");
+        let c = h.counters().snapshot();
+        assert!(c.segments_in >= 4, "{c:?}");
+        assert_eq!((worker_drops.get(), frames.get()), (0, c.segments_in));
+        // Dropped by the stack: counted there, by reason, not by the worker.
+        let now = t0 + Duration::from_millis(300);
+        let mut bad = last;
+        bad[..6].copy_from_slice(&[2, 0, 0, 0, 0, 9]); // another host's MAC
+        rx(&mut h, now, &mut bad);
+        rx(&mut h, now, &mut vec![0u8; 10]); // truncated
+        let c = h.counters().snapshot();
+        assert_eq!(
+            (c.not_ours, c.malformed, worker_drops.get()),
+            (1, 1, 0),
+            "{c:?}"
+        );
+        // Nothing counts a length past the buffer but the worker.
+        let mut short = vec![0u8; 10];
+        assert_eq!(
+            rx_verdict(h.on_rx(&info(), now, &mut short, 11)),
+            RxVerdict::Drop
+        );
+    }
+
     /// The handlers of one service (one secret) give a connection the
     /// same flow label (RFC 6437 §3: one label for the connection's every
     /// segment), so that it keeps its label when its bucket moves to
@@ -1976,7 +2051,9 @@ mod tests {
                     bad[last] ^= 0x40;
                     bad[ETH_IPV6_TCP_OFFSET + 4] ^= 1;
                     let len = bad.len();
-                    assert_eq!(h.on_rx(&info(), now, &mut bad, len), RxAction::Drop);
+                    // Dropped by the stack, counted there (not by the
+                    // worker as well).
+                    assert_eq!(h.on_rx(&info(), now, &mut bad, len), RxAction::Consumed);
                     corrupted += 1;
                 }
                 let len = f.len();

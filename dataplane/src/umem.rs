@@ -23,6 +23,8 @@ pub struct NodeUmem {
     pub node: u32,
     /// The UMEM (shared by the node's sockets).
     pub umem: Umem,
+    /// Its length in bytes (frames × [`FRAME_SIZE`]).
+    pub len: usize,
     /// One disjoint frame pool per queue of the node, in the order asked.
     pub pools: Vec<Vec<FrameDesc>>,
 }
@@ -141,14 +143,68 @@ fn create(node: u32, queues: usize, rings: RingSizes) -> Result<NodeUmem> {
     let total = rings.frames_per_queue as usize * queues;
     let count = NonZeroU32::new(total as u32)
         .ok_or_else(|| Error::Setup("a UMEM needs at least one queue".into()))?;
-    let (umem, mut frames) = Umem::new(config, count, false).map_err(|e| Error::Setup(format!(
-        "creating a {} MiB UMEM on node {node}: {e} (root, or CAP_IPC_LOCK and a large enough RLIMIT_MEMLOCK, is needed)",
-        (total * FRAME_SIZE as usize) >> 20
-    )))?;
+    let len = total * FRAME_SIZE as usize;
+    let (umem, mut frames) =
+        Umem::new(config, count, false).map_err(|e| Error::Setup(umem_error(len, node, &e)))?;
     let mut pools = Vec::with_capacity(queues);
     for _ in 0..queues {
         let rest = frames.split_off(rings.frames_per_queue as usize);
         pools.push(std::mem::replace(&mut frames, rest));
     }
-    Ok(NodeUmem { node, umem, pools })
+    Ok(NodeUmem {
+        node,
+        umem,
+        len,
+        pools,
+    })
+}
+
+/// The one line for a UMEM of `len` bytes on `node` that could not be
+/// made: xsk-rs's reason, the system call's error (`e`'s source) and what
+/// that errno most likely means ([`crate::sys::xsk_setup_hint`]).
+fn umem_error(len: usize, node: u32, e: &(dyn std::error::Error + 'static)) -> String {
+    let (errno, cause) = crate::sys::setup_errno(e);
+    let cause = cause.map(|c| format!(" ({c})")).unwrap_or_default();
+    format!(
+        "creating a {} MiB UMEM on node {node} failed: {e}{cause}: {}",
+        len >> 20,
+        crate::sys::xsk_setup_hint(errno)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Fixed(std::io::Error);
+
+    impl std::fmt::Display for Fixed {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("failed to create mmap'd UMEM region")
+        }
+    }
+
+    impl std::error::Error for Fixed {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_umem_error_names_the_errno_and_its_cause() {
+        let e = Fixed(std::io::Error::from_raw_os_error(libc::ENOMEM));
+        let line = umem_error(64 << 20, 1, &e);
+        assert_eq!(line.lines().count(), 1, "{line}");
+        for needle in [
+            "64 MiB UMEM on node 1",
+            "mmap'd UMEM region",
+            "os error 12",
+            "locked-memory limit",
+        ] {
+            assert!(line.contains(needle), "{needle:?} in {line}");
+        }
+        let e = Fixed(std::io::Error::from_raw_os_error(libc::EPERM));
+        assert!(umem_error(64 << 20, 0, &e).contains("privileged"));
+    }
 }

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use xsk_rs::{FrameDesc, RxQueue, Umem};
 
 use crate::counters::{self, QueueCounters};
+use crate::umem::FRAME_SIZE;
 use crate::xsk::QueueSocket;
 
 /// Frames moved per ring operation.
@@ -51,10 +52,18 @@ pub struct QueueInfo {
 /// What to do with a received frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RxAction {
-    /// Give the frame back to the fill ring.
+    /// The handler is done with the frame: it took what it needed, or it
+    /// dropped the frame and counted the drop itself (under a name of its
+    /// own). The frame goes back to the fill ring and is not counted as
+    /// dropped.
+    Consumed,
+    /// The frame is dropped (the handler did not want it and counts it
+    /// nowhere): it goes back to the fill ring and counts in the queue's
+    /// `dropped` counter.
     Drop,
     /// Send the frame (modified in place) with this length: no copy. A
-    /// length of 0 sends nothing (the frame is dropped). Ignored for a frame
+    /// length of 0 or one past the frame sends nothing (the frame is
+    /// dropped, and counted as [`RxAction::Drop`] is). Ignored for a frame
     /// the handler kept ([`RxFrame::keep`]) and still holds when
     /// `on_rx_frame` returns: that frame stays held and is not sent.
     Transmit(usize),
@@ -70,6 +79,7 @@ pub struct TxBatch<'a> {
     backlog: &'a mut VecDeque<FrameDesc>,
     counters: &'a QueueCounters,
     held: &'a mut HeldFrames,
+    umem_len: usize,
 }
 
 /// How far the worker is through its RX ring, read live, and a look at
@@ -85,6 +95,8 @@ pub struct RxProgress<'a> {
     backlog: &'a mut VecDeque<FrameDesc>,
     free: &'a mut Vec<FrameDesc>,
     counters: &'a QueueCounters,
+    /// The UMEM's length in bytes (what a received descriptor must lie in).
+    umem_len: usize,
 }
 
 impl std::fmt::Debug for RxProgress<'_> {
@@ -97,7 +109,8 @@ impl std::fmt::Debug for RxProgress<'_> {
 
 impl RxProgress<'_> {
     /// Frames received since the worker started and handed on: to
-    /// `on_rx`, or taken by [`scan_ahead`](Self::scan_ahead).
+    /// `on_rx`, or taken by [`scan_ahead`](Self::scan_ahead), or dropped
+    /// for a descriptor past its frame.
     pub fn consumed(&self) -> u64 {
         *self.consumed
     }
@@ -124,13 +137,16 @@ impl RxProgress<'_> {
     /// handing the ring's frames on may take milliseconds on a loaded
     /// queue; a queue scans only while a bucket it gave away drains.
     pub fn scan_ahead(&mut self, waiting_too: bool, take: &mut dyn FnMut(&[u8]) -> bool) -> u64 {
-        let (mut taken, mut bytes) = (0u64, 0u64);
-        let (umem, free) = (self.umem, &mut *self.free);
-        let mut look = |d: &FrameDesc| {
+        let (mut taken, mut bytes, mut bad) = (0u64, 0u64, 0u64);
+        let (umem, umem_len, free) = (self.umem, self.umem_len, &mut *self.free);
+        let mut look = |d: &FrameDesc, free: &mut Vec<FrameDesc>| {
             let len = d.lengths().data();
             // SAFETY: a frame the kernel handed us on the RX ring and not
             // yet on any other ring (waiting, or just taken off the RX
-            // ring): nothing writes it while this borrow lives.
+            // ring): nothing writes it while this borrow lives; its
+            // descriptor was checked to lie within its frame
+            // (`keep_valid_rx`, below or when the scan that left it
+            // waiting took it), so the slice stays inside it.
             let c = unsafe { umem.data(d) }.contents();
             let took = take(&c[..len.min(c.len())]);
             if took {
@@ -141,7 +157,7 @@ impl RxProgress<'_> {
             took
         };
         if waiting_too {
-            self.backlog.retain(|d| !look(d));
+            self.backlog.retain(|d| !look(d, free));
         }
         let mut descs = [FrameDesc::default(); BATCH];
         let mut left = self.ring.nb_avail_exact() as usize;
@@ -155,14 +171,18 @@ impl RxProgress<'_> {
                 break;
             }
             left -= n;
-            for d in &descs[..n] {
-                if !look(d) {
+            // Frames dropped for a bad descriptor are handed on too (the
+            // move's drain waits for `consumed` to reach `end_now`).
+            let valid = keep_valid_rx(&mut descs[..n], umem_len, free, self.counters);
+            bad += (n - valid) as u64;
+            for d in &descs[..valid] {
+                if !look(d, free) {
                     self.backlog.push_back(*d);
                 }
             }
         }
-        *self.consumed += taken;
-        counters::add(&self.counters.rx_packets, taken);
+        *self.consumed += taken + bad;
+        counters::add(&self.counters.rx_packets, taken + bad);
         counters::add(&self.counters.rx_bytes, bytes);
         *self.consumed + self.backlog.len() as u64
     }
@@ -270,6 +290,7 @@ impl TxBatch<'_> {
                 backlog: &mut *self.backlog,
                 free: &mut *self.free,
                 counters: self.counters,
+                umem_len: self.umem_len,
             },
             self.held,
         )
@@ -335,7 +356,9 @@ impl HeldFrames {
                 // once released (`take_released`), so the kernel does not
                 // write it; and no `&mut` to it exists while `&self` is
                 // borrowed (`RxFrame::with_buffer_mut` borrows the `RxFrame`,
-                // and with it this table, mutably).
+                // and with it this table, mutably). Its descriptor was
+                // checked to lie within its frame before it was admitted
+                // (`keep_valid_rx`), so the slice stays inside the frame.
                 unsafe { self.umem.data(desc) }.contents()
             }
             None => &[],
@@ -529,7 +552,8 @@ impl RxFrame<'_> {
         // SAFETY: the kernel handed this frame to us on the RX ring; until
         // it is on the fill or TX ring nothing else writes it, and no `&mut`
         // to it exists while `&self` is borrowed (`with_buffer_mut` takes
-        // `&mut self`).
+        // `&mut self`). The worker checked its descriptor to lie within
+        // its frame (`keep_valid_rx`) before handing it on.
         let d = unsafe { self.umem.data(self.desc) };
         let c = d.contents();
         &c[..self.len.min(c.len())]
@@ -677,6 +701,9 @@ pub struct LoopConfig {
     pub held_frames: usize,
 }
 
+/// The loop of a queue's worker; `ready` is called once the fill ring
+/// has its first frames.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run<H: QueueHandler>(
     mut sock: QueueSocket,
     info: QueueInfo,
@@ -685,6 +712,7 @@ pub(crate) fn run<H: QueueHandler>(
     ctl: Control,
     counters: Arc<QueueCounters>,
     epoch: Instant,
+    ready: impl FnOnce(),
 ) {
     let mut rx_descs = vec![FrameDesc::default(); BATCH];
     let mut pending: Vec<FrameDesc> = Vec::with_capacity(sock.frames.len());
@@ -700,8 +728,9 @@ pub(crate) fn run<H: QueueHandler>(
     let mut backlog: VecDeque<FrameDesc> = VecDeque::new();
     let mut iterations: u64 = 0;
     let mut held = HeldFrames::new(&sock.umem, cfg.held_frames);
+    let mut kernel = KernelStats::default();
     let c = &*counters;
-    refill(&mut sock, &mut free, cfg.tx_reserve, true);
+    first_fill(&mut sock, &mut free, cfg.tx_reserve, ready);
 
     while !ctl.stop.load(Ordering::Relaxed) {
         iterations += 1;
@@ -712,13 +741,19 @@ pub(crate) fn run<H: QueueHandler>(
         let (mut received, mut rx_bytes, mut dropped) = (0usize, 0u64, 0u64);
         while received < handler.rx_budget().clamp(BATCH, RX_BUDGET_MAX) {
             let from_ring = backlog.is_empty();
-            let n = if from_ring {
+            // `got` taken off the ring (or the backlog), of which the first
+            // `n` lie within their frames (the backlog's were checked when
+            // a scan took them off the ring).
+            let (got, n) = if from_ring {
                 // SAFETY: `rx_descs` are scratch descriptors that `consume`
                 // overwrites; the frames they then name belong to this
                 // socket's UMEM.
-                unsafe { sock.rx.consume(&mut rx_descs) }
+                let got = unsafe { sock.rx.consume(&mut rx_descs) };
+                let n = keep_valid_rx(&mut rx_descs[..got], sock.umem_len, &mut free, c);
+                (got, n)
             } else {
-                take_backlog(&mut backlog, &mut rx_descs)
+                let got = take_backlog(&mut backlog, &mut rx_descs);
+                (got, got)
             };
             for i in 0..n {
                 // The batch's frame `k` places after this one, if any.
@@ -727,7 +762,8 @@ pub(crate) fn run<H: QueueHandler>(
                         // SAFETY: as `RxFrame::data`: a frame the kernel
                         // handed us on the RX ring, not yet on any other
                         // ring, and nothing writes it while this borrow
-                        // lives.
+                        // lives; among the first `n`, checked to lie
+                        // within its frame.
                         let c = unsafe { sock.umem.data(d) }.contents();
                         &c[..d.lengths().data().min(c.len())]
                     })
@@ -755,8 +791,8 @@ pub(crate) fn run<H: QueueHandler>(
                     );
                     continue;
                 }
-                match action {
-                    RxAction::Transmit(out) if out > 0 => {
+                match rx_verdict(action) {
+                    RxVerdict::Send(out) => {
                         // SAFETY: the frame is still ours (not kept, on no
                         // ring); only its length is set.
                         let mut data = unsafe { sock.umem.data_mut(desc) };
@@ -769,16 +805,17 @@ pub(crate) fn run<H: QueueHandler>(
                             free.push(*desc);
                         }
                     }
-                    _ => {
+                    RxVerdict::Free => free.push(*desc),
+                    RxVerdict::Drop => {
                         dropped += 1;
                         free.push(*desc);
                     }
                 }
             }
-            received += n;
+            received += got;
             held.take_released(&mut free);
             refill(&mut sock, &mut free, cfg.tx_reserve, false);
-            if from_ring && n < BATCH {
+            if from_ring && got < BATCH {
                 break;
             }
         }
@@ -796,6 +833,7 @@ pub(crate) fn run<H: QueueHandler>(
             backlog: &mut backlog,
             counters: c,
             held: &mut held,
+            umem_len: sock.umem_len,
         };
         handler.on_poll(&info, now, &mut batch);
         held.take_released(&mut free);
@@ -810,7 +848,7 @@ pub(crate) fn run<H: QueueHandler>(
         refill(&mut sock, &mut free, cfg.tx_reserve, true);
 
         if iterations % 1024 == 0 {
-            publish_kernel_stats(&sock, c);
+            kernel.publish(&sock, &info, c);
         }
         // Frames a scan left waiting are on no ring that poll(2) watches.
         if received == 0 && backlog.is_empty() && done == 0 && pending.is_empty() && sent == 0 {
@@ -841,7 +879,7 @@ pub(crate) fn run<H: QueueHandler>(
             counters::add(&c.busy_ns, spent.as_nanos() as u64);
         }
     }
-    publish_kernel_stats(&sock, c);
+    kernel.publish(&sock, &info, c);
 }
 
 /// The loop of a worker without a queue (software spill): it takes the
@@ -855,7 +893,10 @@ pub(crate) fn run_spill<H: QueueHandler>(
     ctl: Control,
     counters: Arc<QueueCounters>,
     epoch: Instant,
+    ready: impl FnOnce(),
 ) {
+    // No rings to fill: ready at once.
+    ready();
     let c = &*counters;
     let mut idle_rounds: u32 = 0;
     while !ctl.stop.load(Ordering::Relaxed) {
@@ -1129,16 +1170,161 @@ fn refill(ring: &mut impl FillRing, free: &mut Vec<FrameDesc>, reserve: usize, w
     }
 }
 
-fn publish_kernel_stats(sock: &QueueSocket, c: &QueueCounters) {
-    if let Ok(s) = sock.rx.fd().xdp_statistics() {
-        counters::set(&c.rx_ring_full, s.rx_ring_full());
-        counters::set(&c.fill_ring_empty, s.rx_fill_ring_empty_descs());
-        counters::set(&c.rx_dropped, s.rx_dropped());
-        counters::set(
-            &c.invalid_descs,
-            s.rx_invalid_descs() + s.tx_invalid_descs(),
-        );
+/// The loop's first fill-ring refill, then `ready` (the start waits for
+/// every worker's): once [`Dataplane::start`](crate::Dataplane::start)
+/// returns, every queue's fill ring holds its frames and arriving frames
+/// find buffers.
+fn first_fill(
+    ring: &mut impl FillRing,
+    free: &mut Vec<FrameDesc>,
+    reserve: usize,
+    ready: impl FnOnce(),
+) {
+    refill(ring, free, reserve, true);
+    ready();
+}
+
+/// The worker's copy of the kernel's socket statistics
+/// (`XDP_STATISTICS`), published into the queue's counters.
+#[derive(Debug, Default)]
+struct KernelStats {
+    /// The kernel's invalid descriptors (RX and TX) at the last reading:
+    /// `invalid_descs` also counts the worker's own (received descriptors
+    /// past their frame, [`keep_valid_rx`]), so the kernel's are added as
+    /// they grow instead of set.
+    invalid_seen: u64,
+    /// Whether a failed reading was said already.
+    warned: bool,
+}
+
+impl KernelStats {
+    /// Reads the socket's statistics into `c`; a reading that fails is
+    /// said once (at warn level) and the kernel's counters keep their
+    /// last values.
+    fn publish(&mut self, sock: &QueueSocket, info: &QueueInfo, c: &QueueCounters) {
+        match sock.rx.fd().xdp_statistics() {
+            Ok(s) => {
+                counters::set(&c.rx_ring_full, s.rx_ring_full());
+                counters::set(&c.fill_ring_empty, s.rx_fill_ring_empty_descs());
+                counters::set(&c.rx_dropped, s.rx_dropped());
+                let invalid = s.rx_invalid_descs() + s.tx_invalid_descs();
+                counters::add(&c.invalid_descs, invalid.saturating_sub(self.invalid_seen));
+                self.invalid_seen = self.invalid_seen.max(invalid);
+            }
+            Err(e) => {
+                if let Some(line) = self.failed(info.queue, &e) {
+                    tracing::warn!(queue = info.queue, "{line}");
+                }
+            }
+        }
     }
+
+    /// The line to say for a failed reading: the first time only.
+    fn failed(&mut self, queue: u32, e: &std::io::Error) -> Option<String> {
+        if std::mem::replace(&mut self.warned, true) {
+            return None;
+        }
+        Some(format!(
+            "reading the kernel's AF_XDP statistics of queue {queue} failed ({e}): its \
+             kernel drop counters (rx_ring_full, fill_ring_empty, rx_dropped, invalid_descs) \
+             are not updated; kernels before 5.9 give fewer statistics than xsk-rs reads: \
+             run on 5.9 or later for them"
+        ))
+    }
+}
+
+/// What the worker does with a received frame the handler did not keep,
+/// by the handler's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RxVerdict {
+    /// Send it with this length (dropped and counted if past the frame).
+    Send(usize),
+    /// Back to the fill ring, counted nowhere (the handler did its own
+    /// counting).
+    Free,
+    /// Back to the fill ring, counted in the queue's `dropped`.
+    Drop,
+}
+
+/// [`RxVerdict`] of `action`.
+#[inline]
+pub(crate) fn rx_verdict(action: RxAction) -> RxVerdict {
+    match action {
+        RxAction::Transmit(out) if out > 0 => RxVerdict::Send(out),
+        RxAction::Consumed => RxVerdict::Free,
+        RxAction::Drop | RxAction::Transmit(_) => RxVerdict::Drop,
+    }
+}
+
+/// Whether a received descriptor lies within its frame: its address
+/// inside the UMEM (`umem_len` bytes) and its `len` bytes inside the
+/// frame the address falls in. The address is one the fill ring gave the
+/// kernel, but the length is the driver's word (zero-copy), and xsk-rs
+/// makes the frame's slice from it unchecked: a length past the frame
+/// would make a slice into the next frame, or past the UMEM.
+#[inline]
+fn rx_desc_fits(addr: usize, len: usize, umem_len: usize) -> bool {
+    const FRAME: usize = FRAME_SIZE as usize;
+    // `&`, not `&&`: no branch.
+    (addr < umem_len) & (addr % FRAME + len <= FRAME)
+}
+
+/// Keeps, in order at the front of `descs`, the received descriptors that
+/// lie within their frames ([`rx_desc_fits`]) and returns how many. The
+/// others are dropped: counted in `invalid_descs`, and their frame back to
+/// `free` when the address is the UMEM's (one past it names no frame of
+/// ours). Per frame a few arithmetic operations, no branch; one branch per
+/// batch.
+#[inline]
+fn keep_valid_rx(
+    descs: &mut [FrameDesc],
+    umem_len: usize,
+    free: &mut Vec<FrameDesc>,
+    c: &QueueCounters,
+) -> usize {
+    let fits = |d: &FrameDesc| rx_desc_fits(d.addr(), d.lengths().data(), umem_len);
+    let kept = keep_fitting(descs, fits, |d| {
+        if d.addr() < umem_len {
+            free.push(d);
+        }
+    });
+    if kept < descs.len() {
+        counters::add(&c.invalid_descs, (descs.len() - kept) as u64);
+    }
+    kept
+}
+
+/// [`keep_valid_rx`] over any descriptor: whether every one `fits` in a
+/// pass without a branch per descriptor; only if one does not, a second
+/// pass moves those that do, in order, to the front and gives the others
+/// to `reject`. Returns how many fit.
+#[inline]
+fn keep_fitting<D: Copy>(
+    descs: &mut [D],
+    fits: impl Fn(&D) -> bool,
+    reject: impl FnMut(D),
+) -> usize {
+    if descs.iter().fold(true, |all, d| all & fits(d)) {
+        return descs.len();
+    }
+    sift(descs, fits, reject)
+}
+
+/// The second pass of [`keep_fitting`].
+#[cold]
+#[inline(never)]
+fn sift<D: Copy>(descs: &mut [D], fits: impl Fn(&D) -> bool, mut reject: impl FnMut(D)) -> usize {
+    let mut kept = 0;
+    for i in 0..descs.len() {
+        let d = descs[i];
+        if fits(&d) {
+            descs[kept] = d;
+            kept += 1;
+        } else {
+            reject(d);
+        }
+    }
+    kept
 }
 
 #[cfg(test)]
@@ -1240,6 +1426,116 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn ready_is_said_once_the_fill_ring_has_its_frames() {
+        use std::cell::RefCell;
+        use std::rc::Rc;
+        /// A fill ring that logs what is done to it.
+        struct Logged(Rc<RefCell<Vec<String>>>);
+        impl FillRing for Logged {
+            fn room(&mut self, want: u32) -> u32 {
+                want
+            }
+            unsafe fn produce(&mut self, descs: &[FrameDesc]) -> usize {
+                self.0.borrow_mut().push(format!("fill {}", descs.len()));
+                descs.len()
+            }
+            fn needs_wakeup(&self) -> bool {
+                true
+            }
+            fn wakeup(&mut self) {
+                self.0.borrow_mut().push("wake".into());
+            }
+        }
+        let log = Rc::new(RefCell::new(Vec::new()));
+        let mut free = frames(10);
+        let said = log.clone();
+        first_fill(&mut Logged(log.clone()), &mut free, 4, move || {
+            said.borrow_mut().push("ready".into())
+        });
+        assert_eq!(*log.borrow(), ["fill 6", "wake", "ready"]);
+        assert_eq!(free.len(), 4);
+    }
+
+    #[test]
+    fn a_received_descriptor_must_lie_within_its_frame() {
+        const F: usize = FRAME_SIZE as usize;
+        let umem = 4 * F;
+        // Where the UMEM puts packets (after the XDP headroom), and where
+        // an XDP program may move them.
+        for addr in [256, F + 256, 3 * F + 256, 2 * F, 2 * F + 100] {
+            let room = F - addr % F;
+            assert!(rx_desc_fits(addr, 0, umem), "{addr}");
+            assert!(rx_desc_fits(addr, 60, umem), "{addr}");
+            assert!(rx_desc_fits(addr, room, umem), "{addr}");
+            assert!(!rx_desc_fits(addr, room + 1, umem), "{addr}");
+        }
+        // A 1514-byte frame after the 256-byte headroom fits; a jumbo
+        // length does not, nor anything past the UMEM.
+        assert!(rx_desc_fits(256, 1514, umem));
+        assert!(!rx_desc_fits(256, 9000, umem));
+        assert!(!rx_desc_fits(3 * F + 256, F, umem));
+        assert!(!rx_desc_fits(umem, 0, umem));
+        assert!(!rx_desc_fits(umem + 256, 60, umem));
+        assert!(!rx_desc_fits(usize::MAX, 60, umem));
+        assert!(!rx_desc_fits(256, u32::MAX as usize, umem));
+    }
+
+    #[test]
+    fn descriptors_past_their_frame_are_dropped_and_the_rest_kept_in_order() {
+        const F: usize = FRAME_SIZE as usize;
+        let umem = 8 * F;
+        let fits = |d: &(usize, usize)| rx_desc_fits(d.0, d.1, umem);
+        // All good: kept as they are.
+        let mut descs = [(256, 60), (F + 256, 1514), (2 * F + 256, 0)];
+        let all = descs;
+        let mut rejected = Vec::new();
+        assert_eq!(keep_fitting(&mut descs, fits, |d| rejected.push(d)), 3);
+        assert_eq!((descs, rejected.len()), (all, 0));
+        // A length past its frame, and an address past the UMEM.
+        let mut descs = [
+            (256, 60),
+            (F + 256, 4000),
+            (2 * F + 256, 100),
+            (umem + 256, 60),
+            (3 * F + 256, 70),
+        ];
+        let kept = keep_fitting(&mut descs, fits, |d| rejected.push(d));
+        assert_eq!(kept, 3);
+        assert_eq!(
+            &descs[..kept],
+            &[(256, 60), (2 * F + 256, 100), (3 * F + 256, 70)]
+        );
+        assert_eq!(rejected, [(F + 256, 4000), (umem + 256, 60)]);
+        // None good.
+        let mut descs = [(umem, 1), (256, F)];
+        rejected.clear();
+        assert_eq!(keep_fitting(&mut descs, fits, |d| rejected.push(d)), 0);
+        assert_eq!(rejected.len(), 2);
+        assert_eq!(keep_fitting(&mut [], fits, |d| rejected.push(d)), 0);
+    }
+
+    #[test]
+    fn only_a_drop_nobody_counted_is_the_worker_s() {
+        assert_eq!(rx_verdict(RxAction::Consumed), RxVerdict::Free);
+        assert_eq!(rx_verdict(RxAction::Drop), RxVerdict::Drop);
+        assert_eq!(rx_verdict(RxAction::Transmit(0)), RxVerdict::Drop);
+        assert_eq!(rx_verdict(RxAction::Transmit(60)), RxVerdict::Send(60));
+    }
+
+    #[test]
+    fn a_failed_statistics_reading_is_said_once() {
+        let mut k = KernelStats::default();
+        let e = std::io::Error::other("`optlen` returned from `getsockopt` does not match");
+        let line = k.failed(3, &e).expect("the first failure is said");
+        assert_eq!(line.lines().count(), 1, "{line}");
+        for needle in ["queue 3", "optlen", "5.9", "fill_ring_empty"] {
+            assert!(line.contains(needle), "{needle:?} in {line}");
+        }
+        assert_eq!(k.failed(3, &e), None);
+        assert_eq!(k.failed(3, &e), None);
     }
 
     #[test]

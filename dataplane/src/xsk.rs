@@ -35,16 +35,20 @@ pub struct QueueSocket {
     pub(crate) fill: FillQueue,
     pub(crate) comp: CompQueue,
     pub(crate) frames: Vec<FrameDesc>,
+    /// The UMEM's length in bytes: a received descriptor must lie in it.
+    pub(crate) umem_len: usize,
 }
 
 impl QueueSocket {
-    /// Creates and binds the socket of `queue` on `ifname`. The XDP program
-    /// is flowlane's own (see `flowlane_ebpf::steer`), so libxdp is told not
-    /// to load one.
+    /// Creates and binds the socket of `queue` on `ifname`, on `umem`
+    /// (`umem_len` bytes, [`NodeUmem::len`](crate::umem::NodeUmem::len)).
+    /// The XDP program is flowlane's own (see `flowlane_ebpf::steer`), so
+    /// libxdp is told not to load one.
     pub fn bind(
         ifname: &str,
         queue: u32,
         umem: &Umem,
+        umem_len: usize,
         frames: Vec<FrameDesc>,
         rings: RingSizes,
         mode: BindMode,
@@ -73,20 +77,18 @@ impl QueueSocket {
             BindMode::Copy => attempt(false),
             BindMode::ZeroCopy => attempt(true),
             BindMode::Auto => attempt(true).or_else(|e| {
+                let (_, cause) = crate::sys::setup_errno(&e);
                 tracing::info!(
                     ifname,
                     queue,
-                    "zero-copy bind not available ({e}); using copy mode"
+                    "zero-copy bind not available ({}); using copy mode",
+                    cause.unwrap_or_else(|| e.to_string())
                 );
                 attempt(false)
             }),
         };
-        let (tx, rx, rings_pair) = made.map_err(|e| {
-            Error::Setup(format!(
-                "binding an AF_XDP socket to {ifname} queue {queue}: {e} \
-                 (does the device have that queue? is another socket bound to it?)"
-            ))
-        })?;
+        let (tx, rx, rings_pair) =
+            made.map_err(|e| Error::Setup(bind_error(ifname, queue, mode, &e)))?;
         let (fill, comp) = rings_pair.ok_or_else(|| {
             Error::Setup(format!(
                 "{ifname} queue {queue} is already bound by this process"
@@ -113,6 +115,7 @@ impl QueueSocket {
             fill,
             comp,
             frames,
+            umem_len,
         })
     }
 
@@ -121,5 +124,67 @@ impl QueueSocket {
         // SAFETY: the descriptor belongs to `self.rx`'s socket, which lives as
         // long as `self`, and the returned borrow cannot outlive `self`.
         unsafe { BorrowedFd::borrow_raw(self.rx.fd().as_raw_fd()) }
+    }
+}
+
+/// The one line for a socket of `ifname` `queue` that could not be bound
+/// in `mode`: xsk-rs's reason, the system call's error (`e`'s source) and
+/// what that errno most likely means ([`crate::sys::xsk_setup_hint`]).
+fn bind_error(
+    ifname: &str,
+    queue: u32,
+    mode: BindMode,
+    e: &(dyn std::error::Error + 'static),
+) -> String {
+    let (errno, cause) = crate::sys::setup_errno(e);
+    let how = match mode {
+        BindMode::Auto => "",
+        BindMode::Copy => " in copy mode",
+        BindMode::ZeroCopy => " in zero-copy mode",
+    };
+    let cause = cause.map(|c| format!(" ({c})")).unwrap_or_default();
+    format!(
+        "binding an AF_XDP socket to {ifname} queue {queue}{how} failed: {e}{cause}: {}",
+        crate::sys::xsk_setup_hint(errno)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Fixed(std::io::Error);
+
+    impl std::fmt::Display for Fixed {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("non-zero error code returned when creating AF_XDP socket")
+        }
+    }
+
+    impl std::error::Error for Fixed {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_bind_error_names_the_errno_and_its_cause() {
+        let e = Fixed(std::io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+        let line = bind_error("xsk0", 0, BindMode::ZeroCopy, &e);
+        assert_eq!(line.lines().count(), 1, "{line}");
+        for needle in [
+            "xsk0 queue 0 in zero-copy mode",
+            "os error 95",
+            "no AF_XDP zero-copy support",
+            "--bind-mode copy",
+        ] {
+            assert!(line.contains(needle), "{needle:?} in {line}");
+        }
+        assert!(!line.contains("another socket"), "{line}");
+        let e = Fixed(std::io::Error::from_raw_os_error(libc::EBUSY));
+        let line = bind_error("xsk0", 1, BindMode::Copy, &e);
+        assert!(line.contains("in copy mode"), "{line}");
+        assert!(line.contains("holds that queue"), "{line}");
     }
 }
