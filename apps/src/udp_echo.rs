@@ -295,22 +295,25 @@ impl QueueHandler for Echo {
                 // gets here, but one that comes (another steering) is counted.
                 _ if f.is_fragment() && f.protocol == Some(IpProtocol::Udp) && !self.sink => {
                     self.flows.refused.count(Refusal::Unsupported);
-                    return RxAction::Drop;
+                    return RxAction::Consumed;
                 }
                 _ => return RxAction::Drop,
             },
             Err(_) if self.sink => return RxAction::Drop,
             Err(_) => {
                 self.flows.malformed += 1;
-                return RxAction::Drop;
+                return RxAction::Consumed;
             }
         };
+        // Counted drops (refusals, malformed datagrams) and the sink's
+        // datagrams are the handler's own: `Consumed`, not the worker's
+        // `dropped`, which is left for frames nothing here counts.
         if self.sink {
-            return RxAction::Drop;
+            return RxAction::Consumed;
         }
         if let Some(r) = policy(&self.own, self.port, key.0, key.1) {
             self.flows.refused.count(r);
-            return RxAction::Drop;
+            return RxAction::Consumed;
         }
         match turn_around_udp(&mut buf[..len]) {
             Ok(out) => {
@@ -329,7 +332,7 @@ impl QueueHandler for Echo {
                     Some(r) => self.flows.refused.count(r),
                     None => self.flows.malformed += 1,
                 }
-                RxAction::Drop
+                RxAction::Consumed
             }
         }
     }
@@ -682,24 +685,34 @@ mod tests {
             assert_eq!(e.flows.malformed, malformed);
         };
         let mut want = Refused::default();
+        // (Counted by the echo itself: `Consumed`, not the worker's drop.)
         // One spoofed datagram from another echo service's port (B:7777 ->
         // A:7777), and one from a reflector's (chargen).
         for sport in [PORT, 19] {
-            assert_eq!(rx(&mut e, &datagram(PEER_MAC, PEER, sport)), RxAction::Drop);
+            assert_eq!(
+                rx(&mut e, &datagram(PEER_MAC, PEER, sport)),
+                RxAction::Consumed
+            );
             want.loop_source += 1;
             expect(&e, want, 0);
         }
         for src in [US, Ipv4Addr::new(10, 99, 0, 255), Ipv4Addr::LOCALHOST] {
-            assert_eq!(rx(&mut e, &datagram(PEER_MAC, src, 40000)), RxAction::Drop);
+            assert_eq!(
+                rx(&mut e, &datagram(PEER_MAC, src, 40000)),
+                RxAction::Consumed
+            );
             want.martian_source += 1;
             expect(&e, want, 0);
         }
         let mut group = PEER_MAC;
         group[0] |= 1;
-        assert_eq!(rx(&mut e, &datagram(group, PEER, 40000)), RxAction::Drop);
+        assert_eq!(
+            rx(&mut e, &datagram(group, PEER, 40000)),
+            RxAction::Consumed
+        );
         want.martian_source += 1;
         expect(&e, want, 0);
-        assert_eq!(rx(&mut e, &datagram(PEER_MAC, PEER, 0)), RxAction::Drop);
+        assert_eq!(rx(&mut e, &datagram(PEER_MAC, PEER, 0)), RxAction::Consumed);
         want.source_port_zero += 1;
         expect(&e, want, 0);
         // A first fragment (More Fragments set): no transport parsed, but
@@ -708,13 +721,13 @@ mod tests {
         frag[20] |= 0x20;
         Ipv4Packet::new_unchecked(&mut frag[14..]).fill_checksum();
         assert!(parse_frame(&frag).unwrap().is_fragment());
-        assert_eq!(rx(&mut e, &frag), RxAction::Drop);
+        assert_eq!(rx(&mut e, &frag), RxAction::Consumed);
         want.unsupported += 1;
         expect(&e, want, 0);
         // A corrupted datagram: malformed, no refusal.
         let mut bad = ok.clone();
         *bad.last_mut().unwrap() ^= 1;
-        assert_eq!(rx(&mut e, &bad), RxAction::Drop);
+        assert_eq!(rx(&mut e, &bad), RxAction::Consumed);
         expect(&e, want, 1);
         // The client was echoed once, and is still.
         assert!(matches!(rx(&mut e, &ok), RxAction::Transmit(_)));

@@ -301,6 +301,8 @@ struct Pinger {
 
 impl QueueHandler for Pinger {
     fn on_rx(&mut self, q: &QueueInfo, now: Duration, buf: &mut [u8], len: usize) -> RxAction {
+        // The peer's datagrams are taken (`Consumed`); anything else is
+        // the worker's `dropped`.
         if let Ok(f) = parse_frame(&buf[..len]) {
             if let (Transport::Udp { src_port, dst_port }, Some(ips)) = (f.transport, f.ip_pair()) {
                 let from_peer = ips.src() == IpAddr::V4(self.ip.dst_addr)
@@ -315,6 +317,7 @@ impl QueueHandler for Pinger {
                             Reply::Stray => o.stray += 1,
                         }
                     }
+                    return RxAction::Consumed;
                 }
             }
         }

@@ -81,7 +81,10 @@ counters! {
         tx_packets,
         /// Bytes handed to the TX ring.
         tx_bytes,
-        /// Frames the handler dropped (malformed, not for us, no room).
+        /// Frames the handler dropped without counting them under a name of
+        /// its own (`RxAction::Drop`: not for it, say), and frames whose
+        /// answer would not fit the frame. TCP services count their drops by
+        /// reason (the TCP counters), UDP echo its refusals: those are not here.
         dropped,
         /// Times a transmit found the TX ring full.
         tx_ring_full,
