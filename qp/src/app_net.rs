@@ -162,6 +162,9 @@ pub(crate) struct QpNet {
     /// Ended connections whose last delivered bytes were read: their
     /// `Closed` follows ([`QpNet::end_drained`]).
     drained: Vec<ConnHandle>,
+    /// Told of each connection that moved to another core, with its new
+    /// placement (`AppPort::set_on_move`).
+    pub(crate) on_move: Option<Box<dyn FnMut(ConnHandle, Placement) + Send>>,
 }
 
 impl QpNet {
@@ -190,6 +193,7 @@ impl QpNet {
             stats: Stats::default(),
             info_wanted: RefCell::new(Vec::new()),
             drained: Vec::new(),
+            on_move: None,
         }
     }
 
@@ -435,6 +439,9 @@ impl QpNet {
                 let index = self.by_core[from as usize][&old];
                 self.by_core[core as usize].insert(conn, index);
                 self.settle(from, old);
+                if let (Some(tell), Some(h)) = (self.on_move.as_mut(), self.conns.handle(index)) {
+                    tell(h, self.cores[core as usize].placement);
+                }
             }
             ToApp::MoveFailed { from, old } => {
                 // The old core keeps bouncing for it until settled, even
@@ -1456,6 +1463,31 @@ mod tests {
             },
         );
         assert!(matches!(net.events.pop_front(), Some(Event::Closed { conn, .. }) if conn == h));
+    }
+
+    /// A move told by the new core reaches the hook the thread's loop set
+    /// (`AppPort::set_on_move`), with the thread's handle and the new
+    /// core's placement; one of a connection ended here meanwhile does not.
+    #[test]
+    fn a_move_is_told_to_the_hook_with_the_new_placement() {
+        let (mut net, _rx) = net(2);
+        let told = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let t = told.clone();
+        net.on_move = Some(Box::new(move |h, p: Placement| {
+            t.lock().unwrap().push((h, p.queue));
+        }));
+        let (old, new) = (ConnHandle::from_parts(3, 1), ConnHandle::from_parts(7, 1));
+        let h = accepted(&mut net, old);
+        let moved = |old, conn| ToApp::Moved { from: 0, old, conn };
+        net.take(1, moved(old, new));
+        assert_eq!(*told.lock().unwrap(), [(h, 1)]);
+        assert_eq!(net.conn_placement(h).unwrap().queue, 1);
+        // Gone here before its move was told: nothing to tell.
+        let (old, new) = (ConnHandle::from_parts(4, 1), ConnHandle::from_parts(8, 1));
+        let h2 = accepted(&mut net, old);
+        net.abort(h2).unwrap();
+        net.take(1, moved(old, new));
+        assert_eq!(told.lock().unwrap().len(), 1);
     }
 
     #[test]

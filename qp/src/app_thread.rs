@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
 use flowlane_app::{
-    ConnHandler, Dispatcher, Error, HandlerId, ListenerId, Net, Placement, Setup, SynFilter, Wake,
+    ConnHandle, ConnHandler, Dispatcher, Error, HandlerId, ListenerId, Net, Placement, Setup,
+    SynFilter, Wake,
 };
 use flowlane_tcp::Event;
 
@@ -133,6 +134,9 @@ pub struct AppPort {
     /// The thread's open connections, after each pass.
     pub(crate) open: Arc<AtomicU64>,
     pub(crate) notify: WakeSlot,
+    /// What the cores call when they reset the thread's connections for a
+    /// stall ([`AppPort::set_on_stall`]).
+    pub(crate) on_stall: WakeSlot,
     pub(crate) started: bool,
 }
 
@@ -161,6 +165,29 @@ impl AppPort {
     /// calls are ignored.
     pub fn set_notify(&self, wake: Arc<dyn Wake>) {
         let _ = self.notify.set(wake);
+    }
+
+    /// What a network core calls, on its own thread, each time it finds
+    /// this thread stalled (or ended) and resets the thread's connections
+    /// there (each core that does so calls it; their `Closed` reach the
+    /// handlers only once the thread passes again). For a runtime whose
+    /// connections are used from other threads too, which can be told at
+    /// once that they are gone: every connection of a thread the cores
+    /// take for stalled is reset, on every core that finds it so; one on a
+    /// core that saw the thread back in time is not, and should then be
+    /// aborted by the thread. Set once; later calls are ignored.
+    pub fn set_on_stall(&self, wake: Arc<dyn Wake>) {
+        let _ = self.on_stall.set(wake);
+    }
+
+    /// What the thread calls, during a pass and before that pass's
+    /// events reach the handlers, when one of its connections moved to
+    /// another network core with its RSS bucket: the connection's handle
+    /// (the thread's, which does not change) and its new placement (what
+    /// [`Net::conn_placement`] answers from then on). Handlers hear of no
+    /// move otherwise. Replaces the one set before.
+    pub fn set_on_move(&mut self, moved: Box<dyn FnMut(ConnHandle, Placement) + Send>) {
+        self.at.net.on_move = Some(moved);
     }
 
     /// The longest a loop may wait between two [`AppPort::poll`]s
@@ -236,7 +263,7 @@ mod tests {
     use crate::app_net::CoreLink;
     use crate::message::ToCore;
     use crossbeam_channel::unbounded;
-    use flowlane_app::{CloseReason, ConnHandle, FourTuple};
+    use flowlane_app::{CloseReason, FourTuple};
     use std::sync::Mutex;
 
     /// Aborts each connection at its first data; records every callback.
@@ -333,6 +360,7 @@ mod tests {
             stop: Arc::new(AtomicBool::new(false)),
             open: Arc::new(AtomicU64::new(0)),
             notify: WakeSlot::default(),
+            on_stall: WakeSlot::default(),
             started: false,
         };
         // Completions for a connection the thread does not know: ignored.

@@ -67,6 +67,10 @@ pub(crate) struct Mailboxes {
     /// for it, if it does not wait on the queue itself (an async
     /// runtime's loop). Wakes that come before it looked collapse.
     pub(crate) notify: Vec<WakeSlot>,
+    /// Per thread: what it asked to be called, on the core's own thread,
+    /// when a core resets its connections because it stalled (or died):
+    /// the thread cannot tell its connections' users itself then.
+    pub(crate) stalled: Vec<WakeSlot>,
 }
 
 impl Mailboxes {
@@ -336,7 +340,8 @@ impl Relay {
     /// stalled: no pass ended and no handler's call began for
     /// `stall_after`: one stuck in a call, not one busy with many) since
     /// the last pass, counted: nobody serves them, and the core goes on
-    /// with the other threads' connections. A stalled thread that passes
+    /// with the other threads' connections; then calls the thread's stall
+    /// hook (`AppPort::set_on_stall`). A stalled thread that passes
     /// again gets new connections again (and hears that its old ones
     /// closed).
     fn bury(&mut self, net: &mut dyn Net) {
@@ -398,6 +403,12 @@ impl Relay {
                         reason: CloseReason::Aborted,
                     },
                 );
+            }
+            // The thread hears of the resets only once it passes again:
+            // what it asked to be called now tells the users of its
+            // connections (tasks of another runtime, say) at once.
+            if let Some(w) = self.threads.stalled[t].get() {
+                w.wake();
             }
         }
     }
@@ -801,6 +812,7 @@ mod tests {
             mailboxes: Mailboxes {
                 events: vec![events],
                 notify: vec![WakeSlot::default()],
+                stalled: vec![WakeSlot::default()],
             },
             alive: vec![Arc::new(AtomicBool::new(true))],
             beats: vec![Heartbeat::new()],
@@ -898,6 +910,43 @@ mod tests {
         r.alive[0].store(false, Ordering::Relaxed);
         r.on_tick(&mut core);
         assert!(r.moved.is_empty(), "{:?}", r.moved);
+    }
+
+    /// Counts its calls.
+    struct Calls(AtomicU64);
+
+    impl Wake for Calls {
+        fn wake(&self) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A core that finds its thread stalled resets the thread's
+    /// connections and calls what the thread asked to be called then, at
+    /// once (the thread, blocked, hears of the resets only later): once a
+    /// stall, again at the next one.
+    #[test]
+    fn a_stall_is_told_to_the_thread_s_hook_at_once() {
+        let mut core = Core::default();
+        let (mut r, _from_core, _conn) = relay(&mut core);
+        let calls = Arc::new(Calls(AtomicU64::new(0)));
+        r.threads.stalled[0].set(calls.clone()).ok().unwrap();
+        r.on_tick(&mut core);
+        assert_eq!(calls.0.load(Ordering::Relaxed), 0, "not stalled");
+        r.stall_after = Duration::from_millis(20);
+        std::thread::sleep(Duration::from_millis(60));
+        r.on_tick(&mut core);
+        assert_eq!(core.did, ["abort"]);
+        assert_eq!(calls.0.load(Ordering::Relaxed), 1);
+        r.on_tick(&mut core);
+        assert_eq!(calls.0.load(Ordering::Relaxed), 1, "once a stall");
+        // Back, then stalled again.
+        r.beats[0].beat();
+        r.on_tick(&mut core);
+        assert!(!r.dead[0]);
+        std::thread::sleep(Duration::from_millis(60));
+        r.on_tick(&mut core);
+        assert_eq!(calls.0.load(Ordering::Relaxed), 2);
     }
 
     /// A peer's one-byte segments while the thread takes nothing (a long

@@ -131,6 +131,7 @@ impl QueuePairs {
             .collect();
         let wakes: Vec<WakeSlot> = (0..ncores).map(|_| Arc::new(OnceLock::new())).collect();
         let notify: Vec<WakeSlot> = (0..nthreads).map(|_| Arc::new(OnceLock::new())).collect();
+        let stalled: Vec<WakeSlot> = (0..nthreads).map(|_| Arc::new(OnceLock::new())).collect();
         let owners: Vec<u32> = (0..ncores)
             .map(|c| owner(&config.cores, &config.app_threads, c))
             .collect();
@@ -166,6 +167,7 @@ impl QueuePairs {
                 config.pin,
             );
             let note = notify[t as usize].clone();
+            let on_stall = stalled[t as usize].clone();
             let count = Arc::new(AtomicU64::new(0));
             open.push(count.clone());
             let guard = AliveGuard(alive[t as usize].clone());
@@ -211,6 +213,7 @@ impl QueuePairs {
                         stop,
                         open: count,
                         notify: note,
+                        on_stall,
                         started: false,
                     };
                     run(port, state);
@@ -248,6 +251,7 @@ impl QueuePairs {
             mailboxes: Mailboxes {
                 events: events.iter().map(|(tx, _)| tx.clone()).collect(),
                 notify,
+                stalled,
             },
             alive: alive.clone(),
             beats,

@@ -4,10 +4,12 @@
 //! backlog, a task that blocks its thread; the application's function
 //! spawning before its future runs, a shutdown done once its bytes and FIN
 //! went, a listener and a stream polled elsewhere told that their thread
-//! stopped.
+//! stopped or stalled; panics of the application's function and of its
+//! tasks; opens refused at once or given up before they started.
 
 mod loopback_common;
 
+use std::future::Future;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::pin::Pin;
@@ -456,12 +458,251 @@ fn a_connector_and_a_stream_hear_that_their_thread_stopped() {
         .unwrap();
     rt.block_on(async {
         let addr = std::net::SocketAddr::new(LOOPBACK, port);
+        let aborted = Some(std::io::ErrorKind::ConnectionAborted);
         let open = tokio::time::timeout(Duration::from_secs(2), connector.connect(addr)).await;
-        assert!(matches!(open, Ok(Err(_))), "{open:?}");
+        let open = open.map(|r| r.map(drop).map_err(|e| e.kind()));
+        assert!(matches!(open, Ok(Err(k)) if Some(k) == aborted), "{open:?}");
         let mut b = [0u8; 8];
         let read = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut b)).await;
-        assert!(matches!(read, Ok(Err(_))), "{read:?}");
+        let read = read.map(|r| r.map_err(|e| e.kind()));
+        assert!(matches!(read, Ok(Err(k)) if Some(k) == aborted), "{read:?}");
     });
+}
+
+/// Waits up to 10 s for `done`.
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within 10 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_panic_in_the_application_s_function_ends_its_thread_reported() {
+    // The function's future panics (an unwrap on its own bug) once it
+    // accepted a connection. The thread ends as one that panicked: the
+    // cores reset its connections and every later one (counted orphaned,
+    // not taken for a full backlog), `dead_threads` names it, `stop`
+    // reports it. (Swallowed, the thread kept its cores and reset every
+    // later connection as a refused backlog, reported nowhere.)
+    let port = free_port();
+    let (qp, counters, kernel) = start(1, port, 64, move |mut local| async move {
+        let listener = local.listener(port).unwrap();
+        let (_s, _) = listener.accept().await.unwrap();
+        panic!("the application's bug (on purpose)");
+    });
+    let mut first = TcpStream::connect((LOOPBACK, port)).unwrap();
+    first
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    wait_for("the thread reported dead", || qp.dead_threads() == [0]);
+    let mut b = [0u8; 1];
+    let r = first.read(&mut b).map_err(|e| e.kind());
+    assert_eq!(r, Err(std::io::ErrorKind::ConnectionReset));
+    let mut later = TcpStream::connect((LOOPBACK, port)).unwrap();
+    later
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let r = later.read(&mut b).map_err(|e| e.kind());
+    assert_eq!(r, Err(std::io::ErrorKind::ConnectionReset));
+    assert!(qp.orphaned() >= 2, "{}", qp.orphaned());
+    assert_eq!(counters.refused_backlog.load(Ordering::Relaxed), 0);
+    kernel.stop();
+    let report = qp.stop().expect("the panic is reported");
+    assert!(report.contains("application thread 0 panicked"), "{report}");
+}
+
+#[test]
+fn a_panic_in_a_spawned_task_ends_only_that_task() {
+    // A task the application spawned panics with its stream: the stream
+    // goes with the task (closed: nothing was left unread), the task's
+    // handle gives the panic, and the thread goes on serving, reported
+    // by no one (as on any tokio runtime; `start`'s documentation).
+    let port = free_port();
+    let (tx, rx) = std::sync::mpsc::channel::<bool>();
+    let tx = Mutex::new(Some(tx));
+    let (qp, _c, kernel) = start(1, port, 64, move |mut local| {
+        let tx = tx.lock().unwrap().take();
+        async move {
+            let Some(tx) = tx else { return };
+            let listener = local.listener(port).unwrap();
+            let (s, _) = listener.accept().await.unwrap();
+            let task = tokio::spawn(async move {
+                let _s = s;
+                panic!("a task's bug (on purpose)");
+            });
+            tx.send(task.await.is_err_and(|e| e.is_panic())).unwrap();
+            let (mut s, _) = listener.accept().await.unwrap();
+            s.write_all(b"served").await.unwrap();
+            s.shutdown().await.unwrap();
+            std::future::pending::<()>().await;
+        }
+    });
+    let mut first = TcpStream::connect((LOOPBACK, port)).unwrap();
+    first
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(true));
+    let mut got = Vec::new();
+    first.read_to_end(&mut got).unwrap();
+    assert!(got.is_empty());
+    assert_eq!(read_from(port), b"served");
+    assert!(qp.dead_threads().is_empty());
+    assert_eq!(qp.orphaned(), 0);
+    kernel.stop();
+    assert_eq!(qp.stop(), None);
+}
+
+#[test]
+fn a_stream_and_a_connector_polled_elsewhere_hear_at_once_that_their_thread_stalled() {
+    // A stream and a connector leave their application thread, which then
+    // blocks for 3 s (stall limit 0.5 s). At the stall limit the cores
+    // reset the thread's connections; the stream, polled on another
+    // runtime, hears so then (not once the thread is back), and opens
+    // asked meanwhile fail at once. Once the thread passes again, opens
+    // work again.
+    let server = std::net::TcpListener::bind((LOOPBACK, 0)).unwrap();
+    let server_addr = server.local_addr().unwrap();
+    let port = free_port();
+    type Out = (flowlane_tokio::TcpStream, flowlane_tokio::Connector);
+    let (tx, rx) = std::sync::mpsc::channel::<Out>();
+    let tx = Mutex::new(Some(tx));
+    let (qp, _c, kernel) = start(1, port, 64, move |mut local| {
+        let tx = tx.lock().unwrap().take();
+        async move {
+            let Some(tx) = tx else { return };
+            let listener = local.listener(port).unwrap();
+            let (s, _) = listener.accept().await.unwrap();
+            tx.send((s, local.connector())).unwrap();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            // The application's bug (on purpose): blocks the thread.
+            std::thread::sleep(Duration::from_secs(3));
+            std::future::pending::<()>().await;
+        }
+    });
+    let mut client = TcpStream::connect((LOOPBACK, port)).unwrap();
+    let (mut stream, connector) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let t0 = Instant::now();
+    let read = rt.block_on(async {
+        let mut b = [0u8; 8];
+        stream.read(&mut b).await.map_err(|e| e.kind())
+    });
+    let took = t0.elapsed();
+    let aborted = std::io::ErrorKind::ConnectionAborted;
+    assert_eq!(read, Err(aborted));
+    assert!(took < Duration::from_secs(2), "heard after {took:?}");
+    let open = rt.block_on(async {
+        let open = tokio::time::timeout(Duration::from_millis(500), connector.connect(server_addr));
+        open.await.map(|r| r.map(drop).map_err(|e| e.kind()))
+    });
+    assert_eq!(open, Ok(Err(aborted)));
+    // The peer was reset.
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut b = [0u8; 1];
+    let r = client.read(&mut b).map_err(|e| e.kind());
+    assert_eq!(r, Err(std::io::ErrorKind::ConnectionReset));
+    // Back after 3 s: opens go through again.
+    let opened = rt.block_on(async {
+        loop {
+            match connector.connect(server_addr).await {
+                Ok(s) => break s,
+                Err(e) if e.kind() == aborted && t0.elapsed() < Duration::from_secs(10) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    });
+    let (_accepted, _) = server.accept().unwrap();
+    drop(opened);
+    kernel.stop();
+    qp.stop();
+}
+
+#[test]
+fn a_thread_that_serves_no_core_is_refused_opens_as_unsupported() {
+    // Three threads, two cores: thread 2 serves none, and cannot open a
+    // connection (nothing would carry its replies). Refused at once with
+    // a kind that says so, not `Other`.
+    let port = free_port();
+    let (tx, rx) = std::sync::mpsc::channel::<Option<std::io::ErrorKind>>();
+    let tx = Mutex::new(tx);
+    let (qp, _c, kernel) = start(3, port, 64, move |local| {
+        let tx = tx.lock().unwrap().clone();
+        async move {
+            if local.index() != 2 {
+                return;
+            }
+            let addr = std::net::SocketAddr::new(LOOPBACK, port);
+            let r = local.connector().connect(addr).await;
+            tx.send(r.err().map(|e| e.kind())).unwrap();
+        }
+    });
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(10)),
+        Ok(Some(std::io::ErrorKind::Unsupported))
+    );
+    kernel.stop();
+    assert_eq!(qp.stop(), None);
+}
+
+#[test]
+fn a_connect_dropped_before_the_thread_passes_opens_nothing() {
+    // An open asked and given up (its future dropped) while the thread is
+    // busy: when the thread passes, it does not open it (opened, it would
+    // reach the peer only to be closed). The next open does.
+    let server = std::net::TcpListener::bind((LOOPBACK, 0)).unwrap();
+    let server_addr = server.local_addr().unwrap();
+    let port = free_port();
+    let (tx, rx) = std::sync::mpsc::channel::<flowlane_tokio::Connector>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let once = Mutex::new(Some((tx, go_rx)));
+    let (qp, _c, kernel) = start(1, port, 64, move |local| {
+        let once = once.lock().unwrap().take();
+        async move {
+            let Some((tx, go)) = once else { return };
+            tx.send(local.connector()).unwrap();
+            // Busy (well within the stall limit) until the test asked.
+            let _ = go.recv_timeout(Duration::from_millis(300));
+            std::future::pending::<()>().await;
+        }
+    });
+    let connector = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    {
+        let mut open = std::pin::pin!(connector.connect(server_addr));
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(open.as_mut().poll(&mut cx).is_pending());
+    }
+    go_tx.send(()).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let second = rt.block_on(async {
+        let open = connector.connect(server_addr);
+        tokio::time::timeout(Duration::from_secs(10), open).await
+    });
+    let second = second.unwrap().unwrap();
+    let (_s, from) = server.accept().unwrap();
+    assert_eq!(
+        from,
+        second.local_addr(),
+        "the dropped open reached the peer first"
+    );
+    server.set_nonblocking(true).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let more = server.accept().map(|(_, a)| a).map_err(|e| e.kind());
+    assert_eq!(more, Err(std::io::ErrorKind::WouldBlock));
+    drop(second);
+    kernel.stop();
+    assert_eq!(qp.stop(), None);
 }
 
 /// Everything the server sends on a connection to `port`, until it

@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Buf;
-use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net};
+use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Error, Net};
 
 use crate::listener::AcceptQueue;
-use crate::pipe::{lock, release_if_empty, Opened, Pipe, PipeRef, ThreadShared, RX_LIMIT};
+use crate::pipe::{lock, release_if_empty, Pipe, PipeRef, ThreadShared, RX_LIMIT};
 use crate::stream::TcpStream;
 
 /// What the adapter counts, over all application threads.
@@ -25,13 +25,37 @@ pub struct Counters {
     pub refused_backlog: AtomicU64,
 }
 
+/// The error of an open that the thread's queue pairs refused at once
+/// (`Net::connect`'s error): no local port (`AddrInUse`), an address it
+/// cannot open to (`InvalidInput`), the thread's connection table full
+/// (`QuotaExceeded`), or a thread that serves no network core (more
+/// threads than cores: `Unsupported`, it never can).
+fn connect_error(remote: std::net::SocketAddr, e: Error) -> io::Error {
+    let (kind, why) = match e {
+        Error::AddrInUse => (io::ErrorKind::AddrInUse, "no local port left".to_string()),
+        Error::InvalidAddress => (io::ErrorKind::InvalidInput, e.to_string()),
+        Error::ConnectionLimit => (
+            io::ErrorKind::QuotaExceeded,
+            "the application thread holds the most connections it can".to_string(),
+        ),
+        Error::InvalidState => (
+            io::ErrorKind::Unsupported,
+            "the application thread serves no network core (more threads than cores): \
+             it cannot open connections"
+                .to_string(),
+        ),
+        _ => (io::ErrorKind::Other, e.to_string()),
+    };
+    io::Error::new(kind, format!("connect to {remote}: {why}"))
+}
+
 /// One application thread's bridge.
 pub(crate) struct Bridge {
     thread: Arc<ThreadShared>,
     listeners: Vec<(u16, Arc<AcceptQueue>)>,
+    /// The connections served, each also in the thread's registry
+    /// (`ThreadShared::register`) while it is here.
     conns: HashMap<ConnHandle, PipeRef>,
-    /// Active opens under way.
-    opening: HashMap<ConnHandle, Opened>,
     counters: Arc<Counters>,
 }
 
@@ -41,7 +65,6 @@ impl Bridge {
             thread,
             listeners: Vec::new(),
             conns: HashMap::new(),
-            opening: HashMap::new(),
             counters,
         }
     }
@@ -115,16 +138,40 @@ impl Bridge {
     fn stream(&mut self, net: &dyn Net, conn: ConnHandle) -> Option<(TcpStream, PipeRef)> {
         let tuple = net.four_tuple(conn).ok()?;
         let placement = net.conn_placement(conn).ok()?;
-        let pipe: PipeRef = Arc::new(Mutex::new(Pipe::default()));
+        let pipe: PipeRef = Arc::new(Mutex::new(Pipe::new(placement)));
         let stream = TcpStream::new(
             conn,
             pipe.clone(),
             self.thread.clone(),
             (tuple.local, tuple.remote),
-            placement,
         );
         self.conns.insert(conn, pipe.clone());
+        self.thread.register(conn, pipe.clone());
         Some((stream, pipe))
+    }
+
+    /// `conn` is no longer served here.
+    fn forget(&mut self, conn: ConnHandle) -> Option<PipeRef> {
+        let pipe = self.conns.remove(&conn)?;
+        self.thread.unregister(conn);
+        Some(pipe)
+    }
+
+    /// Aborts the connections a network core's stall report ended for
+    /// their streams (`Pipe::orphaned`) that are still open here: a core
+    /// that saw the thread back in time did not reset them, and their
+    /// streams were told they are gone. (Those a core did reset are
+    /// aborted again, to no effect: their `Closed` is on its way.)
+    fn abort_orphans(&mut self, net: &mut dyn Net) {
+        let orphans: Vec<ConnHandle> = self
+            .conns
+            .iter()
+            .filter(|(_, pipe)| lock(pipe).orphaned)
+            .map(|(&conn, _)| conn)
+            .collect();
+        for conn in orphans {
+            let _ = net.abort(conn);
+        }
     }
 
     /// Pulls and pushes for `conn`, then wakes whoever waits on the
@@ -135,6 +182,10 @@ impl Bridge {
         };
         let (reader, writer) = {
             let mut p = lock(pipe);
+            if p.orphaned {
+                // Told gone already: aborted at the next tick.
+                return;
+            }
             if std::mem::take(&mut p.info_wanted) {
                 p.info = net.info(conn).ok().or(p.info);
             }
@@ -198,7 +249,7 @@ impl ConnHandler for Bridge {
                 self.counters.accepted.fetch_add(1, Ordering::Relaxed);
             }
             Err(stream) => {
-                self.conns.remove(&conn);
+                self.forget(conn);
                 // Its drop must not ask the bridge for a close.
                 lock(&pipe).closed = Some(CloseReason::Aborted);
                 drop(stream);
@@ -211,7 +262,10 @@ impl ConnHandler for Bridge {
     }
 
     fn on_connected(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        let Some(opened) = self.opening.remove(&conn) else {
+        let Some(opened) = self.thread.take_opening(conn) else {
+            // Its open was failed meanwhile (the cores found the thread
+            // stalled, and this core did not after all): nobody wants it.
+            let _ = net.abort(conn);
             return;
         };
         match self.stream(net, conn) {
@@ -239,7 +293,7 @@ impl ConnHandler for Bridge {
     }
 
     fn on_closed(&mut self, _net: &mut dyn Net, conn: ConnHandle, reason: CloseReason) {
-        if let Some(opened) = self.opening.remove(&conn) {
+        if let Some(opened) = self.thread.take_opening(conn) {
             // A refusal (an RST to the SYN) is `Reset` on both backends;
             // `Aborted` is a connect the network core could not start
             // (its backend failed it at once) or gave up (its thread
@@ -256,7 +310,7 @@ impl ConnHandler for Bridge {
             let _ = opened.send(Err(e));
             return;
         }
-        let Some(pipe) = self.conns.remove(&conn) else {
+        let Some(pipe) = self.forget(conn) else {
             return;
         };
         let (reader, writer) = {
@@ -270,15 +324,22 @@ impl ConnHandler for Bridge {
     }
 
     /// What the streams asked since the last pass, and the connections
-    /// to open.
+    /// to open (but those whose caller gave up already); first, after a
+    /// stall, the connections a core's report ended for their streams.
     fn on_tick(&mut self, net: &mut dyn Net) {
+        if self.thread.take_swept() {
+            self.abort_orphans(net);
+        }
         for (remote, opened) in self.thread.take_connects() {
+            if opened.is_closed() {
+                // The `connect` future was dropped: nobody would take the
+                // stream.
+                continue;
+            }
             match net.connect(remote) {
-                Ok(conn) => {
-                    self.opening.insert(conn, opened);
-                }
+                Ok(conn) => self.thread.opening(conn, opened),
                 Err(e) => {
-                    let _ = opened.send(Err(io::Error::other(format!("connect to {remote}: {e}"))));
+                    let _ = opened.send(Err(connect_error(remote, e)));
                 }
             }
         }

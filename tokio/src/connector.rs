@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
-use crate::pipe::ThreadShared;
+use crate::pipe::{thread_gone, ThreadShared};
 use crate::stream::TcpStream;
 
 /// Opens connections on one application thread's cores; `Clone` and
@@ -24,16 +24,26 @@ impl Connector {
         Connector { thread }
     }
 
-    /// Opens a connection to `remote`; done once the handshake completed
-    /// (`ConnectionRefused` when the peer refused it with a reset,
-    /// `TimedOut` when the SYNs went unanswered, `ConnectionAborted` when
-    /// the network core could not start it or gave it up: no local port or
-    /// connection slot left, an address it cannot reach, its thread
-    /// stopped).
+    /// Opens a connection to `remote`; done once the handshake completed.
+    /// Errors:
+    /// - `ConnectionRefused`: the peer refused it with a reset;
+    /// - `TimedOut`: the SYNs went unanswered;
+    /// - `ConnectionAborted`: the network core could not start it or gave
+    ///   it up (no local port or connection slot left there, an address it
+    ///   cannot reach), or the thread stopped, or the cores found it
+    ///   stalled (blocked past the stall limit) and it has not passed
+    ///   since;
+    /// - refused by the thread at once: `AddrInUse` (no local port),
+    ///   `InvalidInput` (an address it cannot open to), `QuotaExceeded`
+    ///   (the thread holds the most connections it can), `Unsupported` (the
+    ///   thread serves no network core: more threads than cores).
+    ///
+    /// Dropped before the thread's next pass, the future opens nothing;
+    /// dropped later, the connection is closed once open.
     pub async fn connect(&self, remote: SocketAddr) -> io::Result<TcpStream> {
         let (tx, rx) = oneshot::channel();
         self.thread.connect(remote, tx);
         rx.await
-            .map_err(|_| io::Error::other("the application thread stopped"))?
+            .map_err(|_| thread_gone("the application thread stopped"))?
     }
 }

@@ -31,8 +31,12 @@
 //! the core's stack, whose window closes: back-pressure), and hands the
 //! streams' writes to the cores (at most 64 KiB each in the stream and
 //! 256 KiB in the queue pair ahead of the stack).
-//! A handler that blocks the thread stalls it: after the queue pairs'
-//! `stall_after`, the cores reset its connections, counted.
+//! A task that blocks the thread stalls it: after the queue pairs'
+//! `stall_after`, the cores reset its connections, counted, and its
+//! streams, wherever they are polled, fail at once (`ConnectionAborted`),
+//! as do its opens until it passes again. A panic of the application's
+//! function ends its thread (reported by the queue pairs); one of a task
+//! it spawned ends that task only ([`start`]).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

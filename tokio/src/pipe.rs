@@ -1,13 +1,15 @@
 //! What one connection's stream and its thread's bridge share: the bytes
 //! between them, the flags each sets for the other, and their wakers.
 
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 
 use bytes::BytesMut;
-use flowlane_app::{CloseReason, ConnHandle, ConnInfo};
+use flowlane_app::{CloseReason, ConnHandle, ConnInfo, Placement};
 use tokio::sync::{oneshot, Notify};
 
 use crate::stream::TcpStream;
@@ -33,8 +35,14 @@ pub(crate) fn release_if_empty(b: &mut BytesMut) {
     }
 }
 
+/// Locks `m`, whatever a panic left it as (every value guarded here is
+/// valid on its own).
+fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// One connection's shared state.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Pipe {
     /// Received, not yet read by the stream.
     pub(crate) rx: BytesMut,
@@ -53,6 +61,15 @@ pub(crate) struct Pipe {
     pub(crate) dropped: bool,
     /// The connection is gone, and why.
     pub(crate) closed: Option<CloseReason>,
+    /// Gone because a network core found the thread stalled and reset its
+    /// connections (told by the core while the thread was blocked): the
+    /// bridge no longer serves it, and aborts it once the thread passes
+    /// again unless a core's `Closed` came first (a core that saw the
+    /// thread back in time did not reset it).
+    pub(crate) orphaned: bool,
+    /// Where the connection's TCP runs (its network core's), updated when
+    /// it moves.
+    pub(crate) placement: Placement,
     /// The stream asked for the connection's figures.
     pub(crate) info_wanted: bool,
     /// The figures as of the bridge's last look.
@@ -63,13 +80,57 @@ pub(crate) struct Pipe {
     pub(crate) writer: Option<Waker>,
 }
 
+impl Pipe {
+    /// An empty pipe for a connection served at `placement`.
+    pub(crate) fn new(placement: Placement) -> Pipe {
+        Pipe {
+            rx: BytesMut::new(),
+            rx_more: false,
+            eof: false,
+            tx: BytesMut::new(),
+            shutdown: false,
+            shutdown_sent: false,
+            nodelay: None,
+            dropped: false,
+            closed: None,
+            orphaned: false,
+            placement,
+            info_wanted: false,
+            info: None,
+            queued: false,
+            reader: None,
+            writer: None,
+        }
+    }
+}
+
 /// A connection's [`Pipe`], as the stream and the bridge hold it.
 pub(crate) type PipeRef = Arc<Mutex<Pipe>>;
 
 /// Locks a pipe (a panic while it was held leaves it usable: every field
 /// is valid on its own).
 pub(crate) fn lock(p: &Mutex<Pipe>) -> MutexGuard<'_, Pipe> {
-    p.lock().unwrap_or_else(|e| e.into_inner())
+    guard(p)
+}
+
+/// The error of an open that failed because its thread stalled or stopped.
+pub(crate) fn thread_gone(why: &'static str) -> io::Error {
+    io::Error::new(io::ErrorKind::ConnectionAborted, why)
+}
+
+/// Why a stalled thread's opens fail.
+const STALLED: &str = "the application thread stalled (blocked past the stall limit)";
+
+/// The opens the streams asked for, and whether they can be taken.
+#[derive(Debug, Default)]
+pub(crate) struct Connects {
+    /// Asked, not taken by the bridge yet.
+    asked: Vec<(SocketAddr, Opened)>,
+    /// The thread's loop ended: opens fail at once.
+    stopped: bool,
+    /// The cores found the thread stalled and it has not passed since:
+    /// opens fail at once, as the cores refuse them.
+    stalled: bool,
 }
 
 /// What the streams of one application thread share with its bridge.
@@ -81,9 +142,17 @@ pub(crate) struct ThreadShared {
     /// Connections whose stream asked for something since the bridge last
     /// looked.
     pub(crate) dirty: Mutex<Vec<ConnHandle>>,
-    /// Connections to open, and where each stream goes once it is; `None`
-    /// once the thread's loop ended (a connect then fails at once).
-    pub(crate) connects: Mutex<Option<Vec<(SocketAddr, Opened)>>>,
+    /// Connections to open, and where each stream goes once it is.
+    connects: Mutex<Connects>,
+    /// Active opens under way (the bridge's, by the thread's handle), and
+    /// where each stream goes: shared so that a stall fails them at once.
+    opening: Mutex<HashMap<ConnHandle, Opened>>,
+    /// Every open connection's pipe (the bridge's, by the thread's handle),
+    /// for the network cores to reach while the thread is blocked (a
+    /// stall) and for moves.
+    pipes: Mutex<HashMap<ConnHandle, PipeRef>>,
+    /// A core found the thread stalled since the bridge last looked.
+    swept: AtomicBool,
 }
 
 /// Where an opened connection's stream (or why it failed) goes.
@@ -94,7 +163,10 @@ impl Default for ThreadShared {
         ThreadShared {
             notify: Notify::new(),
             dirty: Mutex::new(Vec::new()),
-            connects: Mutex::new(Some(Vec::new())),
+            connects: Mutex::default(),
+            opening: Mutex::default(),
+            pipes: Mutex::default(),
+            swept: AtomicBool::new(false),
         }
     }
 }
@@ -107,51 +179,141 @@ impl ThreadShared {
             return;
         }
         p.queued = true;
-        self.dirty
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(conn);
+        guard(&self.dirty).push(conn);
         self.notify.notify_one();
     }
 
     /// Takes the list.
     pub(crate) fn take_dirty(&self) -> Vec<ConnHandle> {
-        std::mem::take(&mut *self.dirty.lock().unwrap_or_else(|e| e.into_inner()))
+        std::mem::take(&mut *guard(&self.dirty))
     }
 
-    /// Asks the bridge to open a connection to `remote` (dropped, which
-    /// fails the open, if the thread's loop ended).
+    /// Asks the bridge to open a connection to `remote`; fails it at once
+    /// if the thread's loop ended (the sender dropped) or the cores found
+    /// the thread stalled and it has not passed since.
     pub(crate) fn connect(&self, remote: SocketAddr, opened: Opened) {
-        if let Some(list) = self
-            .connects
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_mut()
-        {
-            list.push((remote, opened));
+        let mut c = guard(&self.connects);
+        if c.stopped {
+            return;
         }
+        if c.stalled {
+            drop(c);
+            let _ = opened.send(Err(thread_gone(STALLED)));
+            return;
+        }
+        c.asked.push((remote, opened));
+        drop(c);
         self.notify.notify_one();
     }
 
     /// Takes the connections to open.
     pub(crate) fn take_connects(&self) -> Vec<(SocketAddr, Opened)> {
-        self.connects
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_mut()
-            .map(std::mem::take)
-            .unwrap_or_default()
+        std::mem::take(&mut guard(&self.connects).asked)
+    }
+
+    /// The bridge started an open: where its stream goes.
+    pub(crate) fn opening(&self, conn: ConnHandle, opened: Opened) {
+        guard(&self.opening).insert(conn, opened);
+    }
+
+    /// Where the stream of the open `conn` goes (none once a stall failed
+    /// it).
+    pub(crate) fn take_opening(&self, conn: ConnHandle) -> Option<Opened> {
+        guard(&self.opening).remove(&conn)
+    }
+
+    /// The bridge serves `conn` through `pipe`.
+    pub(crate) fn register(&self, conn: ConnHandle, pipe: PipeRef) {
+        guard(&self.pipes).insert(conn, pipe);
+    }
+
+    /// The bridge no longer serves `conn`.
+    pub(crate) fn unregister(&self, conn: ConnHandle) {
+        guard(&self.pipes).remove(&conn);
+    }
+
+    /// `conn` moved to another network core, now at `placement` (called by
+    /// the thread's queue pairs as it takes the move, before the handlers
+    /// run).
+    pub(crate) fn moved(&self, conn: ConnHandle, placement: Placement) {
+        let pipe = guard(&self.pipes).get(&conn).cloned();
+        if let Some(pipe) = pipe {
+            lock(&pipe).placement = placement;
+        }
+    }
+
+    /// A network core found the thread stalled and reset its connections
+    /// (called on the core's thread while this one is blocked): every
+    /// stream, wherever it is polled, reads and writes `ConnectionAborted`
+    /// from now on, the opens under way or asked fail, and so do those
+    /// asked until the thread passes again (as the cores refuse them). A
+    /// connection that a core did not reset after all (one that saw the
+    /// thread back in time) is aborted by the bridge once it passes
+    /// ([`ThreadShared::take_swept`]).
+    pub(crate) fn orphaned(&self) {
+        let pipes: Vec<PipeRef> = guard(&self.pipes).values().cloned().collect();
+        let mut wakers = Vec::new();
+        for pipe in &pipes {
+            let mut p = lock(pipe);
+            if p.closed.is_none() {
+                p.closed = Some(CloseReason::Aborted);
+                p.orphaned = true;
+                wakers.extend(p.reader.take());
+                wakers.extend(p.writer.take());
+            }
+        }
+        let failed: Vec<Opened> = {
+            let mut c = guard(&self.connects);
+            c.stalled = !c.stopped;
+            let mut failed: Vec<Opened> = c.asked.drain(..).map(|(_, o)| o).collect();
+            failed.extend(guard(&self.opening).drain().map(|(_, o)| o));
+            failed
+        };
+        self.swept.store(true, Ordering::Release);
+        for w in wakers {
+            w.wake();
+        }
+        for opened in failed {
+            let _ = opened.send(Err(thread_gone(STALLED)));
+        }
+        // The thread, once it passes, aborts what no core reset.
+        self.notify.notify_one();
+    }
+
+    /// Whether a core found the thread stalled since the last call (the
+    /// bridge's, as the thread passes again): opens are taken again from
+    /// now on.
+    pub(crate) fn take_swept(&self) -> bool {
+        if !self.swept.swap(false, Ordering::Acquire) {
+            return false;
+        }
+        guard(&self.connects).stalled = false;
+        true
     }
 
     /// The thread's loop ended (stopped, or a panic): the opens asked and
-    /// not taken fail, and so does every later one.
+    /// not taken fail, those under way too, and so does every later one.
     pub(crate) fn stopped(&self) {
-        let left = self
-            .connects
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let left = {
+            let mut c = guard(&self.connects);
+            c.stopped = true;
+            std::mem::take(&mut c.asked)
+        };
         drop(left);
+        let opening = std::mem::take(&mut *guard(&self.opening));
+        drop(opening);
+        let pipes = std::mem::take(&mut *guard(&self.pipes));
+        drop(pipes);
+    }
+}
+
+/// Tells a stalled thread's streams, from the network core that found it
+/// stalled ([`ThreadShared::orphaned`]).
+pub(crate) struct StallWake(pub(crate) Arc<ThreadShared>);
+
+impl flowlane_app::Wake for StallWake {
+    fn wake(&self) {
+        self.0.orphaned();
     }
 }
 

@@ -3,20 +3,22 @@
 //! bridge among the handlers) whenever a core or a stream wakes it, and
 //! runs the application's tasks in between.
 
-use std::future::Future;
+use std::future::{poll_fn, Future};
+use std::pin::{pin, Pin};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use flowlane_app::{Placement, Setup};
 use flowlane_qp::{AppPort, QueuePairConfig, QueuePairs};
 use tokio::runtime::Runtime;
 use tokio::sync::Notify;
-use tokio::task::LocalSet;
+use tokio::task::{JoinHandle, LocalSet};
 
 use crate::bridge::{Bridge, Counters};
 use crate::connector::Connector;
 use crate::listener::{AcceptQueue, TcpListener};
-use crate::pipe::{NotifyWake, ThreadShared};
+use crate::pipe::{NotifyWake, StallWake, ThreadShared};
 
 /// What to start.
 #[derive(Debug, Clone)]
@@ -81,6 +83,17 @@ struct Prepared {
 /// [`QueuePairs::setup_core`] in its per-core set-up; stop it first, then
 /// [`QueuePairs::stop`], which ends the runtimes (their tasks are
 /// dropped).
+///
+/// A panic in `app` or in its future ends the thread as a panicked
+/// application thread: the network cores reset its connections and go on
+/// with the other threads', its streams and listeners wherever they are
+/// polled read `ConnectionAborted`, and [`QueuePairs::dead_threads`] and
+/// [`QueuePairs::stop`] report it. One in a task the application spawned
+/// (`tokio::spawn`, `spawn_local`) ends only that task, as on any tokio
+/// runtime: its streams are dropped with it (closed, or reset where
+/// received bytes were unread), its `JoinHandle` gives the panic, and the
+/// thread goes on serving; await the handle to make the panic the
+/// function's own.
 pub fn start<F, Fut>(config: AsyncConfig, app: F) -> Result<(QueuePairs, Arc<Counters>), String>
 where
     F: Fn(Local) -> Fut + Send + Sync + 'static,
@@ -126,6 +139,11 @@ where
     Fut: Future<Output = ()> + 'static,
 {
     port.set_notify(Arc::new(NotifyWake(p.shared.clone())));
+    port.set_on_stall(Arc::new(StallWake(p.shared.clone())));
+    let moves = p.shared.clone();
+    port.set_on_move(Box::new(move |conn, placement| {
+        moves.moved(conn, placement)
+    }));
     let tick = port.tick();
     let local = Local {
         index: port.index(),
@@ -147,9 +165,34 @@ where
     tasks.block_on(&p.runtime, async move {
         // Called in the runtime and the local set: the function may spawn
         // (`tokio::spawn`, `spawn_local`) before its future first runs.
-        tokio::task::spawn_local(app(local));
-        passes(&mut port, &shared.notify, tick).await;
+        let app = tokio::task::spawn_local(app(local));
+        watched(app, passes(&mut port, &shared.notify, tick)).await;
     });
+}
+
+/// Runs `run` (the loop) to its end, and the application's function's
+/// task beside it: a panic of that task unwinds this thread (the runtime's
+/// own thread, out of `block_on`), which thus ends as an application
+/// thread that panicked (the cores reset its connections,
+/// [`QueuePairs::dead_threads`] and [`QueuePairs::stop`] report it). The
+/// function returning ends nothing: the tasks it spawned go on.
+async fn watched(app: JoinHandle<()>, run: impl Future<Output = ()>) {
+    let mut app = Some(app);
+    let mut run = pin!(run);
+    poll_fn(|cx| {
+        if let Some(task) = app.as_mut() {
+            if let Poll::Ready(done) = Pin::new(task).poll(cx) {
+                app = None;
+                if let Err(e) = done {
+                    if e.is_panic() {
+                        std::panic::resume_unwind(e.into_panic());
+                    }
+                }
+            }
+        }
+        run.as_mut().poll(cx)
+    })
+    .await
 }
 
 /// What the loop passes: the thread's queue pairs.

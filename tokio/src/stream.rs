@@ -28,7 +28,6 @@ pub struct TcpStream {
     thread: Arc<ThreadShared>,
     local: SocketAddr,
     peer: SocketAddr,
-    placement: Placement,
 }
 
 /// The error reads and writes give once the connection is gone.
@@ -47,7 +46,6 @@ impl TcpStream {
         pipe: PipeRef,
         thread: Arc<ThreadShared>,
         (local, peer): (SocketAddr, SocketAddr),
-        placement: Placement,
     ) -> TcpStream {
         TcpStream {
             conn,
@@ -55,15 +53,15 @@ impl TcpStream {
             thread,
             local,
             peer,
-            placement,
         }
     }
 
     /// Where the connection's TCP runs: the network core's receive queue,
     /// CPU and NUMA node (its flow's hint: work on its bytes is cheapest on
-    /// that node).
+    /// that node). Follows the connection when its RSS bucket moves to
+    /// another core (from the pass of its thread that took the move).
     pub fn placement(&self) -> Placement {
-        self.placement
+        lock(&self.pipe).placement
     }
 
     /// The connection's TCP figures (queues, round-trip time, window,
@@ -258,16 +256,17 @@ mod tests {
     /// A stream with no bridge behind it: the test plays the bridge on
     /// its pipe.
     fn stream() -> (TcpStream, PipeRef, Arc<ThreadShared>) {
-        let pipe = PipeRef::default();
-        let thread = Arc::new(ThreadShared::default());
-        let addr: SocketAddr = "10.0.0.1:80".parse().unwrap();
         let placement = Placement {
             queue: 0,
             cpu: None,
             node: 0,
         };
+        let pipe = PipeRef::new(std::sync::Mutex::new(Pipe::new(placement)));
+        let thread = Arc::new(ThreadShared::default());
+        let addr: SocketAddr = "10.0.0.1:80".parse().unwrap();
         let conn = ConnHandle::from_parts(1, 1);
-        let s = TcpStream::new(conn, pipe.clone(), thread.clone(), (addr, addr), placement);
+        let s = TcpStream::new(conn, pipe.clone(), thread.clone(), (addr, addr));
+        thread.register(conn, pipe.clone());
         (s, pipe, thread)
     }
 
