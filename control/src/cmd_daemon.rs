@@ -10,12 +10,12 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::Args as ClapArgs;
 use flowlane_apps::service::ServiceSignals;
-use flowlane_daemon::ask::ask_all;
+use flowlane_daemon::ask::{ask_all, NoAnswer};
 use flowlane_daemon::{Daemon, DaemonConfig};
 use flowlane_dataplane::affinity::allowed_cpus;
 use flowlane_dataplane::control_socket::{self, Request, Response};
 
-use crate::host_plan::{self, Owned};
+use crate::host_plan::{self, Owned, PutBack};
 use crate::sysroot::Roots;
 use crate::topology_args::TopologyArgs;
 
@@ -87,19 +87,29 @@ impl Args {
 }
 
 pub(crate) fn run(args: Args) -> Result<()> {
-    let config = args.config()?;
+    let mut config = args.config()?;
+    config.ifaces = distinct_ifaces(&config.ifaces);
     let signals = ServiceSignals::install()?;
-    let owned = own_nics(&config)?;
-    let mut daemon = match Daemon::start(&config) {
-        Ok(d) => d,
-        Err(e) => {
-            let in_use = services_on(&control_socket::live_sockets(&config.run_dir), ASK_WITHIN);
-            restore(owned, &config, &in_use);
-            return Err(e.into());
+    // What the daemon changes on its NICs goes back however it ends: on
+    // its way out below, or on an error or a panic (unwinding drops this),
+    // the run directory's services then asked which NICs they use. A
+    // systemd restart would otherwise take the daemon's own settings for
+    // what was there before it.
+    let mut owned = PutBack::new({
+        let config = config.clone();
+        move |nics| {
+            let in_use = in_use(
+                &control_socket::live_sockets(&config.run_dir),
+                ASK_WITHIN,
+                &config.ifaces,
+            );
+            restore(nics, &config, &in_use);
         }
-    };
-    daemon.set_nics(owned.iter().map(|o| o.report.clone()).collect());
-    if !owned.is_empty() {
+    });
+    own_nics(&config, owned.nics_mut())?;
+    let mut daemon = Daemon::start(&config)?;
+    daemon.set_nics(owned.nics().iter().map(|o| o.report.clone()).collect());
+    if !owned.nics().is_empty() {
         daemon.set_nic_stats(Box::new(|iface: &str| {
             crate::nic::caps::queue_stats(&Roots::default(), iface)
                 .map_err(|e| tracing::debug!("{iface}'s per-queue counters: {e:#}"))
@@ -114,7 +124,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
             "metrics": daemon.metrics_addr().to_string(),
             "socket": daemon.socket_path(),
             "run_dir": config.run_dir,
-            "nics": owned.iter().map(|o| serde_json::json!({
+            "nics": owned.nics().iter().map(|o| serde_json::json!({
                 "iface": o.report.caps.iface,
                 "dry_run": o.report.dry_run,
                 "changes": o.report.changes,
@@ -122,13 +132,12 @@ pub(crate) fn run(args: Args) -> Result<()> {
             })).collect::<Vec<_>>(),
         })
     );
-    let mut owned = owned;
     let mut next_look = std::time::Instant::now() + LOOK_AGAIN;
     while !signals.stop_requested() {
         daemon.poll();
         if std::time::Instant::now() >= next_look {
             next_look = std::time::Instant::now() + LOOK_AGAIN;
-            look_again(&mut owned, &daemon);
+            look_again(owned.nics_mut(), &daemon);
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -136,10 +145,37 @@ pub(crate) fn run(args: Args) -> Result<()> {
     // the services registered from elsewhere than the run directory; the
     // NICs put back before the metrics endpoint stops (it may wait for a
     // scrape under way), all well within systemd's TimeoutStopSec=10s.
-    let in_use = services_on(&daemon.service_sockets(), ASK_WITHIN);
-    restore(owned, &config, &in_use);
+    let in_use = in_use(&daemon.service_sockets(), ASK_WITHIN, &config.ifaces);
+    owned.finish(|nics| restore(nics, &config, &in_use));
     drop(daemon);
     Ok(())
+}
+
+/// `ifaces`, each NIC once: the names of one interface (a name given
+/// twice, a name and an alternative name of it) are one NIC, owned by its
+/// name as sysfs knows it; a name no interface has now is kept as given
+/// (owning it fails, in one line). Said once per NIC named twice.
+fn distinct_ifaces(ifaces: &[String]) -> Vec<String> {
+    let mut seen: Vec<(Option<u32>, String)> = Vec::new();
+    let mut out = Vec::new();
+    for given in ifaces {
+        let index = nix::net::if_::if_nametoindex(given.as_str()).ok();
+        let name = index
+            .and_then(|i| nix::net::if_::if_indextoname(i).ok())
+            .and_then(|n| n.into_string().ok())
+            .unwrap_or_else(|| given.clone());
+        let same = |(i, n): &(Option<u32>, String)| match (index, i) {
+            (Some(a), Some(b)) => a == *b,
+            _ => *n == name,
+        };
+        if let Some((_, first)) = seen.iter().find(|s| same(s)) {
+            tracing::warn!("--iface {given} names {first} again: owned once");
+            continue;
+        }
+        seen.push((index, name.clone()));
+        out.push(name);
+    }
+    out
 }
 
 /// How often the daemon looks again at the NICs it owns.
@@ -163,7 +199,14 @@ fn look_again(owned: &mut [Owned], daemon: &Daemon) {
     let mut changed = false;
     for o in owned.iter_mut() {
         let iface = o.report.caps.iface.clone();
-        let keep_table = || services_on(&daemon.service_sockets(), ASK_WITHIN).keeps_table(&iface);
+        let keep_table = || {
+            in_use(
+                &daemon.service_sockets(),
+                ASK_WITHIN,
+                std::slice::from_ref(&iface),
+            )
+            .keeps_table(&iface)
+        };
         match o.look_again(&roots, &topo, Some(&budget), keep_table) {
             Ok(Some(looked)) => {
                 changed = true;
@@ -191,20 +234,25 @@ fn look_again(owned: &mut [Owned], daemon: &Daemon) {
 }
 
 /// Reads and plans each of `config.ifaces` (and applies the plan unless
-/// dry); on a failure, puts back what the NICs before it got.
-fn own_nics(config: &DaemonConfig) -> Result<Vec<Owned>> {
+/// dry) into `owned`; stops at the first failure (what the NICs before it
+/// got is in `owned`, for the caller to put back).
+fn own_nics(config: &DaemonConfig, owned: &mut Vec<Owned>) -> Result<()> {
     if config.ifaces.is_empty() {
-        return Ok(Vec::new());
+        return Ok(());
     }
     let roots = Roots::default();
     let topo = TopologyArgs::default().load()?;
     let budget = allowed_cpus();
     // Before the daemon runs, only the run directory's services are known
-    // (one elsewhere registers within 5 s of the daemon's start).
-    let in_use = services_on(&control_socket::live_sockets(&config.run_dir), ASK_WITHIN);
-    let mut owned = Vec::new();
+    // (one elsewhere registers within 5 s of the daemon's start; until
+    // then its XDP program tells that it serves its NIC).
+    let in_use = in_use(
+        &control_socket::live_sockets(&config.run_dir),
+        ASK_WITHIN,
+        &config.ifaces,
+    );
     for iface in &config.ifaces {
-        match host_plan::own(
+        owned.push(host_plan::own(
             &roots,
             iface,
             &topo,
@@ -212,18 +260,13 @@ fn own_nics(config: &DaemonConfig) -> Result<Vec<Owned>> {
             config.dry_run,
             config.restore_on_exit,
             in_use.keeps_table(iface).as_deref(),
-        ) {
-            Ok(o) => owned.push(o),
-            Err(e) => {
-                restore(owned, config, &in_use);
-                return Err(e);
-            }
-        }
+        )?);
     }
-    Ok(owned)
+    Ok(())
 }
 
-/// What the running services said of the NICs they serve.
+/// What the running services said of the NICs they serve, and which
+/// NICs carry an XDP program.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 struct InUse {
     /// The interfaces the services that answered serve.
@@ -231,16 +274,24 @@ struct InUse {
     /// The sockets of services that did not answer (stuck, stopped, busy,
     /// or refusing): any of them may serve any NIC.
     unanswered: Vec<PathBuf>,
+    /// NICs an XDP program is attached to (or of which that cannot be
+    /// told), each with why it may be in use: a service the daemon cannot
+    /// ask (`--control-socket none`, not registered yet) may serve it.
+    xdp: Vec<(String, String)>,
 }
 
 impl InUse {
     /// Why `iface`'s RSS table must stay as it is, if it must: a running
-    /// service uses it, or one that did not answer may (its buckets are
-    /// its own: a table rewritten under it would send its flows to the
-    /// wrong queues).
+    /// service uses it, an XDP program is attached to it (a service the
+    /// daemon cannot ask may serve it), or a service that did not answer
+    /// may use it (its buckets are its own: a table rewritten under it
+    /// would send its flows to the wrong queues).
     fn keeps_table(&self, iface: &str) -> Option<String> {
         if self.ifaces.iter().any(|i| i == iface) {
             return Some(format!("a running service uses {iface}"));
+        }
+        if let Some((_, why)) = self.xdp.iter().find(|(i, _)| i == iface) {
+            return Some(why.clone());
         }
         let first = self.unanswered.first()?;
         let one = self.unanswered.len() == 1;
@@ -256,6 +307,45 @@ impl InUse {
 }
 
 /// Which NICs the services at `sockets` serve, all asked at once and
+/// given `within` to answer, and which of `owned` (the NICs the daemon
+/// owns) carry an XDP program.
+fn in_use(sockets: &[PathBuf], within: Duration, owned: &[String]) -> InUse {
+    InUse {
+        xdp: owned
+            .iter()
+            .filter_map(|iface| Some((iface.clone(), xdp_on(iface)?)))
+            .collect(),
+        ..services_on(sockets, within)
+    }
+}
+
+/// Why `iface` may be in use because of an XDP program, if it may: one is
+/// attached (named with the process that holds it, where this process
+/// may see that), or whether one is cannot be told. A NIC that is gone
+/// has none.
+fn xdp_on(iface: &str) -> Option<String> {
+    match flowlane_daemon::nic_xdp::xdp_program(iface) {
+        Ok(None) => None,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Ok(Some(id)) => {
+            let holder = nix::net::if_::if_nametoindex(iface)
+                .ok()
+                .and_then(flowlane_dataplane::iface::xdp_holder)
+                .map(|p| format!(", held by {p}"))
+                .unwrap_or_default();
+            Some(format!(
+                "an XDP program (id {id}{holder}) is attached to {iface}: a service the daemon \
+                 cannot ask (--control-socket none, or not registered yet) may serve it"
+            ))
+        }
+        Err(e) => Some(format!(
+            "whether an XDP program is attached to {iface} cannot be told ({e}): a service may \
+             serve it"
+        )),
+    }
+}
+
+/// Which NICs the services at `sockets` serve, all asked at once and
 /// given `within` to answer.
 fn services_on(sockets: &[PathBuf], within: Duration) -> InUse {
     let mut in_use = InUse::default();
@@ -265,6 +355,8 @@ fn services_on(sockets: &[PathBuf], within: Duration) -> InUse {
     {
         match answer.map(|a| a.response) {
             Ok(Response::Status(s)) => in_use.ifaces.push(s.iface),
+            // Gone since it was found: no service.
+            Err(NoAnswer::Gone(_)) => {}
             other => {
                 tracing::debug!(socket = %path.display(), answer = ?other, "no status");
                 in_use.unanswered.push(path.clone());
@@ -298,7 +390,141 @@ fn restore(owned: Vec<Owned>, config: &DaemonConfig, in_use: &InUse) {
 mod tests {
     use super::*;
     use std::os::unix::net::UnixListener;
+    use std::process::Command;
     use std::time::Instant;
+
+    /// A veth pair of its own for a test (`NAME` and `NAMEp`), removed on
+    /// drop; None, said, where this test cannot make one (not root, no
+    /// `ip`).
+    struct Veth(String);
+
+    impl Veth {
+        fn new(tag: &str) -> Option<Veth> {
+            if !nix::unistd::geteuid().is_root() {
+                eprintln!("skipped: making a veth pair needs root");
+                return None;
+            }
+            let name = format!("fl{tag}{}", std::process::id() % 100_000);
+            let peer = format!("{name}p");
+            let made = Command::new("ip")
+                .args(["link", "add", &name, "type", "veth", "peer", "name", &peer])
+                .status();
+            match made {
+                Ok(s) if s.success() => Some(Veth(name)),
+                other => {
+                    eprintln!("skipped: `ip link add {name} type veth` failed: {other:?}");
+                    None
+                }
+            }
+        }
+
+        fn ip(&self, args: &[&str]) -> bool {
+            Command::new("ip")
+                .args(args)
+                .status()
+                .is_ok_and(|s| s.success())
+        }
+    }
+
+    impl Drop for Veth {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["link", "del", &self.0]).status();
+        }
+    }
+
+    /// Attaches a program that passes every frame to `veth` (generic XDP,
+    /// through netlink: no process holds it), compiled here; false, said,
+    /// where this test cannot.
+    fn attach_xdp_pass(veth: &Veth) -> bool {
+        let dir = std::env::temp_dir().join(format!("fl-xdp-pass-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let (src, obj) = (dir.join("pass.c"), dir.join("pass.o"));
+        std::fs::write(
+            &src,
+            "__attribute__((section(\"xdp\"), used)) int pass(void *ctx) { return 2; }\n\
+             char _license[] __attribute__((section(\"license\"), used)) = \"GPL\";\n",
+        )
+        .unwrap();
+        let compiled = Command::new("clang")
+            .args(["-O2", "-target", "bpf", "-c"])
+            .arg(&src)
+            .arg("-o")
+            .arg(&obj)
+            .status()
+            .is_ok_and(|s| s.success());
+        let attached = compiled
+            && veth.ip(&[
+                "link",
+                "set",
+                "dev",
+                &veth.0,
+                "xdpgeneric",
+                "obj",
+                obj.to_str().unwrap(),
+                "sec",
+                "xdp",
+            ]);
+        let _ = std::fs::remove_dir_all(&dir);
+        if !attached {
+            eprintln!("skipped: cannot compile (clang -target bpf) or attach an XDP program");
+        }
+        attached
+    }
+
+    /// A NIC an XDP program is attached to is in use although no service
+    /// answers for it (one with `--control-socket none`, or not registered
+    /// yet): its RSS table stays, said why; without the program it does not.
+    #[test]
+    fn a_nic_with_an_xdp_program_keeps_its_table() {
+        let Some(veth) = Veth::new("xdp") else {
+            return;
+        };
+        let name = veth.0.clone();
+        let owned = std::slice::from_ref(&name);
+        let within = Duration::from_millis(100);
+        assert_eq!(in_use(&[], within, owned).keeps_table(&name), None);
+        if !attach_xdp_pass(&veth) {
+            return;
+        }
+        let why = in_use(&[], within, owned)
+            .keeps_table(&name)
+            .expect("the table stays");
+        assert!(
+            why.starts_with("an XDP program (id ")
+                && why.contains(&format!(") is attached to {name}: ")),
+            "{why}"
+        );
+        assert_eq!(
+            in_use(&[], within, &["eth-not-owned".into()]).keeps_table(&name),
+            None,
+            "asked only of the NICs owned"
+        );
+        assert!(veth.ip(&["link", "set", "dev", &name, "xdpgeneric", "off"]));
+        assert_eq!(in_use(&[], within, owned).keeps_table(&name), None);
+    }
+
+    /// One NIC named twice, or by its name and an alternative name, is
+    /// owned once, by the name sysfs knows; names no interface has are
+    /// kept as given, each once.
+    #[test]
+    fn the_names_of_one_nic_are_owned_once() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(distinct_ifaces(&names(&["lo", "lo"])), ["lo"]);
+        assert_eq!(
+            distinct_ifaces(&names(&["flnone0", "lo", "flnone0", "flnone1"])),
+            ["flnone0", "lo", "flnone1"]
+        );
+        let Some(veth) = Veth::new("alt") else {
+            return;
+        };
+        let alt = format!("{}alt", veth.0);
+        if !veth.ip(&["link", "property", "add", "dev", &veth.0, "altname", &alt]) {
+            eprintln!("skipped: this kernel or ip has no alternative names");
+            return;
+        }
+        let owned = distinct_ifaces(&[alt.clone(), veth.0.clone(), alt]);
+        assert_eq!(owned, std::slice::from_ref(&veth.0));
+    }
 
     /// Services that take the connection and never answer (stuck, or
     /// stopped: the kernel queues the connection) may serve any NIC: their
@@ -330,7 +556,7 @@ mod tests {
         assert_eq!(InUse::default().keeps_table("eth1"), None);
         let served = InUse {
             ifaces: vec!["eth1".into()],
-            unanswered: Vec::new(),
+            ..InUse::default()
         };
         assert_eq!(
             served.keeps_table("eth1").as_deref(),

@@ -36,6 +36,65 @@ pub(crate) struct Owned {
     gone: bool,
 }
 
+/// The NICs the daemon owns, put back however it ends: by
+/// [`PutBack::finish`] on its way out, or, dropped without it (an error,
+/// or a panic unwinding), by the function it was made with. A daemon that
+/// left its changes in place when it failed would, restarted by systemd,
+/// take them for what was there before it.
+pub(crate) struct PutBack {
+    nics: Vec<Owned>,
+    /// How the NICs go back when this is dropped unfinished.
+    unfinished: Option<Box<dyn FnOnce(Vec<Owned>)>>,
+}
+
+impl std::fmt::Debug for PutBack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PutBack")
+            .field("nics", &self.nics)
+            .field("finished", &self.unfinished.is_none())
+            .finish()
+    }
+}
+
+impl PutBack {
+    /// No NICs yet; `unfinished` puts back those owned by then if this is
+    /// dropped before [`PutBack::finish`].
+    pub(crate) fn new(unfinished: impl FnOnce(Vec<Owned>) + 'static) -> PutBack {
+        PutBack {
+            nics: Vec::new(),
+            unfinished: Some(Box::new(unfinished)),
+        }
+    }
+
+    /// The NICs owned.
+    pub(crate) fn nics(&self) -> &[Owned] {
+        &self.nics
+    }
+
+    /// The NICs owned, to own more or look at them again.
+    pub(crate) fn nics_mut(&mut self) -> &mut Vec<Owned> {
+        &mut self.nics
+    }
+
+    /// Puts the NICs back with `put_back` (what the daemon knows on its
+    /// way out), rather than as when dropped unfinished.
+    pub(crate) fn finish(mut self, put_back: impl FnOnce(Vec<Owned>)) {
+        self.unfinished = None;
+        put_back(std::mem::take(&mut self.nics));
+    }
+}
+
+impl Drop for PutBack {
+    fn drop(&mut self) {
+        if let Some(put_back) = self.unfinished.take() {
+            if std::thread::panicking() && !self.nics.is_empty() {
+                tracing::error!("the daemon failed (a panic): putting its NICs back");
+            }
+            put_back(std::mem::take(&mut self.nics));
+        }
+    }
+}
+
 /// Lines of the report kept at most, each of changes and notes: a NIC
 /// planned again often (a service restarted in a loop, irqbalance moving
 /// the IRQs back) keeps its last ones.
@@ -190,6 +249,7 @@ pub(crate) fn own(
             workers,
             plan,
             dry_run,
+            changes_total: changes.len() as u64,
             changes,
             notes,
             restore_on_exit,
@@ -534,6 +594,7 @@ impl Owned {
     /// kept.
     fn add(&mut self, looked: &Looked) {
         let r = &mut self.report;
+        r.changes_total += looked.changes.len() as u64;
         r.changes.extend(looked.changes.iter().cloned());
         r.notes.extend(looked.notes.iter().cloned());
         keep_last(&mut r.changes);
@@ -1118,6 +1179,69 @@ mod tests {
             (host.affinity(120), host.affinity(121)),
             ("0-3".into(), "0-3".into())
         );
+    }
+
+    /// A panic in the daemon (its loop, a look at a NIC) unwinds through
+    /// the NICs it owns: what it changed goes back all the same, so that a
+    /// restart does not take the daemon's own settings for what was there
+    /// before it.
+    #[test]
+    fn the_nics_go_back_when_the_daemon_panics() {
+        let host = FakeHost::new("panic", "lo");
+        let topo = four_cpus();
+        let roots = host.roots.clone();
+        let said = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let (roots_back, said) = (roots.clone(), said.clone());
+            let mut owned = PutBack::new(move |nics| {
+                for o in nics {
+                    said.borrow_mut().extend(o.restore(&roots_back, None));
+                }
+            });
+            owned
+                .nics_mut()
+                .push(own(&roots, "lo", &topo, None, false, true, None).unwrap());
+            assert_ne!(host.affinity(120), "0-3", "pinned");
+            panic!("a bug in the daemon's loop");
+        }));
+        assert!(caught.is_err());
+        assert_eq!(*said.borrow(), ["put back 2 IRQ affinities"]);
+        assert_eq!(
+            (host.affinity(120), host.affinity(121)),
+            ("0-3".into(), "0-3".into())
+        );
+        // On its way out the daemon's own put-back is used, once.
+        let mut owned = PutBack::new(|_| panic!("not when finished"));
+        owned
+            .nics_mut()
+            .push(own(&roots, "lo", &topo, None, false, true, None).unwrap());
+        let mut finished = Vec::new();
+        owned.finish(|nics| {
+            for o in nics {
+                finished.extend(o.restore(&roots, None));
+            }
+        });
+        assert_eq!(finished, ["put back 2 IRQ affinities"]);
+        assert_eq!(host.affinity(120), "0-3");
+    }
+
+    /// Every change is counted, also past the lines the report keeps.
+    #[test]
+    fn changes_are_counted_past_the_lines_kept() {
+        let host = FakeHost::new("counted", "lo");
+        let (roots, topo) = (&host.roots, four_cpus());
+        let mut o = own(roots, "lo", &topo, None, false, true, None).unwrap();
+        assert_eq!(o.report.changes_total, 2);
+        let unasked = || -> Option<String> { panic!("no RSS table here") };
+        for _ in 0..KEEP_LINES {
+            host.set_affinity(120, "0-3");
+            o.look_again(roots, &topo, None, unasked)
+                .unwrap()
+                .expect("pinned again");
+        }
+        assert_eq!(o.report.changes.len(), KEEP_LINES);
+        assert_eq!(o.report.changes_total, 2 + KEEP_LINES as u64);
+        o.restore(roots, None);
     }
 
     /// On exit, only IRQs the NIC still has go back: one freed since (a

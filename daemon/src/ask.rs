@@ -35,6 +35,34 @@ pub struct Answer {
     pub pid: Option<u32>,
 }
 
+/// Why a socket gave no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoAnswer {
+    /// Nothing listens there (the connect was refused, or the file is
+    /// gone): a service that ended and left its socket, not one that
+    /// failed to answer.
+    Gone(String),
+    /// This process may not connect (permission denied: a service's socket
+    /// is its user's alone).
+    Refused(String),
+    /// It did not answer within the deadline, or its answer was no
+    /// response.
+    Failed(String),
+}
+
+impl std::fmt::Display for NoAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoAnswer::Gone(why) | NoAnswer::Refused(why) | NoAnswer::Failed(why) => {
+                f.write_str(why)
+            }
+        }
+    }
+}
+
+/// One socket's answer, or why there is none.
+pub type Asked = Result<Answer, NoAnswer>;
+
 /// Where one exchange is.
 enum Stage {
     /// Not connected yet, and why: tried again every [`RETRY`].
@@ -47,18 +75,16 @@ enum Stage {
         pid: Option<u32>,
     },
     /// Answered, or failed (boxed: an answer is large).
-    Done(Box<Result<Answer, String>>),
+    Done(Box<Asked>),
 }
 
 /// Asks each of `sockets` `request`, all at once, and waits at most
 /// `within` for the answers: one per socket, in their order. A socket that
 /// did not answer by then is an error saying so; its connection is closed
-/// when this returns.
-pub fn ask_all(
-    sockets: &[PathBuf],
-    request: &Request,
-    within: Duration,
-) -> Vec<Result<Answer, String>> {
+/// when this returns. The sockets need not be known to answer: one nothing
+/// listens on is [`NoAnswer::Gone`] at once, so no connect need probe them
+/// first.
+pub fn ask_all(sockets: &[PathBuf], request: &Request, within: Duration) -> Vec<Asked> {
     let deadline = Instant::now() + within;
     let setup = control_socket::request_line(request)
         .map_err(|e| e.to_string())
@@ -68,7 +94,7 @@ pub fn ask_all(
         Err(e) => {
             return sockets
                 .iter()
-                .map(|p| Err(format!("cannot ask {}: {e}", p.display())))
+                .map(|p| Err(NoAnswer::Failed(format!("cannot ask {}: {e}", p.display()))))
                 .collect()
         }
     };
@@ -107,16 +133,16 @@ pub fn ask_all(
         .zip(sockets)
         .map(|(stage, path)| match stage {
             Stage::Done(answer) => *answer,
-            Stage::Waiting(why) => Err(format!(
+            Stage::Waiting(why) => Err(NoAnswer::Failed(format!(
                 "no answer on {} within {} ms ({why})",
                 path.display(),
                 within.as_millis()
-            )),
-            Stage::Talking { .. } => Err(format!(
+            ))),
+            Stage::Talking { .. } => Err(NoAnswer::Failed(format!(
                 "no answer on {} within {} ms",
                 path.display(),
                 within.as_millis()
-            )),
+            ))),
         })
         .collect()
 }
@@ -137,10 +163,12 @@ fn connect(poll: &Poll, token: Token, path: &Path) -> Stage {
             return Stage::Waiting("no file descriptor free")
         }
         Err(e) => {
-            return Stage::Done(Box::new(Err(format!(
-                "no answer on {}: {e}",
-                path.display()
-            ))))
+            let why = format!("no answer on {}: {e}", path.display());
+            return Stage::Done(Box::new(Err(match e.kind() {
+                ErrorKind::ConnectionRefused | ErrorKind::NotFound => NoAnswer::Gone(why),
+                ErrorKind::PermissionDenied => NoAnswer::Refused(why),
+                _ => NoAnswer::Failed(why),
+            })));
         }
     };
     let pid = nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
@@ -151,10 +179,10 @@ fn connect(poll: &Poll, token: Token, path: &Path) -> Stage {
         poll.registry()
             .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
     {
-        return Stage::Done(Box::new(Err(format!(
+        return Stage::Done(Box::new(Err(NoAnswer::Failed(format!(
             "asking {}: epoll: {e}",
             path.display()
-        ))));
+        )))));
     }
     Stage::Talking {
         stream,
@@ -178,10 +206,10 @@ fn go_on(stage: &mut Stage, line: &[u8], path: &Path) {
         return;
     };
     let failed = |e: std::io::Error| {
-        Some(Err(format!(
+        Some(Err(NoAnswer::Failed(format!(
             "talking to the service on {}: {e}",
             path.display()
-        )))
+        ))))
     };
     let outcome = 'go: {
         while *written < line.len() {
@@ -203,7 +231,7 @@ fn go_on(stage: &mut Stage, line: &[u8], path: &Path) {
                                 response,
                                 pid: *pid,
                             })
-                            .map_err(|e| e.to_string()),
+                            .map_err(|e| NoAnswer::Failed(e.to_string())),
                     )
                 }
                 Ok(false) => {}
@@ -256,10 +284,14 @@ mod tests {
         assert!(took < within * 2, "took {took:?}");
         assert_eq!(answers.len(), 4);
         for (a, p) in answers.iter().zip(&paths) {
-            let e = a.as_ref().unwrap_err();
+            let e = a.as_ref().unwrap_err().to_string();
             assert!(e.contains(&p.display().to_string()), "{e}");
         }
-        assert!(answers[3].as_ref().unwrap_err().contains("backlog full"));
+        assert!(answers[3]
+            .as_ref()
+            .unwrap_err()
+            .to_string()
+            .contains("backlog full"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -314,7 +346,7 @@ mod tests {
         let began = Instant::now();
         let answers = ask_all(std::slice::from_ref(&path), &Request::Counters, within);
         assert!(began.elapsed() < within, "{:?}", began.elapsed());
-        let e = answers[0].as_ref().unwrap_err();
+        let e = answers[0].as_ref().unwrap_err().to_string();
         assert!(e.contains("longer than"), "{e}");
         assert_eq!(settles_at(&open, 0), 0, "the connection is closed");
         let stopped_at = sent.load(Ordering::SeqCst);
@@ -344,7 +376,11 @@ mod tests {
             let began = Instant::now();
             let answers = ask_all(std::slice::from_ref(&path), &Request::Counters, within);
             assert!(began.elapsed() < within * 2, "{:?}", began.elapsed());
-            assert!(answers[0].as_ref().unwrap_err().contains("no answer"));
+            assert!(answers[0]
+                .as_ref()
+                .unwrap_err()
+                .to_string()
+                .contains("no answer"));
         }
         assert_eq!(settles_at(&open, 0), 0, "connections left open");
         std::fs::remove_dir_all(&dir).unwrap();

@@ -350,6 +350,7 @@ mod tests {
             plan: Vec::new(),
             dry_run: false,
             changes: Vec::new(),
+            changes_total: 0,
             notes: Vec::new(),
             restore_on_exit: true,
         }]);

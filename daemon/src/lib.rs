@@ -14,6 +14,7 @@
 pub mod ask;
 pub mod http;
 pub mod metrics;
+pub mod nic_xdp;
 mod pages;
 pub mod registry;
 
@@ -24,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flowlane_dataplane::control_socket::{
-    ControlSocket, FlowQuery, HostStatus, NicReport, Reply, Request, Response,
+    ControlSocket, FlowQuery, Handling, HostStatus, NicReport, Reply, Request, Response,
 };
 pub use http::MetricsServer;
 pub use metrics::{render, Format, Scrape};
@@ -205,16 +206,20 @@ impl Daemon {
     }
 
     /// Answers what waits on the daemon's socket, never blocking: the NICs
-    /// it owns and registrations at once; hints, which ask the services,
-    /// each on a thread of its own ([`HINTS_AT_ONCE`] at most), so that
-    /// services that do not answer never hold up the caller's loop (its
-    /// signals: the NICs put back before systemd's stop timeout).
+    /// it owns and registrations at once, their answers written as the
+    /// clients take them (over the next polls, as a service's socket does:
+    /// a client that reads slowly holds up nothing); hints, which ask the
+    /// services, each on a thread of its own ([`HINTS_AT_ONCE`] at most),
+    /// so that services that do not answer never hold up the caller's loop
+    /// (its signals: the NICs put back before systemd's stop timeout).
     pub fn poll(&mut self) {
         let (services, hints) = (&self.services, &self.hints);
         if let Some(s) = self.socket.as_mut() {
-            s.poll_deferring(|req, reply| match req {
-                Request::Hint { flow } => hint_aside(services, hints, flow, reply),
-                other => reply.send(&answer(services, other)),
+            s.poll_deferring(|req| match req {
+                Request::Hint { flow } => Handling::Defer(Box::new(move |reply| {
+                    hint_aside(services, hints, flow, reply)
+                })),
+                other => Handling::Answer(Box::new(answer(services, other))),
             });
         }
     }
@@ -365,6 +370,76 @@ mod tests {
         assert!(began.elapsed() < timeout * 3, "{:?}", began.elapsed());
         for a in answers {
             assert!(a.contains("no answer on"), "{a}");
+        }
+        drop(daemon);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A client that asks the daemon for its NICs and reads the answer
+    /// slowly holds up none of the daemon's polls (its loop stays free for
+    /// signals: the NICs put back on SIGTERM), and gets its whole answer,
+    /// written as it takes it.
+    #[test]
+    fn a_slow_reader_of_the_host_answer_does_not_hold_up_the_daemon_s_loop() {
+        let dir = std::env::temp_dir().join(format!("fl-daemon-slowhost-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("run")).unwrap();
+        let cfg = DaemonConfig {
+            metrics: SocketAddr::from(([127, 0, 0, 1], 0)),
+            run_dir: dir.join("run"),
+            socket: Some(dir.join("daemon.sock")),
+            ..DaemonConfig::default()
+        };
+        let mut daemon = Daemon::start(&cfg).unwrap();
+        // A report of about 2 MB.
+        daemon.set_nics(vec![NicReport {
+            caps: flowlane_numa_sched::NicCaps {
+                iface: "eth1".into(),
+                ..Default::default()
+            },
+            workers: 1,
+            plan: Vec::new(),
+            dry_run: false,
+            changes: Vec::new(),
+            changes_total: 0,
+            notes: vec!["n".repeat(1 << 10); 2 << 10],
+            restore_on_exit: true,
+        }]);
+        let path = dir.join("daemon.sock");
+        // Reads 64 KiB every 100 ms: the answer takes it about 3.2 s.
+        let client = std::thread::spawn(move || {
+            let mut c = UnixStream::connect(path).unwrap();
+            c.write_all(b"{\"op\":\"host\"}\n").unwrap();
+            let mut buf = vec![0u8; 64 << 10];
+            let mut got = Vec::new();
+            loop {
+                std::thread::sleep(Duration::from_millis(100));
+                match c.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            got
+        });
+        let began = Instant::now();
+        let mut longest = Duration::ZERO;
+        while !client.is_finished() && began.elapsed() < Duration::from_secs(20) {
+            let poll = Instant::now();
+            daemon.poll();
+            longest = longest.max(poll.elapsed());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let got = client.join().unwrap();
+        // A correctness bound with a wide margin: the poll that answers
+        // makes the answer (2 MB of JSON: a few hundred milliseconds in a
+        // debug build on a busy machine), the others wait 2 ms at most.
+        assert!(
+            longest < Duration::from_secs(1),
+            "one poll took {longest:?}"
+        );
+        match serde_json::from_slice(got.trim_ascii_end()) {
+            Ok(Response::Host(h)) => assert_eq!(h.nics[0].notes.len(), 2 << 10),
+            other => panic!("{} bytes, not the whole answer: {other:?}", got.len()),
         }
         drop(daemon);
         std::fs::remove_dir_all(&dir).unwrap();

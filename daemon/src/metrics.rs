@@ -105,7 +105,7 @@ const QUEUE_ROWS: &[QueueRow] = &[
     row!("flowlane_queue_rx_bytes", "Bytes received (Ethernet frame lengths).", C, [], |q| q.io.rx_bytes),
     row!("flowlane_queue_tx_packets", "Frames handed to the queue's TX ring.", C, [], |q| q.io.tx_packets),
     row!("flowlane_queue_tx_bytes", "Bytes handed to the TX ring.", C, [], |q| q.io.tx_bytes),
-    row!("flowlane_queue_dropped_frames", "Frames dropped, by reason: the worker's (malformed, not for this host, no room), or the kernel's (RX ring full, no fill buffer, invalid descriptor).", C, ["reason" = "worker"], |q| q.io.dropped),
+    row!("flowlane_queue_dropped_frames", "Frames dropped, by reason: the worker's (frames the service's handler counts under no name of its own, and answers too large for their frame; TCP services count theirs by reason in the TCP counters), or the kernel's (RX ring full, no fill buffer, invalid descriptor).", C, ["reason" = "worker"], |q| q.io.dropped),
     row!("flowlane_queue_dropped_frames", "", C, ["reason" = "rx_ring_full"], |q| q.io.rx_ring_full),
     row!("flowlane_queue_dropped_frames", "", C, ["reason" = "no_buffer"], |q| q.io.rx_dropped),
     row!("flowlane_queue_dropped_frames", "", C, ["reason" = "invalid_descriptor"], |q| q.io.invalid_descs),
@@ -446,6 +446,12 @@ fn families(scrape: &Scrape) -> Vec<Family> {
         &|s| Sample::Real(s.imbalance),
     ));
     out.push(per_service(
+        "flowlane_control_clients_dropped",
+        "Clients the service's control socket dropped: too slow to send a whole request or to take their answer, or making room for others (many connections that send or read nothing).",
+        C,
+        &|s| Sample::Int(s.control_clients_dropped),
+    ));
+    out.push(per_service(
         "flowlane_rebalance_move_duration_seconds",
         "Time from a move's request to the new queue serving the bucket.",
         MetricType::Histogram,
@@ -585,9 +591,15 @@ fn owned_nics(nics: &[NicReport]) -> Vec<Family> {
         ),
         per_nic(
             "flowlane_nic_plan_changes",
-            "Changes the daemon made to the NIC (IRQ and NAPI affinities, threaded NAPI, the RSS table), when it started and when it planned again (the last 64); 0 with --dry-run.",
+            "Changes the daemon made to the NIC (IRQ and NAPI affinities, threaded NAPI, the RSS table), when it started and when it planned again (the last 64: see flowlane_nic_changes_total for all); 0 with --dry-run.",
             G,
             &|n| Sample::Int(if n.dry_run { 0 } else { n.changes.len() as u64 }),
+        ),
+        per_nic(
+            "flowlane_nic_changes",
+            "Changes the daemon made to the NIC since it started (IRQ and NAPI affinities, threaded NAPI, the RSS table), when it started and each time it planned again; 0 with --dry-run.",
+            C,
+            &|n| Sample::Int(if n.dry_run { 0 } else { n.changes_total }),
         ),
         Family {
             name: "flowlane_nic_plan_part",
@@ -788,6 +800,7 @@ mod tests {
             queues: vec![queue(0), queue(1)],
             moves,
             imbalance: 1.25,
+            control_clients_dropped: 0,
             socket: None,
             nic: Some(InterfaceStats {
                 rx_packets: 5000,
@@ -861,6 +874,7 @@ mod tests {
             plan,
             dry_run: false,
             changes: vec!["pinned IRQ 96 (queue 0) to CPU 8 (was 0-15)".into()],
+            changes_total: 70,
             notes: vec!["planned again (eth1 changed: its queues' IRQs)".into()],
             restore_on_exit: true,
         }
@@ -929,6 +943,52 @@ mod tests {
             line(&page, "flowlane_nic_plan_changes{"),
             r#"flowlane_nic_plan_changes{iface="eth1"} 0"#,
             "a dry run changed nothing"
+        );
+        assert_eq!(
+            line(&page, "flowlane_nic_changes_total{"),
+            r#"flowlane_nic_changes_total{iface="eth1"} 0"#,
+            "a dry run changed nothing"
+        );
+    }
+
+    /// Every change the daemon made is counted, not only the last lines
+    /// the report keeps: a conventional counter beside the bounded gauge,
+    /// in both formats.
+    #[test]
+    fn a_nic_s_changes_are_counted_past_the_lines_kept() {
+        let page = render(&scrape(), Format::Text);
+        assert!(
+            page.contains("# TYPE flowlane_nic_changes_total counter\n"),
+            "{page}"
+        );
+        assert_eq!(
+            line(&page, "flowlane_nic_changes_total{"),
+            r#"flowlane_nic_changes_total{iface="eth1"} 70"#
+        );
+        let page = render(&scrape(), Format::OpenMetrics);
+        assert!(
+            page.contains("# TYPE flowlane_nic_changes counter\n"),
+            "{page}"
+        );
+        assert_eq!(
+            line(&page, "flowlane_nic_changes_total{"),
+            r#"flowlane_nic_changes_total{iface="eth1"} 70"#
+        );
+    }
+
+    /// The clients a service's control socket dropped are a counter per
+    /// service.
+    #[test]
+    fn the_control_socket_s_dropped_clients_are_counted_per_service() {
+        let mut s = scrape();
+        s.services[0].control_clients_dropped = 3;
+        let page = render(&s, Format::Text);
+        assert_eq!(
+            line(
+                &page,
+                r#"flowlane_control_clients_dropped_total{service="bulk-sink""#
+            ),
+            r#"flowlane_control_clients_dropped_total{service="bulk-sink",pid="41"} 3"#
         );
     }
 

@@ -3,9 +3,12 @@
 //! telemetry socket), and wherever a service that registered keeps its own
 //! (`Request::Register` on the daemon's socket). A service that exits takes
 //! its socket with it; one killed leaves the file, and a registered socket
-//! nothing listens on is forgotten. Each scrape asks every live socket for
+//! nothing listens on is forgotten. Each scrape asks every socket there for
 //! the service's counters, all at once under the scrape timeout
-//! ([`crate::ask`]): one that does not answer is left out and counted.
+//! ([`crate::ask`]): one nothing listens on is no service, one that does not
+//! answer is left out and counted. Scrapes and hints connect to each
+//! service once, to ask: no connect probes it first (a service takes every
+//! client, but a probe is a client all the same).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,7 +19,7 @@ use flowlane_dataplane::control_socket::{
     self, FlowQuery, NicQueueStats, NicReport, Request, Response,
 };
 
-use crate::ask::ask_all;
+use crate::ask::{ask_all, Asked, NoAnswer};
 use crate::metrics::Scrape;
 
 /// Where services are found, and how long they may take to answer (all
@@ -132,8 +135,14 @@ impl Services {
     }
 
     /// Records the NICs the daemon owns (what scrapes and `Request::Host`
-    /// report).
+    /// report), each once: a second report of one interface (owned twice)
+    /// is left out, as it would make every series of the NIC twice.
     pub fn set_nics(&self, nics: Vec<NicReport>) {
+        let mut seen = std::collections::HashSet::new();
+        let nics = nics
+            .into_iter()
+            .filter(|n| seen.insert(n.caps.iface.clone()))
+            .collect();
         *self.nics.lock().unwrap_or_else(|e| e.into_inner()) = nics;
     }
 
@@ -153,9 +162,10 @@ impl Services {
     /// forgotten), each socket once whatever the paths it was found by (a
     /// symlinked directory, two registrations): by device and inode, the
     /// first path kept. Never waits for a service (see
-    /// [`control_socket::answers_connect`]).
+    /// [`control_socket::answers_connect`]), but connects to each to tell
+    /// whether it lives: scrapes and hints ask [`Services::candidates`]
+    /// instead.
     pub fn sockets(&self) -> Vec<PathBuf> {
-        use std::os::unix::fs::MetadataExt;
         let scan = control_socket::scan_sockets(&self.run_dir);
         self.say_refused(&scan.refused);
         let mut found = scan.live;
@@ -164,6 +174,65 @@ impl Services {
             forget_gone(&mut r);
             found.extend(r.iter().cloned());
         }
+        self.once_each(found)
+    }
+
+    /// The sockets a scrape or hint asks, without connecting to any: the
+    /// run directory's Unix sockets named `*.sock` and those registered,
+    /// each once ([`Services::sockets`]); whether a service listens there
+    /// is what asking it tells ([`Services::heard`]).
+    pub fn candidates(&self) -> Vec<PathBuf> {
+        use std::os::unix::fs::FileTypeExt;
+        let mut found: Vec<PathBuf> = std::fs::read_dir(&self.run_dir)
+            .map(|entries| {
+                entries
+                    .filter_map(|e| e.ok())
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_socket()))
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "sock"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        found.sort();
+        {
+            let mut r = self.registered.lock().unwrap_or_else(|e| e.into_inner());
+            // A registration whose file is gone is forgotten here; one whose
+            // file stays with nothing listening, once asked.
+            r.retain(|p| p.exists());
+            found.extend(r.iter().cloned());
+        }
+        self.once_each(found)
+    }
+
+    /// What asking `sockets` told of them: registrations nothing listens
+    /// on any more are forgotten, and sockets that refused the daemon said
+    /// once.
+    fn heard(&self, sockets: &[PathBuf], answers: &[Asked]) {
+        let gone: Vec<&PathBuf> = sockets
+            .iter()
+            .zip(answers)
+            .filter(|(_, a)| matches!(a, Err(NoAnswer::Gone(_))))
+            .map(|(p, _)| p)
+            .collect();
+        if !gone.is_empty() {
+            self.registered
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|p| !gone.contains(&p));
+        }
+        let refused: Vec<PathBuf> = sockets
+            .iter()
+            .zip(answers)
+            .filter(|(p, a)| p.starts_with(&self.run_dir) && matches!(a, Err(NoAnswer::Refused(_))))
+            .map(|(p, _)| p.clone())
+            .collect();
+        self.say_refused(&refused);
+    }
+
+    /// `found`, each socket once (by device and inode, the first path
+    /// kept), without the daemon's own or any that is gone.
+    fn once_each(&self, mut found: Vec<PathBuf>) -> Vec<PathBuf> {
+        use std::os::unix::fs::MetadataExt;
         let own = self
             .own
             .as_ref()
@@ -208,17 +277,18 @@ impl Services {
     /// Otherwise why none could, one line.
     pub fn hint(&self, flow: &FlowQuery) -> Response {
         let mut why = Vec::new();
-        let sockets = self.sockets();
+        let sockets = self.candidates();
         let request = Request::Hint { flow: flow.clone() };
-        for (path, answer) in sockets
-            .iter()
-            .zip(ask_all(&sockets, &request, self.timeout))
-        {
+        let answers = ask_all(&sockets, &request, self.timeout);
+        self.heard(&sockets, &answers);
+        for (path, answer) in sockets.iter().zip(answers) {
             match answer.map(|a| a.response) {
                 Ok(r @ Response::Hint(_)) => return r,
                 Ok(Response::Error { message }) => why.push(message),
                 Ok(other) => why.push(format!("{}: unexpected answer {other:?}", path.display())),
-                Err(e) => why.push(e),
+                // No service there, or one this daemon may not ask (said).
+                Err(NoAnswer::Gone(_) | NoAnswer::Refused(_)) => {}
+                Err(NoAnswer::Failed(e)) => why.push(e),
             }
         }
         Response::Error {
@@ -248,8 +318,9 @@ impl Services {
             ..Scrape::default()
         };
         scrape.nic_queues = self.nic_queues(&scrape.nics);
-        let sockets = self.sockets();
+        let sockets = self.candidates();
         let answers = ask_all(&sockets, &Request::Counters, self.timeout);
+        self.heard(&sockets, &answers);
         for (path, answer) in sockets.iter().zip(answers) {
             match answer {
                 Ok(crate::ask::Answer {
@@ -262,6 +333,8 @@ impl Services {
                     c.pid = pid.unwrap_or(c.pid);
                     scrape.services.push(c);
                 }
+                // No service there, or one this daemon may not ask (said).
+                Err(NoAnswer::Gone(_) | NoAnswer::Refused(_)) => {}
                 other => {
                     tracing::debug!(socket = %path.display(), answer = ?other, "no counters");
                     scrape.unanswered += 1;
@@ -442,6 +515,97 @@ pub(crate) mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// What a killed service leaves (its socket's file, nothing listening)
+    /// is no service: not asked twice (no probe first), not counted as one
+    /// that did not answer; a registration of such a socket is forgotten
+    /// once asked, and one whose file is gone at once.
+    #[test]
+    fn a_socket_nothing_listens_on_is_no_service() {
+        let dir = run_dir("leftover");
+        drop(UnixListener::bind(dir.join("killed.9.sock")).unwrap());
+        let elsewhere = run_dir("leftover-elsewhere");
+        let registered = elsewhere.join("registered.sock");
+        let removed = elsewhere.join("removed.sock");
+        let listeners = [&registered, &removed].map(|p| UnixListener::bind(p).unwrap());
+        let services = Services::new(dir.clone(), Duration::from_millis(300));
+        assert_eq!(services.register(&registered), Ok(true));
+        assert_eq!(services.register(&removed), Ok(true));
+        drop(listeners);
+        std::fs::remove_file(&removed).unwrap();
+        let s = services.scrape();
+        assert_eq!((s.services.len(), s.unanswered), (0, 0));
+        assert_eq!(
+            services.candidates(),
+            vec![dir.join("killed.9.sock")],
+            "the registrations forgotten"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(&elsewhere).unwrap();
+    }
+
+    /// A scrape and a hint connect to a service once each, to ask: no
+    /// connect probes it first (a probe is one more client for the service
+    /// to take, among the daemon's hints at their bound).
+    #[test]
+    fn a_service_is_connected_to_once_per_question() {
+        let dir = run_dir("once");
+        let listener = UnixListener::bind(dir.join("svc.3.sock")).unwrap();
+        let connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = connections.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut s) = stream else { return };
+                counted.fetch_add(1, Ordering::SeqCst);
+                let mut buf = [0u8; 512];
+                if matches!(s.read(&mut buf), Ok(n) if n > 0) {
+                    let _ = s.write_all(COUNTERS.as_bytes());
+                }
+            }
+        });
+        let services = Services::new(dir.clone(), Duration::from_millis(500));
+        assert_eq!(services.scrape().services.len(), 1);
+        let flow = FlowQuery {
+            src: [10, 0, 0, 1].into(),
+            sport: 1,
+            dst: [10, 0, 0, 2].into(),
+            dport: 2,
+            proto: "tcp".into(),
+        };
+        assert!(matches!(services.hint(&flow), Response::Error { .. }));
+        assert_eq!(connections.load(Ordering::SeqCst), 2);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A NIC reported twice (owned by two of its names) makes its series
+    /// once: the page stays valid.
+    #[test]
+    fn a_nic_reported_twice_makes_its_series_once() {
+        let dir = run_dir("twice");
+        let services = Services::new(dir.clone(), Duration::from_millis(100));
+        let nic = NicReport {
+            caps: flowlane_numa_sched::NicCaps {
+                iface: "rvd0".into(),
+                ..Default::default()
+            },
+            workers: 1,
+            plan: Vec::new(),
+            dry_run: false,
+            changes: Vec::new(),
+            changes_total: 0,
+            notes: Vec::new(),
+            restore_on_exit: true,
+        };
+        services.set_nics(vec![nic.clone(), nic]);
+        assert_eq!(services.nics().len(), 1);
+        let page = crate::render(&services.scrape(), crate::Format::Text);
+        let series: Vec<&str> = page
+            .lines()
+            .filter(|l| l.starts_with("flowlane_nic_rx_queues{"))
+            .collect();
+        assert_eq!(series, [r#"flowlane_nic_rx_queues{iface="rvd0"} 0"#]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// A service's counters (one queue, pid 7 as a container would say).
     const COUNTERS: &str = concat!(
         r#"{"result":"counters","service":"bulk-sink","pid":7,"uptime_ns":1,"iface":"fl0","#,
@@ -486,13 +650,13 @@ pub(crate) mod tests {
     use std::os::unix::net::{UnixListener, UnixStream};
 
     /// A socket that answers one request with `answer`, as a service would
-    /// (two connections: a probe, then the request).
+    /// (one connection: the scrape probes no socket before it asks).
     fn fake_service(
         dir: &std::path::Path,
         name: &str,
         answer: &'static str,
     ) -> std::thread::JoinHandle<()> {
-        fake_service_for(dir, name, answer, 2)
+        fake_service_for(dir, name, answer, 1)
     }
 
     /// The same, for `connections` connections.
@@ -505,8 +669,8 @@ pub(crate) mod tests {
         let path = dir.join(format!("{name}.{}.sock", std::process::id()));
         let listener = UnixListener::bind(&path).unwrap();
         std::thread::spawn(move || {
-            // live_sockets probes with a connect first; answer every
-            // connection that sends a request line.
+            // Answer every connection that sends a request line (a probe
+            // would send none).
             for stream in listener.incoming().take(connections) {
                 let mut s = stream.unwrap();
                 let mut buf = [0u8; 512];

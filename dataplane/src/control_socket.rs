@@ -6,10 +6,19 @@
 //! The protocol is one JSON line each way per connection: a [`Request`]
 //! in, a [`Response`] out, then the service closes the connection. The
 //! service answers from its main thread ([`ControlSocket::poll`], never
-//! blocking on a client): at most [`MAX_CLIENTS`] connections wait at
-//! once, a request longer than [`MAX_REQUEST`] bytes is refused, and a
-//! client that sends nothing for [`CLIENT_DEADLINE`] is dropped, so a
-//! stuck or hostile local client cannot stall the service. The client side
+//! blocking on a client): every client that connects is taken, however
+//! many arrive together (the daemon's hints and its scrape); a request
+//! longer than [`MAX_REQUEST`] bytes is refused; a client that has not
+//! sent a whole request within [`CLIENT_DEADLINE`] is dropped, and past
+//! [`MAX_CLIENTS`] such clients a newcomer takes the place of the one that
+//! sent nothing longest; an answer is queued and written as the client
+//! takes it, over the next polls (each waits [`WRITE_WAIT`] at most),
+//! and a client that has not taken it whole within [`ANSWER_DEADLINE`] is
+//! dropped; the answers queued are bounded ([`ANSWER_MEMORY`]). Clients
+//! dropped are counted ([`ControlSocket::clients_dropped`]). So a stuck,
+//! slow or hostile local client (many connections that send nothing, or
+//! read nothing) neither stalls the service nor exhausts its memory, and
+//! holds back others for a deadline at most. The client side
 //! ([`request`], and the daemon asking many at once with [`AnswerReader`])
 //! is bounded the same way against a stuck or hostile service: the whole
 //! exchange within its deadline, an answer of at most [`MAX_ANSWER`] bytes.
@@ -42,15 +51,38 @@ pub const RUN_DIR: &str = "/run/flowlane";
 /// ([`register_with_daemon`]) when a daemon runs.
 pub const DAEMON_SOCKET: &str = "/run/flowlane-daemon/daemon.sock";
 
-/// At most this many clients wait for an answer at once; more are closed
-/// unanswered.
-pub const MAX_CLIENTS: usize = 8;
+/// At most this many clients are held whose request is not whole yet, and
+/// at most as many being answered; one more of either takes the place of
+/// the one that made no progress longest (sent nothing, or took nothing),
+/// which is dropped and counted. Clients whose request is whole never make
+/// room, so that many arriving together are all answered.
+pub const MAX_CLIENTS: usize = 64;
 
 /// The longest request line accepted, in bytes.
 pub const MAX_REQUEST: usize = 4096;
 
 /// A client that has not sent a whole request by then is dropped.
 pub const CLIENT_DEADLINE: Duration = Duration::from_secs(1);
+
+/// A client that has not taken its whole answer by then (from when it was
+/// queued) is dropped and counted: a local client reads a 15 MB answer in
+/// milliseconds.
+pub const ANSWER_DEADLINE: Duration = Duration::from_secs(5);
+
+/// The answers queued at once, in bytes, at most (past it, with more than
+/// one queued, the one whose client took nothing longest is dropped and
+/// counted): four of the largest `status` answers.
+pub const ANSWER_MEMORY: usize = 64 << 20;
+
+/// The longest one poll waits for clients to take their answers: a client
+/// reading as fast as a local socket goes takes megabytes in that time, so
+/// that a large answer needs no more polls; one reading slowly costs each
+/// poll this, no more.
+pub const WRITE_WAIT: Duration = Duration::from_millis(2);
+
+/// Connections accepted per poll at most; more wait in the listener's
+/// backlog for the next poll.
+const ACCEPTS_PER_POLL: usize = 2 * MAX_CLIENTS;
 
 /// The longest answer a client reads, in bytes; a service that sends more
 /// is not answering. The largest answer measured, a `status` of 1,024
@@ -143,6 +175,10 @@ pub struct NicReport {
     /// What the daemon changed (or, dry, would change), a line each: only
     /// effects (the last ones, when planned again often).
     pub changes: Vec<String>,
+    /// How many changes the daemon made (or, dry, would make) since it
+    /// started, all of them: `changes` keeps the last ones only.
+    #[serde(default)]
+    pub changes_total: u64,
     /// What the daemon noticed or left alone, a line each (the NIC planned
     /// again and why, left as it is and why, unreadable for a while).
     #[serde(default)]
@@ -280,6 +316,11 @@ pub struct ServiceCounters {
     /// over the last full second (1: balanced, or idle).
     #[serde(default = "one")]
     pub imbalance: f64,
+    /// Clients of its control socket it dropped so far
+    /// ([`ControlSocket::clients_dropped`]: too slow to ask or to take
+    /// their answer, or making room for others).
+    #[serde(default)]
+    pub control_clients_dropped: u64,
     /// Where a reader found the service when it cannot tell which process
     /// listens there (one outside its pid namespace: `pid` is then what
     /// the service calls itself, which replicas in containers share, all
@@ -464,25 +505,102 @@ impl MoveHistory {
     }
 }
 
-/// A connected client and what it sent so far.
-struct Client {
+/// A client whose request is not whole yet, and what it sent so far.
+struct Reader {
     stream: UnixStream,
     buf: Vec<u8>,
+    /// When it was taken: its request is due within [`CLIENT_DEADLINE`].
     since: Instant,
+    /// When it last sent something.
+    last: Instant,
+}
+
+/// A client being answered: its answer, and how much of it the socket
+/// took so far.
+struct Writer {
+    stream: UnixStream,
+    line: Vec<u8>,
+    written: usize,
+    /// When the answer was queued: taken whole within the answer deadline.
+    since: Instant,
+    /// When the socket last took some of it.
+    last: Instant,
+}
+
+/// Where an answer is after a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Progress {
+    /// All written: the connection is closed.
+    Done,
+    /// The socket takes no more for now.
+    Pending,
+    /// The client went (its connection failed).
+    Gone,
+}
+
+impl Writer {
+    fn left(&self) -> &[u8] {
+        &self.line[self.written..]
+    }
+
+    /// Writes what the socket takes now, without waiting.
+    fn write_now(&mut self) -> Progress {
+        loop {
+            match (&self.stream).write(&self.line[self.written..]) {
+                Ok(0) => return Progress::Gone,
+                Ok(n) => {
+                    self.written += n;
+                    self.last = Instant::now();
+                    if self.written == self.line.len() {
+                        return Progress::Done;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Progress::Pending,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return Progress::Gone,
+            }
+        }
+    }
+
+    /// Writes what the socket takes within `wait`.
+    fn write_within(&mut self, wait: Duration) -> Progress {
+        match write_for(&self.stream, &self.line[self.written..], wait) {
+            Ok(0) => Progress::Pending,
+            Ok(n) => {
+                self.written += n;
+                self.last = Instant::now();
+                if self.written == self.line.len() {
+                    Progress::Done
+                } else {
+                    Progress::Pending
+                }
+            }
+            Err(_) => Progress::Gone,
+        }
+    }
 }
 
 /// The service side: a listening socket, removed when dropped.
 pub struct ControlSocket {
     listener: UnixListener,
     path: PathBuf,
-    clients: Vec<Client>,
+    /// Clients whose request is not whole yet.
+    readers: Vec<Reader>,
+    /// Clients being answered.
+    writers: Vec<Writer>,
+    /// Clients dropped so far (see [`ControlSocket::clients_dropped`]).
+    dropped: u64,
+    /// [`ANSWER_DEADLINE`] (shorter in tests).
+    answer_deadline: Duration,
 }
 
 impl std::fmt::Debug for ControlSocket {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ControlSocket")
             .field("path", &self.path)
-            .field("clients", &self.clients.len())
+            .field("reading", &self.readers.len())
+            .field("answering", &self.writers.len())
+            .field("dropped", &self.dropped)
             .finish()
     }
 }
@@ -504,18 +622,56 @@ const DIR_MODE: u32 = 0o755;
 const SOCKET_MODE: u32 = 0o600;
 
 /// A request taken off a [`ControlSocket`] to be answered later, from any
-/// thread ([`ControlSocket::poll_deferring`]): the client's connection,
-/// closed unanswered if this is dropped.
+/// thread ([`Handling::Defer`]): the client's connection, closed
+/// unanswered if this is dropped.
 #[derive(Debug)]
 pub struct Reply {
     stream: UnixStream,
 }
 
 impl Reply {
-    /// Sends the answer (a client that does not take it within 100 ms
-    /// loses it) and closes the connection.
-    pub fn send(mut self, response: &Response) {
-        send(&mut self.stream, response);
+    /// Sends the answer and closes the connection, waiting for the client
+    /// to take it at most [`ANSWER_DEADLINE`] in all (a client that has not
+    /// taken it whole by then loses it): for a thread of its own, not a
+    /// loop that must go on.
+    pub fn send(self, response: &Response) {
+        let Some(line) = answer_line(response) else {
+            return;
+        };
+        let deadline = Instant::now() + ANSWER_DEADLINE;
+        let mut at = 0;
+        while at < line.len() {
+            let Some(left) = deadline
+                .checked_duration_since(Instant::now())
+                .filter(|d| !d.is_zero())
+            else {
+                return;
+            };
+            match write_for(&self.stream, &line[at..], left) {
+                Ok(n) => at += n,
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+/// What the caller of [`ControlSocket::poll_deferring`] does with a
+/// request.
+pub enum Handling<'a> {
+    /// Answers it with this: the socket writes it as the client takes it,
+    /// over the next polls (boxed: a response is large).
+    Answer(Box<Response>),
+    /// Answers it later (from another thread: an answer that waits for
+    /// others), through the [`Reply`] this is given at once.
+    Defer(Box<dyn FnOnce(Reply) + 'a>),
+}
+
+impl std::fmt::Debug for Handling<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Handling::Answer(r) => f.debug_tuple("Answer").field(r).finish(),
+            Handling::Defer(_) => f.write_str("Defer"),
+        }
     }
 }
 
@@ -586,7 +742,10 @@ impl ControlSocket {
         let me = ControlSocket {
             listener,
             path: path.to_path_buf(),
-            clients: Vec::new(),
+            readers: Vec::new(),
+            writers: Vec::new(),
+            dropped: 0,
+            answer_deadline: ANSWER_DEADLINE,
         };
         // Already so on Linux; elsewhere, the socket's mode was the umask's.
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE))
@@ -599,30 +758,70 @@ impl ControlSocket {
         &self.path
     }
 
-    /// Accepts waiting clients and answers every complete request with
-    /// `answer`'s response; never blocks on a client.
-    pub fn poll(&mut self, mut answer: impl FnMut(Request) -> Response) {
-        self.poll_deferring(|request, reply| reply.send(&answer(request)));
+    /// Clients dropped so far: those that did not send a whole request
+    /// within [`CLIENT_DEADLINE`], or did not take their answer within
+    /// [`ANSWER_DEADLINE`], or made room for others ([`MAX_CLIENTS`],
+    /// [`ANSWER_MEMORY`]).
+    pub fn clients_dropped(&self) -> u64 {
+        self.dropped
     }
 
-    /// Accepts waiting clients and hands every complete request to `take`
-    /// with its [`Reply`], to be answered now or later (off the calling
-    /// thread: an answer that waits for others); never blocks on a client.
-    /// A request taken no longer counts among the [`MAX_CLIENTS`] waiting.
-    pub fn poll_deferring(&mut self, mut take: impl FnMut(Request, Reply)) {
-        while let Ok((stream, _)) = self.listener.accept() {
-            if self.clients.len() >= MAX_CLIENTS || stream.set_nonblocking(true).is_err() {
-                continue; // dropped: closed unanswered
+    /// Accepts waiting clients, answers every complete request with
+    /// `answer`'s response and writes what the clients take of their
+    /// answers; never blocks on a client (waits [`WRITE_WAIT`] at most for
+    /// them to take their answers).
+    pub fn poll(&mut self, mut answer: impl FnMut(Request) -> Response) {
+        self.poll_deferring(|request| Handling::Answer(Box::new(answer(request))));
+    }
+
+    /// As [`ControlSocket::poll`], but hands every complete request to
+    /// `take`, which answers it now or defers it ([`Handling`]). A request
+    /// deferred no longer counts among the clients held.
+    pub fn poll_deferring<'a>(&mut self, mut take: impl FnMut(Request) -> Handling<'a>) {
+        let now = Instant::now();
+        self.accept(now);
+        for (stream, request) in self.read(now) {
+            match request {
+                Ok(request) => match take(request) {
+                    Handling::Answer(response) => self.answer(stream, &response),
+                    Handling::Defer(give) => give(Reply { stream }),
+                },
+                Err(message) => self.answer(stream, &Response::Error { message }),
             }
-            self.clients.push(Client {
+        }
+        self.write();
+    }
+
+    /// Takes the clients waiting in the listener's backlog (at most
+    /// [`ACCEPTS_PER_POLL`]; an accept that fails, out of descriptors,
+    /// leaves them there for the next poll).
+    fn accept(&mut self, now: Instant) {
+        for _ in 0..ACCEPTS_PER_POLL {
+            let Ok((stream, _)) = self.listener.accept() else {
+                break;
+            };
+            if stream.set_nonblocking(true).is_err() {
+                continue; // closed unanswered
+            }
+            self.readers.push(Reader {
                 stream,
                 buf: Vec::new(),
-                since: Instant::now(),
+                since: now,
+                last: now,
             });
         }
-        let now = Instant::now();
-        'clients: for mut c in std::mem::take(&mut self.clients) {
+    }
+
+    /// Reads what the clients sent; returns those whose request is whole,
+    /// each with it or why it is refused. Clients that went are closed,
+    /// those whose deadline passed dropped, and past [`MAX_CLIENTS`] those
+    /// that sent nothing longest.
+    fn read(&mut self, now: Instant) -> Vec<(UnixStream, std::result::Result<Request, String>)> {
+        let mut whole = Vec::new();
+        let mut kept = Vec::with_capacity(self.readers.len());
+        'clients: for mut c in std::mem::take(&mut self.readers) {
             let mut chunk = [0u8; 512];
+            let before = c.buf.len();
             // The client shut down its side (a request written and then
             // a half-close, as `nc -N` or `socat` do): what came before
             // still gets its answer.
@@ -643,29 +842,137 @@ impl ControlSocket {
                     break;
                 }
             }
-            let reply = Reply { stream: c.stream };
+            if c.buf.len() > before {
+                c.last = now;
+            }
             match c.buf.iter().position(|&b| b == b'\n') {
-                Some(end) if end <= MAX_REQUEST => match serde_json::from_slice(&c.buf[..end]) {
-                    Ok(req) => take(req, reply),
-                    Err(e) => reply.send(&Response::Error {
-                        message: format!("bad request: {e}"),
-                    }),
-                },
-                _ if c.buf.len() > MAX_REQUEST => reply.send(&Response::Error {
-                    message: format!("request longer than {MAX_REQUEST} bytes"),
-                }),
-                _ if !eof && now.duration_since(c.since) < CLIENT_DEADLINE => {
-                    self.clients.push(Client {
-                        stream: reply.stream,
-                        buf: c.buf,
-                        since: c.since,
-                    });
+                Some(end) if end <= MAX_REQUEST => {
+                    let request = serde_json::from_slice(&c.buf[..end])
+                        .map_err(|e| format!("bad request: {e}"));
+                    whole.push((c.stream, request));
                 }
-                // Gone, or too slow: closed unanswered.
-                _ => {}
+                _ if c.buf.len() > MAX_REQUEST => whole.push((
+                    c.stream,
+                    Err(format!("request longer than {MAX_REQUEST} bytes")),
+                )),
+                // Gone before a whole request: closed unanswered.
+                _ if eof => {}
+                _ if now.duration_since(c.since) < CLIENT_DEADLINE => kept.push(c),
+                // Too slow: closed unanswered.
+                _ => self.dropped += 1,
+            }
+        }
+        if kept.len() > MAX_CLIENTS {
+            // Those that sent something last stay.
+            kept.sort_by_key(|c| std::cmp::Reverse(c.last));
+            self.dropped += (kept.len() - MAX_CLIENTS) as u64;
+            kept.truncate(MAX_CLIENTS);
+        }
+        self.readers = kept;
+        whole
+    }
+
+    /// Queues `response` for the client on `stream`, what its socket takes
+    /// written at once; past the bounds on answers queued
+    /// ([`MAX_CLIENTS`], [`ANSWER_MEMORY`]), the one whose client took
+    /// nothing longest is dropped.
+    fn answer(&mut self, stream: UnixStream, response: &Response) {
+        let Some(line) = answer_line(response) else {
+            return;
+        };
+        let now = Instant::now();
+        let mut w = Writer {
+            stream,
+            line,
+            written: 0,
+            since: now,
+            last: now,
+        };
+        if w.write_now() != Progress::Pending {
+            return;
+        }
+        self.writers.push(w);
+        let queued = |ws: &[Writer]| ws.iter().map(|w| w.left().len()).sum::<usize>();
+        while self.writers.len() > 1
+            && (self.writers.len() > MAX_CLIENTS || queued(&self.writers) > ANSWER_MEMORY)
+        {
+            let stalest = (0..self.writers.len())
+                .min_by_key(|&i| self.writers[i].last)
+                .expect("more than one");
+            self.writers.swap_remove(stalest);
+            self.dropped += 1;
+        }
+    }
+
+    /// Writes what the clients take of their answers: at once what their
+    /// sockets take, then, while answers remain, waiting for them at most
+    /// [`WRITE_WAIT`] in all; a client whose deadline passed is dropped.
+    fn write(&mut self) {
+        if self.writers.is_empty() {
+            return;
+        }
+        let began = Instant::now();
+        let deadline = self.answer_deadline;
+        let mut dropped = 0;
+        self.writers.retain_mut(|w| match w.write_now() {
+            Progress::Pending if began.duration_since(w.since) < deadline => true,
+            Progress::Pending => {
+                dropped += 1;
+                false
+            }
+            Progress::Done | Progress::Gone => false,
+        });
+        self.dropped += dropped;
+        let until = began + WRITE_WAIT;
+        'wait: while !self.writers.is_empty() {
+            let mut i = 0;
+            while i < self.writers.len() {
+                let Some(left) = until
+                    .checked_duration_since(Instant::now())
+                    .filter(|d| !d.is_zero())
+                else {
+                    break 'wait;
+                };
+                match self.writers[i].write_within(left) {
+                    Progress::Pending => i += 1,
+                    Progress::Done | Progress::Gone => {
+                        self.writers.swap_remove(i);
+                    }
+                }
             }
         }
     }
+}
+
+/// An answer as sent: one JSON line (None: it cannot be encoded, never
+/// for these types).
+fn answer_line(response: &Response) -> Option<Vec<u8>> {
+    let mut line = serde_json::to_vec(response).ok()?;
+    line.push(b'\n');
+    Some(line)
+}
+
+/// Writes what `stream` (a client's, non-blocking) takes of `bytes`
+/// within `wait`: one write, what the client read by then, perhaps
+/// nothing. The stream is non-blocking again afterwards.
+///
+/// # Errors
+/// The write's, but for its timing out (`Ok(0)`).
+fn write_for(stream: &UnixStream, bytes: &[u8], wait: Duration) -> std::io::Result<usize> {
+    stream.set_nonblocking(false)?;
+    // A zero timeout would be none.
+    stream.set_write_timeout(Some(wait.max(Duration::from_micros(1))))?;
+    let wrote = loop {
+        match (&*stream).write(bytes) {
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::TimedOut => {
+                break Ok(0)
+            }
+            other => break other,
+        }
+    };
+    stream.set_nonblocking(true)?;
+    wrote
 }
 
 /// A listening Unix socket at `path`, non-blocking, whose file is its
@@ -689,18 +996,6 @@ fn listen_owner_only(path: &Path) -> std::io::Result<UnixListener> {
     // The backlog std gives a listener: the system's largest.
     socket::listen(&fd, Backlog::MAXALLOWABLE)?;
     Ok(UnixListener::from(fd))
-}
-
-/// Writes one response line; a client that does not take it within
-/// 100 ms loses it.
-fn send(stream: &mut UnixStream, response: &Response) {
-    let Ok(mut line) = serde_json::to_vec(response) else {
-        return;
-    };
-    line.push(b'\n');
-    let _ = stream.set_nonblocking(false);
-    let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
-    let _ = stream.write_all(&line);
 }
 
 impl Drop for ControlSocket {
@@ -1164,10 +1459,11 @@ mod tests {
         assert!(matches!(ControlSocket::bind(&path), Err(Error::Setup(_))));
         let _silent = UnixStream::connect(&path).unwrap();
         sock.poll(|_| unreachable!());
-        assert_eq!(sock.clients.len(), 1);
+        assert_eq!(sock.readers.len(), 1);
         std::thread::sleep(CLIENT_DEADLINE + Duration::from_millis(50));
         sock.poll(|_| unreachable!());
-        assert_eq!(sock.clients.len(), 0);
+        assert_eq!(sock.readers.len(), 0);
+        assert_eq!(sock.clients_dropped(), 1);
         drop(sock);
         // What a crashed service leaves: the file, nobody listening.
         drop(UnixListener::bind(&path).unwrap());
@@ -1271,6 +1567,163 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
     }
 
+    /// A client that asks `request` and reads its whole answer; the
+    /// answer's text.
+    fn ask_raw(path: &Path, request: &[u8]) -> std::thread::JoinHandle<String> {
+        let mut s = UnixStream::connect(path).unwrap();
+        s.write_all(request).unwrap();
+        std::thread::spawn(move || {
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut out = String::new();
+            let _ = s.read_to_string(&mut out);
+            out
+        })
+    }
+
+    /// More clients than the old bound of eight, all connected and asking
+    /// before the service polls (the daemon's hints and its scrape arrive
+    /// so): every one is answered, none dropped.
+    #[test]
+    fn clients_that_arrive_together_are_all_answered() {
+        let path = temp_path("together");
+        let mut sock = ControlSocket::bind(&path).unwrap();
+        let clients: Vec<_> = (0..40)
+            .map(|_| ask_raw(&path, b"{\"op\":\"status\"}\n"))
+            .collect();
+        let began = Instant::now();
+        while !clients.iter().all(|c| c.is_finished()) && began.elapsed() < Duration::from_secs(10)
+        {
+            sock.poll(|_| Response::Error {
+                message: "answered".into(),
+            });
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let answered = clients
+            .into_iter()
+            .map(|c| c.join().unwrap())
+            .filter(|a| a.contains("answered"))
+            .count();
+        assert_eq!(answered, 40);
+        assert_eq!(sock.clients_dropped(), 0);
+    }
+
+    /// A hostile local client opens many connections and sends nothing:
+    /// the service holds at most [`MAX_CLIENTS`] of them (its memory is
+    /// bounded), drops the rest (counted), and a request behind them is
+    /// answered all the same, at once, not after their deadline.
+    #[test]
+    fn connections_that_send_nothing_do_not_keep_a_request_out() {
+        let path = temp_path("hostile");
+        let mut sock = ControlSocket::bind(&path).unwrap();
+        let silent: Vec<UnixStream> = (0..200)
+            .map(|_| UnixStream::connect(&path).unwrap())
+            .collect();
+        let asked = ask_raw(&path, b"{\"op\":\"status\"}\n");
+        let began = Instant::now();
+        while !asked.is_finished() && began.elapsed() < Duration::from_secs(10) {
+            sock.poll(|_| Response::Error {
+                message: "answered".into(),
+            });
+            assert!(sock.readers.len() <= MAX_CLIENTS, "{}", sock.readers.len());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            began.elapsed() < CLIENT_DEADLINE,
+            "answered after {:?}: behind the silent ones' deadline",
+            began.elapsed()
+        );
+        assert!(asked.join().unwrap().contains("answered"));
+        assert_eq!(sock.clients_dropped(), (200 - MAX_CLIENTS) as u64);
+        drop(silent);
+    }
+
+    /// A client that asks and takes nothing of a large answer: each poll
+    /// after the one that answered returns at once (it waits
+    /// [`WRITE_WAIT`] at most, not for the client), the answer stays queued
+    /// until its deadline, then the client is dropped and counted.
+    #[test]
+    fn a_client_that_takes_nothing_is_dropped_at_its_deadline() {
+        let path = temp_path("takesnothing");
+        let mut sock = ControlSocket::bind(&path).unwrap();
+        sock.answer_deadline = Duration::from_millis(300);
+        let mut client = UnixStream::connect(&path).unwrap();
+        client.write_all(b"{\"op\":\"status\"}\n").unwrap();
+        let big = "x".repeat(4 << 20);
+        let began = Instant::now();
+        let mut longest = Duration::ZERO;
+        while (sock.writers.len() == 1 || began.elapsed() < Duration::from_millis(10))
+            && began.elapsed() < Duration::from_secs(10)
+        {
+            let poll = Instant::now();
+            let mut answered = false;
+            sock.poll(|_| {
+                answered = true;
+                Response::Error {
+                    message: big.clone(),
+                }
+            });
+            if !answered {
+                // The one that answered also made the answer (4 MB of
+                // JSON, slow in a debug build).
+                longest = longest.max(poll.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            longest < Duration::from_millis(200),
+            "one poll took {longest:?}"
+        );
+        assert!(
+            began.elapsed() >= Duration::from_millis(300),
+            "dropped after {:?}, before its deadline",
+            began.elapsed()
+        );
+        assert!(sock.writers.is_empty());
+        assert_eq!(sock.clients_dropped(), 1);
+        // What the client can still read is a part, not a whole answer.
+        client.set_nonblocking(true).unwrap();
+        let mut got = Vec::new();
+        let _ = client.read_to_end(&mut got);
+        assert!(got.len() < big.len(), "{}", got.len());
+    }
+
+    /// Clients that ask for large answers and read nothing: the answers
+    /// queued stay within [`ANSWER_MEMORY`] (and one answer), those whose
+    /// clients took nothing longest dropped and counted.
+    #[test]
+    fn the_answers_queued_are_bounded() {
+        let path = temp_path("answermemory");
+        let mut sock = ControlSocket::bind(&path).unwrap();
+        let answer = 5 << 20;
+        let clients: Vec<UnixStream> = (0..16)
+            .map(|_| {
+                let mut c = UnixStream::connect(&path).unwrap();
+                c.write_all(b"{\"op\":\"status\"}\n").unwrap();
+                c
+            })
+            .collect();
+        let big = "x".repeat(answer);
+        let mut answered = 0;
+        let began = Instant::now();
+        while answered < clients.len() && began.elapsed() < Duration::from_secs(10) {
+            sock.poll(|_| {
+                answered += 1;
+                Response::Error {
+                    message: big.clone(),
+                }
+            });
+            let queued: usize = sock.writers.iter().map(|w| w.left().len()).sum();
+            assert!(queued <= ANSWER_MEMORY + answer + 64, "{queued}");
+        }
+        assert_eq!(answered, clients.len());
+        // 16 answers of 5 MiB, less what the sockets took, past 64 MiB.
+        assert!(sock.clients_dropped() >= 2, "{}", sock.clients_dropped());
+        assert_eq!(
+            sock.clients_dropped() as usize + sock.writers.len(),
+            clients.len()
+        );
+    }
+
     /// A request taken off the socket is answered later, from another
     /// thread, and no longer holds one of the waiting clients' places.
     #[test]
@@ -1282,12 +1735,16 @@ mod tests {
             std::thread::spawn(move || request(&path, &Request::Status, Duration::from_secs(5)));
         let began = Instant::now();
         while replies.is_empty() && began.elapsed() < Duration::from_secs(5) {
-            sock.poll_deferring(|req, reply| replies.push((req, reply)));
+            let taken = std::cell::RefCell::new(&mut replies);
+            sock.poll_deferring(|req| {
+                let taken = &taken;
+                Handling::Defer(Box::new(move |reply| taken.borrow_mut().push((req, reply))))
+            });
             std::thread::sleep(Duration::from_millis(1));
         }
         let (req, reply) = replies.pop().expect("the request was taken");
         assert_eq!(req, Request::Status);
-        assert_eq!(sock.clients.len(), 0);
+        assert_eq!((sock.readers.len(), sock.writers.len()), (0, 0));
         std::thread::spawn(move || {
             reply.send(&Response::Error {
                 message: "later".into(),

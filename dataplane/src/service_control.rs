@@ -162,6 +162,9 @@ pub struct ServiceControl {
     /// The loop's moves that failed, the bucket where it was, since its
     /// last one that took its bucket where it was to go.
     failed_in_a_row: u32,
+    /// The control socket's clients dropped so far, as of its last poll
+    /// (the socket is out of its place while it answers).
+    control_dropped: u64,
 }
 
 /// How many of a default loop's moves may fail in a row (a NIC that
@@ -291,6 +294,7 @@ impl ServiceControl {
             by_default: false,
             off_because: None,
             failed_in_a_row: 0,
+            control_dropped: 0,
         })
     }
 
@@ -372,6 +376,7 @@ impl ServiceControl {
         }
         let mut out = Vec::new();
         if let Some(mut socket) = self.socket.take() {
+            self.control_dropped = socket.clients_dropped();
             socket.poll(|req| match req {
                 Request::Status => Response::Status(self.status(view)),
                 Request::Counters => Response::Counters(self.counters(view)),
@@ -391,6 +396,7 @@ impl ServiceControl {
                     response
                 }
             });
+            self.control_dropped = socket.clients_dropped();
             self.socket = Some(socket);
         }
         out
@@ -441,6 +447,7 @@ impl ServiceControl {
             moves: self.history.clone(),
             nic: view.nic(),
             imbalance: self.load.imbalance,
+            control_clients_dropped: self.control_dropped,
             socket: None,
         }
     }
