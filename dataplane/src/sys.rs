@@ -312,6 +312,26 @@ mod ethtool_tests {
     }
 }
 
+/// An error as xsk-rs makes them, for tests: a fixed reason, the system
+/// call's error as its source.
+#[cfg(test)]
+#[derive(Debug)]
+pub(crate) struct XskRsError(pub &'static str, pub std::io::Error);
+
+#[cfg(test)]
+impl std::fmt::Display for XskRsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+#[cfg(test)]
+impl std::error::Error for XskRsError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.1)
+    }
+}
+
 #[cfg(test)]
 mod hint_tests {
     use super::*;

@@ -176,24 +176,13 @@ fn umem_error(len: usize, node: u32, e: &(dyn std::error::Error + 'static)) -> S
 mod tests {
     use super::*;
 
-    #[derive(Debug)]
-    struct Fixed(std::io::Error);
-
-    impl std::fmt::Display for Fixed {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("failed to create mmap'd UMEM region")
-        }
-    }
-
-    impl std::error::Error for Fixed {
-        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-            Some(&self.0)
-        }
+    fn fixed(e: std::io::Error) -> crate::sys::XskRsError {
+        crate::sys::XskRsError("failed to create mmap'd UMEM region", e)
     }
 
     #[test]
     fn a_umem_error_names_the_errno_and_its_cause() {
-        let e = Fixed(std::io::Error::from_raw_os_error(libc::ENOMEM));
+        let e = fixed(std::io::Error::from_raw_os_error(libc::ENOMEM));
         let line = umem_error(64 << 20, 1, &e);
         assert_eq!(line.lines().count(), 1, "{line}");
         for needle in [
@@ -204,7 +193,7 @@ mod tests {
         ] {
             assert!(line.contains(needle), "{needle:?} in {line}");
         }
-        let e = Fixed(std::io::Error::from_raw_os_error(libc::EPERM));
+        let e = fixed(std::io::Error::from_raw_os_error(libc::EPERM));
         assert!(umem_error(64 << 20, 0, &e).contains("privileged"));
     }
 }

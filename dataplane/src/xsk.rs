@@ -153,24 +153,16 @@ fn bind_error(
 mod tests {
     use super::*;
 
-    #[derive(Debug)]
-    struct Fixed(std::io::Error);
-
-    impl std::fmt::Display for Fixed {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("non-zero error code returned when creating AF_XDP socket")
-        }
-    }
-
-    impl std::error::Error for Fixed {
-        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-            Some(&self.0)
-        }
+    fn fixed(e: std::io::Error) -> crate::sys::XskRsError {
+        crate::sys::XskRsError(
+            "non-zero error code returned when creating AF_XDP socket",
+            e,
+        )
     }
 
     #[test]
     fn a_bind_error_names_the_errno_and_its_cause() {
-        let e = Fixed(std::io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+        let e = fixed(std::io::Error::from_raw_os_error(libc::EOPNOTSUPP));
         let line = bind_error("xsk0", 0, BindMode::ZeroCopy, &e);
         assert_eq!(line.lines().count(), 1, "{line}");
         for needle in [
@@ -182,7 +174,7 @@ mod tests {
             assert!(line.contains(needle), "{needle:?} in {line}");
         }
         assert!(!line.contains("another socket"), "{line}");
-        let e = Fixed(std::io::Error::from_raw_os_error(libc::EBUSY));
+        let e = fixed(std::io::Error::from_raw_os_error(libc::EBUSY));
         let line = bind_error("xsk0", 1, BindMode::Copy, &e);
         assert!(line.contains("in copy mode"), "{line}");
         assert!(line.contains("holds that queue"), "{line}");
