@@ -8,12 +8,8 @@
 
 use std::io;
 
-use netlink_packet_core::{
-    NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_REQUEST,
-};
 use netlink_packet_route::link::{LinkAttribute, LinkMessage, LinkXdp, XdpAttached};
 use netlink_packet_route::RouteNetlinkMessage;
-use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
 /// The id of the XDP program attached to `iface` (a name or an alternative
 /// name), None when none is; 0 when one is attached but the kernel did not
@@ -29,48 +25,24 @@ pub fn xdp_program(iface: &str) -> io::Result<Option<u32>> {
             format!("no interface {iface}: {e}"),
         )
     })?;
-    let mut socket = Socket::new(NETLINK_ROUTE)?;
-    socket.bind_auto()?;
-    socket.connect(&SocketAddr::new(0, 0))?;
     let mut link = LinkMessage::default();
     link.header.index = ifindex;
-    let mut header = NetlinkHeader::default();
-    header.flags = NLM_F_REQUEST;
-    header.sequence_number = 1;
-    let mut req = NetlinkMessage::new(
-        header,
-        NetlinkPayload::from(RouteNetlinkMessage::GetLink(link)),
-    );
-    req.finalize();
-    let mut buf = vec![0; req.buffer_len()];
-    req.serialize(&mut buf);
-    socket.send(&buf, 0)?;
-
-    let bad = |e: &dyn std::fmt::Display| io::Error::new(io::ErrorKind::InvalidData, e.to_string());
-    loop {
-        let (data, _) = socket.recv_from_full()?;
-        if data.is_empty() {
-            return Err(bad(&"rtnetlink closed without an answer"));
-        }
-        let mut at = 0;
-        while at < data.len() {
-            let len = NetlinkBuffer::new_checked(&data[at..])
-                .map_err(|e| bad(&e))?
-                .length() as usize;
-            let msg = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&data[at..at + len])
-                .map_err(|e| bad(&e))?;
-            at += (len + 3) & !3;
-            match msg.payload {
-                NetlinkPayload::Error(e) => return Err(e.to_io()),
-                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(l))
-                    if l.header.index == ifindex =>
-                {
-                    return Ok(attached(&l.attributes));
-                }
-                _ => {}
+    let answer = flowlane_dataplane::rtnetlink::ask(
+        RouteNetlinkMessage::GetLink(link),
+        false,
+        |m| match m {
+            RouteNetlinkMessage::NewLink(l) if l.header.index == ifindex => {
+                Some(attached(&l.attributes))
             }
-        }
-    }
+            _ => None,
+        },
+    )?;
+    answer.ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "rtnetlink closed without an answer",
+        )
+    })
 }
 
 /// The program a link's attributes say is attached, if any (see

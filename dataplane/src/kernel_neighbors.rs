@@ -15,14 +15,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use netlink_packet_core::{
-    NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST,
-};
 use netlink_packet_route::neighbour::{
     NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState,
 };
 use netlink_packet_route::RouteNetlinkMessage;
-use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
 use flowlane_wire::EthernetAddress;
 
@@ -40,50 +36,17 @@ pub const PRIME_WAIT: std::time::Duration = std::time::Duration::from_millis(200
 /// When no rtnetlink socket can be opened or the dump fails; an answer that
 /// does not decode is an [`io::ErrorKind::InvalidData`] error.
 pub fn kernel_neighbors(ifindex: u32) -> io::Result<Vec<(IpAddr, EthernetAddress)>> {
-    let mut socket = Socket::new(NETLINK_ROUTE)?;
-    socket.bind_auto()?;
-    socket.connect(&SocketAddr::new(0, 0))?;
-    let mut header = NetlinkHeader::default();
-    header.flags = NLM_F_REQUEST | NLM_F_DUMP;
-    header.sequence_number = 1;
-    let mut req = NetlinkMessage::new(
-        header,
-        NetlinkPayload::from(RouteNetlinkMessage::GetNeighbour(
-            NeighbourMessage::default(),
-        )),
-    );
-    req.finalize();
-    let mut buf = vec![0; req.buffer_len()];
-    req.serialize(&mut buf);
-    socket.send(&buf, 0)?;
-
-    let bad = |e: &dyn std::fmt::Display| io::Error::new(io::ErrorKind::InvalidData, e.to_string());
     let mut out = Vec::new();
-    loop {
-        let (data, _) = socket.recv_from_full()?;
-        let mut at = 0;
-        while at < data.len() {
-            let len = NetlinkBuffer::new_checked(&data[at..])
-                .map_err(|e| bad(&e))?
-                .length() as usize;
-            let msg = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&data[at..at + len])
-                .map_err(|e| bad(&e))?;
-            at += (len + 3) & !3;
-            match msg.payload {
-                NetlinkPayload::Done(_) => return Ok(out),
-                NetlinkPayload::Error(e) => return Err(e.to_io()),
-                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewNeighbour(n))
-                    if n.header.ifindex == ifindex =>
-                {
-                    out.extend(usable(&n));
-                }
-                _ => {}
+    let request = RouteNetlinkMessage::GetNeighbour(NeighbourMessage::default());
+    crate::rtnetlink::ask(request, true, |m| {
+        if let RouteNetlinkMessage::NewNeighbour(n) = m {
+            if n.header.ifindex == ifindex {
+                out.extend(usable(&n));
             }
         }
-        if data.is_empty() {
-            return Ok(out);
-        }
-    }
+        None::<()>
+    })?;
+    Ok(out)
 }
 
 /// The (IP, MAC) of a resolved entry; `None` for incomplete or failed ones

@@ -25,6 +25,7 @@ pub mod neighbor;
 pub mod placement;
 mod prefetch;
 pub mod privileges;
+pub mod rtnetlink;
 pub mod runtime;
 #[cfg(feature = "cli")]
 pub mod service_args;
