@@ -36,6 +36,9 @@ pub(crate) struct Conn {
     /// within the budget): the connection is in the core's queue of
     /// waiters, read again when a buffer is given back.
     pub(crate) waits_for_memory: bool,
+    /// A buffer given back was promised to this waiter: its next read
+    /// takes it, before any reader that did not wait (oldest first).
+    pub(crate) memory_granted: bool,
     /// The application asked for `Writable`.
     pub(crate) want_writable: bool,
     /// `shutdown_write` was asked: FIN once the send buffer is empty.
@@ -124,7 +127,8 @@ impl Failure {
 /// the AF_XDP backend's `connect` when its ports ran out),
 /// `ConnectionLimit` when descriptors or memory ran out (socket(2):
 /// EMFILE, ENFILE, ENOBUFS, ENOMEM), `InvalidAddress` otherwise (an
-/// address of no family here, no route to it).
+/// address of no family here). Not for the errors the stack would meet
+/// only after its SYN ([`connect_failure`]): those end the open instead.
 pub(crate) fn connect_error(e: &std::io::Error) -> Error {
     use nix::errno::Errno;
     match e.raw_os_error().map(Errno::from_raw) {
@@ -133,6 +137,32 @@ pub(crate) fn connect_error(e: &std::io::Error) -> Error {
             Error::ConnectionLimit
         }
         _ => Error::InvalidAddress,
+    }
+}
+
+/// How an open ends whose connect(2) failed at once for a cause flowlane's
+/// stack meets only on the wire, where its `connect` returns a handle and
+/// `on_closed` tells the end: no route (`ENETUNREACH`, `EHOSTUNREACH`,
+/// `ENETDOWN`, `EHOSTDOWN`) and a SYN a local firewall dropped (`EPERM`,
+/// `EACCES`: netfilter's verdict on the SYN, connect(2) "the connection
+/// request failed because of a local firewall rule") are an open whose
+/// SYNs the stack would have retransmitted unanswered, `Timeout`; a
+/// refusal (`ECONNREFUSED`) the stack's `Reset`, the peer's RST counted.
+/// None for the others.
+pub(crate) fn connect_failure(e: &std::io::Error) -> Option<Failure> {
+    use nix::errno::Errno;
+    match e.raw_os_error().map(Errno::from_raw)? {
+        Errno::EPERM | Errno::EACCES => Some(Failure {
+            reason: CloseReason::Timeout,
+            peer_reset: false,
+        }),
+        Errno::ENETUNREACH
+        | Errno::EHOSTUNREACH
+        | Errno::ENETDOWN
+        | Errno::EHOSTDOWN
+        | Errno::ETIMEDOUT
+        | Errno::ECONNREFUSED => Some(Failure::of(e)),
+        _ => None,
     }
 }
 
@@ -156,6 +186,7 @@ impl Conn {
             readable_told: false,
             rx_stalled: false,
             waits_for_memory: false,
+            memory_granted: false,
             want_writable: false,
             shut_pending: false,
             write_shut: false,
@@ -225,20 +256,33 @@ impl Conn {
         Io::Ok(sent)
     }
 
-    /// How a closed connection is done, if it is: `Normal` once both FINs
-    /// went and the handler was told of the peer's; `Timeout` when the
-    /// peer's FIN did not come within [`FIN_WAIT`] of ours (the stack's
-    /// FIN-WAIT-2 timer, which `CloseReason::Timeout` names).
+    /// How a connection whose FIN went is done, if it is: `Normal` once
+    /// the peer's FIN came too, the handler was told of it and read every
+    /// byte (after `close`, or after `shutdown_write` alone: the exchange
+    /// is over, as the stack ends such a connection, and the kernel
+    /// finishes what is left, its TIME-WAIT or the acknowledgement of our
+    /// FIN); `Timeout` when a closed connection's peer did not send its
+    /// FIN within [`FIN_WAIT`] of ours (the stack's FIN-WAIT-2 timer,
+    /// which `CloseReason::Timeout` names).
     pub(crate) fn close_finished(&self, now: Instant) -> Option<CloseReason> {
-        if !self.closing || !self.write_shut {
+        if !self.write_shut {
             None
-        } else if self.peer_eof && self.peer_closed_dispatched {
+        } else if self.peer_eof && self.peer_closed_dispatched && self.rx.is_empty() {
             Some(CloseReason::Normal)
-        } else if self.fin_sent_at.is_some_and(|t| now >= t + FIN_WAIT) {
+        } else if self.closing && self.fin_sent_at.is_some_and(|t| now >= t + FIN_WAIT) {
             Some(CloseReason::Timeout)
         } else {
             None
         }
+    }
+
+    /// Whether the kernel's socket is still in SYN-SENT: an active open
+    /// whose handshake the loop has not seen complete ([`Conn::connecting`])
+    /// and that has no peer yet (getpeername(2): `ENOTCONN`). The flag
+    /// alone can be stale: the kernel may have completed the handshake
+    /// before the loop took the event that says so.
+    pub(crate) fn in_syn_sent(&self) -> bool {
+        self.connecting && self.stream.peer_addr().is_err()
     }
 
     /// Whether a stopping core should keep running for this connection,
@@ -381,16 +425,41 @@ mod tests {
     }
 
     /// Ports exhausted is the AF_XDP backend's `AddrInUse`; out of
-    /// descriptors or memory, `ConnectionLimit`.
+    /// descriptors or memory, `ConnectionLimit`; what the stack would meet
+    /// only after its SYN (no route, a firewall's drop, a refusal) is no
+    /// error of `connect` but the open's end, as the stack's.
     #[test]
     fn connect_errors_are_the_stack_s() {
         assert_eq!(connect_error(&err(Errno::EADDRNOTAVAIL)), Error::AddrInUse);
         for e in [Errno::EMFILE, Errno::ENFILE, Errno::ENOBUFS, Errno::ENOMEM] {
             assert_eq!(connect_error(&err(e)), Error::ConnectionLimit, "{e}");
+            assert_eq!(connect_failure(&err(e)), None, "{e}");
         }
         assert_eq!(
             connect_error(&err(Errno::EAFNOSUPPORT)),
             Error::InvalidAddress
+        );
+        assert_eq!(connect_failure(&err(Errno::EAFNOSUPPORT)), None);
+        let timeout = Failure {
+            reason: CloseReason::Timeout,
+            peer_reset: false,
+        };
+        for e in [
+            Errno::ENETUNREACH,
+            Errno::EHOSTUNREACH,
+            Errno::ENETDOWN,
+            Errno::EHOSTDOWN,
+            Errno::EPERM,
+            Errno::EACCES,
+        ] {
+            assert_eq!(connect_failure(&err(e)), Some(timeout), "{e}");
+        }
+        assert_eq!(
+            connect_failure(&err(Errno::ECONNREFUSED)),
+            Some(Failure {
+                reason: CloseReason::Reset,
+                peer_reset: true
+            })
         );
     }
 }

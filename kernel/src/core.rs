@@ -18,7 +18,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 
 use crate::buffer::BufferPool;
-use crate::conn::{connect_error, Conn, Failure, Io};
+use crate::conn::{connect_error, connect_failure, Conn, Failure, Io};
 use crate::listener::{retry_accept_at_once, Claims};
 use crate::tcp_info::{Diag, KernelView};
 
@@ -31,6 +31,10 @@ const WAKE_TOKEN: Token = Token(usize::MAX);
 const TICK: Duration = Duration::from_millis(10);
 /// Readiness events taken per poll.
 const EVENTS: usize = 1024;
+/// Connections one listener's accept takes per loop pass at most: a
+/// flood of connections waits for the next pass (after the others'
+/// events, the handlers' tick and a stop's check), not the whole core.
+const ACCEPTS_PER_PASS: usize = 256;
 /// How long a stopping core goes on at most for its connections' closes
 /// to finish (the bytes a closed connection still holds here sent, then
 /// its FIN; a close still to come where the peer closed): the bound the
@@ -41,9 +45,11 @@ pub const STOP_LINGER: Duration = Duration::from_secs(2);
 /// Sizes and bounds of one core.
 #[derive(Debug, Clone)]
 pub struct Limits {
-    /// Bytes a connection's receive buffer holds (what `peek` can show).
+    /// Bytes a connection's receive buffer holds (what `peek` can show);
+    /// at least one (a core refuses 0: nothing could ever be read).
     pub rx_buffer: usize,
-    /// Bytes a connection's send buffer holds beyond what its socket took.
+    /// Bytes a connection's send buffer holds beyond what its socket took;
+    /// at least one (a core refuses 0: `Writable` could never come).
     pub tx_buffer: usize,
     /// Connections this core keeps at once; beyond it, accepted
     /// connections are reset and counted (`connection_limit_refused`).
@@ -92,16 +98,29 @@ pub struct KernelNet {
     filters: Filters,
     conns: Handles<Conn>,
     events: VecDeque<Event>,
-    /// Connections whose receive buffer filled up and was read from since.
+    /// Connections to read again at the next pass: their full receive
+    /// buffer was read from since, or a buffer was promised to them
+    /// (read once per pass each, so that a peer that keeps the socket
+    /// full holds its core no longer than one buffer per pass).
     rereads: Vec<u32>,
     /// Connections waiting for a receive buffer, oldest first.
     memory_waiters: VecDeque<u32>,
+    /// Buffers given back and promised to waiters that have not read yet
+    /// ([`Conn::memory_granted`]): no other read takes them.
+    rx_granted: usize,
+    /// Connections whose exchange may be over since a call of their
+    /// handler (it read the last bytes, or shut its writing down): looked
+    /// at once the callback returned ([`Conn::close_finished`]).
+    finishing: Vec<u32>,
     /// Times a connection waited for one.
     memory_waits: u64,
     /// Per listener: an accept failed (out of descriptors, of memory) and
     /// is tried again each pass until the queue is drained: the listener
     /// is edge-triggered, and a full accept queue wakes it no more.
     accept_retry: Vec<bool>,
+    /// Per listener: [`ACCEPTS_PER_PASS`] were taken this pass; the rest
+    /// of its queue is taken at the next.
+    accept_more: Vec<bool>,
     /// Accepts that failed so.
     accept_failed: u64,
     /// Accepts that failed for the one connection they would have
@@ -182,6 +201,15 @@ impl KernelNet {
         claims: Claims,
     ) -> std::io::Result<Self> {
         let (rx_buffer, tx_buffer) = (limits.rx_buffer, limits.tx_buffer);
+        if rx_buffer == 0 || tx_buffer == 0 {
+            return Err(std::io::Error::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "Limits: rx_buffer ({rx_buffer}) and tx_buffer ({tx_buffer}) must be at \
+                     least one byte"
+                ),
+            ));
+        }
         let (rx_memory, tx_memory) = (limits.rx_memory, limits.tx_memory);
         Ok(KernelNet {
             placement,
@@ -197,8 +225,11 @@ impl KernelNet {
             events: VecDeque::new(),
             rereads: Vec::new(),
             memory_waiters: VecDeque::new(),
+            rx_granted: 0,
+            finishing: Vec::new(),
             memory_waits: 0,
             accept_retry: Vec::new(),
+            accept_more: Vec::new(),
             accept_failed: 0,
             accept_aborted: 0,
             send_memory_waits: 0,
@@ -207,8 +238,8 @@ impl KernelNet {
             stats: Stats::default(),
             waker: None,
             diag: Diag::default(),
-            rx_pool: BufferPool::new(rx_buffer, POOL_KEEP, rx_memory / rx_buffer.max(1)),
-            tx_pool: BufferPool::new(tx_buffer, POOL_KEEP, tx_memory / tx_buffer.max(1)),
+            rx_pool: BufferPool::new(rx_buffer, POOL_KEEP, rx_memory / rx_buffer),
+            tx_pool: BufferPool::new(tx_buffer, POOL_KEEP, tx_memory / tx_buffer),
         })
     }
 
@@ -283,7 +314,7 @@ impl KernelNet {
             reset_on_close(&conn.stream);
             // Not in SYN-SENT: closing a connect under way sends nothing
             // (Linux's `tcp_disconnect` resets only synchronized states).
-            if !conn.connecting {
+            if !conn.in_syn_sent() {
                 self.count_reset(reason);
             }
         }
@@ -292,6 +323,10 @@ impl KernelNet {
             // Not left for a later connection in its slot to jump the
             // queue with, nor to grow it with churn.
             self.memory_waiters.retain(|&i| i != index);
+        }
+        if conn.memory_granted {
+            // The buffer promised to it goes to the next waiter.
+            self.rx_granted -= 1;
         }
         // Its memory back to the budget (a waiter may take it).
         conn.rx.discard(&mut self.rx_pool);
@@ -343,7 +378,15 @@ impl KernelNet {
         let Some(conn) = self.conns.at_mut(index).filter(|c| !c.connecting) else {
             return;
         };
-        if !conn.rx.has_memory() && !self.rx_pool.has_room() {
+        let granted = std::mem::take(&mut conn.memory_granted);
+        if granted {
+            self.rx_granted -= 1;
+        }
+        // A buffer is free for a read that did not wait only where none is
+        // promised to a waiter and nobody waits: the waiters are served
+        // oldest first, the reader that gave a buffer back behind them.
+        let free = self.rx_pool.room() > self.rx_granted && self.memory_waiters.is_empty();
+        if !conn.rx.has_memory() && !granted && (conn.waits_for_memory || !free) {
             // Past the receive memory budget: the bytes stay in the
             // kernel until a buffer is given back.
             if !conn.waits_for_memory {
@@ -416,7 +459,8 @@ impl KernelNet {
         }
     }
 
-    /// Takes every connection waiting on listener `li`. An error of the
+    /// Takes the connections waiting on listener `li`, [`ACCEPTS_PER_PASS`]
+    /// at most (the rest at the next pass). An error of the
     /// one connection an accept would have returned
     /// ([`retry_accept_at_once`]) is counted (`accept_aborted`) and the
     /// next taken at once; any other failure than an empty queue (out of
@@ -424,7 +468,12 @@ impl KernelNet {
     /// (`accept_failed`) and the listener tried again each pass
     /// ([`KernelNet::retry_accepts`]) until its queue is drained.
     fn accept(&mut self, li: usize) {
-        loop {
+        if li >= self.listeners.len() {
+            // Closed at a stop.
+            return;
+        }
+        self.accept_more[li] = false;
+        for _ in 0..ACCEPTS_PER_PASS {
             let (stream, remote) = match self.listeners[li].accept() {
                 Ok(s) => s,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
@@ -484,6 +533,8 @@ impl KernelNet {
                 }
             }
         }
+        // The queue may hold more: taken at the next pass.
+        self.accept_more[li] = true;
     }
 
     /// Opens the listeners of `port`, one per address: `AddrInUse` for a
@@ -499,10 +550,35 @@ impl KernelNet {
         {
             return Err(Error::AddrInUse);
         }
+        let first = self.listeners.len();
+        let mut claimed = Vec::new();
+        let opened = self.open_listeners(port, &mut claimed);
+        if opened.is_err() {
+            // None of this port's listeners is left behind to take
+            // connections nobody hears of, nor its claims.
+            for mut l in self.listeners.drain(first..) {
+                let _ = self.poll.registry().deregister(&mut l);
+            }
+            self.accept_retry.truncate(first);
+            self.accept_more.truncate(first);
+            for addr in claimed {
+                self.claims.release(addr);
+            }
+        }
+        opened
+    }
+
+    /// [`KernelNet::listen`]'s listeners, in order; `claimed` gets the
+    /// addresses whose claim they took.
+    fn open_listeners(
+        &mut self,
+        port: u16,
+        claimed: &mut Vec<SocketAddr>,
+    ) -> Result<Vec<ListenerId>, Error> {
         let mut ids = Vec::new();
         for &ip in &self.listen_on.clone() {
             let addr = SocketAddr::new(ip, port);
-            let mut l = self.claims.listener(addr).map_err(|e| {
+            let (mut l, claim) = self.claims.listener(addr).map_err(|e| {
                 tracing::warn!(
                     "queue {}: cannot listen on {addr}: {e}",
                     self.placement.queue
@@ -512,6 +588,9 @@ impl KernelNet {
                     _ => Error::InvalidAddress,
                 }
             })?;
+            if claim {
+                claimed.push(addr);
+            }
             let li = self.listeners.len();
             self.poll
                 .registry()
@@ -519,9 +598,27 @@ impl KernelNet {
                 .map_err(|_| Error::InvalidAddress)?;
             self.listeners.push(l);
             self.accept_retry.push(false);
+            self.accept_more.push(false);
             ids.push(ListenerId::from_index(li as u32));
         }
         Ok(ids)
+    }
+
+    /// Closes every listener (a stop began): the connections the kernel
+    /// completes from now on are refused by it, not accepted here only to
+    /// be reset when the stop's linger ends.
+    fn close_listeners(&mut self) {
+        for mut l in self.listeners.drain(..) {
+            let _ = self.poll.registry().deregister(&mut l);
+        }
+        self.accept_retry.clear();
+        self.accept_more.clear();
+    }
+
+    /// Whether the loop has work for its next pass without waiting for
+    /// readiness: reads deferred to it, or accepts left by the last one.
+    fn more_to_do(&self) -> bool {
+        !self.rereads.is_empty() || self.accept_more.iter().any(|&m| m)
     }
 
     /// The handler heard of `h`'s peer closing: a connection it closed
@@ -581,7 +678,7 @@ impl KernelNet {
             if let Some((_, mut conn)) = self.conns.end(index) {
                 if !conn.may_end_quietly() {
                     reset_on_close(&conn.stream);
-                    if !conn.connecting {
+                    if !conn.in_syn_sent() {
                         self.count_reset(CloseReason::Aborted);
                     }
                 }
@@ -593,19 +690,21 @@ impl KernelNet {
         }
     }
 
-    /// Accepts again on the listeners whose last accept failed.
+    /// Accepts again on the listeners whose last accept failed or stopped
+    /// at [`ACCEPTS_PER_PASS`].
     fn retry_accepts(&mut self) {
         for li in 0..self.listeners.len() {
-            if self.accept_retry[li] {
+            if self.accept_retry[li] || self.accept_more[li] {
                 self.accept(li);
             }
         }
     }
 
-    /// Queues for reading as many memory waiters, oldest first, as the
-    /// budget has buffers free.
+    /// Promises the buffers the budget has free (and not promised yet) to
+    /// as many memory waiters, oldest first, and queues them for reading
+    /// at the next pass.
     fn wake_memory_waiters(&mut self) {
-        let mut room = self.rx_pool.room();
+        let mut room = self.rx_pool.room().saturating_sub(self.rx_granted);
         while room > 0 {
             let Some(index) = self.memory_waiters.pop_front() else {
                 return;
@@ -614,17 +713,36 @@ impl KernelNet {
             // for nothing.)
             if let Some(c) = self.conns.at_mut(index).filter(|c| c.waits_for_memory) {
                 c.waits_for_memory = false;
+                c.memory_granted = true;
+                self.rx_granted += 1;
                 self.rereads.push(index);
                 room -= 1;
             }
         }
     }
 
-    /// Reads again the connections whose full receive buffer the
-    /// application has since read from.
-    fn reread(&mut self) {
-        for index in std::mem::take(&mut self.rereads) {
-            self.read_ready(index);
+    /// Ends the connections whose exchange a handler's call may have
+    /// finished ([`KernelNet::finishing`]): once its callback returned,
+    /// so that the handle stays valid for the rest of it.
+    fn end_finished(&mut self) {
+        let now = Instant::now();
+        for index in std::mem::take(&mut self.finishing) {
+            if let Some(reason) = self.conns.at_mut(index).and_then(|c| c.close_finished(now)) {
+                self.end(index, reason, false);
+            }
+        }
+    }
+
+    /// Settles an active open the application closes or aborts: where the
+    /// kernel completed its handshake before the loop saw it, the
+    /// connection is established (counted as opened; its handler, which
+    /// gave it up, hears no `Connected`), not in SYN-SENT.
+    fn settle_connect(&mut self, h: ConnHandle) {
+        if let Ok(c) = self.conns.get_mut(h) {
+            if c.connecting && !c.in_syn_sent() {
+                c.connecting = false;
+                self.stats.active_opens += 1;
+            }
         }
     }
 }
@@ -639,15 +757,22 @@ impl Net for KernelNet {
     }
 
     /// A non-blocking connect(2); no SYN goes out for a connection the
-    /// table has no slot for (`ConnectionLimit`). No free local port is
-    /// `AddrInUse`, no descriptor or memory left `ConnectionLimit`, as on
-    /// flowlane's TCP; a refusal (an RST to the SYN) and an open that
-    /// times out come later, as `on_closed` (`Reset`, `Timeout`).
+    /// table has no slot for (`ConnectionLimit`). As on flowlane's TCP: an
+    /// unspecified address or port 0 is `InvalidAddress`; no free local
+    /// port is `AddrInUse`, no descriptor or memory left `ConnectionLimit`;
+    /// a refusal (an RST to the SYN) and an open that times out come
+    /// later, as `on_closed` (`Reset`, `Timeout`), and so do those the
+    /// kernel knows at once (no route, a firewall's drop: `Timeout`; see
+    /// `conn::connect_failure`), the open ended before its first pass.
     fn connect(&mut self, remote: SocketAddr) -> Result<ConnHandle, Error> {
+        if remote.ip().to_canonical().is_unspecified() || remote.port() == 0 {
+            // Linux would connect to this host.
+            return Err(Error::InvalidAddress);
+        }
         if !self.conns.has_room() {
             return Err(Error::ConnectionLimit);
         }
-        let stream = TcpStream::connect(remote).map_err(|e| {
+        let (stream, failed) = open_stream(remote).map_err(|e| {
             tracing::debug!("connect to {remote}: {e}");
             connect_error(&e)
         })?;
@@ -662,7 +787,14 @@ impl Net for KernelNet {
             self.limits.tx_buffer,
         );
         conn.connecting = true;
-        self.insert(conn)
+        let Some(f) = failed else {
+            return self.insert(conn);
+        };
+        // Ended at once, its socket closed (nothing went out): `Closed`
+        // follows the caller's callback, as the stack's open would end.
+        let h = self.conns.insert(conn)?;
+        self.fail(h.index(), f);
+        Ok(h)
     }
 
     fn send(&mut self, h: ConnHandle, data: &[u8]) -> Result<usize, Error> {
@@ -723,6 +855,10 @@ impl Net for KernelNet {
             conn.rx_stalled = false;
             self.rereads.push(h.index());
         }
+        if n > 0 && conn.rx.is_empty() && conn.peer_eof && conn.write_shut {
+            // The last bytes read after both FINs: the exchange may be over.
+            self.finishing.push(h.index());
+        }
         Ok(n)
     }
 
@@ -752,12 +888,19 @@ impl Net for KernelNet {
         conn.want_writable = false;
         match conn.flush(&mut self.tx_pool) {
             Io::Failed(f, _) => self.fail(h.index(), f),
-            Io::Ok(sent) => self.stats.bytes_out += sent as u64,
+            Io::Ok(sent) => {
+                self.stats.bytes_out += sent as u64;
+                if conn.write_shut && conn.peer_eof {
+                    // Our FIN after the peer's: the exchange may be over.
+                    self.finishing.push(h.index());
+                }
+            }
         }
         Ok(())
     }
 
     fn close(&mut self, h: ConnHandle) -> Result<(), Error> {
+        self.settle_connect(h);
         let conn = self.conns.get_mut(h)?;
         if !conn.rx.is_empty() {
             // Unread data: a reset, as the stack does.
@@ -804,6 +947,8 @@ impl Net for KernelNet {
 
     fn abort(&mut self, h: ConnHandle) -> Result<(), Error> {
         self.conn(h)?;
+        // An open the kernel completed is reset (and counted so).
+        self.settle_connect(h);
         self.end(h.index(), CloseReason::Aborted, true);
         Ok(())
     }
@@ -1028,6 +1173,10 @@ impl KernelCore {
             // (a queue-pair relay's, on their way) were carried out.
             if stop.load(Ordering::Relaxed) {
                 let now = Instant::now();
+                if linger_until.is_none() {
+                    // No connection is taken that the stop would reset.
+                    self.net.close_listeners();
+                }
                 let until = *linger_until.get_or_insert(now + STOP_LINGER);
                 if now >= until || !self.net.closes_pending() {
                     break Ok(());
@@ -1038,10 +1187,19 @@ impl KernelCore {
         r
     }
 
-    /// One pass of the loop: readiness (a tick at most), the handlers'
-    /// events and tick, accepts retried, closes swept.
+    /// One pass of the loop: readiness (a tick at most, none when reads
+    /// or accepts were left to it), the reads deferred to it, the
+    /// handlers' events and tick, accepts retried, closes swept. Each part
+    /// is bounded: a connection's read one receive buffer, a listener's
+    /// accept [`ACCEPTS_PER_PASS`], so that no peer holds the core (its
+    /// other connections, its tick, its stop) however fast it sends.
     fn pass(&mut self, events: &mut Events) -> std::io::Result<()> {
-        match self.net.poll.poll(events, Some(TICK)) {
+        let wait = if self.net.more_to_do() {
+            Duration::ZERO
+        } else {
+            TICK
+        };
+        match self.net.poll.poll(events, Some(wait)) {
             Ok(()) => {}
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
@@ -1072,6 +1230,13 @@ impl KernelCore {
             // buffer it empties goes back to the pool for that one.
             self.dispatch();
         }
+        // Read again, once each, what was queued for reading before this
+        // point: a full buffer read from since, a buffer promised to a
+        // waiter. What these reads queue waits for the next pass.
+        for index in std::mem::take(&mut self.net.rereads) {
+            self.net.read_ready(index);
+            self.dispatch();
+        }
         self.app.tick(&mut self.net);
         self.net.retry_accepts();
         self.net.sweep_closing(Instant::now());
@@ -1079,10 +1244,13 @@ impl KernelCore {
         Ok(())
     }
 
-    /// Delivers every queued event, reading again what the handlers made
-    /// room for, until nothing is left. Those of a connection a handler
+    /// Delivers every queued event; those of a connection a handler
     /// ended since they were queued (an abort) are dropped, but its
-    /// `Closed`.
+    /// `Closed`. Then ends the connections whose exchange the handlers'
+    /// calls finished, and promises the buffers given back to the
+    /// connections waiting for receive memory (read at the next pass,
+    /// as those whose full buffer was read from: a dispatch never reads,
+    /// so that it ends however fast a peer sends).
     fn dispatch(&mut self) {
         loop {
             while let Some(e) = self.net.events.pop_front() {
@@ -1096,12 +1264,13 @@ impl KernelCore {
                     _ => {}
                 }
             }
-            self.net.wake_memory_waiters();
-            if self.net.rereads.is_empty() {
-                return;
+            if self.net.finishing.is_empty() {
+                break;
             }
-            self.net.reread();
+            // Their `Closed`, dispatched in the next round.
+            self.net.end_finished();
         }
+        self.net.wake_memory_waiters();
     }
 }
 
@@ -1144,6 +1313,42 @@ impl KernelCore {
             .filters
             .set(l.index() as usize, self.app.syn_filter(handler, port));
         self.app.bind_listener(l, handler)
+    }
+}
+
+/// A non-blocking socket for `remote` and its connect(2) under way; with
+/// the failure that ends the open at once where connect(2) failed for a
+/// cause the stack would meet only on the wire (`conn::connect_failure`).
+/// Any other error is connect's own (`conn::connect_error`).
+fn open_stream(remote: SocketAddr) -> std::io::Result<(TcpStream, Option<Failure>)> {
+    use nix::errno::Errno;
+    use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType, SockaddrStorage};
+    let family = if remote.is_ipv4() {
+        AddressFamily::Inet
+    } else {
+        AddressFamily::Inet6
+    };
+    let fd = socket(
+        family,
+        SockType::Stream,
+        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    let r = nix::sys::socket::connect(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrStorage::from(remote),
+    );
+    let stream = TcpStream::from_std(std::net::TcpStream::from(fd));
+    match r {
+        // An interrupted connect goes on (connect(2), EINTR).
+        Ok(()) | Err(Errno::EINPROGRESS | Errno::EINTR) => Ok((stream, None)),
+        Err(e) => {
+            let e = std::io::Error::from(e);
+            match connect_failure(&e) {
+                Some(f) => Ok((stream, Some(f))),
+                None => Err(e),
+            }
+        }
     }
 }
 
@@ -1318,6 +1523,29 @@ mod tests {
         assert_eq!(core.net.listeners.len(), 1);
     }
 
+    /// A listener's accept takes [`ACCEPTS_PER_PASS`] connections at
+    /// most, the rest at the next pass: a flood of connections does not
+    /// hold the core's loop.
+    #[test]
+    fn an_accept_takes_a_bounded_number_per_pass() {
+        use flowlane_app::SetupExt;
+        let (mut core, port) = loopback_core();
+        core.listen(port, Nop).unwrap();
+        let n = ACCEPTS_PER_PASS + 10;
+        let _clients: Vec<_> = (0..n)
+            .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap())
+            .collect();
+        core.net.accept(0);
+        assert_eq!(core.net.open_connections(), ACCEPTS_PER_PASS);
+        assert!(
+            core.net.more_to_do(),
+            "the next pass takes the rest at once"
+        );
+        core.net.retry_accepts();
+        assert_eq!(core.net.open_connections(), n);
+        assert!(!core.net.more_to_do());
+    }
+
     /// A handler id the core's dispatcher never issued (another core's) is
     /// refused before anything listens: no listener whose first accept
     /// would find no handler.
@@ -1449,6 +1677,7 @@ mod tests {
         let mut net = placed_net(Limits::default());
         let h = net.connect(addr).unwrap();
         assert_eq!(net.state(h), Ok(flowlane_app::State::SynSent));
+        assert_kernel_in_syn_sent(&net, h);
         net.close(h).unwrap();
         assert!(net.events.iter().any(
             |e| matches!(e, Event::Closed { conn, reason: CloseReason::Normal } if *conn == h)
@@ -1466,11 +1695,173 @@ mod tests {
         let mut net = placed_net(Limits::default());
         let h = net.connect(listener.local_addr().unwrap()).unwrap();
         assert_eq!(net.state(h), Ok(flowlane_app::State::SynSent));
+        assert_kernel_in_syn_sent(&net, h);
         net.abort(h).unwrap();
         assert!(net.events.iter().any(
             |e| matches!(e, Event::Closed { conn, reason: CloseReason::Aborted } if *conn == h)
         ));
         assert_eq!((net.stats.resets_out, net.stats.resets_aborted), (0, 0));
+    }
+
+    /// That the kernel's socket of `h` has no peer yet: its open is really
+    /// under way, not only in the loop's view (the listener's full queue
+    /// held the handshake back).
+    fn assert_kernel_in_syn_sent(net: &KernelNet, h: ConnHandle) {
+        let peer = net.conns.get(h).unwrap().stream.peer_addr();
+        assert_eq!(
+            peer.map_err(|e| e.kind()),
+            Err(ErrorKind::NotConnected),
+            "the kernel completed the handshake: the test tests nothing"
+        );
+    }
+
+    /// An active open whose handshake the kernel completed, the loop not
+    /// having seen it yet (no pass ran), and its peer's accepted socket.
+    fn connected_unseen(net: &mut KernelNet) -> (ConnHandle, std::net::TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let h = net.connect(listener.local_addr().unwrap()).unwrap();
+        // Accepted once the client's ACK came: the client is established.
+        let (peer, _) = listener.accept().unwrap();
+        assert_eq!(net.state(h), Ok(flowlane_app::State::SynSent), "stale");
+        (h, peer)
+    }
+
+    /// A close of an open the kernel completed before the loop saw it is
+    /// the close of an established connection (FIN, then the end with the
+    /// peer's FIN), not one in SYN-SENT that ends at once and leaves the
+    /// kernel to finish a socket the core let go of.
+    #[test]
+    fn a_close_once_the_kernel_connected_is_an_established_close() {
+        use std::io::Read;
+        let mut net = placed_net(Limits::default());
+        let (h, mut peer) = connected_unseen(&mut net);
+        net.close(h).unwrap();
+        assert_eq!(net.open_connections(), 1, "{:?}", net.events);
+        assert!(net.events.is_empty(), "{:?}", net.events);
+        assert_eq!(net.stats.active_opens, 1);
+        peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        assert_eq!(peer.read(&mut [0u8; 8]).unwrap(), 0, "our FIN");
+        drop(peer);
+        std::thread::sleep(Duration::from_millis(50));
+        net.read_ready(h.index());
+        assert_eq!(net.events.pop_front(), Some(Event::PeerClosed(h)));
+        net.peer_closed_dispatched(h);
+        assert_eq!(
+            net.events.pop_front(),
+            Some(Event::Closed {
+                conn: h,
+                reason: CloseReason::Normal
+            })
+        );
+    }
+
+    /// An abort of an open the kernel completed before the loop saw it
+    /// resets an established connection: the RST is sent and counted.
+    #[test]
+    fn an_abort_once_the_kernel_connected_counts_its_reset() {
+        use std::io::Read;
+        let mut net = placed_net(Limits::default());
+        let (h, mut peer) = connected_unseen(&mut net);
+        net.abort(h).unwrap();
+        assert_eq!((net.stats.resets_out, net.stats.resets_aborted), (1, 1));
+        peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let e = peer.read(&mut [0u8; 8]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ConnectionReset);
+    }
+
+    /// An open to no address or no port is refused, as the stack refuses
+    /// it (Linux would connect to this host).
+    #[test]
+    fn a_connect_to_an_unspecified_address_or_port_is_refused() {
+        let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mut net = placed_net(Limits::default());
+        for to in [
+            SocketAddr::from(([0, 0, 0, 0], port)),
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)),
+            "[::ffff:0.0.0.0]:80".parse().unwrap(),
+        ] {
+            assert_eq!(net.connect(to), Err(Error::InvalidAddress), "{to}");
+        }
+        assert_eq!(net.open_connections(), 0);
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(
+            listener.accept().map(drop).map_err(|e| e.kind()),
+            Err(ErrorKind::WouldBlock),
+            "a connection reached this host"
+        );
+    }
+
+    /// An open the kernel finds no route for is, as on the stack (whose
+    /// SYNs would go unanswered), a connection that ends `Timeout`: the
+    /// handle comes back, no socket is kept, no reset counted. In a network
+    /// namespace of the test's own thread, with only `lo` (down): root
+    /// only.
+    #[test]
+    fn an_open_with_no_route_ends_as_the_stack_s_would() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: a network namespace of its own needs root");
+            return;
+        }
+        std::thread::spawn(|| {
+            // This thread alone (and what it opens) lives there; the
+            // namespace goes with it.
+            if let Err(e) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET) {
+                eprintln!("skipped: no network namespace: {e}");
+                return;
+            }
+            let mut net = placed_net(Limits::default());
+            let h = net.connect("192.0.2.1:80".parse().unwrap());
+            let h = h.expect("an open the stack would take");
+            assert_eq!(net.open_connections(), 0, "no socket kept");
+            assert_eq!(
+                Vec::from(net.events.clone()),
+                [Event::Closed {
+                    conn: h,
+                    reason: CloseReason::Timeout
+                }]
+            );
+            assert_eq!((net.stats.resets_in, net.stats.resets_out), (0, 0));
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// Buffers of no bytes are refused at the core's start in one line:
+    /// nothing could be read, or `Writable` would never come.
+    #[test]
+    fn limits_of_empty_buffers_are_refused() {
+        for limits in [
+            Limits {
+                rx_buffer: 0,
+                ..Limits::default()
+            },
+            Limits {
+                tx_buffer: 0,
+                ..Limits::default()
+            },
+        ] {
+            let e = placed_core(limits.clone()).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidInput, "{limits:?}");
+            assert!(e.to_string().contains("at least one byte"), "{e}");
+        }
+        assert!(placed_core(Limits {
+            rx_buffer: 1,
+            tx_buffer: 1,
+            ..Limits::default()
+        })
+        .is_ok());
+    }
+
+    fn placed_core(limits: Limits) -> std::io::Result<KernelCore> {
+        let placement = Placement {
+            queue: 0,
+            cpu: None,
+            node: 0,
+        };
+        KernelCore::new(placement, vec![], limits)
     }
 
     /// A connect the table has no slot for fails before its SYN goes: the
@@ -1552,6 +1943,56 @@ mod tests {
         core.net.read_ready(h.index());
         core.dispatch();
         assert_eq!(*log.lock().unwrap(), ["data", "closed Aborted"]);
+    }
+
+    /// The core's one receive buffer, given back by a connection whose
+    /// socket holds more, goes to the connection that waited for it
+    /// (oldest first), not back to the one that gave it: that one's own
+    /// read, queued as it gave the buffer back (or an edge of its socket),
+    /// waits behind the waiter, whatever the order of the reads.
+    #[test]
+    fn a_buffer_given_back_goes_to_the_oldest_waiter() {
+        for event_first in [false, true] {
+            let mut net = placed_net(Limits {
+                rx_buffer: 4096,
+                rx_memory: 4096,
+                ..Limits::default()
+            });
+            let (flooded, mut fc) = accepted(&mut net);
+            fc.write_all(&vec![1u8; 64 << 10]).unwrap();
+            let (waiter, mut wc) = accepted(&mut net);
+            wc.write_all(b"ping").unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            net.read_ready(flooded.index());
+            assert_eq!(net.peek(flooded).map(<[u8]>::len), Ok(4096));
+            net.read_ready(waiter.index());
+            assert_eq!(net.peek(waiter), Ok(&b""[..]), "no buffer left");
+            // The handler reads the flooded connection's buffer (its
+            // socket holds more: read again next pass); the dispatch's end
+            // hands the buffer to the waiter.
+            net.discard(flooded);
+            net.wake_memory_waiters();
+            if event_first {
+                // An edge of the flooded socket before the pass's reads.
+                net.read_ready(flooded.index());
+            }
+            for index in std::mem::take(&mut net.rereads) {
+                net.read_ready(index);
+            }
+            assert_eq!(
+                net.peek(waiter),
+                Ok(&b"ping"[..]),
+                "event first: {event_first}"
+            );
+            assert_eq!(net.peek(flooded), Ok(&b""[..]), "it waits its turn");
+            // Its turn comes with the next buffer given back.
+            net.discard(waiter);
+            net.wake_memory_waiters();
+            for index in std::mem::take(&mut net.rereads) {
+                net.read_ready(index);
+            }
+            assert_eq!(net.peek(flooded).map(<[u8]>::len), Ok(4096));
+        }
     }
 
     /// A connection that waited for receive memory and ended leaves the

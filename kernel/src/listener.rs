@@ -76,16 +76,26 @@ impl Claims {
     /// This core's listener on `addr`: `AddrInUse` when the service does
     /// not hold the address yet and something else does. (Between the
     /// check and the bind, a few microseconds under the claims' lock,
-    /// another process could still bind with `SO_REUSEPORT`.)
-    pub(crate) fn listener(&self, addr: SocketAddr) -> std::io::Result<TcpListener> {
+    /// another process could still bind with `SO_REUSEPORT`.) With it,
+    /// whether this call claimed the address (the first to listen there).
+    pub(crate) fn listener(&self, addr: SocketAddr) -> std::io::Result<(TcpListener, bool)> {
         let mut claimed = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if claimed.contains(&addr) || addr.port() == 0 {
-            return reuseport_listener(addr);
+            return reuseport_listener(addr).map(|l| (l, false));
         }
         check_unshared(addr)?;
         let l = reuseport_listener(addr)?;
         claimed.insert(addr);
-        Ok(l)
+        Ok((l, true))
+    }
+
+    /// Gives up the claim on `addr` (the listen that took it failed and
+    /// closed its listener): the next listen there checks it again.
+    pub(crate) fn release(&self, addr: SocketAddr) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&addr);
     }
 }
 
@@ -143,8 +153,10 @@ mod tests {
         let addr = free.local_addr().unwrap();
         drop(free);
         let claims = Claims::default();
-        let first = claims.listener(addr).unwrap();
-        let second = claims.listener(addr).unwrap();
+        let (first, claimed) = claims.listener(addr).unwrap();
+        assert!(claimed, "the first listener claims the address");
+        let (second, claimed) = claims.listener(addr).unwrap();
+        assert!(!claimed);
         assert_eq!(second.local_addr().unwrap(), addr);
         let other = Claims::default().listener(addr).map(drop);
         assert_eq!(

@@ -4,9 +4,10 @@
 //! `ss -ti` uses), so that no unsafe `getsockopt` is needed: one netlink
 //! round trip per question, for statistics rather than the data path.
 
-use std::cell::OnceCell;
+use std::cell::{Cell, OnceCell};
 use std::io;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_REQUEST};
 use netlink_packet_sock_diag::constants::{AF_INET, AF_INET6, IPPROTO_TCP};
@@ -29,11 +30,17 @@ pub(crate) struct KernelView {
     pub(crate) tcp: Option<TcpInfo>,
 }
 
-/// A lazily opened sock_diag socket (one per core loop).
+/// A lazily opened sock_diag socket (one per core loop), and the
+/// sequence number of its last question.
 #[derive(Debug, Default)]
 pub(crate) struct Diag {
     socket: OnceCell<Socket>,
+    seq: Cell<u32>,
 }
+
+/// How long a question waits for the kernel's answer at most: a loop
+/// pass is not held for longer by a kernel that does not answer.
+const ANSWER_WAIT: Duration = Duration::from_secs(1);
 
 /// sock_diag's "any socket with these addresses" cookie.
 const NO_COOKIE: [u8; 8] = [0xff; 8];
@@ -46,14 +53,31 @@ impl Diag {
         let mut s = Socket::new(NETLINK_SOCK_DIAG)?;
         s.bind_auto()?;
         s.connect(&netlink_sys::SocketAddr::new(0, 0))?;
+        let wait = nix::sys::time::TimeVal::new(
+            ANSWER_WAIT.as_secs() as _,
+            ANSWER_WAIT.subsec_micros() as _,
+        );
+        nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::ReceiveTimeout, &wait)?;
         Ok(self.socket.get_or_init(|| s))
     }
 
-    /// The connection from `local` to `remote`, as the kernel sees it.
+    /// The connection from `local` to `remote`, as the kernel sees it:
+    /// the answer to this question (its sequence number; one left by an
+    /// earlier question that timed out is passed over) about this socket,
+    /// within [`ANSWER_WAIT`].
     pub(crate) fn query(&self, local: SocketAddr, remote: SocketAddr) -> io::Result<KernelView> {
+        let seq = self.ask(local, remote)?;
+        self.answer(seq, local, remote)
+    }
+
+    /// Sends the question of [`Diag::query`]; returns its sequence number.
+    fn ask(&self, local: SocketAddr, remote: SocketAddr) -> io::Result<u32> {
         let socket = self.socket()?;
+        let seq = self.seq.get().wrapping_add(1);
+        self.seq.set(seq);
         let mut header = NetlinkHeader::default();
         header.flags = NLM_F_REQUEST;
+        header.sequence_number = seq;
         let mut id = if local.is_ipv4() {
             SocketId::new_v4()
         } else {
@@ -79,12 +103,36 @@ impl Diag {
         let mut out = vec![0; request.buffer_len()];
         request.serialize(&mut out);
         socket.send(&out, 0)?;
+        Ok(seq)
+    }
+
+    /// The answer to question `seq` about the socket from `local` to
+    /// `remote`.
+    fn answer(&self, seq: u32, local: SocketAddr, remote: SocketAddr) -> io::Result<KernelView> {
+        let socket = self.socket()?;
         let mut buf = vec![0u8; 4096];
-        let n = socket.recv(&mut &mut buf[..], 0)?;
-        let reply = NetlinkMessage::<SockDiagMessage>::deserialize(&buf[..n])
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+        let reply = loop {
+            // Past ANSWER_WAIT: `WouldBlock`.
+            let n = socket.recv(&mut &mut buf[..], 0)?;
+            let reply = NetlinkMessage::<SockDiagMessage>::deserialize(&buf[..n])
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+            if reply.header.sequence_number == seq {
+                break reply;
+            }
+        };
         match reply.payload {
             NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(r)) => {
+                let id = &r.header.socket_id;
+                let about = (
+                    SocketAddr::new(id.source_address, id.source_port),
+                    SocketAddr::new(id.destination_address, id.destination_port),
+                );
+                if about != (local, remote) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("sock_diag answered about {about:?}, not {local} to {remote}"),
+                    ));
+                }
                 let InetResponseHeader {
                     recv_queue,
                     send_queue,
@@ -127,5 +175,34 @@ mod tests {
             let t = v.tcp.expect("tcp_info");
             assert!(t.snd_mss > 0 && t.snd_cwnd > 0, "{t:?}");
         }
+    }
+
+    /// An answer left unread by an earlier question (one that timed out)
+    /// is not taken for the answer to the next: the kernel's figures are
+    /// those of the connection asked about.
+    #[test]
+    fn an_earlier_question_s_answer_is_not_the_next_one_s() {
+        use std::io::Write;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (a_server, _) = l.accept().unwrap();
+        let b = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b_server, _) = l.accept().unwrap();
+        a.write_all(b"unread").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let diag = Diag::default();
+        let a_id = (
+            a_server.local_addr().unwrap(),
+            a_server.peer_addr().unwrap(),
+        );
+        let b_id = (
+            b_server.local_addr().unwrap(),
+            b_server.peer_addr().unwrap(),
+        );
+        assert_eq!(diag.query(a_id.0, a_id.1).unwrap().recv_queue, 6);
+        // Asked, its answer never read.
+        diag.ask(a_id.0, a_id.1).unwrap();
+        assert_eq!(diag.query(b_id.0, b_id.1).unwrap().recv_queue, 0);
+        drop(b);
     }
 }

@@ -909,3 +909,112 @@ fn a_reset_after_the_peer_s_fin_ends_the_connection() {
     assert_eq!(err, None);
     assert_eq!(counters[0].1.stats.resets_in, 1);
 }
+
+/// Says "bye" and shuts its writing down at accept (or, with `at_fin`,
+/// once the peer closed); reads at its tick only; never closes: once both
+/// FINs went and every byte was read, the exchange is over.
+struct HalfCloser {
+    heard: mpsc::Sender<String>,
+    at_fin: bool,
+    conns: Vec<ConnHandle>,
+}
+
+impl HalfCloser {
+    fn bye(net: &mut dyn Net, conn: ConnHandle) {
+        net.send(conn, b"bye").unwrap();
+        net.shutdown_write(conn).unwrap();
+    }
+}
+
+impl ConnHandler for HalfCloser {
+    fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        self.conns.push(conn);
+        if !self.at_fin {
+            HalfCloser::bye(net, conn);
+        }
+    }
+    fn on_data(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
+    fn on_peer_closed(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        let _ = self.heard.send("peer closed".into());
+        if self.at_fin {
+            HalfCloser::bye(net, conn);
+        }
+    }
+    fn on_tick(&mut self, net: &mut dyn Net) {
+        for &c in &self.conns {
+            net.discard(c);
+        }
+    }
+    fn on_closed(&mut self, _net: &mut dyn Net, conn: ConnHandle, reason: CloseReason) {
+        self.conns.retain(|&c| c != conn);
+        let _ = self.heard.send(format!("closed {reason:?}"));
+    }
+}
+
+/// A connection whose handler shut its writing down and whose peer closed
+/// ends `Normal` once every byte was read, without `close`, as flowlane's
+/// stack ends it (the exchange is over): our FIN first or the peer's,
+/// the peer's last bytes read with its FIN or after it (at the tick).
+#[test]
+fn both_fins_and_every_byte_read_end_the_connection() {
+    for (at_fin, peer_sends) in [(false, false), (false, true), (true, true)] {
+        let port = free_port();
+        let (tx, heard) = mpsc::channel();
+        let tx = std::sync::Mutex::new(tx);
+        let service = KernelService::start(config(1, Limits::default()), move |core| {
+            let heard = tx.lock().unwrap().clone();
+            let h = HalfCloser {
+                heard,
+                at_fin,
+                conns: Vec::new(),
+            };
+            core.listen(port, h).map(drop).map_err(|e| format!("{e:?}"))
+        })
+        .unwrap();
+        let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        if peer_sends {
+            s.write_all(b"last words").unwrap();
+        }
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"bye");
+        let told: Vec<_> = (0..2)
+            .map(|_| heard.recv_timeout(Duration::from_secs(5)))
+            .collect();
+        let (counters, err) = service.stop();
+        assert_eq!(err, None);
+        let case = format!("FIN at the peer's: {at_fin}, peer sends: {peer_sends}");
+        assert_eq!(
+            told,
+            [Ok("peer closed".to_string()), Ok("closed Normal".into())],
+            "{case}"
+        );
+        assert_eq!(counters[0].1.stats.resets_out, 0, "{case}");
+    }
+}
+
+/// A listen whose second address cannot be bound leaves no listener on
+/// the first (nobody would hear of its connections) and no claim on it:
+/// the port can be listened on again once it is free.
+#[test]
+fn a_failed_listen_leaves_no_listener_behind() {
+    use flowlane_kernel::KernelCore;
+    let port = free_port();
+    let second: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+    let other = TcpListener::bind((second, port)).unwrap();
+    let mut core =
+        KernelCore::new(places(1)[0], vec![LOOPBACK, second], Limits::default()).unwrap();
+    let r = core.listen(port, Echo::new(0)).map(drop);
+    assert_eq!(r, Err(flowlane_app::Error::AddrInUse));
+    let first = SocketAddr::from((LOOPBACK, port));
+    let c = TcpStream::connect_timeout(&first, Duration::from_secs(5));
+    assert_eq!(
+        c.map(drop).map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::ConnectionRefused),
+        "a listener of the failed listen takes connections"
+    );
+    drop(other);
+    assert_eq!(core.listen(port, Echo::new(0)).map(drop), Ok(()));
+}

@@ -324,10 +324,11 @@ fn a_tokio_client_connects_through_flowlane_and_reads_its_figures() {
                     other => return Err(format!("connect to a closed port: {other:?}")),
                 }
                 // An address the core's connect(2) fails at once (TCP to
-                // broadcast: ENETUNREACH): no refusal.
+                // broadcast: ENETUNREACH): no refusal, a time-out, as the
+                // stack's unanswered SYNs would end.
                 let broadcast = std::net::SocketAddr::from(([255, 255, 255, 255], 9));
                 match local.connector().connect(broadcast).await {
-                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionAborted => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
                     other => return Err(format!("connect to broadcast: {other:?}")),
                 }
                 Ok((s.placement().queue, back.len(), info.mss))

@@ -27,10 +27,11 @@ impl Connector {
     /// Opens a connection to `remote`; done once the handshake completed.
     /// Errors:
     /// - `ConnectionRefused`: the peer refused it with a reset;
-    /// - `TimedOut`: the SYNs went unanswered;
+    /// - `TimedOut`: the SYNs went unanswered, or (as the stack's SYNs
+    ///   would) no route leads to the address;
     /// - `ConnectionAborted`: the network core could not start it or gave
-    ///   it up (no local port or connection slot left there, an address it
-    ///   cannot reach), or the thread stopped, or the cores found it
+    ///   it up (no local port or connection slot left there), or the thread
+    ///   stopped, or the cores found it
     ///   stalled (blocked past the stall limit) and it has not passed
     ///   since;
     /// - refused by the thread at once: `AddrInUse` (no local port),
