@@ -577,6 +577,8 @@ counters! {
         challenge_acks_limited,
         /// ACKs to out-of-window segments not sent: the connection answered one too recently.
         invalid_acks_limited,
+        /// SYN-ACKs not sent again for a copy of a half-open connection's SYN: it answered one too recently.
+        syn_acks_limited,
         /// Segments dropped by PAWS (RFC 7323 §5).
         paws_rejected,
         /// SYNs dropped because the listener's backlog was full (SYN cookies off).
@@ -587,6 +589,8 @@ counters! {
         syn_cookies_accepted,
         /// ACKs whose SYN cookie did not check (forged or too old).
         syn_cookies_failed,
+        /// Cookie ACKs whose timestamp option echoed none of ours: ignored (RFC 7323 §3.2).
+        syn_cookies_ts_ignored,
         /// SYNs (and returned SYN cookies) a listener's SYN filter refused.
         syn_refused,
         /// SYNs and cookie ACKs dropped: the queue's stack or the listener held its most connections.
@@ -757,11 +761,13 @@ impl TcpCounters {
         set(&self.challenge_acks, s.challenge_acks);
         set(&self.challenge_acks_limited, s.challenge_acks_limited);
         set(&self.invalid_acks_limited, s.invalid_acks_limited);
+        set(&self.syn_acks_limited, s.syn_acks_limited);
         set(&self.paws_rejected, s.paws_rejected);
         set(&self.syn_dropped, s.syn_dropped);
         set(&self.syn_cookies_sent, s.syn_cookies_sent);
         set(&self.syn_cookies_accepted, s.syn_cookies_accepted);
         set(&self.syn_cookies_failed, s.syn_cookies_failed);
+        set(&self.syn_cookies_ts_ignored, s.syn_cookies_ts_ignored);
         set(&self.syn_refused, s.syn_refused);
         set(&self.connection_limit_refused, s.connection_limit_refused);
         set(&self.imports_past_cap, s.imports_past_cap);

@@ -819,6 +819,11 @@ pub struct Stats {
     /// not sent because the connection answered one less than
     /// [`Config::invalid_ack_interval`] ago.
     pub invalid_acks_limited: u64,
+    /// SYN-ACKs not sent again for a copy of the SYN that opened a
+    /// half-open connection (SYN-RECEIVED), because it answered one less
+    /// than [`Config::invalid_ack_interval`] ago (Linux
+    /// `TCPACKSkippedSynRecv`).
+    pub syn_acks_limited: u64,
     /// RSTs sent: the sum of the `resets_*` counters below, which say why.
     pub resets_out: u64,
     /// RSTs sent to a segment for no connection and no listener (RFC 9293
@@ -880,6 +885,10 @@ pub struct Stats {
     /// ACKs to a listener that had sent cookies recently whose cookie did
     /// not check (forged, or too old): answered with an RST.
     pub syn_cookies_failed: u64,
+    /// Cookie ACKs whose timestamp option echoed no TSval of ours (our
+    /// SYN-ACK carried none): the option ignored (RFC 7323 §3.2), the
+    /// connection built without the options a TSecr would carry.
+    pub syn_cookies_ts_ignored: u64,
     /// SYNs (and returned SYN cookies) that the listener's
     /// [`SynFilter`] refused: answered with an RST, no state kept.
     pub syn_refused: u64,

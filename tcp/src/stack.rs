@@ -269,10 +269,25 @@ pub enum Delivery {
 enum TimeWaitSyn {
     /// Not a SYN for a connection in TIME-WAIT: process it normally.
     NotOne,
-    /// A possible old duplicate: drop it.
-    Drop,
+    /// Nothing more to do: dropped as a possible old duplicate, or
+    /// refused by the listener's filter (answered with an RST), the
+    /// connection left in TIME-WAIT either way; counted.
+    Done,
     /// The old incarnation was closed; the SYN goes to this listener.
     Reopen(ListenerId),
+}
+
+/// Whether a listener makes a connection of a SYN that would reopen
+/// TIME-WAIT ([`Stack::takes_reopening_syn`]).
+enum Reopening {
+    /// It does: TIME-WAIT may end.
+    Take,
+    /// It cannot now (a cap, a full backlog without cookies): the SYN is
+    /// handled as where nothing listens, TIME-WAIT left as it is.
+    Leave,
+    /// Its filter refused the connection: answered with an RST, TIME-WAIT
+    /// left as it is.
+    Refused,
 }
 
 struct Listener {
@@ -927,8 +942,9 @@ impl Stack {
     // Opening
     // ---------------------------------------------------------------
 
-    /// Listens on `local` (an unspecified IP accepts any destination
-    /// address). One listener per port.
+    /// Listens on `local` (an unspecified IP, `0.0.0.0` or `[::]`, accepts
+    /// any destination address of either family: dual-stack). One
+    /// listener per port.
     pub fn listen(&mut self, local: SocketAddr) -> Result<ListenerId, Error> {
         if local.port() == 0 {
             return Err(Error::InvalidAddress);
@@ -1647,13 +1663,13 @@ impl Stack {
             }
         };
         self.count_bucket_segment(self.slots[idx as usize].link.bucket, payload.len());
-        match self.time_wait_syn(idx, &tuple, repr) {
+        match self.time_wait_syn(idx, &tuple, repr, payload.len()) {
             // (Every segment of a live connection passes here; only a bare
             // SYN goes further than a look at its flags.)
             TimeWaitSyn::NotOne => {
                 self.with_conn(idx, |c, ctx| c.on_segment(ctx, repr, payload, ecn));
             }
-            TimeWaitSyn::Drop => self.stats.time_wait_syn_dropped += 1,
+            TimeWaitSyn::Done => {}
             // The old incarnation is gone: the listener takes the SYN.
             TimeWaitSyn::Reopen(l) => {
                 self.stats.time_wait_reopened += 1;
@@ -1822,16 +1838,27 @@ impl Stack {
         if let Some(tw) = self.time_wait.find(hash, &tuple) {
             self.count_bucket_segment(self.time_wait.bucket_of(tw), len);
             // Looked up once: the listener a reopening SYN goes to.
-            // One that cannot take a SYN now leaves the record as it is
-            // (`takes_reopening_syn`).
+            // One that cannot take a SYN now, or whose filter refuses it,
+            // leaves the record as it is (`takes_reopening_syn`); asked
+            // only of a SYN the record would let reopen it (an old
+            // duplicate is dropped, its filter not asked).
             let listener = if time_wait::is_bare_syn(repr.flags) {
                 self.listener_for(&tuple)
             } else {
                 None
             };
             let listener = match listener {
-                Some(l) if self.takes_reopening_syn(l) => Some(l),
-                _ => None,
+                Some(l) if self.time_wait.accepts_new_incarnation(tw, &self.cfg, repr) => {
+                    match self.takes_reopening_syn(l, &tuple) {
+                        Reopening::Take => Some(l),
+                        Reopening::Leave => None,
+                        Reopening::Refused => {
+                            self.reset_for(tuple, repr, len, ResetReason::Refused);
+                            return Delivery::Taken;
+                        }
+                    }
+                }
+                other => other,
             };
             // What the old incarnation sent, for a reopening SYN's ISS
             // (the record is gone once it reopens).
@@ -1899,8 +1926,13 @@ impl Stack {
         }
     }
 
-    /// The listener that takes connections to `tuple.local` (on its port,
-    /// for its address or any), if the families match.
+    /// The listener that takes connections to `tuple.local`: the one on
+    /// its port, listening on its address or on an unspecified one. An
+    /// unspecified address of either family takes both families
+    /// (dual-stack, as Linux's `[::]` without `IPV6_V6ONLY`): the data
+    /// path listens on `[::]` for IPv4 and IPv6 alike
+    /// (`tcp_handler::listen_addr`), and the stack has one listener per
+    /// port whatever the family ([`Stack::listen`]).
     fn listener_for(&self, tuple: &FlowKey) -> Option<ListenerId> {
         let dst_ip = tuple.local_ip();
         self.listener_ports
@@ -1911,7 +1943,6 @@ impl Stack {
                     .as_ref()
                     .is_some_and(|l| l.local.ip().is_unspecified() || l.local.ip() == dst_ip)
             })
-            .filter(|_| tuple.is_ipv6() == dst_ip.is_ipv6())
             .map(ListenerId)
     }
 
@@ -1925,17 +1956,29 @@ impl Stack {
     /// connection whose application has bytes still to read: it is
     /// dropped (the peer tries again), and the bytes stay readable.
     #[inline]
-    fn time_wait_syn(&mut self, idx: u32, tuple: &FlowKey, seg: &TcpRepr) -> TimeWaitSyn {
+    fn time_wait_syn(
+        &mut self,
+        idx: u32,
+        tuple: &FlowKey,
+        seg: &TcpRepr,
+        len: usize,
+    ) -> TimeWaitSyn {
         if !time_wait::is_bare_syn(seg.flags) {
             return TimeWaitSyn::NotOne;
         }
-        self.time_wait_bare_syn(idx, tuple, seg)
+        self.time_wait_bare_syn(idx, tuple, seg, len)
     }
 
     /// [`Stack::time_wait_syn`] for a bare SYN: out of the established
     /// path's line.
     #[inline(never)]
-    fn time_wait_bare_syn(&mut self, idx: u32, tuple: &FlowKey, seg: &TcpRepr) -> TimeWaitSyn {
+    fn time_wait_bare_syn(
+        &mut self,
+        idx: u32,
+        tuple: &FlowKey,
+        seg: &TcpRepr,
+        len: usize,
+    ) -> TimeWaitSyn {
         let conn = self.slots[idx as usize].conn.as_ref().expect("live slot");
         if conn.state != State::TimeWait {
             return TimeWaitSyn::NotOne;
@@ -1944,40 +1987,54 @@ impl Stack {
             return TimeWaitSyn::NotOne;
         };
         if !conn.accepts_new_incarnation(&self.cfg, seg) || conn.holds_unread() {
-            return TimeWaitSyn::Drop;
+            self.stats.time_wait_syn_dropped += 1;
+            return TimeWaitSyn::Done;
         }
         let old_snd_max = conn.snd.max;
-        if !self.takes_reopening_syn(l) {
+        match self.takes_reopening_syn(l, tuple) {
+            Reopening::Take => {}
             // Handled by the connection, as where nothing listens.
-            return TimeWaitSyn::NotOne;
+            Reopening::Leave => return TimeWaitSyn::NotOne,
+            Reopening::Refused => {
+                self.reset_for(*tuple, seg, len, ResetReason::Refused);
+                return TimeWaitSyn::Done;
+            }
         }
         self.reopen_iss = Some(reopened_iss(old_snd_max));
         self.with_conn(idx, |c, _| c.close_now(CloseReason::Normal));
         TimeWaitSyn::Reopen(l)
     }
 
-    /// Whether listener `l` makes a connection of a SYN now: not at a
+    /// Whether listener `l` makes a connection of a SYN from `tuple` now,
+    /// asked as the listener would ask (`on_listen_segment`): its filter
+    /// takes it (a refusal counted, [`Stats::syn_refused`], and answered
+    /// by the caller with an RST, as at the listener), it is not at a
     /// connection cap (counted, [`Stats::connection_limit_refused`]), nor
-    /// with its backlog full and no SYN cookies (counted,
+    /// is its backlog full with no SYN cookies (counted,
     /// [`Stats::syn_dropped`]). Asked before a SYN reopens TIME-WAIT: one
-    /// it would drop leaves TIME-WAIT as it is, the SYN handled as where
-    /// nothing listens (challenged, RFC 5961 §4.2), so that the old
-    /// incarnation's sequence space is not forgotten for a SYN then
-    /// dropped; the client's next SYN reopens it, its ISS past that space
-    /// ([`reopened_iss`]). (With cookies a full backlog answers with one,
-    /// and the cookie is the ISS.)
-    fn takes_reopening_syn(&mut self, l: ListenerId) -> bool {
+    /// it would not take leaves TIME-WAIT as it is (a refused one answered
+    /// with the refusal's RST, one it would drop handled as where nothing
+    /// listens: challenged, RFC 5961 §4.2), so that the old incarnation's
+    /// sequence space and its last ACK (RFC 9293 §3.10.7.4: a
+    /// retransmitted FIN is acknowledged) are not forgotten for a SYN no
+    /// connection comes of; the client's next SYN reopens it, its ISS
+    /// past that space ([`reopened_iss`]). (With cookies a full backlog
+    /// answers with one, and the cookie is the ISS.)
+    fn takes_reopening_syn(&mut self, l: ListenerId, tuple: &FlowKey) -> Reopening {
+        if !self.syn_admitted(l, tuple) {
+            return Reopening::Refused;
+        }
         if self.at_connection_limit(l) {
-            return false;
+            return Reopening::Leave;
         }
         let backlog_full = self.listeners[l.0 as usize]
             .as_ref()
             .is_some_and(|x| x.half_open >= self.cfg.listen_backlog);
         if backlog_full && !self.cfg.syn_cookies {
             self.stats.syn_dropped += 1;
-            return false;
+            return Reopening::Leave;
         }
-        true
+        Reopening::Take
     }
 
     /// Convenience over [`Stack::handle_tcp`] for a segment in bytes (TCP
@@ -2046,13 +2103,20 @@ impl Stack {
             self.stats.bad_flags += 1;
             return;
         }
-        if !self.syn_admitted(l, &tuple) {
+        // A SYN that reopens TIME-WAIT was put to the filter already
+        // (`takes_reopening_syn`): asked once, as any other SYN.
+        if reopen_iss.is_none() && !self.syn_admitted(l, &tuple) {
             self.reset_for(tuple, seg, payload.len(), ResetReason::Refused);
             return;
         }
         if self.at_connection_limit(l) {
             return;
         }
+        // A quarter of a backlog half-open in the whole stack, not in this
+        // listener: the receive memory is the stack's, and a flood spread
+        // over several listeners would otherwise promise a quarter of it
+        // for each (`Connection::new_passive`).
+        let crowded = self.half_open() >= self.cfg.listen_backlog / 4;
         let listener = self.listeners[l.0 as usize]
             .as_mut()
             .expect("live listener");
@@ -2065,7 +2129,6 @@ impl Stack {
             }
             return;
         }
-        let crowded = listener.half_open >= self.cfg.listen_backlog / 4;
         listener.half_open += 1;
         let idx = self.alloc_slot();
         let slot = &mut self.slots[idx as usize].conn;
@@ -2078,9 +2141,18 @@ impl Stack {
         self.after(idx);
     }
 
-    /// The window a cookie SYN-ACK offers (unscaled, RFC 7323 §2.2).
+    /// The window a cookie SYN-ACK offers (unscaled, RFC 7323 §2.2): what
+    /// a crowded listener's half-open connection is offered, one segment
+    /// ([`Connection::half_open_buffer`]). Cookies go out only when a
+    /// backlog is full, and the connection an ACK rebuilds from one is
+    /// bound by the window its SYN-ACK offered: the whole buffer there
+    /// would be a promise outside [`Config::recv_memory`] per returned
+    /// cookie (256 unread cookie connections held 16 MiB against a 1 MiB
+    /// budget). One segment is the floor every connection may have
+    /// outside the budget; the window grows from it within the budget
+    /// once the handshake is done.
     fn cookie_window(&self) -> u16 {
-        self.cfg.recv_buffer.min(0xffff) as u16
+        Connection::half_open_buffer(&self.cfg, true).min(0xffff) as u16
     }
 
     /// RFC 4987 §3.6: answers `syn` with a SYN-ACK whose ISS is a cookie,
@@ -2121,6 +2193,13 @@ impl Stack {
             window: self.cookie_window(),
         });
         self.stats.syn_cookies_sent += 1;
+    }
+
+    /// Half-open passive connections in all listeners' backlogs together:
+    /// the live connections that do not share the receive memory
+    /// (`sharing` counts the others).
+    fn half_open(&self) -> usize {
+        self.live - self.sharing
     }
 
     /// Whether a new connection for listener `l` would pass the stack's
@@ -2172,7 +2251,8 @@ impl Stack {
             // cookie again.
             return Ok(());
         }
-        let o = syn_cookie::decode_options(seg.options.timestamps.map(|(_, ecr)| ecr), mss);
+        let ts = self.cookie_timestamps(&tuple, seg);
+        let o = syn_cookie::decode_options(ts.map(|(_, ecr)| ecr), mss);
         let syn = TcpRepr {
             seq: (seq - 1usize).0,
             ack: 0,
@@ -2186,7 +2266,7 @@ impl Stack {
                 mss: Some(o.mss),
                 window_scale: o.window_scale,
                 sack_permitted: o.sack_permitted,
-                timestamps: seg.options.timestamps.map(|(tsval, _)| (tsval, 0)),
+                timestamps: ts.map(|(tsval, _)| (tsval, 0)),
                 ..TcpOptions::default()
             },
             ..*seg
@@ -2199,6 +2279,31 @@ impl Stack {
         let idx = self.insert(conn, Some(l), hash);
         self.with_conn(idx, |c, ctx| c.on_segment(ctx, seg, payload, ecn));
         Ok(())
+    }
+
+    /// The timestamp option of a cookie ACK (`seg`), if its TSecr echoes a
+    /// TSval of ours: one this stack sent the tuple (its clock plus the
+    /// tuple's offset) within a cookie's life ([`syn_cookie::CHECKED_FOR`],
+    /// and the 127 ms [`syn_cookie::encode_options`] may put it back).
+    /// Only then did our SYN-ACK carry timestamps, and only then do the
+    /// TSecr's low bits carry the client's options. Otherwise timestamps
+    /// were never negotiated and the option is ignored (RFC 7323 §3.2: "a
+    /// TSopt ... received on a connection where TSopt was not negotiated
+    /// ... MUST be ignored and the packet processed normally"): the
+    /// connection is built without timestamps, window scaling, SACK or
+    /// ECN, as its SYN-ACK offered; counted
+    /// ([`Stats::syn_cookies_ts_ignored`]).
+    fn cookie_timestamps(&mut self, tuple: &FlowKey, seg: &TcpRepr) -> Option<(u32, u32)> {
+        let (tsval, tsecr) = seg.options.timestamps?;
+        let now_ts = (self.now.as_millis() as u32).wrapping_add(self.isn.ts_offset(tuple));
+        let age = u64::from(now_ts.wrapping_sub(tsecr));
+        let life = syn_cookie::CHECKED_FOR.as_millis() + 2 * (1 << syn_cookie::TS_OPTION_BITS);
+        if self.cfg.timestamps && age <= life {
+            Some((tsval, tsecr))
+        } else {
+            self.stats.syn_cookies_ts_ignored += 1;
+            None
+        }
     }
 
     /// RFC 9293 §3.10.7.1: the reply to a segment for no connection.

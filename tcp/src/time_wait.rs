@@ -319,6 +319,16 @@ impl TimeWaitTable {
         self.buckets.len(b)
     }
 
+    /// RFC 6191 §2: whether a SYN may open a new incarnation of record
+    /// `idx`'s connection ([`accepts_new_incarnation`]).
+    pub(crate) fn accepts_new_incarnation(&self, idx: u32, cfg: &Config, syn: &TcpRepr) -> bool {
+        let tw = self.slots[idx as usize]
+            .entry
+            .as_ref()
+            .expect("live record");
+        accepts_new_incarnation(cfg, tw.ts.map(|t| t.recent), tw.rcv_nxt, syn)
+    }
+
     /// SND.NXT of record `idx` (one past its FIN: the last sequence number
     /// its incarnation used).
     pub(crate) fn snd_nxt(&self, idx: u32) -> SeqNumber {

@@ -83,3 +83,56 @@ fn the_ipv6_mss_never_exceeds_the_configured_mss() {
     assert_eq!(mss_for(1000), (1000, 1000));
     assert_eq!(mss_for(536), (536, 536));
 }
+
+/// A listener on an unspecified address is dual-stack, whichever family
+/// names it: `0.0.0.0` takes IPv6 SYNs and `[::]` IPv4 ones (the data
+/// path listens on `[::]` for both); a listener on a specific address
+/// takes only SYNs to that address.
+#[test]
+fn an_unspecified_listener_takes_both_families() {
+    use flowlane_tcp::time::Instant;
+    use flowlane_tcp::Stack;
+    use flowlane_wire::tcp::{TcpFlags, TcpOptions};
+    use std::net::Ipv4Addr;
+    let mut b = Stack::new(sim::test_config(2));
+    b.listen(SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 80))
+        .unwrap();
+    b.listen(SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), 81))
+        .unwrap();
+    b.listen(SocketAddr::new(B6, 82)).unwrap();
+    let a4 = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+    let b4 = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
+    let now = Instant::from_millis(1);
+    let answer = |b: &mut Stack, src: IpAddr, dst: IpAddr, port: u16| {
+        let syn = TcpRepr {
+            src_port: 40_000,
+            dst_port: port,
+            seq: 1,
+            ack: 0,
+            flags: TcpFlags::SYN,
+            window: 65_535,
+            urgent: 0,
+            options: TcpOptions {
+                mss: Some(1460),
+                ..TcpOptions::default()
+            },
+        };
+        let mut bytes = vec![0u8; 60];
+        let n = syn.emit(&mut bytes).unwrap();
+        b.handle_segment(now, src, dst, &bytes[..n]);
+        let mut buf = vec![0u8; 2048];
+        let t = b.poll_transmit(now, &mut buf).expect("an answer");
+        assert_eq!(t.dst.ip(), src);
+        TcpRepr::parse_segment(&buf[..t.len]).unwrap().0.flags
+    };
+    let syn_ack = TcpFlags::SYN | TcpFlags::ACK;
+    assert_eq!(answer(&mut b, A6, B6, 80), syn_ack, "0.0.0.0 takes IPv6");
+    assert_eq!(answer(&mut b, a4, b4, 80), syn_ack, "0.0.0.0 takes IPv4");
+    assert_eq!(answer(&mut b, a4, b4, 81), syn_ack, "[::] takes IPv4");
+    assert_eq!(answer(&mut b, A6, B6, 81), syn_ack, "[::] takes IPv6");
+    assert_eq!(answer(&mut b, A6, B6, 82), syn_ack, "its own address");
+    assert!(
+        answer(&mut b, a4, b4, 82).rst(),
+        "a specific IPv6 listener takes no IPv4 SYN"
+    );
+}

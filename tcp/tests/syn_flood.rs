@@ -512,34 +512,64 @@ fn connect_fails_at_the_stacks_cap() {
     assert_eq!(second, Err(flowlane_tcp::Error::ConnectionLimit));
 }
 
-/// Half-open connections promise at most a quarter of the receive memory:
-/// a flood of spoofed SYNs that fills most of the backlog leaves the rest
-/// of the budget to the established connections. Before, each half-open
-/// connection counted the whole window its SYN-ACK offered (a spoofed
-/// source never fills it) and the flood's count divided the budget under
-/// pressure, so a legitimate client that connected during the flood was
-/// offered almost no window (the field read 0 here, the flood holding all
-/// of the 1 MiB).
-#[test]
-fn a_flood_promises_at_most_a_quarter_of_the_receive_memory() {
-    const FLOOD: usize = 1000;
+/// `n` spoofed SYNs (random sources, Linux-like options) to port `port`
+/// at `now`.
+fn flood_port(b: &mut Stack, rng: &mut Rng, now: Instant, n: usize, port: u16) {
+    for _ in 0..n {
+        let src = IpAddr::V4(Ipv4Addr::from(
+            0x0a00_0000 | (rng.next_u64() as u32 & 0xff_ffff),
+        ));
+        let syn = TcpRepr {
+            src_port: 1024 + (rng.below(60_000) as u16),
+            dst_port: port,
+            seq: rng.next_u64() as u32,
+            ack: 0,
+            flags: TcpFlags::SYN,
+            window: 64_240,
+            urgent: 0,
+            options: TcpOptions {
+                mss: Some(1460),
+                window_scale: Some(7),
+                sack_permitted: true,
+                timestamps: Some((rng.next_u64() as u32, 0)),
+                ..TcpOptions::default()
+            },
+        };
+        b.handle_segment(now, src, B_IP, &emit(&syn, &[]));
+    }
+}
+
+/// The receive memory of the flood tests below: 4 MiB over a backlog of
+/// 64, so that a half-open connection not crowded is offered 64 KiB (the
+/// whole buffer), 63 KiB past the one segment every connection has
+/// outside the budget: 63 of them per listener commit all of it.
+const FLOOD_MEMORY: usize = 4 << 20;
+const FLOOD_BACKLOG: usize = 64;
+
+/// Floods `listeners` of B's six listeners (ports 80, 81, ...) with
+/// `FLOOD_BACKLOG - 1` spoofed SYNs each (all half-open, no cookie yet),
+/// then connects a client to port 80, moves 200 000 bytes and returns what
+/// the flood committed and the window B then offers the client.
+fn flood_then_client(listeners: u16) -> (usize, usize) {
     let mut cfg = test_config(2);
-    cfg.listen_backlog = 1024;
-    cfg.recv_memory = 1 << 20;
+    cfg.listen_backlog = FLOOD_BACKLOG;
+    cfg.recv_memory = FLOOD_MEMORY;
     let mut b = Stack::new(cfg);
-    b.listen(SocketAddr::new(B_IP, 80)).unwrap();
+    for p in 0..6u16 {
+        b.listen(SocketAddr::new(B_IP, 80 + p)).unwrap();
+    }
     let mut a = Stack::new(test_config(1));
     let mut rng = Rng::new(21);
     let mut now = Instant::from_millis(1);
-    flood(&mut b, &mut rng, now, FLOOD);
+    for p in 0..listeners {
+        flood_port(&mut b, &mut rng, now, FLOOD_BACKLOG - 1, 80 + p);
+    }
     let syn_acks = drain(&mut b, now);
-    assert_eq!(syn_acks.len(), FLOOD);
-    assert_eq!(b.connection_count(), FLOOD, "all half-open, none by cookie");
+    let flood = (FLOOD_BACKLOG - 1) * usize::from(listeners);
+    assert_eq!(syn_acks.len(), flood);
+    assert_eq!(b.connection_count(), flood, "all half-open, none by cookie");
+    assert_eq!(b.stats().syn_cookies_sent, 0);
     let committed = b.recv_memory_committed();
-    assert!(
-        committed <= (1 << 20) / 4,
-        "the flood holds {committed} bytes"
-    );
     // A client connecting now is offered its whole buffer, and keeps it.
     let ca = client_connect(&mut a, now, 40_000, 80);
     let mut ev = (Vec::new(), Vec::new());
@@ -556,6 +586,49 @@ fn a_flood_promises_at_most_a_quarter_of_the_receive_memory() {
             offered = usize::from(r.window) << b_wscale(&syn_acks);
         }
     }
+    (committed, offered)
+}
+
+/// Half-open connections promise at most a quarter of the receive memory:
+/// a flood of spoofed SYNs that fills most of the backlog leaves the rest
+/// of the budget to the established connections. Each half-open
+/// connection is offered the receive memory over the backlog (64 KiB
+/// here), so that, were every one offered that, the flood's 63 would
+/// commit the whole 4 MiB and a legitimate client that connected during
+/// the flood would be offered no window; past a quarter of the backlog
+/// they are offered one segment, which commits nothing. (Before, each
+/// half-open connection also counted the whole window its SYN-ACK offered,
+/// and the flood's count divided the budget under pressure.)
+#[test]
+fn a_flood_promises_at_most_a_quarter_of_the_receive_memory() {
+    let (committed, offered) = flood_then_client(1);
+    assert!(
+        committed > FLOOD_MEMORY / 8,
+        "the flood's first half-open connections are offered their share: {committed}"
+    );
+    assert!(
+        committed <= FLOOD_MEMORY / 4,
+        "the flood holds {committed} bytes"
+    );
+    assert!(
+        offered >= 32 * 1024,
+        "B offered the client {offered} bytes of window during the flood"
+    );
+}
+
+/// The quarter is the stack's, not each listener's: a flood spread over
+/// five listeners (each holding a quarter of its backlog and more
+/// half-open) commits no more than a flood of one, and a client of one
+/// of them still gets its window. When each
+/// listener counted only its own half-open connections, five of them
+/// committed the whole 4 MiB and the client was offered a zero window.
+#[test]
+fn a_flood_over_several_listeners_promises_at_most_a_quarter_too() {
+    let (committed, offered) = flood_then_client(5);
+    assert!(
+        committed <= FLOOD_MEMORY / 4,
+        "the flood over five listeners holds {committed} bytes"
+    );
     assert!(
         offered >= 32 * 1024,
         "B offered the client {offered} bytes of window during the flood"
@@ -758,4 +831,197 @@ fn a_slot_held_for_its_closed_counts_against_the_cap() {
         connect(&mut a).is_ok(),
         "the slot is free once its Closed was taken"
     );
+}
+
+/// What B commits and holds of a 1 MiB receive memory once 256 clients
+/// connected while its backlog was full (so each through a SYN cookie)
+/// and each sent it 64 KiB that B does not read; and how many connections
+/// cookies opened.
+fn memory_of_cookie_connections() -> (usize, usize, u64) {
+    const CLIENTS: u16 = 256;
+    let mut cfg = test_config(2);
+    cfg.listen_backlog = BACKLOG;
+    cfg.syn_cookies = true;
+    cfg.recv_memory = 1 << 20;
+    let mut b = Stack::new(cfg);
+    b.listen(SocketAddr::new(B_IP, 80)).unwrap();
+    let mut a = Stack::new(test_config(1));
+    let mut rng = Rng::new(5);
+    let mut now = Instant::from_millis(1);
+    flood(&mut b, &mut rng, now, BACKLOG);
+    drain(&mut b, now);
+    let conns: Vec<ConnHandle> = (0..CLIENTS)
+        .map(|i| client_connect(&mut a, now, 20_000 + i, 80))
+        .collect();
+    let mut ev = (Vec::new(), Vec::new());
+    run(&mut a, &mut b, &mut now, 5, &mut ev);
+    assert_eq!(accepted(&ev.1).len(), usize::from(CLIENTS));
+    let data = vec![9u8; 64 * 1024];
+    for _ in 0..200 {
+        for &c in &conns {
+            let _ = a.send(c, &data);
+        }
+        run(&mut a, &mut b, &mut now, 1, &mut ev);
+    }
+    (
+        b.recv_memory_committed(),
+        b.buffer_memory(),
+        b.stats().syn_cookies_accepted,
+    )
+}
+
+/// A connection rebuilt from a SYN cookie is bound by the window its
+/// SYN-ACK offered, so that SYN-ACK offers what a crowded listener's
+/// half-open connection is offered, one segment, which commits nothing;
+/// the window then grows within the receive memory as any other
+/// connection's. When it offered the whole 64 KiB buffer, outside the
+/// budget, 256 unread cookie connections held 16 MiB against 1 MiB.
+#[test]
+fn connections_from_cookies_stay_within_the_receive_memory() {
+    let (committed, held, from_cookies) = memory_of_cookie_connections();
+    assert_eq!(from_cookies, 256, "every client connected through a cookie");
+    // Past the budget: window-scale rounding (under 2^7 bytes a
+    // connection) in the commitment; in the chunks held, what each
+    // connection holds within its floor (one segment, in chunks: 4 KiB a
+    // connection at most).
+    let committed_bound = (1 << 20) + 256 * 128;
+    let held_bound = (1 << 20) + 256 * 4096;
+    assert!(
+        committed <= committed_bound,
+        "B committed {committed} of 1 MiB"
+    );
+    assert!(
+        held <= held_bound,
+        "B holds {held} bytes against a 1 MiB budget"
+    );
+}
+
+/// A copy of the SYN that opened a half-open connection draws our SYN-ACK
+/// again (RFC 9293 §3.10.7.4), but at most once per
+/// `Config::invalid_ack_interval`, as Linux's `tcp_oow_rate_limited`
+/// holds it: 1 000 copies in a millisecond (a spoofed source's, say) drew
+/// 1 000 SYN-ACKs, a reflection, each also counted as a segment with bad
+/// flags. The suppressed ones are counted; a client's retransmission a
+/// second later is answered.
+#[test]
+fn copies_of_a_syn_draw_one_syn_ack_per_interval() {
+    let mut b = server(true);
+    let now = Instant::from_millis(1_000);
+    let src = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 9));
+    let syn = TcpRepr {
+        src_port: 5555,
+        dst_port: 80,
+        seq: 77,
+        ack: 0,
+        flags: TcpFlags::SYN,
+        window: 64_240,
+        urgent: 0,
+        options: TcpOptions {
+            mss: Some(1460),
+            ..TcpOptions::default()
+        },
+    };
+    let bytes = emit(&syn, &[]);
+    b.handle_segment(now, src, B_IP, &bytes);
+    assert_eq!(drain(&mut b, now).len(), 1, "the SYN-ACK");
+    let mut syn_acks = Vec::new();
+    for _ in 0..1000 {
+        b.handle_segment(now, src, B_IP, &bytes);
+        syn_acks.extend(drain(&mut b, now));
+    }
+    assert_eq!(syn_acks.len(), 1, "one SYN-ACK for 1 000 copies in 1 ms");
+    let (r, _) = TcpRepr::parse_segment(&syn_acks[0].1).unwrap();
+    assert!(r.flags.syn() && r.flags.ack() && r.ack == 78, "{r:?}");
+    let s = *b.stats();
+    assert_eq!(s.syn_acks_limited, 999);
+    assert_eq!(s.bad_flags, 0, "a retransmitted SYN has no bad flags");
+    // The client's own retransmission, a second after its SYN.
+    let later = now + Duration::from_millis(1000);
+    b.handle_segment(later, src, B_IP, &bytes);
+    let again: Vec<_> = drain(&mut b, later)
+        .into_iter()
+        .filter(|(_, s)| TcpRepr::parse_segment(s).unwrap().0.flags.syn())
+        .collect();
+    assert!(
+        !again.is_empty(),
+        "a retransmission a second later is answered"
+    );
+    assert_eq!(b.stats().syn_acks_limited, 999);
+}
+
+/// The ACK that returns a cookie B sent without timestamps (the client's
+/// SYN had none), and B's answer to the first data then: the TSecr of
+/// the ACK is `tsecr`.
+fn cookie_connection_with_ack_tsecr(tsecr: impl FnOnce(&TcpRepr) -> Option<u32>) -> Stack {
+    let mut b = server(true);
+    let mut rng = Rng::new(3);
+    let now = Instant::from_millis(1_000);
+    flood(&mut b, &mut rng, now, 50);
+    drain(&mut b, now);
+    let syn = TcpRepr {
+        src_port: 40_000,
+        dst_port: 80,
+        seq: 1000,
+        ack: 0,
+        flags: TcpFlags::SYN,
+        window: 64_240,
+        urgent: 0,
+        options: TcpOptions {
+            mss: Some(1460),
+            ..TcpOptions::default()
+        },
+    };
+    let cookies = b.stats().syn_cookies_sent;
+    b.handle_segment(now, A_IP, B_IP, &emit(&syn, &[]));
+    let out = drain(&mut b, now);
+    let sa = TcpRepr::parse_segment(&out[0].1).unwrap().0;
+    assert_eq!(b.stats().syn_cookies_sent, cookies + 1, "a cookie");
+    assert_eq!(sa.options.timestamps, None);
+    assert_eq!(sa.options.window_scale, None);
+    assert!(!sa.options.sack_permitted);
+    let ack = TcpRepr {
+        src_port: 40_000,
+        dst_port: 80,
+        seq: 1001,
+        ack: sa.seq.wrapping_add(1),
+        flags: TcpFlags::ACK,
+        window: 100,
+        urgent: 0,
+        options: TcpOptions {
+            timestamps: tsecr(&sa).map(|ecr| (5, ecr)),
+            ..TcpOptions::default()
+        },
+    };
+    b.handle_segment(now, A_IP, B_IP, &emit(&ack, &[]));
+    b
+}
+
+/// RFC 7323 §3.2: a timestamp option on a connection that did not
+/// negotiate timestamps is ignored. A cookie's options ride in the TSecr
+/// only when our SYN-ACK carried timestamps; an ACK whose TSecr echoes no
+/// TSval of ours (window scale 14 and SACK in its low bits, here) to a
+/// SYN-ACK without timestamps built a connection with timestamps, SACK
+/// and a window scale of 14, and B sent 200 000 bytes into the client's
+/// 100-byte window (read as 100 << 14). Now the option is ignored and
+/// counted, and the connection has none of them.
+#[test]
+fn a_cookie_ack_with_timestamps_never_negotiated_carries_no_options() {
+    let mut b = cookie_connection_with_ack_tsecr(|_| Some(14 | 16));
+    let now = Instant::from_millis(1_000);
+    let cb = accepted(&std::iter::from_fn(|| b.poll_event()).collect::<Vec<_>>())
+        .pop()
+        .expect("accepted");
+    b.send(cb, &vec![1u8; 200_000]).unwrap();
+    let out = drain(&mut b, now);
+    let first = TcpRepr::parse_segment(&out[0].1).unwrap().0;
+    assert!(
+        first.options.timestamps.is_none(),
+        "timestamps never negotiated"
+    );
+    let bytes: usize = out
+        .iter()
+        .map(|(_, s)| TcpRepr::parse_segment(s).unwrap().1.len())
+        .sum();
+    assert!(bytes <= 100, "sent {bytes} bytes into a 100-byte window");
+    assert_eq!(b.stats().syn_cookies_ts_ignored, 1);
 }

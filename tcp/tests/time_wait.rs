@@ -587,3 +587,56 @@ fn a_syn_to_a_client_s_time_wait_keeps_the_record() {
         "no RST to the server"
     );
 }
+
+/// Every segment `stack` has to send at `now`, parsed.
+fn drain(stack: &mut flowlane_tcp::Stack, now: flowlane_tcp::time::Instant) -> Vec<TcpRepr> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 65_536];
+    while let Some(t) = stack.poll_transmit(now, &mut buf) {
+        out.push(TcpRepr::parse_segment(&buf[..t.len]).unwrap().0);
+    }
+    out
+}
+
+/// A SYN that would reopen TIME-WAIT but that the listener's filter
+/// refuses is answered as the filter's refusals are (an RST, counted) and
+/// leaves TIME-WAIT as it is: the old incarnation's retransmitted FIN is
+/// still acknowledged (RFC 9293 §3.10.7.4), and its sequence space still
+/// keeps a later incarnation's ISS past it. The record used to be dropped
+/// before the filter was asked, and that FIN then drew an RST.
+#[test]
+fn a_syn_the_filter_refuses_keeps_time_wait() {
+    for ending in [Ending::Closed, Ending::ShutDown] {
+        let (mut sim, b) = server_in_time_wait(15, ending);
+        let fin = peer_fin(&sim);
+        let l = flowlane_tcp::ListenerId::from_index(0);
+        sim.b
+            .set_syn_filter(l, Some(std::sync::Arc::new(|t| t.remote.port() != 10_000)))
+            .unwrap();
+        // Newer than anything B saw: RFC 6191 would let it reopen.
+        let tsval = last_tsval(&sim, Side::B).wrapping_add(1000);
+        let now = sim.now;
+        sim.b
+            .handle_segment(now, A_IP, B_IP, &bare_syn(10_000, 80, tsval));
+        let replies = drain(&mut sim.b, now);
+        match ending {
+            Ending::Closed => assert_eq!(sim.b.time_wait_count(), 1, "{ending:?}: kept"),
+            Ending::ShutDown => assert_eq!(sim.b.state(b), Ok(State::TimeWait), "{ending:?}"),
+        }
+        assert!(
+            matches!(&replies[..], [r] if r.flags.rst() && r.ack == 8),
+            "{ending:?}: the refusal's RST: {replies:?}"
+        );
+        let s = *sim.b.stats();
+        assert_eq!(s.syn_refused, 1, "{ending:?}");
+        assert_eq!(s.time_wait_reopened, 0, "{ending:?}");
+        // The old incarnation's FIN again: TIME-WAIT acknowledges it.
+        sim.b.handle_segment(now, A_IP, B_IP, &fin);
+        let replies = drain(&mut sim.b, now);
+        assert!(
+            matches!(&replies[..], [r] if r.flags == TcpFlags::ACK),
+            "{ending:?}: the old FIN is acknowledged: {replies:?}"
+        );
+        assert_eq!(sim.b.stats().syn_refused, 1, "{ending:?}: asked once");
+    }
+}

@@ -175,6 +175,10 @@ impl Connection {
         // simultaneous open): drop the SYN bit and treat the rest normally;
         // it needs our SYN-ACK again. Any other SYN is RFC 5961 §4.2's.
         if f.syn() && seq == self.rcv_rare.irs && self.state == State::SynReceived {
+            if !f.ack() {
+                self.syn_again(ctx);
+                return;
+            }
             f = TcpFlags(f.0 & !TcpFlags::SYN.0);
             seq += 1;
             self.flags.set(Flags::ACK_NOW);
@@ -494,6 +498,30 @@ impl Connection {
         } else {
             ctx.stats.challenge_acks += 1;
             self.flags.set(Flags::ACK_NOW);
+        }
+    }
+
+    /// The peer's SYN again, in SYN-RECEIVED (RFC 9293 §3.10.7.4: it is
+    /// our SYN-ACK the peer misses): the SYN-ACK goes again, at most once
+    /// per [`Config::invalid_ack_interval`] (Linux `tcp_check_req`, through
+    /// `tcp_oow_rate_limited`: `TCPACKSkippedSynRecv`), so that copies of
+    /// one SYN, a spoofed source's included, draw one SYN-ACK, not one
+    /// each (a reflection). The first copy answers at once (the stamp is
+    /// not taken by the first SYN-ACK); a client's own retransmission
+    /// comes a second after its SYN (RFC 6298 §2.1), past the interval.
+    /// Nothing else in the segment is used: the SYN's data is not queued
+    /// (as on the first SYN), and without an ACK bit it would be dropped
+    /// at the ACK check, which is no fault of its flags.
+    #[cold]
+    fn syn_again(&mut self, ctx: &mut Ctx<'_>) {
+        if self
+            .timers_rare
+            .invalid_ack
+            .take(ctx.now, ctx.cfg.invalid_ack_interval)
+        {
+            self.flags.set(Flags::ACK_NOW);
+        } else {
+            ctx.stats.syn_acks_limited += 1;
         }
     }
 

@@ -509,14 +509,16 @@ impl Connection {
 
     /// Passive open from a SYN received in LISTEN (RFC 9293 §3.10.7.2).
     /// Until the handshake completes, the receive buffer (and so the
-    /// SYN-ACK's window) is at most `recv_memory / listen_backlog` (the
-    /// whole 64 KiB buffer with the defaults), and one segment, which every
-    /// connection may have outside the receive memory, once the listener
-    /// already holds a quarter of its backlog half-open (`crowded`). A
-    /// spoofed flood, whose half-open connections never complete, so
-    /// promises at most a quarter of the receive memory instead of all of
-    /// it; a legitimate crowd's later handshakes see their full window one
-    /// round trip later, in the first ACK.
+    /// SYN-ACK's window) is [`Connection::half_open_buffer`]: at most
+    /// `recv_memory / listen_backlog` (the whole 64 KiB buffer with the
+    /// defaults), and one segment, which every connection may have outside
+    /// the receive memory, once the stack already holds a quarter of a
+    /// backlog half-open, its listeners together (`crowded`). A spoofed
+    /// flood, whose half-open connections never complete, so promises at
+    /// most a quarter of the receive memory instead of all of it, however
+    /// many listeners it is spread over; a legitimate crowd's later
+    /// handshakes see their full window one round trip later, in the
+    /// first ACK.
     pub(crate) fn new_passive(
         cfg: &Config,
         isn: &IsnGenerator,
@@ -550,12 +552,7 @@ impl Connection {
         let c = Self::blank_in(out, cfg, isn, tuple, now, iss);
         c.state = State::SynReceived;
         c.flags.set(Flags::PASSIVE);
-        let half_open = if crowded {
-            0
-        } else {
-            cfg.recv_memory / cfg.listen_backlog.max(1)
-        };
-        let buffer = half_open.max(usize::from(cfg.mss)).min(cfg.recv_buffer);
+        let buffer = Self::half_open_buffer(cfg, crowded);
         if buffer < cfg.recv_buffer {
             c.recv_buf = RecvBuffer::new(buffer);
         }
@@ -577,10 +574,30 @@ impl Connection {
         c
     }
 
+    /// The receive buffer of a half-open passive connection, and so the
+    /// most its SYN-ACK offers: the receive memory divided over the
+    /// backlog, within the configured buffer, and one segment (the floor
+    /// every connection may have outside [`Config::recv_memory`]) when
+    /// `crowded`. A SYN cookie's SYN-ACK offers the crowded one (cookies
+    /// go out only once a backlog is full).
+    pub(crate) fn half_open_buffer(cfg: &Config, crowded: bool) -> usize {
+        let share = if crowded {
+            0
+        } else {
+            cfg.recv_memory / cfg.listen_backlog.max(1)
+        };
+        share.max(usize::from(cfg.mss)).min(cfg.recv_buffer)
+    }
+
     /// A passive open whose SYN-ACK carried a SYN cookie (`iss`), rebuilt
     /// from the ACK that returned it (`syn` reconstructed from the cookie
-    /// and that ACK): as if the SYN-ACK offering `window` had been sent.
-    /// The ACK itself is then processed as in SYN-RECEIVED.
+    /// and that ACK): as if the SYN-ACK offering `window` had been sent
+    /// from a crowded listener's half-open connection (`window` is the
+    /// crowded [`Connection::half_open_buffer`], one segment, which
+    /// commits nothing of the receive memory). The ACK itself is then
+    /// processed as in SYN-RECEIVED; the handshake's end gives the buffer
+    /// its configured size, and the window grows from there within the
+    /// receive memory, as every other connection's.
     pub(crate) fn from_cookie(
         cfg: &Config,
         isn: &IsnGenerator,
@@ -590,7 +607,8 @@ impl Connection {
         iss: SeqNumber,
         window: u16,
     ) -> Self {
-        let mut c = Self::new_passive(cfg, isn, tuple, now, syn, false);
+        let mut c = Self::new_passive(cfg, isn, tuple, now, syn, true);
+        debug_assert!(usize::from(window) <= Self::half_open_buffer(cfg, true));
         let s = &mut c.snd;
         (s.una, s.wl2, s.prev_una) = (iss, iss, iss);
         (s.nxt, s.max) = (iss + 1, iss + 1);
