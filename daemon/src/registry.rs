@@ -180,7 +180,7 @@ impl Services {
     /// The sockets a scrape or hint asks, without connecting to any: the
     /// run directory's Unix sockets named `*.sock` and those registered,
     /// each once ([`Services::sockets`]); whether a service listens there
-    /// is what asking it tells ([`Services::heard`]).
+    /// is what asking it tells (`Services::heard`).
     pub fn candidates(&self) -> Vec<PathBuf> {
         use std::os::unix::fs::FileTypeExt;
         let mut found: Vec<PathBuf> = std::fs::read_dir(&self.run_dir)

@@ -106,7 +106,23 @@ fn a_third_worker_on_two_queues_serves_its_share_of_connections() {
         return;
     }
     let bed = Bed::up("spill", 2);
-    let app = start(&bed, &["echo-server", "--port", "7", "--workers", "3"], 120);
+    // Its own control socket: another service running on the host (a
+    // parallel run's) must not make `rebalance` ask which one.
+    let sock = std::env::temp_dir().join(format!("{}.sock", bed.name));
+    let sock = sock.to_str().unwrap();
+    let app = start(
+        &bed,
+        &[
+            "echo-server",
+            "--port",
+            "7",
+            "--workers",
+            "3",
+            "--control-socket",
+            sock,
+        ],
+        120,
+    );
 
     // By hand, buckets do not move while workers outnumber queues.
     let o = in_ns(
@@ -115,6 +131,8 @@ fn a_third_worker_on_two_queues_serves_its_share_of_connections() {
             flowlane_bin().to_str().unwrap(),
             "rebalance",
             "move",
+            "--socket",
+            sock,
             "--bucket",
             "0",
             "--to-queue",
@@ -135,6 +153,8 @@ fn a_third_worker_on_two_queues_serves_its_share_of_connections() {
             flowlane_bin().to_str().unwrap(),
             "rebalance",
             "status",
+            "--socket",
+            sock,
             "--json",
             "--interval-ms",
             "0",
