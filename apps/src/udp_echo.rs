@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Result;
+use flowlane_dataplane::control_socket::QueueSteering;
 use flowlane_dataplane::placement::machine_placement;
 use flowlane_dataplane::runtime::LocalAddress;
 use flowlane_dataplane::{
@@ -124,6 +125,11 @@ pub struct Report {
     /// Datagrams parsed and verified but not echoed, by reason.
     #[serde(default)]
     pub refused: Refused,
+    /// What the XDP steering program did with each receive queue's
+    /// frames: redirected to flowlane, passed to the kernel, dropped for
+    /// want of a socket on the queue or as a first fragment.
+    #[serde(default)]
+    pub steering: Vec<QueueSteering>,
 }
 
 /// Datagrams `udp-echo` does not answer, by reason.
@@ -390,6 +396,11 @@ fn snapshot(generation: u64, dp: &Dataplane, tables: &[(u32, Arc<Published>)]) -
         malformed,
         untracked,
         refused,
+        steering: dp
+            .steering_counters()
+            .iter()
+            .map(|(q, s)| QueueSteering::new(*q, s))
+            .collect(),
     }
 }
 

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use flowlane_dataplane::control_socket::QueueSteering;
 use flowlane_dataplane::iface::parse_mac;
 use flowlane_dataplane::runtime::LocalAddress;
 use flowlane_dataplane::{
@@ -108,6 +109,11 @@ pub struct PingResult {
     /// without this run's nonce (late replies to an earlier run, or ones
     /// corrupted in the nonce): ignored.
     pub stray: u64,
+    /// What the XDP steering program did with each receive queue's
+    /// frames during the run: redirected to flowlane (the reply), passed
+    /// to the kernel, dropped for want of a socket on the queue or as a
+    /// first fragment.
+    pub steering: Vec<QueueSteering>,
 }
 
 /// The echo port `--dst` means when it names none.
@@ -470,6 +476,11 @@ fn run_here(args: &Args) -> Result<()> {
         let o = outcome.lock().expect("outcome lock");
         (o.sent_at.clone(), o.stray)
     };
+    let steering = dp
+        .steering_counters()
+        .iter()
+        .map(|(q, s)| QueueSteering::new(*q, s))
+        .collect();
     dp.stop();
     let Some((reply_queue, at, seq)) = reply else {
         if stray > 0 {
@@ -496,6 +507,7 @@ fn run_here(args: &Args) -> Result<()> {
             .and_then(|k| sent_at.get(k))
             .map_or(0, |&s| at.saturating_sub(s).as_micros() as u64),
         stray,
+        steering,
     };
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&r)?);
@@ -669,6 +681,7 @@ mod tests {
             payload_ok,
             rtt_us: 10,
             stray: 0,
+            steering: Vec::new(),
         };
         assert!(verdict(&r(1, true), dst).is_ok());
         let e = verdict(&r(1, false), dst).unwrap_err().to_string();

@@ -13,7 +13,8 @@
 use std::fmt;
 
 use flowlane_dataplane::control_socket::{
-    MoveCause, MoveHistory, NicQueueStats, NicReport, QueueCounterSet, ServiceCounters,
+    MoveCause, MoveHistory, NicQueueStats, NicReport, QueueCounterSet, QueueSteering,
+    ServiceCounters,
 };
 use flowlane_dataplane::InterfaceStats;
 use flowlane_numa_sched::nic_caps::{XdpFeature, XskMode};
@@ -197,6 +198,39 @@ const QUEUE_ROWS: &[QueueRow] = &[
     row!("flowlane_spill_frames", "Software spill (more workers than queues): frames a queue's worker forwarded to a worker without a queue (forwarded), a worker without a queue handed to its carrier (handed), and a carrier sent for it (transmitted).", C, ["direction" = "forwarded"], |q| q.tcp.spill_forwarded),
     row!("flowlane_spill_frames", "", C, ["direction" = "handed"], |q| q.tcp.spill_handed),
     row!("flowlane_spill_frames", "", C, ["direction" = "transmitted"], |q| q.tcp.spill_transmitted),
+];
+
+/// The XDP steering program's counters, per service and receive queue of
+/// its interface (served or not: the program runs on every queue).
+const STEERING_ROWS: &[Row<QueueSteering>] = &[
+    row!(
+        "flowlane_steering_frames",
+        "Frames the service's XDP steering program took on each receive queue of its interface: redirected to the queue's AF_XDP socket (flowlane's), or passed to the kernel (not flowlane's: other ports and addresses, ARP, most ICMP, later fragments, packets not for this host).",
+        C,
+        ["verdict" = "redirected"],
+        |q: QueueSteering| q.redirected
+    ),
+    row!(
+        "flowlane_steering_frames",
+        "",
+        C,
+        ["verdict" = "passed"],
+        |q: QueueSteering| q.passed
+    ),
+    row!(
+        "flowlane_steering_dropped_frames",
+        "flowlane's frames the XDP steering program dropped, by reason: on a queue without a socket of the service (the NIC's table sends flowlane's flows to a queue it does not serve), or the first fragment of a datagram to flowlane's port (flowlane does not reassemble, and the kernel would answer the whole datagram for it).",
+        C,
+        ["reason" = "no_socket"],
+        |q: QueueSteering| q.no_socket
+    ),
+    row!(
+        "flowlane_steering_dropped_frames",
+        "",
+        C,
+        ["reason" = "first_fragment"],
+        |q: QueueSteering| q.fragment_dropped
+    ),
 ];
 
 /// The interface's own counters, per service (what the device saw,
@@ -474,6 +508,18 @@ fn families(scrape: &Scrape) -> Vec<Family> {
             !kernel_only(row)
         }
     });
+    let steering: Vec<(Labels, &QueueSteering)> = scrape
+        .services
+        .iter()
+        .flat_map(|s| {
+            s.steering.iter().map(move |q| {
+                let mut l = service_labels(s);
+                l.push(("queue", q.queue.to_string()));
+                (l, q)
+            })
+        })
+        .collect();
+    push_rows(&mut out, STEERING_ROWS, &steering, |_, _| true);
     let nics: Vec<(Labels, &InterfaceStats)> = scrape
         .services
         .iter()
@@ -798,6 +844,15 @@ mod tests {
             iface: "fl0".into(),
             rebalance: "auto".into(),
             queues: vec![queue(0), queue(1)],
+            steering: (0..4)
+                .map(|q| QueueSteering {
+                    queue: q,
+                    redirected: 1000 + u64::from(q),
+                    passed: 20,
+                    no_socket: if q >= 2 { 3 } else { 0 },
+                    fragment_dropped: 1,
+                })
+                .collect(),
             moves,
             imbalance: 1.25,
             control_clients_dropped: 0,
@@ -1054,6 +1109,51 @@ mod tests {
         )
         .ends_with(" 5000"));
         assert!(line(&page, r#"flowlane_nic_dropped_packets_total{service="bulk-sink",pid="41",iface="fl0",direction="tx"}"#).ends_with(" 2"));
+    }
+
+    /// The steering program's counters are on the page for every
+    /// receive queue of the service's interface, served or not (the
+    /// drops of flowlane's frames on a queue it does not serve are there);
+    /// a kernel-socket service has none.
+    #[test]
+    fn the_steering_program_s_counters_are_on_the_page_per_queue() {
+        let mut s = scrape();
+        s.services[1].backend = "kernel".into();
+        s.services[1].steering.clear();
+        let page = render(&s, Format::Text);
+        assert!(
+            page.contains("# TYPE flowlane_steering_dropped_frames_total counter\n"),
+            "{page}"
+        );
+        assert_eq!(
+            line(
+                &page,
+                r#"flowlane_steering_dropped_frames_total{service="bulk-sink",pid="41",queue="3",reason="no_socket"}"#
+            ),
+            r#"flowlane_steering_dropped_frames_total{service="bulk-sink",pid="41",queue="3",reason="no_socket"} 3"#
+        );
+        assert_eq!(
+            line(
+                &page,
+                r#"flowlane_steering_dropped_frames_total{service="bulk-sink",pid="41",queue="0",reason="first_fragment"}"#
+            ),
+            r#"flowlane_steering_dropped_frames_total{service="bulk-sink",pid="41",queue="0",reason="first_fragment"} 1"#
+        );
+        assert_eq!(
+            line(
+                &page,
+                r#"flowlane_steering_frames_total{service="bulk-sink",pid="41",queue="2",verdict="redirected"}"#
+            ),
+            r#"flowlane_steering_frames_total{service="bulk-sink",pid="41",queue="2",verdict="redirected"} 1002"#
+        );
+        let series = |name: &str, pid: &str| {
+            page.lines()
+                .filter(|l| l.starts_with(name) && l.contains(&format!(r#"pid="{pid}""#)))
+                .count()
+        };
+        assert_eq!(series("flowlane_steering_frames_total{", "41"), 8);
+        assert_eq!(series("flowlane_steering_dropped_frames_total{", "41"), 8);
+        assert_eq!(series("flowlane_steering_", "42"), 0, "kernel sockets");
     }
 
     #[test]

@@ -306,6 +306,10 @@ pub struct ServiceCounters {
     pub rebalance: String,
     /// Each queue's counters.
     pub queues: Vec<QueueCounterSet>,
+    /// What the XDP steering program did with each receive queue's frames
+    /// (AF_XDP services; none for kernel sockets).
+    #[serde(default)]
+    pub steering: Vec<QueueSteering>,
     /// Moves since the service started.
     pub moves: MoveHistory,
     /// The interface's own counters, as the service's network namespace
@@ -351,6 +355,40 @@ pub struct QueueCounterSet {
     pub io: crate::counters::QueueCountersSnapshot,
     /// The TCP stack's counters.
     pub tcp: crate::tcp_handler::TcpCountersSnapshot,
+}
+
+/// What the XDP steering program did with the frames of one of the
+/// interface's receive queues, served or not (its counters, summed over
+/// CPUs: `flowlane_ebpf::steer::SteerStats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct QueueSteering {
+    /// Receive queue number.
+    pub queue: u32,
+    /// Frames handed to the queue's AF_XDP socket.
+    pub redirected: u64,
+    /// Frames passed to the kernel (not flowlane's).
+    pub passed: u64,
+    /// flowlane's frames dropped because the queue had no socket of the
+    /// service (the NIC's table sends flowlane's flows to a queue it does
+    /// not serve).
+    pub no_socket: u64,
+    /// First fragments of datagrams to flowlane's ports, dropped
+    /// (flowlane does not reassemble).
+    pub fragment_dropped: u64,
+}
+
+impl QueueSteering {
+    /// Queue `queue`'s counters `s`.
+    pub fn new(queue: u32, s: &crate::SteerStats) -> QueueSteering {
+        QueueSteering {
+            queue,
+            redirected: s.redirected,
+            passed: s.passed,
+            no_socket: s.no_socket,
+            fragment_dropped: s.fragment_dropped,
+        }
+    }
 }
 
 /// One queue's cumulative load.

@@ -1,9 +1,11 @@
 //! Starting and stopping the data path: steering program, per-node UMEM,
-//! per-queue sockets and pinned workers; and [`Dataplane::check`], which
-//! tells a running service that what it attached to went away.
+//! per-queue sockets and pinned workers, the kernel sockets that keep the
+//! kernel off flowlane's ports ([`PortHolds`]); and [`Dataplane::check`],
+//! which tells a running service that what it attached to went away.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
@@ -51,7 +53,11 @@ pub struct DataplaneConfig {
     pub spill: Vec<QueueAssignment>,
     /// CPUs of each NUMA node (for allocating the node's UMEM there).
     pub node_cpus: BTreeMap<u32, Vec<u32>>,
-    /// Ports flowlane owns (listening ports).
+    /// Ports flowlane owns (listening ports), each for its protocol only.
+    /// The start refuses a port a kernel socket uses on the addresses
+    /// claimed ([`DataplaneConfig::local_v4`], `local_v6`), and holds it
+    /// against the kernel's and other processes' use while the data path
+    /// runs ([`PortHolds`]).
     pub ports: Vec<(Proto, u16)>,
     /// flowlane's ephemeral port range (inclusive), if any: the kernel
     /// must have it reserved (`net.ipv4.ip_local_reserved_ports`), or the
@@ -126,8 +132,156 @@ struct WorkerHandle {
 #[error("{0}")]
 pub struct Vanished(pub String);
 
-/// A running data path. Dropping it stops the workers, closes the sockets
-/// and detaches the XDP program.
+/// Kernel sockets bound, never listening, to each port flowlane claims,
+/// for the port's protocol, on each address the steering program claims it
+/// on (an address of each family, or the wildcard of a family whose every
+/// address is claimed, IPv6 sockets IPv6-only). Without them a kernel socket
+/// on a claimed port lost its frames to flowlane: a server already
+/// listening there (nginx on 80), a connection of the kernel's that got the
+/// port as its local one (its SYN-ACK reached flowlane, which reset it; a
+/// resolver's replies to udp-echo's port). Binding them fails if any kernel
+/// socket uses the port there (the start is refused, one line), and while
+/// they are held the kernel's own choice of local ports (connect, sendto
+/// from an unbound socket) skips the port and other sockets' binds to it
+/// fail (`EADDRINUSE`, `SO_REUSEADDR` or not: these set neither it nor
+/// `SO_REUSEPORT`). Released when dropped, with the data path.
+///
+/// flowlane's ephemeral range ([`DataplaneConfig::ephemeral`]) is not held
+/// so (5 000 ports, two protocols, two families): the kernel's reserved
+/// ports (`net.ipv4.ip_local_reserved_ports`, checked at start) keep its own
+/// choice of local ports off it; a socket bound to a port of the range
+/// explicitly, before the start or during the run, is not refused.
+#[derive(Debug, Default)]
+pub struct PortHolds {
+    /// The sockets, each with the port it holds and its protocol.
+    sockets: Vec<((Proto, u16), OwnedFd)>,
+}
+
+impl PortHolds {
+    /// Holds `port` for `proto` on the addresses `v4` and `v6` name
+    /// (`scope` is the interface index, for a link-local IPv6 address).
+    /// A port held already is left as it is.
+    ///
+    /// # Errors
+    /// [`Error::Setup`], one line: a kernel socket uses the port there (a
+    /// server, or a connection of the kernel's), or no socket could be
+    /// made or bound. What was held for this port before the error is let
+    /// go; the ports held before stay held.
+    pub fn hold(
+        &mut self,
+        proto: Proto,
+        port: u16,
+        v4: LocalAddress<Ipv4Addr>,
+        v6: LocalAddress<Ipv6Addr>,
+        scope: u32,
+    ) -> Result<()> {
+        if self.sockets.iter().any(|(p, _)| *p == (proto, port)) {
+            return Ok(());
+        }
+        let mut addrs = Vec::new();
+        match v4 {
+            LocalAddress::Any => addrs.push(SocketAddr::from((Ipv4Addr::UNSPECIFIED, port))),
+            LocalAddress::Only(a) => addrs.push(SocketAddr::from((a, port))),
+            LocalAddress::Unclaimed => {}
+        }
+        let v6_scope = |a: Ipv6Addr| if a.is_unicast_link_local() { scope } else { 0 };
+        match v6 {
+            LocalAddress::Any => addrs.push(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::UNSPECIFIED,
+                port,
+                0,
+                0,
+            ))),
+            LocalAddress::Only(a) => {
+                addrs.push(SocketAddr::V6(SocketAddrV6::new(a, port, 0, v6_scope(a))))
+            }
+            LocalAddress::Unclaimed => {}
+        }
+        let mut held = Vec::with_capacity(addrs.len());
+        for addr in addrs {
+            if let Some(fd) = hold_one(proto, addr)? {
+                held.push(((proto, port), fd));
+            }
+        }
+        self.sockets.extend(held);
+        Ok(())
+    }
+
+    /// Lets `port` go for `proto` (its sockets closed).
+    fn let_go(&mut self, proto: Proto, port: u16) {
+        self.sockets.retain(|(p, _)| *p != (proto, port));
+    }
+}
+
+/// `tcp` or `udp`, as a port is written (`80/tcp`).
+fn proto_name(proto: Proto) -> &'static str {
+    match proto {
+        Proto::Tcp => "tcp",
+        Proto::Udp => "udp",
+    }
+}
+
+/// A kernel socket of `proto` bound to `addr` (see [`PortHolds`]); None
+/// for IPv6 on a kernel without it (no IPv6 socket to keep away).
+fn hold_one(proto: Proto, addr: SocketAddr) -> Result<Option<OwnedFd>> {
+    use nix::errno::Errno;
+    use nix::sys::socket::{
+        self, sockopt, AddressFamily, SockFlag, SockType, SockaddrIn, SockaddrIn6,
+    };
+
+    let port = addr.port();
+    let what = proto_name(proto);
+    let failed = |doing: &str, e: Errno| {
+        Error::Setup(format!(
+            "holding port {port}/{what} on {} against the kernel's use: {doing} failed ({e}); \
+             check the address, the privileges (root, or CAP_NET_BIND_SERVICE below port 1024) \
+             and the open-file limit",
+            addr.ip()
+        ))
+    };
+    let family = match addr {
+        SocketAddr::V4(_) => AddressFamily::Inet,
+        SocketAddr::V6(_) => AddressFamily::Inet6,
+    };
+    let ty = match proto {
+        Proto::Tcp => SockType::Stream,
+        Proto::Udp => SockType::Datagram,
+    };
+    let fd = match socket::socket(family, ty, SockFlag::SOCK_CLOEXEC, None) {
+        Ok(fd) => fd,
+        Err(Errno::EAFNOSUPPORT) if addr.is_ipv6() => return Ok(None),
+        Err(e) => return Err(failed("socket(2)", e)),
+    };
+    if addr.is_ipv6() {
+        // The wildcard holds IPv6 only: IPv4 is held apart, where claimed.
+        socket::setsockopt(&fd, sockopt::Ipv6V6Only, &true)
+            .map_err(|e| failed("IPV6_V6ONLY", e))?;
+    }
+    // An address not usable yet (IPv6 during duplicate address detection)
+    // binds all the same; the port is held from now on.
+    socket::setsockopt(&fd, sockopt::IpFreebind, &true).map_err(|e| failed("IP_FREEBIND", e))?;
+    if proto == Proto::Udp {
+        // Datagrams the steering program leaves to the kernel (a queue
+        // past its map, a source route under way) queue here unread: as
+        // little room as the kernel gives.
+        let _ = socket::setsockopt(&fd, sockopt::RcvBuf, &0);
+    }
+    let bound = match addr {
+        SocketAddr::V4(a) => socket::bind(fd.as_raw_fd(), &SockaddrIn::from(a)),
+        SocketAddr::V6(a) => socket::bind(fd.as_raw_fd(), &SockaddrIn6::from(a)),
+    };
+    match bound {
+        Ok(()) => Ok(Some(fd)),
+        Err(Errno::EADDRINUSE) => Err(Error::Setup(format!(
+            "port {port}/{what} is in use by a kernel socket (another server?): choose another \
+             --port or stop it"
+        ))),
+        Err(e) => Err(failed("bind(2)", e)),
+    }
+}
+
+/// A running data path. Dropping it stops the workers, closes the sockets,
+/// detaches the XDP program and lets the claimed ports go ([`PortHolds`]).
 pub struct Dataplane {
     iface: InterfaceInfo,
     /// The sysfs root it read the interface from.
@@ -136,7 +290,12 @@ pub struct Dataplane {
     netns: Option<String>,
     workers: Vec<WorkerHandle>,
     stop: Arc<AtomicBool>,
+    /// The addresses the ports are claimed on.
+    local: (LocalAddress<Ipv4Addr>, LocalAddress<Ipv6Addr>),
     steering: Steering,
+    /// Dropped after the program is detached: the kernel has the ports
+    /// back only once flowlane no longer takes their frames.
+    holds: PortHolds,
 }
 
 impl std::fmt::Debug for Dataplane {
@@ -155,7 +314,9 @@ impl Dataplane {
     /// (workers joined, sockets closed, the XDP program detached) and that
     /// error is returned ([`Error::Handler`]). Returns once every worker has
     /// filled its rings and is polling; the listening ports
-    /// ([`DataplaneConfig::ports`]) are claimed then, last.
+    /// ([`DataplaneConfig::ports`]) are steered to flowlane then, last,
+    /// after being held against the kernel's use from the start
+    /// ([`PortHolds`]: a port a kernel socket uses refuses the start).
     pub fn start<H, E, F>(config: DataplaneConfig, factory: F) -> Result<Dataplane>
     where
         H: QueueHandler + 'static,
@@ -191,6 +352,13 @@ impl Dataplane {
         // (before libbpf tries and prints its own line).
         if let Some(holder) = iface::xdp_holder(iface.ifindex) {
             return Err(busy(&iface.name, &holder));
+        }
+        // The listening ports, held against the kernel's use before
+        // anything is attached: one a kernel socket uses refuses the start
+        // here, with nothing to undo.
+        let mut holds = PortHolds::default();
+        for &(proto, port) in &config.ports {
+            holds.hold(proto, port, config.local_v4, config.local_v6, iface.ifindex)?;
         }
         let steering = Steering::attach(iface.ifindex).map_err(|e| {
             match iface::xdp_holder(iface.ifindex) {
@@ -383,7 +551,9 @@ impl Dataplane {
             netns: iface::netns_name(),
             workers,
             stop,
+            local: (config.local_v4, config.local_v6),
             steering,
+            holds,
         };
         // Returning an error drops `dp`: the workers stop and are joined,
         // the sockets closed and the XDP program detached.
@@ -447,9 +617,40 @@ impl Dataplane {
             })
     }
 
-    /// The steering program (to claim or release ports at run time).
-    pub fn steering(&self) -> &Steering {
-        &self.steering
+    /// The XDP program's counters of every receive queue of the
+    /// interface, by queue: the served ones and the others (flowlane's
+    /// frames that reach a queue without a socket are dropped there,
+    /// counted `no_socket`), up to the program's limit of queues. A queue
+    /// whose counters cannot be read is left out.
+    pub fn steering_counters(&self) -> Vec<(u32, SteerStats)> {
+        let queues = self.iface.rx_queues.min(flowlane_ebpf::limits::MAX_QUEUES);
+        (0..queues)
+            .filter_map(|q| Some((q, self.steering.stats(q).ok()?)))
+            .collect()
+    }
+
+    /// Claims one more port for flowlane while it runs, through the
+    /// start's checks: held against the kernel's use on the claimed
+    /// addresses first ([`PortHolds`]: one a kernel socket uses is
+    /// refused, and nothing is claimed), then steered to flowlane. A port
+    /// stays claimed until the data path stops: there is no release.
+    ///
+    /// # Errors
+    /// [`PortHolds::hold`]'s, or the steering program's map refusing it
+    /// (the port is then let go).
+    pub fn claim_port(&mut self, proto: Proto, port: u16) -> Result<()> {
+        let (v4, v6) = self.local;
+        let new = !self.holds.sockets.iter().any(|(p, _)| *p == (proto, port));
+        self.holds.hold(proto, port, v4, v6, self.iface.ifindex)?;
+        self.steering.add_port(proto, port).map_err(|source| {
+            if new {
+                self.holds.let_go(proto, port);
+            }
+            Error::Steering {
+                what: format!("steering {proto:?} port {port} to flowlane"),
+                source,
+            }
+        })
     }
 
     /// Whether everything the data path attached to is still there: the

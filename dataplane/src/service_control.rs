@@ -15,7 +15,7 @@ use crate::auto_rebalance::{AutoRebalance, Mode, Tried, Wish};
 use crate::bucket_counters::BucketSnapshot;
 use crate::control_socket::{
     self, ControlSocket, FlowAnswer, FlowQuery, MoveCause, MoveHistory, QueueCounterSet,
-    QueueStatus, Request, Response, ServiceCounters, ServiceStatus,
+    QueueStatus, QueueSteering, Request, Response, ServiceCounters, ServiceStatus,
 };
 use crate::handoff::MoveReport;
 use crate::iface::InterfaceStats;
@@ -45,6 +45,11 @@ pub trait ServiceView {
     /// The interface's own counters, if the service reads them.
     fn nic(&self) -> Option<InterfaceStats> {
         None
+    }
+    /// What the XDP steering program did with each receive queue's
+    /// frames (none where no steering program runs: kernel sockets).
+    fn steering(&self) -> Vec<QueueSteering> {
+        Vec::new()
     }
     /// Where `flow` is processed now, or why the service cannot say (a
     /// predicate: "does not serve ...", after the service's name).
@@ -97,6 +102,13 @@ impl ServiceView for TcpService {
     }
     fn nic(&self) -> Option<InterfaceStats> {
         self.dataplane().interface_stats().ok()
+    }
+    fn steering(&self) -> Vec<QueueSteering> {
+        self.dataplane()
+            .steering_counters()
+            .iter()
+            .map(|(q, s)| QueueSteering::new(*q, s))
+            .collect()
     }
     fn hint(
         &self,
@@ -444,6 +456,7 @@ impl ServiceControl {
             iface: view.iface(),
             rebalance: self.rebalance_mode().into(),
             queues: view.queue_counters(),
+            steering: view.steering(),
             moves: self.history.clone(),
             nic: view.nic(),
             imbalance: self.load.imbalance,
@@ -576,6 +589,73 @@ mod tests {
                 false => Err(Error::Move("a worker did not answer".into())),
             }
         }
+    }
+
+    /// A service that steers with the XDP program answers its counters
+    /// with the program's, per receive queue, on its control socket (and
+    /// an answer of a version without them reads as none).
+    #[test]
+    fn the_counters_answer_carries_the_steering_program_s_counters() {
+        struct Steered;
+        impl ServiceView for Steered {
+            fn backend(&self) -> &'static str {
+                "xdp"
+            }
+            fn iface(&self) -> String {
+                "test0".into()
+            }
+            fn queue_counters(&self) -> Vec<QueueCounterSet> {
+                Vec::new()
+            }
+            fn steering(&self) -> Vec<QueueSteering> {
+                let s = crate::SteerStats {
+                    redirected: 10,
+                    passed: 4,
+                    no_socket: 2,
+                    fragment_dropped: 1,
+                };
+                vec![QueueSteering::new(0, &s), QueueSteering::new(1, &s)]
+            }
+            fn hint(
+                &self,
+                _flow: &flowlane_numa_sched::FlowTuple,
+            ) -> std::result::Result<ServiceHint, String> {
+                Err("does not say".into())
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("fl-steer-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("svc.sock");
+        let mut control =
+            ServiceControl::without_rebalancing("test", SocketChoice::At(path.clone())).unwrap();
+        let asked = std::thread::spawn(move || {
+            control_socket::request(&path, &Request::Counters, Duration::from_secs(10))
+        });
+        while !asked.is_finished() {
+            control.poll_view(&Steered);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let answer = asked.join().unwrap().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let Response::Counters(c) = answer else {
+            panic!("{answer:?}");
+        };
+        assert_eq!(c.steering.len(), 2, "{c:?}");
+        assert_eq!(
+            (c.steering[1].queue, c.steering[1].no_socket),
+            (1, 2),
+            "{c:?}"
+        );
+        assert_eq!(
+            (c.steering[0].redirected, c.steering[0].fragment_dropped),
+            (10, 1)
+        );
+        // An answer without them (another version, kernel sockets).
+        let mut v = serde_json::to_value(&c).unwrap();
+        v.as_object_mut().unwrap().remove("steering");
+        let old: ServiceCounters = serde_json::from_value(v).unwrap();
+        assert!(old.steering.is_empty());
     }
 
     /// Only the loop's moves that failed with their bucket where it was

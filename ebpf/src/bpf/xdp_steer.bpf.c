@@ -22,9 +22,11 @@
  * (without a first fragment it sends no ICMP time exceeded). Everything else
  * (ARP, NDP, other ICMP, other ports and addresses, other fragments, queues
  * beyond the XSKMAP, IPv6 extension-header chains longer than FL_V6_EXT_MAX
- * or holding AH, ESP or a Routing header with segments left) is passed to
- * the kernel unchanged. IPv6 extension headers before the upper layer are
- * walked: flowlane's codec walks them too.
+ * or holding AH, ESP or a Routing header with segments left, IPv4 headers
+ * whose options hold a loose or strict source route not yet finished or do
+ * not parse) is passed to the kernel unchanged. IPv6 extension headers and
+ * IPv4 options before the upper layer are walked: flowlane's codec walks
+ * them too.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -67,6 +69,18 @@ struct fl_frag_hdr {
 	__be16 frag_off; /* offset (13 bits, 8-byte units), 2 reserved, M */
 	__be32 identification;
 };
+
+/* IPv4 options (RFC 791 §3.1): End of Option List and No Operation are one
+ * byte, every other option is type, length (its own bytes, at least 2) and
+ * data; the loose and strict source routes' data starts with a pointer (from
+ * the option's first byte, 4 for the first address) to the next address,
+ * past the option's length once the route is finished. At most 40 bytes of
+ * them (IHL 15), so at most 40 options. */
+#define FL_IPOPT_END 0
+#define FL_IPOPT_NOOP 1
+#define FL_IPOPT_LSRR 131
+#define FL_IPOPT_SSRR 137
+#define FL_IPOPT_MAX 40
 
 struct fl_port_key {
 	__u8 proto;     /* IPPROTO_TCP or IPPROTO_UDP */
@@ -134,6 +148,59 @@ static __always_inline int is_ours(struct fl_cfg *cfg, __u8 proto, __u16 port)
 	if (cfg && cfg->eph_lo != 0 && port >= cfg->eph_lo && port <= cfg->eph_hi)
 		return 1;
 	return bpf_map_lookup_elem(&fl_ports, &key) != 0;
+}
+
+/*
+ * Whether the `len` bytes of options of the IPv4 header in `ctx`'s frame
+ * (plain Ethernet) make the packet the kernel's: a loose or strict source
+ * route not yet finished (its pointer not past its end: this host is not the
+ * last destination, as with an IPv6 Routing header with segments left; the
+ * kernel drops it unless accept_source_route, and forwards it then), or
+ * options that do not parse (the kernel's to answer). A finished route, and
+ * any other option, are walked over. The options are copied to the stack
+ * first, and the function is a global one, which the verifier checks once,
+ * on its own: walked in the packet and inlined, each way through the walk
+ * was checked again with the rest of the program (past the verifier's
+ * million instructions).
+ */
+__attribute__((noinline)) int fl_v4_options_kernels(struct xdp_md *ctx, __u64 len)
+{
+	/* Past `len`: zeros, End of Option List; a long option's length
+	 * and pointer read at the last offsets stay inside. */
+	__u8 opts[FL_IPOPT_MAX + 4] = {};
+	/* 64 bits, as `len`: the verifier's bounds then hold for the
+	 * registers indexing `opts` (no zero extension between). */
+	__u64 off = 0;
+
+	if (len == 0)
+		return 0;
+	if (len > FL_IPOPT_MAX)
+		return 1;
+	/* A frame shorter than its header: the kernel's to drop. */
+	if (bpf_xdp_load_bytes(ctx, sizeof(struct ethhdr) + sizeof(struct iphdr), opts, len))
+		return 1;
+	while (off < len) {
+		__u64 type, olen;
+
+		/* Bounds the offset for the verifier (`off < len <= 40`). */
+		if (off >= FL_IPOPT_MAX)
+			return 0;
+		type = opts[off];
+		if (type == FL_IPOPT_END)
+			return 0;
+		if (type == FL_IPOPT_NOOP) {
+			off += 1;
+			continue;
+		}
+		olen = opts[off + 1];
+		if (olen < 2 || off + olen > len)
+			return 1;
+		if ((type == FL_IPOPT_LSRR || type == FL_IPOPT_SSRR) &&
+		    (olen < 3 || opts[off + 2] <= olen))
+			return 1;
+		off += olen;
+	}
+	return 0;
 }
 
 /* Whether the IPv6 address at `a` (in the packet) is `b` (four words: no
@@ -218,6 +285,10 @@ int flowlane_steer(struct xdp_md *ctx)
 			goto pass;
 		ihl = ip->ihl * 4;
 		if (ihl < sizeof(*ip))
+			goto pass;
+		/* Options (rare): a source route still under way names a
+		 * later destination (RFC 791 §3.1), not flowlane. */
+		if (ihl > sizeof(*ip) && fl_v4_options_kernels(ctx, ihl - sizeof(*ip)))
 			goto pass;
 		/* A fragment (MF set or offset non-zero, RFC 791 §3.2): the
 		 * later ones go to the kernel's reassembly, the first (offset

@@ -63,6 +63,34 @@ pub(super) fn v4(dst: Ipv4Addr, proto: u8, frag_off: u16, dport: u16) -> Vec<u8>
     f
 }
 
+/// Ethernet + IPv4 whose header carries `options` (padded with End of
+/// Option List to a multiple of four bytes) + `proto` to `dst`:`dport`.
+pub(super) fn v4_options(dst: Ipv4Addr, options: &[u8], proto: u8, dport: u16) -> Vec<u8> {
+    let mut opts = options.to_vec();
+    opts.resize(options.len().div_ceil(4) * 4, 0);
+    let l4 = transport(proto, dport);
+    let header = 20 + opts.len();
+    let mut f = ethernet(0x0800);
+    f.extend_from_slice(&[0x40 | (header / 4) as u8, 0]);
+    f.extend_from_slice(&((header + l4.len()) as u16).to_be_bytes());
+    f.extend_from_slice(&[0x12, 0x34, 0, 0, 64, proto, 0, 0, 10, 99, 0, 2]);
+    f.extend_from_slice(&dst.octets());
+    f.extend_from_slice(&opts);
+    f.extend_from_slice(&l4);
+    f
+}
+
+/// An IPv4 loose (131) or strict (137) source route option naming
+/// `hops` addresses, its pointer at `pointer` (4: the first address; past
+/// the option's length: the route is finished, RFC 791 §3.1).
+pub(super) fn source_route(kind: u8, hops: u8, pointer: u8) -> Vec<u8> {
+    let mut o = vec![kind, 3 + 4 * hops, pointer];
+    for h in 0..hops {
+        o.extend_from_slice(&[10, 99, 1, h + 1]);
+    }
+    o
+}
+
 /// Ethernet + IPv6 (+ a Fragment header whose offset-and-M field is
 /// `frag`) + `proto` to `dst`:`dport`.
 pub(super) fn v6(dst: Ipv6Addr, frag: Option<u16>, proto: u8, dport: u16) -> Vec<u8> {

@@ -214,3 +214,94 @@ fn a_family_without_an_address_is_the_kernels() {
     assert_eq!(p.run(&v6(LINK_LOCAL, None, TCP, PORT)), XDP_DROP);
     assert_eq!(p.run(&v4(OTHER_V4, TCP, 0, PORT)), XDP_DROP);
 }
+
+/// An IPv4 source route not finished (RFC 791 §3.1: its pointer not past
+/// its end) names a later destination, not this host, as an IPv6 Routing
+/// header with segments left does: the kernel's (which drops it unless
+/// accept_source_route, or forwards it). A finished one, and other
+/// options, are walked over to the port; options that do not parse are
+/// the kernel's to answer.
+#[test]
+fn ipv4_source_routes_not_finished_are_the_kernels() {
+    let test = "ipv4_source_routes_not_finished_are_the_kernels";
+    let Some(p) = loaded(
+        test,
+        LocalAddress::Only(OURS_V4),
+        LocalAddress::Only(OURS_V6),
+    ) else {
+        return;
+    };
+    const LSRR: u8 = 131;
+    const SSRR: u8 = 137;
+    const NOP: u8 = 1;
+    // Record route (7), 3 slots, none used.
+    let record_route = [7u8, 15, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    let kernels = [
+        v4_options(OURS_V4, &source_route(LSRR, 1, 4), TCP, PORT),
+        v4_options(OURS_V4, &source_route(SSRR, 2, 8), TCP, PORT),
+        v4_options(OURS_V4, &source_route(LSRR, 2, 4), UDP, PORT),
+        // Behind other options, and after a first hop.
+        v4_options(
+            OURS_V4,
+            &[&[NOP, NOP][..], &source_route(SSRR, 3, 12)].concat(),
+            TCP,
+            PORT,
+        ),
+        v4_options(
+            OURS_V4,
+            &[&record_route[..], &source_route(LSRR, 1, 4)].concat(),
+            TCP,
+            PORT,
+        ),
+        // As the first fragment of a datagram to the port: not dropped,
+        // not this host's to reassemble.
+        {
+            let mut f = v4_options(OURS_V4, &source_route(LSRR, 1, 4), UDP, PORT);
+            f[14 + 6] = 0x20; // MF
+            f
+        },
+        // Options that do not parse: a length below 2, one past the
+        // header, a source route too short for its pointer.
+        v4_options(OURS_V4, &[7, 0, 4, 0], TCP, PORT),
+        v4_options(OURS_V4, &[7, 9, 4, 0], TCP, PORT),
+        v4_options(OURS_V4, &[LSRR, 2, 0, 0], TCP, PORT),
+    ];
+    for (i, f) in kernels.iter().enumerate() {
+        assert_eq!(p.run(f), XDP_PASS, "frame {i}");
+    }
+    let s = p.stats();
+    assert_eq!(s.passed, kernels.len() as u64, "{s:?}");
+    assert_eq!((s.no_socket, s.fragment_dropped), (0, 0), "{s:?}");
+    // flowlane's: redirected to queue 0, which has no socket here.
+    let ours = [
+        // Finished routes: this host is the last destination.
+        v4_options(OURS_V4, &source_route(LSRR, 1, 8), TCP, PORT),
+        v4_options(OURS_V4, &source_route(SSRR, 2, 12), UDP, PORT),
+        v4_options(OURS_V4, &[NOP, NOP, NOP, 0], TCP, PORT),
+        v4_options(OURS_V4, &record_route, TCP, PORT),
+        // The longest header: 40 bytes of options, as many as there can
+        // be, and a long one at its end.
+        v4_options(OURS_V4, &[NOP; 40], TCP, PORT),
+        v4_options(
+            OURS_V4,
+            &[&[NOP; 25][..], &record_route[..]].concat(),
+            TCP,
+            PORT,
+        ),
+    ];
+    for (i, f) in ours.iter().enumerate() {
+        assert_eq!(p.run(f), XDP_DROP, "frame {i}");
+    }
+    let s = p.stats();
+    assert_eq!(s.no_socket, ours.len() as u64, "{s:?}");
+    // Not flowlane's port: the kernel's, source route or not.
+    assert_eq!(
+        p.run(&v4_options(
+            OURS_V4,
+            &source_route(LSRR, 1, 8),
+            TCP,
+            UNCLAIMED
+        )),
+        XDP_PASS
+    );
+}
