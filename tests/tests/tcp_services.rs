@@ -53,6 +53,15 @@ fn kernel_client_gets_its_bytes_echoed() {
         assert_eq!(t["connections"], 0, "{backend}: {t}");
         if model.contains(&"xdp") {
             assert_eq!(t["bad_tcp_checksum"], 0, "{t}");
+            // The steering program's counters, per receive queue: the
+            // segments it redirected to the service.
+            let summary = lines.iter().find(|v| v["event"] == "summary").unwrap();
+            let steering = summary["steering"].as_array().expect("steering counters");
+            let redirected: u64 = steering
+                .iter()
+                .map(|q| q["redirected"].as_u64().unwrap())
+                .sum();
+            assert!(redirected >= 8 * 3, "{backend}: {steering:?}");
         }
     }
 }

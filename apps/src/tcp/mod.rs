@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use flowlane_app::{Placement, Setup, SetupExt};
+use flowlane_dataplane::control_socket::QueueSteering;
 use flowlane_dataplane::placement::machine_placement;
 use flowlane_dataplane::service_args::{
     listen_port, queue_count, Backend, DataPathArgs, ExecMode, RebalanceArgs,
@@ -763,9 +764,18 @@ fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
     let cpu: Vec<Option<u64>> = (0..workers).map(worker_cpu_ns).collect();
     let app_cpu = app_threads_cpu(qp);
     let qp_summary = queue_pair_json(qp);
+    // What the steering program did, per receive queue (read before the
+    // program goes with the data path).
+    let steering: Vec<QueueSteering> = service
+        .dataplane()
+        .steering_counters()
+        .iter()
+        .map(|(q, s)| QueueSteering::new(*q, s))
+        .collect();
     let counters = service.stop();
     let summary = json!({"event": "summary",
                          "counters": counters_json(&counters.tcp, &counters.buckets),
+                         "steering": steering,
                          "worker_cpu_ns": cpu,
                          "app_thread_cpu_ns": app_cpu,
                          "queue_pair": qp_summary,
