@@ -164,6 +164,9 @@ const QUEUE_ROWS: &[QueueRow] = &[
     row!("flowlane_tcp_challenge_acks", "", C, ["limited" = "true"], |q| q.tcp.challenge_acks_limited),
     row!("flowlane_tcp_syn_cookies_sent", "SYN-ACKs that carried a SYN cookie (listener under a SYN flood).", C, [], |q| q.tcp.syn_cookies_sent),
     row!("flowlane_tcp_syn_cookies_accepted", "Connections opened from a returned SYN cookie.", C, [], |q| q.tcp.syn_cookies_accepted),
+    row!("flowlane_tcp_syn_cookies_timestamps_ignored", "Returned SYN cookies whose timestamp option echoed none of ours (never negotiated, RFC 7323 section 3.2): their connections were built without timestamps or the options riding in them.", C, [], |q| q.tcp.syn_cookies_ts_ignored),
+    row!("flowlane_tcp_syn_acks_limited", "SYN-ACKs not sent again for a copy of a half-open connection's SYN: one went within the interval (a burst of copies is not reflected one for one).", C, [], |q| q.tcp.syn_acks_limited),
+    row!("flowlane_tcp_dsack_unexpected", "D-SACK blocks beyond what the connection retransmitted (the network's duplicates, or forged): ignored by loss detection.", C, [], |q| q.tcp.dsack_unexpected),
     row!("flowlane_tcp_resets_received", "Resets received.", C, [], |q| q.tcp.resets_in),
     row!("flowlane_tcp_resets_sent", "Resets sent, by reason: a segment for no connection and no listener, an ACK a listener took for no connection of its own (a peer still sending on one this queue does not have), an ACK that did not acknowledge our SYN, a SYN the SYN filter refused, data after the application closed, the application's abort (or its close with data unread), retransmissions run out.", C, ["reason" = "no_connection"], |q| q.tcp.resets_no_connection),
     row!("flowlane_tcp_resets_sent", "", C, ["reason" = "listener_ack"], |q| q.tcp.resets_listener_ack),
@@ -806,6 +809,9 @@ mod tests {
                 in_time_wait: 2,
                 bytes_in: 4096,
                 syn_dropped: 3,
+                syn_acks_limited: 4,
+                syn_cookies_ts_ignored: 6,
+                dsack_unexpected: 8,
                 rx_memory_peak: 65_536,
                 tx_memory_waits: 5,
                 ..Default::default()
@@ -1089,6 +1095,15 @@ mod tests {
             "by state on AF_XDP"
         );
         assert!(line(&page, r#"flowlane_tcp_refused_total{service="bulk-sink",pid="41",queue="0",cpu="0",node="0",reason="syn_dropped"}"#).ends_with(" 3"));
+        for (name, n) in [
+            ("flowlane_tcp_syn_acks_limited_total", 4),
+            ("flowlane_tcp_syn_cookies_timestamps_ignored_total", 6),
+            ("flowlane_tcp_dsack_unexpected_total", 8),
+        ] {
+            let series =
+                format!(r#"{name}{{service="bulk-sink",pid="41",queue="0",cpu="0",node="0"}}"#);
+            assert!(line(&page, &series).ends_with(&format!(" {n}")), "{name}");
+        }
         assert!(page.contains("# TYPE flowlane_service_info gauge\n"));
         assert!(line(
             &page,
