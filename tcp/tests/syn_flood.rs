@@ -43,28 +43,7 @@ fn emit(repr: &TcpRepr, payload: &[u8]) -> Vec<u8> {
 
 /// `n` spoofed SYNs (random sources, Linux-like options) at `now`.
 fn flood(b: &mut Stack, rng: &mut Rng, now: Instant, n: usize) {
-    for _ in 0..n {
-        let src = IpAddr::V4(Ipv4Addr::from(
-            0x0a00_0000 | (rng.next_u64() as u32 & 0xff_ffff),
-        ));
-        let syn = TcpRepr {
-            src_port: 1024 + (rng.below(60_000) as u16),
-            dst_port: 80,
-            seq: rng.next_u64() as u32,
-            ack: 0,
-            flags: TcpFlags::SYN,
-            window: 64_240,
-            urgent: 0,
-            options: TcpOptions {
-                mss: Some(1460),
-                window_scale: Some(7),
-                sack_permitted: true,
-                timestamps: Some((rng.next_u64() as u32, 0)),
-                ..TcpOptions::default()
-            },
-        };
-        b.handle_segment(now, src, B_IP, &emit(&syn, &[]));
-    }
+    flood_port(b, rng, now, n, 80);
 }
 
 /// Every segment `from` has to send at `now`, parsed.
