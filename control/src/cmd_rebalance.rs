@@ -247,11 +247,16 @@ fn table_share(table: &[u32], queue: u32) -> String {
 /// One move in a line.
 fn move_summary(r: &MoveReport) -> String {
     format!(
-        "bucket {} queue {} -> {}: {} connections, {} TIME-WAIT, {} frames forwarded, {} held, {:.0} us{}",
+        "bucket {} queue {} -> {}: {} connections{}, {} TIME-WAIT, {} frames forwarded, {} held, {:.0} us{}",
         r.bucket,
         r.from,
         r.to,
         r.connections,
+        if r.connections_refused > 0 {
+            format!(" ({} refused by queue {})", r.connections_refused, r.to)
+        } else {
+            String::new()
+        },
         r.time_wait,
         r.frames_forwarded,
         r.frames_held,

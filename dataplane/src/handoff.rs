@@ -254,6 +254,8 @@ pub(crate) enum Reply {
         held: u64,
         scanned: u64,
         timed_out: bool,
+        /// Connections of the bucket this worker could not take.
+        refused: usize,
     },
     Refused(String),
 }
@@ -268,8 +270,16 @@ pub struct MoveReport {
     pub from: u32,
     /// The queue that serves it now.
     pub to: u32,
-    /// Live connections moved.
+    /// Live connections moved (exported by the old queue; those the new
+    /// one could not take are in `connections_refused`).
     pub connections: usize,
+    /// Of `connections`, those the new queue could not take: its stack held
+    /// its most connections and the eighth past it that imports may use
+    /// (`imports_refused_at_cap`), or the tuple was in use there. Each is
+    /// gone from both queues; its peer's next segment is answered with a
+    /// reset, and its application side was told (`import_failed`).
+    #[serde(default)]
+    pub connections_refused: usize,
     /// TIME-WAIT records moved.
     pub time_wait: usize,
     /// Frames the old queue forwarded to the new one until its drain marker.
@@ -435,6 +445,14 @@ pub(crate) struct Mover {
     /// (it still names this worker): their frames are forwarded as a
     /// matter of course, not late, until the bucket comes back.
     unwritten: Vec<u16>,
+    /// Connections of buckets arriving here that could not be imported,
+    /// by bucket, until the move's end is answered (one entry a bucket
+    /// taken over, so no more than the table's entries).
+    refused: Vec<(u16, usize)>,
+    /// Ends of moves to answer at [`Mover::flush`], after the pass's
+    /// imports: a bucket's last part and its drain marker can come in one
+    /// pass, and the answer says how many of its connections were refused.
+    ends: Vec<(u16, Sender<Reply>, Reply)>,
 }
 
 impl std::fmt::Debug for Mover {
@@ -497,6 +515,8 @@ impl Mover {
             nic_queues: queues as u32,
             new_drain: false,
             unwritten: Vec::new(),
+            refused: Vec::new(),
+            ends: Vec::new(),
         }
     }
 
@@ -751,6 +771,14 @@ impl Mover {
     /// End of a pass: sends the frames batched, retries stalled messages
     /// in order and wakes every worker that got something.
     pub(crate) fn flush(&mut self) {
+        for (bucket, reply, mut done) in std::mem::take(&mut self.ends) {
+            if let Reply::Done { refused, .. } = &mut done {
+                if let Some(pos) = self.refused.iter().position(|(b, _)| *b == bucket) {
+                    *refused = self.refused.swap_remove(pos).1;
+                }
+            }
+            let _ = reply.send(done);
+        }
         for to in 0..self.batches.len() as u32 {
             self.release(to);
         }
@@ -958,6 +986,9 @@ impl Mover {
                     } else if self.incoming.iter().any(|i| i.bucket == bucket) {
                         Reply::Refused(format!("bucket {bucket} is already moving"))
                     } else {
+                        // What an undone move's imports refused here is
+                        // not this move's.
+                        self.refused.retain(|&(b, _)| b != bucket);
                         self.incoming.push(Incoming {
                             bucket,
                             held: FrameBatch::default(),
@@ -1041,12 +1072,14 @@ impl Mover {
                             }
                             None => (0, true),
                         };
-                    let _ = reply.send(Reply::Done {
+                    let done = Reply::Done {
                         forwarded,
                         held,
                         scanned,
                         timed_out,
-                    });
+                        refused: 0,
+                    };
+                    self.ends.push((bucket, reply, done));
                 }
             }
         }
@@ -1168,6 +1201,12 @@ impl Mover {
     /// which this worker serves the bucket.
     pub(crate) fn imported(&mut self, bucket: u16, failed: usize, complete: bool) {
         self.stats.import_failed += failed as u64;
+        if failed > 0 {
+            match self.refused.iter_mut().find(|(b, _)| *b == bucket) {
+                Some((_, n)) => *n += failed,
+                None => self.refused.push((bucket, failed)),
+            }
+        }
         if complete {
             self.set_owner(bucket, self.me);
             self.outgoing.retain(|o| o.bucket != bucket);
@@ -1547,7 +1586,8 @@ fn handoff(
                 held,
                 scanned,
                 timed_out,
-            }) => Ok((forwarded, held, scanned, timed_out)),
+                refused,
+            }) => Ok((forwarded, held, scanned, timed_out, refused)),
             Ok(Reply::Refused(e)) | Err(e) => Err(e),
             Ok(other) => Err(format!(
                 "queue {to} answered {other:?} at the end of the move"
@@ -1568,13 +1608,14 @@ fn handoff(
         };
         return Err(undo(mesh, bucket, from, to, &why));
     }
-    let (frames_forwarded, frames_held, frames_scanned, hold_timed_out) =
+    let (frames_forwarded, frames_held, frames_scanned, hold_timed_out, connections_refused) =
         drained.map_err(MoveError::Moved)?;
     Ok(MoveReport {
         bucket,
         from,
         to,
         connections,
+        connections_refused,
         time_wait,
         frames_forwarded,
         frames_held,

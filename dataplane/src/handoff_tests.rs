@@ -607,6 +607,7 @@ fn marker_sent(
     a.send_markers(now, consumed);
     a.flush();
     b.take_work(now);
+    b.flush();
     match done.try_recv() {
         Ok(Reply::Done { .. }) => true,
         Ok(other) => panic!("{other:?}"),
@@ -710,6 +711,7 @@ fn the_old_queue_forwards_the_bucket_s_frames_off_its_ring_ahead_of_the_pass() {
         a.flush();
         let drained = |b: &mut Mover, now| {
             let work = b.take_work(now);
+            b.flush();
             (work, done.try_recv().ok())
         };
         let (work, end) = drained(&mut b, t);
@@ -978,6 +980,51 @@ fn connections_the_new_queue_refuses_are_told_to_their_handler() {
     want.sort_unstable();
     assert_eq!(refused, want, "each refused connection's own state");
     assert!(again.refused.lock().unwrap().is_empty());
+}
+
+/// A move whose new queue cannot take the bucket's connections says so in
+/// its report: `connections_refused` (before, the report counted the
+/// connections exported alone, and such a move read as whole). The last
+/// part and the drain marker reach the new queue in one pass here, the
+/// answer waiting for the pass's imports.
+#[test]
+fn a_move_reports_the_connections_the_new_queue_refused() {
+    let tagging = Tagging::default();
+    let (mut hs, b, _, mesh) = tagged_bucket(3, &tagging);
+    // Queue 1 holds the same tuples already (another service's queue 0
+    // moved them there).
+    let again = Tagging::default();
+    let (mut other, b2, _, _) = tagged_bucket(3, &again);
+    assert_eq!(b2, b);
+    assert_eq!(carry(&mut other[0], &mut hs[1], b).1, 0);
+    let nic = Arc::new(RecordingNic::default());
+    let controller = std::thread::spawn(move || handoff::move_bucket(&mesh, nic.as_ref(), b, 0, 1));
+    let mut now = Duration::from_millis(20);
+    fn mover(h: &TcpHandler) -> &Mover {
+        h.mover.as_ref().unwrap()
+    }
+    // Queue 1 takes the announcement first; then it looks at its inbox
+    // only when queue 0 is not between its export and its marker: the
+    // last part and the marker in one pass.
+    while !controller.is_finished() {
+        if mover(&hs[1]).expecting(b) {
+            hs[0].serve_moves(instant(now), now, &mut NoRing, &NoFrames);
+        }
+        let exported = mover(&hs[0]).stats.buckets_out == 1;
+        if !exported || !mover(&hs[0]).draining_bucket(b) {
+            hs[1].serve_moves(instant(now), now, &mut NoRing, &NoFrames);
+        }
+        now += Duration::from_micros(100);
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let report = controller.join().unwrap().expect("moved");
+    assert_eq!(
+        (report.connections, report.connections_refused),
+        (3, 3),
+        "{report:?}"
+    );
+    assert_eq!(hs[1].mover.as_ref().unwrap().stats.import_failed, 3);
+    assert_eq!(hs[1].stack.connection_count(), 3, "the tuples it held");
 }
 
 #[test]
