@@ -153,11 +153,12 @@ static __always_inline int is_ours(struct fl_cfg *cfg, __u8 proto, __u16 port)
 /*
  * Whether the `len` bytes of options of the IPv4 header in `ctx`'s frame
  * (plain Ethernet) make the packet the kernel's: a loose or strict source
- * route not yet finished (its pointer not past its end: this host is not the
- * last destination, as with an IPv6 Routing header with segments left; the
- * kernel drops it unless accept_source_route, and forwards it then), or
- * options that do not parse (the kernel's to answer). A finished route, and
- * any other option, are walked over. The options are copied to the stack
+ * route, finished or not (not finished, its pointer not past its end: this
+ * host is not the last destination, as with an IPv6 Routing header with
+ * segments left; finished, a TCP must answer along the route reversed, RFC
+ * 1122 §4.2.3.8, which flowlane does not: the kernel drops either unless
+ * accept_source_route, which a host has off by default), or options that do
+ * not parse (the kernel's to answer). Any other option is walked over. The options are copied to the stack
  * first, and the function is a global one, which the verifier checks once,
  * on its own: walked in the packet and inlined, each way through the walk
  * was checked again with the rest of the program (past the verifier's
@@ -195,8 +196,7 @@ __attribute__((noinline)) int fl_v4_options_kernels(struct xdp_md *ctx, __u64 le
 		olen = opts[off + 1];
 		if (olen < 2 || off + olen > len)
 			return 1;
-		if ((type == FL_IPOPT_LSRR || type == FL_IPOPT_SSRR) &&
-		    (olen < 3 || opts[off + 2] <= olen))
+		if (type == FL_IPOPT_LSRR || type == FL_IPOPT_SSRR)
 			return 1;
 		off += olen;
 	}

@@ -217,13 +217,14 @@ fn a_family_without_an_address_is_the_kernels() {
 
 /// An IPv4 source route not finished (RFC 791 §3.1: its pointer not past
 /// its end) names a later destination, not this host, as an IPv6 Routing
-/// header with segments left does: the kernel's (which drops it unless
-/// accept_source_route, or forwards it). A finished one, and other
-/// options, are walked over to the port; options that do not parse are
-/// the kernel's to answer.
+/// header with segments left does; a finished one asks for replies along
+/// the route reversed (RFC 1122 §4.2.3.8), which flowlane does not do:
+/// both are the kernel's (which drops them unless accept_source_route, or
+/// forwards the first). Other options are walked over to the port;
+/// options that do not parse are the kernel's to answer.
 #[test]
-fn ipv4_source_routes_not_finished_are_the_kernels() {
-    let test = "ipv4_source_routes_not_finished_are_the_kernels";
+fn ipv4_source_routes_are_the_kernels() {
+    let test = "ipv4_source_routes_are_the_kernels";
     let Some(p) = loaded(
         test,
         LocalAddress::Only(OURS_V4),
@@ -265,6 +266,10 @@ fn ipv4_source_routes_not_finished_are_the_kernels() {
         v4_options(OURS_V4, &[7, 0, 4, 0], TCP, PORT),
         v4_options(OURS_V4, &[7, 9, 4, 0], TCP, PORT),
         v4_options(OURS_V4, &[LSRR, 2, 0, 0], TCP, PORT),
+        // Finished routes: this host is the last destination, the reply's
+        // route the reversed one.
+        v4_options(OURS_V4, &source_route(LSRR, 1, 8), TCP, PORT),
+        v4_options(OURS_V4, &source_route(SSRR, 2, 12), UDP, PORT),
     ];
     for (i, f) in kernels.iter().enumerate() {
         assert_eq!(p.run(f), XDP_PASS, "frame {i}");
@@ -274,9 +279,6 @@ fn ipv4_source_routes_not_finished_are_the_kernels() {
     assert_eq!((s.no_socket, s.fragment_dropped), (0, 0), "{s:?}");
     // flowlane's: redirected to queue 0, which has no socket here.
     let ours = [
-        // Finished routes: this host is the last destination.
-        v4_options(OURS_V4, &source_route(LSRR, 1, 8), TCP, PORT),
-        v4_options(OURS_V4, &source_route(SSRR, 2, 12), UDP, PORT),
         v4_options(OURS_V4, &[NOP, NOP, NOP, 0], TCP, PORT),
         v4_options(OURS_V4, &record_route, TCP, PORT),
         // The longest header: 40 bytes of options, as many as there can
