@@ -140,7 +140,9 @@ pub struct Vanished(pub String);
 /// listening there (nginx on 80), a connection of the kernel's that got the
 /// port as its local one (its SYN-ACK reached flowlane, which reset it; a
 /// resolver's replies to udp-echo's port). Binding them fails if any kernel
-/// socket uses the port there (the start is refused, one line), and while
+/// socket uses the port there (the start is refused, one line, which tells
+/// a port only connections that ended hold, TIME-WAIT, from one in use by
+/// a server), and while
 /// they are held the kernel's own choice of local ports (connect, sendto
 /// from an unbound socket) skips the port and other sockets' binds to it
 /// fail (`EADDRINUSE`, `SO_REUSEADDR` or not: these set neither it nor
@@ -272,12 +274,45 @@ fn hold_one(proto: Proto, addr: SocketAddr) -> Result<Option<OwnedFd>> {
     };
     match bound {
         Ok(()) => Ok(Some(fd)),
+        Err(Errno::EADDRINUSE) if proto == Proto::Tcp && only_ended_connections(addr) => {
+            Err(Error::Setup(format!(
+                "port {port}/tcp is still held by kernel connections that ended there (TIME-WAIT \
+                 or closing: a server stopped less than a minute ago?): wait for them to go \
+                 (`ss -tan 'sport = :{port}'` lists them) or choose another --port"
+            )))
+        }
         Err(Errno::EADDRINUSE) => Err(Error::Setup(format!(
             "port {port}/{what} is in use by a kernel socket (another server?): choose another \
              --port or stop it"
         ))),
         Err(e) => Err(failed("bind(2)", e)),
     }
+}
+
+/// Whether what keeps `addr`'s TCP port from a plain bind is only sockets
+/// that let `SO_REUSEADDR` bind past them: connections in TIME-WAIT (or
+/// closing ones a stopped server accepted), no listener. A probe, dropped
+/// at once: the hold itself never sets `SO_REUSEADDR` (another socket
+/// setting it could then bind the port beside it).
+fn only_ended_connections(addr: SocketAddr) -> bool {
+    use nix::sys::socket::{
+        self, sockopt, AddressFamily, SockFlag, SockType, SockaddrIn, SockaddrIn6,
+    };
+    let family = match addr {
+        SocketAddr::V4(_) => AddressFamily::Inet,
+        SocketAddr::V6(_) => AddressFamily::Inet6,
+    };
+    let Ok(fd) = socket::socket(family, SockType::Stream, SockFlag::SOCK_CLOEXEC, None) else {
+        return false;
+    };
+    let set = socket::setsockopt(&fd, sockopt::ReuseAddr, &true).is_ok()
+        && socket::setsockopt(&fd, sockopt::IpFreebind, &true).is_ok()
+        && (addr.is_ipv4() || socket::setsockopt(&fd, sockopt::Ipv6V6Only, &true).is_ok());
+    set && match addr {
+        SocketAddr::V4(a) => socket::bind(fd.as_raw_fd(), &SockaddrIn::from(a)),
+        SocketAddr::V6(a) => socket::bind(fd.as_raw_fd(), &SockaddrIn6::from(a)),
+    }
+    .is_ok()
 }
 
 /// A running data path. Dropping it stops the workers, closes the sockets,

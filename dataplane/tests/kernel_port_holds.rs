@@ -125,6 +125,45 @@ fn a_port_a_kernel_socket_uses_refuses_the_start() {
     });
 }
 
+/// A port that only connections which ended hold (a server stopped with
+/// its last connections in TIME-WAIT) refuses the start too, but the line
+/// says so, and how to see them: the kernel's "in use" would send the user
+/// looking for a server that is not there.
+#[test]
+fn a_port_only_ended_connections_hold_says_so() {
+    in_veth("a_port_only_ended_connections_hold_says_so", || {
+        // The connection runs over the namespace's loopback.
+        let lo = std::process::Command::new("ip")
+            .args(["link", "set", "lo", "up"])
+            .status()
+            .unwrap();
+        assert!(lo.success());
+        let server = tcp_bind(&format!("{LOCAL_V4}:7790")).unwrap();
+        let client = std::net::TcpStream::connect(format!("{LOCAL_V4}:7790")).unwrap();
+        let (accepted, _) = server.accept().unwrap();
+        // The server closes first: its side, local port 7790, goes
+        // through TIME-WAIT once the client's FIN comes.
+        drop(accepted);
+        drop(server);
+        let mut buf = [0u8; 1];
+        use std::io::Read;
+        assert_eq!((&client).read(&mut buf).unwrap(), 0, "the server's FIN");
+        drop(client);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let e = refused(config(&[(Proto::Tcp, 7790)]));
+        assert_eq!(
+            e,
+            "port 7790/tcp is still held by kernel connections that ended there (TIME-WAIT or \
+             closing: a server stopped less than a minute ago?): wait for them to go \
+             (`ss -tan 'sport = :7790'` lists them) or choose another --port"
+        );
+        // A listener is a server, whatever else holds the port.
+        let listener = std::net::TcpListener::bind("0.0.0.0:7791").unwrap();
+        assert_eq!(refused(config(&[(Proto::Tcp, 7791)])), in_use(7791, "tcp"));
+        drop(listener);
+    });
+}
+
 #[test]
 fn the_ports_held_keep_the_kernel_off_them() {
     in_veth("the_ports_held_keep_the_kernel_off_them", || {
