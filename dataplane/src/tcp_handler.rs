@@ -418,7 +418,8 @@ counters! {
         bad_ip_checksum,
         /// TCP segments whose checksum failed (dropped before the stack).
         bad_tcp_checksum,
-        /// Frames that failed to parse (truncated, bad lengths …).
+        /// Frames that failed to parse or that the codec refuses (truncated,
+        /// bad lengths, an IPv6 option RFC 8200 §4.2 says to discard …).
         malformed,
         /// Parsed frames that are not TCP (or a path MTU signal) to our
         /// address, or not sent to our MAC (a broadcast, multicast or

@@ -12,8 +12,11 @@ use super::{Layer, Result, WireError};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Which checksums [`parse_frame_with`](super::parse_frame_with) verifies. The IPv4 header
-/// checksum is always verified; upper-layer (TCP/UDP/ICMP) checksums only if `verify_l4`, so
-/// that a data path whose NIC validated them (`XDP_RX_META`/offload) can skip the work.
+/// checksum is always verified; upper-layer (TCP/UDP/ICMP) checksums only if `verify_l4`.
+/// Without it ([`IP_ONLY`](Self::IP_ONLY)) a frame is parsed whose upper-layer checksum
+/// was verified already (the data path parsing a segment again) or is left for its receiver
+/// to verify (the turn-around helpers, which keep a valid checksum valid and a corrupt one
+/// corrupt). No NIC's verdict on a checksum reaches the codec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChecksumPolicy {
     /// Verify TCP, UDP, ICMPv4 and ICMPv6 checksums.

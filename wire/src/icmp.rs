@@ -16,6 +16,7 @@
 use super::checksum;
 use super::ethernet::EthernetAddress;
 use super::ip::IpPair;
+use super::ipv6::solicited_node;
 use super::{be16, need, put16, Layer, Result, WireError};
 use std::net::Ipv6Addr;
 
@@ -718,7 +719,9 @@ impl<'a> Icmpv6Repr<'a> {
     }
 
     /// Writes the message into the first [`buffer_len`](Self::buffer_len) bytes and fills the
-    /// checksum for `src`/`dst`. Fails if the buffer is shorter.
+    /// checksum for `src`/`dst`. Fails if the buffer is shorter, and with `Malformed` for an
+    /// [`Other`](Self::Other) whose body is under the 4 bytes every message has (RFC 4443
+    /// §2.1; [`Icmpv6Packet::new_checked`] refuses a message under 8 bytes).
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(
         &self,
         src: &Ipv6Addr,
@@ -726,6 +729,12 @@ impl<'a> Icmpv6Repr<'a> {
         packet: &mut Icmpv6Packet<T>,
     ) -> Result<()> {
         let len = self.buffer_len();
+        if len < HEADER_LEN {
+            return Err(WireError::Malformed {
+                layer: Layer::Icmpv6,
+                what: "message under 8 bytes",
+            });
+        }
         let got = packet.buffer.as_ref().len();
         if got < len {
             return Err(WireError::BufferTooSmall { needed: len, got });
@@ -812,15 +821,6 @@ pub struct NdpAdvert {
     pub dst_addr: Ipv6Addr,
     /// R/S/O flags.
     pub flags: NeighborFlags,
-}
-
-/// The solicited-node multicast address of `a` (RFC 4291 §2.7.1: `ff02::1:ff00:0/104` and
-/// the low 24 bits of `a`).
-pub fn solicited_node(a: &Ipv6Addr) -> Ipv6Addr {
-    let o = a.octets();
-    Ipv6Addr::from([
-        0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, o[13], o[14], o[15],
-    ])
 }
 
 impl NdpAdvert {
@@ -1191,6 +1191,22 @@ mod tests {
             .unwrap();
         let p = Icmpv6Packet::new_checked(&out[..]).unwrap();
         assert_eq!(Icmpv6Repr::parse(&s, &d, &p).unwrap(), other);
+        // A body under 4 bytes would make a message under 8, which parse refuses.
+        for n in 0..4 {
+            let short = Icmpv6Repr::Other {
+                msg_type: 2,
+                code: 0,
+                body: &[0, 0, 5, 220][..n],
+            };
+            let mut out = [0u8; 8];
+            assert!(matches!(
+                short.emit(&s, &d, &mut Icmpv6Packet::new_unchecked(&mut out[..])),
+                Err(WireError::Malformed {
+                    layer: Layer::Icmpv6,
+                    ..
+                })
+            ));
+        }
     }
 
     proptest! {

@@ -214,9 +214,10 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
         self.buffer.as_mut()[0] = 0x40 | ((len / 4) as u8 & 0x0f);
     }
 
-    /// Sets DSCP and ECN.
+    /// Sets DSCP (6 bits) and ECN (2 bits).
     #[inline]
     pub fn set_dscp_ecn(&mut self, dscp: u8, ecn: u8) {
+        debug_assert!(dscp < 64 && ecn < 4, "DSCP {dscp} or ECN {ecn} too wide");
         self.buffer.as_mut()[1] = (dscp << 2) | (ecn & 0x03);
     }
 
@@ -235,6 +236,10 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     /// Sets DF, MF and the fragment offset (in bytes; must be a multiple of 8).
     #[inline]
     pub fn set_frag(&mut self, dont_frag: bool, more_frags: bool, offset: u16) {
+        debug_assert!(
+            offset & 7 == 0,
+            "fragment offset {offset} not a multiple of 8"
+        );
         let v = (u16::from(dont_frag) << 14) | (u16::from(more_frags) << 13) | (offset >> 3);
         put16(self.buffer.as_mut(), 6, v);
     }
@@ -422,15 +427,36 @@ impl Ipv4Repr {
     }
 
     /// Writes the header (options as zero bytes) and its checksum. Does not touch the payload.
-    /// Fails with `BadTotalLength` if header + payload exceeds 65535 bytes; panics if the buffer
-    /// is shorter than [`header_len`](Self::header_len).
+    /// Fails with `BadHeaderLength` if the options length is not a multiple of 4 up to 40,
+    /// `BadTotalLength` if header + payload exceeds 65535 bytes, and `Malformed` for a field
+    /// the header cannot carry as it is (a fragment offset not a multiple of 8, a DSCP over
+    /// 6 bits, an ECN over 2); panics if the buffer is shorter than
+    /// [`header_len`](Self::header_len).
     #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Ipv4Packet<T>) -> Result<()> {
+        if self.options_len & 3 != 0 || self.options_len > 40 {
+            return Err(WireError::BadHeaderLength {
+                layer: Layer::Ipv4,
+                len: self.header_len(),
+            });
+        }
         let total = self.buffer_len();
-        if total > usize::from(u16::MAX) || self.options_len & 3 != 0 || self.options_len > 40 {
+        if total > usize::from(u16::MAX) {
             return Err(WireError::BadTotalLength {
                 layer: Layer::Ipv4,
                 len: total,
+            });
+        }
+        if self.frag_offset & 7 != 0 {
+            return Err(WireError::Malformed {
+                layer: Layer::Ipv4,
+                what: "fragment offset not a multiple of 8",
+            });
+        }
+        if self.dscp > 63 || self.ecn > 3 {
+            return Err(WireError::Malformed {
+                layer: Layer::Ipv4,
+                what: "DSCP over 6 bits or ECN over 2",
             });
         }
         packet.set_header_len(self.header_len());
@@ -617,6 +643,44 @@ mod tests {
             .is_err());
     }
 
+    #[test]
+    fn emit_refuses_what_the_header_cannot_carry() {
+        let ok = Ipv4Repr::new(Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, IpProtocol::Udp, 0);
+        let emit = |r: Ipv4Repr| {
+            let mut out = [0u8; 60];
+            r.emit(&mut Ipv4Packet::new_unchecked(&mut out[..]))
+        };
+        assert!(emit(ok).is_ok());
+        for r in [
+            Ipv4Repr {
+                frag_offset: 1481,
+                ..ok
+            },
+            Ipv4Repr { dscp: 64, ..ok },
+            Ipv4Repr { ecn: 4, ..ok },
+        ] {
+            assert!(
+                matches!(
+                    emit(r),
+                    Err(WireError::Malformed {
+                        layer: Layer::Ipv4,
+                        ..
+                    })
+                ),
+                "{r:?}"
+            );
+        }
+        for options_len in [2, 44] {
+            assert_eq!(
+                emit(Ipv4Repr { options_len, ..ok }),
+                Err(WireError::BadHeaderLength {
+                    layer: Layer::Ipv4,
+                    len: 20 + usize::from(options_len)
+                })
+            );
+        }
+    }
+
     proptest! {
         #[test]
         fn never_panics(data in proptest::collection::vec(any::<u8>(), 0..100)) {
@@ -628,20 +692,30 @@ mod tests {
             }
         }
 
+        /// Whatever the fields, emit either refuses them or writes what parse reads back.
+        /// (Each field is any value a quarter of the time, one the header can carry otherwise.)
         #[test]
         fn round_trip(src in any::<u32>(), dst in any::<u32>(), proto in any::<u8>(),
-                      len in 0usize..1500, ttl in any::<u8>(), dscp in 0u8..64, ecn in 0u8..4,
+                      len in 0usize..1500, ttl in any::<u8>(),
+                      dscp in prop_oneof![3 => 0u8..64, 1 => any::<u8>()],
+                      ecn in prop_oneof![3 => 0u8..4, 1 => any::<u8>()],
                       ident in any::<u16>(), df in any::<bool>(), mf in any::<bool>(),
-                      off in 0u16..8192, opts in 0u8..11) {
+                      off in prop_oneof![3 => (0u16..8192).prop_map(|o| o << 3), 1 => any::<u16>()],
+                      opts in prop_oneof![3 => (0u8..11).prop_map(|o| o * 4), 1 => any::<u8>()]) {
             let r = Ipv4Repr {
                 src_addr: src.into(), dst_addr: dst.into(), protocol: proto.into(),
                 payload_len: len, ttl, dscp, ecn, ident, dont_frag: df, more_frags: mf,
-                frag_offset: off << 3, options_len: opts * 4,
+                frag_offset: off, options_len: opts,
             };
+            let valid = dscp < 64 && ecn < 4 && off & 7 == 0 && opts & 3 == 0 && opts <= 40;
             let mut buf = vec![0u8; r.buffer_len()];
-            r.emit(&mut Ipv4Packet::new_unchecked(&mut buf[..])).unwrap();
-            let v = Ipv4Packet::new_checked(&buf[..]).unwrap();
-            prop_assert_eq!(Ipv4Repr::parse(&v).unwrap(), r);
+            match r.emit(&mut Ipv4Packet::new_unchecked(&mut buf[..])) {
+                Ok(()) => {
+                    let v = Ipv4Packet::new_checked(&buf[..]).unwrap();
+                    prop_assert_eq!(Ipv4Repr::parse(&v).unwrap(), r);
+                }
+                Err(e) => prop_assert!(!valid, "{:?} refused: {}", r, e),
+            }
         }
     }
 }

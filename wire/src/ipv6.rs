@@ -140,9 +140,13 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
-    /// Sets version 6, traffic class and flow label.
+    /// Sets version 6, traffic class and flow label (20 bits).
     #[inline]
     pub fn set_version_tc_flow(&mut self, traffic_class: u8, flow_label: u32) {
+        debug_assert!(
+            flow_label <= 0x000f_ffff,
+            "flow label {flow_label:#x} over 20 bits"
+        );
         let v = (6u32 << 28) | (u32::from(traffic_class) << 20) | (flow_label & 0x000f_ffff);
         put32(self.buffer.as_mut(), 0, v);
     }
@@ -267,13 +271,20 @@ impl Ipv6Repr {
     }
 
     /// Writes the fixed header. Fails with `BadTotalLength` if the payload exceeds 65535
-    /// bytes; panics if the buffer is shorter than 40 bytes.
+    /// bytes, `Malformed` if the flow label does not fit its 20 bits; panics if the buffer is
+    /// shorter than 40 bytes.
     #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Ipv6Packet<T>) -> Result<()> {
         if self.payload_len > usize::from(u16::MAX) {
             return Err(WireError::BadTotalLength {
                 layer: Layer::Ipv6,
                 len: self.payload_len,
+            });
+        }
+        if self.flow_label > 0x000f_ffff {
+            return Err(WireError::Malformed {
+                layer: Layer::Ipv6,
+                what: "flow label over 20 bits",
             });
         }
         packet.set_version_tc_flow(self.traffic_class, self.flow_label);
@@ -396,23 +407,91 @@ pub struct Ipv6Upper {
     /// Set when a Fragment header makes this packet a real fragment (not an atomic fragment,
     /// RFC 6946).
     pub fragment: Option<FragmentInfo>,
+    /// Whether the walk met a Routing header (RFC 8200 §4.4; with no segments left, as any
+    /// other is refused): the source chose the path.
+    pub routing: bool,
 }
 
-/// Walks Hop-by-Hop, Routing, Destination Options, Fragment and Authentication headers from
-/// `first` (the fixed header's Next Header) through `payload` (the IPv6 payload) to the
-/// upper-layer protocol, with bounds checks at every step (RFC 8200 §4).
+/// Pad1, one of the option types of Hop-by-Hop and Destination Options headers that
+/// [`walk_extension_headers`] knows (RFC 8200 §4.2).
+const OPT_PAD1: u8 = 0;
+/// PadN (RFC 8200 §4.2).
+const OPT_PADN: u8 = 1;
+/// Router Alert (RFC 2711 §2): for routers; a host skips it.
+const OPT_ROUTER_ALERT: u8 = 5;
+/// Jumbo Payload (RFC 2675 §2).
+const OPT_JUMBO: u8 = 0xc2;
+
+/// Checks the options of a Hop-by-Hop or Destination Options header (`data`: what follows
+/// its Next Header and Hdr Ext Len) as RFC 8200 §4.2 has a node process them, as Linux's
+/// `ip6_parse_tlv` does: Pad1 is one byte, every other option a type, a length and that many
+/// bytes, which must end within the header (`Malformed` otherwise). An unrecognized option
+/// whose type's two high-order bits are not `00` says to discard the packet (`Unsupported`);
+/// so does a Jumbo Payload option, jumbograms (RFC 2675) being unsupported.
+#[inline]
+fn check_options(data: &[u8]) -> Result<()> {
+    let mut i = 0;
+    while let Some(&kind) = data.get(i) {
+        if kind == OPT_PAD1 {
+            i += 1;
+            continue;
+        }
+        let overrun = WireError::Malformed {
+            layer: Layer::Ipv6Ext,
+            what: "option running past the end of its header",
+        };
+        let Some(&len) = data.get(i + 1) else {
+            return Err(overrun);
+        };
+        let end = i + 2 + usize::from(len);
+        if end > data.len() {
+            return Err(overrun);
+        }
+        match kind {
+            OPT_PADN | OPT_ROUTER_ALERT => {}
+            OPT_JUMBO => {
+                return Err(WireError::Unsupported {
+                    layer: Layer::Ipv6Ext,
+                    what: "Jumbo Payload option",
+                })
+            }
+            // §4.2: 01, 10 and 11 discard the packet (10 and 11 with an ICMP Parameter
+            // Problem, which is not this codec's to send).
+            _ if kind & 0xc0 != 0 => {
+                return Err(WireError::Unsupported {
+                    layer: Layer::Ipv6Ext,
+                    what: "unrecognized option whose type says discard",
+                })
+            }
+            _ => {} // §4.2: 00, skip over this option.
+        }
+        i = end;
+    }
+    Ok(())
+}
+
+/// Walks Hop-by-Hop, Routing, Destination Options and Fragment headers from `first` (the
+/// fixed header's Next Header) through `payload` (the IPv6 payload) to the upper-layer
+/// protocol, with bounds checks at every step (RFC 8200 §4).
 ///
 /// * Hop-by-Hop anywhere but first is `Malformed` (§4.1).
+/// * The options of Hop-by-Hop and Destination Options headers are walked (§4.2): one that
+///   runs past its header is `Malformed`; an unrecognized one whose type says to discard the
+///   packet, or a Jumbo Payload option, is `Unsupported`.
 /// * A Routing header with Segments Left ≠ 0 is `Unsupported`: this host is not the final
 ///   destination, and the upper-layer pseudo-header would need the final address (§8.1).
+///   One with none left is walked and reported (`routing`).
 /// * A Fragment header with a non-zero offset stops the walk (what follows is fragment data);
 ///   a first fragment is walked further. Either way `fragment` is reported.
-/// * ESP, No Next Header and any unknown value end the walk as the "upper layer".
+/// * Authentication (AH), ESP, No Next Header and any unknown value end the walk as the
+///   "upper layer": what AH or ESP protect is not to be taken without the IPsec processing
+///   this codec does not do (RFC 4302 §3.4, RFC 4303 §3.4, RFC 4301 §5.2).
 #[inline]
 pub fn walk_extension_headers(first: IpProtocol, payload: &[u8]) -> Result<Ipv6Upper> {
     let mut next = first;
     let mut off = 0usize;
     let mut fragment = None;
+    let mut routing = false;
     loop {
         match next {
             IpProtocol::HopByHop | IpProtocol::Ipv6Route | IpProtocol::Ipv6Opts => {
@@ -424,24 +503,20 @@ pub fn walk_extension_headers(first: IpProtocol, payload: &[u8]) -> Result<Ipv6U
                 }
                 let rest = &payload[off..];
                 let h = Ipv6ExtHeader::new_checked(rest)?;
-                if next == IpProtocol::Ipv6Route && rest[3] != 0 {
-                    // `rest` has at least 8 bytes: header_len >= 8 was checked.
-                    return Err(WireError::Unsupported {
-                        layer: Layer::Ipv6Ext,
-                        what: "Routing header with segments left",
-                    });
+                if next == IpProtocol::Ipv6Route {
+                    if rest[3] != 0 {
+                        // `rest` has at least 8 bytes: header_len >= 8 was checked.
+                        return Err(WireError::Unsupported {
+                            layer: Layer::Ipv6Ext,
+                            what: "Routing header with segments left",
+                        });
+                    }
+                    routing = true;
+                } else {
+                    check_options(h.data())?;
                 }
                 next = h.next_header();
                 off += h.header_len();
-            }
-            IpProtocol::Ah => {
-                // RFC 4302 §2.2: Payload Len is in 4-octet units, minus 2.
-                let rest = &payload[off..];
-                need(Layer::Ipv6Ext, 2, rest.len())?;
-                let len = (usize::from(rest[1]) + 2) * 4;
-                need(Layer::Ipv6Ext, len, rest.len())?;
-                next = IpProtocol::from(rest[0]);
-                off += len;
             }
             IpProtocol::Ipv6Frag => {
                 let h = Ipv6FragmentHeader::new_checked(&payload[off..])?;
@@ -461,6 +536,7 @@ pub fn walk_extension_headers(first: IpProtocol, payload: &[u8]) -> Result<Ipv6U
                         protocol: next,
                         offset: off,
                         fragment,
+                        routing,
                     });
                 }
             }
@@ -469,6 +545,7 @@ pub fn walk_extension_headers(first: IpProtocol, payload: &[u8]) -> Result<Ipv6U
                     protocol: next,
                     offset: off,
                     fragment,
+                    routing,
                 })
             }
         }
@@ -629,12 +706,99 @@ mod tests {
             walk_extension_headers(IpProtocol::Ipv6Route, &p),
             Err(WireError::Unsupported { .. })
         ));
-        // AH: 12 bytes announced (len 1), then ESP.
-        let mut p = vec![50u8, 1];
+    }
+
+    /// RFC 4302 §3.4, RFC 4301 §5.2: without IPsec, what an Authentication Header protects is
+    /// not to be taken; the walk ends at AH as at ESP, TCP behind it included.
+    #[test]
+    fn walk_ends_at_ah() {
+        // AH: 12 bytes announced (len 1), then TCP.
+        let mut p = vec![6u8, 1];
         p.extend_from_slice(&[0; 10]);
+        p.extend_from_slice(&[0; 20]);
         let u = walk_extension_headers(IpProtocol::Ah, &p).unwrap();
-        assert_eq!((u.protocol, u.offset), (IpProtocol::Esp, 12));
-        assert!(walk_extension_headers(IpProtocol::Ah, &p[..11]).is_err());
+        assert_eq!((u.protocol, u.offset), (IpProtocol::Ah, 0));
+        // Behind a Destination Options header too.
+        let mut q = vec![51u8, 0, 1, 4, 0, 0, 0, 0];
+        q.extend_from_slice(&p);
+        let u = walk_extension_headers(IpProtocol::Ipv6Opts, &q).unwrap();
+        assert_eq!((u.protocol, u.offset), (IpProtocol::Ah, 8));
+    }
+
+    /// RFC 8200 §4.2: the options of Hop-by-Hop and Destination Options headers are walked.
+    #[test]
+    fn options_walked() {
+        let opts = |first: IpProtocol, h: [u8; 8]| walk_extension_headers(first, &h);
+        let unsupported = |r: Result<Ipv6Upper>| matches!(r, Err(WireError::Unsupported { .. }));
+        let malformed = |r: Result<Ipv6Upper>| matches!(r, Err(WireError::Malformed { .. }));
+        // Unknown options whose type's high bits are 01, 10, 11: discard.
+        for kind in [0x40, 0x80, 0xc0, 0x7f, 0xbe, 0xff] {
+            let h = [6, 0, kind, 4, 0, 0, 0, 0];
+            assert!(unsupported(opts(IpProtocol::Ipv6Opts, h)), "{kind:#x}");
+            assert!(unsupported(opts(IpProtocol::HopByHop, h)), "{kind:#x}");
+        }
+        // Jumbo Payload (RFC 2675) in a packet with a payload length.
+        assert!(unsupported(opts(
+            IpProtocol::HopByHop,
+            [6, 0, 0xc2, 4, 0, 1, 0, 0]
+        )));
+        // Options running past the header: a PadN of 200, a type with no length byte
+        // (PadN, or an unknown one), a length one over.
+        for h in [
+            [6, 0, 1, 200, 0, 0, 0, 0],
+            [6, 0, 0, 0, 0, 0, 0, 1],
+            [6, 0, 1, 2, 0, 0, 0, 0x80],
+            [6, 0, 0x1e, 5, 0, 0, 0, 0],
+        ] {
+            assert!(malformed(opts(IpProtocol::Ipv6Opts, h)), "{h:?}");
+        }
+        // Skipped: Pad1s, PadN, Router Alert (RFC 2711), an unknown option of type 00xxxxxx.
+        for h in [
+            [6, 0, 0, 0, 0, 0, 0, 0],
+            [6, 0, 1, 4, 0, 0, 0, 0],
+            [6, 0, 5, 2, 0, 0, 1, 0],
+            [6, 0, 0x1e, 4, 0xff, 0xff, 0xff, 0xff],
+            [6, 0, 0x3f, 0, 0, 1, 1, 0],
+        ] {
+            let u = opts(IpProtocol::HopByHop, h).unwrap();
+            assert_eq!((u.protocol, u.offset), (IpProtocol::Tcp, 8), "{h:?}");
+        }
+    }
+
+    #[test]
+    fn routing_reported() {
+        assert!(
+            walk_extension_headers(IpProtocol::HopByHop, &chain())
+                .unwrap()
+                .routing
+        );
+        let p = [6u8, 0, 1, 4, 0, 0, 0, 0];
+        assert!(
+            !walk_extension_headers(IpProtocol::Ipv6Opts, &p)
+                .unwrap()
+                .routing
+        );
+    }
+
+    #[test]
+    fn emit_refuses_wide_flow_label() {
+        let r = Ipv6Repr {
+            flow_label: 0x10_0000,
+            ..Ipv6Repr::new(
+                Ipv6Addr::LOCALHOST,
+                Ipv6Addr::UNSPECIFIED,
+                IpProtocol::Udp,
+                0,
+            )
+        };
+        let mut out = [0u8; 40];
+        assert!(matches!(
+            r.emit(&mut Ipv6Packet::new_unchecked(&mut out[..])),
+            Err(WireError::Malformed {
+                layer: Layer::Ipv6,
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -138,21 +138,23 @@ pub enum WireError {
         version: u8,
     },
     /// A header-length field is impossible (IPv4 IHL < 5, TCP data offset < 5 or past the
-    /// segment, an ARP with non-Ethernet/IPv4 address sizes …).
+    /// segment, an ARP with non-Ethernet/IPv4 address sizes …), or a header to emit has one
+    /// its field cannot say (IPv4 options not a multiple of 4 up to 40 bytes).
     #[error("{layer}: bad header length {len}")]
     BadHeaderLength {
-        /// Layer being parsed.
+        /// Layer being parsed or written.
         layer: Layer,
-        /// The header length in bytes announced by the header.
+        /// The header length in bytes announced by the header (from an emit, the one asked for).
         len: usize,
     },
     /// A total-length field is smaller than the header it covers (IPv4 total length < IHL,
-    /// UDP length < 8).
+    /// UDP length < 8), or a packet to emit is longer than its length field can say (an IPv4
+    /// packet or a UDP datagram over 65535 bytes, an IPv6 payload over 65535).
     #[error("{layer}: bad total length {len}")]
     BadTotalLength {
-        /// Layer being parsed.
+        /// Layer being parsed or written.
         layer: Layer,
-        /// The length field's value.
+        /// The length field's value (from an emit, the length asked for).
         len: usize,
     },
     /// A checksum does not verify.

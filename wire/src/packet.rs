@@ -120,6 +120,9 @@ pub struct Frame<'a> {
     pub protocol: Option<IpProtocol>,
     /// Set when the packet is an IP fragment (then `transport` is [`Transport::None`]).
     pub fragment: Option<FragmentInfo>,
+    /// Whether an IPv6 packet's extension headers include a Routing header (RFC 8200 §4.4,
+    /// with no segments left: [`walk_extension_headers`] refuses any other).
+    pub ipv6_routing: bool,
     /// Parsed transport header.
     pub transport: Transport,
     /// Application payload range within `bytes`.
@@ -199,6 +202,7 @@ pub fn parse_frame_with(frame: &[u8], policy: ChecksumPolicy) -> Result<Frame<'_
         l4_offset: frame.len(),
         protocol: None,
         fragment: None,
+        ipv6_routing: false,
         transport: Transport::None,
         payload: l3_offset..frame.len(),
     };
@@ -238,6 +242,7 @@ pub fn parse_frame_with(frame: &[u8], policy: ChecksumPolicy) -> Result<Frame<'_
             f.l4_offset = l3_offset + ipv6::HEADER_LEN + up.offset;
             f.protocol = Some(up.protocol);
             f.fragment = up.fragment;
+            f.ipv6_routing = up.routing;
             if up.fragment.is_some() {
                 f.payload = f.l4_offset..f.l3_end;
             } else {
@@ -696,15 +701,13 @@ fn ip_turn(f: &Frame<'_>, layer: Layer) -> Result<()> {
             });
         }
     }
-    if let Network::Ipv6(_) = &f.network {
-        // A Routing header (even with no segments left) means the source chose a path; an
-        // echo would have to reverse it. Not supported.
-        if has_routing(f) {
-            return Err(WireError::Unsupported {
-                layer,
-                what: "IPv6 Routing header",
-            });
-        }
+    // A Routing header (even with no segments left) means the source chose a path; an echo
+    // would have to reverse it. Not supported.
+    if f.ipv6_routing {
+        return Err(WireError::Unsupported {
+            layer,
+            what: "IPv6 Routing header",
+        });
     }
     Ok(())
 }
@@ -720,30 +723,6 @@ fn only_eol_nop(options: &[u8]) -> bool {
         }
     }
     true
-}
-
-/// Whether the IPv6 extension headers of a parsed frame include a Routing header.
-fn has_routing(f: &Frame<'_>) -> bool {
-    let Network::Ipv6(r) = &f.network else {
-        return false;
-    };
-    let b = f.bytes;
-    let mut next = r.next_header;
-    let mut off = f.l3_offset + ipv6::HEADER_LEN;
-    // The walk in parse_frame validated these bounds already.
-    while off < f.l4_offset {
-        if next == IpProtocol::Ipv6Route {
-            return true;
-        }
-        let len = match next {
-            IpProtocol::Ah => (usize::from(b[off + 1]) + 2) * 4,
-            IpProtocol::Ipv6Frag => ipv6::FRAGMENT_HEADER_LEN,
-            _ => (usize::from(b[off + 1]) + 1) * 8,
-        };
-        next = IpProtocol::from(b[off]);
-        off += len;
-    }
-    false
 }
 
 #[inline]
@@ -956,6 +935,35 @@ mod tests {
         assert_eq!(f.protocol, Some(IpProtocol::Udp));
         assert_eq!(f.payload(), b"hello");
         assert_eq!(f.ports(), Some((5000, 6000)));
+    }
+
+    /// RFC 8200 §4.2: a Destination Options header's options are walked, and a packet with an
+    /// unrecognized option whose type says discard is refused (as Linux's `ip6_parse_tlv`
+    /// drops it); RFC 4302 §3.4: TCP behind an Authentication Header is not taken as TCP.
+    #[test]
+    fn ipv6_options_and_ah() {
+        let b = hex(testutil::TCP6_EXT);
+        let f = parse_frame(&b).unwrap();
+        assert!(matches!(f.transport, Transport::Tcp(_)));
+        assert!(!f.ipv6_routing);
+        let mut b = hex(testutil::TCP6_EXT);
+        assert_eq!(b[14 + 40 + 2], 1, "the PadN option");
+        b[14 + 40 + 2] = 0x80;
+        assert!(matches!(
+            parse_frame(&b),
+            Err(WireError::Unsupported {
+                layer: Layer::Ipv6Ext,
+                ..
+            })
+        ));
+        // The same frame with its Destination Options header made an AH (Payload Len 0:
+        // 8 bytes): no TCP segment.
+        let mut b = hex(testutil::TCP6_EXT);
+        b[20] = 51;
+        let f = parse_frame(&b).unwrap();
+        assert_eq!(f.protocol, Some(IpProtocol::Ah));
+        assert_eq!(f.l4_offset, 14 + 40);
+        assert_eq!(f.transport, Transport::Other);
     }
 
     #[test]
@@ -1458,6 +1466,7 @@ mod tests {
         put16(&mut b, 18, pl);
         let f = parse_frame(&b).unwrap();
         assert_eq!(f.ports(), Some((5000, 6000)));
+        assert!(f.ipv6_routing);
         assert!(matches!(
             turn_around_udp(&mut b),
             Err(WireError::Unsupported { .. })

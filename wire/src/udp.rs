@@ -150,6 +150,13 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpPacket<T> {
     }
 }
 
+/// Destination port 0, reserved (RFC 768): refused by [`UdpRepr::parse`] and
+/// [`UdpRepr::emit`].
+const DST_PORT_ZERO: WireError = WireError::Malformed {
+    layer: Layer::Udp,
+    what: "destination port 0",
+};
+
 /// A parsed UDP header: the ports. The length is the payload's; the checksum is verified by
 /// [`parse`](Self::parse) and computed by [`emit`](Self::emit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -166,10 +173,7 @@ impl UdpRepr {
     #[inline]
     pub fn parse<T: AsRef<[u8]>>(packet: &UdpPacket<T>, addrs: Option<&IpPair>) -> Result<UdpRepr> {
         if packet.dst_port() == 0 {
-            return Err(WireError::Malformed {
-                layer: Layer::Udp,
-                what: "destination port 0",
-            });
+            return Err(DST_PORT_ZERO);
         }
         if let Some(a) = addrs {
             checksum::check(packet.verify_checksum(a), Layer::Udp)?;
@@ -187,8 +191,9 @@ impl UdpRepr {
     }
 
     /// Writes the header for a payload of `payload_len` bytes that is already in place after
-    /// it, and fills the checksum for `addrs`. Fails if the datagram would exceed 65535 bytes
-    /// or the buffer is shorter than `8 + payload_len`.
+    /// it, and fills the checksum for `addrs`. Fails if the destination port is 0
+    /// (`Malformed`, as [`parse`](Self::parse) would find it), the datagram would exceed 65535
+    /// bytes or the buffer is shorter than `8 + payload_len`.
     #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(
         &self,
@@ -196,6 +201,9 @@ impl UdpRepr {
         payload_len: usize,
         addrs: &IpPair,
     ) -> Result<()> {
+        if self.dst_port == 0 {
+            return Err(DST_PORT_ZERO);
+        }
         let len = HEADER_LEN + payload_len;
         if len > usize::from(u16::MAX) {
             return Err(WireError::BadTotalLength {
@@ -314,6 +322,14 @@ mod tests {
             dst_port: 2,
         };
         let mut small = [0u8; 10];
+        let to_zero = UdpRepr {
+            src_port: 1,
+            dst_port: 0,
+        };
+        assert_eq!(
+            to_zero.emit(&mut UdpPacket::new_unchecked(&mut small[..]), 0, &v4()),
+            Err(DST_PORT_ZERO)
+        );
         assert!(matches!(
             r.emit(&mut UdpPacket::new_unchecked(&mut small[..]), 3, &v4()),
             Err(WireError::BufferTooSmall {
@@ -333,14 +349,19 @@ mod tests {
         }
 
         #[test]
-        fn round_trip(sp in any::<u16>(), dp in 1u16.., payload in proptest::collection::vec(any::<u8>(), 0..100), v6 in any::<bool>()) {
+        fn round_trip(sp in any::<u16>(), dp in prop_oneof![15 => 1u16.., 1 => Just(0u16)], payload in proptest::collection::vec(any::<u8>(), 0..100), v6 in any::<bool>()) {
             let addrs = if v6 {
                 IpPair::V6 { src: "2001:db8::1".parse().unwrap(), dst: "2001:db8::2".parse().unwrap() }
             } else { v4() };
             let mut buf = vec![0u8; 8 + payload.len()];
             buf[8..].copy_from_slice(&payload);
             let r = UdpRepr { src_port: sp, dst_port: dp };
-            r.emit(&mut UdpPacket::new_unchecked(&mut buf[..]), payload.len(), &addrs).unwrap();
+            let emitted = r.emit(&mut UdpPacket::new_unchecked(&mut buf[..]), payload.len(), &addrs);
+            if dp == 0 {
+                prop_assert_eq!(emitted, Err(DST_PORT_ZERO));
+                return Ok(());
+            }
+            emitted.unwrap();
             let p = UdpPacket::new_checked(&buf[..]).unwrap();
             prop_assert_eq!(UdpRepr::parse(&p, Some(&addrs)).unwrap(), r);
             prop_assert_eq!(p.payload(), &payload[..]);
