@@ -29,7 +29,10 @@ impl Topology {
     /// (`/sys/devices/system/node/node<N>/cpulist`, read under the filesystem root hwloc
     /// read: `HWLOC_FSROOT` when set, else `/`) wherever those lists agree with hwloc's
     /// answer; hwloc alone cannot always tell a node with CPUs from a memory-only node
-    /// (CXL, HBM) attached beside it. Otherwise as [`Topology::from_hwloc`].
+    /// (CXL, HBM) attached beside it. A CPU Linux lists under a node hwloc left out (a node
+    /// outside the process's `cpuset.mems`: hwloc drops it but keeps its CPUs) stays on
+    /// that node, which the snapshot then has with its memory unknown (the process may not
+    /// allocate there). Otherwise as [`Topology::from_hwloc`].
     ///
     /// # Errors
     /// [`Error::Hwloc`] if hwloc fails, [`Error::InconsistentTopology`] if its answer does
@@ -94,7 +97,8 @@ impl Topology {
     }
 
     /// [`Topology::from_hwloc`], each CPU's node taken from `linux` (CPU → node, Linux's
-    /// node lists) where those agree with hwloc.
+    /// node lists) where those agree with hwloc (a node they name that hwloc left out is
+    /// added by [`Topology::new`]).
     fn convert(
         topology: &hwlocality::Topology,
         linux: Option<&BTreeMap<u32, u32>>,
@@ -317,6 +321,34 @@ mod tests {
         let reloaded = Topology::from_xml_file(&path);
         std::fs::remove_file(&path).unwrap();
         assert_eq!(reloaded.unwrap(), snapshot);
+    }
+
+    /// hwloc leaves out a node outside `cpuset.mems` but keeps its PUs (here: a restriction
+    /// by node set, as hwloc's Linux backend applies the process's allowed nodes): with
+    /// Linux's lists the PUs stay on their own node, not on the first one.
+    #[test]
+    fn cpus_of_a_node_hwloc_left_out_keep_their_node() {
+        use hwlocality::memory::nodeset::NodeSet;
+        use hwlocality::topology::editor::RestrictFlags;
+
+        let mut topology = hwlocality::Topology::builder()
+            .from_synthetic("package:2 numa:1 core:2 pu:1")
+            .unwrap()
+            .build()
+            .unwrap();
+        topology.edit(|editor| {
+            editor
+                .restrict(&NodeSet::from_range(0..=0), RestrictFlags::empty())
+                .unwrap();
+        });
+        assert_eq!(topology.objects_with_type(ObjectType::NUMANode).count(), 1);
+        assert_eq!(topology.objects_with_type(ObjectType::PU).count(), 4);
+        let linux: BTreeMap<u32, u32> = [(0, 0), (1, 0), (2, 1), (3, 1)].into_iter().collect();
+        let t = Topology::convert(&topology, Some(&linux)).unwrap();
+        let nodes: Vec<u32> = t.cores.iter().map(|c| c.numa_node).collect();
+        assert_eq!(nodes, [0, 0, 1, 1]);
+        assert_eq!(t.node(1).unwrap().cpus, [2, 3]);
+        assert_eq!(t.node(1).unwrap().memory_bytes, None);
     }
 
     #[test]

@@ -401,7 +401,10 @@ pub fn napi_ids_in_queue_order(ifname: &str, comms: &[&str]) -> Vec<(u16, u32)> 
 }
 
 /// NAPI kthread names of an interface that cannot be told apart: several tasks show the same
-/// name cut to [`TASK_COMM_MAX`] bytes, or a cut name keeps no digit of the NAPI id.
+/// name cut to [`TASK_COMM_MAX`] bytes, a cut name keeps no digit of the NAPI id, or names
+/// of that length cannot be put in the order of their ids (their ids crossed a power of
+/// ten where the names are cut: NAPI 9999 of `vethA` shows as `napi/vethA-9999`, NAPI
+/// 10000 as `napi/vethA-1000`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CutNapiNames {
     /// The name as `/proc/<pid>/comm` shows it.
@@ -417,15 +420,26 @@ pub struct CutNapiNames {
 /// (the id itself when the name was not cut, as on kernels since 5.17; the order of the ids
 /// is kept while they have as many digits).
 ///
+/// Whether such a name was cut does not show, so names of that length whose ids have more
+/// digits than fit (cut) and names whose ids fit exactly (whole) would be put out of order:
+/// the cut ones sort first. The interface's NAPIs are registered together, so their ids lie
+/// close together, and such a mix shows as digits that span more than half the range of
+/// numbers with as many digits (ids just below a power of ten next to ids just past it,
+/// which show as `1000…`): refused.
+///
 /// # Errors
-/// [`CutNapiNames`] when several tasks show one cut name, or a cut name keeps no digit of
-/// the id: which queue each thread serves cannot be told by name then.
+/// [`CutNapiNames`] when several tasks show one cut name, a cut name keeps no digit of the
+/// id, or the cut names' digits span more than half their range (`comm`: the name with the
+/// smallest digits, the one cut from a longer id): which queue each thread serves cannot be
+/// told by name then.
 pub fn napi_threads_by_name(
     ifname: &str,
     comms: &[&str],
 ) -> Result<Vec<(u16, u32, usize)>, CutNapiNames> {
     let prefix = format!("napi/{ifname}-");
     let mut found: Vec<(u32, usize)> = Vec::new();
+    // The names of `TASK_COMM_MAX` bytes, by their digits.
+    let mut cut: BTreeMap<u32, &str> = BTreeMap::new();
     for (i, comm) in comms.iter().enumerate() {
         let comm = comm.trim_end_matches('\n');
         if let Some(id) = parse_napi_thread_name(ifname, comm) {
@@ -440,13 +454,27 @@ pub fn napi_threads_by_name(
             .filter(|c| c.trim_end_matches('\n') == comm)
             .count();
         match comm.strip_prefix(prefix.as_str()).map(str::parse) {
-            Some(Ok(id)) if tasks == 1 => found.push((id, i)),
+            Some(Ok(id)) if tasks == 1 => {
+                found.push((id, i));
+                cut.insert(id, comm);
+            }
             _ => {
                 return Err(CutNapiNames {
                     comm: comm.to_string(),
                     tasks,
                 })
             }
+        }
+    }
+    if let (Some((&low, &comm)), Some((&high, _))) = (cut.first_key_value(), cut.last_key_value()) {
+        // Numbers of `digits` digits: 10^(digits−1) to 10^digits − 1.
+        let digits = TASK_COMM_MAX.saturating_sub(prefix.len()) as u32;
+        let range = 9 * 10u64.saturating_pow(digits.saturating_sub(1));
+        if 2 * u64::from(high - low) > range {
+            return Err(CutNapiNames {
+                comm: comm.to_string(),
+                tasks: 1,
+            });
         }
     }
     found.sort_unstable();
@@ -805,6 +833,20 @@ garbage line without colon\n\
         assert_eq!(
             napi_threads_by_name("veth-fl0", &["napi/veth-fl0-8199\n", "napi/veth-fl0-8197"]),
             Ok(vec![(0, 8197, 1), (1, 8199, 0)])
+        );
+        // NAPI 9999 whole, NAPI 10000 cut to `napi/vethA-1000` (before Linux 5.17): by its
+        // digits it would come first and take queue 0's thread.
+        assert_eq!(
+            napi_threads_by_name("vethA", &["napi/vethA-9999", "napi/vethA-1000"]),
+            Err(CutNapiNames {
+                comm: "napi/vethA-1000".into(),
+                tasks: 1
+            })
+        );
+        // Ids close together, whole or all cut alike, keep their order.
+        assert_eq!(
+            napi_threads_by_name("vethA", &["napi/vethA-1001", "napi/vethA-1000"]),
+            Ok(vec![(0, 1000, 1), (1, 1001, 0)])
         );
     }
 

@@ -29,10 +29,12 @@
 //!   all that keeps the load skewed;
 //! - a bucket moved is held where it is for [`RebalanceConfig::hold_down`], doubled each time
 //!   it goes back to the queue it last left (no ping-pong); a core that gave buckets takes
-//!   none (and one that took gives none) for a hold-down, doubled each time it switches, so
-//!   that a load swinging more slowly than the averages follow moves few buckets; a move
-//!   that failed is not tried again for the same bucket and queue for a hold-down, doubled
-//!   at each failure ([`Rebalancer::move_failed`]);
+//!   none (and one that took gives none) in the same round nor for a hold-down after,
+//!   doubled each time it switches within 16 of its holds of its last switch and halved
+//!   again for each 16 holds it then kept one part, so that a load swinging more slowly than
+//!   the averages follow moves few buckets while skews that come and go every 10 s or more
+//!   are each met at once; a move that failed is not tried again for the same bucket and
+//!   queue for a hold-down, doubled at each failure ([`Rebalancer::move_failed`]);
 //! - at most [`RebalanceConfig::max_moves`] moves per round, and
 //!   [`RebalanceConfig::move_rate`] per second over the long run
 //!   ([`RebalanceConfig::move_burst`] at once);
@@ -69,6 +71,15 @@ const MAX_DOUBLINGS: u32 = 7;
 /// long as the last time.
 const MEMORY: u32 = 32;
 
+/// A core's switch between giving and taking counts as a flip (doubling its hold) when it
+/// comes within this many of its holds of its last switch; each such span it keeps one
+/// part takes a flip off. Sixteen: by the defaults a core that switches part within 8 s of
+/// its last switch, again and again, holds its part ever longer (a load swinging faster
+/// than that moves few buckets), and one that switches as skews come and go, every 10 s,
+/// keeps the base hold-down (each new skew is met at once). The tests' adversary and
+/// rotating skew (`tests/rebalance.rs`) pass from 12 to 20.
+const FLIP_WINDOW: u32 = 16;
+
 /// Averages below this are dropped (the bucket carries no load).
 const NEGLIGIBLE: f64 = 1e-9;
 
@@ -103,8 +114,9 @@ pub struct RebalanceConfig {
     /// A bucket moved is not moved again before this much time has passed; twice as long
     /// each time it goes back to the queue it last left (up to 128 times). A core that gave
     /// buckets takes none before this much time has passed, nor gives any after taking;
-    /// twice as long each time it switches. Default 500 ms: five base periods, and short
-    /// enough that a new skew is met within the 1 s.
+    /// twice as long each time it switches within 16 such holds of its last switch (half as
+    /// long again for each 16 holds it kept one part before switching). Default 500 ms: five
+    /// base periods, and short enough that a new skew is met within the 1 s.
     pub hold_down: Duration,
     /// At most this many moves per round. Default 32 (a quarter of a 128-entry table; at
     /// the handoff's target of 100 µs per bucket of 100 connections, 3.2 ms of work).
@@ -461,9 +473,12 @@ struct Planned {
 #[derive(Clone, Copy, Debug)]
 struct Role {
     gave: bool,
+    /// Its last move in this part.
     at: Duration,
+    /// When it took this part (its first move in it).
+    switched_at: Duration,
     /// How often it switched between giving and taking lately: it does not switch again
-    /// before `hold_down × 2^flips` has passed.
+    /// before `hold_down × 2^flips` has passed since its last move.
     flips: u32,
 }
 
@@ -471,6 +486,25 @@ impl Role {
     /// Until when it keeps its part.
     fn until(&self, config: &RebalanceConfig) -> Duration {
         self.at.saturating_add(config.hold(self.flips))
+    }
+
+    /// Its flips once it switches part at `now`: one more if the switch comes within
+    /// [`FLIP_WINDOW`] holds of its last one; else one fewer for each [`FLIP_WINDOW`] holds
+    /// it kept this part (the longest hold first). A load that swings back and forth keeps
+    /// doubling the hold; cores that switch part now and then, as skews come and go, keep
+    /// the base hold-down.
+    fn flips_on_switch(&self, now: Duration, config: &RebalanceConfig) -> u32 {
+        let window = |flips| config.hold(flips).saturating_mul(FLIP_WINDOW);
+        let mut span = now.saturating_sub(self.switched_at);
+        let mut flips = self.flips.min(MAX_DOUBLINGS);
+        if span < window(flips) {
+            return flips + 1;
+        }
+        while flips > 0 && span >= window(flips) {
+            span -= window(flips);
+            flips -= 1;
+        }
+        flips
     }
 }
 
@@ -750,19 +784,22 @@ impl Rebalancer {
                 let cpu = cpu_of[&queue];
                 let prior = self.roles.get(&cpu).copied();
                 self.prior_roles.entry(cpu).or_insert(prior);
-                let flips = match self.roles.get(&cpu) {
-                    Some(r) if r.gave != gave && r.at != now => r.flips.saturating_add(1),
-                    Some(r) => r.flips,
-                    None => 0,
-                };
-                self.roles.insert(
-                    cpu,
-                    Role {
+                let role = match prior {
+                    Some(r) if r.gave == gave => Role { at: now, ..r },
+                    Some(r) => Role {
                         gave,
                         at: now,
-                        flips,
+                        switched_at: now,
+                        flips: r.flips_on_switch(now, &config),
                     },
-                );
+                    None => Role {
+                        gave,
+                        at: now,
+                        switched_at: now,
+                        flips: 0,
+                    },
+                };
+                self.roles.insert(cpu, role);
             }
             let prior = self.moved.get(&m.bucket).copied();
             let returns = match prior {
@@ -866,7 +903,9 @@ impl Rebalancer {
 
     /// The greedy loop: the most loaded core still above the stop level, among those that
     /// were above the threshold at the start, gives its best bucket to the best destination;
-    /// a core with no helpful move is passed over for the rest of the round.
+    /// a core with no helpful move is passed over for the rest of the round, and a core that
+    /// gave is no destination for the rest of it (a bucket bigger than the gap can leave it
+    /// below the mean; it would give and take in one round).
     fn greedy(
         &self,
         model: &mut Model,
@@ -878,6 +917,7 @@ impl Rebalancer {
     ) {
         let stop = mean * (1.0 + self.config.target);
         let mut exhausted = vec![false; model.cpus.len()];
+        let mut no_dest = filter.no_dest.to_vec();
         while moves.len() < budget {
             let source = (0..model.cpus.len())
                 .filter(|&c| {
@@ -891,8 +931,15 @@ impl Rebalancer {
                     la.total_cmp(&lb).then(b.cmp(&a))
                 });
             let Some(source) = source else { break };
-            match model.best_move(source, mean, &self.config, Some(filter), true) {
-                Some(choice) => moves.push(model.apply(source, choice)),
+            let round = Filter {
+                no_dest: &no_dest,
+                ..*filter
+            };
+            match model.best_move(source, mean, &self.config, Some(&round), true) {
+                Some(choice) => {
+                    moves.push(model.apply(source, choice));
+                    no_dest[source] = true;
+                }
                 None => exhausted[source] = true,
             }
         }
@@ -926,7 +973,8 @@ struct Filter<'a> {
     /// By CPU (model index): not a source (it received buckets last round, or took some
     /// lately).
     no_source: &'a [bool],
-    /// By CPU: not a destination (it received buckets last round, or gave some lately).
+    /// By CPU: not a destination (it received buckets last round, or gave some lately or
+    /// earlier in the round).
     no_dest: &'a [bool],
     /// Buckets held down.
     is_held: &'a dyn Fn(usize) -> bool,

@@ -7,8 +7,13 @@
 //! node shows none.
 //!
 //! 1. Linux's node lists, when the loader has them (`Topology::from_system`) and they agree
-//!    with hwloc: every PU listed by exactly one node, and that node's hwloc cpuset holds it.
-//!    Otherwise they are not used at all.
+//!    with hwloc: every PU listed by exactly one node, and that node's hwloc cpuset holds it;
+//!    or that node is one hwloc left out and no node with CPUs of its own (by the lists)
+//!    holds the PU. hwloc leaves out the nodes outside the process's `cpuset.mems` (e.g.
+//!    Docker's `--cpuset-mems=0` on two sockets) but keeps their PUs, which then no node
+//!    holds: they stay on their own node, not the first one, so that placement sees them
+//!    as the remote CPUs they are (the loader adds the node, its memory unknown: the
+//!    process may not allocate there). Otherwise the lists are not used at all.
 //! 2. Else the tree: the holder with the smallest cpuset (a memory-only node has the union
 //!    of its nearest nodes' cpusets, never less than the node of the PU); among equal
 //!    cpusets, one hwloc marks as memory of another kind than DRAM loses (subtype `HBM`,
@@ -45,12 +50,17 @@ pub(super) fn pu_nodes(
 ) -> BTreeMap<u32, u32> {
     let holders = |cpu: u32| nodes.iter().filter(move |n| n.cpus.contains(&cpu));
     let agreed = linux.and_then(|linux| {
+        let with_cpus: BTreeSet<u32> = linux.values().copied().collect();
         pus.iter()
             .map(|&cpu| {
                 let node = *linux.get(&cpu)?;
-                holders(cpu)
-                    .any(|n| n.os_index == node)
-                    .then_some((cpu, node))
+                let agrees = if nodes.iter().any(|n| n.os_index == node) {
+                    holders(cpu).any(|n| n.os_index == node)
+                } else {
+                    // A node hwloc left out (outside `cpuset.mems`).
+                    holders(cpu).all(|n| !with_cpus.contains(&n.os_index))
+                };
+                agrees.then_some((cpu, node))
             })
             .collect::<Option<BTreeMap<u32, u32>>>()
     });
@@ -128,6 +138,27 @@ mod tests {
             .collect();
         let map = pu_nodes(&PUS, &tied(false), Some(&linux));
         assert_eq!(on(&map, 1), [2, 3, 10, 11], "tree rule, not the lists");
+    }
+
+    #[test]
+    fn cpus_of_a_node_hwloc_left_out_stay_on_it() {
+        // Two sockets, the process's `cpuset.mems` node 0 only: hwloc drops node 1 and
+        // keeps its PUs 2 and 3, which no node holds. Linux lists them on node 1.
+        let nodes = [node(0, &[0, 1], false)];
+        let linux: BTreeMap<u32, u32> = [(0, 0), (1, 0), (2, 1), (3, 1)].into_iter().collect();
+        let map = pu_nodes(&[0, 1, 2, 3], &nodes, Some(&linux));
+        assert_eq!(on(&map, 0), [0, 1]);
+        assert_eq!(on(&map, 1), [2, 3]);
+        // Likewise when a memory-only node near them (no CPU of its own by the lists)
+        // carries their cpuset.
+        let nodes = [node(0, &[0, 1], false), node(3, &[2, 3], true)];
+        let map = pu_nodes(&[0, 1, 2, 3], &nodes, Some(&linux));
+        assert_eq!(on(&map, 1), [2, 3]);
+        // But lists naming a node hwloc lacks for a CPU that hwloc puts on a node with CPUs
+        // of its own are another machine's: the tree decides.
+        let nodes = [node(0, &[0, 1, 2, 3], false)];
+        let map = pu_nodes(&[0, 1, 2, 3], &nodes, Some(&linux));
+        assert_eq!(on(&map, 0), [0, 1, 2, 3]);
     }
 
     #[test]
