@@ -145,6 +145,44 @@ fn the_test_beds_veth() {
     assert_eq!(part(&three, "queues").1, "flowlane");
 }
 
+/// The ConnectX-6 Dx with `ethtool -X IF xfrm symmetric-xor`: its hash is
+/// not the one flowlane computes, and the plan says so (not "bit for
+/// bit"), names the command that undoes it, and promises no bucket moves.
+#[test]
+fn a_symmetric_hash_is_not_called_predictable() {
+    let recorded = std::fs::read_to_string(recording("mlx5-connectx6dx.toml")).unwrap();
+    let symmetric = recorded.replace("input_xfrm = \"none\"", "input_xfrm = \"symmetric-xor\"");
+    assert_ne!(recorded, symmetric);
+    let dir = std::env::temp_dir().join(format!("flowlane-nicrec-sym-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("mlx5-symmetric.toml");
+    std::fs::write(&file, symmetric).unwrap();
+    let o = run(&[
+        "plan",
+        "--explain",
+        "--json",
+        "--nic-recording",
+        file.to_str().unwrap(),
+        "--queues",
+        "8",
+        "--synthetic",
+        "pack:2 [numa] core:8 pu:1",
+    ]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let parts = v["parts"].as_array().unwrap();
+    let find = |name: &str| parts.iter().find(|p| p["part"] == name).unwrap();
+    let h = find("rss-hash");
+    assert!(!h["why"].as_str().unwrap().contains("bit for bit"), "{h}");
+    assert_eq!(h["action"], "ethtool -X enp129s0f0np0 xfrm none", "{h}");
+    let t = find("indirection-table");
+    assert!(!t["why"].as_str().unwrap().contains("rewriting"), "{t}");
+    // As recorded, without the transformation: predicted, moves promised.
+    let p = explain("mlx5-connectx6dx.toml", 8);
+    assert_eq!(part(&p, "rss-hash").3, None);
+}
+
 #[test]
 fn the_human_view_and_bad_recordings() {
     let path = recording("mlx5-connectx6dx.toml");

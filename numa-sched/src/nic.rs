@@ -10,6 +10,8 @@
 use serde::Serialize;
 use thiserror::Error;
 
+use crate::nic_caps::RssFacts;
+
 /// RSS settings of a NIC: Toeplitz key and indirection table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RssSettings {
@@ -17,6 +19,17 @@ pub struct RssSettings {
     pub key: Vec<u8>,
     /// Queue per bucket.
     pub table: Vec<u32>,
+}
+
+/// A NIC's RSS as a service reads it: the key and table in force, and how
+/// the NIC hashes, which the service checks against its model
+/// ([`RssFacts::mismatches`]) before it models the NIC's RSS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NicRss {
+    /// The key and table.
+    pub settings: RssSettings,
+    /// Sizes, hash function, input transformation, hashed fields.
+    pub facts: RssFacts,
 }
 
 /// What a NIC's RSS can do.

@@ -14,7 +14,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::toeplitz::HashFields;
+use crate::toeplitz::{HashFields, Protocol};
 
 /// One interface's capabilities, as the kernel reported them. Every part
 /// the kernel could not be asked about (an older kernel, a driver without
@@ -116,12 +116,20 @@ pub struct RssFacts {
     pub flow_hash: FlowHash,
 }
 
-/// Hashed fields of the four flow types flowlane serves, in ethtool's
-/// letters (`m` L2 destination, `v` VLAN, `t` L3 protocol, `s`/`d` IP
-/// source/destination, `f`/`n` L4 bytes 0–1/2–3).
+/// What the hash of the four flow types flowlane serves takes: their
+/// hashed fields, in ethtool's letters (`m` L2 destination, `v` VLAN, `t`
+/// L3 protocol, `s`/`d` IP source/destination, `f`/`n` L4 bytes 0–1/2–3),
+/// and the transformation of those fields before the hash.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FlowHash {
+    /// The input transformation in force ([`xfrm_name`]: `none`,
+    /// `symmetric-xor`, `symmetric-or-xor`; `ethtool -X IF xfrm`,
+    /// `ethtool_rxfh.input_xfrm` and `ETHTOOL_A_RSS_INPUT_XFRM`, Linux
+    /// 6.8+). Unknown on older kernels, which cannot set one: taken as
+    /// none.
+    #[serde(default)]
+    pub input_xfrm: Option<String>,
     /// TCP over IPv4.
     #[serde(default)]
     pub tcp4: Option<String>,
@@ -354,17 +362,199 @@ impl NicCaps {
     }
 
     /// Whether flowlane's software Toeplitz predicts this NIC's queue for
-    /// a TCP flow: a Toeplitz hash over addresses and ports (IPv4).
+    /// every `protocol` flow, over IPv4 and IPv6: the NIC has RSS and
+    /// [`RssFacts::mismatches`] finds nothing (what the kernel did not
+    /// report is taken to be as flowlane models it).
     #[must_use]
-    pub fn predictable_tcp4(&self) -> bool {
-        let Some(r) = &self.rss else { return false };
-        r.hash_function.as_deref().is_none_or(|h| h == "toeplitz")
-            && r.key_len > 0
-            && r.flow_hash
-                .tcp4
-                .as_deref()
-                .is_none_or(|l| HashFields::from_ethtool_letters(l).is_some())
+    pub fn predictable(&self, protocol: Protocol) -> bool {
+        self.rss
+            .as_ref()
+            .is_some_and(|r| r.mismatches(protocol).is_empty())
     }
+}
+
+impl FlowHash {
+    /// The `(ethtool flow type, hashed fields)` of `protocol` over IPv4
+    /// and IPv6; none for other protocols, hashed on addresses only.
+    #[must_use]
+    pub fn of(&self, protocol: Protocol) -> Vec<(&'static str, Option<&str>)> {
+        match protocol {
+            Protocol::Tcp => vec![
+                ("tcp4", self.tcp4.as_deref()),
+                ("tcp6", self.tcp6.as_deref()),
+            ],
+            Protocol::Udp => vec![
+                ("udp4", self.udp4.as_deref()),
+                ("udp6", self.udp6.as_deref()),
+            ],
+            Protocol::Other(_) => Vec::new(),
+        }
+    }
+}
+
+/// A way in which a NIC's RSS hash differs from the one flowlane computes:
+/// Toeplitz, with the NIC's key, over the addresses and ports of every
+/// TCP and UDP flow as they are (no input transformation), as
+/// `RssHashConfig::four_tuple` hashes them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HashMismatch {
+    /// Another hash function than Toeplitz (`xor`, `crc32`).
+    Function(String),
+    /// An input transformation ([`xfrm_name`]) before the hash.
+    InputXfrm(String),
+    /// A flow type (`tcp4`, ...) hashed on other fields than addresses
+    /// and ports (`sdfn`), as ethtool letters.
+    Fields {
+        /// The ethtool flow type.
+        flow: &'static str,
+        /// Its hashed fields.
+        letters: String,
+    },
+    /// The key cannot be read (size 0): the hash cannot be computed.
+    NoKey,
+}
+
+/// `TCP/IPv4` for `tcp4`, and so on.
+fn flow_label(flow: &str) -> String {
+    let (l4, ip) = flow.split_at(flow.len().saturating_sub(1));
+    format!("{}/IPv{ip}", l4.to_uppercase())
+}
+
+impl std::fmt::Display for HashMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HashMismatch::Function(h) => write!(f, "the NIC hashes with {h}, not Toeplitz"),
+            HashMismatch::InputXfrm(x) => write!(
+                f,
+                "the NIC transforms the fields before hashing them ({x}: the source and \
+                 destination are combined, so that both directions of a flow hash alike)"
+            ),
+            HashMismatch::Fields { flow, letters } => {
+                let label = flow_label(flow);
+                match HashFields::from_ethtool_letters(letters) {
+                    Some(HashFields::Addresses) => write!(
+                        f,
+                        "{label} is hashed on addresses only (`{letters}`): every flow between \
+                         two hosts lands on one queue"
+                    ),
+                    _ => write!(
+                        f,
+                        "{label} is hashed on fields `{letters}`, not addresses and ports (`sdfn`)"
+                    ),
+                }
+            }
+            HashMismatch::NoKey => f.write_str("the NIC's RSS key cannot be read"),
+        }
+    }
+}
+
+/// The commands that make a NIC hash as flowlane computes, for
+/// `mismatches` of its interface `iface`, joined with `; `: one `ethtool
+/// -X` for the function and the transformation, one `ethtool -N` per flow
+/// type. `None` when there are none (nothing to do, or only a key that
+/// cannot be read).
+#[must_use]
+pub fn hash_fixes(iface: &str, mismatches: &[HashMismatch]) -> Option<String> {
+    let mut rxfh = Vec::new();
+    let mut flows = Vec::new();
+    for m in mismatches {
+        match m {
+            HashMismatch::Function(_) => rxfh.push("hfunc toeplitz"),
+            HashMismatch::InputXfrm(_) => rxfh.push("xfrm none"),
+            HashMismatch::Fields { flow, .. } if !flows.contains(flow) => flows.push(*flow),
+            HashMismatch::Fields { .. } | HashMismatch::NoKey => {}
+        }
+    }
+    let commands: Vec<String> = (!rxfh.is_empty())
+        .then(|| format!("ethtool -X {iface} {}", rxfh.join(" ")))
+        .into_iter()
+        .chain(
+            flows
+                .iter()
+                .map(|flow| format!("ethtool -N {iface} rx-flow-hash {flow} sdfn")),
+        )
+        .collect();
+    (!commands.is_empty()).then(|| commands.join("; "))
+}
+
+impl RssFacts {
+    /// What makes this NIC's hash of `protocol` flows (IPv4 and IPv6)
+    /// differ from the one flowlane computes, in the order the NIC
+    /// applies them: the function, the input transformation, each flow
+    /// type's fields. Empty when flowlane predicts each flow's queue. What
+    /// the kernel did not report ([`unreported`](Self::unreported)) is
+    /// taken to be as flowlane models it: Toeplitz, no transformation
+    /// (kernels before 6.8 have none), addresses and ports.
+    #[must_use]
+    pub fn mismatches(&self, protocol: Protocol) -> Vec<HashMismatch> {
+        let mut m = Vec::new();
+        if self.key_len == 0 {
+            m.push(HashMismatch::NoKey);
+        }
+        if let Some(h) = self.hash_function.as_deref().filter(|&h| h != "toeplitz") {
+            m.push(HashMismatch::Function(h.to_string()));
+        }
+        if let Some(x) = self
+            .flow_hash
+            .input_xfrm
+            .as_deref()
+            .filter(|&x| x != "none")
+        {
+            m.push(HashMismatch::InputXfrm(x.to_string()));
+        }
+        for (flow, letters) in self.flow_hash.of(protocol) {
+            let Some(letters) = letters else { continue };
+            if HashFields::from_ethtool_letters(letters) != Some(HashFields::AddressesAndPorts) {
+                m.push(HashMismatch::Fields {
+                    flow,
+                    letters: letters.to_string(),
+                });
+            }
+        }
+        m
+    }
+
+    /// What the kernel did not report of the hash of `protocol` flows, in
+    /// words (`hash function`, `input transformation (...)`, `tcp6 fields`),
+    /// which [`mismatches`](Self::mismatches) takes to be as flowlane
+    /// models it.
+    #[must_use]
+    pub fn unreported(&self, protocol: Protocol) -> Vec<String> {
+        let mut u = Vec::new();
+        if self.hash_function.is_none() {
+            u.push("hash function".to_string());
+        }
+        if self.flow_hash.input_xfrm.is_none() {
+            u.push("input transformation (none before Linux 6.8)".to_string());
+        }
+        for (flow, letters) in self.flow_hash.of(protocol) {
+            if letters.is_none() {
+                u.push(format!("{flow} fields"));
+            }
+        }
+        u
+    }
+}
+
+/// The `ethtool -X IF xfrm` name of an `RXH_XFRM_*` bit set
+/// (`ethtool_rxfh.input_xfrm`, include/uapi/linux/ethtool.h): `none` for
+/// 0, `symmetric-xor` (`RXH_XFRM_SYM_XOR`), `symmetric-or-xor`
+/// (`RXH_XFRM_SYM_OR_XOR`, 6.15+), `bit N` for a bit this model does not
+/// know; several joined with `+`.
+#[must_use]
+pub fn xfrm_name(bits: u32) -> String {
+    if bits == 0 {
+        return "none".into();
+    }
+    (0..32)
+        .filter(|b| bits & (1 << b) != 0)
+        .map(|b| match b {
+            0 => "symmetric-xor".to_string(),
+            1 => "symmetric-or-xor".to_string(),
+            b => format!("bit {b}"),
+        })
+        .collect::<Vec<_>>()
+        .join("+")
 }
 
 /// The ethtool `rx-flow-hash` letters of an `RXH_*` bit set
@@ -544,7 +734,7 @@ mod tests {
             ..XdpFacts::default()
         });
         assert_eq!(n.xsk_mode(), Some(XskMode::ZeroCopy));
-        assert!(!n.predictable_tcp4(), "no RSS");
+        assert!(!n.predictable(Protocol::Tcp), "no RSS");
         n.rss = Some(RssFacts {
             key_len: 40,
             table_size: 128,
@@ -554,8 +744,80 @@ mod tests {
                 ..FlowHash::default()
             },
         });
-        assert!(n.predictable_tcp4());
+        assert!(n.predictable(Protocol::Tcp));
         n.rss.as_mut().unwrap().hash_function = Some("xor".into());
-        assert!(!n.predictable_tcp4());
+        assert!(!n.predictable(Protocol::Tcp));
+    }
+
+    fn toeplitz(tcp4: &str, tcp6: &str, xfrm: Option<&str>) -> RssFacts {
+        RssFacts {
+            key_len: 40,
+            table_size: 128,
+            hash_function: Some("toeplitz".into()),
+            flow_hash: FlowHash {
+                input_xfrm: xfrm.map(str::to_string),
+                tcp4: Some(tcp4.into()),
+                tcp6: Some(tcp6.into()),
+                udp4: Some("sd".into()),
+                udp6: None,
+            },
+        }
+    }
+
+    /// The model hashes addresses and ports of every flow as they are: a
+    /// NIC hashing TCP on addresses only (either IP version), or
+    /// transforming the fields first, is not predicted, and is told what
+    /// to change.
+    #[test]
+    fn only_the_hash_flowlane_computes_is_predictable() {
+        let mut n = nic();
+        n.rss = Some(toeplitz("sd", "sdfn", Some("none")));
+        assert!(!n.predictable(Protocol::Tcp), "tcp4 on addresses only");
+        n.rss = Some(toeplitz("sdfn", "sd", Some("none")));
+        assert!(!n.predictable(Protocol::Tcp), "tcp6 on addresses only");
+        let r = toeplitz("sdfn", "sdfn", Some("symmetric-xor"));
+        assert_eq!(
+            r.mismatches(Protocol::Tcp),
+            [HashMismatch::InputXfrm("symmetric-xor".into())]
+        );
+        n.rss = Some(r);
+        assert!(!n.predictable(Protocol::Tcp), "symmetric-xor");
+        n.rss = Some(toeplitz("sdfn", "sdfn", Some("none")));
+        assert!(n.predictable(Protocol::Tcp));
+        assert!(!n.predictable(Protocol::Udp), "udp4 on addresses only");
+        // A kernel before 6.8 does not say; it has no transformation.
+        n.rss = Some(toeplitz("sdfn", "sdfn", None));
+        assert!(n.predictable(Protocol::Tcp));
+        let r = n.rss.as_ref().unwrap();
+        let xfrm = "input transformation (none before Linux 6.8)";
+        assert_eq!(r.unreported(Protocol::Tcp), [xfrm]);
+        assert_eq!(r.unreported(Protocol::Udp), [xfrm, "udp6 fields"]);
+        n.rss.as_mut().unwrap().key_len = 0;
+        assert!(!n.predictable(Protocol::Tcp), "no key to hash with");
+
+        let mut all = toeplitz("sd", "sdfnm", Some("symmetric-or-xor"));
+        all.hash_function = Some("xor".into());
+        let m = all.mismatches(Protocol::Tcp);
+        assert_eq!(
+            hash_fixes("eth0", &m).as_deref(),
+            Some(
+                "ethtool -X eth0 hfunc toeplitz xfrm none; ethtool -N eth0 rx-flow-hash tcp4 \
+                 sdfn; ethtool -N eth0 rx-flow-hash tcp6 sdfn"
+            )
+        );
+        assert_eq!(
+            m[2].to_string(),
+            "TCP/IPv4 is hashed on addresses only (`sd`): every flow between two hosts lands \
+             on one queue"
+        );
+        assert_eq!(
+            m[3].to_string(),
+            "TCP/IPv6 is hashed on fields `sdfnm`, not addresses and ports (`sdfn`)"
+        );
+        assert_eq!(hash_fixes("eth0", &[HashMismatch::NoKey]), None);
+        assert_eq!(xfrm_name(0), "none");
+        assert_eq!(xfrm_name(1), "symmetric-xor");
+        assert_eq!(xfrm_name(2), "symmetric-or-xor");
+        assert_eq!(xfrm_name(0x81), "symmetric-xor+bit 7");
     }
 }

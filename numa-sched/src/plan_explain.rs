@@ -6,9 +6,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::nic_caps::{NicCaps, XdpFeature, XskFeature, XskMode};
+use crate::indirection::IndirectionTable;
+use crate::nic_caps::{hash_fixes, HashMismatch, NicCaps, XdpFeature, XskFeature, XskMode};
 use crate::placement::plan_placement;
-use crate::toeplitz::HashFields;
+use crate::toeplitz::Protocol;
 use crate::topology::Topology;
 
 /// Who carries out a part of the plan.
@@ -138,73 +139,126 @@ fn rss_hash(caps: &NicCaps) -> PlanPart {
             None,
         );
     };
-    let func = rss.hash_function.as_deref().unwrap_or("unknown");
-    if func != "toeplitz" && rss.hash_function.is_some() {
+    let tcp = rss.mismatches(Protocol::Tcp);
+    let udp = rss.mismatches(Protocol::Udp);
+    let all: Vec<HashMismatch> = tcp
+        .iter()
+        .cloned()
+        .chain(udp.iter().filter(|m| !tcp.contains(m)).cloned())
+        .collect();
+    let said = |m: &[HashMismatch]| {
+        m.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let func = rss.hash_function.as_deref().unwrap_or("Toeplitz");
+    if !tcp.is_empty() {
         return part(
             "rss-hash",
             DoneBy::Hardware,
-            format!("{func} hash in the NIC"),
             format!(
-                "flowlane predicts queues with Toeplitz only: hints and the choice of \
-                 source ports cannot match a {func} hash"
+                "{} hash in the NIC, {}-byte key: {}",
+                if func == "toeplitz" { "Toeplitz" } else { func },
+                rss.key_len,
+                said(&tcp)
             ),
-            Some(format!("ethtool -X {iface} hfunc toeplitz")),
+            "flowlane's model (Toeplitz over addresses and ports as they are) cannot predict \
+             this NIC's queues: no hints, no choice of source ports, and a TCP service reading \
+             this NIC's RSS does not model it (a passive one serves without buckets or moves, \
+             an active one refuses to start)",
+            hash_fixes(iface, &all),
         );
     }
-    let tcp4 = rss.flow_hash.tcp4.as_deref();
-    match tcp4.map(HashFields::from_ethtool_letters) {
-        Some(Some(HashFields::Addresses)) => part(
-            "rss-hash",
-            DoneBy::Hardware,
-            format!(
-                "Toeplitz over addresses only for TCP/IPv4, {}-byte key",
-                rss.key_len
-            ),
-            "every flow between two hosts lands on one queue: one worker serves them all",
-            Some(format!("ethtool -N {iface} rx-flow-hash tcp4 sdfn")),
-        ),
-        Some(None) => part(
-            "rss-hash",
-            DoneBy::Hardware,
-            format!("Toeplitz over fields `{}` for TCP/IPv4", tcp4.unwrap_or("")),
-            "flowlane's hints model addresses or addresses and ports only: they cannot \
-             predict this NIC's queue",
-            Some(format!("ethtool -N {iface} rx-flow-hash tcp4 sdfn")),
-        ),
-        _ => part(
-            "rss-hash",
-            DoneBy::Hardware,
-            format!(
-                "Toeplitz over addresses and ports, {}-byte key{}",
-                rss.key_len,
-                if tcp4.is_none() {
-                    " (hashed fields not reported: assumed)"
-                } else {
-                    ""
-                }
-            ),
-            "the NIC hashes every frame; flowlane computes the same hash bit for bit to \
-             predict each flow's queue (hints, source ports of outgoing connections)",
-            None,
-        ),
+    let mut unreported = rss.unreported(Protocol::Tcp);
+    for u in rss.unreported(Protocol::Udp) {
+        if !unreported.contains(&u) {
+            unreported.push(u);
+        }
     }
+    let udp_why = if udp.is_empty() {
+        String::new()
+    } else {
+        format!(
+            ", not a UDP flow's: {}; UDP hints name the wrong queue",
+            said(&udp)
+        )
+    };
+    part(
+        "rss-hash",
+        DoneBy::Hardware,
+        format!(
+            "Toeplitz over addresses and ports, {}-byte key{}",
+            rss.key_len,
+            if unreported.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; not reported, assumed as flowlane hashes: {}",
+                    unreported.join(", ")
+                )
+            }
+        ),
+        format!(
+            "the NIC hashes every frame; flowlane computes the same hash bit for bit to predict \
+             each TCP{} flow's queue (hints, source ports of outgoing connections){udp_why}",
+            if udp.is_empty() { " and UDP" } else { "" }
+        ),
+        hash_fixes(iface, &udp),
+    )
 }
 
 fn indirection(caps: &NicCaps, wanted: Wanted) -> PlanPart {
-    let queues = wanted.workers.min(caps.max_rx_queues()).max(1);
+    let max = caps.max_rx_queues();
+    let queues = wanted.workers.min(max).max(1);
+    // Buckets do not move while some workers have no queue of their own
+    // (`TcpService::move_bucket`).
+    let spill = (wanted.workers > max).then(|| {
+        format!(
+            "buckets do not move while {} workers share {max} queue(s) (software spill)",
+            wanted.workers
+        )
+    });
     match &caps.rss {
-        Some(r) if r.table_size > 0 => part(
-            "indirection-table",
-            DoneBy::Hardware,
-            format!(
-                "{} entries over {queues} queue(s), {} bucket(s) each",
-                r.table_size,
+        Some(r) if r.table_size > 0 => {
+            let iface = &caps.iface;
+            let size = r.table_size as usize;
+            let what = format!(
+                "{size} entries over {queues} queue(s), {} bucket(s) each",
                 r.table_size / queues
-            ),
-            "rebalancing moves a bucket by rewriting its entry (ethtool RSS_SET or \
-             SIOCETHTOOL), the NIC steers its next frame to the new queue",
-            None,
-        ),
+            );
+            // The model's own check (what a TCP service refuses at start),
+            // on a table no larger than the model takes.
+            if size > IndirectionTable::MAX_SIZE || IndirectionTable::new(vec![0; size]).is_err() {
+                return part(
+                    "indirection-table",
+                    DoneBy::Refused,
+                    format!("{what}: {size} is not a power of two"),
+                    format!(
+                        "flowlane's model of RSS cannot say which entry a flow hashes to in a \
+                         table of this size: TCP services on {iface} neither keep connections \
+                         per bucket nor move buckets"
+                    ),
+                    Some(format!(
+                        "give {iface} a power-of-two table: change its channels (`ethtool -L \
+                         {iface} combined N`, on drivers that size the table by them) and check \
+                         with `ethtool -x {iface}`"
+                    )),
+                );
+            }
+            let why = if let Some(spill) = spill {
+                format!("the NIC steers each bucket to its queue; {spill}")
+            } else if !caps.predictable(Protocol::Tcp) {
+                "the NIC steers each bucket to its queue; flowlane cannot predict which bucket a \
+                 flow hashes to (see rss-hash), so TCP services do not move buckets"
+                    .to_string()
+            } else {
+                "rebalancing moves a bucket by rewriting its entry (ethtool RSS_SET or \
+                 SIOCETHTOOL), the NIC steers its next frame to the new queue"
+                    .to_string()
+            };
+            part("indirection-table", DoneBy::Hardware, what, why, None)
+        }
         _ => part(
             "indirection-table",
             DoneBy::Flowlane,
@@ -217,12 +271,16 @@ fn indirection(caps: &NicCaps, wanted: Wanted) -> PlanPart {
                     ""
                 }
             ),
-            if is_veth(caps) {
-                "veth has no table; the bed's emulated NIC holds one and takes the same \
-                 rewrites as a real NIC's"
-            } else {
-                "the NIC has no programmable table: flowlane cannot steer buckets in the \
-                 NIC, so moves between queues are not possible"
+            match (is_veth(caps), spill) {
+                (true, None) => "veth has no table; the bed's emulated NIC holds one and takes \
+                                 the same rewrites as a real NIC's"
+                    .to_string(),
+                (true, Some(spill)) => {
+                    format!("veth has no table; the bed's emulated NIC holds one, but {spill}")
+                }
+                (false, _) => "the NIC has no programmable table: flowlane cannot steer \
+                               buckets in the NIC, so moves between queues are not possible"
+                    .to_string(),
             },
             None,
         ),
@@ -719,9 +777,24 @@ mod tests {
             }],
             ..plain.clone()
         };
+        let symmetric = {
+            let mut n = rss("sdfn", "toeplitz");
+            let r = n.rss.as_mut().unwrap();
+            r.flow_hash.input_xfrm = Some("symmetric-xor".into());
+            r.flow_hash.udp4 = Some("sd".into());
+            r.table_size = 192;
+            n
+        };
+        let udp_sd = {
+            let mut n = rss("sdfn", "toeplitz");
+            n.rss.as_mut().unwrap().flow_hash.udp6 = Some("sd".into());
+            n
+        };
         let nics = [
             plain.clone(),
             veth,
+            symmetric,
+            udp_sd,
             rss("sdfn", "toeplitz"),
             rss("sd", "toeplitz"),
             rss("sdt", "toeplitz"),
@@ -928,6 +1001,139 @@ mod tests {
         );
         caps.rss.as_mut().unwrap().hash_function = Some("xor".into());
         let h = find(&explain(&caps, w), "rss-hash").clone();
-        assert_eq!(h.action.as_deref(), Some("ethtool -X eth2 hfunc toeplitz"));
+        assert_eq!(
+            h.action.as_deref(),
+            Some("ethtool -X eth2 hfunc toeplitz; ethtool -N eth2 rx-flow-hash tcp4 sdfn"),
+            "everything that differs, in one line"
+        );
+    }
+
+    fn toeplitz_nic(xfrm: Option<&str>, tcp6: &str, udp4: &str) -> NicCaps {
+        NicCaps {
+            iface: "eth0".into(),
+            rx_queues: 4,
+            tx_queues: 4,
+            rss: Some(RssFacts {
+                key_len: 40,
+                table_size: 128,
+                hash_function: Some("toeplitz".into()),
+                flow_hash: FlowHash {
+                    input_xfrm: xfrm.map(str::to_string),
+                    tcp4: Some("sdfn".into()),
+                    tcp6: Some(tcp6.into()),
+                    udp4: Some(udp4.into()),
+                    udp6: Some("sdfn".into()),
+                },
+            }),
+            ..NicCaps::default()
+        }
+    }
+
+    /// A NIC that transforms the fields before hashing, or hashes TCP/IPv6
+    /// on addresses only, is not one whose hash flowlane computes "bit for
+    /// bit": the part says what differs and what to change.
+    #[test]
+    fn a_hash_the_model_does_not_compute_is_not_called_predictable() {
+        let w = Wanted {
+            workers: 4,
+            table_size: 128,
+        };
+        let h = find(
+            &explain(&toeplitz_nic(Some("symmetric-xor"), "sdfn", "sdfn"), w),
+            "rss-hash",
+        )
+        .clone();
+        assert!(!h.why.contains("bit for bit"), "{h:?}");
+        assert!(h.what.contains("symmetric-xor"), "{h:?}");
+        assert_eq!(h.action.as_deref(), Some("ethtool -X eth0 xfrm none"));
+        let h = find(
+            &explain(&toeplitz_nic(Some("none"), "sd", "sdfn"), w),
+            "rss-hash",
+        )
+        .clone();
+        assert!(!h.why.contains("bit for bit"), "{h:?}");
+        assert!(
+            h.what.contains("TCP/IPv6 is hashed on addresses only"),
+            "{h:?}"
+        );
+        assert_eq!(
+            h.action.as_deref(),
+            Some("ethtool -N eth0 rx-flow-hash tcp6 sdfn")
+        );
+        // TCP as modelled, UDP/IPv4 not: TCP predicted, UDP hints said wrong.
+        let h = find(
+            &explain(&toeplitz_nic(Some("none"), "sdfn", "sd"), w),
+            "rss-hash",
+        )
+        .clone();
+        assert!(
+            h.why.contains(
+                "each TCP flow's queue (hints, source ports of outgoing connections), not a UDP \
+                 flow's: UDP/IPv4 is hashed on addresses only"
+            ),
+            "{h:?}"
+        );
+        assert_eq!(
+            h.action.as_deref(),
+            Some("ethtool -N eth0 rx-flow-hash udp4 sdfn")
+        );
+        // All as modelled; a kernel before 6.8 does not say the transformation.
+        let h = find(&explain(&toeplitz_nic(None, "sdfn", "sdfn"), w), "rss-hash").clone();
+        assert!(h.why.contains("each TCP and UDP flow's queue"), "{h:?}");
+        assert!(
+            h.what.ends_with(
+                "; not reported, assumed as flowlane hashes: input transformation (none before \
+                 Linux 6.8)"
+            ),
+            "{h:?}"
+        );
+        assert_eq!(h.action, None);
+    }
+
+    /// The table part promises moves only where a service makes them: not
+    /// while workers outnumber the queues (software spill), not for a table
+    /// the model cannot take (refused at start), not for a hash it cannot
+    /// predict.
+    #[test]
+    fn the_table_promises_no_moves_that_are_refused() {
+        let w = |workers| Wanted {
+            workers,
+            table_size: 128,
+        };
+        let nic = toeplitz_nic(Some("none"), "sdfn", "sdfn");
+        let t = find(&explain(&nic, w(4)), "indirection-table").clone();
+        assert!(t.why.contains("rewriting its entry"), "{t:?}");
+        let t = find(&explain(&nic, w(6)), "indirection-table").clone();
+        assert_eq!(t.done_by, DoneBy::Hardware);
+        assert!(!t.why.contains("rewriting"), "{t:?}");
+        assert!(
+            t.why
+                .contains("buckets do not move while 6 workers share 4 queue(s)"),
+            "{t:?}"
+        );
+        let mut odd = nic;
+        odd.rss.as_mut().unwrap().table_size = 192;
+        let t = find(&explain(&odd, w(4)), "indirection-table").clone();
+        assert_eq!(t.done_by, DoneBy::Refused, "{t:?}");
+        assert!(t.what.contains("192 is not a power of two"), "{t:?}");
+        odd.rss.as_mut().unwrap().table_size = u32::MAX;
+        let t = find(&explain(&odd, w(4)), "indirection-table").clone();
+        assert_eq!(t.done_by, DoneBy::Refused, "too large for the model");
+        let t = find(
+            &explain(&toeplitz_nic(Some("symmetric-xor"), "sdfn", "sdfn"), w(4)),
+            "indirection-table",
+        )
+        .clone();
+        assert!(!t.why.contains("rewriting"), "{t:?}");
+        let bed = NicCaps {
+            iface: "xsk0".into(),
+            driver: Some("veth".into()),
+            rx_queues: 2,
+            tx_queues: 2,
+            ..NicCaps::default()
+        };
+        let t = find(&explain(&bed, w(3)), "indirection-table").clone();
+        assert!(!t.why.contains("takes the same rewrites"), "{t:?}");
+        assert!(t.why.contains("software spill"), "{t:?}");
     }
 }

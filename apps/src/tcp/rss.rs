@@ -2,14 +2,18 @@
 //! ports by it, every service keeps its connections per RSS bucket with
 //! it, and buckets move through its writer. It comes from
 //! `--rss-key/--rss-table` (or `--bed`), else from the NIC; a table the
-//! model cannot take is told in one line that names the interface and
-//! what to do, and the writer checks the NIC's table against the
-//! service's own bucket count before each move.
+//! model cannot take, or a NIC that does not hash TCP as the model does
+//! (Toeplitz over addresses and ports, no input transformation), is told
+//! in one line that names the interface and what to do, and the writer
+//! checks the NIC's table against the service's own bucket count before
+//! each move.
 
 use anyhow::{anyhow, Result};
 use flowlane_dataplane::tcp_service::rss_state;
 use flowlane_dataplane::NicWriter;
-use flowlane_numa_sched::nic::RssSettings;
+use flowlane_numa_sched::nic::NicRss;
+use flowlane_numa_sched::nic_caps::{hash_fixes, HashMismatch};
+use flowlane_numa_sched::toeplitz::Protocol;
 use flowlane_numa_sched::RssState;
 
 use super::Common;
@@ -19,8 +23,8 @@ use super::Common;
 /// `--rebalance` moves buckets through.
 #[derive(Debug, Clone, Copy)]
 pub struct NicAccess {
-    /// The NIC's key and table, if it can be read.
-    pub read: fn(&str) -> Option<RssSettings>,
+    /// The NIC's key and table, with how it hashes, if they can be read.
+    pub read: fn(&str) -> Option<NicRss>,
     /// The writer of the named NIC's table, for a service whose RSS model
     /// has this many buckets (None: the service has no model of it): a
     /// move's write is refused, nothing written, when the NIC's table is
@@ -32,18 +36,51 @@ pub struct NicAccess {
 /// The RSS of `c.iface` as an `RssState` for `queues` queues: as the
 /// flags give it, else as read from the NIC; None when neither says.
 ///
+/// A NIC whose TCP hash is not the one the model computes (another
+/// function than Toeplitz, an input transformation such as
+/// `symmetric-xor`, TCP/IPv4 or TCP/IPv6 hashed on other fields than
+/// addresses and ports) is not modelled: every bucket, hint and source
+/// port would be wrong without a word. The caller decides what a service
+/// does then (a passive one serves without buckets and moves, an active
+/// one, whose replies would reach other cores, does not start).
+///
 /// # Errors
-/// `--rss-key` without `--rss-table` (or the other way round), or an RSS
-/// the model cannot take, in one line ([`unmodelled`]).
+/// `--rss-key` without `--rss-table` (or the other way round), a NIC that
+/// does not hash TCP as the model does ([`unpredictable`]), or an RSS the
+/// model cannot take ([`unmodelled`]), in one line.
 pub(super) fn rss(c: &Common, queues: u32, nic: NicAccess) -> Result<Option<RssState>> {
     let given = c.data_path.rss_settings()?;
     let from_flags = given.is_some();
-    let Some(s) = given.or_else(|| (nic.read)(&c.iface)) else {
-        return Ok(None);
+    let s = match given {
+        Some(s) => s,
+        None => {
+            let Some(read) = (nic.read)(&c.iface) else {
+                return Ok(None);
+            };
+            let mismatches = read.facts.mismatches(Protocol::Tcp);
+            if !mismatches.is_empty() {
+                return Err(anyhow!(unpredictable(&c.iface, &mismatches)));
+            }
+            read.settings
+        }
     };
     rss_state(&s.key, &s.table, queues)
         .map(Some)
         .map_err(|e| anyhow!(unmodelled(&c.iface, from_flags, &e)))
+}
+
+/// How the TCP hash of `iface` differs from the model's (`mismatches`, not
+/// empty), and the commands that make it the same, in one line.
+fn unpredictable(iface: &str, mismatches: &[HashMismatch]) -> String {
+    let said: Vec<String> = mismatches.iter().map(ToString::to_string).collect();
+    format!(
+        "{iface}'s RSS does not hash TCP as flowlane's model of it does (Toeplitz over addresses \
+         and ports as they are): {}; flowlane cannot predict which queue a flow reaches{}",
+        said.join("; "),
+        hash_fixes(iface, mismatches)
+            .map(|fix| format!(": run `{fix}`"))
+            .unwrap_or_default()
+    )
 }
 
 /// What is wrong with the RSS of `iface` that the model refused (`e`),
@@ -87,6 +124,8 @@ pub(super) fn writer(c: &Common, rss: Option<&RssState>, nic: NicAccess) -> Resu
 mod tests {
     use super::*;
     use clap::Parser;
+    use flowlane_numa_sched::nic::RssSettings;
+    use flowlane_numa_sched::nic_caps::{FlowHash, RssFacts};
     use std::sync::Mutex;
 
     #[derive(Parser)]
@@ -106,10 +145,17 @@ mod tests {
     /// given by the flags, naming the flag.
     #[test]
     fn a_table_the_model_cannot_take_is_refused_in_one_line_that_says_what_to_do() {
-        fn read_192(_: &str) -> Option<RssSettings> {
-            Some(RssSettings {
-                key: vec![0x6d; 40],
-                table: (0..192).map(|i| i % 4).collect(),
+        fn read_192(_: &str) -> Option<NicRss> {
+            Some(NicRss {
+                settings: RssSettings {
+                    key: vec![0x6d; 40],
+                    table: (0..192).map(|i| i % 4).collect(),
+                },
+                facts: RssFacts {
+                    key_len: 40,
+                    table_size: 192,
+                    ..RssFacts::default()
+                },
             })
         }
         let nic = NicAccess {
@@ -170,5 +216,76 @@ mod tests {
         writer(&c, model.as_ref(), nic).unwrap();
         writer(&c, None, nic).unwrap();
         assert_eq!(*MADE_FOR.lock().unwrap(), [Some(8), None]);
+    }
+
+    /// A NIC read with `hashing` for its TCP flows: Toeplitz, a 40-byte
+    /// key, an 8-entry table over two queues.
+    fn nic_hashing(tcp6: &'static str, xfrm: &'static str) -> NicRss {
+        NicRss {
+            settings: RssSettings {
+                key: vec![0x6d; 40],
+                table: vec![0, 1, 0, 1, 0, 1, 0, 1],
+            },
+            facts: RssFacts {
+                key_len: 40,
+                table_size: 8,
+                hash_function: Some("toeplitz".into()),
+                flow_hash: FlowHash {
+                    input_xfrm: Some(xfrm.into()),
+                    tcp4: Some("sdfn".into()),
+                    tcp6: Some(tcp6.into()),
+                    // UDP is not the TCP services' concern.
+                    udp4: Some("sd".into()),
+                    udp6: Some("sd".into()),
+                },
+            },
+        }
+    }
+
+    /// A NIC that does not hash TCP as the model does (here with
+    /// `symmetric-xor`, or TCP/IPv6 on addresses only) is not modelled,
+    /// in one line that names the interface, what differs and the
+    /// commands that make it the same; one that does is.
+    #[test]
+    fn a_nic_that_hashes_tcp_otherwise_than_the_model_is_not_modelled() {
+        let symmetric = NicAccess {
+            read: |_| Some(nic_hashing("sdfn", "symmetric-xor")),
+            writer: |_, _| unreachable!("no writer here"),
+        };
+        let c = common(&["--iface", "eth3"]);
+        let e = format!("{:#}", rss(&c, 2, symmetric).unwrap_err());
+        assert_eq!(
+            e,
+            "eth3's RSS does not hash TCP as flowlane's model of it does (Toeplitz over \
+             addresses and ports as they are): the NIC transforms the fields before hashing them \
+             (symmetric-xor: the source and destination are combined, so that both directions \
+             of a flow hash alike); flowlane cannot predict which queue a flow reaches: run \
+             `ethtool -X eth3 xfrm none`"
+        );
+        assert!(!e.contains('\n'));
+        let tcp6_sd = NicAccess {
+            read: |_| Some(nic_hashing("sd", "none")),
+            ..symmetric
+        };
+        let e = format!("{:#}", rss(&c, 2, tcp6_sd).unwrap_err());
+        assert!(
+            e.ends_with("run `ethtool -N eth3 rx-flow-hash tcp6 sdfn`"),
+            "{e}"
+        );
+        let modelled = NicAccess {
+            read: |_| Some(nic_hashing("sdfn", "none")),
+            ..symmetric
+        };
+        let r = rss(&c, 2, modelled).unwrap().expect("modelled");
+        assert_eq!(r.table().size(), 8);
+        // The flags say the RSS: the NIC is not read (the test bed's
+        // emulated NIC hashes as the model does).
+        let key = vec!["6d"; 40].join(":");
+        let args = ["--iface", "eth3", "--rss-key", &key, "--rss-table", "0,1"];
+        let flags = NicAccess {
+            read: |_| unreachable!("the flags give the RSS"),
+            ..symmetric
+        };
+        assert!(rss(&common(&args), 2, flags).unwrap().is_some());
     }
 }

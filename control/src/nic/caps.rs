@@ -8,7 +8,10 @@
 
 use flowlane_dataplane::control_socket::NicQueueStats;
 use flowlane_dataplane::iface::{self, InterfaceInfo};
-use flowlane_numa_sched::nic_caps::{rxh_letters, FlowHash, NicCaps, QueueIrq, RssFacts};
+use flowlane_numa_sched::nic::NicRss;
+use flowlane_numa_sched::nic_caps::{
+    rxh_letters, xfrm_name, FlowHash, NicCaps, QueueIrq, RssFacts,
+};
 use flowlane_numa_sched::{match_queue_irqs, parse_proc_interrupts};
 use nix::errno::Errno;
 
@@ -127,23 +130,39 @@ fn read_ethtool(g: &Genl, caps: &mut NicCaps) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// RSS sizes and hash function (RSS_GET or the ioctls), hashed fields
-/// (GRXFH).
+/// RSS sizes, hash function and input transformation (RSS_GET or the
+/// ioctls), hashed fields (GRXFH).
 fn read_rss(caps: &mut NicCaps) -> anyhow::Result<()> {
-    let name = caps.iface.clone();
+    caps.rss = rss(&caps.iface)?.map(|r| r.facts);
+    Ok(())
+}
+
+/// `name`'s RSS key and table, with its sizes, hash function, input
+/// transformation (RSS_GET or the ioctls) and hashed fields (GRXFH);
+/// `None` for a device without RSS.
+///
+/// # Errors
+/// A question the kernel refused for another reason than not knowing it.
+pub(crate) fn rss(name: &str) -> anyhow::Result<Option<NicRss>> {
     // No table (the driver answers, the device has no RSS) is no RSS, as
     // for a driver without the operation.
-    let (rss, hfunc) = match EthtoolNic::new(&name).read_with_hfunc() {
+    let (settings, hash) = match EthtoolNic::new(name).read_with_hash() {
         Ok((s, h, _)) => (s, h),
-        Err(NicError::NoRss { .. } | NicError::NoTable { .. }) => return Ok(()),
+        Err(NicError::NoRss { .. } | NicError::NoTable { .. }) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
-    let mut flow_hash = FlowHash::default();
+    let release = nix::sys::utsname::uname()
+        .map(|u| u.release().to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut flow_hash = FlowHash {
+        input_xfrm: input_xfrm(hash.input_xfrm, &release),
+        ..FlowHash::default()
+    };
     for (flow_type, label) in FLOW_TYPES {
         let fields = optional(
-            ioctl::flow_hash(&name, flow_type),
+            ioctl::flow_hash(name, flow_type),
             &format!("the hashed fields of {label} (GRXFH)"),
-            &name,
+            name,
         )?;
         let slot = match label {
             "tcp4" => &mut flow_hash.tcp4,
@@ -153,13 +172,27 @@ fn read_rss(caps: &mut NicCaps) -> anyhow::Result<()> {
         };
         *slot = fields.map(rxh_letters);
     }
-    caps.rss = Some(RssFacts {
-        key_len: rss.key.len() as u32,
-        table_size: rss.table.len() as u32,
-        hash_function: hfunc.map(hash_function_name),
+    let facts = RssFacts {
+        key_len: settings.key.len() as u32,
+        table_size: settings.table.len() as u32,
+        hash_function: hash.hfunc.map(hash_function_name),
         flow_hash,
-    });
-    Ok(())
+    };
+    Ok(Some(NicRss { settings, facts }))
+}
+
+/// The input transformation of `bits` (`RXH_XFRM_*`) read on a kernel of
+/// `release` (`uname -r`): a transformation is named; none is `none` from
+/// Linux 6.8, which added the field, and unknown before (the ioctl's byte
+/// was reserved, the attribute absent: such a kernel cannot set one), or
+/// when the release cannot be read.
+fn input_xfrm(bits: u32, release: &str) -> Option<String> {
+    let mut numbers = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>().ok());
+    let version = (numbers.next().flatten(), numbers.next().flatten());
+    let knows = matches!(version, (Some(major), Some(minor)) if (major, minor) >= (6, 8));
+    (bits != 0 || knows).then(|| xfrm_name(bits))
 }
 
 /// Each queue's own counters (netdev `qstats-get`): `None` when the kernel
@@ -223,5 +256,17 @@ mod tests {
         assert_eq!(hash_function_name(2), "xor");
         assert_eq!(hash_function_name(4), "crc32");
         assert_eq!(hash_function_name(8), "function bit 3");
+    }
+
+    #[test]
+    fn the_input_transformation_is_unknown_before_6_8() {
+        assert_eq!(input_xfrm(0, "6.8.0-31-generic").as_deref(), Some("none"));
+        assert_eq!(input_xfrm(0, "6.18.2").as_deref(), Some("none"));
+        assert_eq!(input_xfrm(0, "7.0").as_deref(), Some("none"));
+        assert_eq!(input_xfrm(0, "6.7.12"), None, "a reserved byte");
+        assert_eq!(input_xfrm(0, "5.15.0-105-generic"), None);
+        assert_eq!(input_xfrm(0, ""), None, "release unknown");
+        assert_eq!(input_xfrm(1, "6.12.1").as_deref(), Some("symmetric-xor"));
+        assert_eq!(input_xfrm(2, "").as_deref(), Some("symmetric-or-xor"));
     }
 }

@@ -7,12 +7,23 @@
 
 use std::sync::OnceLock;
 
-use flowlane_numa_sched::nic::{RssCaps, RssNic, RssSettings, ServiceTable};
+use flowlane_numa_sched::nic::{NicRss, RssCaps, RssNic, RssSettings, ServiceTable};
 
 use super::error::{falls_back, first_choice, Cause, Mechanism, NicError, Op};
 use super::genl_rss::{RssMessage, FAMILY_NAME, MSG_RSS_GET, MSG_RSS_SET};
 use super::ioctl;
 use super::netlink::Genl;
+
+/// How a NIC hashes, as its RSS read says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RssHash {
+    /// The hash function in force (`ETH_RSS_HASH_*` bits), where the
+    /// driver says.
+    pub(crate) hfunc: Option<u32>,
+    /// The input transformation in force (`RXH_XFRM_*` bits): 0 for none,
+    /// and on kernels before 6.8, which have none and say nothing.
+    pub(crate) input_xfrm: u32,
+}
 
 /// A NIC driven through the kernel's ethtool interfaces.
 #[derive(Debug)]
@@ -52,17 +63,15 @@ impl EthtoolNic {
     /// # Errors
     /// In the user's terms ([`NicError`]).
     pub(crate) fn read(&self) -> Result<(RssSettings, Mechanism), NicError> {
-        self.read_with_hfunc().map(|(s, _, m)| (s, m))
+        self.read_with_hash().map(|(s, _, m)| (s, m))
     }
 
-    /// As [`read`](Self::read), with the hash function in force
-    /// (`ETH_RSS_HASH_*` bits) where the driver says.
+    /// As [`read`](Self::read), with how the NIC hashes: the hash
+    /// function and the input transformation in force.
     ///
     /// # Errors
     /// In the user's terms ([`NicError`]).
-    pub(crate) fn read_with_hfunc(
-        &self,
-    ) -> Result<(RssSettings, Option<u32>, Mechanism), NicError> {
+    pub(crate) fn read_with_hash(&self) -> Result<(RssSettings, RssHash, Mechanism), NicError> {
         let genl = self.genl();
         let mut netlink_said = None;
         if let (Some(g), Mechanism::Netlink) =
@@ -70,8 +79,8 @@ impl EthtoolNic {
         {
             match g.request(RssMessage::get(&self.ifname), false) {
                 Ok(Some(reply)) => {
-                    let (s, hfunc) = self.settings_of_reply(reply)?;
-                    return Ok((s, hfunc, Mechanism::Netlink));
+                    let (s, hash) = self.settings_of_reply(reply)?;
+                    return Ok((s, hash, Mechanism::Netlink));
                 }
                 Ok(None) => {
                     return Err(self.err(Op::Read, Cause::Malformed("no RSS_GET reply".into())))
@@ -82,17 +91,24 @@ impl EthtoolNic {
         }
         let (table, key, h) = ioctl::get_rss(&self.ifname)
             .map_err(|e| self.err(Op::Read, with_detail(e, netlink_said)))?;
-        let hfunc = (h.hfunc != 0).then_some(u32::from(h.hfunc));
-        Ok((self.settings(table, key)?, hfunc, Mechanism::Ioctl))
+        let hash = RssHash {
+            hfunc: (h.hfunc != 0).then_some(u32::from(h.hfunc)),
+            input_xfrm: u32::from(h.input_xfrm),
+        };
+        Ok((self.settings(table, key)?, hash, Mechanism::Ioctl))
     }
 
-    /// The settings and hash function of an `RSS_GET_REPLY`.
-    fn settings_of_reply(&self, reply: RssMessage) -> Result<(RssSettings, Option<u32>), NicError> {
-        let hfunc = reply.hfunc();
+    /// The settings, hash function and input transformation of an
+    /// `RSS_GET_REPLY`.
+    fn settings_of_reply(&self, reply: RssMessage) -> Result<(RssSettings, RssHash), NicError> {
+        let hash = RssHash {
+            hfunc: reply.hfunc(),
+            input_xfrm: reply.input_xfrm(),
+        };
         let (table, key) = reply
             .into_table_and_key()
             .map_err(|e| self.err(Op::Read, Cause::Malformed(e.to_string())))?;
-        Ok((self.settings(table, key)?, hfunc))
+        Ok((self.settings(table, key)?, hash))
     }
 
     /// The settings read, or [`NicError::NoTable`] when there is no table:
@@ -277,19 +293,19 @@ impl RssNic for EthtoolNic {
     }
 }
 
-/// The RSS settings of `iface`, if they can be read and modelled (for the
-/// TCP services: active opens pick ports by the NIC's RSS, and every
-/// service keeps its connections per bucket): `None`, RSS unknown, for a
-/// NIC without RSS, without a table ([`NicError::NoTable`]) or without a
-/// key (the Toeplitz model needs it).
-pub(crate) fn read_rss(iface: &str) -> Option<RssSettings> {
-    modelled(EthtoolNic::new(iface).read().map(|(s, _)| s))
+/// The RSS of `iface`, if it can be read and modelled (for the TCP
+/// services: active opens pick ports by the NIC's RSS, and every service
+/// keeps its connections per bucket), with how the NIC hashes, which the
+/// service checks against its model: `None`, RSS unknown, for a NIC
+/// without RSS, without a table ([`NicError::NoTable`]) or without a key
+/// (the Toeplitz model needs it), or one that cannot be read.
+pub(crate) fn read_rss(iface: &str) -> Option<NicRss> {
+    modelled(super::caps::rss(iface).ok().flatten())
 }
 
 /// What [`read_rss`] makes of a read.
-fn modelled(read: Result<RssSettings, NicError>) -> Option<RssSettings> {
-    read.ok()
-        .filter(|s| !s.table.is_empty() && !s.key.is_empty())
+fn modelled(read: Option<NicRss>) -> Option<NicRss> {
+    read.filter(|r| !r.settings.table.is_empty() && !r.settings.key.is_empty())
 }
 
 /// `iface`'s table as the writer a TCP service moves buckets through,
@@ -342,6 +358,11 @@ mod tests {
             Some(1),
             "the reply names Toeplitz all the same"
         );
+        assert_eq!(
+            reply.input_xfrm(),
+            0,
+            "no INPUT_XFRM attribute: no transformation (6.18 leaves 0 out)"
+        );
         let e = nic.settings_of_reply(reply).unwrap_err();
         assert_eq!(
             e,
@@ -349,7 +370,6 @@ mod tests {
                 iface: "eth0".into()
             }
         );
-        assert_eq!(modelled(Err(e)), None, "the services' RSS unknown");
         let e = nic
             .caps_of(&RssSettings {
                 key: vec![0; 40],
@@ -363,12 +383,15 @@ mod tests {
     /// be modelled either: the services' Toeplitz needs the key.
     #[test]
     fn the_services_get_settings_only_with_a_table_and_a_key() {
-        let s = |key: Vec<u8>| RssSettings {
-            key,
-            table: vec![0, 1, 0, 1],
+        let s = |key: Vec<u8>| NicRss {
+            settings: RssSettings {
+                key,
+                table: vec![0, 1, 0, 1],
+            },
+            facts: Default::default(),
         };
-        assert_eq!(modelled(Ok(s(vec![0x6d; 40]))), Some(s(vec![0x6d; 40])));
-        assert_eq!(modelled(Ok(s(Vec::new()))), None);
+        assert_eq!(modelled(Some(s(vec![0x6d; 40]))), Some(s(vec![0x6d; 40])));
+        assert_eq!(modelled(Some(s(Vec::new()))), None);
     }
 
     /// An RSS NIC in memory whose reset the driver refuses.

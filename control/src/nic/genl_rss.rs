@@ -36,11 +36,14 @@ const A_RSS_HFUNC: u16 = 3;
 const A_RSS_INDIR: u16 = 4;
 /// `ETHTOOL_A_RSS_HKEY` (binary: the key).
 const A_RSS_HKEY: u16 = 5;
+/// `ETHTOOL_A_RSS_INPUT_XFRM` (u32, `RXH_XFRM_*` bits; Linux 6.8+, and
+/// left out of a reply when 0: net/ethtool/rss.c, `rss_fill_reply`).
+const A_RSS_INPUT_XFRM: u16 = 6;
 /// `ETHTOOL_A_HEADER_DEV_NAME` (NUL-terminated string).
 pub(crate) const A_HEADER_DEV_NAME: u16 = 2;
 
 /// One attribute of an RSS message; the others a reply may carry
-/// (`INPUT_XFRM`, `START_CONTEXT`, `FLOW_HASH`, later ones) are kept opaque.
+/// (`START_CONTEXT`, `FLOW_HASH`, later ones) are kept opaque.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum RssAttr {
     /// The request header naming the device (`ETHTOOL_A_RSS_HEADER` with
@@ -54,6 +57,8 @@ pub(crate) enum RssAttr {
     Indir(Vec<u32>),
     /// `ETHTOOL_A_RSS_HKEY`: the Toeplitz key.
     Hkey(Vec<u8>),
+    /// `ETHTOOL_A_RSS_INPUT_XFRM`.
+    InputXfrm(u32),
     /// Anything else.
     Other(DefaultNla),
 }
@@ -78,7 +83,7 @@ impl Nla for RssAttr {
     fn value_len(&self) -> usize {
         match self {
             RssAttr::Header(name) => name.as_deref().map_or(0, |n| DevName(n).buffer_len()),
-            RssAttr::Context(_) | RssAttr::Hfunc(_) => 4,
+            RssAttr::Context(_) | RssAttr::Hfunc(_) | RssAttr::InputXfrm(_) => 4,
             RssAttr::Indir(t) => 4 * t.len(),
             RssAttr::Hkey(k) => k.len(),
             RssAttr::Other(nla) => nla.value_len(),
@@ -92,6 +97,7 @@ impl Nla for RssAttr {
             RssAttr::Hfunc(_) => A_RSS_HFUNC,
             RssAttr::Indir(_) => A_RSS_INDIR,
             RssAttr::Hkey(_) => A_RSS_HKEY,
+            RssAttr::InputXfrm(_) => A_RSS_INPUT_XFRM,
             RssAttr::Other(nla) => nla.kind(),
         }
     }
@@ -103,7 +109,7 @@ impl Nla for RssAttr {
                     DevName(n).emit(buffer);
                 }
             }
-            RssAttr::Context(v) | RssAttr::Hfunc(v) => {
+            RssAttr::Context(v) | RssAttr::Hfunc(v) | RssAttr::InputXfrm(v) => {
                 emit_u32(buffer, *v).expect("4-byte attribute");
             }
             RssAttr::Indir(t) => {
@@ -147,6 +153,7 @@ impl<'a, T: AsRef<[u8]> + ?Sized> Parseable<NlaBuffer<&'a T>> for RssAttr {
                 )
             }
             A_RSS_HKEY => RssAttr::Hkey(v.to_vec()),
+            A_RSS_INPUT_XFRM => RssAttr::InputXfrm(parse_u32(v)?),
             _ => RssAttr::Other(DefaultNla::parse(buf)?),
         })
     }
@@ -194,6 +201,19 @@ impl RssMessage {
             RssAttr::Hfunc(h) if *h != 0 => Some(*h),
             _ => None,
         })
+    }
+
+    /// The input transformation (`RXH_XFRM_*` bits) of an
+    /// `RSS_GET_REPLY`: 0 when it names none (the kernel leaves 0 out, and
+    /// kernels before 6.8 have no transformation).
+    pub(crate) fn input_xfrm(&self) -> u32 {
+        self.attrs
+            .iter()
+            .find_map(|a| match a {
+                RssAttr::InputXfrm(x) => Some(*x),
+                _ => None,
+            })
+            .unwrap_or(0)
     }
 
     /// The table and key of an `RSS_GET_REPLY` (an absent attribute is an
@@ -369,8 +389,9 @@ mod tests {
     }
 
     /// An `RSS_GET_REPLY` as the kernel writes it: a header with the
-    /// device index and name, HFUNC, INDIR, HKEY, and an attribute this
-    /// module does not know (INPUT_XFRM, 6).
+    /// device index and name, HFUNC, INDIR, HKEY, INPUT_XFRM
+    /// (symmetric-xor), and an attribute this module does not know
+    /// (START_CONTEXT, 7).
     fn reply(indir: &[u8]) -> Vec<u8> {
         let body: Vec<u8> = [
             &[38, 1, 0, 0][..],
@@ -381,7 +402,8 @@ mod tests {
             indir,
             &[0u8; 3][..(4 - indir.len() % 4) % 4],
             &[0x08, 0, 0x05, 0, 0x6d, 0x5a, 0x56, 0xda],
-            &[0x08, 0, 0x06, 0, 0, 0, 0, 0],
+            &[0x08, 0, 0x06, 0, 1, 0, 0, 0],
+            &[0x08, 0, 0x07, 0, 0, 0, 0, 0],
         ]
         .concat();
         let len = 16 + body.len() as u32;
@@ -398,7 +420,9 @@ mod tests {
         let r = parse(&reply(&[0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0])).unwrap();
         assert_eq!(r.attrs[0], RssAttr::Header(Some("eth0".into())));
         assert_eq!(r.attrs[1], RssAttr::Hfunc(1));
-        assert!(matches!(r.attrs[4], RssAttr::Other(_)));
+        assert_eq!(r.attrs[4], RssAttr::InputXfrm(1));
+        assert_eq!(r.input_xfrm(), 1, "RXH_XFRM_SYM_XOR");
+        assert!(matches!(r.attrs[5], RssAttr::Other(_)));
         assert_eq!(
             r.into_table_and_key().unwrap(),
             (vec![0, 1, 2, 3], vec![0x6d, 0x5a, 0x56, 0xda])

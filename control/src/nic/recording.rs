@@ -8,7 +8,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Context;
-use flowlane_numa_sched::nic_caps::{NicCaps, QueueKind};
+use flowlane_numa_sched::nic_caps::{hash_fixes, NicCaps, QueueKind};
+use flowlane_numa_sched::toeplitz::Protocol;
 
 /// Writes `caps` to `path` as TOML, after a comment saying where and on
 /// which kernel it was recorded.
@@ -102,10 +103,29 @@ pub(crate) fn summary(c: &NicCaps) -> String {
             .join(", ");
             let _ = writeln!(
                 s,
-                "RSS: {} hash, {}-byte key, {}-entry table; hashed fields: {fields}",
+                "RSS: {} hash, input transformation {}, {}-byte key, {}-entry table; hashed \
+                 fields: {fields}",
                 known(r.hash_function.as_deref()),
+                known(f.input_xfrm.as_deref()),
                 r.key_len,
                 r.table_size
+            );
+            let model = |p: Protocol| {
+                let m = r.mismatches(p);
+                if m.is_empty() {
+                    return "computes the NIC's hash".to_string();
+                }
+                let said: Vec<String> = m.iter().map(ToString::to_string).collect();
+                match hash_fixes(&c.iface, &m) {
+                    Some(fix) => format!("cannot compute it ({}; `{fix}`)", said.join("; ")),
+                    None => format!("cannot compute it ({})", said.join("; ")),
+                }
+            };
+            let _ = writeln!(
+                s,
+                "flowlane's RSS model: TCP {}; UDP {}",
+                model(Protocol::Tcp),
+                model(Protocol::Udp)
             );
         }
         None => {
@@ -176,4 +196,45 @@ pub(crate) fn summary(c: &NicCaps) -> String {
     }
     let _ = writeln!(s, "threaded NAPI: {}", known(c.threaded_napi));
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flowlane_numa_sched::nic_caps::{FlowHash, RssFacts};
+
+    /// `nic caps` says the input transformation and whether flowlane's
+    /// model computes the NIC's hash, with what to change where it does not.
+    #[test]
+    fn the_summary_says_whether_the_model_computes_the_hash() {
+        let caps = NicCaps {
+            iface: "eth0".into(),
+            rx_queues: 4,
+            tx_queues: 4,
+            rss: Some(RssFacts {
+                key_len: 40,
+                table_size: 128,
+                hash_function: Some("toeplitz".into()),
+                flow_hash: FlowHash {
+                    input_xfrm: Some("symmetric-xor".into()),
+                    tcp4: Some("sdfn".into()),
+                    ..FlowHash::default()
+                },
+            }),
+            ..NicCaps::default()
+        };
+        let s = summary(&caps);
+        assert!(
+            s.contains("RSS: toeplitz hash, input transformation symmetric-xor, 40-byte key"),
+            "{s}"
+        );
+        assert!(
+            s.contains(
+                "flowlane's RSS model: TCP cannot compute it (the NIC transforms the fields \
+                 before hashing them (symmetric-xor"
+            ),
+            "{s}"
+        );
+        assert!(s.contains("`ethtool -X eth0 xfrm none`)"), "{s}");
+    }
 }
