@@ -7,7 +7,10 @@
 //! emulator at 3) and the return program at tc ingress of the line device.
 //! The hooks fail open: unless [`DelayHooks::heartbeat`] is called more often
 //! than the configured staleness, frames pass undelayed, so a killed delay
-//! line never black-holes the bed. [`DelayHooks::remove`] detaches them.
+//! line never black-holes the bed. [`DelayHooks::remove`] detaches them, and
+//! so does dropping them (a panic unwinding past them): drop them in the
+//! network namespace they were installed in, where their ifindexes mean
+//! those devices.
 
 use std::mem::MaybeUninit;
 use std::os::fd::AsFd;
@@ -205,6 +208,16 @@ impl DelayHooks {
 
     /// Detaches every hook (the clsact qdiscs stay for the other filters).
     pub fn remove(mut self) -> Result<()> {
+        self.detach()
+    }
+
+    /// Pauses the redirects and detaches every hook still attached; once
+    /// they are detached, nothing (so [`Drop`] after [`remove`](Self::remove)
+    /// does nothing).
+    fn detach(&mut self) -> Result<()> {
+        if self.hooks.is_empty() {
+            return Ok(());
+        }
         // Detached whatever the pause said (its error is the one returned).
         let mut first_err = self.pause().err();
         for mut h in self.hooks.drain(..) {
@@ -216,5 +229,14 @@ impl DelayHooks {
             }
         }
         first_err.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for DelayHooks {
+    /// Hooks left attached (no [`DelayHooks::remove`]: a panic unwound past
+    /// them) stop redirecting and are detached, so that no frame is sent
+    /// into a line that is going away.
+    fn drop(&mut self) {
+        let _ = self.detach();
     }
 }

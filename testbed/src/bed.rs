@@ -19,9 +19,16 @@
 //!
 //! `up` is idempotent, `down` removes exactly what `up` made (the two
 //! namespaces, which take the veth pair and the tc program with them, the
-//! pinned maps and the state file; the shared directories that hold those,
-//! `/sys/fs/bpf/flowlane` and the state directory, stay, empty or not), and
-//! a half-made bed left by a crash is removed before a new one is made.
+//! pinned maps, the state file and the bed's lock files; the shared
+//! directories that hold those, `/sys/fs/bpf/flowlane`, the state directory
+//! and the lock directory, stay, empty or not), and a half-made bed left by
+//! a crash of this run directory's `up` is removed before a new one is made.
+//! A bed's namespaces and pins are the host's while its state file is a run
+//! directory's (`FLOWLANE_RUN_DIR`): `up` and `down` leave a bed that this
+//! run directory does not record alone (`down --force` removes it), and a
+//! bed's lock (a file in [`crate::state::LOCK_DIR`]) makes the
+//! commands that change it, whichever run directory they use, one at a
+//! time.
 //!
 //! A bed in use (see [`users`](mod@crate::users)) is neither rebuilt nor
 //! re-programmed under its services: `up` refuses it (the caller may stop
@@ -39,8 +46,8 @@ use serde::Serialize;
 use crate::impair::{self, ImpairStatus};
 use crate::netns::{self, ip};
 use crate::state::{
-    self, delay_lock_path, load, namespaces, validate_name, BedState, FLOWLANE_EPHEMERAL, LOCAL_IF,
-    LOCAL_V4, LOCAL_V6, PEER_IF, PEER_V4, PEER_V6,
+    self, delay_lock_path, load, namespaces, validate_name, BedLock, BedState, FLOWLANE_EPHEMERAL,
+    LOCAL_IF, LOCAL_V4, LOCAL_V6, PEER_IF, PEER_V4, PEER_V6,
 };
 use crate::users::{self, stop_users, STOP_GRACE};
 
@@ -63,7 +70,11 @@ fn intact(s: &BedState) -> bool {
 }
 
 /// Brings a bed up (or confirms it is up, re-applying the RSS settings).
-/// Refuses a bed that flowlane services use, naming them.
+/// Refuses a bed that flowlane services use, naming them, and a bed this
+/// run directory does not record ([`unrecorded`]: another run directory's,
+/// which `testbed down --force` removes). Holds the bed's lock
+/// (in [`crate::state::LOCK_DIR`]) throughout: a second `up` or a `down`
+/// of the bed waits.
 pub fn up(spec: &BedSpec) -> Result<BedState> {
     validate_name(&spec.name)?;
     netns::require_root("flowlane testbed up")?;
@@ -74,6 +85,7 @@ pub fn up(spec: &BedSpec) -> Result<BedState> {
     if let Err(e) = emu_config(spec).validate() {
         bail!("test bed {}: {e}", spec.name);
     }
+    let _lock = BedLock::take(&spec.name)?;
     let using = users::users(&spec.name)?;
     if !using.is_empty() {
         bail!(
@@ -91,12 +103,23 @@ pub fn up(spec: &BedSpec) -> Result<BedState> {
             return Ok(s);
         }
     }
-    // Whatever is left of an earlier bed of this name goes first.
-    down(&spec.name)?;
+    if unrecorded(&spec.name)? {
+        bail!(
+            "test bed {0} exists but {1} has no record of it: it may be another \
+             FLOWLANE_RUN_DIR's bed; set FLOWLANE_RUN_DIR to its run directory, or remove it \
+             first with `flowlane testbed down --force --bed {0}`",
+            spec.name,
+            state::state_dir().display()
+        );
+    }
+    // Whatever is left of this run directory's earlier bed of this name
+    // goes first; then nothing of the name is left but what this call makes.
+    remove(&spec.name)?;
+    state::mark_making(&spec.name)?;
     match make(spec) {
         Ok(s) => Ok(s),
         Err(e) => {
-            let _ = down(&spec.name);
+            let _ = remove(&spec.name);
             Err(e)
         }
     }
@@ -257,24 +280,38 @@ fn bpffs_mounted() -> bool {
 }
 
 /// Whether bed `name`'s namespaces exist while this run directory
-/// (`FLOWLANE_RUN_DIR`) has no state file for it: a bed that another run
-/// directory recorded, or one a crash left half-made. `testbed down`
-/// refuses such a bed unless forced.
+/// (`FLOWLANE_RUN_DIR`) has no record of it (neither its state file nor
+/// the marker of an `up` of its own cut short): a bed that another run
+/// directory recorded, or one made by hand. `testbed up` refuses such a
+/// bed, and `testbed down` unless forced.
 pub fn unrecorded(name: &str) -> Result<bool> {
     validate_name(name)?;
     let (ns, peer_ns) = namespaces(name);
-    Ok(!state::state_path(name).exists() && (netns::exists(&ns) || netns::exists(&peer_ns)))
+    Ok(!state::recorded(name) && (netns::exists(&ns) || netns::exists(&peer_ns)))
 }
 
 /// Removes a bed: stops the flowlane services that use it (SIGTERM, then
 /// SIGKILL after [`STOP_GRACE`]; call [`stop_users`] first to learn which),
 /// then removes its namespaces (with the veth pair and tc program in them),
-/// pinned maps and state file. The shared directories that hold those
-/// (`/sys/fs/bpf/flowlane`, the state directory) stay. Removing nothing is
-/// not an error.
+/// pinned maps, state file and lock files. The shared directories that hold
+/// those (`/sys/fs/bpf/flowlane`, the state directory, the lock directory)
+/// stay. Removing nothing is not an error. Waits for a command at work on
+/// the bed (its lock in [`crate::state::LOCK_DIR`]).
 pub fn down(name: &str) -> Result<bool> {
     validate_name(name)?;
     netns::require_root("flowlane testbed down")?;
+    // Before the lock: a user asked to stop may release the bed itself (a
+    // tool's own `down`, a demo putting the RSS table back), which takes it.
+    stop_users(name, STOP_GRACE)?;
+    let lock = BedLock::take(name)?;
+    let removed = remove(name)?;
+    lock.remove();
+    Ok(removed)
+}
+
+/// [`down`]'s work, under the bed's lock (a user that came since is
+/// stopped too).
+fn remove(name: &str) -> Result<bool> {
     stop_users(name, STOP_GRACE)?;
     let (ns, peer_ns) = namespaces(name);
     let mut removed = false;

@@ -5,8 +5,9 @@
 //! release what it holds (XDP programs, namespaces), and SIGKILL only after
 //! a grace period.
 
-use std::io;
+use std::io::{self, Read};
 use std::process::{Child, ExitStatus, Output};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
@@ -29,15 +30,58 @@ pub fn wait_within(child: &mut Child, limit: Duration) -> io::Result<Option<Exit
     }
 }
 
-/// Waits at most `limit` for `child` to exit and collects its output; past
-/// the deadline it is killed and the wait is an error.
+/// How long a child past [`output_within`]'s deadline has between SIGTERM
+/// and SIGKILL.
+pub const OUTPUT_GRACE: Duration = Duration::from_secs(2);
+
+/// Waits at most `limit` for `child` to exit and collects its output (its
+/// piped stdout and stderr, read while it runs: a child that writes more
+/// than a pipe holds, 64 KiB, would otherwise block until the deadline).
+/// Past the deadline it is stopped ([`stop`]: SIGTERM, SIGKILL after
+/// [`OUTPUT_GRACE`]) and the wait is an error; so it is when its output
+/// stays open after it exited, past the deadline and at least
+/// [`OUTPUT_GRACE`] (a process it started holds the pipe).
 pub fn output_within(mut child: Child, limit: Duration) -> Result<Output> {
-    if wait_within(&mut child, limit)?.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
+    let deadline = Instant::now() + limit;
+    let stdout = child.stdout.take().map(drain);
+    let stderr = child.stderr.take().map(drain);
+    let Some(status) = wait_within(&mut child, limit)? else {
+        stop(&mut child, OUTPUT_GRACE);
         bail!("no result within {} s", limit.as_secs());
-    }
-    Ok(child.wait_with_output()?)
+    };
+    let read_by = deadline.max(Instant::now() + OUTPUT_GRACE);
+    let collect = |pipe: Option<JoinHandle<io::Result<Vec<u8>>>>| -> Result<Vec<u8>> {
+        let Some(reader) = pipe else {
+            return Ok(Vec::new());
+        };
+        while !reader.is_finished() {
+            if Instant::now() > read_by {
+                bail!(
+                    "no result within {} s: the program exited ({status}) but its output stays \
+                     open (a process it started holds it)",
+                    limit.as_secs()
+                );
+            }
+            std::thread::sleep(POLL);
+        }
+        match reader.join() {
+            Ok(read) => Ok(read?),
+            Err(_) => bail!("reading the program's output panicked"),
+        }
+    };
+    Ok(Output {
+        status,
+        stdout: collect(stdout)?,
+        stderr: collect(stderr)?,
+    })
+}
+
+/// Reads `pipe` to its end on a thread of its own.
+fn drain(mut pipe: impl Read + Send + 'static) -> JoinHandle<io::Result<Vec<u8>>> {
+    std::thread::spawn(move || {
+        let mut all = Vec::new();
+        pipe.read_to_end(&mut all).map(|_| all)
+    })
 }
 
 /// Asks `child` to stop (SIGTERM), so that it can release what it holds.
@@ -82,6 +126,57 @@ mod tests {
             .unwrap();
         let o = output_within(c, Duration::from_secs(10)).unwrap();
         assert_eq!(o.stdout, b"hi\n");
+    }
+
+    /// A child that writes more than a pipe holds is read while it runs,
+    /// not left blocked on its pipe until the deadline.
+    #[test]
+    fn output_beyond_a_pipe_is_read_while_the_child_runs() {
+        let c = Command::new("head")
+            .args(["-c", "200000", "/dev/zero"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let o = output_within(c, Duration::from_secs(10)).unwrap();
+        assert!(o.status.success());
+        assert_eq!(o.stdout.len(), 200_000);
+        assert!(o.stderr.is_empty());
+    }
+
+    /// Output held open by a process the child started is waited for only
+    /// so long: the wait stays bounded.
+    #[test]
+    fn output_held_open_after_exit_is_an_error_not_a_hang() {
+        let c = Command::new("sh")
+            .args(["-c", "sleep 5 & echo started"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        let e = output_within(c, Duration::from_millis(100)).unwrap_err();
+        assert!(e.to_string().contains("stays open"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    }
+
+    /// Past the deadline a child gets SIGTERM first: one that stops on it
+    /// can release what it holds (here: write its last words).
+    #[test]
+    fn the_deadline_sends_sigterm_first() {
+        let dir = std::env::temp_dir().join(format!("fl-child-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let said = dir.join("said");
+        let script = format!(
+            "trap 'echo bye > {}; exit 0' TERM; while :; do sleep 0.05; done",
+            said.display()
+        );
+        let c = Command::new("sh").args(["-c", &script]).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let e = output_within(c, Duration::from_millis(200)).unwrap_err();
+        assert!(e.to_string().contains("no result within"), "{e}");
+        let words = std::fs::read_to_string(&said).unwrap_or_default();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(words, "bye\n", "the child was not asked to stop");
     }
 
     #[test]

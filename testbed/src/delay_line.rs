@@ -37,10 +37,10 @@ use serde::Serialize;
 use crate::delay_queue::{Bottleneck, ByteBudget, DelayQueue, DelayQueueStats, Direction};
 use crate::netns::{self, ip};
 use crate::packet_socket::{
-    vnet_hdr_linear, vnet_wire_len, PacketSocket, PacketSocketOptions, RecvMeta, MAX_FRAME,
+    self, vnet_hdr_linear, vnet_wire_len, PacketSocket, PacketSocketOptions, RecvMeta, MAX_FRAME,
     VNET_HDR_LEN,
 };
-use crate::state::{delay_lock_path, BedState};
+use crate::state::{delay_lock_path, BedState, FileLock};
 
 /// The veth pair of the line, in the peer namespace.
 const LINE_IN: &str = "fll0";
@@ -51,6 +51,9 @@ const STALE_AFTER: Duration = Duration::from_secs(1);
 const HEARTBEAT_EVERY: Duration = Duration::from_millis(20);
 /// Frames read or written per system call.
 const BATCH: usize = 64;
+/// Most lanes per CPU: each is a thread and a socket, and lanes beyond the
+/// CPUs only take turns.
+const LANES_PER_CPU: usize = 4;
 
 /// Settings of a delay line (the flags of `flowlane testbed delay`).
 #[derive(Debug, Clone, PartialEq)]
@@ -99,6 +102,16 @@ pub struct DelayReport {
     pub socket_drops: u64,
     /// Frames too large for a receive buffer (dropped).
     pub truncated: u64,
+    /// Frames the kernel dropped as the line read them, having no
+    /// virtio-net header for their GSO type (SCTP; UDP before Linux 6.2).
+    pub unsupported_gso: u64,
+    /// Frames the line never accounted for: those the hooks sent into it
+    /// less those it took ([`DelayQueueStats::frames_in`]), dropped (line
+    /// full, bottleneck) or saw dropped (`socket_drops`, `truncated`,
+    /// `unsupported_gso`); 0 unless frames were lost between the hooks and
+    /// the line's socket (negative: the line read frames the hooks did not
+    /// send).
+    pub unaccounted: i64,
     /// Frames the kernel refused to send back (dropped).
     pub refused: u64,
     /// Mean time frames left after they were due (µs): the line's error.
@@ -213,21 +226,12 @@ fn make_devices(bed: &BedState) -> Result<LineDevices> {
 }
 
 /// Takes the bed's delay-line lock: one line per bed (a second would
-/// delete the first one's devices). Released when the process exits, however
-/// it exits.
-fn lock(bed: &BedState) -> Result<nix::fcntl::Flock<std::fs::File>> {
-    let path = delay_lock_path(&bed.name);
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
-    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|_| {
-        anyhow::anyhow!(
+/// delete the first one's devices), whatever run directory each uses (the
+/// devices are in the bed's namespace). Released when the process exits,
+/// however it exits.
+fn lock(bed: &BedState) -> Result<FileLock> {
+    FileLock::take(delay_lock_path(&bed.name), false)?.with_context(|| {
+        format!(
             "a delay line already runs on test bed {}: stop it (SIGTERM) first",
             bed.name
         )
@@ -240,6 +244,7 @@ struct LaneReport {
     queue: DelayQueueStats,
     socket_drops: u64,
     truncated: u64,
+    unsupported_gso: u64,
     refused: u64,
     late_sum: Duration,
     late_max: Duration,
@@ -247,11 +252,26 @@ struct LaneReport {
 }
 
 impl DelayReport {
+    /// [`DelayReport::unaccounted`] from the other counters.
+    fn unaccounted(&self) -> i64 {
+        let sent = self.hooks.to_line_egress + self.hooks.to_line_ingress;
+        let q = &self.queue;
+        let seen = q.frames_in
+            + q.dropped_full
+            + q.bottleneck_to_peer.dropped
+            + q.bottleneck_from_peer.dropped
+            + self.socket_drops
+            + self.truncated
+            + self.unsupported_gso;
+        i64::try_from(sent).unwrap_or(i64::MAX) - i64::try_from(seen).unwrap_or(i64::MAX)
+    }
+
     fn add_lane(&mut self, l: &LaneReport) {
         // Lanes peak at different moments: the sum bounds the line's peak.
         self.queue.add(&l.queue);
         self.socket_drops += l.socket_drops;
         self.truncated += l.truncated;
+        self.unsupported_gso += l.unsupported_gso;
         self.refused += l.refused;
         self.late_frames += l.late_frames;
         self.max_late_us = self.max_late_us.max(l.late_max.as_secs_f64() * 1e6);
@@ -268,15 +288,21 @@ pub fn run(
 ) -> Result<DelayReport> {
     let delay = delay_from_ms(config.ms)?;
     let bottleneck = bottleneck(config.rate_mbit, config.queue_kb, delay)?;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let lanes = match config.lanes {
         Some(0) => bail!("--lanes 0: at least one lane is needed"),
         Some(n) if n > 1 && bottleneck.is_some() => bail!(
             "--lanes {n} with --rate-mbit: a rate is one queue per direction, so the line \
              runs one lane; leave --lanes out"
         ),
+        Some(n) if n > LANES_PER_CPU * cpus => bail!(
+            "--lanes {n}: at most {} lanes ({LANES_PER_CPU} per CPU, {cpus} CPUs here); give \
+             fewer, or leave --lanes out for one per CPU",
+            LANES_PER_CPU * cpus
+        ),
         Some(n) => n,
         None if bottleneck.is_some() => 1,
-        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        None => cpus,
     };
     let limit = config
         .limit_mb
@@ -359,6 +385,7 @@ pub fn run(
         let out = report.queue.frames_out.max(1) as f64;
         report.mean_late_us = late_sum.as_secs_f64() * 1e6 / out;
         report.hooks = stats?;
+        report.unaccounted = report.unaccounted();
         removed?;
         Ok(report)
     })
@@ -426,15 +453,26 @@ fn run_lanes<T: Send, R: Send>(
     let stop = || failed.load(Ordering::Relaxed) || stop_requested();
     std::thread::scope(|scope| {
         let (lane, stop, failed) = (&lane, &stop, &failed);
+        // A lane that cannot start fails the line like one that fails
+        // running: the lanes started stop, the leader returns at once.
         let handles: Vec<_> = others
             .into_iter()
-            .map(|item| scope.spawn(move || watched(failed, || lane(item, stop))))
+            .map(|item| {
+                std::thread::Builder::new()
+                    .spawn_scoped(scope, move || watched(failed, || lane(item, stop)))
+                    .map_err(|e| {
+                        failed.store(true, Ordering::Relaxed);
+                        anyhow::Error::new(e).context("starting a delay-line lane")
+                    })
+            })
             .collect();
         let lead = watched(failed, || leader(stop));
         std::iter::once(lead)
             .chain(handles.into_iter().map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a delay-line lane panicked")))
+                h.and_then(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("a delay-line lane panicked")))
+                })
             }))
             .collect()
     })
@@ -507,7 +545,15 @@ fn forward(
         }
         // Read what is waiting (bounded, so that releases are not starved).
         for _ in 0..16 {
-            let n = sock.recv_batch(&mut bufs, &mut meta)?;
+            let n = match sock.recv_batch(&mut bufs, &mut meta) {
+                // The kernel dropped one frame it could not describe; the
+                // ones behind it are still there.
+                Err(packet_socket::Error::UnsupportedGso) => {
+                    report.unsupported_gso += 1;
+                    continue;
+                }
+                r => r?,
+            };
             if n == 0 {
                 break;
             }
@@ -731,6 +777,152 @@ mod tests {
         assert!(results.iter().all(Result::is_ok));
     }
 
+    /// A frame the kernel drops as the line reads it (a GSO type without a
+    /// virtio-net header) is counted, and the line reads on: it neither
+    /// stops nor loses the frames behind it.
+    #[test]
+    fn a_frame_without_a_virtio_net_header_is_counted_and_the_lane_reads_on() {
+        use crate::netns::scratch::{root_or_skip, ScratchNs};
+        use crate::packet_socket::testing::{tap_with_vnet_hdr, test_frame, ufo_frame};
+        use std::io::Write;
+        if !root_or_skip("a_frame_without_a_virtio_net_header_is_counted_and_the_lane_reads_on") {
+            return;
+        }
+        let ns = ScratchNs::new("dg");
+        let report = netns::in_netns(&ns.name, || {
+            let mut tap = tap_with_vnet_hdr("fltap0")?;
+            ip(&["link", "set", "dev", "fltap0", "addrgenmode", "none"])?;
+            ip(&["link", "set", "dev", "fltap0", "up"])?;
+            let opts = PacketSocketOptions {
+                vnet_hdr: true,
+                ..PacketSocketOptions::default()
+            };
+            let sock = PacketSocket::open(ifindex("fltap0")?, opts)?;
+            let peer = [2, 0, 0, 0, 0, 2];
+            tap.write_all(&ufo_frame(peer))?;
+            let mut plain = vec![0u8; VNET_HDR_LEN];
+            plain.extend_from_slice(&test_frame(peer, 7));
+            tap.write_all(&plain)?;
+            let delay = Duration::from_millis(1);
+            let started = Instant::now();
+            let stop = move || started.elapsed() > Duration::from_millis(300);
+            forward(
+                &sock,
+                None,
+                DelayQueue::new(delay, 1 << 20),
+                peer,
+                delay,
+                &stop,
+            )
+        })
+        .unwrap();
+        assert_eq!(report.unsupported_gso, 1);
+        assert_eq!(report.queue.frames_in, 1, "the frame behind it was read");
+        assert_eq!(report.queue.frames_out, 1);
+    }
+
+    /// A bed `name` whose both sides are namespace `ns`, with no devices
+    /// of its own (`nosuch0`, `nosuch1`).
+    fn bed_in(name: &str, ns: &str) -> BedState {
+        BedState {
+            name: name.into(),
+            netns: ns.into(),
+            peer_netns: ns.into(),
+            local_if: "nosuch0".into(),
+            peer_if: "nosuch1".into(),
+            queues: 1,
+            local_v4: String::new(),
+            peer_v4: String::new(),
+            local_mac: "02:00:00:00:00:01".into(),
+            peer_mac: "02:00:00:00:00:02".into(),
+            pin_dir: std::path::PathBuf::new(),
+        }
+    }
+
+    #[test]
+    fn lanes_beyond_the_cap_are_refused_before_anything_is_made() {
+        let bed = bed_in("flt-lanes", "flt-nosuch-ns");
+        let config = DelayConfig {
+            ms: 1.0,
+            limit_mb: 1,
+            socket_buffer_mb: 1,
+            lanes: Some(1_000_000),
+            rate_mbit: None,
+            queue_kb: None,
+        };
+        let e = format!("{:#}", run(&bed, &config, || true, || {}).unwrap_err());
+        assert!(e.starts_with("--lanes 1000000: at most"), "{e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+        assert!(
+            !delay_lock_path(&bed.name).exists(),
+            "the refused line took its lock"
+        );
+        // The cap itself is allowed.
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let config = DelayConfig {
+            lanes: Some(LANES_PER_CPU * cpus),
+            ..config
+        };
+        let e = format!("{:#}", run(&bed, &config, || true, || {}).unwrap_err());
+        assert!(!e.contains("--lanes"), "{e}");
+        let _ = std::fs::remove_file(delay_lock_path(&bed.name));
+    }
+
+    #[test]
+    fn the_report_counts_frames_sent_into_the_line_that_it_never_saw() {
+        let mut r = DelayReport::default();
+        r.hooks.to_line_egress = 70;
+        r.hooks.to_line_ingress = 40;
+        r.queue.frames_in = 90;
+        r.queue.dropped_full = 3;
+        r.queue.bottleneck_to_peer.dropped = 2;
+        r.queue.bottleneck_from_peer.dropped = 1;
+        r.socket_drops = 4;
+        r.truncated = 1;
+        r.unsupported_gso = 2;
+        assert_eq!(r.unaccounted(), 7);
+        r.queue.frames_in = 99;
+        assert_eq!(r.unaccounted(), -2, "read more than the hooks sent");
+    }
+
+    /// Hooks dropped without [`DelayHooks::remove`] (a lane's panic
+    /// unwinding past them) detach themselves: no redirect into a line
+    /// whose devices go next is left behind.
+    #[test]
+    fn dropped_hooks_detach_themselves() {
+        use crate::netns::scratch::{root_or_skip, ScratchNs};
+        if !root_or_skip("dropped_hooks_detach_themselves") {
+            return;
+        }
+        let ns = ScratchNs::new("dd");
+        ns.veth("local0", "peer0");
+        ns.veth(LINE_IN, LINE_OUT);
+        let peer_mac = ns.mac("peer0");
+        netns::in_netns(&ns.name, move || {
+            let hour = Duration::from_secs(3600);
+            let line = ifindex(LINE_IN)?;
+            let hooks = DelayHooks::install(ifindex("peer0")?, peer_mac, line, line, hour)?;
+            hooks.heartbeat(hour)?;
+            drop(hooks);
+            Ok(())
+        })
+        .unwrap();
+        for (dev, dir) in [
+            ("peer0", "egress"),
+            ("peer0", "ingress"),
+            (LINE_IN, "ingress"),
+        ] {
+            let f = netns::run(
+                "ip",
+                &[
+                    "netns", "exec", &ns.name, "tc", "filter", "show", "dev", dev, dir,
+                ],
+            )
+            .unwrap();
+            assert!(!f.contains("flowlane_delay"), "{dev} {dir}: {f}");
+        }
+    }
+
     #[test]
     fn failing_to_make_the_devices_leaves_none() {
         use crate::netns::scratch::{root_or_skip, ScratchNs};
@@ -739,19 +931,7 @@ mod tests {
         }
         let ns = ScratchNs::new("dl");
         // No such peer device: reading its MTU fails after the pair exists.
-        let bed = BedState {
-            name: "flt-devices".into(),
-            netns: ns.name.clone(),
-            peer_netns: ns.name.clone(),
-            local_if: "nosuch0".into(),
-            peer_if: "nosuch1".into(),
-            queues: 1,
-            local_v4: String::new(),
-            peer_v4: String::new(),
-            local_mac: String::new(),
-            peer_mac: String::new(),
-            pin_dir: std::path::PathBuf::new(),
-        };
+        let bed = bed_in("flt-devices", &ns.name);
         let made = make_devices(&bed);
         assert!(made.is_err());
         drop(made);

@@ -11,21 +11,23 @@ pub use flowlane_ebpf::rss_emu::RssTableMap;
 use flowlane_ebpf::rss_emu::{RssEmuConfig, RssEmuMaps};
 use flowlane_numa_sched::nic::{RssCaps, RssNic, RssSettings};
 
-use crate::state::BedState;
+use crate::state::{BedLock, BedState};
 
 /// The emulated NIC of one test bed.
 #[derive(Debug, Clone)]
 pub struct EmulatedNic {
+    bed: String,
     ifname: String,
     pin_dir: PathBuf,
     queues: u32,
 }
 
 impl EmulatedNic {
-    /// The emulated NIC whose maps are pinned under `pin_dir`, receiving
-    /// into `ifname` with `queues` queues.
-    pub fn new(ifname: &str, pin_dir: PathBuf, queues: u32) -> EmulatedNic {
+    /// The emulated NIC of bed `bed` whose maps are pinned under
+    /// `pin_dir`, receiving into `ifname` with `queues` queues.
+    pub fn new(bed: &str, ifname: &str, pin_dir: PathBuf, queues: u32) -> EmulatedNic {
         EmulatedNic {
+            bed: bed.to_string(),
             ifname: ifname.to_string(),
             pin_dir,
             queues,
@@ -51,7 +53,7 @@ impl EmulatedNic {
 impl BedState {
     /// The emulated NIC of this bed.
     pub fn nic(&self) -> EmulatedNic {
-        EmulatedNic::new(&self.peer_if, self.pin_dir.clone(), self.queues)
+        EmulatedNic::new(&self.name, &self.peer_if, self.pin_dir.clone(), self.queues)
     }
 }
 
@@ -79,7 +81,10 @@ impl RssNic for EmulatedNic {
         })
     }
 
+    /// Writes the key and table under the bed's lock (an `up` or `down`
+    /// under way finishes first).
     fn set_rss(&self, key: Option<&[u8]>, table: Option<&[u32]>) -> Result<()> {
+        let _lock = BedLock::take(&self.bed)?;
         let maps = self.maps()?;
         let mut c: RssEmuConfig = maps.read()?;
         let caps = RssCaps {

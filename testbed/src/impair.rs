@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::netns;
 use crate::offloads::{self, Frames};
-use crate::state::BedState;
+use crate::state::{BedLock, BedState};
 
 /// The ifb device of the ingress slow path (in the peer namespace).
 const IFB: &str = "flifb0";
@@ -106,8 +106,10 @@ fn htb(bed: &BedState, dev: &str, slow_rate: &str) -> Result<()> {
 }
 
 /// Removes every impairment of a bed (and the slow path), restoring its
-/// offloads.
+/// offloads; under the bed's lock (an `up` or `down` under way finishes
+/// first).
 pub fn clear(bed: &BedState) -> Result<()> {
+    let _lock = BedLock::take(&bed.name)?;
     if let Some(maps) = ImpairMaps::open(&bed.pin_dir) {
         maps.set(Direction::Egress, &ImpairConfig::default())?;
         maps.set(Direction::Ingress, &ImpairConfig::default())?;
@@ -117,8 +119,10 @@ pub fn clear(bed: &BedState) -> Result<()> {
     offloads::set(bed, Frames::Gso)
 }
 
-/// Applies `spec` to a bed's link, both ways.
+/// Applies `spec` to a bed's link, both ways; under the bed's lock (an
+/// `up` or `down` under way finishes first).
 pub fn apply(bed: &BedState, spec: &ImpairSpec) -> Result<()> {
+    let _lock = BedLock::take(&bed.name)?;
     let base = ImpairConfig {
         loss_ppm: spec.loss_ppm,
         duplicate_ppm: spec.duplicate_ppm,

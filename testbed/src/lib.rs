@@ -8,13 +8,13 @@
 //!
 //! | module | concern |
 //! | --- | --- |
-//! | [`state`] | the bed's state file (one schema), state directory, name check, fixed addresses |
+//! | [`state`] | the bed's state file (one schema), state directory, name check, fixed addresses, the bed's locks |
 //! | [`netns`] | network namespaces and iproute2 |
 //! | [`emulated_nic`] | the emulated RSS NIC behind [`flowlane_numa_sched::nic::RssNic`] |
 //! | [`table_writer`] | its table as the data path's bucket-move writer, by map id inside the bed |
 //! | [`bed`] | `up`, `down`, `status` |
 //! | [`offloads`] | GSO super-frames or wire-size frames from the bed's kernels |
-//! | [`impair`] | loss, duplication, corruption, reordering |
+//! | [`impair`] | loss, duplication, corruption, reordering, ECN CE marking |
 //! | [`delay_queue`] | the delay line's queue (pure) |
 //! | [`packet_socket`] | the delay line's raw `AF_PACKET` socket (this crate's only `unsafe`) |
 //! | [`delay_line`] | the delay line |
@@ -25,7 +25,7 @@
 //! | [`proc_stat`] | CPU time (`/proc/stat`, `/proc/<pid>/stat`) and interface counters (`/proc/net/dev`) |
 //!
 //! Modules depend on each other in that order (no cycles): `state`,
-//! `netns` and `child` on nothing, `net_counters`, `proc_stat` and `offloads` on `netns`, `impair` on `offloads`, `users` on `state`, `bed` on `impair`,
+//! `netns` and `child` on nothing, `net_counters`, `proc_stat` and `offloads` on `netns`, `impair` on `offloads` and `state`, `users` on `state`, `bed` on `impair`,
 //! `emulated_nic` and `users`, `table_writer` on `emulated_nic`, `delay_line` on `delay_queue` and
 //! `packet_socket`.
 

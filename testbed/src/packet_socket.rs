@@ -27,6 +27,12 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// The kernel dropped a frame as it was read, having no virtio-net
+    /// header for its GSO type (`packet_rcv_vnet`: `EINVAL` from
+    /// `virtio_net_hdr_from_skb`; SCTP, and UDP before Linux 6.2). The frames
+    /// behind it are still there: read on.
+    #[error("the kernel dropped a frame it has no virtio-net header for (its GSO type)")]
+    UnsupportedGso,
 }
 
 /// Result type of this module.
@@ -195,9 +201,7 @@ impl PacketSocket {
         // checked before use.
         let raw =
             check(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })
-                .map_err(io_err(
-                    "opening an AF_PACKET socket (needs root or CAP_NET_RAW)",
-                ))?;
+                .map_err(open_failure)?;
         // SAFETY: `raw` is a fresh descriptor owned by nothing else.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let b = fd.as_fd();
@@ -298,14 +302,7 @@ impl PacketSocket {
             )
         };
         if rc < 0 {
-            let e = io::Error::last_os_error();
-            return match e.kind() {
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
-                _ => Err(Error::Io {
-                    what: "receiving from the packet socket".into(),
-                    source: e,
-                }),
-            };
+            return recv_failure(io::Error::last_os_error());
         }
         let got = rc as usize;
         for (out, m) in meta.iter_mut().zip(&msgs).take(got) {
@@ -390,6 +387,37 @@ impl PacketSocket {
             packets: u64::from(st.tp_packets),
             drops: u64::from(st.tp_drops),
         })
+    }
+}
+
+/// What a failed `recvmmsg` on a packet socket means: nothing waiting (0
+/// frames), one frame the kernel dropped ([`Error::UnsupportedGso`]: it is
+/// the only `EINVAL` of a packet socket read with valid arguments, whether
+/// on that call or kept from the call before, which returned the frames
+/// ahead of it), or a failure.
+fn recv_failure(e: io::Error) -> Result<usize> {
+    match e.raw_os_error() {
+        Some(libc::EAGAIN | libc::EINTR) => Ok(0),
+        Some(libc::EINVAL) => Err(Error::UnsupportedGso),
+        _ => Err(Error::Io {
+            what: "receiving from the packet socket".into(),
+            source: e,
+        }),
+    }
+}
+
+/// What a failed `socket(AF_PACKET)` was short of.
+fn open_failure(e: io::Error) -> Error {
+    let what = match e.raw_os_error() {
+        Some(libc::EMFILE | libc::ENFILE) => {
+            "opening an AF_PACKET socket (out of file descriptors: raise the open-file limit, \
+             `ulimit -n`, or use fewer lanes)"
+        }
+        _ => "opening an AF_PACKET socket (needs root or CAP_NET_RAW)",
+    };
+    Error::Io {
+        what: what.into(),
+        source: e,
     }
 }
 
@@ -523,6 +551,58 @@ pub(crate) mod testing {
         anyhow::bail!("the awaited frame never came (got {} others)", seen.len())
     }
 
+    /// A tap device `name` with virtio-net headers (`IFF_VNET_HDR`), made in
+    /// the calling thread's namespace and gone when the returned file is
+    /// closed: what is written to the file arrives on the device as if from
+    /// a wire, GSO frames too.
+    pub(crate) fn tap_with_vnet_hdr(name: &str) -> io::Result<std::fs::File> {
+        let tun = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/net/tun")?;
+        // SAFETY: ifreq is plain old data; all-zero is a valid value.
+        let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+        for (d, b) in req
+            .ifr_name
+            .iter_mut()
+            .zip(name.bytes().take(libc::IFNAMSIZ - 1))
+        {
+            *d = b as libc::c_char;
+        }
+        req.ifr_ifru.ifru_flags = (libc::IFF_TAP | libc::IFF_NO_PI | libc::IFF_VNET_HDR) as i16;
+        // SAFETY: TUNSETIFF reads and writes one ifreq, `req`, a live local.
+        check(unsafe { libc::ioctl(tun.as_raw_fd(), libc::TUNSETIFF, &mut req) })?;
+        Ok(tun)
+    }
+
+    /// A 3,000-byte UDP datagram over IPv4 to `dst`, behind a virtio-net
+    /// header asking for the legacy UDP fragmentation offload
+    /// (`VIRTIO_NET_HDR_GSO_UDP`, 1,400-byte pieces): the kernel takes it
+    /// from a tap as an `SKB_GSO_UDP` frame, a GSO type that no virtio-net
+    /// header describes on the way out.
+    pub(crate) fn ufo_frame(dst: [u8; 6]) -> Vec<u8> {
+        let payload = 3000;
+        let mut f = vec![0u8; VNET_HDR_LEN];
+        f[0] = 1; // VIRTIO_NET_HDR_F_NEEDS_CSUM
+        f[1] = 3; // VIRTIO_NET_HDR_GSO_UDP
+        f[2..4].copy_from_slice(&42u16.to_le_bytes()); // hdr_len
+        f[4..6].copy_from_slice(&1400u16.to_le_bytes()); // gso_size
+        f[6..8].copy_from_slice(&34u16.to_le_bytes()); // csum_start: UDP
+        f[8..10].copy_from_slice(&6u16.to_le_bytes()); // csum_offset
+        f.extend_from_slice(&dst);
+        f.extend_from_slice(&[2, 0, 0, 0, 0x5e, 0x01, 0x08, 0x00]);
+        let ip_len = (20 + 8 + payload) as u16;
+        f.extend_from_slice(&[0x45, 0, 0, 0, 0, 1, 0, 0, 64, 17, 0, 0]);
+        f[VNET_HDR_LEN + 16..VNET_HDR_LEN + 18].copy_from_slice(&ip_len.to_be_bytes());
+        f.extend_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+        let udp_len = (8 + payload) as u16;
+        f.extend_from_slice(&[0x30, 0x39, 0x30, 0x3a]);
+        f.extend_from_slice(&udp_len.to_be_bytes());
+        f.extend_from_slice(&[0, 0]);
+        f.resize(f.len() + payload, 0xab);
+        f
+    }
+
     /// Frames waiting on `sock` now.
     pub(crate) fn waiting(sock: &PacketSocket) -> Result<usize> {
         let mut bufs = vec![vec![0u8; 2048]; 16];
@@ -541,6 +621,82 @@ pub(crate) mod testing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_frame_without_a_virtio_net_header_is_one_drop_not_a_failure() {
+        let os = io::Error::from_raw_os_error;
+        assert!(matches!(recv_failure(os(libc::EAGAIN)), Ok(0)));
+        assert!(matches!(recv_failure(os(libc::EINTR)), Ok(0)));
+        assert!(matches!(
+            recv_failure(os(libc::EINVAL)),
+            Err(Error::UnsupportedGso)
+        ));
+        assert!(matches!(
+            recv_failure(os(libc::ENETDOWN)),
+            Err(Error::Io { .. })
+        ));
+    }
+
+    /// The kernel's side of the classification: a GSO frame no virtio-net
+    /// header describes is one `EINVAL` read, and the frame behind it is
+    /// read next.
+    #[test]
+    fn a_frame_without_a_virtio_net_header_is_reported_and_reading_goes_on() {
+        use crate::netns::scratch::{root_or_skip, ScratchNs};
+        use std::io::Write;
+        use testing::{tap_with_vnet_hdr, test_frame, ufo_frame};
+        if !root_or_skip("a_frame_without_a_virtio_net_header_is_reported_and_reading_goes_on") {
+            return;
+        }
+        let ns = ScratchNs::new("pg");
+        let got = crate::netns::in_netns(&ns.name, || {
+            let mut tap = tap_with_vnet_hdr("fltap0")?;
+            for args in [
+                &["link", "set", "dev", "fltap0", "addrgenmode", "none"][..],
+                &["link", "set", "dev", "fltap0", "up"][..],
+            ] {
+                crate::netns::ip(args)?;
+            }
+            let idx = nix::net::if_::if_nametoindex("fltap0")?;
+            let opts = PacketSocketOptions {
+                vnet_hdr: true,
+                ..PacketSocketOptions::default()
+            };
+            let sock = PacketSocket::open(idx, opts)?;
+            let dst = [2, 0, 0, 0, 0, 2];
+            tap.write_all(&ufo_frame(dst))?;
+            let mut plain = vec![0u8; VNET_HDR_LEN];
+            plain.extend_from_slice(&test_frame(dst, 7));
+            tap.write_all(&plain)?;
+            let mut bufs = vec![vec![0u8; MAX_FRAME]; 4];
+            let mut meta = vec![RecvMeta::default(); 4];
+            let mut seen = Vec::new();
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while seen.len() < 2 && std::time::Instant::now() < deadline {
+                sock.wait_readable(Duration::from_millis(100))?;
+                match sock.recv_batch(&mut bufs, &mut meta) {
+                    Err(Error::UnsupportedGso) => seen.push(None),
+                    r => {
+                        let n = r?;
+                        seen.extend(meta[..n].iter().map(|m| Some(m.len)));
+                    }
+                }
+            }
+            Ok(seen)
+        })
+        .unwrap();
+        assert_eq!(got, [None, Some(VNET_HDR_LEN + 60)]);
+    }
+
+    #[test]
+    fn out_of_descriptors_is_not_called_a_privilege_problem() {
+        for errno in [libc::EMFILE, libc::ENFILE] {
+            let e = open_failure(io::Error::from_raw_os_error(errno)).to_string();
+            assert!(e.contains("open-file limit") && !e.contains("root"), "{e}");
+        }
+        let e = open_failure(io::Error::from_raw_os_error(libc::EPERM)).to_string();
+        assert!(e.contains("CAP_NET_RAW"), "{e}");
+    }
 
     #[test]
     fn small_frames_are_made_linear_and_gso_frames_kept() {

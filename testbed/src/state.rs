@@ -4,6 +4,12 @@
 //! A bed records its state in `$FLOWLANE_RUN_DIR/testbed/<name>.json`
 //! (default `/run/flowlane`) and pins its emulated NIC's maps in bpffs; both
 //! are visible only from the root namespace.
+//!
+//! A bed's namespaces and pins are the host's, whatever run directory
+//! records it, so its locks are too ([`LOCK_DIR`]): the bed lock makes the
+//! commands that change a bed (`up`, `down`, `impair`, `set-rss`) one at a
+//! time, and the delay line's lock ([`delay_lock_path`]) keeps one line per
+//! bed.
 
 use std::path::PathBuf;
 
@@ -88,9 +94,113 @@ pub(crate) fn state_path(name: &str) -> PathBuf {
     state_dir().join(format!("{name}.json"))
 }
 
-/// The lock file that keeps one delay line per bed.
+/// The marker `up` leaves in the state directory while it makes a bed,
+/// until the state file records it: a bed a crash left half-made is this
+/// run directory's to remove.
+pub(crate) fn making_path(name: &str) -> PathBuf {
+    state_dir().join(format!("{name}.making"))
+}
+
+/// Notes that this run directory is making bed `name` ([`making_path`]).
+pub(crate) fn mark_making(name: &str) -> Result<()> {
+    std::fs::create_dir_all(state_dir()).context("creating the state directory")?;
+    let p = making_path(name);
+    std::fs::write(&p, b"").with_context(|| format!("writing {}", p.display()))
+}
+
+/// Whether this run directory records bed `name`: its state file, or the
+/// marker of an `up` under way or cut short.
+pub(crate) fn recorded(name: &str) -> bool {
+    state_path(name).exists() || making_path(name).exists()
+}
+
+/// Directory of the beds' locks: the host's, not a run directory's (two
+/// run directories name the same namespaces and pins).
+pub const LOCK_DIR: &str = "/run/flowlane/lock";
+
+fn bed_lock_path(name: &str) -> PathBuf {
+    PathBuf::from(LOCK_DIR).join(format!("{name}.lock"))
+}
+
+/// The lock file that keeps one delay line per bed (see [`LOCK_DIR`]).
 pub fn delay_lock_path(name: &str) -> PathBuf {
-    state_dir().join(format!("{name}.delay.lock"))
+    PathBuf::from(LOCK_DIR).join(format!("{name}.delay.lock"))
+}
+
+/// An exclusive `flock` on a lock file, released when dropped (and when the
+/// process exits, however it exits).
+#[derive(Debug)]
+pub(crate) struct FileLock {
+    file: nix::fcntl::Flock<std::fs::File>,
+    path: PathBuf,
+}
+
+impl FileLock {
+    /// Takes the lock on `path` (made if missing), waiting for it unless
+    /// `wait` is false: then `None` when another holds it. A lock file
+    /// removed while it was being waited for ([`FileLock::remove`]) is made
+    /// anew and locked, so that no two holders ever lock two files of one
+    /// path.
+    pub(crate) fn take(path: PathBuf, wait: bool) -> Result<Option<FileLock>> {
+        use std::os::unix::fs::MetadataExt;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let how = if wait {
+            nix::fcntl::FlockArg::LockExclusive
+        } else {
+            nix::fcntl::FlockArg::LockExclusiveNonblock
+        };
+        loop {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .with_context(|| format!("opening {}", path.display()))?;
+            let file = match nix::fcntl::Flock::lock(file, how) {
+                Ok(f) => f,
+                Err((_, nix::errno::Errno::EWOULDBLOCK)) if !wait => return Ok(None),
+                Err((_, nix::errno::Errno::EINTR)) => continue,
+                Err((_, e)) => {
+                    return Err(e).with_context(|| format!("locking {}", path.display()))
+                }
+            };
+            let held = file.metadata().ok().map(|m| (m.dev(), m.ino()));
+            let named = std::fs::metadata(&path).ok().map(|m| (m.dev(), m.ino()));
+            if held.is_some() && held == named {
+                return Ok(Some(FileLock { file, path }));
+            }
+        }
+    }
+
+    /// Removes the lock file, then releases the lock (for a bed that is
+    /// gone: its lock files need not outlive it).
+    pub(crate) fn remove(self) {
+        let _ = std::fs::remove_file(&self.path);
+        drop(self.file);
+    }
+}
+
+/// Bed `name`'s lock, held by each command that changes the bed, so that
+/// two of them (two processes bringing one bed up, or one taking it down)
+/// never work on it at once: it waits for the one under way.
+#[derive(Debug)]
+pub(crate) struct BedLock(FileLock);
+
+impl BedLock {
+    /// Takes bed `name`'s lock, waiting for its holder.
+    pub(crate) fn take(name: &str) -> Result<BedLock> {
+        validate_name(name)?;
+        let lock =
+            FileLock::take(bed_lock_path(name), true)?.context("a waiting lock is always taken")?;
+        Ok(BedLock(lock))
+    }
+
+    /// Releases the lock of a bed that is gone, removing its lock file.
+    pub(crate) fn remove(self) {
+        self.0.remove();
+    }
 }
 
 /// The namespaces of bed `name`: flowlane's and the far side's.
@@ -122,23 +232,28 @@ pub(crate) fn load_hinted(name: &str, hint: &str) -> Result<BedState> {
     })
 }
 
-/// Records `state` (atomically: a reader never sees half a file).
+/// Records `state` (atomically: a reader never sees half a file); the
+/// marker of its making ([`making_path`]) goes.
 pub(crate) fn save(state: &BedState) -> Result<()> {
     std::fs::create_dir_all(state_dir()).context("creating the state directory")?;
     let tmp = state_path(&state.name).with_extension("tmp");
     std::fs::write(&tmp, serde_json::to_string_pretty(state)?)?;
     std::fs::rename(&tmp, state_path(&state.name))?;
+    let _ = std::fs::remove_file(making_path(&state.name));
     Ok(())
 }
 
-/// Removes a bed's state file; whether there was one.
+/// Removes a bed's state file and the marker of its making; whether there
+/// was either.
 pub(crate) fn remove(name: &str) -> Result<bool> {
-    let st = state_path(name);
-    if !st.exists() {
-        return Ok(false);
+    let mut removed = false;
+    for p in [state_path(name), making_path(name)] {
+        if p.exists() {
+            std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
+            removed = true;
+        }
     }
-    std::fs::remove_file(&st).with_context(|| format!("removing {}", st.display()))?;
-    Ok(true)
+    Ok(removed)
 }
 
 #[cfg(test)]
@@ -183,6 +298,34 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A lock file removed by its holder while another waits for it: the
+    /// waiter locks the file made anew, not the removed one, so that a third
+    /// taker cannot hold the path's lock at the same time.
+    #[test]
+    fn a_lock_removed_under_a_waiter_is_taken_anew() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = std::env::temp_dir().join(format!("fl-lock-{}", std::process::id()));
+        let path = dir.join("b.lock");
+        let first = FileLock::take(path.clone(), true).unwrap().unwrap();
+        assert!(
+            FileLock::take(path.clone(), false).unwrap().is_none(),
+            "a held lock is refused without waiting"
+        );
+        let waiter = {
+            let path = path.clone();
+            std::thread::spawn(move || FileLock::take(path, true).unwrap().unwrap())
+        };
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        first.remove();
+        let second = waiter.join().unwrap();
+        let held = second.file.metadata().unwrap().ino();
+        let named = std::fs::metadata(&path).map(|m| m.ino()).ok();
+        assert_eq!(Some(held), named, "the waiter holds a removed file");
+        assert!(FileLock::take(path, false).unwrap().is_none());
+        second.remove();
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Test beds: `flowlane testbed up` under a unique name, removed on drop,
 //! and what tests start on them.
 
-use std::path::PathBuf;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -24,39 +25,75 @@ fn name_of(tag: &str, pid: u32, seq: u32) -> String {
 
 /// The test process a bed name of [`name_of`]'s shape was made by.
 fn owner_pid(name: &str) -> Option<u32> {
+    pid_in(name, |tag| tag.starts_with('t') && tag.len() > 1)
+}
+
+/// The test process a scratch namespace of flowlane-testbed's unit tests
+/// (`flt-<tag>-<pid>-<n>`) was made by.
+fn scratch_owner_pid(name: &str) -> Option<u32> {
+    pid_in(name, |head| {
+        head.strip_prefix("flt-").is_some_and(|tag| !tag.is_empty())
+    })
+}
+
+/// The pid of a name `<head>-<pid>-<n>` whose head `head_ok` accepts.
+fn pid_in(name: &str, head_ok: impl Fn(&str) -> bool) -> Option<u32> {
     let mut parts = name.rsplitn(3, '-');
-    let (seq, pid, tag) = (parts.next()?, parts.next()?, parts.next()?);
+    let (seq, pid, head) = (parts.next()?, parts.next()?, parts.next()?);
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    (tag.starts_with('t') && tag.len() > 1 && digits(seq) && digits(pid))
+    (head_ok(head) && digits(seq) && digits(pid))
         .then(|| pid.parse().ok())
         .flatten()
 }
 
 static SWEPT: std::sync::Once = std::sync::Once::new();
 
-/// Takes down, once per test process and before its first bed, the beds
-/// that test processes no longer running left behind (killed by a signal or
-/// a CI timeout: their `Drop` never ran), found by the pid in their names.
+/// Takes down, once per test process and before its first bed, what test
+/// processes no longer running left behind (killed by a signal or a CI
+/// timeout: their `Drop` never ran); see [`sweep`].
 fn sweep_orphaned_beds() {
-    SWEPT.call_once(|| {
-        let Ok(dir) = std::fs::read_dir(flowlane_testbed::state::state_dir()) else {
-            return;
-        };
-        for entry in dir.flatten() {
-            let path = entry.path();
-            if path.extension().is_none_or(|e| e != "json") {
-                continue;
-            }
-            let Some(name) = path.file_stem().and_then(|s| s.to_str()) else {
-                continue;
-            };
-            let Some(pid) = owner_pid(name) else { continue };
-            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-                eprintln!("taking down bed {name}, left by test process {pid} (gone)");
-                let _ = flowlane(&["testbed", "down", "--bed", name]);
-            }
+    SWEPT.call_once(sweep);
+}
+
+/// Removes what test processes no longer running left, found by the pid in
+/// the names: their beds, whether recorded in the default run directory,
+/// in a temporary one (`FLOWLANE_RUN_DIR`) or nowhere (half-made), seen
+/// by their state files, namespaces and pinned maps (`testbed down
+/// --force`); and flowlane-testbed's scratch namespaces (`flt-*`).
+fn sweep() {
+    let names = |dir: &Path| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let gone = |pid: u32| !Path::new(&format!("/proc/{pid}")).exists();
+    let mut beds = BTreeSet::new();
+    for file in names(&flowlane_testbed::state::state_dir()) {
+        if let Some(bed) = file.strip_suffix(".json") {
+            beds.insert(bed.to_string());
         }
-    });
+    }
+    for ns in names(Path::new("/run/netns")) {
+        if let Some(side) = ns.strip_prefix("flowlane-") {
+            // Bed names never end in "-peer": this is the far side's.
+            beds.insert(side.strip_suffix("-peer").unwrap_or(side).to_string());
+        } else if let Some(pid) = scratch_owner_pid(&ns).filter(|&p| gone(p)) {
+            eprintln!("removing namespace {ns}, left by test process {pid} (gone)");
+            let _ = Command::new("ip").args(["netns", "del", &ns]).output();
+        }
+    }
+    beds.extend(names(Path::new("/sys/fs/bpf/flowlane")));
+    for bed in beds {
+        let Some(pid) = owner_pid(&bed).filter(|&p| gone(p)) else {
+            continue;
+        };
+        eprintln!("taking down bed {bed}, left by test process {pid} (gone)");
+        let _ = flowlane(&["testbed", "down", "--bed", &bed, "--force"]);
+    }
 }
 
 #[cfg(test)]
@@ -81,6 +118,47 @@ mod tests {
         // Linux's largest pid (pid_max 2^22), a long tag, many beds.
         let n = super::name_of("spillact", 4_194_304, 99_999);
         assert!(flowlane_testbed::state::validate_name(&n).is_ok(), "{n}");
+        // flowlane-testbed's scratch namespaces (`flt-<tag>-<pid>-<n>`).
+        assert_eq!(super::scratch_owner_pid("flt-dh-4321-0"), Some(4321));
+        for other in ["flt--12-0", "flt-dh-x-0", "fl0", "tdh-4321-0", "flt-dh-12"] {
+            assert_eq!(super::scratch_owner_pid(other), None, "{other}");
+        }
+    }
+
+    /// What a killed test process left without a state file (a half-made
+    /// bed, a scratch namespace) is removed by the next one's sweep.
+    #[test]
+    fn the_sweep_removes_what_dead_test_processes_left_without_a_state_file() {
+        if !crate::require_root(
+            "the_sweep_removes_what_dead_test_processes_left_without_a_state_file",
+        ) {
+            return;
+        }
+        // A pid that was a test process and is gone.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let bed = format!("flowlane-{}", super::name_of("sweep", dead, 0));
+        let scratch = format!("flt-sweep-{dead}-0");
+        for ns in [&bed, &scratch] {
+            let o = std::process::Command::new("ip")
+                .args(["netns", "add", ns])
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", crate::text(&o));
+        }
+        super::sweep();
+        let netns = std::path::Path::new("/run/netns");
+        let left: Vec<&String> = [&bed, &scratch]
+            .into_iter()
+            .filter(|ns| netns.join(ns).exists())
+            .collect();
+        for ns in &left {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "del", ns])
+                .output();
+        }
+        assert!(left.is_empty(), "the sweep left {left:?}");
     }
 }
 

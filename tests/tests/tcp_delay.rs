@@ -76,6 +76,9 @@ fn delay_line_delays_both_ways_carries_tcp_and_removes_itself() {
     assert_eq!(q["dropped_full"], 0, "{report}");
     assert_eq!(report["refused"], 0, "{report}");
     assert_eq!(report["truncated"], 0, "{report}");
+    assert_eq!(report["unsupported_gso"], 0, "{report}");
+    // Every frame the hooks sent into the line is accounted for.
+    assert_eq!(report["unaccounted"], 0, "{report}");
 
     // Gone: the line's devices, its filters, and the delay.
     assert!(!in_ns(&bed.peer_ns, &["ip", "link", "show", "fll0"])

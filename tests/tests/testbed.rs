@@ -1,16 +1,19 @@
 //! The veth test bed: up is idempotent, down removes exactly what up made,
-//! a half-made bed does not block the next up, the emulated NIC is
-//! programmable (and not under the services that use it), and `down`
-//! leaves another run directory's bed alone.
+//! a half-made bed does not block the next up, two ups of one bed take
+//! turns, the emulated NIC is programmable (and not under the services
+//! that use it), and `up` and `down` leave another run directory's bed
+//! alone.
 
 use flowlane_numa_sched::nic::RssNic;
 use flowlane_numa_sched::IndirectionTable;
 use flowlane_tests::{
-    flowlane, flowlane_bin, kill_and_reap, require_root, start_udp_echo, text, unique_name, Bed,
+    flowlane, flowlane_bin, in_ns, kill_and_reap, require_root, start_udp_echo, text, unique_name,
+    Bed,
 };
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 fn ns_exists(ns: &str) -> bool {
     std::path::Path::new("/run/netns").join(ns).exists()
@@ -91,20 +94,108 @@ fn a_half_made_bed_does_not_block_up() {
     if !require_root("a_half_made_bed_does_not_block_up") {
         return;
     }
-    // A crash after the first namespace was made leaves it behind.
+    // A crash of `up` (SIGKILL) after the first namespace was made leaves a
+    // half-made bed behind, without a state file.
     let name = unique_name("crash");
     let ns = format!("flowlane-{name}");
-    let o = Command::new("ip")
-        .args(["netns", "add", &ns])
-        .output()
-        .unwrap();
-    assert!(o.status.success());
+    let state = flowlane_testbed::state::state_dir().join(format!("{name}.json"));
+    let mut half_made = false;
+    for _ in 0..5 {
+        let mut up = Command::new(flowlane_bin())
+            .args(["testbed", "up", "--bed", &name, "--queues", "2"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !ns_exists(&ns) && up.try_wait().unwrap().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let _ = up.kill();
+        let _ = up.wait();
+        half_made = ns_exists(&ns) && !state.exists();
+        if half_made {
+            break;
+        }
+        // It finished first: try again.
+        let _ = flowlane(&["testbed", "down", "--bed", &name]);
+    }
     let o = flowlane(&["testbed", "up", "--bed", &name, "--queues", "2"]);
     let ok = o.status.success();
     let down = flowlane(&["testbed", "down", "--bed", &name]);
+    assert!(half_made, "every killed up had finished");
     assert!(ok, "up over leftovers: {}", text(&o));
-    assert!(down.status.success());
+    assert!(down.status.success(), "{}", text(&down));
     assert!(!ns_exists(&ns));
+}
+
+/// Two `up`s of one bed at once (two processes, here two threads) take
+/// turns: neither deletes what the other is making, and the state file
+/// describes the bed that is there.
+#[test]
+fn concurrent_ups_of_one_bed_take_turns() {
+    if !require_root("concurrent_ups_of_one_bed_take_turns") {
+        return;
+    }
+    struct Down(String);
+    impl Drop for Down {
+        fn drop(&mut self) {
+            let _ = flowlane_testbed::down(&self.0);
+        }
+    }
+    let bed = Down(unique_name("race"));
+    let name = bed.0.as_str();
+    let spec = |queues: u16| flowlane_testbed::BedSpec {
+        name: name.to_string(),
+        queues: queues.into(),
+        key: (1..=40).collect(),
+        table: IndirectionTable::even(128, &(0..queues).collect::<Vec<_>>())
+            .unwrap()
+            .to_queue_list(),
+    };
+    // Each up rebuilds the bed the other made (another queue count).
+    let failures: Vec<String> = std::thread::scope(|s| {
+        let threads: Vec<_> = [1, 2]
+            .map(|q| {
+                let spec = spec(q);
+                s.spawn(move || {
+                    (0..4)
+                        .filter_map(|_| flowlane_testbed::up(&spec).err())
+                        .map(|e| format!("{e:#}"))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .into_iter()
+            .collect();
+        threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect()
+    });
+    assert!(failures.is_empty(), "{failures:?}");
+    let s = flowlane_testbed::load(name).unwrap();
+    let live_mac = |ns: &str, dev: &str| {
+        let o = in_ns(ns, &["ip", "-o", "link", "show", dev]);
+        String::from_utf8_lossy(&o.stdout)
+            .split_whitespace()
+            .skip_while(|w| *w != "link/ether")
+            .nth(1)
+            .map(str::to_string)
+    };
+    assert_eq!(live_mac(&s.netns, "xsk0").as_deref(), Some(&*s.local_mac));
+    assert_eq!(
+        live_mac(&s.peer_netns, "peer0").as_deref(),
+        Some(&*s.peer_mac)
+    );
+    let o = in_ns(&s.netns, &["ls", "/sys/class/net/xsk0/queues"]);
+    let rx = String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .filter(|q| q.starts_with("rx-"))
+        .count();
+    assert_eq!(
+        rx, s.queues as usize,
+        "the state's queue count is the bed's"
+    );
 }
 
 #[test]
@@ -281,4 +372,43 @@ fn down_leaves_another_run_directorys_bed_unless_forced() {
     let o = testbed_in(&dirs.own, &["down", "--bed", name]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(!dirs.own.join(format!("testbed/{name}.json")).exists());
+}
+
+#[test]
+fn up_leaves_another_run_directorys_bed_unless_removed_by_force() {
+    if !require_root("up_leaves_another_run_directorys_bed_unless_removed_by_force") {
+        return;
+    }
+    let dirs = TwoRunDirs {
+        bed: unique_name("runup"),
+        own: std::env::temp_dir().join(unique_name("runown")),
+        other: std::env::temp_dir().join(unique_name("runother")),
+    };
+    let (name, ns) = (&dirs.bed, format!("flowlane-{}", dirs.bed));
+    let peer = format!("{ns}-peer");
+    let o = testbed_in(&dirs.own, &["up", "--bed", name, "--queues", "1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let inodes = (ns_inode(&ns), ns_inode(&peer));
+    let o = testbed_in(&dirs.other, &["up", "--bed", name, "--queues", "1"]);
+    let err = one_line_failure(&o);
+    assert!(
+        err.contains("no record") && err.contains("down --force") && err.contains(name),
+        "{err}"
+    );
+    assert_eq!(
+        (ns_inode(&ns), ns_inode(&peer)),
+        inodes,
+        "the refused up touched the bed"
+    );
+    assert!(!dirs.other.join(format!("testbed/{name}.json")).exists());
+    let o = testbed_in(&dirs.own, &["status", "--bed", name, "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["intact"], true, "{}", text(&o));
+    // Removed by force, the name is the other run directory's to use.
+    let o = testbed_in(&dirs.other, &["down", "--bed", name, "--force"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = testbed_in(&dirs.other, &["up", "--bed", name, "--queues", "1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(dirs.other.join(format!("testbed/{name}.json")).exists());
 }
