@@ -220,6 +220,7 @@ pub struct Workers {
     handles: Vec<JoinHandle<Result<ThreadStats>>>,
     finish: Option<Finish>,
     tcp: Option<TcpReader>,
+    thread_cpus: Option<Vec<Option<usize>>>,
 }
 
 impl std::fmt::Debug for Workers {
@@ -228,6 +229,7 @@ impl std::fmt::Debug for Workers {
             .field("threads", &self.handles.len())
             .field("finish", &self.finish.is_some())
             .field("tcp", &self.tcp.is_some())
+            .field("thread_cpus", &self.thread_cpus)
             .finish()
     }
 }
@@ -239,6 +241,7 @@ impl Workers {
             handles,
             finish: None,
             tcp: None,
+            thread_cpus: None,
         }
     }
 
@@ -249,6 +252,7 @@ impl Workers {
             handles: Vec::new(),
             finish: Some(finish),
             tcp: None,
+            thread_cpus: None,
         }
     }
 
@@ -262,6 +266,20 @@ impl Workers {
     /// The data path's own TCP counters, where it has them.
     pub fn tcp(&self) -> Option<TcpReader> {
         self.tcp.clone()
+    }
+
+    /// The data path placed its data threads itself (flowlane: one worker
+    /// per queue, whatever `-m` asked): their CPUs, one entry per thread
+    /// (`None`: not pinned).
+    pub fn with_thread_cpus(mut self, cpus: Vec<Option<usize>>) -> Workers {
+        self.thread_cpus = Some(cpus);
+        self
+    }
+
+    /// The data threads' CPUs where the data path placed them itself;
+    /// `None` where they are the `-m` mappings' threads.
+    pub fn thread_cpus(&self) -> Option<Vec<Option<usize>>> {
+        self.thread_cpus.clone()
     }
 
     /// Waits for every thread and merges their counts; the first error wins.

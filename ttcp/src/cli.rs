@@ -160,7 +160,8 @@ pub struct MatrixArgs {
     /// `kernel-wire` (Linux TCP with TSO and GSO off on both ends for its
     /// cells: it segments in software before the device and the veth
     /// carries wire-size frames, as from a NIC without TSO and as flowlane
-    /// sends them; the fair baseline for the sender) and
+    /// sends them; the fair baseline for the sender; on a bed the matrix
+    /// makes, not on a `--bed` that was up before) and
     /// `flowlane` (flowlane's TCP on AF_XDP, one worker per queue). The
     /// other end is always kernel TCP in the peer namespace.
     #[arg(long, default_value = "kernel,flowlane")]
@@ -201,8 +202,9 @@ pub struct MatrixArgs {
     #[arg(long)]
     pub flowlane: Option<PathBuf>,
     /// Test bed name (default `ttm<pid>`). A bed that is up already is used
-    /// and left up (one in use is refused); one the matrix makes is
-    /// removed at its end.
+    /// as it is and left so (its RSS and offloads untouched): one in use,
+    /// of other than 2 queues, or with kernel-wire cells planned is
+    /// refused. One the matrix makes is removed at its end.
     #[arg(long)]
     pub bed: Option<String>,
     /// flowlane's UMEM frames per queue (its `--frames-per-queue`; default

@@ -28,7 +28,7 @@ use flowlane_dataplane::{TcpCountersSnapshot, TcpService, TcpServiceConfig};
 use crate::backend::{Backend, DataThreads, Shared, TcpReader, Workers};
 use crate::cores::Placed;
 use crate::handlers::{self, HandlerSetup};
-use crate::iface::iface_for;
+use crate::iface::{iface_for, iface_on_subnet};
 use crate::plan::Plan;
 use crate::procfs::TcpSnmp;
 
@@ -88,18 +88,38 @@ impl Backend for Flowlane {
     }
 }
 
+/// The interface the data path serves: `--nic NAME` (which must be here),
+/// else the receiver's that holds its address, or the sender's that has an
+/// address on the receiver's subnet.
 fn iface(plan: &Plan) -> Result<String> {
+    let on_a_bed = "on a test bed: --bed NAME";
     match &plan.flowlane.iface {
-        Some(i) => Ok(i.clone()),
+        Some(i) => {
+            if nix::net::if_::if_nametoindex(i.as_str()).is_err() {
+                bail!(
+                    "--nic {i}: no interface {i} in this network namespace (see `ip link`; {on_a_bed})"
+                );
+            }
+            Ok(i.clone())
+        }
         None if plan.receiver => iface_for(plan.addr).ok_or_else(|| {
             anyhow!(
-                "no interface here holds {}: run inside the interface's namespace (on a test bed: --bed NAME)",
+                "no interface here holds {}: run inside the interface's namespace, or name it with --nic NAME ({on_a_bed})",
                 plan.addr
             )
         }),
-        // The sender's interface: the one with an address on the receiver's
-        // subnet would need the routing table; the test bed's is xsk0.
-        None => Ok("xsk0".into()),
+        None => {
+            let subnet = match plan.addr {
+                std::net::IpAddr::V4(a) => iface_on_subnet(a),
+                std::net::IpAddr::V6(_) => None,
+            };
+            subnet.ok_or_else(|| {
+                anyhow!(
+                    "no interface here has an address on receiver {}'s subnet: name the sender's with --nic NAME ({on_a_bed})",
+                    plan.addr
+                )
+            })
+        }
     }
 }
 
@@ -171,6 +191,13 @@ fn start(
     let core_setup = placed.core_setup.clone();
     let service = TcpService::start(config, move |h| core_setup(h))
         .with_context(|| format!("starting flowlane's data path on {iface}"))?;
+    // The report's threads: the workers, where the data path pinned them.
+    let worker_cpus = service
+        .dataplane()
+        .queues()
+        .iter()
+        .map(|q| q.cpu.map(|c| c as usize))
+        .collect();
     // The receiver moves buckets (`--rebalance`), answers `flowlane
     // rebalance` and the daemon on its control socket, and registers with
     // the daemon where one runs.
@@ -206,7 +233,7 @@ fn start(
         eprintln!("{summary}");
         placed.finish()
     }));
-    Ok(workers.with_tcp(tcp))
+    Ok(workers.with_tcp(tcp).with_thread_cpus(worker_cpus))
 }
 
 /// flowlane's TCP counters summed over the queues, as `/proc/net/snmp`'s
@@ -319,5 +346,50 @@ fn set_tcp(summary: &mut serde_json::Value, tcp: &[(u32, TcpCountersSnapshot)]) 
     for q in queues {
         let c = tcp.iter().find(|(n, _)| q["queue"] == *n).map(|(_, c)| c);
         q["tcp"] = serde_json::to_value(c).unwrap_or_default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn plan(args: &str) -> Plan {
+        let mut a = vec!["flowlane-ttcp"];
+        a.extend(args.split_whitespace());
+        crate::cli::Cli::try_parse_from(a)
+            .unwrap()
+            .run
+            .plan()
+            .unwrap()
+    }
+
+    /// The interface is `--nic`'s, or found from the addresses: never a
+    /// name guessed for the sender, and a missing one is named with the
+    /// flag that gave it.
+    #[test]
+    fn the_interface_is_named_or_found_never_guessed() {
+        let e = iface(&plan("-s -m 1,*,203.0.113.7 --backend flowlane"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("203.0.113.7's subnet") && e.contains("--nic NAME"),
+            "{e}"
+        );
+        assert_eq!(
+            iface(&plan("-s -m 1,*,127.0.0.9 --backend flowlane")).unwrap(),
+            "lo"
+        );
+        let e = iface(&plan(
+            "-s -m 1,*,127.0.0.9 --backend flowlane --nic nosuch0",
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("--nic nosuch0: no interface nosuch0"), "{e}");
+        assert!(!e.contains("--iface"), "{e}");
+        assert_eq!(
+            iface(&plan("-r -m 1,*,127.0.0.1 --backend flowlane --nic lo")).unwrap(),
+            "lo"
+        );
     }
 }

@@ -2,7 +2,15 @@
 //! window, and the figures computed from their differences.
 //!
 //! Definitions (all over the measured window only):
-//! - throughput: payload bytes counted by this side / window; KB = 1000 bytes,
+//! - two intervals, each figure over its own: the payload bytes (and round
+//!   trips, overlap iterations) are counted by phase as they happen, in the
+//!   nominal window [t0 + W, t0 + W + T) by this side's clock, so their
+//!   rates are over T (`-t`); the counters (CPU, interface, interrupts,
+//!   retransmits) are snapshotted at its edges, each a wake-up late, so
+//!   their rates are over the snapshots' own interval (`window_s`). The
+//!   costs per byte set the one against the other: the two intervals are
+//!   equally long but for the difference of two wake-up delays.
+//! - throughput: payload bytes counted by this side / T; KB = 1000 bytes,
 //!   Mbit = 10^6 bits (NTttcp's Table 1 uses these: 16,475.553 KB/s = 131.804 Mbit/s).
 //! - average frame size: payload bytes / packets in the data direction on the
 //!   interface (received for the receiver, sent for the sender), as in Table 1.
@@ -115,10 +123,11 @@ pub struct Latency {
     pub rtt_p50_us: f64,
     /// p90.
     pub rtt_p90_us: f64,
-    /// p99.
-    pub rtt_p99_us: f64,
-    /// p99.9.
-    pub rtt_p999_us: f64,
+    /// p99; `None` (n/a) under [`P99_MIN_ROUND_TRIPS`] round trips, where
+    /// it would only be the maximum.
+    pub rtt_p99_us: Option<f64>,
+    /// p99.9; `None` (n/a) under [`P999_MIN_ROUND_TRIPS`] round trips.
+    pub rtt_p999_us: Option<f64>,
     /// Maximum.
     pub rtt_max_us: f64,
     /// One-way latency as the RDMA paper reports it: mean RTT / 2.
@@ -170,9 +179,10 @@ pub struct Report {
     pub role: &'static str,
     /// Agreed parameters.
     pub params: Params,
-    /// Threads (event loops).
+    /// Data threads: the kernel backend's event loops (`-m`), flowlane's
+    /// workers (one per queue, whatever `-m` said).
     pub threads: usize,
-    /// CPU of each thread (`null`: not pinned).
+    /// CPU of each data thread (`null`: not pinned).
     pub thread_cpus: Vec<Option<usize>>,
     /// Data connections.
     pub connections: usize,
@@ -180,13 +190,16 @@ pub struct Report {
     pub address: String,
     /// Interface whose counters are reported.
     pub iface: String,
-    /// Measured window by this side's clock (seconds).
+    /// The snapshots' interval by this side's clock (seconds): what the
+    /// CPU, interface and interrupt rates are over. The byte and round-trip
+    /// rates are over the nominal window, `params.duration_s`, in which
+    /// they were counted.
     pub window_s: f64,
     /// Payload bytes by phase.
     pub bytes: PhaseBytes,
-    /// KB/s (1000 bytes).
+    /// KB/s (1000 bytes) over the nominal window.
     pub throughput_kbyte_s: f64,
-    /// Mbit/s (10^6 bits).
+    /// Mbit/s (10^6 bits) over the nominal window.
     pub throughput_mbit_s: f64,
     /// Payload bytes per packet in the data direction.
     pub avg_frame_size: f64,
@@ -253,7 +266,7 @@ pub struct Inputs<'a> {
     pub role: &'static str,
     /// Parameters.
     pub params: &'a Params,
-    /// Thread pinning.
+    /// The data threads' CPUs (one entry per thread).
     pub thread_cpus: Vec<Option<usize>>,
     /// Connections.
     pub connections: usize,
@@ -292,7 +305,10 @@ fn ratio(a: f64, b: f64) -> f64 {
 /// Computes the table from two snapshots.
 pub fn build(i: Inputs<'_>) -> Report {
     let (a, b) = (i.start, i.end);
+    // The snapshots' interval: the counters' rates are over it.
     let window = (b.at - a.at).as_secs_f64();
+    // The bytes were counted in the nominal window: their rates are over T.
+    let nominal = i.params.duration_s;
     let bytes = i.bytes[2];
     let d_cpu = b.cpu.since(&a.cpu);
     let d_if = IfCounters {
@@ -354,7 +370,7 @@ pub fn build(i: Inputs<'_>) -> Report {
         }
         _ => None,
     };
-    let gbit = ratio(bytes as f64 * 8.0, window) / 1e9;
+    let gbit = ratio(bytes as f64 * 8.0, nominal) / 1e9;
     // Per Gbit/s of nothing is no figure (not 0).
     let per_gbit = |pct: f64| (gbit > 0.0).then(|| pct / gbit);
     let receiver = i.role == "receiver";
@@ -389,8 +405,8 @@ pub fn build(i: Inputs<'_>) -> Report {
             cooldown: i.bytes[3],
             post: i.bytes[4],
         },
-        throughput_kbyte_s: ratio(bytes as f64, window) / 1e3,
-        throughput_mbit_s: ratio(bytes as f64 * 8.0, window) / 1e6,
+        throughput_kbyte_s: ratio(bytes as f64, nominal) / 1e3,
+        throughput_mbit_s: ratio(bytes as f64 * 8.0, nominal) / 1e6,
         avg_frame_size: ratio(bytes as f64, data_packets as f64),
         packets_sent: d_if.tx_packets,
         packets_received: d_if.rx_packets,
@@ -493,7 +509,13 @@ impl Report {
                 p.cooldown_s
             ),
         );
-        row("Measured window (s)", format!("{:.3}", self.window_s));
+        row(
+            "Measured window (s)",
+            format!(
+                "{:.3}   (counters snapshotted {:.3} s apart)",
+                p.duration_s, self.window_s
+            ),
+        );
         row(
             "Bytes (measured window)",
             format!(
@@ -612,11 +634,16 @@ impl Report {
                 &format!("Round trips ({} B messages)", l.msg_size),
                 format!("{}  ({:.1}/s)", l.round_trips, l.round_trips_per_s),
             );
+            let tail = |v: Option<f64>| v.map_or_else(|| "n/a".into(), |v| format!("{v:.1}"));
             row(
                 "RTT µs p50 / p90 / p99 / p99.9 / max",
                 format!(
-                    "{:.1} / {:.1} / {:.1} / {:.1} / {:.1}",
-                    l.rtt_p50_us, l.rtt_p90_us, l.rtt_p99_us, l.rtt_p999_us, l.rtt_max_us
+                    "{:.1} / {:.1} / {} / {} / {:.1}",
+                    l.rtt_p50_us,
+                    l.rtt_p90_us,
+                    tail(l.rtt_p99_us),
+                    tail(l.rtt_p999_us),
+                    l.rtt_max_us
                 ),
             );
             row(
@@ -673,9 +700,19 @@ impl Report {
     }
 }
 
-/// Latency figures from a histogram of round-trip nanoseconds.
+/// Round trips a p99 needs to be more than the maximum: one in a hundred
+/// exceeds it.
+pub const P99_MIN_ROUND_TRIPS: u64 = 100;
+
+/// Round trips a p99.9 needs (one in a thousand exceeds it).
+pub const P999_MIN_ROUND_TRIPS: u64 = 1000;
+
+/// Latency figures from a histogram of round-trip nanoseconds counted in a
+/// window of `window_s` (the nominal one: round trips are counted by phase);
+/// the tail percentiles only where there are round trips enough for them.
 pub fn latency_from(h: &hdrhistogram::Histogram<u64>, msg_size: usize, window_s: f64) -> Latency {
     let us = |ns: u64| ns as f64 / 1e3;
+    let tail = |q: f64, min: u64| (h.len() >= min).then(|| us(h.value_at_quantile(q)));
     Latency {
         msg_size,
         round_trips: h.len(),
@@ -683,8 +720,8 @@ pub fn latency_from(h: &hdrhistogram::Histogram<u64>, msg_size: usize, window_s:
         rtt_mean_us: h.mean() / 1e3,
         rtt_p50_us: us(h.value_at_quantile(0.50)),
         rtt_p90_us: us(h.value_at_quantile(0.90)),
-        rtt_p99_us: us(h.value_at_quantile(0.99)),
-        rtt_p999_us: us(h.value_at_quantile(0.999)),
+        rtt_p99_us: tail(0.99, P99_MIN_ROUND_TRIPS),
+        rtt_p999_us: tail(0.999, P999_MIN_ROUND_TRIPS),
         rtt_max_us: us(h.max()),
         one_way_mean_us: h.mean() / 2e3,
     }
@@ -856,6 +893,60 @@ mod tests {
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["bytes"]["measured"], 1_000_000_000u64);
         assert_eq!(json["interrupt_source"], "net_rx_softirqs");
+    }
+
+    /// The bytes are counted in the nominal window [t0 + W, t0 + W + T):
+    /// their rate is over T, not over the snapshots' interval, which the
+    /// coordinator's wake-ups made 100 ms longer here; the CPU's rate is
+    /// over the snapshots' interval.
+    #[test]
+    fn throughput_is_over_the_window_the_bytes_were_counted_in() {
+        let params = Params {
+            warmup_s: 0.0,
+            ..params()
+        };
+        let t = Instant::now();
+        let late = Duration::from_millis(100);
+        let a = snap(t, CpuTimes::default(), 0, IfCounters::default(), 0, (0, 0));
+        // 2.1 s of 2 CPUs at USER_HZ 100: 420 ticks, 210 busy.
+        let cpu = CpuTimes {
+            user: 210,
+            idle: 210,
+            ..CpuTimes::default()
+        };
+        let b = snap(
+            t + Duration::from_secs(2) + late,
+            cpu,
+            0,
+            IfCounters::default(),
+            0,
+            (0, 0),
+        );
+        let r = build(Inputs {
+            role: "receiver",
+            params: &params,
+            thread_cpus: vec![None],
+            connections: 1,
+            address: "10.99.0.1".into(),
+            iface: "xsk0".into(),
+            irq: IrqSource::NetRxSoftirqs,
+            start: &a,
+            end: &b,
+            bytes: [0, 0, 1_000_000_000, 0, 0],
+            tsc: Err("none".into()),
+            user_hz: 100,
+            latency: None,
+            overlap: None,
+            data_threads: None,
+        });
+        assert!((r.window_s - 2.1).abs() < 1e-9, "{}", r.window_s);
+        assert_eq!(r.throughput_mbit_s, 4000.0);
+        assert_eq!(r.throughput_kbyte_s, 500_000.0);
+        assert!((r.cpu_system.busy_cpus - 1.0).abs() < 1e-9);
+        // One CPU's work at 4 Gbit/s.
+        assert!((r.pct_one_cpu_per_gbit_system.unwrap() - 25.0).abs() < 1e-9);
+        assert!(row(&r.text(), "Measured window (s)")
+            .contains("2.000   (counters snapshotted 2.100 s apart)"));
     }
 
     /// A window that measured no payload byte has no cost per Gbit/s (it
@@ -1071,8 +1162,40 @@ mod tests {
         assert_eq!(l.round_trips, 1000);
         assert_eq!(l.round_trips_per_s, 500.0);
         assert!((l.rtt_p50_us - 500.0).abs() < 1.0, "{}", l.rtt_p50_us);
-        assert!((l.rtt_p99_us - 990.0).abs() < 1.5, "{}", l.rtt_p99_us);
+        let p99 = l.rtt_p99_us.unwrap();
+        assert!((p99 - 990.0).abs() < 1.5, "{p99}");
+        assert!(l.rtt_p999_us.is_some());
         assert!((l.one_way_mean_us - l.rtt_mean_us / 2.0).abs() < 1e-9);
+    }
+
+    /// Too few round trips for a tail percentile: n/a (null), not the
+    /// maximum under its name.
+    #[test]
+    fn tail_percentiles_need_round_trips_enough() {
+        let mut h = rtt_histogram();
+        for us in 1..=20u64 {
+            h.record(us * 1000).unwrap();
+        }
+        let l = latency_from(&h, 64, 2.0);
+        assert_eq!((l.rtt_p99_us, l.rtt_p999_us), (None, None));
+        assert!(l.rtt_p90_us > 0.0);
+        let json = serde_json::to_value(&l).unwrap();
+        assert!(json["rtt_p999_us"].is_null(), "{json}");
+        let lat = Params {
+            mode: Mode::Latency,
+            ..params()
+        };
+        let r = report_of(&lat, "sender", 128, [None; 2], Some(l), None);
+        assert!(
+            row(&r.text(), "RTT µs").ends_with(" / n/a / n/a / 20.0"),
+            "{}",
+            r.text()
+        );
+        for us in 21..=100u64 {
+            h.record(us * 1000).unwrap();
+        }
+        let l = latency_from(&h, 64, 2.0);
+        assert!(l.rtt_p99_us.is_some() && l.rtt_p999_us.is_none(), "{l:?}");
     }
 
     #[test]

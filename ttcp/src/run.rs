@@ -161,29 +161,31 @@ fn user_hz() -> u64 {
         .unwrap_or(100)
 }
 
+/// The report of a run whose data threads were at `thread_cpus`.
 #[allow(clippy::too_many_arguments)]
 fn finish(
     role: &'static str,
     plan: &Plan,
+    thread_cpus: Vec<Option<usize>>,
     probe: &Probe,
     fs: &ProcFs,
     (a, b): (Snapshot, Snapshot),
     stats: ThreadStats,
 ) -> Report {
-    let window = (b.at - a.at).as_secs_f64();
     // Overlap mode records no round-trip times (its iterations hold the
-    // compute): its figures are the overlap's.
+    // compute): its figures are the overlap's. Round trips are counted in
+    // the nominal window, as bytes are: their rate is over -t.
     let latency = stats
         .rtt_ns
         .as_ref()
         .filter(|_| plan.params.mode == Mode::Latency)
-        .map(|h| report::latency_from(h, plan.params.msg_size, window));
+        .map(|h| report::latency_from(h, plan.params.msg_size, plan.params.duration_s));
     let overlap = (plan.params.mode == Mode::Overlap && role == "sender")
         .then(|| report::overlap_from(&stats.overlap, plan.overlap_us));
     report::build(Inputs {
         role,
         params: &plan.params,
-        thread_cpus: plan.threads.clone(),
+        thread_cpus,
         connections: stats.connections,
         address: plan.addr.to_string(),
         iface: probe.iface.clone(),
@@ -197,6 +199,12 @@ fn finish(
         overlap,
         data_threads: probe.data_threads,
     })
+}
+
+/// Where the run's data threads are: where the data path placed them
+/// (flowlane: one worker per queue), else the `-m` mappings' threads.
+fn data_thread_cpus(w: &Workers, plan: &Plan) -> Vec<Option<usize>> {
+    w.thread_cpus().unwrap_or_else(|| plan.threads.clone())
 }
 
 fn stop_and_join(shared: &Shared, w: Workers) -> Result<ThreadStats> {
@@ -225,13 +233,14 @@ fn receiver(
         })?)
     };
     let workers = be.start_receiver(plan, shared.clone())?;
+    let thread_cpus = data_thread_cpus(&workers, plan);
     verbose(args, || {
         format!(
             "receiver on {}:{}..{} ({} threads), control port {}",
             plan.addr,
             plan.params.base_port,
             u32::from(plan.params.base_port) + u32::from(plan.params.ports) - 1,
-            plan.threads.len(),
+            thread_cpus.len(),
             args.control_port
         )
     });
@@ -283,7 +292,7 @@ fn receiver(
     let joined = stop_and_join(shared, workers);
     let r = result.and_then(|(snaps, probe)| {
         let stats = joined.inspect_err(|e| abort(&mut ctl, e))?;
-        let mut rep = finish("receiver", plan, &probe, fs, snaps, stats);
+        let mut rep = finish("receiver", plan, thread_cpus, &probe, fs, snaps, stats);
         if let Some(c) = &mut ctl {
             if let Msg::Done { report, .. } = c.recv(CONTROL_TIMEOUT, "the sender's summary")? {
                 rep.peer = Some(report);
@@ -427,6 +436,7 @@ fn sender(
         Some(c)
     };
     let workers = be.start_sender(plan, shared.clone())?;
+    let thread_cpus = data_thread_cpus(&workers, plan);
     let result = (|| -> Result<(Snapshot, Snapshot, Probe)> {
         let deadline = Instant::now() + CONNECT_TIMEOUT + Duration::from_secs(1);
         while shared.connected.load(Ordering::Relaxed) < plan.connections() {
@@ -480,7 +490,7 @@ fn sender(
     let joined = stop_and_join(shared, workers);
     let (a, b, probe) = result?;
     let stats = joined?;
-    let mut rep = finish("sender", plan, &probe, fs, (a, b), stats);
+    let mut rep = finish("sender", plan, thread_cpus, &probe, fs, (a, b), stats);
     if let Some(c) = &mut ctl {
         c.send(&Msg::Done {
             bytes: rep.bytes.measured,

@@ -18,7 +18,7 @@
 //! Every read on the channel has a deadline ([`CONTROL_TIMEOUT`] or a stated
 //! longer one), so a dead peer is an error, never a hang.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -34,6 +34,13 @@ pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Deadline for all data connections to be opened and accepted.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The longest control message (its JSON line, without the newline): 1 MiB.
+/// The largest a side sends, the receiver's `Done` with the sender's report
+/// nested in it, is a few kilobytes; a peer that streams more without a
+/// newline (not flowlane-ttcp) is refused at this bound rather than
+/// buffered.
+pub const MAX_MSG: usize = 1 << 20;
 
 /// What is measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -266,7 +273,7 @@ impl Ctl {
     /// [`Ctl::recv`] with the peer's `Abort` returned as a message.
     fn recv_msg(&mut self, timeout: Duration, what: &str) -> Result<Msg> {
         let deadline = Instant::now() + timeout;
-        let mut line = String::new();
+        let mut line: Vec<u8> = Vec::new();
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -277,12 +284,20 @@ impl Ctl {
                 );
             }
             self.rd.get_ref().set_read_timeout(Some(left))?;
-            match self.rd.read_line(&mut line) {
+            // At most the rest of a MAX_MSG line and its newline: never 0,
+            // since a longer line without one was refused below.
+            let room = (MAX_MSG + 1 - line.len()) as u64;
+            match (&mut self.rd).take(room).read_until(b'\n', &mut line) {
                 Ok(0) => bail!(
                     "peer {} closed the control channel while we waited for {what}",
                     self.peer
                 ),
-                Ok(_) if line.ends_with('\n') => break,
+                Ok(_) if line.ends_with(b"\n") => break,
+                Ok(_) if line.len() > MAX_MSG => bail!(
+                    "peer {} sent a control line longer than {MAX_MSG} bytes while we waited \
+                     for {what} (is it flowlane-ttcp?)",
+                    self.peer
+                ),
                 Ok(_) => continue,
                 Err(e)
                     if matches!(
@@ -296,7 +311,7 @@ impl Ctl {
                 Err(e) => bail!("control channel to {}: {e} (waiting for {what})", self.peer),
             }
         }
-        let m: Msg = serde_json::from_str(line.trim_end()).with_context(|| {
+        let m: Msg = serde_json::from_slice(line.trim_ascii_end()).with_context(|| {
             format!(
                 "peer {} sent something that is not a flowlane-ttcp control message (is it flowlane-ttcp?)",
                 self.peer
@@ -495,6 +510,42 @@ mod tests {
         (&r.wr).write_all(b"HTTP/1.1 400 Bad Request\r\n").unwrap();
         let e = s.recv(Duration::from_secs(2), "accept").unwrap_err();
         assert!(e.to_string().contains("not a flowlane-ttcp"), "{e}");
+    }
+
+    /// A peer that streams bytes without a newline (not flowlane-ttcp) is
+    /// refused at [`MAX_MSG`], not buffered until the deadline.
+    #[test]
+    fn a_line_past_the_limit_is_refused_naming_it() {
+        let (mut s, r) = pair();
+        let writer = std::thread::spawn(move || {
+            let chunk = vec![b'x'; 64 * 1024];
+            // 2 MiB, no newline; the reader may refuse (and close) early.
+            for _ in 0..32 {
+                if (&r.wr).write_all(&chunk).is_err() {
+                    break;
+                }
+            }
+            r
+        });
+        let e = s
+            .recv(Duration::from_secs(10), "hello")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&format!("longer than {MAX_MSG} bytes")), "{e}");
+        assert!(!e.contains('\n'), "{e}");
+        drop(s);
+        drop(writer.join().unwrap());
+        // A message of the largest size is taken whole.
+        let (mut s, mut r) = pair();
+        let frame = r#"{"msg":"busy","reason":""}"#.len();
+        let sent = Msg::Busy {
+            reason: "y".repeat(MAX_MSG - frame),
+        };
+        assert_eq!(serde_json::to_vec(&sent).unwrap().len(), MAX_MSG);
+        let want = sent.clone();
+        let w = std::thread::spawn(move || r.send(&sent).map(|_| r));
+        assert_eq!(s.recv(Duration::from_secs(10), "busy").unwrap(), want);
+        w.join().unwrap().unwrap();
     }
 
     #[test]

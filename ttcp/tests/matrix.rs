@@ -4,12 +4,14 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 use std::time::Duration;
 
 use common::*;
 use flowlane_tests::{
-    flowlane_bin, kill_and_reap, require_root, start_udp_echo, text, unique_name, Bed,
+    flowlane, flowlane_bin, kill_and_reap, require_root, start_udp_echo, text, unique_name, Bed,
+    ToolBed,
 };
 
 #[test]
@@ -54,10 +56,24 @@ fn both_backends_both_roles_with_and_without_delay() {
             assert!(c["delay_line"].is_null(), "{what}");
         }
     }
-    // A flowlane sender's retransmits come from flowlane's own counters.
+    // A flowlane sender's retransmits come from flowlane's own counters,
+    // over the measured window (its report's).
     assert!(cells.iter().any(|c| c["backend"] == "flowlane"
         && c["role"] == "sender"
-        && c["retrans_sender"].is_u64()));
+        && c["retrans_sender"].is_u64()
+        && c["retrans_sender"] == c["sender"]["tcp_retrans_segs_data_path"]));
+    // The parameters are those the cells ran with, on the bed it made.
+    let p = &v["params"];
+    assert_eq!(
+        p["warmup_s"],
+        serde_json::json!([{"delay_ms": 0.0, "warmup_s": 0.3}, {"delay_ms": 5.0, "warmup_s": 0.3}]),
+        "{p}"
+    );
+    assert_eq!(
+        (&p["bed"]["queues"], &p["bed"]["made_by_matrix"]),
+        (&2.into(), &true.into()),
+        "{p}"
+    );
 
     let lat = v["latency"].as_array().unwrap();
     assert_eq!(lat.len(), 2 * 2, "backends x delays: {v}");
@@ -135,8 +151,10 @@ fn kernel_wire_sends_wire_size_frames_and_gives_the_offloads_back() {
 
 /// `--bed NAME` of a bed that was up before the matrix: one in use is
 /// refused and left as it was, its user still running (`testbed down`
-/// would have stopped it and removed the bed); one free to use is used and
-/// left up.
+/// would have stopped it and removed the bed); one free to use is used as
+/// it was found (its RSS key, its MTU, read into results.json) and left up;
+/// `kernel-wire` cells, which turn its offloads off and on, are refused on
+/// it.
 #[test]
 fn a_bed_that_was_up_before_is_left_up() {
     if !require_root("a_bed_that_was_up_before_is_left_up") {
@@ -145,17 +163,7 @@ fn a_bed_that_was_up_before_is_left_up() {
     let bed = Bed::up("tmxb", 2);
     let out = std::env::temp_dir().join(unique_name("ttcp-matrix-bed"));
     let (mut echo, _) = start_udp_echo(&bed, 7777);
-    let child = Command::new(bin())
-        .arg("matrix")
-        .arg("--flowlane")
-        .arg(flowlane_bin())
-        .args(["--bed", &bed.name, "--out"])
-        .arg(&out)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("flowlane-ttcp matrix");
-    let (o, _) = wait_bounded(child, Duration::from_secs(60), "matrix on a bed in use");
+    let o = matrix_output(&bed.name, &out, &[]);
     assert!(!o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("in use"), "{}", text(&o));
     assert!(
@@ -165,6 +173,18 @@ fn a_bed_that_was_up_before_is_left_up() {
     assert!(bed_is_up(&bed.name), "the bed in use was removed");
     kill_and_reap(&mut echo);
 
+    // A key of the bed's own, and a larger MTU on both ends.
+    let key: Vec<String> = (1..=40u8).map(|b| format!("{b:02x}")).collect();
+    let key = key.join(":");
+    let o = flowlane(&["testbed", "set-rss", "--bed", &bed.name, "--key", &key]);
+    assert!(o.status.success(), "{}", text(&o));
+    for (ns, dev) in [(&bed.ns, "xsk0"), (&bed.peer_ns, "peer0")] {
+        let o = Command::new("ip")
+            .args(["-n", ns, "link", "set", "dev", dev, "mtu", "4000"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+    }
     let v = matrix(
         &bed.name,
         &out,
@@ -188,7 +208,95 @@ fn a_bed_that_was_up_before_is_left_up() {
         bed_is_up(&bed.name),
         "the bed that was up before was removed"
     );
+    let st = flowlane(&["testbed", "status", "--bed", &bed.name, "--json"]);
+    let st: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    assert_eq!(st["key"], key, "the bed's RSS was rewritten: {st}");
+    let b = &v["params"]["bed"];
+    assert_eq!(
+        (&b["queues"], &b["mtu"], &b["made_by_matrix"]),
+        (&2.into(), &4000.into(), &false.into()),
+        "{b}"
+    );
+
+    let o = matrix_output(
+        &bed.name,
+        &out,
+        &["--backends", "kernel-wire", "--delays", "0"],
+    );
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("kernel-wire turns the bed's offloads off and on"),
+        "{}",
+        text(&o)
+    );
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// A bed that was up before with other than the matrix's two queues is
+/// refused in one line and left as it was: not rebuilt with two.
+#[test]
+fn a_bed_of_other_queues_is_refused_not_rebuilt() {
+    if !require_root("a_bed_of_other_queues_is_refused_not_rebuilt") {
+        return;
+    }
+    let bed = Bed::up("tmxq", 4);
+    let out = std::env::temp_dir().join(unique_name("ttcp-matrix-q"));
+    let o = matrix_output(&bed.name, &out, &["--backends", "kernel", "--delays", "0"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("has 4 queues and the matrix runs on 2"), "{e}");
+    assert_eq!(e.trim().lines().count(), 1, "{e}");
+    let st = flowlane(&["testbed", "status", "--bed", &bed.name, "--json"]);
+    let st: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    assert_eq!(st["queues"], 4, "{st}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// A bed whose `testbed up` did not finish (Ctrl-C reaches `up` too, which
+/// then leaves namespaces without a state file) is taken down all the
+/// same: `testbed down --force`, as it was not there before.
+#[test]
+fn a_bed_left_half_made_by_up_is_taken_down() {
+    if !require_root("a_bed_left_half_made_by_up_is_taken_down") {
+        return;
+    }
+    let bed = ToolBed::new("tmxh");
+    let dir = std::env::temp_dir().join(unique_name("ttcp-matrix-half"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("calls");
+    // A `flowlane` whose `testbed up` makes one namespace and dies (as on
+    // SIGINT); the others are the real one's.
+    let fake = dir.join("flowlane");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\necho \"$@\" >> {log}\nif [ \"$2\" = up ]; then ip netns add flowlane-{bed}; exit 130; fi\nexec {real} \"$@\"\n",
+            log = log.display(),
+            bed = bed.0,
+            real = flowlane_bin().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let child = Command::new(bin())
+        .args(["matrix", "--flowlane"])
+        .arg(&fake)
+        .args(["--bed", &bed.0, "--out"])
+        .arg(dir.join("out"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("flowlane-ttcp matrix");
+    let (o, _) = wait_bounded(child, Duration::from_secs(60), "matrix");
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("testbed up"), "{}", text(&o));
+    let calls = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        calls.contains(&format!("testbed down --bed {} --force", bed.0)),
+        "{calls}"
+    );
+    assert!(!bed.exists(), "the half-made bed was left: {calls}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Whether bed `name`'s namespaces are there.
@@ -199,9 +307,18 @@ fn bed_is_up(name: &str) -> bool {
 }
 
 /// Runs a small matrix (64 KiB buffers, 0.3 s warm-up, 0.7 s cells) on bed
-/// `bed` with the flags `args`, writing to `out`, within `limit_s`
-/// seconds; its `results.json`.
-fn matrix(bed: &str, out: &std::path::Path, args: &[&str], limit_s: u64) -> serde_json::Value {
+/// `bed` with the flags `args`, writing to `out`, within 120 s; its output.
+fn matrix_output(bed: &str, out: &std::path::Path, args: &[&str]) -> std::process::Output {
+    matrix_within(bed, out, args, 120).0
+}
+
+/// [`matrix_output`] within `limit_s` seconds, and how long it took.
+fn matrix_within(
+    bed: &str,
+    out: &std::path::Path,
+    args: &[&str],
+    limit_s: u64,
+) -> (std::process::Output, Duration) {
     let child = Command::new(bin())
         .arg("matrix")
         .arg("--flowlane")
@@ -223,7 +340,12 @@ fn matrix(bed: &str, out: &std::path::Path, args: &[&str], limit_s: u64) -> serd
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("flowlane-ttcp matrix");
-    let (o, took) = wait_bounded(child, Duration::from_secs(limit_s), "matrix");
+    wait_bounded(child, Duration::from_secs(limit_s), "matrix")
+}
+
+/// [`matrix_within`] that must succeed; its `results.json`.
+fn matrix(bed: &str, out: &std::path::Path, args: &[&str], limit_s: u64) -> serde_json::Value {
+    let (o, took) = matrix_within(bed, out, args, limit_s);
     assert!(o.status.success(), "matrix: {}", text(&o));
     eprintln!("matrix took {took:?}");
     serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap()

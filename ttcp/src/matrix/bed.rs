@@ -1,58 +1,185 @@
-//! The matrix's test bed: brought up (`flowlane testbed up`) for the run,
-//! and taken down at its end only when the matrix made it. A bed that was
-//! up before (`--bed NAME` of a bed someone uses) is left as it was found,
-//! and a bed that did not come up (`up` refuses a bed in use) is never
-//! taken down: `testbed down` would stop its users and remove it.
+//! The matrix's test bed: one it makes (`flowlane testbed up`), taken down
+//! at its end on every path, or one that was up before (`--bed NAME`),
+//! used as it was found and left so. `up` is not run on the latter (it
+//! would rebuild a bed of another queue count, and rewrite a two-queue
+//! bed's RSS key and table), and its offloads are not touched: the
+//! `kernel-wire` backend, which turns them off and on, is refused on it.
+//! A bed in use, one of another queue count than the matrix's
+//! [`QUEUES`], one not intact, or one whose namespaces this run directory
+//! has no state file for is refused in one line before anything runs.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
+use flowlane_testbed::BedState;
 
-/// Whether the matrix takes its bed down at its end: only one it made
-/// itself, that is one that was not up before and that `up` brought up.
-pub(super) fn takes_down(was_up_before: bool, came_up: bool) -> bool {
-    came_up && !was_up_before
+/// The queue count of the matrix's bed (flowlane one worker per queue).
+pub(super) const QUEUES: u32 = 2;
+
+/// What is under the bed's name before the matrix starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Found {
+    /// Nothing: the matrix makes the bed.
+    Nothing,
+    /// A bed this run directory recorded: its queue count, and whether
+    /// all of its parts are there.
+    Recorded {
+        /// Its queues.
+        queues: u32,
+        /// Its namespaces and emulated NIC are there.
+        intact: bool,
+    },
+    /// Namespaces without a state file here: another `FLOWLANE_RUN_DIR`'s
+    /// bed, or one a crash left half-made.
+    Unrecorded,
+}
+
+/// Whether the matrix makes bed `name` (`true`) or uses the one it found
+/// as it is (`false`); why it can use neither, in one line. `in_use`: the
+/// bed's users (none: `None`); `kernel_wire`: whether a `kernel-wire` cell
+/// is planned.
+pub(super) fn makes_it(
+    name: &str,
+    found: Found,
+    in_use: Option<&str>,
+    kernel_wire: bool,
+) -> Result<bool> {
+    if let Some(users) = in_use {
+        bail!(
+            "test bed {name} is in use by {users}: stop them first, or give the matrix another \
+             --bed (it never stops a bed's users)"
+        );
+    }
+    match found {
+        Found::Nothing => Ok(true),
+        Found::Unrecorded => bail!(
+            "test bed {name} has namespaces but no state file in {}: another FLOWLANE_RUN_DIR's \
+             bed or a half-made one; give the matrix another --bed, or remove it with \
+             `flowlane testbed down --bed {name} --force`",
+            flowlane_testbed::state::state_dir().display()
+        ),
+        Found::Recorded { intact: false, .. } => bail!(
+            "test bed {name} is not intact (a namespace or its emulated NIC's maps are gone): \
+             remove it with `flowlane testbed down --bed {name}`, then run the matrix again"
+        ),
+        Found::Recorded { queues, .. } if queues != QUEUES => bail!(
+            "test bed {name} has {queues} queues and the matrix runs on {QUEUES}: give another \
+             --bed (or none: the matrix makes its own), or bring it up with `flowlane testbed \
+             up --bed {name} --queues {QUEUES}` (the matrix leaves a bed that was up as it found it)"
+        ),
+        Found::Recorded { .. } if kernel_wire => bail!(
+            "--backends kernel-wire turns the bed's offloads off and on: it runs on a bed the \
+             matrix makes, and test bed {name} was up before (drop --bed {name}, or kernel-wire)"
+        ),
+        Found::Recorded { .. } => Ok(false),
+    }
+}
+
+/// What is under bed `name` now.
+fn find(name: &str) -> Result<Found> {
+    match flowlane_testbed::load(name) {
+        Ok(s) => Ok(Found::Recorded {
+            queues: s.queues,
+            intact: flowlane_testbed::status(name).is_ok_and(|st| st.intact),
+        }),
+        Err(_) if flowlane_testbed::bed::unrecorded(name)? => Ok(Found::Unrecorded),
+        Err(_) => Ok(Found::Nothing),
+    }
+}
+
+/// A bed the matrix makes: taken down when dropped (`--force`: a bed
+/// that `up` left half-made, stopped by Ctrl-C, has no state file yet).
+#[derive(Debug)]
+struct Made {
+    flowlane: PathBuf,
+    name: String,
+}
+
+impl Drop for Made {
+    fn drop(&mut self) {
+        let _ = Command::new(&self.flowlane)
+            .args(["testbed", "down", "--bed", &self.name, "--force"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
 }
 
 /// The bed of a matrix run; taken down on drop when the matrix made it.
 #[derive(Debug)]
 pub(super) struct MatrixBed {
-    flowlane: PathBuf,
-    name: String,
-    take_down: bool,
+    state: BedState,
+    made: Option<Made>,
 }
 
 impl MatrixBed {
-    /// Brings bed `name` up with two queues through the `flowlane` binary.
-    pub(super) fn up(flowlane: &Path, name: &str) -> Result<MatrixBed> {
-        let was_up_before = flowlane_testbed::load(name).is_ok();
-        let o = Command::new(flowlane)
-            .args(["testbed", "up", "--bed", name, "--queues", "2"])
-            .output()
-            .with_context(|| format!("running {}", flowlane.display()))?;
-        let bed = MatrixBed {
+    /// Bed `name` for a matrix whose cells include `kernel-wire` ones or
+    /// not: the one that is up (checked, not changed), or one brought up
+    /// with [`QUEUES`] queues through the `flowlane` binary.
+    pub(super) fn up(flowlane: &Path, name: &str, kernel_wire: bool) -> Result<MatrixBed> {
+        flowlane_dataplane::privileges::require_root("flowlane-ttcp matrix")?;
+        let found = find(name)?;
+        let users = flowlane_testbed::users(name)?;
+        let in_use = (!users.is_empty()).then(|| flowlane_testbed::users::list(&users));
+        if !makes_it(name, found, in_use.as_deref(), kernel_wire)? {
+            return Ok(MatrixBed {
+                state: flowlane_testbed::load(name)?,
+                made: None,
+            });
+        }
+        // Ours from here: taken down on every path, `up` failing too.
+        let made = Made {
             flowlane: flowlane.to_path_buf(),
             name: name.to_string(),
-            take_down: takes_down(was_up_before, o.status.success()),
         };
+        let o = Command::new(flowlane)
+            .args([
+                "testbed",
+                "up",
+                "--bed",
+                name,
+                "--queues",
+                &QUEUES.to_string(),
+            ])
+            .output()
+            .with_context(|| format!("running {}", flowlane.display()))?;
         if !o.status.success() {
             bail!("testbed up: {}", String::from_utf8_lossy(&o.stderr).trim());
         }
-        Ok(bed)
+        Ok(MatrixBed {
+            state: flowlane_testbed::load(name)?,
+            made: Some(made),
+        })
     }
-}
 
-impl Drop for MatrixBed {
-    fn drop(&mut self) {
-        if !self.take_down {
-            return;
-        }
-        let _ = Command::new(&self.flowlane)
-            .args(["testbed", "down", "--bed", &self.name])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+    /// The bed's recorded state.
+    pub(super) fn state(&self) -> &BedState {
+        &self.state
+    }
+
+    /// Whether the matrix made the bed (and takes it down at its end).
+    pub(super) fn made(&self) -> bool {
+        self.made.is_some()
+    }
+
+    /// The MTU of flowlane's side of the bed, `None` when it cannot be read.
+    pub(super) fn mtu(&self) -> Option<u32> {
+        let s = &self.state;
+        flowlane_testbed::netns::run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &s.netns,
+                "cat",
+                &format!("/sys/class/net/{}/mtu", s.local_if),
+            ],
+        )
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
     }
 }
 
@@ -60,11 +187,51 @@ impl Drop for MatrixBed {
 mod tests {
     use super::*;
 
+    /// A bed that was up before is used as it is, never rebuilt or
+    /// reprogrammed: one the matrix cannot use as it is is refused.
     #[test]
-    fn only_a_bed_the_matrix_made_is_taken_down() {
-        assert!(takes_down(false, true), "made by the matrix");
-        assert!(!takes_down(true, true), "up before the matrix");
-        assert!(!takes_down(true, false), "refused (in use)");
-        assert!(!takes_down(false, false), "did not come up");
+    fn a_bed_that_was_up_is_used_as_found_or_refused() {
+        let two = Found::Recorded {
+            queues: 2,
+            intact: true,
+        };
+        assert!(makes_it("b", Found::Nothing, None, true).unwrap());
+        assert!(!makes_it("b", two, None, false).unwrap());
+        let refused = |found, in_use, wire, want: &str| {
+            let e = makes_it("b", found, in_use, wire).unwrap_err().to_string();
+            assert!(e.contains(want), "{want}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        };
+        refused(
+            Found::Recorded {
+                queues: 4,
+                intact: true,
+            },
+            None,
+            false,
+            "test bed b has 4 queues and the matrix runs on 2",
+        );
+        refused(
+            two,
+            None,
+            true,
+            "kernel-wire turns the bed's offloads off and on",
+        );
+        refused(
+            two,
+            Some("pid 7 (flowlane udp-echo)"),
+            false,
+            "in use by pid 7",
+        );
+        refused(Found::Unrecorded, None, false, "no state file");
+        refused(
+            Found::Recorded {
+                queues: 2,
+                intact: false,
+            },
+            None,
+            false,
+            "not intact",
+        );
     }
 }

@@ -22,6 +22,9 @@ fn ttcp_backend(matrix_backend: &str) -> &str {
     }
 }
 
+/// The cool-down of every cell (seconds), both ends' `-C`.
+pub(super) const COOLDOWN_S: f64 = 0.5;
+
 /// How long a child left running on an error path gets after SIGTERM.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
@@ -32,7 +35,9 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 struct End(Option<Child>);
 
 impl End {
-    /// Waits at most `limit` for the end to exit; its output.
+    /// Waits at most `limit` for the end to exit; its output (read while it
+    /// runs: an end that writes more than a pipe holds, a flowlane
+    /// receiver's move lines, is not blocked on it).
     fn output_within(mut self, limit: Duration) -> Result<Output> {
         output_within(self.0.take().expect("collected once"), limit)
     }
@@ -74,8 +79,8 @@ pub(super) struct CellSpec<'a> {
 pub(super) struct CellRun {
     pub(super) rx: serde_json::Value,
     pub(super) tx: serde_json::Value,
-    /// TCP retransmits of the sending side: its namespace's counters for
-    /// kernel TCP, flowlane's own counters for flowlane.
+    /// TCP retransmits of the sending side in the measured window
+    /// ([`sender_retransmits`]).
     pub(super) sender_retrans: Option<u64>,
 }
 
@@ -88,16 +93,19 @@ fn flowlane_dataplane(stderr: &[u8]) -> Option<serde_json::Value> {
         .find(|v| v["event"] == "dataplane")
 }
 
-/// Sums `retransmits` over the queues of flowlane's `dataplane` report.
-fn flowlane_retransmits(report: &serde_json::Value) -> u64 {
-    report["queues"]
-        .as_array()
-        .map(|qs| {
-            qs.iter()
-                .filter_map(|q| q["tcp"]["retransmits"].as_u64())
-                .sum()
-        })
-        .unwrap_or(0)
+/// Segments the sending end retransmitted in the measured window, from its
+/// own report: flowlane's TCP counters at the window's edges for a flowlane
+/// sender (`tcp_retrans_segs_data_path`; the kernel never sees its
+/// segments), the namespace's `/proc/net/snmp` for kernel TCP; `None` (n/a)
+/// when the report has no such figure. Not the `dataplane` line's counters:
+/// those are the whole run's (set-up, warm-up and close too).
+fn sender_retransmits(flowlane_sends: bool, tx: &serde_json::Value) -> Option<u64> {
+    let key = if flowlane_sends {
+        "tcp_retrans_segs_data_path"
+    } else {
+        "tcp_retrans_segs_netns"
+    };
+    tx.get(key).and_then(|x| x.as_u64())
 }
 
 /// The sender's threads and connections per thread for `conns`
@@ -119,7 +127,7 @@ fn run_cell(c: &CellSpec<'_>) -> Result<CellRun> {
     // address and port: spread many connections over several ports.
     let ports = c.conns.div_ceil(2000).max(1);
     let common = format!(
-        "-m {threads},*,{addr} -P {ports} -b {} -W {} -t {} -C 0.5 -j --wait 30 {}",
+        "-m {threads},*,{addr} -P {ports} -b {} -W {} -t {} -C {COOLDOWN_S} -j --wait 30 {}",
         c.buffer, c.warm, c.secs, c.mode
     );
     let args = |role: &str, extra: &str| -> Vec<String> {
@@ -174,7 +182,7 @@ fn run_cell(c: &CellSpec<'_>) -> Result<CellRun> {
     } else {
         String::new()
     };
-    let limit = Duration::from_secs_f64(c.warm + c.secs + 0.5 + 90.0);
+    let limit = Duration::from_secs_f64(c.warm + c.secs + COOLDOWN_S + 90.0);
     let (rx, settle) = if c.sends {
         (spawn(rx_ns, args("-r", "--backend kernel"))?, 300)
     } else {
@@ -197,21 +205,13 @@ fn run_cell(c: &CellSpec<'_>) -> Result<CellRun> {
     }
     let mut tx: serde_json::Value = serde_json::from_slice(&txo.stdout).context("sender JSON")?;
     let mut rx: serde_json::Value = serde_json::from_slice(&rxo.stdout).context("receiver JSON")?;
-    let tx_dataplane = flowlane_dataplane(&txo.stderr);
-    let sender_retrans = if c.sends && c.backend == "flowlane" {
-        tx_dataplane.as_ref().map(flowlane_retransmits)
-    } else {
-        tx.get("tcp_retrans_segs_netns").and_then(|x| x.as_u64())
-    };
     // flowlane's counters go with its end's report (`dataplane`).
-    for (report, dataplane) in [
-        (&mut tx, tx_dataplane),
-        (&mut rx, flowlane_dataplane(&rxo.stderr)),
-    ] {
-        if let (Some(obj), Some(d)) = (report.as_object_mut(), dataplane) {
+    for (report, out) in [(&mut tx, &txo), (&mut rx, &rxo)] {
+        if let (Some(obj), Some(d)) = (report.as_object_mut(), flowlane_dataplane(&out.stderr)) {
             obj.insert("dataplane".into(), d);
         }
     }
+    let sender_retrans = sender_retransmits(c.sends && c.backend == "flowlane", &tx);
     Ok(CellRun {
         rx,
         tx,
@@ -302,6 +302,58 @@ mod tests {
             assert_eq!(threads * per, c, "{c}");
         }
         assert_eq!(split(16), (2, 8));
+    }
+
+    /// A flowlane sender's retransmits are its report's, over the measured
+    /// window (3), not the `dataplane` line's whole-run total (40); a report
+    /// without the figure is n/a, not 0.
+    #[test]
+    fn a_flowlane_senders_retransmits_are_the_measured_windows() {
+        let dataplane = serde_json::json!({"event": "dataplane", "queues": [
+            {"queue": 0, "tcp": {"retransmits": 25}},
+            {"queue": 1, "tcp": {"retransmits": 15}},
+        ]});
+        let tx = serde_json::json!({
+            "tcp_retrans_segs_data_path": 3,
+            "tcp_retrans_segs_netns": 7,
+            "dataplane": dataplane,
+        });
+        assert_eq!(sender_retransmits(true, &tx), Some(3));
+        assert_eq!(sender_retransmits(false, &tx), Some(7));
+        // Counters that could not be read: no figure, whatever the line says.
+        let tx = serde_json::json!({
+            "tcp_retrans_segs_data_path": null,
+            "tcp_retrans_segs_netns": 0,
+            "dataplane": {"event": "dataplane", "queues": [{"queue": 0, "tcp": null}]},
+        });
+        assert_eq!(sender_retransmits(true, &tx), None);
+    }
+
+    /// An end that writes more than a pipe holds before it exits is read
+    /// while it runs: it exits, and all it wrote is there.
+    #[test]
+    fn an_end_that_writes_much_is_not_blocked_on_its_pipe() {
+        let c = Command::new("sh")
+            .args(["-c", "head -c 300000 /dev/zero >&2; echo done"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let o = End(Some(c)).output_within(Duration::from_secs(5)).unwrap();
+        assert!(o.status.success());
+        assert_eq!((o.stderr.len(), &o.stdout[..]), (300_000, &b"done\n"[..]));
+        // Past the deadline: an error, and the end is stopped and reaped.
+        let c = Command::new("sleep")
+            .arg("30")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let proc_dir = std::path::PathBuf::from(format!("/proc/{}", c.id()));
+        let e = End(Some(c))
+            .output_within(Duration::from_millis(100))
+            .unwrap_err();
+        assert!(e.to_string().contains("no result within"), "{e}");
+        assert!(!proc_dir.exists(), "the end still runs (or is unreaped)");
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //! delays both directions by D (so the RTT grows by 2·D, as with the RDMA
 //! paper's delay router), for both backends alike. A test bed the matrix
 //! made is removed on every path (including Ctrl-C: SIGINT/SIGTERM stop the
-//! matrix between cells); one that was up before is left up.
+//! matrix between cells, and a bed that `up` left half-made is removed
+//! too); one that was up before is used as it was found and left so
+//! (`bed`).
 
 //!
 //! Files: this one runs the matrix (flags, the loop over cells, the
@@ -36,7 +38,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::cli::{parse_size, MatrixArgs};
 use bed::MatrixBed;
-use cell::{run_delayed, CellSpec, Outcome};
+use cell::{run_delayed, CellSpec, Outcome, COOLDOWN_S};
 use failures::{no_round_trip, nothing_measured};
 use flowlane_dataplane::service_args::RebalanceMode;
 use flowlane_dataplane::umem::RingSizes;
@@ -76,6 +78,15 @@ pub fn utc_date(unix_secs: u64) -> String {
 
 /// The longest a matrix time may be (seconds), as for a run's -W/-t.
 const MAX_SECONDS: f64 = 86_400.0;
+
+/// The warm-up of a latency cell (seconds).
+const LATENCY_WARMUP_S: f64 = 0.5;
+
+/// The warm-up of a throughput cell at `delay_ms` each way: `--warmup`'s,
+/// else 1 s, 2 s from 10 ms on (slow start needs round trips).
+fn warmup_s(flag: Option<f64>, delay_ms: f64) -> f64 {
+    flag.unwrap_or(if delay_ms >= 10.0 { 2.0 } else { 1.0 })
+}
 
 /// Checks the matrix's times before anything starts: `--seconds` (above
 /// 0), `--warmup` (0 or more) and `--delays` (milliseconds, 0 or more), all
@@ -223,9 +234,12 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
         .bed
         .clone()
         .unwrap_or_else(|| format!("ttm{}", std::process::id()));
-    let _bed = MatrixBed::up(&flowlane, &name)?;
-    let ns = format!("flowlane-{name}");
-    let peer_ns = format!("flowlane-{name}-peer");
+    let bed = MatrixBed::up(
+        &flowlane,
+        &name,
+        backends.iter().any(|b| b == wire_frames::KERNEL_WIRE),
+    )?;
+    let (ns, peer_ns) = (bed.state().netns.clone(), bed.state().peer_netns.clone());
 
     let cells_planned = roles.len() * conns.len() * bufs.len() * backends.len() * delays.len();
     let latency_planned = lat_sizes.len() * backends.len() * delays.len();
@@ -251,8 +265,7 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
                         }
                         let role = if sends { "sender" } else { "receiver" };
                         pb.set_message(format!("{b} {role} conns={c} buf={buf} delay={d}ms"));
-                        // Longer warm-up with delay: slow start needs RTTs.
-                        let warm = a.warmup.unwrap_or(if d >= 10.0 { 2.0 } else { 1.0 });
+                        let warm = warmup_s(a.warmup, d);
                         let spec = CellSpec {
                             me: &me,
                             bed: &name,
@@ -357,7 +370,7 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
                     conns: 1,
                     buffer: size.max(1024),
                     secs,
-                    warm: 0.5,
+                    warm: LATENCY_WARMUP_S,
                     mode: format!("--latency --msg-size {size}"),
                     flowlane_flags: &flowlane_flags,
                     flowlane_rx_flags: &flowlane_rx_flags,
@@ -390,14 +403,16 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
     if !pb.is_finished() {
         pb.finish_with_message("done");
     }
+    let st = bed.state();
     let params = serde_json::json!({
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "quick": q, "backends": backends, "connections": conns, "buffers": bufs,
-        "delays_ms_one_way": delays, "delay": "flowlane testbed delay (user-space delay line on peer0, both directions; RTT + 2 x delay)", "seconds": secs, "cooldown_s": 0.5,
-        "warmup_s": a.warmup.map(|w| serde_json::json!(w)).unwrap_or_else(|| serde_json::json!("1 (2 when delay >= 10 ms)")),
+        "delays_ms_one_way": delays, "delay": format!("flowlane testbed delay (user-space delay line on {}, both directions; RTT + 2 x delay)", st.peer_if), "seconds": secs, "cooldown_s": COOLDOWN_S,
+        "warmup_s": delays.iter().map(|&d| serde_json::json!({"delay_ms": d, "warmup_s": warmup_s(a.warmup, d)})).collect::<Vec<_>>(),
+        "latency_warmup_s": LATENCY_WARMUP_S,
         "roles": roles.iter().map(|&s| if s { "sender" } else { "receiver" }).collect::<Vec<_>>(),
-        "peer": "kernel backend in the peer namespace (10.99.0.2); the backend named runs in flowlane's (10.99.0.1)",
-        "bed": {"queues": 2, "mtu": 1500, "receiver": "10.99.0.1 (xsk0)", "sender": "10.99.0.2 (peer0)"},
+        "peer": format!("kernel backend in the peer namespace ({}); the backend named runs in flowlane's ({})", st.peer_v4, st.local_v4),
+        "bed": {"name": st.name, "made_by_matrix": bed.made(), "queues": st.queues, "mtu": bed.mtu(), "receiver": format!("{} ({})", st.local_v4, st.local_if), "sender": format!("{} ({})", st.peer_v4, st.peer_if)},
         "flowlane_frames_per_queue": a.frames_per_queue.unwrap_or(RingSizes::DEFAULT_FRAMES),
         "flowlane_receive": if a.copy_receive { "copy" } else { "zero-copy" },
         "flowlane_rebalance": rebalance.unwrap_or("auto (the receiver's default)"),
@@ -439,6 +454,13 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_warmup_is_the_flags_or_longer_with_delay() {
+        assert_eq!(warmup_s(None, 0.0), 1.0);
+        assert_eq!(warmup_s(None, 10.0), 2.0);
+        assert_eq!(warmup_s(Some(0.3), 50.0), 0.3);
+    }
 
     #[test]
     fn dates() {

@@ -36,11 +36,10 @@ pub struct Cell {
     pub cycles_per_byte_sender_threads: Option<f64>,
     /// System % of one CPU per Gbit/s.
     pub pct_one_cpu_per_gbit_system: Option<f64>,
-    /// Segments the sender retransmitted: for kernel TCP its namespace's
-    /// counter over the measured window; for a flowlane sender flowlane's
-    /// own counters over the whole run (set-up, warm-up and close too: its
-    /// stacks' counters are read when it stops), so not to be set beside
-    /// the kernel's figure of the same cell as like for like.
+    /// Segments the sender retransmitted in the measured window: for kernel
+    /// TCP its namespace's counter, for a flowlane sender flowlane's own
+    /// TCP counters (all queues) read at the window's edges; `None` when
+    /// the sender's report has no such figure.
     pub retrans_sender: Option<u64>,
     /// Error, when the cell failed.
     pub error: Option<String>,

@@ -49,15 +49,6 @@ pub fn table(cells: &[Cell]) -> String {
                 .unwrap_or_else(|| "—".into()),
         ));
     }
-    if cells
-        .iter()
-        .any(|c| c.backend == "flowlane" && c.role == "sender")
-    {
-        s.push_str(
-            "\nretrans (sender): a kernel sender's over the measured window; a flowlane \
-             sender's over its whole run (set-up, warm-up and close too).\n",
-        );
-    }
     s
 }
 
@@ -109,19 +100,21 @@ pub fn side_by_side(cells: &[Cell]) -> String {
     s
 }
 
-/// Latency rows: one per (backend, message size, delay), RTT percentiles in
-/// microseconds.
+/// Latency rows: one per (backend, message size, delay), the round trips
+/// measured and RTT percentiles in microseconds (p99 and p99.9 are — under
+/// [`crate::report::P99_MIN_ROUND_TRIPS`] and
+/// [`crate::report::P999_MIN_ROUND_TRIPS`] round trips).
 pub fn latency_table(rows: &[serde_json::Value]) -> String {
     let mut s = String::from(
-        "| backend (echo) | message | delay (each way) | round trips/s | p50 µs | p90 µs | p99 µs | p99.9 µs |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        "| backend (echo) | message | delay (each way) | round trips | round trips/s | p50 µs | p90 µs | p99 µs | p99.9 µs |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for r in rows {
         let l = &r["latency"];
         let f = |k: &str, d: usize| fmt(l.get(k).and_then(|x| x.as_f64()), d);
         if let Some(e) = r["error"].as_str() {
             s.push_str(&format!(
-                "| {} | {} | {} ms | failed: {} | | | | |\n",
+                "| {} | {} | {} ms | failed: {} | | | | | |\n",
                 r["backend"].as_str().unwrap_or("?"),
                 r["msg_size"],
                 r["delay_ms"],
@@ -130,10 +123,11 @@ pub fn latency_table(rows: &[serde_json::Value]) -> String {
             continue;
         }
         s.push_str(&format!(
-            "| {} | {} | {} ms | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} ms | {} | {} | {} | {} | {} | {} |\n",
             r["backend"].as_str().unwrap_or("?"),
             r["msg_size"],
             r["delay_ms"],
+            f("round_trips", 0),
             f("round_trips_per_s", 0),
             f("rtt_p50_us", 0),
             f("rtt_p90_us", 0),
@@ -195,5 +189,22 @@ mod tests {
         let t = latency_table(&rows);
         assert_eq!(t.lines().count(), 3, "{t}");
         assert!(t.contains("failed: no round trip finished |"), "{t}");
+    }
+
+    /// The round trips behind the percentiles are shown, and a tail
+    /// percentile too few of them cannot give is n/a.
+    #[test]
+    fn latency_rows_show_their_round_trips() {
+        let rows = [serde_json::json!({
+            "backend": "flowlane", "msg_size": 64, "delay_ms": 0.0,
+            "latency": {"round_trips": 250, "round_trips_per_s": 125.0, "rtt_p50_us": 30.0,
+                        "rtt_p90_us": 40.0, "rtt_p99_us": 55.0, "rtt_p999_us": null},
+        })];
+        let t = latency_table(&rows);
+        assert!(t.contains("| round trips | round trips/s |"), "{t}");
+        assert!(
+            t.contains("| flowlane | 64 | 0.0 ms | 250 | 125 | 30 | 40 | 55 | — |"),
+            "{t}"
+        );
     }
 }
