@@ -27,21 +27,6 @@ pub struct KernelConfig {
     pub limits: Limits,
 }
 
-/// Raises the process's soft limit on open descriptors to its hard limit,
-/// as servers do (nginx's `worker_rlimit_nofile`, systemd's
-/// `LimitNOFILE`): every connection is a descriptor, and the usual soft
-/// limit (1024) is far below [`Limits::max_connections`]. Where even the
-/// hard limit runs out, accepts fail, are counted (`accept_failed`) and are
-/// tried again until descriptors free up.
-fn raise_descriptor_limit() {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
-        if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
-            tracing::debug!(from = soft, to = hard, "raised the open-descriptor limit");
-        }
-    }
-}
-
 /// A core's counters as last published.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CoreCounters {
@@ -94,6 +79,22 @@ pub struct KernelService {
 }
 
 impl KernelService {
+    /// Raises the process's soft limit on open descriptors to its hard limit,
+    /// as servers do (nginx's `worker_rlimit_nofile`, systemd's
+    /// `LimitNOFILE`): every connection is a descriptor, and the usual soft
+    /// limit (1024) is far below [`Limits::max_connections`]. Where even the
+    /// hard limit runs out, accepts fail, are counted (`accept_failed`) and are
+    /// tried again until descriptors free up. Other servers on kernel
+    /// sockets (hyper-server's tokio baseline) call it too.
+    pub fn raise_descriptor_limit() {
+        use nix::sys::resource::{getrlimit, setrlimit, Resource};
+        if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+            if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+                tracing::debug!(from = soft, to = hard, "raised the open-descriptor limit");
+            }
+        }
+    }
+
     /// Starts one thread per core. `setup` runs on each core's thread
     /// before its loop (register listeners and handlers there); an error
     /// from any core stops them all and is returned, as is a set-up that
@@ -104,7 +105,7 @@ impl KernelService {
     where
         S: Fn(&mut dyn Setup) -> Result<(), String> + Send + Sync + 'static,
     {
-        raise_descriptor_limit();
+        KernelService::raise_descriptor_limit();
         let setup = Arc::new(setup);
         let stop = Arc::new(AtomicBool::new(false));
         let mut service = KernelService {

@@ -708,3 +708,54 @@ fn the_kernel_backend_refuses_what_only_xdp_does() {
         &["--app-threads", "at least 1"],
     );
 }
+
+/// `hyper-server --tokio-baseline` serves on tokio's own listener: the
+/// flags that configure flowlane's TCP are refused with it (one line,
+/// before root or a bed is needed), not silently ignored.
+#[test]
+fn hyper_server_s_tokio_baseline_refuses_flowlane_s_flags() {
+    for flags in [
+        &["--backend", "kernel"][..],
+        &["--backend", "xdp"],
+        &["--mode", "rtc"],
+        &["--workers", "2"],
+        &["--app-threads", "2"],
+        &["--rebalance", "off"],
+        &["--msl-ms", "100"],
+    ] {
+        let args = [&["hyper-server", "--tokio-baseline"][..], flags].concat();
+        let o = flowlane(&args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
+        one_line_error(
+            &o,
+            &format!("flowlane's TCP, which {} configures", flags[0]),
+        );
+        one_line_error(&o, "drop it, or drop --tokio-baseline");
+    }
+}
+
+/// With `--queues`, the tokio baseline (kernel TCP) needs no interface:
+/// `--iface` only gives the default worker count.
+#[test]
+fn hyper_server_s_tokio_baseline_needs_no_interface_with_queues() {
+    if !require_root("hyper_server_s_tokio_baseline_needs_no_interface_with_queues") {
+        return;
+    }
+    let bed = Bed::up("hyb", 1);
+    let bin = flowlane_bin();
+    let bin = bin.to_str().unwrap();
+    let base = [
+        bin,
+        "hyper-server",
+        "--tokio-baseline",
+        "--iface",
+        "nosuch0",
+    ];
+    let o = in_ns(&bed.ns, &base);
+    one_line_error(&o, "give --queues N");
+    let flags = ["--queues", "1", "--port", "8089", "--timeout", "1"];
+    let o = in_ns(&bed.ns, &[&base[..], &flags].concat());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("nosuch0"), "{err}");
+    assert!(err.contains("timed out after 1 s"), "it served: {err}");
+}

@@ -7,10 +7,13 @@
 
 mod tcp_common;
 
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use flowlane_testbed::netns::in_netns;
-use flowlane_tests::{require_root, text, Bed};
+use flowlane_tests::{
+    flowlane_bin, kill_and_reap, ready_within, require_root, terminate, text, wait_bounded, Bed,
+};
 use http_body_util::{BodyExt, Empty};
 use tcp_common::*;
 
@@ -139,4 +142,58 @@ fn hyper_on_flowlane_answers_through_a_rebalancing_storm() {
     let t = totals(&lines);
     assert!(t["resets_out"].as_u64().unwrap() <= 8, "{t}");
     eprintln!("{moves} moves; {qp}");
+}
+
+/// The tokio baseline out of descriptors: while peers hold more
+/// connections than the process may open (`prlimit --nofile=64`), its
+/// accepts fail (EMFILE); once they let go it answers again (its accept
+/// loop went on, counting the failures, rather than ending and leaving
+/// the service up but deaf).
+#[test]
+fn the_tokio_baseline_answers_again_once_descriptors_free_up() {
+    if !require_root("the_tokio_baseline_answers_again_once_descriptors_free_up") {
+        return;
+    }
+    let bed = Bed::up("thd", 1);
+    let report = std::env::temp_dir().join(format!("{}-nofile.json", bed.name));
+    let _ = std::fs::remove_file(&report);
+    let mut child = Command::new("prlimit")
+        .args(["--nofile=64:64", "--"])
+        .arg(flowlane_bin())
+        .args(["hyper-server", "--tokio-baseline", "--queues", "1"])
+        .args(["--port", PORT, "--body", BODY, "--bed", &bed.name])
+        .args(["--timeout", "120", "--report"])
+        .arg(&report)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting hyper-server under prlimit");
+    if ready_within(&mut child, Duration::from_secs(30), || report.exists()).is_err() {
+        kill_and_reap(&mut child);
+        panic!("hyper-server --tokio-baseline did not come up");
+    }
+    let held = in_netns(&bed.peer_ns, || {
+        let addr = format!("10.99.0.1:{PORT}");
+        let held = (0..100)
+            .map(|_| std::net::TcpStream::connect(&addr))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        // The server accepts until its descriptors run out.
+        std::thread::sleep(Duration::from_millis(500));
+        Ok(held)
+    })
+    .unwrap();
+    drop(held);
+    curl_keeps_alive(&bed);
+    terminate(&child);
+    let (o, _) = wait_bounded(child, Duration::from_secs(10), "hyper-server");
+    assert!(o.status.success(), "{}", text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let summary: serde_json::Value = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .find(|v: &serde_json::Value| v["event"] == "summary")
+        .unwrap_or_else(|| panic!("no summary: {stdout}"));
+    let failed = summary["application"]["accept_failed"].as_u64();
+    assert!(failed.is_some_and(|n| n > 0), "{summary}");
+    let _ = std::fs::remove_file(&report);
 }

@@ -23,7 +23,8 @@ pub(super) fn allow_prefix(s: &str) -> Result<IpNet, String> {
 pub(super) struct AllowArgs {
     /// Take connections only from these peers (an address or a prefix,
     /// repeatable); others are refused at their SYN with a reset (kernel
-    /// sockets: reset right after accept). Default: every peer.
+    /// sockets: reset right after accept; hyper-server: closed as soon as
+    /// accepted). Default: every peer.
     #[arg(long, value_name = "PREFIX", value_parser = allow_prefix)]
     allow_from: Vec<IpNet>,
 }
@@ -48,11 +49,21 @@ impl AllowFrom {
     /// The SYN filter for one listener.
     pub(super) fn filter(&self) -> Option<SynFilter> {
         let allow = self.0.clone()?;
-        Some(Arc::new(move |t| {
-            let peer = t.remote.ip().to_canonical();
-            allow.iter().any(|n| n.contains(&peer))
-        }))
+        Some(Arc::new(move |t| listed(&allow, t.remote.ip())))
     }
+
+    /// Whether `peer` is allowed, for servers that see a connection only
+    /// once it is accepted (hyper-server: tokio's listener, flowlane-tokio's).
+    pub(super) fn allows(&self, peer: IpAddr) -> bool {
+        self.0.as_deref().is_none_or(|allow| listed(allow, peer))
+    }
+}
+
+/// Whether one of `allow` holds `peer` (a v4-mapped peer is its v4
+/// address).
+fn listed(allow: &[IpNet], peer: IpAddr) -> bool {
+    let peer = peer.to_canonical();
+    allow.iter().any(|n| n.contains(&peer))
 }
 
 #[cfg(test)]
@@ -84,6 +95,15 @@ mod tests {
             "a v4-mapped peer is its v4 address"
         );
         assert!(AllowFrom::new(&[]).filter().is_none(), "no list: no filter");
+        let allow = AllowFrom::new(&list);
+        for (ip, ok) in [
+            ("10.99.0.2", true),
+            ("::ffff:192.0.2.7", true),
+            ("10.98.0.2", false),
+        ] {
+            assert_eq!(allow.allows(ip.parse().unwrap()), ok, "{ip}");
+        }
+        assert!(AllowFrom::default().allows("192.0.2.8".parse().unwrap()));
         assert!(allow_prefix("10.0.0.0/33").is_err());
         assert!(allow_prefix("example.org").is_err());
     }

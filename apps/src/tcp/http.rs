@@ -9,8 +9,9 @@
 //! `Connection: keep-alive` (RFC 9112 §C.2.2) so that the client knows it
 //! was granted. After its last response (a refusal's too) the server
 //! half-closes and lingers (§9.6): it drops what the peer still sends until
-//! the peer's FIN, [`LINGER`] at most, and closes then, so that no reset for
-//! unread bytes destroys that response.
+//! the peer's FIN, [`LINGER`] at most (up to a second more: it is looked for
+//! once a second), and closes then, so that no reset for unread bytes
+//! destroys that response.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -37,6 +38,16 @@ const READ: usize = 4096;
 /// ends up to a second later: it is looked for once a second).
 const LINGER: Duration = Duration::from_secs(2);
 
+/// The capacity a connection's input or output keeps once what it holds
+/// fits: past it, what a burst grew (a pipelined batch, a long head) is
+/// given back, and an idle kept-alive connection holds little.
+const KEEP: usize = 8 * 1024;
+
+/// Bytes of body that extend a request's deadline by a second (Apache's
+/// `mod_reqtimeout` `MinRate` alike): a body must come at least this fast,
+/// on average, once the `--idle-timeout` it starts with is spent.
+const BODY_RATE: u64 = 500;
+
 /// What the HTTP server refused or timed out, over all its cores (the
 /// service's summary: `application`).
 #[derive(Debug, Default, Serialize)]
@@ -48,11 +59,21 @@ pub(super) struct HttpCounters {
     pub(super) bad_request: AtomicU64,
     /// Heads longer than 16 KiB, answered `431`, the connection then closed.
     pub(super) head_too_large: AtomicU64,
+    /// Request lines longer than 16 KiB, answered `414` (RFC 9112 §3), the
+    /// connection then closed.
+    pub(super) uri_too_long: AtomicU64,
     /// Connections closed after `--idle-timeout` without a byte either way:
     /// between requests (a FIN), or in the middle of one (a reset).
     pub(super) idle_closed: AtomicU64,
     /// Of those, the ones in the middle of a request.
     pub(super) idle_reset: AtomicU64,
+    /// Connections reset, bytes still coming, because a request was not
+    /// complete (head and body) within `--idle-timeout` of its first byte,
+    /// plus a second per 500 bytes of its body (slowloris, R-U-Dead-Yet).
+    pub(super) request_timeout: AtomicU64,
+    /// Connections closed after their last response because the peer had
+    /// not closed within the linger (RFC 9112 §9.6: 2 to 3 s).
+    pub(super) linger_expired: AtomicU64,
 }
 
 /// The responses, one per [`Persistence`], built once; a `HEAD` request's
@@ -95,6 +116,14 @@ impl Responses {
     }
 }
 
+/// Gives back the capacity of `v` past [`KEEP`] once what it holds fits
+/// in [`KEEP`] (all of it once it is empty).
+fn give_back(v: &mut Vec<u8>) {
+    if v.capacity() > KEEP && v.len() <= KEEP {
+        v.shrink_to_fit();
+    }
+}
+
 /// An error response, after which the connection closes.
 fn refusal_response(r: Refusal) -> &'static [u8] {
     match r {
@@ -103,6 +132,9 @@ fn refusal_response(r: Refusal) -> &'static [u8] {
         }
         Refusal::HeadTooLarge => {
             b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nServer: flowlane\r\nConnection: close\r\n\r\n"
+        }
+        Refusal::UriTooLong => {
+            b"HTTP/1.1 414 URI Too Long\r\nContent-Length: 0\r\nServer: flowlane\r\nConnection: close\r\n\r\n"
         }
     }
 }
@@ -145,12 +177,16 @@ struct HttpConn {
     close_after: bool,
     /// When a byte last moved either way.
     active: Duration,
-    /// When the first bytes of the head being read came (none between
-    /// requests or in a body): a head must be complete within the idle
-    /// timeout of its start, however its bytes trickle in (slowloris: a
-    /// byte a minute would otherwise hold the connection for good;
-    /// nginx's `client_header_timeout` alike).
-    head_began: Option<Duration>,
+    /// When the first bytes of the request being read came (none between
+    /// requests): a request must be complete within the idle timeout of
+    /// its start, extended by a second per [`BODY_RATE`] bytes of its body,
+    /// however its bytes trickle in (slowloris in the head, R-U-Dead-Yet
+    /// in the body: a byte a minute would otherwise hold the connection
+    /// for good; nginx's `client_header_timeout`, Apache's
+    /// `mod_reqtimeout` alike).
+    request_began: Option<Duration>,
+    /// Bytes of the current request's body taken so far.
+    body_read: u64,
     /// Where the search for the end of the head that `input[pos..]`
     /// starts with stands.
     scan: HeadScan,
@@ -184,6 +220,7 @@ impl HttpConn {
                 match skip.skip(rest) {
                     Ok((n, false)) => {
                         self.pos += n;
+                        self.body_read += n as u64;
                         return Step::Read;
                     }
                     Ok((n, true)) => {
@@ -201,7 +238,6 @@ impl HttpConn {
                 Ok(None) => return Step::Read,
                 Ok(Some((head, n))) => {
                     self.pos += n;
-                    self.head_began = None;
                     self.take(r, head, peer_done, counters);
                 }
                 Err(e) => self.refuse(e, counters),
@@ -230,10 +266,13 @@ impl HttpConn {
     fn respond(&mut self, r: &Responses, owed: Owed, peer_done: bool, counters: &HttpCounters) {
         let mut p = owed.persistence;
         // The peer has finished sending and no other request follows: this
-        // response is the last on the connection (RFC 9112 §9.6).
-        if peer_done && matches!(parse_head(&self.input[self.pos..]), Ok(None) | Err(_)) {
+        // response is the last on the connection (RFC 9112 §9.6). One that
+        // cannot be read follows still: it is refused next (400).
+        if peer_done && matches!(parse_head(&self.input[self.pos..]), Ok(None)) {
             p = Persistence::Close;
         }
+        self.request_began = None;
+        self.body_read = 0;
         self.close_after = p == Persistence::Close;
         self.output
             .extend_from_slice(r.for_request(p, owed.head_only));
@@ -244,6 +283,7 @@ impl HttpConn {
         let c = match e {
             Refusal::BadRequest => &counters.bad_request,
             Refusal::HeadTooLarge => &counters.head_too_large,
+            Refusal::UriTooLong => &counters.uri_too_long,
         };
         c.fetch_add(1, Ordering::Relaxed);
         self.output.extend_from_slice(refusal_response(e));
@@ -284,13 +324,36 @@ impl HttpConn {
         }
     }
 
-    /// The time the idle sweep counts from: none after the last response
-    /// (the linger's own deadline bounds a closing connection).
+    /// The time the idle sweep counts from: the last byte either way, or
+    /// the start of the request being read (plus its body's credit) if
+    /// earlier; none after the last response (the linger's own deadline
+    /// bounds a closing connection).
     fn idle_since(&self) -> Duration {
         match self.phase {
-            Phase::Open => self.head_began.map_or(self.active, |t| t.min(self.active)),
+            Phase::Open => self
+                .request_since()
+                .map_or(self.active, |t| t.min(self.active)),
             Phase::Lingering(_) | Phase::Closed => Duration::MAX,
         }
+    }
+
+    /// The time a request's deadline counts from: its first byte, plus a
+    /// second per [`BODY_RATE`] bytes of its body.
+    fn request_since(&self) -> Option<Duration> {
+        let credit = Duration::from_millis(self.body_read.saturating_mul(1000) / BODY_RATE);
+        self.request_began.map(|t| t.saturating_add(credit))
+    }
+
+    /// Drops the input taken already, and gives back the capacity past
+    /// [`KEEP`] of a buffer whose contents fit in it: what a burst grew is
+    /// not held for the connection's life.
+    fn compact(&mut self) {
+        if self.pos > 0 {
+            self.input.drain(..self.pos);
+            self.pos = 0;
+        }
+        give_back(&mut self.input);
+        give_back(&mut self.output);
     }
 
     /// The time the linger sweep counts from: lingering connections only.
@@ -350,10 +413,6 @@ impl Http {
         }
         let mut buf = [0u8; READ];
         loop {
-            if st.pos > 0 && (st.pos == st.input.len() || st.pos >= READ) {
-                st.input.drain(..st.pos);
-                st.pos = 0;
-            }
             let step = st.answer(&self.responses, net.is_eof(conn), &self.counters);
             if !st.output.is_empty() {
                 match net.send(conn, &st.output) {
@@ -364,10 +423,11 @@ impl Http {
                     Err(flowlane_app::Error::WouldBlock) => {}
                     Err(_) => return,
                 }
-                if !st.output.is_empty() {
-                    // `on_writable` follows (`Net::send`'s contract).
-                    return;
-                }
+            }
+            st.compact();
+            if !st.output.is_empty() {
+                // `on_writable` follows (`Net::send`'s contract).
+                return;
             }
             match step {
                 Step::Close => {
@@ -390,9 +450,7 @@ impl Http {
                         Ok(n) => {
                             st.input.extend_from_slice(&buf[..n]);
                             st.active = now;
-                            if st.body.is_none() {
-                                st.head_began.get_or_insert(now);
-                            }
+                            st.request_began.get_or_insert(now);
                         }
                         Err(_) => return,
                     }
@@ -402,28 +460,41 @@ impl Http {
     }
 
     /// Closes the connections idle for longer than the timeout: with a
-    /// FIN between requests, with a reset in the middle of one; and those
-    /// that lingered [`LINGER`] after their last response, dropping what
-    /// their peer sent (a reset follows only if it sends more).
+    /// FIN between requests, with a reset in the middle of one; resets
+    /// those whose request is overdue though bytes still come; and closes
+    /// those that lingered [`LINGER`] after their last response, dropping
+    /// what their peer sent (a reset follows only if it sends more).
     fn sweep(&mut self, net: &mut dyn Net) {
         let now = net.now();
         for conn in self.linger.due(now, &self.conns, HttpConn::lingering_since) {
+            self.counters.linger_expired.fetch_add(1, Ordering::Relaxed);
             net.discard(conn);
             let _ = net.close(conn);
             if let Some(st) = self.conns.get_mut(conn) {
                 st.phase = Phase::Closed;
             }
         }
+        let limit = self.idle.limit().unwrap_or(Duration::MAX);
         for conn in self.idle.due(now, &self.conns, HttpConn::idle_since) {
-            let between = self.conns.get(conn).is_some_and(HttpConn::between_requests);
+            let Some(st) = self.conns.remove(conn) else {
+                continue;
+            };
+            if now.saturating_sub(st.active) <= limit {
+                // Bytes came within the timeout, but the request they
+                // belong to is overdue.
+                self.counters
+                    .request_timeout
+                    .fetch_add(1, Ordering::Relaxed);
+                let _ = net.abort(conn);
+                continue;
+            }
             self.counters.idle_closed.fetch_add(1, Ordering::Relaxed);
-            if between {
+            if st.between_requests() {
                 let _ = net.close(conn);
             } else {
                 self.counters.idle_reset.fetch_add(1, Ordering::Relaxed);
                 let _ = net.abort(conn);
             }
-            self.conns.remove(conn);
         }
     }
 }
@@ -839,7 +910,7 @@ mod tests {
         assert_eq!((load(&counters), load(&counters2)), ((1, 0), (1, 1)));
         // A head trickling in, a byte every 30 s: reset once its start is
         // older than the timeout, though a byte came 30 s ago.
-        let (mut h, _) = server(Some(idle));
+        let (mut h, counters3) = server(Some(idle));
         let mut net = Fake::new();
         h.on_accept(&mut net, c());
         for &b in b"GET / HTTP/1.1\r\nHost: a\r\nX: " {
@@ -853,6 +924,15 @@ mod tests {
         }
         assert!(net.aborted, "a head may not take longer than the timeout");
         assert!(net.now <= Duration::from_secs(100), "{:?}", net.now);
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        assert_eq!(
+            (
+                load(&counters3.request_timeout),
+                load(&counters3.idle_closed)
+            ),
+            (1, 0),
+            "bytes came: overdue, not idle"
+        );
         // No timeout: never.
         let (mut h, _) = server(None);
         let mut net = Fake::new();
@@ -936,12 +1016,140 @@ mod tests {
         assert!(net.closed && !net.aborted);
         assert!(net.inbox.is_empty());
         assert_eq!(counters.idle_closed.load(Ordering::Relaxed), 0);
+        assert_eq!(counters.linger_expired.load(Ordering::Relaxed), 1);
         // Nothing more is done for it.
         net.now += Duration::from_secs(10);
         h.on_tick(&mut net);
         h.on_data(&mut net, c());
         assert_eq!(counters.idle_closed.load(Ordering::Relaxed), 0);
         assert!(!net.aborted);
+    }
+
+    /// R-U-Dead-Yet: a head, then its body a byte every 30 s (a large
+    /// `Content-Length`, or a chunk size of zeros without end): reset
+    /// once the request is older than the timeout plus its body's credit.
+    #[test]
+    fn a_body_trickling_in_is_reset_when_its_request_is_overdue() {
+        let idle = Duration::from_secs(60);
+        for (head, byte) in [
+            (
+                &b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1000000\r\n\r\n"[..],
+                b'x',
+            ),
+            (
+                b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n",
+                b'0',
+            ),
+        ] {
+            let (mut h, counters) = server(Some(idle));
+            let mut net = Fake::new();
+            h.on_accept(&mut net, c());
+            net.inbox = head.to_vec();
+            h.on_data(&mut net, c());
+            let start = net.now;
+            while !net.aborted && net.now < start + Duration::from_secs(600) {
+                net.now += Duration::from_secs(30);
+                net.inbox = vec![byte];
+                h.on_data(&mut net, c());
+                h.on_tick(&mut net);
+            }
+            assert!(net.aborted, "{:?}", String::from_utf8_lossy(head));
+            assert!(net.now <= start + Duration::from_secs(180), "{:?}", net.now);
+            assert_eq!(counters.request_timeout.load(Ordering::Relaxed), 1);
+            assert_eq!(answered(&counters), 0);
+        }
+        // A body at a fair rate is not: 2,000 bytes a second for 200 s.
+        let (mut h, counters) = server(Some(idle));
+        let mut net = Fake::new();
+        h.on_accept(&mut net, c());
+        net.inbox = b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 400000\r\n\r\n".to_vec();
+        h.on_data(&mut net, c());
+        for _ in 0..200 {
+            net.now += Duration::from_secs(1);
+            net.inbox = vec![b'x'; 2000];
+            h.on_data(&mut net, c());
+            h.on_tick(&mut net);
+        }
+        assert!(!net.aborted);
+        assert_eq!(answered(&counters), 1);
+    }
+
+    /// With the peer's FIN in, a request that cannot be read after one
+    /// answered is refused (400) and counted, not dropped unanswered.
+    #[test]
+    fn a_malformed_request_before_the_peer_s_fin_is_refused() {
+        let (mut h, counters) = server(None);
+        let mut net = Fake::new();
+        net.inbox = b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /\r\n\r\n".to_vec();
+        net.peer_fin = true;
+        h.on_peer_closed(&mut net, c());
+        let text = net.sent_text();
+        assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
+        assert!(text.contains("HTTP/1.1 400 Bad Request"), "{text}");
+        assert_eq!(answered(&counters), 1);
+        assert_eq!(counters.bad_request.load(Ordering::Relaxed), 1);
+        assert!(net.closed && !net.aborted);
+    }
+
+    /// What a burst grew (a pipelined batch of responses) is given back
+    /// once it went: an idle kept-alive connection does not keep its peak.
+    #[test]
+    fn a_burst_s_buffers_are_given_back_once_drained() {
+        let (mut h, counters) = server(None);
+        let mut net = Fake::new();
+        net.send_room = Some(0);
+        net.inbox = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n".repeat(5_000);
+        h.on_data(&mut net, c());
+        let st = h.conns.get(c()).unwrap();
+        assert!(st.output.capacity() > KEEP, "the burst is held");
+        net.send_room = None;
+        for _ in 0..1000 {
+            h.on_writable(&mut net, c());
+            if net.inbox.is_empty() {
+                break;
+            }
+        }
+        h.on_writable(&mut net, c());
+        assert_eq!(answered(&counters), 5_000);
+        let st = h.conns.get(c()).unwrap();
+        assert!(st.between_requests());
+        assert!(
+            st.output.capacity() <= KEEP && st.input.capacity() <= KEEP,
+            "{} and {} bytes kept",
+            st.output.capacity(),
+            st.input.capacity()
+        );
+        // A long head, alike.
+        let (mut h, _) = server(None);
+        let mut net = Fake::new();
+        let long = [
+            &b"GET / HTTP/1.1\r\nHost: a\r\nX: "[..],
+            &vec![b'a'; 15_000],
+            b"\r\n\r\n",
+        ]
+        .concat();
+        for piece in long.chunks(1000) {
+            net.inbox = piece.to_vec();
+            h.on_data(&mut net, c());
+        }
+        assert!(net.sent_text().starts_with("HTTP/1.1 200 OK"));
+        let st = h.conns.get(c()).unwrap();
+        assert!(st.input.capacity() <= KEEP, "{}", st.input.capacity());
+    }
+
+    #[test]
+    fn a_request_line_too_long_is_refused_414() {
+        let (mut h, counters) = server(None);
+        let mut net = Fake::new();
+        net.inbox = [&b"GET /"[..], &vec![b'a'; MAX_HEAD]].concat();
+        h.on_data(&mut net, c());
+        assert!(
+            net.sent_text().starts_with("HTTP/1.1 414 URI Too Long\r\n"),
+            "{}",
+            net.sent_text()
+        );
+        assert_eq!(counters.uri_too_long.load(Ordering::Relaxed), 1);
+        assert!(net.shut);
     }
 
     #[test]

@@ -5,10 +5,12 @@
 
 /// Longest request head: its request line, its fields, the blank line that
 /// ends it and any empty lines before it (RFC 9112 §2.2) together; past it,
-/// 431.
+/// 431 (414 where the request line alone is that long: §3).
 pub(super) const MAX_HEAD: usize = 16 * 1024;
 
-/// Longest chunk extension, and longest trailer section, of a chunked body.
+/// Longest chunk-size line (its size, leading zeros included, and its
+/// extensions), and longest trailer section, of a chunked body: a size
+/// line of zeros without end is refused, not read forever.
 const MAX_CHUNK_META: usize = 4096;
 
 /// What happens to the connection after the response to one request
@@ -51,11 +53,15 @@ pub(super) enum BodyLength {
 pub(super) enum Refusal {
     /// The head is longer than [`MAX_HEAD`]: 431.
     HeadTooLarge,
+    /// The request line alone does not end within [`MAX_HEAD`]: 414, as
+    /// RFC 9112 §3 asks of a request-target longer than the server parses.
+    UriTooLong,
     /// A request line, field line or framing that cannot be read (a line
-    /// not ended by CRLF, a folded line, a field name with whitespace
-    /// before its colon, an invalid or conflicting `Content-Length`, a
-    /// transfer coding other than chunked last, a malformed chunk): 400,
-    /// as §5.1, §5.2 and §6.3 ask.
+    /// not ended by CRLF, a method that is no token, a target with control
+    /// bytes, a version other than `HTTP/1.<digit>`, a folded line, a field
+    /// name with whitespace before its colon, an invalid or conflicting
+    /// `Content-Length`, a transfer coding other than chunked last, a
+    /// malformed chunk): 400, as §2.2, §3, §5.1, §5.2 and §6.3 ask.
     BadRequest,
 }
 
@@ -74,8 +80,11 @@ pub(super) struct HeadScan {
     /// Where the head starts, past the empty lines before it, once a byte
     /// other than CR or LF came.
     start: Option<usize>,
-    /// Bytes looked at: before `start` is known, all CR or LF; after, no
-    /// CRLFCRLF begins before `from`.
+    /// Where the request line ends (its CRLF), once it did.
+    line_end: Option<usize>,
+    /// Bytes looked at: before `start` is known, all CR or LF; after, every
+    /// CR or LF before `from` is part of a CRLF, and no CRLFCRLF begins
+    /// before it.
     from: usize,
 }
 
@@ -94,17 +103,20 @@ impl HeadScan {
         done
     }
 
+    /// The refusal of a head past [`MAX_HEAD`]: 414 while its request line
+    /// is what did not end within it (RFC 9112 §3), else 431.
+    fn too_large(&self) -> Refusal {
+        match (self.start, self.line_end) {
+            (Some(_), None) => Refusal::UriTooLong,
+            (Some(_), Some(e)) if e + 2 > MAX_HEAD => Refusal::UriTooLong,
+            _ => Refusal::HeadTooLarge,
+        }
+    }
+
     fn scan(&mut self, input: &[u8]) -> Result<Option<(Head, usize)>, Refusal> {
         // RFC 9112 §2.2: empty lines before the request line are ignored,
         // but they count against the limit (else a peer sending CRLF
         // forever would be read forever).
-        let incomplete = || {
-            if input.len() > MAX_HEAD {
-                Err(Refusal::HeadTooLarge)
-            } else {
-                Ok(None)
-            }
-        };
         let start = match self.start {
             Some(s) => s,
             None => {
@@ -113,24 +125,63 @@ impl HeadScan {
                     .position(|&b| b != b'\r' && b != b'\n');
                 let Some(p) = p else {
                     self.from = input.len();
-                    return incomplete();
+                    return self.incomplete(input);
                 };
                 self.start = Some(self.from + p);
                 self.from + p
             }
         };
-        let at = self.from.max(start);
-        let Some(p) = input[at..].windows(4).position(|w| w == b"\r\n\r\n") else {
-            // A CRLFCRLF may still begin in the last 3 bytes.
-            self.from = input.len().saturating_sub(3).max(at);
-            return incomplete();
+        let mut i = self.from.max(start);
+        let end = loop {
+            let Some(p) = input[i..].iter().position(|&b| b == b'\r' || b == b'\n') else {
+                self.from = input.len();
+                return self.incomplete(input);
+            };
+            i += p;
+            // RFC 9112 §2.2: the line terminator is CRLF. A bare CR is
+            // invalid; a bare LF, which some recipients take as a line end,
+            // is refused as soon as it comes (§2.2 lets a server refuse
+            // it), since this head's end is found at CRLFCRLF only: one
+            // framing, no room for another reading of the same bytes, and
+            // no head that waits for an end it will never get. (An LF
+            // after a CR is stepped over with it: one found here is bare.)
+            if input[i] == b'\n' {
+                return Err(Refusal::BadRequest);
+            }
+            match input.get(i + 1) {
+                Some(b'\n') => {}
+                Some(_) => return Err(Refusal::BadRequest),
+                None => {
+                    self.from = i;
+                    return self.incomplete(input);
+                }
+            }
+            self.line_end.get_or_insert(i);
+            // A CRLF at `i`: the head ends if another follows at once.
+            match (input.get(i + 2), input.get(i + 3)) {
+                (Some(b'\r'), Some(b'\n')) => break i,
+                (None, _) | (Some(b'\r'), None) => {
+                    self.from = i;
+                    return self.incomplete(input);
+                }
+                _ => i += 2,
+            }
         };
-        let end = at + p;
         if end + 4 > MAX_HEAD {
-            return Err(Refusal::HeadTooLarge);
+            return Err(self.too_large());
         }
         let head = read_head(&input[start..end])?;
         Ok(Some((head, end + 4)))
+    }
+
+    /// No end yet: more input is needed, unless `input` is past
+    /// [`MAX_HEAD`] already.
+    fn incomplete(&self, input: &[u8]) -> Result<Option<(Head, usize)>, Refusal> {
+        if input.len() > MAX_HEAD {
+            Err(self.too_large())
+        } else {
+            Ok(None)
+        }
     }
 }
 
@@ -169,33 +220,34 @@ fn trim_ows(v: &[u8]) -> &[u8] {
     &v[first..=last]
 }
 
-/// Reads a complete head (without its blank line).
+/// Reads a complete head (without its blank line), in which every CR and
+/// LF is a CRLF already ([`HeadScan`] refuses bare ones: RFC 9112 §2.2).
 fn read_head(head: &[u8]) -> Result<Head, Refusal> {
     let mut lines = crlf_lines(head);
     let request_line = lines.next().unwrap_or_default();
-    // RFC 9112 §2.2: the line terminator is CRLF; a bare CR is invalid and
-    // a bare LF (which some recipients take as a line end) is refused too,
-    // since this head's end is found at CRLFCRLF only: one framing, no
-    // room for another reading of the same bytes.
-    let bare = |l: &[u8]| l.iter().any(|&b| b == b'\r' || b == b'\n');
-    if bare(request_line) {
-        return Err(Refusal::BadRequest);
-    }
     // Trailing whitespace is forgiven, as before.
     let request_line = request_line.trim_ascii_end();
+    // RFC 9112 §3: request-line = method SP request-target SP HTTP-version.
     let mut parts = request_line.split(|&b| b == b' ');
     let (Some(method), Some(target), Some(version), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
     else {
         return Err(Refusal::BadRequest);
     };
-    // The version's name is case-sensitive (RFC 9112 §2.3); taken in any
-    // case, as before.
-    let v1 = version.len() == 8 && version[..7].eq_ignore_ascii_case(b"HTTP/1.");
-    if method.is_empty() || target.is_empty() || !v1 {
+    // §3.1: the method is a token; §3.2: a target is URI characters, no
+    // control byte or DEL among them; §2.3: HTTP-version = "HTTP/" DIGIT
+    // "." DIGIT, its name case-sensitive (a minor version above 1 is
+    // answered as 1.1: RFC 9110 §2.5).
+    let v1 = version.len() == 8 && version.starts_with(b"HTTP/1.") && version[7].is_ascii_digit();
+    if method.is_empty()
+        || !method.iter().all(|&b| is_tchar(b))
+        || target.is_empty()
+        || target.iter().any(|&b| b.is_ascii_control())
+        || !v1
+    {
         return Err(Refusal::BadRequest);
     }
-    let http10 = version.eq_ignore_ascii_case(b"HTTP/1.0");
+    let http10 = version == b"HTTP/1.0";
     let (mut close, mut keep_alive, mut continue_) = (false, false, false);
     let mut length: Option<u64> = None;
     let mut coding: Option<bool> = None;
@@ -203,7 +255,7 @@ fn read_head(head: &[u8]) -> Result<Head, Refusal> {
     for line in lines {
         // §5.2: a line folded onto the previous one (obs-fold) is refused
         // (400), as is whitespace before the first field (§2.2).
-        if bare(line) || line.first().is_some_and(|&b| b == b' ' || b == b'\t') {
+        if line.first().is_some_and(|&b| b == b' ' || b == b'\t') {
             return Err(Refusal::BadRequest);
         }
         // §5: field-line = field-name ":" OWS field-value OWS.
@@ -351,12 +403,13 @@ pub(super) enum BodySkip {
 /// A chunked body's reading position (RFC 9112 §7.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Chunk {
-    /// In a chunk-size line: the size so far, and whether a digit came.
-    Size { size: u64, digits: bool },
+    /// In a chunk-size line: the size so far, and its digits so far
+    /// (leading zeros included).
+    Size { size: u64, len: usize },
     /// Whitespace after the size (BWS): a `;` must follow (§7.1.1);
-    /// `len` bytes of extension so far.
+    /// `len` bytes of the size line so far.
     ExtSpace { size: u64, len: usize },
-    /// In a chunk extension (skipped), `len` bytes of it so far.
+    /// In a chunk extension (skipped), `len` bytes of the size line so far.
     Ext { size: u64, len: usize },
     /// The size line's CR seen; its LF next.
     SizeLf { size: u64 },
@@ -378,10 +431,7 @@ impl BodySkip {
         match length {
             BodyLength::Bytes(0) => None,
             BodyLength::Bytes(n) => Some(BodySkip::Bytes(n)),
-            BodyLength::Chunked => Some(BodySkip::Chunked(Chunk::Size {
-                size: 0,
-                digits: false,
-            })),
+            BodyLength::Chunked => Some(BodySkip::Chunked(Chunk::Size { size: 0, len: 0 })),
         }
     }
 
@@ -425,15 +475,17 @@ impl Chunk {
         let space = b == b' ' || b == b'\t';
         *self = match *self {
             // §7.1: chunk-size = 1*HEXDIG. At most 15 significant digits
-            // (the size stays below 2^60); leading zeros are free.
-            Chunk::Size { size, digits } => match b {
+            // (the size stays below 2^60); leading zeros count against
+            // the line's bound only.
+            Chunk::Size { len, .. } if len >= MAX_CHUNK_META => return bad,
+            Chunk::Size { size, len } => match b {
                 b'0'..=b'9' | b'a'..=b'f' | b'A'..=b'F' if size < 1 << 56 => Chunk::Size {
                     size: size * 16 + u64::from((b as char).to_digit(16).unwrap_or(0)),
-                    digits: true,
+                    len: len + 1,
                 },
-                b';' if digits => Chunk::Ext { size, len: 1 },
-                _ if space && digits => Chunk::ExtSpace { size, len: 1 },
-                b'\r' if digits => Chunk::SizeLf { size },
+                b';' if len > 0 => Chunk::Ext { size, len: len + 1 },
+                _ if space && len > 0 => Chunk::ExtSpace { size, len: len + 1 },
+                b'\r' if len > 0 => Chunk::SizeLf { size },
                 _ => return bad,
             },
             // §7.1.1: chunk-ext = *( BWS ";" BWS chunk-ext-name
@@ -466,10 +518,7 @@ impl Chunk {
             // would be a bug, refused rather than a panic.
             Chunk::Data(_) => return bad,
             Chunk::DataEnd { lf: false } if b == b'\r' => Chunk::DataEnd { lf: true },
-            Chunk::DataEnd { lf: true } if b == b'\n' => Chunk::Size {
-                size: 0,
-                digits: false,
-            },
+            Chunk::DataEnd { lf: true } if b == b'\n' => Chunk::Size { size: 0, len: 0 },
             Chunk::DataEnd { .. } => return bad,
             // §7.1.2: trailer lines end in CRLF, as a head's do (§2.2);
             // a bare LF or CR is refused.
@@ -569,7 +618,7 @@ mod tests {
             Persistence::KeepAliveHttp10
         );
         assert_eq!(
-            p("GET / http/1.0\r\nconnection: foo ,keep-alive"),
+            p("GET / HTTP/1.0\r\nconnection: foo ,keep-alive"),
             Persistence::KeepAliveHttp10
         );
         assert_eq!(
@@ -588,11 +637,80 @@ mod tests {
         // Empty lines alone are no request.
         assert_eq!(parse_head(b"\r\n\r\n\r\n\r\n"), Ok(None));
         let long = vec![b'a'; MAX_HEAD + 1];
-        assert_eq!(parse_head(&long), Err(Refusal::HeadTooLarge));
+        assert_eq!(parse_head(&long), Err(Refusal::UriTooLong));
         assert_eq!(parse_head(&long[..MAX_HEAD]), Ok(None));
         assert_eq!(head("GET /"), Err(Refusal::BadRequest));
         assert_eq!(head("GET / HTTP/1.1 x"), Err(Refusal::BadRequest));
         assert_eq!(head("GET / SPDY/3"), Err(Refusal::BadRequest));
+    }
+
+    /// RFC 9112 §2.2: a bare LF ends no line here; refused at once, not
+    /// waited on for a CRLFCRLF that never comes.
+    #[test]
+    fn heads_with_bare_lf_or_cr_are_refused_as_they_come() {
+        assert_eq!(
+            parse_head(b"GET / HTTP/1.1\nHost: a\n\n"),
+            Err(Refusal::BadRequest)
+        );
+        assert_eq!(parse_head(b"GET / HTTP/1.0\n\n"), Err(Refusal::BadRequest));
+        assert_eq!(parse_head(b"GET / HTTP/1.0\n"), Err(Refusal::BadRequest));
+        assert_eq!(
+            parse_head(b"GET / HTTP/1.1\r\nHost: a\r\r"),
+            Err(Refusal::BadRequest)
+        );
+        assert_eq!(
+            parse_head(b"GET / HTTP/1.1\r\nHost: a\r\n\n"),
+            Err(Refusal::BadRequest)
+        );
+        // A CR at the end waits for its LF.
+        assert_eq!(parse_head(b"GET / HTTP/1.1\r"), Ok(None));
+        assert_eq!(parse_head(b"GET / HTTP/1.1\r\nHost: a\r\n\r"), Ok(None));
+        // Fed a byte at a time: refused at the bare LF.
+        let req = b"GET / HTTP/1.1\r\nHost: a\nX: y\r\n\r\n";
+        let mut scan = HeadScan::default();
+        let refused = (1..=req.len()).find(|&end| scan.parse(&req[..end]).is_err());
+        assert_eq!(refused, Some(b"GET / HTTP/1.1\r\nHost: a\n".len()));
+        // Empty lines before the request line may end in LF alone.
+        assert!(matches!(
+            parse_head(b"\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n"),
+            Ok(Some(_))
+        ));
+    }
+
+    /// RFC 9112 §3: the method is a token, the target has no control
+    /// bytes, the version is `HTTP/1.<digit>` (case-sensitive, §2.3), and
+    /// a request line longer than the server reads is answered 414.
+    #[test]
+    fn request_lines_are_checked() {
+        for bad in [
+            "G(T / HTTP/1.1",
+            "G\x01T / HTTP/1.1",
+            "GET /\x01 HTTP/1.1",
+            "GET /a\x7fb HTTP/1.1",
+            "GET /\tb HTTP/1.1",
+            "GET / HTTP/1.A",
+            "GET / http/1.1",
+            "GET / HTTP/2.0",
+            "GET / HTTP/1.10",
+            "GET / HTTP/1.",
+        ] {
+            assert_eq!(head(bad), Err(Refusal::BadRequest), "{bad:?}");
+        }
+        assert_eq!(p("PATCH /a?b=c%20d HTTP/1.1"), Persistence::KeepAlive);
+        assert_eq!(
+            p("GET / HTTP/1.2\r\nHost: a"),
+            Persistence::KeepAlive,
+            "as 1.1"
+        );
+        assert_eq!(p("M-SEARCH * HTTP/1.1"), Persistence::KeepAlive);
+        // A target past MAX_HEAD: 414, ended or not; a long field: 431.
+        let target = "a".repeat(MAX_HEAD);
+        let line = format!("GET /{target} HTTP/1.1");
+        assert_eq!(parse_head(line.as_bytes()), Err(Refusal::UriTooLong));
+        assert_eq!(head(&line), Err(Refusal::UriTooLong));
+        let field = format!("GET / HTTP/1.1\r\nHost: a\r\nX: {target}");
+        assert_eq!(head(&field), Err(Refusal::HeadTooLarge));
+        assert_eq!(parse_head(field.as_bytes()), Err(Refusal::HeadTooLarge));
     }
 
     /// RFC 9112 §3.2: an HTTP/1.1 request without a Host field, any
@@ -944,6 +1062,13 @@ mod tests {
         .concat();
         assert_eq!(
             skip_all(BodyLength::Chunked, &long_ext, 64),
+            Err(Refusal::BadRequest)
+        );
+        // A size line of leading zeros without end (§7.1 bounds nothing
+        // there): refused, not read forever.
+        let zeros = [&vec![b'0'; MAX_CHUNK_META + 1][..], b"\r\n\r\n"].concat();
+        assert_eq!(
+            skip_all(BodyLength::Chunked, &zeros, 64),
             Err(Refusal::BadRequest)
         );
         let long_trailer = [&b"0\r\n"[..], &vec![b't'; MAX_CHUNK_META + 1], b"\r\n\r\n"].concat();

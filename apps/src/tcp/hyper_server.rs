@@ -6,22 +6,32 @@
 //! comparison a tokio user makes.
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Context as _, Result};
 use bytes::Bytes;
 use flowlane_dataplane::process_cpu_ns;
 use flowlane_dataplane::service_args::ExecMode;
+use flowlane_kernel::KernelService;
 use flowlane_tokio::{AsyncConfig, Local};
 use http_body_util::Full;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde::Serialize;
 use serde_json::json;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Sleep;
 
 use super::{
-    cores, listen_addresses, queue_pair_config, serve_queue_pairs, serve_with, HyperArgs, NicAccess,
+    cores, idle, listen_addresses, queue_pair_config, serve_queue_pairs, serve_with, AllowFrom,
+    Common, HyperArgs, NicAccess, APPLICATION,
 };
 use crate::service::{write_report, ServiceSignals};
 
@@ -29,45 +39,327 @@ use crate::service::{write_report, ServiceSignals};
 /// them.
 const BACKLOG: usize = 4096;
 
-/// Serves one connection: every request gets `body` (keep-alive as the
-/// client asks). The same code for flowlane's streams and tokio's.
-async fn serve_connection<S>(stream: S, body: Bytes)
+/// The most a connection's read (and write) buffer grows to in hyper (its
+/// default is about 400 KiB a connection); a request head longer is
+/// answered `431`.
+const MAX_BUF: usize = 32 * 1024;
+
+/// How long the baseline's accept loop pauses after an accept that failed
+/// for want of descriptors or memory, which would only fail again at once
+/// (the kernel backend tries again each loop pass, 10 ms, alike).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
+
+/// What hyper-server counts, over all its threads (the summary's
+/// `application`).
+#[derive(Debug, Default, Serialize)]
+pub(super) struct HyperCounters {
+    /// Connections closed after `--idle-timeout` without a byte either way
+    /// (a peer gone silent, in a head, a body or between requests, or one
+    /// that reads no response).
+    pub(super) idle_closed: AtomicU64,
+    /// Connections closed because no complete request head came within
+    /// `--idle-timeout` of the connection's start or of the previous
+    /// response, though bytes did (hyper's header read timeout: a head
+    /// trickling in, slowloris).
+    pub(super) header_timeout: AtomicU64,
+    /// Connections from peers `--allow-from` does not list, closed as soon
+    /// as accepted (the tokio baseline: reset).
+    pub(super) refused_peer: AtomicU64,
+    /// Accepts of the tokio baseline that failed (out of descriptors or
+    /// memory: tried again after a pause of 10 ms; a connection aborted
+    /// before it was taken: at once).
+    pub(super) accept_failed: AtomicU64,
+}
+
+/// What serving a connection takes: the same for flowlane's streams and
+/// tokio's.
+#[derive(Clone)]
+struct Serve {
+    /// Every response's body.
+    body: Bytes,
+    /// `--idle-timeout` (None: none).
+    idle: Option<Duration>,
+    allow: AllowFrom,
+    counters: Arc<HyperCounters>,
+}
+
+impl Serve {
+    /// Whether a connection from `peer` is served (`--allow-from`); a
+    /// refusal is counted.
+    fn admits(&self, peer: SocketAddr) -> bool {
+        let ok = self.allow.allows(peer.ip());
+        if !ok {
+            self.counters.refused_peer.fetch_add(1, Ordering::Relaxed);
+        }
+        ok
+    }
+}
+
+/// Serves one connection: every request gets the body (keep-alive as the
+/// client asks). hyper's read buffer is bounded ([`MAX_BUF`]); a head must
+/// be complete within `--idle-timeout` (hyper's header read timeout, which
+/// it applies only with a timer), and the connection is closed once no byte
+/// moved either way for as long ([`Watched`]).
+async fn serve_connection<S>(stream: S, serve: Serve)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    let body = serve.body.clone();
     let service = service_fn(move |_req| {
         let body = body.clone();
         async move { Ok::<_, Infallible>(hyper::Response::new(Full::new(body))) }
     });
-    let _ = hyper::server::conn::http1::Builder::new()
-        .serve_connection(TokioIo::new(stream), service)
+    let io = Watched::new(stream, serve.idle, serve.counters.clone());
+    let r = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(serve.idle)
+        .max_buf_size(MAX_BUF)
+        .serve_connection(TokioIo::new(io), service)
         .await;
+    if r.is_err_and(|e| e.is_timeout()) {
+        serve
+            .counters
+            .header_timeout
+            .fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A connection's stream that fails (`TimedOut`, which ends hyper's
+/// connection) once no byte moved either way for its limit: a peer that
+/// stalls in a body, or reads no response, does not hold the connection
+/// for good (hyper's own header timeout covers heads only).
+struct Watched<S> {
+    inner: S,
+    /// The limit, and the timer that looks for it; none without a limit.
+    idle: Option<(Duration, Pin<Box<Sleep>>)>,
+    /// When a byte last moved either way.
+    last: tokio::time::Instant,
+    /// The limit was reached (counted once).
+    expired: bool,
+    counters: Arc<HyperCounters>,
+}
+
+impl<S> Watched<S> {
+    fn new(inner: S, limit: Option<Duration>, counters: Arc<HyperCounters>) -> Watched<S> {
+        let now = tokio::time::Instant::now();
+        Watched {
+            inner,
+            idle: limit.map(|l| (l, Box::pin(tokio::time::sleep_until(now + l)))),
+            last: now,
+            expired: false,
+            counters,
+        }
+    }
+
+    /// What a read or write that is pending comes to: still pending, or
+    /// `TimedOut` once the limit passed since the last byte (the timer,
+    /// set for the limit after an earlier byte, is set again for the
+    /// limit after the last one when it goes off early).
+    fn pending<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        let Some((limit, timer)) = &mut self.idle else {
+            return Poll::Pending;
+        };
+        loop {
+            if self.expired {
+                return Poll::Ready(Err(io::ErrorKind::TimedOut.into()));
+            }
+            if timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            let due = self.last + *limit;
+            if tokio::time::Instant::now() >= due {
+                self.expired = true;
+                self.counters.idle_closed.fetch_add(1, Ordering::Relaxed);
+            } else {
+                timer.as_mut().reset(due);
+            }
+        }
+    }
+
+    /// What a read or write that completed comes to: a byte moved if `n`
+    /// is not 0.
+    fn moved<T>(&mut self, r: io::Result<T>, n: usize) -> Poll<io::Result<T>> {
+        if n > 0 && self.idle.is_some() {
+            self.last = tokio::time::Instant::now();
+        }
+        Poll::Ready(r)
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.inner).poll_read(cx, buf) {
+            Poll::Ready(r) => {
+                let n = buf.filled().len() - before;
+                self.moved(r, n)
+            }
+            Poll::Pending => self.pending(cx),
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match Pin::new(&mut self.inner).poll_write(cx, data) {
+            Poll::Ready(r) => {
+                let n = *r.as_ref().unwrap_or(&0);
+                self.moved(r, n)
+            }
+            Poll::Pending => self.pending(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match Pin::new(&mut self.inner).poll_write_vectored(cx, bufs) {
+            Poll::Ready(r) => {
+                let n = *r.as_ref().unwrap_or(&0);
+                self.moved(r, n)
+            }
+            Poll::Pending => self.pending(cx),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match Pin::new(&mut self.inner).poll_flush(cx) {
+            Poll::Ready(r) => Poll::Ready(r),
+            Poll::Pending => self.pending(cx),
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match Pin::new(&mut self.inner).poll_shutdown(cx) {
+            Poll::Ready(r) => Poll::Ready(r),
+            Poll::Pending => self.pending(cx),
+        }
+    }
 }
 
 /// One application thread: accepts and spawns a task per connection on
 /// the thread's runtime.
-async fn flowlane_thread(mut local: Local, port: u16, body: Bytes) {
+async fn flowlane_thread(mut local: Local, port: u16, serve: Serve) {
     let Some(listener) = local.listener(port) else {
         return;
     };
-    while let Ok((stream, _)) = listener.accept().await {
+    while let Ok((stream, peer)) = listener.accept().await {
+        if !serve.admits(peer) {
+            // Dropped: closed (reset if it sent bytes already).
+            continue;
+        }
         stream.set_nodelay(true);
-        tokio::spawn(serve_connection(stream, body.clone()));
+        tokio::spawn(serve_connection(stream, serve.clone()));
     }
 }
 
-/// Runs `hyper-server`.
-pub(super) fn run(a: HyperArgs, nic: NicAccess) -> Result<()> {
-    let c = &a.common;
-    if c.mode == Some(ExecMode::Rtc) {
+/// Whether a failed accept failed for want of descriptors or memory (the
+/// next would fail alike until some free up), rather than for the one
+/// connection it would have returned.
+fn out_of_resources(e: &io::Error) -> bool {
+    use nix::errno::Errno;
+    matches!(
+        e.raw_os_error().map(Errno::from_raw),
+        Some(Errno::EMFILE | Errno::ENFILE | Errno::ENOBUFS | Errno::ENOMEM)
+    )
+}
+
+/// The baseline's accept loop: hands every connection `accept` gives to
+/// `serve`, until the runtime ends. A failed accept is counted and never
+/// ends the loop (that would stop the service silently): out of
+/// descriptors or memory, it is tried again after [`ACCEPT_BACKOFF`] (as
+/// connections close), else at once.
+async fn accept_forever<T, F>(
+    mut accept: impl FnMut() -> F,
+    mut serve: impl FnMut(T, SocketAddr),
+    counters: &HyperCounters,
+) where
+    F: Future<Output = io::Result<(T, SocketAddr)>>,
+{
+    loop {
+        match accept().await {
+            Ok((stream, peer)) => serve(stream, peer),
+            Err(e) => {
+                counters.accept_failed.fetch_add(1, Ordering::Relaxed);
+                if out_of_resources(&e) {
+                    tracing::debug!("accept: {e}; trying again in 10 ms");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                }
+            }
+        }
+    }
+}
+
+/// The flags that configure flowlane's TCP, which `--tokio-baseline` does
+/// not use, refused with it (one line, before anything starts).
+fn refuse_what_the_baseline_lacks(c: &Common) -> Result<()> {
+    let rebalance = c.rebalance.rebalance.is_some() || c.rebalance.rebalance_storm_ms.is_some();
+    let given: Vec<&str> = [
+        (c.backend.is_some(), "--backend"),
+        (c.mode.is_some(), "--mode"),
+        (c.workers.is_some(), "--workers"),
+        (c.app_threads.is_some(), "--app-threads"),
+        (rebalance, "--rebalance"),
+        (c.msl_ms.is_some(), "--msl-ms"),
+    ]
+    .into_iter()
+    .filter_map(|(given, flag)| given.then_some(flag))
+    .collect();
+    let (verb, them) = match given.len() {
+        0 => return Ok(()),
+        1 => ("configures", "it"),
+        _ => ("configure", "them"),
+    };
+    bail!(
+        "--tokio-baseline serves on tokio's own listener (kernel TCP, --queues workers), not on \
+         flowlane's TCP, which {} {verb}: drop {them}, or drop --tokio-baseline",
+        given.join(", ")
+    );
+}
+
+/// Refuses, before anything starts (root and the bed included), flags
+/// that contradict each other.
+pub(super) fn check_flags(a: &HyperArgs) -> Result<()> {
+    if a.tokio_baseline {
+        return refuse_what_the_baseline_lacks(&a.common);
+    }
+    if a.common.mode == Some(ExecMode::Rtc) {
         bail!(
             "hyper-server runs hyper's tasks on application threads: it has --mode queue-pair \
              only"
         );
     }
-    let body = Bytes::from(a.body.clone().into_bytes());
+    Ok(())
+}
+
+/// Runs `hyper-server` (its flags checked by [`check_flags`]).
+pub(super) fn run(a: HyperArgs, nic: NicAccess) -> Result<()> {
+    let c = &a.common;
+    let counters = Arc::new(HyperCounters::default());
+    let shown = counters.clone();
+    let _ = APPLICATION.set(Box::new(move || json!(&*shown)));
+    let serve = Serve {
+        body: Bytes::from(a.body.clone().into_bytes()),
+        idle: idle::limit(a.idle_timeout),
+        allow: a.allow.peers(),
+        counters,
+    };
     if a.tokio_baseline {
-        return baseline(&a, body);
+        return baseline(&a, serve);
     }
     let port = a.port;
     serve_with("hyper-server", c, nic, &[port], None, 0, |run| {
@@ -77,7 +369,7 @@ pub(super) fn run(a: HyperArgs, nic: NicAccess) -> Result<()> {
             backlog: BACKLOG,
         };
         let (qp, _counters) = flowlane_tokio::start(config, move |local| {
-            flowlane_thread(local, port, body.clone())
+            flowlane_thread(local, port, serve.clone())
         })
         .map_err(|e| anyhow::anyhow!("starting tokio on queue-pair mode: {e}"))?;
         serve_queue_pairs(run, qp)
@@ -87,9 +379,20 @@ pub(super) fn run(a: HyperArgs, nic: NicAccess) -> Result<()> {
 /// The baseline: the same service on tokio's `TcpListener`, a
 /// multi-thread runtime with one worker per core (`--queues`, else the
 /// interface's queue count), until SIGTERM/SIGINT or `--timeout`.
-fn baseline(a: &HyperArgs, body: Bytes) -> Result<()> {
+fn baseline(a: &HyperArgs, serve: Serve) -> Result<()> {
     let c = &a.common;
-    let workers = cores(c)?;
+    let workers = match c.data_path.queues {
+        Some(n) => n,
+        None => cores(c).with_context(|| {
+            format!(
+                "--tokio-baseline runs as many workers as {} has queues; give --queues N \
+                 to choose them without it",
+                c.iface
+            )
+        })?,
+    };
+    // Every connection is a descriptor, as on the kernel backend.
+    KernelService::raise_descriptor_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers as usize)
         .thread_name("flowlane-tokio")
@@ -103,11 +406,18 @@ fn baseline(a: &HyperArgs, body: Bytes) -> Result<()> {
     let listener = runtime
         .block_on(async { tokio::net::TcpListener::bind(addr).await })
         .with_context(|| format!("binding {addr}"))?;
+    let counters = serve.counters.clone();
     runtime.spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
+        let take = |stream: tokio::net::TcpStream, peer| {
+            if !serve.admits(peer) {
+                // Reset, as the kernel backend's `--allow-from` does.
+                let _ = stream.set_zero_linger();
+                return;
+            }
             let _ = stream.set_nodelay(true);
-            tokio::spawn(serve_connection(stream, body.clone()));
-        }
+            tokio::spawn(serve_connection(stream, serve.clone()));
+        };
+        accept_forever(|| listener.accept(), take, &counters).await;
     });
     eprintln!("flowlane: hyper on tokio's own TCP listener, {workers} workers");
     let ready = json!({"event": "report", "ready": true, "backend": "tokio", "queues": workers});
@@ -126,7 +436,8 @@ fn baseline(a: &HyperArgs, body: Bytes) -> Result<()> {
         }
     }
     let summary = json!({"event": "summary", "backend": "tokio",
-                         "process_cpu_ns": process_cpu_ns()});
+                         "process_cpu_ns": process_cpu_ns(),
+                         "application": super::application_json()});
     runtime.shutdown_timeout(Duration::from_secs(1));
     outln!("{summary}");
     if let Some(p) = &c.report {
@@ -136,4 +447,232 @@ fn baseline(a: &HyperArgs, body: Bytes) -> Result<()> {
         bail!("timed out after {} s", c.timeout);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tcp::TcpCmd;
+    use clap::Parser;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// The service with `idle` as `--idle-timeout`, and its counters.
+    fn service(idle: Option<Duration>, allow: AllowFrom) -> (Serve, Arc<HyperCounters>) {
+        let counters = Arc::new(HyperCounters::default());
+        let serve = Serve {
+            body: Bytes::from_static(b"hi"),
+            idle,
+            allow,
+            counters: counters.clone(),
+        };
+        (serve, counters)
+    }
+
+    /// A runtime whose clock stands still but for its timers (each wait
+    /// jumps to the next one).
+    fn paused() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap()
+    }
+
+    fn load(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+
+    const MINUTE: Duration = Duration::from_secs(60);
+
+    /// Slowloris: a head that stops, or trickles in a byte every 30 s,
+    /// ends the connection within the timeout (hyper's header read
+    /// timeout, which needs a timer).
+    #[test]
+    fn a_slow_head_ends_the_connection_at_the_idle_timeout() {
+        paused().block_on(async {
+            let (s, counters) = service(Some(MINUTE), AllowFrom::default());
+            let (mut client, server) = tokio::io::duplex(64 * 1024);
+            let conn = tokio::spawn(serve_connection(server, s.clone()));
+            client
+                .write_all(b"GET / HTTP/1.1\r\nHost: a\r\nX: ")
+                .await
+                .unwrap();
+            tokio::time::sleep(2 * MINUTE).await;
+            assert!(conn.is_finished(), "a partial head held the connection");
+            assert_eq!(load(&counters.idle_closed), 1, "no byte for a minute");
+            let (mut client, server) = tokio::io::duplex(64 * 1024);
+            let conn = tokio::spawn(serve_connection(server, s));
+            for _ in 0..6 {
+                if conn.is_finished() {
+                    break;
+                }
+                let _ = client.write_all(b"a").await;
+                tokio::time::sleep(MINUTE / 2).await;
+            }
+            assert!(conn.is_finished(), "a trickling head held the connection");
+            assert_eq!(load(&counters.header_timeout), 1, "bytes came");
+            assert_eq!(load(&counters.idle_closed), 1);
+        });
+    }
+
+    /// hyper's read buffer is bounded: a head longer is answered 431 at
+    /// once, not read to 400 KiB.
+    #[test]
+    fn a_head_longer_than_the_buffer_is_refused_431() {
+        paused().block_on(async {
+            let (s, _) = service(None, AllowFrom::default());
+            let (mut client, server) = tokio::io::duplex(1 << 20);
+            tokio::spawn(serve_connection(server, s));
+            let head = format!(
+                "GET / HTTP/1.1\r\nHost: a\r\nX: {}",
+                "a".repeat(2 * MAX_BUF)
+            );
+            client.write_all(head.as_bytes()).await.unwrap();
+            let mut got = Vec::new();
+            let read = tokio::time::timeout(MINUTE, client.read_to_end(&mut got)).await;
+            let got = String::from_utf8_lossy(&got);
+            assert!(read.is_ok() && got.starts_with("HTTP/1.1 431"), "{got:?}");
+        });
+    }
+
+    /// A peer that sends requests and reads no response stalls every
+    /// byte either way: closed at the timeout, not held for good.
+    #[test]
+    fn a_peer_that_reads_no_response_is_closed_at_the_idle_timeout() {
+        paused().block_on(async {
+            let (s, counters) = service(Some(MINUTE), AllowFrom::default());
+            let (mut client, server) = tokio::io::duplex(4096);
+            let conn = tokio::spawn(serve_connection(server, s));
+            let requests = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n".repeat(10_000);
+            let sender = tokio::spawn(async move {
+                let _ = client.write_all(&requests).await;
+                client
+            });
+            tokio::time::sleep(3 * MINUTE).await;
+            assert!(conn.is_finished(), "a stalled peer held the connection");
+            assert_eq!(load(&counters.idle_closed), 1);
+            drop(sender);
+        });
+    }
+
+    /// A connection that answers at its pace is not closed, however long.
+    #[test]
+    fn a_busy_connection_is_not_idle() {
+        paused().block_on(async {
+            let (s, counters) = service(Some(MINUTE), AllowFrom::default());
+            let (mut client, server) = tokio::io::duplex(64 * 1024);
+            let conn = tokio::spawn(serve_connection(server, s));
+            let mut buf = [0u8; 4096];
+            for _ in 0..10 {
+                client
+                    .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+                    .await
+                    .unwrap();
+                let n = client.read(&mut buf).await.unwrap();
+                assert!(buf[..n].starts_with(b"HTTP/1.1 200 OK"));
+                tokio::time::sleep(MINUTE / 2).await;
+            }
+            assert!(!conn.is_finished());
+            assert_eq!(load(&counters.idle_closed), 0);
+            assert_eq!(load(&counters.header_timeout), 0);
+        });
+    }
+
+    /// The baseline's accept loop goes on past failed accepts, pausing
+    /// after those out of descriptors (EMFILE, ENFILE), and counts them.
+    #[test]
+    fn failed_accepts_are_counted_and_the_loop_goes_on() {
+        use nix::errno::Errno;
+        paused().block_on(async {
+            let counters = HyperCounters::default();
+            let peer: SocketAddr = "192.0.2.1:40000".parse().unwrap();
+            let err = |e: Errno| Err(io::Error::from_raw_os_error(e as i32));
+            let mut script = std::collections::VecDeque::from([
+                err(Errno::EMFILE),
+                err(Errno::ENFILE),
+                err(Errno::ECONNABORTED),
+                Ok(1),
+                err(Errno::EMFILE),
+                Ok(2),
+            ]);
+            let start = tokio::time::Instant::now();
+            let mut served = Vec::new();
+            let accept = || {
+                let next = script.pop_front();
+                async move {
+                    match next {
+                        Some(r) => r.map(|n| (n, peer)),
+                        None => std::future::pending().await,
+                    }
+                }
+            };
+            let take = |n: u32, _| served.push((n, start.elapsed()));
+            let run = accept_forever(accept, take, &counters);
+            let _ = tokio::time::timeout(MINUTE, run).await;
+            let ms = Duration::from_millis;
+            assert_eq!(served, [(1, ms(20)), (2, ms(30))]);
+            assert_eq!(load(&counters.accept_failed), 4);
+        });
+    }
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        cmd: TcpCmd,
+    }
+
+    fn hyper_args(flags: &[&str]) -> HyperArgs {
+        let args = [&["flowlane", "hyper-server"][..], flags].concat();
+        match Cli::try_parse_from(args).unwrap().cmd {
+            TcpCmd::HyperServer(a) => a,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn the_baseline_refuses_flowlane_s_flags_and_both_take_idle_and_allow() {
+        let a = hyper_args(&["--idle-timeout", "5", "--allow-from", "10.0.0.0/8"]);
+        assert_eq!(a.idle_timeout, 5);
+        assert!(a.allow.peers().allows("10.1.2.3".parse().unwrap()));
+        assert!(!a.allow.peers().allows("192.0.2.1".parse().unwrap()));
+        assert_eq!(hyper_args(&[]).idle_timeout, 60);
+        assert!(check_flags(&hyper_args(&["--tokio-baseline", "--queues", "2"])).is_ok());
+        for flags in [
+            &["--backend", "xdp"][..],
+            &["--backend", "kernel"],
+            &["--mode", "queue-pair"],
+            &["--workers", "2"],
+            &["--app-threads", "2"],
+            &["--rebalance", "off"],
+            &["--msl-ms", "100"],
+        ] {
+            let a = hyper_args(&[&["--tokio-baseline"][..], flags].concat());
+            let e = check_flags(&a).unwrap_err().to_string();
+            assert!(
+                e.starts_with("--tokio-baseline serves on tokio's own"),
+                "{e}"
+            );
+            let says = format!("which {} configures: drop it,", flags[0]);
+            assert!(e.contains(&says), "{e}");
+            assert!(check_flags(&hyper_args(flags)).is_ok(), "{flags:?}");
+        }
+        let a = hyper_args(&["--tokio-baseline", "--mode", "rtc", "--workers", "4"]);
+        let e = check_flags(&a).unwrap_err().to_string();
+        assert!(
+            e.contains("which --mode, --workers configure: drop them"),
+            "{e}"
+        );
+        let e = check_flags(&hyper_args(&["--mode", "rtc"])).unwrap_err();
+        assert!(e.to_string().contains("--mode queue-pair only"), "{e}");
+    }
+
+    #[test]
+    fn peers_allow_from_does_not_list_are_refused_and_counted() {
+        let list = [super::super::allow::allow_prefix("10.0.0.0/8").unwrap()];
+        let (s, counters) = service(None, AllowFrom::new(&list));
+        assert!(s.admits("10.1.1.1:4000".parse().unwrap()));
+        assert!(!s.admits("192.0.2.1:4000".parse().unwrap()));
+        assert!(s.admits("[::ffff:10.0.0.1]:4000".parse().unwrap()));
+        assert_eq!(load(&counters.refused_peer), 1);
+    }
 }

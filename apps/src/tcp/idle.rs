@@ -41,6 +41,11 @@ impl IdleSweep {
         }
     }
 
+    /// The limit (None: none).
+    pub(super) fn limit(&self) -> Option<Duration> {
+        self.limit
+    }
+
     /// The connections of `conns` whose last byte either way (`active`
     /// reads it off their state) is older than the limit at `now`; empty
     /// without a limit or within a second of the last look.

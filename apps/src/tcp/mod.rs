@@ -82,9 +82,9 @@ pub struct Common {
     pub iface: String,
     /// Which TCP runs the service: flowlane's on AF_XDP, or the kernel's
     /// sockets (one pinned loop per core; `--queues` cores, default the
-    /// interface's queue count).
-    #[arg(long, value_enum, default_value_t = Backend::Xdp)]
-    pub backend: Backend,
+    /// interface's queue count). Default: xdp.
+    #[arg(long, value_enum)]
+    pub backend: Option<Backend>,
     /// Where the handlers run: `rtc` on the network cores, inline with
     /// packet processing; `queue-pair` on application threads fed through
     /// per-core queues. Default: rtc (hyper-server: queue-pair, its only
@@ -125,6 +125,11 @@ impl Common {
     fn mode(&self) -> ExecMode {
         self.mode.unwrap_or(ExecMode::Rtc)
     }
+
+    /// `--backend`, xdp unless given.
+    fn backend(&self) -> Backend {
+        self.backend.unwrap_or(Backend::Xdp)
+    }
 }
 
 /// Flags of `echo-server`.
@@ -156,8 +161,10 @@ pub struct HttpArgs {
     #[arg(long, default_value = "hello from flowlane\n")]
     body: String,
     /// Seconds a connection may go without a byte either way before it is
-    /// closed (a FIN between requests, a reset in the middle of one:
-    /// slow or stalled clients do not hold connection slots); 0: never.
+    /// closed (a FIN between requests, a reset in the middle of one), and
+    /// that a request may take from its first byte, plus a second per 500
+    /// bytes of its body (a reset): slow or stalled clients do not hold
+    /// connection slots; 0: never.
     #[arg(long, default_value_t = 60)]
     idle_timeout: u64,
     #[command(flatten)]
@@ -180,6 +187,14 @@ pub struct HyperArgs {
     /// flowlane: what hyper on flowlane is compared with.
     #[arg(long)]
     tokio_baseline: bool,
+    /// Seconds a connection may go without a byte either way before it is
+    /// closed, and that a request head may take from the connection's
+    /// start or the previous response (hyper's header read timeout): slow
+    /// or stalled clients do not hold connection slots; 0: never.
+    #[arg(long, default_value_t = 60)]
+    idle_timeout: u64,
+    #[command(flatten)]
+    allow: AllowArgs,
 }
 
 /// Flags of `bulk-sink`.
@@ -236,6 +251,9 @@ pub fn run(cmd: TcpCmd, nic: NicAccess) -> Result<()> {
         TcpCmd::BulkSource(a) => ("flowlane bulk-source", &a.common, None),
         TcpCmd::HyperServer(a) => ("flowlane hyper-server", &a.common, Some(a.port)),
     };
+    if let TcpCmd::HyperServer(a) = &cmd {
+        hyper_server::check_flags(a)?;
+    }
     bed_entry::enter(what, &common.data_path, listen.as_slice())?;
     match cmd {
         TcpCmd::HyperServer(a) => hyper_server::run(a, nic),
@@ -457,7 +475,7 @@ fn serve_with(
     })
 }
 
-/// The service's own counters (the HTTP server's refusals and timeouts,
+/// The service's own counters (the HTTP servers' refusals and timeouts,
 /// the others' idle closes),
 /// where it keeps any: the summary's `application`. One service runs per
 /// process.
@@ -516,7 +534,7 @@ struct Run<'a> {
 /// Runs the chosen backend with `setup` on each core (the service's
 /// handlers, or queue-pair relays), until the service ends.
 fn run_backend(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
-    match run.c.backend {
+    match run.c.backend() {
         Backend::Xdp => serve_xdp(run, setup),
         Backend::Kernel => serve_kernel(run, setup),
     }
@@ -790,7 +808,7 @@ fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
 /// The flags only the AF_XDP backend has a meaning for, refused with the
 /// kernel backend (before anything starts).
 fn refuse_what_kernel_sockets_lack(c: &Common) -> Result<()> {
-    if c.backend != Backend::Kernel {
+    if c.backend() != Backend::Kernel {
         return Ok(());
     }
     if c.rebalance.requested().is_some() {
