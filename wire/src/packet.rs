@@ -120,9 +120,6 @@ pub struct Frame<'a> {
     pub protocol: Option<IpProtocol>,
     /// Set when the packet is an IP fragment (then `transport` is [`Transport::None`]).
     pub fragment: Option<FragmentInfo>,
-    /// Whether an IPv6 packet's extension headers include a Routing header (RFC 8200 §4.4,
-    /// with no segments left: [`walk_extension_headers`] refuses any other).
-    pub ipv6_routing: bool,
     /// Parsed transport header.
     pub transport: Transport,
     /// Application payload range within `bytes`.
@@ -202,7 +199,6 @@ pub fn parse_frame_with(frame: &[u8], policy: ChecksumPolicy) -> Result<Frame<'_
         l4_offset: frame.len(),
         protocol: None,
         fragment: None,
-        ipv6_routing: false,
         transport: Transport::None,
         payload: l3_offset..frame.len(),
     };
@@ -242,7 +238,6 @@ pub fn parse_frame_with(frame: &[u8], policy: ChecksumPolicy) -> Result<Frame<'_
             f.l4_offset = l3_offset + ipv6::HEADER_LEN + up.offset;
             f.protocol = Some(up.protocol);
             f.fragment = up.fragment;
-            f.ipv6_routing = up.routing;
             if up.fragment.is_some() {
                 f.payload = f.l4_offset..f.l3_end;
             } else {
@@ -703,7 +698,7 @@ fn ip_turn(f: &Frame<'_>, layer: Layer) -> Result<()> {
     }
     // A Routing header (even with no segments left) means the source chose a path; an echo
     // would have to reverse it. Not supported.
-    if f.ipv6_routing {
+    if ipv6_routing(f) {
         return Err(WireError::Unsupported {
             layer,
             what: "IPv6 Routing header",
@@ -723,6 +718,17 @@ fn only_eol_nop(options: &[u8]) -> bool {
         }
     }
     true
+}
+
+/// Whether an IPv6 packet's extension headers include a Routing header (RFC 8200 §4.4, with
+/// no segments left: [`walk_extension_headers`] refuses any other): the walk of the parse
+/// again, for the turn-around helpers only (the receive path pays nothing for it).
+fn ipv6_routing(f: &Frame<'_>) -> bool {
+    let Network::Ipv6(r) = &f.network else {
+        return false;
+    };
+    let payload = &f.bytes[f.l3_offset + ipv6::HEADER_LEN..f.l3_end];
+    walk_extension_headers(r.next_header, payload).is_ok_and(|up| up.routing)
 }
 
 #[inline]
@@ -945,7 +951,7 @@ mod tests {
         let b = hex(testutil::TCP6_EXT);
         let f = parse_frame(&b).unwrap();
         assert!(matches!(f.transport, Transport::Tcp(_)));
-        assert!(!f.ipv6_routing);
+        assert!(!ipv6_routing(&f));
         let mut b = hex(testutil::TCP6_EXT);
         assert_eq!(b[14 + 40 + 2], 1, "the PadN option");
         b[14 + 40 + 2] = 0x80;
@@ -1466,7 +1472,7 @@ mod tests {
         put16(&mut b, 18, pl);
         let f = parse_frame(&b).unwrap();
         assert_eq!(f.ports(), Some((5000, 6000)));
-        assert!(f.ipv6_routing);
+        assert!(ipv6_routing(&f));
         assert!(matches!(
             turn_around_udp(&mut b),
             Err(WireError::Unsupported { .. })
