@@ -30,7 +30,8 @@ pub(crate) struct BedName {
 #[derive(Subcommand, Debug)]
 pub(crate) enum TestbedCmd {
     /// Create the test bed (idempotent). Refuses a bed that flowlane
-    /// services use (naming them) unless --force.
+    /// services use (naming them), and one this run directory
+    /// (FLOWLANE_RUN_DIR) has no record of, unless --force.
     Up {
         #[command(flatten)]
         bed: BedName,
@@ -48,7 +49,9 @@ pub(crate) enum TestbedCmd {
         #[arg(long)]
         json: bool,
         /// Rebuild a bed in use: stop its services first (SIGTERM, then
-        /// SIGKILL after 5 s).
+        /// SIGKILL after 5 s); remove a bed of this name that this run
+        /// directory has no record of first (another FLOWLANE_RUN_DIR's, or
+        /// one made by hand).
         #[arg(long)]
         force: bool,
     },
@@ -60,8 +63,8 @@ pub(crate) enum TestbedCmd {
         #[command(flatten)]
         bed: BedName,
         /// Remove the bed's namespaces and pins even when this run
-        /// directory has no state file for it (another FLOWLANE_RUN_DIR's
-        /// bed, or one a crash left half-made).
+        /// directory has no record of it (another FLOWLANE_RUN_DIR's bed,
+        /// or one made by hand).
         #[arg(long)]
         force: bool,
     },
@@ -258,6 +261,10 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
             // The flags are checked before anything is stopped.
             if force {
                 report_stopped(&spec.name, "flowlane testbed up", json)?;
+                // `up` leaves a bed it has no record of alone.
+                if testbed::bed::unrecorded(&spec.name)? {
+                    testbed::down(&spec.name)?;
+                }
             }
             let s = testbed::up(&spec)?;
             if json {
@@ -280,8 +287,8 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
             // Before anything is stopped.
             if !force && testbed::bed::unrecorded(&bed.name)? {
                 bail!(
-                    "test bed {0} has namespaces but no state file in {1}: it may be another \
-                     FLOWLANE_RUN_DIR's bed or a half-made one; set FLOWLANE_RUN_DIR to its run \
+                    "test bed {0} has namespaces but no record in {1}: it may be another \
+                     FLOWLANE_RUN_DIR's bed or one made by hand; set FLOWLANE_RUN_DIR to its run \
                      directory, or pass --force to `flowlane testbed down` to remove it anyway",
                     bed.name,
                     testbed::state::state_dir().display()
@@ -391,6 +398,12 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
                     report.seconds, q.frames_out, q.bytes_in, q.dropped_full, report.socket_drops,
                     report.truncated, report.refused, report.mean_late_us, report.max_late_us, report.late_frames
                 );
+                if report.unsupported_gso != 0 || report.unaccounted != 0 {
+                    outln!(
+                        "{} frames dropped by the kernel as the line read them (a GSO type without a virtio-net header), {} sent into the line and never seen by it",
+                        report.unsupported_gso, report.unaccounted
+                    );
+                }
                 if report.rate_mbit.is_some() {
                     outln!(
                         "bottleneck: {} frames dropped towards the peer (queue peaked at {} bytes), {} towards flowlane's side (peak {} bytes)",

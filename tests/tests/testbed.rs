@@ -411,4 +411,16 @@ fn up_leaves_another_run_directorys_bed_unless_removed_by_force() {
     let o = testbed_in(&dirs.other, &["up", "--bed", name, "--queues", "1"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(dirs.other.join(format!("testbed/{name}.json")).exists());
+    // `up --force` takes it back in one step: it removes the bed the run
+    // directory has no record of, then makes its own. (The first run
+    // directory's record of its own bed, gone since, is dropped first.)
+    std::fs::remove_file(dirs.own.join(format!("testbed/{name}.json"))).unwrap();
+    let o = testbed_in(&dirs.own, &["up", "--bed", name, "--queues", "1"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    let o = testbed_in(
+        &dirs.own,
+        &["up", "--bed", name, "--queues", "1", "--force"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(dirs.own.join(format!("testbed/{name}.json")).exists());
 }
