@@ -281,9 +281,13 @@ fn hold_one(proto: Proto, addr: SocketAddr) -> Result<Option<OwnedFd>> {
                  (`ss -tan 'sport = :{port}'` lists them) or choose another --port"
             )))
         }
+        // Ended connections of a server that did not set `SO_REUSEADDR`
+        // keep the probe out too (TIME-WAIT keeps its socket's setting).
         Err(Errno::EADDRINUSE) => Err(Error::Setup(format!(
-            "port {port}/{what} is in use by a kernel socket (another server?): choose another \
-             --port or stop it"
+            "port {port}/{what} is in use by a kernel socket (another server, or connections \
+             of one, maybe ended, in TIME-WAIT: `ss -{}an 'sport = :{port}'` lists them): choose \
+             another --port or stop it",
+            &what[..1]
         ))),
         Err(e) => Err(failed("bind(2)", e)),
     }

@@ -57,8 +57,10 @@ fn refused(cfg: DataplaneConfig) -> String {
 
 fn in_use(port: u16, proto: &str) -> String {
     format!(
-        "port {port}/{proto} is in use by a kernel socket (another server?): choose another \
-         --port or stop it"
+        "port {port}/{proto} is in use by a kernel socket (another server, or connections of \
+         one, maybe ended, in TIME-WAIT: `ss -{}an 'sport = :{port}'` lists them): choose \
+         another --port or stop it",
+        &proto[..1]
     )
 }
 
@@ -157,6 +159,30 @@ fn a_port_only_ended_connections_hold_says_so() {
              closing: a server stopped less than a minute ago?): wait for them to go \
              (`ss -tan 'sport = :7790'` lists them) or choose another --port"
         );
+        // A server that did not set SO_REUSEADDR: its ended connections
+        // keep that setting in TIME-WAIT and keep the probe out too; the
+        // line then names TIME-WAIT among the causes.
+        let fd = socket::socket(
+            AddressFamily::Inet,
+            SockType::Stream,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .unwrap();
+        let at: SocketAddr = format!("{LOCAL_V4}:7792").parse().unwrap();
+        let SocketAddr::V4(v4) = at else {
+            unreachable!()
+        };
+        socket::bind(fd.as_raw_fd(), &SockaddrIn::from(v4)).unwrap();
+        socket::listen(&fd, socket::Backlog::new(1).unwrap()).unwrap();
+        let server = TcpListener::from(fd);
+        let client = std::net::TcpStream::connect(at).unwrap();
+        drop(server.accept().unwrap());
+        drop(server);
+        assert_eq!((&client).read(&mut buf).unwrap(), 0, "the server's FIN");
+        drop(client);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert_eq!(refused(config(&[(Proto::Tcp, 7792)])), in_use(7792, "tcp"));
         // A listener is a server, whatever else holds the port.
         let listener = std::net::TcpListener::bind("0.0.0.0:7791").unwrap();
         assert_eq!(refused(config(&[(Proto::Tcp, 7791)])), in_use(7791, "tcp"));

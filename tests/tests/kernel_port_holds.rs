@@ -83,8 +83,9 @@ fn a_service_on_a_port_a_kernel_server_holds_is_refused() {
     );
     refused(
         &o,
-        "port 8080/tcp is in use by a kernel socket (another server?): choose another --port \
-         or stop it",
+        "port 8080/tcp is in use by a kernel socket (another server, or connections of one, \
+         maybe ended, in TIME-WAIT: `ss -tan 'sport = :8080'` lists them): choose another \
+         --port or stop it",
     );
     assert!(!xdp_attached(&bed.ns, "xsk0"), "nothing left attached");
     drop(server);

@@ -139,10 +139,13 @@ fn read_rss(caps: &mut NicCaps) -> anyhow::Result<()> {
 
 /// `name`'s RSS key and table, with its sizes, hash function, input
 /// transformation (RSS_GET or the ioctls) and hashed fields (GRXFH);
-/// `None` for a device without RSS.
+/// `None` for a device without RSS. A flow type's fields that cannot be
+/// read, for whatever reason, are unknown (logged when the reason is
+/// another than the kernel not knowing the question).
 ///
 /// # Errors
-/// A question the kernel refused for another reason than not knowing it.
+/// The key, table or hash function asked for and refused for another
+/// reason than not knowing the question.
 pub(crate) fn rss(name: &str) -> anyhow::Result<Option<NicRss>> {
     // No table (the driver answers, the device has no RSS) is no RSS, as
     // for a driver without the operation.
@@ -159,11 +162,20 @@ pub(crate) fn rss(name: &str) -> anyhow::Result<Option<NicRss>> {
         ..FlowHash::default()
     };
     for (flow_type, label) in FLOW_TYPES {
+        // A flow type's fields the driver fails to give (a firmware-backed
+        // driver's timeout, say) are unknown, as unanswered ones: the key
+        // and table were read, and a service that uses TCP alone keeps its
+        // model of them (`NicCaps::predictable` says what unknown fields
+        // mean).
         let fields = optional(
             ioctl::flow_hash(name, flow_type),
             &format!("the hashed fields of {label} (GRXFH)"),
             name,
-        )?;
+        )
+        .unwrap_or_else(|e| {
+            tracing::warn!("{e}: taken as unknown");
+            None
+        });
         let slot = match label {
             "tcp4" => &mut flow_hash.tcp4,
             "tcp6" => &mut flow_hash.tcp6,
