@@ -413,6 +413,13 @@ impl Http {
         }
         let mut buf = [0u8; READ];
         loop {
+            // Consumed input goes once all of it was, or a read's worth
+            // (one move per read, not per request, when requests come
+            // pipelined).
+            if st.pos > 0 && (st.pos == st.input.len() || st.pos >= READ) {
+                st.input.drain(..st.pos);
+                st.pos = 0;
+            }
             let step = st.answer(&self.responses, net.is_eof(conn), &self.counters);
             if !st.output.is_empty() {
                 match net.send(conn, &st.output) {
@@ -424,9 +431,9 @@ impl Http {
                     Err(_) => return,
                 }
             }
-            st.compact();
             if !st.output.is_empty() {
                 // `on_writable` follows (`Net::send`'s contract).
+                st.compact();
                 return;
             }
             match step {
@@ -452,7 +459,14 @@ impl Http {
                             st.active = now;
                             st.request_began.get_or_insert(now);
                         }
-                        Err(_) => return,
+                        Err(_) => {
+                            // Nothing more to read for now: memory past
+                            // what the connection holds goes back (not on
+                            // every pass, where a pipelined burst would
+                            // free and grow its buffers again each time).
+                            st.compact();
+                            return;
+                        }
                     }
                 }
             }
