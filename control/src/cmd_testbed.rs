@@ -58,7 +58,8 @@ pub(crate) enum TestbedCmd {
     /// Remove the test bed and everything `up` made; services using it are
     /// named and stopped first (SIGTERM, then SIGKILL after 5 s). Refuses a
     /// bed whose namespaces exist but that this run directory
-    /// (FLOWLANE_RUN_DIR) has no state file for, unless --force.
+    /// (FLOWLANE_RUN_DIR) has no record of (no state file, or one of
+    /// namespaces removed since), unless --force.
     Down {
         #[command(flatten)]
         bed: BedName,
@@ -258,7 +259,9 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
                 key: key.as_bytes().to_vec(),
                 table: IndirectionTable::even(table_size, &all)?.to_queue_list(),
             };
-            // The flags are checked before anything is stopped.
+            // The flags are checked before anything is stopped or removed
+            // (`up` checks them again, under the bed's lock).
+            spec.validate()?;
             if force {
                 report_stopped(&spec.name, "flowlane testbed up", json)?;
                 // `up` leaves a bed it has no record of alone.

@@ -25,7 +25,9 @@
 //! a crash of this run directory's `up` is removed before a new one is made.
 //! A bed's namespaces and pins are the host's while its state file is a run
 //! directory's (`FLOWLANE_RUN_DIR`): `up` and `down` leave a bed that this
-//! run directory does not record alone (`down --force` removes it), and a
+//! run directory does not record alone (`down --force` removes it; a state
+//! file records the namespaces' identities, so a bed made anew under the
+//! name since is not the one it records), and a
 //! bed's lock (a file in [`crate::state::LOCK_DIR`]) makes the
 //! commands that change it, whichever run directory they use, one at a
 //! time.
@@ -64,6 +66,24 @@ pub struct BedSpec {
     pub table: Vec<u32>,
 }
 
+impl BedSpec {
+    /// Checks the spec as `up` would before it touches anything: the name,
+    /// the queue count and the emulated NIC's key and table (their limits
+    /// are the NIC's, not the command line's). A caller that changes
+    /// things before `up` (`testbed up --force` stops a bed's users and
+    /// removes a bed it has no record of) checks first.
+    pub fn validate(&self) -> Result<()> {
+        validate_name(&self.name)?;
+        if self.queues == 0 || self.queues > flowlane_ebpf::limits::MAX_QUEUES {
+            bail!("--queues must be 1..={}", flowlane_ebpf::limits::MAX_QUEUES);
+        }
+        if let Err(e) = emu_config(self).validate() {
+            bail!("test bed {}: {e}", self.name);
+        }
+        Ok(())
+    }
+}
+
 /// Whether everything the state names is still there.
 fn intact(s: &BedState) -> bool {
     netns::exists(&s.netns) && netns::exists(&s.peer_netns) && RssEmuMaps::open(&s.pin_dir).is_ok()
@@ -76,15 +96,9 @@ fn intact(s: &BedState) -> bool {
 /// (in [`crate::state::LOCK_DIR`]) throughout: a second `up` or a `down`
 /// of the bed waits.
 pub fn up(spec: &BedSpec) -> Result<BedState> {
-    validate_name(&spec.name)?;
+    // Before anything is made or stopped.
+    spec.validate()?;
     netns::require_root("flowlane testbed up")?;
-    if spec.queues == 0 || spec.queues > flowlane_ebpf::limits::MAX_QUEUES {
-        bail!("--queues must be 1..={}", flowlane_ebpf::limits::MAX_QUEUES);
-    }
-    // The key and table, before anything is made or stopped.
-    if let Err(e) = emu_config(spec).validate() {
-        bail!("test bed {}: {e}", spec.name);
-    }
     let _lock = BedLock::take(&spec.name)?;
     let using = users::users(&spec.name)?;
     if !using.is_empty() {
@@ -105,9 +119,9 @@ pub fn up(spec: &BedSpec) -> Result<BedState> {
     }
     if unrecorded(&spec.name)? {
         bail!(
-            "test bed {0} exists but {1} has no record of it: it may be another \
-             FLOWLANE_RUN_DIR's bed; set FLOWLANE_RUN_DIR to its run directory, or remove it \
-             first with `flowlane testbed down --force --bed {0}`",
+            "test bed {0} exists but {1} has no record of it (none, or one of namespaces \
+             removed since): it may be another FLOWLANE_RUN_DIR's bed; set FLOWLANE_RUN_DIR to \
+             its run directory, or remove it first with `flowlane testbed down --force --bed {0}`",
             spec.name,
             state::state_dir().display()
         );
@@ -115,7 +129,6 @@ pub fn up(spec: &BedSpec) -> Result<BedState> {
     // Whatever is left of this run directory's earlier bed of this name
     // goes first; then nothing of the name is left but what this call makes.
     remove(&spec.name)?;
-    state::mark_making(&spec.name)?;
     match make(spec) {
         Ok(s) => Ok(s),
         Err(e) => {
@@ -138,8 +151,16 @@ fn emu_config(spec: &BedSpec) -> RssEmuConfig {
 fn make(spec: &BedSpec) -> Result<BedState> {
     let (ns, peer_ns) = namespaces(&spec.name);
     let q = spec.queues.to_string();
-    ip(&["netns", "add", &ns])?;
-    ip(&["netns", "add", &peer_ns])?;
+    // Each namespace is noted before it is made and once it is: what a
+    // crash leaves is this run directory's, and nothing made since by
+    // another is (see `state::recorded`).
+    let mut made = Vec::new();
+    state::mark_making(&spec.name, &made)?;
+    for n in [&ns, &peer_ns] {
+        ip(&["netns", "add", n])?;
+        made.push(netns::id(n).with_context(|| format!("namespace {n} vanished as it was made"))?);
+        state::mark_making(&spec.name, &made)?;
+    }
     ip(&[
         "link",
         "add",
@@ -235,6 +256,8 @@ fn make(spec: &BedSpec) -> Result<BedState> {
         local_mac: link_mac(&ns, LOCAL_IF)?,
         peer_mac: link_mac(&peer_ns, PEER_IF)?,
         pin_dir,
+        netns_id: Some(made[0]),
+        peer_netns_id: Some(made[1]),
     };
     state::save(&state)?;
     Ok(state)
@@ -280,10 +303,11 @@ fn bpffs_mounted() -> bool {
 }
 
 /// Whether bed `name`'s namespaces exist while this run directory
-/// (`FLOWLANE_RUN_DIR`) has no record of it (neither its state file nor
-/// the marker of an `up` of its own cut short): a bed that another run
-/// directory recorded, or one made by hand. `testbed up` refuses such a
-/// bed, and `testbed down` unless forced.
+/// (`FLOWLANE_RUN_DIR`) has no record of them (neither its state file nor
+/// the marker of an `up` of its own cut short names them: see
+/// [`BedState::netns_id`]): a bed that another run directory recorded, one
+/// made by hand, or one made anew since this run directory's was removed.
+/// `testbed up` refuses such a bed, and `testbed down` unless forced.
 pub fn unrecorded(name: &str) -> Result<bool> {
     validate_name(name)?;
     let (ns, peer_ns) = namespaces(name);

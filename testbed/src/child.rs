@@ -36,48 +36,85 @@ pub const OUTPUT_GRACE: Duration = Duration::from_secs(2);
 
 /// Waits at most `limit` for `child` to exit and collects its output (its
 /// piped stdout and stderr, read while it runs: a child that writes more
-/// than a pipe holds, 64 KiB, would otherwise block until the deadline).
-/// Past the deadline it is stopped ([`stop`]: SIGTERM, SIGKILL after
-/// [`OUTPUT_GRACE`]) and the wait is an error; so it is when its output
-/// stays open after it exited, past the deadline and at least
-/// [`OUTPUT_GRACE`] (a process it started holds the pipe).
-pub fn output_within(mut child: Child, limit: Duration) -> Result<Output> {
-    let deadline = Instant::now() + limit;
-    let stdout = child.stdout.take().map(drain);
-    let stderr = child.stderr.take().map(drain);
-    let Some(status) = wait_within(&mut child, limit)? else {
-        stop(&mut child, OUTPUT_GRACE);
-        bail!("no result within {} s", limit.as_secs());
-    };
-    let read_by = deadline.max(Instant::now() + OUTPUT_GRACE);
-    let collect = |pipe: Option<JoinHandle<io::Result<Vec<u8>>>>| -> Result<Vec<u8>> {
-        let Some(reader) = pipe else {
-            return Ok(Vec::new());
+/// than a pipe holds, 64 KiB, would otherwise block until the deadline);
+/// [`Watched::output_within`] of a child watched from now on.
+pub fn output_within(child: Child, limit: Duration) -> Result<Output> {
+    Watched::new(child).output_within(limit)
+}
+
+/// A reader of a child's pipe ([`drain`]).
+type Reader = JoinHandle<io::Result<Vec<u8>>>;
+
+/// A child whose piped stdout and stderr are read from the moment it is
+/// watched, each on a thread of its own: a child that writes more than a
+/// pipe holds (64 KiB) is never blocked on it while its caller waits on
+/// something else (the other end of a measurement) before it collects
+/// the output.
+#[derive(Debug)]
+pub struct Watched {
+    child: Child,
+    stdout: Option<Reader>,
+    stderr: Option<Reader>,
+}
+
+impl Watched {
+    /// Starts reading `child`'s piped stdout and stderr (those it has).
+    pub fn new(mut child: Child) -> Watched {
+        let stdout = child.stdout.take().map(drain);
+        let stderr = child.stderr.take().map(drain);
+        Watched {
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// The child, to signal or stop ([`stop`]).
+    pub fn child(&mut self) -> &mut Child {
+        &mut self.child
+    }
+
+    /// Waits at most `limit` for the child to exit and collects its output.
+    /// Past the deadline it is stopped ([`stop`]: SIGTERM, SIGKILL after
+    /// [`OUTPUT_GRACE`]) and the wait is an error; so it is when its output
+    /// stays open after it exited, past the deadline and at least
+    /// [`OUTPUT_GRACE`] (a process it started holds the pipe).
+    pub fn output_within(mut self, limit: Duration) -> Result<Output> {
+        let deadline = Instant::now() + limit;
+        let Some(status) = wait_within(&mut self.child, limit)? else {
+            stop(&mut self.child, OUTPUT_GRACE);
+            bail!("no result within {} s", limit.as_secs());
         };
-        while !reader.is_finished() {
-            if Instant::now() > read_by {
-                bail!(
-                    "no result within {} s: the program exited ({status}) but its output stays \
-                     open (a process it started holds it)",
-                    limit.as_secs()
-                );
+        let read_by = deadline.max(Instant::now() + OUTPUT_GRACE);
+        let collect = |pipe: Option<Reader>| -> Result<Vec<u8>> {
+            let Some(reader) = pipe else {
+                return Ok(Vec::new());
+            };
+            while !reader.is_finished() {
+                if Instant::now() > read_by {
+                    bail!(
+                        "no result within {} s: the program exited ({status}) but its output \
+                         stays open (a process it started holds it)",
+                        limit.as_secs()
+                    );
+                }
+                std::thread::sleep(POLL);
             }
-            std::thread::sleep(POLL);
-        }
-        match reader.join() {
-            Ok(read) => Ok(read?),
-            Err(_) => bail!("reading the program's output panicked"),
-        }
-    };
-    Ok(Output {
-        status,
-        stdout: collect(stdout)?,
-        stderr: collect(stderr)?,
-    })
+            match reader.join() {
+                Ok(read) => Ok(read?),
+                Err(_) => bail!("reading the program's output panicked"),
+            }
+        };
+        Ok(Output {
+            status,
+            stdout: collect(self.stdout.take())?,
+            stderr: collect(self.stderr.take())?,
+        })
+    }
 }
 
 /// Reads `pipe` to its end on a thread of its own.
-fn drain(mut pipe: impl Read + Send + 'static) -> JoinHandle<io::Result<Vec<u8>>> {
+fn drain(mut pipe: impl Read + Send + 'static) -> Reader {
     std::thread::spawn(move || {
         let mut all = Vec::new();
         pipe.read_to_end(&mut all).map(|_| all)

@@ -836,6 +836,8 @@ mod tests {
             local_mac: "02:00:00:00:00:01".into(),
             peer_mac: "02:00:00:00:00:02".into(),
             pin_dir: std::path::PathBuf::new(),
+            netns_id: None,
+            peer_netns_id: None,
         }
     }
 

@@ -8,8 +8,8 @@
 //!
 //! | module | concern |
 //! | --- | --- |
+//! | [`netns`] | network namespaces and iproute2, a namespace's identity |
 //! | [`state`] | the bed's state file (one schema), state directory, name check, fixed addresses, the bed's locks |
-//! | [`netns`] | network namespaces and iproute2 |
 //! | [`emulated_nic`] | the emulated RSS NIC behind [`flowlane_numa_sched::nic::RssNic`] |
 //! | [`table_writer`] | its table as the data path's bucket-move writer, by map id inside the bed |
 //! | [`bed`] | `up`, `down`, `status` |
@@ -22,10 +22,10 @@
 //! | [`users`](mod@users) | who uses a bed (flowlane processes in its namespaces), stopping them |
 //! | [`child`] | child processes with a deadline (wait, SIGTERM then SIGKILL) |
 //! | [`net_counters`] | a namespace's protocol counters (`/proc/net/snmp`, `/proc/net/netstat`) |
-//! | [`proc_stat`] | CPU time (`/proc/stat`, `/proc/<pid>/stat`) and interface counters (`/proc/net/dev`) |
+//! | [`proc_stat`] | CPU time (`/proc/stat`, `/proc/<pid>/stat`), a process's start, and interface counters (`/proc/net/dev`) |
 //!
-//! Modules depend on each other in that order (no cycles): `state`,
-//! `netns` and `child` on nothing, `net_counters`, `proc_stat` and `offloads` on `netns`, `impair` on `offloads` and `state`, `users` on `state`, `bed` on `impair`,
+//! Modules depend on each other in that order (no cycles): `netns` and
+//! `child` on nothing, `state` on `netns`, `net_counters`, `proc_stat` and `offloads` on `netns`, `impair` on `offloads` and `state`, `users` on `state` and `proc_stat`, `bed` on `impair`,
 //! `emulated_nic` and `users`, `table_writer` on `emulated_nic`, `delay_line` on `delay_queue` and
 //! `packet_socket`.
 

@@ -5,6 +5,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use nix::sched::{setns, CloneFlags};
+use serde::{Deserialize, Serialize};
 
 /// Runs `ip <args>`; on failure the error carries ip's own message.
 pub fn ip(args: &[&str]) -> Result<String> {
@@ -34,6 +35,47 @@ pub fn run(cmd: &str, args: &[&str]) -> Result<String> {
 /// Whether the named namespace exists.
 pub fn exists(name: &str) -> bool {
     std::path::Path::new("/run/netns").join(name).exists()
+}
+
+/// A network namespace's identity, as `stat` of its `/run/netns` name
+/// shows it: its nsfs inode (device and number) and the time that inode
+/// was made. The number alone would not do: the kernel gives a removed
+/// namespace's number to the next one made (a namespace deleted and one
+/// added at once get the same one), so a bed made anew under a name would
+/// pass for the one made before it. The inode lives as long as the name
+/// holds it, so its change time stays that of the name's making.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NsId {
+    /// Device of the nsfs inode.
+    pub dev: u64,
+    /// Inode number (the namespace's).
+    pub ino: u64,
+    /// Change time of the inode, seconds.
+    pub ctime_s: i64,
+    /// Change time of the inode, nanoseconds within the second.
+    pub ctime_ns: i64,
+}
+
+impl NsId {
+    /// When the inode was made: when the namespace got its name (`ip
+    /// netns add`), on the wall clock of then.
+    pub fn made_at(&self) -> std::time::SystemTime {
+        std::time::UNIX_EPOCH
+            + std::time::Duration::new(self.ctime_s.max(0) as u64, self.ctime_ns.max(0) as u32)
+    }
+}
+
+/// The identity of the named namespace; `None` when it does not exist
+/// (or cannot be read).
+pub fn id(name: &str) -> Option<NsId> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(std::path::Path::new("/run/netns").join(name)).ok()?;
+    Some(NsId {
+        dev: m.dev(),
+        ino: m.ino(),
+        ctime_s: m.ctime(),
+        ctime_ns: m.ctime_nsec(),
+    })
 }
 
 /// Runs `f` on a thread that has entered the named network namespace, so

@@ -215,6 +215,42 @@ pub fn ns_per_tick() -> u64 {
     1_000_000_000 / hz
 }
 
+/// The start time of a live (non-zombie) process, in USER_HZ ticks since
+/// boot, from `/proc/PID/stat`: with the pid, it names one process (a pid
+/// given again has a later one).
+pub fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_start_ticks(&stat)
+}
+
+/// Field 22 (`starttime`) of a `/proc/PID/stat` line; None for a zombie
+/// (state `Z`) or a malformed line.
+pub fn parse_start_ticks(stat: &str) -> Option<u64> {
+    // The command name (field 2) may hold spaces and parentheses: fields
+    // are counted from the last ')'.
+    let rest = stat.rsplit_once(')')?.1;
+    let mut fields = rest.split_whitespace();
+    if fields.next()? == "Z" {
+        return None;
+    }
+    // `rest` starts at field 3 (state); starttime is field 22.
+    fields.nth(18)?.parse().ok()
+}
+
+/// When a live (non-zombie) process started, on the wall clock: its
+/// [`start_ticks`] (counted on the boot-time clock) from the moment of
+/// boot as the wall clock has it now. As exact as a tick, give or take
+/// the wall clock's steps since the process started.
+pub fn started_at(pid: u32) -> Option<std::time::SystemTime> {
+    let ticks = start_ticks(pid)?;
+    let up = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).ok()?;
+    let up = std::time::Duration::new(up.tv_sec() as u64, up.tv_nsec() as u32);
+    let booted = std::time::SystemTime::now().checked_sub(up)?;
+    booted.checked_add(std::time::Duration::from_nanos(
+        ticks.saturating_mul(ns_per_tick()),
+    ))
+}
+
 /// The machine's `/proc/stat` now.
 pub fn read_stat() -> Result<Stat> {
     parse_stat(&std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?)
@@ -289,6 +325,29 @@ intr 12345 0 0\nctxt 999\nbtime 1\n";
 face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    \
 lo:    3193      29    0    0    0     0          0         0     3193      29    0    0    0     0       0          0\n  \
 xsk0: 9000000 6000 0 0 0 0 0 0 120000 2000 0 0 0 0 0 0\n";
+
+    #[test]
+    fn start_ticks_are_field_22_and_zombies_have_none() {
+        let line = "1234 (flow lane)) S 1 1234 1234 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 3 0 98765 1000 200";
+        assert_eq!(parse_start_ticks(line), Some(98765));
+        let zombie =
+            "1234 (flowlane) Z 1 1234 1234 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 3 0 98765 0 0";
+        assert_eq!(parse_start_ticks(zombie), None);
+        assert_eq!(parse_start_ticks("garbage"), None);
+        // This process is alive and started before now; a child it starts
+        // started no earlier.
+        assert!(start_ticks(std::process::id()).is_some());
+        let me = started_at(std::process::id()).unwrap();
+        assert!(me <= std::time::SystemTime::now());
+        let mut child = std::process::Command::new("sleep")
+            .arg("1")
+            .spawn()
+            .unwrap();
+        let it = started_at(child.id()).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(it >= me, "{it:?} {me:?}");
+    }
 
     #[test]
     fn stat_aggregate_and_cpus() {

@@ -11,10 +11,12 @@
 //! time, and the delay line's lock ([`delay_lock_path`]) keeps one line per
 //! bed.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
+
+use crate::netns::{self, NsId};
 
 /// flowlane side's interface name (inside its namespace).
 pub const LOCAL_IF: &str = "xsk0";
@@ -58,6 +60,18 @@ pub struct BedState {
     pub peer_mac: String,
     /// bpffs directory of the emulated NIC's maps.
     pub pin_dir: PathBuf,
+    /// The identity of `netns` as `up` made it: a state file records the
+    /// namespaces that are there only while they are the ones it made.
+    /// `None` in a state file written before flowlane recorded it: that file
+    /// records no namespace that is there (the safe reading: it cannot tell
+    /// its bed from one made since under the name, and taking it for the
+    /// latter would let `up` rewrite and `down` remove another run
+    /// directory's bed; `testbed down --force` removes such a bed).
+    #[serde(default)]
+    pub netns_id: Option<NsId>,
+    /// The identity of `peer_netns` as `up` made it (as `netns_id`).
+    #[serde(default)]
+    pub peer_netns_id: Option<NsId>,
 }
 
 /// Checks a bed name: 1-24 letters, digits, '-' or '_', not ending in
@@ -101,17 +115,68 @@ pub(crate) fn making_path(name: &str) -> PathBuf {
     state_dir().join(format!("{name}.making"))
 }
 
-/// Notes that this run directory is making bed `name` ([`making_path`]).
-pub(crate) fn mark_making(name: &str) -> Result<()> {
-    std::fs::create_dir_all(state_dir()).context("creating the state directory")?;
-    let p = making_path(name);
-    std::fs::write(&p, b"").with_context(|| format!("writing {}", p.display()))
+/// What a marker of `up`'s making ([`making_path`]) says: the identities of
+/// the namespaces made so far, flowlane's side first, then the far side's.
+/// A marker of an older flowlane (an empty file) reads as none made.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Making {
+    made: Vec<NsId>,
 }
 
-/// Whether this run directory records bed `name`: its state file, or the
-/// marker of an `up` under way or cut short.
+/// Notes that this run directory is making bed `name` ([`making_path`])
+/// and has made the namespaces `made` (flowlane's side first): written
+/// before each namespace is made and once both are.
+pub(crate) fn mark_making(name: &str, made: &[NsId]) -> Result<()> {
+    let m = Making {
+        made: made.to_vec(),
+    };
+    write_whole(&making_path(name), serde_json::to_string(&m)?.as_bytes())
+}
+
+/// The identities of bed `name`'s namespaces there now (flowlane's side,
+/// the far side's).
+fn live_ids(name: &str) -> [Option<NsId>; 2] {
+    let (ns, peer_ns) = namespaces(name);
+    [netns::id(&ns), netns::id(&peer_ns)]
+}
+
+/// Whether a record of a bed's namespaces (`made`: their identities in the
+/// order `up` makes them, flowlane's side first) covers those there now
+/// (`live`): each one there is the one recorded in its place or, for the
+/// record of an `up` under way or cut short (`making`), the one it was
+/// making when it wrote the record (the next, with none after it there: a
+/// crash between making a namespace and noting it leaves that one). That
+/// one cannot be told from a namespace made in its place since, by hand or
+/// by another run directory's `up` cut short the same way: a half-made
+/// leftover either way, which this run directory's next `up` removes; a
+/// whole bed made since is never covered (its second namespace is not the
+/// one noted, or not the next).
+fn covers(made: &[Option<NsId>], live: &[Option<NsId>; 2], making: bool) -> bool {
+    live.iter().enumerate().all(|(i, now)| match now {
+        None => true,
+        Some(id) => {
+            made.get(i) == Some(&Some(*id))
+                || (making && i == made.len() && live[i + 1..].iter().all(Option::is_none))
+        }
+    })
+}
+
+/// Whether this run directory records bed `name` as it is now: its state
+/// file, or the marker of an `up` under way or cut short, names the
+/// namespaces of the name that are there ([`covers`]). A record of
+/// namespaces removed since (by `down --force` from another run
+/// directory, which may have made its own under the name) records nothing
+/// that is there.
 pub(crate) fn recorded(name: &str) -> bool {
-    state_path(name).exists() || making_path(name).exists()
+    if load(name).is_ok() {
+        return true;
+    }
+    let Ok(text) = std::fs::read_to_string(making_path(name)) else {
+        return false;
+    };
+    let m: Making = serde_json::from_str(&text).unwrap_or_default();
+    let made: Vec<Option<NsId>> = m.made.into_iter().map(Some).collect();
+    covers(&made, &live_ids(name), true)
 }
 
 /// Directory of the beds' locks: the host's, not a run directory's (two
@@ -213,7 +278,9 @@ pub fn load(name: &str) -> Result<BedState> {
     load_hinted(name, "")
 }
 
-/// [`load`], with `hint` appended to the "not up" message.
+/// [`load`], with `hint` appended to the "not up" message. A state file
+/// whose namespaces are not those there now (see [`recorded`]) is refused:
+/// the bed under the name is not the one it describes.
 pub(crate) fn load_hinted(name: &str, hint: &str) -> Result<BedState> {
     validate_name(name)?;
     let p = state_path(name);
@@ -224,21 +291,41 @@ pub(crate) fn load_hinted(name: &str, hint: &str) -> Result<BedState> {
         ),
         Err(e) => return Err(e).with_context(|| format!("reading {}", p.display())),
     };
-    serde_json::from_str(&text).with_context(|| {
+    let s: BedState = serde_json::from_str(&text).with_context(|| {
         format!(
-            "{} is corrupt; run `flowlane testbed down --bed {name}`",
+            "{} is corrupt; run `flowlane testbed down --force --bed {name}`",
             p.display()
         )
-    })
+    })?;
+    if !covers(&[s.netns_id, s.peer_netns_id], &live_ids(name), false) {
+        bail!(
+            "{} does not record the namespaces of test bed {name} that are there (they were \
+             made since, by another FLOWLANE_RUN_DIR or by hand, or the file predates flowlane \
+             recording them): set FLOWLANE_RUN_DIR to the bed's run directory, or remove the bed \
+             with `flowlane testbed down --force --bed {name}`",
+            p.display()
+        );
+    }
+    Ok(s)
+}
+
+/// Writes `bytes` to `path` in the state directory atomically (through
+/// `<path>.tmp`): a reader never sees half a file.
+fn write_whole(path: &Path, bytes: &[u8]) -> Result<()> {
+    std::fs::create_dir_all(state_dir()).context("creating the state directory")?;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", path.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
 }
 
 /// Records `state` (atomically: a reader never sees half a file); the
 /// marker of its making ([`making_path`]) goes.
 pub(crate) fn save(state: &BedState) -> Result<()> {
-    std::fs::create_dir_all(state_dir()).context("creating the state directory")?;
-    let tmp = state_path(&state.name).with_extension("tmp");
-    std::fs::write(&tmp, serde_json::to_string_pretty(state)?)?;
-    std::fs::rename(&tmp, state_path(&state.name))?;
+    write_whole(
+        &state_path(&state.name),
+        serde_json::to_string_pretty(state)?.as_bytes(),
+    )?;
     let _ = std::fs::remove_file(making_path(&state.name));
     Ok(())
 }
@@ -298,6 +385,38 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A record covers the namespaces there only when they are the ones it
+    /// made (a number given again to a namespace made since, with another
+    /// change time, is not); the marker of an `up` cut short covers the
+    /// next one it was making too, and no other.
+    #[test]
+    fn a_record_covers_only_the_namespaces_it_made() {
+        let id = |ino, ctime_ns| NsId {
+            dev: 4,
+            ino,
+            ctime_s: 100,
+            ctime_ns,
+        };
+        let (a, b) = (id(1, 0), id(2, 0));
+        let state = [Some(a), Some(b)];
+        assert!(covers(&state, &[Some(a), Some(b)], false));
+        assert!(covers(&state, &[None, Some(b)], false), "a broken bed");
+        assert!(covers(&state, &[None, None], false));
+        // Made anew: the same numbers, later.
+        assert!(!covers(&state, &[Some(id(1, 5)), Some(b)], false));
+        assert!(!covers(&state, &[Some(a), Some(id(2, 5))], false));
+        // A state file of an older flowlane records no namespace.
+        assert!(!covers(&[None, None], &[Some(a), None], false));
+        assert!(covers(&[None, None], &[None, None], false));
+        // The marker: what it noted, and the one being made next.
+        assert!(covers(&[], &[Some(a), None], true));
+        assert!(!covers(&[], &[Some(a), Some(b)], true));
+        assert!(!covers(&[], &[None, Some(b)], true));
+        assert!(covers(&[Some(a)], &[Some(a), Some(b)], true));
+        assert!(!covers(&[Some(a)], &[Some(id(1, 5)), Some(b)], true));
+        assert!(!covers(&[Some(a)], &[Some(a), Some(b)], false));
     }
 
     /// A lock file removed by its holder while another waits for it: the

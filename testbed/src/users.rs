@@ -21,6 +21,7 @@ use flowlane_dataplane::iface::Process;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+use crate::proc_stat::start_ticks;
 use crate::state::{namespaces, validate_name};
 
 /// How long [`stop_users`] waits after SIGTERM before SIGKILL.
@@ -73,7 +74,7 @@ pub fn users(name: &str) -> Result<Vec<BedUser>> {
         .filter(|&pid| pid != own && is_flowlane(pid) && in_namespaces(pid, &bed))
         .filter_map(|pid| {
             Some(BedUser {
-                start: start_time(pid)?,
+                start: start_ticks(pid)?,
                 process: Process::read(pid)?,
             })
         })
@@ -114,7 +115,7 @@ fn signal(u: &BedUser, sig: Signal) {
 
 /// Whether the user still runs (not exited, not a zombie, pid not reused).
 fn alive(u: &BedUser) -> bool {
-    start_time(u.process.pid) == Some(u.start)
+    start_ticks(u.process.pid) == Some(u.start)
 }
 
 /// Whether `pid` runs one of flowlane's programs (`flowlane`,
@@ -139,41 +140,9 @@ fn in_namespaces(pid: u32, ns: &[(u64, u64)]) -> bool {
     })
 }
 
-/// The start time of a live (non-zombie) process, from `/proc/PID/stat`.
-fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_start_time(&stat)
-}
-
-/// Field 22 (`starttime`) of a `/proc/PID/stat` line; None for a zombie
-/// (state `Z`) or a malformed line.
-fn parse_start_time(stat: &str) -> Option<u64> {
-    // The command name (field 2) may hold spaces and parentheses: fields
-    // are counted from the last ')'.
-    let rest = stat.rsplit_once(')')?.1;
-    let mut fields = rest.split_whitespace();
-    if fields.next()? == "Z" {
-        return None;
-    }
-    // `rest` starts at field 3 (state); starttime is field 22.
-    fields.nth(18)?.parse().ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn start_time_is_field_22_and_zombies_have_none() {
-        let line = "1234 (flow lane)) S 1 1234 1234 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 3 0 98765 1000 200";
-        assert_eq!(parse_start_time(line), Some(98765));
-        let zombie =
-            "1234 (flowlane) Z 1 1234 1234 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 3 0 98765 0 0";
-        assert_eq!(parse_start_time(zombie), None);
-        assert_eq!(parse_start_time("garbage"), None);
-        // This process is alive.
-        assert!(start_time(std::process::id()).is_some());
-    }
 
     #[test]
     fn a_bed_that_is_not_up_has_no_users() {

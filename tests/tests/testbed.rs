@@ -358,7 +358,7 @@ fn down_leaves_another_run_directorys_bed_unless_forced() {
     let o = testbed_in(&dirs.other, &["down", "--bed", name]);
     let err = one_line_failure(&o);
     assert!(
-        err.contains("no state file") && err.contains("--force") && err.contains(name),
+        err.contains("no record") && err.contains("--force") && err.contains(name),
         "{err}"
     );
     assert!(ns_exists(&ns), "the refused down removed the bed");
@@ -411,16 +411,77 @@ fn up_leaves_another_run_directorys_bed_unless_removed_by_force() {
     let o = testbed_in(&dirs.other, &["up", "--bed", name, "--queues", "1"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(dirs.other.join(format!("testbed/{name}.json")).exists());
-    // `up --force` takes it back in one step: it removes the bed the run
-    // directory has no record of, then makes its own. (The first run
-    // directory's record of its own bed, gone since, is dropped first.)
-    std::fs::remove_file(dirs.own.join(format!("testbed/{name}.json"))).unwrap();
+    // The first run directory's state file, left there, records its own
+    // bed, removed since: not the other's bed under the name now. Its
+    // plain `up` neither rewrites nor rebuilds that bed, its `status`
+    // does not describe it, and its plain `down` leaves it.
+    let theirs = (ns_inode(&ns), ns_inode(&peer));
+    assert!(dirs.own.join(format!("testbed/{name}.json")).exists());
     let o = testbed_in(&dirs.own, &["up", "--bed", name, "--queues", "1"]);
-    assert!(!o.status.success(), "{}", text(&o));
+    let err = one_line_failure(&o);
+    assert!(
+        err.contains("no record") && err.contains("down --force"),
+        "{err}"
+    );
+    let o = testbed_in(&dirs.own, &["status", "--bed", name]);
+    let err = one_line_failure(&o);
+    assert!(err.contains("does not record the namespaces"), "{err}");
+    let o = testbed_in(&dirs.own, &["down", "--bed", name]);
+    let err = one_line_failure(&o);
+    assert!(
+        err.contains("no record") && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(
+        (ns_inode(&ns), ns_inode(&peer)),
+        theirs,
+        "a stale record's up or down touched the other run directory's bed"
+    );
+    let o = testbed_in(&dirs.other, &["status", "--bed", name, "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    // `up --force` takes it back in one step: it removes the bed the run
+    // directory has no record of, then makes its own.
     let o = testbed_in(
         &dirs.own,
         &["up", "--bed", name, "--queues", "1", "--force"],
     );
     assert!(o.status.success(), "{}", text(&o));
     assert!(dirs.own.join(format!("testbed/{name}.json")).exists());
+}
+
+/// `up --force` checks its flags (the emulated NIC's limits, which clap
+/// does not know) before it stops or removes anything: a bed it would have
+/// removed stays when they are refused.
+#[test]
+fn up_force_checks_its_flags_before_removing_a_bed() {
+    if !require_root("up_force_checks_its_flags_before_removing_a_bed") {
+        return;
+    }
+    let dirs = TwoRunDirs {
+        bed: unique_name("runflag"),
+        own: std::env::temp_dir().join(unique_name("runown")),
+        other: std::env::temp_dir().join(unique_name("runother")),
+    };
+    let (name, ns) = (&dirs.bed, format!("flowlane-{}", dirs.bed));
+    let peer = format!("{ns}-peer");
+    let o = testbed_in(&dirs.own, &["up", "--bed", name, "--queues", "1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let inodes = (ns_inode(&ns), ns_inode(&peer));
+    for bad in [&["--table-size", "4096"][..], &["--queues", "300"][..]] {
+        let mut args = vec!["up", "--bed", name, "--force"];
+        args.extend_from_slice(bad);
+        let o = testbed_in(&dirs.other, &args);
+        let err = one_line_failure(&o);
+        assert!(
+            err.contains(name) || err.contains("queue"),
+            "{bad:?}: {err}"
+        );
+        assert_eq!(
+            (ns_inode(&ns), ns_inode(&peer)),
+            inodes,
+            "{bad:?}: the refused up --force removed the bed"
+        );
+    }
+    let o = testbed_in(&dirs.own, &["status", "--bed", name, "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
 }

@@ -253,26 +253,92 @@ fn a_bed_of_other_queues_is_refused_not_rebuilt() {
 }
 
 /// A bed whose `testbed up` did not finish (Ctrl-C reaches `up` too, which
-/// then leaves namespaces without a state file) is taken down all the
-/// same: `testbed down --force`, as it was not there before.
+/// then leaves namespaces and the marker of their making, without a state
+/// file) is taken down all the same, by a plain `testbed down`: it is this
+/// run directory's.
 #[test]
 fn a_bed_left_half_made_by_up_is_taken_down() {
     if !require_root("a_bed_left_half_made_by_up_is_taken_down") {
         return;
     }
     let bed = ToolBed::new("tmxh");
-    let dir = std::env::temp_dir().join(unique_name("ttcp-matrix-half"));
+    let state_dir = flowlane_testbed::state::state_dir();
+    // A `flowlane` whose `testbed up` notes the bed's making as the real one
+    // does, makes one namespace and dies (as on SIGINT).
+    let up = format!(
+        "mkdir -p {dir}; echo '{{\"made\":[]}}' > {dir}/{bed}.making; ip netns add flowlane-{bed}; \
+         exit 130",
+        dir = state_dir.display(),
+        bed = bed.0
+    );
+    let (o, calls) = matrix_with_fake_up(&bed.0, "half", &up);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("testbed up"), "{}", text(&o));
+    assert!(
+        calls.contains(&format!("testbed down --bed {}\n", bed.0)),
+        "{calls}"
+    );
+    assert!(!bed.exists(), "the half-made bed was left: {calls}");
+}
+
+/// A bed that another run directory made under the name after the matrix
+/// looked (so that the matrix's own `testbed up` failed) is not the
+/// matrix's: its plain `testbed down` leaves it up.
+#[test]
+fn a_bed_another_run_directory_made_meanwhile_is_left_up() {
+    if !require_root("a_bed_another_run_directory_made_meanwhile_is_left_up") {
+        return;
+    }
+    /// Takes the bed down from the other run directory, and removes it.
+    struct Other(String, std::path::PathBuf);
+    impl Drop for Other {
+        fn drop(&mut self) {
+            let _ = Command::new(flowlane_bin())
+                .args(["testbed", "down", "--bed", &self.0])
+                .env("FLOWLANE_RUN_DIR", &self.1)
+                .output();
+            let _ = std::fs::remove_dir_all(&self.1);
+        }
+    }
+    let other = Other(
+        unique_name("tmxo"),
+        std::env::temp_dir().join(unique_name("ttcp-matrix-other")),
+    );
+    // A `flowlane` whose `testbed up` finds the bed made by then, in
+    // another run directory.
+    let up = format!(
+        "FLOWLANE_RUN_DIR={dir} {real} testbed up --bed {bed} --queues 1 >/dev/null; \
+         {real} testbed up --bed {bed} --queues 2",
+        dir = other.1.display(),
+        real = flowlane_bin().display(),
+        bed = other.0
+    );
+    let (o, calls) = matrix_with_fake_up(&other.0, "other", &up);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("no record"), "{}", text(&o));
+    assert!(
+        calls.contains(&format!("testbed down --bed {}\n", other.0)),
+        "{calls}"
+    );
+    assert!(
+        bed_is_up(&other.0),
+        "the matrix removed another run directory's bed: {calls}"
+    );
+}
+
+/// Runs the matrix on bed `bed` with a `flowlane` whose `testbed up` is the
+/// shell script `up` (its other commands are the real one's), within 60 s;
+/// its output and the `flowlane` commands it ran, one a line.
+fn matrix_with_fake_up(bed: &str, tag: &str, up: &str) -> (std::process::Output, String) {
+    let dir = std::env::temp_dir().join(unique_name(&format!("ttcp-matrix-{tag}")));
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join("calls");
-    // A `flowlane` whose `testbed up` makes one namespace and dies (as on
-    // SIGINT); the others are the real one's.
     let fake = dir.join("flowlane");
     std::fs::write(
         &fake,
         format!(
-            "#!/bin/sh\necho \"$@\" >> {log}\nif [ \"$2\" = up ]; then ip netns add flowlane-{bed}; exit 130; fi\nexec {real} \"$@\"\n",
+            "#!/bin/sh\necho \"$@\" >> {log}\nif [ \"$2\" = up ]; then {up}; exit $?; fi\nexec {real} \"$@\"\n",
             log = log.display(),
-            bed = bed.0,
             real = flowlane_bin().display()
         ),
     )
@@ -281,22 +347,16 @@ fn a_bed_left_half_made_by_up_is_taken_down() {
     let child = Command::new(bin())
         .args(["matrix", "--flowlane"])
         .arg(&fake)
-        .args(["--bed", &bed.0, "--out"])
+        .args(["--bed", bed, "--out"])
         .arg(dir.join("out"))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("flowlane-ttcp matrix");
     let (o, _) = wait_bounded(child, Duration::from_secs(60), "matrix");
-    assert!(!o.status.success(), "{}", text(&o));
-    assert!(text(&o).contains("testbed up"), "{}", text(&o));
-    let calls = std::fs::read_to_string(&log).unwrap();
-    assert!(
-        calls.contains(&format!("testbed down --bed {} --force", bed.0)),
-        "{calls}"
-    );
-    assert!(!bed.exists(), "the half-made bed was left: {calls}");
+    let calls = std::fs::read_to_string(&log).unwrap_or_default();
     let _ = std::fs::remove_dir_all(&dir);
+    (o, calls)
 }
 
 /// Whether bed `name`'s namespaces are there.

@@ -6,7 +6,7 @@
 //! `kernel-wire` backend, which turns them off and on, is refused on it.
 //! A bed in use, one of another queue count than the matrix's
 //! [`QUEUES`], one not intact, or one whose namespaces this run directory
-//! has no state file for is refused in one line before anything runs.
+//! has no record of is refused in one line before anything runs.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -30,8 +30,11 @@ pub(super) enum Found {
         /// Its namespaces and emulated NIC are there.
         intact: bool,
     },
-    /// Namespaces without a state file here: another `FLOWLANE_RUN_DIR`'s
-    /// bed, or one a crash left half-made.
+    /// Namespaces this run directory has no record of
+    /// ([`flowlane_testbed::bed::unrecorded`]): another
+    /// `FLOWLANE_RUN_DIR`'s bed, or one made by hand. (One that an `up` of
+    /// this run directory left half-made is recorded by the marker of its
+    /// making: the matrix's `up` removes it and makes the bed anew.)
     Unrecorded,
 }
 
@@ -54,8 +57,8 @@ pub(super) fn makes_it(
     match found {
         Found::Nothing => Ok(true),
         Found::Unrecorded => bail!(
-            "test bed {name} has namespaces but no state file in {}: another FLOWLANE_RUN_DIR's \
-             bed or a half-made one; give the matrix another --bed, or remove it with \
+            "test bed {name} has namespaces but no record in {}: another FLOWLANE_RUN_DIR's \
+             bed or one made by hand; give the matrix another --bed, or remove it with \
              `flowlane testbed down --bed {name} --force`",
             flowlane_testbed::state::state_dir().display()
         ),
@@ -88,8 +91,11 @@ fn find(name: &str) -> Result<Found> {
     }
 }
 
-/// A bed the matrix makes: taken down when dropped (`--force`: a bed
-/// that `up` left half-made, stopped by Ctrl-C, has no state file yet).
+/// A bed the matrix makes: taken down when dropped, by a plain `down`. One
+/// that `up` left half-made (stopped by Ctrl-C) is this run directory's by
+/// the marker of its making; one that another run directory made under the
+/// name after the matrix looked (its `up` then refused it) is not, and
+/// stays.
 #[derive(Debug)]
 struct Made {
     flowlane: PathBuf,
@@ -99,7 +105,7 @@ struct Made {
 impl Drop for Made {
     fn drop(&mut self) {
         let _ = Command::new(&self.flowlane)
-            .args(["testbed", "down", "--bed", &self.name, "--force"])
+            .args(["testbed", "down", "--bed", &self.name])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
@@ -223,7 +229,7 @@ mod tests {
             false,
             "in use by pid 7",
         );
-        refused(Found::Unrecorded, None, false, "no state file");
+        refused(Found::Unrecorded, None, false, "no record");
         refused(
             Found::Recorded {
                 queues: 2,

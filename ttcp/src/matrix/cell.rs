@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use super::delay_line::DelayLine;
 use super::failures::{both, cell_error};
 use super::wire_frames::{WireSizeFrames, KERNEL_WIRE};
-use flowlane_testbed::child::{output_within, stop};
+use flowlane_testbed::child::{stop, Watched};
 
 /// The `--backend` flowlane-ttcp runs for a matrix backend.
 fn ttcp_backend(matrix_backend: &str) -> &str {
@@ -28,27 +28,42 @@ pub(super) const COOLDOWN_S: f64 = 0.5;
 /// How long a child left running on an error path gets after SIGTERM.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
-/// One end of a cell: stopped (SIGTERM, then SIGKILL) and reaped when
-/// dropped before its output was collected, so that an error path (the
-/// other end failing to start, no result in time) leaves no receiver
-/// holding the control port for the next cell.
-struct End(Option<Child>);
+/// One end of a cell, its output read from the moment it starts (an end
+/// that writes more than a pipe holds, a flowlane receiver's move lines,
+/// is not blocked on it while the cell waits for the other end): stopped
+/// (SIGTERM, then SIGKILL) and reaped when dropped before its output was
+/// collected, so that an error path (the other end failing to start, no
+/// result in time) leaves no receiver holding the control port for the
+/// next cell.
+struct End(Option<Watched>);
 
 impl End {
-    /// Waits at most `limit` for the end to exit; its output (read while it
-    /// runs: an end that writes more than a pipe holds, a flowlane
-    /// receiver's move lines, is not blocked on it).
+    /// Watches a started end.
+    fn new(child: Child) -> End {
+        End(Some(Watched::new(child)))
+    }
+
+    /// Waits at most `limit` for the end to exit; its output.
     fn output_within(mut self, limit: Duration) -> Result<Output> {
-        output_within(self.0.take().expect("collected once"), limit)
+        self.0.take().expect("collected once").output_within(limit)
     }
 }
 
 impl Drop for End {
     fn drop(&mut self) {
-        if let Some(c) = &mut self.0 {
-            stop(c, STOP_GRACE);
+        if let Some(w) = &mut self.0 {
+            stop(w.child(), STOP_GRACE);
         }
     }
+}
+
+/// The outputs of a cell's sender and receiver, each waited for at most
+/// `limit`, the sender's first; both ends' pipes are read all along (see
+/// [`End`]).
+fn outputs(tx: End, rx: End, limit: Duration) -> Result<(Output, Output)> {
+    let txo = tx.output_within(limit)?;
+    let rxo = rx.output_within(limit)?;
+    Ok((txo, rxo))
 }
 
 /// One cell to run.
@@ -191,15 +206,14 @@ fn run_cell(c: &CellSpec<'_>) -> Result<CellRun> {
             if c.backend == "flowlane" { 800 } else { 300 },
         )
     };
-    let rx = End(Some(rx));
+    let rx = End::new(rx);
     std::thread::sleep(Duration::from_millis(settle));
-    let tx = End(Some(if c.sends {
+    let tx = End::new(if c.sends {
         tested("-s", &tx_extra)?
     } else {
         spawn(tx_ns, args("-s", &format!("--backend kernel {tx_extra}")))?
-    }));
-    let txo = tx.output_within(limit)?;
-    let rxo = rx.output_within(limit)?;
+    });
+    let (txo, rxo) = outputs(tx, rx, limit)?;
     if let Some(e) = cell_error(&txo, &rxo) {
         bail!(e);
     }
@@ -339,7 +353,7 @@ mod tests {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let o = End(Some(c)).output_within(Duration::from_secs(5)).unwrap();
+        let o = End::new(c).output_within(Duration::from_secs(5)).unwrap();
         assert!(o.status.success());
         assert_eq!((o.stderr.len(), &o.stdout[..]), (300_000, &b"done\n"[..]));
         // Past the deadline: an error, and the end is stopped and reaped.
@@ -349,11 +363,46 @@ mod tests {
             .spawn()
             .unwrap();
         let proc_dir = std::path::PathBuf::from(format!("/proc/{}", c.id()));
-        let e = End(Some(c))
+        let e = End::new(c)
             .output_within(Duration::from_millis(100))
             .unwrap_err();
         assert!(e.to_string().contains("no result within"), "{e}");
         assert!(!proc_dir.exists(), "the end still runs (or is unreaped)");
+    }
+
+    /// A receiver that writes more than a pipe holds while the sender runs
+    /// is read all along, not from when the sender is done: a sender that
+    /// needs the receiver to go on (here: to see it finish) is not held up
+    /// until its deadline.
+    #[test]
+    fn a_receiver_that_writes_much_is_read_while_the_sender_runs() {
+        let dir = std::env::temp_dir().join(format!("fl-cell-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let done = dir.join("rx-done");
+        let sh = |script: String| {
+            Command::new("sh")
+                .args(["-c", &script])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let rx = End::new(sh(format!(
+            "head -c 200000 /dev/zero >&2; touch {}",
+            done.display()
+        )));
+        let tx = End::new(sh(format!(
+            "while [ ! -e {} ]; do sleep 0.05; done; echo sent",
+            done.display()
+        )));
+        let t = std::time::Instant::now();
+        let r = outputs(tx, rx, Duration::from_secs(5));
+        let took = t.elapsed();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let (txo, rxo) = r.unwrap();
+        assert_eq!(txo.stdout, b"sent\n");
+        assert_eq!(rxo.stderr.len(), 200_000, "the receiver's output is whole");
+        assert!(took < Duration::from_secs(4), "{took:?}");
     }
 
     #[test]
@@ -361,7 +410,7 @@ mod tests {
         let c = Command::new("sleep").arg("30").spawn().unwrap();
         let proc_dir = std::path::PathBuf::from(format!("/proc/{}", c.id()));
         let t = std::time::Instant::now();
-        drop(End(Some(c)));
+        drop(End::new(c));
         assert!(!proc_dir.exists(), "the child still runs (or is unreaped)");
         assert!(t.elapsed() < STOP_GRACE, "{:?}", t.elapsed());
     }
