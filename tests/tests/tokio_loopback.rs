@@ -36,6 +36,21 @@ where
     F: Fn(Local) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = ()> + 'static,
 {
+    start_filtered(threads, port, backlog, None, app)
+}
+
+/// [`start`], the listeners taking only the SYNs `syn_filter` lets in.
+fn start_filtered<F, Fut>(
+    threads: u32,
+    port: u16,
+    backlog: usize,
+    syn_filter: Option<flowlane_app::SynFilter>,
+    app: F,
+) -> (Arc<QueuePairs>, Arc<Counters>, KernelService)
+where
+    F: Fn(Local) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
     let (qp, counters) = flowlane_tokio::start(
         AsyncConfig {
             queue_pairs: QueuePairConfig {
@@ -46,6 +61,7 @@ where
             },
             ports: vec![port],
             backlog,
+            syn_filter,
         },
         app,
     )
@@ -184,6 +200,49 @@ fn a_stream_nobody_reads_closes_the_window_and_loses_nothing() {
     go_tx.send(()).unwrap();
     finish_echo(s, &data, sent);
     kernel.stop();
+}
+
+/// A SYN filter on the listeners (hyper-server's `--allow-from`) refuses
+/// a peer before its connection reaches the application: reset, counted by
+/// the core as a refused SYN, never accepted; a peer it lets in is served.
+#[test]
+fn the_listeners_syn_filter_refuses_a_peer_before_the_application_sees_it() {
+    let port = free_port();
+    let refused_port = free_port();
+    let filter: flowlane_app::SynFilter =
+        Arc::new(move |t: &flowlane_app::FourTuple| t.remote.port() != refused_port);
+    let (_qp, counters, kernel) =
+        start_filtered(1, port, 16, Some(filter), move |local| echo(local, port));
+    // Refused: the peer's own port is the one the filter names.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let r = rt.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.set_reuseaddr(true)?;
+        socket.bind((LOOPBACK, refused_port).into())?;
+        let mut refused = socket.connect((LOOPBACK, port).into()).await?;
+        let mut b = [0u8; 1];
+        tokio::time::timeout(Duration::from_secs(10), refused.read(&mut b))
+            .await
+            .map_err(std::io::Error::other)?
+    });
+    assert!(
+        matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+        "{r:?}"
+    );
+    let mut b = [0u8; 1];
+    // Let in: echoed.
+    let mut ok = TcpStream::connect((LOOPBACK, port)).unwrap();
+    ok.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    ok.write_all(b"x").unwrap();
+    ok.read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"x");
+    assert_eq!(counters.accepted.load(Ordering::Relaxed), 1);
+    let (finals, _) = kernel.stop();
+    let syn_refused: u64 = finals.iter().map(|(_, c)| c.stats.syn_refused).sum();
+    assert_eq!(syn_refused, 1);
 }
 
 #[test]

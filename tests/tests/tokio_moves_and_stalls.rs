@@ -194,6 +194,7 @@ where
         },
         ports: vec![PORT],
         backlog: 64,
+        syn_filter: None,
     };
     flowlane_tokio::start(config, app).unwrap().0
 }

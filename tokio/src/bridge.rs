@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Buf;
-use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Error, Net};
+use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Error, Net, SynFilter};
 
 use crate::listener::AcceptQueue;
 use crate::pipe::{lock, release_if_empty, Pipe, PipeRef, ThreadShared, RX_LIMIT};
@@ -57,15 +57,22 @@ pub(crate) struct Bridge {
     /// (`ThreadShared::register`) while it is here.
     conns: HashMap<ConnHandle, PipeRef>,
     counters: Arc<Counters>,
+    /// The listeners' SYN filter ([`crate::AsyncConfig::syn_filter`]).
+    syn_filter: Option<SynFilter>,
 }
 
 impl Bridge {
-    pub(crate) fn new(thread: Arc<ThreadShared>, counters: Arc<Counters>) -> Bridge {
+    pub(crate) fn new(
+        thread: Arc<ThreadShared>,
+        counters: Arc<Counters>,
+        syn_filter: Option<SynFilter>,
+    ) -> Bridge {
         Bridge {
             thread,
             listeners: Vec::new(),
             conns: HashMap::new(),
             counters,
+            syn_filter,
         }
     }
 
@@ -228,6 +235,14 @@ impl Drop for Bridge {
 }
 
 impl ConnHandler for Bridge {
+    fn syn_filter(&self, port: u16) -> Option<SynFilter> {
+        self.listeners
+            .iter()
+            .any(|(p, _)| *p == port)
+            .then(|| self.syn_filter.clone())
+            .flatten()
+    }
+
     fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         let Ok(tuple) = net.four_tuple(conn) else {
             return;

@@ -21,7 +21,7 @@ use crate::listener::{AcceptQueue, TcpListener};
 use crate::pipe::{NotifyWake, StallWake, ThreadShared};
 
 /// What to start.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct AsyncConfig {
     /// The network cores and application threads (see
     /// [`QueuePairConfig`]).
@@ -33,6 +33,22 @@ pub struct AsyncConfig {
     /// takes them; past it new ones are reset, counted in
     /// [`Counters::refused_backlog`].
     pub backlog: usize,
+    /// Which SYNs the listeners take (None: every one): a SYN it refuses
+    /// is answered with a reset and counted by the stack (`syn_refused`),
+    /// before any connection exists, as the services' `--allow-from` does
+    /// ([`flowlane_app::ConnHandler::syn_filter`]).
+    pub syn_filter: Option<flowlane_app::SynFilter>,
+}
+
+impl std::fmt::Debug for AsyncConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncConfig")
+            .field("queue_pairs", &self.queue_pairs)
+            .field("ports", &self.ports)
+            .field("backlog", &self.backlog)
+            .field("syn_filter", &self.syn_filter.is_some())
+            .finish()
+    }
 }
 
 /// One application thread's share, handed to the application's function
@@ -102,13 +118,14 @@ where
     let counters = Arc::new(Counters::default());
     let c = counters.clone();
     let (ports, backlog) = (config.ports, config.backlog.max(1));
+    let syn_filter = config.syn_filter;
     let setup = move |s: &mut dyn Setup| -> Result<Prepared, String> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| format!("cannot build a tokio runtime: {e}"))?;
         let shared = Arc::new(ThreadShared::default());
-        let mut bridge = Bridge::new(shared.clone(), c.clone());
+        let mut bridge = Bridge::new(shared.clone(), c.clone(), syn_filter.clone());
         let mut listeners = Vec::new();
         for &port in &ports {
             let queue = Arc::new(AcceptQueue::new(backlog));

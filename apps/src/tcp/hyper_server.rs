@@ -62,8 +62,10 @@ pub(super) struct HyperCounters {
     /// response, though bytes did (hyper's header read timeout: a head
     /// trickling in, slowloris).
     pub(super) header_timeout: AtomicU64,
-    /// Connections from peers `--allow-from` does not list, closed as soon
-    /// as accepted (the tokio baseline: reset).
+    /// Connections from peers `--allow-from` does not list, reset as soon
+    /// as accepted: the tokio baseline's (on flowlane's TCP the listeners'
+    /// SYN filter refuses them first, counted by the stack as refused
+    /// SYNs).
     pub(super) refused_peer: AtomicU64,
     /// Accepts of the tokio baseline that failed (out of descriptors or
     /// memory: tried again after a pause of 10 ms; a connection aborted
@@ -367,6 +369,9 @@ pub(super) fn run(a: HyperArgs, nic: NicAccess) -> Result<()> {
             queue_pairs: queue_pair_config(c)?,
             ports: vec![port],
             backlog: BACKLOG,
+            // Refused at their SYN, as on http-server (`Serve::allow`
+            // then sees allowed peers only).
+            syn_filter: serve.allow.filter(),
         };
         let (qp, _counters) = flowlane_tokio::start(config, move |local| {
             flowlane_thread(local, port, serve.clone())
