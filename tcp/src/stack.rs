@@ -1519,6 +1519,12 @@ impl Stack {
         self.live -= 1;
         self.sharing -= usize::from(!in_backlog);
         self.rcv_committed = self.rcv_committed.saturating_sub(commitment);
+        // What a connection gone (reset, aborted, timed out, exported)
+        // held feeds the waiters too, as a read's release does (`settle`):
+        // they would otherwise wait for their peers' next window probes.
+        if commitment > 0 && !self.mem_waiting.is_empty() {
+            self.wake_memory_waiters();
+        }
         r
     }
 

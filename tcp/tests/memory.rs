@@ -411,3 +411,67 @@ fn a_read_wakes_only_the_waiters_its_memory_can_feed() {
         "{room} bytes of room (after reading {read}) made B send {updates} window updates"
     );
 }
+
+/// As above, the memory freed by a connection that goes (here aborted:
+/// a reset, a timeout and an export leave through the same removal) wakes
+/// waiters; before, only a read's release did, and they waited for their
+/// peers' next window probes.
+#[test]
+fn a_connection_gone_wakes_the_waiters_its_memory_can_feed() {
+    const CONNS: usize = 40;
+    const BUDGET: usize = 256 * 1024;
+    let mut b_cfg = sim::test_config(2);
+    b_cfg.recv_buffer = 64 * 1024;
+    b_cfg.recv_memory = BUDGET;
+    let mut sim = Sim::new(11, link(), link(), sim::test_config(1), b_cfg);
+    sim.b.listen(SocketAddr::new(B_IP, PORT)).expect("listen");
+    let mut ours: HashMap<ConnHandle, (u64, Stream)> = connect_from_a(&mut sim, CONNS)
+        .into_iter()
+        .enumerate()
+        .map(|(i, h)| (h, (i as u64, Stream::default())))
+        .collect();
+    let mut theirs = Vec::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    let limit = sim.now + Duration::from_secs(5);
+    sim.run_until(limit, |s| {
+        while let Some(e) = s.a.poll_event() {
+            if let Event::Connected(h) | Event::Writable(h) = e {
+                let (stream, st) = ours.get_mut(&h).expect("A stream");
+                write(&mut s.a, h, *stream, st, 1 << 20, &mut buf);
+            }
+        }
+        while let Some(e) = s.b.poll_event() {
+            if let Event::Accepted { conn, .. } = e {
+                theirs.push(conn);
+            }
+        }
+        false
+    });
+    assert_eq!(theirs.len(), CONNS);
+    let committed = sim.b.recv_memory_committed();
+    assert!(
+        committed + 1460 > BUDGET,
+        "the budget is taken ({committed} committed)"
+    );
+    // Every segment B owes is out; read from the connection holding most.
+    let mut out = vec![0u8; 2048];
+    while sim.b.poll_transmit(sim.now, &mut out).is_some() {}
+    let reader = *theirs
+        .iter()
+        .max_by_key(|&&h| sim.b.peek(h).expect("live").len())
+        .expect("connections");
+    // Abort it: what it held goes back to the budget.
+    let read = 0;
+    sim.b.abort(reader).expect("abort");
+    let room = BUDGET - sim.b.recv_memory_committed();
+    let mut updates = 0;
+    while sim.b.poll_transmit(sim.now, &mut out).is_some() {
+        updates += 1;
+    }
+    // A segment of room per waiter woken, the reset, and some slack for
+    // rounding.
+    assert!(
+        (2..=room / 1024 + 2).contains(&updates),
+        "{room} bytes of room (after aborting, {read} read) made B send {updates} segments"
+    );
+}
