@@ -333,6 +333,17 @@ struct TwoRunDirs {
     other: std::path::PathBuf,
 }
 
+impl TwoRunDirs {
+    /// A bed named after `tag` and two fresh run directories.
+    fn new(tag: &str) -> TwoRunDirs {
+        TwoRunDirs {
+            bed: unique_name(tag),
+            own: std::env::temp_dir().join(unique_name("runown")),
+            other: std::env::temp_dir().join(unique_name("runother")),
+        }
+    }
+}
+
 impl Drop for TwoRunDirs {
     fn drop(&mut self) {
         let _ = testbed_in(&self.own, &["down", "--bed", &self.bed]);
@@ -347,11 +358,7 @@ fn down_leaves_another_run_directorys_bed_unless_forced() {
     if !require_root("down_leaves_another_run_directorys_bed_unless_forced") {
         return;
     }
-    let dirs = TwoRunDirs {
-        bed: unique_name("rundown"),
-        own: std::env::temp_dir().join(unique_name("runown")),
-        other: std::env::temp_dir().join(unique_name("runother")),
-    };
+    let dirs = TwoRunDirs::new("rundown");
     let (name, ns) = (&dirs.bed, format!("flowlane-{}", dirs.bed));
     let o = testbed_in(&dirs.own, &["up", "--bed", name, "--queues", "1"]);
     assert!(o.status.success(), "{}", text(&o));
@@ -379,11 +386,7 @@ fn up_leaves_another_run_directorys_bed_unless_removed_by_force() {
     if !require_root("up_leaves_another_run_directorys_bed_unless_removed_by_force") {
         return;
     }
-    let dirs = TwoRunDirs {
-        bed: unique_name("runup"),
-        own: std::env::temp_dir().join(unique_name("runown")),
-        other: std::env::temp_dir().join(unique_name("runother")),
-    };
+    let dirs = TwoRunDirs::new("runup");
     let (name, ns) = (&dirs.bed, format!("flowlane-{}", dirs.bed));
     let peer = format!("{ns}-peer");
     let o = testbed_in(&dirs.own, &["up", "--bed", name, "--queues", "1"]);
@@ -457,11 +460,7 @@ fn up_force_checks_its_flags_before_removing_a_bed() {
     if !require_root("up_force_checks_its_flags_before_removing_a_bed") {
         return;
     }
-    let dirs = TwoRunDirs {
-        bed: unique_name("runflag"),
-        own: std::env::temp_dir().join(unique_name("runown")),
-        other: std::env::temp_dir().join(unique_name("runother")),
-    };
+    let dirs = TwoRunDirs::new("runflag");
     let (name, ns) = (&dirs.bed, format!("flowlane-{}", dirs.bed));
     let peer = format!("{ns}-peer");
     let o = testbed_in(&dirs.own, &["up", "--bed", name, "--queues", "1"]);
