@@ -158,6 +158,7 @@ const QUEUE_ROWS: &[QueueRow] = &[
     row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "bad_flags"], |q| q.tcp.bad_flags),
     row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "paws"], |q| q.tcp.paws_rejected),
     row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "out_of_order_no_room"], |q| q.tcp.ooo_dropped),
+    row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "receive_buffer_full"], |q| q.tcp.recv_buffer_overrun),
     row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "no_connection"], |q| q.tcp.no_connection),
     row!("flowlane_tcp_unsent_no_neighbor", "Segments not sent because no MAC address was known for the peer.", C, [], |q| q.tcp.no_neighbor),
     row!("flowlane_tcp_challenge_acks", "Challenge ACKs sent (RFC 5961), and those the rate limit held back.", C, ["limited" = "false"], |q| q.tcp.challenge_acks),
@@ -166,6 +167,7 @@ const QUEUE_ROWS: &[QueueRow] = &[
     row!("flowlane_tcp_syn_cookies_accepted", "Connections opened from a returned SYN cookie.", C, [], |q| q.tcp.syn_cookies_accepted),
     row!("flowlane_tcp_syn_cookies_timestamps_ignored", "Returned SYN cookies whose timestamp option echoed none of ours (never negotiated, RFC 7323 section 3.2): their connections were built without timestamps or the options riding in them.", C, [], |q| q.tcp.syn_cookies_ts_ignored),
     row!("flowlane_tcp_syn_acks_limited", "SYN-ACKs not sent again for a copy of a half-open connection's SYN: one went within the interval (a burst of copies is not reflected one for one).", C, [], |q| q.tcp.syn_acks_limited),
+    row!("flowlane_tcp_window_retractions", "Segments whose window offered a right edge left of an earlier one by less than one unit of the window scale: a full receive buffer's window truncated so that it closes against small segments (RFC 7323 section 2.4, Appendix F).", C, [], |q| q.tcp.window_retractions),
     row!("flowlane_tcp_dsack_unexpected", "D-SACK blocks beyond what the connection retransmitted (the network's duplicates, or forged): ignored by loss detection.", C, [], |q| q.tcp.dsack_unexpected),
     row!("flowlane_tcp_resets_received", "Resets received.", C, [], |q| q.tcp.resets_in),
     row!("flowlane_tcp_resets_sent", "Resets sent, by reason: a segment for no connection and no listener, an ACK a listener took for no connection of its own (a peer still sending on one this queue does not have), an ACK that did not acknowledge our SYN, a SYN the SYN filter refused, data after the application closed, the application's abort (or its close with data unread), retransmissions run out.", C, ["reason" = "no_connection"], |q| q.tcp.resets_no_connection),
@@ -813,6 +815,8 @@ mod tests {
                 syn_acks_limited: 4,
                 syn_cookies_ts_ignored: 6,
                 dsack_unexpected: 8,
+                window_retractions: 9,
+                recv_buffer_overrun: 10,
                 rx_memory_peak: 65_536,
                 tx_memory_waits: 5,
                 ..Default::default()
@@ -1096,10 +1100,12 @@ mod tests {
             "by state on AF_XDP"
         );
         assert!(line(&page, r#"flowlane_tcp_refused_total{service="bulk-sink",pid="41",queue="0",cpu="0",node="0",reason="syn_dropped"}"#).ends_with(" 3"));
+        assert!(line(&page, r#"flowlane_tcp_dropped_segments_total{service="bulk-sink",pid="41",queue="0",cpu="0",node="0",reason="receive_buffer_full"}"#).ends_with(" 10"));
         for (name, n) in [
             ("flowlane_tcp_syn_acks_limited_total", 4),
             ("flowlane_tcp_syn_cookies_timestamps_ignored_total", 6),
             ("flowlane_tcp_dsack_unexpected_total", 8),
+            ("flowlane_tcp_window_retractions_total", 9),
         ] {
             let series =
                 format!(r#"{name}{{service="bulk-sink",pid="41",queue="0",cpu="0",node="0"}}"#);

@@ -503,6 +503,10 @@ counters! {
         bad_flags,
         /// Out-of-order segments dropped: the reassembler had no room for another hole.
         ooo_dropped,
+        /// Segments inside the offered window cut short: the receive buffer had no room.
+        recv_buffer_overrun,
+        /// Segments whose window retracted the edge by under one unit of the window scale.
+        window_retractions,
         /// FINs received ahead of a hole and forgotten: data then arrived past them.
         fin_overrun,
         /// Segments for no connection and no listener (answered with an RST).
@@ -726,6 +730,8 @@ impl TcpCounters {
         set(&self.unacceptable, s.unacceptable);
         set(&self.bad_flags, s.bad_flags);
         set(&self.ooo_dropped, s.ooo_dropped);
+        set(&self.recv_buffer_overrun, s.recv_buffer_overrun);
+        set(&self.window_retractions, s.window_retractions);
         set(&self.fin_overrun, s.fin_overrun);
         set(&self.no_connection, s.no_connection);
         set(&self.pmtu_lowered, s.pmtu_lowered);

@@ -780,6 +780,18 @@ pub struct Stats {
     pub expected: u64,
     /// Out-of-order segments dropped because the reassembler was full.
     pub ooo_dropped: u64,
+    /// Segments inside the window offered whose bytes the receive buffer
+    /// had no room for, in part or in whole (dropped unacknowledged: the
+    /// peer sends them again). The window offers at most one unit of the
+    /// window scale (RFC 7323 §2.4) past what the buffer holds, and the
+    /// buffer's headroom takes that unless the unit is larger than the
+    /// buffer itself (a buffer set below 2^shift bytes).
+    pub recv_buffer_overrun: u64,
+    /// Segments whose window offered a right edge left of one offered
+    /// before, by less than one unit of the window scale: a full buffer's
+    /// window truncated to the unit so that it closes (RFC 7323 §2.4,
+    /// Appendix F; bytes up to the earlier edge are still taken).
+    pub window_retractions: u64,
     /// FINs received ahead of a hole and forgotten because data then
     /// arrived past them (never sent by a working peer; a forged FIN).
     pub fin_overrun: u64,

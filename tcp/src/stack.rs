@@ -574,7 +574,7 @@ impl Stack {
     /// yet to fill, beyond the one segment each may always be offered
     /// (see [`Config::recv_memory`]). Never more than `recv_memory`, but
     /// for window-scale rounding (RFC 7323 §2.4: under 2^shift bytes per
-    /// connection, since a window is never shrunk).
+    /// connection, the rounded window's reach past what memory allows).
     pub fn recv_memory_committed(&self) -> usize {
         self.rcv_committed
     }

@@ -88,7 +88,10 @@ impl EdgeCheck {
             self.max_b_window = self.max_b_window.max(wnd);
         }
         if let Some(&prev) = self.edges.get(&key) {
-            if seq_lt(edge, prev) {
+            // RFC 7323 §2.4: a window truncated to the scale's unit may
+            // retract the edge by less than one unit (a full buffer does,
+            // so that its window closes: `advertise_window`).
+            if prev.wrapping_sub(edge) as i32 >= 1 << shift {
                 self.violations.push(format!(
                     "{side:?} {}->{}: right edge {} after {} (ack {} wnd {wnd})",
                     r.src_port, r.dst_port, edge, prev, r.ack

@@ -198,3 +198,130 @@ fn zero_window_probes_are_no_duplicate_acks() {
         (before.dup_acks, before.fast_retransmits)
     );
 }
+
+/// What B, sending only inside the window A offers, gets A to take when
+/// it sends `seg` bytes a segment, `burst` between A's ACKs, and A's
+/// application reads nothing: A's connection with the bytes it took (A's
+/// window scale is `shift`). Every byte B sends must be taken (A offered
+/// it), so each ACK acknowledges all of B's data.
+fn trickle_into_unread(
+    cfg: flowlane_tcp::Config,
+    shift: u8,
+    seg: usize,
+    burst: usize,
+) -> (Peer, usize) {
+    let options = TcpOptions {
+        mss: Some(1460),
+        window_scale: Some(0),
+        ..TcpOptions::default()
+    };
+    let mut p = Peer::with_config(cfg, 60_000, options);
+    let start = p.b_nxt;
+    let last = p.sent.last().expect("A's ACK").0;
+    let mut edge = last.ack.wrapping_add(u32::from(last.window) << shift);
+    let payload = vec![4u8; seg];
+    for _ in 0..20 * 65_536 / seg {
+        let mut sent = 0;
+        while sent < burst && (edge.wrapping_sub(p.b_nxt) as usize) >= seg {
+            p.data(0, TcpFlags::empty(), &payload);
+            sent += 1;
+        }
+        if sent == 0 {
+            break;
+        }
+        let later = p.now + Duration::from_millis(300);
+        p.run_until(later);
+        p.poll();
+        let (r, _) = *p.sent.last().expect("A acknowledged");
+        assert_eq!(
+            r.ack,
+            p.b_nxt,
+            "A dropped bytes inside the window it offered ({} taken)",
+            r.ack.wrapping_sub(start)
+        );
+        edge = r.ack.wrapping_add(u32::from(r.window) << shift);
+    }
+    assert_eq!(p.a.stats().recv_buffer_overrun, 0);
+    let taken = p.b_nxt.wrapping_sub(start) as usize;
+    (p, taken)
+}
+
+/// A window scale of 7 (test_config's largest buffer, 6 MiB, asks for
+/// it) and a peer trickling 60-byte segments into a buffer the
+/// application never reads: truncating the window to the scale's units
+/// would move the right edge left, and rounding it up each time (RFC 7323
+/// §2.4) moved it right by up to 127 bytes an ACK, for ever. Before, the
+/// window never closed: the ring filled its capacity, then its headroom
+/// (as much again), then A dropped bytes inside the window it offered
+/// (131,072 bytes taken of a 64 KiB buffer, then drops). Now the edge is
+/// rounded up only while it stays within one unit of what the buffer
+/// holds; past that the window is truncated (a retraction under one unit,
+/// RFC 7323 §2.4 and Appendix F), so it closes.
+#[test]
+fn small_segments_close_a_full_window() {
+    let cfg = sim::test_config(1);
+    let cap = cfg.recv_buffer;
+    let (p, taken) = trickle_into_unread(cfg, 7, 60, 2);
+    assert_eq!(p.a_window(), 0, "A's window closed");
+    assert!(p.a.stats().window_retractions > 0);
+    assert!(
+        (cap - 1_460..cap + 128).contains(&taken),
+        "{taken} bytes taken by a {cap}-byte buffer"
+    );
+}
+
+/// The same trickle against a stack whose receive memory is 16 KiB: what
+/// A takes stays within the budget, the one segment every connection may
+/// be offered beyond it, and one unit of window scale. Before, the edge's
+/// creep committed 147 KB of a 16 KiB budget.
+#[test]
+fn small_segments_stay_within_receive_memory() {
+    let mut cfg = sim::test_config(1);
+    cfg.recv_memory = 16 * 1024;
+    let bound = cfg.recv_memory + usize::from(cfg.mss) + 127;
+    let (p, taken) = trickle_into_unread(cfg, 7, 60, 2);
+    assert_eq!(p.a_window(), 0, "A's window closed");
+    assert!(taken <= bound, "{taken} bytes taken on a 16 KiB budget");
+}
+
+/// A 4 KiB buffer under a window scale of 14 (a 1 GiB largest buffer):
+/// the window is one unit, 16 KiB, 12 KiB past the buffer; B fills it at
+/// once and everything is taken (the ring's headroom reaches one unit),
+/// then the window closes. Before, the headroom stopped at the buffer's
+/// size: 8 KiB were taken and the rest of the window dropped.
+#[test]
+fn a_buffer_under_one_unit_of_window_scale_takes_the_unit() {
+    let mut cfg = sim::test_config(1);
+    cfg.recv_buffer = 4 * 1024;
+    cfg.recv_buffer_max = 1 << 30;
+    let (p, taken) = trickle_into_unread(cfg, 14, 1_000, 100);
+    assert_eq!(p.a_window(), 0, "A's window closed");
+    assert!(
+        (15 * 1024..16 * 1024).contains(&taken),
+        "{taken} bytes taken"
+    );
+}
+
+/// With no receive memory to share, every connection may still be offered
+/// one segment (the floor: `Config::recv_memory`). At a window scale of
+/// 11 that segment is less than one unit (1,460 >> 11 is 0): once the
+/// application read everything, the window update offered a zero window,
+/// and the connection waited for memory it was promised not to need. Now
+/// the floor rounds up to one unit.
+#[test]
+fn the_one_segment_floor_survives_a_large_window_scale() {
+    let mut cfg = sim::test_config(1);
+    cfg.recv_memory = 0;
+    cfg.recv_buffer_max = 64 << 20;
+    let (mut p, taken) = trickle_into_unread(cfg, 11, 60, 2);
+    assert_eq!(p.a_window(), 0, "A's window closed");
+    let mut buf = vec![0u8; 1 << 17];
+    assert_eq!(p.a.recv(p.conn, &mut buf), Ok(taken));
+    let update = p.poll();
+    let window = update.last().map(|(r, _)| r.window);
+    // B probes too: its answer offers the segment all the same.
+    p.data(0, TcpFlags::empty(), b"p");
+    let later = p.now + Duration::from_millis(300);
+    let answer = p.run_until(later).last().map(|(r, _)| r.window);
+    assert_eq!((window, answer), (Some(1), Some(1)), "{update:?}");
+}

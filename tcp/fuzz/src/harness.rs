@@ -1088,7 +1088,8 @@ impl Harness {
             return;
         }
         // Receive side: what is acknowledged was sent, and RCV.NXT and the window's
-        // right edge never move back (RFC 9293 §3.8.6: the window is not shrunk).
+        // right edge never move back (RFC 9293 §3.8.6) but by under one unit of the window
+        // scale (RFC 7323 §2.4: a full buffer's window truncated to the unit).
         let acked = p.off_of(r.ack);
         assert!(
             !seq_gt(acked, p.snd_max),

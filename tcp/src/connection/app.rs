@@ -260,7 +260,7 @@ impl Connection {
     /// running short (half the buffer or less left to it).
     fn window_update_due(&self, mem: RecvMemory) -> Option<usize> {
         let cap = self.recv_buf.capacity();
-        let advertised = self.rcv_wnd();
+        let advertised = self.offered_wnd();
         let free = self.offerable(mem);
         let threshold = (cap / 2).min(self.eff_mss()).max(1);
         (free >= advertised + threshold && advertised <= cap / 2).then(|| free - advertised)

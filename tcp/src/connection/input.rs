@@ -1103,7 +1103,9 @@ impl Connection {
         }
         let written = self.recv_buf.write_unallocated(ctx.pool, offset, data);
         if written < data.len() {
-            // Past the buffer (window rounding): the peer resends the rest.
+            // Past the ring (window rounding beyond its headroom): the
+            // peer resends the rest.
+            ctx.stats.recv_buffer_overrun += 1;
             self.flags.set(Flags::ACK_NOW);
         }
         let capacity = self.recv_buf.capacity();

@@ -442,7 +442,7 @@ impl Connection {
         } else {
             flags
         };
-        let window = self.advertise_window(ctx.mem);
+        let window = self.advertise_window(ctx.mem, ctx.stats);
         let repr = TcpRepr {
             src_port: self.tuple.local_port(),
             dst_port: self.tuple.remote_port(),

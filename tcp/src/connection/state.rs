@@ -207,6 +207,10 @@ impl Flags {
     /// out) and the connection stays only for received bytes the
     /// application has not read yet (`Connection::exchange_over`).
     pub(crate) const HELD_FOR_READ: u64 = 1 << 44;
+    /// The last ACK offered a right edge left of `ReceiveState::adv`, by
+    /// less than one unit of the window scale: a full buffer's window
+    /// truncated to the unit (RFC 7323 §2.4, Appendix F).
+    pub(crate) const RETRACTED: u64 = 1 << 45;
 
     /// Whether any bit of `f` is set.
     pub(crate) fn has(self, f: u64) -> bool {
@@ -336,7 +340,9 @@ impl UndoState {
 pub(crate) struct ReceiveState {
     /// Next sequence number expected.
     pub(crate) nxt: SeqNumber,
-    /// Right edge of the window last advertised (never moved left).
+    /// Right edge of the window advertised (never moved left; an ACK may
+    /// offer less, by under one unit of the window scale, once the buffer
+    /// is full: `advertise_window`), the bound of what is taken.
     pub(crate) adv: SeqNumber,
     /// Shift applied to the window fields we send.
     pub(crate) wscale: u8,

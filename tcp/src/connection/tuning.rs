@@ -170,19 +170,19 @@ impl Connection {
     }
 
     /// Makes room in the receive ring for everything up to the advertised
-    /// right edge. Window-scale rounding (RFC 7323 §2.4: the edge must not
-    /// move left, so a window that is not a multiple of 2^shift is rounded
-    /// up) can leave the edge up to 2^shift - 1 bytes past the buffer per
-    /// advertisement while the window is closing, and more over several. If
-    /// those bytes were not accepted, a full buffer would keep offering a
-    /// small window that takes nothing: the sender sees no zero window,
+    /// right edge. Window-scale rounding (RFC 7323 §2.4: a window that is
+    /// not a multiple of 2^shift is rounded up, so that the edge does not
+    /// move left) can leave the edge up to 2^shift - 1 bytes past what the
+    /// buffer holds (`advertise_window` rounds up no further). If those
+    /// bytes were not accepted, a full buffer would keep offering a small
+    /// window that takes nothing: the sender sees no zero window,
     /// retransmits into it and eventually times out instead of probing
     /// (RFC 9293 §3.8.6.1). So the ring gets headroom beyond its capacity
     /// (which alone sizes the advertised window, so the headroom does not
     /// attract more data), in steps of 1/16 of the capacity, at most the
-    /// capacity itself (a peer trickling tiny segments into a closing window
-    /// could otherwise make the edge creep without bound); data past that
-    /// is trimmed as before.
+    /// capacity or one unit of the scale, whichever is more (a buffer set
+    /// below one unit still takes the one unit it offers); data past that
+    /// is trimmed, counted as `recv_buffer_overrun`.
     pub(super) fn cover_advertised_window(&mut self) {
         let cap = self.recv_buf.capacity();
         let need = self.recv_buf.len() + self.rcv_wnd();
@@ -190,7 +190,8 @@ impl Connection {
             return;
         }
         let step = (cap / 16).max(1);
-        let headroom = (need - cap).next_multiple_of(step).min(cap);
+        let unit = 1usize << self.rcv.wscale;
+        let headroom = (need - cap).next_multiple_of(step).min(cap.max(unit));
         self.recv_buf.resize(cap, headroom);
     }
 
@@ -206,13 +207,27 @@ impl Connection {
         self.recv_buf.window().min(limit.saturating_sub(queued))
     }
 
+    /// What the buffer and the receive memory could hold past the queued
+    /// bytes, the window already offered aside (unlike [`Self::offerable`],
+    /// which never takes an offer back): the bound on rounding the
+    /// window up to the scale's unit.
+    #[inline]
+    fn holdable(&self, mem: RecvMemory) -> usize {
+        let queued = self.recv_buf.len();
+        self.recv_buf
+            .window()
+            .min(mem.limit(0).saturating_sub(queued))
+    }
+
     /// The window to advertise, keeping the right edge from moving left
-    /// (RFC 9293 §3.8.6), applying receiver SWS avoidance (RFC 9293
+    /// (RFC 9293 §3.8.6) but by less than one unit of the window scale
+    /// once the buffer or the receive memory is full (RFC 7323 §2.4),
+    /// applying receiver SWS avoidance (RFC 9293
     /// §3.8.6.2.2) and staying within the stack's receive memory. Updates
     /// `rcv.adv`; flags the connection when memory, not its buffer, held
     /// the window back (the stack sends it a window update once memory
     /// frees).
-    pub(super) fn advertise_window(&mut self, mem: RecvMemory) -> u16 {
+    pub(super) fn advertise_window(&mut self, mem: RecvMemory, stats: &mut Stats) -> u16 {
         if self.flags.has(Flags::PEER_FIN) {
             return self.closed_window();
         }
@@ -231,17 +246,39 @@ impl Connection {
         let shift = self.rcv.wscale;
         let mut field = wnd >> shift;
         // Round up if truncation would pull the right edge left (RFC 7323
-        // §2.4); at most 2^shift - 1 bytes past the buffer, which are
-        // trimmed on arrival, and past the receive memory's limit (counted
-        // in the commitment all the same). The window is never shrunk to
-        // avoid that (RFC 7323 Appendix F allows it; a Linux sender then
-        // retransmits into the receded edge).
-        if (field << shift) < current {
+        // §2.4), but only while the truncated window is less than what
+        // the buffer and the receive memory can hold (`holdable`): the
+        // rounded edge then passes it by less than one unit of 2^shift
+        // bytes (the ring's headroom takes them; the memory counts them).
+        // Past that the field is truncated, a retraction of less than one
+        // unit that RFC 7323 §2.4 and Appendix F allow; `rcv.adv` keeps the
+        // edge offered, so bytes sent up to it are still taken. Rounding
+        // up unconditionally kept a full buffer's window open for ever
+        // against a peer sending less than 2^shift bytes between ACKs:
+        // each ACK moved the edge right by what had arrived, the ring
+        // filled its headroom, then bytes inside the offered window were
+        // dropped, and the receive memory's budget was passed ninefold.
+        //
+        // A window under one unit (the one segment every connection may
+        // be offered at a shift of 11 or more: 1,460 >> 11 is 0) rounds
+        // up as well, or that floor would go out as a zero window and the
+        // connection would wait for memory it was promised not to need.
+        let truncated = field << shift;
+        if (truncated < current || field == 0 && wnd > 0) && truncated < self.holdable(mem) {
             field += 1;
         }
         let field = field.min(0xffff);
         let edge = self.rcv.nxt + (field << shift);
-        self.rcv.adv = self.rcv.adv.max(edge);
+        // RFC 7323 Appendix F: what any ACK offered stays in the window
+        // (`rcv.adv` is the largest edge offered); the flag says the peer
+        // was offered less.
+        if edge >= self.rcv.adv {
+            self.rcv.adv = edge;
+            self.flags.clear(Flags::RETRACTED);
+        } else {
+            self.flags.set(Flags::RETRACTED);
+            stats.window_retractions += 1;
+        }
         // Only a window under one full segment can stall the peer: a
         // larger one draws data, and the ACKs for it carry the window as
         // memory frees. So only such a connection waits for memory (and
@@ -256,12 +293,28 @@ impl Connection {
         // memory freed anywhere (an extra segment from every client
         // whose peer's FIN arrived while its own was in flight).
         let floor = (mem.floor >> shift << shift).max(1);
-        if held_back && self.rcv_wnd() < floor {
+        if held_back && self.offered_wnd() < floor {
             self.flags.set(Flags::MEM_LIMITED);
         } else {
             self.flags.clear(Flags::MEM_LIMITED);
         }
         field as u16
+    }
+
+    /// The window the peer goes by, which window updates are measured
+    /// from: the receive window, or after a retraction
+    /// (`Flags::RETRACTED`) the receive window truncated to the scale's
+    /// unit, which is what the last ACK offered when nothing arrived
+    /// since (were something to, an ACK with a new window is owed
+    /// anyway). The receive window itself (`rcv_wnd`) still bounds what
+    /// is taken.
+    pub(super) fn offered_wnd(&self) -> usize {
+        let wnd = self.rcv_wnd();
+        if self.flags.has(Flags::RETRACTED) {
+            wnd >> self.rcv.wscale << self.rcv.wscale
+        } else {
+            wnd
+        }
     }
 
     /// After the peer's FIN: the window field that keeps offering the
