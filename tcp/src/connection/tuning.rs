@@ -202,9 +202,15 @@ impl Connection {
     /// no more than its share.
     #[inline]
     pub(super) fn offerable(&self, mem: RecvMemory) -> usize {
-        let queued = self.recv_buf.len();
-        let limit = mem.limit(queued + self.rcv_wnd());
-        self.recv_buf.window().min(limit.saturating_sub(queued))
+        self.offerable_from(self.holdable(mem))
+    }
+
+    /// [`Self::offerable`] given [`Self::holdable`]: that, or the window
+    /// offered (within the buffer) if more, since it is never taken back
+    /// (`RecvMemory::limit` of what is held and promised, unfolded).
+    #[inline]
+    fn offerable_from(&self, holdable: usize) -> usize {
+        holdable.max(self.recv_buf.window().min(self.rcv_wnd()))
     }
 
     /// What the buffer and the receive memory could hold past the queued
@@ -232,7 +238,8 @@ impl Connection {
             return self.closed_window();
         }
         let cap = self.recv_buf.capacity();
-        let free = self.offerable(mem);
+        let holdable = self.holdable(mem);
+        let free = self.offerable_from(holdable);
         let current = self.rcv.adv.saturating_sub(self.rcv.nxt);
         let held_back = free + cap.min(self.eff_mss()) <= self.recv_buf.window();
         let threshold = (cap / 2).min(self.eff_mss()).max(1);
@@ -264,7 +271,7 @@ impl Connection {
         // up as well, or that floor would go out as a zero window and the
         // connection would wait for memory it was promised not to need.
         let truncated = field << shift;
-        if (truncated < current || field == 0 && wnd > 0) && truncated < self.holdable(mem) {
+        if (truncated < current || field == 0 && wnd > 0) && truncated < holdable {
             field += 1;
         }
         let field = field.min(0xffff);
