@@ -57,6 +57,7 @@ mod isn;
 mod layout;
 mod lent_frames;
 mod mtu_probing;
+mod owed_acks;
 mod rack;
 mod recv_buffer;
 mod rto;

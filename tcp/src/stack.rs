@@ -13,6 +13,7 @@ use crate::flow_key::FlowKey;
 use crate::flow_label::FlowLabels;
 use crate::isn::IsnGenerator;
 use crate::lent_frames::{FrameRef, FrameStore, Lend, LentFrames, NoFrames};
+use crate::owed_acks::OwedAcks;
 use crate::rack::FlightPool;
 use crate::seq::SeqNumber;
 use crate::syn_cookie::{self, CookieJar};
@@ -522,6 +523,7 @@ impl Stack {
             replies: Replies {
                 rsts: VecDeque::new(),
                 challenges: ChallengeBudget::new(&cfg.isn_secret, cfg.challenge_ack_limit),
+                owed_acks: OwedAcks::default(),
             },
             cookies: CookieJar::new(&cfg.isn_secret),
             flow_labels: FlowLabels::new(&cfg.isn_secret),
@@ -1487,6 +1489,7 @@ impl Stack {
         let in_backlog = conn.in_backlog();
         let hash = self.table.hash(&conn.tuple);
         let commitment = conn.rcv_commitment(usize::from(self.cfg.mss));
+        self.replies.owed_acks.forget(&conn.tuple);
         self.by_state[slot.counted.index()] -= 1;
         let r = last(conn, &self.lent);
         conn.release_buffers((&mut self.pool, &mut self.lent, &mut self.flights));

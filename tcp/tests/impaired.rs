@@ -254,8 +254,9 @@ fn forge(
 }
 
 /// RFC 2883 §4, the cases beside a wholly duplicate segment: a D-SACK
-/// block of held data is followed by the block that holds it, even when
-/// another out-of-order segment came after it in the same batch; a
+/// block of held data is followed by the block that holds it, in the ACK
+/// the duplicate triggered, even when another out-of-order segment came
+/// after it in the same batch (whose own ACK names its block first); a
 /// segment that fills the hole and reaches into held data reports the part
 /// held; and a partly duplicate segment dropped for its ACK (RFC 5961
 /// §5.2) reports nothing: it was not taken.
@@ -287,8 +288,11 @@ fn d_sacks_of_held_data_and_of_dropped_segments() {
     server.handle_segment(now, ips.0, ips.1, &segs[2].1);
     server.handle_segment(now, ips.0, ips.1, &segs[6].1);
     let all = acks(&mut server);
-    assert_eq!(all[0][..2], [range(2), range(2)], "{all:?}");
-    assert_eq!(all[0][2], range(6), "{all:?}");
+    // The duplicate's ACK: its D-SACK block, the block holding it, then
+    // the other block reported before (RFC 2018 §4); segment 6 had not
+    // come yet. Segment 6's ACK: its block first, no D-SACK.
+    assert_eq!(all[0], [range(2), range(2), range(4)], "{all:?}");
+    assert_eq!(all[1][0], range(6), "{all:?}");
     // Segment 0 with 100 bytes of segment 1 behind it, which is missing:
     // nothing held is brought again, no D-SACK.
     let (s0, e0) = range(0);
@@ -333,6 +337,154 @@ fn d_sacks_of_held_data_and_of_dropped_segments() {
     assert_eq!(all[0][0], (e2 - 100, e2), "{all:?}");
 }
 
+/// RFC 2018 §4 and RFC 2883 §4 for ACKs owed together: a batch (the data
+/// path hands up to 64 frames before it polls) in which every other
+/// segment of a flight was lost owes one ACK per segment that arrived, and
+/// each names its own segment's block first, then the blocks reported
+/// just before it; two duplicates in one batch are each reported, by the
+/// ACK each triggered. Before, every ACK of the batch was built from the
+/// state after it: five ACKs named the same three blocks of five (the
+/// sender never heard of the first two), and of two duplicates only the
+/// second was reported.
+#[test]
+fn each_ack_owed_for_a_batch_reports_its_own_segment() {
+    use flowlane_wire::TcpRepr;
+    let now = flowlane_tcp::time::Instant::ZERO;
+    let (mut server, segs) = flight_to_server(10 * 1448);
+    assert!(segs.len() >= 10, "{} segments", segs.len());
+    let mut buf = [0u8; 1500];
+    let range = |i: usize| {
+        let (r, p) = TcpRepr::parse_segment(&segs[i].1).unwrap();
+        (r.seq, r.seq.wrapping_add(p.len() as u32))
+    };
+    let (t, _) = &segs[0];
+    let ips = (t.src.ip(), t.dst.ip());
+    let mut acks = |server: &mut flowlane_tcp::Stack| {
+        let mut all = Vec::new();
+        while let Some(t) = server.poll_transmit(now, &mut buf) {
+            let (r, _) = TcpRepr::parse_segment(&buf[..t.len]).unwrap();
+            all.push(r.options.sack_blocks[..usize::from(r.options.sack_block_count)].to_vec());
+        }
+        all
+    };
+    let odd = [1, 3, 5, 7, 9];
+    for i in odd {
+        server.handle_segment(now, ips.0, ips.1, &segs[i].1);
+    }
+    let all = acks(&mut server);
+    assert_eq!(all.len(), odd.len(), "{all:?}");
+    for (k, blocks) in all.iter().enumerate() {
+        // Its own block, then those reported just before it (timestamps
+        // leave room for three; held blocks fill what is left).
+        let want: Vec<_> = odd[..=k].iter().rev().take(3).map(|&i| range(i)).collect();
+        assert_eq!(blocks.len(), 3, "ACK {k}: {all:?}");
+        assert_eq!(blocks[..want.len()], want, "ACK {k}: {all:?}");
+    }
+    // Segments 3 and 7 again, in one batch.
+    server.handle_segment(now, ips.0, ips.1, &segs[3].1);
+    server.handle_segment(now, ips.0, ips.1, &segs[7].1);
+    let all = acks(&mut server);
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert_eq!(all[0][..2], [range(3), range(3)], "{all:?}");
+    assert_eq!(all[1][..2], [range(7), range(7)], "{all:?}");
+}
+
+/// More ACKs owed in one batch than the stack sets aside (256 over all
+/// connections): connection 0 loses every other segment of the first four
+/// of its flight (one ACK to set aside), 63 more every other one of ten
+/// (four each), and the last connection's fourth no longer fits. Its ACKs
+/// then all report the state after the batch, even after an ACK that went
+/// out made room and a duplicate owed it another: those set aside for it
+/// no longer line up with its ACKs (one is missing), so none is used.
+/// Every other connection's ACKs each report their own segment's block
+/// first, and each connection gets one ACK per segment.
+#[test]
+fn acks_owed_past_what_the_stack_sets_aside_report_the_final_state() {
+    use flowlane_tcp::{Event, Stack};
+    use flowlane_wire::TcpRepr;
+    use std::collections::BTreeMap;
+    let now = flowlane_tcp::time::Instant::ZERO;
+    let mut server = Stack::new(sim::test_config(1));
+    server.listen("10.0.0.1:80".parse().unwrap()).unwrap();
+    let mut buf = [0u8; 1500];
+    let mut flights = Vec::new();
+    for c in 0..65u16 {
+        let mut client = Stack::new(sim::test_config(2));
+        let from = format!("10.0.0.2:{}", 40_000 + c).parse().unwrap();
+        let conn = client
+            .connect(now, from, "10.0.0.1:80".parse().unwrap())
+            .unwrap();
+        for _ in 0..3 {
+            while let Some(t) = client.poll_transmit(now, &mut buf) {
+                server.handle_segment(now, t.src.ip(), t.dst.ip(), &buf[..t.len]);
+            }
+            while let Some(t) = server.poll_transmit(now, &mut buf) {
+                client.handle_segment(now, t.src.ip(), t.dst.ip(), &buf[..t.len]);
+            }
+        }
+        assert_eq!(client.poll_event(), Some(Event::Connected(conn)));
+        client.set_nodelay(conn, true).unwrap();
+        client.send(conn, &vec![7u8; 10 * 1448]).unwrap();
+        let mut segs = Vec::new();
+        while let Some(t) = client.poll_transmit(now, &mut buf) {
+            segs.push((t, buf[..t.len].to_vec()));
+        }
+        assert!(segs.len() >= 10);
+        flights.push(segs);
+    }
+    let range = |c: usize, i: usize| {
+        let (r, p) = TcpRepr::parse_segment(&flights[c][i].1).unwrap();
+        (r.seq, r.seq.wrapping_add(p.len() as u32))
+    };
+    let deliver = |server: &mut Stack, c: usize, i: usize| {
+        let (t, seg) = &flights[c][i];
+        server.handle_segment(now, t.src.ip(), t.dst.ip(), seg);
+    };
+    let odd = |c: usize| {
+        if c == 0 {
+            vec![1, 3]
+        } else {
+            vec![1, 3, 5, 7, 9]
+        }
+    };
+    for c in 0..flights.len() {
+        for i in odd(c) {
+            deliver(&mut server, c, i);
+        }
+    }
+    let mut acks: BTreeMap<u16, Vec<TcpRepr>> = BTreeMap::new();
+    let mut take = |server: &mut Stack, most: usize| {
+        for _ in 0..most {
+            let Some(t) = server.poll_transmit(now, &mut buf) else {
+                break;
+            };
+            let (r, _) = TcpRepr::parse_segment(&buf[..t.len]).unwrap();
+            acks.entry(r.dst_port).or_default().push(r);
+        }
+    };
+    // One ACK goes out (room for one more), then the last connection's
+    // segment 3 comes again.
+    take(&mut server, 1);
+    let last = flights.len() - 1;
+    deliver(&mut server, last, 3);
+    take(&mut server, usize::MAX);
+    for c in 0..flights.len() {
+        let got = &acks[&(40_000 + c as u16)];
+        let firsts: Vec<_> = got.iter().map(|r| r.options.sack_blocks[0]).collect();
+        assert!(got.iter().all(|r| r.ack == range(c, 0).0), "connection {c}");
+        if c == last {
+            // Five ACKs and the duplicate's, each with the state after
+            // it: the latest segment's block first (the duplicate's, also
+            // its D-SACK block), not each one's own.
+            assert_eq!(got.len(), 6, "{firsts:?}");
+            assert_eq!(firsts, vec![range(c, 3); 6]);
+        } else {
+            let each_own: Vec<_> = odd(c).iter().map(|&i| range(c, i)).collect();
+            assert_eq!(firsts, each_own, "connection {c}");
+        }
+    }
+}
+
 #[test]
 fn batched_out_of_order_segments_each_get_an_ack() {
     use flowlane_wire::TcpRepr;
@@ -360,9 +512,10 @@ fn batched_out_of_order_segments_each_get_an_ack() {
         assert!(payload.is_empty());
         let o = &repr.options;
         let blocks = &o.sack_blocks[..usize::from(o.sack_block_count)];
-        if acks.is_empty() {
-            // The last segment's second copy, above RCV.NXT: a D-SACK
-            // block, then the block that holds it (RFC 2883 §4).
+        if acks.len() + 1 == segs.len() {
+            // The ACK the last segment's second copy triggered (the last
+            // to go): a D-SACK block, then the block that holds it (RFC
+            // 2883 §4).
             assert_eq!(blocks, [(last_seq, last_end), (second_seq, last_end)]);
         } else {
             assert_eq!(blocks, [(second_seq, last_end)], "{o:?}");

@@ -396,11 +396,10 @@ impl Connection {
                 // §4.2 immediate duplicate ACK, with a D-SACK block for
                 // what arrived twice (RFC 2883 §4) so that the sender can
                 // tell a needless retransmission from a loss.
-                self.owe_immediate_ack();
+                self.owe_immediate_ack(ctx);
                 if self.flags.has(Flags::SACK) && seq < nxt {
                     let end = (seq + payload.len()).min(nxt);
-                    self.rcv_rare.dsack = (seq, end);
-                    self.flags.set(Flags::DSACK);
+                    self.set_dsack(seq, end);
                 }
             }
             // RFC 9293 §3.10.7.4: <SEQ=SND.NXT><ACK=RCV.NXT><CTL=ACK>; data
@@ -688,8 +687,7 @@ impl Connection {
     #[inline(never)]
     fn dsack_front(&mut self, seg: &TcpRepr, seq: SeqNumber) {
         if self.flags.has(Flags::SACK) && !seg.flags.syn() {
-            self.rcv_rare.dsack = (SeqNumber(seg.seq), seq);
-            self.flags.set(Flags::DSACK);
+            self.set_dsack(SeqNumber(seg.seq), seq);
         }
     }
 
@@ -1014,6 +1012,12 @@ impl Connection {
     ) {
         let offset = seq - self.rcv.nxt;
         let had_holes = self.flags.has(Flags::HOLES);
+        if offset > 0 {
+            // RFC 5681 §4.2: out-of-order data is acknowledged at once, by
+            // an ACK of its own; owed before the segment changes the SACK
+            // state an ACK owed earlier reports (`owe_immediate_ack`).
+            self.owe_immediate_ack(ctx);
+        }
         let ring = self.recv_buf.capacity() + self.recv_buf.headroom();
         if self.recv_buf.len() + offset + data.len() > ring {
             self.cover_advertised_window();
@@ -1055,7 +1059,9 @@ impl Connection {
                 if front > 0 {
                     // Duplicate ACKs still owed for the old RCV.NXT would now
                     // carry the new one and signal a loss that is not there.
-                    self.rcv.acks_owed = 0;
+                    if self.rcv.acks_owed > 0 {
+                        self.drop_owed_acks(ctx);
+                    }
                     if !kept {
                         self.recv_buf.enqueue_unallocated(ctx.lent, front as usize);
                     }
@@ -1142,20 +1148,33 @@ impl Connection {
     fn dsack_held(&mut self, offset: usize, len: usize) {
         if let Some((s, e)) = self.assembler.held_part(offset as u32, len as u32) {
             let nxt = self.rcv.nxt;
-            self.rcv_rare.dsack = (nxt + s as usize, nxt + e as usize);
-            self.flags.set(Flags::DSACK);
+            self.set_dsack(nxt + s as usize, nxt + e as usize);
         }
     }
 
     /// RFC 5681 §4.2: out-of-order data (starting at `seq`) is acknowledged
-    /// immediately, its block first in the SACK option. Out of line: the
-    /// in-order path inlines `receive_data`.
+    /// immediately (owed in `receive_data`), its block first in the SACK
+    /// option. Out of line: the in-order path inlines `receive_data`.
     #[cold]
     #[inline(never)]
     fn received_out_of_order(&mut self, ctx: &mut Ctx<'_>, seq: SeqNumber, had_holes: bool) {
         ctx.stats.out_of_order += 1;
         self.note_sacked(seq, !had_holes);
-        self.owe_immediate_ack();
+    }
+
+    /// A duplicate's range `[l, r)` to report as a D-SACK block (RFC 2883
+    /// §4). One still pending goes in the same ACK (no ACK was owed in
+    /// between: `owe_immediate_ack` sets a pending one aside with its
+    /// ACK): one range if they touch (as Linux's `tcp_dsack_extend`), else
+    /// the latest.
+    pub(super) fn set_dsack(&mut self, l: SeqNumber, r: SeqNumber) {
+        let (pl, pr) = self.rcv_rare.dsack;
+        self.rcv_rare.dsack = if self.flags.has(Flags::DSACK) && l <= pr && pl <= r {
+            (l.min(pl), r.max(pr))
+        } else {
+            (l, r)
+        };
+        self.flags.set(Flags::DSACK);
     }
 
     /// An out-of-order segment starting at `seq` was placed: its block is
@@ -1214,11 +1233,54 @@ impl Connection {
     /// polled would otherwise send one ACK for the whole batch: the sender,
     /// without SACK, then sees one duplicate ACK where there were twenty,
     /// never reaches its duplicate-ACK threshold and waits for its RTO.
-    pub(super) fn owe_immediate_ack(&mut self) {
-        if self.flags.has(Flags::ACK_NOW) {
-            self.rcv.acks_owed = self.rcv.acks_owed.saturating_add(1).min(MAX_ACKS_OWED);
+    ///
+    /// Called before the segment changes the SACK state: an ACK owed
+    /// already reports the state as it stands, which is set aside for it
+    /// (`OwedAcks`) when it has any.
+    pub(super) fn owe_immediate_ack(&mut self, ctx: &mut Ctx<'_>) {
+        if self.flags.has(Flags::ACK_NOW) && self.rcv.acks_owed < MAX_ACKS_OWED {
+            if self.flags.has(Flags::SACK) {
+                self.set_aside_owed_ack(ctx);
+            }
+            self.rcv.acks_owed += 1;
         }
         self.flags.set(Flags::ACK_NOW);
+    }
+
+    /// Sets aside the SACK state the latest owed ACK reports (RFC 2018 §4:
+    /// its first block holds the segment that owed it; RFC 2883 §4: its
+    /// D-SACK block is its duplicate's); the ACKs that go out while more
+    /// are owed take theirs back in order (`emit_raw_payload`). When the
+    /// stack can set aside no more, this connection's are forgotten and
+    /// its owed ACKs report the state after the batch, as they line up no
+    /// more.
+    #[cold]
+    #[inline(never)]
+    fn set_aside_owed_ack(&mut self, ctx: &mut Ctx<'_>) {
+        if self.flags.has(Flags::ACKS_UNRECORDED) {
+            return;
+        }
+        let sack = AckSack {
+            sacked: self.flags.has(Flags::HOLES).then_some(self.rcv_rare.sacked),
+            dsack: self.flags.has(Flags::DSACK).then_some(self.rcv_rare.dsack),
+        };
+        if ctx.replies.owed_acks.push(self.tuple, sack) {
+            self.flags.clear(Flags::DSACK);
+        } else {
+            ctx.replies.owed_acks.forget(&self.tuple);
+            self.flags.set(Flags::ACKS_UNRECORDED);
+        }
+    }
+
+    /// In-order data moved RCV.NXT: the duplicate ACKs still owed would
+    /// carry the new one and signal a loss that is not there, so they are
+    /// not sent, nor is the SACK state set aside for them.
+    #[cold]
+    #[inline(never)]
+    fn drop_owed_acks(&mut self, ctx: &mut Ctx<'_>) {
+        self.rcv.acks_owed = 0;
+        self.flags.clear(Flags::ACKS_UNRECORDED);
+        ctx.replies.owed_acks.forget(&self.tuple);
     }
 
     /// RFC 9293 §3.10.7.4 eighth: the FIN bit, in sequence.

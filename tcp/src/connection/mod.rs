@@ -38,6 +38,7 @@ use crate::chunk_pool::ChunkPool;
 use crate::flow_key::FlowKey;
 use crate::isn::IsnGenerator;
 use crate::lent_frames::{FrameStore, LentFrames};
+use crate::owed_acks::{AckSack, OwedAcks};
 use crate::rack::FlightPool;
 use crate::recv_buffer::RecvBuffer;
 use crate::rto::RttEstimator;
@@ -121,6 +122,9 @@ pub(crate) struct Replies {
     pub rsts: VecDeque<PendingRst>,
     /// The stack's budget of challenge ACKs (RFC 5961 §7).
     pub challenges: ChallengeBudget,
+    /// The SACK state of immediate ACKs owed while later segments of a
+    /// batch changed it (RFC 2018 §4, RFC 2883 §4).
+    pub owed_acks: OwedAcks,
 }
 
 /// What a connection needs from its stack while processing.

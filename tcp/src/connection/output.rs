@@ -115,7 +115,7 @@ impl Connection {
                 return r;
             }
             if self.flags.has(Flags::ACK_NOW)
-                && self.flags.has(Flags::HOLES | Flags::DSACK)
+                && (self.flags.has(Flags::HOLES | Flags::DSACK) || self.rcv.acks_owed > 0)
                 && self.flags.has(Flags::SACK)
             {
                 // An ACK owed for out-of-order or duplicate data goes out
@@ -432,10 +432,24 @@ impl Connection {
         if self.flags.has(Flags::TIMESTAMPS) {
             options.timestamps = Some((self.tsval(ctx.now), self.ts.recent));
         }
+        // An ACK that goes out while more are owed is an earlier one: it
+        // reports the SACK state set aside for it (`owe_immediate_ack`).
+        let set_aside = if self.rcv.acks_owed > 0 && self.flags.has(Flags::SACK) {
+            ctx.replies.owed_acks.pop(&self.tuple)
+        } else {
+            None
+        };
         if len == 0 && self.flags.has(Flags::SACK) {
             // Pure ACKs only: on a data segment the blocks would push it
             // past the MSS, which only accounts for timestamps.
-            self.sack_blocks(&mut options);
+            self.sack_blocks(&mut options, set_aside);
+        } else if let Some(AckSack {
+            dsack: Some((l, r)),
+            ..
+        }) = set_aside
+        {
+            // Its duplicate is reported by the next pure ACK.
+            self.set_dsack(l, r);
         }
         let flags = if self.flags.has(Flags::ECN) {
             self.ecn_segment_flags(flags, seq, len)
@@ -474,7 +488,7 @@ impl Connection {
             self.rcv.acks_owed -= 1;
             self.flags.set(Flags::ACK_NOW);
         } else {
-            self.flags.clear(Flags::ACK_NOW);
+            self.flags.clear(Flags::ACK_NOW | Flags::ACKS_UNRECORDED);
         }
         Some((hl + payload, payload))
     }
@@ -485,13 +499,23 @@ impl Connection {
     /// earlier options (most recent first: `RecvRare::sacked`), then the
     /// others, highest first; as many as fit next to the timestamp option
     /// (3 with it, 4 without).
-    pub(super) fn sack_blocks(&mut self, o: &mut TcpOptions) {
+    ///
+    /// An earlier owed ACK reports the state `set_aside` for it instead of
+    /// the pending D-SACK block and `RecvRare::sacked`, with the blocks
+    /// held now.
+    pub(super) fn sack_blocks(&mut self, o: &mut TcpOptions, set_aside: Option<AckSack>) {
         let max = if o.timestamps.is_some() { 3 } else { 4 };
         let mut n = 0;
         let mut dsack_above = None;
-        if self.flags.has(Flags::DSACK) {
-            self.flags.clear(Flags::DSACK);
-            let (l, r) = self.rcv_rare.dsack;
+        let (dsack, sacked) = match set_aside {
+            Some(s) => (s.dsack, s.sacked),
+            None => {
+                let pending = self.flags.has(Flags::DSACK).then_some(self.rcv_rare.dsack);
+                self.flags.clear(Flags::DSACK);
+                (pending, Some(self.rcv_rare.sacked))
+            }
+        };
+        if let Some((l, r)) = dsack {
             o.sack_blocks[n] = (l.0, r.0);
             n += 1;
             dsack_above = Some(l);
@@ -511,7 +535,7 @@ impl Connection {
         let holding = dsack_above.filter(|&l| l > nxt);
         let recent = holding
             .into_iter()
-            .chain(self.rcv_rare.sacked)
+            .chain(sacked.into_iter().flatten())
             .filter(|&s| s > nxt)
             .filter_map(|s| self.assembler.range_with((s - nxt) as u32));
         for b in recent.chain(self.assembler.ranges().rev()).map(abs) {

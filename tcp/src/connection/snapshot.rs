@@ -93,6 +93,10 @@ impl Connection {
         }
         let mut flags = self.flags;
         flags.clear(Flags::IN_BACKLOG);
+        if self.rcv.acks_owed > 0 {
+            // What was set aside for its owed ACKs stays with this stack.
+            flags.set(Flags::ACKS_UNRECORDED);
+        }
         Snapshot {
             tuple: self.tuple,
             state: self.state,

@@ -211,6 +211,10 @@ impl Flags {
     /// less than one unit of the window scale: a full buffer's window
     /// truncated to the unit (RFC 7323 §2.4, Appendix F).
     pub(crate) const RETRACTED: u64 = 1 << 45;
+    /// The SACK state of this connection's owed ACKs could not all be set
+    /// aside (`OwedAcks` was full, or the connection was imported with ACKs
+    /// owed): until none is owed, they report the state after the batch.
+    pub(crate) const ACKS_UNRECORDED: u64 = 1 << 46;
 
     /// Whether any bit of `f` is set.
     pub(crate) fn has(self, f: u64) -> bool {
