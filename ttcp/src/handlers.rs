@@ -16,7 +16,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net, Setup, SetupExt, Wake};
+use flowlane_app::{
+    CloseReason, ConnHandle, ConnHandler, ConnState, Net, Setup, SetupExt, State, Wake,
+};
 use flowlane_dataplane::counters;
 use hdrhistogram::Histogram;
 
@@ -100,6 +102,8 @@ pub fn receiver(plan: &Plan) -> impl HandlerSetup {
 /// The sender's set-up for `cores` cores (or application threads): core
 /// `q` opens its share of the plan's connections (`connections / cores`,
 /// core 0 the remainder), connection k of the run to data port k mod P.
+/// Every core gets its `Tx`, one with no share too: a connection moved to
+/// another core with its RSS bucket goes on there (`Tx::on_import`).
 pub fn sender(plan: &Plan, cores: u32) -> impl HandlerSetup {
     let remote = plan.addr;
     let total = plan.connections();
@@ -123,24 +127,25 @@ pub fn sender(plan: &Plan, cores: u32) -> impl HandlerSetup {
                 SocketAddr::new(remote, port)
             })
             .collect();
-        if !to.is_empty() {
-            h.add(Tx {
-                shared: sh.clone(),
-                w: w.clone(),
-                to,
-                conns: Vec::new(),
-                sending: false,
-                closed: false,
-                buf: vec![0x5a; buffer],
-                ping: ping.clone(),
-                pings: Vec::new(),
-                ready: VecDeque::new(),
-                queued: HashSet::new(),
-                wake: None,
-                ticks: 0,
-                in_tick: false,
-            });
-        }
+        // On every core, opening none where its share is none: a bucket
+        // moved here brings its connections to the handler of the same
+        // index (a core without it aborted them), as bulk-source's.
+        h.add(Tx {
+            shared: sh.clone(),
+            w: w.clone(),
+            to,
+            conns: Vec::new(),
+            sending: false,
+            closed: false,
+            buf: vec![0x5a; buffer],
+            ping: ping.clone(),
+            pings: Vec::new(),
+            ready: VecDeque::new(),
+            queued: HashSet::new(),
+            wake: None,
+            ticks: 0,
+            in_tick: false,
+        });
         Ok(())
     }
 }
@@ -253,6 +258,17 @@ struct Tx {
     /// `on_tick`s so far (one a pass), and whether one runs now.
     ticks: u64,
     in_tick: bool,
+}
+
+/// What a `Tx` connection takes to another core when its RSS bucket moves
+/// there (`on_export`, `on_import`).
+struct MovedConn {
+    /// Its ping-pong (latency and overlap modes, once connected), its
+    /// `tick_limit` counted from the export: each core counts its own
+    /// ticks.
+    ping: Option<PingPong>,
+    /// The run's end closed it already.
+    closed: bool,
 }
 
 impl Tx {
@@ -447,6 +463,15 @@ impl Tx {
     fn ping_of(&self, conn: ConnHandle) -> Option<usize> {
         self.pings.iter().position(|p| p.conn == Some(conn))
     }
+
+    /// The phase now, if a data connection's end now fails the run: one
+    /// not closed by the run's end (`closed`: on the core it moved from),
+    /// before the cool-down.
+    fn ended_early(&self, closed: bool) -> Option<Phase> {
+        let ph = self.shared.phase_at(Instant::now());
+        let over = closed || self.closed || self.shared.stopping();
+        (!over && !matches!(ph, Phase::Cooldown | Phase::Post)).then_some(ph)
+    }
 }
 
 impl ConnHandler for Tx {
@@ -500,10 +525,74 @@ impl ConnHandler for Tx {
     }
     fn on_closed(&mut self, _net: &mut dyn Net, conn: ConnHandle, reason: CloseReason) {
         self.conns.retain(|&c| c != conn);
-        let ph = self.shared.phase_at(Instant::now());
-        if !self.closed && !matches!(ph, Phase::Cooldown | Phase::Post) {
+        if let Some(ph) = self.ended_early(false) {
             self.shared.fail(format!(
                 "a data connection closed during {ph:?}: {reason:?}"
+            ));
+        }
+    }
+    /// The connection leaves with its RSS bucket: out of this core's
+    /// lists; its ping-pong goes along. (Its count in `connected` and the
+    /// bytes sent so far stay where they were counted.)
+    fn on_export(&mut self, _net: &mut dyn Net, conn: ConnHandle) -> Option<ConnState> {
+        self.conns.retain(|&c| c != conn);
+        if self.queued.remove(&conn) {
+            self.ready.retain(|&c| c != conn);
+        }
+        let ping = self.ping_of(conn).map(|i| {
+            let mut p = self.pings.swap_remove(i);
+            p.tick_limit = p.tick_limit.saturating_sub(self.ticks);
+            p
+        });
+        Some(Box::new(MovedConn {
+            ping,
+            closed: self.closed,
+        }))
+    }
+    /// A connection moved here goes on as on its old core: its ping-pong
+    /// continues, in throughput mode it is sent on; closed at once if the
+    /// run ended here. One still opening is taken up at its `on_connected`
+    /// here.
+    fn on_import(&mut self, net: &mut dyn Net, conn: ConnHandle, state: Option<ConnState>) {
+        let moved = state.and_then(|s| s.downcast::<MovedConn>().ok());
+        self.conns.push(conn);
+        let Some(MovedConn { ping, closed }) = moved.map(|m| *m) else {
+            return;
+        };
+        if closed {
+            // Its `on_closed` comes here.
+            return;
+        }
+        if self.closed {
+            let _ = net.close(conn);
+            return;
+        }
+        match ping {
+            Some(mut p) => {
+                p.conn = Some(conn);
+                p.tick_limit += self.ticks;
+                let busy = p.busy;
+                self.pings.push(p);
+                let i = self.pings.len() - 1;
+                if busy {
+                    self.pong(net, i);
+                } else {
+                    self.ping(net, i);
+                }
+            }
+            None if net.state(conn).is_ok_and(|s| s != State::SynSent) => self.fill(net, conn),
+            None => {}
+        }
+    }
+    /// A connection moving here was lost on the way (the stack refused it):
+    /// a failure, as its close would be.
+    fn on_import_failed(&mut self, _net: &mut dyn Net, state: Option<ConnState>) {
+        let closed = state
+            .and_then(|s| s.downcast::<MovedConn>().ok())
+            .is_some_and(|m| m.closed);
+        if let Some(ph) = self.ended_early(closed) {
+            self.shared.fail(format!(
+                "a data connection was lost moving to another core during {ph:?}"
             ));
         }
     }
@@ -620,6 +709,9 @@ mod tests {
         conns: HashMap<ConnHandle, FakeConn>,
         next: u32,
         stats: Stats,
+        /// Connections closed, and aborted, in order.
+        closed: Vec<ConnHandle>,
+        aborted: Vec<ConnHandle>,
     }
 
     #[derive(Default)]
@@ -632,6 +724,14 @@ mod tests {
     const SPACE: usize = 1 << 16;
 
     impl FakeNet {
+        /// Takes `c` in under a new handle (opened here, or moved here).
+        fn adopt(&mut self, c: FakeConn) -> ConnHandle {
+            self.next += 1;
+            let h = ConnHandle::from_parts(self.next, 1);
+            self.conns.insert(h, c);
+            h
+        }
+
         /// The data path takes what was queued and the peer echoes it.
         fn take_and_echo(&mut self) {
             for c in self.conns.values_mut() {
@@ -642,12 +742,12 @@ mod tests {
         }
     }
 
-    /// One core's set-up: its handlers go to the dispatcher.
-    struct FakeSetup(Dispatcher);
+    /// One core's set-up: its handlers go to the dispatcher; its queue.
+    struct FakeSetup(Dispatcher, u32);
 
     impl Setup for FakeSetup {
         fn queue(&self) -> u32 {
-            0
+            self.1
         }
         fn listen_boxed(
             &mut self,
@@ -676,10 +776,7 @@ mod tests {
             }
         }
         fn connect(&mut self, _remote: SocketAddr) -> Result<ConnHandle, Error> {
-            self.next += 1;
-            let h = ConnHandle::from_parts(self.next, 1);
-            self.conns.insert(h, FakeConn::default());
-            Ok(h)
+            Ok(self.adopt(FakeConn::default()))
         }
         fn send(&mut self, conn: ConnHandle, data: &[u8]) -> Result<usize, Error> {
             let c = self.conns.get_mut(&conn).ok_or(Error::InvalidState)?;
@@ -711,10 +808,14 @@ mod tests {
         fn shutdown_write(&mut self, _conn: ConnHandle) -> Result<(), Error> {
             Ok(())
         }
-        fn close(&mut self, _conn: ConnHandle) -> Result<(), Error> {
+        fn close(&mut self, conn: ConnHandle) -> Result<(), Error> {
+            self.conns.get(&conn).ok_or(Error::InvalidState)?;
+            self.closed.push(conn);
             Ok(())
         }
-        fn abort(&mut self, _conn: ConnHandle) -> Result<(), Error> {
+        fn abort(&mut self, conn: ConnHandle) -> Result<(), Error> {
+            self.conns.get(&conn).ok_or(Error::InvalidState)?;
+            self.aborted.push(conn);
             Ok(())
         }
         fn set_nodelay(&mut self, _conn: ConnHandle, _on: bool) -> Result<(), Error> {
@@ -756,9 +857,38 @@ mod tests {
         }
     }
 
-    /// A sender of `flags` on one core: its handlers, connected, in the
-    /// measured window, and the core's counters.
-    fn one_core_sender(flags: &str) -> (Dispatcher, FakeNet, Arc<WorkerCounters>) {
+    /// A sender on several cores, each with its handlers, data path and
+    /// counters, and the run's state.
+    struct Cores {
+        d: Vec<Dispatcher>,
+        net: Vec<FakeNet>,
+        w: Vec<Arc<WorkerCounters>>,
+        shared: Arc<Shared>,
+    }
+
+    impl Cores {
+        /// Moves `conn` from core `from` to core `to` (its RSS bucket
+        /// moved), as the data path does: its application side out, the
+        /// connection under a new handle there, its application side in.
+        fn move_conn(&mut self, conn: ConnHandle, from: usize, to: usize) -> ConnHandle {
+            let app = self.d[from].export_conn(conn, &mut self.net[from]).unwrap();
+            let c = self.net[from].conns.remove(&conn).unwrap();
+            let new = self.net[to].adopt(c);
+            self.d[to].import_conn(new, app, &mut self.net[to]);
+            new
+        }
+
+        /// A pass of every core.
+        fn tick(&mut self) {
+            for (d, net) in self.d.iter_mut().zip(&mut self.net) {
+                d.tick(net);
+            }
+        }
+    }
+
+    /// A sender of `flags` on `cores` cores: its handlers, connected, in
+    /// the measured window.
+    fn sender_on(flags: &str, cores: u32) -> Cores {
         let mut argv = vec!["flowlane-ttcp", "-s", "-W", "0", "-t", "60", "-C", "0"];
         argv.extend(flags.split_whitespace());
         let plan = crate::cli::Cli::try_parse_from(argv)
@@ -767,18 +897,36 @@ mod tests {
             .plan()
             .unwrap();
         let shared = Arc::new(Shared::new(Schedule::from_secs(0.0, 60.0, 0.0)));
-        let w = Arc::new(WorkerCounters::default());
-        let mut setup = FakeSetup(Dispatcher::new());
-        sender(&plan, 1)(&mut setup, &w, &shared).unwrap();
-        let mut d = setup.0;
-        let mut net = FakeNet::default();
-        d.start(&mut net);
-        let conns: Vec<ConnHandle> = net.conns.keys().copied().collect();
-        for c in conns {
-            d.dispatch(Event::Connected(c), &mut net);
+        let mut c = Cores {
+            d: Vec::new(),
+            net: Vec::new(),
+            w: Vec::new(),
+            shared: shared.clone(),
+        };
+        for q in 0..cores {
+            let w = Arc::new(WorkerCounters::default());
+            let mut setup = FakeSetup(Dispatcher::new(), q);
+            sender(&plan, cores)(&mut setup, &w, &shared).unwrap();
+            let mut d = setup.0;
+            let mut net = FakeNet::default();
+            d.start(&mut net);
+            let conns: Vec<ConnHandle> = net.conns.keys().copied().collect();
+            for conn in conns {
+                d.dispatch(Event::Connected(conn), &mut net);
+            }
+            c.d.push(d);
+            c.net.push(net);
+            c.w.push(w);
         }
         shared.start(Instant::now());
-        (d, net, w)
+        c
+    }
+
+    /// A sender of `flags` on one core: its handlers, connected, in the
+    /// measured window, and the core's counters.
+    fn one_core_sender(flags: &str) -> (Dispatcher, FakeNet, Arc<WorkerCounters>) {
+        let mut c = sender_on(flags, 1);
+        (c.d.remove(0), c.net.remove(0), c.w.remove(0))
     }
 
     /// Latency mode with more connections than cores (a flowlane sender
@@ -820,5 +968,88 @@ mod tests {
         // The next iteration went out; no round-trip time in overlap mode.
         assert_eq!(net.conns[&conn].queued, 100);
         assert!(w.stats().rtt_ns.is_none());
+    }
+
+    /// Throughput: a connection moved with its RSS bucket to a core whose
+    /// share of connections was none is sent on there, and closed there at
+    /// the run's end; the counts add up across the cores. (Before: no
+    /// handler at its index there, and the move aborted it.)
+    #[test]
+    fn a_moved_connection_is_sent_on_and_closed_on_a_core_with_no_share() {
+        let mut c = sender_on("-m 1,*,127.0.0.1", 2);
+        assert_eq!((c.net[0].conns.len(), c.net[1].conns.len()), (1, 0));
+        let old = *c.net[0].conns.keys().next().unwrap();
+        c.tick();
+        assert!(c.net[0].conns[&old].queued > 0);
+        // The data path takes it all; the bucket moves before the
+        // connection's next send.
+        c.net[0].take_and_echo();
+        let new = c.move_conn(old, 0, 1);
+        assert!(c.net[1].aborted.is_empty(), "the move aborted it");
+        assert!(
+            c.net[1].conns[&new].queued > 0,
+            "not sent on after the move"
+        );
+        // The run ends: the connection is closed on its new core.
+        c.shared.stop.store(true, Ordering::Relaxed);
+        c.tick();
+        assert_eq!(c.net[1].closed, [new]);
+        assert!(c.net[0].closed.is_empty());
+        c.d[1].dispatch(
+            Event::Closed {
+                conn: new,
+                reason: CloseReason::Normal,
+            },
+            &mut c.net[1],
+        );
+        assert_eq!(c.shared.failure(), None);
+        assert_eq!(c.shared.connected.load(Ordering::Relaxed), 1);
+        let sent: u64 =
+            c.w.iter()
+                .map(|w| w.stats().bytes.iter().sum::<u64>())
+                .sum();
+        let on_wire = c.net[1].conns[&new].taken + c.net[1].conns[&new].queued;
+        assert_eq!(sent, on_wire as u64);
+    }
+
+    /// Latency: a connection moved mid-iteration to a core with its own
+    /// connection finishes its iteration there (its round trip counted
+    /// there), plays on, and is closed there at the run's end. (Before:
+    /// that core's `Tx` did not know it: the echo was discarded, and the
+    /// run's end never closed it.)
+    #[test]
+    fn a_moved_connection_plays_on_and_is_closed_on_its_new_core() {
+        let mut c = sender_on("-m 2,*,127.0.0.1 --latency --msg-size 100", 2);
+        assert_eq!((c.net[0].conns.len(), c.net[1].conns.len()), (1, 1));
+        let old = *c.net[0].conns.keys().next().unwrap();
+        let stays = *c.net[1].conns.keys().next().unwrap();
+        c.tick();
+        // Both sent their message; one's bucket moves before its echo.
+        let new = c.move_conn(old, 0, 1);
+        c.net[1].take_and_echo();
+        for conn in [stays, new] {
+            c.d[1].dispatch(Event::Readable(conn), &mut c.net[1]);
+        }
+        for conn in [stays, new] {
+            let f = &c.net[1].conns[&conn];
+            assert_eq!(
+                (f.taken, f.queued),
+                (100, 100),
+                "{conn:?}: no next iteration"
+            );
+        }
+        let rtts = c.w[1].stats().rtt_ns.map_or(0, |h| h.len());
+        assert_eq!(rtts, 2);
+        assert_eq!(c.w[1].stats().bytes[Phase::Measured as usize], 400);
+        assert!(c.w[0].stats().rtt_ns.is_none());
+        c.shared.stop.store(true, Ordering::Relaxed);
+        c.tick();
+        let mut closed = c.net[1].closed.clone();
+        closed.sort_by_key(|h| h.index());
+        let mut both = vec![stays, new];
+        both.sort_by_key(|h| h.index());
+        assert_eq!(closed, both);
+        assert_eq!(c.shared.failure(), None);
+        assert_eq!(c.shared.connected.load(Ordering::Relaxed), 2);
     }
 }
