@@ -184,10 +184,7 @@ fn sack_blocks_most_recent_first_and_partial_duplicates_reported() {
     let (mut server, segs) = flight_to_server(10 * 1448);
     assert!(segs.len() >= 9, "{} segments", segs.len());
     let mut buf = [0u8; 1500];
-    let range = |i: usize| {
-        let (r, p) = TcpRepr::parse_segment(&segs[i].1).unwrap();
-        (r.seq, r.seq.wrapping_add(p.len() as u32))
-    };
+    let range = |i: usize| seq_range(&segs[i].1);
     let mut deliver = |server: &mut flowlane_tcp::Stack, i: usize| {
         let (t, s) = &segs[i];
         server.handle_segment(now, t.src.ip(), t.dst.ip(), s);
@@ -253,6 +250,26 @@ fn forge(
     frame
 }
 
+/// The sequence range a segment's payload takes.
+fn seq_range(seg: &[u8]) -> (u32, u32) {
+    let (r, p) = flowlane_wire::TcpRepr::parse_segment(seg).unwrap();
+    (r.seq, r.seq.wrapping_add(p.len() as u32))
+}
+
+/// The SACK blocks of each segment `server` sends now, in order.
+fn sack_blocks_sent(
+    server: &mut flowlane_tcp::Stack,
+    now: flowlane_tcp::time::Instant,
+) -> Vec<Vec<(u32, u32)>> {
+    let mut buf = [0u8; 1500];
+    let mut all = Vec::new();
+    while let Some(t) = server.poll_transmit(now, &mut buf) {
+        let (r, _) = flowlane_wire::TcpRepr::parse_segment(&buf[..t.len]).unwrap();
+        all.push(r.options.sack_blocks[..usize::from(r.options.sack_block_count)].to_vec());
+    }
+    all
+}
+
 /// RFC 2883 §4, the cases beside a wholly duplicate segment: a D-SACK
 /// block of held data is followed by the block that holds it, in the ACK
 /// the duplicate triggered, even when another out-of-order segment came
@@ -262,24 +279,12 @@ fn forge(
 /// §5.2) reports nothing: it was not taken.
 #[test]
 fn d_sacks_of_held_data_and_of_dropped_segments() {
-    use flowlane_wire::TcpRepr;
     let now = flowlane_tcp::time::Instant::ZERO;
     let (mut server, segs) = flight_to_server(10 * 1448);
-    let mut buf = [0u8; 1500];
-    let range = |i: usize| {
-        let (r, p) = TcpRepr::parse_segment(&segs[i].1).unwrap();
-        (r.seq, r.seq.wrapping_add(p.len() as u32))
-    };
+    let range = |i: usize| seq_range(&segs[i].1);
     let (t, _) = &segs[0];
     let ips = (t.src.ip(), t.dst.ip());
-    let mut acks = |server: &mut flowlane_tcp::Stack| {
-        let mut all = Vec::new();
-        while let Some(t) = server.poll_transmit(now, &mut buf) {
-            let (r, _) = TcpRepr::parse_segment(&buf[..t.len]).unwrap();
-            all.push(r.options.sack_blocks[..usize::from(r.options.sack_block_count)].to_vec());
-        }
-        all
-    };
+    let acks = |server: &mut flowlane_tcp::Stack| sack_blocks_sent(server, now);
     for i in [2, 4] {
         server.handle_segment(now, ips.0, ips.1, &segs[i].1);
     }
@@ -348,25 +353,13 @@ fn d_sacks_of_held_data_and_of_dropped_segments() {
 /// second was reported.
 #[test]
 fn each_ack_owed_for_a_batch_reports_its_own_segment() {
-    use flowlane_wire::TcpRepr;
     let now = flowlane_tcp::time::Instant::ZERO;
     let (mut server, segs) = flight_to_server(10 * 1448);
     assert!(segs.len() >= 10, "{} segments", segs.len());
-    let mut buf = [0u8; 1500];
-    let range = |i: usize| {
-        let (r, p) = TcpRepr::parse_segment(&segs[i].1).unwrap();
-        (r.seq, r.seq.wrapping_add(p.len() as u32))
-    };
+    let range = |i: usize| seq_range(&segs[i].1);
     let (t, _) = &segs[0];
     let ips = (t.src.ip(), t.dst.ip());
-    let mut acks = |server: &mut flowlane_tcp::Stack| {
-        let mut all = Vec::new();
-        while let Some(t) = server.poll_transmit(now, &mut buf) {
-            let (r, _) = TcpRepr::parse_segment(&buf[..t.len]).unwrap();
-            all.push(r.options.sack_blocks[..usize::from(r.options.sack_block_count)].to_vec());
-        }
-        all
-    };
+    let acks = |server: &mut flowlane_tcp::Stack| sack_blocks_sent(server, now);
     let odd = [1, 3, 5, 7, 9];
     for i in odd {
         server.handle_segment(now, ips.0, ips.1, &segs[i].1);
@@ -432,10 +425,7 @@ fn acks_owed_past_what_the_stack_sets_aside_report_the_final_state() {
         assert!(segs.len() >= 10);
         flights.push(segs);
     }
-    let range = |c: usize, i: usize| {
-        let (r, p) = TcpRepr::parse_segment(&flights[c][i].1).unwrap();
-        (r.seq, r.seq.wrapping_add(p.len() as u32))
-    };
+    let range = |c: usize, i: usize| seq_range(&flights[c][i].1);
     let deliver = |server: &mut Stack, c: usize, i: usize| {
         let (t, seg) = &flights[c][i];
         server.handle_segment(now, t.src.ip(), t.dst.ip(), seg);
