@@ -141,17 +141,26 @@ fn testbed_impairment_seeds() {
 /// the client's first flight of `bytes` (sent with nodelay), not delivered:
 /// the server and the flight's segments.
 fn flight_to_server(bytes: usize) -> (flowlane_tcp::Stack, Vec<(flowlane_tcp::Transmit, Vec<u8>)>) {
+    let mut server = flowlane_tcp::Stack::new(sim::test_config(1));
+    server.listen("10.0.0.1:80".parse().unwrap()).unwrap();
+    let segs = flight_from(&mut server, 40_000, bytes);
+    (server, segs)
+}
+
+/// A connection to `server` (listening on 10.0.0.1:80) from a new client
+/// stack at 10.0.0.2:`port`, established, and the client's first flight of
+/// `bytes` (sent with nodelay), not delivered.
+fn flight_from(
+    server: &mut flowlane_tcp::Stack,
+    port: u16,
+    bytes: usize,
+) -> Vec<(flowlane_tcp::Transmit, Vec<u8>)> {
     use flowlane_tcp::{Event, Stack};
     let now = flowlane_tcp::time::Instant::ZERO;
-    let mut server = Stack::new(sim::test_config(1));
     let mut client = Stack::new(sim::test_config(2));
-    server.listen("10.0.0.1:80".parse().unwrap()).unwrap();
+    let from = std::net::SocketAddr::new("10.0.0.2".parse().unwrap(), port);
     let conn = client
-        .connect(
-            now,
-            "10.0.0.2:40000".parse().unwrap(),
-            "10.0.0.1:80".parse().unwrap(),
-        )
+        .connect(now, from, "10.0.0.1:80".parse().unwrap())
         .unwrap();
     let mut buf = [0u8; 1500];
     for _ in 0..3 {
@@ -169,7 +178,7 @@ fn flight_to_server(bytes: usize) -> (flowlane_tcp::Stack, Vec<(flowlane_tcp::Tr
     while let Some(t) = client.poll_transmit(now, &mut buf) {
         segs.push((t, buf[..t.len].to_vec()));
     }
-    (server, segs)
+    segs
 }
 
 /// RFC 2018 §4: the first SACK block holds the segment that triggered the
@@ -393,38 +402,17 @@ fn each_ack_owed_for_a_batch_reports_its_own_segment() {
 /// first, and each connection gets one ACK per segment.
 #[test]
 fn acks_owed_past_what_the_stack_sets_aside_report_the_final_state() {
-    use flowlane_tcp::{Event, Stack};
+    use flowlane_tcp::Stack;
     use flowlane_wire::TcpRepr;
     use std::collections::BTreeMap;
     let now = flowlane_tcp::time::Instant::ZERO;
     let mut server = Stack::new(sim::test_config(1));
     server.listen("10.0.0.1:80".parse().unwrap()).unwrap();
     let mut buf = [0u8; 1500];
-    let mut flights = Vec::new();
-    for c in 0..65u16 {
-        let mut client = Stack::new(sim::test_config(2));
-        let from = format!("10.0.0.2:{}", 40_000 + c).parse().unwrap();
-        let conn = client
-            .connect(now, from, "10.0.0.1:80".parse().unwrap())
-            .unwrap();
-        for _ in 0..3 {
-            while let Some(t) = client.poll_transmit(now, &mut buf) {
-                server.handle_segment(now, t.src.ip(), t.dst.ip(), &buf[..t.len]);
-            }
-            while let Some(t) = server.poll_transmit(now, &mut buf) {
-                client.handle_segment(now, t.src.ip(), t.dst.ip(), &buf[..t.len]);
-            }
-        }
-        assert_eq!(client.poll_event(), Some(Event::Connected(conn)));
-        client.set_nodelay(conn, true).unwrap();
-        client.send(conn, &vec![7u8; 10 * 1448]).unwrap();
-        let mut segs = Vec::new();
-        while let Some(t) = client.poll_transmit(now, &mut buf) {
-            segs.push((t, buf[..t.len].to_vec()));
-        }
-        assert!(segs.len() >= 10);
-        flights.push(segs);
-    }
+    let flights: Vec<_> = (0..65u16)
+        .map(|c| flight_from(&mut server, 40_000 + c, 10 * 1448))
+        .collect();
+    assert!(flights.iter().all(|f| f.len() >= 10));
     let range = |c: usize, i: usize| seq_range(&flights[c][i].1);
     let deliver = |server: &mut Stack, c: usize, i: usize| {
         let (t, seg) = &flights[c][i];
