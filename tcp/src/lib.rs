@@ -783,10 +783,10 @@ pub struct Stats {
     pub ooo_dropped: u64,
     /// Segments inside the window offered whose bytes the receive buffer
     /// had no room for, in part or in whole (dropped unacknowledged: the
-    /// peer sends them again). The window offers at most one unit of the
-    /// window scale (RFC 7323 §2.4) past what the buffer holds, and the
-    /// buffer's headroom takes that unless the unit is larger than the
-    /// buffer itself (a buffer set below 2^shift bytes).
+    /// peer sends them again). A safety count, expected to stay 0: the
+    /// window offers at most one unit of the window scale (RFC 7323 §2.4)
+    /// past what the buffer holds, and the buffer's headroom reaches one
+    /// unit, or the buffer's own size if that is more.
     pub recv_buffer_overrun: u64,
     /// Segments whose window offered a right edge left of one offered
     /// before, by less than one unit of the window scale: a full buffer's

@@ -15,8 +15,9 @@
 //! So when a segment owes an ACK while an earlier one is still owed, the
 //! earlier ACK's SACK state is set aside here ([`AckSack`]), and the ACKs
 //! that go out while more are owed take theirs back in order. Kept by the
-//! stack for all its connections (it is empty between batches, and a
-//! connection holds nothing for it), bounded: past [`MAX_RECORDS`] a
+//! stack for all its connections (empty once their owed ACKs went out: a
+//! SYN-ACK, in-order data moving RCV.NXT, or the connection's end drops
+//! them; a connection holds nothing for it), bounded: past [`MAX_RECORDS`] a
 //! connection's ACKs report the state after the batch, as before.
 
 use crate::flow_key::FlowKey;
@@ -70,6 +71,12 @@ impl OwedAcks {
     pub(crate) fn pop(&mut self, key: &FlowKey) -> Option<AckSack> {
         let at = self.records.iter().position(|r| r.key == *key)?;
         self.records.remove(at).map(|r| r.sack)
+    }
+
+    /// Gives back what [`OwedAcks::pop`] took for `key` (its ACK did not go
+    /// out): first again, so that it is taken first.
+    pub(crate) fn put_back(&mut self, key: FlowKey, sack: AckSack) {
+        self.records.push_front(Record { key, sack });
     }
 
     /// Forgets everything set aside for `key` (its owed ACKs were dropped,

@@ -558,3 +558,113 @@ fn needless_fast_retransmits_on_a_reordering_link_are_undone() {
     assert_eq!(s.spurious_recoveries, s.fast_retransmits, "{s:?}");
     assert_eq!(s.rto_timeouts, 0, "{s:?}");
 }
+
+/// Segments outside the window of a half-open connection (SYN-RECEIVED)
+/// each owe an ACK, which is the SYN-ACK sent again: once it goes, none is
+/// owed any more. Before, the ACKs owed and the SACK state set aside for
+/// them stayed until the handshake completed (a peer's half-open
+/// connections could hold the stack's whole bound on it), and the
+/// connection's first out-of-order batch then got those ACKs first,
+/// reporting none of its segments.
+#[test]
+fn a_half_open_connection_keeps_no_acks_owed_after_its_syn_ack() {
+    use flowlane_tcp::{Event, Stack};
+    use flowlane_wire::tcp::{TcpFlags, TcpOptions};
+    use flowlane_wire::TcpRepr;
+    let now = flowlane_tcp::time::Instant::ZERO;
+    let mut server = Stack::new(sim::test_config(1));
+    server.listen("10.0.0.1:80".parse().unwrap()).unwrap();
+    let mut client = Stack::new(sim::test_config(2));
+    let conn = client
+        .connect(
+            now,
+            "10.0.0.2:40000".parse().unwrap(),
+            "10.0.0.1:80".parse().unwrap(),
+        )
+        .unwrap();
+    let mut buf = [0u8; 1500];
+    let t = client.poll_transmit(now, &mut buf).expect("SYN");
+    let syn_frame = buf[..t.len].to_vec();
+    let (src, dst) = (t.src.ip(), t.dst.ip());
+    server.handle_segment(now, src, dst, &syn_frame);
+    let t = server.poll_transmit(now, &mut buf).expect("SYN-ACK");
+    let synack_frame = buf[..t.len].to_vec();
+    let (syn, _) = TcpRepr::parse_segment(&syn_frame).unwrap();
+    let (synack, _) = TcpRepr::parse_segment(&synack_frame).unwrap();
+    // Three segments far outside the window, in one batch.
+    for k in 0..3u32 {
+        let r = TcpRepr {
+            src_port: syn.src_port,
+            dst_port: syn.dst_port,
+            seq: syn.seq.wrapping_add(1_000_001 + 100 * k),
+            ack: synack.seq.wrapping_add(1),
+            flags: TcpFlags::ACK,
+            window: 1_000,
+            urgent: 0,
+            options: TcpOptions {
+                timestamps: syn.options.timestamps,
+                ..TcpOptions::default()
+            },
+        };
+        let mut frame = vec![0u8; 60];
+        let hl = r.emit(&mut frame).unwrap();
+        frame.truncate(hl);
+        frame.resize(hl + 100, 9);
+        let ck = sim::tcp_checksum(src, dst, &frame);
+        frame[16..18].copy_from_slice(&ck.to_be_bytes());
+        server.handle_segment(now, src, dst, &frame);
+    }
+    let answers = sack_blocks_sent(&mut server, now);
+    assert!(!answers.is_empty(), "the SYN-ACK again");
+    // The handshake completes; the client's flight loses every other
+    // segment.
+    client.handle_segment(now, dst, src, &synack_frame);
+    while let Some(t) = client.poll_transmit(now, &mut buf) {
+        server.handle_segment(now, t.src.ip(), t.dst.ip(), &buf[..t.len]);
+    }
+    let _ = sack_blocks_sent(&mut server, now);
+    assert_eq!(client.poll_event(), Some(Event::Connected(conn)));
+    client.set_nodelay(conn, true).unwrap();
+    client.send(conn, &vec![7u8; 6 * 1448]).unwrap();
+    let mut segs = Vec::new();
+    while let Some(t) = client.poll_transmit(now, &mut buf) {
+        segs.push(buf[..t.len].to_vec());
+    }
+    for i in [1, 3, 5] {
+        server.handle_segment(now, src, dst, &segs[i]);
+    }
+    let acks = sack_blocks_sent(&mut server, now);
+    let firsts: Vec<_> = acks.iter().map(|b| b.first().copied()).collect();
+    let own: Vec<_> = [1, 3, 5]
+        .iter()
+        .map(|&i| Some(seq_range(&segs[i])))
+        .collect();
+    assert_eq!(firsts, own);
+}
+
+/// A `poll_transmit` with a buffer too small for the header (against its
+/// contract) writes nothing and takes nothing: the owed ACKs still each
+/// report their own segment once they go (before, the first one's state
+/// was lost with the failed write, and every ACK after it reported the
+/// next one's).
+#[test]
+fn a_failed_write_keeps_the_acks_owed_in_line() {
+    let now = flowlane_tcp::time::Instant::ZERO;
+    let (mut server, segs) = flight_to_server(10 * 1448);
+    let (t, _) = &segs[0];
+    for i in [1, 3, 5, 7] {
+        server.handle_segment(now, t.src.ip(), t.dst.ip(), &segs[i].1);
+    }
+    let mut small = [0u8; 20];
+    assert!(server.poll_transmit(now, &mut small).is_none());
+    // (The stack passes over a connection whose write failed; the next
+    // segment brings it back.)
+    server.handle_segment(now, t.src.ip(), t.dst.ip(), &segs[9].1);
+    let acks = sack_blocks_sent(&mut server, now);
+    let firsts: Vec<_> = acks.iter().map(|b| b[0]).collect();
+    let own: Vec<_> = [1, 3, 5, 7, 9]
+        .iter()
+        .map(|&i| seq_range(&segs[i].1))
+        .collect();
+    assert_eq!(firsts, own);
+}

@@ -325,3 +325,37 @@ fn the_one_segment_floor_survives_a_large_window_scale() {
     let answer = p.run_until(later).last().map(|(r, _)| r.window);
     assert_eq!((window, answer), (Some(1), Some(1)), "{update:?}");
 }
+
+/// An out-of-order segment that reaches past the window's right edge is
+/// trimmed to it and owes one immediate ACK, not two (the trim asked for
+/// one and placing the data owed another, the first reporting the state
+/// from before the segment came).
+#[test]
+fn an_out_of_order_segment_past_the_edge_owes_one_ack() {
+    let mut p = Peer::new(60_000);
+    let wnd = u32::from(p.a_window());
+    p.data(1_000, TcpFlags::empty(), &vec![3u8; wnd as usize]);
+    let acks = p.poll();
+    assert_eq!(acks.len(), 1, "{acks:?}");
+}
+
+/// RFC 5681 §2: a duplicate ACK carries no data. Three out-of-order
+/// segments in one batch owe three, and A has data to send: its data
+/// segments (which carry the same acknowledgment) no longer stand in for
+/// them, so the peer still counts three duplicates and can retransmit
+/// fast. Before, each data segment used up one, and none was sent.
+#[test]
+fn data_segments_do_not_use_up_the_duplicate_acks_owed() {
+    let mut p = Peer::new(60_000);
+    p.a.send(p.conn, &[1u8; 3_000]).unwrap();
+    for k in 1..=3 {
+        p.data(1_000 * k, TcpFlags::empty(), &[2u8; 100]);
+    }
+    let out = p.poll();
+    let dup_acks = out
+        .iter()
+        .filter(|(r, len)| *len == 0 && r.ack == p.b_nxt)
+        .count();
+    assert!(out.iter().any(|(_, len)| *len > 0), "{out:?}");
+    assert_eq!(dup_acks, 3, "{out:?}");
+}

@@ -261,7 +261,13 @@ impl Connection {
     fn window_update_due(&self, mem: RecvMemory) -> Option<usize> {
         let cap = self.recv_buf.capacity();
         let advertised = self.offered_wnd();
-        let free = self.offerable(mem);
+        let mut free = self.offerable(mem);
+        if self.flags.has(Flags::RETRACTED) {
+            // The peer goes by less than was promised: an update opens
+            // only what the field it would carry offers (the promise's
+            // rest may be under one unit of the window scale).
+            free = free.min(self.window_field(mem).0 << self.rcv.wscale);
+        }
         let threshold = (cap / 2).min(self.eff_mss()).max(1);
         (free >= advertised + threshold && advertised <= cap / 2).then(|| free - advertised)
     }

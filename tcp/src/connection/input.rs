@@ -439,7 +439,11 @@ impl Connection {
             if data.len() > room {
                 data = &data[..room];
                 f = TcpFlags(f.0 & !TcpFlags::FIN.0);
-                self.flags.set(Flags::ACK_NOW);
+                if seq == nxt {
+                    // Out-of-order data owes its ACK when it is placed
+                    // (`receive_data`): one, not two.
+                    self.flags.set(Flags::ACK_NOW);
+                }
             }
         }
         Some((seq, data, f))
@@ -1277,7 +1281,7 @@ impl Connection {
     /// not sent, nor is the SACK state set aside for them.
     #[cold]
     #[inline(never)]
-    fn drop_owed_acks(&mut self, ctx: &mut Ctx<'_>) {
+    pub(super) fn drop_owed_acks(&mut self, ctx: &mut Ctx<'_>) {
         self.rcv.acks_owed = 0;
         self.flags.clear(Flags::ACKS_UNRECORDED);
         ctx.replies.owed_acks.forget(&self.tuple);

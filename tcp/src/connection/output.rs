@@ -77,6 +77,11 @@ impl Connection {
             self.rcv.adv = self.rcv.nxt + usize::from(repr.window);
             self.ts.last_ack_sent = self.rcv.nxt;
             self.flags.clear(Flags::ACK_NOW);
+            if self.rcv.acks_owed > 0 {
+                // Out-of-window segments in SYN-RECEIVED owed ACKs: this
+                // SYN-ACK answers them all.
+                self.drop_owed_acks(ctx);
+            }
         }
         if self.snd.max > self.snd_rare.iss {
             ctx.stats.retransmits += 1;
@@ -432,24 +437,25 @@ impl Connection {
         if self.flags.has(Flags::TIMESTAMPS) {
             options.timestamps = Some((self.tsval(ctx.now), self.ts.recent));
         }
-        // An ACK that goes out while more are owed is an earlier one: it
-        // reports the SACK state set aside for it (`owe_immediate_ack`).
-        let set_aside = if self.rcv.acks_owed > 0 && self.flags.has(Flags::SACK) {
-            ctx.replies.owed_acks.pop(&self.tuple)
-        } else {
-            None
-        };
+        // What the SACK option took: the state set aside for an owed ACK,
+        // or the pending D-SACK block (given back if the segment cannot
+        // be written).
+        let mut took = (None, false);
         if len == 0 && self.flags.has(Flags::SACK) {
             // Pure ACKs only: on a data segment the blocks would push it
-            // past the MSS, which only accounts for timestamps.
+            // past the MSS, which only accounts for timestamps. One that
+            // goes out while more are owed is an earlier one: it reports
+            // the SACK state set aside for it (`owe_immediate_ack`).
+            let set_aside = if self.rcv.acks_owed > 0 {
+                ctx.replies.owed_acks.pop(&self.tuple)
+            } else {
+                None
+            };
+            took = (
+                set_aside,
+                set_aside.is_none() && self.flags.has(Flags::DSACK),
+            );
             self.sack_blocks(&mut options, set_aside);
-        } else if let Some(AckSack {
-            dsack: Some((l, r)),
-            ..
-        }) = set_aside
-        {
-            // Its duplicate is reported by the next pure ACK.
-            self.set_dsack(l, r);
         }
         let flags = if self.flags.has(Flags::ECN) {
             self.ecn_segment_flags(flags, seq, len)
@@ -467,7 +473,10 @@ impl Connection {
             urgent: 0,
             options,
         };
-        let hl = repr.emit(buf).ok()?;
+        let Ok(hl) = repr.emit(buf) else {
+            self.emit_failed(ctx, took);
+            return None;
+        };
         let room = buf.len() - hl;
         let mut payload = len.min(room);
         if payload > 0 {
@@ -485,12 +494,30 @@ impl Connection {
         self.timers.delayed_ack = Deadline::NONE;
         if self.rcv.acks_owed > 0 {
             // One more (duplicate) ACK follows: see `owe_immediate_ack`.
-            self.rcv.acks_owed -= 1;
+            // A segment with data is none (RFC 5681 §2: a duplicate ACK
+            // carries no data): the ones owed all follow it.
+            if len == 0 {
+                self.rcv.acks_owed -= 1;
+            }
             self.flags.set(Flags::ACK_NOW);
         } else {
             self.flags.clear(Flags::ACK_NOW | Flags::ACKS_UNRECORDED);
         }
         Some((hl + payload, payload))
+    }
+
+    /// A segment could not be written (the caller's buffer too small for
+    /// its header): what its SACK option took goes back, the state set
+    /// aside for an owed ACK (so that the ACKs owed still line up with
+    /// theirs) or the pending D-SACK block.
+    #[cold]
+    #[inline(never)]
+    fn emit_failed(&mut self, ctx: &mut Ctx<'_>, took: (Option<AckSack>, bool)) {
+        match took {
+            (Some(s), _) => ctx.replies.owed_acks.put_back(self.tuple, s),
+            (None, true) => self.flags.set(Flags::DSACK),
+            (None, false) => {}
+        }
     }
 
     /// Fills in SACK blocks (RFC 2018 §4): a pending D-SACK block first

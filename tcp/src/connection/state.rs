@@ -606,6 +606,8 @@ mod tests {
             Flags::HELD_FOR_READ,
             Flags::UNDO,
             Flags::TLP_NOW,
+            Flags::RETRACTED,
+            Flags::ACKS_UNRECORDED,
         ];
         let mut seen = 0u64;
         for (i, f) in all.into_iter().enumerate() {

@@ -237,6 +237,46 @@ impl Connection {
         if self.flags.has(Flags::PEER_FIN) {
             return self.closed_window();
         }
+        let (field, held_back) = self.window_field(mem);
+        let shift = self.rcv.wscale;
+        let edge = self.rcv.nxt + (field << shift);
+        // RFC 7323 Appendix F: what any ACK offered stays in the window
+        // (`rcv.adv` is the largest edge offered); the flag says the peer
+        // was offered less.
+        if edge >= self.rcv.adv {
+            self.rcv.adv = edge;
+            self.flags.clear(Flags::RETRACTED);
+        } else {
+            self.flags.set(Flags::RETRACTED);
+            stats.window_retractions += 1;
+        }
+        // Only a window under one full segment can stall the peer: a
+        // larger one draws data, and the ACKs for it carry the window as
+        // memory frees. So only such a connection waits for memory (and
+        // gets a window update when it frees); were every held-back one
+        // to wait, each connection closing would send dozens of window
+        // updates that change nothing (20,000 closing connections made
+        // 3.5 million of them in `sim_idle`).
+        //
+        // The floor as the scaled field carries it (rounded down) counts
+        // as the floor: 1,460 bytes at a shift of 7 go out as 1,408, and
+        // such a connection, flagged, drew a window update each time
+        // memory freed anywhere (an extra segment from every client
+        // whose peer's FIN arrived while its own was in flight).
+        let floor = (mem.floor >> shift << shift).max(1);
+        if held_back && self.offered_wnd() < floor {
+            self.flags.set(Flags::MEM_LIMITED);
+        } else {
+            self.flags.clear(Flags::MEM_LIMITED);
+        }
+        field as u16
+    }
+
+    /// The window field [`Self::advertise_window`] sends now (the scaled
+    /// window, RFC 7323 §2.3), and whether memory, not the buffer, held
+    /// the window back. No side effect: window updates ask it too.
+    #[inline]
+    pub(super) fn window_field(&self, mem: RecvMemory) -> (usize, bool) {
         let cap = self.recv_buf.capacity();
         let holdable = self.holdable(mem);
         let free = self.offerable_from(holdable);
@@ -274,38 +314,7 @@ impl Connection {
         if (truncated < current || field == 0 && wnd > 0) && truncated < holdable {
             field += 1;
         }
-        let field = field.min(0xffff);
-        let edge = self.rcv.nxt + (field << shift);
-        // RFC 7323 Appendix F: what any ACK offered stays in the window
-        // (`rcv.adv` is the largest edge offered); the flag says the peer
-        // was offered less.
-        if edge >= self.rcv.adv {
-            self.rcv.adv = edge;
-            self.flags.clear(Flags::RETRACTED);
-        } else {
-            self.flags.set(Flags::RETRACTED);
-            stats.window_retractions += 1;
-        }
-        // Only a window under one full segment can stall the peer: a
-        // larger one draws data, and the ACKs for it carry the window as
-        // memory frees. So only such a connection waits for memory (and
-        // gets a window update when it frees); were every held-back one
-        // to wait, each connection closing would send dozens of window
-        // updates that change nothing (20,000 closing connections made
-        // 3.5 million of them in `sim_idle`).
-        //
-        // The floor as the scaled field carries it (rounded down) counts
-        // as the floor: 1,460 bytes at a shift of 7 go out as 1,408, and
-        // such a connection, flagged, drew a window update each time
-        // memory freed anywhere (an extra segment from every client
-        // whose peer's FIN arrived while its own was in flight).
-        let floor = (mem.floor >> shift << shift).max(1);
-        if held_back && self.offered_wnd() < floor {
-            self.flags.set(Flags::MEM_LIMITED);
-        } else {
-            self.flags.clear(Flags::MEM_LIMITED);
-        }
-        field as u16
+        (field.min(0xffff), held_back)
     }
 
     /// The window the peer goes by, which window updates are measured
