@@ -73,12 +73,6 @@ impl OwedAcks {
         self.records.remove(at).map(|r| r.sack)
     }
 
-    /// Gives back what [`OwedAcks::pop`] took for `key` (its ACK did not go
-    /// out): first again, so that it is taken first.
-    pub(crate) fn put_back(&mut self, key: FlowKey, sack: AckSack) {
-        self.records.push_front(Record { key, sack });
-    }
-
     /// Forgets everything set aside for `key` (its owed ACKs were dropped,
     /// or the connection went).
     pub(crate) fn forget(&mut self, key: &FlowKey) {

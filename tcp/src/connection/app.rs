@@ -258,18 +258,26 @@ impl Connection {
     /// How far the right edge can move, if by a useful amount (RFC 9293
     /// §3.8.6.2.2: a segment or half the buffer) while the peer may be
     /// running short (half the buffer or less left to it).
+    #[inline]
     fn window_update_due(&self, mem: RecvMemory) -> Option<usize> {
         let cap = self.recv_buf.capacity();
         let advertised = self.offered_wnd();
         let mut free = self.offerable(mem);
         if self.flags.has(Flags::RETRACTED) {
-            // The peer goes by less than was promised: an update opens
-            // only what the field it would carry offers (the promise's
-            // rest may be under one unit of the window scale).
-            free = free.min(self.window_field(mem).0 << self.rcv.wscale);
+            free = free.min(self.retracted_offer(mem));
         }
         let threshold = (cap / 2).min(self.eff_mss()).max(1);
         (free >= advertised + threshold && advertised <= cap / 2).then(|| free - advertised)
+    }
+
+    /// After a retraction the peer goes by less than was promised: an
+    /// update opens only what the field it would carry offers (the
+    /// promise's rest may be under one unit of the window scale). Out of
+    /// line: a read's test stays small.
+    #[cold]
+    #[inline(never)]
+    fn retracted_offer(&self, mem: RecvMemory) -> usize {
+        self.window_field(mem).0 << self.rcv.wscale
     }
 
     /// The stack's receive memory freed up after a window was held back

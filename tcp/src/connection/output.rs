@@ -3,6 +3,7 @@
 
 use super::*;
 use core::ops::ControlFlow::{self, Break, Continue};
+use flowlane_wire::tcp::MAX_HEADER_LEN;
 
 impl Connection {
     /// Writes at most one segment into `buf`; returns its length.
@@ -433,14 +434,16 @@ impl Connection {
         flags: TcpFlags,
         len: usize,
     ) -> Option<(usize, usize)> {
+        if buf.len() < MAX_HEADER_LEN {
+            // Against `Stack::poll_transmit`'s contract: nothing is taken
+            // (an owed ACK's SACK state, a D-SACK block) for a segment that
+            // cannot be written.
+            return None;
+        }
         let mut options = TcpOptions::default();
         if self.flags.has(Flags::TIMESTAMPS) {
             options.timestamps = Some((self.tsval(ctx.now), self.ts.recent));
         }
-        // What the SACK option took: the state set aside for an owed ACK,
-        // or the pending D-SACK block (given back if the segment cannot
-        // be written).
-        let mut took = (None, false);
         if len == 0 && self.flags.has(Flags::SACK) {
             // Pure ACKs only: on a data segment the blocks would push it
             // past the MSS, which only accounts for timestamps. One that
@@ -451,10 +454,6 @@ impl Connection {
             } else {
                 None
             };
-            took = (
-                set_aside,
-                set_aside.is_none() && self.flags.has(Flags::DSACK),
-            );
             self.sack_blocks(&mut options, set_aside);
         }
         let flags = if self.flags.has(Flags::ECN) {
@@ -473,10 +472,7 @@ impl Connection {
             urgent: 0,
             options,
         };
-        let Ok(hl) = repr.emit(buf) else {
-            self.emit_failed(ctx, took);
-            return None;
-        };
+        let hl = repr.emit(buf).ok()?;
         let room = buf.len() - hl;
         let mut payload = len.min(room);
         if payload > 0 {
@@ -504,20 +500,6 @@ impl Connection {
             self.flags.clear(Flags::ACK_NOW | Flags::ACKS_UNRECORDED);
         }
         Some((hl + payload, payload))
-    }
-
-    /// A segment could not be written (the caller's buffer too small for
-    /// its header): what its SACK option took goes back, the state set
-    /// aside for an owed ACK (so that the ACKs owed still line up with
-    /// theirs) or the pending D-SACK block.
-    #[cold]
-    #[inline(never)]
-    fn emit_failed(&mut self, ctx: &mut Ctx<'_>, took: (Option<AckSack>, bool)) {
-        match took {
-            (Some(s), _) => ctx.replies.owed_acks.put_back(self.tuple, s),
-            (None, true) => self.flags.set(Flags::DSACK),
-            (None, false) => {}
-        }
     }
 
     /// Fills in SACK blocks (RFC 2018 §4): a pending D-SACK block first
