@@ -1171,7 +1171,7 @@ impl Connection {
     /// between: `owe_immediate_ack` sets a pending one aside with its
     /// ACK): one range if they touch (as Linux's `tcp_dsack_extend`), else
     /// the latest.
-    pub(super) fn set_dsack(&mut self, l: SeqNumber, r: SeqNumber) {
+    fn set_dsack(&mut self, l: SeqNumber, r: SeqNumber) {
         let (pl, pr) = self.rcv_rare.dsack;
         self.rcv_rare.dsack = if self.flags.has(Flags::DSACK) && l <= pr && pl <= r {
             (l.min(pl), r.max(pr))
