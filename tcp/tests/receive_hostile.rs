@@ -359,3 +359,28 @@ fn data_segments_do_not_use_up_the_duplicate_acks_owed() {
     assert!(out.iter().any(|(_, len)| *len > 0), "{out:?}");
     assert_eq!(dup_acks, 3, "{out:?}");
 }
+
+/// Receiver-side silly window avoidance (RFC 9293 §3.8.6.2.2) after a
+/// retraction: the application reads a closed window open 100 bytes at a
+/// time; no update opens less than a segment. Before, the update was
+/// measured against what memory allowed, not what the field it goes out
+/// in carries: one went out offering 128 bytes (one unit of the scale),
+/// inviting the peer to send silly segments.
+#[test]
+fn a_window_reopened_after_a_retraction_opens_a_segment() {
+    let cfg = sim::test_config(1);
+    let mss = u32::from(cfg.mss);
+    let (mut p, _) = trickle_into_unread(cfg, 7, 60, 2);
+    assert_eq!(p.a_window(), 0, "A's window closed");
+    let mut buf = [0u8; 100];
+    let mut windows = Vec::new();
+    for _ in 0..40 {
+        assert_eq!(p.a.recv(p.conn, &mut buf), Ok(buf.len()));
+        windows.extend(p.poll().iter().map(|(r, _)| u32::from(r.window) << 7));
+    }
+    assert!(!windows.is_empty(), "no window update");
+    assert!(
+        windows.iter().all(|&w| w >= mss),
+        "updates offered {windows:?} bytes"
+    );
+}
