@@ -710,7 +710,7 @@ fn the_kernel_backend_refuses_what_only_xdp_does() {
 }
 
 /// `hyper-server --tokio-baseline` serves on tokio's own listener: the
-/// flags that configure flowlane's TCP are refused with it (one line,
+/// flags that configure flowlane's TCP and data path are refused with it (one line,
 /// before root or a bed is needed), not silently ignored.
 #[test]
 fn hyper_server_s_tokio_baseline_refuses_flowlane_s_flags() {
@@ -722,13 +722,23 @@ fn hyper_server_s_tokio_baseline_refuses_flowlane_s_flags() {
         &["--app-threads", "2"],
         &["--rebalance", "off"],
         &["--msl-ms", "100"],
+        &["--control-socket", "/tmp/flowlane-unused.sock"],
+        &["--daemon-socket", "/tmp/flowlane-unused.sock"],
+        &["--busy-poll"],
+        &["--frames-per-queue", "65536"],
+        &["--copy-receive"],
+        &["--congestion", "newreno"],
+        &["--ecn", "on"],
     ] {
         let args = [&["hyper-server", "--tokio-baseline"][..], flags].concat();
         let o = flowlane(&args);
         assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
         one_line_error(
             &o,
-            &format!("flowlane's TCP, which {} configures", flags[0]),
+            &format!(
+                "flowlane's TCP and data path, which {} configures",
+                flags[0]
+            ),
         );
         one_line_error(&o, "drop it, or drop --tokio-baseline");
     }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _, Result};
 use bytes::Bytes;
 use flowlane_dataplane::process_cpu_ns;
-use flowlane_dataplane::service_args::ExecMode;
+use flowlane_dataplane::service_args::{CongestionChoice, EcnChoice, ExecMode};
 use flowlane_kernel::KernelService;
 use flowlane_tokio::{AsyncConfig, Local};
 use http_body_util::Full;
@@ -306,17 +306,26 @@ async fn accept_forever<T, F>(
     }
 }
 
-/// The flags that configure flowlane's TCP, which `--tokio-baseline` does
+/// The flags that configure flowlane's TCP and data path, which `--tokio-baseline` does
 /// not use, refused with it (one line, before anything starts).
 fn refuse_what_the_baseline_lacks(c: &Common) -> Result<()> {
     let rebalance = c.rebalance.rebalance.is_some() || c.rebalance.rebalance_storm_ms.is_some();
+    let d = &c.data_path;
+    // `--congestion` and `--ecn` have defaults: only another value is seen.
     let given: Vec<&str> = [
         (c.backend.is_some(), "--backend"),
         (c.mode.is_some(), "--mode"),
         (c.workers.is_some(), "--workers"),
         (c.app_threads.is_some(), "--app-threads"),
         (rebalance, "--rebalance"),
+        (c.rebalance.control_socket.is_some(), "--control-socket"),
+        (c.rebalance.daemon_socket.is_some(), "--daemon-socket"),
         (c.msl_ms.is_some(), "--msl-ms"),
+        (d.busy_poll, "--busy-poll"),
+        (d.frames_per_queue.is_some(), "--frames-per-queue"),
+        (d.copy_receive, "--copy-receive"),
+        (d.congestion != CongestionChoice::default(), "--congestion"),
+        (d.ecn != EcnChoice::default(), "--ecn"),
     ]
     .into_iter()
     .filter_map(|(given, flag)| given.then_some(flag))
@@ -328,7 +337,7 @@ fn refuse_what_the_baseline_lacks(c: &Common) -> Result<()> {
     };
     bail!(
         "--tokio-baseline serves on tokio's own listener (kernel TCP, --queues workers), not on \
-         flowlane's TCP, which {} {verb}: drop {them}, or drop --tokio-baseline",
+         flowlane's TCP and data path, which {} {verb}: drop {them}, or drop --tokio-baseline",
         given.join(", ")
     );
 }
