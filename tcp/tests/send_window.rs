@@ -274,3 +274,33 @@ fn d_sacks_of_nothing_retransmitted_grow_no_reordering_window() {
         "the first segment not sent again 15 ms after it was sent: {resent:?}"
     );
 }
+
+/// RFC 9293 §3.10.7.4: with a zero receive window, a segment is
+/// acceptable only at RCV.NXT. While A probes B's shut window, A's
+/// SND.MAX is one past B's RCV.NXT (the probe byte B dropped); the ACK
+/// for B's own data goes out at B's window edge, SND.UNA here, not at
+/// SND.MAX (Linux's `tcp_acceptable_seq`, as A's resets already do).
+/// Before, it went at SND.MAX, and B (Linux's `tcp_sequence`, or A's own
+/// `check_sequence`) dropped it: B's data went unacknowledged until its
+/// retransmission timer, for as long as B's window stayed shut.
+#[test]
+fn acks_while_probing_a_shut_window_are_within_it() {
+    let mut p = Peer::shut_after_first_flight();
+    let probes = p.probe_shut_window(Duration::from_millis(1_500));
+    assert!(
+        probes
+            .iter()
+            .any(|(_, r, len)| *len == 1 && r.seq == p.b_rcv),
+        "A probed: {probes:?}"
+    );
+    // B's window stays shut.
+    p.b_window = 0;
+    p.data(0, flowlane_wire::tcp::TcpFlags::empty(), &[3u8; 500]);
+    let mut acks = p.poll();
+    let later = p.now + Duration::from_millis(250);
+    acks.extend(p.run_until(later));
+    let Some((ack, _)) = acks.iter().find(|(r, len)| *len == 0 && r.ack == p.b_nxt) else {
+        panic!("A sent {acks:?}");
+    };
+    assert_eq!(ack.seq, p.b_rcv, "the ACK's sequence number is B's RCV.NXT");
+}

@@ -802,24 +802,31 @@ impl Connection {
         }
     }
 
-    /// Sends an RST for this connection (RFC 9293 §3.10.7.4 / §3.10.4 ABORT):
-    /// at SND.MAX, the peer's RCV.NXT once everything sent arrived (SND.NXT
-    /// may have been rewound by a timeout, and an RST below the peer's
-    /// RCV.NXT is out of its window; RFC 5961 §3.2 peers then want it
-    /// exact). Past the peer's window (bytes sent into a window that then
-    /// shut), at its right edge instead: an RST beyond the window is
-    /// dropped unseen (RFC 9293 §3.10.7.4), and with a zero window the
-    /// edge is SND.UNA, the peer's RCV.NXT, the one sequence number it
-    /// takes then (Linux's `tcp_acceptable_seq`).
-    fn send_rst(&self, ctx: &mut Ctx<'_>, why: ResetReason) {
+    /// The sequence number of a segment without data (a pure ACK, an
+    /// RST): SND.MAX, the peer's RCV.NXT once everything sent arrived
+    /// (SND.NXT may have been rewound by a timeout, and a segment below the
+    /// peer's RCV.NXT is out of its window; RFC 5961 §3.2 peers want an
+    /// RST exact). Past the peer's window (bytes sent into a window that
+    /// then shut, or a zero window's probe byte), its right edge instead:
+    /// a segment beyond the window is dropped unseen (RFC 9293 §3.10.7.4),
+    /// and with a zero window the edge is SND.UNA, the peer's RCV.NXT, the
+    /// one sequence number it takes then (Linux's `tcp_acceptable_seq`).
+    #[inline]
+    pub(super) fn acceptable_seq(&self) -> SeqNumber {
         let edge = self.snd.una + self.snd.wnd as usize;
+        if self.snd.max > edge {
+            edge
+        } else {
+            self.snd.max
+        }
+    }
+
+    /// Sends an RST for this connection (RFC 9293 §3.10.7.4 / §3.10.4
+    /// ABORT), at [`Connection::acceptable_seq`].
+    fn send_rst(&self, ctx: &mut Ctx<'_>, why: ResetReason) {
         ctx.queue_rst(PendingRst {
             tuple: self.tuple,
-            seq: if self.snd.max > edge {
-                edge
-            } else {
-                self.snd.max
-            },
+            seq: self.acceptable_seq(),
             ack: Some(self.rcv.nxt),
             why,
         });

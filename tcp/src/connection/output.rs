@@ -129,7 +129,7 @@ impl Connection {
                 // that does not acknowledge the highest sequence number;
                 // RFC 2883), ahead of any data segment, which has no room
                 // for them and is no duplicate ACK (RFC 5681 §2).
-                return self.emit_raw(ctx, buf, self.snd.max, TcpFlags::ACK, 0);
+                return self.emit_raw(ctx, buf, self.acceptable_seq(), TcpFlags::ACK, 0);
             }
             if let Break(r) = self.poll_data(ctx, buf, start, buffered) {
                 return r;
@@ -143,10 +143,11 @@ impl Connection {
             return self.emit_raw(ctx, buf, seq, TcpFlags::ACK, 0);
         }
         if self.flags.has(Flags::ACK_NOW) {
-            // SND.MAX rather than SND.NXT: after a timeout rewound SND.NXT,
-            // the peer may already have everything up to SND.MAX, and a pure
-            // ACK below its RCV.NXT would be unacceptable (and dropped).
-            return self.emit_raw(ctx, buf, self.snd.max, TcpFlags::ACK, 0);
+            // SND.MAX rather than SND.NXT (after a timeout rewound SND.NXT,
+            // the peer may already have everything up to SND.MAX, and a
+            // pure ACK below its RCV.NXT would be dropped), within the
+            // peer's window (`acceptable_seq`).
+            return self.emit_raw(ctx, buf, self.acceptable_seq(), TcpFlags::ACK, 0);
         }
         None
     }
