@@ -304,3 +304,48 @@ fn acks_while_probing_a_shut_window_are_within_it() {
     };
     assert_eq!(ack.seq, p.b_rcv, "the ACK's sequence number is B's RCV.NXT");
 }
+
+/// RFC 6675 §5.1 after a timeout: go-back-N resends what SACK blocks
+/// arriving since do not cover, each hole as it is, however short (it
+/// was sent before, so Nagle and sender SWS avoidance, RFC 9293 §3.7.4
+/// and §3.8.6.2.1, which hold back new data, do not apply). A sent 30
+/// segments of 100 bytes (no delay); B's ACKs were lost, A's timer
+/// resent the first 1,460 bytes, and B acknowledges them with the rest
+/// SACKed but for 40 bytes. Before, the 40-byte hole was held back as a
+/// small segment: nothing went out until a second timeout.
+#[test]
+fn a_hole_under_one_segment_is_resent_at_once_after_a_timeout() {
+    let options = TcpOptions {
+        mss: Some(1460),
+        sack_permitted: true,
+        ..TcpOptions::default()
+    };
+    let mut p = Peer::with_options(60_000, options);
+    p.a.set_nodelay(p.conn, true).unwrap();
+    let base = p.b_rcv;
+    for _ in 0..30 {
+        p.a.send(p.conn, &[5u8; 100]).unwrap();
+        p.poll();
+    }
+    let first = p.sent.iter().filter(|(_, len)| *len > 0).count();
+    assert_eq!(first, 30, "30 segments of 100 bytes");
+    // Every ACK lost: A's timer resends from SND.UNA.
+    let later = p.now + Duration::from_secs(2);
+    let resent = p.run_until(later);
+    assert_eq!(p.a.stats().rto_timeouts, 1);
+    let (r, len) = resent.first().expect("a retransmission").clone();
+    assert_eq!((r.seq, len), (base, 1_460));
+    // B holds everything but [1 460, 1 500).
+    p.b_rcv = base.wrapping_add(1_460);
+    let mut sack = TcpOptions::default();
+    sack.sack_blocks[0] = (base.wrapping_add(1_500), base.wrapping_add(3_000));
+    sack.sack_block_count = 1;
+    p.deliver(flowlane_wire::tcp::TcpFlags::ACK, 60_000, sack);
+    let out = p.poll();
+    assert!(
+        out.iter().any(|(r, len)| r.seq == base.wrapping_add(1_460) && *len == 40),
+        "A sent {:?}",
+        out.iter().map(|(r, len)| (r.seq.wrapping_sub(base), *len)).collect::<Vec<_>>()
+    );
+    assert_eq!(p.a.stats().rto_timeouts, 1);
+}

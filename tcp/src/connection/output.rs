@@ -321,10 +321,13 @@ impl Connection {
             let idle = self.snd.nxt == self.snd.una;
             let nodelay = self.flags.has(Flags::NODELAY);
             let closing = fin_seq.is_some();
-            // RFC 9293 §3.7.4 (Nagle) and §3.8.6.2.1 (sender SWS).
+            // RFC 9293 §3.7.4 (Nagle) and §3.8.6.2.1 (sender SWS), for new
+            // data: a hole go-back-N fills up to SACKed data goes as it is
+            // (it was sent before, and waiting cannot make it longer).
             let send = len == mss
                 || (len == unsent && (idle || nodelay || closing))
-                || ((idle || nodelay) && len >= (self.snd.max_wnd as usize / 2).max(1));
+                || ((idle || nodelay) && len >= (self.snd.max_wnd as usize / 2).max(1))
+                || sacked_limit.is_some_and(|l| self.snd.nxt + len == l);
             if send {
                 let fin = fin_seq.is_some_and(|fs| self.snd.nxt + len == fs);
                 return Break(self.emit_segment(ctx, buf, self.snd.nxt, len, fin));
