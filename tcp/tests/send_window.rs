@@ -343,9 +343,96 @@ fn a_hole_under_one_segment_is_resent_at_once_after_a_timeout() {
     p.deliver(flowlane_wire::tcp::TcpFlags::ACK, 60_000, sack);
     let out = p.poll();
     assert!(
-        out.iter().any(|(r, len)| r.seq == base.wrapping_add(1_460) && *len == 40),
+        out.iter()
+            .any(|(r, len)| r.seq == base.wrapping_add(1_460) && *len == 40),
         "A sent {:?}",
-        out.iter().map(|(r, len)| (r.seq.wrapping_sub(base), *len)).collect::<Vec<_>>()
+        out.iter()
+            .map(|(r, len)| (r.seq.wrapping_sub(base), *len))
+            .collect::<Vec<_>>()
     );
     assert_eq!(p.a.stats().rto_timeouts, 1);
+}
+
+/// A with SACK, an RTT sample of 10 ms, and 10 segments out. Returns
+/// the first byte's sequence number.
+fn sack_flight() -> (Peer, u32) {
+    let options = TcpOptions {
+        mss: Some(1460),
+        sack_permitted: true,
+        ..TcpOptions::default()
+    };
+    let mut p = Peer::with_options(60_000, options);
+    // An RTT sample first, so that a probe timeout is armed.
+    p.a.send(p.conn, &[1u8; 100]).unwrap();
+    p.poll();
+    p.now = p.now + Duration::from_millis(10);
+    p.take(&p.sent.clone(), usize::MAX);
+    p.ack(60_000);
+    let base = p.b_rcv;
+    p.a.send(p.conn, &[6u8; 14_600]).unwrap();
+    let flight = p.poll();
+    assert_eq!(flight.iter().filter(|(_, len)| *len == 1_460).count(), 10);
+    (p, base)
+}
+
+/// B's duplicate ACK SACKing the last five of [`sack_flight`]'s
+/// segments: A enters recovery (RFC 6675: five segments SACKed above
+/// SND.UNA). Returns A's data segments right after, as sequence numbers
+/// relative to the first byte, with lengths.
+fn sack_the_last_five(p: &mut Peer, base: u32) -> Vec<(u32, usize)> {
+    let mut sack = TcpOptions::default();
+    sack.sack_blocks[0] = (base.wrapping_add(5 * 1_460), base.wrapping_add(10 * 1_460));
+    sack.sack_block_count = 1;
+    p.deliver(flowlane_wire::tcp::TcpFlags::ACK, 60_000, sack);
+    let out = p.poll();
+    out.iter()
+        .filter(|(_, len)| *len > 0)
+        .map(|(r, len)| (r.seq.wrapping_sub(base), *len))
+        .collect()
+}
+
+/// RFC 8985 §7.3-7.4: a tail loss probe is for a flight without loss
+/// recovery under way. The probe timer fired, then before the probe went
+/// out an ACK started recovery: the repairs go first, and no probe goes.
+/// Before, the probe went anyway, ahead of the repairs: the last segment,
+/// which B had SACKed, taking the congestion window's room, and its
+/// episode reduced the window a second time.
+#[test]
+fn a_probe_decided_before_recovery_does_not_go_in_it() {
+    let (mut p, base) = sack_flight();
+    // PTO = 2 SRTT and a margin (RFC 8985 §7.2): past 20 ms.
+    let due = p.now + Duration::from_millis(23);
+    while let Some(t) = p.a.poll_timeout().filter(|&t| t <= due) {
+        p.now = t;
+        p.a.handle_timeout(t);
+    }
+    let out = sack_the_last_five(&mut p, base);
+    assert_eq!(out.first(), Some(&(0, 1_460)), "A sent {out:?}");
+    assert!(
+        out.iter().all(|&(seq, _)| seq < 5 * 1_460),
+        "A resent SACKed data: {out:?}"
+    );
+    assert_eq!(p.a.stats().tlp_probes, 0);
+}
+
+/// Recovery entered 18 ms after the flight went, just before the probe
+/// timer armed for it (2 SRTT): the timer counts from the recovery's start
+/// (the repairs just sent), not from the flight. Before, it fired 4 ms
+/// into the recovery as "two round trips without progress" and resent
+/// everything un-SACKed a second time.
+#[test]
+fn recovery_restarts_the_probe_timer() {
+    let (mut p, base) = sack_flight();
+    p.now = p.now + Duration::from_millis(18);
+    let repairs = sack_the_last_five(&mut p, base);
+    assert_eq!(repairs.len(), 5, "the five holes resent: {repairs:?}");
+    let later = p.now + Duration::from_millis(15);
+    let again: Vec<_> = p
+        .run_until(later)
+        .iter()
+        .filter(|(_, len)| *len > 0)
+        .map(|(r, len)| (r.seq.wrapping_sub(base), *len))
+        .collect();
+    assert_eq!(again, [], "resent again within one round trip");
+    assert_eq!(p.a.stats().loss_probes, 0);
 }

@@ -386,6 +386,11 @@ impl Connection {
             return Continue(());
         }
         self.flags.clear(Flags::TLP_NOW);
+        if !self.tlp_allowed() {
+            // An ACK since the timer fired started recovery: its repairs
+            // go, not a probe (§7.3 probes a flight without one).
+            return Continue(());
+        }
         let Some(last) = self.rack.flight.as_deref().and_then(Flight::last_start) else {
             return Continue(());
         };

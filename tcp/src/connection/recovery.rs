@@ -294,6 +294,11 @@ impl Connection {
             self.ecn_on_loss_reduction();
         }
         self.rtt_seq = TimedSegment::NONE;
+        // The retransmission that starts the recovery restarts the timer
+        // (RFC 6298 §5.1 as Linux applies it to a resent SND.UNA): a probe
+        // armed for the flight would fire within a round trip of the
+        // repairs and take them as lost too (`on_probe_timeout`).
+        self.arm_rto_or_probe(now);
     }
 
     /// Sets the duplicate ACK count at which the retransmission of SND.UNA
