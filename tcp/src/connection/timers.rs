@@ -160,6 +160,11 @@ impl Connection {
             .clear(Flags::IN_RECOVERY | Flags::SACK_RECOVERY | Flags::MTU_PROBE_OUT);
         self.scoreboard.clear();
         self.flags.clear(Flags::SACKED);
+        // A fast retransmit's undo (RFC 3522 / RFC 4015) is for its own
+        // episode, which this one replaces: undone now, it would set the
+        // window from the flight given up here, SND.NXT rewound.
+        self.flags.clear(Flags::UNDO);
+        self.snd_rare.undo = None;
         self.rack_on_rto();
         self.snd.dup_acks = 0;
         self.snd.nxt = self.snd.una;
