@@ -811,7 +811,10 @@ impl TcpCounters {
 /// per frame; the other half covers the segment every connection may
 /// always be offered outside the budget (for up to that many connections).
 /// So the windows never promise more than the frames hold, and the
-/// receiver never makes the sender retransmit by running out of frames.
+/// receiver never makes the sender retransmit by running out of frames —
+/// but for connections moved in from another queue: the stack takes their
+/// data and offered windows past its budget (they can be neither dropped
+/// nor taken back), so until they drain a burst can outrun the frames.
 fn recv_memory_for(rx_frames: u32, mss: u16) -> usize {
     (rx_frames as usize / 2) * usize::from(mss)
 }

@@ -388,25 +388,33 @@ impl TcpService {
     /// Why this service's buckets cannot move (a phrase), or None when
     /// they can.
     pub fn why_buckets_cannot_move(&self) -> Option<String> {
-        if self.moves.is_some() {
-            return None;
-        }
-        Some(if self.rss.is_none() {
-            "buckets move only with the NIC's RSS known (use --bed, or --rss-key/--rss-table)"
-                .to_string()
-        } else {
-            "one queue: buckets move only between several".to_string()
-        })
+        why_buckets_cannot_move(
+            self.rss.is_some(),
+            self.moves.is_some(),
+            self.moves.as_ref().is_some_and(|m| m.nic.is_some()),
+        )
+        .map(str::to_string)
     }
 
     /// Moves RSS bucket `bucket` (an indirection-table entry) to queue
     /// `to`, with its live connections (complete TCP state and the
     /// application's state, see `flowlane_app::ConnHandler::on_export`)
-    /// and TIME-WAIT records, and writes the NIC's entry. No segment is
-    /// lost or reordered: the old queue forwards the bucket's frames that
-    /// still reach it, the new queue holds its own until the old one has
-    /// drained. One move at a time; a few hundred microseconds for an idle
-    /// bucket. The application sees no event it would not have seen.
+    /// and TIME-WAIT records, and writes the NIC's entry. The old queue
+    /// forwards the bucket's frames that still reach it and the new queue
+    /// holds its own until the old one has drained, so that normally no
+    /// segment is lost or reordered. Past the bounds that keep a move's
+    /// memory and wait finite, some are, each counted in the queues'
+    /// counters ([`TcpService::tcp_counters`]): frames forwarded past 6 MiB
+    /// waiting for a full inbox, or held past 32 768 for one takeover, are
+    /// dropped (`forward_dropped`; their senders retransmit them); a
+    /// segment reaching the old queue after it sent its drain marker gets
+    /// to the new one out of order (`frames_forwarded_late`); a hold that
+    /// ends on its timeout releases its frames ahead of any the old queue
+    /// still forwards (`hold_timeouts`); and a connection the new queue
+    /// cannot take is lost, its peer reset (`import_failed`, the report's
+    /// `connections_refused`). One move at a time; a few hundred
+    /// microseconds for an idle bucket. The application sees no event it
+    /// would not have seen.
     ///
     /// # Errors
     /// [`Error::Move`]: buckets cannot move in this service (one queue,
@@ -418,12 +426,9 @@ impl TcpService {
     /// queue, its old queue forwarding its frames).
     pub fn move_bucket(&self, bucket: u16, to: u32) -> Result<MoveReport> {
         let fail = |e: String| Error::Move(e);
-        let m = self.moves.as_ref().ok_or_else(|| {
-            fail("buckets can move only with several queues and the NIC's RSS known".into())
-        })?;
-        let nic = m.nic.as_ref().ok_or_else(|| {
-            fail("this service has no NIC to write RSS entries to (use --bed, or a NIC whose RSS flowlane can write)".into())
-        })?;
+        let cannot = || fail(self.why_buckets_cannot_move().unwrap_or_default());
+        let m = self.moves.as_ref().ok_or_else(cannot)?;
+        let nic = m.nic.as_ref().ok_or_else(cannot)?;
         if !self.carriers.is_empty() {
             return Err(fail(format!(
                 "buckets do not move while {} workers share {} queues (software spill)",
@@ -534,6 +539,31 @@ impl TcpService {
             tcp: Self::read(&counters),
             buckets: Self::read_buckets(&counters),
         }
+    }
+}
+
+/// Why a service's buckets cannot move (a phrase saying what to do), or
+/// None when they can: that needs the NIC's RSS known (`rss_known`),
+/// several queues to move them between (`several_queues`, with the RSS
+/// known), and a NIC to write the moved buckets' entries to (`nic`).
+/// Without the last, every move would fail: a service that said its
+/// buckets can move would take `--rebalance auto` and then fail each move.
+fn why_buckets_cannot_move(
+    rss_known: bool,
+    several_queues: bool,
+    nic: bool,
+) -> Option<&'static str> {
+    if !rss_known {
+        Some("buckets move only with the NIC's RSS known (use --bed, or --rss-key/--rss-table)")
+    } else if !several_queues {
+        Some("one queue: buckets move only between several")
+    } else if !nic {
+        Some(
+            "no NIC to write RSS entries to: buckets move only where flowlane can write the \
+             NIC's indirection table (use --bed, or a NIC whose RSS flowlane can write)",
+        )
+    } else {
+        None
     }
 }
 
@@ -686,6 +716,27 @@ mod tests {
         );
         // The kernel's: two draws differ (2^-128 by chance).
         assert_ne!(isn_secret().unwrap(), isn_secret().unwrap());
+    }
+
+    /// Buckets move only with the NIC's RSS known, several queues and a
+    /// NIC to write their entries to; without the last, the service says
+    /// so (and `--rebalance auto` is refused at the start) rather than
+    /// failing every move.
+    #[test]
+    fn buckets_cannot_move_without_a_nic_to_write() {
+        assert_eq!(why_buckets_cannot_move(true, true, true), None);
+        let why = why_buckets_cannot_move(true, true, false).expect("a reason");
+        assert!(
+            why.starts_with("no NIC to write RSS entries to") && why.contains("--bed"),
+            "{why}"
+        );
+        assert!(!why.contains('\n'), "one line: {why}");
+        assert!(
+            why_buckets_cannot_move(true, false, false).is_some_and(|w| w.starts_with("one queue"))
+        );
+        assert!(
+            why_buckets_cannot_move(false, false, false).is_some_and(|w| w.contains("RSS known"))
+        );
     }
 
     #[test]

@@ -317,7 +317,14 @@ pub struct Config {
     pub recv_buffer_max: usize,
     /// Receive memory of the whole stack, in bytes (the role of Linux
     /// `tcp_mem`): what every connection's window promises and its receive
-    /// buffer holds, together, never exceeds it. Windows are offered from
+    /// buffer holds, together, stays within it, but for connections
+    /// imported from another stack ([`Stack::import`],
+    /// [`Stack::import_bucket`]): each brings the bytes it holds and the
+    /// window it offered, which can be neither dropped nor taken back (RFC
+    /// 9293 §3.8.6), so it is taken past the budget (refusing it would
+    /// lose a live connection, as for [`Config::max_connections`]); until
+    /// that drains, no other window grows (each may still be offered the
+    /// one segment every connection always may). Windows are offered from
     /// what is left; past half of it (pressure) each connection is held to
     /// its share and buffers stop growing. A data path sets it to what its
     /// receive frames can hold, so that no frame is ever dropped below TCP

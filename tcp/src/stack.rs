@@ -576,7 +576,9 @@ impl Stack {
     /// yet to fill, beyond the one segment each may always be offered
     /// (see [`Config::recv_memory`]). Never more than `recv_memory`, but
     /// for window-scale rounding (RFC 7323 §2.4: under 2^shift bytes per
-    /// connection, the rounded window's reach past what memory allows).
+    /// connection, the rounded window's reach past what memory allows)
+    /// and for connections imported with more data and window than it had
+    /// left ([`Stack::import`] takes them past it, until they drain).
     pub fn recv_memory_committed(&self) -> usize {
         self.rcv_committed
     }
@@ -2814,7 +2816,11 @@ impl Stack {
     /// with no such listener, it is reported `Connected`. Taken past
     /// [`Config::max_connections`] within the headroom
     /// [`Stack::import_bucket`] describes, refused
-    /// ([`Error::ConnectionLimit`]) beyond.
+    /// ([`Error::ConnectionLimit`]) beyond. Its received data and the
+    /// window it offered are taken even past [`Config::recv_memory`] (they
+    /// can be neither dropped nor taken back); a connection whose window
+    /// memory held back is offered one from this stack's memory at once,
+    /// if it has the room, and waits for it otherwise.
     pub fn import(&mut self, now: Instant, snap: Snapshot) -> Result<ConnHandle, Error> {
         self.tick(now);
         let hash = self.table.hash(snap.key());
@@ -2843,8 +2849,13 @@ impl Stack {
         // Built in its slot: a connection is some 680 bytes, and moving it
         // there through a `Result` cost two copies per connection.
         let idx = self.alloc_slot();
-        let built =
-            Connection::import_into(snap, &mut self.pool, &mut self.slots[idx as usize].conn);
+        let send_max = self.cfg.send_buffer_max.max(self.cfg.send_buffer);
+        let built = Connection::import_into(
+            snap,
+            &mut self.pool,
+            send_max,
+            &mut self.slots[idx as usize].conn,
+        );
         if let Err(e) = built {
             self.free.push(idx);
             return Err(e);
@@ -2881,6 +2892,15 @@ impl Stack {
         }
         self.place(idx, listener, hash, bucket);
         self.after(idx);
+        // A connection whose window memory held back waits for this
+        // stack's memory now: queued with its waiters, and offered a
+        // window at once if this stack has the room (the old stack's
+        // release would have woken it; nothing here would, and its peer
+        // would wait for its own persist probes).
+        self.note_memory_limited(idx);
+        if self.slots[idx as usize].mem_waiting {
+            self.wake_memory_waiters();
+        }
         self.stats.imports_past_cap += u64::from(past_cap);
         Ok(self.handle(idx))
     }

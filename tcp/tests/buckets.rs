@@ -570,3 +570,120 @@ fn an_import_passes_the_connection_cap_by_a_bounded_headroom_counted() {
     assert_eq!(s2.connection_count(), 8, "{:?}", s2.stats());
     assert_eq!(s2.stats().connection_limit_refused, 1);
 }
+
+/// Passes segments between `a` (at A_IP) and `b` (at B_IP) for `rounds`
+/// rounds, the clock stepping 1 ms a round (timers fire on the way).
+fn exchange(a: &mut Stack, b: &mut Stack, now: &mut flowlane_tcp::time::Instant, rounds: usize) {
+    for _ in 0..rounds {
+        *now += Duration::from_millis(1);
+        a.handle_timeout(*now);
+        b.handle_timeout(*now);
+        pass(a, b, *now, A_IP, B_IP);
+        pass(b, a, *now, B_IP, A_IP);
+    }
+}
+
+/// A connection whose application shrank its send buffer below what it
+/// had queued (`set_send_buffer`, `SO_SNDBUF`: "bytes queued past a
+/// smaller size stay queued") moves whole: the import takes every queued
+/// byte, the application's size stays, and the peer gets every byte.
+/// (Before the fix, the import refused the snapshot as invalid, and the
+/// connection was lost from both stacks.)
+#[test]
+fn a_send_buffer_shrunk_below_its_queue_moves_whole() {
+    use flowlane_tcp::time::Instant;
+    let mut now = Instant::ZERO;
+    let mut s1 = server();
+    s1.listen(SocketAddr::new(B_IP, 80)).unwrap();
+    let mut client = Stack::new(test_config(5));
+    let c = client
+        .connect(
+            now,
+            SocketAddr::new(A_IP, 10_001),
+            SocketAddr::new(B_IP, 80),
+        )
+        .unwrap();
+    exchange(&mut client, &mut s1, &mut now, 5);
+    let conn = s1.bucket_connections(1)[0];
+    events(&mut s1);
+    let data: Vec<u8> = (0..60_000u32).map(|i| (i % 251) as u8).collect();
+    assert_eq!(s1.send(conn, &data).unwrap(), data.len());
+    s1.set_send_buffer(conn, 1).unwrap();
+    let size = s1.send_capacity(conn).unwrap();
+    assert!(size < data.len(), "shrunk below its queue: {size}");
+    let mut s2 = server();
+    s2.listen(SocketAddr::new(B_IP, 80)).unwrap();
+    let moved = s2
+        .import(now, s1.export(conn).unwrap())
+        .expect("imported whole");
+    assert_eq!(s2.send_capacity(moved).unwrap(), size, "the app's size");
+    assert_eq!(s2.info(moved).unwrap().send_capacity, size);
+    assert_eq!(s2.info(moved).unwrap().unsent, data.len(), "every byte");
+    assert_eq!(s2.send_space(moved).unwrap(), 0, "writes wait");
+    let mut got = Vec::new();
+    for _ in 0..200 {
+        exchange(&mut client, &mut s2, &mut now, 1);
+        got.extend(sim::read_all(&mut client, c));
+        if got.len() >= data.len() {
+            break;
+        }
+    }
+    assert_eq!(got.len(), data.len(), "{:?}", s2.stats());
+    assert!(got == data, "in order, unchanged");
+    assert_eq!(s2.stats().resets_out, 0);
+}
+
+/// A connection whose window memory held back (the stack's receive memory
+/// committed to another connection) keeps waiting for memory where it
+/// moves: the stack that takes it offers it a window from its own memory
+/// at once, as the old stack would have on a release, instead of leaving
+/// the peer to find the window by its persist probes (backing off to
+/// seconds). (Before the fix, the import cleared the wait and nothing
+/// re-evaluated the window.)
+#[test]
+fn a_connection_waiting_for_memory_is_offered_a_window_where_it_moves() {
+    use flowlane_tcp::time::Instant;
+    let mut now = Instant::ZERO;
+    let memory_server = |secret| {
+        let mut cfg = test_config(secret);
+        cfg.recv_memory = 32 * 1024;
+        let mut s = Stack::new(cfg);
+        s.set_buckets(BUCKETS, by_port).unwrap();
+        s.listen(SocketAddr::new(B_IP, 80)).unwrap();
+        s
+    };
+    let mut s1 = memory_server(2);
+    let mut client = Stack::new(test_config(5));
+    let (hog, waiter) = (10_001, 10_002);
+    let conns: Vec<ConnHandle> = [hog, waiter]
+        .iter()
+        .map(|&port| {
+            client
+                .connect(now, SocketAddr::new(A_IP, port), SocketAddr::new(B_IP, 80))
+                .unwrap()
+        })
+        .collect();
+    exchange(&mut client, &mut s1, &mut now, 5);
+    events(&mut s1);
+    // The first connection fills the budget, unread; then the second
+    // gets what is left (a segment) and a window of zero.
+    client.send(conns[0], &vec![1; 64 * 1024]).unwrap();
+    exchange(&mut client, &mut s1, &mut now, 50);
+    client.send(conns[1], &vec![2; 16 * 1024]).unwrap();
+    exchange(&mut client, &mut s1, &mut now, 50);
+    let moving = s1.bucket_connections(2)[0];
+    let held = s1.info(moving).unwrap().readable;
+    assert!(held > 0 && held < 4096, "a segment's worth: {held}");
+    // It moves to a stack with memory to spare.
+    let mut s2 = memory_server(3);
+    let snap = s1.export(moving).unwrap();
+    s2.import(now, snap).unwrap();
+    let mut buf = [0u8; 2048];
+    let t = s2
+        .poll_transmit(now, &mut buf)
+        .expect("a window update from the new stack at once");
+    let (seg, payload) = flowlane_wire::TcpRepr::parse_segment(&buf[..t.len]).unwrap();
+    assert!(payload.is_empty() && seg.flags.ack(), "{seg:?}");
+    assert_eq!(seg.dst_port, waiter);
+    assert!(seg.window > 0, "the window opens: {seg:?}");
+}

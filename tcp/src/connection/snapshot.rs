@@ -127,13 +127,17 @@ impl Connection {
 
     /// Rebuilds a connection from a snapshot into `out` (a free slot), its
     /// buffers in `pool`'s chunks; `out` is left as it was if the
-    /// snapshot is not valid.
+    /// snapshot is not valid. `send_max` is the largest send buffer the
+    /// importing stack allows ([`Config::send_buffer_max`]): the most a
+    /// connection can have queued, past a capacity its application later
+    /// lowered ([`Connection::set_send_buffer`]) included.
     pub(crate) fn import_into(
         s: &Snapshot,
         pool: &mut ChunkPool,
+        send_max: usize,
         out: &mut Option<Connection>,
     ) -> Result<(), crate::Error> {
-        if s.send_data.len() > s.send_capacity
+        if s.send_data.len() > s.send_capacity.max(send_max)
             || s.recv_data.len() > s.recv_capacity.saturating_add(s.recv_headroom)
             || matches!(s.state, State::Closed | State::Listen)
         {
@@ -153,8 +157,12 @@ impl Connection {
         {
             return Err(crate::Error::InvalidSnapshot);
         }
-        let mut send_buf = ChunkBuffer::new(s.send_capacity);
+        // Bytes queued past a capacity the application lowered stay
+        // queued, as they did before the move: every byte goes in, then
+        // the buffer gets the application's size back.
+        let mut send_buf = ChunkBuffer::new(s.send_data.len().max(s.send_capacity));
         send_buf.enqueue_slice(pool, &s.send_data);
+        send_buf.set_capacity(s.send_capacity);
         let mut recv_buf = RecvBuffer::new(s.recv_capacity);
         recv_buf.resize(s.recv_capacity, s.recv_headroom);
         let mut assembler = Assembler::new();
@@ -241,6 +249,44 @@ mod tests {
             let (src, dst) = (t.src, t.dst);
             to.handle_segment(now, src.ip(), dst.ip(), &buf[..t.len]);
         }
+    }
+
+    /// A snapshot may carry queued bytes past its send capacity (an
+    /// application that lowered it keeps what it had queued), but never
+    /// more than the importing stack lets a send buffer grow to: a spoiled
+    /// one is refused before anything is taken from the pool.
+    #[test]
+    fn a_snapshot_queueing_past_the_largest_send_buffer_is_refused() {
+        let (client, server): (SocketAddr, SocketAddr) = (
+            "10.0.0.1:40000".parse().unwrap(),
+            "10.0.0.2:80".parse().unwrap(),
+        );
+        let now = Instant::ZERO;
+        let mut there = Stack::new(Config::new([4; 16]));
+        there.listen(server).unwrap();
+        let mut peer = Stack::new(Config::new([5; 16]));
+        peer.connect(now, client, server).unwrap();
+        for _ in 0..3 {
+            pass(&mut peer, &mut there, now);
+            pass(&mut there, &mut peer, now);
+        }
+        let conn = there.bucket_connections(0)[0];
+        let snap = there.export(conn).unwrap();
+        let mut cfg = Config::new([2; 16]);
+        cfg.send_buffer_max = 128 * 1024;
+        let max = cfg.send_buffer_max.max(cfg.send_buffer);
+        assert!(snap.send_capacity < max);
+        let mut spoiled = snap.clone();
+        spoiled.send_data = vec![7; max + 1];
+        let mut here = Stack::new(cfg);
+        assert_eq!(here.import(now, spoiled), Err(Error::InvalidSnapshot));
+        assert_eq!((here.connection_count(), here.buffer_memory()), (0, 0));
+        // Up to the bound, past its capacity, it is taken whole.
+        let mut full = snap;
+        full.send_data = vec![7; max];
+        let h = here.import(now, full).expect("within the bound");
+        assert_eq!(here.info(h).unwrap().unsent, max);
+        assert!(here.send_capacity(h).unwrap() < max, "its own capacity");
     }
 
     #[test]
