@@ -206,3 +206,129 @@ fn a_timeout_ends_the_fast_retransmit_s_undo() {
         "A sent {sent} segments after the timeout's first ACK"
     );
 }
+
+/// A retransmission decided by three duplicate ACKs, then, before A
+/// polls, an ACK for everything that shuts B's window: nothing is left to
+/// retransmit, and the window holds new data back. Before, the decision
+/// stood and sent a segment of new data at SND.UNA into the zero window,
+/// past the congestion window too.
+#[test]
+fn a_retransmission_overtaken_by_a_full_ack_sends_nothing() {
+    let mut p = Peer::new(60_000);
+    p.a.send(p.conn, &vec![9u8; 30 * 1_460]).unwrap();
+    let flight = p.poll();
+    let sent: usize = flight.iter().map(|(_, len)| len).sum();
+    assert!(sent < 30 * 1_460, "some data waits for the window");
+    for _ in 0..3 {
+        p.ack(60_000);
+    }
+    p.b_rcv = p.b_rcv.wrapping_add(sent as u32);
+    p.ack(0);
+    let out = p.poll();
+    assert!(
+        out.iter().all(|(_, len)| *len == 0),
+        "A sent data into a zero window: {:?}",
+        out.iter().map(|(r, len)| (r.seq, *len)).collect::<Vec<_>>()
+    );
+}
+
+/// NewReno (no SACK, RFC 6582): the segment a partial ACK resends is
+/// deemed lost again once the segments ahead of it and three more have
+/// each brought a duplicate ACK (`arm_lost_retransmit`), counted from the
+/// partial ACK. Before, the duplicate ACKs of the episode's first
+/// retransmission were added to that threshold (the count was reset only
+/// after it was set): the second repair waited for 21 here, not 14.
+#[test]
+fn a_partial_ack_s_retransmission_is_judged_by_its_own_duplicate_acks() {
+    let mut p = Peer::new(60_000);
+    let base = p.b_rcv;
+    p.a.send(p.conn, &vec![4u8; 40 * 1_460]).unwrap();
+    p.poll();
+    // Segments 0 and 5 of the first flight lost: B has 1-4 and 6-9, and
+    // acknowledges each with a duplicate ACK; the third brings segment 0
+    // again.
+    for _ in 0..8 {
+        p.ack(60_000);
+    }
+    let fast = p.poll();
+    assert!(fast.iter().any(|(r, _)| r.seq == base), "fast retransmit");
+    // Segment 0 arrives: a partial ACK, up to segment 5, which A resends.
+    p.b_rcv = base.wrapping_add(5 * 1_460);
+    p.ack(60_000);
+    let hole = p.b_rcv;
+    let repair = p.poll();
+    assert!(
+        repair.iter().any(|(r, _)| r.seq == hole),
+        "partial ACK's repair"
+    );
+    let max_end = p
+        .sent
+        .iter()
+        .filter(|(_, len)| *len > 0)
+        .map(|(r, len)| r.seq.wrapping_add(*len as u32).wrapping_sub(base))
+        .max()
+        .unwrap();
+    let ahead = (max_end - 5 * 1_460).div_ceil(1_460);
+    // That repair is lost too; B's duplicate ACKs come for what follows.
+    let mut dups = 0;
+    let again = loop {
+        dups += 1;
+        p.ack(60_000);
+        if p.poll().iter().any(|(r, len)| r.seq == hole && *len > 0) {
+            break dups;
+        }
+        assert!(dups < 60, "the repair was never resent");
+    };
+    assert!(
+        again <= ahead + 3,
+        "resent after {again} duplicate ACKs, {ahead} segments ahead of it"
+    );
+}
+
+/// The same rule with more than 252 segments in flight: the count of
+/// duplicate ACKs stops at 255, so the threshold does too. Before, it was
+/// past what the count can reach, and a lost repair waited for the loss
+/// probe or the retransmission timer.
+#[test]
+fn a_lost_repair_is_resent_with_hundreds_of_segments_in_flight() {
+    let options = TcpOptions {
+        mss: Some(1460),
+        window_scale: Some(6),
+        ..TcpOptions::default()
+    };
+    let mut p = Peer::with_options(65_535, options);
+    p.a.set_send_buffer(p.conn, 1 << 22).unwrap();
+    let chunk = vec![3u8; 1 << 20];
+    // Slow start: B takes and acknowledges each flight whole.
+    p.a.send(p.conn, &chunk).unwrap();
+    let mut flight = p.poll();
+    for _ in 0..10 {
+        if flight.len() > 300 {
+            break;
+        }
+        p.now += Duration::from_millis(1);
+        p.take(&flight, usize::MAX);
+        p.ack(65_535);
+        p.a.send(p.conn, &chunk).unwrap();
+        flight = p.poll();
+    }
+    assert!(flight.len() > 300, "{} segments in flight", flight.len());
+    let hole = p.b_rcv;
+    // The flight's first segment lost: duplicate ACKs, a fast
+    // retransmission, and that lost too.
+    for _ in 0..3 {
+        p.ack(65_535);
+    }
+    assert!(p.poll().iter().any(|(r, len)| r.seq == hole && *len > 0));
+    let mut dups = 3;
+    let again = loop {
+        dups += 1;
+        p.ack(65_535);
+        if p.poll().iter().any(|(r, len)| r.seq == hole && *len > 0) {
+            break dups;
+        }
+        assert!(dups < 1_000, "the repair was never resent");
+    };
+    assert!(again <= 255, "resent after {again} duplicate ACKs");
+    assert_eq!((p.a.stats().rto_timeouts, p.a.stats().loss_probes), (0, 0));
+}

@@ -858,6 +858,9 @@ impl Connection {
                     self.cc.on_partial_ack(data_acked);
                 }
                 self.flags.set(Flags::RETRANSMIT_ONE);
+                // Its duplicate ACKs count from here (those of the
+                // episode's earlier repairs are not its).
+                self.snd.dup_acks = 0;
                 self.arm_lost_retransmit();
             }
         } else if !self.ecn_holds_cwnd(seg) {

@@ -167,6 +167,11 @@ impl Connection {
                 return self.poll_mtu_probe(ctx, buf);
             }
             self.flags.clear(Flags::RETRANSMIT_ONE);
+            if self.snd.una == self.snd.max {
+                // An ACK since acknowledged everything: nothing to resend,
+                // and new data goes within the windows.
+                return Continue(());
+            }
             let mut len = buffered.min(self.eff_mss());
             if let (_, Some(sacked)) = self.scoreboard.next_unsacked(self.snd.una) {
                 // Not into data the peer already holds.

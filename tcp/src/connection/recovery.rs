@@ -312,8 +312,11 @@ impl Connection {
     pub(super) fn arm_lost_retransmit(&mut self) {
         let mss = self.eff_mss().max(1);
         let ahead = (self.snd.max - self.snd.una).div_ceil(mss);
+        // At most what the count reaches (it stops at 255): with more
+        // than 252 segments ahead, the repair may go again early (one
+        // segment, no reduction) rather than wait for a timer.
         let at = usize::from(self.snd.dup_acks) + ahead + 3;
-        self.snd_rare.lost_rtx_dups = at.min(usize::from(u16::MAX)) as u16;
+        self.snd_rare.lost_rtx_dups = at.min(usize::from(u8::MAX)) as u16;
     }
 
     /// RFC 3042 §2 limited transmit: on the first and second duplicate ACK,
