@@ -585,6 +585,60 @@ fn fast_retransmit_does_not_wait_for_a_stale_recover() {
     assert_eq!(s.rto_timeouts, before.rto_timeouts);
 }
 
+/// `high_rxt` (RFC 6675's HighRxt) outlives the recovery that set it, so
+/// that a recovery entered before SND.UNA passes an ended one's
+/// retransmissions does not send them again (`enter_recovery`). Left as
+/// it was, 4 GiB of data later the old value reads as lying ahead of
+/// SND.UNA again: a recovery entered then did not resend SND.UNA, and the
+/// loss waited for the probe timer. Here A's `high_rxt` is set 2^32 − 1,000
+/// bytes behind SND.UNA (1,000 ahead, as sequence numbers compare) with no
+/// recovery behind it, and the first segment of a burst is lost.
+#[test]
+fn a_recovery_resends_snd_una_whatever_an_old_high_rxt_says() {
+    let mut p = Pair::connected();
+    p.events();
+    let a = p.a_conns[0];
+    let mut sent = 0;
+    for _ in 0..1_000 {
+        if sent < 200_000 {
+            sent += p.a.send(a, &[7; 16_000]).expect("live");
+        }
+        p.apply(&Op::Deliver(0));
+        p.apply(&Op::Recv(false, 0, 40_000));
+        p.apply(&Op::Wait(1));
+        let c = p.a.connection_mut(a);
+        if sent >= 200_000 && c.snd.una == c.snd.max {
+            break;
+        }
+    }
+    let una = p.a.connection_mut(a).snd.una;
+    p.a.send(a, &vec![8; 20_000]).expect("live");
+    let before = *p.a.stats();
+    let now = p.now;
+    let mut buf = vec![0; 65_536];
+    let mut first = true;
+    while let Some(t) = p.a.poll_transmit(now, &mut buf) {
+        if !std::mem::take(&mut first) {
+            p.b.handle_segment(now, t.src.ip(), t.dst.ip(), &buf[..t.len]);
+        }
+    }
+    {
+        let c = p.a.connection_mut(a);
+        assert!(c.snd.max - una > 10_000, "a burst out");
+        c.snd_rare.high_rxt = una + 1_000;
+    }
+    // B's duplicate ACKs and SACKs: A enters recovery and resends
+    // SND.UNA.
+    one_way(&mut p, false, false);
+    assert_eq!(p.a.stats().fast_retransmits, before.fast_retransmits + 1);
+    let mut resent = false;
+    while let Some(t) = p.a.poll_transmit(now, &mut buf) {
+        let (seg, payload) = flowlane_wire::TcpRepr::parse_segment(&buf[..t.len]).expect("ours");
+        resent |= seg.seq == una.0 && !payload.is_empty();
+    }
+    assert!(resent, "SND.UNA resent at once");
+}
+
 /// Issue 11: an abort's RST goes out at SND.MAX, which is the peer's
 /// RCV.NXT once everything sent arrived, even if a timeout rewound SND.NXT
 /// (here B received all of A's data, but B's ACKs were lost, and A's

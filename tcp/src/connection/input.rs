@@ -823,8 +823,12 @@ impl Connection {
         }
         self.snd.prev_una = self.snd.una;
         self.snd.una = ack;
-        if self.flags.has(Flags::RECOVER_HELD | Flags::MTU_PROBE_OUT) {
-            // The RFC 6582 guard's end, a path MTU probe's ACK.
+        if self
+            .flags
+            .has(Flags::RECOVER_HELD | Flags::MTU_PROBE_OUT | Flags::RXT_ABOVE)
+        {
+            // The RFC 6582 guard's end, a path MTU probe's ACK, an ended
+            // recovery's retransmissions acknowledged.
             self.on_ack_held(ctx, ack);
         }
         if self.snd.nxt < ack {
@@ -840,6 +844,7 @@ impl Connection {
                 // RFC 6582 §3.2 step 3, full acknowledgment (RFC 6675
                 // §5 step (C): recovery ends when HighACK reaches
                 // RecoveryPoint).
+                self.note_retransmissions_above();
                 self.flags.clear(Flags::IN_RECOVERY | Flags::SACK_RECOVERY);
                 if self.flags.has(Flags::MTU_PROBE_OUT) {
                     // A lost path MTU probe was repaired: the window

@@ -188,6 +188,10 @@ impl Connection {
             // RFC 6582 §3.2: the episode's guard ends with it.
             self.flags.clear(Flags::RECOVER_HELD);
         }
+        if self.flags.has(Flags::RXT_ABOVE) && ack >= self.snd_rare.high_rxt {
+            // An ended recovery's retransmissions all acknowledged.
+            self.flags.clear(Flags::RXT_ABOVE);
+        }
         let probe = self.snd_rare.mtu_probe;
         if !self.flags.has(Flags::MTU_PROBE_OUT) || self.flags.has(Flags::IN_RECOVERY) || probe == 0
         {

@@ -184,6 +184,7 @@ impl Connection {
         if (tsecr.wrapping_sub(undo.retransmit_ts) as i32) >= 0 {
             return false;
         }
+        self.note_retransmissions_above();
         self.flags
             .clear(Flags::IN_RECOVERY | Flags::SACK_RECOVERY | Flags::RETRANSMIT_ONE);
         // No loss happened in that window, so the RFC 6582 guard against a
@@ -194,6 +195,15 @@ impl Connection {
             .on_spurious_recovery(flight, bytes_acked, undo.pipe_prev());
         stats.spurious_recoveries += 1;
         true
+    }
+
+    /// A SACK recovery ends (a full ACK, or undone): whether its
+    /// retransmissions reach past SND.UNA, which a recovery entered before
+    /// SND.UNA passes them must not send again (`enter_recovery`).
+    pub(super) fn note_retransmissions_above(&mut self) {
+        if self.flags.has(Flags::SACK_RECOVERY) && self.snd_rare.high_rxt > self.snd.una {
+            self.flags.set(Flags::RXT_ABOVE);
+        }
     }
 
     /// RFC 6582 §3.2 step 2: whether duplicate ACKs at `ack` may start
@@ -252,10 +262,13 @@ impl Connection {
         // drop-tail queue cost 2 614 retransmissions for 2 317 losses, 11
         // recoveries entered on a new loss far above SND.UNA and undone when
         // the old copy of SND.UNA arrived.)
-        let resent_above = self.flags.has(Flags::SACK)
+        // (`RXT_ABOVE` implies SACK: only a SACK recovery sets it.)
+        let resent_above = self.flags.has(Flags::RXT_ABOVE)
             && self.rack_active()
             && self.snd_rare.high_rxt > self.snd.una
             && self.snd_rare.high_rxt <= self.snd.max;
+        // From here `high_rxt` is this episode's.
+        self.flags.clear(Flags::RXT_ABOVE);
         if self.flags.has(Flags::TIMESTAMPS) && !reduced && !resent_above {
             // RFC 3522 §3.2 step (1) / RFC 4015 §3.2 step (1).
             self.snd_rare.undo = Some(UndoState::new(

@@ -215,6 +215,12 @@ impl Flags {
     /// aside (`OwedAcks` was full, or the connection was imported with ACKs
     /// owed): until none is owed, they report the state after the batch.
     pub(crate) const ACKS_UNRECORDED: u64 = 1 << 46;
+    /// A SACK recovery ended (or was undone) with its retransmissions
+    /// reaching past SND.UNA: `SendRare::high_rxt` holds their end until
+    /// SND.UNA passes it (`Connection::on_ack_held`). Without the flag the
+    /// value is an old episode's, which 4 GiB later would read as lying
+    /// ahead of SND.UNA again (as `RECOVER_HELD` guards `recover`).
+    pub(crate) const RXT_ABOVE: u64 = 1 << 47;
 
     /// Whether any bit of `f` is set.
     pub(crate) fn has(self, f: u64) -> bool {

@@ -156,8 +156,9 @@ impl Connection {
         self.flags.set(Flags::RECOVER_HELD);
         // A path MTU probe in flight is resent at the MSS with the rest:
         // its ACK no longer tells anything.
-        self.flags
-            .clear(Flags::IN_RECOVERY | Flags::SACK_RECOVERY | Flags::MTU_PROBE_OUT);
+        self.flags.clear(
+            Flags::IN_RECOVERY | Flags::SACK_RECOVERY | Flags::MTU_PROBE_OUT | Flags::RXT_ABOVE,
+        );
         self.scoreboard.clear();
         self.flags.clear(Flags::SACKED);
         // A fast retransmit's undo (RFC 3522 / RFC 4015) is for its own
