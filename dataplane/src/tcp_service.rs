@@ -411,10 +411,10 @@ impl TcpService {
     /// to the new one out of order (`frames_forwarded_late`); a hold that
     /// ends on its timeout releases its frames ahead of any the old queue
     /// still forwards (`hold_timeouts`); and a connection the new queue
-    /// cannot take is lost, its peer reset (`import_failed`, the report's
-    /// `connections_refused`). One move at a time; a few hundred
-    /// microseconds for an idle bucket. The application sees no event it
-    /// would not have seen.
+    /// cannot take is lost, its peer reset at its next segment
+    /// (`import_failed`, the report's `connections_refused`). One move at
+    /// a time; a few hundred microseconds for an idle bucket. The
+    /// application sees no event it would not have seen.
     ///
     /// # Errors
     /// [`Error::Move`]: buckets cannot move in this service (one queue,

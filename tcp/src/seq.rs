@@ -33,12 +33,16 @@ impl SeqNumber {
     /// RFC 9293 §3.10.7.4 (the table under "first check sequence
     /// number"): whether a segment starting here and occupying `seg_len`
     /// sequence numbers is acceptable to a receiver expecting `nxt` with a
-    /// window of `wnd` bytes.
+    /// window of `wnd` bytes. A segment without data may sit at the
+    /// window's right edge too (as Linux's `tcp_sequence` takes it): a
+    /// sender that filled the window sends its pure ACKs at its SND.NXT,
+    /// the edge, while that data is on its way (the RFC's strict bound
+    /// dropped them, and their acknowledgment and SACK blocks with them).
     #[inline]
     pub(crate) fn acceptable(self, seg_len: usize, nxt: SeqNumber, wnd: usize) -> bool {
         match (seg_len, wnd) {
             (0, 0) => self == nxt,
-            (0, _) => self.in_range(nxt, nxt + wnd),
+            (0, _) => nxt <= self && self <= nxt + wnd,
             (_, 0) => false,
             (_, _) => {
                 self.in_range(nxt, nxt + wnd) || (self + (seg_len - 1)).in_range(nxt, nxt + wnd)

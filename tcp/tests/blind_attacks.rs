@@ -495,3 +495,33 @@ fn a_tuple_opened_again_in_the_same_tick_after_a_lost_rst_connects() {
         events(&mut b)
     );
 }
+
+/// A pure ACK at the right edge of A's window (SEG.SEQ = RCV.NXT +
+/// RCV.WND) is taken, as Linux's `tcp_sequence` takes it: a peer that
+/// filled A's window sends its ACKs at its SND.NXT, that edge, while the
+/// data is on its way. RFC 9293's table bounds the sequence number
+/// strictly below the edge; A dropped those ACKs, and with them the
+/// acknowledgment of its own data. One past the edge is still dropped.
+#[test]
+fn a_pure_ack_at_the_right_edge_of_the_window_is_taken() {
+    let mut p = sim::peer::Peer::new(60_000);
+    p.a.send(p.conn, &[1u8; 1_000]).unwrap();
+    p.poll();
+    let window = u32::from(p.a_window());
+    assert!(window > 0);
+    p.b_rcv = p.b_rcv.wrapping_add(1_000);
+    let before = p.a.stats().unacceptable;
+    let ack = |p: &mut sim::peer::Peer, ahead| {
+        p.segment(ahead, TcpFlags::ACK, 60_000, Default::default(), &[]);
+    };
+    ack(&mut p, window + 1);
+    assert_eq!(p.a.stats().unacceptable, before + 1, "past the edge");
+    assert_eq!(p.a.info(p.conn).unwrap().unacked, 1_000);
+    ack(&mut p, window);
+    assert_eq!(p.a.stats().unacceptable, before + 1, "at the edge");
+    assert_eq!(
+        p.a.info(p.conn).unwrap().unacked,
+        0,
+        "A's data acknowledged"
+    );
+}

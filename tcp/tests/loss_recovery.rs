@@ -80,6 +80,16 @@ fn sack_flight() -> (Peer, u32) {
     (p, base)
 }
 
+/// Runs A's timers 23 ms on from [`sack_flight`]'s flight: past its
+/// probe timeout (RFC 8985 §7.2: PTO = 2 SRTT, and a margin).
+fn fire_the_probe_timer(p: &mut Peer) {
+    let due = p.now + Duration::from_millis(23);
+    while let Some(t) = p.a.poll_timeout().filter(|&t| t <= due) {
+        p.now = t;
+        p.a.handle_timeout(t);
+    }
+}
+
 /// B's duplicate ACK SACKing the last five of [`sack_flight`]'s
 /// segments: A enters recovery (RFC 6675: five segments SACKed above
 /// SND.UNA). Returns A's data segments right after, as sequence numbers
@@ -104,13 +114,13 @@ fn sack_the_last_five(p: &mut Peer, base: u32) -> Vec<(u32, usize)> {
 /// episode reduced the window a second time.
 #[test]
 fn a_probe_decided_before_recovery_does_not_go_in_it() {
+    // Control: with no ACK, the probe goes (the timer fired).
+    let (mut control, _) = sack_flight();
+    fire_the_probe_timer(&mut control);
+    control.poll();
+    assert_eq!(control.a.stats().tlp_probes, 1, "the probe timer fired");
     let (mut p, base) = sack_flight();
-    // PTO = 2 SRTT and a margin (RFC 8985 §7.2): past 20 ms.
-    let due = p.now + Duration::from_millis(23);
-    while let Some(t) = p.a.poll_timeout().filter(|&t| t <= due) {
-        p.now = t;
-        p.a.handle_timeout(t);
-    }
+    fire_the_probe_timer(&mut p);
     let out = sack_the_last_five(&mut p, base);
     assert_eq!(out.first(), Some(&(0, 1_460)), "A sent {out:?}");
     assert!(
@@ -286,9 +296,10 @@ fn a_partial_ack_s_retransmission_is_judged_by_its_own_duplicate_acks() {
 }
 
 /// The same rule with more than 252 segments in flight: the count of
-/// duplicate ACKs stops at 255, so the threshold does too. Before, it was
-/// past what the count can reach, and a lost repair waited for the loss
-/// probe or the retransmission timer.
+/// duplicate ACKs stops at 255, so the threshold does too, and the count
+/// starts again from each repair. Before, the threshold was past what the
+/// count can reach, and a lost repair waited for the loss probe or the
+/// retransmission timer.
 #[test]
 fn a_lost_repair_is_resent_with_hundreds_of_segments_in_flight() {
     let options = TcpOptions {
@@ -330,5 +341,19 @@ fn a_lost_repair_is_resent_with_hundreds_of_segments_in_flight() {
         assert!(dups < 1_000, "the repair was never resent");
     };
     assert!(again <= 255, "resent after {again} duplicate ACKs");
+    // The count starts again from that repair: 600 more duplicate ACKs
+    // (the rest of the flight's, or a peer's forgeries) resend it at most
+    // once for every 255 (before, the count stayed at its ceiling and each
+    // one resent it: a segment for every forged ACK).
+    let mut resends = 0;
+    for _ in 0..600 {
+        p.ack(65_535);
+        resends += p
+            .poll()
+            .iter()
+            .filter(|(r, len)| r.seq == hole && *len > 0)
+            .count();
+    }
+    assert!(resends <= 3, "resent {resends} times more");
     assert_eq!((p.a.stats().rto_timeouts, p.a.stats().loss_probes), (0, 0));
 }

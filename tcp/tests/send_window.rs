@@ -304,3 +304,39 @@ fn acks_while_probing_a_shut_window_are_within_it() {
     };
     assert_eq!(ack.seq, p.b_rcv, "the ACK's sequence number is B's RCV.NXT");
 }
+
+/// A window scale's unit (RFC 7323 §2.4): B pulls its right edge back by
+/// under one unit (it truncates its window to the unit, as A's receiver
+/// does under memory pressure) after A filled the old edge. A's pure ACK
+/// for B's data then goes at SND.MAX, not at the new edge: B may have
+/// taken everything up to the old edge, and the new one lies below its
+/// RCV.NXT (Linux's `tcp_acceptable_seq` allows a unit for this). At the
+/// new edge, B would have dropped the ACK.
+#[test]
+fn an_ack_past_an_edge_pulled_back_under_one_unit_goes_at_snd_max() {
+    let options = TcpOptions {
+        mss: Some(1460),
+        window_scale: Some(7),
+        ..TcpOptions::default()
+    };
+    let mut p = Peer::with_options(60_000, options);
+    // B's window: 100 units of 128 bytes; A fills it.
+    p.ack(100);
+    p.a.set_nodelay(p.conn, true).unwrap();
+    p.a.send(p.conn, &[2u8; 12_800]).unwrap();
+    let sent: usize = p.poll().iter().map(|(_, len)| len).sum();
+    assert_eq!(sent, 12_800, "A filled B's window");
+    let old_edge = p.b_rcv.wrapping_add(12_800);
+    // B's data, sent when it had all but A's last 1 064 bytes, with 8
+    // units: an edge 40 bytes left of the old one.
+    p.b_rcv = old_edge.wrapping_sub(1_064);
+    p.b_window = 8;
+    p.data(0, flowlane_wire::tcp::TcpFlags::empty(), &[5u8; 100]);
+    let mut out = p.poll();
+    let later = p.now + Duration::from_millis(250);
+    out.extend(p.run_until(later));
+    let Some((ack, _)) = out.iter().find(|(r, len)| *len == 0 && r.ack == p.b_nxt) else {
+        panic!("A sent {out:?}");
+    };
+    assert_eq!(ack.seq, old_edge, "the ACK's sequence number is SND.MAX");
+}

@@ -806,15 +806,20 @@ impl Connection {
     /// RST): SND.MAX, the peer's RCV.NXT once everything sent arrived
     /// (SND.NXT may have been rewound by a timeout, and a segment below the
     /// peer's RCV.NXT is out of its window; RFC 5961 §3.2 peers want an
-    /// RST exact). Past the peer's window (bytes sent into a window that
-    /// then shut, or a zero window's probe byte), its right edge instead:
-    /// a segment beyond the window is dropped unseen (RFC 9293 §3.10.7.4),
-    /// and with a zero window the edge is SND.UNA, the peer's RCV.NXT, the
-    /// one sequence number it takes then (Linux's `tcp_acceptable_seq`).
+    /// RST exact). Past the peer's window by a unit of its window scale or
+    /// more (bytes sent into a window that then shut), or past a zero
+    /// window (its probe byte), the window's right edge instead: a segment
+    /// beyond the window is dropped unseen (RFC 9293 §3.10.7.4), and with a
+    /// zero window the edge is SND.UNA, the peer's RCV.NXT, the one
+    /// sequence number it takes then. Past it by less than a unit, SND.MAX
+    /// still: the peer pulled its edge back by under a unit (RFC 7323
+    /// §2.4) and may have taken what was sent up to the old one, so the
+    /// edge can lie below its RCV.NXT (Linux's `tcp_acceptable_seq`).
     #[inline]
     pub(super) fn acceptable_seq(&self) -> SeqNumber {
         let edge = self.snd.una + self.snd.wnd as usize;
-        if self.snd.max > edge {
+        if self.snd.max > edge && (self.snd.wnd == 0 || self.snd.max - edge >= 1 << self.snd.wscale)
+        {
             edge
         } else {
             self.snd.max

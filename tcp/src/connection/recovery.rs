@@ -310,8 +310,11 @@ impl Connection {
         // The retransmission that starts the recovery restarts the timer
         // (RFC 6298 §5.1 as Linux applies it to a resent SND.UNA): a probe
         // armed for the flight would fire within a round trip of the
-        // repairs and take them as lost too (`on_probe_timeout`).
-        self.arm_rto_or_probe(now);
+        // repairs and take them as lost too (`on_probe_timeout`). Nothing
+        // is resent when an earlier episode's copies are still out.
+        if !resent_above {
+            self.arm_rto_or_probe(now);
+        }
     }
 
     /// Sets the duplicate ACK count at which the retransmission of SND.UNA
@@ -327,7 +330,9 @@ impl Connection {
         let ahead = (self.snd.max - self.snd.una).div_ceil(mss);
         // At most what the count reaches (it stops at 255): with more
         // than 252 segments ahead, the repair may go again early (one
-        // segment, no reduction) rather than wait for a timer.
+        // segment, no reduction) rather than wait for a timer, and the
+        // count starts again from it (`on_dup_ack`), so at most one
+        // segment goes for every 255 duplicate ACKs.
         let at = usize::from(self.snd.dup_acks) + ahead + 3;
         self.snd_rare.lost_rtx_dups = at.min(usize::from(u8::MAX)) as u16;
     }
@@ -528,8 +533,10 @@ impl Connection {
                 // sent after it keep arriving. Resend it now rather than
                 // after a retransmission timeout (three orders of
                 // magnitude longer than the RTT on a LAN). Same loss
-                // episode, so no further window reduction.
+                // episode, so no further window reduction. The new
+                // repair's duplicate ACKs count from here.
                 self.flags.set(Flags::RETRANSMIT_ONE);
+                self.snd.dup_acks = 0;
                 self.arm_lost_retransmit();
             }
         } else if self.snd.dup_acks == 3 && !self.rack_active() {

@@ -614,6 +614,7 @@ mod tests {
             Flags::TLP_NOW,
             Flags::RETRACTED,
             Flags::ACKS_UNRECORDED,
+            Flags::RXT_ABOVE,
         ];
         let mut seen = 0u64;
         for (i, f) in all.into_iter().enumerate() {
