@@ -535,21 +535,10 @@ fn one_way(p: &mut Pair, from_a: bool, lose: bool) {
     }
 }
 
-/// Issue 11: `recover` once doubled as "no loss episode yet" (`recover ==
-/// ISS`); 2^31 bytes after the last episode, an old `recover` reads as
-/// ahead of SND.UNA, and duplicate ACKs no longer started fast retransmit
-/// unless RFC 6582's ACK heuristic happened to allow it (it does not after
-/// a stretch ACK of more than 4 segments, common from Linux receivers with
-/// GRO): every loss then waited for a timeout. Here A's `recover` is set
-/// 2^31 + 1000 bytes behind SND.UNA, the last ACK a stretch ACK, and the
-/// first segment of a burst is lost.
-#[test]
-fn fast_retransmit_does_not_wait_for_a_stale_recover() {
-    let mut p = Pair::connected();
-    p.events();
-    let a = p.a_conns[0];
-    // Enough data first that the congestion window has room for a burst
-    // (without idle pauses: RFC 5681 §4.1 would shrink it back).
+/// 200 kB from A to B, all of it acknowledged, without idle pauses:
+/// enough that A's congestion window has room for a burst (RFC 5681 §4.1
+/// would shrink it back after a pause).
+fn grow_the_window(p: &mut Pair, a: ConnHandle) {
     let mut sent = 0;
     for _ in 0..1_000 {
         if sent < 200_000 {
@@ -563,14 +552,10 @@ fn fast_retransmit_does_not_wait_for_a_stale_recover() {
             break;
         }
     }
-    {
-        let c = p.a.connection_mut(a);
-        assert_eq!(c.snd.una, c.snd.max, "all acknowledged");
-        c.snd_rare.recover = c.snd.una - ((1usize << 31) + 1000);
-        c.snd.prev_una = c.snd.una - 20 * 1460;
-    }
-    p.a.send(a, &vec![8; 20_000]).expect("live");
-    let before = *p.a.stats();
+}
+
+/// Everything A sends now reaches B but the first segment.
+fn send_losing_the_first(p: &mut Pair) {
     let now = p.now;
     let mut buf = vec![0; 65_536];
     let mut first = true;
@@ -579,6 +564,31 @@ fn fast_retransmit_does_not_wait_for_a_stale_recover() {
             p.b.handle_segment(now, t.src.ip(), t.dst.ip(), &buf[..t.len]);
         }
     }
+}
+
+/// Issue 11: `recover` once doubled as "no loss episode yet" (`recover ==
+/// ISS`); 2^31 bytes after the last episode, an old `recover` reads as
+/// ahead of SND.UNA, and duplicate ACKs no longer started fast retransmit
+/// unless RFC 6582's ACK heuristic happened to allow it (it does not after
+/// a stretch ACK of more than 4 segments, common from Linux receivers with
+/// GRO): every loss then waited for a timeout. Here A's `recover` is set
+/// 2^31 + 1000 bytes behind SND.UNA, the last ACK a stretch ACK, and the
+/// first segment of a burst is lost.
+#[test]
+fn fast_retransmit_does_not_wait_for_a_stale_recover() {
+    let mut p = Pair::connected();
+    p.events();
+    let a = p.a_conns[0];
+    grow_the_window(&mut p, a);
+    {
+        let c = p.a.connection_mut(a);
+        assert_eq!(c.snd.una, c.snd.max, "all acknowledged");
+        c.snd_rare.recover = c.snd.una - ((1usize << 31) + 1000);
+        c.snd.prev_una = c.snd.una - 20 * 1460;
+    }
+    p.a.send(a, &vec![8; 20_000]).expect("live");
+    let before = *p.a.stats();
+    send_losing_the_first(&mut p);
     one_way(&mut p, false, false);
     let s = *p.a.stats();
     assert_eq!(s.fast_retransmits, before.fast_retransmits + 1, "{s:?}");
@@ -598,30 +608,11 @@ fn a_recovery_resends_snd_una_whatever_an_old_high_rxt_says() {
     let mut p = Pair::connected();
     p.events();
     let a = p.a_conns[0];
-    let mut sent = 0;
-    for _ in 0..1_000 {
-        if sent < 200_000 {
-            sent += p.a.send(a, &[7; 16_000]).expect("live");
-        }
-        p.apply(&Op::Deliver(0));
-        p.apply(&Op::Recv(false, 0, 40_000));
-        p.apply(&Op::Wait(1));
-        let c = p.a.connection_mut(a);
-        if sent >= 200_000 && c.snd.una == c.snd.max {
-            break;
-        }
-    }
+    grow_the_window(&mut p, a);
     let una = p.a.connection_mut(a).snd.una;
     p.a.send(a, &vec![8; 20_000]).expect("live");
     let before = *p.a.stats();
-    let now = p.now;
-    let mut buf = vec![0; 65_536];
-    let mut first = true;
-    while let Some(t) = p.a.poll_transmit(now, &mut buf) {
-        if !std::mem::take(&mut first) {
-            p.b.handle_segment(now, t.src.ip(), t.dst.ip(), &buf[..t.len]);
-        }
-    }
+    send_losing_the_first(&mut p);
     {
         let c = p.a.connection_mut(a);
         assert!(c.snd.max - una > 10_000, "a burst out");
@@ -632,7 +623,8 @@ fn a_recovery_resends_snd_una_whatever_an_old_high_rxt_says() {
     one_way(&mut p, false, false);
     assert_eq!(p.a.stats().fast_retransmits, before.fast_retransmits + 1);
     let mut resent = false;
-    while let Some(t) = p.a.poll_transmit(now, &mut buf) {
+    let mut buf = vec![0; 65_536];
+    while let Some(t) = p.a.poll_transmit(p.now, &mut buf) {
         let (seg, payload) = flowlane_wire::TcpRepr::parse_segment(&buf[..t.len]).expect("ours");
         resent |= seg.seq == una.0 && !payload.is_empty();
     }
