@@ -411,7 +411,7 @@ impl TcpService {
     /// to the new one out of order (`frames_forwarded_late`); a hold that
     /// ends on its timeout releases its frames ahead of any the old queue
     /// still forwards (`hold_timeouts`); and a connection the new queue
-    /// cannot take is lost, its peer reset at its next segment
+    /// cannot take is lost, its peer reset by the new queue
     /// (`import_failed`, the report's `connections_refused`). One move at
     /// a time; a few hundred microseconds for an idle bucket. The
     /// application sees no event it would not have seen.

@@ -864,8 +864,9 @@ pub struct Stats {
     /// (RFC 2525 §2.17): the connection ended.
     pub resets_data_after_close: u64,
     /// RSTs sent for connections the application aborted or closed with
-    /// data unread (RFC 9293 §3.10.5, RFC 2525 §2.17), or whose listener
-    /// went away before their handshake completed.
+    /// data unread (RFC 9293 §3.10.5, RFC 2525 §2.17), whose listener
+    /// went away before their handshake completed, or that no stack took
+    /// when they moved (an import refused).
     pub resets_aborted: u64,
     /// RSTs sent for connections whose retransmissions ran out.
     pub resets_timed_out: u64,

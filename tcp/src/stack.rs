@@ -2317,6 +2317,30 @@ impl Stack {
         }
     }
 
+    /// A connection whose import is refused is lost: its peer is told at
+    /// once ([`Snapshot::refusal_reset`]). Not when its tuple is in use
+    /// here: that RST would reach the connection that holds it.
+    fn reset_refused_import(&mut self, snap: &Snapshot) {
+        if let Some(rst) = snap.refusal_reset() {
+            self.queue_reset(rst);
+        }
+    }
+
+    /// Queues an RST of the stack's own (none of a connection's).
+    fn queue_reset(&mut self, rst: PendingRst) {
+        let Stack {
+            cfg,
+            stats,
+            replies,
+            pool,
+            lent,
+            flights,
+            now,
+            ..
+        } = self;
+        Ctx::unlimited(*now, cfg, stats, replies, (pool, lent, flights)).queue_rst(rst);
+    }
+
     /// RFC 9293 §3.10.7.1: the reply to a segment for no connection.
     fn reset_for(&mut self, tuple: FlowKey, seg: &TcpRepr, len: usize, why: ResetReason) {
         if seg.flags.rst() {
@@ -2338,17 +2362,7 @@ impl Stack {
                 why,
             }
         };
-        let Stack {
-            cfg,
-            stats,
-            replies,
-            pool,
-            lent,
-            flights,
-            now,
-            ..
-        } = self;
-        Ctx::unlimited(*now, cfg, stats, replies, (pool, lent, flights)).queue_rst(rst);
+        self.queue_reset(rst);
     }
 
     // ---------------------------------------------------------------
@@ -2844,6 +2858,7 @@ impl Stack {
         let past_cap = self.live + self.held >= cap;
         if past_cap && self.live + self.held >= cap.saturating_add(import_headroom(cap)) {
             self.stats.imports_refused_at_cap += 1;
+            self.reset_refused_import(snap);
             return Err(Error::ConnectionLimit);
         }
         // Built in its slot: a connection is some 680 bytes, and moving it
@@ -2858,6 +2873,7 @@ impl Stack {
         );
         if let Err(e) = built {
             self.free.push(idx);
+            self.reset_refused_import(snap);
             return Err(e);
         }
         // A TIME-WAIT record here is an older incarnation: the imported

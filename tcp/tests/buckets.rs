@@ -687,3 +687,51 @@ fn a_connection_waiting_for_memory_is_offered_a_window_where_it_moves() {
     assert_eq!(seg.dst_port, waiter);
     assert!(seg.window > 0, "the window opens: {seg:?}");
 }
+
+/// A connection refused at import (the stack taking its bucket over is
+/// past its cap and headroom) is lost; its peer is told at once, by an
+/// RST as the connection itself would have sent (counted as an abort).
+/// Before, nothing was sent: the peer learned at its next segment, and an
+/// idle one without keepalive never did.
+#[test]
+fn a_connection_refused_at_import_resets_its_peer() {
+    use flowlane_tcp::time::Instant;
+    let now = Instant::ZERO;
+    let mut s1 = server();
+    s1.listen(SocketAddr::new(B_IP, 80)).unwrap();
+    let mut client = Stack::new(test_config(5));
+    let conns: Vec<ConnHandle> = (0..12)
+        .map(|k| {
+            client
+                .connect(
+                    now,
+                    SocketAddr::new(A_IP, 10_001 + 4 * k),
+                    SocketAddr::new(B_IP, 80),
+                )
+                .unwrap()
+        })
+        .collect();
+    for _ in 0..3 {
+        pass(&mut client, &mut s1, now, A_IP, B_IP);
+        pass(&mut s1, &mut client, now, B_IP, A_IP);
+    }
+    events(&mut s1);
+    events(&mut client);
+    let mut cfg = test_config(2);
+    cfg.max_connections = 8;
+    let mut s2 = Stack::new(cfg);
+    s2.set_buckets(BUCKETS, by_port).unwrap();
+    s2.listen(SocketAddr::new(B_IP, 80)).unwrap();
+    let imported = s2.import_bucket(now, s1.export_bucket(1));
+    let refused = imported.iter().filter(|r| r.is_err()).count();
+    assert_eq!(refused, 3);
+    pass(&mut s2, &mut client, now, B_IP, A_IP);
+    assert_eq!(s2.stats().resets_aborted, 3, "{:?}", s2.stats());
+    let reset = conns
+        .iter()
+        .filter(|&&c| {
+            client.state(c).is_err() || client.state(c) == Ok(flowlane_tcp::State::Closed)
+        })
+        .count();
+    assert_eq!(reset, 3, "the client's connections the move lost are reset");
+}

@@ -91,7 +91,8 @@ pub(crate) enum ResetReason {
     DataAfterClose,
     /// The application aborted the connection, or closed it with data
     /// unread (RFC 9293 §3.10.5, RFC 2525 §2.17); or its listener went
-    /// away before the handshake completed.
+    /// away before the handshake completed; or no stack took it when it
+    /// moved (its import refused).
     Aborted,
     /// Retransmissions ran out (RFC 1122 §4.2.3.5).
     TimedOut,
@@ -803,27 +804,10 @@ impl Connection {
     }
 
     /// The sequence number of a segment without data (a pure ACK, an
-    /// RST): SND.MAX, the peer's RCV.NXT once everything sent arrived
-    /// (SND.NXT may have been rewound by a timeout, and a segment below the
-    /// peer's RCV.NXT is out of its window; RFC 5961 §3.2 peers want an
-    /// RST exact). Past the peer's window by a unit of its window scale or
-    /// more (bytes sent into a window that then shut), or past a zero
-    /// window (its probe byte), the window's right edge instead: a segment
-    /// beyond the window is dropped unseen (RFC 9293 §3.10.7.4), and with a
-    /// zero window the edge is SND.UNA, the peer's RCV.NXT, the one
-    /// sequence number it takes then. Past it by less than a unit, SND.MAX
-    /// still: the peer pulled its edge back by under a unit (RFC 7323
-    /// §2.4) and may have taken what was sent up to the old one, so the
-    /// edge can lie below its RCV.NXT (Linux's `tcp_acceptable_seq`).
+    /// RST): [`SendState::acceptable_seq`].
     #[inline]
     pub(super) fn acceptable_seq(&self) -> SeqNumber {
-        let edge = self.snd.una + self.snd.wnd as usize;
-        if self.snd.max > edge && (self.snd.wnd == 0 || self.snd.max - edge >= 1 << self.snd.wscale)
-        {
-            edge
-        } else {
-            self.snd.max
-        }
+        self.snd.acceptable_seq()
     }
 
     /// Sends an RST for this connection (RFC 9293 §3.10.7.4 / §3.10.4

@@ -79,6 +79,22 @@ impl Snapshot {
     pub fn state(&self) -> State {
         self.state
     }
+
+    /// The RST that tells the peer of a connection no stack took (its
+    /// import refused): as the connection itself would have sent it
+    /// (RFC 9293 §3.10.4 ABORT, at [`SendState::acceptable_seq`]), so
+    /// that the peer learns now rather than at its next segment (an idle
+    /// one without keepalive never would). None where the peer has
+    /// nothing to reset: before its SYN was seen, and in TIME-WAIT.
+    pub(crate) fn refusal_reset(&self) -> Option<PendingRst> {
+        let synced = self.state.is_synchronized() || self.state == State::SynReceived;
+        (synced && self.state != State::TimeWait).then(|| PendingRst {
+            tuple: self.tuple,
+            seq: self.snd.acceptable_seq(),
+            ack: Some(self.rcv.nxt),
+            why: ResetReason::Aborted,
+        })
+    }
 }
 
 impl Connection {

@@ -266,6 +266,31 @@ pub(crate) struct SendState {
     pub(crate) dup_acks: u8,
 }
 
+impl SendState {
+    /// The sequence number of a segment without data (a pure ACK, an
+    /// RST): SND.MAX, the peer's RCV.NXT once everything sent arrived
+    /// (SND.NXT may have been rewound by a timeout, and a segment below the
+    /// peer's RCV.NXT is out of its window; RFC 5961 §3.2 peers want an
+    /// RST exact). Past the peer's window by a unit of its window scale or
+    /// more (bytes sent into a window that then shut), or past a zero
+    /// window (its probe byte), the window's right edge instead: a segment
+    /// beyond the window is dropped unseen (RFC 9293 §3.10.7.4), and with a
+    /// zero window the edge is SND.UNA, the peer's RCV.NXT, the one
+    /// sequence number it takes then. Past it by less than a unit, SND.MAX
+    /// still: the peer pulled its edge back by under a unit (RFC 7323
+    /// §2.4) and may have taken what was sent up to the old one, so the
+    /// edge can lie below its RCV.NXT (Linux's `tcp_acceptable_seq`).
+    #[inline]
+    pub(crate) fn acceptable_seq(&self) -> SeqNumber {
+        let edge = self.una + self.wnd as usize;
+        if self.max > edge && (self.wnd == 0 || self.max - edge >= 1 << self.wscale) {
+            edge
+        } else {
+            self.max
+        }
+    }
+}
+
 /// The send side's state that a segment on the fast path does not read:
 /// the initial sequence number, loss recovery (RFC 6582, RFC 6675, RFC
 /// 3522), ECN's reduced window (RFC 3168) and the path MTU search (RFC
