@@ -200,6 +200,7 @@ const QUEUE_ROWS: &[QueueRow] = &[
     row!("flowlane_rebalance_rewrite_timeouts", "Exports whose NIC entry's rewrite never reached the old queue, which stopped waiting for it after its bound.", C, [], |q| q.tcp.rewrite_timeouts),
     row!("flowlane_rebalance_imports_at_cap", "Connections of buckets moved to the queue while its stack held its most connections: taken within an eighth past the cap (taken), or refused beyond it (refused).", C, ["result" = "taken"], |q| q.tcp.imports_past_cap),
     row!("flowlane_rebalance_imports_at_cap", "", C, ["result" = "refused"], |q| q.tcp.imports_refused_at_cap),
+    row!("flowlane_rebalance_imports_past_recv_memory", "Connections of buckets moved to the queue that left its receive memory committed past its budget: their data and offered windows are taken whole, and no other window grows until they drain.", C, [], |q| q.tcp.imports_past_recv_memory),
     row!("flowlane_rebalance_imports_failed", "Connections of buckets moved to the queue that it could not take (refused at its cap, or their addresses in use there): gone from both queues, their peers answered with resets.", C, [], |q| q.tcp.import_failed),
     row!("flowlane_spill_frames", "Software spill (more workers than queues): frames a queue's worker forwarded to a worker without a queue (forwarded), a worker without a queue handed to its carrier (handed), and a carrier sent for it (transmitted).", C, ["direction" = "forwarded"], |q| q.tcp.spill_forwarded),
     row!("flowlane_spill_frames", "", C, ["direction" = "handed"], |q| q.tcp.spill_handed),

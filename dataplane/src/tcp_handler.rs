@@ -604,6 +604,8 @@ counters! {
         imports_past_cap,
         /// Connections of buckets moved here refused: the stack held its most connections and the eighth past it.
         imports_refused_at_cap,
+        /// Connections of buckets moved here that left the queue's receive memory committed past its budget (taken whole).
+        imports_past_recv_memory,
         /// Connections a handler's `admit` refused (reset before `on_accept`).
         application_refused,
         /// RSS buckets this queue gave to another (rebalancing).
@@ -779,6 +781,7 @@ impl TcpCounters {
         set(&self.connection_limit_refused, s.connection_limit_refused);
         set(&self.imports_past_cap, s.imports_past_cap);
         set(&self.imports_refused_at_cap, s.imports_refused_at_cap);
+        set(&self.imports_past_recv_memory, s.imports_past_recv_memory);
         set(&self.segments_out, s.segments_out);
     }
 

@@ -921,6 +921,11 @@ pub struct Stats {
     /// one held [`Config::max_connections`] or more: the headroom past the
     /// cap a move may take (an eighth of it; [`Stack::import_bucket`]).
     pub imports_past_cap: u64,
+    /// Connections imported from another stack that left this one's
+    /// receive memory committed past [`Config::recv_memory`]: a moved
+    /// connection's data and offered window are taken whole
+    /// ([`Stack::import`]), and until they drain no other window grows.
+    pub imports_past_recv_memory: u64,
     /// Connections refused at import ([`Error::ConnectionLimit`]): the stack
     /// held its cap and the headroom past it.
     pub imports_refused_at_cap: u64,

@@ -2918,6 +2918,7 @@ impl Stack {
             self.wake_memory_waiters();
         }
         self.stats.imports_past_cap += u64::from(past_cap);
+        self.stats.imports_past_recv_memory += u64::from(self.rcv_committed > self.cfg.recv_memory);
         Ok(self.handle(idx))
     }
 }

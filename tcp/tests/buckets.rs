@@ -639,20 +639,21 @@ fn a_send_buffer_shrunk_below_its_queue_moves_whole() {
 /// at once, as the old stack would have on a release, instead of leaving
 /// the peer to find the window by its persist probes (backing off to
 /// seconds). (Before the fix, the import cleared the wait and nothing
-/// re-evaluated the window.)
+/// re-evaluated the window.) One that brings more than the stack's
+/// budget has left is taken whole, and counted.
 #[test]
 fn a_connection_waiting_for_memory_is_offered_a_window_where_it_moves() {
     use flowlane_tcp::time::Instant;
     let mut now = Instant::ZERO;
-    let memory_server = |secret| {
+    let memory_server = |secret, budget| {
         let mut cfg = test_config(secret);
-        cfg.recv_memory = 32 * 1024;
+        cfg.recv_memory = budget;
         let mut s = Stack::new(cfg);
         s.set_buckets(BUCKETS, by_port).unwrap();
         s.listen(SocketAddr::new(B_IP, 80)).unwrap();
         s
     };
-    let mut s1 = memory_server(2);
+    let mut s1 = memory_server(2, 32 * 1024);
     let mut client = Stack::new(test_config(5));
     let (hog, waiter) = (10_001, 10_002);
     let conns: Vec<ConnHandle> = [hog, waiter]
@@ -675,7 +676,7 @@ fn a_connection_waiting_for_memory_is_offered_a_window_where_it_moves() {
     let held = s1.info(moving).unwrap().readable;
     assert!(held > 0 && held < 4096, "a segment's worth: {held}");
     // It moves to a stack with memory to spare.
-    let mut s2 = memory_server(3);
+    let mut s2 = memory_server(3, 32 * 1024);
     let snap = s1.export(moving).unwrap();
     s2.import(now, snap).unwrap();
     let mut buf = [0u8; 2048];
@@ -686,6 +687,14 @@ fn a_connection_waiting_for_memory_is_offered_a_window_where_it_moves() {
     assert!(payload.is_empty() && seg.flags.ack(), "{seg:?}");
     assert_eq!(seg.dst_port, waiter);
     assert!(seg.window > 0, "the window opens: {seg:?}");
+    assert_eq!(s2.stats().imports_past_recv_memory, 0);
+    // The first connection, which holds the old stack's budget, moves to
+    // a stack whose budget is half that: taken whole, past it, counted.
+    let mut s3 = memory_server(4, 16 * 1024);
+    let hogging = s1.bucket_connections(1)[0];
+    s3.import(now, s1.export(hogging).unwrap()).unwrap();
+    assert!(s3.recv_memory_committed() > 16 * 1024);
+    assert_eq!(s3.stats().imports_past_recv_memory, 1);
 }
 
 /// A connection refused at import (the stack taking its bucket over is
