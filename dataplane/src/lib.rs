@@ -83,9 +83,14 @@ pub enum Error {
         #[source]
         source: flowlane_ebpf::Error,
     },
-    /// Moving an RSS bucket between queues failed (or cannot be done).
+    /// Moving an RSS bucket between queues failed once under way.
     #[error("{0}")]
     Move(String),
+    /// A move refused before anything moved: buckets cannot move in the
+    /// service, the bucket or queue is out of range, or the bucket is there
+    /// already. Not a move the service made: not counted as one.
+    #[error("{0}")]
+    MoveRefused(String),
     /// A system call failed.
     #[error("{what}: {source}")]
     Io {

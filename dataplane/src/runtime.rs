@@ -335,6 +335,8 @@ pub struct Dataplane {
     /// Dropped after the program is detached: the kernel has the ports
     /// back only once flowlane no longer takes their frames.
     holds: PortHolds,
+    /// flowlane's ephemeral range (inclusive), if its own connections use one.
+    ephemeral: Option<(u16, u16)>,
 }
 
 impl std::fmt::Debug for Dataplane {
@@ -593,6 +595,7 @@ impl Dataplane {
             local: (config.local_v4, config.local_v6),
             steering,
             holds,
+            ephemeral: config.ephemeral,
         };
         // Returning an error drops `dp`: the workers stop and are joined,
         // the sockets closed and the XDP program detached.
@@ -666,6 +669,16 @@ impl Dataplane {
         (0..queues)
             .filter_map(|q| Some((q, self.steering.stats(q).ok()?)))
             .collect()
+    }
+
+    /// Whether the steering program gives flowlane the frames to `port`
+    /// for `proto` on the data path's addresses: a port it claimed (its
+    /// listening ports), or one of its ephemeral range (its own
+    /// connections' local ports, either protocol, as the program takes them).
+    pub fn takes_port(&self, proto: Proto, port: u16) -> bool {
+        self.ephemeral
+            .is_some_and(|(lo, hi)| (lo..=hi).contains(&port))
+            || self.holds.sockets.iter().any(|(p, _)| *p == (proto, port))
     }
 
     /// Claims one more port for flowlane while it runs, through the

@@ -60,9 +60,10 @@ pub trait ServiceView {
     /// Moves `bucket` to `to_queue` with its connections.
     ///
     /// # Errors
-    /// Why it could not (the default: the backend has no buckets to move).
+    /// Why it could not ([`Error::MoveRefused`] for a request refused before
+    /// anything moved; the default: the backend has no buckets to move).
     fn move_bucket(&self, _bucket: u16, _to_queue: u32) -> Result<MoveReport> {
-        Err(Error::Setup(format!(
+        Err(Error::MoveRefused(format!(
             "a {} service has no RSS buckets to move (buckets move on --backend xdp)",
             self.backend()
         )))
@@ -114,13 +115,7 @@ impl ServiceView for TcpService {
         &self,
         flow: &flowlane_numa_sched::FlowTuple,
     ) -> std::result::Result<ServiceHint, String> {
-        TcpService::hint(self, flow).ok_or_else(|| {
-            format!(
-                "does not serve {} on {} (not one of its addresses, or the NIC's RSS is unknown)",
-                flow.dst,
-                self.dataplane().interface().name
-            )
-        })
+        TcpService::hint(self, flow)
     }
     fn move_bucket(&self, bucket: u16, to_queue: u32) -> Result<MoveReport> {
         TcpService::move_bucket(self, bucket, to_queue)
@@ -434,11 +429,15 @@ impl ServiceControl {
     }
 
     /// A move asked for through the control socket: recorded in the
-    /// history and, if the bucket landed, told to the rebalancing loop,
-    /// which then holds it there for its hold-down rather than moving it
-    /// straight back.
+    /// history (unless refused before anything moved: a mistyped bucket
+    /// is no failed move) and, if the bucket landed, told to the
+    /// rebalancing loop, which then holds it there for its hold-down
+    /// rather than moving it straight back.
     fn move_by_hand(&mut self, view: &dyn ServiceView, bucket: u16, to: u32) -> Result<MoveReport> {
         let (m, landed) = move_and_see(view, bucket, to);
+        if matches!(m, Err(Error::MoveRefused(_))) {
+            return m;
+        }
         self.history.record(MoveCause::Manual, &m, landed);
         if let (true, Some(a)) = (landed, self.auto.as_mut()) {
             a.note_move(bucket, to);
@@ -700,6 +699,44 @@ mod tests {
             let held = control.auto.as_ref().unwrap().is_held(2);
             assert_eq!(held, takes, "({takes}, {answers})");
         }
+    }
+
+    /// A move refused before anything moved (a bucket out of range, a
+    /// backend without buckets) is answered but not counted as a failed
+    /// move; one that failed under way is.
+    #[test]
+    fn a_refused_move_by_hand_is_no_failed_move() {
+        struct Refuses;
+        impl ServiceView for Refuses {
+            fn backend(&self) -> &'static str {
+                "kernel"
+            }
+            fn iface(&self) -> String {
+                "test0".into()
+            }
+            fn queue_counters(&self) -> Vec<QueueCounterSet> {
+                Vec::new()
+            }
+            fn hint(
+                &self,
+                _flow: &flowlane_numa_sched::FlowTuple,
+            ) -> std::result::Result<ServiceHint, String> {
+                Err("does not say".into())
+            }
+        }
+        let mut control = ServiceControl::without_rebalancing("test", SocketChoice::Off).unwrap();
+        let m = control.move_by_hand(&Refuses, 2, 1);
+        assert!(
+            matches!(&m, Err(Error::MoveRefused(e)) if e.contains("no RSS buckets")),
+            "{m:?}"
+        );
+        assert_eq!((control.history.done, control.history.failed), (0, 0));
+        let failed = Scripted {
+            table: std::cell::RefCell::new(vec![0, 1, 0, 1]),
+            next: std::cell::Cell::new((false, false)),
+        };
+        assert!(control.move_by_hand(&failed, 2, 1).is_err());
+        assert_eq!(control.history.failed, 1);
     }
 
     #[test]

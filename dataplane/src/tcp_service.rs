@@ -349,26 +349,53 @@ impl TcpService {
     /// Where `flow` (as it arrives: the peer's address and port first) is
     /// processed now: the NIC's Toeplitz hash and bucket, the queue the
     /// table gives as this service last wrote it (after any move), and
-    /// that queue's worker CPU and NUMA node. None when the NIC's RSS is
-    /// unknown (not modelled) or the flow is not to one of the service's
-    /// addresses.
-    pub fn hint(&self, flow: &flowlane_numa_sched::FlowTuple) -> Option<ServiceHint> {
-        let rss = self.rss.as_ref()?;
-        if !self.local.contains(&flow.dst) {
-            return None;
+    /// that queue's worker CPU and NUMA node.
+    ///
+    /// # Errors
+    /// Why this service does not serve the flow (a predicate, after the
+    /// service's name): not TCP, not to one of its addresses, not to a
+    /// port its data path takes (a listening port, or its own
+    /// connections' ephemeral range), or the NIC's RSS unknown (not
+    /// modelled). Only the service that serves a flow answers it, so the
+    /// daemon, which asks every service, names that one.
+    pub fn hint(
+        &self,
+        flow: &flowlane_numa_sched::FlowTuple,
+    ) -> std::result::Result<ServiceHint, String> {
+        let iface = &self.dataplane.interface().name;
+        if flow.protocol != flowlane_numa_sched::Protocol::Tcp {
+            return Err(format!("serves TCP only, on {iface}"));
         }
+        if !self.local.contains(&flow.dst) {
+            return Err(format!(
+                "does not serve {} on {iface} (not one of its addresses)",
+                flow.dst
+            ));
+        }
+        if !self.dataplane.takes_port(Proto::Tcp, flow.dst_port) {
+            return Err(format!(
+                "does not serve TCP port {} on {iface} (neither a listening port nor its connections' ephemeral range)",
+                flow.dst_port
+            ));
+        }
+        let unknown = || format!("cannot place flows on {iface}: the NIC's RSS is unknown");
+        let rss = self.rss.as_ref().ok_or_else(unknown)?;
         let hash = rss.hash(flow);
         let bucket = rss.table().bucket_for_hash(hash);
         let queue = match self.rss_table() {
-            Some(t) => *t.get(bucket)?,
-            None => u32::from(*rss.table().entries().get(bucket)?),
-        };
+            Some(t) => t.get(bucket).copied(),
+            None => rss.table().entries().get(bucket).map(|&q| u32::from(q)),
+        }
+        .ok_or_else(unknown)?;
         let info = self
             .dataplane
             .queues()
             .into_iter()
-            .find(|q| q.queue == queue)?;
-        Some(ServiceHint {
+            .find(|q| q.queue == queue)
+            .ok_or_else(|| {
+                format!("serves no queue {queue} on {iface}, where the NIC's table sends the flow")
+            })?;
+        Ok(ServiceHint {
             hash: Some(hash),
             bucket: Some(bucket),
             queue,
@@ -417,15 +444,16 @@ impl TcpService {
     /// application sees no event it would not have seen.
     ///
     /// # Errors
-    /// [`Error::Move`]: buckets cannot move in this service (one queue,
-    /// RSS unknown, no NIC to write), a bucket or queue out of range, the
-    /// bucket already there, a worker that did not answer, or a NIC write
-    /// that failed (the move is then undone: the bucket and its
-    /// connections go back to the old queue, which the NIC still sends
-    /// them to; only if that fails too does the bucket stay on the new
-    /// queue, its old queue forwarding its frames).
+    /// [`Error::MoveRefused`]: buckets cannot move in this service (one
+    /// queue, RSS unknown, no NIC to write, software spill), a bucket or
+    /// queue out of range, the bucket already there. [`Error::Move`]: a
+    /// worker that did not answer, or a NIC write that failed (the move is
+    /// then undone: the bucket and its connections go back to the old
+    /// queue, which the NIC still sends them to; only if that fails too
+    /// does the bucket stay on the new queue, its old queue forwarding its
+    /// frames).
     pub fn move_bucket(&self, bucket: u16, to: u32) -> Result<MoveReport> {
-        let fail = |e: String| Error::Move(e);
+        let fail = |e: String| Error::MoveRefused(e);
         let cannot = || fail(self.why_buckets_cannot_move().unwrap_or_default());
         let m = self.moves.as_ref().ok_or_else(cannot)?;
         let nic = m.nic.as_ref().ok_or_else(cannot)?;
@@ -457,10 +485,10 @@ impl TcpService {
                 table[usize::from(bucket)] = to;
                 Ok(report)
             }
-            Err(MoveError::Stayed(e)) => Err(fail(e)),
+            Err(MoveError::Stayed(e)) => Err(Error::Move(e)),
             Err(MoveError::Moved(e)) => {
                 table[usize::from(bucket)] = to;
-                Err(fail(e))
+                Err(Error::Move(e))
             }
         }
     }

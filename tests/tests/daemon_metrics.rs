@@ -436,9 +436,9 @@ time.sleep(float(sys.argv[3]))
 s.close()
 "#;
 
-/// `flowlane hint --daemon --json` for the TCP flow 10.99.0.2:`sport` →
-/// `dst`:5001.
-fn ask_hint(dir: &Path, sport: u16, dst: &str) -> std::process::Output {
+/// `flowlane hint --daemon --json` for the `proto` flow 10.99.0.2:`sport` →
+/// `dst`:`dport`.
+fn ask_hint(dir: &Path, sport: u16, dst: &str, dport: u16, proto: &str) -> std::process::Output {
     flowlane(&[
         "hint",
         "--daemon",
@@ -451,16 +451,16 @@ fn ask_hint(dir: &Path, sport: u16, dst: &str) -> std::process::Output {
         "--dst",
         dst,
         "--dport",
-        "5001",
+        &dport.to_string(),
         "--proto",
-        "tcp",
+        proto,
         "--json",
     ])
 }
 
 /// [`ask_hint`] to the service's address, answered.
 fn daemon_hint(dir: &Path, sport: u16) -> Value {
-    let o = ask_hint(dir, sport, "10.99.0.1");
+    let o = ask_hint(dir, sport, "10.99.0.1", 5001, "tcp");
     assert!(o.status.success(), "{}", text(&o));
     serde_json::from_slice(&o.stdout).expect("hint JSON")
 }
@@ -532,13 +532,26 @@ fn hints_follow_moves(bed: &Bed, dir: &Path, sock: &Path) {
     assert_eq!(h["queue"].as_u64(), Some(1 - queue), "{h}");
     finish(held, Duration::from_secs(30));
     // A flow to an address the service does not have: one line, exit 1.
-    let o = ask_hint(dir, 1, "192.0.2.1");
+    let o = ask_hint(dir, 1, "192.0.2.1", 5001, "tcp");
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(
         text(&o).contains("does not serve 192.0.2.1"),
         "{}",
         text(&o)
     );
+    // To its address but to a port it does not take, or not TCP: not
+    // served either (a service answering for every flow to its address
+    // would make the daemon name whichever service registered first).
+    let o = ask_hint(dir, sport, "10.99.0.1", 5002, "tcp");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("does not serve TCP port 5002"),
+        "{}",
+        text(&o)
+    );
+    let o = ask_hint(dir, sport, "10.99.0.1", 5001, "udp");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("serves TCP only"), "{}", text(&o));
 }
 
 #[test]
