@@ -114,6 +114,10 @@ pub struct KernelNet {
     finishing: Vec<u32>,
     /// Times a connection waited for one.
     memory_waits: u64,
+    /// Why the last listen that failed failed, in words (the address and
+    /// what holds it): [`Error`] carries no detail, and a service's start
+    /// says this line instead of "address in use".
+    listen_failure: Option<String>,
     /// Per listener: an accept failed (out of descriptors, of memory) and
     /// is tried again each pass until the queue is drained: the listener
     /// is edge-triggered, and a full accept queue wakes it no more.
@@ -228,6 +232,7 @@ impl KernelNet {
             rx_granted: 0,
             finishing: Vec::new(),
             memory_waits: 0,
+            listen_failure: None,
             accept_retry: Vec::new(),
             accept_more: Vec::new(),
             accept_failed: 0,
@@ -579,14 +584,24 @@ impl KernelNet {
         for &ip in &self.listen_on.clone() {
             let addr = SocketAddr::new(ip, port);
             let (mut l, claim) = self.claims.listener(addr).map_err(|e| {
-                tracing::warn!(
-                    "queue {}: cannot listen on {addr}: {e}",
-                    self.placement.queue
-                );
-                match e.kind() {
-                    ErrorKind::AddrInUse => Error::AddrInUse,
-                    _ => Error::InvalidAddress,
-                }
+                let (why, error) = match e.kind() {
+                    ErrorKind::AddrInUse => (
+                        format!(
+                            "port {port}/tcp is in use on {ip} by a kernel socket (another \
+                             server, or connections of one, maybe ended, in TIME-WAIT: \
+                             `ss -tan 'sport = :{port}'` lists them): choose another --port \
+                             or stop it"
+                        ),
+                        Error::AddrInUse,
+                    ),
+                    _ => (
+                        format!("cannot listen on {addr}: {e}"),
+                        Error::InvalidAddress,
+                    ),
+                };
+                tracing::debug!("queue {}: {why}", self.placement.queue);
+                self.listen_failure = Some(why);
+                error
             })?;
             if claim {
                 claimed.push(addr);
@@ -1087,6 +1102,12 @@ impl KernelCore {
     /// The core's TCP counters (those a socket backend knows).
     pub fn stats(&self) -> &Stats {
         &self.net.stats
+    }
+
+    /// Why this core's last failed listen failed, in one line (the port,
+    /// the address and what to do), if one failed.
+    pub fn listen_failure(&self) -> Option<&str> {
+        self.net.listen_failure.as_deref()
     }
 
     /// Connections open now.

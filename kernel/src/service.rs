@@ -100,7 +100,9 @@ impl KernelService {
     /// from any core stops them all and is returned, as is a set-up that
     /// panicked and a thread that cannot be pinned. The cores share their
     /// ports and nobody else's: a port another socket holds, even one
-    /// bound with `SO_REUSEPORT`, is a set-up error (`AddrInUse`).
+    /// bound with `SO_REUSEPORT`, is a set-up error (`AddrInUse`), which
+    /// `start` returns as the core's one line naming the port, the address
+    /// and what to do ([`KernelCore::listen_failure`]).
     pub fn start<S>(config: KernelConfig, setup: S) -> Result<KernelService, String>
     where
         S: Fn(&mut dyn Setup) -> Result<(), String> + Send + Sync + 'static,
@@ -134,7 +136,10 @@ impl KernelService {
                         }
                         let mut core = KernelCore::sharing(p, listen_on, limits, claims)
                             .map_err(|e| format!("queue {}: {e}", p.queue))?;
-                        setup(&mut core)?;
+                        // A listen that failed says its port and what
+                        // holds it, rather than the set-up's "address in use".
+                        setup(&mut core)
+                            .map_err(|e| core.listen_failure().map_or(e, str::to_owned))?;
                         Ok(core)
                     };
                     // A set-up that panics is this core's set-up error;

@@ -242,7 +242,12 @@ fn a_port_held_by_another_reuseport_socket_is_a_set_up_error() {
             .map_err(|e| format!("{e:?}"))
     })
     .expect_err("the port is held");
-    assert!(e.contains("AddrInUse"), "{e}");
+    assert!(
+        e.contains(&format!(
+            "port {port}/tcp is in use on 127.0.0.1 by a kernel socket"
+        )),
+        "{e}"
+    );
     drop(holder);
 }
 
@@ -256,7 +261,15 @@ fn a_port_in_use_is_a_set_up_error() {
             .map_err(|e| format!("{e:?}"))
     })
     .expect_err("the port is taken");
-    assert!(e.contains("AddrInUse"), "{e}");
+    // The port, the address and what to do, not the set-up's own
+    // "AddrInUse" (which carries none of them).
+    assert!(
+        e.contains(&format!(
+            "port {port}/tcp is in use on 127.0.0.1 by a kernel socket"
+        )) && e.contains("choose another --port or stop it")
+            && !e.contains("AddrInUse"),
+        "{e}"
+    );
 }
 
 /// Answers each connection's first bytes with a greeting and closes at

@@ -88,6 +88,33 @@ fn a_service_on_a_port_a_kernel_server_holds_is_refused() {
          --port or stop it",
     );
     assert!(!xdp_attached(&bed.ns, "xsk0"), "nothing left attached");
+    // The kernel-socket backend says the same in one line (not a warning
+    // per core and "address in use").
+    let o = in_ns(
+        &bed.ns,
+        &[
+            "timeout",
+            "20",
+            bin,
+            "echo-server",
+            "--iface",
+            "xsk0",
+            "--backend",
+            "kernel",
+            "--port",
+            "8080",
+            "--control-socket",
+            "none",
+            "--daemon-socket",
+            "none",
+        ],
+    );
+    refused(
+        &o,
+        "port 8080/tcp is in use on 0.0.0.0 by a kernel socket (another server, or connections \
+         of one, maybe ended, in TIME-WAIT: `ss -tan 'sport = :8080'` lists them): choose \
+         another --port or stop it",
+    );
     drop(server);
     let server = KernelServer::start(&bed.ns, "udp", 5353);
     let o = in_ns(
