@@ -24,7 +24,7 @@ use crate::topology_args::TopologyArgs;
 #[derive(ClapArgs, Debug)]
 pub(crate) struct Args {
     /// A configuration file (TOML: metrics, run_dir, socket,
-    /// scrape_timeout_ms).
+    /// scrape_timeout_ms, ifaces, dry_run, restore_on_exit, state_dir).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Address of the metrics endpoint (`GET /metrics`: the classic text
@@ -53,9 +53,16 @@ pub(crate) struct Args {
     #[arg(long)]
     dry_run: bool,
     /// Leave the NICs as the plan configured them when the daemon stops
-    /// (default: put back what it changed).
+    /// (default: put back what it changed); their state files are removed
+    /// all the same: the next daemon takes the NICs as this one leaves them.
     #[arg(long)]
     keep_on_exit: bool,
+    /// Where the originals of the NICs the daemon owns are kept, a file
+    /// each, written before it changes anything and removed when it stops
+    /// cleanly: a daemon started after one that was killed puts back what
+    /// was there before that one [default: /run/flowlane-daemon].
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
 }
 
 impl Args {
@@ -79,6 +86,9 @@ impl Args {
         }
         if !self.ifaces.is_empty() {
             c.ifaces = self.ifaces.clone();
+        }
+        if let Some(d) = &self.state_dir {
+            c.state_dir = d.clone();
         }
         c.dry_run |= self.dry_run;
         c.restore_on_exit &= !self.keep_on_exit;
@@ -260,6 +270,7 @@ fn own_nics(config: &DaemonConfig, owned: &mut Vec<Owned>) -> Result<()> {
             config.dry_run,
             config.restore_on_exit,
             in_use.keeps_table(iface).as_deref(),
+            Some(&config.state_dir),
         )?);
     }
     Ok(())
@@ -368,9 +379,19 @@ fn services_on(sockets: &[PathBuf], within: Duration) -> InUse {
 
 /// Puts back what the daemon changed on its NICs, if so configured, and
 /// says what it did (a JSON line per NIC); `in_use`: what the running
-/// services said (the RSS tables they use, or may, stay).
+/// services said (the RSS tables they use, or may, stay). Either way the
+/// NICs' state files go: put back, or handed over as configured.
 fn restore(owned: Vec<Owned>, config: &DaemonConfig, in_use: &InUse) {
-    if !config.restore_on_exit || config.dry_run {
+    if !config.restore_on_exit {
+        for o in owned {
+            let iface = o.report.caps.iface.clone();
+            if let Some(e) = o.hand_over() {
+                tracing::warn!("{iface}: {e}");
+            }
+        }
+        return;
+    }
+    if config.dry_run {
         return;
     }
     for o in owned {

@@ -125,7 +125,9 @@ fn parse_flows(text: &str, default_proto: ProtoArg) -> Result<Vec<FlowTuple>> {
 
 /// `flowlane hint --daemon`: one flow, asked of the daemon.
 fn ask_daemon(args: &Args) -> Result<()> {
-    use flowlane_dataplane::control_socket::{request, FlowQuery, Request, Response};
+    use flowlane_dataplane::control_socket::{
+        connect_within, daemon_refused_line, request_on, FlowQuery, Request, Response,
+    };
     let flow = FlowQuery {
         src: args.src.context("--src is needed")?,
         sport: args.sport.context("--sport is needed")?,
@@ -137,14 +139,17 @@ fn ask_daemon(args: &Args) -> Result<()> {
         }
         .into(),
     };
-    let answer = request(
-        &args.daemon_socket,
-        &Request::Hint { flow: flow.clone() },
-        std::time::Duration::from_secs(5),
-    )
-    .map_err(|e| {
-        anyhow::anyhow!("{e} (is `flowlane daemon` running? --daemon-socket says where)")
+    let (path, within) = (&args.daemon_socket, std::time::Duration::from_secs(5));
+    let stream = connect_within(path, within).map_err(|e| match e.kind() {
+        // Running, but not this user's to ask.
+        std::io::ErrorKind::PermissionDenied => anyhow::anyhow!(daemon_refused_line(path)),
+        _ => anyhow::anyhow!(
+            "no answer from the daemon on {}: {e} (is `flowlane daemon` running? \
+             --daemon-socket says where)",
+            path.display()
+        ),
     })?;
+    let answer = request_on(stream, path, &Request::Hint { flow: flow.clone() }, within)?;
     let a = match answer {
         Response::Hint(a) => a,
         Response::Error { message } => bail!("{message}"),
@@ -212,8 +217,25 @@ fn print_table(hints: &[Hint], by: Option<&str>) {
     }
 }
 
+/// `--src` and `--dst` of two families: bad usage, refused before anything
+/// is asked (exit 2, as clap's own refusals).
+fn one_family(args: &Args) -> Result<()> {
+    match (args.src, args.dst) {
+        (Some(src), Some(dst)) if src.is_ipv4() != dst.is_ipv4() => Err(clap::Error::raw(
+            clap::error::ErrorKind::ArgumentConflict,
+            format!(
+                "--src {src} and --dst {dst} are not of one family: give two IPv4 or two \
+                     IPv6 addresses\n"
+            ),
+        )
+        .into()),
+        _ => Ok(()),
+    }
+}
+
 /// Runs `flowlane hint`.
 pub(crate) fn run(args: Args) -> Result<()> {
+    one_family(&args)?;
     if args.daemon {
         return ask_daemon(&args);
     }

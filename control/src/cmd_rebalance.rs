@@ -203,10 +203,12 @@ fn render(before: Option<&ServiceStatus>, now: &ServiceStatus) -> String {
         );
     }
     if now.table.is_empty() {
-        let _ = writeln!(
-            s,
-            "buckets cannot move in this service (one queue, or the NIC's RSS unknown)"
-        );
+        let why = if now.backend == "kernel" {
+            "kernel sockets have no RSS buckets: buckets move on --backend xdp"
+        } else {
+            "one queue, or the NIC's RSS unknown"
+        };
+        let _ = writeln!(s, "buckets cannot move in this service ({why})");
     }
     let m = &now.moves;
     let _ = write!(s, "moves: {} done, {} failed", m.done, m.failed);
@@ -382,5 +384,27 @@ mod tests {
         s.rebalance_off_because = Some("one queue".into());
         let text = render(None, &s);
         assert!(text.contains("rebalance off (one queue), up"), "{text}");
+    }
+
+    /// Why buckets cannot move is the service's: a kernel-socket service
+    /// has none (not one queue, nor an unknown RSS).
+    #[test]
+    fn why_buckets_cannot_move_is_the_backend_s() {
+        let mut s = status(1, vec![queue(0, 0, 0, &[])], MoveHistory::default());
+        s.table.clear();
+        let text = render(None, &s);
+        assert!(
+            text.contains(
+                "buckets cannot move in this service (one queue, or the NIC's RSS unknown)"
+            ),
+            "{text}"
+        );
+        s.backend = "kernel".into();
+        s.iface = "*".into();
+        let text = render(None, &s);
+        assert!(
+            text.contains("buckets cannot move in this service (kernel sockets have no RSS buckets: buckets move on --backend xdp)"),
+            "{text}"
+        );
     }
 }

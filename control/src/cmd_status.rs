@@ -4,10 +4,13 @@
 //! (CPU, node, connections, indirection-table entries), rebalancing mode
 //! and moves.
 
-use std::path::PathBuf;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args as ClapArgs;
+use flowlane_daemon::ask::{ask_all, NoAnswer};
 use flowlane_dataplane::control_socket::{
     self, HostStatus, NicReport, Request, Response, ServiceStatus,
 };
@@ -20,7 +23,7 @@ pub(crate) struct Args {
     /// Where the services' control sockets are.
     #[arg(long, default_value = control_socket::RUN_DIR)]
     run_dir: PathBuf,
-    /// The daemon's socket.
+    /// The daemon's socket (`none`: the daemon is not asked).
     #[arg(long, default_value = flowlane_daemon::DEFAULT_SOCKET)]
     daemon_socket: PathBuf,
     /// Print JSON.
@@ -80,73 +83,129 @@ fn nic_json(n: &NicReport) -> Value {
     })
 }
 
+/// How long the services may take to answer, all asked at once.
+const ASK_WITHIN: Duration = Duration::from_secs(2);
+
+/// What became of asking the daemon.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum DaemonSaid {
+    /// `--daemon-socket none`: not asked.
+    NotAsked,
+    /// Nothing listens on its socket.
+    NotRunning(String),
+    /// Its socket refuses this user: it runs, its NICs and the services
+    /// registered with it unknown.
+    Refused,
+    /// It runs and did not answer (stopped, stuck): the same unknowns.
+    NoAnswer(String),
+    /// It answered.
+    Answered,
+}
+
 /// Runs `flowlane status`.
 pub(crate) fn run(args: Args) -> Result<()> {
-    // A daemon whose socket refuses this user is running all the same: say
-    // so (below, with the services' sockets that refuse it) rather than
-    // "not running".
-    let (daemon, daemon_refused) = match control_socket::answers_connect(&args.daemon_socket) {
-        Ok(()) => (true, false),
-        Err(e) => (false, e.kind() == std::io::ErrorKind::PermissionDenied),
-    };
-    let host = match daemon.then(|| {
-        control_socket::request(
-            &args.daemon_socket,
-            &Request::Host,
-            std::time::Duration::from_secs(1),
-        )
-    }) {
-        Some(Ok(Response::Host(h))) => h,
-        _ => HostStatus::default(),
+    let not_asked = args.daemon_socket.as_os_str() == "none";
+    let (said, host) = if not_asked {
+        (DaemonSaid::NotAsked, HostStatus::default())
+    } else {
+        ask_daemon(&args.daemon_socket)
     };
     let nics: Vec<Value> = host.nics.iter().map(nic_json).collect();
     // The run directory's services, and those registered with the daemon
     // elsewhere.
-    let mut scan = control_socket::scan_sockets(&args.run_dir);
-    if daemon_refused && !scan.refused.contains(&args.daemon_socket) {
-        scan.refused.insert(0, args.daemon_socket.clone());
-    }
-    let refused = control_socket::refused_line(&scan.refused);
+    let scan = control_socket::scan_sockets(&args.run_dir);
+    let mut refused = scan.refused;
     let mut sockets = scan.live;
+    let in_run_dir = sockets.len();
     for s in host.services {
-        if !sockets.contains(&s) {
+        if !sockets.contains(&s) && !refused.contains(&s) {
             sockets.push(s);
         }
     }
+    sockets.retain(|p| *p != args.daemon_socket);
+    // All asked at once: one that does not answer (stopped, stuck) costs
+    // the screen this once, however many they are.
     let mut services = Vec::new();
     let mut unanswered = Vec::new();
-    for path in sockets {
-        if path == args.daemon_socket {
-            continue;
-        }
-        match crate::cmd_rebalance::status(&path) {
-            Ok(s) => services.push(service_json(&s)),
-            Err(e) => unanswered.push(json!({"socket": path, "error": e.to_string()})),
-        }
+    let (mut from_run_dir, mut elsewhere) = (0, 0);
+    let answers = ask_all(&sockets, &Request::Status, ASK_WITHIN);
+    for (i, (path, answer)) in sockets.iter().zip(answers).enumerate() {
+        let why = match answer.map(|a| a.response) {
+            Ok(Response::Status(s)) => {
+                services.push(service_json(&s));
+                if i < in_run_dir {
+                    from_run_dir += 1;
+                } else {
+                    elsewhere += 1;
+                }
+                continue;
+            }
+            // Ended since it was found: no service.
+            Err(NoAnswer::Gone(_)) => continue,
+            Err(NoAnswer::Refused(_)) => {
+                refused.push(path.clone());
+                continue;
+            }
+            Err(NoAnswer::Failed(e)) => e,
+            Ok(Response::Error { message }) => message,
+            Ok(other) => format!("it answered {other:?} to a status request"),
+        };
+        unanswered.push(json!({"socket": path, "error": why}));
     }
+    // What could not be read makes the screen incomplete: said in one line
+    // and a failing exit.
+    let mut incomplete = Vec::new();
+    if said == DaemonSaid::Refused {
+        incomplete.push(control_socket::daemon_refused_line(&args.daemon_socket));
+    }
+    if let DaemonSaid::NoAnswer(e) = &said {
+        incomplete.push(format!("the daemon did not answer: {e}"));
+    }
+    incomplete.extend(control_socket::refused_line(&refused));
+    if let Some(first) = unanswered.first() {
+        incomplete.push(format!(
+            "no answer from {} service{} ({}{}): not on the screen (stopped, or stuck?)",
+            unanswered.len(),
+            if unanswered.len() == 1 { "" } else { "s" },
+            first["socket"].as_str().unwrap_or_default(),
+            if unanswered.len() > 1 { ", ..." } else { "" }
+        ));
+    }
+    let incomplete = (!incomplete.is_empty()).then(|| incomplete.join("; "));
     let screen = json!({
-        "daemon": {"running": daemon, "socket": args.daemon_socket, "nics": nics},
+        "daemon": {
+            // Running: it answered, or its socket refused this user (a
+            // socket nothing listens on refuses nobody); null: not asked.
+            "running": match &said {
+                DaemonSaid::NotAsked => Value::Null,
+                DaemonSaid::NotRunning(_) => false.into(),
+                _ => true.into(),
+            },
+            "answered": said == DaemonSaid::Answered,
+            "refused": said == DaemonSaid::Refused,
+            "socket": (!not_asked).then_some(&args.daemon_socket),
+            "nics": nics,
+        },
         "run_dir": args.run_dir,
         "services": services,
         "unanswered": unanswered,
-        "refused": scan.refused,
+        "refused": refused,
     });
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&screen)?);
-        return refused.map_or(Ok(()), |line| Err(anyhow::anyhow!(line)));
+        return incomplete.map_or(Ok(()), |line| Err(anyhow::anyhow!(line)));
     }
-    if daemon {
-        outln!("daemon    running, socket {}", args.daemon_socket.display());
-    } else if daemon_refused {
-        outln!(
-            "daemon    running, its socket {} refuses this user",
-            args.daemon_socket.display()
-        );
-    } else {
-        outln!(
-            "daemon    not running (no answer on {}; `flowlane daemon` starts it)",
-            args.daemon_socket.display()
-        );
+    let socket = args.daemon_socket.display();
+    match &said {
+        DaemonSaid::NotAsked => outln!("daemon    not asked (--daemon-socket none)"),
+        DaemonSaid::NotRunning(e) => outln!(
+            "daemon    not running (no answer on {socket}: {e}; `flowlane daemon` starts it)"
+        ),
+        DaemonSaid::Refused => {
+            outln!("daemon    running, its socket {socket} refuses this user")
+        }
+        DaemonSaid::NoAnswer(e) => outln!("daemon    running, socket {socket}, no answer: {e}"),
+        DaemonSaid::Answered => outln!("daemon    running, socket {socket}"),
     }
     for n in &nics {
         // The strings of the NIC's list `k`.
@@ -194,14 +253,13 @@ pub(crate) fn run(args: Args) -> Result<()> {
         }
     }
     outln!(
-        "services  {} in {}{}",
-        services.len(),
-        args.run_dir.display(),
-        if services.is_empty() {
-            " (none running)"
-        } else {
-            ""
-        }
+        "services  {}",
+        services_line(
+            &args.run_dir,
+            (from_run_dir, elsewhere),
+            refused.len() + unanswered.len(),
+            &said
+        )
     );
     for s in &services {
         outln!(
@@ -235,13 +293,112 @@ pub(crate) fn run(args: Args) -> Result<()> {
         }
     }
     for u in &unanswered {
-        outln!(
-            "  no answer from {}: {}",
+        let (socket, why) = (
             u["socket"].as_str().unwrap_or_default(),
-            u["error"].as_str().unwrap_or_default()
+            u["error"].as_str().unwrap_or_default(),
         );
+        if why.contains(socket) {
+            outln!("  {why}");
+        } else {
+            outln!("  no answer from {socket}: {why}");
+        }
     }
     // What could not be read is not "none running": the screen above is
     // incomplete, said in one line and a failing exit.
-    refused.map_or(Ok(()), |line| Err(anyhow::anyhow!(line)))
+    incomplete.map_or(Ok(()), |line| Err(anyhow::anyhow!(line)))
+}
+
+/// Asks the daemon at `socket` for its NICs and the services registered
+/// with it.
+fn ask_daemon(socket: &Path) -> (DaemonSaid, HostStatus) {
+    // A daemon whose socket refuses this user is running all the same: say
+    // so rather than "not running".
+    let asked = control_socket::connect_within(socket, Duration::from_secs(1))
+        .map_err(|e| match e.kind() {
+            ErrorKind::PermissionDenied => DaemonSaid::Refused,
+            ErrorKind::NotFound | ErrorKind::ConnectionRefused => {
+                DaemonSaid::NotRunning(e.to_string())
+            }
+            _ => DaemonSaid::NoAnswer(e.to_string()),
+        })
+        .and_then(|stream| {
+            control_socket::request_on(stream, socket, &Request::Host, Duration::from_secs(1))
+                .map_err(|e| DaemonSaid::NoAnswer(e.to_string()))
+        });
+    match asked {
+        Ok(Response::Host(h)) => (DaemonSaid::Answered, h),
+        Ok(other) => (
+            DaemonSaid::NoAnswer(format!("it answered {other:?} to a host request")),
+            HostStatus::default(),
+        ),
+        Err(said) => (said, HostStatus::default()),
+    }
+}
+
+/// The services line of the screen: how many answered and where they were
+/// found; more that could not be read (`unread`), or whose registration
+/// with the daemon could not be known, are said, not called "none".
+fn services_line(
+    run_dir: &Path,
+    (in_run_dir, elsewhere): (usize, usize),
+    unread: usize,
+    daemon: &DaemonSaid,
+) -> String {
+    let shown = in_run_dir + elsewhere;
+    let mut line = if elsewhere == 0 {
+        format!("{shown} in {}", run_dir.display())
+    } else {
+        format!(
+            "{shown}: {in_run_dir} in {}, {elsewhere} registered with the daemon elsewhere",
+            run_dir.display()
+        )
+    };
+    if unread > 0 {
+        line.push_str(&format!("; {unread} more could not be read"));
+    }
+    // Those registered elsewhere are known only to the daemon.
+    let unknown = match daemon {
+        DaemonSaid::Refused => Some("its socket refuses this user"),
+        DaemonSaid::NoAnswer(_) => Some("it did not answer"),
+        DaemonSaid::NotAsked => Some("not asked: --daemon-socket none"),
+        DaemonSaid::NotRunning(_) | DaemonSaid::Answered => None,
+    };
+    match unknown {
+        Some(why) => line.push_str(&format!(
+            "; those registered with the daemon elsewhere unknown ({why})"
+        )),
+        None if shown + unread == 0 => line.push_str(" (none running)"),
+        None => {}
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Services that could not be read, or registered where only a daemon
+    /// that could not be asked knows, are said, never "none running".
+    #[test]
+    fn the_services_line_calls_none_running_only_what_is_known() {
+        let run = Path::new("/run/flowlane");
+        assert_eq!(
+            services_line(run, (0, 0), 0, &DaemonSaid::Answered),
+            "0 in /run/flowlane (none running)"
+        );
+        assert_eq!(
+            services_line(run, (1, 2), 0, &DaemonSaid::Answered),
+            "3: 1 in /run/flowlane, 2 registered with the daemon elsewhere"
+        );
+        assert_eq!(
+            services_line(run, (0, 0), 2, &DaemonSaid::Refused),
+            "0 in /run/flowlane; 2 more could not be read; those registered with the daemon \
+             elsewhere unknown (its socket refuses this user)"
+        );
+        assert_eq!(
+            services_line(run, (0, 0), 0, &DaemonSaid::NotAsked),
+            "0 in /run/flowlane; those registered with the daemon elsewhere unknown (not asked: \
+             --daemon-socket none)"
+        );
+    }
 }

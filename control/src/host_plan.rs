@@ -6,11 +6,14 @@
 //! changes under it (channels set with `ethtool -L`, IRQs or NAPI
 //! instances made anew: a driver reset, a service restarted on a veth; the
 //! NIC gone and back) and, when the daemon stops, puts back what it
-//! changed.
+//! changed. Before each change it keeps what it would put back in the
+//! NIC's state file (`flowlane_daemon::nic_state`), where a daemon started
+//! after this one was killed finds the originals; a clean stop removes it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use flowlane_daemon::nic_state::{Found, NicKey, StateFile};
 use flowlane_dataplane::control_socket::NicReport;
 use flowlane_numa_sched::nic::even_table;
 use flowlane_numa_sched::plan_explain::{explain_on, Wanted};
@@ -34,7 +37,101 @@ pub(crate) struct Owned {
     pinned: Vec<(u32, Vec<u32>)>,
     /// The NIC could not be read at the last look (gone, or renamed).
     gone: bool,
+    /// Its state file (none dry).
+    kept: Option<Kept>,
 }
+
+/// What the daemon says to do when an interface it is to own is not in its
+/// network namespace: it has no `--bed` (the services' and other
+/// commands' way to a test bed), it runs in the bed's namespace instead.
+const NOT_HERE: &str = "see `ip link`; a test bed's interfaces are in the bed's namespace: run \
+                        the daemon there, `ip netns exec flowlane-NAME flowlane daemon --iface IF`";
+
+/// `iface`'s capabilities, or why they cannot be read: an interface not in
+/// this namespace said in the daemon's terms ([`NOT_HERE`]).
+fn read_caps(roots: &Roots, iface: &str) -> Result<NicCaps> {
+    flowlane_dataplane::iface::iface_dir_saying(&roots.sysfs_root, iface, NOT_HERE)?;
+    crate::nic::caps::read(roots, iface)
+}
+
+/// An owned NIC's state file and what it holds.
+#[derive(Debug)]
+struct Kept {
+    file: StateFile,
+    /// What the file holds (nothing: there is no file); None when it holds
+    /// another interface's, written over at the first change.
+    holds: Option<Undo>,
+}
+
+impl Kept {
+    /// `iface`'s state file in `dir`, and what a daemon before this one
+    /// left there (the originals to put back, said in `notes`).
+    ///
+    /// # Errors
+    /// The interface or a file that is there cannot be read.
+    fn open(roots: &Roots, iface: &str, dir: &Path, notes: &mut Vec<String>) -> Result<Kept> {
+        let ifindex =
+            flowlane_dataplane::iface::InterfaceInfo::read(&roots.sysfs_root, iface)?.ifindex;
+        let file = StateFile::new(dir, NicKey::here(iface, ifindex)?);
+        let holds = match file.load::<Undo>()? {
+            Found::Nothing => Some(Undo::default()),
+            Found::Originals(undo) => {
+                notes.push(format!(
+                    "took {iface}'s originals from {}: a daemon before this one changed {iface} \
+                     and did not put it back (killed, or it failed); they go back when this one \
+                     stops",
+                    file.path().display()
+                ));
+                Some(undo)
+            }
+            Found::OtherInterface(was) => {
+                notes.push(format!(
+                    "{} was of another {iface} (ifindex {was}, gone since): not this one's \
+                     originals",
+                    file.path().display()
+                ));
+                None
+            }
+        };
+        Ok(Kept { file, holds })
+    }
+
+    /// What the file holds of this interface's originals.
+    fn originals(&self) -> Undo {
+        self.holds.clone().unwrap_or_default()
+    }
+
+    /// Makes the file hold `undo` (no file when there is nothing to put
+    /// back), unless it does already.
+    fn hold(&mut self, undo: &Undo) -> Result<()> {
+        if self.holds.as_ref() == Some(undo) {
+            return Ok(());
+        }
+        if undo.is_empty() {
+            self.file.remove()?;
+        } else {
+            self.file.save(undo)?;
+        }
+        self.holds = Some(undo.clone());
+        Ok(())
+    }
+}
+
+/// Makes `kept`, if any, hold `base` and `pending` (what the daemon will
+/// have changed on top of what `base` holds) together.
+fn keep(kept: Option<&mut Kept>, base: &Undo, pending: &Undo) -> Result<()> {
+    let Some(k) = kept else {
+        return Ok(());
+    };
+    let mut all = base.clone();
+    all.merge(pending.clone());
+    k.hold(&all)
+}
+
+/// Called before a change with everything to put back once it is made (the
+/// change's originals added): keeps it where a daemon started after this
+/// one finds it, or fails, and the change is not made.
+type Before<'a> = &'a mut dyn FnMut(&Undo) -> Result<()>;
 
 /// The NICs the daemon owns, put back however it ends: by
 /// [`PutBack::finish`] on its way out, or, dropped without it (an error,
@@ -153,8 +250,10 @@ impl Shape {
     }
 }
 
-/// What the daemon changed, as the values to write back.
-#[derive(Debug, Default)]
+/// What the daemon changed, as the values to write back (kept in the NIC's
+/// state file as they are here).
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 struct Undo {
     /// IRQs and their affinities (`smp_affinity_list`) before.
     irq_affinity: Vec<(u32, String)>,
@@ -167,7 +266,7 @@ struct Undo {
 }
 
 /// An RSS table as it was before the daemon spread it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 enum TableBefore {
     /// The driver's default: given back as that, over the rings there are
     /// by then, not as a table set by hand.
@@ -180,11 +279,16 @@ enum TableBefore {
 /// `budget` CPUs) and applies the plan, or with `dry_run` only says what it
 /// would change. With `keep_table` (why: a running service serves the NIC,
 /// or may), its RSS table is left as it is: the service's buckets are its
-/// own (it may have moved some), as when the plan is made again.
+/// own (it may have moved some), as when the plan is made again. With
+/// `state_dir` (not dry), what it would put back is kept in the NIC's state
+/// file there before each change, and the originals a daemon killed before
+/// it left there are taken for the NIC's (not its state now).
 ///
 /// # Errors
-/// The NIC cannot be read, or a change failed (the IRQ writes are rolled
-/// back first; see `irq_apply`).
+/// The NIC or its state file cannot be read, the state file cannot be
+/// written (nothing is changed then), or a change failed (the IRQ writes
+/// are rolled back first; see `irq_apply`).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn own(
     roots: &Roots,
     iface: &str,
@@ -193,8 +297,9 @@ pub(crate) fn own(
     dry_run: bool,
     restore_on_exit: bool,
     keep_table: Option<&str>,
+    state_dir: Option<&Path>,
 ) -> Result<Owned> {
-    let caps = crate::nic::caps::read(roots, iface)?;
+    let caps = read_caps(roots, iface)?;
     let workers = caps.rx_queues.max(1);
     let table_size = caps.rss.as_ref().map_or(128, |r| r.table_size.max(1));
     let plan = explain_on(
@@ -205,8 +310,16 @@ pub(crate) fn own(
         },
         topo,
     );
+    // What this daemon changes, on top of the originals a daemon before it
+    // kept (`base`): those, not the NIC's state now, are what goes back.
     let mut undo = Undo::default();
     let (mut changes, mut notes) = (Vec::new(), Vec::new());
+    let mut kept = match state_dir.filter(|_| !dry_run) {
+        Some(dir) => Some(Kept::open(roots, iface, dir, &mut notes)?),
+        None => None,
+    };
+    let base = kept.as_ref().map(Kept::originals).unwrap_or_default();
+    let mut before = |pending: &Undo| keep(kept.as_mut(), &base, pending);
 
     let msi = roots.iface(iface)?.msi_irqs.is_some();
     let mut pinned = Vec::new();
@@ -217,7 +330,27 @@ pub(crate) fn own(
         ));
     } else {
         let mut lines = Looked::default();
-        pinned = pin_unless_down(roots, iface, topo, budget, dry_run, &mut lines, &mut undo)?;
+        let pins = pin_unless_down(
+            roots,
+            iface,
+            topo,
+            budget,
+            dry_run,
+            &mut lines,
+            &mut undo,
+            &mut before,
+        );
+        pinned = match pins {
+            Ok(p) => p,
+            Err(e) => {
+                // Its writes rolled back: the state file keeps only what a
+                // daemon before this one left.
+                if let Err(k) = keep(kept.as_mut(), &base, &Undo::default()) {
+                    tracing::warn!("{iface}: {k:#}");
+                }
+                return Err(e);
+            }
+        };
         changes.append(&mut lines.changes);
         notes.append(&mut lines.notes);
     }
@@ -228,10 +361,22 @@ pub(crate) fn own(
         notes.push(format!("left {iface}'s RSS table as it is: {why}"));
     } else if has_table {
         let nic = EthtoolNic::new(iface);
-        if let Err(e) = spread_rss(&nic, caps.rx_queues, dry_run, &mut changes, &mut undo) {
-            // What this NIC got so far goes back before the error does.
+        let spread = spread_rss(
+            &nic,
+            caps.rx_queues,
+            dry_run,
+            &mut changes,
+            &mut undo,
+            &mut before,
+        );
+        if let Err(e) = spread {
+            // What this NIC got so far goes back before the error does; the
+            // state file keeps only what a daemon before this one left.
             for line in undo.put_back(roots, iface, None) {
                 tracing::warn!("{iface}: {line}");
+            }
+            if let Err(k) = keep(kept.as_mut(), &base, &Undo::default()) {
+                tracing::warn!("{iface}: {k:#}");
             }
             return Err(e);
         }
@@ -240,10 +385,17 @@ pub(crate) fn own(
         undo = Undo::default();
         pinned.clear();
     }
+    // The file kept what each change would add; now what they did add.
+    if let Err(e) = keep(kept.as_mut(), &base, &undo) {
+        notes.push(format!("{e:#}"));
+    }
+    let mut all = base;
+    all.merge(undo);
     Ok(Owned {
         shape: Shape::of(&caps),
         pinned,
         gone: false,
+        kept,
         report: NicReport {
             caps,
             workers,
@@ -254,7 +406,7 @@ pub(crate) fn own(
             notes,
             restore_on_exit,
         },
-        undo,
+        undo: all,
     })
 }
 
@@ -279,13 +431,16 @@ fn unmodelled(caps: &NicCaps) -> Option<String> {
 
 /// Spreads `nic`'s RSS table evenly over the `queues` receive queues where
 /// it is not (entry `i` on queue `i % queues`, whatever the table's size),
-/// noting the change (once made) and the table to put back.
+/// noting the change (once made) and the table to put back (unless `undo`
+/// has one already: the first is what was there before the daemon), which
+/// `before` is given first.
 fn spread_rss(
     nic: &impl RssNic<Error = anyhow::Error>,
     queues: u32,
     dry_run: bool,
     changes: &mut Vec<String>,
     undo: &mut Undo,
+    before: Before<'_>,
 ) -> Result<()> {
     let now = nic.rss()?;
     let even = even_table(now.table.len(), queues);
@@ -298,16 +453,20 @@ fn spread_rss(
         // back as that, the table stays the driver's (`ethtool -L` may still
         // change the channels, and the plan is made again).
         let default = nic.caps()?.default_table();
+        let was = if now.table == default {
+            TableBefore::Default
+        } else {
+            TableBefore::Set(now.table)
+        };
+        let mut would = undo.clone();
+        would.rss_table.get_or_insert(was.clone());
+        before(&would)?;
         if default == even {
             nic.reset_table()?;
         } else {
             nic.set_rss(None, Some(&even))?;
         }
-        undo.rss_table = Some(if now.table == default {
-            TableBefore::Default
-        } else {
-            TableBefore::Set(now.table)
-        });
+        undo.rss_table.get_or_insert(was);
     }
     changes.push(format!(
         "{} the RSS table evenly over {queues} queues ({moved} of {} entries)",
@@ -343,6 +502,7 @@ fn put_back_rss(
 /// driver has not requested its queue IRQs yet (i40e, ice: only its misc
 /// IRQ is there) is noted, not a failure: they appear when it comes up,
 /// which changes the NIC's shape, and the look after that pins them.
+#[allow(clippy::too_many_arguments)]
 fn pin_unless_down(
     roots: &Roots,
     iface: &str,
@@ -351,6 +511,7 @@ fn pin_unless_down(
     dry_run: bool,
     lines: &mut Looked,
     undo: &mut Undo,
+    before: Before<'_>,
 ) -> Result<Vec<(u32, Vec<u32>)>> {
     match pin_interrupts(
         roots,
@@ -360,6 +521,7 @@ fn pin_unless_down(
         dry_run,
         &mut lines.changes,
         undo,
+        before,
     ) {
         Err(e) => match e.downcast_ref::<irq_apply::QueueIrqsDown>() {
             Some(down) => {
@@ -376,8 +538,10 @@ fn pin_unless_down(
 }
 
 /// Applies the IRQ (or NAPI-thread) part of the plan, noting each change
-/// and how to undo it. Returns the affinity the plan gives each IRQ (none
-/// on a NIC without IRQs).
+/// and how to undo it (`before` given what that would be first: the plan
+/// applied dry). Returns the affinity the plan gives each IRQ (none on a
+/// NIC without IRQs).
+#[allow(clippy::too_many_arguments)]
 fn pin_interrupts(
     roots: &Roots,
     iface: &str,
@@ -386,18 +550,44 @@ fn pin_interrupts(
     dry_run: bool,
     changes: &mut Vec<String>,
     undo: &mut Undo,
+    before: Before<'_>,
 ) -> Result<Vec<(u32, Vec<u32>)>> {
+    let apply = |dry_run: bool| {
+        irq_apply::apply(
+            roots,
+            iface,
+            topo,
+            None,
+            budget,
+            dry_run,
+            &mut irq_apply::set_task_affinity,
+        )
+        .with_context(|| format!("applying {iface}'s IRQ/NAPI plan"))
+    };
+    if !dry_run {
+        let (view, done) = apply(true)?;
+        let mut would = undo.clone();
+        noted(iface, &view, &done, true, &mut Vec::new(), &mut would);
+        before(&would)?;
+    }
+    let (view, done) = apply(dry_run)?;
+    Ok(noted(iface, &view, &done, dry_run, changes, undo))
+}
+
+/// What applying `iface`'s IRQ/NAPI plan did (`view` before it, `done`),
+/// noted: a line per change and how to undo it (an IRQ or NAPI thread
+/// `undo` holds already keeps the first value: what was there before the
+/// daemon). Returns the affinity the plan gives each IRQ.
+fn noted(
+    iface: &str,
+    view: &irq_apply::IrqView,
+    done: &irq_apply::Applied,
+    dry_run: bool,
+    changes: &mut Vec<String>,
+    undo: &mut Undo,
+) -> Vec<(u32, Vec<u32>)> {
     let would = if dry_run { "would pin" } else { "pinned" };
-    let (view, done) = irq_apply::apply(
-        roots,
-        iface,
-        topo,
-        None,
-        budget,
-        dry_run,
-        &mut irq_apply::set_task_affinity,
-    )
-    .with_context(|| format!("applying {iface}'s IRQ/NAPI plan"))?;
+    let mut now = Undo::default();
     let mut planned = Vec::new();
     match &view.irqs {
         QueueIrqs::Msi { plan } => {
@@ -414,7 +604,7 @@ fn pin_interrupts(
                     format_cpu_list(&e.planned),
                     format_cpu_list(&e.current)
                 ));
-                undo.irq_affinity.push((e.irq, format_cpu_list(&e.current)));
+                now.irq_affinity.push((e.irq, format_cpu_list(&e.current)));
             }
         }
         QueueIrqs::Napi { threads, .. } => {
@@ -423,18 +613,18 @@ fn pin_interrupts(
                     "{} threaded NAPI on {iface}",
                     if dry_run { "would switch" } else { "switched" }
                 ));
-                undo.threaded_on = true;
+                now.threaded_on = true;
             }
             for &(pid, cpu) in &done.pinned {
                 changes.push(format!("{would} NAPI thread pid {pid} to CPU {cpu}"));
                 if let Some(t) = threads.iter().find(|t| t.pid == pid) {
-                    undo.napi_threads.push((pid, t.current.clone()));
+                    now.napi_threads.push((pid, t.current.clone()));
                 }
             }
         }
     }
-
-    Ok(planned)
+    undo.merge(now);
+    planned
 }
 
 /// The IRQs of `pinned` whose affinity is no longer the planned one, in
@@ -484,7 +674,7 @@ impl Owned {
         keep_table: impl FnOnce() -> Option<String>,
     ) -> Result<Option<Looked>> {
         let iface = self.report.caps.iface.clone();
-        let caps = match crate::nic::caps::read(roots, &iface) {
+        let caps = match read_caps(roots, &iface) {
             Ok(c) => c,
             Err(e) => {
                 if self.gone {
@@ -522,8 +712,20 @@ impl Owned {
         // Read once, before any change: nothing between the changes and
         // the merge of their undo below may fail.
         let msi_irqs = roots.iface(&iface)?.msi_irqs;
+        // Each change kept in the state file first, on top of what was.
+        let (base, kept) = (&self.undo, &mut self.kept);
+        let mut before = |pending: &Undo| keep(kept.as_mut(), base, pending);
         let pinned = if msi_irqs.is_some() || !caps.napis.is_empty() {
-            pin_unless_down(roots, &iface, topo, budget, dry_run, &mut looked, &mut undo)
+            pin_unless_down(
+                roots,
+                &iface,
+                topo,
+                budget,
+                dry_run,
+                &mut looked,
+                &mut undo,
+                &mut before,
+            )
         } else {
             Ok(Vec::new())
         };
@@ -546,6 +748,7 @@ impl Owned {
                 dry_run,
                 &mut looked.changes,
                 &mut undo,
+                &mut before,
             ),
         };
         // The interrupts pinned stay to be put back, whatever the table did.
@@ -557,6 +760,10 @@ impl Owned {
         }
         if !dry_run {
             self.undo.merge(undo);
+        }
+        // The file kept what each change would add; now what they did add.
+        if let Err(e) = keep(self.kept.as_mut(), &self.undo, &Undo::default()) {
+            looked.notes.push(format!("{e:#}"));
         }
         let failed = pinned.is_err() || spread.is_err();
         if failed {
@@ -601,17 +808,39 @@ impl Owned {
         keep_last(&mut r.notes);
     }
 
-    /// Puts back what [`own`] changed. The RSS table stays when told why
-    /// (`keep_table`: a running service uses the NIC, or may: it may have
-    /// moved buckets since). Returns a line per thing put back or left,
-    /// errors included (the daemon is stopping: nothing is left to retry).
+    /// Puts back what [`own`] changed (and what a daemon killed before it
+    /// changed: the originals of its state file), then removes the NIC's
+    /// state file. The RSS table stays when told why (`keep_table`: a
+    /// running service uses the NIC, or may: it may have moved buckets
+    /// since). Returns a line per thing put back or left, errors included
+    /// (the daemon is stopping: nothing is left to retry).
     pub(crate) fn restore(self, roots: &Roots, keep_table: Option<&str>) -> Vec<String> {
-        self.undo
-            .put_back(roots, &self.report.caps.iface, keep_table)
+        let mut said = self
+            .undo
+            .put_back(roots, &self.report.caps.iface, keep_table);
+        said.extend(
+            self.kept
+                .and_then(|k| k.file.remove().err().map(|e| e.to_string())),
+        );
+        said
+    }
+
+    /// Leaves the NIC as the plan configured it (`--keep-on-exit`) and
+    /// removes its state file: what this daemon hands over is what the
+    /// next one finds, and takes for the NIC's own. Returns why the file
+    /// could not be removed, if it could not.
+    pub(crate) fn hand_over(self) -> Option<String> {
+        self.kept
+            .and_then(|k| k.file.remove().err().map(|e| e.to_string()))
     }
 }
 
 impl Undo {
+    /// Nothing to put back.
+    fn is_empty(&self) -> bool {
+        *self == Undo::default()
+    }
+
     /// Adds what `later` changed (a plan made again). What was already
     /// changed keeps its first value: the one from before the daemon.
     fn merge(&mut self, later: Undo) {
@@ -718,6 +947,11 @@ mod tests {
     use flowlane_numa_sched::{RssCaps, RssSettings};
     use std::cell::{Cell, RefCell};
 
+    /// A [`Before`] that keeps nothing (no state file).
+    fn unkept(_: &Undo) -> Result<()> {
+        Ok(())
+    }
+
     /// A NIC's RSS in memory: its rings, its table, the tables written to
     /// it, whether the table is marked set by hand (Linux's
     /// `IFF_RXFH_CONFIGURED`), and whether writes fail (a driver that
@@ -788,7 +1022,7 @@ mod tests {
         let nic = MemoryNic::new(before.clone());
         nic.configured.set(true);
         let (mut changes, mut undo) = (Vec::new(), Undo::default());
-        spread_rss(&nic, 4, false, &mut changes, &mut undo).unwrap();
+        spread_rss(&nic, 4, false, &mut changes, &mut undo, &mut unkept).unwrap();
         let even: Vec<u32> = (0..16).map(|b| b % 4).collect();
         assert_eq!(*nic.table.borrow(), even);
         assert!(
@@ -809,7 +1043,15 @@ mod tests {
             "set by hand before, set by hand again"
         );
         // With one: left as the service has it (buckets may have moved).
-        spread_rss(&nic, 4, false, &mut Vec::new(), &mut Undo::default()).unwrap();
+        spread_rss(
+            &nic,
+            4,
+            false,
+            &mut Vec::new(),
+            &mut Undo::default(),
+            &mut unkept,
+        )
+        .unwrap();
         let line = put_back_rss(
             &nic,
             &TableBefore::Set(before),
@@ -828,7 +1070,7 @@ mod tests {
         let nic = MemoryNic::new(vec![0; 192]);
         nic.configured.set(true);
         let (mut changes, mut undo) = (Vec::new(), Undo::default());
-        spread_rss(&nic, 4, false, &mut changes, &mut undo).unwrap();
+        spread_rss(&nic, 4, false, &mut changes, &mut undo, &mut unkept).unwrap();
         let table = nic.table.borrow();
         assert_eq!(table.len(), 192);
         assert!(table.iter().enumerate().all(|(i, &q)| q == i as u32 % 4));
@@ -869,7 +1111,7 @@ mod tests {
         // Four rings and their default table; the plan wants two queues.
         let nic = MemoryNic::new((0..8).map(|b| b % 4).collect());
         let (mut changes, mut undo) = (Vec::new(), Undo::default());
-        spread_rss(&nic, 2, false, &mut changes, &mut undo).unwrap();
+        spread_rss(&nic, 2, false, &mut changes, &mut undo, &mut unkept).unwrap();
         assert_eq!(*nic.table.borrow(), [0, 1, 0, 1, 0, 1, 0, 1]);
         assert!(nic.configured.get(), "not the default: written");
         assert_eq!(undo.rss_table, Some(TableBefore::Default));
@@ -887,12 +1129,12 @@ mod tests {
         let even: Vec<u32> = (0..8).map(|b| b % 2).collect();
         let nic = MemoryNic::new(even);
         let (mut changes, mut undo) = (Vec::new(), Undo::default());
-        spread_rss(&nic, 2, false, &mut changes, &mut undo).unwrap();
+        spread_rss(&nic, 2, false, &mut changes, &mut undo, &mut unkept).unwrap();
         assert!(changes.is_empty() && undo.rss_table.is_none());
         assert!(nic.writes.borrow().is_empty());
 
         let nic = MemoryNic::new(vec![1; 8]);
-        spread_rss(&nic, 2, true, &mut changes, &mut undo).unwrap();
+        spread_rss(&nic, 2, true, &mut changes, &mut undo, &mut unkept).unwrap();
         assert_eq!(
             changes,
             ["would spread the RSS table evenly over 2 queues (4 of 8 entries)"]
@@ -906,7 +1148,7 @@ mod tests {
         let mut nic = MemoryNic::new(vec![0; 8]);
         nic.refuse = true;
         let (mut changes, mut undo) = (Vec::new(), Undo::default());
-        let e = spread_rss(&nic, 2, false, &mut changes, &mut undo).unwrap_err();
+        let e = spread_rss(&nic, 2, false, &mut changes, &mut undo, &mut unkept).unwrap_err();
         assert!(format!("{e:#}").contains("not supported"), "{e:#}");
         assert!(
             changes.is_empty(),
@@ -1091,7 +1333,7 @@ mod tests {
     fn a_nic_down_at_start_is_pinned_once_it_is_up() {
         let host = down_i40e("down");
         let (roots, topo) = (&host.roots, four_cpus());
-        let mut o = own(roots, "lo", &topo, None, false, true, None).unwrap();
+        let mut o = own(roots, "lo", &topo, None, false, true, None, None).unwrap();
         assert!(o.report.changes.is_empty(), "{:?}", o.report.changes);
         assert_eq!(
             o.report.notes,
@@ -1140,6 +1382,52 @@ mod tests {
         Topology::from_synthetic_description("package:1 numa:1 core:4 pu:1").unwrap()
     }
 
+    /// A daemon killed while it owns a NIC (nothing put back) and the one
+    /// started after it: the second finds the IRQs pinned (nothing to
+    /// change) and takes the originals from the state file the first wrote
+    /// before pinning them, not from the NIC; it puts those back and
+    /// removes the file. A dry run neither reads nor writes the file.
+    #[test]
+    fn the_daemon_after_a_killed_one_puts_back_the_originals_it_kept() {
+        let host = FakeHost::new("killed", "lo");
+        let (roots, topo) = (&host.roots, four_cpus());
+        let state = host.dir.join("state");
+        let first = own(roots, "lo", &topo, None, false, true, None, Some(&state)).unwrap();
+        assert_eq!(first.report.changes.len(), 2, "{:?}", first.report.changes);
+        let pinned = (host.affinity(120), host.affinity(121));
+        assert_ne!(pinned.0, "0-3");
+        let files = || std::fs::read_dir(&state).map_or(0, |d| d.count());
+        let kept_first = files();
+        // Killed: nothing put back.
+        drop(first);
+        let dry = own(roots, "lo", &topo, None, true, true, None, Some(&state)).unwrap();
+        let second = own(roots, "lo", &topo, None, false, true, None, Some(&state)).unwrap();
+        assert!(second.report.changes.is_empty(), "{:?}", second.report);
+        assert_eq!((host.affinity(120), host.affinity(121)), pinned);
+        let notes = second.report.notes.clone();
+        assert_eq!(second.restore(roots, None), ["put back 2 IRQ affinities"]);
+        assert_eq!(
+            (host.affinity(120), host.affinity(121)),
+            ("0-3".into(), "0-3".into())
+        );
+        assert!(
+            notes[0].starts_with("took lo's originals from "),
+            "{notes:?}"
+        );
+        assert!(dry.report.notes.is_empty(), "{:?}", dry.report.notes);
+        assert_eq!(kept_first, 1, "kept before the change");
+        assert_eq!(files(), 0, "removed once put back");
+        // With --keep-on-exit the file goes too: the next daemon takes the
+        // NIC as this one leaves it.
+        let kept = own(roots, "lo", &topo, None, false, false, None, Some(&state)).unwrap();
+        assert_eq!(files(), 1);
+        assert_eq!(kept.hand_over(), None);
+        assert_eq!(files(), 0);
+        let third = own(roots, "lo", &topo, None, false, true, None, Some(&state)).unwrap();
+        assert!(third.report.changes.is_empty() && third.report.notes.is_empty());
+        assert!(third.restore(roots, None).is_empty(), "nothing to put back");
+    }
+
     /// irqbalance (or a driver reset that kept the IRQ numbers) moves an
     /// IRQ the plan pinned: the next look pins it again, says why, and the
     /// daemon still puts back what was there before it.
@@ -1147,7 +1435,7 @@ mod tests {
     fn an_irq_moved_off_the_plan_is_pinned_again() {
         let host = FakeHost::new("drift", "lo");
         let (roots, topo) = (&host.roots, four_cpus());
-        let mut o = own(roots, "lo", &topo, None, false, true, None).unwrap();
+        let mut o = own(roots, "lo", &topo, None, false, true, None, None).unwrap();
         assert_eq!(o.report.changes.len(), 2, "{:?}", o.report.changes);
         let planned = host.affinity(120);
         assert_ne!(planned, "0-3");
@@ -1200,7 +1488,7 @@ mod tests {
             });
             owned
                 .nics_mut()
-                .push(own(&roots, "lo", &topo, None, false, true, None).unwrap());
+                .push(own(&roots, "lo", &topo, None, false, true, None, None).unwrap());
             assert_ne!(host.affinity(120), "0-3", "pinned");
             panic!("a bug in the daemon's loop");
         }));
@@ -1214,7 +1502,7 @@ mod tests {
         let mut owned = PutBack::new(|_| panic!("not when finished"));
         owned
             .nics_mut()
-            .push(own(&roots, "lo", &topo, None, false, true, None).unwrap());
+            .push(own(&roots, "lo", &topo, None, false, true, None, None).unwrap());
         let mut finished = Vec::new();
         owned.finish(|nics| {
             for o in nics {
@@ -1230,7 +1518,7 @@ mod tests {
     fn changes_are_counted_past_the_lines_kept() {
         let host = FakeHost::new("counted", "lo");
         let (roots, topo) = (&host.roots, four_cpus());
-        let mut o = own(roots, "lo", &topo, None, false, true, None).unwrap();
+        let mut o = own(roots, "lo", &topo, None, false, true, None, None).unwrap();
         assert_eq!(o.report.changes_total, 2);
         let unasked = || -> Option<String> { panic!("no RSS table here") };
         for _ in 0..KEEP_LINES {

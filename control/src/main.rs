@@ -1,7 +1,8 @@
 //! `flowlane`: parses the command line, sets up logging (`FLOWLANE_LOG`),
 //! runs the command (`flowlane_control::run`) and turns a failure into one
 //! line on stderr and exit status 1 (clap exits 2 for bad usage; a flag's
-//! bad value is one line too).
+//! bad value is one line too, and so is bad usage a command finds itself,
+//! a `clap::Error` it returns, with exit status 2).
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
@@ -30,6 +31,13 @@ fn main() -> ExitCode {
         .init();
     match flowlane_control::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        // Bad usage a command found itself (flags that do not go
+        // together): one line and exit 2, as clap's own.
+        Err(e) if e.downcast_ref::<clap::Error>().is_some() => {
+            let text = e.to_string();
+            eprintln!("flowlane: {}", text.lines().next().unwrap_or_default());
+            ExitCode::from(2)
+        }
         Err(e) => {
             eprintln!("flowlane: error: {e:#}");
             ExitCode::FAILURE

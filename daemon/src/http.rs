@@ -58,7 +58,7 @@ impl MetricsServer {
     /// [`Error::Io`] when the runtime cannot start.
     pub fn start(addr: SocketAddr, services: Arc<Services>) -> Result<MetricsServer, Error> {
         let listener =
-            std::net::TcpListener::bind(addr).map_err(|source| Error::Bind { addr, source })?;
+            std::net::TcpListener::bind(addr).map_err(|why| Error::Bind { addr, why })?;
         let addr = listener.local_addr().map_err(Error::Io)?;
         listener.set_nonblocking(true).map_err(Error::Io)?;
         let runtime = tokio::runtime::Builder::new_current_thread()

@@ -14,6 +14,7 @@
 pub mod ask;
 pub mod http;
 pub mod metrics;
+pub mod nic_state;
 pub mod nic_xdp;
 mod pages;
 pub mod registry;
@@ -25,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flowlane_dataplane::control_socket::{
-    ControlSocket, FlowQuery, Handling, HostStatus, NicReport, Reply, Request, Response,
+    ControlSocket, FlowQuery, Handling, HostStatus, NicReport, Reply, Request, Response, SocketRole,
 };
 pub use http::MetricsServer;
 pub use metrics::{render, Format, Scrape};
@@ -34,13 +35,16 @@ pub use registry::{NicStatsReader, Services};
 /// What went wrong starting the daemon.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The metrics address cannot be listened on.
-    #[error("cannot listen on {addr} for metrics: {source} (is another daemon or exporter using it? pick another with --metrics)")]
+    /// The metrics address cannot be listened on: said in one line, the
+    /// OS error once (it is no [`std::error::Error::source`], which
+    /// `{:#}` would print again), another exporter guessed only when the
+    /// address is in use.
+    #[error("cannot listen on {addr} for metrics: {why}{}", bind_hint(.why))]
     Bind {
         /// The address asked for.
         addr: SocketAddr,
         /// Why.
-        source: std::io::Error,
+        why: std::io::Error,
     },
     /// A system call failed.
     #[error("{0}")]
@@ -48,15 +52,55 @@ pub enum Error {
     /// The configuration file cannot be read or is not valid.
     #[error("--config {0}")]
     Config(String),
-    /// The daemon's socket cannot be made.
-    #[error("the daemon's socket: {0} (pick another with --socket, or --socket none)")]
+    /// The daemon's socket cannot be made: what is wrong and what to do,
+    /// naming `--socket` once.
+    #[error("{0}")]
     Socket(String),
+    /// A NIC's state file cannot be read, written or removed
+    /// ([`nic_state`]): what is wrong and what to do.
+    #[error("{0}")]
+    State(String),
+}
+
+/// What to do when the metrics address cannot be listened on: another
+/// daemon or exporter is the likely cause only when the address is in use
+/// (one that is not this host's, EADDRNOTAVAIL, is a mistyped address).
+fn bind_hint(why: &std::io::Error) -> &'static str {
+    match why.kind() {
+        std::io::ErrorKind::AddrInUse => {
+            " (is another daemon or exporter using it? pick another with --metrics)"
+        }
+        std::io::ErrorKind::AddrNotAvailable => {
+            " (no interface of this host has that address: give --metrics one that does)"
+        }
+        _ => " (pick another with --metrics)",
+    }
+}
+
+/// The daemon's socket error: [`ControlSocket::bind_as`]'s, which names
+/// `--socket` where the path is the problem, or, where the system refused
+/// (a directory that cannot be made), with what to do added.
+fn socket_error(e: flowlane_dataplane::Error) -> Error {
+    match e {
+        flowlane_dataplane::Error::Setup(message) => Error::Socket(message),
+        other => Error::Socket(format!(
+            "the daemon's socket: {other} (pick another with --socket, or none)"
+        )),
+    }
 }
 
 /// Where the daemon listens for hint requests unless told otherwise: a
 /// directory of its own, so that the services' directory holds only
 /// services (`flowlane rebalance status` picks the only one there).
 pub const DEFAULT_SOCKET: &str = flowlane_dataplane::control_socket::DAEMON_SOCKET;
+
+/// The daemon's socket, as its errors name it: `--socket` picks another.
+const DAEMON_SOCKET_ROLE: SocketRole = SocketRole {
+    name: "the daemon's socket",
+    in_use_by: "a running daemon or service",
+    flag: "--socket",
+    or_else: ", or none",
+};
 
 /// The daemon's settings (`--config FILE`, then flags).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
@@ -84,6 +128,10 @@ pub struct DaemonConfig {
     /// NAPI affinities, threaded NAPI, an RSS table no service uses);
     /// false leaves them as configured (`--keep-on-exit`).
     pub restore_on_exit: bool,
+    /// Where the originals of the NICs it owns are kept until it puts them
+    /// back, for a daemon started after this one was killed
+    /// (`--state-dir`; see [`nic_state`]).
+    pub state_dir: PathBuf,
 }
 
 /// The longest `scrape_timeout_ms`: well within Prometheus' default
@@ -108,7 +156,8 @@ fn socket_or_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<PathB
 
 impl DaemonConfig {
     /// The defaults: metrics on 127.0.0.1:9477, services in
-    /// `/run/flowlane`, 500 ms per service.
+    /// `/run/flowlane`, 500 ms per service, the NICs' state in
+    /// `/run/flowlane-daemon`.
     pub fn new() -> DaemonConfig {
         DaemonConfig {
             metrics: SocketAddr::from(([127, 0, 0, 1], 9477)),
@@ -118,6 +167,7 @@ impl DaemonConfig {
             ifaces: Vec::new(),
             dry_run: false,
             restore_on_exit: true,
+            state_dir: PathBuf::from(nic_state::DEFAULT_STATE_DIR),
         }
     }
 }
@@ -190,9 +240,9 @@ impl Daemon {
         let socket = cfg
             .socket
             .as_deref()
-            .map(ControlSocket::bind)
+            .map(|path| ControlSocket::bind_as(path, &DAEMON_SOCKET_ROLE))
             .transpose()
-            .map_err(|e| Error::Socket(e.to_string()))?;
+            .map_err(socket_error)?;
         let services = Arc::new(
             Services::new(cfg.run_dir.clone(), cfg.scrape_timeout)
                 .excluding(socket.as_ref().map(|s| s.path().to_path_buf())),
@@ -442,6 +492,70 @@ mod tests {
             other => panic!("{} bytes, not the whole answer: {other:?}", got.len()),
         }
         drop(daemon);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `e` with its causes, as `flowlane` prints an error (`{:#}`).
+    fn said(e: &Error) -> String {
+        let mut line = e.to_string();
+        let mut cause = std::error::Error::source(e);
+        while let Some(c) = cause {
+            line.push_str(&format!(": {c}"));
+            cause = c.source();
+        }
+        line
+    }
+
+    /// A metrics address that cannot be listened on is said in one line,
+    /// the OS error once; another daemon or exporter is guessed only when
+    /// the address is in use.
+    #[test]
+    fn a_metrics_address_that_cannot_be_listened_on_is_said_once() {
+        let services = || {
+            Arc::new(Services::new(
+                std::env::temp_dir(),
+                Duration::from_millis(1),
+            ))
+        };
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let e = MetricsServer::start(taken.local_addr().unwrap(), services()).unwrap_err();
+        let line = said(&e);
+        assert_eq!(line.matches("os error").count(), 1, "{line}");
+        assert!(line.contains("another daemon or exporter"), "{line}");
+        // TEST-NET-1 (RFC 5737): no interface of this host has it.
+        let e = MetricsServer::start("192.0.2.55:19479".parse().unwrap(), services()).unwrap_err();
+        let line = said(&e);
+        assert_eq!(line.matches("os error").count(), 1, "{line}");
+        assert!(!line.contains("another daemon"), "{line}");
+        assert!(line.contains("--metrics") && !line.contains('\n'), "{line}");
+    }
+
+    /// The daemon's socket errors name its own flag, `--socket`, once: a
+    /// path that is no socket, and one another daemon answers on.
+    #[test]
+    fn the_daemon_s_socket_errors_name_its_own_flag_once() {
+        let dir = std::env::temp_dir().join(format!("fl-daemon-sockflag-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("run")).unwrap();
+        let cfg = |socket: PathBuf| DaemonConfig {
+            metrics: SocketAddr::from(([127, 0, 0, 1], 0)),
+            run_dir: dir.join("run"),
+            socket: Some(socket),
+            ..DaemonConfig::default()
+        };
+        let file = dir.join("not-a-socket");
+        std::fs::write(&file, "x").unwrap();
+        let first = Daemon::start(&cfg(dir.join("daemon.sock"))).unwrap();
+        for path in [file, dir.join("daemon.sock")] {
+            let e = Daemon::start(&cfg(path)).unwrap_err().to_string();
+            assert_eq!(e.matches("--socket").count(), 1, "{e}");
+            assert!(
+                e.ends_with("--socket, or none)")
+                    || e.ends_with("--socket a path of its own, or none"),
+                "{e}"
+            );
+        }
+        drop(first);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -453,7 +453,15 @@ fn families(scrape: &Scrape) -> Vec<Family> {
         "flowlane_service_start_time_seconds",
         "When the service started, in seconds since the Unix epoch.",
         G,
-        &|s| Sample::Real((scrape.now_unix_s - s.uptime_ns as f64 / 1e9).max(0.0)),
+        // As the service says (the same at every scrape: `changes()` of it
+        // is a restart alert); reckoned from its uptime for one too old
+        // to say, which moves by how long each answer took.
+        &|s| {
+            Sample::Real(match s.started_unix_ns {
+                Some(ns) => ns as f64 / 1e9,
+                None => (scrape.now_unix_s - s.uptime_ns as f64 / 1e9).max(0.0),
+            })
+        },
     ));
     let mut moves = Family {
         name: "flowlane_rebalance_moves",
@@ -852,6 +860,7 @@ mod tests {
             service: name.into(),
             pid,
             uptime_ns: 10_000_000_000,
+            started_unix_ns: None,
             backend: "xdp".into(),
             iface: "fl0".into(),
             rebalance: "auto".into(),
@@ -1132,6 +1141,38 @@ mod tests {
         )
         .ends_with(" 5000"));
         assert!(line(&page, r#"flowlane_nic_dropped_packets_total{service="bulk-sink",pid="41",iface="fl0",direction="tx"}"#).ends_with(" 2"));
+    }
+
+    /// A service's start time is the one it says, the same at every
+    /// scrape however long its answer took (reckoned from its uptime, it
+    /// moved at each, and `changes()` of it, the restart alert, always
+    /// fired); one too old to say is reckoned from its uptime.
+    #[test]
+    fn a_service_s_start_time_is_the_same_at_every_scrape() {
+        let start = |now: f64, uptime_s: u64, says: Option<u64>| {
+            let mut s = service("bulk-sink", 41);
+            s.uptime_ns = uptime_s * 1_000_000_000;
+            s.started_unix_ns = says;
+            let page = render(
+                &Scrape {
+                    now_unix_s: now,
+                    services: vec![s],
+                    ..scrape()
+                },
+                Format::Text,
+            );
+            let l = line(
+                &page,
+                r#"flowlane_service_start_time_seconds{service="bulk-sink""#,
+            );
+            l.rsplit(' ').next().unwrap().to_string()
+        };
+        let says = Some(990_000_000_000);
+        // Asked at 1 000 s, up 10 s; then at 1 015.3 s, up 25 s (its answer
+        // took 0.3 s longer).
+        assert_eq!(start(1_000.0, 10, says), "990.0");
+        assert_eq!(start(1_015.3, 25, says), "990.0");
+        assert_eq!(start(1_000.0, 10, None), "990.0");
     }
 
     /// The steering program's counters are on the page for every

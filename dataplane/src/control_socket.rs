@@ -296,6 +296,12 @@ pub struct ServiceCounters {
     pub pid: u32,
     /// Nanoseconds since the service started.
     pub uptime_ns: u64,
+    /// When the service started, in nanoseconds since the Unix epoch (the
+    /// wall clock then): the same in every answer, where the scrape's
+    /// time less `uptime_ns` moves by how long the answer took. None from
+    /// a service of an older version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_unix_ns: Option<u64>,
     /// The backend serving: `xdp` (AF_XDP) or `kernel` (kernel sockets).
     #[serde(default = "xdp")]
     pub backend: String,
@@ -713,7 +719,39 @@ impl std::fmt::Debug for Handling<'_> {
     }
 }
 
+/// Whose socket [`ControlSocket::bind_as`] makes, as its errors name it:
+/// a service's (`--control-socket`) or the daemon's (`--socket`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SocketRole {
+    /// The socket, in words (`control socket`, `the daemon's socket`).
+    pub name: &'static str,
+    /// Who may be answering there already (`a running service`).
+    pub in_use_by: &'static str,
+    /// The flag that gives another path (`--control-socket`).
+    pub flag: &'static str,
+    /// Another way out, said after the flag (`, or none`), or
+    /// nothing.
+    pub or_else: &'static str,
+}
+
+/// A service's control socket ([`ControlSocket::bind`]).
+pub const SERVICE_SOCKET: SocketRole = SocketRole {
+    name: "control socket",
+    in_use_by: "a running service",
+    flag: "--control-socket",
+    or_else: "",
+};
+
 impl ControlSocket {
+    /// A service's control socket at `path`: [`ControlSocket::bind_as`]
+    /// with [`SERVICE_SOCKET`] (its errors name `--control-socket`).
+    ///
+    /// # Errors
+    /// As [`ControlSocket::bind_as`].
+    pub fn bind(path: &Path) -> Result<ControlSocket> {
+        ControlSocket::bind_as(path, &SERVICE_SOCKET)
+    }
+
     /// Listens at `path`, its owner's alone (mode 0600 from its bind(2) on,
     /// whatever the umask; the directories made for it are 0755). A socket
     /// left there by a service that is gone (nothing listens on it) is
@@ -723,10 +761,10 @@ impl ControlSocket {
     ///
     /// # Errors
     /// [`Error::Setup`] when a running service answers at `path`, or a file
-    /// that is not a socket is there;
+    /// that is not a socket is there (each naming `role`'s flag once);
     /// [`Error::Io`] when the directory or socket cannot be made, or
     /// whether the socket there is in use cannot be told.
-    pub fn bind(path: &Path) -> Result<ControlSocket> {
+    pub fn bind_as(path: &Path, role: &SocketRole) -> Result<ControlSocket> {
         use std::os::unix::fs::DirBuilderExt;
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::DirBuilder::new()
@@ -743,15 +781,21 @@ impl ControlSocket {
             // not cost whatever file is there.
             if !meta.file_type().is_socket() {
                 return Err(Error::Setup(format!(
-                    "{} exists and is not a socket: give --control-socket a path of its own",
-                    path.display()
+                    "{} exists and is not a socket: give {} a path of its own{}",
+                    path.display(),
+                    role.flag,
+                    role.or_else
                 )));
             }
             match answers_connect(path) {
                 Ok(()) => {
                     return Err(Error::Setup(format!(
-                        "control socket {} is in use by a running service (give another --control-socket)",
-                        path.display()
+                        "{} {} is in use by {} (give another {}{})",
+                        role.name,
+                        path.display(),
+                        role.in_use_by,
+                        role.flag,
+                        role.or_else
                     )))
                 }
                 Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
@@ -1047,16 +1091,23 @@ impl Drop for ControlSocket {
 /// at most [`MAX_ANSWER`] bytes) within `timeout`.
 ///
 /// # Errors
-/// [`Error::Setup`] when nothing listens there, or the answer is not a
-/// response; [`Error::Io`] when the exchange fails or does not end in
-/// time.
+/// [`Error::Setup`] when nothing listens there, the socket refuses this
+/// user ([`refused_line`]: running, but its user's alone), or the answer
+/// is not a response; [`Error::Io`] when the exchange fails or does not
+/// end in time.
 pub fn request(path: &Path, request: &Request, timeout: Duration) -> Result<Response> {
     let deadline = Instant::now() + timeout;
     let stream = connect_within(path, timeout).map_err(|e| {
-        Error::Setup(format!(
-            "no flowlane service answers on {}: {e} (is it running? `flowlane rebalance status` lists the sockets in {RUN_DIR})",
-            path.display()
-        ))
+        Error::Setup(match e.kind() {
+            // Running, but not this user's to ask.
+            ErrorKind::PermissionDenied => {
+                refused_line(&[path.to_path_buf()]).unwrap_or_default()
+            }
+            _ => format!(
+                "no flowlane service answers on {}: {e} (is it running? `flowlane rebalance status` lists the sockets in {RUN_DIR})",
+                path.display()
+            ),
+        })
     })?;
     let left = deadline.saturating_duration_since(Instant::now());
     request_on(stream, path, request, left)
@@ -1339,6 +1390,15 @@ pub fn scan_sockets(dir: &Path) -> SocketScan {
     scan.live.sort();
     scan.refused.sort();
     scan
+}
+
+/// One line for the daemon's socket at `path` refusing this user: what is
+/// wrong and what to do.
+pub fn daemon_refused_line(path: &Path) -> String {
+    format!(
+        "permission denied on the daemon's socket ({}): it is its user's alone (mode 0600); run this as that user (root for the packaged daemon)",
+        path.display()
+    )
 }
 
 /// One line for sockets that refused this user: what is wrong and what

@@ -115,9 +115,20 @@ impl InterfaceInfo {
     }
 }
 
+/// What [`iface_dir`] says to do when there is no such interface: the
+/// flags of the services and of `flowlane`'s commands that take `--bed`.
+pub const NOT_HERE: &str = "see `ip link`: use --iface NAME; on a test bed, --bed NAME";
+
 /// `<sysfs>/class/net/<name>`, checked: the name is a valid interface name
 /// and the interface exists in this network namespace.
 pub fn iface_dir(sysfs: &Path, name: &str) -> Result<PathBuf> {
+    iface_dir_saying(sysfs, name, NOT_HERE)
+}
+
+/// [`iface_dir`], saying `what_to_do` when there is no such interface: for
+/// a program whose flags are not the services' (the daemon has no
+/// `--bed`).
+pub fn iface_dir_saying(sysfs: &Path, name: &str, what_to_do: &str) -> Result<PathBuf> {
     if name.is_empty() || name.contains('/') || name == "." || name == ".." || name.len() > 15 {
         return Err(Error::Setup(format!(
             "{name:?} is not a valid interface name"
@@ -126,7 +137,7 @@ pub fn iface_dir(sysfs: &Path, name: &str) -> Result<PathBuf> {
     let dir = sysfs.join("class/net").join(name);
     if !dir.is_dir() {
         return Err(Error::Setup(format!(
-            "no interface {name} in this network namespace (see `ip link`: use --iface NAME; on a test bed, --bed NAME)"
+            "no interface {name} in this network namespace ({what_to_do})"
         )));
     }
     Ok(dir)

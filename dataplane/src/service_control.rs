@@ -155,6 +155,9 @@ pub enum SocketChoice {
 pub struct ServiceControl {
     service: String,
     started: Instant,
+    /// The wall clock at the start, in nanoseconds since the Unix epoch
+    /// (None if the clock reads before it).
+    started_unix_ns: Option<u64>,
     auto: Option<AutoRebalance>,
     socket: Option<ControlSocket>,
     history: MoveHistory,
@@ -289,6 +292,10 @@ impl ServiceControl {
         Ok(ServiceControl {
             service: service.to_string(),
             started: Instant::now(),
+            started_unix_ns: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()
+                .and_then(|d| u64::try_from(d.as_nanos()).ok()),
             auto: None,
             socket,
             history: MoveHistory::default(),
@@ -451,6 +458,7 @@ impl ServiceControl {
             service: self.service.clone(),
             pid: std::process::id(),
             uptime_ns: self.started.elapsed().as_nanos() as u64,
+            started_unix_ns: self.started_unix_ns,
             backend: view.backend().into(),
             iface: view.iface(),
             rebalance: self.rebalance_mode().into(),

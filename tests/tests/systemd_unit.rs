@@ -150,3 +150,26 @@ fn the_unit_s_command_runs_the_daemon_and_sigterm_stops_it() {
     assert!(!dir.join("daemon.sock").exists(), "socket left behind");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The daemon's default state directory is the unit's runtime directory,
+/// and systemd keeps it across restarts: a daemon that systemd starts again
+/// after a crash (`Restart=on-failure`) finds the NICs' state files the
+/// crashed one wrote, and puts their originals back (with systemd's
+/// default, the directory is removed when the service stops, files and all).
+#[test]
+fn the_nics_state_files_outlive_a_restart() {
+    let unit = unit_text();
+    let runtime_dir = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("RuntimeDirectory="))
+        .expect("RuntimeDirectory=");
+    assert_eq!(
+        format!("/run/{runtime_dir}"),
+        flowlane_daemon::nic_state::DEFAULT_STATE_DIR
+    );
+    assert!(
+        unit.lines()
+            .any(|l| l == "RuntimeDirectoryPreserve=restart"),
+        "{unit}"
+    );
+}
