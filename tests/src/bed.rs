@@ -400,6 +400,37 @@ pub fn xdp_attached(ns: &str, dev: &str) -> bool {
     s.split_whitespace().any(|w| w.starts_with("xdp"))
 }
 
+/// `bed`'s `xsk0` threaded-NAPI setting (`/sys/class/net/xsk0/threaded`).
+pub fn threaded(bed: &Bed) -> String {
+    let o = crate::in_ns(&bed.ns, &["cat", "/sys/class/net/xsk0/threaded"]);
+    assert!(o.status.success(), "{}", crate::text(&o));
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// `(pid, allowed CPUs)` of every `napi/xsk0-*` thread of the host (thread
+/// names are per namespace: other beds' veths are also xsk0, so a caller
+/// keeps those that appeared in its test).
+pub fn napi_threads() -> Vec<(u32, String)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with("napi/xsk0-") {
+            continue;
+        }
+        let status = std::fs::read_to_string(e.path().join("status")).unwrap_or_default();
+        if let Some(cpus) = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        {
+            out.push((pid, cpus.trim().to_string()));
+        }
+    }
+    out
+}
+
 /// Starts `flowlane udp-echo --report` on all queues of `bed`'s `xsk0` (in
 /// the bed's namespace) and waits for its first report; returns the child
 /// (its pid is flowlane's: `ip netns exec` execs in place) and the report

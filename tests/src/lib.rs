@@ -13,7 +13,7 @@ pub mod bed;
 pub mod child;
 pub mod daemon;
 
-pub use bed::{start_udp_echo, unique_name, xdp_attached, Bed, ToolBed};
+pub use bed::{napi_threads, start_udp_echo, threaded, unique_name, xdp_attached, Bed, ToolBed};
 pub use child::{kill_and_reap, ready_within, stop, terminate, wait_bounded, wait_within};
 pub use daemon::TestDaemon;
 
@@ -59,6 +59,44 @@ pub fn flowlane(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("running flowlane")
+}
+
+/// `flowlane ARGS` as user `nobody` (65534), through `setpriv`: what a
+/// user without the services' privileges sees.
+pub fn as_nobody(args: &[&str]) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(flowlane_bin())
+        .args(args);
+    c
+}
+
+/// A temporary directory (uniquely named) any user may enter and list
+/// (mode 0755), for sockets and run directories a test shares with
+/// [`as_nobody`]; removed when dropped.
+#[derive(Debug)]
+pub struct OpenDir(pub PathBuf);
+
+impl OpenDir {
+    /// Made under the temporary directory, named after `tag`.
+    pub fn new(tag: &str) -> OpenDir {
+        use std::os::unix::fs::PermissionsExt;
+        let d = std::env::temp_dir().join(unique_name(tag));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        OpenDir(d)
+    }
+
+    /// `name` in it.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for OpenDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// Runs a command inside a network namespace.

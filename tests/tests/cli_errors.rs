@@ -232,11 +232,7 @@ fn a_bed_that_is_not_up_is_named_with_the_command_that_starts_it() {
 /// Runs `flowlane <args>` as user nobody (with `setpriv`), or `None` when
 /// that is not possible here (the reason printed).
 fn as_nobody(args: &[&str]) -> Option<std::process::Output> {
-    let o = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(flowlane_bin())
-        .args(args)
-        .output();
+    let o = flowlane_tests::as_nobody(args).output();
     match o {
         Ok(o) if String::from_utf8_lossy(&o.stderr).contains("setpriv:") => {
             eprintln!("skipping: setpriv cannot drop to nobody: {}", text(&o));

@@ -8,32 +8,12 @@
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use flowlane_tests::{flowlane, flowlane_bin, kill_and_reap, require_root, text, unique_name};
-
-/// A directory any user may enter; removed when dropped.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        let d = std::env::temp_dir().join(unique_name(tag));
-        std::fs::create_dir_all(&d).unwrap();
-        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
-        Dir(d)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use flowlane_tests::{
+    as_nobody, flowlane, flowlane_bin, kill_and_reap, require_root, text, OpenDir,
+};
 
 /// A socket that takes connections and never answers (a stopped service,
 /// or daemon), root's alone as flowlane's are.
@@ -46,16 +26,6 @@ fn silent_socket(path: &Path) -> UnixListener {
 /// `args` as the `&str`s the runners take.
 fn strs(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
-}
-
-/// `flowlane ARGS` as `nobody`.
-fn as_nobody(args: &[&str]) -> Output {
-    Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(flowlane_bin())
-        .args(args)
-        .output()
-        .unwrap()
 }
 
 /// Its stderr, asserted to be one line.
@@ -88,7 +58,7 @@ fn the_daemon_s_errors_name_its_own_flags_once() {
     );
     // A path that is not a socket, and one another daemon answers on:
     // --socket, once, never the services' --control-socket.
-    let dir = Dir::new("fl-dmsg");
+    let dir = OpenDir::new("fl-dmsg");
     let sock = dir.path("daemon.sock");
     let mut first = Command::new(flowlane_bin())
         .args(["daemon", "--metrics", "127.0.0.1:0", "--run-dir"])
@@ -141,7 +111,7 @@ fn status_says_what_it_could_not_read_and_fails() {
     if !require_root(test) {
         return;
     }
-    let dir = Dir::new("fl-dstatus");
+    let dir = OpenDir::new("fl-dstatus");
     let run = dir.path("run");
     std::fs::create_dir_all(&run).unwrap();
     std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -166,7 +136,7 @@ fn status_says_what_it_could_not_read_and_fails() {
     // and the JSON alike; the service refused is no "none running"; the
     // daemon's socket is not called a service's; the exit says the screen
     // is incomplete.
-    let o = as_nobody(&strs(&args(false)));
+    let o = as_nobody(&strs(&args(false))).output().unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("daemon    running, its socket"), "{out}");
@@ -178,7 +148,7 @@ fn status_says_what_it_could_not_read_and_fails() {
             && !err.contains(&format!("service socket ({}", daemon.display())),
         "{err}"
     );
-    let o = as_nobody(&strs(&args(true)));
+    let o = as_nobody(&strs(&args(true))).output().unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON screen");
     assert_eq!(v["daemon"]["running"], true, "{v}");
@@ -215,7 +185,7 @@ fn a_socket_that_refuses_this_user_is_said_to_be_its_owner_s() {
     if !require_root(test) {
         return;
     }
-    let dir = Dir::new("fl-drefuse");
+    let dir = OpenDir::new("fl-drefuse");
     let sock = dir.path("root.sock");
     let _l = silent_socket(&sock);
     let sock = sock.to_str().unwrap();
@@ -232,13 +202,17 @@ fn a_socket_that_refuses_this_user_is_said_to_be_its_owner_s() {
         "10.99.0.1",
         "--dport",
         "7",
-    ]);
+    ])
+    .output()
+    .unwrap();
     let err = one_line(&o);
     assert!(
         err.contains("permission denied on the daemon's socket") && !err.contains("running?"),
         "{err}"
     );
-    let o = as_nobody(&["rebalance", "status", "--socket", sock]);
+    let o = as_nobody(&["rebalance", "status", "--socket", sock])
+        .output()
+        .unwrap();
     let err = one_line(&o);
     assert!(
         err.contains("permission denied on 1 service socket") && !err.contains("running?"),

@@ -14,7 +14,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use flowlane_tests::{
-    flowlane_bin, in_ns, kill_and_reap, require_root, terminate, text, wait_within, Bed,
+    flowlane_bin, in_ns, kill_and_reap, napi_threads, require_root, terminate, text, threaded,
+    wait_within, Bed,
 };
 use serde_json::Value;
 use tcp_common::*;
@@ -93,35 +94,6 @@ impl Drop for Daemon {
             kill_and_reap(&mut c);
         }
     }
-}
-
-fn threaded(bed: &Bed) -> String {
-    let o = in_ns(&bed.ns, &["cat", "/sys/class/net/xsk0/threaded"]);
-    assert!(o.status.success(), "{}", text(&o));
-    String::from_utf8_lossy(&o.stdout).trim().to_string()
-}
-
-/// `(pid, allowed CPUs)` of every `napi/xsk0-*` thread (each bed's veth is
-/// xsk0: the caller keeps those that appeared in its test).
-fn napi_threads() -> Vec<(u32, String)> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
-        if !comm.starts_with("napi/xsk0-") {
-            continue;
-        }
-        let status = std::fs::read_to_string(e.path().join("status")).unwrap_or_default();
-        if let Some(cpus) = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        {
-            out.push((pid, cpus.trim().to_string()));
-        }
-    }
-    out
 }
 
 /// The state files in `dir/state`.

@@ -10,44 +10,10 @@ use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use flowlane_tests::{flowlane_bin, require_root, text, unique_name};
-
-/// `nobody`'s ids.
-const NOBODY: &str = "65534";
-
-/// A directory any user may enter and list; removed when dropped.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        let d = std::env::temp_dir().join(unique_name(tag));
-        std::fs::create_dir_all(&d).unwrap();
-        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
-        Dir(d)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// `flowlane ARGS` as `nobody`.
-fn as_nobody(args: &[&str]) -> Command {
-    let mut c = Command::new("setpriv");
-    c.args([
-        &format!("--reuid={NOBODY}"),
-        &format!("--regid={NOBODY}"),
-        "--clear-groups",
-    ])
-    .arg(flowlane_bin())
-    .args(args);
-    c
-}
+use flowlane_tests::{as_nobody, flowlane_bin, require_root, text, OpenDir};
 
 /// A service's socket, root's alone: bound and listening, mode 0600.
-fn root_socket(dir: &Dir) -> (UnixListener, PathBuf) {
+fn root_socket(dir: &OpenDir) -> (UnixListener, PathBuf) {
     let path = dir.0.join("svc.4242.sock");
     let l = UnixListener::bind(&path).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -60,7 +26,7 @@ fn status_without_the_services_privileges_says_so_in_one_line() {
     if !require_root(test) {
         return;
     }
-    let run = Dir::new("fl-unpriv-run");
+    let run = OpenDir::new("fl-unpriv-run");
     let (_listener, sock) = root_socket(&run);
     let args = [
         "status",
@@ -103,8 +69,8 @@ fn a_daemon_without_the_services_privileges_says_so_once() {
     if !require_root(test) {
         return;
     }
-    let run = Dir::new("fl-unpriv-drun");
-    let own = Dir::new("fl-unpriv-dsock");
+    let run = OpenDir::new("fl-unpriv-drun");
+    let own = OpenDir::new("fl-unpriv-dsock");
     std::fs::set_permissions(&own.0, std::fs::Permissions::from_mode(0o777)).unwrap();
     let (_listener, sock) = root_socket(&run);
     let mut daemon = as_nobody(&[
