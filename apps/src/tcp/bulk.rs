@@ -184,17 +184,47 @@ impl ConnHandler for Sink {
     }
 }
 
-/// xorshift64* stream: the payload of `bulk-source`.
-struct Payload(u64);
+/// xorshift64* stream: the payload of `bulk-source`, the same bytes for a
+/// seed however the sender cuts it into chunks (the send buffer's room
+/// decides those).
+struct Payload {
+    state: u64,
+    /// The last word made, of which `word[used..]` is not sent yet.
+    word: [u8; 8],
+    used: usize,
+}
 
 impl Payload {
+    fn new(seed: u64) -> Payload {
+        Payload {
+            state: seed,
+            word: [0; 8],
+            used: 8,
+        }
+    }
+
+    fn next_word(&mut self) -> [u8; 8] {
+        self.state ^= self.state >> 12;
+        self.state ^= self.state << 25;
+        self.state ^= self.state >> 27;
+        self.state.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes()
+    }
+
     fn fill(&mut self, buf: &mut [u8]) {
-        for chunk in buf.chunks_mut(8) {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            let w = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes();
-            chunk.copy_from_slice(&w[..chunk.len()]);
+        // What is left of the last word, then whole words, then the start
+        // of one more, whose rest the next chunk begins with.
+        let left = (8 - self.used).min(buf.len());
+        buf[..left].copy_from_slice(&self.word[self.used..self.used + left]);
+        self.used += left;
+        let mut words = buf[left..].chunks_exact_mut(8);
+        for w in &mut words {
+            w.copy_from_slice(&self.next_word());
+        }
+        let tail = words.into_remainder();
+        if !tail.is_empty() {
+            self.word = self.next_word();
+            tail.copy_from_slice(&self.word[..tail.len()]);
+            self.used = tail.len();
         }
     }
 }
@@ -291,12 +321,15 @@ impl ConnHandler for Source {
                 Ok(c) => {
                     let mut t = Transfer::new(net, true);
                     t.start = net.now();
+                    t.peer = self.remote.to_string();
                     self.conns.insert(
                         c,
                         Outgoing {
                             t,
                             remaining: self.bytes,
-                            payload: Payload(self.seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9)),
+                            payload: Payload::new(
+                                self.seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9),
+                            ),
                             carry: Vec::new(),
                         },
                     );
@@ -370,17 +403,29 @@ fn hex(b: &[u8]) -> String {
 mod tests {
     use super::*;
 
+    /// A seed's payload is the same bytes however it is cut (the send
+    /// buffer's room decides the chunks: cut at odd sizes, the rest of a
+    /// word was skipped, and `--seed` fixed no transfer's sha256).
     #[test]
-    fn payload_is_deterministic_over_word_aligned_chunks() {
-        let mut a = Payload(7);
-        let mut whole = vec![0u8; 64];
+    fn payload_is_the_same_however_it_is_cut() {
+        let mut a = Payload::new(7);
+        let mut whole = vec![0u8; 1000];
         a.fill(&mut whole);
-        let mut b = Payload(7);
-        let mut parts = vec![0u8; 64];
-        b.fill(&mut parts[..32]);
-        b.fill(&mut parts[32..]);
-        assert_eq!(whole, parts);
         assert_ne!(whole[..8], whole[8..16]);
+        for cuts in [&[32usize, 64][..], &[3, 5, 13, 1, 0, 7, 8, 9, 100], &[999]] {
+            let mut b = Payload::new(7);
+            let mut parts = vec![0u8; 1000];
+            let mut at = 0;
+            for &n in cuts.iter().cycle() {
+                let end = (at + n).min(parts.len());
+                b.fill(&mut parts[at..end]);
+                at = end;
+                if at == parts.len() {
+                    break;
+                }
+            }
+            assert_eq!(whole, parts, "cut at {cuts:?}");
+        }
     }
 
     #[test]

@@ -575,7 +575,9 @@ pub(crate) fn flowlane_to_kernel_over(
     );
     let lines = src.wait(Duration::from_secs(limit_s));
     let got = finish(peer, Duration::from_secs(60));
-    (source_checked(&lines, &got, bytes), lines)
+    let r = source_checked(&lines, &got, bytes);
+    assert_eq!(r["peer"], to.as_str(), "the peer it sent to: {r}");
+    (r, lines)
 }
 
 /// The `bulk-source` transfer line among `lines`, checked: it succeeded,
