@@ -700,6 +700,9 @@ impl KernelNet {
                 let _ = self.poll.registry().deregister(&mut conn.stream);
                 conn.rx.discard(&mut self.rx_pool);
                 conn.tx.discard(&mut self.tx_pool);
+                // Ended, as by `end` (no `Closed`: the loop is over), so
+                // that opens add up to closes and connections open.
+                self.stats.closed += 1;
             }
             index += 1;
         }
@@ -1788,6 +1791,19 @@ mod tests {
         peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let e = peer.read(&mut [0u8; 8]).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::ConnectionReset);
+    }
+
+    /// A connection open when the loop lets its connections go (a stop's
+    /// linger over) is reset and counted closed: opens add up to closes
+    /// and connections open, as on the AF_XDP backend.
+    #[test]
+    fn a_connection_let_go_at_the_stop_is_counted_closed() {
+        let mut net = placed_net(Limits::default());
+        let (_h, _peer) = connected_unseen(&mut net);
+        assert_eq!(net.open_connections(), 1);
+        net.let_go();
+        assert_eq!((net.stats.resets_out, net.stats.resets_aborted), (1, 1));
+        assert_eq!((net.stats.closed, net.open_connections()), (1, 0));
     }
 
     /// An open to no address or no port is refused, as the stack refuses
