@@ -7,8 +7,9 @@ use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use bytes::Buf;
+use bytes::{Buf, BytesMut};
 use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Error, Net, SynFilter};
 
 use crate::listener::AcceptQueue;
@@ -23,6 +24,45 @@ pub struct Counters {
     /// Connections reset because their listener was gone or its backlog
     /// full.
     pub refused_backlog: AtomicU64,
+    /// Connections whose stream was dropped with received bytes unread,
+    /// or that received bytes after the drop: closed lingering (RFC 9112
+    /// §9.6) rather than reset, so that what the stream wrote reaches the
+    /// peer.
+    pub lingered: AtomicU64,
+    /// Of those, connections reset because the peer had not closed within
+    /// [`LINGER`] (of their first unread byte, or of the last byte of
+    /// what the stream wrote that the stack took).
+    pub linger_expired: AtomicU64,
+    /// Bytes received on lingering connections and dropped unread.
+    pub linger_discarded: AtomicU64,
+}
+
+/// How long the connection of a dropped stream waits for the peer's FIN
+/// after its own went (after what the stream wrote), dropping what the
+/// peer still sends (RFC 9112 §9.6's lingering close; `http-server`
+/// lingers as long). Then it is closed if the peer sent nothing since
+/// the drop (a close as without the wait), and reset if it did (the
+/// wait counting then from the first byte unread or the last the stack
+/// took of what the stream wrote: a peer that neither stops sending nor
+/// reads is held no longer). Ends up to a tenth of a second later (the
+/// bridge looks for it that often).
+pub const LINGER: Duration = Duration::from_secs(2);
+
+/// How often the bridge looks for dropped streams' connections whose
+/// wait ([`LINGER`]) is over.
+const LINGER_SWEEP: Duration = Duration::from_millis(100);
+
+/// A dropped stream's connection on its way out ([`Bridge::finish`]).
+#[derive(Debug, Default)]
+struct Closing {
+    /// When its wait ([`LINGER`]) counts from: its FIN's going, or the
+    /// first unread byte (then the last time the stack took bytes the
+    /// stream wrote); none before either.
+    since: Option<Duration>,
+    /// Bytes came unread: reset at the end of the wait.
+    lingering: bool,
+    /// Closed or reset: `on_closed` follows.
+    done: bool,
 }
 
 /// The error of an open that the thread's queue pairs refused at once
@@ -59,6 +99,11 @@ pub(crate) struct Bridge {
     counters: Arc<Counters>,
     /// The listeners' SYN filter ([`crate::AsyncConfig::syn_filter`]).
     syn_filter: Option<SynFilter>,
+    /// The connections of dropped streams, until they are gone
+    /// ([`Bridge::forget`]).
+    closing: HashMap<ConnHandle, Closing>,
+    /// When the bridge next looks for waits past [`LINGER`].
+    next_sweep: Duration,
 }
 
 impl Bridge {
@@ -73,6 +118,8 @@ impl Bridge {
             conns: HashMap::new(),
             counters,
             syn_filter,
+            closing: HashMap::new(),
+            next_sweep: Duration::ZERO,
         }
     }
 
@@ -82,8 +129,7 @@ impl Bridge {
 
     /// Moves what the stack holds for `conn` into its pipe, up to
     /// [`RX_LIMIT`]; marks end of stream once everything before the
-    /// peer's FIN is there. A dropped stream's connection that receives
-    /// data is reset (nobody will read it).
+    /// peer's FIN is there.
     fn pull(net: &mut dyn Net, conn: ConnHandle, p: &mut Pipe) -> bool {
         let mut got = false;
         while p.rx.len() < RX_LIMIT {
@@ -103,15 +149,12 @@ impl Bridge {
             p.eof = true;
             got = true;
         }
-        if p.dropped && !p.rx.is_empty() {
-            let _ = net.abort(conn);
-        }
         got
     }
 
-    /// Gives the stack what the stream wrote, as far as it takes it; then
-    /// the stream's shutdown or close, once everything went.
-    fn push(net: &mut dyn Net, conn: ConnHandle, p: &mut Pipe) -> bool {
+    /// Gives the stack what the stream wrote, as far as it takes it;
+    /// whether it took any.
+    fn send(net: &mut dyn Net, conn: ConnHandle, p: &mut Pipe) -> bool {
         if let Some(on) = p.nodelay.take() {
             let _ = net.set_nodelay(conn, on);
         }
@@ -124,21 +167,98 @@ impl Bridge {
             }
         }
         release_if_empty(&mut p.tx);
-        if p.tx.is_empty() {
-            if p.dropped {
-                // Unread bytes: a reset, as a kernel socket closed with
-                // unread data sends.
-                if p.rx.is_empty() {
-                    let _ = net.close(conn);
-                } else {
-                    let _ = net.abort(conn);
-                }
-            } else if p.shutdown && !p.shutdown_sent {
-                p.shutdown_sent = true;
-                let _ = net.shutdown_write(conn);
+        p.tx.len() < before
+    }
+
+    /// Gives the stack what the stream wrote ([`Bridge::send`]); then the
+    /// stream's shutdown, once everything went.
+    fn push(net: &mut dyn Net, conn: ConnHandle, p: &mut Pipe) -> bool {
+        let took = Bridge::send(net, conn, p);
+        if p.tx.is_empty() && p.shutdown && !p.shutdown_sent {
+            p.shutdown_sent = true;
+            let _ = net.shutdown_write(conn);
+        }
+        took || p.tx.is_empty()
+    }
+
+    /// A dropped stream's connection: what the stream wrote goes to the
+    /// stack, then its FIN, and the connection is closed once the peer's
+    /// came. Received bytes left unread or arriving meanwhile are
+    /// dropped (counted, nothing kept) rather than answered with the
+    /// reset a close sends for them, which could destroy what the stream
+    /// wrote before the peer read it (a kernel socket's writes have left
+    /// by then, these may not have; and bytes on their way from the
+    /// network core when the stream was dropped show only later): RFC
+    /// 9112 §9.6's lingering close. The wait is bounded
+    /// ([`Bridge::sweep_closing`], [`LINGER`]).
+    fn finish(
+        net: &mut dyn Net,
+        conn: ConnHandle,
+        p: &mut Pipe,
+        closing: &mut HashMap<ConnHandle, Closing>,
+        counters: &Counters,
+    ) {
+        let now = net.now();
+        let c = closing.entry(conn).or_default();
+        if c.done {
+            return;
+        }
+        let unread = p.rx.len() + net.discard(conn);
+        if unread > 0 {
+            p.rx = BytesMut::new();
+            p.rx_more = false;
+            counters
+                .linger_discarded
+                .fetch_add(unread as u64, Ordering::Relaxed);
+            if !c.lingering {
+                c.lingering = true;
+                counters.lingered.fetch_add(1, Ordering::Relaxed);
+                c.since.get_or_insert(now);
             }
         }
-        p.tx.len() < before || p.tx.is_empty()
+        if Bridge::send(net, conn, p) && c.lingering {
+            c.since = Some(now);
+        }
+        if !p.tx.is_empty() {
+            // The rest at `on_writable`.
+            return;
+        }
+        if net.is_eof(conn) {
+            // Everything read (and dropped): the close resets nothing.
+            let _ = net.close(conn);
+            c.done = true;
+            return;
+        }
+        if !p.shutdown_sent {
+            p.shutdown_sent = true;
+            let _ = net.shutdown_write(conn);
+        }
+        c.since.get_or_insert(now);
+    }
+
+    /// Ends the dropped streams' connections whose wait counts from
+    /// [`LINGER`] ago or earlier (looked for every [`LINGER_SWEEP`]):
+    /// closed if the peer sent nothing since the drop (as it would have
+    /// been at once: nothing unread, the FIN gone), reset if it did.
+    fn sweep_closing(&mut self, net: &mut dyn Net) {
+        let now = net.now();
+        if self.closing.is_empty() || now < self.next_sweep {
+            return;
+        }
+        self.next_sweep = now + LINGER_SWEEP;
+        for (&conn, c) in self.closing.iter_mut() {
+            let due = c.since.is_some_and(|t| now.saturating_sub(t) >= LINGER);
+            if c.done || !due {
+                continue;
+            }
+            c.done = true;
+            if c.lingering {
+                self.counters.linger_expired.fetch_add(1, Ordering::Relaxed);
+                let _ = net.abort(conn);
+            } else {
+                let _ = net.close(conn);
+            }
+        }
     }
 
     /// A stream for `conn`, with its pipe registered.
@@ -159,6 +279,7 @@ impl Bridge {
 
     /// `conn` is no longer served here.
     fn forget(&mut self, conn: ConnHandle) -> Option<PipeRef> {
+        self.closing.remove(&conn);
         let pipe = self.conns.remove(&conn)?;
         self.thread.unregister(conn);
         Some(pipe)
@@ -191,6 +312,11 @@ impl Bridge {
             let mut p = lock(pipe);
             if p.orphaned {
                 // Told gone already: aborted at the next tick.
+                return;
+            }
+            if p.dropped {
+                // Nobody reads, writes or waits on it any more.
+                Bridge::finish(net, conn, &mut p, &mut self.closing, &self.counters);
                 return;
             }
             if std::mem::take(&mut p.info_wanted) {
@@ -345,6 +471,7 @@ impl ConnHandler for Bridge {
         if self.thread.take_swept() {
             self.abort_orphans(net);
         }
+        self.sweep_closing(net);
         for (remote, opened) in self.thread.take_connects() {
             if opened.is_closed() {
                 // The `connect` future was dropped: nobody would take the
@@ -364,5 +491,217 @@ impl ConnHandler for Bridge {
             }
             self.service(net, conn, true, true);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flowlane_app::{CongestionAlgorithm, ConnInfo, FourTuple, Placement, State, Stats};
+    use std::net::SocketAddr;
+
+    /// One connection's stack, faked: what the peer sent and whether it
+    /// closed, what the bridge sent and did to the connection.
+    #[derive(Default)]
+    struct Stack {
+        now: Duration,
+        rx: Vec<u8>,
+        peer_closed: bool,
+        sent: Vec<u8>,
+        did: Vec<&'static str>,
+        stats: Stats,
+    }
+
+    impl Net for Stack {
+        fn now(&self) -> Duration {
+            self.now
+        }
+        fn placement(&self) -> Placement {
+            Placement {
+                queue: 0,
+                cpu: None,
+                node: 0,
+            }
+        }
+        fn connect(&mut self, _remote: SocketAddr) -> Result<ConnHandle, Error> {
+            Err(Error::InvalidState)
+        }
+        fn send(&mut self, _conn: ConnHandle, data: &[u8]) -> Result<usize, Error> {
+            if !self.did.is_empty() {
+                return Err(Error::InvalidState);
+            }
+            self.sent.extend_from_slice(data);
+            Ok(data.len())
+        }
+        fn recv(&mut self, _conn: ConnHandle, _buf: &mut [u8]) -> Result<usize, Error> {
+            Err(Error::WouldBlock)
+        }
+        fn peek(&self, _conn: ConnHandle) -> Result<&[u8], Error> {
+            Ok(&self.rx)
+        }
+        fn consume(&mut self, _conn: ConnHandle, n: usize) -> Result<usize, Error> {
+            let n = n.min(self.rx.len());
+            self.rx.drain(..n);
+            Ok(n)
+        }
+        fn is_eof(&self, _conn: ConnHandle) -> bool {
+            self.peer_closed && self.rx.is_empty()
+        }
+        fn send_space(&self, _conn: ConnHandle) -> Result<usize, Error> {
+            Ok(1 << 20)
+        }
+        fn want_writable(&mut self, _conn: ConnHandle) -> bool {
+            false
+        }
+        fn shutdown_write(&mut self, _conn: ConnHandle) -> Result<(), Error> {
+            self.did.push("shutdown");
+            Ok(())
+        }
+        fn close(&mut self, _conn: ConnHandle) -> Result<(), Error> {
+            self.did.push("close");
+            Ok(())
+        }
+        fn abort(&mut self, _conn: ConnHandle) -> Result<(), Error> {
+            self.did.push("abort");
+            Ok(())
+        }
+        fn set_nodelay(&mut self, _conn: ConnHandle, _on: bool) -> Result<(), Error> {
+            Ok(())
+        }
+        fn set_keepalive(&mut self, _conn: ConnHandle, _on: bool) -> Result<(), Error> {
+            Ok(())
+        }
+        fn set_send_buffer(&mut self, _conn: ConnHandle, _bytes: usize) -> Result<(), Error> {
+            Ok(())
+        }
+        fn set_recv_buffer(&mut self, _conn: ConnHandle, _bytes: usize) -> Result<(), Error> {
+            Ok(())
+        }
+        fn set_congestion(
+            &mut self,
+            _conn: ConnHandle,
+            _alg: CongestionAlgorithm,
+        ) -> Result<(), Error> {
+            Ok(())
+        }
+        fn info(&self, _conn: ConnHandle) -> Result<ConnInfo, Error> {
+            Err(Error::WouldBlock)
+        }
+        fn four_tuple(&self, _conn: ConnHandle) -> Result<FourTuple, Error> {
+            Err(Error::InvalidState)
+        }
+        fn state(&self, _conn: ConnHandle) -> Result<State, Error> {
+            Ok(State::Established)
+        }
+        fn set_user_data(&mut self, _conn: ConnHandle, _data: u64) -> Result<(), Error> {
+            Ok(())
+        }
+        fn user_data(&self, _conn: ConnHandle) -> Result<u64, Error> {
+            Ok(0)
+        }
+        fn stats(&self) -> &Stats {
+            &self.stats
+        }
+    }
+
+    /// The connection the tests' bridge serves.
+    fn conn() -> ConnHandle {
+        ConnHandle::from_parts(1, 1)
+    }
+
+    /// A bridge serving [`conn`] whose stream wrote `response`, left
+    /// `unread` received bytes in its pipe, and was dropped (the bridge
+    /// looks at it at its next tick).
+    fn dropped(response: &[u8], unread: &[u8]) -> (Bridge, Arc<Counters>) {
+        let counters = Arc::new(Counters::default());
+        let thread = Arc::new(ThreadShared::default());
+        let mut bridge = Bridge::new(thread.clone(), counters.clone(), None);
+        let mut p = Pipe::new(Stack::default().placement());
+        p.tx.extend_from_slice(response);
+        p.rx.extend_from_slice(unread);
+        // As the stream's drop does.
+        p.dropped = true;
+        thread.kick(conn(), &mut p);
+        bridge.conns.insert(conn(), Arc::new(Mutex::new(p)));
+        (bridge, counters)
+    }
+
+    fn load(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+
+    /// A stream dropped with a request body unread: the response goes,
+    /// then the FIN, never a reset; what the peer still sends is dropped
+    /// (counted, nothing kept) until its FIN, and the connection is closed
+    /// then.
+    #[test]
+    fn a_stream_dropped_with_bytes_unread_lingers_then_closes_at_the_peer_s_fin() {
+        let (mut bridge, counters) = dropped(b"HTTP/1.1 200 OK\r\n\r\n", &[b'a'; 1000]);
+        let mut net = Stack {
+            rx: vec![b'a'; 5000],
+            ..Stack::default()
+        };
+        bridge.on_tick(&mut net);
+        assert_eq!(net.sent, b"HTTP/1.1 200 OK\r\n\r\n");
+        assert_eq!(net.did, ["shutdown"]);
+        assert!(net.rx.is_empty());
+        assert!(lock(&bridge.conns[&conn()]).rx.is_empty());
+        net.rx = vec![b'a'; 3000];
+        net.now = LINGER / 2;
+        bridge.on_data(&mut net, conn());
+        assert_eq!(net.did, ["shutdown"], "more bytes: dropped, no reset");
+        net.peer_closed = true;
+        net.now = LINGER - Duration::from_millis(1);
+        bridge.on_peer_closed(&mut net, conn());
+        assert_eq!(net.did, ["shutdown", "close"]);
+        assert_eq!(load(&counters.lingered), 1);
+        assert_eq!(load(&counters.linger_discarded), 9000);
+        net.now = 2 * LINGER;
+        bridge.on_tick(&mut net);
+        assert_eq!(net.did, ["shutdown", "close"], "closed once");
+        assert_eq!(load(&counters.linger_expired), 0);
+    }
+
+    /// A peer that goes on sending after the drop and never closes: reset
+    /// at the end of the linger (counted), not before.
+    #[test]
+    fn a_peer_that_never_stops_sending_is_reset_at_the_end_of_the_linger() {
+        let (mut bridge, counters) = dropped(b"HTTP/1.1 431 \r\n\r\n", &[b'a'; 100]);
+        let mut net = Stack::default();
+        bridge.on_tick(&mut net);
+        assert_eq!(net.did, ["shutdown"]);
+        let step = Duration::from_millis(50);
+        while net.now < LINGER - step {
+            net.now += step;
+            net.rx = vec![b'a'; 1000];
+            bridge.on_data(&mut net, conn());
+            bridge.on_tick(&mut net);
+            assert_eq!(net.did, ["shutdown"], "at {:?}", net.now);
+        }
+        net.now = LINGER + LINGER_SWEEP;
+        bridge.on_tick(&mut net);
+        assert_eq!(net.did, ["shutdown", "abort"]);
+        assert_eq!(load(&counters.linger_expired), 1);
+        bridge.on_closed(&mut net, conn(), CloseReason::Aborted);
+        assert!(bridge.closing.is_empty() && bridge.conns.is_empty());
+    }
+
+    /// A stream dropped with nothing unread: the FIN after its bytes, and
+    /// the close at the peer's FIN or, if the peer sends nothing, at the
+    /// end of the wait (a close: nothing to reset for).
+    #[test]
+    fn a_stream_dropped_with_nothing_unread_is_closed_without_a_reset() {
+        let (mut bridge, counters) = dropped(b"bye", b"");
+        let mut net = Stack::default();
+        bridge.on_tick(&mut net);
+        assert_eq!(
+            (&net.sent[..], &net.did[..]),
+            (&b"bye"[..], &["shutdown"][..])
+        );
+        net.now = LINGER + LINGER_SWEEP;
+        bridge.on_tick(&mut net);
+        assert_eq!(net.did, ["shutdown", "close"]);
+        assert_eq!(load(&counters.lingered), 0);
+        assert_eq!(load(&counters.linger_expired), 0);
     }
 }

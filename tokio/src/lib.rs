@@ -30,7 +30,12 @@
 //! pair's credit, on the thread ahead of the reader; the rest stays in
 //! the core's stack, whose window closes: back-pressure), and hands the
 //! streams' writes to the cores (at most 64 KiB each in the stream and
-//! 256 KiB in the queue pair ahead of the stack).
+//! 256 KiB in the queue pair ahead of the stack). A dropped stream's
+//! connection closes lingering (RFC 9112 §9.6): FIN after what it wrote,
+//! then what the peer still sends is dropped until the peer's FIN, or
+//! [`LINGER`] after its own (a reset then, counted, only if the peer sent
+//! more), so that a request left unread does not destroy its response
+//! with a reset.
 //! A task that blocks the thread stalls it: after the queue pairs'
 //! `stall_after`, the cores reset its connections, counted, and its
 //! streams, wherever they are polled, fail at once (`ConnectionAborted`),
@@ -47,7 +52,7 @@ mod pipe;
 mod runtime;
 mod stream;
 
-pub use bridge::Counters;
+pub use bridge::{Counters, LINGER};
 pub use connector::Connector;
 pub use listener::TcpListener;
 pub use runtime::{start, AsyncConfig, Local};

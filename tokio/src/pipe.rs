@@ -57,7 +57,8 @@ pub(crate) struct Pipe {
     pub(crate) shutdown_sent: bool,
     /// A `set_nodelay` the bridge has not passed on yet.
     pub(crate) nodelay: Option<bool>,
-    /// The stream is gone: close once `tx` went.
+    /// The stream is gone: close once `tx` went (lingering:
+    /// `Bridge::finish`).
     pub(crate) dropped: bool,
     /// The connection is gone, and why.
     pub(crate) closed: Option<CloseReason>,

@@ -106,10 +106,10 @@ struct Prepared {
 /// polled read `ConnectionAborted`, and [`QueuePairs::dead_threads`] and
 /// [`QueuePairs::stop`] report it. One in a task the application spawned
 /// (`tokio::spawn`, `spawn_local`) ends only that task, as on any tokio
-/// runtime: its streams are dropped with it (closed, or reset where
-/// received bytes were unread), its `JoinHandle` gives the panic, and the
-/// thread goes on serving; await the handle to make the panic the
-/// function's own.
+/// runtime: its streams are dropped with it (closed, lingering for the
+/// peer's FIN: [`TcpStream`](crate::TcpStream)), its
+/// `JoinHandle` gives the panic, and the thread goes on serving; await
+/// the handle to make the panic the function's own.
 pub fn start<F, Fut>(config: AsyncConfig, app: F) -> Result<(QueuePairs, Arc<Counters>), String>
 where
     F: Fn(Local) -> Fut + Send + Sync + 'static,

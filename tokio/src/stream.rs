@@ -19,8 +19,14 @@ use crate::pipe::{lock, release_if_empty, Pipe, PipeRef, ThreadShared, RX_LIMIT,
 /// credit, on their way to the stack). `Send`: the stream may move to
 /// another runtime, though it is cheapest on the application thread that
 /// accepted it, next to its network core. Dropping it closes the
-/// connection once its writes went (a reset if received bytes were left
-/// unread, as with kernel sockets).
+/// connection: FIN after its writes, then, until the peer's FIN, what the
+/// peer still sends is dropped (RFC 9112 §9.6's lingering close), where a
+/// kernel socket closed with received bytes unread resets (which could
+/// destroy what was written before the peer read it: a kernel socket's
+/// writes have left by then, these may not have). At most
+/// [`LINGER`](crate::LINGER) after the FIN, the connection is closed if
+/// the peer sent nothing, reset if it did (counted,
+/// [`Counters`](crate::Counters)).
 #[derive(Debug)]
 pub struct TcpStream {
     conn: ConnHandle,

@@ -11,7 +11,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -25,7 +25,7 @@ use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use serde::Serialize;
-use serde_json::json;
+use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
@@ -261,7 +261,7 @@ async fn flowlane_thread(mut local: Local, port: u16, serve: Serve) {
     };
     while let Ok((stream, peer)) = listener.accept().await {
         if !serve.admits(peer) {
-            // Dropped: closed (reset if it sent bytes already).
+            // Dropped: closed (lingering if it sent bytes already).
             continue;
         }
         stream.set_nodelay(true);
@@ -357,12 +357,33 @@ pub(super) fn check_flags(a: &HyperArgs) -> Result<()> {
     Ok(())
 }
 
+/// The summary's `application`: hyper-server's counters and, on
+/// flowlane's TCP, its streams' (`tokio`: connections accepted, reset for
+/// a full backlog, closed lingering after a drop with bytes unread or
+/// arriving after it, of those reset at the linger's end, and the bytes
+/// they dropped).
+fn application(hyper: &HyperCounters, streams: Option<&Arc<flowlane_tokio::Counters>>) -> Value {
+    let mut v = json!(hyper);
+    if let Some(c) = streams {
+        let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        v["tokio"] = json!({
+            "accepted": load(&c.accepted),
+            "refused_backlog": load(&c.refused_backlog),
+            "lingered": load(&c.lingered),
+            "linger_expired": load(&c.linger_expired),
+            "linger_discarded": load(&c.linger_discarded),
+        });
+    }
+    v
+}
+
 /// Runs `hyper-server` (its flags checked by [`check_flags`]).
 pub(super) fn run(a: HyperArgs, nic: NicAccess) -> Result<()> {
     let c = &a.common;
     let counters = Arc::new(HyperCounters::default());
-    let shown = counters.clone();
-    let _ = APPLICATION.set(Box::new(move || json!(&*shown)));
+    let streams: Arc<OnceLock<Arc<flowlane_tokio::Counters>>> = Arc::default();
+    let (shown, streams_shown) = (counters.clone(), streams.clone());
+    let _ = APPLICATION.set(Box::new(move || application(&shown, streams_shown.get())));
     let serve = Serve {
         body: Bytes::from(a.body.clone().into_bytes()),
         idle: idle::limit(a.idle_timeout),
@@ -382,10 +403,11 @@ pub(super) fn run(a: HyperArgs, nic: NicAccess) -> Result<()> {
             // then sees allowed peers only).
             syn_filter: serve.allow.filter(),
         };
-        let (qp, _counters) = flowlane_tokio::start(config, move |local| {
+        let (qp, tokio_counters) = flowlane_tokio::start(config, move |local| {
             flowlane_thread(local, port, serve.clone())
         })
         .map_err(|e| anyhow::anyhow!("starting tokio on queue-pair mode: {e}"))?;
+        let _ = streams.set(tokio_counters);
         serve_queue_pairs(run, qp)
     })
 }
