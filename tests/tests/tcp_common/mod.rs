@@ -656,7 +656,18 @@ impl DelayLine {
             std::thread::sleep(Duration::from_millis(20));
         };
         assert!(status.success(), "delay line exited with {status}");
-        let json: String = self.lines.try_iter().collect::<Vec<_>>().join("\n");
+        // Everything it printed: the reader thread ends at the pipe's end,
+        // which may come after the exit is seen (a report read while the
+        // last lines were on their way was empty, seen once in CI).
+        let mut report = Vec::new();
+        let until = Instant::now() + Duration::from_secs(10);
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(l) => report.push(l),
+                Err(_) => break,
+            }
+        }
+        let json = report.join("\n");
         serde_json::from_str(&json).unwrap_or_else(|e| panic!("report {json:?}: {e}"))
     }
 }
