@@ -21,10 +21,12 @@ pub fn worker_cpu_ns(queue: u32) -> Option<u64> {
     named_thread_cpu_ns(&format!("flowlane-q{queue}"))
 }
 
-/// CPU time (ns) of this process's application thread `thread` in
-/// queue-pair mode (named `flowlane-app<thread>`), while it runs.
-pub fn app_thread_cpu_ns(thread: u32) -> Option<u64> {
-    named_thread_cpu_ns(&format!("flowlane-app{thread}"))
+/// CPU time (ns, `/proc/self/task/<tid>/schedstat`) of this process's
+/// thread `tid` (a queue-pair application thread, by the id it recorded as
+/// it began: `flowlane_qp::QueuePairs::app_thread_tids`), while it runs:
+/// one read, however many threads there are.
+pub fn app_thread_cpu_ns(tid: i32) -> Option<u64> {
+    schedstat_ns(Path::new(&format!("/proc/self/task/{tid}/schedstat")))
 }
 
 /// CPU time (ns) of this process's thread named `want`, while it runs.

@@ -1,26 +1,37 @@
 //! The application thread's side: a [`Net`] over the queue pairs to the
 //! network cores it serves. Received bytes arrive in buffers the thread
 //! reads from (and gives back); sends are copied into requests, bounded by
-//! a credit that the cores' cumulative completions renew.
+//! a credit that the cores' cumulative completions renew, and by the
+//! core's send memory.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Receiver, Sender};
 use flowlane_app::{
     seen_state, CloseReason, CongestionAlgorithm, ConnHandle, ConnInfo, Error, FourTuple, Handles,
     ListenerId, Net, Placement, State, Stats,
 };
 use flowlane_tcp::Event;
 
-use crate::message::{message_cost, ToApp, ToCore, BUF, SMALL_DATA, TX_CREDIT};
+use crate::memory::{Charge, CoreMemory, Way};
+use crate::message::{message_cost, ConnectAnswer, ToApp, ToCore, BUF, SMALL_DATA, TX_CREDIT};
 use crate::relay::WakeSlot;
+
+/// How long [`QpNet::connect`] waits for the core's answer (a core's
+/// pass; the thread woke it): one that has not answered by then is not
+/// waited for again until its answers caught up, and the connect's
+/// outcome, a failure included, comes as the connection's `Closed`.
+const CONNECT_WAIT: Duration = Duration::from_millis(100);
 
 /// A network core as an application thread sees it.
 pub(crate) struct CoreLink {
     pub(crate) requests: Sender<Vec<ToCore>>,
+    /// The core's waker, published once its loop started (its relay's
+    /// `on_start`).
     pub(crate) wake: WakeSlot,
     /// Where the core runs.
     pub(crate) placement: Placement,
@@ -52,6 +63,11 @@ struct Conn {
     /// An active open under way: its token, and the requests made before
     /// the core named the connection (sent once it has, in order).
     opening: Option<Box<Opening>>,
+    /// Waiting for its core's send memory (in `QpNet::tx_waiting`).
+    tx_waiting: bool,
+    /// Its turn for the core's send memory came: its next send goes
+    /// before those still waiting.
+    tx_granted: bool,
     /// The core's connection closed normally (both FINs) with bytes
     /// delivered here still unread: they stay readable, and the
     /// connection ends once they are read ([`QpNet::end_drained`]) or
@@ -113,6 +129,8 @@ impl Conn {
             core_info: None,
             moving: None,
             opening: None,
+            tx_waiting: false,
+            tx_granted: false,
             ended: false,
         }
     }
@@ -126,6 +144,8 @@ impl Conn {
         }
     }
 
+    /// What the connection's credit lets it send now (the core's send
+    /// memory aside, [`QpNet::tx_room`]).
     fn send_space(&self) -> usize {
         if self.remote_handle.is_none() || self.closing || self.shut {
             return 0;
@@ -165,6 +185,16 @@ pub(crate) struct QpNet {
     /// Told of each connection that moved to another core, with its new
     /// placement (`AppPort::set_on_move`).
     pub(crate) on_move: Option<Box<dyn FnMut(ConnHandle, Placement) + Send>>,
+    /// Every core's memory budgets (a send takes from its core's).
+    memory: Arc<Vec<CoreMemory>>,
+    /// Per core: connections whose sends wait for its send memory, in the
+    /// order they began to wait (entries of connections gone or served
+    /// since are skipped).
+    tx_waiting: Vec<VecDeque<ConnHandle>>,
+    /// The cores' answers to this thread's connects.
+    answers: Receiver<ConnectAnswer>,
+    /// Per core: answers to come for connects not waited for to the end.
+    owed: Vec<u32>,
 }
 
 impl QpNet {
@@ -173,6 +203,8 @@ impl QpNet {
         placement: Placement,
         cores: Vec<CoreLink>,
         served: Vec<u32>,
+        memory: Arc<Vec<CoreMemory>>,
+        answers: Receiver<ConnectAnswer>,
     ) -> QpNet {
         let n = cores.len();
         QpNet {
@@ -194,7 +226,19 @@ impl QpNet {
             info_wanted: RefCell::new(Vec::new()),
             drained: Vec::new(),
             on_move: None,
+            memory,
+            tx_waiting: (0..n).map(|_| VecDeque::new()).collect(),
+            answers,
+            owed: vec![0; n],
         }
+    }
+
+    /// Whether every core this thread serves has started (the handlers
+    /// start then, as on a core in run to completion).
+    pub(crate) fn cores_up(&self) -> bool {
+        self.served
+            .iter()
+            .all(|&c| self.cores[c as usize].wake.get().is_some())
     }
 
     fn conn(&self, h: ConnHandle) -> Result<&Conn, Error> {
@@ -397,7 +441,8 @@ impl QpNet {
                 };
                 let c = self.conns.at_mut(index).expect("mapped");
                 c.completed = c.completed.max(total);
-                if c.want_writable && c.send_space() > 0 {
+                // One waiting for memory hears it at its turn.
+                if c.want_writable && c.send_space() > 0 && !c.tx_waiting {
                     c.want_writable = false;
                     self.events.push_back(Event::Writable(h));
                 }
@@ -515,14 +560,112 @@ impl QpNet {
                 let _ = self.request(h, |conn| ToCore::Info { conn });
             }
         }
-        for (core, pending) in self.pending.iter_mut().enumerate() {
-            if pending.is_empty() {
-                continue;
+        for core in 0..self.pending.len() {
+            self.send_pending(core);
+        }
+    }
+
+    /// Sends core `core` the requests of this pass so far, and wakes it.
+    fn send_pending(&mut self, core: usize) {
+        let pending = &mut self.pending[core];
+        if pending.is_empty() {
+            return;
+        }
+        let link = &self.cores[core];
+        if link.requests.send(std::mem::take(pending)).is_ok() {
+            if let Some(w) = link.wake.get() {
+                w.wake();
             }
-            let link = &self.cores[core];
-            if link.requests.send(std::mem::take(pending)).is_ok() {
-                if let Some(w) = link.wake.get() {
-                    w.wake();
+        }
+    }
+
+    /// Waits (at most [`CONNECT_WAIT`]) for core `core`'s answer to this
+    /// thread's connect `token`: the error its stack refused the open
+    /// with at once, as in run to completion. `Ok` (the open is under
+    /// way, or its outcome, a failure included, comes as an event) without
+    /// waiting while the core owes answers to connects not waited for.
+    fn await_answer(&mut self, core: u32, token: u64) -> Result<(), Error> {
+        let core = core as usize;
+        while let Ok((from, _, _)) = self.answers.try_recv() {
+            self.repaid(from);
+        }
+        if self.owed[core] > 0 {
+            self.owed[core] += 1;
+            return Ok(());
+        }
+        self.send_pending(core);
+        let deadline = Instant::now() + CONNECT_WAIT;
+        loop {
+            match self.answers.recv_deadline(deadline) {
+                Ok((from, t, result)) if from as usize == core && t == token => return result,
+                Ok((from, _, _)) => self.repaid(from),
+                Err(_) => {
+                    self.owed[core] += 1;
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// A core answered a connect not waited for.
+    fn repaid(&mut self, core: u32) {
+        if let Some(owed) = self.owed.get_mut(core as usize) {
+            *owed = owed.saturating_sub(1);
+        }
+    }
+
+    /// What `h` may send now: its credit's room, within what its core's
+    /// send memory has free; none while other connections wait for that
+    /// memory before it (in the order they began to wait, unless its turn
+    /// came: [`QpNet::grant_writable`]).
+    fn tx_room(&self, h: ConnHandle) -> Result<usize, Error> {
+        let c = self.conn(h)?;
+        let room = c.send_space();
+        if room == 0 || self.behind(c) {
+            return Ok(0);
+        }
+        Ok(room.min(self.memory[c.core as usize].tx.room()))
+    }
+
+    /// Whether `c`'s sends wait behind others for its core's send memory.
+    fn behind(&self, c: &Conn) -> bool {
+        !c.tx_granted && (c.tx_waiting || !self.tx_waiting[c.core as usize].is_empty())
+    }
+
+    /// `h` waits for its core's send memory (counted once a wait):
+    /// `Writable` comes at its turn.
+    fn wait_for_memory(&mut self, h: ConnHandle) {
+        let Ok(c) = self.conns.get_mut(h) else { return };
+        c.want_writable = true;
+        if !c.tx_waiting {
+            c.tx_waiting = true;
+            self.memory[c.core as usize].tx.waited();
+            self.tx_waiting[c.core as usize].push_back(h);
+        }
+    }
+
+    /// Send memory the cores gave back goes to the connections waiting for
+    /// it, in the order they began to wait: each in turn hears `Writable`
+    /// (and sends before those still waiting), while its core's memory has
+    /// room for what its credit lets it send. Each pass, before the
+    /// handlers run.
+    pub(crate) fn grant_writable(&mut self) {
+        for core in 0..self.tx_waiting.len() {
+            let mut free = self.memory[core].tx.room();
+            while free > 0 {
+                let Some(h) = self.tx_waiting[core].pop_front() else {
+                    break;
+                };
+                let Ok(c) = self.conns.get_mut(h) else {
+                    continue;
+                };
+                if !std::mem::take(&mut c.tx_waiting) {
+                    continue;
+                }
+                c.tx_granted = true;
+                free = free.saturating_sub(c.send_space());
+                if std::mem::take(&mut c.want_writable) {
+                    self.events.push_back(Event::Writable(h));
                 }
             }
         }
@@ -586,6 +729,11 @@ impl Net for QpNet {
         self.placement
     }
 
+    /// The open goes to the next core this thread serves, whose answer it
+    /// waits for (a core's pass, [`CONNECT_WAIT`] at most): an open its
+    /// stack refuses at once (no local port, `AddrInUse`; no room,
+    /// `ConnectionLimit`; `InvalidAddress`) fails here with that error, as
+    /// in run to completion, leaving no connection.
     fn connect(&mut self, remote: SocketAddr) -> Result<ConnHandle, Error> {
         if self.served.is_empty() {
             return Err(Error::InvalidState);
@@ -614,26 +762,47 @@ impl Net for QpNet {
             token,
             remote,
         });
+        if let Err(e) = self.await_answer(core, token) {
+            // Nobody saw it: gone without a `Closed`, as a connect that
+            // failed in run to completion.
+            self.connecting.remove(&token);
+            self.conns.undo_insert(h);
+            return Err(e);
+        }
         Ok(h)
     }
 
     fn send(&mut self, h: ConnHandle, data: &[u8]) -> Result<usize, Error> {
-        let c = self.conn_mut(h)?;
+        let c = self.conn(h)?;
         if c.closing || c.shut || c.ended {
             return Err(Error::InvalidState);
         }
-        let n = c.send_space().min(data.len());
+        let (core, credit) = (c.core, c.send_space().min(data.len()));
+        let behind = self.behind(c);
+        let mut charge = Charge::none(self.memory.clone(), core, Way::Tx);
+        let n = if behind { 0 } else { charge.take(credit) };
+        let c = self.conn_mut(h)?;
+        c.tx_granted = false;
         if n < data.len() {
-            // The credit's renewal (`Sent`) tells `Writable`.
+            // The credit's renewal (`Sent`) tells `Writable`, or the
+            // memory's turn (`grant_writable`).
             c.want_writable = true;
+        }
+        if n < credit {
+            self.wait_for_memory(h);
         }
         if n == 0 {
             return Err(Error::WouldBlock);
         }
+        let c = self.conn_mut(h)?;
         c.requested += n as u64;
         self.stats.bytes_out += n as u64;
         let bytes = data[..n].to_vec();
-        self.request(h, |conn| ToCore::Send { conn, bytes })?;
+        self.request(h, |conn| ToCore::Send {
+            conn,
+            bytes,
+            charge,
+        })?;
         Ok(n)
     }
 
@@ -700,18 +869,28 @@ impl Net for QpNet {
     }
 
     fn send_space(&self, h: ConnHandle) -> Result<usize, Error> {
-        Ok(self.conn(h)?.send_space())
+        self.tx_room(h)
     }
 
     fn want_writable(&mut self, h: ConnHandle) -> bool {
+        if self.tx_room(h) != Ok(0) {
+            return false;
+        }
         match self.conn_mut(h) {
             // After a close or a shutdown no space frees up for the
             // application (and an ended one has no core): none is promised.
-            Ok(c) if c.send_space() == 0 && !c.ended && !c.closing && !c.shut => {
+            Ok(c) if c.ended || c.closing || c.shut => false,
+            // The credit's renewal tells it (`Sent`).
+            Ok(c) if c.send_space() == 0 => {
                 c.want_writable = true;
                 true
             }
-            _ => false,
+            // The core's memory is short, or others wait for it first.
+            Ok(_) => {
+                self.wait_for_memory(h);
+                true
+            }
+            Err(_) => false,
         }
     }
 
@@ -858,21 +1037,38 @@ mod tests {
     //! A connection's move between cores as its application thread sees
     //! it: the cores are played by hand through the queue pairs.
     use super::*;
-    use crossbeam_channel::{unbounded, Receiver};
+    use crate::memory::{RX_MEMORY, TX_MEMORY};
+    use crossbeam_channel::unbounded;
 
     fn net(cores: u32) -> (QpNet, Vec<Receiver<Vec<ToCore>>>) {
         net_of_thread(0, cores)
     }
 
     /// The net of application thread `thread`, served by core 0 of
-    /// `cores`.
+    /// `cores` (whose answers to its connects it does not wait for: no
+    /// core answers).
     fn net_of_thread(thread: u32, cores: u32) -> (QpNet, Vec<Receiver<Vec<ToCore>>>) {
+        let memory = (0..cores)
+            .map(|_| CoreMemory::new(RX_MEMORY, TX_MEMORY))
+            .collect();
+        let (net, rxs, _answers) = net_with(thread, cores, Arc::new(memory));
+        (net, rxs)
+    }
+
+    /// The net of application thread `thread`, served by core 0 of
+    /// `cores` whose memory budgets are `memory`; and where the cores
+    /// answer its connects.
+    fn net_with(
+        thread: u32,
+        cores: u32,
+        memory: Arc<Vec<CoreMemory>>,
+    ) -> (QpNet, Vec<Receiver<Vec<ToCore>>>, Sender<ConnectAnswer>) {
         let (links, rxs) = (0..cores)
             .map(|q| {
                 let (tx, rx) = unbounded();
                 let link = CoreLink {
                     requests: tx,
-                    wake: WakeSlot::default(),
+                    wake: started(),
                     placement: Placement {
                         queue: q,
                         cpu: None,
@@ -887,7 +1083,26 @@ mod tests {
             cpu: None,
             node: 0,
         };
-        (QpNet::new(thread, placement, links, vec![0]), rxs)
+        let (answers, answers_rx) = unbounded();
+        let net = QpNet::new(thread, placement, links, vec![0], memory, answers_rx);
+        (net, rxs, answers)
+    }
+
+    /// The waker slot of a core that started.
+    fn started() -> WakeSlot {
+        struct Nothing;
+        impl flowlane_app::Wake for Nothing {
+            fn wake(&self) {}
+        }
+        let slot = WakeSlot::default();
+        let _ = slot.set(Arc::new(Nothing));
+        slot
+    }
+
+    /// Bytes of a send, held against nothing that matters here.
+    fn charge() -> Charge {
+        let memory = Arc::new(vec![CoreMemory::new(1, 1)]);
+        Charge::none(memory, 0, Way::Tx)
     }
 
     /// The first connection of each of two threads takes the same slot;
@@ -936,7 +1151,7 @@ mod tests {
         rx.try_iter()
             .flatten()
             .filter_map(|m| match m {
-                ToCore::Send { conn, bytes } => {
+                ToCore::Send { conn, bytes, .. } => {
                     Some((conn.index(), String::from_utf8(bytes).unwrap()))
                 }
                 ToCore::Settle { conn, .. } => Some((conn.index(), "settle".into())),
@@ -1322,6 +1537,7 @@ mod tests {
                 request: ToCore::Send {
                     conn: old,
                     bytes: b"a".to_vec(),
+                    charge: charge(),
                 },
             },
         );
@@ -1432,6 +1648,7 @@ mod tests {
                 request: ToCore::Send {
                     conn: old,
                     bytes: b"b".to_vec(),
+                    charge: charge(),
                 },
             },
         );
@@ -1513,6 +1730,7 @@ mod tests {
                 request: ToCore::Send {
                     conn: old,
                     bytes: b"a".to_vec(),
+                    charge: charge(),
                 },
             },
         );
@@ -1545,6 +1763,7 @@ mod tests {
         let a = ToCore::Send {
             conn: h0,
             bytes: b"a".to_vec(),
+            charge: charge(),
         };
         net.take(
             0,
@@ -1631,5 +1850,79 @@ mod tests {
             .collect();
         assert_eq!(back, [2 * message_cost(1)]);
         assert_eq!(message_cost(SMALL_DATA), 0);
+    }
+
+    /// Sends stay within the core's send memory, whatever the number of
+    /// connections: a send that finds it short takes what is left (a
+    /// short send, `Writable` to follow) and the connection waits,
+    /// counted; one that finds others waiting queues behind them. Memory
+    /// the core gives back (the stack took the bytes) goes to them in the
+    /// order they began to wait.
+    #[test]
+    fn sends_stay_within_the_core_s_send_memory_and_wait_their_turn() {
+        let memory = Arc::new(vec![CoreMemory::new(RX_MEMORY, 100)]);
+        let (mut net, rx, _answers) = net_with(0, 1, memory.clone());
+        let [a, b, c] = [3, 4, 5].map(|i| accepted(&mut net, ConnHandle::from_parts(i, 1)));
+        assert_eq!(net.send(a, &[1; 80]), Ok(80));
+        assert_eq!(net.send(b, &[2; 50]), Ok(20));
+        assert_eq!(net.send_space(c), Ok(0));
+        assert_eq!(net.send(c, &[3; 10]), Err(Error::WouldBlock));
+        let report = memory[0].report();
+        assert_eq!((report.tx_held, report.tx_waits), (100, 2), "{report:?}");
+        // The stack takes a's bytes: the core drops their charge.
+        net.flush();
+        let mut requests: Vec<ToCore> = rx[0].try_iter().flatten().collect();
+        requests.retain(|m| !matches!(m, ToCore::Send { bytes, .. } if bytes.len() == 80));
+        net.grant_writable();
+        assert!(
+            matches!(net.events.iter().collect::<Vec<_>>()[..], [Event::Writable(h)] if *h == b),
+            "{:?}",
+            net.events
+        );
+        net.events.clear();
+        // b's turn: it sends before c, which still waits.
+        assert_eq!(net.send(b, &[2; 30]), Ok(30));
+        assert_eq!(net.send(c, &[3; 10]), Err(Error::WouldBlock));
+        drop(requests);
+        net.flush();
+        rx[0].try_iter().for_each(drop);
+        net.grant_writable();
+        assert!(
+            matches!(net.events.iter().collect::<Vec<_>>()[..], [Event::Writable(h)] if *h == c),
+            "{:?}",
+            net.events
+        );
+        assert_eq!(net.send(c, &[3; 10]), Ok(10));
+    }
+
+    /// A connect the core's stack refuses at once fails here with its
+    /// error, as in run to completion, and leaves no connection; one the
+    /// core takes is a connection under way.
+    #[test]
+    fn a_connect_refused_at_once_returns_the_core_s_error() {
+        let memory = Arc::new(vec![CoreMemory::new(RX_MEMORY, TX_MEMORY)]);
+        let (mut net, rx, answers) = net_with(0, 1, memory);
+        let requests = rx[0].clone();
+        // Core 0: the first open finds no local port, the second goes.
+        let core = std::thread::spawn(move || {
+            for result in [Err(Error::AddrInUse), Ok(())] {
+                let batch = requests.recv_timeout(Duration::from_secs(5)).unwrap();
+                let Some(ToCore::Connect { token, .. }) = batch.into_iter().last() else {
+                    panic!("no connect");
+                };
+                answers.send((0, token, result)).unwrap();
+            }
+        });
+        let remote = "10.0.0.2:80".parse().unwrap();
+        assert_eq!(net.connect(remote), Err(Error::AddrInUse));
+        assert_eq!(net.open(), 0);
+        assert!(net.events.is_empty(), "{:?}", net.events);
+        let h = net.connect(remote).unwrap();
+        assert_eq!(net.state(h), Ok(State::SynSent));
+        core.join().unwrap();
+        // The failed open's event, on its way meanwhile, finds nothing.
+        let reason = CloseReason::Aborted;
+        net.take(0, ToApp::ConnectFailed { token: 0, reason });
+        assert!(net.events.is_empty(), "{:?}", net.events);
     }
 }

@@ -85,6 +85,7 @@ impl Setup for AppThread {
 impl AppThread {
     /// Delivers what came, ticks the handlers, sends what they asked.
     fn pass(&mut self) {
+        self.net.grant_writable();
         self.dispatch();
         self.beat.beat();
         self.app.tick(&mut self.net);
@@ -199,14 +200,22 @@ impl AppPort {
     /// One pass: takes the events the cores queued (at most 4096 messages;
     /// [`AppPort::pending`] says whether it left some), runs the handlers,
     /// sends their requests. Returns false once the service stops (or
-    /// every core is gone): the loop ends then.
+    /// every core is gone): the loop ends then. The handlers start (their
+    /// `on_start`) at the first pass after every core the thread serves
+    /// started its loop, as they would on those cores in run to
+    /// completion: a connect made there has a core to answer it.
     pub fn poll(&mut self) -> bool {
-        if !self.started {
-            self.started = true;
-            self.at.app.start(&mut self.at.net);
-        }
         if self.stop.load(Ordering::Relaxed) {
             return false;
+        }
+        if !self.started {
+            if !self.at.net.cores_up() {
+                // Waiting is no stall.
+                self.at.beat.beat();
+                return true;
+            }
+            self.started = true;
+            self.at.app.start(&mut self.at.net);
         }
         let mut live = true;
         for _ in 0..MESSAGES_PER_PASS {
@@ -261,6 +270,7 @@ impl AppPort {
 mod tests {
     use super::*;
     use crate::app_net::CoreLink;
+    use crate::memory::{CoreMemory, RX_MEMORY, TX_MEMORY};
     use crate::message::ToCore;
     use crossbeam_channel::unbounded;
     use flowlane_app::{CloseReason, FourTuple};
@@ -285,19 +295,32 @@ mod tests {
     /// Thread 0 with no handler yet, served by one core, and where its
     /// requests to the core go.
     fn thread() -> (AppThread, Receiver<Vec<ToCore>>) {
+        let (at, requests, _up) = thread_of(true);
+        (at, requests)
+    }
+
+    /// [`thread`], its core started (`up`: its waker published) or not
+    /// yet, and its waker's slot.
+    fn thread_of(up: bool) -> (AppThread, Receiver<Vec<ToCore>>, WakeSlot) {
         let (tx, requests) = unbounded();
         let placement = Placement {
             queue: 0,
             cpu: None,
             node: 0,
         };
+        let wake = WakeSlot::default();
+        if up {
+            start(&wake);
+        }
         let link = CoreLink {
             requests: tx,
-            wake: WakeSlot::default(),
+            wake: wake.clone(),
             placement,
         };
+        let memory = Arc::new(vec![CoreMemory::new(RX_MEMORY, TX_MEMORY)]);
+        let (_, answers) = unbounded();
         let at = AppThread {
-            net: QpNet::new(0, placement, vec![link], vec![0]),
+            net: QpNet::new(0, placement, vec![link], vec![0], memory, answers),
             app: Dispatcher::new(),
             ports: Vec::new(),
             filters: Vec::new(),
@@ -306,7 +329,59 @@ mod tests {
             refused_added: 0,
             beat: Heartbeat::new(),
         };
-        (at, requests)
+        (at, requests, wake)
+    }
+
+    /// Its core publishes a waker: it started.
+    fn start(wake: &WakeSlot) {
+        struct Nothing;
+        impl Wake for Nothing {
+            fn wake(&self) {}
+        }
+        let _ = wake.set(Arc::new(Nothing));
+    }
+
+    /// The port of `at`, its events from `events`.
+    fn port(at: AppThread, events: Receiver<(u32, ToApp)>) -> AppPort {
+        AppPort {
+            at,
+            events,
+            stop: Arc::new(AtomicBool::new(false)),
+            open: Arc::new(AtomicU64::new(0)),
+            notify: WakeSlot::default(),
+            on_stall: WakeSlot::default(),
+            started: false,
+        }
+    }
+
+    /// Counts its `on_start`s.
+    struct Starts(Arc<AtomicU64>);
+
+    impl ConnHandler for Starts {
+        fn on_start(&mut self, _net: &mut dyn Net) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+        fn on_data(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
+    }
+
+    /// The handlers start once the core the thread serves started its
+    /// loop (as on that core in run to completion: a connect made in
+    /// `on_start` has a core to answer it), not at the thread's first
+    /// pass; once.
+    #[test]
+    fn handlers_start_once_their_cores_are_up() {
+        let (mut at, _requests, up) = thread_of(false);
+        let starts = Arc::new(AtomicU64::new(0));
+        at.add_boxed(Box::new(Starts(starts.clone())));
+        let (_tx, rx) = unbounded();
+        let mut port = port(at, rx);
+        assert!(port.poll());
+        assert!(port.poll());
+        assert_eq!(starts.load(Ordering::Relaxed), 0);
+        start(&up);
+        assert!(port.poll());
+        assert!(port.poll());
+        assert_eq!(starts.load(Ordering::Relaxed), 1);
     }
 
     /// Events the core sent before the handler aborted, queued in the same
@@ -354,15 +429,7 @@ mod tests {
     fn a_pass_reports_the_messages_it_left() {
         let (at, _requests) = thread();
         let (tx, rx) = unbounded();
-        let mut port = AppPort {
-            at,
-            events: rx,
-            stop: Arc::new(AtomicBool::new(false)),
-            open: Arc::new(AtomicU64::new(0)),
-            notify: WakeSlot::default(),
-            on_stall: WakeSlot::default(),
-            started: false,
-        };
+        let mut port = port(at, rx);
         // Completions for a connection the thread does not know: ignored.
         let conn = ConnHandle::from_parts(3, 1);
         for total in 0..2 * MESSAGES_PER_PASS as u64 + 1 {

@@ -9,7 +9,11 @@
 //! cumulative completions renew (a count per connection, not an event per
 //! send), and whose connections are the core's under handles of its own.
 //! A thread that reads slowly leaves data in the stack, whose window then
-//! closes: back-pressure, not drops.
+//! closes: back-pressure, not drops. Whatever the number of connections,
+//! what a core's relay holds for the threads (received bytes not read,
+//! bytes to send its stack has not taken) stays within the core's memory
+//! budget (`memory.rs`): past it connections wait their turn, counted
+//! ([`QueuePairs::memory`]).
 //!
 //! Each network core is served by one application thread, one on the
 //! core's NUMA node where there is one; a thread may serve several cores.
@@ -21,9 +25,11 @@
 mod app_net;
 mod app_thread;
 mod heartbeat;
+mod memory;
 mod message;
 mod relay;
 mod service;
 
 pub use app_thread::AppPort;
-pub use service::{QueuePairConfig, QueuePairs};
+pub use memory::RelayMemory;
+pub use service::{app_thread_name, QueuePairConfig, QueuePairs, MAX_APP_THREADS};

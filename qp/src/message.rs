@@ -2,7 +2,9 @@
 
 use std::net::SocketAddr;
 
-use flowlane_tcp::{CloseReason, CongestionAlgorithm, ConnHandle, ConnInfo, FourTuple};
+use flowlane_tcp::{CloseReason, CongestionAlgorithm, ConnHandle, ConnInfo, Error, FourTuple};
+
+use crate::memory::Charge;
 
 /// Bytes of received data a connection may have on its way to, or
 /// unread on, its application thread, with the cost of its small messages
@@ -10,7 +12,8 @@ use flowlane_tcp::{CloseReason, CongestionAlgorithm, ConnHandle, ConnInfo, FourT
 /// stack, whose window then closes (back-pressure, not drops).
 pub(crate) const RX_CREDIT: usize = 256 << 10;
 /// Bytes an application thread may have asked a connection to send that
-/// the stack has not taken yet.
+/// the stack has not taken yet (within its core's send memory,
+/// `memory::TX_MEMORY`, too).
 pub(crate) const TX_CREDIT: usize = 256 << 10;
 /// Bytes of one receive buffer handed to the application.
 pub(crate) const BUF: usize = 64 << 10;
@@ -38,6 +41,13 @@ pub(crate) fn message_cost(len: usize) -> usize {
     }
 }
 
+/// A core's answer to a thread's [`ToCore::Connect`], at once and apart
+/// from the events (the thread waits for it in `QpNet::connect`): the
+/// core, the connect's token, and the error its stack refused the open
+/// with at once, as `Net::connect` returns it in run to completion (`Ok`:
+/// the open is under way, its outcome an event to come).
+pub(crate) type ConnectAnswer = (u32, u64, Result<(), Error>);
+
 /// From a network core to an application thread; connections are named
 /// by the core's handles.
 #[derive(Debug)]
@@ -55,7 +65,8 @@ pub(crate) enum ToApp {
     },
     /// An active open that did not complete, and why (`Timeout` for SYNs
     /// unanswered, `Reset` for a refusal, `Aborted` when the core gave it
-    /// up: its thread died, or the connect itself failed).
+    /// up: its thread died, or the connect itself failed, which the core
+    /// also answered at once, [`ConnectAnswer`]).
     ConnectFailed {
         token: u64,
         reason: CloseReason,
@@ -122,6 +133,10 @@ pub(crate) enum ToCore {
     Send {
         conn: ConnHandle,
         bytes: Vec<u8>,
+        /// The bytes, held against the send memory of the core the thread
+        /// sent them to (the relay that takes them holds them against its
+        /// own).
+        charge: Charge,
     },
     /// The application read `bytes` of the connection: as much more may
     /// come.

@@ -13,7 +13,8 @@ use flowlane_app::{
 };
 
 use crate::heartbeat::{coarse_now, Heartbeat};
-use crate::message::{message_cost, ToApp, ToCore, BUF, RX_CREDIT, SMALL_DATA};
+use crate::memory::{Charge, CoreMemory, Way};
+use crate::message::{message_cost, ConnectAnswer, ToApp, ToCore, BUF, RX_CREDIT};
 
 /// Requests a core takes per pass (the rest wait for the next).
 const REQUESTS_PER_PASS: usize = 1024;
@@ -26,22 +27,50 @@ const PULL_MIN: usize = RX_CREDIT / 4;
 /// its loop has started.
 pub(crate) type WakeSlot = Arc<OnceLock<Arc<dyn Wake>>>;
 
+/// The waker of a core whose backend gives none (its loop passes often
+/// enough on its own).
+struct NoWake;
+
+impl Wake for NoWake {
+    fn wake(&self) {}
+}
+
 /// One connection as the core relays it.
 #[derive(Debug)]
 struct Relayed {
     thread: u32,
-    /// Bytes the application thread can take now (less the cost of the
-    /// small messages it has not taken yet, [`message_cost`]).
-    credit: usize,
+    /// Bytes handed to the thread and not seen read yet (with the cost of
+    /// the small messages it has not taken yet, [`message_cost`]): at most
+    /// [`RX_CREDIT`], held against the core's receive memory.
+    rx: Charge,
     /// Bytes to send, in order; `tx_off` into the first.
     tx: VecDeque<Vec<u8>>,
     tx_off: usize,
+    /// The bytes of `tx` not sent yet, held against the core's send
+    /// memory.
+    tx_charge: Charge,
     /// Bytes the stack has taken.
     taken: u64,
     close_after: bool,
     shut_after: bool,
     peer_closed: bool,
     peer_closed_sent: bool,
+    /// Waiting for receive memory (in the relay's `rx_waiting`).
+    rx_waiting: bool,
+}
+
+impl Relayed {
+    /// Bytes the application thread can take now (less the cost of the
+    /// small messages it has not taken yet).
+    fn credit(&self) -> usize {
+        RX_CREDIT - self.rx.bytes()
+    }
+
+    /// Holds its bytes against core `core`'s memory (it moved there).
+    fn move_to(&mut self, core: u32) {
+        self.rx.move_to(core);
+        self.tx_charge.move_to(core);
+    }
 }
 
 /// What a relay hands on with a connection that moves to another core
@@ -71,6 +100,9 @@ pub(crate) struct Mailboxes {
     /// when a core resets its connections because it stalled (or died):
     /// the thread cannot tell its connections' users itself then.
     pub(crate) stalled: Vec<WakeSlot>,
+    /// Per thread: the cores' answers to its connects, which it waits
+    /// for (`QpNet::connect`).
+    pub(crate) answers: Vec<Sender<ConnectAnswer>>,
 }
 
 impl Mailboxes {
@@ -109,6 +141,13 @@ pub(crate) struct Relay {
     alive: Vec<Arc<AtomicBool>>,
     beats: Vec<Heartbeat>,
     stall_after: Duration,
+    /// Every core's memory budgets (this core's at `core`): a send's
+    /// bytes are charged where the thread took them, and move here.
+    memory: Arc<Vec<CoreMemory>>,
+    /// Connections with bytes to hand over that wait for receive memory,
+    /// in the order they began to wait (entries of connections gone or
+    /// served since are skipped).
+    rx_waiting: VecDeque<ConnHandle>,
     /// The threads this relay found dead (their connections are gone).
     dead: Vec<bool>,
     /// The threads this relay found ended for good (not only stalled):
@@ -140,6 +179,8 @@ pub(crate) struct Threads {
     pub(crate) beats: Vec<Heartbeat>,
     pub(crate) stall_after: Duration,
     pub(crate) counts: Arc<RelayCounts>,
+    /// Every core's memory budgets.
+    pub(crate) memory: Arc<Vec<CoreMemory>>,
 }
 
 impl Relay {
@@ -160,6 +201,8 @@ impl Relay {
             alive: threads.alive,
             beats: threads.beats,
             stall_after: threads.stall_after,
+            memory: threads.memory,
+            rx_waiting: VecDeque::new(),
             dead: vec![false; n],
             ended: vec![false; n],
             counts: threads.counts,
@@ -176,6 +219,12 @@ impl Relay {
 
     fn tell(&self, thread: u32, m: ToApp) {
         self.threads.tell(self.core, thread, m);
+    }
+
+    /// Answers `thread`'s connect `token` at once ([`ConnectAnswer`]).
+    fn answer(&self, thread: u32, token: u64, result: Result<(), Error>) {
+        // A thread that is gone waits for nothing.
+        let _ = self.threads.answers[thread as usize].send((self.core, token, result));
     }
 
     /// An active open of a thread this core found dead (or stalled):
@@ -196,13 +245,15 @@ impl Relay {
         self.tell(thread, ToApp::ConnectFailed { token, reason });
     }
 
-    /// Sends a message of data to `thread`; one of under [`SMALL_DATA`]
-    /// bytes goes in a buffer of its own size, and the pool keeps the 64
-    /// KiB one: memory follows the bytes the credit bounds (and the
-    /// message's cost, which [`Relay::pull`] charged), not the number of
-    /// messages.
+    /// Sends a message of data to `thread`; one of under half a pool
+    /// buffer goes in a buffer of its own size, and the pool keeps the 64
+    /// KiB one: memory follows the bytes the credit and the core's receive
+    /// memory bound (twice them at most; and the message's cost, which
+    /// [`Relay::pull`] charged), not the number of messages. (Messages of
+    /// under [`SMALL_DATA`](crate::message::SMALL_DATA) bytes the thread
+    /// appends to the buffer it holds.)
     fn deliver(&mut self, thread: u32, conn: ConnHandle, bytes: Vec<u8>) {
-        let bytes = if bytes.len() < SMALL_DATA {
+        let bytes = if bytes.len() < BUF / 2 {
             let exact = bytes.as_slice().to_vec();
             if self.pool.len() < POOL {
                 self.pool.push(bytes);
@@ -215,24 +266,29 @@ impl Relay {
     }
 
     fn insert(&mut self, conn: ConnHandle, thread: u32) {
+        let charge = |way| Charge::none(self.memory.clone(), self.core, way);
+        let (rx, tx_charge) = (charge(Way::Rx), charge(Way::Tx));
         self.conns.insert(
             conn,
             Relayed {
                 thread,
-                credit: RX_CREDIT,
+                rx,
                 tx: VecDeque::new(),
                 tx_off: 0,
+                tx_charge,
                 taken: 0,
                 close_after: false,
                 shut_after: false,
                 peer_closed: false,
                 peer_closed_sent: false,
+                rx_waiting: false,
             },
         );
     }
 
     /// Hands the thread what the stack holds for `conn`, as far as its
-    /// credit goes; then the peer's close, once everything before it went.
+    /// credit and the core's receive memory go; then the peer's close,
+    /// once everything before it went.
     /// Data moves only when the credit is at least [`PULL_MIN`]:
     /// reads returned a few bytes at a time must not turn into messages of
     /// a few bytes each (the receive side's silly-window syndrome, RFC
@@ -248,15 +304,35 @@ impl Relay {
     /// moves once the thread closed the connection: bytes after its close
     /// stay in the stack, whose close then finds them unread and resets
     /// (the close waits for the thread's last sends, [`Relay::push`]).
+    ///
+    /// What every connection of the core holds together stays within the
+    /// core's receive memory ([`crate::memory::RX_MEMORY`]): a connection
+    /// its credit would let take [`PULL_MIN`] more that finds less free
+    /// (or others waiting before it) waits, counted, its bytes left in the
+    /// stack (whose window closes), and takes its turn as memory is given
+    /// back, in the order the connections began to wait
+    /// ([`Relay::grant`]).
     fn pull(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        self.pull_as(net, conn, false);
+    }
+
+    /// [`Relay::pull`]; `turn`: `conn`'s turn for receive memory came
+    /// (else it waits behind the connections waiting for it).
+    fn pull_as(&mut self, net: &mut dyn Net, conn: ConnHandle, turn: bool) {
         let Some(r) = self.conns.get_mut(conn) else {
             return;
         };
         let thread = r.thread;
+        let behind = !turn && (r.rx_waiting || !self.rx_waiting.is_empty());
+        // What the credit and the core's memory let it take now.
+        let avail = |r: &Relayed| {
+            let free = if behind { 0 } else { r.rx.room() };
+            r.credit().min(free)
+        };
         // One buffer gathers as many contiguous pieces as fit (on AF_XDP a
         // piece is often one segment's payload, kept in its frame).
         let mut buf: Option<Vec<u8>> = None;
-        while !r.close_after && (r.credit >= PULL_MIN || (buf.is_some() && r.credit > 0)) {
+        while !r.close_after && (avail(r) >= PULL_MIN || (buf.is_some() && avail(r) > 0)) {
             let Ok(data) = net.peek(conn) else { break };
             if data.is_empty() {
                 break;
@@ -266,10 +342,11 @@ impl Relay {
                 b.clear();
                 b
             });
-            let n = data.len().min(r.credit).min(BUF - b.len());
+            let n = data.len().min(avail(r)).min(BUF - b.len());
             b.extend_from_slice(&data[..n]);
             let _ = net.consume(conn, n);
-            r.credit -= n;
+            let took = r.rx.take(n);
+            debug_assert_eq!(took, n, "within the room seen");
             if b.len() == BUF {
                 let bytes = buf.take().expect("filled");
                 self.threads
@@ -277,21 +354,51 @@ impl Relay {
             }
         }
         if let Some(bytes) = buf {
-            // A buffer begins with `PULL_MIN` of credit at least, so a
-            // small one leaves far more than its cost.
+            // A buffer begins with `PULL_MIN` of credit and of memory at
+            // least, so a small one leaves far more than its cost.
             let cost = message_cost(bytes.len());
-            debug_assert!(r.credit >= cost);
-            r.credit = r.credit.saturating_sub(cost);
+            let took = r.rx.take(cost);
+            debug_assert_eq!(took, cost);
             self.deliver(thread, conn, bytes);
         }
         let Some(r) = self.conns.get_mut(conn) else {
             return;
         };
+        // Bytes left in the stack that the credit would take and the
+        // memory does not: it waits for its turn.
+        if !r.close_after
+            && !r.rx_waiting
+            && r.credit() >= PULL_MIN
+            && (behind || r.rx.room() < PULL_MIN)
+            && net.peek(conn).is_ok_and(|d| !d.is_empty())
+        {
+            r.rx_waiting = true;
+            r.rx.waited();
+            self.rx_waiting.push_back(conn);
+        }
         // Everything before the peer's FIN went (a connection this core
         // closed already reads as gone, not as at end of stream).
         if r.peer_closed && !r.peer_closed_sent && net.peek(conn).map_or(true, <[u8]>::is_empty) {
             r.peer_closed_sent = true;
             self.tell(thread, ToApp::PeerClosed { conn });
+        }
+    }
+
+    /// Receive memory given back goes to the connections waiting for it,
+    /// in the order they began to wait, while [`PULL_MIN`] of it is free
+    /// (entries of connections gone, moved or served since are skipped).
+    fn grant(&mut self, net: &mut dyn Net) {
+        while self.memory[self.core as usize].rx.room() >= PULL_MIN {
+            let Some(conn) = self.rx_waiting.pop_front() else {
+                break;
+            };
+            let Some(r) = self.conns.get_mut(conn) else {
+                continue;
+            };
+            if !std::mem::take(&mut r.rx_waiting) {
+                continue;
+            }
+            self.pull_as(net, conn, true);
         }
     }
 
@@ -307,6 +414,7 @@ impl Relay {
                 Ok(n) => {
                     r.tx_off += n;
                     r.taken += n as u64;
+                    r.tx_charge.give(n);
                     if r.tx_off < front.len() {
                         net.want_writable(conn);
                         break;
@@ -429,7 +537,9 @@ impl Relay {
         match m {
             // A thread this core found dead (or stalled) gets no new
             // connection: nobody would serve it.
+            // (Its outcome follows as an event: no error now.)
             ToCore::Connect { thread, token, .. } if self.dead[thread as usize] => {
+                self.answer(thread, token, Ok(()));
                 self.refuse_opening(net, None, thread, token);
             }
             ToCore::Connect {
@@ -439,24 +549,38 @@ impl Relay {
             } => match net.connect(remote) {
                 Ok(conn) => {
                     self.connecting.insert(conn, (thread, token));
+                    self.answer(thread, token, Ok(()));
                 }
-                Err(_) => self.tell(
-                    thread,
-                    ToApp::ConnectFailed {
-                        token,
-                        reason: CloseReason::Aborted,
-                    },
-                ),
+                Err(e) => {
+                    // The thread waits for the error (`QpNet::connect`
+                    // returns it, as the stack's connect in run to
+                    // completion); one that gave up waiting ends the
+                    // connection at the event.
+                    self.answer(thread, token, Err(e));
+                    self.tell(
+                        thread,
+                        ToApp::ConnectFailed {
+                            token,
+                            reason: CloseReason::Aborted,
+                        },
+                    );
+                }
             },
-            ToCore::Send { conn, bytes } => {
+            ToCore::Send {
+                conn,
+                bytes,
+                charge,
+            } => {
+                // A connection gone: the charge, dropped, is given back.
                 if let Some(r) = self.conns.get_mut(conn) {
+                    r.tx_charge.absorb(charge);
                     r.tx.push_back(bytes);
                     self.push(net, conn);
                 }
             }
             ToCore::Consumed { conn, bytes } => {
                 if let Some(r) = self.conns.get_mut(conn) {
-                    r.credit = (r.credit + bytes).min(RX_CREDIT);
+                    r.rx.give(bytes);
                     self.pull(net, conn);
                 }
             }
@@ -470,7 +594,7 @@ impl Relay {
                 let Some(r) = self.conns.get_mut(conn) else {
                     return;
                 };
-                if r.credit < RX_CREDIT {
+                if r.credit() < RX_CREDIT {
                     // Bytes delivered to the thread and not consumed (its
                     // `Consumed` come before its `Close`): on their way to
                     // it when it closed. Unread data: a reset, as the
@@ -523,10 +647,12 @@ impl ConnHandler for Relay {
         self.filters.get(i)?.clone()
     }
 
+    /// Publishes the core's waker: its threads' handlers start then
+    /// (`QpNet::cores_up`). A backend that gives none gets requests taken
+    /// at its next pass.
     fn on_start(&mut self, net: &mut dyn Net) {
-        if let Some(w) = net.waker() {
-            let _ = self.wake.set(w);
-        }
+        let w = net.waker().unwrap_or_else(|| Arc::new(NoWake));
+        let _ = self.wake.set(w);
     }
 
     fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
@@ -643,6 +769,12 @@ impl ConnHandler for Relay {
                     self.tell(thread, ToApp::Closed { conn, reason });
                     return;
                 }
+                let mut relayed = relayed;
+                // Its bytes are held against this core's memory now, as
+                // far as it has room (the rest on the old core's until
+                // given back), and it waits for memory here anew.
+                relayed.move_to(self.core);
+                relayed.rx_waiting = false;
                 self.conns.insert(conn, relayed);
                 self.push(net, conn);
                 self.pull(net, conn);
@@ -678,6 +810,8 @@ impl ConnHandler for Relay {
                 self.request(net, m);
             }
         }
+        // What the thread read and the connections that ended gave back.
+        self.grant(net);
     }
 }
 
@@ -686,6 +820,7 @@ mod tests {
     //! A relay over a fake core (one connection's buffers, no stack),
     //! its thread played by hand through the queues.
     use super::*;
+    use crate::memory::{RX_MEMORY, TX_MEMORY};
     use crate::message::SMALL_MESSAGE_COST;
     use crossbeam_channel::unbounded;
     use flowlane_app::{CongestionAlgorithm, ConnInfo, FourTuple, Placement, State, Stats};
@@ -696,6 +831,8 @@ mod tests {
     #[derive(Default)]
     struct Core {
         rx: Vec<u8>,
+        /// Bytes to read of other connections than the first.
+        others: HashMap<ConnHandle, Vec<u8>>,
         room: usize,
         sent: usize,
         did: Vec<&'static str>,
@@ -728,12 +865,13 @@ mod tests {
         fn recv(&mut self, _conn: ConnHandle, _buf: &mut [u8]) -> Result<usize, Error> {
             Err(Error::InvalidState)
         }
-        fn peek(&self, _conn: ConnHandle) -> Result<&[u8], Error> {
-            Ok(&self.rx)
+        fn peek(&self, conn: ConnHandle) -> Result<&[u8], Error> {
+            Ok(self.others.get(&conn).unwrap_or(&self.rx))
         }
-        fn consume(&mut self, _conn: ConnHandle, n: usize) -> Result<usize, Error> {
-            let n = n.min(self.rx.len());
-            self.rx.drain(..n);
+        fn consume(&mut self, conn: ConnHandle, n: usize) -> Result<usize, Error> {
+            let rx = self.others.get_mut(&conn).unwrap_or(&mut self.rx);
+            let n = n.min(rx.len());
+            rx.drain(..n);
             Ok(n)
         }
         fn is_eof(&self, _conn: ConnHandle) -> bool {
@@ -806,18 +944,37 @@ mod tests {
     /// A relay on core 0 for port 80, its thread's event queue, and its
     /// connection `conn`, accepted.
     fn relay(core: &mut Core) -> (Relay, Receiver<(u32, ToApp)>, ConnHandle) {
+        let (r, from_core, conn, _answers) =
+            relay_with(core, CoreMemory::new(RX_MEMORY, TX_MEMORY));
+        (r, from_core, conn)
+    }
+
+    /// [`relay`] with the core's memory budgets `memory`; and where it
+    /// answers its thread's connects.
+    fn relay_with(
+        core: &mut Core,
+        memory: CoreMemory,
+    ) -> (
+        Relay,
+        Receiver<(u32, ToApp)>,
+        ConnHandle,
+        Receiver<ConnectAnswer>,
+    ) {
         let (events, from_core) = unbounded();
         let (_requests_tx, requests) = unbounded();
+        let (answers, answered) = unbounded();
         let threads = Threads {
             mailboxes: Mailboxes {
                 events: vec![events],
                 notify: vec![WakeSlot::default()],
                 stalled: vec![WakeSlot::default()],
+                answers: vec![answers],
             },
             alive: vec![Arc::new(AtomicBool::new(true))],
             beats: vec![Heartbeat::new()],
             stall_after: Duration::from_secs(10),
             counts: Arc::default(),
+            memory: Arc::new(vec![memory]),
         };
         let mut r = Relay::new(
             0,
@@ -834,7 +991,7 @@ mod tests {
             from_core.try_recv(),
             Ok((0, ToApp::Accepted { .. }))
         ));
-        (r, from_core, conn)
+        (r, from_core, conn, answered)
     }
 
     /// Data bytes the thread was sent.
@@ -881,7 +1038,15 @@ mod tests {
         let mut core = Core::default();
         let (mut r, from_core, conn) = relay(&mut core);
         let bytes = b"last words".to_vec();
-        r.request(&mut core, ToCore::Send { conn, bytes });
+        let charge = Charge::none(r.memory.clone(), 0, Way::Tx);
+        r.request(
+            &mut core,
+            ToCore::Send {
+                conn,
+                bytes,
+                charge,
+            },
+        );
         r.request(&mut core, ToCore::Close { conn });
         assert!(core.did.is_empty(), "the close waits for the send");
         core.rx.extend_from_slice(b"late");
@@ -991,5 +1156,84 @@ mod tests {
         }
         assert!(got == stream, "the stream arrived out of order");
         assert!(messages < queued + 8, "{messages} messages in all");
+    }
+
+    /// Connections whose thread reads nothing hold at most the core's
+    /// receive memory together, whatever their number: the rest of their
+    /// bytes stay in the stack, each connection that found memory short
+    /// counted once as it began to wait. Memory the thread gives back
+    /// goes to the connections in the order they began to wait: the one
+    /// that gave it back, with more to hand over, queues behind them.
+    #[test]
+    fn received_bytes_held_for_threads_stay_within_the_core_s_memory() {
+        let limit = 4 * RX_CREDIT;
+        let mut core = Core::default();
+        let (mut r, from_core, first, _) = relay_with(&mut core, CoreMemory::new(limit, TX_MEMORY));
+        let conns: Vec<ConnHandle> = std::iter::once(first)
+            .chain((2..=10).map(|i| ConnHandle::from_parts(i, 1)))
+            .collect();
+        for &c in &conns[1..] {
+            r.on_accept(&mut core, c);
+        }
+        from_core.try_iter().for_each(drop);
+        for &c in &conns {
+            core.others.insert(c, vec![c.index() as u8; 2 * RX_CREDIT]);
+            r.on_data(&mut core, c);
+        }
+        // By connection, what the thread was handed.
+        let handed = |from_core: &Receiver<(u32, ToApp)>| {
+            let mut by = HashMap::<ConnHandle, usize>::new();
+            for (_, m) in from_core.try_iter() {
+                if let ToApp::Data { conn, bytes } = m {
+                    *by.entry(conn).or_default() += bytes.len();
+                }
+            }
+            by
+        };
+        let by = handed(&from_core);
+        let held: usize = by.values().sum();
+        assert_eq!(held, limit, "{by:?}");
+        let report = r.memory[0].report();
+        assert_eq!(report.rx_held, limit as u64);
+        assert_eq!(report.rx_waits, 6, "{report:?}");
+        assert!(r.rx_waiting.iter().eq(&conns[4..]), "{:?}", r.rx_waiting);
+        // The thread reads connection 1's bytes: they go to the oldest
+        // waiter, connection 5; connection 1 queues behind the others.
+        let (c1, c5) = (conns[1], conns[4]);
+        let bytes = by[&c1];
+        r.request(&mut core, ToCore::Consumed { conn: c1, bytes });
+        r.on_tick(&mut core);
+        let by = handed(&from_core);
+        assert_eq!(by.keys().collect::<Vec<_>>(), [&c5], "{by:?}");
+        assert_eq!(r.rx_waiting.back(), Some(&c1));
+        assert_eq!(r.memory[0].report().rx_held, limit as u64);
+        // A connection that goes gives back what it held.
+        r.on_closed(&mut core, c5, CloseReason::Reset);
+        r.on_tick(&mut core);
+        assert!(!handed(&from_core).is_empty(), "the next waiter's turn");
+    }
+
+    /// A connect its stack refuses at once is answered with the error, for
+    /// the thread to return it as run to completion's connect does (and
+    /// told as a failed open, for a thread that gave up waiting).
+    #[test]
+    fn a_connect_the_stack_refuses_is_answered_with_its_error() {
+        let mut core = Core::default();
+        let memory = CoreMemory::new(RX_MEMORY, TX_MEMORY);
+        let (mut r, from_core, _, answered) = relay_with(&mut core, memory);
+        let remote = "10.0.0.2:80".parse().unwrap();
+        r.request(
+            &mut core,
+            ToCore::Connect {
+                thread: 0,
+                token: 7,
+                remote,
+            },
+        );
+        assert_eq!(answered.try_recv(), Ok((0, 7, Err(Error::InvalidState))));
+        assert!(matches!(
+            from_core.try_recv(),
+            Ok((0, ToApp::ConnectFailed { token: 7, .. }))
+        ));
     }
 }

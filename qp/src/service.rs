@@ -2,7 +2,7 @@
 //! service's set-up, as a network core would), the queues between them
 //! and the cores, and each core's relay for the backend to register.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -12,7 +12,21 @@ use flowlane_app::{Dispatcher, Error, Placement, Setup, SynFilter};
 use crate::app_net::{CoreLink, QpNet};
 use crate::app_thread::{AppPort, AppThread};
 use crate::heartbeat::Heartbeat;
+use crate::memory::{CoreMemory, RelayMemory, RX_MEMORY, TX_MEMORY};
 use crate::relay::{Mailboxes, Relay, RelayCounts, Threads, WakeSlot};
+
+/// The most application threads queue-pair mode runs: their names,
+/// `flowlane-app0` to `flowlane-app999` ([`app_thread_name`]), stay
+/// within the 15 bytes Linux keeps of a thread's name, each its own (what
+/// tools that read threads by name, `top -H`, flowlane-ttcp's CPU
+/// figures, tell them by). Each core is served by one thread: a service
+/// has no use for more threads than cores.
+pub const MAX_APP_THREADS: usize = 1000;
+
+/// The name of application thread `thread` (below [`MAX_APP_THREADS`]).
+pub fn app_thread_name(thread: u32) -> String {
+    format!("flowlane-app{thread}")
+}
 
 /// Clears a thread's flag when the thread ends, by returning or by a panic.
 struct AliveGuard(Arc<AtomicBool>);
@@ -77,6 +91,8 @@ pub struct QueuePairs {
     relays: Mutex<Vec<Option<Relay>>>,
     ports: Arc<Vec<u16>>,
     open: Vec<Arc<AtomicU64>>,
+    memory: Arc<Vec<CoreMemory>>,
+    tids: Vec<Arc<AtomicI32>>,
 }
 
 impl std::fmt::Debug for QueuePairs {
@@ -121,6 +137,12 @@ impl QueuePairs {
                 "queue-pair mode needs at least one core and one application thread".into(),
             );
         }
+        if nthreads > MAX_APP_THREADS {
+            return Err(format!(
+                "queue-pair mode runs at most {MAX_APP_THREADS} application threads (asked \
+                 for {nthreads}): their names must stay unique within Linux's 15 bytes"
+            ));
+        }
         let (setup, run) = (Arc::new(setup), Arc::new(run));
         let stop = Arc::new(AtomicBool::new(false));
         let requests: Vec<_> = (0..ncores)
@@ -130,6 +152,16 @@ impl QueuePairs {
             .map(|_| crossbeam_channel::unbounded())
             .collect();
         let wakes: Vec<WakeSlot> = (0..ncores).map(|_| Arc::new(OnceLock::new())).collect();
+        let memory: Arc<Vec<CoreMemory>> = Arc::new(
+            (0..ncores)
+                .map(|_| CoreMemory::new(RX_MEMORY, TX_MEMORY))
+                .collect(),
+        );
+        let answers: Vec<_> = (0..nthreads)
+            .map(|_| crossbeam_channel::unbounded())
+            .collect();
+        // Each thread's id, once it runs (0 until then).
+        let tids: Vec<Arc<AtomicI32>> = (0..nthreads).map(|_| Arc::default()).collect();
         let notify: Vec<WakeSlot> = (0..nthreads).map(|_| Arc::new(OnceLock::new())).collect();
         let stalled: Vec<WakeSlot> = (0..nthreads).map(|_| Arc::new(OnceLock::new())).collect();
         let owners: Vec<u32> = (0..ncores)
@@ -159,6 +191,11 @@ impl QueuePairs {
                 .filter(|&c| owners[c as usize] == t)
                 .collect();
             let rx = events[t as usize].1.clone();
+            let (answers_rx, memory, tid) = (
+                answers[t as usize].1.clone(),
+                memory.clone(),
+                tids[t as usize].clone(),
+            );
             let (setup, run, stop, ready, pin) = (
                 setup.clone(),
                 run.clone(),
@@ -174,9 +211,10 @@ impl QueuePairs {
             let beat = beats[t as usize].clone();
             let refused = refused.clone();
             let handle = std::thread::Builder::new()
-                .name(format!("flowlane-app{t}"))
+                .name(app_thread_name(t))
                 .spawn(move || {
                     let _guard = guard;
+                    tid.store(nix::unistd::gettid().as_raw(), Ordering::Relaxed);
                     if let Some(cpu) = p.cpu {
                         if let Err(e) = pin(cpu) {
                             let _ = ready.send(Err(format!(
@@ -186,7 +224,7 @@ impl QueuePairs {
                         }
                     }
                     let mut at = AppThread {
-                        net: QpNet::new(t, p, links, served),
+                        net: QpNet::new(t, p, links, served, memory, answers_rx),
                         app: Dispatcher::new(),
                         ports: Vec::new(),
                         filters: Vec::new(),
@@ -252,11 +290,13 @@ impl QueuePairs {
                 events: events.iter().map(|(tx, _)| tx.clone()).collect(),
                 notify,
                 stalled,
+                answers: answers.iter().map(|(tx, _)| tx.clone()).collect(),
             },
             alive: alive.clone(),
             beats,
             stall_after: config.stall_after,
             counts: counts.clone(),
+            memory: memory.clone(),
         };
         let relays = requests
             .into_iter()
@@ -284,6 +324,8 @@ impl QueuePairs {
             relays: Mutex::new(relays),
             ports,
             open,
+            memory,
+            tids,
         };
         match failure {
             Some(e) => {
@@ -314,6 +356,23 @@ impl QueuePairs {
     /// The number of application threads.
     pub fn app_threads(&self) -> u32 {
         self.open.len() as u32
+    }
+
+    /// Each application thread's id (Linux's tid: its
+    /// `/proc/self/task/<tid>`), once it began to run: each thread's CPU
+    /// time is read there, once per thread.
+    pub fn app_thread_tids(&self) -> Vec<Option<i32>> {
+        self.tids
+            .iter()
+            .map(|t| Some(t.load(Ordering::Relaxed)).filter(|&t| t > 0))
+            .collect()
+    }
+
+    /// What each network core's relay holds for the application threads
+    /// (received bytes not read yet, bytes not sent yet), against its
+    /// memory budget, and how often connections waited for it; by core.
+    pub fn memory(&self) -> Vec<RelayMemory> {
+        self.memory.iter().map(CoreMemory::report).collect()
     }
 
     /// Connections open on the application threads (as of their last
@@ -466,5 +525,35 @@ mod tests {
         assert_eq!(qp.threads_left_running(), 1);
         assert!(!qp.alive[0].load(Ordering::Relaxed), "thread 0 stopped");
         assert_eq!(qp.stop(), None, "nothing left to stop");
+    }
+
+    /// Each application thread has a name of its own within the 15 bytes
+    /// Linux keeps, and its id is known (its CPU time is read by it, once
+    /// per thread); more threads than such names are refused.
+    #[test]
+    fn app_threads_have_names_of_their_own_and_known_ids() {
+        let config = |threads: u32| QueuePairConfig {
+            cores: places(1),
+            app_threads: places(threads),
+            pin: |_| Ok(()),
+            stall_after: Duration::from_secs(1),
+        };
+        let too_many = MAX_APP_THREADS as u32 + 1;
+        let e = QueuePairs::start(config(too_many), |_| Ok(())).unwrap_err();
+        assert!(e.contains(&format!("at most {MAX_APP_THREADS}")), "{e}");
+        let qp = QueuePairs::start(config(3), |_| Ok(())).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while qp.app_thread_tids().contains(&None) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for (t, tid) in qp.app_thread_tids().into_iter().enumerate() {
+            let tid = tid.expect("running");
+            let comm = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).unwrap();
+            assert_eq!(comm.trim(), app_thread_name(t as u32));
+        }
+        assert!((0..MAX_APP_THREADS as u32)
+            .map(app_thread_name)
+            .all(|n| n.len() <= 15));
+        assert_eq!(qp.stop(), None);
     }
 }

@@ -705,6 +705,123 @@ fn the_kernel_backend_refuses_what_only_xdp_does() {
     );
 }
 
+/// The kernel backend serves on Linux's TCP sockets: the flags that
+/// configure flowlane's TCP and data path are refused with it (one line,
+/// before root or a bed is needed), in either mode, not silently ignored;
+/// `--congestion` and `--ecn` at their defaults are no choice and pass.
+#[test]
+fn the_kernel_backend_refuses_flowlane_s_tcp_flags() {
+    for mode in ["rtc", "queue-pair"] {
+        for flags in [
+            &["--msl-ms", "100"][..],
+            &["--busy-poll"],
+            &["--frames-per-queue", "65536"],
+            &["--copy-receive"],
+            &["--congestion", "newreno"],
+            &["--ecn", "on"],
+        ] {
+            let args = [
+                &["echo-server", "--backend", "kernel", "--mode", mode][..],
+                flags,
+            ]
+            .concat();
+            let o = flowlane(&args);
+            assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
+            one_line_error(
+                &o,
+                &format!(
+                    "{} configures flowlane's TCP and data path, which --backend kernel does not use",
+                    flags[0]
+                ),
+            );
+            one_line_error(&o, "drop it, or use --backend xdp");
+        }
+    }
+    let o = flowlane(&[
+        "bulk-sink",
+        "--backend",
+        "kernel",
+        "--copy-receive",
+        "--ecn",
+        "off",
+    ]);
+    one_line_error(&o, "--copy-receive, --ecn configure flowlane's TCP");
+    // The defaults named are no choice: what fails next is the interface.
+    let o = flowlane(&[
+        "echo-server",
+        "--backend",
+        "kernel",
+        "--congestion",
+        "cubic",
+        "--ecn",
+        "accept",
+        "--iface",
+        "flowlane-no-such-if",
+    ]);
+    assert!(!o.status.success());
+    assert!(!text(&o).contains("does not use"), "{}", text(&o));
+}
+
+/// `--app-threads` sizes queue-pair mode: without `--mode queue-pair` it
+/// is refused in one line, not ignored.
+#[test]
+fn app_threads_without_queue_pair_mode_are_refused() {
+    for mode in [&[][..], &["--mode", "rtc"]] {
+        for cmd in [
+            &["echo-server"][..],
+            &["bulk-source", "--connect", "10.99.0.2:5001"],
+        ] {
+            let args = [cmd, &["--app-threads", "2"][..], mode].concat();
+            let o = flowlane(&args);
+            assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
+            one_line_error(&o, "--app-threads needs --mode queue-pair");
+        }
+    }
+}
+
+/// `bulk-source --connections 0` would be a run that never ends: a usage
+/// error.
+#[test]
+fn bulk_source_needs_a_connection() {
+    usage_error(
+        &[
+            "bulk-source",
+            "--connect",
+            "10.99.0.2:5001",
+            "--connections",
+            "0",
+        ],
+        &["--connections", "at least 1"],
+    );
+}
+
+/// `--app-threads` past one per network core is refused in one line
+/// saying the bound: a thread more would serve no connection.
+#[test]
+fn app_threads_past_one_per_core_are_refused() {
+    if !require_root("app_threads_past_one_per_core_are_refused") {
+        return;
+    }
+    let bed = Bed::up("apthr", 2);
+    for n in ["3", "100000"] {
+        // Bounded: a service that took the flag would serve on.
+        let child = Command::new(flowlane_bin())
+            .args(["echo-server", "--bed", &bed.name, "--mode", "queue-pair"])
+            .args(["--app-threads", n, "--control-socket", "none"])
+            .args(["--daemon-socket", "none"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (o, _) = wait_bounded(child, Duration::from_secs(20), "echo-server");
+        assert_eq!(o.status.code(), Some(1), "{n}: {}", text(&o));
+        one_line_error(
+            &o,
+            &format!("--app-threads {n}: at most 2, one per network core"),
+        );
+    }
+}
+
 /// `hyper-server --tokio-baseline` serves on tokio's own listener: the
 /// flags that configure flowlane's TCP and data path are refused with it (one line,
 /// before root or a bed is needed), not silently ignored.

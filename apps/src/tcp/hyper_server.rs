@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _, Result};
 use bytes::Bytes;
 use flowlane_dataplane::process_cpu_ns;
-use flowlane_dataplane::service_args::{CongestionChoice, EcnChoice, ExecMode};
+use flowlane_dataplane::service_args::ExecMode;
 use flowlane_kernel::KernelService;
 use flowlane_tokio::{AsyncConfig, Local};
 use http_body_util::Full;
@@ -310,9 +310,9 @@ async fn accept_forever<T, F>(
 /// not use, refused with it (one line, before anything starts).
 fn refuse_what_the_baseline_lacks(c: &Common) -> Result<()> {
     let rebalance = c.rebalance.rebalance.is_some() || c.rebalance.rebalance_storm_ms.is_some();
-    let d = &c.data_path;
-    // `--congestion` and `--ecn` have defaults: only another value is seen.
-    let given: Vec<&str> = [
+    // The service's own flags, then those of flowlane's TCP and data path
+    // (the kernel backend refuses the same).
+    let mut given: Vec<&str> = [
         (c.backend.is_some(), "--backend"),
         (c.mode.is_some(), "--mode"),
         (c.workers.is_some(), "--workers"),
@@ -320,16 +320,11 @@ fn refuse_what_the_baseline_lacks(c: &Common) -> Result<()> {
         (rebalance, "--rebalance"),
         (c.rebalance.control_socket.is_some(), "--control-socket"),
         (c.rebalance.daemon_socket.is_some(), "--daemon-socket"),
-        (c.msl_ms.is_some(), "--msl-ms"),
-        (d.busy_poll, "--busy-poll"),
-        (d.frames_per_queue.is_some(), "--frames-per-queue"),
-        (d.copy_receive, "--copy-receive"),
-        (d.congestion != CongestionChoice::default(), "--congestion"),
-        (d.ecn != EcnChoice::default(), "--ecn"),
     ]
     .into_iter()
     .filter_map(|(given, flag)| given.then_some(flag))
     .collect();
+    given.extend(super::flowlane_tcp_flags(c));
     let (verb, them) = match given.len() {
         0 => return Ok(()),
         1 => ("configures", "it"),

@@ -22,7 +22,8 @@ use flowlane_app::{Placement, Setup, SetupExt};
 use flowlane_dataplane::control_socket::QueueSteering;
 use flowlane_dataplane::placement::machine_placement;
 use flowlane_dataplane::service_args::{
-    listen_port, queue_count, Backend, DataPathArgs, ExecMode, RebalanceArgs,
+    listen_port, queue_count, Backend, CongestionChoice, DataPathArgs, EcnChoice, ExecMode,
+    RebalanceArgs,
 };
 use flowlane_dataplane::service_control::{move_line, ServiceControl};
 use flowlane_dataplane::tcp_service;
@@ -31,7 +32,7 @@ use flowlane_dataplane::{
     TcpServiceConfig,
 };
 use flowlane_kernel::{CoreCounters, KernelConfig, KernelService, Limits};
-use flowlane_qp::{QueuePairConfig, QueuePairs};
+use flowlane_qp::{QueuePairConfig, QueuePairs, MAX_APP_THREADS};
 use serde_json::{json, Value};
 
 use crate::bed_entry;
@@ -91,7 +92,8 @@ pub struct Common {
     /// mode).
     #[arg(long, value_enum)]
     pub mode: Option<ExecMode>,
-    /// Application threads in queue-pair mode (default: one per core).
+    /// Application threads in queue-pair mode (default: one per core; at
+    /// most one per core: each core is served by one thread).
     #[arg(long, value_name = "N", value_parser = queue_count::<u32>)]
     pub app_threads: Option<u32>,
     /// Workers in all, on the AF_XDP backend (default: one per queue).
@@ -230,14 +232,38 @@ pub struct SourceArgs {
     /// Bytes per connection.
     #[arg(long, default_value_t = 64 << 20)]
     bytes: u64,
-    /// Connections. Every queue's worker opens `connections / queues` of
-    /// them (queue 0 the remainder) from ports whose replies RSS steers
-    /// back to it.
-    #[arg(long, default_value_t = 1)]
+    /// Connections (at least 1). Every queue's worker opens
+    /// `connections / queues` of them (queue 0 the remainder) from ports
+    /// whose replies RSS steers back to it.
+    #[arg(long, default_value_t = 1, value_parser = connection_count)]
     connections: usize,
     /// Seed of the pseudo-random payload.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+}
+
+/// `bulk-source --connections N`: at least one (none would be a transfer
+/// that never ends).
+fn connection_count(text: &str) -> std::result::Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(0) => Err("must be at least 1 (the connections to open)".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err("expected a number of connections (at least 1)".into()),
+    }
+}
+
+/// Refuses, before anything starts (root and the bed included), flags
+/// that the chosen backend or mode would ignore. (`hyper-server` runs
+/// queue-pair mode only: its `--app-threads` always applies.)
+fn refuse_ignored_flags(cmd: &TcpCmd, c: &Common) -> Result<()> {
+    let has_rtc = !matches!(cmd, TcpCmd::HyperServer(_));
+    if has_rtc && c.app_threads.is_some() && c.mode() != ExecMode::QueuePair {
+        bail!(
+            "--app-threads needs --mode queue-pair (in rtc mode the handlers run on the network \
+             cores): add --mode queue-pair, or drop --app-threads"
+        );
+    }
+    refuse_what_kernel_sockets_lack(c)
 }
 
 /// Runs one of the TCP examples. `nic` reads the NIC's RSS when no
@@ -254,6 +280,7 @@ pub fn run(cmd: TcpCmd, nic: NicAccess) -> Result<()> {
     if let TcpCmd::HyperServer(a) = &cmd {
         hyper_server::check_flags(a)?;
     }
+    refuse_ignored_flags(&cmd, common)?;
     bed_entry::enter(what, &common.data_path, listen.as_slice())?;
     match cmd {
         TcpCmd::HyperServer(a) => hyper_server::run(a, nic),
@@ -377,11 +404,22 @@ fn cores(c: &Common) -> Result<u32> {
 }
 
 /// Application threads in queue-pair mode: `--app-threads`, else one per
-/// core.
+/// core. At most one per core: each core's connections are served by one
+/// application thread (`flowlane_qp`'s owner of the core), so a thread
+/// more would serve no connection (and open none: its active opens have
+/// no core); and at most [`MAX_APP_THREADS`], whose names Linux tells
+/// apart.
 fn app_threads(c: &Common) -> Result<u32> {
+    let cores = cores(c)?;
+    let most = cores.min(MAX_APP_THREADS as u32);
     match c.app_threads {
+        Some(n) if n > most => bail!(
+            "--app-threads {n}: at most {most}, one per network core ({cores} here: --queues, \
+             --workers; {MAX_APP_THREADS} at most in all): each core is served by one \
+             application thread, so more would serve nothing"
+        ),
         Some(n) => Ok(n),
-        None => cores(c),
+        None => Ok(most),
     }
 }
 
@@ -568,7 +606,6 @@ fn start_queue_pairs(
 
 /// Queue-pair mode's cores and application threads, placed.
 fn queue_pair_config(c: &Common) -> Result<QueuePairConfig> {
-    refuse_what_kernel_sockets_lack(c)?;
     let n = cores(c)?;
     let threads = app_threads(c)?;
     let placed =
@@ -613,10 +650,13 @@ fn queue_pair_config(c: &Common) -> Result<QueuePairConfig> {
 }
 
 /// Each application thread's CPU time so far (ns; empty when handlers
-/// run to completion).
+/// run to completion): one read per thread, by the id it ran under.
 fn app_threads_cpu(qp: Option<&QueuePairs>) -> Vec<Option<u64>> {
     qp.map_or(Vec::new(), |q| {
-        (0..q.app_threads()).map(app_thread_cpu_ns).collect()
+        q.app_thread_tids()
+            .into_iter()
+            .map(|tid| tid.and_then(app_thread_cpu_ns))
+            .collect()
     })
 }
 
@@ -634,15 +674,27 @@ fn report_dead_threads(qp: Option<&QueuePairs>, reported: &mut Vec<u32>) {
     }
 }
 
-/// Queue-pair mode's part of a summary.
+/// Queue-pair mode's part of a summary: with what the cores' relays held
+/// for the application threads against their memory budgets (per core,
+/// `relay_memory`; the waits summed).
 fn queue_pair_json(qp: Option<&QueuePairs>) -> Value {
     qp.map_or(Value::Null, |q| {
+        let memory = q.memory();
         json!({"app_threads": q.app_threads(),
                "dead_threads": q.dead_threads(),
                "connections_orphaned": q.orphaned(),
                "connections_moved": q.moved(),
                "requests_bounced": q.bounced(),
-               "application_refused": q.application_refused()})
+               "application_refused": q.application_refused(),
+               "rx_memory_waits": memory.iter().map(|m| m.rx_waits).sum::<u64>(),
+               "tx_memory_waits": memory.iter().map(|m| m.tx_waits).sum::<u64>(),
+               "relay_memory": memory.iter().enumerate().map(|(core, m)| json!({
+                   "core": core,
+                   "rx_limit": m.rx_limit, "rx_held": m.rx_held, "rx_peak": m.rx_peak,
+                   "rx_waits": m.rx_waits,
+                   "tx_limit": m.tx_limit, "tx_held": m.tx_held, "tx_peak": m.tx_peak,
+                   "tx_waits": m.tx_waits,
+               })).collect::<Vec<_>>()})
     })
 }
 
@@ -808,8 +860,29 @@ fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
     r
 }
 
+/// The flags that configure flowlane's TCP and AF_XDP data path, given
+/// (`--congestion` and `--ecn`, which have defaults, only with another
+/// value): what a service on another TCP ignores.
+pub(super) fn flowlane_tcp_flags(c: &Common) -> Vec<&'static str> {
+    let d = &c.data_path;
+    [
+        (c.msl_ms.is_some(), "--msl-ms"),
+        (d.busy_poll, "--busy-poll"),
+        (d.frames_per_queue.is_some(), "--frames-per-queue"),
+        (d.copy_receive, "--copy-receive"),
+        (d.congestion != CongestionChoice::default(), "--congestion"),
+        (d.ecn != EcnChoice::default(), "--ecn"),
+    ]
+    .into_iter()
+    .filter_map(|(given, flag)| given.then_some(flag))
+    .collect()
+}
+
 /// The flags only the AF_XDP backend has a meaning for, refused with the
-/// kernel backend (before anything starts).
+/// kernel backend (before anything starts). `--congestion` and `--ecn`
+/// too: a kernel socket takes the system's (`sysctl
+/// net.ipv4.tcp_congestion_control`, `net.ipv4.tcp_ecn`), and a handler
+/// may choose its connection's algorithm (`Net::set_congestion`).
 fn refuse_what_kernel_sockets_lack(c: &Common) -> Result<()> {
     if c.backend() != Backend::Kernel {
         return Ok(());
@@ -822,7 +895,18 @@ fn refuse_what_kernel_sockets_lack(c: &Common) -> Result<()> {
             "--workers needs --backend xdp (kernel sockets: one loop per core, --queues of them)"
         );
     }
-    Ok(())
+    let given = flowlane_tcp_flags(c);
+    let (verb, them) = match given.len() {
+        0 => return Ok(()),
+        1 => ("configures", "it"),
+        _ => ("configure", "them"),
+    };
+    bail!(
+        "{} {verb} flowlane's TCP and data path, which --backend kernel does not use (Linux's \
+         TCP sockets take the system's settings, sysctl net.ipv4.tcp_*): drop {them}, or use \
+         --backend xdp",
+        given.join(", ")
+    );
 }
 
 /// Runs `setup`'s handlers on kernel sockets: one pinned loop per core,
@@ -838,7 +922,6 @@ fn serve_kernel(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
         results,
         ..
     } = run;
-    refuse_what_kernel_sockets_lack(c)?;
     let n = cores(c)?;
     let placed =
         machine_placement(None, n as usize, None).with_context(|| format!("placing {n} cores"))?;
