@@ -5,7 +5,7 @@ use anyhow::{bail, Result};
 use clap::Subcommand;
 use flowlane_numa_sched::nic::RssNic;
 use flowlane_testbed::delay_line::{self, DelayConfig};
-use flowlane_testbed::impair::{self, parse_percent, ImpairSpec};
+use flowlane_testbed::impair::{self, parse_percent, parse_rate, ImpairSpec, ImpairStatus};
 use flowlane_testbed::{self as testbed, netns};
 
 use flowlane_apps::service::ServiceSignals;
@@ -115,41 +115,124 @@ pub(crate) struct ImpairArgs {
     #[command(flatten)]
     bed: BedName,
     /// Packet loss, percent.
-    #[arg(long, default_value = "0", value_name = "P", value_parser = parse_percent)]
-    loss: u32,
+    #[arg(long, value_name = "P", value_parser = parse_percent)]
+    loss: Option<u32>,
     /// Duplicated packets, percent.
-    #[arg(long, default_value = "0", value_name = "P", value_parser = parse_percent)]
-    duplicate: u32,
+    #[arg(long, value_name = "P", value_parser = parse_percent)]
+    duplicate: Option<u32>,
     /// Corrupted packets (one bit flipped after the IP header), percent.
-    #[arg(long, default_value = "0", value_name = "P", value_parser = parse_percent)]
-    corrupt: u32,
+    #[arg(long, value_name = "P", value_parser = parse_percent)]
+    corrupt: Option<u32>,
     /// Reordered packets (sent through the slow path), percent.
-    #[arg(long, default_value = "0", value_name = "P", value_parser = parse_percent)]
-    reorder: u32,
+    #[arg(long, value_name = "P", value_parser = parse_percent)]
+    reorder: Option<u32>,
     /// Packets marked CE (ECN congestion experienced, RFC 3168), percent;
     /// only ECN-capable (ECT) packets are marked, Not-ECT ones pass as
     /// they are.
-    #[arg(long, default_value = "0", value_name = "P", value_parser = parse_percent)]
-    ce: u32,
-    /// Rate of the slow path (tc rate syntax): it sets the reordering delay.
-    #[arg(long, default_value = "100mbit")]
-    slow_rate: String,
-    /// Remove every impairment (and the slow path).
+    #[arg(long, value_name = "P", value_parser = parse_percent)]
+    ce: Option<u32>,
+    /// Rate of the slow path (tc rate syntax: a number and a unit, such as
+    /// 100mbit or 10kbps; at least 8bit; default 100mbit): it sets the
+    /// reordering delay.
+    #[arg(long, value_name = "RATE", value_parser = parse_rate)]
+    slow_rate: Option<u64>,
+    /// Remove every impairment (and the slow path); takes no impairment
+    /// flags.
     #[arg(long)]
     clear: bool,
 }
 
+/// An indirection table compactly: runs of one queue as `Q×N`, and a table
+/// that repeats a pattern as the pattern once and `×count` (the even
+/// spread over queues 0 and 1 of 128 entries is `[0 1] ×64`).
+fn table_runs(table: &[u32]) -> String {
+    let runs = |t: &[u32]| {
+        let mut out: Vec<String> = Vec::new();
+        let mut i = 0;
+        while i < t.len() {
+            let n = t[i..].iter().take_while(|&&q| q == t[i]).count();
+            out.push(if n == 1 {
+                t[i].to_string()
+            } else {
+                format!("{}×{n}", t[i])
+            });
+            i += n;
+        }
+        out.join(" ")
+    };
+    let period = (1..table.len())
+        .filter(|p| table.len() % p == 0)
+        .find(|&p| table.iter().enumerate().all(|(i, q)| *q == table[i % p]));
+    match period {
+        Some(p) => format!("[{}] ×{}", runs(&table[..p]), table.len() / p),
+        None => runs(table),
+    }
+}
+
+/// A percentage from parts per million, as the flags take it.
+fn percent(ppm: u32) -> String {
+    format!("{}%", f64::from(ppm) / 10_000.0)
+}
+
+/// `testbed status`'s impairment lines: the settings in force, then each
+/// direction's counters.
+fn impairment_lines(imp: &ImpairStatus) -> Vec<String> {
+    let c = &imp.settings;
+    let mut out = vec![format!(
+        "impairment (both ways): loss {}, duplicate {}, corrupt {}, reorder {}, ce {}",
+        percent(c.loss_ppm),
+        percent(c.duplicate_ppm),
+        percent(c.corrupt_ppm),
+        percent(c.reorder_ppm),
+        percent(c.ce_ppm)
+    )];
+    for (dir, st) in [
+        ("to flowlane", &imp.to_flowlane),
+        ("from flowlane", &imp.from_flowlane),
+    ] {
+        out.push(format!(
+            "  {dir}: {} packets seen, {} lost, {} duplicated, {} corrupted, {} reordered, {} CE-marked",
+            st.seen, st.lost, st.duplicated, st.corrupted, st.reordered, st.ce_marked
+        ));
+    }
+    out
+}
+
+/// `--slow-rate`'s default, 100mbit.
+const DEFAULT_SLOW_RATE_BIT: u64 = 100_000_000;
+
+/// Usage a command refuses itself: one line and exit 2, as clap's own
+/// refusals (`message` without its newline).
+fn usage(kind: clap::error::ErrorKind, message: &str) -> anyhow::Error {
+    clap::Error::raw(kind, format!("{message}\n")).into()
+}
+
 impl ImpairArgs {
+    /// The impairment flags given (all refused with `--clear`).
+    fn impairment_flags(&self) -> Vec<&'static str> {
+        [
+            (self.loss.is_some(), "--loss"),
+            (self.duplicate.is_some(), "--duplicate"),
+            (self.corrupt.is_some(), "--corrupt"),
+            (self.reorder.is_some(), "--reorder"),
+            (self.ce.is_some(), "--ce"),
+            (self.slow_rate.is_some(), "--slow-rate"),
+        ]
+        .into_iter()
+        .filter_map(|(given, flag)| given.then_some(flag))
+        .collect()
+    }
+
     /// The impairments the flags ask for (their values are parts per
-    /// million already: clap checked them, even with `--clear`).
+    /// million already: clap checked them; a flag not given is 0).
     fn spec(&self) -> ImpairSpec {
         ImpairSpec {
-            loss_ppm: self.loss,
-            duplicate_ppm: self.duplicate,
-            corrupt_ppm: self.corrupt,
-            reorder_ppm: self.reorder,
-            ce_ppm: self.ce,
-            slow_rate: self.slow_rate.clone(),
+            loss_ppm: self.loss.unwrap_or(0),
+            duplicate_ppm: self.duplicate.unwrap_or(0),
+            corrupt_ppm: self.corrupt.unwrap_or(0),
+            reorder_ppm: self.reorder.unwrap_or(0),
+            ce_ppm: self.ce.unwrap_or(0),
+            slow_rate_bit: self.slow_rate.unwrap_or(DEFAULT_SLOW_RATE_BIT),
         }
     }
 }
@@ -189,7 +272,9 @@ pub(crate) struct DelayArgs {
     /// frame).
     #[arg(long, requires = "rate_mbit")]
     queue_kb: Option<usize>,
-    /// Print the final report as JSON.
+    /// Print JSON lines on stdout: `{"event":"ready",...}` once frames are
+    /// being delayed (the banner goes to stderr), then the final report as
+    /// one line.
     #[arg(long)]
     json: bool,
 }
@@ -339,9 +424,21 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
                     st.xdp.as_deref().unwrap_or("none")
                 );
                 outln!("  RSS key {}", st.key);
-                outln!("  indirection table: {} entries", st.table_size);
+                outln!(
+                    "  indirection table: {} entries: {}",
+                    st.table_size,
+                    table_runs(&st.table)
+                );
                 for (q, n) in st.queue_packets.iter().enumerate() {
                     outln!("  queue {q}: {n} packets steered");
+                }
+                match &st.impairment {
+                    Some(imp) => {
+                        for l in impairment_lines(imp) {
+                            outln!("  {l}");
+                        }
+                    }
+                    None => outln!("  impairment: none"),
                 }
                 if st.users.is_empty() {
                     outln!("  used by: no flowlane service");
@@ -352,6 +449,17 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
             }
         }
         TestbedCmd::Impair(args) => {
+            let given = args.impairment_flags();
+            if args.clear && !given.is_empty() {
+                return Err(usage(
+                    clap::error::ErrorKind::ArgumentConflict,
+                    &format!(
+                        "testbed impair --clear removes every impairment and takes no {}: give \
+                         --clear alone, or the impairments without it",
+                        given.join(" or ")
+                    ),
+                ));
+            }
             let s = testbed::load(&args.bed.name)?;
             let spec = args.spec();
             if args.clear {
@@ -373,27 +481,46 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
             let signals = ServiceSignals::install()?;
             let (name, ms) = (s.name.clone(), args.ms);
             let config = args.config();
-            let rate = delay_line::bottleneck(
+            let bottleneck = delay_line::bottleneck(
                 config.rate_mbit,
                 config.queue_kb,
                 delay_line::delay_from_ms(ms)?,
-            )?
-            .map_or(String::new(), |b| {
+            )?;
+            let rate = bottleneck.as_ref().map_or(String::new(), |b| {
                 format!(
                     ", each direction at {} Mbit/s through a {} KiB drop-tail queue",
                     b.bits_per_sec as f64 / 1e6,
                     b.queue_bytes / 1024
                 )
             });
+            let banner = format!(
+                "test bed {name}: delaying both directions by {ms} ms (round trip +{} ms){rate}; SIGTERM stops it",
+                2.0 * ms
+            );
+            // With --json, stdout is JSON lines: this ready line, then the
+            // report; the banner goes to stderr.
+            let ready = serde_json::json!({
+                "event": "ready",
+                "bed": name,
+                "one_way_ms": ms,
+                "round_trip_ms": 2.0 * ms,
+                "bottleneck": bottleneck.as_ref().map(|b| serde_json::json!({
+                    "bits_per_sec": b.bits_per_sec,
+                    "queue_bytes": b.queue_bytes,
+                })),
+            });
+            let json = args.json;
             let stop = move || signals.stop_requested();
             let report = delay_line::run(&s, &config, stop, move || {
-                outln!(
-                    "test bed {name}: delaying both directions by {ms} ms (round trip +{} ms){rate}; SIGTERM stops it",
-                    2.0 * ms
-                );
+                if json {
+                    eprintln!("{banner}");
+                    outln!("{ready}");
+                } else {
+                    outln!("{banner}");
+                }
             })?;
             if args.json {
-                outln!("{}", serde_json::to_string_pretty(&report)?);
+                outln!("{}", serde_json::to_string(&report)?);
             } else {
                 let q = &report.queue;
                 outln!(
@@ -424,6 +551,13 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
             queues: _,
             force,
         } => {
+            if key.is_none() && spread.is_none() && table.is_none() {
+                return Err(usage(
+                    clap::error::ErrorKind::MissingRequiredArgument,
+                    "testbed set-rss changes nothing without --key, --spread or --table: give \
+                     at least one",
+                ));
+            }
             let s = testbed::load(&bed.name)?;
             let using = testbed::users(&s.name)?;
             if !force && !using.is_empty() {
@@ -464,6 +598,45 @@ mod tests {
 
     fn parse(flags: &[&str]) -> Result<ImpairArgs, clap::Error> {
         Impair::try_parse_from([&["impair"][..], flags].concat()).map(|i| i.args)
+    }
+
+    #[test]
+    fn a_table_shows_as_runs_and_repeats() {
+        use super::table_runs;
+        assert_eq!(
+            table_runs(&flowlane_numa_sched::nic::even_table(128, 2)),
+            "[0 1] ×64"
+        );
+        assert_eq!(table_runs(&[3, 3, 3, 3]), "[3] ×4");
+        assert_eq!(table_runs(&[0, 0, 1, 2, 2, 2]), "0×2 1 2×3");
+        assert_eq!(table_runs(&[0, 0, 1, 1, 0, 0, 1, 1]), "[0×2 1×2] ×2");
+        assert_eq!(table_runs(&[5]), "5");
+    }
+
+    #[test]
+    fn clear_takes_no_impairment_flags() {
+        assert!(parse(&["--clear"]).unwrap().impairment_flags().is_empty());
+        let a = parse(&["--clear", "--loss", "5", "--slow-rate", "1mbit"]).unwrap();
+        assert_eq!(a.impairment_flags(), ["--loss", "--slow-rate"]);
+    }
+
+    #[test]
+    fn a_bad_slow_rate_is_refused_at_parsing() {
+        for bad in ["10xyz", "0"] {
+            let e = parse(&["--slow-rate", bad]).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation);
+            let text = e.render().to_string();
+            let line = text.lines().next().unwrap();
+            assert!(line.contains("--slow-rate") && line.contains(bad), "{line}");
+        }
+        assert_eq!(parse(&[]).unwrap().spec().slow_rate_bit, 100_000_000);
+        assert_eq!(
+            parse(&["--slow-rate", "10kbit"])
+                .unwrap()
+                .spec()
+                .slow_rate_bit,
+            10_000
+        );
     }
 
     #[test]

@@ -87,6 +87,30 @@ fn encode(c: &ImpairConfig) -> [u8; 28] {
     v
 }
 
+/// [`encode`]'s inverse.
+fn decode(v: &[u8]) -> Result<ImpairConfig> {
+    let word = |i: usize| -> Result<u32> {
+        v.get(i * 4..i * 4 + 4)
+            .and_then(|b| b.try_into().ok())
+            .map(u32::from_ne_bytes)
+            .ok_or_else(|| {
+                Error::Invalid(format!(
+                    "the impairment configuration is {} bytes, not 28",
+                    v.len()
+                ))
+            })
+    };
+    Ok(ImpairConfig {
+        loss_ppm: word(0)?,
+        duplicate_ppm: word(1)?,
+        corrupt_ppm: word(2)?,
+        reorder_ppm: word(3)?,
+        reorder_classid: word(4)?,
+        reorder_ifindex: word(5)?,
+        ce_ppm: word(6)?,
+    })
+}
+
 /// Handles on an installed impairment's pinned maps.
 #[derive(Debug)]
 pub struct ImpairMaps {
@@ -120,6 +144,15 @@ impl ImpairMaps {
         self.cfg
             .update(&(dir as u32).to_ne_bytes(), &encode(c), MapFlags::ANY)
             .map_err(Error::bpf("writing the impairment configuration"))
+    }
+
+    /// One direction's impairments, as last set.
+    pub fn config(&self, dir: Direction) -> Result<ImpairConfig> {
+        let v = self
+            .cfg
+            .lookup(&(dir as u32).to_ne_bytes(), MapFlags::ANY)
+            .map_err(Error::bpf("reading the impairment configuration"))?;
+        v.map_or(Ok(ImpairConfig::default()), |v| decode(&v))
     }
 
     /// One direction's counters.
@@ -208,6 +241,21 @@ pub fn install(ifindex: u32, pin_dir: &Path) -> Result<ImpairMaps> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_configuration_reads_back_as_written() {
+        let c = ImpairConfig {
+            loss_ppm: 1,
+            duplicate_ppm: 2,
+            corrupt_ppm: 3,
+            reorder_ppm: 4,
+            reorder_classid: 0x0001_0002,
+            reorder_ifindex: 6,
+            ce_ppm: 7,
+        };
+        assert_eq!(decode(&encode(&c)).unwrap(), c);
+        assert!(decode(&encode(&c)[..27]).is_err());
+    }
 
     /// An interface that is not there: the error says what failed and
     /// keeps libbpf's (the kernel's) reason as its source.

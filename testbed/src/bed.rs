@@ -53,6 +53,11 @@ use crate::state::{
 };
 use crate::users::{self, stop_users, STOP_GRACE};
 
+/// The emulated NIC's Toeplitz key length, as a real NIC's (the Microsoft
+/// key's 40 bytes: a hash over an IPv6 4-tuple reads 36 + 4 of them), and
+/// the only one `testbed set-rss --key` then takes.
+pub const KEY_LEN: usize = 40;
+
 /// Parameters of `testbed up`.
 #[derive(Debug, Clone)]
 pub struct BedSpec {
@@ -60,7 +65,7 @@ pub struct BedSpec {
     pub name: String,
     /// Queue count of the veth pair.
     pub queues: u32,
-    /// Toeplitz key of the emulated NIC.
+    /// Toeplitz key of the emulated NIC: [`KEY_LEN`] bytes.
     pub key: Vec<u8>,
     /// Indirection table of the emulated NIC.
     pub table: Vec<u32>,
@@ -76,6 +81,15 @@ impl BedSpec {
         validate_name(&self.name)?;
         if self.queues == 0 || self.queues > flowlane_ebpf::limits::MAX_QUEUES {
             bail!("--queues must be 1..={}", flowlane_ebpf::limits::MAX_QUEUES);
+        }
+        if self.key.len() != KEY_LEN {
+            bail!(
+                "test bed {}: the RSS key is {} bytes; the emulated NIC takes {KEY_LEN}, as \
+                 `testbed set-rss --key` does: give {KEY_LEN} bytes, or omit --key for the \
+                 Microsoft default key",
+                self.name,
+                self.key.len()
+            );
         }
         if let Err(e) = emu_config(self).validate() {
             bail!("test bed {}: {e}", self.name);
@@ -375,11 +389,13 @@ pub struct BedStatus {
     pub key: String,
     /// Table size in force.
     pub table_size: usize,
+    /// The indirection table in force: the queue of each bucket.
+    pub table: Vec<u32>,
     /// Packets the emulated NIC steered to each queue.
     pub queue_packets: Vec<u64>,
     /// XDP attached on flowlane's interface (mode), if any.
     pub xdp: Option<String>,
-    /// Link impairment counters, if `testbed impair` was used.
+    /// Link impairment settings and counters, if `testbed impair` was used.
     pub impairment: Option<ImpairStatus>,
     /// The flowlane processes using the bed (pid and command).
     pub users: Vec<String>,
@@ -406,6 +422,7 @@ pub fn status(name: &str) -> Result<BedStatus> {
             .collect::<Vec<_>>()
             .join(":"),
         table_size: cfg.table.len(),
+        table: cfg.table,
         queue_packets,
         xdp,
         impairment: impair::status(&state)?,

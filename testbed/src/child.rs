@@ -6,7 +6,8 @@
 //! a grace period.
 
 use std::io::{self, Read};
-use std::process::{Child, ExitStatus, Output};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, ExitStatus, Output};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -119,6 +120,34 @@ fn drain(mut pipe: impl Read + Send + 'static) -> Reader {
         let mut all = Vec::new();
         pipe.read_to_end(&mut all).map(|_| all)
     })
+}
+
+/// Makes the child that `cmd` spawns get SIGTERM when the thread that
+/// spawns it exits, the process killed (SIGKILL) included
+/// (`PR_SET_PDEATHSIG`, prctl(2)): a helper that holds a bed (the matrix's
+/// delay line) then releases it through its own SIGTERM handling instead
+/// of outliving its parent. The spawning thread must live as long as the
+/// child should. The spawn fails if the parent is already gone.
+// The bed's one other `unsafe`: `pre_exec` and the two system calls it makes.
+#[allow(unsafe_code)]
+pub fn terminate_with_parent(cmd: &mut Command) -> &mut Command {
+    let parent = std::process::id();
+    let hook = move || -> io::Result<()> {
+        let term = libc::SIGTERM as libc::c_ulong;
+        // SAFETY: PR_SET_PDEATHSIG takes a signal number; no memory is passed.
+        if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, term, 0, 0, 0) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // The parent died before the prctl: the signal will never come.
+        // SAFETY: getppid has no preconditions.
+        if unsafe { libc::getppid() } as u32 != parent {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        Ok(())
+    };
+    // SAFETY: between fork and exec `hook` makes only async-signal-safe
+    // system calls and allocates nothing.
+    unsafe { cmd.pre_exec(hook) }
 }
 
 /// Asks `child` to stop (SIGTERM), so that it can release what it holds.

@@ -16,11 +16,11 @@
 //! | [`offloads`] | GSO super-frames or wire-size frames from the bed's kernels |
 //! | [`impair`] | loss, duplication, corruption, reordering, ECN CE marking |
 //! | [`delay_queue`] | the delay line's queue (pure) |
-//! | [`packet_socket`] | the delay line's raw `AF_PACKET` socket (this crate's only `unsafe`) |
+//! | [`packet_socket`] | the delay line's raw `AF_PACKET` socket (with [`child::terminate_with_parent`], this crate's only `unsafe`) |
 //! | [`delay_line`] | the delay line |
 //! | [`reexec`] | running a program inside a bed (`--bed NAME`) |
 //! | [`users`](mod@users) | who uses a bed (flowlane processes in its namespaces), stopping them |
-//! | [`child`] | child processes with a deadline (wait, SIGTERM then SIGKILL) |
+//! | [`child`] | child processes with a deadline (wait, SIGTERM then SIGKILL), and SIGTERM when their parent dies |
 //! | [`net_counters`] | a namespace's protocol counters (`/proc/net/snmp`, `/proc/net/netstat`) |
 //! | [`proc_stat`] | CPU time (`/proc/stat`, `/proc/<pid>/stat`), a process's start, and interface counters (`/proc/net/dev`) |
 //!

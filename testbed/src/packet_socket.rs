@@ -5,8 +5,9 @@
 //! `include/uapi/linux/virtio_net.h`).
 //!
 //! The test bed's delay line (`delay_line`) reads and writes frames
-//! with it. This module is the test bed's only `unsafe` code: raw socket
-//! calls, each block with its `SAFETY:` comment.
+//! with it. This module holds the test bed's `unsafe` code (raw socket
+//! calls, each block with its `SAFETY:` comment), but for
+//! `child::terminate_with_parent`'s `pre_exec`.
 // Raw AF_PACKET system calls through libc have no safe wrapper.
 #![allow(unsafe_code)]
 

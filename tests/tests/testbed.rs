@@ -484,3 +484,259 @@ fn up_force_checks_its_flags_before_removing_a_bed() {
     let o = testbed_in(&dirs.own, &["status", "--bed", name, "--json"]);
     assert!(o.status.success(), "{}", text(&o));
 }
+
+/// Receiver of [`impair_loss_towards_flowlane_is_loss_on_the_wire`]: reads
+/// one connection to its end and answers with the byte count.
+const SINK: &str = r#"
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('10.99.0.1', int(sys.argv[1]))); s.listen(1); s.settimeout(60)
+c, _ = s.accept(); c.settimeout(60); n = 0
+while True:
+    b = c.recv(65536)
+    if not b: break
+    n += len(b)
+c.sendall(b'%d\n' % n); c.close()
+"#;
+
+/// Sender: `bytes` to 10.99.0.1:`port`, then its segments sent and
+/// retransmitted (`tcp_info`'s tcpi_segs_out and tcpi_total_retrans).
+const SOURCE: &str = r#"
+import socket, struct, sys, time
+port, total = int(sys.argv[1]), int(sys.argv[2])
+for _ in range(100):
+    try:
+        s = socket.create_connection(('10.99.0.1', port), timeout=60); break
+    except OSError:
+        time.sleep(0.1)
+s.sendall(b'x' * total); s.shutdown(socket.SHUT_WR)
+got = int(s.makefile().readline())
+i = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+retrans, = struct.unpack_from('I', i, 100); segs_out, = struct.unpack_from('I', i, 136)
+print(got, segs_out, retrans)
+"#;
+
+/// `impair --loss` towards flowlane loses segments on the wire: a kernel
+/// TCP sender in the peer namespace retransmits about the configured share
+/// of its segments. (A loss reported to the sender as a local drop is sent
+/// again at once, never retransmitted: none were before the fix.)
+#[test]
+fn impair_loss_towards_flowlane_is_loss_on_the_wire() {
+    if !require_root("impair_loss_towards_flowlane_is_loss_on_the_wire") {
+        return;
+    }
+    let bed = Bed::up("iloss", 1);
+    let o = flowlane(&["testbed", "impair", "--bed", &bed.name, "--loss", "5"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let port = "5301";
+    let total = 3u64 << 20;
+    let mut sink = Command::new("ip")
+        .args(["netns", "exec", &bed.ns, "python3", "-c", SINK, port])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("starting the sink");
+    let o = in_ns(
+        &bed.peer_ns,
+        &["python3", "-c", SOURCE, port, &total.to_string()],
+    );
+    kill_and_reap(&mut sink);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let v: Vec<u64> = out.split_whitespace().map(|w| w.parse().unwrap()).collect();
+    let (got, segs, retrans) = (v[0], v[1], v[2]);
+    assert_eq!(got, total, "{out}");
+    // 5 % of the data segments lost, and some retransmissions with them;
+    // the bounds leave room for chance (≈2000 segments).
+    let share = retrans as f64 / segs as f64;
+    assert!(
+        (0.02..=0.15).contains(&share),
+        "{retrans} of {segs} segments retransmitted ({:.1} %) at 5 % loss",
+        share * 100.0
+    );
+}
+
+/// `testbed delay --json`'s stdout is JSON lines: `{"event":"ready",...}`
+/// once frames are delayed, then the report; the banner is on stderr.
+#[test]
+fn delay_json_stdout_is_json_lines() {
+    if !require_root("delay_json_stdout_is_json_lines") {
+        return;
+    }
+    use std::io::{BufRead, BufReader};
+    let bed = Bed::up("dljs", 1);
+    let mut child = Command::new(flowlane_bin())
+        .args([
+            "testbed", "delay", "--bed", &bed.name, "--json", "--ms", "1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the delay line");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).expect("the ready line");
+    let ready: serde_json::Value = serde_json::from_str(&first)
+        .unwrap_or_else(|e| panic!("first stdout line {first:?} is not JSON: {e}"));
+    assert_eq!(ready["event"], "ready", "{first}");
+    assert_eq!(ready["one_way_ms"], 1.0, "{first}");
+    flowlane_tests::terminate(&child);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let lines: Vec<&str> = rest.lines().collect();
+    assert_eq!(lines.len(), 1, "the report is one line: {rest:?}");
+    let report: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+    assert!(report["queue"].is_object(), "{rest}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("delaying both directions"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// A bad `--slow-rate` is one line and leaves no slow path behind; a
+/// failing step of `impair` removes what the earlier ones set up.
+#[test]
+fn impair_refuses_a_bad_slow_rate_and_leaves_nothing_half_made() {
+    if !require_root("impair_refuses_a_bad_slow_rate_and_leaves_nothing_half_made") {
+        return;
+    }
+    let bed = Bed::up("irate", 1);
+    let qdisc = || {
+        let o = in_ns(&bed.peer_ns, &["tc", "qdisc", "show", "dev", "peer0"]);
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    for bad in ["10xyz", "0"] {
+        let o = flowlane(&[
+            "testbed",
+            "impair",
+            "--bed",
+            &bed.name,
+            "--reorder",
+            "5",
+            "--slow-rate",
+            bad,
+        ]);
+        let err = one_line_failure(&o);
+        assert!(err.contains("--slow-rate") && err.contains(bad), "{err}");
+        assert!(!qdisc().contains("htb"), "{bad}: {}", qdisc());
+    }
+    // A step that fails after the slow path on peer0 was made: the ifb
+    // device's name is taken by a VXLAN device whose UDP port a socket
+    // holds, so that it cannot be brought up (EADDRINUSE).
+    let mut holder = Command::new("ip")
+        .args(["netns", "exec", &bed.peer_ns, "python3", "-c"])
+        .arg(
+            "import socket, sys, time\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+             s.bind(('0.0.0.0', 4789)); print('bound', flush=True); time.sleep(60)",
+        )
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("holding UDP port 4789");
+    let mut bound = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+        &mut bound,
+    )
+    .unwrap();
+    assert_eq!(bound.trim(), "bound");
+    let o = in_ns(
+        &bed.peer_ns,
+        &[
+            "ip", "link", "add", "flifb0", "type", "vxlan", "id", "5", "dstport", "4789",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let o = flowlane(&["testbed", "impair", "--bed", &bed.name, "--loss", "1"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("impairment removed"),
+        "{}",
+        text(&o)
+    );
+    kill_and_reap(&mut holder);
+    assert!(!qdisc().contains("htb"), "half-made: {}", qdisc());
+}
+
+/// `testbed status` shows the table (compactly), the impairment settings
+/// and the counters, in both forms.
+#[test]
+fn status_shows_the_table_and_the_impairments() {
+    if !require_root("status_shows_the_table_and_the_impairments") {
+        return;
+    }
+    let bed = Bed::up("stat", 2);
+    let o = flowlane(&[
+        "testbed", "impair", "--bed", &bed.name, "--loss", "5", "--ce", "0.5",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = flowlane(&["testbed", "status", "--bed", &bed.name]);
+    assert!(o.status.success(), "{}", text(&o));
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        t.contains("indirection table: 128 entries: [0 1] ×64"),
+        "{t}"
+    );
+    assert!(
+        t.contains("loss 5%") && t.contains("ce 0.5%") && t.contains("duplicate 0%"),
+        "{t}"
+    );
+    assert!(t.contains("to flowlane:") && t.contains("lost"), "{t}");
+    let o = flowlane(&["testbed", "status", "--bed", &bed.name, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("status JSON");
+    let table: Vec<u64> = v["table"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no table: {v}"))
+        .iter()
+        .map(|q| q.as_u64().unwrap())
+        .collect();
+    assert_eq!(table, (0..128).map(|i| i % 2).collect::<Vec<u64>>());
+    let s = &v["impairment"]["settings"];
+    assert_eq!(
+        (s["loss_ppm"].as_u64(), s["ce_ppm"].as_u64()),
+        (Some(50_000), Some(5_000)),
+        "{v}"
+    );
+    assert!(v["impairment"]["to_flowlane"]["seen"].is_u64(), "{v}");
+}
+
+/// `up --key` takes the 40 bytes `set-rss --key` does; `set-rss` without a
+/// change and `impair --clear` with impairments are refused, one line each.
+#[test]
+fn testbed_flags_that_would_do_nothing_or_the_wrong_thing_are_refused() {
+    if !require_root("testbed_flags_that_would_do_nothing_or_the_wrong_thing_are_refused") {
+        return;
+    }
+    let name = unique_name("flags");
+    let key: Vec<String> = (1..=16).map(|b| format!("{b:02x}")).collect();
+    let o = flowlane(&[
+        "testbed",
+        "up",
+        "--bed",
+        &name,
+        "--queues",
+        "1",
+        "--key",
+        &key.join(":"),
+    ]);
+    if o.status.success() {
+        // Not left behind by an `up` that should have refused.
+        let _ = flowlane(&["testbed", "down", "--bed", &name]);
+    }
+    let err = one_line_failure(&o);
+    assert!(err.contains("16 bytes") && err.contains("40"), "{err}");
+    assert!(!ns_exists(&format!("flowlane-{name}")), "a bed was made");
+
+    let bed = Bed::up("flags", 1);
+    let o = flowlane(&["testbed", "set-rss", "--bed", &bed.name]);
+    let err = one_line_failure(&o);
+    assert!(err.contains("--key, --spread or --table"), "{err}");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let o = flowlane(&[
+        "testbed", "impair", "--bed", &bed.name, "--clear", "--loss", "5",
+    ]);
+    let err = one_line_failure(&o);
+    assert!(err.contains("--clear") && err.contains("--loss"), "{err}");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}

@@ -87,6 +87,7 @@ pub struct Shared {
     /// Local address of the first data connection (picks the interface).
     pub local: OnceLock<SocketAddr>,
     failed: Mutex<Option<String>>,
+    interrupted: AtomicBool,
 }
 
 impl Shared {
@@ -100,6 +101,7 @@ impl Shared {
             connected: AtomicUsize::new(0),
             local: OnceLock::new(),
             failed: Mutex::new(None),
+            interrupted: AtomicBool::new(false),
         }
     }
 
@@ -135,6 +137,21 @@ impl Shared {
             *f = Some(why);
         }
         self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Ends the run because a signal asked it to (SIGTERM, SIGINT, SIGHUP,
+    /// SIGQUIT): a failure like any other ([`Shared::fail`]), so that the
+    /// run ends the normal way (the peer told, the data path stopped
+    /// through its clean-up), remembered as an interruption for the
+    /// summaries ([`Shared::interrupted`]).
+    pub fn interrupt(&self, why: String) {
+        self.interrupted.store(true, Ordering::Relaxed);
+        self.fail(why);
+    }
+
+    /// Whether a signal ended the run ([`Shared::interrupt`]).
+    pub fn interrupted(&self) -> bool {
+        self.interrupted.load(Ordering::Relaxed)
     }
 
     /// The first failure, if any.

@@ -215,11 +215,13 @@ pub struct MatrixArgs {
     /// zero-copy receive off), to compare the two.
     #[arg(long)]
     pub copy_receive: bool,
-    /// The flowlane receiver's `--rebalance` (default: its own default,
-    /// `auto` on the two-queue bed), to compare with and without moves in
-    /// one build.
-    #[arg(long, value_enum)]
-    pub rebalance: Option<flowlane_dataplane::service_args::RebalanceMode>,
+    /// The flowlane receiver's `--rebalance`: `off` (default: the bed's
+    /// RSS table stays as found, so that no cell depends on the ones
+    /// before) or `auto` (buckets move during a cell: the moves are
+    /// recorded in the cell, and the table is put back after it), to
+    /// compare with and without moves in one build.
+    #[arg(long, value_enum, default_value_t = flowlane_dataplane::service_args::RebalanceMode::Off)]
+    pub rebalance: flowlane_dataplane::service_args::RebalanceMode,
 }
 
 /// One parsed `-m` mapping.
@@ -293,6 +295,22 @@ impl RunArgs {
     /// `--wait` in seconds, or the role's default.
     pub fn wait_s(&self) -> f64 {
         self.wait.unwrap_or(if self.receiver { 60.0 } else { 0.0 })
+    }
+
+    /// The first flag given that only the flowlane backend takes (its
+    /// control socket, its data path's), if any.
+    fn flowlane_only_flag(&self) -> Option<&'static str> {
+        [
+            ("--control-socket", self.rebalance.control_socket.is_some()),
+            ("--daemon-socket", self.rebalance.daemon_socket.is_some()),
+            ("--busy-poll", self.data_path.busy_poll),
+            (
+                "--frames-per-queue",
+                self.data_path.frames_per_queue.is_some(),
+            ),
+        ]
+        .into_iter()
+        .find_map(|(flag, given)| given.then_some(flag))
     }
 
     /// The mode the flags select.
@@ -429,6 +447,8 @@ impl RunArgs {
             }
         } else if self.data_path.bed.is_some() {
             bail!("--bed goes with --backend flowlane");
+        } else if let Some(flag) = self.flowlane_only_flag() {
+            bail!("{flag} goes with --backend flowlane (the kernel backend has no data path of flowlane's): drop it");
         }
         if self.rebalance.requested().is_some()
             && (self.backend != BackendKind::Flowlane || self.sender)
@@ -621,6 +641,18 @@ mod tests {
             (
                 &["-r", "-m", "1,*,10.0.0.1", "--bed", "x"],
                 "--bed goes with",
+            ),
+            (
+                &["-r", "-m", "1,*,127.0.0.1", "--control-socket", "/tmp/x"],
+                "--control-socket goes with --backend flowlane",
+            ),
+            (
+                &["-r", "-m", "1,*,127.0.0.1", "--busy-poll"],
+                "--busy-poll goes with --backend flowlane",
+            ),
+            (
+                &["-s", "-m", "1,*,127.0.0.1", "--frames-per-queue", "4096"],
+                "--frames-per-queue goes with --backend flowlane",
             ),
             (
                 &["-s", "-m", "1,*,127.0.0.1", "--overlap-us", "100"],

@@ -187,10 +187,15 @@ fn start(
         .context("placing the workers")?
         .cores();
     let watched = shared.clone();
+    let interrupted = shared.clone();
     let placed = Placed::new(mode, &cores, setup, shared, flowlane_kernel::pin_to)?;
     let core_setup = placed.core_setup.clone();
-    let service = TcpService::start(config, move |h| core_setup(h))
-        .with_context(|| format!("starting flowlane's data path on {iface}"))?;
+    let service = TcpService::start(config, move |h| core_setup(h)).map_err(|e| {
+        anyhow!(
+            "starting flowlane's data path on {iface}: {}",
+            ttcp_flags(&format!("{e:#}"))
+        )
+    })?;
     // The report's threads: the workers, where the data path pinned them.
     let worker_cpus = service
         .dataplane()
@@ -226,6 +231,9 @@ fn start(
         if let Some(mode) = rebalance {
             summary["rebalance"] = mode.into();
         }
+        if interrupted.interrupted() {
+            summary["interrupted"] = true.into();
+        }
         // The TCP counters as each worker published them when it exited
         // (a move or segment of the last 50 ms is in them).
         let last = service.stop();
@@ -234,6 +242,12 @@ fn start(
         placed.finish()
     }));
     Ok(workers.with_tcp(tcp).with_thread_cpus(worker_cpus))
+}
+
+/// A data-path error as ttcp's flags say it: the services' `--port` is
+/// ttcp's `-p` (its data ports `-p`..`-p`+`-P`-1).
+fn ttcp_flags(error: &str) -> String {
+    error.replace("another --port", "another -p")
 }
 
 /// flowlane's TCP counters summed over the queues, as `/proc/net/snmp`'s
@@ -362,6 +376,15 @@ mod tests {
             .run
             .plan()
             .unwrap()
+    }
+
+    /// A port-in-use error names ttcp's own flag.
+    #[test]
+    fn a_port_in_use_names_ttcps_flag() {
+        let e = ttcp_flags(
+            "port 5001/tcp is in use by a kernel socket (…): choose another --port or stop it",
+        );
+        assert!(e.ends_with("choose another -p or stop it"), "{e}");
     }
 
     /// The interface is `--nic`'s, or found from the addresses: never a

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use flowlane_apps::service::ServiceSignals;
+use flowlane_apps::{out, outln};
 use flowlane_dataplane::service_args::ExecMode;
 
 use crate::backend::{Backend, DataThreads, Schedule, Shared, TcpReader, ThreadStats, Workers};
@@ -49,21 +51,77 @@ pub fn run(args: &RunArgs) -> Result<Report> {
         plan.params.cooldown_s,
     )));
     let fs = ProcFs::new(&args.procfs_root);
+    let _signals = SignalWatch::start(shared.clone())?;
     let mut report = if plan.receiver {
         receiver(args, &plan, backend.as_ref(), &shared, &fs)?
     } else {
         sender(args, &plan, backend.as_ref(), &shared, &fs)?
     };
+    // A closed pipe (`| head`) drops the report: the run still ends as
+    // usual (its data path released).
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", report.text());
+        out!("{}", report.text());
     }
     report.peer.take();
     if let Some(why) = report.nothing_measured() {
         bail!("{why}: no figures");
     }
     Ok(report)
+}
+
+/// What a run that a signal ended fails with (exit status 1, as any
+/// failure).
+pub const INTERRUPTED: &str =
+    "interrupted by a signal (SIGTERM, SIGINT, SIGHUP or SIGQUIT) before the test ended";
+
+/// A thread that ends the run the normal way when SIGTERM, SIGINT, SIGHUP
+/// or SIGQUIT arrives (the services' [`ServiceSignals`]): the run fails
+/// with [`INTERRUPTED`] ([`Shared::interrupt`]), so that the peer is told,
+/// the data path stops through its clean-up (flowlane's control socket
+/// removed, its `dataplane` summary printed, marked `interrupted`) and the
+/// error is one line. Stopped when dropped.
+struct SignalWatch {
+    done: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// How often [`SignalWatch`] looks at the signal flags.
+const SIGNAL_POLL: Duration = Duration::from_millis(20);
+
+impl SignalWatch {
+    fn start(shared: Arc<Shared>) -> Result<SignalWatch> {
+        let signals = ServiceSignals::install()?;
+        let done = Arc::new(AtomicBool::new(false));
+        let flag = done.clone();
+        let thread = std::thread::Builder::new()
+            .name("ttcp-signals".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    if signals.stop_requested() {
+                        shared.interrupt(INTERRUPTED.into());
+                        return;
+                    }
+                    std::thread::park_timeout(SIGNAL_POLL);
+                }
+            })
+            .context("starting the signal watch thread")?;
+        Ok(SignalWatch {
+            done,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for SignalWatch {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
 }
 
 /// The backend for `kind`, its handlers run as `mode` says.

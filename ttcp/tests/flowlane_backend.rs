@@ -257,3 +257,49 @@ fn flowlane_receiver_moves_buckets_under_a_storm() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// A flowlane receiver stopped by SIGTERM (as `flowlane testbed down`
+/// stops a bed's users) ends the normal way: its control socket removed,
+/// its `dataplane` summary printed and marked interrupted, one error line,
+/// exit status 1 (not killed by the signal).
+#[test]
+fn a_flowlane_receiver_stopped_by_sigterm_cleans_up() {
+    if !require_root("a_flowlane_receiver_stopped_by_sigterm_cleans_up") {
+        return;
+    }
+    let bed = Bed::up("tfls", 2);
+    let (ctl, data) = ports();
+    let sock = std::env::temp_dir().join(format!("ttcp-sigterm-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&sock);
+    let rx = cmd(
+        None,
+        &a(&format!(
+            "-r -m 1,*,10.99.0.1 -j --wait 60 --control-port {ctl} -p {data} --backend flowlane \
+             --bed {} --control-socket {} --daemon-socket none",
+            bed.name,
+            sock.display()
+        )),
+    )
+    .spawn()
+    .unwrap();
+    let t = std::time::Instant::now();
+    while !sock.exists() && t.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(sock.exists(), "the receiver made no control socket");
+    flowlane_testbed::child::terminate(&rx);
+    let (o, _) = wait_bounded(rx, std::time::Duration::from_secs(20), "receiver");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!sock.exists(), "the control socket was left: {err}");
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("flowlane-ttcp: error: interrupted by a signal"),
+        "{err}"
+    );
+    let summary = err
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["event"] == "dataplane")
+        .unwrap_or_else(|| panic!("no dataplane summary: {err}"));
+    assert_eq!(summary["interrupted"], true, "{summary}");
+}

@@ -347,3 +347,23 @@ fn misuse_is_one_line_nonzero_and_bounded() {
         assert_fails(&o, want);
     }
 }
+
+/// A report written to a pipe closed early (`flowlane-ttcp ... | true`) is
+/// dropped: no panic (exit 101, a backtrace), the run ends as usual.
+#[test]
+fn a_closed_stdout_pipe_does_not_panic() {
+    let (ctl, data) = ports();
+    let flags = format!("-m 1,*,127.0.0.1 -W 0.2 -t 0.5 -C 0.2 -j --control-port {ctl} -p {data}");
+    let mut rx = cmd(None, &a(&format!("-r {flags}"))).spawn().unwrap();
+    // The reader of the receiver's stdout goes away before it writes.
+    drop(rx.stdout.take());
+    std::thread::sleep(Duration::from_millis(300));
+    let tx = cmd(None, &a(&format!("-s {flags}"))).spawn().unwrap();
+    let (txo, _) = wait_bounded(tx, Duration::from_secs(30), "sender");
+    let (rxo, _) = wait_bounded(rx, Duration::from_secs(30), "receiver");
+    assert!(txo.status.success(), "{}", err_line(&txo));
+    let e = err_line(&rxo);
+    assert_ne!(rxo.status.code(), Some(101), "{e}");
+    assert!(!e.contains("panicked") && !e.contains("Broken pipe"), "{e}");
+    assert!(rxo.status.success(), "{e}");
+}

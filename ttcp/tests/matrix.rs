@@ -56,6 +56,23 @@ fn both_backends_both_roles_with_and_without_delay() {
             assert!(c["delay_line"].is_null(), "{what}");
         }
     }
+    // The flowlane receiver moved no bucket (`--rebalance off`, the
+    // matrix's default) and the bed's RSS table was as found after each of
+    // its cells; the other cells have no such fields.
+    for c in cells {
+        let receives = c["backend"] == "flowlane" && c["role"] == "receiver";
+        if receives {
+            assert_eq!(c["rebalance"], "off", "{c}");
+            assert_eq!(c["rss_moves"], serde_json::json!([]), "{c}");
+            assert_eq!(c["rss_table_put_back"], false, "{c}");
+        } else {
+            assert!(
+                c["rebalance"].is_null() && c["rss_table_put_back"].is_null(),
+                "{c}"
+            );
+        }
+    }
+    assert_eq!(v["params"]["flowlane_rebalance"], "off");
     // A flowlane sender's retransmits come from flowlane's own counters,
     // over the measured window (its report's).
     assert!(cells.iter().any(|c| c["backend"] == "flowlane"
@@ -249,6 +266,10 @@ fn a_bed_of_other_queues_is_refused_not_rebuilt() {
     let st = flowlane(&["testbed", "status", "--bed", &bed.name, "--json"]);
     let st: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
     assert_eq!(st["queues"], 4, "{st}");
+    assert!(
+        !out.exists(),
+        "a matrix that refused to run made its --out folder"
+    );
     let _ = std::fs::remove_dir_all(&out);
 }
 

@@ -6,7 +6,12 @@
  * egress (kernel -> flowlane) and tc ingress (flowlane -> kernel: AF_XDP
  * copy-mode TX bypasses qdiscs and tc on the sending side) of the peer veth.
  *
- * - loss: TC_ACT_SHOT;
+ * - loss: the packet is freed. At ingress that is TC_ACT_SHOT; at egress it
+ *   is TC_ACT_STOLEN, because the kernel reports an egress TC_ACT_SHOT to
+ *   the sending socket as a local drop (NET_XMIT_DROP: TCP's
+ *   tcp_transmit_skb fails and the segment is simply sent again, never lost
+ *   on the wire), whereas TC_ACT_STOLEN reads as sent (NET_XMIT_SUCCESS),
+ *   as netem's loss does;
  * - duplicate: bpf_clone_redirect back into the same hook; the clone carries
  *   FL_IMPAIR_MARK so it is not impaired again;
  * - corrupt: one random bit flipped in a random byte after the IP header
@@ -230,7 +235,8 @@ static __always_inline int impair(struct __sk_buff *skb, __u32 dir)
 
 	if (chance(cfg->loss_ppm)) {
 		count(dir, ST_LOST);
-		return TC_ACT_SHOT;
+		/* See the head comment: SHOT at egress is no loss to the sender. */
+		return dir == DIR_EGRESS ? TC_ACT_STOLEN : TC_ACT_SHOT;
 	}
 	/* Drawn for every packet (Not-ECT ones included), so that the rate
 	 * is per packet whatever the mix. */

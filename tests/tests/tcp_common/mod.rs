@@ -634,7 +634,10 @@ impl DelayLine {
         let first = lines
             .recv_timeout(Duration::from_secs(30))
             .unwrap_or_else(|_| panic!("the delay line did not start: {:?}", child.try_wait()));
-        assert!(first.contains("delaying both directions"), "{first}");
+        // `--json`: stdout is JSON lines, the ready line first.
+        let ready: Value = serde_json::from_str(&first)
+            .unwrap_or_else(|e| panic!("ready line {first:?} is not JSON: {e}"));
+        assert_eq!(ready["event"], "ready", "{first}");
         DelayLine { child, lines }
     }
 

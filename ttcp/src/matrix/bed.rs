@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
+use flowlane_numa_sched::nic::RssNic;
 use flowlane_testbed::BedState;
 
 /// The queue count of the matrix's bed (flowlane one worker per queue).
@@ -189,9 +190,72 @@ impl MatrixBed {
     }
 }
 
+/// The bed's RSS table as it was before a cell whose flowlane receiver
+/// may move buckets (`--rebalance auto`, or `flowlane rebalance move` on
+/// its control socket), to put back after the cell: each cell starts from
+/// the table the matrix found, and the bed is left with it.
+pub(super) struct TableBefore {
+    nic: flowlane_testbed::EmulatedNic,
+    table: Vec<u32>,
+}
+
+impl TableBefore {
+    /// Reads bed `bed`'s table (from the root namespace, where its maps
+    /// are pinned).
+    pub(super) fn read(bed: &str) -> Result<TableBefore> {
+        let nic = flowlane_testbed::load(bed)?.nic();
+        let table = nic
+            .rss()
+            .context("reading the bed's RSS table before the cell")?
+            .table;
+        Ok(TableBefore { nic, table })
+    }
+
+    /// Puts the table back when it changed (the receiver has exited):
+    /// `true` when it was written back, `false` when it was as found.
+    pub(super) fn put_back(self) -> Result<bool> {
+        let now = self
+            .nic
+            .rss()
+            .context("reading the bed's RSS table after the cell")?;
+        if now.table == self.table {
+            return Ok(false);
+        }
+        self.nic
+            .set_rss(None, Some(&self.table))
+            .context("putting the bed's RSS table back after the cell")?;
+        Ok(true)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Buckets a flowlane receiver moved during a cell are put back after
+    /// it (root: a bed); a table as found is left alone.
+    #[test]
+    fn a_table_changed_during_a_cell_is_put_back() {
+        if !flowlane_tests::require_root("a_table_changed_during_a_cell_is_put_back") {
+            return;
+        }
+        let bed = flowlane_tests::Bed::up("tmxt", 2);
+        let nic = flowlane_testbed::load(&bed.name).unwrap().nic();
+        let found = nic.rss().unwrap().table;
+        let before = TableBefore::read(&bed.name).unwrap();
+        let mut moved = found.clone();
+        for q in moved.iter_mut().take(3) {
+            *q = 1 - *q;
+        }
+        nic.set_rss(None, Some(&moved)).unwrap();
+        assert!(
+            before.put_back().unwrap(),
+            "a changed table was not put back"
+        );
+        assert_eq!(nic.rss().unwrap().table, found);
+        let before = TableBefore::read(&bed.name).unwrap();
+        assert!(!before.put_back().unwrap(), "a table as found was written");
+    }
 
     /// A bed that was up before is used as it is, never rebuilt or
     /// reprogrammed: one the matrix cannot use as it is is refused.

@@ -4,12 +4,13 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+use super::bed::TableBefore;
 use super::delay_line::DelayLine;
-use super::failures::{both, cell_error};
+use super::failures::{both, cell_error, receiver_error};
 use super::wire_frames::{WireSizeFrames, KERNEL_WIRE};
 use flowlane_testbed::child::{stop, Watched};
 
@@ -43,6 +44,12 @@ impl End {
         End(Some(Watched::new(child)))
     }
 
+    /// Whether the end has exited, with a status other than success.
+    fn failed(&mut self) -> Result<bool> {
+        let w = self.0.as_mut().expect("not collected yet");
+        Ok(w.child().try_wait()?.is_some_and(|st| !st.success()))
+    }
+
     /// Waits at most `limit` for the end to exit; its output.
     fn output_within(mut self, limit: Duration) -> Result<Output> {
         self.0.take().expect("collected once").output_within(limit)
@@ -57,11 +64,32 @@ impl Drop for End {
     }
 }
 
+/// How often [`outputs`] looks at the two ends.
+const POLL: Duration = Duration::from_millis(20);
+
 /// The outputs of a cell's sender and receiver, each waited for at most
 /// `limit`, the sender's first; both ends' pipes are read all along (see
-/// [`End`]).
-fn outputs(tx: End, rx: End, limit: Duration) -> Result<(Output, Output)> {
-    let txo = tx.output_within(limit)?;
+/// [`End`]). A receiver that fails first (it could not start: its port
+/// held) ends the cell at once with its error: the sender, which would
+/// wait for it up to its `--wait`, is stopped.
+fn outputs(mut tx: End, mut rx: End, limit: Duration) -> Result<(Output, Output)> {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline
+        && tx
+            .0
+            .as_mut()
+            .expect("not collected")
+            .child()
+            .try_wait()?
+            .is_none()
+    {
+        if rx.failed()? {
+            drop(tx);
+            bail!(receiver_error(&rx.output_within(STOP_GRACE)?));
+        }
+        std::thread::sleep(POLL);
+    }
+    let txo = tx.output_within(deadline.saturating_duration_since(Instant::now()))?;
     let rxo = rx.output_within(limit)?;
     Ok((txo, rxo))
 }
@@ -97,6 +125,18 @@ pub(super) struct CellRun {
     /// TCP retransmits of the sending side in the measured window
     /// ([`sender_retransmits`]).
     pub(super) sender_retrans: Option<u64>,
+    /// The receiver's bucket moves ([`moves`]).
+    pub(super) rx_moves: Vec<serde_json::Value>,
+}
+
+/// A flowlane receiver's bucket moves: its `move` lines on stderr
+/// (`flowlane_dataplane::service_control::move_line`), one per move.
+fn moves(stderr: &[u8]) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(stderr)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["event"] == "move")
+        .collect()
 }
 
 /// flowlane's `dataplane` report line (on its stderr): per queue, the
@@ -230,6 +270,7 @@ fn run_cell(c: &CellSpec<'_>) -> Result<CellRun> {
         rx,
         tx,
         sender_retrans,
+        rx_moves: moves(&rxo.stderr),
     })
 }
 
@@ -242,24 +283,69 @@ pub(super) struct Outcome {
     /// The bed's offloads could not be given back after a `kernel-wire`
     /// cell: the cells after it would run without them.
     pub(super) offloads_lost: bool,
+    /// For a flowlane receiver's cell: whether the bed's RSS table had
+    /// changed and was put back ([`TableBefore::put_back`]); `None` for the
+    /// others, or when it could not be read.
+    pub(super) rss_table_put_back: Option<bool>,
+    /// The bed's RSS table could not be read or put back after a flowlane
+    /// receiver's cell: the cells after it would run on another table.
+    pub(super) rss_table_lost: bool,
 }
 
-/// Runs a cell, through a delay line of `delay_ms` each way when it is not
-/// 0, with the bed's offloads off for a `kernel-wire` cell. A line that
-/// fails, or offloads not given back, fail the cell too (beside its own
-/// error, when it has one).
+/// Whether the cell's tested end is a flowlane receiver, which may move
+/// the bed's RSS buckets.
+pub(super) fn flowlane_receives(spec: &CellSpec<'_>) -> bool {
+    spec.backend == "flowlane" && !spec.sends
+}
+
+/// [`run_offloaded`], the bed's RSS table read before the cell and put back
+/// after it when its tested end is a flowlane receiver, so that no cell
+/// sees the buckets an earlier one moved and the bed is left as found.
 pub(super) fn run_delayed(
     flowlane: &Path,
     bed: &str,
     delay_ms: f64,
     spec: &CellSpec<'_>,
 ) -> Outcome {
+    if !flowlane_receives(spec) {
+        return run_offloaded(flowlane, bed, delay_ms, spec);
+    }
+    let before = match TableBefore::read(bed) {
+        Ok(t) => t,
+        Err(e) => {
+            return Outcome {
+                run: Err(e),
+                line_report: None,
+                offloads_lost: false,
+                rss_table_put_back: None,
+                rss_table_lost: true,
+            }
+        }
+    };
+    let mut o = run_offloaded(flowlane, bed, delay_ms, spec);
+    match before.put_back() {
+        Ok(put) => o.rss_table_put_back = Some(put),
+        Err(e) => {
+            o.run = both(o.run, Err(e));
+            o.rss_table_lost = true;
+        }
+    }
+    o
+}
+
+/// Runs a cell, through a delay line of `delay_ms` each way when it is not
+/// 0, with the bed's offloads off for a `kernel-wire` cell. A line that
+/// fails, or offloads not given back, fail the cell too (beside its own
+/// error, when it has one).
+fn run_offloaded(flowlane: &Path, bed: &str, delay_ms: f64, spec: &CellSpec<'_>) -> Outcome {
     if spec.backend != KERNEL_WIRE {
         let (run, line_report) = run_with_line(flowlane, bed, delay_ms, spec);
         return Outcome {
             run,
             line_report,
             offloads_lost: false,
+            rss_table_put_back: None,
+            rss_table_lost: false,
         };
     }
     let state = match flowlane_testbed::load(bed) {
@@ -269,6 +355,8 @@ pub(super) fn run_delayed(
                 run: Err(e),
                 line_report: None,
                 offloads_lost: false,
+                rss_table_put_back: None,
+                rss_table_lost: false,
             }
         }
     };
@@ -282,6 +370,8 @@ pub(super) fn run_delayed(
         offloads_lost: given_back.is_err(),
         run: both(run, given_back),
         line_report,
+        rss_table_put_back: None,
+        rss_table_lost: false,
     }
 }
 
@@ -403,6 +493,37 @@ mod tests {
         assert_eq!(txo.stdout, b"sent\n");
         assert_eq!(rxo.stderr.len(), 200_000, "the receiver's output is whole");
         assert!(took < Duration::from_secs(4), "{took:?}");
+    }
+
+    /// A receiver that fails to start (its port held) ends the cell at
+    /// once with its error, not when the sender gives up waiting for it.
+    #[test]
+    fn a_receiver_that_fails_to_start_ends_the_cell_at_once() {
+        let sh = |script: &str| {
+            Command::new("sh")
+                .args(["-c", script])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let rx = End::new(sh("echo 'control port in use' >&2; exit 1"));
+        let tx = sh("sleep 20");
+        let tx_proc = std::path::PathBuf::from(format!("/proc/{}", tx.id()));
+        let t = std::time::Instant::now();
+        let e = outputs(End::new(tx), rx, Duration::from_secs(60)).unwrap_err();
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+        assert_eq!(e.to_string(), "receiver: control port in use");
+        assert!(!tx_proc.exists(), "the sender still runs (or is unreaped)");
+    }
+
+    /// A flowlane receiver's moves are its stderr's `move` lines.
+    #[test]
+    fn a_receivers_moves_are_its_move_lines() {
+        let stderr = b"{\"event\":\"move\",\"bucket\":3,\"from\":0,\"to\":1}\nsome line\n{\"event\":\"dataplane\"}\n";
+        let m = moves(stderr);
+        assert_eq!(m.len(), 1);
+        assert_eq!(m[0]["bucket"], 3);
     }
 
     #[test]

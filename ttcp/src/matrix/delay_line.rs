@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use flowlane_testbed::child::{terminate, wait_within};
+use flowlane_testbed::child::{terminate, terminate_with_parent, wait_within};
 
 /// A running delay line; stopped (SIGTERM) on drop.
 #[derive(Debug)]
@@ -26,9 +26,14 @@ pub struct DelayLine {
 
 impl DelayLine {
     /// Starts `flowlane testbed delay --bed BED --ms MS` and waits (at most
-    /// 30 s) until frames are being delayed.
+    /// 30 s) until frames are being delayed. The line gets SIGTERM when the
+    /// calling thread exits ([`terminate_with_parent`]): stop or drop it on
+    /// that thread.
     pub fn start(flowlane: &Path, bed: &str, one_way_ms: f64) -> Result<DelayLine> {
-        let mut child = Command::new(flowlane)
+        // A matrix killed outright (SIGKILL) takes its line with it: the
+        // line gets SIGTERM and releases the bed. This thread outlives the
+        // line (`run_with_line` starts and stops it).
+        let mut child = terminate_with_parent(&mut Command::new(flowlane))
             .args(["testbed", "delay", "--bed", bed, "--json", "--ms"])
             .arg(one_way_ms.to_string())
             .stdout(Stdio::piped())
@@ -46,7 +51,7 @@ impl DelayLine {
         });
         let mut line = DelayLine { child, lines };
         match line.lines.recv_timeout(Duration::from_secs(30)) {
-            Ok(l) if l.contains("delaying") => Ok(line),
+            Ok(l) if is_ready(&l) => Ok(line),
             _ => {
                 let _ = line.child.kill();
                 let out = line.child.wait_with_output_stderr();
@@ -56,7 +61,7 @@ impl DelayLine {
     }
 
     /// Stops the line (it releases what it holds first): its JSON report
-    /// and how the stop went.
+    /// (the line after the ready line) and how the stop went.
     pub fn stop(mut self) -> Stopped {
         terminate(&self.child);
         let error = match wait_within(&mut self.child, Duration::from_secs(30)) {
@@ -84,6 +89,12 @@ impl DelayLine {
             },
         }
     }
+}
+
+/// Whether `line` is `flowlane testbed delay --json`'s first stdout line,
+/// `{"event":"ready",...}` (frames are being delayed).
+fn is_ready(line: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(line).is_ok_and(|v| v["event"] == "ready")
 }
 
 /// What a stopped [`DelayLine`] left.
@@ -130,21 +141,34 @@ mod tests {
     /// then fails.
     const FAILS_AFTER_ITS_REPORT: &str = r#"#!/bin/sh
 trap 'echo "{\"mean_late_us\": 3}"; echo "lost its hooks" >&2; exit 1' TERM
-echo "test bed x: delaying both directions by 1 ms"
+echo "test bed x: delaying both directions by 1 ms" >&2
+echo '{"event":"ready","bed":"x","one_way_ms":1}'
 while :; do sleep 0.05; done
 "#;
 
-    #[test]
-    fn a_line_that_fails_after_its_report_keeps_the_report() {
-        let dir = std::env::temp_dir().join(format!("ttcp-delay-line-{}", std::process::id()));
+    /// A stand-in whose delay line leaves a mark when SIGTERM comes.
+    const MARKS_ITS_TERM: &str = r#"#!/bin/sh
+trap 'echo term > "$0.term"; exit 0' TERM
+echo '{"event":"ready"}'
+while :; do sleep 0.05; done
+"#;
+
+    /// Writes `script` as an executable stand-in for `flowlane` in a fresh
+    /// directory.
+    fn fake_flowlane(tag: &str, script: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("ttcp-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let fake = dir.join("flowlane");
-        std::fs::write(&fake, FAILS_AFTER_ITS_REPORT).unwrap();
+        std::fs::write(&fake, script).unwrap();
         std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
-        // Another test's fork may hold the just-written file open for a
-        // moment (ETXTBSY): try again.
-        let line = (0..50)
-            .find_map(|_| match DelayLine::start(&fake, "x", 1.0) {
+        fake
+    }
+
+    /// Starts a line on `fake`, retrying while another test's fork holds the
+    /// just-written file open (ETXTBSY).
+    fn start_fake(fake: &Path) -> DelayLine {
+        (0..50)
+            .find_map(|_| match DelayLine::start(fake, "x", 1.0) {
                 Ok(l) => Some(l),
                 Err(e) if format!("{e:#}").contains("busy") => {
                     std::thread::sleep(Duration::from_millis(20));
@@ -152,9 +176,44 @@ while :; do sleep 0.05; done
                 }
                 Err(e) => panic!("{e:#}"),
             })
-            .expect("the fake line started");
-        let stopped = line.stop();
-        let _ = std::fs::remove_dir_all(&dir);
+            .expect("the fake line started")
+    }
+
+    #[test]
+    fn a_line_whose_parent_dies_is_terminated() {
+        let fake = fake_flowlane("delay-orphan", MARKS_ITS_TERM);
+        let mark = fake.with_extension("term");
+        // The starting thread ends without stopping the line, as a matrix
+        // killed outright would.
+        let f = fake.clone();
+        let pid = std::thread::spawn(move || {
+            // Never dropped (which would stop it).
+            let line = std::mem::ManuallyDrop::new(start_fake(&f));
+            line.child.id()
+        })
+        .join()
+        .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !mark.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let terminated = mark.exists();
+        if !terminated {
+            // Not left running by the failed test.
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let _ = std::fs::remove_dir_all(fake.parent().unwrap());
+        assert!(terminated, "the orphaned line got no SIGTERM");
+    }
+
+    #[test]
+    fn a_line_that_fails_after_its_report_keeps_the_report() {
+        let fake = fake_flowlane("delay-line", FAILS_AFTER_ITS_REPORT);
+        let stopped = start_fake(&fake).stop();
+        let _ = std::fs::remove_dir_all(fake.parent().unwrap());
         assert_eq!(
             stopped.report,
             Some(serde_json::json!({"mean_late_us": 3})),

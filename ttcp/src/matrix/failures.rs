@@ -37,6 +37,12 @@ pub(super) fn cell_error(tx: &Output, rx: &Output) -> Option<String> {
     (!failed.is_empty()).then(|| failed.join("; "))
 }
 
+/// The error of a cell whose receiver failed before its sender ended (it
+/// could not start), as [`cell_error`] writes it.
+pub(super) fn receiver_error(rx: &Output) -> String {
+    format!("receiver: {}", said(rx))
+}
+
 /// `first`'s result, failed too when `then` failed (a delay line that did
 /// not stop cleanly, offloads not given back): both errors when both did.
 pub(super) fn both<T>(first: Result<T>, then: Result<()>) -> Result<T> {

@@ -10,7 +10,11 @@
 //! made is removed on every path (including Ctrl-C: SIGINT/SIGTERM stop the
 //! matrix between cells, and a bed that `up` left half-made is removed
 //! too); one that was up before is used as it was found and left so
-//! (`bed`).
+//! (`bed`). The flowlane receiver runs with `--rebalance off` unless
+//! `--rebalance auto` is asked; either way the bed's RSS table is read
+//! before each of its cells and put back after it (`bed::TableBefore`), and
+//! the cell records the mode, the receiver's moves and whether the table
+//! was put back, so that no cell depends on the ones before.
 
 //!
 //! Files: this one runs the matrix (flags, the loop over cells, the
@@ -34,11 +38,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
+use flowlane_apps::{out, outln};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::cli::{parse_size, MatrixArgs};
 use bed::MatrixBed;
-use cell::{run_delayed, CellSpec, Outcome, COOLDOWN_S};
+use cell::{flowlane_receives, run_delayed, CellSpec, Outcome, COOLDOWN_S};
 use failures::{no_round_trip, nothing_measured};
 use flowlane_dataplane::service_args::RebalanceMode;
 use flowlane_dataplane::umem::RingSizes;
@@ -107,6 +112,33 @@ fn check_times(seconds: f64, warmup: Option<f64>, delays_ms: &[f64]) -> Result<(
         bail!("--delays: {d} is not a one-way delay in milliseconds (0 or more)");
     }
     Ok(())
+}
+
+/// Why the matrix stops before its next cell: the bed is no longer as the
+/// cells after would be labelled (`None`: it is).
+fn bed_changed(offloads_lost: bool, rss_lost: bool) -> Option<&'static str> {
+    if offloads_lost {
+        Some("the bed's offloads could not be given back after a kernel-wire cell")
+    } else if rss_lost {
+        Some("the bed's RSS table could not be read or put back after a flowlane receiver's cell")
+    } else {
+        None
+    }
+}
+
+/// The name of a `--rebalance` mode, as the flag and results.json write it.
+fn rebalance_name(mode: RebalanceMode) -> &'static str {
+    match mode {
+        RebalanceMode::Auto => "auto",
+        RebalanceMode::Off => "off",
+    }
+}
+
+/// The flowlane receiver's extra flags: `--rebalance` always given (the
+/// receiver's own default is `auto` on the two-queue bed, which would move
+/// buckets during the cells of a matrix that asked for none).
+fn flowlane_rx_flags(mode: RebalanceMode) -> String {
+    format!("--rebalance {}", rebalance_name(mode))
 }
 
 /// The failures of a finished matrix as one line (`None` when every cell
@@ -212,19 +244,13 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
             .trim()
             .to_string();
     }
-    let rebalance = a.rebalance.map(|m| match m {
-        RebalanceMode::Auto => "auto",
-        RebalanceMode::Off => "off",
-    });
-    let flowlane_rx_flags = rebalance
-        .map(|m| format!("--rebalance {m}"))
-        .unwrap_or_default();
+    let rebalance = rebalance_name(a.rebalance);
+    let flowlane_rx_flags = flowlane_rx_flags(a.rebalance);
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
     let out = a
         .out
         .clone()
         .unwrap_or_else(|| PathBuf::from("results").join(utc_date(now.as_secs())));
-    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
 
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
@@ -240,6 +266,8 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
         backends.iter().any(|b| b == wire_frames::KERNEL_WIRE),
     )?;
     let (ns, peer_ns) = (bed.state().netns.clone(), bed.state().peer_netns.clone());
+    // Made once the run starts: a matrix that refuses to run leaves none.
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
 
     let cells_planned = roles.len() * conns.len() * bufs.len() * backends.len() * delays.len();
     let latency_planned = lat_sizes.len() * backends.len() * delays.len();
@@ -247,6 +275,9 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
     // Set when the bed's offloads could not be given back: the cells after
     // would run without them, labelled as with them, so none runs.
     let mut offloads_lost = false;
+    // Set when the bed's RSS table could not be read or put back after a
+    // flowlane receiver's cell: the cells after would run on another one.
+    let mut rss_lost = false;
     let mut latency: Vec<serde_json::Value> = Vec::new();
     let pb = ProgressBar::new(total as u64);
     pb.set_style(
@@ -281,12 +312,16 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
                             flowlane_flags: &flowlane_flags,
                             flowlane_rx_flags: &flowlane_rx_flags,
                         };
+                        let receives = flowlane_receives(&spec);
                         let Outcome {
                             run: r,
                             line_report,
                             offloads_lost: lost,
+                            rss_table_put_back,
+                            rss_table_lost: table_lost,
                         } = run_delayed(&flowlane, &name, d, &spec);
                         offloads_lost |= lost;
+                        rss_lost |= table_lost;
                         let rtt_added_ms = line_report.as_ref().and_then(|l| {
                             Some(2.0 * (d + l.get("mean_late_us")?.as_f64()? / 1000.0))
                         });
@@ -306,6 +341,9 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
                             cycles_per_byte_sender_threads: None,
                             pct_one_cpu_per_gbit_system: None,
                             retrans_sender: None,
+                            rebalance: receives.then(|| rebalance.into()),
+                            rss_moves: None,
+                            rss_table_put_back,
                             error: None,
                             receiver: None,
                             sender: None,
@@ -327,6 +365,7 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
                                 cell.pct_one_cpu_per_gbit_system =
                                     g(&rx, "pct_one_cpu_per_gbit_system");
                                 cell.retrans_sender = run.sender_retrans;
+                                cell.rss_moves = receives.then_some(run.rx_moves);
                                 if let Some(e) = nothing_measured(&rx) {
                                     pb.println(format!(
                                         "{b} {role} conns={c} buf={buf} delay={d}ms: {e}"
@@ -345,8 +384,8 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
                         }
                         cells.push(cell);
                         pb.inc(1);
-                        if offloads_lost {
-                            pb.abandon_with_message("stopped: the bed's offloads are off");
+                        if let Some(why) = bed_changed(offloads_lost, rss_lost) {
+                            pb.abandon_with_message(format!("stopped: {why}"));
                             break 'all;
                         }
                     }
@@ -375,14 +414,23 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
                     flowlane_flags: &flowlane_flags,
                     flowlane_rx_flags: &flowlane_rx_flags,
                 };
+                let receives = flowlane_receives(&spec);
                 let outcome = run_delayed(&flowlane, &name, d, &spec);
                 offloads_lost |= outcome.offloads_lost;
+                rss_lost |= outcome.rss_table_lost;
                 let mut row = serde_json::json!({
                     "backend": b, "role": "receiver (echo)", "msg_size": size, "delay_ms": d,
                 });
+                if receives {
+                    row["rebalance"] = rebalance.into();
+                    row["rss_table_put_back"] = outcome.rss_table_put_back.into();
+                }
                 let error = match outcome.run {
                     Ok(run) => {
                         row["latency"] = run.tx["latency"].clone();
+                        if receives {
+                            row["rss_moves"] = run.rx_moves.into();
+                        }
                         no_round_trip(&row["latency"])
                     }
                     Err(e) => Some(format!("{e:#}")),
@@ -393,8 +441,8 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
                 }
                 latency.push(row);
                 pb.inc(1);
-                if offloads_lost {
-                    pb.abandon_with_message("stopped: the bed's offloads are off");
+                if let Some(why) = bed_changed(offloads_lost, rss_lost) {
+                    pb.abandon_with_message(format!("stopped: {why}"));
                     break 'all;
                 }
             }
@@ -415,7 +463,7 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
         "bed": {"name": st.name, "made_by_matrix": bed.made(), "queues": st.queues, "mtu": bed.mtu(), "receiver": format!("{} ({})", st.local_v4, st.local_if), "sender": format!("{} ({})", st.peer_v4, st.peer_if)},
         "flowlane_frames_per_queue": a.frames_per_queue.unwrap_or(RingSizes::DEFAULT_FRAMES),
         "flowlane_receive": if a.copy_receive { "copy" } else { "zero-copy" },
-        "flowlane_rebalance": rebalance.unwrap_or("auto (the receiver's default)"),
+        "flowlane_rebalance": rebalance,
     });
     let json = serde_json::json!({"params": params, "cells": cells, "latency": latency});
     std::fs::write(
@@ -426,21 +474,19 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
     let lat = latency_table(&latency);
     let table = format!("{sbs}\nLatency (ping-pong, tested backend echoing, kernel sender measuring):\n\n{lat}\nAll cells:\n\n{}", table(&cells));
     std::fs::write(out.join("table.md"), &table)?;
-    print!("{sbs}");
+    // A closed pipe (`| head`) drops the lines: the outputs are written.
+    out!("{sbs}");
     if !latency.is_empty() {
-        print!("\n{lat}");
+        out!("\n{lat}");
     }
     match plots(&cells, &out) {
-        Ok(files) => println!("plots: {}", files.join(", ")),
-        Err(e) => println!("plots skipped: {e:#}"),
+        Ok(files) => outln!("plots: {}", files.join(", ")),
+        Err(e) => outln!("plots skipped: {e:#}"),
     }
-    println!("results: {}", out.join("results.json").display());
+    outln!("results: {}", out.join("results.json").display());
     let ran = cells.len() + latency.len();
-    if offloads_lost {
-        bail!(
-            "stopped after {ran} of {total} cells: the bed's offloads could not be given back \
-             after a kernel-wire cell (see its error in results.json)"
-        );
+    if let Some(why) = bed_changed(offloads_lost, rss_lost) {
+        bail!("stopped after {ran} of {total} cells: {why} (see its error in results.json)");
     }
     if stop.load(Ordering::Relaxed) {
         bail!("interrupted after {ran} of {total} cells");
@@ -460,6 +506,28 @@ mod tests {
         assert_eq!(warmup_s(None, 0.0), 1.0);
         assert_eq!(warmup_s(None, 10.0), 2.0);
         assert_eq!(warmup_s(Some(0.3), 50.0), 0.3);
+    }
+
+    /// The flowlane receiver runs with `--rebalance off` unless the matrix
+    /// is asked otherwise: its own default (`auto` on the bed) never
+    /// applies.
+    #[test]
+    fn the_flowlane_receiver_moves_no_bucket_unless_asked() {
+        use clap::Parser;
+        let matrix = |extra: &[&str]| {
+            let mut a = vec!["flowlane-ttcp", "matrix"];
+            a.extend_from_slice(extra);
+            match crate::cli::Cli::try_parse_from(a).unwrap().cmd {
+                Some(crate::cli::Sub::Matrix(m)) => m,
+                None => panic!("no matrix"),
+            }
+        };
+        assert_eq!(flowlane_rx_flags(matrix(&[]).rebalance), "--rebalance off");
+        assert_eq!(
+            flowlane_rx_flags(matrix(&["--rebalance", "auto"]).rebalance),
+            "--rebalance auto"
+        );
+        assert_eq!(rebalance_name(matrix(&[]).rebalance), "off");
     }
 
     #[test]

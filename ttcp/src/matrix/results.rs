@@ -41,6 +41,17 @@ pub struct Cell {
     /// TCP counters (all queues) read at the window's edges; `None` when
     /// the sender's report has no such figure.
     pub retrans_sender: Option<u64>,
+    /// The flowlane receiver's `--rebalance` (`off`, `auto`) in this
+    /// cell; `None` where the tested backend is no flowlane receiver.
+    pub rebalance: Option<String>,
+    /// The RSS buckets the flowlane receiver moved in this cell (its
+    /// `move` lines); `None` where the tested backend is no flowlane
+    /// receiver, or the cell failed before its receiver's output was read.
+    pub rss_moves: Option<Vec<serde_json::Value>>,
+    /// Whether the bed's RSS table had changed by the end of the cell and
+    /// was put back as it was before it (`false`: it was as found); `None`
+    /// where the tested backend is no flowlane receiver.
+    pub rss_table_put_back: Option<bool>,
     /// Error, when the cell failed.
     pub error: Option<String>,
     /// Receiver report.
@@ -90,6 +101,9 @@ pub(super) fn test_cell(c: usize, d: f64, mbit: f64) -> Cell {
         cycles_per_byte_sender_threads: Some(1.4),
         pct_one_cpu_per_gbit_system: Some(30.0),
         retrans_sender: Some(0),
+        rebalance: None,
+        rss_moves: None,
+        rss_table_put_back: None,
         error: None,
         receiver: None,
         sender: None,
