@@ -14,7 +14,7 @@ use flowlane_app::{
 
 use crate::heartbeat::{coarse_now, Heartbeat};
 use crate::memory::{Charge, CoreMemory, Way};
-use crate::message::{message_cost, ConnectAnswer, ToApp, ToCore, BUF, RX_CREDIT};
+use crate::message::{message_cost, ConnectAnswer, ToApp, ToCore, BUF, RX_CREDIT, SMALL_DATA};
 
 /// Requests a core takes per pass (the rest wait for the next).
 const REQUESTS_PER_PASS: usize = 1024;
@@ -246,22 +246,26 @@ impl Relay {
     }
 
     /// Sends a message of data to `thread`; one of under half a pool
-    /// buffer goes in a buffer of its own size, and the pool keeps the 64
-    /// KiB one: memory follows the bytes the credit and the core's receive
-    /// memory bound (twice them at most; and the message's cost, which
-    /// [`Relay::pull`] charged), not the number of messages. (Messages of
-    /// under [`SMALL_DATA`](crate::message::SMALL_DATA) bytes the thread
-    /// appends to the buffer it holds.)
-    fn deliver(&mut self, thread: u32, conn: ConnHandle, bytes: Vec<u8>) {
-        let bytes = if bytes.len() < BUF / 2 {
+    /// buffer goes in a buffer of its own size: memory follows the bytes
+    /// the credit and the core's receive memory bound (twice them at most;
+    /// and the message's cost, which [`Relay::pull`] charged), not the
+    /// number of messages. One of under
+    /// [`SMALL_DATA`](crate::message::SMALL_DATA) bytes (which the thread
+    /// appends to the buffer it holds) is copied and the pool keeps the
+    /// 64 KiB buffer; a larger one keeps its buffer, shrunk in place (the
+    /// allocator splits the block: nothing is copied, where a copy of up
+    /// to 32 KiB per message cost the core more than the allocation of
+    /// the pool's next buffer).
+    fn deliver(&mut self, thread: u32, conn: ConnHandle, mut bytes: Vec<u8>) {
+        if bytes.len() < SMALL_DATA {
             let exact = bytes.as_slice().to_vec();
             if self.pool.len() < POOL {
                 self.pool.push(bytes);
             }
-            exact
-        } else {
-            bytes
-        };
+            bytes = exact;
+        } else if bytes.len() < BUF / 2 {
+            bytes.shrink_to_fit();
+        }
         self.tell(thread, ToApp::Data { conn, bytes });
     }
 
