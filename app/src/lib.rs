@@ -38,6 +38,8 @@ mod handler;
 mod handles;
 mod net;
 mod setup;
+#[cfg(any(test, feature = "testing"))]
+mod testing;
 
 pub use conn_map::ConnMap;
 pub use dispatch::{ConnExport, Dispatcher, HandlerId};

@@ -827,7 +827,7 @@ mod tests {
     use crate::memory::{RX_MEMORY, TX_MEMORY};
     use crate::message::SMALL_MESSAGE_COST;
     use crossbeam_channel::unbounded;
-    use flowlane_app::{CongestionAlgorithm, ConnInfo, FourTuple, Placement, State, Stats};
+    use flowlane_app::{FourTuple, Placement, Stats};
     use std::net::SocketAddr;
 
     /// The core's one connection: bytes to read, how much a send takes,
@@ -844,6 +844,7 @@ mod tests {
     }
 
     impl Net for Core {
+        flowlane_app::fake_net_settings!();
         fn now(&self) -> Duration {
             Duration::ZERO
         }
@@ -903,42 +904,11 @@ mod tests {
             self.did.push("abort");
             Ok(())
         }
-        fn set_nodelay(&mut self, _conn: ConnHandle, _on: bool) -> Result<(), Error> {
-            Ok(())
-        }
-        fn set_keepalive(&mut self, _conn: ConnHandle, _on: bool) -> Result<(), Error> {
-            Ok(())
-        }
-        fn set_send_buffer(&mut self, _conn: ConnHandle, _bytes: usize) -> Result<(), Error> {
-            Ok(())
-        }
-        fn set_recv_buffer(&mut self, _conn: ConnHandle, _bytes: usize) -> Result<(), Error> {
-            Ok(())
-        }
-        fn set_congestion(
-            &mut self,
-            _conn: ConnHandle,
-            _alg: CongestionAlgorithm,
-        ) -> Result<(), Error> {
-            Ok(())
-        }
-        fn info(&self, _conn: ConnHandle) -> Result<ConnInfo, Error> {
-            Err(Error::WouldBlock)
-        }
         fn four_tuple(&self, _conn: ConnHandle) -> Result<FourTuple, Error> {
             Ok(FourTuple {
                 local: "10.0.0.1:80".parse().unwrap(),
                 remote: "10.0.0.2:4000".parse().unwrap(),
             })
-        }
-        fn state(&self, _conn: ConnHandle) -> Result<State, Error> {
-            Ok(State::Established)
-        }
-        fn set_user_data(&mut self, _conn: ConnHandle, _data: u64) -> Result<(), Error> {
-            Ok(())
-        }
-        fn user_data(&self, _conn: ConnHandle) -> Result<u64, Error> {
-            Ok(0)
         }
         fn stats(&self) -> &Stats {
             &self.stats

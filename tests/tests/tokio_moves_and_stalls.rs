@@ -13,8 +13,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use flowlane_app::{
-    CongestionAlgorithm, ConnHandle, ConnHandler, ConnInfo, Dispatcher, Error, FourTuple,
-    HandlerId, Net, Placement, Setup, State, Stats,
+    ConnHandle, ConnHandler, Dispatcher, Error, FourTuple, HandlerId, Net, Placement, Setup, Stats,
 };
 use flowlane_qp::{QueuePairConfig, QueuePairs};
 use flowlane_tokio::{AsyncConfig, Connector, Local, TcpStream};
@@ -44,6 +43,7 @@ impl Core {
 }
 
 impl Net for Core {
+    flowlane_app::fake_net_settings!();
     fn now(&self) -> Duration {
         Duration::ZERO
     }
@@ -86,43 +86,12 @@ impl Net for Core {
         self.did.push((conn, "abort"));
         Ok(())
     }
-    fn set_nodelay(&mut self, _conn: ConnHandle, _on: bool) -> Result<(), Error> {
-        Ok(())
-    }
-    fn set_keepalive(&mut self, _conn: ConnHandle, _on: bool) -> Result<(), Error> {
-        Ok(())
-    }
-    fn set_send_buffer(&mut self, _conn: ConnHandle, _bytes: usize) -> Result<(), Error> {
-        Ok(())
-    }
-    fn set_recv_buffer(&mut self, _conn: ConnHandle, _bytes: usize) -> Result<(), Error> {
-        Ok(())
-    }
-    fn set_congestion(
-        &mut self,
-        _conn: ConnHandle,
-        _alg: CongestionAlgorithm,
-    ) -> Result<(), Error> {
-        Ok(())
-    }
-    fn info(&self, _conn: ConnHandle) -> Result<ConnInfo, Error> {
-        Err(Error::WouldBlock)
-    }
     /// The peer's port tells the connections apart: 4000 + its slot.
     fn four_tuple(&self, conn: ConnHandle) -> Result<FourTuple, Error> {
         Ok(FourTuple {
             local: SocketAddr::from(([10, 0, 0, 1], PORT)),
             remote: SocketAddr::from(([10, 0, 0, 2], 4000 + conn.index() as u16)),
         })
-    }
-    fn state(&self, _conn: ConnHandle) -> Result<State, Error> {
-        Ok(State::Established)
-    }
-    fn set_user_data(&mut self, _conn: ConnHandle, _data: u64) -> Result<(), Error> {
-        Ok(())
-    }
-    fn user_data(&self, _conn: ConnHandle) -> Result<u64, Error> {
-        Ok(0)
     }
     fn stats(&self) -> &Stats {
         &self.stats

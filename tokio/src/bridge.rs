@@ -497,7 +497,7 @@ impl ConnHandler for Bridge {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flowlane_app::{CongestionAlgorithm, ConnInfo, FourTuple, Placement, State, Stats};
+    use flowlane_app::{FourTuple, Placement, Stats};
     use std::net::SocketAddr;
 
     /// One connection's stack, faked: what the peer sent and whether it
@@ -513,6 +513,7 @@ mod tests {
     }
 
     impl Net for Stack {
+        flowlane_app::fake_net_settings!();
         fn now(&self) -> Duration {
             self.now
         }
@@ -565,39 +566,8 @@ mod tests {
             self.did.push("abort");
             Ok(())
         }
-        fn set_nodelay(&mut self, _conn: ConnHandle, _on: bool) -> Result<(), Error> {
-            Ok(())
-        }
-        fn set_keepalive(&mut self, _conn: ConnHandle, _on: bool) -> Result<(), Error> {
-            Ok(())
-        }
-        fn set_send_buffer(&mut self, _conn: ConnHandle, _bytes: usize) -> Result<(), Error> {
-            Ok(())
-        }
-        fn set_recv_buffer(&mut self, _conn: ConnHandle, _bytes: usize) -> Result<(), Error> {
-            Ok(())
-        }
-        fn set_congestion(
-            &mut self,
-            _conn: ConnHandle,
-            _alg: CongestionAlgorithm,
-        ) -> Result<(), Error> {
-            Ok(())
-        }
-        fn info(&self, _conn: ConnHandle) -> Result<ConnInfo, Error> {
-            Err(Error::WouldBlock)
-        }
         fn four_tuple(&self, _conn: ConnHandle) -> Result<FourTuple, Error> {
             Err(Error::InvalidState)
-        }
-        fn state(&self, _conn: ConnHandle) -> Result<State, Error> {
-            Ok(State::Established)
-        }
-        fn set_user_data(&mut self, _conn: ConnHandle, _data: u64) -> Result<(), Error> {
-            Ok(())
-        }
-        fn user_data(&self, _conn: ConnHandle) -> Result<u64, Error> {
-            Ok(0)
         }
         fn stats(&self) -> &Stats {
             &self.stats

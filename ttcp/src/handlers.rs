@@ -679,10 +679,7 @@ mod tests {
     use super::*;
     use crate::backend::Schedule;
     use clap::Parser;
-    use flowlane_app::{
-        CongestionAlgorithm, ConnInfo, Dispatcher, Error, FourTuple, HandlerId, Placement, State,
-        Stats,
-    };
+    use flowlane_app::{Dispatcher, Error, FourTuple, HandlerId, Placement, Stats};
     use flowlane_tcp::Event;
     use std::collections::HashMap;
 
@@ -765,6 +762,7 @@ mod tests {
     }
 
     impl Net for FakeNet {
+        flowlane_app::fake_net_settings!();
         fn now(&self) -> Duration {
             Duration::ZERO
         }
@@ -818,39 +816,8 @@ mod tests {
             self.aborted.push(conn);
             Ok(())
         }
-        fn set_nodelay(&mut self, _conn: ConnHandle, _on: bool) -> Result<(), Error> {
-            Ok(())
-        }
-        fn set_keepalive(&mut self, _conn: ConnHandle, _on: bool) -> Result<(), Error> {
-            Ok(())
-        }
-        fn set_send_buffer(&mut self, _conn: ConnHandle, _bytes: usize) -> Result<(), Error> {
-            Ok(())
-        }
-        fn set_recv_buffer(&mut self, _conn: ConnHandle, _bytes: usize) -> Result<(), Error> {
-            Ok(())
-        }
-        fn set_congestion(
-            &mut self,
-            _conn: ConnHandle,
-            _alg: CongestionAlgorithm,
-        ) -> Result<(), Error> {
-            Ok(())
-        }
-        fn info(&self, _conn: ConnHandle) -> Result<ConnInfo, Error> {
-            Err(Error::WouldBlock)
-        }
         fn four_tuple(&self, _conn: ConnHandle) -> Result<FourTuple, Error> {
             Err(Error::InvalidState)
-        }
-        fn state(&self, _conn: ConnHandle) -> Result<State, Error> {
-            Ok(State::Established)
-        }
-        fn set_user_data(&mut self, _conn: ConnHandle, _data: u64) -> Result<(), Error> {
-            Ok(())
-        }
-        fn user_data(&self, _conn: ConnHandle) -> Result<u64, Error> {
-            Ok(0)
         }
         fn stats(&self) -> &Stats {
             &self.stats

@@ -555,7 +555,7 @@ mod tests {
     //! The server against one fake connection: what the peer sent is
     //! readable, sends go to `sent` (as far as `send_room` takes them).
     use super::*;
-    use flowlane_app::{CongestionAlgorithm, ConnInfo, Error, FourTuple, Placement, State, Stats};
+    use flowlane_app::{Error, FourTuple, Placement, Stats};
     use std::net::SocketAddr;
 
     struct Fake {
@@ -594,6 +594,7 @@ mod tests {
     }
 
     impl Net for Fake {
+        flowlane_app::fake_net_settings!();
         fn now(&self) -> Duration {
             self.now
         }
@@ -662,35 +663,8 @@ mod tests {
             self.aborted = true;
             Ok(())
         }
-        fn set_nodelay(&mut self, _c: ConnHandle, _on: bool) -> Result<(), Error> {
-            Ok(())
-        }
-        fn set_keepalive(&mut self, _c: ConnHandle, _on: bool) -> Result<(), Error> {
-            Ok(())
-        }
-        fn set_send_buffer(&mut self, _c: ConnHandle, _b: usize) -> Result<(), Error> {
-            Ok(())
-        }
-        fn set_recv_buffer(&mut self, _c: ConnHandle, _b: usize) -> Result<(), Error> {
-            Ok(())
-        }
-        fn set_congestion(&mut self, _c: ConnHandle, _a: CongestionAlgorithm) -> Result<(), Error> {
-            Ok(())
-        }
-        fn info(&self, _c: ConnHandle) -> Result<ConnInfo, Error> {
-            Err(Error::InvalidState)
-        }
         fn four_tuple(&self, _c: ConnHandle) -> Result<FourTuple, Error> {
             Err(Error::InvalidState)
-        }
-        fn state(&self, _c: ConnHandle) -> Result<State, Error> {
-            Ok(State::Established)
-        }
-        fn set_user_data(&mut self, _c: ConnHandle, _d: u64) -> Result<(), Error> {
-            Ok(())
-        }
-        fn user_data(&self, _c: ConnHandle) -> Result<u64, Error> {
-            Ok(0)
         }
         fn stats(&self) -> &Stats {
             &self.stats
