@@ -13,8 +13,8 @@
 use std::fmt;
 
 use flowlane_dataplane::control_socket::{
-    MoveCause, MoveHistory, NicQueueStats, NicReport, QueueCounterSet, QueueSteering,
-    ServiceCounters,
+    MoveCause, MoveHistory, NicQueueStats, NicReport, QueueCounterSet, QueuePairCounters,
+    QueueSteering, RelayMemoryCounters, ServiceCounters,
 };
 use flowlane_dataplane::InterfaceStats;
 use flowlane_numa_sched::nic_caps::{XdpFeature, XskMode};
@@ -240,6 +240,115 @@ const STEERING_ROWS: &[Row<QueueSteering>] = &[
     ),
 ];
 
+/// Queue-pair mode's counters, per service in that mode (its handlers on
+/// application threads, fed by the network cores' relays).
+const QUEUE_PAIR_ROWS: &[Row<QueuePairCounters>] = &[
+    row!(
+        "flowlane_qp_app_threads",
+        "Queue-pair mode: the service's application threads, on which its handlers run.",
+        G,
+        [],
+        |q: QueuePairCounters| u64::from(q.app_threads)
+    ),
+    row!(
+        "flowlane_qp_dead_threads",
+        "Queue-pair mode: application threads that died (a handler panicked): the network cores reset their connections and serve the other threads'.",
+        G,
+        [],
+        |q: QueuePairCounters| q.dead_threads.len() as u64
+    ),
+    row!(
+        "flowlane_qp_connections_orphaned",
+        "Queue-pair mode: connections the network cores reset because their application thread had died or stalled (a handler blocked past the stall limit).",
+        C,
+        [],
+        |q: QueuePairCounters| q.connections_orphaned
+    ),
+    row!(
+        "flowlane_qp_connections_moved",
+        "Queue-pair mode: connections that reached another network core with their moved RSS bucket, their relay state with them.",
+        C,
+        [],
+        |q: QueuePairCounters| q.connections_moved
+    ),
+    row!(
+        "flowlane_qp_requests_bounced",
+        "Queue-pair mode: requests an application thread sent to a connection's old core after the connection moved, given back and sent again to its new core.",
+        C,
+        [],
+        |q: QueuePairCounters| q.requests_bounced
+    ),
+    row!(
+        "flowlane_qp_application_refused",
+        "Queue-pair mode: connections the handlers' admit refused on the application threads (reset before being accepted).",
+        C,
+        [],
+        |q: QueuePairCounters| q.application_refused
+    ),
+];
+
+/// What each network core's relay holds for a queue-pair service's
+/// application threads, each way: received data not read yet (receive),
+/// data to send the stack has not taken yet (send).
+const RELAY_ROWS: &[Row<RelayMemoryCounters>] = &[
+    row!(
+        "flowlane_qp_memory_bytes",
+        "Queue-pair mode: bytes the core's relay holds for the application threads now: received and not read yet (receive), asked to be sent and not taken by the stack yet (send).",
+        G,
+        ["direction" = "receive"],
+        |m: RelayMemoryCounters| m.rx_held
+    ),
+    row!(
+        "flowlane_qp_memory_bytes",
+        "",
+        G,
+        ["direction" = "send"],
+        |m: RelayMemoryCounters| m.tx_held
+    ),
+    row!(
+        "flowlane_qp_memory_limit_bytes",
+        "Queue-pair mode: the most bytes the core's relay may hold for the application threads, each way (its memory budget).",
+        G,
+        ["direction" = "receive"],
+        |m: RelayMemoryCounters| m.rx_limit
+    ),
+    row!(
+        "flowlane_qp_memory_limit_bytes",
+        "",
+        G,
+        ["direction" = "send"],
+        |m: RelayMemoryCounters| m.tx_limit
+    ),
+    row!(
+        "flowlane_qp_memory_peak_bytes",
+        "Queue-pair mode: the most bytes the core's relay held at once for the application threads, each way.",
+        G,
+        ["direction" = "receive"],
+        |m: RelayMemoryCounters| m.rx_peak
+    ),
+    row!(
+        "flowlane_qp_memory_peak_bytes",
+        "",
+        G,
+        ["direction" = "send"],
+        |m: RelayMemoryCounters| m.tx_peak
+    ),
+    row!(
+        "flowlane_qp_memory_waits",
+        "Queue-pair mode: connections that began to wait for the core's relay memory: their received data left in the stack (receive), their sends taken in part (send).",
+        C,
+        ["direction" = "receive"],
+        |m: RelayMemoryCounters| m.rx_waits
+    ),
+    row!(
+        "flowlane_qp_memory_waits",
+        "",
+        C,
+        ["direction" = "send"],
+        |m: RelayMemoryCounters| m.tx_waits
+    ),
+];
+
 /// The interface's own counters, per service (what the device saw,
 /// flowlane's traffic and the kernel's alike).
 const NIC_ROWS: &[Row<InterfaceStats>] = &[
@@ -398,6 +507,31 @@ fn queue_labels(s: &ServiceCounters, q: &QueueCounterSet) -> Labels {
     l
 }
 
+/// A queue-pair service's relays, each with the labels of its core's
+/// queue (those of the per-queue series, so that they match one to one;
+/// the queue's number alone where the service did not report the queue),
+/// each core once (the first, should a service name one twice: a series
+/// repeated would spoil the whole scrape).
+fn relay_labels(s: &ServiceCounters) -> Vec<(Labels, &RelayMemoryCounters)> {
+    let mut seen = std::collections::HashSet::new();
+    s.queue_pair
+        .iter()
+        .flat_map(|q| &q.relay_memory)
+        .filter(|m| seen.insert(m.core))
+        .map(|m| {
+            let labels = match s.queues.iter().find(|q| q.queue == m.core) {
+                Some(q) => queue_labels(s, q),
+                None => {
+                    let mut l = service_labels(s);
+                    l.push(("queue", m.core.to_string()));
+                    l
+                }
+            };
+            (labels, m)
+        })
+        .collect()
+}
+
 /// The metric families of one scrape, in page order.
 fn families(scrape: &Scrape) -> Vec<Family> {
     let scrape = &Scrape {
@@ -535,6 +669,15 @@ fn families(scrape: &Scrape) -> Vec<Family> {
         })
         .collect();
     push_rows(&mut out, STEERING_ROWS, &steering, |_, _| true);
+    let queue_pairs: Vec<(Labels, &QueuePairCounters)> = scrape
+        .services
+        .iter()
+        .filter_map(|s| Some((service_labels(s), s.queue_pair.as_ref()?)))
+        .collect();
+    push_rows(&mut out, QUEUE_PAIR_ROWS, &queue_pairs, |_, _| true);
+    let relays: Vec<(Labels, &RelayMemoryCounters)> =
+        scrape.services.iter().flat_map(relay_labels).collect();
+    push_rows(&mut out, RELAY_ROWS, &relays, |_, _| true);
     let nics: Vec<(Labels, &InterfaceStats)> = scrape
         .services
         .iter()
@@ -878,6 +1021,7 @@ mod tests {
             imbalance: 1.25,
             control_clients_dropped: 0,
             socket: None,
+            queue_pair: None,
             nic: Some(InterfaceStats {
                 rx_packets: 5000,
                 tx_dropped: 2,
@@ -1066,6 +1210,115 @@ mod tests {
             ),
             r#"flowlane_control_clients_dropped_total{service="bulk-sink",pid="41"} 3"#
         );
+    }
+
+    /// A service in queue-pair mode shows its application threads, the
+    /// connections its cores reset for them or moved, and each core's
+    /// relay memory each way, under the labels of the core's queue; a
+    /// service in rtc mode has no such series.
+    #[test]
+    fn queue_pair_mode_s_counters_are_on_the_page_per_service_and_core() {
+        use flowlane_dataplane::control_socket::RelayMemoryCounters;
+        let mut s = scrape();
+        s.services[0].queue_pair = Some(QueuePairCounters {
+            app_threads: 2,
+            dead_threads: vec![1],
+            connections_orphaned: 4,
+            connections_moved: 5,
+            requests_bounced: 6,
+            application_refused: 7,
+            relay_memory: vec![
+                RelayMemoryCounters {
+                    core: 0,
+                    rx_limit: 4 << 20,
+                    rx_held: 100,
+                    rx_peak: 9000,
+                    rx_waits: 2,
+                    tx_limit: 8 << 20,
+                    tx_held: 300,
+                    tx_peak: 7000,
+                    tx_waits: 3,
+                },
+                RelayMemoryCounters {
+                    core: 1,
+                    rx_peak: 11,
+                    ..Default::default()
+                },
+                // Named twice (another version, or hostile): once on the
+                // page, the first.
+                RelayMemoryCounters {
+                    core: 1,
+                    rx_peak: 99,
+                    ..Default::default()
+                },
+                // A core of no queue the service reported.
+                RelayMemoryCounters {
+                    core: 5,
+                    tx_held: 1,
+                    ..Default::default()
+                },
+            ],
+        });
+        let page = render(&s, Format::Text);
+        let service = r#"service="bulk-sink",pid="41""#;
+        for (series, value) in [
+            (format!("flowlane_qp_app_threads{{{service}}}"), "2"),
+            (format!("flowlane_qp_dead_threads{{{service}}}"), "1"),
+            (
+                format!("flowlane_qp_connections_orphaned_total{{{service}}}"),
+                "4",
+            ),
+            (
+                format!("flowlane_qp_connections_moved_total{{{service}}}"),
+                "5",
+            ),
+            (
+                format!("flowlane_qp_requests_bounced_total{{{service}}}"),
+                "6",
+            ),
+            (
+                format!("flowlane_qp_application_refused_total{{{service}}}"),
+                "7",
+            ),
+        ] {
+            assert_eq!(line(&page, &series), format!("{series} {value}"));
+        }
+        let core0 = format!(r#"{service},queue="0",cpu="0",node="0""#);
+        for (name, direction, value) in [
+            ("flowlane_qp_memory_bytes", "receive", "100"),
+            ("flowlane_qp_memory_bytes", "send", "300"),
+            ("flowlane_qp_memory_limit_bytes", "receive", "4194304"),
+            ("flowlane_qp_memory_limit_bytes", "send", "8388608"),
+            ("flowlane_qp_memory_peak_bytes", "receive", "9000"),
+            ("flowlane_qp_memory_peak_bytes", "send", "7000"),
+            ("flowlane_qp_memory_waits_total", "receive", "2"),
+            ("flowlane_qp_memory_waits_total", "send", "3"),
+        ] {
+            let series = format!(r#"{name}{{{core0},direction="{direction}"}}"#);
+            assert_eq!(line(&page, &series), format!("{series} {value}"));
+        }
+        assert!(line(
+            &page,
+            &format!(
+                r#"flowlane_qp_memory_peak_bytes{{{service},queue="1",cpu="1",node="0",direction="receive"}}"#
+            )
+        )
+        .ends_with(" 11"));
+        assert!(line(
+            &page,
+            &format!(r#"flowlane_qp_memory_bytes{{{service},queue="5",direction="send"}}"#)
+        )
+        .ends_with(" 1"));
+        assert!(page.contains("# TYPE flowlane_qp_memory_waits_total counter\n"));
+        assert!(page.contains("# TYPE flowlane_qp_dead_threads gauge\n"));
+        // Three cores, two directions, four families.
+        let of = |pid: &str| {
+            page.lines()
+                .filter(|l| l.starts_with("flowlane_qp_") && l.contains(&format!(r#"pid="{pid}""#)))
+                .count()
+        };
+        assert_eq!(of("41"), 6 + 3 * 2 * 4);
+        assert_eq!(of("42"), 0, "rtc mode: none");
     }
 
     /// The line of `page` that starts with `prefix` (one exactly).

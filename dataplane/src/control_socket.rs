@@ -338,6 +338,67 @@ pub struct ServiceCounters {
     /// as a `socket` label, so that such replicas are not one series.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket: Option<PathBuf>,
+    /// Queue-pair mode's counters (`--mode queue-pair`: the handlers run
+    /// on application threads); None where they run on the network cores
+    /// (`--mode rtc`), and from a service of an older version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_pair: Option<QueuePairCounters>,
+}
+
+/// Queue-pair mode's counters: its application threads, the connections
+/// its network cores reset for them or carried with a moved bucket, and
+/// what each core's relay holds for them against its memory budget (what
+/// a service's summary line reports as `queue_pair`, and `flowlane
+/// daemon` serves as `flowlane_qp_*`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct QueuePairCounters {
+    /// Application threads started.
+    pub app_threads: u32,
+    /// The application threads that died (a handler panicked), by
+    /// number: the cores reset their connections and serve the others.
+    pub dead_threads: Vec<u32>,
+    /// Connections the cores reset because their application thread had
+    /// died or stalled (a handler blocked past the stall limit).
+    pub connections_orphaned: u64,
+    /// Connections that reached another core with their RSS bucket (a
+    /// move), their relay state with them.
+    pub connections_moved: u64,
+    /// Requests an application thread sent to a connection's old core
+    /// after it moved: given back and sent again to the new one.
+    pub requests_bounced: u64,
+    /// Connections the handlers' `admit` refused on the application
+    /// threads (reset before `on_accept`).
+    pub application_refused: u64,
+    /// Each network core's relay memory.
+    pub relay_memory: Vec<RelayMemoryCounters>,
+}
+
+/// What one network core's relay holds for the application threads,
+/// against its budget, each way: received bytes handed over and not read
+/// yet (`rx_`), bytes the threads asked to send that the stack has not
+/// taken yet (`tx_`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RelayMemoryCounters {
+    /// The core (its queue, on AF_XDP).
+    pub core: u32,
+    /// Received bytes it may hold at once.
+    pub rx_limit: u64,
+    /// Received bytes it holds now.
+    pub rx_held: u64,
+    /// The most received bytes it held at once.
+    pub rx_peak: u64,
+    /// Connections that began to wait for receive memory.
+    pub rx_waits: u64,
+    /// Bytes to send it may hold at once.
+    pub tx_limit: u64,
+    /// Bytes to send it holds now.
+    pub tx_held: u64,
+    /// The most bytes to send it held at once.
+    pub tx_peak: u64,
+    /// Connections whose sends began to wait for send memory.
+    pub tx_waits: u64,
 }
 
 fn xdp() -> String {
@@ -1967,6 +2028,67 @@ mod tests {
         assert_eq!(left, want);
         assert_eq!(sweep_stale(&dir.join("absent")), 0);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A counters answer with queue-pair mode's counters reads back the
+    /// same; one without them (a service in rtc mode, or of an older
+    /// version) carries no such field and still reads, as none.
+    #[test]
+    fn queue_pair_counters_travel_in_the_counters_answer_and_old_answers_still_read() {
+        let mut c = ServiceCounters {
+            service: "echo-server".into(),
+            pid: 7,
+            uptime_ns: 1,
+            started_unix_ns: None,
+            backend: "xdp".into(),
+            iface: "fl0".into(),
+            rebalance: "off".into(),
+            queues: Vec::new(),
+            steering: Vec::new(),
+            moves: MoveHistory::default(),
+            nic: None,
+            imbalance: 1.0,
+            control_clients_dropped: 0,
+            socket: None,
+            queue_pair: Some(QueuePairCounters {
+                app_threads: 2,
+                dead_threads: vec![1],
+                connections_orphaned: 4,
+                connections_moved: 5,
+                requests_bounced: 6,
+                application_refused: 7,
+                relay_memory: (0..2)
+                    .map(|core| RelayMemoryCounters {
+                        core,
+                        rx_limit: 4 << 20,
+                        rx_held: 10,
+                        rx_peak: 20,
+                        rx_waits: 1,
+                        tx_limit: 4 << 20,
+                        tx_held: 30,
+                        tx_peak: 40,
+                        tx_waits: 2,
+                    })
+                    .collect(),
+            }),
+        };
+        let answer = Response::Counters(c.clone());
+        let line = serde_json::to_string(&answer).unwrap();
+        assert_eq!(
+            serde_json::from_str::<Response>(&line).unwrap(),
+            answer,
+            "{line}"
+        );
+        // In rtc mode: no such field, as in an answer of an older
+        // version, which reads as none.
+        c.queue_pair = None;
+        let line = serde_json::to_string(&c).unwrap();
+        assert!(!line.contains("queue_pair"), "{line}");
+        assert_eq!(serde_json::from_str::<ServiceCounters>(&line).unwrap(), c);
+        // A newer one whose counters carry more than these: read.
+        let newer = r#"{"app_threads":1,"relay_memory":[{"core":0,"rx_peak":9,"rx_bytes_later":3}],"later":1}"#;
+        let qp: QueuePairCounters = serde_json::from_str(newer).unwrap();
+        assert_eq!((qp.app_threads, qp.relay_memory[0].rx_peak), (1, 9));
     }
 
     #[test]

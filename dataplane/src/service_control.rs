@@ -6,7 +6,9 @@
 //! returns ([`move_line`]).
 //!
 //! The socket reports a [`ServiceView`]: an AF_XDP [`TcpService`], or a
-//! service of another backend (kernel sockets) that implements it.
+//! service of another backend (kernel sockets) that implements it; and,
+//! for a service in queue-pair mode, the counters of its application
+//! threads and relays ([`ServiceControl::report_queue_pairs`]).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -15,7 +17,8 @@ use crate::auto_rebalance::{AutoRebalance, Mode, Tried, Wish};
 use crate::bucket_counters::BucketSnapshot;
 use crate::control_socket::{
     self, ControlSocket, FlowAnswer, FlowQuery, MoveCause, MoveHistory, QueueCounterSet,
-    QueueStatus, QueueSteering, Request, Response, ServiceCounters, ServiceStatus,
+    QueuePairCounters, QueueStatus, QueueSteering, Request, Response, ServiceCounters,
+    ServiceStatus,
 };
 use crate::handoff::MoveReport;
 use crate::iface::InterfaceStats;
@@ -175,6 +178,18 @@ pub struct ServiceControl {
     /// The control socket's clients dropped so far, as of its last poll
     /// (the socket is out of its place while it answers).
     control_dropped: u64,
+    /// Where queue-pair mode's counters are read, for a service in that
+    /// mode ([`ServiceControl::report_queue_pairs`]).
+    queue_pairs: Option<QueuePairSource>,
+}
+
+/// Reads a service's queue-pair counters now.
+struct QueuePairSource(Box<dyn Fn() -> QueuePairCounters + Send>);
+
+impl std::fmt::Debug for QueuePairSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("QueuePairSource")
+    }
 }
 
 /// How many of a default loop's moves may fail in a row (a NIC that
@@ -309,7 +324,16 @@ impl ServiceControl {
             off_because: None,
             failed_in_a_row: 0,
             control_dropped: 0,
+            queue_pairs: None,
         })
+    }
+
+    /// The service runs its handlers on application threads (queue-pair
+    /// mode): each counters answer carries their counters as `read`
+    /// reads them then ([`ServiceCounters::queue_pair`]), the figures the
+    /// service's summary reports at exit.
+    pub fn report_queue_pairs(&mut self, read: impl Fn() -> QueuePairCounters + Send + 'static) {
+        self.queue_pairs = Some(QueuePairSource(Box::new(read)));
     }
 
     /// Where the control socket listens, if there is one.
@@ -469,6 +493,7 @@ impl ServiceControl {
             imbalance: self.load.imbalance,
             control_clients_dropped: self.control_dropped,
             socket: None,
+            queue_pair: self.queue_pairs.as_ref().map(|read| (read.0)()),
         }
     }
 
@@ -663,6 +688,45 @@ mod tests {
         v.as_object_mut().unwrap().remove("steering");
         let old: ServiceCounters = serde_json::from_value(v).unwrap();
         assert!(old.steering.is_empty());
+    }
+
+    /// A service in queue-pair mode answers its counters with its
+    /// application threads' and relays' counters, read at each answer; a
+    /// service that runs its handlers on the network cores answers none.
+    #[test]
+    fn the_counters_answer_carries_queue_pair_counters_read_at_each_answer() {
+        let view = Scripted {
+            table: std::cell::RefCell::new(Vec::new()),
+            next: std::cell::Cell::new((false, false)),
+        };
+        let mut control = ServiceControl::without_rebalancing("test", SocketChoice::Off).unwrap();
+        assert_eq!(control.counters(&view).queue_pair, None, "rtc mode");
+        let orphaned = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(3));
+        let read = orphaned.clone();
+        control.report_queue_pairs(move || QueuePairCounters {
+            app_threads: 2,
+            dead_threads: vec![1],
+            connections_orphaned: read.load(std::sync::atomic::Ordering::Relaxed),
+            relay_memory: vec![control_socket::RelayMemoryCounters {
+                core: 1,
+                rx_limit: 4 << 20,
+                rx_peak: 1448,
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let qp = control.counters(&view).queue_pair.expect("queue-pair mode");
+        assert_eq!(
+            (qp.app_threads, qp.dead_threads, qp.connections_orphaned),
+            (2, vec![1], 3)
+        );
+        assert_eq!(
+            (qp.relay_memory[0].core, qp.relay_memory[0].rx_peak),
+            (1, 1448)
+        );
+        orphaned.store(5, std::sync::atomic::Ordering::Relaxed);
+        let qp = control.counters(&view).queue_pair.unwrap();
+        assert_eq!(qp.connections_orphaned, 5, "read now, not when reported");
     }
 
     /// Only the loop's moves that failed with their bucket where it was

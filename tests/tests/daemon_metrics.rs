@@ -1,5 +1,5 @@
 //! `flowlane daemon` with real components: a flowlane `bulk-sink` on the
-//! bed receiving from kernel TCP senders, the daemon finding it through its
+//! bed (queue-pair mode) receiving from kernel TCP senders, the daemon finding it through its
 //! control socket, `promtool check metrics` on the page, and a real
 //! Prometheus server scraping the daemon.
 
@@ -261,6 +261,10 @@ fn the_daemon_serves_a_running_service_s_counters_to_prometheus() {
             "bulk-sink",
             "--port",
             "5001",
+            // Its handlers on application threads: the queue-pair series
+            // the dashboards name are on the page (and every other one).
+            "--mode",
+            "queue-pair",
             "--control-socket",
             sock.to_str().unwrap(),
             // The moves counted below are made by hand, one of them.

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use flowlane_app::{Placement, Setup, SetupExt};
-use flowlane_dataplane::control_socket::QueueSteering;
+use flowlane_dataplane::control_socket::{QueuePairCounters, QueueSteering, RelayMemoryCounters};
 use flowlane_dataplane::placement::machine_placement;
 use flowlane_dataplane::service_args::{
     listen_port, queue_count, Backend, CongestionChoice, DataPathArgs, EcnChoice, ExecMode,
@@ -568,7 +568,7 @@ struct Run<'a> {
     ports: &'a [u16],
     connect_to: Option<IpAddr>,
     expect: usize,
-    qp: Option<&'a QueuePairs>,
+    qp: Option<&'a Arc<QueuePairs>>,
     results: &'a Results,
 }
 
@@ -674,27 +674,62 @@ fn report_dead_threads(qp: Option<&QueuePairs>, reported: &mut Vec<u32>) {
     }
 }
 
-/// Queue-pair mode's part of a summary: with what the cores' relays held
-/// for the application threads against their memory budgets (per core,
-/// `relay_memory`; the waits summed).
+/// Queue-pair mode's counters now: what the summary reports and the
+/// control socket answers (`flowlane daemon`'s `flowlane_qp_*`), with
+/// what the cores' relays hold for the application threads against their
+/// memory budgets, per core.
+fn queue_pair_counters(q: &QueuePairs) -> QueuePairCounters {
+    QueuePairCounters {
+        app_threads: q.app_threads(),
+        dead_threads: q.dead_threads(),
+        connections_orphaned: q.orphaned(),
+        connections_moved: q.moved(),
+        requests_bounced: q.bounced(),
+        application_refused: q.application_refused(),
+        relay_memory: q
+            .memory()
+            .iter()
+            .zip(0..)
+            .map(|(m, core)| RelayMemoryCounters {
+                core,
+                rx_limit: m.rx_limit,
+                rx_held: m.rx_held,
+                rx_peak: m.rx_peak,
+                rx_waits: m.rx_waits,
+                tx_limit: m.tx_limit,
+                tx_held: m.tx_held,
+                tx_peak: m.tx_peak,
+                tx_waits: m.tx_waits,
+            })
+            .collect(),
+    }
+}
+
+/// In queue-pair mode, has `control` answer [`queue_pair_counters`] in
+/// its counters; returns the queue pairs for the service's other uses.
+fn report_queue_pairs<'a>(
+    control: &mut ServiceControl,
+    qp: Option<&'a Arc<QueuePairs>>,
+) -> Option<&'a QueuePairs> {
+    if let Some(q) = qp {
+        let q = q.clone();
+        control.report_queue_pairs(move || queue_pair_counters(&q));
+    }
+    qp.map(Arc::as_ref)
+}
+
+/// Queue-pair mode's part of a summary: [`queue_pair_counters`] (per
+/// core, `relay_memory`), and the relays' waits summed.
 fn queue_pair_json(qp: Option<&QueuePairs>) -> Value {
     qp.map_or(Value::Null, |q| {
-        let memory = q.memory();
-        json!({"app_threads": q.app_threads(),
-               "dead_threads": q.dead_threads(),
-               "connections_orphaned": q.orphaned(),
-               "connections_moved": q.moved(),
-               "requests_bounced": q.bounced(),
-               "application_refused": q.application_refused(),
-               "rx_memory_waits": memory.iter().map(|m| m.rx_waits).sum::<u64>(),
-               "tx_memory_waits": memory.iter().map(|m| m.tx_waits).sum::<u64>(),
-               "relay_memory": memory.iter().enumerate().map(|(core, m)| json!({
-                   "core": core,
-                   "rx_limit": m.rx_limit, "rx_held": m.rx_held, "rx_peak": m.rx_peak,
-                   "rx_waits": m.rx_waits,
-                   "tx_limit": m.tx_limit, "tx_held": m.tx_held, "tx_peak": m.tx_peak,
-                   "tx_waits": m.tx_waits,
-               })).collect::<Vec<_>>()})
+        let counters = queue_pair_counters(q);
+        let mut v = json!(counters);
+        let waits = |f: fn(&RelayMemoryCounters) -> u64| -> u64 {
+            counters.relay_memory.iter().map(f).sum()
+        };
+        v["rx_memory_waits"] = json!(waits(|m| m.rx_waits));
+        v["tx_memory_waits"] = json!(waits(|m| m.tx_waits));
+        v
     })
 }
 
@@ -799,6 +834,7 @@ fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
         spill,
         c.rebalance.socket(),
     )?;
+    let qp = report_queue_pairs(&mut control, qp);
     if let Some(daemon) = c.rebalance.daemon() {
         control.register_with_daemon(&daemon);
     }
@@ -941,6 +977,7 @@ fn serve_kernel(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
     })
     .map_err(|e| anyhow::anyhow!("{name}: setting up kernel TCP: {e}"))?;
     let mut control = ServiceControl::without_rebalancing(name, c.rebalance.socket())?;
+    let qp = report_queue_pairs(&mut control, qp);
     if let Some(daemon) = c.rebalance.daemon() {
         control.register_with_daemon(&daemon);
     }
