@@ -4,10 +4,14 @@
 //! that opens connections from [`ConnHandler::on_start`]. Each callback runs
 //! on the core that owns the connection and receives a [`Net`], the
 //! per-callback context through which it reads, writes, opens and closes
-//! connections of that core. A backend (the AF_XDP data path today; a
-//! kernel-socket backend and a queue-pair mode later) implements [`Net`] over
-//! its own stack and feeds that stack's events to a [`Dispatcher`], which
-//! maps every connection to the handler that owns it.
+//! connections of that core. A backend implements [`Net`] over its own
+//! stack and feeds that stack's events to a [`Dispatcher`], which maps every
+//! connection to the handler that owns it. Three do: the AF_XDP data path
+//! (`flowlane-dataplane`'s `TcpService`: flowlane's TCP stack on each
+//! receive queue), the kernel-socket backend (`flowlane-kernel`'s
+//! `KernelService`: Linux TCP sockets, one loop per core), and queue-pair
+//! mode (`flowlane-qp`'s `QueuePairs`: the handlers on application threads
+//! of their own, the connections on the cores of either other backend).
 //!
 //! This crate does no I/O and reads no clock: time comes from the backend
 //! through [`Net::now`].

@@ -545,8 +545,18 @@ impl KernelNet {
     /// Opens the listeners of `port`, one per address: `AddrInUse` for a
     /// port this core listens on already (as the stack refuses a second
     /// listener: the kernel would split the port's connections between
-    /// the two sockets, and so between two handlers).
+    /// the two sockets, and so between two handlers); `InvalidAddress`,
+    /// its [`KernelCore::listen_failure`] saying why, with no address to
+    /// listen on.
     fn listen(&mut self, port: u16) -> Result<Vec<ListenerId>, Error> {
+        if self.listen_on.is_empty() {
+            // No listener would open: the port would take no connection.
+            self.listen_failure = Some(format!(
+                "cannot listen on port {port}: KernelConfig::listen_on is empty; give it the \
+                 addresses to listen on (0.0.0.0 for every IPv4 one)"
+            ));
+            return Err(Error::InvalidAddress);
+        }
         if port != 0
             && self
                 .listeners

@@ -19,9 +19,12 @@ const PUBLISH_EVERY: Duration = Duration::from_millis(100);
 /// What to start.
 #[derive(Debug, Clone)]
 pub struct KernelConfig {
-    /// One core per entry: its index, CPU (pinned when given) and node.
+    /// One core per entry: its index, CPU (pinned when given) and node;
+    /// at least one.
     pub cores: Vec<Placement>,
     /// Addresses each listener binds (one listener per address and port).
+    /// Empty for a service that only opens connections: a listen is then
+    /// refused (at [`KernelService::start`]).
     pub listen_on: Vec<IpAddr>,
     /// Buffer sizes and the connection bound, per core.
     pub limits: Limits,
@@ -102,11 +105,19 @@ impl KernelService {
     /// ports and nobody else's: a port another socket holds, even one
     /// bound with `SO_REUSEPORT`, is a set-up error (`AddrInUse`), which
     /// `start` returns as the core's one line naming the port, the address
-    /// and what to do ([`KernelCore::listen_failure`]).
+    /// and what to do ([`KernelCore::listen_failure`]); so is a listen with
+    /// no address to bind ([`KernelConfig::listen_on`] empty). A service
+    /// without cores, which would serve nothing, is refused.
     pub fn start<S>(config: KernelConfig, setup: S) -> Result<KernelService, String>
     where
         S: Fn(&mut dyn Setup) -> Result<(), String> + Send + Sync + 'static,
     {
+        if config.cores.is_empty() {
+            return Err(
+                "the kernel-socket backend needs at least one core: KernelConfig::cores is empty"
+                    .into(),
+            );
+        }
         KernelService::raise_descriptor_limit();
         let setup = Arc::new(setup);
         let stop = Arc::new(AtomicBool::new(false));
@@ -305,5 +316,47 @@ impl Drop for KernelService {
         for (_, t) in self.threads.drain(..) {
             let _ = t.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flowlane_app::{ConnHandle, ConnHandler, Net, SetupExt};
+
+    /// Takes nothing but its connections.
+    struct Nop;
+
+    impl ConnHandler for Nop {
+        fn on_data(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
+    }
+
+    /// A service that would serve nothing (no core; a listener with no
+    /// address to bind) is refused at start, saying what is missing,
+    /// instead of starting; one that only opens connections needs no
+    /// address to listen on.
+    #[test]
+    fn a_service_that_would_serve_nothing_is_refused_at_start() {
+        let core = Placement {
+            queue: 0,
+            cpu: None,
+            node: 0,
+        };
+        let config = |cores, listen_on| KernelConfig {
+            cores,
+            listen_on,
+            limits: Limits::default(),
+        };
+        let listen = |s: &mut dyn Setup| s.listen(7, Nop).map(drop).map_err(|e| e.to_string());
+        let loopback = IpAddr::from([127, 0, 0, 1]);
+        let e = KernelService::start(config(vec![], vec![loopback]), listen).unwrap_err();
+        assert!(e.contains("KernelConfig::cores is empty"), "{e}");
+        let e = KernelService::start(config(vec![core], vec![]), listen).unwrap_err();
+        assert!(
+            e.contains("port 7") && e.contains("KernelConfig::listen_on is empty"),
+            "{e}"
+        );
+        let opens_only = KernelService::start(config(vec![core], vec![]), |_| Ok(())).unwrap();
+        assert_eq!(opens_only.stop().1, None);
     }
 }

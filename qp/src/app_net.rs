@@ -19,7 +19,7 @@ use flowlane_tcp::Event;
 
 use crate::memory::{Charge, CoreMemory, Way};
 use crate::message::{message_cost, ConnectAnswer, ToApp, ToCore, BUF, SMALL_DATA, TX_CREDIT};
-use crate::relay::WakeSlot;
+use crate::relay::CoreSlot;
 
 /// How long [`QpNet::connect`] waits for the core's answer (a core's
 /// pass; the thread woke it): one that has not answered by then is not
@@ -30,11 +30,20 @@ const CONNECT_WAIT: Duration = Duration::from_millis(100);
 /// A network core as an application thread sees it.
 pub(crate) struct CoreLink {
     pub(crate) requests: Sender<Vec<ToCore>>,
-    /// The core's waker, published once its loop started (its relay's
-    /// `on_start`).
-    pub(crate) wake: WakeSlot,
-    /// Where the core runs.
-    pub(crate) placement: Placement,
+    /// The core's waker and where it runs, published once its loop
+    /// started (its relay's `on_start`).
+    pub(crate) up: CoreSlot,
+    /// Where `QueuePairConfig::cores` says the core runs.
+    pub(crate) configured: Placement,
+}
+
+impl CoreLink {
+    /// Where the core runs: as its backend said when its loop started
+    /// (which may not be what the configuration says), as configured
+    /// until then.
+    pub(crate) fn placement(&self) -> Placement {
+        self.up.get().map_or(self.configured, |up| up.placement)
+    }
 }
 
 /// One connection on the application thread.
@@ -238,7 +247,7 @@ impl QpNet {
     pub(crate) fn cores_up(&self) -> bool {
         self.served
             .iter()
-            .all(|&c| self.cores[c as usize].wake.get().is_some())
+            .all(|&c| self.cores[c as usize].up.get().is_some())
     }
 
     fn conn(&self, h: ConnHandle) -> Result<&Conn, Error> {
@@ -485,7 +494,7 @@ impl QpNet {
                 self.by_core[core as usize].insert(conn, index);
                 self.settle(from, old);
                 if let (Some(tell), Some(h)) = (self.on_move.as_mut(), self.conns.handle(index)) {
-                    tell(h, self.cores[core as usize].placement);
+                    tell(h, self.cores[core as usize].placement());
                 }
             }
             ToApp::MoveFailed { from, old } => {
@@ -573,8 +582,8 @@ impl QpNet {
         }
         let link = &self.cores[core];
         if link.requests.send(std::mem::take(pending)).is_ok() {
-            if let Some(w) = link.wake.get() {
-                w.wake();
+            if let Some(up) = link.up.get() {
+                up.waker.wake();
             }
         }
     }
@@ -996,9 +1005,10 @@ impl Net for QpNet {
         Ok(info)
     }
 
-    /// The network core's, where the connection's stack runs.
+    /// The network core's, where the connection's stack runs, as the
+    /// core's backend says ([`CoreLink::placement`]).
     fn conn_placement(&self, h: ConnHandle) -> Result<Placement, Error> {
-        Ok(self.cores[self.conn(h)?.core as usize].placement)
+        Ok(self.cores[self.conn(h)?.core as usize].placement())
     }
 
     fn four_tuple(&self, h: ConnHandle) -> Result<FourTuple, Error> {
@@ -1038,6 +1048,7 @@ mod tests {
     //! it: the cores are played by hand through the queue pairs.
     use super::*;
     use crate::memory::{RX_MEMORY, TX_MEMORY};
+    use crate::relay::start_core;
     use crossbeam_channel::unbounded;
 
     fn net(cores: u32) -> (QpNet, Vec<Receiver<Vec<ToCore>>>) {
@@ -1066,15 +1077,17 @@ mod tests {
         let (links, rxs) = (0..cores)
             .map(|q| {
                 let (tx, rx) = unbounded();
+                let placement = Placement {
+                    queue: q,
+                    cpu: None,
+                    node: 0,
+                };
                 let link = CoreLink {
                     requests: tx,
-                    wake: started(),
-                    placement: Placement {
-                        queue: q,
-                        cpu: None,
-                        node: 0,
-                    },
+                    up: CoreSlot::default(),
+                    configured: placement,
                 };
+                start_core(&link.up, placement);
                 (link, rx)
             })
             .unzip();
@@ -1086,17 +1099,6 @@ mod tests {
         let (answers, answers_rx) = unbounded();
         let net = QpNet::new(thread, placement, links, vec![0], memory, answers_rx);
         (net, rxs, answers)
-    }
-
-    /// The waker slot of a core that started.
-    fn started() -> WakeSlot {
-        struct Nothing;
-        impl flowlane_app::Wake for Nothing {
-            fn wake(&self) {}
-        }
-        let slot = WakeSlot::default();
-        let _ = slot.set(Arc::new(Nothing));
-        slot
     }
 
     /// Bytes of a send, held against nothing that matters here.

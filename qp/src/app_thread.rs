@@ -272,6 +272,7 @@ mod tests {
     use crate::app_net::CoreLink;
     use crate::memory::{CoreMemory, RX_MEMORY, TX_MEMORY};
     use crate::message::ToCore;
+    use crate::relay::{start_core, CoreSlot};
     use crossbeam_channel::unbounded;
     use flowlane_app::{CloseReason, FourTuple};
     use std::sync::Mutex;
@@ -299,23 +300,26 @@ mod tests {
         (at, requests)
     }
 
+    /// Where the thread and its core run.
+    const PLACEMENT: Placement = Placement {
+        queue: 0,
+        cpu: None,
+        node: 0,
+    };
+
     /// [`thread`], its core started (`up`: its waker published) or not
-    /// yet, and its waker's slot.
-    fn thread_of(up: bool) -> (AppThread, Receiver<Vec<ToCore>>, WakeSlot) {
+    /// yet, and the slot where the core publishes it.
+    fn thread_of(up: bool) -> (AppThread, Receiver<Vec<ToCore>>, CoreSlot) {
         let (tx, requests) = unbounded();
-        let placement = Placement {
-            queue: 0,
-            cpu: None,
-            node: 0,
-        };
-        let wake = WakeSlot::default();
+        let placement = PLACEMENT;
+        let slot = CoreSlot::default();
         if up {
-            start(&wake);
+            start_core(&slot, placement);
         }
         let link = CoreLink {
             requests: tx,
-            wake: wake.clone(),
-            placement,
+            up: slot.clone(),
+            configured: placement,
         };
         let memory = Arc::new(vec![CoreMemory::new(RX_MEMORY, TX_MEMORY)]);
         let (_, answers) = unbounded();
@@ -329,16 +333,7 @@ mod tests {
             refused_added: 0,
             beat: Heartbeat::new(),
         };
-        (at, requests, wake)
-    }
-
-    /// Its core publishes a waker: it started.
-    fn start(wake: &WakeSlot) {
-        struct Nothing;
-        impl Wake for Nothing {
-            fn wake(&self) {}
-        }
-        let _ = wake.set(Arc::new(Nothing));
+        (at, requests, slot)
     }
 
     /// The port of `at`, its events from `events`.
@@ -378,7 +373,7 @@ mod tests {
         assert!(port.poll());
         assert!(port.poll());
         assert_eq!(starts.load(Ordering::Relaxed), 0);
-        start(&up);
+        start_core(&up, PLACEMENT);
         assert!(port.poll());
         assert!(port.poll());
         assert_eq!(starts.load(Ordering::Relaxed), 1);

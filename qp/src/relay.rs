@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 use flowlane_app::{
-    CloseReason, ConnHandle, ConnHandler, ConnMap, ConnState, Error, Net, SynFilter, Wake,
+    CloseReason, ConnHandle, ConnHandler, ConnMap, ConnState, Error, Net, Placement, SynFilter,
+    Wake,
 };
 
 use crate::heartbeat::{coarse_now, Heartbeat};
@@ -23,9 +24,32 @@ const POOL: usize = 1024;
 /// The least credit a connection's data moves with (see `Relay::pull`).
 const PULL_MIN: usize = RX_CREDIT / 4;
 
-/// Where a core's waker is published for the application threads, once
-/// its loop has started.
+/// Where a waker is published once, for the other side to call: an
+/// application thread's (`AppPort::set_notify`, `AppPort::set_on_stall`).
 pub(crate) type WakeSlot = Arc<OnceLock<Arc<dyn Wake>>>;
+
+/// A network core whose loop started, as its relay's `on_start` found it:
+/// its waker, and where it runs as its backend says ([`Net::placement`]),
+/// which is what the application threads report for its connections
+/// (`QueuePairConfig::cores` may say otherwise).
+pub(crate) struct CoreUp {
+    pub(crate) waker: Arc<dyn Wake>,
+    pub(crate) placement: Placement,
+}
+
+/// Where a core's relay publishes [`CoreUp`] for the application threads,
+/// once its loop has started.
+pub(crate) type CoreSlot = Arc<OnceLock<CoreUp>>;
+
+/// Publishes in `slot` a core started at `placement` whose waker does
+/// nothing, as its relay's `on_start` would.
+#[cfg(test)]
+pub(crate) fn start_core(slot: &CoreSlot, placement: Placement) {
+    let _ = slot.set(CoreUp {
+        waker: Arc::new(NoWake),
+        placement,
+    });
+}
 
 /// The waker of a core whose backend gives none (its loop passes often
 /// enough on its own).
@@ -128,7 +152,7 @@ pub(crate) struct Relay {
     /// The application thread that gets this core's accepted connections.
     owner: u32,
     requests: Receiver<Vec<ToCore>>,
-    wake: WakeSlot,
+    up: CoreSlot,
     conns: ConnMap<Relayed>,
     connecting: ConnMap<(u32, u64)>,
     /// Connections that moved to another core, by their handle here, with
@@ -191,7 +215,7 @@ impl Relay {
         filters: Vec<Option<SynFilter>>,
         threads: Threads,
         requests: Receiver<Vec<ToCore>>,
-        wake: WakeSlot,
+        up: CoreSlot,
     ) -> Relay {
         let n = threads.mailboxes.events.len();
         Relay {
@@ -209,7 +233,7 @@ impl Relay {
             core,
             owner,
             requests,
-            wake,
+            up,
             conns: ConnMap::new(),
             connecting: ConnMap::new(),
             moved: HashMap::new(),
@@ -651,12 +675,16 @@ impl ConnHandler for Relay {
         self.filters.get(i)?.clone()
     }
 
-    /// Publishes the core's waker: its threads' handlers start then
-    /// (`QpNet::cores_up`). A backend that gives none gets requests taken
-    /// at its next pass.
+    /// Publishes the core's waker and where the core runs (its backend's
+    /// placement, whatever `QueuePairConfig::cores` says): its threads'
+    /// handlers start then (`QpNet::cores_up`). A backend that gives no
+    /// waker gets requests taken at its next pass.
     fn on_start(&mut self, net: &mut dyn Net) {
-        let w = net.waker().unwrap_or_else(|| Arc::new(NoWake));
-        let _ = self.wake.set(w);
+        let waker = net.waker().unwrap_or_else(|| Arc::new(NoWake));
+        let _ = self.up.set(CoreUp {
+            waker,
+            placement: net.placement(),
+        });
     }
 
     fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
@@ -826,14 +854,17 @@ mod tests {
     use super::*;
     use crate::memory::{RX_MEMORY, TX_MEMORY};
     use crate::message::SMALL_MESSAGE_COST;
+    use crate::service::{CoreSetupError, QueuePairConfig, QueuePairs};
     use crossbeam_channel::unbounded;
-    use flowlane_app::{FourTuple, Placement, Stats};
+    use flowlane_app::{Dispatcher, FourTuple, HandlerId, Setup, SetupExt, Stats};
     use std::net::SocketAddr;
 
     /// The core's one connection: bytes to read, how much a send takes,
-    /// what the relay did to it (`"close"`, `"close, unread"`, `"abort"`).
+    /// what the relay did to it (`"close"`, `"close, unread"`, `"abort"`);
+    /// the core runs on CPU `cpu` of node 0 (queue 0).
     #[derive(Default)]
     struct Core {
+        cpu: Option<u32>,
         rx: Vec<u8>,
         /// Bytes to read of other connections than the first.
         others: HashMap<ConnHandle, Vec<u8>>,
@@ -851,7 +882,7 @@ mod tests {
         fn placement(&self) -> Placement {
             Placement {
                 queue: 0,
-                cpu: None,
+                cpu: self.cpu,
                 node: 0,
             }
         }
@@ -957,7 +988,7 @@ mod tests {
             vec![None],
             threads,
             requests,
-            WakeSlot::default(),
+            CoreSlot::default(),
         );
         let conn = ConnHandle::from_parts(1, 1);
         r.on_accept(core, conn);
@@ -1209,5 +1240,136 @@ mod tests {
             from_core.try_recv(),
             Ok((0, ToApp::ConnectFailed { token: 7, .. }))
         ));
+    }
+
+    /// A core's set-up that keeps the handler registered (the relay) for
+    /// the test to call as the core would.
+    #[derive(Default)]
+    struct HandSetup {
+        queue: u32,
+        relay: Option<Box<dyn ConnHandler>>,
+        ids: Dispatcher,
+    }
+
+    /// Handles no connection (its id only is wanted).
+    struct Nothing;
+
+    impl ConnHandler for Nothing {
+        fn on_data(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
+    }
+
+    impl Setup for HandSetup {
+        fn queue(&self) -> u32 {
+            self.queue
+        }
+        fn listen_boxed(
+            &mut self,
+            _port: u16,
+            _handler: Box<dyn ConnHandler>,
+        ) -> Result<HandlerId, Error> {
+            Err(Error::InvalidState)
+        }
+        fn add_boxed(&mut self, handler: Box<dyn ConnHandler>) -> HandlerId {
+            self.relay = Some(handler);
+            self.ids.add_boxed(Box::new(Nothing))
+        }
+        fn listen_with(&mut self, _port: u16, _handler: HandlerId) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+
+    /// Tells the placement of each connection it accepts.
+    struct TellPlacement(std::sync::mpsc::Sender<Placement>);
+
+    impl ConnHandler for TellPlacement {
+        fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+            let _ = self.0.send(net.conn_placement(conn).unwrap());
+        }
+        fn on_data(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
+    }
+
+    /// A core whose backend runs it elsewhere than `QueuePairConfig::cores`
+    /// says (its worker on CPU 1, the configuration built for CPU 0): on
+    /// the application thread, a connection's placement is where its core
+    /// runs, as the backend said at the core's start (what a thread that
+    /// pins itself near the connection needs), not the configured one;
+    /// and the service names the core as misplaced.
+    #[test]
+    fn a_connection_s_placement_is_where_its_core_runs_not_the_configured_one() {
+        let configured = Placement {
+            queue: 0,
+            cpu: Some(0),
+            node: 0,
+        };
+        let (told, placements) = std::sync::mpsc::channel();
+        let qp = QueuePairs::start(
+            QueuePairConfig {
+                cores: vec![configured],
+                app_threads: vec![Placement {
+                    cpu: None,
+                    ..configured
+                }],
+                pin: |_| Ok(()),
+                stall_after: Duration::from_secs(10),
+            },
+            move |s| {
+                s.listen(80, TellPlacement(told.clone()))
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            },
+        )
+        .unwrap();
+        let mut setup = HandSetup::default();
+        qp.setup_core(&mut setup).unwrap();
+        let mut relay = setup.relay.take().expect("the core's relay");
+        let mut core = Core {
+            cpu: Some(1),
+            ..Core::default()
+        };
+        assert!(qp.misplaced_cores().is_empty(), "not started yet");
+        relay.on_start(&mut core);
+        relay.on_accept(&mut core, ConnHandle::from_parts(1, 1));
+        let seen = placements
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the connection reached its thread");
+        let actual = core.placement();
+        assert_eq!(seen, actual);
+        assert_eq!(qp.misplaced_cores(), [(configured, actual)]);
+        drop(relay);
+        assert_eq!(qp.stop(), None);
+    }
+
+    /// A core `QueuePairConfig::cores` has no entry for, and one set up
+    /// twice, are refused saying so (not as "invalid connection state");
+    /// as the backend's error, they are what they were.
+    #[test]
+    fn a_core_without_a_relay_is_refused_saying_why() {
+        let qp = QueuePairs::start(
+            QueuePairConfig {
+                cores: vec![Core::default().placement()],
+                app_threads: vec![Core::default().placement()],
+                pin: |_| Ok(()),
+                stall_after: Duration::from_secs(10),
+            },
+            |_| Ok(()),
+        )
+        .unwrap();
+        let mut second = HandSetup {
+            queue: 1,
+            ..HandSetup::default()
+        };
+        let e = qp.setup_core(&mut second).unwrap_err();
+        assert_eq!(e, CoreSetupError::NoRelay { queue: 1, cores: 1 });
+        let text = e.to_string();
+        assert!(
+            text.contains("no relay for core 1")
+                && text.contains("QueuePairConfig::cores lists 1 core (queues 0 to 0)"),
+            "{text}"
+        );
+        qp.setup_core(&mut HandSetup::default()).unwrap();
+        let e = qp.setup_core(&mut HandSetup::default()).unwrap_err();
+        assert!(e.to_string().contains("setup_core was called twice"), "{e}");
+        assert_eq!(Error::from(e), Error::InvalidState);
+        assert_eq!(qp.stop(), None);
     }
 }

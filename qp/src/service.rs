@@ -13,7 +13,7 @@ use crate::app_net::{CoreLink, QpNet};
 use crate::app_thread::{AppPort, AppThread};
 use crate::heartbeat::Heartbeat;
 use crate::memory::{CoreMemory, RelayMemory, RX_MEMORY, TX_MEMORY};
-use crate::relay::{Mailboxes, Relay, RelayCounts, Threads, WakeSlot};
+use crate::relay::{CoreSlot, Mailboxes, Relay, RelayCounts, Threads, WakeSlot};
 
 /// The most application threads queue-pair mode runs: their names,
 /// `flowlane-app0` to `flowlane-app999` ([`app_thread_name`]), stay
@@ -55,6 +55,70 @@ pub struct QueuePairConfig {
     pub stall_after: Duration,
 }
 
+/// Why [`QueuePairs::setup_core`] refused a network core; as the
+/// backend's error (a [`flowlane_app::Error`]), the error it stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CoreSetupError {
+    /// [`QueuePairConfig::cores`] has no entry for the core: the backend
+    /// runs more cores (queues) than it lists.
+    NoRelay {
+        /// The core (its queue).
+        queue: u32,
+        /// The cores `QueuePairConfig::cores` lists.
+        cores: usize,
+    },
+    /// The core was set up already (`setup_core` called twice for it).
+    SetUpAlready {
+        /// The core (its queue).
+        queue: u32,
+    },
+    /// The core could not listen on one of the service's ports.
+    Listen {
+        /// The core (its queue).
+        queue: u32,
+        /// The port.
+        port: u16,
+        /// Why, as the backend said.
+        error: Error,
+    },
+}
+
+impl std::fmt::Display for CoreSetupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            CoreSetupError::NoRelay { queue, cores } => write!(
+                f,
+                "queue-pair mode has no relay for core {queue}: QueuePairConfig::cores lists \
+                 {cores} core{} (queues 0 to {}) and the backend runs more; give it one entry \
+                 per backend queue",
+                if cores == 1 { "" } else { "s" },
+                cores.saturating_sub(1)
+            ),
+            CoreSetupError::SetUpAlready { queue } => write!(
+                f,
+                "queue-pair mode's relay for core {queue} was taken already: setup_core was \
+                 called twice for it"
+            ),
+            CoreSetupError::Listen { queue, port, error } => {
+                write!(f, "core {queue} cannot listen on port {port}: {error}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for CoreSetupError {}
+
+impl From<CoreSetupError> for Error {
+    fn from(e: CoreSetupError) -> Error {
+        match e {
+            CoreSetupError::NoRelay { .. } | CoreSetupError::SetUpAlready { .. } => {
+                Error::InvalidState
+            }
+            CoreSetupError::Listen { error, .. } => error,
+        }
+    }
+}
+
 /// The least [`QueuePairs::stop`] waits for the threads to end (they see
 /// the stop within a pass, 10 ms when idle).
 const STOP_WAIT_MIN: Duration = Duration::from_secs(1);
@@ -89,6 +153,10 @@ pub struct QueuePairs {
     /// Threads that `stop` left running (not ended within `stop_wait`).
     left_running: AtomicU64,
     relays: Mutex<Vec<Option<Relay>>>,
+    /// The network cores as configured, and as each published itself
+    /// once its loop started.
+    cores: Vec<Placement>,
+    ups: Vec<CoreSlot>,
     ports: Arc<Vec<u16>>,
     open: Vec<Arc<AtomicU64>>,
     memory: Arc<Vec<CoreMemory>>,
@@ -151,7 +219,7 @@ impl QueuePairs {
         let events: Vec<_> = (0..nthreads)
             .map(|_| crossbeam_channel::unbounded())
             .collect();
-        let wakes: Vec<WakeSlot> = (0..ncores).map(|_| Arc::new(OnceLock::new())).collect();
+        let ups: Vec<CoreSlot> = (0..ncores).map(|_| Arc::new(OnceLock::new())).collect();
         let memory: Arc<Vec<CoreMemory>> = Arc::new(
             (0..ncores)
                 .map(|_| CoreMemory::new(RX_MEMORY, TX_MEMORY))
@@ -183,8 +251,8 @@ impl QueuePairs {
             let links: Vec<CoreLink> = (0..ncores)
                 .map(|c| CoreLink {
                     requests: requests[c].0.clone(),
-                    wake: wakes[c].clone(),
-                    placement: config.cores[c],
+                    up: ups[c].clone(),
+                    configured: config.cores[c],
                 })
                 .collect();
             let served: Vec<u32> = (0..ncores as u32)
@@ -309,7 +377,7 @@ impl QueuePairs {
                     filters[owners[c] as usize].clone(),
                     shared.clone(),
                     rx,
-                    wakes[c].clone(),
+                    ups[c].clone(),
                 ))
             })
             .collect();
@@ -322,6 +390,8 @@ impl QueuePairs {
             stop_wait: config.stall_after.max(STOP_WAIT_MIN),
             left_running: AtomicU64::new(0),
             relays: Mutex::new(relays),
+            cores: config.cores,
+            ups,
             ports,
             open,
             memory,
@@ -338,19 +408,50 @@ impl QueuePairs {
 
     /// On network core `core.queue()`, in the backend's per-core set-up:
     /// registers the core's relay and listens on the service's ports.
-    pub fn setup_core(&self, core: &mut dyn Setup) -> Result<(), Error> {
-        let relay = self
+    /// Refuses, saying why, a core [`QueuePairConfig::cores`] has no entry
+    /// for and one set up already.
+    pub fn setup_core(&self, core: &mut dyn Setup) -> Result<(), CoreSetupError> {
+        let queue = core.queue();
+        let relay = match self
             .relays
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get_mut(core.queue() as usize)
-            .and_then(Option::take)
-            .ok_or(Error::InvalidState)?;
+            .get_mut(queue as usize)
+        {
+            None => {
+                return Err(CoreSetupError::NoRelay {
+                    queue,
+                    cores: self.cores.len(),
+                })
+            }
+            Some(slot) => slot.take().ok_or(CoreSetupError::SetUpAlready { queue })?,
+        };
         let h = core.add_boxed(Box::new(relay));
-        for &p in self.ports.iter() {
-            core.listen_with(p, h)?;
+        for &port in self.ports.iter() {
+            core.listen_with(port, h)
+                .map_err(|error| CoreSetupError::Listen { queue, port, error })?;
         }
         Ok(())
+    }
+
+    /// Network cores whose backend runs them elsewhere (another CPU or
+    /// NUMA node) than [`QueuePairConfig::cores`] says, as (configured,
+    /// actual), once their loops started. The application threads report
+    /// where a core actually runs ([`flowlane_app::Net::conn_placement`]:
+    /// a thread that pins itself near a connection follows it), but which
+    /// thread serves a core was chosen at [`QueuePairs::start`], for the
+    /// node configured, and stays: build `cores` from the placement the
+    /// backend's workers get (the CPUs it is given) for each core to be
+    /// served by a thread of its own node.
+    pub fn misplaced_cores(&self) -> Vec<(Placement, Placement)> {
+        self.cores
+            .iter()
+            .zip(&self.ups)
+            .filter_map(|(&configured, up)| {
+                let actual = up.get()?.placement;
+                (actual != configured).then_some((configured, actual))
+            })
+            .collect()
     }
 
     /// The number of application threads.

@@ -19,7 +19,7 @@
 //! | [`packet_socket`] | the delay line's raw `AF_PACKET` socket (with [`child::terminate_with_parent`], this crate's only `unsafe`) |
 //! | [`delay_line`] | the delay line |
 //! | [`reexec`] | running a program inside a bed (`--bed NAME`) |
-//! | [`users`](mod@users) | who uses a bed (flowlane processes in its namespaces), stopping them |
+//! | [`users`](mod@users) | who uses a bed (flowlane's programs and AF_XDP socket holders in its namespaces), stopping them |
 //! | [`child`] | child processes with a deadline (wait, SIGTERM then SIGKILL), and SIGTERM when their parent dies |
 //! | [`net_counters`] | a namespace's protocol counters (`/proc/net/snmp`, `/proc/net/netstat`) |
 //! | [`proc_stat`] | CPU time (`/proc/stat`, `/proc/<pid>/stat`), a process's start, and interface counters (`/proc/net/dev`) |

@@ -1,5 +1,5 @@
-//! Who uses a bed: the flowlane processes with a thread in one of its two
-//! network namespaces, and stopping them.
+//! Who uses a bed: the flowlane services (and the bed's own tools) with a
+//! thread in one of its two network namespaces, and stopping them.
 //!
 //! The kernel is the registry: a service on a bed runs inside the bed's
 //! namespace (`--bed` re-executes it there; `ip netns exec flowlane-NAME
@@ -7,13 +7,18 @@
 //! delay line, the rx benchmark's generator) run threads in the far side's
 //! namespace. So a bed's users are found by comparing each thread's
 //! `/proc/PID/task/TID/ns/net` with the bed's `/run/netns` entries, keeping
-//! processes whose program is flowlane's (`flowlane`, `flowlane-*`): no
-//! entry to create on start or forget on exit, nothing stale after a
-//! SIGKILL, and no dependency of the data path on the bed. Shells and kernel
-//! tools (iperf3, nc) in the namespaces are not users; the calling process
-//! never is.
+//! processes that run one of flowlane's programs (`flowlane`, `flowlane-*`)
+//! or hold an AF_XDP socket (a data path built on flowlane's libraries, its
+//! program named as its author chose: what it holds, the bed's queues,
+//! tells it, not its name): no entry to create on start or forget on exit,
+//! nothing stale after a SIGKILL, and no dependency of the data path on the
+//! bed. Shells and kernel tools (iperf3, nc, a client's script) in the
+//! namespaces are not users: they hold nothing of the bed's but addresses,
+//! and go on (or fail) without it; the calling process never is one.
 
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -27,7 +32,8 @@ use crate::state::{namespaces, validate_name};
 /// How long [`stop_users`] waits after SIGTERM before SIGKILL.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
 
-/// A flowlane process using a bed.
+/// A process using a bed: one of flowlane's programs, or one that holds an
+/// AF_XDP socket there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BedUser {
     /// The process (pid and short command line).
@@ -52,8 +58,9 @@ pub fn list(users: &[BedUser]) -> String {
         .join(", ")
 }
 
-/// The flowlane processes (other than this one) with a thread in bed
-/// `name`'s namespaces; none when the bed is not up.
+/// The processes (other than this one) with a thread in bed `name`'s
+/// namespaces that run one of flowlane's programs or hold an AF_XDP socket;
+/// none when the bed is not up.
 pub fn users(name: &str) -> Result<Vec<BedUser>> {
     validate_name(name)?;
     let (ns, peer_ns) = namespaces(name);
@@ -71,7 +78,9 @@ pub fn users(name: &str) -> Result<Vec<BedUser>> {
     };
     let mut found: Vec<BedUser> = procs
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| pid != own && is_flowlane(pid) && in_namespaces(pid, &bed))
+        .filter(|&pid| {
+            pid != own && in_namespaces(pid, &bed) && (is_flowlane(pid) || holds_xdp_socket(pid))
+        })
         .filter_map(|pid| {
             Some(BedUser {
                 start: start_ticks(pid)?,
@@ -130,6 +139,31 @@ fn is_flowlane(pid: u32) -> bool {
     })
 }
 
+/// Whether `pid` holds an AF_XDP socket: the data path's, on a bed's
+/// interface, whatever the program is called.
+fn holds_xdp_socket(pid: u32) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.filter_map(|fd| fd.ok()).any(|fd| {
+        let path = fd.path();
+        std::fs::read_link(&path).is_ok_and(|to| to.as_os_str().as_bytes().starts_with(b"socket:"))
+            && socket_protocol(&path).as_deref() == Some("XDP")
+    })
+}
+
+/// The protocol of the socket that `fd` (a `/proc/PID/fd/N` link) opens, as
+/// the kernel names it: the `system.sockprotoname` attribute sockfs gives
+/// every socket (`XDP` for AF_XDP, `TCP`, `UDP`, `UNIX`, ...). None for what
+/// is not a socket, or is gone.
+fn socket_protocol(fd: &Path) -> Option<String> {
+    let mut name = [0u8; 64];
+    let n = rustix::fs::getxattr(fd, "system.sockprotoname", &mut name[..]).ok()?;
+    let name = name.get(..n)?;
+    let name = name.strip_suffix(&[0]).unwrap_or(name);
+    Some(String::from_utf8_lossy(name).into_owned())
+}
+
 /// Whether any thread of `pid` is in one of the namespaces `ns` (dev, ino).
 fn in_namespaces(pid: u32, ns: &[(u64, u64)]) -> bool {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
@@ -149,6 +183,27 @@ mod tests {
         assert!(users("tnosuchbed16").unwrap().is_empty());
         assert!(users("a/b").is_err());
         assert!(stop_users("tnosuchbed16", STOP_GRACE).unwrap().is_empty());
+    }
+
+    /// A socket's protocol is read as the kernel names it (what tells an
+    /// AF_XDP socket, `XDP`, from the others); a file has none.
+    #[test]
+    fn a_socket_s_protocol_is_read_by_its_descriptor() {
+        use std::os::fd::AsRawFd;
+        let fd = |raw: i32| std::path::PathBuf::from(format!("/proc/self/fd/{raw}"));
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let file = std::fs::File::open("/proc/self/stat").unwrap();
+        assert_eq!(
+            socket_protocol(&fd(tcp.as_raw_fd())).as_deref(),
+            Some("TCP")
+        );
+        assert_eq!(
+            socket_protocol(&fd(udp.as_raw_fd())).as_deref(),
+            Some("UDP")
+        );
+        assert_eq!(socket_protocol(&fd(file.as_raw_fd())), None);
+        assert!(!holds_xdp_socket(std::process::id()));
     }
 
     #[test]

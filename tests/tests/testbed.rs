@@ -7,8 +7,8 @@
 use flowlane_numa_sched::nic::RssNic;
 use flowlane_numa_sched::IndirectionTable;
 use flowlane_tests::{
-    flowlane, flowlane_bin, in_ns, kill_and_reap, require_root, start_udp_echo, text, unique_name,
-    Bed,
+    flowlane, flowlane_bin, in_ns, kill_and_reap, ready_within, require_root, start_udp_echo, text,
+    unique_name, wait_within, Bed, OpenDir,
 };
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -739,4 +739,54 @@ fn testbed_flags_that_would_do_nothing_or_the_wrong_thing_are_refused() {
     let err = one_line_failure(&o);
     assert!(err.contains("--clear") && err.contains("--loss"), "{err}");
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}
+
+/// A data path whose program is not called flowlane (a service built on
+/// flowlane's libraries; here flowlane's own binary under another name)
+/// uses its bed by the AF_XDP sockets it holds there: `status` names it,
+/// and `down` names it and stops it before removing the bed, as it does
+/// flowlane's own services.
+#[test]
+fn a_data_path_not_named_flowlane_is_a_user_of_its_bed() {
+    if !require_root("a_data_path_not_named_flowlane_is_a_user_of_its_bed") {
+        return;
+    }
+    let bed = Bed::up("libuser", 2);
+    let dir = OpenDir::new("libuser");
+    let program = dir.path("echo-service");
+    std::fs::copy(flowlane_bin(), &program).unwrap();
+    let report = dir.path("report.json");
+    let mut service = Command::new("ip")
+        .args(["netns", "exec", &bed.ns])
+        .arg(&program)
+        .args(["udp-echo", "--iface", "xsk0", "--port", "7792", "--report"])
+        .arg(&report)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    if let Err(e) = ready_within(&mut service, Duration::from_secs(30), || report.exists()) {
+        kill_and_reap(&mut service);
+        panic!("the renamed udp-echo did not start: {e:?}");
+    }
+    let pid = format!("pid {} (echo-service", service.id());
+    let st = flowlane(&["testbed", "status", "--bed", &bed.name, "--json"]);
+    let down = flowlane(&["testbed", "down", "--bed", &bed.name]);
+    let stopped = wait_within(&mut service, Duration::from_secs(10));
+    if stopped.is_none() {
+        kill_and_reap(&mut service);
+    }
+    assert!(st.status.success(), "{}", text(&st));
+    let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    let users = v["users"].as_array().unwrap();
+    assert!(
+        users.iter().any(|u| u.as_str().unwrap().starts_with(&pid)),
+        "{users:?}"
+    );
+    assert!(down.status.success(), "{}", text(&down));
+    assert!(
+        String::from_utf8_lossy(&down.stdout).contains(&format!("stopped {pid}")),
+        "{}",
+        text(&down)
+    );
+    assert!(stopped.is_some(), "down left the service running");
 }

@@ -531,7 +531,8 @@ fn application_json() -> Value {
 fn serve_queue_pairs(run: Run<'_>, qp: QueuePairs) -> Result<()> {
     let qp = Arc::new(qp);
     let q = qp.clone();
-    let relays = move |core: &mut dyn Setup, _: Sender<Value>| q.setup_core(core);
+    let relays =
+        move |core: &mut dyn Setup, _: Sender<Value>| q.setup_core(core).map_err(Into::into);
     let r = run_backend(
         Run {
             qp: Some(&qp),
