@@ -38,8 +38,13 @@ fn main() -> ExitCode {
             eprintln!("flowlane: {}", text.lines().next().unwrap_or_default());
             ExitCode::from(2)
         }
+        // The data path's errors name its configuration's fields: said
+        // here with the flags that set them.
         Err(e) => {
-            eprintln!("flowlane: error: {e:#}");
+            eprintln!(
+                "flowlane: error: {}",
+                flowlane_dataplane::service_args::cli_terms(&format!("{e:#}"))
+            );
             ExitCode::FAILURE
         }
     }

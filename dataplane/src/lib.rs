@@ -5,6 +5,12 @@
 //! This is the only crate of flowlane that touches AF_XDP rings and raw
 //! memory; `unsafe` lives in its ring/UMEM modules ([`xsk`], [`umem`],
 //! [`worker`]) only, each block with a `SAFETY:` comment.
+//!
+//! A TCP service starts through [`TcpService::start`] (an example in
+//! [`tcp_handler`]). A handler that panics fails its queue closed (its
+//! connections reset, and every new one the NIC steers there) while the
+//! other queues serve on; [`TcpService::failed`] and [`Dataplane::check`]
+//! tell the application.
 #![deny(missing_docs)]
 // unsafe_code is denied workspace-wide; xsk, worker (AF_XDP rings and UMEM
 // frames), sys (the raw system calls) and prefetch (the CPU's prefetch

@@ -1,7 +1,9 @@
 //! Starting and stopping the data path: steering program, per-node UMEM,
 //! per-queue sockets and pinned workers, the kernel sockets that keep the
 //! kernel off flowlane's ports ([`PortHolds`]); and [`Dataplane::check`],
-//! which tells a running service that what it attached to went away.
+//! which tells a running service that what it attached to went away or
+//! that a queue failed ([`Dataplane::failed`]: a handler's panic fails its
+//! queue closed, see [`crate::worker`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
@@ -124,6 +126,9 @@ struct WorkerHandle {
     counters: Arc<QueueCounters>,
     /// The errno that made the worker give up its socket (0: none).
     failed: Arc<AtomicI32>,
+    /// Whether the worker's loop panicked (the queue failed closed, or
+    /// the worker ended).
+    panicked: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -278,7 +283,8 @@ fn hold_one(proto: Proto, addr: SocketAddr) -> Result<Option<OwnedFd>> {
             Err(Error::Setup(format!(
                 "port {port}/tcp is still held by kernel connections that ended there (TIME-WAIT \
                  or closing: a server stopped less than a minute ago?): wait for them to go \
-                 (`ss -tan 'sport = :{port}'` lists them) or choose another --port"
+                 (`ss -tan 'sport = :{port}'` lists them) or choose another port \
+                 (TcpServiceConfig::listen)"
             )))
         }
         // Ended connections of a server that did not set `SO_REUSEADDR`
@@ -286,7 +292,7 @@ fn hold_one(proto: Proto, addr: SocketAddr) -> Result<Option<OwnedFd>> {
         Err(Errno::EADDRINUSE) => Err(Error::Setup(format!(
             "port {port}/{what} is in use by a kernel socket (another server, or connections \
              of one, maybe ended, in TIME-WAIT: `ss -{}an 'sport = :{port}'` lists them): choose \
-             another --port or stop it",
+             another port (TcpServiceConfig::listen) or stop it",
             &what[..1]
         ))),
         Err(e) => Err(failed("bind(2)", e)),
@@ -504,12 +510,14 @@ impl Dataplane {
             };
             let counters = Arc::new(QueueCounters::default());
             let failed = Arc::new(AtomicI32::new(0));
-            let (stop2, counters2, factory2, ready, failed2) = (
+            let loop_panicked = Arc::new(AtomicBool::new(false));
+            let (stop2, counters2, factory2, ready, failed2, panicked2) = (
                 stop.clone(),
                 counters.clone(),
                 factory.clone(),
                 ready_tx.clone(),
                 failed.clone(),
+                loop_panicked.clone(),
             );
             let thread = std::thread::Builder::new()
                 // Workers without a queue too: tools account CPU time by
@@ -550,6 +558,7 @@ impl Dataplane {
                     let ctl = worker::Control {
                         stop: stop2,
                         failed: failed2,
+                        panicked: panicked2,
                     };
                     // Said once the rings are filled; the sender goes with
                     // it, so a worker that dies before has none left and
@@ -582,6 +591,7 @@ impl Dataplane {
                 info,
                 counters,
                 failed,
+                panicked: loop_panicked,
                 thread: Some(thread),
             });
         }
@@ -711,7 +721,10 @@ impl Dataplane {
     /// interface) and every queue's socket and worker. Not on the packet
     /// path: a few system calls, meant for the service's main thread a few
     /// times a second. On `Err` the service should log the line, drop the
-    /// data path (releasing everything) and exit non-zero.
+    /// data path (releasing everything) and exit non-zero. A queue whose
+    /// handler panicked is one such `Err`: it failed closed (its
+    /// connections reset, every new one reset too) while the other queues
+    /// serve on.
     pub fn check(&self) -> std::result::Result<(), Vanished> {
         let name = &self.iface.name;
         self.interface_still_there()?;
@@ -746,8 +759,42 @@ impl Dataplane {
                     w.info.queue
                 )));
             }
+            if w.panicked.load(Ordering::Relaxed) {
+                return Err(Vanished(format!(
+                    "the handler of {name} queue {} panicked (the panic message above says \
+                     where): the queue reset its connections and resets every new one; \
+                     restart the service",
+                    w.info.queue
+                )));
+            }
         }
         Ok(())
+    }
+
+    /// The queues whose worker failed: its loop panicked (the queue failed
+    /// closed, see [`crate::QueueHandler::fail_closed`]: its connections
+    /// were reset, and it resets every connection the NIC steers to it
+    /// until the data path stops), it gave its socket up, or its thread
+    /// ended. No system call: a few atomic loads per queue, for any
+    /// thread as often as it likes; [`Dataplane::check`] says what
+    /// happened, in words, and also watches the interface, namespace and
+    /// XDP program.
+    pub fn failed_queues(&self) -> Vec<u32> {
+        self.workers
+            .iter()
+            .filter(|w| {
+                w.panicked.load(Ordering::Relaxed)
+                    || w.failed.load(Ordering::Relaxed) != 0
+                    || w.thread.as_ref().is_some_and(|t| t.is_finished())
+            })
+            .map(|w| w.info.queue)
+            .collect()
+    }
+
+    /// Whether a queue's worker failed ([`Dataplane::failed_queues`] is
+    /// not empty).
+    pub fn failed(&self) -> bool {
+        !self.failed_queues().is_empty()
     }
 
     /// `Err` if the interface is gone or another of its name replaced it.
@@ -779,11 +826,7 @@ impl Dataplane {
 /// The error of a queue's set-up that panicked with `payload`: its
 /// message's first line.
 fn panicked(payload: &(dyn std::any::Any + Send)) -> String {
-    let msg = payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("no message");
+    let msg = worker::panic_message(payload);
     format!(
         "the handler's set-up panicked ({}); nothing was left running: fix the set-up \
          (the panic message above says where)",
@@ -808,7 +851,7 @@ fn stop_workers(stop: &AtomicBool, workers: &mut [WorkerHandle]) {
 /// names served queues only: the XDP program drops flowlane's frames that
 /// reach a queue without a socket (and passes to the kernel, which resets
 /// the connection, those on a queue past the XSKMAP).
-fn check_unserved_queues(
+pub(crate) fn check_unserved_queues(
     ifname: &str,
     rx_queues: u32,
     served: &BTreeSet<u32>,
@@ -818,10 +861,9 @@ fn check_unserved_queues(
         return Ok(());
     }
     let why = match table {
-        None => {
-            "its RSS indirection table is unknown (not read from the NIC, nor given by --rss-table)"
-                .to_string()
-        }
+        None => "its RSS indirection table is unknown (not read from the NIC, nor given in \
+             TcpServiceConfig::rss)"
+            .to_string(),
         Some(t) => match t.iter().enumerate().find(|(_, q)| !served.contains(q)) {
             None => return Ok(()),
             Some((bucket, q)) => format!("its RSS table sends bucket {bucket} to queue {q}"),
@@ -844,7 +886,7 @@ fn check_unserved_queues(
     };
     Err(Error::Setup(format!(
         "serving {n} of {ifname}'s {rx_queues} receive queues, but {why}: flowlane's frames \
-         on the others would be lost; use --queues {rx_queues}, {point}"
+         on the others would be lost; set TcpServiceConfig::queues to {rx_queues}, {point}"
     )))
 }
 
@@ -888,7 +930,7 @@ mod tests {
         for needle in [
             "serving 2 of xsk0's 4 receive queues",
             "unknown",
-            "--queues 4",
+            "set TcpServiceConfig::queues to 4",
             "ethtool -L xsk0 combined 2",
             "flowlane nic set-rss --iface xsk0 --equal 2",
             "--spread 0,1",

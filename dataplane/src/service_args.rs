@@ -4,6 +4,11 @@
 //! (`--port`, `--queues`, `--key`): each user error is worded here, once, in
 //! the flag's terms. Behind the `cli` feature, so that the data path itself
 //! does not depend on clap.
+//!
+//! The data path's own errors name the configuration's fields
+//! (`TcpServiceConfig::listen`) for the library's users; [`cli_terms`] is
+//! the one place that says them in these flags' terms (`--port`), for the
+//! programs that print them.
 
 use std::str::FromStr;
 
@@ -301,6 +306,40 @@ pub fn ephemeral_port_warning(port: u16) -> Option<String> {
     })
 }
 
+/// The words of the data path's errors that name a configuration field
+/// (what a library user sets), each with what `flowlane`'s services say
+/// instead (the flag that sets it): [`cli_terms`].
+const FLAG_TERMS: [(&str, &str); 5] = [
+    ("another port (TcpServiceConfig::listen)", "another --port"),
+    (
+        "nor given in TcpServiceConfig::rss)",
+        "nor given by --rss-table)",
+    ),
+    ("set TcpServiceConfig::queues to", "use --queues"),
+    (
+        crate::tcp_service::GIVE_RSS,
+        "run on a test bed (--bed), a NIC whose RSS flowlane reads",
+    ),
+    (
+        "opening connections (TcpServiceConfig::active)",
+        "opening connections",
+    ),
+];
+
+/// A data-path error's `message` in the terms of `flowlane`'s flags: each
+/// configuration field it names, as the flag that sets it (`choose another
+/// port (TcpServiceConfig::listen)` → `choose another --port`). What a
+/// program prints when `TcpService::start` or `Dataplane::start` fails; a
+/// program with flags of other names (flowlane-ttcp's `-p`) rewrites this
+/// further.
+pub fn cli_terms(message: &str) -> String {
+    FLAG_TERMS
+        .iter()
+        .fold(message.to_string(), |m, (library, flags)| {
+            m.replace(library, flags)
+        })
+}
+
 /// What a key looks like, for the messages of [`rss_key`] and
 /// [`rss_key_value`].
 const KEY_SHAPE: &str = "an RSS key is 40 bytes (52 on some NICs) written as hex: 80 digits \
@@ -484,6 +523,72 @@ mod tests {
         assert!(w.contains("40000-44999") && w.contains("outgoing"), "{w}");
         assert!(ephemeral_port_warning(44999).is_some());
         assert!(!w.contains('\n'));
+    }
+
+    /// The data path's errors, which name configuration fields, read as
+    /// `flowlane`'s services said them before (`tests/tests/cli_errors.rs`
+    /// and the kernel port-hold tests check those words): the same line,
+    /// flags instead of fields, and no field left unnamed.
+    #[test]
+    fn data_path_errors_name_the_flags_in_cli_terms() {
+        use crate::runtime::PortHolds;
+        use crate::tcp_service::GIVE_RSS;
+        use crate::Proto;
+        use flowlane_ebpf::steer::LocalAddress;
+        let taken = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let port = taken.local_addr().unwrap().port();
+        let e = PortHolds::default()
+            .hold(
+                Proto::Tcp,
+                port,
+                LocalAddress::Only([127, 0, 0, 1].into()),
+                LocalAddress::Unclaimed,
+                0,
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("TcpServiceConfig::listen"), "{e}");
+        assert_eq!(
+            cli_terms(&e),
+            format!(
+                "port {port}/tcp is in use by a kernel socket (another server, or connections of \
+                 one, maybe ended, in TIME-WAIT: `ss -tan 'sport = :{port}'` lists them): choose \
+                 another --port or stop it"
+            )
+        );
+        let e = crate::runtime::check_unserved_queues("xsk0", 2, &[0].into(), None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("TcpServiceConfig::rss"), "{e}");
+        assert_eq!(
+            cli_terms(&e),
+            "serving 1 of xsk0's 2 receive queues, but its RSS indirection table is unknown (not \
+             read from the NIC, nor given by --rss-table): flowlane's frames on the others would \
+             be lost; use --queues 2, reduce its channels to 1 (ethtool -L xsk0 combined 1), or \
+             point its table at queues 0 only (flowlane nic set-rss --iface xsk0 --equal 1; on a \
+             test bed: flowlane testbed set-rss --bed NAME --spread 0)"
+        );
+        let spill = format!(
+            "4 workers on 2 queues (software spill) needs the NIC's RSS key and table: {GIVE_RSS}, \
+             or one queue"
+        );
+        assert_eq!(
+            cli_terms(&spill),
+            "4 workers on 2 queues (software spill) needs the NIC's RSS key and table: run on a \
+             test bed (--bed), a NIC whose RSS flowlane reads, or one queue"
+        );
+        let e = crate::tcp_service::check_active_opens("xsk0", true, false, 2)
+            .unwrap_err()
+            .to_string();
+        let cli = cli_terms(&e);
+        assert!(
+            cli.starts_with("opening connections on 2 queues of xsk0 needs the NIC's RSS")
+                && cli.contains("run on a test bed (--bed)"),
+            "{cli}"
+        );
+        for m in [cli_terms(&spill), cli] {
+            assert!(!m.contains("Config::") && !m.contains('\n'), "{m}");
+        }
     }
 
     #[test]

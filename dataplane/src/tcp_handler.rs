@@ -36,35 +36,45 @@
 //! The application implements [`flowlane_app::ConnHandler`] (events carry a
 //! [`ConnHandle`]; calls go through [`flowlane_app::Net`], which this module
 //! implements over the queue's stack; [`flowlane_app::Dispatcher`] maps
-//! connections to handlers):
+//! connections to handlers). A service starts through
+//! [`crate::TcpService::start`], which makes each queue's [`TcpHandler`]
+//! with the interface's own address and MAC and a random ISN secret
+//! ([`crate::tcp_service::isn_secret`]), on every queue of the interface:
 //!
 //! ```no_run
 //! use flowlane_app::{ConnHandle, ConnHandler, Net, SetupExt};
-//! use flowlane_dataplane::tcp_handler::{TcpConfig, TcpHandler};
-//! use flowlane_dataplane::{Dataplane, DataplaneConfig, Proto};
+//! use flowlane_dataplane::{TcpService, TcpServiceConfig};
 //!
-//! struct Echo;
+//! /// Echoes every byte back. `Net::echo` moves only what the send buffer
+//! /// takes and leaves the rest unread until `on_writable`, and closes once
+//! /// the peer closed and everything went back: nothing is lost to a full
+//! /// send buffer.
+//! struct Echo {
+//!     scratch: Vec<u8>,
+//! }
+//!
 //! impl ConnHandler for Echo {
 //!     fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-//!         let mut buf = [0u8; 4096];
-//!         while let Ok(n) = net.recv(conn, &mut buf) {
-//!             if n == 0 {
-//!                 let _ = net.close(conn);
-//!                 break;
-//!             }
-//!             let _ = net.send(conn, &buf[..n]);
-//!         }
+//!         net.echo(conn, &mut self.scratch);
+//!     }
+//!     fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+//!         net.echo(conn, &mut self.scratch);
 //!     }
 //! }
 //!
-//! let mut dp = DataplaneConfig::new("xsk0", &[0]);
-//! dp.ports = vec![(Proto::Tcp, 7)];
-//! let tcp = TcpConfig::new("10.99.0.1".parse().unwrap(), [2, 0, 0, 0, 0, 1], [7; 16]);
-//! let running = Dataplane::start(dp, move |q| {
-//!     let mut h = TcpHandler::new(q, tcp.clone());
-//!     h.listen(7, Echo)?;
-//!     Ok::<_, flowlane_tcp::Error>(h)
-//! });
+//! // Needs root (AF_XDP sockets, the XDP program).
+//! let mut config = TcpServiceConfig::new("xsk0");
+//! config.listen = vec![7];
+//! let service = TcpService::start(config, |h| {
+//!     h.listen(7, Echo { scratch: vec![0; 16384] }).map(drop)
+//! })?;
+//! // Serve until a queue fails (its handler panicked: the queue resets its
+//! // connections) or what the data path attached to goes away.
+//! while let Ok(()) = service.dataplane().check() {
+//!     std::thread::sleep(std::time::Duration::from_millis(250));
+//! }
+//! drop(service);
+//! # Ok::<(), flowlane_dataplane::Error>(())
 //! ```
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -152,8 +162,11 @@ pub struct TcpConfig {
     /// table, for active opens); more are learned from received frames.
     pub neighbors: Neighbors,
     /// flowlane's ephemeral port range (inclusive) for active opens; the
-    /// XDP program must steer it to flowlane (`DataplaneConfig::ephemeral`).
-    pub ephemeral: (u16, u16),
+    /// XDP program must steer it to flowlane (`DataplaneConfig::ephemeral`,
+    /// the same range). None: the queue opens no connections
+    /// (`Net::connect` answers [`Error::InvalidState`] at once), as where
+    /// the range is not steered its replies would reach the kernel.
+    pub ephemeral: Option<(u16, u16)>,
     /// The NIC's RSS configuration: active opens pick ports whose replies
     /// come back to the opening queue (needed with several queues), and
     /// the stack keeps its connections per RSS bucket (for rebalancing;
@@ -166,15 +179,16 @@ pub struct TcpConfig {
 
 impl TcpConfig {
     /// Defaults: the stack's default configuration keyed by `isn_secret`,
-    /// no IPv6 address, ephemeral ports [`EPHEMERAL`], no static
-    /// neighbours, no RSS.
+    /// no IPv6 address, ephemeral ports [`EPHEMERAL`] (which
+    /// `DataplaneConfig::ephemeral` must steer, for active opens), no
+    /// static neighbours, no RSS.
     pub fn new(local_ip: Ipv4Addr, local_mac: [u8; 6], isn_secret: [u8; 16]) -> TcpConfig {
         TcpConfig {
             local_ip,
             local_ip6: None,
             local_mac: EthernetAddress(local_mac),
             neighbors: Neighbors::new(),
-            ephemeral: EPHEMERAL,
+            ephemeral: Some(EPHEMERAL),
             rss: None,
             tcp: Config::new(isn_secret),
         }
@@ -270,7 +284,8 @@ struct StackNet<'a> {
     stack: &'a mut Stack,
     /// Where the payload the stack kept in received frames lies.
     frames: &'a dyn FrameStore,
-    ports: &'a mut EphemeralPorts,
+    /// None: the queue has no ephemeral range and opens nothing.
+    ports: Option<&'a mut EphemeralPorts>,
     local: &'a LocalAddrs,
     now: Instant,
     placement: Placement,
@@ -290,15 +305,19 @@ impl Net for StackNet<'_> {
     /// A port of the ephemeral range whose replies RSS steers to this queue,
     /// drawn from the destination's keyed hash (RFC 6056 §3.3.4) among
     /// those whose tuple is free: [`Error::AddrInUse`] only when none is.
+    /// [`Error::InvalidState`] at once, nothing sent, on a queue without
+    /// an ephemeral range ([`TcpConfig::ephemeral`]; a `TcpService` not
+    /// started `active`): its SYN's replies would reach the kernel, and the
+    /// open would retry unanswered for a minute.
     fn connect(&mut self, remote: SocketAddr) -> Result<ConnHandle, Error> {
+        let ports = self.ports.as_deref_mut().ok_or(Error::InvalidState)?;
         // Our address of the peer's family.
         let local_ip = self
             .local
             .of_family(remote.ip())
             .ok_or(Error::InvalidAddress)?;
         let stack = &*self.stack;
-        let port = self
-            .ports
+        let port = ports
             .next(local_ip, remote, stack.port_hash(local_ip, remote), |p| {
                 stack.tuple_free(SocketAddr::new(local_ip, p), remote)
             })
@@ -832,8 +851,11 @@ pub struct TcpHandler {
     /// The sender (IP, MAC) of the frame the stack is taking now: the
     /// events it causes confirm it as a neighbour.
     rx_sender: Option<(IpAddr, EthernetAddress)>,
-    ports: EphemeralPorts,
+    /// None: no ephemeral range ([`TcpConfig::ephemeral`]).
+    ports: Option<EphemeralPorts>,
     app: Dispatcher,
+    /// The stack's listeners, each with its port ([`TcpHandler::listening`]).
+    listeners: Vec<(flowlane_tcp::ListenerId, u16)>,
     counters: Arc<TcpCounters>,
     buckets: Arc<BucketCounters>,
     /// Each bucket's share of the worker's time, sampled.
@@ -906,8 +928,11 @@ impl TcpHandler {
             local_mac: cfg.local_mac,
             neighbors: cfg.neighbors,
             rx_sender: None,
-            ports: EphemeralPorts::new(cfg.ephemeral.0, cfg.ephemeral.1, queue.queue, cfg.rss),
+            ports: cfg
+                .ephemeral
+                .map(|(first, last)| EphemeralPorts::new(first, last, queue.queue, cfg.rss)),
             app: Dispatcher::new(),
+            listeners: Vec::new(),
             counters: Arc::new(TcpCounters::default()),
             placement: Placement {
                 queue: queue.queue,
@@ -988,7 +1013,7 @@ impl TcpHandler {
             StackNet {
                 stack: &mut self.stack,
                 frames,
-                ports: &mut self.ports,
+                ports: self.ports.as_mut(),
                 local: &self.local,
                 now,
                 placement: self.placement,
@@ -1220,7 +1245,9 @@ impl TcpHandler {
                     // A connection a handler opens during the export takes
                     // a port of a bucket that stays.
                     mover.leaving(bucket, to);
-                    self.ports.set_rss(mover.rss().clone());
+                    if let Some(ports) = self.ports.as_mut() {
+                        ports.set_rss(mover.rss().clone());
+                    }
                     let (arrival, reply_msg) =
                         self.export_bucket(now, bucket, frames, &mut |part| {
                             mover.export_part(to, part);
@@ -1237,8 +1264,8 @@ impl TcpHandler {
                     let complete = arrival.export.complete();
                     let failed = self.import_bucket(now, *arrival, frames);
                     mover.imported(bucket, failed, complete);
-                    if complete {
-                        self.ports.set_rss(mover.rss().clone());
+                    if let Some(ports) = self.ports.as_mut().filter(|_| complete) {
+                        ports.set_rss(mover.rss().clone());
                     }
                 }
                 Work::Rewritten {
@@ -1728,7 +1755,17 @@ impl TcpHandler {
     ) -> Result<(), Error> {
         self.stack
             .set_syn_filter(l, self.app.syn_filter(handler, port))?;
-        self.app.bind_listener(l, handler)
+        self.app.bind_listener(l, handler)?;
+        self.listeners.push((l, port));
+        Ok(())
+    }
+
+    /// The ports this queue listens on (its handlers' `Setup::listen`),
+    /// in the order they were opened. [`crate::TcpService::start`] claims
+    /// those its configuration did not list, so that their frames reach
+    /// the queues.
+    pub fn listening(&self) -> Vec<u16> {
+        self.listeners.iter().map(|&(_, port)| port).collect()
     }
 }
 
@@ -1856,6 +1893,35 @@ impl QueueHandler for TcpHandler {
 
     fn app_wake_fd(&self) -> Option<std::os::fd::RawFd> {
         self.wake.as_ref().map(|w| w.raw_fd())
+    }
+
+    /// The queue fails closed: the application goes (its handlers
+    /// dropped: nothing of it runs again), every listener refuses its SYNs
+    /// with an RST (RFC 9293 §3.10.7.2, as a listener whose SYN filter
+    /// refuses them: counted in `syn_refused`), and every connection is
+    /// aborted (RFC 9293 §3.10.5: an RST to its peer where its state sends
+    /// one, counted in `resets_aborted`), the RSTs going out on the
+    /// worker's next pass. From then on the stack answers the queue's
+    /// segments without the application: a segment of a connection it no
+    /// longer has gets an RST (RFC 9293 §3.10.7.1), a connection a SYN
+    /// cookie completes is reset at its accept (no handler takes it).
+    /// Bounded: one abort per connection the stack holds. A panic here (a
+    /// stack left inconsistent by the first) ends the worker.
+    fn fail_closed(&mut self, _q: &QueueInfo, _now: Duration) -> bool {
+        self.rx_sender = None;
+        drop(std::mem::take(&mut self.app));
+        let refuse: flowlane_tcp::SynFilter = Arc::new(|_| false);
+        for &(l, _) in &self.listeners {
+            let _ = self.stack.set_syn_filter(l, Some(refuse.clone()));
+        }
+        for bucket in 0..self.stack.bucket_count() {
+            for conn in self.stack.bucket_connections(bucket as u16) {
+                let _ = self.stack.abort(conn);
+            }
+        }
+        // Their `Closed` events: no handler is left to hear them.
+        while self.stack.poll_event().is_some() {}
+        true
     }
 }
 
@@ -2617,6 +2683,93 @@ mod tests {
             while p.stack.poll_event().is_some() {}
         }
         out
+    }
+
+    /// A queue that failed closed (its handler panicked): its connection's
+    /// peer gets an RST at once, a new connection's SYN gets one too (a
+    /// refused connect, counted as a refused SYN), and the application
+    /// hears nothing more (it was dropped).
+    #[test]
+    fn a_queue_that_failed_closed_resets_its_connections_and_refuses_new_ones() {
+        let ours: IpAddr = "10.99.0.1".parse().unwrap();
+        let ip: IpAddr = "10.99.0.2".parse().unwrap();
+        let cfg = TcpConfig::new(Ipv4Addr::new(10, 99, 0, 1), OUR_MAC, [1; 16]);
+        let mut h = TcpHandler::new(&info(), cfg);
+        let echo = Echo::default();
+        let log = echo.log.clone();
+        h.listen(7, echo).unwrap();
+        let t0 = Duration::from_millis(1);
+        let mut p = LinkPeer::connect(t0, PEER_MAC, ip, 40001, ours);
+        let mut now = t0;
+        for _ in 0..5 {
+            now += Duration::from_millis(1);
+            p.send_to(&mut h, now, (ip, ours));
+            exchange(&mut h, &mut [&mut p], now, (ip, ours));
+        }
+        assert_eq!(p.stack.state(p.conn), Ok(State::Established));
+        assert_eq!(*log.lock().unwrap(), ["accept"]);
+        assert!(h.fail_closed(&info(), now));
+        now += Duration::from_millis(1);
+        exchange(&mut h, &mut [&mut p], now, (ip, ours));
+        assert!(p.stack.state(p.conn).is_err(), "the peer was reset");
+        let mut q = LinkPeer::connect(now, PEER_MAC, ip, 40002, ours);
+        for _ in 0..5 {
+            now += Duration::from_millis(1);
+            q.send_to(&mut h, now, (ip, ours));
+            exchange(&mut h, &mut [&mut q], now, (ip, ours));
+        }
+        assert!(
+            q.stack.state(q.conn).is_err(),
+            "the new connection was refused"
+        );
+        assert_eq!(h.stack.connection_count(), 0);
+        h.publish();
+        let c = h.counters().snapshot();
+        assert_eq!((c.resets_aborted, c.syn_refused), (1, 1), "{c:?}");
+        assert_eq!(
+            *log.lock().unwrap(),
+            ["accept"],
+            "the application heard nothing"
+        );
+    }
+
+    /// A queue without an ephemeral range (a service not started
+    /// `active`: replies to its opens would reach the kernel) refuses an
+    /// open at once, sending nothing; with one, the open goes out.
+    #[test]
+    fn a_queue_without_an_ephemeral_range_refuses_opens_at_once() {
+        type Got = Arc<std::sync::Mutex<Option<Result<ConnHandle, Error>>>>;
+        struct Opener(Got);
+        impl ConnHandler for Opener {
+            fn on_start(&mut self, net: &mut dyn Net) {
+                *self.0.lock().unwrap() = Some(net.connect("10.99.0.2:80".parse().unwrap()));
+            }
+            fn on_data(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
+        }
+        let t0 = Duration::from_millis(1);
+        for range in [None, Some(EPHEMERAL)] {
+            let mut cfg = TcpConfig::new(Ipv4Addr::new(10, 99, 0, 1), OUR_MAC, [1; 16]);
+            cfg.ephemeral = range;
+            cfg.neighbors
+                .insert_spec("10.99.0.2=02:00:00:00:00:02")
+                .unwrap();
+            let mut h = TcpHandler::new(&info(), cfg);
+            let got = Got::default();
+            h.add(Opener(got.clone()));
+            h.start(instant(t0), &NoFrames);
+            let opened = got.lock().unwrap().take().expect("on_start ran");
+            let sent = poll(&mut h, t0);
+            match range {
+                None => {
+                    assert_eq!(opened, Err(Error::InvalidState));
+                    assert!(sent.is_empty(), "no SYN");
+                }
+                Some(_) => {
+                    assert!(opened.is_ok(), "{opened:?}");
+                    assert_eq!(sent.len(), 1, "the SYN");
+                }
+            }
+        }
     }
 
     /// The neighbour table is per address, connections are per peer: a

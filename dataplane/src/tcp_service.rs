@@ -40,10 +40,16 @@ pub struct TcpServiceConfig {
     /// of one queue's buckets each, whose frames that queue's worker
     /// forwards to them (software spill); needs the NIC's RSS (`rss`).
     pub workers: Option<u32>,
-    /// Ports to listen on (steered to flowlane).
+    /// Ports to listen on (steered to flowlane), held against the kernel's
+    /// use before anything is attached. A port a handler listens on
+    /// (`Setup::listen`) that is not here is claimed too, once the
+    /// handlers are set up.
     pub listen: Vec<u16>,
-    /// Whether the service opens connections: the ephemeral range is then
-    /// steered to flowlane, and `rss` tells which ports come back where.
+    /// Whether the service opens connections (`Net::connect`): the
+    /// ephemeral range is then steered to flowlane, and `rss` tells which
+    /// ports come back where (needed on more than one queue). A service
+    /// that does not is refused its opens at once
+    /// (`flowlane_tcp::Error::InvalidState`).
     pub active: bool,
     /// The NIC's RSS (see [`rss_state`]): for active opens on several
     /// queues, and to keep connections per RSS bucket.
@@ -120,12 +126,13 @@ pub struct FinalCounters {
     pub buckets: Vec<(u32, Vec<BucketSnapshot>)>,
 }
 
-/// One queue's counters.
+/// One queue's counters, and the ports its handlers listen on.
 #[derive(Debug)]
 struct QueueTcp {
     queue: u32,
     tcp: Arc<TcpCounters>,
     buckets: Arc<BucketCounters>,
+    listening: Vec<u16>,
 }
 
 /// Each queue's counters, by queue.
@@ -160,6 +167,16 @@ struct Moves {
 
 /// A running TCP service: the data path and each queue's TCP counters.
 /// Dropping it stops the workers and releases everything.
+///
+/// A handler that panics (or any panic on a queue's worker) fails its
+/// queue closed, as a kernel-socket service's core does: the queue's
+/// application is dropped, its connections are reset, and every
+/// connection the NIC steers to it from then on is reset too (a SYN gets
+/// an RST: the peer's connect is refused), while the other queues serve
+/// on. Nothing else stops: the application learns of it from
+/// [`TcpService::failed`] (cheap, for any thread) or from
+/// `service.dataplane().check()` (which says what failed, in words), and
+/// should then stop the service and start it again.
 #[derive(Debug)]
 pub struct TcpService {
     dataplane: Dataplane,
@@ -179,7 +196,20 @@ pub struct TcpService {
 impl TcpService {
     /// Starts the service: `setup` runs once per queue, on that queue's core,
     /// with the queue's fresh [`TcpHandler`] to register listeners and
-    /// handlers on. Needs root (AF_XDP sockets, the XDP program).
+    /// handlers on. Needs root (AF_XDP sockets, the XDP program). The
+    /// ports the handlers listen on are claimed for flowlane (held against
+    /// the kernel's use and steered), those of
+    /// [`TcpServiceConfig::listen`] first.
+    ///
+    /// A handler that panics later fails its queue closed (see
+    /// [`TcpService`]): [`TcpService::failed`] says so.
+    ///
+    /// # Errors
+    /// A configuration that cannot work, in one line naming the field
+    /// (for instance [`TcpServiceConfig::active`] on several queues
+    /// without [`TcpServiceConfig::rss`]); a port a kernel socket uses; a
+    /// queue's `setup` that failed or panicked; the data path's own
+    /// ([`Dataplane::start`]).
     pub fn start<S, E>(config: TcpServiceConfig, setup: S) -> Result<TcpService>
     where
         S: Fn(&mut TcpHandler) -> std::result::Result<(), E> + Send + Sync + 'static,
@@ -196,6 +226,7 @@ impl TcpService {
                 "{workers} workers for {queues} queues: give at least one worker per queue"
             )));
         }
+        check_active_opens(&config.iface, config.active, config.rss.is_some(), queues)?;
         let placed = machine_placement(info.numa_node, workers as usize, config.cpus.as_deref())?;
         if let Some(w) = &placed.shared {
             tracing::warn!("{w}");
@@ -213,7 +244,7 @@ impl TcpService {
                 None if queues == 1 => software_rss(128)?,
                 None => {
                     return Err(Error::Setup(format!(
-                        "{workers} workers on {queues} queues (software spill) needs the NIC's RSS key and table: run on a test bed (--bed), a NIC whose RSS flowlane reads, or one queue"
+                        "{workers} workers on {queues} queues (software spill) needs the NIC's RSS key and table: {GIVE_RSS}, or one queue"
                     )))
                 }
             };
@@ -248,6 +279,9 @@ impl TcpService {
         dp.bind_mode = BindMode::Auto;
         dp.ephemeral = config.active.then_some(EPHEMERAL);
         let mut tcp = TcpConfig::new(local_ipv4(&config.iface)?, info.mac, isn_secret()?);
+        // A passive service's queues open nothing: its ephemeral range is
+        // not steered, and an open's replies would reach the kernel.
+        tcp.ephemeral = dp.ephemeral;
         tcp.local_ip6 = local_ipv6(&config.iface)?;
         // The steering program takes only these addresses' frames: the
         // interface's others (secondary, link-local) stay the kernel's, and
@@ -259,12 +293,6 @@ impl TcpService {
         }
         tcp.tcp.congestion = config.congestion;
         tcp.tcp.ecn = config.ecn;
-        if config.active && config.rss.is_none() && queues > 1 {
-            tracing::warn!(
-                "RSS of {} unknown: connections opened by flowlane may get replies on another queue",
-                config.iface
-            );
-        }
         // With several queues and the NIC's RSS known, buckets can move
         // between queues with their connections.
         let moves = match &config.rss {
@@ -299,11 +327,12 @@ impl TcpService {
             config.neighbors.refresh_through(r.shared());
         }
         tcp.neighbors = config.neighbors;
+        let listen = config.listen;
 
         let registry: Arc<Mutex<PerQueue>> = Arc::default();
         let reg = registry.clone();
         let spill_carriers = carriers.clone();
-        let dataplane = Dataplane::start(dp, move |q: &QueueInfo| {
+        let mut dataplane = Dataplane::start(dp, move |q: &QueueInfo| {
             // Each queue's stack tags its handles with the queue's index:
             // a handle taken to another queue's handler is refused there.
             let mut tcp = tcp.clone();
@@ -329,12 +358,26 @@ impl TcpService {
                     queue: q.queue,
                     tcp: h.counters(),
                     buckets: h.bucket_counters(),
+                    listening: h.listening(),
                 });
             Ok::<_, E>(h)
         })?;
         // Every worker ran its setup before `start` returned.
         let mut counters = std::mem::take(&mut *registry.lock().unwrap_or_else(|e| e.into_inner()));
         counters.sort_by_key(|c| c.queue);
+        // The ports the handlers listen on that the configuration did not
+        // list: claimed now, or their frames would stay the kernel's (which
+        // refuses every connection) while the listeners wait.
+        let mut unlisted: Vec<u16> = counters
+            .iter()
+            .flat_map(|c| c.listening.iter().copied())
+            .filter(|p| !listen.contains(p))
+            .collect();
+        unlisted.sort_unstable();
+        unlisted.dedup();
+        for port in unlisted {
+            dataplane.claim_port(Proto::Tcp, port)?;
+        }
         Ok(TcpService {
             dataplane,
             counters,
@@ -498,6 +541,17 @@ impl TcpService {
         &self.dataplane
     }
 
+    /// Whether a queue failed: its handler panicked (the queue failed
+    /// closed: its connections reset, and every new one too, see
+    /// [`TcpService`]), or its worker or socket stopped. As
+    /// `flowlane_kernel::KernelService::failed`: no system call, for any
+    /// thread as often as it likes; [`Dataplane::failed_queues`] says
+    /// which, and [`Dataplane::check`] what happened, in words. The
+    /// service should then be stopped and started again.
+    pub fn failed(&self) -> bool {
+        self.dataplane.failed()
+    }
+
     /// Each queue's TCP counters now, by queue.
     pub fn tcp_counters(&self) -> Vec<(u32, TcpCountersSnapshot)> {
         Self::read(&self.counters)
@@ -568,6 +622,32 @@ impl TcpService {
             buckets: Self::read_buckets(&counters),
         }
     }
+}
+
+/// Where the NIC's RSS comes from, for a message that needs it: the
+/// field (`service_args::cli_terms` names the flags instead).
+pub(crate) const GIVE_RSS: &str = "give it (TcpServiceConfig::rss, see rss_state)";
+
+/// Refuses a service that opens connections (`active`) on several
+/// `queues` of `iface` without the NIC's RSS (`rss_known`): the ports its
+/// opens draw from could not be chosen so that the replies come back to
+/// the opening queue, and a reply that reaches another queue is reset
+/// there (about half the opens, on two queues). One line naming the
+/// fields and what to do.
+pub(crate) fn check_active_opens(
+    iface: &str,
+    active: bool,
+    rss_known: bool,
+    queues: u32,
+) -> Result<()> {
+    if active && !rss_known && queues > 1 {
+        return Err(Error::Setup(format!(
+            "opening connections (TcpServiceConfig::active) on {queues} queues of {iface} \
+             needs the NIC's RSS key and table, or their replies reach other queues, which \
+             reset them: {GIVE_RSS}, or serve one queue"
+        )));
+    }
+    Ok(())
 }
 
 /// Why a service's buckets cannot move (a phrase saying what to do), or
@@ -765,6 +845,44 @@ mod tests {
         assert!(
             why_buckets_cannot_move(false, false, false).is_some_and(|w| w.contains("RSS known"))
         );
+    }
+
+    /// A service that opens connections on several queues without the
+    /// NIC's RSS is refused before anything starts, in one line naming the
+    /// fields (about half its opens would get their replies on another
+    /// queue, which resets them); on one queue it needs none.
+    #[test]
+    fn active_opens_on_several_queues_need_the_nic_s_rss() {
+        let root = std::env::temp_dir().join(format!("flowlane-active-{}", std::process::id()));
+        let d = root.join("class/net/flact0");
+        for q in 0..2 {
+            std::fs::create_dir_all(d.join(format!("queues/rx-{q}"))).unwrap();
+            std::fs::create_dir_all(d.join(format!("queues/tx-{q}"))).unwrap();
+        }
+        std::fs::write(d.join("ifindex"), "7\n").unwrap();
+        std::fs::write(d.join("mtu"), "1500\n").unwrap();
+        std::fs::write(d.join("address"), "02:00:00:aa:bb:cc\n").unwrap();
+        let mut config = TcpServiceConfig::new("flact0");
+        config.sysfs = root.clone();
+        config.active = true;
+        let start = |c: &TcpServiceConfig| {
+            TcpService::start(c.clone(), |_| Ok::<(), String>(()))
+                .unwrap_err()
+                .to_string()
+        };
+        let e = start(&config);
+        assert!(
+            e.contains("(TcpServiceConfig::active) on 2 queues of flact0")
+                && e.contains("TcpServiceConfig::rss")
+                && !e.contains('\n'),
+            "{e}"
+        );
+        // One queue: no RSS needed (the start fails further on, at the
+        // fake interface's address).
+        config.queues = Some(1);
+        let e = start(&config);
+        assert!(!e.contains("TcpServiceConfig::rss"), "{e}");
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

@@ -15,6 +15,16 @@
 //! `poll(2)` fails ends the loop with the errno recorded in
 //! `Control::failed`, instead of spinning on it; the main thread learns it
 //! from [`Dataplane::check`](crate::Dataplane::check).
+//!
+//! A panic in the loop (a handler's, the application's code it runs, or
+//! the worker's own) does not end the worker: the queue fails closed
+//! ([`QueueHandler::fail_closed`]: its connections are reset, and from
+//! then on its frames are answered without the application), and the
+//! main thread learns it from `Dataplane::check` and
+//! [`Dataplane::failed`](crate::Dataplane::failed). A thread that died
+//! instead would leave its queue's frames to be dropped for want of a
+//! socket, its peers waiting for their timeouts. A handler that cannot
+//! fail closed, or a second panic, still ends the worker.
 // This module touches the kernel directly: ring descriptors and UMEM frame memory, and the TX kick (sendto).
 #![allow(unsafe_code)]
 
@@ -659,6 +669,23 @@ pub trait QueueHandler: Send {
     fn on_spill_poll(&mut self, _queue: &QueueInfo, _now: Duration) -> SpillPass {
         SpillPass::default()
     }
+
+    /// The worker's loop panicked (in this handler, in the application's
+    /// code it calls, or in the worker's own): called once, on the
+    /// worker, the panic caught. The handler drops the application,
+    /// resets what it can of its connections, and answers the queue's
+    /// frames without the application from then on (a TCP handler: an
+    /// RST to every SYN and to every segment of a connection it no longer
+    /// has), so that the queue fails closed instead of black-holing the
+    /// flows the NIC steers to it. Bounded work: it must not block the
+    /// worker. Returns whether it did: the worker then goes on serving
+    /// the queue with it. The default cannot (false): the worker ends,
+    /// as does a second panic, and its queue's frames are dropped (no
+    /// socket takes them). Either way the queue is reported failed
+    /// ([`crate::Dataplane::check`], [`crate::Dataplane::failed`]).
+    fn fail_closed(&mut self, _queue: &QueueInfo, _now: Duration) -> bool {
+        false
+    }
 }
 
 /// What one pass of a worker without a queue moved.
@@ -681,6 +708,9 @@ pub(crate) struct Control {
     pub(crate) stop: Arc<AtomicBool>,
     /// Set by the worker when it gives its socket up: the errno (0: none).
     pub(crate) failed: Arc<AtomicI32>,
+    /// Set by the worker when its loop panicked: the queue failed closed
+    /// ([`QueueHandler::fail_closed`]), or the worker ended.
+    pub(crate) panicked: Arc<AtomicBool>,
 }
 
 /// Whether a socket error means the socket is dead: the kernel unbound it
@@ -732,153 +762,157 @@ pub(crate) fn run<H: QueueHandler>(
     let c = &*counters;
     first_fill(&mut sock, &mut free, cfg.tx_reserve, ready);
 
-    while !ctl.stop.load(Ordering::Relaxed) {
-        iterations += 1;
-        let now = epoch.elapsed();
-        // RX: up to the handler's budget of frames before its poll, so that
-        // a connection's segments of one pass are acknowledged together;
-        // each batch's frames go back to the fill ring at once.
-        let (mut received, mut rx_bytes, mut dropped) = (0usize, 0u64, 0u64);
-        while received < handler.rx_budget().clamp(BATCH, RX_BUDGET_MAX) {
-            let from_ring = backlog.is_empty();
-            // `got` taken off the ring (or the backlog), of which the first
-            // `n` lie within their frames (the backlog's were checked when
-            // a scan took them off the ring).
-            let (got, n) = if from_ring {
-                // SAFETY: `rx_descs` are scratch descriptors that `consume`
-                // overwrites; the frames they then name belong to this
-                // socket's UMEM.
-                let got = unsafe { sock.rx.consume(&mut rx_descs) };
-                let n = keep_valid_rx(&mut rx_descs[..got], sock.umem_len, &mut free, c);
-                (got, n)
-            } else {
-                let got = take_backlog(&mut backlog, &mut rx_descs);
-                (got, got)
-            };
-            for i in 0..n {
-                // The batch's frame `k` places after this one, if any.
-                let ahead = |k: usize| {
-                    rx_descs[..n].get(i + k).map(|d| {
-                        // SAFETY: as `RxFrame::data`: a frame the kernel
-                        // handed us on the RX ring, not yet on any other
-                        // ring, and nothing writes it while this borrow
-                        // lives; among the first `n`, checked to lie
-                        // within its frame.
-                        let c = unsafe { sock.umem.data(d) }.contents();
-                        &c[..d.lengths().data().min(c.len())]
-                    })
+    // The loop, run again after a panic once the queue failed closed.
+    let mut serve = |handler: &mut H| {
+        while !ctl.stop.load(Ordering::Relaxed) {
+            iterations += 1;
+            let now = epoch.elapsed();
+            // RX: up to the handler's budget of frames before its poll, so that
+            // a connection's segments of one pass are acknowledged together;
+            // each batch's frames go back to the fill ring at once.
+            let (mut received, mut rx_bytes, mut dropped) = (0usize, 0u64, 0u64);
+            while received < handler.rx_budget().clamp(BATCH, RX_BUDGET_MAX) {
+                let from_ring = backlog.is_empty();
+                // `got` taken off the ring (or the backlog), of which the first
+                // `n` lie within their frames (the backlog's were checked when
+                // a scan took them off the ring).
+                let (got, n) = if from_ring {
+                    // SAFETY: `rx_descs` are scratch descriptors that `consume`
+                    // overwrites; the frames they then name belong to this
+                    // socket's UMEM.
+                    let got = unsafe { sock.rx.consume(&mut rx_descs) };
+                    let n = keep_valid_rx(&mut rx_descs[..got], sock.umem_len, &mut free, c);
+                    (got, n)
+                } else {
+                    let got = take_backlog(&mut backlog, &mut rx_descs);
+                    (got, got)
                 };
-                if let Some(next) = ahead(1) {
-                    handler.prefetch(next, ahead(2));
-                }
-                let desc = &mut rx_descs[i];
-                let len = desc.lengths().data();
-                rx_bytes += len as u64;
-                let slot = held.admit(*desc);
-                let rx = RxFrame {
-                    umem: &sock.umem,
-                    desc,
-                    len,
-                    slot,
-                    held: &mut held,
-                };
-                let action = handler.on_rx_frame(&info, now, rx);
-                if slot.is_some_and(|s| held.settle(s)) {
-                    // Kept: it goes back once released, and is not sent.
-                    debug_assert!(
-                        !matches!(action, RxAction::Transmit(n) if n > 0),
-                        "on_rx_frame kept its frame and asked to transmit it"
-                    );
-                    continue;
-                }
-                match rx_verdict(action) {
-                    RxVerdict::Send(out) => {
-                        // SAFETY: the frame is still ours (not kept, on no
-                        // ring); only its length is set.
-                        let mut data = unsafe { sock.umem.data_mut(desc) };
-                        let mut cursor = data.cursor();
-                        if out <= cursor.buf_len() {
-                            cursor.set_pos(out);
-                            pending.push(*desc);
-                        } else {
+                for i in 0..n {
+                    // The batch's frame `k` places after this one, if any.
+                    let ahead = |k: usize| {
+                        rx_descs[..n].get(i + k).map(|d| {
+                            // SAFETY: as `RxFrame::data`: a frame the kernel
+                            // handed us on the RX ring, not yet on any other
+                            // ring, and nothing writes it while this borrow
+                            // lives; among the first `n`, checked to lie
+                            // within its frame.
+                            let c = unsafe { sock.umem.data(d) }.contents();
+                            &c[..d.lengths().data().min(c.len())]
+                        })
+                    };
+                    if let Some(next) = ahead(1) {
+                        handler.prefetch(next, ahead(2));
+                    }
+                    let desc = &mut rx_descs[i];
+                    let len = desc.lengths().data();
+                    rx_bytes += len as u64;
+                    let slot = held.admit(*desc);
+                    let rx = RxFrame {
+                        umem: &sock.umem,
+                        desc,
+                        len,
+                        slot,
+                        held: &mut held,
+                    };
+                    let action = handler.on_rx_frame(&info, now, rx);
+                    if slot.is_some_and(|s| held.settle(s)) {
+                        // Kept: it goes back once released, and is not sent.
+                        debug_assert!(
+                            !matches!(action, RxAction::Transmit(n) if n > 0),
+                            "on_rx_frame kept its frame and asked to transmit it"
+                        );
+                        continue;
+                    }
+                    match rx_verdict(action) {
+                        RxVerdict::Send(out) => {
+                            // SAFETY: the frame is still ours (not kept, on no
+                            // ring); only its length is set.
+                            let mut data = unsafe { sock.umem.data_mut(desc) };
+                            let mut cursor = data.cursor();
+                            if out <= cursor.buf_len() {
+                                cursor.set_pos(out);
+                                pending.push(*desc);
+                            } else {
+                                dropped += 1;
+                                free.push(*desc);
+                            }
+                        }
+                        RxVerdict::Free => free.push(*desc),
+                        RxVerdict::Drop => {
                             dropped += 1;
                             free.push(*desc);
                         }
                     }
-                    RxVerdict::Free => free.push(*desc),
-                    RxVerdict::Drop => {
-                        dropped += 1;
-                        free.push(*desc);
-                    }
                 }
-            }
-            received += got;
-            held.take_released(&mut free);
-            refill(&mut sock, &mut free, cfg.tx_reserve, false);
-            if from_ring && got < BATCH {
-                break;
-            }
-        }
-        counters::add(&c.rx_packets, received as u64);
-        rx_consumed += received as u64;
-        counters::add(&c.rx_bytes, rx_bytes);
-        counters::add(&c.dropped, dropped);
-
-        let mut batch = TxBatch {
-            umem: &sock.umem,
-            free: &mut free,
-            pending: &mut pending,
-            rx_consumed: &mut rx_consumed,
-            rx: &mut sock.rx,
-            backlog: &mut backlog,
-            counters: c,
-            held: &mut held,
-            umem_len: sock.umem_len,
-        };
-        handler.on_poll(&info, now, &mut batch);
-        held.take_released(&mut free);
-
-        let (sent, done) = match tx.transmit(&mut sock, &mut pending, &mut free, c) {
-            Ok(progress) => progress,
-            Err(e) => {
-                fail(&ctl, &info, "sending", &e);
-                break;
-            }
-        };
-        refill(&mut sock, &mut free, cfg.tx_reserve, true);
-
-        if iterations % 1024 == 0 {
-            kernel.publish(&sock, &info, c);
-        }
-        // Frames a scan left waiting are on no ring that poll(2) watches.
-        if received == 0 && backlog.is_empty() && done == 0 && pending.is_empty() && sent == 0 {
-            idle_rounds += 1;
-            counters::add(&c.idle_polls, 1);
-            if !cfg.busy_poll && idle_rounds > 16 {
-                let longest = Duration::from_millis(if tx.outstanding > 0 { 1 } else { 10 });
-                let (timeout, wakes, n) = idle_wait(&handler, epoch, longest);
-                let wakes = &wakes[..n];
-                let waited = if timeout.is_zero() {
-                    // Due now (a move under way, a timer): another pass,
-                    // after letting whatever else wants this CPU run.
-                    std::thread::yield_now();
-                    Ok(())
-                } else if wakes.is_empty() {
-                    sock.rx.poll(poll_ms(timeout)).map(|_| ())
-                } else {
-                    poll_fds(sock.rx.fd().as_raw_fd(), wakes, timeout)
-                };
-                if let Err(e) = waited {
-                    fail(&ctl, &info, "polling", &e);
+                received += got;
+                held.take_released(&mut free);
+                refill(&mut sock, &mut free, cfg.tx_reserve, false);
+                if from_ring && got < BATCH {
                     break;
                 }
             }
-        } else {
-            idle_rounds = 0;
-            let spent = epoch.elapsed().saturating_sub(now);
-            counters::add(&c.busy_ns, spent.as_nanos() as u64);
+            counters::add(&c.rx_packets, received as u64);
+            rx_consumed += received as u64;
+            counters::add(&c.rx_bytes, rx_bytes);
+            counters::add(&c.dropped, dropped);
+
+            let mut batch = TxBatch {
+                umem: &sock.umem,
+                free: &mut free,
+                pending: &mut pending,
+                rx_consumed: &mut rx_consumed,
+                rx: &mut sock.rx,
+                backlog: &mut backlog,
+                counters: c,
+                held: &mut held,
+                umem_len: sock.umem_len,
+            };
+            handler.on_poll(&info, now, &mut batch);
+            held.take_released(&mut free);
+
+            let (sent, done) = match tx.transmit(&mut sock, &mut pending, &mut free, c) {
+                Ok(progress) => progress,
+                Err(e) => {
+                    fail(&ctl, &info, "sending", &e);
+                    break;
+                }
+            };
+            refill(&mut sock, &mut free, cfg.tx_reserve, true);
+
+            if iterations % 1024 == 0 {
+                kernel.publish(&sock, &info, c);
+            }
+            // Frames a scan left waiting are on no ring that poll(2) watches.
+            if received == 0 && backlog.is_empty() && done == 0 && pending.is_empty() && sent == 0 {
+                idle_rounds += 1;
+                counters::add(&c.idle_polls, 1);
+                if !cfg.busy_poll && idle_rounds > 16 {
+                    let longest = Duration::from_millis(if tx.outstanding > 0 { 1 } else { 10 });
+                    let (timeout, wakes, n) = idle_wait(&*handler, epoch, longest);
+                    let wakes = &wakes[..n];
+                    let waited = if timeout.is_zero() {
+                        // Due now (a move under way, a timer): another pass,
+                        // after letting whatever else wants this CPU run.
+                        std::thread::yield_now();
+                        Ok(())
+                    } else if wakes.is_empty() {
+                        sock.rx.poll(poll_ms(timeout)).map(|_| ())
+                    } else {
+                        poll_fds(sock.rx.fd().as_raw_fd(), wakes, timeout)
+                    };
+                    if let Err(e) = waited {
+                        fail(&ctl, &info, "polling", &e);
+                        break;
+                    }
+                }
+            } else {
+                idle_rounds = 0;
+                let spent = epoch.elapsed().saturating_sub(now);
+                counters::add(&c.busy_ns, spent.as_nanos() as u64);
+            }
         }
-    }
+    };
+    serve_failing_closed(&mut handler, &info, &ctl, epoch, &mut serve);
     kernel.publish(&sock, &info, c);
 }
 
@@ -899,32 +933,95 @@ pub(crate) fn run_spill<H: QueueHandler>(
     ready();
     let c = &*counters;
     let mut idle_rounds: u32 = 0;
-    while !ctl.stop.load(Ordering::Relaxed) {
+    let mut serve = |handler: &mut H| {
+        while !ctl.stop.load(Ordering::Relaxed) {
+            let now = epoch.elapsed();
+            let pass = handler.on_spill_poll(&info, now);
+            counters::add(&c.rx_packets, pass.received);
+            counters::add(&c.rx_bytes, pass.received_bytes);
+            counters::add(&c.tx_packets, pass.sent);
+            counters::add(&c.tx_bytes, pass.sent_bytes);
+            if pass.received > 0 || pass.sent > 0 {
+                idle_rounds = 0;
+                let spent = epoch.elapsed().saturating_sub(now);
+                counters::add(&c.busy_ns, spent.as_nanos() as u64);
+                continue;
+            }
+            idle_rounds += 1;
+            counters::add(&c.idle_polls, 1);
+            if cfg.busy_poll || idle_rounds <= 16 {
+                continue;
+            }
+            let (timeout, wakes, n) = idle_wait(&*handler, epoch, Duration::from_millis(10));
+            if timeout.is_zero() {
+                std::thread::yield_now();
+            } else if let Err(e) = poll_fds(-1, &wakes[..n], timeout) {
+                fail(&ctl, &info, "polling", &e);
+                break;
+            }
+        }
+    };
+    serve_failing_closed(&mut handler, &info, &ctl, epoch, &mut serve);
+}
+
+/// Runs a worker's loop (`serve`) until it returns. A panic in it marks
+/// the queue failed (`Control::panicked`) and makes it fail closed
+/// ([`QueueHandler::fail_closed`], its own panic caught too), after which
+/// the loop runs again, serving the queue without the application. A
+/// handler that cannot fail closed, or a second panic, ends the worker
+/// as the panic would have: it unwinds on (the thread ends panicked, its
+/// socket closed, and the XDP program drops the queue's frames).
+///
+/// What the panic interrupted is lost, bounded: the frames of the batch
+/// being handed to the handler (at most [`BATCH`], never put back on the
+/// fill ring) and whatever the handler was doing.
+fn serve_failing_closed<H: QueueHandler>(
+    handler: &mut H,
+    info: &QueueInfo,
+    ctl: &Control,
+    epoch: Instant,
+    serve: &mut impl FnMut(&mut H),
+) {
+    use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+    let mut closed = false;
+    loop {
+        let Err(panic) = catch_unwind(AssertUnwindSafe(|| serve(handler))) else {
+            return;
+        };
+        ctl.panicked.store(true, Ordering::Relaxed);
+        if closed {
+            tracing::error!(
+                queue = info.queue,
+                "the queue's worker panicked again while failed closed; it stops"
+            );
+            resume_unwind(panic);
+        }
         let now = epoch.elapsed();
-        let pass = handler.on_spill_poll(&info, now);
-        counters::add(&c.rx_packets, pass.received);
-        counters::add(&c.rx_bytes, pass.received_bytes);
-        counters::add(&c.tx_packets, pass.sent);
-        counters::add(&c.tx_bytes, pass.sent_bytes);
-        if pass.received > 0 || pass.sent > 0 {
-            idle_rounds = 0;
-            let spent = epoch.elapsed().saturating_sub(now);
-            counters::add(&c.busy_ns, spent.as_nanos() as u64);
-            continue;
+        closed = catch_unwind(AssertUnwindSafe(|| handler.fail_closed(info, now))).unwrap_or(false);
+        if !closed {
+            tracing::error!(
+                queue = info.queue,
+                "the queue's handler panicked ({}) and cannot fail closed; the worker stops",
+                panic_message(panic.as_ref())
+            );
+            resume_unwind(panic);
         }
-        idle_rounds += 1;
-        counters::add(&c.idle_polls, 1);
-        if cfg.busy_poll || idle_rounds <= 16 {
-            continue;
-        }
-        let (timeout, wakes, n) = idle_wait(&handler, epoch, Duration::from_millis(10));
-        if timeout.is_zero() {
-            std::thread::yield_now();
-        } else if let Err(e) = poll_fds(-1, &wakes[..n], timeout) {
-            fail(&ctl, &info, "polling", &e);
-            break;
-        }
+        tracing::error!(
+            queue = info.queue,
+            "the queue's handler panicked ({}): its connections were reset and it answers \
+             every new one with a reset until the service stops",
+            panic_message(panic.as_ref())
+        );
     }
+}
+
+/// What a panic's `payload` says: `panic!`'s message, or a placeholder.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("no message")
 }
 
 /// How long an idle worker may sleep (at most `longest`, less when the
@@ -1663,5 +1760,108 @@ mod tests {
         assert_eq!(free, [1]);
 
         assert_eq!(SlotTable::<u32>::new(0).admit(1), None);
+    }
+
+    /// A handler that panics at its `panic_at`-th pass (at every pass from
+    /// then on with `again`), fails closed as `can_close` says, and stops
+    /// its worker at its `stop_at`-th pass; its passes and fail-closed
+    /// calls counted.
+    struct Panicky {
+        passes: Arc<std::sync::atomic::AtomicU32>,
+        closed: Arc<std::sync::atomic::AtomicU32>,
+        panic_at: u32,
+        again: bool,
+        can_close: bool,
+        stop_at: u32,
+        stop: Arc<AtomicBool>,
+    }
+
+    impl QueueHandler for Panicky {
+        fn on_rx(&mut self, _q: &QueueInfo, _now: Duration, _b: &mut [u8], _l: usize) -> RxAction {
+            RxAction::Drop
+        }
+        fn on_spill_poll(&mut self, _queue: &QueueInfo, _now: Duration) -> SpillPass {
+            let n = self.passes.fetch_add(1, Ordering::Relaxed) + 1;
+            if n == self.panic_at || (self.again && n > self.panic_at) {
+                panic!("handler asked to panic");
+            }
+            if n >= self.stop_at {
+                self.stop.store(true, Ordering::Relaxed);
+            }
+            // Busy: the worker does not sleep between passes.
+            SpillPass {
+                received: 1,
+                ..SpillPass::default()
+            }
+        }
+        fn fail_closed(&mut self, _queue: &QueueInfo, _now: Duration) -> bool {
+            self.closed.fetch_add(1, Ordering::Relaxed);
+            self.can_close
+        }
+    }
+
+    /// Runs a worker without a queue over a [`Panicky`] handler on a
+    /// thread of its own; returns whether the thread ended normally, the
+    /// passes, the fail-closed calls and whether the queue was marked as
+    /// panicked.
+    fn run_panicky(panic_at: u32, again: bool, can_close: bool) -> (bool, u32, u32, bool) {
+        let ctl = Control {
+            stop: Arc::default(),
+            failed: Arc::default(),
+            panicked: Arc::default(),
+        };
+        let (passes, closed) = (Arc::default(), Arc::default());
+        let h = Panicky {
+            passes: Arc::clone(&passes),
+            closed: Arc::clone(&closed),
+            panic_at,
+            again,
+            can_close,
+            stop_at: 10,
+            stop: ctl.stop.clone(),
+        };
+        let info = QueueInfo {
+            queue: 3,
+            cpu: None,
+            node: 0,
+            zero_copy: false,
+            rx_frames: 0,
+        };
+        let cfg = LoopConfig {
+            busy_poll: false,
+            tx_reserve: 0,
+            held_frames: 0,
+        };
+        let panicked = ctl.panicked.clone();
+        let counters = Arc::new(QueueCounters::default());
+        let t = std::thread::spawn(move || {
+            run_spill(info, h, cfg, ctl, counters, Instant::now(), || {});
+        });
+        let ended_normally = t.join().is_ok();
+        (
+            ended_normally,
+            passes.load(Ordering::Relaxed),
+            closed.load(Ordering::Relaxed),
+            panicked.load(Ordering::Relaxed),
+        )
+    }
+
+    /// A handler's panic fails its queue closed and the worker serves on
+    /// (until told to stop), the queue marked as failed: the thread does
+    /// not die with it, leaving the queue's flows to time out.
+    #[test]
+    fn a_panic_fails_the_queue_closed_and_the_worker_serves_on() {
+        assert_eq!(run_panicky(3, false, true), (true, 10, 1, true));
+        // No panic: nothing failed.
+        assert_eq!(run_panicky(0, false, true), (true, 10, 0, false));
+    }
+
+    /// A handler that cannot fail closed, or a second panic, ends the
+    /// worker as the panic would have (the thread ends panicked), the
+    /// queue marked as failed.
+    #[test]
+    fn a_handler_that_cannot_fail_closed_or_panics_again_ends_the_worker() {
+        assert_eq!(run_panicky(3, false, false), (false, 3, 1, true));
+        assert_eq!(run_panicky(3, true, true), (false, 4, 1, true));
     }
 }

@@ -141,11 +141,10 @@ fn service_config(plan: &Plan, ports: &[u16], active: bool) -> Result<(TcpServic
     config.congestion = opts.congestion.algorithm();
     config.ecn = opts.ecn.mode();
     config.neighbors = tcp_service::neighbors(&opts.neighbor, &config.iface, None)?;
+    // A sender on several queues without the NIC's RSS: refused by
+    // `TcpService::start`.
     config.rss = match opts.rss_settings()? {
         Some(s) => Some(rss_state(&s.key, &s.table, queues)?),
-        None if active && queues > 1 => bail!(
-            "--backend flowlane sender on {queues} queues needs the NIC's RSS (--rss-key/--rss-table, or --bed NAME)"
-        ),
         None => None,
     };
     if let Some(id) = opts.rss_table_map {
@@ -244,10 +243,11 @@ fn start(
     Ok(workers.with_tcp(tcp).with_thread_cpus(worker_cpus))
 }
 
-/// A data-path error as ttcp's flags say it: the services' `--port` is
-/// ttcp's `-p` (its data ports `-p`..`-p`+`-P`-1).
+/// A data-path error as ttcp's flags say it: the configuration fields it
+/// names as the services' flags (`service_args::cli_terms`), and the
+/// services' `--port` as ttcp's `-p` (its data ports `-p`..`-p`+`-P`-1).
 fn ttcp_flags(error: &str) -> String {
-    error.replace("another --port", "another -p")
+    flowlane_dataplane::service_args::cli_terms(error).replace("another --port", "another -p")
 }
 
 /// flowlane's TCP counters summed over the queues, as `/proc/net/snmp`'s
