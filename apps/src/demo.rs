@@ -257,6 +257,7 @@ fn observed(before: Option<&Report>, after: &Report, sport: u16) -> Vec<u32> {
 /// Runs the demo.
 pub fn run(args: Args) -> Result<()> {
     netns::require_root("flowlane demo")?;
+    netns::require_host_namespace("flowlane demo")?;
     let name = bed_name(args.bed.as_deref(), std::process::id());
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir)

@@ -327,6 +327,7 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
     // Every bed command reads or writes namespaces or pinned BPF maps: say
     // so before anything else can fail for want of privileges.
     netns::require_root("flowlane testbed")?;
+    netns::require_host_namespace("flowlane testbed")?;
     match cmd {
         TestbedCmd::Up {
             bed,

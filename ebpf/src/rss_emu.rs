@@ -181,7 +181,7 @@ impl RssEmuMaps {
         let open = |name: &str| {
             let p = pin_dir.join(name);
             MapHandle::from_pinned_path(&p).map_err(Error::bpf(format!(
-                "opening {} (is the test bed up? try `flowlane testbed up`)",
+                "opening {} (is the test bed up? `flowlane testbed up`, from the host's network namespace: not under `ip netns exec`, which hides the pins)",
                 p.display()
             )))
         };

@@ -97,6 +97,57 @@ pub fn in_netns<T: Send + 'static>(
 
 pub use flowlane_dataplane::privileges::require_root;
 
+/// Refuses `what` (a command that reads or makes test beds) when this
+/// process runs in another network namespace than the host's (one named
+/// in `/run/netns`, or another than pid 1's): as `ip netns exec` runs it, it has a mount namespace of its own
+/// with /sys mounted anew, where the beds' pinned maps are not, so a bed
+/// that is up would be taken for half-made and made again over it. One
+/// line naming the namespace (a bed's, where one is) and what to do.
+pub fn require_host_namespace(what: &str) -> Result<()> {
+    match namespace_elsewhere() {
+        Some(name) => bail!("{}", elsewhere_message(what, name.as_deref())),
+        None => Ok(()),
+    }
+}
+
+/// Where this thread's network namespace is not the host's: `Some` with
+/// its `/run/netns` name where it has one (as `ip netns exec` runs a
+/// command: the host's namespace has no such name), or where pid 1's can
+/// be read and is another.
+fn namespace_elsewhere() -> Option<Option<String>> {
+    use std::os::unix::fs::MetadataExt;
+    let ns = |p: &std::path::Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    let own = ns("/proc/thread-self/ns/net".as_ref())?;
+    let named = std::fs::read_dir("/run/netns").ok().and_then(|dir| {
+        dir.filter_map(|e| e.ok())
+            .find(|e| ns(&e.path()) == Some(own))
+            .and_then(|e| e.file_name().into_string().ok())
+    });
+    if named.is_some() {
+        return Some(named);
+    }
+    (ns("/proc/1/ns/net".as_ref())? != own).then_some(None)
+}
+
+/// The refusal of [`require_host_namespace`] for namespace `name`.
+fn elsewhere_message(what: &str, name: Option<&str>) -> String {
+    let here = match name {
+        Some(n) => match n.strip_prefix("flowlane-") {
+            Some(bed) => format!(
+                "inside network namespace {n} (test bed {}'s)",
+                bed.strip_suffix("-peer").unwrap_or(bed)
+            ),
+            None => format!("inside network namespace {n}"),
+        },
+        None => "inside a network namespace other than the host's".to_string(),
+    };
+    format!(
+        "{what} runs from the host's network namespace, and this runs {here}, where the test \
+         beds' pinned maps are not seen (`ip netns exec` mounts /sys anew): run it without \
+         `ip netns exec`"
+    )
+}
+
 /// Scratch namespaces for this crate's root tests.
 #[cfg(test)]
 pub(crate) mod scratch {
@@ -200,5 +251,36 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(!e.contains("setup.sh"), "{e}");
+    }
+
+    /// Bed commands run from inside a namespace are refused, naming it
+    /// (a bed's by its bed) and what to do; from the host's they run.
+    #[test]
+    fn bed_commands_run_from_the_host_s_namespace_only() {
+        let m = elsewhere_message("flowlane testbed", Some("flowlane-b7-peer"));
+        assert!(
+            m.starts_with("flowlane testbed runs from the host's network namespace")
+                && m.contains("inside network namespace flowlane-b7-peer (test bed b7's)")
+                && m.ends_with("run it without `ip netns exec`"),
+            "{m}"
+        );
+        let m = elsewhere_message("flowlane demo", Some("blue"));
+        assert!(m.contains("inside network namespace blue,"), "{m}");
+        let m = elsewhere_message("flowlane demo", None);
+        assert!(m.contains("other than the host's"), "{m}");
+        if !scratch::root_or_skip("bed_commands_run_from_the_host_s_namespace_only") {
+            return;
+        }
+        require_host_namespace("flowlane testbed").unwrap();
+        let ns = scratch::ScratchNs::new("hostns");
+        let name = ns.name.clone();
+        let e = in_netns(&ns.name, || Ok(require_host_namespace("flowlane testbed")))
+            .unwrap()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("inside network namespace {name},")),
+            "{e}"
+        );
     }
 }

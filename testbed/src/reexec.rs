@@ -57,17 +57,38 @@ pub fn args_without(args: impl IntoIterator<Item = String>, flag: &str) -> Vec<S
     out
 }
 
+/// The flag among `args` that [`bed_flags`] would give too, as the
+/// command line spells it (`--neighbor` may be given beside the bed's:
+/// another host's).
+fn bed_flag_given(args: &[String]) -> Option<&'static str> {
+    ["--rss-key", "--rss-table", "--rss-table-map"]
+        .into_iter()
+        .find(|flag| {
+            let eq = format!("{flag}=");
+            args.iter().any(|a| a == flag || a.starts_with(&eq))
+        })
+}
+
 /// `--bed NAME`: reads bed `name` here, then replaces this process (same pid)
 /// with `ip netns exec <bed ns> <this program> <its arguments without --bed>
 /// <bed_flags>`. Returns only on failure.
 pub fn reexec_in_bed(name: &str) -> anyhow::Error {
     use std::os::unix::process::CommandExt;
     let run = || -> Result<std::io::Error> {
+        crate::netns::require_host_namespace(&format!("--bed {name}"))?;
+        let given: Vec<String> = std::env::args().skip(1).collect();
+        if let Some(flag) = bed_flag_given(&given) {
+            anyhow::bail!(
+                "{flag} and --bed {name} both give the NIC's RSS: --bed reads the bed's own; \
+                 drop {flag}, or drop --bed and run inside the bed's namespace \
+                 (`ip netns exec flowlane-{name} ...`) with your own"
+            );
+        }
         let bed = load_hinted(
             name,
             " (and run this from the root namespace, not inside the bed)",
         )?;
-        let mut args = args_without(std::env::args().skip(1), "--bed");
+        let mut args = args_without(given, "--bed");
         args.extend(bed_flags(&bed)?);
         let exe = std::env::current_exe().context("finding this program's path")?;
         Ok(std::process::Command::new("ip")
@@ -84,6 +105,30 @@ pub fn reexec_in_bed(name: &str) -> anyhow::Error {
 
 #[cfg(test)]
 mod tests {
+    /// A command line that gives the RSS `--bed` gives is refused by the
+    /// flag it gave; another host's `--neighbor` is not one.
+    #[test]
+    fn flags_the_bed_gives_are_not_given_beside_it() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            super::bed_flag_given(&args(&["bulk-sink", "--rss-table", "1,1"])),
+            Some("--rss-table")
+        );
+        assert_eq!(
+            super::bed_flag_given(&args(&["--rss-key=6d5a", "--bed", "b"])),
+            Some("--rss-key")
+        );
+        assert_eq!(
+            super::bed_flag_given(&args(&["--rss-table-map", "7"])),
+            Some("--rss-table-map")
+        );
+        assert_eq!(
+            super::bed_flag_given(&args(&["--neighbor", "10.0.0.9=02:00:00:00:00:09"])),
+            None
+        );
+        assert_eq!(super::bed_flag_given(&args(&["--rss-tables", "x"])), None);
+    }
+
     #[test]
     fn flags_need_the_bed_maps_of_the_root_namespace() {
         let b: BedState = serde_json::from_str(

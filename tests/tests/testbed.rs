@@ -790,3 +790,59 @@ fn a_data_path_not_named_flowlane_is_a_user_of_its_bed() {
     );
     assert!(stopped.is_some(), "down left the service running");
 }
+
+/// Bed commands run inside a bed's namespace (`ip netns exec`, whose /sys
+/// hides the beds' pinned maps) are refused in one line naming the bed,
+/// and leave the bed as it was: `up` there once took the bed for
+/// half-made and made it again over itself (exit 0, the namespaces' names
+/// left pointing at nothing), `down` left its pins behind. So is a `--bed`
+/// command that also gives the RSS the bed gives.
+#[test]
+fn bed_commands_from_inside_a_bed_are_refused_and_leave_it_whole() {
+    if !require_root("bed_commands_from_inside_a_bed_are_refused_and_leave_it_whole") {
+        return;
+    }
+    let bed = Bed::up("inside", 2);
+    let inodes = (ns_inode(&bed.ns), ns_inode(&bed.peer_ns));
+    let before = nic_rss(&bed.name);
+    let bin = flowlane_bin();
+    for (ns, args) in [
+        (
+            &bed.ns,
+            vec!["testbed", "up", "--bed", &bed.name, "--queues", "2"],
+        ),
+        (&bed.peer_ns, vec!["testbed", "down", "--bed", &bed.name]),
+        (&bed.ns, vec!["testbed", "status", "--bed", &bed.name]),
+        (&bed.ns, vec!["demo", "--flows", "4"]),
+        (&bed.ns, vec!["echo-server", "--bed", &bed.name]),
+    ] {
+        let o = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .arg(&bin)
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = one_line_failure(&o);
+        assert!(
+            err.contains(&format!(
+                "inside network namespace {ns} (test bed {}'s)",
+                bed.name
+            )) && err.contains("run it without `ip netns exec`"),
+            "{args:?}: {err}"
+        );
+    }
+    assert_eq!(
+        (ns_inode(&bed.ns), ns_inode(&bed.peer_ns)),
+        inodes,
+        "the bed was made anew"
+    );
+    assert_eq!(nic_rss(&bed.name), before);
+    let o = flowlane(&["testbed", "status", "--bed", &bed.name]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = flowlane(&["echo-server", "--bed", &bed.name, "--rss-table", "1,1"]);
+    let err = one_line_failure(&o);
+    assert!(
+        err.contains("--rss-table and --bed") && err.contains("drop --rss-table"),
+        "{err}"
+    );
+}
