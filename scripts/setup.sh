@@ -70,9 +70,17 @@ rust_plan() {
   fi
 }
 
-# Runs as root directly, otherwise through sudo.
+# Runs as root directly, otherwise through sudo; with neither, says what to
+# do and exits 1.
 as_root() {
-  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+  if [ "$(id -u)" -eq 0 ]; then
+    "$@"
+  elif command -v sudo >/dev/null; then
+    sudo "$@"
+  else
+    echo "setup: installing system packages needs root, and this user is not root and has no sudo: run scripts/setup.sh as root (e.g. su -c 'bash scripts/setup.sh'), then run this again" >&2
+    exit 1
+  fi
 }
 
 APT_UPDATED=

@@ -1,8 +1,9 @@
 //! What the test-bed benchmarks share (`flowlane bench handoff`, `flowlane
 //! bench skew`, and the bed of `bench rx` and `bench synflood`): a bed
 //! brought up for one run and removed after it on every way out (error,
-//! panic, SIGINT/SIGTERM/SIGHUP: [`crate::bed_guard`]); for the benchmarks
-//! of live rebalancing, `flowlane bulk-sink` in the bed (its own
+//! panic, SIGINT/SIGTERM/SIGHUP: [`crate::bed_guard`]), or, where the
+//! user had it up already, used and given back its key and table; for the
+//! benchmarks of live rebalancing, `flowlane bulk-sink` in the bed (its own
 //! process, as deployed) with a control socket the benchmark talks to;
 //! kernel TCP connections from the peer namespace, from source ports the
 //! bed's emulated NIC hashes into chosen RSS buckets, idle or streaming.
@@ -19,8 +20,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use flowlane_dataplane::control_socket::{self, Request, Response, ServiceStatus};
 use flowlane_dataplane::MoveReport;
+use flowlane_numa_sched::nic::{RssNic, RssSettings};
 use flowlane_numa_sched::{FlowTuple, Protocol, RssState};
-use flowlane_testbed::{netns, BedSpec, BedState};
+use flowlane_testbed::{self as testbed, netns, BedSpec, BedState};
 
 use crate::bed_guard::{self, Afterwards, BedGuard};
 
@@ -34,18 +36,76 @@ pub fn quantile(v: &[f64], q: f64) -> f64 {
 }
 
 /// Brings up the bed `spec` describes for benchmark `what` (`bench rx`),
-/// runs `f` on it and removes the bed again, whether `f` succeeded, failed
-/// or panicked, or a signal ended the run (a failure to remove it comes
-/// first: a bed left behind is what the user must see).
+/// runs `f` on it and releases the bed again, whether `f` succeeded,
+/// failed or panicked, or a signal ended the run (a failure to release it
+/// comes first: a bed left behind, or left with the run's table, is what
+/// the user must see). Released: removed if the run made it; a bed of that
+/// name that was up before is the user's, used as found (with the run's
+/// key and table) and left up, its own key and table put back.
+///
+/// # Errors
+/// A bed of that name is up with another queue count than `spec`'s (one
+/// line), or cannot be read; the bed does not come up; `f`'s error.
 pub fn with_bed<T>(
     what: &'static str,
     spec: &BedSpec,
     f: impl FnOnce(&BedState) -> Result<T>,
 ) -> Result<T> {
-    let (guard, bed) = BedGuard::up(what, spec, Afterwards::Remove)?;
+    let afterwards = afterwards(what, spec, existing_bed(&spec.name)?)?;
+    let (guard, bed) = BedGuard::up(what, spec, afterwards)?;
     let out = f(&bed);
     guard.release()?;
     out
+}
+
+/// The queue count and RSS settings of test bed `name`, if it is up.
+///
+/// # Errors
+/// The bed is up but its emulated NIC cannot be read (one line).
+pub(crate) fn existing_bed(name: &str) -> Result<Option<(u32, RssSettings)>> {
+    let Ok(bed) = testbed::load(name) else {
+        return Ok(None);
+    };
+    let rss = bed.nic().rss().with_context(|| {
+        format!(
+            "test bed {name} exists but its emulated NIC cannot be read: remove it (`flowlane testbed down --bed {name}`) or name another bed"
+        )
+    })?;
+    Ok(Some((bed.queues, rss)))
+}
+
+/// What becomes of bed `spec.name` after a run of benchmark `what`, given
+/// the bed of that name that is up (`existing`: its queue count and RSS
+/// settings): none, removed (the run makes it); one, left up with its key
+/// and table put back. A benchmark's bed has the queue count its
+/// measurement needs: a bed up with another count is refused, not rebuilt
+/// (which would take down what the user had on it).
+///
+/// # Errors
+/// The bed is up with another queue count than `spec`'s, in one line that
+/// says what to do.
+fn afterwards(
+    what: &str,
+    spec: &BedSpec,
+    existing: Option<(u32, RssSettings)>,
+) -> Result<Afterwards> {
+    let Some((queues, rss)) = existing else {
+        return Ok(Afterwards::Remove);
+    };
+    if queues != spec.queues {
+        bail!(
+            "{what}: test bed {} is up with {queues} queues, and the benchmark needs {}: name \
+             another bed with --bed (it is made for the run and removed after it), or take this \
+             one down first (`flowlane testbed down --bed {}`)",
+            spec.name,
+            spec.queues,
+            spec.name
+        );
+    }
+    Ok(Afterwards::Restore {
+        key: rss.key,
+        table: rss.table,
+    })
 }
 
 /// The last lines of a child's log (at most 5, blank ones left out), on one
@@ -414,6 +474,42 @@ mod tests {
         std::fs::write(&log, "").unwrap();
         assert_eq!(log_tail(&log), "its log is empty");
         std::fs::remove_file(&log).unwrap();
+    }
+
+    /// A bed the run makes is removed after it; one the user had up with
+    /// the queue count the benchmark needs is left up, its own key and
+    /// table put back; one with another count is refused in one line
+    /// (bringing it up for the run would rebuild it).
+    #[test]
+    fn a_bed_that_was_up_is_given_back_and_one_of_another_size_refused() {
+        let spec = BedSpec {
+            name: "rf53b".into(),
+            queues: 2,
+            key: vec![0x6d; 40],
+            table: vec![0; 128],
+        };
+        assert_eq!(
+            afterwards("bench handoff", &spec, None).unwrap(),
+            Afterwards::Remove
+        );
+        let theirs = RssSettings {
+            key: vec![0x11; 40],
+            table: vec![1, 0, 1, 1],
+        };
+        assert_eq!(
+            afterwards("bench handoff", &spec, Some((2, theirs.clone()))).unwrap(),
+            Afterwards::Restore {
+                key: theirs.key.clone(),
+                table: theirs.table.clone(),
+            }
+        );
+        let e = afterwards("bench skew", &spec, Some((4, theirs))).unwrap_err();
+        assert_eq!(
+            format!("{e:#}"),
+            "bench skew: test bed rf53b is up with 4 queues, and the benchmark needs 2: name \
+             another bed with --bed (it is made for the run and removed after it), or take this \
+             one down first (`flowlane testbed down --bed rf53b`)"
+        );
     }
 
     #[test]

@@ -32,7 +32,9 @@ use crate::bench_bed::{
 /// Flags of `flowlane bench handoff`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// Test bed name (a two-queue bed; created and removed by the run).
+    /// Test bed name (a two-queue bed; created and removed by the run, or,
+    /// one that is up already with two queues, used and given back its RSS
+    /// key and table).
     #[arg(long, default_value = "benchho")]
     pub bed: String,
     /// Idle connections in the moved bucket, one case per value.

@@ -4,13 +4,15 @@
 //! vs without).
 //!
 //! Per mode (`--modes off,auto`, alternated over `--rounds`): a fresh
-//! two-queue test bed whose emulated NIC puts every RSS bucket on queue 0
-//! (the skew); `flowlane bulk-sink --rebalance MODE` on it; `--senders`
-//! kernel TCP connections from the peer namespace, from source ports in
-//! different buckets (so that a policy has buckets to move), streaming as
-//! fast as the kernel sends for `--seconds`. Every `--interval-ms` the
-//! sink's status (control socket) gives a window of the timeline: each
-//! queue's busy fraction, their max/mean, the bytes received, the moves.
+//! two-queue test bed (or the user's, given back as it was after the run:
+//! `bench_bed::with_bed`) whose emulated NIC puts every RSS bucket on
+//! queue 0 (the skew); `flowlane bulk-sink --rebalance MODE` on it;
+//! `--senders` kernel TCP connections from the peer namespace, from
+//! source ports in different buckets (so that a policy has buckets to
+//! move), streaming as fast as the kernel sends for `--seconds`. Every
+//! `--interval-ms` the sink's status (control socket) gives a window of
+//! the timeline: each queue's busy fraction, their max/mean, the bytes
+//! received, the moves.
 
 use std::time::{Duration, Instant};
 
@@ -29,7 +31,9 @@ use flowlane_testbed::net_counters::{self, NetCounters};
 /// Flags of `flowlane bench skew`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// Test bed name (a two-queue bed, created and removed for each run).
+    /// Test bed name (a two-queue bed, created and removed for each run,
+    /// or, one that is up already with two queues, used and given back its
+    /// RSS key and table after each run).
     #[arg(long, default_value = "benchsk")]
     pub bed: String,
     /// The sink's `--rebalance` modes, one run each, in this order.
@@ -320,7 +324,8 @@ fn mode_name(m: RebalanceMode) -> String {
         .map_or_else(|| format!("{m:?}"), |v| v.get_name().to_string())
 }
 
-/// One run: a fresh skewed bed, the sink in `mode`, the senders streaming.
+/// One run: a skewed bed (fresh, or the user's given back after it), the
+/// sink in `mode`, the senders streaming.
 fn run_one(args: &Args, mode: RebalanceMode, round: usize) -> Result<SkewRun> {
     let spec = BedSpec {
         name: args.bed.clone(),

@@ -32,7 +32,7 @@ use crate::echo_process::EchoProcess;
 use crate::udp_echo::Report;
 use flowlane_numa_sched::nic::{RssNic, RssSettings};
 use flowlane_testbed::netns;
-use flowlane_testbed::{self as testbed, BedSpec, BedState};
+use flowlane_testbed::{BedSpec, BedState};
 
 /// Flags of `flowlane demo`.
 #[derive(clap::Args, Debug, Clone)]
@@ -113,19 +113,6 @@ fn demo_bed(
         table: rss.table,
     };
     Ok((spec, afterwards))
-}
-
-/// The queue count and RSS settings of bed `name`, if it exists.
-fn existing_bed(name: &str) -> Result<Option<(u32, RssSettings)>> {
-    let Ok(bed) = testbed::load(name) else {
-        return Ok(None);
-    };
-    let rss = bed.nic().rss().with_context(|| {
-        format!(
-            "test bed {name} exists but its emulated NIC cannot be read: remove it (`flowlane testbed down --bed {name}`) or name another bed"
-        )
-    })?;
-    Ok(Some((bed.queues, rss)))
 }
 
 /// Where `--out DIR` keeps the result.
@@ -263,7 +250,7 @@ pub fn run(args: Args) -> Result<()> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("--out {}: cannot create the folder", dir.display()))?;
     }
-    let (spec, afterwards) = demo_bed(&name, args.queues, existing_bed(&name)?)?;
+    let (spec, afterwards) = demo_bed(&name, args.queues, crate::bench_bed::existing_bed(&name)?)?;
     let key = RssKey::new(spec.key.clone())?;
     let (guard, bed) = BedGuard::up("demo", &spec, afterwards)?;
     let result = run_on(&args, &bed, &key);

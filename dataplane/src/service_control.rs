@@ -366,7 +366,8 @@ impl ServiceControl {
 
     /// Runs a rebalancing round if one is due and answers the control
     /// socket's requests; returns every move made or tried, for the caller
-    /// to log.
+    /// to log (not those asked for by hand and refused before anything
+    /// moved: see [`ServiceControl::poll_view`]).
     pub fn poll(&mut self, tcp: &TcpService) -> Vec<Result<MoveReport>> {
         let mut out = Vec::new();
         if let Some(a) = self.auto.as_mut() {
@@ -394,7 +395,10 @@ impl ServiceControl {
 
     /// Answers the control socket's requests about `view` (no rebalancing
     /// round: [`ServiceControl::poll`] runs those for an AF_XDP service);
-    /// returns the moves asked for by hand.
+    /// returns the moves asked for by hand that were made or tried: one
+    /// refused before anything moved (a bucket out of range or already
+    /// there, a service whose buckets cannot move) is answered to its
+    /// requester only, neither returned nor counted.
     pub fn poll_view(&mut self, view: &dyn ServiceView) -> Vec<Result<MoveReport>> {
         let now = Instant::now();
         self.load.tick(now, || {
@@ -430,7 +434,12 @@ impl ServiceControl {
                             message: e.to_string(),
                         },
                     };
-                    out.push(m);
+                    // A move refused before anything moved is no move (not
+                    // counted either): its requester has the refusal, and
+                    // the service logs no move line for it.
+                    if !matches!(m, Err(Error::MoveRefused(_))) {
+                        out.push(m);
+                    }
                     response
                 }
             });
@@ -565,7 +574,7 @@ impl ServiceControl {
     }
 }
 
-/// One move (or failed move) as the JSON line services log:
+/// One move (or one that failed under way) as the JSON line services log:
 /// `{"event":"move", bucket, from, to, connections, frames_forwarded,
 /// frames_held, duration_us, ...}` or `{"event":"move","error":...}`.
 pub fn move_line(outcome: &Result<MoveReport>) -> serde_json::Value {
@@ -773,29 +782,86 @@ mod tests {
         }
     }
 
+    /// A service without buckets: every move is refused before anything
+    /// moves (the trait's default).
+    struct Refuses;
+
+    impl ServiceView for Refuses {
+        fn backend(&self) -> &'static str {
+            "kernel"
+        }
+        fn iface(&self) -> String {
+            "test0".into()
+        }
+        fn queue_counters(&self) -> Vec<QueueCounterSet> {
+            Vec::new()
+        }
+        fn hint(
+            &self,
+            _flow: &flowlane_numa_sched::FlowTuple,
+        ) -> std::result::Result<ServiceHint, String> {
+            Err("does not say".into())
+        }
+    }
+
+    /// `request` on the control socket of a new `control` for `view`,
+    /// polled until answered: the answer, and the moves the polls
+    /// returned (what the service logs as move lines).
+    fn ask_polling(
+        view: &dyn ServiceView,
+        tag: &str,
+        request: Request,
+    ) -> (Response, Vec<Result<MoveReport>>) {
+        let dir = std::env::temp_dir().join(format!("fl-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("svc.sock");
+        let mut control =
+            ServiceControl::without_rebalancing("test", SocketChoice::At(path.clone())).unwrap();
+        let asked = std::thread::spawn(move || {
+            control_socket::request(&path, &request, Duration::from_secs(10))
+        });
+        let mut moves = Vec::new();
+        while !asked.is_finished() {
+            moves.extend(control.poll_view(view));
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        (asked.join().unwrap().unwrap(), moves)
+    }
+
+    /// A move asked for by hand and refused before anything moved is
+    /// answered to its requester, and is no move the service logs (no
+    /// `"event":"move"` line); one made, or one that failed under way,
+    /// is.
+    #[test]
+    fn a_refused_move_by_hand_is_no_move_line() {
+        let request = Request::Move {
+            bucket: 2,
+            to_queue: 1,
+        };
+        let (answer, moves) = ask_polling(&Refuses, "refmove", request.clone());
+        assert!(
+            matches!(&answer, Response::Error { message } if message.contains("no RSS buckets")),
+            "{answer:?}"
+        );
+        assert!(moves.is_empty(), "{moves:?}");
+        for (takes, answers) in [(true, true), (false, false)] {
+            let view = Scripted {
+                table: std::cell::RefCell::new(vec![0, 1, 0, 1]),
+                next: std::cell::Cell::new((takes, answers)),
+            };
+            let (_, moves) = ask_polling(&view, "move", request.clone());
+            assert_eq!(moves.len(), 1, "({takes}, {answers}): {moves:?}");
+            assert_eq!(moves[0].is_ok(), answers);
+        }
+    }
+
     /// A move refused before anything moved (a bucket out of range, a
     /// backend without buckets) is answered but not counted as a failed
     /// move; one that failed under way is.
     #[test]
     fn a_refused_move_by_hand_is_no_failed_move() {
-        struct Refuses;
-        impl ServiceView for Refuses {
-            fn backend(&self) -> &'static str {
-                "kernel"
-            }
-            fn iface(&self) -> String {
-                "test0".into()
-            }
-            fn queue_counters(&self) -> Vec<QueueCounterSet> {
-                Vec::new()
-            }
-            fn hint(
-                &self,
-                _flow: &flowlane_numa_sched::FlowTuple,
-            ) -> std::result::Result<ServiceHint, String> {
-                Err("does not say".into())
-            }
-        }
         let mut control = ServiceControl::without_rebalancing("test", SocketChoice::Off).unwrap();
         let m = control.move_by_hand(&Refuses, 2, 1);
         assert!(

@@ -61,8 +61,12 @@ pub enum Error {
     /// An indirection table built over no queue at all.
     #[error("an indirection table needs at least one queue (with a nonzero weight) to point at")]
     NoQueues,
-    /// The same queue listed twice where each queue must appear once.
-    #[error("queue {queue} is listed twice; list every queue once (use weights to favour one)")]
+    /// The same queue listed twice where each queue must appear once: in a list of queues
+    /// to spread a table over, in a list of weights, or in a load snapshot's worker loads.
+    #[error(
+        "queue {queue} is listed twice; list every queue once (a queue takes more of the \
+         traffic by having more entries of the indirection table, not by a second listing)"
+    )]
     DuplicateQueue {
         /// The repeated queue.
         queue: u16,
@@ -191,4 +195,26 @@ pub enum Error {
         /// What is wrong with it, and the range it must be in.
         reason: &'static str,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The message is true whichever caller shows it (`testbed set-rss
+    /// --spread`, the weighted tables, a service's `--rebalance auto`): it names
+    /// no option that only some of them have (there is no weights flag).
+    #[test]
+    fn a_duplicate_queue_says_what_to_do_in_every_caller_s_terms() {
+        let text = Error::DuplicateQueue { queue: 0 }.to_string();
+        assert!(
+            text.starts_with("queue 0 is listed twice; list every queue once"),
+            "{text}"
+        );
+        assert!(
+            text.contains("more entries of the indirection table"),
+            "{text}"
+        );
+        assert!(!text.contains("weights"), "{text}");
+    }
 }

@@ -237,6 +237,14 @@ struct Outgoing {
     carry: Vec<u8>,
 }
 
+impl Outgoing {
+    /// Whether the send buffer took every byte of the transfer (and so
+    /// the close that puts our FIN after them was asked for).
+    fn all_sent(&self) -> bool {
+        self.remaining == 0 && self.carry.is_empty()
+    }
+}
+
 /// Opens connections and sends `bytes` on each, then closes.
 pub(super) struct Source {
     remote: SocketAddr,
@@ -358,13 +366,12 @@ impl ConnHandler for Source {
     }
     /// The peer closes after reading everything we sent (our FIN
     /// included): the transfer is complete. (`on_closed` would only come
-    /// after TIME-WAIT.)
+    /// after TIME-WAIT.) A peer that closed its side before every byte
+    /// went (a half-close, `shutdown(SHUT_WR)`, as `nc -N` does) may still
+    /// read: the sending goes on, and `on_closed` tells how it ended.
     fn on_peer_closed(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         self.on_data(net, conn);
-        let finished = self
-            .conns
-            .get(conn)
-            .is_some_and(|o| o.remaining == 0 && o.carry.is_empty());
+        let finished = self.conns.get(conn).is_some_and(Outgoing::all_sent);
         if finished {
             // The figures before the close hands the socket back (on kernel
             // sockets nothing can be asked of it after).
@@ -381,14 +388,21 @@ impl ConnHandler for Source {
     fn on_import(&mut self, _net: &mut dyn Net, conn: ConnHandle, state: Option<ConnState>) {
         import_entry(&mut self.conns, conn, state);
     }
+    /// The connection ended with its transfer not yet reported (no FIN of
+    /// the peer's came after every byte went). It is complete if every
+    /// byte went and it closed normally: the peer closed its side first
+    /// and read on, and our FIN after the last byte ended it (RFC 9293
+    /// §3.6, case 2: CLOSE-WAIT, LAST-ACK, CLOSED once our FIN is
+    /// acknowledged; kernel sockets end once the kernel has it). A reset,
+    /// a timeout, or an end before every byte went is a failure.
     fn on_closed(&mut self, net: &mut dyn Net, conn: ConnHandle, reason: CloseReason) {
         if let Some(o) = self.conns.remove(conn) {
-            let v = o.t.result(
-                net,
-                "source",
-                conn,
-                json!({"ok": false, "close": format!("{reason:?}")}),
-            );
+            let extra = if reason == CloseReason::Normal && o.all_sent() {
+                json!({"ok": true})
+            } else {
+                json!({"ok": false, "close": format!("{reason:?}")})
+            };
+            let v = o.t.result(net, "source", conn, extra);
             let _ = self.done.send(v);
         }
     }
@@ -401,7 +415,184 @@ fn hex(b: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::mpsc::{channel, Receiver};
+
+    use flowlane_app::{Error, FourTuple, Placement, Stats};
+
     use super::*;
+
+    /// One actively opened connection whose send buffer takes `room`
+    /// bytes until the test frees it again; no stack.
+    struct Fake {
+        room: usize,
+        sent: Vec<u8>,
+        /// `close` was called.
+        closed: bool,
+        stats: Stats,
+    }
+
+    impl Fake {
+        fn new(room: usize) -> Fake {
+            Fake {
+                room,
+                sent: Vec::new(),
+                closed: false,
+                stats: Stats::default(),
+            }
+        }
+    }
+
+    impl Net for Fake {
+        flowlane_app::fake_net_settings!();
+        fn now(&self) -> Duration {
+            Duration::from_secs(1)
+        }
+        fn placement(&self) -> Placement {
+            Placement {
+                queue: 0,
+                cpu: None,
+                node: 0,
+            }
+        }
+        fn connect(&mut self, _r: SocketAddr) -> Result<ConnHandle, Error> {
+            Ok(c())
+        }
+        fn send(&mut self, _c: ConnHandle, data: &[u8]) -> Result<usize, Error> {
+            let n = self.room.min(data.len());
+            if n == 0 && !data.is_empty() {
+                return Err(Error::WouldBlock);
+            }
+            self.room -= n;
+            self.sent.extend_from_slice(&data[..n]);
+            Ok(n)
+        }
+        fn recv(&mut self, _c: ConnHandle, _buf: &mut [u8]) -> Result<usize, Error> {
+            Err(Error::WouldBlock)
+        }
+        fn peek(&self, _c: ConnHandle) -> Result<&[u8], Error> {
+            Ok(&[])
+        }
+        fn consume(&mut self, _c: ConnHandle, _n: usize) -> Result<usize, Error> {
+            Ok(0)
+        }
+        fn is_eof(&self, _c: ConnHandle) -> bool {
+            false
+        }
+        fn send_space(&self, _c: ConnHandle) -> Result<usize, Error> {
+            Ok(self.room)
+        }
+        fn want_writable(&mut self, _c: ConnHandle) -> bool {
+            true
+        }
+        fn shutdown_write(&mut self, _c: ConnHandle) -> Result<(), Error> {
+            Ok(())
+        }
+        fn close(&mut self, _c: ConnHandle) -> Result<(), Error> {
+            self.closed = true;
+            Ok(())
+        }
+        fn abort(&mut self, _c: ConnHandle) -> Result<(), Error> {
+            Ok(())
+        }
+        fn four_tuple(&self, _c: ConnHandle) -> Result<FourTuple, Error> {
+            Err(Error::InvalidState)
+        }
+        fn stats(&self) -> &Stats {
+            &self.stats
+        }
+    }
+
+    fn c() -> ConnHandle {
+        ConnHandle::from_parts(0, 0)
+    }
+
+    const BYTES: u64 = 10_000;
+
+    /// A source of `BYTES` on one connection, connected, whose first
+    /// 4000 bytes the send buffer took (it is full then); the peer
+    /// half-closed first if `peer_fin_first`.
+    fn started(net: &mut Fake, peer_fin_first: bool) -> (Source, Receiver<Value>) {
+        let (tx, rx) = channel();
+        let mut s = Source::new("10.99.0.2:5001".parse().unwrap(), BYTES, 1, 1, tx);
+        s.on_start(net);
+        s.on_connected(net, c());
+        assert_eq!(net.sent.len(), 4000);
+        if peer_fin_first {
+            s.on_peer_closed(net, c());
+            assert!(rx.try_recv().is_err(), "nothing decided at the peer's FIN");
+        }
+        (s, rx)
+    }
+
+    /// Frees the send buffer until every byte went.
+    fn send_the_rest(s: &mut Source, net: &mut Fake) {
+        while !net.closed {
+            net.room = 4000;
+            s.on_writable(net, c());
+        }
+        assert_eq!(net.sent.len() as u64, BYTES);
+    }
+
+    /// The sha256 of the bytes the source sent.
+    fn sent_sha(net: &Fake) -> String {
+        hex(&Sha256::digest(&net.sent))
+    }
+
+    /// A receiver that half-closes first (`shutdown(SHUT_WR)` at accept,
+    /// then reads to end of stream and closes: `nc -N` with its stdin at
+    /// end) gets every byte: the transfer is ok when the connection
+    /// closes normally after our FIN, not failed because the peer's FIN
+    /// came first.
+    #[test]
+    fn a_peer_that_half_closes_first_and_reads_everything_is_a_complete_transfer() {
+        let mut net = Fake::new(4000);
+        let (mut s, rx) = started(&mut net, true);
+        send_the_rest(&mut s, &mut net);
+        assert!(rx.try_recv().is_err(), "reported before the end");
+        s.on_closed(&mut net, c(), CloseReason::Normal);
+        let v = rx.try_recv().expect("the transfer's result");
+        assert_eq!(v["ok"], true, "{v}");
+        assert_eq!(v["bytes"], BYTES, "{v}");
+        assert_eq!(v["sha256"], sent_sha(&net), "{v}");
+    }
+
+    /// The usual order, our FIN first: the peer's FIN after every byte
+    /// ends the transfer, ok.
+    #[test]
+    fn a_peer_fin_after_every_byte_went_is_a_complete_transfer() {
+        let mut net = Fake::new(4000);
+        let (mut s, rx) = started(&mut net, false);
+        send_the_rest(&mut s, &mut net);
+        s.on_peer_closed(&mut net, c());
+        let v = rx.try_recv().expect("the transfer's result");
+        assert_eq!(v["ok"], true, "{v}");
+        assert_eq!(v["sha256"], sent_sha(&net), "{v}");
+    }
+
+    /// Failures stay failures, whichever FIN came first: a reset after
+    /// every byte went, a reset or timeout before, and an end before
+    /// every byte went even if normal.
+    #[test]
+    fn a_transfer_ended_by_a_reset_or_before_every_byte_went_failed() {
+        for peer_fin_first in [false, true] {
+            for (all, reason) in [
+                (true, CloseReason::Reset),
+                (false, CloseReason::Reset),
+                (false, CloseReason::Timeout),
+                (false, CloseReason::Normal),
+            ] {
+                let mut net = Fake::new(4000);
+                let (mut s, rx) = started(&mut net, peer_fin_first);
+                if all {
+                    send_the_rest(&mut s, &mut net);
+                }
+                s.on_closed(&mut net, c(), reason);
+                let v = rx.try_recv().expect("the transfer's result");
+                assert_eq!(v["ok"], false, "{peer_fin_first} {all} {reason:?}: {v}");
+                assert_eq!(v["close"], format!("{reason:?}"), "{v}");
+            }
+        }
+    }
 
     /// A seed's payload is the same bytes however it is cut (the send
     /// buffer's room decides the chunks: cut at odd sizes, the rest of a

@@ -281,7 +281,13 @@ pub fn run(cmd: TcpCmd, nic: NicAccess) -> Result<()> {
         hyper_server::check_flags(a)?;
     }
     refuse_ignored_flags(&cmd, common)?;
-    bed_entry::enter(what, &common.data_path, listen.as_slice())?;
+    // Root only for what the command does: a bed, AF_XDP (hyper's
+    // `--tokio-baseline` serves on kernel sockets whatever `--backend`).
+    let backend = match &cmd {
+        TcpCmd::HyperServer(a) if a.tokio_baseline => Backend::Kernel,
+        _ => common.backend(),
+    };
+    bed_entry::enter_on(what, backend, &common.data_path, listen.as_slice())?;
     match cmd {
         TcpCmd::HyperServer(a) => hyper_server::run(a, nic),
         TcpCmd::EchoServer(a) => {
@@ -820,7 +826,7 @@ fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
         Err(e) => return Err(e),
     };
     config.neighbors = tcp_service::neighbors(&c.data_path.neighbor, &c.iface, connect_to)?;
-    config.nic = Some(rss::writer(c, config.rss.as_ref(), nic)?);
+    config.nic = rss::writer(c, config.rss.as_ref(), nic)?;
 
     let done_tx = Mutex::new(results.sender());
     let service = TcpService::start(config, move |h| {
@@ -1152,10 +1158,7 @@ fn wait(
             report(service, true)?;
         }
         if c.timeout > 0 && start.elapsed() > Duration::from_secs(c.timeout) {
-            bail!(
-                "timed out after {} s with {results} of {expect} transfers done",
-                c.timeout
-            );
+            bail!("{}", timed_out(c.timeout, results, expect));
         }
     }
     // The last transfer's result comes at end of stream, before our FIN is
@@ -1175,4 +1178,42 @@ fn wait(
         bail!("a transfer failed (see the lines above)");
     }
     Ok(())
+}
+
+/// What `--timeout` (`timeout_s`) says when it ends a service: the
+/// transfers done (`results`), of those it waited for (`expect`, if not
+/// 0), for a service that counts transfers; nothing of transfers for one
+/// that has none to count (an echo or HTTP server, or a sink that got
+/// none).
+fn timed_out(timeout_s: u64, results: usize, expect: usize) -> String {
+    match (results, expect) {
+        (0, 0) => format!("timed out after {timeout_s} s"),
+        (1, 0) => format!("timed out after {timeout_s} s with 1 transfer done"),
+        (n, 0) => format!("timed out after {timeout_s} s with {n} transfers done"),
+        (n, e) => format!("timed out after {timeout_s} s with {n} of {e} transfers done"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A service with no transfers to count (`echo-server --timeout 2`)
+    /// says nothing of transfers; one that counts them says how many.
+    #[test]
+    fn a_timeout_speaks_of_transfers_only_where_there_are_some() {
+        assert_eq!(timed_out(2, 0, 0), "timed out after 2 s");
+        assert_eq!(
+            timed_out(2, 1, 0),
+            "timed out after 2 s with 1 transfer done"
+        );
+        assert_eq!(
+            timed_out(2, 3, 0),
+            "timed out after 2 s with 3 transfers done"
+        );
+        assert_eq!(
+            timed_out(5, 0, 4),
+            "timed out after 5 s with 0 of 4 transfers done"
+        );
+    }
 }

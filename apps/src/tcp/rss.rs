@@ -109,14 +109,26 @@ fn unmodelled(iface: &str, from_flags: bool, e: &flowlane_dataplane::Error) -> S
 
 /// The writer a service moves buckets through: the test bed's table map
 /// (`--rss-table-map`, which `--bed` sets), else the NIC's, for the
-/// service's bucket count (`rss`, its model of the NIC's RSS).
+/// service's bucket count (`rss`, its model of the NIC's RSS). None where
+/// the NIC reports no RSS table (a driver without RSS, or one that answers
+/// with no table: a veth, whose bed keeps its table in a BPF map that only
+/// `--bed` hands over), or none that can be read: every move's write would
+/// fail there, so the service has no NIC to write and its buckets do not
+/// move (`--rebalance auto` refused, the default off, saying why).
 ///
 /// # Errors
 /// The bed's table map cannot be opened.
-pub(super) fn writer(c: &Common, rss: Option<&RssState>, nic: NicAccess) -> Result<NicWriter> {
+pub(super) fn writer(
+    c: &Common,
+    rss: Option<&RssState>,
+    nic: NicAccess,
+) -> Result<Option<NicWriter>> {
     match c.data_path.rss_table_map {
-        Some(id) => flowlane_testbed::table_writer::table_writer(id),
-        None => Ok((nic.writer)(&c.iface, rss.map(|r| r.table().size()))),
+        Some(id) => flowlane_testbed::table_writer::table_writer(id).map(Some),
+        None => {
+            let buckets = rss.map(|r| r.table().size());
+            Ok((nic.read)(&c.iface).map(|_| (nic.writer)(&c.iface, buckets)))
+        }
     }
 }
 
@@ -196,7 +208,9 @@ mod tests {
             }
         }
         let nic = NicAccess {
-            read: |_| unreachable!("the flags give the RSS"),
+            // The NIC reports its table (read for the writer only: the
+            // flags give the RSS).
+            read: |_| Some(nic_hashing("sdfn", "none")),
             writer: |_, buckets| {
                 MADE_FOR.lock().unwrap().push(buckets);
                 NicWriter(std::sync::Arc::new(Nowhere))
@@ -213,9 +227,29 @@ mod tests {
         ];
         let c = common(&args);
         let model = rss(&c, 2, nic).unwrap();
-        writer(&c, model.as_ref(), nic).unwrap();
-        writer(&c, None, nic).unwrap();
+        assert!(writer(&c, model.as_ref(), nic).unwrap().is_some());
+        assert!(writer(&c, None, nic).unwrap().is_some());
         assert_eq!(*MADE_FOR.lock().unwrap(), [Some(8), None]);
+    }
+
+    /// A NIC that reports no RSS table (a veth: no `get_rxfh`; a driver
+    /// that answers without one), or none that can be read, gets no
+    /// writer, though the flags give the RSS: the service then has no NIC
+    /// to write, and its buckets do not move (`--rebalance auto` refused
+    /// in one line, the default off saying why) instead of every move
+    /// failing on its write.
+    #[test]
+    fn a_nic_that_reports_no_rss_table_gets_no_writer() {
+        let nic = NicAccess {
+            read: |_| None,
+            writer: |_, _| unreachable!("no writer for a NIC without a table"),
+        };
+        let key = vec!["6d"; 40].join(":");
+        let args = ["--iface", "xsk0", "--rss-key", &key, "--rss-table", "0,1"];
+        let c = common(&args);
+        let model = rss(&c, 2, nic).unwrap();
+        assert!(model.is_some(), "the flags give the RSS");
+        assert!(writer(&c, model.as_ref(), nic).unwrap().is_none());
     }
 
     /// A NIC read with `hashing` for its TCP flows: Toeplitz, a 40-byte

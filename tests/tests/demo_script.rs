@@ -1,0 +1,295 @@
+//! `scripts/demo.sh` as a newcomer meets it, and `scripts/setup.sh` without
+//! root: the script itself runs, in a copy of the repository's layout whose
+//! setup, cargo, `flowlane` and `flowlane-ttcp` are fakes that write down
+//! that they ran (and `id` one that says "not root" where a test needs it),
+//! so that no test bed, build or privilege is needed.
+//!
+//! - its own flags are checked before anything runs: `--help` prints its
+//!   usage (exit 0), an unknown flag one line and the usage (exit 2), and
+//!   neither runs setup or the build nor makes a folder;
+//! - not root: one line saying why root is needed, exit 1, nothing made;
+//! - a part ended by a signal (`flowlane demo` exits 130 on Ctrl-C), or any
+//!   part after a Ctrl-C reached the script too (flowlane-ttcp exits 1
+//!   then), ends the demo at once with status 130; a flag value `flowlane
+//!   demo` refuses (exit 2) ends it too; a failed UDP part still lets the
+//!   TCP part run;
+//! - the closing listing names every file kept, the `*.svg` plots included;
+//! - setup.sh with neither root nor sudo says what to do, in one line.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use flowlane_tests::{text, OpenDir};
+
+/// The repository's `scripts/` folder.
+fn scripts_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts")
+}
+
+/// Writes an executable shell script.
+fn script(path: &Path, body: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, format!("#!/bin/sh\n{body}")).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// A copy of the repository's layout for demo.sh: the real script, fake
+/// parts that append a line to `log` when they run, and an empty folder
+/// to run it from.
+struct FakeRepo {
+    dir: OpenDir,
+}
+
+impl FakeRepo {
+    fn new(tag: &str) -> FakeRepo {
+        let dir = OpenDir::new(tag);
+        let root = dir.path("repo");
+        std::fs::create_dir_all(root.join("scripts")).unwrap();
+        std::fs::copy(scripts_dir().join("demo.sh"), root.join("scripts/demo.sh")).unwrap();
+        script(
+            &root.join("scripts/setup.sh"),
+            "echo setup >>\"$FAKE_LOG\"\n",
+        );
+        script(
+            &dir.path("bin/cargo"),
+            "echo \"cargo $*\" >>\"$FAKE_LOG\"\n",
+        );
+        // `flowlane demo --out DIR ...`: keeps a result, exits as told.
+        script(
+            &root.join("target/release/flowlane"),
+            "echo \"flowlane $*\" >>\"$FAKE_LOG\"\n\
+             [ \"$1 $2\" = \"demo --out\" ] && echo '{}' >\"$3/udp-rss.json\"\n\
+             exit \"${FAKE_DEMO_STATUS:-0}\"\n",
+        );
+        // `flowlane-ttcp matrix ... --out DIR`: keeps its files, plots in
+        // both formats, exits as told; or, as when Ctrl-C reached it and
+        // the script, exits 1 after a SIGINT to the script.
+        script(
+            &root.join("target/release/flowlane-ttcp"),
+            "echo \"flowlane-ttcp $*\" >>\"$FAKE_LOG\"\n\
+             while [ $# -gt 0 ]; do [ \"$1\" = --out ] && out=$2; shift; done\n\
+             mkdir -p \"$out\"\n\
+             for f in results.json table.md throughput.png throughput.svg; do \
+             echo x >\"$out/$f\"; done\n\
+             [ -n \"$FAKE_TTCP_CTRL_C\" ] && kill -INT $PPID && exit 1\n\
+             exit \"${FAKE_TTCP_STATUS:-0}\"\n",
+        );
+        std::fs::create_dir_all(dir.path("cwd")).unwrap();
+        FakeRepo { dir }
+    }
+
+    /// `scripts/demo.sh ARGS` from the empty folder, with `env` set.
+    fn run(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let path = format!(
+            "{}:{}",
+            self.dir.path("bin").display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        Command::new("bash")
+            .arg(self.dir.path("repo/scripts/demo.sh"))
+            .args(args)
+            .current_dir(self.dir.path("cwd"))
+            .env("PATH", path)
+            .env("FAKE_LOG", self.dir.path("log"))
+            .envs(env.iter().copied())
+            .output()
+            .expect("running demo.sh")
+    }
+
+    /// What the fakes wrote down, in order.
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path("log")).unwrap_or_default()
+    }
+
+    /// Whether the fake `program` ran (a line of the log begins with it).
+    fn ran(&self, program: &str) -> bool {
+        self.log()
+            .lines()
+            .any(|l| l.split(' ').next() == Some(program))
+    }
+
+    /// What the run left in the folder it ran from.
+    fn made(&self) -> Vec<PathBuf> {
+        std::fs::read_dir(self.dir.path("cwd"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect()
+    }
+
+    /// The folder a run with `--out out` keeps its results in.
+    fn out(&self) -> PathBuf {
+        self.dir.path("cwd/out")
+    }
+}
+
+/// Lines of stderr.
+fn err_lines(o: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&o.stderr)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn help_prints_the_usage_and_runs_nothing() {
+    let repo = FakeRepo::new("demo-help");
+    for flag in ["--help", "-h"] {
+        let o = repo.run(&[flag], &[]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.starts_with("usage: scripts/demo.sh [--out DIR]"),
+            "{}",
+            text(&o)
+        );
+        assert!(out.contains("--flows"), "{}", text(&o));
+        assert_eq!(repo.log(), "", "nothing ran: {}", text(&o));
+        assert!(repo.made().is_empty(), "no folder: {:?}", repo.made());
+    }
+}
+
+#[test]
+fn an_unknown_flag_is_one_line_and_the_usage_before_anything_runs() {
+    let repo = FakeRepo::new("demo-bogus");
+    for args in [&["--bogus"][..], &["--flows", "8", "extra"], &["--out"]] {
+        let o = repo.run(args, &[]);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        let lines = err_lines(&o);
+        assert!(lines[0].starts_with("demo: "), "{args:?}: {}", text(&o));
+        assert!(
+            lines[0].contains(args[args.len() - 1]),
+            "names the flag: {}",
+            text(&o)
+        );
+        assert_eq!(repo.log(), "", "{args:?}: nothing ran: {}", text(&o));
+        assert!(
+            repo.made().is_empty(),
+            "{args:?}: no folder: {:?}",
+            repo.made()
+        );
+    }
+    let o = repo.run(&["--bogus"], &[]);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("\nusage: scripts/demo.sh"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn not_root_is_one_line_saying_why_before_anything_is_made() {
+    let repo = FakeRepo::new("demo-nonroot");
+    script(&repo.dir.path("bin/id"), "echo 1000\n");
+    let o = repo.run(&["--out", "out"], &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let lines = err_lines(&o);
+    assert_eq!(lines.len(), 1, "{}", text(&o));
+    for word in ["needs root", "namespaces", "BPF", "AF_XDP"] {
+        assert!(lines[0].contains(word), "{word}: {}", text(&o));
+    }
+    assert_eq!(repo.log(), "", "nothing ran: {}", text(&o));
+    assert!(repo.made().is_empty(), "no folder: {:?}", repo.made());
+}
+
+#[test]
+fn an_interrupted_part_ends_the_demo_at_once_with_its_status() {
+    for (env, ran_tcp) in [
+        ("FAKE_DEMO_STATUS", false),
+        ("FAKE_TTCP_STATUS", true),
+        ("FAKE_TTCP_CTRL_C", true),
+    ] {
+        let repo = FakeRepo::new("demo-int");
+        let o = repo.run(&["--out", "out"], &[(env, "130")]);
+        assert_eq!(o.status.code(), Some(130), "{env}: {}", text(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(out.contains("== [4/4]"), ran_tcp, "{env}: {}", text(&o));
+        assert_eq!(repo.ran("flowlane-ttcp"), ran_tcp, "{env}: {}", repo.log());
+        let lines = err_lines(&o);
+        assert_eq!(lines.len(), 1, "{env}: one line: {}", text(&o));
+        assert!(lines[0].contains("interrupted"), "{env}: {}", text(&o));
+        assert!(!out.contains("results kept"), "{env}: {}", text(&o));
+    }
+}
+
+#[test]
+fn a_flag_value_flowlane_demo_refuses_stops_the_demo() {
+    let repo = FakeRepo::new("demo-usage");
+    let o = repo.run(
+        &["--out", "out", "--flows", "0"],
+        &[("FAKE_DEMO_STATUS", "2")],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(repo.log().contains("flowlane demo --out"), "{}", repo.log());
+    assert!(repo.log().contains("--flows 0"), "{}", repo.log());
+    assert!(!repo.ran("flowlane-ttcp"), "{}", repo.log());
+}
+
+#[test]
+fn a_failed_udp_part_still_runs_the_tcp_part_and_fails_the_demo() {
+    let repo = FakeRepo::new("demo-udpfail");
+    let o = repo.run(&["--out", "out"], &[("FAKE_DEMO_STATUS", "1")]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(repo.ran("flowlane-ttcp"), "{}", repo.log());
+}
+
+#[test]
+fn the_closing_listing_names_every_file_kept() {
+    let repo = FakeRepo::new("demo-list");
+    let o = repo.run(&["--out", "out"], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        repo.log().lines().next(),
+        Some("setup"),
+        "setup first: {}",
+        repo.log()
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    let listing: Vec<&str> = out
+        .split(&format!(
+            "demo: results kept in {}/\n",
+            repo.out().display()
+        ))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no listing: {}", text(&o)))
+        .lines()
+        .collect();
+    assert_eq!(
+        listing,
+        [
+            "  tcp/results.json",
+            "  tcp/table.md",
+            "  tcp/throughput.png",
+            "  tcp/throughput.svg",
+            "  udp-rss.json",
+        ],
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn setup_without_root_or_sudo_says_what_to_do() {
+    let dir = OpenDir::new("setup-nosudo");
+    // A PATH of `id` alone (saying "not root"): no sudo on it.
+    script(&dir.path("bin/id"), "echo 1000\n");
+    let o = Command::new("/bin/bash")
+        .arg("-c")
+        .arg(". \"$1\"; as_root apt-get update; echo continued")
+        .arg("bash")
+        .arg(scripts_dir().join("setup.sh"))
+        .env("PATH", dir.path("bin"))
+        .output()
+        .expect("bash");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("continued"));
+    let lines = err_lines(&o);
+    assert_eq!(lines.len(), 1, "{}", text(&o));
+    assert!(
+        lines[0].contains("needs root")
+            && lines[0].contains("no sudo")
+            && lines[0].contains("as root"),
+        "{}",
+        text(&o)
+    );
+}
