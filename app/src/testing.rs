@@ -10,7 +10,8 @@
 /// `set_recv_buffer`, `set_congestion`, `set_user_data`) take anything and
 /// do nothing, `user_data` is 0, `state` is `Established` and `info` is
 /// `Err(WouldBlock)` (no TCP figures). The fake writes the rest: what its
-/// test looks at.
+/// test looks at. `fake_net_settings!(except info)` leaves `info` to a
+/// fake whose test reads its figures.
 ///
 /// ```
 /// use flowlane_app::{ConnHandle, Error, FourTuple, Net, Placement, Stats};
@@ -83,6 +84,15 @@
 #[macro_export]
 macro_rules! fake_net_settings {
     () => {
+        $crate::fake_net_settings!(except info);
+        fn info(
+            &self,
+            _conn: $crate::ConnHandle,
+        ) -> ::core::result::Result<$crate::ConnInfo, $crate::Error> {
+            Err($crate::Error::WouldBlock)
+        }
+    };
+    (except info) => {
         fn set_nodelay(
             &mut self,
             _conn: $crate::ConnHandle,
@@ -117,12 +127,6 @@ macro_rules! fake_net_settings {
             _alg: $crate::CongestionAlgorithm,
         ) -> ::core::result::Result<(), $crate::Error> {
             Ok(())
-        }
-        fn info(
-            &self,
-            _conn: $crate::ConnHandle,
-        ) -> ::core::result::Result<$crate::ConnInfo, $crate::Error> {
-            Err($crate::Error::WouldBlock)
         }
         fn state(
             &self,

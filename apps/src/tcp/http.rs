@@ -22,7 +22,7 @@ use flowlane_app::{CloseReason, ConnHandle, ConnHandler, ConnMap, ConnState, Net
 use serde::Serialize;
 
 use super::http_framing::{parse_head, BodySkip, Head, HeadScan, Persistence, Refusal, MAX_HEAD};
-use super::idle::IdleSweep;
+use super::idle::{IdleSweep, SWEEP};
 use super::AllowFrom;
 
 /// Responses queued on a connection before its requests are read further:
@@ -43,6 +43,13 @@ const LINGER: Duration = Duration::from_secs(2);
 /// given back, and an idle kept-alive connection holds little.
 const KEEP: usize = 8 * 1024;
 
+/// How long before its idle deadline a connection's unacknowledged bytes
+/// are looked at (`Net::info`), at each of the idle sweep's looks (a
+/// second apart): two looks, so that queue-pair mode, where a look gets
+/// the figures the network core gave for the previous one, has two
+/// figures to compare by the deadline.
+const ACK_LOOK: Duration = Duration::from_secs(2 * SWEEP.as_secs());
+
 /// Bytes of body that extend a request's deadline by a second (Apache's
 /// `mod_reqtimeout` `MinRate` alike): a body must come at least this fast,
 /// on average, once the `--idle-timeout` it starts with is spent.
@@ -62,6 +69,9 @@ pub(super) struct HttpCounters {
     /// Request lines longer than 16 KiB, answered `414` (RFC 9112 §3), the
     /// connection then closed.
     pub(super) uri_too_long: AtomicU64,
+    /// `CONNECT` requests, answered `501` (RFC 9110 §9.3.6, §9.1: no tunnel
+    /// here), the connection then closed.
+    pub(super) not_implemented: AtomicU64,
     /// Connections closed after `--idle-timeout` without a byte either way:
     /// between requests (a FIN), or in the middle of one (a reset).
     pub(super) idle_closed: AtomicU64,
@@ -136,6 +146,9 @@ fn refusal_response(r: Refusal) -> &'static [u8] {
         Refusal::UriTooLong => {
             b"HTTP/1.1 414 URI Too Long\r\nContent-Length: 0\r\nServer: flowlane\r\nConnection: close\r\n\r\n"
         }
+        Refusal::NotImplemented => {
+            b"HTTP/1.1 501 Not Implemented\r\nContent-Length: 0\r\nServer: flowlane\r\nConnection: close\r\n\r\n"
+        }
     }
 }
 
@@ -175,8 +188,12 @@ struct HttpConn {
     body: Option<(BodySkip, Owed)>,
     /// Close once `output` went.
     close_after: bool,
-    /// When a byte last moved either way.
+    /// When a byte last moved either way (taken by `Net::send` or
+    /// `Net::recv`, or acknowledged by the peer: [`HttpConn::acknowledged`]).
     active: Duration,
+    /// At the idle sweep's last look near the deadline: the bytes sent
+    /// that the peer had not acknowledged yet, and `active` then.
+    unacked: Option<(Duration, usize)>,
     /// When the first bytes of the request being read came (none between
     /// requests): a request must be complete within the idle timeout of
     /// its start, extended by a second per [`BODY_RATE`] bytes of its body,
@@ -284,6 +301,7 @@ impl HttpConn {
             Refusal::BadRequest => &counters.bad_request,
             Refusal::HeadTooLarge => &counters.head_too_large,
             Refusal::UriTooLong => &counters.uri_too_long,
+            Refusal::NotImplemented => &counters.not_implemented,
         };
         c.fetch_add(1, Ordering::Relaxed);
         self.output.extend_from_slice(refusal_response(e));
@@ -322,6 +340,26 @@ impl HttpConn {
             let _ = net.close(conn);
             self.phase = Phase::Closed;
         }
+    }
+
+    /// Notes that bytes moved (`active` is `now`) if the peer acknowledged
+    /// bytes of its responses since the sweep's last look with no byte
+    /// moved otherwise (fewer of the bytes the backend holds for it are
+    /// unsent or unacknowledged: `Net::info`, which on kernel sockets
+    /// counts the kernel's queue too): a peer that reads its responses,
+    /// though too slowly for `Net::send` to take more of them within the
+    /// timeout (a stack wakes a writer once a third of its send buffer is
+    /// free, which a slow reader may take longer than that to free), is not
+    /// idle. Keeps the figure for the next look.
+    fn acknowledged(&mut self, net: &dyn Net, conn: ConnHandle, now: Duration) {
+        let Ok(info) = net.info(conn) else {
+            return;
+        };
+        let left = info.unsent + info.unacked;
+        if matches!(self.unacked, Some((at, before)) if at == self.active && left < before) {
+            self.active = now;
+        }
+        self.unacked = Some((self.active, left));
     }
 
     /// The time the idle sweep counts from: the last byte either way, or
@@ -473,7 +511,9 @@ impl Http {
         }
     }
 
-    /// Closes the connections idle for longer than the timeout: with a
+    /// Closes the connections idle for longer than the timeout (bytes the
+    /// peer acknowledged count as moved: [`HttpConn::acknowledged`], looked
+    /// at from [`ACK_LOOK`] before the deadline on): with a
     /// FIN between requests, with a reset in the middle of one; resets
     /// those whose request is overdue though bytes still come; and closes
     /// those that lingered [`LINGER`] after their last response, dropping
@@ -489,7 +529,17 @@ impl Http {
             }
         }
         let limit = self.idle.limit().unwrap_or(Duration::MAX);
-        for conn in self.idle.due(now, &self.conns, HttpConn::idle_since) {
+        let near = self
+            .idle
+            .due_within(now, &self.conns, HttpConn::idle_since, ACK_LOOK);
+        for conn in near {
+            let Some(st) = self.conns.get_mut(conn) else {
+                continue;
+            };
+            st.acknowledged(net, conn, now);
+            if now.saturating_sub(st.idle_since()) <= limit {
+                continue;
+            }
             let Some(st) = self.conns.remove(conn) else {
                 continue;
             };
@@ -555,7 +605,7 @@ mod tests {
     //! The server against one fake connection: what the peer sent is
     //! readable, sends go to `sent` (as far as `send_room` takes them).
     use super::*;
-    use flowlane_app::{Error, FourTuple, Placement, Stats};
+    use flowlane_app::{ConnInfo, Error, FourTuple, Placement, Stats};
     use std::net::SocketAddr;
 
     struct Fake {
@@ -571,6 +621,10 @@ mod tests {
         /// `abort` was called, or `close` with bytes unread (a reset, as
         /// the stack's close is then).
         aborted: bool,
+        /// Bytes sent that the peer has not acknowledged, as `info` tells
+        /// them (sends add to it, the test takes acknowledged bytes off);
+        /// None: `info` fails (`WouldBlock`).
+        unacked: Option<usize>,
         stats: Stats,
     }
 
@@ -585,6 +639,7 @@ mod tests {
                 shut: false,
                 closed: false,
                 aborted: false,
+                unacked: None,
                 stats: Stats::default(),
             }
         }
@@ -594,7 +649,15 @@ mod tests {
     }
 
     impl Net for Fake {
-        flowlane_app::fake_net_settings!();
+        // `info` is the fake's own: the idle sweep's tests read its figures.
+        flowlane_app::fake_net_settings!(except info);
+        fn info(&self, _c: ConnHandle) -> Result<ConnInfo, Error> {
+            let unacked = self.unacked.ok_or(Error::WouldBlock)?;
+            Ok(ConnInfo {
+                unacked,
+                ..ConnInfo::default()
+            })
+        }
         fn now(&self) -> Duration {
             self.now
         }
@@ -615,6 +678,9 @@ mod tests {
             }
             if let Some(r) = &mut self.send_room {
                 *r -= n;
+            }
+            if let Some(u) = &mut self.unacked {
+                *u += n;
             }
             self.sent.extend_from_slice(&data[..n]);
             Ok(n)
@@ -1151,5 +1217,102 @@ mod tests {
         }
         assert_eq!(answered(&counters), 3);
         assert_eq!(net.sent_text().matches("HTTP/1.1 200 OK").count(), 3);
+    }
+
+    /// CONNECT asks for a tunnel: refused 501 (RFC 9110 §9.3.6, §9.1), not
+    /// answered 200 with a body the client would take for the tunnel's;
+    /// what follows its head (tunnel bytes) is not read as requests, and
+    /// the connection closes.
+    #[test]
+    fn connect_is_refused_501_and_closed() {
+        let (mut h, counters) = server(None);
+        let mut net = Fake::new();
+        net.inbox = [
+            &b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n"[..],
+            b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
+            b"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+        ]
+        .concat();
+        h.on_data(&mut net, c());
+        let text = net.sent_text();
+        assert_eq!(
+            text,
+            "HTTP/1.1 501 Not Implemented\r\nContent-Length: 0\r\nServer: flowlane\r\nConnection: close\r\n\r\n"
+        );
+        assert_eq!(counters.not_implemented.load(Ordering::Relaxed), 1);
+        assert_eq!(answered(&counters), 0);
+        assert!(net.shut && !net.aborted, "a FIN after the answer");
+        net.peer_fin = true;
+        h.on_peer_closed(&mut net, c());
+        assert!(net.closed && !net.aborted);
+        assert_eq!(net.sent_text(), text, "nothing more answered");
+    }
+
+    /// A peer that reads a long response slowly: the send buffer frees a
+    /// little at a time, and the stack wakes the writer only once a third
+    /// of it is free, later than `--idle-timeout`. The bytes the peer
+    /// acknowledges move, so it is not idle and gets the whole response;
+    /// once it stops acknowledging, it is closed at the timeout.
+    #[test]
+    fn a_slow_reader_is_not_idle_while_it_acknowledges() {
+        let idle = Duration::from_secs(2);
+        let body = "x".repeat(120_000);
+        // The send buffer, and what the peer reads (and acknowledges) in
+        // 100 ms: 5,000 bytes a second, a third of the buffer in 4 s.
+        let (buffer, read) = (60_000, 500);
+        for stop_at in [None, Some(Duration::from_secs(10))] {
+            let counters = Arc::new(HttpCounters::default());
+            let mut h = Http::new(&body, AllowFrom::default(), Some(idle), counters.clone());
+            let mut net = Fake::new();
+            net.send_room = Some(buffer);
+            net.unacked = Some(0);
+            h.on_accept(&mut net, c());
+            net.inbox = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n".to_vec();
+            h.on_data(&mut net, c());
+            assert_eq!(net.sent.len(), buffer);
+            let total = h.responses.for_request(Persistence::KeepAlive, false).len();
+            let start = net.now;
+            let mut freed = 0;
+            let mut acked = 0;
+            while !net.aborted && net.now < start + Duration::from_secs(60) {
+                net.now += Duration::from_millis(100);
+                let reading = stop_at.is_none_or(|t| net.now < start + t);
+                let unacked = net.unacked.as_mut().unwrap();
+                let n = if reading { read.min(*unacked) } else { 0 };
+                *unacked -= n;
+                freed += n;
+                acked += n;
+                if freed >= buffer / 3 || (freed > 0 && *unacked == 0) {
+                    net.send_room = net.send_room.map(|r| r + freed);
+                    freed = 0;
+                    h.on_writable(&mut net, c());
+                }
+                h.on_tick(&mut net);
+                if acked == total {
+                    break;
+                }
+            }
+            let (closed, reset) = (
+                counters.idle_closed.load(Ordering::Relaxed),
+                counters.idle_reset.load(Ordering::Relaxed),
+            );
+            match stop_at {
+                None => {
+                    assert!(
+                        !net.aborted && !net.closed,
+                        "reset at {:?}",
+                        net.now - start
+                    );
+                    assert_eq!(net.sent.len(), total);
+                    assert_eq!((closed, reset), (0, 0));
+                }
+                Some(t) => {
+                    assert!(net.aborted, "a peer that stopped reading is idle");
+                    let after = net.now - start - t;
+                    assert!(after > idle && after <= idle + 2 * SWEEP, "{after:?}");
+                    assert_eq!((closed, reset), (1, 1));
+                }
+            }
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! HTTP/1.1 request framing for `http-server` (RFC 9112), sans I/O: where a
-//! request's head ends and what it asks for (HEAD, persistence, 100-continue),
-//! and how long its body is (§6.3). A body is skipped as it arrives (the
-//! fixed response does not read it), never held whole.
+//! request's head ends and what it asks for (HEAD, persistence, 100-continue;
+//! CONNECT refused), and how long its body is (§6.3). A body is skipped as it
+//! arrives (the fixed response does not read it), never held whole.
 
 /// Longest request head: its request line, its fields, the blank line that
 /// ends it and any empty lines before it (RFC 9112 §2.2) together; past it,
@@ -63,6 +63,12 @@ pub(super) enum Refusal {
     /// `Content-Length`, a transfer coding other than chunked last, a
     /// malformed chunk): 400, as §2.2, §3, §5.1, §5.2 and §6.3 ask.
     BadRequest,
+    /// `CONNECT`, which asks for a tunnel (RFC 9110 §9.3.6) that this
+    /// server does not open: 501, as RFC 9110 §9.1 asks of a method not
+    /// implemented (§15.6.2); a `2xx` would tell the client the tunnel was
+    /// established. What follows its head would be tunnel bytes, not
+    /// requests: the connection closes.
+    NotImplemented,
 }
 
 /// The head at the start of `input`, with the bytes it takes (empty lines
@@ -320,6 +326,11 @@ fn read_head(head: &[u8]) -> Result<Head, Refusal> {
         (false, true, true) => Persistence::KeepAliveHttp10,
         (false, true, false) => Persistence::Close,
     };
+    // RFC 9110 §9.3.6, §9.1: no tunnel here (the method is
+    // case-sensitive).
+    if method == b"CONNECT" {
+        return Err(Refusal::NotImplemented);
+    }
     Ok(Head {
         persistence,
         head_only: method == b"HEAD",
@@ -761,6 +772,26 @@ mod tests {
             old("\r\nHost: a\r\nHost: b"),
             Err(Refusal::BadRequest)
         ));
+    }
+
+    /// RFC 9110 §9.3.6: a `2xx` to CONNECT says a tunnel was established;
+    /// none is, so it is refused (501), once its head could be read.
+    #[test]
+    fn connect_is_not_implemented() {
+        let connect = "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443";
+        assert_eq!(head(connect), Err(Refusal::NotImplemented));
+        assert_eq!(
+            head("CONNECT example.com:443 HTTP/1.0"),
+            Err(Refusal::NotImplemented)
+        );
+        // Framing that cannot be read is refused as such first.
+        assert_eq!(
+            head("CONNECT example.com:443 HTTP/1.1\r\nHost: a\r\nHost: b"),
+            Err(Refusal::BadRequest)
+        );
+        // Methods are case-sensitive (§9.1): `connect` is another one.
+        assert!(head("connect example.com:443 HTTP/1.1\r\nHost: a").is_ok());
+        assert!(head("GET / HTTP/1.1\r\nHost: a").is_ok());
     }
 
     #[test]

@@ -22,7 +22,9 @@ use flowlane_dataplane::service_args::ExecMode;
 use flowlane_kernel::KernelService;
 use flowlane_tokio::{AsyncConfig, Local};
 use http_body_util::Full;
+use hyper::header::{self, HeaderValue};
 use hyper::service::service_fn;
+use hyper::{Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -39,9 +41,13 @@ use crate::service::{write_report, ServiceSignals};
 /// them.
 const BACKLOG: usize = 4096;
 
-/// The most a connection's read (and write) buffer grows to in hyper (its
-/// default is about 400 KiB a connection); a request head longer is
-/// answered `431`.
+/// The bound on a connection's read (and write) buffer in hyper
+/// (`max_buf_size`; its default is about 400 KiB a connection), and the
+/// longest request head (request line, fields and the blank line after
+/// them): a longer one is answered `431`, however its bytes arrive
+/// (`max_header_size`; `max_buf_size` bounds what hyper asks a read for,
+/// not what the read brings, which fills the buffer's spare capacity: a
+/// head past it that came whole in one read was answered).
 const MAX_BUF: usize = 32 * 1024;
 
 /// How long the baseline's accept loop pauses after an accept that failed
@@ -71,6 +77,11 @@ pub(super) struct HyperCounters {
     /// memory: tried again after a pause of 10 ms; a connection aborted
     /// before it was taken: at once).
     pub(super) accept_failed: AtomicU64,
+    /// `CONNECT` requests, answered `501 Not Implemented` and the
+    /// connection then closed: this server opens no tunnel, and hyper
+    /// would send a `200` to one without a body, which tells the client a
+    /// tunnel was established (RFC 9110 §9.3.6).
+    pub(super) not_implemented: AtomicU64,
 }
 
 /// What serving a connection takes: the same for flowlane's streams and
@@ -97,25 +108,48 @@ impl Serve {
     }
 }
 
+/// The answer to `method`: the body, or for `CONNECT` a `501` with
+/// `Connection: close` (counted), since a `2xx` to it would say a tunnel
+/// was established (RFC 9110 §9.3.6), and a method a server does not
+/// implement is answered `501` (§9.1, §15.6.2).
+fn respond(method: &hyper::Method, body: Bytes, counters: &HyperCounters) -> Response<Full<Bytes>> {
+    if method != hyper::Method::CONNECT {
+        return Response::new(Full::new(body));
+    }
+    counters.not_implemented.fetch_add(1, Ordering::Relaxed);
+    let mut r = Response::new(Full::new(Bytes::new()));
+    *r.status_mut() = StatusCode::NOT_IMPLEMENTED;
+    r.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    r
+}
+
 /// Serves one connection: every request gets the body (keep-alive as the
-/// client asks). hyper's read buffer is bounded ([`MAX_BUF`]); a head must
-/// be complete within `--idle-timeout` (hyper's header read timeout, which
-/// it applies only with a timer), and the connection is closed once no byte
-/// moved either way for as long ([`Watched`]).
+/// client asks), `CONNECT` a refusal ([`respond`]). hyper's read buffer is
+/// bounded, and so is a request head ([`MAX_BUF`]); a head must be complete
+/// within `--idle-timeout` (hyper's header read timeout, which it applies
+/// only with a timer), and the connection is closed once no byte moved
+/// either way for as long ([`Watched`]). A client may half-close once its
+/// request is sent (`nc -N`, `shutdown(SHUT_WR)`): it is answered, where
+/// hyper by default takes that FIN for a request cut short and drops the
+/// connection unanswered; a FIN within a head still ends the connection
+/// unanswered.
 async fn serve_connection<S>(stream: S, serve: Serve)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let body = serve.body.clone();
-    let service = service_fn(move |_req| {
-        let body = body.clone();
-        async move { Ok::<_, Infallible>(hyper::Response::new(Full::new(body))) }
+    let (body, counters) = (serve.body.clone(), serve.counters.clone());
+    let service = service_fn(move |req: hyper::Request<_>| {
+        let r = respond(req.method(), body.clone(), &counters);
+        async move { Ok::<_, Infallible>(r) }
     });
     let io = Watched::new(stream, serve.idle, serve.counters.clone());
     let r = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(serve.idle)
+        .half_close(true)
         .max_buf_size(MAX_BUF)
+        .max_header_size(MAX_BUF)
         .serve_connection(TokioIo::new(io), service)
         .await;
     if r.is_err_and(|e| e.is_timeout()) {
@@ -563,6 +597,108 @@ mod tests {
             let read = tokio::time::timeout(MINUTE, client.read_to_end(&mut got)).await;
             let got = String::from_utf8_lossy(&got);
             assert!(read.is_ok() && got.starts_with("HTTP/1.1 431"), "{got:?}");
+        });
+    }
+
+    /// What the server sends to a client that sends `request` in pieces
+    /// of `piece` bytes (until the server closes) and then half-closes
+    /// (its FIN), till the server's FIN (a minute at most).
+    async fn exchange(s: Serve, request: &[u8], piece: usize) -> String {
+        let (mut client, server) = tokio::io::duplex(1 << 20);
+        let conn = tokio::spawn(serve_connection(server, s));
+        for (i, p) in request.chunks(piece).enumerate() {
+            if i > 0 {
+                // The server reads each piece by itself.
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            if client.write_all(p).await.is_err() {
+                break;
+            }
+        }
+        // The FIN right behind the last piece, as `nc -N` sends it.
+        let _ = client.shutdown().await;
+        let mut got = Vec::new();
+        let read = tokio::time::timeout(MINUTE, client.read_to_end(&mut got)).await;
+        assert!(read.is_ok(), "no FIN from the server");
+        assert!(conn.is_finished() || conn.await.is_ok());
+        String::from_utf8_lossy(&got).into_owned()
+    }
+
+    /// A client that half-closes once its request is sent (`nc -N`,
+    /// `shutdown(SHUT_WR)`) is answered, not dropped for a request cut
+    /// short; one that half-closes within a head is closed unanswered.
+    #[test]
+    fn a_client_that_half_closes_after_its_request_is_answered() {
+        paused().block_on(async {
+            let (s, counters) = service(Some(MINUTE), AllowFrom::default());
+            for (request, ends) in [
+                (&b"GET / HTTP/1.0\r\n\r\n"[..], "\r\n\r\nhi"),
+                (b"HEAD / HTTP/1.1\r\nHost: a\r\n\r\n", "\r\n\r\n"),
+                (b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", "\r\n\r\nhi"),
+            ] {
+                let got = exchange(s.clone(), request, request.len()).await;
+                assert!(
+                    got.starts_with("HTTP/1.") && got.contains(" 200 OK\r\n"),
+                    "{got:?}"
+                );
+                assert!(got.ends_with(ends), "{got:?}");
+            }
+            let start = tokio::time::Instant::now();
+            let got = exchange(s, b"GET / HTTP/1.1\r\nHost:", 100).await;
+            assert_eq!(got, "");
+            assert!(start.elapsed() < MINUTE, "the idle timeout ended it");
+            assert_eq!(load(&counters.idle_closed), 0);
+            assert_eq!(load(&counters.header_timeout), 0);
+        });
+    }
+
+    /// A request head longer than [`MAX_BUF`] is refused 431 however its
+    /// bytes arrive (all at once, in pieces); one that long is answered.
+    #[test]
+    fn heads_longer_than_max_buf_are_refused_431_however_they_arrive() {
+        paused().block_on(async {
+            let (s, _) = service(None, AllowFrom::default());
+            let head = |len: usize| {
+                let start = "GET / HTTP/1.1\r\nHost: a\r\nX: ";
+                let fill = len - start.len() - 4;
+                format!("{start}{}\r\n\r\n", "a".repeat(fill)).into_bytes()
+            };
+            for (len, status) in [
+                (MAX_BUF, "HTTP/1.1 200 OK"),
+                (MAX_BUF + 1, "HTTP/1.1 431"),
+                (40_000, "HTTP/1.1 431"),
+            ] {
+                for piece in [1000, 4096, len] {
+                    let got = exchange(s.clone(), &head(len), piece).await;
+                    assert!(got.starts_with(status), "{len} in {piece}: {got:?}");
+                }
+            }
+        });
+    }
+
+    /// CONNECT asks for a tunnel: refused 501 and closed (RFC 9110 §9.3.6,
+    /// §9.1), not answered 200, which says the tunnel was established.
+    #[test]
+    fn connect_is_refused_501_and_closed() {
+        paused().block_on(async {
+            let (s, counters) = service(None, AllowFrom::default());
+            let (mut client, server) = tokio::io::duplex(64 * 1024);
+            tokio::spawn(serve_connection(server, s));
+            client
+                .write_all(b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
+                .await
+                .unwrap();
+            let mut got = Vec::new();
+            let read = tokio::time::timeout(MINUTE, client.read_to_end(&mut got)).await;
+            let got = String::from_utf8_lossy(&got).to_ascii_lowercase();
+            assert!(read.is_ok(), "not closed: {got:?}");
+            assert!(
+                got.starts_with("http/1.1 501 not implemented\r\n"),
+                "{got:?}"
+            );
+            assert!(got.contains("\r\nconnection: close\r\n"), "{got:?}");
+            assert!(got.contains("\r\ncontent-length: 0\r\n"), "{got:?}");
+            assert_eq!(load(&counters.not_implemented), 1);
         });
     }
 

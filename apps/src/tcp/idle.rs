@@ -10,7 +10,7 @@ use flowlane_app::{ConnHandle, ConnMap};
 use serde::Serialize;
 
 /// How often idle connections are looked for.
-const SWEEP: Duration = Duration::from_secs(1);
+pub(super) const SWEEP: Duration = Duration::from_secs(1);
 
 /// `--idle-timeout SECS` as a limit: 0 is none.
 pub(super) fn limit(secs: u64) -> Option<Duration> {
@@ -55,6 +55,20 @@ impl IdleSweep {
         conns: &ConnMap<T>,
         active: impl Fn(&T) -> Duration,
     ) -> Vec<ConnHandle> {
+        self.due_within(now, conns, active, Duration::ZERO)
+    }
+
+    /// As [`IdleSweep::due`], with the connections due within `ahead` of
+    /// `now` too: for a service that looks at them before their deadline
+    /// (for bytes that moved where `active` does not see them) and checks
+    /// which are due itself.
+    pub(super) fn due_within<T>(
+        &mut self,
+        now: Duration,
+        conns: &ConnMap<T>,
+        active: impl Fn(&T) -> Duration,
+        ahead: Duration,
+    ) -> Vec<ConnHandle> {
         let Some(limit) = self.limit else {
             return Vec::new();
         };
@@ -64,7 +78,7 @@ impl IdleSweep {
         self.last = now;
         conns
             .iter()
-            .filter(|(_, st)| now.saturating_sub(active(st)) > limit)
+            .filter(|(_, st)| now.saturating_sub(active(st)).saturating_add(ahead) > limit)
             .map(|(conn, _)| conn)
             .collect()
     }
@@ -95,5 +109,24 @@ mod tests {
         assert_eq!(sweep.due(secs(81), &conns, |t| *t), [a, b]);
         let mut never = IdleSweep::new(limit(0));
         assert!(never.due(secs(10_000), &conns, |t| *t).is_empty());
+    }
+
+    #[test]
+    fn due_within_adds_those_due_soon() {
+        let mut conns = ConnMap::new();
+        let (a, b) = (ConnHandle::from_parts(0, 0), ConnHandle::from_parts(1, 0));
+        conns.insert(a, secs(10));
+        conns.insert(b, secs(20));
+        let mut sweep = IdleSweep::new(limit(30));
+        assert_eq!(sweep.due_within(secs(39), &conns, |t| *t, secs(2)), [a]);
+        assert!(sweep
+            .due_within(
+                secs(39) + Duration::from_millis(500),
+                &conns,
+                |t| *t,
+                secs(2)
+            )
+            .is_empty());
+        assert_eq!(sweep.due_within(secs(49), &conns, |t| *t, secs(2)), [a, b]);
     }
 }
