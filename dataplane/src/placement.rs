@@ -106,10 +106,12 @@ pub fn place_queues(
         })
         .collect();
     let shared = format!(
-        "{queues} queues on {allowed} CPU(s): queues share CPUs round-robin ({})",
+        // Workers: a queue's worker is numbered as its queue, software
+        // spill's extra workers (which have no queue) after them.
+        "{queues} workers on {allowed} CPU(s) share them round-robin ({})",
         plan.queues
             .iter()
-            .map(|p| format!("queue {} on CPU {}", p.queue, p.cpu))
+            .map(|p| format!("worker {} on CPU {}", p.queue, p.cpu))
             .collect::<Vec<_>>()
             .join(", ")
     );
@@ -181,7 +183,11 @@ mod tests {
             p.plan.queues.iter().map(|q| q.queue).collect::<Vec<_>>(),
             (0..6).collect::<Vec<_>>()
         );
-        assert!(p.shared.unwrap().contains("6 queues on 2 CPU(s)"));
+        let warning = p.shared.unwrap();
+        assert!(
+            warning.starts_with("6 workers on 2 CPU(s) share them round-robin (worker 0 on CPU 0"),
+            "{warning}"
+        );
     }
 
     #[test]
@@ -198,7 +204,7 @@ mod tests {
         let t = two_nodes();
         let p = place_queues(&t, Some(0), 2, Some(&[2, 2])).unwrap();
         assert_eq!(p.plan.cpus(), vec![2, 2]);
-        assert!(p.shared.unwrap().contains("2 queues on 1 CPU(s)"));
+        assert!(p.shared.unwrap().contains("2 workers on 1 CPU(s)"));
         assert_eq!(p.node_cpus, BTreeMap::from([(1, vec![2])]));
     }
 
