@@ -28,6 +28,13 @@ impl Default for Roots {
     }
 }
 
+/// What the commands that read an interface by `--iface` (`irq`, `plan`,
+/// `nic caps`, `nic qstats`) say to do when this network namespace has no
+/// such interface. They have no `--bed` (the services' way onto a test
+/// bed): a bed's interfaces are read from inside its namespace.
+pub(crate) const NOT_HERE: &str = "see `ip link`: use --iface NAME; on a test bed, run it inside \
+                                   the bed's namespace: `ip netns exec flowlane-NAME flowlane ...`";
+
 /// What sysfs says about an interface.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub(crate) struct Iface {
@@ -79,10 +86,17 @@ impl Roots {
         self.sysfs_root.join("class/net").join(name)
     }
 
+    /// `<sysfs>/class/net/<name>`, checked: a valid name of an interface
+    /// in this network namespace, or the error that says what to do in
+    /// these commands' terms ([`NOT_HERE`]).
+    pub(crate) fn iface_dir_checked(&self, name: &str) -> Result<PathBuf> {
+        Ok(iface::iface_dir_saying(&self.sysfs_root, name, NOT_HERE)?)
+    }
+
     /// Reads `name`'s queue count, NUMA node and MSI IRQs (through the data
     /// path's interface reader, the one sysfs reader).
     pub(crate) fn iface(&self, name: &str) -> Result<Iface> {
-        let dir = iface::iface_dir(&self.sysfs_root, name)?;
+        let dir = self.iface_dir_checked(name)?;
         let facts = iface::device_facts(&dir)?;
         Ok(Iface {
             name: name.to_string(),

@@ -107,7 +107,8 @@ impl InterfaceInfo {
     pub fn check_queues(&self, queues: u32) -> Result<()> {
         if queues == 0 || queues > self.rx_queues {
             return Err(Error::Setup(format!(
-                "{} has {} receive queues; asked for {queues} (use --queues 1..={})",
+                "{} has {} receive queues; asked for {queues} (set TcpServiceConfig::queues to \
+                 1..={})",
                 self.name, self.rx_queues, self.rx_queues
             )));
         }
@@ -116,8 +117,10 @@ impl InterfaceInfo {
 }
 
 /// What [`iface_dir`] says to do when there is no such interface: the
-/// flags of the services and of `flowlane`'s commands that take `--bed`.
-pub const NOT_HERE: &str = "see `ip link`: use --iface NAME; on a test bed, --bed NAME";
+/// configuration field that names it (`service_args::cli_terms` says the
+/// services' flags instead, `--iface` and `--bed`). A program whose flags
+/// differ says its own ([`iface_dir_saying`]).
+pub const NOT_HERE: &str = "see `ip link`: set TcpServiceConfig::iface to one of them";
 
 /// `<sysfs>/class/net/<name>`, checked: the name is a valid interface name
 /// and the interface exists in this network namespace.
@@ -126,8 +129,8 @@ pub fn iface_dir(sysfs: &Path, name: &str) -> Result<PathBuf> {
 }
 
 /// [`iface_dir`], saying `what_to_do` when there is no such interface: for
-/// a program whose flags are not the services' (the daemon has no
-/// `--bed`).
+/// a program whose flags are not the services' (the daemon and
+/// `flowlane`'s NIC commands have no `--bed`).
 pub fn iface_dir_saying(sysfs: &Path, name: &str, what_to_do: &str) -> Result<PathBuf> {
     if name.is_empty() || name.contains('/') || name == "." || name == ".." || name.len() > 15 {
         return Err(Error::Setup(format!(
@@ -284,6 +287,18 @@ pub fn netns_still_named(name: &str) -> bool {
     ) {
         (Ok(me), Ok(named)) => me.dev() == named.dev() && me.ino() == named.ino(),
         _ => false,
+    }
+}
+
+/// `command` (a shell command, such as an `ss` that lists who holds a
+/// port) as the operator runs it for a process in the named network
+/// namespace `netns` ([`netns_name`]: a service started with `--bed`
+/// re-executes itself in its bed's): `ip netns exec NAME command`; as it
+/// is for a process in an unnamed one (None).
+pub fn in_netns(netns: Option<&str>, command: &str) -> String {
+    match netns {
+        Some(name) => format!("ip netns exec {name} {command}"),
+        None => command.to_string(),
     }
 }
 
@@ -468,6 +483,19 @@ mod tests {
         let e = InterfaceInfo::read(&root, "nope0").unwrap_err().to_string();
         assert!(e.contains("no interface nope0"), "{e}");
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// A command a message tells the operator to run (`ss` listing who
+    /// holds a port) runs in the service's named namespace: from the
+    /// operator's shell, through `ip netns exec`.
+    #[test]
+    fn a_command_for_the_operator_runs_in_the_named_namespace() {
+        let ss = "ss -uan 'sport = :7777'";
+        assert_eq!(
+            in_netns(Some("flowlane-b1"), ss),
+            "ip netns exec flowlane-b1 ss -uan 'sport = :7777'"
+        );
+        assert_eq!(in_netns(None, ss), ss);
     }
 
     #[test]

@@ -18,7 +18,8 @@ use std::thread::JoinHandle;
 use netlink_packet_route::neighbour::{
     NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState,
 };
-use netlink_packet_route::RouteNetlinkMessage;
+use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, RouteType};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
 use flowlane_wire::EthernetAddress;
 
@@ -75,6 +76,59 @@ fn usable(n: &NeighbourMessage) -> Option<(IpAddr, EthernetAddress)> {
         }
     }
     Some((ip?, mac.filter(EthernetAddress::is_unicast)?))
+}
+
+/// The kernel's route to one address, as `ip route get` shows it: what
+/// tells whether flowlane, which sends only to on-link peers, can reach it
+/// on an interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    /// The interface it leaves through (its index).
+    pub oif: Option<u32>,
+    /// The router it goes through (None: on-link).
+    pub gateway: Option<IpAddr>,
+    /// Whether it is a unicast route (not to one of this host's own
+    /// addresses, a broadcast, a black hole...).
+    pub unicast: bool,
+}
+
+/// The kernel's route to `ip` from this network namespace (an
+/// `RTM_GETROUTE` request for the address, rtnetlink(7)).
+///
+/// # Errors
+/// The kernel's answer when it has none (`ENETUNREACH`: no route;
+/// `EHOSTUNREACH` ...), or no rtnetlink socket.
+pub fn route_to(ip: IpAddr) -> io::Result<Route> {
+    let mut m = RouteMessage::default();
+    (m.header.address_family, m.header.destination_prefix_length) = match ip {
+        IpAddr::V4(_) => (AddressFamily::Inet, 32),
+        IpAddr::V6(_) => (AddressFamily::Inet6, 128),
+    };
+    m.attributes
+        .push(RouteAttribute::Destination(RouteAddress::from(ip)));
+    let route = crate::rtnetlink::ask(RouteNetlinkMessage::GetRoute(m), false, |m| match m {
+        RouteNetlinkMessage::NewRoute(r) => Some(route_of(&r)),
+        _ => None,
+    })?;
+    route.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no route in the answer"))
+}
+
+/// What a route message says of the way out.
+fn route_of(r: &RouteMessage) -> Route {
+    let mut route = Route {
+        oif: None,
+        gateway: None,
+        unicast: r.header.kind == RouteType::Unicast,
+    };
+    for a in &r.attributes {
+        match a {
+            RouteAttribute::Oif(i) => route.oif = Some(*i),
+            RouteAttribute::Gateway(RouteAddress::Inet(g)) => route.gateway = Some((*g).into()),
+            RouteAttribute::Gateway(RouteAddress::Inet6(g)) => route.gateway = Some((*g).into()),
+            _ => {}
+        }
+    }
+    route
 }
 
 /// Makes the kernel resolve `ip` (or confirm a stale entry of it): an
@@ -228,6 +282,21 @@ mod tests {
         let t = std::time::Instant::now();
         drop(r);
         assert!(t.elapsed() < std::time::Duration::from_millis(500));
+    }
+
+    /// The kernel's route to an address: loopback's is through `lo`, a
+    /// local one (no router), and no route is the kernel's error.
+    #[test]
+    fn the_kernel_s_route_to_an_address_is_read() {
+        let lo = nix::net::if_::if_nametoindex("lo").expect("lo exists");
+        let r = route_to("127.0.0.1".parse().unwrap()).expect("a route to loopback");
+        assert_eq!((r.oif, r.gateway, r.unicast), (Some(lo), None, false));
+        // TEST-NET-2 (RFC 5737) through whatever default route this
+        // namespace has, or none.
+        match route_to("198.51.100.7".parse().unwrap()) {
+            Ok(r) => assert!(r.unicast && r.oif.is_some(), "{r:?}"),
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ENETUNREACH), "{e}"),
+        }
     }
 
     #[test]

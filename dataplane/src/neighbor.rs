@@ -40,7 +40,11 @@
 //! Peers are on-link: a peer behind a router is reached only through what
 //! its frames taught the table (their source MAC, the router's), or an
 //! entry configured for it; an active open to an address the kernel's
-//! neighbour table does not resolve finds no MAC (`no_neighbor`).
+//! neighbour table does not resolve finds no MAC (`no_neighbor`), and ends
+//! as timed out once the kernel has had its time to resolve it
+//! (`tcp_handler::UNRESOLVED_GIVE_UP`, `neighbor_unresolved`). A service's
+//! peer off the interface's networks is refused at its start
+//! (`tcp_service::neighbors`).
 //!
 //! One table per worker: no sharing, no locks (but the refresh's, off the
 //! data path's common case). The last entry used is cached, so the frames

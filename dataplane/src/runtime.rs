@@ -813,7 +813,9 @@ impl Dataplane {
         }
     }
 
-    /// Stops the workers and waits for them.
+    /// Stops the workers and waits for them. Each, told to stop, lets its
+    /// handler let go of what it holds before its socket closes
+    /// ([`QueueHandler::on_stop`]: a TCP handler resets its connections).
     pub fn stop(mut self) {
         self.shutdown();
     }

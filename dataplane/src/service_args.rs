@@ -309,8 +309,15 @@ pub fn ephemeral_port_warning(port: u16) -> Option<String> {
 /// The words of the data path's errors that name a configuration field
 /// (what a library user sets), each with what `flowlane`'s services say
 /// instead (the flag that sets it): [`cli_terms`].
-const FLAG_TERMS: [(&str, &str); 5] = [
+const FLAG_TERMS: [(&str, &str); 7] = [
     ("another port (TcpServiceConfig::listen)", "another --port"),
+    // The kernel-socket backend's (`flowlane_kernel`), whose port is the
+    // handler's listen.
+    ("another port (SetupExt::listen)", "another --port"),
+    (
+        crate::iface::NOT_HERE,
+        "see `ip link`: use --iface NAME; on a test bed, --bed NAME",
+    ),
     (
         "nor given in TcpServiceConfig::rss)",
         "nor given by --rss-table)",
@@ -328,16 +335,32 @@ const FLAG_TERMS: [(&str, &str); 5] = [
 
 /// A data-path error's `message` in the terms of `flowlane`'s flags: each
 /// configuration field it names, as the flag that sets it (`choose another
-/// port (TcpServiceConfig::listen)` → `choose another --port`). What a
-/// program prints when `TcpService::start` or `Dataplane::start` fails; a
-/// program with flags of other names (flowlane-ttcp's `-p`) rewrites this
-/// further.
+/// port (TcpServiceConfig::listen)` → `choose another --port`), and each
+/// `ss` it tells the operator to run as the operator's shell runs it: in
+/// this process's named network namespace, where it lives in one (a
+/// service started with `--bed` re-executes itself in its bed's: `ip
+/// netns exec NAME ss ...`, [`crate::iface::in_netns`]; the libraries,
+/// the data path's and the kernel-socket backend's, say a plain `ss`).
+/// What a program prints when `TcpService::start`, `Dataplane::start` or
+/// a kernel-socket service fails; a program with flags of other names
+/// (flowlane-ttcp's `-p`) rewrites this further.
 pub fn cli_terms(message: &str) -> String {
-    FLAG_TERMS
+    in_terms(message, crate::iface::netns_name().as_deref())
+}
+
+/// [`cli_terms`] for a process in the named network namespace `netns`
+/// (None: an unnamed one).
+fn in_terms(message: &str, netns: Option<&str>) -> String {
+    let flags = FLAG_TERMS
         .iter()
         .fold(message.to_string(), |m, (library, flags)| {
             m.replace(library, flags)
-        })
+        });
+    // A command already said for the namespace starts `ip netns exec`.
+    flags.replace(
+        "`ss ",
+        &format!("`{}", crate::iface::in_netns(netns, "ss ")),
+    )
 }
 
 /// What a key looks like, for the messages of [`rss_key`] and
@@ -549,7 +572,7 @@ mod tests {
             .to_string();
         assert!(e.contains("TcpServiceConfig::listen"), "{e}");
         assert_eq!(
-            cli_terms(&e),
+            in_terms(&e, None),
             format!(
                 "port {port}/tcp is in use by a kernel socket (another server, or connections of \
                  one, maybe ended, in TIME-WAIT: `ss -tan 'sport = :{port}'` lists them): choose \
@@ -589,6 +612,66 @@ mod tests {
         for m in [cli_terms(&spill), cli] {
             assert!(!m.contains("Config::") && !m.contains('\n'), "{m}");
         }
+    }
+
+    /// The interface errors name the configuration's fields, and read as
+    /// the services said them before: `--iface` and `--bed` for a missing
+    /// interface, `--queues` for too many queues.
+    #[test]
+    fn interface_errors_name_the_fields_and_the_flags_in_cli_terms() {
+        let root = std::env::temp_dir().join(format!("flowlane-terms-{}", std::process::id()));
+        let d = root.join("class/net/xsk0");
+        for q in 0..2 {
+            std::fs::create_dir_all(d.join(format!("queues/rx-{q}"))).unwrap();
+        }
+        std::fs::write(d.join("ifindex"), "7\n").unwrap();
+        std::fs::write(d.join("mtu"), "1500\n").unwrap();
+        std::fs::write(d.join("address"), "02:00:00:aa:bb:cc\n").unwrap();
+        let missing = crate::InterfaceInfo::read(&root, "nosuch0")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            missing.contains("TcpServiceConfig::iface") && !missing.contains("--"),
+            "{missing}"
+        );
+        assert_eq!(
+            in_terms(&missing, None),
+            "no interface nosuch0 in this network namespace (see `ip link`: use --iface NAME; \
+             on a test bed, --bed NAME)"
+        );
+        let info = crate::InterfaceInfo::read(&root, "xsk0").unwrap();
+        let many = info.check_queues(3).unwrap_err().to_string();
+        assert!(
+            many.contains("TcpServiceConfig::queues") && !many.contains("--"),
+            "{many}"
+        );
+        assert_eq!(
+            in_terms(&many, None),
+            "xsk0 has 2 receive queues; asked for 3 (use --queues 1..=2)"
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// The kernel-socket backend's port in use names the handler's
+    /// listen, and reads as the services said it; an `ss` to run is said
+    /// for the operator's shell: inside the service's named namespace
+    /// (`--bed`), the data path's and the kernel backend's alike, once.
+    #[test]
+    fn a_port_in_use_reads_as_before_and_its_ss_runs_in_the_named_namespace() {
+        let kernel = "port 7/tcp is in use on 0.0.0.0 by a kernel socket (another server, or \
+                      connections of one, maybe ended, in TIME-WAIT: `ss -tan 'sport = :7'` \
+                      lists them): choose another port (SetupExt::listen) or stop it";
+        let plain = "port 7/tcp is in use on 0.0.0.0 by a kernel socket (another server, or \
+                     connections of one, maybe ended, in TIME-WAIT: `ss -tan 'sport = :7'` \
+                     lists them): choose another --port or stop it";
+        assert_eq!(in_terms(kernel, None), plain);
+        assert_eq!(
+            in_terms(kernel, Some("flowlane-b1")),
+            plain.replace("`ss -tan", "`ip netns exec flowlane-b1 ss -tan")
+        );
+        // Said for the namespace already: not twice.
+        let said = in_terms(kernel, Some("flowlane-b1"));
+        assert_eq!(in_terms(&said, Some("flowlane-b1")), said);
     }
 
     #[test]

@@ -77,12 +77,13 @@
 //! # Ok::<(), flowlane_dataplane::Error>(())
 //! ```
 
+use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use flowlane_app::{ConnHandler, Dispatcher, HandlerId, Net, Placement, Setup, Wake};
+use flowlane_app::{CloseReason, ConnHandler, Dispatcher, HandlerId, Net, Placement, Setup, Wake};
 use flowlane_numa_sched::RssState;
 use flowlane_tcp::time::Instant;
 use flowlane_tcp::{
@@ -108,7 +109,7 @@ use crate::neighbor::{Confirmation, Neighbors};
 use crate::wake::FdWake;
 use crate::worker::{
     HeldFrames, NoRing, QueueHandler, QueueInfo, RingAhead, RxAction, RxFrame, SpillPass, TxBatch,
-    RX_BUDGET,
+    RX_BUDGET, STOP_PASSES,
 };
 
 /// How often the worker copies the stack's counters into [`TcpCounters`].
@@ -144,6 +145,18 @@ const EXPORT_PART: usize = 32;
 /// as many ahead the slot itself (eleven lines) and the application
 /// entry: a few connections' worth of prefetches in flight.
 const MOVE_AHEAD: usize = 4;
+/// How long an active open waits for its peer's Ethernet address before
+/// it ends ([`CloseReason::Timeout`], counted in `neighbor_unresolved`):
+/// about what the kernel's address resolution takes to give up on an
+/// address that does not answer (Linux: 3 ARP requests or neighbour
+/// solicitations a second apart, `ucast_solicit`/`mcast_solicit` and
+/// `retrans_time_ms`; RFC 4861 §7.3.3, `MAX_MULTICAST_SOLICIT` 3,
+/// `RETRANS_TIMER` 1 s), after which its connect(2) fails
+/// (EHOSTUNREACH). Until then its SYNs find no MAC (`no_neighbor`) while
+/// the kernel is asked ([`Neighbors::lookup`]).
+pub const UNRESOLVED_GIVE_UP: flowlane_tcp::time::Duration =
+    flowlane_tcp::time::Duration::from_secs(3);
+
 /// The frame a worker without a queue builds a segment in: what a UMEM
 /// frame holds after its headroom (2 048 - 256 bytes).
 const SPILL_FRAME: usize = 1792;
@@ -285,7 +298,7 @@ struct StackNet<'a> {
     /// Where the payload the stack kept in received frames lies.
     frames: &'a dyn FrameStore,
     /// None: the queue has no ephemeral range and opens nothing.
-    ports: Option<&'a mut EphemeralPorts>,
+    opens: Option<&'a mut ActiveOpens>,
     local: &'a LocalAddrs,
     now: Instant,
     placement: Placement,
@@ -308,9 +321,12 @@ impl Net for StackNet<'_> {
     /// [`Error::InvalidState`] at once, nothing sent, on a queue without
     /// an ephemeral range ([`TcpConfig::ephemeral`]; a `TcpService` not
     /// started `active`): its SYN's replies would reach the kernel, and the
-    /// open would retry unanswered for a minute.
+    /// open would retry unanswered for a minute. An open whose peer's
+    /// Ethernet address does not resolve ends after
+    /// [`UNRESOLVED_GIVE_UP`], as [`CloseReason::Timeout`].
     fn connect(&mut self, remote: SocketAddr) -> Result<ConnHandle, Error> {
-        let ports = self.ports.as_deref_mut().ok_or(Error::InvalidState)?;
+        let opens = self.opens.as_deref_mut().ok_or(Error::InvalidState)?;
+        let ports = &mut opens.ports;
         // Our address of the peer's family.
         let local_ip = self
             .local
@@ -322,8 +338,11 @@ impl Net for StackNet<'_> {
                 stack.tuple_free(SocketAddr::new(local_ip, p), remote)
             })
             .ok_or(Error::AddrInUse)?;
-        self.stack
-            .connect(self.now, SocketAddr::new(local_ip, port), remote)
+        let conn = self
+            .stack
+            .connect(self.now, SocketAddr::new(local_ip, port), remote)?;
+        opens.watch(self.now, conn, self.stack.config().max_connections);
+        Ok(conn)
     }
 
     fn send(&mut self, conn: ConnHandle, data: &[u8]) -> Result<usize, Error> {
@@ -425,6 +444,34 @@ impl Net for StackNet<'_> {
     }
 }
 
+/// What a queue that opens connections keeps for them: the ephemeral
+/// ports, and its opens in SYN-SENT, oldest first, each with when it gives
+/// up on its peer's Ethernet address ([`UNRESOLVED_GIVE_UP`]).
+#[derive(Debug)]
+struct ActiveOpens {
+    ports: EphemeralPorts,
+    /// (give up at, connection), in the order of the opens: at most the
+    /// stack's connection limit (past it, an open is not watched, and ends
+    /// as its SYNs' retransmissions run out).
+    watched: VecDeque<(Instant, ConnHandle)>,
+}
+
+impl ActiveOpens {
+    fn new(ports: EphemeralPorts) -> ActiveOpens {
+        ActiveOpens {
+            ports,
+            watched: VecDeque::new(),
+        }
+    }
+
+    /// Watches the open `conn` made at `now`, while fewer than `most` are.
+    fn watch(&mut self, now: Instant, conn: ConnHandle, most: usize) {
+        if self.watched.len() < most {
+            self.watched.push_back((now + UNRESOLVED_GIVE_UP, conn));
+        }
+    }
+}
+
 counters! {
     /// One queue's TCP counters, written by its worker (frame-level ones as
     /// they happen, the stack's every 50 ms) and read by anyone.
@@ -451,6 +498,11 @@ counters! {
         martian_source,
         /// Segments not sent because no MAC was known for the peer.
         no_neighbor,
+        /// Active opens ended (`CloseReason::Timeout`) because their peer's
+        /// MAC did not resolve within 3 s (`UNRESOLVED_GIVE_UP`: no answer
+        /// to the kernel's ARP or neighbour solicitations; Linux's
+        /// connect(2) fails with EHOSTUNREACH then).
+        neighbor_unresolved,
         /// Neighbour entries, configured and confirmed (a gauge; sightings not included).
         neighbor_entries,
         /// Learned neighbours evicted to make room (least recently used first).
@@ -852,7 +904,12 @@ pub struct TcpHandler {
     /// events it causes confirm it as a neighbour.
     rx_sender: Option<(IpAddr, EthernetAddress)>,
     /// None: no ephemeral range ([`TcpConfig::ephemeral`]).
-    ports: Option<EphemeralPorts>,
+    opens: Option<ActiveOpens>,
+    /// Whether an open ended for want of its peer's MAC was said (once).
+    unresolved_said: bool,
+    /// The connections a stopping worker has yet to reset
+    /// ([`QueueHandler::on_stop`]), listed at its first pass.
+    letting_go: Option<Vec<ConnHandle>>,
     app: Dispatcher,
     /// The stack's listeners, each with its port ([`TcpHandler::listening`]).
     listeners: Vec<(flowlane_tcp::ListenerId, u16)>,
@@ -928,9 +985,11 @@ impl TcpHandler {
             local_mac: cfg.local_mac,
             neighbors: cfg.neighbors,
             rx_sender: None,
-            ports: cfg
-                .ephemeral
-                .map(|(first, last)| EphemeralPorts::new(first, last, queue.queue, cfg.rss)),
+            opens: cfg.ephemeral.map(|(first, last)| {
+                ActiveOpens::new(EphemeralPorts::new(first, last, queue.queue, cfg.rss))
+            }),
+            unresolved_said: false,
+            letting_go: None,
             app: Dispatcher::new(),
             listeners: Vec::new(),
             counters: Arc::new(TcpCounters::default()),
@@ -1013,7 +1072,7 @@ impl TcpHandler {
             StackNet {
                 stack: &mut self.stack,
                 frames,
-                ports: self.ports.as_mut(),
+                opens: self.opens.as_mut(),
                 local: &self.local,
                 now,
                 placement: self.placement,
@@ -1245,8 +1304,8 @@ impl TcpHandler {
                     // A connection a handler opens during the export takes
                     // a port of a bucket that stays.
                     mover.leaving(bucket, to);
-                    if let Some(ports) = self.ports.as_mut() {
-                        ports.set_rss(mover.rss().clone());
+                    if let Some(opens) = self.opens.as_mut() {
+                        opens.ports.set_rss(mover.rss().clone());
                     }
                     let (arrival, reply_msg) =
                         self.export_bucket(now, bucket, frames, &mut |part| {
@@ -1264,8 +1323,8 @@ impl TcpHandler {
                     let complete = arrival.export.complete();
                     let failed = self.import_bucket(now, *arrival, frames);
                     mover.imported(bucket, failed, complete);
-                    if let Some(ports) = self.ports.as_mut().filter(|_| complete) {
-                        ports.set_rss(mover.rss().clone());
+                    if let Some(opens) = self.opens.as_mut().filter(|_| complete) {
+                        opens.ports.set_rss(mover.rss().clone());
                     }
                 }
                 Work::Rewritten {
@@ -1556,12 +1615,79 @@ impl TcpHandler {
         if self.mover.is_some() {
             self.serve_moves(now, now_d, rx, frames);
         }
+        if self.opens.as_ref().is_some_and(|o| !o.watched.is_empty()) {
+            self.end_unresolved_opens(now, frames);
+        }
         if let Some(w) = &self.wake {
             w.clear();
         }
         let (mut net, app) = self.net(now, frames);
         app.tick(&mut net);
         self.dispatch(now, frames);
+    }
+
+    /// Ends the watched opens ([`ActiveOpens`]) whose peer's Ethernet
+    /// address did not resolve within [`UNRESOLVED_GIVE_UP`] and that are
+    /// still in SYN-SENT: aborted (RFC 9293 §3.10.5: in SYN-SENT nothing
+    /// is sent), their handlers told [`CloseReason::Timeout`] (as the
+    /// kernel-socket backend tells an open whose connect(2) failed with
+    /// EHOSTUNREACH), counted in `neighbor_unresolved` and said once.
+    /// Opens no longer in SYN-SENT (connected, closed, moved) leave the
+    /// watch as they come to its front. Once per pass, not per frame, and
+    /// only while opens are watched.
+    fn end_unresolved_opens(&mut self, now: Instant, frames: &dyn FrameStore) {
+        let mut ended = std::collections::HashSet::new();
+        let Some(opens) = self.opens.as_mut() else {
+            return;
+        };
+        while let Some(&(due, conn)) = opens.watched.front() {
+            if self.stack.state(conn) != Ok(State::SynSent) {
+                opens.watched.pop_front();
+                continue;
+            }
+            if due > now {
+                break;
+            }
+            opens.watched.pop_front();
+            let Ok(peer) = self.stack.four_tuple(conn).map(|t| t.remote.ip()) else {
+                continue;
+            };
+            if self.neighbors.lookup(now, peer).is_some() {
+                // Resolved since: the next SYN goes.
+                continue;
+            }
+            let _ = self.stack.abort(conn);
+            counters::bump(&self.counters.neighbor_unresolved);
+            if !std::mem::replace(&mut self.unresolved_said, true) {
+                tracing::warn!(
+                    queue = self.placement.queue,
+                    "no Ethernet address for {peer} after {} s (nothing answered the kernel's \
+                     ARP or neighbour solicitation: no host there?): its open ends as timed out \
+                     (counted in neighbor_unresolved; `ip neigh show {peer}` in this network \
+                     namespace)",
+                    UNRESOLVED_GIVE_UP.as_millis() / 1000
+                );
+            }
+            ended.insert(conn);
+        }
+        if ended.is_empty() {
+            return;
+        }
+        // The aborts' `Closed`, told as the time-out they are.
+        while let Some(ev) = self.stack.poll_event() {
+            let ev = match ev {
+                Event::Closed {
+                    conn,
+                    reason: CloseReason::Aborted,
+                } if ended.contains(&conn) => Event::Closed {
+                    conn,
+                    reason: CloseReason::Timeout,
+                },
+                ev => ev,
+            };
+            let (mut net, app) = self.net(now, frames);
+            app.dispatch(ev, &mut net);
+        }
     }
 
     /// Puts the frames workers without a queue handed this one (software
@@ -1580,6 +1706,68 @@ impl TcpHandler {
                 Some(f.len())
             }))
         });
+    }
+
+    /// A worker without a queue (software spill): every segment the stack
+    /// has to send, built and handed to the carrier's queue; what it
+    /// handed out.
+    fn spill_output(&mut self, now: Instant) -> SpillPass {
+        let mut pass = SpillPass::default();
+        let mut buf = std::mem::take(&mut self.spill_buf);
+        buf.resize(SPILL_FRAME, 0);
+        loop {
+            match self.build_frame(now, &mut buf) {
+                (true, Some(n)) => {
+                    pass.sent += 1;
+                    pass.sent_bytes += n as u64;
+                    if let Some(m) = self.mover.as_mut() {
+                        m.transmit_via_carrier(&buf[..n]);
+                    }
+                }
+                (true, None) => {}
+                (false, _) => break,
+            }
+        }
+        self.spill_buf = buf;
+        if let Some(m) = self.mover.as_mut() {
+            m.flush();
+        }
+        pass
+    }
+
+    /// Resets up to `budget` of the connections this queue still holds at
+    /// the data path's stop, as the kernel-socket backend lets its go
+    /// (`flowlane_kernel`: every connection not ended quietly is reset):
+    /// every connection is aborted (RFC 9293 §3.10.5 ABORT: an RST where
+    /// the state sends one, counted in `resets_aborted`; none in SYN-SENT),
+    /// so that its peer learns at once that it is gone instead of holding
+    /// it until it next sends and the kernel resets it; but those in
+    /// TIME-WAIT (both FINs exchanged and acknowledged: nothing left to
+    /// tell) and the half-open ones (SYN-RECEIVED: no application has
+    /// them, and a flood's spoofed sources would be sent RSTs), which go
+    /// quietly, as the kernel drops its own at a listener's close. Handlers
+    /// hear nothing more (their `Closed` events are dropped: the service
+    /// is over). The connections are listed at the first call; returns
+    /// whether some are left. `budget`: what the stack's RST queue and the
+    /// queue's free frames take now.
+    fn let_go(&mut self, budget: usize) -> bool {
+        let stack = &self.stack;
+        let left = self.letting_go.get_or_insert_with(|| {
+            (0..stack.bucket_count())
+                .flat_map(|b| stack.bucket_connections(b as u16))
+                .filter(|&c| {
+                    stack
+                        .state(c)
+                        .is_ok_and(|st| !matches!(st, State::TimeWait | State::SynReceived))
+                })
+                .collect()
+        });
+        let keep = left.len().saturating_sub(budget);
+        for conn in left.drain(keep..) {
+            let _ = self.stack.abort(conn);
+        }
+        while self.stack.poll_event().is_some() {}
+        keep > 0
     }
 
     /// Publishes the counters if [`PUBLISH_EVERY`] has passed.
@@ -1849,26 +2037,7 @@ impl QueueHandler for TcpHandler {
         let now = instant(now_d);
         let before = self.mover.as_ref().map(|m| m.stats);
         self.pass(now, now_d, &NoFrames, &mut NoRing);
-        let mut pass = SpillPass::default();
-        let mut buf = std::mem::take(&mut self.spill_buf);
-        buf.resize(SPILL_FRAME, 0);
-        loop {
-            match self.build_frame(now, &mut buf) {
-                (true, Some(n)) => {
-                    pass.sent += 1;
-                    pass.sent_bytes += n as u64;
-                    if let Some(m) = self.mover.as_mut() {
-                        m.transmit_via_carrier(&buf[..n]);
-                    }
-                }
-                (true, None) => {}
-                (false, _) => break,
-            }
-        }
-        self.spill_buf = buf;
-        if let Some(m) = self.mover.as_mut() {
-            m.flush();
-        }
+        let mut pass = self.spill_output(now);
         if let (Some(b), Some(m)) = (before, self.mover.as_ref()) {
             pass.received = m.stats.frames_forwarded_in - b.frames_forwarded_in;
             pass.received_bytes = m.stats.bytes_forwarded_in - b.bytes_forwarded_in;
@@ -1922,6 +2091,39 @@ impl QueueHandler for TcpHandler {
         // Their `Closed` events: no handler is left to hear them.
         while self.stack.poll_event().is_some() {}
         true
+    }
+
+    /// The data path stops: the queue's connections are reset
+    /// ([`TcpHandler::let_go`]), each pass as many as the stack's RST
+    /// queue and the free frames take, and the RSTs written out for the
+    /// worker to transmit. After the worker's loop, [`STOP_PASSES`] passes
+    /// at most.
+    fn on_stop(&mut self, _q: &QueueInfo, now_d: Duration, tx: &mut TxBatch<'_>) -> bool {
+        let now = instant(now_d);
+        let budget = tx.available().min(self.stack.config().max_pending_resets);
+        let more = self.let_go(budget);
+        self.output(now, tx);
+        self.release_frames(tx.held_mut());
+        more
+    }
+
+    /// [`QueueHandler::on_stop`] for a worker without a queue: its
+    /// connections reset ([`TcpHandler::let_go`], in [`STOP_PASSES`]
+    /// passes of the stack's RST queue at most), the RSTs handed to its
+    /// carrier.
+    fn on_spill_stop(&mut self, _q: &QueueInfo, now_d: Duration) -> SpillPass {
+        let now = instant(now_d);
+        let mut pass = SpillPass::default();
+        for _ in 0..STOP_PASSES {
+            let more = self.let_go(self.stack.config().max_pending_resets);
+            let out = self.spill_output(now);
+            pass.sent += out.sent;
+            pass.sent_bytes += out.sent_bytes;
+            if !more {
+                break;
+            }
+        }
+        pass
     }
 }
 
@@ -2731,6 +2933,145 @@ mod tests {
             ["accept"],
             "the application heard nothing"
         );
+    }
+
+    /// At the data path's stop the queue resets its connections (the
+    /// established one's peer gets an RST, counted as an abort, the
+    /// connection counted closed: opens add up to closes), but not one in
+    /// TIME-WAIT nor a half-open one (a flood's spoofed sources are sent
+    /// nothing), which are left to go quietly; the application hears
+    /// nothing more.
+    /// Done in passes of the budget given: a pass of one leaves the other
+    /// for the next.
+    #[test]
+    fn a_stopping_queue_resets_its_connections_but_half_open_and_time_wait_ones() {
+        let ours: IpAddr = "10.99.0.1".parse().unwrap();
+        let ip: IpAddr = "10.99.0.2".parse().unwrap();
+        let mut cfg = TcpConfig::new(Ipv4Addr::new(10, 99, 0, 1), OUR_MAC, [1; 16]);
+        cfg.tcp.msl = flowlane_tcp::time::Duration::from_secs(30);
+        let mut h = TcpHandler::new(&info(), cfg);
+        let echo = Echo::default();
+        let log = echo.log.clone();
+        h.listen(7, echo).unwrap();
+        let t0 = Duration::from_millis(1);
+        let mut p = LinkPeer::connect(t0, PEER_MAC, ip, 40001, ours);
+        let mut now = t0;
+        for _ in 0..5 {
+            now += Duration::from_millis(1);
+            p.send_to(&mut h, now, (ip, ours));
+            exchange(&mut h, &mut [&mut p], now, (ip, ours));
+        }
+        assert_eq!(p.stack.state(p.conn), Ok(State::Established));
+        // A second connection from the same peer (one at a time: the
+        // peers' frames go by MAC).
+        let mut q = LinkPeer::connect(now, PEER_MAC, ip, 40002, ours);
+        for _ in 0..5 {
+            now += Duration::from_millis(1);
+            q.send_to(&mut h, now, (ip, ours));
+            exchange(&mut h, &mut [&mut q], now, (ip, ours));
+        }
+        assert_eq!(q.stack.state(q.conn), Ok(State::Established));
+        // `q`'s connection closes, ours first: TIME-WAIT here.
+        let ours_q = h
+            .stack
+            .bucket_connections(0)
+            .into_iter()
+            .find(|&c| {
+                h.stack
+                    .four_tuple(c)
+                    .is_ok_and(|t| t.remote.port() == 40002)
+            })
+            .unwrap();
+        h.stack.close(ours_q).unwrap();
+        q.stack.close(q.conn).unwrap();
+        for _ in 0..5 {
+            now += Duration::from_millis(1);
+            q.send_to(&mut h, now, (ip, ours));
+            exchange(&mut h, &mut [&mut q], now, (ip, ours));
+        }
+        // (Held as a compact record, or in full.)
+        assert_eq!(h.stack.connections_in(State::TimeWait), 1);
+        // A half-open one: its SYN taken, the SYN-ACK lost.
+        let mut r = LinkPeer::connect(now, PEER_MAC, ip, 40003, ours);
+        r.send_to(&mut h, now, (ip, ours));
+        let _ = poll(&mut h, now);
+        assert_eq!(h.stack.connections_in(State::SynReceived), 1);
+        let heard = log.lock().unwrap().len();
+        assert!(h.let_go(0), "nothing reset yet: one is left");
+        assert!(!h.let_go(1), "the established one, and none is left");
+        now += Duration::from_millis(1);
+        let sent = exchange(&mut h, &mut [&mut p, &mut q], now, (ip, ours));
+        assert_eq!(sent.len(), 1, "one RST: {sent:?}");
+        assert!(p.stack.state(p.conn).is_err(), "the peer was reset");
+        assert_eq!(h.stack.connections_in(State::TimeWait), 1, "left alone");
+        assert_eq!(h.stack.connections_in(State::SynReceived), 1, "left alone");
+        h.publish();
+        let c = h.counters().snapshot();
+        assert_eq!((c.resets_aborted, c.resets_out), (1, 1), "{c:?}");
+        // Opens add up to closes (a connection in TIME-WAIT is counted
+        // closed) and the half-open one left.
+        assert_eq!(
+            (c.passive_opens, c.closed, c.in_syn_received),
+            (3, 2, 1),
+            "{c:?}"
+        );
+        assert_eq!(
+            log.lock().unwrap().len(),
+            heard,
+            "the application heard nothing"
+        );
+    }
+
+    /// An active open whose peer's MAC never resolves (nothing answers
+    /// the kernel's ARP: no host at that on-link address) ends after
+    /// [`UNRESOLVED_GIVE_UP`], its handler told it timed out, counted;
+    /// not once its SYNs' retransmissions ran out, two minutes on. One
+    /// whose peer's MAC comes in time goes on.
+    #[test]
+    fn an_open_whose_peer_s_mac_never_resolves_ends_after_three_seconds() {
+        type Ended = Arc<std::sync::Mutex<Vec<(Duration, CloseReason)>>>;
+        struct Opener(Ended);
+        impl ConnHandler for Opener {
+            fn on_start(&mut self, net: &mut dyn Net) {
+                net.connect("10.99.0.77:5001".parse().unwrap()).unwrap();
+            }
+            fn on_data(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
+            fn on_closed(&mut self, net: &mut dyn Net, _conn: ConnHandle, r: CloseReason) {
+                self.0.lock().unwrap().push((net.now(), r));
+            }
+        }
+        let t0 = Duration::from_millis(1);
+        for resolves in [false, true] {
+            let cfg = TcpConfig::new(Ipv4Addr::new(10, 99, 0, 1), OUR_MAC, [1; 16]);
+            let mut h = TcpHandler::new(&info(), cfg);
+            let ended = Ended::default();
+            h.add(Opener(ended.clone()));
+            // The worker's passes (more often in truth), 5 s of them.
+            let mut at = t0;
+            while at <= t0 + Duration::from_secs(5) {
+                if resolves && at == t0 + Duration::from_secs(2) {
+                    h.neighbors
+                        .insert(Ipv4Addr::new(10, 99, 0, 77), EthernetAddress(PEER_MAC));
+                }
+                h.pass(instant(at), at, &NoFrames, &mut NoRing);
+                let _ = poll(&mut h, at);
+                at += Duration::from_millis(100);
+            }
+            let ended = ended.lock().unwrap().clone();
+            let unresolved = h.counters().snapshot().neighbor_unresolved;
+            if resolves {
+                assert_eq!((&ended[..], unresolved), (&[][..], 0), "its SYN went");
+                assert_eq!(h.stack.connection_count(), 1);
+            } else {
+                assert_eq!(ended, [(t0 + Duration::from_secs(3), CloseReason::Timeout)]);
+                assert_eq!(unresolved, 1);
+                assert!(
+                    h.counters().snapshot().no_neighbor >= 2,
+                    "its SYNs found no MAC"
+                );
+                assert_eq!(h.stack.connection_count(), 0);
+            }
+        }
     }
 
     /// A queue without an ephemeral range (a service not started

@@ -18,7 +18,7 @@ pub use crate::ephemeral::rss_state;
 use crate::ephemeral::EPHEMERAL;
 use crate::handoff::{self, Mesh, MoveError, MoveReport, NicWriter};
 use crate::iface::{current_ifindex, local_ipv4, local_ipv6, InterfaceInfo};
-use crate::kernel_neighbors::{kernel_neighbors, prime, Refresher, PRIME_WAIT};
+use crate::kernel_neighbors::{kernel_neighbors, prime, route_to, Refresher, Route, PRIME_WAIT};
 use crate::neighbor::Neighbors;
 use crate::placement::machine_placement;
 use crate::runtime::{Dataplane, DataplaneConfig, LocalAddress};
@@ -166,7 +166,8 @@ struct Moves {
 }
 
 /// A running TCP service: the data path and each queue's TCP counters.
-/// Dropping it stops the workers and releases everything.
+/// Dropping it stops the workers and releases everything, resetting the
+/// connections still open, as [`TcpService::stop`] does.
 ///
 /// A handler that panics (or any panic on a queue's worker) fails its
 /// queue closed, as a kernel-socket service's core does: the queue's
@@ -489,7 +490,10 @@ impl TcpService {
     /// # Errors
     /// [`Error::MoveRefused`]: buckets cannot move in this service (one
     /// queue, RSS unknown, no NIC to write, software spill), a bucket or
-    /// queue out of range, the bucket already there. [`Error::Move`]: a
+    /// queue out of range, the bucket already there, or either queue
+    /// failed ([`TcpService::failed`]: a queue that failed closed would
+    /// reset the bucket's connections, one whose worker ended would answer
+    /// no move). [`Error::Move`]: a
     /// worker that did not answer, or a NIC write that failed (the move is
     /// then undone: the bucket and its connections go back to the old
     /// queue, which the NIC still sends them to; only if that fails too
@@ -523,6 +527,7 @@ impl TcpService {
         if from == to {
             return Err(fail(format!("bucket {bucket} is already on queue {to}")));
         }
+        check_move_queues(from, to, &self.dataplane.failed_queues()).map_err(fail)?;
         match handoff::move_bucket(&m.mesh, nic.0.as_ref(), bucket, from, to) {
             Ok(report) => {
                 table[usize::from(bucket)] = to;
@@ -610,6 +615,23 @@ impl TcpService {
 
     /// Stops the workers and releases the data path; returns each queue's
     /// final counters (published by each worker as it exits).
+    ///
+    /// Each worker, told to stop, resets the connections its queue still
+    /// holds before its socket closes, as the kernel-socket backend's stop
+    /// does (`SO_LINGER` 0): every one is aborted (RFC 9293 §3.10.5: an
+    /// RST to its peer, counted in `resets_aborted`; the connection
+    /// counted `closed`, so that opens add up to closes and the half-open
+    /// connections left) but those in TIME-WAIT and the half-open ones
+    /// (SYN-RECEIVED, whose sources a SYN flood spoofs), which go quietly,
+    /// and its handlers hear nothing more. Its peer learns
+    /// at once that the connection is gone, where it would have held it
+    /// (a client's pool, an idle keep-alive) until it next sent. What the
+    /// TX ring takes in [`crate::worker::STOP_PASSES`] passes goes out; a
+    /// worker without a queue (software spill) hands its RSTs to the
+    /// carrying queue's, which may already have stopped. Call
+    /// [`TcpService::linger`] first to let closes under way finish with
+    /// their FINs. A graceful FIN to idle keep-alive connections (what
+    /// nginx does at a stop) is the application's to send, before.
     pub fn stop(self) -> FinalCounters {
         let TcpService {
             dataplane,
@@ -648,6 +670,22 @@ pub(crate) fn check_active_opens(
         )));
     }
     Ok(())
+}
+
+/// Refuses a move of a bucket from queue `from` to queue `to` when either
+/// is among the `failed` queues ([`Dataplane::failed_queues`]): a queue
+/// that failed closed resets every connection it holds or is sent (the
+/// bucket's, moved there), and one whose worker ended answers no move.
+/// The reason, in one line, for [`Error::MoveRefused`].
+fn check_move_queues(from: u32, to: u32, failed: &[u32]) -> std::result::Result<(), String> {
+    match [to, from].into_iter().find(|q| failed.contains(q)) {
+        Some(q) => Err(format!(
+            "queue {q} failed (its handler panicked, or its worker stopped: see the service's \
+             log), and buckets do not move {} a failed queue: restart the service",
+            if q == to { "to" } else { "from" }
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Why a service's buckets cannot move (a phrase saying what to do), or
@@ -719,6 +757,12 @@ fn software_rss(table_size: usize) -> Result<RssState> {
 /// the kernel is first made to resolve that address
 /// ([`crate::kernel_neighbors::prime`]: ARP and neighbour discovery stay
 /// with the kernel).
+///
+/// # Errors
+/// A bad spec; a `connect_to` without a spec that flowlane cannot reach
+/// from `iface` (no route, or one through a router or another interface:
+/// flowlane sends to on-link peers only), at once, in one line, where the
+/// kernel's connect(2) would fail with ENETUNREACH.
 pub fn neighbors(specs: &[String], iface: &str, connect_to: Option<IpAddr>) -> Result<Neighbors> {
     let mut n = Neighbors::new();
     for e in specs {
@@ -726,6 +770,9 @@ pub fn neighbors(specs: &[String], iface: &str, connect_to: Option<IpAddr>) -> R
             .map_err(|e| Error::Setup(format!("bad --neighbor: {e}")))?;
     }
     if let Some(ip) = connect_to.filter(|&ip| !n.contains(ip)) {
+        if let Some(why) = unreachable(iface, current_ifindex(iface), ip, &route_to(ip)) {
+            return Err(Error::Setup(why));
+        }
         prime(ip);
         std::thread::sleep(PRIME_WAIT);
     }
@@ -737,6 +784,50 @@ pub fn neighbors(specs: &[String], iface: &str, connect_to: Option<IpAddr>) -> R
         }
     }
     Ok(n)
+}
+
+/// Why `ip` cannot be reached from `iface` (index `ifindex`) by flowlane,
+/// whose frames go to the Ethernet address of their destination itself
+/// (on-link peers only, see [`crate::neighbor`]), given the kernel's
+/// `route` to it ([`route_to`]); None when it can (or when the kernel
+/// could not be asked: the open then finds out on the wire).
+fn unreachable(
+    iface: &str,
+    ifindex: Option<u32>,
+    ip: IpAddr,
+    route: &std::io::Result<Route>,
+) -> Option<String> {
+    let only = format!(
+        "flowlane opens connections to peers on {iface}'s own networks only (`ip route` lists \
+         them), and to those given a MAC by --neighbor IP=MAC"
+    );
+    match route {
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ENETUNREACH | libc::EHOSTUNREACH)
+            ) =>
+        {
+            Some(format!("no route to {ip} ({e}): {only}"))
+        }
+        Err(e) => {
+            tracing::warn!("asking the kernel for a route to {ip}: {e}");
+            None
+        }
+        Ok(r) if !r.unicast => Some(format!(
+            "{ip} is no unicast peer (one of this host's addresses, or a broadcast, \
+             black-hole or unreachable route: `ip route get {ip}`): {only}"
+        )),
+        Ok(Route {
+            gateway: Some(g), ..
+        }) => Some(format!(
+            "{ip} is reached through the router {g} (`ip route get {ip}`): {only}"
+        )),
+        Ok(r) if ifindex.is_some() && r.oif != ifindex => Some(format!(
+            "{ip} is reached through another interface than {iface} (`ip route get {ip}`): {only}"
+        )),
+        Ok(_) => None,
+    }
 }
 
 /// The kernel's neighbour entries, read at start, as if learned then
@@ -784,6 +875,51 @@ mod tests {
             n.lookup(now, ip("10.0.0.2")),
             Some(mac("02:fc:00:00:00:06"))
         );
+    }
+
+    /// A peer flowlane cannot reach from its interface is refused at
+    /// once, in one line saying why and what to do: no route (where the
+    /// kernel's connect fails with ENETUNREACH), a router or another
+    /// interface on the way, not a unicast peer; an on-link one is not,
+    /// nor one whose route the kernel could not be asked about.
+    #[test]
+    fn a_peer_off_the_interface_s_networks_is_refused_at_once() {
+        let ip: IpAddr = "192.0.2.1".parse().unwrap();
+        let on_link = Route {
+            oif: Some(7),
+            gateway: None,
+            unicast: true,
+        };
+        let why = |r: std::io::Result<Route>| unreachable("xsk0", Some(7), ip, &r);
+        assert_eq!(why(Ok(on_link)), None);
+        let none = why(Err(std::io::Error::from_raw_os_error(libc::ENETUNREACH))).unwrap();
+        assert!(
+            none.starts_with("no route to 192.0.2.1 (")
+                && none.contains("on xsk0's own networks only")
+                && none.contains("--neighbor IP=MAC")
+                && !none.contains('\n'),
+            "{none}"
+        );
+        let router = why(Ok(Route {
+            gateway: Some("10.99.0.254".parse().unwrap()),
+            ..on_link
+        }));
+        assert!(
+            router.is_some_and(|m| m.contains("through the router 10.99.0.254")),
+            "a router"
+        );
+        let other = why(Ok(Route {
+            oif: Some(1),
+            ..on_link
+        }));
+        assert!(other.is_some_and(|m| m.contains("another interface than xsk0")));
+        let local = why(Ok(Route {
+            unicast: false,
+            ..on_link
+        }));
+        assert!(local.is_some_and(|m| m.contains("no unicast peer")));
+        // The kernel not asked (no netlink): found out on the wire.
+        assert_eq!(why(Err(std::io::Error::other("no netlink"))), None);
     }
 
     #[test]
@@ -845,6 +981,27 @@ mod tests {
         assert!(
             why_buckets_cannot_move(false, false, false).is_some_and(|w| w.contains("RSS known"))
         );
+    }
+
+    /// A move to or from a queue that failed is refused before anything
+    /// moves (a queue that failed closed would reset the bucket's
+    /// connections), saying which queue and what to do; moves between
+    /// healthy queues are not.
+    #[test]
+    fn buckets_do_not_move_to_or_from_a_failed_queue() {
+        assert_eq!(check_move_queues(0, 1, &[]), Ok(()));
+        assert_eq!(check_move_queues(0, 1, &[2]), Ok(()));
+        let to = check_move_queues(0, 1, &[1]).unwrap_err();
+        assert!(
+            to.starts_with("queue 1 failed") && to.contains("move to a failed queue"),
+            "{to}"
+        );
+        let from = check_move_queues(2, 0, &[2]).unwrap_err();
+        assert!(
+            from.contains("queue 2 failed") && from.contains("from a failed"),
+            "{from}"
+        );
+        assert!(from.contains("restart the service") && !from.contains('\n'));
     }
 
     /// A service that opens connections on several queues without the

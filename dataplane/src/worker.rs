@@ -25,6 +25,11 @@
 //! instead would leave its queue's frames to be dropped for want of a
 //! socket, its peers waiting for their timeouts. A handler that cannot
 //! fail closed, or a second panic, still ends the worker.
+//!
+//! A worker told to stop leaves its loop, then lets its handler let go of
+//! what it holds ([`QueueHandler::on_stop`]: a TCP handler resets its
+//! connections) and transmits what that sends, in a bounded number of
+//! passes, before its socket closes: peers are told, not left waiting.
 // This module touches the kernel directly: ring descriptors and UMEM frame memory, and the TX kick (sendto).
 #![allow(unsafe_code)]
 
@@ -253,6 +258,33 @@ impl std::fmt::Debug for TxBatch<'_> {
             .field("free", &self.free.len())
             .field("pending", &self.pending.len())
             .finish()
+    }
+}
+
+impl<'a> TxBatch<'a> {
+    /// The batch of one of a worker's passes: its socket's UMEM and RX
+    /// ring, and the worker's lists of frames.
+    #[inline]
+    fn of(
+        sock: &'a mut QueueSocket,
+        free: &'a mut Vec<FrameDesc>,
+        pending: &'a mut Vec<FrameDesc>,
+        rx_consumed: &'a mut u64,
+        backlog: &'a mut VecDeque<FrameDesc>,
+        counters: &'a QueueCounters,
+        held: &'a mut HeldFrames,
+    ) -> TxBatch<'a> {
+        TxBatch {
+            umem: &sock.umem,
+            free,
+            pending,
+            rx_consumed,
+            rx: &mut sock.rx,
+            backlog,
+            counters,
+            held,
+            umem_len: sock.umem_len,
+        }
     }
 }
 
@@ -686,7 +718,31 @@ pub trait QueueHandler: Send {
     fn fail_closed(&mut self, _queue: &QueueInfo, _now: Duration) -> bool {
         false
     }
+
+    /// The worker was told to stop (the data path's stop, its socket
+    /// alive): its loop has ended, and the handler lets go of what it
+    /// holds, telling the peers (a TCP handler resets its connections),
+    /// with frames put on `tx`. The worker transmits them and calls again
+    /// while this returns true (more to send) and the transmission made
+    /// progress, at most [`STOP_PASSES`] times: bounded, and what the TX
+    /// ring does not take by then is not sent. Called after the loop, not
+    /// in it: nothing of the per-frame path. The default has nothing to
+    /// let go of.
+    fn on_stop(&mut self, _queue: &QueueInfo, _now: Duration, _tx: &mut TxBatch<'_>) -> bool {
+        false
+    }
+
+    /// [`QueueHandler::on_stop`] for a worker without a queue (software
+    /// spill), called once: its frames go to the workers that carry them,
+    /// which are stopping too (those already gone send none of them).
+    /// Returns what it handed out, for the worker's counters.
+    fn on_spill_stop(&mut self, _queue: &QueueInfo, _now: Duration) -> SpillPass {
+        SpillPass::default()
+    }
 }
+
+/// Most passes of a stopping worker's [`QueueHandler::on_stop`].
+pub const STOP_PASSES: usize = 64;
 
 /// What one pass of a worker without a queue moved.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -856,17 +912,15 @@ pub(crate) fn run<H: QueueHandler>(
             counters::add(&c.rx_bytes, rx_bytes);
             counters::add(&c.dropped, dropped);
 
-            let mut batch = TxBatch {
-                umem: &sock.umem,
-                free: &mut free,
-                pending: &mut pending,
-                rx_consumed: &mut rx_consumed,
-                rx: &mut sock.rx,
-                backlog: &mut backlog,
-                counters: c,
-                held: &mut held,
-                umem_len: sock.umem_len,
-            };
+            let mut batch = TxBatch::of(
+                &mut sock,
+                &mut free,
+                &mut pending,
+                &mut rx_consumed,
+                &mut backlog,
+                c,
+                &mut held,
+            );
             handler.on_poll(&info, now, &mut batch);
             held.take_released(&mut free);
 
@@ -913,6 +967,27 @@ pub(crate) fn run<H: QueueHandler>(
         }
     };
     serve_failing_closed(&mut handler, &info, &ctl, epoch, &mut serve);
+    // Told to stop, its socket alive: the handler lets go of what it holds
+    // and what it sends for that goes out, what the TX ring takes.
+    if ctl.failed.load(Ordering::Relaxed) == 0 {
+        for _ in 0..STOP_PASSES {
+            let mut batch = TxBatch::of(
+                &mut sock,
+                &mut free,
+                &mut pending,
+                &mut rx_consumed,
+                &mut backlog,
+                c,
+                &mut held,
+            );
+            let more = handler.on_stop(&info, epoch.elapsed(), &mut batch);
+            held.take_released(&mut free);
+            match tx.transmit(&mut sock, &mut pending, &mut free, c) {
+                Ok((sent, done)) if more && (sent > 0 || done > 0) => {}
+                _ => break,
+            }
+        }
+    }
     kernel.publish(&sock, &info, c);
 }
 
@@ -962,6 +1037,11 @@ pub(crate) fn run_spill<H: QueueHandler>(
         }
     };
     serve_failing_closed(&mut handler, &info, &ctl, epoch, &mut serve);
+    if ctl.failed.load(Ordering::Relaxed) == 0 {
+        let pass = handler.on_spill_stop(&info, epoch.elapsed());
+        counters::add(&c.tx_packets, pass.sent);
+        counters::add(&c.tx_bytes, pass.sent_bytes);
+    }
 }
 
 /// Runs a worker's loop (`serve`) until it returns. A panic in it marks

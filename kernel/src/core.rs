@@ -599,8 +599,8 @@ impl KernelNet {
                         format!(
                             "port {port}/tcp is in use on {ip} by a kernel socket (another \
                              server, or connections of one, maybe ended, in TIME-WAIT: \
-                             `ss -tan 'sport = :{port}'` lists them): choose another --port \
-                             or stop it"
+                             `ss -tan 'sport = :{port}'` lists them): choose another port \
+                             (SetupExt::listen) or stop it"
                         ),
                         Error::AddrInUse,
                     ),
@@ -1555,6 +1555,23 @@ mod tests {
         assert_eq!(core.listen(port, Nop).map(drop), Err(Error::AddrInUse));
         assert_eq!(core.listen_with(port, h), Err(Error::AddrInUse));
         assert_eq!(core.net.listeners.len(), 1);
+    }
+
+    /// A port a kernel socket holds is refused, the library's words naming
+    /// what gives the port (the handler's listen), not a program's flag
+    /// (`flowlane`'s services say `--port`: `service_args::cli_terms`).
+    #[test]
+    fn a_port_in_use_names_the_listen_not_a_flag() {
+        use flowlane_app::SetupExt;
+        let (mut core, port) = loopback_core();
+        let _taken = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+        assert_eq!(core.listen(port, Nop).map(drop), Err(Error::AddrInUse));
+        let why = core.listen_failure().unwrap();
+        assert!(
+            why.contains("choose another port (SetupExt::listen) or stop it")
+                && !why.contains("--"),
+            "{why}"
+        );
     }
 
     /// A listener's accept takes [`ACCEPTS_PER_PASS`] connections at

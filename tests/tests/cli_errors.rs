@@ -882,3 +882,84 @@ fn hyper_server_s_tokio_baseline_needs_no_interface_with_queues() {
     assert!(!err.contains("nosuch0"), "{err}");
     assert!(err.contains("timed out after 1 s"), "it served: {err}");
 }
+
+/// The commands that read an interface by `--iface` and have no `--bed`
+/// (`irq`, `plan`, `nic caps`, `nic qstats`) say, for an interface this
+/// namespace lacks, how to reach a test bed's: from inside its namespace,
+/// not with a `--bed` they would refuse.
+#[test]
+fn commands_without_bed_say_how_to_reach_a_bed_s_interface() {
+    for cmd in [
+        &["irq", "show"][..],
+        &["irq", "apply"],
+        &["plan"],
+        &["nic", "caps"],
+        &["nic", "qstats"],
+    ] {
+        let o = flowlane(&[cmd, &["--iface", "nosuch0"]].concat());
+        assert_eq!(o.status.code(), Some(1), "{cmd:?}: {}", text(&o));
+        one_line_error(&o, "no interface nosuch0 in this network namespace");
+        one_line_error(
+            &o,
+            "on a test bed, run it inside the bed's namespace: `ip netns exec flowlane-NAME \
+             flowlane ...`",
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("--bed"), "{cmd:?}: {err}");
+    }
+}
+
+/// `bulk-source` to a peer it cannot reach fails fast and says why: one
+/// off the bed's networks (where the kernel's connect fails at once with
+/// ENETUNREACH) is refused at once, in one line; an on-link address
+/// nothing answers ARP for ends its open as timed out within seconds (the
+/// kernel's ARP gives up after about 3 s: EHOSTUNREACH), not two minutes
+/// of silent retransmissions on.
+#[test]
+fn an_unreachable_peer_fails_fast_and_says_why() {
+    if !require_root("an_unreachable_peer_fails_fast_and_says_why") {
+        return;
+    }
+    let bed = Bed::up("dp53nr", 1);
+    let source = |to: &str| {
+        Command::new(flowlane_bin())
+            .args(["bulk-source", "--bed", &bed.name, "--connect", to])
+            .args(["--control-socket", "none", "--daemon-socket", "none"])
+            .args(["--timeout", "150"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    for (to, ip) in [
+        ("192.0.2.1:5001", "192.0.2.1"),
+        ("[fd00::2]:5001", "fd00::2"),
+    ] {
+        let (o, took) = wait_bounded(source(to), Duration::from_secs(30), "bulk-source");
+        assert_eq!(o.status.code(), Some(1), "{to}: {}", text(&o));
+        one_line_error(&o, &format!("no route to {ip} ("));
+        one_line_error(&o, "--neighbor IP=MAC");
+        assert!(took < Duration::from_secs(15), "{to}: {took:?}");
+    }
+    let (o, took) = wait_bounded(
+        source("10.99.0.77:5001"),
+        Duration::from_secs(60),
+        "bulk-source",
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line: serde_json::Value = out
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .find(|v: &serde_json::Value| v["event"] == "source")
+        .unwrap_or_else(|| panic!("no source line: {}", text(&o)));
+    assert_eq!(line["close"], "Timeout", "{line}");
+    let secs = line["secs"].as_f64().unwrap();
+    assert!((2.5..10.0).contains(&secs), "ended after {secs} s: {line}");
+    assert!(took < Duration::from_secs(40), "{took:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("no Ethernet address for 10.99.0.77"),
+        "the reason is said: {err}"
+    );
+}

@@ -266,7 +266,7 @@ fn a_port_in_use_is_a_set_up_error() {
     assert!(
         e.contains(&format!(
             "port {port}/tcp is in use on 127.0.0.1 by a kernel socket"
-        )) && e.contains("choose another --port or stop it")
+        )) && e.contains("choose another port (SetupExt::listen) or stop it")
             && !e.contains("AddrInUse"),
         "{e}"
     );

@@ -83,9 +83,12 @@ fn a_service_on_a_port_a_kernel_server_holds_is_refused() {
     );
     refused(
         &o,
-        "port 8080/tcp is in use by a kernel socket (another server, or connections of one, \
-         maybe ended, in TIME-WAIT: `ss -tan 'sport = :8080'` lists them): choose another \
-         --port or stop it",
+        &format!(
+            "port 8080/tcp is in use by a kernel socket (another server, or connections of one, \
+             maybe ended, in TIME-WAIT: `ip netns exec {} ss -tan 'sport = :8080'` lists them): \
+             choose another --port or stop it",
+            bed.ns
+        ),
     );
     assert!(!xdp_attached(&bed.ns, "xsk0"), "nothing left attached");
     // The kernel-socket backend says the same in one line (not a warning
@@ -111,9 +114,12 @@ fn a_service_on_a_port_a_kernel_server_holds_is_refused() {
     );
     refused(
         &o,
-        "port 8080/tcp is in use on 0.0.0.0 by a kernel socket (another server, or connections \
-         of one, maybe ended, in TIME-WAIT: `ss -tan 'sport = :8080'` lists them): choose \
-         another --port or stop it",
+        &format!(
+            "port 8080/tcp is in use on 0.0.0.0 by a kernel socket (another server, or connections \
+             of one, maybe ended, in TIME-WAIT: `ip netns exec {} ss -tan 'sport = :8080'` lists \
+             them): choose another --port or stop it",
+            bed.ns
+        ),
     );
     drop(server);
     let server = KernelServer::start(&bed.ns, "udp", 5353);

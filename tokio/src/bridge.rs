@@ -68,8 +68,11 @@ struct Closing {
 /// The error of an open that the thread's queue pairs refused at once
 /// (`Net::connect`'s error): no local port (`AddrInUse`), an address it
 /// cannot open to (`InvalidInput`), the thread's connection table full
-/// (`QuotaExceeded`), or a thread that serves no network core (more
-/// threads than cores: `Unsupported`, it never can).
+/// (`QuotaExceeded`), or a thread that can never open one
+/// (`Unsupported`): its service opens no connections (an AF_XDP service
+/// started passive, `TcpServiceConfig::active` false, whose replies would
+/// reach the kernel), or it serves no network core (more threads than
+/// cores).
 fn connect_error(remote: std::net::SocketAddr, e: Error) -> io::Error {
     let (kind, why) = match e {
         Error::AddrInUse => (io::ErrorKind::AddrInUse, "no local port left".to_string()),
@@ -80,8 +83,9 @@ fn connect_error(remote: std::net::SocketAddr, e: Error) -> io::Error {
         ),
         Error::InvalidState => (
             io::ErrorKind::Unsupported,
-            "the application thread serves no network core (more threads than cores): \
-             it cannot open connections"
+            "this service cannot open connections: it was started without active opens \
+             (TcpServiceConfig::active), or this application thread serves no network core \
+             (more threads than cores)"
                 .to_string(),
         ),
         _ => (io::ErrorKind::Other, e.to_string()),
@@ -598,6 +602,22 @@ mod tests {
 
     fn load(c: &AtomicU64) -> u64 {
         c.load(Ordering::Relaxed)
+    }
+
+    /// An open the service refuses for good (`InvalidState`) says both
+    /// of the causes it can have: a passive AF_XDP service, or a thread
+    /// without a network core; and what kind of error it is.
+    #[test]
+    fn an_open_refused_for_good_names_both_causes() {
+        let e = connect_error("10.0.0.2:80".parse().unwrap(), Error::InvalidState);
+        assert_eq!(e.kind(), io::ErrorKind::Unsupported);
+        let m = e.to_string();
+        assert!(
+            m.starts_with("connect to 10.0.0.2:80: ")
+                && m.contains("without active opens (TcpServiceConfig::active)")
+                && m.contains("serves no network core"),
+            "{m}"
+        );
     }
 
     /// A stream dropped with a request body unread: the response goes,

@@ -37,7 +37,9 @@ impl Connector {
     /// - refused by the thread at once: `AddrInUse` (no local port),
     ///   `InvalidInput` (an address it cannot open to), `QuotaExceeded`
     ///   (the thread holds the most connections it can), `Unsupported` (the
-    ///   thread serves no network core: more threads than cores).
+    ///   thread serves no network core: more threads than cores; or the
+    ///   cores open no connections: an AF_XDP service not started
+    ///   `TcpServiceConfig::active`).
     ///
     /// Dropped before the thread's next pass, the future opens nothing;
     /// dropped later, the connection is closed once open.

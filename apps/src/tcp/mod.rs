@@ -872,7 +872,9 @@ fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
     let r = wait(c, &signals, &mut running, &results.rx, expect);
     drop(running);
     // The closes the application made last (in queue-pair mode still on
-    // their way to the cores) get their FINs out and acknowledged first.
+    // their way to the cores) get their FINs out and acknowledged first;
+    // the stop then resets every connection still open (`TcpService::stop`),
+    // as the kernel backend's does.
     if !service.linger(LINGER) {
         tracing::info!("stopping with connections still closing after {LINGER:?}");
     }

@@ -7,7 +7,7 @@
 //! failure is an error naming what was asked.
 
 use flowlane_dataplane::control_socket::NicQueueStats;
-use flowlane_dataplane::iface::{self, InterfaceInfo};
+use flowlane_dataplane::iface::InterfaceInfo;
 use flowlane_numa_sched::nic::NicRss;
 use flowlane_numa_sched::nic_caps::{
     rxh_letters, xfrm_name, FlowHash, NicCaps, QueueIrq, RssFacts,
@@ -67,8 +67,9 @@ fn hash_function_name(hfunc: u32) -> String {
 /// No such interface, or a question the kernel refused for another reason
 /// than not knowing it (each named).
 pub(crate) fn read(roots: &Roots, name: &str) -> anyhow::Result<NicCaps> {
+    // First: no such interface is said in these commands' terms.
+    let dir = roots.iface_dir_checked(name)?;
     let info = InterfaceInfo::read(&roots.sysfs_root, name)?;
-    let dir = iface::iface_dir(&roots.sysfs_root, name)?;
     let driver = match std::fs::read_link(dir.join("device/driver")) {
         Ok(p) => p.file_name().map(|n| n.to_string_lossy().into_owned()),
         Err(_) => optional(ioctl::driver(name), "the driver (GDRVINFO)", name)?,
@@ -213,6 +214,7 @@ fn input_xfrm(bits: u32, release: &str) -> Option<String> {
 /// # Errors
 /// No such interface, or a refusal other than not knowing the question.
 pub(crate) fn queue_stats(roots: &Roots, name: &str) -> anyhow::Result<Option<Vec<NicQueueStats>>> {
+    roots.iface_dir_checked(name)?;
     let info = InterfaceInfo::read(&roots.sysfs_root, name)?;
     let Some(g) = Genl::open(Netdev::NAME).map_err(anyhow_cause(name))? else {
         return Ok(None);
