@@ -81,3 +81,28 @@ impl Drop for TestDaemon {
         kill_and_reap(&mut self.child);
     }
 }
+
+/// The daemon's metrics page at `addr` (empty when it did not answer
+/// within 10 s), as a scraper reads it: over HTTP, with curl.
+pub fn metrics_page(addr: &str) -> String {
+    let o = std::process::Command::new("curl")
+        .args(["-s", "-m", "10", &format!("http://{addr}/metrics")])
+        .output()
+        .expect("running curl");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Polls `f` every 100 ms for at most 10 s until it returns Some (a page
+/// the daemon serves follows what it reads on its next scrape).
+pub fn within_10s<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if std::time::Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}

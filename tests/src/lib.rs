@@ -15,7 +15,7 @@ pub mod daemon;
 
 pub use bed::{napi_threads, start_udp_echo, threaded, unique_name, xdp_attached, Bed, ToolBed};
 pub use child::{kill_and_reap, ready_within, stop, terminate, wait_bounded, wait_within};
-pub use daemon::TestDaemon;
+pub use daemon::{metrics_page, within_10s, TestDaemon};
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

@@ -8,34 +8,12 @@
 mod tcp_common;
 
 use std::io::{BufRead, BufReader};
-use std::process::Command;
-use std::time::{Duration, Instant};
 
-use flowlane_tests::{flowlane, kill_and_reap, require_root, text, Bed, TestDaemon};
+use flowlane_tests::{
+    flowlane, kill_and_reap, metrics_page, require_root, text, within_10s, Bed, TestDaemon,
+};
 use serde_json::Value;
 use tcp_common::*;
-
-fn page(addr: &str) -> String {
-    let o = Command::new("curl")
-        .args(["-s", "-m", "10", &format!("http://{addr}/metrics")])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// Polls `f` every 100 ms for at most 10 s until it returns Some.
-fn within_10s<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if Instant::now() > deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 /// A kernel client in the peer namespace: one connection to the echo
 /// server, one byte echoed, then its local port printed; it holds the
@@ -85,7 +63,7 @@ fn a_kernel_socket_service_registers_reports_and_answers_hints() {
     // Registered: on the page as a kernel-socket service, one series per
     // core of what it counts, none of what only flowlane's TCP knows.
     let info = within_10s(|| {
-        page(&addr)
+        metrics_page(&addr)
             .lines()
             .find(|l| l.starts_with("flowlane_service_info{service=\"echo-server\""))
             .map(str::to_string)
@@ -158,7 +136,7 @@ fn a_kernel_socket_service_registers_reports_and_answers_hints() {
     // connection and the one that read its byte (the count then shows,
     // the receive buffer's peak not yet: CI saw it once).
     let page_now = within_10s(|| {
-        let p = page(&addr);
+        let p = metrics_page(&addr);
         p.lines()
             .any(|l| {
                 l.starts_with("flowlane_tcp_memory_peak_bytes{service=\"echo-server\"")
@@ -168,7 +146,12 @@ fn a_kernel_socket_service_registers_reports_and_answers_hints() {
             })
             .then_some(p)
     })
-    .unwrap_or_else(|| panic!("no receive memory peak for queue {queue}: {}", page(&addr)));
+    .unwrap_or_else(|| {
+        panic!(
+            "no receive memory peak for queue {queue}: {}",
+            metrics_page(&addr)
+        )
+    });
     let live = page_now
         .lines()
         .find(|l| {
@@ -258,7 +241,8 @@ fn a_kernel_socket_service_registers_reports_and_answers_hints() {
     );
     assert!(!own.exists(), "the control socket goes with the service");
     let gone = within_10s(|| {
-        (!page(&addr).contains("flowlane_service_info{service=\"echo-server\"")).then_some(())
+        (!metrics_page(&addr).contains("flowlane_service_info{service=\"echo-server\""))
+            .then_some(())
     });
     assert!(gone.is_some(), "the stopped service left the page");
 

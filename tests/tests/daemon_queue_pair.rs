@@ -8,33 +8,8 @@
 
 mod tcp_common;
 
-use std::process::Command;
-use std::time::{Duration, Instant};
-
-use flowlane_tests::{require_root, Bed, TestDaemon};
+use flowlane_tests::{metrics_page, require_root, within_10s, Bed, TestDaemon};
 use tcp_common::*;
-
-fn page(addr: &str) -> String {
-    let o = Command::new("curl")
-        .args(["-s", "-m", "10", &format!("http://{addr}/metrics")])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// Polls `f` every 100 ms for at most 10 s until it returns Some.
-fn within_10s<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if Instant::now() > deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 /// A kernel client in the peer namespace: echoes `argv[1]` bytes through
 /// the echo server, 16 KiB at a time, checks them, prints `ok`.
@@ -105,8 +80,8 @@ fn queue_pair_counters_on_the_page_are_those_of_the_summary() {
             120,
         );
         // Registered, and in queue-pair mode on the page.
-        within_10s(|| sample(&page(&addr), "flowlane_qp_app_threads", &[]))
-            .unwrap_or_else(|| panic!("{backend}: no queue-pair series: {}", page(&addr)));
+        within_10s(|| sample(&metrics_page(&addr), "flowlane_qp_app_threads", &[]))
+            .unwrap_or_else(|| panic!("{backend}: no queue-pair series: {}", metrics_page(&addr)));
 
         let out = peer_py(&bed, 60, ECHO, &[&(256 << 10).to_string()]);
         assert_eq!(out.trim(), "ok", "{backend}");
@@ -129,13 +104,13 @@ fn queue_pair_counters_on_the_page_are_those_of_the_summary() {
                 .sum::<Option<u64>>()
         };
         let shown = within_10s(|| {
-            let p = page(&addr);
+            let p = metrics_page(&addr);
             let settled = ["receive", "send"]
                 .iter()
                 .all(|d| held(&p, d) == Some(0) && peaks(&p, d) > Some(0));
             settled.then_some(p)
         })
-        .unwrap_or_else(|| panic!("{backend}: relays never settled: {}", page(&addr)));
+        .unwrap_or_else(|| panic!("{backend}: relays never settled: {}", metrics_page(&addr)));
 
         let lines = echo.stop();
         let summary = lines
@@ -221,7 +196,8 @@ fn queue_pair_counters_on_the_page_are_those_of_the_summary() {
             "{backend}: {shown}"
         );
         let gone = within_10s(|| {
-            (!page(&addr).contains("flowlane_service_info{service=\"echo-server\"")).then_some(())
+            (!metrics_page(&addr).contains("flowlane_service_info{service=\"echo-server\""))
+                .then_some(())
         });
         assert!(
             gone.is_some(),

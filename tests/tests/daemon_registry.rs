@@ -11,21 +11,13 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use flowlane_tests::{flowlane_bin, require_root, Bed, TestDaemon};
+use flowlane_tests::{flowlane_bin, metrics_page, require_root, Bed, TestDaemon};
 use serde_json::Value;
 use tcp_common::*;
 
-fn page(addr: &str) -> String {
-    let o = Command::new("curl")
-        .args(["-s", "-m", "10", &format!("http://{addr}/metrics")])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
 /// The services on the page, as `service/pid`.
 fn services_on(addr: &str) -> Vec<String> {
-    let mut v: Vec<String> = page(addr)
+    let mut v: Vec<String> = metrics_page(addr)
         .lines()
         .filter_map(|l| l.strip_prefix("flowlane_service_info{service=\""))
         .filter_map(|l| {
