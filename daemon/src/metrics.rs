@@ -161,6 +161,7 @@ const QUEUE_ROWS: &[QueueRow] = &[
     row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "receive_buffer_full"], |q| q.tcp.recv_buffer_overrun),
     row!("flowlane_tcp_dropped_segments", "", C, ["reason" = "no_connection"], |q| q.tcp.no_connection),
     row!("flowlane_tcp_unsent_no_neighbor", "Segments not sent because no MAC address was known for the peer.", C, [], |q| q.tcp.no_neighbor),
+    row!("flowlane_tcp_opens_neighbor_unresolved", "Active opens ended as timed out because the peer's MAC address did not resolve within 3 s (as connect(2) fails with EHOSTUNREACH).", C, [], |q| q.tcp.neighbor_unresolved),
     row!("flowlane_tcp_challenge_acks", "Challenge ACKs sent (RFC 5961), and those the rate limit held back.", C, ["limited" = "false"], |q| q.tcp.challenge_acks),
     row!("flowlane_tcp_challenge_acks", "", C, ["limited" = "true"], |q| q.tcp.challenge_acks_limited),
     row!("flowlane_tcp_syn_cookies_sent", "SYN-ACKs that carried a SYN cookie (listener under a SYN flood).", C, [], |q| q.tcp.syn_cookies_sent),

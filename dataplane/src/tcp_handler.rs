@@ -2094,7 +2094,7 @@ impl QueueHandler for TcpHandler {
     }
 
     /// The data path stops: the queue's connections are reset
-    /// ([`TcpHandler::let_go`]), each pass as many as the stack's RST
+    /// (`TcpHandler::let_go`), each pass as many as the stack's RST
     /// queue and the free frames take, and the RSTs written out for the
     /// worker to transmit. After the worker's loop, [`STOP_PASSES`] passes
     /// at most.
@@ -2108,7 +2108,7 @@ impl QueueHandler for TcpHandler {
     }
 
     /// [`QueueHandler::on_stop`] for a worker without a queue: its
-    /// connections reset ([`TcpHandler::let_go`], in [`STOP_PASSES`]
+    /// connections reset (`TcpHandler::let_go`, in [`STOP_PASSES`]
     /// passes of the stack's RST queue at most), the RSTs handed to its
     /// carrier.
     fn on_spill_stop(&mut self, _q: &QueueInfo, now_d: Duration) -> SpillPass {
