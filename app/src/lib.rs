@@ -43,7 +43,7 @@ mod handles;
 mod net;
 mod setup;
 #[cfg(any(test, feature = "testing"))]
-mod testing;
+pub mod testing;
 
 pub use conn_map::ConnMap;
 pub use dispatch::{ConnExport, Dispatcher, HandlerId};

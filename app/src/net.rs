@@ -237,77 +237,7 @@ pub trait Net {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// One connection's buffers, no stack: what `echo` reads, what it
-    /// sent, whether it closed.
-    #[derive(Default)]
-    struct Fake {
-        rx: Vec<u8>,
-        tx: Vec<u8>,
-        peer_closed: bool,
-        closed: bool,
-        stats: Stats,
-    }
-
-    impl Net for Fake {
-        crate::fake_net_settings!();
-        fn now(&self) -> Duration {
-            Duration::ZERO
-        }
-        fn placement(&self) -> Placement {
-            Placement {
-                queue: 0,
-                cpu: None,
-                node: 0,
-            }
-        }
-        fn connect(&mut self, _remote: SocketAddr) -> Result<ConnHandle, Error> {
-            Err(Error::InvalidState)
-        }
-        fn send(&mut self, _conn: ConnHandle, data: &[u8]) -> Result<usize, Error> {
-            self.tx.extend_from_slice(data);
-            Ok(data.len())
-        }
-        fn recv(&mut self, conn: ConnHandle, buf: &mut [u8]) -> Result<usize, Error> {
-            let n = buf.len().min(self.rx.len());
-            buf[..n].copy_from_slice(&self.rx[..n]);
-            self.consume(conn, n)
-        }
-        fn peek(&self, _conn: ConnHandle) -> Result<&[u8], Error> {
-            Ok(&self.rx)
-        }
-        fn consume(&mut self, _conn: ConnHandle, n: usize) -> Result<usize, Error> {
-            let n = n.min(self.rx.len());
-            self.rx.drain(..n);
-            Ok(n)
-        }
-        fn is_eof(&self, _conn: ConnHandle) -> bool {
-            self.peer_closed && self.rx.is_empty()
-        }
-        fn send_space(&self, _conn: ConnHandle) -> Result<usize, Error> {
-            Ok(1 << 20)
-        }
-        fn want_writable(&mut self, _conn: ConnHandle) -> bool {
-            false
-        }
-        fn shutdown_write(&mut self, _conn: ConnHandle) -> Result<(), Error> {
-            Ok(())
-        }
-        fn close(&mut self, _conn: ConnHandle) -> Result<(), Error> {
-            self.closed = true;
-            Ok(())
-        }
-        fn abort(&mut self, _conn: ConnHandle) -> Result<(), Error> {
-            self.closed = true;
-            Ok(())
-        }
-        fn four_tuple(&self, _conn: ConnHandle) -> Result<FourTuple, Error> {
-            Err(Error::InvalidState)
-        }
-        fn stats(&self) -> &Stats {
-            &self.stats
-        }
-    }
+    use crate::testing::OneConn;
 
     /// An empty scratch still echoes everything and closes after the
     /// peer's close (it never waited for an `on_writable` that could not
@@ -316,13 +246,13 @@ mod tests {
     fn echo_with_an_empty_scratch_echoes_and_closes() {
         let conn = ConnHandle::from_parts(0, 1);
         let data: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
-        let mut net = Fake {
-            rx: data.clone(),
-            peer_closed: true,
-            ..Fake::default()
+        let mut net = OneConn {
+            inbox: data.clone(),
+            peer_fin: true,
+            ..OneConn::default()
         };
         assert_eq!(net.echo(conn, &mut []), data.len());
-        assert_eq!(net.tx, data);
-        assert!(net.closed, "closed once the peer had closed");
+        assert_eq!(net.sent, data);
+        assert!(net.closed(), "closed once the peer had closed");
     }
 }

@@ -501,82 +501,7 @@ impl ConnHandler for Bridge {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flowlane_app::{FourTuple, Placement, Stats};
-    use std::net::SocketAddr;
-
-    /// One connection's stack, faked: what the peer sent and whether it
-    /// closed, what the bridge sent and did to the connection.
-    #[derive(Default)]
-    struct Stack {
-        now: Duration,
-        rx: Vec<u8>,
-        peer_closed: bool,
-        sent: Vec<u8>,
-        did: Vec<&'static str>,
-        stats: Stats,
-    }
-
-    impl Net for Stack {
-        flowlane_app::fake_net_settings!();
-        fn now(&self) -> Duration {
-            self.now
-        }
-        fn placement(&self) -> Placement {
-            Placement {
-                queue: 0,
-                cpu: None,
-                node: 0,
-            }
-        }
-        fn connect(&mut self, _remote: SocketAddr) -> Result<ConnHandle, Error> {
-            Err(Error::InvalidState)
-        }
-        fn send(&mut self, _conn: ConnHandle, data: &[u8]) -> Result<usize, Error> {
-            if !self.did.is_empty() {
-                return Err(Error::InvalidState);
-            }
-            self.sent.extend_from_slice(data);
-            Ok(data.len())
-        }
-        fn recv(&mut self, _conn: ConnHandle, _buf: &mut [u8]) -> Result<usize, Error> {
-            Err(Error::WouldBlock)
-        }
-        fn peek(&self, _conn: ConnHandle) -> Result<&[u8], Error> {
-            Ok(&self.rx)
-        }
-        fn consume(&mut self, _conn: ConnHandle, n: usize) -> Result<usize, Error> {
-            let n = n.min(self.rx.len());
-            self.rx.drain(..n);
-            Ok(n)
-        }
-        fn is_eof(&self, _conn: ConnHandle) -> bool {
-            self.peer_closed && self.rx.is_empty()
-        }
-        fn send_space(&self, _conn: ConnHandle) -> Result<usize, Error> {
-            Ok(1 << 20)
-        }
-        fn want_writable(&mut self, _conn: ConnHandle) -> bool {
-            false
-        }
-        fn shutdown_write(&mut self, _conn: ConnHandle) -> Result<(), Error> {
-            self.did.push("shutdown");
-            Ok(())
-        }
-        fn close(&mut self, _conn: ConnHandle) -> Result<(), Error> {
-            self.did.push("close");
-            Ok(())
-        }
-        fn abort(&mut self, _conn: ConnHandle) -> Result<(), Error> {
-            self.did.push("abort");
-            Ok(())
-        }
-        fn four_tuple(&self, _conn: ConnHandle) -> Result<FourTuple, Error> {
-            Err(Error::InvalidState)
-        }
-        fn stats(&self) -> &Stats {
-            &self.stats
-        }
-    }
+    use flowlane_app::testing::OneConn;
 
     /// The connection the tests' bridge serves.
     fn conn() -> ConnHandle {
@@ -590,7 +515,7 @@ mod tests {
         let counters = Arc::new(Counters::default());
         let thread = Arc::new(ThreadShared::default());
         let mut bridge = Bridge::new(thread.clone(), counters.clone(), None);
-        let mut p = Pipe::new(Stack::default().placement());
+        let mut p = Pipe::new(OneConn::default().placement());
         p.tx.extend_from_slice(response);
         p.rx.extend_from_slice(unread);
         // As the stream's drop does.
@@ -627,28 +552,28 @@ mod tests {
     #[test]
     fn a_stream_dropped_with_bytes_unread_lingers_then_closes_at_the_peer_s_fin() {
         let (mut bridge, counters) = dropped(b"HTTP/1.1 200 OK\r\n\r\n", &[b'a'; 1000]);
-        let mut net = Stack {
-            rx: vec![b'a'; 5000],
-            ..Stack::default()
+        let mut net = OneConn {
+            inbox: vec![b'a'; 5000],
+            ..OneConn::default()
         };
         bridge.on_tick(&mut net);
         assert_eq!(net.sent, b"HTTP/1.1 200 OK\r\n\r\n");
-        assert_eq!(net.did, ["shutdown"]);
-        assert!(net.rx.is_empty());
+        assert_eq!(net.calls, ["shutdown"]);
+        assert!(net.inbox.is_empty());
         assert!(lock(&bridge.conns[&conn()]).rx.is_empty());
-        net.rx = vec![b'a'; 3000];
+        net.inbox = vec![b'a'; 3000];
         net.now = LINGER / 2;
         bridge.on_data(&mut net, conn());
-        assert_eq!(net.did, ["shutdown"], "more bytes: dropped, no reset");
-        net.peer_closed = true;
+        assert_eq!(net.calls, ["shutdown"], "more bytes: dropped, no reset");
+        net.peer_fin = true;
         net.now = LINGER - Duration::from_millis(1);
         bridge.on_peer_closed(&mut net, conn());
-        assert_eq!(net.did, ["shutdown", "close"]);
+        assert_eq!(net.calls, ["shutdown", "close"]);
         assert_eq!(load(&counters.lingered), 1);
         assert_eq!(load(&counters.linger_discarded), 9000);
         net.now = 2 * LINGER;
         bridge.on_tick(&mut net);
-        assert_eq!(net.did, ["shutdown", "close"], "closed once");
+        assert_eq!(net.calls, ["shutdown", "close"], "closed once");
         assert_eq!(load(&counters.linger_expired), 0);
     }
 
@@ -657,20 +582,20 @@ mod tests {
     #[test]
     fn a_peer_that_never_stops_sending_is_reset_at_the_end_of_the_linger() {
         let (mut bridge, counters) = dropped(b"HTTP/1.1 431 \r\n\r\n", &[b'a'; 100]);
-        let mut net = Stack::default();
+        let mut net = OneConn::default();
         bridge.on_tick(&mut net);
-        assert_eq!(net.did, ["shutdown"]);
+        assert_eq!(net.calls, ["shutdown"]);
         let step = Duration::from_millis(50);
         while net.now < LINGER - step {
             net.now += step;
-            net.rx = vec![b'a'; 1000];
+            net.inbox = vec![b'a'; 1000];
             bridge.on_data(&mut net, conn());
             bridge.on_tick(&mut net);
-            assert_eq!(net.did, ["shutdown"], "at {:?}", net.now);
+            assert_eq!(net.calls, ["shutdown"], "at {:?}", net.now);
         }
         net.now = LINGER + LINGER_SWEEP;
         bridge.on_tick(&mut net);
-        assert_eq!(net.did, ["shutdown", "abort"]);
+        assert_eq!(net.calls, ["shutdown", "abort"]);
         assert_eq!(load(&counters.linger_expired), 1);
         bridge.on_closed(&mut net, conn(), CloseReason::Aborted);
         assert!(bridge.closing.is_empty() && bridge.conns.is_empty());
@@ -682,15 +607,15 @@ mod tests {
     #[test]
     fn a_stream_dropped_with_nothing_unread_is_closed_without_a_reset() {
         let (mut bridge, counters) = dropped(b"bye", b"");
-        let mut net = Stack::default();
+        let mut net = OneConn::default();
         bridge.on_tick(&mut net);
         assert_eq!(
-            (&net.sent[..], &net.did[..]),
+            (&net.sent[..], &net.calls[..]),
             (&b"bye"[..], &["shutdown"][..])
         );
         net.now = LINGER + LINGER_SWEEP;
         bridge.on_tick(&mut net);
-        assert_eq!(net.did, ["shutdown", "close"]);
+        assert_eq!(net.calls, ["shutdown", "close"]);
         assert_eq!(load(&counters.lingered), 0);
         assert_eq!(load(&counters.linger_expired), 0);
     }

@@ -417,88 +417,17 @@ fn hex(b: &[u8]) -> String {
 mod tests {
     use std::sync::mpsc::{channel, Receiver};
 
-    use flowlane_app::{Error, FourTuple, Placement, Stats};
+    use flowlane_app::testing::OneConn;
 
     use super::*;
 
     /// One actively opened connection whose send buffer takes `room`
     /// bytes until the test frees it again; no stack.
-    struct Fake {
-        room: usize,
-        sent: Vec<u8>,
-        /// `close` was called.
-        closed: bool,
-        stats: Stats,
-    }
-
-    impl Fake {
-        fn new(room: usize) -> Fake {
-            Fake {
-                room,
-                sent: Vec::new(),
-                closed: false,
-                stats: Stats::default(),
-            }
-        }
-    }
-
-    impl Net for Fake {
-        flowlane_app::fake_net_settings!();
-        fn now(&self) -> Duration {
-            Duration::from_secs(1)
-        }
-        fn placement(&self) -> Placement {
-            Placement {
-                queue: 0,
-                cpu: None,
-                node: 0,
-            }
-        }
-        fn connect(&mut self, _r: SocketAddr) -> Result<ConnHandle, Error> {
-            Ok(c())
-        }
-        fn send(&mut self, _c: ConnHandle, data: &[u8]) -> Result<usize, Error> {
-            let n = self.room.min(data.len());
-            if n == 0 && !data.is_empty() {
-                return Err(Error::WouldBlock);
-            }
-            self.room -= n;
-            self.sent.extend_from_slice(&data[..n]);
-            Ok(n)
-        }
-        fn recv(&mut self, _c: ConnHandle, _buf: &mut [u8]) -> Result<usize, Error> {
-            Err(Error::WouldBlock)
-        }
-        fn peek(&self, _c: ConnHandle) -> Result<&[u8], Error> {
-            Ok(&[])
-        }
-        fn consume(&mut self, _c: ConnHandle, _n: usize) -> Result<usize, Error> {
-            Ok(0)
-        }
-        fn is_eof(&self, _c: ConnHandle) -> bool {
-            false
-        }
-        fn send_space(&self, _c: ConnHandle) -> Result<usize, Error> {
-            Ok(self.room)
-        }
-        fn want_writable(&mut self, _c: ConnHandle) -> bool {
-            true
-        }
-        fn shutdown_write(&mut self, _c: ConnHandle) -> Result<(), Error> {
-            Ok(())
-        }
-        fn close(&mut self, _c: ConnHandle) -> Result<(), Error> {
-            self.closed = true;
-            Ok(())
-        }
-        fn abort(&mut self, _c: ConnHandle) -> Result<(), Error> {
-            Ok(())
-        }
-        fn four_tuple(&self, _c: ConnHandle) -> Result<FourTuple, Error> {
-            Err(Error::InvalidState)
-        }
-        fn stats(&self) -> &Stats {
-            &self.stats
+    fn fake(room: usize) -> OneConn {
+        OneConn {
+            now: Duration::from_secs(1),
+            send_room: Some(room),
+            ..OneConn::default()
         }
     }
 
@@ -511,13 +440,14 @@ mod tests {
     /// A source of `BYTES` on one connection, connected, whose first
     /// 4000 bytes the send buffer took (it is full then); the peer
     /// half-closed first if `peer_fin_first`.
-    fn started(net: &mut Fake, peer_fin_first: bool) -> (Source, Receiver<Value>) {
+    fn started(net: &mut OneConn, peer_fin_first: bool) -> (Source, Receiver<Value>) {
         let (tx, rx) = channel();
         let mut s = Source::new("10.99.0.2:5001".parse().unwrap(), BYTES, 1, 1, tx);
         s.on_start(net);
         s.on_connected(net, c());
         assert_eq!(net.sent.len(), 4000);
         if peer_fin_first {
+            net.peer_fin = true;
             s.on_peer_closed(net, c());
             assert!(rx.try_recv().is_err(), "nothing decided at the peer's FIN");
         }
@@ -525,16 +455,16 @@ mod tests {
     }
 
     /// Frees the send buffer until every byte went.
-    fn send_the_rest(s: &mut Source, net: &mut Fake) {
-        while !net.closed {
-            net.room = 4000;
+    fn send_the_rest(s: &mut Source, net: &mut OneConn) {
+        while !net.did("close") {
+            net.send_room = Some(4000);
             s.on_writable(net, c());
         }
         assert_eq!(net.sent.len() as u64, BYTES);
     }
 
     /// The sha256 of the bytes the source sent.
-    fn sent_sha(net: &Fake) -> String {
+    fn sent_sha(net: &OneConn) -> String {
         hex(&Sha256::digest(&net.sent))
     }
 
@@ -545,7 +475,7 @@ mod tests {
     /// came first.
     #[test]
     fn a_peer_that_half_closes_first_and_reads_everything_is_a_complete_transfer() {
-        let mut net = Fake::new(4000);
+        let mut net = fake(4000);
         let (mut s, rx) = started(&mut net, true);
         send_the_rest(&mut s, &mut net);
         assert!(rx.try_recv().is_err(), "reported before the end");
@@ -560,7 +490,7 @@ mod tests {
     /// ends the transfer, ok.
     #[test]
     fn a_peer_fin_after_every_byte_went_is_a_complete_transfer() {
-        let mut net = Fake::new(4000);
+        let mut net = fake(4000);
         let (mut s, rx) = started(&mut net, false);
         send_the_rest(&mut s, &mut net);
         s.on_peer_closed(&mut net, c());
@@ -581,7 +511,7 @@ mod tests {
                 (false, CloseReason::Timeout),
                 (false, CloseReason::Normal),
             ] {
-                let mut net = Fake::new(4000);
+                let mut net = fake(4000);
                 let (mut s, rx) = started(&mut net, peer_fin_first);
                 if all {
                     send_the_rest(&mut s, &mut net);

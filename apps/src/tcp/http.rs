@@ -602,138 +602,17 @@ impl ConnHandler for Http {
 
 #[cfg(test)]
 mod tests {
-    //! The server against one fake connection: what the peer sent is
-    //! readable, sends go to `sent` (as far as `send_room` takes them).
+    //! The server against one fake connection (`OneConn`): what the peer
+    //! sent is readable, sends go to `sent` (as far as `send_room` takes
+    //! them).
     use super::*;
-    use flowlane_app::{ConnInfo, Error, FourTuple, Placement, Stats};
-    use std::net::SocketAddr;
+    use flowlane_app::testing::OneConn;
 
-    struct Fake {
-        now: Duration,
-        inbox: Vec<u8>,
-        peer_fin: bool,
-        sent: Vec<u8>,
-        /// Bytes the next sends take in all (None: unbounded).
-        send_room: Option<usize>,
-        /// `shutdown_write` was called.
-        shut: bool,
-        closed: bool,
-        /// `abort` was called, or `close` with bytes unread (a reset, as
-        /// the stack's close is then).
-        aborted: bool,
-        /// Bytes sent that the peer has not acknowledged, as `info` tells
-        /// them (sends add to it, the test takes acknowledged bytes off);
-        /// None: `info` fails (`WouldBlock`).
-        unacked: Option<usize>,
-        stats: Stats,
-    }
-
-    impl Fake {
-        fn new() -> Fake {
-            Fake {
-                now: Duration::from_secs(1),
-                inbox: Vec::new(),
-                peer_fin: false,
-                sent: Vec::new(),
-                send_room: None,
-                shut: false,
-                closed: false,
-                aborted: false,
-                unacked: None,
-                stats: Stats::default(),
-            }
-        }
-        fn sent_text(&self) -> String {
-            String::from_utf8_lossy(&self.sent).into_owned()
-        }
-    }
-
-    impl Net for Fake {
-        // `info` is the fake's own: the idle sweep's tests read its figures.
-        flowlane_app::fake_net_settings!(except info);
-        fn info(&self, _c: ConnHandle) -> Result<ConnInfo, Error> {
-            let unacked = self.unacked.ok_or(Error::WouldBlock)?;
-            Ok(ConnInfo {
-                unacked,
-                ..ConnInfo::default()
-            })
-        }
-        fn now(&self) -> Duration {
-            self.now
-        }
-        fn placement(&self) -> Placement {
-            Placement {
-                queue: 0,
-                cpu: None,
-                node: 0,
-            }
-        }
-        fn connect(&mut self, _r: SocketAddr) -> Result<ConnHandle, Error> {
-            Err(Error::InvalidState)
-        }
-        fn send(&mut self, _c: ConnHandle, data: &[u8]) -> Result<usize, Error> {
-            let n = self.send_room.map_or(data.len(), |r| r.min(data.len()));
-            if n == 0 && !data.is_empty() {
-                return Err(Error::WouldBlock);
-            }
-            if let Some(r) = &mut self.send_room {
-                *r -= n;
-            }
-            if let Some(u) = &mut self.unacked {
-                *u += n;
-            }
-            self.sent.extend_from_slice(&data[..n]);
-            Ok(n)
-        }
-        fn recv(&mut self, c: ConnHandle, buf: &mut [u8]) -> Result<usize, Error> {
-            if self.inbox.is_empty() {
-                return if self.peer_fin {
-                    Ok(0)
-                } else {
-                    Err(Error::WouldBlock)
-                };
-            }
-            let n = buf.len().min(self.inbox.len());
-            buf[..n].copy_from_slice(&self.inbox[..n]);
-            self.consume(c, n)
-        }
-        fn peek(&self, _c: ConnHandle) -> Result<&[u8], Error> {
-            Ok(&self.inbox)
-        }
-        fn consume(&mut self, _c: ConnHandle, n: usize) -> Result<usize, Error> {
-            self.inbox.drain(..n);
-            Ok(n)
-        }
-        fn is_eof(&self, _c: ConnHandle) -> bool {
-            self.peer_fin && self.inbox.is_empty()
-        }
-        fn send_space(&self, _c: ConnHandle) -> Result<usize, Error> {
-            Ok(self.send_room.unwrap_or(usize::MAX))
-        }
-        fn want_writable(&mut self, _c: ConnHandle) -> bool {
-            true
-        }
-        fn shutdown_write(&mut self, _c: ConnHandle) -> Result<(), Error> {
-            self.shut = true;
-            Ok(())
-        }
-        fn close(&mut self, _c: ConnHandle) -> Result<(), Error> {
-            if self.inbox.is_empty() {
-                self.closed = true;
-            } else {
-                self.aborted = true;
-            }
-            Ok(())
-        }
-        fn abort(&mut self, _c: ConnHandle) -> Result<(), Error> {
-            self.aborted = true;
-            Ok(())
-        }
-        fn four_tuple(&self, _c: ConnHandle) -> Result<FourTuple, Error> {
-            Err(Error::InvalidState)
-        }
-        fn stats(&self) -> &Stats {
-            &self.stats
+    /// A connection at 1 s with nothing read or sent.
+    fn fake() -> OneConn {
+        OneConn {
+            now: Duration::from_secs(1),
+            ..OneConn::default()
         }
     }
 
@@ -779,7 +658,7 @@ mod tests {
         // Requests (empty heads are no requests) pipelined without end; no
         // response is ever read.
         let (mut h, counters) = server(None);
-        let mut net = Fake::new();
+        let mut net = fake();
         net.send_room = Some(0);
         net.inbox = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n\r\n\r\n".repeat(40_000);
         let total = net.inbox.len();
@@ -808,7 +687,7 @@ mod tests {
     #[test]
     fn head_chunked_and_sized_bodies_and_100_continue_are_framed() {
         let (mut h, counters) = server(None);
-        let mut net = Fake::new();
+        let mut net = fake();
         let body = vec![b'x'; 20_000];
         let mut req = Vec::new();
         req.extend_from_slice(b"HEAD / HTTP/1.1\r\nHost: a\r\n\r\n");
@@ -849,7 +728,7 @@ mod tests {
             "HEAD without body"
         );
         assert_eq!(answered(&counters), 4);
-        assert!(!net.closed && !net.aborted);
+        assert!(!net.closed() && !net.reset);
     }
 
     #[test]
@@ -877,14 +756,17 @@ mod tests {
             ),
         ] {
             let (mut h, counters) = server(None);
-            let mut net = Fake::new();
+            let mut net = fake();
             net.inbox = req;
             h.on_data(&mut net, c());
             assert!(net.sent_text().starts_with(want), "{}", net.sent_text());
-            assert!(net.shut && !net.closed, "a FIN after the answer");
+            assert!(
+                net.did("shutdown") && !net.closed(),
+                "a FIN after the answer"
+            );
             net.peer_fin = true;
             h.on_peer_closed(&mut net, c());
-            assert!(net.closed && !net.aborted, "closed once the peer did");
+            assert!(net.closed() && !net.reset, "closed once the peer did");
             let (bad, large) = (
                 counters.bad_request.load(Ordering::Relaxed),
                 counters.head_too_large.load(Ordering::Relaxed),
@@ -896,7 +778,7 @@ mod tests {
     #[test]
     fn a_partial_send_finishes_at_on_writable() {
         let (mut h, _) = server(None);
-        let mut net = Fake::new();
+        let mut net = fake();
         net.send_room = Some(10);
         net.inbox = b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n".to_vec();
         h.on_data(&mut net, c());
@@ -906,28 +788,28 @@ mod tests {
         let text = net.sent_text();
         assert_eq!(text.matches("HTTP/1.1 200 OK").count(), 2, "{text}");
         assert!(text.ends_with("Connection: close\r\n\r\nhi"));
-        assert!(net.shut);
+        assert!(net.did("shutdown"));
         net.peer_fin = true;
         h.on_peer_closed(&mut net, c());
-        assert!(net.closed && !net.aborted);
+        assert!(net.closed() && !net.reset);
     }
 
     #[test]
     fn the_peer_s_fin_makes_the_last_response_say_close() {
         let (mut h, _) = server(None);
-        let mut net = Fake::new();
+        let mut net = fake();
         net.inbox = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n".to_vec();
         net.peer_fin = true;
         h.on_peer_closed(&mut net, c());
         assert!(net.sent_text().contains("Connection: close\r\n"));
-        assert!(net.closed);
+        assert!(net.closed());
         // A request cut short by the FIN: closed, nothing answered.
         let (mut h, counters) = server(None);
-        let mut net = Fake::new();
+        let mut net = fake();
         net.inbox = b"GET / HTT".to_vec();
         net.peer_fin = true;
         h.on_peer_closed(&mut net, c());
-        assert!(net.sent.is_empty() && net.closed);
+        assert!(net.sent.is_empty() && net.closed());
         assert_eq!(answered(&counters), 0);
     }
 
@@ -936,25 +818,25 @@ mod tests {
         let idle = Duration::from_secs(60);
         // Between requests: a FIN.
         let (mut h, counters) = server(Some(idle));
-        let mut net = Fake::new();
+        let mut net = fake();
         h.on_accept(&mut net, c());
         net.inbox = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n".to_vec();
         h.on_data(&mut net, c());
         net.now += Duration::from_secs(59);
         h.on_tick(&mut net);
-        assert!(!net.closed);
+        assert!(!net.closed());
         net.now += Duration::from_secs(2);
         h.on_tick(&mut net);
-        assert!(net.closed && !net.aborted);
+        assert!(net.closed() && !net.reset);
         // In the middle of a request (a slow client's head): a reset.
         let (mut h, counters2) = server(Some(idle));
-        let mut net = Fake::new();
+        let mut net = fake();
         h.on_accept(&mut net, c());
         net.inbox = b"GET / HTTP/1.1\r\nHost:".to_vec();
         h.on_data(&mut net, c());
         net.now += Duration::from_secs(61);
         h.on_tick(&mut net);
-        assert!(net.aborted);
+        assert!(net.reset);
         let load = |c: &HttpCounters| {
             (
                 c.idle_closed.load(Ordering::Relaxed),
@@ -965,18 +847,18 @@ mod tests {
         // A head trickling in, a byte every 30 s: reset once its start is
         // older than the timeout, though a byte came 30 s ago.
         let (mut h, counters3) = server(Some(idle));
-        let mut net = Fake::new();
+        let mut net = fake();
         h.on_accept(&mut net, c());
         for &b in b"GET / HTTP/1.1\r\nHost: a\r\nX: " {
             net.inbox = vec![b];
             h.on_data(&mut net, c());
             h.on_tick(&mut net);
-            if net.aborted {
+            if net.reset {
                 break;
             }
             net.now += Duration::from_secs(30);
         }
-        assert!(net.aborted, "a head may not take longer than the timeout");
+        assert!(net.reset, "a head may not take longer than the timeout");
         assert!(net.now <= Duration::from_secs(100), "{:?}", net.now);
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
         assert_eq!(
@@ -989,17 +871,17 @@ mod tests {
         );
         // No timeout: never.
         let (mut h, _) = server(None);
-        let mut net = Fake::new();
+        let mut net = fake();
         h.on_accept(&mut net, c());
         net.now += Duration::from_secs(3600);
         h.on_tick(&mut net);
-        assert!(!net.closed && !net.aborted);
+        assert!(!net.closed() && !net.reset);
     }
 
     #[test]
     fn a_peer_sending_empty_lines_forever_is_refused_431() {
         let (mut h, counters) = server(None);
-        let mut net = Fake::new();
+        let mut net = fake();
         net.inbox = b"\r\n".repeat(12_000);
         h.on_data(&mut net, c());
         let st = h.conns.get(c()).unwrap();
@@ -1014,7 +896,7 @@ mod tests {
             net.sent_text()
         );
         assert_eq!(counters.head_too_large.load(Ordering::Relaxed), 1);
-        assert!(net.shut && !net.aborted);
+        assert!(net.did("shutdown") && !net.reset);
     }
 
     #[test]
@@ -1022,7 +904,7 @@ mod tests {
         // A 20,000-byte head: the server reads MAX_HEAD + 1 bytes of it,
         // answers 431, and must not close with the rest unread (a reset).
         let (mut h, counters) = server(None);
-        let mut net = Fake::new();
+        let mut net = fake();
         net.inbox = [
             &b"GET / HTTP/1.1\r\nHost: a\r\nX: "[..],
             &vec![b'a'; 20_000],
@@ -1035,39 +917,39 @@ mod tests {
             "{}",
             net.sent_text()
         );
-        assert!(net.shut && !net.closed && !net.aborted);
+        assert!(net.did("shutdown") && !net.closed() && !net.reset);
         assert_eq!(counters.head_too_large.load(Ordering::Relaxed), 1);
         // What the peer still sends is dropped, nothing answered.
         let sent = net.sent.len();
         net.inbox = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n".to_vec();
         h.on_data(&mut net, c());
-        assert!(net.inbox.is_empty() && !net.closed && !net.aborted);
+        assert!(net.inbox.is_empty() && !net.closed() && !net.reset);
         assert_eq!(net.sent.len(), sent);
         assert_eq!(answered(&counters), 0);
         // The peer's FIN: closed, without a reset.
         net.peer_fin = true;
         h.on_peer_closed(&mut net, c());
-        assert!(net.closed && !net.aborted);
+        assert!(net.closed() && !net.reset);
     }
 
     #[test]
     fn a_linger_ends_after_two_seconds_and_is_not_idle() {
         let (mut h, counters) = server(Some(Duration::from_secs(1)));
-        let mut net = Fake::new();
+        let mut net = fake();
         h.on_accept(&mut net, c());
         net.inbox = b"GET /\r\n\r\n".to_vec();
         h.on_data(&mut net, c());
-        assert!(net.shut && !net.closed);
+        assert!(net.did("shutdown") && !net.closed());
         assert_eq!(counters.bad_request.load(Ordering::Relaxed), 1);
         net.now += Duration::from_millis(1500);
         h.on_tick(&mut net);
-        assert!(!net.closed && !net.aborted, "still lingering");
+        assert!(!net.closed() && !net.reset, "still lingering");
         // Bytes come, but no FIN: closed at the deadline, what came dropped
         // first (no reset for it).
         net.inbox = b"more".to_vec();
         net.now += Duration::from_millis(1500);
         h.on_tick(&mut net);
-        assert!(net.closed && !net.aborted);
+        assert!(net.closed() && !net.reset);
         assert!(net.inbox.is_empty());
         assert_eq!(counters.idle_closed.load(Ordering::Relaxed), 0);
         assert_eq!(counters.linger_expired.load(Ordering::Relaxed), 1);
@@ -1076,7 +958,7 @@ mod tests {
         h.on_tick(&mut net);
         h.on_data(&mut net, c());
         assert_eq!(counters.idle_closed.load(Ordering::Relaxed), 0);
-        assert!(!net.aborted);
+        assert!(!net.reset);
     }
 
     /// R-U-Dead-Yet: a head, then its body a byte every 30 s (a large
@@ -1096,25 +978,25 @@ mod tests {
             ),
         ] {
             let (mut h, counters) = server(Some(idle));
-            let mut net = Fake::new();
+            let mut net = fake();
             h.on_accept(&mut net, c());
             net.inbox = head.to_vec();
             h.on_data(&mut net, c());
             let start = net.now;
-            while !net.aborted && net.now < start + Duration::from_secs(600) {
+            while !net.reset && net.now < start + Duration::from_secs(600) {
                 net.now += Duration::from_secs(30);
                 net.inbox = vec![byte];
                 h.on_data(&mut net, c());
                 h.on_tick(&mut net);
             }
-            assert!(net.aborted, "{:?}", String::from_utf8_lossy(head));
+            assert!(net.reset, "{:?}", String::from_utf8_lossy(head));
             assert!(net.now <= start + Duration::from_secs(180), "{:?}", net.now);
             assert_eq!(counters.request_timeout.load(Ordering::Relaxed), 1);
             assert_eq!(answered(&counters), 0);
         }
         // A body at a fair rate is not: 2,000 bytes a second for 200 s.
         let (mut h, counters) = server(Some(idle));
-        let mut net = Fake::new();
+        let mut net = fake();
         h.on_accept(&mut net, c());
         net.inbox = b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 400000\r\n\r\n".to_vec();
         h.on_data(&mut net, c());
@@ -1124,7 +1006,7 @@ mod tests {
             h.on_data(&mut net, c());
             h.on_tick(&mut net);
         }
-        assert!(!net.aborted);
+        assert!(!net.reset);
         assert_eq!(answered(&counters), 1);
     }
 
@@ -1133,7 +1015,7 @@ mod tests {
     #[test]
     fn a_malformed_request_before_the_peer_s_fin_is_refused() {
         let (mut h, counters) = server(None);
-        let mut net = Fake::new();
+        let mut net = fake();
         net.inbox = b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /\r\n\r\n".to_vec();
         net.peer_fin = true;
         h.on_peer_closed(&mut net, c());
@@ -1142,7 +1024,7 @@ mod tests {
         assert!(text.contains("HTTP/1.1 400 Bad Request"), "{text}");
         assert_eq!(answered(&counters), 1);
         assert_eq!(counters.bad_request.load(Ordering::Relaxed), 1);
-        assert!(net.closed && !net.aborted);
+        assert!(net.closed() && !net.reset);
     }
 
     /// What a burst grew (a pipelined batch of responses) is given back
@@ -1150,7 +1032,7 @@ mod tests {
     #[test]
     fn a_burst_s_buffers_are_given_back_once_drained() {
         let (mut h, counters) = server(None);
-        let mut net = Fake::new();
+        let mut net = fake();
         net.send_room = Some(0);
         net.inbox = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n".repeat(5_000);
         h.on_data(&mut net, c());
@@ -1175,7 +1057,7 @@ mod tests {
         );
         // A long head, alike.
         let (mut h, _) = server(None);
-        let mut net = Fake::new();
+        let mut net = fake();
         let long = [
             &b"GET / HTTP/1.1\r\nHost: a\r\nX: "[..],
             &vec![b'a'; 15_000],
@@ -1194,7 +1076,7 @@ mod tests {
     #[test]
     fn a_request_line_too_long_is_refused_414() {
         let (mut h, counters) = server(None);
-        let mut net = Fake::new();
+        let mut net = fake();
         net.inbox = [&b"GET /"[..], &vec![b'a'; MAX_HEAD]].concat();
         h.on_data(&mut net, c());
         assert!(
@@ -1203,13 +1085,13 @@ mod tests {
             net.sent_text()
         );
         assert_eq!(counters.uri_too_long.load(Ordering::Relaxed), 1);
-        assert!(net.shut);
+        assert!(net.did("shutdown"));
     }
 
     #[test]
     fn requests_fed_a_byte_at_a_time_are_answered() {
         let (mut h, counters) = server(None);
-        let mut net = Fake::new();
+        let mut net = fake();
         let req = b"\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\nPOST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nabGET / HTTP/1.1\r\nHost: a\r\n\r\n";
         for &b in req {
             net.inbox.push(b);
@@ -1226,7 +1108,7 @@ mod tests {
     #[test]
     fn connect_is_refused_501_and_closed() {
         let (mut h, counters) = server(None);
-        let mut net = Fake::new();
+        let mut net = fake();
         net.inbox = [
             &b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n"[..],
             b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
@@ -1241,10 +1123,10 @@ mod tests {
         );
         assert_eq!(counters.not_implemented.load(Ordering::Relaxed), 1);
         assert_eq!(answered(&counters), 0);
-        assert!(net.shut && !net.aborted, "a FIN after the answer");
+        assert!(net.did("shutdown") && !net.reset, "a FIN after the answer");
         net.peer_fin = true;
         h.on_peer_closed(&mut net, c());
-        assert!(net.closed && !net.aborted);
+        assert!(net.closed() && !net.reset);
         assert_eq!(net.sent_text(), text, "nothing more answered");
     }
 
@@ -1263,7 +1145,7 @@ mod tests {
         for stop_at in [None, Some(Duration::from_secs(10))] {
             let counters = Arc::new(HttpCounters::default());
             let mut h = Http::new(&body, AllowFrom::default(), Some(idle), counters.clone());
-            let mut net = Fake::new();
+            let mut net = fake();
             net.send_room = Some(buffer);
             net.unacked = Some(0);
             h.on_accept(&mut net, c());
@@ -1274,7 +1156,7 @@ mod tests {
             let start = net.now;
             let mut freed = 0;
             let mut acked = 0;
-            while !net.aborted && net.now < start + Duration::from_secs(60) {
+            while !net.reset && net.now < start + Duration::from_secs(60) {
                 net.now += Duration::from_millis(100);
                 let reading = stop_at.is_none_or(|t| net.now < start + t);
                 let unacked = net.unacked.as_mut().unwrap();
@@ -1299,7 +1181,7 @@ mod tests {
             match stop_at {
                 None => {
                     assert!(
-                        !net.aborted && !net.closed,
+                        !net.reset && !net.closed(),
                         "reset at {:?}",
                         net.now - start
                     );
@@ -1307,7 +1189,7 @@ mod tests {
                     assert_eq!((closed, reset), (0, 0));
                 }
                 Some(t) => {
-                    assert!(net.aborted, "a peer that stopped reading is idle");
+                    assert!(net.reset, "a peer that stopped reading is idle");
                     let after = net.now - start - t;
                     assert!(after > idle && after <= idle + 2 * SWEEP, "{after:?}");
                     assert_eq!((closed, reset), (1, 1));
