@@ -2853,6 +2853,23 @@ mod tests {
             }
         }
 
+        /// Five rounds, a millisecond apart, of the peer's segments to the
+        /// handler and the handler's back (a handshake, an exchange of
+        /// data or of FINs, done); returns the time of the last.
+        fn talk(
+            &mut self,
+            h: &mut TcpHandler,
+            mut now: Duration,
+            addrs: (IpAddr, IpAddr),
+        ) -> Duration {
+            for _ in 0..5 {
+                now += Duration::from_millis(1);
+                self.send_to(h, now, addrs);
+                exchange(h, &mut [&mut *self], now, addrs);
+            }
+            now
+        }
+
         /// What the peer has to send, into the handler.
         fn send_to(&mut self, h: &mut TcpHandler, now: Duration, (ip, ours): (IpAddr, IpAddr)) {
             let mut seg = [0u8; 1600];
@@ -2902,12 +2919,7 @@ mod tests {
         h.listen(7, echo).unwrap();
         let t0 = Duration::from_millis(1);
         let mut p = LinkPeer::connect(t0, PEER_MAC, ip, 40001, ours);
-        let mut now = t0;
-        for _ in 0..5 {
-            now += Duration::from_millis(1);
-            p.send_to(&mut h, now, (ip, ours));
-            exchange(&mut h, &mut [&mut p], now, (ip, ours));
-        }
+        let mut now = p.talk(&mut h, t0, (ip, ours));
         assert_eq!(p.stack.state(p.conn), Ok(State::Established));
         assert_eq!(*log.lock().unwrap(), ["accept"]);
         assert!(h.fail_closed(&info(), now));
@@ -2915,11 +2927,7 @@ mod tests {
         exchange(&mut h, &mut [&mut p], now, (ip, ours));
         assert!(p.stack.state(p.conn).is_err(), "the peer was reset");
         let mut q = LinkPeer::connect(now, PEER_MAC, ip, 40002, ours);
-        for _ in 0..5 {
-            now += Duration::from_millis(1);
-            q.send_to(&mut h, now, (ip, ours));
-            exchange(&mut h, &mut [&mut q], now, (ip, ours));
-        }
+        q.talk(&mut h, now, (ip, ours));
         assert!(
             q.stack.state(q.conn).is_err(),
             "the new connection was refused"
@@ -2955,21 +2963,12 @@ mod tests {
         h.listen(7, echo).unwrap();
         let t0 = Duration::from_millis(1);
         let mut p = LinkPeer::connect(t0, PEER_MAC, ip, 40001, ours);
-        let mut now = t0;
-        for _ in 0..5 {
-            now += Duration::from_millis(1);
-            p.send_to(&mut h, now, (ip, ours));
-            exchange(&mut h, &mut [&mut p], now, (ip, ours));
-        }
+        let mut now = p.talk(&mut h, t0, (ip, ours));
         assert_eq!(p.stack.state(p.conn), Ok(State::Established));
         // A second connection from the same peer (one at a time: the
         // peers' frames go by MAC).
         let mut q = LinkPeer::connect(now, PEER_MAC, ip, 40002, ours);
-        for _ in 0..5 {
-            now += Duration::from_millis(1);
-            q.send_to(&mut h, now, (ip, ours));
-            exchange(&mut h, &mut [&mut q], now, (ip, ours));
-        }
+        now = q.talk(&mut h, now, (ip, ours));
         assert_eq!(q.stack.state(q.conn), Ok(State::Established));
         // `q`'s connection closes, ours first: TIME-WAIT here.
         let ours_q = h
@@ -2984,11 +2983,7 @@ mod tests {
             .unwrap();
         h.stack.close(ours_q).unwrap();
         q.stack.close(q.conn).unwrap();
-        for _ in 0..5 {
-            now += Duration::from_millis(1);
-            q.send_to(&mut h, now, (ip, ours));
-            exchange(&mut h, &mut [&mut q], now, (ip, ours));
-        }
+        now = q.talk(&mut h, now, (ip, ours));
         // (Held as a compact record, or in full.)
         assert_eq!(h.stack.connections_in(State::TimeWait), 1);
         // A half-open one: its SYN taken, the SYN-ACK lost.
@@ -3128,11 +3123,7 @@ mod tests {
         h.listen(7, Echo::default()).unwrap();
         let t0 = Duration::from_millis(1);
         let mut p = LinkPeer::connect(t0, PEER_MAC, ip, 40001, ours);
-        for i in 0..5 {
-            let now = t0 + Duration::from_millis(i);
-            p.send_to(&mut h, now, (ip, ours));
-            exchange(&mut h, &mut [&mut p], now, (ip, ours));
-        }
+        p.talk(&mut h, t0, (ip, ours));
         assert!(h.neighbors.contains(ip));
         // The peer silent for 31 s: X connects from its address.
         let t1 = Duration::from_secs(32);
