@@ -1,6 +1,7 @@
 //! Support for tests that fake a [`Net`]: the settings and
 //! queries a fake has no use for, written once, and [`OneConn`], one
-//! connection's buffers with no stack behind them.
+//! connection's buffers with no stack behind them, and [`KeptHandler`], a
+//! core's set-up that hands the test the handler an extension registers.
 //!
 //! Only with the `testing` feature (and in this crate's own tests), so that
 //! it is no part of the API an application sees.
@@ -151,7 +152,10 @@ macro_rules! fake_net_settings {
     };
 }
 
-use crate::{ConnHandle, ConnInfo, Error, FourTuple, Net, Placement, Stats};
+use crate::{
+    ConnHandle, ConnHandler, ConnInfo, Dispatcher, Error, FourTuple, HandlerId, Net, Placement,
+    Setup, Stats,
+};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -329,5 +333,65 @@ impl Net for OneConn {
     }
     fn stats(&self) -> &Stats {
         &self.stats
+    }
+}
+
+/// A core's [`Setup`] that keeps the handler registered on it with
+/// `add_boxed` (a queue-pair relay, say) for the test to call as the core
+/// would: `handler` holds it. `listen_with` is taken and does nothing; a
+/// handler given to `listen_boxed` is refused (`InvalidState`).
+#[derive(Default)]
+pub struct KeptHandler {
+    /// The queue the set-up is for.
+    pub queue: u32,
+    /// The handler registered last.
+    pub handler: Option<Box<dyn ConnHandler>>,
+    ids: Dispatcher,
+}
+
+impl KeptHandler {
+    /// A set-up for `queue` that has kept no handler yet.
+    pub fn new(queue: u32) -> KeptHandler {
+        KeptHandler {
+            queue,
+            ..KeptHandler::default()
+        }
+    }
+}
+
+impl std::fmt::Debug for KeptHandler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeptHandler")
+            .field("queue", &self.queue)
+            .field("handler", &self.handler.as_ref().map(|_| "kept"))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Handles no connection: what [`KeptHandler`] registers in the kept
+/// handler's place, for its id.
+struct Nothing;
+
+impl ConnHandler for Nothing {
+    fn on_data(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
+}
+
+impl Setup for KeptHandler {
+    fn queue(&self) -> u32 {
+        self.queue
+    }
+    fn listen_boxed(
+        &mut self,
+        _port: u16,
+        _handler: Box<dyn ConnHandler>,
+    ) -> Result<HandlerId, Error> {
+        Err(Error::InvalidState)
+    }
+    fn add_boxed(&mut self, handler: Box<dyn ConnHandler>) -> HandlerId {
+        self.handler = Some(handler);
+        self.ids.add_boxed(Box::new(Nothing))
+    }
+    fn listen_with(&mut self, _port: u16, _handler: HandlerId) -> Result<(), Error> {
+        Ok(())
     }
 }

@@ -856,7 +856,8 @@ mod tests {
     use crate::message::SMALL_MESSAGE_COST;
     use crate::service::{CoreSetupError, QueuePairConfig, QueuePairs};
     use crossbeam_channel::unbounded;
-    use flowlane_app::{Dispatcher, FourTuple, HandlerId, Setup, SetupExt, Stats};
+    use flowlane_app::testing::KeptHandler;
+    use flowlane_app::{FourTuple, SetupExt, Stats};
     use std::net::SocketAddr;
 
     /// The core's one connection: bytes to read, how much a send takes,
@@ -1242,42 +1243,6 @@ mod tests {
         ));
     }
 
-    /// A core's set-up that keeps the handler registered (the relay) for
-    /// the test to call as the core would.
-    #[derive(Default)]
-    struct HandSetup {
-        queue: u32,
-        relay: Option<Box<dyn ConnHandler>>,
-        ids: Dispatcher,
-    }
-
-    /// Handles no connection (its id only is wanted).
-    struct Nothing;
-
-    impl ConnHandler for Nothing {
-        fn on_data(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
-    }
-
-    impl Setup for HandSetup {
-        fn queue(&self) -> u32 {
-            self.queue
-        }
-        fn listen_boxed(
-            &mut self,
-            _port: u16,
-            _handler: Box<dyn ConnHandler>,
-        ) -> Result<HandlerId, Error> {
-            Err(Error::InvalidState)
-        }
-        fn add_boxed(&mut self, handler: Box<dyn ConnHandler>) -> HandlerId {
-            self.relay = Some(handler);
-            self.ids.add_boxed(Box::new(Nothing))
-        }
-        fn listen_with(&mut self, _port: u16, _handler: HandlerId) -> Result<(), Error> {
-            Ok(())
-        }
-    }
-
     /// Tells the placement of each connection it accepts.
     struct TellPlacement(std::sync::mpsc::Sender<Placement>);
 
@@ -1319,9 +1284,9 @@ mod tests {
             },
         )
         .unwrap();
-        let mut setup = HandSetup::default();
+        let mut setup = KeptHandler::default();
         qp.setup_core(&mut setup).unwrap();
-        let mut relay = setup.relay.take().expect("the core's relay");
+        let mut relay = setup.handler.take().expect("the core's relay");
         let mut core = Core {
             cpu: Some(1),
             ..Core::default()
@@ -1354,10 +1319,7 @@ mod tests {
             |_| Ok(()),
         )
         .unwrap();
-        let mut second = HandSetup {
-            queue: 1,
-            ..HandSetup::default()
-        };
+        let mut second = KeptHandler::new(1);
         let e = qp.setup_core(&mut second).unwrap_err();
         assert_eq!(e, CoreSetupError::NoRelay { queue: 1, cores: 1 });
         let text = e.to_string();
@@ -1366,8 +1328,8 @@ mod tests {
                 && text.contains("QueuePairConfig::cores lists 1 core (queues 0 to 0)"),
             "{text}"
         );
-        qp.setup_core(&mut HandSetup::default()).unwrap();
-        let e = qp.setup_core(&mut HandSetup::default()).unwrap_err();
+        qp.setup_core(&mut KeptHandler::default()).unwrap();
+        let e = qp.setup_core(&mut KeptHandler::default()).unwrap_err();
         assert!(e.to_string().contains("setup_core was called twice"), "{e}");
         assert_eq!(Error::from(e), Error::InvalidState);
         assert_eq!(qp.stop(), None);

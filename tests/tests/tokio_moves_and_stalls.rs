@@ -12,9 +12,8 @@ use std::sync::mpsc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use flowlane_app::{
-    ConnHandle, ConnHandler, Dispatcher, Error, FourTuple, HandlerId, Net, Placement, Setup, Stats,
-};
+use flowlane_app::testing::KeptHandler;
+use flowlane_app::{ConnHandle, ConnHandler, Error, FourTuple, Net, Placement, Stats};
 use flowlane_qp::{QueuePairConfig, QueuePairs};
 use flowlane_tokio::{AsyncConfig, Connector, Local, TcpStream};
 use loopback_common::places;
@@ -98,51 +97,12 @@ impl Net for Core {
     }
 }
 
-/// Handles no connection (its id only is wanted).
-struct Nothing;
-
-impl ConnHandler for Nothing {
-    fn on_data(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
-}
-
-/// A core's set-up that keeps the handler registered (the relay) for the
-/// test to call.
-struct HandSetup {
-    queue: u32,
-    relay: Option<Box<dyn ConnHandler>>,
-    ids: Dispatcher,
-}
-
-impl Setup for HandSetup {
-    fn queue(&self) -> u32 {
-        self.queue
-    }
-    fn listen_boxed(
-        &mut self,
-        _port: u16,
-        _handler: Box<dyn ConnHandler>,
-    ) -> Result<HandlerId, Error> {
-        Err(Error::InvalidState)
-    }
-    fn add_boxed(&mut self, handler: Box<dyn ConnHandler>) -> HandlerId {
-        self.relay = Some(handler);
-        self.ids.add_boxed(Box::new(Nothing))
-    }
-    fn listen_with(&mut self, _port: u16, _handler: HandlerId) -> Result<(), Error> {
-        Ok(())
-    }
-}
-
 /// Core `queue` of `qp`, started: its relay and its fake stack.
 fn hand_core(qp: &QueuePairs, queue: u32) -> (Box<dyn ConnHandler>, Core) {
-    let mut setup = HandSetup {
-        queue,
-        relay: None,
-        ids: Dispatcher::new(),
-    };
+    let mut setup = KeptHandler::new(queue);
     qp.setup_core(&mut setup).unwrap();
     let mut core = Core::new(queue);
-    let mut relay = setup.relay.expect("the relay registered");
+    let mut relay = setup.handler.expect("the relay registered");
     relay.on_start(&mut core);
     (relay, core)
 }
