@@ -106,6 +106,15 @@ impl EphemeralPorts {
         }
     }
 
+    /// Whether replies can reach this queue at all: without RSS (one
+    /// queue, or software steering by port), yes; with it, only while the
+    /// indirection table gives the queue a bucket.
+    pub fn steered_here(&self) -> bool {
+        self.rss
+            .as_ref()
+            .is_none_or(|r| r.table().entries().contains(&self.queue))
+    }
+
     /// Follows a change of the NIC's RSS (a bucket moved between queues):
     /// ports are chosen by the new table from now on.
     pub fn set_rss(&mut self, rss: RssState) {

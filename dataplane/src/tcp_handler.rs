@@ -317,7 +317,9 @@ impl Net for StackNet<'_> {
 
     /// A port of the ephemeral range whose replies RSS steers to this queue,
     /// drawn from the destination's keyed hash (RFC 6056 §3.3.4) among
-    /// those whose tuple is free: [`Error::AddrInUse`] only when none is.
+    /// those whose tuple is free: [`Error::AddrInUse`] only when none is,
+    /// [`Error::NotSteeredHere`] when the RSS table gives the queue no
+    /// bucket (no port's replies would reach it).
     /// [`Error::InvalidState`] at once, nothing sent, on a queue without
     /// an ephemeral range ([`TcpConfig::ephemeral`]; a `TcpService` not
     /// started `active`): its SYN's replies would reach the kernel, and the
@@ -337,7 +339,11 @@ impl Net for StackNet<'_> {
             .next(local_ip, remote, stack.port_hash(local_ip, remote), |p| {
                 stack.tuple_free(SocketAddr::new(local_ip, p), remote)
             })
-            .ok_or(Error::AddrInUse)?;
+            .ok_or(if ports.steered_here() {
+                Error::AddrInUse
+            } else {
+                Error::NotSteeredHere
+            })?;
         let conn = self
             .stack
             .connect(self.now, SocketAddr::new(local_ip, port), remote)?;
@@ -3069,11 +3075,9 @@ mod tests {
         }
     }
 
-    /// A queue without an ephemeral range (a service not started
-    /// `active`: replies to its opens would reach the kernel) refuses an
-    /// open at once, sending nothing; with one, the open goes out.
-    #[test]
-    fn a_queue_without_an_ephemeral_range_refuses_opens_at_once() {
+    /// What an open from queue 0's `on_start` returned, and the frames
+    /// the queue sent then, with `cfg`.
+    fn open_at_start(mut cfg: TcpConfig) -> (Result<ConnHandle, Error>, Vec<Vec<u8>>) {
         type Got = Arc<std::sync::Mutex<Option<Result<ConnHandle, Error>>>>;
         struct Opener(Got);
         impl ConnHandler for Opener {
@@ -3083,18 +3087,26 @@ mod tests {
             fn on_data(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
         }
         let t0 = Duration::from_millis(1);
+        cfg.neighbors
+            .insert_spec("10.99.0.2=02:00:00:00:00:02")
+            .unwrap();
+        let mut h = TcpHandler::new(&info(), cfg);
+        let got = Got::default();
+        h.add(Opener(got.clone()));
+        h.start(instant(t0), &NoFrames);
+        let opened = got.lock().unwrap().take().expect("on_start ran");
+        (opened, poll(&mut h, t0))
+    }
+
+    /// A queue without an ephemeral range (a service not started
+    /// `active`: replies to its opens would reach the kernel) refuses an
+    /// open at once, sending nothing; with one, the open goes out.
+    #[test]
+    fn a_queue_without_an_ephemeral_range_refuses_opens_at_once() {
         for range in [None, Some(EPHEMERAL)] {
             let mut cfg = TcpConfig::new(Ipv4Addr::new(10, 99, 0, 1), OUR_MAC, [1; 16]);
             cfg.ephemeral = range;
-            cfg.neighbors
-                .insert_spec("10.99.0.2=02:00:00:00:00:02")
-                .unwrap();
-            let mut h = TcpHandler::new(&info(), cfg);
-            let got = Got::default();
-            h.add(Opener(got.clone()));
-            h.start(instant(t0), &NoFrames);
-            let opened = got.lock().unwrap().take().expect("on_start ran");
-            let sent = poll(&mut h, t0);
+            let (opened, sent) = open_at_start(cfg);
             match range {
                 None => {
                     assert_eq!(opened, Err(Error::InvalidState));
@@ -3104,6 +3116,35 @@ mod tests {
                     assert!(opened.is_ok(), "{opened:?}");
                     assert_eq!(sent.len(), 1, "the SYN");
                 }
+            }
+        }
+    }
+
+    /// A queue the NIC's RSS table gives no bucket (every bucket on queue
+    /// 1) has no port whose replies would reach it: its open is refused
+    /// at once saying so (`NotSteeredHere`), not as "address in use" (the
+    /// range used up); given a bucket, it opens.
+    #[test]
+    fn an_open_on_a_queue_without_a_bucket_is_refused_saying_why() {
+        for (table, want_ok) in [(vec![1u32; 128], false), ([0u32, 1].repeat(64), true)] {
+            let mut cfg = TcpConfig::new(Ipv4Addr::new(10, 99, 0, 1), OUR_MAC, [1; 16]);
+            cfg.ephemeral = Some(EPHEMERAL);
+            cfg.rss = Some(
+                crate::ephemeral::rss_state(
+                    flowlane_numa_sched::toeplitz::RssKey::microsoft_default().as_bytes(),
+                    &table,
+                    2,
+                )
+                .unwrap(),
+            );
+            let (opened, sent) = open_at_start(cfg);
+            if want_ok {
+                assert!(opened.is_ok(), "{opened:?}");
+                assert_eq!(sent.len(), 1, "the SYN");
+            } else {
+                assert_eq!(opened, Err(Error::NotSteeredHere));
+                assert!(sent.is_empty(), "no SYN");
+                assert!(Error::NotSteeredHere.to_string().contains("no bucket"));
             }
         }
     }

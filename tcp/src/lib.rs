@@ -246,6 +246,11 @@ pub enum Error {
     InvalidSnapshot,
     /// The stack holds [`Config::max_connections`] connections already.
     ConnectionLimit,
+    /// An active open found no local port whose replies reach this core:
+    /// the NIC's RSS indirection table sends none of its buckets to the
+    /// core's queue (a backend that steers by RSS says so; the stack
+    /// itself never does).
+    NotSteeredHere,
 }
 
 impl fmt::Display for Error {
@@ -258,6 +263,9 @@ impl fmt::Display for Error {
             Error::WouldBlock => "operation would block",
             Error::InvalidState => "invalid connection state for this operation",
             Error::InvalidSnapshot => "inconsistent connection snapshot",
+            Error::NotSteeredHere => {
+                "no local port's replies reach this queue: the NIC's RSS table gives it no bucket"
+            }
         };
         f.write_str(s)
     }

@@ -66,8 +66,10 @@ struct Closing {
 }
 
 /// The error of an open that the thread's queue pairs refused at once
-/// (`Net::connect`'s error): no local port (`AddrInUse`), an address it
-/// cannot open to (`InvalidInput`), the thread's connection table full
+/// (`Net::connect`'s error): no local port (`AddrInUse`), none whose
+/// replies reach the thread's core (`AddrNotAvailable`: the NIC's RSS
+/// table gives its queue no bucket), an address it cannot open to
+/// (`InvalidInput`), the thread's connection table full
 /// (`QuotaExceeded`), or a thread that can never open one
 /// (`Unsupported`): its service opens no connections (an AF_XDP service
 /// started passive, `TcpServiceConfig::active` false, whose replies would
@@ -77,6 +79,7 @@ fn connect_error(remote: std::net::SocketAddr, e: Error) -> io::Error {
     let (kind, why) = match e {
         Error::AddrInUse => (io::ErrorKind::AddrInUse, "no local port left".to_string()),
         Error::InvalidAddress => (io::ErrorKind::InvalidInput, e.to_string()),
+        Error::NotSteeredHere => (io::ErrorKind::AddrNotAvailable, e.to_string()),
         Error::ConnectionLimit => (
             io::ErrorKind::QuotaExceeded,
             "the application thread holds the most connections it can".to_string(),
