@@ -3120,10 +3120,10 @@ mod tests {
         }
     }
 
-    /// A queue the NIC's RSS table gives no bucket (every bucket on queue
-    /// 1) has no port whose replies would reach it: its open is refused
-    /// at once saying so (`NotSteeredHere`), not as "address in use" (the
-    /// range used up); given a bucket, it opens.
+    /// A queue the NIC's RSS table gives no bucket (every bucket on the
+    /// other queue) has no port whose replies would reach it: its open is
+    /// refused at once saying so (`NotSteeredHere`), not as "address in
+    /// use" (the range used up); given a bucket, it opens.
     #[test]
     fn an_open_on_a_queue_without_a_bucket_is_refused_saying_why() {
         for (table, want_ok) in [(vec![1u32; 128], false), ([0u32, 1].repeat(64), true)] {
