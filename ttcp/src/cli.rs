@@ -2,7 +2,7 @@
 
 use std::net::IpAddr;
 
-use flowlane_dataplane::service_args::{DataPathArgs, ExecMode, RebalanceArgs};
+use flowlane_dataplane::service_args::{DataPathArgs, EcnChoice, ExecMode, RebalanceArgs};
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
@@ -80,7 +80,11 @@ pub struct RunArgs {
     pub conns_per_thread: usize,
     /// Buffer size per read/write (k/m suffixes: 64k): the sender's writes,
     /// and the kernel backend's reads; flowlane's receiver reads in place
-    /// (zero-copy: whatever arrived, however much).
+    /// (zero-copy: whatever arrived, however much). A write is of what the
+    /// data path has room for, at most: the kernel backend's at most 256
+    /// KiB, its reads at most what a socket holds (net.ipv4.tcp_rmem's
+    /// maximum), so that a byte counts about when the socket took or gave
+    /// it.
     #[arg(short = 'b', default_value = "64k", value_parser = parse_size)]
     pub buffer: usize,
     /// Warm-up seconds (not counted).
@@ -298,16 +302,23 @@ impl RunArgs {
     }
 
     /// The first flag given that only the flowlane backend takes (its
-    /// control socket, its data path's), if any.
+    /// control socket, its data path's), if any. `--ecn` counts as given
+    /// when it is not `accept` (its default, and Linux's `tcp_ecn`
+    /// default): kernel sockets have no per-socket ECN. `--congestion`
+    /// is not one: the kernel backend sets it on its sockets.
     fn flowlane_only_flag(&self) -> Option<&'static str> {
+        let d = &self.data_path;
         [
             ("--control-socket", self.rebalance.control_socket.is_some()),
             ("--daemon-socket", self.rebalance.daemon_socket.is_some()),
-            ("--busy-poll", self.data_path.busy_poll),
-            (
-                "--frames-per-queue",
-                self.data_path.frames_per_queue.is_some(),
-            ),
+            ("--busy-poll", d.busy_poll),
+            ("--frames-per-queue", d.frames_per_queue.is_some()),
+            ("--queues", d.queues.is_some()),
+            ("--neighbor", !d.neighbor.is_empty()),
+            ("--rss-key", d.rss_key.is_some()),
+            ("--rss-table", d.rss_table.is_some()),
+            ("--copy-receive", d.copy_receive),
+            ("--ecn", d.ecn != EcnChoice::default()),
         ]
         .into_iter()
         .find_map(|(flag, given)| given.then_some(flag))
@@ -450,7 +461,9 @@ impl RunArgs {
         } else if let Some(flag) = self.flowlane_only_flag() {
             bail!("{flag} goes with --backend flowlane (the kernel backend has no data path of flowlane's): drop it");
         }
-        if self.rebalance.requested().is_some()
+        // `--rebalance off` too: the kernel backend and the sender have
+        // no buckets to move, either way.
+        if (self.rebalance.rebalance.is_some() || self.rebalance.requested().is_some())
             && (self.backend != BackendKind::Flowlane || self.sender)
         {
             bail!("--rebalance goes with a --backend flowlane receiver (-r)");
@@ -460,6 +473,7 @@ impl RunArgs {
             threads,
             addr,
             conns_per_thread: self.conns_per_thread,
+            no_sync: self.no_sync,
             overlap_us: self.overlap_us.unwrap_or(0),
             flowlane: FlowlaneOptions {
                 iface: self.nic.clone(),
@@ -654,6 +668,45 @@ mod tests {
                 &["-s", "-m", "1,*,127.0.0.1", "--frames-per-queue", "4096"],
                 "--frames-per-queue goes with --backend flowlane",
             ),
+            // The data path's flags that kernel sockets would ignore.
+            (
+                &["-r", "-m", "1,*,127.0.0.1", "--queues", "3"],
+                "--queues goes with --backend flowlane",
+            ),
+            (
+                &[
+                    "-s",
+                    "-m",
+                    "1,*,127.0.0.1",
+                    "--neighbor",
+                    "127.0.0.1=02:00:00:00:00:01",
+                ],
+                "--neighbor goes with --backend flowlane",
+            ),
+            (
+                &["-r", "-m", "1,*,127.0.0.1", "--copy-receive"],
+                "--copy-receive goes with --backend flowlane",
+            ),
+            (
+                &["-s", "-m", "1,*,127.0.0.1", "--ecn", "on"],
+                "--ecn goes with --backend flowlane",
+            ),
+            (
+                &["-r", "-m", "1,*,127.0.0.1", "--rebalance", "off"],
+                "--rebalance goes with a --backend flowlane receiver (-r)",
+            ),
+            (
+                &[
+                    "-s",
+                    "-m",
+                    "1,*,10.0.0.1",
+                    "--backend",
+                    "flowlane",
+                    "--rebalance",
+                    "off",
+                ],
+                "--rebalance goes with a --backend flowlane receiver (-r)",
+            ),
             (
                 &["-s", "-m", "1,*,127.0.0.1", "--overlap-us", "100"],
                 "--overlap-us needs --mode queue-pair on the sender",
@@ -727,5 +780,21 @@ mod tests {
             assert!(!e.contains('\n'), "{a:?}: {e}");
         }
         assert!(Cli::try_parse_from(["flowlane-ttcp", "-r", "-s"]).is_err());
+    }
+
+    /// `--congestion` is both backends' (the kernel backend sets it on its
+    /// sockets), its default cubic; `--ecn accept` is the kernel's default
+    /// too, so not refused.
+    #[test]
+    fn congestion_goes_with_both_backends() {
+        let p = args(&["-s", "-m", "1,*,127.0.0.1"]).plan().unwrap();
+        assert_eq!(p.congestion_name(), "cubic");
+        let p = args(&["-r", "-m", "1,*,127.0.0.1", "--congestion", "newreno"])
+            .plan()
+            .unwrap();
+        assert_eq!(p.congestion_name(), "newreno");
+        args(&["-r", "-m", "1,*,127.0.0.1", "--ecn", "accept"])
+            .plan()
+            .unwrap();
     }
 }

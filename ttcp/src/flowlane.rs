@@ -129,7 +129,7 @@ fn service_config(plan: &Plan, ports: &[u16], active: bool) -> Result<(TcpServic
     let opts = &plan.flowlane.data_path;
     let mut config = TcpServiceConfig::new(&iface(plan)?);
     config.queues = opts.queues;
-    let (_, queues) = config.interface()?;
+    let queues = interface_queues(&config)?;
     // Workers are placed on the CPUs the -m mappings name, if any.
     let named: Vec<u32> = plan.threads.iter().flatten().map(|&c| c as u32).collect();
     config.cpus = (!named.is_empty()).then_some(named);
@@ -161,7 +161,16 @@ fn service_config(plan: &Plan, ports: &[u16], active: bool) -> Result<(TcpServic
 fn queue_count(plan: &Plan) -> Result<u32> {
     let mut config = TcpServiceConfig::new(&iface(plan)?);
     config.queues = plan.flowlane.data_path.queues;
-    Ok(config.interface()?.1)
+    interface_queues(&config)
+}
+
+/// The queues `config` serves on its interface, checked (`--queues` within
+/// the interface's); an error in ttcp's flags, as `TcpService::start`'s.
+fn interface_queues(config: &TcpServiceConfig) -> Result<u32> {
+    let (_, queues) = config
+        .interface()
+        .map_err(|e| anyhow!("{}", ttcp_flags(&format!("{e:#}"))))?;
+    Ok(queues)
 }
 
 /// Starts the data path on the plan's interface, one worker per queue,
@@ -244,10 +253,13 @@ fn start(
 }
 
 /// A data-path error as ttcp's flags say it: the configuration fields it
-/// names as the services' flags (`service_args::cli_terms`), and the
-/// services' `--port` as ttcp's `-p` (its data ports `-p`..`-p`+`-P`-1).
+/// names as the services' flags (`service_args::cli_terms`), the services'
+/// `--port` as ttcp's `-p` (its data ports `-p`..`-p`+`-P`-1) and their
+/// `--iface` as ttcp's `--nic`.
 fn ttcp_flags(error: &str) -> String {
-    flowlane_dataplane::service_args::cli_terms(error).replace("another --port", "another -p")
+    flowlane_dataplane::service_args::cli_terms(error)
+        .replace("another --port", "another -p")
+        .replace("use --iface NAME", "use --nic NAME")
 }
 
 /// flowlane's TCP counters summed over the queues, as `/proc/net/snmp`'s
@@ -385,6 +397,23 @@ mod tests {
             "port 5001/tcp is in use by a kernel socket (…): choose another --port or stop it",
         );
         assert!(e.ends_with("choose another -p or stop it"), "{e}");
+        let e = ttcp_flags(&format!(
+            "no interface eth9 ({})",
+            flowlane_dataplane::iface::NOT_HERE
+        ));
+        assert!(e.contains("use --nic NAME"), "{e}");
+        assert!(!e.contains("--iface"), "{e}");
+    }
+
+    /// `--queues` past the interface's is said in ttcp's flags, not in
+    /// the library's configuration fields (`lo` has one queue).
+    #[test]
+    fn too_many_queues_are_said_in_ttcps_flags() {
+        let e = queue_count(&plan("-s -m 1,*,127.0.0.9 --backend flowlane --queues 3"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("asked for 3 (use --queues 1..=1)"), "{e}");
+        assert!(!e.contains("TcpServiceConfig"), "{e}");
     }
 
     /// The interface is `--nic`'s, or found from the addresses: never a

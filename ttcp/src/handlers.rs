@@ -10,14 +10,15 @@
 //! (relaxed atomics written by that thread only), which the measuring
 //! thread reads when the run ends.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use flowlane_app::{
-    CloseReason, ConnHandle, ConnHandler, ConnState, Net, Setup, SetupExt, State, Wake,
+    CloseReason, CongestionAlgorithm, ConnHandle, ConnHandler, ConnState, Net, Setup, SetupExt,
+    State, Wake,
 };
 use flowlane_dataplane::counters;
 use hdrhistogram::Histogram;
@@ -83,6 +84,8 @@ pub fn receiver(plan: &Plan) -> impl HandlerSetup {
     let echo = plan.params.mode != Mode::Throughput;
     let buf_len = plan.params.buffer.max(plan.params.msg_size);
     let local_ip = plan.addr;
+    let congestion = Congestion::of(plan);
+    let no_sync = plan.no_sync;
     move |h: &mut dyn Setup, w: &Arc<WorkerCounters>, sh: &Arc<Shared>| {
         for &port in &ports {
             let rx = Rx {
@@ -91,6 +94,8 @@ pub fn receiver(plan: &Plan) -> impl HandlerSetup {
                 echo,
                 local: SocketAddr::new(local_ip, port),
                 buf: vec![0; buf_len],
+                congestion: congestion.clone(),
+                no_sync,
             };
             h.listen(port, rx)
                 .map_err(|e| format!("core {} port {port}: {e}", h.queue()))?;
@@ -116,6 +121,7 @@ pub fn sender(plan: &Plan, cores: u32) -> impl HandlerSetup {
         ..PingPong::default()
     });
     let cores = cores.max(1) as usize;
+    let congestion = Congestion::of(plan);
     move |h: &mut dyn Setup, w: &Arc<WorkerCounters>, sh: &Arc<Shared>| {
         let q = h.queue() as usize;
         let share = total / cores;
@@ -145,10 +151,69 @@ pub fn sender(plan: &Plan, cores: u32) -> impl HandlerSetup {
             wake: None,
             ticks: 0,
             in_tick: false,
+            congestion: congestion.clone(),
+            opening: HashMap::new(),
         });
         Ok(())
     }
 }
+
+/// `--congestion`, set on every data connection as it opens: kernel
+/// sockets run the system's default otherwise (flowlane's stack runs the
+/// flag's already: setting it again changes nothing), so that both
+/// backends run what the flag says. A connection that refuses it fails
+/// the run (`kernel::start` checks beforehand that sockets take it).
+#[derive(Debug, Clone)]
+struct Congestion {
+    alg: CongestionAlgorithm,
+    /// As the flag names it.
+    name: String,
+}
+
+impl Congestion {
+    fn of(plan: &Plan) -> Congestion {
+        Congestion {
+            alg: plan.flowlane.data_path.congestion.algorithm(),
+            name: plan.congestion_name(),
+        }
+    }
+
+    /// Sets it on `conn`; the run fails if the data path refuses.
+    fn set(&self, net: &mut dyn Net, conn: ConnHandle, shared: &Shared) {
+        if let Err(e) = net.set_congestion(conn, self.alg) {
+            shared.fail(format!(
+                "--congestion {}: a data connection refused it ({e})",
+                self.name
+            ));
+        }
+    }
+}
+
+/// How a data connection that ended early ended, in words: when
+/// (`phase`) and how (`reason`), for the run's error.
+fn ended_early_words(phase: Phase, reason: CloseReason) -> String {
+    let when = match phase {
+        Phase::Pre => "before the test started",
+        Phase::Warmup => "in the warm-up",
+        Phase::Measured => "in the measured window",
+        Phase::Cooldown => "in the cool-down",
+        Phase::Post => "after the cool-down",
+    };
+    let how = match reason {
+        CloseReason::Normal => "closed by the peer",
+        CloseReason::Reset => "reset by the peer",
+        CloseReason::Timeout => "timed out",
+        CloseReason::Aborted => "aborted here",
+    };
+    format!("a data connection ended {when} ({how})")
+}
+
+/// Without sync (`-N`) each end takes t0 on its own (the receiver at its
+/// first accept, the sender once all its connections are up), a few
+/// milliseconds apart either way: a sender's connections that end this
+/// close to the end of the receiver's measured window ended at the
+/// sender's own end, not early.
+const NO_SYNC_SLACK: Duration = Duration::from_millis(250);
 
 /// Busy computation for `d` (the "application work" of the overlap test).
 pub fn compute_for(d: Duration) -> Duration {
@@ -258,6 +323,10 @@ struct Tx {
     /// `on_tick`s so far (one a pass), and whether one runs now.
     ticks: u64,
     in_tick: bool,
+    congestion: Congestion,
+    /// Connections opened here and not connected yet, with where to: a
+    /// refusal names the address.
+    opening: HashMap<ConnHandle, SocketAddr>,
 }
 
 /// What a `Tx` connection takes to another core when its RSS bucket moves
@@ -478,7 +547,10 @@ impl ConnHandler for Tx {
     fn on_start(&mut self, net: &mut dyn Net) {
         for &to in &self.to {
             match net.connect(to) {
-                Ok(c) => self.conns.push(c),
+                Ok(c) => {
+                    self.conns.push(c);
+                    self.opening.insert(c, to);
+                }
                 Err(e) => {
                     self.shared.fail(format!("connect to {to}: {e}"));
                     return;
@@ -487,6 +559,8 @@ impl ConnHandler for Tx {
         }
     }
     fn on_connected(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        self.opening.remove(&conn);
+        self.congestion.set(net, conn, &self.shared);
         counters::bump(&self.w.connections);
         if let Ok(t) = net.four_tuple(conn) {
             let _ = self.shared.local.set(t.local);
@@ -525,17 +599,26 @@ impl ConnHandler for Tx {
     }
     fn on_closed(&mut self, _net: &mut dyn Net, conn: ConnHandle, reason: CloseReason) {
         self.conns.retain(|&c| c != conn);
-        if let Some(ph) = self.ended_early(false) {
-            self.shared.fail(format!(
-                "a data connection closed during {ph:?}: {reason:?}"
-            ));
-        }
+        let to = self.opening.remove(&conn);
+        let Some(ph) = self.ended_early(false) else {
+            return;
+        };
+        self.shared.fail(match (to, reason) {
+            (Some(to), CloseReason::Reset) => format!(
+                "the data connection to {to} was refused: nothing listens there (start the receiver first, or check -m's address and -p/-P)"
+            ),
+            (Some(to), CloseReason::Timeout) => format!(
+                "the data connection to {to} got no answer (timed out): check -m's address and that the receiver runs"
+            ),
+            _ => ended_early_words(ph, reason),
+        });
     }
     /// The connection leaves with its RSS bucket: out of this core's
     /// lists; its ping-pong goes along. (Its count in `connected` and the
     /// bytes sent so far stay where they were counted.)
     fn on_export(&mut self, _net: &mut dyn Net, conn: ConnHandle) -> Option<ConnState> {
         self.conns.retain(|&c| c != conn);
+        self.opening.remove(&conn);
         if self.queued.remove(&conn) {
             self.ready.retain(|&c| c != conn);
         }
@@ -592,7 +675,8 @@ impl ConnHandler for Tx {
             .is_some_and(|m| m.closed);
         if let Some(ph) = self.ended_early(closed) {
             self.shared.fail(format!(
-                "a data connection was lost moving to another core during {ph:?}"
+                "{}: lost moving to another core",
+                ended_early_words(ph, CloseReason::Aborted)
             ));
         }
     }
@@ -611,6 +695,10 @@ struct Rx {
     echo: bool,
     local: SocketAddr,
     buf: Vec<u8>,
+    congestion: Congestion,
+    /// `-N`: no control channel tells that the sender stopped early; its
+    /// connections' ends do.
+    no_sync: bool,
 }
 
 impl Rx {
@@ -657,6 +745,7 @@ impl ConnHandler for Rx {
         if self.echo {
             let _ = net.set_nodelay(conn, true);
         }
+        self.congestion.set(net, conn, &self.shared);
         counters::bump(&self.w.connections);
         let _ = self.shared.local.set(self.local);
         self.shared.accepted.fetch_add(1, Ordering::Relaxed);
@@ -671,6 +760,22 @@ impl ConnHandler for Rx {
     }
     fn on_peer_closed(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         self.serve(net, conn);
+    }
+    /// `-N`: a connection that ends before the measured window is over
+    /// (bar [`NO_SYNC_SLACK`]) fails the run, as a synced receiver fails
+    /// when its sender stops early: its average would be over time the
+    /// sender did not send.
+    fn on_closed(&mut self, _net: &mut dyn Net, _conn: ConnHandle, reason: CloseReason) {
+        if !self.no_sync || self.shared.stopping() {
+            return;
+        }
+        let ph = self.shared.phase_at(Instant::now() + NO_SYNC_SLACK);
+        if !matches!(ph, Phase::Cooldown | Phase::Post) {
+            self.shared.fail(format!(
+                "{}: the sender stopped before the end of the measured window",
+                ended_early_words(ph, reason)
+            ));
+        }
     }
 }
 

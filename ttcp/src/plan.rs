@@ -18,6 +18,8 @@ pub struct Plan {
     pub conns_per_thread: usize,
     /// Agreed parameters.
     pub params: Params,
+    /// `-N`: no control channel.
+    pub no_sync: bool,
     /// Overlap mode computation per iteration (µs).
     pub overlap_us: u64,
     /// flowlane backend settings.
@@ -29,6 +31,17 @@ impl Plan {
     /// product fits; saturated otherwise).
     pub fn connections(&self) -> usize {
         self.threads.len().saturating_mul(self.conns_per_thread)
+    }
+
+    /// `--congestion` (both backends run it), as the flag names it:
+    /// `cubic`, `newreno`.
+    pub fn congestion_name(&self) -> String {
+        use clap::ValueEnum;
+        self.flowlane
+            .data_path
+            .congestion
+            .to_possible_value()
+            .map_or_else(String::new, |v| v.get_name().to_string())
     }
 }
 

@@ -8,16 +8,19 @@
 //!   rates are over T (`-t`); the counters (CPU, interface, interrupts,
 //!   retransmits) are snapshotted at its edges, each a wake-up late, so
 //!   their rates are over the snapshots' own interval (`window_s`). The
-//!   costs per byte set the one against the other: the two intervals are
-//!   equally long but for the difference of two wake-up delays.
+//!   costs per byte set the one against the other as rates: CPU time per
+//!   second (over `window_s`) over bytes per second (over T), so that a
+//!   late snapshot inflates neither.
 //! - throughput: payload bytes counted by this side / T; KB = 1000 bytes,
 //!   Mbit = 10^6 bits (NTttcp's Table 1 uses these: 16,475.553 KB/s = 131.804 Mbit/s).
 //! - average frame size: payload bytes / packets in the data direction on the
-//!   interface (received for the receiver, sent for the sender), as in Table 1.
+//!   interface (received for the receiver, sent for the sender), as in Table 1;
+//!   n/a when no packet was counted.
 //! - interrupts: `NET_RX` softirqs of all CPUs (veth, loopback) or the device's
 //!   `/proc/interrupts` lines (real NICs); packets per interrupt = received packets
 //!   / interrupts.
-//! - cycles/byte: CPU time × TSC rate / payload bytes. *System*: busy time of all
+//! - cycles/byte: CPU time / `window_s` × T × TSC rate / payload bytes (the CPU's
+//!   rate over its interval, the bytes' over theirs). *System*: busy time of all
 //!   CPUs from `/proc/stat` (both ends, when they share the machine); *process*:
 //!   this process's user + system time from `getrusage`.
 //! - % of one CPU per Gbit/s: CPU-seconds per second × 100 / Gbit/s.
@@ -190,6 +193,9 @@ pub struct Report {
     pub address: String,
     /// Interface whose counters are reported.
     pub iface: String,
+    /// The TCP congestion control the data connections ran
+    /// (`--congestion`: `cubic`, `newreno`; both backends set it).
+    pub congestion: String,
     /// The snapshots' interval by this side's clock (seconds): what the
     /// CPU, interface and interrupt rates are over. The byte and round-trip
     /// rates are over the nominal window, `params.duration_s`, in which
@@ -201,8 +207,9 @@ pub struct Report {
     pub throughput_kbyte_s: f64,
     /// Mbit/s (10^6 bits) over the nominal window.
     pub throughput_mbit_s: f64,
-    /// Payload bytes per packet in the data direction.
-    pub avg_frame_size: f64,
+    /// Payload bytes per packet in the data direction; `None` (n/a) when
+    /// no packet was counted there.
+    pub avg_frame_size: Option<f64>,
     /// Packets sent on the interface.
     pub packets_sent: u64,
     /// Packets received on the interface.
@@ -274,6 +281,8 @@ pub struct Inputs<'a> {
     pub address: String,
     /// Probe used.
     pub iface: String,
+    /// `--congestion`, as the flag names it.
+    pub congestion: String,
     /// Interrupt source.
     pub irq: IrqSource,
     /// Window start and end.
@@ -383,10 +392,12 @@ pub fn build(i: Inputs<'_>) -> Report {
         Ok(t) => (Some(t.hz), t.source.clone()),
         Err(e) => (None, e.clone()),
     };
+    // CPU seconds per second (over the snapshots' interval) × T: the CPU
+    // time of the window the bytes were counted in.
     let cpb = |secs: f64| {
         tsc_hz
-            .filter(|_| bytes > 0)
-            .map(|hz| secs * hz / bytes as f64)
+            .filter(|_| bytes > 0 && window > 0.0)
+            .map(|hz| secs / window * nominal * hz / bytes as f64)
     };
     Report {
         tool: "flowlane-ttcp",
@@ -397,6 +408,7 @@ pub fn build(i: Inputs<'_>) -> Report {
         connections: i.connections,
         address: i.address,
         iface: i.iface,
+        congestion: i.congestion,
         window_s: window,
         bytes: PhaseBytes {
             pre: i.bytes[0],
@@ -407,7 +419,7 @@ pub fn build(i: Inputs<'_>) -> Report {
         },
         throughput_kbyte_s: ratio(bytes as f64, nominal) / 1e3,
         throughput_mbit_s: ratio(bytes as f64 * 8.0, nominal) / 1e6,
-        avg_frame_size: ratio(bytes as f64, data_packets as f64),
+        avg_frame_size: (data_packets > 0).then(|| bytes as f64 / data_packets as f64),
         packets_sent: d_if.tx_packets,
         packets_received: d_if.rx_packets,
         interrupt_source: i.irq,
@@ -532,7 +544,7 @@ impl Report {
             "Average Frame Size",
             format!(
                 "{}   (payload bytes / {} packets on {})",
-                group(self.avg_frame_size, 3),
+                opt(self.avg_frame_size, 3),
                 if self.role == "receiver" {
                     "received"
                 } else {
@@ -605,6 +617,7 @@ impl Report {
             "% of one CPU per Gbit/s (this process)",
             opt(self.pct_one_cpu_per_gbit_process, 2),
         );
+        row("TCP congestion control", self.congestion.clone());
         if p.backend == "flowlane" {
             // The kernel's counters never see flowlane's segments.
             row(
@@ -845,6 +858,7 @@ mod tests {
             connections: 1,
             address: "10.99.0.1".into(),
             iface: "xsk0".into(),
+            congestion: "cubic".into(),
             irq: IrqSource::NetRxSoftirqs,
             start: &a,
             end: &b,
@@ -869,7 +883,7 @@ mod tests {
         assert!(r.text().contains("Cycles/Byte (kernel 2 threads)"));
         assert_eq!(r.throughput_kbyte_s, 500_000.0);
         assert_eq!(r.throughput_mbit_s, 4000.0);
-        assert_eq!(r.avg_frame_size, 1000.0);
+        assert_eq!(r.avg_frame_size, Some(1000.0));
         assert_eq!(r.interrupts, 20_000);
         assert_eq!(r.interrupts_per_s, 10_000.0);
         assert_eq!(r.packets_per_interrupt, 50.0);
@@ -929,6 +943,7 @@ mod tests {
             connections: 1,
             address: "10.99.0.1".into(),
             iface: "xsk0".into(),
+            congestion: "cubic".into(),
             irq: IrqSource::NetRxSoftirqs,
             start: &a,
             end: &b,
@@ -947,6 +962,93 @@ mod tests {
         assert!((r.pct_one_cpu_per_gbit_system.unwrap() - 25.0).abs() < 1e-9);
         assert!(row(&r.text(), "Measured window (s)")
             .contains("2.000   (counters snapshotted 2.100 s apart)"));
+    }
+
+    /// The CPU time is over the snapshots' interval (here 0.5 s late: 2.5
+    /// s), the bytes over the nominal window (2 s): cycles per byte are the
+    /// CPU's rate over the bytes' rate, not 2.5 s of CPU over 2 s of bytes.
+    #[test]
+    fn cycles_per_byte_are_rates_over_their_own_intervals() {
+        let params = Params {
+            warmup_s: 0.0,
+            ..params()
+        };
+        let t = Instant::now();
+        let a = snap(t, CpuTimes::default(), 0, IfCounters::default(), 0, (0, 0));
+        // 2.5 s of 2 CPUs at USER_HZ 100: 500 ticks, 250 busy (one CPU);
+        // the process (and its data threads) half a CPU.
+        let cpu = CpuTimes {
+            user: 250,
+            idle: 250,
+            ..CpuTimes::default()
+        };
+        let b = snap(
+            t + Duration::from_millis(2500),
+            cpu,
+            0,
+            IfCounters::default(),
+            0,
+            (1250, 0),
+        );
+        let r = build(Inputs {
+            role: "sender",
+            params: &params,
+            thread_cpus: vec![None],
+            connections: 1,
+            address: "10.99.0.1".into(),
+            iface: "xsk0".into(),
+            congestion: "cubic".into(),
+            irq: IrqSource::NetRxSoftirqs,
+            start: &a,
+            end: &b,
+            bytes: [0, 0, 1_000_000_000, 0, 0],
+            tsc: Ok(TscRate {
+                hz: 2e9,
+                source: "test".into(),
+            }),
+            user_hz: 100,
+            latency: None,
+            overlap: None,
+            data_threads: Some(DataThreads {
+                prefixes: &["ttcp-"],
+                label: "test threads",
+            }),
+        });
+        assert!((r.window_s - 2.5).abs() < 1e-9, "{}", r.window_s);
+        // One CPU for 2 s × 2e9 Hz / 1e9 bytes (not 2.5 s: 5.0).
+        let near = |v: Option<f64>, want: f64| v.is_some_and(|v| (v - want).abs() < 1e-9);
+        assert!(near(r.cycles_per_byte_system, 4.0), "{r:?}");
+        // Half a CPU for 2 s (not 1.25 s of it: 2.5).
+        assert!(near(r.cycles_per_byte_process, 2.0), "{r:?}");
+        assert!(near(r.cycles_per_byte_data_threads, 2.0), "{r:?}");
+        // The per-Gbit/s figures were rates over rates already: 1 CPU at
+        // 4 Gbit/s.
+        assert!(near(r.pct_one_cpu_per_gbit_system, 25.0), "{r:?}");
+        assert!(near(r.pct_one_cpu_per_gbit_process, 12.5), "{r:?}");
+    }
+
+    /// No packet counted in the data direction: the average frame size is
+    /// n/a (null), not 0.
+    #[test]
+    fn average_frame_size_without_packets_is_not_available() {
+        let r = report_of(&params(), "receiver", 4096, [None; 2], None, None);
+        assert_eq!(r.avg_frame_size, None);
+        assert!(
+            row(&r.text(), "Average Frame Size").contains(" n/a   (payload bytes / received"),
+            "{}",
+            r.text()
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        assert!(json["avg_frame_size"].is_null(), "{json}");
+    }
+
+    /// The congestion control the connections ran is in the table and the
+    /// JSON (a matrix's results.json row holds both ends' reports).
+    #[test]
+    fn the_congestion_control_is_reported() {
+        let r = report_of(&params(), "sender", 4096, [None; 2], None, None);
+        assert!(row(&r.text(), "TCP congestion control").ends_with(" cubic"));
+        assert_eq!(serde_json::to_value(&r).unwrap()["congestion"], "cubic");
     }
 
     /// A window that measured no payload byte has no cost per Gbit/s (it
@@ -976,6 +1078,7 @@ mod tests {
             connections: 1,
             address: "10.99.0.1".into(),
             iface: "xsk0".into(),
+            congestion: "cubic".into(),
             irq: IrqSource::NetRxSoftirqs,
             start: &a,
             end: &b,
@@ -1032,6 +1135,7 @@ mod tests {
             connections: 1,
             address: "10.99.0.1".into(),
             iface: "xsk0".into(),
+            congestion: "cubic".into(),
             irq: IrqSource::NetRxSoftirqs,
             start: &a,
             end: &b,

@@ -51,6 +51,13 @@ pub fn run(args: &RunArgs) -> Result<Report> {
         plan.params.cooldown_s,
     )));
     let fs = ProcFs::new(&args.procfs_root);
+    // A named interface is checked now, before a sender is accepted (or a
+    // receiver asked); one found from the traffic's address is known only
+    // once connected (`probe`).
+    if let Some(nic) = &args.nic {
+        fs.if_counters(nic)
+            .map_err(|e| anyhow!("--nic {nic}: {e:#} (see `ip link`)"))?;
+    }
     let _signals = SignalWatch::start(shared.clone())?;
     let mut report = if plan.receiver {
         receiver(args, &plan, backend.as_ref(), &shared, &fs)?
@@ -183,8 +190,9 @@ fn probe(
             })?
         }
     };
-    fs.if_counters(&iface)?; // fail now, not at the window edge
-                             // A tree without /proc/self/task (tests' fake trees) reports no thread CPU.
+    // Fail now, not at the window edge (`--nic`'s was checked before sync).
+    fs.if_counters(&iface)?;
+    // A tree without /proc/self/task (tests' fake trees) reports no thread CPU.
     let data_threads = fs
         .threads_cpu(data_threads.prefixes)
         .is_ok()
@@ -247,6 +255,7 @@ fn finish(
         connections: stats.connections,
         address: plan.addr.to_string(),
         iface: probe.iface.clone(),
+        congestion: plan.congestion_name(),
         irq: probe.irq,
         start: &a,
         end: &b,

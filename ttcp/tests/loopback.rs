@@ -53,7 +53,9 @@ fn throughput_window_and_cycles_per_byte_match_proc_stat() {
             .iter()
             .map(|k| f(v, &format!("/raw/stat/{k}")))
             .sum();
-        let cpb = busy / f(v, "/raw/user_hz") * f(v, "/tsc_hz") / f(v, "/bytes/measured");
+        // The CPU's rate over its interval (window_s), the bytes' over -t.
+        let cpu_s = busy / f(v, "/raw/user_hz") / f(v, "/window_s") * f(v, "/params/duration_s");
+        let cpb = cpu_s * f(v, "/tsc_hz") / f(v, "/bytes/measured");
         let got = f(v, "/cycles_per_byte_system");
         assert!((cpb - got).abs() <= 1e-9 * got, "{cpb} vs {got}");
         // The bytes' rate is over the window they were counted in (-t).
@@ -72,13 +74,115 @@ fn throughput_window_and_cycles_per_byte_match_proc_stat() {
     // the window edges (-V), times the TSC rate of /proc/cpuinfo.
     assert_eq!(marks.len(), 2, "{marks:?}");
     let (b0, b1) = ((marks[0].1).0, (marks[1].1).0);
-    let manual = (b1 - b0) as f64 / 100.0 * cpu_mhz() * 1e6 / sb;
+    let scale = f(&s, "/params/duration_s") / f(&s, "/window_s");
+    let manual = (b1 - b0) as f64 / 100.0 * scale * cpu_mhz() * 1e6 / sb;
     let reported = f(&s, "/cycles_per_byte_system");
     eprintln!("cycles/byte: reported {reported:.3}, manual from /proc/stat {manual:.3}");
     assert!(
         (manual - reported).abs() / reported < 0.10,
         "cycles/byte reported {reported} vs manual {manual}"
     );
+}
+
+/// The maximum of `net.ipv4.<key>` (`tcp_rmem`, `tcp_wmem`), bytes.
+fn sysctl_max(key: &str) -> f64 {
+    let v = std::fs::read_to_string(format!("/proc/sys/net/ipv4/{key}")).unwrap();
+    v.split_whitespace().last().unwrap().parse().unwrap()
+}
+
+/// The most a kernel socket's receive buffer holds.
+fn rmem_max() -> f64 {
+    sysctl_max("tcp_rmem")
+}
+
+/// What may be in flight between a send and its receipt on one connection
+/// over loopback: both ends' sockets full.
+fn socket_buffers_max() -> f64 {
+    rmem_max() + sysctl_max("tcp_wmem")
+}
+
+/// A byte counts as sent once the socket took it, as received once read
+/// from it: with `-b 1024m`, sender and receiver disagree at a window's
+/// edges by what the sockets and the kernel backend's user-space buffers
+/// (256 KiB to send, a socket's worth read) hold at most, not by `-b`
+/// (its send buffer held a whole write, counted at once: the sender
+/// reported whole GiBs the receiver never saw).
+#[test]
+fn a_large_buffer_counts_what_the_socket_took() {
+    let (ro, so) = pair(
+        None,
+        None,
+        "-m 1,*,127.0.0.1 -W 0.3 -t 0.5 -C 0.3 -b 1024m -j",
+        "",
+        "",
+    );
+    let (r, s) = (json(&ro), json(&so));
+    let (got, sent) = (f(&r, "/bytes/measured"), f(&s, "/bytes/measured"));
+    // No whole writes counted at once (always a whole number of GiB).
+    let b = f(&s, "/params/buffer");
+    assert!(sent % b != 0.0, "sent {sent}: whole writes of {b}");
+    // The connection's (both sockets, the bytes read and not counted yet,
+    // the send buffer); and the two ends' windows apart by the sync (a
+    // busy machine's scheduling).
+    let bound = socket_buffers_max() + rmem_max() + 256.0 * 1024.0 + 0.1 * got;
+    eprintln!("received {got}, sent {sent} in the window; bound {bound}");
+    assert!(
+        sent > 0.0 && (got - sent).abs() <= bound,
+        "received {got} vs sent {sent} (at most {bound} apart)"
+    );
+}
+
+/// Without sync (-N) a receiver whose sender stops in the measured window
+/// fails, as a synced one does, rather than report an average over time
+/// nobody sent in.
+#[test]
+fn a_no_sync_receiver_fails_when_its_sender_stops_early() {
+    let (_, data) = ports();
+    let flags = format!("-m 1,*,127.0.0.1 -N -W 0.3 -t 4 -C 0.2 -p {data}");
+    let rx = cmd(None, &a(&format!("-r {flags}"))).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut tx = cmd(None, &a(&format!("-s {flags}"))).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    tx.kill().unwrap();
+    let _ = tx.wait();
+    let (o, t) = wait_bounded(rx, Duration::from_secs(30), "receiver");
+    assert_fails(
+        &o,
+        "a data connection ended in the measured window (closed by the peer): the sender stopped before the end of the measured window",
+    );
+    assert!(t < Duration::from_secs(3), "failed only after {t:?}");
+}
+
+/// `--congestion` is the kernel backend's too: its sockets run it (not
+/// the system's default), and both ends' reports say it.
+#[test]
+fn the_kernel_backend_runs_the_congestion_control_asked_for() {
+    let (ctl, data) = ports();
+    let flags = format!(
+        "-m 1,*,127.0.0.1 -W 0.3 -t 1.5 -C 0.2 -j --congestion newreno --control-port {ctl} -p {data}"
+    );
+    let rx = cmd(None, &a(&format!("-r {flags}"))).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let tx = cmd(None, &a(&format!("-s {flags}"))).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    // Both ends' data sockets, with their congestion control (`ss -i`).
+    let ss = std::process::Command::new("ss")
+        .args(["-tinH", &format!("( sport = :{data} or dport = :{data} )")])
+        .output()
+        .expect("ss");
+    let (txo, _) = wait_bounded(tx, Duration::from_secs(30), "sender");
+    let (rxo, _) = wait_bounded(rx, Duration::from_secs(30), "receiver");
+    let (r, s) = (json(&rxo), json(&txo));
+    assert_eq!(
+        (&r["congestion"], &s["congestion"]),
+        (&"newreno".into(), &"newreno".into())
+    );
+    let out = String::from_utf8_lossy(&ss.stdout);
+    let algs: Vec<&str> = out
+        .split_whitespace()
+        .filter(|w| ["reno", "cubic", "bbr", "bbr2", "htcp", "dctcp", "vegas"].contains(w))
+        .collect();
+    assert_eq!(algs, ["reno", "reno"], "{out}");
 }
 
 #[test]
@@ -242,21 +346,49 @@ fn queue_pair_mode_runs_the_same_handlers_on_application_threads() {
     assert!(l["round_trips"].as_u64().unwrap() > 50, "{l}");
 }
 
-/// A receiver that fails after the test was agreed tells the sender why
-/// (`Abort`): the sender's error names the receiver's cause, not a closed
-/// control channel.
+/// A receiver that fails after the test was agreed (here a SIGTERM in the
+/// window) tells the sender why (`Abort`): the sender's error names the
+/// receiver's cause, not a closed control channel.
 #[test]
 fn a_receiver_failing_mid_test_tells_the_sender_why() {
-    let (ro, so) = pair(
-        None,
-        None,
-        "-m 1,*,127.0.0.1 -W 0 -t 1 -C 0",
-        "--nic nosuch0",
-        "",
-    );
-    assert_fails(&ro, "nosuch0");
+    let (ctl, data) = ports();
+    let flags = format!("-m 1,*,127.0.0.1 -W 0 -t 5 -C 0 --control-port {ctl} -p {data}");
+    let rx = cmd(None, &a(&format!("-r {flags}"))).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let tx = cmd(None, &a(&format!("-s {flags}"))).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    flowlane_testbed::child::terminate(&rx);
+    let (ro, _) = wait_bounded(rx, Duration::from_secs(30), "receiver");
+    let (so, _) = wait_bounded(tx, Duration::from_secs(30), "sender");
+    assert_fails(&ro, "interrupted by a signal");
     assert_fails(&so, "gave up");
-    assert!(err_line(&so).contains("nosuch0"), "{}", err_line(&so));
+    assert!(
+        err_line(&so).contains("interrupted by a signal"),
+        "{}",
+        err_line(&so)
+    );
+}
+
+/// A --nic that is not here fails the receiver at once, before a sender
+/// is accepted (it was found only after the sync, the sender failing
+/// with it).
+#[test]
+fn a_missing_nic_fails_before_any_sender() {
+    let (ctl, data) = ports();
+    let (o, t) = wait_bounded(
+        cmd(
+            None,
+            &a(&format!(
+                "-r -m 1,*,127.0.0.1 --nic nosuch0 --wait 10 --control-port {ctl} -p {data}"
+            )),
+        )
+        .spawn()
+        .unwrap(),
+        Duration::from_secs(30),
+        "receiver",
+    );
+    assert_fails(&o, "--nic nosuch0: /proc/net/dev: no interface nosuch0");
+    assert!(t < Duration::from_secs(5), "failed only after {t:?}");
 }
 
 #[test]
@@ -278,6 +410,20 @@ fn misuse_is_one_line_nonzero_and_bounded() {
     );
     assert_fails(&o, "connection refused");
     assert!(t < Duration::from_secs(6), "{t:?}");
+    // Without sync: the data connection's refusal, named, in words.
+    let (_, data) = ports();
+    let (o, _) = wait_bounded(
+        cmd(None, &a(&format!("-s -m 1,*,127.0.0.1 -N -p {data}")))
+            .spawn()
+            .unwrap(),
+        lim,
+        "sender",
+    );
+    assert_fails(
+        &o,
+        &format!("the data connection to 127.0.0.1:{data} was refused: nothing listens there"),
+    );
+    assert!(!err_line(&o).contains("Pre"), "{}", err_line(&o));
 
     // Mismatched flags: both sides fail, naming the flags.
     let (ro, so) = pair(None, None, "-m 1,*,127.0.0.1", "-t 2 -W 1", "-t 3 -W 1");
