@@ -811,6 +811,14 @@ pub struct Stats {
     /// FINs received ahead of a hole and forgotten because data then
     /// arrived past them (never sent by a working peer; a forged FIN).
     pub fin_overrun: u64,
+    /// Connections whose out-of-order data was given up (RFC 2018 §8
+    /// reneging): idle for a second with a hole, while
+    /// the receive memory was under pressure (a peer that leaves holes to
+    /// pin memory; a working one fills them within a few round trips).
+    pub ooo_reneged: u64,
+    /// Idle connections whose receive promise was parked under memory
+    /// pressure (their windows committed nothing until they next sent).
+    pub recv_parked: u64,
     /// Segments failing the sequence acceptability test.
     pub unacceptable: u64,
     /// Segments dropped for their flags (RFC 9293 §3.10.7): without ACK in

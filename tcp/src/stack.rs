@@ -112,6 +112,19 @@ fn import_headroom(max_connections: usize) -> usize {
 /// cover.
 const IMPORT_AHEAD: usize = 4;
 
+/// How long a connection must have received nothing before its receive
+/// promise may be parked under memory pressure ([`Flags::RCV_PARKED`]):
+/// longer than a working peer's pauses within a transfer (a retransmission
+/// timeout is 200 ms to a second), so that only idle connections are.
+pub(crate) const PARK_IDLE: crate::time::Duration = crate::time::Duration::from_secs(1);
+
+/// How often, under memory pressure, the stack looks for idle
+/// connections to park, and how many slots it looks at each time: a
+/// stack of 65,536 connections is looked through in 1.3 s, a slot at a
+/// time (no pause longer than one look at 512 slots).
+const PARK_EVERY: crate::time::Duration = crate::time::Duration::from_millis(10);
+const PARK_SLOTS: usize = 512;
+
 /// A slab entry. Connections live inline in one `Vec`, so per-connection
 /// state is contiguous and lookups are an index. In a fixed order
 /// (`repr(C)`): what every segment reads of the slot first, then the
@@ -423,6 +436,13 @@ pub struct Stack {
     /// backlog, so that a flood of half-open connections does not shrink
     /// every established connection's share.
     sharing: usize,
+    /// Of those, connections whose receive promise is parked
+    /// ([`Flags::RCV_PARKED`]): they commit nothing and divide nothing.
+    parked: usize,
+    /// The slot the next look for idle connections to park starts at.
+    park_cursor: u32,
+    /// No look for idle connections to park before this.
+    next_park: Instant,
     /// Latest time seen from the caller.
     now: Instant,
     /// The slot of the last segment's connection ([`NO_SLOT`] if none):
@@ -546,6 +566,9 @@ impl Stack {
             closed_slot: NO_SLOT,
             by_state: [0; State::COUNT],
             sharing: 0,
+            parked: 0,
+            park_cursor: 0,
+            next_park: Instant::ZERO,
             now: Instant::ZERO,
             last_flow: NO_SLOT,
             expected: [NO_SLOT; 2],
@@ -1221,10 +1244,18 @@ impl Stack {
             now,
             rcv_committed,
             sharing,
+            parked,
             ..
         } = self;
         let conn = slots[idx as usize].conn.as_mut().expect("live slot");
-        let mem = RecvMemory::of(conn, cfg, *rcv_committed, *sharing);
+        if conn.flags.has(Flags::RCV_PARKED) {
+            // Anything that touches a parked connection charges its window
+            // again (past the budget if it must: it was offered).
+            conn.flags.clear(Flags::RCV_PARKED);
+            *parked -= 1;
+            *rcv_committed += conn.rcv_commitment(usize::from(cfg.mss));
+        }
+        let mem = RecvMemory::of(conn, cfg, *rcv_committed, *sharing - *parked);
         let ctx = Ctx {
             now: *now,
             cfg,
@@ -1272,7 +1303,7 @@ impl Stack {
             let Some(conn) = slot.conn.as_mut() else {
                 continue;
             };
-            let mem = RecvMemory::of(conn, &self.cfg, promised, self.sharing);
+            let mem = RecvMemory::of(conn, &self.cfg, promised, self.sharing - self.parked);
             if let Some(opens) = conn.on_memory_freed(mem) {
                 promised += opens.max(mss);
                 if !slot.in_dirty {
@@ -1280,6 +1311,56 @@ impl Stack {
                     self.dirty.push_back((idx, generation));
                 }
             }
+        }
+    }
+
+    /// Whether more than half the receive memory is committed (the
+    /// pressure under which each connection is held to its share).
+    #[inline]
+    fn under_pressure(&self) -> bool {
+        self.rcv_committed > self.cfg.recv_memory / 2
+    }
+
+    /// Under memory pressure, parks the receive promises of idle
+    /// connections ([`Flags::RCV_PARKED`]) among the next [`PARK_SLOTS`]
+    /// slots: a window offered to a connection that sends nothing commits
+    /// memory nobody uses, and a few thousand idle connections (a flood
+    /// that completes its handshakes and waits) would otherwise hold every
+    /// other connection to the one segment it may always have. One that
+    /// holds only out-of-order data behind a hole gives it up first (RFC
+    /// 2018 §8). Wakes the connections waiting for memory if some freed.
+    #[cold]
+    #[inline(never)]
+    fn park_idle(&mut self) {
+        self.next_park = self.now + PARK_EVERY;
+        let slots = self.slots.len();
+        let floor = usize::from(self.cfg.mss);
+        let mut freed = 0;
+        for _ in 0..PARK_SLOTS.min(slots) {
+            let idx = self.park_cursor as usize % slots;
+            self.park_cursor = ((idx + 1) % slots) as u32;
+            let slot = &mut self.slots[idx];
+            if slot.mem_waiting {
+                continue;
+            }
+            let Some(conn) = slot.conn.as_mut() else {
+                continue;
+            };
+            if !conn.parkable(self.now, PARK_IDLE) {
+                continue;
+            }
+            if !conn.assembler.is_empty() {
+                conn.renege_out_of_order(&mut self.pool, &mut self.stats);
+            }
+            let commitment = conn.rcv_commitment(floor);
+            conn.flags.set(Flags::RCV_PARKED);
+            self.parked += 1;
+            self.stats.recv_parked += 1;
+            self.rcv_committed = self.rcv_committed.saturating_sub(commitment);
+            freed += commitment;
+        }
+        if freed > 0 && !self.mem_waiting.is_empty() {
+            self.wake_memory_waiters();
         }
     }
 
@@ -1489,6 +1570,7 @@ impl Stack {
         let slot = &mut self.slots[idx as usize];
         let conn = slot.conn.as_mut().expect("live slot");
         let in_backlog = conn.in_backlog();
+        let parked = conn.flags.has(Flags::RCV_PARKED);
         let hash = self.table.hash(&conn.tuple);
         let commitment = conn.rcv_commitment(usize::from(self.cfg.mss));
         self.replies.owed_acks.forget(&conn.tuple);
@@ -1523,6 +1605,7 @@ impl Stack {
         }
         self.live -= 1;
         self.sharing -= usize::from(!in_backlog);
+        self.parked -= usize::from(parked);
         self.rcv_committed = self.rcv_committed.saturating_sub(commitment);
         // What a connection gone (reset, aborted, timed out, exported)
         // held feeds the waiters too, as a read's release does (`settle`):
@@ -2469,15 +2552,19 @@ impl Stack {
     /// files it finely (at most one early call per level of the wheel).
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        match (self.wheel.next_expiry(), self.time_wait.next_expiry()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let park = self.under_pressure().then_some(self.next_park);
+        [self.wheel.next_expiry(), self.time_wait.next_expiry(), park]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Runs the timers due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.tick(now);
+        if self.under_pressure() && self.now >= self.next_park {
+            self.park_idle();
+        }
         self.time_wait.expire(self.now);
         let mut expired = std::mem::take(&mut self.expired);
         self.wheel.expire(&mut self.slots, now, &mut expired);
@@ -2960,6 +3047,7 @@ impl Stack {
     pub(crate) fn check_layout(&self) -> Result<(), String> {
         let floor = usize::from(self.cfg.mss);
         let (mut live, mut committed, mut chunks, mut sharing) = (0, 0, 0, 0);
+        let mut parked = 0;
         let (mut chunk_bytes, mut held_slots) = (0, 0);
         for (i, slot) in self.slots.iter().enumerate() {
             let idx = i as u32;
@@ -3001,6 +3089,7 @@ impl Stack {
             }
             committed += c.rcv_commitment(floor);
             sharing += usize::from(!c.in_backlog());
+            parked += usize::from(c.flags.has(Flags::RCV_PARKED));
             chunks += c.send_buf.chunks() + c.recv_buf.chunks();
             chunk_bytes += c.send_buf.held_bytes() + c.recv_buf.held_bytes();
             if c.send_buf.is_empty() && c.send_buf.chunks() != 0 {
@@ -3056,6 +3145,12 @@ impl Stack {
                 "{live} live slots, live count {}, table {}",
                 self.live,
                 self.table.len()
+            ));
+        }
+        if parked != self.parked {
+            return Err(format!(
+                "{parked} parked connections, parked count {}",
+                self.parked
             ));
         }
         if sharing != self.sharing {

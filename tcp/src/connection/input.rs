@@ -1334,9 +1334,7 @@ impl Connection {
     #[inline(never)]
     fn drop_past_fin(&mut self, ctx: &mut Ctx<'_>) {
         ctx.stats.fin_overrun += 1;
-        self.assembler.clear();
-        self.recv_buf.forget_unqueued(ctx.pool);
-        self.flags.clear(Flags::HOLES);
+        self.forget_out_of_order(ctx.pool);
     }
 
     pub(super) fn enter_time_wait(&mut self, ctx: &mut Ctx<'_>) {

@@ -827,7 +827,45 @@ impl Connection {
     /// After the peer's FIN that window is empty (`RecvRare::fin_mark`).
     #[inline]
     pub(crate) fn rcv_commitment(&self, floor: usize) -> usize {
+        if self.flags.has(Flags::RCV_PARKED) {
+            return 0;
+        }
         (self.recv_buf.len() + self.rcv_wnd()).saturating_sub(floor)
+    }
+
+    /// Whether the stack may park this connection's receive promise
+    /// ([`Flags::RCV_PARKED`]) at `now`: one that can still receive data
+    /// (its peer's FIN not in), nothing received for `idle`, no data
+    /// waiting to be read, not waiting for memory, no FIN held ahead of a
+    /// hole. Out-of-order data it may still hold is given up first
+    /// ([`Connection::renege_out_of_order`]).
+    pub(crate) fn parkable(&self, now: Instant, idle: Duration) -> bool {
+        matches!(
+            self.state,
+            State::Established | State::FinWait1 | State::FinWait2
+        ) && !self
+            .flags
+            .has(Flags::RCV_PARKED | Flags::PEER_FIN | Flags::MEM_LIMITED | Flags::FIN_AHEAD)
+            && self.recv_buf.is_empty()
+            && now.saturating_since(self.timers.last_recv) >= idle
+    }
+
+    /// Gives up the out-of-order data held (none is readable): RFC 2018
+    /// §8 lets a receiver discard data it has reported in SACK blocks but
+    /// not acknowledged, when it runs out of buffer space; the sender
+    /// keeps every byte until it is acknowledged, and sends it again.
+    /// Counted (`Stats::ooo_reneged`).
+    pub(crate) fn renege_out_of_order(&mut self, pool: &mut ChunkPool, stats: &mut Stats) {
+        stats.ooo_reneged += 1;
+        self.forget_out_of_order(pool);
+    }
+
+    /// Drops the out-of-order data held, its chunks and what reports it
+    /// in SACK blocks.
+    pub(crate) fn forget_out_of_order(&mut self, pool: &mut ChunkPool) {
+        self.assembler.clear();
+        self.recv_buf.forget_unqueued(pool);
+        self.flags.clear(Flags::HOLES);
     }
 
     /// Gives both buffers' memory back, the frames the receive queue kept

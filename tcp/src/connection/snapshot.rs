@@ -108,7 +108,9 @@ impl Connection {
             out_of_order.push((s, v));
         }
         let mut flags = self.flags;
-        flags.clear(Flags::IN_BACKLOG);
+        // Both are this stack's view; the importing stack counts the
+        // connection in full.
+        flags.clear(Flags::IN_BACKLOG | Flags::RCV_PARKED);
         if self.rcv.acks_owed > 0 {
             // What was set aside for its owed ACKs stays with this stack.
             flags.set(Flags::ACKS_UNRECORDED);
