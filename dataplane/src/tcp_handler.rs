@@ -320,6 +320,9 @@ impl Net for StackNet<'_> {
     /// those whose tuple is free: [`Error::AddrInUse`] only when none is,
     /// [`Error::NotSteeredHere`] when the RSS table gives the queue no
     /// bucket (no port's replies would reach it).
+    /// [`Error::InvalidAddress`] at once, nothing sent, for a peer that
+    /// cannot be one (broadcast, multicast, loopback, this network, our
+    /// own address).
     /// [`Error::InvalidState`] at once, nothing sent, on a queue without
     /// an ephemeral range ([`TcpConfig::ephemeral`]; a `TcpService` not
     /// started `active`): its SYN's replies would reach the kernel, and the
@@ -328,6 +331,14 @@ impl Net for StackNet<'_> {
     /// [`UNRESOLVED_GIVE_UP`], as [`CloseReason::Timeout`].
     fn connect(&mut self, remote: SocketAddr) -> Result<ConnHandle, Error> {
         let opens = self.opens.as_deref_mut().ok_or(Error::InvalidState)?;
+        // RFC 1122 §4.2.3.10: an OPEN to a broadcast or multicast address
+        // is an error; so is one to an address no peer can answer from
+        // (this network, loopback: martian sources, as `on_rx` drops them)
+        // or to one of ours (the data path sends to the wire, not to
+        // itself). Refused at once, nothing sent.
+        if is_martian_source(remote.ip()) || self.local.is_ours(remote.ip()) {
+            return Err(Error::InvalidAddress);
+        }
         let ports = &mut opens.ports;
         // Our address of the peer's family.
         let local_ip = self
@@ -460,13 +471,39 @@ struct ActiveOpens {
     /// stack's connection limit (past it, an open is not watched, and ends
     /// as its SYNs' retransmissions run out).
     watched: VecDeque<(Instant, ConnHandle)>,
+    /// Peers a segment (an open's SYN) found no Ethernet address for, and
+    /// until when to look for it: once it resolves, their watched opens'
+    /// SYNs go again at once ([`TcpHandler::resend_resolved_syns`]), not a
+    /// retransmission timeout (a second) later. At most
+    /// [`MAX_UNSENT_PEERS`].
+    unsent: Vec<(IpAddr, Instant)>,
+    /// When to look at `unsent` next.
+    next_look: Instant,
 }
+
+/// Peers whose opens' SYNs wait for their address at once (past it, an
+/// open waits for its retransmission timeout, as before).
+const MAX_UNSENT_PEERS: usize = 64;
+
+/// How often a worker looks whether a peer its SYNs wait for resolved.
+const UNSENT_LOOK_EVERY: flowlane_tcp::time::Duration =
+    flowlane_tcp::time::Duration::from_millis(1);
 
 impl ActiveOpens {
     fn new(ports: EphemeralPorts) -> ActiveOpens {
         ActiveOpens {
             ports,
             watched: VecDeque::new(),
+            unsent: Vec::new(),
+            next_look: Instant::ZERO,
+        }
+    }
+
+    /// A segment to `peer` found no Ethernet address at `now`.
+    fn note_unsent(&mut self, now: Instant, peer: IpAddr) {
+        if self.unsent.len() < MAX_UNSENT_PEERS && !self.unsent.iter().any(|&(p, _)| p == peer) {
+            self.unsent.push((peer, now + UNRESOLVED_GIVE_UP));
+            self.next_look = now + UNSENT_LOOK_EVERY;
         }
     }
 
@@ -586,6 +623,12 @@ counters! {
         window_retractions,
         /// FINs received ahead of a hole and forgotten: data then arrived past them.
         fin_overrun,
+        /// Connections whose out-of-order data was given up (RFC 2018 §8): idle a
+        /// second with a hole while the receive memory was under pressure.
+        ooo_reneged,
+        /// Idle connections whose receive window was parked under memory pressure
+        /// (it committed nothing until they next sent).
+        recv_parked,
         /// Segments for no connection and no listener (answered with an RST).
         no_connection,
         /// ICMP "packet too big" messages that lowered a connection's MSS (RFC 1191, RFC 8201).
@@ -608,6 +651,9 @@ counters! {
         dsack_unexpected,
         /// RACK reordering timer expirations (RFC 8985 §6.3).
         rack_reo_timeouts,
+        /// Loss probes at SND.UNA (two round trips without progress, without
+        /// RACK-TLP or in fast recovery; also counted as retransmissions).
+        loss_probes,
         /// Tail loss probes sent (RFC 8985 §7).
         tlp_probes,
         /// Losses a tail loss probe repaired (RFC 8985 §7.4).
@@ -812,6 +858,9 @@ impl TcpCounters {
         set(&self.recv_buffer_overrun, s.recv_buffer_overrun);
         set(&self.window_retractions, s.window_retractions);
         set(&self.fin_overrun, s.fin_overrun);
+        set(&self.ooo_reneged, s.ooo_reneged);
+        set(&self.recv_parked, s.recv_parked);
+        set(&self.loss_probes, s.loss_probes);
         set(&self.no_connection, s.no_connection);
         set(&self.pmtu_lowered, s.pmtu_lowered);
         set(&self.too_big_ignored, s.too_big_ignored);
@@ -1621,6 +1670,13 @@ impl TcpHandler {
         if self.mover.is_some() {
             self.serve_moves(now, now_d, rx, frames);
         }
+        if self
+            .opens
+            .as_ref()
+            .is_some_and(|o| !o.unsent.is_empty() && now >= o.next_look)
+        {
+            self.resend_resolved_syns(now);
+        }
         if self.opens.as_ref().is_some_and(|o| !o.watched.is_empty()) {
             self.end_unresolved_opens(now, frames);
         }
@@ -1630,6 +1686,42 @@ impl TcpHandler {
         let (mut net, app) = self.net(now, frames);
         app.tick(&mut net);
         self.dispatch(now, frames);
+    }
+
+    /// Sends again at once the SYNs of the watched opens to peers whose
+    /// Ethernet address resolved since their SYN found none
+    /// ([`ActiveOpens::unsent`]; RFC 1122 §2.3.2.2: a host may queue a
+    /// packet until the address resolves, as Linux's neighbour queue
+    /// does): the first open to a new peer then takes the resolution's
+    /// time, not a second's retransmission timeout. Peers given up on
+    /// ([`UNRESOLVED_GIVE_UP`]) leave the list.
+    fn resend_resolved_syns(&mut self, now: Instant) {
+        let Some(opens) = self.opens.as_mut() else {
+            return;
+        };
+        opens.next_look = now + UNSENT_LOOK_EVERY;
+        let mut resolved = Vec::new();
+        let neighbors = &mut self.neighbors;
+        opens.unsent.retain(|&(peer, until)| {
+            if neighbors.lookup(now, peer).is_some() {
+                resolved.push(peer);
+                false
+            } else {
+                now < until
+            }
+        });
+        for peer in resolved {
+            for &(_, conn) in &opens.watched {
+                if self
+                    .stack
+                    .four_tuple(conn)
+                    .is_ok_and(|t| t.remote.ip() == peer)
+                {
+                    // Refused (nothing done) for one no longer in SYN-SENT.
+                    let _ = self.stack.resend_syn(conn);
+                }
+            }
+        }
     }
 
     /// Ends the watched opens ([`ActiveOpens`]) whose peer's Ethernet
@@ -1799,6 +1891,9 @@ impl TcpHandler {
         };
         let Some(peer_mac) = self.neighbors.lookup(now, t.dst.ip()) else {
             counters::bump(&self.counters.no_neighbor);
+            if let Some(opens) = self.opens.as_mut() {
+                opens.note_unsent(now, t.dst.ip());
+            }
             return (true, None);
         };
         let mut eth = EthernetRepr {
@@ -2056,10 +2151,12 @@ impl QueueHandler for TcpHandler {
     fn next_wakeup(&self) -> Option<Duration> {
         let stack = self.stack.poll_timeout().map(duration);
         let moves = self.mover.as_ref().and_then(Mover::next_wakeup);
-        match (stack, moves) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let unsent = self
+            .opens
+            .as_ref()
+            .filter(|o| !o.unsent.is_empty())
+            .map(|o| duration(o.next_look));
+        [stack, moves, unsent].into_iter().flatten().min()
     }
 
     fn wake_fd(&self) -> Option<std::os::fd::RawFd> {
@@ -3075,14 +3172,60 @@ mod tests {
         }
     }
 
-    /// What an open from queue 0's `on_start` returned, and the frames
-    /// the queue sent then, with `cfg`.
-    fn open_at_start(mut cfg: TcpConfig) -> (Result<ConnHandle, Error>, Vec<Vec<u8>>) {
-        type Got = Arc<std::sync::Mutex<Option<Result<ConnHandle, Error>>>>;
-        struct Opener(Got);
+    /// An open's SYN that found no Ethernet address for its peer goes
+    /// again as soon as the address resolves (the next look, a
+    /// millisecond on), to that address, not a retransmission timeout (a
+    /// second) later.
+    #[test]
+    fn an_open_s_syn_goes_as_soon_as_its_peer_resolves() {
+        struct Opener;
         impl ConnHandler for Opener {
             fn on_start(&mut self, net: &mut dyn Net) {
-                *self.0.lock().unwrap() = Some(net.connect("10.99.0.2:80".parse().unwrap()));
+                net.connect("10.99.0.77:5001".parse().unwrap()).unwrap();
+            }
+            fn on_data(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
+        }
+        let cfg = TcpConfig::new(Ipv4Addr::new(10, 99, 0, 1), OUR_MAC, [1; 16]);
+        let mut h = TcpHandler::new(&info(), cfg);
+        h.add(Opener);
+        let t0 = Duration::from_millis(1);
+        let mut sent_at = None;
+        let mut at = t0;
+        while at <= t0 + Duration::from_millis(1_500) && sent_at.is_none() {
+            if at == t0 + Duration::from_millis(5) {
+                h.neighbors
+                    .insert(Ipv4Addr::new(10, 99, 0, 77), EthernetAddress(PEER_MAC));
+            }
+            h.pass(instant(at), at, &NoFrames, &mut NoRing);
+            if let Some(f) = poll(&mut h, at).first() {
+                let f = parse_frame(f).unwrap();
+                assert_eq!(f.ethernet.dst_addr, EthernetAddress(PEER_MAC));
+                sent_at = Some(at);
+            }
+            if let Some(next) = h.next_wakeup() {
+                assert!(next > at, "no wake-up in the past");
+            }
+            at += Duration::from_millis(1);
+        }
+        assert_eq!(h.counters().snapshot().no_neighbor, 1, "the first SYN");
+        let sent_at = sent_at.expect("the SYN went");
+        assert!(
+            sent_at <= t0 + Duration::from_millis(7),
+            "the SYN went at {sent_at:?}"
+        );
+    }
+
+    /// What an open to `remote` from queue 0's `on_start` returned, and
+    /// the frames the queue sent then, with `cfg`.
+    fn open_at_start(
+        mut cfg: TcpConfig,
+        remote: &str,
+    ) -> (Result<ConnHandle, Error>, Vec<Vec<u8>>) {
+        type Got = Arc<std::sync::Mutex<Option<Result<ConnHandle, Error>>>>;
+        struct Opener(Got, SocketAddr);
+        impl ConnHandler for Opener {
+            fn on_start(&mut self, net: &mut dyn Net) {
+                *self.0.lock().unwrap() = Some(net.connect(self.1));
             }
             fn on_data(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
         }
@@ -3092,7 +3235,7 @@ mod tests {
             .unwrap();
         let mut h = TcpHandler::new(&info(), cfg);
         let got = Got::default();
-        h.add(Opener(got.clone()));
+        h.add(Opener(got.clone(), remote.parse().unwrap()));
         h.start(instant(t0), &NoFrames);
         let opened = got.lock().unwrap().take().expect("on_start ran");
         (opened, poll(&mut h, t0))
@@ -3106,7 +3249,7 @@ mod tests {
         for range in [None, Some(EPHEMERAL)] {
             let mut cfg = TcpConfig::new(Ipv4Addr::new(10, 99, 0, 1), OUR_MAC, [1; 16]);
             cfg.ephemeral = range;
-            let (opened, sent) = open_at_start(cfg);
+            let (opened, sent) = open_at_start(cfg, "10.99.0.2:80");
             match range {
                 None => {
                     assert_eq!(opened, Err(Error::InvalidState));
@@ -3117,6 +3260,26 @@ mod tests {
                     assert_eq!(sent.len(), 1, "the SYN");
                 }
             }
+        }
+    }
+
+    /// An open to an address no peer can have (broadcast, multicast,
+    /// loopback, this network, our own) is refused at once, nothing sent
+    /// (RFC 1122 §4.2.3.10), not left to time out.
+    #[test]
+    fn an_open_to_an_address_no_peer_can_have_is_refused_at_once() {
+        for remote in [
+            "255.255.255.255:80",
+            "224.0.0.1:80",
+            "127.0.0.1:80",
+            "0.0.0.1:80",
+            "10.99.0.1:80",
+        ] {
+            let mut cfg = TcpConfig::new(Ipv4Addr::new(10, 99, 0, 1), OUR_MAC, [1; 16]);
+            cfg.ephemeral = Some(EPHEMERAL);
+            let (opened, sent) = open_at_start(cfg, remote);
+            assert_eq!(opened, Err(Error::InvalidAddress), "{remote}");
+            assert!(sent.is_empty(), "{remote}: no SYN");
         }
     }
 
@@ -3137,7 +3300,7 @@ mod tests {
                 )
                 .unwrap(),
             );
-            let (opened, sent) = open_at_start(cfg);
+            let (opened, sent) = open_at_start(cfg, "10.99.0.2:80");
             if want_ok {
                 assert!(opened.is_ok(), "{opened:?}");
                 assert_eq!(sent.len(), 1, "the SYN");

@@ -2791,6 +2791,22 @@ impl Stack {
         Ok(())
     }
 
+    /// Sends `conn`'s SYN again at the next [`Stack::poll_transmit`]
+    /// (SYN-SENT only, else [`Error::InvalidState`]): for a data path that
+    /// could not put the first on the wire because the peer's link-layer
+    /// address was not known yet (RFC 1122 §2.3.2.2 lets a host queue such
+    /// a packet until the address resolves) and now can, so that the open
+    /// does not wait out the retransmission timeout. Counted as a
+    /// retransmission; the timer's backoff is unchanged.
+    pub fn resend_syn(&mut self, conn: ConnHandle) -> Result<(), Error> {
+        let idx = self.lookup(conn)?;
+        if self.with_conn(idx, |c, _| c.resend_syn()) {
+            Ok(())
+        } else {
+            Err(Error::InvalidState)
+        }
+    }
+
     /// Closes both directions: FIN after the queued data, and any data that
     /// arrives later resets the connection. With unread data it aborts. The
     /// handle stays valid until the `Closed` event; no [`Event::Writable`]

@@ -3,7 +3,7 @@
 mod sim;
 
 use flowlane_tcp::time::{Duration, Instant};
-use flowlane_tcp::{CloseReason, Error, Event, KeepaliveConfig, Stack, State};
+use flowlane_tcp::{CloseReason, ConnHandle, Error, Event, KeepaliveConfig, Stack, State};
 use flowlane_wire::TcpRepr;
 use sim::{events, pattern, read_all, run_until, LinkConfig, Side, Sim, A_IP, B_IP};
 use std::net::SocketAddr;
@@ -1417,4 +1417,35 @@ fn delayed_ack_follows_the_peers_segments_when_they_shrink() {
     assert_eq!(read_all(&mut sim.b, b), vec![b'g'; 1448]);
     // 1228-byte segments now (1280 - 40 - 12): every second acknowledged.
     assert_eq!(flight(&mut sim, 4 * 1228), [false, true, false, true]);
+}
+
+/// A SYN the data path could not put on the wire (no link-layer address
+/// for the peer yet) is sent again at once when asked (`resend_syn`), not
+/// a retransmission timeout later; counted as a retransmission, with the
+/// timer's backoff unchanged. Refused in any other state.
+#[test]
+fn a_syn_that_never_left_is_resent_at_once_when_asked() {
+    let mut a = Stack::new(sim::test_config(1));
+    let now = Instant::from_millis(1);
+    let conn = a.connect(now, a_addr(40_000), b_addr(80)).unwrap();
+    let mut buf = [0u8; 1500];
+    let first = a.poll_transmit(now, &mut buf).expect("the SYN");
+    let syn = TcpRepr::parse_segment(&buf[..first.len]).unwrap().0;
+    assert!(syn.flags.syn() && !syn.flags.ack());
+    assert!(a.poll_transmit(now, &mut buf).is_none(), "nothing more yet");
+    // The data path dropped it; the address resolves 2 ms later.
+    let later = Instant::from_millis(3);
+    assert_eq!(a.resend_syn(conn), Ok(()));
+    let again = a.poll_transmit(later, &mut buf).expect("the SYN again");
+    let resent = TcpRepr::parse_segment(&buf[..again.len]).unwrap().0;
+    assert!(resent.flags.syn() && resent.seq == syn.seq);
+    assert_eq!(a.stats().retransmits, 1);
+    assert!(a.poll_transmit(later, &mut buf).is_none());
+    // The retransmission timeout still comes a second after the first SYN.
+    let rto = a.poll_timeout().expect("armed");
+    assert!(rto <= Instant::from_millis(1_003), "{rto:?}");
+    assert_eq!(
+        a.resend_syn(ConnHandle::from_parts(7, 7)),
+        Err(Error::InvalidHandle)
+    );
 }

@@ -103,6 +103,17 @@ impl Connection {
         }
     }
 
+    /// In SYN-SENT, puts the SYN back to go out at the next transmission
+    /// (it is counted as a retransmission then; the timer's backoff is
+    /// unchanged). False in any other state.
+    pub(crate) fn resend_syn(&mut self) -> bool {
+        if self.state != State::SynSent {
+            return false;
+        }
+        self.snd.nxt = self.snd_rare.iss;
+        true
+    }
+
     /// RFC 6298 §5.4-5.6 and RFC 5681 §3.1 on timeout.
     pub(super) fn on_retransmit_timeout(&mut self, ctx: &mut Ctx<'_>) {
         ctx.stats.rto_timeouts += 1;
