@@ -122,6 +122,17 @@ pub(crate) const PARK_IDLE: crate::time::Duration = crate::time::Duration::from_
 /// connections to park, and how many slots it looks at each time: a
 /// stack of 65,536 connections is looked through in 1.3 s, a slot at a
 /// time (no pause longer than one look at 512 slots).
+/// Charges a parked connection's window again ([`Flags::RCV_PARKED`]):
+/// anything that touches it, a segment or a call, may use the window it
+/// was offered (past the budget if it must: the offer stands).
+#[cold]
+#[inline(never)]
+fn unpark(conn: &mut Connection, cfg: &Config, parked: &mut usize, committed: &mut usize) {
+    conn.flags.clear(Flags::RCV_PARKED);
+    *parked -= 1;
+    *committed += conn.rcv_commitment(usize::from(cfg.mss));
+}
+
 const PARK_EVERY: crate::time::Duration = crate::time::Duration::from_millis(10);
 const PARK_SLOTS: usize = 512;
 
@@ -1249,11 +1260,7 @@ impl Stack {
         } = self;
         let conn = slots[idx as usize].conn.as_mut().expect("live slot");
         if conn.flags.has(Flags::RCV_PARKED) {
-            // Anything that touches a parked connection charges its window
-            // again (past the budget if it must: it was offered).
-            conn.flags.clear(Flags::RCV_PARKED);
-            *parked -= 1;
-            *rcv_committed += conn.rcv_commitment(usize::from(cfg.mss));
+            unpark(conn, cfg, parked, rcv_committed);
         }
         let mem = RecvMemory::of(conn, cfg, *rcv_committed, *sharing - *parked);
         let ctx = Ctx {
@@ -1572,7 +1579,7 @@ impl Stack {
         let in_backlog = conn.in_backlog();
         let parked = conn.flags.has(Flags::RCV_PARKED);
         let hash = self.table.hash(&conn.tuple);
-        let commitment = conn.rcv_commitment(usize::from(self.cfg.mss));
+        let commitment = conn.rcv_charged(usize::from(self.cfg.mss));
         self.replies.owed_acks.forget(&conn.tuple);
         self.by_state[slot.counted.index()] -= 1;
         let r = last(conn, &self.lent);
@@ -3103,7 +3110,7 @@ impl Stack {
             if c.state == State::Closed {
                 return Err(format!("slot {i} holds a CLOSED connection"));
             }
-            committed += c.rcv_commitment(floor);
+            committed += c.rcv_charged(floor);
             sharing += usize::from(!c.in_backlog());
             parked += usize::from(c.flags.has(Flags::RCV_PARKED));
             chunks += c.send_buf.chunks() + c.recv_buf.chunks();

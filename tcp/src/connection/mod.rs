@@ -825,12 +825,24 @@ impl Connection {
     /// `floor` (see [`RecvMemory`]): its queued bytes plus the window the
     /// peer may still fill (out-of-order bytes lie inside that window).
     /// After the peer's FIN that window is empty (`RecvRare::fin_mark`).
+    /// Not for a parked connection ([`Flags::RCV_PARKED`]), which
+    /// commits nothing: see [`Connection::rcv_charged`]. (Every call on a
+    /// connection unparks it first, so the paths of segments and calls
+    /// need not look.)
     #[inline]
     pub(crate) fn rcv_commitment(&self, floor: usize) -> usize {
-        if self.flags.has(Flags::RCV_PARKED) {
-            return 0;
-        }
+        debug_assert!(!self.flags.has(Flags::RCV_PARKED));
         (self.recv_buf.len() + self.rcv_wnd()).saturating_sub(floor)
+    }
+
+    /// What the connection counts in the stack's committed total: its
+    /// [`Connection::rcv_commitment`], or nothing while parked.
+    pub(crate) fn rcv_charged(&self, floor: usize) -> usize {
+        if self.flags.has(Flags::RCV_PARKED) {
+            0
+        } else {
+            self.rcv_commitment(floor)
+        }
     }
 
     /// Whether the stack may park this connection's receive promise
