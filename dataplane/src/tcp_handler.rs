@@ -1876,6 +1876,18 @@ impl TcpHandler {
         }
     }
 
+    /// A segment to `peer` found no Ethernet address: dropped (counted),
+    /// the peer noted for its opens' SYNs ([`ActiveOpens::note_unsent`]).
+    /// Out of line: `build_frame`'s path with an address stays short.
+    #[cold]
+    #[inline(never)]
+    fn no_neighbor(&mut self, now: Instant, peer: IpAddr) {
+        counters::bump(&self.counters.no_neighbor);
+        if let Some(opens) = self.opens.as_mut() {
+            opens.note_unsent(now, peer);
+        }
+    }
+
     /// Lets the stack write its next segment at offset 34 of `buf` (a free
     /// UMEM frame) and puts Ethernet and IP headers in front of it (an IPv6
     /// segment first moves up by the 20 bytes its longer header needs: the
@@ -1890,10 +1902,7 @@ impl TcpHandler {
             return (false, None);
         };
         let Some(peer_mac) = self.neighbors.lookup(now, t.dst.ip()) else {
-            counters::bump(&self.counters.no_neighbor);
-            if let Some(opens) = self.opens.as_mut() {
-                opens.note_unsent(now, t.dst.ip());
-            }
+            self.no_neighbor(now, t.dst.ip());
             return (true, None);
         };
         let mut eth = EthernetRepr {
