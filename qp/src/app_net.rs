@@ -191,6 +191,10 @@ pub(crate) struct QpNet {
     /// Ended connections whose last delivered bytes were read: their
     /// `Closed` follows ([`QpNet::end_drained`]).
     drained: Vec<ConnHandle>,
+    /// The figures of connections ended here (those the core sent with
+    /// their end), until their `Closed` is dispatched: what `info` tells
+    /// the handlers of their last events.
+    ended_info: HashMap<ConnHandle, ConnInfo>,
     /// Told of each connection that moved to another core, with its new
     /// placement (`AppPort::set_on_move`).
     pub(crate) on_move: Option<Box<dyn FnMut(ConnHandle, Placement) + Send>>,
@@ -234,6 +238,7 @@ impl QpNet {
             stats: Stats::default(),
             info_wanted: RefCell::new(Vec::new()),
             drained: Vec::new(),
+            ended_info: HashMap::new(),
             on_move: None,
             memory,
             tx_waiting: (0..n).map(|_| VecDeque::new()).collect(),
@@ -278,6 +283,9 @@ impl QpNet {
         forget_remote(&mut self.by_core, &mut c);
         for buf in c.rx {
             recycle(&mut self.pending[c.core as usize], buf);
+        }
+        if let Some(info) = c.core_info {
+            self.ended_info.insert(h, info);
         }
         self.stats.closed += 1;
         self.events.push_back(Event::Closed { conn: h, reason });
@@ -326,6 +334,7 @@ impl QpNet {
 
     /// `h`'s `Closed` was dispatched: its slot is free.
     pub(crate) fn release(&mut self, h: ConnHandle) {
+        self.ended_info.remove(&h);
         self.conns.release(h);
     }
 
@@ -431,6 +440,7 @@ impl QpNet {
                             last.drain(..c.rx_off);
                             c.rx_off = 0;
                         }
+                        grow_within_buf(last, n);
                         last.extend_from_slice(&bytes);
                         recycle(&mut self.pending[core as usize], bytes);
                     }
@@ -463,10 +473,13 @@ impl QpNet {
                     }
                 }
             }
-            ToApp::PeerClosed { conn } => {
+            ToApp::PeerClosed { conn, info } => {
                 if let Some((index, h)) = ours(self, &conn) {
                     if let Some(c) = self.conns.at_mut(index) {
                         c.peer_closed = true;
+                        // The figures at the peer's FIN, if they were
+                        // asked for before.
+                        c.core_info = info.or(c.core_info);
                     }
                     self.events.push_back(Event::PeerClosed(h));
                 }
@@ -717,6 +730,19 @@ fn forget_remote(by_core: &mut [HashMap<ConnHandle, u32>], c: &mut Conn) {
     }
     if let Some(m) = c.moving.take() {
         by_core[m.from as usize].remove(&m.old);
+    }
+}
+
+/// Makes room in `buf` for `n` more bytes (its length and `n` within a
+/// pool buffer, [`BUF`]): twice its capacity (few copies however many
+/// small messages join it), but never past a pool buffer's, so that a
+/// buffer grown by small messages holds at most [`BUF`] (not twice it)
+/// and, grown to it, goes back to the core's pool once read.
+fn grow_within_buf(buf: &mut Vec<u8>, n: usize) {
+    let need = buf.len() + n;
+    if buf.capacity() < need {
+        let cap = (2 * buf.capacity()).clamp(need, BUF);
+        buf.reserve_exact(cap - buf.len());
     }
 }
 
@@ -993,9 +1019,19 @@ impl Net for QpNet {
     }
 
     /// The core's figures as of its answer to the previous call, plus the
-    /// bytes on their way between the core and this thread.
+    /// bytes on their way between the core and this thread; once the peer
+    /// closed (end of stream), those as of its FIN if they were asked for
+    /// before (the core sends them with it): an application that asks
+    /// early (as it opens the connection) has the figures at its end at
+    /// once, as in run to completion, and so do its handlers of the
+    /// connection's last events (its peer's FIN, its `Closed`) after it
+    /// ended here.
     fn info(&self, h: ConnHandle) -> Result<ConnInfo, Error> {
-        let c = self.conn(h)?;
+        let c = match self.conn(h) {
+            Ok(c) => c,
+            // Ended, its `Closed` not dispatched yet: as it ended.
+            Err(e) => return self.ended_info.get(&h).copied().ok_or(e),
+        };
         if c.remote_handle.is_some() {
             self.info_wanted.borrow_mut().push(h);
         }
@@ -1242,6 +1278,67 @@ mod tests {
         assert_eq!(net.conn(h).unwrap().rx.len(), 1, "the small one joined it");
     }
 
+    /// Small messages (right-sized by the core) that join a buffer grow it
+    /// at most to a pool buffer's size, where doubling took 1500-byte
+    /// segments' buffer to 96,000 bytes for 64,500; grown to it, the
+    /// buffer goes back to the core's pool once read.
+    #[test]
+    fn a_buffer_small_messages_join_grows_no_larger_than_a_pool_buffer() {
+        let (mut net, rx) = net(1);
+        let old = ConnHandle::from_parts(3, 1);
+        let h = accepted(&mut net, old);
+        let pieces = BUF / 1500;
+        for _ in 0..pieces {
+            data(&mut net, old, &[5u8; 1500]);
+        }
+        let c = net.conn(h).unwrap();
+        assert_eq!((c.rx.len(), c.rx_len), (1, pieces * 1500));
+        let held = c.rx[0].capacity();
+        assert!(held <= BUF, "{held} bytes held for {}", c.rx_len);
+        assert_eq!(net.consume(h, pieces * 1500), Ok(pieces * 1500));
+        net.flush();
+        let recycled = rx[0]
+            .try_iter()
+            .flatten()
+            .any(|m| matches!(m, ToCore::Recycle(b) if b.capacity() == BUF));
+        assert!(recycled, "the buffer was not given back to the pool");
+    }
+
+    /// The figures the core sends with the peer's FIN (the connection's
+    /// were asked for before) are there at the first asking after end of
+    /// stream, as in run to completion: a report at the end has them, in
+    /// the handlers of the connection's last events too, once it ended
+    /// here (until its `Closed` was dispatched).
+    #[test]
+    fn the_figures_sent_with_the_peer_s_fin_are_there_at_once() {
+        let (mut net, _rx) = net(1);
+        let old = ConnHandle::from_parts(3, 1);
+        let h = accepted(&mut net, old);
+        assert_eq!(net.info(h), Err(Error::WouldBlock), "none asked yet");
+        data(&mut net, old, b"bye");
+        let info = ConnInfo {
+            cwnd: 28_960,
+            mss: 1448,
+            ..ConnInfo::default()
+        };
+        net.take(
+            0,
+            ToApp::PeerClosed {
+                conn: old,
+                info: Some(info),
+            },
+        );
+        assert_eq!(net.recv(h, &mut [0; 8]), Ok(3));
+        assert!(net.is_eof(h));
+        let got = net.info(h).expect("the figures at the peer's FIN");
+        assert_eq!((got.cwnd, got.mss), (28_960, 1448));
+        closed(&mut net, old, CloseReason::Normal);
+        assert!(net.conn(h).is_err(), "ended");
+        assert_eq!(net.info(h).map(|i| i.cwnd), Ok(28_960));
+        net.release(h);
+        assert_eq!(net.info(h), Err(Error::InvalidHandle));
+    }
+
     /// The core's connection closes normally (both FINs) while bytes it
     /// delivered wait here unread: they stay readable, end of stream
     /// follows them, and `Closed` only once they are read; what the core
@@ -1253,7 +1350,13 @@ mod tests {
         let old = ConnHandle::from_parts(3, 1);
         let h = accepted(&mut net, old);
         data(&mut net, old, b"last words");
-        net.take(0, ToApp::PeerClosed { conn: old });
+        net.take(
+            0,
+            ToApp::PeerClosed {
+                conn: old,
+                info: None,
+            },
+        );
         // What went while the core had it (the message's cost back).
         net.flush();
         rx[0].try_iter().for_each(drop);
@@ -1338,7 +1441,13 @@ mod tests {
         assert_eq!(requests(&mut net, &rx[0]), [(3, "abort")]);
         net.events.clear();
         data(&mut net, old, b"late");
-        net.take(0, ToApp::PeerClosed { conn: old });
+        net.take(
+            0,
+            ToApp::PeerClosed {
+                conn: old,
+                info: None,
+            },
+        );
         net.take(
             0,
             ToApp::Sent {
@@ -1360,7 +1469,13 @@ mod tests {
         let old = ConnHandle::from_parts(3, 1);
         let h = accepted(&mut net, old);
         data(&mut net, old, b"abc");
-        net.take(0, ToApp::PeerClosed { conn: old });
+        net.take(
+            0,
+            ToApp::PeerClosed {
+                conn: old,
+                info: None,
+            },
+        );
         assert_eq!(net.recv(h, &mut []), Err(Error::WouldBlock));
         assert_eq!(net.recv(h, &mut [0u8; 8]), Ok(3));
         assert_eq!(net.recv(h, &mut []), Ok(0));
@@ -1615,7 +1730,13 @@ mod tests {
             let old = ConnHandle::from_parts(3, 1);
             let h = accepted(&mut net, old);
             data(&mut net, old, b"abc");
-            net.take(0, ToApp::PeerClosed { conn: old });
+            net.take(
+                0,
+                ToApp::PeerClosed {
+                    conn: old,
+                    info: None,
+                },
+            );
             closed(&mut net, old, CloseReason::Normal);
             assert_eq!(net.state(h), Ok(State::Closed));
             if read_all {

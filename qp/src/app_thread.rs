@@ -408,7 +408,7 @@ mod tests {
                 bytes: b"x".to_vec(),
             },
         );
-        at.net.take(0, ToApp::PeerClosed { conn });
+        at.net.take(0, ToApp::PeerClosed { conn, info: None });
         at.pass();
         // The core's own `Closed` for the reset it made.
         let reason = CloseReason::Aborted;

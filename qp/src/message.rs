@@ -67,29 +67,22 @@ pub(crate) enum ToApp {
     /// unanswered, `Reset` for a refusal, `Aborted` when the core gave it
     /// up: its thread died, or the connect itself failed, which the core
     /// also answered at once, [`ConnectAnswer`]).
-    ConnectFailed {
-        token: u64,
-        reason: CloseReason,
-    },
+    ConnectFailed { token: u64, reason: CloseReason },
     /// Received bytes, in a buffer the application gives back.
-    Data {
-        conn: ConnHandle,
-        bytes: Vec<u8>,
-    },
+    Data { conn: ConnHandle, bytes: Vec<u8> },
     /// The stack has taken `total` bytes of the connection so far (a
     /// cumulative completion, not one per send).
-    Sent {
-        conn: ConnHandle,
-        total: u64,
-    },
+    Sent { conn: ConnHandle, total: u64 },
+    /// Every byte before the peer's FIN went; with the connection's
+    /// figures as of then if the thread asked for them before
+    /// ([`ToCore::Info`]): an application that reports them at end of
+    /// stream has them without another round trip.
     PeerClosed {
         conn: ConnHandle,
+        info: Option<ConnInfo>,
     },
     /// The answer to [`ToCore::Info`].
-    Info {
-        conn: ConnHandle,
-        info: ConnInfo,
-    },
+    Info { conn: ConnHandle, info: ConnInfo },
     Closed {
         conn: ConnHandle,
         reason: CloseReason,
@@ -104,22 +97,14 @@ pub(crate) enum ToApp {
     },
     /// A request for a connection that moved away from this core, given
     /// back unapplied: the thread sends it again where the connection is.
-    Bounced {
-        conn: ConnHandle,
-        request: ToCore,
-    },
+    Bounced { conn: ConnHandle, request: ToCore },
     /// The answer to [`ToCore::Settle`]: every request for `conn` sent
     /// before it was bounced.
-    Settled {
-        conn: ConnHandle,
-    },
+    Settled { conn: ConnHandle },
     /// The connection `old` of core `from` was to move here with its RSS
     /// bucket, and this core's stack could not take it: it is gone. The
     /// thread ends it and settles with `from`.
-    MoveFailed {
-        from: u32,
-        old: ConnHandle,
-    },
+    MoveFailed { from: u32, old: ConnHandle },
 }
 
 /// From an application thread to a network core.

@@ -19,8 +19,11 @@ use crate::message::{message_cost, ConnectAnswer, ToApp, ToCore, BUF, RX_CREDIT,
 
 /// Requests a core takes per pass (the rest wait for the next).
 const REQUESTS_PER_PASS: usize = 1024;
-/// Receive buffers a core keeps for reuse.
-const POOL: usize = 1024;
+/// Receive buffers a core keeps for reuse (4 MiB: the full credits of 16
+/// connections): those given back past it are freed, so that a burst of
+/// many connections (a thousand peers that do not read hold the core's
+/// whole receive memory) does not leave its buffers held for good.
+const POOL: usize = 64;
 /// The least credit a connection's data moves with (see `Relay::pull`).
 const PULL_MIN: usize = RX_CREDIT / 4;
 
@@ -81,6 +84,9 @@ struct Relayed {
     peer_closed_sent: bool,
     /// Waiting for receive memory (in the relay's `rx_waiting`).
     rx_waiting: bool,
+    /// The thread asked for the connection's figures: they go with its
+    /// `PeerClosed`.
+    info_asked: bool,
 }
 
 impl Relayed {
@@ -310,6 +316,7 @@ impl Relay {
                 peer_closed: false,
                 peer_closed_sent: false,
                 rx_waiting: false,
+                info_asked: false,
             },
         );
     }
@@ -408,7 +415,12 @@ impl Relay {
         // closed already reads as gone, not as at end of stream).
         if r.peer_closed && !r.peer_closed_sent && net.peek(conn).map_or(true, <[u8]>::is_empty) {
             r.peer_closed_sent = true;
-            self.tell(thread, ToApp::PeerClosed { conn });
+            let info = if r.info_asked {
+                net.info(conn).ok()
+            } else {
+                None
+            };
+            self.tell(thread, ToApp::PeerClosed { conn, info });
         }
     }
 
@@ -653,8 +665,13 @@ impl Relay {
                 };
             }
             ToCore::Info { conn } => {
-                if let (Some(r), Ok(info)) = (self.conns.get(conn), net.info(conn)) {
-                    self.tell(r.thread, ToApp::Info { conn, info });
+                let Some(r) = self.conns.get_mut(conn) else {
+                    return;
+                };
+                r.info_asked = true;
+                let thread = r.thread;
+                if let Ok(info) = net.info(conn) {
+                    self.tell(thread, ToApp::Info { conn, info });
                 }
             }
             ToCore::Recycle(buf) => {
@@ -735,8 +752,10 @@ impl ConnHandler for Relay {
         self.push(net, conn);
     }
 
-    /// Told to the thread once it has had every byte before it; the
-    /// thread decides when to close.
+    /// Told to the thread once it has had every byte before it (with the
+    /// connection's figures as of then if the thread ever asked for them,
+    /// so that a report at end of stream has them at once); the thread
+    /// decides when to close.
     fn on_peer_closed(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         if let Some(r) = self.conns.get_mut(conn) {
             r.peer_closed = true;
@@ -857,7 +876,7 @@ mod tests {
     use crate::service::{CoreSetupError, QueuePairConfig, QueuePairs};
     use crossbeam_channel::unbounded;
     use flowlane_app::testing::KeptHandler;
-    use flowlane_app::{FourTuple, SetupExt, Stats};
+    use flowlane_app::{ConnInfo, FourTuple, SetupExt, Stats};
     use std::net::SocketAddr;
 
     /// The core's one connection: bytes to read, how much a send takes,
@@ -872,11 +891,16 @@ mod tests {
         room: usize,
         sent: usize,
         did: Vec<&'static str>,
+        /// What `info` tells (none: `WouldBlock`).
+        info: Option<ConnInfo>,
         stats: Stats,
     }
 
     impl Net for Core {
-        flowlane_app::fake_net_settings!();
+        flowlane_app::fake_net_settings!(except info);
+        fn info(&self, _conn: ConnHandle) -> Result<ConnInfo, Error> {
+            self.info.ok_or(Error::WouldBlock)
+        }
         fn now(&self) -> Duration {
             Duration::ZERO
         }
@@ -1062,6 +1086,59 @@ mod tests {
         r.on_writable(&mut core, conn);
         assert_eq!(core.sent, 10);
         assert_eq!(core.did, ["close, unread"]);
+    }
+
+    /// The figures of a connection its thread asked for go with the
+    /// peer's FIN, as of then (a report at end of stream has them without
+    /// another round trip); one never asked for costs the core no look.
+    #[test]
+    fn the_peer_s_fin_carries_the_figures_of_a_connection_asked_for() {
+        let figures = |cwnd| ConnInfo {
+            cwnd,
+            mss: 1448,
+            ..ConnInfo::default()
+        };
+        for asked in [false, true] {
+            let mut core = Core {
+                info: Some(figures(14_480)),
+                ..Core::default()
+            };
+            let (mut r, from_core, conn) = relay(&mut core);
+            if asked {
+                r.request(&mut core, ToCore::Info { conn });
+                assert!(matches!(
+                    from_core.try_recv(),
+                    Ok((0, ToApp::Info { info, .. })) if info == figures(14_480)
+                ));
+            }
+            // The window grew since.
+            core.info = Some(figures(28_960));
+            r.on_peer_closed(&mut core, conn);
+            let told = from_core
+                .try_iter()
+                .find_map(|(_, m)| match m {
+                    ToApp::PeerClosed { info, .. } => Some(info),
+                    _ => None,
+                })
+                .expect("the peer's FIN told");
+            assert_eq!(told, asked.then(|| figures(28_960)), "asked: {asked}");
+        }
+    }
+
+    /// Buffers the threads give back are kept for reuse up to a small
+    /// part of the core's receive memory: after a burst that held all of
+    /// it (a thousand peers that do not read), the rest are freed, not
+    /// held for good once the connections are gone.
+    #[test]
+    fn a_core_keeps_no_burst_of_buffers_for_reuse() {
+        let mut core = Core::default();
+        let (mut r, _from_core, _conn) = relay(&mut core);
+        for _ in 0..RX_MEMORY / BUF {
+            r.request(&mut core, ToCore::Recycle(Vec::with_capacity(BUF)));
+        }
+        let kept: usize = r.pool.iter().map(Vec::capacity).sum();
+        assert!(kept <= RX_MEMORY / 16, "{} MiB kept", kept >> 20);
+        assert!(!r.pool.is_empty(), "none kept for reuse");
     }
 
     /// A thread first found stalled, then dead, never settles its moves:

@@ -13,7 +13,7 @@ use bytes::{Buf, BytesMut};
 use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Error, Net, SynFilter};
 
 use crate::listener::AcceptQueue;
-use crate::pipe::{lock, release_if_empty, Pipe, PipeRef, ThreadShared, RX_LIMIT};
+use crate::pipe::{lock, release_if_empty, reserve_within, Pipe, PipeRef, ThreadShared, RX_LIMIT};
 use crate::stream::TcpStream;
 
 /// What the adapter counts, over all application threads.
@@ -135,14 +135,21 @@ impl Bridge {
     }
 
     /// Moves what the stack holds for `conn` into its pipe, up to
-    /// [`RX_LIMIT`]; marks end of stream once everything before the
-    /// peer's FIN is there.
+    /// [`RX_LIMIT`] of memory ([`reserve_within`]: a pipe more than half
+    /// full takes more once its reader read it below half); marks end of
+    /// stream once everything before the peer's FIN is there.
     fn pull(net: &mut dyn Net, conn: ConnHandle, p: &mut Pipe) -> bool {
         let mut got = false;
+        let mut full = false;
         while p.rx.len() < RX_LIMIT {
             let n = match net.peek(conn) {
                 Ok(d) if !d.is_empty() => {
                     let n = d.len().min(RX_LIMIT - p.rx.len());
+                    let n = reserve_within(&mut p.rx, n, RX_LIMIT);
+                    if n == 0 {
+                        full = true;
+                        break;
+                    }
                     p.rx.extend_from_slice(&d[..n]);
                     n
                 }
@@ -151,7 +158,7 @@ impl Bridge {
             let _ = net.consume(conn, n);
             got = true;
         }
-        p.rx_more = p.rx.len() >= RX_LIMIT;
+        p.rx_more = full || p.rx.len() >= RX_LIMIT;
         if !p.eof && net.is_eof(conn) {
             p.eof = true;
             got = true;
@@ -174,7 +181,18 @@ impl Bridge {
             }
         }
         release_if_empty(&mut p.tx);
+        Bridge::look_for_room(net, conn, p);
         p.tx.len() < before
+    }
+
+    /// Notes what the stream may queue now ([`Pipe::tx_room`]): what the
+    /// connection's send space takes; none, and `on_writable` follows when
+    /// it frees, if it is full.
+    fn look_for_room(net: &mut dyn Net, conn: ConnHandle, p: &mut Pipe) {
+        p.tx_room = net.send_space(conn).unwrap_or(0);
+        if p.tx_room == 0 {
+            net.want_writable(conn);
+        }
     }
 
     /// Gives the stack what the stream wrote ([`Bridge::send`]); then the
@@ -269,10 +287,12 @@ impl Bridge {
     }
 
     /// A stream for `conn`, with its pipe registered.
-    fn stream(&mut self, net: &dyn Net, conn: ConnHandle) -> Option<(TcpStream, PipeRef)> {
+    fn stream(&mut self, net: &mut dyn Net, conn: ConnHandle) -> Option<(TcpStream, PipeRef)> {
         let tuple = net.four_tuple(conn).ok()?;
         let placement = net.conn_placement(conn).ok()?;
-        let pipe: PipeRef = Arc::new(Mutex::new(Pipe::new(placement)));
+        let mut p = Pipe::new(placement);
+        Bridge::look_for_room(net, conn, &mut p);
+        let pipe: PipeRef = Arc::new(Mutex::new(p));
         let stream = TcpStream::new(
             conn,
             pipe.clone(),
@@ -530,6 +550,96 @@ mod tests {
 
     fn load(c: &AtomicU64) -> u64 {
         c.load(Ordering::Relaxed)
+    }
+
+    /// Counts its wakes.
+    #[derive(Default)]
+    struct Wakes(AtomicU64);
+
+    impl std::task::Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A stream queues no more than its connection takes (the queue
+    /// pair's credit, within its core's send memory): a peer that reads
+    /// nothing leaves no bytes in the pipe outside the core's budget, where
+    /// each stream held up to 64 KiB more; the writer waits, and writes on
+    /// once the connection takes more (`on_writable`).
+    #[test]
+    fn a_stream_queues_no_more_than_its_connection_takes() {
+        use std::pin::Pin;
+        use std::task::{Context, Poll};
+        use tokio::io::AsyncWrite;
+
+        let thread = Arc::new(ThreadShared::default());
+        let mut bridge = Bridge::new(thread.clone(), Arc::default(), None);
+        let mut net = OneConn {
+            send_room: Some(1000),
+            ..OneConn::default()
+        };
+        let pipe: PipeRef = Arc::new(Mutex::new(Pipe::new(net.placement())));
+        bridge.conns.insert(conn(), pipe.clone());
+        let addr = "10.0.0.1:80".parse().unwrap();
+        let mut s = TcpStream::new(conn(), pipe.clone(), thread, (addr, addr));
+        // The bridge looks at the connection (as when it makes the stream).
+        bridge.on_writable(&mut net, conn());
+        let wakes = Arc::new(Wakes::default());
+        let waker = std::task::Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        let response = vec![b'r'; 64 << 10];
+        let mut write = |s: &mut TcpStream| Pin::new(s).poll_write(&mut cx, &response);
+        assert!(matches!(write(&mut s), Poll::Ready(Ok(1000))));
+        bridge.on_tick(&mut net);
+        assert_eq!(net.sent.len(), 1000);
+        assert!(write(&mut s).is_pending(), "the connection takes no more");
+        assert!(lock(&pipe).tx.is_empty(), "bytes queued past what it takes");
+        net.send_room = Some(5000);
+        bridge.on_writable(&mut net, conn());
+        assert_eq!(wakes.0.load(Ordering::Relaxed), 1, "the writer woken");
+        assert!(matches!(write(&mut s), Poll::Ready(Ok(5000))));
+        bridge.on_tick(&mut net);
+        assert_eq!(net.sent.len(), 6000);
+    }
+
+    /// A reader that reads part of its pipe while the bridge tops it up
+    /// as bytes come (hyper reading requests a few KiB at a time behind a
+    /// peer that sends more) holds at most a pipe's limit of memory, where
+    /// growing a buffer read from doubled it (up to 128 KiB a stream).
+    #[test]
+    fn a_pipe_topped_up_while_read_stays_within_its_limit() {
+        use std::pin::Pin;
+        use std::task::{Context, Poll, Waker};
+        use tokio::io::{AsyncRead, ReadBuf};
+
+        let thread = Arc::new(ThreadShared::default());
+        let mut bridge = Bridge::new(thread.clone(), Arc::default(), None);
+        let mut net = OneConn {
+            inbox: vec![b'q'; 4 << 20],
+            ..OneConn::default()
+        };
+        let pipe: PipeRef = Arc::new(Mutex::new(Pipe::new(net.placement())));
+        bridge.conns.insert(conn(), pipe.clone());
+        let addr = "10.0.0.1:80".parse().unwrap();
+        let mut s = TcpStream::new(conn(), pipe.clone(), thread, (addr, addr));
+        bridge.on_data(&mut net, conn());
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut buf = vec![0u8; 5_000];
+        let mut read = 0;
+        for _ in 0..100 {
+            let mut rb = ReadBuf::new(&mut buf);
+            assert!(matches!(
+                Pin::new(&mut s).poll_read(&mut cx, &mut rb),
+                Poll::Ready(Ok(()))
+            ));
+            read += rb.filled().len();
+            // More came from the core.
+            bridge.on_data(&mut net, conn());
+            let held = lock(&pipe).rx.capacity();
+            assert!(held <= RX_LIMIT, "{held} bytes held after {read} read");
+        }
+        assert_eq!(read, 100 * 5_000);
     }
 
     /// An open the service refuses for good (`InvalidState`) says both

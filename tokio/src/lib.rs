@@ -29,13 +29,15 @@
 //! streams (at most 64 KiB each in the stream and 256 KiB, the queue
 //! pair's credit, on the thread ahead of the reader; the rest stays in
 //! the core's stack, whose window closes: back-pressure), and hands the
-//! streams' writes to the cores (at most 64 KiB each in the stream and
-//! 256 KiB in the queue pair ahead of the stack). A dropped stream's
-//! connection closes lingering (RFC 9112 §9.6): FIN after what it wrote,
-//! then what the peer still sends is dropped until the peer's FIN, or
-//! [`LINGER`] after its own (a reset then, counted, only if the peer sent
-//! more), so that a request left unread does not destroy its response
-//! with a reset.
+//! streams' writes to the cores (256 KiB at most, the queue pair's
+//! credit, ahead of the stack, within the core's send memory; in the
+//! stream no more than the queue pair takes, 64 KiB at most: past that
+//! writes wait, so that a peer that reads nothing leaves no bytes outside
+//! the core's budget). A dropped stream's connection closes lingering
+//! (RFC 9112 §9.6): FIN after what it wrote, then what the peer still
+//! sends is dropped until the peer's FIN, or [`LINGER`] after its own (a
+//! reset then, counted, only if the peer sent more), so that a request
+//! left unread does not destroy its response with a reset.
 //! A task that blocks the thread stalls it: after the queue pairs'
 //! `stall_after`, the cores reset its connections, counted, and its
 //! streams, wherever they are polled, fail at once (`ConnectionAborted`),

@@ -20,7 +20,8 @@ use crate::stream::TcpStream;
 pub(crate) const RX_LIMIT: usize = 64 << 10;
 /// Bytes a stream's writes may queue before they wait for the bridge to
 /// hand them to the queue pair (whose credit, 256 KiB, bounds those the
-/// stack has not taken yet).
+/// stack has not taken yet), and no more than the queue pair takes
+/// ([`Pipe::tx_room`]).
 pub(crate) const TX_LIMIT: usize = 64 << 10;
 /// The most memory a side of a pipe keeps once it is empty: past it (a
 /// burst's), it is freed, so that an idle connection holds little.
@@ -33,6 +34,31 @@ pub(crate) fn release_if_empty(b: &mut BytesMut) {
     if b.is_empty() && b.try_reclaim(KEEP + 1) {
         *b = BytesMut::new();
     }
+}
+
+/// Makes room in `b` for up to `n` more bytes (`b.len() + n` at most
+/// `limit`) without its memory passing `limit`, and returns how many fit:
+/// `n` in its spare capacity, or once the bytes read from it gave their
+/// room back (the rest moved to its front when no more than those read),
+/// or in a new buffer of twice its capacity within `limit` while it holds
+/// at most half of `limit` (a copy of no more than the room it makes);
+/// else, more than half full, only what its spare capacity holds (none,
+/// often): the rest once its reader took it below half. Growing a buffer
+/// read from in place instead doubled its allocation past `limit` (a side
+/// of 64 KiB held 128 KiB).
+pub(crate) fn reserve_within(b: &mut BytesMut, n: usize, limit: usize) -> usize {
+    let spare = b.capacity() - b.len();
+    if spare >= n || b.try_reclaim(n) {
+        return n;
+    }
+    if b.len() > limit / 2 {
+        return spare;
+    }
+    let need = b.len() + n;
+    let mut grown = BytesMut::with_capacity((2 * b.capacity()).min(limit).max(need));
+    grown.extend_from_slice(b);
+    *b = grown;
+    n
 }
 
 /// Locks `m`, whatever a panic left it as (every value guarded here is
@@ -52,6 +78,13 @@ pub(crate) struct Pipe {
     pub(crate) eof: bool,
     /// Written by the stream, not yet taken by the stack.
     pub(crate) tx: BytesMut,
+    /// What the connection's send space (its credit, within its core's
+    /// send memory) lets the stream queue, as of the bridge's last look:
+    /// writes wait once `tx` holds that much, so that a peer that reads
+    /// nothing leaves its bytes within the core's send budget (counted,
+    /// bounded whatever the number of connections), not up to
+    /// [`TX_LIMIT`] more per stream outside it.
+    pub(crate) tx_room: usize,
     /// The stream shut down its writing half (FIN after `tx`).
     pub(crate) shutdown: bool,
     pub(crate) shutdown_sent: bool,
@@ -82,13 +115,15 @@ pub(crate) struct Pipe {
 }
 
 impl Pipe {
-    /// An empty pipe for a connection served at `placement`.
+    /// An empty pipe for a connection served at `placement`, whose writes
+    /// wait until the bridge found room for them ([`Pipe::tx_room`]).
     pub(crate) fn new(placement: Placement) -> Pipe {
         Pipe {
             rx: BytesMut::new(),
             rx_more: false,
             eof: false,
             tx: BytesMut::new(),
+            tx_room: 0,
             shutdown: false,
             shutdown_sent: false,
             nodelay: None,

@@ -11,12 +11,15 @@ use bytes::Buf;
 use flowlane_app::{CloseReason, ConnHandle, ConnInfo, Placement};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::pipe::{lock, release_if_empty, Pipe, PipeRef, ThreadShared, RX_LIMIT, TX_LIMIT};
+use crate::pipe::{
+    lock, release_if_empty, reserve_within, Pipe, PipeRef, ThreadShared, RX_LIMIT, TX_LIMIT,
+};
 
 /// A TCP connection served by flowlane, for tokio: reads take what the
-/// network core received, writes queue bytes for it (at most 64 KiB in
-/// the stream, then they wait, and up to 256 KiB more, the queue pair's
-/// credit, on their way to the stack). `Send`: the stream may move to
+/// network core received, writes queue bytes for it (in the stream, no
+/// more than the queue pair takes, 64 KiB at most, then they wait; up to
+/// 256 KiB, the queue pair's credit, on their way to the stack, within
+/// the core's send memory). `Send`: the stream may move to
 /// another runtime, though it is cheapest on the application thread that
 /// accepted it, next to its network core. Dropping it closes the
 /// connection: FIN after its writes, then, until the peer's FIN, what the
@@ -111,7 +114,11 @@ impl TcpStream {
         if wanted == 0 {
             return Poll::Ready(Ok(0));
         }
-        let mut room = TX_LIMIT.saturating_sub(p.tx.len());
+        // No more than the queue pair takes (as the bridge last looked):
+        // the rest waits in the writer, not in the pipe.
+        let room = TX_LIMIT.min(p.tx_room).saturating_sub(p.tx.len());
+        // Within the pipe's memory (more once the bridge took some).
+        let mut room = reserve_within(&mut p.tx, wanted.min(room), TX_LIMIT);
         if room == 0 {
             p.writer = Some(cx.waker().clone());
             return Poll::Pending;
@@ -267,7 +274,11 @@ mod tests {
             cpu: None,
             node: 0,
         };
-        let pipe = PipeRef::new(std::sync::Mutex::new(Pipe::new(placement)));
+        let mut p = Pipe::new(placement);
+        // As the bridge finds a connection whose queue pair takes a
+        // pipe's worth.
+        p.tx_room = TX_LIMIT;
+        let pipe = PipeRef::new(std::sync::Mutex::new(p));
         let thread = Arc::new(ThreadShared::default());
         let addr: SocketAddr = "10.0.0.1:80".parse().unwrap();
         let conn = ConnHandle::from_parts(1, 1);
@@ -309,6 +320,32 @@ mod tests {
         assert_eq!(read_all(&mut s, 16 << 10), 100);
         let mut p = lock(&pipe);
         assert!(p.rx.try_reclaim(100) && p.rx.capacity() <= KEEP);
+    }
+
+    /// Writes that refill a pipe the bridge takes a few KiB of at a time
+    /// keep its memory within its limit, where growing the buffer in place
+    /// doubled it; they go on as fast as the bridge takes (a pipe more
+    /// than half full takes more once it is down to half).
+    #[test]
+    fn a_pipe_refilled_while_taken_stays_within_its_limit() {
+        let mut cx = Context::from_waker(Waker::noop());
+        let (mut s, pipe, _thread) = stream();
+        let bytes = vec![7u8; TX_LIMIT];
+        let (mut written, mut taken) = (0, 0);
+        for _ in 0..50 {
+            match Pin::new(&mut s).poll_write(&mut cx, &bytes) {
+                Poll::Ready(Ok(n)) => written += n,
+                Poll::Pending => {}
+                other => panic!("{other:?}"),
+            }
+            let mut p = lock(&pipe);
+            assert!(p.tx.capacity() <= TX_LIMIT, "{} held", p.tx.capacity());
+            assert!(p.tx.len() > TX_LIMIT / 2, "the writes fell behind");
+            // The bridge hands a few KiB to the queue pair.
+            p.tx.advance(5_000);
+            taken += 5_000;
+        }
+        assert_eq!(written, taken + lock(&pipe).tx.len());
     }
 
     /// A shutdown waits for the bytes written and for the bridge to send

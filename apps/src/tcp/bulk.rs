@@ -60,8 +60,9 @@ impl Transfer {
             "worker_cpu_ns": cpu,
             "cpu_ns_per_byte": if self.bytes > 0 { cpu as f64 / self.bytes as f64 } else { 0.0 },
             "sha256": self.hasher.map(|h| hex(&h.finalize())),
-            // The connection's TCP figures at the end (none yet in
-            // queue-pair mode if this is the first time it is asked).
+            // The connection's TCP figures at the end (in queue-pair mode,
+            // as of the peer's FIN for a connection asked for before: the
+            // sink asks as it accepts).
             "tcp": net.info(conn).ok().or(self.last_info).map(|i| json!({
                 "srtt_us": i.srtt.map(|d| d.as_nanos() / 1_000),
                 "cwnd": i.cwnd,
@@ -119,6 +120,11 @@ impl ConnHandler for Sink {
         if let Ok(tuple) = net.four_tuple(conn) {
             t.peer = tuple.remote.to_string();
         }
+        // Asked now so that the figures are there when the transfer ends:
+        // in queue-pair mode a first asking has none, and the core sends
+        // those of a connection asked for with the peer's FIN
+        // (`Net::info`).
+        let _ = net.info(conn);
         self.conns.insert(conn, t);
     }
     fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
