@@ -138,7 +138,12 @@ pub trait Net {
     /// asked (a sock_diag round trip: for statistics, not every packet). In
     /// queue-pair mode the network core's figures are those of its answer
     /// to the previous call on the connection (each call asks anew; the
-    /// first gets `Err(WouldBlock)`).
+    /// first gets `Err(WouldBlock)`). Once the peer's FIN has come, they are
+    /// the figures as of that FIN if the connection's figures were asked for
+    /// before: the core sends them with the FIN, so an application that asks
+    /// as it opens the connection has its end-of-stream figures at once.
+    /// They stay readable in the handlers of the connection's last events,
+    /// its `Closed` included.
     fn info(&self, conn: ConnHandle) -> Result<ConnInfo, Error>;
 
     /// The connection's addresses.
