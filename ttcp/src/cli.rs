@@ -497,11 +497,19 @@ impl RunArgs {
     }
 }
 
+/// The plan of a command line (`args` as typed after `flowlane-ttcp`),
+/// for the tests of the modules that take one.
+#[cfg(test)]
+pub(crate) fn test_plan(args: &str) -> Plan {
+    let v: Vec<&str> = args.split_whitespace().collect();
+    tests::args(&v).plan().unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn args(v: &[&str]) -> RunArgs {
+    pub(super) fn args(v: &[&str]) -> RunArgs {
         let mut a = vec!["flowlane-ttcp"];
         a.extend_from_slice(v);
         Cli::try_parse_from(a).unwrap().run

@@ -378,17 +378,7 @@ fn set_tcp(summary: &mut serde_json::Value, tcp: &[(u32, TcpCountersSnapshot)]) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    fn plan(args: &str) -> Plan {
-        let mut a = vec!["flowlane-ttcp"];
-        a.extend(args.split_whitespace());
-        crate::cli::Cli::try_parse_from(a)
-            .unwrap()
-            .run
-            .plan()
-            .unwrap()
-    }
+    use crate::cli::test_plan as plan;
 
     /// A port-in-use error names ttcp's own flag.
     #[test]

@@ -177,17 +177,7 @@ fn start(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    fn plan(args: &str) -> Plan {
-        let mut a = vec!["flowlane-ttcp"];
-        a.extend(args.split_whitespace());
-        crate::cli::Cli::try_parse_from(a)
-            .unwrap()
-            .run
-            .plan()
-            .unwrap()
-    }
+    use crate::cli::test_plan as plan;
 
     /// A buffer of `-b` 1 GiB is not one of a connection's user-space
     /// buffers: what the sender counts and the socket has not taken, or
