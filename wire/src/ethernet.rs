@@ -363,7 +363,7 @@ impl EthernetRepr {
     /// Writes the header (the outer tag's TPID 0x88a8 for an S-tag, else 0x8100; the inner
     /// tag's 0x8100).
     /// Panics if the buffer is shorter than [`header_len`](Self::header_len).
-    #[inline]
+    #[inline(always)]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, frame: &mut EthernetFrame<T>) {
         frame.set_dst_addr(self.dst_addr);
         frame.set_src_addr(self.src_addr);

@@ -432,7 +432,7 @@ impl Ipv4Repr {
     /// shorter than [`header_len`](Self::header_len). The fragment offset must be a multiple
     /// of 8, the DSCP fit 6 bits and the ECN 2 (a caller's bug otherwise: asserted in debug
     /// builds; release builds drop the bits the header has no room for).
-    #[inline]
+    #[inline(always)]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Ipv4Packet<T>) -> Result<()> {
         let total = self.buffer_len();
         if self.options_len & 3 != 0 || self.options_len > 40 || total > usize::from(u16::MAX) {

@@ -331,7 +331,7 @@ fn room(buf: &[u8], needed: usize) -> Result<()> {
 
 /// Writes Ethernet + IPv4 headers for an upper-layer segment of `l4_len` bytes; returns
 /// `(l4_offset, frame_len)`. The IPv4 checksum is filled; the upper layer's is the caller's.
-#[inline]
+#[inline(always)]
 pub fn emit_eth_ipv4(
     buf: &mut [u8],
     eth: &EthernetRepr,
@@ -433,7 +433,7 @@ pub fn emit_eth_ipv6_udp(
 /// ([`ETH_IPV4_TCP_OFFSET`] = 34 when untagged without options) with a zero checksum, and
 /// fills the TCP checksum (RFC 9293 §3.1) and the IPv4 header checksum. Returns the frame
 /// length.
-#[inline]
+#[inline(always)]
 pub fn emit_eth_ipv4_tcp_headers(
     buf: &mut [u8],
     eth: &EthernetRepr,
