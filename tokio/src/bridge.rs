@@ -22,30 +22,35 @@ pub struct Counters {
     /// Connections handed to a listener.
     pub accepted: AtomicU64,
     /// Connections reset because their listener was gone or its backlog
-    /// full.
+    /// full, or queued by a listener dropped before they were taken.
     pub refused_backlog: AtomicU64,
     /// Connections whose stream was dropped with received bytes unread,
     /// or that received bytes after the drop: closed lingering (RFC 9112
     /// §9.6) rather than reset, so that what the stream wrote reaches the
     /// peer.
     pub lingered: AtomicU64,
-    /// Of those, connections reset because the peer had not closed within
-    /// [`LINGER`] (of their first unread byte, or of the last byte of
-    /// what the stream wrote that the stack took).
+    /// Of those, connections reset at the end of their wait ([`LINGER`]):
+    /// the peer sent bytes after the drop and had not closed, or what the
+    /// stream wrote never all went to the stack.
     pub linger_expired: AtomicU64,
     /// Bytes received on lingering connections and dropped unread.
     pub linger_discarded: AtomicU64,
 }
 
 /// How long the connection of a dropped stream waits for the peer's FIN
-/// after its own went (after what the stream wrote), dropping what the
-/// peer still sends (RFC 9112 §9.6's lingering close; `http-server`
-/// lingers as long). Then it is closed if the peer sent nothing since
-/// the drop (a close as without the wait), and reset if it did (the
-/// wait counting then from the first byte unread or the last the stack
-/// took of what the stream wrote: a peer that neither stops sending nor
-/// reads is held no longer). Ends up to a tenth of a second later (the
-/// bridge looks for it that often).
+/// once what the stream wrote was delivered, dropping what the peer
+/// still sends (RFC 9112 §9.6's lingering close; `http-server` lingers
+/// as long). The wait counts from the drop, and again from each time the
+/// delivery progressed: the stack took more of what the stream wrote, or
+/// the peer acknowledged more of it (`Net::info`'s unsent and
+/// unacknowledged bytes, looked at every tenth of a second), so that a
+/// peer that reads slowly gets all of it. Then the connection is closed
+/// (its FIN went after what the stream wrote) if the peer sent nothing
+/// after the drop (bytes already unread at the drop are dropped without
+/// a reset), and reset if it did, or if what the stream wrote never all
+/// went to the stack: a peer that neither stops sending nor reads is held
+/// no longer. Ends up to a tenth of a second later (the bridge looks for
+/// it that often).
 pub const LINGER: Duration = Duration::from_secs(2);
 
 /// How often the bridge looks for dropped streams' connections whose
@@ -55,12 +60,16 @@ const LINGER_SWEEP: Duration = Duration::from_millis(100);
 /// A dropped stream's connection on its way out ([`Bridge::finish`]).
 #[derive(Debug, Default)]
 struct Closing {
-    /// When its wait ([`LINGER`]) counts from: its FIN's going, or the
-    /// first unread byte (then the last time the stack took bytes the
-    /// stream wrote); none before either.
+    /// When its wait ([`LINGER`]) counts from: the drop, then the last
+    /// time the delivery of what the stream wrote progressed.
     since: Option<Duration>,
-    /// Bytes came unread: reset at the end of the wait.
+    /// Bytes came unread (counted as lingered).
     lingering: bool,
+    /// Bytes came after the drop: reset at the end of the wait.
+    sent_after: bool,
+    /// The bytes the stack held unsent or unacknowledged at the last look
+    /// (`Net::info`).
+    left: Option<usize>,
     /// Closed or reset: `on_closed` follows.
     done: bool,
 }
@@ -215,7 +224,8 @@ impl Bridge {
     /// by then, these may not have; and bytes on their way from the
     /// network core when the stream was dropped show only later): RFC
     /// 9112 §9.6's lingering close. The wait is bounded
-    /// ([`Bridge::sweep_closing`], [`LINGER`]).
+    /// ([`Bridge::sweep_closing`], [`LINGER`]), and counts from the drop
+    /// (its first look here) and from each time the stack took more.
     fn finish(
         net: &mut dyn Net,
         conn: ConnHandle,
@@ -228,6 +238,17 @@ impl Bridge {
         if c.done {
             return;
         }
+        if p.refused {
+            // Its listener went before it was taken: nothing was read or
+            // written, and the peer hears so.
+            c.done = true;
+            counters.refused_backlog.fetch_add(1, Ordering::Relaxed);
+            let _ = net.abort(conn);
+            return;
+        }
+        // Its first look since the drop: what is unread came before.
+        let after_drop = c.since.is_some();
+        c.since.get_or_insert(now);
         let unread = p.rx.len() + net.discard(conn);
         if unread > 0 {
             p.rx = BytesMut::new();
@@ -238,10 +259,10 @@ impl Bridge {
             if !c.lingering {
                 c.lingering = true;
                 counters.lingered.fetch_add(1, Ordering::Relaxed);
-                c.since.get_or_insert(now);
             }
+            c.sent_after |= after_drop;
         }
-        if Bridge::send(net, conn, p) && c.lingering {
+        if Bridge::send(net, conn, p) {
             c.since = Some(now);
         }
         if !p.tx.is_empty() {
@@ -258,13 +279,15 @@ impl Bridge {
             p.shutdown_sent = true;
             let _ = net.shutdown_write(conn);
         }
-        c.since.get_or_insert(now);
     }
 
     /// Ends the dropped streams' connections whose wait counts from
-    /// [`LINGER`] ago or earlier (looked for every [`LINGER_SWEEP`]):
-    /// closed if the peer sent nothing since the drop (as it would have
-    /// been at once: nothing unread, the FIN gone), reset if it did.
+    /// [`LINGER`] ago or earlier (looked for every [`LINGER_SWEEP`]; the
+    /// wait counts anew from a look that finds the peer acknowledged more
+    /// of what the stream wrote): closed if the peer sent nothing since
+    /// the drop (as it would have been at once: nothing unread, the FIN
+    /// gone after all the stream wrote), reset if it did, or if some of
+    /// what the stream wrote is still in its pipe.
     fn sweep_closing(&mut self, net: &mut dyn Net) {
         let now = net.now();
         if self.closing.is_empty() || now < self.next_sweep {
@@ -272,12 +295,26 @@ impl Bridge {
         }
         self.next_sweep = now + LINGER_SWEEP;
         for (&conn, c) in self.closing.iter_mut() {
+            if c.done {
+                continue;
+            }
+            if let Ok(info) = net.info(conn) {
+                let left = info.unsent + info.unacked;
+                if c.left.is_some_and(|before| left < before) {
+                    c.since = Some(now);
+                }
+                c.left = Some(left);
+            }
             let due = c.since.is_some_and(|t| now.saturating_sub(t) >= LINGER);
-            if c.done || !due {
+            if !due {
                 continue;
             }
             c.done = true;
-            if c.lingering {
+            let undelivered = self
+                .conns
+                .get(&conn)
+                .is_some_and(|pipe| !lock(pipe).shutdown_sent);
+            if c.sent_after || undelivered {
                 self.counters.linger_expired.fetch_add(1, Ordering::Relaxed);
                 let _ = net.abort(conn);
             } else {
@@ -731,5 +768,105 @@ mod tests {
         assert_eq!(net.calls, ["shutdown", "close"]);
         assert_eq!(load(&counters.lingered), 0);
         assert_eq!(load(&counters.linger_expired), 0);
+    }
+
+    /// A peer that reads a large response slowly (1,000 bytes every 50
+    /// ms, 5 s in all) while the stream was dropped with its request
+    /// unread: it gets every byte, then the close (LINGER after the last
+    /// acknowledgement), never a reset, where the linger ran out 2 s after
+    /// the FIN and reset it mid-response.
+    #[test]
+    fn a_slow_reader_gets_the_whole_response_then_a_close() {
+        let (mut bridge, counters) = dropped(&vec![b'r'; 100_000], &[b'a'; 1000]);
+        let mut net = OneConn {
+            unacked: Some(0),
+            ..OneConn::default()
+        };
+        bridge.on_tick(&mut net);
+        assert_eq!(
+            (net.sent.len(), &net.calls[..]),
+            (100_000, &["shutdown"][..])
+        );
+        let step = Duration::from_millis(50);
+        while net.unacked != Some(0) {
+            net.now += step;
+            net.unacked = net.unacked.map(|u| u.saturating_sub(1000));
+            bridge.on_tick(&mut net);
+            assert_eq!(net.calls, ["shutdown"], "at {:?}", net.now);
+        }
+        let delivered = net.now;
+        while net.now < delivered + LINGER + 2 * LINGER_SWEEP {
+            net.now += step;
+            bridge.on_tick(&mut net);
+        }
+        assert_eq!(net.calls, ["shutdown", "close"]);
+        assert!(!net.reset);
+        assert_eq!(load(&counters.lingered), 1);
+        assert_eq!(load(&counters.linger_expired), 0);
+    }
+
+    /// A peer that sent more after the drop and reads the response slowly
+    /// is reset only once [`LINGER`] passed since it acknowledged the last
+    /// of it, not [`LINGER`] after the bytes it sent.
+    #[test]
+    fn a_peer_that_sent_after_the_drop_is_reset_only_a_linger_after_delivery() {
+        let (mut bridge, counters) = dropped(&vec![b'r'; 100_000], b"");
+        let mut net = OneConn {
+            unacked: Some(0),
+            ..OneConn::default()
+        };
+        bridge.on_tick(&mut net);
+        net.now = Duration::from_millis(10);
+        net.inbox = vec![b'a'; 500];
+        bridge.on_data(&mut net, conn());
+        assert!(net.inbox.is_empty());
+        let step = Duration::from_millis(50);
+        while net.unacked != Some(0) {
+            net.now += step;
+            net.unacked = net.unacked.map(|u| u.saturating_sub(1000));
+            bridge.on_tick(&mut net);
+            assert_eq!(net.calls, ["shutdown"], "at {:?}", net.now);
+        }
+        let delivered = net.now;
+        while net.now < delivered + LINGER - LINGER_SWEEP {
+            net.now += step;
+            bridge.on_tick(&mut net);
+            assert_eq!(net.calls, ["shutdown"], "at {:?}", net.now);
+        }
+        net.now = delivered + LINGER + LINGER_SWEEP;
+        bridge.on_tick(&mut net);
+        assert_eq!(net.calls, ["shutdown", "abort"]);
+        assert_eq!(load(&counters.linger_expired), 1);
+    }
+
+    /// A listener dropped with connections queued, not taken: each is
+    /// reset (counted with the refused), as a kernel listener's are, not
+    /// closed cleanly as though its request had been served.
+    #[test]
+    fn a_dropped_listener_resets_the_connections_it_queued() {
+        use crate::listener::{AcceptQueue, TcpListener};
+
+        let counters = Arc::new(Counters::default());
+        let thread = Arc::new(ThreadShared::default());
+        let mut bridge = Bridge::new(thread.clone(), counters.clone(), None);
+        let mut net = OneConn {
+            inbox: b"GET / HTTP/1.1\r\n\r\n".to_vec(),
+            ..OneConn::default()
+        };
+        let pipe: PipeRef = Arc::new(Mutex::new(Pipe::new(net.placement())));
+        bridge.conns.insert(conn(), pipe.clone());
+        let addr = "10.0.0.1:80".parse().unwrap();
+        let queue = Arc::new(AcceptQueue::new(8));
+        queue
+            .push(TcpStream::new(conn(), pipe, thread, (addr, addr)))
+            .unwrap();
+        bridge.on_data(&mut net, conn());
+        drop(TcpListener::new(80, queue));
+        bridge.on_tick(&mut net);
+        assert_eq!(net.calls, ["abort"]);
+        assert_eq!(load(&counters.refused_backlog), 1);
+        net.now = 2 * LINGER;
+        bridge.on_tick(&mut net);
+        assert_eq!(net.calls, ["abort"], "reset once");
     }
 }

@@ -35,9 +35,11 @@
 //! writes wait, so that a peer that reads nothing leaves no bytes outside
 //! the core's budget). A dropped stream's connection closes lingering
 //! (RFC 9112 §9.6): FIN after what it wrote, then what the peer still
-//! sends is dropped until the peer's FIN, or [`LINGER`] after its own (a
-//! reset then, counted, only if the peer sent more), so that a request
-//! left unread does not destroy its response with a reset.
+//! sends is dropped until the peer's FIN, or [`LINGER`] after the peer
+//! acknowledged the last of what it wrote (a reset then, counted, only if
+//! the peer sent more after the drop), so that a request left unread does
+//! not destroy its response with a reset, however slowly the peer reads
+//! it.
 //! A task that blocks the thread stalls it: after the queue pairs'
 //! `stall_after`, the cores reset its connections, counted, and its
 //! streams, wherever they are polled, fail at once (`ConnectionAborted`),

@@ -82,8 +82,10 @@ impl AcceptQueue {
 /// A port flowlane listens on, as one application thread's tokio code
 /// sees it: [`TcpListener::accept`] gives the connections of the network
 /// cores this thread serves (every thread has its own listener per port,
-/// as with `SO_REUSEPORT`). Dropping it refuses (resets) connections that
-/// arrive for this thread from then on.
+/// as with `SO_REUSEPORT`). Dropping it resets the connections it queued
+/// that were not taken, as a kernel listener's drop does, and those that
+/// arrive for this thread from then on (once their handshake is done: the
+/// network cores still answer their SYNs).
 #[derive(Debug)]
 pub struct TcpListener {
     port: u16,
@@ -134,7 +136,9 @@ impl Drop for TcpListener {
             b.closed = true;
             std::mem::take(&mut b.ready)
         };
-        // Dropped outside the lock: each asks its bridge to close it.
-        drop(waiting);
+        // Dropped outside the lock: each asks its bridge to reset it.
+        for s in waiting {
+            s.refuse();
+        }
     }
 }

@@ -93,6 +93,9 @@ pub(crate) struct Pipe {
     /// The stream is gone: close once `tx` went (lingering:
     /// `Bridge::finish`).
     pub(crate) dropped: bool,
+    /// Dropped by its listener's drop before it was taken: reset rather
+    /// than closed (as a kernel listener's backlog is).
+    pub(crate) refused: bool,
     /// The connection is gone, and why.
     pub(crate) closed: Option<CloseReason>,
     /// Gone because a network core found the thread stalled and reset its
@@ -128,6 +131,7 @@ impl Pipe {
             shutdown_sent: false,
             nodelay: None,
             dropped: false,
+            refused: false,
             closed: None,
             orphaned: false,
             placement,

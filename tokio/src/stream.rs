@@ -26,10 +26,11 @@ use crate::pipe::{
 /// peer still sends is dropped (RFC 9112 §9.6's lingering close), where a
 /// kernel socket closed with received bytes unread resets (which could
 /// destroy what was written before the peer read it: a kernel socket's
-/// writes have left by then, these may not have). At most
-/// [`LINGER`](crate::LINGER) after the FIN, the connection is closed if
-/// the peer sent nothing, reset if it did (counted,
-/// [`Counters`](crate::Counters)).
+/// writes have left by then, these may not have). [`LINGER`](crate::LINGER)
+/// after the peer acknowledged the last of what was written (however
+/// slowly it reads), the connection is closed if the peer sent nothing
+/// after the drop (bytes unread at the drop are dropped without a reset),
+/// reset if it did (counted, [`Counters`](crate::Counters)).
 #[derive(Debug)]
 pub struct TcpStream {
     conn: ConnHandle,
@@ -81,6 +82,12 @@ impl TcpStream {
         p.info_wanted = true;
         self.thread.kick(self.conn, &mut p);
         p.info
+    }
+
+    /// Drops the stream, its connection reset rather than closed: its
+    /// listener is gone before it was taken.
+    pub(crate) fn refuse(self) {
+        lock(&self.pipe).refused = true;
     }
 
     /// The local address (the listener's).
