@@ -31,12 +31,14 @@ pub(crate) struct Args {
     json: bool,
 }
 
-/// One service's part of the screen.
-fn service_json(s: &ServiceStatus) -> Value {
+/// One service's part of the screen; `pid`: the process listening on its
+/// socket as this process sees it (SO_PEERCRED), where it can tell: a
+/// service in a PID namespace of its own calls itself by that one's.
+fn service_json(s: &ServiceStatus, pid: Option<u32>) -> Value {
     let entries = |q: u32| s.table.iter().filter(|&&t| t == q).count();
     json!({
         "service": s.service,
-        "pid": s.pid,
+        "pid": pid.unwrap_or(s.pid),
         "backend": s.backend,
         "iface": s.iface,
         "uptime_s": s.uptime_ns / 1_000_000_000,
@@ -126,13 +128,13 @@ pub(crate) fn run(args: Args) -> Result<()> {
     // All asked at once: one that does not answer (stopped, stuck) costs
     // the screen this once, however many they are.
     let mut services = Vec::new();
-    let mut unanswered = Vec::new();
+    let (mut unanswered, mut errors) = (Vec::new(), Vec::new());
     let (mut from_run_dir, mut elsewhere) = (0, 0);
     let answers = ask_all(&sockets, &Request::Status, ASK_WITHIN);
     for (i, (path, answer)) in sockets.iter().zip(answers).enumerate() {
-        let why = match answer.map(|a| a.response) {
-            Ok(Response::Status(s)) => {
-                services.push(service_json(&s));
+        let why = match answer.map(|a| (a.response, a.pid)) {
+            Ok((Response::Status(s), pid)) => {
+                services.push(service_json(&s, pid));
                 if i < in_run_dir {
                     from_run_dir += 1;
                 } else {
@@ -140,6 +142,9 @@ pub(crate) fn run(args: Args) -> Result<()> {
                 }
                 continue;
             }
+            // Another daemon's socket (one in a bed's namespace given this
+            // run directory): no service.
+            Ok((r, _)) if flowlane_daemon::is_daemon_answer(&r) => continue,
             // Ended since it was found: no service.
             Err(NoAnswer::Gone(_)) => continue,
             Err(NoAnswer::Refused(_)) => {
@@ -147,8 +152,12 @@ pub(crate) fn run(args: Args) -> Result<()> {
                 continue;
             }
             Err(NoAnswer::Failed(e)) => e,
-            Ok(Response::Error { message }) => message,
-            Ok(other) => format!("it answered {other:?} to a status request"),
+            // It answered, refusing: said as its answer, not as silence.
+            Ok((Response::Error { message }, _)) => {
+                errors.push(json!({"socket": path, "error": message}));
+                continue;
+            }
+            Ok((other, _)) => format!("it answered {other:?} to a status request"),
         };
         unanswered.push(json!({"socket": path, "error": why}));
     }
@@ -171,6 +180,16 @@ pub(crate) fn run(args: Args) -> Result<()> {
             if unanswered.len() > 1 { ", ..." } else { "" }
         ));
     }
+    if let Some(first) = errors.first() {
+        incomplete.push(format!(
+            "{} service{} answered with an error ({}: {}{}): not on the screen",
+            errors.len(),
+            if errors.len() == 1 { "" } else { "s" },
+            first["socket"].as_str().unwrap_or_default(),
+            first["error"].as_str().unwrap_or_default(),
+            if errors.len() > 1 { "; ..." } else { "" }
+        ));
+    }
     let incomplete = (!incomplete.is_empty()).then(|| incomplete.join("; "));
     let screen = json!({
         "daemon": {
@@ -189,6 +208,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
         "run_dir": args.run_dir,
         "services": services,
         "unanswered": unanswered,
+        "errors": errors,
         "refused": refused,
     });
     if args.json {
@@ -257,7 +277,7 @@ pub(crate) fn run(args: Args) -> Result<()> {
         services_line(
             &args.run_dir,
             (from_run_dir, elsewhere),
-            refused.len() + unanswered.len(),
+            refused.len() + unanswered.len() + errors.len(),
             &said
         )
     );
@@ -302,6 +322,13 @@ pub(crate) fn run(args: Args) -> Result<()> {
         } else {
             outln!("  no answer from {socket}: {why}");
         }
+    }
+    for e in &errors {
+        outln!(
+            "  {} answered with an error: {}",
+            e["socket"].as_str().unwrap_or_default(),
+            e["error"].as_str().unwrap_or_default()
+        );
     }
     // What could not be read is not "none running": the screen above is
     // incomplete, said in one line and a failing exit.

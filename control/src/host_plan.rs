@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use flowlane_daemon::nic_state::{Found, NicKey, StateFile};
+use flowlane_daemon::nic_state::{Found, NicKey, NicLock, StateFile};
 use flowlane_dataplane::control_socket::NicReport;
 use flowlane_numa_sched::nic::even_table;
 use flowlane_numa_sched::plan_explain::{explain_on, Wanted};
@@ -61,18 +61,25 @@ struct Kept {
     /// What the file holds (nothing: there is no file); None when it holds
     /// another interface's, written over at the first change.
     holds: Option<Undo>,
+    /// The NIC is this daemon's (no other daemon owns it) while it holds
+    /// this.
+    _lock: NicLock,
 }
 
 impl Kept {
-    /// `iface`'s state file in `dir`, and what a daemon before this one
-    /// left there (the originals to put back, said in `notes`).
+    /// `iface`'s state file in `dir`, the NIC taken for this daemon (its
+    /// lock), and what a daemon before this one left there (the originals
+    /// to put back, said in `notes`).
     ///
     /// # Errors
-    /// The interface or a file that is there cannot be read.
+    /// The interface or a file that is there cannot be read, or another
+    /// daemon owns the NIC.
     fn open(roots: &Roots, iface: &str, dir: &Path, notes: &mut Vec<String>) -> Result<Kept> {
         let ifindex =
             flowlane_dataplane::iface::InterfaceInfo::read(&roots.sysfs_root, iface)?.ifindex;
-        let file = StateFile::new(dir, NicKey::here(iface, ifindex)?);
+        let key = NicKey::here(&roots.sysfs_root, &roots.procfs_root, iface, ifindex)?;
+        let lock = NicLock::take(&key)?;
+        let file = StateFile::new(dir, key);
         let holds = match file.load::<Undo>()? {
             Found::Nothing => Some(Undo::default()),
             Found::Originals(undo) => {
@@ -86,14 +93,17 @@ impl Kept {
             }
             Found::OtherInterface(was) => {
                 notes.push(format!(
-                    "{} was of another {iface} (ifindex {was}, gone since): not this one's \
-                     originals",
+                    "{} was of another {iface} ({was}, gone since): not this one's originals",
                     file.path().display()
                 ));
                 None
             }
         };
-        Ok(Kept { file, holds })
+        Ok(Kept {
+            file,
+            holds,
+            _lock: lock,
+        })
     }
 
     /// What the file holds of this interface's originals.
@@ -318,7 +328,8 @@ pub(crate) fn own(
         Some(dir) => Some(Kept::open(roots, iface, dir, &mut notes)?),
         None => None,
     };
-    let base = kept.as_ref().map(Kept::originals).unwrap_or_default();
+    let mut base = kept.as_ref().map(Kept::originals).unwrap_or_default();
+    base.forget_ended_threads(roots, iface);
     let mut before = |pending: &Undo| keep(kept.as_mut(), &base, pending);
 
     let msi = roots.iface(iface)?.msi_irqs.is_some();
@@ -371,11 +382,13 @@ pub(crate) fn own(
         );
         if let Err(e) = spread {
             // What this NIC got so far goes back before the error does; the
-            // state file keeps only what a daemon before this one left.
-            for line in undo.put_back(roots, iface, None) {
+            // state file keeps what a daemon before this one left, and what
+            // of this one's could not go back.
+            let (said, left) = undo.put_back(roots, iface, None);
+            for line in said {
                 tracing::warn!("{iface}: {line}");
             }
-            if let Err(k) = keep(kept.as_mut(), &base, &Undo::default()) {
+            if let Err(k) = keep(kept.as_mut(), &base, &left) {
                 tracing::warn!("{iface}: {k:#}");
             }
             return Err(e);
@@ -478,23 +491,23 @@ fn spread_rss(
 
 /// Puts `before` back on `nic`, unless told why not (`keep`: a running
 /// service uses it, or may: it may have moved buckets since); one line
-/// saying which.
+/// saying which, or, the error, why it could not be.
 fn put_back_rss(
     nic: &impl RssNic<Error = anyhow::Error>,
     before: &TableBefore,
     keep: Option<&str>,
-) -> String {
+) -> std::result::Result<String, String> {
     let iface = nic.name();
     if let Some(why) = keep {
-        return format!("left {iface}'s RSS table as it is: {why}");
+        return Ok(format!("left {iface}'s RSS table as it is: {why}"));
     }
     let put = match before {
         TableBefore::Default => nic.reset_table(),
         TableBefore::Set(table) => nic.set_rss(None, Some(table)),
     };
     match put {
-        Ok(()) => format!("put {iface}'s RSS table back"),
-        Err(e) => format!("{iface}'s RSS table not put back: {e:#}"),
+        Ok(()) => Ok(format!("put {iface}'s RSS table back")),
+        Err(e) => Err(format!("{iface}'s RSS table not put back: {e:#}")),
     }
 }
 
@@ -758,6 +771,7 @@ impl Owned {
         if let Some(irqs) = msi_irqs {
             self.undo.irq_affinity.retain(|(irq, _)| irqs.contains(irq));
         }
+        self.undo.forget_ended_threads(roots, &iface);
         if !dry_run {
             self.undo.merge(undo);
         }
@@ -810,19 +824,39 @@ impl Owned {
 
     /// Puts back what [`own`] changed (and what a daemon killed before it
     /// changed: the originals of its state file), then removes the NIC's
-    /// state file. The RSS table stays when told why (`keep_table`: a
-    /// running service uses the NIC, or may: it may have moved buckets
-    /// since). Returns a line per thing put back or left, errors included
-    /// (the daemon is stopping: nothing is left to retry).
-    pub(crate) fn restore(self, roots: &Roots, keep_table: Option<&str>) -> Vec<String> {
-        let mut said = self
-            .undo
-            .put_back(roots, &self.report.caps.iface, keep_table);
-        said.extend(
-            self.kept
-                .and_then(|k| k.file.remove().err().map(|e| e.to_string())),
-        );
-        said
+    /// state file, or, where some of it could not be put back, makes the
+    /// file hold what is left: the next daemon that owns the NIC takes it
+    /// for the NIC's originals, as it does a killed daemon's, and puts it
+    /// back as it stops. The RSS table stays when told why (`keep_table`:
+    /// a running service uses the NIC, or may: it may have moved buckets
+    /// since). Returns a line per thing put back or left, errors included,
+    /// and what is left, if anything (the daemon is stopping: nothing is
+    /// retried).
+    pub(crate) fn restore(self, roots: &Roots, keep_table: Option<&str>) -> Restored {
+        let iface = self.report.caps.iface.clone();
+        let (mut said, left) = self.undo.put_back(roots, &iface, keep_table);
+        if left.is_empty() {
+            said.extend(
+                self.kept
+                    .and_then(|k| k.file.remove().err().map(|e| e.to_string())),
+            );
+            return Restored { said, left: None };
+        }
+        let what = left.in_words();
+        let left = match self.kept.map(|k| k.file.save(&left).map(|()| k)) {
+            Some(Ok(k)) => format!(
+                "{iface} is not all put back ({what}): kept in {}, whose originals the next \
+                 daemon that owns {iface} takes and puts back as it stops; or put them back by \
+                 hand and remove the file",
+                k.file.path().display()
+            ),
+            Some(Err(e)) => format!("{iface} is not all put back ({what}), and {e}"),
+            None => format!("{iface} is not all put back ({what}): put it back by hand"),
+        };
+        Restored {
+            said,
+            left: Some(left),
+        }
     }
 
     /// Leaves the NIC as the plan configured it (`--keep-on-exit`) and
@@ -835,10 +869,80 @@ impl Owned {
     }
 }
 
+/// What [`Owned::restore`] did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Restored {
+    /// A line per thing put back or left alone, errors included.
+    pub(crate) said: Vec<String>,
+    /// What could not be put back, where it is kept and what to do, in one
+    /// line; None when all went back.
+    pub(crate) left: Option<String>,
+}
+
+impl Restored {
+    /// Nothing to say.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.said.is_empty() && self.left.is_none()
+    }
+}
+
+/// Said as its lines, what is left last.
+impl serde::Serialize for Restored {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_seq(self.said.iter().chain(&self.left))
+    }
+}
+
+/// The longest a thread's name reads (`/proc/PID/comm`: 15 bytes before
+/// Linux 5.17 cut it, TASK_COMM_LEN less its NUL).
+const COMM_CUT: usize = 15;
+
+/// Whether task `pid` is one of `iface`'s NAPI threads now
+/// (`napi/IF-ID`, maybe cut to [`COMM_CUT`] bytes): a thread ended since
+/// (a service restarted on the NIC made new ones) may have left its pid
+/// to an unrelated task, or to none.
+fn napi_thread_of(roots: &Roots, iface: &str, pid: u32) -> bool {
+    let comm =
+        std::fs::read_to_string(roots.procfs_root.join(format!("{pid}/comm"))).unwrap_or_default();
+    let (comm, name) = (comm.trim_end(), format!("napi/{iface}-"));
+    comm.starts_with(&name) || (comm.len() == COMM_CUT && name.starts_with(comm))
+}
+
 impl Undo {
     /// Nothing to put back.
     fn is_empty(&self) -> bool {
         *self == Undo::default()
+    }
+
+    /// What it holds, in words (`threaded NAPI on, 2 IRQ affinities`).
+    fn in_words(&self) -> String {
+        let count = |n: usize, one: &str, many: &str| {
+            (n > 0).then(|| format!("{n} {}", if n == 1 { one } else { many }))
+        };
+        [
+            self.threaded_on.then(|| "threaded NAPI on".to_string()),
+            count(self.irq_affinity.len(), "IRQ affinity", "IRQ affinities"),
+            count(
+                self.napi_threads.len(),
+                "NAPI thread's affinity",
+                "NAPI threads' affinities",
+            ),
+            self.rss_table.as_ref().map(|_| "the RSS table".to_string()),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(", ")
+    }
+
+    /// Forgets the NAPI threads of `iface` that ended (a service restarted
+    /// on a veth, a driver reset: the NAPI instances made anew have threads
+    /// of their own, which the plan pins and adds): what they were on
+    /// before can no longer be put back, and the list would otherwise grow
+    /// with every restart.
+    fn forget_ended_threads(&mut self, roots: &Roots, iface: &str) {
+        self.napi_threads
+            .retain(|(pid, _)| napi_thread_of(roots, iface, *pid));
     }
 
     /// Adds what `later` changed (a plan made again). What was already
@@ -861,13 +965,26 @@ impl Undo {
     }
 
     /// Writes back what it holds for `iface`; see [`Owned::restore`].
-    fn put_back(self, roots: &Roots, iface: &str, keep_table: Option<&str>) -> Vec<String> {
+    /// Returns a line per thing, and what is left to put back: what failed
+    /// and still matters (not what is gone with the NIC, IRQs no longer
+    /// its, threads that ended, nor a table left as it is on purpose).
+    ///
+    /// Threaded NAPI that the kernel will not switch off because the NIC
+    /// has no NAPI instances now (a veth once its service stopped: its
+    /// XDP program detached) is left: the kernel keeps the setting, and
+    /// the NAPI instances made next (the next service) get threads.
+    fn put_back(self, roots: &Roots, iface: &str, keep_table: Option<&str>) -> (Vec<String>, Undo) {
         let mut said = Vec::new();
+        let mut left = Undo::default();
         if !self.irq_affinity.is_empty() {
             // Only IRQs still the NIC's: one the driver freed since (a
             // reset, a reload, `ethtool -L`) may be another device's now.
             match roots.iface(iface).map(|i| i.msi_irqs) {
-                Ok(Some(irqs)) => said.extend(put_back_irqs(roots, &self.irq_affinity, &irqs)),
+                Ok(Some(irqs)) => {
+                    let (lines, failed) = put_back_irqs(roots, &self.irq_affinity, &irqs);
+                    said.extend(lines);
+                    left.irq_affinity = failed;
+                }
                 Ok(None) => said.push(format!(
                     "{iface} lists no IRQs now: its {} IRQ affinities left as they are",
                     self.irq_affinity.len()
@@ -880,43 +997,74 @@ impl Undo {
         }
         if self.threaded_on {
             let rel = PathBuf::from(format!("class/net/{iface}/threaded"));
-            said.push(
-                match irq_apply::write_all(&roots.sysfs_root, &[(rel, "0".into())], &[]) {
-                    Ok(()) => format!("switched threaded NAPI off on {iface}"),
-                    Err(e) => format!("threaded NAPI left on: {e:#}"),
-                },
-            );
+            let written =
+                irq_apply::write_all(&roots.sysfs_root, &[(rel.clone(), "0".into())], &[]);
+            said.push(match written {
+                Ok(()) => format!("switched threaded NAPI off on {iface}"),
+                Err(_) if !roots.sysfs_root.join(format!("class/net/{iface}")).exists() => {
+                    format!("{iface} is gone: its threaded NAPI with it")
+                }
+                Err(e) => {
+                    left.threaded_on = true;
+                    let no_napi = e
+                        .chain()
+                        .filter_map(|c| c.downcast_ref::<std::io::Error>())
+                        .any(|io| io.raw_os_error() == Some(nix::libc::EOPNOTSUPP));
+                    if no_napi {
+                        format!(
+                            "threaded NAPI left on: {iface} has no NAPI instances now (a veth has \
+                             them only while an XDP program is attached), and the kernel \
+                             switches it off only while it has some; those made next get \
+                             threads (`echo 0 > {}` once {iface} has NAPI instances again)",
+                            roots.sysfs_root.join(&rel).display()
+                        )
+                    } else {
+                        format!("threaded NAPI left on: {e:#}")
+                    }
+                }
+            });
         } else {
-            for (pid, cpus) in &self.napi_threads {
-                // A thread ended since (a service restarted on the NIC made
-                // new ones) may have left its pid to an unrelated task.
-                let comm = std::fs::read_to_string(roots.procfs_root.join(format!("{pid}/comm")))
-                    .unwrap_or_default();
-                if !comm.trim_end().starts_with(&format!("napi/{iface}-")) {
+            for (pid, cpus) in self.napi_threads {
+                if !napi_thread_of(roots, iface, pid) {
                     said.push(format!("NAPI thread pid {pid} gone since: left alone"));
                     continue;
                 }
-                said.push(match irq_apply::set_task_affinity(*pid, cpus) {
+                said.push(match irq_apply::set_task_affinity(pid, &cpus) {
                     Ok(()) => format!(
                         "put NAPI thread pid {pid} back on CPUs {}",
-                        format_cpu_list(cpus)
+                        format_cpu_list(&cpus)
                     ),
-                    Err(e) => format!("NAPI thread pid {pid} not put back: {e:#}"),
+                    Err(e) => {
+                        left.napi_threads.push((pid, cpus));
+                        format!("NAPI thread pid {pid} not put back: {e:#}")
+                    }
                 });
             }
         }
         if let Some(before) = self.rss_table {
-            said.push(put_back_rss(&EthtoolNic::new(iface), &before, keep_table));
+            match put_back_rss(&EthtoolNic::new(iface), &before, keep_table) {
+                Ok(line) => said.push(line),
+                Err(line) => {
+                    said.push(line);
+                    left.rss_table = Some(before);
+                }
+            }
         }
-        said
+        (said, left)
     }
 }
 
 /// Writes back each of `saved` (IRQ, affinity before) whose IRQ is still
 /// one of the NIC's (`irqs`), one at a time: one that fails does not keep
-/// the others from going back. A line for each failure, then one for all.
-fn put_back_irqs(roots: &Roots, saved: &[(u32, String)], irqs: &[u32]) -> Vec<String> {
+/// the others from going back. A line for each failure, then one for all;
+/// and those that failed.
+fn put_back_irqs(
+    roots: &Roots,
+    saved: &[(u32, String)],
+    irqs: &[u32],
+) -> (Vec<String>, Vec<(u32, String)>) {
     let mut said = Vec::new();
+    let mut failed = Vec::new();
     let (mut back, mut gone) = (0, 0);
     for (irq, was) in saved {
         let rel = Roots::irq_affinity_path(*irq);
@@ -926,7 +1074,10 @@ fn put_back_irqs(roots: &Roots, saved: &[(u32, String)], irqs: &[u32]) -> Vec<St
         }
         match irq_apply::write_all(&roots.procfs_root, &[(rel.clone(), was.clone())], &[]) {
             Ok(()) => back += 1,
-            Err(e) => said.push(format!("{} not put back: {e:#}", rel.display())),
+            Err(e) => {
+                said.push(format!("{} not put back: {e:#}", rel.display()));
+                failed.push((*irq, was.clone()));
+            }
         }
     }
     said.push(format!(
@@ -938,7 +1089,7 @@ fn put_back_irqs(roots: &Roots, saved: &[(u32, String)], irqs: &[u32]) -> Vec<St
             String::new()
         }
     ));
-    said
+    (said, failed)
 }
 
 #[cfg(test)]
@@ -1035,7 +1186,7 @@ mod tests {
         );
         assert_eq!(undo.rss_table, Some(TableBefore::Set(before.clone())));
         // On exit, with no service on the NIC: the table as it was.
-        let line = put_back_rss(&nic, undo.rss_table.as_ref().unwrap(), None);
+        let line = put_back_rss(&nic, undo.rss_table.as_ref().unwrap(), None).unwrap();
         assert_eq!(line, "put mem0's RSS table back");
         assert_eq!(*nic.table.borrow(), before);
         assert!(
@@ -1056,7 +1207,8 @@ mod tests {
             &nic,
             &TableBefore::Set(before),
             Some("a running service uses mem0"),
-        );
+        )
+        .unwrap();
         assert!(line.starts_with("left mem0's RSS table as it is"), "{line}");
         assert_eq!(*nic.table.borrow(), even);
     }
@@ -1118,7 +1270,7 @@ mod tests {
         // The channels went down to two meanwhile: the old table would
         // name rings that are gone; the default is over the two.
         nic.rings.set(2);
-        let line = put_back_rss(&nic, undo.rss_table.as_ref().unwrap(), None);
+        let line = put_back_rss(&nic, undo.rss_table.as_ref().unwrap(), None).unwrap();
         assert_eq!(line, "put mem0's RSS table back");
         assert_eq!(*nic.table.borrow(), [0, 1, 0, 1, 0, 1, 0, 1]);
         assert!(!nic.configured.get(), "the driver's own again");
@@ -1156,7 +1308,7 @@ mod tests {
         );
         assert!(undo.rss_table.is_none());
         assert_eq!(*nic.table.borrow(), vec![0; 8]);
-        let line = put_back_rss(&nic, &TableBefore::Set(vec![1; 8]), None);
+        let line = put_back_rss(&nic, &TableBefore::Set(vec![1; 8]), None).unwrap_err();
         assert!(
             line.starts_with("mem0's RSS table not put back: "),
             "{line}"
@@ -1201,7 +1353,8 @@ mod tests {
             napi_threads: vec![(reused, vec![0]), (gone, vec![1])],
             ..Undo::default()
         };
-        let said = undo.put_back(&roots, "eth0", None);
+        let (said, left) = undo.put_back(&roots, "eth0", None);
+        assert!(left.is_empty(), "{left:?}");
         assert_eq!(
             said,
             [
@@ -1359,7 +1512,7 @@ mod tests {
         assert_eq!(looked.changes.len(), 2, "{looked:?}");
         assert!(looked.notes[0].starts_with("planned again (lo changed: its queues' IRQs)"));
         assert_ne!(host.affinity(51), "0-3");
-        let said = o.restore(roots, None);
+        let said = o.restore(roots, None).said;
         assert_eq!(said, ["put back 2 IRQ affinities"]);
         assert_eq!(host.affinity(51), "0-3");
     }
@@ -1405,7 +1558,10 @@ mod tests {
         assert!(second.report.changes.is_empty(), "{:?}", second.report);
         assert_eq!((host.affinity(120), host.affinity(121)), pinned);
         let notes = second.report.notes.clone();
-        assert_eq!(second.restore(roots, None), ["put back 2 IRQ affinities"]);
+        assert_eq!(
+            second.restore(roots, None).said,
+            ["put back 2 IRQ affinities"]
+        );
         assert_eq!(
             (host.affinity(120), host.affinity(121)),
             ("0-3".into(), "0-3".into())
@@ -1461,7 +1617,7 @@ mod tests {
         );
         assert_eq!(o.report.changes.len(), 3);
         assert_eq!(o.look_again(roots, &topo, None, unasked).unwrap(), None);
-        let said = o.restore(roots, None);
+        let said = o.restore(roots, None).said;
         assert_eq!(said, ["put back 2 IRQ affinities"]);
         assert_eq!(
             (host.affinity(120), host.affinity(121)),
@@ -1483,7 +1639,7 @@ mod tests {
             let (roots_back, said) = (roots.clone(), said.clone());
             let mut owned = PutBack::new(move |nics| {
                 for o in nics {
-                    said.borrow_mut().extend(o.restore(&roots_back, None));
+                    said.borrow_mut().extend(o.restore(&roots_back, None).said);
                 }
             });
             owned
@@ -1506,7 +1662,7 @@ mod tests {
         let mut finished = Vec::new();
         owned.finish(|nics| {
             for o in nics {
-                finished.extend(o.restore(&roots, None));
+                finished.extend(o.restore(&roots, None).said);
             }
         });
         assert_eq!(finished, ["put back 2 IRQ affinities"]);
@@ -1546,7 +1702,8 @@ mod tests {
             ],
             ..Undo::default()
         };
-        let said = undo().put_back(&host.roots, "flback0", None);
+        let (said, left) = undo().put_back(&host.roots, "flback0", None);
+        assert!(left.is_empty(), "{left:?}");
         assert_eq!(
             said,
             ["put back 1 IRQ affinity (2 IRQs no longer the NIC's since: left alone)"]
@@ -1554,7 +1711,8 @@ mod tests {
         assert_eq!(host.affinity(120), "2");
         assert_eq!(host.affinity(40), "0-3", "another device's: untouched");
         host.set_affinity(120, "0-3");
-        let said = undo().put_back(&host.roots, "gone0", None);
+        let (said, left) = undo().put_back(&host.roots, "gone0", None);
+        assert!(left.is_empty(), "gone with the NIC: {left:?}");
         assert_eq!(said.len(), 1);
         assert!(
             said[0].starts_with("gone0 cannot be read (")
@@ -1583,6 +1741,192 @@ mod tests {
         assert_eq!(
             was.change(&now),
             "receive queues 4, was 2, its queues' IRQs, 0 NAPI instances, new ones"
+        );
+    }
+
+    /// The state files in `dir`.
+    fn state_files(dir: &Path) -> Vec<PathBuf> {
+        std::fs::read_dir(dir).map_or(Vec::new(), |d| d.flatten().map(|e| e.path()).collect())
+    }
+
+    /// A put-back that fails (here threaded NAPI, whose sysfs file will
+    /// not take the write) does not lose what is left: the state file is
+    /// kept, holding that alone, and said in one line with what to do; the
+    /// next daemon takes it for the NIC's originals and puts it back as it
+    /// stops, the file removed then.
+    #[test]
+    fn a_put_back_that_fails_keeps_what_is_left_for_the_next_daemon() {
+        let host = FakeHost::new("leftover", "lo");
+        let (roots, topo) = (&host.roots, four_cpus());
+        let state = host.dir.join("state");
+        let threaded = roots.sysfs_root.join("class/net/lo/threaded");
+        let mut first = own(roots, "lo", &topo, None, false, true, None, Some(&state)).unwrap();
+        // As if its plan had switched threaded NAPI on, which the kernel
+        // will not switch off now.
+        first.undo.threaded_on = true;
+        std::fs::remove_file(&threaded).unwrap();
+        std::fs::create_dir(&threaded).unwrap();
+        let done = first.restore(roots, None);
+        assert_eq!(done.said[0], "put back 2 IRQ affinities");
+        assert!(
+            done.said[1].starts_with("threaded NAPI left on: "),
+            "{done:?}"
+        );
+        let files = state_files(&state);
+        assert_eq!(files.len(), 1, "kept: {files:?}");
+        assert_eq!(
+            done.left.as_deref(),
+            Some(
+                format!(
+                    "lo is not all put back (threaded NAPI on): kept in {}, whose originals the \
+                     next daemon that owns lo takes and puts back as it stops; or put them back \
+                     by hand and remove the file",
+                    files[0].display()
+                )
+                .as_str()
+            )
+        );
+        let json = serde_json::to_value(&done).unwrap();
+        assert_eq!(
+            json.as_array().unwrap().len(),
+            3,
+            "the lines, what is left last"
+        );
+        let kept: toml::Table =
+            toml::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap();
+        assert_eq!(
+            kept["originals"].clone().try_into::<Undo>().unwrap(),
+            Undo {
+                threaded_on: true,
+                ..Undo::default()
+            },
+            "what is left alone"
+        );
+        // The next daemon, once the kernel takes the write.
+        std::fs::remove_dir(&threaded).unwrap();
+        std::fs::write(&threaded, "1\n").unwrap();
+        let second = own(roots, "lo", &topo, None, false, true, None, Some(&state)).unwrap();
+        assert!(
+            second.report.notes[0].starts_with("took lo's originals from "),
+            "{:?}",
+            second.report.notes
+        );
+        let done = second.restore(roots, None);
+        assert_eq!(
+            done.said,
+            [
+                "put back 2 IRQ affinities",
+                "switched threaded NAPI off on lo"
+            ]
+        );
+        assert_eq!(done.left, None);
+        assert_eq!(std::fs::read_to_string(&threaded).unwrap(), "0");
+        assert!(state_files(&state).is_empty(), "removed once all went back");
+    }
+
+    /// The NAPI threads of a veth end when its service stops, and the next
+    /// service's are new ones: those that ended (their pid gone, or an
+    /// unrelated task's now) are forgotten when the plan is made again,
+    /// not kept (and written to the state file) with every restart; live
+    /// ones stay, their names cut to 15 bytes too (kernels before 5.17).
+    #[test]
+    fn napi_threads_that_ended_are_forgotten() {
+        let host = FakeHost::new("napiended", "lo");
+        let task = |pid: u32, comm: &str| {
+            let dir = host.roots.procfs_root.join(pid.to_string());
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("comm"), format!("{comm}\n")).unwrap();
+        };
+        task(300, "napi/xsk0-8193");
+        task(301, "bash");
+        task(302, "napi/xsk01-8194"); // another interface's
+        task(303, "napi/veth-fl0-8"); // veth-fl0's, its name cut
+        let mut undo = Undo {
+            napi_threads: vec![
+                (300, vec![0, 1]),
+                (301, vec![0, 1]),
+                (302, vec![0, 1]),
+                (4_194_400, vec![0, 1]),
+            ],
+            ..Undo::default()
+        };
+        undo.forget_ended_threads(&host.roots, "xsk0");
+        assert_eq!(undo.napi_threads, [(300, vec![0, 1])]);
+        let mut cut = Undo {
+            napi_threads: vec![(303, vec![1])],
+            ..Undo::default()
+        };
+        cut.forget_ended_threads(&host.roots, "veth-fl0");
+        assert_eq!(cut.napi_threads, [(303, vec![1])]);
+    }
+
+    /// A daemon killed in a namespace since deleted left a state file; a
+    /// namespace made anew has the old one's inode and its interface the
+    /// old one's name and index, but is another: its sysfs directory tells
+    /// (here the fake one made again). The file is not taken for its
+    /// originals.
+    #[test]
+    fn a_state_file_of_an_interface_made_before_is_not_taken() {
+        let host = FakeHost::new("madeagain", "lo");
+        let (roots, topo) = (&host.roots, four_cpus());
+        let state = host.dir.join("state");
+        let first = own(roots, "lo", &topo, None, false, true, None, Some(&state)).unwrap();
+        drop(first);
+        // lo made again: a directory of another inode (the old one kept,
+        // so that its inode is not the new one's).
+        let (net, was) = (roots.sysfs_root.join("class/net"), "lo-was");
+        std::fs::rename(net.join("lo"), net.join(was)).unwrap();
+        std::fs::create_dir(net.join("lo")).unwrap();
+        for e in std::fs::read_dir(net.join(was)).unwrap().flatten() {
+            std::fs::rename(e.path(), net.join("lo").join(e.file_name())).unwrap();
+        }
+        let second = own(roots, "lo", &topo, None, false, true, None, Some(&state)).unwrap();
+        let notes = &second.report.notes;
+        assert!(
+            notes[0].contains(" was of another lo (sysfs inode ")
+                && notes[0].ends_with(": made before it, gone since): not this one's originals"),
+            "{notes:?}"
+        );
+        assert!(second.restore(roots, None).is_empty(), "nothing of its own");
+        assert_ne!(
+            host.affinity(120),
+            "0-3",
+            "the other lo's originals not taken"
+        );
+    }
+
+    /// A second daemon given a NIC another one owns refuses it in one
+    /// line, and changes nothing (the first one's state file untouched);
+    /// once the first has stopped, it may own it.
+    #[test]
+    fn a_nic_another_daemon_owns_is_refused() {
+        let host = FakeHost::new("twice", "lo");
+        let (roots, topo) = (&host.roots, four_cpus());
+        let state = host.dir.join("state");
+        let first = own(roots, "lo", &topo, None, false, true, None, Some(&state)).unwrap();
+        let kept = std::fs::read_to_string(&state_files(&state)[0]).unwrap();
+        let e = own(roots, "lo", &topo, None, false, true, None, Some(&state)).unwrap_err();
+        let e = format!("{e:#}");
+        assert!(
+            e.starts_with(&format!(
+                "another daemon (pid {}) owns lo: ",
+                std::process::id()
+            )) && !e.contains('\n'),
+            "{e}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&state_files(&state)[0]).unwrap(),
+            kept,
+            "the first one's file untouched"
+        );
+        assert_eq!(
+            first.restore(roots, None).said,
+            ["put back 2 IRQ affinities"]
+        );
+        let second = own(roots, "lo", &topo, None, false, true, None, Some(&state)).unwrap();
+        assert_eq!(
+            second.restore(roots, None).said,
+            ["put back 2 IRQ affinities"]
         );
     }
 }

@@ -350,11 +350,21 @@ fn answer(services: &Services, request: Request) -> Response {
             Err(message) => Response::Error { message },
         },
         other => Response::Error {
-            message: format!(
-                "the daemon answers hints and host questions; ask the service's own socket for {other:?}"
-            ),
+            message: format!("{NOT_A_SERVICE}; ask the service's own socket for {other:?}"),
         },
     }
+}
+
+/// How a daemon's answer to what only a service answers (its counters,
+/// status, moves) begins: a daemon's socket in a run directory (a daemon
+/// in a bed's namespace given the host's) is told from a service's by it,
+/// and left out of what is said of the services.
+pub const NOT_A_SERVICE: &str = "the daemon answers hints and host questions";
+
+/// Whether `r` is a daemon's answer to a request only a service answers
+/// ([`NOT_A_SERVICE`]): the socket asked is a daemon's.
+pub fn is_daemon_answer(r: &Response) -> bool {
+    matches!(r, Response::Error { message } if message.starts_with(NOT_A_SERVICE))
 }
 
 #[cfg(test)]

@@ -102,10 +102,10 @@ macro_rules! row {
 
 /// Every per-queue series, in page order.
 const QUEUE_ROWS: &[QueueRow] = &[
-    row!("flowlane_queue_rx_packets", "Frames received from the queue's AF_XDP socket.", C, [], |q| q.io.rx_packets),
-    row!("flowlane_queue_rx_bytes", "Bytes received (Ethernet frame lengths).", C, [], |q| q.io.rx_bytes),
-    row!("flowlane_queue_tx_packets", "Frames handed to the queue's TX ring.", C, [], |q| q.io.tx_packets),
-    row!("flowlane_queue_tx_bytes", "Bytes handed to the TX ring.", C, [], |q| q.io.tx_bytes),
+    row!("flowlane_queue_rx_packets", "Frames received from the queue's own AF_XDP socket (a worker without a queue, in software spill, has none: the frames forwarded to it are counted by its carrier queue, and in flowlane_spill_frames_total).", C, [], |q| q.io.rx_packets),
+    row!("flowlane_queue_rx_bytes", "Bytes received from the queue's own socket (Ethernet frame lengths).", C, [], |q| q.io.rx_bytes),
+    row!("flowlane_queue_tx_packets", "Frames handed to the queue's own TX ring (a worker without a queue, in software spill, has none: what it sends is counted by its carrier queue, and in flowlane_spill_frames_total).", C, [], |q| q.io.tx_packets),
+    row!("flowlane_queue_tx_bytes", "Bytes handed to the queue's own TX ring.", C, [], |q| q.io.tx_bytes),
     row!("flowlane_queue_dropped_frames", "Frames dropped, by reason: the worker's (frames the service's handler counts under no name of its own, and answers too large for their frame; TCP services count theirs by reason in the TCP counters), or the kernel's (RX ring full, no fill buffer, invalid descriptor).", C, ["reason" = "worker"], |q| q.io.dropped),
     row!("flowlane_queue_dropped_frames", "", C, ["reason" = "rx_ring_full"], |q| q.io.rx_ring_full),
     row!("flowlane_queue_dropped_frames", "", C, ["reason" = "no_buffer"], |q| q.io.rx_dropped),
@@ -625,7 +625,7 @@ fn families(scrape: &Scrape) -> Vec<Family> {
     out.push(moves);
     out.push(per_service(
         "flowlane_rebalance_imbalance_ratio",
-        "The busiest worker's busy time over the mean of the service's workers', over the service's last full second (1: balanced, or idle).",
+        "The busiest worker's busy time over the mean of the service's workers', over the service's last full second (1: balanced, or idle). An AF_XDP worker is busy only in loop passes that found work (idle: 1); a kernel-socket service's core is busy for its thread's CPU time, some of which an idle one spends on timers and wake-ups, so an idle kernel-socket service may read somewhat above 1.",
         G,
         &|s| Sample::Real(s.imbalance),
     ));
@@ -908,12 +908,29 @@ pub enum Format {
 }
 
 impl Format {
-    /// The format a scraper asks for in its `Accept` header: OpenMetrics
-    /// if it names it, else the classic text format.
+    /// The format a scraper asks for in its `Accept` header (RFC 9110
+    /// section 12.5.1): OpenMetrics if it names it with a weight (`q`,
+    /// 1 unless given) above 0 and not below the classic text format's
+    /// (`text/plain`, `text/*` or `*/*`), else the classic text format.
     pub fn from_accept(accept: Option<&str>) -> Format {
-        match accept {
-            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
-            _ => Format::Text,
+        let (mut openmetrics, mut text) = (0.0f64, 0.0f64);
+        for range in accept.unwrap_or_default().split(',') {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next().unwrap_or_default().to_ascii_lowercase();
+            let q = parts
+                .filter_map(|p| p.split_once('='))
+                .find(|(k, _)| k.trim().eq_ignore_ascii_case("q"))
+                .map_or(1.0, |(_, v)| v.trim().parse::<f64>().unwrap_or(1.0));
+            match media.as_str() {
+                "application/openmetrics-text" => openmetrics = openmetrics.max(q),
+                "text/plain" | "text/*" | "*/*" => text = text.max(q),
+                _ => {}
+            }
+        }
+        if openmetrics > 0.0 && openmetrics >= text {
+            Format::OpenMetrics
+        } else {
+            Format::Text
         }
     }
 
@@ -1130,6 +1147,13 @@ mod tests {
                 r#"flowlane_rebalance_imbalance_ratio{service="bulk-sink""#
             ),
             r#"flowlane_rebalance_imbalance_ratio{service="bulk-sink",pid="41"} 1.25"#
+        );
+        // What idle reads on each backend, said where it is read.
+        let help = line(&page, "# HELP flowlane_rebalance_imbalance_ratio ");
+        assert!(
+            help.contains("(1: balanced, or idle)")
+                && help.contains("an idle kernel-socket service may read somewhat above 1"),
+            "{help}"
         );
     }
 
@@ -1704,6 +1728,15 @@ mod tests {
             )),
             Format::OpenMetrics
         );
+        // What Prometheus sends.
+        assert_eq!(
+            Format::from_accept(Some(
+                "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,\
+                 application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;\
+                 escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+            )),
+            Format::OpenMetrics
+        );
         let page = render(&scrape(), Format::OpenMetrics);
         assert!(page.ends_with("# EOF\n"));
         assert!(page.contains("# TYPE flowlane_queue_rx_packets counter\n"));
@@ -1715,5 +1748,24 @@ mod tests {
         let page = render(&Scrape::default(), Format::Text);
         assert!(line(&page, "flowlane_daemon_services ").ends_with(" 0"));
         assert!(!page.contains("flowlane_queue_rx_packets_total{"));
+    }
+
+    /// A scraper that names OpenMetrics only to refuse it (`q=0`), or
+    /// prefers the classic text format, gets that.
+    #[test]
+    fn openmetrics_refused_or_less_wanted_is_not_served() {
+        for accept in [
+            "application/openmetrics-text;q=0, text/plain;q=1",
+            "application/openmetrics-text; q=0.0",
+            "application/openmetrics-text;version=1.0.0;q=0.2,text/plain;version=0.0.4;q=0.9",
+            "APPLICATION/OpenMetrics-Text;Q=0.1, */*",
+            "text/plain",
+        ] {
+            assert_eq!(Format::from_accept(Some(accept)), Format::Text, "{accept}");
+        }
+        assert_eq!(
+            Format::from_accept(Some("text/plain;q=0.5, Application/OpenMetrics-Text")),
+            Format::OpenMetrics
+        );
     }
 }

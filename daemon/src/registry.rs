@@ -282,10 +282,20 @@ impl Services {
         let answers = ask_all(&sockets, &request, self.timeout);
         self.heard(&sockets, &answers);
         for (path, answer) in sockets.iter().zip(answers) {
-            match answer.map(|a| a.response) {
-                Ok(r @ Response::Hint(_)) => return r,
-                Ok(Response::Error { message }) => why.push(message),
-                Ok(other) => why.push(format!("{}: unexpected answer {other:?}", path.display())),
+            match answer.map(|a| (a.response, a.pid)) {
+                // The pid as the daemon sees it (SO_PEERCRED), as on the
+                // metrics page: a service in a PID namespace of its own
+                // calls itself by that namespace's.
+                Ok((Response::Hint(mut a), pid)) => {
+                    a.pid = pid.unwrap_or(a.pid);
+                    return Response::Hint(a);
+                }
+                // Another daemon's socket: no service.
+                Ok((r, _)) if crate::is_daemon_answer(&r) => {}
+                Ok((Response::Error { message }, _)) => why.push(message),
+                Ok((other, _)) => {
+                    why.push(format!("{}: unexpected answer {other:?}", path.display()))
+                }
                 // No service there, or one this daemon may not ask (said).
                 Err(NoAnswer::Gone(_) | NoAnswer::Refused(_)) => {}
                 Err(NoAnswer::Failed(e)) => why.push(e),
@@ -305,7 +315,9 @@ impl Services {
 
     /// Asks every live service for its counters, all at once, within the
     /// timeout. A service that does not answer in time, or answers with
-    /// anything else, is left out of this scrape and counted. Each
+    /// anything else, is left out of this scrape and counted; a daemon's
+    /// socket (one in a bed's namespace, given this run directory) is no
+    /// service, left out and not counted. Each
     /// service's `pid` is the process that listens on its socket as the
     /// daemon sees it, where it can tell (a service in a container calls
     /// itself by its namespace's pid).
@@ -333,8 +345,10 @@ impl Services {
                     c.pid = pid.unwrap_or(c.pid);
                     scrape.services.push(c);
                 }
-                // No service there, or one this daemon may not ask (said).
+                // No service there, or one this daemon may not ask (said),
+                // or another daemon.
                 Err(NoAnswer::Gone(_) | NoAnswer::Refused(_)) => {}
+                Ok(a) if crate::is_daemon_answer(&a.response) => {}
                 other => {
                     tracing::debug!(socket = %path.display(), answer = ?other, "no counters");
                     scrape.unanswered += 1;
@@ -701,6 +715,74 @@ pub(crate) mod tests {
         // Nothing there any more: nothing asked, the total stays.
         let s = services.scrape();
         assert_eq!((s.unanswered, s.unanswered_total), (0, 1));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A daemon's socket in the run directory (a daemon in a bed's
+    /// namespace given the host's run directory) is no service: a scrape
+    /// leaves it out without counting it unanswered, scrape after scrape.
+    #[test]
+    fn a_daemon_s_socket_in_the_run_directory_is_no_service() {
+        use std::sync::atomic::AtomicBool;
+        let run = run_dir("daemon-there");
+        let own = run_dir("daemon-there-own");
+        let cfg = crate::DaemonConfig {
+            metrics: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            run_dir: own.clone(),
+            socket: Some(run.join("daemon-ns.sock")),
+            ..crate::DaemonConfig::default()
+        };
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let (st, (tx, rx)) = (stop.clone(), std::sync::mpsc::channel());
+        let other = std::thread::spawn(move || {
+            let mut d = crate::Daemon::start(&cfg).unwrap();
+            tx.send(()).unwrap();
+            while !st.load(Ordering::Relaxed) {
+                d.poll();
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+        rx.recv().unwrap();
+        let services = Services::new(run.clone(), Duration::from_millis(500));
+        for _ in 0..2 {
+            let s = services.scrape();
+            assert!(s.services.is_empty());
+            assert_eq!((s.unanswered, s.unanswered_total), (0, 0));
+        }
+        stop.store(true, Ordering::Relaxed);
+        other.join().unwrap();
+        std::fs::remove_dir_all(&run).unwrap();
+        std::fs::remove_dir_all(&own).unwrap();
+    }
+
+    /// A hint names the service by the pid the daemon sees it by
+    /// (SO_PEERCRED), as the metrics do, not the one it calls itself (its
+    /// own PID namespace's: 1 here).
+    #[test]
+    fn a_hint_names_the_service_by_the_pid_the_daemon_sees() {
+        let dir = run_dir("hint-pid");
+        let t = fake_service(
+            &dir,
+            "echo-server",
+            concat!(
+                r#"{"result":"hint","service":"echo-server","pid":1,"backend":"kernel","#,
+                r#""iface":"xsk0","hash":null,"bucket":null,"queue":0,"cpu":null,"node":0}"#,
+                "\n"
+            ),
+        );
+        let services = Services::new(dir.clone(), Duration::from_millis(500));
+        let flow = FlowQuery {
+            src: [10, 0, 0, 1].into(),
+            sport: 1,
+            dst: [10, 0, 0, 2].into(),
+            dport: 2,
+            proto: "tcp".into(),
+        };
+        match services.hint(&flow) {
+            Response::Hint(a) => assert_eq!(a.pid, std::process::id()),
+            other => panic!("{other:?}"),
+        }
+        t.join().unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

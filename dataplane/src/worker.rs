@@ -1012,10 +1012,9 @@ pub(crate) fn run_spill<H: QueueHandler>(
         while !ctl.stop.load(Ordering::Relaxed) {
             let now = epoch.elapsed();
             let pass = handler.on_spill_poll(&info, now);
-            counters::add(&c.rx_packets, pass.received);
-            counters::add(&c.rx_bytes, pass.received_bytes);
-            counters::add(&c.tx_packets, pass.sent);
-            counters::add(&c.tx_bytes, pass.sent_bytes);
+            // No socket of its own: the queue counters (rx, tx) count a
+            // socket's frames, which its carrier counted already; what it
+            // took and handed out is in the handler's spill counters.
             if pass.received > 0 || pass.sent > 0 {
                 idle_rounds = 0;
                 let spent = epoch.elapsed().saturating_sub(now);
@@ -1038,9 +1037,7 @@ pub(crate) fn run_spill<H: QueueHandler>(
     };
     serve_failing_closed(&mut handler, &info, &ctl, epoch, &mut serve);
     if ctl.failed.load(Ordering::Relaxed) == 0 {
-        let pass = handler.on_spill_stop(&info, epoch.elapsed());
-        counters::add(&c.tx_packets, pass.sent);
-        counters::add(&c.tx_bytes, pass.sent_bytes);
+        handler.on_spill_stop(&info, epoch.elapsed());
     }
 }
 
@@ -1943,5 +1940,48 @@ mod tests {
     fn a_handler_that_cannot_fail_closed_or_panics_again_ends_the_worker() {
         assert_eq!(run_panicky(3, false, false), (false, 3, 1, true));
         assert_eq!(run_panicky(3, true, true), (false, 4, 1, true));
+    }
+
+    /// A worker without a queue (software spill) has no socket: the frames
+    /// it takes from its carrier and hands back to it are the carrier's
+    /// socket's, counted there; the worker's own queue series count none
+    /// of them (the spill counters do), only its busy time.
+    #[test]
+    fn a_worker_without_a_queue_counts_no_socket_frames() {
+        let ctl = Control {
+            stop: Arc::default(),
+            failed: Arc::default(),
+            panicked: Arc::default(),
+        };
+        let h = Panicky {
+            passes: Arc::default(),
+            closed: Arc::default(),
+            panic_at: 0,
+            again: false,
+            can_close: true,
+            stop_at: 10,
+            stop: ctl.stop.clone(),
+        };
+        let info = QueueInfo {
+            queue: 2,
+            cpu: None,
+            node: 0,
+            zero_copy: false,
+            rx_frames: 0,
+        };
+        let cfg = LoopConfig {
+            busy_poll: false,
+            tx_reserve: 0,
+            held_frames: 0,
+        };
+        let counters = Arc::new(QueueCounters::default());
+        run_spill(info, h, cfg, ctl, counters.clone(), Instant::now(), || {});
+        let c = counters.snapshot();
+        assert_eq!(
+            (c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes),
+            (0, 0, 0, 0),
+            "{c:?}"
+        );
+        assert_eq!(c.idle_polls, 0, "every pass found work");
     }
 }
