@@ -113,7 +113,9 @@ pub(crate) fn run(args: Args) -> Result<()> {
                 ASK_WITHIN,
                 &config.ifaces,
             );
-            restore(nics, &config, &in_use);
+            if let Err(e) = restore(nics, &config, &in_use) {
+                tracing::error!("{e:#}");
+            }
         }
     });
     own_nics(&config, owned.nics_mut())?;
@@ -156,9 +158,10 @@ pub(crate) fn run(args: Args) -> Result<()> {
     // NICs put back before the metrics endpoint stops (it may wait for a
     // scrape under way), all well within systemd's TimeoutStopSec=10s.
     let in_use = in_use(&daemon.service_sockets(), ASK_WITHIN, &config.ifaces);
-    owned.finish(|nics| restore(nics, &config, &in_use));
+    let mut restored = Ok(());
+    owned.finish(|nics| restored = restore(nics, &config, &in_use));
     drop(daemon);
-    Ok(())
+    restored
 }
 
 /// `ifaces`, each NIC once: the names of one interface (a name given
@@ -366,8 +369,10 @@ fn services_on(sockets: &[PathBuf], within: Duration) -> InUse {
     {
         match answer.map(|a| a.response) {
             Ok(Response::Status(s)) => in_use.ifaces.push(s.iface),
-            // Gone since it was found: no service.
+            // Gone since it was found, or another daemon's socket: no
+            // service.
             Err(NoAnswer::Gone(_)) => {}
+            Ok(r) if flowlane_daemon::is_daemon_answer(&r) => {}
             other => {
                 tracing::debug!(socket = %path.display(), answer = ?other, "no status");
                 in_use.unanswered.push(path.clone());
@@ -379,9 +384,15 @@ fn services_on(sockets: &[PathBuf], within: Duration) -> InUse {
 
 /// Puts back what the daemon changed on its NICs, if so configured, and
 /// says what it did (a JSON line per NIC); `in_use`: what the running
-/// services said (the RSS tables they use, or may, stay). Either way the
-/// NICs' state files go: put back, or handed over as configured.
-fn restore(owned: Vec<Owned>, config: &DaemonConfig, in_use: &InUse) {
+/// services said (the RSS tables they use, or may, stay). The NICs' state
+/// files go (put back, or handed over as configured), except where
+/// something could not be put back: the file keeps that for the next
+/// daemon.
+///
+/// # Errors
+/// Something of a NIC could not be put back: what is left, where it is
+/// kept and what to do, a clause per NIC, in one line.
+fn restore(owned: Vec<Owned>, config: &DaemonConfig, in_use: &InUse) -> Result<()> {
     if !config.restore_on_exit {
         for o in owned {
             let iface = o.report.caps.iface.clone();
@@ -389,21 +400,27 @@ fn restore(owned: Vec<Owned>, config: &DaemonConfig, in_use: &InUse) {
                 tracing::warn!("{iface}: {e}");
             }
         }
-        return;
+        return Ok(());
     }
     if config.dry_run {
-        return;
+        return Ok(());
     }
+    let mut left = Vec::new();
     for o in owned {
         let iface = o.report.caps.iface.clone();
         let keep = in_use.keeps_table(&iface);
-        let said = o.restore(&Roots::default(), keep.as_deref());
-        if !said.is_empty() {
+        let done = o.restore(&Roots::default(), keep.as_deref());
+        if !done.is_empty() {
             flowlane_apps::outln!(
                 "{}",
-                serde_json::json!({"event": "restored", "iface": iface, "done": said})
+                serde_json::json!({"event": "restored", "iface": iface, "done": done})
             );
         }
+        left.extend(done.left);
+    }
+    match left.is_empty() {
+        true => Ok(()),
+        false => Err(anyhow::anyhow!("{}", left.join("; "))),
     }
 }
 

@@ -152,7 +152,8 @@ fn threaded_napi_the_kernel_keeps_on_is_kept_for_the_next_daemon() {
     // instances, and the kernel keeps threaded NAPI on (for those made
     // next) but will not switch it off.
     echo.stop();
-    let (_, done) = first.stop();
+    let (st, done) = first.stop();
+    assert_eq!(st.code(), Some(1), "something is left: {done:?}");
     let left = done.last().cloned().unwrap_or_default();
     assert!(
         done.iter().any(|l| l.starts_with(
