@@ -142,6 +142,7 @@ const QUEUE_ROWS: &[QueueRow] = &[
     row!("flowlane_tcp_fast_retransmits", "Fast retransmits.", C, [], |q| q.tcp.fast_retransmits),
     row!("flowlane_tcp_rto_timeouts", "Retransmission timeouts.", C, [], |q| q.tcp.rto_timeouts),
     row!("flowlane_tcp_loss_probes", "Tail loss probes sent (RFC 8985).", C, [], |q| q.tcp.tlp_probes),
+    row!("flowlane_tcp_una_probes", "Loss probes at SND.UNA: the first unacknowledged segment sent again after two round trips without progress, without RACK-TLP or in fast recovery (also counted as retransmissions).", C, [], |q| q.tcp.loss_probes),
     row!("flowlane_tcp_out_of_order_segments", "Segments received out of order.", C, [], |q| q.tcp.out_of_order),
     row!("flowlane_tcp_refused", "Connections refused, by reason: SYNs dropped (backlog full), the connection bound, SYN cookies that did not check out, SYNs to a TIME-WAIT connection taken for old duplicates, the application's admit, the application's SYN filter (kernel sockets: at accept).", C, ["reason" = "syn_dropped"], |q| q.tcp.syn_dropped),
     row!("flowlane_tcp_refused", "", C, ["reason" = "connection_limit"], |q| q.tcp.connection_limit_refused),
@@ -168,6 +169,8 @@ const QUEUE_ROWS: &[QueueRow] = &[
     row!("flowlane_tcp_syn_cookies_accepted", "Connections opened from a returned SYN cookie.", C, [], |q| q.tcp.syn_cookies_accepted),
     row!("flowlane_tcp_syn_cookies_timestamps_ignored", "Returned SYN cookies whose timestamp option echoed none of ours (never negotiated, RFC 7323 section 3.2): their connections were built without timestamps or the options riding in them.", C, [], |q| q.tcp.syn_cookies_ts_ignored),
     row!("flowlane_tcp_syn_acks_limited", "SYN-ACKs not sent again for a copy of a half-open connection's SYN: one went within the interval (a burst of copies is not reflected one for one).", C, [], |q| q.tcp.syn_acks_limited),
+    row!("flowlane_tcp_recv_parked", "Idle connections whose receive window stopped counting against the queue's receive memory while it was under pressure (nothing received for a second, nothing held), until they next sent: a flood of idle connections does not starve busy ones.", C, [], |q| q.tcp.recv_parked),
+    row!("flowlane_tcp_ooo_reneged", "Connections whose out-of-order data was given up (RFC 2018 section 8): idle a second with a hole while the receive memory was under pressure; the sender sends it again.", C, [], |q| q.tcp.ooo_reneged),
     row!("flowlane_tcp_window_retractions", "Segments whose window offered a right edge left of an earlier one by less than one unit of the window scale: a full receive buffer's window truncated so that it closes against small segments (RFC 7323 section 2.4, Appendix F).", C, [], |q| q.tcp.window_retractions),
     row!("flowlane_tcp_dsack_unexpected", "D-SACK blocks beyond what the connection retransmitted (the network's duplicates, or forged): ignored by loss detection.", C, [], |q| q.tcp.dsack_unexpected),
     row!("flowlane_tcp_resets_received", "Resets received.", C, [], |q| q.tcp.resets_in),
@@ -625,7 +628,7 @@ fn families(scrape: &Scrape) -> Vec<Family> {
     out.push(moves);
     out.push(per_service(
         "flowlane_rebalance_imbalance_ratio",
-        "The busiest worker's busy time over the mean of the service's workers', over the service's last full second (1: balanced, or idle). An AF_XDP worker is busy only in loop passes that found work (idle: 1); a kernel-socket service's core is busy for its thread's CPU time, some of which an idle one spends on timers and wake-ups, so an idle kernel-socket service may read somewhat above 1.",
+        "The busiest worker's busy time over the mean of the service's workers', over the service's last full second (1: balanced, or idle). An AF_XDP worker is busy only in loop passes that found work (idle: 1); a kernel-socket service's core is busy for its thread's CPU time, some of which an idle one spends on timers and wake-ups; either way a window whose busiest worker was busy less than 5 % of it (the rebalancing loop's idle mark) reads 1.",
         G,
         &|s| Sample::Real(s.imbalance),
     ));
@@ -987,6 +990,9 @@ mod tests {
                 dsack_unexpected: 8,
                 window_retractions: 9,
                 recv_buffer_overrun: 10,
+                recv_parked: 11,
+                ooo_reneged: 12,
+                loss_probes: 13,
                 rx_memory_peak: 65_536,
                 tx_memory_waits: 5,
                 ..Default::default()
@@ -1152,7 +1158,9 @@ mod tests {
         let help = line(&page, "# HELP flowlane_rebalance_imbalance_ratio ");
         assert!(
             help.contains("(1: balanced, or idle)")
-                && help.contains("an idle kernel-socket service may read somewhat above 1"),
+                && help.contains(
+                    "busy less than 5 % of it (the rebalancing loop's idle mark) reads 1"
+                ),
             "{help}"
         );
     }
@@ -1394,6 +1402,9 @@ mod tests {
             ("flowlane_tcp_syn_cookies_timestamps_ignored_total", 6),
             ("flowlane_tcp_dsack_unexpected_total", 8),
             ("flowlane_tcp_window_retractions_total", 9),
+            ("flowlane_tcp_recv_parked_total", 11),
+            ("flowlane_tcp_ooo_reneged_total", 12),
+            ("flowlane_tcp_una_probes_total", 13),
         ] {
             let series =
                 format!(r#"{name}{{service="bulk-sink",pid="41",queue="0",cpu="0",node="0"}}"#);

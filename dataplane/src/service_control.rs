@@ -24,6 +24,7 @@ use crate::handoff::MoveReport;
 use crate::iface::InterfaceStats;
 use crate::tcp_service::{ServiceHint, TcpService};
 use crate::{Error, Result};
+use flowlane_numa_sched::rebalance::RebalanceConfig;
 
 /// What a control socket reports of a running service, whatever backend
 /// runs it.
@@ -229,7 +230,17 @@ impl LoadWindow {
                 .zip(&self.busy)
                 .map(|(n, b)| n.saturating_sub(*b) as f64)
                 .collect();
-            self.imbalance = flowlane_numa_sched::max_over_mean(&spent);
+            // Idle (1) while the busiest worker was busy less than the
+            // rebalancing loop's idle mark of the window: a kernel-socket
+            // core's busy time is its thread's CPU time, which an idle
+            // loop's wake-ups keep above zero.
+            let window = now.duration_since(self.at).as_nanos() as f64;
+            let busiest = spent.iter().copied().fold(0.0, f64::max);
+            self.imbalance = if busiest < RebalanceConfig::default().min_load * window {
+                1.0
+            } else {
+                flowlane_numa_sched::max_over_mean(&spent)
+            };
         }
         self.at = now;
         self.busy = busy;
@@ -899,9 +910,19 @@ mod tests {
             vec![900_000_000, 300_000_000]
         });
         assert_eq!(w.imbalance, 1.0, "idle second");
+        // Nearly idle (a kernel-socket core's wake-ups: 12 ms and 2 ms of
+        // CPU in a second) is idle, not 1.71 out of balance.
+        w.tick(t0 + Duration::from_secs(3), || {
+            vec![912_000_000, 302_000_000]
+        });
+        assert_eq!(w.imbalance, 1.0, "under the idle mark");
+        w.tick(t0 + Duration::from_secs(4), || {
+            vec![1_112_000_000, 302_000_000]
+        });
+        assert_eq!(w.imbalance, 2.0, "20 % busy against 0");
         // A worker count that changed (none does today): the window restarts.
-        w.tick(t0 + Duration::from_secs(3), || vec![1, 2, 3]);
-        assert_eq!(w.imbalance, 1.0);
+        w.tick(t0 + Duration::from_secs(5), || vec![1, 2, 3]);
+        assert_eq!(w.imbalance, 2.0, "the last whole window's");
         assert_eq!(w.busy, [1, 2, 3]);
     }
 }
