@@ -1330,12 +1330,13 @@ impl Stack {
 
     /// Under memory pressure, parks the receive promises of idle
     /// connections ([`Flags::RCV_PARKED`]) among the next [`PARK_SLOTS`]
-    /// slots: a window offered to a connection that sends nothing commits
-    /// memory nobody uses, and a few thousand idle connections (a flood
-    /// that completes its handshakes and waits) would otherwise hold every
-    /// other connection to the one segment it may always have. One that
-    /// holds only out-of-order data behind a hole gives it up first (RFC
-    /// 2018 §8). Wakes the connections waiting for memory if some freed.
+    /// slots, until the pressure is relieved: a window offered to a
+    /// connection that sends nothing commits memory nobody uses, and a few
+    /// thousand idle connections (a flood that completes its handshakes
+    /// and waits) would otherwise hold every other connection to the one
+    /// segment it may always have. One that holds only out-of-order data
+    /// behind a hole gives it up first (RFC 2018 §8). Wakes the
+    /// connections waiting for memory if some freed.
     #[cold]
     #[inline(never)]
     fn park_idle(&mut self) {
@@ -1344,6 +1345,10 @@ impl Stack {
         let floor = usize::from(self.cfg.mss);
         let mut freed = 0;
         for _ in 0..PARK_SLOTS.min(slots) {
+            if !self.under_pressure() {
+                // As many as the pressure needs, no more.
+                break;
+            }
             let idx = self.park_cursor as usize % slots;
             self.park_cursor = ((idx + 1) % slots) as u32;
             let slot = &mut self.slots[idx];
@@ -2559,7 +2564,13 @@ impl Stack {
     /// files it finely (at most one early call per level of the wheel).
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let park = self.under_pressure().then_some(self.next_park);
+        // A look for idle connections to park is due every `PARK_EVERY`
+        // under pressure; one due since pressure began (or overdue) is
+        // asked for `PARK_EVERY` after the last time seen, never in the
+        // past of a timeout just handled.
+        let park = self
+            .under_pressure()
+            .then(|| self.next_park.max(self.now + PARK_EVERY));
         [self.wheel.next_expiry(), self.time_wait.next_expiry(), park]
             .into_iter()
             .flatten()
