@@ -546,10 +546,14 @@ fn impair_loss_towards_flowlane_is_loss_on_the_wire() {
     let (got, segs, retrans) = (v[0], v[1], v[2]);
     assert_eq!(got, total, "{out}");
     // 5 % of the data segments lost, and some retransmissions with them;
-    // the bounds leave room for chance (≈2000 segments).
+    // the bounds leave room for chance (≈2000 segments) and for the
+    // kernel sender's own choices: its tail-loss probes and RACK resend
+    // more than was lost when the VM is loaded (19.7 % in one CI run,
+    // 534 of 2,711). The lower bound is the point: a loss reported to the
+    // sender as a local drop is never retransmitted.
     let share = retrans as f64 / segs as f64;
     assert!(
-        (0.02..=0.15).contains(&share),
+        (0.02..=0.35).contains(&share),
         "{retrans} of {segs} segments retransmitted ({:.1} %) at 5 % loss",
         share * 100.0
     );
