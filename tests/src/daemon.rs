@@ -5,8 +5,10 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
+
+use serde_json::Value;
 
 use crate::{flowlane_bin, kill_and_reap, terminate, wait_within};
 
@@ -16,6 +18,8 @@ pub struct TestDaemon {
     child: Child,
     /// Where its metrics page is served (`host:port`).
     pub metrics: String,
+    /// Its ready line.
+    pub ready: Value,
 }
 
 impl TestDaemon {
@@ -37,19 +41,18 @@ impl TestDaemon {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("flowlane daemon");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("piped"))
-            .read_line(&mut line)
-            .expect("the daemon's ready line");
-        let ready: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| {
-            kill_and_reap(&mut child);
-            panic!("{e}: {line:?}")
-        });
+        // Its stdout closed after the ready line: what it prints next
+        // goes to a closed pipe, which it must bear.
+        let (ready, _) = ready_line(&mut child);
         let metrics = ready["metrics"]
             .as_str()
             .expect("metrics address")
             .to_string();
-        TestDaemon { child, metrics }
+        TestDaemon {
+            child,
+            metrics,
+            ready,
+        }
     }
 
     /// SIGTERM; asserts that it exits cleanly within 20 s.
@@ -79,6 +82,25 @@ impl TestDaemon {
 impl Drop for TestDaemon {
     fn drop(&mut self) {
         kill_and_reap(&mut self.child);
+    }
+}
+
+/// Reads the ready line of a daemon spawned with its stdout piped (its
+/// first line, JSON with `"event": "ready"`); kills it and fails the test
+/// if it is not one. Returns the line and the rest of its stdout.
+pub fn ready_line(child: &mut Child) -> (Value, BufReader<ChildStdout>) {
+    let mut out = BufReader::new(child.stdout.take().expect("stdout piped"));
+    let mut line = String::new();
+    let read = out.read_line(&mut line);
+    let ready = serde_json::from_str::<Value>(&line)
+        .ok()
+        .filter(|v| v["event"] == "ready");
+    match (read, ready) {
+        (Ok(_), Some(ready)) => (ready, out),
+        (read, _) => {
+            kill_and_reap(child);
+            panic!("no ready line from the daemon ({read:?}): {line:?}")
+        }
     }
 }
 

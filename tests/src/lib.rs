@@ -2,7 +2,8 @@
 //! and flowlane-ttcp's): the root check, the `flowlane` binary, uniquely
 //! named test beds that remove themselves ([`bed`]), and child processes
 //! with a deadline ([`child`]), so that a stall fails a test instead of
-//! hanging it; the daemon started for a test ([`daemon`]).
+//! hanging it; the daemon started for a test ([`daemon`]), and one owning
+//! a bed's NIC ([`nic_daemon`]).
 //!
 //! Tests that need root (namespaces, BPF, AF_XDP) call [`require_root`]
 //! first and skip with a printed reason otherwise; CI runs as root.
@@ -12,10 +13,12 @@
 pub mod bed;
 pub mod child;
 pub mod daemon;
+pub mod nic_daemon;
 
 pub use bed::{napi_threads, start_udp_echo, threaded, unique_name, xdp_attached, Bed, ToolBed};
 pub use child::{kill_and_reap, ready_within, stop, terminate, wait_bounded, wait_within};
-pub use daemon::{metrics_page, within_10s, TestDaemon};
+pub use daemon::{metrics_page, ready_line, within_10s, TestDaemon};
+pub use nic_daemon::{put_back, NicDaemon, NicDir};
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

@@ -8,133 +8,42 @@
 
 mod tcp_common;
 
-use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::ffi::OsString;
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use flowlane_tests::{
-    flowlane_bin, in_ns, kill_and_reap, napi_threads, require_root, terminate, text, threaded,
-    wait_within, Bed,
+    flowlane_bin, in_ns, metrics_page, napi_threads, ready_line, require_root, text, threaded,
+    wait_within, within_10s, Bed, NicDaemon, NicDir, OpenDir, TestDaemon,
 };
 use serde_json::Value;
 use tcp_common::*;
 
-/// The daemon, stopped with SIGTERM (or killed, if a test fails first).
-struct Daemon {
-    child: Option<Child>,
-    ready: Value,
-    /// The lines it prints after the ready line (read until it exits).
-    rest: Option<std::thread::JoinHandle<Vec<String>>>,
+/// `flowlane daemon --iface xsk0 EXTRA...` in the bed's namespace, its
+/// socket and the services' in `dir`'s run directory.
+fn daemon(bed: &Bed, dir: &NicDir, extra: &[&str]) -> NicDaemon {
+    NicDaemon::start(bed, &daemon_flags(dir, extra))
 }
 
-impl Daemon {
-    /// `flowlane daemon --iface xsk0 EXTRA...` in the bed's namespace.
-    fn start(bed: &Bed, dir: &Path, extra: &[&str]) -> Daemon {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &bed.ns])
-            .arg(flowlane_bin())
-            .args(["daemon", "--iface", "xsk0", "--metrics", "127.0.0.1:0"])
-            .arg("--socket")
-            .arg(dir.join("daemon.sock"))
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("flowlane daemon");
-        let mut line = String::new();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        out.read_line(&mut line).expect("ready line");
-        let ready: Value = serde_json::from_str(&line).unwrap_or_else(|e| {
-            let mut err = String::new();
-            let _ = child.stderr.take().unwrap().read_to_string(&mut err);
-            panic!("{e}: {line:?} {err}")
-        });
-        assert_eq!(ready["event"], "ready", "{ready}");
-        child.stdout = None;
-        // Keep reading its stdout after the ready line: the restore lines.
-        let rest =
-            std::thread::spawn(move || out.lines().map_while(Result::ok).collect::<Vec<String>>());
-        Daemon {
-            child: Some(child),
-            ready,
-            rest: Some(rest),
-        }
-    }
-
-    /// SIGTERM, then its exit status and the lines it printed after ready.
-    fn stop(mut self) -> Vec<Value> {
-        let mut child = self.child.take().unwrap();
-        terminate(&child);
-        let st = wait_within(&mut child, Duration::from_secs(20)).expect("daemon stops");
-        assert!(st.success(), "daemon exited with {st}");
-        self.rest
-            .take()
-            .unwrap()
-            .join()
-            .unwrap()
-            .iter()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-            .collect()
-    }
-
-    fn changes(&self) -> Vec<String> {
-        self.lines("changes")
-    }
-
-    /// What the daemon noticed or left alone on the NIC at start.
-    fn notes(&self) -> Vec<String> {
-        self.lines("notes")
-    }
-
-    fn lines(&self, which: &str) -> Vec<String> {
-        self.ready["nics"][0][which]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c.as_str().unwrap().to_string())
-            .collect()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            kill_and_reap(&mut c);
-        }
-    }
+/// `--socket run/daemon.sock --run-dir run EXTRA...` of `dir`.
+fn daemon_flags(dir: &NicDir, extra: &[&str]) -> Vec<OsString> {
+    let run = dir.run();
+    let mut flags: Vec<OsString> = vec![
+        "--socket".into(),
+        run.join("daemon.sock").into(),
+        "--run-dir".into(),
+        run.into(),
+    ];
+    flags.extend(extra.iter().map(Into::into));
+    flags
 }
 
 /// The tests here whose veth gets NAPI threads run one at a time: the
 /// threads are named after the interface (`napi/xsk0-N`), the same in
 /// every bed, and `flowlane irq` refuses to tell them apart.
 static NAPI_THREADS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// An empty directory of this test's own for the daemon's and the
-/// service's sockets.
-fn fresh_dir(bed: &Bed) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("fl-{}-{}", bed.name, std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// An echo server on port 7 with its control socket in `dir` (where the
-/// daemon's registry finds it).
-fn echo_with_socket(bed: &Bed, dir: &Path) -> App {
-    let sock = dir.join("echo.sock");
-    start(
-        bed,
-        &[
-            "echo-server",
-            "--port",
-            "7",
-            "--control-socket",
-            sock.to_str().unwrap(),
-        ],
-        120,
-    )
-}
 
 #[test]
 fn the_daemon_applies_the_plan_to_the_veth_and_puts_it_back() {
@@ -144,27 +53,23 @@ fn the_daemon_applies_the_plan_to_the_veth_and_puts_it_back() {
     }
     let _one_at_a_time = NAPI_THREADS.lock().unwrap_or_else(|e| e.into_inner());
     let bed = Bed::up("dhost", 2);
-    let dir = fresh_dir(&bed);
-    let _service = echo_with_socket(&bed, &dir);
+    let dir = NicDir::new("dhost");
+    let _service = start(&bed, &dir.echo_server(), 120);
     assert_eq!(threaded(&bed), "0", "a fresh bed has threaded NAPI off");
     let before: Vec<u32> = napi_threads().iter().map(|t| t.0).collect();
 
     // --dry-run: said, not done.
-    let dry = Daemon::start(
-        &bed,
-        &dir,
-        &["--dry-run", "--run-dir", dir.to_str().unwrap()],
-    );
+    let dry = daemon(&bed, &dir, &["--dry-run"]);
     assert_eq!(dry.ready["nics"][0]["dry_run"], true);
-    assert_eq!(dry.changes(), ["would switch threaded NAPI on xsk0"]);
+    assert_eq!(dry.said("changes"), ["would switch threaded NAPI on xsk0"]);
     assert_eq!(threaded(&bed), "0");
-    let after = dry.stop();
+    let after = dry.stop_cleanly();
     assert!(after.is_empty(), "nothing to put back: {after:?}");
     assert_eq!(threaded(&bed), "0");
 
     // The plan applied: threaded NAPI on, each thread on one CPU.
-    let d = Daemon::start(&bed, &dir, &["--run-dir", dir.to_str().unwrap()]);
-    let changes = d.changes();
+    let d = daemon(&bed, &dir, &[]);
+    let changes = d.said("changes");
     assert_eq!(changes[0], "switched threaded NAPI on xsk0", "{changes:?}");
     assert_eq!(threaded(&bed), "1");
     let ours: Vec<(u32, String)> = napi_threads()
@@ -222,7 +127,7 @@ fn the_daemon_applies_the_plan_to_the_veth_and_puts_it_back() {
     );
 
     // SIGTERM: put back.
-    let after = d.stop();
+    let after = d.stop_cleanly();
     assert_eq!(after.len(), 1, "{after:?}");
     assert_eq!(after[0]["event"], "restored");
     assert_eq!(after[0]["done"][0], "switched threaded NAPI off on xsk0");
@@ -232,22 +137,13 @@ fn the_daemon_applies_the_plan_to_the_veth_and_puts_it_back() {
     // end) and SIGHUP. It still puts everything back and exits 0 (a print
     // to the closed pipe panicked, and SIGHUP's default action ended it
     // past its clean-up).
-    let mut hup = Command::new("ip")
-        .args(["netns", "exec", &bed.ns])
-        .arg(flowlane_bin())
-        .args(["daemon", "--iface", "xsk0", "--metrics", "127.0.0.1:0"])
-        .arg("--socket")
-        .arg(dir.join("daemon.sock"))
-        .args(["--run-dir", dir.to_str().unwrap()])
+    let mut hup = NicDaemon::command(&bed, &daemon_flags(&dir, &[]))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("flowlane daemon");
-    let mut line = String::new();
-    BufReader::new(hup.stdout.take().unwrap())
-        .read_line(&mut line)
-        .expect("ready line");
-    assert!(line.contains("\"ready\""), "{line}");
+    let (_, out) = ready_line(&mut hup);
+    drop(out);
     assert_eq!(threaded(&bed), "1");
     let _ = Command::new("kill")
         .args(["-HUP", &hup.id().to_string()])
@@ -259,15 +155,10 @@ fn the_daemon_applies_the_plan_to_the_veth_and_puts_it_back() {
     assert_eq!(threaded(&bed), "0", "put back");
 
     // --keep-on-exit: the plan stays in force.
-    let keep = Daemon::start(
-        &bed,
-        &dir,
-        &["--keep-on-exit", "--run-dir", dir.to_str().unwrap()],
-    );
+    let keep = daemon(&bed, &dir, &["--keep-on-exit"]);
     assert_eq!(threaded(&bed), "1");
-    assert!(keep.stop().is_empty());
+    assert!(keep.stop_cleanly().is_empty());
     assert_eq!(threaded(&bed), "1", "kept");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -278,27 +169,22 @@ fn a_daemon_started_before_the_service_pins_the_napi_threads_once_they_exist() {
     }
     let _one_at_a_time = NAPI_THREADS.lock().unwrap_or_else(|e| e.into_inner());
     let bed = Bed::up("dlate", 2);
-    let dir = fresh_dir(&bed);
+    let dir = NicDir::new("dlate");
     // No service yet: a veth without an XDP program has no NAPI instance.
-    let d = Daemon::start(&bed, &dir, &["--run-dir", dir.to_str().unwrap()]);
-    assert!(d.changes().is_empty(), "{:?}", d.changes());
-    let notes = d.notes();
+    let d = daemon(&bed, &dir, &[]);
+    assert!(d.said("changes").is_empty(), "{}", d.ready);
+    let notes = d.said("notes");
     assert!(
         notes[0].starts_with("left xsk0's interrupts for now"),
         "{notes:?}"
     );
     assert_eq!(threaded(&bed), "0");
-    let _service = echo_with_socket(&bed, &dir);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while threaded(&bed) != "1" && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert_eq!(
-        threaded(&bed),
-        "1",
+    let _service = start(&bed, &dir.echo_server(), 120);
+    assert!(
+        became(|| threaded(&bed) == "1"),
         "pinned once the service gave the veth NAPI"
     );
-    let after = d.stop();
+    let after = d.stop_cleanly();
     let planned = after
         .iter()
         .find(|l| l["event"] == "planned")
@@ -313,12 +199,11 @@ fn a_daemon_started_before_the_service_pins_the_napi_threads_once_they_exist() {
         .unwrap_or_else(|| panic!("{after:?}"));
     assert_eq!(restored["done"][0], "switched threaded NAPI off on xsk0");
     assert_eq!(threaded(&bed), "0", "put back");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `flowlane status --json` in the bed, for the daemon and services of
 /// `dir`.
-fn status(bed: &Bed, dir: &Path) -> Value {
+fn status(bed: &Bed, dir: &NicDir) -> Value {
     let o = in_ns(
         &bed.ns,
         &[
@@ -326,30 +211,23 @@ fn status(bed: &Bed, dir: &Path) -> Value {
             "status",
             "--json",
             "--run-dir",
-            dir.to_str().unwrap(),
+            dir.run().to_str().unwrap(),
             "--daemon-socket",
-            dir.join("daemon.sock").to_str().unwrap(),
+            dir.run().join("daemon.sock").to_str().unwrap(),
         ],
     );
     assert!(o.status.success(), "{}", text(&o));
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
-/// The bed's `xsk0` as the daemon's socket reports it (`flowlane status`).
-fn owned_nic(bed: &Bed, dir: &Path) -> Value {
-    status(bed, dir)["daemon"]["nics"][0].clone()
+/// Whether `ok` holds within 10 s (polled every 100 ms).
+fn became(mut ok: impl FnMut() -> bool) -> bool {
+    within_10s(|| ok().then_some(())).is_some()
 }
 
-/// Polls `ok` every 100 ms for at most 10 s.
-fn within_10s(mut ok: impl FnMut() -> bool) -> bool {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !ok() {
-        if std::time::Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    true
+/// The bed's `xsk0` as the daemon's socket reports it (`flowlane status`).
+fn owned_nic(bed: &Bed, dir: &NicDir) -> Value {
+    status(bed, dir)["daemon"]["nics"][0].clone()
 }
 
 #[test]
@@ -360,16 +238,16 @@ fn a_service_restarted_on_the_nic_gets_its_new_napi_threads_pinned() {
     }
     let _one_at_a_time = NAPI_THREADS.lock().unwrap_or_else(|e| e.into_inner());
     let bed = Bed::up("drest", 2);
-    let dir = fresh_dir(&bed);
-    let first = echo_with_socket(&bed, &dir);
-    let d = Daemon::start(&bed, &dir, &["--run-dir", dir.to_str().unwrap()]);
+    let dir = NicDir::new("drest");
+    let first = start(&bed, &dir.echo_server(), 120);
+    let d = daemon(&bed, &dir, &[]);
     assert_eq!(threaded(&bed), "1");
     // The service goes: its XDP program, and the veth's NAPI instances
     // and threads with it. A new one makes new ones, which nothing pinned.
     let old: Vec<u32> = napi_threads().iter().map(|t| t.0).collect();
     first.stop();
-    let _second = echo_with_socket(&bed, &dir);
-    let pinned = within_10s(|| {
+    let _second = start(&bed, &dir.echo_server(), 120);
+    let pinned = became(|| {
         let new: Vec<(u32, String)> = napi_threads()
             .into_iter()
             .filter(|t| !old.contains(&t.0))
@@ -387,14 +265,13 @@ fn a_service_restarted_on_the_nic_gets_its_new_napi_threads_pinned() {
         last.starts_with("planned again (xsk0 changed: 2 NAPI instances, new ones)"),
         "{notes}"
     );
-    let after = d.stop();
+    let after = d.stop_cleanly();
     let restored = after
         .iter()
         .find(|l| l["event"] == "restored")
         .unwrap_or_else(|| panic!("{after:?}"));
     assert_eq!(restored["done"][0], "switched threaded NAPI off on xsk0");
     assert_eq!(threaded(&bed), "0", "put back");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -403,13 +280,13 @@ fn channels_set_under_the_daemon_are_planned_for() {
         return;
     }
     let bed = Bed::up("dchan", 2);
-    let dir = fresh_dir(&bed);
-    let d = Daemon::start(&bed, &dir, &["--run-dir", dir.to_str().unwrap()]);
+    let dir = NicDir::new("dchan");
+    let d = daemon(&bed, &dir, &[]);
     assert_eq!(owned_nic(&bed, &dir)["rx_queues"], 2);
     let o = in_ns(&bed.ns, &["ethtool", "-L", "xsk0", "rx", "1", "tx", "1"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(
-        within_10s(|| owned_nic(&bed, &dir)["rx_queues"] == 1),
+        became(|| owned_nic(&bed, &dir)["rx_queues"] == 1),
         "{}",
         owned_nic(&bed, &dir)
     );
@@ -422,11 +299,10 @@ fn channels_set_under_the_daemon_are_planned_for() {
     // Back to two: planned again.
     let o = in_ns(&bed.ns, &["ethtool", "-L", "xsk0", "rx", "2", "tx", "2"]);
     assert!(o.status.success(), "{}", text(&o));
-    assert!(within_10s(|| owned_nic(&bed, &dir)["rx_queues"] == 2));
-    let after = d.stop();
+    assert!(became(|| owned_nic(&bed, &dir)["rx_queues"] == 2));
+    let after = d.stop_cleanly();
     let planned: Vec<&Value> = after.iter().filter(|l| l["event"] == "planned").collect();
     assert_eq!(planned.len(), 2, "{after:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -479,44 +355,16 @@ fn a_nic_s_own_queue_counters_reach_the_metrics_page() {
         );
         return;
     };
-    let dir = std::env::temp_dir().join(format!("fl-dqs-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = OpenDir::new("dqs");
     // --dry-run: the machine's own NIC is read, never changed.
-    let mut child = Command::new(flowlane_bin())
-        .args([
-            "daemon",
-            "--dry-run",
-            "--iface",
-            &iface,
-            "--metrics",
-            "127.0.0.1:0",
-        ])
-        .args(["--socket", "none", "--run-dir"])
-        .arg(&dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let ready: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
-    assert_eq!(ready["nics"][0]["dry_run"], true, "{ready}");
-    let addr = ready["metrics"].as_str().unwrap();
-    let o = Command::new("curl")
-        .args(["-s", "-m", "10", &format!("http://{addr}/metrics")])
-        .output()
-        .unwrap();
-    let page = String::from_utf8_lossy(&o.stdout);
+    let d = TestDaemon::start_with(&dir.0, Path::new("none"), &["--dry-run", "--iface", &iface]);
+    assert_eq!(d.ready["nics"][0]["dry_run"], true, "{}", d.ready);
+    let page = metrics_page(&d.metrics);
     let series =
         format!(r#"flowlane_nic_queue_packets_total{{iface="{iface}",queue="0",direction="rx"}}"#);
     assert!(page.contains(&series), "{series} not on the page:\n{page}");
     assert!(page.contains(&format!(
         r#"flowlane_nic_plan_changes{{iface="{iface}"}} 0"#
     )));
-    terminate(&child);
-    let st = wait_within(&mut child, Duration::from_secs(20)).expect("daemon stops");
-    assert!(st.success());
-    let _ = std::fs::remove_dir_all(&dir);
+    d.stop();
 }
