@@ -814,6 +814,52 @@ mod tests {
         }
     }
 
+    /// The inputs of a receiver's report over `start`..`end`: one
+    /// connection, `measured` bytes in the measured window (none before
+    /// or after it), no TSC rate, no latency, overlap or data threads
+    /// figures; a test sets what it is about over these.
+    fn inputs<'a>(
+        params: &'a Params,
+        start: &'a Snapshot,
+        end: &'a Snapshot,
+        measured: u64,
+    ) -> Inputs<'a> {
+        Inputs {
+            role: "receiver",
+            params,
+            thread_cpus: vec![None],
+            connections: 1,
+            address: "10.99.0.1".into(),
+            iface: "xsk0".into(),
+            congestion: "cubic".into(),
+            irq: IrqSource::NetRxSoftirqs,
+            start,
+            end,
+            bytes: [0, 0, measured, 0, 0],
+            tsc: Err("none".into()),
+            user_hz: 100,
+            latency: None,
+            overlap: None,
+            data_threads: None,
+        }
+    }
+
+    /// A 2 GHz TSC.
+    fn tsc_2ghz() -> std::result::Result<TscRate, String> {
+        Ok(TscRate {
+            hz: 2e9,
+            source: "test".into(),
+        })
+    }
+
+    /// The data threads, `ttcp-*`, measured.
+    fn test_threads() -> Option<DataThreads> {
+        Some(DataThreads {
+            prefixes: &["ttcp-"],
+            label: "test threads",
+        })
+    }
+
     #[test]
     fn table1_arithmetic() {
         let params = params();
@@ -852,28 +898,11 @@ mod tests {
         );
         let bytes = 1_000_000_000u64; // 4 Gbit/s over 2 s
         let r = build(Inputs {
-            role: "receiver",
-            params: &params,
             thread_cpus: vec![Some(0)],
-            connections: 1,
-            address: "10.99.0.1".into(),
-            iface: "xsk0".into(),
-            congestion: "cubic".into(),
-            irq: IrqSource::NetRxSoftirqs,
-            start: &a,
-            end: &b,
             bytes: [1, 2, bytes, 3, 4],
-            tsc: Ok(TscRate {
-                hz: 2e9,
-                source: "test".into(),
-            }),
-            user_hz: 100,
-            latency: None,
-            overlap: None,
-            data_threads: Some(DataThreads {
-                prefixes: &["ttcp-"],
-                label: "test threads",
-            }),
+            tsc: tsc_2ghz(),
+            data_threads: test_threads(),
+            ..inputs(&params, &a, &b, bytes)
         });
         assert_eq!(r.window_s, 2.0);
         assert!((r.cycles_per_byte_data_threads.unwrap() - 2.4).abs() < 1e-9);
@@ -936,24 +965,7 @@ mod tests {
             0,
             (0, 0),
         );
-        let r = build(Inputs {
-            role: "receiver",
-            params: &params,
-            thread_cpus: vec![None],
-            connections: 1,
-            address: "10.99.0.1".into(),
-            iface: "xsk0".into(),
-            congestion: "cubic".into(),
-            irq: IrqSource::NetRxSoftirqs,
-            start: &a,
-            end: &b,
-            bytes: [0, 0, 1_000_000_000, 0, 0],
-            tsc: Err("none".into()),
-            user_hz: 100,
-            latency: None,
-            overlap: None,
-            data_threads: None,
-        });
+        let r = build(inputs(&params, &a, &b, 1_000_000_000));
         assert!((r.window_s - 2.1).abs() < 1e-9, "{}", r.window_s);
         assert_eq!(r.throughput_mbit_s, 4000.0);
         assert_eq!(r.throughput_kbyte_s, 500_000.0);
@@ -992,27 +1004,9 @@ mod tests {
         );
         let r = build(Inputs {
             role: "sender",
-            params: &params,
-            thread_cpus: vec![None],
-            connections: 1,
-            address: "10.99.0.1".into(),
-            iface: "xsk0".into(),
-            congestion: "cubic".into(),
-            irq: IrqSource::NetRxSoftirqs,
-            start: &a,
-            end: &b,
-            bytes: [0, 0, 1_000_000_000, 0, 0],
-            tsc: Ok(TscRate {
-                hz: 2e9,
-                source: "test".into(),
-            }),
-            user_hz: 100,
-            latency: None,
-            overlap: None,
-            data_threads: Some(DataThreads {
-                prefixes: &["ttcp-"],
-                label: "test threads",
-            }),
+            tsc: tsc_2ghz(),
+            data_threads: test_threads(),
+            ..inputs(&params, &a, &b, 1_000_000_000)
         });
         assert!((r.window_s - 2.5).abs() < 1e-9, "{}", r.window_s);
         // One CPU for 2 s × 2e9 Hz / 1e9 bytes (not 2.5 s: 5.0).
@@ -1072,25 +1066,9 @@ mod tests {
             (100, 0),
         );
         let r = build(Inputs {
-            role: "receiver",
-            params: &params,
-            thread_cpus: vec![None],
-            connections: 1,
-            address: "10.99.0.1".into(),
-            iface: "xsk0".into(),
-            congestion: "cubic".into(),
-            irq: IrqSource::NetRxSoftirqs,
-            start: &a,
-            end: &b,
             bytes: [0, 10, 0, 0, 0],
-            tsc: Ok(TscRate {
-                hz: 2e9,
-                source: "test".into(),
-            }),
-            user_hz: 100,
-            latency: None,
-            overlap: None,
-            data_threads: None,
+            tsc: tsc_2ghz(),
+            ..inputs(&params, &a, &b, 0)
         });
         assert_eq!(r.throughput_mbit_s, 0.0);
         assert_eq!(r.pct_one_cpu_per_gbit_system, None);
@@ -1130,21 +1108,9 @@ mod tests {
         b.data_path_tcp = data_path_tcp[1];
         build(Inputs {
             role,
-            params,
-            thread_cpus: vec![None],
-            connections: 1,
-            address: "10.99.0.1".into(),
-            iface: "xsk0".into(),
-            congestion: "cubic".into(),
-            irq: IrqSource::NetRxSoftirqs,
-            start: &a,
-            end: &b,
-            bytes: [0, 0, measured, 0, 0],
-            tsc: Err("none".into()),
-            user_hz: 100,
             latency,
             overlap,
-            data_threads: None,
+            ..inputs(params, &a, &b, measured)
         })
     }
 
