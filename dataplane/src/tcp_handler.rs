@@ -2271,10 +2271,13 @@ mod tests {
 
     pub(super) use super::frame_harness::{frame, info, poll, OUR_MAC, PEER_MAC};
 
+    /// The callbacks an [`Echo`] heard, in order.
+    type CallLog = Arc<std::sync::Mutex<Vec<String>>>;
+
     /// Echo handler that also records its callbacks.
     #[derive(Default)]
     struct Echo {
-        log: Arc<std::sync::Mutex<Vec<String>>>,
+        log: CallLog,
     }
 
     impl ConnHandler for Echo {
@@ -3016,6 +3019,25 @@ mod tests {
         out
     }
 
+    /// Our handler at 10.99.0.1, configured by `cfg`, serving an [`Echo`]
+    /// on port 7, and a peer at `ip` (10.99.0.2) whose connection from
+    /// port 40001 it has taken: (handler, the echo's log of callbacks,
+    /// the peer, when the handshake ended).
+    fn echo_with_a_peer(
+        cfg: TcpConfig,
+        (ip, ours): (IpAddr, IpAddr),
+    ) -> (TcpHandler, CallLog, LinkPeer, Duration) {
+        let mut h = TcpHandler::new(&info(), cfg);
+        let echo = Echo::default();
+        let log = echo.log.clone();
+        h.listen(7, echo).unwrap();
+        let t0 = Duration::from_millis(1);
+        let mut p = LinkPeer::connect(t0, PEER_MAC, ip, 40001, ours);
+        let now = p.talk(&mut h, t0, (ip, ours));
+        assert_eq!(p.stack.state(p.conn), Ok(State::Established));
+        (h, log, p, now)
+    }
+
     /// A queue that failed closed (its handler panicked): its connection's
     /// peer gets an RST at once, a new connection's SYN gets one too (a
     /// refused connect, counted as a refused SYN), and the application
@@ -3025,14 +3047,7 @@ mod tests {
         let ours: IpAddr = "10.99.0.1".parse().unwrap();
         let ip: IpAddr = "10.99.0.2".parse().unwrap();
         let cfg = TcpConfig::new(Ipv4Addr::new(10, 99, 0, 1), OUR_MAC, [1; 16]);
-        let mut h = TcpHandler::new(&info(), cfg);
-        let echo = Echo::default();
-        let log = echo.log.clone();
-        h.listen(7, echo).unwrap();
-        let t0 = Duration::from_millis(1);
-        let mut p = LinkPeer::connect(t0, PEER_MAC, ip, 40001, ours);
-        let mut now = p.talk(&mut h, t0, (ip, ours));
-        assert_eq!(p.stack.state(p.conn), Ok(State::Established));
+        let (mut h, log, mut p, mut now) = echo_with_a_peer(cfg, (ip, ours));
         assert_eq!(*log.lock().unwrap(), ["accept"]);
         assert!(h.fail_closed(&info(), now));
         now += Duration::from_millis(1);
@@ -3069,14 +3084,7 @@ mod tests {
         let ip: IpAddr = "10.99.0.2".parse().unwrap();
         let mut cfg = TcpConfig::new(Ipv4Addr::new(10, 99, 0, 1), OUR_MAC, [1; 16]);
         cfg.tcp.msl = flowlane_tcp::time::Duration::from_secs(30);
-        let mut h = TcpHandler::new(&info(), cfg);
-        let echo = Echo::default();
-        let log = echo.log.clone();
-        h.listen(7, echo).unwrap();
-        let t0 = Duration::from_millis(1);
-        let mut p = LinkPeer::connect(t0, PEER_MAC, ip, 40001, ours);
-        let mut now = p.talk(&mut h, t0, (ip, ours));
-        assert_eq!(p.stack.state(p.conn), Ok(State::Established));
+        let (mut h, log, mut p, mut now) = echo_with_a_peer(cfg, (ip, ours));
         // A second connection from the same peer (one at a time: the
         // peers' frames go by MAC).
         let mut q = LinkPeer::connect(now, PEER_MAC, ip, 40002, ours);
