@@ -504,6 +504,7 @@ mod tests {
             busy_ns,
             segments_in: queue as u64 + 10,
             connections: 0,
+            carrier: None,
             buckets: buckets
                 .iter()
                 .map(|&(bucket, bytes_in)| BucketSnapshot {

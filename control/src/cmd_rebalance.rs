@@ -137,11 +137,11 @@ fn render(before: Option<&ServiceStatus>, now: &ServiceStatus) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{} (pid {}) on {}: {} queues, rebalance {}{}, up {:.1} s; load over the last {:.2} s",
+        "{} (pid {}) on {}: {}, rebalance {}{}, up {:.1} s; load over the last {:.2} s",
         now.service,
         now.pid,
         now.iface,
-        now.queues.len(),
+        now.shape(),
         now.rebalance,
         now.rebalance_off_because
             .as_deref()
@@ -152,8 +152,14 @@ fn render(before: Option<&ServiceStatus>, now: &ServiceStatus) -> String {
     );
     let _ = writeln!(
         s,
-        "{:>5} {:>4} {:>4} {:>6} {:>10} {:>6} {:>7}  busiest buckets (busy %, segments/s, connections)",
-        "queue", "cpu", "node", "busy%", "segs/s", "conns", "buckets"
+        "{:>6} {:>4} {:>4} {:>6} {:>10} {:>6} {:>7}  busiest buckets (busy %, segments/s, connections)",
+        row_label(now),
+        "cpu",
+        "node",
+        "busy%",
+        "segs/s",
+        "conns",
+        "buckets"
     );
     for q in &now.queues {
         let prev = before.and_then(|b| b.queues.iter().find(|p| p.queue == q.queue));
@@ -193,7 +199,7 @@ fn render(before: Option<&ServiceStatus>, now: &ServiceStatus) -> String {
             .collect();
         let _ = writeln!(
             s,
-            "{:>5} {:>4} {:>4} {:>6.1} {:>10.0} {:>6} {:>7}  {}",
+            "{:>6} {:>4} {:>4} {:>6.1} {:>10.0} {:>6} {:>7}  {}",
             q.queue,
             q.cpu.map_or("-".into(), |c| c.to_string()),
             q.node,
@@ -203,6 +209,15 @@ fn render(before: Option<&ServiceStatus>, now: &ServiceStatus) -> String {
             table_share(&now.table, q.queue),
             top.join(", ")
         );
+    }
+    for q in &now.queues {
+        if let Some(carrier) = q.carrier {
+            let _ = writeln!(
+                s,
+                "worker {} has no queue of its own: the queues' workers forward it its buckets' frames, and it sends through queue {carrier}",
+                q.queue
+            );
+        }
     }
     if now.table.is_empty() {
         let why = if now.backend == "kernel" {
@@ -226,6 +241,19 @@ fn render(before: Option<&ServiceStatus>, now: &ServiceStatus) -> String {
         let _ = writeln!(s, "  {}", move_summary(r));
     }
     s
+}
+
+/// What a row of the status screen stands for: a queue (and its worker),
+/// a worker (software spill: some have no queue) or a core (kernel
+/// sockets).
+fn row_label(s: &ServiceStatus) -> &'static str {
+    if s.backend == "kernel" {
+        "core"
+    } else if s.queues.iter().any(|q| q.carrier.is_some()) {
+        "worker"
+    } else {
+        "queue"
+    }
 }
 
 /// `busy_ns` of an interval `span_ns` long, in percent, at most 100: a
@@ -293,6 +321,7 @@ mod tests {
             busy_ns,
             segments_in: segs,
             connections: buckets.iter().map(|b| b.2).sum(),
+            carrier: None,
             buckets: buckets
                 .iter()
                 .map(
@@ -422,6 +451,51 @@ mod tests {
         s.rebalance_off_because = Some("one queue".into());
         let text = render(None, &s);
         assert!(text.contains("rebalance off (one queue), up"), "{text}");
+    }
+
+    /// A service with more workers than queues (software spill) is said
+    /// to run so many workers on so many queues, its rows are workers,
+    /// and each worker without a queue says which queue it sends through.
+    #[test]
+    fn workers_without_a_queue_are_not_counted_as_queues() {
+        let mut spill = queue(2, 0, 0, &[]);
+        spill.carrier = Some(0);
+        let s = status(
+            1,
+            vec![queue(0, 0, 0, &[]), queue(1, 0, 0, &[]), spill],
+            MoveHistory::default(),
+        );
+        let text = render(None, &s);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].contains("on xsk0: 3 workers on 2 queues (software spill), rebalance off"),
+            "{text}"
+        );
+        assert!(!text.contains("3 queues"), "{text}");
+        assert_eq!(lines[1].split_whitespace().next(), Some("worker"), "{text}");
+        assert!(
+            text.contains("worker 2 has no queue of its own: the queues' workers forward it its buckets' frames, and it sends through queue 0"),
+            "{text}"
+        );
+        // A worker per queue: queues; a kernel-socket service: cores.
+        let mut s = status(
+            1,
+            vec![queue(0, 0, 0, &[]), queue(1, 0, 0, &[])],
+            MoveHistory::default(),
+        );
+        let text = render(None, &s);
+        assert!(text.contains("on xsk0: 2 queues, rebalance"), "{text}");
+        assert_eq!(
+            text.lines().nth(1).unwrap().split_whitespace().next(),
+            Some("queue")
+        );
+        s.backend = "kernel".into();
+        let text = render(None, &s);
+        assert!(text.contains("on xsk0: 2 cores, rebalance"), "{text}");
+        assert_eq!(
+            text.lines().nth(1).unwrap().split_whitespace().next(),
+            Some("core")
+        );
     }
 
     /// Why buckets cannot move is the service's: a kernel-socket service

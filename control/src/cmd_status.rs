@@ -42,6 +42,7 @@ fn service_json(s: &ServiceStatus, pid: Option<u32>) -> Value {
         "backend": s.backend,
         "iface": s.iface,
         "uptime_s": s.uptime_ns / 1_000_000_000,
+        "serves": s.shape(),
         "rebalance": s.rebalance,
         "rebalance_off_because": s.rebalance_off_because,
         "connections": s.queues.iter().map(|q| q.connections).sum::<u64>(),
@@ -53,6 +54,7 @@ fn service_json(s: &ServiceStatus, pid: Option<u32>) -> Value {
             "cpu": q.cpu,
             "node": q.node,
             "connections": q.connections,
+            "carrier": q.carrier,
             "table_entries": entries(q.queue),
         })).collect::<Vec<_>>(),
     })
@@ -283,11 +285,12 @@ pub(crate) fn run(args: Args) -> Result<()> {
     );
     for s in &services {
         outln!(
-            "  {} (pid {}) on {} ({}): up {} s, {} connections, rebalance {}{}, moves {} done, {} failed",
+            "  {} (pid {}) on {} ({}, {}): up {} s, {} connections, rebalance {}{}, moves {} done, {} failed",
             s["service"].as_str().unwrap_or_default(),
             s["pid"],
             s["iface"].as_str().unwrap_or_default(),
             s["backend"].as_str().unwrap_or_default(),
+            s["serves"].as_str().unwrap_or_default(),
             s["uptime_s"],
             s["connections"],
             s["rebalance"].as_str().unwrap_or_default(),
@@ -298,10 +301,17 @@ pub(crate) fn run(args: Args) -> Result<()> {
             s["moves_done"],
             s["moves_failed"]
         );
+        let kernel = s["backend"] == "kernel";
         for q in s["queues"].as_array().into_iter().flatten() {
-            // A kernel-socket service's cores are listed as queues.
+            // A kernel-socket service's cores are listed as queues, and so
+            // are the workers without a queue (software spill).
+            let (label, via) = match q["carrier"].as_u64() {
+                Some(c) => ("worker", format!("  (no queue: sends through queue {c})")),
+                None if kernel => ("core", String::new()),
+                None => ("queue", String::new()),
+            };
             outln!(
-                "    queue {:>3}  cpu {:>4}  node {:>2}  connections {:>7}  table entries {:>4}",
+                "    {label:<6} {:>3}  cpu {:>4}  node {:>2}  connections {:>7}  table entries {:>4}{via}",
                 q["queue"],
                 q["cpu"]
                     .as_u64()

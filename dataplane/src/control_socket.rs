@@ -236,6 +236,29 @@ pub struct ServiceStatus {
     pub moves: MoveHistory,
 }
 
+impl ServiceStatus {
+    /// What serves it, as a user counts: `2 queues` (a worker each), `3
+    /// workers on 2 queues (software spill)` (workers without a queue of
+    /// their own, [`QueueStatus::carrier`]), or `2 cores` (kernel sockets:
+    /// a loop per core, listed as queues).
+    pub fn shape(&self) -> String {
+        let n = self.queues.len();
+        let plural = |n: usize, one: &str| format!("{n} {one}{}", if n == 1 { "" } else { "s" });
+        if self.backend == "kernel" {
+            return plural(n, "core");
+        }
+        let spill = self.queues.iter().filter(|q| q.carrier.is_some()).count();
+        if spill == 0 {
+            return plural(n, "queue");
+        }
+        format!(
+            "{} on {} (software spill)",
+            plural(n, "worker"),
+            plural(n - spill, "queue")
+        )
+    }
+}
+
 /// A flow, as [`Request::Hint`] names it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FlowQuery {
@@ -473,6 +496,12 @@ pub struct QueueStatus {
     pub segments_in: u64,
     /// Live connections it serves.
     pub connections: u64,
+    /// For a worker without a queue of its own (software spill: more
+    /// workers than queues, `queue` then numbers the worker): the queue
+    /// it sends through, whose worker also forwards it its buckets'
+    /// frames. None for a queue's own worker (and a kernel-socket core).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub carrier: Option<u32>,
     /// The RSS buckets it has served (those with figures).
     pub buckets: Vec<BucketSnapshot>,
 }

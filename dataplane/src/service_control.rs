@@ -46,6 +46,12 @@ pub trait ServiceView {
     fn table(&self) -> Vec<u32> {
         Vec::new()
     }
+    /// The queue that worker `worker` sends through when it has no queue
+    /// of its own (software spill); None for a queue's own worker (the
+    /// default: every worker has its queue, or its core).
+    fn spill_carrier(&self, _worker: u32) -> Option<u32> {
+        None
+    }
     /// The interface's own counters, if the service reads them.
     fn nic(&self) -> Option<InterfaceStats> {
         None
@@ -104,6 +110,9 @@ impl ServiceView for TcpService {
     }
     fn table(&self) -> Vec<u32> {
         self.rss_table().unwrap_or_default()
+    }
+    fn spill_carrier(&self, worker: u32) -> Option<u32> {
+        TcpService::spill_carrier(self, worker)
     }
     fn nic(&self) -> Option<InterfaceStats> {
         self.dataplane().interface_stats().ok()
@@ -564,6 +573,7 @@ impl ServiceControl {
                 busy_ns: q.io.busy_ns,
                 segments_in: q.tcp.segments_in,
                 connections: q.tcp.connections,
+                carrier: view.spill_carrier(q.queue),
                 buckets: buckets
                     .iter()
                     .find(|(b, _)| *b == q.queue)
@@ -641,6 +651,61 @@ mod tests {
                 false => Err(Error::Move("a worker did not answer".into())),
             }
         }
+    }
+
+    /// A service with more workers than queues (software spill) says
+    /// which workers have no queue and which queue each sends through, so
+    /// that its status counts workers and queues apart ("3 workers on 2
+    /// queues", not "3 queues").
+    #[test]
+    fn a_status_tells_workers_without_a_queue_from_queues() {
+        struct Spill;
+        impl ServiceView for Spill {
+            fn backend(&self) -> &'static str {
+                "xdp"
+            }
+            fn iface(&self) -> String {
+                "test0".into()
+            }
+            fn queue_counters(&self) -> Vec<QueueCounterSet> {
+                (0..3)
+                    .map(|queue| QueueCounterSet {
+                        queue,
+                        cpu: Some(queue),
+                        node: 0,
+                        io: Default::default(),
+                        tcp: Default::default(),
+                    })
+                    .collect()
+            }
+            fn spill_carrier(&self, worker: u32) -> Option<u32> {
+                (worker == 2).then_some(0)
+            }
+            fn hint(
+                &self,
+                _flow: &flowlane_numa_sched::FlowTuple,
+            ) -> std::result::Result<ServiceHint, String> {
+                Err("does not say".into())
+            }
+        }
+        let control = ServiceControl::without_rebalancing("test", SocketChoice::Off).unwrap();
+        let st = control.status(&Spill);
+        let carriers: Vec<Option<u32>> = st.queues.iter().map(|q| q.carrier).collect();
+        assert_eq!(carriers, [None, None, Some(0)]);
+        assert_eq!(st.shape(), "3 workers on 2 queues (software spill)");
+        // A worker per queue, and a kernel-socket service's cores.
+        let mut even = st.clone();
+        even.queues[2].carrier = None;
+        assert_eq!(even.shape(), "3 queues");
+        even.queues.truncate(1);
+        assert_eq!(even.shape(), "1 queue");
+        even.backend = "kernel".into();
+        assert_eq!(even.shape(), "1 core");
+        // An answer of a version without carriers reads as none.
+        let mut v = serde_json::to_value(&st).unwrap();
+        v["queues"][2].as_object_mut().unwrap().remove("carrier");
+        let old: ServiceStatus = serde_json::from_value(v).unwrap();
+        assert_eq!(old.queues[2].carrier, None);
     }
 
     /// A service that steers with the XDP program answers its counters

@@ -546,6 +546,16 @@ impl TcpService {
         &self.dataplane
     }
 
+    /// The queue that worker `worker` sends through when it has no queue
+    /// of its own (software spill: [`TcpServiceConfig::workers`] past the
+    /// NIC's queues); None for a queue's own worker.
+    pub fn spill_carrier(&self, worker: u32) -> Option<u32> {
+        // Every worker has its counters; those past the queues, a carrier.
+        let nic_queues = (self.counters.len() - self.carriers.len()) as u32;
+        let i = worker.checked_sub(nic_queues)?;
+        self.carriers.get(i as usize).map(|&c| u32::from(c))
+    }
+
     /// Whether a queue failed: its handler panicked (the queue failed
     /// closed: its connections reset, and every new one too, see
     /// [`TcpService`]), or its worker or socket stopped. As

@@ -170,6 +170,19 @@ fn a_third_worker_on_two_queues_serves_its_share_of_connections() {
             .is_some_and(|w| w.contains("software spill")),
         "{st}"
     );
+    // Worker 2 has no queue: it sends through queue 0, and the status
+    // counts 3 workers on 2 queues, not 3 queues.
+    let carriers: Vec<&Value> = st["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| &q["carrier"])
+        .collect();
+    assert_eq!(
+        carriers,
+        [&Value::Null, &Value::Null, &Value::from(0)],
+        "{st}"
+    );
 
     let out = peer_py(
         &bed,
