@@ -112,27 +112,45 @@ fn import_headroom(max_connections: usize) -> usize {
 /// cover.
 const IMPORT_AHEAD: usize = 4;
 
-/// How long a connection must have received nothing before its receive
-/// promise may be parked under memory pressure ([`Flags::RCV_PARKED`]):
-/// longer than a working peer's pauses within a transfer (a retransmission
-/// timeout is 200 ms to a second), so that only idle connections are.
+/// The shortest time over which the stack judges, under memory pressure,
+/// whether a connection needs more than the floor ([`RecvMemory`]): one
+/// that received less than a segment in that time is parked
+/// ([`Flags::RCV_PARKED`]). Longer than a working peer's pauses within a
+/// transfer (a retransmission timeout is 200 ms to a second), so that
+/// only idle and trickling connections are; a look through every slot
+/// (a round) takes at least this long, so that each judgement covers it.
 pub(crate) const PARK_IDLE: crate::time::Duration = crate::time::Duration::from_secs(1);
 
-/// How often, under memory pressure, the stack looks for idle
-/// connections to park, and how many slots it looks at each time: a
-/// stack of 65,536 connections is looked through in 1.3 s, a slot at a
-/// time (no pause longer than one look at 512 slots).
-/// Charges a parked connection's window again ([`Flags::RCV_PARKED`]):
-/// anything that touches it, a segment or a call, may use the window it
-/// was offered (past the budget if it must: the offer stands).
+/// The receive-memory view of a parked connection touched by a segment or
+/// a call ([`Flags::RCV_PARKED`]). One that has received a segment's worth
+/// since it was parked (`mark`: RCV.NXT then) shows it needs more than the
+/// floor: its window is charged again, past the budget if it must (the
+/// offer stands), and it shares the budget as before. Any other stays
+/// parked, charged nothing and offered no window past the floor: a
+/// trickle neither charges it again nor makes it divide the budget.
 #[cold]
 #[inline(never)]
-fn unpark(conn: &mut Connection, cfg: &Config, parked: &mut usize, committed: &mut usize) {
+fn touch_parked(
+    conn: &mut Connection,
+    mark: SeqNumber,
+    cfg: &Config,
+    (sharing, parked, committed): (usize, &mut usize, &mut usize),
+) -> RecvMemory {
+    let floor = usize::from(cfg.mss);
+    if conn.rcv.nxt.saturating_sub(mark) < floor {
+        return RecvMemory::parked(cfg, *committed, sharing - *parked);
+    }
     conn.flags.clear(Flags::RCV_PARKED);
     *parked -= 1;
-    *committed += conn.rcv_commitment(usize::from(cfg.mss));
+    *committed += conn.rcv_commitment(floor);
+    RecvMemory::of(conn, cfg, *committed, sharing - *parked)
 }
 
+/// How often, under memory pressure, the stack looks for connections to
+/// park, and how many slots it looks at each time: a stack of 65,536
+/// connections is looked through in 1.3 s, a slot at a time (no pause
+/// longer than one look at 512 slots); a smaller one waits for the rest
+/// of [`PARK_IDLE`] after each round.
 const PARK_EVERY: crate::time::Duration = crate::time::Duration::from_millis(10);
 const PARK_SLOTS: usize = 512;
 
@@ -164,6 +182,10 @@ struct Slot {
     /// The listener that accepted the connection (4 bytes, not the 8 of
     /// an `Option<ListenerId>`: the slot's budget).
     listener: SlotListener,
+    /// RCV.NXT when the look for connections to park last saw the
+    /// connection, or when it parked it ([`Stack::park_idle`]; in the
+    /// padding before the deadline: the slot does not grow).
+    park_mark: SeqNumber,
     /// Deadline of this slot's wheel entry (at most one). The connection's
     /// own next deadline may be later (the entry then fires early and is
     /// set again), never earlier.
@@ -450,8 +472,11 @@ pub struct Stack {
     /// Of those, connections whose receive promise is parked
     /// ([`Flags::RCV_PARKED`]): they commit nothing and divide nothing.
     parked: usize,
-    /// The slot the next look for idle connections to park starts at.
+    /// The slot the next look for connections to park starts at.
     park_cursor: u32,
+    /// When the look's current round (through every slot from the first)
+    /// began.
+    park_round: Instant,
     /// No look for idle connections to park before this.
     next_park: Instant,
     /// Latest time seen from the caller.
@@ -579,6 +604,7 @@ impl Stack {
             sharing: 0,
             parked: 0,
             park_cursor: 0,
+            park_round: Instant::ZERO,
             next_park: Instant::ZERO,
             now: Instant::ZERO,
             last_flow: NO_SLOT,
@@ -1120,6 +1146,7 @@ impl Stack {
                     wheel_deadline: Deadline::NONE,
                     wheel_pos: WheelPos::NONE,
                     listener: SlotListener::NONE,
+                    park_mark: SeqNumber(0),
                     link: Link::NONE,
                     conn: None,
                 });
@@ -1156,6 +1183,10 @@ impl Stack {
         slot.mem_waiting = false;
         let floor = usize::from(self.cfg.mss);
         let conn = slot.conn.as_ref().expect("just placed");
+        // A segment's worth short of RCV.NXT: the first look at it under
+        // pressure judges nothing (it has no earlier mark), the next one
+        // what it received in between.
+        slot.park_mark = conn.rcv.nxt - floor;
         self.rcv_committed += conn.rcv_commitment(floor);
         self.sharing += usize::from(!conn.in_backlog());
         self.by_state[conn.state.index()] += 1;
@@ -1258,11 +1289,13 @@ impl Stack {
             parked,
             ..
         } = self;
-        let conn = slots[idx as usize].conn.as_mut().expect("live slot");
-        if conn.flags.has(Flags::RCV_PARKED) {
-            unpark(conn, cfg, parked, rcv_committed);
-        }
-        let mem = RecvMemory::of(conn, cfg, *rcv_committed, *sharing - *parked);
+        let slot = &mut slots[idx as usize];
+        let conn = slot.conn.as_mut().expect("live slot");
+        let mem = if conn.flags.has(Flags::RCV_PARKED) {
+            touch_parked(conn, slot.park_mark, cfg, (*sharing, parked, rcv_committed))
+        } else {
+            RecvMemory::of(conn, cfg, *rcv_committed, *sharing - *parked)
+        };
         let ctx = Ctx {
             now: *now,
             cfg,
@@ -1310,6 +1343,10 @@ impl Stack {
             let Some(conn) = slot.conn.as_mut() else {
                 continue;
             };
+            if conn.flags.has(Flags::RCV_PARKED) {
+                // Offered the floor at most until it shows it needs more.
+                continue;
+            }
             let mem = RecvMemory::of(conn, &self.cfg, promised, self.sharing - self.parked);
             if let Some(opens) = conn.on_memory_freed(mem) {
                 promised += opens.max(mss);
@@ -1328,37 +1365,54 @@ impl Stack {
         self.rcv_committed > self.cfg.recv_memory / 2
     }
 
-    /// Under memory pressure, parks the receive promises of idle
-    /// connections ([`Flags::RCV_PARKED`]) among the next [`PARK_SLOTS`]
-    /// slots, until the pressure is relieved: a window offered to a
-    /// connection that sends nothing commits memory nobody uses, and a few
-    /// thousand idle connections (a flood that completes its handshakes
-    /// and waits) would otherwise hold every other connection to the one
-    /// segment it may always have. One that holds only out-of-order data
-    /// behind a hole gives it up first (RFC 2018 §8). Wakes the
-    /// connections waiting for memory if some freed.
+    /// Under memory pressure, parks the receive promises of connections
+    /// that need no more than the floor ([`Flags::RCV_PARKED`]) among the
+    /// next [`PARK_SLOTS`] slots, until the pressure is relieved: one
+    /// that received less than a segment since the last round's look (at
+    /// least [`PARK_IDLE`] ago) or nothing for [`PARK_IDLE`], and holds no
+    /// data. A window offered to a connection that sends nothing, or a
+    /// byte now and then, commits memory nobody uses, and a few thousand
+    /// such connections (a flood that completes its handshakes and then
+    /// waits or trickles) would otherwise hold every other connection to
+    /// the one segment it may always have. One that holds only
+    /// out-of-order data behind a hole gives it up first (RFC 2018 §8).
+    /// Wakes the connections waiting for memory if some freed.
     #[cold]
     #[inline(never)]
     fn park_idle(&mut self) {
-        self.next_park = self.now + PARK_EVERY;
         let slots = self.slots.len();
+        let start = self.park_cursor as usize % slots.max(1);
+        if start == 0 {
+            self.park_round = self.now;
+        }
+        // To the end of the round at most: a round starts at slot 0.
+        let end = slots.min(start + PARK_SLOTS);
+        self.park_cursor = (end % slots.max(1)) as u32;
+        self.next_park = self.now + PARK_EVERY;
         let floor = usize::from(self.cfg.mss);
         let mut freed = 0;
-        for _ in 0..PARK_SLOTS.min(slots) {
+        for idx in start..end {
             if !self.under_pressure() {
                 // As many as the pressure needs, no more.
+                self.park_cursor = idx as u32;
                 break;
             }
-            let idx = self.park_cursor as usize % slots;
-            self.park_cursor = ((idx + 1) % slots) as u32;
-            let slot = &mut self.slots[idx];
-            if slot.mem_waiting {
-                continue;
+            if idx + 1 == slots {
+                // The round is over: the next look at each slot is at
+                // least `PARK_IDLE` after this one.
+                self.next_park = self.next_park.max(self.park_round + PARK_IDLE);
             }
+            let slot = &mut self.slots[idx];
             let Some(conn) = slot.conn.as_mut() else {
                 continue;
             };
-            if !conn.parkable(self.now, PARK_IDLE) {
+            if slot.mem_waiting || conn.flags.has(Flags::RCV_PARKED) {
+                continue;
+            }
+            let received = conn.rcv.nxt.saturating_sub(slot.park_mark);
+            slot.park_mark = conn.rcv.nxt;
+            let idle = self.now.saturating_since(conn.timers.last_recv) >= PARK_IDLE;
+            if (received >= floor && !idle) || !conn.parkable() {
                 continue;
             }
             if !conn.assembler.is_empty() {
@@ -1402,7 +1456,7 @@ impl Stack {
     fn with_conn<R>(&mut self, idx: u32, f: impl FnOnce(&mut Connection, &mut Ctx<'_>) -> R) -> R {
         let (conn, mut ctx) = self.conn_and_ctx(idx);
         let r = f(conn, &mut ctx);
-        let (before, after) = (ctx.mem.mine, conn.rcv_commitment(ctx.mem.floor));
+        let (before, after) = (ctx.mem.mine, conn.rcv_charged(ctx.mem.floor));
         self.settle(before, after);
         self.after(idx);
         r
@@ -2529,7 +2583,7 @@ impl Stack {
             if sent.is_none() {
                 conn.on_output_idle(ctx.now);
             }
-            let (before, after) = (ctx.mem.mine, conn.rcv_commitment(ctx.mem.floor));
+            let (before, after) = (ctx.mem.mine, conn.rcv_charged(ctx.mem.floor));
             match sent {
                 Some(len) => {
                     let t = Transmit {

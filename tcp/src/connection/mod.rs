@@ -199,6 +199,20 @@ impl RecvMemory {
             .saturating_sub(self.total.saturating_sub(self.mine))
     }
 
+    /// The view of a parked connection ([`Flags::RCV_PARKED`]): it commits
+    /// nothing, and may be offered the floor and no more (what it was
+    /// offered before stands).
+    #[inline]
+    pub(crate) fn parked(cfg: &Config, total: usize, live: usize) -> Self {
+        RecvMemory {
+            mine: 0,
+            total,
+            budget: 0,
+            live,
+            floor: usize::from(cfg.mss),
+        }
+    }
+
     /// Under pressure (more than half the budget committed): the budget
     /// divided among the live connections; `None` otherwise.
     #[inline]
@@ -826,9 +840,7 @@ impl Connection {
     /// peer may still fill (out-of-order bytes lie inside that window).
     /// After the peer's FIN that window is empty (`RecvRare::fin_mark`).
     /// Not for a parked connection ([`Flags::RCV_PARKED`]), which
-    /// commits nothing: see [`Connection::rcv_charged`]. (Every call on a
-    /// connection unparks it first, so the paths of segments and calls
-    /// need not look.)
+    /// commits nothing: see [`Connection::rcv_charged`].
     #[inline]
     pub(crate) fn rcv_commitment(&self, floor: usize) -> usize {
         debug_assert!(!self.flags.has(Flags::RCV_PARKED));
@@ -846,12 +858,12 @@ impl Connection {
     }
 
     /// Whether the stack may park this connection's receive promise
-    /// ([`Flags::RCV_PARKED`]) at `now`: one that can still receive data
-    /// (its peer's FIN not in), nothing received for `idle`, no data
-    /// waiting to be read, not waiting for memory, no FIN held ahead of a
-    /// hole. Out-of-order data it may still hold is given up first
-    /// ([`Connection::renege_out_of_order`]).
-    pub(crate) fn parkable(&self, now: Instant, idle: Duration) -> bool {
+    /// ([`Flags::RCV_PARKED`]) once it has judged that the connection
+    /// needs no more than the floor: one that can still receive data (its
+    /// peer's FIN not in), no data waiting to be read, not waiting for
+    /// memory, no FIN held ahead of a hole. Out-of-order data it may still
+    /// hold is given up first ([`Connection::renege_out_of_order`]).
+    pub(crate) fn parkable(&self) -> bool {
         matches!(
             self.state,
             State::Established | State::FinWait1 | State::FinWait2
@@ -859,7 +871,6 @@ impl Connection {
             .flags
             .has(Flags::RCV_PARKED | Flags::PEER_FIN | Flags::MEM_LIMITED | Flags::FIN_AHEAD)
             && self.recv_buf.is_empty()
-            && now.saturating_since(self.timers.last_recv) >= idle
     }
 
     /// Gives up the out-of-order data held (none is readable): RFC 2018

@@ -221,14 +221,17 @@ impl Flags {
     /// value is an old episode's, which 4 GiB later would read as lying
     /// ahead of SND.UNA again (as `RECOVER_HELD` guards `recover`).
     pub(crate) const RXT_ABOVE: u64 = 1 << 47;
-    /// The connection's receive promise is parked: idle (nothing received
-    /// for `stack::PARK_IDLE`) and holding no data while the
-    /// stack's receive memory was under pressure, it commits nothing
-    /// (`Connection::rcv_commitment` is 0) and does not divide the memory,
-    /// until its next segment or call charges its window again (as Linux
-    /// charges an idle socket's window nothing; what it would send is
-    /// taken past the budget then, as an import's is). A stack-wide view,
-    /// cleared when the connection leaves the stack.
+    /// The connection's receive promise is parked: needing no more than
+    /// the floor (less than a segment received over `stack::PARK_IDLE`)
+    /// and holding no data while the stack's receive memory was under
+    /// pressure, it commits nothing (`Connection::rcv_charged` is 0),
+    /// does not divide the memory and is offered no window past the floor
+    /// (`RecvMemory::parked`; what it was offered before stands), until
+    /// it has received a segment's worth since: then its window is
+    /// charged again (as Linux charges an idle socket's window nothing;
+    /// what it would send is taken past the budget then, as an import's
+    /// is). A stack-wide view, cleared when the connection leaves the
+    /// stack.
     pub(crate) const RCV_PARKED: u64 = 1 << 48;
 
     /// Whether any bit of `f` is set.

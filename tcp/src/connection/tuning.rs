@@ -263,8 +263,12 @@ impl Connection {
         // such a connection, flagged, drew a window update each time
         // memory freed anywhere (an extra segment from every client
         // whose peer's FIN arrived while its own was in flight).
+        //
+        // A parked connection waits for no memory: its window reopens to
+        // the floor as the application reads, and past it once it has
+        // shown it needs more (`RecvMemory::parked`).
         let floor = (mem.floor >> shift << shift).max(1);
-        if held_back && self.offered_wnd() < floor {
+        if held_back && self.offered_wnd() < floor && !self.flags.has(Flags::RCV_PARKED) {
             self.flags.set(Flags::MEM_LIMITED);
         } else {
             self.flags.clear(Flags::MEM_LIMITED);
