@@ -67,6 +67,10 @@ struct Conn {
     user_data: u64,
     /// The core's last answer to an info request.
     core_info: Option<ConnInfo>,
+    /// Info requests sent to its core and not answered yet: the answer
+    /// that brings this to 0 is the latest request's
+    /// (`AppPort::set_on_info`).
+    info_in_flight: u32,
     /// The connection is moving to another core (its RSS bucket moved).
     moving: Option<Box<Moving>>,
     /// An active open under way: its token, and the requests made before
@@ -136,6 +140,7 @@ impl Conn {
             shut: false,
             user_data: 0,
             core_info: None,
+            info_in_flight: 0,
             moving: None,
             opening: None,
             tx_waiting: false,
@@ -153,6 +158,15 @@ impl Conn {
         }
     }
 
+    /// The core's last figures ([`Net::info`]), with the bytes on their
+    /// way between the core and the thread.
+    fn figures(&self) -> Option<ConnInfo> {
+        let mut info = self.core_info?;
+        info.readable += self.rx_len;
+        info.unsent += (self.requested - self.completed) as usize;
+        Some(info)
+    }
+
     /// What the connection's credit lets it send now (the core's send
     /// memory aside, [`QpNet::tx_room`]).
     fn send_space(&self) -> usize {
@@ -162,6 +176,10 @@ impl Conn {
         TX_CREDIT.saturating_sub((self.requested - self.completed) as usize)
     }
 }
+
+/// What a thread's loop is told a connection's figures with
+/// (`AppPort::set_on_info`).
+pub(crate) type InfoHook = Box<dyn FnMut(ConnHandle, Option<ConnInfo>) + Send>;
 
 /// Connections one application thread keeps at most.
 const MAX_CONNECTIONS: usize = 1 << 20;
@@ -198,6 +216,9 @@ pub(crate) struct QpNet {
     /// Told of each connection that moved to another core, with its new
     /// placement (`AppPort::set_on_move`).
     pub(crate) on_move: Option<Box<dyn FnMut(ConnHandle, Placement) + Send>>,
+    /// Told of a connection's figures as its core answers the latest of
+    /// the thread's requests for them (`AppPort::set_on_info`).
+    pub(crate) on_info: Option<InfoHook>,
     /// Every core's memory budgets (a send takes from its core's).
     memory: Arc<Vec<CoreMemory>>,
     /// Per core: connections whose sends wait for its send memory, in the
@@ -240,6 +261,7 @@ impl QpNet {
             drained: Vec::new(),
             ended_info: HashMap::new(),
             on_move: None,
+            on_info: None,
             memory,
             tx_waiting: (0..n).map(|_| VecDeque::new()).collect(),
             answers,
@@ -467,9 +489,20 @@ impl QpNet {
                 }
             }
             ToApp::Info { conn, info } => {
-                if let Some((index, _)) = ours(self, &conn) {
-                    if let Some(c) = self.conns.at_mut(index) {
-                        c.core_info = Some(info);
+                let Some((index, h)) = ours(self, &conn) else {
+                    return;
+                };
+                let Some(c) = self.conns.at_mut(index) else {
+                    return;
+                };
+                c.info_in_flight = c.info_in_flight.saturating_sub(1);
+                c.core_info = info.or(c.core_info);
+                // Earlier requests' answers are older than what the latest
+                // asks for: only its own is told.
+                if c.info_in_flight == 0 {
+                    let figures = c.figures();
+                    if let Some(tell) = self.on_info.as_mut() {
+                        tell(h, figures);
                     }
                 }
             }
@@ -578,8 +611,12 @@ impl QpNet {
         wanted.dedup();
         for h in wanted {
             // None for a connection still opening: it has no figures yet.
-            if self.conn(h).is_ok_and(|c| c.remote_handle.is_some()) {
-                let _ = self.request(h, |conn| ToCore::Info { conn });
+            if self.conn(h).is_ok_and(|c| c.remote_handle.is_some())
+                && self.request(h, |conn| ToCore::Info { conn }).is_ok()
+            {
+                if let Ok(c) = self.conn_mut(h) {
+                    c.info_in_flight += 1;
+                }
             }
         }
         for core in 0..self.pending.len() {
@@ -1035,10 +1072,7 @@ impl Net for QpNet {
         if c.remote_handle.is_some() {
             self.info_wanted.borrow_mut().push(h);
         }
-        let mut info = c.core_info.ok_or(Error::WouldBlock)?;
-        info.readable += c.rx_len;
-        info.unsent += (c.requested - c.completed) as usize;
-        Ok(info)
+        c.figures().ok_or(Error::WouldBlock)
     }
 
     /// The network core's, where the connection's stack runs, as the
@@ -1803,6 +1837,59 @@ mod tests {
             },
         );
         assert!(matches!(net.events.pop_front(), Some(Event::Closed { conn, .. }) if conn == h));
+    }
+
+    /// The hook the thread's loop set (`AppPort::set_on_info`) hears a
+    /// connection's figures as its core answers the latest request for
+    /// them, with the bytes on their way between core and thread: not the
+    /// answer to a request sent before a later one (older than what the
+    /// later call asked for), and an answer without figures (the core
+    /// could not tell) is told too, with the last figures known.
+    #[test]
+    fn the_answer_to_the_latest_info_request_is_told_to_the_hook() {
+        let (mut net, rx) = net(1);
+        let told = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let t = told.clone();
+        net.on_info = Some(Box::new(move |h, info: Option<ConnInfo>| {
+            t.lock()
+                .unwrap()
+                .push((h, info.map(|i| (i.cwnd, i.readable))));
+        }));
+        let old = ConnHandle::from_parts(3, 1);
+        let h = accepted(&mut net, old);
+        let asked = |net: &mut QpNet| {
+            net.flush();
+            rx[0]
+                .try_iter()
+                .flatten()
+                .filter(|m| matches!(m, ToCore::Info { .. }))
+                .count()
+        };
+        let answer = |net: &mut QpNet, cwnd: Option<usize>| {
+            let info = cwnd.map(|cwnd| ConnInfo {
+                cwnd,
+                ..ConnInfo::default()
+            });
+            net.take(0, ToApp::Info { conn: old, info });
+        };
+        // Two passes' calls: two requests out.
+        assert_eq!(net.info(h), Err(Error::WouldBlock));
+        assert_eq!(asked(&mut net), 1);
+        let _ = net.info(h);
+        assert_eq!(asked(&mut net), 1);
+        data(&mut net, old, b"abc");
+        answer(&mut net, Some(10));
+        assert!(
+            told.lock().unwrap().is_empty(),
+            "the first request's answer"
+        );
+        answer(&mut net, Some(20));
+        assert_eq!(*told.lock().unwrap(), [(h, Some((20, 3)))]);
+        // An answer without figures: told, with the last ones known.
+        let _ = net.info(h);
+        assert_eq!(asked(&mut net), 1);
+        answer(&mut net, None);
+        assert_eq!(told.lock().unwrap()[1], (h, Some((20, 3))));
     }
 
     /// A move told by the new core reaches the hook the thread's loop set

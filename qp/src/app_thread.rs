@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
 use flowlane_app::{
-    ConnHandle, ConnHandler, Dispatcher, Error, HandlerId, ListenerId, Net, Placement, Setup,
-    SynFilter, Wake,
+    ConnHandle, ConnHandler, ConnInfo, Dispatcher, Error, HandlerId, ListenerId, Net, Placement,
+    Setup, SynFilter, Wake,
 };
 use flowlane_tcp::Event;
 
@@ -189,6 +189,20 @@ impl AppPort {
     /// move otherwise. Replaces the one set before.
     pub fn set_on_move(&mut self, moved: Box<dyn FnMut(ConnHandle, Placement) + Send>) {
         self.at.net.on_move = Some(moved);
+    }
+
+    /// What the thread calls, during a pass and before that pass's
+    /// events reach the handlers, when a network core answered the latest
+    /// of the thread's requests for a connection's figures (each
+    /// [`Net::info`] call asks; answers to earlier requests, still older,
+    /// are not told): the connection's handle and its figures as
+    /// [`Net::info`] would give them now (None where the core could not
+    /// tell them and never did), as of after every earlier
+    /// [`Net::info`] call on it. For a runtime whose connections are used
+    /// from other threads too, that has a caller wait for figures rather
+    /// than read those of the previous call. Replaces the one set before.
+    pub fn set_on_info(&mut self, told: Box<dyn FnMut(ConnHandle, Option<ConnInfo>) + Send>) {
+        self.at.net.on_info = Some(told);
     }
 
     /// The longest a loop may wait between two [`AppPort::poll`]s

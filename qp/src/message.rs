@@ -81,8 +81,14 @@ pub(crate) enum ToApp {
         conn: ConnHandle,
         info: Option<ConnInfo>,
     },
-    /// The answer to [`ToCore::Info`].
-    Info { conn: ConnHandle, info: ConnInfo },
+    /// The answer to [`ToCore::Info`]: the figures, or None where the
+    /// core's backend could not tell them (a kernel socket's `sock_diag`
+    /// that failed). Every request is answered, so that the thread knows
+    /// which answer is its latest request's.
+    Info {
+        conn: ConnHandle,
+        info: Option<ConnInfo>,
+    },
     Closed {
         conn: ConnHandle,
         reason: CloseReason,

@@ -367,16 +367,7 @@ fn a_tokio_client_connects_through_flowlane_and_reads_its_figures() {
                 if back != data {
                     return Err("echo differs".into());
                 }
-                // The figures come from the core: ask until they do.
-                let mut info = None;
-                for _ in 0..100 {
-                    info = s.info();
-                    if info.is_some() {
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-                let info = info.ok_or("no TCP figures")?;
+                let info = s.info().await.ok_or("no TCP figures")?;
                 // A port nobody listens on: refused, not a hang.
                 match local.connector().connect(closed).await {
                     Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
@@ -402,6 +393,84 @@ fn a_tokio_client_connects_through_flowlane_and_reads_its_figures() {
     assert!(mss > 0);
     kernel.stop();
     assert_eq!(qp.stop(), None);
+}
+
+/// A stream's `info` gives the core's figures from its first call (no
+/// call before to ask for them), and fresh ones each call: the bytes a
+/// kernel peer sent show as readable until the stream reads them, and
+/// not from the first call after it did (figures one call old showed
+/// them still); the bytes written are acknowledged once the peer read
+/// them and answered.
+#[test]
+fn a_stream_s_info_is_fresh_from_its_first_call() {
+    const WRITTEN: usize = 128 << 10;
+    const ANSWER: usize = 1000;
+    let server = std::net::TcpListener::bind((LOOPBACK, 0)).unwrap();
+    let addr = server.local_addr().unwrap();
+    let peer = std::thread::spawn(move || {
+        let (mut s, _) = server.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut got = vec![0u8; WRITTEN];
+        s.read_exact(&mut got).unwrap();
+        s.write_all(&[b'a'; ANSWER]).unwrap();
+        // Until the stream closes.
+        let _ = s.read(&mut [0u8; 1]);
+    });
+    type Figures = (
+        flowlane_app::ConnInfo,
+        flowlane_app::ConnInfo,
+        flowlane_app::ConnInfo,
+    );
+    let (tx, rx) = std::sync::mpsc::channel::<Result<Figures, String>>();
+    let tx = std::sync::Mutex::new(Some(tx));
+    let (qp, _c, kernel) = start(1, free_port(), 64, move |local| {
+        let tx = tx.lock().unwrap().take();
+        async move {
+            let Some(tx) = tx else { return };
+            let r = async {
+                let mut s = local
+                    .connector()
+                    .connect(addr)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let first = s.info().await.ok_or("no figures at the first call")?;
+                s.write_all(&payload(9, WRITTEN))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                // The peer's answer, unread: asked until it all came.
+                let deadline = Instant::now() + Duration::from_secs(20);
+                let answered = loop {
+                    let info = s.info().await.ok_or("no figures")?;
+                    if info.readable >= ANSWER {
+                        break info;
+                    }
+                    if Instant::now() > deadline {
+                        return Err(format!("the answer never showed: {info:?}"));
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                };
+                let mut back = vec![0u8; ANSWER];
+                s.read_exact(&mut back).await.map_err(|e| e.to_string())?;
+                let read = s.info().await.ok_or("no figures after the read")?;
+                Ok((first, answered, read))
+            }
+            .await;
+            let _ = tx.send(r);
+        }
+    });
+    let (first, answered, read) = rx.recv_timeout(Duration::from_secs(30)).unwrap().unwrap();
+    assert!(first.mss > 0 && first.cwnd > 0, "{first:?}");
+    assert_eq!(
+        (first.readable, first.unsent, first.unacked),
+        (0, 0, 0),
+        "{first:?}"
+    );
+    assert_eq!(answered.readable, ANSWER, "{answered:?}");
+    assert_eq!((answered.unsent, answered.unacked), (0, 0), "{answered:?}");
+    assert_eq!(read.readable, 0, "the bytes read still counted: {read:?}");
+    kernel.stop();
+    assert_eq!(qp.stop(), None);
+    peer.join().unwrap();
 }
 
 #[test]

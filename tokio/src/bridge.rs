@@ -384,7 +384,10 @@ impl Bridge {
                 return;
             }
             if std::mem::take(&mut p.info_wanted) {
-                p.info = net.info(conn).ok().or(p.info);
+                // The core's answer reaches the pipe as the thread takes
+                // it (`ThreadShared::figures`), not at the next call.
+                let _ = net.info(conn);
+                p.info_asked = true;
             }
             let readable = pull && Bridge::pull(net, conn, &mut p);
             let writable = push && Bridge::push(net, conn, &mut p);
@@ -412,12 +415,12 @@ impl Drop for Bridge {
             queue.stop();
         }
         for pipe in self.conns.values() {
-            let (reader, writer) = {
+            let waiters = {
                 let mut p = lock(pipe);
                 p.closed.get_or_insert(CloseReason::Aborted);
-                (p.reader.take(), p.writer.take())
+                p.take_waiters()
             };
-            for w in [reader, writer].into_iter().flatten() {
+            for w in waiters {
                 w.wake();
             }
         }
@@ -497,7 +500,7 @@ impl ConnHandler for Bridge {
         self.service(net, conn, true, false);
     }
 
-    fn on_closed(&mut self, _net: &mut dyn Net, conn: ConnHandle, reason: CloseReason) {
+    fn on_closed(&mut self, net: &mut dyn Net, conn: ConnHandle, reason: CloseReason) {
         if let Some(opened) = self.thread.take_opening(conn) {
             // A refusal (an RST to the SYN) is `Reset` on both backends;
             // `Aborted` is a connect the network core could not start
@@ -518,12 +521,14 @@ impl ConnHandler for Bridge {
         let Some(pipe) = self.forget(conn) else {
             return;
         };
-        let (reader, writer) = {
+        let waiters = {
             let mut p = lock(&pipe);
             p.closed = Some(reason);
-            (p.reader.take(), p.writer.take())
+            // The figures as it ended, if the core ever told them.
+            p.info = net.info(conn).ok().or(p.info);
+            p.take_waiters()
         };
-        for w in [reader, writer].into_iter().flatten() {
+        for w in waiters {
             w.wake();
         }
     }
@@ -638,6 +643,59 @@ mod tests {
         assert!(matches!(write(&mut s), Poll::Ready(Ok(5000))));
         bridge.on_tick(&mut net);
         assert_eq!(net.sent.len(), 6000);
+    }
+
+    /// A stream's `info` asks the core through the bridge and gives the
+    /// figures of the answer to that asking, at its first call, as soon
+    /// as the thread is told of it (the queue pairs' info hook), with the
+    /// bytes its pipe holds; an answer told before the bridge asked (to
+    /// an earlier request) does not end the wait. A closed connection's
+    /// gives its last figures at once.
+    #[test]
+    fn a_stream_s_first_info_gives_the_answer_to_its_own_asking() {
+        use flowlane_app::ConnInfo;
+        use std::future::Future;
+        use std::task::{Context, Poll};
+
+        let thread = Arc::new(ThreadShared::default());
+        let mut bridge = Bridge::new(thread.clone(), Arc::default(), None);
+        let mut net = OneConn::default();
+        let pipe: PipeRef = Arc::new(Mutex::new(Pipe::new(net.placement())));
+        bridge.conns.insert(conn(), pipe.clone());
+        thread.register(conn(), pipe.clone());
+        let addr = "10.0.0.1:80".parse().unwrap();
+        let s = TcpStream::new(conn(), pipe.clone(), thread.clone(), (addr, addr));
+        lock(&pipe).rx.extend_from_slice(b"unread");
+        let figures = |cwnd| ConnInfo {
+            cwnd,
+            unacked: 100,
+            ..ConnInfo::default()
+        };
+        let wakes = Arc::new(Wakes::default());
+        let waker = std::task::Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut info = Box::pin(s.info());
+        assert!(info.as_mut().poll(&mut cx).is_pending());
+        // An earlier request's answer, before the bridge asked.
+        thread.figures(conn(), Some(figures(1)));
+        assert!(info.as_mut().poll(&mut cx).is_pending(), "an old answer");
+        assert_eq!(load(&wakes.0), 0);
+        bridge.on_tick(&mut net);
+        assert!(info.as_mut().poll(&mut cx).is_pending(), "not answered yet");
+        thread.figures(conn(), Some(figures(2)));
+        assert_eq!(load(&wakes.0), 1, "the waiter woken");
+        let Poll::Ready(Some(got)) = info.as_mut().poll(&mut cx) else {
+            panic!("no figures at the first call");
+        };
+        assert_eq!((got.cwnd, got.unacked, got.readable), (2, 100, 6));
+        drop(info);
+        // Gone: the last figures, without asking.
+        bridge.on_closed(&mut net, conn(), CloseReason::Reset);
+        let mut info = Box::pin(s.info());
+        assert!(matches!(
+            info.as_mut().poll(&mut cx),
+            Poll::Ready(Some(i)) if i.cwnd == 2
+        ));
     }
 
     /// A reader that reads part of its pipe while the bridge tops it up

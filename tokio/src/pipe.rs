@@ -107,10 +107,19 @@ pub(crate) struct Pipe {
     /// Where the connection's TCP runs (its network core's), updated when
     /// it moves.
     pub(crate) placement: Placement,
-    /// The stream asked for the connection's figures.
+    /// The stream asked for the connection's figures: the bridge asks the
+    /// network core.
     pub(crate) info_wanted: bool,
-    /// The figures as of the bridge's last look.
+    /// The bridge asked the core for a stream that waits: the next answer
+    /// the thread is told of (its queue pairs' info hook,
+    /// [`ThreadShared::figures`]) is fresh for it.
+    pub(crate) info_asked: bool,
+    /// Fresh answers told so far: a stream's `info` waits for the next.
+    pub(crate) info_answers: u64,
+    /// The figures as of the core's latest answer.
     pub(crate) info: Option<ConnInfo>,
+    /// The tasks waiting in `info`, each once.
+    pub(crate) info_waiters: Vec<Waker>,
     /// In the thread's list of connections the bridge must look at.
     pub(crate) queued: bool,
     pub(crate) reader: Option<Waker>,
@@ -136,11 +145,25 @@ impl Pipe {
             orphaned: false,
             placement,
             info_wanted: false,
+            info_asked: false,
+            info_answers: 0,
             info: None,
+            info_waiters: Vec::new(),
             queued: false,
             reader: None,
             writer: None,
         }
+    }
+}
+
+impl Pipe {
+    /// Every task waiting on the stream (to read, to write, for figures),
+    /// taken: to wake once the connection is gone.
+    pub(crate) fn take_waiters(&mut self) -> Vec<Waker> {
+        let mut w = std::mem::take(&mut self.info_waiters);
+        w.extend(self.reader.take());
+        w.extend(self.writer.take());
+        w
     }
 }
 
@@ -282,6 +305,29 @@ impl ThreadShared {
         }
     }
 
+    /// A network core answered the thread's latest request for `conn`'s
+    /// figures (called by the thread's queue pairs as it takes the answer,
+    /// before the handlers run): kept in its pipe, and the streams waiting
+    /// in `info` since before the bridge asked are woken.
+    pub(crate) fn figures(&self, conn: ConnHandle, info: Option<ConnInfo>) {
+        let pipe = guard(&self.pipes).get(&conn).cloned();
+        let Some(pipe) = pipe else {
+            return;
+        };
+        let waiters = {
+            let mut p = lock(&pipe);
+            p.info = info.or(p.info);
+            if !std::mem::take(&mut p.info_asked) {
+                return;
+            }
+            p.info_answers += 1;
+            std::mem::take(&mut p.info_waiters)
+        };
+        for w in waiters {
+            w.wake();
+        }
+    }
+
     /// A network core found the thread stalled and reset its connections
     /// (called on the core's thread while this one is blocked): every
     /// stream, wherever it is polled, reads and writes `ConnectionAborted`
@@ -298,8 +344,7 @@ impl ThreadShared {
             if p.closed.is_none() {
                 p.closed = Some(CloseReason::Aborted);
                 p.orphaned = true;
-                wakers.extend(p.reader.take());
-                wakers.extend(p.writer.take());
+                wakers.extend(p.take_waiters());
             }
         }
         let failed: Vec<Opened> = {

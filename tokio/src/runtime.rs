@@ -161,6 +161,8 @@ where
     port.set_on_move(Box::new(move |conn, placement| {
         moves.moved(conn, placement)
     }));
+    let figures = p.shared.clone();
+    port.set_on_info(Box::new(move |conn, info| figures.figures(conn, info)));
     let tick = port.tick();
     let local = Local {
         index: port.index(),

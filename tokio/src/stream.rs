@@ -1,6 +1,7 @@
 //! A connection as tokio code sees it: [`AsyncRead`] and [`AsyncWrite`]
 //! over the connection's pipe to its thread's bridge.
 
+use std::future::poll_fn;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -75,13 +76,36 @@ impl TcpStream {
     }
 
     /// The connection's TCP figures (queues, round-trip time, window,
-    /// retransmissions) as of the thread's last look; each call asks for
-    /// fresh ones, so a first call may give `None`.
-    pub fn info(&self) -> Option<ConnInfo> {
-        let mut p = lock(&self.pipe);
-        p.info_wanted = true;
-        self.thread.kick(self.conn, &mut p);
-        p.info
+    /// retransmissions), fresh: asks the network core and waits for its
+    /// answer (a pass of the thread, one of the core, and the thread's
+    /// next: figures as of after the call, as `TCP_INFO` gives a kernel
+    /// socket's). Readable and unsent bytes count those on their way
+    /// between the core and the stream. Once the connection is gone,
+    /// those as of its end (None if it ended before the core ever told
+    /// them); where the core could not tell them (a kernel socket's
+    /// `sock_diag` that failed), the last ones it did.
+    pub async fn info(&self) -> Option<ConnInfo> {
+        let mut since = None;
+        poll_fn(|cx| {
+            let mut p = lock(&self.pipe);
+            let asked = *since.get_or_insert_with(|| {
+                p.info_wanted = true;
+                self.thread.kick(self.conn, &mut p);
+                p.info_answers
+            });
+            if p.info_answers == asked && p.closed.is_none() {
+                if !p.info_waiters.iter().any(|w| w.will_wake(cx.waker())) {
+                    p.info_waiters.push(cx.waker().clone());
+                }
+                return Poll::Pending;
+            }
+            Poll::Ready(p.info.map(|mut info| {
+                info.readable += p.rx.len();
+                info.unsent += p.tx.len();
+                info
+            }))
+        })
+        .await
     }
 
     /// Drops the stream, its connection reset rather than closed: its
