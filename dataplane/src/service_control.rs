@@ -318,7 +318,7 @@ impl ServiceControl {
                 match ControlSocket::bind(&path) {
                     Ok(s) => Some(s),
                     Err(e) => {
-                        tracing::warn!("no control socket ({e}): `flowlane status`, `flowlane rebalance` and the daemon cannot reach this service");
+                        tracing::warn!("{}", no_socket_line(&e));
                         None
                     }
                 }
@@ -595,6 +595,22 @@ impl ServiceControl {
     }
 }
 
+/// The one line a service says when its default control socket could not
+/// be made (it serves on without one): what is wrong, what it costs, and
+/// what to do (a user without root may not write /run/flowlane).
+fn no_socket_line(e: &Error) -> String {
+    let denied = matches!(e, Error::Io { source, .. }
+        if source.kind() == std::io::ErrorKind::PermissionDenied);
+    let fix = if denied {
+        "run it as root, or give --control-socket PATH in a folder this user may write"
+    } else {
+        "give --control-socket PATH"
+    };
+    format!(
+        "no control socket: {e}; `flowlane status`, `flowlane rebalance` and the daemon cannot reach this service: {fix} (--control-socket none: no socket, no warning)"
+    )
+}
+
 /// One move (or one that failed under way) as the JSON line services log:
 /// `{"event":"move", bucket, from, to, connections, frames_forwarded,
 /// frames_held, duration_us, ...}` or `{"event":"move","error":...}`.
@@ -651,6 +667,29 @@ mod tests {
                 false => Err(Error::Move("a worker did not answer".into())),
             }
         }
+    }
+
+    /// A service that could not make its default control socket says so
+    /// in one line that names the cause and what to do: root, or a socket
+    /// where this user may write one.
+    #[test]
+    fn no_control_socket_is_one_line_with_what_to_do() {
+        let denied = Error::Io {
+            what: "listening on the control socket /run/flowlane/x.1.sock".into(),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        };
+        let line = no_socket_line(&denied);
+        assert_eq!(line.lines().count(), 1, "{line}");
+        assert!(line.starts_with("no control socket: listening on the control socket /run/flowlane/x.1.sock: permission denied"), "{line}");
+        assert!(
+            line.contains("cannot reach this service: run it as root, or give --control-socket PATH in a folder this user may write"),
+            "{line}"
+        );
+        // Another cause: no root to suggest, the flag still.
+        let other = Error::Setup("/run/flowlane/x.1.sock exists and is not a socket".into());
+        let line = no_socket_line(&other);
+        assert!(!line.contains("root"), "{line}");
+        assert!(line.contains(": give --control-socket PATH ("), "{line}");
     }
 
     /// A service with more workers than queues (software spill) says

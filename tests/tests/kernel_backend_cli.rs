@@ -3,7 +3,8 @@
 //!
 //! - Root is asked for what needs it only: kernel sockets on an interface
 //!   of this namespace run as a user without privileges (`nobody`, through
-//!   `setpriv`); the AF_XDP backend and `--bed` still say "needs root"; a
+//!   `setpriv`), saying in one line that it has no control socket and
+//!   what to do; the AF_XDP backend and `--bed` still say "needs root"; a
 //!   port below 1024 fails at the listen, naming the port and the
 //!   permission.
 //! - `bulk-source` to a receiver that half-closes first (`shutdown(SHUT_WR)`
@@ -86,8 +87,18 @@ fn echo_server_on_kernel_sockets_serves_a_user_without_privileges() {
     terminate(&child);
     let (o, _) = wait_bounded(child, Duration::from_secs(10), "echo-server");
     assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("needs root"), "{}", text(&o));
+    // /run/flowlane is root's: the service serves on without its control
+    // socket, and says so in one line with what to do.
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("control socket"))
+        .collect();
+    assert_eq!(said.len(), 1, "{}", text(&o));
     assert!(
-        !String::from_utf8_lossy(&o.stderr).contains("needs root"),
+        said[0].contains("Permission denied")
+            && said[0].contains("run it as root, or give --control-socket PATH"),
         "{}",
         text(&o)
     );
