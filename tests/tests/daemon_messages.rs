@@ -5,15 +5,12 @@
 //! it running?"), and a screen that could not be read whole is a failing
 //! exit, the JSON saying what the text says.
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
-use flowlane_tests::{
-    as_nobody, flowlane, flowlane_bin, kill_and_reap, require_root, text, OpenDir,
-};
+use flowlane_tests::{as_nobody, flowlane, require_root, text, OpenDir, TestDaemon};
 
 /// A socket that takes connections and never answers (a stopped service,
 /// or daemon), root's alone as flowlane's are.
@@ -60,20 +57,7 @@ fn the_daemon_s_errors_name_its_own_flags_once() {
     // --socket, once, never the services' --control-socket.
     let dir = OpenDir::new("fl-dmsg");
     let sock = dir.path("daemon.sock");
-    let mut first = Command::new(flowlane_bin())
-        .args(["daemon", "--metrics", "127.0.0.1:0", "--run-dir"])
-        .arg(dir.path("run"))
-        .arg("--socket")
-        .arg(&sock)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut ready = String::new();
-    BufReader::new(first.stdout.take().unwrap())
-        .read_line(&mut ready)
-        .unwrap();
-    assert!(ready.contains("\"ready\""), "{ready}");
+    let first = TestDaemon::start(&dir.path("run"), &sock);
     for path in ["/etc/passwd", sock.to_str().unwrap()] {
         let o = flowlane(&[
             "daemon",
@@ -89,7 +73,7 @@ fn the_daemon_s_errors_name_its_own_flags_once() {
         assert_eq!(err.matches("--socket").count(), 1, "{err}");
         assert!(!err.contains("--control-socket"), "{err}");
     }
-    kill_and_reap(&mut first);
+    drop(first);
     // An address not this host's (TEST-NET-1, RFC 5737): the OS error
     // once, and no guess at another exporter (that is for an address in
     // use).

@@ -5,7 +5,6 @@
 
 mod tcp_common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -13,8 +12,8 @@ use std::time::{Duration, Instant};
 use std::collections::HashSet;
 
 use flowlane_tests::{
-    dashboard_queries, dashboards_dir, flowlane, flowlane_bin, flowlane_metric_names, require_root,
-    text, Bed,
+    dashboard_queries, dashboards_dir, flowlane, flowlane_bin, flowlane_metric_names, ready_line,
+    require_root, text, Bed, TestDaemon,
 };
 use serde_json::Value;
 use tcp_common::*;
@@ -42,29 +41,6 @@ fn have(tool: &str, test: &str) -> bool {
         eprintln!("{test}: skipped: {tool} is not installed (scripts/setup.sh installs it)");
     }
     ok
-}
-
-/// `flowlane daemon` on a free port, services looked for in `run_dir`
-/// (where its own socket goes too: it must not take itself for a
-/// service); returns it and its metrics address (from its ready line).
-fn start_daemon(run_dir: &Path) -> (Reaped, String) {
-    let mut child = Command::new(flowlane_bin())
-        .args(["daemon", "--metrics", "127.0.0.1:0", "--run-dir"])
-        .arg(run_dir)
-        .arg("--socket")
-        .arg(run_dir.join("daemon.sock"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("flowlane daemon");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .expect("ready line");
-    let ready: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
-    assert_eq!(ready["event"], "ready", "{ready}");
-    let addr = ready["metrics"].as_str().unwrap().to_string();
-    (Reaped(child), addr)
 }
 
 /// An HTTP GET with curl: status code and body.
@@ -273,7 +249,10 @@ fn the_daemon_serves_a_running_service_s_counters_to_prometheus() {
         ],
         120,
     );
-    let (_daemon, addr) = start_daemon(&dir);
+    // Its own socket in the run directory too: it must not take itself
+    // for a service.
+    let daemon = TestDaemon::start(&dir, &dir.join("daemon.sock"));
+    let addr = &daemon.metrics;
     let metrics = format!("http://{addr}/metrics");
 
     // A real Prometheus scrapes the daemon from before the traffic starts,
@@ -608,11 +587,7 @@ fn a_config_file_sets_what_flags_do_not_and_its_mistakes_are_one_line() {
             .spawn()
             .unwrap(),
     );
-    let mut line = String::new();
-    BufReader::new(child.0.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let ready: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+    let (ready, _) = ready_line(&mut child.0);
     assert_eq!(ready["socket"], Value::Null, "{ready}");
     assert_eq!(ready["run_dir"], "/tmp", "{ready}");
     assert!(

@@ -4,13 +4,14 @@
 //! one line, that the socket refused them and what to do, instead of
 //! showing no service at all.
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use flowlane_tests::{as_nobody, flowlane_bin, require_root, text, OpenDir};
+use flowlane_tests::{
+    as_nobody, flowlane_bin, metrics_page, ready_line, require_root, text, OpenDir,
+};
 
 /// A service's socket, root's alone: bound and listening, mode 0600.
 fn root_socket(dir: &OpenDir) -> (UnixListener, PathBuf) {
@@ -86,24 +87,14 @@ fn a_daemon_without_the_services_privileges_says_so_once() {
     .stderr(Stdio::piped())
     .spawn()
     .expect("flowlane daemon");
-    let mut ready = String::new();
-    BufReader::new(daemon.stdout.take().unwrap())
-        .read_line(&mut ready)
-        .unwrap();
-    let ready: serde_json::Value =
-        serde_json::from_str(&ready).unwrap_or_else(|e| panic!("{e}: {ready:?}"));
+    let (ready, _) = ready_line(&mut daemon);
     let addr = ready["metrics"]
         .as_str()
         .expect("metrics address")
         .to_string();
     // Three scrapes: the line comes once.
     for _ in 0..3 {
-        let o = Command::new("curl")
-            .args(["-s", "-m", "10", &format!("http://{addr}/metrics")])
-            .output()
-            .unwrap();
-        assert!(o.status.success());
-        assert!(String::from_utf8_lossy(&o.stdout).contains("flowlane_daemon_services 0\n"));
+        assert!(metrics_page(&addr).contains("flowlane_daemon_services 0\n"));
     }
     let _ = Command::new("kill")
         .args(["-TERM", &daemon.id().to_string()])
