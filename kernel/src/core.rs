@@ -605,7 +605,11 @@ impl KernelNet {
                         Error::AddrInUse,
                     ),
                     _ => (
-                        format!("cannot listen on {addr}: {e}"),
+                        crate::listener::listen_failure(
+                            addr,
+                            &e,
+                            crate::listener::unprivileged_port_start(),
+                        ),
                         Error::InvalidAddress,
                     ),
                 };

@@ -25,5 +25,5 @@ mod service;
 mod tcp_info;
 
 pub use crate::core::{KernelCore, KernelNet, Limits, STOP_LINGER};
-pub use listener::{pin_to, reuseport_listener};
+pub use listener::{listen_failure, pin_to, reuseport_listener, unprivileged_port_start};
 pub use service::{CoreCounters, KernelConfig, KernelService};

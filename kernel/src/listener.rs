@@ -125,6 +125,32 @@ pub(crate) fn retry_accept_at_once(e: &std::io::Error) -> bool {
     )
 }
 
+/// Where the namespace's unprivileged ports begin
+/// (`net.ipv4.ip_unprivileged_port_start`, which covers IPv6 too; 1024
+/// where it cannot be read): binding a port below it needs
+/// CAP_NET_BIND_SERVICE (ip-sysctl.rst).
+pub fn unprivileged_port_start() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(1024)
+}
+
+/// Why a listen on `addr` failed with `e`, in one line: a port below
+/// `unprivileged_start` refused (EACCES) names the cause and the three
+/// ways out, as a user who met it would want them.
+pub fn listen_failure(addr: SocketAddr, e: &std::io::Error, unprivileged_start: u16) -> String {
+    if e.kind() == std::io::ErrorKind::PermissionDenied && addr.port() < unprivileged_start {
+        return format!(
+            "cannot listen on {addr}: {e}: ports below {unprivileged_start} are privileged; run \
+             as root, grant CAP_NET_BIND_SERVICE (`setcap cap_net_bind_service=+ep` on the \
+             binary, or AmbientCapabilities=CAP_NET_BIND_SERVICE in its systemd unit), or use a \
+             port of {unprivileged_start} or above"
+        );
+    }
+    format!("cannot listen on {addr}: {e}")
+}
+
 /// Pins the calling thread to `cpu`.
 pub fn pin_to(cpu: u32) -> std::io::Result<()> {
     let mut set = nix::sched::CpuSet::new();
@@ -143,6 +169,32 @@ mod tests {
         let port = a.local_addr().unwrap().port();
         let b = reuseport_listener(SocketAddr::from(([127, 0, 0, 1], port))).unwrap();
         assert_eq!(b.local_addr().unwrap().port(), port);
+    }
+
+    /// A port below the unprivileged ones refused to a user without
+    /// CAP_NET_BIND_SERVICE: one line with the cause and the ways out;
+    /// other refusals and other errors as the kernel said them.
+    #[test]
+    fn a_privileged_port_refused_says_how_to_get_it() {
+        let denied = std::io::Error::from_raw_os_error(13);
+        let line = listen_failure("0.0.0.0:7".parse().unwrap(), &denied, 1024);
+        assert_eq!(line.lines().count(), 1, "{line}");
+        assert!(
+            line.starts_with("cannot listen on 0.0.0.0:7: Permission denied (os error 13): ports below 1024 are privileged; run as root, grant CAP_NET_BIND_SERVICE"),
+            "{line}"
+        );
+        assert!(line.ends_with("or use a port of 1024 or above"), "{line}");
+        // The namespace's own bound.
+        let line = listen_failure("[::]:600".parse().unwrap(), &denied, 500);
+        assert_eq!(
+            line,
+            "cannot listen on [::]:600: Permission denied (os error 13)"
+        );
+        let line = listen_failure("0.0.0.0:80".parse().unwrap(), &denied, 100);
+        assert!(line.contains("ports below 100 are privileged"), "{line}");
+        let other = std::io::Error::from_raw_os_error(99);
+        let line = listen_failure("10.0.0.9:7".parse().unwrap(), &other, 1024);
+        assert!(!line.contains("CAP_NET_BIND_SERVICE"), "{line}");
     }
 
     /// The cores of one service share their port; a socket of anyone

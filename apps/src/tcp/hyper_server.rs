@@ -470,7 +470,13 @@ fn baseline(a: &HyperArgs, serve: Serve) -> Result<()> {
     let addr = SocketAddr::new(*listen_addresses().last().expect("IPv4 at least"), a.port);
     let listener = runtime
         .block_on(async { tokio::net::TcpListener::bind(addr).await })
-        .with_context(|| format!("binding {addr}"))?;
+        .map_err(|e| {
+            anyhow::anyhow!(flowlane_kernel::listen_failure(
+                addr,
+                &e,
+                flowlane_kernel::unprivileged_port_start()
+            ))
+        })?;
     let counters = serve.counters.clone();
     runtime.spawn(async move {
         let take = |stream: tokio::net::TcpStream, peer| {
