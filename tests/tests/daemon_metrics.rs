@@ -257,7 +257,7 @@ fn the_daemon_serves_a_running_service_s_counters_to_prometheus() {
 
     // A real Prometheus scrapes the daemon from before the traffic starts,
     // so that rates see it arrive.
-    let (_prometheus, prom) = start_prometheus(&dir, &addr);
+    let (_prometheus, prom) = start_prometheus(&dir, addr);
     let until_scraped = |promql: &str| {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
