@@ -15,10 +15,29 @@ pub fn schedstat_ns(path: &Path) -> Option<u64> {
         .ok()
 }
 
+/// The name of the thread serving `queue`, `flowlane-q<queue>`: an AF_XDP
+/// worker (one without a queue too) and a kernel-socket core alike
+/// (`flowlane_kernel`, which names its cores so without depending on this
+/// crate). Tools find the data path's threads by it: their CPU time, and
+/// the processes that serve on a test bed (`flowlane_testbed::users`).
+pub fn worker_thread_name(queue: u32) -> String {
+    format!("{WORKER_THREAD_PREFIX}{queue}")
+}
+
+const WORKER_THREAD_PREFIX: &str = "flowlane-q";
+
+/// Whether `comm` (a thread's name, as `/proc/.../comm` gives it, trailing
+/// newline or not) is a worker's ([`worker_thread_name`]).
+pub fn is_worker_thread_name(comm: &str) -> bool {
+    comm.trim_end()
+        .strip_prefix(WORKER_THREAD_PREFIX)
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// CPU time (ns, `/proc/self/task/<tid>/schedstat`) of this process's worker
-/// thread for `queue` (named `flowlane-q<queue>`), while it runs.
+/// thread for `queue` ([`worker_thread_name`]), while it runs.
 pub fn worker_cpu_ns(queue: u32) -> Option<u64> {
-    named_thread_cpu_ns(&format!("flowlane-q{queue}"))
+    named_thread_cpu_ns(&worker_thread_name(queue))
 }
 
 /// CPU time (ns, `/proc/self/task/<tid>/schedstat`) of this process's
@@ -55,4 +74,25 @@ pub fn process_cpu_ns() -> u64 {
     tasks
         .filter_map(|t| schedstat_ns(&t.ok()?.path().join("schedstat")))
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_worker_s_thread_name_is_told_from_others() {
+        assert_eq!(worker_thread_name(12), "flowlane-q12");
+        assert!(is_worker_thread_name("flowlane-q0\n"));
+        assert!(is_worker_thread_name(&worker_thread_name(65535)));
+        for other in [
+            "flowlane-q",
+            "flowlane-qx",
+            "flowlane-app0",
+            "flowlane",
+            "iperf3",
+        ] {
+            assert!(!is_worker_thread_name(other), "{other}");
+        }
+    }
 }

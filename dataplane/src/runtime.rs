@@ -522,7 +522,7 @@ impl Dataplane {
             let thread = std::thread::Builder::new()
                 // Workers without a queue too: tools account CPU time by
                 // this prefix.
-                .name(format!("flowlane-q{}", a.queue))
+                .name(crate::cpu_time::worker_thread_name(a.queue))
                 .spawn(move || {
                     if let Some(cpu) = info.cpu {
                         if let Err(e) = affinity::pin_current_thread(&[cpu]) {

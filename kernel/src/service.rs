@@ -139,6 +139,9 @@ impl KernelService {
             let (listen_on, limits) = (config.listen_on.clone(), config.limits.clone());
             let claims = claims.clone();
             let t = std::thread::Builder::new()
+                // The data path's thread name, as the AF_XDP workers'
+                // (`flowlane_dataplane::cpu_time::worker_thread_name`): tools
+                // find a service's cores by it (CPU time, a test bed's users).
                 .name(format!("flowlane-q{}", p.queue))
                 .spawn(move || {
                     let start = || -> Result<KernelCore, String> {

@@ -7,14 +7,18 @@
 //! delay line, the rx benchmark's generator) run threads in the far side's
 //! namespace. So a bed's users are found by comparing each thread's
 //! `/proc/PID/task/TID/ns/net` with the bed's `/run/netns` entries, keeping
-//! processes that run one of flowlane's programs (`flowlane`, `flowlane-*`)
-//! or hold an AF_XDP socket (a data path built on flowlane's libraries, its
+//! processes that run one of flowlane's programs (`flowlane`, `flowlane-*`),
+//! hold an AF_XDP socket (a data path built on flowlane's libraries, its
 //! program named as its author chose: what it holds, the bed's queues,
-//! tells it, not its name): no entry to create on start or forget on exit,
-//! nothing stale after a SIGKILL, and no dependency of the data path on the
-//! bed. Shells and kernel tools (iperf3, nc, a client's script) in the
-//! namespaces are not users: they hold nothing of the bed's but addresses,
-//! and go on (or fail) without it; the calling process never is one.
+//! tells it, not its name) or run flowlane's data-path threads
+//! (`flowlane-q<N>`, `flowlane_dataplane::cpu_time::worker_thread_name`: a
+//! kernel-socket service built on the libraries holds no AF_XDP socket,
+//! but its cores are named so): no entry to create on start or forget on
+//! exit, nothing stale after a SIGKILL, and no dependency of the data path
+//! on the bed. Shells and kernel tools (iperf3, nc, a client's script) in
+//! the namespaces are not users: they hold nothing of the bed's but
+//! addresses, and go on (or fail) without it; the calling process never is
+//! one.
 
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -33,7 +37,7 @@ use crate::state::{namespaces, validate_name};
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// A process using a bed: one of flowlane's programs, or one that holds an
-/// AF_XDP socket there.
+/// AF_XDP socket there or runs flowlane's data-path threads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BedUser {
     /// The process (pid and short command line).
@@ -59,8 +63,8 @@ pub fn list(users: &[BedUser]) -> String {
 }
 
 /// The processes (other than this one) with a thread in bed `name`'s
-/// namespaces that run one of flowlane's programs or hold an AF_XDP socket;
-/// none when the bed is not up.
+/// namespaces that run one of flowlane's programs, hold an AF_XDP socket or
+/// run flowlane's data-path threads; none when the bed is not up.
 pub fn users(name: &str) -> Result<Vec<BedUser>> {
     validate_name(name)?;
     let (ns, peer_ns) = namespaces(name);
@@ -79,7 +83,9 @@ pub fn users(name: &str) -> Result<Vec<BedUser>> {
     let mut found: Vec<BedUser> = procs
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&pid| {
-            pid != own && in_namespaces(pid, &bed) && (is_flowlane(pid) || holds_xdp_socket(pid))
+            pid != own
+                && in_namespaces(pid, &bed)
+                && (is_flowlane(pid) || holds_xdp_socket(pid) || runs_workers_in(pid, &bed))
         })
         .filter_map(|pid| {
             Some(BedUser {
@@ -136,6 +142,23 @@ fn is_flowlane(pid: u32) -> bool {
         let name = name.as_deref().unwrap_or("");
         let name = name.strip_suffix(" (deleted)").unwrap_or(name);
         name == "flowlane" || name.starts_with("flowlane-")
+    })
+}
+
+/// Whether `pid` runs flowlane's data-path threads (an AF_XDP worker or a
+/// kernel-socket core, `flowlane-q<N>`) in one of the namespaces `ns`: a
+/// service built on flowlane's libraries, whatever its program is called
+/// and whichever its backend (not a process whose cores serve elsewhere
+/// while another of its threads visits the bed, as a test's client does).
+fn runs_workers_in(pid: u32, ns: &[(u64, u64)]) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.filter_map(|t| t.ok()).any(|t| {
+        std::fs::read_to_string(t.path().join("comm"))
+            .is_ok_and(|c| flowlane_dataplane::cpu_time::is_worker_thread_name(&c))
+            && std::fs::metadata(t.path().join("ns/net"))
+                .is_ok_and(|m| ns.contains(&(m.dev(), m.ino())))
     })
 }
 
