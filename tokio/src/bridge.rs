@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Error, Net, SynFilter};
+use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Error, FourTuple, Net, SynFilter};
 
 use crate::listener::AcceptQueue;
 use crate::pipe::{lock, release_if_empty, reserve_within, Pipe, PipeRef, ThreadShared, RX_LIMIT};
@@ -428,12 +428,17 @@ impl Drop for Bridge {
 }
 
 impl ConnHandler for Bridge {
+    /// The port's SYNs are taken while its listener is (not dropped, or
+    /// taken again since: asked at each SYN, so that the cores, whose
+    /// filters are fixed as they start listening, refuse at the SYN what
+    /// a dropped listener would reset), and then as the configured filter
+    /// says.
     fn syn_filter(&self, port: u16) -> Option<SynFilter> {
-        self.listeners
-            .iter()
-            .any(|(p, _)| *p == port)
-            .then(|| self.syn_filter.clone())
-            .flatten()
+        let (_, queue) = self.listeners.iter().find(|(p, _)| *p == port)?;
+        let (queue, filter) = (queue.clone(), self.syn_filter.clone());
+        Some(Arc::new(move |tuple: &FourTuple| {
+            queue.listening() && filter.as_ref().is_none_or(|f| f(tuple))
+        }))
     }
 
     fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
@@ -895,6 +900,41 @@ mod tests {
         bridge.on_tick(&mut net);
         assert_eq!(net.calls, ["shutdown", "abort"]);
         assert_eq!(load(&counters.linger_expired), 1);
+    }
+
+    /// The cores' SYN filter for a port refuses SYNs once the thread's
+    /// listener was dropped (where it took them, fixed at start, and the
+    /// connection was reset after its handshake), and takes them again
+    /// once the listener is taken again; the configured filter still
+    /// decides while it is held; a port not listened on has none.
+    #[test]
+    fn syns_for_a_dropped_listener_are_refused_until_it_is_taken_again() {
+        use crate::listener::{AcceptQueue, TcpListener};
+
+        let tuple = |peer: &str| FourTuple {
+            local: "10.0.0.1:80".parse().unwrap(),
+            remote: peer.parse().unwrap(),
+        };
+        let (good, bad) = (tuple("10.0.0.2:4000"), tuple("10.0.0.3:4000"));
+        let only_good: SynFilter = Arc::new(move |t: &FourTuple| *t == good);
+        for configured in [None, Some(only_good)] {
+            let mut bridge = Bridge::new(Arc::default(), Arc::default(), configured.clone());
+            let queue = Arc::new(AcceptQueue::new(8));
+            bridge.add_listener(80, queue.clone());
+            assert!(bridge.syn_filter(81).is_none());
+            let filter = bridge.syn_filter(80).expect("a filter for the port");
+            let listener = TcpListener::new(80, queue.clone());
+            assert!(filter(&good));
+            assert_eq!(filter(&bad), configured.is_none());
+            assert!(TcpListener::again(80, &queue).is_none(), "held");
+            drop(listener);
+            assert!(!filter(&good) && !filter(&bad), "refused after the drop");
+            let again = TcpListener::again(80, &queue).expect("taken again");
+            assert!(filter(&good));
+            assert_eq!(filter(&bad), configured.is_none());
+            drop(again);
+            assert!(!filter(&good));
+        }
     }
 
     /// A listener dropped with connections queued, not taken: each is

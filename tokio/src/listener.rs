@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
@@ -18,8 +19,6 @@ struct Backlog {
     /// once; all are woken by the next connection (one of them takes it,
     /// the others wait again: a waiter that gave up loses no wake-up).
     wakers: Vec<Waker>,
-    /// The listener is gone: the bridge refuses new connections.
-    closed: bool,
     /// The thread's loop ended (stopped, or a panic): no connection comes
     /// any more.
     stopped: bool,
@@ -30,6 +29,10 @@ struct Backlog {
 pub(crate) struct AcceptQueue {
     inner: Mutex<Backlog>,
     limit: usize,
+    /// No listener was dropped since it was made (or taken again): the
+    /// network cores take SYNs for it (the listeners' SYN filter,
+    /// [`AcceptQueue::listening`]) and the bridge queues what they accept.
+    listening: AtomicBool,
 }
 
 impl AcceptQueue {
@@ -38,11 +41,19 @@ impl AcceptQueue {
             inner: Mutex::new(Backlog {
                 ready: VecDeque::new(),
                 wakers: Vec::new(),
-                closed: false,
                 stopped: false,
             }),
             limit,
+            listening: AtomicBool::new(true),
         }
+    }
+
+    /// Whether connections are taken: asked by the network cores at each
+    /// SYN (a refused one is answered with an RST and counted by the
+    /// stack, `syn_refused`, before any connection exists), by the bridge
+    /// at each accepted connection.
+    pub(crate) fn listening(&self) -> bool {
+        self.listening.load(Ordering::Acquire)
     }
 
     fn lock(&self) -> MutexGuard<'_, Backlog> {
@@ -53,7 +64,7 @@ impl AcceptQueue {
     /// gone or its backlog full (the bridge then resets it, counted).
     pub(crate) fn push(&self, s: TcpStream) -> Result<(), TcpStream> {
         let mut b = self.lock();
-        if b.closed || b.ready.len() >= self.limit {
+        if !self.listening() || b.ready.len() >= self.limit {
             return Err(s);
         }
         b.ready.push_back(s);
@@ -83,9 +94,13 @@ impl AcceptQueue {
 /// sees it: [`TcpListener::accept`] gives the connections of the network
 /// cores this thread serves (every thread has its own listener per port,
 /// as with `SO_REUSEPORT`). Dropping it resets the connections it queued
-/// that were not taken, as a kernel listener's drop does, and those that
-/// arrive for this thread from then on (once their handshake is done: the
-/// network cores still answer their SYNs).
+/// that were not taken, as a kernel listener's drop does, and refuses
+/// those that arrive for this thread from then on at their SYN (an RST:
+/// the peer's connect fails `ECONNREFUSED`; counted by the stack,
+/// `syn_refused`), until the thread takes the port's listener again
+/// ([`Local::listener`](crate::Local::listener)). On the kernel-socket
+/// backend the kernel completes the handshake first: those connections
+/// are reset as accepted, counted alike.
 #[derive(Debug)]
 pub struct TcpListener {
     port: u16,
@@ -95,6 +110,16 @@ pub struct TcpListener {
 impl TcpListener {
     pub(crate) fn new(port: u16, queue: Arc<AcceptQueue>) -> TcpListener {
         TcpListener { port, queue }
+    }
+
+    /// The listener of `queue` again, once the one before was dropped
+    /// (None while it is held): the cores take SYNs for it from now on.
+    pub(crate) fn again(port: u16, queue: &Arc<AcceptQueue>) -> Option<TcpListener> {
+        queue
+            .listening
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .ok()?;
+        Some(TcpListener::new(port, queue.clone()))
     }
 
     /// The port.
@@ -131,11 +156,10 @@ impl TcpListener {
 
 impl Drop for TcpListener {
     fn drop(&mut self) {
-        let waiting = {
-            let mut b = self.queue.lock();
-            b.closed = true;
-            std::mem::take(&mut b.ready)
-        };
+        // The cores refuse new SYNs from now on (Release: with the
+        // backlog's lock, no connection is queued after the take below).
+        self.queue.listening.store(false, Ordering::Release);
+        let waiting = std::mem::take(&mut self.queue.lock().ready);
         // Dropped outside the lock: each asks its bridge to reset it.
         for s in waiting {
             s.refuse();

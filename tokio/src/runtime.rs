@@ -36,7 +36,8 @@ pub struct AsyncConfig {
     /// Which SYNs the listeners take (None: every one): a SYN it refuses
     /// is answered with a reset and counted by the stack (`syn_refused`),
     /// before any connection exists, as the services' `--allow-from` does
-    /// ([`flowlane_app::ConnHandler::syn_filter`]).
+    /// ([`flowlane_app::ConnHandler::syn_filter`]). SYNs for a thread
+    /// whose listener was dropped are refused alike, whatever it says.
     pub syn_filter: Option<flowlane_app::SynFilter>,
 }
 
@@ -58,6 +59,9 @@ pub struct Local {
     index: u32,
     placement: Placement,
     listeners: Vec<TcpListener>,
+    /// Every port's accept queue, for a listener taken again once the one
+    /// taken before was dropped.
+    queues: Vec<(u16, Arc<AcceptQueue>)>,
     thread: Arc<ThreadShared>,
 }
 
@@ -77,11 +81,17 @@ impl Local {
         Connector::new(self.thread.clone())
     }
 
-    /// Takes this thread's listener on `port` (None: not a configured
-    /// port, or taken already).
+    /// Takes this thread's listener on `port`; again once the one taken
+    /// before was dropped, as a port is bound again once its listener is
+    /// closed: the connections its drop refused stay refused, those
+    /// arriving from now on are taken (None: not a configured port, or
+    /// its listener is held).
     pub fn listener(&mut self, port: u16) -> Option<TcpListener> {
-        let i = self.listeners.iter().position(|l| l.port() == port)?;
-        Some(self.listeners.swap_remove(i))
+        if let Some(i) = self.listeners.iter().position(|l| l.port() == port) {
+            return Some(self.listeners.swap_remove(i));
+        }
+        let (_, queue) = self.queues.iter().find(|(p, _)| *p == port)?;
+        TcpListener::again(port, queue)
     }
 }
 
@@ -90,6 +100,7 @@ struct Prepared {
     runtime: Runtime,
     shared: Arc<ThreadShared>,
     listeners: Vec<TcpListener>,
+    queues: Vec<(u16, Arc<AcceptQueue>)>,
 }
 
 /// Starts queue-pair mode with a tokio runtime on each application
@@ -127,10 +138,12 @@ where
         let shared = Arc::new(ThreadShared::default());
         let mut bridge = Bridge::new(shared.clone(), c.clone(), syn_filter.clone());
         let mut listeners = Vec::new();
+        let mut queues = Vec::new();
         for &port in &ports {
             let queue = Arc::new(AcceptQueue::new(backlog));
             bridge.add_listener(port, queue.clone());
-            listeners.push(TcpListener::new(port, queue));
+            listeners.push(TcpListener::new(port, queue.clone()));
+            queues.push((port, queue));
         }
         let h = s.add_boxed(Box::new(bridge));
         for &port in &ports {
@@ -141,6 +154,7 @@ where
             runtime,
             shared,
             listeners,
+            queues,
         })
     };
     let run = move |port: AppPort, p: Prepared| drive(port, p, &app);
@@ -168,6 +182,7 @@ where
         index: port.index(),
         placement: port.placement(),
         listeners: p.listeners,
+        queues: p.queues,
         thread: p.shared.clone(),
     };
     // However the loop ends (stopped, or a panic unwinding): the opens not
