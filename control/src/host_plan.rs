@@ -629,7 +629,7 @@ fn noted(
                 now.threaded_on = true;
             }
             for &(pid, cpu) in &done.pinned {
-                changes.push(format!("{would} NAPI thread pid {pid} to CPU {cpu}"));
+                changes.push(napi_pin_line(would, pid, cpu));
                 if let Some(t) = threads.iter().find(|t| t.pid == pid) {
                     now.napi_threads.push((pid, t.current.clone()));
                 }
@@ -638,6 +638,22 @@ fn noted(
     }
     undo.merge(now);
     planned
+}
+
+/// The words of a change line that pins a NAPI thread, before its pid.
+const NAPI_PIN: &str = "NAPI thread pid";
+
+/// The change line for NAPI thread `pid` pinned to `cpu` (`would`: `pinned`,
+/// or `would pin` when dry): `pinned NAPI thread pid 7 to CPU 2`.
+fn napi_pin_line(would: &str, pid: u32, cpu: u32) -> String {
+    format!("{would} {NAPI_PIN} {pid} to CPU {cpu}")
+}
+
+/// The thread a change line pinned, if it is a NAPI thread's
+/// ([`napi_pin_line`]).
+fn napi_pin_pid(line: &str) -> Option<u32> {
+    let (_, rest) = line.split_once(&format!(" {NAPI_PIN} "))?;
+    rest.split(' ').next()?.parse().ok()
 }
 
 /// The IRQs of `pinned` whose affinity is no longer the planned one, in
@@ -771,7 +787,7 @@ impl Owned {
         if let Some(irqs) = msi_irqs {
             self.undo.irq_affinity.retain(|(irq, _)| irqs.contains(irq));
         }
-        self.undo.forget_ended_threads(roots, &iface);
+        self.forget_ended_threads(roots);
         if !dry_run {
             self.undo.merge(undo);
         }
@@ -809,6 +825,19 @@ impl Owned {
         );
         self.report.caps = caps;
         Ok(Some(looked))
+    }
+
+    /// Forgets the NIC's NAPI threads that ended (a service restarted on a
+    /// veth made new ones): from what to put back
+    /// ([`Undo::forget_ended_threads`]) and from the report's changes, whose
+    /// lines pinning them are no change in force (their pids may be other
+    /// tasks' by now). Every change stays counted (`changes_total`).
+    fn forget_ended_threads(&mut self, roots: &Roots) {
+        let iface = self.report.caps.iface.clone();
+        self.undo.forget_ended_threads(roots, &iface);
+        self.report
+            .changes
+            .retain(|l| napi_pin_pid(l).is_none_or(|pid| napi_thread_of(roots, &iface, pid)));
     }
 
     /// Adds `looked`'s lines to the report, its last [`KEEP_LINES`] of each
@@ -1858,6 +1887,47 @@ mod tests {
         };
         cut.forget_ended_threads(&host.roots, "veth-fl0");
         assert_eq!(cut.napi_threads, [(303, vec![1])]);
+    }
+
+    /// The report's changes forget the NAPI threads that ended, as what is
+    /// put back does: a pin of a thread that is gone (its pid free, or an
+    /// unrelated task's) is no longer listed; live threads' pins, the
+    /// IRQs' and the count of every change stay.
+    #[test]
+    fn the_changes_listed_forget_napi_threads_that_ended() {
+        let host = FakeHost::new("napilines", "lo");
+        let (roots, topo) = (&host.roots, four_cpus());
+        let mut o = own(roots, "lo", &topo, None, false, true, None, None).unwrap();
+        let task = |pid: u32, comm: &str| {
+            let dir = roots.procfs_root.join(pid.to_string());
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("comm"), format!("{comm}\n")).unwrap();
+        };
+        task(500, "napi/lo-8193");
+        task(501, "bash"); // an ended thread's pid, another task's now
+        let irqs = o.report.changes.clone();
+        assert_eq!(irqs.len(), 2, "{irqs:?}");
+        for (pid, cpu) in [(500, 1), (501, 2), (4_194_403, 3)] {
+            o.report.changes.push(napi_pin_line("pinned", pid, cpu));
+            o.undo.napi_threads.push((pid, vec![0, 1, 2, 3]));
+        }
+        o.report.changes_total += 3;
+        o.forget_ended_threads(roots);
+        let mut want = irqs;
+        want.push("pinned NAPI thread pid 500 to CPU 1".into());
+        assert_eq!(o.report.changes, want);
+        assert_eq!(o.undo.napi_threads, [(500, vec![0, 1, 2, 3])]);
+        assert_eq!(o.report.changes_total, 5);
+        assert_eq!(
+            napi_pin_pid("would pin NAPI thread pid 42 to CPU 0"),
+            Some(42)
+        );
+        assert_eq!(
+            napi_pin_pid("pinned IRQ 120 (queue 0) to CPU 1 (was 0-3)"),
+            None
+        );
+        o.undo.napi_threads.clear();
+        o.restore(roots, None);
     }
 
     /// A daemon killed in a namespace since deleted left a state file; a
