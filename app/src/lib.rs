@@ -49,7 +49,7 @@ pub use conn_map::ConnMap;
 pub use dispatch::{ConnExport, Dispatcher, HandlerId};
 pub use flowlane_tcp::{
     CloseReason, CongestionAlgorithm, ConnHandle, ConnInfo, Error, FourTuple, ListenerId, State,
-    Stats, SynFilter,
+    Stats, SynFilter, Unreachable,
 };
 pub use handler::{ConnHandler, ConnState};
 pub use handles::{seen_state, Handles};

@@ -16,8 +16,8 @@
 //! with a byte changed, a bit flipped or cut short; forged TCP segments
 //! with valid checksums, any flags, sequence numbers, window, options and
 //! payload, from tuples the peer's connections do not use; ICMP "packet
-//! too big" (v4 and v6) quoting a live connection with any MTU and
-//! sequence number. Frames wait on the RX ring of the endpoint the
+//! too big" and destination unreachable of any code (v4 and v6) quoting a
+//! live connection with any MTU and sequence number. Frames wait on the RX ring of the endpoint the
 //! emulated NIC's table names until that endpoint's next pass. Each goes
 //! through the next-frame prefetch first (which reads a frame's endpoints
 //! unverified), with the following frame as the one after it, and is lent
@@ -696,16 +696,20 @@ impl Harness {
         self.deliver(to, f);
     }
 
-    /// An ICMP "packet too big" (ICMPv4 fragmentation needed, or ICMPv6
-    /// packet too big, by the connection's family) with MTU `mtu`, quoting
-    /// connection `k`'s segment at sequence number `seq`, sent to the
-    /// queue `to` names (not always the one that serves the connection).
-    fn too_big(&mut self, k: usize, mtu: u16, seq: u32, to: u8) {
+    /// An ICMP error by the connection's family, quoting connection `k`'s
+    /// segment at sequence number `seq`, sent to the queue `to`'s low bit
+    /// names (not always the one that serves the connection): with bit 1
+    /// of `to` clear, a "packet too big" (ICMPv4 fragmentation needed, or
+    /// ICMPv6 packet too big) with MTU `mtu`; set, a destination
+    /// unreachable whose code the bits above it give (any of ICMPv4's 16,
+    /// fragmentation needed among them, or ICMPv6's first 8).
+    fn icmp_error(&mut self, k: usize, mtu: u16, seq: u32, to: u8) {
         let Some(c) = self.conns.get(k) else {
             return;
         };
         let t = c.tuple();
         let (ours, peer) = (t.local.ip(), t.remote.ip());
+        let unreachable = to & 2 != 0;
         // The quote: our segment to the peer's port (first 8 TCP bytes).
         let mut tcp8 = Vec::with_capacity(8);
         tcp8.extend_from_slice(&PORT.to_be_bytes());
@@ -721,7 +725,8 @@ impl Harness {
         let mut buf = vec![0u8; 200];
         let n = match (ours, peer) {
             (IpAddr::V4(o), IpAddr::V4(p)) => {
-                icmp.extend_from_slice(&[3, 4, 0, 0, 0, 0]);
+                let code = if unreachable { (to >> 2) % 16 } else { 4 };
+                icmp.extend_from_slice(&[3, code, 0, 0, 0, 0]);
                 icmp.extend_from_slice(&mtu.to_be_bytes());
                 let mut quoted = Ipv4Repr::new(o, p, IpProtocol::Tcp, 1400);
                 quoted.ttl = 64;
@@ -740,7 +745,12 @@ impl Harness {
                 end
             }
             (IpAddr::V6(o), IpAddr::V6(p)) => {
-                icmp.extend_from_slice(&[2, 0, 0, 0]);
+                let (ty, code) = if unreachable {
+                    (1, (to >> 2) % 8)
+                } else {
+                    (2, 0)
+                };
+                icmp.extend_from_slice(&[ty, code, 0, 0]);
                 icmp.extend_from_slice(&u32::from(mtu).to_be_bytes());
                 let mut q = vec![0x60, 0, 0, 0, 5, 0xb4, 6, 64];
                 q.extend_from_slice(&o.octets());
@@ -973,7 +983,7 @@ impl Harness {
             9 => self.forged(c),
             10 => {
                 let (k, mtu, seq, to) = (k(c), c.u16(), c.u32(), c.u8());
-                self.too_big(k, mtu, seq, to);
+                self.icmp_error(k, mtu, seq, to);
             }
             11 => {
                 let k = k(c);

@@ -94,7 +94,7 @@ use flowlane_wire::checksum::ChecksumPolicy;
 use flowlane_wire::packet::{
     emit_eth_ipv4_tcp_headers, emit_eth_ipv6_tcp_headers, ETH_IPV4_TCP_OFFSET, ETH_IPV6_TCP_OFFSET,
 };
-use flowlane_wire::too_big::too_big;
+use flowlane_wire::{icmp_error, IcmpErrorKind};
 use flowlane_wire::{
     is_martian_source, parse_frame_with, EtherType, EthernetAddress, EthernetRepr, Frame,
     IpProtocol, Ipv4Repr, Ipv6Repr, Layer, Network, TcpRepr, Transport, VlanTags, WireError,
@@ -166,6 +166,12 @@ const SPILL_FRAME: usize = 1792;
 pub struct TcpConfig {
     /// Our IPv4 address (segments to other addresses are dropped).
     pub local_ip: Ipv4Addr,
+    /// The length of the prefix [`TcpConfig::local_ip`] was given on the
+    /// interface (`ip addr add A/N`: N; 32, the default, where it is not
+    /// known): its directed broadcast address (every host bit set; none
+    /// in a /31, RFC 3021, or a /32) is no peer's, refused as the limited
+    /// broadcast is (RFC 1122 §4.2.3.10, §3.2.1.3).
+    pub local_prefix_len: u8,
     /// Our IPv6 address, if any: listeners listen on it too, and segments
     /// to it are taken like those to [`TcpConfig::local_ip`].
     pub local_ip6: Option<Ipv6Addr>,
@@ -198,6 +204,7 @@ impl TcpConfig {
     pub fn new(local_ip: Ipv4Addr, local_mac: [u8; 6], isn_secret: [u8; 16]) -> TcpConfig {
         TcpConfig {
             local_ip,
+            local_prefix_len: 32,
             local_ip6: None,
             local_mac: EthernetAddress(local_mac),
             neighbors: Neighbors::new(),
@@ -212,10 +219,34 @@ impl TcpConfig {
 #[derive(Debug, Clone, Copy)]
 struct LocalAddrs {
     v4: Ipv4Addr,
+    /// The directed broadcast address of `v4`'s prefix, if it has one.
+    v4_broadcast: Option<Ipv4Addr>,
     v6: Option<Ipv6Addr>,
 }
 
 impl LocalAddrs {
+    /// `v4` given with a prefix of `prefix_len` bits, and `v6`.
+    fn new(v4: Ipv4Addr, prefix_len: u8, v6: Option<Ipv6Addr>) -> LocalAddrs {
+        // A /31 or /32 has no broadcast address (RFC 3021).
+        let v4_broadcast =
+            (prefix_len <= 30).then(|| Ipv4Addr::from(u32::from(v4) | (u32::MAX >> prefix_len)));
+        LocalAddrs {
+            v4,
+            v4_broadcast,
+            v6,
+        }
+    }
+
+    /// Whether `ip` can be no peer's (RFC 1122 §3.2.1.3, §4.2.3.10):
+    /// broadcast (the limited one, or our prefix's directed one),
+    /// multicast, this network, loopback, or one of our own addresses.
+    #[inline]
+    fn no_peer(&self, ip: IpAddr) -> bool {
+        is_martian_source(ip)
+            || self.is_ours(ip)
+            || matches!(ip, IpAddr::V4(a) if Some(a) == self.v4_broadcast)
+    }
+
     /// Our address of `peer`'s family, if we have one.
     fn of_family(&self, peer: IpAddr) -> Option<IpAddr> {
         match peer {
@@ -321,8 +352,9 @@ impl Net for StackNet<'_> {
     /// [`Error::NotSteeredHere`] when the RSS table gives the queue no
     /// bucket (no port's replies would reach it).
     /// [`Error::InvalidAddress`] at once, nothing sent, for a peer that
-    /// cannot be one (broadcast, multicast, loopback, this network, our
-    /// own address).
+    /// cannot be one (broadcast, our prefix's directed one too
+    /// ([`TcpConfig::local_prefix_len`]), multicast, loopback, this
+    /// network, our own address).
     /// [`Error::InvalidState`] at once, nothing sent, on a queue without
     /// an ephemeral range ([`TcpConfig::ephemeral`]; a `TcpService` not
     /// started `active`): its SYN's replies would reach the kernel, and the
@@ -331,12 +363,13 @@ impl Net for StackNet<'_> {
     /// [`UNRESOLVED_GIVE_UP`], as [`CloseReason::Timeout`].
     fn connect(&mut self, remote: SocketAddr) -> Result<ConnHandle, Error> {
         let opens = self.opens.as_deref_mut().ok_or(Error::InvalidState)?;
-        // RFC 1122 §4.2.3.10: an OPEN to a broadcast or multicast address
-        // is an error; so is one to an address no peer can answer from
-        // (this network, loopback: martian sources, as `on_rx` drops them)
-        // or to one of ours (the data path sends to the wire, not to
-        // itself). Refused at once, nothing sent.
-        if is_martian_source(remote.ip()) || self.local.is_ours(remote.ip()) {
+        // RFC 1122 §4.2.3.10: an OPEN to a broadcast (our prefix's
+        // directed one too) or multicast address is an error; so is one
+        // to an address no peer can answer from (this network, loopback:
+        // martian sources, as `on_rx` drops them) or to one of ours (the
+        // data path sends to the wire, not to itself). Refused at once,
+        // nothing sent.
+        if self.local.no_peer(remote.ip()) {
             return Err(Error::InvalidAddress);
         }
         let ports = &mut opens.ports;
@@ -534,10 +567,11 @@ counters! {
         /// address, or not sent to our MAC (a broadcast, multicast or
         /// another host's frame).
         not_ours,
-        /// TCP segments from a source no datagram may have (broadcast,
-        /// multicast, 0/8, loopback, or one of our own addresses: RFC 1122
-        /// §3.2.1.3), dropped before the stack: a SYN from one would hold a
-        /// half-open slot and draw a SYN-ACK to that address.
+        /// TCP segments from a source no datagram may have (broadcast, our
+        /// prefix's directed one too, multicast, 0/8, loopback, or one of
+        /// our own addresses: RFC 1122 §3.2.1.3), dropped before the stack:
+        /// a SYN from one would hold a half-open slot and draw a SYN-ACK to
+        /// that address.
         martian_source,
         /// Segments not sent because no MAC was known for the peer.
         no_neighbor,
@@ -626,8 +660,9 @@ counters! {
         /// Connections whose out-of-order data was given up (RFC 2018 §8): idle a
         /// second with a hole while the receive memory was under pressure.
         ooo_reneged,
-        /// Idle connections whose receive window was parked under memory pressure
-        /// (it committed nothing until they next sent).
+        /// Connections whose receive window was parked under memory pressure: they
+        /// received less than a segment over a second (idle or trickling), and
+        /// committed nothing until they received a segment's worth.
         recv_parked,
         /// Segments for no connection and no listener (answered with an RST).
         no_connection,
@@ -636,6 +671,12 @@ counters! {
         /// "Packet too big" messages ignored: not about data in flight (RFC 5927), no
         /// connection, or no lower MTU.
         too_big_ignored,
+        /// Connection attempts ended by an ICMP destination unreachable quoting their
+        /// SYN or SYN-ACK (RFC 1122 §4.2.3.9, RFC 5461).
+        unreachable_ended,
+        /// ICMP destination unreachable messages not acted on: not about data in flight
+        /// (RFC 5927 §4.1), no connection, or a synchronized one (RFC 5927 §5.2).
+        unreachable_ignored,
         /// Path MTU black holes detected (RFC 4821 §7.3): full-sized segments timed
         /// out repeatedly, so the MSS was lowered.
         mtu_black_holes,
@@ -864,6 +905,8 @@ impl TcpCounters {
         set(&self.no_connection, s.no_connection);
         set(&self.pmtu_lowered, s.pmtu_lowered);
         set(&self.too_big_ignored, s.too_big_ignored);
+        set(&self.unreachable_ended, s.unreachable_ended);
+        set(&self.unreachable_ignored, s.unreachable_ignored);
         set(&self.mtu_black_holes, s.mtu_black_holes);
         set(&self.mtu_probes, s.mtu_probes);
         set(&self.mtu_probe_succeeded, s.mtu_probe_succeeded);
@@ -1033,10 +1076,7 @@ impl TcpHandler {
             busy: BusySampler::new(1),
             passes: PassClock::default(),
             stack,
-            local: LocalAddrs {
-                v4: cfg.local_ip,
-                v6: cfg.local_ip6,
-            },
+            local: LocalAddrs::new(cfg.local_ip, cfg.local_prefix_len, cfg.local_ip6),
             local_mac: cfg.local_mac,
             neighbors: cfg.neighbors,
             rx_sender: None,
@@ -1243,7 +1283,7 @@ impl TcpHandler {
             counters::bump(&c.not_ours);
             return Fate::Passed;
         }
-        if is_martian_source(src) || self.local.is_ours(src) {
+        if self.local.no_peer(src) {
             counters::bump(&c.martian_source);
             return Fate::Passed;
         }
@@ -1299,14 +1339,19 @@ impl TcpHandler {
     #[cold]
     fn icmp_input(&mut self, now: Instant, f: &Frame<'_>, hops: u8) {
         let to_us = f.ip_pair().is_some_and(|p| self.local.is_ours(p.dst()));
-        let Some(t) = too_big(f).filter(|t| to_us && self.local.is_ours(t.local.ip())) else {
+        let Some(e) = icmp_error(f).filter(|e| to_us && self.local.is_ours(e.local.ip())) else {
             counters::bump(&self.counters.not_ours);
             return;
         };
-        if let Delivery::Away { bucket } = self
-            .stack
-            .handle_too_big(now, t.local, t.remote, t.seq, t.mtu)
-        {
+        let delivery = match e.kind {
+            IcmpErrorKind::TooBig { mtu } => self
+                .stack
+                .handle_too_big(now, e.local, e.remote, e.seq, mtu),
+            IcmpErrorKind::Unreachable(what) => self
+                .stack
+                .handle_unreachable(now, e.local, e.remote, e.seq, what),
+        };
+        if let Delivery::Away { bucket } = delivery {
             match self.mover.as_mut() {
                 Some(m) => m.forward_icmp(duration(now), bucket, hops, f.bytes),
                 None => counters::bump(&self.counters.forward_dropped),
@@ -2877,9 +2922,10 @@ mod tests {
         );
     }
 
-    /// RFC 1122 §3.2.1.3: a SYN from a broadcast, multicast, "this
-    /// network", loopback or our own address is dropped before the stack
-    /// (no half-open connection, no SYN-ACK to that address) and counted.
+    /// RFC 1122 §3.2.1.3: a SYN from a broadcast (our /24's directed one
+    /// too), multicast, "this network", loopback or our own address is
+    /// dropped before the stack (no half-open connection, no SYN-ACK to
+    /// that address) and counted.
     #[test]
     fn a_syn_from_a_martian_source_is_dropped_and_counted() {
         // SYN from port 1 to port 7, seq 1, window 65535.
@@ -2889,12 +2935,14 @@ mod tests {
         let ours = Ipv4Addr::new(10, 99, 0, 1);
         let sources = [
             "255.255.255.255",
+            "10.99.0.255",
             "224.0.0.1",
             "10.99.0.1",
             "0.0.0.0",
             "127.0.0.1",
         ];
-        let cfg = TcpConfig::new(ours, OUR_MAC, [1; 16]);
+        let mut cfg = TcpConfig::new(ours, OUR_MAC, [1; 16]);
+        cfg.local_prefix_len = 24;
         let mut h = TcpHandler::new(&info(), cfg);
         h.listen(7, Echo::default()).unwrap();
         for src in sources {
@@ -3280,24 +3328,51 @@ mod tests {
         }
     }
 
-    /// An open to an address no peer can have (broadcast, multicast,
-    /// loopback, this network, our own) is refused at once, nothing sent
-    /// (RFC 1122 §4.2.3.10), not left to time out.
+    /// An open to an address no peer can have (broadcast, our /24's
+    /// directed one too, multicast, loopback, this network, our own) is
+    /// refused at once, nothing sent (RFC 1122 §4.2.3.10), not left to
+    /// time out.
     #[test]
     fn an_open_to_an_address_no_peer_can_have_is_refused_at_once() {
         for remote in [
             "255.255.255.255:80",
+            "10.99.0.255:80",
             "224.0.0.1:80",
             "127.0.0.1:80",
             "0.0.0.1:80",
             "10.99.0.1:80",
         ] {
             let mut cfg = TcpConfig::new(Ipv4Addr::new(10, 99, 0, 1), OUR_MAC, [1; 16]);
+            cfg.local_prefix_len = 24;
             cfg.ephemeral = Some(EPHEMERAL);
             let (opened, sent) = open_at_start(cfg, remote);
             assert_eq!(opened, Err(Error::InvalidAddress), "{remote}");
             assert!(sent.is_empty(), "{remote}: no SYN");
         }
+    }
+
+    /// Our prefix's directed broadcast address is the one with every host
+    /// bit set, and a /31 or /32 has none (RFC 3021): an open to the
+    /// other address of a /31 is not refused.
+    #[test]
+    fn a_prefix_s_directed_broadcast_is_its_last_address_but_in_a_31_or_32() {
+        let ours = Ipv4Addr::new(10, 99, 0, 1);
+        for (prefix, broadcast) in [
+            (24, Some([10, 99, 0, 255])),
+            (16, Some([10, 99, 255, 255])),
+            (30, Some([10, 99, 0, 3])),
+            (31, None),
+            (32, None),
+        ] {
+            let local = LocalAddrs::new(ours, prefix, None);
+            let want = broadcast.map(Ipv4Addr::from);
+            assert_eq!(local.v4_broadcast, want, "/{prefix}");
+        }
+        let mut cfg = TcpConfig::new(Ipv4Addr::new(10, 99, 0, 0), OUR_MAC, [1; 16]);
+        cfg.local_prefix_len = 31;
+        cfg.ephemeral = Some(EPHEMERAL);
+        let (opened, _) = open_at_start(cfg, "10.99.0.1:80");
+        assert!(opened.is_ok(), "{opened:?}");
     }
 
     /// A queue the NIC's RSS table gives no bucket (every bucket on the

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use flowlane_app::{seen_state, Error};
-use flowlane_tcp::{CloseReason, State};
+use flowlane_tcp::{CloseReason, State, Unreachable};
 use mio::net::TcpStream;
 
 use crate::buffer::{BufferPool, ByteBuffer};
@@ -118,6 +118,27 @@ impl Failure {
         };
         Failure { reason, peer_reset }
     }
+
+    /// The failure of an open whose connect(2) is in progress (its
+    /// `SO_ERROR`, or an error of connect(2) itself): an ICMP destination
+    /// unreachable the kernel took for its SYN (`tcp_v4_err` ends the open
+    /// with the error it maps the code to: `EHOSTUNREACH` for a host,
+    /// source route or filter's, `ENETUNREACH` for a network's) ends it
+    /// `Unreachable`, as the stack ends it for the same message (a
+    /// "port unreachable" is `ECONNREFUSED`, which reads as the peer's RST:
+    /// `Reset`). Else as [`Failure::of`].
+    pub(crate) fn of_open(e: &std::io::Error) -> Failure {
+        use nix::errno::Errno;
+        let what = match e.raw_os_error().map(Errno::from_raw) {
+            Some(Errno::EHOSTUNREACH) => Unreachable::Host,
+            Some(Errno::ENETUNREACH) => Unreachable::Network,
+            _ => return Failure::of(e),
+        };
+        Failure {
+            reason: CloseReason::Unreachable(what),
+            peer_reset: false,
+        }
+    }
 }
 
 /// The error an active open's connect(2) (or the socket(2) before it)
@@ -142,13 +163,15 @@ pub(crate) fn connect_error(e: &std::io::Error) -> Error {
 
 /// How an open ends whose connect(2) failed at once for a cause flowlane's
 /// stack meets only on the wire, where its `connect` returns a handle and
-/// `on_closed` tells the end: no route (`ENETUNREACH`, `EHOSTUNREACH`,
-/// `ENETDOWN`, `EHOSTDOWN`) and a SYN a local firewall dropped (`EPERM`,
-/// `EACCES`: netfilter's verdict on the SYN, connect(2) "the connection
-/// request failed because of a local firewall rule") are an open whose
-/// SYNs the stack would have retransmitted unanswered, `Timeout`; a
-/// refusal (`ECONNREFUSED`) the stack's `Reset`, the peer's RST counted.
-/// None for the others.
+/// `on_closed` tells the end: no route (`ENETUNREACH`, `EHOSTUNREACH`)
+/// is `Unreachable` ([`Failure::of_open`]: where the stack's SYN would
+/// meet a router's destination unreachable); a link down (`ENETDOWN`,
+/// `EHOSTDOWN`) and a SYN a local firewall dropped (`EPERM`, `EACCES`:
+/// netfilter's verdict on the SYN, connect(2) "the connection request
+/// failed because of a local firewall rule") are an open whose SYNs the
+/// stack would have retransmitted unanswered, `Timeout`; a refusal
+/// (`ECONNREFUSED`) the stack's `Reset`, the peer's RST counted. None for
+/// the others.
 pub(crate) fn connect_failure(e: &std::io::Error) -> Option<Failure> {
     use nix::errno::Errno;
     match e.raw_os_error().map(Errno::from_raw)? {
@@ -161,7 +184,7 @@ pub(crate) fn connect_failure(e: &std::io::Error) -> Option<Failure> {
         | Errno::ENETDOWN
         | Errno::EHOSTDOWN
         | Errno::ETIMEDOUT
-        | Errno::ECONNREFUSED => Some(Failure::of(e)),
+        | Errno::ECONNREFUSED => Some(Failure::of_open(e)),
         _ => None,
     }
 }
@@ -397,9 +420,10 @@ mod tests {
         std::io::Error::from_raw_os_error(e as i32)
     }
 
-    /// An RST is the peer's reset in every state it comes in; an open or
+    /// An RST is the peer's reset in every state it comes in;
     /// retransmissions that found no host are a timeout, as on flowlane's
-    /// stack, and no reset came.
+    /// stack, and no reset came; an open a router answered unreachable
+    /// ends so, saying why.
     #[test]
     fn socket_errors_end_connections_as_the_stack_does() {
         for e in [Errno::ECONNRESET, Errno::ECONNREFUSED, Errno::EPIPE] {
@@ -422,6 +446,12 @@ mod tests {
         }
         let f = Failure::of(&err(Errno::EPROTO));
         assert!(!f.peer_reset, "not counted as the peer's");
+        let f = Failure::of_open(&err(Errno::EHOSTUNREACH));
+        assert_eq!(f.reason, CloseReason::Unreachable(Unreachable::Host));
+        let f = Failure::of_open(&err(Errno::ECONNREFUSED));
+        assert_eq!((f.reason, f.peer_reset), (CloseReason::Reset, true));
+        let f = Failure::of_open(&err(Errno::ETIMEDOUT));
+        assert_eq!(f.reason, CloseReason::Timeout);
     }
 
     /// Ports exhausted is the AF_XDP backend's `AddrInUse`; out of
@@ -445,14 +475,20 @@ mod tests {
             peer_reset: false,
         };
         for e in [
-            Errno::ENETUNREACH,
-            Errno::EHOSTUNREACH,
             Errno::ENETDOWN,
             Errno::EHOSTDOWN,
             Errno::EPERM,
             Errno::EACCES,
         ] {
             assert_eq!(connect_failure(&err(e)), Some(timeout), "{e}");
+        }
+        for (e, what) in [
+            (Errno::ENETUNREACH, Unreachable::Network),
+            (Errno::EHOSTUNREACH, Unreachable::Host),
+        ] {
+            let f = connect_failure(&err(e)).expect("an end");
+            assert_eq!(f.reason, CloseReason::Unreachable(what), "{e}");
+            assert!(!f.peer_reset);
         }
         assert_eq!(
             connect_failure(&err(Errno::ECONNREFUSED)),

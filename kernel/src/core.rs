@@ -437,7 +437,7 @@ impl KernelNet {
         };
         if conn.connecting {
             match conn.stream.take_error() {
-                Ok(Some(e)) | Err(e) => return self.fail(index, Failure::of(&e)),
+                Ok(Some(e)) | Err(e) => return self.fail(index, Failure::of_open(&e)),
                 Ok(None) => {}
             }
             match conn.stream.peer_addr() {
@@ -447,7 +447,7 @@ impl KernelNet {
                     self.events.push_back(Event::Connected(h));
                 }
                 Err(e) if e.kind() == ErrorKind::NotConnected => return,
-                Err(e) => return self.fail(index, Failure::of(&e)),
+                Err(e) => return self.fail(index, Failure::of_open(&e)),
             }
         }
         match conn.flush(&mut self.tx_pool) {
@@ -1863,10 +1863,10 @@ mod tests {
     }
 
     /// An open the kernel finds no route for is, as on the stack (whose
-    /// SYNs would go unanswered), a connection that ends `Timeout`: the
-    /// handle comes back, no socket is kept, no reset counted. In a network
-    /// namespace of the test's own thread, with only `lo` (down): root
-    /// only.
+    /// SYN a router would answer "network unreachable"), a connection that
+    /// ends `Unreachable(Network)`: the handle comes back, no socket is
+    /// kept, no reset counted. In a network namespace of the test's own
+    /// thread, with only `lo` (down): root only.
     #[test]
     fn an_open_with_no_route_ends_as_the_stack_s_would() {
         if !nix::unistd::geteuid().is_root() {
@@ -1888,7 +1888,7 @@ mod tests {
                 Vec::from(net.events.clone()),
                 [Event::Closed {
                     conn: h,
-                    reason: CloseReason::Timeout
+                    reason: CloseReason::Unreachable(flowlane_tcp::Unreachable::Network)
                 }]
             );
             assert_eq!((net.stats.resets_in, net.stats.resets_out), (0, 0));

@@ -79,6 +79,7 @@ pub use cc::{CongestionAlgorithm, InitialWindow};
 pub use conn_info::ConnInfo;
 pub use connection::{Snapshot, State};
 pub use ecn::{Ecn, EcnMode};
+pub use flowlane_wire::Unreachable;
 pub use lent_frames::{FrameRef, FrameStore, NoFrames};
 pub use mtu_probing::MtuProbing;
 pub use stack::{BucketExport, Delivery, Stack};
@@ -165,6 +166,9 @@ pub enum CloseReason {
     Timeout,
     /// [`Stack::abort`] was called.
     Aborted,
+    /// The connection attempt was answered with an ICMP destination
+    /// unreachable saying why ([`Stack::handle_unreachable`]).
+    Unreachable(Unreachable),
 }
 
 /// Something the application should know about.
@@ -897,6 +901,14 @@ pub struct Stats {
     /// not in flight (RFC 5927 §4.1: blind or stale), they named no
     /// connection, or they reported no MTU lower than the one in use.
     pub too_big_ignored: u64,
+    /// Connection attempts ended by an ICMP destination unreachable
+    /// ([`Stack::handle_unreachable`], [`CloseReason::Unreachable`]).
+    pub unreachable_ended: u64,
+    /// ICMP destination unreachable messages not acted on: their quoted
+    /// sequence number was not in flight (RFC 5927 §4.1), they named no
+    /// connection, or the connection was synchronized (RFC 5927 §5.2: it
+    /// does not abort on them).
+    pub unreachable_ignored: u64,
     /// Black holes detected (RFC 4821 §7.3): full-sized segments timed
     /// out four times in a row, so the MSS was lowered
     /// ([`Config::mtu_probing`]).

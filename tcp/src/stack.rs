@@ -6,7 +6,7 @@ use crate::challenge::ChallengeBudget;
 use crate::chunk_pool::ChunkPool;
 use crate::connection::{
     ev, offered_wscale, reopened_iss, Connection, Ctx, Flags, PendingRst, RecvMemory, Replies,
-    ResetReason, State, TooBigOutcome,
+    ResetReason, State, TooBigOutcome, UnreachableOutcome,
 };
 use crate::ecn::{Ecn, EcnMode};
 use crate::flow_key::FlowKey;
@@ -23,7 +23,7 @@ use crate::time_wait::{self, RecordCtx, TimeWait, TimeWaitTable, Verdict};
 use crate::timer::{TimerWheel, WheelKeys, WheelPos};
 use crate::{
     BucketStats, CloseReason, Config, CongestionAlgorithm, ConnHandle, Error, Event, FourTuple,
-    ListenerId, LookupHint, Snapshot, StateHint, Stats, SynFilter, Transmit,
+    ListenerId, LookupHint, Snapshot, StateHint, Stats, SynFilter, Transmit, Unreachable,
 };
 use flowlane_wire::peek::Endpoints;
 use flowlane_wire::tcp::{TcpFlags, TcpOptions, TcpRepr};
@@ -1940,7 +1940,7 @@ impl Stack {
 
     /// An ICMP "packet too big" (RFC 1191, RFC 8201) about a segment this
     /// stack sent from `local` to `remote` with sequence number `seq`, as
-    /// `flowlane_wire::too_big` reads it; `mtu` is the path MTU it
+    /// `flowlane_wire::icmp_error` reads it; `mtu` is the path MTU it
     /// reports. Believed only when `seq` is in flight on that connection
     /// (RFC 5927 §4.1); then the connection's MSS falls to what the MTU
     /// carries (never below 552 bytes of IPv4 or 1 280 of IPv6 path) and
@@ -1955,24 +1955,75 @@ impl Stack {
         seq: u32,
         mtu: u32,
     ) -> Delivery {
-        self.tick(now);
-        let tuple = FlowKey::pair(local, remote);
-        let hash = self.table.hash(&tuple);
-        let Some(idx) = self.find(hash, &tuple) else {
-            if self.away != 0 {
-                let bucket = self.bucket_for(&tuple);
-                if self.bucket_is_away(bucket) {
-                    return Delivery::Away { bucket };
-                }
+        let idx = match self.icmp_conn(now, local, remote) {
+            Ok(idx) => idx,
+            Err(away @ Delivery::Away { .. }) => return away,
+            Err(_) => {
+                self.stats.too_big_ignored += 1;
+                return Delivery::Taken;
             }
-            self.stats.too_big_ignored += 1;
-            return Delivery::Taken;
         };
         match self.with_conn(idx, |c, ctx| c.on_too_big(ctx, SeqNumber(seq), mtu)) {
             TooBigOutcome::Lowered => self.stats.pmtu_lowered += 1,
             TooBigOutcome::NotInFlight | TooBigOutcome::NotLower => self.stats.too_big_ignored += 1,
         }
         Delivery::Taken
+    }
+
+    /// An ICMP destination unreachable (`what`) about a segment this stack
+    /// sent from `local` to `remote` with sequence number `seq`, as
+    /// `flowlane_wire::icmp_error` reads it. A connection attempt whose
+    /// SYN (or SYN-ACK) it quotes ends at once, [`CloseReason::Unreachable`]
+    /// (a passive one still in its listener's backlog goes silently); a
+    /// synchronized connection does not act on it (RFC 5927 §5.2; see
+    /// `Connection::on_unreachable`). Counted in
+    /// [`Stats::unreachable_ended`] or [`Stats::unreachable_ignored`].
+    /// [`Delivery::Away`] when the connection's bucket is marked away.
+    pub fn handle_unreachable(
+        &mut self,
+        now: Instant,
+        local: SocketAddr,
+        remote: SocketAddr,
+        seq: u32,
+        what: Unreachable,
+    ) -> Delivery {
+        let idx = match self.icmp_conn(now, local, remote) {
+            Ok(idx) => idx,
+            Err(away @ Delivery::Away { .. }) => return away,
+            Err(_) => {
+                self.stats.unreachable_ignored += 1;
+                return Delivery::Taken;
+            }
+        };
+        match self.with_conn(idx, |c, _| c.on_unreachable(SeqNumber(seq), what)) {
+            UnreachableOutcome::Ended => self.stats.unreachable_ended += 1,
+            UnreachableOutcome::Ignored => self.stats.unreachable_ignored += 1,
+        }
+        Delivery::Taken
+    }
+
+    /// The connection an ICMP error about a segment from `local` to
+    /// `remote` names; else [`Delivery::Away`] when its bucket is marked
+    /// away, or [`Delivery::Taken`] (for no connection).
+    fn icmp_conn(
+        &mut self,
+        now: Instant,
+        local: SocketAddr,
+        remote: SocketAddr,
+    ) -> Result<u32, Delivery> {
+        self.tick(now);
+        let tuple = FlowKey::pair(local, remote);
+        let hash = self.table.hash(&tuple);
+        if let Some(idx) = self.find(hash, &tuple) {
+            return Ok(idx);
+        }
+        if self.away != 0 {
+            let bucket = self.bucket_for(&tuple);
+            if self.bucket_is_away(bucket) {
+                return Err(Delivery::Away { bucket });
+            }
+        }
+        Err(Delivery::Taken)
     }
 
     /// A segment for no live connection: another stack's if its bucket is

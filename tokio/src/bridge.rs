@@ -507,13 +507,16 @@ impl ConnHandler for Bridge {
 
     fn on_closed(&mut self, net: &mut dyn Net, conn: ConnHandle, reason: CloseReason) {
         if let Some(opened) = self.thread.take_opening(conn) {
-            // A refusal (an RST to the SYN) is `Reset` on both backends;
+            // A refusal (an RST to the SYN) is `Reset` on both backends,
+            // an ICMP destination unreachable `Unreachable` (as connect(2)'s
+            // ECONNREFUSED, EHOSTUNREACH, ENETUNREACH);
             // `Aborted` is a connect the network core could not start
             // (its backend failed it at once) or gave up (its thread
             // stopped): no refusal.
             let e = match reason {
                 CloseReason::Timeout => io::ErrorKind::TimedOut.into(),
                 CloseReason::Reset => io::ErrorKind::ConnectionRefused.into(),
+                CloseReason::Unreachable(what) => crate::stream::unreachable_error(what),
                 _ => io::Error::new(
                     io::ErrorKind::ConnectionAborted,
                     "the network core could not open the connection (no local port or \
@@ -740,6 +743,30 @@ mod tests {
             assert!(held <= RX_LIMIT, "{held} bytes held after {read} read");
         }
         assert_eq!(read, 100 * 5_000);
+    }
+
+    /// An open a router answered with an ICMP destination unreachable
+    /// fails as connect(2) would: refused for a port or protocol
+    /// unreachable, host or network unreachable otherwise, each saying so.
+    #[test]
+    fn an_open_answered_unreachable_fails_as_a_socket_s_connect() {
+        use flowlane_app::Unreachable;
+        for (what, kind) in [
+            (Unreachable::Refused, io::ErrorKind::ConnectionRefused),
+            (Unreachable::Host, io::ErrorKind::HostUnreachable),
+            (Unreachable::Network, io::ErrorKind::NetworkUnreachable),
+            (Unreachable::Prohibited, io::ErrorKind::HostUnreachable),
+        ] {
+            let thread = Arc::new(ThreadShared::default());
+            let mut bridge = Bridge::new(thread.clone(), Arc::default(), None);
+            let (tx, mut rx) = tokio::sync::oneshot::channel();
+            thread.opening(conn(), tx);
+            let mut net = OneConn::default();
+            bridge.on_closed(&mut net, conn(), CloseReason::Unreachable(what));
+            let e = rx.try_recv().expect("answered").expect_err("failed");
+            assert_eq!(e.kind(), kind, "{what:?}: {e}");
+            assert!(e.to_string().contains("ICMP"), "{e}");
+        }
     }
 
     /// An open the service refuses for good (`InvalidState`) says both

@@ -26,7 +26,11 @@ impl Connector {
 
     /// Opens a connection to `remote`; done once the handshake completed.
     /// Errors:
-    /// - `ConnectionRefused`: the peer refused it with a reset;
+    /// - `ConnectionRefused`: the peer refused it with a reset, or a
+    ///   router answered its SYN "port (or protocol) unreachable";
+    /// - `HostUnreachable`, `NetworkUnreachable`: a router answered its SYN
+    ///   with an ICMP destination unreachable (a filter's "prohibited" is
+    ///   `HostUnreachable`, as connect(2)'s `EHOSTUNREACH`);
     /// - `TimedOut`: the SYNs went unanswered, or (as the stack's SYNs
     ///   would) no route leads to the address;
     /// - `ConnectionAborted`: the network core could not start it or gave

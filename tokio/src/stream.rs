@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Buf;
-use flowlane_app::{CloseReason, ConnHandle, ConnInfo, Placement};
+use flowlane_app::{CloseReason, ConnHandle, ConnInfo, Placement, Unreachable};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::pipe::{
@@ -48,7 +48,33 @@ fn gone(reason: CloseReason) -> io::Error {
         CloseReason::Aborted => io::ErrorKind::ConnectionAborted.into(),
         CloseReason::Timeout => io::ErrorKind::TimedOut.into(),
         CloseReason::Normal => io::ErrorKind::BrokenPipe.into(),
+        CloseReason::Unreachable(what) => unreachable_error(what),
     }
+}
+
+/// The error a connection attempt answered with an ICMP destination
+/// unreachable gives, as a kernel socket's `connect` would
+/// (`ECONNREFUSED`, `EHOSTUNREACH`, `ENETUNREACH`).
+pub(crate) fn unreachable_error(what: Unreachable) -> io::Error {
+    let (kind, why) = match what {
+        Unreachable::Refused => (
+            io::ErrorKind::ConnectionRefused,
+            "connection refused (ICMP port or protocol unreachable)",
+        ),
+        Unreachable::Host => (
+            io::ErrorKind::HostUnreachable,
+            "host unreachable (ICMP destination unreachable)",
+        ),
+        Unreachable::Network => (
+            io::ErrorKind::NetworkUnreachable,
+            "network unreachable (ICMP destination unreachable)",
+        ),
+        Unreachable::Prohibited => (
+            io::ErrorKind::HostUnreachable,
+            "host unreachable: administratively prohibited (ICMP)",
+        ),
+    };
+    io::Error::new(kind, why)
 }
 
 impl TcpStream {

@@ -204,6 +204,7 @@ fn ended_early_words(phase: Phase, reason: CloseReason) -> String {
         CloseReason::Reset => "reset by the peer",
         CloseReason::Timeout => "timed out",
         CloseReason::Aborted => "aborted here",
+        CloseReason::Unreachable(_) => "unreachable: ICMP destination unreachable",
     };
     format!("a data connection ended {when} ({how})")
 }

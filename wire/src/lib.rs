@@ -26,8 +26,8 @@
 //!
 //! * `arp`: ARP (RFC 826), [`Network::Arp`](packet::Network) and `answer_arp`;
 //! * `icmp`: ICMPv4 (RFC 792), ICMPv6 (RFC 4443) and NDP (RFC 4861), the ICMP variants of
-//!   [`Transport`], `answer_icmp_echo` / `ndp_advert_for`, and the "packet too big" signals
-//!   of path MTU discovery (`too_big`).
+//!   [`Transport`], `answer_icmp_echo` / `ndp_advert_for`, and the ICMP errors about our TCP segments
+//!   (`icmp_error`: path MTU discovery's "packet too big", destination unreachable).
 //!
 //! Without them, ARP frames classify as [`Network::Other`] and ICMP as [`Transport::Other`].
 //! The unit tests and the fuzz target need `--all-features`.
@@ -39,14 +39,14 @@ pub mod checksum;
 pub mod ethernet;
 #[cfg(feature = "icmp")]
 pub mod icmp;
+#[cfg(feature = "icmp")]
+pub mod icmp_error;
 pub mod ip;
 pub mod ipv4;
 pub mod ipv6;
 pub mod packet;
 pub mod peek;
 pub mod tcp;
-#[cfg(feature = "icmp")]
-pub mod too_big;
 pub mod udp;
 
 #[cfg(test)]
@@ -61,13 +61,13 @@ pub use icmp::{
     Icmpv4Message, Icmpv4Packet, Icmpv4Repr, Icmpv6Message, Icmpv6Packet, Icmpv6Repr, NdpAdvert,
     NeighborFlags,
 };
+#[cfg(feature = "icmp")]
+pub use icmp_error::{icmp_error, IcmpError, IcmpErrorKind, Unreachable};
 pub use ip::{is_martian_source, FragmentInfo, IpPair, IpProtocol};
 pub use ipv4::{Ipv4Packet, Ipv4Repr};
 pub use ipv6::{Ipv6ExtHeader, Ipv6FragmentHeader, Ipv6Packet, Ipv6Repr, Ipv6Upper};
 pub use packet::{parse_frame, parse_frame_with, Frame, Network, Transport};
 pub use tcp::{TcpFlags, TcpOptions, TcpPacket, TcpRepr};
-#[cfg(feature = "icmp")]
-pub use too_big::{too_big, TooBig};
 pub use udp::{UdpPacket, UdpRepr};
 
 use core::fmt;

@@ -11,9 +11,10 @@
  * which flowlane has no address, FL_NO_V4 / FL_NO_V6, is the kernel's
  * whole). Frames addressed to those ports go to the AF_XDP socket of the
  * receive queue they arrived on (XSKMAP indexed by rx_queue_index), and so do
- * the path MTU signals about flowlane's TCP segments (ICMPv4 fragmentation
- * needed in IPv4, ICMPv6 packet too big in IPv6, quoting a segment from one
- * of those ports). flowlane does not reassemble: the first fragment of a
+ * the ICMP errors about flowlane's TCP segments (ICMPv4 destination
+ * unreachable in IPv4, fragmentation needed among them; ICMPv6 packet too
+ * big or destination unreachable in IPv6; quoting a segment from one of
+ * those ports). flowlane does not reassemble: the first fragment of a
  * TCP or UDP datagram to its ports (IPv4 offset 0 with MF; an IPv6 Fragment
  * header with offset 0 and M set) is dropped and counted,
  * since the kernel would reassemble it, find no socket and answer with a
@@ -214,11 +215,14 @@ static __always_inline int same_v6(const void *a, const __u8 *b)
 }
 
 /*
- * Whether the ICMP message at `icmp` is a "packet too big" about a TCP
- * segment flowlane sent: ICMPv4 type 3 code 4 (RFC 1191) or ICMPv6 type 2
- * (RFC 8201), quoting an IP header whose protocol is TCP and a TCP header
- * whose source port is ours. The quote is validated against the connection
- * by flowlane (RFC 5927), not here.
+ * Whether the ICMP message at `icmp` is an error about a TCP segment
+ * flowlane sent that flowlane acts on: a destination unreachable of an
+ * assigned code (ICMPv4 type 3 codes 0 to 15, RFC 792 and RFC 1812
+ * §5.2.7.1, code 4 being path MTU's fragmentation needed, RFC 1191;
+ * ICMPv6 type 1 codes 0 to 6, RFC 4443 §3.1) or an ICMPv6 packet too big
+ * (type 2, RFC 8201), quoting an IP header whose protocol is TCP and a TCP
+ * header whose source port is ours. The quote is validated against the
+ * connection by flowlane (RFC 5927), not here.
  */
 static __always_inline int quotes_our_tcp(struct fl_cfg *cfg, void *icmp, void *data_end, int v6)
 {
@@ -232,7 +236,8 @@ static __always_inline int quotes_our_tcp(struct fl_cfg *cfg, void *icmp, void *
 	if (v6) {
 		struct ipv6hdr *ip6 = quote;
 
-		if (h[0] != 2 || h[1] != 0 || (void *)(ip6 + 1) > data_end)
+		if (!((h[0] == 2 && h[1] == 0) || (h[0] == 1 && h[1] <= 6)) ||
+		    (void *)(ip6 + 1) > data_end)
 			return 0;
 		proto = ip6->nexthdr;
 		tcp = ip6 + 1;
@@ -240,7 +245,7 @@ static __always_inline int quotes_our_tcp(struct fl_cfg *cfg, void *icmp, void *
 		struct iphdr *ip = quote;
 		__u32 ihl;
 
-		if (h[0] != 3 || h[1] != 4 || (void *)(ip + 1) > data_end)
+		if (h[0] != 3 || h[1] > 15 || (void *)(ip + 1) > data_end)
 			return 0;
 		ihl = ip->ihl * 4;
 		if (ihl < sizeof(*ip))

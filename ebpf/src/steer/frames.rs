@@ -139,3 +139,41 @@ pub(super) fn v6_chain(dst: Ipv6Addr, chain: &[Ext], proto: u8, dport: u16) -> V
     f.extend_from_slice(&payload);
     f
 }
+
+/// Ethernet + IPv4 + ICMPv4 `ty`/`code` to `OURS_V4`, quoting an IPv4
+/// header and the first 8 bytes of a TCP segment from `OURS_V4`:`sport`.
+pub(super) fn icmp_v4(ty: u8, code: u8, sport: u16) -> Vec<u8> {
+    let mut icmp = vec![ty, code, 0, 0, 0, 0, 0, 0];
+    icmp.extend_from_slice(&[0x45, 0, 0, 60, 0, 0, 0x40, 0, 64, TCP, 0, 0]);
+    icmp.extend_from_slice(&OURS_V4.octets());
+    icmp.extend_from_slice(&[10, 99, 0, 2]);
+    icmp.extend_from_slice(&sport.to_be_bytes());
+    icmp.extend_from_slice(&[0, 80, 0, 0, 0, 1]);
+    let mut f = ethernet(0x0800);
+    f.extend_from_slice(&[0x45, 0]);
+    f.extend_from_slice(&(20 + icmp.len() as u16).to_be_bytes());
+    f.extend_from_slice(&[0x12, 0x34, 0, 0, 64, 1, 0, 0, 10, 99, 0, 2]);
+    f.extend_from_slice(&OURS_V4.octets());
+    f.extend_from_slice(&icmp);
+    f
+}
+
+/// Ethernet + IPv6 + ICMPv6 `ty`/`code` to `OURS_V6`, quoting an IPv6
+/// header and the first 8 bytes of a TCP segment from `OURS_V6`:`sport`.
+pub(super) fn icmp_v6(ty: u8, code: u8, sport: u16) -> Vec<u8> {
+    let peer = Ipv6Addr::new(0xfd99, 0, 0, 0, 0, 0, 0, 2);
+    let mut icmp = vec![ty, code, 0, 0, 0, 0, 5, 0];
+    icmp.extend_from_slice(&[0x60, 0, 0, 0, 0, 40, TCP, 64]);
+    icmp.extend_from_slice(&OURS_V6.octets());
+    icmp.extend_from_slice(&peer.octets());
+    icmp.extend_from_slice(&sport.to_be_bytes());
+    icmp.extend_from_slice(&[0, 80, 0, 0, 0, 1]);
+    let mut f = ethernet(0x86dd);
+    f.extend_from_slice(&[0x60, 0, 0, 0]);
+    f.extend_from_slice(&(icmp.len() as u16).to_be_bytes());
+    f.extend_from_slice(&[58, 64]);
+    f.extend_from_slice(&peer.octets());
+    f.extend_from_slice(&OURS_V6.octets());
+    f.extend_from_slice(&icmp);
+    f
+}

@@ -188,6 +188,38 @@ fn whole_frames_go_by_port_and_address() {
     assert_eq!((s.no_socket, s.passed, s.fragment_dropped), (3, 3, 0));
 }
 
+/// The ICMP errors flowlane acts on about a segment from one of its ports
+/// are its own: every destination unreachable of an assigned code
+/// (fragmentation needed among them) and an ICMPv6 packet too big. Others
+/// (a time exceeded, an unassigned code, one quoting a port not claimed)
+/// are the kernel's.
+#[test]
+fn icmp_errors_about_flowlanes_segments_are_its_own() {
+    let Some(p) = loaded(
+        "icmp_errors_about_flowlanes_segments_are_its_own",
+        LocalAddress::Only(OURS_V4),
+        LocalAddress::Only(OURS_V6),
+    ) else {
+        return;
+    };
+    for code in 0..=15 {
+        assert_eq!(p.run(&icmp_v4(3, code, PORT)), XDP_DROP, "v4 code {code}");
+    }
+    for code in 0..=6 {
+        assert_eq!(p.run(&icmp_v6(1, code, PORT)), XDP_DROP, "v6 code {code}");
+    }
+    assert_eq!(p.run(&icmp_v6(2, 0, PORT)), XDP_DROP, "packet too big");
+    let ours = 16 + 7 + 1;
+    assert_eq!(p.run(&icmp_v4(3, 16, PORT)), XDP_PASS);
+    assert_eq!(p.run(&icmp_v4(11, 0, PORT)), XDP_PASS, "time exceeded");
+    assert_eq!(p.run(&icmp_v4(3, 3, UNCLAIMED)), XDP_PASS);
+    assert_eq!(p.run(&icmp_v6(1, 7, PORT)), XDP_PASS);
+    assert_eq!(p.run(&icmp_v6(3, 0, PORT)), XDP_PASS, "time exceeded");
+    assert_eq!(p.run(&icmp_v6(1, 4, UNCLAIMED)), XDP_PASS);
+    let s = p.stats();
+    assert_eq!((s.no_socket, s.passed), (ours, 6), "{s:?}");
+}
+
 #[test]
 fn a_family_without_an_address_is_the_kernels() {
     // Only an IPv4 address: IPv6 to a claimed port, link-local or

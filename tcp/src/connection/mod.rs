@@ -21,6 +21,7 @@ mod snapshot;
 mod state;
 mod timers;
 mod tuning;
+mod unreachable;
 
 pub(crate) use pmtu::TooBigOutcome;
 pub use snapshot::Snapshot;
@@ -29,6 +30,7 @@ pub(crate) use state::{
     Flags, ReceiveState, RecvRare, SendRare, SendState, TimedSegment, TimerRare, TimerState,
     TimestampState, TuningState, UndoState,
 };
+pub(crate) use unreachable::UnreachableOutcome;
 
 use crate::assembler::Assembler;
 use crate::buffer::ChunkBuffer;

@@ -27,7 +27,7 @@ pub fn parse_frame_target(data: &[u8]) {
         assert!(f.payload.start <= f.payload.end && f.payload.end <= f.l3_end);
         let _ = (f.l3(), f.l4(), f.payload());
         // A hostile quote in a too-big message: never a panic.
-        let _ = wire::too_big(&f);
+        let _ = wire::icmp_error(&f);
         let _ = wire::packet::ndp_advert_for(&f, EthernetAddress([2, 0, 0, 0, 0, 1]), |_| true);
     }
     let mut b = data.to_vec();
