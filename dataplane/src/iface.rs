@@ -226,6 +226,13 @@ fn read_num(p: &PathBuf) -> Result<u32> {
 
 /// Our IPv4 address on `iface` (the first one).
 pub fn local_ipv4(iface: &str) -> Result<std::net::Ipv4Addr> {
+    local_ipv4_prefix(iface).map(|(ip, _)| ip)
+}
+
+/// Our IPv4 address on `iface` (the first one) and the length of the
+/// prefix it was given (`ip addr add A/N`: N; 32 where the kernel tells
+/// no netmask).
+pub fn local_ipv4_prefix(iface: &str) -> Result<(std::net::Ipv4Addr, u8)> {
     let addrs = nix::ifaddrs::getifaddrs().map_err(|e| Error::Io {
         what: "listing interface addresses".into(),
         source: e.into(),
@@ -235,7 +242,12 @@ pub fn local_ipv4(iface: &str) -> Result<std::net::Ipv4Addr> {
             continue;
         }
         if let Some(sin) = a.address.as_ref().and_then(|s| s.as_sockaddr_in()) {
-            return Ok(sin.ip());
+            let prefix = a
+                .netmask
+                .as_ref()
+                .and_then(|m| m.as_sockaddr_in())
+                .map_or(32, |m| u32::from(m.ip()).count_ones() as u8);
+            return Ok((sin.ip(), prefix));
         }
     }
     Err(Error::Setup(format!(

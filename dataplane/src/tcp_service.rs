@@ -17,7 +17,7 @@ use crate::bucket_counters::{BucketCounters, BucketSnapshot};
 pub use crate::ephemeral::rss_state;
 use crate::ephemeral::EPHEMERAL;
 use crate::handoff::{self, Mesh, MoveError, MoveReport, NicWriter};
-use crate::iface::{current_ifindex, local_ipv4, local_ipv6, InterfaceInfo};
+use crate::iface::{current_ifindex, local_ipv4_prefix, local_ipv6, InterfaceInfo};
 use crate::kernel_neighbors::{kernel_neighbors, prime, route_to, Refresher, Route, PRIME_WAIT};
 use crate::neighbor::Neighbors;
 use crate::placement::machine_placement;
@@ -279,7 +279,9 @@ impl TcpService {
         }
         dp.bind_mode = BindMode::Auto;
         dp.ephemeral = config.active.then_some(EPHEMERAL);
-        let mut tcp = TcpConfig::new(local_ipv4(&config.iface)?, info.mac, isn_secret()?);
+        let (local_ip, prefix) = local_ipv4_prefix(&config.iface)?;
+        let mut tcp = TcpConfig::new(local_ip, info.mac, isn_secret()?);
+        tcp.local_prefix_len = prefix;
         // A passive service's queues open nothing: its ephemeral range is
         // not steered, and an open's replies would reach the kernel.
         tcp.ephemeral = dp.ephemeral;
