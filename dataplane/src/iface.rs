@@ -439,6 +439,16 @@ pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
 mod tests {
     use super::*;
 
+    /// The prefix an address was given comes with it (loopback's
+    /// 127.0.0.1/8).
+    #[test]
+    fn an_address_comes_with_its_prefix() {
+        assert_eq!(
+            local_ipv4_prefix("lo").unwrap(),
+            (std::net::Ipv4Addr::LOCALHOST, 8)
+        );
+    }
+
     fn fake_iface(root: &Path, name: &str, rx: u32) {
         let d = root.join("class/net").join(name);
         std::fs::create_dir_all(d.join("queues")).unwrap();
