@@ -121,29 +121,29 @@ const IMPORT_AHEAD: usize = 4;
 /// (a round) takes at least this long, so that each judgement covers it.
 pub(crate) const PARK_IDLE: crate::time::Duration = crate::time::Duration::from_secs(1);
 
-/// The receive-memory view of a parked connection touched by a segment or
-/// a call ([`Flags::RCV_PARKED`]). One that has received a segment's worth
-/// since it was parked (`mark`: RCV.NXT then) shows it needs more than the
-/// floor: its window is charged again, past the budget if it must (the
+/// A parked connection touched by a segment or a call
+/// ([`Flags::RCV_PARKED`]): one that has received a segment's worth since
+/// it was parked (`mark`: RCV.NXT then) shows it needs more than the
+/// floor, so its window is charged again, past the budget if it must (the
 /// offer stands), and it shares the budget as before. Any other stays
-/// parked, charged nothing and offered no window past the floor: a
-/// trickle neither charges it again nor makes it divide the budget.
+/// parked, charged nothing and offered no window past the floor
+/// (`RecvMemory::of`): a trickle neither charges it again nor makes it
+/// divide the budget.
 #[cold]
 #[inline(never)]
 fn touch_parked(
     conn: &mut Connection,
     mark: SeqNumber,
     cfg: &Config,
-    (sharing, parked, committed): (usize, &mut usize, &mut usize),
-) -> RecvMemory {
+    parked: &mut usize,
+    committed: &mut usize,
+) {
     let floor = usize::from(cfg.mss);
-    if conn.rcv.nxt.saturating_sub(mark) < floor {
-        return RecvMemory::parked(cfg, *committed, sharing - *parked);
+    if conn.rcv.nxt.saturating_sub(mark) >= floor {
+        conn.flags.clear(Flags::RCV_PARKED);
+        *parked -= 1;
+        *committed += conn.rcv_commitment(floor);
     }
-    conn.flags.clear(Flags::RCV_PARKED);
-    *parked -= 1;
-    *committed += conn.rcv_commitment(floor);
-    RecvMemory::of(conn, cfg, *committed, sharing - *parked)
 }
 
 /// How often, under memory pressure, the stack looks for connections to
@@ -1291,11 +1291,10 @@ impl Stack {
         } = self;
         let slot = &mut slots[idx as usize];
         let conn = slot.conn.as_mut().expect("live slot");
-        let mem = if conn.flags.has(Flags::RCV_PARKED) {
-            touch_parked(conn, slot.park_mark, cfg, (*sharing, parked, rcv_committed))
-        } else {
-            RecvMemory::of(conn, cfg, *rcv_committed, *sharing - *parked)
-        };
+        if conn.flags.has(Flags::RCV_PARKED) {
+            touch_parked(conn, slot.park_mark, cfg, parked, rcv_committed);
+        }
+        let mem = RecvMemory::of(conn, cfg, *rcv_committed, *sharing - *parked);
         let ctx = Ctx {
             now: *now,
             cfg,

@@ -181,14 +181,22 @@ impl RecvMemory {
     };
 
     /// The view of `conn` when all `live` connections together commit
-    /// `total` of `cfg.recv_memory`.
+    /// `total` of `cfg.recv_memory`. A parked connection
+    /// ([`Flags::RCV_PARKED`]) commits nothing, and may be offered the
+    /// floor and no more (what it was offered before stands): its budget
+    /// is none.
     #[inline]
     pub(crate) fn of(conn: &Connection, cfg: &Config, total: usize, live: usize) -> Self {
         let floor = usize::from(cfg.mss);
+        let parked = conn.flags.has(Flags::RCV_PARKED);
         RecvMemory {
-            mine: conn.rcv_commitment(floor),
+            mine: if parked {
+                0
+            } else {
+                conn.rcv_commitment(floor)
+            },
             total,
-            budget: cfg.recv_memory,
+            budget: if parked { 0 } else { cfg.recv_memory },
             live,
             floor,
         }
@@ -199,20 +207,6 @@ impl RecvMemory {
     pub(crate) fn room(&self) -> usize {
         self.budget
             .saturating_sub(self.total.saturating_sub(self.mine))
-    }
-
-    /// The view of a parked connection ([`Flags::RCV_PARKED`]): it commits
-    /// nothing, and may be offered the floor and no more (what it was
-    /// offered before stands).
-    #[inline]
-    pub(crate) fn parked(cfg: &Config, total: usize, live: usize) -> Self {
-        RecvMemory {
-            mine: 0,
-            total,
-            budget: 0,
-            live,
-            floor: usize::from(cfg.mss),
-        }
     }
 
     /// Under pressure (more than half the budget committed): the budget

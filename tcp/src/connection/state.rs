@@ -226,7 +226,7 @@ impl Flags {
     /// and holding no data while the stack's receive memory was under
     /// pressure, it commits nothing (`Connection::rcv_charged` is 0),
     /// does not divide the memory and is offered no window past the floor
-    /// (`RecvMemory::parked`; what it was offered before stands), until
+    /// (`RecvMemory::of`; what it was offered before stands), until
     /// it has received a segment's worth since: then its window is
     /// charged again (as Linux charges an idle socket's window nothing;
     /// what it would send is taken past the budget then, as an import's

@@ -266,7 +266,7 @@ impl Connection {
         //
         // A parked connection waits for no memory: its window reopens to
         // the floor as the application reads, and past it once it has
-        // shown it needs more (`RecvMemory::parked`).
+        // shown it needs more (`RecvMemory::of`).
         let floor = (mem.floor >> shift << shift).max(1);
         if held_back && self.offered_wnd() < floor && !self.flags.has(Flags::RCV_PARKED) {
             self.flags.set(Flags::MEM_LIMITED);
