@@ -374,11 +374,11 @@ fn a_tokio_client_connects_through_flowlane_and_reads_its_figures() {
                     other => return Err(format!("connect to a closed port: {other:?}")),
                 }
                 // An address the core's connect(2) fails at once (TCP to
-                // broadcast: ENETUNREACH): no refusal, a time-out, as the
-                // stack's unanswered SYNs would end.
+                // broadcast: ENETUNREACH): network unreachable, as tokio's
+                // own connect says it.
                 let broadcast = std::net::SocketAddr::from(([255, 255, 255, 255], 9));
                 match local.connector().connect(broadcast).await {
-                    Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NetworkUnreachable => {}
                     other => return Err(format!("connect to broadcast: {other:?}")),
                 }
                 Ok((s.placement().queue, back.len(), info.mss))

@@ -30,9 +30,9 @@ impl Connector {
     ///   router answered its SYN "port (or protocol) unreachable";
     /// - `HostUnreachable`, `NetworkUnreachable`: a router answered its SYN
     ///   with an ICMP destination unreachable (a filter's "prohibited" is
-    ///   `HostUnreachable`, as connect(2)'s `EHOSTUNREACH`);
-    /// - `TimedOut`: the SYNs went unanswered, or (as the stack's SYNs
-    ///   would) no route leads to the address;
+    ///   `HostUnreachable`, as connect(2)'s `EHOSTUNREACH`), or on kernel
+    ///   sockets the kernel found no route or no neighbour;
+    /// - `TimedOut`: the SYNs went unanswered;
     /// - `ConnectionAborted`: the network core could not start it or gave
     ///   it up (no local port or connection slot left there), or the thread
     ///   stopped, or the cores found it

@@ -52,9 +52,11 @@ fn gone(reason: CloseReason) -> io::Error {
     }
 }
 
-/// The error a connection attempt answered with an ICMP destination
-/// unreachable gives, as a kernel socket's `connect` would
-/// (`ECONNREFUSED`, `EHOSTUNREACH`, `ENETUNREACH`).
+/// The error a connection attempt that found its destination unreachable
+/// gives, as a kernel socket's `connect` would (`ECONNREFUSED`,
+/// `EHOSTUNREACH`, `ENETUNREACH`): a router's ICMP destination
+/// unreachable, or on kernel sockets the kernel's own finding (no route,
+/// no neighbour).
 pub(crate) fn unreachable_error(what: Unreachable) -> io::Error {
     let (kind, why) = match what {
         Unreachable::Refused => (
@@ -63,11 +65,11 @@ pub(crate) fn unreachable_error(what: Unreachable) -> io::Error {
         ),
         Unreachable::Host => (
             io::ErrorKind::HostUnreachable,
-            "host unreachable (ICMP destination unreachable)",
+            "host unreachable (ICMP destination unreachable, or no neighbour answered)",
         ),
         Unreachable::Network => (
             io::ErrorKind::NetworkUnreachable,
-            "network unreachable (ICMP destination unreachable)",
+            "network unreachable (no route, or ICMP destination unreachable)",
         ),
         Unreachable::Prohibited => (
             io::ErrorKind::HostUnreachable,
