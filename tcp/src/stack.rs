@@ -1455,7 +1455,7 @@ impl Stack {
     fn with_conn<R>(&mut self, idx: u32, f: impl FnOnce(&mut Connection, &mut Ctx<'_>) -> R) -> R {
         let (conn, mut ctx) = self.conn_and_ctx(idx);
         let r = f(conn, &mut ctx);
-        let (before, after) = (ctx.mem.mine, conn.rcv_charged(ctx.mem.floor));
+        let (before, after) = (ctx.mem.mine, conn.rcv_commitment(ctx.mem.charged_from));
         self.settle(before, after);
         self.after(idx);
         r
@@ -2633,7 +2633,7 @@ impl Stack {
             if sent.is_none() {
                 conn.on_output_idle(ctx.now);
             }
-            let (before, after) = (ctx.mem.mine, conn.rcv_charged(ctx.mem.floor));
+            let (before, after) = (ctx.mem.mine, conn.rcv_commitment(ctx.mem.charged_from));
             match sent {
                 Some(len) => {
                     let t = Transmit {

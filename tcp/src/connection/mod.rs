@@ -168,6 +168,11 @@ pub(crate) struct RecvMemory {
     /// Bytes every connection may hold or promise outside the budget (one
     /// segment of our MSS).
     pub floor: usize,
+    /// What the connection's commitment is counted past
+    /// ([`Connection::rcv_commitment`]): the floor, or everything for a
+    /// parked connection, which commits nothing (so that the segment path
+    /// settles the total without asking again whether it is parked).
+    pub charged_from: usize,
 }
 
 impl RecvMemory {
@@ -178,6 +183,7 @@ impl RecvMemory {
         budget: usize::MAX / 4,
         live: 1,
         floor: 0,
+        charged_from: 0,
     };
 
     /// The view of `conn` when all `live` connections together commit
@@ -189,16 +195,14 @@ impl RecvMemory {
     pub(crate) fn of(conn: &Connection, cfg: &Config, total: usize, live: usize) -> Self {
         let floor = usize::from(cfg.mss);
         let parked = conn.flags.has(Flags::RCV_PARKED);
+        let charged_from = if parked { usize::MAX } else { floor };
         RecvMemory {
-            mine: if parked {
-                0
-            } else {
-                conn.rcv_commitment(floor)
-            },
+            mine: conn.rcv_commitment(charged_from),
             total,
             budget: if parked { 0 } else { cfg.recv_memory },
             live,
             floor,
+            charged_from,
         }
     }
 
@@ -831,15 +835,15 @@ impl Connection {
         });
     }
 
-    /// Receive memory this connection holds or has promised beyond the
+    /// Receive memory this connection holds or has promised beyond
     /// `floor` (see [`RecvMemory`]): its queued bytes plus the window the
     /// peer may still fill (out-of-order bytes lie inside that window).
     /// After the peer's FIN that window is empty (`RecvRare::fin_mark`).
-    /// Not for a parked connection ([`Flags::RCV_PARKED`]), which
-    /// commits nothing: see [`Connection::rcv_charged`].
+    /// A parked connection ([`Flags::RCV_PARKED`]) commits nothing: what
+    /// the stack counts is [`Connection::rcv_charged`] (or this past
+    /// `RecvMemory::charged_from`).
     #[inline]
     pub(crate) fn rcv_commitment(&self, floor: usize) -> usize {
-        debug_assert!(!self.flags.has(Flags::RCV_PARKED));
         (self.recv_buf.len() + self.rcv_wnd()).saturating_sub(floor)
     }
 
