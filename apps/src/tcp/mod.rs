@@ -991,7 +991,8 @@ fn serve_kernel(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
         control.register_with_daemon(&daemon);
     }
     eprintln!(
-        "flowlane: kernel TCP on {n} cores{}",
+        "flowlane: {}{}",
+        kernel_banner(n),
         control
             .socket_path()
             .map(|p| format!(" (control socket {})", p.display()))
@@ -1196,9 +1197,23 @@ fn timed_out(timeout_s: u64, results: usize, expect: usize) -> String {
     }
 }
 
+/// What a kernel-socket service says it runs on: `kernel TCP on 1 core`,
+/// `kernel TCP on 4 cores`.
+fn kernel_banner(cores: u32) -> String {
+    let noun = if cores == 1 { "core" } else { "cores" };
+    format!("kernel TCP on {cores} {noun}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One core is one core, not "1 cores".
+    #[test]
+    fn the_kernel_banner_counts_its_cores() {
+        assert_eq!(kernel_banner(1), "kernel TCP on 1 core");
+        assert_eq!(kernel_banner(2), "kernel TCP on 2 cores");
+    }
 
     /// A service with no transfers to count (`echo-server --timeout 2`)
     /// says nothing of transfers; one that counts them says how many.
