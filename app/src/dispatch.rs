@@ -7,7 +7,7 @@ use std::time::Duration;
 use flowlane_tcp::{ConnHandle, Error, Event, FourTuple, ListenerId, State, Stats, SynFilter};
 
 use crate::conn_map::ConnMap;
-use crate::handler::{ConnHandler, ConnState};
+use crate::handler::{AtStop, ConnHandler, ConnState};
 use crate::net::{Net, Placement};
 
 /// Identifies a handler registered on a [`Dispatcher`].
@@ -30,6 +30,8 @@ pub struct Dispatcher {
     listeners: Vec<(ListenerId, HandlerId)>,
     owners: Owners,
     started: bool,
+    /// Whether [`Dispatcher::stop`] has run.
+    stopping: bool,
     /// Connections a handler's `admit` refused, or its SYN filter where
     /// the dispatcher applies it.
     refused: u64,
@@ -166,6 +168,49 @@ impl Dispatcher {
         self.each(net, |h, net| h.on_start(net));
     }
 
+    /// The service is stopping (its listeners closed): calls each owned
+    /// connection's handler's [`ConnHandler::on_stop`], once (later calls
+    /// do nothing). Those answered [`AtStop::Finish`] are counted by
+    /// [`Dispatcher::finishing`] until their handler closes them (or shuts
+    /// their writing down) or they end.
+    pub fn stop<N: Net + ?Sized>(&mut self, net: &mut N) {
+        if std::mem::replace(&mut self.stopping, true) {
+            return;
+        }
+        let conns: Vec<(ConnHandle, HandlerId)> =
+            self.owners.iter().map(|(c, o)| (c, o.handler)).collect();
+        for (conn, h) in conns {
+            // An earlier handler's `on_stop` may have ended it.
+            if !self.owners.contains(conn) {
+                continue;
+            }
+            let mut scoped = Scoped {
+                inner: &mut *net,
+                owners: &mut self.owners,
+                me: h,
+            };
+            let at_stop = self.handlers[h.0 as usize].on_stop(&mut scoped, conn);
+            if let Some(o) = self.owners.get_mut(conn) {
+                o.finishing = at_stop == AtStop::Finish;
+            }
+        }
+    }
+
+    /// Whether [`Dispatcher::stop`] has run.
+    pub fn stopping(&self) -> bool {
+        self.stopping
+    }
+
+    /// Connections whose handler, at the stop, said it would close them
+    /// ([`AtStop::Finish`]) and has not yet: what a stopping backend waits
+    /// for, for its drain at most, before it resets what is left.
+    pub fn finishing(&self) -> usize {
+        self.owners
+            .iter()
+            .filter(|(_, o)| o.finishing && !o.write_shut)
+            .count()
+    }
+
     /// Where the owner entry of slot `index` lies (see
     /// [`ConnMap::entry_address`]): each event of a connection reads it
     /// first, so a backend that prefetches the connection's state one
@@ -226,6 +271,7 @@ impl Dispatcher {
         let Some(&Owner {
             handler: h,
             write_shut,
+            ..
         }) = self.owners.get(conn)
         else {
             return;
@@ -354,13 +400,16 @@ impl Dispatcher {
 /// Connection → owning handler.
 type Owners = ConnMap<Owner>;
 
-/// A connection's owning handler, and whether writing on it is over.
+/// A connection's owning handler, whether writing on it is over, and
+/// whether its handler means to close it within a stop's drain.
 #[derive(Debug, Clone, Copy)]
 struct Owner {
     handler: HandlerId,
     /// Its handler closed it or shut its writing down (through
     /// [`Scoped`]): a `Writable` queued before is not delivered.
     write_shut: bool,
+    /// Its handler answered [`AtStop::Finish`] at the stop.
+    finishing: bool,
 }
 
 impl Owner {
@@ -368,6 +417,7 @@ impl Owner {
         Owner {
             handler,
             write_shut: false,
+            finishing: false,
         }
     }
 }

@@ -9,6 +9,22 @@ use crate::net::Net;
 /// [`ConnHandler::on_import`] receives on the new one.
 pub type ConnState = Box<dyn std::any::Any + Send>;
 
+/// What a handler does with a connection when the service stops
+/// ([`ConnHandler::on_stop`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AtStop {
+    /// Nothing: the connection is reset when the stop's drain ends (at
+    /// once if no connection is finishing), so that its peer never takes a
+    /// stream cut short for a complete one.
+    #[default]
+    Reset,
+    /// The handler closes it itself (a FIN) within the drain: it closed it
+    /// already (an idle connection), or will once what is under way is
+    /// done (a response being sent). The stop waits for it, for the drain
+    /// at most, then resets it if it is still open.
+    Finish,
+}
+
 /// The application side of a set of connections: a listener's, or an
 /// active opener's. Every callback runs on the core that owns the
 /// connection, inline with packet processing (run to completion): keep them
@@ -97,6 +113,19 @@ pub trait ConnHandler: Send {
     /// default drops it; a handler that told someone else of the
     /// connection tells them it ended.
     fn on_import_failed(&mut self, _net: &mut dyn Net, _state: Option<ConnState>) {}
+
+    /// The service is stopping: called once for each connection this
+    /// handler owns, right after the listeners closed (no new connection
+    /// comes). A handler that can end it cleanly closes it now (an idle
+    /// keep-alive connection, between requests: [`Net::close`], a FIN) or
+    /// once what is under way is done, and answers [`AtStop::Finish`]; the
+    /// stop then waits for its close, for a bounded drain (2 s), and resets
+    /// whatever is still open after it. The default does nothing and
+    /// answers [`AtStop::Reset`]: the connection is reset at the drain's
+    /// end, as every connection was before handlers could opt in.
+    fn on_stop(&mut self, _net: &mut dyn Net, _conn: ConnHandle) -> AtStop {
+        AtStop::Reset
+    }
 
     /// Called on every pass of the owning core's loop (at least every 10 ms,
     /// more often under load), for time-driven work such as starting to send

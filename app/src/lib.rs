@@ -51,7 +51,7 @@ pub use flowlane_tcp::{
     CloseReason, CongestionAlgorithm, ConnHandle, ConnInfo, Error, FourTuple, ListenerId, State,
     Stats, SynFilter, Unreachable,
 };
-pub use handler::{ConnHandler, ConnState};
+pub use handler::{AtStop, ConnHandler, ConnState};
 pub use handles::{seen_state, Handles};
 pub use net::{Net, Placement, Wake};
 pub use setup::{Setup, SetupExt};

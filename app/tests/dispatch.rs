@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use flowlane_app::{
-    CloseReason, ConnHandle, ConnHandler, Dispatcher, Error, FourTuple, Net, Placement, State,
-    Stats, SynFilter,
+    AtStop, CloseReason, ConnHandle, ConnHandler, Dispatcher, Error, FourTuple, Net, Placement,
+    State, Stats, SynFilter,
 };
 use flowlane_tcp::time::Instant;
 use flowlane_tcp::{Config, Event, Stack};
@@ -752,4 +752,72 @@ fn a_writable_queued_before_a_close_is_not_delivered() {
         let log = log.lock().unwrap().clone();
         assert_eq!(log, ["data"], "close {close}: {log:?}");
     }
+}
+
+/// At a stop: closes the connections from port 5000 (idle: a FIN now),
+/// keeps those from 5001 to finish later (closed at their next
+/// `on_data`, as a response finishing), and leaves the others to the
+/// stop's reset; logs each `on_stop`.
+struct StopBySource(Log);
+
+impl ConnHandler for StopBySource {
+    fn on_data(&mut self, net: &mut dyn Net, c: ConnHandle) {
+        if net.four_tuple(c).unwrap().remote.port() == 5001 {
+            net.close(c).unwrap();
+        }
+    }
+    fn on_stop(&mut self, net: &mut dyn Net, c: ConnHandle) -> AtStop {
+        let port = net.four_tuple(c).unwrap().remote.port();
+        self.0.lock().unwrap().push(format!("stop {port}"));
+        match port {
+            5000 => {
+                net.close(c).unwrap();
+                AtStop::Finish
+            }
+            5001 => AtStop::Finish,
+            _ => AtStop::Reset,
+        }
+    }
+}
+
+/// The stop calls each connection's handler once: a connection closed in
+/// it is not waited for, one to be finished is until its handler closes
+/// it, one left to the reset never is; a second stop calls nothing.
+#[test]
+fn a_stop_asks_each_connection_s_handler_once_and_counts_those_finishing() {
+    let log: Log = Arc::default();
+    let mut a = Stack::new(Config::new([1; 16]));
+    let mut b = Stack::new(Config::new([2; 16]));
+    let mut app = Dispatcher::new();
+    let mut port = 40000;
+    let l = a.listen("10.0.0.1:80".parse().unwrap()).unwrap();
+    let h = app.add(StopBySource(log.clone()));
+    app.bind_listener(l, h).unwrap();
+    for p in [5000, 5001, 5002] {
+        b.connect(
+            Instant::ZERO,
+            format!("10.0.0.2:{p}").parse().unwrap(),
+            "10.0.0.1:80".parse().unwrap(),
+        )
+        .unwrap();
+    }
+    settle(&mut a, &mut app, &mut b, &mut port);
+    assert!(!app.stopping());
+    assert_eq!(app.finishing(), 0, "nothing finishes before a stop");
+    let mut net = direct(&mut a, &mut port);
+    app.stop(&mut net);
+    app.stop(&mut net);
+    assert!(app.stopping());
+    let mut got = log.lock().unwrap().clone();
+    got.sort();
+    assert_eq!(got, ["stop 5000", "stop 5001", "stop 5002"], "once each");
+    assert_eq!(app.finishing(), 1, "5001's close is awaited");
+    let later = a
+        .bucket_connections(0)
+        .into_iter()
+        .find(|&c| a.four_tuple(c).unwrap().remote.port() == 5001)
+        .unwrap();
+    let mut net = direct(&mut a, &mut port);
+    app.dispatch(Event::Readable(later), &mut net);
+    assert_eq!(app.finishing(), 0, "5001 closed by its handler");
 }
