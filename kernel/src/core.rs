@@ -37,7 +37,9 @@ const EVENTS: usize = 1024;
 const ACCEPTS_PER_PASS: usize = 256;
 /// How long a stopping core goes on at most for its connections' closes
 /// to finish (the bytes a closed connection still holds here sent, then
-/// its FIN; a close still to come where the peer closed): the bound the
+/// its FIN; a close still to come where the peer closed; a connection
+/// whose handler said at the stop that it would close it,
+/// `ConnHandler::on_stop`): the bound the
 /// services give the AF_XDP backend's `TcpService::linger`. What is left
 /// then is reset, not cut short with a FIN.
 pub const STOP_LINGER: Duration = Duration::from_secs(2);
@@ -1187,8 +1189,12 @@ impl KernelCore {
     }
 
     /// Runs the loop until `stop` is set, calling `publish` after each
-    /// pass. Once stopped, it goes on while closes are under way that
-    /// only it can finish, [`STOP_LINGER`] at most, then lets go of every
+    /// pass. Once stopped, it closes its listeners and asks each
+    /// connection's handler what to do with it
+    /// ([`ConnHandler::on_stop`](flowlane_app::ConnHandler::on_stop)); it
+    /// goes on while closes are under way that only it can finish, or
+    /// connections whose handler said it would close them are open
+    /// ([`Dispatcher::finishing`]), [`STOP_LINGER`] at most, then lets go of every
     /// connection: the kernel finishes those whose FIN the application
     /// asked for and that hold no bytes here, the others are reset (as
     /// when the core is dropped). Returns then, or on a poll error (after
@@ -1214,9 +1220,13 @@ impl KernelCore {
                 if linger_until.is_none() {
                     // No connection is taken that the stop would reset.
                     self.net.close_listeners();
+                    // The handlers close what they can end cleanly (an
+                    // idle keep-alive connection) or will finish.
+                    self.app.stop(&mut self.net);
+                    self.dispatch();
                 }
                 let until = *linger_until.get_or_insert(now + STOP_LINGER);
-                if now >= until || !self.net.closes_pending() {
+                if now >= until || !(self.net.closes_pending() || self.app.finishing() > 0) {
                     break Ok(());
                 }
             }

@@ -325,7 +325,7 @@ impl Drop for KernelService {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flowlane_app::{ConnHandle, ConnHandler, Net, SetupExt};
+    use flowlane_app::{AtStop, ConnHandle, ConnHandler, Net, SetupExt};
 
     /// Takes nothing but its connections.
     struct Nop;
@@ -361,5 +361,89 @@ mod tests {
         );
         let opens_only = KernelService::start(config(vec![core], vec![]), |_| Ok(())).unwrap();
         assert_eq!(opens_only.stop().1, None);
+    }
+
+    /// At the stop, closes each connection [`LATER`] after it began (a
+    /// response still to finish), or leaves it to the reset; counts
+    /// accepts.
+    struct CloseLater {
+        finish: bool,
+        accepted: Arc<std::sync::atomic::AtomicUsize>,
+        stopped: Vec<(ConnHandle, std::time::Duration)>,
+    }
+
+    /// How long after the stop [`CloseLater`] closes its connections.
+    const LATER: std::time::Duration = std::time::Duration::from_millis(300);
+
+    impl ConnHandler for CloseLater {
+        fn on_accept(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {
+            self.accepted.fetch_add(1, Ordering::SeqCst);
+        }
+        fn on_data(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
+        fn on_stop(&mut self, net: &mut dyn Net, conn: ConnHandle) -> AtStop {
+            if !self.finish {
+                return AtStop::Reset;
+            }
+            self.stopped.push((conn, net.now()));
+            AtStop::Finish
+        }
+        fn on_tick(&mut self, net: &mut dyn Net) {
+            let now = net.now();
+            self.stopped.retain(|&(c, at)| {
+                let due = now >= at + LATER;
+                if due {
+                    let _ = net.close(c);
+                }
+                !due
+            });
+        }
+    }
+
+    /// A stopping service waits for the connections their handler said
+    /// it would close (`AtStop::Finish`): their peer reads the end of the
+    /// stream (a FIN), not a reset, though the close comes after the
+    /// stop began; a connection left to the default is reset.
+    #[test]
+    fn a_stop_waits_for_the_connections_their_handler_finishes() {
+        use std::io::Read;
+        for (finish, port) in [(true, 47_311), (false, 47_312)] {
+            let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let a = accepted.clone();
+            let config = KernelConfig {
+                cores: vec![Placement {
+                    queue: 0,
+                    cpu: None,
+                    node: 0,
+                }],
+                listen_on: vec![IpAddr::from([127, 0, 0, 1])],
+                limits: Limits::default(),
+            };
+            let service = KernelService::start(config, move |s: &mut dyn Setup| {
+                let h = CloseLater {
+                    finish,
+                    accepted: a.clone(),
+                    stopped: Vec::new(),
+                };
+                s.listen(port, h).map(drop).map_err(|e| e.to_string())
+            })
+            .unwrap();
+            let mut peer = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            let start = std::time::Instant::now();
+            while accepted.load(Ordering::SeqCst) == 0 {
+                assert!(start.elapsed().as_secs() < 5, "never accepted");
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            let stopping = std::thread::spawn(move || service.stop());
+            peer.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+                .unwrap();
+            let got = peer.read(&mut [0u8; 8]).map_err(|e| e.kind());
+            let (_, failed) = stopping.join().unwrap();
+            assert_eq!(failed, None);
+            if finish {
+                assert_eq!(got, Ok(0), "the end of the stream, after the stop began");
+            } else {
+                assert_eq!(got, Err(std::io::ErrorKind::ConnectionReset));
+            }
+        }
     }
 }
