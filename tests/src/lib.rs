@@ -14,11 +14,13 @@ pub mod bed;
 pub mod child;
 pub mod daemon;
 pub mod nic_daemon;
+pub mod rerun;
 
 pub use bed::{napi_threads, start_udp_echo, threaded, unique_name, xdp_attached, Bed, ToolBed};
 pub use child::{kill_and_reap, ready_within, stop, terminate, wait_bounded, wait_within};
 pub use daemon::{metrics_page, ready_line, within_10s, TestDaemon};
 pub use nic_daemon::{put_back, NicDaemon, NicDir};
+pub use rerun::{rerun_in_ns, Report};
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

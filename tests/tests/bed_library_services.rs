@@ -9,12 +9,13 @@
 mod loopback_common;
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use flowlane_app::SetupExt;
 use flowlane_kernel::{KernelConfig, KernelService, Limits};
-use flowlane_tests::{flowlane, kill_and_reap, ready_within, require_root, text, wait_within, Bed};
+use flowlane_tests::{
+    flowlane, kill_and_reap, ready_within, require_root, rerun_in_ns, text, wait_within, Bed,
+};
 use loopback_common::{places, Echo};
 
 /// Set in the child that serves (the name of the bed, for its message).
@@ -66,20 +67,12 @@ fn down_stops_a_kernel_socket_service_built_on_the_libraries() {
     }
     let bed = Bed::up("libsvc", 1);
     let me = std::env::current_exe().expect("the test binary");
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", &bed.ns])
-        .arg(&me)
-        .args([
-            "--exact",
-            "serve_as_a_library_kernel_service",
-            "--ignored",
-            "--nocapture",
-        ])
-        .env(SERVE, &bed.name)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the library service");
+    let mut child = rerun_in_ns(
+        &bed.ns,
+        "serve_as_a_library_kernel_service",
+        (SERVE, bed.name.as_ref()),
+        true,
+    );
     let pid = child.id();
     // `ip netns exec` execs the program in its own process: the pid is the
     // service's once its core runs.

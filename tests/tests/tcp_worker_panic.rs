@@ -12,13 +12,12 @@
 
 mod tcp_common;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use flowlane_app::{ConnHandle, ConnHandler, Net, SetupExt};
 use flowlane_dataplane::{TcpService, TcpServiceConfig};
-use flowlane_tests::{kill_and_reap, require_root, Bed};
+use flowlane_tests::{kill_and_reap, require_root, rerun_in_ns, Bed, Report};
 use tcp_common::*;
 
 /// Set in the child that runs the service: the file it reports to.
@@ -52,15 +51,8 @@ impl ConnHandler for Commands {
 /// The service, in the child: both ports, and what it says of itself
 /// written to `report` (`READY`, then `FAILED <queues> <check>` once a
 /// queue failed), for at most a minute.
-fn serve(report: &str) {
-    let say = |line: String| {
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(report)
-            .unwrap();
-        writeln!(f, "{line}").unwrap();
-    };
+fn serve(report: &Path) {
+    let say = |line: String| Report::say(report, &line);
     let mut config = TcpServiceConfig::new("xsk0");
     config.listen = vec![PORT];
     let service = TcpService::start(config, |h| {
@@ -134,33 +126,19 @@ print("new", " ".join(fresh() for i in range(8)))
 
 #[test]
 fn a_handler_that_panics_fails_its_queue_closed() {
-    if let Ok(report) = std::env::var(CHILD) {
-        return serve(&report);
+    let test = "a_handler_that_panics_fails_its_queue_closed";
+    if let Some(report) = std::env::var_os(CHILD) {
+        return serve(Path::new(&report));
     }
-    if !require_root("a_handler_that_panics_fails_its_queue_closed") {
+    if !require_root(test) {
         return;
     }
     let bed = Bed::up("wpanic", 2);
-    let report = std::env::temp_dir().join(format!("{}-worker-panic.txt", bed.name));
-    let _ = std::fs::remove_file(&report);
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", &bed.ns])
-        .arg(std::env::current_exe().unwrap())
-        .args(["--exact", "a_handler_that_panics_fails_its_queue_closed"])
-        .env(CHILD, &report)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let said = || std::fs::read_to_string(&report).unwrap_or_default();
-    let t = Instant::now();
-    while !said().contains("READY") {
-        let s = said();
-        if s.contains("START") || t.elapsed() > Duration::from_secs(30) {
-            kill_and_reap(&mut child);
-            panic!("the service did not start: {s}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    let report = Report::new(&bed.name, "worker-panic");
+    let mut child = rerun_in_ns(&bed.ns, test, (CHILD, report.0.as_os_str()), false);
+    if !report.wait_for("READY", Duration::from_secs(30)) {
+        kill_and_reap(&mut child);
+        panic!("the service did not start: {}", report.said());
     }
     let out = peer_py_output(
         &bed,
@@ -170,13 +148,9 @@ fn a_handler_that_panics_fails_its_queue_closed() {
     );
     let client = String::from_utf8_lossy(&out.stdout).into_owned();
     // The service's word, once the client is done (it failed by then).
-    let t = Instant::now();
-    while !said().contains("FAILED") && t.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    report.wait_for("FAILED", Duration::from_secs(5));
     kill_and_reap(&mut child);
-    let service = said();
-    let _ = std::fs::remove_file(&report);
+    let service = report.said();
     assert!(
         out.status.success(),
         "client: {client} {}",

@@ -9,10 +9,9 @@
 //! The service is flowlane's library, not a `flowlane` command: this test
 //! binary again, run inside the bed's namespace.
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,7 +20,7 @@ use flowlane_app::Placement;
 use flowlane_dataplane::{TcpService, TcpServiceConfig};
 use flowlane_qp::QueuePairConfig;
 use flowlane_testbed::netns::in_netns;
-use flowlane_tests::{kill_and_reap, require_root, Bed};
+use flowlane_tests::{kill_and_reap, require_root, rerun_in_ns, Bed, Report};
 use flowlane_tokio::{AsyncConfig, Local, TcpListener};
 use tokio::io::AsyncWriteExt;
 
@@ -31,16 +30,6 @@ const CHILD: &str = "FLOWLANE_TOKIO_LISTENER_DROP_CHILD";
 const PORT: u16 = 7;
 /// The connections tried while the listener is dropped.
 const TRIES: u64 = 4;
-
-/// Appends `line` to `report`.
-fn say(report: &Path, line: &str) {
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(report)
-        .unwrap();
-    writeln!(f, "{line}").unwrap();
-}
 
 /// The file whose existence tells the child to take the listener again.
 fn go_file(report: &Path) -> PathBuf {
@@ -60,12 +49,12 @@ async fn app(mut local: Local, report: PathBuf, served: Arc<AtomicBool>) {
     let listener = local.listener(PORT).unwrap();
     serve_one(&listener).await;
     drop(listener);
-    say(&report, "DROPPED");
+    Report::say(&report, "DROPPED");
     while !go_file(&report).exists() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let listener = local.listener(PORT).expect("the listener taken again");
-    say(&report, "REBOUND");
+    Report::say(&report, "REBOUND");
     serve_one(&listener).await;
     served.store(true, Ordering::Release);
     std::future::pending::<()>().await;
@@ -99,7 +88,7 @@ fn serve(report: PathBuf) {
     );
     let (qp, counters) = match started {
         Ok(started) => started,
-        Err(e) => return say(&report, &format!("START {e}")),
+        Err(e) => return Report::say(&report, &format!("START {e}")),
     };
     let qp = Arc::new(qp);
     let q = qp.clone();
@@ -110,10 +99,10 @@ fn serve(report: PathBuf) {
             Ok(s) => s,
             Err(e) => {
                 qp.stop();
-                return say(&report, &format!("START {e}"));
+                return Report::say(&report, &format!("START {e}"));
             }
         };
-    say(&report, "READY");
+    Report::say(&report, "READY");
     let deadline = Instant::now() + Duration::from_secs(60);
     while !served.load(Ordering::Acquire) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
@@ -123,7 +112,7 @@ fn serve(report: PathBuf) {
     let refused: u64 = service.stop().tcp.iter().map(|(_, c)| c.syn_refused).sum();
     qp.stop();
     let reset = counters.refused_backlog.load(Ordering::Relaxed);
-    say(&report, &format!("COUNTS {refused} {reset}"));
+    Report::say(&report, &format!("COUNTS {refused} {reset}"));
 }
 
 /// How one connection from the peer went: what it read until the
@@ -143,41 +132,22 @@ fn attempt() -> Attempt {
 
 #[test]
 fn a_dropped_tokio_listener_refuses_new_connections_at_the_syn() {
-    if let Ok(report) = std::env::var(CHILD) {
+    let test = "a_dropped_tokio_listener_refuses_new_connections_at_the_syn";
+    if let Some(report) = std::env::var_os(CHILD) {
         return serve(report.into());
     }
-    if !require_root("a_dropped_tokio_listener_refuses_new_connections_at_the_syn") {
+    if !require_root(test) {
         return;
     }
     let bed = Bed::up("tldrop", 2);
-    let report = std::env::temp_dir().join(format!("{}-listener-drop.txt", bed.name));
-    let _ = std::fs::remove_file(&report);
-    let _ = std::fs::remove_file(go_file(&report));
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", &bed.ns])
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "a_dropped_tokio_listener_refuses_new_connections_at_the_syn",
-        ])
-        .env(CHILD, &report)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let said = || std::fs::read_to_string(&report).unwrap_or_default();
+    let report = Report::new(&bed.name, "listener-drop");
+    let go = go_file(&report.0);
+    let _ = std::fs::remove_file(&go);
+    let mut child = rerun_in_ns(&bed.ns, test, (CHILD, report.0.as_os_str()), false);
+    let said = || report.said();
     // Waits (30 s at most) for the child to say `what`: false if it did
     // not, or could not start.
-    let wait_for = |what: &str| {
-        let t = Instant::now();
-        while !said().contains(what) {
-            if said().contains("START") || t.elapsed() > Duration::from_secs(30) {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        true
-    };
+    let wait_for = |what: &str| report.wait_for(what, Duration::from_secs(30));
     let ns = bed.peer_ns.clone();
     let run = || -> Result<(Attempt, Vec<Attempt>, Attempt), String> {
         if !wait_for("READY") {
@@ -191,7 +161,7 @@ fn a_dropped_tokio_listener_refuses_new_connections_at_the_syn() {
             ));
         }
         let dropped = in_netns(&ns, || Ok((0..TRIES).map(|_| attempt()).collect())).unwrap();
-        std::fs::write(go_file(&report), b"").unwrap();
+        std::fs::write(&go, b"").unwrap();
         if !wait_for("REBOUND") {
             return Err(format!("the listener was not taken again: {}", said()));
         }
@@ -204,8 +174,7 @@ fn a_dropped_tokio_listener_refuses_new_connections_at_the_syn() {
     let outcome = run();
     kill_and_reap(&mut child);
     let service = said();
-    let _ = std::fs::remove_file(&report);
-    let _ = std::fs::remove_file(go_file(&report));
+    let _ = std::fs::remove_file(&go);
     let (first, dropped, again) = outcome.unwrap();
     assert_eq!(first.as_deref(), Ok("hello\n"), "{service}");
     assert!(
