@@ -194,6 +194,12 @@ pub struct TcpConfig {
     /// The TCP stack's configuration (the ISN secret is mixed with the
     /// queue number per worker).
     pub tcp: Config,
+    /// Set when the service's stop begins ([`TcpConfig::stopping`]'s
+    /// clones are shared by every worker): each worker's next pass refuses
+    /// its listeners' SYNs and asks its handlers about each connection
+    /// ([`flowlane_app::ConnHandler::on_stop`]), publishing how many they
+    /// are finishing (`finishing`), which the stop's drain waits for.
+    pub stopping: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl TcpConfig {
@@ -211,6 +217,7 @@ impl TcpConfig {
             ephemeral: Some(EPHEMERAL),
             rss: None,
             tcp: Config::new(isn_secret),
+            stopping: Arc::default(),
         }
     }
 }
@@ -772,6 +779,9 @@ counters! {
         imports_past_recv_memory,
         /// Connections a handler's `admit` refused (reset before `on_accept`).
         application_refused,
+        /// Connections whose handler, at the service's stop, said it would
+        /// close them (`AtStop::Finish`) and has not yet (a gauge).
+        finishing,
         /// RSS buckets this queue gave to another (rebalancing).
         buckets_out,
         /// RSS buckets this queue took over.
@@ -1008,6 +1018,8 @@ pub struct TcpHandler {
     /// The connections a stopping worker has yet to reset
     /// ([`QueueHandler::on_stop`]), listed at its first pass.
     letting_go: Option<Vec<ConnHandle>>,
+    /// The service's stop began ([`TcpConfig::stopping`]).
+    stopping: Arc<std::sync::atomic::AtomicBool>,
     app: Dispatcher,
     /// The stack's listeners, each with its port ([`TcpHandler::listening`]).
     listeners: Vec<(flowlane_tcp::ListenerId, u16)>,
@@ -1085,6 +1097,7 @@ impl TcpHandler {
             }),
             unresolved_said: false,
             letting_go: None,
+            stopping: cfg.stopping,
             app: Dispatcher::new(),
             listeners: Vec::new(),
             counters: Arc::new(TcpCounters::default()),
@@ -1656,6 +1669,7 @@ impl TcpHandler {
     fn publish(&self) {
         self.counters.publish(&self.stack);
         counters::set(&self.counters.application_refused, self.app.refused());
+        counters::set(&self.counters.finishing, self.app.finishing() as u64);
         self.counters.publish_moves(self.mover.as_ref());
         let n = self.neighbors.stats();
         counters::set(&self.counters.neighbor_entries, self.neighbors.len() as u64);
@@ -1728,9 +1742,29 @@ impl TcpHandler {
         if let Some(w) = &self.wake {
             w.clear();
         }
+        if !self.app.stopping() && self.stopping.load(Ordering::Relaxed) {
+            self.begin_stop(now, frames);
+        }
         let (mut net, app) = self.net(now, frames);
         app.tick(&mut net);
         self.dispatch(now, frames);
+    }
+
+    /// The service's stop began ([`TcpConfig::stopping`]): the listeners
+    /// refuse their SYNs from now on (an RST, counted in `syn_refused`: no
+    /// connection is taken that the stop would reset), and each handler
+    /// hears of each of its connections ([`Dispatcher::stop`]), closing
+    /// those it can end cleanly. Published at once: the stop's drain
+    /// waits for the connections being finished.
+    fn begin_stop(&mut self, now: Instant, frames: &dyn FrameStore) {
+        let refuse: flowlane_tcp::SynFilter = Arc::new(|_| false);
+        for &(l, _) in &self.listeners {
+            let _ = self.stack.set_syn_filter(l, Some(refuse.clone()));
+        }
+        let (mut net, app) = self.net(now, frames);
+        app.stop(&mut net);
+        self.dispatch(now, frames);
+        self.publish();
     }
 
     /// Sends again at once the SYNs of the watched opens to peers whose

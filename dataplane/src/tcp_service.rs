@@ -192,6 +192,8 @@ pub struct TcpService {
     /// Re-reads the kernel's neighbour table for the workers (None: the
     /// interface's index or the thread could not be had).
     _refresher: Option<Refresher>,
+    /// Tells the workers that the stop began ([`TcpConfig::stopping`]).
+    stopping: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl TcpService {
@@ -330,6 +332,7 @@ impl TcpService {
             config.neighbors.refresh_through(r.shared());
         }
         tcp.neighbors = config.neighbors;
+        let stopping = tcp.stopping.clone();
         let listen = config.listen;
 
         let registry: Arc<Mutex<PerQueue>> = Arc::default();
@@ -389,6 +392,7 @@ impl TcpService {
             local,
             carriers,
             _refresher: refresher,
+            stopping,
         })
     }
 
@@ -595,8 +599,13 @@ impl TcpService {
             .collect()
     }
 
-    /// Lets connections finish closing before the service stops, for at
-    /// most `deadline`: until none is in CLOSE-WAIT (its application has
+    /// Begins the stop and lets connections finish before the service
+    /// stops, for at most `deadline`. First each worker refuses its
+    /// listeners' SYNs and asks its handlers about each connection
+    /// ([`flowlane_app::ConnHandler::on_stop`]): a handler closes those it
+    /// can end cleanly (an idle keep-alive connection: a FIN) and says
+    /// which it will close once what is under way is done; the drain
+    /// waits for those (`finishing`), and until none is in CLOSE-WAIT (its application has
     /// not closed it yet, or its close request is still on its way from an
     /// application thread in queue-pair mode), FIN-WAIT-1, CLOSING or
     /// LAST-ACK (our FIN not acknowledged: only a running worker sends it
@@ -608,12 +617,18 @@ impl TcpService {
     /// application just made must have reached them.
     pub fn linger(&self, deadline: std::time::Duration) -> bool {
         let start = std::time::Instant::now();
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        // Seen at each worker's next pass (10 ms apart at most, as
+        // handlers' `on_tick`), before the publications waited for.
         std::thread::sleep(2 * crate::tcp_handler::PUBLISH_EVERY);
         loop {
             let closing: u64 = self
                 .tcp_counters()
                 .iter()
-                .map(|(_, c)| c.in_close_wait + c.in_fin_wait1 + c.in_closing + c.in_last_ack)
+                .map(|(_, c)| {
+                    c.in_close_wait + c.in_fin_wait1 + c.in_closing + c.in_last_ack + c.finishing
+                })
                 .sum();
             if closing == 0 {
                 return true;
@@ -642,8 +657,8 @@ impl TcpService {
     /// worker without a queue (software spill) hands its RSTs to the
     /// carrying queue's, which may already have stopped. Call
     /// [`TcpService::linger`] first to let closes under way finish with
-    /// their FINs. A graceful FIN to idle keep-alive connections (what
-    /// nginx does at a stop) is the application's to send, before.
+    /// their FINs, and the handlers close what they can end cleanly (a
+    /// FIN to an idle keep-alive connection, as nginx's graceful stop).
     pub fn stop(self) -> FinalCounters {
         let TcpService {
             dataplane,
