@@ -1,7 +1,10 @@
 //! A service stopped (SIGTERM) with keep-alive connections open tells
-//! their peers: every one is reset, at once, on every backend and mode
-//! (run-to-completion, queue-pair mode's relays, kernel sockets), as the
-//! kernel-socket backend always did (`SO_LINGER` 0). An AF_XDP service used
+//! their peers: every one its handler does not close itself at the stop
+//! (`ConnHandler::on_stop`'s default: the echo server's, hyper's here) is
+//! reset, at once, on every backend and mode (run-to-completion,
+//! queue-pair mode's relays, kernel sockets), as the kernel-socket backend
+//! always did (`SO_LINGER` 0). (The HTTP server closes its idle ones with
+//! a FIN: `tcp_graceful_stop.rs`.) An AF_XDP service used
 //! to stop silently: its clients kept their connections ESTABLISHED until
 //! they next sent (the namespace's kernel answered that with an RST), and
 //! pools kept dead connections. The summary's counters add up: every
@@ -20,43 +23,6 @@ const PORT: &str = "8086";
 /// Keep-alive connections held when the service stops.
 const CLIENTS: usize = 20;
 
-/// Kernel clients: `argv[3]` keep-alive connections to `argv[1]:argv[2]`,
-/// each with one request answered; prints `ready`, then waits (at most
-/// `argv[4]` seconds) for each connection to end and prints how they
-/// ended: `{"RST": n, "FIN": n, "open": n}`.
-const HOLD: &str = r#"
-import json, select, socket, sys, time
-host, port, n, wait = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
-socks = []
-for _ in range(n):
-    s = socket.create_connection((host, port), timeout=10)
-    assert s.getsockname()[0].startswith('10.99.'), s.getsockname()
-    s.sendall(b'GET / HTTP/1.1\r\nHost: a\r\n\r\n')
-    got = b''
-    while b'\r\n\r\n' not in got:
-        d = s.recv(4096)
-        if not d:
-            sys.exit('closed before its answer')
-        got += d
-    socks.append(s)
-print('ready', flush=True)
-ended = {}
-left = set(socks)
-deadline = time.monotonic() + wait
-while left and time.monotonic() < deadline:
-    readable, _, _ = select.select(list(left), [], [], 0.1)
-    for s in readable:
-        try:
-            if s.recv(65536):
-                continue  # the rest of an answer
-            ended[s] = 'FIN'
-        except ConnectionResetError:
-            ended[s] = 'RST'
-        left.discard(s)
-how = list(ended.values())
-print(json.dumps({'RST': how.count('RST'), 'FIN': how.count('FIN'), 'open': len(left)}), flush=True)
-"#;
-
 /// Starts `args` on the bed, holds [`CLIENTS`] keep-alive connections to
 /// it, stops it (SIGTERM) and checks that every client saw its connection
 /// reset within a few seconds (not held open until its 20 s wait ends),
@@ -67,7 +33,7 @@ fn stop_resets(bed: &Bed, args: &[&str]) {
     let mut clients = peer_py_spawn(
         bed,
         60,
-        HOLD,
+        HOLD_KEEPALIVE,
         &["10.99.0.1", PORT, &CLIENTS.to_string(), "20"],
     );
     let mut out = BufReader::new(clients.stdout.take().unwrap());
@@ -128,7 +94,8 @@ fn a_stopped_service_resets_its_open_connections() {
         &["--backend", "xdp", "--mode", "queue-pair"],
         &["--backend", "kernel", "--mode", "rtc"],
     ] {
-        let args = [&["http-server", "--port", PORT][..], &own, model].concat();
+        // The echo server echoes the clients' requests: their answers.
+        let args = [&["echo-server", "--port", PORT][..], &own, model].concat();
         stop_resets(&bed, &args);
     }
     let args = [&["hyper-server", "--port", PORT][..], &own].concat();

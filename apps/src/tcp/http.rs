@@ -12,13 +12,23 @@
 //! the peer's FIN, [`LINGER`] at most (up to a second more: it is looked for
 //! once a second), and closes then, so that no reset for unread bytes
 //! destroys that response.
+//!
+//! At the service's stop (`ConnHandler::on_stop`, nginx's graceful
+//! shutdown alike) a connection between requests is closed at once (a
+//! FIN: its client sees the end of the stream, not a reset, and opens
+//! another elsewhere); one in the middle of a request gets that response,
+//! saying `Connection: close` if it is still to be made (RFC 9112 §9.6),
+//! and is closed once it went. The stop waits for those, for its drain;
+//! what is still open after it is reset.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use flowlane_app::conn_state::{export_entry, import_entry};
-use flowlane_app::{CloseReason, ConnHandle, ConnHandler, ConnMap, ConnState, Net, SynFilter};
+use flowlane_app::{
+    AtStop, CloseReason, ConnHandle, ConnHandler, ConnMap, ConnState, Net, SynFilter,
+};
 use serde::Serialize;
 
 use super::http_framing::{parse_head, BodySkip, Head, HeadScan, Persistence, Refusal, MAX_HEAD};
@@ -208,6 +218,10 @@ struct HttpConn {
     /// starts with stands.
     scan: HeadScan,
     phase: Phase,
+    /// The service is stopping: the next response is the last (it says
+    /// `Connection: close`), and the connection closes once nothing is
+    /// owed either way.
+    stopping: bool,
 }
 
 /// What answering the requests held came to.
@@ -286,6 +300,10 @@ impl HttpConn {
         // response is the last on the connection (RFC 9112 §9.6). One that
         // cannot be read follows still: it is refused next (400).
         if peer_done && matches!(parse_head(&self.input[self.pos..]), Ok(None)) {
+            p = Persistence::Close;
+        }
+        // The service is stopping: this response is the last.
+        if self.stopping {
             p = Persistence::Close;
         }
         self.request_began = None;
@@ -497,6 +515,14 @@ impl Http {
                             st.active = now;
                             st.request_began.get_or_insert(now);
                         }
+                        Err(_) if st.stopping && st.between_requests() => {
+                            // Stopping, and nothing owed either way (the
+                            // response under way at the stop went): the
+                            // end of the stream, a FIN.
+                            let _ = net.close(conn);
+                            st.phase = Phase::Closed;
+                            return;
+                        }
                         Err(_) => {
                             // Nothing more to read for now: memory past
                             // what the connection holds goes back (not on
@@ -597,6 +623,16 @@ impl ConnHandler for Http {
     }
     fn on_tick(&mut self, net: &mut dyn Net) {
         self.sweep(net);
+    }
+    /// Closes the connection once nothing is owed either way: at once
+    /// between requests, after the response under way otherwise (module
+    /// docs); one already closing finishes as it was.
+    fn on_stop(&mut self, net: &mut dyn Net, conn: ConnHandle) -> AtStop {
+        if let Some(st) = self.conns.get_mut(conn) {
+            st.stopping = true;
+        }
+        self.drive(net, conn);
+        AtStop::Finish
     }
 }
 
@@ -792,6 +828,53 @@ mod tests {
         net.peer_fin = true;
         h.on_peer_closed(&mut net, c());
         assert!(net.closed() && !net.reset);
+    }
+
+    /// At the stop a connection between requests is closed at once (a
+    /// FIN); one whose response is under way is closed once it went; a
+    /// request still coming is answered `Connection: close`, then the
+    /// connection closes.
+    #[test]
+    fn a_stop_closes_idle_connections_and_finishes_responses_under_way() {
+        // Between requests.
+        let (mut h, _) = server(None);
+        let mut net = fake();
+        net.inbox = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n".to_vec();
+        h.on_accept(&mut net, c());
+        h.on_data(&mut net, c());
+        assert!(!net.did("close"));
+        assert_eq!(h.on_stop(&mut net, c()), AtStop::Finish);
+        assert!(net.closed(), "{:?}", net.calls);
+        // A response under way: the rest goes, then the close.
+        let (mut h, _) = server(None);
+        let mut net = fake();
+        net.send_room = Some(10);
+        net.inbox = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n".to_vec();
+        h.on_accept(&mut net, c());
+        h.on_data(&mut net, c());
+        assert_eq!(h.on_stop(&mut net, c()), AtStop::Finish);
+        assert!(!net.did("close"), "closed with the response unsent");
+        net.send_room = None;
+        h.on_writable(&mut net, c());
+        assert!(
+            net.sent_text().ends_with("\r\n\r\nhi"),
+            "{}",
+            net.sent_text()
+        );
+        assert!(net.closed(), "{:?}", net.calls);
+        // A request coming in part: answered as the last one.
+        let (mut h, counters) = server(None);
+        let mut net = fake();
+        net.inbox = b"GET / HTTP/1.1\r\n".to_vec();
+        h.on_accept(&mut net, c());
+        h.on_data(&mut net, c());
+        assert_eq!(h.on_stop(&mut net, c()), AtStop::Finish);
+        assert!(!net.did("close") && !net.did("shutdown"));
+        net.inbox.extend_from_slice(b"Host: a\r\n\r\n");
+        h.on_data(&mut net, c());
+        assert_eq!(answered(&counters), 1);
+        assert!(net.sent_text().contains("Connection: close\r\n"));
+        assert!(net.did("shutdown"), "{:?}", net.calls);
     }
 
     #[test]

@@ -243,6 +243,44 @@ impl Drop for App {
     }
 }
 
+/// Kernel clients: `argv[3]` keep-alive connections to `argv[1]:argv[2]`,
+/// each with one HTTP request answered (up to the end of a head: an echo
+/// server's echo answers too); prints `ready`, then waits (at most
+/// `argv[4]` seconds) for each connection to end and prints how they
+/// ended: `{"RST": n, "FIN": n, "open": n}`.
+pub(crate) const HOLD_KEEPALIVE: &str = r#"
+import json, select, socket, sys, time
+host, port, n, wait = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+socks = []
+for _ in range(n):
+    s = socket.create_connection((host, port), timeout=10)
+    assert s.getsockname()[0].startswith('10.99.'), s.getsockname()
+    s.sendall(b'GET / HTTP/1.1\r\nHost: a\r\n\r\n')
+    got = b''
+    while b'\r\n\r\n' not in got:
+        d = s.recv(4096)
+        if not d:
+            sys.exit('closed before its answer')
+        got += d
+    socks.append(s)
+print('ready', flush=True)
+ended = {}
+left = set(socks)
+deadline = time.monotonic() + wait
+while left and time.monotonic() < deadline:
+    readable, _, _ = select.select(list(left), [], [], 0.1)
+    for s in readable:
+        try:
+            if s.recv(65536):
+                continue  # the rest of an answer
+            ended[s] = 'FIN'
+        except ConnectionResetError:
+            ended[s] = 'RST'
+        left.discard(s)
+how = list(ended.values())
+print(json.dumps({'RST': how.count('RST'), 'FIN': how.count('FIN'), 'open': len(left)}), flush=True)
+"#;
+
 /// The summary line's total TCP counters.
 pub(crate) fn totals(lines: &[Value]) -> Value {
     let s = lines

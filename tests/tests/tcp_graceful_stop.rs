@@ -1,0 +1,174 @@
+//! A stopping HTTP server stops gracefully (nginx's graceful shutdown
+//! alike, through `ConnHandler::on_stop`): an idle keep-alive client sees
+//! the end of its stream (a FIN), not a reset; a client in the middle of
+//! a slow response gets all of it, then the end of the stream, within the
+//! stop's drain (2 s); a response still going when the drain ends is
+//! reset, not cut short with a FIN that would pass it for a whole one.
+//! Run to completion on AF_XDP and on kernel sockets. (Queue-pair mode's
+//! relays and hyper do not take part yet: `tcp_stop_resets.rs`.)
+
+mod tcp_common;
+
+use std::io::{BufRead, BufReader};
+
+use flowlane_tests::{require_root, Bed};
+use serde_json::Value;
+use tcp_common::*;
+
+const PORT: &str = "8087";
+/// Keep-alive connections held when the service stops.
+const CLIENTS: usize = 10;
+/// The response's body: bytes enough that a reader whose receive buffer
+/// is small takes a while over it.
+const BODY: usize = 100_000;
+
+/// Kernel client with a small receive buffer: one HTTP request to
+/// `argv[1]:argv[2]`; once the head of its response came it prints
+/// `ready`, then reads `argv[4]` bytes every `argv[3]` seconds until the
+/// connection ends, and prints how: `{"end": "FIN"|"RST"|"open", "body":
+/// bytes of body read, "length": its Content-Length, "after_s": seconds
+/// from `ready` to the end}`.
+const SLOW_READER: &str = r#"
+import json, re, socket, sys, time
+host, port, pace, chunk = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+s.settimeout(20)
+s.connect((host, port))
+s.sendall(b'GET / HTTP/1.1\r\nHost: a\r\n\r\n')
+got = b''
+while b'\r\n\r\n' not in got:
+    d = s.recv(chunk)
+    if not d:
+        sys.exit('closed before its head')
+    got += d
+print('ready', flush=True)
+t0 = time.monotonic()
+end = 'open'
+while time.monotonic() - t0 < 15:
+    time.sleep(pace)
+    try:
+        d = s.recv(chunk)
+    except ConnectionResetError:
+        end = 'RST'
+        break
+    if not d:
+        end = 'FIN'
+        break
+    got += d
+head, body = got.split(b'\r\n\r\n', 1)
+length = int(re.search(rb'Content-Length: (\d+)', head).group(1))
+print(json.dumps({'end': end, 'body': len(body), 'length': length,
+                  'after_s': round(time.monotonic() - t0, 2)}), flush=True)
+"#;
+
+/// The models that stop gracefully.
+fn models() -> [&'static [&'static str]; 2] {
+    [
+        &["--backend", "xdp", "--mode", "rtc"],
+        &["--backend", "kernel", "--mode", "rtc"],
+    ]
+}
+
+/// Runs `client` (a python script printing `ready`, then one JSON line)
+/// against an HTTP server started with `args`, stops the server
+/// (SIGTERM) once the client is ready, and returns the client's line and
+/// the server's summary's total counters.
+fn stop_under(bed: &Bed, args: &[&str], client: &str, client_args: &[&str]) -> (Value, Value) {
+    let app = start(bed, args, 120);
+    let mut c = peer_py_spawn(bed, 60, client, client_args);
+    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "{args:?}: the client did not connect");
+    let stopping = std::thread::spawn(move || app.stop());
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    let _ = c.wait();
+    let how: Value = serde_json::from_str(line.trim())
+        .unwrap_or_else(|e| panic!("{args:?}: the client said {line:?}: {e}"));
+    let lines = stopping.join().unwrap();
+    let t = totals(&lines);
+    let n = |k: &str| t[k].as_u64().unwrap_or_else(|| panic!("{k} in {t}"));
+    assert_eq!(
+        n("passive_opens"),
+        n("closed"),
+        "{args:?}: opens add up to closes: {t}"
+    );
+    (how, t)
+}
+
+#[test]
+fn a_stopping_http_server_closes_idle_connections_and_finishes_responses() {
+    if !require_root("a_stopping_http_server_closes_idle_connections_and_finishes_responses") {
+        return;
+    }
+    let bed = Bed::up("dp53gs", 2);
+    let own = ["--control-socket", "none", "--daemon-socket", "none"];
+    let body = "x".repeat(BODY);
+    for model in models() {
+        // Idle keep-alive clients: each sees a FIN, none a reset.
+        let args = [&["http-server", "--port", PORT][..], &own, model].concat();
+        let (how, _) = stop_under(
+            &bed,
+            &args,
+            HOLD_KEEPALIVE,
+            &["10.99.0.1", PORT, &CLIENTS.to_string(), "20"],
+        );
+        assert_eq!(
+            how,
+            serde_json::json!({"RST": 0, "FIN": CLIENTS, "open": 0}),
+            "{model:?}: how idle keep-alive connections ended at the stop"
+        );
+        let args = [
+            &["http-server", "--port", PORT, "--body", &body][..],
+            &own,
+            model,
+        ]
+        .concat();
+        // A slow reader (4 KiB every 10 ms: well within the drain) gets
+        // the whole response, then the end of the stream.
+        let (how, _) = stop_under(
+            &bed,
+            &args,
+            SLOW_READER,
+            &["10.99.0.1", PORT, "0.01", "4096"],
+        );
+        assert_eq!(how["end"], "FIN", "{model:?}: {how}");
+        assert_eq!(how["body"], BODY, "{model:?}: the whole body: {how}");
+        assert_eq!(how["length"], BODY, "{model:?}: {how}");
+        // Slower (1 KiB every 50 ms: 5 s for the body): served through
+        // the drain, then reset at its end, never ended with a FIN that
+        // would pass a cut-short body for a whole one. On kernel sockets
+        // the kernel may have taken the whole response into the socket by
+        // then: it sends it all after the service ends, then its FIN.
+        let (how, t) = stop_under(
+            &bed,
+            &args,
+            SLOW_READER,
+            &["10.99.0.1", PORT, "0.05", "1024"],
+        );
+        let kernel = model.contains(&"kernel");
+        match how["end"].as_str() {
+            Some("FIN") if kernel => {
+                assert_eq!(
+                    how["body"], BODY,
+                    "{model:?}: a FIN, so the whole body: {how}"
+                );
+                continue;
+            }
+            Some("RST") => {}
+            _ => panic!("{model:?}: not reset at the drain's end: {how}"),
+        }
+        assert!(
+            how["body"].as_u64().unwrap() < BODY as u64,
+            "{model:?}: {how}"
+        );
+        let after = how["after_s"].as_f64().unwrap();
+        assert!(
+            (1.5..6.0).contains(&after),
+            "{model:?}: reset {after} s after the stop, not at the drain's end: {how}"
+        );
+        assert!(t["resets_out"].as_u64().unwrap() >= 1, "{model:?}: {t}");
+    }
+}
