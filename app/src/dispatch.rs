@@ -196,6 +196,22 @@ impl Dispatcher {
         }
     }
 
+    /// The connections left to the stop's reset: those whose handler
+    /// answered [`AtStop::Reset`] at [`Dispatcher::stop`] and has not
+    /// closed them since (none before the stop). A backend that resets
+    /// them before its drain ends (queue-pair mode's threads, which have
+    /// no drain of their own) takes them from here.
+    pub fn resetting(&self) -> Vec<ConnHandle> {
+        if !self.stopping {
+            return Vec::new();
+        }
+        self.owners
+            .iter()
+            .filter(|(_, o)| !o.finishing && !o.write_shut)
+            .map(|(c, _)| c)
+            .collect()
+    }
+
     /// Whether [`Dispatcher::stop`] has run.
     pub fn stopping(&self) -> bool {
         self.stopping

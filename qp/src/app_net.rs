@@ -229,6 +229,9 @@ pub(crate) struct QpNet {
     answers: Receiver<ConnectAnswer>,
     /// Per core: answers to come for connects not waited for to the end.
     owed: Vec<u32>,
+    /// A core told that the service is stopping ([`ToApp::Stopping`]),
+    /// not yet taken by the thread's pass ([`QpNet::take_stopping`]).
+    stopping: bool,
 }
 
 impl QpNet {
@@ -266,7 +269,14 @@ impl QpNet {
             tx_waiting: (0..n).map(|_| VecDeque::new()).collect(),
             answers,
             owed: vec![0; n],
+            stopping: false,
         }
+    }
+
+    /// Whether a core told that the service is stopping since the last
+    /// call.
+    pub(crate) fn take_stopping(&mut self) -> bool {
+        std::mem::take(&mut self.stopping)
     }
 
     /// Whether every core this thread serves has started (the handlers
@@ -522,6 +532,7 @@ impl QpNet {
                     self.core_closed(index, reason);
                 }
             }
+            ToApp::Stopping => self.stopping = true,
             ToApp::Moved { from, old, conn } => {
                 let Some(c) = self.by_core[from as usize]
                     .get(&old)

@@ -87,6 +87,9 @@ impl AppThread {
     fn pass(&mut self) {
         self.net.grant_writable();
         self.dispatch();
+        if self.net.take_stopping() {
+            self.stop();
+        }
         self.beat.beat();
         self.app.tick(&mut self.net);
         self.dispatch();
@@ -97,6 +100,19 @@ impl AppThread {
                 .fetch_add(refused - self.refused_added, Ordering::Relaxed);
             self.refused_added = refused;
         }
+    }
+
+    /// The service is stopping (its first core said so): the handlers
+    /// hear of each connection ([`Dispatcher::stop`], once), and those
+    /// they leave to the reset are aborted now (RFC 9293 §3.10.5): this
+    /// thread's cores wait for every connection's end, for their drain,
+    /// as for the closes of those the handlers finish.
+    fn stop(&mut self) {
+        self.app.stop(&mut self.net);
+        for conn in self.app.resetting() {
+            let _ = self.net.abort(conn);
+        }
+        self.dispatch();
     }
 
     /// Dispatches the queued events, then the `Closed` of connections

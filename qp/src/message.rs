@@ -111,6 +111,12 @@ pub(crate) enum ToApp {
     /// bucket, and this core's stack could not take it: it is gone. The
     /// thread ends it and settles with `from`.
     MoveFailed { from: u32, old: ConnHandle },
+    /// The service is stopping (the core's listeners closed): the thread
+    /// asks its handlers about each connection
+    /// ([`flowlane_app::ConnHandler::on_stop`]), once, and aborts those
+    /// left to the reset; the core waits for the others' closes, for its
+    /// drain at most. Told once by each core.
+    Stopping,
 }
 
 /// From an application thread to a network core.

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 use flowlane_app::{
-    CloseReason, ConnHandle, ConnHandler, ConnMap, ConnState, Error, Net, Placement, SynFilter,
-    Wake,
+    AtStop, CloseReason, ConnHandle, ConnHandler, ConnMap, ConnState, Error, Net, Placement,
+    SynFilter, Wake,
 };
 
 use crate::heartbeat::{coarse_now, Heartbeat};
@@ -183,6 +183,8 @@ pub(crate) struct Relay {
     /// The threads this relay found ended for good (not only stalled):
     /// they will never settle their moves, which are forgotten then.
     ended: Vec<bool>,
+    /// The threads told that the service is stopping ([`ToApp::Stopping`]).
+    stop_told: Vec<bool>,
     counts: Arc<RelayCounts>,
 }
 
@@ -235,6 +237,7 @@ impl Relay {
             rx_waiting: VecDeque::new(),
             dead: vec![false; n],
             ended: vec![false; n],
+            stop_told: vec![false; n],
             counts: threads.counts,
             core,
             owner,
@@ -760,6 +763,24 @@ impl ConnHandler for Relay {
             r.peer_closed = true;
         }
         self.pull(net, conn);
+    }
+
+    /// The service is stopping: the connection's thread hears it (once)
+    /// and its handler decides (`ToApp::Stopping`); the core waits for its
+    /// close, or its abort where the handler leaves it to the reset. A
+    /// connection whose thread is dead, or still opening, is left to the
+    /// reset.
+    fn on_stop(&mut self, _net: &mut dyn Net, conn: ConnHandle) -> AtStop {
+        let Some(thread) = self.conns.get(conn).map(|r| r.thread) else {
+            return AtStop::Reset;
+        };
+        if self.dead[thread as usize] {
+            return AtStop::Reset;
+        }
+        if !std::mem::replace(&mut self.stop_told[thread as usize], true) {
+            self.tell(thread, ToApp::Stopping);
+        }
+        AtStop::Finish
     }
 
     fn on_closed(&mut self, _net: &mut dyn Net, conn: ConnHandle, reason: CloseReason) {

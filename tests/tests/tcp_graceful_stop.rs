@@ -4,8 +4,9 @@
 //! a slow response gets all of it, then the end of the stream, within the
 //! stop's drain (2 s); a response still going when the drain ends is
 //! reset, not cut short with a FIN that would pass it for a whole one.
-//! Run to completion on AF_XDP and on kernel sockets. (Queue-pair mode's
-//! relays and hyper do not take part yet: `tcp_stop_resets.rs`.)
+//! In every execution model (`MODELS`): run to completion and queue-pair
+//! mode, on AF_XDP and on kernel sockets. (hyper does not take part yet:
+//! `tcp_stop_resets.rs`.)
 
 mod tcp_common;
 
@@ -62,14 +63,6 @@ print(json.dumps({'end': end, 'body': len(body), 'length': length,
                   'after_s': round(time.monotonic() - t0, 2)}), flush=True)
 "#;
 
-/// The models that stop gracefully.
-fn models() -> [&'static [&'static str]; 2] {
-    [
-        &["--backend", "xdp", "--mode", "rtc"],
-        &["--backend", "kernel", "--mode", "rtc"],
-    ]
-}
-
 /// Runs `client` (a python script printing `ready`, then one JSON line)
 /// against an HTTP server started with `args`, stops the server
 /// (SIGTERM) once the client is ready, and returns the client's line and
@@ -106,7 +99,7 @@ fn a_stopping_http_server_closes_idle_connections_and_finishes_responses() {
     let bed = Bed::up("dp53gs", 2);
     let own = ["--control-socket", "none", "--daemon-socket", "none"];
     let body = "x".repeat(BODY);
-    for model in models() {
+    for model in MODELS {
         // Idle keep-alive clients: each sees a FIN, none a reset.
         let args = [&["http-server", "--port", PORT][..], &own, model].concat();
         let (how, _) = stop_under(
