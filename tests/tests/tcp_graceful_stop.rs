@@ -1,12 +1,12 @@
-//! A stopping HTTP server stops gracefully (nginx's graceful shutdown
+//! A stopping HTTP server (http-server, hyper-server) stops gracefully (nginx's graceful shutdown
 //! alike, through `ConnHandler::on_stop`): an idle keep-alive client sees
 //! the end of its stream (a FIN), not a reset; a client in the middle of
 //! a slow response gets all of it, then the end of the stream, within the
 //! stop's drain (2 s); a response still going when the drain ends is
 //! reset, not cut short with a FIN that would pass it for a whole one.
 //! In every execution model (`MODELS`): run to completion and queue-pair
-//! mode, on AF_XDP and on kernel sockets. (hyper does not take part yet:
-//! `tcp_stop_resets.rs`.)
+//! mode, on AF_XDP and on kernel sockets; and hyper-server, through
+//! flowlane-tokio's stop signal and hyper's own graceful shutdown.
 
 mod tcp_common;
 
@@ -16,7 +16,10 @@ use flowlane_tests::{require_root, Bed};
 use serde_json::Value;
 use tcp_common::*;
 
-const PORT: &str = "8087";
+/// http-server's port; hyper-server's is the next (a kernel-socket
+/// service's connections in TIME-WAIT hold its port against an AF_XDP
+/// service's for a while).
+const PORT: u16 = 8087;
 /// Keep-alive connections held when the service stops.
 const CLIENTS: usize = 10;
 /// The response's body: bytes enough that a reader whose receive buffer
@@ -58,7 +61,7 @@ while time.monotonic() - t0 < 15:
         break
     got += d
 head, body = got.split(b'\r\n\r\n', 1)
-length = int(re.search(rb'Content-Length: (\d+)', head).group(1))
+length = int(re.search(rb'content-length: (\d+)', head, re.I).group(1))
 print(json.dumps({'end': end, 'body': len(body), 'length': length,
                   'after_s': round(time.monotonic() - t0, 2)}), flush=True)
 "#;
@@ -91,77 +94,86 @@ fn stop_under(bed: &Bed, args: &[&str], client: &str, client_args: &[&str]) -> (
     (how, t)
 }
 
+/// The three stops of `service` (its name and flags) in `model`: idle
+/// keep-alive clients see a FIN; a reader fast enough gets the whole
+/// response, then a FIN; a slower one is reset at the drain's end.
+fn stops_gracefully(bed: &Bed, service: &[&str], port: u16, model: &[&str]) {
+    let port = port.to_string();
+    let port = port.as_str();
+    let own = ["--control-socket", "none", "--daemon-socket", "none"];
+    let body = "x".repeat(BODY);
+    let what = [service, model].concat();
+    // Idle keep-alive clients: each sees a FIN, none a reset.
+    let args = [service, &["--port", port][..], &own, model].concat();
+    let (how, _) = stop_under(
+        bed,
+        &args,
+        HOLD_KEEPALIVE,
+        &["10.99.0.1", port, &CLIENTS.to_string(), "20"],
+    );
+    assert_eq!(
+        how,
+        serde_json::json!({"RST": 0, "FIN": CLIENTS, "open": 0}),
+        "{what:?}: how idle keep-alive connections ended at the stop"
+    );
+    let args = [service, &["--port", port, "--body", &body][..], &own, model].concat();
+    // A slow reader (4 KiB every 10 ms: well within the drain) gets the
+    // whole response, then the end of the stream.
+    let (how, _) = stop_under(
+        bed,
+        &args,
+        SLOW_READER,
+        &["10.99.0.1", port, "0.01", "4096"],
+    );
+    assert_eq!(how["end"], "FIN", "{what:?}: {how}");
+    assert_eq!(how["body"], BODY, "{what:?}: the whole body: {how}");
+    assert_eq!(how["length"], BODY, "{what:?}: {how}");
+    // Slower (1 KiB every 50 ms: 5 s for the body): served through the
+    // drain, then reset at its end, never ended with a FIN that would pass
+    // a cut-short body for a whole one. On kernel sockets the kernel may
+    // have taken the whole response into the socket by then: it sends it
+    // all after the service ends, then its FIN.
+    let (how, t) = stop_under(
+        bed,
+        &args,
+        SLOW_READER,
+        &["10.99.0.1", port, "0.05", "1024"],
+    );
+    match how["end"].as_str() {
+        Some("FIN") if model.contains(&"kernel") => {
+            assert_eq!(
+                how["body"], BODY,
+                "{what:?}: a FIN, so the whole body: {how}"
+            );
+            return;
+        }
+        Some("RST") => {}
+        _ => panic!("{what:?}: not reset at the drain's end: {how}"),
+    }
+    assert!(
+        how["body"].as_u64().unwrap() < BODY as u64,
+        "{what:?}: {how}"
+    );
+    let after = how["after_s"].as_f64().unwrap();
+    assert!(
+        (1.5..6.0).contains(&after),
+        "{what:?}: reset {after} s after the stop, not at the drain's end: {how}"
+    );
+    assert!(t["resets_out"].as_u64().unwrap() >= 1, "{what:?}: {t}");
+}
+
 #[test]
 fn a_stopping_http_server_closes_idle_connections_and_finishes_responses() {
     if !require_root("a_stopping_http_server_closes_idle_connections_and_finishes_responses") {
         return;
     }
     let bed = Bed::up("dp53gs", 2);
-    let own = ["--control-socket", "none", "--daemon-socket", "none"];
-    let body = "x".repeat(BODY);
     for model in MODELS {
-        // Idle keep-alive clients: each sees a FIN, none a reset.
-        let args = [&["http-server", "--port", PORT][..], &own, model].concat();
-        let (how, _) = stop_under(
-            &bed,
-            &args,
-            HOLD_KEEPALIVE,
-            &["10.99.0.1", PORT, &CLIENTS.to_string(), "20"],
-        );
-        assert_eq!(
-            how,
-            serde_json::json!({"RST": 0, "FIN": CLIENTS, "open": 0}),
-            "{model:?}: how idle keep-alive connections ended at the stop"
-        );
-        let args = [
-            &["http-server", "--port", PORT, "--body", &body][..],
-            &own,
-            model,
-        ]
-        .concat();
-        // A slow reader (4 KiB every 10 ms: well within the drain) gets
-        // the whole response, then the end of the stream.
-        let (how, _) = stop_under(
-            &bed,
-            &args,
-            SLOW_READER,
-            &["10.99.0.1", PORT, "0.01", "4096"],
-        );
-        assert_eq!(how["end"], "FIN", "{model:?}: {how}");
-        assert_eq!(how["body"], BODY, "{model:?}: the whole body: {how}");
-        assert_eq!(how["length"], BODY, "{model:?}: {how}");
-        // Slower (1 KiB every 50 ms: 5 s for the body): served through
-        // the drain, then reset at its end, never ended with a FIN that
-        // would pass a cut-short body for a whole one. On kernel sockets
-        // the kernel may have taken the whole response into the socket by
-        // then: it sends it all after the service ends, then its FIN.
-        let (how, t) = stop_under(
-            &bed,
-            &args,
-            SLOW_READER,
-            &["10.99.0.1", PORT, "0.05", "1024"],
-        );
-        let kernel = model.contains(&"kernel");
-        match how["end"].as_str() {
-            Some("FIN") if kernel => {
-                assert_eq!(
-                    how["body"], BODY,
-                    "{model:?}: a FIN, so the whole body: {how}"
-                );
-                continue;
-            }
-            Some("RST") => {}
-            _ => panic!("{model:?}: not reset at the drain's end: {how}"),
-        }
-        assert!(
-            how["body"].as_u64().unwrap() < BODY as u64,
-            "{model:?}: {how}"
-        );
-        let after = how["after_s"].as_f64().unwrap();
-        assert!(
-            (1.5..6.0).contains(&after),
-            "{model:?}: reset {after} s after the stop, not at the drain's end: {how}"
-        );
-        assert!(t["resets_out"].as_u64().unwrap() >= 1, "{model:?}: {t}");
+        stops_gracefully(&bed, &["http-server"], PORT, model);
+    }
+    // hyper's own graceful shutdown, on application threads over either
+    // backend.
+    for backend in ["xdp", "kernel"] {
+        stops_gracefully(&bed, &["hyper-server"], PORT + 1, &["--backend", backend]);
     }
 }

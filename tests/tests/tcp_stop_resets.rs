@@ -1,10 +1,10 @@
 //! A service stopped (SIGTERM) with keep-alive connections open tells
 //! their peers: every one its handler does not close itself at the stop
-//! (`ConnHandler::on_stop`'s default: the echo server's, hyper's here) is
+//! (`ConnHandler::on_stop`'s default: the echo server's here) is
 //! reset, at once, on every backend and mode (run-to-completion,
 //! queue-pair mode's relays, kernel sockets), as the kernel-socket backend
-//! always did (`SO_LINGER` 0). (The HTTP server closes its idle ones with
-//! a FIN: `tcp_graceful_stop.rs`.) An AF_XDP service used
+//! always did (`SO_LINGER` 0). (The HTTP servers close their idle ones
+//! with a FIN: `tcp_graceful_stop.rs`.) An AF_XDP service used
 //! to stop silently: its clients kept their connections ESTABLISHED until
 //! they next sent (the namespace's kernel answered that with an RST), and
 //! pools kept dead connections. The summary's counters add up: every
@@ -98,6 +98,4 @@ fn a_stopped_service_resets_its_open_connections() {
         let args = [&["echo-server", "--port", PORT][..], &own, model].concat();
         stop_resets(&bed, &args);
     }
-    let args = [&["hyper-server", "--port", PORT][..], &own].concat();
-    stop_resets(&bed, &args);
 }

@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Error, FourTuple, Net, SynFilter};
+use flowlane_app::{
+    AtStop, CloseReason, ConnHandle, ConnHandler, Error, FourTuple, Net, SynFilter,
+};
 
 use crate::listener::AcceptQueue;
 use crate::pipe::{lock, release_if_empty, reserve_within, Pipe, PipeRef, ThreadShared, RX_LIMIT};
@@ -538,6 +540,19 @@ impl ConnHandler for Bridge {
         };
         for w in waiters {
             w.wake();
+        }
+    }
+
+    /// The service is stopping: the thread's [`crate::StopSignal`]s hear
+    /// it, and where the application holds one, the connection's close
+    /// (its stream dropped) is awaited; else it is left to the reset, as
+    /// before stop signals were.
+    fn on_stop(&mut self, _net: &mut dyn Net, conn: ConnHandle) -> AtStop {
+        self.thread.stop.send_replace(true);
+        if self.thread.stop.receiver_count() > 0 && self.conns.contains_key(&conn) {
+            AtStop::Finish
+        } else {
+            AtStop::Reset
         }
     }
 

@@ -54,10 +54,12 @@ mod connector;
 mod listener;
 mod pipe;
 mod runtime;
+mod stop;
 mod stream;
 
 pub use bridge::{Counters, LINGER};
 pub use connector::Connector;
 pub use listener::TcpListener;
 pub use runtime::{start, AsyncConfig, Local};
+pub use stop::StopSignal;
 pub use stream::TcpStream;

@@ -10,7 +10,7 @@ use std::task::Waker;
 
 use bytes::BytesMut;
 use flowlane_app::{CloseReason, ConnHandle, ConnInfo, Placement};
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::{oneshot, watch, Notify};
 
 use crate::stream::TcpStream;
 
@@ -216,6 +216,9 @@ pub(crate) struct ThreadShared {
     pipes: Mutex<HashMap<ConnHandle, PipeRef>>,
     /// A core found the thread stalled since the bridge last looked.
     swept: AtomicBool,
+    /// True once the service began to stop (the bridge's `on_stop`); its
+    /// receivers are the application's [`crate::StopSignal`]s.
+    pub(crate) stop: watch::Sender<bool>,
 }
 
 /// Where an opened connection's stream (or why it failed) goes.
@@ -230,6 +233,7 @@ impl Default for ThreadShared {
             opening: Mutex::default(),
             pipes: Mutex::default(),
             swept: AtomicBool::new(false),
+            stop: watch::channel(false).0,
         }
     }
 }

@@ -19,6 +19,7 @@ use crate::bridge::{Bridge, Counters};
 use crate::connector::Connector;
 use crate::listener::{AcceptQueue, TcpListener};
 use crate::pipe::{NotifyWake, StallWake, ThreadShared};
+use crate::stop::StopSignal;
 
 /// What to start.
 #[derive(Clone)]
@@ -74,6 +75,13 @@ impl Local {
     /// Where the thread runs (its CPU if pinned, its NUMA node).
     pub fn placement(&self) -> Placement {
         self.placement
+    }
+
+    /// Tells this thread's tasks when the service begins to stop, so that
+    /// they end their connections gracefully within its drain
+    /// ([`StopSignal`]).
+    pub fn stop_signal(&self) -> StopSignal {
+        StopSignal::new(&self.thread.stop)
     }
 
     /// Opens connections from this thread's cores.

@@ -20,7 +20,7 @@ use bytes::Bytes;
 use flowlane_dataplane::process_cpu_ns;
 use flowlane_dataplane::service_args::ExecMode;
 use flowlane_kernel::KernelService;
-use flowlane_tokio::{AsyncConfig, Local};
+use flowlane_tokio::{AsyncConfig, Local, StopSignal};
 use http_body_util::Full;
 use hyper::header::{self, HeaderValue};
 use hyper::service::service_fn;
@@ -94,6 +94,9 @@ struct Serve {
     idle: Option<Duration>,
     allow: AllowFrom,
     counters: Arc<HyperCounters>,
+    /// The service's stop, where it tells of one (on flowlane: its
+    /// thread's [`StopSignal`]): each connection then ends gracefully.
+    stop: Option<StopSignal>,
 }
 
 impl Serve {
@@ -133,7 +136,10 @@ fn respond(method: &hyper::Method, body: Bytes, counters: &HyperCounters) -> Res
 /// request is sent (`nc -N`, `shutdown(SHUT_WR)`): it is answered, where
 /// hyper by default takes that FIN for a request cut short and drops the
 /// connection unanswered; a FIN within a head still ends the connection
-/// unanswered.
+/// unanswered. At the service's stop ([`Serve::stop`]) the connection
+/// ends gracefully (hyper's `graceful_shutdown`): at once if it is idle
+/// between requests, else once the response under way went (keep-alive
+/// off), within the stop's drain.
 async fn serve_connection<S>(stream: S, serve: Serve)
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -144,14 +150,29 @@ where
         async move { Ok::<_, Infallible>(r) }
     });
     let io = Watched::new(stream, serve.idle, serve.counters.clone());
-    let r = hyper::server::conn::http1::Builder::new()
+    let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(serve.idle)
         .half_close(true)
         .max_buf_size(MAX_BUF)
         .max_header_size(MAX_BUF)
-        .serve_connection(TokioIo::new(io), service)
-        .await;
+        .serve_connection(TokioIo::new(io), service);
+    let mut conn = std::pin::pin!(conn);
+    let r = match serve.stop {
+        None => conn.await,
+        Some(mut stop) => {
+            let mut stopped = std::pin::pin!(stop.stopped());
+            let mut told = false;
+            std::future::poll_fn(|cx| {
+                if !told && stopped.as_mut().poll(cx).is_ready() {
+                    told = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+                conn.as_mut().poll(cx)
+            })
+            .await
+        }
+    };
     if r.is_err_and(|e| e.is_timeout()) {
         serve
             .counters
@@ -289,10 +310,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
 
 /// One application thread: accepts and spawns a task per connection on
 /// the thread's runtime.
-async fn flowlane_thread(mut local: Local, port: u16, serve: Serve) {
+async fn flowlane_thread(mut local: Local, port: u16, mut serve: Serve) {
     let Some(listener) = local.listener(port) else {
         return;
     };
+    serve.stop = Some(local.stop_signal());
     while let Ok((stream, peer)) = listener.accept().await {
         if !serve.admits(peer) {
             // Dropped: closed (lingering if it sent bytes already).
@@ -418,6 +440,7 @@ pub(super) fn run(a: HyperArgs, nic: NicAccess) -> Result<()> {
         idle: idle::limit(a.idle_timeout),
         allow: a.allow.peers(),
         counters,
+        stop: None,
     };
     if a.tokio_baseline {
         return baseline(&a, serve);
@@ -535,6 +558,7 @@ mod tests {
             idle,
             allow,
             counters: counters.clone(),
+            stop: None,
         };
         (serve, counters)
     }
