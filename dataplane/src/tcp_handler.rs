@@ -3219,6 +3219,57 @@ mod tests {
         );
     }
 
+    /// Closes each connection at the service's stop (a FIN), logging it.
+    struct CloseAtStop {
+        log: CallLog,
+    }
+
+    impl ConnHandler for CloseAtStop {
+        fn on_data(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
+        fn on_stop(&mut self, net: &mut dyn Net, conn: ConnHandle) -> flowlane_app::AtStop {
+            self.log.lock().unwrap().push("stop".into());
+            net.close(conn).unwrap();
+            flowlane_app::AtStop::Finish
+        }
+    }
+
+    /// Once the service's stop began (`TcpConfig::stopping`), the
+    /// worker's next pass asks the handlers about each connection, once
+    /// (one closed then: its peer gets our FIN, and nothing is left
+    /// finishing), and its listeners refuse new connections (an RST to
+    /// the SYN, counted).
+    #[test]
+    fn a_stop_s_first_pass_asks_the_handlers_and_refuses_new_connections() {
+        let ours: IpAddr = "10.99.0.1".parse().unwrap();
+        let ip: IpAddr = "10.99.0.2".parse().unwrap();
+        let cfg = TcpConfig::new(Ipv4Addr::new(10, 99, 0, 1), OUR_MAC, [1; 16]);
+        let stopping = cfg.stopping.clone();
+        let mut h = TcpHandler::new(&info(), cfg);
+        let log = CallLog::default();
+        h.listen(7, CloseAtStop { log: log.clone() }).unwrap();
+        let t0 = Duration::from_millis(1);
+        let mut p = LinkPeer::connect(t0, PEER_MAC, ip, 40001, ours);
+        let mut now = p.talk(&mut h, t0, (ip, ours));
+        assert_eq!(p.stack.state(p.conn), Ok(State::Established));
+        assert!(log.lock().unwrap().is_empty(), "no stop yet");
+        stopping.store(true, Ordering::Relaxed);
+        for _ in 0..2 {
+            now += Duration::from_millis(1);
+            // The worker's pass (the harness's `poll` has no application
+            // part).
+            h.pass(instant(now), now, &NoFrames, &mut NoRing);
+            exchange(&mut h, &mut [&mut p], now, (ip, ours));
+        }
+        assert_eq!(*log.lock().unwrap(), ["stop"], "asked once");
+        assert_eq!(p.stack.state(p.conn), Ok(State::CloseWait), "our FIN came");
+        let mut q = LinkPeer::connect(now, PEER_MAC, ip, 40002, ours);
+        q.talk(&mut h, now, (ip, ours));
+        assert!(q.stack.state(q.conn).is_err(), "refused");
+        h.publish();
+        let c = h.counters().snapshot();
+        assert_eq!((c.finishing, c.syn_refused), (0, 1), "{c:?}");
+    }
+
     /// An active open whose peer's MAC never resolves (nothing answers
     /// the kernel's ARP: no host at that on-link address) ends after
     /// [`UNRESOLVED_GIVE_UP`], its handler told it timed out, counted;
