@@ -447,6 +447,63 @@ mod tests {
         assert_eq!(*log.lock().unwrap(), ["data", "closed Aborted"]);
     }
 
+    /// At the stop closes the connections from port 4000, leaves the
+    /// others to the reset.
+    struct CloseSome;
+
+    impl ConnHandler for CloseSome {
+        fn on_data(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
+        fn on_stop(&mut self, net: &mut dyn Net, conn: ConnHandle) -> flowlane_app::AtStop {
+            if net.four_tuple(conn).unwrap().remote.port() == 4000 {
+                net.close(conn).unwrap();
+                flowlane_app::AtStop::Finish
+            } else {
+                flowlane_app::AtStop::Reset
+            }
+        }
+    }
+
+    /// A core's `Stopping` reaches the thread's handlers at its next
+    /// pass, once however many cores tell it: the connection a handler
+    /// closes is closed at the core, the one it leaves to the reset is
+    /// aborted there at once (the core has no other way to know).
+    #[test]
+    fn a_stopping_core_s_connections_are_closed_or_aborted_as_the_handlers_say() {
+        let (mut at, requests) = thread();
+        at.listen_boxed(80, Box::new(CloseSome)).unwrap();
+        for (i, remote) in [(3, 4000), (4, 4001)] {
+            let tuple = FourTuple {
+                local: "10.0.0.1:80".parse().unwrap(),
+                remote: std::net::SocketAddr::from(([10, 0, 0, 2], remote)),
+            };
+            let conn = ConnHandle::from_parts(i, 1);
+            at.net.take(
+                0,
+                ToApp::Accepted {
+                    conn,
+                    port: 0,
+                    tuple,
+                },
+            );
+        }
+        at.pass();
+        let _ = requests.try_iter().count();
+        at.net.take(0, ToApp::Stopping);
+        at.net.take(0, ToApp::Stopping);
+        at.pass();
+        let mut asked: Vec<(u32, &str)> = requests
+            .try_iter()
+            .flatten()
+            .filter_map(|m| match m {
+                ToCore::Close { conn } => Some((conn.index(), "close")),
+                ToCore::Abort { conn } => Some((conn.index(), "abort")),
+                _ => None,
+            })
+            .collect();
+        asked.sort();
+        assert_eq!(asked, [(3, "close"), (4, "abort")]);
+    }
+
     /// A backlog larger than a pass takes is reported, so that a loop
     /// waiting on its waker (whose wakes for the backlog collapsed into
     /// one) passes again at once; the passes then take it all.
