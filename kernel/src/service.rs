@@ -326,6 +326,7 @@ impl Drop for KernelService {
 mod tests {
     use super::*;
     use flowlane_app::{AtStop, ConnHandle, ConnHandler, Net, SetupExt};
+    use std::sync::atomic::AtomicUsize;
 
     /// Takes nothing but its connections.
     struct Nop;
@@ -368,12 +369,12 @@ mod tests {
     /// accepts.
     struct CloseLater {
         finish: bool,
-        accepted: Arc<std::sync::atomic::AtomicUsize>,
-        stopped: Vec<(ConnHandle, std::time::Duration)>,
+        accepted: Arc<AtomicUsize>,
+        stopped: Vec<(ConnHandle, Duration)>,
     }
 
     /// How long after the stop [`CloseLater`] closes its connections.
-    const LATER: std::time::Duration = std::time::Duration::from_millis(300);
+    const LATER: Duration = Duration::from_millis(300);
 
     impl ConnHandler for CloseLater {
         fn on_accept(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {
@@ -407,7 +408,7 @@ mod tests {
     fn a_stop_waits_for_the_connections_their_handler_finishes() {
         use std::io::Read;
         for (finish, port) in [(true, 47_311), (false, 47_312)] {
-            let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let accepted = Arc::new(AtomicUsize::new(0));
             let a = accepted.clone();
             let config = KernelConfig {
                 cores: vec![Placement {
@@ -428,14 +429,13 @@ mod tests {
             })
             .unwrap();
             let mut peer = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-            let start = std::time::Instant::now();
+            let start = Instant::now();
             while accepted.load(Ordering::SeqCst) == 0 {
                 assert!(start.elapsed().as_secs() < 5, "never accepted");
-                std::thread::sleep(std::time::Duration::from_millis(5));
+                std::thread::sleep(Duration::from_millis(5));
             }
             let stopping = std::thread::spawn(move || service.stop());
-            peer.set_read_timeout(Some(std::time::Duration::from_secs(5)))
-                .unwrap();
+            peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
             let got = peer.read(&mut [0u8; 8]).map_err(|e| e.kind());
             let (_, failed) = stopping.join().unwrap();
             assert_eq!(failed, None);
