@@ -593,7 +593,8 @@ fn run_backend(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
 const STALL_AFTER: Duration = Duration::from_secs(10);
 
 /// How long a stopping AF_XDP service waits at most for its connections to
-/// finish closing ([`TcpService::linger`]).
+/// finish: those its handlers end gracefully at the stop, and closes under
+/// way ([`TcpService::linger`], the drain).
 const LINGER: Duration = Duration::from_secs(2);
 
 /// Starts queue-pair mode's application threads, each set up by `setup`.
@@ -871,10 +872,12 @@ fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
     };
     let r = wait(c, &signals, &mut running, &results.rx, expect);
     drop(running);
-    // The closes the application made last (in queue-pair mode still on
-    // their way to the cores) get their FINs out and acknowledged first;
-    // the stop then resets every connection still open (`TcpService::stop`),
-    // as the kernel backend's does.
+    // The stop begins: listeners closed, the handlers told
+    // (`ConnHandler::on_stop`: an HTTP server's idle connections get a FIN,
+    // its responses under way finish), and the closes the application made
+    // last (in queue-pair mode still on their way to the cores) get their
+    // FINs out and acknowledged; the stop then resets every connection
+    // still open (`TcpService::stop`), as the kernel backend's does.
     if !service.linger(LINGER) {
         tracing::info!("stopping with connections still closing after {LINGER:?}");
     }
