@@ -121,25 +121,45 @@ const IMPORT_AHEAD: usize = 4;
 /// (a round) takes at least this long, so that each judgement covers it.
 pub(crate) const PARK_IDLE: crate::time::Duration = crate::time::Duration::from_secs(1);
 
+/// The [`PARK_IDLE`]-long period `now` falls in (wrapping): what a slot's
+/// park mark is dated with.
+fn park_epoch(now: Instant) -> u8 {
+    (now.as_millis() / PARK_IDLE.as_millis()) as u8
+}
+
 /// A parked connection touched by a segment or a call
 /// ([`Flags::RCV_PARKED`]): one that has received a segment's worth since
-/// it was parked (`mark`: RCV.NXT then) shows it needs more than the
-/// floor, so its window is charged again, past the budget if it must (the
-/// offer stands), and it shares the budget as before. Any other stays
-/// parked, charged nothing and offered no window past the floor
-/// (`RecvMemory::of`): a trickle neither charges it again nor makes it
-/// divide the budget.
+/// its mark (RCV.NXT when it was parked, looked at by the look for
+/// connections to park, or last started here) within the
+/// [`PARK_IDLE`]-long period the mark was made in (`epoch`, [`park_epoch`])
+/// shows it needs more than the floor, as the look would judge it: its
+/// window is charged again, past the budget if it must (the offer
+/// stands), and it shares the budget as before. A segment's worth
+/// collected over longer (half a segment a second) is still a trickle:
+/// the mark starts again from here. Any other stays parked, charged
+/// nothing and offered no window past the floor (`RecvMemory::of`): a
+/// trickle neither charges it again nor makes it divide the budget.
+/// (Charged again for every segment's worth, however slowly collected,
+/// such connections were unparked with the windows they had been offered
+/// while most others were parked, and parked again with those offers
+/// standing: the committed memory climbed to a multiple of the budget.)
 #[cold]
 #[inline(never)]
 fn touch_parked(
     conn: &mut Connection,
-    mark: SeqNumber,
+    (mark, epoch): (&mut SeqNumber, &mut u8),
+    now: Instant,
     cfg: &Config,
-    parked: &mut usize,
-    committed: &mut usize,
+    (parked, committed): (&mut usize, &mut usize),
 ) {
     let floor = usize::from(cfg.mss);
-    if conn.rcv.nxt.saturating_sub(mark) >= floor {
+    if conn.rcv.nxt.saturating_sub(*mark) < floor {
+        return;
+    }
+    let within = *epoch == park_epoch(now);
+    *mark = conn.rcv.nxt;
+    *epoch = park_epoch(now);
+    if within {
         conn.flags.clear(Flags::RCV_PARKED);
         *parked -= 1;
         *committed += conn.rcv_commitment(floor);
@@ -179,6 +199,9 @@ struct Slot {
     /// to date after each call that may change it (in the padding after
     /// the flags: the slot does not grow).
     counted: State,
+    /// When `park_mark` was made ([`park_epoch`]; the byte of padding
+    /// left after `counted`).
+    park_epoch: u8,
     /// The listener that accepted the connection (4 bytes, not the 8 of
     /// an `Option<ListenerId>`: the slot's budget).
     listener: SlotListener,
@@ -1147,6 +1170,7 @@ impl Stack {
                     wheel_pos: WheelPos::NONE,
                     listener: SlotListener::NONE,
                     park_mark: SeqNumber(0),
+                    park_epoch: 0,
                     link: Link::NONE,
                     conn: None,
                 });
@@ -1187,6 +1211,7 @@ impl Stack {
         // pressure judges nothing (it has no earlier mark), the next one
         // what it received in between.
         slot.park_mark = conn.rcv.nxt - floor;
+        slot.park_epoch = park_epoch(self.now);
         self.rcv_committed += conn.rcv_commitment(floor);
         self.sharing += usize::from(!conn.in_backlog());
         self.by_state[conn.state.index()] += 1;
@@ -1292,7 +1317,8 @@ impl Stack {
         let slot = &mut slots[idx as usize];
         let conn = slot.conn.as_mut().expect("live slot");
         if conn.flags.has(Flags::RCV_PARKED) {
-            touch_parked(conn, slot.park_mark, cfg, parked, rcv_committed);
+            let mark = (&mut slot.park_mark, &mut slot.park_epoch);
+            touch_parked(conn, mark, *now, cfg, (parked, rcv_committed));
         }
         let mem = RecvMemory::of(conn, cfg, *rcv_committed, *sharing - *parked);
         let ctx = Ctx {
@@ -1405,11 +1431,12 @@ impl Stack {
             let Some(conn) = slot.conn.as_mut() else {
                 continue;
             };
-            if slot.mem_waiting || conn.flags.has(Flags::RCV_PARKED) {
+            if conn.flags.has(Flags::RCV_PARKED) {
                 continue;
             }
             let received = conn.rcv.nxt.saturating_sub(slot.park_mark);
             slot.park_mark = conn.rcv.nxt;
+            slot.park_epoch = park_epoch(self.now);
             let idle = self.now.saturating_since(conn.timers.last_recv) >= PARK_IDLE;
             if (received >= floor && !idle) || !conn.parkable() {
                 continue;
@@ -1418,6 +1445,9 @@ impl Stack {
                 conn.renege_out_of_order(&mut self.pool, &mut self.stats);
             }
             let commitment = conn.rcv_commitment(floor);
+            // A parked connection waits for no memory (a waiter's slot
+            // stays queued until the wake passes it over).
+            conn.flags.clear(Flags::MEM_LIMITED);
             conn.flags.set(Flags::RCV_PARKED);
             self.parked += 1;
             self.stats.recv_parked += 1;

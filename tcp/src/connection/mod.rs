@@ -860,16 +860,17 @@ impl Connection {
     /// Whether the stack may park this connection's receive promise
     /// ([`Flags::RCV_PARKED`]) once it has judged that the connection
     /// needs no more than the floor: one that can still receive data (its
-    /// peer's FIN not in), no data waiting to be read, not waiting for
-    /// memory, no FIN held ahead of a hole. Out-of-order data it may still
-    /// hold is given up first ([`Connection::renege_out_of_order`]).
+    /// peer's FIN not in), no data waiting to be read, no FIN held ahead
+    /// of a hole. One waiting for memory may be (parked, it is offered the
+    /// floor it was waiting for). Out-of-order data it may still hold is
+    /// given up first ([`Connection::renege_out_of_order`]).
     pub(crate) fn parkable(&self) -> bool {
         matches!(
             self.state,
             State::Established | State::FinWait1 | State::FinWait2
         ) && !self
             .flags
-            .has(Flags::RCV_PARKED | Flags::PEER_FIN | Flags::MEM_LIMITED | Flags::FIN_AHEAD)
+            .has(Flags::RCV_PARKED | Flags::PEER_FIN | Flags::FIN_AHEAD)
             && self.recv_buf.is_empty()
     }
 
