@@ -175,6 +175,58 @@ fn tiny_budget_still_delivers() {
     assert_eq!(sim.b.stats().bytes_in, 30 * 20_000);
 }
 
+/// A connection held to the floor of receive memory (the one segment
+/// every connection may always be offered) is offered a whole segment as
+/// the scaled window field carries it: rounded down to the scale's unit
+/// (1,460 at a shift of 7 went out as 1,408), it was less than the
+/// sender's segment, and a sender that avoids the silly window syndrome
+/// (RFC 9293 §3.8.6.2.1, as Linux does) sent nothing into it but waited
+/// for its persist timer, about 200 ms a segment.
+#[test]
+fn the_floor_is_offered_as_a_whole_segment_at_any_window_scale() {
+    let mut b_cfg = sim::test_config(2);
+    b_cfg.recv_memory = 1;
+    let mut sim = Sim::new(31, link(), link(), sim::test_config(1), b_cfg);
+    let seen: std::rc::Rc<std::cell::RefCell<(Option<u8>, Vec<usize>)>> = Default::default();
+    let s = seen.clone();
+    sim.drop_filter = Some(Box::new(move |from, bytes| {
+        let (r, payload) = flowlane_wire::TcpRepr::parse_segment(bytes).unwrap();
+        let mut seen = s.borrow_mut();
+        if from == Side::B && r.flags.contains(flowlane_wire::TcpFlags::SYN) {
+            seen.0 = r.options.window_scale;
+        } else if from == Side::B && payload.is_empty() {
+            let shift = seen.0.unwrap_or(0);
+            seen.1.push(usize::from(r.window) << shift);
+        }
+        false
+    }));
+    let (a, b) = sim.establish();
+    let shift = seen.borrow().0.expect("window scaling offered");
+    assert!(shift >= 5, "a shift whose unit does not divide a segment: {shift}");
+    let mut sent = Stream::default();
+    let mut got = 0u64;
+    let mut buf = vec![0u8; 16 * 1024];
+    let limit = sim.now + Duration::from_secs(10);
+    assert!(sim.run_until(limit, |s| {
+        write(&mut s.a, a, 0, &mut sent, 100_000, &mut buf);
+        while let Ok(n) = s.b.recv(b, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            got += n as u64;
+        }
+        got == 100_000
+    }));
+    let windows = seen.borrow().1.clone();
+    let mss = usize::from(sim::test_config(2).mss);
+    let under: Vec<usize> = windows.iter().copied().filter(|&w| w < mss).collect();
+    assert!(
+        under.is_empty(),
+        "windows under a segment ({mss}) at a shift of {shift}: {under:?} of {}",
+        windows.len()
+    );
+}
+
 /// Established connections that have read and sent everything hold no
 /// buffer memory (chunks go back as data is read and acknowledged).
 #[test]

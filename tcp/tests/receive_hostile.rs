@@ -272,13 +272,14 @@ fn small_segments_close_a_full_window() {
 
 /// The same trickle against a stack whose receive memory is 16 KiB: what
 /// A takes stays within the budget, the one segment every connection may
-/// be offered beyond it, and one unit of window scale. Before, the edge's
-/// creep committed 147 KB of a 16 KiB budget.
+/// be offered beyond it (a whole number of the window scale's units:
+/// 1,536 bytes at a shift of 7), and one unit of window scale. Before,
+/// the edge's creep committed 147 KB of a 16 KiB budget.
 #[test]
 fn small_segments_stay_within_receive_memory() {
     let mut cfg = sim::test_config(1);
     cfg.recv_memory = 16 * 1024;
-    let bound = cfg.recv_memory + usize::from(cfg.mss) + 127;
+    let bound = cfg.recv_memory + usize::from(cfg.mss).next_multiple_of(128) + 127;
     let (p, taken) = trickle_into_unread(cfg, 7, 60, 2);
     assert_eq!(p.a_window(), 0, "A's window closed");
     assert!(taken <= bound, "{taken} bytes taken on a 16 KiB budget");

@@ -222,14 +222,22 @@ impl RecvMemory {
 
     /// The most the connection may hold and promise in all (queued bytes
     /// plus window), given that it holds and promises `current` now (never
-    /// taken back).
+    /// taken back), its window offered in units of `unit` bytes (the
+    /// window scale's, RFC 7323 §2.3). The floor is a whole number of
+    /// units: rounded down (1,460 bytes at a shift of 7 went out as 1,408)
+    /// it was less than the sender's segment, which a sender that avoids
+    /// the silly window syndrome (RFC 9293 §3.8.6.2.1, as Linux does) does
+    /// not send into, and the receiver's own avoidance then kept the
+    /// window from reopening: a connection held to the floor got a
+    /// segment per persist timeout, about 200 ms. (What it holds past the
+    /// segment, less than a unit, is counted against the budget.)
     #[inline]
-    pub(crate) fn limit(&self, current: usize) -> usize {
+    pub(crate) fn limit(&self, current: usize, unit: usize) -> usize {
         let mut limit = self.room();
         if let Some(share) = self.share() {
             limit = limit.min(share);
         }
-        (limit + self.floor).max(current)
+        (limit + self.floor.next_multiple_of(unit)).max(current)
     }
 }
 

@@ -226,12 +226,12 @@ impl Flags {
     /// and holding no data while the stack's receive memory was under
     /// pressure, it commits nothing (`Connection::rcv_charged` is 0),
     /// does not divide the memory and is offered no window past the floor
-    /// (`RecvMemory::of`; what it was offered before stands), until
-    /// it has received a segment's worth since: then its window is
-    /// charged again (as Linux charges an idle socket's window nothing;
-    /// what it would send is taken past the budget then, as an import's
-    /// is). A stack-wide view, cleared when the connection leaves the
-    /// stack.
+    /// (`RecvMemory::of`; what it was offered before stands), until it
+    /// receives a segment's worth within one `PARK_IDLE` period: then its
+    /// window is charged again (as Linux charges an idle socket's window
+    /// nothing; what it would send is taken past the budget then, as an
+    /// import's is). A stack-wide view, cleared when the connection leaves
+    /// the stack.
     pub(crate) const RCV_PARKED: u64 = 1 << 48;
 
     /// Whether any bit of `f` is set.
