@@ -820,8 +820,10 @@ pub struct Stats {
     /// the receive memory was under pressure (a peer that leaves holes to
     /// pin memory; a working one fills them within a few round trips).
     pub ooo_reneged: u64,
-    /// Idle connections whose receive promise was parked under memory
-    /// pressure (their windows committed nothing until they next sent).
+    /// Times a connection's receive promise was parked under memory
+    /// pressure: it received less than a segment over a second (idle or
+    /// trickling), and its window committed nothing until it received a
+    /// segment's worth within a second.
     pub recv_parked: u64,
     /// Segments failing the sequence acceptability test.
     pub unacceptable: u64,
