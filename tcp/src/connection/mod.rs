@@ -222,8 +222,8 @@ impl RecvMemory {
 
     /// The most the connection may hold and promise in all (queued bytes
     /// plus window), given that it holds and promises `current` now (never
-    /// taken back), its window offered in units of `unit` bytes (the
-    /// window scale's, RFC 7323 §2.3). The floor is a whole number of
+    /// taken back), its window offered in units of `1 << shift` bytes
+    /// (the window scale's, RFC 7323 §2.3). The floor is a whole number of
     /// units: rounded down (1,460 bytes at a shift of 7 went out as 1,408)
     /// it was less than the sender's segment, which a sender that avoids
     /// the silly window syndrome (RFC 9293 §3.8.6.2.1, as Linux does) does
@@ -232,12 +232,14 @@ impl RecvMemory {
     /// segment per persist timeout, about 200 ms. (What it holds past the
     /// segment, less than a unit, is counted against the budget.)
     #[inline]
-    pub(crate) fn limit(&self, current: usize, unit: usize) -> usize {
+    pub(crate) fn limit(&self, current: usize, shift: u8) -> usize {
         let mut limit = self.room();
         if let Some(share) = self.share() {
             limit = limit.min(share);
         }
-        (limit + self.floor.next_multiple_of(unit)).max(current)
+        // Rounded up with shifts: no division on the path of every ACK.
+        let floor = ((self.floor + (1 << shift) - 1) >> shift) << shift;
+        (limit + floor).max(current)
     }
 }
 

@@ -222,7 +222,7 @@ impl Connection {
         let queued = self.recv_buf.len();
         self.recv_buf
             .window()
-            .min(mem.limit(0, 1 << self.rcv.wscale).saturating_sub(queued))
+            .min(mem.limit(0, self.rcv.wscale).saturating_sub(queued))
     }
 
     /// The window to advertise, keeping the right edge from moving left
