@@ -202,7 +202,10 @@ fn the_floor_is_offered_as_a_whole_segment_at_any_window_scale() {
     }));
     let (a, b) = sim.establish();
     let shift = seen.borrow().0.expect("window scaling offered");
-    assert!(shift >= 5, "a shift whose unit does not divide a segment: {shift}");
+    assert!(
+        shift >= 5,
+        "a shift whose unit does not divide a segment: {shift}"
+    );
     let mut sent = Stream::default();
     let mut got = 0u64;
     let mut buf = vec![0u8; 16 * 1024];
