@@ -184,13 +184,26 @@ fn settle(a: &mut Stack, app: &mut Dispatcher, b: &mut Stack, port: &mut u16) {
     }
 }
 
+/// Two stacks back to back, as most tests here take them: `a` (10.0.0.1)
+/// with a dispatcher for its handlers, `b` (10.0.0.2) a bare peer; and the
+/// first local port `a`'s opens take.
+fn pair() -> (Stack, Stack, Dispatcher, u16) {
+    let a = Stack::new(Config::new([1; 16]));
+    let b = Stack::new(Config::new([2; 16]));
+    (a, b, Dispatcher::new(), 40000)
+}
+
+/// `handler` added to `app`, serving a listener on `a`'s port 80.
+fn serve_on_80(a: &mut Stack, app: &mut Dispatcher, handler: impl ConnHandler + 'static) {
+    let l = a.listen("10.0.0.1:80".parse().unwrap()).unwrap();
+    let h = app.add(handler);
+    app.bind_listener(l, h).unwrap();
+}
+
 #[test]
 fn events_reach_the_owning_handler() {
     let log: Log = Arc::default();
-    let mut a = Stack::new(Config::new([1; 16]));
-    let mut b = Stack::new(Config::new([2; 16]));
-    let mut app = Dispatcher::new();
-    let mut port = 40000;
+    let (mut a, mut b, mut app, mut port) = pair();
     // Handler "srv" listens on :80; "cli" opens a connection to b's :90.
     let l = a.listen("10.0.0.1:80".parse().unwrap()).unwrap();
     let srv = app.add(Rec {
@@ -277,10 +290,7 @@ impl ConnHandler for Picky {
 /// (gone at the peer too), and the dispatcher counts it.
 fn one_taken_one_refused<H: ConnHandler + 'static>(wrap: impl FnOnce(Rec) -> H) {
     let log: Log = Arc::default();
-    let mut a = Stack::new(Config::new([1; 16]));
-    let mut b = Stack::new(Config::new([2; 16]));
-    let mut app = Dispatcher::new();
-    let mut port = 40000;
+    let (mut a, mut b, mut app, mut port) = pair();
     let l = a.listen("10.0.0.1:80".parse().unwrap()).unwrap();
     let h = app.add(wrap(Rec {
         name: "srv",
@@ -434,10 +444,7 @@ impl ConnHandler for Reopen {
 #[test]
 fn a_connection_opened_right_after_an_abort_does_not_take_the_closed_one_s_on_closed() {
     let log: Log = Arc::default();
-    let mut a = Stack::new(Config::new([1; 16]));
-    let mut b = Stack::new(Config::new([2; 16]));
-    let mut app = Dispatcher::new();
-    let mut port = 40000;
+    let (mut a, mut b, mut app, mut port) = pair();
     b.listen("10.0.0.2:90".parse().unwrap()).unwrap();
     app.add(Reopen {
         log: log.clone(),
@@ -486,13 +493,8 @@ impl ConnHandler for AbortOnData {
 #[test]
 fn nothing_but_on_closed_follows_an_abort() {
     let log: Log = Arc::default();
-    let mut a = Stack::new(Config::new([1; 16]));
-    let mut b = Stack::new(Config::new([2; 16]));
-    let mut app = Dispatcher::new();
-    let mut port = 40000;
-    let l = a.listen("10.0.0.1:80".parse().unwrap()).unwrap();
-    let h = app.add(AbortOnData(log.clone()));
-    app.bind_listener(l, h).unwrap();
+    let (mut a, mut b, mut app, mut port) = pair();
+    serve_on_80(&mut a, &mut app, AbortOnData(log.clone()));
     let c = b
         .connect(
             Instant::ZERO,
@@ -589,10 +591,7 @@ fn the_dispatcher_applies_a_syn_filter_the_backend_left_to_it() {
 #[test]
 fn the_old_handle_of_a_reused_slot_reaches_nothing() {
     let log: Log = Arc::default();
-    let mut a = Stack::new(Config::new([1; 16]));
-    let mut b = Stack::new(Config::new([2; 16]));
-    let mut app = Dispatcher::new();
-    let mut port = 40000;
+    let (mut a, mut b, mut app, mut port) = pair();
     let rec = |name| Rec {
         name,
         log: log.clone(),
@@ -725,16 +724,12 @@ impl ConnHandler for EndWriting {
 fn a_writable_queued_before_a_close_is_not_delivered() {
     for close in [true, false] {
         let log: Log = Arc::default();
-        let mut a = Stack::new(Config::new([1; 16]));
-        let mut b = Stack::new(Config::new([2; 16]));
-        let mut app = Dispatcher::new();
-        let mut port = 40000;
-        let l = a.listen("10.0.0.1:80".parse().unwrap()).unwrap();
-        let h = app.add(EndWriting {
+        let (mut a, mut b, mut app, mut port) = pair();
+        let writer = EndWriting {
             log: log.clone(),
             close,
-        });
-        app.bind_listener(l, h).unwrap();
+        };
+        serve_on_80(&mut a, &mut app, writer);
         b.connect(
             Instant::ZERO,
             "10.0.0.2:5000".parse().unwrap(),
@@ -786,13 +781,8 @@ impl ConnHandler for StopBySource {
 #[test]
 fn a_stop_asks_each_connection_s_handler_once_and_counts_those_finishing() {
     let log: Log = Arc::default();
-    let mut a = Stack::new(Config::new([1; 16]));
-    let mut b = Stack::new(Config::new([2; 16]));
-    let mut app = Dispatcher::new();
-    let mut port = 40000;
-    let l = a.listen("10.0.0.1:80".parse().unwrap()).unwrap();
-    let h = app.add(StopBySource(log.clone()));
-    app.bind_listener(l, h).unwrap();
+    let (mut a, mut b, mut app, mut port) = pair();
+    serve_on_80(&mut a, &mut app, StopBySource(log.clone()));
     for p in [5000, 5001, 5002] {
         b.connect(
             Instant::ZERO,
