@@ -124,6 +124,7 @@ const QUEUE_ROWS: &[QueueRow] = &[
     row!("flowlane_tcp_connections", "Connections the queue holds, by TCP state (RFC 9293; time_wait counts compact records too); a kernel-socket service's core: those it holds open, as state open (the kernel keeps their states).", G, ["state" = "syn_sent"], |q| q.tcp.in_syn_sent),
     row!("flowlane_tcp_connections", "", G, ["state" = "syn_received"], |q| q.tcp.in_syn_received),
     row!("flowlane_tcp_connections", "", G, ["state" = "established"], |q| q.tcp.in_established),
+    row!("flowlane_tcp_stop_finishing", "Connections whose handler, at the service's stop, said it would close them itself (ConnHandler::on_stop, AtStop::Finish) and has not yet: what the stop's drain (2 s at most) waits for before it resets what is left.", G, [], |q| q.tcp.finishing),
     row!("flowlane_tcp_connections", "", G, ["state" = "fin_wait_1"], |q| q.tcp.in_fin_wait1),
     row!("flowlane_tcp_connections", "", G, ["state" = "fin_wait_2"], |q| q.tcp.in_fin_wait2),
     row!("flowlane_tcp_connections", "", G, ["state" = "closing"], |q| q.tcp.in_closing),
@@ -1001,6 +1002,7 @@ mod tests {
                 too_big_ignored: 15,
                 unreachable_ended: 16,
                 unreachable_ignored: 17,
+                finishing: 18,
                 rx_memory_peak: 65_536,
                 tx_memory_waits: 5,
                 ..Default::default()
@@ -1405,6 +1407,11 @@ mod tests {
         );
         assert!(line(&page, r#"flowlane_tcp_refused_total{service="bulk-sink",pid="41",queue="0",cpu="0",node="0",reason="syn_dropped"}"#).ends_with(" 3"));
         assert!(line(&page, r#"flowlane_tcp_dropped_segments_total{service="bulk-sink",pid="41",queue="0",cpu="0",node="0",reason="receive_buffer_full"}"#).ends_with(" 10"));
+        assert!(line(
+            &page,
+            r#"flowlane_tcp_stop_finishing{service="bulk-sink",pid="41",queue="0",cpu="0",node="0"}"#
+        )
+        .ends_with(" 18"));
         for (message, outcome, n) in [
             ("too_big", "acted", 14),
             ("too_big", "ignored", 15),
