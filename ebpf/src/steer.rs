@@ -191,6 +191,16 @@ impl Steering {
         self.maps.set_ephemeral_range(lo, hi)
     }
 
+    /// Gives every port claimed, listening and ephemeral, back to the
+    /// kernel: frames to them pass from now on. For a service's stop,
+    /// before its workers end: a SYN that comes between their last pass
+    /// and the program's detaching would otherwise wait on a socket no one
+    /// reads (no answer: the client's SYN retransmits a second later), where
+    /// the kernel, which has no socket for it, answers with an RST at once.
+    pub fn release_ports(&self) -> Result<()> {
+        self.maps.release_ports()
+    }
+
     /// Claims flowlane's ports on these addresses, per family (see
     /// [`LocalAddress`]). Set them before claiming ports: until then the
     /// ports are claimed on every address.
@@ -241,6 +251,16 @@ impl Maps {
         self.ports
             .update(&port_key(proto, port), &[1u8], MapFlags::ANY)
             .map_err(Error::bpf(format!("claiming {proto:?} port {port}")))
+    }
+
+    fn release_ports(&self) -> Result<()> {
+        let claimed: Vec<Vec<u8>> = self.ports.keys().collect();
+        for key in claimed {
+            self.ports
+                .delete(&key)
+                .map_err(Error::bpf("releasing a claimed port".to_string()))?;
+        }
+        self.set_ephemeral_range(0, 0)
     }
 
     fn set_ephemeral_range(&self, lo: u16, hi: u16) -> Result<()> {

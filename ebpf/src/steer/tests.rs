@@ -220,6 +220,27 @@ fn icmp_errors_about_flowlanes_segments_are_its_own() {
     assert_eq!((s.no_socket, s.passed), (ours, 6), "{s:?}");
 }
 
+/// Ports released (a service's stop) are the kernel's again: a SYN to one
+/// passes, as one to a port never claimed does, and so does a frame to
+/// the ephemeral range.
+#[test]
+fn released_ports_are_the_kernels() {
+    let Some(p) = loaded(
+        "released_ports_are_the_kernels",
+        LocalAddress::Only(OURS_V4),
+        LocalAddress::Only(OURS_V6),
+    ) else {
+        return;
+    };
+    p.maps.set_ephemeral_range(40000, 40999).unwrap();
+    assert_eq!(p.run(&v4(OURS_V4, TCP, 0, PORT)), XDP_DROP, "claimed");
+    assert_eq!(p.run(&v4(OURS_V4, TCP, 0, 40500)), XDP_DROP, "ephemeral");
+    p.maps.release_ports().unwrap();
+    assert_eq!(p.run(&v4(OURS_V4, TCP, 0, PORT)), XDP_PASS);
+    assert_eq!(p.run(&v6(OURS_V6, None, UDP, PORT)), XDP_PASS);
+    assert_eq!(p.run(&v4(OURS_V4, TCP, 0, 40500)), XDP_PASS);
+}
+
 #[test]
 fn a_family_without_an_address_is_the_kernels() {
     // Only an IPv4 address: IPv6 to a claimed port, link-local or
