@@ -124,7 +124,6 @@ const QUEUE_ROWS: &[QueueRow] = &[
     row!("flowlane_tcp_connections", "Connections the queue holds, by TCP state (RFC 9293; time_wait counts compact records too); a kernel-socket service's core: those it holds open, as state open (the kernel keeps their states).", G, ["state" = "syn_sent"], |q| q.tcp.in_syn_sent),
     row!("flowlane_tcp_connections", "", G, ["state" = "syn_received"], |q| q.tcp.in_syn_received),
     row!("flowlane_tcp_connections", "", G, ["state" = "established"], |q| q.tcp.in_established),
-    row!("flowlane_tcp_stop_finishing", "Connections whose handler, at the service's stop, said it would close them itself (ConnHandler::on_stop, AtStop::Finish) and has not yet: what the stop's drain (2 s at most) waits for before it resets what is left.", G, [], |q| q.tcp.finishing),
     row!("flowlane_tcp_connections", "", G, ["state" = "fin_wait_1"], |q| q.tcp.in_fin_wait1),
     row!("flowlane_tcp_connections", "", G, ["state" = "fin_wait_2"], |q| q.tcp.in_fin_wait2),
     row!("flowlane_tcp_connections", "", G, ["state" = "closing"], |q| q.tcp.in_closing),
@@ -132,6 +131,7 @@ const QUEUE_ROWS: &[QueueRow] = &[
     row!("flowlane_tcp_connections", "", G, ["state" = "close_wait"], |q| q.tcp.in_close_wait),
     row!("flowlane_tcp_connections", "", G, ["state" = "last_ack"], |q| q.tcp.in_last_ack),
     row!("flowlane_tcp_connections", "", G, ["state" = "open"], |q| q.tcp.connections),
+    row!("flowlane_tcp_stop_finishing", "Connections whose handler, at the service's stop, said it would close them itself (ConnHandler::on_stop, AtStop::Finish) and has not yet: what the stop's drain (2 s at most) waits for before it resets what is left.", G, [], |q| q.tcp.finishing),
     row!("flowlane_tcp_opens", "Connections opened, passively (accepted) or actively.", C, ["side" = "passive"], |q| q.tcp.passive_opens),
     row!("flowlane_tcp_opens", "", C, ["side" = "active"], |q| q.tcp.active_opens),
     row!("flowlane_tcp_closed", "Connections that reached CLOSED.", C, [], |q| q.tcp.closed),
@@ -970,6 +970,21 @@ pub fn render(scrape: &Scrape, format: Format) -> String {
 mod tests {
     use super::*;
     use flowlane_dataplane::{QueueCountersSnapshot, TcpCountersSnapshot};
+
+    /// Each metric's rows are together in `QUEUE_ROWS`: a family is
+    /// written whenever the name changes, and a name that came back would
+    /// be a second `TYPE` line, which Prometheus's parser refuses (a row
+    /// once put between `flowlane_tcp_connections`' states).
+    #[test]
+    fn each_metric_s_rows_are_together() {
+        let mut seen: Vec<&str> = Vec::new();
+        for row in QUEUE_ROWS {
+            if seen.last() != Some(&row.name) {
+                assert!(!seen.contains(&row.name), "{} comes back", row.name);
+                seen.push(row.name);
+            }
+        }
+    }
 
     fn service(name: &str, pid: u32) -> ServiceCounters {
         let queue = |n: u32| QueueCounterSet {
