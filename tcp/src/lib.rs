@@ -167,7 +167,10 @@ pub enum CloseReason {
     /// [`Stack::abort`] was called.
     Aborted,
     /// The connection attempt was answered with an ICMP destination
-    /// unreachable saying why ([`Stack::handle_unreachable`]).
+    /// unreachable saying why ([`Stack::handle_unreachable`]); or a
+    /// synchronized connection timed out (as [`CloseReason::Timeout`])
+    /// after one about its data in flight, with no ACK from the peer
+    /// since (the soft error it kept, RFC 1122 §4.2.3.9).
     Unreachable(Unreachable),
 }
 
@@ -906,11 +909,19 @@ pub struct Stats {
     /// Connection attempts ended by an ICMP destination unreachable
     /// ([`Stack::handle_unreachable`], [`CloseReason::Unreachable`]).
     pub unreachable_ended: u64,
+    /// ICMP destination unreachable messages a synchronized connection
+    /// kept as its soft error (RFC 1122 §4.2.3.9, RFC 5461; RFC 5927
+    /// §5.2: it does not abort on them): told as why it ended if it then
+    /// times out ([`CloseReason::Unreachable`]).
+    pub unreachable_remembered: u64,
     /// ICMP destination unreachable messages not acted on: their quoted
-    /// sequence number was not in flight (RFC 5927 §4.1), they named no
-    /// connection, or the connection was synchronized (RFC 5927 §5.2: it
-    /// does not abort on them).
+    /// sequence number was not in flight (RFC 5927 §4.1: blind or stale),
+    /// or they named no connection.
     pub unreachable_ignored: u64,
+    /// Retransmission timeouts' doublings undone by a network or host
+    /// unreachable about the retransmission at SND.UNA (RFC 6069, TCP-LD):
+    /// the timer restarted for the halved RTO, or fired at once.
+    pub rto_reverts: u64,
     /// Black holes detected (RFC 4821 §7.3): full-sized segments timed
     /// out four times in a row, so the MSS was lowered
     /// ([`Config::mtu_probing`]).

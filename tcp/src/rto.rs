@@ -1,6 +1,6 @@
 //! Retransmission timeout computation (RFC 6298).
 
-use crate::time::Duration;
+use crate::time::{Duration, Instant};
 
 /// SRTT/RTTVAR/RTO state with exponential backoff.
 ///
@@ -19,6 +19,10 @@ pub(crate) struct RttEstimator {
     base_rto: Duration,
     /// Number of consecutive backoffs (RFC 6298 §5.5).
     backoff: u8,
+    /// When the timer that expired first of the consecutive timeouts was
+    /// started, in wrapping milliseconds ([`RttEstimator::backoff_start`]):
+    /// in the struct's padding.
+    backoff_from_ms: u32,
     /// Whether a sample arrived (`srtt` is set).
     sampled: bool,
     min_rto: Duration,
@@ -42,6 +46,7 @@ impl RttEstimator {
             rttvar: Duration::ZERO,
             base_rto: initial_rto.max(min_rto).min(max_rto),
             backoff: 0,
+            backoff_from_ms: 0,
             min_rto,
             max_rto,
         }
@@ -99,9 +104,53 @@ impl RttEstimator {
         }
     }
 
+    /// RFC 6069 §4 step (5) (TCP-LD): an ICMP destination unreachable
+    /// about the retransmission at SND.UNA says the path, not congestion,
+    /// lost it: one doubling of RFC 6298 §5.5 is undone. False (nothing
+    /// changed) when the RTO is not backed off: never below the RTO a
+    /// sample gave (Linux's `tcp_ld_RTO_revert` needs `icsk_backoff`).
+    pub(crate) fn revert_backoff(&mut self) -> bool {
+        if self.backoff == 0 {
+            return false;
+        }
+        self.backoff -= 1;
+        true
+    }
+
+    /// Notes that the first of a run of consecutive timeouts expired at
+    /// `expired` (before [`RttEstimator::on_timeout`]): its timer was
+    /// started the current RTO earlier, which
+    /// [`RttEstimator::backed_off_for`] counts from.
+    pub(crate) fn backoff_start(&mut self, expired: Instant) {
+        let started = expired.0.saturating_sub(self.rto().0);
+        self.backoff_from_ms = (started / 1_000_000) as u32;
+    }
+
+    /// How long ago, at `now`, the timer that expired first of the
+    /// consecutive timeouts was started (to the millisecond; runs under
+    /// 49 days).
+    pub(crate) fn backed_off_for(&self, now: Instant) -> Duration {
+        let ms = ((now.0 / 1_000_000) as u32).wrapping_sub(self.backoff_from_ms);
+        Duration::from_millis(u64::from(ms))
+    }
+
+    /// The time `timeouts` + 1 expiries of a timer doubled after each
+    /// (RFC 6298 §5.5, up to the maximum) take from its first start: what
+    /// a connection's retransmissions take to run out at `timeouts`
+    /// retransmissions when nothing reverts a doubling (Linux's
+    /// `tcp_model_timeout`, which measures `tcp_retries2` in time).
+    pub(crate) fn backoff_span(&self, timeouts: u8) -> Duration {
+        (0..=timeouts).fold(Duration::ZERO, |sum, b| sum + self.rto_at(b))
+    }
+
     /// Current RTO, including backoff.
     pub(crate) fn rto(&self) -> Duration {
-        let shift = u32::from(self.backoff.min(32));
+        self.rto_at(self.backoff)
+    }
+
+    /// The RTO after `backoff` doublings, at most the maximum.
+    fn rto_at(&self, backoff: u8) -> Duration {
+        let shift = u32::from(backoff.min(32));
         let ns = self.base_rto.0.checked_shl(shift).unwrap_or(u64::MAX);
         if shift > 0 && ns >> shift != self.base_rto.0 {
             return self.max_rto;
@@ -121,7 +170,6 @@ impl RttEstimator {
     }
 
     /// Number of consecutive backoffs since the last valid sample.
-    #[cfg(test)]
     pub(crate) fn backoff(&self) -> u8 {
         self.backoff
     }
@@ -194,6 +242,29 @@ mod tests {
         e.on_sample(Duration::from_millis(1));
         assert_eq!(e.backoff(), 0);
         assert_eq!(e.rto(), Duration::from_millis(201));
+    }
+
+    /// TCP-LD's revert (RFC 6069 §4) undoes one doubling at a time and
+    /// never goes below the unbacked-off RTO; the span of a run of
+    /// timeouts is the sum of its doubled RTOs, each at most the maximum.
+    #[test]
+    fn a_revert_undoes_one_doubling_and_the_span_sums_the_doublings() {
+        let mut e = est();
+        assert!(!e.revert_backoff(), "nothing to undo");
+        e.on_timeout();
+        e.on_timeout();
+        assert_eq!(e.rto(), Duration::from_secs(4));
+        assert!(e.revert_backoff());
+        assert_eq!(e.rto(), Duration::from_secs(2));
+        assert_eq!(e.backoff_span(2), Duration::from_secs(1 + 2 + 4));
+        // 1 + 2 + ... + 32, then the maximum, 60 s, twice.
+        assert_eq!(e.backoff_span(7), Duration::from_secs(63 + 60 + 60));
+        e.backoff_start(Instant::from_millis(10_500));
+        assert_eq!(
+            e.backed_off_for(Instant::from_millis(20_000)),
+            Duration::from_millis(20_000 - 8_500),
+            "from the expiry less the RTO it ran for"
+        );
     }
 
     /// The minimum bounds the variance term, not the sum: on a long steady

@@ -2004,10 +2004,16 @@ impl Stack {
     /// `flowlane_wire::icmp_error` reads it. A connection attempt whose
     /// SYN (or SYN-ACK) it quotes ends at once, [`CloseReason::Unreachable`]
     /// (a passive one still in its listener's backlog goes silently); a
-    /// synchronized connection does not act on it (RFC 5927 §5.2; see
-    /// `Connection::on_unreachable`). Counted in
-    /// [`Stats::unreachable_ended`] or [`Stats::unreachable_ignored`].
-    /// [`Delivery::Away`] when the connection's bucket is marked away.
+    /// synchronized connection does not abort on it (RFC 5927 §5.2) but
+    /// keeps it as a soft error: if it then times out, it ends
+    /// [`CloseReason::Unreachable`] rather than [`CloseReason::Timeout`],
+    /// unless an ACK came in between (RFC 1122 §4.2.3.9, RFC 5461). A
+    /// network or host unreachable about its retransmission at SND.UNA
+    /// undoes one doubling of its RTO (RFC 6069, [`Stats::rto_reverts`]).
+    /// See `Connection::on_unreachable`. Counted in
+    /// [`Stats::unreachable_ended`], [`Stats::unreachable_remembered`] or
+    /// [`Stats::unreachable_ignored`]. [`Delivery::Away`] when the
+    /// connection's bucket is marked away.
     pub fn handle_unreachable(
         &mut self,
         now: Instant,
@@ -2024,8 +2030,9 @@ impl Stack {
                 return Delivery::Taken;
             }
         };
-        match self.with_conn(idx, |c, _| c.on_unreachable(SeqNumber(seq), what)) {
+        match self.with_conn(idx, |c, ctx| c.on_unreachable(ctx, SeqNumber(seq), what)) {
             UnreachableOutcome::Ended => self.stats.unreachable_ended += 1,
+            UnreachableOutcome::Remembered => self.stats.unreachable_remembered += 1,
             UnreachableOutcome::Ignored => self.stats.unreachable_ignored += 1,
         }
         Delivery::Taken

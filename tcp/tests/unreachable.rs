@@ -1,7 +1,9 @@
-//! ICMP destination unreachable (RFC 1122 §4.2.3.9, RFC 5461, RFC 5927):
-//! a connection attempt whose SYN (or SYN-ACK) it quotes ends at once,
-//! saying why; a blind one, or one about a synchronized connection,
-//! changes nothing.
+//! ICMP destination unreachable (RFC 1122 §4.2.3.9, RFC 5461, RFC 5927,
+//! RFC 6069): a connection attempt whose SYN (or SYN-ACK) it quotes ends
+//! at once, saying why; a blind one changes nothing; a synchronized
+//! connection keeps it as a soft error, the reason it ends with if it
+//! then times out with no ACK in between, and one about its
+//! retransmission at SND.UNA undoes a doubling of the RTO (TCP-LD).
 
 mod sim;
 
@@ -9,10 +11,10 @@ use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
-use flowlane_tcp::time::Duration;
-use flowlane_tcp::{CloseReason, Delivery, Event, State, Unreachable};
+use flowlane_tcp::time::{Duration, Instant};
+use flowlane_tcp::{CloseReason, ConnHandle, Delivery, Event, State, Unreachable};
 use flowlane_wire::{TcpFlags, TcpRepr};
-use sim::{read_all, run_until, LinkConfig, Side, Sim, A_IP, B_IP};
+use sim::{read_all, run_until, test_config, LinkConfig, Side, Sim, A_IP, B_IP};
 
 const LOCAL: u16 = 10_000;
 const PORT: u16 = 80;
@@ -103,8 +105,8 @@ fn a_blind_unreachable_leaves_the_attempt_alone() {
 }
 
 /// A synchronized connection does not abort on a destination unreachable,
-/// hard or soft, even one about data in flight (RFC 5927 §5.2): every byte
-/// still arrives.
+/// hard or soft, even one about data in flight (RFC 5927 §5.2): it keeps
+/// it as a soft error, and every byte still arrives.
 #[test]
 fn an_established_connection_does_not_abort_on_it() {
     let mut sim = Sim::symmetric(4, LinkConfig::default());
@@ -129,7 +131,7 @@ fn an_established_connection_does_not_abort_on_it() {
     ] {
         sim.a.handle_unreachable(now, a_addr(), b_addr(), una, what);
     }
-    assert_eq!(sim.a.stats().unreachable_ignored, 3);
+    assert_eq!(sim.a.stats().unreachable_remembered, 3);
     let mut got = 0;
     run_until(&mut sim, Duration::from_secs(2), |s| {
         got += read_all(&mut s.b, b).len();
@@ -165,4 +167,311 @@ fn an_unreachable_syn_ack_frees_the_half_open_connection() {
         }
         connected && accepted
     });
+}
+
+// ---------------------------------------------------------------------
+// Soft errors of synchronized connections (RFC 1122 §4.2.3.9, RFC 5461)
+// and TCP-LD's revert of the RTO backoff (RFC 6069).
+// ---------------------------------------------------------------------
+
+/// A sim whose A gives up after `max_retransmits` timeouts, with an
+/// established connection (A's handle, B's handle).
+fn established(max_retransmits: u8) -> (Sim, ConnHandle, ConnHandle) {
+    established_to(max_retransmits, test_config(2))
+}
+
+/// [`established`], B configured as `b_cfg`.
+fn established_to(
+    max_retransmits: u8,
+    b_cfg: flowlane_tcp::Config,
+) -> (Sim, ConnHandle, ConnHandle) {
+    let mut a_cfg = test_config(1);
+    a_cfg.max_retransmits = max_retransmits;
+    let link = LinkConfig::default();
+    let mut sim = Sim::new(5, link, link, a_cfg, b_cfg);
+    let (a, b) = sim.establish();
+    (sim, a, b)
+}
+
+/// Records the sequence number of every data segment A sends, in the
+/// list returned; while the flag returned holds, the link loses
+/// everything A sends (its peer gone behind a router).
+fn dark(sim: &mut Sim) -> (Seen, Rc<RefCell<bool>>) {
+    let sent: Seen = Rc::default();
+    let on: Rc<RefCell<bool>> = Rc::new(RefCell::new(true));
+    let (s, o) = (sent.clone(), on.clone());
+    sim.drop_filter = Some(Box::new(move |from, bytes| {
+        if from != Side::A {
+            return false;
+        }
+        let (r, payload) = TcpRepr::parse_segment(bytes).unwrap();
+        if !payload.is_empty() {
+            s.borrow_mut().push(r.seq);
+        }
+        *o.borrow()
+    }));
+    (sent, on)
+}
+
+/// Steps `sim` until `done` holds (panics after `limit`), calling
+/// `on_sent` with each data segment A sends (`dark`'s list) at the moment
+/// it goes, where a router's answer would come back from. Returns when
+/// each went.
+fn run_answering(
+    sim: &mut Sim,
+    sent: &Seen,
+    limit: Duration,
+    mut on_sent: impl FnMut(&mut Sim, u32),
+    mut done: impl FnMut(&mut Sim) -> bool,
+) -> Vec<Instant> {
+    let mut times = Vec::new();
+    let mut seen = sent.borrow().len();
+    run_until(sim, limit, |s| {
+        s.flush();
+        let new: Vec<u32> = sent.borrow()[seen..].to_vec();
+        seen += new.len();
+        for seq in new {
+            times.push(s.now);
+            on_sent(s, seq);
+        }
+        done(s)
+    });
+    times
+}
+
+/// Steps until A's connection `a` closes, answering its data segments
+/// with `on_sent` ([`run_answering`]): when each went, and why and when
+/// the connection closed.
+fn run_to_close(
+    sim: &mut Sim,
+    a: ConnHandle,
+    sent: &Seen,
+    on_sent: impl FnMut(&mut Sim, u32),
+) -> (Vec<Instant>, CloseReason, Instant) {
+    let mut closed = None;
+    let limit = Duration::from_secs(3600);
+    let times = run_answering(sim, sent, limit, on_sent, |s| {
+        while let Some(e) = s.a.poll_event() {
+            if let Event::Closed { conn, reason } = e {
+                assert_eq!(conn, a);
+                closed = Some((reason, s.now));
+            }
+        }
+        closed.is_some()
+    });
+    let (reason, at) = closed.expect("closed");
+    (times, reason, at)
+}
+
+/// A router's `what` about A's segment `seq`, now.
+fn answer(sim: &mut Sim, seq: u32, what: Unreachable) {
+    let now = sim.now;
+    let d = sim.a.handle_unreachable(now, a_addr(), b_addr(), seq, what);
+    assert_eq!(d, Delivery::Taken);
+}
+
+/// RFC 1122 §4.2.3.9, RFC 5461 §4.1: a synchronized connection whose data
+/// a router answered "unreachable" keeps retransmitting, and when its
+/// retransmissions run out it ends with that reason (as Linux's
+/// `tcp_write_err` reports the soft error it kept, `EHOSTUNREACH`, in
+/// place of `ETIMEDOUT`), not `Timeout`; without the message it times out.
+#[test]
+fn a_connection_timing_out_after_an_unreachable_ends_with_its_reason() {
+    for what in [None, Some(Unreachable::Host), Some(Unreachable::Refused)] {
+        let (mut sim, a, _b) = established(4);
+        let (sent, _) = dark(&mut sim);
+        assert_eq!(sim.a.send(a, &[7; 3000]), Ok(3000));
+        let mut answered = 0;
+        let (_, reason, _) = run_to_close(&mut sim, a, &sent, |s, seq| {
+            // The first flight's answers (its loss probes' too): no
+            // backoff to revert yet.
+            if let Some(what) = what.filter(|_| s.a.stats().rto_timeouts == 0) {
+                answer(s, seq, what);
+                answered += 1;
+            }
+        });
+        let want = what.map_or(CloseReason::Timeout, CloseReason::Unreachable);
+        assert_eq!(reason, want, "{what:?}");
+        let st = *sim.a.stats();
+        assert!(what.is_none() || answered > 0);
+        assert_eq!(
+            (
+                st.unreachable_remembered,
+                st.unreachable_ended,
+                st.rto_reverts
+            ),
+            (answered, 0, 0),
+            "{what:?}"
+        );
+        assert_eq!(
+            st.rto_timeouts,
+            4 + 1,
+            "{what:?}: four retransmissions, then the end"
+        );
+    }
+}
+
+/// The peer's ACK of the data the message was about forgets it (Linux
+/// clears `sk_err_soft` in `tcp_ack`): a later timeout is `Timeout`.
+#[test]
+fn an_ack_after_the_unreachable_forgets_it() {
+    let (mut sim, a, b) = established(4);
+    let (sent, on) = dark(&mut sim);
+    assert_eq!(sim.a.send(a, &[7; 1000]), Ok(1000));
+    sim.flush();
+    let seq = sent.borrow()[0];
+    answer(&mut sim, seq, Unreachable::Host);
+    assert_eq!(sim.a.stats().unreachable_remembered, 1);
+    // The path comes back: the retransmission is acknowledged.
+    *on.borrow_mut() = false;
+    let mut got = 0;
+    run_until(&mut sim, Duration::from_secs(5), |s| {
+        got += read_all(&mut s.b, b).len();
+        got == 1000 && s.a.info(a).unwrap().unacked == 0
+    });
+    *on.borrow_mut() = true;
+    assert_eq!(sim.a.send(a, &[8; 1000]), Ok(1000));
+    let (_, reason, _) = run_to_close(&mut sim, a, &sent, |_, _| {});
+    assert_eq!(reason, CloseReason::Timeout);
+}
+
+/// A peer that answers a zero-window probe (its window still shut) is
+/// heard: the message about that probe is forgotten, and when the peer
+/// later vanishes, the probes' timeout is `Timeout`.
+#[test]
+fn an_answered_window_probe_forgets_it() {
+    // B's buffer does not grow, and its window is offered unscaled: shut,
+    // the buffer is full, and a probe's byte is refused.
+    let mut b_cfg = test_config(2);
+    (b_cfg.recv_buffer, b_cfg.recv_buffer_max) = (8192, 8192);
+    let (mut sim, a, _b) = established_to(4, b_cfg);
+    // B never reads: its window shuts, and A probes it.
+    while sim.a.send(a, &[1; 4096]).is_ok_and(|n| n > 0) {
+        sim.run_for(Duration::from_millis(50));
+    }
+    sim.run_for(Duration::from_secs(1));
+    let (sent, on) = dark(&mut sim);
+    *on.borrow_mut() = false;
+    // The next probe is answered "unreachable" as it goes, then by the
+    // peer, whose window is still shut.
+    let probes = sim.a.stats().window_probes;
+    let answered_at: Rc<RefCell<Option<Instant>>> = Rc::default();
+    run_answering(
+        &mut sim,
+        &sent,
+        Duration::from_secs(120),
+        |s, seq| {
+            if answered_at.borrow().is_none() {
+                answer(s, seq, Unreachable::Host);
+                *answered_at.borrow_mut() = Some(s.now);
+            }
+        },
+        |s| {
+            answered_at
+                .borrow()
+                .is_some_and(|t| s.now > t + Duration::from_millis(50))
+        },
+    );
+    let st = *sim.a.stats();
+    assert_eq!(st.unreachable_remembered, 1);
+    assert!(st.window_probes > probes, "a probe went");
+    assert_eq!(sim.a.info(a).unwrap().unacked, 1, "its byte was not taken");
+    *on.borrow_mut() = true;
+    let (_, reason, _) = run_to_close(&mut sim, a, &sent, |_, _| {});
+    assert_eq!(reason, CloseReason::Timeout);
+}
+
+/// RFC 6069 §4: a network or host unreachable about the retransmission at
+/// SND.UNA, the RTO backed off three times (to 8 RTOs), undoes one
+/// doubling: the next retransmission comes 4 RTOs after this one; past
+/// that already (the message 5 RTOs after it), at once. Not for a port
+/// unreachable or a filter's (no disruption), nor one about a segment
+/// other than SND.UNA's.
+#[test]
+fn an_unreachable_about_the_retransmission_undoes_a_doubling() {
+    use Unreachable::*;
+    // (the message, its sequence number past SND.UNA, RTOs after the
+    // third retransmission it comes, RTOs from that to the next)
+    for (what, past_una, after, next) in [
+        (Host, 0, 0, 4),
+        (Network, 0, 1, 4),
+        (Host, 0, 5, 5),
+        (Refused, 0, 0, 8),
+        (Prohibited, 0, 0, 8),
+        (Host, 1, 0, 8),
+    ] {
+        let case = format!("{what:?} at SND.UNA + {past_una}, {after} RTOs later");
+        let (mut sim, a, _b) = established(15);
+        let (sent, _) = dark(&mut sim);
+        assert_eq!(sim.a.send(a, &[7; 100]), Ok(100));
+        let una = sent.borrow().first().copied();
+        // The timeouts' retransmissions (loss probes aside).
+        let rtx: Rc<RefCell<Vec<Instant>>> = Rc::default();
+        let r = rtx.clone();
+        run_answering(
+            &mut sim,
+            &sent,
+            Duration::from_secs(60),
+            |s, _| {
+                if s.a.stats().rto_timeouts > r.borrow().len() as u64 {
+                    r.borrow_mut().push(s.now);
+                }
+            },
+            |_| rtx.borrow().len() == 3,
+        );
+        let rtx = rtx.borrow().clone();
+        let una = una.or(sent.borrow().first().copied()).expect("sent");
+        let rto = (rtx[1] - rtx[0]).as_nanos() / 2;
+        assert_eq!((rtx[2] - rtx[1]).as_nanos(), 4 * rto, "{case}: {rtx:?}");
+        sim.run_for(Duration::from_nanos(after * rto));
+        let reverts = sim.a.stats().rto_reverts;
+        answer(&mut sim, una.wrapping_add(past_una), what);
+        let n = sent.borrow().len();
+        let times = run_answering(
+            &mut sim,
+            &sent,
+            Duration::from_secs(60),
+            |_, _| {},
+            |_| sent.borrow().len() > n,
+        );
+        let gap = (times[0] - rtx[2]).as_nanos();
+        assert_eq!(gap, next * rto, "{case}: {gap} ns, the RTO {rto} ns");
+        let reverted = u64::from(next < 8);
+        assert_eq!(sim.a.stats().rto_reverts, reverts + reverted, "{case}");
+        assert_eq!(sim.a.stats().unreachable_remembered, 1, "{case}");
+    }
+}
+
+/// Bounded as Linux bounds TCP-LD (it measures `tcp_retries2` in time,
+/// `retransmits_timed_out`): a router that answers every retransmission
+/// "host unreachable" has the connection retransmit at its unbacked-off
+/// RTO, many more times, yet end no sooner than its doubled timeouts would
+/// have ended it (and with the router's reason); counted, it would end
+/// after its limit of retransmissions, a few unbacked-off RTOs in.
+#[test]
+fn answered_retransmissions_do_not_end_the_connection_sooner() {
+    let mut ends = Vec::new();
+    for answered in [false, true] {
+        let (mut sim, a, _b) = established(6);
+        let (sent, _) = dark(&mut sim);
+        assert_eq!(sim.a.send(a, &[7; 100]), Ok(100));
+        let (times, reason, at) = run_to_close(&mut sim, a, &sent, |s, seq| {
+            if answered && s.a.stats().rto_timeouts > 0 {
+                answer(s, seq, Unreachable::Host);
+            }
+        });
+        ends.push((times.len(), reason, at, sim.a.stats().rto_reverts));
+    }
+    let (plain, ld) = (ends[0], ends[1]);
+    assert_eq!((plain.1, plain.3), (CloseReason::Timeout, 0));
+    assert_eq!(ld.1, CloseReason::Unreachable(Unreachable::Host));
+    assert!(ld.3 > 50, "reverts: {ld:?}");
+    assert!(
+        ld.0 > 50 && plain.0 < 12,
+        "retransmissions: {plain:?} {ld:?}"
+    );
+    let (p, l) = (plain.2.as_nanos(), ld.2.as_nanos());
+    // Within a millisecond's rounding of the start, and an RTO after.
+    assert!(l + 1_000_000 >= p, "ended sooner: {ld:?}, {plain:?}");
+    assert!(l <= p + 500_000_000, "ended later: {ld:?}, {plain:?}");
 }

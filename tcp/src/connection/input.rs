@@ -763,6 +763,7 @@ impl Connection {
             // §4.2.2.17). Not for an orphan, whose probes are numbered
             // (`Config::orphan_retries`).
             self.timers_rare.retransmits = 0;
+            self.timers_rare.soft_error = None;
         }
         if self.rack_active() {
             self.rack_on_ack(ctx, seg, advanced);
@@ -836,6 +837,7 @@ impl Connection {
         }
         let rtt = self.take_rtt_sample(now, seg);
         self.timers_rare.retransmits = 0;
+        self.timers_rare.soft_error = None;
         let undone = self.flags.has(Flags::UNDO) && self.try_undo(ctx, seg, data_acked);
         if undone {
             // The window was set by the RFC 4015 response.

@@ -489,6 +489,7 @@ impl Connection {
                 keepalive: Deadline::NONE,
                 close: Deadline::NONE,
                 retransmits: 0,
+                soft_error: None,
                 persist_backoff: 0,
                 loss_probes: 0,
                 invalid_ack: Default::default(),

@@ -582,6 +582,12 @@ pub(crate) struct TimerRare {
     pub(crate) close: Deadline,
     /// Consecutive retransmission timeouts.
     pub(crate) retransmits: u8,
+    /// The soft error a synchronized connection keeps (RFC 1122
+    /// §4.2.3.9, RFC 5461 §4.1): the last destination unreachable about
+    /// its data in flight, reported as why it ended if it then times out
+    /// (Linux's `sk_err_soft`); an acceptable ACK clears it. The struct's
+    /// last byte of padding (`Option<Unreachable>` is one byte).
+    pub(crate) soft_error: Option<crate::Unreachable>,
     /// Persist backoff exponent (non-zero only while `Flags::PERSISTING`).
     pub(crate) persist_backoff: u8,
     /// Loss probes sent since SND.UNA last advanced.

@@ -1,5 +1,6 @@
 //! Timer expiry: retransmission (RFC 6298), delayed ACK (RFC 5681 §4.2), persist, keepalive
-//! (RFC 1122 §4.2.3.6), TIME-WAIT and orphaned FIN-WAIT-2.
+//! (RFC 1122 §4.2.3.6), TIME-WAIT and orphaned FIN-WAIT-2. A connection that
+//! times out ends with the soft error it kept, if any (`unreachable.rs`).
 
 use super::*;
 
@@ -38,7 +39,7 @@ impl Connection {
             if self.state == State::TimeWait {
                 self.exchange_over(ctx);
             } else {
-                self.close_now(CloseReason::Timeout);
+                self.close_now(self.timeout_reason());
             }
             return;
         }
@@ -64,7 +65,7 @@ impl Connection {
                 // An orphan whose peer keeps its window shut
                 // (`Config::orphan_retries`).
                 self.send_rst(ctx, ResetReason::TimedOut);
-                self.close_now(CloseReason::Timeout);
+                self.close_now(self.timeout_reason());
                 return;
             }
             if self.timers_rare.retransmits >= ctx.cfg.max_retransmits {
@@ -74,7 +75,7 @@ impl Connection {
                 // counts unanswered probes against `tcp_retries2`). A probe
                 // answered resets the count (`input.rs`).
                 self.send_rst(ctx, ResetReason::TimedOut);
-                self.close_now(CloseReason::Timeout);
+                self.close_now(self.timeout_reason());
                 return;
             }
             self.timers_rare.persist_backoff = self.timers_rare.persist_backoff.saturating_add(1);
@@ -93,7 +94,7 @@ impl Connection {
                 if self.keepalive_probes == 0 && now < idle_end {
                     self.timers_rare.keepalive = self.timers.arm(idle_end);
                 } else if self.keepalive_probes >= ka.probes {
-                    self.close_now(CloseReason::Timeout);
+                    self.close_now(self.timeout_reason());
                 } else {
                     self.keepalive_probes += 1;
                     self.flags.set(Flags::KEEPALIVE_NOW);
@@ -125,14 +126,19 @@ impl Connection {
             }
             _ => ctx.cfg.max_retransmits,
         };
-        if self.timers_rare.retransmits >= limit {
+        if self.timers_rare.retransmits >= limit && self.retries_spent(ctx.now, limit) {
             if self.state.is_synchronized() {
                 self.send_rst(ctx, ResetReason::TimedOut);
             }
-            self.close_now(CloseReason::Timeout);
+            self.close_now(self.timeout_reason());
             return;
         }
-        self.timers_rare.retransmits += 1;
+        if self.timers_rare.retransmits == 0 {
+            self.rtt.backoff_start(ctx.now);
+        }
+        // Saturating: with TCP-LD's reverts (`unreachable.rs`) a run may
+        // count past the limit before its time is up.
+        self.timers_rare.retransmits = self.timers_rare.retransmits.saturating_add(1);
         self.rtt.on_timeout();
         self.rtt_seq = TimedSegment::NONE;
         self.ts.rtt_floor = self.tsval(ctx.now);
