@@ -171,9 +171,10 @@ const QUEUE_ROWS: &[QueueRow] = &[
     row!("flowlane_tcp_syn_cookies_timestamps_ignored", "Returned SYN cookies whose timestamp option echoed none of ours (never negotiated, RFC 7323 section 3.2): their connections were built without timestamps or the options riding in them.", C, [], |q| q.tcp.syn_cookies_ts_ignored),
     row!("flowlane_tcp_syn_acks_limited", "SYN-ACKs not sent again for a copy of a half-open connection's SYN: one went within the interval (a burst of copies is not reflected one for one).", C, [], |q| q.tcp.syn_acks_limited),
     row!("flowlane_tcp_recv_parked", "Connections whose receive window stopped counting against the queue's receive memory while it was under pressure (less than a segment received over a second, nothing held: idle or trickling), offered no more than a segment until they received a segment's worth: a flood of idle or trickling connections does not starve busy ones.", C, [], |q| q.tcp.recv_parked),
-    row!("flowlane_tcp_icmp_errors", "ICMP errors quoting the queue's TCP segments, by message and outcome: a packet too big that lowered a connection's MSS (RFC 1191, RFC 8201) or a destination unreachable that ended a connection attempt (RFC 1122 section 4.2.3.9, RFC 5461), acted; or ignored: not about data in flight (RFC 5927 section 4.1: blind or stale), no connection, no lower MTU, or a synchronized connection (RFC 5927 section 5.2).", C, ["message" = "too_big", "outcome" = "acted"], |q| q.tcp.pmtu_lowered),
+    row!("flowlane_tcp_icmp_errors", "ICMP errors quoting the queue's TCP segments, by message and outcome: a packet too big that lowered a connection's MSS (RFC 1191, RFC 8201) or a destination unreachable that ended a connection attempt (RFC 1122 section 4.2.3.9, RFC 5461), acted; a destination unreachable about a synchronized connection's data in flight, remembered as its soft error (it does not abort on one, RFC 5927 section 5.2; if it then times out with no ACK in between, it ends with that reason rather than timed out); or ignored: not about data in flight (RFC 5927 section 4.1: blind or stale), no connection, or no lower MTU.", C, ["message" = "too_big", "outcome" = "acted"], |q| q.tcp.pmtu_lowered),
     row!("flowlane_tcp_icmp_errors", "", C, ["message" = "too_big", "outcome" = "ignored"], |q| q.tcp.too_big_ignored),
     row!("flowlane_tcp_icmp_errors", "", C, ["message" = "unreachable", "outcome" = "acted"], |q| q.tcp.unreachable_ended),
+    row!("flowlane_tcp_icmp_errors", "", C, ["message" = "unreachable", "outcome" = "remembered"], |q| q.tcp.unreachable_remembered),
     row!("flowlane_tcp_icmp_errors", "", C, ["message" = "unreachable", "outcome" = "ignored"], |q| q.tcp.unreachable_ignored),
     row!("flowlane_tcp_ooo_reneged", "Connections whose out-of-order data was given up (RFC 2018 section 8): idle a second with a hole while the receive memory was under pressure; the sender sends it again.", C, [], |q| q.tcp.ooo_reneged),
     row!("flowlane_tcp_window_retractions", "Segments whose window offered a right edge left of an earlier one by less than one unit of the window scale: a full receive buffer's window truncated so that it closes against small segments (RFC 7323 section 2.4, Appendix F).", C, [], |q| q.tcp.window_retractions),
@@ -1017,6 +1018,7 @@ mod tests {
                 too_big_ignored: 15,
                 unreachable_ended: 16,
                 unreachable_ignored: 17,
+                unreachable_remembered: 19,
                 finishing: 18,
                 rx_memory_peak: 65_536,
                 tx_memory_waits: 5,
@@ -1432,6 +1434,7 @@ mod tests {
             ("too_big", "ignored", 15),
             ("unreachable", "acted", 16),
             ("unreachable", "ignored", 17),
+            ("unreachable", "remembered", 19),
         ] {
             let series = format!(
                 r#"flowlane_tcp_icmp_errors_total{{service="bulk-sink",pid="41",queue="0",cpu="0",node="0",message="{message}",outcome="{outcome}"}}"#

@@ -637,6 +637,9 @@ counters! {
         fast_retransmits,
         /// Retransmission timeouts.
         rto_timeouts,
+        /// Retransmission timeouts' doublings undone by a network or host unreachable
+        /// about the retransmission at SND.UNA (RFC 6069, TCP-LD).
+        rto_reverts,
         /// Segments received out of order.
         out_of_order,
         /// In-order data segments taken by header prediction.
@@ -681,8 +684,12 @@ counters! {
         /// Connection attempts ended by an ICMP destination unreachable quoting their
         /// SYN or SYN-ACK (RFC 1122 §4.2.3.9, RFC 5461).
         unreachable_ended,
+        /// ICMP destination unreachable messages a synchronized connection kept as its
+        /// soft error (RFC 1122 §4.2.3.9, RFC 5461): the reason it ends with if it then
+        /// times out with no ACK in between.
+        unreachable_remembered,
         /// ICMP destination unreachable messages not acted on: not about data in flight
-        /// (RFC 5927 §4.1), no connection, or a synchronized one (RFC 5927 §5.2).
+        /// (RFC 5927 §4.1), or no connection.
         unreachable_ignored,
         /// Path MTU black holes detected (RFC 4821 §7.3): full-sized segments timed
         /// out repeatedly, so the MSS was lowered.
@@ -897,6 +904,7 @@ impl TcpCounters {
         set(&self.retransmits, s.retransmits);
         set(&self.fast_retransmits, s.fast_retransmits);
         set(&self.rto_timeouts, s.rto_timeouts);
+        set(&self.rto_reverts, s.rto_reverts);
         set(&self.out_of_order, s.out_of_order);
         set(&self.predicted, s.predicted);
         set(&self.expected, s.expected);
@@ -916,6 +924,7 @@ impl TcpCounters {
         set(&self.pmtu_lowered, s.pmtu_lowered);
         set(&self.too_big_ignored, s.too_big_ignored);
         set(&self.unreachable_ended, s.unreachable_ended);
+        set(&self.unreachable_remembered, s.unreachable_remembered);
         set(&self.unreachable_ignored, s.unreachable_ignored);
         set(&self.mtu_black_holes, s.mtu_black_holes);
         set(&self.mtu_probes, s.mtu_probes);
