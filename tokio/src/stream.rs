@@ -56,7 +56,10 @@ fn gone(reason: CloseReason) -> io::Error {
 /// gives, as a kernel socket's `connect` would (`ECONNREFUSED`,
 /// `EHOSTUNREACH`, `ENETUNREACH`): a router's ICMP destination
 /// unreachable, or on kernel sockets the kernel's own finding (no route,
-/// no neighbour).
+/// no neighbour). Reads and writes of an established connection give it
+/// too when the connection timed out after a router answered its data so
+/// (the soft error the stack kept, `CloseReason::Unreachable`), as a
+/// kernel socket's give the error Linux kept in place of `ETIMEDOUT`.
 pub(crate) fn unreachable_error(what: Unreachable) -> io::Error {
     let (kind, why) = match what {
         Unreachable::Refused => (
@@ -442,5 +445,33 @@ mod tests {
             Pin::new(&mut s).poll_shutdown(&mut cx),
             Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::ConnectionReset
         ));
+    }
+
+    /// An established connection that timed out after a router answered
+    /// its data "unreachable" (the stack's soft error) fails reads and
+    /// writes as a kernel socket's do (`EHOSTUNREACH`, `ENETUNREACH`,
+    /// `ECONNREFUSED`), not as timed out.
+    #[test]
+    fn reads_and_writes_after_an_unreachable_timeout_say_so() {
+        use flowlane_app::Unreachable;
+        let mut cx = Context::from_waker(Waker::noop());
+        for (what, kind) in [
+            (Unreachable::Host, io::ErrorKind::HostUnreachable),
+            (Unreachable::Network, io::ErrorKind::NetworkUnreachable),
+            (Unreachable::Refused, io::ErrorKind::ConnectionRefused),
+        ] {
+            let (mut s, pipe, _thread) = stream();
+            lock(&pipe).closed = Some(CloseReason::Unreachable(what));
+            let mut buf = [0u8; 16];
+            let mut rb = ReadBuf::new(&mut buf);
+            match Pin::new(&mut s).poll_read(&mut cx, &mut rb) {
+                Poll::Ready(Err(e)) => assert_eq!(e.kind(), kind, "{what:?}: {e}"),
+                other => panic!("{what:?}: read {other:?}"),
+            }
+            match Pin::new(&mut s).poll_write(&mut cx, b"abc") {
+                Poll::Ready(Err(e)) => assert_eq!(e.kind(), kind, "{what:?}: {e}"),
+                other => panic!("{what:?}: write {other:?}"),
+            }
+        }
     }
 }
