@@ -95,11 +95,13 @@ impl Failure {
     /// unanswered (Linux's `tcp_write_err` reports the ICMP or neighbour
     /// error it kept, if any; tcp(7): "Any errors defined for ip(7) ...
     /// may also be returned for TCP", ip(7): "EHOSTUNREACH ... can be
-    /// caused by an ICMP message from a remote router"): `EHOSTUNREACH`,
-    /// `ENETUNREACH`, `EHOSTDOWN`, `ENETDOWN` (an open to a local host
-    /// that answers no ARP). The stack, which does not end connections on
-    /// those, times out there: `Timeout`. Anything else ends the
-    /// connection as a reset that is not counted as the peer's.
+    /// caused by an ICMP message from a remote router"): `EHOSTUNREACH`
+    /// and `ENETUNREACH` end the connection `Unreachable`, as the stack
+    /// ends one that times out after a router's destination unreachable
+    /// (the soft error it kept, RFC 1122 §4.2.3.9); `EHOSTDOWN`,
+    /// `ENETDOWN` (an open to a local host that answers no ARP) are a
+    /// `Timeout`. Anything else ends the connection as a reset that is
+    /// not counted as the peer's.
     pub(crate) fn of(e: &std::io::Error) -> Failure {
         use nix::errno::Errno;
         let errno = e.raw_os_error().map(Errno::from_raw);
@@ -107,37 +109,26 @@ impl Failure {
             Some(Errno::ECONNRESET | Errno::ECONNREFUSED | Errno::EPIPE) => {
                 (CloseReason::Reset, true)
             }
-            Some(
-                Errno::ETIMEDOUT
-                | Errno::EHOSTUNREACH
-                | Errno::ENETUNREACH
-                | Errno::EHOSTDOWN
-                | Errno::ENETDOWN,
-            ) => (CloseReason::Timeout, false),
+            Some(Errno::EHOSTUNREACH) => (CloseReason::Unreachable(Unreachable::Host), false),
+            Some(Errno::ENETUNREACH) => (CloseReason::Unreachable(Unreachable::Network), false),
+            Some(Errno::ETIMEDOUT | Errno::EHOSTDOWN | Errno::ENETDOWN) => {
+                (CloseReason::Timeout, false)
+            }
             _ => (CloseReason::Reset, false),
         };
         Failure { reason, peer_reset }
     }
 
     /// The failure of an open whose connect(2) is in progress (its
-    /// `SO_ERROR`, or an error of connect(2) itself): an ICMP destination
-    /// unreachable the kernel took for its SYN (`tcp_v4_err` ends the open
-    /// with the error it maps the code to: `EHOSTUNREACH` for a host,
-    /// source route or filter's, `ENETUNREACH` for a network's) ends it
-    /// `Unreachable`, as the stack ends it for the same message (a
-    /// "port unreachable" is `ECONNREFUSED`, which reads as the peer's RST:
-    /// `Reset`). Else as [`Failure::of`].
+    /// `SO_ERROR`, or an error of connect(2) itself): as any connection's
+    /// ([`Failure::of`]). An ICMP destination unreachable the kernel took
+    /// for its SYN (`tcp_v4_err` ends the open with the error it maps the
+    /// code to: `EHOSTUNREACH` for a host, source route or filter's,
+    /// `ENETUNREACH` for a network's) ends it `Unreachable`, as the stack
+    /// ends it for the same message (a "port unreachable" is
+    /// `ECONNREFUSED`, which reads as the peer's RST: `Reset`).
     pub(crate) fn of_open(e: &std::io::Error) -> Failure {
-        use nix::errno::Errno;
-        let what = match e.raw_os_error().map(Errno::from_raw) {
-            Some(Errno::EHOSTUNREACH) => Unreachable::Host,
-            Some(Errno::ENETUNREACH) => Unreachable::Network,
-            _ => return Failure::of(e),
-        };
-        Failure {
-            reason: CloseReason::Unreachable(what),
-            peer_reset: false,
-        }
+        Failure::of(e)
     }
 }
 
@@ -421,26 +412,33 @@ mod tests {
     }
 
     /// An RST is the peer's reset in every state it comes in;
-    /// retransmissions that found no host are a timeout, as on flowlane's
-    /// stack, and no reset came; an open a router answered unreachable
-    /// ends so, saying why.
+    /// retransmissions that went unanswered are a timeout, as on
+    /// flowlane's stack, and no reset came; those a router answered
+    /// unreachable (Linux reports the error it kept in place of
+    /// `ETIMEDOUT`), as an open a router answered so, end saying why, as
+    /// the stack ends them.
     #[test]
     fn socket_errors_end_connections_as_the_stack_does() {
         for e in [Errno::ECONNRESET, Errno::ECONNREFUSED, Errno::EPIPE] {
             let f = Failure::of(&err(e));
             assert_eq!((f.reason, f.peer_reset), (CloseReason::Reset, true), "{e}");
         }
-        for e in [
-            Errno::ETIMEDOUT,
-            Errno::EHOSTUNREACH,
-            Errno::ENETUNREACH,
-            Errno::EHOSTDOWN,
-            Errno::ENETDOWN,
-        ] {
+        for e in [Errno::ETIMEDOUT, Errno::EHOSTDOWN, Errno::ENETDOWN] {
             let f = Failure::of(&err(e));
             assert_eq!(
                 (f.reason, f.peer_reset),
                 (CloseReason::Timeout, false),
+                "{e}"
+            );
+        }
+        for (e, what) in [
+            (Errno::EHOSTUNREACH, Unreachable::Host),
+            (Errno::ENETUNREACH, Unreachable::Network),
+        ] {
+            let f = Failure::of(&err(e));
+            assert_eq!(
+                (f.reason, f.peer_reset),
+                (CloseReason::Unreachable(what), false),
                 "{e}"
             );
         }
