@@ -349,6 +349,7 @@ mod tests {
             table: vec![0, 0, 0, 1],
             queues,
             moves,
+            stopping: false,
         }
     }
 

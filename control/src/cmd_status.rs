@@ -42,6 +42,7 @@ fn service_json(s: &ServiceStatus, pid: Option<u32>) -> Value {
         "backend": s.backend,
         "iface": s.iface,
         "uptime_s": s.uptime_ns / 1_000_000_000,
+        "stopping": s.stopping,
         "serves": s.shape(),
         "rebalance": s.rebalance,
         "rebalance_off_because": s.rebalance_off_because,
@@ -285,13 +286,17 @@ pub(crate) fn run(args: Args) -> Result<()> {
     );
     for s in &services {
         outln!(
-            "  {} (pid {}) on {} ({}, {}): up {} s, {} connections, rebalance {}{}, moves {} done, {} failed",
+            "  {} (pid {}) on {} ({}, {}): {}, {} connections, rebalance {}{}, moves {} done, {} failed",
             s["service"].as_str().unwrap_or_default(),
             s["pid"],
             s["iface"].as_str().unwrap_or_default(),
             s["backend"].as_str().unwrap_or_default(),
             s["serves"].as_str().unwrap_or_default(),
-            s["uptime_s"],
+            if s["stopping"] == true {
+                format!("stopping (draining its connections) after {} s up", s["uptime_s"])
+            } else {
+                format!("up {} s", s["uptime_s"])
+            },
             s["connections"],
             s["rebalance"].as_str().unwrap_or_default(),
             s["rebalance_off_because"]

@@ -422,8 +422,8 @@ const NIC_ROWS: &[Row<InterfaceStats>] = &[
 
 /// Whether a kernel-socket service's cores know `row`'s value: their
 /// threads' CPU time, connections, opens, closes, bytes, resets, the
-/// buffer memory they hold, its peaks and waits, and the refusals a socket
-/// backend makes. The rest (AF_XDP rings, segments,
+/// buffer memory they hold, its peaks and waits, the refusals a socket
+/// backend makes, and what a stop's drain waits for. The rest (AF_XDP rings, segments,
 /// loss recovery, buckets, spill) belong to flowlane's data path and TCP,
 /// and are left out for such a service rather than shown as zero.
 fn kernel_knows(row: &QueueRow) -> bool {
@@ -434,7 +434,8 @@ fn kernel_knows(row: &QueueRow) -> bool {
         | "flowlane_tcp_received_bytes"
         | "flowlane_tcp_sent_bytes"
         | "flowlane_tcp_resets_received"
-        | "flowlane_tcp_buffer_memory_bytes" => true,
+        | "flowlane_tcp_buffer_memory_bytes"
+        | "flowlane_tcp_stop_finishing" => true,
         "flowlane_tcp_resets_sent" => matches!(
             row.extra,
             [(
@@ -606,6 +607,12 @@ fn families(scrape: &Scrape) -> Vec<Family> {
                 None => (scrape.now_unix_s - s.uptime_ns as f64 / 1e9).max(0.0),
             })
         },
+    ));
+    out.push(per_service(
+        "flowlane_service_stopping",
+        "1 while the service stops: its listeners closed, its connections finishing in the stop's drain (2 s at most; flowlane_tcp_stop_finishing, what it waits for) before it exits and leaves the page; 0 while it serves.",
+        G,
+        &|s| Sample::Int(u64::from(s.stopping)),
     ));
     let mut moves = Family {
         name: "flowlane_rebalance_moves",
@@ -1073,6 +1080,7 @@ mod tests {
             control_clients_dropped: 0,
             socket: None,
             queue_pair: None,
+            stopping: false,
             nic: Some(InterfaceStats {
                 rx_packets: 5000,
                 tx_dropped: 2,
@@ -1580,6 +1588,7 @@ mod tests {
             "flowlane_tcp_received_bytes_total{",
             "flowlane_tcp_closed_total{",
             "flowlane_tcp_buffer_memory_bytes{",
+            "flowlane_tcp_stop_finishing{",
         ] {
             assert_eq!(of(name, "42"), 2, "{name}");
         }

@@ -234,6 +234,11 @@ pub struct ServiceStatus {
     pub queues: Vec<QueueStatus>,
     /// Moves since the service started.
     pub moves: MoveHistory,
+    /// The service is stopping: its listeners closed, its connections
+    /// finishing in the stop's drain (2 s at most), before it exits and
+    /// its control socket goes. False from a service of an older version.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopping: bool,
 }
 
 impl ServiceStatus {
@@ -366,6 +371,10 @@ pub struct ServiceCounters {
     /// (`--mode rtc`), and from a service of an older version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_pair: Option<QueuePairCounters>,
+    /// The service is stopping ([`ServiceStatus::stopping`]): the
+    /// counters are those of its drain.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopping: bool,
 }
 
 /// Queue-pair mode's counters: its application threads, the connections
@@ -2079,6 +2088,7 @@ mod tests {
             imbalance: 1.0,
             control_clients_dropped: 0,
             socket: None,
+            stopping: false,
             queue_pair: Some(QueuePairCounters {
                 app_threads: 2,
                 dead_threads: vec![1],

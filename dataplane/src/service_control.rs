@@ -191,6 +191,8 @@ pub struct ServiceControl {
     /// Where queue-pair mode's counters are read, for a service in that
     /// mode ([`ServiceControl::report_queue_pairs`]).
     queue_pairs: Option<QueuePairSource>,
+    /// The service's stop began ([`ServiceControl::begin_stop`]).
+    stopping: bool,
 }
 
 /// Reads a service's queue-pair counters now.
@@ -345,6 +347,7 @@ impl ServiceControl {
             failed_in_a_row: 0,
             control_dropped: 0,
             queue_pairs: None,
+            stopping: false,
         })
     }
 
@@ -354,6 +357,15 @@ impl ServiceControl {
     /// service's summary reports at exit.
     pub fn report_queue_pairs(&mut self, read: impl Fn() -> QueuePairCounters + Send + 'static) {
         self.queue_pairs = Some(QueuePairSource(Box::new(read)));
+    }
+
+    /// The service's stop began: from now on its status and counters say
+    /// it is stopping, its rebalancing loop makes no move and a move asked
+    /// for by hand is refused; the socket answers on through the stop's
+    /// drain, until this is dropped as the service exits (a service
+    /// draining its connections is still seen, with what it waits for).
+    pub fn begin_stop(&mut self) {
+        self.stopping = true;
     }
 
     /// Where the control socket listens, if there is one.
@@ -390,7 +402,7 @@ impl ServiceControl {
     /// moved: see [`ServiceControl::poll_view`]).
     pub fn poll(&mut self, tcp: &TcpService) -> Vec<Result<MoveReport>> {
         let mut out = Vec::new();
-        if let Some(a) = self.auto.as_mut() {
+        if let Some(a) = self.auto.as_mut().filter(|_| !self.stopping) {
             let mut last_error = None;
             for t in a.poll(tcp) {
                 if let Some(e) = self.tally(&t) {
@@ -445,6 +457,12 @@ impl ServiceControl {
                 Request::Hint { flow } => self.hint(view, &flow),
                 Request::Host | Request::Register { .. } => Response::Error {
                     message: "a service owns no NIC and takes no registration; ask `flowlane daemon`'s socket".into(),
+                },
+                Request::Move { .. } if self.stopping => Response::Error {
+                    message: format!(
+                        "{} is stopping: no bucket moves during its drain",
+                        self.service
+                    ),
                 },
                 Request::Move { bucket, to_queue } => {
                     let m = self.move_by_hand(view, bucket, to_queue);
@@ -523,6 +541,7 @@ impl ServiceControl {
             control_clients_dropped: self.control_dropped,
             socket: None,
             queue_pair: self.queue_pairs.as_ref().map(|read| (read.0)()),
+            stopping: self.stopping,
         }
     }
 
@@ -591,6 +610,7 @@ impl ServiceControl {
             table: view.table(),
             queues,
             moves: self.history.clone(),
+            stopping: self.stopping,
         }
     }
 }
