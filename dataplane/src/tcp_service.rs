@@ -626,9 +626,7 @@ impl TcpService {
             let closing: u64 = self
                 .tcp_counters()
                 .iter()
-                .map(|(_, c)| {
-                    c.in_close_wait + c.in_fin_wait1 + c.in_closing + c.in_last_ack + c.finishing
-                })
+                .map(|(_, c)| c.unfinished_at_stop())
                 .sum();
             if closing == 0 {
                 return true;
@@ -670,6 +668,17 @@ impl TcpService {
             tcp: Self::read(&counters),
             buckets: Self::read_buckets(&counters),
         }
+    }
+}
+
+impl TcpCountersSnapshot {
+    /// The connections a stop's drain ([`TcpService::linger`]) waits for
+    /// as these counters tell: those their handler is finishing
+    /// (`finishing`), and those whose close is under way (CLOSE-WAIT,
+    /// FIN-WAIT-1, CLOSING, LAST-ACK). Read as the drain ends, the
+    /// connections the stop then resets for want of time.
+    pub fn unfinished_at_stop(&self) -> u64 {
+        self.in_close_wait + self.in_fin_wait1 + self.in_closing + self.in_last_ack + self.finishing
     }
 }
 

@@ -691,10 +691,10 @@ impl KernelNet {
         }
     }
 
-    /// Whether a connection's close is still under way in a way that only
+    /// The connections whose close is still under way in a way that only
     /// this loop can finish ([`Conn::close_pending`]).
-    fn closes_pending(&self) -> bool {
-        self.conns.iter().any(Conn::close_pending)
+    fn closes_pending(&self) -> usize {
+        self.conns.iter().filter(|c| c.close_pending()).count()
     }
 
     /// Lets go of every connection at a stop: the kernel finishes those
@@ -1090,6 +1090,9 @@ impl Net for KernelNet {
 pub struct KernelCore {
     net: KernelNet,
     app: Dispatcher,
+    /// Once a stop's drain ended: the connections it still waited for
+    /// then ([`KernelCore::finishing`]).
+    finishing_left: Option<usize>,
 }
 
 impl KernelCore {
@@ -1115,7 +1118,25 @@ impl KernelCore {
         Ok(KernelCore {
             net: KernelNet::new(placement, listen_on, limits, claims)?,
             app: Dispatcher::new(),
+            finishing_left: None,
         })
+    }
+
+    /// The connections a stop's drain waits for: those whose handler
+    /// said at the stop it would close them (`AtStop::Finish`) and has
+    /// not yet. Once the drain ended ([`KernelCore::run`] returned after a
+    /// stop), every connection it still waited for when it ended (those
+    /// and the closes under way that only this loop could finish), which
+    /// were reset then: 0 when every one finished in time.
+    pub fn finishing(&self) -> usize {
+        self.finishing_left.unwrap_or_else(|| self.app.finishing())
+    }
+
+    /// What a stop's drain waits for now: the connections being finished
+    /// by their handler, and the closes under way only this loop can
+    /// finish (their bytes still here).
+    fn unfinished(&self) -> usize {
+        self.app.finishing() + self.net.closes_pending()
     }
 
     /// The core's TCP counters (those a socket backend knows).
@@ -1226,11 +1247,14 @@ impl KernelCore {
                     self.dispatch();
                 }
                 let until = *linger_until.get_or_insert(now + STOP_LINGER);
-                if now >= until || !(self.net.closes_pending() || self.app.finishing() > 0) {
+                if now >= until || self.unfinished() == 0 {
                     break Ok(());
                 }
             }
         };
+        if linger_until.is_some() {
+            self.finishing_left = Some(self.unfinished());
+        }
         self.net.let_go();
         r
     }

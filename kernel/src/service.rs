@@ -40,6 +40,12 @@ pub struct CoreCounters {
     pub connections: usize,
     /// Connections a handler's `admit` refused.
     pub application_refused: u64,
+    /// Connections the stop's drain waits for, their handler finishing
+    /// them ([`KernelCore::finishing`]); in the counters
+    /// [`KernelService::stop`] returns, every connection the drain still
+    /// waited for when it ended (those, and closes under way with bytes
+    /// still here), reset then: 0 when it finished in time.
+    pub finishing: usize,
     /// Bytes of buffer memory its connections hold now.
     pub buffer_memory: usize,
     /// The most bytes of receive buffers held at once (bounded by
@@ -182,6 +188,7 @@ impl KernelService {
                                 stats: *core.stats(),
                                 connections: core.open_connections(),
                                 application_refused: core.application_refused(),
+                                finishing: core.finishing(),
                                 buffer_memory: core.buffer_memory(),
                                 rx_memory_peak,
                                 rx_memory_waits,
@@ -270,6 +277,21 @@ impl KernelService {
     /// Whether a core's thread ended (it failed: see [`KernelService::stop`]).
     pub fn failed(&self) -> bool {
         self.threads.iter().any(|(_, t)| t.is_finished())
+    }
+
+    /// Begins the stop without waiting for it: each core closes its
+    /// listeners, asks its handlers and drains ([`KernelService::stop`]),
+    /// while the service can still be read (its counters, a control
+    /// socket's answers); [`KernelService::stopped`] says when every core
+    /// is done. A core's thread that ends now is no failure.
+    pub fn begin_stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether every core's thread ended (after [`KernelService::begin_stop`]:
+    /// every drain is over; [`KernelService::stop`] then returns at once).
+    pub fn stopped(&self) -> bool {
+        self.threads.iter().all(|(_, t)| t.is_finished())
     }
 
     /// Stops every core and returns their final counters, and the first

@@ -26,46 +26,6 @@ const CLIENTS: usize = 10;
 /// is small takes a while over it.
 const BODY: usize = 100_000;
 
-/// Kernel client with a small receive buffer: one HTTP request to
-/// `argv[1]:argv[2]`; once the head of its response came it prints
-/// `ready`, then reads `argv[4]` bytes every `argv[3]` seconds until the
-/// connection ends, and prints how: `{"end": "FIN"|"RST"|"open", "body":
-/// bytes of body read, "length": its Content-Length, "after_s": seconds
-/// from `ready` to the end}`.
-const SLOW_READER: &str = r#"
-import json, re, socket, sys, time
-host, port, pace, chunk = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-s.settimeout(20)
-s.connect((host, port))
-s.sendall(b'GET / HTTP/1.1\r\nHost: a\r\n\r\n')
-got = b''
-while b'\r\n\r\n' not in got:
-    d = s.recv(chunk)
-    if not d:
-        sys.exit('closed before its head')
-    got += d
-print('ready', flush=True)
-t0 = time.monotonic()
-end = 'open'
-while time.monotonic() - t0 < 15:
-    time.sleep(pace)
-    try:
-        d = s.recv(chunk)
-    except ConnectionResetError:
-        end = 'RST'
-        break
-    if not d:
-        end = 'FIN'
-        break
-    got += d
-head, body = got.split(b'\r\n\r\n', 1)
-length = int(re.search(rb'content-length: (\d+)', head, re.I).group(1))
-print(json.dumps({'end': end, 'body': len(body), 'length': length,
-                  'after_s': round(time.monotonic() - t0, 2)}), flush=True)
-"#;
-
 /// Kernel clients connecting to `argv[1]:argv[2]` on `argv[3]` threads,
 /// each one connect after another (a half-second timeout, closed at
 /// once); `ready` once one got through, then for `argv[4]` seconds more,
@@ -151,7 +111,7 @@ fn stops_gracefully(bed: &Bed, service: &[&str], port: u16, model: &[&str]) {
     let what = [service, model].concat();
     // Idle keep-alive clients: each sees a FIN, none a reset.
     let args = [service, &["--port", port][..], &own, model].concat();
-    let (how, _) = stop_under(
+    let (how, t) = stop_under(
         bed,
         &args,
         HOLD_KEEPALIVE,
@@ -162,16 +122,20 @@ fn stops_gracefully(bed: &Bed, service: &[&str], port: u16, model: &[&str]) {
         serde_json::json!({"RST": 0, "FIN": CLIENTS, "open": 0}),
         "{what:?}: how idle keep-alive connections ended at the stop"
     );
+    // The summary's `finishing`: what the drain still waited for as it
+    // ended (nothing: it finished).
+    assert_eq!(t["finishing"], 0, "{what:?}: {t}");
     let args = [service, &["--port", port, "--body", &body][..], &own, model].concat();
     // A slow reader (4 KiB every 10 ms: well within the drain) gets the
     // whole response, then the end of the stream.
-    let (how, _) = stop_under(
+    let (how, t) = stop_under(
         bed,
         &args,
         SLOW_READER,
         &["10.99.0.1", port, "0.01", "4096"],
     );
     assert_eq!(how["end"], "FIN", "{what:?}: {how}");
+    assert_eq!(t["finishing"], 0, "{what:?}: {t}");
     assert_eq!(how["body"], BODY, "{what:?}: the whole body: {how}");
     assert_eq!(how["length"], BODY, "{what:?}: {how}");
     // Slower (1 KiB every 50 ms: 5 s for the body): served through the
@@ -206,6 +170,13 @@ fn stops_gracefully(bed: &Bed, service: &[&str], port: u16, model: &[&str]) {
         "{what:?}: reset {after} s after the stop, not at the drain's end: {how}"
     );
     assert!(t["resets_out"].as_u64().unwrap() >= 1, "{what:?}: {t}");
+    // The drain ended waiting for it: the summary's `finishing` (whether
+    // its handler had closed it, the response's bytes still going, or
+    // not; the workers' last figure said 0 or 1 by turns).
+    assert_eq!(
+        t["finishing"], 1,
+        "{what:?}: the one left to the reset: {t}"
+    );
 }
 
 #[test]

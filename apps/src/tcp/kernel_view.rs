@@ -38,6 +38,7 @@ fn tcp_counters(c: &CoreCounters) -> TcpCountersSnapshot {
         resets_refused: s.resets_refused,
         connection_limit_refused: s.connection_limit_refused,
         application_refused: c.application_refused,
+        finishing: c.finishing as u64,
         syn_refused: s.syn_refused,
         buffer_memory: c.buffer_memory as u64,
         rx_memory_peak: c.rx_memory_peak as u64,

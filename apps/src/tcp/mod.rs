@@ -750,6 +750,30 @@ trait Running {
     /// Per-pass duties (the watchdog, the control socket); an error ends
     /// the service.
     fn check(&mut self) -> Result<()>;
+    /// The stop begins: the control socket says so from now on (and a
+    /// kernel-socket service's cores begin their drain; an AF_XDP
+    /// service's begins with `TcpService::linger`).
+    fn begin_stop(&mut self);
+    /// Answers the control socket during the stop: status and counters,
+    /// the service listed as stopping (no rebalancing, no watchdog).
+    fn answer(&mut self);
+}
+
+/// How often the control socket is answered during a stop's drain (as in
+/// [`wait`]'s loop).
+const ANSWER_EVERY: Duration = Duration::from_millis(10);
+
+/// Begins the stop of `running` and keeps its control socket answering
+/// until `drained` says the stop's drain is over: a draining service is
+/// still listed (stopping) by `flowlane status` and on the daemon's
+/// metrics page, with what its drain waits for (`finishing`), until it
+/// exits and its control socket goes.
+fn answer_until(running: &mut dyn Running, drained: impl Fn() -> bool) {
+    running.begin_stop();
+    while !drained() {
+        running.answer();
+        std::thread::sleep(ANSWER_EVERY);
+    }
 }
 
 struct XdpRunning<'a> {
@@ -777,6 +801,13 @@ impl Running for XdpRunning<'_> {
             eprintln!("{}", move_line(&m));
         }
         Ok(())
+    }
+    fn begin_stop(&mut self) {
+        self.control.begin_stop();
+    }
+    fn answer(&mut self) {
+        // A stopping service's control moves nothing (refused).
+        self.control.poll_view(self.service);
     }
 }
 
@@ -871,16 +902,34 @@ fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
         dead_reported: Vec::new(),
     };
     let r = wait(c, &signals, &mut running, &results.rx, expect);
-    drop(running);
     // The stop begins: listeners closed, the handlers told
     // (`ConnHandler::on_stop`: an HTTP server's idle connections get a FIN,
     // its responses under way finish), and the closes the application made
     // last (in queue-pair mode still on their way to the cores) get their
     // FINs out and acknowledged; the stop then resets every connection
-    // still open (`TcpService::stop`), as the kernel backend's does.
-    if !service.linger(LINGER) {
+    // still open (`TcpService::stop`), as the kernel backend's does. The
+    // control socket answers through the drain (`answer_until`).
+    let finished = std::thread::scope(|s| {
+        let lingering = s.spawn(|| service.linger(LINGER));
+        answer_until(&mut running, || lingering.is_finished());
+        lingering
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    });
+    drop(running);
+    if !finished {
         tracing::info!("stopping with connections still closing after {LINGER:?}");
     }
+    // The connections the drain still waited for as it ended (being
+    // finished by their handlers, or their closes under way), which the
+    // stop resets: the summary's `finishing`, as on kernel sockets (the
+    // workers' last publication counts only the former, as of before or
+    // after the resets).
+    let left: Vec<(u32, u64)> = service
+        .tcp_counters()
+        .iter()
+        .map(|(q, t)| (*q, t.unfinished_at_stop()))
+        .collect();
     let workers = c.workers.unwrap_or(queues).max(queues);
     let cpu: Vec<Option<u64>> = (0..workers).map(worker_cpu_ns).collect();
     let app_cpu = app_threads_cpu(qp);
@@ -893,7 +942,10 @@ fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
         .iter()
         .map(|(q, s)| QueueSteering::new(*q, s))
         .collect();
-    let counters = service.stop();
+    let mut counters = service.stop();
+    for (q, t) in &mut counters.tcp {
+        t.finishing = left.iter().find(|(l, _)| l == q).map_or(0, |(_, n)| *n);
+    }
     let summary = json!({"event": "summary",
                          "counters": counters_json(&counters.tcp, &counters.buckets),
                          "steering": steering,
@@ -1008,6 +1060,8 @@ fn serve_kernel(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
         dead_reported: Vec::new(),
     };
     let r = wait(c, &signals, &mut running, &results.rx, expect);
+    // The cores drain (`KernelCore::run`) while the control socket answers.
+    answer_until(&mut running, || service.stopped());
     drop(running);
     let cpu: Vec<Option<u64>> = (0..n).map(worker_cpu_ns).collect();
     let app_cpu = app_threads_cpu(qp);
@@ -1061,8 +1115,15 @@ impl Running for KernelRunning<'_> {
         }
         // No buckets: a move asked for by hand is refused, and nothing
         // moves to log.
-        self.control.poll_view(&KernelView(self.service));
+        self.answer();
         Ok(())
+    }
+    fn begin_stop(&mut self) {
+        self.control.begin_stop();
+        self.service.begin_stop();
+    }
+    fn answer(&mut self) {
+        self.control.poll_view(&KernelView(self.service));
     }
 }
 
@@ -1088,6 +1149,7 @@ fn kernel_counters_json(per_core: &[(u32, CoreCounters)]) -> Value {
             "connection_limit_refused": s.connection_limit_refused,
             "syn_refused": s.syn_refused,
             "application_refused": c.application_refused,
+            "finishing": c.finishing,
         })
     };
     let mut total = CoreCounters::default();
@@ -1104,6 +1166,7 @@ fn kernel_counters_json(per_core: &[(u32, CoreCounters)]) -> Value {
         t.connection_limit_refused += s.connection_limit_refused;
         t.syn_refused += s.syn_refused;
         total.application_refused += c.application_refused;
+        total.finishing += c.finishing;
         total.rx_memory_waits += c.rx_memory_waits;
         total.tx_memory_waits += c.tx_memory_waits;
         total.accept_failed += c.accept_failed;

@@ -243,6 +243,46 @@ impl Drop for App {
     }
 }
 
+/// Kernel client with a small receive buffer: one HTTP request to
+/// `argv[1]:argv[2]`; once the head of its response came it prints
+/// `ready`, then reads `argv[4]` bytes every `argv[3]` seconds until the
+/// connection ends, and prints how: `{"end": "FIN"|"RST"|"open", "body":
+/// bytes of body read, "length": its Content-Length, "after_s": seconds
+/// from `ready` to the end}`.
+pub(crate) const SLOW_READER: &str = r#"
+import json, re, socket, sys, time
+host, port, pace, chunk = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+s.settimeout(20)
+s.connect((host, port))
+s.sendall(b'GET / HTTP/1.1\r\nHost: a\r\n\r\n')
+got = b''
+while b'\r\n\r\n' not in got:
+    d = s.recv(chunk)
+    if not d:
+        sys.exit('closed before its head')
+    got += d
+print('ready', flush=True)
+t0 = time.monotonic()
+end = 'open'
+while time.monotonic() - t0 < 15:
+    time.sleep(pace)
+    try:
+        d = s.recv(chunk)
+    except ConnectionResetError:
+        end = 'RST'
+        break
+    if not d:
+        end = 'FIN'
+        break
+    got += d
+head, body = got.split(b'\r\n\r\n', 1)
+length = int(re.search(rb'content-length: (\d+)', head, re.I).group(1))
+print(json.dumps({'end': end, 'body': len(body), 'length': length,
+                  'after_s': round(time.monotonic() - t0, 2)}), flush=True)
+"#;
+
 /// Kernel clients: `argv[3]` keep-alive connections to `argv[1]:argv[2]`,
 /// each with one HTTP request answered (up to the end of a head: an echo
 /// server's echo answers too); prints `ready`, then waits (at most
