@@ -121,6 +121,39 @@ const IMPORT_AHEAD: usize = 4;
 /// (a round) takes at least this long, so that each judgement covers it.
 pub(crate) const PARK_IDLE: crate::time::Duration = crate::time::Duration::from_secs(1);
 
+/// The most segments a [`PARK_IDLE`]-long period a connection must
+/// receive, under memory pressure, to be judged to need more than the
+/// floor ([`park_threshold`]): 8 segments a second per connection, about
+/// 93 kbit/s (185 Mbit/s for 2,000 connections, against the 23 of one
+/// segment a second) is what a peer must send to keep windows committed
+/// that it does not use.
+const PARK_SEGMENTS_MAX: u64 = 8;
+
+/// How much a connection must receive within a [`PARK_IDLE`]-long period,
+/// under memory pressure, to be judged to need more than the floor (not
+/// parked by [`Stack::park_idle`], charged again by [`touch_parked`]): as
+/// many segments as the floor, a segment a round trip, carries in a
+/// quarter of the period at the connection's round-trip time, between one
+/// and [`PARK_SEGMENTS_MAX`]. A connection that receives less is served by
+/// the floor without loss: parked, it can still receive four times as
+/// much, and once it does it is charged again after at most a quarter of
+/// the period (a resumed upload waits at most 250 ms, or a round trip, at
+/// the floor's window). The round-trip time is the smaller of the sender's
+/// estimate (the handshake's sample at least) and the receiver's
+/// (RFC 7323 §4's timestamps, or a window's worth of data): a peer
+/// inflates it only by delaying both, and then pays a segment a second
+/// per connection, as with no estimate.
+fn park_threshold(conn: &Connection, floor: usize) -> usize {
+    let srtt_us = conn.rtt.srtt().map_or(u64::MAX, |d| d.as_nanos() / 1000);
+    let rcv_rtt_us = match conn.tune.rcv_rtt_us {
+        0 => u64::MAX,
+        us => u64::from(us),
+    };
+    let rtt_us = srtt_us.min(rcv_rtt_us).max(1);
+    let segments = (PARK_IDLE.as_nanos() / 1000 / 4 / rtt_us).clamp(1, PARK_SEGMENTS_MAX);
+    floor * segments as usize
+}
+
 /// The [`PARK_IDLE`]-long period `now` falls in (wrapping): what a slot's
 /// park mark is dated with.
 fn park_epoch(now: Instant) -> u8 {
@@ -128,7 +161,8 @@ fn park_epoch(now: Instant) -> u8 {
 }
 
 /// A parked connection touched by a segment or a call
-/// ([`Flags::RCV_PARKED`]): one that has received a segment's worth since
+/// ([`Flags::RCV_PARKED`]): one that has received its [`park_threshold`]
+/// (a segment's worth at least) since
 /// its mark (RCV.NXT when it was parked, looked at by the look for
 /// connections to park, or last started here) within the
 /// [`PARK_IDLE`]-long period the mark was made in (`epoch`, [`park_epoch`])
@@ -153,7 +187,7 @@ fn touch_parked(
     (parked, committed): (&mut usize, &mut usize),
 ) {
     let floor = usize::from(cfg.mss);
-    if conn.rcv.nxt.saturating_sub(*mark) < floor {
+    if conn.rcv.nxt.saturating_sub(*mark) < park_threshold(conn, floor) {
         return;
     }
     let within = *epoch == park_epoch(now);
@@ -1207,10 +1241,10 @@ impl Stack {
         slot.mem_waiting = false;
         let floor = usize::from(self.cfg.mss);
         let conn = slot.conn.as_ref().expect("just placed");
-        // A segment's worth short of RCV.NXT: the first look at it under
-        // pressure judges nothing (it has no earlier mark), the next one
-        // what it received in between.
-        slot.park_mark = conn.rcv.nxt - floor;
+        // The most any `park_threshold` asks short of RCV.NXT: the first
+        // look at it under pressure judges nothing (it has no earlier
+        // mark), the next one what it received in between.
+        slot.park_mark = conn.rcv.nxt - floor * PARK_SEGMENTS_MAX as usize;
         slot.park_epoch = park_epoch(self.now);
         self.rcv_committed += conn.rcv_commitment(floor);
         self.sharing += usize::from(!conn.in_backlog());
@@ -1438,7 +1472,7 @@ impl Stack {
             slot.park_mark = conn.rcv.nxt;
             slot.park_epoch = park_epoch(self.now);
             let idle = self.now.saturating_since(conn.timers.last_recv) >= PARK_IDLE;
-            if (received >= floor && !idle) || !conn.parkable() {
+            if (received >= park_threshold(conn, floor) && !idle) || !conn.parkable() {
                 continue;
             }
             if !conn.assembler.is_empty() {

