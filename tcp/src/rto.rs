@@ -104,7 +104,7 @@ impl RttEstimator {
         }
     }
 
-    /// RFC 6069 §4 step (5) (TCP-LD): an ICMP destination unreachable
+    /// RFC 6069 §4 (TCP-LD): an ICMP destination unreachable
     /// about the retransmission at SND.UNA says the path, not congestion,
     /// lost it: one doubling of RFC 6298 §5.5 is undone. False (nothing
     /// changed) when the RTO is not backed off: never below the RTO a

@@ -75,7 +75,7 @@ impl Connection {
         UnreachableOutcome::Remembered
     }
 
-    /// RFC 6069 §4 (TCP-LD), steps (5) to (7): the retransmission at
+    /// RFC 6069 §4 (TCP-LD): the retransmission at
     /// SND.UNA met a disruption, not congestion, so the RTO's last
     /// doubling (RFC 6298 §5.5) is undone and the timer restarted from
     /// when that retransmission went (its expiry less the RTO it was
