@@ -130,6 +130,11 @@ pub fn dashboards_dir() -> PathBuf {
         .join("dashboards")
 }
 
+/// How the title of a panel begins whose metrics only a service on kernel
+/// sockets (`--backend kernel`) exports: `daemon_metrics.rs`, whose
+/// service runs on AF_XDP, leaves such panels to `daemon_kernel.rs`.
+pub const KERNEL_SOCKETS_PANEL: &str = "Kernel sockets: ";
+
 /// One query of a Grafana dashboard panel.
 #[derive(Debug, Clone)]
 pub struct PanelQuery {
@@ -143,6 +148,12 @@ pub struct PanelQuery {
 }
 
 impl PanelQuery {
+    /// Whether its panel shows what only a service on kernel sockets
+    /// exports ([`KERNEL_SOCKETS_PANEL`]).
+    pub fn kernel_sockets_only(&self) -> bool {
+        self.panel.starts_with(KERNEL_SOCKETS_PANEL)
+    }
+
     /// The query as Prometheus would get it with every service and queue
     /// chosen and a one-minute rate window.
     pub fn promql(&self) -> String {

@@ -10,7 +10,8 @@ mod tcp_common;
 use std::io::{BufRead, BufReader};
 
 use flowlane_tests::{
-    flowlane, kill_and_reap, metrics_page, require_root, text, within_10s, Bed, TestDaemon,
+    dashboard_queries, flowlane, flowlane_metric_names, kill_and_reap, metrics_page, require_root,
+    text, within_10s, Bed, PanelQuery, TestDaemon, KERNEL_SOCKETS_PANEL,
 };
 use serde_json::Value;
 use tcp_common::*;
@@ -191,6 +192,24 @@ fn a_kernel_socket_service_registers_reports_and_answers_hints() {
         series("flowlane_tcp_memory_waits_total", queue, "send"),
         "0"
     );
+    // The dashboards' panels of what only kernel sockets export name
+    // series of this page (daemon_metrics.rs checks the others').
+    let (queries, _) = dashboard_queries();
+    let kernel_only: Vec<&PanelQuery> =
+        queries.iter().filter(|q| q.kernel_sockets_only()).collect();
+    assert!(!kernel_only.is_empty(), "no {KERNEL_SOCKETS_PANEL:?} panel");
+    for q in kernel_only {
+        for name in flowlane_metric_names(&q.expr) {
+            assert!(
+                page_now
+                    .lines()
+                    .any(|l| l.starts_with(&format!("{name}{{service=\"echo-server\""))),
+                "{} / {}: {name} is not on a kernel-socket service's page: {page_now}",
+                q.file,
+                q.panel
+            );
+        }
+    }
     assert!(
         !page_now
             .lines()

@@ -3,10 +3,153 @@
 //! unit tests (`promtool test rules`). Every panel's query is evaluated
 //! against a real Prometheus scraping a real daemon in `daemon_metrics.rs`.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::process::Command;
 
-use flowlane_tests::{dashboard_queries, dashboards_dir};
+use flowlane_tests::{dashboard_queries, dashboards_dir, flowlane_metric_names};
+
+/// The metrics the daemon exports that no panel shows, each with why. A
+/// metric the daemon adds needs a panel (where an operator would look
+/// when something goes wrong) or a line here.
+const NOT_PANELED: &[(&str, &str)] = &[
+    (
+        "flowlane_build",
+        "constant labels (the daemon's version), not a time series",
+    ),
+    (
+        "flowlane_service",
+        "constant labels (backend, interface, rebalancing mode): the boards' `service` variable is read from it",
+    ),
+    (
+        "flowlane_nic",
+        "constant labels of a NIC the daemon owns (driver, node, AF_XDP and XDP modes): `flowlane status` shows them",
+    ),
+    (
+        "flowlane_nic_plan_part",
+        "constant labels: who does each part of the plan on an owned NIC; `flowlane status` shows it",
+    ),
+    (
+        "flowlane_nic_rx_queues",
+        "an owned NIC's configuration, which changes only when the daemon plans again: `flowlane status`",
+    ),
+    (
+        "flowlane_nic_rx_queues_max",
+        "an owned NIC's configuration (its channel maximum), constant: `flowlane status`",
+    ),
+    (
+        "flowlane_nic_rss_table_entries",
+        "an owned NIC's configuration, constant: `flowlane status`",
+    ),
+    (
+        "flowlane_nic_plan_changes",
+        "the changes the daemon made to an owned NIC, listed one by one by `flowlane status`; a count of them over time says nothing more",
+    ),
+    (
+        "flowlane_nic_changes",
+        "as flowlane_nic_plan_changes, over the daemon's life: made at its start and at a new plan, listed by `flowlane status`",
+    ),
+    (
+        "flowlane_nic_queue_packets",
+        "an owned NIC's driver counters per queue (only where the driver keeps them): the queues board shows each service queue's own packets",
+    ),
+    (
+        "flowlane_nic_queue_bytes",
+        "an owned NIC's driver counters per queue (only where the driver keeps them): the queues board shows each service queue's own bytes",
+    ),
+    (
+        "flowlane_nic_queue_alloc_failures",
+        "an owned NIC's driver counter (only where the driver keeps it), no NIC of the test beds keeps it, so no panel of it could be checked against a real Prometheus (daemon_metrics.rs); the fill-ring starvation panel shows flowlane's side",
+    ),
+    (
+        "flowlane_nic_queue_dropped_packets",
+        "an owned NIC's driver counter (only where the driver keeps it), no NIC of the test beds keeps it, so no panel of it could be checked against a real Prometheus (daemon_metrics.rs); the interface's drops are on the overview",
+    ),
+];
+
+/// The metric families `daemon/src/metrics.rs` exports: the `"flowlane_…"`
+/// string literals of its code (every family's name is one; its tests
+/// left out).
+fn exported_metrics() -> BTreeSet<String> {
+    let path = dashboards_dir().join("../daemon/src/metrics.rs");
+    let source =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let code = source.split("#[cfg(test)]").next().unwrap();
+    let names: BTreeSet<String> = code
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| {
+            s.starts_with("flowlane_")
+                && s.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        })
+        .map(str::to_string)
+        .collect();
+    // A sanity floor: the parse found the families.
+    assert!(
+        names.len() >= 60,
+        "{} metrics in {}",
+        names.len(),
+        path.display()
+    );
+    names
+}
+
+/// Whether the boards' queries name `family`: itself, or a series the
+/// encoder makes of it (`_total` of a counter, `_info`, a histogram's).
+fn paneled(family: &str, named: &BTreeSet<String>) -> bool {
+    ["", "_total", "_info", "_bucket", "_sum", "_count"]
+        .iter()
+        .any(|suffix| named.contains(&format!("{family}{suffix}")))
+}
+
+/// Exported metrics neither on a panel nor in [`NOT_PANELED`] (the test's
+/// failures, one line each), for the boards' queries `named`.
+fn unaccounted(exported: &BTreeSet<String>, named: &BTreeSet<String>) -> Vec<String> {
+    let listed: HashSet<&str> = NOT_PANELED.iter().map(|(m, _)| *m).collect();
+    let mut wrong = Vec::new();
+    for m in exported {
+        match (paneled(m, named), listed.contains(m.as_str())) {
+            (false, false) => wrong.push(format!(
+                "{m} has no panel: add one to dashboards/grafana, or list it in NOT_PANELED (dashboards.rs) with why"
+            )),
+            (true, true) => wrong.push(format!(
+                "{m} has a panel: take it out of NOT_PANELED (dashboards.rs)"
+            )),
+            _ => {}
+        }
+    }
+    for (m, why) in NOT_PANELED {
+        if !exported.contains(*m) {
+            wrong.push(format!(
+                "{m} is in NOT_PANELED (dashboards.rs) but the daemon exports no such metric: take it out"
+            ));
+        }
+        if why.is_empty() {
+            wrong.push(format!("{m}: NOT_PANELED gives no reason"));
+        }
+    }
+    wrong
+}
+
+#[test]
+fn every_exported_metric_has_a_panel_or_a_reason_for_none() {
+    let (queries, _) = dashboard_queries();
+    let named: BTreeSet<String> = queries
+        .iter()
+        .flat_map(|q| flowlane_metric_names(&q.expr))
+        .collect();
+    let exported = exported_metrics();
+    let wrong = unaccounted(&exported, &named);
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    // The check itself: a metric the daemon adds without a panel fails it.
+    let mut more = exported;
+    more.insert("flowlane_tcp_new_counter".into());
+    assert_eq!(
+        unaccounted(&more, &named),
+        ["flowlane_tcp_new_counter has no panel: add one to dashboards/grafana, or list it in NOT_PANELED (dashboards.rs) with why"]
+    );
+}
 
 #[test]
 fn every_dashboard_is_well_formed() {
