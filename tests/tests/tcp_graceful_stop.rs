@@ -216,3 +216,63 @@ fn connects_while_a_service_stops_are_all_answered() {
     assert_eq!(how["timeout"], 0, "connects left unanswered: {how}");
     assert!(how["refused"].as_u64().unwrap() > 0, "{how}");
 }
+
+/// Kernel client: connects to `argv[1]:argv[2]`, prints `ready`, sends
+/// one GET `argv[3]` seconds later and reads until the connection ends;
+/// prints `{"status": the response's status or null, "close": whether it
+/// said Connection: close, "end": "FIN"|"RST"}`.
+const LATE_REQUEST: &str = r#"
+import json, socket, sys, time
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
+print('ready', flush=True)
+time.sleep(float(sys.argv[3]))
+got, end = b'', 'FIN'
+try:
+    s.sendall(b'GET / HTTP/1.1\r\nHost: a\r\n\r\n')
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        got += d
+except (ConnectionResetError, BrokenPipeError):
+    end = 'RST'
+head = got.split(b'\r\n\r\n', 1)[0].decode('latin1')
+print(json.dumps({'status': head.split(' ')[1] if head.startswith('HTTP/') else None,
+                  'close': 'connection: close' in head.lower(), 'end': end}), flush=True)
+"#;
+
+/// A connection accepted before the stop whose first request comes just
+/// after it (a client that connected as a rolling restart began) gets
+/// that request answered, saying `Connection: close`, then the end of the
+/// stream: not a FIN before any response, which its client reads as an
+/// empty reply (the rolling-restart run: hyper-server on either backend,
+/// http-server on kernel sockets, within 20 ms of SIGTERM). hyper's own
+/// graceful shutdown closes such a connection at once; http-server's rule
+/// is hyper-server's too.
+#[test]
+fn a_request_on_a_connection_made_before_the_stop_is_answered() {
+    if !require_root("a_request_on_a_connection_made_before_the_stop_is_answered") {
+        return;
+    }
+    let bed = Bed::up("dp56lr", 2);
+    let port = (PORT + 3).to_string();
+    let own = ["--control-socket", "none", "--daemon-socket", "none"];
+    let answered = serde_json::json!({"status": "200", "close": true, "end": "FIN"});
+    let mut not = Vec::new();
+    // AF_XDP first: kernel sockets' TIME-WAIT holds the port against it.
+    for (service, backend) in [
+        ("hyper-server", "xdp"),
+        ("http-server", "xdp"),
+        ("hyper-server", "kernel"),
+        ("http-server", "kernel"),
+    ] {
+        let args = [&[service, "--port", &port, "--backend", backend][..], &own].concat();
+        // The request 300 ms after the client's `ready` (the stop follows
+        // it at once): well into the drain.
+        let (how, _) = stop_under(&bed, &args, LATE_REQUEST, &["10.99.0.1", &port, "0.3"]);
+        if how != answered {
+            not.push(format!("{service} on {backend}: {how}"));
+        }
+    }
+    assert!(not.is_empty(), "not answered: {not:?}");
+}

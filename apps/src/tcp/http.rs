@@ -13,13 +13,12 @@
 //! once a second), and closes then, so that no reset for unread bytes
 //! destroys that response.
 //!
-//! At the service's stop (`ConnHandler::on_stop`, nginx's graceful
-//! shutdown alike) a connection between requests is closed at once (a
-//! FIN: its client sees the end of the stream, not a reset, and opens
-//! another elsewhere); one in the middle of a request gets that response,
-//! saying `Connection: close` if it is still to be made (RFC 9112 §9.6),
-//! and is closed once it went. The stop waits for those, for its drain;
-//! what is still open after it is reset.
+//! At the service's stop (`ConnHandler::on_stop`) a connection ends as
+//! [`super::http_stop`] says, hyper-server's alike: at once between
+//! requests (a FIN), after the response under way otherwise (saying
+//! `Connection: close` if it is still to be made, RFC 9112 §9.6), after
+//! its first request's if none came yet. The stop waits for those, for
+//! its drain; what is still open after it is reset.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -32,6 +31,7 @@ use flowlane_app::{
 use serde::Serialize;
 
 use super::http_framing::{parse_head, BodySkip, Head, HeadScan, Persistence, Refusal, MAX_HEAD};
+use super::http_stop;
 use super::idle::{IdleSweep, SWEEP};
 use super::AllowFrom;
 
@@ -223,11 +223,8 @@ struct HttpConn {
     /// owed either way.
     stopping: bool,
     /// No byte has come yet: a connection just accepted is not idle at a
-    /// stop but about to send its first request (a client that connected
-    /// as the stop began, and would read a FIN before its request as an
-    /// empty reply), so it is answered, as Go's `Server.Shutdown` leaves
-    /// new connections be; one that sends nothing is reset at the drain's
-    /// end.
+    /// stop but about to send its first request, which is answered
+    /// ([`super::http_stop`]).
     fresh: bool,
 }
 
@@ -529,7 +526,11 @@ impl Http {
                             st.active = now;
                             st.request_began.get_or_insert(now);
                         }
-                        Err(_) if st.stopping && st.between_requests() && !st.fresh => {
+                        Err(_)
+                            if st.stopping
+                                && st.between_requests()
+                                && http_stop::closes_between_requests(st.fresh) =>
+                        {
                             // Stopping, and nothing owed either way (the
                             // response under way at the stop went): the
                             // end of the stream, a FIN.

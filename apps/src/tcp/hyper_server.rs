@@ -10,7 +10,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -32,8 +32,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
 use super::{
-    cores, idle, listen_addresses, queue_pair_config, serve_queue_pairs, serve_with, AllowFrom,
-    Common, HyperArgs, NicAccess, APPLICATION,
+    cores, http_stop, idle, listen_addresses, queue_pair_config, serve_queue_pairs, serve_with,
+    AllowFrom, Common, HyperArgs, NicAccess, APPLICATION,
 };
 use crate::service::{write_report, ServiceSignals};
 
@@ -137,19 +137,29 @@ fn respond(method: &hyper::Method, body: Bytes, counters: &HyperCounters) -> Res
 /// hyper by default takes that FIN for a request cut short and drops the
 /// connection unanswered; a FIN within a head still ends the connection
 /// unanswered. At the service's stop ([`Serve::stop`]) the connection
-/// ends gracefully (hyper's `graceful_shutdown`): at once if it is idle
-/// between requests, else once the response under way went (keep-alive
-/// off), within the stop's drain.
+/// ends as [`super::http_stop`] says (hyper's `graceful_shutdown`, within
+/// the stop's drain): at once if it is idle between requests, else once
+/// the response under way went (keep-alive off); one that has sent no
+/// byte yet is told once its first bytes came (hyper would close it at
+/// once, before the request its client is sending), and a response made
+/// during the stop says `Connection: close`.
 async fn serve_connection<S>(stream: S, serve: Serve)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let (body, counters) = (serve.body.clone(), serve.counters.clone());
+    let stopping = serve.stop.clone();
     let service = service_fn(move |req: hyper::Request<_>| {
-        let r = respond(req.method(), body.clone(), &counters);
+        let mut r = respond(req.method(), body.clone(), &counters);
+        if stopping.as_ref().is_some_and(StopSignal::is_stopping) {
+            // The last response (RFC 9112 §9.6): hyper then closes.
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         async move { Ok::<_, Infallible>(r) }
     });
     let io = Watched::new(stream, serve.idle, serve.counters.clone());
+    let no_byte_yet = io.fresh.clone();
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(serve.idle)
@@ -162,13 +172,20 @@ where
         None => conn.await,
         Some(mut stop) => {
             let mut stopped = std::pin::pin!(stop.stopped());
-            let mut told = false;
-            std::future::poll_fn(|cx| {
-                if !told && stopped.as_mut().poll(cx).is_ready() {
+            let (mut stopping, mut told) = (false, false);
+            std::future::poll_fn(|cx| loop {
+                stopping = stopping || stopped.as_mut().poll(cx).is_ready();
+                let fresh = no_byte_yet.load(Ordering::Relaxed);
+                if stopping && !told && http_stop::closes_between_requests(fresh) {
                     told = true;
                     conn.as_mut().graceful_shutdown();
                 }
-                conn.as_mut().poll(cx)
+                let r = conn.as_mut().poll(cx);
+                // Its first bytes came in this poll: hyper is told now.
+                if r.is_pending() && stopping && !told && !no_byte_yet.load(Ordering::Relaxed) {
+                    continue;
+                }
+                break r;
             })
             .await
         }
@@ -194,6 +211,9 @@ struct Watched<S> {
     /// The limit was reached (counted once).
     expired: bool,
     counters: Arc<HyperCounters>,
+    /// No byte was read yet (the connection's stop waits for its first
+    /// request: [`super::http_stop`]).
+    fresh: Arc<AtomicBool>,
 }
 
 impl<S> Watched<S> {
@@ -205,6 +225,7 @@ impl<S> Watched<S> {
             last: now,
             expired: false,
             counters,
+            fresh: Arc::new(AtomicBool::new(true)),
         }
     }
 
@@ -253,6 +274,9 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
         match Pin::new(&mut self.inner).poll_read(cx, buf) {
             Poll::Ready(r) => {
                 let n = buf.filled().len() - before;
+                if n > 0 {
+                    self.fresh.store(false, Ordering::Relaxed);
+                }
                 self.moved(r, n)
             }
             Poll::Pending => self.pending(cx),

@@ -43,6 +43,7 @@ mod bulk;
 mod echo;
 mod http;
 mod http_framing;
+mod http_stop;
 mod hyper_server;
 mod idle;
 mod kernel_view;
