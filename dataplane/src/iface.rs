@@ -275,6 +275,13 @@ pub fn current_ifindex(name: &str) -> Option<u32> {
     nix::net::if_::if_nametoindex(name).ok()
 }
 
+/// The MTU of interface `name` now, read from `<sysfs>/class/net/<name>`
+/// (None: no such interface, or unreadable).
+pub fn current_mtu(sysfs: &Path, name: &str) -> Option<u32> {
+    let text = std::fs::read_to_string(sysfs.join("class/net").join(name).join("mtu")).ok()?;
+    text.trim().parse().ok()
+}
+
 /// The name under which iproute2 knows this process's network namespace
 /// (`/run/netns/<name>`, as `ip netns identify` finds it); None in the root
 /// namespace or an unnamed one.

@@ -90,6 +90,10 @@ pub struct DataplaneConfig {
     pub zero_copy_receive: bool,
     /// Root of sysfs (tests use fake trees).
     pub sysfs: PathBuf,
+    /// The handlers size their frames by the interface's MTU at the start
+    /// (a TCP service's MSS): [`Dataplane::check`] fails once the MTU falls
+    /// below it, since frames sized for the old one would be dropped.
+    pub sized_by_mtu: bool,
 }
 
 impl DataplaneConfig {
@@ -117,6 +121,7 @@ impl DataplaneConfig {
             busy_poll: false,
             zero_copy_receive: true,
             sysfs: PathBuf::from("/sys"),
+            sized_by_mtu: false,
         }
     }
 }
@@ -333,6 +338,8 @@ pub struct Dataplane {
     sysfs: PathBuf,
     /// The named network namespace the data path started in, if any.
     netns: Option<String>,
+    /// [`DataplaneConfig::sized_by_mtu`].
+    sized_by_mtu: bool,
     workers: Vec<WorkerHandle>,
     stop: Arc<AtomicBool>,
     /// The addresses the ports are claimed on.
@@ -600,6 +607,7 @@ impl Dataplane {
             iface,
             sysfs: config.sysfs,
             netns: iface::netns_name(),
+            sized_by_mtu: config.sized_by_mtu,
             workers,
             stop,
             local: (config.local_v4, config.local_v6),
@@ -734,6 +742,19 @@ impl Dataplane {
                     "network namespace {ns} of interface {name} was removed (was its test bed \
                      removed?); restart the service once it is back"
                 )));
+            }
+        }
+        if self.sized_by_mtu {
+            let started = self.iface.mtu;
+            match iface::current_mtu(&self.sysfs, name) {
+                Some(now) if now < started => {
+                    return Err(Vanished(format!(
+                        "the MTU of {name} fell from {started} to {now} while serving: the \
+                         connections' segments were sized for {started} and would be dropped; \
+                         restart the service (it sizes them by the MTU it starts with)"
+                    )))
+                }
+                _ => {}
             }
         }
         if !iface::xdp_links(std::process::id()).contains(&self.iface.ifindex) {

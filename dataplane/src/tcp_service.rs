@@ -280,6 +280,8 @@ impl TcpService {
             dp.rings = RingSizes::with_frames(frames)?;
         }
         dp.bind_mode = BindMode::Auto;
+        // The MSS below is the MTU's: a smaller MTU later ends the service.
+        dp.sized_by_mtu = true;
         dp.ephemeral = config.active.then_some(EPHEMERAL);
         let (local_ip, prefix) = local_ipv4_prefix(&config.iface)?;
         let mut tcp = TcpConfig::new(local_ip, info.mac, isn_secret()?);
@@ -298,6 +300,11 @@ impl TcpService {
         }
         tcp.tcp.congestion = config.congestion;
         tcp.tcp.ecn = config.ecn;
+        // What the interface's MTU carries, not Ethernet's 1460 whatever the
+        // link: a peer told 1460 on a 1280-byte link sends frames the NIC
+        // drops, and the connection stalls.
+        tcp.tcp.mss = mss_for_mtu(info.mtu, tcp.tcp.mss);
+        tcp.tcp.mtu_probe_base_mss = tcp.tcp.mtu_probe_base_mss.min(tcp.tcp.mss);
         // With several queues and the NIC's RSS known, buckets can move
         // between queues with their connections.
         let moves = match &config.rss {
@@ -686,6 +693,15 @@ impl TcpCountersSnapshot {
 /// field (`service_args::cli_terms` names the flags instead).
 pub(crate) const GIVE_RSS: &str = "give it (TcpServiceConfig::rss, see rss_state)";
 
+/// The MSS to advertise over IPv4 on an interface of `mtu` bytes, at most
+/// `most`: the MTU less the fixed IPv4 and TCP headers (RFC 9293 §3.7.1;
+/// what Linux advertises from the route's MTU).
+fn mss_for_mtu(mtu: u32, most: u16) -> u16 {
+    u16::try_from(mtu.saturating_sub(40))
+        .unwrap_or(u16::MAX)
+        .min(most)
+}
+
 /// Refuses a service that opens connections (`active`) on several
 /// `queues` of `iface` without the NIC's RSS (`rss_known`): the ports its
 /// opens draw from could not be chosen so that the replies come back to
@@ -885,6 +901,17 @@ mod tests {
     use super::*;
     use flowlane_numa_sched::toeplitz::RssKey;
     use std::net::Ipv4Addr;
+
+    /// The MSS follows the link's MTU below Ethernet's and stays at the
+    /// stack's above it (frames hold no more).
+    #[test]
+    fn the_mss_is_what_the_mtu_carries() {
+        assert_eq!(mss_for_mtu(1500, 1460), 1460);
+        assert_eq!(mss_for_mtu(1280, 1460), 1240);
+        assert_eq!(mss_for_mtu(576, 1460), 536);
+        assert_eq!(mss_for_mtu(9000, 1460), 1460);
+        assert_eq!(mss_for_mtu(u32::MAX, 1460), 1460);
+    }
 
     /// An operator's `--neighbor` outranks what the kernel's table says of
     /// the same address (a stale entry, or one an on-link spoofer planted

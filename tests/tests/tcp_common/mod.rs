@@ -151,6 +151,13 @@ impl App {
         (lines, self.stderr_text())
     }
 
+    /// Waits (at most `limit`) for the app to fail by itself (a non-zero
+    /// exit); returns its JSON lines and what it wrote on stderr.
+    pub(crate) fn wait_failed_with_stderr(mut self, limit: Duration) -> (Vec<Value>, String) {
+        let lines = self.finish_expecting(limit, false);
+        (lines, self.stderr_text())
+    }
+
     fn finish(&mut self, limit: Duration) -> Vec<Value> {
         self.finish_expecting(limit, true)
     }
