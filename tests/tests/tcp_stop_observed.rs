@@ -123,6 +123,25 @@ fn seen_while_stopping(bed: &Bed, backend: &str, port: u16) {
         page.contains("flowlane_daemon_services 1\n"),
         "{backend}: {page}"
     );
+    // A bucket moved by hand now would move connections the stop is
+    // about to reset: refused, saying why.
+    if backend == "xdp" {
+        let o = flowlane(&[
+            "rebalance",
+            "move",
+            "--socket",
+            own.to_str().unwrap(),
+            "--bucket",
+            "0",
+            "--to-queue",
+            "1",
+        ]);
+        assert!(
+            !o.status.success() && text(&o).contains("http-server is stopping"),
+            "{}",
+            text(&o)
+        );
+    }
 
     let lines = stopping.join().unwrap();
     let _ = client.kill();
