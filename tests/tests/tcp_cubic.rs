@@ -5,9 +5,13 @@
 //! [`SECS`] seconds. Each flow's goodput over the second half is measured
 //! at the receiver.
 //!
-//! Three pairs, in one bed, one after the other; in each, the flow named
+//! Pairs, in one bed, one after the other; in each, the flow named
 //! first starts first (the kernel's CUBIC too, in the reference):
-//! - kernel CUBIC against kernel CUBIC: what "fair" looks like on this bed;
+//! - kernel CUBIC against kernel CUBIC, with `FLOWLANE_CUBIC_REFERENCE=1`
+//!   (measurements: BENCHMARKS.md): what "fair" looks like on this bed.
+//!   It checks nothing of flowlane's (the bottleneck's drops and fill are
+//!   asserted in every flowlane pair too), and took a fifth of the test's
+//!   time (20 s of its 105 s), so CI leaves it out;
 //! - flowlane `--congestion cubic` against kernel CUBIC: asserted within
 //!   [`FACTOR`];
 //! - flowlane `--congestion newreno` against kernel CUBIC: printed (a
@@ -350,8 +354,14 @@ fn flowlane_cubic_shares_a_bottleneck_fairly_with_kernel_cubic() {
         assert_eq!(report["lanes"], 1, "a rate runs one lane: {report}");
     }
 
-    let reference = pair(&bed, &setup, First::Kernel);
-    let kk = show("kernel CUBIC", &setup, &reference);
+    // The reference pair, for measurements only (see the module's doc).
+    let reference = std::env::var_os("FLOWLANE_CUBIC_REFERENCE").map(|_| {
+        let p = pair(&bed, &setup, First::Kernel);
+        (show("kernel CUBIC", &setup, &p), p)
+    });
+    let kk = reference
+        .as_ref()
+        .map_or_else(|| "not run".to_string(), |(r, _)| format!("{r:.2}"));
     let mut cubics: Vec<(f64, Pair)> = (0..CUBIC_PAIRS)
         .map(|_| {
             let p = pair(&bed, &setup, First::Flowlane("cubic"));
@@ -363,13 +373,14 @@ fn flowlane_cubic_shares_a_bottleneck_fairly_with_kernel_cubic() {
     let newreno = pair(&bed, &setup, First::Flowlane("newreno"));
     let fr = show("flowlane NewReno", &setup, &newreno);
     eprintln!(
-        "ratios: kernel/kernel {kk:.2}, flowlane CUBIC/kernel {fc:.2} (median of {CUBIC_PAIRS}), flowlane NewReno/kernel {fr:.2}"
+        "ratios: kernel/kernel {kk}, flowlane CUBIC/kernel {fc:.2} (median of {CUBIC_PAIRS}), flowlane NewReno/kernel {fr:.2}"
     );
 
     // The asserted pairs: the bottleneck was the bottleneck (it dropped,
     // and the two flows filled it), not this machine's CPU.
-    for (what, p) in [("reference", &reference)]
-        .into_iter()
+    for (what, p) in reference
+        .iter()
+        .map(|(_, p)| ("reference", p))
         .chain(cubics.iter().map(|(_, p)| ("cubic", p)))
         .chain([("cubic", &cubic)])
     {
@@ -389,7 +400,7 @@ fn flowlane_cubic_shares_a_bottleneck_fairly_with_kernel_cubic() {
     }
     assert!(
         (1.0 / FACTOR..=FACTOR).contains(&fc),
-        "flowlane CUBIC got {:.1} Mbit/s against the kernel's {:.1} in the median pair (ratio {fc:.2}; kernel against kernel: {kk:.2})",
+        "flowlane CUBIC got {:.1} Mbit/s against the kernel's {:.1} in the median pair (ratio {fc:.2}; kernel against kernel: {kk}, FLOWLANE_CUBIC_REFERENCE=1 runs it)",
         cubic.first,
         cubic.kernel
     );
