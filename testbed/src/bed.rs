@@ -113,6 +113,7 @@ pub fn up(spec: &BedSpec) -> Result<BedState> {
     // Before anything is made or stopped.
     spec.validate()?;
     netns::require_root("flowlane testbed up")?;
+    netns::require_namespaces("flowlane testbed up")?;
     let _lock = BedLock::take(&spec.name)?;
     let using = users::users(&spec.name)?;
     if !using.is_empty() {
@@ -338,6 +339,7 @@ pub fn unrecorded(name: &str) -> Result<bool> {
 pub fn down(name: &str) -> Result<bool> {
     validate_name(name)?;
     netns::require_root("flowlane testbed down")?;
+    netns::require_namespaces("flowlane testbed down")?;
     // Before the lock: a user asked to stop may release the bed itself (a
     // tool's own `down`, a demo putting the RSS table back), which takes it.
     stop_users(name, STOP_GRACE)?;

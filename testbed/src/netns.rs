@@ -97,6 +97,14 @@ pub fn in_netns<T: Send + 'static>(
 
 pub use flowlane_dataplane::privileges::require_root;
 
+/// Fails, in one line, when this process lacks what making or entering a
+/// network namespace needs (CAP_SYS_ADMIN: a root whose capabilities were
+/// dropped would otherwise hear `ip netns`'s own "Operation not permitted").
+pub fn require_namespaces(what: &str) -> Result<()> {
+    use flowlane_dataplane::privileges::{require_capabilities, NAMESPACES};
+    Ok(require_capabilities(what, NAMESPACES)?)
+}
+
 /// Refuses `what` (a command that reads or makes test beds) when this
 /// process runs in another network namespace than the host's (one named
 /// in `/run/netns`, or another than pid 1's): as `ip netns exec` runs it, it has a mount namespace of its own

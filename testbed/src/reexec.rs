@@ -76,6 +76,7 @@ pub fn reexec_in_bed(name: &str) -> anyhow::Error {
     use std::os::unix::process::CommandExt;
     let run = || -> Result<std::io::Error> {
         crate::netns::require_host_namespace(&format!("--bed {name}"))?;
+        crate::netns::require_namespaces(&format!("flowlane with --bed {name}"))?;
         let given: Vec<String> = std::env::args().skip(1).collect();
         if let Some(flag) = bed_flag_given(&given) {
             anyhow::bail!(

@@ -257,6 +257,50 @@ fn not_root_is_refused_with_a_hint() {
     one_line_error(&o, "needs root");
 }
 
+/// Root without some of the capabilities the data path needs (a unit's
+/// `CapabilityBoundingSet=`, `setpriv`, `capsh --drop`): one line naming
+/// the missing one, before libbpf or `ip netns` print lines of their own
+/// ("is this root?", "raise ulimit -l", "setting the network namespace
+/// failed"); nothing is left attached. CAP_SYS_ADMIN stands for CAP_BPF.
+#[test]
+fn root_without_a_capability_is_told_which() {
+    if !require_root("root_without_a_capability_is_told_which") {
+        return;
+    }
+    let bed = Bed::up("caps", 1);
+    let bin = flowlane_bin();
+    let bin = bin.to_str().unwrap();
+    let inside = ["ip", "netns", "exec", bed.ns.as_str()];
+    let on_xsk0 = [bin, "echo-server", "--iface", "xsk0"];
+    let with_bed = [bin, "echo-server", "--bed", bed.name.as_str()];
+    for (drop, within, service, needle) in [
+        ("-bpf,-sys_admin", &inside[..], &on_xsk0, "without CAP_BPF"),
+        (
+            "-net_admin,-sys_admin",
+            &inside,
+            &on_xsk0,
+            "without CAP_NET_ADMIN",
+        ),
+        ("-net_raw", &inside, &on_xsk0, "without CAP_NET_RAW"),
+        ("-sys_admin", &[], &with_bed, "without CAP_SYS_ADMIN"),
+    ] {
+        let bounding = format!("--bounding-set={drop}");
+        let setpriv = ["setpriv", "--inh-caps=-all", bounding.as_str()];
+        let cmd = [within, &setpriv, service].concat();
+        // Bounded: a service that (wrongly) starts is killed, not waited for.
+        let child = Command::new(cmd[0])
+            .args(&cmd[1..])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting a service without a capability");
+        let (o, _) = wait_bounded(child, Duration::from_secs(30), drop);
+        one_line_error(&o, needle);
+        one_line_error(&o, "give the process these capabilities back");
+        assert!(!xdp_attached(&bed.ns, "xsk0"), "{drop}: a program stayed");
+    }
+}
+
 #[test]
 fn not_root_is_said_first_even_with_a_bed_that_is_up() {
     if !require_root(
