@@ -417,6 +417,20 @@ impl Dataplane {
         let steering = Steering::attach(iface.ifindex).map_err(|e| {
             match iface::xdp_holder(iface.ifindex) {
                 Some(holder) => busy(&iface.name, &holder),
+                // Drivers take a program without multi-buffer support
+                // (flowlane's frames are one buffer each) only while a
+                // frame fits a page: veth refuses it with ERANGE past an
+                // MTU of 3,506, mlx5 and ice past about 3,498.
+                None if iface.mtu > ETHERNET_MTU => Error::Steering {
+                    what: format!(
+                        "attaching the steering XDP program to {} failed with its MTU at {}, \
+                         more than XDP takes without multi-buffer frames: lower it (ip link \
+                         set dev {} mtu {ETHERNET_MTU}: flowlane's TCP sends no larger frames) \
+                         and start again",
+                        iface.name, iface.mtu, iface.name
+                    ),
+                    source: e,
+                },
                 None => Error::Steering {
                     what: format!("attaching the steering XDP program to {}", iface.name),
                     source: e,
@@ -935,6 +949,10 @@ pub(crate) fn check_unserved_queues(
          on the others would be lost; set TcpServiceConfig::queues to {rx_queues}, {point}"
     )))
 }
+
+/// Ethernet's MTU: the largest flowlane's TCP uses (its MSS, 1460, is this
+/// less the IPv4 and TCP headers).
+const ETHERNET_MTU: u32 = 1500;
 
 /// The error for an interface whose XDP hook `holder` holds.
 fn busy(ifname: &str, holder: &iface::Process) -> Error {

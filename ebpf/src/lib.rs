@@ -20,6 +20,7 @@
 pub mod delay_line;
 #[cfg(feature = "testbed")]
 pub mod impair;
+mod libbpf_said;
 #[cfg(feature = "testbed")]
 pub mod rss_emu;
 pub mod steer;
@@ -90,6 +91,18 @@ impl Error {
     pub(crate) fn bpf(what: impl Into<String>) -> impl FnOnce(libbpf_rs::Error) -> Error {
         let what = what.into();
         move |source| Error::Bpf { what, source }
+    }
+
+    /// The error with libbpf's own words about it (`said`), where it said
+    /// any, in brackets after what flowlane was doing.
+    pub(crate) fn with_libbpf(self, said: Option<String>) -> Error {
+        match (self, said) {
+            (Error::Bpf { what, source }, Some(said)) => Error::Bpf {
+                what: format!("{what} (libbpf: {said})"),
+                source,
+            },
+            (e, _) => e,
+        }
     }
 }
 

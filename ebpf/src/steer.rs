@@ -120,8 +120,11 @@ impl Steering {
     /// Fails with a message naming the cause when the interface has no
     /// native XDP support or an XDP program is already attached.
     pub fn attach(ifindex: u32) -> Result<Steering> {
+        // libbpf's lines are kept, not printed: the error says them where
+        // it has nothing better.
+        let heard = crate::libbpf_said::Listening::start();
         let mut storage = MaybeUninit::uninit();
-        let (skel, maps) = load(&mut storage)?;
+        let (skel, maps) = load(&mut storage).map_err(|e| e.with_libbpf(heard.last()))?;
         let link = skel
             .progs
             .flowlane_steer
@@ -147,7 +150,12 @@ impl Steering {
                         "the interface has no native XDP support; use the kernel-socket backend"
                             .into()
                     }
-                    _ => "attaching XDP in native mode failed".into(),
+                    _ => match heard.last() {
+                        Some(said) => {
+                            format!("attaching XDP in native mode failed (libbpf: {said})")
+                        }
+                        None => "attaching XDP in native mode failed".into(),
+                    },
                 };
                 Error::Bpf {
                     what: format!("attaching XDP to ifindex {ifindex}: {hint}"),

@@ -446,6 +446,32 @@ fn unknown_interface_too_many_queues_and_no_native_xdp() {
     one_line_error(&o, "native XDP");
 }
 
+/// An interface whose MTU is past what XDP takes without multi-buffer
+/// frames (veth refuses the program with ERANGE): one line naming the MTU
+/// and the command that lowers it, libbpf's own line not printed apart.
+#[test]
+fn an_mtu_too_large_for_xdp_is_said_with_the_fix() {
+    if !require_root("an_mtu_too_large_for_xdp_is_said_with_the_fix") {
+        return;
+    }
+    let bed = Bed::up("jumbo", 1);
+    for (ns, dev) in [(&bed.ns, "xsk0"), (&bed.peer_ns, "peer0")] {
+        let o = in_ns(ns, &["ip", "link", "set", "dev", dev, "mtu", "9000"]);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    // Bounded: a service that (wrongly) starts is killed, not waited for.
+    let child = Command::new(flowlane_bin())
+        .args(["echo-server", "--bed", &bed.name])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting echo-server on a 9000-byte MTU");
+    let (o, _) = wait_bounded(child, Duration::from_secs(30), "echo-server");
+    one_line_error(&o, "failed with its MTU at 9000");
+    one_line_error(&o, "ip link set dev xsk0 mtu 1500");
+    assert!(!xdp_attached(&bed.ns, "xsk0"), "a program stayed");
+}
+
 #[test]
 fn fewer_queues_than_the_nic_are_refused_unless_its_table_is_on_them() {
     let test = "fewer_queues_than_the_nic_are_refused_unless_its_table_is_on_them";
