@@ -45,6 +45,7 @@ use flowlane_ebpf::rss_emu::{self, HashFields, RssEmuConfig, RssEmuMaps};
 use flowlane_numa_sched::nic::RssNic;
 use serde::Serialize;
 
+use crate::bpffs;
 use crate::impair::{self, ImpairStatus};
 use crate::netns::{self, ip};
 use crate::state::{
@@ -301,20 +302,13 @@ fn ensure_bpffs() -> Result<()> {
     let _lock = nix::fcntl::Flock::lock(dir, nix::fcntl::FlockArg::LockExclusive)
         .map_err(|(_, e)| e)
         .with_context(|| format!("locking {BPFFS_LOCK_DIR} around the bpffs mount"))?;
-    if bpffs_mounted() {
+    if bpffs::mounted() {
         return Ok(());
     }
-    std::fs::create_dir_all("/sys/fs/bpf").ok();
+    std::fs::create_dir_all(bpffs::MOUNT_POINT).ok();
     netns::run("mount", &["-t", "bpf", "bpf", "/sys/fs/bpf"])
         .map(|_| ())
         .context("mounting bpffs on /sys/fs/bpf")
-}
-
-fn bpffs_mounted() -> bool {
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
-    mounts
-        .lines()
-        .any(|l| l.split_whitespace().nth(1) == Some("/sys/fs/bpf"))
 }
 
 /// Whether bed `name`'s namespaces exist while this run directory

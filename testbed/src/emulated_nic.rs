@@ -35,6 +35,7 @@ impl EmulatedNic {
     }
 
     fn maps(&self) -> Result<RssEmuMaps> {
+        crate::bpffs::require_mounted(&self.bed)?;
         RssEmuMaps::open(&self.pin_dir).context("opening the emulated NIC's maps")
     }
 

@@ -30,6 +30,7 @@
 //! `packet_socket`.
 
 pub mod bed;
+pub mod bpffs;
 pub mod child;
 pub mod delay_line;
 pub mod delay_queue;

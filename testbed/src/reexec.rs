@@ -19,6 +19,8 @@ use crate::state::{load_hinted, BedState};
 /// `--rss-table=q,q,...`, `--neighbor=IP=MAC`, and the id of the emulated
 /// NIC's table map (`--rss-table-map=ID`, for services that move buckets).
 pub fn bed_flags(bed: &BedState) -> Result<Vec<String>> {
+    // Not the namespace hint below: bpffs is simply not there.
+    crate::bpffs::require_mounted(&bed.name)?;
     let rss = bed.nic().rss().map_err(|e| {
         anyhow!(
             "reading test bed {}'s RSS (run this from the root namespace, not inside the bed): {e:#}",

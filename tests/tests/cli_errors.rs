@@ -472,6 +472,42 @@ fn an_mtu_too_large_for_xdp_is_said_with_the_fix() {
     assert!(!xdp_attached(&bed.ns, "xsk0"), "a program stayed");
 }
 
+/// bpffs not mounted where a command looks for a bed's pinned maps (a
+/// mount namespace of its own, an unmount): one line saying so and how to
+/// mount it, not "is the test bed up?" of a bed that is.
+#[test]
+fn a_missing_bpffs_is_said_as_such() {
+    if !require_root("a_missing_bpffs_is_said_as_such") {
+        return;
+    }
+    let bed = Bed::up("nobpffs", 1);
+    let bin = flowlane_bin();
+    let bin = bin.to_str().unwrap();
+    for args in [
+        &["echo-server", "--bed", bed.name.as_str()][..],
+        &["testbed", "status", "--bed", bed.name.as_str()],
+    ] {
+        // A mount namespace of its own, bpffs unmounted there only (every
+        // mount stacked on /sys/fs/bpf); the host's stays.
+        let script = format!(
+            "while mountpoint -q /sys/fs/bpf; do umount /sys/fs/bpf || exit 99; done; exec {bin} {}",
+            args.join(" ")
+        );
+        // Bounded: a service that (wrongly) starts is killed, not waited for.
+        let child = Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c", &script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("unshare");
+        let (o, _) = wait_bounded(child, Duration::from_secs(30), args[0]);
+        one_line_error(&o, "bpffs is not mounted on /sys/fs/bpf");
+        one_line_error(&o, "mount -t bpf bpf /sys/fs/bpf");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("is the test bed up"), "{args:?}: {err}");
+    }
+}
+
 #[test]
 fn fewer_queues_than_the_nic_are_refused_unless_its_table_is_on_them() {
     let test = "fewer_queues_than_the_nic_are_refused_unless_its_table_is_on_them";
