@@ -758,6 +758,22 @@ impl Dataplane {
                 )));
             }
         }
+        // More receive queues than at the start (`ethtool -L`): the NIC
+        // spreads flowlane's frames over queues no socket serves, where the
+        // program drops them (the start refuses such a NIC, and the kernel
+        // refuses fewer queues while the sockets are bound).
+        let dir = self.sysfs.join("class/net").join(name);
+        if let Ok(now) = iface::count_queues(&dir, "rx-") {
+            let was = self.iface.rx_queues;
+            if now > was {
+                return Err(Vanished(format!(
+                    "{name} has {now} receive queues now, {was} when the service started: \
+                     flowlane's frames the NIC steers to the new ones are lost (no socket \
+                     serves them); restart the service, or set the channels back to {was} \
+                     (ethtool -L {name})"
+                )));
+            }
+        }
         if self.sized_by_mtu {
             let started = self.iface.mtu;
             match iface::current_mtu(&self.sysfs, name) {
