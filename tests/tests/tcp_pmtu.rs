@@ -12,10 +12,12 @@
 //! the first message comes a retransmission timeout or so late, unlike a
 //! real router's at once.)
 //!
-//! Through the silent black hole, the kernel runs beside flowlane in the
-//! same test: its PLPMTUD (`net.ipv4.tcp_mtu_probing = 1`, which covers
-//! IPv6 too) sending the same 8 MiB from the bed's namespace; both times
-//! are printed (BENCHMARKS.md).
+//! Through the silent black hole, with `FLOWLANE_PMTU_KERNEL=1`, the
+//! kernel runs beside flowlane in the same test: its PLPMTUD
+//! (`net.ipv4.tcp_mtu_probing = 1`, which covers IPv6 too) sending the
+//! same 8 MiB from the bed's namespace; both times are printed
+//! (BENCHMARKS.md). A measurement, which asserts nothing of flowlane's and
+//! took about 8 s of each silent test's 15 s, so CI leaves it out.
 
 mod tcp_common;
 
@@ -147,6 +149,9 @@ fn black_hole_heals(tag: &str, family: Family, mode: Router) {
         Router::Silent => {
             assert_eq!(t["pmtu_lowered"], 0, "{t}");
             assert!(t["mtu_black_holes"].as_u64() >= Some(1), "{t}");
+            if std::env::var_os("FLOWLANE_PMTU_KERNEL").is_none() {
+                return;
+            }
             let (k_took, k) = kernel_through_the_black_hole(&bed, family);
             eprintln!(
                 "{family:?} silent black hole: flowlane healed and sent 8 MiB in {:.2} s ({:.2} s \
