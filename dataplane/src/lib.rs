@@ -19,6 +19,7 @@
 pub mod affinity;
 pub mod auto_rebalance;
 pub mod bucket_counters;
+mod checksum_watch;
 pub mod control_socket;
 pub mod counters;
 pub mod cpu_time;

@@ -14,6 +14,7 @@ use flowlane_ebpf::steer::Proto;
 use flowlane_numa_sched::RssState;
 
 use crate::bucket_counters::{BucketCounters, BucketSnapshot};
+use crate::checksum_watch::ChecksumWatch;
 pub use crate::ephemeral::rss_state;
 use crate::ephemeral::EPHEMERAL;
 use crate::handoff::{self, Mesh, MoveError, MoveReport, NicWriter};
@@ -192,6 +193,9 @@ pub struct TcpService {
     /// Re-reads the kernel's neighbour table for the workers (None: the
     /// interface's index or the thread could not be had).
     _refresher: Option<Refresher>,
+    /// Warns once should every segment received fail its checksum (a
+    /// local veth sender with checksum offload on).
+    _checksums: Option<ChecksumWatch>,
     /// Tells the workers that the stop began ([`TcpConfig::stopping`]).
     stopping: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -391,6 +395,10 @@ impl TcpService {
         for port in unlisted {
             dataplane.claim_port(Proto::Tcp, port)?;
         }
+        let checksums = ChecksumWatch::start(
+            &dataplane.interface().name,
+            counters.iter().map(|c| c.tcp.clone()).collect(),
+        );
         Ok(TcpService {
             dataplane,
             counters,
@@ -399,6 +407,7 @@ impl TcpService {
             local,
             carriers,
             _refresher: refresher,
+            _checksums: checksums,
             stopping,
         })
     }
