@@ -142,6 +142,7 @@ const QUEUE_ROWS: &[QueueRow] = &[
     row!("flowlane_tcp_retransmitted_segments", "Segments retransmitted (any cause).", C, [], |q| q.tcp.retransmits),
     row!("flowlane_tcp_fast_retransmits", "Fast retransmits.", C, [], |q| q.tcp.fast_retransmits),
     row!("flowlane_tcp_rto_timeouts", "Retransmission timeouts.", C, [], |q| q.tcp.rto_timeouts),
+    row!("flowlane_tcp_rto_reverts", "Retransmission timeout doublings undone by an ICMP network or host unreachable about the retransmission at SND.UNA (TCP-LD, RFC 6069): a connectivity disruption, not congestion.", C, [], |q| q.tcp.rto_reverts),
     row!("flowlane_tcp_loss_probes", "Tail loss probes sent (RFC 8985).", C, [], |q| q.tcp.tlp_probes),
     row!("flowlane_tcp_una_probes", "Loss probes at SND.UNA: the first unacknowledged segment sent again after two round trips without progress, without RACK-TLP or in fast recovery (also counted as retransmissions).", C, [], |q| q.tcp.loss_probes),
     row!("flowlane_tcp_out_of_order_segments", "Segments received out of order.", C, [], |q| q.tcp.out_of_order),
@@ -1026,6 +1027,7 @@ mod tests {
                 unreachable_ended: 16,
                 unreachable_ignored: 17,
                 unreachable_remembered: 19,
+                rto_reverts: 20,
                 finishing: 18,
                 rx_memory_peak: 65_536,
                 tx_memory_waits: 5,
@@ -1457,6 +1459,7 @@ mod tests {
             ("flowlane_tcp_recv_parked_total", 11),
             ("flowlane_tcp_ooo_reneged_total", 12),
             ("flowlane_tcp_una_probes_total", 13),
+            ("flowlane_tcp_rto_reverts_total", 20),
         ] {
             let series =
                 format!(r#"{name}{{service="bulk-sink",pid="41",queue="0",cpu="0",node="0"}}"#);
