@@ -378,6 +378,13 @@ impl Dataplane {
         F: Fn(&QueueInfo) -> std::result::Result<H, E> + Send + Sync + 'static,
     {
         let iface = InterfaceInfo::read(&config.sysfs, &config.ifname)?;
+        // Before libbpf's load, whose EPERM names no capability (a program
+        // on the library, or `flowlane-ttcp` without `--bed`, has not
+        // checked them as the `flowlane` commands do).
+        crate::privileges::require_capabilities(
+            &format!("flowlane's data path on {}", iface.name),
+            crate::privileges::DATA_PATH,
+        )?;
         if config.queues.is_empty() {
             return Err(Error::Setup("no queues to serve".into()));
         }

@@ -303,3 +303,32 @@ fn a_flowlane_receiver_stopped_by_sigterm_cleans_up() {
         .unwrap_or_else(|| panic!("no dataplane summary: {err}"));
     assert_eq!(summary["interrupted"], true, "{summary}");
 }
+
+/// The receiver on flowlane's TCP without `--bed`, in the bed's namespace,
+/// as root without CAP_BPF (and CAP_SYS_ADMIN, which would stand for it):
+/// one line naming the capability, not libbpf's lines and "is this root?".
+#[test]
+fn a_receiver_without_cap_bpf_is_told_so() {
+    if !require_root("a_receiver_without_cap_bpf_is_told_so") {
+        return;
+    }
+    let bed = Bed::up("tcap", 1);
+    let (ctl, data) = ports();
+    let rx = std::process::Command::new("ip")
+        .args(["netns", "exec", &bed.ns])
+        .args([
+            "setpriv",
+            "--inh-caps=-all",
+            "--bounding-set=-bpf,-sys_admin",
+            bin(),
+        ])
+        .args(a(&format!(
+            "-r -m 1,*,10.99.0.1 -t 1 --control-port {ctl} -p {data} --backend flowlane --nic xsk0"
+        )))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("receiver");
+    let (o, _) = wait_bounded(rx, std::time::Duration::from_secs(30), "receiver");
+    assert_fails(&o, "runs without CAP_BPF");
+}
