@@ -5,8 +5,8 @@ use crate::buckets::{BucketLists, Link, NIL};
 use crate::challenge::ChallengeBudget;
 use crate::chunk_pool::ChunkPool;
 use crate::connection::{
-    ev, offered_wscale, reopened_iss, Connection, Ctx, Flags, PendingRst, RecvMemory, Replies,
-    ResetReason, State, TooBigOutcome, UnreachableOutcome,
+    announced_mss, ev, offered_wscale, reopened_iss, Connection, Ctx, Flags, PendingRst,
+    RecvMemory, Replies, ResetReason, State, TooBigOutcome, UnreachableOutcome,
 };
 use crate::ecn::{Ecn, EcnMode};
 use crate::flow_key::FlowKey;
@@ -2446,7 +2446,7 @@ impl Stack {
             return;
         }
         let o = &syn.options;
-        let client_mss = o.mss.unwrap_or(syn_cookie::DEFAULT_MSS);
+        let client_mss = announced_mss(o);
         let iss = self
             .cookies
             .make(&tuple, SeqNumber(syn.seq), client_mss, self.now);

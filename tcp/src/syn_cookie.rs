@@ -38,8 +38,6 @@ const PERIOD_SECS: u64 = 64;
 /// How long after sending a cookie a listener checks ACKs for one: the
 /// longest a cookie stays valid (its period and the next).
 pub(crate) const CHECKED_FOR: Duration = Duration::from_secs(2 * PERIOD_SECS);
-/// The MSS of a client that sends none (RFC 9293 §3.7.1).
-pub(crate) const DEFAULT_MSS: u16 = 536;
 /// Low bits of the SYN-ACK's TSval that carry the client's options.
 pub(crate) const TS_OPTION_BITS: u32 = 6;
 const TS_MASK: u32 = (1 << TS_OPTION_BITS) - 1;

@@ -4,7 +4,9 @@ mod sim;
 
 use flowlane_tcp::time::{Duration, Instant};
 use flowlane_tcp::{CloseReason, ConnHandle, Error, Event, KeepaliveConfig, Stack, State};
+use flowlane_wire::tcp::TcpOptions;
 use flowlane_wire::TcpRepr;
+use sim::peer::Peer;
 use sim::{events, pattern, read_all, run_until, LinkConfig, Side, Sim, A_IP, B_IP};
 use std::net::SocketAddr;
 
@@ -75,6 +77,28 @@ fn mss_option_limits_segment_size() {
     // 536 minus the 12-byte timestamp option (RFC 9293 §3.7.1).
     assert_eq!(sizes.iter().copied().max(), Some(524));
     assert_eq!(sizes.iter().sum::<usize>(), 5000);
+}
+
+/// A peer's MSS option of 0 is no MSS option: RFC 9293 §3.7.1's default,
+/// 536, as Linux reads it (`tcp_parse_options` skips a 0). Taken as a
+/// size, it was raised to the 64-byte floor, and 1,200 bytes went out in
+/// 52-byte segments (with timestamps) where Linux sends 524-byte ones
+/// (`scripts/conformance.sh syn_mss_zero`).
+#[test]
+fn an_mss_option_of_zero_is_the_default_mss() {
+    let options = TcpOptions {
+        mss: Some(0),
+        ..TcpOptions::default()
+    };
+    let mut p = Peer::with_options(60_000, options);
+    p.a.send(p.conn, &[5u8; 1_200]).unwrap();
+    let sizes: Vec<usize> = p
+        .poll()
+        .iter()
+        .map(|&(_, n)| n)
+        .filter(|&n| n > 0)
+        .collect();
+    assert_eq!(sizes.iter().max(), Some(&536), "{sizes:?}");
 }
 
 #[test]

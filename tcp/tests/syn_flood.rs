@@ -929,9 +929,12 @@ fn copies_of_a_syn_draw_one_syn_ack_per_interval() {
 }
 
 /// The ACK that returns a cookie B sent without timestamps (the client's
-/// SYN had none), and B's answer to the first data then: the TSecr of
-/// the ACK is `tsecr`.
-fn cookie_connection_with_ack_tsecr(tsecr: impl FnOnce(&TcpRepr) -> Option<u32>) -> Stack {
+/// SYN had none, and the MSS option `mss`), and B's answer to the first
+/// data then: the TSecr of the ACK is `tsecr`.
+fn cookie_connection_with_ack_tsecr(
+    mss: Option<u16>,
+    tsecr: impl FnOnce(&TcpRepr) -> Option<u32>,
+) -> Stack {
     let mut b = server(true);
     let mut rng = Rng::new(3);
     let now = Instant::from_millis(1_000);
@@ -946,7 +949,7 @@ fn cookie_connection_with_ack_tsecr(tsecr: impl FnOnce(&TcpRepr) -> Option<u32>)
         window: 64_240,
         urgent: 0,
         options: TcpOptions {
-            mss: Some(1460),
+            mss,
             ..TcpOptions::default()
         },
     };
@@ -985,7 +988,7 @@ fn cookie_connection_with_ack_tsecr(tsecr: impl FnOnce(&TcpRepr) -> Option<u32>)
 /// counted, and the connection has none of them.
 #[test]
 fn a_cookie_ack_with_timestamps_never_negotiated_carries_no_options() {
-    let mut b = cookie_connection_with_ack_tsecr(|_| Some(14 | 16));
+    let mut b = cookie_connection_with_ack_tsecr(Some(1460), |_| Some(14 | 16));
     let now = Instant::from_millis(1_000);
     let cb = accepted(&std::iter::from_fn(|| b.poll_event()).collect::<Vec<_>>())
         .pop()
@@ -1003,4 +1006,17 @@ fn a_cookie_ack_with_timestamps_never_negotiated_carries_no_options() {
         .sum();
     assert!(bytes <= 100, "sent {bytes} bytes into a 100-byte window");
     assert_eq!(b.stats().syn_cookies_ts_ignored, 1);
+}
+
+/// A cookie keeps the client's MSS option as the largest size of its table
+/// not above it; an option of 0 is no option (RFC 9293 §3.7.1's 536, as
+/// Linux reads it), as on the connections B keeps (`states.rs`). Taken as
+/// a size, it was the table's smallest, 64 bytes.
+#[test]
+fn a_cookie_for_an_mss_option_of_zero_carries_the_default_mss() {
+    let mut b = cookie_connection_with_ack_tsecr(Some(0), |_| None);
+    let cb = accepted(&std::iter::from_fn(|| b.poll_event()).collect::<Vec<_>>())
+        .pop()
+        .expect("accepted");
+    assert_eq!(b.info(cb).unwrap().mss, 536);
 }

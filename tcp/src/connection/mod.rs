@@ -282,6 +282,19 @@ impl<'a> Ctx<'a> {
 
 /// RFC 9293 §3.7.1: default send MSS when the peer sends no MSS option.
 const DEFAULT_MSS: u16 = 536;
+
+/// The MSS a peer's SYN (or SYN-ACK) announces: its MSS option, or RFC
+/// 9293 §3.7.1's default (MUST-15) where it sends none. An option of 0 is
+/// taken as none, as Linux does (`tcp_parse_options` skips it): no peer
+/// can mean that no byte fits, and taken as a size it was raised to the
+/// 64-byte floor, a segment of 52 bytes with timestamps where Linux sends
+/// 524.
+pub(crate) fn announced_mss(options: &TcpOptions) -> u16 {
+    match options.mss {
+        Some(mss) if mss > 0 => mss,
+        _ => DEFAULT_MSS,
+    }
+}
 /// RFC 7323 §2.3: the largest window shift.
 const MAX_WSCALE: u8 = 14;
 /// A received segment at least this long is the peer's full size now
