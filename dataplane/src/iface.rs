@@ -275,6 +275,27 @@ pub fn current_ifindex(name: &str) -> Option<u32> {
     nix::net::if_::if_nametoindex(name).ok()
 }
 
+/// Interface `name`'s `operstate` now (`up`, `down`, `lowerlayerdown`,
+/// `unknown`...), read from `<sysfs>/class/net/<name>` (None: no such
+/// interface, or unreadable).
+pub fn operstate(sysfs: &Path, name: &str) -> Option<String> {
+    let text =
+        std::fs::read_to_string(sysfs.join("class/net").join(name).join("operstate")).ok()?;
+    Some(text.trim().to_string())
+}
+
+/// Whether `ip` is one of interface `iface`'s IPv4 addresses now (None:
+/// the addresses could not be listed).
+pub fn has_ipv4(iface: &str, ip: std::net::Ipv4Addr) -> Option<bool> {
+    let addrs = nix::ifaddrs::getifaddrs().ok()?;
+    Some(addrs.filter(|a| a.interface_name == iface).any(|a| {
+        a.address
+            .as_ref()
+            .and_then(|s| s.as_sockaddr_in())
+            .is_some_and(|s| s.ip() == ip)
+    }))
+}
+
 /// The MTU of interface `name` now, read from `<sysfs>/class/net/<name>`
 /// (None: no such interface, or unreadable).
 pub fn current_mtu(sysfs: &Path, name: &str) -> Option<u32> {

@@ -27,6 +27,7 @@ pub mod ephemeral;
 mod frame_batch;
 pub mod handoff;
 pub mod iface;
+mod iface_watch;
 pub mod kernel_neighbors;
 pub mod neighbor;
 pub mod placement;

@@ -340,6 +340,9 @@ pub struct Dataplane {
     netns: Option<String>,
     /// [`DataplaneConfig::sized_by_mtu`].
     sized_by_mtu: bool,
+    /// What [`Dataplane::check`] last said of the interface's state and
+    /// address.
+    noticed: crate::iface_watch::Noticed,
     workers: Vec<WorkerHandle>,
     stop: Arc<AtomicBool>,
     /// The addresses the ports are claimed on.
@@ -629,6 +632,7 @@ impl Dataplane {
             sysfs: config.sysfs,
             netns: iface::netns_name(),
             sized_by_mtu: config.sized_by_mtu,
+            noticed: Default::default(),
             workers,
             stop,
             local: (config.local_v4, config.local_v6),
@@ -747,13 +751,19 @@ impl Dataplane {
     /// Whether everything the data path attached to is still there: the
     /// interface (same index), the named network namespace it started in
     /// (`/run/netns/<name>`), the XDP program (this process's link on the
-    /// interface) and every queue's socket and worker. Not on the packet
+    /// interface) and every queue's socket and worker; and that the
+    /// interface can still be served as it was at the start: no more
+    /// receive queues (`ethtool -L`: the new ones would have no socket),
+    /// no smaller MTU where the handlers sized their frames by it
+    /// ([`DataplaneConfig::sized_by_mtu`]). Not on the packet
     /// path: a few system calls, meant for the service's main thread a few
     /// times a second. On `Err` the service should log the line, drop the
     /// data path (releasing everything) and exit non-zero. A queue whose
     /// handler panicked is one such `Err`: it failed closed (its
     /// connections reset, every new one reset too) while the other queues
-    /// serve on.
+    /// serve on. What it serves on through is logged once as it happens
+    /// (a warning): the interface down or up again, flowlane's IPv4
+    /// address removed or back.
     pub fn check(&self) -> std::result::Result<(), Vanished> {
         let name = &self.iface.name;
         self.interface_still_there()?;
@@ -826,6 +836,12 @@ impl Dataplane {
                 )));
             }
         }
+        // What it serves on through, said once as it happens.
+        let v4 = match self.local.0 {
+            LocalAddress::Only(ip) => Some(ip),
+            _ => None,
+        };
+        self.noticed.look(&self.sysfs, name, v4);
         Ok(())
     }
 

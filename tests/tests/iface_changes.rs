@@ -4,7 +4,9 @@
 //! what changed and what to do, and lets go of the interface, instead of
 //! serving on while frames are lost), and a veth whose local sender
 //! leaves its checksums unfinished (one warning line, instead of a
-//! service that looks up while every segment is dropped). (The interface,
+//! service that looks up while every segment is dropped); and changes it
+//! serves on through, said once as they happen: the interface down and up
+//! again, flowlane's address removed. (The interface,
 //! its namespace or the XDP program vanishing: `bed_ownership.rs`; its
 //! MTU lowered: `tcp_link_mtu.rs`.)
 
@@ -170,5 +172,62 @@ fn a_veth_sender_s_unfinished_checksums_are_said_once() {
     assert!(warned(&said), "no warning: {said}");
     assert!(said.contains("ethtool -K PEER tx off"), "{said}");
     assert_eq!(said.matches("failed its checksum").count(), 1, "{said}");
+    assert!(status.is_some_and(|s| s.success()), "{said}");
+}
+
+/// Waits (at most 10 s) until the service's stderr, written to `log`,
+/// holds `line`; the stderr then.
+fn said_within(log: &std::path::Path, line: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let said = std::fs::read_to_string(log).unwrap_or_default();
+        if said.contains(line) || Instant::now() > deadline {
+            return said;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn the_interface_down_and_its_address_removed_are_said_once_each() {
+    if !require_root("the_interface_down_and_its_address_removed_are_said_once_each") {
+        return;
+    }
+    let net = Scratch::new("down");
+    let log = std::env::temp_dir().join(format!("{}.err", net.ns));
+    let mut child = net.echo_server(std::fs::File::create(&log).unwrap().into());
+    let ip = |args: &[&str]| run(&[&["ip", "-n", net.ns.as_str()][..], args].concat());
+    let steps = [
+        (
+            &["link", "set", "dev", "va", "down"][..],
+            "va is down: nothing reaches the service",
+        ),
+        (&["link", "set", "dev", "va", "up"], "va is up again"),
+        (
+            &["addr", "del", "10.83.0.1/24", "dev", "va"],
+            "10.83.0.1 is no longer an address of va: the service still answers on it",
+        ),
+        (
+            &["addr", "add", "10.83.0.1/24", "dev", "va"],
+            "10.83.0.1 is an address of va again",
+        ),
+    ];
+    let mut said = String::new();
+    for (args, line) in steps {
+        ip(args);
+        said = said_within(&log, line);
+        if !said.contains(line) {
+            break;
+        }
+    }
+    terminate(&child);
+    let status = wait_within(&mut child, Duration::from_secs(10));
+    if status.is_none() {
+        kill_and_reap(&mut child);
+    }
+    let _ = std::fs::remove_file(&log);
+    for (_, line) in steps {
+        assert_eq!(said.matches(line).count(), 1, "{line:?} once in: {said}");
+    }
     assert!(status.is_some_and(|s| s.success()), "{said}");
 }
