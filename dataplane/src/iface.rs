@@ -296,6 +296,16 @@ pub fn has_ipv4(iface: &str, ip: std::net::Ipv4Addr) -> Option<bool> {
     }))
 }
 
+/// The name of the interface of index `ifindex` in this network namespace
+/// now, read from `<sysfs>/class/net` (None: no such interface).
+pub fn name_of_index(sysfs: &Path, ifindex: u32) -> Option<String> {
+    std::fs::read_dir(sysfs.join("class/net"))
+        .ok()?
+        .flatten()
+        .find(|e| read_num(&e.path().join("ifindex")).ok() == Some(ifindex))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+}
+
 /// The MTU of interface `name` now, read from `<sysfs>/class/net/<name>`
 /// (None: no such interface, or unreadable).
 pub fn current_mtu(sysfs: &Path, name: &str) -> Option<u32> {

@@ -880,10 +880,18 @@ impl Dataplane {
                 "interface {name} was removed and replaced by another of the same name \
                  (was its test bed rebuilt?); restart the service"
             ))),
-            None => Err(Vanished(format!(
-                "interface {name} vanished (was its test bed removed?); restart the service \
-                 once it is back"
-            ))),
+            None => Err(Vanished(
+                match iface::name_of_index(&self.sysfs, self.iface.ifindex) {
+                    Some(now) => format!(
+                        "interface {name} was renamed {now}; restart the service on {now}, or \
+                         give the interface its name back (ip link set dev {now} name {name})"
+                    ),
+                    None => format!(
+                        "interface {name} vanished (was its test bed removed?); restart the \
+                         service once it is back"
+                    ),
+                },
+            )),
         }
     }
 

@@ -6,7 +6,8 @@
 //! leaves its checksums unfinished (one warning line, instead of a
 //! service that looks up while every segment is dropped); and changes it
 //! serves on through, said once as they happen: the interface down and up
-//! again, flowlane's address removed. (The interface,
+//! again, flowlane's address removed; and the interface renamed, which
+//! ends the service with its new name. (The interface,
 //! its namespace or the XDP program vanishing: `bed_ownership.rs`; its
 //! MTU lowered: `tcp_link_mtu.rs`.)
 
@@ -14,8 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use flowlane_tests::{
-    flowlane_bin, in_ns, kill_and_reap, require_root, terminate, text, wait_bounded, wait_within,
-    xdp_attached,
+    flowlane_bin, in_ns, kill_and_reap, require_root, terminate, text, wait_within, xdp_attached,
 };
 
 /// Two network namespaces of the test's own, `va` (10.83.0.1, flowlane's)
@@ -78,28 +78,74 @@ impl Scratch {
         }
     }
 
-    /// `flowlane echo-server` on `va` (port 7), its stderr in `err`, once
-    /// its program is attached.
-    fn echo_server(&self, err: Stdio) -> Child {
-        let mut child = Command::new("ip")
+    /// `flowlane echo-server` on `va` (port 7), once it serves (its line
+    /// saying so on stderr, which goes to a file of the namespace's name).
+    fn echo_server(&self) -> Service {
+        let log = std::env::temp_dir().join(format!("{}.err", self.ns));
+        let child = Command::new("ip")
             .args(["netns", "exec", &self.ns])
             .arg(flowlane_bin())
             .args(["echo-server", "--iface", "va", "--port", "7"])
             .stdout(Stdio::null())
-            .stderr(err)
+            .stderr(std::fs::File::create(&log).expect("the service's log"))
             .spawn()
             .expect("starting echo-server");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !xdp_attached(&self.ns, "va") {
-            if Instant::now() > deadline {
-                kill_and_reap(&mut child);
-                panic!("echo-server did not start");
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        let mut service = Service { child, log };
+        let said = service.said_within("flowlane: TCP on 2 queues of va");
+        if !said.contains("flowlane: TCP on") {
+            kill_and_reap(&mut service.child);
+            panic!("echo-server did not start: {said}");
         }
-        // Its queues' sockets are bound just after.
-        std::thread::sleep(Duration::from_millis(500));
-        child
+        service
+    }
+}
+
+/// A running `echo-server` and the file its stderr goes to (removed on
+/// drop, the service killed should it still run).
+struct Service {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl Service {
+    /// Waits (at most 10 s) until its stderr holds `line`; the stderr then.
+    fn said_within(&self, line: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let said = std::fs::read_to_string(&self.log).unwrap_or_default();
+            if said.contains(line) || Instant::now() > deadline {
+                return said;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits (at most 10 s) for it to end by itself: its exit code and
+    /// its one error line (asserted to be one). A service that serves on
+    /// is killed, and fails the test as a hang.
+    fn ended(mut self) -> (Option<i32>, String) {
+        let Some(status) = wait_within(&mut self.child, Duration::from_secs(10)) else {
+            kill_and_reap(&mut self.child);
+            panic!("still serving: {}", self.said_within(""));
+        };
+        let said = self.said_within("");
+        let errors: Vec<&str> = said.lines().filter(|l| l.contains("error:")).collect();
+        assert_eq!(errors.len(), 1, "{said}");
+        (status.code(), errors[0].to_string())
+    }
+
+    /// SIGTERM: whether it then exited 0 (within 10 s), and its stderr.
+    fn stop(mut self) -> (bool, String) {
+        terminate(&self.child);
+        let status = wait_within(&mut self.child, Duration::from_secs(10));
+        (status.is_some_and(|s| s.success()), self.said_within(""))
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        kill_and_reap(&mut self.child);
+        let _ = std::fs::remove_file(&self.log);
     }
 }
 
@@ -122,21 +168,37 @@ fn more_receive_queues_end_the_service_with_one_line() {
         return;
     }
     let net = Scratch::new("chan");
-    let child = net.echo_server(Stdio::piped());
+    let service = net.echo_server();
     net.channels(4);
-    // Bounded: a service that (wrongly) serves on is killed, and fails the
-    // test as a hang.
-    let (o, _) = wait_bounded(child, Duration::from_secs(10), "echo-server");
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    let err = String::from_utf8_lossy(&o.stderr);
-    let said: Vec<&str> = err.lines().filter(|l| l.contains("error:")).collect();
-    assert_eq!(said.len(), 1, "{err}");
+    let (code, error) = service.ended();
+    assert_eq!(code, Some(1), "{error}");
     assert!(
-        said[0].contains("va has 4 receive queues now, 2 when the service started")
-            && said[0].contains("restart the service"),
-        "{err}"
+        error.contains("va has 4 receive queues now, 2 when the service started")
+            && error.contains("restart the service"),
+        "{error}"
     );
-    assert!(!xdp_attached(&net.ns, "va"), "the program stayed: {err}");
+    assert!(!xdp_attached(&net.ns, "va"), "the program stayed: {error}");
+}
+
+/// Renamed under the service: the line says the new name, not that the
+/// interface vanished.
+#[test]
+fn a_renamed_interface_is_named_as_it_is_now() {
+    if !require_root("a_renamed_interface_is_named_as_it_is_now") {
+        return;
+    }
+    let net = Scratch::new("ren");
+    let service = net.echo_server();
+    run(&[
+        "ip", "-n", &net.ns, "link", "set", "dev", "va", "name", "vc",
+    ]);
+    let (code, error) = service.ended();
+    assert_eq!(code, Some(1), "{error}");
+    assert!(
+        error.contains("interface va was renamed vc; restart the service on vc"),
+        "{error}"
+    );
+    assert!(!xdp_attached(&net.ns, "vc"), "the program stayed: {error}");
 }
 
 #[test]
@@ -145,8 +207,7 @@ fn a_veth_sender_s_unfinished_checksums_are_said_once() {
         return;
     }
     let net = Scratch::new("csum");
-    let log = std::env::temp_dir().join(format!("{}.err", net.ns));
-    let mut child = net.echo_server(std::fs::File::create(&log).unwrap().into());
+    let service = net.echo_server();
     // Four connects at once from the kernel on vb (offload on): their SYNs
     // reach flowlane with the checksum unfinished, and are dropped.
     let connects = "import socket, time\n\
@@ -155,37 +216,15 @@ fn a_veth_sender_s_unfinished_checksums_are_said_once() {
         time.sleep(3)\n";
     let o = in_ns(&net.peer_ns, &["timeout", "10", "python3", "-c", connects]);
     assert!(o.status.success(), "{}", text(&o));
-    let warned = |t: &str| t.contains("va: every TCP segment received lately");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut said = std::fs::read_to_string(&log).unwrap_or_default();
-    while !warned(&said) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-        said = std::fs::read_to_string(&log).unwrap_or_default();
-    }
-    terminate(&child);
-    let status = wait_within(&mut child, Duration::from_secs(10));
-    if status.is_none() {
-        kill_and_reap(&mut child);
-    }
-    let said = std::fs::read_to_string(&log).unwrap_or_default();
-    let _ = std::fs::remove_file(&log);
-    assert!(warned(&said), "no warning: {said}");
+    service.said_within("va: every TCP segment received lately");
+    let (stopped, said) = service.stop();
+    assert!(
+        said.contains("va: every TCP segment received lately"),
+        "no warning: {said}"
+    );
     assert!(said.contains("ethtool -K PEER tx off"), "{said}");
     assert_eq!(said.matches("failed its checksum").count(), 1, "{said}");
-    assert!(status.is_some_and(|s| s.success()), "{said}");
-}
-
-/// Waits (at most 10 s) until the service's stderr, written to `log`,
-/// holds `line`; the stderr then.
-fn said_within(log: &std::path::Path, line: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let said = std::fs::read_to_string(log).unwrap_or_default();
-        if said.contains(line) || Instant::now() > deadline {
-            return said;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    assert!(stopped, "{said}");
 }
 
 #[test]
@@ -194,8 +233,7 @@ fn the_interface_down_and_its_address_removed_are_said_once_each() {
         return;
     }
     let net = Scratch::new("down");
-    let log = std::env::temp_dir().join(format!("{}.err", net.ns));
-    let mut child = net.echo_server(std::fs::File::create(&log).unwrap().into());
+    let service = net.echo_server();
     let ip = |args: &[&str]| run(&[&["ip", "-n", net.ns.as_str()][..], args].concat());
     let steps = [
         (
@@ -212,22 +250,15 @@ fn the_interface_down_and_its_address_removed_are_said_once_each() {
             "10.83.0.1 is an address of va again",
         ),
     ];
-    let mut said = String::new();
     for (args, line) in steps {
         ip(args);
-        said = said_within(&log, line);
-        if !said.contains(line) {
+        if !service.said_within(line).contains(line) {
             break;
         }
     }
-    terminate(&child);
-    let status = wait_within(&mut child, Duration::from_secs(10));
-    if status.is_none() {
-        kill_and_reap(&mut child);
-    }
-    let _ = std::fs::remove_file(&log);
+    let (stopped, said) = service.stop();
     for (_, line) in steps {
         assert_eq!(said.matches(line).count(), 1, "{line:?} once in: {said}");
     }
-    assert!(status.is_some_and(|s| s.success()), "{said}");
+    assert!(stopped, "{said}");
 }
