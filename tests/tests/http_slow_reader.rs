@@ -48,12 +48,40 @@ except socket.timeout:
 print(end, len(out), round(time.time() - t0, 1))
 "#;
 
+// One test per execution model, each on its own bed: the reading takes
+// 12 s and little CPU, so the test threads run two models at once (the
+// four in one test took 51 s).
 #[test]
-fn a_slow_reader_gets_its_whole_response_within_the_idle_timeout() {
-    if !require_root("a_slow_reader_gets_its_whole_response_within_the_idle_timeout") {
+fn a_slow_reader_gets_its_whole_response_within_the_idle_timeout_xdp_rtc() {
+    slow_reader_gets_its_whole_response(0, "hsr0");
+}
+
+#[test]
+fn a_slow_reader_gets_its_whole_response_within_the_idle_timeout_xdp_queue_pair() {
+    slow_reader_gets_its_whole_response(1, "hsr1");
+}
+
+#[test]
+fn a_slow_reader_gets_its_whole_response_within_the_idle_timeout_kernel_rtc() {
+    slow_reader_gets_its_whole_response(2, "hsr2");
+}
+
+#[test]
+fn a_slow_reader_gets_its_whole_response_within_the_idle_timeout_kernel_queue_pair() {
+    slow_reader_gets_its_whole_response(3, "hsr3");
+}
+
+/// The slow reader against `http-server` in `MODELS[model]`, on a bed of
+/// its own (`tag`).
+fn slow_reader_gets_its_whole_response(model: usize, tag: &str) {
+    let model = MODELS[model];
+    let what = model.join(" ");
+    if !require_root(&format!(
+        "a_slow_reader_gets_its_whole_response_within_the_idle_timeout ({what})"
+    )) {
         return;
     }
-    let bed = Bed::up("hf53sr", 2);
+    let bed = Bed::up(tag, 2);
     let body = "x".repeat(BODY);
     let args = [
         "http-server",
@@ -68,18 +96,15 @@ fn a_slow_reader_gets_its_whole_response_within_the_idle_timeout() {
         "--daemon-socket",
         "none",
     ];
-    for model in MODELS {
-        let what = model.join(" ");
-        let app = start(&bed, &in_model(&args, model), 120);
-        let out = peer_py(&bed, 60, SLOW_READER, &[PORT]);
-        let summary = app
-            .stop()
-            .into_iter()
-            .find(|v| v["event"] == "summary")
-            .unwrap();
-        assert!(out.starts_with("complete "), "{what}: {out}");
-        let a = &summary["application"];
-        assert_eq!(a["idle_closed"], 0, "{what}: {summary}");
-        assert_eq!(a["requests"], 1, "{what}: {summary}");
-    }
+    let app = start(&bed, &in_model(&args, model), 120);
+    let out = peer_py(&bed, 60, SLOW_READER, &[PORT]);
+    let summary = app
+        .stop()
+        .into_iter()
+        .find(|v| v["event"] == "summary")
+        .unwrap();
+    assert!(out.starts_with("complete "), "{what}: {out}");
+    let a = &summary["application"];
+    assert_eq!(a["idle_closed"], 0, "{what}: {summary}");
+    assert_eq!(a["requests"], 1, "{what}: {summary}");
 }
