@@ -296,7 +296,7 @@ impl DelayArgs {
 /// stdout carries JSON; `what`: the command, for the root check).
 fn report_stopped(name: &str, what: &str, json: bool) -> Result<()> {
     testbed::state::validate_name(name)?;
-    netns::require_root(what)?;
+    netns::require_bed_privileges(what)?;
     let stopped = testbed::stop_users(name, testbed::users::STOP_GRACE)?;
     if !stopped.is_empty() {
         let line = format!(
@@ -326,7 +326,7 @@ fn queues_became_spread(_: &str) -> std::result::Result<String, String> {
 pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
     // Every bed command reads or writes namespaces or pinned BPF maps: say
     // so before anything else can fail for want of privileges.
-    netns::require_root("flowlane testbed")?;
+    netns::require_bed_privileges("flowlane testbed")?;
     netns::require_host_namespace("flowlane testbed")?;
     match cmd {
         TestbedCmd::Up {

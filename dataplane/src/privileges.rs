@@ -66,17 +66,44 @@ pub const NAMESPACES: &[Need] = &[Need {
     purpose: "entering and making network namespaces",
 }];
 
+/// What the test beds' commands need: veth pairs and tc programs
+/// (CAP_NET_ADMIN, which CAP_SYS_ADMIN does not stand for outside the
+/// `bpf` system call), the beds' BPF programs and pinned maps, and their
+/// network namespaces. (`testbed delay`'s packet sockets need CAP_NET_RAW
+/// too, which their own error says.)
+pub const TEST_BED: &[Need] = &[
+    Need {
+        cap: CAP_NET_ADMIN,
+        name: "CAP_NET_ADMIN",
+        or: None,
+        purpose: "veth pairs and tc programs",
+    },
+    Need {
+        cap: CAP_BPF,
+        name: "CAP_BPF",
+        or: Some((CAP_SYS_ADMIN, "CAP_SYS_ADMIN")),
+        purpose: "the beds' BPF programs and pinned maps",
+    },
+    NAMESPACES[0],
+];
+
 /// Fails, saying what to do, unless this process runs as root with the
 /// capabilities of the data path ([`DATA_PATH`]): AF_XDP sockets, XDP
 /// programs and BPF maps need CAP_NET_ADMIN, CAP_BPF and CAP_SYS_ADMIN,
 /// UMEM registration CAP_IPC_LOCK, test beds network namespaces.
 pub fn require_root(what: &str) -> Result<()> {
+    require_root_with(what, DATA_PATH)
+}
+
+/// [`require_root`] for what `needs` (e.g. [`TEST_BED`]) rather than the
+/// data path's.
+pub fn require_root_with(what: &str, needs: &[Need]) -> Result<()> {
     if !nix::unistd::geteuid().is_root() {
         return Err(Error::Setup(format!(
             "{what} needs root (CAP_NET_ADMIN, CAP_BPF, CAP_SYS_ADMIN, CAP_IPC_LOCK: network namespaces, BPF, AF_XDP): run it with sudo"
         )));
     }
-    require_capabilities(what, DATA_PATH)
+    require_capabilities(what, needs)
 }
 
 /// Fails, in one line naming each capability of `needs` missing from this
@@ -157,6 +184,13 @@ mod tests {
         let said = missing(ALL & !(1 << CAP_NET_RAW), DATA_PATH).unwrap();
         assert_eq!(said, "CAP_NET_RAW (AF_XDP sockets)");
         assert!(missing(0, DATA_PATH).unwrap().contains("CAP_NET_ADMIN"));
+    }
+
+    #[test]
+    fn test_beds_need_net_admin_itself_and_no_net_raw() {
+        assert_eq!(missing(ALL & !(1 << CAP_NET_RAW), TEST_BED), None);
+        let said = missing(ALL & !(1 << CAP_NET_ADMIN), TEST_BED).unwrap();
+        assert_eq!(said, "CAP_NET_ADMIN (veth pairs and tc programs)");
     }
 
     #[test]

@@ -113,8 +113,7 @@ fn intact(s: &BedState) -> bool {
 pub fn up(spec: &BedSpec) -> Result<BedState> {
     // Before anything is made or stopped.
     spec.validate()?;
-    netns::require_root("flowlane testbed up")?;
-    netns::require_namespaces("flowlane testbed up")?;
+    netns::require_bed_privileges("flowlane testbed up")?;
     let _lock = BedLock::take(&spec.name)?;
     let using = users::users(&spec.name)?;
     if !using.is_empty() {
@@ -332,8 +331,7 @@ pub fn unrecorded(name: &str) -> Result<bool> {
 /// the bed (its lock in [`crate::state::LOCK_DIR`]).
 pub fn down(name: &str) -> Result<bool> {
     validate_name(name)?;
-    netns::require_root("flowlane testbed down")?;
-    netns::require_namespaces("flowlane testbed down")?;
+    netns::require_bed_privileges("flowlane testbed down")?;
     // Before the lock: a user asked to stop may release the bed itself (a
     // tool's own `down`, a demo putting the RSS table back), which takes it.
     stop_users(name, STOP_GRACE)?;

@@ -97,6 +97,14 @@ pub fn in_netns<T: Send + 'static>(
 
 pub use flowlane_dataplane::privileges::require_root;
 
+/// Fails, in one line, unless this process runs as root with what the
+/// test beds' commands need (`privileges::TEST_BED`: CAP_NET_ADMIN, CAP_BPF
+/// or CAP_SYS_ADMIN, and CAP_SYS_ADMIN for the namespaces).
+pub fn require_bed_privileges(what: &str) -> Result<()> {
+    use flowlane_dataplane::privileges::{require_root_with, TEST_BED};
+    Ok(require_root_with(what, TEST_BED)?)
+}
+
 /// Fails, in one line, when this process lacks what making or entering a
 /// network namespace needs (CAP_SYS_ADMIN: a root whose capabilities were
 /// dropped would otherwise hear `ip netns`'s own "Operation not permitted").

@@ -299,6 +299,19 @@ fn root_without_a_capability_is_told_which() {
         one_line_error(&o, "give the process these capabilities back");
         assert!(!xdp_attached(&bed.ns, "xsk0"), "{drop}: a program stayed");
     }
+    // The beds' commands need CAP_NET_ADMIN itself (veth pairs, tc), which
+    // CAP_SYS_ADMIN does not stand for there, and no CAP_NET_RAW.
+    let without = |drop: &str, args: &[&str]| {
+        Command::new("setpriv")
+            .args(["--inh-caps=-all", &format!("--bounding-set={drop}"), bin])
+            .args(args)
+            .output()
+            .expect("setpriv")
+    };
+    let o = without("-net_admin", &["testbed", "up", "--bed", &bed.name]);
+    one_line_error(&o, "without CAP_NET_ADMIN (veth pairs and tc programs)");
+    let o = without("-net_raw", &["testbed", "status", "--bed", &bed.name]);
+    assert!(o.status.success(), "{}", text(&o));
 }
 
 #[test]
