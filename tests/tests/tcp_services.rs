@@ -647,43 +647,61 @@ print(end[0], round(end[1]))
 /// by each server (echo: FIN, in every execution model; HTTP in the middle
 /// of a request and the bulk sink in the middle of a transfer: a reset),
 /// one that keeps moving bytes is not, and the summary counts the closes.
+/// Three tests, each on its own bed, so that the test threads run them two
+/// at once (about 5 s of waiting a case, little CPU; 35 s in one test).
 #[test]
-fn idle_connections_are_closed_and_busy_ones_are_not() {
-    if !require_root("idle_connections_are_closed_and_busy_ones_are_not") {
+fn idle_connections_are_closed_and_busy_ones_are_not_by_echo_on_af_xdp() {
+    idle_cases(
+        "idle_connections_are_closed_and_busy_ones_are_not_by_echo_on_af_xdp",
+        "tid0",
+        &[ECHO],
+        &MODELS[..2],
+    );
+}
+
+#[test]
+fn idle_connections_are_closed_and_busy_ones_are_not_by_echo_on_kernel_sockets() {
+    idle_cases(
+        "idle_connections_are_closed_and_busy_ones_are_not_by_echo_on_kernel_sockets",
+        "tid1",
+        &[ECHO],
+        &MODELS[2..],
+    );
+}
+
+#[test]
+fn idle_connections_are_closed_and_busy_ones_are_not_by_http_and_the_sink() {
+    idle_cases(
+        "idle_connections_are_closed_and_busy_ones_are_not_by_http_and_the_sink",
+        "tid2",
+        &[
+            (
+                &["http-server", "--port", "80"],
+                "80",
+                "GET / HTTP/1.1\r\n",
+                "rst",
+            ),
+            (&["bulk-sink", "--port", "5001"], "5001", "bytes", "rst"),
+        ],
+        &MODELS[..1],
+    );
+}
+
+/// A server's arguments, its port, what the quiet connection sends, and how
+/// the server ends it (`fin`, `rst`).
+type IdleCase<'a> = (&'a [&'a str], &'a str, &'a str, &'a str);
+
+/// The echo server: the quiet connection's FIN.
+const ECHO: IdleCase<'static> = (&["echo-server", "--port", "7"], "7", "hi", "fin");
+
+/// Each of `cases` in each of `models`, on one bed (`tag`), with
+/// [`IDLE_CLIENT`].
+fn idle_cases(test: &str, tag: &str, cases: &[IdleCase<'_>], models: &[&[&str]]) {
+    if !require_root(test) {
         return;
     }
-    let bed = Bed::up("tid", 2);
-    type Case<'a> = (
-        &'a [&'a str],
-        &'a str,
-        &'a str,
-        &'a str,
-        &'a [&'a [&'a str]],
-    );
-    let cases: Vec<Case<'_>> = vec![
-        (
-            &["echo-server", "--port", "7"],
-            "7",
-            "hi",
-            "fin",
-            &MODELS[..],
-        ),
-        (
-            &["http-server", "--port", "80"],
-            "80",
-            "GET / HTTP/1.1\r\n",
-            "rst",
-            &MODELS[..1],
-        ),
-        (
-            &["bulk-sink", "--port", "5001"],
-            "5001",
-            "bytes",
-            "rst",
-            &MODELS[..1],
-        ),
-    ];
-    for (args, port, send, end, models) in cases {
+    let bed = Bed::up(tag, 2);
+    for &(args, port, send, end) in cases {
         for model in models {
             let what = format!("{} {}", args[0], model.join(" "));
             let args = [args, &["--idle-timeout", "2"][..]].concat();
