@@ -475,3 +475,48 @@ fn answered_retransmissions_do_not_end_the_connection_sooner() {
     assert!(l + 1_000_000 >= p, "ended sooner: {ld:?}, {plain:?}");
     assert!(l <= p + 500_000_000, "ended later: {ld:?}, {plain:?}");
 }
+
+/// RFC 4821 §7.3's black-hole detection reads retransmission timeouts as
+/// silent losses of segments too big for the path. A run TCP-LD paced is
+/// no such thing: a router answered every retransmission "host
+/// unreachable", and the run's timeouts, an unbacked-off RTO apart, would
+/// otherwise take the MSS to its floor (1,448 to 500 bytes in a 2 s
+/// outage, where a silent one of that length costs one step, to the base
+/// MSS). The path back, the MSS is what it was; silent, the heuristic
+/// still acts.
+#[test]
+fn an_answered_outage_is_no_black_hole() {
+    for answered in [false, true] {
+        let (mut sim, a, b) = established(15);
+        let mss = sim.a.info(a).unwrap().mss;
+        let (sent, on) = dark(&mut sim);
+        assert_eq!(sim.a.send(a, &[7; 100]), Ok(100));
+        let end = sim.now + Duration::from_secs(2);
+        run_answering(
+            &mut sim,
+            &sent,
+            Duration::from_secs(5),
+            |s, seq| {
+                if answered && s.a.stats().rto_timeouts > 0 {
+                    answer(s, seq, Unreachable::Host);
+                }
+            },
+            |s| s.now >= end,
+        );
+        *on.borrow_mut() = false;
+        let mut got = 0;
+        run_until(&mut sim, Duration::from_secs(60), |s| {
+            got += read_all(&mut s.b, b).len();
+            got == 100 && s.a.info(a).unwrap().unacked == 0
+        });
+        let st = *sim.a.stats();
+        let after = sim.a.info(a).unwrap().mss;
+        if answered {
+            assert!(st.rto_reverts > 3, "{st:?}");
+            assert_eq!((st.mtu_black_holes, after), (0, mss), "answered");
+        } else {
+            assert_eq!(st.rto_reverts, 0);
+            assert!(st.mtu_black_holes > 0 && after < mss, "silent: {after}");
+        }
+    }
+}

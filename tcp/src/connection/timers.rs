@@ -153,7 +153,17 @@ impl Connection {
                     self.cc.on_retransmit_timeout(self.loss_flight_size());
                     self.ecn_on_loss_reduction();
                 }
-                self.mtu_on_retransmit_timeout(ctx);
+                // RFC 4821 §7.3's black-hole heuristic reads timeouts as
+                // silent losses of segments too big for the path. Not in a
+                // run TCP-LD paced (`unreachable.rs`): a router answered
+                // the retransmission at SND.UNA "network or host
+                // unreachable", so the path, not the size, is at fault, and
+                // its timeouts, one an unbacked-off RTO after another,
+                // would take the MSS to its floor within seconds. A probe
+                // in flight is still judged.
+                if self.flags.has(Flags::MTU_PROBE_OUT) || !self.ld_reverted() {
+                    self.mtu_on_retransmit_timeout(ctx);
+                }
                 self.go_back_n();
                 // The first segment goes out even into a zero window.
                 self.flags.set(Flags::RETRANSMIT_ONE);

@@ -131,7 +131,18 @@ impl Connection {
     /// disruption that routers answer would end a connection in
     /// `limit` unbacked-off RTOs, seconds instead of many minutes.
     pub(super) fn retries_spent(&self, now: Instant, limit: u8) -> bool {
-        self.rtt.backoff() >= self.timers_rare.retransmits
-            || self.rtt.backed_off_for(now) >= self.rtt.backoff_span(limit)
+        !self.ld_reverted() || self.rtt.backed_off_for(now) >= self.rtt.backoff_span(limit)
+    }
+
+    /// Whether TCP-LD undid backoff steps in the current run of
+    /// retransmission timeouts: the RTO then backed off fewer times than
+    /// it expired (the two move together otherwise, and an ACK that
+    /// advances SND.UNA resets both). Such a run's timeouts come at a
+    /// router's pace, one an unbacked-off RTO after another, each answered
+    /// "unreachable": they count against the connection's limit only by
+    /// time ([`Connection::retries_spent`]), and tell nothing of the
+    /// segments' size (`timers.rs`: no black-hole step).
+    pub(super) fn ld_reverted(&self) -> bool {
+        self.rtt.backoff() < self.timers_rare.retransmits
     }
 }
