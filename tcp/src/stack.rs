@@ -131,18 +131,24 @@ const PARK_SEGMENTS_MAX: u64 = 8;
 
 /// How much a connection must receive within a [`PARK_IDLE`]-long period,
 /// under memory pressure, to be judged to need more than the floor (not
-/// parked by [`Stack::park_idle`], charged again by [`touch_parked`]): as
-/// many segments as the floor, a segment a round trip, carries in a
-/// quarter of the period at the connection's round-trip time, between one
-/// and [`PARK_SEGMENTS_MAX`]. A connection that receives less is served by
-/// the floor without loss: parked, it can still receive four times as
-/// much, and once it does it is charged again after at most a quarter of
-/// the period (a resumed upload waits at most 250 ms, or a round trip, at
-/// the floor's window). The round-trip time is the smaller of the sender's
-/// estimate (the handshake's sample at least) and the receiver's
+/// parked by [`Stack::park_idle`], charged again by [`touch_parked`]): what
+/// the floor carries ([`floor_carries`]) in a quarter of the period at the
+/// connection's round-trip time, between one and [`PARK_SEGMENTS_MAX`]
+/// round trips' worth. A connection that receives less is served by the
+/// floor without loss: parked, it can still receive four times as much
+/// (if its round trip is what the estimate says), and once it does it is
+/// charged again when it has received the threshold within one period
+/// (`park_epoch`): a quarter of a period later, or after the next period
+/// begins if that comes first. The round-trip time is the smaller of the
+/// sender's estimate (the handshake's sample at least) and the receiver's
 /// (RFC 7323 §4's timestamps, or a window's worth of data): a peer
 /// inflates it only by delaying both, and then pays a segment a second
-/// per connection, as with no estimate.
+/// per connection, as with no estimate. A receiver's round trip that grew
+/// past four times the smaller estimate (a path whose queue filled after
+/// the handshake, the only sample of a connection that sends nothing) is
+/// not told from a trickle: at the floor such a connection never receives
+/// the threshold within a period, and stays parked while the pressure
+/// lasts.
 fn park_threshold(conn: &Connection, floor: usize) -> usize {
     let srtt_us = conn.rtt.srtt().map_or(u64::MAX, |d| d.as_nanos() / 1000);
     let rcv_rtt_us = match conn.tune.rcv_rtt_us {
@@ -150,8 +156,25 @@ fn park_threshold(conn: &Connection, floor: usize) -> usize {
         us => u64::from(us),
     };
     let rtt_us = srtt_us.min(rcv_rtt_us).max(1);
-    let segments = (PARK_IDLE.as_nanos() / 1000 / 4 / rtt_us).clamp(1, PARK_SEGMENTS_MAX);
-    floor * segments as usize
+    let trips = (PARK_IDLE.as_nanos() / 1000 / 4 / rtt_us).clamp(1, PARK_SEGMENTS_MAX);
+    floor_carries(conn, floor) * trips as usize
+}
+
+/// What the floor's window carries in a round trip, at most the floor: as
+/// many whole segments of the peer's (their size lately, `mss_seen`) as
+/// fit in the floor offered, which is rounded up to the window scale's
+/// unit (`RecvMemory::limit`); the floor before any segment. One segment
+/// where two do not fit (1,448 bytes with timestamps, 1,428 over IPv6, or
+/// a peer's lowered path MTU's): counted in the floor's bytes, the
+/// threshold asked for up to twice the round trips it means (9 for 8 at
+/// 1,448 bytes, 16 at 769).
+fn floor_carries(conn: &Connection, floor: usize) -> usize {
+    let unit = 1usize << conn.rcv.wscale;
+    let window = floor.div_ceil(unit) * unit;
+    match usize::from(conn.rcv.mss_seen) {
+        0 => floor,
+        seg => ((window / seg).max(1) * seg).min(floor),
+    }
 }
 
 /// The [`PARK_IDLE`]-long period `now` falls in (wrapping): what a slot's

@@ -509,10 +509,19 @@ fn a_connection_gone_wakes_the_waiters_its_memory_can_feed() {
 /// segment) and B's receive memory (`BUDGET`) is under pressure. Returns
 /// the sim, A's handles and B's.
 fn promised_away(seed: u64, conns: usize) -> (Sim, Vec<ConnHandle>, Vec<ConnHandle>) {
+    promised_away_from(seed, conns, sim::test_config(1))
+}
+
+/// [`promised_away`], A configured as `a_cfg`.
+fn promised_away_from(
+    seed: u64,
+    conns: usize,
+    a_cfg: flowlane_tcp::Config,
+) -> (Sim, Vec<ConnHandle>, Vec<ConnHandle>) {
     let mut b_cfg = sim::test_config(2);
     b_cfg.recv_buffer = 64 * 1024;
     b_cfg.recv_memory = BUDGET;
-    let mut sim = Sim::new(seed, link(), link(), sim::test_config(1), b_cfg);
+    let mut sim = Sim::new(seed, link(), link(), a_cfg, b_cfg);
     sim.b.listen(SocketAddr::new(B_IP, PORT)).expect("listen");
     let ours = connect_from_a(&mut sim, conns);
     let mut theirs = Vec::new();
@@ -651,11 +660,21 @@ fn idle_connections_do_not_hold_a_busy_one_to_a_segment() {
 /// and how long the upload took.
 fn trickle_then_upload(
     seed: u64,
+    trickle: (usize, Duration),
+    before: Duration,
+) -> (Sim, Vec<ConnHandle>, Vec<ConnHandle>, Duration) {
+    trickle_then_upload_from(seed, sim::test_config(1), trickle, before)
+}
+
+/// [`trickle_then_upload`], A configured as `a_cfg`.
+fn trickle_then_upload_from(
+    seed: u64,
+    a_cfg: flowlane_tcp::Config,
     (bytes, every): (usize, Duration),
     before: Duration,
 ) -> (Sim, Vec<ConnHandle>, Vec<ConnHandle>, Duration) {
     const TRICKLING: usize = 300;
-    let (mut sim, trickling, theirs) = promised_away(seed, TRICKLING);
+    let (mut sim, trickling, theirs) = promised_away_from(seed, TRICKLING, a_cfg);
     let chunk = vec![b't'; bytes];
     let mut sent = 0usize;
     let mut next = sim.now;
@@ -851,4 +870,54 @@ fn two_segments_a_second_are_parked_at_a_short_round_trip() {
         "2 MiB took {took:?} beside connections sending two segments a second ({parked} parked)"
     );
     assert!(parked <= trickling.len() as u64, "{parked} parkings");
+}
+
+/// The parking's mark is what the floor carries in round trips, counted
+/// in the peer's segments: a peer whose segments are 769 bytes (an MSS of
+/// 781, timestamps on) gets one a round trip through the floor's window
+/// of 1,536 bytes, so eight round trips' worth is 8 x 769 bytes, not 8 x
+/// 1,460 (16 round trips). Parked after trickling two segments every half
+/// second at a 2 ms round trip (the handshake's sample, eight round trips'
+/// worth in a second), such a connection turns into an upload over a
+/// path whose round trip grew to 90 ms: eight fit a second, sixteen do
+/// not. It is charged again and gets whole windows (before: parked for
+/// good, 512 KiB at a segment a round trip would take 61 s).
+#[test]
+fn the_mark_counts_the_segments_the_floor_carries() {
+    const SEG: usize = 769;
+    let mut a_cfg = sim::test_config(1);
+    a_cfg.mss = SEG as u16 + 12;
+    let (mut sim, trickling, theirs, _) = trickle_then_upload_from(
+        37,
+        a_cfg,
+        (2 * SEG, Duration::from_millis(500)),
+        Duration::from_secs(30),
+    );
+    for side in [Side::A, Side::B] {
+        sim.link_mut(side).delay = Duration::from_millis(45);
+    }
+    let (mine, yours) = (trickling[0], theirs[0]);
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut up = Stream::default();
+    let mut got = 0u64;
+    let start = sim.now;
+    let limit = sim.now + Duration::from_secs(10);
+    let done = sim.run_until(limit, |s| {
+        write(&mut s.a, mine, 1, &mut up, 512 << 10, &mut buf);
+        while s.a.poll_event().is_some() {}
+        while let Some(e) = s.b.poll_event() {
+            if let Event::Readable(conn) = e {
+                let n = s.b.recv(conn, &mut buf).expect("recv");
+                if conn == yours {
+                    got += n as u64;
+                }
+            }
+        }
+        got == 512 << 10
+    });
+    assert!(
+        done,
+        "{got} bytes in {:?} (a segment a round trip: parked)",
+        sim.now.saturating_since(start)
+    );
 }
