@@ -191,9 +191,9 @@ fn park_epoch(now: Instant) -> u8 {
 /// [`PARK_IDLE`]-long period the mark was made in (`epoch`, [`park_epoch`])
 /// shows it needs more than the floor, as the look would judge it: its
 /// window is charged again, past the budget if it must (the offer
-/// stands), and it shares the budget as before. A segment's worth
-/// collected over longer (half a segment a second) is still a trickle:
-/// the mark starts again from here. Any other stays parked, charged
+/// stands), and it shares the budget as before. Its threshold collected
+/// over longer (across the period's end) is still a trickle: the mark
+/// starts again from here. Any other stays parked, charged
 /// nothing and offered no window past the floor (`RecvMemory::of`): a
 /// trickle neither charges it again nor makes it divide the budget.
 /// (Charged again for every segment's worth, however slowly collected,
@@ -1450,8 +1450,9 @@ impl Stack {
     /// Under memory pressure, parks the receive promises of connections
     /// that need no more than the floor ([`Flags::RCV_PARKED`]) among the
     /// next [`PARK_SLOTS`] slots, until the pressure is relieved: one
-    /// that received less than a segment since the last round's look (at
-    /// least [`PARK_IDLE`] ago) or nothing for [`PARK_IDLE`], and holds no
+    /// that received less than its [`park_threshold`] since the last
+    /// round's look (at least [`PARK_IDLE`] ago) or nothing for
+    /// [`PARK_IDLE`], and holds no
     /// data. A window offered to a connection that sends nothing, or a
     /// byte now and then, commits memory nobody uses, and a few thousand
     /// such connections (a flood that completes its handshakes and then
