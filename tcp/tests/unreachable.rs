@@ -8,7 +8,7 @@
 mod sim;
 
 use std::cell::RefCell;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::rc::Rc;
 
 use flowlane_tcp::time::{Duration, Instant};
@@ -185,11 +185,20 @@ fn established_to(
     max_retransmits: u8,
     b_cfg: flowlane_tcp::Config,
 ) -> (Sim, ConnHandle, ConnHandle) {
+    established_between(max_retransmits, b_cfg, (a_addr(), b_addr()))
+}
+
+/// [`established_to`], from A's `local` to B's `remote`.
+fn established_between(
+    max_retransmits: u8,
+    b_cfg: flowlane_tcp::Config,
+    (local, remote): (SocketAddr, SocketAddr),
+) -> (Sim, ConnHandle, ConnHandle) {
     let mut a_cfg = test_config(1);
     a_cfg.max_retransmits = max_retransmits;
     let link = LinkConfig::default();
     let mut sim = Sim::new(5, link, link, a_cfg, b_cfg);
-    let (a, b) = sim.establish();
+    let (a, b) = sim.establish_between(local, remote);
     (sim, a, b)
 }
 
@@ -265,8 +274,18 @@ fn run_to_close(
 
 /// A router's `what` about A's segment `seq`, now.
 fn answer(sim: &mut Sim, seq: u32, what: Unreachable) {
+    answer_between(sim, (a_addr(), b_addr()), seq, what);
+}
+
+/// [`answer`] about A's connection from `local` to `remote`.
+fn answer_between(
+    sim: &mut Sim,
+    (local, remote): (SocketAddr, SocketAddr),
+    seq: u32,
+    what: Unreachable,
+) {
     let now = sim.now;
-    let d = sim.a.handle_unreachable(now, a_addr(), b_addr(), seq, what);
+    let d = sim.a.handle_unreachable(now, local, remote, seq, what);
     assert_eq!(d, Delivery::Taken);
 }
 
@@ -400,46 +419,79 @@ fn an_unreachable_about_the_retransmission_undoes_a_doubling() {
         (Prohibited, 0, 0, 8),
         (Host, 1, 0, 8),
     ] {
-        let case = format!("{what:?} at SND.UNA + {past_una}, {after} RTOs later");
-        let (mut sim, a, _b) = established(15);
-        let (sent, _) = dark(&mut sim);
-        assert_eq!(sim.a.send(a, &[7; 100]), Ok(100));
-        let una = sent.borrow().first().copied();
-        // The timeouts' retransmissions (loss probes aside).
-        let rtx: Rc<RefCell<Vec<Instant>>> = Rc::default();
-        let r = rtx.clone();
-        run_answering(
-            &mut sim,
-            &sent,
-            Duration::from_secs(60),
-            |s, _| {
-                if s.a.stats().rto_timeouts > r.borrow().len() as u64 {
-                    r.borrow_mut().push(s.now);
-                }
-            },
-            |_| rtx.borrow().len() == 3,
-        );
-        let rtx = rtx.borrow().clone();
-        let una = una.or(sent.borrow().first().copied()).expect("sent");
-        let rto = (rtx[1] - rtx[0]).as_nanos() / 2;
-        assert_eq!((rtx[2] - rtx[1]).as_nanos(), 4 * rto, "{case}: {rtx:?}");
-        sim.run_for(Duration::from_nanos(after * rto));
-        let reverts = sim.a.stats().rto_reverts;
-        answer(&mut sim, una.wrapping_add(past_una), what);
-        let n = sent.borrow().len();
-        let times = run_answering(
-            &mut sim,
-            &sent,
-            Duration::from_secs(60),
-            |_, _| {},
-            |_| sent.borrow().len() > n,
-        );
-        let gap = (times[0] - rtx[2]).as_nanos();
-        assert_eq!(gap, next * rto, "{case}: {gap} ns, the RTO {rto} ns");
-        let reverted = u64::from(next < 8);
-        assert_eq!(sim.a.stats().rto_reverts, reverts + reverted, "{case}");
-        assert_eq!(sim.a.stats().unreachable_remembered, 1, "{case}");
+        next_retransmission_after((a_addr(), b_addr()), what, past_una, after, next);
     }
+}
+
+/// RFC 6069 §3: over IPv6 only "no route to destination" (ICMPv6 code 0,
+/// `Network`) tells of a disruption, as Linux's `tcp_v6_err` takes it; an
+/// "address unreachable" (code 3, `Host`: a last hop's neighbour
+/// discovery failed, the host gone from its link) undoes no doubling, and
+/// the connection keeps backing off (before: it retransmitted an
+/// unbacked-off RTO apart toward the missing host, each time another
+/// discovery on its link).
+#[test]
+fn over_ipv6_only_no_route_undoes_a_doubling() {
+    let a6 = SocketAddr::new(
+        IpAddr::V6(Ipv6Addr::new(0xfd99, 0, 0, 0, 0, 0, 0, 1)),
+        LOCAL,
+    );
+    let b6 = SocketAddr::new(IpAddr::V6(Ipv6Addr::new(0xfd99, 0, 0, 0, 0, 0, 0, 2)), PORT);
+    next_retransmission_after((a6, b6), Unreachable::Network, 0, 0, 4);
+    next_retransmission_after((a6, b6), Unreachable::Host, 0, 0, 8);
+}
+
+/// A's connection from `addrs.0` to `addrs.1`, its path dark, has its RTO
+/// backed off three times (to 8 RTOs); a router's `what` about its
+/// segment at SND.UNA + `past_una`, `after` RTOs after the third
+/// retransmission, must have the next one come `next` RTOs after that
+/// retransmission (8: no doubling undone).
+fn next_retransmission_after(
+    addrs: (SocketAddr, SocketAddr),
+    what: Unreachable,
+    past_una: u32,
+    after: u64,
+    next: u64,
+) {
+    let case = format!("{what:?} at SND.UNA + {past_una}, {after} RTOs later, {addrs:?}");
+    let (mut sim, a, _b) = established_between(15, test_config(2), addrs);
+    let (sent, _) = dark(&mut sim);
+    assert_eq!(sim.a.send(a, &[7; 100]), Ok(100));
+    let una = sent.borrow().first().copied();
+    // The timeouts' retransmissions (loss probes aside).
+    let rtx: Rc<RefCell<Vec<Instant>>> = Rc::default();
+    let r = rtx.clone();
+    run_answering(
+        &mut sim,
+        &sent,
+        Duration::from_secs(60),
+        |s, _| {
+            if s.a.stats().rto_timeouts > r.borrow().len() as u64 {
+                r.borrow_mut().push(s.now);
+            }
+        },
+        |_| rtx.borrow().len() == 3,
+    );
+    let rtx = rtx.borrow().clone();
+    let una = una.or(sent.borrow().first().copied()).expect("sent");
+    let rto = (rtx[1] - rtx[0]).as_nanos() / 2;
+    assert_eq!((rtx[2] - rtx[1]).as_nanos(), 4 * rto, "{case}: {rtx:?}");
+    sim.run_for(Duration::from_nanos(after * rto));
+    let reverts = sim.a.stats().rto_reverts;
+    answer_between(&mut sim, addrs, una.wrapping_add(past_una), what);
+    let n = sent.borrow().len();
+    let times = run_answering(
+        &mut sim,
+        &sent,
+        Duration::from_secs(60),
+        |_, _| {},
+        |_| sent.borrow().len() > n,
+    );
+    let gap = (times[0] - rtx[2]).as_nanos();
+    assert_eq!(gap, next * rto, "{case}: {gap} ns, the RTO {rto} ns");
+    let reverted = u64::from(next < 8);
+    assert_eq!(sim.a.stats().rto_reverts, reverts + reverted, "{case}");
+    assert_eq!(sim.a.stats().unreachable_remembered, 1, "{case}");
 }
 
 /// Bounded as Linux bounds TCP-LD (it measures `tcp_retries2` in time,

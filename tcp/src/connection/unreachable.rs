@@ -63,13 +63,24 @@ impl Connection {
             _ => {}
         }
         self.timers_rare.soft_error = Some(what);
-        // RFC 6069 §3: "network unreachable" and "host unreachable" tell of
-        // a connectivity disruption (Linux: ICMPv4 codes 0 and 1, ICMPv6
-        // code 0). The stack sees the codes as `Network` and `Host`, which
-        // also take the few of the same meaning (wire's
-        // `Unreachable::of_v4`, `of_v6`: ICMPv4 5 to 8, 11, 12; ICMPv6 2,
-        // 3); a port unreachable or a filter's refusal is no disruption.
-        if matches!(what, Unreachable::Network | Unreachable::Host) && seq == self.snd.una {
+        // RFC 6069 §3: ICMPv4's "network unreachable" and "host
+        // unreachable" (codes 0 and 1) tell of a connectivity disruption,
+        // and their IPv6 counterpart is ICMPv6's "no route to destination"
+        // (code 0) alone, as Linux's `tcp_v6_err` takes it. The stack sees
+        // the codes as wire's `Unreachable::of_v4` and `of_v6` group them:
+        // over IPv6 `Network` is code 0 and `Host` is codes 2 and 3 (beyond
+        // the source's scope; address unreachable, a last hop's failed
+        // neighbour discovery: the host gone from its link, where
+        // retransmitting an unbacked-off RTO apart only repeats the
+        // discovery); over IPv4 both also take the few codes of the same
+        // meaning (5 to 8, 11, 12). A port unreachable or a filter's
+        // refusal is no disruption.
+        let disruption = match what {
+            Unreachable::Network => true,
+            Unreachable::Host => !self.tuple.is_ipv6(),
+            Unreachable::Refused | Unreachable::Prohibited => false,
+        };
+        if disruption && seq == self.snd.una {
             self.revert_rto(ctx);
         }
         UnreachableOutcome::Remembered

@@ -759,15 +759,17 @@ impl Sim {
     /// Opens A:10000 -> B:80 and runs until both ends are established;
     /// returns (A's handle, B's handle).
     pub fn establish(&mut self) -> (ConnHandle, ConnHandle) {
-        self.b.listen(SocketAddr::new(B_IP, 80)).expect("listen");
-        let a = self
-            .a
-            .connect(
-                self.now,
-                SocketAddr::new(A_IP, 10000),
-                SocketAddr::new(B_IP, 80),
-            )
-            .expect("connect");
+        self.establish_between(SocketAddr::new(A_IP, 10000), SocketAddr::new(B_IP, 80))
+    }
+
+    /// [`Sim::establish`] from A's `local` to B's `remote` (either family).
+    pub fn establish_between(
+        &mut self,
+        local: SocketAddr,
+        remote: SocketAddr,
+    ) -> (ConnHandle, ConnHandle) {
+        self.b.listen(remote).expect("listen");
+        let a = self.a.connect(self.now, local, remote).expect("connect");
         let mut b = None;
         let mut connected = false;
         let ok = self.run_until(self.now + Duration::from_secs(5), |s| {
