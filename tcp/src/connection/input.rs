@@ -308,6 +308,20 @@ impl Connection {
     ) -> bool {
         match self.timestamp_drop(ctx.now, seg, f) {
             None => true,
+            // RFC 7323 §3.2 drops a segment without the option silently,
+            // but a SYN still gets RFC 5961 §4's challenge ACK ("MUST ...
+            // irrespective of the sequence number"): a peer that lost the
+            // connection and opens it again without timestamps (another
+            // host behind the same NAT port, one with them switched off)
+            // answers it with the RST that ends this one. Dropped silently,
+            // its SYNs went unanswered for as long as the stale connection
+            // lived, where Linux challenges them.
+            Some(TimestampDrop::Missing) if f.syn() => {
+                ctx.stats.unacceptable += 1;
+                ctx.stats.syn_challenged += 1;
+                self.challenge_ack(ctx);
+                false
+            }
             Some(TimestampDrop::Missing) => {
                 ctx.stats.unacceptable += 1;
                 false
