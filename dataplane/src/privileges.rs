@@ -124,6 +124,38 @@ pub fn require_capabilities(what: &str, needs: &[Need]) -> Result<()> {
     }
 }
 
+/// Descriptors a data path holds besides its queues' (the BPF program,
+/// its maps and link, the port holds, the control and netlink sockets, the
+/// standard streams): 17 in all were enough for two queues, measured.
+const DESCRIPTORS_BASE: u64 = 32;
+
+/// Descriptors per worker (its AF_XDP socket, its wake-ups).
+const DESCRIPTORS_PER_WORKER: u64 = 4;
+
+/// Makes sure this process may open what a data path of `workers` workers
+/// needs: a soft open-files limit below it is raised to the hard one (as
+/// the kernel backend raises it at start), and a hard one below it fails
+/// in one line saying what to do (libbpf's and the kernel's own errors
+/// say "Too many open files" or "failed to duplicate map file descriptor"
+/// from wherever the limit was met).
+pub fn require_descriptors(what: &str, workers: usize) -> Result<()> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let need = DESCRIPTORS_BASE + DESCRIPTORS_PER_WORKER * workers as u64;
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return Ok(());
+    };
+    if soft >= need {
+        return Ok(());
+    }
+    if hard >= need && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        return Ok(());
+    }
+    Err(Error::Setup(format!(
+        "{what} needs about {need} open files for {workers} workers, and this process may open \
+         {hard} (its hard limit): raise it (ulimit -n; LimitNOFILE= under systemd)"
+    )))
+}
+
 /// The capabilities of `needs` missing from `effective` (a bit per
 /// capability), said as a list, or None when none is.
 fn missing(effective: u64, needs: &[Need]) -> Option<String> {

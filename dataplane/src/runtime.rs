@@ -384,10 +384,9 @@ impl Dataplane {
         // Before libbpf's load, whose EPERM names no capability (a program
         // on the library, or `flowlane-ttcp` without `--bed`, has not
         // checked them as the `flowlane` commands do).
-        crate::privileges::require_capabilities(
-            &format!("flowlane's data path on {}", iface.name),
-            crate::privileges::DATA_PATH,
-        )?;
+        let what = format!("flowlane's data path on {}", iface.name);
+        crate::privileges::require_capabilities(&what, crate::privileges::DATA_PATH)?;
+        crate::privileges::require_descriptors(&what, config.queues.len() + config.spill.len())?;
         if config.queues.is_empty() {
             return Err(Error::Setup("no queues to serve".into()));
         }

@@ -521,6 +521,43 @@ fn a_missing_bpffs_is_said_as_such() {
     }
 }
 
+/// An open-files limit too low for the data path: a soft one is raised
+/// to the hard one and the service starts; a hard one is one line saying
+/// so and what to do (libbpf's lines and "failed to duplicate map file
+/// descriptor" before).
+#[test]
+fn an_open_files_limit_too_low_is_raised_or_said() {
+    if !require_root("an_open_files_limit_too_low_is_raised_or_said") {
+        return;
+    }
+    let bed = Bed::up("nofile", 1);
+    let bin = flowlane_bin();
+    let under = |ulimit: &str| {
+        let script = format!(
+            "{ulimit} 12 && exec timeout -s TERM 5 {} echo-server --bed {}",
+            bin.display(),
+            bed.name
+        );
+        // Bounded twice: timeout(1) ends a service that starts.
+        let child = Command::new("sh")
+            .args(["-c", &script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("sh");
+        wait_bounded(child, Duration::from_secs(30), ulimit).0
+    };
+    let o = under("ulimit -n");
+    one_line_error(&o, "may open 12 (its hard limit): raise it (ulimit -n");
+    assert!(!xdp_attached(&bed.ns, "xsk0"), "a program stayed");
+    let o = under("ulimit -Sn");
+    // Served until timeout(1)'s SIGTERM, then stopped cleanly.
+    assert_eq!(o.status.code(), Some(124), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("flowlane: TCP on 1 queues of xsk0"), "{err}");
+    assert!(!err.contains("error"), "{err}");
+}
+
 #[test]
 fn fewer_queues_than_the_nic_are_refused_unless_its_table_is_on_them() {
     let test = "fewer_queues_than_the_nic_are_refused_unless_its_table_is_on_them";
