@@ -123,7 +123,10 @@ impl Connection {
     /// keepalive probes unanswered, or the orphan's FIN-WAIT-2 timer) ends:
     /// the soft error it kept, if any, else [`CloseReason::Timeout`]
     /// (RFC 1122 §4.2.3.9, RFC 5461 §4.1; Linux's `tcp_write_err` reports
-    /// `sk_err_soft` in place of `ETIMEDOUT`).
+    /// `sk_err_soft` in place of `ETIMEDOUT`). Only data in flight keeps
+    /// one: a keepalive probe carries SND.UNA - 1, so a message about it is
+    /// out of window and ignored (as Linux ignores it), and an orphan in
+    /// FIN-WAIT-2 has nothing in flight.
     pub(super) fn timeout_reason(&self) -> CloseReason {
         match self.timers_rare.soft_error {
             Some(what) => CloseReason::Unreachable(what),
