@@ -18,6 +18,7 @@ PKGS=(
   iproute2 ethtool iperf3 netcat-openbsd curl iputils-ping procps  # test bed and kernel peers
   bpftool xdp-tools                            # inspection only (xdp-loader status, xdpdump); `bench rx` has its own generator
   python3 valgrind
+  python3-scapy                                # scripts/conformance.sh's scripted TCP peer
   prometheus                                   # promtool and a real Prometheus for the daemon's metrics tests
 )
 
