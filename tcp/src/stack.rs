@@ -146,9 +146,10 @@ const PARK_SEGMENTS_MAX: u64 = 8;
 /// per connection, as with no estimate. A receiver's round trip that grew
 /// past four times the smaller estimate (a path whose queue filled after
 /// the handshake, the only sample of a connection that sends nothing) is
-/// not told from a trickle: at the floor such a connection never receives
-/// the threshold within a period, and stays parked while the pressure
-/// lasts.
+/// not told from a trickle: at the floor such a connection does not
+/// receive the threshold within a period, and is charged again only as
+/// [`touch_parked`] lengthens the time it has (within 15 periods if it
+/// receives a segment a period).
 fn park_threshold(conn: &Connection, floor: usize) -> usize {
     let srtt_us = conn.rtt.srtt().map_or(u64::MAX, |d| d.as_nanos() / 1000);
     let rcv_rtt_us = match conn.tune.rcv_rtt_us {
@@ -177,11 +178,19 @@ fn floor_carries(conn: &Connection, floor: usize) -> usize {
     }
 }
 
-/// The [`PARK_IDLE`]-long period `now` falls in (wrapping): what a slot's
-/// park mark is dated with.
+/// The [`PARK_IDLE`]-long period `now` falls in, wrapping at 64: what a
+/// slot's park mark is dated with, in the low six bits of its
+/// `park_epoch`; the high two are the parked connection's attempts
+/// ([`touch_parked`]).
 fn park_epoch(now: Instant) -> u8 {
-    (now.as_millis() / PARK_IDLE.as_millis()) as u8
+    (now.as_millis() / PARK_IDLE.as_millis() % 64) as u8
 }
+
+/// The most times a parked connection's time to reach its
+/// [`park_threshold`] doubles ([`touch_parked`]): from one period to
+/// eight, so that one receiving at least a segment a period is charged
+/// again within 15 periods, whatever its round-trip estimate says.
+const PARK_ATTEMPTS_MAX: u8 = 3;
 
 /// A parked connection touched by a segment or a call
 /// ([`Flags::RCV_PARKED`]): one that has received its [`park_threshold`]
@@ -193,7 +202,20 @@ fn park_epoch(now: Instant) -> u8 {
 /// window is charged again, past the budget if it must (the offer
 /// stands), and it shares the budget as before. Its threshold collected
 /// over longer (across the period's end) is still a trickle: the mark
-/// starts again from here. Any other stays parked, charged
+/// starts again from here, and the time it has to reach the threshold
+/// doubles, up to [`PARK_ATTEMPTS_MAX`] times (the attempts, in the high
+/// bits of `epoch`; parking starts them again). So a connection that
+/// receives at least the threshold over eight periods (a segment a
+/// period at most), however its round trip compares with the estimate
+/// the threshold took, is charged again within fifteen periods: one
+/// whose round trip grew past four times the estimate (a queue that
+/// filled after the handshake, the only sample of a connection that
+/// sends nothing) would otherwise never reach it within one period and
+/// stay parked while the pressure lasts. Two segments a second against a
+/// threshold of eight are charged again after 12 to 16 periods, and
+/// parked at the next look. A mark 64 periods old or more may be taken as recent (the
+/// date wraps): a connection that took that long is charged again, and
+/// parked at the next look. Any other stays parked, charged
 /// nothing and offered no window past the floor (`RecvMemory::of`): a
 /// trickle neither charges it again nor makes it divide the budget.
 /// (Charged again for every segment's worth, however slowly collected,
@@ -213,9 +235,11 @@ fn touch_parked(
     if conn.rcv.nxt.saturating_sub(*mark) < park_threshold(conn, floor) {
         return;
     }
-    let within = *epoch == park_epoch(now);
+    let (then, attempts) = (*epoch & 63, *epoch >> 6);
+    let today = park_epoch(now);
+    let within = today.wrapping_sub(then) & 63 < 1 << attempts;
     *mark = conn.rcv.nxt;
-    *epoch = park_epoch(now);
+    *epoch = today | (attempts + 1).min(PARK_ATTEMPTS_MAX) << 6;
     if within {
         conn.flags.clear(Flags::RCV_PARKED);
         *parked -= 1;
@@ -256,8 +280,10 @@ struct Slot {
     /// to date after each call that may change it (in the padding after
     /// the flags: the slot does not grow).
     counted: State,
-    /// When `park_mark` was made ([`park_epoch`]; the byte of padding
-    /// left after `counted`).
+    /// When `park_mark` was made ([`park_epoch`], the low six bits) and,
+    /// while parked, how many times the time to reach the mark doubled
+    /// (the high two, [`touch_parked`]); the byte of padding left after
+    /// `counted`.
     park_epoch: u8,
     /// The listener that accepted the connection (4 bytes, not the 8 of
     /// an `Option<ListenerId>`: the slot's budget).

@@ -896,14 +896,33 @@ fn the_mark_counts_the_segments_the_floor_carries() {
     for side in [Side::A, Side::B] {
         sim.link_mut(side).delay = Duration::from_millis(45);
     }
-    let (mine, yours) = (trickling[0], theirs[0]);
+    let (done, got, took) = upload_within(
+        &mut sim,
+        (trickling[0], theirs[0]),
+        512 << 10,
+        Duration::from_secs(10),
+    );
+    assert!(
+        done,
+        "{got} bytes in {took:?} (a segment a round trip: parked)"
+    );
+}
+
+/// A's connection `mine` (B's `yours`) uploads `bytes`, B reading
+/// everything, for at most `limit`: whether it finished, what B got and
+/// how long it took.
+fn upload_within(
+    sim: &mut Sim,
+    (mine, yours): (ConnHandle, ConnHandle),
+    bytes: u64,
+    limit: Duration,
+) -> (bool, u64, Duration) {
     let mut buf = vec![0u8; 16 * 1024];
     let mut up = Stream::default();
     let mut got = 0u64;
     let start = sim.now;
-    let limit = sim.now + Duration::from_secs(10);
-    let done = sim.run_until(limit, |s| {
-        write(&mut s.a, mine, 1, &mut up, 512 << 10, &mut buf);
+    let done = sim.run_until(start + limit, |s| {
+        write(&mut s.a, mine, 1, &mut up, bytes, &mut buf);
         while s.a.poll_event().is_some() {}
         while let Some(e) = s.b.poll_event() {
             if let Event::Readable(conn) = e {
@@ -913,11 +932,38 @@ fn the_mark_counts_the_segments_the_floor_carries() {
                 }
             }
         }
-        got == 512 << 10
+        got == bytes
     });
+    (done, got, sim.now.saturating_since(start))
+}
+
+/// A parked connection whose round trip grew past four times the
+/// estimate its mark was taken from (a 2 ms handshake, then a path of
+/// 200 ms: eight round trips no longer fit a second) does not stay
+/// parked while the pressure lasts: each time it reaches the mark too
+/// late, the time it has doubles, up to eight seconds, and a segment a
+/// round trip (five a second) reaches it there. Charged again within 15
+/// seconds, it gets whole windows. Parked after sending two segments
+/// every half second for 30 s (the offer it held before is used up).
+/// (Before: 181 kB in 25 s, a segment a round trip, parked for good.)
+#[test]
+fn a_parked_connection_whose_round_trip_grew_is_charged_again() {
+    let (mut sim, trickling, theirs, _) = trickle_then_upload(
+        41,
+        (1448, Duration::from_millis(500)),
+        Duration::from_secs(30),
+    );
+    for side in [Side::A, Side::B] {
+        sim.link_mut(side).delay = Duration::from_millis(100);
+    }
+    let (done, got, took) = upload_within(
+        &mut sim,
+        (trickling[1], theirs[1]),
+        512 << 10,
+        Duration::from_secs(25),
+    );
     assert!(
         done,
-        "{got} bytes in {:?} (a segment a round trip: parked)",
-        sim.now.saturating_since(start)
+        "{got} bytes in {took:?} (a segment a round trip: parked)"
     );
 }
