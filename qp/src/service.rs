@@ -29,11 +29,21 @@ pub fn app_thread_name(thread: u32) -> String {
 }
 
 /// Clears a thread's flag when the thread ends, by returning or by a panic.
-struct AliveGuard(Arc<AtomicBool>);
+/// Held by an application thread: says it ended (the relays' `alive`)
+/// and whether it ended in a panic (`QueuePairs::dead_threads`): a thread
+/// also ends when its cores are gone (a kernel-socket service's drain
+/// ends its cores before `QueuePairs::stop`), which is no death.
+struct AliveGuard {
+    alive: Arc<AtomicBool>,
+    panicked: Arc<AtomicBool>,
+}
 
 impl Drop for AliveGuard {
     fn drop(&mut self) {
-        self.0.store(false, Ordering::Relaxed);
+        if std::thread::panicking() {
+            self.panicked.store(true, Ordering::Relaxed);
+        }
+        self.alive.store(false, Ordering::Relaxed);
     }
 }
 
@@ -144,7 +154,11 @@ fn owner(cores: &[Placement], threads: &[Placement], core: usize) -> u32 {
 /// network cores take at their set-up ([`QueuePairs::setup_core`]).
 pub struct QueuePairs {
     stop: Arc<AtomicBool>,
+    /// Each application thread's: not ended yet (read by the tests).
+    #[cfg_attr(not(test), allow(dead_code))]
     alive: Vec<Arc<AtomicBool>>,
+    /// Each application thread's: ended in a panic.
+    panicked: Vec<Arc<AtomicBool>>,
     counts: Arc<RelayCounts>,
     refused: Arc<AtomicU64>,
     threads: Mutex<Vec<(u32, JoinHandle<()>)>>,
@@ -243,6 +257,9 @@ impl QueuePairs {
         let alive: Vec<Arc<AtomicBool>> = (0..nthreads)
             .map(|_| Arc::new(AtomicBool::new(true)))
             .collect();
+        let panicked: Vec<Arc<AtomicBool>> = (0..nthreads)
+            .map(|_| Arc::new(AtomicBool::new(false)))
+            .collect();
         let counts = Arc::new(RelayCounts::default());
         let refused = Arc::new(AtomicU64::new(0));
         let beats: Vec<Heartbeat> = (0..nthreads).map(|_| Heartbeat::new()).collect();
@@ -275,7 +292,10 @@ impl QueuePairs {
             let on_stall = stalled[t as usize].clone();
             let count = Arc::new(AtomicU64::new(0));
             open.push(count.clone());
-            let guard = AliveGuard(alive[t as usize].clone());
+            let guard = AliveGuard {
+                alive: alive[t as usize].clone(),
+                panicked: panicked[t as usize].clone(),
+            };
             let beat = beats[t as usize].clone();
             let refused = refused.clone();
             let handle = std::thread::Builder::new()
@@ -384,6 +404,7 @@ impl QueuePairs {
         let qp = QueuePairs {
             stop,
             alive,
+            panicked,
             counts,
             refused,
             threads: Mutex::new(threads),
@@ -482,14 +503,17 @@ impl QueuePairs {
         self.open.iter().map(|c| c.load(Ordering::Relaxed)).sum()
     }
 
-    /// Application threads that ended before being stopped (they
-    /// panicked): the cores reset their connections and go on.
+    /// Application threads that ended before being stopped in a panic:
+    /// the cores reset their connections and go on. Not one that ended
+    /// because its cores did (a kernel-socket service's drain ends its
+    /// cores, and with them its threads, before [`QueuePairs::stop`]: they
+    /// were reported dead in its summary).
     pub fn dead_threads(&self) -> Vec<u32> {
         if self.stop.load(Ordering::Relaxed) {
             return Vec::new();
         }
-        (0..self.alive.len() as u32)
-            .filter(|&t| !self.alive[t as usize].load(Ordering::Relaxed))
+        (0..self.panicked.len() as u32)
+            .filter(|&t| self.panicked[t as usize].load(Ordering::Relaxed))
             .collect()
     }
 
