@@ -669,6 +669,19 @@ fn app_threads_cpu(qp: Option<&QueuePairs>) -> Vec<Option<u64>> {
     })
 }
 
+/// Keeps in `last` each reading of `now` that is there (a thread's CPU
+/// time while it runs): what was read last of a thread that has ended.
+fn latest(now: impl IntoIterator<Item = Option<u64>>, last: &mut Vec<Option<u64>>) {
+    for (i, v) in now.into_iter().enumerate() {
+        if i == last.len() {
+            last.push(None);
+        }
+        if v.is_some() {
+            last[i] = v;
+        }
+    }
+}
+
 /// Says once, per application thread that died (it panicked), that the
 /// cores reset its connections and go on.
 fn report_dead_threads(qp: Option<&QueuePairs>, reported: &mut Vec<u32>) {
@@ -769,7 +782,7 @@ const ANSWER_EVERY: Duration = Duration::from_millis(10);
 /// still listed (stopping) by `flowlane status` and on the daemon's
 /// metrics page, with what its drain waits for (`finishing`), until it
 /// exits and its control socket goes.
-fn answer_until(running: &mut dyn Running, drained: impl Fn() -> bool) {
+fn answer_until(running: &mut dyn Running, mut drained: impl FnMut() -> bool) {
     running.begin_stop();
     while !drained() {
         running.answer();
@@ -1062,10 +1075,16 @@ fn serve_kernel(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
     };
     let r = wait(c, &signals, &mut running, &results.rx, expect);
     // The cores drain (`KernelCore::run`) while the control socket answers.
-    answer_until(&mut running, || service.stopped());
+    // They end with their drain, and queue-pair mode's application threads
+    // with them: their CPU times are the last read while they ran.
+    let mut cpu: Vec<Option<u64>> = Vec::new();
+    let mut app_cpu = Vec::new();
+    answer_until(&mut running, || {
+        latest((0..n).map(worker_cpu_ns), &mut cpu);
+        latest(app_threads_cpu(qp), &mut app_cpu);
+        service.stopped()
+    });
     drop(running);
-    let cpu: Vec<Option<u64>> = (0..n).map(worker_cpu_ns).collect();
-    let app_cpu = app_threads_cpu(qp);
     let qp_summary = queue_pair_json(qp);
     let (counters, failed) = service.stop();
     let summary = json!({"event": "summary", "backend": "kernel",
