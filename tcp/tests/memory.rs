@@ -732,31 +732,17 @@ fn trickling_connections_do_not_hold_a_busy_one_to_a_segment() {
         "2 MiB took {took:?} beside trickling connections"
     );
 
-    // One of them turns into an upload: once it has received a segment's
-    // worth within a round of the look for connections to park, it is
-    // charged again and gets whole windows.
-    let (mine, yours) = (trickling[0], theirs[0]);
-    let mut buf = vec![0u8; 16 * 1024];
-    let mut up = Stream::default();
-    let mut got = 0u64;
-    let start = sim.now;
-    let limit = sim.now + Duration::from_secs(10);
-    assert!(sim.run_until(limit, |s| {
-        write(&mut s.a, mine, 1, &mut up, 1 << 20, &mut buf);
-        while s.a.poll_event().is_some() {}
-        while let Some(e) = s.b.poll_event() {
-            if let Event::Readable(conn) = e {
-                let n = s.b.recv(conn, &mut buf).expect("recv");
-                if conn == yours {
-                    got += n as u64;
-                }
-            }
-        }
-        got == 1 << 20
-    }));
-    let took = sim.now.saturating_since(start);
+    // One of them turns into an upload: once it has received its mark
+    // within a round of the look for connections to park, it is charged
+    // again and gets whole windows.
+    let (done, _, took) = upload_within(
+        &mut sim,
+        (trickling[0], theirs[0]),
+        1 << 20,
+        Duration::from_secs(10),
+    );
     assert!(
-        took < Duration::from_millis(300),
+        done && took < Duration::from_millis(300),
         "a parked connection's 1 MiB took {took:?}"
     );
 }
@@ -893,15 +879,27 @@ fn the_mark_counts_the_segments_the_floor_carries() {
         (2 * SEG, Duration::from_millis(500)),
         Duration::from_secs(30),
     );
-    for side in [Side::A, Side::B] {
-        sim.link_mut(side).delay = Duration::from_millis(45);
-    }
-    let (done, got, took) = upload_within(
+    uploads_over_a_longer_path(
         &mut sim,
         (trickling[0], theirs[0]),
-        512 << 10,
+        Duration::from_millis(45),
         Duration::from_secs(10),
     );
+}
+
+/// The path's delay becomes `delay` each way, then A's connection `mine`
+/// (B's `yours`), parked, uploads 512 KiB within `limit`, or the test
+/// fails (a segment a round trip: still parked).
+fn uploads_over_a_longer_path(
+    sim: &mut Sim,
+    conn: (ConnHandle, ConnHandle),
+    delay: Duration,
+    limit: Duration,
+) {
+    for side in [Side::A, Side::B] {
+        sim.link_mut(side).delay = delay;
+    }
+    let (done, got, took) = upload_within(sim, conn, 512 << 10, limit);
     assert!(
         done,
         "{got} bytes in {took:?} (a segment a round trip: parked)"
@@ -953,17 +951,10 @@ fn a_parked_connection_whose_round_trip_grew_is_charged_again() {
         (1448, Duration::from_millis(500)),
         Duration::from_secs(30),
     );
-    for side in [Side::A, Side::B] {
-        sim.link_mut(side).delay = Duration::from_millis(100);
-    }
-    let (done, got, took) = upload_within(
+    uploads_over_a_longer_path(
         &mut sim,
         (trickling[1], theirs[1]),
-        512 << 10,
+        Duration::from_millis(100),
         Duration::from_secs(25),
-    );
-    assert!(
-        done,
-        "{got} bytes in {took:?} (a segment a round trip: parked)"
     );
 }
