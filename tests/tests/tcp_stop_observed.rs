@@ -163,16 +163,7 @@ fn seen_while_stopping(bed: &Bed, backend: &str, port: u16) {
 
     // A drain that finishes in time (idle keep-alive clients get a FIN at
     // once): nothing left finishing.
-    let app = start(bed, &args, 120);
-    let mut client = peer_py_spawn(bed, 60, HOLD_KEEPALIVE, &["10.99.0.1", &port, "3", "20"]);
-    let mut out = BufReader::new(client.stdout.take().unwrap());
-    line.clear();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready", "{backend}");
-    let t = totals(&app.stop());
-    line.clear();
-    out.read_line(&mut line).unwrap();
-    let _ = client.wait();
+    let (t, line) = stop_beside(bed, &args, HOLD_KEEPALIVE, &["10.99.0.1", &port, "3", "20"]);
     assert_eq!(
         serde_json::from_str::<Value>(line.trim()).unwrap()["FIN"],
         3,
@@ -189,16 +180,12 @@ fn seen_while_stopping(bed: &Bed, backend: &str, port: u16) {
     // its FIN, and nothing was left.
     let body = "x".repeat(30_000);
     let slow = [&args[..], &["--body", &body]].concat();
-    let app = start(bed, &slow, 120);
-    let mut client = peer_py_spawn(bed, 60, SLOW_READER, &["10.99.0.1", &port, "0.1", "1024"]);
-    let mut out = BufReader::new(client.stdout.take().unwrap());
-    line.clear();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready", "{backend}");
-    let t = totals(&app.stop());
-    line.clear();
-    out.read_line(&mut line).unwrap();
-    let _ = client.wait();
+    let (t, line) = stop_beside(
+        bed,
+        &slow,
+        SLOW_READER,
+        &["10.99.0.1", &port, "0.1", "1024"],
+    );
     let how: Value = serde_json::from_str(line.trim()).unwrap();
     match (how["end"].as_str(), backend) {
         (Some("RST"), _) => assert_eq!(t["finishing"], 1, "{backend}: {how} {t}"),
@@ -223,4 +210,22 @@ fn a_stopping_service_is_seen_until_it_exits() {
     // an AF_XDP service's.
     seen_while_stopping(&bed, "xdp", 8191);
     seen_while_stopping(&bed, "kernel", 8192);
+}
+
+/// Starts the service (`args`) and a python client (`script`, `argv`) in
+/// the bed's peer namespace, which prints `ready` once it is set, then
+/// stops the service: its summary's totals, and the client's last line
+/// (how its connections ended).
+fn stop_beside(bed: &Bed, args: &[&str], script: &str, argv: &[&str]) -> (Value, String) {
+    let app = start(bed, args, 120);
+    let mut client = peer_py_spawn(bed, 60, script, argv);
+    let mut out = BufReader::new(client.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "{args:?}");
+    let t = totals(&app.stop());
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    let _ = client.wait();
+    (t, line)
 }
