@@ -1473,3 +1473,64 @@ fn a_syn_that_never_left_is_resent_at_once_when_asked() {
         Err(Error::InvalidHandle)
     );
 }
+
+/// RFC 9293 §3.10.7.3: in SYN-SENT, a SYN-ACK whose ACK is not our SYN's
+/// (a peer holding an old connection on the 4-tuple: its SYN-ACK, or RFC
+/// 5961 §4's challenge ACK) draws RST <SEQ=SEG.ACK>; the SYN then goes
+/// again at once, as Linux sends it, not a whole RTO (1 s) later: the RST
+/// ended the old connection there. Once per open: a second such segment
+/// draws the RST alone.
+#[test]
+fn an_unacceptable_ack_in_syn_sent_draws_the_reset_then_the_syn_again() {
+    let mut a = Stack::new(sim::test_config(1));
+    let now = Instant::from_millis(1_000);
+    let conn = a.connect(now, a_addr(10_000), b_addr(80)).unwrap();
+    let sent = |a: &mut Stack| {
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 2048];
+        while let Some(t) = a.poll_transmit(now, &mut buf) {
+            out.push(TcpRepr::parse_segment(&buf[..t.len]).unwrap().0);
+        }
+        out
+    };
+    let syn = sent(&mut a).pop().expect("SYN");
+    let wrong = syn.seq.wrapping_add(1000);
+    let syn_ack = |a: &mut Stack, ack: u32| {
+        let repr = TcpRepr {
+            src_port: 80,
+            dst_port: 10_000,
+            seq: 77_000,
+            ack,
+            flags: flowlane_wire::tcp::TcpFlags::SYN | flowlane_wire::tcp::TcpFlags::ACK,
+            window: 65_535,
+            urgent: 0,
+            options: TcpOptions {
+                mss: Some(1460),
+                ..TcpOptions::default()
+            },
+        };
+        let mut bytes = vec![0u8; 60];
+        let n = repr.emit(&mut bytes).unwrap();
+        a.handle_segment(now, B_IP, A_IP, &bytes[..n]);
+    };
+    let flags = |segs: &[TcpRepr]| {
+        segs.iter()
+            .map(|s| (s.flags.rst(), s.flags.syn(), s.seq))
+            .collect::<Vec<_>>()
+    };
+    syn_ack(&mut a, wrong);
+    assert_eq!(
+        flags(&sent(&mut a)),
+        [(true, false, wrong), (false, true, syn.seq)],
+        "the reset, then the SYN at once"
+    );
+    syn_ack(&mut a, wrong);
+    assert_eq!(
+        flags(&sent(&mut a)),
+        [(true, false, wrong)],
+        "once per open"
+    );
+    assert_eq!(a.state(conn), Ok(State::SynSent));
+    syn_ack(&mut a, syn.seq.wrapping_add(1));
+    assert_eq!(a.state(conn), Ok(State::Established));
+}

@@ -106,6 +106,19 @@ impl Connection {
                     ack: None,
                     why: ResetReason::HandshakeAck,
                 });
+                // The answer of a peer that holds an old connection on
+                // this 4-tuple (its SYN-ACK or RFC 5961 §4 challenge ACK):
+                // the RST (sent first: `Stack::poll_transmit` empties the
+                // resets before any connection's output) ends it there,
+                // so the SYN goes again at once rather than an RTO later,
+                // once per open and before any timeout, as Linux's
+                // `tcp_rcv_synsent_state_process` ("Previous FIN/ACK or
+                // RST/ACK might be ignored"), so that forged SYN-ACKs draw
+                // no more than one SYN.
+                if self.timers_rare.retransmits == 0 && !self.flags.has(Flags::SYN_RESENT) {
+                    self.flags.set(Flags::SYN_RESENT);
+                    self.resend_syn();
+                }
             }
             return;
         }

@@ -233,6 +233,10 @@ impl Flags {
     /// import's is). A stack-wide view, cleared when the connection leaves
     /// the stack.
     pub(crate) const RCV_PARKED: u64 = 1 << 48;
+    /// SYN-SENT: the SYN went again at once after a reset answered an
+    /// unacceptable ACK (`Connection::on_segment_syn_sent`), which it does
+    /// once per open.
+    pub(crate) const SYN_RESENT: u64 = 1 << 49;
 
     /// Whether any bit of `f` is set.
     pub(crate) fn has(self, f: u64) -> bool {
