@@ -13,19 +13,29 @@ diffs the transcripts. Inside the bed's peer namespace:
 
 The source address is one the peer's kernel does not own (its neighbour
 entry is set by hand on the server's side), so that the kernel answers
-nothing for the peer's connections. Needs root and scapy.
+nothing for the peer's connections. An IPv6 --src/--dst pair runs the same
+cases over IPv6 (those about IPv4 headers left out). Needs root and scapy.
+
+With --client CMD the script runs the active-open cases instead (flowlane
+as the side that connects): the peer answers, as a scripted responder on
+--port, the SYNs of a client that CMD starts (one per case; `{addr}` and
+`{port}` in CMD are replaced by the peer's address and port), and logs the
+client's segments and how its transfer ended.
 """
 
 import argparse
+import json
 import queue
 import random
+import shlex
 import socket
 import struct
+import subprocess
 import sys
 import threading
 import time
 
-from scapy.all import Ether, IP, Raw, TCP, get_if_hwaddr
+from scapy.all import Ether, IP, IPv6, Raw, TCP, get_if_hwaddr
 from scapy.utils import checksum
 
 ETH_P_ALL = 0x0003
@@ -89,6 +99,9 @@ class Peer:
         threading.Thread(target=self._reader, daemon=True).start()
         self.t0 = time.monotonic()
         self.sport = 0
+        self.v6 = ":" in args.src
+        self.family = socket.AF_INET6 if self.v6 else socket.AF_INET
+        self.ip = IPv6 if self.v6 else IP
 
     def _reader(self):
         while not self.stop:
@@ -102,7 +115,8 @@ class Peer:
                 e = Ether(data)
             except Exception:
                 continue
-            if IP in e and TCP in e and e[IP].src == self.args.dst and e[IP].dst == self.args.src:
+            l3 = IPv6 if self.v6 else IP
+            if l3 in e and TCP in e and e[l3].src == self.args.dst and e[l3].dst == self.args.src:
                 self.q.put((time.monotonic(), e))
 
     # --- per case -----------------------------------------------------
@@ -157,15 +171,22 @@ class Peer:
                           ack & 0xFFFFFFFF, (off << 4) | (reserved & 0x0F), fl,
                           min(w, 0xFFFF), 0, urg)
         seg = hdr + o + data
-        pseudo = socket.inet_aton(self.args.src) + socket.inet_aton(self.args.dst) + \
-            struct.pack("!BBH", 0, 6, len(seg))
+        src = socket.inet_pton(self.family, self.args.src)
+        dst = socket.inet_pton(self.family, self.args.dst)
+        if self.v6:  # RFC 8200 §8.1
+            pseudo = src + dst + struct.pack("!IxxxB", len(seg), 6)
+        else:
+            pseudo = src + dst + struct.pack("!BBH", 0, 6, len(seg))
         c = checksum(pseudo + seg)
         if bad_csum:
             c ^= 0x5555
         return seg[:16] + struct.pack("!H", c) + seg[18:]
 
     def emit(self, seg, ip_kw=None, note=""):
-        ip = IP(src=self.args.src, dst=self.args.dst, proto=6, **(ip_kw or {}))
+        if self.v6:
+            ip = IPv6(src=self.args.src, dst=self.args.dst, nh=6, **(ip_kw or {}))
+        else:
+            ip = IP(src=self.args.src, dst=self.args.dst, proto=6, **(ip_kw or {}))
         frame = Ether(src=self.smac, dst=self.dmac) / ip / Raw(seg)
         self.sock.send(bytes(frame))
 
@@ -219,7 +240,7 @@ class Peer:
     def wait(self, secs=0.3, auto_ack=True, until=None, timing=False):
         """Collects the server's segments for `secs` (or until `until(seg)`),
         logging each; acknowledges in-order data and FIN as it comes when
-        `auto_ack`. Returns [(t, Ether)]."""
+        `auto_ack` (`"data"`: not a FIN). Returns [(t, Ether)]."""
         got = []
         start = time.monotonic()
         deadline = start + secs
@@ -261,7 +282,7 @@ class Peer:
                 self.rcv_nxt = (self.rcv_nxt + n + (1 if fl & 0x01 else 0)) & 0xFFFFFFFF
                 if fl & 0x01:
                     self.fin_seen = True
-                if auto_ack and (n or fl & 0x01):
+                if auto_ack and (n or fl & 0x01) and not (auto_ack == "data" and fl & 0x01):
                     self.send("A", note="(ack)")
             if until and until(e):
                 break
@@ -296,10 +317,24 @@ class Peer:
 # Cases: each takes a Peer with a fresh port, logs what it sends and gets.
 
 CASES = []
+# The active-open cases (run with --client): flowlane connects to the peer.
+ACTIVE = []
+# Cases about IPv4 headers, left out over IPv6.
+V4_ONLY = set()
 
 
 def case(f):
     CASES.append(f)
+    return f
+
+
+def active_case(f):
+    ACTIVE.append(f)
+    return f
+
+
+def v4_only(f):
+    V4_ONLY.add(f.__name__)
     return f
 
 
@@ -851,6 +886,7 @@ def urgent_data(p):
 
 
 @case
+@v4_only
 def ip_options(p):
     """An IPv4 header with options (a NOP and end of list) carrying data."""
     established(p)
@@ -860,6 +896,7 @@ def ip_options(p):
 
 
 @case
+@v4_only
 def ip_fragments(p):
     """Data carried in two IPv4 fragments."""
     established(p)
@@ -931,6 +968,182 @@ def rst_in_syn_received(p):
     p.wait(0.3)
 
 
+# ------------------------------------------------------------------------
+# Active opens (--client): the peer is the responder, the client the
+# connecting side. `p.client` is the client's process, started per case.
+
+def their_syn(p, secs=10.0):
+    """Waits for the client's SYN to the peer's port; logs it."""
+    got = p.wait(secs, auto_ack=False, until=lambda e: int(e[TCP].flags) & 0x02)
+    syn = [e for _, e in got if int(e[TCP].flags) & 0x02]
+    if not syn:
+        p.log("  (no SYN in %.0f s)" % secs)
+        return None
+    p.dport = syn[-1][TCP].sport
+    return syn[-1]
+
+
+def syn_ack(p, opts=None, ack=None, data=b"", flags="SA"):
+    """Our SYN-ACK (or SYN) to their SYN, with timestamps when theirs had one."""
+    if opts is None:
+        opts = [MSS, SACKOK, ts_opt(p.tsval(), p.ts_recent), ("nop",), WS7]
+    p.ts_on = any(isinstance(o, tuple) and o[0] == "ts" for o in opts) and p.ts_recent != 0
+    p.send(flags, seq=p.iss, ack=p.rcv_nxt if ack is None else ack, data=data, opts=opts,
+           win=64000, note="opts=%s" % ([o[0] if isinstance(o, tuple) else o.hex() for o in opts],))
+    p.snd_nxt = (p.iss + 1 + len(data)) & 0xFFFFFFFF
+
+
+def transfer(p, secs=6.0):
+    """Takes the client's bytes (ACKing them) until its FIN, then sends
+    ours; logs the sizes of its data segments, not each one."""
+    p.quiet = True
+    got = p.wait(secs, until=lambda e: int(e[TCP].flags) & 0x01)
+    p.quiet = False
+    sizes = [len(bytes(e[TCP].payload)) for _, e in got if e[TCP].payload]
+    p.log("  < data segments: %s%s" % (sizes, ", FIN" if p.fin_seen else ", no FIN"))
+    if p.fin_seen:
+        p.send("FA")
+        p.wait(0.5, auto_ack=False)
+
+
+def client_result(p, secs=15.0):
+    """How the client's transfer ended: its JSON line's ok and reason."""
+    try:
+        out, _ = p.client.communicate(timeout=secs)
+    except subprocess.TimeoutExpired:
+        p.client.kill()
+        out, _ = p.client.communicate()
+        p.log("  client: still running after %.0f s (killed)" % secs)
+        return
+    for line in out.decode(errors="replace").splitlines():
+        try:
+            v = json.loads(line)
+        except ValueError:
+            continue
+        if "ok" in v:
+            why = {k: v[k] for k in v if k in ("close", "error") or "reason" in k}
+            p.log("  client: ok=%s %s" % (v["ok"], why or ""))
+            return
+    last = out.decode(errors="replace").strip().splitlines()[-1:] or [""]
+    p.log("  client: exit %d, no transfer line: %s" % (p.client.returncode, last[0][:160]))
+
+
+@active_case
+def active_synack_odd_options(p):
+    """SYN-ACK with MSS 536, an unknown option (kind 30), window scale 15
+    and no timestamps (RFC 9293 §3.1 MUST-6: unknown options ignored; RFC
+    7323 §2.3: shift 14; §3.2: no TS in the SYN-ACK: none sent after)."""
+    if their_syn(p) is None:
+        return
+    syn_ack(p, opts=[("mss", 536), b"\x1e\x06abcd", ("ws", 15), SACKOK])
+    p.ts_on = False
+    transfer(p)
+    client_result(p)
+
+
+@active_case
+def active_synack_mss_zero(p):
+    """SYN-ACK with MSS 0 (RFC 9293 §3.7.1: no usable MSS: 536)."""
+    if their_syn(p) is None:
+        return
+    syn_ack(p, opts=[("mss", 0), SACKOK, ts_opt(p.tsval(), p.ts_recent), ("nop",), WS7])
+    transfer(p)
+    client_result(p)
+
+
+@active_case
+def active_synack_wrong_ack(p):
+    """RFC 9293 §3.10.7.3: in SYN-SENT a SYN-ACK whose ACK is not ISS+1:
+    RST <SEQ=SEG.ACK>, the connection stays in SYN-SENT (SYN again)."""
+    if their_syn(p) is None:
+        return
+    syn_ack(p, ack=p.rcv_nxt + 1000)
+    p.wait(1.5, auto_ack=False, timing=True)
+    if p.client.poll() is None:
+        p.log("  client: still connecting")
+    else:
+        client_result(p, secs=0.1)
+
+
+@active_case
+def active_rst_in_syn_sent(p):
+    """RFC 9293 §3.10.7.3: in SYN-SENT a RST without ACK, or whose ACK is
+    not ISS+1, is dropped; a RST|ACK acking the SYN resets."""
+    syn = their_syn(p)
+    if syn is None:
+        return
+    p.send("R", seq=p.iss, ack=0, opts=[], advance=False, note="(no ACK)")
+    p.wait(0.3, auto_ack=False)
+    p.send("RA", seq=p.iss, ack=p.rcv_nxt + 5, opts=[], advance=False, note="(ack ISS+6)")
+    p.wait(0.3, auto_ack=False)
+    p.send("RA", seq=p.iss, ack=p.rcv_nxt, opts=[], advance=False, note="(ack ISS+1)")
+    p.wait(1.5, auto_ack=False, timing=True)
+    client_result(p, secs=5)
+
+
+@active_case
+def active_simultaneous_open(p):
+    """RFC 9293 §3.10.7.3 (and figure 8): a bare SYN in SYN-SENT: SYN-ACK
+    <SEQ=ISS><ACK=RCV.NXT>, SYN-RECEIVED; our ACK then opens it."""
+    if their_syn(p) is None:
+        return
+    syn_ack(p, flags="S", ack=0)
+    p.wait(0.5, auto_ack=False)
+    p.send("A", note="(acks their SYN)")
+    transfer(p)
+    client_result(p)
+
+
+@active_case
+def active_synack_lost(p):
+    """No SYN-ACK: when does the SYN come again (RFC 6298 §2: 1 s, doubled)?"""
+    if their_syn(p) is None:
+        return
+    p.wait(8.0, auto_ack=False, timing=True)
+    p.log("  (answered after 8 s)")
+    syn_ack(p)
+    transfer(p)
+    client_result(p)
+
+
+@active_case
+def active_synack_with_data(p):
+    """A SYN-ACK carrying 5 bytes (RFC 9293 §3.10.7.3: queued, ACK
+    <ACK=RCV.NXT> covers them)."""
+    if their_syn(p) is None:
+        return
+    syn_ack(p, data=b"hello")
+    got = p.wait(0.5, until=lambda e: e[TCP].payload or int(e[TCP].flags) == 0x10)
+    if got and ((got[-1][1][TCP].ack - p.iss - 1) & 0xFFFFFFFF) < 5:
+        # Not taken (what the RFC allows no more than a lost segment):
+        # sent again, as a peer would on its retransmission timeout.
+        p.send("PA", seq=p.iss + 1, data=b"hello", advance=False, note="(the 5 bytes again)")
+    transfer(p)
+    client_result(p)
+
+
+@active_case
+def active_simultaneous_close(p):
+    """RFC 9293 §3.6, figure 13: both FINs cross: the client's FIN, then
+    ours acking its data but not its FIN: CLOSING, an ACK of our FIN,
+    TIME-WAIT on our ACK of theirs."""
+    if their_syn(p) is None:
+        return
+    syn_ack(p)
+    p.quiet = True
+    got = p.wait(6.0, auto_ack="data", until=lambda e: int(e[TCP].flags) & 0x01)
+    p.quiet = False
+    sizes = [len(bytes(e[TCP].payload)) for _, e in got if e[TCP].payload]
+    p.log("  < data segments: %s%s" % (sizes, ", FIN" if p.fin_seen else ", no FIN"))
+    if not p.fin_seen:
+        return
+    p.send("FA", ack=p.rcv_nxt - 1, note="(our FIN, crossing theirs)")
+    p.wait(0.5, auto_ack=False)
+    p.send("A", note="(acks their FIN)")
+    p.wait(0.5, auto_ack=False)
+    client_result(p)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--iface", required=True)
@@ -940,26 +1153,37 @@ def main():
     ap.add_argument("--port", type=int, default=7)
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--client", help="the active-open cases: the client's command line, "
+                    "with {addr} and {port} for the peer's address and port")
     ap.add_argument("cases", nargs="*")
     args = ap.parse_args()
     random.seed(args.seed)
     want = set(args.cases)
-    unknown = want - {c.__name__ for c in CASES}
+    unknown = want - {c.__name__ for c in CASES + ACTIVE}
     if unknown:
         sys.exit("conformance: no case %s; cases: %s" % (
-            ", ".join(sorted(unknown)), " ".join(c.__name__ for c in CASES)))
+            ", ".join(sorted(unknown)), " ".join(c.__name__ for c in CASES + ACTIVE)))
     out = []
     p = Peer(args, out)
-    for c in CASES:
-        if want and c.__name__ not in want:
+    p.client = None
+    for c in ACTIVE if args.client else CASES:
+        if want and c.__name__ not in want or p.v6 and c.__name__ in V4_ONLY:
             continue
         out.append("== %s: %s" % (c.__name__, (c.__doc__ or c.__name__).strip().splitlines()[0]))
         p.new_conn()
+        if args.client:
+            addr = "[%s]" % args.src if p.v6 else args.src
+            cmd = args.client.format(addr=addr, port=p.sport)
+            p.client = subprocess.Popen(shlex.split(cmd), stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT)
         try:
             c(p)
         except Exception as e:  # a case that breaks says so and the run goes on
             out.append("  !! %r" % e)
         p.close_hard()
+        if p.client is not None and p.client.poll() is None:
+            p.client.kill()
+            p.client.wait()
         time.sleep(0.1)
         p.drain()
     with open(args.out, "w") as f:
