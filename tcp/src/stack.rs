@@ -2496,7 +2496,7 @@ impl Stack {
             return;
         }
         let o = &syn.options;
-        let client_mss = announced_mss(o);
+        let client_mss = announced_mss(o, tuple.is_ipv6());
         let iss = self
             .cookies
             .make(&tuple, SeqNumber(syn.seq), client_mss, self.now);

@@ -4,11 +4,11 @@ mod sim;
 
 use flowlane_tcp::time::{Duration, Instant};
 use flowlane_tcp::{CloseReason, ConnHandle, Error, Event, KeepaliveConfig, Stack, State};
-use flowlane_wire::tcp::TcpOptions;
+use flowlane_wire::tcp::{TcpFlags, TcpOptions};
 use flowlane_wire::TcpRepr;
 use sim::peer::Peer;
 use sim::{events, pattern, read_all, run_until, LinkConfig, Side, Sim, A_IP, B_IP};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 fn a_addr(port: u16) -> SocketAddr {
     SocketAddr::new(A_IP, port)
@@ -1474,6 +1474,41 @@ fn a_syn_that_never_left_is_resent_at_once_when_asked() {
     );
 }
 
+/// What `a` sends now, parsed.
+fn sent_now(a: &mut Stack, now: Instant) -> Vec<(TcpRepr, usize)> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 2048];
+    while let Some(t) = a.poll_transmit(now, &mut buf) {
+        let (repr, payload) = TcpRepr::parse_segment(&buf[..t.len]).unwrap();
+        out.push((repr, payload.len()));
+    }
+    out
+}
+
+/// Feeds `a` (port 10 000 at `a_ip`) a SYN-ACK from port 80 at `b_ip`
+/// acknowledging `ack`, with `options`.
+fn syn_ack_to(
+    a: &mut Stack,
+    now: Instant,
+    (b_ip, a_ip): (IpAddr, IpAddr),
+    ack: u32,
+    options: TcpOptions,
+) {
+    let repr = TcpRepr {
+        src_port: 80,
+        dst_port: 10_000,
+        seq: 77_000,
+        ack,
+        flags: TcpFlags::SYN | TcpFlags::ACK,
+        window: 65_535,
+        urgent: 0,
+        options,
+    };
+    let mut bytes = vec![0u8; 60];
+    let n = repr.emit(&mut bytes).unwrap();
+    a.handle_segment(now, b_ip, a_ip, &bytes[..n]);
+}
+
 /// RFC 9293 §3.10.7.3: in SYN-SENT, a SYN-ACK whose ACK is not our SYN's
 /// (a peer holding an old connection on the 4-tuple: its SYN-ACK, or RFC
 /// 5961 §4's challenge ACK) draws RST <SEQ=SEG.ACK>; the SYN then goes
@@ -1485,52 +1520,64 @@ fn an_unacceptable_ack_in_syn_sent_draws_the_reset_then_the_syn_again() {
     let mut a = Stack::new(sim::test_config(1));
     let now = Instant::from_millis(1_000);
     let conn = a.connect(now, a_addr(10_000), b_addr(80)).unwrap();
-    let sent = |a: &mut Stack| {
-        let mut out = Vec::new();
-        let mut buf = vec![0u8; 2048];
-        while let Some(t) = a.poll_transmit(now, &mut buf) {
-            out.push(TcpRepr::parse_segment(&buf[..t.len]).unwrap().0);
-        }
-        out
-    };
-    let syn = sent(&mut a).pop().expect("SYN");
+    let syn = sent_now(&mut a, now).pop().expect("SYN").0;
     let wrong = syn.seq.wrapping_add(1000);
-    let syn_ack = |a: &mut Stack, ack: u32| {
-        let repr = TcpRepr {
-            src_port: 80,
-            dst_port: 10_000,
-            seq: 77_000,
-            ack,
-            flags: flowlane_wire::tcp::TcpFlags::SYN | flowlane_wire::tcp::TcpFlags::ACK,
-            window: 65_535,
-            urgent: 0,
-            options: TcpOptions {
-                mss: Some(1460),
-                ..TcpOptions::default()
-            },
-        };
-        let mut bytes = vec![0u8; 60];
-        let n = repr.emit(&mut bytes).unwrap();
-        a.handle_segment(now, B_IP, A_IP, &bytes[..n]);
+    let mss = TcpOptions {
+        mss: Some(1460),
+        ..TcpOptions::default()
     };
-    let flags = |segs: &[TcpRepr]| {
+    let flags = |segs: Vec<(TcpRepr, usize)>| {
         segs.iter()
-            .map(|s| (s.flags.rst(), s.flags.syn(), s.seq))
+            .map(|(s, _)| (s.flags.rst(), s.flags.syn(), s.seq))
             .collect::<Vec<_>>()
     };
-    syn_ack(&mut a, wrong);
+    syn_ack_to(&mut a, now, (B_IP, A_IP), wrong, mss);
     assert_eq!(
-        flags(&sent(&mut a)),
+        flags(sent_now(&mut a, now)),
         [(true, false, wrong), (false, true, syn.seq)],
         "the reset, then the SYN at once"
     );
-    syn_ack(&mut a, wrong);
+    syn_ack_to(&mut a, now, (B_IP, A_IP), wrong, mss);
     assert_eq!(
-        flags(&sent(&mut a)),
+        flags(sent_now(&mut a, now)),
         [(true, false, wrong)],
         "once per open"
     );
     assert_eq!(a.state(conn), Ok(State::SynSent));
-    syn_ack(&mut a, syn.seq.wrapping_add(1));
+    syn_ack_to(&mut a, now, (B_IP, A_IP), syn.seq.wrapping_add(1), mss);
     assert_eq!(a.state(conn), Ok(State::Established));
+}
+
+/// RFC 9293 §3.7.1 (MUST-15): a peer that announces no MSS (or 0) is sent
+/// segments of 1220 bytes over IPv6 (1280 - 60), 536 over IPv4; over IPv6
+/// they were 536 too (conformance run, active_synack_mss_zero: Linux 1208
+/// with timestamps, flowlane 524).
+#[test]
+fn the_default_mss_over_ipv6_is_1220() {
+    let (a6, b6): (IpAddr, IpAddr) = ("fd00::1".parse().unwrap(), "fd00::2".parse().unwrap());
+    for (mss, want) in [(None, 1220), (Some(0), 1220)] {
+        let mut a = Stack::new(sim::test_config(1));
+        let now = Instant::from_millis(1_000);
+        let conn = a
+            .connect(now, SocketAddr::new(a6, 10_000), SocketAddr::new(b6, 80))
+            .unwrap();
+        let syn = sent_now(&mut a, now).pop().expect("SYN").0;
+        let options = TcpOptions {
+            mss,
+            ..TcpOptions::default()
+        };
+        syn_ack_to(&mut a, now, (b6, a6), syn.seq.wrapping_add(1), options);
+        assert_eq!(a.state(conn), Ok(State::Established));
+        a.send(conn, &[5u8; 3_000]).unwrap();
+        let sizes: Vec<usize> = sent_now(&mut a, now)
+            .iter()
+            .map(|&(_, n)| n)
+            .filter(|&n| n > 0)
+            .collect();
+        assert_eq!(
+            sizes.iter().max(),
+            Some(&want),
+            "MSS option {mss:?}: {sizes:?}"
+        );
+    }
 }

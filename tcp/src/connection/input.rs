@@ -46,8 +46,9 @@ impl Connection {
         }
         // RFC 9293 §3.7.1: send MSS = min(peer's MSS, our own limit); the
         // payload shrinks by the options we put in every segment.
-        let peer_mss = announced_mss(o).max(64);
-        let mut mss = peer_mss.min(cfg.mss_for(self.tuple.remote_ip()));
+        let remote = self.tuple.remote_ip();
+        let peer_mss = announced_mss(o, remote.is_ipv6()).max(64);
+        let mut mss = peer_mss.min(cfg.mss_for(remote));
         if self.flags.has(Flags::TIMESTAMPS) {
             mss -= TS_OPTION_LEN;
         }

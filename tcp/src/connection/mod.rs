@@ -280,18 +280,23 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// RFC 9293 §3.7.1: default send MSS when the peer sends no MSS option.
+/// RFC 9293 §3.7.1: default send MSS when the peer sends no MSS option
+/// (IPv4: 576 - 40).
 const DEFAULT_MSS: u16 = 536;
+/// RFC 9293 §3.7.1: the same over IPv6 (1280 - 60, RFC 8200 §5's minimum
+/// link MTU less the headers).
+const DEFAULT_MSS_V6: u16 = 1220;
 
 /// The MSS a peer's SYN (or SYN-ACK) announces: its MSS option, or RFC
-/// 9293 §3.7.1's default (MUST-15) where it sends none. An option of 0 is
-/// taken as none, as Linux does (`tcp_parse_options` skips it): no peer
-/// can mean that no byte fits, and taken as a size it was raised to the
-/// 64-byte floor, a segment of 52 bytes with timestamps where Linux sends
-/// 524.
-pub(crate) fn announced_mss(options: &TcpOptions) -> u16 {
+/// 9293 §3.7.1's default (MUST-15: 536 over IPv4, 1220 over IPv6) where it
+/// sends none. An option of 0 is taken as none, as Linux does
+/// (`tcp_parse_options` skips it): no peer can mean that no byte fits, and
+/// taken as a size it was raised to the 64-byte floor, a segment of 52
+/// bytes with timestamps where Linux sends 524.
+pub(crate) fn announced_mss(options: &TcpOptions, ipv6: bool) -> u16 {
     match options.mss {
         Some(mss) if mss > 0 => mss,
+        _ if ipv6 => DEFAULT_MSS_V6,
         _ => DEFAULT_MSS,
     }
 }
