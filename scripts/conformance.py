@@ -1015,6 +1015,9 @@ def client_result(p, secs=15.0):
         out, _ = p.client.communicate()
         p.log("  client: still running after %.0f s (killed)" % secs)
         return
+    if p.client_log:  # the client's own lines (its summary's counters) beside the transcript
+        with open(p.client_log, "wb") as f:
+            f.write(out)
     for line in out.decode(errors="replace").splitlines():
         try:
             v = json.loads(line)
@@ -1166,6 +1169,7 @@ def main():
     out = []
     p = Peer(args, out)
     p.client = None
+    p.client_log = None
     for c in ACTIVE if args.client else CASES:
         if want and c.__name__ not in want or p.v6 and c.__name__ in V4_ONLY:
             continue
@@ -1174,6 +1178,7 @@ def main():
         if args.client:
             addr = "[%s]" % args.src if p.v6 else args.src
             cmd = args.client.format(addr=addr, port=p.sport)
+            p.client_log = "%s.%s.client" % (args.out, c.__name__)
             p.client = subprocess.Popen(shlex.split(cmd), stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT)
         try:
