@@ -8,11 +8,10 @@
 //! no connection ever opens. Off the packet path: a thread that reads the
 //! queues' counters once a second.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::stoppable_thread::{StopFlag, StoppableThread};
 use crate::tcp_handler::TcpCounters;
 
 /// How often the counters are read.
@@ -26,35 +25,17 @@ const BAD_AT_LEAST: u64 = 4;
 /// The thread that watches; stopped and joined on drop.
 #[derive(Debug)]
 pub(crate) struct ChecksumWatch {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _thread: StoppableThread,
 }
 
 impl ChecksumWatch {
     /// Watches `queues`' counters of the service on `iface`; None when no
     /// thread could be started (nothing is watched then).
     pub(crate) fn start(iface: &str, queues: Vec<Arc<TcpCounters>>) -> Option<ChecksumWatch> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let stop2 = stop.clone();
         let iface = iface.to_string();
-        let thread = std::thread::Builder::new()
-            .name("flowlane-csum".into())
-            .spawn(move || watch(&iface, &queues, &stop2))
-            .ok()?;
-        Some(ChecksumWatch {
-            stop,
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for ChecksumWatch {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            t.thread().unpark();
-            let _ = t.join();
-        }
+        StoppableThread::spawn("flowlane-csum", move |stop| watch(&iface, &queues, &stop))
+            .ok()
+            .map(|t| ChecksumWatch { _thread: t })
     }
 }
 
@@ -79,11 +60,10 @@ fn streak_after(streak: u64, bad: u64, good: u64) -> u64 {
     }
 }
 
-fn watch(iface: &str, queues: &[Arc<TcpCounters>], stop: &AtomicBool) {
+fn watch(iface: &str, queues: &[Arc<TcpCounters>], stop: &StopFlag) {
     let mut last = totals(queues);
     let mut streak = 0;
-    while !stop.load(Ordering::Relaxed) {
-        std::thread::park_timeout(PERIOD);
+    while stop.sleep(PERIOD) {
         let now = totals(queues);
         streak = streak_after(streak, now.0 - last.0, now.1 - last.1);
         last = now;

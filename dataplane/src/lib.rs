@@ -3,8 +3,9 @@
 //! queue, and the packet codec.
 //!
 //! This is the only crate of flowlane that touches AF_XDP rings and raw
-//! memory; `unsafe` lives in its ring/UMEM modules ([`xsk`], [`umem`],
-//! [`worker`]) only, each block with a `SAFETY:` comment.
+//! memory; `unsafe` lives in its ring/UMEM modules ([`xsk`], [`worker`]),
+//! its raw system calls (`sys`) and the CPU's prefetch intrinsic
+//! (`prefetch`) only, each block with a `SAFETY:` comment.
 //!
 //! A TCP service starts through [`TcpService::start`] (an example in
 //! [`tcp_handler`]). A handler that panics fails its queue closed (its
@@ -39,6 +40,7 @@ pub mod runtime;
 pub mod service_args;
 pub mod service_control;
 mod sightings;
+pub mod stoppable_thread;
 mod sys;
 pub mod tcp_handler;
 pub mod tcp_service;

@@ -15,13 +15,13 @@
 //! test bed `--bed NAME` does that from the root namespace
 //! ([`flowlane_testbed::reexec_in_bed`]).
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use flowlane_dataplane::placement::machine_placement;
 use flowlane_dataplane::service_args::ExecMode;
 use flowlane_dataplane::service_control::{move_line, ServiceControl};
+use flowlane_dataplane::stoppable_thread::StoppableThread;
 use flowlane_dataplane::tcp_service::{self, rss_state};
 use flowlane_dataplane::{TcpCountersSnapshot, TcpService, TcpServiceConfig};
 
@@ -283,9 +283,8 @@ fn tcp_snmp(queues: &[(u32, TcpCountersSnapshot)]) -> TcpSnmp {
 /// the control socket) every [`CONTROL_PERIOD`], one JSON line on stderr
 /// per move.
 struct Watch {
-    stop: Arc<AtomicBool>,
     /// Returns the rebalancing loop's mode at the end (a receiver's).
-    thread: std::thread::JoinHandle<Option<&'static str>>,
+    thread: StoppableThread<Option<&'static str>>,
 }
 
 /// How often [`Watch`] looks.
@@ -300,42 +299,38 @@ impl Watch {
         shared: Arc<Shared>,
         mut control: Option<ServiceControl>,
     ) -> Result<Watch> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("flowlane-watch".into())
-            .spawn(move || {
-                let mut next_check = std::time::Instant::now();
-                while !flag.load(Ordering::Relaxed) {
-                    if std::time::Instant::now() >= next_check {
-                        if let Err(gone) = service.dataplane().check() {
-                            shared.fail(format!("flowlane's data path stopped: {gone}"));
-                            break;
-                        }
-                        next_check += WATCH_PERIOD;
+        let thread = StoppableThread::spawn("flowlane-watch", move |stop| {
+            let mut next_check = std::time::Instant::now();
+            while !stop.is_set() {
+                if std::time::Instant::now() >= next_check {
+                    if let Err(gone) = service.dataplane().check() {
+                        shared.fail(format!("flowlane's data path stopped: {gone}"));
+                        break;
                     }
-                    match control.as_mut() {
-                        Some(c) => {
-                            for m in c.poll(&service) {
-                                eprintln!("{}", move_line(&m));
-                            }
-                            std::thread::park_timeout(CONTROL_PERIOD);
+                    next_check += WATCH_PERIOD;
+                }
+                match control.as_mut() {
+                    Some(c) => {
+                        for m in c.poll(&service) {
+                            eprintln!("{}", move_line(&m));
                         }
-                        None => std::thread::park_timeout(WATCH_PERIOD),
+                        stop.sleep(CONTROL_PERIOD);
+                    }
+                    None => {
+                        stop.sleep(WATCH_PERIOD);
                     }
                 }
-                control.map(|c| c.rebalance_mode())
-            })
-            .context("starting the data path's watch thread")?;
-        Ok(Watch { stop, thread })
+            }
+            control.map(|c| c.rebalance_mode())
+        })
+        .context("starting the data path's watch thread")?;
+        Ok(Watch { thread })
     }
 
     /// Stops the thread; returns the receiver's rebalancing mode (`auto`,
     /// `off`, `storm`), None on a sender.
     fn stop(self) -> Option<&'static str> {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.thread().unpark();
-        self.thread.join().unwrap_or(None)
+        self.thread.stop().flatten()
     }
 }
 

@@ -12,6 +12,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use flowlane_apps::service::ServiceSignals;
 use flowlane_apps::{out, outln};
 use flowlane_dataplane::service_args::ExecMode;
+use flowlane_dataplane::stoppable_thread::StoppableThread;
 
 use crate::backend::{Backend, DataThreads, Schedule, Shared, TcpReader, ThreadStats, Workers};
 use crate::cli::{BackendKind, RunArgs};
@@ -90,8 +91,7 @@ pub const INTERRUPTED: &str =
 /// removed, its `dataplane` summary printed, marked `interrupted`) and the
 /// error is one line. Stopped when dropped.
 struct SignalWatch {
-    done: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    _thread: StoppableThread,
 }
 
 /// How often [`SignalWatch`] looks at the signal flags.
@@ -100,34 +100,17 @@ const SIGNAL_POLL: Duration = Duration::from_millis(20);
 impl SignalWatch {
     fn start(shared: Arc<Shared>) -> Result<SignalWatch> {
         let signals = ServiceSignals::install()?;
-        let done = Arc::new(AtomicBool::new(false));
-        let flag = done.clone();
-        let thread = std::thread::Builder::new()
-            .name("ttcp-signals".into())
-            .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
-                    if signals.stop_requested() {
-                        shared.interrupt(INTERRUPTED.into());
-                        return;
-                    }
-                    std::thread::park_timeout(SIGNAL_POLL);
+        let thread = StoppableThread::spawn("ttcp-signals", move |stop| {
+            while !stop.is_set() {
+                if signals.stop_requested() {
+                    shared.interrupt(INTERRUPTED.into());
+                    return;
                 }
-            })
-            .context("starting the signal watch thread")?;
-        Ok(SignalWatch {
-            done,
-            thread: Some(thread),
+                stop.sleep(SIGNAL_POLL);
+            }
         })
-    }
-}
-
-impl Drop for SignalWatch {
-    fn drop(&mut self) {
-        self.done.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            t.thread().unpark();
-            let _ = t.join();
-        }
+        .context("starting the signal watch thread")?;
+        Ok(SignalWatch { _thread: thread })
     }
 }
 
