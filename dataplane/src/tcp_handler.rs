@@ -1369,9 +1369,9 @@ impl TcpHandler {
             IcmpErrorKind::TooBig { mtu } => self
                 .stack
                 .handle_too_big(now, e.local, e.remote, e.seq, mtu),
-            IcmpErrorKind::Unreachable(what) => self
+            IcmpErrorKind::Unreachable { code, .. } => self
                 .stack
-                .handle_unreachable(now, e.local, e.remote, e.seq, what),
+                .handle_unreachable(now, e.local, e.remote, e.seq, code),
         };
         if let Delivery::Away { bucket } = delivery {
             match self.mover.as_mut() {

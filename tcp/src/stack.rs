@@ -23,7 +23,7 @@ use crate::time_wait::{self, RecordCtx, TimeWait, TimeWaitTable, Verdict};
 use crate::timer::{TimerWheel, WheelKeys, WheelPos};
 use crate::{
     BucketStats, CloseReason, Config, CongestionAlgorithm, ConnHandle, Error, Event, FourTuple,
-    ListenerId, LookupHint, Snapshot, StateHint, Stats, SynFilter, Transmit, Unreachable,
+    ListenerId, LookupHint, Snapshot, StateHint, Stats, SynFilter, Transmit,
 };
 use flowlane_wire::peek::Endpoints;
 use flowlane_wire::tcp::{TcpFlags, TcpOptions, TcpRepr};
@@ -2083,17 +2083,22 @@ impl Stack {
         Delivery::Taken
     }
 
-    /// An ICMP destination unreachable (`what`) about a segment this stack
-    /// sent from `local` to `remote` with sequence number `seq`, as
-    /// `flowlane_wire::icmp_error` reads it. A connection attempt whose
+    /// An ICMP destination unreachable of `code` (ICMPv4's, or ICMPv6's
+    /// for an IPv6 connection) about a segment this stack sent from
+    /// `local` to `remote` with sequence number `seq`, as
+    /// `flowlane_wire::icmp_error` reads it (what the code says,
+    /// [`crate::Unreachable::of_v4`] or [`crate::Unreachable::of_v6`], is the
+    /// [`CloseReason::Unreachable`] told; a code neither assigns is
+    /// ignored). A connection attempt whose
     /// SYN (or SYN-ACK) it quotes ends at once, [`CloseReason::Unreachable`]
     /// (a passive one still in its listener's backlog goes silently); a
     /// synchronized connection does not abort on it (RFC 5927 §5.2) but
     /// keeps it as a soft error: if it then times out, it ends
     /// [`CloseReason::Unreachable`] rather than [`CloseReason::Timeout`],
     /// unless an ACK came in between (RFC 1122 §4.2.3.9, RFC 5461). A
-    /// network or host unreachable about its retransmission at SND.UNA
-    /// undoes one doubling of its RTO (RFC 6069, [`Stats::rto_reverts`]).
+    /// network or host unreachable (ICMPv4 code 0 or 1, ICMPv6 code 0)
+    /// about its retransmission at SND.UNA undoes one doubling of its RTO
+    /// (RFC 6069, [`Stats::rto_reverts`]).
     /// See `Connection::on_unreachable`. Counted in
     /// [`Stats::unreachable_ended`], [`Stats::unreachable_remembered`] or
     /// [`Stats::unreachable_ignored`]. [`Delivery::Away`] when the
@@ -2104,7 +2109,7 @@ impl Stack {
         local: SocketAddr,
         remote: SocketAddr,
         seq: u32,
-        what: Unreachable,
+        code: u8,
     ) -> Delivery {
         let idx = match self.icmp_conn(now, local, remote) {
             Ok(idx) => idx,
@@ -2114,7 +2119,7 @@ impl Stack {
                 return Delivery::Taken;
             }
         };
-        match self.with_conn(idx, |c, ctx| c.on_unreachable(ctx, SeqNumber(seq), what)) {
+        match self.with_conn(idx, |c, ctx| c.on_unreachable(ctx, SeqNumber(seq), code)) {
             UnreachableOutcome::Ended => self.stats.unreachable_ended += 1,
             UnreachableOutcome::Remembered => self.stats.unreachable_remembered += 1,
             UnreachableOutcome::Ignored => self.stats.unreachable_ignored += 1,

@@ -19,6 +19,17 @@ use sim::{read_all, run_until, test_config, LinkConfig, Side, Sim, A_IP, B_IP};
 const LOCAL: u16 = 10_000;
 const PORT: u16 = 80;
 
+// ICMPv4 Destination Unreachable codes (RFC 792, RFC 1122 §3.2.2.1, RFC
+// 1812 §5.2.7.1), as `Stack::handle_unreachable` takes them.
+/// Net unreachable.
+const NET: u8 = 0;
+/// Host unreachable.
+const HOST: u8 = 1;
+/// Port unreachable.
+const PORT_UNREACHABLE: u8 = 3;
+/// Communication administratively prohibited.
+const PROHIBITED: u8 = 13;
+
 fn a_addr() -> SocketAddr {
     SocketAddr::new(A_IP, LOCAL)
 }
@@ -60,7 +71,7 @@ fn a_refused_syn_ends_the_connect_at_once() {
     let now = sim.now;
     let d = sim
         .a
-        .handle_unreachable(now, a_addr(), b_addr(), iss, Unreachable::Refused);
+        .handle_unreachable(now, a_addr(), b_addr(), iss, PORT_UNREACHABLE);
     assert_eq!(d, Delivery::Taken);
     let mut closed = None;
     while let Some(e) = sim.a.poll_event() {
@@ -86,12 +97,10 @@ fn a_blind_unreachable_leaves_the_attempt_alone() {
     let iss = syns.borrow()[0];
     let now = sim.now;
     for seq in [iss.wrapping_add(1), iss.wrapping_sub(1), 0x1234_5678] {
-        sim.a
-            .handle_unreachable(now, a_addr(), b_addr(), seq, Unreachable::Host);
+        sim.a.handle_unreachable(now, a_addr(), b_addr(), seq, HOST);
     }
     let other = SocketAddr::new(B_IP, PORT + 1);
-    sim.a
-        .handle_unreachable(now, a_addr(), other, iss, Unreachable::Host);
+    sim.a.handle_unreachable(now, a_addr(), other, iss, HOST);
     let st = *sim.a.stats();
     assert_eq!((st.unreachable_ended, st.unreachable_ignored), (0, 4));
     *on.borrow_mut() = false;
@@ -124,12 +133,8 @@ fn an_established_connection_does_not_abort_on_it() {
     sim.run_for(Duration::from_micros(10));
     let una = sent.borrow()[0];
     let now = sim.now;
-    for what in [
-        Unreachable::Refused,
-        Unreachable::Host,
-        Unreachable::Prohibited,
-    ] {
-        sim.a.handle_unreachable(now, a_addr(), b_addr(), una, what);
+    for code in [PORT_UNREACHABLE, HOST, PROHIBITED] {
+        sim.a.handle_unreachable(now, a_addr(), b_addr(), una, code);
     }
     assert_eq!(sim.a.stats().unreachable_remembered, 3);
     let mut got = 0;
@@ -151,8 +156,7 @@ fn an_unreachable_syn_ack_frees_the_half_open_connection() {
     assert_eq!(sim.b.connections_in(State::SynReceived), 1);
     let iss = syn_acks.borrow()[0];
     let now = sim.now;
-    sim.b
-        .handle_unreachable(now, b_addr(), a_addr(), iss, Unreachable::Host);
+    sim.b.handle_unreachable(now, b_addr(), a_addr(), iss, HOST);
     assert_eq!(sim.b.connections_in(State::SynReceived), 0);
     assert_eq!(sim.b.stats().unreachable_ended, 1);
     assert_eq!(sim.b.poll_event(), None);
@@ -272,20 +276,16 @@ fn run_to_close(
     (times, reason, at)
 }
 
-/// A router's `what` about A's segment `seq`, now.
-fn answer(sim: &mut Sim, seq: u32, what: Unreachable) {
-    answer_between(sim, (a_addr(), b_addr()), seq, what);
+/// A router's destination unreachable of `code` about A's segment `seq`,
+/// now.
+fn answer(sim: &mut Sim, seq: u32, code: u8) {
+    answer_between(sim, (a_addr(), b_addr()), seq, code);
 }
 
 /// [`answer`] about A's connection from `local` to `remote`.
-fn answer_between(
-    sim: &mut Sim,
-    (local, remote): (SocketAddr, SocketAddr),
-    seq: u32,
-    what: Unreachable,
-) {
+fn answer_between(sim: &mut Sim, (local, remote): (SocketAddr, SocketAddr), seq: u32, code: u8) {
     let now = sim.now;
-    let d = sim.a.handle_unreachable(now, local, remote, seq, what);
+    let d = sim.a.handle_unreachable(now, local, remote, seq, code);
     assert_eq!(d, Delivery::Taken);
 }
 
@@ -296,7 +296,8 @@ fn answer_between(
 /// place of `ETIMEDOUT`), not `Timeout`; without the message it times out.
 #[test]
 fn a_connection_timing_out_after_an_unreachable_ends_with_its_reason() {
-    for what in [None, Some(Unreachable::Host), Some(Unreachable::Refused)] {
+    for code in [None, Some(HOST), Some(PORT_UNREACHABLE)] {
+        let what = code.map(|c| Unreachable::of_v4(c).unwrap());
         let (mut sim, a, _b) = established(4);
         let (sent, _) = dark(&mut sim);
         assert_eq!(sim.a.send(a, &[7; 3000]), Ok(3000));
@@ -304,8 +305,8 @@ fn a_connection_timing_out_after_an_unreachable_ends_with_its_reason() {
         let (_, reason, _) = run_to_close(&mut sim, a, &sent, |s, seq| {
             // The first flight's answers (its loss probes' too): no
             // backoff to revert yet.
-            if let Some(what) = what.filter(|_| s.a.stats().rto_timeouts == 0) {
-                answer(s, seq, what);
+            if let Some(code) = code.filter(|_| s.a.stats().rto_timeouts == 0) {
+                answer(s, seq, code);
                 answered += 1;
             }
         });
@@ -339,7 +340,7 @@ fn an_ack_after_the_unreachable_forgets_it() {
     assert_eq!(sim.a.send(a, &[7; 1000]), Ok(1000));
     sim.flush();
     let seq = sent.borrow()[0];
-    answer(&mut sim, seq, Unreachable::Host);
+    answer(&mut sim, seq, HOST);
     assert_eq!(sim.a.stats().unreachable_remembered, 1);
     // The path comes back: the retransmission is acknowledged.
     *on.borrow_mut() = false;
@@ -381,7 +382,7 @@ fn an_answered_window_probe_forgets_it() {
         Duration::from_secs(120),
         |s, seq| {
             if answered_at.borrow().is_none() {
-                answer(s, seq, Unreachable::Host);
+                answer(s, seq, HOST);
                 *answered_at.borrow_mut() = Some(s.now);
             }
         },
@@ -400,36 +401,51 @@ fn an_answered_window_probe_forgets_it() {
     assert_eq!(reason, CloseReason::Timeout);
 }
 
-/// RFC 6069 §4: a network or host unreachable about the retransmission at
-/// SND.UNA, the RTO backed off three times (to 8 RTOs), undoes one
-/// doubling: the next retransmission comes 4 RTOs after this one; past
-/// that already (the message 5 RTOs after it), at once. Not for a port
-/// unreachable or a filter's (no disruption), nor one about a segment
-/// other than SND.UNA's.
+/// RFC 6069 §4: a network or host unreachable (ICMPv4 code 0 or 1) about
+/// the retransmission at SND.UNA, the RTO backed off three times (to 8
+/// RTOs), undoes one doubling: the next retransmission comes 4 RTOs after
+/// this one; past that already (the message 5 RTOs after it), at once.
+/// Not for a port unreachable or a filter's (no disruption), nor one
+/// about a segment other than SND.UNA's.
 #[test]
 fn an_unreachable_about_the_retransmission_undoes_a_doubling() {
-    use Unreachable::*;
-    // (the message, its sequence number past SND.UNA, RTOs after the
-    // third retransmission it comes, RTOs from that to the next)
-    for (what, past_una, after, next) in [
-        (Host, 0, 0, 4),
-        (Network, 0, 1, 4),
-        (Host, 0, 5, 5),
-        (Refused, 0, 0, 8),
-        (Prohibited, 0, 0, 8),
-        (Host, 1, 0, 8),
+    // (the code, its sequence number past SND.UNA, RTOs after the third
+    // retransmission it comes, RTOs from that to the next)
+    for (code, past_una, after, next) in [
+        (HOST, 0, 0, 4),
+        (NET, 0, 1, 4),
+        (HOST, 0, 5, 5),
+        (PORT_UNREACHABLE, 0, 0, 8),
+        (PROHIBITED, 0, 0, 8),
+        (HOST, 1, 0, 8),
     ] {
-        next_retransmission_after((a_addr(), b_addr()), what, past_una, after, next);
+        next_retransmission_after((a_addr(), b_addr()), code, past_una, after, next);
     }
 }
 
-/// RFC 6069 §3: over IPv6 only "no route to destination" (ICMPv6 code 0,
-/// `Network`) tells of a disruption, as Linux's `tcp_v6_err` takes it; an
-/// "address unreachable" (code 3, `Host`: a last hop's neighbour
-/// discovery failed, the host gone from its link) undoes no doubling, and
-/// the connection keeps backing off (before: it retransmitted an
-/// unbacked-off RTO apart toward the missing host, each time another
-/// discovery on its link).
+/// RFC 6069 §3 and §4 name ICMPv4 codes 0 and 1 alone as a connectivity
+/// disruption (as Linux's `tcp_v4_err` reverts on them alone): the codes
+/// told as the same reasons (`Network`: 6 destination network unknown, 11
+/// network unreachable for the type of service; `Host`: 5 source route
+/// failed, 7 destination host unknown, 8 source host isolated, 12 host
+/// unreachable for the type of service) undo no doubling, and the
+/// connection keeps backing off (before: each reverted as 0 and 1 do),
+/// though each is kept as the soft error it names.
+#[test]
+fn only_codes_0_and_1_undo_a_doubling_over_ipv4() {
+    for code in [5, 6, 7, 8, 11, 12] {
+        next_retransmission_after((a_addr(), b_addr()), code, 0, 0, 8);
+    }
+}
+
+/// RFC 6069 §3: over IPv6 only "no route to destination" (ICMPv6 code 0)
+/// tells of a disruption, as Linux's `tcp_v6_err` takes it; an "address
+/// unreachable" (code 3: a last hop's neighbour discovery failed, the
+/// host gone from its link) or "beyond the scope of the source address"
+/// (code 2) undoes no doubling, and the connection keeps backing off
+/// (before: it retransmitted an unbacked-off RTO apart toward the missing
+/// host, each time another discovery on its link); nor does code 1,
+/// "administratively prohibited" (ICMPv4's host unreachable by number).
 #[test]
 fn over_ipv6_only_no_route_undoes_a_doubling() {
     let a6 = SocketAddr::new(
@@ -437,23 +453,25 @@ fn over_ipv6_only_no_route_undoes_a_doubling() {
         LOCAL,
     );
     let b6 = SocketAddr::new(IpAddr::V6(Ipv6Addr::new(0xfd99, 0, 0, 0, 0, 0, 0, 2)), PORT);
-    next_retransmission_after((a6, b6), Unreachable::Network, 0, 0, 4);
-    next_retransmission_after((a6, b6), Unreachable::Host, 0, 0, 8);
+    next_retransmission_after((a6, b6), 0, 0, 0, 4);
+    for code in [1, 2, 3] {
+        next_retransmission_after((a6, b6), code, 0, 0, 8);
+    }
 }
 
 /// A's connection from `addrs.0` to `addrs.1`, its path dark, has its RTO
-/// backed off three times (to 8 RTOs); a router's `what` about its
-/// segment at SND.UNA + `past_una`, `after` RTOs after the third
-/// retransmission, must have the next one come `next` RTOs after that
-/// retransmission (8: no doubling undone).
+/// backed off three times (to 8 RTOs); a router's destination
+/// unreachable of `code` about its segment at SND.UNA + `past_una`,
+/// `after` RTOs after the third retransmission, must have the next one
+/// come `next` RTOs after that retransmission (8: no doubling undone).
 fn next_retransmission_after(
     addrs: (SocketAddr, SocketAddr),
-    what: Unreachable,
+    code: u8,
     past_una: u32,
     after: u64,
     next: u64,
 ) {
-    let case = format!("{what:?} at SND.UNA + {past_una}, {after} RTOs later, {addrs:?}");
+    let case = format!("code {code} at SND.UNA + {past_una}, {after} RTOs later, {addrs:?}");
     let (mut sim, a, _b) = established_between(15, test_config(2), addrs);
     let (sent, _) = dark(&mut sim);
     assert_eq!(sim.a.send(a, &[7; 100]), Ok(100));
@@ -478,7 +496,7 @@ fn next_retransmission_after(
     assert_eq!((rtx[2] - rtx[1]).as_nanos(), 4 * rto, "{case}: {rtx:?}");
     sim.run_for(Duration::from_nanos(after * rto));
     let reverts = sim.a.stats().rto_reverts;
-    answer_between(&mut sim, addrs, una.wrapping_add(past_una), what);
+    answer_between(&mut sim, addrs, una.wrapping_add(past_una), code);
     let n = sent.borrow().len();
     let times = run_answering(
         &mut sim,
@@ -509,7 +527,7 @@ fn answered_retransmissions_do_not_end_the_connection_sooner() {
         assert_eq!(sim.a.send(a, &[7; 100]), Ok(100));
         let (times, reason, at) = run_to_close(&mut sim, a, &sent, |s, seq| {
             if answered && s.a.stats().rto_timeouts > 0 {
-                answer(s, seq, Unreachable::Host);
+                answer(s, seq, HOST);
             }
         });
         ends.push((times.len(), reason, at, sim.a.stats().rto_reverts));
@@ -550,7 +568,7 @@ fn an_answered_outage_is_no_black_hole() {
             Duration::from_secs(5),
             |s, seq| {
                 if answered && s.a.stats().rto_timeouts > 0 {
-                    answer(s, seq, Unreachable::Host);
+                    answer(s, seq, HOST);
                 }
             },
             |s| s.now >= end,

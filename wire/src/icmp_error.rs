@@ -78,7 +78,16 @@ pub enum IcmpErrorKind {
         mtu: u32,
     },
     /// Destination unreachable, for the reason given.
-    Unreachable(Unreachable),
+    Unreachable {
+        /// What could not be reached ([`Unreachable::of_v4`],
+        /// [`Unreachable::of_v6`]).
+        what: Unreachable,
+        /// The message's code as received (ICMPv4 or ICMPv6, as the
+        /// quoted segment's family): the grouping into `what` merges codes
+        /// that TCP tells apart (RFC 6069 §3 takes only some of them as a
+        /// connectivity disruption).
+        code: u8,
+    },
 }
 
 /// A parsed ICMP error about a TCP segment we sent.
@@ -114,7 +123,10 @@ pub fn icmp_error(frame: &Frame<'_>) -> Option<IcmpError> {
                     mtu: u32::from(be16(icmp, 6)?),
                 }
             } else {
-                IcmpErrorKind::Unreachable(Unreachable::of_v4(code)?)
+                IcmpErrorKind::Unreachable {
+                    what: Unreachable::of_v4(code)?,
+                    code,
+                }
             };
             (kind, quoted_v4(quoted)?)
         }
@@ -137,7 +149,10 @@ pub fn icmp_error(frame: &Frame<'_>) -> Option<IcmpError> {
                 code,
             },
         ) => (
-            IcmpErrorKind::Unreachable(Unreachable::of_v6(code)?),
+            IcmpErrorKind::Unreachable {
+                what: Unreachable::of_v6(code)?,
+                code,
+            },
             quoted_v6(quoted)?,
         ),
         _ => return None,
@@ -288,7 +303,11 @@ mod tests {
         ];
         for (code, what) in v4 {
             let t = parsed(&icmp_frame(false, 3, code, [0; 4], &quote_v4())).unwrap();
-            assert_eq!(t.kind, IcmpErrorKind::Unreachable(what), "v4 code {code}");
+            assert_eq!(
+                t.kind,
+                IcmpErrorKind::Unreachable { what, code },
+                "v4 code {code}"
+            );
             assert_eq!((t.local.port(), t.remote.port(), t.seq), (40001, 80, 7));
         }
         assert_eq!(parsed(&icmp_frame(false, 3, 16, [0; 4], &quote_v4())), None);
@@ -303,7 +322,11 @@ mod tests {
         ];
         for (code, what) in v6 {
             let t = parsed(&icmp_frame(true, 1, code, [0; 4], &quote_v6())).unwrap();
-            assert_eq!(t.kind, IcmpErrorKind::Unreachable(what), "v6 code {code}");
+            assert_eq!(
+                t.kind,
+                IcmpErrorKind::Unreachable { what, code },
+                "v6 code {code}"
+            );
             assert_eq!(t.remote, "[fd99::2]:80".parse().unwrap());
         }
         assert_eq!(parsed(&icmp_frame(true, 1, 7, [0; 4], &quote_v6())), None);

@@ -10,6 +10,13 @@ use crate::time::{Deadline, Instant};
 use crate::CloseReason;
 use flowlane_wire::Unreachable;
 
+/// ICMPv4 Destination Unreachable code 0, "net unreachable" (RFC 792);
+/// ICMPv6's code 0, "no route to destination" (RFC 4443 §3.1).
+const ICMP_NET_UNREACHABLE: u8 = 0;
+/// ICMPv4 Destination Unreachable code 1, "host unreachable" (RFC 792);
+/// ICMPv6's code 1 is "administratively prohibited".
+const ICMP_HOST_UNREACHABLE: u8 = 1;
+
 /// What a destination unreachable did to a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum UnreachableOutcome {
@@ -25,8 +32,11 @@ pub(crate) enum UnreachableOutcome {
 }
 
 impl Connection {
-    /// A destination unreachable (`what`) quoting our segment with
-    /// sequence number `seq`. Believed only about data in flight
+    /// A destination unreachable of `code` (ICMPv4's, or ICMPv6's on an
+    /// IPv6 connection) quoting our segment with sequence number `seq`;
+    /// what it says ([`Unreachable::of_v4`], [`Unreachable::of_v6`]) is
+    /// the reason told, and a code neither assigns is ignored. Believed
+    /// only about data in flight
     /// (SND.UNA <= seq < SND.MAX, RFC 5927 §4.1; for a handshake, the SYN
     /// itself). A connection attempt (SYN-SENT, or SYN-RECEIVED, whose
     /// SYN-ACK it quotes) ends at once, whichever the reason: RFC 1122
@@ -49,8 +59,17 @@ impl Connection {
         &mut self,
         ctx: &mut Ctx<'_>,
         seq: SeqNumber,
-        what: Unreachable,
+        code: u8,
     ) -> UnreachableOutcome {
+        let v6 = self.tuple.is_ipv6();
+        let what = if v6 {
+            Unreachable::of_v6(code)
+        } else {
+            Unreachable::of_v4(code)
+        };
+        let Some(what) = what else {
+            return UnreachableOutcome::Ignored;
+        };
         if seq < self.snd.una || seq >= self.snd.max {
             return UnreachableOutcome::Ignored;
         }
@@ -63,22 +82,21 @@ impl Connection {
             _ => {}
         }
         self.timers_rare.soft_error = Some(what);
-        // RFC 6069 §3: ICMPv4's "network unreachable" and "host
-        // unreachable" (codes 0 and 1) tell of a connectivity disruption,
-        // and their IPv6 counterpart is ICMPv6's "no route to destination"
-        // (code 0) alone, as Linux's `tcp_v6_err` takes it. The stack sees
-        // the codes as wire's `Unreachable::of_v4` and `of_v6` group them:
-        // over IPv6 `Network` is code 0 and `Host` is codes 2 and 3 (beyond
-        // the source's scope; address unreachable, a last hop's failed
-        // neighbour discovery: the host gone from its link, where
-        // retransmitting an unbacked-off RTO apart only repeats the
-        // discovery); over IPv4 both also take the few codes of the same
-        // meaning (5 to 8, 11, 12). A port unreachable or a filter's
-        // refusal is no disruption.
-        let disruption = match what {
-            Unreachable::Network => true,
-            Unreachable::Host => !self.tuple.is_ipv6(),
-            Unreachable::Refused | Unreachable::Prohibited => false,
+        // RFC 6069 §3 ("Connectivity Disruption Indication"): ICMPv4's
+        // "net unreachable" and "host unreachable" (codes 0 and 1) and
+        // their IPv6 counterpart, ICMPv6's "no route to destination" (code
+        // 0), tell of a disruption; §4's algorithm reverts on those codes
+        // alone. The raw code, not the reason it is told as: the reasons
+        // group codes RFC 6069 does not name with these (ICMPv4 5 to 8, 11
+        // and 12; ICMPv6 2 and 3, beyond the source's scope and address
+        // unreachable, a last hop's failed neighbour discovery, where an
+        // unbacked-off RTO only repeats the discovery). Linux's
+        // `tcp_v4_err` and `tcp_v6_err` take the same codes. A port
+        // unreachable or a filter's refusal is no disruption.
+        let disruption = match code {
+            ICMP_NET_UNREACHABLE => true,
+            ICMP_HOST_UNREACHABLE => !v6,
+            _ => false,
         };
         if disruption && seq == self.snd.una {
             self.revert_rto(ctx);
