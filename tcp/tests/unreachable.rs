@@ -355,6 +355,38 @@ fn an_ack_after_the_unreachable_forgets_it() {
     assert_eq!(reason, CloseReason::Timeout);
 }
 
+/// Any ACK from the peer at SND.UNA forgets it too, not only one that
+/// acknowledges the data (Linux's `tcp_ack` clears `sk_err_soft` on every
+/// ACK not older than SND.UNA): here the peer's own data, which
+/// acknowledges nothing of ours (our segments are all lost), shows the
+/// peer reachable, and when A's retransmissions run out it ends `Timeout`
+/// (before: `Unreachable(Host)`, the router's message kept through the
+/// peer's segments).
+#[test]
+fn the_peers_data_at_snd_una_forgets_it() {
+    let (mut sim, a, b) = established(4);
+    let (sent, _) = dark(&mut sim);
+    assert_eq!(sim.a.send(a, &[7; 1000]), Ok(1000));
+    sim.flush();
+    let seq = sent.borrow()[0];
+    answer(&mut sim, seq, HOST);
+    assert_eq!(sim.a.stats().unreachable_remembered, 1);
+    let una = sim.a.info(a).unwrap().unacked;
+    assert_eq!(sim.b.send(b, &[5; 100]), Ok(100));
+    let mut got = 0;
+    run_until(&mut sim, Duration::from_secs(1), |s| {
+        got += read_all(&mut s.a, a).len();
+        got == 100
+    });
+    assert_eq!(
+        sim.a.info(a).unwrap().unacked,
+        una,
+        "nothing of A's acknowledged"
+    );
+    let (_, reason, _) = run_to_close(&mut sim, a, &sent, |_, _| {});
+    assert_eq!(reason, CloseReason::Timeout);
+}
+
 /// A peer that answers a zero-window probe (its window still shut) is
 /// heard: the message about that probe is forgotten, and when the peer
 /// later vanishes, the probes' timeout is `Timeout`.

@@ -776,22 +776,35 @@ impl Connection {
         let advanced = ack > self.snd.una;
         if advanced {
             self.on_new_ack(ctx, seg, ack);
-        } else if ack == self.snd.una
-            && self.snd.una != self.snd.max
-            && data_len == 0
-            && !f.fin()
-            && new_wnd == self.snd.wnd
-            && self.snd.wnd != 0
-            && self.state.is_synchronized()
-        {
-            // RFC 5681 §2: a duplicate acknowledgment.
-            self.on_dup_ack(ctx, ack);
-        } else if ack == self.snd.una && self.snd.wnd == 0 && !self.flags.has(Flags::APP_CLOSED) {
-            // The peer answers our probes: it is alive (RFC 1122
-            // §4.2.2.17). Not for an orphan, whose probes are numbered
-            // (`Config::orphan_retries`).
-            self.timers_rare.retransmits = 0;
-            self.timers_rare.soft_error = None;
+        } else if ack == self.snd.una {
+            if self.snd.una != self.snd.max {
+                // The peer heard us: an ACK at SND.UNA (a duplicate, a
+                // window update, its own data) forgets the soft error a
+                // destination unreachable left (`unreachable.rs`), as
+                // Linux's `tcp_ack` clears `sk_err_soft` on every ACK
+                // neither older than SND.UNA nor beyond SND.NXT: a timeout
+                // now would not be the unreachable peer's (RFC 1122
+                // §4.2.3.9 and RFC 5461 §4.1 keep the error only to tell
+                // it then). Only with data in flight: one is kept only
+                // then, and an ACK past SND.UNA forgets it
+                // (`on_new_ack`), so with none in flight there is none.
+                self.timers_rare.soft_error = None;
+            }
+            if self.snd.una != self.snd.max
+                && data_len == 0
+                && !f.fin()
+                && new_wnd == self.snd.wnd
+                && self.snd.wnd != 0
+                && self.state.is_synchronized()
+            {
+                // RFC 5681 §2: a duplicate acknowledgment.
+                self.on_dup_ack(ctx, ack);
+            } else if self.snd.wnd == 0 && !self.flags.has(Flags::APP_CLOSED) {
+                // The peer answers our probes: it is alive (RFC 1122
+                // §4.2.2.17). Not for an orphan, whose probes are numbered
+                // (`Config::orphan_retries`).
+                self.timers_rare.retransmits = 0;
+            }
         }
         if self.rack_active() {
             self.rack_on_ack(ctx, seg, advanced);
