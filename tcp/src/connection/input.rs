@@ -90,12 +90,7 @@ impl Connection {
     }
 
     /// RFC 9293 §3.10.7.3 SYN-SENT.
-    pub(super) fn on_segment_syn_sent(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        seg: &TcpRepr,
-        _payload: &[u8],
-    ) {
+    pub(super) fn on_segment_syn_sent(&mut self, ctx: &mut Ctx<'_>, seg: &TcpRepr, payload: &[u8]) {
         let f = seg.flags;
         // First: check the ACK bit.
         if f.ack() && (SeqNumber(seg.ack) <= self.snd_rare.iss || SeqNumber(seg.ack) > self.snd.max)
@@ -133,7 +128,9 @@ impl Connection {
             }
             return;
         }
-        // Fourth: the SYN bit. (Data on the SYN is not queued: it is not
+        // Fourth: the SYN bit. (Text on a SYN-ACK is taken once the
+        // connection is established, below; on a bare SYN, a simultaneous
+        // open's, it is not queued, as Linux does not: it is not
         // acknowledged, so the peer sends it again.)
         if !f.syn() {
             ctx.stats.bad_flags += 1;
@@ -166,12 +163,40 @@ impl Connection {
             self.events |= ev::ESTABLISHED;
             self.flags.set(Flags::ACK_NOW);
             self.arm_keepalive(ctx);
+            if !payload.is_empty() || f.fin() {
+                self.syn_ack_text(ctx, seg, payload);
+            }
         } else {
             // Simultaneous open: SYN-RECEIVED, send SYN-ACK.
             self.state = State::SynReceived;
             self.snd.nxt = self.snd_rare.iss;
             self.flags.set(Flags::ACK_NOW);
         }
+    }
+
+    /// RFC 9293 §3.10.7.3 SYN-SENT, a SYN-ACK that established the
+    /// connection and carries text (`payload`) or a FIN: "If there are
+    /// other controls or text in the segment, then continue processing at
+    /// the sixth step under Section 3.10.7.4". The text (a TCP Fast Open
+    /// server's answer, RFC 7413 §4.2.2, or any peer's) is taken within
+    /// the window our SYN offered, the rest trimmed (a FIN beyond it with
+    /// it), and the ACK that completes the handshake acknowledges it;
+    /// dropped, the peer would send it again an RTO later. (Linux takes it
+    /// only when its SYN asked for Fast Open, `tcp_rcv_fastopen_synack`,
+    /// and drops it otherwise, `tcp_rcv_state_process`: the RFC's text is
+    /// followed here.) Once per connection at most: out of line.
+    #[cold]
+    #[inline(never)]
+    fn syn_ack_text(&mut self, ctx: &mut Ctx<'_>, seg: &TcpRepr, payload: &[u8]) {
+        // RCV.WND: the SYN's window (never scaled, RFC 7323 §2.2), as its
+        // emission computes it; a window is never taken back, so the ACK
+        // offers no less.
+        self.rcv.adv = self.rcv.nxt + self.offerable(ctx.mem).min(0xffff);
+        let f = TcpFlags(seg.flags.0 & !TcpFlags::SYN.0);
+        let Some((seq, data, f)) = self.check_sequence(ctx, self.rcv.nxt, payload, f) else {
+            return;
+        };
+        self.text_and_fin(ctx, seg, seq, data, f);
     }
 
     /// RFC 9293 §3.10.7.4: every state from SYN-RECEIVED on. Out of line,
@@ -285,6 +310,22 @@ impl Connection {
             return;
         }
 
+        self.text_and_fin(ctx, seg, seq, data, f);
+    }
+
+    /// RFC 9293 §3.10.7.4 sixth to eighth steps: the URG bit, the segment
+    /// text `data` (at `seq`, trimmed to the window) and the FIN bit of
+    /// `seg` (flags `f`, its SYN bit dropped), for a segment whose ACK was
+    /// processed.
+    #[inline(always)]
+    fn text_and_fin(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        seg: &TcpRepr,
+        seq: SeqNumber,
+        data: &[u8],
+        f: TcpFlags,
+    ) {
         // Sixth: URG is ignored (RFC 6093: urgent data is delivered inline).
 
         // Seventh: segment text.

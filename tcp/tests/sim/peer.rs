@@ -45,6 +45,18 @@ impl Peer {
 
     /// [`Peer::with_options`] for an A configured by `cfg`.
     pub fn with_config(cfg: Config, b_window: u16, options: TcpOptions) -> Peer {
+        let mut p = Peer::syn_sent(cfg, b_window);
+        p.deliver(TcpFlags::SYN | TcpFlags::ACK, b_window, options);
+        p.b_nxt = p.b_nxt.wrapping_add(1);
+        assert_eq!(p.a.state(p.conn), Ok(State::Established));
+        p.poll();
+        p
+    }
+
+    /// A configured by `cfg`, its SYN sent (the first of [`Peer::sent`]),
+    /// in SYN-SENT: B's SYN-ACK is the test's to write, at B's SND.NXT
+    /// (its ISS), and B's data segments are to offer `b_window`.
+    pub fn syn_sent(cfg: Config, b_window: u16) -> Peer {
         let mut a = Stack::new(cfg);
         let now = Instant::from_millis(1_000);
         let conn = a
@@ -66,10 +78,6 @@ impl Peer {
         let syn = p.poll().pop().expect("SYN").0;
         assert!(syn.flags.syn());
         p.b_rcv = syn.seq.wrapping_add(1);
-        p.deliver(TcpFlags::SYN | TcpFlags::ACK, b_window, options);
-        p.b_nxt = p.b_nxt.wrapping_add(1);
-        assert_eq!(p.a.state(p.conn), Ok(State::Established));
-        p.poll();
         p
     }
 
