@@ -265,7 +265,7 @@ fn parse_l4(f: &mut Frame<'_>, addrs: IpPair, policy: ChecksumPolicy) -> Result<
             // and moving it through temporaries costs more than parsing it).
             f.transport = Transport::Tcp(TcpRepr::fixed_header(&t));
             if let Transport::Tcp(r) = &mut f.transport {
-                r.options.parse_into(t.options())?;
+                r.options.parse_into(t.options());
             }
             f.payload = f.l4_offset + t.header_len()..f.l4_offset + seg.len();
             return Ok(());

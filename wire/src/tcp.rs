@@ -198,7 +198,11 @@ impl TcpOptions {
 
     /// Parses the option area of a header (RFC 9293 §3.2: kinds 0 and 1 are single bytes,
     /// every other option is kind, length, data; unknown kinds are skipped using their
-    /// length).
+    /// length). Total: an option area never makes a segment unparseable. An illegal
+    /// length (below 2, or running past the header) ends the parse, the options before it
+    /// kept; a known option of the wrong length is skipped as an unknown one is (RFC 9293
+    /// §3.2 MUST-7 asks only that such lengths be handled; Linux's `tcp_parse_options`
+    /// does both, and accepts the segment).
     ///
     /// The layout RFC 7323 Appendix A recommends for timestamps alone (NOP, NOP, kind 8,
     /// length 10), which Linux and flowlane put on every data segment and pure ACK of a
@@ -209,28 +213,27 @@ impl TcpOptions {
     /// timestamps: 24 bytes). Anything else goes through the general loop, which gives the
     /// same result for each of them.
     #[inline]
-    pub fn parse(o: &[u8]) -> Result<TcpOptions> {
+    pub fn parse(o: &[u8]) -> TcpOptions {
         let mut out = TcpOptions::default();
-        out.parse_into(o)?;
-        Ok(out)
+        out.parse_into(o);
+        out
     }
 
     /// [`TcpOptions::parse`] into `self`, which must be the default (what a
     /// header without options has): filled in place, so that the parsed
     /// header is not copied from one temporary to the next.
     #[inline]
-    pub(crate) fn parse_into(&mut self, o: &[u8]) -> Result<()> {
+    pub(crate) fn parse_into(&mut self, o: &[u8]) {
         if let [opt::NOP, opt::NOP, opt::TIMESTAMPS, 10, ts @ ..] = o {
             if let Ok(ts) = <&[u8; 8]>::try_from(ts) {
                 self.timestamps = Some((be32(ts, 0), be32(ts, 4)));
-                return Ok(());
+                return;
             }
         }
         if o.is_empty() {
-            return Ok(());
+            return;
         }
-        *self = Self::parse_other(o)?;
-        Ok(())
+        *self = Self::parse_other(o);
     }
 
     /// [`TcpOptions::parse`] past the aligned timestamps: a SYN layout or
@@ -238,9 +241,9 @@ impl TcpOptions {
     /// segments' path longer (callgrind's `rx_cost`, 9 instructions a
     /// frame).
     #[inline(never)]
-    fn parse_other(o: &[u8]) -> Result<TcpOptions> {
+    fn parse_other(o: &[u8]) -> TcpOptions {
         match Self::parse_syn_layout(o) {
-            Some(syn) => Ok(syn),
+            Some(syn) => syn,
             None => Self::parse_any(o),
         }
     }
@@ -277,15 +280,7 @@ impl TcpOptions {
     }
 
     /// [`TcpOptions::parse`] for any layout: the loop over the options.
-    fn parse_any(mut o: &[u8]) -> Result<TcpOptions> {
-        const PAST_HEADER: WireError = WireError::Malformed {
-            layer: Layer::Tcp,
-            what: "option runs past the header",
-        };
-        const BAD_LENGTH: WireError = WireError::Malformed {
-            layer: Layer::Tcp,
-            what: "bad option length",
-        };
+    fn parse_any(mut o: &[u8]) -> TcpOptions {
         let mut out = TcpOptions::default();
         while let Some(&kind) = o.first() {
             match kind {
@@ -296,43 +291,25 @@ impl TcpOptions {
                 }
                 _ => {}
             }
-            let len = *o.get(1).ok_or(PAST_HEADER)? as usize;
-            if len < 2 {
-                return Err(BAD_LENGTH);
-            }
-            if len > o.len() {
-                return Err(PAST_HEADER);
-            }
+            // RFC 9293 §3.2 (MUST-7): an illegal length, below 2 (which
+            // would not move past the option) or past the header (a
+            // partial option), leaves nothing after it to read: the parse
+            // ends there, as Linux's does ("silly options", "don't parse
+            // partial options").
+            let len = match o.get(1) {
+                Some(&len) if len >= 2 && usize::from(len) <= o.len() => usize::from(len),
+                _ => break,
+            };
             let data = &o[2..len];
-            match kind {
-                opt::MSS => {
-                    if len != 4 {
-                        return Err(BAD_LENGTH);
-                    }
-                    out.mss = Some(be16(data, 0));
-                }
-                opt::WSCALE => {
-                    if len != 3 {
-                        return Err(BAD_LENGTH);
-                    }
-                    out.window_scale = Some(data[0]);
-                }
-                opt::SACK_PERMITTED => {
-                    if len != 2 {
-                        return Err(BAD_LENGTH);
-                    }
-                    out.sack_permitted = true;
-                }
-                opt::TIMESTAMPS => {
-                    if len != 10 {
-                        return Err(BAD_LENGTH);
-                    }
-                    out.timestamps = Some((be32(data, 0), be32(data, 4)));
-                }
-                opt::SACK => {
-                    if (len - 2) % 8 != 0 || len == 2 {
-                        return Err(BAD_LENGTH);
-                    }
+            // A known kind of a length other than its own is skipped by
+            // that length, as an unknown one is (RFC 9293 §3.2 MUST-6;
+            // Linux takes none of them either).
+            match (kind, len) {
+                (opt::MSS, 4) => out.mss = Some(be16(data, 0)),
+                (opt::WSCALE, 3) => out.window_scale = Some(data[0]),
+                (opt::SACK_PERMITTED, 2) => out.sack_permitted = true,
+                (opt::TIMESTAMPS, 10) => out.timestamps = Some((be32(data, 0), be32(data, 4))),
+                (opt::SACK, _) if len > 2 && (len - 2) % 8 == 0 => {
                     let mut n = 0;
                     for block in data.chunks_exact(8).take(MAX_SACK_BLOCKS) {
                         out.sack_blocks[n] = (be32(block, 0), be32(block, 4));
@@ -344,7 +321,7 @@ impl TcpOptions {
             }
             o = &o[len..];
         }
-        Ok(out)
+        out
     }
 
     /// Writes the options (padded to 4 bytes, [`TcpOptions::emitted_len`] of them) to the
@@ -543,7 +520,7 @@ impl TcpRepr {
     #[inline]
     pub fn parse<T: AsRef<[u8]>>(p: &TcpPacket<T>) -> Result<TcpRepr> {
         let mut repr = TcpRepr::fixed_header(p);
-        repr.options.parse_into(p.options())?;
+        repr.options.parse_into(p.options());
         Ok(repr)
     }
 
@@ -570,7 +547,7 @@ impl TcpRepr {
         let p = TcpPacket::new_checked(segment)?;
         let hl = p.header_len();
         let mut out = (TcpRepr::fixed_header(&p), &segment[hl..]);
-        out.0.options.parse_into(p.options())?;
+        out.0.options.parse_into(p.options());
         Ok(out)
     }
 
@@ -751,14 +728,6 @@ mod tests {
             needed,
             got,
         };
-        let past = WireError::Malformed {
-            layer: Layer::Tcp,
-            what: "option runs past the header",
-        };
-        let bad_len = WireError::Malformed {
-            layer: Layer::Tcp,
-            what: "bad option length",
-        };
         let mut buf = [0u8; 60];
         let hl = syn().emit(&mut buf).unwrap();
         assert_eq!(TcpRepr::parse_segment(&buf[..19]), Err(truncated(20, 19)));
@@ -778,23 +747,6 @@ mod tests {
                 len: 16
             })
         );
-        // Option whose length runs past the header.
-        let mut b = [0u8; 24];
-        b[12] = 6 << 4;
-        b[20..24].copy_from_slice(&[1, 1, 8, 10]);
-        assert_eq!(TcpRepr::parse_segment(&b), Err(past));
-        // Kind without a length byte.
-        b[20..24].copy_from_slice(&[1, 1, 1, 2]);
-        assert_eq!(TcpRepr::parse_segment(&b), Err(past));
-        // Length below 2.
-        b[20..24].copy_from_slice(&[2, 1, 0, 0]);
-        assert_eq!(TcpRepr::parse_segment(&b), Err(bad_len));
-        // MSS with wrong length.
-        b[20..24].copy_from_slice(&[2, 3, 0, 0]);
-        assert_eq!(TcpRepr::parse_segment(&b), Err(bad_len));
-        // Unknown option is skipped; EOL stops parsing.
-        b[20..24].copy_from_slice(&[99, 2, 0, 0xff]);
-        assert!(TcpRepr::parse_segment(&b).is_ok());
         // Output buffer too small.
         assert_eq!(
             syn().emit(&mut [0u8; 30]),
@@ -803,6 +755,66 @@ mod tests {
                 got: 30
             })
         );
+    }
+
+    /// RFC 9293 §3.2 MUST-7, as Linux's `tcp_parse_options`: an illegal
+    /// option length ends the parse (what came before it kept) and a known
+    /// option of the wrong length is skipped; the segment parses either way
+    /// (before: refused, "option runs past the header" or "bad option
+    /// length", so that a SYN so mangled was never answered).
+    #[test]
+    fn illegal_option_lengths_end_the_parse_and_the_segment_stands() {
+        const MSS: [u8; 4] = [2, 4, 0x05, 0xb4];
+        const TS: [u8; 12] = [1, 1, 8, 10, 0, 0, 0, 7, 0, 0, 0, 9];
+        let segment = |opts: &[u8]| {
+            assert_eq!(opts.len() % 4, 0, "{opts:?}");
+            let mut b = vec![0u8; HEADER_LEN + opts.len()];
+            b[12] = ((HEADER_LEN + opts.len()) / 4 << 4) as u8;
+            b[13] = TcpFlags::SYN.0;
+            b[HEADER_LEN..].copy_from_slice(opts);
+            b.extend_from_slice(b"text");
+            b
+        };
+        let parsed = |opts: &[u8]| {
+            let b = segment(opts);
+            let (r, payload) = TcpRepr::parse_segment(&b).expect("parses");
+            assert_eq!(payload, b"text");
+            r.options
+        };
+        let (mss, ts) = (Some(1460), Some((7, 9)));
+        // (the option area, the MSS and timestamps taken)
+        let cases: [(&[u8], _, _); 8] = [
+            // A length past the header, after the MSS.
+            (&[MSS, [1, 1, 8, 10]].concat(), mss, None),
+            // A kind without its length byte.
+            (&[MSS, [1, 1, 1, 30]].concat(), mss, None),
+            // Lengths 0 and 1: the rest is not read.
+            (&[&MSS[..], &[99, 0, 0, 0], &TS].concat(), mss, None),
+            (&[&MSS[..], &[99, 1, 0, 0], &TS].concat(), mss, None),
+            // Known kinds of the wrong length, skipped by it.
+            (&[&[2, 3, 5, 1][..], &TS].concat(), None, ts),
+            (
+                &[&MSS[..], &[1, 1, 8, 6, 0, 0, 0, 7], &TS].concat(),
+                mss,
+                ts,
+            ),
+            (
+                &[&[1, 1, 5, 4, 0, 0][..], &MSS, &[1, 1]].concat(),
+                mss,
+                None,
+            ),
+            // SACK blocks of a length not 2 + 8n.
+            (&[&[1, 1, 5, 6, 0, 0, 0, 1][..], &TS].concat(), None, ts),
+        ];
+        for (i, (opts, mss, ts)) in cases.iter().enumerate() {
+            let o = parsed(opts);
+            assert_eq!((o.mss, o.timestamps), (*mss, *ts), "case {i}: {opts:?}");
+            assert_eq!(o.sack_block_count, 0, "case {i}");
+        }
+        // The window scale option of length 2 is skipped; SACK permitted of
+        // length 3 too.
+        let o = parsed(&[1, 3, 2, 1, 4, 3, 0, 0]);
+        assert_eq!((o.window_scale, o.sack_permitted), (None, false));
     }
 
     proptest! {
@@ -825,7 +837,7 @@ mod tests {
             o.extend_from_slice(&tsecr.to_be_bytes());
             let fast = TcpOptions::parse(&o);
             prop_assert_eq!(fast, TcpOptions::parse_any(&o));
-            prop_assert_eq!(fast.map(|t| t.timestamps), Ok(Some((tsval, tsecr))));
+            prop_assert_eq!(fast.timestamps, Some((tsval, tsecr)));
         }
     }
 
@@ -856,7 +868,7 @@ mod tests {
             for area in [&linux[..], &emitted[..]] {
                 prop_assert_eq!(TcpOptions::parse_syn_layout(area), Some(ours));
                 prop_assert_eq!(TcpOptions::parse(area), TcpOptions::parse_any(area));
-                prop_assert_eq!(TcpOptions::parse(area), Ok(ours));
+                prop_assert_eq!(TcpOptions::parse(area), ours);
                 let mut changed = area.to_vec();
                 let i = at % changed.len();
                 changed[i] ^= x.max(1);
