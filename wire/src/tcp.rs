@@ -769,7 +769,7 @@ mod tests {
         let segment = |opts: &[u8]| {
             assert_eq!(opts.len() % 4, 0, "{opts:?}");
             let mut b = vec![0u8; HEADER_LEN + opts.len()];
-            b[12] = ((HEADER_LEN + opts.len()) / 4 << 4) as u8;
+            b[12] = (((HEADER_LEN + opts.len()) / 4) << 4) as u8;
             b[13] = TcpFlags::SYN.0;
             b[HEADER_LEN..].copy_from_slice(opts);
             b.extend_from_slice(b"text");
