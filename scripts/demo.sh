@@ -87,7 +87,16 @@ stop_if_signalled() {
   fi
 }
 
+# The build's folder: $CARGO_TARGET_DIR when set (a target directory shared
+# between checkouts; made absolute as the user meant it, before moving to the
+# repository), else the repository's target/.
+if [ -n "${CARGO_TARGET_DIR:-}" ]; then
+  CARGO_TARGET_DIR=$(realpath -m "$CARGO_TARGET_DIR")
+  export CARGO_TARGET_DIR
+fi
+
 cd "$(dirname "$0")/.."
+bin=${CARGO_TARGET_DIR:-$PWD/target}/release
 echo "== [1/4] system packages and Rust (scripts/setup.sh; the first run installs packages, a few minutes)"
 bash scripts/setup.sh
 echo "== [2/4] building flowlane and flowlane-ttcp (release; the first build takes a few minutes)"
@@ -96,7 +105,7 @@ cargo build --release -p flowlane-control -p flowlane-ttcp
 echo "== [3/4] UDP flows on the queues RSS predicts (own test bed, removed afterwards)"
 mkdir -p "$out" || { echo "demo: --out $out: cannot create the folder" >&2; exit 2; }
 rc=0
-target/release/flowlane demo --out "$out" ${args[@]+"${args[@]}"} || rc=$?
+"$bin/flowlane" demo --out "$out" ${args[@]+"${args[@]}"} || rc=$?
 stop_if_signalled "$rc"
 if [ "$rc" -eq 2 ]; then
   # A flag's value `flowlane demo` refused (its line above).
@@ -107,7 +116,7 @@ fi
 echo
 echo "== [4/4] TCP side by side: kernel vs flowlane as receiver and as sender, no delay and 10 ms each way (flowlane-ttcp matrix, short: 0.5 s warm-up, 1 s windows, about 1.5 min)"
 tcp=0
-target/release/flowlane-ttcp matrix --flowlane target/release/flowlane \
+"$bin/flowlane-ttcp" matrix --flowlane "$bin/flowlane" \
     --backends kernel,flowlane --roles receiver,sender --conns 1,16 --sizes 64k \
     --delays 0,10 --latency-sizes 64 --warmup 0.5 --seconds 1 --out "$out/tcp" || tcp=$?
 stop_if_signalled "$tcp"

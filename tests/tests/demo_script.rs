@@ -268,6 +268,25 @@ fn the_closing_listing_names_every_file_kept() {
     );
 }
 
+/// A target directory shared between checkouts (`CARGO_TARGET_DIR`, given
+/// relative to where the user runs the demo): the binaries run are the ones
+/// cargo built there, not the repository's `target/` (which has none).
+#[test]
+fn the_binaries_run_from_cargo_s_target_directory() {
+    let repo = FakeRepo::new("demo-target");
+    std::fs::rename(repo.dir.path("repo/target"), repo.dir.path("cwd/shared")).unwrap();
+    let o = repo.run(&["--out", "out"], &[("CARGO_TARGET_DIR", "shared")]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(repo.ran("flowlane"), "{}", repo.log());
+    let shared = repo.dir.path("cwd/shared/release/flowlane");
+    assert!(
+        repo.log()
+            .contains(&format!("--flowlane {}", shared.display())),
+        "the matrix is given the shared build's flowlane: {}",
+        repo.log()
+    );
+}
+
 #[test]
 fn setup_without_root_or_sudo_says_what_to_do() {
     let dir = OpenDir::new("setup-nosudo");
