@@ -9,13 +9,33 @@ use flowlane_app::SynFilter;
 use ipnet::IpNet;
 
 /// Parses one `--allow-from` value: an address or a prefix
-/// (`10.0.0.0/8`, `fd00::/8`).
+/// (`10.0.0.0/8`, `fd00::/8`). An IPv4-mapped one (`::ffff:10.0.0.0/104`,
+/// as a dual-stack socket names IPv4 peers) is its IPv4 address or prefix:
+/// peers are matched as IPv4 (no IPv6 packet comes from a mapped address,
+/// RFC 4291 §2.5.5.2), and so the list would otherwise refuse the very
+/// IPv4 peers it names.
 pub(super) fn allow_prefix(s: &str) -> Result<IpNet, String> {
-    if let Ok(ip) = s.parse::<IpAddr>() {
-        return Ok(IpNet::from(ip));
+    let net = match s.parse::<IpAddr>() {
+        Ok(ip) => IpNet::from(ip),
+        Err(_) => s
+            .parse::<IpNet>()
+            .map_err(|_| format!("{s:?} is neither an address nor a prefix like 10.0.0.0/8"))?,
+    };
+    Ok(ipv4_of_mapped(net))
+}
+
+/// A prefix within `::ffff:0:0/96` as the IPv4 prefix it maps; any other
+/// as it is.
+fn ipv4_of_mapped(net: IpNet) -> IpNet {
+    match net {
+        IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.network().to_ipv4_mapped() {
+            Some(v4) => ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96)
+                .map(IpNet::V4)
+                .unwrap_or(net),
+            None => net,
+        },
+        _ => net,
     }
-    s.parse::<IpNet>()
-        .map_err(|_| format!("{s:?} is neither an address nor a prefix like 10.0.0.0/8"))
 }
 
 /// `--allow-from`, for the services that listen.
@@ -105,6 +125,31 @@ mod tests {
         }
         assert!(AllowFrom::default().allows("192.0.2.8".parse().unwrap()));
         assert!(allow_prefix("10.0.0.0/33").is_err());
+        assert!(allow_prefix("fd99::/129").is_err());
+    }
+
+    /// An IPv4-mapped address or prefix names IPv4 peers (they arrive as
+    /// IPv4, and a dual-stack socket names them so): it took none of them.
+    #[test]
+    fn ipv4_mapped_entries_take_their_ipv4_peers() {
+        for (entry, peer, ok) in [
+            ("::ffff:10.99.0.2", "10.99.0.2", true),
+            ("::ffff:10.99.0.2", "10.99.0.3", false),
+            ("::ffff:10.99.0.0/120", "10.99.0.9", true),
+            ("::ffff:10.99.0.0/120", "10.99.1.9", false),
+            ("::ffff:0:0/96", "192.0.2.1", true),
+            ("::ffff:10.99.0.2", "::ffff:10.99.0.2", true),
+            ("fd99::/64", "10.99.0.2", false),
+        ] {
+            let list = [allow_prefix(entry).unwrap()];
+            let f = AllowFrom::new(&list).filter().unwrap();
+            assert_eq!(f(&from(peer)), ok, "--allow-from {entry}, peer {peer}");
+            assert_eq!(AllowFrom::new(&list).allows(peer.parse().unwrap()), ok);
+        }
+        assert_eq!(
+            allow_prefix("::ffff:10.99.0.0/120").unwrap(),
+            allow_prefix("10.99.0.0/24").unwrap()
+        );
         assert!(allow_prefix("example.org").is_err());
     }
 }
