@@ -360,14 +360,16 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
                 outln!("{}", serde_json::to_string_pretty(&s)?);
             } else {
                 outln!(
-                    "test bed {} up: {} ({} {}) <-> {} ({} {}), {} queues",
+                    "test bed {} up: {} ({} {} {}) <-> {} ({} {} {}), {} queues",
                     s.name,
                     s.netns,
                     s.local_if,
                     s.local_v4,
+                    s.local_v6,
                     s.peer_netns,
                     s.peer_if,
                     s.peer_v4,
+                    s.peer_v6,
                     s.queues
                 );
             }
@@ -406,17 +408,19 @@ pub(crate) fn run(cmd: TestbedCmd) -> Result<()> {
                     }
                 );
                 outln!(
-                    "  {} {} {} {}",
+                    "  {} {} {} {} {}",
                     s.netns,
                     s.local_if,
                     s.local_v4,
+                    s.local_v6,
                     s.local_mac
                 );
                 outln!(
-                    "  {} {} {} {}",
+                    "  {} {} {} {} {}",
                     s.peer_netns,
                     s.peer_if,
                     s.peer_v4,
+                    s.peer_v6,
                     s.peer_mac
                 );
                 outln!(

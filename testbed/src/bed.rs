@@ -268,6 +268,8 @@ fn make(spec: &BedSpec) -> Result<BedState> {
         queues: spec.queues,
         local_v4: LOCAL_V4.into(),
         peer_v4: PEER_V4.into(),
+        local_v6: LOCAL_V6.into(),
+        peer_v6: PEER_V6.into(),
         local_mac: link_mac(&ns, LOCAL_IF)?,
         peer_mac: link_mac(&peer_ns, PEER_IF)?,
         pin_dir,

@@ -833,6 +833,8 @@ mod tests {
             queues: 1,
             local_v4: String::new(),
             peer_v4: String::new(),
+            local_v6: String::new(),
+            peer_v6: String::new(),
             local_mac: "02:00:00:00:00:01".into(),
             peer_mac: "02:00:00:00:00:02".into(),
             pin_dir: std::path::PathBuf::new(),

@@ -54,6 +54,13 @@ pub struct BedState {
     pub local_v4: String,
     /// Far side's IPv4 address.
     pub peer_v4: String,
+    /// flowlane side's IPv6 address ([`LOCAL_V6`] in a state file written
+    /// before flowlane recorded it: every bed has had it).
+    #[serde(default = "local_v6")]
+    pub local_v6: String,
+    /// Far side's IPv6 address (likewise [`PEER_V6`]).
+    #[serde(default = "peer_v6")]
+    pub peer_v6: String,
     /// flowlane side's MAC.
     pub local_mac: String,
     /// Far side's MAC.
@@ -72,6 +79,14 @@ pub struct BedState {
     /// The identity of `peer_netns` as `up` made it (as `netns_id`).
     #[serde(default)]
     pub peer_netns_id: Option<NsId>,
+}
+
+fn local_v6() -> String {
+    LOCAL_V6.into()
+}
+
+fn peer_v6() -> String {
+    PEER_V6.into()
 }
 
 /// Checks a bed name: 1-24 letters, digits, '-' or '_', not ending in
@@ -464,6 +479,12 @@ mod tests {
         let b = load("b1").unwrap();
         assert_eq!(b.netns, "flowlane-b1");
         assert_eq!(b.queues, 2);
+        // A state file of a flowlane that did not record the IPv6
+        // addresses: the ones every bed has had.
+        assert_eq!(
+            (b.local_v6.as_str(), b.peer_v6.as_str()),
+            (LOCAL_V6, PEER_V6)
+        );
         assert_eq!(namespaces("b1"), (b.netns, b.peer_netns));
         let e = format!("{:#}", load("nope").unwrap_err());
         assert!(e.contains("no test bed named nope is up"), "{e}");

@@ -687,6 +687,11 @@ fn status_shows_the_table_and_the_impairments() {
         "{t}"
     );
     assert!(t.contains("to flowlane:") && t.contains("lost"), "{t}");
+    // Both families' addresses, so that a user of either finds them.
+    assert!(
+        t.contains(" xsk0 10.99.0.1 fd99::1 ") && t.contains(" peer0 10.99.0.2 fd99::2 "),
+        "{t}"
+    );
     let o = flowlane(&["testbed", "status", "--bed", &bed.name, "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("status JSON");
     let table: Vec<u64> = v["table"]
@@ -703,6 +708,11 @@ fn status_shows_the_table_and_the_impairments() {
         "{v}"
     );
     assert!(v["impairment"]["to_flowlane"]["seen"].is_u64(), "{v}");
+    assert_eq!(
+        (v["local_v6"].as_str(), v["peer_v6"].as_str()),
+        (Some("fd99::1"), Some("fd99::2")),
+        "{v}"
+    );
 }
 
 /// `up --key` takes the 40 bytes `set-rss --key` does; `set-rss` without a
