@@ -113,6 +113,10 @@ const QUEUE_ROWS: &[QueueRow] = &[
     row!("flowlane_queue_fill_ring_empty", "Times a frame arrived to an empty fill ring (fill-ring starvation).", C, [], |q| q.io.fill_ring_empty),
     row!("flowlane_queue_tx_ring_full", "Times a transmit found the TX ring full.", C, [], |q| q.io.tx_ring_full),
     row!("flowlane_queue_tx_kicks", "TX wake-ups (sendto kicks).", C, [], |q| q.io.tx_kicks),
+    row!("flowlane_queue_frames", "The queue's UMEM frames by where they are at the end of its worker's last pass: on its free list, with the kernel to receive into (put on the fill ring, not yet taken off the RX ring), being sent (queued for the TX ring or on it), held (zero-copy receive payload not read yet, frames a move's scan left waiting). Their sum is the frames the queue owns (--frames-per-queue); idle, every frame is free or with the kernel.", G, ["where" = "free"], |q| q.io.frames_free),
+    row!("flowlane_queue_frames", "", G, ["where" = "fill"], |q| q.io.frames_fill),
+    row!("flowlane_queue_frames", "", G, ["where" = "tx"], |q| q.io.frames_tx),
+    row!("flowlane_queue_frames", "", G, ["where" = "held"], |q| q.io.frames_held),
     QueueRow {
         name: "flowlane_queue_busy_seconds",
         help: "Time the queue's worker spent in loop passes that found work (a kernel-socket service: its core thread's CPU time).",

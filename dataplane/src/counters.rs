@@ -107,5 +107,20 @@ counters! {
         tx_outstanding_max,
         /// TX wake-ups (`sendto` kicks).
         tx_kicks,
+        /// Gauge, set at every pass: the queue's frames on the worker's
+        /// free list. The four `frames_*` gauges account for every frame
+        /// the queue owns: their sum is its `--frames-per-queue` (a frame
+        /// missing from it was lost).
+        frames_free,
+        /// Gauge: frames the kernel holds to receive into, put on the fill
+        /// ring and not yet taken off the RX ring.
+        frames_fill,
+        /// Gauge: frames being sent, queued for the TX ring or on it and
+        /// not yet completed.
+        frames_tx,
+        /// Gauge: received frames the worker holds, kept by its handler
+        /// (zero-copy receive: payload the application has not read) or
+        /// waiting for a pass after a bucket move's scan.
+        frames_held,
     }
 }

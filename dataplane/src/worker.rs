@@ -816,7 +816,9 @@ pub(crate) fn run<H: QueueHandler>(
     let mut held = HeldFrames::new(&sock.umem, cfg.held_frames);
     let mut kernel = KernelStats::default();
     let c = &*counters;
-    first_fill(&mut sock, &mut free, cfg.tx_reserve, ready);
+    // Frames put on the fill ring since the start: those not yet taken
+    // off the RX ring are the kernel's (`frames_fill`).
+    let mut filled = first_fill(&mut sock, &mut free, cfg.tx_reserve, ready) as u64;
 
     // The loop, run again after a panic once the queue failed closed.
     let mut serve = |handler: &mut H| {
@@ -902,7 +904,7 @@ pub(crate) fn run<H: QueueHandler>(
                 }
                 received += got;
                 held.take_released(&mut free);
-                refill(&mut sock, &mut free, cfg.tx_reserve, false);
+                filled += refill(&mut sock, &mut free, cfg.tx_reserve, false) as u64;
                 if from_ring && got < BATCH {
                     break;
                 }
@@ -931,7 +933,16 @@ pub(crate) fn run<H: QueueHandler>(
                     break;
                 }
             };
-            refill(&mut sock, &mut free, cfg.tx_reserve, true);
+            filled += refill(&mut sock, &mut free, cfg.tx_reserve, true) as u64;
+            publish_frames(
+                c,
+                FrameCount {
+                    free: free.len(),
+                    fill: filled - rx_consumed - backlog.len() as u64,
+                    tx: tx.outstanding + pending.len(),
+                    held: held.held() + backlog.len(),
+                },
+            );
 
             if iterations % 1024 == 0 {
                 kernel.publish(&sock, &info, c);
@@ -1325,9 +1336,15 @@ impl FillRing for QueueSocket {
 /// pass's RX batches refill without waking, so the pass's last call
 /// often has nothing left to put there, and a driver that ran dry and
 /// asked to be woken meanwhile would wait for good under busy polling
-/// (no poll(2) to wake it).
-fn refill(ring: &mut impl FillRing, free: &mut Vec<FrameDesc>, reserve: usize, wake: bool) {
+/// (no poll(2) to wake it). Returns how many frames it put on the ring.
+fn refill(
+    ring: &mut impl FillRing,
+    free: &mut Vec<FrameDesc>,
+    reserve: usize,
+    wake: bool,
+) -> usize {
     let want = free.len().saturating_sub(reserve);
+    let mut produced = 0;
     if want > 0 {
         let room = ring.room(want as u32) as usize;
         let k = want.min(room);
@@ -1335,27 +1352,51 @@ fn refill(ring: &mut impl FillRing, free: &mut Vec<FrameDesc>, reserve: usize, w
             let start = free.len() - k;
             // SAFETY: the frames are free (owned by no ring) and belong to
             // this socket's UMEM.
-            let produced = unsafe { ring.produce(&free[start..]) };
+            produced = unsafe { ring.produce(&free[start..]) };
             free.truncate(free.len() - produced);
         }
     }
     if wake && ring.needs_wakeup() {
         ring.wakeup();
     }
+    produced
+}
+
+/// Where a queue's frames are at the end of a worker's pass: the
+/// `frames_*` gauges of its counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FrameCount {
+    /// On the worker's free list.
+    free: usize,
+    /// Put on the fill ring and not yet taken off the RX ring.
+    fill: u64,
+    /// Queued for the TX ring or on it, not yet completed.
+    tx: usize,
+    /// Kept by the handler, or left waiting by a scan.
+    held: usize,
+}
+
+/// Sets the queue's `frames_*` gauges to `n`.
+fn publish_frames(c: &QueueCounters, n: FrameCount) {
+    counters::set(&c.frames_free, n.free as u64);
+    counters::set(&c.frames_fill, n.fill);
+    counters::set(&c.frames_tx, n.tx as u64);
+    counters::set(&c.frames_held, n.held as u64);
 }
 
 /// The loop's first fill-ring refill, then `ready` (the start waits for
 /// every worker's): once [`Dataplane::start`](crate::Dataplane::start)
 /// returns, every queue's fill ring holds its frames and arriving frames
-/// find buffers.
+/// find buffers. Returns how many frames it put on the ring.
 fn first_fill(
     ring: &mut impl FillRing,
     free: &mut Vec<FrameDesc>,
     reserve: usize,
     ready: impl FnOnce(),
-) {
-    refill(ring, free, reserve, true);
+) -> usize {
+    let produced = refill(ring, free, reserve, true);
     ready();
+    produced
 }
 
 /// The worker's copy of the kernel's socket statistics
