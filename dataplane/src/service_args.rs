@@ -10,6 +10,7 @@
 //! the one place that says them in these flags' terms (`--port`), for the
 //! programs that print them.
 
+use std::fmt::Display;
 use std::str::FromStr;
 
 use flowlane_numa_sched::nic::RssSettings;
@@ -249,15 +250,30 @@ pub fn listen_port(text: &str) -> std::result::Result<u16, String> {
     }
 }
 
+/// The integer types a count of queues is read into ([`queue_count`]).
+pub trait Count: FromStr<Err = std::num::ParseIntError> + PartialEq + Default + Display {
+    /// The largest count the type holds.
+    const MAX: Self;
+}
+
+impl Count for u16 {
+    const MAX: u16 = u16::MAX;
+}
+
+impl Count for u32 {
+    const MAX: u32 = u32::MAX;
+}
+
 /// `--queues N`: a number of queues, at least 1 (everywhere `--queues` is a
-/// count; a list of queues has its own flag).
-pub fn queue_count<T>(text: &str) -> std::result::Result<T, String>
-where
-    T: FromStr + PartialEq + Default,
-{
+/// count; a list of queues has its own flag), at most what `T` holds (said
+/// so: a count past it is no less a number).
+pub fn queue_count<T: Count>(text: &str) -> std::result::Result<T, String> {
     match text.trim().parse::<T>() {
         Ok(n) if n != T::default() => Ok(n),
         Ok(_) => Err("must be at least 1 (a number of queues)".into()),
+        Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => {
+            Err(format!("at most {} (a number of queues)", T::MAX))
+        }
         Err(_) => Err("expected a number of queues (at least 1)".into()),
     }
 }
@@ -524,6 +540,10 @@ mod tests {
         assert!(queue_count::<u32>("0").unwrap_err().contains("at least 1"));
         let list = queue_count::<u16>("0,2").unwrap_err();
         assert!(list.contains("number of queues"), "{list}");
+        assert_eq!(
+            queue_count::<u16>("65536").unwrap_err(),
+            "at most 65535 (a number of queues)"
+        );
     }
 
     #[test]

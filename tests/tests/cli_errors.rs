@@ -951,6 +951,41 @@ fn bulk_source_needs_a_connection() {
     );
 }
 
+/// A count of queues past what the flag holds says the bound, not
+/// "expected a number of queues (at least 1)" (said of 1000000).
+#[test]
+fn too_many_queues_says_the_bound() {
+    usage_error(
+        &[
+            "rss", "hash", "--src", "10.0.0.2", "--dst", "10.0.0.1", "--queues", "1000000",
+        ],
+        &["--queues", "at most 65535"],
+    );
+}
+
+/// `bulk-source --connections` past the local ports one server can be
+/// reached from is a usage error, before anything starts (4294967295 was
+/// taken, and the process grew to 22 GB opening them until the OOM killer
+/// ended it); past the type's range too. (An interface that is not there:
+/// were the bound gone, the run would stop at it, not open anything.)
+#[test]
+fn bulk_source_connections_have_a_bound() {
+    for many in ["65536", "4294967295", "99999999999999999999999"] {
+        usage_error(
+            &[
+                "bulk-source",
+                "--iface",
+                "nosuch57",
+                "--connect",
+                "10.99.0.2:5001",
+                "--connections",
+                many,
+            ],
+            &["--connections", "at most 65535", "local port"],
+        );
+    }
+}
+
 /// `--app-threads` past one per network core is refused in one line
 /// saying the bound: a thread more would serve no connection.
 #[test]

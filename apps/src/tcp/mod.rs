@@ -243,12 +243,27 @@ pub struct SourceArgs {
     seed: u64,
 }
 
+/// The most connections `bulk-source` opens: each one to the server takes
+/// a local port of its own.
+const MAX_SOURCE_CONNECTIONS: usize = 65_535;
+
 /// `bulk-source --connections N`: at least one (none would be a transfer
-/// that never ends).
+/// that never ends), at most [`MAX_SOURCE_CONNECTIONS`] (4294967295 was
+/// taken, and the process grew to 22 GB opening them, one core's start,
+/// before the OOM killer ended it).
 fn connection_count(text: &str) -> std::result::Result<usize, String> {
+    use std::num::IntErrorKind;
+    let too_many = || {
+        format!(
+            "at most {MAX_SOURCE_CONNECTIONS} (each connection to the server takes a local port \
+             of its own)"
+        )
+    };
     match text.trim().parse::<usize>() {
         Ok(0) => Err("must be at least 1 (the connections to open)".into()),
-        Ok(n) => Ok(n),
+        Ok(n) if n <= MAX_SOURCE_CONNECTIONS => Ok(n),
+        Ok(_) => Err(too_many()),
+        Err(e) if *e.kind() == IntErrorKind::PosOverflow => Err(too_many()),
         Err(_) => Err("expected a number of connections (at least 1)".into()),
     }
 }
