@@ -11,7 +11,7 @@ use flowlane_numa_sched::nic::RssNic;
 use flowlane_numa_sched::{IndirectionTable, RssHashConfig, RssKey, RssState};
 
 /// The RSS state (key, table, placement) `hint` and `udp-ping` predict with,
-/// and the test bed's local address if there is one.
+/// and the test bed's local addresses if there is one (IPv4, then IPv6).
 pub fn rss_state(
     testbed: Option<&str>,
     key: Option<RssKey>,
@@ -19,7 +19,7 @@ pub fn rss_state(
     table_size: usize,
     queues: u16,
     nic_node: Option<u32>,
-) -> Result<(RssState, Option<IpAddr>)> {
+) -> Result<(RssState, Vec<IpAddr>)> {
     let (key, table, queues, local) = match testbed {
         Some(name) => {
             let bed = flowlane_testbed::load(name)?;
@@ -29,7 +29,7 @@ pub fn rss_state(
                 RssKey::new(rss.key)?,
                 IndirectionTable::new(table)?,
                 bed.queues as usize,
-                Some(bed.local_v4.parse()?),
+                vec![bed.local_v4.parse()?, bed.local_v6.parse()?],
             )
         }
         None => {
@@ -39,7 +39,7 @@ pub fn rss_state(
                 None => IndirectionTable::even(table_size, &(0..queues).collect::<Vec<_>>())?,
             };
             let n = table.entries().iter().max().map_or(1, |&q| q as usize + 1);
-            (key, table, n, None)
+            (key, table, n, Vec::new())
         }
     };
     let placed = machine_placement(nic_node, queues, None)?;

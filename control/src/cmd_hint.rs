@@ -3,7 +3,7 @@
 //! (a test bed's emulated NIC, or a key and table given explicitly) combined
 //! with the placement `udp-echo` pins its workers by.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
@@ -113,9 +113,9 @@ fn parse_flows(text: &str, default_proto: ProtoArg) -> Result<Vec<FlowTuple>> {
             Some(_) => bail!("{}", bad()),
         };
         flows.push(FlowTuple {
-            src: f[0].parse().with_context(bad)?,
+            src: f[0].parse::<IpAddr>().with_context(bad)?.to_canonical(),
             src_port: f[1].parse().with_context(bad)?,
-            dst: f[2].parse().with_context(bad)?,
+            dst: f[2].parse::<IpAddr>().with_context(bad)?.to_canonical(),
             dst_port: f[3].parse().with_context(bad)?,
             protocol: proto.into(),
         });
@@ -129,9 +129,12 @@ fn ask_daemon(args: &Args) -> Result<()> {
         connect_within, daemon_refused_line, request_on, FlowQuery, Request, Response,
     };
     let flow = FlowQuery {
-        src: args.src.context("--src is needed")?,
+        src: args.src.context("--src is needed")?.to_canonical(),
         sport: args.sport.context("--sport is needed")?,
-        dst: args.dst.context("--dst is needed with --daemon")?,
+        dst: args
+            .dst
+            .context("--dst is needed with --daemon")?
+            .to_canonical(),
         dport: args.dport.context("--dport is needed")?,
         proto: match args.proto {
             ProtoArg::Tcp => "tcp",
@@ -204,8 +207,8 @@ fn print_table(hints: &[Hint], by: Option<&str>) {
     for h in hints {
         outln!(
             "{:>40} {:>40} {:>5} {:>10} {:>6} {:>5} {:>4} {:>4}{}",
-            format!("{}:{}", h.src, h.sport),
-            format!("{}:{}", h.dst, h.dport),
+            SocketAddr::new(h.src, h.sport).to_string(),
+            SocketAddr::new(h.dst, h.dport).to_string(),
             h.proto,
             h.hash.map_or_else(|| "-".into(), |x| format!("{x:#x}")),
             h.bucket.map_or_else(|| "-".into(), |b| b.to_string()),
@@ -221,16 +224,24 @@ fn print_table(hints: &[Hint], by: Option<&str>) {
 /// is asked (exit 2, as clap's own refusals).
 fn one_family(args: &Args) -> Result<()> {
     match (args.src, args.dst) {
-        (Some(src), Some(dst)) if src.is_ipv4() != dst.is_ipv4() => Err(clap::Error::raw(
-            clap::error::ErrorKind::ArgumentConflict,
-            format!(
-                "--src {src} and --dst {dst} are not of one family: give two IPv4 or two \
+        (Some(src), Some(dst)) if src.to_canonical().is_ipv4() != dst.to_canonical().is_ipv4() => {
+            Err(clap::Error::raw(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!(
+                    "--src {src} and --dst {dst} are not of one family: give two IPv4 or two \
                      IPv6 addresses\n"
-            ),
-        )
-        .into()),
+                ),
+            )
+            .into())
+        }
         _ => Ok(()),
     }
+}
+
+/// The bed's address of `src`'s family (`--dst`'s default): a flow from
+/// an IPv6 peer goes to the bed's IPv6 address.
+fn local_of_family(local: &[IpAddr], src: IpAddr) -> Option<IpAddr> {
+    local.iter().copied().find(|a| a.is_ipv4() == src.is_ipv4())
 }
 
 /// Runs `flowlane hint`.
@@ -263,12 +274,13 @@ pub(crate) fn run(args: Args) -> Result<()> {
             args.proto,
         )?,
         None => {
-            let dst = args
-                .dst
-                .or(local)
-                .context("--dst is needed without --bed")?;
+            let src = args.src.context("--src is needed")?.to_canonical();
+            let dst = match args.dst {
+                Some(dst) => dst.to_canonical(),
+                None => local_of_family(&local, src).context("--dst is needed without --bed")?,
+            };
             vec![FlowTuple {
-                src: args.src.context("--src is needed")?,
+                src,
                 src_port: args.sport.context("--sport is needed")?,
                 dst,
                 dst_port: args.dport.context("--dport is needed")?,
@@ -326,5 +338,19 @@ mod tests {
         assert_eq!(f[1].protocol, flowlane_numa_sched::Protocol::Tcp);
         let e = parse_flows("10.0.0.2 x 10.0.0.1 1\n", ProtoArg::Udp).unwrap_err();
         assert!(format!("{e:#}").contains("line 1"));
+        // An IPv4-mapped address is the IPv4 flow it names (hashed on 12
+        // bytes, as the NIC hashes the IPv4 packet).
+        let f = parse_flows("::ffff:10.0.0.2 1 ::ffff:10.0.0.1 2\n", ProtoArg::Udp).unwrap();
+        assert_eq!(f[0].src, "10.0.0.2".parse::<IpAddr>().unwrap());
+        assert_eq!(f[0].dst, "10.0.0.1".parse::<IpAddr>().unwrap());
+    }
+
+    #[test]
+    fn the_default_destination_is_of_the_source_s_family() {
+        let local: Vec<IpAddr> = vec!["10.99.0.1".parse().unwrap(), "fd99::1".parse().unwrap()];
+        let of = |src: &str| local_of_family(&local, src.parse().unwrap()).map(|a| a.to_string());
+        assert_eq!(of("10.99.0.2").as_deref(), Some("10.99.0.1"));
+        assert_eq!(of("fd99::2").as_deref(), Some("fd99::1"));
+        assert_eq!(local_of_family(&[], "fd99::2".parse().unwrap()), None);
     }
 }

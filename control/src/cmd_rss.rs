@@ -112,7 +112,10 @@ pub(crate) fn even_spread(table_size: usize, queues: u16) -> Result<IndirectionT
 }
 
 /// Runs `flowlane rss hash`.
-pub(crate) fn hash(args: HashArgs) -> Result<()> {
+pub(crate) fn hash(mut args: HashArgs) -> Result<()> {
+    // An IPv4-mapped address is the IPv4 packet's: the NIC hashes its 12
+    // bytes, not 36.
+    (args.src, args.dst) = (args.src.to_canonical(), args.dst.to_canonical());
     if args.src.is_ipv4() != args.dst.is_ipv4() {
         bail!("--src and --dst must both be IPv4 or both IPv6");
     }

@@ -110,6 +110,44 @@ fn rss_hash_matches_the_microsoft_vector() {
     assert_eq!(v["bucket"], 0x51cc_c178u32 as u64 % 128);
 }
 
+/// An IPv4-mapped address (as a dual-stack socket names an IPv4 peer) is
+/// the IPv4 packet's: `rss hash` and `hint` hash its 12 bytes, as the NIC
+/// does, not 36 of an IPv6 header that never comes; `hint` writes IPv6
+/// endpoints in brackets.
+#[test]
+fn an_ipv4_mapped_flow_hashes_as_its_ipv4_packet() {
+    let flow = |src: &str, dst: &str| {
+        let o = flowlane(&[
+            "rss", "hash", "--src", src, "--dst", dst, "--sport", "2794", "--dport", "1766",
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (v["hash"].as_u64(), v["input"].as_str().map(str::len))
+    };
+    let v4 = (Some(0x51cc_c178), Some(24));
+    assert_eq!(flow("66.9.149.187", "161.142.100.80"), v4);
+    assert_eq!(flow("::ffff:66.9.149.187", "::ffff:161.142.100.80"), v4);
+    assert_eq!(flow("::ffff:66.9.149.187", "161.142.100.80"), v4);
+    let hint = |src: &str, dst: &str| {
+        let o = flowlane(&[
+            "hint", "--src", src, "--sport", "2794", "--dst", dst, "--dport", "1766",
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let t = hint("::ffff:66.9.149.187", "::ffff:161.142.100.80");
+    assert!(
+        t.contains(" 66.9.149.187:2794 ") && t.contains(" 0x51ccc178 "),
+        "{t}"
+    );
+    let t = hint("fd99::2", "fd99::1");
+    assert!(
+        t.contains(" [fd99::2]:2794 ") && t.contains(" [fd99::1]:1766 "),
+        "{t}"
+    );
+}
+
 #[test]
 fn plan_on_a_two_node_box_stays_on_the_nics_node() {
     let b = FakeBox::new("plan");

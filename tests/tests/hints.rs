@@ -117,18 +117,47 @@ fn hint_predicts_the_queue_of_256_random_flows() {
     }
     let bed = Bed::up("hint", 4);
     let mut echo = Echo::start(&bed, 7777);
+    // Each family on the same bed and service: IPv6 flows hash 36 bytes.
+    for (family, generation) in [(Family::V4, 1), (Family::V6, 2)] {
+        hint_predicts(&bed, &mut echo, family, generation);
+    }
+}
+
+/// The addresses of the flows of one family: the peer's, flowlane's.
+#[derive(Clone, Copy, Debug)]
+enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    fn addrs(self) -> (&'static str, &'static str) {
+        match self {
+            Family::V4 => ("10.99.0.2", "10.99.0.1"),
+            Family::V6 => ("fd99::2", "fd99::1"),
+        }
+    }
+}
+
+/// 256 flows of `family` from kernel sockets on the far side to `echo`,
+/// each from its own random source port, arrive on the queue `flowlane
+/// hint` names (its `--flows-file` form), and one through the single-flow
+/// form, whose `--dst` defaults to the bed's address of the source's
+/// family; `generation`: the echo report that counts them.
+fn hint_predicts(bed: &Bed, echo: &mut Echo, family: Family, generation: u64) {
+    let (peer, local) = family.addrs();
     let ports = random_ports(256, 7777);
 
-    // One datagram per flow from kernel sockets on the far side, each from
-    // its own source port; count the echoes that came back intact.
+    // One datagram per flow, each from its own source port; count the
+    // echoes that came back intact.
     let script = format!(
         "import socket\n\
          ok=0\n\
          for p in [{}]:\n\
-         \x20   s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
-         \x20   s.bind(('10.99.0.2',p)); s.settimeout(1.0)\n\
+         \x20   s=socket.socket(socket.AF_INET6 if ':' in '{peer}' else socket.AF_INET,socket.SOCK_DGRAM)\n\
+         \x20   s.bind(('{peer}',p)); s.settimeout(1.0)\n\
          \x20   m=b'flow %d' % p\n\
-         \x20   s.sendto(m,('10.99.0.1',7777))\n\
+         \x20   s.sendto(m,('{local}',7777))\n\
          \x20   try:\n\
          \x20       d,a=s.recvfrom(2048); ok+=(d==m)\n\
          \x20   except socket.timeout: pass\n\
@@ -143,16 +172,19 @@ fn hint_predicts_the_queue_of_256_random_flows() {
     let o = in_ns(&bed.peer_ns, &["python3", "-c", &script]);
     assert!(o.status.success(), "sender: {}", text(&o));
     let echoed: usize = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
-    let report = echo.report(1);
+    let report = echo.report(generation);
     assert_eq!(
         echoed, 256,
-        "every flow echoed back (refused: {})",
+        "every {family:?} flow echoed back (refused: {})",
         report["refused"]
     );
 
-    // Where each flow arrived, and each queue's worker CPU.
+    // Where each flow of this family arrived, and each queue's worker CPU.
     let mut arrived: BTreeMap<u16, BTreeSet<u64>> = BTreeMap::new();
     for f in report["flows"].as_array().unwrap() {
+        if f["src"] != peer {
+            continue;
+        }
         arrived
             .entry(f["src_port"].as_u64().unwrap() as u16)
             .or_default()
@@ -165,10 +197,10 @@ fn hint_predicts_the_queue_of_256_random_flows() {
         .map(|q| (q["queue"].as_u64().unwrap(), q["cpu"].as_u64().unwrap()))
         .collect();
 
-    let flows_file = std::env::temp_dir().join(format!("{}-flows.txt", bed.name));
+    let flows_file = std::env::temp_dir().join(format!("{}-{family:?}-flows.txt", bed.name));
     let lines: String = ports
         .iter()
-        .map(|p| format!("10.99.0.2 {p} 10.99.0.1 7777 udp\n"))
+        .map(|p| format!("{peer} {p} {local} 7777 udp\n"))
         .collect();
     std::fs::write(&flows_file, lines).unwrap();
     let o = flowlane(&[
@@ -192,7 +224,7 @@ fn hint_predicts_the_queue_of_256_random_flows() {
         assert_eq!(
             arrived.get(&port),
             Some(&BTreeSet::from([queue])),
-            "flow from port {port}: predicted queue {queue}"
+            "{family:?} flow from port {port}: predicted queue {queue}"
         );
         assert_eq!(
             Some(&h["cpu"].as_u64().unwrap()),
@@ -202,24 +234,17 @@ fn hint_predicts_the_queue_of_256_random_flows() {
         *per_queue.entry(queue).or_default() += 1;
     }
     assert_eq!(per_queue.len(), 4, "flows spread over all queues");
-    eprintln!("256/256 flows on the predicted queue; per queue: {per_queue:?}");
+    eprintln!("{family:?}: 256/256 flows on the predicted queue; per queue: {per_queue:?}");
 
-    // One flow through the single-flow form of the command.
+    // One flow through the single-flow form of the command, without
+    // --dst: the bed's address of the source's family.
     let p = ports[0].to_string();
     let o = flowlane(&[
-        "hint",
-        "--bed",
-        &bed.name,
-        "--src",
-        "10.99.0.2",
-        "--sport",
-        &p,
-        "--dport",
-        "7777",
-        "--json",
+        "hint", "--bed", &bed.name, "--src", peer, "--sport", &p, "--dport", "7777", "--json",
     ]);
     assert!(o.status.success(), "{}", text(&o));
     let one: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(one["dst"], local);
     assert_eq!(one["queue"], hints[0]["queue"]);
 }
 
