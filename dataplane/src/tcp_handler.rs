@@ -370,6 +370,11 @@ impl Net for StackNet<'_> {
     /// [`UNRESOLVED_GIVE_UP`], as [`CloseReason::Timeout`].
     fn connect(&mut self, remote: SocketAddr) -> Result<ConnHandle, Error> {
         let opens = self.opens.as_deref_mut().ok_or(Error::InvalidState)?;
+        // An IPv4-mapped peer (`::ffff:10.99.0.2`, as a dual-stack socket
+        // names an IPv4 one) is its IPv4 address, as connect(2) on such a
+        // socket takes it: no IPv6 packet may carry a mapped address (RFC
+        // 4291 §2.5.5.2).
+        let remote = SocketAddr::new(remote.ip().to_canonical(), remote.port());
         // RFC 1122 §4.2.3.10: an OPEN to a broadcast (our prefix's
         // directed one too) or multicast address is an error; so is one
         // to an address no peer can answer from (this network, loopback:
@@ -3440,6 +3445,35 @@ mod tests {
             cfg.local_prefix_len = 24;
             cfg.ephemeral = Some(EPHEMERAL);
             let (opened, sent) = open_at_start(cfg, remote);
+            assert_eq!(opened, Err(Error::InvalidAddress), "{remote}");
+            assert!(sent.is_empty(), "{remote}: no SYN");
+        }
+    }
+
+    /// An open to an IPv4-mapped address (as a dual-stack socket names
+    /// an IPv4 peer) goes out as IPv4 to the address it maps, as the
+    /// kernel-socket backend's connect(2) sends it; it was refused as an
+    /// IPv6 peer no address of ours could reach. A mapped address no peer
+    /// can have is refused as its IPv4 one is.
+    #[test]
+    fn an_open_to_an_ipv4_mapped_address_goes_out_as_ipv4() {
+        let mut cfg = TcpConfig::new(Ipv4Addr::new(10, 99, 0, 1), OUR_MAC, [1; 16]);
+        cfg.local_prefix_len = 24;
+        cfg.ephemeral = Some(EPHEMERAL);
+        let (opened, sent) = open_at_start(cfg.clone(), "[::ffff:10.99.0.2]:80");
+        assert!(opened.is_ok(), "{opened:?}");
+        assert_eq!(sent.len(), 1, "the SYN");
+        let syn = parse_frame(&sent[0]).unwrap();
+        assert!(
+            matches!(
+                syn.ip_pair(),
+                Some(flowlane_wire::IpPair::V4 { dst, .. }) if dst == Ipv4Addr::new(10, 99, 0, 2)
+            ),
+            "{:?}",
+            syn.ip_pair()
+        );
+        for remote in ["[::ffff:10.99.0.255]:80", "[::ffff:127.0.0.1]:80"] {
+            let (opened, sent) = open_at_start(cfg.clone(), remote);
             assert_eq!(opened, Err(Error::InvalidAddress), "{remote}");
             assert!(sent.is_empty(), "{remote}: no SYN");
         }

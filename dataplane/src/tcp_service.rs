@@ -825,6 +825,8 @@ fn software_rss(table_size: usize) -> Result<RssState> {
 /// flowlane sends to on-link peers only), at once, in one line, where the
 /// kernel's connect(2) would fail with ENETUNREACH.
 pub fn neighbors(specs: &[String], iface: &str, connect_to: Option<IpAddr>) -> Result<Neighbors> {
+    // An IPv4-mapped peer is its IPv4 address (the connect takes it so).
+    let connect_to = connect_to.map(|ip| ip.to_canonical());
     let mut n = Neighbors::new();
     for e in specs {
         n.insert_spec(e)
