@@ -15,6 +15,9 @@ use flowlane_wire::TcpRepr;
 use sim::peer::Peer;
 use sim::{read_all, A_IP, B_IP};
 
+/// What is done to a segment's option area, and how it is named.
+type Mangling = (&'static str, fn(&mut [u8]));
+
 /// B's first TSval (its SYN-ACK's).
 const B_TSVAL: u32 = 1_000_000;
 
@@ -84,7 +87,7 @@ fn send_mangled(p: &mut Peer, tsval: u32, payload: &[u8], mangle: impl Fn(&mut [
 #[test]
 fn a_mangled_timestamps_option_is_no_way_around_paws() {
     // (what is done to the option area: NOP, NOP, 8, 10, TSval, TSecr)
-    let manglings: [(&str, fn(&mut [u8])); 5] = [
+    let manglings: [Mangling; 5] = [
         ("length 8", |o| o[3] = 8),
         ("length past the header", |o| o[3] = 11),
         ("length 0", |o| o[3] = 0),
