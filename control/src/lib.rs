@@ -38,7 +38,8 @@ use flowlane_apps::{
     about = "flowlane: RSS/NUMA-aware multiqueue packet I/O on AF_XDP. Runs example services \
              (UDP echo, TCP echo, HTTP, bulk transfer) on the AF_XDP data path, on a real \
              interface or a veth test bed with an emulated RSS NIC (`flowlane testbed`), and \
-             shows or plans RSS, placement and IRQ affinity. Services and the test bed need root."
+             shows or plans RSS, placement and IRQ affinity. The test bed and the AF_XDP data path \
+             need root; the TCP services on `--backend kernel` without `--bed` do not."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -56,7 +57,9 @@ enum Cmd {
     UdpEcho(udp_echo::Args),
     #[command(flatten)]
     Tcp(tcp::TcpCmd),
-    /// A real NIC's RSS through ethtool (key and table).
+    /// A real NIC: its capabilities, its queues' counters, its RSS key and
+    /// table (read and written through ethtool netlink or ioctls; no
+    /// ethtool command needed).
     Nic {
         #[command(subcommand)]
         cmd: cmd_nic::NicCmd,

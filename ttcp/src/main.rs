@@ -1,4 +1,5 @@
 //! `flowlane-ttcp`: see the library documentation and `--help`.
+#![forbid(unsafe_code)]
 
 use clap::Parser;
 use flowlane_ttcp::cli::{Cli, Sub};
