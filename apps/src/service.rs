@@ -3,7 +3,7 @@
 //! [`Watchdog`] stops it when its interface, namespace, XDP program or a
 //! socket goes away.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,9 +48,48 @@ impl ServiceSignals {
     }
 }
 
+/// `--report FILE` (every service's): refused when something other than a
+/// regular file is at the path, which writing the report would replace
+/// ([`write_report`] renames over it: `--report /dev/full` replaced the
+/// device node by the JSON).
+pub fn report_path(text: &str) -> std::result::Result<PathBuf, String> {
+    if text.is_empty() {
+        return Err("give --report a file's path".into());
+    }
+    let path = PathBuf::from(text);
+    match not_replaceable(&path) {
+        Some(why) => Err(why),
+        None => Ok(path),
+    }
+}
+
+/// Why a report may not be renamed over `path`: something other than a
+/// regular file (or nothing) is there.
+fn not_replaceable(path: &Path) -> Option<String> {
+    let kind = std::fs::symlink_metadata(path).ok()?.file_type();
+    let what = if kind.is_file() {
+        return None;
+    } else if kind.is_symlink() {
+        "a symbolic link"
+    } else if kind.is_dir() {
+        "a folder"
+    } else {
+        "a device, FIFO or socket"
+    };
+    Some(format!(
+        "{} is {what}, which the report would replace (it is written beside the path and \
+         renamed over it): give --report a file's path",
+        path.display()
+    ))
+}
+
 /// Writes `value` as pretty JSON to `path` through a temporary file and a
-/// rename, so that readers never see half a report.
+/// rename, so that readers never see half a report; never over something
+/// other than a regular file ([`report_path`]).
 pub fn write_report(path: &Path, value: &impl serde::Serialize) -> Result<()> {
+    if let Some(why) = not_replaceable(path) {
+        anyhow::bail!("cannot write the report: {why}");
+    }
     let tmp = path.with_extension("tmp");
     let written = std::fs::write(&tmp, serde_json::to_vec_pretty(value)?)
         .and_then(|()| std::fs::rename(&tmp, path));
@@ -102,5 +141,32 @@ impl Watchdog {
         self.next = now + WATCH_PERIOD;
         dp.check()
             .with_context(|| format!("{} stopped", self.service))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::FileTypeExt;
+
+    /// A report is renamed over its path: never over a FIFO (or a device),
+    /// which it would replace by a file.
+    #[test]
+    fn a_report_replaces_only_a_regular_file() {
+        let dir = std::env::temp_dir().join(format!("fl-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let file = dir.join("report.json");
+        let wrote = write_report(&fifo, &1);
+        let still_fifo = std::fs::symlink_metadata(&fifo).map(|m| m.file_type().is_fifo());
+        let to_file = write_report(&file, &1).map(|()| std::fs::read_to_string(&file));
+        std::fs::remove_dir_all(&dir).unwrap();
+        let e = wrote.expect_err("a FIFO is refused").to_string();
+        assert!(e.contains("a device, FIFO or socket"), "{e}");
+        assert!(still_fifo.unwrap(), "the FIFO is left as it was");
+        assert_eq!(to_file.unwrap().unwrap(), "1");
+        assert!(report_path("").is_err());
+        assert!(report_path("/dev/null").unwrap_err().contains("--report"));
     }
 }

@@ -47,7 +47,7 @@ pub struct Args {
     #[command(flatten)]
     pub data_path: DataPathArgs,
     /// Write a JSON report here (on start, on SIGUSR1 and on exit).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::service::report_path)]
     pub report: Option<PathBuf>,
     /// Copy or zero-copy AF_XDP binding.
     #[arg(long, value_enum, default_value = "auto")]

@@ -951,6 +951,29 @@ fn bulk_source_needs_a_connection() {
     );
 }
 
+/// `--report` over something other than a regular file is a usage error
+/// before anything starts: the report is renamed over its path, and
+/// `--report /dev/full` replaced the device node by the JSON. (An interface
+/// that is not there: were the check gone, the run would stop at it.)
+#[test]
+fn a_report_path_that_is_no_file_is_refused() {
+    let dir = flowlane_tests::OpenDir::new("report-fifo");
+    let fifo = dir.path("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let link = dir.path("link");
+    std::os::unix::fs::symlink(dir.path("elsewhere.json"), &link).unwrap();
+    for (path, what) in [(&fifo, "FIFO"), (&link, "symbolic link")] {
+        let p = path.to_str().unwrap();
+        for cmd in ["udp-echo", "echo-server"] {
+            usage_error(
+                &[cmd, "--iface", "nosuch57", "--report", p],
+                &["--report", what, "give --report a file's path"],
+            );
+        }
+    }
+}
+
 /// A count of queues past what the flag holds says the bound, not
 /// "expected a number of queues (at least 1)" (said of 1000000).
 #[test]

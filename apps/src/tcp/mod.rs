@@ -112,7 +112,7 @@ pub struct Common {
     #[command(flatten)]
     pub rebalance: RebalanceArgs,
     /// Write a JSON report here (once up, on SIGUSR1 and on exit).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::service::report_path)]
     pub report: Option<PathBuf>,
     /// Give up (exit 1) after this many seconds (0: never).
     #[arg(long, default_value_t = 0)]
