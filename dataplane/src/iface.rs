@@ -233,6 +233,16 @@ pub fn local_ipv4(iface: &str) -> Result<std::net::Ipv4Addr> {
 /// prefix it was given (`ip addr add A/N`: N; 32 where the kernel tells
 /// no netmask).
 pub fn local_ipv4_prefix(iface: &str) -> Result<(std::net::Ipv4Addr, u8)> {
+    local_ipv4_prefix_if_any(iface)?.ok_or_else(|| {
+        Error::Setup(format!(
+            "{iface} has no IPv4 address: add one (ip addr add A/N dev {iface})"
+        ))
+    })
+}
+
+/// As [`local_ipv4_prefix`], `None` where `iface` has no IPv4 address (an
+/// IPv6-only network's).
+pub fn local_ipv4_prefix_if_any(iface: &str) -> Result<Option<(std::net::Ipv4Addr, u8)>> {
     let addrs = nix::ifaddrs::getifaddrs().map_err(|e| Error::Io {
         what: "listing interface addresses".into(),
         source: e.into(),
@@ -247,12 +257,10 @@ pub fn local_ipv4_prefix(iface: &str) -> Result<(std::net::Ipv4Addr, u8)> {
                 .as_ref()
                 .and_then(|m| m.as_sockaddr_in())
                 .map_or(32, |m| u32::from(m.ip()).count_ones() as u8);
-            return Ok((sin.ip(), prefix));
+            return Ok(Some((sin.ip(), prefix)));
         }
     }
-    Err(Error::Setup(format!(
-        "{iface} has no IPv4 address: add one (ip addr add A/N dev {iface})"
-    )))
+    Ok(None)
 }
 
 /// Our IPv6 address on `iface` for the data path: the first one that is

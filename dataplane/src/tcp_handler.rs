@@ -164,8 +164,10 @@ const SPILL_FRAME: usize = 1792;
 /// Everything a queue's TCP endpoint needs; cloned into every worker.
 #[derive(Debug, Clone)]
 pub struct TcpConfig {
-    /// Our IPv4 address (segments to other addresses are dropped).
-    pub local_ip: Ipv4Addr,
+    /// Our IPv4 address (segments to other addresses are dropped); None on
+    /// an interface with an IPv6 address only, whose IPv4 segments are all
+    /// dropped (and which opens no IPv4 connection).
+    pub local_ip: Option<Ipv4Addr>,
     /// The length of the prefix [`TcpConfig::local_ip`] was given on the
     /// interface (`ip addr add A/N`: N; 32, the default, where it is not
     /// known): its directed broadcast address (every host bit set; none
@@ -206,10 +208,16 @@ impl TcpConfig {
     /// Defaults: the stack's default configuration keyed by `isn_secret`,
     /// no IPv6 address, ephemeral ports [`EPHEMERAL`] (which
     /// `DataplaneConfig::ephemeral` must steer, for active opens), no
-    /// static neighbours, no RSS.
-    pub fn new(local_ip: Ipv4Addr, local_mac: [u8; 6], isn_secret: [u8; 16]) -> TcpConfig {
+    /// static neighbours, no RSS. `local_ip`: an address, or None for an
+    /// interface with an IPv6 one only ([`TcpConfig::local_ip6`], which must
+    /// then be set).
+    pub fn new(
+        local_ip: impl Into<Option<Ipv4Addr>>,
+        local_mac: [u8; 6],
+        isn_secret: [u8; 16],
+    ) -> TcpConfig {
         TcpConfig {
-            local_ip,
+            local_ip: local_ip.into(),
             local_prefix_len: 32,
             local_ip6: None,
             local_mac: EthernetAddress(local_mac),
@@ -225,7 +233,7 @@ impl TcpConfig {
 /// Our addresses on the interface: one per family.
 #[derive(Debug, Clone, Copy)]
 struct LocalAddrs {
-    v4: Ipv4Addr,
+    v4: Option<Ipv4Addr>,
     /// The directed broadcast address of `v4`'s prefix, if it has one.
     v4_broadcast: Option<Ipv4Addr>,
     v6: Option<Ipv6Addr>,
@@ -233,10 +241,11 @@ struct LocalAddrs {
 
 impl LocalAddrs {
     /// `v4` given with a prefix of `prefix_len` bits, and `v6`.
-    fn new(v4: Ipv4Addr, prefix_len: u8, v6: Option<Ipv6Addr>) -> LocalAddrs {
+    fn new(v4: Option<Ipv4Addr>, prefix_len: u8, v6: Option<Ipv6Addr>) -> LocalAddrs {
         // A /31 or /32 has no broadcast address (RFC 3021).
-        let v4_broadcast =
-            (prefix_len <= 30).then(|| Ipv4Addr::from(u32::from(v4) | (u32::MAX >> prefix_len)));
+        let v4_broadcast = v4
+            .filter(|_| prefix_len <= 30)
+            .map(|v4| Ipv4Addr::from(u32::from(v4) | (u32::MAX >> prefix_len)));
         LocalAddrs {
             v4,
             v4_broadcast,
@@ -257,7 +266,7 @@ impl LocalAddrs {
     /// Our address of `peer`'s family, if we have one.
     fn of_family(&self, peer: IpAddr) -> Option<IpAddr> {
         match peer {
-            IpAddr::V4(_) => Some(self.v4.into()),
+            IpAddr::V4(_) => self.v4.map(IpAddr::V4),
             IpAddr::V6(_) => self.v6.map(IpAddr::V6),
         }
     }
@@ -266,19 +275,19 @@ impl LocalAddrs {
     #[inline]
     fn is_ours(&self, ip: IpAddr) -> bool {
         match ip {
-            IpAddr::V4(a) => a == self.v4,
+            IpAddr::V4(a) => Some(a) == self.v4,
             IpAddr::V6(a) => Some(a) == self.v6,
         }
     }
 
     /// What a listener on `port` listens on: our IPv4 address, or, when
-    /// we have an IPv6 one too, the unspecified address, which the stack
-    /// matches in both families (frames to addresses not ours never reach
-    /// it: [`TcpHandler::input`] drops them).
+    /// we have an IPv6 one (beside it or alone), the unspecified address,
+    /// which the stack matches in both families (frames to addresses not
+    /// ours never reach it: [`TcpHandler::input`] drops them).
     fn listen_addr(&self, port: u16) -> SocketAddr {
-        match self.v6 {
-            None => SocketAddr::new(self.v4.into(), port),
-            Some(_) => SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), port),
+        match (self.v4, self.v6) {
+            (Some(v4), None) => SocketAddr::new(v4.into(), port),
+            _ => SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), port),
         }
     }
 }
@@ -3479,6 +3488,21 @@ mod tests {
         }
     }
 
+    /// An interface with an IPv6 address only: no IPv4 address is ours
+    /// (nor a broadcast), an IPv4 peer has no address of ours to be
+    /// reached from, and listeners take IPv6.
+    #[test]
+    fn an_ipv6_only_queue_has_no_ipv4_address() {
+        let v6: Ipv6Addr = "fd99::1".parse().unwrap();
+        let local = LocalAddrs::new(None, 24, Some(v6));
+        assert_eq!(local.v4_broadcast, None);
+        assert!(!local.is_ours("0.0.0.0".parse().unwrap()));
+        assert!(local.is_ours(v6.into()));
+        assert_eq!(local.of_family("10.99.0.2".parse().unwrap()), None);
+        assert_eq!(local.of_family("fd99::2".parse().unwrap()), Some(v6.into()));
+        assert_eq!(local.listen_addr(7), "[::]:7".parse().unwrap());
+    }
+
     /// Our prefix's directed broadcast address is the one with every host
     /// bit set, and a /31 or /32 has none (RFC 3021): an open to the
     /// other address of a /31 is not refused.
@@ -3492,7 +3516,7 @@ mod tests {
             (31, None),
             (32, None),
         ] {
-            let local = LocalAddrs::new(ours, prefix, None);
+            let local = LocalAddrs::new(Some(ours), prefix, None);
             let want = broadcast.map(Ipv4Addr::from);
             assert_eq!(local.v4_broadcast, want, "/{prefix}");
         }

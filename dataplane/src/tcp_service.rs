@@ -18,7 +18,7 @@ use crate::checksum_watch::ChecksumWatch;
 pub use crate::ephemeral::rss_state;
 use crate::ephemeral::EPHEMERAL;
 use crate::handoff::{self, Mesh, MoveError, MoveReport, NicWriter};
-use crate::iface::{current_ifindex, local_ipv4_prefix, local_ipv6, InterfaceInfo};
+use crate::iface::{current_ifindex, local_ipv4_prefix_if_any, local_ipv6, InterfaceInfo};
 use crate::kernel_neighbors::{kernel_neighbors, prime, route_to, Refresher, Route, PRIME_WAIT};
 use crate::neighbor::Neighbors;
 use crate::placement::machine_placement;
@@ -287,17 +287,29 @@ impl TcpService {
         // The MSS below is the MTU's: a smaller MTU later ends the service.
         dp.sized_by_mtu = true;
         dp.ephemeral = config.active.then_some(EPHEMERAL);
-        let (local_ip, prefix) = local_ipv4_prefix(&config.iface)?;
-        let mut tcp = TcpConfig::new(local_ip, info.mac, isn_secret()?);
-        tcp.local_prefix_len = prefix;
+        // Either family alone will do: an IPv6-only network's interface
+        // has no IPv4 address.
+        let (v4, v6) = (
+            local_ipv4_prefix_if_any(&config.iface)?,
+            local_ipv6(&config.iface)?,
+        );
+        if v4.is_none() && v6.is_none() {
+            return Err(Error::Setup(format!(
+                "{0} has no IPv4 address and no IPv6 one but link-local: add one (ip addr add \
+                 A/N dev {0})",
+                config.iface
+            )));
+        }
+        let mut tcp = TcpConfig::new(v4.map(|(ip, _)| ip), info.mac, isn_secret()?);
+        tcp.local_prefix_len = v4.map_or(32, |(_, prefix)| prefix);
         // A passive service's queues open nothing: its ephemeral range is
         // not steered, and an open's replies would reach the kernel.
         tcp.ephemeral = dp.ephemeral;
-        tcp.local_ip6 = local_ipv6(&config.iface)?;
+        tcp.local_ip6 = v6;
         // The steering program takes only these addresses' frames: the
         // interface's others (secondary, link-local) stay the kernel's, and
-        // so does all of IPv6 where the interface has no global address.
-        dp.local_v4 = LocalAddress::Only(tcp.local_ip);
+        // so does all of a family the interface has no (global) address of.
+        dp.local_v4 = LocalAddress::from_option(tcp.local_ip);
         dp.local_v6 = LocalAddress::from_option(tcp.local_ip6);
         if let Some(msl) = config.msl {
             tcp.tcp.msl = msl;
@@ -324,7 +336,7 @@ impl TcpService {
         };
         let mesh = moves.as_ref().map(|m| m.mesh.clone());
         let rss = config.rss.clone();
-        let local: Vec<std::net::IpAddr> = std::iter::once(tcp.local_ip.into())
+        let local: Vec<std::net::IpAddr> = (tcp.local_ip.map(Into::into).into_iter())
             .chain(tcp.local_ip6.map(Into::into))
             .collect();
         tcp.rss = config.rss;

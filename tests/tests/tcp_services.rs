@@ -42,10 +42,35 @@ fn kernel_client_gets_its_bytes_echoed() {
         return;
     }
     let bed = Bed::up("tec", 2);
+    echo_in_every_model(&bed, "10.99.0.1");
+}
+
+/// On an IPv6-only network's interface (the bed's IPv4 addresses
+/// removed), the services start and serve over IPv6 in every model: the
+/// AF_XDP ones refused to start ("xsk0 has no IPv4 address: add one").
+#[test]
+fn an_ipv6_only_interface_is_served_in_every_model() {
+    if !require_root("an_ipv6_only_interface_is_served_in_every_model") {
+        return;
+    }
+    let bed = Bed::up("te6", 2);
+    for (ns, dev, addr) in [
+        (&bed.ns, "xsk0", "10.99.0.1/24"),
+        (&bed.peer_ns, "peer0", "10.99.0.2/24"),
+    ] {
+        let o = in_ns(ns, &["ip", "addr", "del", addr, "dev", dev]);
+        assert!(o.status.success(), "removing {addr}: {}", text(&o));
+    }
+    echo_in_every_model(&bed, "fd99::1");
+}
+
+/// `echo-server` in every model on `bed`, 8 connections from the kernel to
+/// `addr`: every byte echoed, every connection closed.
+fn echo_in_every_model(bed: &Bed, addr: &str) {
     for model in MODELS {
         let backend = model.join(" ");
-        let app = start(&bed, &in_model(&["echo-server", "--port", "7"], model), 120);
-        let out = peer_py(&bed, 60, ECHO_CLIENT, &["10.99.0.1", "8"]);
+        let app = start(bed, &in_model(&["echo-server", "--port", "7"], model), 120);
+        let out = peer_py(bed, 60, ECHO_CLIENT, &[addr, "8"]);
         assert_eq!(out.trim(), "ok", "{backend}");
         let lines = app.stop();
         let t = totals(&lines);
