@@ -71,7 +71,11 @@ pub struct Args {
     pub key: Option<RssKey>,
     /// The NIC's indirection table, comma-separated (default: even over all
     /// of the device's queues, 128 entries).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_parser = flowlane_dataplane::service_args::queue_number::<u16>
+    )]
     pub table: Option<Vec<u16>>,
     /// The queue (worker) to send from and to receive the reply on.
     #[arg(long)]

@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::cmd_rss::ProtoArg;
 use flowlane_apps::flow_rss::rss_state;
 use flowlane_dataplane::privileges::require_root;
-use flowlane_dataplane::service_args::{queue_count, rss_key, table_size};
+use flowlane_dataplane::service_args::{queue_count, queue_number, rss_key, table_size};
 use flowlane_numa_sched::toeplitz::RssKey;
 
 /// Flags of `flowlane hint`.
@@ -35,7 +35,12 @@ pub(crate) struct Args {
     #[arg(long, value_parser = rss_key)]
     pub key: Option<RssKey>,
     /// Explicit indirection table: one queue per bucket, comma-separated.
-    #[arg(long, value_delimiter = ',', conflicts_with_all = ["table_size", "queues"])]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_parser = queue_number::<u16>,
+        conflicts_with_all = ["table_size", "queues"]
+    )]
     pub table: Option<Vec<u16>>,
     /// Size of an even table (without --table or --bed).
     #[arg(long, default_value_t = 128, value_parser = table_size)]

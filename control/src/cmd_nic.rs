@@ -7,7 +7,7 @@ use flowlane_numa_sched::nic::{even_table, point_entries};
 
 use crate::nic::error::Mechanism;
 use crate::nic::ethtool::EthtoolNic;
-use flowlane_dataplane::service_args::{queue_count, rss_key_value};
+use flowlane_dataplane::service_args::{queue_count, queue_number, rss_key_value};
 use flowlane_numa_sched::nic::RssNic;
 use flowlane_numa_sched::toeplitz::RssKey;
 
@@ -75,6 +75,7 @@ pub(crate) enum NicCmd {
             long,
             value_delimiter = ',',
             value_name = "Q,Q,...",
+            value_parser = queue_number::<u32>,
             conflicts_with = "equal"
         )]
         table: Option<Vec<u32>>,

@@ -9,7 +9,9 @@ use flowlane_testbed::impair::{self, parse_percent, parse_rate, ImpairSpec, Impa
 use flowlane_testbed::{self as testbed, netns};
 
 use flowlane_apps::service::ServiceSignals;
-use flowlane_dataplane::service_args::{queue_count, rss_key, rss_key_value, table_size};
+use flowlane_dataplane::service_args::{
+    queue_count, queue_number, rss_key, rss_key_value, table_size,
+};
 use flowlane_numa_sched::toeplitz::RssKey;
 use flowlane_numa_sched::IndirectionTable;
 
@@ -93,10 +95,20 @@ pub(crate) enum TestbedCmd {
         #[arg(long, value_parser = rss_key_value)]
         key: Option<RssKey>,
         /// Spread the table evenly over these queues (comma-separated).
-        #[arg(long, value_delimiter = ',', value_name = "Q,Q,...")]
+        #[arg(
+            long,
+            value_delimiter = ',',
+            value_name = "Q,Q,...",
+            value_parser = queue_number::<u16>
+        )]
         spread: Option<Vec<u16>>,
         /// Explicit table: one queue per bucket, comma-separated.
-        #[arg(long, value_delimiter = ',', conflicts_with = "spread")]
+        #[arg(
+            long,
+            value_delimiter = ',',
+            value_parser = queue_number::<u32>,
+            conflicts_with = "spread"
+        )]
         table: Option<Vec<u32>>,
         /// The old spelling of `--spread` (a list), refused with a hint:
         /// `--queues` is a count everywhere else.

@@ -38,7 +38,7 @@ pub struct DataPathArgs {
     pub rss_key: Option<RssKey>,
     /// The NIC's indirection table, one queue per bucket, comma-separated
     /// (`--bed` sets it).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = queue_number::<u32>)]
     pub rss_table: Option<Vec<u32>>,
     /// The test bed's emulated-NIC table map id (`--bed` sets it): what
     /// `--rebalance` writes to move a bucket.
@@ -276,6 +276,26 @@ pub fn queue_count<T: Count>(text: &str) -> std::result::Result<T, String> {
         }
         Err(_) => Err("expected a number of queues (at least 1)".into()),
     }
+}
+
+/// One entry of a comma-separated list of queues (`--rss-table`, and the
+/// tables and spreads of `hint`, `nic set-rss`, `testbed set-rss`,
+/// `udp-ping`): a queue number, said so when it is not one (it was Rust's
+/// "invalid digit found in string").
+pub fn queue_number<T: Count>(text: &str) -> std::result::Result<T, String> {
+    text.trim().parse::<T>().map_err(|e| {
+        if *e.kind() == std::num::IntErrorKind::PosOverflow {
+            format!(
+                "{text:?} is past the last queue number this takes ({})",
+                T::MAX
+            )
+        } else {
+            format!(
+                "{text:?} is not a queue number: give queue numbers separated by commas, \
+                 e.g. 0,1,2,3"
+            )
+        }
+    })
 }
 
 /// `--frames-per-queue N`: UMEM frames per queue (see
@@ -544,6 +564,20 @@ mod tests {
             queue_count::<u16>("65536").unwrap_err(),
             "at most 65535 (a number of queues)"
         );
+    }
+
+    #[test]
+    fn queue_numbers_say_what_a_list_is() {
+        assert_eq!(queue_number::<u16>(" 3"), Ok(3));
+        for bad in ["x", "", "-1", "1.5"] {
+            let e = queue_number::<u32>(bad).unwrap_err();
+            assert!(
+                e.contains("not a queue number") && e.contains("0,1,2,3"),
+                "{e}"
+            );
+        }
+        let past = queue_number::<u16>("65536").unwrap_err();
+        assert!(past.contains("65535"), "{past}");
     }
 
     #[test]

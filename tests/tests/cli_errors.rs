@@ -974,6 +974,26 @@ fn a_report_path_that_is_no_file_is_refused() {
     }
 }
 
+/// A list of queues with something else in it says what a list is, not
+/// Rust's "invalid digit found in string" / "cannot parse integer from
+/// empty string".
+#[test]
+fn a_queue_list_entry_that_is_no_number_says_what_to_give() {
+    let flow = ["--src", "10.0.0.2", "--sport", "1", "--dport", "2"];
+    let hint = [&["hint", "--table", "0,1,x"][..], &flow].concat();
+    let spread = ["testbed", "set-rss", "--bed", "x", "--spread", ""];
+    let table = [
+        "nic", "set-rss", "--iface", "nosuch57", "--table", "0,1,two",
+    ];
+    let rss_table = ["echo-server", "--iface", "nosuch57", "--rss-table", "0,a"];
+    for args in [&hint[..], &spread[..], &table[..], &rss_table[..]] {
+        usage_error(
+            args,
+            &["not a queue number", "separated by commas, e.g. 0,1,2,3"],
+        );
+    }
+}
+
 /// A count of queues past what the flag holds says the bound, not
 /// "expected a number of queues (at least 1)" (said of 1000000).
 #[test]
