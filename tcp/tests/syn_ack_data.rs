@@ -7,10 +7,11 @@
 
 mod sim;
 
-use flowlane_tcp::{Event, State};
+use flowlane_tcp::{Delivery, Ecn, Event, FrameRef, FrameStore, State};
 use flowlane_wire::tcp::{TcpFlags, TcpOptions};
+use flowlane_wire::TcpRepr;
 use sim::peer::Peer;
-use sim::{events, read_all, test_config};
+use sim::{events, read_all, test_config, A_IP, B_IP};
 
 /// B's SYN-ACK options: an MSS only.
 fn mss() -> TcpOptions {
@@ -119,12 +120,72 @@ fn text_past_the_syns_window_is_trimmed() {
     // B's SND.NXT back to the window's right edge: what A took.
     let edge = p.b_nxt.wrapping_sub(1 + (text.len() - wnd) as u32);
     assert_eq!(acks(&p.poll()), [edge]);
-    assert!(read_all(&mut p.a, conn) == text[..wnd], "the window's bytes");
+    assert!(
+        read_all(&mut p.a, conn) == text[..wnd],
+        "the window's bytes"
+    );
     // Read, the window opens again (A's window update).
     let update = p.poll();
-    assert!(update.iter().any(|(r, _)| usize::from(r.window) >= text.len() - wnd));
+    assert!(update
+        .iter()
+        .any(|(r, _)| usize::from(r.window) >= text.len() - wnd));
     p.b_nxt = edge;
     p.data(0, TcpFlags::FIN, &text[wnd..]);
-    assert!(read_all(&mut p.a, conn) == text[wnd..], "the rest, sent again");
+    assert!(
+        read_all(&mut p.a, conn) == text[wnd..],
+        "the rest, sent again"
+    );
     assert_eq!(p.a.state(conn), Ok(State::CloseWait));
+}
+
+/// The frame B's SYN-ACK arrived in, lent: its text (past
+/// `Config::zero_copy_min`) stays in the frame, as an established
+/// connection's in-order data does (zero-copy receive takes this path
+/// too), is read out of it, and the frame comes back once read.
+#[test]
+fn text_on_a_syn_ack_stays_in_its_lent_frame() {
+    struct OneFrame(Vec<u8>);
+    impl FrameStore for OneFrame {
+        fn frame(&self, id: u32) -> &[u8] {
+            assert_eq!(id, FRAME, "only the SYN-ACK's frame is lent");
+            &self.0
+        }
+    }
+    const FRAME: u32 = 7;
+    let mut p = syn_sent(None);
+    let text: Vec<u8> = (0..1200u32).map(|i| (i * 7) as u8).collect();
+    let syn_ack = TcpRepr {
+        src_port: 80,
+        dst_port: 10_000,
+        seq: p.b_nxt,
+        ack: p.b_rcv,
+        flags: TcpFlags::SYN | TcpFlags::ACK,
+        window: 65_535,
+        urgent: 0,
+        options: mss(),
+    };
+    let mut bytes = vec![0u8; 60];
+    let hl = syn_ack.emit(&mut bytes).unwrap();
+    bytes.truncate(hl);
+    bytes.extend_from_slice(&text);
+    let frames = OneFrame(bytes);
+    let (repr, payload) = TcpRepr::parse_segment(&frames.0).unwrap();
+    let frame = FrameRef {
+        id: FRAME,
+        payload_offset: hl as u32,
+    };
+    let d =
+        p.a.handle_tcp_frame(p.now, B_IP, A_IP, Ecn::NotEct, &repr, payload, frame);
+    assert_eq!(d, Delivery::Kept, "the text kept in its frame");
+    p.b_nxt = p.b_nxt.wrapping_add(1 + text.len() as u32);
+    let conn = p.conn;
+    assert_eq!(p.a.state(conn), Ok(State::Established));
+    assert_eq!(p.a.stats().frames_kept, 1);
+    assert_eq!(p.a.lent_frames(), 1);
+    assert_eq!(acks(&p.poll()), [p.b_nxt]);
+    let mut buf = vec![0u8; 4096];
+    let n = p.a.recv_in(conn, &mut buf, &frames).unwrap();
+    assert!(buf[..n] == text[..], "the text, read out of the frame");
+    assert_eq!(p.a.poll_released_frame(), Some(FRAME));
+    assert_eq!(p.a.lent_frames(), 0);
 }
