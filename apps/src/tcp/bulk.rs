@@ -303,6 +303,12 @@ impl Source {
                 if o.t.last_info.is_none() {
                     o.t.last_info = net.info(conn).ok();
                 }
+                // What the peer sent is not read (a sink does not answer,
+                // but a SYN-ACK may carry text, RFC 9293 §3.10.7.3, and
+                // `on_connected` runs before its Readable): dropped first,
+                // or the close resets the connection for unread bytes (RFC
+                // 1122 §4.2.2.13) and the transfer fails.
+                net.discard(conn);
                 let _ = net.close(conn);
                 return;
             }
@@ -503,6 +509,25 @@ mod tests {
         let v = rx.try_recv().expect("the transfer's result");
         assert_eq!(v["ok"], true, "{v}");
         assert_eq!(v["sha256"], sent_sha(&net), "{v}");
+    }
+
+    /// Bytes the peer sent before the last of ours went (text on its
+    /// SYN-ACK, read before the Readable event comes) are dropped before
+    /// the close: closed with them unread, the connection was reset and
+    /// the transfer failed.
+    #[test]
+    fn bytes_from_the_peer_do_not_turn_the_close_into_a_reset() {
+        let mut net = fake(usize::MAX);
+        net.inbox = b"hello".to_vec();
+        let (tx, rx) = channel();
+        let mut s = Source::new("10.99.0.2:5001".parse().unwrap(), 3000, 1, 1, tx);
+        s.on_start(&mut net);
+        s.on_connected(&mut net, c());
+        assert!(net.did("close"), "{:?}", net.calls);
+        assert!(!net.reset, "closed with the peer's bytes unread: reset");
+        s.on_peer_closed(&mut net, c());
+        let v = rx.try_recv().expect("the transfer's result");
+        assert_eq!(v["ok"], true, "{v}");
     }
 
     /// Failures stay failures, whichever FIN came first: a reset after
