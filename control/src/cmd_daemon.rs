@@ -33,7 +33,7 @@ pub(crate) struct Args {
     #[arg(long)]
     metrics: Option<SocketAddr>,
     /// Where the services' control sockets are [default: /run/flowlane].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cmd_status::run_dir)]
     run_dir: Option<PathBuf>,
     /// The daemon's Unix socket, where `flowlane hint --daemon` asks which
     /// queue, CPU and node process a flow (`none`: no socket) [default:

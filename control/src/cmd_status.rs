@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 #[derive(ClapArgs, Debug)]
 pub(crate) struct Args {
     /// Where the services' control sockets are.
-    #[arg(long, default_value = control_socket::RUN_DIR)]
+    #[arg(long, default_value = control_socket::RUN_DIR, value_parser = run_dir)]
     run_dir: PathBuf,
     /// The daemon's socket (`none`: the daemon is not asked).
     #[arg(long, default_value = flowlane_daemon::DEFAULT_SOCKET)]
@@ -29,6 +29,21 @@ pub(crate) struct Args {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// `--run-dir DIR` (`status`, `daemon`): a folder, or nothing yet (no
+/// service has run); something else there is refused (a file given by
+/// mistake read as a folder without services: "0 services", exit 0).
+pub(crate) fn run_dir(text: &str) -> std::result::Result<PathBuf, String> {
+    let dir = PathBuf::from(text);
+    match std::fs::metadata(&dir) {
+        Ok(m) if !m.is_dir() => Err(format!(
+            "{text} is not a folder: give --run-dir the folder the services keep their control \
+             sockets in ({} by default)",
+            control_socket::RUN_DIR
+        )),
+        _ => Ok(dir),
+    }
 }
 
 /// One service's part of the screen; `pid`: the process listening on its

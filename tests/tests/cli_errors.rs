@@ -994,6 +994,32 @@ fn a_queue_list_entry_that_is_no_number_says_what_to_give() {
     }
 }
 
+/// `--run-dir` naming a file is refused: it read as a folder without
+/// services ("0 services", exit 0), a typo said nowhere.
+#[test]
+fn a_run_dir_that_is_a_file_is_refused() {
+    let dir = flowlane_tests::OpenDir::new("rundir-file");
+    let file = dir.path("not-a-folder");
+    std::fs::write(&file, "").unwrap();
+    let f = file.to_str().unwrap();
+    for args in [
+        &["status", "--daemon-socket", "none", "--run-dir", f][..],
+        // (An interface that is not there: were the check gone, the
+        // daemon would stop at it, not run on.)
+        &[
+            "daemon",
+            "--socket",
+            "none",
+            "--iface",
+            "nosuch57",
+            "--run-dir",
+            f,
+        ][..],
+    ] {
+        usage_error(args, &["--run-dir", "is not a folder", "/run/flowlane"]);
+    }
+}
+
 /// A count of queues past what the flag holds says the bound, not
 /// "expected a number of queues (at least 1)" (said of 1000000).
 #[test]
