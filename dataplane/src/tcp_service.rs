@@ -876,6 +876,13 @@ fn unreachable(
         "flowlane opens connections to peers on {iface}'s own networks only (`ip route` lists \
          them), and to those given a MAC by --neighbor IP=MAC"
     );
+    // The kernel routes 0.0.0.0 as one of this host's addresses, but has
+    // no route to :: at all: either is no peer's (RFC 4291 §2.5.2).
+    if ip.is_unspecified() {
+        return Some(format!(
+            "{ip} is no unicast peer (the unspecified address): {only}"
+        ));
+    }
     match route {
         Err(e)
             if matches!(
@@ -978,6 +985,19 @@ mod tests {
         };
         let why = |r: std::io::Result<Route>| unreachable("xsk0", Some(7), ip, &r);
         assert_eq!(why(Ok(on_link)), None);
+        // The unspecified address of either family, whatever the kernel
+        // says of its route (none for ::), as bulk-source --connect said
+        // `no route to ::` where 0.0.0.0 was `no unicast peer`.
+        for any in ["::", "0.0.0.0"] {
+            let enetunreach = Err(std::io::Error::from_raw_os_error(libc::ENETUNREACH));
+            let said = unreachable("xsk0", Some(7), any.parse().unwrap(), &enetunreach).unwrap();
+            assert!(
+                said.starts_with(&format!(
+                    "{any} is no unicast peer (the unspecified address): "
+                )),
+                "{said}"
+            );
+        }
         let none = why(Err(std::io::Error::from_raw_os_error(libc::ENETUNREACH))).unwrap();
         assert!(
             none.starts_with("no route to 192.0.2.1 (")
