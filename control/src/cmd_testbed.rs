@@ -266,8 +266,9 @@ pub(crate) struct DelayArgs {
     /// Receive buffer of each lane's socket (MiB): frames waiting for the
     /// line beyond it are dropped, as by a router whose queue is full. A
     /// larger buffer trades loss for queueing delay when the line (this
-    /// host's CPU) cannot keep up.
-    #[arg(long, default_value_t = 8)]
+    /// host's CPU) cannot keep up. 1 to 1023: the kernel holds a socket's
+    /// receive buffer under 1 GiB.
+    #[arg(long, default_value_t = 8, value_parser = socket_buffer_mb)]
     socket_buffer_mb: usize,
     /// Threads (lanes) of the line, each with its own socket in a hash
     /// fanout group, so that every flow stays in one lane (default: one per
@@ -301,6 +302,22 @@ impl DelayArgs {
             rate_mbit: self.rate_mbit,
             queue_kb: self.queue_kb,
         }
+    }
+}
+
+/// The largest `--socket-buffer-mb` the kernel honours: it takes at most
+/// `INT_MAX / 2` bytes for `SO_RCVBUFFORCE` (net/core/sock.c,
+/// `__sock_set_rcvbuf`), 1 GiB less a byte, so 1023 whole MiB.
+const MAX_SOCKET_BUFFER_MB: usize = (i32::MAX as usize / 2) >> 20;
+
+/// `testbed delay --socket-buffer-mb`: 1 to [`MAX_SOCKET_BUFFER_MB`]; a
+/// larger buffer would be cut by the kernel without a word.
+fn socket_buffer_mb(text: &str) -> std::result::Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(mb) if (1..=MAX_SOCKET_BUFFER_MB).contains(&mb) => Ok(mb),
+        _ => Err(format!(
+            "give 1 to {MAX_SOCKET_BUFFER_MB} (MiB; the kernel caps a socket's receive buffer there)"
+        )),
     }
 }
 

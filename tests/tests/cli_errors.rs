@@ -724,6 +724,27 @@ fn delay_line_misuse() {
     assert!(rest.contains("delay line stopped"), "{rest}");
 }
 
+/// `testbed delay --socket-buffer-mb` past what the kernel takes for a
+/// socket (1023 MiB) is refused while parsing, not cut without a word.
+#[test]
+fn a_delay_line_socket_buffer_past_the_kernel_s_cap_is_refused() {
+    for mb in ["99999999", "1024", "0"] {
+        usage_error(
+            &[
+                "testbed",
+                "delay",
+                "--bed",
+                "x",
+                "--ms",
+                "5",
+                "--socket-buffer-mb",
+                mb,
+            ],
+            &["--socket-buffer-mb", "give 1 to 1023"],
+        );
+    }
+}
+
 #[test]
 fn a_closed_stdout_is_not_a_crash() {
     // `flowlane plan ... | head -0`: the reader is gone before the output.
