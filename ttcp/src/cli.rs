@@ -2,7 +2,9 @@
 
 use std::net::IpAddr;
 
-use flowlane_dataplane::service_args::{DataPathArgs, EcnChoice, ExecMode, RebalanceArgs};
+use flowlane_dataplane::service_args::{
+    listen_port, DataPathArgs, EcnChoice, ExecMode, RebalanceArgs,
+};
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
@@ -66,8 +68,9 @@ pub struct RunArgs {
     /// all mappings must name the same address.
     #[arg(short = 'm', value_name = "SESSIONS,CPU|*,ADDRESS")]
     pub mapping: Vec<String>,
-    /// First data port.
-    #[arg(short = 'p', default_value_t = 5001)]
+    /// First data port, 1-65535 (not 0: the sender must know the port the
+    /// receiver listens on).
+    #[arg(short = 'p', default_value_t = 5001, value_parser = listen_port)]
     pub base_port: u16,
     /// Number of data ports (connections are spread over them round-robin).
     #[arg(short = 'P', default_value_t = 1)]
@@ -106,8 +109,9 @@ pub struct RunArgs {
     /// Verbose: phases and per-thread counts on stderr.
     #[arg(short = 'V', long = "verbose")]
     pub verbose: bool,
-    /// Control (sync) port on the receiver.
-    #[arg(long, default_value_t = 5000)]
+    /// Control (sync) port on the receiver, 1-65535 (not 0: the sender
+    /// must know it).
+    #[arg(long, default_value_t = 5000, value_parser = listen_port)]
     pub control_port: u16,
     /// Backend: kernel sockets, or flowlane's TCP on the AF_XDP data path
     /// (`flowlane`, also `xdp`).

@@ -5,7 +5,17 @@ use clap::Parser;
 use flowlane_ttcp::cli::{Cli, Sub};
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.kind() == clap::error::ErrorKind::ValueValidation => {
+            // The flag, the value and what is wrong, on one line like every
+            // other error (as `flowlane`'s: without clap's "try --help").
+            let text = e.render().to_string();
+            eprintln!("flowlane-ttcp: {}", text.lines().next().unwrap_or_default());
+            std::process::exit(2);
+        }
+        Err(e) => e.exit(),
+    };
     let r = match &cli.cmd {
         Some(Sub::Matrix(m)) => flowlane_ttcp::matrix::run(m),
         None => flowlane_ttcp::run::run(&cli.run).map(|_| ()),

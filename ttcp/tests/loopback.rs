@@ -494,6 +494,28 @@ fn misuse_is_one_line_nonzero_and_bounded() {
     }
 }
 
+/// A port the sender must know is never 0 (the kernel would pick one no
+/// sender could know): `-p 0` and `--control-port 0` are refused while
+/// parsing, on either side, with what to give.
+#[test]
+fn port_zero_is_refused_where_the_peer_must_know_the_port() {
+    for flags in [
+        "-r -m 1,*,127.0.0.1 -p 0",
+        "-s -m 1,*,127.0.0.1 -p 0",
+        "-r -m 1,*,127.0.0.1 --control-port 0",
+        "-s -m 1,*,127.0.0.1 --control-port 0",
+        "-r -m 1,*,127.0.0.1 -N --control-port 0",
+    ] {
+        let (o, _) = wait_bounded(
+            cmd(None, &a(&format!("{flags} --wait 1"))).spawn().unwrap(),
+            Duration::from_secs(10),
+            flags,
+        );
+        assert_eq!(o.status.code(), Some(2), "{flags}: {}", err_line(&o));
+        assert_fails(&o, "a port must be 1-65535");
+    }
+}
+
 /// A report written to a pipe closed early (`flowlane-ttcp ... | true`) is
 /// dropped: no panic (exit 101, a backtrace), the run ends as usual.
 #[test]
