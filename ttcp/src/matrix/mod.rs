@@ -95,7 +95,7 @@ fn warmup_s(flag: Option<f64>, delay_ms: f64) -> f64 {
 
 /// Checks the matrix's times before anything starts: `--seconds` (above
 /// 0), `--warmup` (0 or more) and `--delays` (milliseconds, 0 or more), all
-/// finite and at most a day.
+/// finite and at most a day; an error names the bound.
 fn check_times(seconds: f64, warmup: Option<f64>, delays_ms: &[f64]) -> Result<()> {
     if !(seconds.is_finite() && seconds > 0.0 && seconds <= MAX_SECONDS) {
         bail!("--seconds {seconds}: give the measured seconds per cell, above 0 and at most {MAX_SECONDS}");
@@ -109,7 +109,10 @@ fn check_times(seconds: f64, warmup: Option<f64>, delays_ms: &[f64]) -> Result<(
         .iter()
         .find(|d| !(d.is_finite() && (0.0..=MAX_SECONDS * 1000.0).contains(*d)))
     {
-        bail!("--delays: {d} is not a one-way delay in milliseconds (0 or more)");
+        bail!(
+            "--delays: {d} is not a one-way delay in milliseconds: give 0 to {}",
+            MAX_SECONDS * 1000.0
+        );
     }
     Ok(())
 }
@@ -551,6 +554,12 @@ mod tests {
             (2.0, Some(1e300), vec![], "--warmup 1"),
             (2.0, None, vec![0.0, -1.0], "--delays: -1"),
             (2.0, None, vec![f64::NAN], "--delays: NaN"),
+            (
+                2.0,
+                None,
+                vec![99_999_999.0],
+                "--delays: 99999999 is not a one-way delay in milliseconds: give 0 to 86400000",
+            ),
         ] {
             let e = check_times(secs, warm, &delays).unwrap_err().to_string();
             assert!(e.starts_with(want), "{want}: {e}");
