@@ -3,10 +3,11 @@
 # on the same one-queue test bed, in the same run. Root; release build.
 # Usage: scripts/bench_tcp.sh [BYTES]   (default 1 GiB)
 set -euo pipefail
+source "$(dirname "$0")/lib/target-dir.sh"
 cd "$(dirname "$0")/.."
 BYTES=${1:-1073741824}
 BED=bt$$
-F=target/release/flowlane
+F=$target_dir/release/flowlane
 cargo build --release -q -p flowlane-control
 SINK_OUT=$(mktemp /tmp/flowlane-bench-tcp.XXXXXX)
 SINK=

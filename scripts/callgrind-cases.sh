@@ -16,6 +16,7 @@
 # the cases run two at a time. About two minutes on the 2-vCPU VM once
 # built. Honours CARGO_TARGET_DIR.
 set -euo pipefail
+source "$(dirname "$0")/lib/target-dir.sh"
 cd "$(dirname "$0")/.."
 if [[ $# -lt 1 || "$1" == -* ]]; then
     echo "usage: scripts/callgrind-cases.sh OUT_DIR [--no-build]" >&2
@@ -30,7 +31,6 @@ if ! command -v valgrind >/dev/null || ! command -v callgrind_annotate >/dev/nul
 fi
 mkdir -p "$out"
 if [[ $build == 1 ]]; then
-    target_dir=$(realpath -m "${CARGO_TARGET_DIR:-target}")
     cargo build --release -q -p flowlane-tcp --example sim_bulk
     # The test binary's path, from cargo's own report of what it built.
     dp=$(cargo test --release -q -p flowlane-dataplane --lib --no-run --message-format=json |

@@ -16,6 +16,7 @@
 # in which nothing misses), e.g. CG_LL=8388608,16,64 for 8 MiB, 16 ways.
 # CG_OUT=FILE keeps callgrind's output (for callgrind_annotate).
 set -euo pipefail
+source "$(dirname "$0")/lib/target-dir.sh"
 cd "$(dirname "$0")/.."
 bin=""
 if [[ "${1:-}" == "--bin" ]]; then bin=$2; shift 2; fi
@@ -29,7 +30,7 @@ if ! command -v valgrind >/dev/null || ! command -v callgrind_control >/dev/null
 fi
 if [[ -z "$bin" ]]; then
     cargo build --release -q -p flowlane-tcp --example sim_bulk
-    bin=target/release/examples/sim_bulk
+    bin=$target_dir/release/examples/sim_bulk
 fi
 work=$(mktemp -d /tmp/flowlane-cgsteady.XXXXXX)
 pid=""

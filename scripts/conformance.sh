@@ -15,13 +15,14 @@
 # Environment: BACKENDS (default "xdp kernel"; one alone prints its
 # transcript), FAMILIES (default "4"; "4 6" or "6" runs the cases over IPv6
 # too, from fd99::3, the bed's IPv6 prefix; transcripts kernel6.txt, xdp6.txt),
-# ACTIVE (default 1; 0 leaves the active-open cases out), PYTHON (one with scapy), FLOWLANE (the binary; default target/release/flowlane),
+# ACTIVE (default 1; 0 leaves the active-open cases out), PYTHON (one with scapy), FLOWLANE (the binary; default target/release/flowlane, under $CARGO_TARGET_DIR when set),
 # OUT (a directory to keep kernel.txt, xdp.txt and the servers' logs in;
 # default a temporary one, removed). Needs root and python3 with scapy
 # (scripts/setup.sh installs python3-scapy). Not part of scripts/test.sh:
 # a measurement to read, with timings (SYN-ACK and persist backoff) that a
 # loaded machine shifts.
 set -euo pipefail
+source "$(dirname "$0")/lib/target-dir.sh"
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "conformance: needs root (raw sockets, a test bed): run it with sudo" >&2; exit 1; }
 # The distribution's python3 where the first one on PATH (a pyenv's) lacks
@@ -29,7 +30,7 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 "$PYTHON" -c 'import scapy' 2>/dev/null || PYTHON=/usr/bin/python3
 "$PYTHON" -c 'import scapy' 2>/dev/null || { echo "conformance: python3 has no scapy: apt-get install python3-scapy (or scripts/setup.sh), or set PYTHON" >&2; exit 1; }
-FLOWLANE=${FLOWLANE:-target/release/flowlane}
+FLOWLANE=${FLOWLANE:-$target_dir/release/flowlane}
 [ -x "$FLOWLANE" ] || { echo "conformance: no $FLOWLANE: cargo build --release -p flowlane-control, or set FLOWLANE" >&2; exit 1; }
 BED=conf$$
 KEEP=${OUT:-}

@@ -27,6 +27,7 @@
 # servers alike). A server that does not answer has the end of its log
 # printed before the script exits.
 set -euo pipefail
+source "$(dirname "$0")/lib/target-dir.sh"
 cd "$(dirname "$0")/.."
 SECS=${SECS:-5}
 QUEUES=${QUEUES:-2}
@@ -58,7 +59,7 @@ fi
 if [ -z "${FLOWLANE:-}" ]; then
   cargo build --release -q -p flowlane-control
 fi
-F=${FLOWLANE:-$PWD/target/release/flowlane}
+F=${FLOWLANE:-$target_dir/release/flowlane}
 BED=cr$$
 NS=flowlane-$BED
 PNS=flowlane-$BED-peer

@@ -87,16 +87,12 @@ stop_if_signalled() {
   fi
 }
 
-# The build's folder: $CARGO_TARGET_DIR when set (a target directory shared
-# between checkouts; made absolute as the user meant it, before moving to the
-# repository), else the repository's target/.
-if [ -n "${CARGO_TARGET_DIR:-}" ]; then
-  CARGO_TARGET_DIR=$(realpath -m "$CARGO_TARGET_DIR")
-  export CARGO_TARGET_DIR
-fi
+# The build's folder (before moving to the repository: a relative
+# $CARGO_TARGET_DIR is the user's).
+source "$(dirname "$0")/lib/target-dir.sh"
 
 cd "$(dirname "$0")/.."
-bin=${CARGO_TARGET_DIR:-$PWD/target}/release
+bin=$target_dir/release
 echo "== [1/4] system packages and Rust (scripts/setup.sh; the first run installs packages, a few minutes)"
 bash scripts/setup.sh
 echo "== [2/4] building flowlane and flowlane-ttcp (release; the first build takes a few minutes)"

@@ -11,13 +11,14 @@
 # Then, with the lent-device tool: carry ["target/device-kit"], command
 # "bash scripts/device-run.sh" (see that script).
 set -euo pipefail
+source "$(dirname "$0")/lib/target-dir.sh"
 cd "$(dirname "$0")/.."
 cargo build --release -q -p flowlane-control -p flowlane-ttcp
 KIT=target/device-kit
 rm -rf "$KIT"
 mkdir -p "$KIT/bin" "$KIT/lib"
 for b in flowlane flowlane-ttcp; do
-  cp "target/release/$b" "$KIT/bin/$b"
+  cp "$target_dir/release/$b" "$KIT/bin/$b"
   strip "$KIT/bin/$b"
 done
 # The data path's unit tests, for their ignored prefetch measurement

@@ -15,6 +15,7 @@
 # FLOWLANE (a flowlane binary instead of building target/release/flowlane).
 # Needs root.
 set -euo pipefail
+source "$(dirname "$0")/lib/target-dir.sh"
 cd "$(dirname "$0")/.."
 MIB=${MIB:-256}
 QUEUES=${QUEUES:-2}
@@ -24,7 +25,7 @@ CONNS=("$@")
 if [ -z "${FLOWLANE:-}" ]; then
   cargo build --release -q -p flowlane-control
 fi
-F=${FLOWLANE:-$PWD/target/release/flowlane}
+F=${FLOWLANE:-$target_dir/release/flowlane}
 BED=em$$
 PNS=flowlane-$BED-peer
 WORK=$(mktemp -d /tmp/flowlane-exec-models.XXXXXX)

@@ -16,6 +16,7 @@
 # fuzzed crates forbid unsafe code, and ASan halves the executions per second. Debug
 # assertions and overflow checks are on (cargo-fuzz's default build).
 set -euo pipefail
+source "$(dirname "$0")/lib/target-dir.sh"
 cd "$(dirname "$0")/.."
 
 usage() {
@@ -79,7 +80,6 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked
 fi
 
-target_dir=$(realpath -m "${CARGO_TARGET_DIR:-target}")
 export CARGO_TARGET_DIR=$target_dir
 sanitizer=${FLOWLANE_FUZZ_SANITIZER:-none}
 summary=()

@@ -37,6 +37,7 @@
 # daemon's metrics), the attackers' resets and echo check, and the
 # service's anonymous memory (KiB) at start, before and after the upload.
 set -euo pipefail
+source "$(dirname "$0")/lib/target-dir.sh"
 cd "$(dirname "$0")/.."
 ATTACKS=("$@")
 ((${#ATTACKS[@]})) || ATTACKS=(none trickle half)
@@ -66,7 +67,7 @@ command -v python3 >/dev/null || { echo "hostile-peer: needs python3 (apt-get in
 if [ -z "${FLOWLANE:-}" ]; then
   cargo build --release -q -p flowlane-control
 fi
-AFTER=$(realpath "${FLOWLANE:-target/release/flowlane}")
+AFTER=$(realpath "${FLOWLANE:-$target_dir/release/flowlane}")
 BINS=("after=$AFTER")
 [ -n "${BEFORE:-}" ] && BINS=("before=$(realpath "$BEFORE")" "${BINS[@]}")
 

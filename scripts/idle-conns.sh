@@ -38,6 +38,7 @@
 #    both the acceptor's epitems and the clients' bind buckets, which the
 #    second phase mostly reuses: the server's figure is low by up to 128 B.
 set -euo pipefail
+source "$(dirname "$0")/lib/target-dir.sh"
 cd "$(dirname "$0")/.."
 COUNT=${1:-200000}
 QUEUES=${QUEUES:-2}
@@ -58,7 +59,7 @@ fi
 if [ -z "${FLOWLANE:-}" ]; then
   cargo build --release -q -p flowlane-control
 fi
-F=${FLOWLANE:-$PWD/target/release/flowlane}
+F=${FLOWLANE:-$target_dir/release/flowlane}
 BED=ic$$
 NS=flowlane-$BED
 PNS=flowlane-$BED-peer

@@ -16,8 +16,7 @@
 # has no sch_netem, and netem on flowlane's device would miss AF_XDP's
 # transmit path); each cell records the round trip the line really added.
 set -euo pipefail
+source "$(dirname "$0")/lib/target-dir.sh"
 cd "$(dirname "$0")/.."
 cargo build --release -q -p flowlane-ttcp -p flowlane-control
-# Where cargo put them: $CARGO_TARGET_DIR when set, as for every cargo call.
-target_dir=$(realpath -m "${CARGO_TARGET_DIR:-target}")
 exec "$target_dir/release/flowlane-ttcp" matrix --flowlane "$target_dir/release/flowlane" "$@"

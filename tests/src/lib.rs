@@ -3,7 +3,8 @@
 //! named test beds that remove themselves ([`bed`]), and child processes
 //! with a deadline ([`child`]), so that a stall fails a test instead of
 //! hanging it; the daemon started for a test ([`daemon`]), and one owning
-//! a bed's NIC ([`nic_daemon`]).
+//! a bed's NIC ([`nic_daemon`]); a script of `scripts/` run with fakes
+//! ([`script_repo`]).
 //!
 //! Tests that need root (namespaces, BPF, AF_XDP) call [`require_root`]
 //! first and skip with a printed reason otherwise; CI runs as root.
@@ -15,6 +16,7 @@ pub mod child;
 pub mod daemon;
 pub mod nic_daemon;
 pub mod rerun;
+pub mod script_repo;
 
 pub use bed::{napi_threads, start_udp_echo, threaded, unique_name, xdp_attached, Bed, ToolBed};
 pub use child::{kill_and_reap, ready_within, stop, terminate, wait_bounded, wait_within};

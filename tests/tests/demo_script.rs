@@ -16,45 +16,34 @@
 //! - the closing listing names every file kept, the `*.svg` plots included;
 //! - setup.sh with neither root nor sudo says what to do, in one line.
 
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
+use flowlane_tests::script_repo::{fake_program as script, scripts_dir, ScriptRepo};
 use flowlane_tests::{text, OpenDir};
 
-/// The repository's `scripts/` folder.
-fn scripts_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts")
-}
-
-/// Writes an executable shell script.
-fn script(path: &Path, body: &str) {
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, format!("#!/bin/sh\n{body}")).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
-}
-
-/// A copy of the repository's layout for demo.sh: the real script, fake
-/// parts that append a line to `log` when they run, and an empty folder
-/// to run it from.
+/// demo.sh's layout ([`ScriptRepo`]) with fake parts that append a line
+/// to the log when they run.
 struct FakeRepo {
-    dir: OpenDir,
+    repo: ScriptRepo,
+}
+
+impl std::ops::Deref for FakeRepo {
+    type Target = ScriptRepo;
+    fn deref(&self) -> &ScriptRepo {
+        &self.repo
+    }
 }
 
 impl FakeRepo {
     fn new(tag: &str) -> FakeRepo {
-        let dir = OpenDir::new(tag);
-        let root = dir.path("repo");
-        std::fs::create_dir_all(root.join("scripts")).unwrap();
-        std::fs::copy(scripts_dir().join("demo.sh"), root.join("scripts/demo.sh")).unwrap();
+        let repo = ScriptRepo::new(tag, "demo.sh");
+        let root = repo.dir.path("repo");
         script(
             &root.join("scripts/setup.sh"),
             "echo setup >>\"$FAKE_LOG\"\n",
         );
-        script(
-            &dir.path("bin/cargo"),
-            "echo \"cargo $*\" >>\"$FAKE_LOG\"\n",
-        );
+        repo.fake_on_path("cargo", &ScriptRepo::logging("cargo"));
         // `flowlane demo --out DIR ...`: keeps a result, exits as told.
         script(
             &root.join("target/release/flowlane"),
@@ -75,38 +64,7 @@ impl FakeRepo {
              [ -n \"$FAKE_TTCP_CTRL_C\" ] && kill -INT $PPID && exit 1\n\
              exit \"${FAKE_TTCP_STATUS:-0}\"\n",
         );
-        std::fs::create_dir_all(dir.path("cwd")).unwrap();
-        FakeRepo { dir }
-    }
-
-    /// `scripts/demo.sh ARGS` from the empty folder, with `env` set.
-    fn run(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
-        let path = format!(
-            "{}:{}",
-            self.dir.path("bin").display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
-        Command::new("bash")
-            .arg(self.dir.path("repo/scripts/demo.sh"))
-            .args(args)
-            .current_dir(self.dir.path("cwd"))
-            .env("PATH", path)
-            .env("FAKE_LOG", self.dir.path("log"))
-            .envs(env.iter().copied())
-            .output()
-            .expect("running demo.sh")
-    }
-
-    /// What the fakes wrote down, in order.
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path("log")).unwrap_or_default()
-    }
-
-    /// Whether the fake `program` ran (a line of the log begins with it).
-    fn ran(&self, program: &str) -> bool {
-        self.log()
-            .lines()
-            .any(|l| l.split(' ').next() == Some(program))
+        FakeRepo { repo }
     }
 
     /// What the run left in the folder it ran from.
