@@ -1076,6 +1076,23 @@ fn bulk_source_connections_have_a_bound() {
     }
 }
 
+/// `bulk-source --connect` to port 0 is refused while parsing: no server
+/// listens there (the run started and every connect failed "invalid
+/// address").
+#[test]
+fn bulk_source_connects_to_a_port_of_1_to_65535() {
+    for (to, want) in [
+        ("10.99.0.2:0", "a port must be 1-65535"),
+        ("[fd00::1]:0", "a port must be 1-65535"),
+        ("10.99.0.2", "give ADDR:PORT"),
+    ] {
+        usage_error(
+            &["bulk-source", "--iface", "nosuch57", "--connect", to],
+            &["--connect", to, want],
+        );
+    }
+}
+
 /// `--app-threads` past one per network core is refused in one line
 /// saying the bound: a thread more would serve no connection.
 #[test]

@@ -227,8 +227,8 @@ pub struct SinkArgs {
 pub struct SourceArgs {
     #[command(flatten)]
     common: Common,
-    /// Server to send to.
-    #[arg(long)]
+    /// Server to send to: `ADDR:PORT` (`[V6]:PORT`), port 1-65535.
+    #[arg(long, value_name = "ADDR:PORT", value_parser = server_address)]
     connect: SocketAddr,
     /// Bytes per connection.
     #[arg(long, default_value_t = 64 << 20)]
@@ -246,6 +246,20 @@ pub struct SourceArgs {
 /// The most connections `bulk-source` opens: each one to the server takes
 /// a local port of its own.
 const MAX_SOURCE_CONNECTIONS: usize = 65_535;
+
+/// `bulk-source --connect ADDR:PORT`: port 0 is refused (no server
+/// listens there: the run started, then every connect failed with only
+/// "invalid address").
+fn server_address(text: &str) -> std::result::Result<SocketAddr, String> {
+    let addr: SocketAddr = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text}: give ADDR:PORT (10.0.0.1:5001, [fd00::1]:5001)"))?;
+    if addr.port() == 0 {
+        return Err(format!("{text}: a port must be 1-65535"));
+    }
+    Ok(addr)
+}
 
 /// `bulk-source --connections N`: at least one (none would be a transfer
 /// that never ends), at most [`MAX_SOURCE_CONNECTIONS`] (4294967295 was
