@@ -54,13 +54,13 @@ pub(crate) struct Args {
     /// Source (remote) address of the flow as it arrives.
     #[arg(long, required_unless_present = "flows_file")]
     pub src: Option<IpAddr>,
-    /// Source port.
+    /// Source port; 0-65535, 0 too (hashed as given, not "any").
     #[arg(long, required_unless_present = "flows_file")]
     pub sport: Option<u16>,
     /// Destination (local) address; default: the test bed's flowlane side.
     #[arg(long)]
     pub dst: Option<IpAddr>,
-    /// Destination port.
+    /// Destination port; 0-65535, 0 too (hashed as given, not "any").
     #[arg(long, required_unless_present = "flows_file")]
     pub dport: Option<u16>,
     /// Transport protocol.

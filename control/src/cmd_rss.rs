@@ -45,10 +45,11 @@ pub(crate) struct HashArgs {
     /// Destination address.
     #[arg(long)]
     pub dst: IpAddr,
-    /// Source port (with --dport: a 4-tuple hash; without ports: 2-tuple).
+    /// Source port (with --dport: a 4-tuple hash; without ports: 2-tuple);
+    /// 0-65535, 0 too (hashed as given, not "any").
     #[arg(long, requires = "dport")]
     pub sport: Option<u16>,
-    /// Destination port.
+    /// Destination port; 0-65535, 0 too (hashed as given, not "any").
     #[arg(long, requires = "sport")]
     pub dport: Option<u16>,
     /// Transport protocol.
