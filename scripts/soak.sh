@@ -20,8 +20,8 @@
 #   --settle-s S    seconds of idle after the load (default 240: twice the
 #                   longest timeout, the idle timeout of 30 s plus TIME-WAIT
 #                   and FIN-WAIT-2 of 2 MSL, 60 s)
-#   --flowlane BIN  the flowlane binary (default target/release/flowlane,
-#                   built when missing)
+#   --flowlane BIN  the flowlane binary (default release/flowlane under
+#                   $CARGO_TARGET_DIR or target/, built when missing)
 #   --out DIR       where the table, samples.jsonl and the logs are kept
 #                   (default ./flowlane-soak-<date>-<time>/)
 #   --msl-ms MS     the services' MSL (default the stack's, 30 s)
@@ -54,6 +54,7 @@
 # process it made is removed on every way out (Ctrl-C included); names are
 # unique per run (soak<pid><n>). Needs root, wrk, curl, nc, python3.
 set -euo pipefail
+source "$(dirname "$0")/lib/target-dir.sh"
 cd "$(dirname "$0")/.."
 
 usage() { sed -n '/^#   scripts\/soak.sh/,/^#   --msl-ms/p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -90,7 +91,7 @@ for t in wrk curl nc python3; do
   command -v "$t" >/dev/null || { echo "soak: $t is missing: install it (apt-get install wrk curl netcat-openbsd python3)" >&2; exit 1; }
 done
 if [ -z "$FL" ]; then
-  FL=$PWD/target/release/flowlane
+  FL=$target_dir/release/flowlane
   [ -x "$FL" ] || cargo build --release -q -p flowlane-control
 fi
 [ -x "$FL" ] || { echo "soak: $FL is not an executable flowlane binary" >&2; exit 1; }
