@@ -292,15 +292,18 @@ pub fn operstate(sysfs: &Path, name: &str) -> Option<String> {
     Some(text.trim().to_string())
 }
 
-/// Whether `ip` is one of interface `iface`'s IPv4 addresses now (None:
-/// the addresses could not be listed).
-pub fn has_ipv4(iface: &str, ip: std::net::Ipv4Addr) -> Option<bool> {
+/// Whether `ip` (of either family) is one of interface `iface`'s
+/// addresses now (None: the addresses could not be listed).
+pub fn has_address(iface: &str, ip: std::net::IpAddr) -> Option<bool> {
     let addrs = nix::ifaddrs::getifaddrs().ok()?;
     Some(addrs.filter(|a| a.interface_name == iface).any(|a| {
-        a.address
-            .as_ref()
-            .and_then(|s| s.as_sockaddr_in())
-            .is_some_and(|s| s.ip() == ip)
+        let Some(s) = a.address.as_ref() else {
+            return false;
+        };
+        match ip {
+            std::net::IpAddr::V4(ip) => s.as_sockaddr_in().is_some_and(|s| s.ip() == ip),
+            std::net::IpAddr::V6(ip) => s.as_sockaddr_in6().is_some_and(|s| s.ip() == ip),
+        }
     }))
 }
 

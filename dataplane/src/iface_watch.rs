@@ -1,12 +1,12 @@
 //! Changes to a served interface that the data path serves on through
 //! (nothing to restart) but that would otherwise go unsaid: the interface
-//! down (nothing arrives until it is up again), and flowlane's IPv4
-//! address removed from it (flowlane still answers on the address, whose
-//! frames its program takes, though the host no longer has it). Each is
+//! down (nothing arrives until it is up again), and flowlane's IPv4 or
+//! IPv6 address removed from it (flowlane still answers on the address,
+//! whose frames its program takes, though the host no longer has it). Each is
 //! said once as it happens, and once as it is over; looked at by
 //! [`crate::runtime::Dataplane::check`].
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -17,15 +17,17 @@ use crate::iface;
 #[derive(Debug, Default)]
 pub(crate) struct Noticed {
     down: AtomicBool,
-    unaddressed: AtomicBool,
+    /// Per family (IPv4, IPv6): flowlane's address was gone at the last
+    /// look.
+    unaddressed: [AtomicBool; 2],
 }
 
 impl Noticed {
     /// Looks at interface `name` (its `<sysfs>/class/net` entry, its
     /// addresses) and says what changed since the last look: it went down
-    /// or came up, `v4` (flowlane's address, where it claims one) went or
-    /// came back.
-    pub(crate) fn look(&self, sysfs: &Path, name: &str, v4: Option<Ipv4Addr>) {
+    /// or came up, one of `local` (flowlane's IPv4 and IPv6 addresses,
+    /// where it claims one) went or came back.
+    pub(crate) fn look(&self, sysfs: &Path, name: &str, local: [Option<IpAddr>; 2]) {
         if let Some(state) = iface::operstate(sysfs, name) {
             let down = is_down(&state);
             if self.down.swap(down, Ordering::Relaxed) != down {
@@ -39,11 +41,12 @@ impl Noticed {
                 }
             }
         }
-        let Some(ip) = v4 else {
-            return;
-        };
-        if let Some(has) = iface::has_ipv4(name, ip) {
-            if self.unaddressed.swap(!has, Ordering::Relaxed) == has {
+        for ip in local.into_iter().flatten() {
+            let Some(has) = iface::has_address(name, ip) else {
+                continue;
+            };
+            let unaddressed = &self.unaddressed[usize::from(ip.is_ipv6())];
+            if unaddressed.swap(!has, Ordering::Relaxed) == has {
                 if has {
                     tracing::warn!("{ip} is an address of {name} again");
                 } else {

@@ -6,7 +6,7 @@
 //! queue closed, see [`crate::worker`]).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -837,10 +837,14 @@ impl Dataplane {
         }
         // What it serves on through, said once as it happens.
         let v4 = match self.local.0 {
-            LocalAddress::Only(ip) => Some(ip),
+            LocalAddress::Only(ip) => Some(IpAddr::V4(ip)),
             _ => None,
         };
-        self.noticed.look(&self.sysfs, name, v4);
+        let v6 = match self.local.1 {
+            LocalAddress::Only(ip) => Some(IpAddr::V6(ip)),
+            _ => None,
+        };
+        self.noticed.look(&self.sysfs, name, [v4, v6]);
         Ok(())
     }
 

@@ -233,8 +233,15 @@ fn the_interface_down_and_its_address_removed_are_said_once_each() {
         return;
     }
     let net = Scratch::new("down");
-    let service = net.echo_server();
     let ip = |args: &[&str]| run(&[&["ip", "-n", net.ns.as_str()][..], args].concat());
+    // An IPv6 address beside the IPv4 one: the service claims both, and
+    // the removal of either is said (of the IPv6 one it said nothing).
+    // (kept while va is down, which would remove it otherwise: one
+    // removal said, the one asked for).
+    let keep = "net.ipv6.conf.va.keep_addr_on_down=1";
+    run(&["ip", "netns", "exec", &net.ns, "sysctl", "-qw", keep]);
+    ip(&["addr", "add", "fd83::1/64", "dev", "va", "nodad"]);
+    let service = net.echo_server();
     let steps = [
         (
             &["link", "set", "dev", "va", "down"][..],
@@ -248,6 +255,14 @@ fn the_interface_down_and_its_address_removed_are_said_once_each() {
         (
             &["addr", "add", "10.83.0.1/24", "dev", "va"],
             "10.83.0.1 is an address of va again",
+        ),
+        (
+            &["addr", "del", "fd83::1/64", "dev", "va"],
+            "fd83::1 is no longer an address of va: the service still answers on it",
+        ),
+        (
+            &["addr", "add", "fd83::1/64", "dev", "va", "nodad"],
+            "fd83::1 is an address of va again",
         ),
     ];
     for (args, line) in steps {
