@@ -15,8 +15,10 @@ fn main() -> ExitCode {
         Err(e) if e.kind() == clap::error::ErrorKind::ValueValidation => {
             // The flag, the value and what is wrong, on one line like every
             // other user error (without clap's "try --help" footer).
-            let text = e.render().to_string();
-            eprintln!("flowlane: {}", text.lines().next().unwrap_or_default());
+            eprintln!(
+                "flowlane: {}",
+                flowlane_dataplane::service_args::value_error_line(&e)
+            );
             return ExitCode::from(2);
         }
         Err(e) => e.exit(),

@@ -241,6 +241,15 @@ impl DataPathArgs {
     }
 }
 
+/// A flag's bad value as one line, `error: invalid value 'V' for 'FLAG':
+/// why` (clap's rendering less its "try --help" footer), for a program to
+/// print after its name like every other user error (`flowlane`,
+/// `flowlane-ttcp`).
+pub fn value_error_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    text.lines().next().unwrap_or_default().to_string()
+}
+
 /// `--port`: a port to listen on, 1-65535 (0 would let the kernel choose,
 /// which a data-path service cannot).
 pub fn listen_port(text: &str) -> std::result::Result<u16, String> {

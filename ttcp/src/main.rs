@@ -8,10 +8,11 @@ fn main() {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if e.kind() == clap::error::ErrorKind::ValueValidation => {
-            // The flag, the value and what is wrong, on one line like every
-            // other error (as `flowlane`'s: without clap's "try --help").
-            let text = e.render().to_string();
-            eprintln!("flowlane-ttcp: {}", text.lines().next().unwrap_or_default());
+            // One line like every other error, as `flowlane`'s.
+            eprintln!(
+                "flowlane-ttcp: {}",
+                flowlane_dataplane::service_args::value_error_line(&e)
+            );
             std::process::exit(2);
         }
         Err(e) => e.exit(),
