@@ -435,9 +435,6 @@ impl RunArgs {
             }
         }
         if self.backend == BackendKind::Flowlane {
-            if !addr.is_ipv4() {
-                bail!("--backend flowlane: {addr} is not IPv4 (flowlane's TCP is IPv4 only)");
-            }
             if self.no_sync {
                 bail!("--backend flowlane needs the control channel: drop -N");
             }
@@ -661,10 +658,6 @@ mod tests {
                 "needs the control channel",
             ),
             (
-                &["-r", "-m", "1,*,::1", "--backend", "flowlane"],
-                "IPv4 only",
-            ),
-            (
                 &["-r", "-m", "1,*,10.0.0.1", "--bed", "x"],
                 "--bed goes with",
             ),
@@ -797,6 +790,19 @@ mod tests {
     /// `--congestion` is both backends' (the kernel backend sets it on its
     /// sockets), its default cubic; `--ecn accept` is the kernel's default
     /// too, so not refused.
+    /// flowlane's TCP serves both families: an IPv6 receiver address is
+    /// planned for the flowlane backend as for the kernel's, either end.
+    #[test]
+    fn the_flowlane_backend_takes_ipv6() {
+        for (side, addr) in [("-r", "fd99::1"), ("-s", "fd99::1"), ("-r", "::1")] {
+            let m = format!("1,*,{addr}");
+            let p = args(&[side, "-m", &m, "--backend", "flowlane"])
+                .plan()
+                .unwrap_or_else(|e| panic!("{side} {addr}: {e:#}"));
+            assert_eq!(p.addr, addr.parse::<std::net::IpAddr>().unwrap());
+        }
+    }
+
     #[test]
     fn congestion_goes_with_both_backends() {
         let p = args(&["-s", "-m", "1,*,127.0.0.1"]).plan().unwrap();

@@ -108,18 +108,12 @@ fn iface(plan: &Plan) -> Result<String> {
                 plan.addr
             )
         }),
-        None => {
-            let subnet = match plan.addr {
-                std::net::IpAddr::V4(a) => iface_on_subnet(a),
-                std::net::IpAddr::V6(_) => None,
-            };
-            subnet.ok_or_else(|| {
-                anyhow!(
-                    "no interface here has an address on receiver {}'s subnet: name the sender's with --nic NAME ({on_a_bed})",
-                    plan.addr
-                )
-            })
-        }
+        None => iface_on_subnet(plan.addr).ok_or_else(|| {
+            anyhow!(
+                "no interface here has an address on receiver {}'s subnet: name the sender's with --nic NAME ({on_a_bed})",
+                plan.addr
+            )
+        }),
     }
 }
 
@@ -428,5 +422,17 @@ mod tests {
             iface(&plan("-r -m 1,*,127.0.0.1 --backend flowlane --nic lo")).unwrap(),
             "lo"
         );
+        // An IPv6 receiver: found by its family's subnets as well
+        // (2001:db8::/32, RFC 3849, is no machine's).
+        let e = iface(&plan("-s -m 1,*,2001:db8::7 --backend flowlane"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("2001:db8::7's subnet"), "{e}");
+        for side in ["-r", "-s"] {
+            assert_eq!(
+                iface(&plan(&format!("{side} -m 1,*,::1 --backend flowlane"))).unwrap(),
+                "lo"
+            );
+        }
     }
 }
