@@ -2,11 +2,13 @@
 //! over AF_XDP (2 queues, started from the root namespace with `--bed`) against
 //! a kernel-backend sender in the peer namespace, for 2 s after a 1 s warm-up;
 //! then the other way round (flowlane sender, kernel receiver), 1 s, in
-//! throughput, latency and overlap modes.
+//! throughput, latency and overlap modes; both ways over the bed's IPv6
+//! addresses too.
 
 mod common;
 
 use common::*;
+use flowlane_testbed::state;
 use flowlane_tests::{require_root, Bed};
 
 fn f(v: &serde_json::Value, p: &str) -> f64 {
@@ -36,16 +38,20 @@ fn flowlane_sends_to_kernel(bed: &Bed, flags: &str) -> (serde_json::Value, serde
     (json(&ro), json(&so))
 }
 
-#[test]
-fn flowlane_receiver_counts_only_the_window() {
-    if !require_root("flowlane_receiver_counts_only_the_window") {
-        return;
-    }
-    let bed = Bed::up("tfl", 2);
+/// The bed's addresses of one family: (flowlane's, the peer's).
+const V4: (&str, &str) = (state::LOCAL_V4, state::PEER_V4);
+const V6: (&str, &str) = (state::LOCAL_V6, state::PEER_V6);
+
+/// A flowlane receiver on `bed` against a kernel sender, over the bed's
+/// addresses `(local, peer)` of one family: only the window's bytes make
+/// the throughput, the workers' CPU is measured; then a flowlane sender
+/// (active opens from RSS-steered ports) to a kernel receiver. Returns
+/// the ports of the second run, for more runs on the bed.
+fn flowlane_both_ways(bed: &Bed, (local, peer): (&str, &str)) -> (u16, u16) {
     let (ro, so) = pair(
         None,
         Some(&bed.peer_ns),
-        "-m 2,*,10.99.0.1 -W 1 -t 2 -C 0.5 -j --wait 20",
+        &format!("-m 2,*,{local} -W 1 -t 2 -C 0.5 -j --wait 20"),
         &format!("--backend flowlane --bed {}", bed.name),
         "--backend kernel -l 2",
     );
@@ -53,6 +59,7 @@ fn flowlane_receiver_counts_only_the_window() {
     assert_eq!(r["params"]["backend"], "flowlane");
     assert_eq!(s["params"]["backend"], "kernel");
     assert_eq!(r["iface"], "xsk0");
+    assert_eq!(r["address"], local);
     assert_eq!(r["connections"], 4);
 
     // Bytes by phase: the warm-up and cool-down carried data, and only the
@@ -95,10 +102,12 @@ fn flowlane_receiver_counts_only_the_window() {
     // 2 per worker) to a kernel receiver in the peer namespace.
     let (ctl, data) = ports();
     let (r, s) = flowlane_sends_to_kernel(
-        &bed,
-        &format!("-m 2,*,10.99.0.2 -l 2 -W 0.5 -t 1 -C 0.3 -j --control-port {ctl} -p {data}"),
+        bed,
+        &format!("-m 2,*,{peer} -l 2 -W 0.5 -t 1 -C 0.3 -j --control-port {ctl} -p {data}"),
     );
     assert_eq!(s["params"]["backend"], "flowlane");
+    assert_eq!(s["iface"], "xsk0");
+    assert_eq!(s["address"], peer);
     assert_eq!(s["connections"], 4);
     let (got, sent) = (f(&r, "/bytes/measured"), f(&s, "/bytes/measured"));
     assert!(
@@ -106,6 +115,16 @@ fn flowlane_receiver_counts_only_the_window() {
         "received {got} vs sent {sent}"
     );
     assert_eq!(s["cpu_data_threads"]["threads"], 2);
+    (ctl, data)
+}
+
+#[test]
+fn flowlane_receiver_counts_only_the_window() {
+    if !require_root("flowlane_receiver_counts_only_the_window") {
+        return;
+    }
+    let bed = Bed::up("tfl", 2);
+    let (ctl, data) = flowlane_both_ways(&bed, V4);
 
     // A flowlane sender in latency mode: ping-pong on one connection per
     // worker, the kernel echoing.
@@ -152,6 +171,17 @@ fn flowlane_receiver_counts_only_the_window() {
         o["reply_complete_at_compute_end_pct"].as_f64().unwrap() > 50.0,
         "{o}"
     );
+}
+
+/// The same both ways over the bed's IPv6 addresses: flowlane's TCP
+/// serves IPv6, as receiver and as sender.
+#[test]
+fn flowlane_receiver_counts_only_the_window_over_ipv6() {
+    if !require_root("flowlane_receiver_counts_only_the_window_over_ipv6") {
+        return;
+    }
+    let bed = Bed::up("tfl6", 2);
+    flowlane_both_ways(&bed, V6);
 }
 
 #[test]
