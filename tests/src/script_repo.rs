@@ -62,14 +62,20 @@ impl ScriptRepo {
         format!("echo \"{name} $*\" >>\"$FAKE_LOG\"\n")
     }
 
-    /// The script with `args` from `cwd/`, with `env` set.
+    /// The script with `args` from `cwd/`, with `env` set and SIGINT at its
+    /// default disposition.
     pub fn run(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
         let path = format!(
             "{}:{}",
             self.dir.path("bin").display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        Command::new("bash")
+        // SIGINT at its default, as a terminal starts a script: a test run
+        // started in the background (`cmd &` ignores SIGINT, and a shell
+        // cannot trap a signal ignored at its start) must not change what
+        // a script does on Ctrl-C.
+        Command::new("env")
+            .args(["--default-signal=INT", "bash"])
             .arg(self.dir.path("repo/scripts").join(&self.script))
             .args(args)
             .current_dir(self.dir.path("cwd"))
