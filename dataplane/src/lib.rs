@@ -48,6 +48,7 @@ pub mod umem;
 mod wake;
 pub mod worker;
 pub mod xsk;
+pub mod zoned_addr;
 
 pub use bucket_counters::{BucketCounters, BucketSnapshot};
 pub use counters::{QueueCounters, QueueCountersSnapshot};

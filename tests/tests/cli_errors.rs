@@ -1093,6 +1093,51 @@ fn bulk_source_connects_to_a_port_of_1_to_65535() {
     }
 }
 
+/// `bulk-source --connect` takes RFC 4007 §11's zone (`[fe80::1%IF]:P`,
+/// which Rust's parser refuses), looked up when used; on kernel sockets a
+/// link-local server with no interface to scope it by is refused in one
+/// line before anything starts (it started, then failed "connect: invalid
+/// address").
+#[test]
+fn a_link_local_server_is_scoped_by_its_zone_or_refused() {
+    let source = |to: &str| {
+        flowlane(&[
+            "bulk-source",
+            "--backend",
+            "kernel",
+            "--iface",
+            "nosuch57",
+            "--connect",
+            to,
+            "--control-socket",
+            "none",
+            "--daemon-socket",
+            "none",
+        ])
+    };
+    for (to, want) in [
+        (
+            "[fe80::1]:5001",
+            "--connect [fe80::1]:5001: fe80::1 is link-local and nosuch57 is no interface here",
+        ),
+        (
+            "[fe80::1%nosuch57]:5001",
+            "--connect [fe80::1%nosuch57]:5001: no interface nosuch57 here",
+        ),
+        // A zone naming an interface: taken, past the address (the run
+        // then stops at the missing --iface).
+        ("[fe80::1%lo]:5001", "no interface nosuch57 in this network"),
+    ] {
+        let o = source(to);
+        assert_eq!(o.status.code(), Some(1), "{to}: {}", text(&o));
+        one_line_error(&o, want);
+    }
+    usage_error(
+        &["bulk-source", "--connect", "[fe80::1%]:5001"],
+        &["--connect", "give ADDR:PORT"],
+    );
+}
+
 /// `--app-threads` past one per network core is refused in one line
 /// saying the bound: a thread more would serve no connection.
 #[test]

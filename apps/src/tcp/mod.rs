@@ -27,6 +27,7 @@ use flowlane_dataplane::service_args::{
 };
 use flowlane_dataplane::service_control::{move_line, ServiceControl};
 use flowlane_dataplane::tcp_service;
+use flowlane_dataplane::zoned_addr::{self, ZonedSocketAddr};
 use flowlane_dataplane::{
     app_thread_cpu_ns, worker_cpu_ns, BucketSnapshot, TcpCountersSnapshot, TcpService,
     TcpServiceConfig,
@@ -227,9 +228,11 @@ pub struct SinkArgs {
 pub struct SourceArgs {
     #[command(flatten)]
     common: Common,
-    /// Server to send to: `ADDR:PORT` (`[V6]:PORT`), port 1-65535.
+    /// Server to send to: `ADDR:PORT` (`[V6]:PORT`), port 1-65535; a
+    /// link-local IPv6 server as `[fe80::1%IF]:PORT` (RFC 4007 §11: the
+    /// interface's name or index), or without `%IF` on `--iface`.
     #[arg(long, value_name = "ADDR:PORT", value_parser = server_address)]
-    connect: SocketAddr,
+    connect: ZonedSocketAddr,
     /// Bytes per connection.
     #[arg(long, default_value_t = 64 << 20)]
     bytes: u64,
@@ -250,15 +253,28 @@ const MAX_SOURCE_CONNECTIONS: usize = 65_535;
 /// `bulk-source --connect ADDR:PORT`: port 0 is refused (no server
 /// listens there: the run started, then every connect failed with only
 /// "invalid address").
-fn server_address(text: &str) -> std::result::Result<SocketAddr, String> {
-    let addr: SocketAddr = text
-        .trim()
-        .parse()
-        .map_err(|_| format!("{text}: give ADDR:PORT (10.0.0.1:5001, [fd00::1]:5001)"))?;
-    if addr.port() == 0 {
+fn server_address(text: &str) -> std::result::Result<ZonedSocketAddr, String> {
+    let addr = ZonedSocketAddr::parse(text).ok_or_else(|| {
+        format!("{text}: give ADDR:PORT (10.0.0.1:5001, [fd00::1]:5001, [fe80::1%eth0]:5001)")
+    })?;
+    if addr.addr.port() == 0 {
         return Err(format!("{text}: a port must be 1-65535"));
     }
     Ok(addr)
+}
+
+/// `bulk-source`'s server as `backend` opens it: a link-local one scoped
+/// by its zone or `--iface` on kernel sockets, and refused in one line,
+/// before anything starts, with neither (connect(2) failed "invalid
+/// address" after the start); see [`zoned_addr::scoped_peer`].
+fn server_for(connect: &ZonedSocketAddr, c: &Common) -> Result<SocketAddr> {
+    let zone = connect
+        .zone_index()
+        .map_err(|e| anyhow::anyhow!("--connect {e}"))?;
+    let iface_index = nix::net::if_::if_nametoindex(c.iface.as_str()).ok();
+    let keep_scope = c.backend() == Backend::Kernel;
+    zoned_addr::scoped_peer(connect.addr, zone, &c.iface, iface_index, keep_scope)
+        .map_err(|e| anyhow::anyhow!("--connect {connect}: {e}"))
 }
 
 /// `bulk-source --connections N`: at least one (none would be a transfer
@@ -388,7 +404,8 @@ pub fn run(cmd: TcpCmd, nic: NicAccess) -> Result<()> {
             )
         }
         TcpCmd::BulkSource(a) => {
-            let (remote, bytes, seed, total) = (a.connect, a.bytes, a.seed, a.connections);
+            let remote = server_for(&a.connect, &a.common)?;
+            let (bytes, seed, total) = (a.bytes, a.seed, a.connections);
             // Each core (or application thread) opens its share.
             let queues = match a.common.mode() {
                 ExecMode::Rtc => cores(&a.common)?,
