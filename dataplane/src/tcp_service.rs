@@ -844,6 +844,17 @@ pub fn neighbors(specs: &[String], iface: &str, connect_to: Option<IpAddr>) -> R
         n.insert_spec(e)
             .map_err(|e| Error::Setup(format!("bad --neighbor: {e}")))?;
     }
+    // A peer of a family the interface has no address of: no connection
+    // to it has a source, with or without its MAC given.
+    if let Some(ip) = connect_to {
+        let has = (
+            local_ipv4_prefix_if_any(iface)?.is_some(),
+            local_ipv6(iface)?.is_some(),
+        );
+        if let Some(why) = no_source_address(iface, ip, has) {
+            return Err(Error::Setup(why));
+        }
+    }
     if let Some(ip) = connect_to.filter(|&ip| !n.contains(ip)) {
         if let Some(why) = unreachable(iface, current_ifindex(iface), ip, &route_to(ip)) {
             return Err(Error::Setup(why));
@@ -859,6 +870,22 @@ pub fn neighbors(specs: &[String], iface: &str, connect_to: Option<IpAddr>) -> R
         }
     }
     Ok(n)
+}
+
+/// Why flowlane cannot open a connection to `ip` from `iface`, whose own
+/// addresses are `(IPv4, IPv6 but link-local)` as `has` says: none of
+/// `ip`'s family to send from (the open failed "invalid address" after the
+/// start); None when it has one.
+fn no_source_address(iface: &str, ip: IpAddr, has: (bool, bool)) -> Option<String> {
+    let (family, add) = match ip {
+        IpAddr::V4(_) if !has.0 => ("IPv4", "10.0.0.1/24"),
+        IpAddr::V6(_) if !has.1 => ("IPv6 (but link-local)", "fd00::1/64"),
+        _ => return None,
+    };
+    Some(format!(
+        "{iface} has no {family} address to open a connection to {ip} from: add one (ip addr \
+         add {add} dev {iface}), or connect to an address of the family {iface} has"
+    ))
 }
 
 /// Why `ip` cannot be reached from `iface` (index `ifindex`) by flowlane,
@@ -941,6 +968,27 @@ mod tests {
         assert_eq!(mss_for_mtu(576, 1460), 536);
         assert_eq!(mss_for_mtu(9000, 1460), 1460);
         assert_eq!(mss_for_mtu(u32::MAX, 1460), 1460);
+    }
+
+    /// A peer of a family the interface has no address of is refused in
+    /// one line saying what to do; one of a family it has is not.
+    #[test]
+    fn a_peer_of_a_family_the_interface_lacks_is_refused() {
+        let (v4, v6): (IpAddr, IpAddr) = ("10.99.0.2".parse().unwrap(), "fd99::2".parse().unwrap());
+        let said = no_source_address("xsk0", v4, (false, true)).unwrap();
+        assert!(
+            said.starts_with("xsk0 has no IPv4 address to open a connection to 10.99.0.2 from: ")
+                && said.contains("ip addr add")
+                && !said.contains('\n'),
+            "{said}"
+        );
+        let said = no_source_address("xsk0", v6, (true, false)).unwrap();
+        assert!(
+            said.starts_with("xsk0 has no IPv6 (but link-local) address"),
+            "{said}"
+        );
+        assert_eq!(no_source_address("xsk0", v4, (true, false)), None);
+        assert_eq!(no_source_address("xsk0", v6, (false, true)), None);
     }
 
     /// An operator's `--neighbor` outranks what the kernel's table says of

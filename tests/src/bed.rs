@@ -350,6 +350,18 @@ impl Bed {
             name,
         }
     }
+
+    /// Makes it an IPv6-only network's bed: its IPv4 addresses removed
+    /// (xsk0's 10.99.0.1/24, peer0's 10.99.0.2/24).
+    pub fn remove_ipv4(&self) {
+        for (ns, dev, addr) in [
+            (&self.ns, "xsk0", "10.99.0.1/24"),
+            (&self.peer_ns, "peer0", "10.99.0.2/24"),
+        ] {
+            let o = crate::in_ns(ns, &["ip", "addr", "del", addr, "dev", dev]);
+            assert!(o.status.success(), "removing {addr}: {}", text(&o));
+        }
+    }
 }
 
 impl Drop for Bed {

@@ -1138,6 +1138,40 @@ fn a_link_local_server_is_scoped_by_its_zone_or_refused() {
     );
 }
 
+/// On an IPv6-only interface, `bulk-source` to an IPv4 server is refused
+/// before the start, in one line, with or without the server's MAC given
+/// by `--neighbor` (it started, then failed "connect: invalid address").
+#[test]
+fn a_server_of_a_family_the_interface_lacks_is_refused_at_once() {
+    if !require_root("a_server_of_a_family_the_interface_lacks_is_refused_at_once") {
+        return;
+    }
+    let bed = Bed::up("v6b57f", 1);
+    bed.remove_ipv4();
+    let neighbor = "10.99.0.2=02:00:00:00:00:02";
+    for given in [&["--neighbor", neighbor][..], &[]] {
+        let mut cmd = Command::new(flowlane_bin());
+        cmd.args([
+            "bulk-source",
+            "--bed",
+            &bed.name,
+            "--connect",
+            "10.99.0.2:5001",
+        ])
+        .args(["--control-socket", "none", "--daemon-socket", "none"])
+        .args(["--timeout", "30"])
+        .args(given)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let (o, _) = wait_bounded(cmd.spawn().unwrap(), Duration::from_secs(30), "bulk-source");
+        assert_eq!(o.status.code(), Some(1), "{given:?}: {}", text(&o));
+        one_line_error(
+            &o,
+            "xsk0 has no IPv4 address to open a connection to 10.99.0.2 from",
+        );
+    }
+}
+
 /// `--app-threads` past one per network core is refused in one line
 /// saying the bound: a thread more would serve no connection.
 #[test]

@@ -54,13 +54,7 @@ fn an_ipv6_only_interface_is_served_in_every_model() {
         return;
     }
     let bed = Bed::up("te6", 2);
-    for (ns, dev, addr) in [
-        (&bed.ns, "xsk0", "10.99.0.1/24"),
-        (&bed.peer_ns, "peer0", "10.99.0.2/24"),
-    ] {
-        let o = in_ns(ns, &["ip", "addr", "del", addr, "dev", dev]);
-        assert!(o.status.success(), "removing {addr}: {}", text(&o));
-    }
+    bed.remove_ipv4();
     echo_in_every_model(&bed, "fd99::1");
 }
 
