@@ -29,8 +29,9 @@ pub(crate) struct Args {
     config: Option<PathBuf>,
     /// Address of the metrics endpoint (`GET /metrics`: the classic text
     /// format, OpenMetrics to scrapers that ask for it) [default:
-    /// 127.0.0.1:9477].
-    #[arg(long)]
+    /// 127.0.0.1:9477]; a link-local IPv6 address as `[fe80::1%IF]:PORT`
+    /// (RFC 4007 §11).
+    #[arg(long, value_name = "ADDR:PORT", value_parser = flowlane_dataplane::zoned_addr::listen_address)]
     metrics: Option<SocketAddr>,
     /// Where the services' control sockets are [default: /run/flowlane].
     #[arg(long, value_parser = crate::cmd_status::run_dir)]

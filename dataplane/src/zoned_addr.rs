@@ -103,12 +103,39 @@ impl ZonedSocketAddr {
                     .map(Some)
                     .map_err(|_| {
                         format!(
-                            "{self}: no interface {n} here (the zone after % names the interface \
-                         the peer is reached by: `ip link`)"
+                            "{self}: no interface {n} here (the zone after % names an interface: \
+                         `ip link`)"
                         )
                     })
             }
         }
+    }
+}
+
+/// A flag's local address to listen on (`--metrics`): `ADDR:PORT`,
+/// `[V6]:PORT` or `[V6%ZONE]:PORT`, its zone's interface looked up now as
+/// the scope id.
+///
+/// # Errors
+/// Not an address; a zone no interface here has; a link-local address
+/// without a zone (bind(2) refuses it: EINVAL), each in one line.
+pub fn listen_address(text: &str) -> Result<SocketAddr, String> {
+    let a = ZonedSocketAddr::parse(text).ok_or_else(|| {
+        format!("{text}: give ADDR:PORT (127.0.0.1:9477, [::1]:9477, [fe80::1%eth0]:9477)")
+    })?;
+    let zone = a.zone_index()?;
+    match (a.addr, zone) {
+        (SocketAddr::V6(mut v6), Some(z)) => {
+            v6.set_scope_id(z);
+            Ok(SocketAddr::V6(v6))
+        }
+        (addr, None) if is_link_local(addr) => Err(format!(
+            "{text}: {} is link-local: name its interface, [{}%IF]:{}",
+            addr.ip(),
+            addr.ip(),
+            addr.port()
+        )),
+        (addr, _) => Ok(addr),
     }
 }
 
@@ -216,6 +243,34 @@ mod tests {
             e.starts_with("[fe80::1%nosuch57]:5: no interface nosuch57 here"),
             "{e}"
         );
+    }
+
+    /// A listen address takes its zone's interface as its scope; a
+    /// link-local one without a zone (which bind(2) refuses) is refused.
+    #[test]
+    fn a_listen_address_is_scoped_by_its_zone() {
+        let lo = nix::net::if_::if_nametoindex("lo").expect("lo exists");
+        let scope = |s: &str| match listen_address(s) {
+            Ok(SocketAddr::V6(a)) => Ok(a.scope_id()),
+            other => Err(format!("{other:?}")),
+        };
+        assert_eq!(scope("[fe80::1%lo]:9477"), Ok(lo));
+        assert_eq!(scope("[::1]:9477"), Ok(0));
+        assert_eq!(
+            listen_address("127.0.0.1:9477"),
+            Ok("127.0.0.1:9477".parse().unwrap())
+        );
+        let e = listen_address("[fe80::1]:9477").unwrap_err();
+        assert!(
+            e.contains("fe80::1 is link-local: name its interface"),
+            "{e}"
+        );
+        assert!(listen_address("[fe80::1%nosuch57]:1")
+            .unwrap_err()
+            .contains("no interface nosuch57 here"));
+        assert!(listen_address("9477")
+            .unwrap_err()
+            .contains("give ADDR:PORT"));
     }
 
     /// On kernel sockets a link-local peer gets its zone's scope, else

@@ -1138,6 +1138,25 @@ fn a_link_local_server_is_scoped_by_its_zone_or_refused() {
     );
 }
 
+/// `daemon --metrics` takes a zone (`[fe80::1%IF]:P`) and refuses, while
+/// parsing, a link-local address without one, which bind(2) refuses.
+#[test]
+fn a_link_local_metrics_address_needs_its_zone() {
+    usage_error(
+        &["daemon", "--dry-run", "--metrics", "[fe80::1]:9477"],
+        &["--metrics", "fe80::1 is link-local: name its interface"],
+    );
+    usage_error(
+        &[
+            "daemon",
+            "--dry-run",
+            "--metrics",
+            "[fe80::1%nosuch57]:9477",
+        ],
+        &["--metrics", "no interface nosuch57 here"],
+    );
+}
+
 /// On an IPv6-only interface, `bulk-source` to an IPv4 server is refused
 /// before the start, in one line, with or without the server's MAC given
 /// by `--neighbor` (it started, then failed "connect: invalid address").
