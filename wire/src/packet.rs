@@ -603,6 +603,35 @@ fn turn_ip(frame: &mut [u8], t: &Turn) {
     }
 }
 
+/// Drops an IPv6 request's extension headers from its reply, in place: the upper-layer
+/// header and payload (`upper`, its protocol number) moved up behind the fixed header, the
+/// Next Header and Payload Length set for them; returns the reply's offsets. What
+/// [`ip_turn`] lets through are Hop-by-Hop and Destination Options (RFC 8200 §4.3, §4.6: the
+/// request's, for its path and its destination) and an atomic Fragment header (RFC 6946: of
+/// the request's sender): reflected, they were options flowlane never chose (a Router Alert
+/// its path would act on) and a fragment identification not its own; a host's reply carries
+/// none of them (Linux's UDP answers from a fresh header). The upper layer's checksum stays
+/// valid: its pseudo-header has the upper-layer length and protocol, not the headers between
+/// (RFC 8200 §8.1). An IPv4 frame, or an IPv6 one without extension headers, is unchanged.
+#[inline]
+fn drop_ipv6_extensions(frame: &mut [u8], t: Turn, upper: IpProtocol) -> Turn {
+    let fixed_end = t.l3 + ipv6::HEADER_LEN;
+    if !t.v6 || t.l4 == fixed_end {
+        return t;
+    }
+    let upper_len = t.end - t.l4;
+    frame.copy_within(t.l4..t.end, fixed_end);
+    let mut ip = Ipv6Packet::new_unchecked(&mut frame[t.l3..fixed_end + upper_len]);
+    ip.set_next_header(upper);
+    // At most the request's payload length: it fits.
+    ip.set_payload_len(upper_len as u16);
+    Turn {
+        l4: fixed_end,
+        end: fixed_end + upper_len,
+        ..t
+    }
+}
+
 /// The ECN field (RFC 3168 §5): the low two bits of the IPv4 TOS octet and of the IPv6 traffic
 /// class; `00` is Not-ECT.
 const ECN_MASK: u8 = 0x03;
@@ -612,7 +641,8 @@ const ECN_MASK: u8 = 0x03;
 /// Not-ECT (IPv4 header checksum updated incrementally, RFC 1624). The UDP checksum is left as is: the pseudo-header and
 /// header sums do not depend on which address/port is source and which destination, so a
 /// valid checksum stays valid (and a corrupt one stays detectably corrupt, which is why only
-/// the IP header is verified here). Returns the length to transmit (Ethernet padding dropped).
+/// the IP header is verified here). An IPv6 request's extension headers are not carried back
+/// ([`drop_ipv6_extensions`]). Returns the length to transmit (Ethernet padding dropped).
 ///
 /// Fragments are `Fragment`; non-UDP frames, IPv4 packets with options other than EOL/NOP and
 /// IPv6 packets with a Routing header are `Unsupported`; a datagram to a group or from a martian
@@ -643,6 +673,7 @@ pub fn turn_around_udp(frame: &mut [u8]) -> Result<usize> {
         turn_of(&f)
     };
     turn_ip(frame, &t);
+    let t = drop_ipv6_extensions(frame, t, IpProtocol::Udp);
     UdpPacket::new_unchecked(&mut frame[t.l4..t.end]).swap_ports();
     Ok(t.end)
 }
@@ -769,6 +800,12 @@ pub fn answer_icmp_echo(frame: &mut [u8]) -> Result<usize> {
         turn_of(&f)
     };
     turn_ip(frame, &t);
+    let upper = if t.v6 {
+        IpProtocol::Icmpv6
+    } else {
+        IpProtocol::Icmp
+    };
+    let t = drop_ipv6_extensions(frame, t, upper);
     let icmp = &mut frame[t.l4..t.end];
     let old = be16(icmp, 0);
     let new_type: u8 = if t.v6 {
@@ -1368,6 +1405,51 @@ mod tests {
         }
     }
 
+    /// `b` (an IPv6 frame without extension headers) with a Hop-by-Hop header (a Router
+    /// Alert, RFC 2711) and an atomic Fragment header (RFC 6946) before its upper layer.
+    fn with_hbh_and_atomic_fragment(b: &[u8]) -> Vec<u8> {
+        let upper = b[14 + 6];
+        let mut out = b[..14 + 40].to_vec();
+        out[14 + 6] = 0; // Hop-by-Hop
+        out.extend_from_slice(&[44, 0, 5, 2, 0, 0, 1, 0]); // Router Alert, PadN
+        out.extend_from_slice(&[upper, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef]); // offset 0, M 0
+        out.extend_from_slice(&b[14 + 40..]);
+        let len = (out.len() - 14 - 40) as u16;
+        out[14 + 4..14 + 6].copy_from_slice(&len.to_be_bytes());
+        out
+    }
+
+    /// An IPv6 request's Hop-by-Hop and atomic Fragment headers are not carried back in the
+    /// UDP or ICMPv6 echo (they were, reflected in place): the reply is the fixed header and
+    /// the upper layer, its checksum still valid, as a host's own reply.
+    #[test]
+    fn an_ipv6_echo_carries_no_extension_header_back() {
+        for fixture in [testutil::UDP6, testutil::ICMP6_ECHO] {
+            let plain = hex(fixture);
+            let orig = with_hbh_and_atomic_fragment(&plain);
+            let before = parse_frame(&orig).unwrap();
+            assert_eq!(before.l4_offset, 14 + 40 + 16, "{fixture}");
+            assert!(before.fragment.is_none(), "atomic: not a fragment");
+            let mut b = orig.clone();
+            let n = if fixture == testutil::UDP6 {
+                turn_around_udp(&mut b).unwrap()
+            } else {
+                answer_icmp_echo(&mut b).unwrap()
+            };
+            assert_eq!(n, plain.len(), "{fixture}");
+            let after = parse_frame(&b[..n]).unwrap(); // verifies all checksums
+            assert_eq!(after.l4_offset, 14 + 40, "{fixture}");
+            assert_eq!(b[14 + 6], plain[14 + 6], "Next Header: the upper layer's");
+            assert_eq!(b[14 + 4..14 + 6], plain[14 + 4..14 + 6], "Payload Length");
+            assert_eq!(after.payload(), before.payload(), "{fixture}");
+            assert_eq!(
+                after.ip_pair(),
+                before.ip_pair().map(|p| p.reversed()),
+                "{fixture}"
+            );
+        }
+    }
+
     #[test]
     fn turn_around_udp_v4_v6_vlan() {
         for name in ["UDP4", "UDP4_VLAN", "UDP6", "UDP6_EXT", "UDP4_PADDED"] {
@@ -1393,7 +1475,9 @@ mod tests {
                 let (s, d) = before.ports().unwrap();
                 assert_eq!(after.ports(), Some((d, s)), "{name}");
                 assert_eq!(after.payload(), before.payload(), "{name}");
-                assert_eq!(n, before.l3_end);
+                // UDP6_EXT's Hop-by-Hop and Destination Options are not in the reply.
+                let dropped = if name == "UDP6_EXT" { 16 } else { 0 };
+                assert_eq!(n, before.l3_end - dropped, "{name}");
                 // TTL / hop limit 64, DSCP kept, Not-ECT.
                 let dscp = ttl_dscp_ecn(&before).1;
                 assert_eq!(ttl_dscp_ecn(&after), (REPLY_TTL, dscp, 0), "{name}");
