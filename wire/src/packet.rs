@@ -641,8 +641,9 @@ const ECN_MASK: u8 = 0x03;
 /// Not-ECT (IPv4 header checksum updated incrementally, RFC 1624). The UDP checksum is left as is: the pseudo-header and
 /// header sums do not depend on which address/port is source and which destination, so a
 /// valid checksum stays valid (and a corrupt one stays detectably corrupt, which is why only
-/// the IP header is verified here). An IPv6 request's extension headers are not carried back
-/// ([`drop_ipv6_extensions`]). Returns the length to transmit (Ethernet padding dropped).
+/// the IP header is verified here). An IPv6 request's extension headers (Hop-by-Hop,
+/// Destination Options, an atomic Fragment header) are not carried back: the UDP header and
+/// payload move up behind the fixed header. Returns the length to transmit (Ethernet padding dropped).
 ///
 /// Fragments are `Fragment`; non-UDP frames, IPv4 packets with options other than EOL/NOP and
 /// IPv6 packets with a Routing header are `Unsupported`; a datagram to a group or from a martian
