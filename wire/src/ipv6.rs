@@ -422,17 +422,41 @@ const OPT_ROUTER_ALERT: u8 = 5;
 /// Jumbo Payload (RFC 2675 §2).
 const OPT_JUMBO: u8 = 0xc2;
 
+/// The most bytes of padding (Pad1 and PadN options) in a row: RFC 8200 §4.2 pads an option
+/// to its alignment, which needs at most 7 (RFC 4942 §2.1.9.5), as Linux's `ip6_parse_tlv`
+/// takes.
+const MAX_PADDING: usize = 7;
+/// The most options other than padding in one Hop-by-Hop or Destination Options header: Linux's
+/// default (`net.ipv6.max_hbh_opts_number`, `max_dst_opts_number`: 8, RFC 8504 §5.3).
+const MAX_OPTIONS: usize = 8;
+
 /// Checks the options of a Hop-by-Hop or Destination Options header (`data`: what follows
 /// its Next Header and Hdr Ext Len) as RFC 8200 §4.2 has a node process them, as Linux's
 /// `ip6_parse_tlv` does: Pad1 is one byte, every other option a type, a length and that many
 /// bytes, which must end within the header (`Malformed` otherwise). An unrecognized option
 /// whose type's two high-order bits are not `00` says to discard the packet (`Unsupported`);
-/// so does a Jumbo Payload option, jumbograms (RFC 2675) being unsupported.
+/// so does a Jumbo Payload option, jumbograms (RFC 2675) being unsupported. A header that is
+/// no use but to make a host walk it is `Malformed` too, as Linux drops it (RFC 8504 §5.3:
+/// limits on the options a host processes, against denial of service): more than
+/// [`MAX_PADDING`] bytes of padding in a row, a PadN whose bytes are not zero (RFC 4942
+/// §2.1.9.5: a covert channel), more than [`MAX_OPTIONS`] other options. Without those
+/// limits, a 1 500-byte packet of Pad1s or of empty unknown options cost over a thousand
+/// steps of this loop, to be answered as any other.
 #[inline]
 fn check_options(data: &[u8]) -> Result<()> {
     let mut i = 0;
+    let mut padding = 0usize;
+    let mut options = 0usize;
+    let too_much_padding = WireError::Malformed {
+        layer: Layer::Ipv6Ext,
+        what: "more than 7 bytes of padding in a row",
+    };
     while let Some(&kind) = data.get(i) {
         if kind == OPT_PAD1 {
+            padding += 1;
+            if padding > MAX_PADDING {
+                return Err(too_much_padding);
+            }
             i += 1;
             continue;
         }
@@ -447,8 +471,30 @@ fn check_options(data: &[u8]) -> Result<()> {
         if end > data.len() {
             return Err(overrun);
         }
+        if kind == OPT_PADN {
+            padding += 2 + usize::from(len);
+            if padding > MAX_PADDING {
+                return Err(too_much_padding);
+            }
+            if data[i + 2..end].iter().any(|&b| b != 0) {
+                return Err(WireError::Malformed {
+                    layer: Layer::Ipv6Ext,
+                    what: "PadN option with non-zero bytes",
+                });
+            }
+            i = end;
+            continue;
+        }
+        padding = 0;
+        options += 1;
+        if options > MAX_OPTIONS {
+            return Err(WireError::Malformed {
+                layer: Layer::Ipv6Ext,
+                what: "more than 8 options in one header",
+            });
+        }
         match kind {
-            OPT_PADN | OPT_ROUTER_ALERT => {}
+            OPT_ROUTER_ALERT => {}
             OPT_JUMBO => {
                 return Err(WireError::Unsupported {
                     layer: Layer::Ipv6Ext,
@@ -619,13 +665,14 @@ mod tests {
     }
 
     /// HBH (8 bytes, PadN) → Routing (type 4, segments left 0, 24 bytes) → Dest opts
-    /// (16 bytes) → Fragment (first fragment, M=1) → UDP.
+    /// (16 bytes: an option and padding) → Fragment (first fragment, M=1) → UDP.
     fn chain() -> Vec<u8> {
         let mut p = vec![43, 0, 1, 4, 0, 0, 0, 0]; // HBH, next Routing
         p.extend_from_slice(&[60, 2, 4, 0]); // Routing: next DestOpts, 24 bytes, type 4, SL 0
         p.extend_from_slice(&[0; 20]);
-        p.extend_from_slice(&[44, 1, 1, 12]); // DestOpts: next Frag, 16 bytes, PadN 12
-        p.extend_from_slice(&[0; 12]);
+        p.extend_from_slice(&[44, 1, 0x1e, 10]); // DestOpts: next Frag, 16 bytes, a skipped
+        p.extend_from_slice(&[0xab; 10]); // option of type 0x1e (00xxxxxx), 12 bytes,
+        p.extend_from_slice(&[0; 2]); // two Pad1
         p.extend_from_slice(&[17, 0, 0x00, 0x01, 0xde, 0xad, 0xbe, 0xef]); // Frag: UDP, off 0, M
         p.extend_from_slice(&[0; 8]); // UDP header
         p
@@ -763,6 +810,52 @@ mod tests {
             let u = opts(IpProtocol::HopByHop, h).unwrap();
             assert_eq!((u.protocol, u.offset), (IpProtocol::Tcp, 8), "{h:?}");
         }
+    }
+
+    /// RFC 8504 §5.3, as Linux's `ip6_parse_tlv`: a header of padding or of many options,
+    /// there only to be walked, is refused; the padding an option needs is not.
+    #[test]
+    fn options_that_only_cost_a_walk_are_refused() {
+        // A Destination Options header (`len` 8-byte units past the first) holding `data`,
+        // the rest Pad1s.
+        let header = |units: u8, data: &[u8]| {
+            let mut h = vec![6u8, units];
+            h.extend_from_slice(data);
+            h.resize(8 * (usize::from(units) + 1), 0);
+            walk_extension_headers(IpProtocol::Ipv6Opts, &h)
+        };
+        let refused = |r: Result<Ipv6Upper>, what: &str| matches!(r, Err(WireError::Malformed { what: w, .. }) if w == what);
+        let padding = "more than 7 bytes of padding in a row";
+        // 14 Pad1s (an empty 16-byte header) and the same of PadN; 8 in a row; Pad1s after a
+        // PadN; a header of 2 KiB of Pad1s.
+        assert!(refused(header(1, &[]), padding));
+        assert!(refused(header(1, &[1, 12]), padding));
+        assert!(refused(header(1, &[5, 2, 0, 0]), padding)); // Router Alert, 10 Pad1s
+        assert!(refused(header(1, &[1, 4, 0, 0, 0, 0, 0, 0]), padding));
+        assert!(refused(header(255, &[]), padding));
+        // At most 7 in a row: around an option, each run is counted apart.
+        let mut h = vec![1u8, 3, 0, 0, 0, 0, 0x1e, 0, 1, 3, 0, 0, 0, 0];
+        assert!(header(1, &h).is_ok(), "7, an option, 5");
+        h.push(0x1e);
+        h.push(0);
+        assert!(header(2, &h).is_ok(), "then an option, then 6 Pad1s");
+        // PadN bytes are zero (RFC 4942 §2.1.9.5).
+        assert!(refused(
+            header(0, &[1, 4, 0, 0, 7, 0]),
+            "PadN option with non-zero bytes"
+        ));
+        // Eight options other than padding in one header, not nine.
+        let options = |n: usize| {
+            let mut d = Vec::new();
+            for _ in 0..n {
+                d.extend_from_slice(&[0x1e, 0]);
+            }
+            let units = (2 + d.len()).div_ceil(8) - 1;
+            header(units as u8, &d)
+        };
+        assert!(options(8).is_ok());
+        assert!(refused(options(9), "more than 8 options in one header"));
+        assert!(refused(options(600), "more than 8 options in one header"));
     }
 
     #[test]
