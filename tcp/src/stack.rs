@@ -27,69 +27,8 @@ use crate::{
 };
 use flowlane_wire::peek::Endpoints;
 use flowlane_wire::tcp::{TcpFlags, TcpOptions, TcpRepr};
-use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
-
-/// FxHash (as used by rustc): a fast, unkeyed hasher, for the listener
-/// ports (which we choose). The connection table, whose keys remote hosts
-/// choose, is keyed ([`ConnTable`]).
-#[derive(Default, Clone, Copy)]
-struct FxHasher {
-    hash: u64,
-}
-
-const FX_SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-
-impl FxHasher {
-    #[inline]
-    fn add(&mut self, word: u64) {
-        self.hash = (self.hash.rotate_left(5) ^ word).wrapping_mul(FX_SEED);
-    }
-}
-
-impl Hasher for FxHasher {
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            self.add(u64::from_le_bytes(c.try_into().expect("8 bytes")));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut w = [0u8; 8];
-            w[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(w));
-        }
-    }
-    #[inline]
-    fn write_u8(&mut self, i: u8) {
-        self.add(u64::from(i));
-    }
-    #[inline]
-    fn write_u16(&mut self, i: u16) {
-        self.add(u64::from(i));
-    }
-    #[inline]
-    fn write_u32(&mut self, i: u32) {
-        self.add(u64::from(i));
-    }
-    #[inline]
-    fn write_u64(&mut self, i: u64) {
-        self.add(i);
-    }
-    #[inline]
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-    #[inline]
-    fn finish(&self) -> u64 {
-        // Spread entropy into the low bits used for bucket selection.
-        self.hash.rotate_left(26)
-    }
-}
-
-type FxBuild = BuildHasherDefault<FxHasher>;
 
 /// Most slots [`Stack::new`] reserves (about 700 MB of address space).
 const MAX_SLOTS_RESERVED: usize = 1 << 20;
@@ -445,6 +384,9 @@ enum Reopening {
 
 struct Listener {
     local: SocketAddr,
+    /// Whether `local`'s address is unspecified (it takes every
+    /// destination address): read at each SYN, so kept apart.
+    any_ip: bool,
     /// Asked at each SYN, if set ([`Stack::set_syn_filter`]).
     filter: Option<SynFilter>,
     half_open: usize,
@@ -523,7 +465,12 @@ pub struct Stack {
     /// Compact records of closed connections in TIME-WAIT.
     time_wait: TimeWaitTable,
     listeners: Vec<Option<Listener>>,
-    listener_ports: HashMap<u16, u32, FxBuild>,
+    /// The listeners' ports and ids, sorted by port: a SYN's listener is
+    /// found by a binary search (a few compares for the few ports a
+    /// service listens on, where a hash map hashed and probed: 73
+    /// instructions a SYN in `sim_bulk`). Ports are chosen by us, not by
+    /// peers, and listeners are never removed.
+    listener_ports: Vec<(u16, u32)>,
     wheel: TimerWheel,
     expired: Vec<u32>,
     dirty: VecDeque<(u32, u32)>,
@@ -695,7 +642,7 @@ impl Stack {
             slots,
             free: Vec::new(),
             listeners: Vec::new(),
-            listener_ports: HashMap::default(),
+            listener_ports: Vec::new(),
             expired: Vec::new(),
             dirty: VecDeque::new(),
             events: VecDeque::new(),
@@ -1119,18 +1066,19 @@ impl Stack {
         if local.port() == 0 {
             return Err(Error::InvalidAddress);
         }
-        if self.listener_ports.contains_key(&local.port()) {
+        let Err(at) = self.port_listener(local.port()) else {
             return Err(Error::AddrInUse);
-        }
+        };
         let id = self.listeners.len() as u32;
         self.listeners.push(Some(Listener {
             local,
+            any_ip: local.ip().is_unspecified(),
             filter: None,
             half_open: 0,
             live: 0,
             cookies_until: Instant::ZERO,
         }));
-        self.listener_ports.insert(local.port(), id);
+        self.listener_ports.insert(at, (local.port(), id));
         Ok(ListenerId(id))
     }
 
@@ -2270,16 +2218,18 @@ impl Stack {
     /// (`tcp_handler::listen_addr`), and the stack has one listener per
     /// port whatever the family ([`Stack::listen`]).
     fn listener_for(&self, tuple: &FlowKey) -> Option<ListenerId> {
-        let dst_ip = tuple.local_ip();
-        self.listener_ports
-            .get(&tuple.local_port())
-            .copied()
-            .filter(|&l| {
-                self.listeners[l as usize]
-                    .as_ref()
-                    .is_some_and(|l| l.local.ip().is_unspecified() || l.local.ip() == dst_ip)
-            })
-            .map(ListenerId)
+        let at = self.port_listener(tuple.local_port()).ok()?;
+        let id = self.listener_ports[at].1;
+        let l = self.listeners[id as usize].as_ref()?;
+        // The destination address is read only for a listener bound to one.
+        (l.any_ip || l.local.ip() == tuple.local_ip()).then_some(ListenerId(id))
+    }
+
+    /// Where `port` is in [`Stack::listener_ports`]: `Ok` with its index,
+    /// or `Err` with where it would go.
+    #[inline]
+    fn port_listener(&self, port: u16) -> Result<usize, usize> {
+        self.listener_ports.binary_search_by_key(&port, |&(p, _)| p)
     }
 
     /// RFC 6191: a SYN for a connection in TIME-WAIT either opens a new

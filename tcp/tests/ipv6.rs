@@ -136,3 +136,56 @@ fn an_unspecified_listener_takes_both_families() {
         "a specific IPv6 listener takes no IPv4 SYN"
     );
 }
+
+/// Each SYN goes to the listener on its port, however many listeners
+/// there are and in whatever order they were opened; a port without one
+/// answers with an RST, and a port is listened on once.
+#[test]
+fn each_port_finds_its_listener() {
+    use flowlane_tcp::time::Instant;
+    use flowlane_tcp::{Error, Stack};
+    use flowlane_wire::tcp::{TcpFlags, TcpOptions};
+    use std::net::Ipv4Addr;
+    let mut b = Stack::new(sim::test_config(2));
+    let any = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+    let ports = [9000, 80, 65_535, 443, 1, 8080, 81];
+    for p in ports {
+        b.listen(SocketAddr::new(any, p)).unwrap();
+    }
+    for p in ports {
+        assert_eq!(
+            b.listen(SocketAddr::new(any, p)),
+            Err(Error::AddrInUse),
+            "port {p} again"
+        );
+    }
+    let a4 = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+    let b4 = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
+    let now = Instant::from_millis(1);
+    let mut answer = |port: u16| {
+        let syn = TcpRepr {
+            src_port: 40_000,
+            dst_port: port,
+            seq: 1,
+            ack: 0,
+            flags: TcpFlags::SYN,
+            window: 65_535,
+            urgent: 0,
+            options: TcpOptions::default(),
+        };
+        let mut bytes = vec![0u8; 60];
+        let n = syn.emit(&mut bytes).unwrap();
+        b.handle_segment(now, a4, b4, &bytes[..n]);
+        let mut buf = vec![0u8; 2048];
+        let t = b.poll_transmit(now, &mut buf).expect("an answer");
+        let r = TcpRepr::parse_segment(&buf[..t.len]).unwrap().0;
+        assert_eq!(r.src_port, port);
+        r.flags
+    };
+    for p in ports {
+        assert_eq!(answer(p), TcpFlags::SYN | TcpFlags::ACK, "port {p}");
+    }
+    for p in [2, 79, 82, 444, 8999, 9001, 65_534] {
+        assert!(answer(p).rst(), "port {p} has no listener");
+    }
+}
