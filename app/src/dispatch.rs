@@ -29,6 +29,12 @@ pub struct Dispatcher {
     handlers: Vec<Box<dyn ConnHandler>>,
     listeners: Vec<(ListenerId, HandlerId)>,
     owners: Owners,
+    /// Each connection's user-data word as its handler last set it
+    /// ([`Net::set_user_data`]), kept until its `on_closed` returned: the
+    /// backend's copy is gone by then (its connection released), and a
+    /// handler frees there what the word indexes. Written only by handlers
+    /// that set words; apart from [`Owner`], which every event reads.
+    words: ConnMap<u64>,
     started: bool,
     /// Whether [`Dispatcher::stop`] has run.
     stopping: bool,
@@ -187,6 +193,7 @@ impl Dispatcher {
             let mut scoped = Scoped {
                 inner: &mut *net,
                 owners: &mut self.owners,
+                words: &mut self.words,
                 me: h,
             };
             let at_stop = self.handlers[h.0 as usize].on_stop(&mut scoped, conn);
@@ -250,6 +257,7 @@ impl Dispatcher {
             let mut scoped = Scoped {
                 inner: net,
                 owners: &mut self.owners,
+                words: &mut self.words,
                 me: HandlerId(i as u32),
             };
             f(handler.as_mut(), &mut scoped);
@@ -307,12 +315,14 @@ impl Dispatcher {
         let mut scoped = Scoped {
             inner: net,
             owners: &mut self.owners,
+            words: &mut self.words,
             me: h,
         };
         let net: &mut dyn Net = &mut scoped;
         if matches!(event, Event::Accepted { .. }) && !handler.admit(net, conn) {
             let _ = net.abort(conn);
             self.owners.remove(conn);
+            self.words.remove(conn);
             self.refused += 1;
             return;
         }
@@ -325,6 +335,7 @@ impl Dispatcher {
             Event::Closed { reason, .. } => {
                 handler.on_closed(net, conn, reason);
                 self.owners.remove(conn);
+                self.words.remove(conn);
             }
         }
     }
@@ -364,10 +375,13 @@ impl Dispatcher {
         let mut scoped = Scoped {
             inner: net,
             owners: &mut self.owners,
+            words: &mut self.words,
             me: h,
         };
         let state = self.handlers[h.0 as usize].on_export(&mut scoped, conn);
         self.owners.remove(conn);
+        // The connection carries its word to the other core.
+        self.words.remove(conn);
         Some(ConnExport { handler: h, state })
     }
 
@@ -388,9 +402,17 @@ impl Dispatcher {
             return;
         };
         self.owners.insert(conn, Owner::new(h));
+        // The word the connection carried, kept for its `on_closed` here.
+        match net.user_data(conn) {
+            Ok(0) | Err(_) => {}
+            Ok(word) => {
+                self.words.insert(conn, word);
+            }
+        }
         let mut scoped = Scoped {
             inner: net,
             owners: &mut self.owners,
+            words: &mut self.words,
             me: h,
         };
         handler.on_import(&mut scoped, conn, export.state);
@@ -407,6 +429,7 @@ impl Dispatcher {
         let mut scoped = Scoped {
             inner: net,
             owners: &mut self.owners,
+            words: &mut self.words,
             me: h,
         };
         handler.on_import_failed(&mut scoped, export.state);
@@ -439,10 +462,12 @@ impl Owner {
 }
 
 /// The [`Net`] a handler sees: the backend's, plus recording the caller as
-/// the owner of the connections it opens.
+/// the owner of the connections it opens, and keeping the user-data words
+/// it sets readable in their connection's `on_closed`.
 struct Scoped<'a, N: Net + ?Sized> {
     inner: &'a mut N,
     owners: &'a mut Owners,
+    words: &'a mut ConnMap<u64>,
     me: HandlerId,
 }
 
@@ -533,10 +558,25 @@ impl<N: Net + ?Sized> Net for Scoped<'_, N> {
         self.inner.state(conn)
     }
     fn set_user_data(&mut self, conn: ConnHandle, data: u64) -> Result<(), Error> {
-        self.inner.set_user_data(conn, data)
+        self.inner.set_user_data(conn, data)?;
+        if data == 0 {
+            self.words.remove(conn);
+        } else {
+            self.words.insert(conn, data);
+        }
+        Ok(())
     }
     fn user_data(&self, conn: ConnHandle) -> Result<u64, Error> {
-        self.inner.user_data(conn)
+        match self.inner.user_data(conn) {
+            // Released by the backend (its `Closed` is being dispatched, or
+            // the handler aborted it): the word as the handler left it.
+            Err(Error::InvalidHandle) => match self.words.get(conn) {
+                Some(&word) => Ok(word),
+                None if self.owners.contains(conn) => Ok(0),
+                None => Err(Error::InvalidHandle),
+            },
+            answer => answer,
+        }
     }
     fn stats(&self) -> &Stats {
         self.inner.stats()

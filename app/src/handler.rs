@@ -68,7 +68,18 @@ pub trait ConnHandler: Send {
     fn on_connected(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
 
     /// New data can be read ([`Net::recv`] / [`Net::peek`]). Not repeated
-    /// until the application has read something.
+    /// until the application has read something: a handler that returns
+    /// with bytes unread hears of that connection's data again only after
+    /// its next read (or at [`ConnHandler::on_peer_closed`]). So a handler
+    /// that waits for a whole message must not leave a partial one in
+    /// place: [`Net::peek`] shows one contiguous piece, which on flowlane's
+    /// TCP is one segment's payload and in queue-pair mode one buffer, and
+    /// may end in the middle of a line or a header, where a kernel socket's
+    /// buffer would show it whole. Take the partial piece into a buffer of
+    /// the handler's own (`recv`, or `peek` + `consume`) and read on, as
+    /// the line server of the crate's documentation does; leaving bytes
+    /// unread is for back-pressure (a reply that does not fit yet), resumed
+    /// from [`ConnHandler::on_writable`].
     fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle);
 
     /// Send-buffer space freed up after a [`Net::send`] that did not fit, or
@@ -84,7 +95,9 @@ pub trait ConnHandler: Send {
         }
     }
 
-    /// The connection is gone; the handle is now invalid.
+    /// The connection is gone; the handle is now invalid for every call
+    /// but [`Net::user_data`], which still gives the word the handler
+    /// stored, so that it can free what the word indexes.
     fn on_closed(&mut self, _net: &mut dyn Net, _conn: ConnHandle, _reason: CloseReason) {}
 
     /// The connection moves to another core (the rebalancer moves its RSS

@@ -33,6 +33,83 @@
 //!     }
 //! }
 //! ```
+//!
+//! A handler that reads messages (lines, headers) cannot wait in
+//! [`Net::peek`] for a whole one: `peek` shows one contiguous piece (on
+//! flowlane's TCP one segment's payload, in queue-pair mode one buffer),
+//! and [`ConnHandler::on_data`] comes again only after a read. It keeps a
+//! partial message in a buffer of its own and reads on; here, in a slab
+//! slot that the connection's user-data word names, freed in `on_closed`
+//! (where the word is still readable). A whole line in one piece is parsed
+//! in place, copied nowhere:
+//!
+//! ```
+//! use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net};
+//!
+//! /// Answers each line with its length in bytes.
+//! #[derive(Default)]
+//! struct LineLengths {
+//!     partial: Vec<Vec<u8>>, // by user-data word - 1
+//!     free: Vec<usize>,
+//! }
+//!
+//! impl ConnHandler for LineLengths {
+//!     fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+//!         let slot = self.free.pop().unwrap_or_else(|| {
+//!             self.partial.push(Vec::new());
+//!             self.partial.len() - 1
+//!         });
+//!         let _ = net.set_user_data(conn, slot as u64 + 1);
+//!     }
+//!     fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+//!         let Ok(word @ 1..) = net.user_data(conn) else { return };
+//!         let partial = &mut self.partial[word as usize - 1];
+//!         // A reply needs room: with none, read on at `on_writable`.
+//!         while net.send_space(conn).unwrap_or(0) >= 24 {
+//!             let Ok(piece) = net.peek(conn) else { break };
+//!             if piece.is_empty() {
+//!                 break;
+//!             }
+//!             let Some(end) = piece.iter().position(|&b| b == b'\n') else {
+//!                 if partial.len() + piece.len() > 4096 {
+//!                     let _ = net.abort(conn); // no line is that long
+//!                     return;
+//!                 }
+//!                 partial.extend_from_slice(piece); // the line goes on
+//!                 let n = piece.len();
+//!                 let _ = net.consume(conn, n);
+//!                 continue;
+//!             };
+//!             let len = partial.len() + end;
+//!             partial.clear();
+//!             let _ = net.consume(conn, end + 1);
+//!             let _ = net.send(conn, format!("{len}\n").as_bytes());
+//!         }
+//!         if net.send_space(conn).unwrap_or(0) < 24 {
+//!             net.want_writable(conn);
+//!         } else if net.is_eof(conn) {
+//!             let _ = net.close(conn);
+//!         }
+//!     }
+//!     fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+//!         self.on_data(net, conn);
+//!     }
+//!     fn on_peer_closed(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+//!         self.on_data(net, conn);
+//!     }
+//!     fn on_closed(&mut self, net: &mut dyn Net, conn: ConnHandle, _: CloseReason) {
+//!         if let Ok(word @ 1..) = net.user_data(conn) {
+//!             self.partial[word as usize - 1].clear();
+//!             self.free.push(word as usize - 1);
+//!         }
+//!     }
+//! }
+//! ```
+//!
+//! The same handler runs on every backend and in either model: a whole
+//! program, a line key-value server on kernel sockets or queue-pair mode,
+//! is `flowlane-apps`' example `kv` (`cargo run -p flowlane-apps --example
+//! kv -- --help`).
 #![forbid(unsafe_code)]
 
 mod conn_map;

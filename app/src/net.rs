@@ -74,7 +74,11 @@ pub trait Net {
     fn recv(&mut self, conn: ConnHandle, buf: &mut [u8]) -> Result<usize, Error>;
 
     /// Zero-copy read of the next contiguous readable bytes; follow with
-    /// [`Net::consume`].
+    /// [`Net::consume`]. One piece, not everything readable: on flowlane's
+    /// TCP a segment's payload, in queue-pair mode a buffer, so a message
+    /// may continue in the next piece, which shows once this one is
+    /// consumed (see [`ConnHandler::on_data`](crate::ConnHandler::on_data): a handler that leaves a
+    /// partial message here is not called again for it).
     fn peek(&self, conn: ConnHandle) -> Result<&[u8], Error>;
 
     /// Drops `n` bytes seen through [`Net::peek`]; returns how many were
@@ -154,10 +158,15 @@ pub trait Net {
 
     /// Stores one word of the application's for the connection (an index
     /// into its own per-connection table), so that a handler needs no side
-    /// map from handles to its state. Zero until set.
+    /// map from handles to its state. Zero until set. The word stays
+    /// readable in the connection's [`ConnHandler::on_closed`](crate::ConnHandler::on_closed), where the
+    /// handler frees what it indexes (the [`crate::Dispatcher`] keeps it
+    /// for the handler, on every backend); it moves with the connection to
+    /// another core.
     fn set_user_data(&mut self, conn: ConnHandle, data: u64) -> Result<(), Error>;
 
-    /// The word stored by [`Net::set_user_data`].
+    /// The word stored by [`Net::set_user_data`], up to and in the
+    /// connection's `on_closed`.
     fn user_data(&self, conn: ConnHandle) -> Result<u64, Error>;
 
     /// This core's TCP counters.

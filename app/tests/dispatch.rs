@@ -811,3 +811,101 @@ fn a_stop_asks_each_connection_s_handler_once_and_counts_those_finishing() {
     app.dispatch(Event::Readable(later), &mut net);
     assert_eq!(app.finishing(), 0, "5001 closed by its handler");
 }
+
+/// Keeps each connection's state in a slab indexed by the connection's
+/// user-data word (slot + 1), set at accept and freed in `on_closed`;
+/// logs what `user_data` says there and which slots are still taken.
+struct Slab {
+    log: Log,
+    slots: Vec<Option<String>>,
+}
+
+impl ConnHandler for Slab {
+    fn on_accept(&mut self, net: &mut dyn Net, c: ConnHandle) {
+        self.slots.push(Some(format!("peer {}", c.index())));
+        net.set_user_data(c, self.slots.len() as u64).unwrap();
+    }
+    fn on_data(&mut self, net: &mut dyn Net, c: ConnHandle) {
+        net.discard(c);
+    }
+    fn on_closed(&mut self, net: &mut dyn Net, c: ConnHandle, r: CloseReason) {
+        let word = net.user_data(c);
+        if let Ok(w @ 1..) = word {
+            self.slots[w as usize - 1] = None;
+        }
+        let taken = self.slots.iter().filter(|s| s.is_some()).count();
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("closed {r:?}: word {word:?}, {taken} taken"));
+    }
+}
+
+/// The word a handler stored with `set_user_data` is still readable in
+/// the connection's `on_closed` (the backend has released the connection
+/// by then: the stack answers `InvalidHandle`), so that the handler can
+/// free what it indexes; and after the connection's application side moved
+/// to another dispatcher (another core), the word it carried is readable
+/// there at its close too.
+#[test]
+fn the_user_data_word_is_readable_in_on_closed() {
+    let log: Log = Arc::default();
+    let (mut a, mut b, mut app, mut port) = pair();
+    let slab = |log: &Log| Slab {
+        log: log.clone(),
+        slots: Vec::new(),
+    };
+    serve_on_80(&mut a, &mut app, slab(&log));
+    let mut peers = Vec::new();
+    for p in [5000, 5001] {
+        peers.push(
+            b.connect(
+                Instant::ZERO,
+                SocketAddr::new("10.0.0.2".parse().unwrap(), p),
+                "10.0.0.1:80".parse().unwrap(),
+            )
+            .unwrap(),
+        );
+    }
+    settle(&mut a, &mut app, &mut b, &mut port);
+    b.abort(peers[0]).unwrap();
+    settle(&mut a, &mut app, &mut b, &mut port);
+    assert_eq!(
+        log.lock().unwrap().clone(),
+        ["closed Reset: word Ok(1), 1 taken"],
+        "the slot the word indexes is freed in on_closed"
+    );
+    // The second connection's application side moves to another
+    // dispatcher set up the same way (the connection stays on stack `a`,
+    // which carries its word, as a stack's export and import do).
+    let conn = {
+        let net = direct(&mut a, &mut port);
+        let mut conns = Vec::new();
+        for i in 0..4 {
+            let c = ConnHandle::from_parts(i, 0);
+            if net.user_data(c).is_ok() {
+                conns.push(c);
+            }
+        }
+        assert_eq!(conns.len(), 1, "{conns:?}");
+        conns[0]
+    };
+    // Its state there, as the handler's own export and import would move it.
+    let mut other = Dispatcher::new();
+    other.add(Slab {
+        log: log.clone(),
+        slots: vec![None, Some("moved".to_string())],
+    });
+    {
+        let mut net = direct(&mut a, &mut port);
+        let export = app.export_conn(conn, &mut net).expect("owned");
+        other.import_conn(conn, export, &mut net);
+    }
+    b.abort(peers[1]).unwrap();
+    settle(&mut a, &mut other, &mut b, &mut port);
+    assert_eq!(
+        log.lock().unwrap().last().unwrap(),
+        "closed Reset: word Ok(2), 0 taken",
+        "the word moved with the connection"
+    );
+}
