@@ -62,6 +62,10 @@ pub(crate) struct ChunkPool {
     keep: usize,
     /// Most free chunks of [`SMALL_CHUNK_SIZE`] kept.
     keep_small: usize,
+    /// Bytes queued in the send buffers of the connections this pool
+    /// serves (what `Config::send_memory` bounds), counted by the
+    /// connections as they queue bytes and drop them.
+    send_queued: usize,
 }
 
 impl ChunkPool {
@@ -143,6 +147,25 @@ impl ChunkPool {
     /// Bytes of the chunks held by buffers.
     pub(crate) fn in_use_bytes(&self) -> usize {
         self.in_use_bytes
+    }
+
+    /// Bytes queued in send buffers.
+    #[inline]
+    pub(crate) fn send_queued(&self) -> usize {
+        self.send_queued
+    }
+
+    /// `n` more bytes queued in a send buffer.
+    #[inline]
+    pub(crate) fn queued_to_send(&mut self, n: usize) {
+        self.send_queued += n;
+    }
+
+    /// `n` bytes a send buffer held dropped (acknowledged, or the
+    /// connection went).
+    #[inline]
+    pub(crate) fn dropped_from_send(&mut self, n: usize) {
+        self.send_queued = self.send_queued.saturating_sub(n);
     }
 
     /// Free chunks kept for reuse.

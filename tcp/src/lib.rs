@@ -348,6 +348,18 @@ pub struct Config {
     /// or 2 KiB ones for a buffer whose bytes fit in one); the pool keeps
     /// up to this much free memory in chunks of each size for reuse.
     pub recv_memory: usize,
+    /// Send memory of the whole stack, in bytes (the send half of Linux
+    /// `tcp_mem`, the kernel backend's `tx_memory`): the bytes queued in
+    /// every connection's send buffer, together, stay within it. Past it
+    /// [`Stack::send`] takes only what is left (nothing: `WouldBlock`),
+    /// counted ([`Stats::send_memory_waits`]), and the connection waits,
+    /// oldest first, for a [`Event::Writable`] once ACKs or closes free
+    /// memory; its own buffer's size ([`Config::send_buffer`]) bounds it
+    /// as before. Without it, peers that keep their windows shut (they
+    /// read nothing) held a send buffer's worth each, whatever their
+    /// number. Connections imported from another stack bring what they
+    /// hold past it, as for [`Config::recv_memory`]. Default 256 MiB.
+    pub send_memory: usize,
     /// The least payload a receive queue keeps in the frame it arrived in
     /// when the caller lends frames ([`Stack::handle_tcp_frame`]); smaller
     /// payloads are copied, so that a frame's memory is not held for a few
@@ -563,6 +575,7 @@ impl std::fmt::Debug for Config {
             recv_buffer,
             recv_buffer_max,
             recv_memory,
+            send_memory,
             zero_copy_min,
             window_scaling,
             timestamps,
@@ -606,6 +619,7 @@ impl std::fmt::Debug for Config {
             .field("recv_buffer", recv_buffer)
             .field("recv_buffer_max", recv_buffer_max)
             .field("recv_memory", recv_memory)
+            .field("send_memory", send_memory)
             .field("zero_copy_min", zero_copy_min)
             .field("window_scaling", window_scaling)
             .field("timestamps", timestamps)
@@ -655,6 +669,7 @@ impl Config {
             recv_buffer: 64 * 1024,
             recv_buffer_max: 6 * 1024 * 1024,
             recv_memory: 64 * 1024 * 1024,
+            send_memory: 256 * 1024 * 1024,
             zero_copy_min: 1024,
             window_scaling: true,
             timestamps: true,
@@ -970,6 +985,9 @@ pub struct Stats {
     /// Connections refused at import ([`Error::ConnectionLimit`]): the stack
     /// held its cap and the headroom past it.
     pub imports_refused_at_cap: u64,
+    /// Sends cut short by the stack's send memory ([`Config::send_memory`]):
+    /// the connection waits for memory to free.
+    pub send_memory_waits: u64,
     /// SYNs that reopened a connection in TIME-WAIT (RFC 6191: newer
     /// timestamp or sequence number than its last incarnation's).
     pub time_wait_reopened: u64,

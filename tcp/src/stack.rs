@@ -479,6 +479,10 @@ pub struct Stack {
     /// until the queue empties, `poll_event` drops those of connections
     /// that are gone (only their `Closed` is told).
     events_stale: bool,
+    /// Connections whose send the stack's send memory cut short
+    /// ([`Config::send_memory`], `Flags::SEND_MEMORY_WAIT`), oldest first,
+    /// each once: [`Stack::poll_event`] wakes them as memory frees.
+    send_waiters: VecDeque<ConnHandle>,
     /// RSTs to send, and challenge ACKs left this second (RFC 5961 §7).
     replies: Replies,
     /// SYN cookies: their key, and the cookie SYN-ACKs to send.
@@ -647,6 +651,7 @@ impl Stack {
             dirty: VecDeque::new(),
             events: VecDeque::new(),
             events_stale: false,
+            send_waiters: VecDeque::new(),
             rcv_committed: 0,
             mem_waiting: VecDeque::new(),
             stats: Stats::default(),
@@ -2794,7 +2799,13 @@ impl Stack {
         if self.closed_slot != NO_SLOT {
             self.free_closed_slot();
         }
-        let event = self.events.pop_front()?;
+        let Some(event) = self.events.pop_front() else {
+            return if self.send_waiters.is_empty() {
+                None
+            } else {
+                self.poll_send_waiters()
+            };
+        };
         if let Event::Closed { conn, .. } = event {
             // The closed connection's slot, held until now (`remove`).
             self.release_held(conn.index);
@@ -2804,6 +2815,40 @@ impl Stack {
             return self.poll_event_stale(event);
         }
         Some(event)
+    }
+
+    /// Once every event was taken: connections waiting for send memory
+    /// ([`Config::send_memory`]) hear [`Event::Writable`], oldest first,
+    /// as long as what is free would take a send buffer's worth each (an
+    /// eighth of the budget each, if that is less), as the kernel backend
+    /// promises a freed buffer to its oldest waiter. One that gets none
+    /// of it (others took it first) waits again, at the back. Out of line:
+    /// a stack whose send memory never ran out never gets here.
+    #[cold]
+    #[inline(never)]
+    fn poll_send_waiters(&mut self) -> Option<Event> {
+        let step = self.cfg.send_buffer.min(self.cfg.send_memory / 8).max(1);
+        let mut room = self.cfg.send_memory.saturating_sub(self.pool.send_queued());
+        while room >= step {
+            let Some(conn) = self.send_waiters.pop_front() else {
+                break;
+            };
+            let Ok(idx) = self.lookup(conn) else {
+                continue; // gone since
+            };
+            self.with_conn(idx, |c, _| {
+                if c.flags.has(Flags::SEND_MEMORY_WAIT) {
+                    c.flags.clear(Flags::SEND_MEMORY_WAIT);
+                    c.events |= ev::WRITABLE;
+                }
+            });
+            room -= step;
+        }
+        if self.events.is_empty() {
+            None
+        } else {
+            self.poll_event()
+        }
     }
 
     /// The slot of the previous `Closed`, whose application handled it:
@@ -2854,10 +2899,19 @@ impl Stack {
     // ---------------------------------------------------------------
 
     /// Queues data; returns how much fit. `Err(WouldBlock)` if none did (a
-    /// `Writable` event follows when space frees up).
+    /// `Writable` event follows when space frees up: in the connection's
+    /// buffer, or in the stack's send memory, [`Config::send_memory`]).
     pub fn send(&mut self, conn: ConnHandle, data: &[u8]) -> Result<usize, Error> {
         let idx = self.lookup(conn)?;
-        self.with_conn(idx, |c, ctx| c.send(ctx, data))
+        let (sent, waits) = self.with_conn(idx, |c, ctx| {
+            let waited = c.flags.has(Flags::SEND_MEMORY_WAIT);
+            let sent = c.send(ctx, data);
+            (sent, !waited && c.flags.has(Flags::SEND_MEMORY_WAIT))
+        });
+        if waits {
+            self.send_waiters.push_back(conn);
+        }
+        sent
     }
 
     /// Asks for an [`Event::Writable`] for `conn` when send buffer space

@@ -47,9 +47,24 @@ struct Stream {
 /// next to the link). B's receive memory is `budget`. Returns the sim and
 /// the largest receive memory B committed at any step.
 fn slow_readers(conns: usize, bytes: u64, budget: usize, read_per_tick: usize) -> (Sim, usize) {
+    let (sim, peak, _) = slow_readers_sending(conns, bytes, budget, read_per_tick, usize::MAX);
+    (sim, peak)
+}
+
+/// [`slow_readers`] with A's send memory `send_memory`; also returns the
+/// most buffer memory A held at any step (its send buffers: B sends
+/// nothing).
+fn slow_readers_sending(
+    conns: usize,
+    bytes: u64,
+    budget: usize,
+    read_per_tick: usize,
+    send_memory: usize,
+) -> (Sim, usize, usize) {
     let mut a_cfg = sim::test_config(1);
     let mut b_cfg = sim::test_config(2);
     a_cfg.send_buffer = 64 * 1024;
+    a_cfg.send_memory = send_memory;
     b_cfg.recv_buffer = 64 * 1024;
     b_cfg.recv_memory = budget;
     let mut sim = Sim::new(7, link(), link(), a_cfg, b_cfg);
@@ -64,9 +79,10 @@ fn slow_readers(conns: usize, bytes: u64, budget: usize, read_per_tick: usize) -
     let mut buf = vec![0u8; 16 * 1024];
     let mut next_read = sim.now;
     let mut peak = 0usize;
+    let mut a_peak = 0usize;
     let limit = sim.now + Duration::from_secs(600);
     let total = conns as u64 * bytes;
-    let done = sim.run_until(limit, |s| {
+    let mut step = |s: &mut Sim| {
         while let Some(e) = s.a.poll_event() {
             if let Event::Connected(h) | Event::Writable(h) = e {
                 let (stream, st) = a.get_mut(&h).expect("A stream");
@@ -103,8 +119,17 @@ fn slow_readers(conns: usize, bytes: u64, budget: usize, read_per_tick: usize) -
             "committed {committed} > budget {budget}"
         );
         peak = peak.max(committed);
+        a_peak = a_peak.max(s.a.buffer_memory());
         b.values().map(|(_, st)| st.received).sum::<u64>() == total
-    });
+    };
+    // Nothing on the wire while B still holds bytes it reads a little per
+    // millisecond (everything sent was taken in): the clock moves on to
+    // its next read.
+    let mut done = sim.run_until(limit, &mut step);
+    while !done && sim.now < limit {
+        sim.now += Duration::from_millis(1);
+        done = sim.run_until(limit, &mut step);
+    }
     if !done {
         let got: Vec<u64> = b.values().map(|(_, st)| st.received).collect();
         let sent: Vec<u64> = a.values().map(|(_, st)| st.sent).collect();
@@ -117,7 +142,7 @@ fn slow_readers(conns: usize, bytes: u64, budget: usize, read_per_tick: usize) -
             sim.b.stats()
         );
     }
-    (sim, peak)
+    (sim, peak, a_peak)
 }
 
 fn write(
@@ -163,6 +188,28 @@ fn slow_readers_exhaust_the_budget_without_drops() {
     );
     assert_eq!(sim.stats.queue_drops, 0);
     assert!(sim.b.buffer_memory() <= budget + 40 * 2 * 8192);
+}
+
+/// Forty writers with 150,000 bytes each for slow readers, behind a
+/// 256 KiB send memory (`Config::send_memory`; each connection's own
+/// buffer would hold 64 KiB: 2.5 MiB in all): the sender's buffers never
+/// hold more than the budget, but for the chunk each buffer's last bytes
+/// round up to; the sends it cut short are counted; and every byte
+/// arrives: a writer that waited for memory, its own buffer empty (no ACK
+/// of its own to wake it), hears `Writable` once others' ACKs free memory.
+/// Without the budget, peers that read nothing held 64 KiB of a stack's
+/// memory each, whatever their number.
+#[test]
+fn send_memory_bounds_what_writers_queue() {
+    let send_memory = 256 * 1024;
+    let (sim, _, a_peak) = slow_readers_sending(40, 150_000, 256 * 1024, 1500, send_memory);
+    let a = sim.a.stats();
+    assert!(
+        a_peak <= send_memory + 40 * 8192,
+        "the sender held {a_peak} bytes of buffers"
+    );
+    assert!(a.send_memory_waits > 0, "{a:?}");
+    assert_eq!(sim.b.stats().bytes_in, 40 * 150_000);
 }
 
 /// A budget too small for a segment per connection still delivers every

@@ -145,12 +145,24 @@ impl Connection {
     /// Queues application data.
     pub(crate) fn send(&mut self, ctx: &mut Ctx<'_>, data: &[u8]) -> Result<usize, crate::Error> {
         self.check_writable()?;
-        let n = self.send_buf.enqueue_slice(ctx.pool, data);
+        // The stack's send memory (`Config::send_memory`), shared by every
+        // connection: when it, not this buffer, cuts the write short, the
+        // connection waits for memory (`Stack::send` lists it).
+        let left = ctx.cfg.send_memory.saturating_sub(ctx.pool.send_queued());
+        let memory_short = left < data.len() && left < self.send_buf.window();
+        let n = self
+            .send_buf
+            .enqueue_slice(ctx.pool, &data[..data.len().min(left)]);
+        ctx.pool.queued_to_send(n);
         if n > 0 {
             self.flags.set(Flags::SEND_QUEUED);
         }
         if n < data.len() {
             self.flags.set(Flags::WRITABLE_WANTED);
+        }
+        if memory_short {
+            ctx.stats.send_memory_waits += 1;
+            self.flags.set(Flags::SEND_MEMORY_WAIT);
         }
         if n == 0 && !data.is_empty() {
             return Err(crate::Error::WouldBlock);

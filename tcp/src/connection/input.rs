@@ -900,7 +900,8 @@ impl Connection {
             .is_some_and(|fs| ack > fs && self.snd.una <= fs);
         let data_acked = acked - usize::from(fin_acked_now);
         let flight_before = self.snd.max - self.snd.una;
-        self.send_buf.dequeue_allocated(ctx.pool, data_acked);
+        let freed = self.send_buf.dequeue_allocated(ctx.pool, data_acked);
+        ctx.pool.dropped_from_send(freed);
         if self.send_buf.is_empty() {
             self.flags.clear(Flags::SEND_QUEUED);
         }
@@ -1442,6 +1443,7 @@ impl Connection {
         self.assembler.clear();
         // Nothing more is sent or received: TIME-WAIT holds no buffer
         // memory beyond what the application has yet to read.
+        ctx.pool.dropped_from_send(self.send_buf.len());
         self.send_buf.release(ctx.pool);
         self.flags.clear(Flags::HOLES | Flags::SEND_QUEUED);
         self.recv_buf.forget_unqueued(ctx.pool);

@@ -829,6 +829,7 @@ impl Connection {
         );
         self.assembler.clear();
         self.scoreboard.clear();
+        ctx.pool.dropped_from_send(self.send_buf.len());
         self.send_buf.release(ctx.pool);
         self.flags.clear(Flags::SEND_QUEUED);
         self.recv_buf.forget_unqueued(ctx.pool);
@@ -925,6 +926,7 @@ impl Connection {
     /// and the RACK flight (the connection is going away).
     pub(crate) fn release_buffers(&mut self, memory: Memory<'_>) {
         let (pool, lent, flights) = memory;
+        pool.dropped_from_send(self.send_buf.len());
         self.send_buf.release(pool);
         self.flags.clear(Flags::SEND_QUEUED);
         self.recv_buf.release(pool, lent);

@@ -179,7 +179,10 @@ impl Connection {
         // queued, as they did before the move: every byte goes in, then
         // the buffer gets the application's size back.
         let mut send_buf = ChunkBuffer::new(s.send_data.len().max(s.send_capacity));
-        send_buf.enqueue_slice(pool, &s.send_data);
+        // Taken whole, past the stack's send memory if need be (as the
+        // receive side's bytes are): the bytes are the application's.
+        let queued = send_buf.enqueue_slice(pool, &s.send_data);
+        pool.queued_to_send(queued);
         send_buf.set_capacity(s.send_capacity);
         let mut recv_buf = RecvBuffer::new(s.recv_capacity);
         recv_buf.resize(s.recv_capacity, s.recv_headroom);
@@ -199,6 +202,7 @@ impl Connection {
             }
         }
         if !valid {
+            pool.dropped_from_send(queued);
             send_buf.release(pool);
             recv_buf.release(pool, &mut LentFrames::default());
             return Err(crate::Error::InvalidSnapshot);
@@ -206,8 +210,15 @@ impl Connection {
         let compactable = s.state == State::TimeWait && s.flags.has(Flags::APP_CLOSED);
         // What the buffers hold, not what the exporter's bits said.
         let mut flags = s.flags;
-        let derived =
-            Flags::SEND_QUEUED | Flags::HOLES | Flags::SACKED | Flags::UNDO | Flags::PERSISTING;
+        // SEND_MEMORY_WAIT: the exporter's list of waiters stays behind, so
+        // a connection that waited for send memory there hears `Writable`
+        // here at once (this stack's memory is another's).
+        let derived = Flags::SEND_QUEUED
+            | Flags::HOLES
+            | Flags::SACKED
+            | Flags::UNDO
+            | Flags::PERSISTING
+            | Flags::SEND_MEMORY_WAIT;
         flags.clear(derived);
         for (bit, holds) in [
             (Flags::SEND_QUEUED, !send_buf.is_empty()),
@@ -228,7 +239,13 @@ impl Connection {
             state: s.state,
             flags,
             // A closed connection in TIME-WAIT becomes a compact record.
-            events: if compactable { ev::COMPACT } else { 0 },
+            events: if compactable {
+                ev::COMPACT
+            } else if s.flags.has(Flags::SEND_MEMORY_WAIT) {
+                ev::WRITABLE
+            } else {
+                0
+            },
             close_reason: CloseReason::Normal,
             snd: s.snd,
             snd_rare: s.snd_rare,

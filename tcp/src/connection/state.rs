@@ -93,6 +93,10 @@ impl Flags {
     pub(crate) const READABLE_NOTIFIED: u64 = 1 << 7;
     /// A send could not queue everything: emit Writable when space frees.
     pub(crate) const WRITABLE_WANTED: u64 = 1 << 8;
+    /// A send was cut short by the stack's send memory
+    /// (`Config::send_memory`): the connection is in the stack's list of
+    /// those waiting for memory, once (`Stack::wake_send_waiters`).
+    pub(crate) const SEND_MEMORY_WAIT: u64 = 1 << 50;
     /// The peer's FIN was received.
     pub(crate) const PEER_FIN: u64 = 1 << 9;
     /// Retransmit one segment at SND.UNA regardless of windows.
@@ -663,6 +667,7 @@ mod tests {
             Flags::ACKS_UNRECORDED,
             Flags::RXT_ABOVE,
             Flags::RCV_PARKED,
+            Flags::SEND_MEMORY_WAIT,
         ];
         let mut seen = 0u64;
         for (i, f) in all.into_iter().enumerate() {
