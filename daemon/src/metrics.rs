@@ -197,7 +197,7 @@ const QUEUE_ROWS: &[QueueRow] = &[
     row!("flowlane_tcp_receive_memory_committed_bytes", "Receive memory committed now, of the stack's budget.", G, [], |q| q.tcp.recv_memory_committed),
     row!("flowlane_tcp_memory_peak_bytes", "Kernel sockets: the most bytes of receive or send buffers the core's connections held at once (bounded by its memory limits).", G, ["direction" = "receive"], |q| q.tcp.rx_memory_peak),
     row!("flowlane_tcp_memory_peak_bytes", "", G, ["direction" = "send"], |q| q.tcp.tx_memory_peak),
-    row!("flowlane_tcp_memory_waits", "Kernel sockets: reads that waited for receive memory, and writes taken in part for want of send memory.", C, ["direction" = "receive"], |q| q.tcp.rx_memory_waits),
+    row!("flowlane_tcp_memory_waits", "Reads that waited for receive memory (kernel sockets), and writes taken in part for want of send memory (a kernel-socket core's, or an AF_XDP queue's stack's: its connections together hold at most that much in their send buffers).", C, ["direction" = "receive"], |q| q.tcp.rx_memory_waits),
     row!("flowlane_tcp_memory_waits", "", C, ["direction" = "send"], |q| q.tcp.tx_memory_waits),
     row!("flowlane_rebalance_buckets_moved", "RSS buckets moved off (out) or onto (in) the queue, with their connections.", C, ["direction" = "out"], |q| q.tcp.buckets_out),
     row!("flowlane_rebalance_buckets_moved", "", C, ["direction" = "in"], |q| q.tcp.buckets_in),
@@ -448,9 +448,8 @@ fn kernel_knows(row: &QueueRow) -> bool {
                 "data_after_close" | "aborted" | "refused" | "timed_out"
             )]
         ),
-        "flowlane_tcp_connections"
-        | "flowlane_tcp_memory_peak_bytes"
-        | "flowlane_tcp_memory_waits" => kernel_only(row),
+        "flowlane_tcp_connections" | "flowlane_tcp_memory_peak_bytes" => kernel_only(row),
+        "flowlane_tcp_memory_waits" => true,
         "flowlane_tcp_refused" => {
             matches!(
                 row.extra,
@@ -463,12 +462,13 @@ fn kernel_knows(row: &QueueRow) -> bool {
 
 /// Whether `row` is shown for kernel-socket services alone: the
 /// connections a core holds open, which an AF_XDP service shows by state,
-/// and the cores' buffer memory peaks and waits (an AF_XDP stack's
-/// receive memory is its committed window, a row of its own).
+/// and the cores' buffer memory peaks and receive waits (an AF_XDP stack's
+/// receive memory is its committed window, a row of its own; its send
+/// memory's waits are the `send` series both show).
 fn kernel_only(row: &QueueRow) -> bool {
     (row.name == "flowlane_tcp_connections" && row.extra == [("state", "open")])
         || row.name == "flowlane_tcp_memory_peak_bytes"
-        || row.name == "flowlane_tcp_memory_waits"
+        || (row.name == "flowlane_tcp_memory_waits" && row.extra == [("direction", "receive")])
 }
 
 /// Appends `rows` as families (a new one whenever the name changes), each
@@ -1601,14 +1601,21 @@ mod tests {
         }
         assert_eq!(of("flowlane_tcp_connections{", "42"), 2, "open only");
         // The cores' buffer memory peaks and waits, each way; an AF_XDP
-        // service has no such series (its budget is the committed window).
+        // service has no peaks (its receive budget is the committed
+        // window) and only its send memory's waits.
         for name in [
             "flowlane_tcp_memory_peak_bytes{",
             "flowlane_tcp_memory_waits_total{",
         ] {
             assert_eq!(of(name, "42"), 4, "{name}: two directions a core");
-            assert_eq!(of(name, "41"), 0, "{name}");
         }
+        assert_eq!(of("flowlane_tcp_memory_peak_bytes{", "41"), 0);
+        assert_eq!(
+            of("flowlane_tcp_memory_waits_total{", "41"),
+            2,
+            "send, a queue"
+        );
+        assert!(!page.contains(r#"pid="41",queue="0",cpu="0",node="0",direction="receive"} "#));
         assert_eq!(
             line(
                 &page,

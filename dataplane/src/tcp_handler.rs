@@ -880,8 +880,9 @@ counters! {
         /// Kernel sockets only: the most bytes of send buffers held at once
         /// (a gauge, bounded by the core's send memory).
         tx_memory_peak,
-        /// Kernel sockets only: writes taken only in part for want of send
-        /// memory (the application is told to wait for writable).
+        /// Writes taken only in part for want of send memory (the
+        /// application is told to wait for writable): a kernel-socket
+        /// core's, or the queue's stack's (`Config::send_memory`).
         tx_memory_waits,
     }
 }
@@ -984,6 +985,7 @@ impl TcpCounters {
         set(&self.imports_past_cap, s.imports_past_cap);
         set(&self.imports_refused_at_cap, s.imports_refused_at_cap);
         set(&self.imports_past_recv_memory, s.imports_past_recv_memory);
+        set(&self.tx_memory_waits, s.send_memory_waits);
         set(&self.segments_out, s.segments_out);
     }
 
