@@ -1,7 +1,8 @@
 //! A TCP service's rebalancing loop (`--rebalance auto`): every period,
-//! the queues' load over the period (each worker's busy time, each RSS
-//! bucket's segments, bytes and sampled busy time, as the worker
-//! published them together) as a numa-sched [`LoadSnapshot`], and the
+//! the queues' load over the period (each worker's busy time, at most its
+//! time on a CPU, each RSS bucket's segments, bytes and sampled busy time,
+//! as the worker published them together) as a numa-sched
+//! [`LoadSnapshot`], and the
 //! [`Rebalancer`]'s plan carried out bucket by bucket through
 //! [`TcpService::move_bucket`]. Also the test mode that moves a random
 //! bucket in use every few milliseconds whatever the load (a storm).
@@ -10,6 +11,7 @@
 //! reads per period, and the moves themselves.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
 
@@ -20,6 +22,7 @@ use flowlane_numa_sched::{
 
 use crate::bucket_counters::BucketSnapshot;
 use crate::control_socket::MoveCause;
+use crate::cpu_time::{schedstat_ns, worker_schedstat};
 use crate::handoff::MoveReport;
 use crate::service_control::move_and_see;
 use crate::tcp_handler::PUBLISH_EVERY;
@@ -138,6 +141,10 @@ struct Reading {
     /// Its stack's `max_connections` (0: not published yet).
     connection_limit: u64,
     buckets: Vec<BucketSnapshot>,
+    /// When the loop read the worker thread's time on a CPU (ns on the
+    /// loop's clock) and that time (ns, `schedstat`); None where it could
+    /// not.
+    cpu_time: Option<(u64, u64)>,
 }
 
 /// Every queue's last publication, read whole: the TCP counters before
@@ -177,6 +184,7 @@ fn read(service: &TcpService) -> Option<Vec<Reading>> {
                         busy_ns: c.buckets_busy_ns,
                         connection_limit: c.connection_limit,
                         buckets: lists.remove(queue).unwrap_or_default(),
+                        cpu_time: None,
                     })
                 })
                 .collect(),
@@ -197,6 +205,11 @@ pub struct AutoRebalance {
     last_queue: HashMap<u32, (u64, u64)>,
     /// Each (queue, bucket)'s segments, bytes and busy ns at the last round.
     last_buckets: HashMap<(u32, u16), (u64, u64, u64)>,
+    /// Each queue's worker's CPU time reading at the last round
+    /// ([`Reading::cpu_time`]).
+    last_cpu: HashMap<u32, (u64, u64)>,
+    /// Each queue's worker's `schedstat` file, once found.
+    schedstat: HashMap<u32, PathBuf>,
     /// Rounds in a row with a move that failed with its bucket where it
     /// was (the loop waits longer after each).
     failed_rounds: u32,
@@ -218,7 +231,8 @@ impl AutoRebalance {
             return Err(Error::Move(format!("--rebalance: {why}")));
         }
         let mut me = AutoRebalance::on(Topology::from_system().map_err(Error::Placement)?, mode)?;
-        if let Some(readings) = read(service) {
+        if let Some(mut readings) = read(service) {
+            me.read_cpu(&mut readings);
             me.sample(&readings);
         }
         me.next = me.epoch + me.period();
@@ -251,6 +265,8 @@ impl AutoRebalance {
             next: now,
             last_queue: HashMap::new(),
             last_buckets: HashMap::new(),
+            last_cpu: HashMap::new(),
+            schedstat: HashMap::new(),
             failed_rounds: 0,
             retry: false,
             rng: 0x2545_f491_4f6c_dd1d ^ u64::from(std::process::id()),
@@ -342,16 +358,60 @@ impl AutoRebalance {
         out
     }
 
+    /// Each reading's worker CPU time now ([`Reading::cpu_time`]), from its
+    /// thread's `schedstat` (found once; looked for again if it fails).
+    fn read_cpu(&mut self, readings: &mut [Reading]) {
+        for r in readings {
+            let path = match self.schedstat.get(&r.queue) {
+                Some(p) => Some(p.clone()),
+                None => worker_schedstat(r.queue),
+            };
+            let cpu = path.as_deref().and_then(schedstat_ns);
+            match (cpu, path) {
+                (Some(_), Some(p)) => {
+                    self.schedstat.insert(r.queue, p);
+                }
+                _ => {
+                    self.schedstat.remove(&r.queue);
+                }
+            }
+            let at = self.clock(Instant::now()).as_nanos() as u64;
+            r.cpu_time = cpu.map(|c| (at, c));
+        }
+    }
+
     /// The load since the last round, from each queue's publication: its
     /// busy time and the time between its two publications (ns), each
     /// bucket's segments, bytes, connections and busy time. A bucket's
     /// busy time is its share of what the worker timed on its buckets'
     /// frames, times the worker's busy time (RSS++'s load, with the share
     /// measured in time rather than packets: transmission and timers cost
-    /// in proportion). None, with nothing recorded but the first reading
-    /// of a queue (or of a worker whose clock went back), when a queue has
-    /// not published since the last round: its window would be empty.
+    /// in proportion). A worker's busy time is the wall-clock time of its
+    /// passes that did work, preemption included: it counts at most the
+    /// share of the window the worker's thread was on a CPU between this
+    /// round's reading of its CPU time and the last's (`schedstat`). On a
+    /// host whose CPUs other tasks share, a worker waiting for its CPU in
+    /// the middle of a pass is not busy: session 58's soak, on 2 vCPUs
+    /// shared with builds, had queues 44-75 % busy by their passes' clock
+    /// that were on a CPU 10 % of the time, waiting for it 75-80 %, and
+    /// the policy moved buckets on it. None, with nothing recorded but the
+    /// first reading of a queue (or of a worker whose clock went back),
+    /// when a queue has not published since the last round: its window
+    /// would be empty.
     fn sample(&mut self, readings: &[Reading]) -> Option<(Vec<CoreLoad>, Vec<BucketLoad>)> {
+        let mut on_cpu = HashMap::new();
+        for r in readings {
+            let Some((at, cpu)) = r.cpu_time else {
+                self.last_cpu.remove(&r.queue);
+                continue;
+            };
+            if let Some((was_at, was)) = self.last_cpu.insert(r.queue, (at, cpu)) {
+                if at > was_at && cpu >= was {
+                    let share = (cpu - was) as f64 / (at - was_at) as f64;
+                    on_cpu.insert(r.queue, share.min(1.0));
+                }
+            }
+        }
         let advanced = |r: &Reading, last: &HashMap<u32, (u64, u64)>| {
             last.get(&r.queue).map(|&(at, _)| r.at_ns > at)
         };
@@ -384,7 +444,10 @@ impl AutoRebalance {
                 .insert(r.queue, (r.at_ns, r.busy_ns))
                 .unwrap_or((r.at_ns, r.busy_ns));
             let total = r.at_ns.saturating_sub(at);
-            let busy = r.busy_ns.saturating_sub(busy_before).min(total);
+            let mut busy = r.busy_ns.saturating_sub(busy_before).min(total);
+            if let Some(&share) = on_cpu.get(&r.queue) {
+                busy = busy.min((share * total as f64) as u64);
+            }
             let first = buckets.len();
             let mut timed = Vec::with_capacity(r.buckets.len());
             let mut connections = 0;
@@ -446,10 +509,11 @@ impl AutoRebalance {
         let Some(table) = service.rss_table() else {
             return Vec::new();
         };
-        let Some(readings) = read(service) else {
+        let Some(mut readings) = read(service) else {
             self.retry = true;
             return Vec::new();
         };
+        self.read_cpu(&mut readings);
         self.round_on(now, &table, &readings, |bucket, to| {
             move_and_see(service, bucket, to)
         })
@@ -644,6 +708,7 @@ mod tests {
             busy_ns: busy_ms * MS,
             connection_limit: 1_000,
             buckets: buckets.iter().copied().map(bucket).collect(),
+            cpu_time: None,
         }
     }
 
@@ -714,6 +779,42 @@ mod tests {
             (10, Some(10 * MS))
         );
         assert_eq!((buckets[1].packets, buckets[1].busy_cycles), (0, Some(0)));
+    }
+
+    #[test]
+    fn a_worker_waiting_for_its_cpu_is_not_busy() {
+        // Queue 0 busy 80 ms of a 100 ms window by its passes' clock, its
+        // thread on a CPU 10 ms of the 100 ms between the loop's readings:
+        // 10 ms busy. Queue 1 busy 30 ms, on a CPU 50 ms (its idle
+        // passes): 30 ms. Then queue 0's CPU time unknown: its clock's.
+        let mut a = started();
+        let with_cpu = |mut r: Reading, at_ms: u64, cpu_ms: u64| {
+            r.cpu_time = Some((at_ms * MS, cpu_ms * MS));
+            r
+        };
+        // The publications the loop started from (no window yet), with the
+        // first readings of the CPU time.
+        let first = [
+            with_cpu(reading(0, 100, 0, &[]), 1_000, 500),
+            with_cpu(reading(1, 100, 0, &[]), 1_000, 700),
+        ];
+        assert!(a.sample(&first).is_none());
+        let next = [
+            with_cpu(reading(0, 200, 80, &[(0, 50, 1_000, 1)]), 1_100, 510),
+            with_cpu(reading(1, 200, 30, &[(6, 50, 1_000, 1)]), 1_100, 750),
+        ];
+        let (cores, buckets) = a.sample(&next).expect("a window");
+        let busy: Vec<u64> = cores.iter().map(|c| c.busy_cycles / MS).collect();
+        assert_eq!(busy, [10, 30]);
+        // The buckets share what is left of the core's busy time.
+        assert_eq!(buckets[0].busy_cycles, Some(10 * MS));
+        let last = [
+            reading(0, 300, 160, &[]),
+            with_cpu(reading(1, 300, 60, &[]), 1_200, 800),
+        ];
+        let (cores, _) = a.sample(&last).expect("a window");
+        let busy: Vec<u64> = cores.iter().map(|c| c.busy_cycles / MS).collect();
+        assert_eq!(busy, [80, 30]);
     }
 
     #[test]

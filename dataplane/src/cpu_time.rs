@@ -50,11 +50,23 @@ pub fn app_thread_cpu_ns(tid: i32) -> Option<u64> {
 
 /// CPU time (ns) of this process's thread named `want`, while it runs.
 fn named_thread_cpu_ns(want: &str) -> Option<u64> {
+    schedstat_ns(&named_thread_schedstat(want)?)
+}
+
+/// The `schedstat` file of this process's worker thread for `queue`
+/// ([`worker_thread_name`]), while it runs: read with [`schedstat_ns`] as
+/// often as needed, without looking for the thread again.
+pub fn worker_schedstat(queue: u32) -> Option<std::path::PathBuf> {
+    named_thread_schedstat(&worker_thread_name(queue))
+}
+
+/// The `schedstat` file of this process's thread named `want`.
+fn named_thread_schedstat(want: &str) -> Option<std::path::PathBuf> {
     for t in std::fs::read_dir("/proc/self/task").ok()? {
         let p = t.ok()?.path();
         let comm = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
         if comm.trim() == want {
-            return schedstat_ns(&p.join("schedstat"));
+            return Some(p.join("schedstat"));
         }
     }
     None
