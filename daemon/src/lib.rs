@@ -106,7 +106,10 @@ const DAEMON_SOCKET_ROLE: SocketRole = SocketRole {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DaemonConfig {
-    /// Where the metrics endpoint listens.
+    /// Where the metrics endpoint listens (in the file as the flag takes
+    /// it: a link-local IPv6 address with its zone, the interface's name or
+    /// index, `"[fe80::1%eth0]:9477"`, RFC 4007 §11).
+    #[serde(deserialize_with = "listen_address")]
     pub metrics: SocketAddr,
     /// Where the services' control sockets are.
     pub run_dir: PathBuf,
@@ -147,6 +150,15 @@ fn millis<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> 
         )));
     }
     Ok(Duration::from_millis(ms))
+}
+
+/// The `metrics` key, read by `--metrics`'s own parser
+/// ([`flowlane_dataplane::zoned_addr::listen_address`]): a zone named by
+/// its interface, and a link-local address without a zone refused here
+/// rather than at bind (EINVAL).
+fn listen_address<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+    let text = <String as serde::Deserialize>::deserialize(d)?;
+    flowlane_dataplane::zoned_addr::listen_address(&text).map_err(serde::de::Error::custom)
 }
 
 fn socket_or_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
@@ -599,11 +611,42 @@ mod tests {
         std::fs::remove_file(p).unwrap();
     }
 
+    /// The file's `metrics` takes what `--metrics` takes: a link-local
+    /// address's zone by the interface's name (`lo`, index 1 in every
+    /// network namespace) or index, the scope id bind(2) needs.
+    #[test]
+    fn the_metrics_key_takes_a_zone_by_name_as_the_flag_does() {
+        for (zone, name) in [("lo", "name"), ("1", "index")] {
+            let p = file(
+                &format!("zone-{name}.toml"),
+                &format!("metrics = \"[fe80::1%{zone}]:9477\"\n"),
+            );
+            let c = DaemonConfig::from_file(&p).unwrap();
+            std::fs::remove_file(p).unwrap();
+            let SocketAddr::V6(v6) = c.metrics else {
+                panic!("{:?}", c.metrics)
+            };
+            assert_eq!(
+                (v6.ip().to_string(), v6.port(), v6.scope_id()),
+                ("fe80::1".to_string(), 9477, 1),
+                "zone by {name}"
+            );
+        }
+    }
+
     #[test]
     fn mistakes_are_named_with_the_file() {
         for (text, says) in [
             ("metric = \"1.2.3.4:5\"\n", "unknown field `metric`"),
-            ("metrics = \"localhost\"\n", "invalid socket address"),
+            ("metrics = \"localhost\"\n", "localhost: give ADDR:PORT"),
+            (
+                "metrics = \"[fe80::1]:9477\"\n",
+                "fe80::1 is link-local: name its interface, [fe80::1%IF]:9477",
+            ),
+            (
+                "metrics = \"[fe80::1%nosuchif0]:9477\"\n",
+                "no interface nosuchif0 here",
+            ),
             ("scrape_timeout_ms = 0\n", "scrape_timeout_ms is 1 to 5000"),
             (
                 "scrape_timeout_ms = 10000\n",
