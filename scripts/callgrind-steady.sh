@@ -17,9 +17,12 @@
 # CG_OUT=FILE keeps callgrind's output (for callgrind_annotate).
 set -euo pipefail
 source "$(dirname "$0")/lib/target-dir.sh"
-cd "$(dirname "$0")/.."
 bin=""
 if [[ "${1:-}" == "--bin" ]]; then bin=$2; shift 2; fi
+# --bin and CG_OUT as the user gave them, from where the script was started.
+caller_programs bin
+caller_paths CG_OUT
+cd "$(dirname "$0")/.."
 conns=${1:-10000}
 bytes=${2:-20000000}
 shift $(($# < 2 ? $# : 2))

@@ -23,6 +23,9 @@
 # loaded machine shifts.
 set -euo pipefail
 source "$(dirname "$0")/lib/target-dir.sh"
+# FLOWLANE, PYTHON and OUT as the user gave them, from where the script was started.
+caller_programs FLOWLANE PYTHON
+caller_paths OUT
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "conformance: needs root (raw sockets, a test bed): run it with sudo" >&2; exit 1; }
 # The distribution's python3 where the first one on PATH (a pyenv's) lacks

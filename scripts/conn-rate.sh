@@ -28,6 +28,7 @@
 # printed before the script exits.
 set -euo pipefail
 source "$(dirname "$0")/lib/target-dir.sh"
+caller_programs FLOWLANE
 cd "$(dirname "$0")/.."
 SECS=${SECS:-5}
 QUEUES=${QUEUES:-2}

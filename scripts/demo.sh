@@ -67,7 +67,8 @@ fi
 # Relative to where the user ran it, before moving to the repository; made
 # when the first part needs it.
 out=${out:-flowlane-demo-$(date +%Y%m%d-%H%M%S)}
-[[ $out == /* ]] || out=$PWD/$out
+source "$(dirname "$0")/lib/caller-paths.sh"
+caller_paths out
 
 # Ctrl-C reaches every process of the foreground group: the part running
 # cleans up (its test bed) and exits, and the demo, told here, stops after it.

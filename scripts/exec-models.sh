@@ -16,6 +16,7 @@
 # Needs root.
 set -euo pipefail
 source "$(dirname "$0")/lib/target-dir.sh"
+caller_programs FLOWLANE
 cd "$(dirname "$0")/.."
 MIB=${MIB:-256}
 QUEUES=${QUEUES:-2}

@@ -38,6 +38,8 @@
 # service's anonymous memory (KiB) at start, before and after the upload.
 set -euo pipefail
 source "$(dirname "$0")/lib/target-dir.sh"
+caller_programs FLOWLANE BEFORE
+caller_paths OUT
 cd "$(dirname "$0")/.."
 ATTACKS=("$@")
 ((${#ATTACKS[@]})) || ATTACKS=(none trickle half)

@@ -39,6 +39,8 @@
 #    second phase mostly reuses: the server's figure is low by up to 128 B.
 set -euo pipefail
 source "$(dirname "$0")/lib/target-dir.sh"
+caller_programs FLOWLANE
+caller_paths OUT
 cd "$(dirname "$0")/.."
 COUNT=${1:-200000}
 QUEUES=${QUEUES:-2}

@@ -2,7 +2,7 @@
 # flowlane-ttcp matrix on a fresh veth test bed: backends × roles ×
 # connections × buffer sizes × one-way WAN delay, with a progress bar, JSON
 # results, a side-by-side table and PNG/SVG plots under results/<date>/ (or
-# --out DIR).
+# --out DIR), from the folder it is started in.
 #
 #   scripts/ttcp-matrix.sh --quick        # receivers; 1,16,256,1024 conns; 64k; 0,1,10 ms (~2 min)
 #   scripts/ttcp-matrix.sh                # receivers and senders; 1..10000 conns; 1k,64k; 0,1,10,50 ms
@@ -17,6 +17,7 @@
 # transmit path); each cell records the round trip the line really added.
 set -euo pipefail
 source "$(dirname "$0")/lib/target-dir.sh"
-cd "$(dirname "$0")/.."
-cargo build --release -q -p flowlane-ttcp -p flowlane-control
+# Run from where it was started, so that --out DIR (and the default
+# results/<date>/) are the user's folder, not the repository's.
+cargo build --release -q --manifest-path "$(dirname "$0")/../Cargo.toml" -p flowlane-ttcp -p flowlane-control
 exec "$target_dir/release/flowlane-ttcp" matrix --flowlane "$target_dir/release/flowlane" "$@"

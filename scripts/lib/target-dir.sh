@@ -9,8 +9,9 @@
 # made absolute as the user meant it, from the folder the script was
 # started in, and exported so that the script's own cargo calls build
 # there too), else the repository's target/.
+source "$(dirname "${BASH_SOURCE[0]}")/caller-paths.sh"
 if [ -n "${CARGO_TARGET_DIR:-}" ]; then
-  CARGO_TARGET_DIR=$(realpath -m "$CARGO_TARGET_DIR")
+  caller_paths CARGO_TARGET_DIR
   export CARGO_TARGET_DIR
 fi
 target_dir=${CARGO_TARGET_DIR:-$(realpath -m "$(dirname "${BASH_SOURCE[0]}")/../../target")}
