@@ -958,3 +958,46 @@ fn a_listener_and_a_stream_polled_elsewhere_hear_that_their_thread_stopped() {
         "{shutdown:?}"
     );
 }
+
+/// The timer /proc/net/tcp shows for the established IPv4 socket on local
+/// port `port` (its `tr` column: 0 none, 1 retransmission, 2 keepalive),
+/// if there is one.
+fn established_timer(port: u16) -> Option<u8> {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    table.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let local_port = f[1].rsplit(':').next()?;
+        let established = f[3] == "01";
+        (established && u16::from_str_radix(local_port, 16).ok()? == port)
+            .then(|| f[5].split(':').next()?.parse().ok())
+            .flatten()
+    })
+}
+
+/// `TcpStream::set_keepalive` reaches the connection's socket on the
+/// network core (kernel sockets here: its keepalive timer runs), as
+/// `Net::set_keepalive` does for a handler.
+#[test]
+fn a_stream_s_keepalive_reaches_its_socket() {
+    let port = free_port();
+    let (qp, _c, kernel) = start(1, port, 64, move |mut local| async move {
+        let listener = local.listener(port).unwrap();
+        while let Ok((mut s, _)) = listener.accept().await {
+            s.set_keepalive(true);
+            s.write_all(b"on").await.unwrap();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 16];
+                while let Ok(1..) = s.read(&mut buf).await {}
+            });
+        }
+    });
+    let mut client = TcpStream::connect((LOOPBACK, port)).unwrap();
+    let mut on = [0u8; 2];
+    client.read_exact(&mut on).unwrap();
+    wait_for("the keepalive timer on the served socket", || {
+        established_timer(port) == Some(2)
+    });
+    drop(client);
+    kernel.stop();
+    assert_eq!(qp.stop(), None);
+}

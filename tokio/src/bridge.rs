@@ -183,6 +183,9 @@ impl Bridge {
         if let Some(on) = p.nodelay.take() {
             let _ = net.set_nodelay(conn, on);
         }
+        if let Some(on) = p.keepalive.take() {
+            let _ = net.set_keepalive(conn, on);
+        }
         let before = p.tx.len();
         while !p.tx.is_empty() {
             match net.send(conn, &p.tx) {

@@ -90,6 +90,8 @@ pub(crate) struct Pipe {
     pub(crate) shutdown_sent: bool,
     /// A `set_nodelay` the bridge has not passed on yet.
     pub(crate) nodelay: Option<bool>,
+    /// A `set_keepalive` the bridge has not passed on yet.
+    pub(crate) keepalive: Option<bool>,
     /// The stream is gone: close once `tx` went (lingering:
     /// `Bridge::finish`).
     pub(crate) dropped: bool,
@@ -139,6 +141,7 @@ impl Pipe {
             shutdown: false,
             shutdown_sent: false,
             nodelay: None,
+            keepalive: None,
             dropped: false,
             refused: false,
             closed: None,

@@ -163,6 +163,16 @@ impl TcpStream {
         self.thread.kick(self.conn, &mut p);
     }
 
+    /// Turns keepalive probes on or off (as `SO_KEEPALIVE`, with the
+    /// backend's timings: Linux's by default, 2 h idle, 75 s apart, 9
+    /// probes; [`flowlane_app::Net::set_keepalive`]); takes effect on the
+    /// network core shortly.
+    pub fn set_keepalive(&self, on: bool) {
+        let mut p = lock(&self.pipe);
+        p.keepalive = Some(on);
+        self.thread.kick(self.conn, &mut p);
+    }
+
     /// Queues what fits of `bufs` (in order) for the bridge.
     fn write(&self, cx: &Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
         let mut p = lock(&self.pipe);
