@@ -522,8 +522,10 @@ fn check_options(data: &[u8]) -> Result<()> {
 ///
 /// * Hop-by-Hop anywhere but first is `Malformed` (§4.1).
 /// * The options of Hop-by-Hop and Destination Options headers are walked (§4.2): one that
-///   runs past its header is `Malformed`; an unrecognized one whose type says to discard the
-///   packet, or a Jumbo Payload option, is `Unsupported`.
+///   runs past its header is `Malformed`, and so is a header past RFC 8504 §5.3's limits
+///   (more than 7 bytes of padding in a row, a PadN of non-zero bytes, more than 8 other
+///   options); an unrecognized one whose type says to discard the packet, or a Jumbo Payload
+///   option, is `Unsupported`.
 /// * A Routing header with Segments Left ≠ 0 is `Unsupported`: this host is not the final
 ///   destination, and the upper-layer pseudo-header would need the final address (§8.1).
 ///   One with none left is walked and reported (`routing`).
