@@ -43,6 +43,11 @@ type Seen = Rc<RefCell<Vec<u32>>>;
 /// A sim whose link drops `side`'s segments with `flags` while the flag
 /// returned holds, recording their sequence numbers.
 fn dropping(side: Side, flags: TcpFlags) -> (Sim, Seen, Rc<RefCell<bool>>) {
+    dropping_at(side, flags, b_addr())
+}
+
+/// [`dropping`], B listening on `listen`.
+fn dropping_at(side: Side, flags: TcpFlags, listen: SocketAddr) -> (Sim, Seen, Rc<RefCell<bool>>) {
     let mut sim = Sim::symmetric(3, LinkConfig::default());
     let seqs: Seen = Rc::default();
     let on: Rc<RefCell<bool>> = Rc::new(RefCell::new(true));
@@ -55,7 +60,7 @@ fn dropping(side: Side, flags: TcpFlags) -> (Sim, Seen, Rc<RefCell<bool>>) {
         }
         drop
     }));
-    sim.b.listen(b_addr()).expect("listen");
+    sim.b.listen(listen).expect("listen");
     (sim, seqs, on)
 }
 
@@ -84,6 +89,90 @@ fn a_refused_syn_ends_the_connect_at_once() {
     let st = *sim.a.stats();
     assert_eq!((st.unreachable_ended, st.unreachable_ignored), (1, 0));
     assert_eq!(sim.a.connections_in(State::SynSent), 0);
+}
+
+/// The bed's IPv6 addresses, A's and B's.
+fn v6_addrs() -> (SocketAddr, SocketAddr) {
+    let ip = |last| IpAddr::V6(Ipv6Addr::new(0xfd99, 0, 0, 0, 0, 0, 0, last));
+    (SocketAddr::new(ip(1), LOCAL), SocketAddr::new(ip(2), PORT))
+}
+
+/// Over IPv6, a connect whose SYN a router answers with code 5 (source
+/// address failed policy) or 6 (reject route), RFC 4443 §3.1, or 7 (error
+/// in a source routing header, RFC 6554 §6.3) or 8 (headers too long, RFC
+/// 8883 §3.1) ends at once, `Unreachable(Prohibited)`, as Linux's connect
+/// fails on each (`icmpv6_err_convert`: fatal, EACCES for 5 and 6, EPROTO
+/// past 6); codes 7 and 8 were ignored, the connect retrying into a path
+/// that refuses it. A code no RFC assigns is still ignored.
+#[test]
+fn over_ipv6_codes_5_to_8_end_a_connect() {
+    let (a6, b6) = v6_addrs();
+    for (code, ends) in [(5, true), (6, true), (7, true), (8, true), (9, false)] {
+        let (mut sim, syns, _) = dropping_at(Side::A, TcpFlags::SYN, b6);
+        let a = sim.a.connect(sim.now, a6, b6).expect("connect");
+        sim.run_for(Duration::from_millis(5));
+        let iss = syns.borrow()[0];
+        let now = sim.now;
+        assert_eq!(
+            sim.a.handle_unreachable(now, a6, b6, iss, code),
+            Delivery::Taken
+        );
+        let mut closed = None;
+        while let Some(e) = sim.a.poll_event() {
+            if let Event::Closed { conn, reason } = e {
+                assert_eq!(conn, a);
+                closed = Some(reason);
+            }
+        }
+        let st = *sim.a.stats();
+        if ends {
+            assert_eq!(
+                closed,
+                Some(CloseReason::Unreachable(Unreachable::Prohibited)),
+                "code {code}"
+            );
+            assert_eq!((st.unreachable_ended, st.unreachable_ignored), (1, 0));
+        } else {
+            assert_eq!(closed, None, "code {code}");
+            assert_eq!((st.unreachable_ended, st.unreachable_ignored), (0, 1));
+            assert_eq!(sim.a.connections_in(State::SynSent), 1);
+        }
+    }
+}
+
+/// Over IPv6, a synchronized connection keeps codes 7 and 8 about its
+/// data as its soft error (Linux's `sk_err_soft`, EPROTO), not aborting
+/// on them (RFC 5927 §5.2), and ends with it when its retransmissions run
+/// out.
+#[test]
+fn over_ipv6_codes_7_and_8_are_a_synchronized_connections_soft_error() {
+    for code in [7, 8] {
+        let mut a_cfg = test_config(1);
+        a_cfg.max_retransmits = 3;
+        let link = LinkConfig::default();
+        let mut sim = Sim::new(5, link, link, a_cfg, test_config(2));
+        let (a, _b) = sim.establish_between(v6_addrs().0, v6_addrs().1);
+        let (sent, _) = dark(&mut sim);
+        assert_eq!(sim.a.send(a, &[7; 3000]), Ok(3000));
+        let mut answered = 0;
+        let (_, reason, _) = run_to_close(&mut sim, a, &sent, |s, seq| {
+            if answered == 0 {
+                answer_between(s, v6_addrs(), seq, code);
+                answered += 1;
+            }
+        });
+        assert_eq!(
+            reason,
+            CloseReason::Unreachable(Unreachable::Prohibited),
+            "code {code}"
+        );
+        let st = *sim.a.stats();
+        assert_eq!(
+            (st.unreachable_remembered, st.unreachable_ended),
+            (1, 0),
+            "code {code}"
+        );
+    }
 }
 
 /// A message whose quoted sequence number is not the SYN's (a blind

@@ -37,7 +37,10 @@ pub enum Unreachable {
     /// the protocol (ICMPv4 code 2) is unreachable: `ECONNREFUSED`.
     Refused,
     /// A filter refused it (communication administratively prohibited:
-    /// ICMPv4 codes 9, 10, 13, 14, 15; ICMPv6 codes 1, 5, 6).
+    /// ICMPv4 codes 9, 10, 13, 14, 15; ICMPv6 codes 1, 5, 6), or a router
+    /// refused the packet for its headers (ICMPv6 codes 7, error in a
+    /// source routing header, RFC 6554 §6.3, and 8, headers too long, RFC
+    /// 8883 §3.1: every packet so built is refused on that path).
     Prohibited,
 }
 
@@ -56,13 +59,17 @@ impl Unreachable {
     }
 
     /// The ICMPv6 Destination Unreachable `code`'s meaning (RFC 4443
-    /// §3.1); `None` for codes it does not assign.
+    /// §3.1, RFC 6554 §6.3's code 7, RFC 8883 §3.1's code 8); `None` for
+    /// codes no RFC assigns. Codes 7 and 8 end a connect as Linux's
+    /// `tcp_v6_err` ends it (`icmpv6_err_convert`: any code past
+    /// REJECT_ROUTE, 6, is fatal, `EPROTO`); told as `Prohibited`, the
+    /// path's refusal of the packet as built.
     pub fn of_v6(code: u8) -> Option<Unreachable> {
         Some(match code {
             0 => Unreachable::Network,
             2 | 3 => Unreachable::Host,
             4 => Unreachable::Refused,
-            1 | 5 | 6 => Unreachable::Prohibited,
+            1 | 5..=8 => Unreachable::Prohibited,
             _ => return None,
         })
     }
@@ -319,6 +326,9 @@ mod tests {
             (4, Refused),
             (5, Prohibited),
             (6, Prohibited),
+            // RFC 6554 §6.3, RFC 8883 §3.1: the path refuses the headers.
+            (7, Prohibited),
+            (8, Prohibited),
         ];
         for (code, what) in v6 {
             let t = parsed(&icmp_frame(true, 1, code, [0; 4], &quote_v6())).unwrap();
@@ -329,7 +339,7 @@ mod tests {
             );
             assert_eq!(t.remote, "[fd99::2]:80".parse().unwrap());
         }
-        assert_eq!(parsed(&icmp_frame(true, 1, 7, [0; 4], &quote_v6())), None);
+        assert_eq!(parsed(&icmp_frame(true, 1, 9, [0; 4], &quote_v6())), None);
     }
 
     #[test]
