@@ -230,6 +230,12 @@ pub struct MatrixArgs {
     /// compare with and without moves in one build.
     #[arg(long, value_enum, default_value_t = flowlane_dataplane::service_args::RebalanceMode::Off)]
     pub rebalance: flowlane_dataplane::service_args::RebalanceMode,
+    /// The IP version of every cell's connections (and control channel):
+    /// `4`, the bed's 10.99.0.1 and 10.99.0.2, or `6`, its fd99::1 and
+    /// fd99::2 (both backends, both roles; results.json's
+    /// `params.family`).
+    #[arg(long, default_value = "4", value_parser = ["4", "6"])]
+    pub family: String,
 }
 
 /// One parsed `-m` mapping.

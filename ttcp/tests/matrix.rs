@@ -115,6 +115,66 @@ fn both_backends_both_roles_with_and_without_delay() {
         .exists());
 }
 
+/// `--family 6`: every cell, both backends and both roles, and the latency
+/// cells run between the bed's IPv6 addresses, and results.json says so.
+#[test]
+fn both_backends_both_roles_over_ipv6() {
+    if !require_root("both_backends_both_roles_over_ipv6") {
+        return;
+    }
+    let out = std::env::temp_dir().join(unique_name("ttcp-matrix6"));
+    let bed = unique_name("tmx6");
+    let v = matrix(
+        &bed,
+        &out,
+        &[
+            "--family",
+            "6",
+            "--backends",
+            "kernel,flowlane",
+            "--roles",
+            "receiver,sender",
+            "--conns",
+            "2",
+            "--latency-sizes",
+            "64",
+            "--delays",
+            "0",
+        ],
+        240,
+    );
+    let cells = v["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 2 * 2, "backends x roles: {v}");
+    for c in cells {
+        let what = format!("{} {}", c["backend"], c["role"]);
+        assert!(c["error"].is_null(), "{what}: {}", c["error"]);
+        assert!(c["mbit_s"].as_f64().unwrap() > 1.0, "{what}: {c}");
+        // Each end's report names the receiver's address it used.
+        let want = if c["role"] == "receiver" {
+            "fd99::1"
+        } else {
+            "fd99::2"
+        };
+        for end in ["receiver", "sender"] {
+            assert_eq!(c[end]["address"], want, "{what} {end}: {c}");
+        }
+    }
+    for l in v["latency"].as_array().unwrap() {
+        assert!(l["error"].is_null(), "{l}");
+        assert!(l["latency"]["round_trips"].as_u64().unwrap() > 0, "{l}");
+    }
+    let p = &v["params"];
+    assert_eq!(p["family"], 6, "{p}");
+    assert!(
+        p["bed"]["receiver"]
+            .as_str()
+            .unwrap()
+            .starts_with("fd99::1 "),
+        "{p}"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 /// `kernel-wire` cells run kernel TCP with TSO/GSO off, so that wire-size
 /// frames cross the veth (the fair baseline for flowlane's sender), and the
 /// next cell gets the bed's offloads back: GSO super-frames cross the veth

@@ -101,6 +101,10 @@ pub(super) struct CellSpec<'a> {
     pub(super) bed: &'a str,
     pub(super) ns: &'a str,
     pub(super) peer_ns: &'a str,
+    /// The bed's addresses of the matrix's family: flowlane's side (the
+    /// tested backend's) and the peer's.
+    pub(super) local: &'a str,
+    pub(super) peer: &'a str,
     /// Backend under test (in flowlane's namespace).
     pub(super) backend: &'a str,
     /// Whether it sends (else it receives); the peer is kernel TCP.
@@ -174,9 +178,9 @@ fn split(conns: usize) -> (usize, usize) {
 fn run_cell(c: &CellSpec<'_>) -> Result<CellRun> {
     let (threads, per) = split(c.conns);
     let (rx_ns, tx_ns, addr) = if c.sends {
-        (c.peer_ns, c.ns, "10.99.0.2")
+        (c.peer_ns, c.ns, c.peer)
     } else {
-        (c.ns, c.peer_ns, "10.99.0.1")
+        (c.ns, c.peer_ns, c.local)
     };
     // flowlane's active opens draw on 5000 ephemeral ports per remote
     // address and port: spread many connections over several ports.

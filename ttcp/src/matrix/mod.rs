@@ -117,6 +117,25 @@ fn check_times(seconds: f64, warmup: Option<f64>, delays_ms: &[f64]) -> Result<(
     Ok(())
 }
 
+/// `--family`'s IP version (4 or 6; clap takes no other).
+fn family(flag: &str) -> Result<u8> {
+    match flag {
+        "4" => Ok(4),
+        "6" => Ok(6),
+        other => bail!("--family {other}: give 4 or 6"),
+    }
+}
+
+/// The bed's addresses of IP version `family`: (flowlane's side, the
+/// peer's), as its state file records them.
+fn addresses(bed: &flowlane_testbed::BedState, family: u8) -> (&str, &str) {
+    if family == 6 {
+        (&bed.local_v6, &bed.peer_v6)
+    } else {
+        (&bed.local_v4, &bed.peer_v4)
+    }
+}
+
 /// Why the matrix stops before its next cell: the bed is no longer as the
 /// cells after would be labelled (`None`: it is).
 fn bed_changed(offloads_lost: bool, rss_lost: bool) -> Option<&'static str> {
@@ -269,6 +288,8 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
         backends.iter().any(|b| b == wire_frames::KERNEL_WIRE),
     )?;
     let (ns, peer_ns) = (bed.state().netns.clone(), bed.state().peer_netns.clone());
+    let family = family(&a.family)?;
+    let (local, peer) = addresses(bed.state(), family);
     // Made once the run starts: a matrix that refuses to run leaves none.
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
 
@@ -305,6 +326,8 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
                             bed: &name,
                             ns: &ns,
                             peer_ns: &peer_ns,
+                            local,
+                            peer,
                             backend: b,
                             sends,
                             conns: c,
@@ -407,6 +430,8 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
                     bed: &name,
                     ns: &ns,
                     peer_ns: &peer_ns,
+                    local,
+                    peer,
                     backend: b,
                     sends: false,
                     conns: 1,
@@ -462,8 +487,9 @@ pub fn run(a: &MatrixArgs) -> Result<()> {
         "warmup_s": delays.iter().map(|&d| serde_json::json!({"delay_ms": d, "warmup_s": warmup_s(a.warmup, d)})).collect::<Vec<_>>(),
         "latency_warmup_s": LATENCY_WARMUP_S,
         "roles": roles.iter().map(|&s| if s { "sender" } else { "receiver" }).collect::<Vec<_>>(),
-        "peer": format!("kernel backend in the peer namespace ({}); the backend named runs in flowlane's ({})", st.peer_v4, st.local_v4),
-        "bed": {"name": st.name, "made_by_matrix": bed.made(), "queues": st.queues, "mtu": bed.mtu(), "receiver": format!("{} ({})", st.local_v4, st.local_if), "sender": format!("{} ({})", st.peer_v4, st.peer_if)},
+        "family": family,
+        "peer": format!("kernel backend in the peer namespace ({peer}); the backend named runs in flowlane's ({local})"),
+        "bed": {"name": st.name, "made_by_matrix": bed.made(), "queues": st.queues, "mtu": bed.mtu(), "receiver": format!("{local} ({})", st.local_if), "sender": format!("{peer} ({})", st.peer_if)},
         "flowlane_frames_per_queue": a.frames_per_queue.unwrap_or(RingSizes::DEFAULT_FRAMES),
         "flowlane_receive": if a.copy_receive { "copy" } else { "zero-copy" },
         "flowlane_rebalance": rebalance,
@@ -531,6 +557,34 @@ mod tests {
             "--rebalance auto"
         );
         assert_eq!(rebalance_name(matrix(&[]).rebalance), "off");
+    }
+
+    /// `--family 6` runs the cells between the bed's IPv6 addresses, as
+    /// its state file records them; 4 (the default) between its IPv4 ones;
+    /// no other is taken.
+    #[test]
+    fn the_family_picks_the_beds_addresses_of_that_version() {
+        use clap::Parser;
+        let bed: flowlane_testbed::BedState = serde_json::from_str(
+            r#"{"name":"b","netns":"flowlane-b","peer_netns":"flowlane-b-peer","local_if":"xsk0",
+               "peer_if":"peer0","queues":2,"local_v4":"10.98.0.1","peer_v4":"10.98.0.2",
+               "local_v6":"fd98::1","peer_v6":"fd98::2",
+               "local_mac":"02:00:00:00:00:01","peer_mac":"02:00:00:00:00:02","pin_dir":"/x"}"#,
+        )
+        .unwrap();
+        let matrix = |extra: &[&str]| {
+            let mut a = vec!["flowlane-ttcp", "matrix"];
+            a.extend_from_slice(extra);
+            crate::cli::Cli::try_parse_from(a).map(|c| match c.cmd {
+                Some(crate::cli::Sub::Matrix(m)) => family(&m.family).unwrap(),
+                None => panic!("no matrix"),
+            })
+        };
+        assert_eq!(matrix(&[]).unwrap(), 4);
+        assert_eq!(addresses(&bed, 4), ("10.98.0.1", "10.98.0.2"));
+        assert_eq!(matrix(&["--family", "6"]).unwrap(), 6);
+        assert_eq!(addresses(&bed, 6), ("fd98::1", "fd98::2"));
+        assert!(matrix(&["--family", "5"]).is_err());
     }
 
     #[test]
