@@ -16,8 +16,9 @@
 # CONNS (4000), BYTES (262144), SECS (30). Needs root and python3.
 #
 # One line per backend: connections, bytes the peers got rid of, the
-# service's RssAnon (KiB) at start, under the attack and after it, and the
-# same less the start, per connection.
+# service's RssAnon (KiB) at start, under the attack and after it, the same
+# less the start, per connection, and the writes the service's send memory
+# cut short (its summary's `tx_memory_waits`).
 set -euo pipefail
 source "$(dirname "$0")/lib/target-dir.sh"
 cd "$(dirname "$0")/.."
@@ -117,6 +118,16 @@ for b in "${BACKENDS[@]}"; do
   after=$(rss "$SVC_PID")
   { kill "$SVC_PID" && wait "$SVC_PID"; } 2>/dev/null || true
   SVC_PID=
-  printf '%-6s conns %d peers %s rss_anon_kib start %d attack %d after %d per_conn_kib %d\n' \
-    "$b" "$CONNS" "$(cat "$WORK/peers.out")" "$start" "$held" "$after" $(((held - start) / CONNS))
+  waits=$(python3 -c '
+import json, sys
+for l in open(sys.argv[1]):
+    try:
+        v = json.loads(l)
+    except ValueError:
+        continue
+    if v.get("event") == "summary":
+        print(v["counters"]["total"].get("tx_memory_waits", 0))
+' "$WORK/$b.out")
+  printf '%-6s conns %d peers %s rss_anon_kib start %d attack %d after %d per_conn_kib %d send_memory_waits %s\n' \
+    "$b" "$CONNS" "$(cat "$WORK/peers.out")" "$start" "$held" "$after" $(((held - start) / CONNS)) "${waits:-?}"
 done
