@@ -706,6 +706,68 @@ fn keepalive_leaves_no_stale_wheel_entries() {
     assert_eq!(p.a.connection_count(), 1);
 }
 
+/// A delayed ACK is queued, not filed on the wheel (`Stack::acks_due`): a
+/// new connection's first data segment leaves B's wheel entry (its
+/// SYN-ACK's retransmission timeout, a second away) where it was, and the
+/// ACK still goes out `ack_delay` after the segment, not before. Armed
+/// again within the delay (an immediate ACK went in between), it is
+/// not queued twice: the entry, come up, finds it not due and files it on
+/// the wheel, and it goes out on time too.
+#[test]
+fn a_delayed_ack_is_queued_not_filed_on_the_wheel() {
+    let mut p = Pair::connected();
+    let b = p.b_conns[0];
+    let delay = p.b.config().ack_delay;
+    let step = Duration::from_millis(1);
+    let entry = p.b.wheel_deadline(b);
+    // B's next segment, at `at`: none before, a pure ACK of `acked` bytes
+    // of A's then.
+    let ack_at = |p: &mut Pair, at: Instant, acked: u32| {
+        let mut buf = vec![0; 2_048];
+        while p.now + step < at {
+            p.apply(&Op::Wait(1));
+            assert!(
+                p.b.poll_transmit(p.now, &mut buf).is_none(),
+                "at {:?}",
+                p.now
+            );
+            p.b.check_layout().unwrap();
+        }
+        p.apply(&Op::Wait(1));
+        assert_eq!(p.now, at);
+        let t = p.b.poll_transmit(p.now, &mut buf).expect("the delayed ACK");
+        let (r, pl) = flowlane_wire::TcpRepr::parse_segment(&buf[..t.len]).unwrap();
+        assert!(pl.is_empty() && r.flags.ack());
+        assert_eq!(
+            r.ack.wrapping_sub(p.b.connection_mut(b).rcv_rare.irs.0),
+            1 + acked
+        );
+        p.a.handle_segment(p.now, t.src.ip(), t.dst.ip(), &buf[..t.len]);
+    };
+    p.apply(&Op::Send(true, 0, 100));
+    p.apply(&Op::Deliver(0));
+    let first = p.now;
+    assert_eq!(p.b.wheel_deadline(b), entry, "the wheel entry stays");
+    assert!(entry.is_some_and(|e| e > first + delay));
+    ack_at(&mut p, first + delay, 100);
+    // Armed, acknowledged with data, armed again within the delay.
+    p.apply(&Op::Send(true, 0, 100));
+    p.apply(&Op::Deliver(0));
+    let second = p.now;
+    p.apply(&Op::Wait(10));
+    // Two full segments: acknowledged at once (RFC 5681 §4.2).
+    p.apply(&Op::Send(true, 0, 2_896));
+    p.apply(&Op::Deliver(0));
+    assert!(p.b.connection_mut(b).timers.delayed_ack.is_none());
+    p.apply(&Op::Wait(10));
+    p.apply(&Op::Send(true, 0, 100));
+    p.apply(&Op::Deliver(0));
+    let third = p.now;
+    assert!(third < second + delay);
+    ack_at(&mut p, third + delay, 3_196);
+    p.b.check_layout().unwrap();
+}
+
 /// A zero window arms the persist timer (`Flags::PERSISTING` set, its
 /// deadline filed on the wheel), probes back off while the window stays
 /// shut, and the window's opening clears all of it: the flag that spares

@@ -1186,7 +1186,7 @@ impl Connection {
             // RFC 5681 §4.2: ACK at least every second full-sized segment.
             self.flags.set(Flags::ACK_NOW);
         } else if self.timers.delayed_ack.is_none() {
-            self.timers.delayed_ack = self.timers.arm(ctx.now + ctx.cfg.ack_delay);
+            self.arm_delayed_ack(ctx.now + ctx.cfg.ack_delay);
         }
         if self.flags.has(Flags::FIN_AHEAD) {
             self.fin_ahead(ctx, seq + data.len());

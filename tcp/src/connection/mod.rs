@@ -62,6 +62,9 @@ pub(crate) mod ev {
     /// In TIME-WAIT and closed by the application: the stack replaces the
     /// connection by a compact record ([`super::Connection::compactable`]).
     pub(crate) const COMPACT: u8 = 1 << 5;
+    /// A delayed ACK was armed and not queued yet: the stack puts its
+    /// deadline in its queue of delayed ACKs (`Stack::acks_due`).
+    pub(crate) const ACK_DELAYED: u8 = 1 << 6;
 }
 
 /// An RST to send on behalf of no (or a dying) connection.
@@ -382,12 +385,12 @@ pub(crate) struct Connection {
     pub user_data: u64,
 }
 
+/// The smallest shift that brings `capacity` within 16 bits (at most
+/// [`MAX_WSCALE`]): its bit length less 16, with no loop (the SYN path
+/// computes it for every passive open).
 fn wscale_for(capacity: usize) -> u8 {
-    let mut s = 0u8;
-    while s < MAX_WSCALE && (capacity >> s) > 0xffff {
-        s += 1;
-    }
-    s
+    let bits = usize::BITS - capacity.leading_zeros();
+    bits.saturating_sub(16).min(u32::from(MAX_WSCALE)) as u8
 }
 
 /// The window scale we offer: for the largest receive buffer auto-tuning may
@@ -414,14 +417,16 @@ impl Connection {
 
     fn blank(cfg: &Config, isn: &IsnGenerator, tuple: FlowKey, now: Instant) -> Self {
         let mut out = None;
-        Self::blank_in(&mut out, cfg, isn, tuple, now, None);
+        Self::blank_in(&mut out, cfg, isn, tuple, now, None, cfg.recv_buffer);
         out.expect("just built")
     }
 
     /// [`Connection::blank`] written into `out` (see
     /// [`Connection::new_passive_in`]), its ISS `iss` where given (a
-    /// reopened TIME-WAIT), else the generator's.
+    /// reopened TIME-WAIT), else the generator's, and its receive buffer
+    /// `recv_buffer` bytes (a half-open one's is built at its size once).
     #[inline]
+    #[allow(clippy::too_many_arguments)]
     fn blank_in<'a>(
         out: &'a mut Option<Connection>,
         cfg: &Config,
@@ -429,6 +434,7 @@ impl Connection {
         tuple: FlowKey,
         now: Instant,
         iss: Option<SeqNumber>,
+        recv_buffer: usize,
     ) -> &'a mut Connection {
         let (generated, ts_offset) = isn.isn_and_ts_offset(&tuple, now);
         let iss = iss.unwrap_or(generated);
@@ -533,7 +539,7 @@ impl Connection {
             scoreboard: Scoreboard::new(),
             rack: crate::rack::Rack::default(),
             send_buf: ChunkBuffer::new(cfg.send_buffer),
-            recv_buf: RecvBuffer::new(cfg.recv_buffer),
+            recv_buf: RecvBuffer::new(recv_buffer),
         });
         c.ts.rtt_floor = c.tsval(now);
         c
@@ -597,13 +603,11 @@ impl Connection {
         crowded: bool,
         iss: Option<SeqNumber>,
     ) -> &'a mut Connection {
-        let c = Self::blank_in(out, cfg, isn, tuple, now, iss);
+        // At most the configured buffer.
+        let buffer = Self::half_open_buffer(cfg, crowded);
+        let c = Self::blank_in(out, cfg, isn, tuple, now, iss, buffer);
         c.state = State::SynReceived;
         c.flags.set(Flags::PASSIVE);
-        let buffer = Self::half_open_buffer(cfg, crowded);
-        if buffer < cfg.recv_buffer {
-            c.recv_buf = RecvBuffer::new(buffer);
-        }
         c.rcv_rare.irs = SeqNumber(syn.seq);
         c.rcv.nxt = SeqNumber(syn.seq) + 1;
         c.rcv.adv = c.rcv.nxt;
@@ -948,6 +952,38 @@ impl Connection {
             self.flags.set(Flags::IN_BACKLOG);
         } else {
             self.flags.clear(Flags::IN_BACKLOG);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// RFC 7323 §2.3's shift by its definition: the smallest that brings
+    /// the capacity within 16 bits, at most 14.
+    fn wscale_by_loop(capacity: usize) -> u8 {
+        let mut s = 0u8;
+        while s < MAX_WSCALE && (capacity >> s) > 0xffff {
+            s += 1;
+        }
+        s
+    }
+
+    #[test]
+    fn window_scale_is_the_smallest_shift_within_16_bits() {
+        assert_eq!(wscale_for(0), 0);
+        assert_eq!(wscale_for(0xffff), 0);
+        assert_eq!(wscale_for(0x1_0000), 1);
+        assert_eq!(wscale_for(4 << 20), 7);
+        assert_eq!(wscale_for(1 << 30), 14);
+        assert_eq!(wscale_for(usize::MAX), 14);
+        // Every power of two and its neighbours.
+        for bit in 0..usize::BITS {
+            let p = 1usize << bit;
+            for c in [p - 1, p, p.saturating_add(1)] {
+                assert_eq!(wscale_for(c), wscale_by_loop(c), "capacity {c}");
+            }
         }
     }
 }

@@ -110,7 +110,7 @@ impl Connection {
         let mut flags = self.flags;
         // Both are this stack's view; the importing stack counts the
         // connection in full.
-        flags.clear(Flags::IN_BACKLOG | Flags::RCV_PARKED);
+        flags.clear(Flags::IN_BACKLOG | Flags::RCV_PARKED | Flags::ACK_QUEUED);
         if self.rcv.acks_owed > 0 {
             // What was set aside for its owed ACKs stays with this stack.
             flags.set(Flags::ACKS_UNRECORDED);
@@ -219,7 +219,9 @@ impl Connection {
             | Flags::UNDO
             | Flags::PERSISTING
             | Flags::SEND_MEMORY_WAIT;
-        flags.clear(derived);
+        // This stack has no queued entry for it: the wheel takes its
+        // delayed ACK (`Connection::next_deadline`).
+        flags.clear(derived | Flags::ACK_QUEUED);
         for (bit, holds) in [
             (Flags::SEND_QUEUED, !send_buf.is_empty()),
             (Flags::HOLES, !assembler.is_empty()),

@@ -241,6 +241,11 @@ impl Flags {
     /// unacceptable ACK (`Connection::on_segment_syn_sent`), which it does
     /// once per open.
     pub(crate) const SYN_RESENT: u64 = 1 << 49;
+    /// The delayed ACK's deadline is in the stack's queue of delayed ACKs
+    /// (`Stack::acks_due`), at or before `TimerState::delayed_ack`: the
+    /// wheel need not hold it ([`super::Connection::next_deadline`]). A
+    /// stack-wide view, cleared when the connection leaves the stack.
+    pub(crate) const ACK_QUEUED: u64 = 1 << 51;
 
     /// Whether any bit of `f` is set.
     pub(crate) fn has(self, f: u64) -> bool {
@@ -668,6 +673,7 @@ mod tests {
             Flags::RXT_ABOVE,
             Flags::RCV_PARKED,
             Flags::SEND_MEMORY_WAIT,
+            Flags::ACK_QUEUED,
         ];
         let mut seen = 0u64;
         for (i, f) in all.into_iter().enumerate() {

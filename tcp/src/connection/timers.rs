@@ -10,9 +10,15 @@ impl Connection {
     /// segment or a call, the stack reads [`Connection::take_armed`]).
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
         let t = &self.timers_rare;
+        // A delayed ACK in the stack's queue is not the wheel's.
+        let ack = if self.flags.has(Flags::ACK_QUEUED) {
+            Deadline::NONE
+        } else {
+            self.timers.delayed_ack
+        };
         // Branch-free: an unset timer reads as the end of time.
         t.rto
-            .min(self.timers.delayed_ack)
+            .min(ack)
             .min(t.persist)
             .min(t.keepalive)
             .min(t.close)
@@ -28,6 +34,25 @@ impl Connection {
     #[inline]
     pub(crate) fn take_armed(&mut self) -> Option<Instant> {
         self.timers.armed.take()
+    }
+
+    /// Arms the delayed ACK (RFC 5681 §4.2) at `at`, `ack_delay` from now.
+    /// Its deadline goes to the stack's queue of delayed ACKs, not to the
+    /// wheel: every connection's is the same delay from its arming, so
+    /// the queue is in deadline order by construction, and arming costs a
+    /// push, where filing it on the wheel ahead of the connection's entry
+    /// (a new connection's first data segment, whose entry is its
+    /// SYN-ACK's retransmission timeout) cost a cancel and a filing. A
+    /// connection with an entry already queued (armed, acknowledged and
+    /// armed again within the delay) adds none: the stack looks at its
+    /// deadline again when that entry comes up (`Stack::handle_timeout`).
+    #[inline]
+    pub(crate) fn arm_delayed_ack(&mut self, at: Instant) {
+        self.timers.delayed_ack = Deadline::at(at);
+        if !self.flags.has(Flags::ACK_QUEUED) {
+            self.flags.set(Flags::ACK_QUEUED);
+            self.events |= ev::ACK_DELAYED;
+        }
     }
 
     /// Handles every timer due at `ctx.now`.
