@@ -29,12 +29,6 @@ pub struct Dispatcher {
     handlers: Vec<Box<dyn ConnHandler>>,
     listeners: Vec<(ListenerId, HandlerId)>,
     owners: Owners,
-    /// Each connection's user-data word as its handler last set it
-    /// ([`Net::set_user_data`]), kept until its `on_closed` returned: the
-    /// backend's copy is gone by then (its connection released), and a
-    /// handler frees there what the word indexes. Written only by handlers
-    /// that set words; apart from [`Owner`], which every event reads.
-    words: ConnMap<u64>,
     started: bool,
     /// Whether [`Dispatcher::stop`] has run.
     stopping: bool,
@@ -193,7 +187,6 @@ impl Dispatcher {
             let mut scoped = Scoped {
                 inner: &mut *net,
                 owners: &mut self.owners,
-                words: &mut self.words,
                 me: h,
             };
             let at_stop = self.handlers[h.0 as usize].on_stop(&mut scoped, conn);
@@ -257,7 +250,6 @@ impl Dispatcher {
             let mut scoped = Scoped {
                 inner: net,
                 owners: &mut self.owners,
-                words: &mut self.words,
                 me: HandlerId(i as u32),
             };
             f(handler.as_mut(), &mut scoped);
@@ -315,14 +307,12 @@ impl Dispatcher {
         let mut scoped = Scoped {
             inner: net,
             owners: &mut self.owners,
-            words: &mut self.words,
             me: h,
         };
         let net: &mut dyn Net = &mut scoped;
         if matches!(event, Event::Accepted { .. }) && !handler.admit(net, conn) {
             let _ = net.abort(conn);
             self.owners.remove(conn);
-            self.words.remove(conn);
             self.refused += 1;
             return;
         }
@@ -335,7 +325,6 @@ impl Dispatcher {
             Event::Closed { reason, .. } => {
                 handler.on_closed(net, conn, reason);
                 self.owners.remove(conn);
-                self.words.remove(conn);
             }
         }
     }
@@ -375,13 +364,11 @@ impl Dispatcher {
         let mut scoped = Scoped {
             inner: net,
             owners: &mut self.owners,
-            words: &mut self.words,
             me: h,
         };
         let state = self.handlers[h.0 as usize].on_export(&mut scoped, conn);
-        self.owners.remove(conn);
         // The connection carries its word to the other core.
-        self.words.remove(conn);
+        self.owners.remove(conn);
         Some(ConnExport { handler: h, state })
     }
 
@@ -401,18 +388,18 @@ impl Dispatcher {
             let _ = net.abort(conn);
             return;
         };
-        self.owners.insert(conn, Owner::new(h));
         // The word the connection carried, kept for its `on_closed` here.
-        match net.user_data(conn) {
-            Ok(0) | Err(_) => {}
-            Ok(word) => {
-                self.words.insert(conn, word);
-            }
-        }
+        let word = net.user_data(conn).unwrap_or(0);
+        self.owners.insert(
+            conn,
+            Owner {
+                word,
+                ..Owner::new(h)
+            },
+        );
         let mut scoped = Scoped {
             inner: net,
             owners: &mut self.owners,
-            words: &mut self.words,
             me: h,
         };
         handler.on_import(&mut scoped, conn, export.state);
@@ -429,7 +416,6 @@ impl Dispatcher {
         let mut scoped = Scoped {
             inner: net,
             owners: &mut self.owners,
-            words: &mut self.words,
             me: h,
         };
         handler.on_import_failed(&mut scoped, export.state);
@@ -449,6 +435,12 @@ struct Owner {
     write_shut: bool,
     /// Its handler answered [`AtStop::Finish`] at the stop.
     finishing: bool,
+    /// Its user-data word as its handler last set it ([`Net::set_user_data`]),
+    /// kept until its `on_closed` returned: the backend's copy is gone by
+    /// then (its connection released), and a handler frees there what the
+    /// word indexes. Here, not in a map of its own, so that the events that
+    /// read the owner pay nothing more for it.
+    word: u64,
 }
 
 impl Owner {
@@ -457,6 +449,7 @@ impl Owner {
             handler,
             write_shut: false,
             finishing: false,
+            word: 0,
         }
     }
 }
@@ -467,7 +460,6 @@ impl Owner {
 struct Scoped<'a, N: Net + ?Sized> {
     inner: &'a mut N,
     owners: &'a mut Owners,
-    words: &'a mut ConnMap<u64>,
     me: HandlerId,
 }
 
@@ -559,10 +551,8 @@ impl<N: Net + ?Sized> Net for Scoped<'_, N> {
     }
     fn set_user_data(&mut self, conn: ConnHandle, data: u64) -> Result<(), Error> {
         self.inner.set_user_data(conn, data)?;
-        if data == 0 {
-            self.words.remove(conn);
-        } else {
-            self.words.insert(conn, data);
+        if let Some(owner) = self.owners.get_mut(conn) {
+            owner.word = data;
         }
         Ok(())
     }
@@ -570,9 +560,8 @@ impl<N: Net + ?Sized> Net for Scoped<'_, N> {
         match self.inner.user_data(conn) {
             // Released by the backend (its `Closed` is being dispatched, or
             // the handler aborted it): the word as the handler left it.
-            Err(Error::InvalidHandle) => match self.words.get(conn) {
-                Some(&word) => Ok(word),
-                None if self.owners.contains(conn) => Ok(0),
+            Err(Error::InvalidHandle) => match self.owners.get(conn) {
+                Some(owner) => Ok(owner.word),
                 None => Err(Error::InvalidHandle),
             },
             answer => answer,
