@@ -82,6 +82,9 @@ pub struct Shared {
     pub stop: AtomicBool,
     /// Receiver: data connections accepted so far.
     pub accepted: AtomicUsize,
+    /// Receiver: data connections ended so far (the stop waits for the
+    /// sender's closes: [`Shared::open_connections`]).
+    pub ended: AtomicUsize,
     /// Sender: data connections established so far.
     pub connected: AtomicUsize,
     /// Local address of the first data connection (picks the interface).
@@ -98,6 +101,7 @@ impl Shared {
             t0: OnceLock::new(),
             stop: AtomicBool::new(false),
             accepted: AtomicUsize::new(0),
+            ended: AtomicUsize::new(0),
             connected: AtomicUsize::new(0),
             local: OnceLock::new(),
             failed: Mutex::new(None),
@@ -123,6 +127,12 @@ impl Shared {
     /// The end of the cool-down, once started.
     pub fn end(&self) -> Option<Instant> {
         self.t0().map(|t| t + self.schedule.end())
+    }
+
+    /// Receiver: the data connections accepted that have not ended.
+    pub fn open_connections(&self) -> usize {
+        let ended = self.ended.load(Ordering::Relaxed);
+        self.accepted.load(Ordering::Relaxed).saturating_sub(ended)
     }
 
     /// Whether threads should stop.

@@ -762,11 +762,14 @@ impl ConnHandler for Rx {
     fn on_peer_closed(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         self.serve(net, conn);
     }
-    /// `-N`: a connection that ends before the measured window is over
+    /// Counted as ended (the receiver's stop waits for every data
+    /// connection's end, [`crate::backend::Shared::open_connections`]). `-N`: a
+    /// connection that ends before the measured window is over
     /// (bar [`NO_SYNC_SLACK`]) fails the run, as a synced receiver fails
     /// when its sender stops early: its average would be over time the
     /// sender did not send.
     fn on_closed(&mut self, _net: &mut dyn Net, _conn: ConnHandle, reason: CloseReason) {
+        self.shared.ended.fetch_add(1, Ordering::Relaxed);
         if !self.no_sync || self.shared.stopping() {
             return;
         }

@@ -29,6 +29,15 @@ use crate::sync::{mismatch, Ctl, Mode, Msg, CONNECT_TIMEOUT, CONTROL_TIMEOUT};
 /// whose clock started half an RTT later, finishes without errors.
 const GRACE: Duration = Duration::from_millis(250);
 
+/// How long after [`GRACE`] the receiver waits for its data connections to
+/// end before it stops: the sender closes them at its cool-down's end, and
+/// each close's FIN comes after what its socket still holds (megabytes on a
+/// fast path, late on a loaded host). Stopping before would reset them
+/// (the data path's stop aborts what is open), which the peer sees as an
+/// error the run did not have. Bounded: a sender that never closes (gone,
+/// or a peer that is not ttcp) delays the report by this at most.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
 /// How long a sender whose run failed waits for the receiver's reason
 /// (`Abort`) before it reports its own.
 const PEER_REASON_WAIT: Duration = Duration::from_millis(500);
@@ -153,6 +162,29 @@ fn sleep_until(shared: &Shared, t: Instant) -> Result<()> {
             return Ok(());
         }
         std::thread::sleep((t - now).min(Duration::from_millis(20)));
+    }
+}
+
+/// Receiver: waits until every data connection has ended (the sender
+/// closed it and it was read to its end), or `until`.
+fn wait_for_closes(shared: &Shared, until: Instant, args: &RunArgs) -> Result<()> {
+    let from = Instant::now();
+    loop {
+        if let Some(why) = shared.failure() {
+            return Err(anyhow!(why));
+        }
+        let open = shared.open_connections();
+        if open == 0 || Instant::now() >= until {
+            verbose(args, || {
+                let ms = from.elapsed().as_millis();
+                match open {
+                    0 => format!("every data connection ended {ms} ms after the grace"),
+                    n => format!("{n} data connections still open {ms} ms after the grace: the stop resets them"),
+                }
+            });
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
@@ -331,7 +363,9 @@ fn receiver(
         }
         let probe = probe(args, fs, shared, plan, be.data_threads(), workers.tcp())?;
         let snaps = measure(shared, &probe, args)?;
-        sleep_until(shared, shared.end().expect("started") + GRACE)?;
+        let end = shared.end().expect("started") + GRACE;
+        sleep_until(shared, end)?;
+        wait_for_closes(shared, end + CLOSE_WAIT, args)?;
         Ok((snaps, probe))
     })();
     // Told before the data connections close, so that the sender, whose

@@ -251,7 +251,14 @@ fn flowlane_receiver_moves_buckets_under_a_storm() {
         "no move carried a connection"
     );
     // Nothing lost: the window's bytes agree at both ends, and no queue
-    // reset a connection or failed an import.
+    // reset a connection or failed an import. The one reset allowed is
+    // the answer to a stray ACK after a close, as Linux's (an ACK to a
+    // listener, RFC 9293 §3.10.7.2): on a loaded host the ACK of our FIN
+    // can come after its retransmission timeout, and the peer, in
+    // TIME-WAIT, acknowledges the FIN sent again once more, after the
+    // first ACK ended the connection. Each such ACK answers a
+    // retransmission of ours. A connection lost in a move would draw
+    // resets of the same kind, for its data, many.
     let (got, sent) = (f(&r, "/bytes/measured"), f(&s, "/bytes/measured"));
     assert!(
         sent > 0.0 && (got - sent).abs() / sent < 0.1,
@@ -261,16 +268,20 @@ fn flowlane_receiver_moves_buckets_under_a_storm() {
         .iter()
         .find(|v| v["queues"].is_array())
         .expect("the data path's summary line");
-    let moved_out: u64 = summary["queues"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|q| {
-            assert_eq!(q["tcp"]["resets_out"], 0, "{q}");
-            assert_eq!(q["tcp"]["import_failed"], 0, "{q}");
-            q["tcp"]["buckets_out"].as_u64().unwrap()
-        })
-        .sum();
+    let queues = summary["queues"].as_array().unwrap();
+    let sum = |counter: &str| -> u64 {
+        queues
+            .iter()
+            .map(|q| q["tcp"][counter].as_u64().unwrap())
+            .sum()
+    };
+    // (A connection's retransmission and its stray ACK's reset may be
+    // counted on two queues: its bucket moved on after it closed.)
+    let stray = sum("resets_listener_ack");
+    assert_eq!(sum("resets_out"), stray, "{summary}");
+    assert!(stray <= sum("retransmits"), "{summary}");
+    assert_eq!(sum("import_failed"), 0, "{summary}");
+    let moved_out = sum("buckets_out");
     assert_eq!(moved_out, done.len() as u64, "{summary}");
     // --rebalance is the receiver's.
     let o = cmd(
